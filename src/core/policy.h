@@ -1,0 +1,65 @@
+// Scoring policies: which legal placement is best on a node, and how good a
+// node is for a pod. Picked by name from a table; an unknown name is an error.
+//
+//   binpack        fill used devices and nodes first (keeps whole devices free)
+//   spread         least-used devices and nodes first
+//   topology       best link score / fewest groups crossed, then binpack
+//   fragmentation  FGD (Weng et al., ATC'23): least growth of expected fragmentation
+//   accelpool      the default: fragmentation-aware packing that also keeps whole
+//                  nodes free for big jobs (see docs/benchmarks/quality.md)
+//
+// Thread-safety: Policy objects are immutable after construction and may be
+// shared across threads.
+#ifndef ACCELPOOL_CORE_POLICY_H_
+#define ACCELPOOL_CORE_POLICY_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "core/types.h"
+
+namespace accelpool::core {
+
+// One request shape of the expected workload, with its share of arrivals
+// (weights need not sum to 1). Used by fragmentation-aware policies.
+struct TaskShape {
+  int32_t count = 1;             // devices
+  int32_t compute = kComputeWhole;  // thousandths per device
+  int64_t memory_mib = 0;        // per device, 0 = not constrained
+  std::string model;             // "" = any model
+  double weight = 1.0;
+};
+
+struct PolicyContext {
+  std::vector<TaskShape> workload;  // empty: a built-in mix of common shapes
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view Name() const = 0;
+
+  // How good it is to add `placement` to `usage` on `inv`; higher is better.
+  // Used to choose among legal candidate placements on one node.
+  virtual double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
+                                const Placement& placement) const = 0;
+
+  // The node's score for the chosen placement, 0..100 (kube-scheduler's range).
+  virtual int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
+                            const Placement& placement) const = 0;
+};
+
+using PolicyPtr = std::unique_ptr<Policy>;
+
+// Names accepted by MakePolicy, in the order above.
+const std::vector<std::string>& PolicyNames();
+
+// kInvalidArgument for an unknown name, listing the valid ones.
+StatusOr<PolicyPtr> MakePolicy(std::string_view name, const PolicyContext& ctx = {});
+
+}  // namespace accelpool::core
+
+#endif  // ACCELPOOL_CORE_POLICY_H_

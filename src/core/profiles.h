@@ -1,0 +1,47 @@
+// Topology profiles: the data that makes each vendor's rules (VENDORS.md
+// section 11) concrete. Backends and the fake inventory name a profile; the
+// core fills the topology descriptor from it. Adding a platform is adding a
+// table row, not code.
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_CORE_PROFILES_H_
+#define ACCELPOOL_CORE_PROFILES_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "core/types.h"
+
+namespace accelpool::core {
+
+struct ProfileInfo {
+  std::string name;         // "ascend-910c-x16"
+  Vendor vendor;
+  std::string model;        // default model name
+  int32_t devices;          // devices per node
+  int64_t memory_mib;       // per device
+  int32_t compute_units;    // per device
+  std::string description;  // one line, with the VENDORS.md rule it encodes
+};
+
+const std::vector<ProfileInfo>& Profiles();
+
+// Builds the topology of a profile for inv.devices (groups, modules, valid
+// counts, links, slice rules). Devices keep their own NUMA ids; when a device
+// has numa < 0 the profile's documented default is used.
+// kNotFound for an unknown profile; kInvalidArgument when the device count
+// does not match the profile.
+Status ApplyProfile(std::string_view profile, NodeInventory* inv);
+
+// A whole node of a profile with synthetic ids "<node>-<index>".
+StatusOr<NodeInventory> MakeProfileNode(std::string_view profile, std::string_view node);
+
+// A NUMA-based default for vendors with no documented rule: groups = NUMA
+// nodes with GroupRule::kPrefer.
+void ApplyNumaDefault(NodeInventory* inv);
+
+}  // namespace accelpool::core
+
+#endif  // ACCELPOOL_CORE_PROFILES_H_
