@@ -1,0 +1,98 @@
+// Codecs for the pod annotations accelpool.io/assignment (written by the
+// extender) and accelpool.io/allocation (written by the device plugin), and
+// the conversion between an assignment and core::Placement.
+//
+// Parse is strict in the same way as the inventory codec: type-checked,
+// errors name the JSON path. Slot ids are "<device-id>::<slot>".
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_API_ASSIGNMENT_CODEC_H_
+#define ACCELPOOL_API_ASSIGNMENT_CODEC_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "core/types.h"
+
+namespace accelpool::api {
+
+inline constexpr const char* kAssignmentAnnotation = "accelpool.io/assignment";
+inline constexpr const char* kAllocationAnnotation = "accelpool.io/allocation";
+
+struct AssignedDevice {
+  std::string id;    // Device::id
+  int32_t index = 0;  // Device::index on the node
+  std::string slot;  // "<id>::<n>"
+  int64_t memory_mib = 0;
+  int32_t compute = 0;  // thousandths
+  bool exclusive = false;
+  friend bool operator==(const AssignedDevice&, const AssignedDevice&) = default;
+};
+
+struct AssignedContainer {
+  std::string name;
+  core::ContainerKind kind = core::ContainerKind::kRegular;
+  core::Vendor vendor = core::Vendor::kUnknown;
+  std::string resource;  // the count resource the container asked through
+  std::vector<AssignedDevice> devices;
+  friend bool operator==(const AssignedContainer&, const AssignedContainer&) = default;
+};
+
+struct Assignment {
+  std::string node;
+  std::string policy;
+  std::vector<AssignedContainer> containers;
+  friend bool operator==(const Assignment&, const Assignment&) = default;
+};
+
+enum class AllocationPhase : uint8_t { kAllocated, kFailed };
+
+struct Allocation {
+  AllocationPhase phase = AllocationPhase::kAllocated;
+  std::vector<std::string> containers;
+  std::string message;
+  friend bool operator==(const Allocation&, const Allocation&) = default;
+};
+
+StatusOr<Assignment> ParseAssignment(std::string_view text);
+StatusOr<Assignment> AssignmentFromJson(const nlohmann::json& doc);
+nlohmann::json AssignmentToJson(const Assignment& a);
+std::string SerializeAssignment(const Assignment& a);
+
+StatusOr<Allocation> ParseAllocation(std::string_view text);
+std::string SerializeAllocation(const Allocation& a);
+
+std::string_view ContainerKindName(core::ContainerKind k);  // regular|init|sidecar
+std::optional<core::ContainerKind> ParseContainerKind(std::string_view s);
+
+// "<device-id>::<slot>".
+std::string SlotId(std::string_view device_id, int32_t slot);
+// Splits a slot id at the last "::"; kInvalidArgument when malformed.
+StatusOr<std::pair<std::string, int32_t>> ParseSlotId(std::string_view slot_id);
+
+// The placement of the containers of `a` whose vendor is inv.vendor. Each
+// device is found by id in `inv`; kFailedPrecondition when an id is unknown
+// or its index disagrees (the inventory changed since the assignment).
+StatusOr<core::Placement> ToPlacement(const Assignment& a, const core::NodeInventory& inv);
+
+// Appends the containers of `placement` (devices of `inv`) to `a`.
+// `resource_of(container)` gives the count resource each container asked
+// through; `slot_of(device_index, container)` picks the slot number on that
+// device (the caller knows which slots are taken). kInvalidArgument when a
+// grant names a device index outside `inv`.
+Status AppendPlacement(Assignment& a, const core::Placement& placement,
+                       const core::NodeInventory& inv,
+                       const std::function<std::string(const std::string& container)>& resource_of,
+                       const std::function<int32_t(int32_t device_index,
+                                                   const std::string& container)>& slot_of);
+
+}  // namespace accelpool::api
+
+#endif  // ACCELPOOL_API_ASSIGNMENT_CODEC_H_

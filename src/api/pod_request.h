@@ -1,0 +1,76 @@
+// pod_request: a v1.Pod (as JSON) -> the devices it asks for (core::PodRequest).
+//
+// Reads initContainers (restartPolicy "Always" -> kSidecar, else kInit) and
+// containers in pod order. For each container and each vendor it gathers the
+// vendor's resources from resources.limits, falling back to
+// resources.requests for names missing from limits (limits win). Extended
+// resources must be plain non-negative integers: "1.5", "-1", "100Mi" (where
+// a count is needed) are rejected with a message naming the container and the
+// resource. Units come from the resource table (resources.h): memory in MiB
+// after the name's unit, compute in thousandths (25 % -> 250).
+//
+// Worked example: a container with limits {"mthreads.com/vgpu": "1",
+// "mthreads.com/sgpu-memory": "8", "mthreads.com/sgpu-core": "4"} asks for one
+// Moore Threads device, 8 x 512 = 4096 MiB and 4/16 = 250 thousandths.
+// A memory or compute name without its count implies a count of 1.
+//
+// Annotations apply to every container of the pod:
+//   model include/exclude : nvidia.com/use-gputype, nvidia.com/nouse-gputype,
+//                           accelpool.io/model-include, accelpool.io/model-exclude
+//   UUID include/exclude  : nvidia.com/use-gpuuuid, nvidia.com/nouse-gpuuuid,
+//                           accelpool.io/uuid-include, accelpool.io/uuid-exclude
+//   NUMA binding          : nvidia.com/numa-bind, accelpool.io/numa-bind ("true")
+//   policy                : accelpool.io/policy, hami.io/gpu-scheduler-policy
+//   exclusive             : accelpool.io/exclusive ("true")
+// Lists are comma-separated; accelpool.io/* wins over the vendor spelling.
+// Job identity for gang locality, first found: annotation accelpool.io/pod-group,
+// label/annotation scheduling.k8s.io/group-name, pod-group.scheduling.sigs.k8s.io,
+// annotation kueue.x-k8s.io/workload, label jobset.sigs.k8s.io/jobset-name.
+//
+// The result passes core::ValidatePodRequest, whose message is returned otherwise.
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_API_POD_REQUEST_H_
+#define ACCELPOOL_API_POD_REQUEST_H_
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "core/types.h"
+
+namespace accelpool::api {
+
+// Per entry of PodRequest::containers, what the request came through.
+struct RequestOrigin {
+  std::string resource;      // the count resource (or the first vendor name seen)
+  std::string model_family;  // from model-specific names (huawei.com/Ascend910B), or ""
+};
+
+struct PodDeviceRequest {
+  std::string ns, name, uid, node_name;
+  core::PodRequest request;           // empty when the pod asks for no accelerator
+  std::vector<RequestOrigin> origins;  // parallel to request.containers
+  std::string policy;  // "" when not set
+  std::string group;   // job identity "<ns>/<name>", "" when none
+  std::string group_source;  // which key gave it, e.g. "kueue.x-k8s.io/workload"
+};
+
+// kInvalidArgument naming the field ("container \"main\": nvidia.com/gpu: want a
+// whole number, got \"1.5\"") for malformed pods and bad values.
+StatusOr<PodDeviceRequest> ParsePodRequest(const nlohmann::json& pod);
+
+// True when any container of the pod names an accelerator resource.
+bool RequestsAccelerators(const nlohmann::json& pod);
+
+// Parses a Kubernetes quantity that must be a whole non-negative number:
+// digits with an optional leading '+'; with `allow_suffix` also a decimal or
+// binary suffix (k, M, G, Ki, Mi, Gi) giving the multiplied value.
+// kInvalidArgument (with a hint) for fractions, signs, exponents or overflow.
+StatusOr<int64_t> ParseWholeQuantity(const std::string& s, bool allow_suffix);
+
+}  // namespace accelpool::api
+
+#endif  // ACCELPOOL_API_POD_REQUEST_H_

@@ -1,0 +1,68 @@
+// The table of Kubernetes extended-resource names accelpool understands.
+//
+// Each name belongs to one vendor and plays one role in a container's
+// request: the device count, memory (in units of `unit` MiB), memory as a
+// percent of each device, compute in 1/`unit` of a device, or a model-specific
+// count whose name implies a device family (huawei.com/Ascend910B).
+// Names follow the vendors' own plugins and HAMi (VENDORS.md §0) so that
+// workloads move over unchanged. Some families are patterns:
+// huawei.com/<Chip>[-memory|-core], iluvatar.ai/<Chip>-vgpu|.vMem|.vCore,
+// enflame.com/*.
+//
+// Thread-safety: immutable data; free functions.
+#ifndef ACCELPOOL_API_RESOURCES_H_
+#define ACCELPOOL_API_RESOURCES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/types.h"
+
+namespace accelpool::api {
+
+enum class ResourceRole : uint8_t {
+  kCount,          // number of devices (or of shares when memory/compute is also given)
+  kMemory,         // memory per device, value x unit MiB
+  kMemoryPercent,  // memory per device, percent 1..100
+  kCompute,        // compute per device, value / unit of a device (percent: unit 100)
+  kIgnored,        // recognised but carries no allocation meaning (nvidia.com/priority)
+};
+
+struct ResourceInfo {
+  std::string name;  // the full resource name, e.g. "mthreads.com/sgpu-memory"
+  core::Vendor vendor = core::Vendor::kUnknown;
+  ResourceRole role = ResourceRole::kCount;
+  // kMemory: MiB per unit (1, 256, 512, 1024). kCompute: units per whole
+  // device (100 for percent, 16 for Moore Threads sgpu-core). Otherwise 1.
+  int64_t unit = 1;
+  // Device model family implied by the name ("Ascend910B", "MR-V100"), "" for
+  // vendor-wide names. A request through such a name only fits devices whose
+  // model starts with the family (case-insensitive).
+  std::string model_family;
+  // Count names only: the sibling names carrying memory / percent / compute for
+  // this count ("" when the vendor has none).
+  std::string memory_name, memory_percent_name, compute_name;
+};
+
+// Classifies a resource name; nullopt for names that are not accelerator
+// resources (cpu, memory, example.com/foo). Patterns are matched here, so
+// "huawei.com/Ascend310P-memory" -> {ascend, kMemory, family Ascend310P}.
+std::optional<ResourceInfo> LookupResource(std::string_view name);
+
+// The fixed (non-pattern) names, for documentation, webhook routing and tests.
+const std::vector<ResourceInfo>& KnownResources();
+
+// True when any fixed name or pattern matches (faster than LookupResource).
+bool IsAcceleratorResource(std::string_view name);
+
+// The default count resource a vendor's device plugin advertises
+// (nvidia -> "nvidia.com/gpu", ascend -> "huawei.com/Ascend910B" is model
+// specific so "huawei.com/npu", ...). Used for slot advertisement.
+std::string_view DefaultCountResource(core::Vendor v);
+
+}  // namespace accelpool::api
+
+#endif  // ACCELPOOL_API_RESOURCES_H_

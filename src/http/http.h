@@ -1,0 +1,186 @@
+// HTTP server and client: the one place in accelpool that speaks HTTP.
+//
+// Everything else (the extender's endpoints, the Kubernetes client, metrics
+// pages, the test apiserver) uses only the types in this header; the
+// libraries behind them (cpprestsdk for the client, Boost.Asio + OpenSSL for
+// the server) stay inside src/http so they can be replaced in one place.
+//
+// Server: register handlers by method + exact path or path prefix, then
+// Start(). Port 0 binds an ephemeral port readable through port(). With TLS
+// options the server serves HTTPS, reloads the certificate and key when the
+// files change (checked at most every TlsOptions::reload_check), and, when a
+// client CA is given, requires and verifies client certificates. Bodies over
+// ServerOptions::max_body_bytes get 413. A handler that throws gets a 500
+// with a JSON error body; no exception leaves the server.
+//
+// Client: blocking requests with headers, bearer token, CA bundle, client
+// certificate and a per-request timeout, plus a streaming GET that hands the
+// body to a callback line by line (for Kubernetes watches) and stops when the
+// callback returns false or the stop token fires.
+//
+// Thread-safety: HttpServer::Handle must be called before Start(); handlers
+// run concurrently on the server's threads. An HttpClient may be used from
+// many threads at once.
+#ifndef ACCELPOOL_HTTP_HTTP_H_
+#define ACCELPOOL_HTTP_HTTP_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace accelpool::http {
+
+// Header names are stored lower-case; lookups must use lower-case names.
+using Headers = std::map<std::string, std::string>;
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // decoded path without the query, "/api/v1/pods"
+  std::map<std::string, std::string> query;  // decoded; a repeated key keeps the last value
+  Headers headers;
+  std::string body;
+  std::string peer;                 // "127.0.0.1:53122"
+  std::string client_cert_subject;  // verified client certificate subject, "" when none
+
+  // The value of a query parameter, or `fallback`.
+  std::string Query(const std::string& key, const std::string& fallback = "") const;
+  std::string Header(const std::string& lower_name, const std::string& fallback = "") const;
+};
+
+// Writes one chunk of a streamed response body; returns false once the peer
+// has gone away (stop writing then).
+using ChunkWriter = std::function<bool(std::string_view chunk)>;
+
+struct Response {
+  int status = 200;
+  Headers headers;
+  std::string body;
+  // When set, the body is streamed: the server sends the headers with
+  // chunked transfer encoding and calls stream(write) on the connection's
+  // thread; the response ends when it returns. `body` is ignored.
+  std::function<void(const ChunkWriter& write)> stream;
+
+  // A response with content-type application/json.
+  static Response Json(int status, std::string body);
+  // {"error": {"code": status, "message": message}} as JSON.
+  static Response Error(int status, std::string_view message);
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+struct TlsOptions {
+  std::string cert_file;  // PEM server certificate chain
+  std::string key_file;   // PEM private key
+  // When set, clients must present a certificate signed by this CA bundle.
+  std::string client_ca_file;
+  // How often the files' modification times are checked for a reload.
+  std::chrono::milliseconds reload_check{1000};
+};
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";  // "127.0.0.1" in tests
+  uint16_t port = 0;             // 0: an ephemeral port, see HttpServer::port()
+  std::optional<TlsOptions> tls;
+  size_t max_body_bytes = 8 << 20;   // larger bodies get 413
+  size_t max_header_bytes = 64 << 10;  // larger headers get 431
+  int max_connections = 256;           // more get 503
+  // A connection idle this long between requests is closed.
+  std::chrono::milliseconds idle_timeout{60000};
+};
+
+class HttpServer {
+ public:
+  virtual ~HttpServer() = default;
+
+  // Routes `method` + exact `path` to `handler`. A later registration for the
+  // same route replaces the earlier one. Unknown paths get 404, a known path
+  // with another method 405.
+  virtual void Handle(std::string method, std::string path, Handler handler) = 0;
+  // Routes every path starting with `prefix` (longest prefix wins; exact
+  // routes win over prefixes).
+  virtual void HandlePrefix(std::string method, std::string prefix, Handler handler) = 0;
+
+  // Binds and starts serving. kInvalidArgument for a bad host or unreadable
+  // TLS files (the message names the file); kUnavailable when the port is taken.
+  virtual Status Start() = 0;
+  // The bound port (the ephemeral one when ServerOptions::port was 0); 0 before Start.
+  virtual uint16_t port() const = 0;
+  // Stops accepting, closes every connection (streams see their writer fail)
+  // and joins the server's threads. Idempotent; also done by the destructor.
+  virtual void Stop() = 0;
+};
+
+std::unique_ptr<HttpServer> NewHttpServer(ServerOptions options);
+
+struct ClientOptions {
+  // "https://10.0.0.1:6443" or "http://127.0.0.1:8080"; paths are appended.
+  std::string base_url;
+  std::string bearer_token;   // sent as "Authorization: Bearer ..." when set
+  std::string ca_file;        // PEM CA bundle; "" uses the system store
+  std::string ca_pem;         // PEM CA bundle given inline (kubeconfig data)
+  std::string client_cert_file, client_key_file;  // PEM client certificate
+  std::string client_cert_pem, client_key_pem;    // inline alternatives
+  bool insecure_skip_verify = false;
+  std::chrono::milliseconds timeout{30000};  // per request, default for Send()
+  std::string user_agent = "accelpool";
+};
+
+struct ClientRequest {
+  std::string method = "GET";
+  std::string path;  // "/api/v1/nodes?labelSelector=a%3Db"; already encoded
+  Headers headers;
+  std::string body;
+  std::optional<std::chrono::milliseconds> timeout;  // overrides ClientOptions::timeout
+};
+
+struct ClientResponse {
+  int status = 0;
+  Headers headers;
+  std::string body;
+};
+
+class HttpClient {
+ public:
+  virtual ~HttpClient() = default;
+
+  // Sends one request. An HTTP error status is a successful call (look at
+  // status); the Status is not OK only when no response arrived:
+  // kDeadlineExceeded on timeout, kUnavailable when the connection failed,
+  // kInvalidArgument for a malformed URL or path.
+  virtual StatusOr<ClientResponse> Send(const ClientRequest& request) = 0;
+
+  // Sends a GET and hands each line of the body (without the newline) to
+  // `on_line` as it arrives. Returns when the server ends the body, when
+  // on_line returns false, or when `stop` is requested (then kCancelled).
+  // The response head is reported through `on_head` before any line (may be
+  // null); a non-2xx body is delivered as lines too. `idle_timeout` bounds the
+  // wait for each next piece of body (kDeadlineExceeded).
+  virtual Status StreamLines(const ClientRequest& request,
+                             const std::function<void(const ClientResponse& head)>& on_head,
+                             const std::function<bool(std::string_view line)>& on_line,
+                             std::stop_token stop, std::chrono::milliseconds idle_timeout) = 0;
+};
+
+// kInvalidArgument when base_url is not http(s)://host[:port] or an inline PEM
+// or file cannot be read (the message names it).
+StatusOr<std::unique_ptr<HttpClient>> NewHttpClient(ClientOptions options);
+
+// Percent-encodes a query component ("a=b,c" -> "a%3Db%2Cc").
+std::string UrlEncode(std::string_view s);
+// Decodes %XX and '+' (as space in queries); invalid escapes are kept as is.
+std::string UrlDecode(std::string_view s, bool plus_is_space);
+
+}  // namespace accelpool::http
+
+#endif  // ACCELPOOL_HTTP_HTTP_H_

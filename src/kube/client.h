@@ -1,0 +1,136 @@
+// KubeClient: the Kubernetes API as accelpool uses it.
+//
+// Objects travel as nlohmann::json (the apiserver's JSON, unchanged). The
+// interface is small on purpose; leases, events and bindings are helpers in
+// kube/objects.h built on it, and Informer (kube/informer.h) builds
+// list-then-watch caches on List + Watch.
+//
+// Errors map from HTTP as: 404 kNotFound, 409 kAborted (a conflict: re-read
+// and retry the read-modify-write) or kAlreadyExists (Create of an existing
+// name), 410 kOutOfRange (resource version expired: relist), 400/422
+// kInvalidArgument, 401 kUnauthenticated, 403 kPermissionDenied, 429 and 5xx
+// kUnavailable, no answer in time kDeadlineExceeded, no connection
+// kUnavailable. Messages carry the apiserver's own message.
+//
+// Thread-safety: every method may be called from many threads at once. All
+// requests pass one client-side token bucket (KubeConfig::qps / burst).
+#ifndef ACCELPOOL_KUBE_CLIENT_H_
+#define ACCELPOOL_KUBE_CLIENT_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "kube/config.h"
+
+namespace accelpool::kube {
+
+// An API resource: where it lives and whether it is namespaced.
+struct Resource {
+  std::string api_prefix;  // "/api/v1" or "/apis/coordination.k8s.io/v1"
+  std::string plural;      // "pods"
+  bool namespaced = true;
+
+  // "/api/v1/namespaces/<ns>/pods[/<name>[/<sub>]]" (ns ignored when not namespaced;
+  // an empty ns on a namespaced resource lists across namespaces).
+  std::string Path(const std::string& ns, const std::string& name = "",
+                   const std::string& subresource = "") const;
+};
+
+const Resource& Pods();
+const Resource& Nodes();
+const Resource& Leases();      // coordination.k8s.io/v1
+const Resource& Events();      // events.k8s.io/v1
+const Resource& CoreEvents();  // v1 events
+const Resource& ConfigMaps();
+
+struct ListOptions {
+  std::string label_selector;  // "app=x,tier!=y"
+  std::string field_selector;  // "spec.nodeName=node-a"
+  int64_t limit = 500;         // page size; List follows continue tokens
+  std::string resource_version;
+};
+
+struct ListResult {
+  std::vector<nlohmann::json> items;
+  std::string resource_version;  // the list's, to start a watch from
+};
+
+enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };
+
+struct WatchEvent {
+  WatchEventType type = WatchEventType::kAdded;
+  nlohmann::json object;  // for kBookmark only metadata.resourceVersion is meaningful
+};
+
+struct WatchOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;  // start after this version
+  bool allow_bookmarks = true;
+  // Asks the apiserver to end the watch after this long (timeoutSeconds); the
+  // caller then re-watches from the last version it saw.
+  std::chrono::seconds server_timeout{300};
+};
+
+enum class PatchType {
+  kMerge,      // application/merge-patch+json
+  kJson,       // application/json-patch+json (RFC 6902; use a "test" op as precondition)
+  kStrategic,  // application/strategic-merge-patch+json
+};
+
+class KubeClient {
+ public:
+  virtual ~KubeClient() = default;
+
+  // Lists every object (following continue tokens).
+  virtual StatusOr<ListResult> List(const Resource& r, const std::string& ns,
+                                    const ListOptions& options) = 0;
+
+  // Watches from options.resource_version and calls `on_event` for each event
+  // in order, on the calling thread. Returns OK when the server ends the
+  // stream normally (re-watch from the last version seen), kOutOfRange on 410
+  // Gone (an ERROR event with code 410 or an HTTP 410: relist), kCancelled when
+  // `stop` fires, another error when the connection fails or an event cannot
+  // be parsed.
+  virtual Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                       const std::function<void(const WatchEvent&)>& on_event,
+                       std::stop_token stop) = 0;
+
+  virtual StatusOr<nlohmann::json> Get(const Resource& r, const std::string& ns,
+                                       const std::string& name) = 0;
+  // POST to the collection (or to `subresource` of `name`, e.g. pods/binding).
+  virtual StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
+                                          const nlohmann::json& object,
+                                          const std::string& name = "",
+                                          const std::string& subresource = "") = 0;
+  // PUT; object.metadata.resourceVersion, when set, is a precondition (kAborted).
+  virtual StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns,
+                                          const std::string& name,
+                                          const nlohmann::json& object) = 0;
+  // PATCH. A failed JSON-patch "test" op or a metadata.resourceVersion in a
+  // merge patch that no longer matches gives kAborted.
+  virtual StatusOr<nlohmann::json> Patch(const Resource& r, const std::string& ns,
+                                         const std::string& name, PatchType type,
+                                         const nlohmann::json& patch,
+                                         const std::string& subresource = "") = 0;
+  // kNotFound when already gone.
+  virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name) = 0;
+};
+
+// A client for `config`. kInvalidArgument when the server URL or a
+// certificate is unusable (the message says which).
+StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config);
+
+// Maps an HTTP status + apiserver Status body to our Status (the table above).
+Status StatusFromHttp(int http_status, const std::string& body, const std::string& what);
+
+}  // namespace accelpool::kube
+
+#endif  // ACCELPOOL_KUBE_CLIENT_H_

@@ -1,0 +1,65 @@
+// Where the Kubernetes API is and how to authenticate to it.
+//
+// LoadInCluster reads the pod's service account (KUBERNETES_SERVICE_HOST /
+// KUBERNETES_SERVICE_PORT and /var/run/secrets/kubernetes.io/serviceaccount/
+// {token,ca.crt}); LoadKubeconfig reads a kubeconfig file (JSON or the usual
+// YAML subset kubectl writes) and takes its current-context: the cluster's
+// server, certificate-authority(-data), insecure-skip-tls-verify, and the
+// user's token / tokenFile, client-certificate(-data) and client-key(-data).
+// Relative file paths in a kubeconfig are relative to the file's folder.
+//
+// Thread-safety: plain functions and values.
+#ifndef ACCELPOOL_KUBE_CONFIG_H_
+#define ACCELPOOL_KUBE_CONFIG_H_
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace accelpool::kube {
+
+struct KubeConfig {
+  std::string server;  // "https://10.96.0.1:443"
+  std::string token;   // bearer token, "" when none
+  std::string token_file;  // re-read on 401 when set (rotated service-account tokens)
+  std::string ca_file;     // PEM CA bundle
+  std::string ca_pem;      // inline PEM CA bundle (certificate-authority-data, decoded)
+  std::string client_cert_file, client_key_file;
+  std::string client_cert_pem, client_key_pem;
+  bool insecure_skip_verify = false;
+
+  // Client-side rate limit (token bucket) and per-request timeout.
+  double qps = 50;
+  int burst = 100;
+  std::chrono::milliseconds timeout{30000};
+};
+
+// Reads an environment variable; injectable for tests. nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup ProcessEnv();
+
+// kFailedPrecondition when not running in a pod (variables unset, with a hint
+// to pass --kubeconfig), kInvalidArgument when the token file is unreadable.
+// `sa_dir` defaults to the standard service-account folder.
+StatusOr<KubeConfig> LoadInCluster(const EnvLookup& env,
+                                   std::string_view sa_dir =
+                                       "/var/run/secrets/kubernetes.io/serviceaccount");
+
+// kInvalidArgument naming the file and the field when the file cannot be read
+// or parsed, has no current-context, or the context names a missing cluster
+// or user. `context` overrides current-context when not empty.
+StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context = "");
+
+// `kubeconfig` if not empty, else $KUBECONFIG, else in-cluster.
+StatusOr<KubeConfig> LoadDefault(const std::string& kubeconfig, const EnvLookup& env);
+
+// Base64 decoding for *-data fields; kInvalidArgument on bad input.
+StatusOr<std::string> Base64Decode(std::string_view in);
+
+}  // namespace accelpool::kube
+
+#endif  // ACCELPOOL_KUBE_CONFIG_H_

@@ -1,0 +1,68 @@
+// FakeApiServer: an in-memory Kubernetes apiserver on HttpServer, for tests.
+//
+// Serves list (with label/field selectors of the form k=v, k!=v and
+// spec.nodeName / metadata.name / metadata.namespace fields), watch streams
+// (with bookmarks), get, create (incl. pods/binding), update (PUT with a
+// resourceVersion precondition), patch (merge and JSON patch with "test"),
+// delete, for any resource path under /api/v1 and /apis/<group>/<version>.
+// Tests drive failures: Compact() makes older versions answer 410,
+// DropWatches() cuts every open watch, FailNext() answers the next requests
+// with a given status.
+//
+// Thread-safety: all methods may be called from any thread.
+#ifndef ACCELPOOL_KUBE_FAKE_APISERVER_H_
+#define ACCELPOOL_KUBE_FAKE_APISERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "http/http.h"
+
+namespace accelpool::kube {
+
+class FakeApiServer {
+ public:
+  FakeApiServer();
+  ~FakeApiServer();
+
+  // Listens on 127.0.0.1 port 0 (plain HTTP).
+  Status Start();
+  void Stop();
+  std::string url() const;  // "http://127.0.0.1:<port>"
+
+  // Stores an object directly (as if created), sending watch events.
+  // `collection` is the path without a name, e.g. "/api/v1/namespaces/ns/pods"
+  // or "/api/v1/nodes". Returns the stored object (with resourceVersion).
+  nlohmann::json Put(const std::string& collection, nlohmann::json object);
+  void Remove(const std::string& collection, const std::string& name);
+  std::optional<nlohmann::json> Object(const std::string& collection,
+                                       const std::string& name) const;
+
+  // Events older than the current version answer 410 to watches and lists
+  // with a resourceVersion.
+  void Compact();
+  // Ends every open watch stream abruptly.
+  void DropWatches();
+  // The next `n` requests (any path) get HTTP `status`.
+  void FailNext(int n, int status);
+  // Sends a BOOKMARK with the current version on every open watch.
+  void SendBookmarks();
+
+  // Requests seen, "METHOD path?query", for assertions.
+  std::vector<std::string> Requests() const;
+  int64_t OpenWatches() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace accelpool::kube
+
+#endif  // ACCELPOOL_KUBE_FAKE_APISERVER_H_

@@ -1,0 +1,96 @@
+// Informer: a list-then-watch cache of one resource with change callbacks.
+//
+// Start() spawns one thread that lists, calls on_add for every object, sets
+// Synced(), then watches from the list's resourceVersion (with bookmarks),
+// re-watching from the last version seen when a watch ends, relisting on
+// 410 Gone (emitting add/update/delete for the difference against the
+// cache), and retrying failures with exponential backoff.
+//
+// Keys are "<namespace>/<name>" (or "<name>" for cluster-scoped objects).
+//
+// Thread-safety: callbacks run on the informer's thread, one at a time, in
+// event order; they must not call Stop(). Synced(), Get(), Keys() and
+// Stop() may be called from any thread.
+#ifndef ACCELPOOL_KUBE_INFORMER_H_
+#define ACCELPOOL_KUBE_INFORMER_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "kube/client.h"
+
+namespace accelpool::kube {
+
+struct InformerHandlers {
+  std::function<void(const nlohmann::json& obj)> on_add;
+  std::function<void(const nlohmann::json& old_obj, const nlohmann::json& new_obj)> on_update;
+  std::function<void(const nlohmann::json& obj)> on_delete;
+};
+
+struct InformerOptions {
+  Resource resource;
+  std::string ns;  // "" = all namespaces
+  std::string label_selector;
+  std::string field_selector;
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{30000};
+  std::chrono::seconds watch_timeout{300};
+};
+
+class Informer {
+ public:
+  Informer(KubeClient& client, InformerOptions options, InformerHandlers handlers,
+           Logger log = Logger());
+  ~Informer();  // Stop()
+  Informer(const Informer&) = delete;
+  Informer& operator=(const Informer&) = delete;
+
+  void Start();
+  void Stop();  // idempotent; joins the thread
+
+  // True once the first list has been delivered.
+  bool Synced() const { return synced_.load(); }
+  // Blocks until Synced() or the timeout; returns Synced().
+  bool WaitForSync(std::chrono::milliseconds timeout) const;
+
+  std::optional<nlohmann::json> Get(const std::string& key) const;
+  std::vector<std::string> Keys() const;
+  // Counters for tests and metrics.
+  int64_t lists() const { return lists_.load(); }
+  int64_t watches() const { return watches_.load(); }
+  std::string last_resource_version() const;
+
+  static std::string KeyOf(const nlohmann::json& obj);
+
+ private:
+  void Run(std::stop_token stop);
+  Status ListAndReplace();
+  void Apply(const WatchEvent& ev);
+
+  KubeClient& client_;
+  const InformerOptions options_;
+  const InformerHandlers handlers_;
+  const Logger log_;
+
+  std::atomic<bool> synced_{false};
+  std::atomic<int64_t> lists_{0};
+  std::atomic<int64_t> watches_{0};
+  mutable std::mutex mu_;
+  std::map<std::string, nlohmann::json> store_;  // guarded by mu_
+  std::string rv_;                               // guarded by mu_
+  std::jthread thread_;
+};
+
+}  // namespace accelpool::kube
+
+#endif  // ACCELPOOL_KUBE_INFORMER_H_

@@ -1,0 +1,77 @@
+// Typed helpers over KubeClient for the few writes accelpool makes: pod
+// bindings, events, leader-election leases and annotation patches.
+//
+// Thread-safety: stateless functions; safe from any thread the client allows.
+#ifndef ACCELPOOL_KUBE_OBJECTS_H_
+#define ACCELPOOL_KUBE_OBJECTS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "kube/client.h"
+
+namespace accelpool::kube {
+
+// POST pods/<pod>/binding {target: Node <node>}; `uid`, when set, is sent as
+// a precondition so a re-created pod of the same name is not bound.
+// kAborted on conflict (already bound or uid changed), kNotFound when gone.
+Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::string& pod,
+                        const std::string& node, const std::string& uid);
+
+// Merge-patches metadata.annotations of a pod or node. A value of nullopt
+// removes the key. When `resource_version` is set it is a precondition:
+// kAborted when the object changed since.
+Status PatchAnnotations(KubeClient& client, const Resource& r, const std::string& ns,
+                        const std::string& name,
+                        const std::vector<std::pair<std::string, std::optional<std::string>>>&
+                            annotations,
+                        const std::string& resource_version = "");
+
+struct ObjectRef {
+  std::string api_version = "v1";
+  std::string kind = "Pod";
+  std::string ns;  // "" for cluster-scoped objects
+  std::string name;
+  std::string uid;
+};
+
+enum class EventKind { kNormal, kWarning };
+
+// Records an event about `about` (events.k8s.io/v1; falls back to core/v1
+// events when the former is not served). `reporter` is the component name,
+// e.g. "accelpool-device-plugin"; `action` e.g. "Allocate".
+Status CreateEvent(KubeClient& client, const ObjectRef& about, EventKind kind,
+                   const std::string& reason, const std::string& message,
+                   const std::string& reporter, const std::string& action);
+
+// A coordination.k8s.io/v1 Lease as leader election uses it.
+struct Lease {
+  std::string ns, name;
+  std::string holder;  // spec.holderIdentity
+  int32_t lease_duration_s = 15;
+  std::string acquire_time;  // RFC 3339 with microseconds, as the apiserver writes it
+  std::string renew_time;
+  int32_t transitions = 0;
+  std::string resource_version;  // precondition for UpdateLease
+};
+
+// kNotFound when no such lease.
+StatusOr<Lease> GetLease(KubeClient& client, const std::string& ns, const std::string& name);
+// kAlreadyExists when someone created it first.
+StatusOr<Lease> CreateLease(KubeClient& client, const Lease& lease);
+// PUT with lease.resource_version as precondition; kAborted when another
+// writer got there first (re-read and retry).
+StatusOr<Lease> UpdateLease(KubeClient& client, const Lease& lease);
+
+// Time formats used in leases: "2026-11-30T02:41:07.123456Z".
+std::string FormatMicroTime(std::chrono::system_clock::time_point t);
+StatusOr<std::chrono::system_clock::time_point> ParseMicroTime(const std::string& s);
+
+}  // namespace accelpool::kube
+
+#endif  // ACCELPOOL_KUBE_OBJECTS_H_
