@@ -25,6 +25,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -96,7 +98,6 @@ class Family {
 
  private:
   friend class MetricsRegistry;
-  using Factory = M* (*)(const Family&);
   Family(std::string name, std::string help, std::vector<std::string> label_names,
          std::vector<double> bounds)
       : name_(std::move(name)), help_(std::move(help)), labels_(std::move(label_names)),
@@ -116,7 +117,7 @@ using HistogramFamily = Family<Histogram>;
 
 class MetricsRegistry {
  public:
-  MetricsRegistry() = default;
+  MetricsRegistry();
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
   ~MetricsRegistry();
