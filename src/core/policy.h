@@ -54,6 +54,14 @@ class Policy {
 
 using PolicyPtr = std::unique_ptr<Policy>;
 
+// The policy Fit uses when given none: binpack. An immutable shared instance.
+const Policy& DefaultPolicy();
+
+// Node utilisation after adding `placement`: mean over devices of the larger
+// of memory and compute fraction in use, in [0, 1]. Shared by policies.
+double UtilisationAfter(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& placement);
+
 // Names accepted by MakePolicy, in the order above.
 const std::vector<std::string>& PolicyNames();
 

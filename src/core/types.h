@@ -154,7 +154,10 @@ enum class ContainerKind : uint8_t {
 // Semantics:
 //   count only                     -> whole devices, exclusive.
 //   memory and/or compute given    -> a share of each of `count` devices.
-//   exclusive                      -> whole devices even when memory is given.
+//   compute only                   -> memory in proportion (25% compute -> 25% memory),
+//                                     so every share has a memory cap.
+//   memory only                    -> compute 0: no compute reserved (best effort).
+//   exclusive or compute 100%      -> whole devices even when memory is given.
 // memory_percent is resolved against each candidate device's memory.
 struct DeviceRequest {
   std::string container;
@@ -171,7 +174,11 @@ struct DeviceRequest {
   std::vector<std::string> id_exclude;
   bool numa_bind = false;  // all devices on one NUMA node
 
-  bool Fractional() const { return !exclusive && (memory_mib > 0 || memory_percent > 0 || compute > 0); }
+  // A share of each device. 100% compute (compute == kComputeWhole) is exclusive.
+  bool Fractional() const {
+    return !exclusive && compute < kComputeWhole &&
+           (memory_mib > 0 || memory_percent > 0 || compute > 0);
+  }
 };
 
 // A pod's device requests, in pod order (init containers first, in order).

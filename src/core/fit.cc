@@ -1,0 +1,519 @@
+#include "core/fit.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <string>
+
+#include "core/policy.h"
+#include "core/select.h"
+#include "core/usage.h"
+
+namespace accelpool::core {
+
+namespace {
+
+using internal::CandidateSet;
+using internal::SetQuery;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Model filters match case-insensitively as substrings, so "A100" selects
+// "NVIDIA A100-SXM4-80GB" the way users of HAMi's use-gputype expect.
+bool ModelMatches(const std::string& model, const std::vector<std::string>& patterns) {
+  const std::string m = Lower(model);
+  for (const auto& p : patterns) {
+    if (!p.empty() && m.find(Lower(p)) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool IdListed(const std::string& id, const std::vector<std::string>& ids) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+bool Whole(const DeviceRequest& r) { return !r.Fractional(); }
+
+// Per-request facts computed once (the CycleState of this request).
+struct RequestState {
+  const DeviceRequest* req = nullptr;
+  std::vector<int64_t> mem;      // effective memory per device
+  std::vector<int32_t> compute;  // effective compute per device
+  std::vector<bool> eligible;    // static: model, id, health
+};
+
+struct ContainerOutcome {
+  FitCode code = FitCode::kFits;
+  std::vector<FitReason> reasons;
+  ContainerPlacement placement;
+};
+
+void Fail(ContainerOutcome* o, FitCode code, FitReason r) {
+  o->code = code;
+  o->reasons.push_back(r);
+}
+
+// Static checks that do not depend on usage. Returns false (with reasons)
+// when the request can never fit this inventory.
+bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState* st,
+                  ContainerOutcome* o) {
+  const size_t n = inv.devices.size();
+  if (n == 0) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kNoDevices, r.count, 0});
+    return false;
+  }
+  if (static_cast<size_t>(r.count) > n) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kTooFewDevices, r.count, static_cast<int64_t>(n)});
+    return false;
+  }
+  const auto& valid = inv.topology.valid_counts;
+  if (!valid.empty() && std::find(valid.begin(), valid.end(), r.count) == valid.end()) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kInvalidCount, r.count, 0});
+    return false;
+  }
+  if (r.Fractional() && r.count > 1 && inv.topology.slices.fraction_single_device) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kInvalidCount, r.count, 1});
+    return false;
+  }
+  st->req = &r;
+  st->mem.assign(n, 0);
+  st->compute.assign(n, 0);
+  st->eligible.assign(n, false);
+  int32_t model_ok = 0, id_ok = 0, healthy = 0, mem_ok = 0;
+  int64_t largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Device& d = inv.devices[i];
+    if (!r.model_include.empty() && !ModelMatches(d.model, r.model_include)) continue;
+    if (!r.model_exclude.empty() && ModelMatches(d.model, r.model_exclude)) continue;
+    ++model_ok;
+    if (!r.id_include.empty() && !IdListed(d.id, r.id_include)) continue;
+    if (IdListed(d.id, r.id_exclude)) continue;
+    ++id_ok;
+    st->mem[i] = EffectiveMemory(r, d, inv.topology.slices);
+    st->compute[i] = EffectiveCompute(r, d, inv.topology.slices);
+    largest = std::max(largest, d.memory_mib);
+    if (st->mem[i] > d.memory_mib) continue;
+    ++mem_ok;
+    if (!d.healthy) continue;
+    ++healthy;
+    st->eligible[i] = true;
+  }
+  if (model_ok == 0) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kModelMismatch, r.count, 0});
+    return false;
+  }
+  if (id_ok < r.count) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kIdMismatch, r.count, id_ok});
+    return false;
+  }
+  if (mem_ok < r.count) {
+    const int64_t need = r.memory_mib > 0 ? r.memory_mib : 0;
+    Fail(o, FitCode::kUnresolvable, {Reason::kMemoryTooLarge, need, largest});
+    return false;
+  }
+  if (healthy < r.count) {
+    Fail(o, FitCode::kUnschedulable, {Reason::kUnhealthy, r.count, healthy});
+    return false;
+  }
+  return true;
+}
+
+// Devices that can take the request now, given `work`. Collects the reason
+// each rejected device gives, keeping the most promising example.
+std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& inv,
+                                 const NodeUsage& work, std::vector<FitReason>* reasons) {
+  const DeviceRequest& r = *st.req;
+  std::vector<int32_t> free;
+  FitReason best_mem{Reason::kInsufficientMemory, 0, -1};
+  FitReason best_cmp{Reason::kInsufficientCompute, 0, -1};
+  int32_t busy = 0, exclusive = 0, share_cap = 0, slice_mismatch = 0;
+  int32_t slices_used = 0;
+  for (const auto& u : work.devices) slices_used += u.slices;
+  const int32_t budget = inv.topology.slices.node_handle_budget;
+  const bool budget_ok =
+      budget <= 0 || !r.Fractional() ||
+      static_cast<int32_t>(inv.devices.size()) + slices_used + r.count <= budget;
+  for (size_t i = 0; i < inv.devices.size(); ++i) {
+    if (!st.eligible[i]) continue;
+    const Device& d = inv.devices[i];
+    const DeviceUsage& u = work.devices[i];
+    if (Whole(r)) {
+      if (u.shares > 0) {
+        ++busy;
+        continue;
+      }
+      free.push_back(static_cast<int32_t>(i));
+      continue;
+    }
+    if (u.exclusive) {
+      ++exclusive;
+      continue;
+    }
+    if (u.shares >= std::max(1, d.max_shares)) {
+      ++share_cap;
+      continue;
+    }
+    if (inv.topology.slices.one_size_per_device && u.slice_mib != 0 && u.slice_mib != st.mem[i]) {
+      ++slice_mismatch;
+      continue;
+    }
+    const int64_t fm = FreeMemory(d, u);
+    const int32_t fc = FreeCompute(d, u);
+    if (fm < st.mem[i]) {
+      if (fm > best_mem.available) best_mem = {Reason::kInsufficientMemory, st.mem[i], fm};
+      continue;
+    }
+    if (fc < st.compute[i]) {
+      if (fc > best_cmp.available) best_cmp = {Reason::kInsufficientCompute, st.compute[i], fc};
+      continue;
+    }
+    free.push_back(static_cast<int32_t>(i));
+  }
+  if (!budget_ok) {
+    reasons->push_back({Reason::kHandleBudget, r.count, 0});
+    free.clear();
+  }
+  if (static_cast<int32_t>(free.size()) < r.count) {
+    if (Whole(r)) reasons->push_back({Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())});
+    if (best_mem.available >= 0) reasons->push_back(best_mem);
+    if (best_cmp.available >= 0) reasons->push_back(best_cmp);
+    if (exclusive > 0) reasons->push_back({Reason::kExclusiveTaken, r.count, 0});
+    if (share_cap > 0) reasons->push_back({Reason::kShareLimit, r.count, 0});
+    if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, st.mem[0], 0});
+    if (reasons->empty()) reasons->push_back({Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())});
+  }
+  return free;
+}
+
+ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInventory& inv,
+                                          const std::vector<int32_t>& set) {
+  const DeviceRequest& r = *st.req;
+  ContainerPlacement cp{r.container, r.kind, {}};
+  for (int32_t d : set) {
+    Grant g;
+    g.device = d;
+    if (Whole(r)) {
+      g.memory_mib = inv.devices[static_cast<size_t>(d)].memory_mib;
+      g.compute = kComputeWhole;
+      g.exclusive = true;
+    } else {
+      g.memory_mib = st.mem[static_cast<size_t>(d)];
+      g.compute = st.compute[static_cast<size_t>(d)];
+    }
+    cp.grants.push_back(g);
+  }
+  return cp;
+}
+
+ContainerOutcome PlanContainer(const DeviceRequest& r, const NodeInventory& inv,
+                               const NodeUsage& work, const Policy* policy) {
+  ContainerOutcome o;
+  RequestState st;
+  if (!StaticFilter(r, inv, &st, &o)) return o;
+  std::vector<FitReason> reasons;
+  const std::vector<int32_t> free = FreeDevices(st, inv, work, &reasons);
+  if (static_cast<int32_t>(free.size()) < r.count) {
+    o.code = FitCode::kUnschedulable;
+    o.reasons = std::move(reasons);
+    return o;
+  }
+  std::vector<bool> used(inv.devices.size(), false);
+  for (size_t i = 0; i < inv.devices.size(); ++i) used[i] = work.devices[i].shares > 0;
+  FitReason why{Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())};
+  const SetQuery q{r.count, r.numa_bind, r.Fractional()};
+  const std::vector<CandidateSet> sets = internal::GenerateSets(inv, free, used, q, &why);
+  if (sets.empty()) {
+    Fail(&o, FitCode::kUnschedulable, why);
+    return o;
+  }
+  // Topology rank first, then the policy's value, then the lowest indices.
+  const CandidateSet* best = nullptr;
+  double best_value = 0;
+  Placement probe;
+  probe.containers.resize(1);
+  for (const CandidateSet& c : sets) {
+    if (best != nullptr && c.rank < best->rank) continue;
+    probe.containers[0] = MakeContainerPlacement(st, inv, c.devices);
+    const double value = policy != nullptr ? policy->PlacementValue(inv, work, probe) : 0.0;
+    if (best == nullptr || c.rank > best->rank || value > best_value ||
+        (value == best_value && c.devices < best->devices)) {
+      best = &c;
+      best_value = value;
+    }
+  }
+  o.placement = MakeContainerPlacement(st, inv, best->devices);
+  return o;
+}
+
+void AddGrants(const ContainerPlacement& cp, const NodeInventory& inv, NodeUsage* work) {
+  for (const Grant& g : cp.grants) {
+    DeviceUsage& u = work->devices[static_cast<size_t>(g.device)];
+    u.memory_mib += g.memory_mib;
+    u.compute += g.compute;
+    u.shares += 1;
+    u.exclusive = u.exclusive || g.exclusive;
+    if (!g.exclusive) {
+      u.slices += 1;
+      if (inv.topology.slices.one_size_per_device) u.slice_mib = g.memory_mib;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t EffectiveMemory(const DeviceRequest& r, const Device& d, const SliceRule& s) {
+  if (!r.Fractional()) return d.memory_mib;
+  int64_t mem = 0;
+  if (r.memory_mib > 0) {
+    mem = r.memory_mib;
+  } else if (r.memory_percent > 0) {
+    mem = (d.memory_mib * r.memory_percent + 99) / 100;
+  } else {
+    mem = (d.memory_mib * r.compute + kComputeWhole - 1) / kComputeWhole;
+  }
+  if (s.memory_step_mib > 1) mem = (mem + s.memory_step_mib - 1) / s.memory_step_mib * s.memory_step_mib;
+  if (!s.memory_sizes.empty()) {
+    const auto it = std::lower_bound(s.memory_sizes.begin(), s.memory_sizes.end(), mem);
+    mem = it == s.memory_sizes.end() ? d.memory_mib : *it;
+  }
+  return mem;
+}
+
+int32_t EffectiveCompute(const DeviceRequest& r, const Device& d, const SliceRule& s) {
+  if (!r.Fractional()) return kComputeWhole;
+  if (s.compute_follows_memory && d.memory_mib > 0) {
+    const int64_t mem = EffectiveMemory(r, d, s);
+    const int64_t c = (mem * kComputeWhole + d.memory_mib - 1) / d.memory_mib;
+    return static_cast<int32_t>(std::min<int64_t>(c, kComputeWhole));
+  }
+  return r.compute;
+}
+
+Status ValidateRequest(const DeviceRequest& r) {
+  const std::string who = "container \"" + r.container + "\": ";
+  if (r.vendor == Vendor::kUnknown) {
+    return InvalidArgumentError(who + "unknown accelerator vendor; use a resource name from the "
+                                      "vendor table (e.g. nvidia.com/gpu)");
+  }
+  if (r.count < 1) {
+    return InvalidArgumentError(who + "device count must be at least 1, got " +
+                                std::to_string(r.count));
+  }
+  if (r.memory_mib < 0) {
+    return InvalidArgumentError(who + "memory must not be negative, got " +
+                                std::to_string(r.memory_mib) + " MiB");
+  }
+  if (r.memory_percent < 0 || r.memory_percent > 100) {
+    return InvalidArgumentError(who + "memory percentage must be 1-100, got " +
+                                std::to_string(r.memory_percent));
+  }
+  if (r.compute < 0 || r.compute > kComputeWhole) {
+    return InvalidArgumentError(who + "compute must be 1-100% of a device, got " +
+                                std::to_string(r.compute / 10.0) + "%");
+  }
+  if (r.memory_mib > 0 && r.memory_percent > 0) {
+    return InvalidArgumentError(who + "give memory in MiB or in percent, not both");
+  }
+  for (const auto& m : r.model_include) {
+    for (const auto& x : r.model_exclude) {
+      if (Lower(m) == Lower(x)) {
+        return InvalidArgumentError(who + "model \"" + m + "\" is both included and excluded");
+      }
+    }
+  }
+  for (const auto& id : r.id_include) {
+    if (IdListed(id, r.id_exclude)) {
+      return InvalidArgumentError(who + "device \"" + id + "\" is both included and excluded");
+    }
+  }
+  if (!r.id_include.empty() && static_cast<int32_t>(std::set<std::string>(r.id_include.begin(), r.id_include.end()).size()) < r.count) {
+    return InvalidArgumentError(who + "asks for " + std::to_string(r.count) +
+                                " devices but allows only " + std::to_string(r.id_include.size()) +
+                                " device ids");
+  }
+  return Status::Ok();
+}
+
+Status ValidatePodRequest(const PodRequest& p) {
+  std::set<std::string> names;
+  for (const auto& c : p.containers) {
+    ACCELPOOL_RETURN_IF_ERROR(ValidateRequest(c));
+    if (!names.insert(c.container + "/" + std::string(VendorName(c.vendor))).second) {
+      return InvalidArgumentError("container \"" + c.container +
+                                  "\" appears twice for the same vendor");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateInventory(const NodeInventory& inv) {
+  const size_t n = inv.devices.size();
+  const std::string who = "inventory of node \"" + inv.node + "\": ";
+  std::set<std::string> ids;
+  for (size_t i = 0; i < n; ++i) {
+    const Device& d = inv.devices[i];
+    if (d.index != static_cast<int32_t>(i)) {
+      return InvalidArgumentError(who + "device " + std::to_string(i) + " has index " +
+                                  std::to_string(d.index));
+    }
+    if (d.id.empty() || !ids.insert(d.id).second) {
+      return InvalidArgumentError(who + "device " + std::to_string(i) + " has an empty or duplicate id");
+    }
+    if (d.memory_mib < 0 || d.max_shares < 1) {
+      return InvalidArgumentError(who + "device " + d.id + " has negative memory or max_shares < 1");
+    }
+    if (d.vendor != inv.vendor) {
+      return InvalidArgumentError(who + "device " + d.id + " is of another vendor");
+    }
+    if (d.module >= static_cast<int32_t>(inv.topology.modules.size()) || d.module < -1) {
+      return InvalidArgumentError(who + "device " + d.id + " names module " + std::to_string(d.module));
+    }
+  }
+  auto check_sets = [&](const std::vector<std::vector<int32_t>>& sets, const char* what) {
+    std::vector<int> seen(n, 0);
+    for (const auto& s : sets) {
+      if (s.empty()) return InvalidArgumentError(who + "an empty " + what);
+      for (int32_t d : s) {
+        if (d < 0 || static_cast<size_t>(d) >= n) {
+          return InvalidArgumentError(who + std::string(what) + " names device " + std::to_string(d));
+        }
+        if (++seen[static_cast<size_t>(d)] > 1) {
+          return InvalidArgumentError(who + "device " + std::to_string(d) + " is in two " + what + "s");
+        }
+      }
+    }
+    return Status::Ok();
+  };
+  ACCELPOOL_RETURN_IF_ERROR(check_sets(inv.topology.groups, "group"));
+  ACCELPOOL_RETURN_IF_ERROR(check_sets(inv.topology.modules, "module"));
+  if (!inv.topology.links.empty() && inv.topology.links.size() != n * n) {
+    return InvalidArgumentError(who + "link matrix must be N x N");
+  }
+  for (int32_t c : inv.topology.valid_counts) {
+    if (c < 1) return InvalidArgumentError(who + "valid counts must be positive");
+  }
+  return Status::Ok();
+}
+
+FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& usage,
+              const Policy* policy) {
+  FitResult res;
+  if (policy == nullptr) policy = &DefaultPolicy();
+  NodeUsage base = usage;
+  base.devices.resize(inv.devices.size());
+  const size_t nc = pod.containers.size();
+  std::vector<ContainerPlacement> planned(nc);
+  std::vector<bool> relevant(nc, false);
+  for (size_t i = 0; i < nc; ++i) {
+    relevant[i] = pod.containers[i].vendor == inv.vendor && pod.containers[i].count > 0;
+  }
+  auto fail = [&](ContainerOutcome& o) {
+    res.code = o.code;
+    res.reasons = std::move(o.reasons);
+    res.placement = {};
+    return res;
+  };
+  // Steady state: regular containers beside every sidecar.
+  NodeUsage work = base;
+  for (size_t i = 0; i < nc; ++i) {
+    const DeviceRequest& r = pod.containers[i];
+    if (!relevant[i] || r.kind == ContainerKind::kInit) continue;
+    ContainerOutcome o = PlanContainer(r, inv, work, policy);
+    if (o.code != FitCode::kFits) return fail(o);
+    AddGrants(o.placement, inv, &work);
+    planned[i] = std::move(o.placement);
+  }
+  // Each init container alone, beside the sidecars declared before it.
+  for (size_t i = 0; i < nc; ++i) {
+    const DeviceRequest& r = pod.containers[i];
+    if (!relevant[i] || r.kind != ContainerKind::kInit) continue;
+    NodeUsage phase = base;
+    for (size_t j = 0; j < i; ++j) {
+      if (relevant[j] && pod.containers[j].kind == ContainerKind::kSidecar) {
+        AddGrants(planned[j], inv, &phase);
+      }
+    }
+    ContainerOutcome o = PlanContainer(r, inv, phase, policy);
+    if (o.code != FitCode::kFits) return fail(o);
+    planned[i] = std::move(o.placement);
+  }
+  for (size_t i = 0; i < nc; ++i) {
+    if (relevant[i]) res.placement.containers.push_back(std::move(planned[i]));
+  }
+  NodeUsage check = base;
+  const Status applied = ApplyPlacement(res.placement, inv, &check);
+  if (!applied.ok()) {
+    // The planner and the accountant disagree: never hand out such a placement.
+    res.code = FitCode::kUnschedulable;
+    res.reasons = {{Reason::kInsufficientDevices, 0, 0}};
+    res.placement = {};
+    return res;
+  }
+  res.code = FitCode::kFits;
+  return res;
+}
+
+Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& usage,
+                      const Placement& placement) {
+  std::set<std::string> expected;
+  for (const DeviceRequest& r : pod.containers) {
+    if (r.vendor != inv.vendor || r.count <= 0) continue;
+    expected.insert(r.container);
+    const ContainerPlacement* cp = nullptr;
+    for (const auto& c : placement.containers) {
+      if (c.container == r.container) cp = &c;
+    }
+    const std::string who = "container \"" + r.container + "\" on " + inv.node + ": ";
+    if (cp == nullptr) return FailedPreconditionError(who + "has no placement");
+    if (static_cast<int32_t>(cp->grants.size()) != r.count) {
+      return FailedPreconditionError(who + "placement has " + std::to_string(cp->grants.size()) +
+                                     " devices, request " + std::to_string(r.count));
+    }
+    RequestState st;
+    ContainerOutcome o;
+    if (!StaticFilter(r, inv, &st, &o)) {
+      return FailedPreconditionError(who + DescribeReason(o.reasons.front()));
+    }
+    std::vector<int32_t> devs;
+    for (const Grant& g : cp->grants) {
+      if (g.device < 0 || static_cast<size_t>(g.device) >= inv.devices.size()) {
+        return FailedPreconditionError(who + "device index " + std::to_string(g.device) + " is not on the node");
+      }
+      const size_t d = static_cast<size_t>(g.device);
+      if (!st.eligible[d]) {
+        return FailedPreconditionError(who + "device " + inv.devices[d].id +
+                                       " does not match the request or is unhealthy");
+      }
+      const bool whole = Whole(r);
+      const bool amounts_ok = whole ? (g.exclusive && g.memory_mib == inv.devices[d].memory_mib &&
+                                       g.compute == kComputeWhole)
+                                    : (!g.exclusive && g.memory_mib == st.mem[d] &&
+                                       g.compute == st.compute[d]);
+      if (!amounts_ok) {
+        return FailedPreconditionError(who + "amounts on device " + inv.devices[d].id +
+                                       " do not match the request");
+      }
+      devs.push_back(g.device);
+    }
+    std::sort(devs.begin(), devs.end());
+    if (!internal::IsLegalSet(inv, devs, SetQuery{r.count, r.numa_bind, r.Fractional()})) {
+      return FailedPreconditionError(who + "device set breaks the node's topology rules (" +
+                                     inv.topology.kind + ")");
+    }
+  }
+  for (const auto& c : placement.containers) {
+    if (!expected.count(c.container)) {
+      return FailedPreconditionError("placement names container \"" + c.container +
+                                     "\" that asks for no " + std::string(VendorName(inv.vendor)) +
+                                     " devices");
+    }
+  }
+  NodeUsage copy = usage;
+  return ApplyPlacement(placement, inv, &copy);
+}
+
+}  // namespace accelpool::core

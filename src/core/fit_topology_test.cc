@@ -1,0 +1,148 @@
+// Every topology rule of VENDORS.md section 11, one table row each, with the
+// row of the summary table it encodes.
+#include <gtest/gtest.h>
+
+#include "core/fit.h"
+#include "core/test_util.h"
+
+namespace accelpool::core {
+namespace {
+
+using testing::Busy;
+using testing::Devices;
+using testing::MakeNode;
+using testing::Pod;
+using testing::Whole;
+
+struct Case {
+  const char* name;
+  const char* cite;  // VENDORS.md rule
+  const char* profile;
+  std::vector<int32_t> busy;  // devices held by others
+  int32_t count;
+  bool numa_bind;
+  FitCode want_code;
+  std::vector<int32_t> want_devices;  // exact, when fits
+  Reason want_reason;                 // when it does not fit
+};
+
+class TopologyRules : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TopologyRules, Fit) {
+  const Case& c = GetParam();
+  const NodeInventory inv = MakeNode(c.profile);
+  ASSERT_TRUE(ValidateInventory(inv).ok()) << ValidateInventory(inv).ToString();
+  const NodeUsage usage = Busy(inv, c.busy);
+  DeviceRequest req = Whole(inv.vendor, c.count);
+  req.numa_bind = c.numa_bind;
+  const PodRequest pod = Pod({req});
+  const FitResult r = Fit(pod, inv, usage);
+  ASSERT_EQ(r.code, c.want_code) << c.cite << "\n"
+                                 << (r.reasons.empty() ? "" : DescribeReason(r.reasons[0]));
+  if (c.want_code == FitCode::kFits) {
+    EXPECT_EQ(Devices(r), c.want_devices) << c.cite;
+    EXPECT_TRUE(CheckPlacement(pod, inv, usage, r.placement).ok()) << c.cite;
+  } else {
+    ASSERT_FALSE(r.reasons.empty());
+    EXPECT_EQ(r.reasons[0].reason, c.want_reason)
+        << c.cite << ": " << DescribeReason(r.reasons[0]);
+  }
+}
+
+const Case kCases[] = {
+    // --- Ascend 910A x8: rings {0-3} {4-7}, counts 1/2/4/8, best fit 1 -> 1,3,2,4.
+    {"a910a_one_prefers_ring_with_one_free", "11: 910A best fit for 1 is ring with 1 free",
+     "ascend-910a-x8", {0, 1, 2, 4}, 1, false, FitCode::kFits, {3}, {}},
+    {"a910a_one_prefers_three_over_two", "11: 910A order for 1 is 1,3,2,4 free",
+     "ascend-910a-x8", {0, 1, 4}, 1, false, FitCode::kFits, {5}, {}},
+    {"a910a_two_prefers_exact_ring", "11: 910A order for 2 is 2,4,3 free", "ascend-910a-x8",
+     {0, 1}, 2, false, FitCode::kFits, {2, 3}, {}},
+    {"a910a_two_never_spans_rings", "11: 910A 1,2,4 inside one ring", "ascend-910a-x8",
+     {0, 1, 2, 4, 5, 6}, 2, false, FitCode::kUnschedulable, {}, Reason::kNoTopologyGroup},
+    {"a910a_four_takes_a_whole_ring", "11: 910A 4 inside one ring", "ascend-910a-x8", {0},
+     4, false, FitCode::kFits, {4, 5, 6, 7}, {}},
+    {"a910a_three_is_invalid", "11: 910A valid counts 1,2,4,8", "ascend-910a-x8", {}, 3, false,
+     FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    {"a910a_eight_takes_node", "11: 910A 8 takes all", "ascend-910a-x8", {}, 8, false,
+     FitCode::kFits, {0, 1, 2, 3, 4, 5, 6, 7}, {}},
+    {"a910a_half_config_one_ring", "11: 910A half: one ring, 1,2,4", "ascend-910a-x4", {1}, 2,
+     false, FitCode::kFits, {0, 2}, {}},
+    {"a910a_half_three_invalid", "11: 910A half: 3 invalid", "ascend-910a-x4", {}, 3, false,
+     FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    // --- Ascend 910B x8: full mesh, any subset.
+    {"a910b8_any_subset", "11: 910B A2 full HCCS mesh, any subset", "ascend-910b-x8",
+     {0, 2, 4, 6}, 3, false, FitCode::kFits, {1, 3, 5}, {}},
+    {"a910b8_seven_ok", "11: 910B A2 counts 1-8", "ascend-910b-x8", {3}, 7, false,
+     FitCode::kFits, {0, 1, 2, 4, 5, 6, 7}, {}},
+    // --- Ascend 910B Box16: rings of 8; 10/12/14 mirrored pairs.
+    {"a910b16_eight_in_one_ring", "11: Box16 <=8 in one ring", "ascend-910b-x16", {0}, 8, false,
+     FitCode::kFits, {8, 9, 10, 11, 12, 13, 14, 15}, {}},
+    {"a910b16_small_never_spans", "11: Box16 <=8 in one ring", "ascend-910b-x16",
+     {0, 1, 2, 3, 4, 8, 9, 10, 11, 12}, 4, false, FitCode::kUnschedulable, {},
+     Reason::kNoTopologyGroup},
+    {"a910b16_ten_as_mirrored_pairs", "11: Box16 10 as pairs (i, i+8)", "ascend-910b-x16",
+     {0, 9}, 10, false, FitCode::kFits, {2, 3, 4, 5, 6, 10, 11, 12, 13, 14}, {}},
+    {"a910b16_nine_invalid", "11: Box16 9 invalid", "ascend-910b-x16", {}, 9, false,
+     FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    {"a910b16_twelve_needs_pairs", "11: Box16 12 as 6 mirrored pairs", "ascend-910b-x16",
+     {0, 9, 2, 11}, 12, false, FitCode::kUnschedulable, {}, Reason::kNoMirroredPairs},
+    // --- Ascend 910C: whole two-die modules for even counts.
+    {"a910c_two_takes_whole_module", "11: 910C free {0,2,3,4} -> 2 uses {2,3}", "ascend-910c-x16",
+     {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, 2, false, FitCode::kFits, {2, 3}, {}},
+    {"a910c_two_without_whole_module", "11: 910C even counts take whole modules",
+     "ascend-910c-x16", {1, 3, 5, 7, 9, 11, 13, 15}, 2, false, FitCode::kUnschedulable, {},
+     Reason::kNoWholeModule},
+    {"a910c_one_prefers_used_sibling", "11: 910C 1 prefers the sibling of a used die",
+     "ascend-910c-x16", {5}, 1, false, FitCode::kFits, {4}, {}},
+    {"a910c_three_invalid", "11: 910C odd >1 invalid", "ascend-910c-x16", {}, 3, false,
+     FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    {"a910c_sixteen_whole_node", "11: 910C 16", "ascend-910c-x16", {}, 16, false,
+     FitCode::kFits, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {}},
+    // --- Ascend 310P Duo: <=2 on one card.
+    {"a310p_two_on_one_card", "11: 310P Duo <=2 on one card", "ascend-310p-duo", {0, 3}, 2,
+     false, FitCode::kFits, {4, 5}, {}},
+    {"a310p_one_fills_half_used_card", "11: 310P odd remainder to a card with 1 free",
+     "ascend-310p-duo", {0}, 1, false, FitCode::kFits, {1}, {}},
+    {"a310p_two_never_split_cards", "11: 310P Duo <=2 on one card", "ascend-310p-duo",
+     {0, 2, 4, 6}, 2, false, FitCode::kUnschedulable, {}, Reason::kNoWholeModule},
+    // --- Kunlunxin P800 wings.
+    {"p800_two_in_one_wing", "11: P800 1,2,4 inside a wing (doc)", "kunlunxin-p800-x8",
+     {0, 1, 4}, 2, false, FitCode::kFits, {2, 3}, {}},
+    {"p800_four_never_crosses_numa", "11: P800 docs forbid crossing NUMA", "kunlunxin-p800-x8",
+     {0, 4}, 4, false, FitCode::kUnschedulable, {}, Reason::kNoTopologyGroup},
+    {"p800_six_invalid", "11: P800 3,5,6,7 never allocated", "kunlunxin-p800-x8", {}, 6, false,
+     FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    // --- MetaX C500 link zones (preferred).
+    {"c500_stays_in_zone", "11: C500 keep within one MetaXLink zone", "metax-c500-x8",
+     {0, 4, 5}, 3, false, FitCode::kFits, {1, 2, 3}, {}},
+    {"c500_crosses_zone_when_needed", "11: C500 zones are a preference", "metax-c500-x8",
+     {0, 1, 4, 5}, 3, false, FitCode::kFits, {2, 3, 6}, {}},
+    // --- Cambricon MLU370-X8 boards and ring counts.
+    {"mlu370_keeps_board_together", "11: MLU370-X8 keep both chips of a board", "cambricon-mlu370-x8",
+     {0, 2}, 2, false, FitCode::kFits, {4, 5}, {}},
+    {"mlu370_three_invalid", "11: MLU ring policies 1,2,4,8", "cambricon-mlu370-x8", {}, 3, false,
+     FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    // --- NVIDIA HGX: any subset, prefer one NUMA half.
+    {"hgx_four_in_one_numa_half", "11: HGX prefer one NUMA/PCIe root", "nvidia-hgx-8", {0}, 4,
+     false, FitCode::kFits, {4, 5, 6, 7}, {}},
+    {"hgx_any_subset_when_split", "11: HGX any subset", "nvidia-hgx-8", {0, 1, 4, 5}, 4, false,
+     FitCode::kFits, {2, 3, 6, 7}, {}},
+    {"hgx_numa_bind_refuses_split", "NUMA binding: all devices on one NUMA node", "nvidia-hgx-8",
+     {0, 1, 4, 5}, 4, true, FitCode::kUnschedulable, {}, Reason::kNumaUnsatisfiable},
+    // --- NVIDIA PCIe with NVLink bridge pairs.
+    {"pcie_keeps_bridged_pair", "11: PCIe keep bridged pairs", "nvidia-pcie-8", {0, 3}, 2, false,
+     FitCode::kFits, {4, 5}, {}},
+    // --- T-Head PPU and Hygon: NUMA default.
+    {"ppu_prefers_same_numa", "11: PPU prefer the same NUMA node", "thead-ppu-x16", {0, 4, 5}, 3,
+     false, FitCode::kFits, {1, 2, 3}, {}},
+    {"hygon_any_subset", "11: Hygon no rule (PCIe)", "hygon-k100-x8", {1}, 3, false,
+     FitCode::kFits, {0, 2, 3}, {}},
+    {"too_many_devices", "count larger than the node", "nvidia-hgx-8", {}, 9, false,
+     FitCode::kUnresolvable, {}, Reason::kTooFewDevices},
+};
+
+INSTANTIATE_TEST_SUITE_P(Vendors, TopologyRules, ::testing::ValuesIn(kCases),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace accelpool::core

@@ -1,0 +1,172 @@
+#include "core/policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/select.h"
+#include "core/usage.h"
+
+#if __has_include("core/frag.h")
+#include "core/frag.h"
+#define ACCELPOOL_HAVE_FRAG 1
+#endif
+
+namespace accelpool::core {
+
+namespace {
+
+double DeviceFill(const Device& d, const DeviceUsage& u) {
+  if (u.exclusive) return 1.0;
+  const double mem = d.memory_mib > 0 ? static_cast<double>(u.memory_mib) / d.memory_mib : 0.0;
+  const double cmp = static_cast<double>(u.compute) / kComputeWhole;
+  const double share = u.shares > 0 && d.max_shares <= 1 ? 1.0 : 0.0;
+  return std::min(1.0, std::max({mem, cmp, share}));
+}
+
+// Per-device usage after adding the grants of `p` (phases ignored: policies
+// only need an estimate; accounting is exact in usage.cc).
+std::vector<DeviceUsage> After(const NodeUsage& usage, const Placement& p, size_t n) {
+  std::vector<DeviceUsage> out = usage.devices;
+  out.resize(n);
+  for (const auto& c : p.containers) {
+    for (const Grant& g : c.grants) {
+      if (g.device < 0 || static_cast<size_t>(g.device) >= n) continue;
+      DeviceUsage& u = out[static_cast<size_t>(g.device)];
+      u.memory_mib += g.memory_mib;
+      u.compute += g.compute;
+      u.shares += 1;
+      u.exclusive = u.exclusive || g.exclusive;
+    }
+  }
+  return out;
+}
+
+// Binpack at device level: prefer the devices that are fullest after the
+// placement, so whole devices stay free for whole-device requests.
+double PackedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
+  const std::vector<DeviceUsage> after = After(usage, p, inv.devices.size());
+  double v = 0;
+  for (const auto& c : p.containers) {
+    for (const Grant& g : c.grants) {
+      const size_t d = static_cast<size_t>(g.device);
+      if (d < inv.devices.size()) v += DeviceFill(inv.devices[d], after[d]);
+    }
+  }
+  return v;
+}
+
+int32_t ToScore(double x) {
+  return static_cast<int32_t>(std::lround(std::clamp(x, 0.0, 1.0) * 100.0));
+}
+
+class BinpackPolicy final : public Policy {
+ public:
+  // Policy:
+  std::string_view Name() const override { return "binpack"; }
+  double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& p) const override {
+    return PackedDevices(inv, usage, p);
+  }
+  int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const Placement& p) const override {
+    return ToScore(UtilisationAfter(inv, usage, p));
+  }
+};
+
+class SpreadPolicy final : public Policy {
+ public:
+  // Policy:
+  std::string_view Name() const override { return "spread"; }
+  double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& p) const override {
+    return -PackedDevices(inv, usage, p);
+  }
+  int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const Placement& p) const override {
+    return ToScore(1.0 - UtilisationAfter(inv, usage, p));
+  }
+};
+
+// Link quality of the chosen sets: mean pair affinity relative to the best
+// pair on the node, 1.0 for single-device containers.
+double LinkQuality(const NodeInventory& inv, const Placement& p) {
+  const size_t n = inv.devices.size();
+  int32_t best_pair = 0;
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = a + 1; b < n; ++b) {
+      best_pair = std::max(best_pair, internal::Affinity(inv, static_cast<int32_t>(a),
+                                                         static_cast<int32_t>(b)));
+    }
+  }
+  double sum = 0;
+  int count = 0;
+  for (const auto& c : p.containers) {
+    if (c.grants.size() < 2) {
+      sum += 1.0;
+      ++count;
+      continue;
+    }
+    double pairs = 0, total = 0;
+    for (size_t i = 0; i < c.grants.size(); ++i) {
+      for (size_t j = i + 1; j < c.grants.size(); ++j) {
+        total += internal::Affinity(inv, c.grants[i].device, c.grants[j].device);
+        pairs += 1;
+      }
+    }
+    sum += best_pair > 0 ? total / (pairs * best_pair) : 1.0;
+    ++count;
+  }
+  return count > 0 ? sum / count : 1.0;
+}
+
+class TopologyPolicy final : public Policy {
+ public:
+  // Policy:
+  std::string_view Name() const override { return "topology"; }
+  double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& p) const override {
+    return LinkQuality(inv, p) * 1000.0 + PackedDevices(inv, usage, p);
+  }
+  int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const Placement& p) const override {
+    return ToScore(0.6 * LinkQuality(inv, p) + 0.4 * UtilisationAfter(inv, usage, p));
+  }
+};
+
+}  // namespace
+
+double UtilisationAfter(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& placement) {
+  if (inv.devices.empty()) return 0.0;
+  const std::vector<DeviceUsage> after = After(usage, placement, inv.devices.size());
+  double sum = 0;
+  for (size_t i = 0; i < inv.devices.size(); ++i) sum += DeviceFill(inv.devices[i], after[i]);
+  return sum / static_cast<double>(inv.devices.size());
+}
+
+const Policy& DefaultPolicy() {
+  static const BinpackPolicy kBinpack;
+  return kBinpack;
+}
+
+const std::vector<std::string>& PolicyNames() {
+  static const std::vector<std::string> kNames = {"binpack", "spread", "topology",
+                                                  "fragmentation", "accelpool"};
+  return kNames;
+}
+
+StatusOr<PolicyPtr> MakePolicy(std::string_view name, const PolicyContext& ctx) {
+  if (name == "binpack") return PolicyPtr(std::make_unique<BinpackPolicy>());
+  if (name == "spread") return PolicyPtr(std::make_unique<SpreadPolicy>());
+  if (name == "topology") return PolicyPtr(std::make_unique<TopologyPolicy>());
+#ifdef ACCELPOOL_HAVE_FRAG
+  if (name == "fragmentation") return MakeFragmentationPolicy(ctx);
+  if (name == "accelpool") return MakeAccelpoolPolicy(ctx);
+#endif
+  std::string valid;
+  for (const auto& n : PolicyNames()) valid += (valid.empty() ? "" : ", ") + n;
+  return InvalidArgumentError("unknown scheduling policy \"" + std::string(name) +
+                              "\"; use one of: " + valid);
+}
+
+}  // namespace accelpool::core
