@@ -1,0 +1,64 @@
+#include <string>
+#include <vector>
+
+#include "vendors/driver.h"
+
+namespace accelpool::vendors {
+namespace {
+
+std::string ReplaceMinor(const std::string& pattern, int32_t minor) {
+  std::string out = pattern;
+  const std::string key = "{minor}";
+  size_t at = out.find(key);
+  if (at != std::string::npos) {
+    out.replace(at, key.size(), std::to_string(minor));
+  }
+  return out;
+}
+
+}  // namespace
+
+ContainerSpec GenericContainerSpec(const VendorTraits& traits,
+                                   const std::vector<GrantedDevice>& grants,
+                                   const std::function<int32_t(const core::Device&)>& minor_of) {
+  ContainerSpec spec;
+  for (const std::string& node : traits.shared_nodes) {
+    spec.devices.push_back({node, node, "rw"});
+  }
+  for (const GrantedDevice& g : grants) {
+    int32_t minor = minor_of ? minor_of(g.device) : -1;
+    if (minor < 0) {
+      minor = g.device.index;
+    }
+    for (const std::string& pattern : traits.device_nodes) {
+      std::string path = ReplaceMinor(pattern, minor);
+      spec.devices.push_back({path, path, "rw"});
+    }
+    if (!traits.cdi_kind.empty()) {
+      spec.cdi_devices.push_back(traits.cdi_kind + "=" + g.device.id);
+    }
+  }
+  for (const VisibleEnv& v : traits.visible_env) {
+    std::string value;
+    for (size_t i = 0; i < grants.size(); ++i) {
+      if (i > 0) {
+        value += ",";
+      }
+      switch (v.kind) {
+        case VisibleIdKind::kDeviceId:
+          value += grants[i].device.id;
+          break;
+        case VisibleIdKind::kHostIndex:
+          value += std::to_string(grants[i].device.index);
+          break;
+        case VisibleIdKind::kContainerOrdinal:
+          value += std::to_string(i);
+          break;
+      }
+    }
+    spec.env[v.name] = value;
+  }
+  return spec;
+}
+
+}  // namespace accelpool::vendors

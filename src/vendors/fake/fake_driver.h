@@ -1,0 +1,56 @@
+// FakeDriver: a VendorDriver whose devices come from an inventory file
+// (inventory_file.h) instead of hardware. Serves any vendor and several at
+// once. Health changes are picked up when the file's modification time changes
+// or when Reload() is called (the binary calls it on SIGHUP).
+//
+// Thread-safety: all methods may be called from any thread.
+#ifndef ACCELPOOL_VENDORS_FAKE_FAKE_DRIVER_H_
+#define ACCELPOOL_VENDORS_FAKE_FAKE_DRIVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vendors/driver.h"
+
+namespace accelpool::vendors::fake {
+
+struct FakeDriverOptions {
+  std::string path;            // the inventory file (required)
+  std::string node;            // node name used in synthetic ids (required)
+  // How often WatchHealth checks the file's modification time. Default 200 ms.
+  std::chrono::milliseconds poll = std::chrono::milliseconds(200);
+};
+
+class FakeDriver : public VendorDriver {
+ public:
+  explicit FakeDriver(FakeDriverOptions options);
+
+  // Asks the running WatchHealth to re-read the file now.
+  void Reload() { reload_.store(true); }
+
+  // VendorDriver:
+  std::string_view Name() const override { return "fake"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override;
+  Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
+  StatusOr<ContainerSpec> BuildContainerSpec(
+      const std::vector<GrantedDevice>& grants) const override;
+
+ private:
+  // Re-reads the file; on success emits the health differences from the last
+  // good read. A file that does not parse is logged and leaves health as is.
+  void Refresh(const HealthSink& sink);
+
+  const FakeDriverOptions options_;
+  std::atomic<bool> reload_{false};
+
+  mutable std::mutex mu_;
+  std::vector<core::NodeInventory> last_;  // guarded by mu_
+};
+
+}  // namespace accelpool::vendors::fake
+
+#endif  // ACCELPOOL_VENDORS_FAKE_FAKE_DRIVER_H_

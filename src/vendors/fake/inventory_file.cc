@@ -1,0 +1,226 @@
+#include "vendors/fake/inventory_file.h"
+
+#include <cctype>
+#include <exception>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/profiles.h"
+#include "vendors/driver.h"
+
+namespace accelpool::vendors::fake {
+namespace {
+
+using nlohmann::json;
+
+std::string Upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// Reads an optional field of the expected JSON kind; a wrong kind is an error.
+template <typename T>
+Status ReadOpt(const json& obj, const char* key, const std::string& where, T* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    return Status::Ok();
+  }
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) {
+      return InvalidArgumentError(where + "." + key + " must be a string");
+    }
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) {
+      return InvalidArgumentError(where + "." + key + " must be true or false");
+    }
+  } else {
+    if (!it->is_number_integer()) {
+      return InvalidArgumentError(where + "." + key + " must be an integer");
+    }
+  }
+  *out = it->get<T>();
+  return Status::Ok();
+}
+
+Status ApplyOverride(const json& d, const std::string& where, core::NodeInventory* inv) {
+  if (!d.is_object()) {
+    return InvalidArgumentError(where + " must be an object");
+  }
+  int64_t index = -1;
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "index", where, &index));
+  if (index < 0 || index >= static_cast<int64_t>(inv->devices.size())) {
+    return InvalidArgumentError(where + ".index: " + std::to_string(index) +
+                                " is out of range 0.." +
+                                std::to_string(static_cast<int64_t>(inv->devices.size()) - 1) +
+                                "; give the device's position on the node");
+  }
+  core::Device& dev = inv->devices[static_cast<size_t>(index)];
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "id", where, &dev.id));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "model", where, &dev.model));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "memory_mib", where, &dev.memory_mib));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "numa", where, &dev.numa));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "pci_bus", where, &dev.pci_bus));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "healthy", where, &dev.healthy));
+  if (dev.memory_mib <= 0) {
+    return InvalidArgumentError(where + ".memory_mib must be positive");
+  }
+  if (dev.id.empty() || dev.id.size() > 50) {
+    return InvalidArgumentError(where + ".id must have 1 to 50 characters");
+  }
+  return Status::Ok();
+}
+
+StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
+                                       std::string_view node) {
+  if (!j.is_object()) {
+    return InvalidArgumentError(where + " must be an object");
+  }
+  std::string vendor_name;
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "vendor", where, &vendor_name));
+  std::optional<core::Vendor> vendor = core::ParseVendor(vendor_name);
+  if (!vendor.has_value() || *vendor == core::Vendor::kUnknown) {
+    return InvalidArgumentError(where + ".vendor: \"" + vendor_name +
+                                "\" is not a vendor; use nvidia, ascend, kunlunxin, metax, "
+                                "mthreads, thead, cambricon, hygon, iluvatar or enflame");
+  }
+  std::string profile;
+  int64_t count = 0;
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "profile", where, &profile));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "count", where, &count));
+  core::Device defaults;
+  defaults.vendor = *vendor;
+  defaults.memory_mib = 16384;
+  defaults.max_shares = TraitsFor(*vendor).default_max_shares;
+  if (!profile.empty()) {
+    const core::ProfileInfo* info = nullptr;
+    for (const core::ProfileInfo& p : core::Profiles()) {
+      if (p.name == profile) {
+        info = &p;
+      }
+    }
+    if (info == nullptr) {
+      return InvalidArgumentError(where + ".profile: unknown profile \"" + profile +
+                                  "\"; see docs/vendors.md for the list");
+    }
+    if (count == 0) {
+      count = info->devices;
+    }
+    defaults.model = info->model;
+    defaults.memory_mib = info->memory_mib;
+    defaults.compute_units = info->compute_units;
+  }
+  if (count <= 0 || count > 256) {
+    return InvalidArgumentError(where + ": give a \"profile\" or a \"count\" of 1..256 devices");
+  }
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "model", where, &defaults.model));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "memory_mib", where, &defaults.memory_mib));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "compute_units", where, &defaults.compute_units));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "max_shares", where, &defaults.max_shares));
+  if (defaults.max_shares < 1 || defaults.max_shares > 100) {
+    return InvalidArgumentError(where + ".max_shares must be 1..100");
+  }
+  core::NodeInventory inv;
+  inv.node = std::string(node);
+  inv.vendor = *vendor;
+  const std::string prefix = Upper(core::VendorName(*vendor)) + "-" + std::string(node) + "-";
+  for (int32_t i = 0; i < static_cast<int32_t>(count); ++i) {
+    core::Device d = defaults;
+    d.index = i;
+    d.id = prefix + std::to_string(i);
+    inv.devices.push_back(d);
+  }
+  auto devs = j.find("devices");
+  if (devs != j.end()) {
+    if (!devs->is_array()) {
+      return InvalidArgumentError(where + ".devices must be an array");
+    }
+    for (size_t i = 0; i < devs->size(); ++i) {
+      ACCELPOOL_RETURN_IF_ERROR(
+          ApplyOverride((*devs)[i], where + ".devices[" + std::to_string(i) + "]", &inv));
+    }
+  }
+  if (!profile.empty()) {
+    Status st = core::ApplyProfile(profile, &inv);
+    if (!st.ok()) {
+      return st.WithPrefix(where + ".profile");
+    }
+  } else {
+    core::ApplyNumaDefault(&inv);
+  }
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "super_node", where, &inv.topology.super_node));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "rack", where, &inv.topology.rack));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(j, "block", where, &inv.topology.block));
+  return inv;
+}
+
+StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::string_view node) {
+  if (!doc.is_object()) {
+    return InvalidArgumentError("the inventory file must hold a JSON object");
+  }
+  int64_t version = 0;
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(doc, "version", "$", &version));
+  if (version != 1) {
+    return InvalidArgumentError("$.version must be 1 (got " + std::to_string(version) + ")");
+  }
+  auto invs = doc.find("inventories");
+  if (invs == doc.end() || !invs->is_array()) {
+    return InvalidArgumentError("$.inventories must be an array of vendor inventories");
+  }
+  std::vector<core::NodeInventory> out;
+  for (size_t i = 0; i < invs->size(); ++i) {
+    StatusOr<core::NodeInventory> inv =
+        ParseOne((*invs)[i], "inventories[" + std::to_string(i) + "]", node);
+    if (!inv.ok()) {
+      return inv.status();
+    }
+    for (const core::NodeInventory& prev : out) {
+      if (prev.vendor == inv->vendor) {
+        return InvalidArgumentError("inventories[" + std::to_string(i) +
+                                    "]: a second inventory of vendor " +
+                                    std::string(core::VendorName(inv->vendor)) +
+                                    "; merge them into one");
+      }
+    }
+    out.push_back(std::move(inv).value());
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view text,
+                                                              std::string_view node) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return InvalidArgumentError("the inventory file is not valid JSON; fix its syntax");
+  }
+  try {
+    return ParseChecked(doc, node);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("the inventory file has a value of the wrong type (") +
+                                e.what() + "); compare it with docs/device-plugin.md");
+  }
+}
+
+StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& path,
+                                                             std::string_view node) {
+  std::ifstream in(path);
+  if (!in) {
+    return NotFoundError("cannot read the inventory file " + path +
+                         "; check --fake-inventory and the file's permissions");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  StatusOr<std::vector<core::NodeInventory>> r = ParseInventoryFile(ss.str(), node);
+  if (!r.ok()) {
+    return r.status().WithPrefix(path);
+  }
+  return r;
+}
+
+}  // namespace accelpool::vendors::fake

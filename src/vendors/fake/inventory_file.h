@@ -1,0 +1,42 @@
+// The fake backend's inventory file: a JSON description of a node's devices
+// of any vendor and topology, for tests, demos and simulated clusters.
+//
+//   {"version": 1,
+//    "inventories": [
+//      {"vendor": "ascend", "profile": "ascend-910c-x16", "model": "Ascend910C",
+//       "memory_mib": 65536, "max_shares": 1, "super_node": "sp-3",
+//       "devices": [{"index": 3, "healthy": false}, {"index": 5, "numa": 1}]}]}
+//
+// Per inventory: "vendor" (required, core::VendorName spelling), "profile"
+// (a core profile; sets the device count and topology) or "count" (devices,
+// NUMA default topology), and optional defaults "model", "memory_mib",
+// "compute_units", "max_shares" (default: the vendor's split count, 10 for
+// NVIDIA, else 1), "super_node", "rack", "block". "devices"
+// overrides single devices by "index": "id", "model", "memory_mib", "numa",
+// "pci_bus", "healthy". Ids default to "<VENDOR>-<node>-<index>".
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_VENDORS_FAKE_INVENTORY_FILE_H_
+#define ACCELPOOL_VENDORS_FAKE_INVENTORY_FILE_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "core/types.h"
+
+namespace accelpool::vendors::fake {
+
+// Parses the document text. kInvalidArgument with the JSON path of the first
+// problem (e.g. "inventories[0].devices[2].index: 17 is out of range 0..15").
+StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view text,
+                                                              std::string_view node);
+
+// Reads and parses `path`. kNotFound when it cannot be read.
+StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& path,
+                                                             std::string_view node);
+
+}  // namespace accelpool::vendors::fake
+
+#endif  // ACCELPOOL_VENDORS_FAKE_INVENTORY_FILE_H_

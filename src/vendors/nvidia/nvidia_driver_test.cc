@@ -1,0 +1,270 @@
+#include "vendors/nvidia/nvidia_driver.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "vendors/dl_library.h"
+#include "vendors/nvidia/xid.h"
+
+namespace accelpool::vendors::nvidia {
+namespace {
+
+// An HGX H200 as nvidia-smi reports it: 8 x "NVIDIA H200", 143771 MiB,
+// bus ids 19/3B/4C/5D on NUMA 0 and 9B/BB/CB/DB on NUMA 1, 18 NVLinks per GPU
+// to the NVSwitches ("nvidia-smi topo -m": NV18 for every pair).
+class FakeNvml : public NvmlLibrary {
+ public:
+  FakeNvml() {
+    const char* buses[] = {"19", "3B", "4C", "5D", "9B", "BB", "CB", "DB"};
+    for (int i = 0; i < 8; ++i) {
+      NvmlDeviceInfo d;
+      d.uuid = "GPU-" + std::to_string(1000 + i) + "-h200";
+      d.name = "NVIDIA H200";
+      d.pci_bus = std::string("00000000:") + buses[i] + ":00.0";
+      d.memory_mib = 143771;
+      d.minor = i;
+      d.numa = i < 4 ? 0 : 1;
+      devices.push_back(d);
+      std::vector<std::string> l;
+      for (int k = 0; k < 18; ++k) {
+        l.push_back("00000000:0" + std::to_string(5 + k % 4) + ":00.0");  // NVSwitches
+      }
+      links.push_back(l);
+    }
+  }
+
+  Status Init() override { return init_status; }
+  StatusOr<int32_t> DeviceCount() override { return static_cast<int32_t>(devices.size()); }
+  StatusOr<NvmlDeviceInfo> DeviceInfo(int32_t i) override {
+    if (i == fail_info_index) {
+      return UnavailableError("nvmlDeviceGetMemoryInfo failed: GPU is lost (NVML code 15)");
+    }
+    return devices.at(static_cast<size_t>(i));
+  }
+  StatusOr<P2PLevel> CommonAncestor(int32_t a, int32_t b) override {
+    return devices[a].numa == devices[b].numa ? P2PLevel::kNode : P2PLevel::kSystem;
+  }
+  StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t i) override {
+    return links.at(static_cast<size_t>(i));
+  }
+  Status RegisterXidEvents() override { return Status::Ok(); }
+  StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!queue.empty()) {
+      auto e = queue.front();
+      queue.pop_front();
+      lock.unlock();
+      if (!e.ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return e;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 5)));
+    return std::optional<XidEvent>();
+  }
+  Status Probe(int32_t i) override {
+    return probe_ok.load() ? Status::Ok() : UnavailableError("GPU " + std::to_string(i) + " lost");
+  }
+
+  void Push(StatusOr<std::optional<XidEvent>> e) {
+    std::lock_guard<std::mutex> lock(mu);
+    queue.push_back(std::move(e));
+  }
+
+  std::vector<NvmlDeviceInfo> devices;
+  std::vector<std::vector<std::string>> links;
+  Status init_status;
+  int32_t fail_info_index = -1;
+  std::atomic<bool> probe_ok{true};
+  std::mutex mu;
+  std::deque<StatusOr<std::optional<XidEvent>>> queue;
+};
+
+NvidiaOptions Options() {
+  NvidiaOptions o;
+  o.node = "gpu-node";
+  o.recovery_quiet = std::chrono::milliseconds(50);
+  o.event_wait = std::chrono::milliseconds(5);
+  return o;
+}
+
+TEST(NvidiaDriverTest, MapsHgxH200IntoTheInventory) {
+  auto lib = std::make_unique<FakeNvml>();
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  ASSERT_EQ(invs->size(), 1u);
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.node, "gpu-node");
+  EXPECT_EQ(inv.topology.kind, "nvidia-hgx-8");
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.devices[0].id, "GPU-1000-h200");
+  EXPECT_EQ(inv.devices[0].model, "H200");
+  EXPECT_EQ(inv.devices[5].memory_mib, 143771);
+  EXPECT_EQ(inv.devices[5].numa, 1);
+  EXPECT_EQ(inv.devices[5].pci_bus, "00000000:BB:00.0");
+  EXPECT_EQ(inv.devices[5].max_shares, 10);
+  ASSERT_EQ(inv.topology.links.size(), 64u);
+  // Same NUMA: NODE (20) + 18 NVLinks; across sockets: SYS (10) + 18 NVLinks.
+  EXPECT_EQ(inv.LinkScore(0, 1), 20 + 1800);
+  EXPECT_EQ(inv.LinkScore(0, 4), 10 + 1800);
+  EXPECT_EQ(inv.LinkScore(3, 3), 0);
+}
+
+TEST(NvidiaDriverTest, LinkScoreTable) {
+  struct Case {
+    P2PLevel level;
+    int32_t nvlinks;
+    int32_t want;
+  };
+  const std::vector<Case> cases = {{P2PLevel::kInternal, 0, 60}, {P2PLevel::kSingle, 0, 50},
+                                   {P2PLevel::kMultiple, 0, 40}, {P2PLevel::kHostBridge, 0, 30},
+                                   {P2PLevel::kNode, 0, 20},     {P2PLevel::kSystem, 0, 10},
+                                   {P2PLevel::kSystem, 4, 410},  {P2PLevel::kNode, -1, 20}};
+  for (const Case& c : cases) {
+    EXPECT_EQ(NvidiaLinkScore(c.level, c.nvlinks), c.want);
+  }
+}
+
+TEST(NvidiaDriverTest, BridgedPcieCardsScoreTheirPartner) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->devices.resize(4);
+  lib->links = {{"00000000:3B:00.0"}, {"00000000:19:00.0"}, {}, {}};
+  lib->devices[1].mig_enabled = true;
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.LinkScore(0, 1), 20 + 100);
+  EXPECT_EQ(inv.LinkScore(0, 2), 20);
+  EXPECT_EQ(inv.devices[1].max_shares, 1);  // MIG mode: whole device only
+}
+
+TEST(NvidiaDriverTest, LibraryErrorsAreClearAndNeverCrash) {
+  {
+    auto lib = std::make_unique<FakeNvml>();
+    lib->init_status = UnavailableError("nvmlInit_v2 failed: Driver Not Loaded (NVML code 9)");
+    NvidiaDriver d(std::move(lib), Options());
+    auto invs = d.Discover();
+    EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
+  }
+  {
+    auto lib = std::make_unique<FakeNvml>();
+    lib->fail_info_index = 3;  // errors mid-way through discovery
+    NvidiaDriver d(std::move(lib), Options());
+    auto invs = d.Discover();
+    ASSERT_FALSE(invs.ok());
+    EXPECT_NE(invs.status().message().find("GPU 3"), std::string::npos);
+  }
+  {
+    auto lib = std::make_unique<FakeNvml>();
+    lib->devices[2].uuid = lib->devices[1].uuid;
+    NvidiaDriver d(std::move(lib), Options());
+    EXPECT_EQ(d.Discover().status().code(), StatusCode::kInternal);
+  }
+}
+
+TEST(NvidiaDriverTest, XidHealthIsTwoWayAndIgnoresApplicationErrors) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
+  std::mutex mu;
+  std::vector<HealthEvent> events;
+  lib->probe_ok = false;
+  lib->Push(std::optional<XidEvent>(XidEvent{2, 13}));  // application error: ignored
+  lib->Push(UnavailableError("nvmlEventSetWait_v2 failed: Unknown Error"));  // mid-call error
+  lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
+  std::jthread watcher([&](std::stop_token stop) {
+    Status st = d.WatchHealth(stop, [&](const HealthEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  });
+  auto count = [&]() {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  };
+  for (int i = 0; i < 200 && count() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Not recovered while the device does not answer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(count(), 1u);
+  lib->probe_ok = true;
+  for (int i = 0; i < 200 && count() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  watcher.request_stop();
+  watcher.join();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, "GPU-1002-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("XID 79"), std::string::npos);
+  EXPECT_TRUE(events[1].healthy);
+}
+
+TEST(NvidiaDriverTest, XidClassification) {
+  for (uint64_t x : {13u, 31u, 43u, 45u, 68u, 109u}) {
+    EXPECT_TRUE(IsIgnoredXid(x, {})) << x;
+  }
+  for (uint64_t x : {48u, 63u, 64u, 74u, 79u, 94u, 95u}) {
+    EXPECT_FALSE(IsIgnoredXid(x, {})) << x;
+  }
+  EXPECT_TRUE(IsIgnoredXid(94, {94}));
+  EXPECT_EQ(DescribeXid(79), "XID 79 (GPU has fallen off the bus)");
+}
+
+TEST(NvidiaDriverTest, ContainerSpecUsesMinorsAndUuids) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->devices[6].minor = 2;  // minors need not follow NVML order
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok());
+  const auto& devs = (*invs)[0].devices;
+  auto spec = d.BuildContainerSpec({{devs[6], 4096, 250, false}, {devs[1], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-1006-h200,GPU-1001-h200");
+  EXPECT_EQ(spec->env.at("CUDA_VISIBLE_DEVICES"), "GPU-1006-h200,GPU-1001-h200");
+  std::vector<std::string> paths;
+  for (const DeviceNode& n : spec->devices) {
+    paths.push_back(n.host_path);
+  }
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/nvidia2"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/nvidia1"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/nvidiactl"), paths.end());
+  ASSERT_EQ(spec->cdi_devices.size(), 2u);
+  EXPECT_EQ(spec->cdi_devices[0], "nvidia.com/gpu=GPU-1006-h200");
+
+  core::Device foreign = devs[0];
+  foreign.id = "GPU-not-here";
+  EXPECT_EQ(d.BuildContainerSpec({{foreign, 0, 0, true}}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(DlLibraryTest, AbsentLibraryIsUnavailableWithAHint) {
+  auto lib = DlLibrary::Open({"libaccelpool-does-not-exist.so.7"});
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lib.status().message().find("libaccelpool-does-not-exist.so.7"), std::string::npos);
+  EXPECT_NE(lib.status().message().find("install the vendor driver"), std::string::npos);
+}
+
+TEST(DlLibraryTest, MissingSymbolIsUnimplemented) {
+  auto lib = DlLibrary::Open({"libm.so.6"});
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  auto cosine = (*lib)->Symbol<double(double)>("cos");
+  ASSERT_TRUE(cosine.ok());
+  EXPECT_DOUBLE_EQ((*cosine)(0.0), 1.0);
+  auto none = (*lib)->Symbol<void()>("nvmlInit_v2");
+  EXPECT_EQ(none.status().code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace accelpool::vendors::nvidia

@@ -1,0 +1,316 @@
+// NvmlLibrary over libnvidia-ml loaded with dlopen. The few NVML types and
+// functions used are declared here from NVML's public API reference; no NVIDIA
+// header is needed to build.
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vendors/dl_library.h"
+#include "vendors/nvidia/nvml_library.h"
+
+namespace accelpool::vendors::nvidia {
+namespace {
+
+using nvmlReturn_t = int;
+using nvmlDevice_t = struct NvmlDeviceOpaque*;
+using nvmlEventSet_t = struct NvmlEventSetOpaque*;
+
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
+constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
+constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
+constexpr unsigned kMaxNvLinks = 18;
+
+struct nvmlMemory_t {
+  unsigned long long total;  // NOLINT(runtime/int)
+  unsigned long long free;   // NOLINT(runtime/int)
+  unsigned long long used;   // NOLINT(runtime/int)
+};
+
+struct nvmlPciInfo_t {
+  char busIdLegacy[16];
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pciDeviceId;
+  unsigned pciSubSystemId;
+  char busId[32];
+};
+
+struct nvmlEventData_t {
+  nvmlDevice_t device;
+  unsigned long long eventType;  // NOLINT(runtime/int)
+  unsigned long long eventData;  // NOLINT(runtime/int)
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+
+class DlNvml : public NvmlLibrary {
+ public:
+  explicit DlNvml(std::unique_ptr<DlLibrary> lib) : lib_(std::move(lib)) {}
+  ~DlNvml() override {
+    if (events_ != nullptr && event_set_free_ != nullptr) {
+      event_set_free_(events_);
+    }
+    if (initialized_ && shutdown_ != nullptr) {
+      shutdown_();
+    }
+  }
+
+  Status Init() override {
+    auto init = lib_->Symbol<nvmlReturn_t()>("nvmlInit_v2");
+    if (!init.ok()) {
+      return init.status();
+    }
+    error_string_ = lib_->OptionalSymbol<const char*(nvmlReturn_t)>("nvmlErrorString");
+    shutdown_ = lib_->OptionalSymbol<nvmlReturn_t()>("nvmlShutdown");
+    event_set_free_ = lib_->OptionalSymbol<nvmlReturn_t(nvmlEventSet_t)>("nvmlEventSetFree");
+    ACCELPOOL_RETURN_IF_ERROR(Check((*init)(), "nvmlInit_v2"));
+    initialized_ = true;
+    return Status::Ok();
+  }
+
+  StatusOr<int32_t> DeviceCount() override {
+    auto fn = lib_->Symbol<nvmlReturn_t(unsigned*)>("nvmlDeviceGetCount_v2");
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    unsigned n = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(&n), "nvmlDeviceGetCount_v2"));
+    return static_cast<int32_t>(n);
+  }
+
+  StatusOr<NvmlDeviceInfo> DeviceInfo(int32_t index) override {
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    NvmlDeviceInfo info;
+    char buf[96] = {};
+    auto uuid = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>("nvmlDeviceGetUUID");
+    if (!uuid.ok()) {
+      return uuid.status();
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Check((*uuid)(*h, buf, sizeof(buf)), "nvmlDeviceGetUUID"));
+    info.uuid = buf;
+    auto name = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(
+        "nvmlDeviceGetName");
+    char nbuf[96] = {};
+    if (name != nullptr && name(*h, nbuf, sizeof(nbuf)) == kNvmlSuccess) {
+      info.name = nbuf;
+    }
+    auto mem = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlMemory_t*)>("nvmlDeviceGetMemoryInfo");
+    if (!mem.ok()) {
+      return mem.status();
+    }
+    nvmlMemory_t m{};
+    ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), "nvmlDeviceGetMemoryInfo"));
+    info.memory_mib = static_cast<int64_t>(m.total / (1024ULL * 1024ULL));
+    auto pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
+        "nvmlDeviceGetPciInfo_v3");
+    nvmlPciInfo_t p{};
+    if (pci != nullptr && pci(*h, &p) == kNvmlSuccess) {
+      p.busId[sizeof(p.busId) - 1] = '\0';
+      info.pci_bus = p.busId;
+    }
+    auto minor = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(
+        "nvmlDeviceGetMinorNumber");
+    unsigned mn = 0;
+    if (minor != nullptr && minor(*h, &mn) == kNvmlSuccess) {
+      info.minor = static_cast<int32_t>(mn);
+    }
+    auto numa = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(
+        "nvmlDeviceGetNumaNodeId");
+    unsigned nn = 0;
+    if (numa != nullptr && numa(*h, &nn) == kNvmlSuccess) {
+      info.numa = static_cast<int32_t>(nn);
+    } else {
+      info.numa = SysfsNuma(info.pci_bus);
+    }
+    auto mig = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*)>(
+        "nvmlDeviceGetMigMode");
+    unsigned cur = 0;
+    unsigned pending = 0;
+    if (mig != nullptr && mig(*h, &cur, &pending) == kNvmlSuccess) {
+      info.mig_enabled = cur == 1;
+    }
+    return info;
+  }
+
+  StatusOr<P2PLevel> CommonAncestor(int32_t a, int32_t b) override {
+    auto fn = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlDevice_t, int*)>(
+        "nvmlDeviceGetTopologyCommonAncestor");
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    StatusOr<nvmlDevice_t> ha = Handle(a);
+    StatusOr<nvmlDevice_t> hb = Handle(b);
+    if (!ha.ok()) {
+      return ha.status();
+    }
+    if (!hb.ok()) {
+      return hb.status();
+    }
+    int level = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(*ha, *hb, &level), "nvmlDeviceGetTopologyCommonAncestor"));
+    return static_cast<P2PLevel>(level);
+  }
+
+  StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) override {
+    std::vector<std::string> out;
+    auto state = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, int*)>(
+        "nvmlDeviceGetNvLinkState");
+    auto remote = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, nvmlPciInfo_t*)>(
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    if (state == nullptr || remote == nullptr) {
+      return out;
+    }
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    for (unsigned link = 0; link < kMaxNvLinks; ++link) {
+      int active = 0;
+      if (state(*h, link, &active) != kNvmlSuccess || active == 0) {
+        continue;
+      }
+      nvmlPciInfo_t p{};
+      if (remote(*h, link, &p) == kNvmlSuccess) {
+        p.busId[sizeof(p.busId) - 1] = '\0';
+        out.emplace_back(p.busId);
+      }
+    }
+    return out;
+  }
+
+  Status RegisterXidEvents() override {
+    auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>("nvmlEventSetCreate");
+    auto reg = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
+        "nvmlDeviceRegisterEvents");
+    if (!create.ok()) {
+      return create.status();
+    }
+    if (!reg.ok()) {
+      return reg.status();
+    }
+    if (events_ == nullptr) {
+      ACCELPOOL_RETURN_IF_ERROR(Check((*create)(&events_), "nvmlEventSetCreate"));
+    }
+    StatusOr<int32_t> n = DeviceCount();
+    if (!n.ok()) {
+      return n.status();
+    }
+    for (int32_t i = 0; i < *n; ++i) {
+      StatusOr<nvmlDevice_t> h = Handle(i);
+      if (!h.ok()) {
+        return h.status();
+      }
+      nvmlReturn_t r = (*reg)(*h, kEventXidCritical, events_);
+      if (r == kNvmlErrorNotSupported) {
+        return UnimplementedError("GPU " + std::to_string(i) +
+                                  " does not support XID events; health is not watched");
+      }
+      ACCELPOOL_RETURN_IF_ERROR(Check(r, "nvmlDeviceRegisterEvents"));
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
+    auto wait = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t, nvmlEventData_t*, unsigned)>(
+        "nvmlEventSetWait_v2");
+    if (!wait.ok()) {
+      return wait.status();
+    }
+    nvmlEventData_t data{};
+    nvmlReturn_t r = (*wait)(events_, &data, static_cast<unsigned>(timeout_ms));
+    if (r == kNvmlErrorTimeout) {
+      return std::optional<XidEvent>();
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Check(r, "nvmlEventSetWait_v2"));
+    XidEvent e;
+    e.xid = data.eventData;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      if (handles_[i] == data.device) {
+        e.device = static_cast<int32_t>(i);
+      }
+    }
+    return std::optional<XidEvent>(e);
+  }
+
+  Status Probe(int32_t index) override {
+    StatusOr<NvmlDeviceInfo> info = DeviceInfo(index);
+    return info.ok() ? Status::Ok() : info.status();
+  }
+
+ private:
+  Status Check(nvmlReturn_t r, const char* call) const {
+    if (r == kNvmlSuccess) {
+      return Status::Ok();
+    }
+    std::string text = error_string_ != nullptr ? error_string_(r) : "error";
+    return UnavailableError(std::string(call) + " failed: " + text + " (NVML code " +
+                            std::to_string(r) + "); check the NVIDIA driver with nvidia-smi");
+  }
+
+  StatusOr<nvmlDevice_t> Handle(int32_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index >= 0 && static_cast<size_t>(index) < handles_.size() &&
+        handles_[static_cast<size_t>(index)] != nullptr) {
+      return handles_[static_cast<size_t>(index)];
+    }
+    auto fn = lib_->Symbol<nvmlReturn_t(unsigned, nvmlDevice_t*)>("nvmlDeviceGetHandleByIndex_v2");
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    nvmlDevice_t h = nullptr;
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check((*fn)(static_cast<unsigned>(index), &h), "nvmlDeviceGetHandleByIndex_v2"));
+    if (handles_.size() <= static_cast<size_t>(index)) {
+      handles_.resize(static_cast<size_t>(index) + 1, nullptr);
+    }
+    handles_[static_cast<size_t>(index)] = h;
+    return h;
+  }
+
+  // NVML prints an 8-digit domain ("00000000:19:00.0"); sysfs uses 4.
+  static int32_t SysfsNuma(const std::string& bus) {
+    if (bus.size() < 12) {
+      return -1;
+    }
+    std::string id = bus.size() > 12 ? bus.substr(bus.size() - 12) : bus;
+    for (char& c : id) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    std::ifstream in("/sys/bus/pci/devices/" + id + "/numa_node");
+    int32_t n = -1;
+    if (in >> n) {
+      return n;
+    }
+    return -1;
+  }
+
+  std::unique_ptr<DlLibrary> lib_;
+  const char* (*error_string_)(nvmlReturn_t) = nullptr;
+  nvmlReturn_t (*shutdown_)() = nullptr;
+  nvmlReturn_t (*event_set_free_)(nvmlEventSet_t) = nullptr;
+  bool initialized_ = false;
+  nvmlEventSet_t events_ = nullptr;
+
+  std::mutex mu_;
+  std::vector<nvmlDevice_t> handles_;  // guarded by mu_
+};
+
+}  // namespace
+
+StatusOr<NvmlLibraryPtr> NewDlNvml() {
+  StatusOr<std::unique_ptr<DlLibrary>> lib =
+      DlLibrary::Open({"libnvidia-ml.so.1", "libnvidia-ml.so"});
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return NvmlLibraryPtr(new DlNvml(std::move(lib).value()));
+}
+
+}  // namespace accelpool::vendors::nvidia

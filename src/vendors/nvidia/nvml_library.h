@@ -1,0 +1,74 @@
+// NvmlLibrary: the narrow slice of NVML the NVIDIA backend reads. The real
+// implementation (NewDlNvml) loads libnvidia-ml with dlopen; tests pass a fake
+// holding values from nvidia-smi's documented output.
+//
+// Thread-safety: implementations may be called from two threads at once (the
+// discovery caller and the health watcher); NVML itself is thread-safe.
+#ifndef ACCELPOOL_VENDORS_NVIDIA_NVML_LIBRARY_H_
+#define ACCELPOOL_VENDORS_NVIDIA_NVML_LIBRARY_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace accelpool::vendors::nvidia {
+
+// nvmlGpuTopologyLevel_t values.
+enum class P2PLevel : int32_t {
+  kInternal = 0,     // same board (multi-GPU board)
+  kSingle = 10,      // one PCIe switch
+  kMultiple = 20,    // several PCIe switches
+  kHostBridge = 30,  // same host bridge
+  kNode = 40,        // same NUMA node, different host bridges
+  kSystem = 50,      // across the SMP interconnect
+};
+
+struct NvmlDeviceInfo {
+  std::string uuid;      // "GPU-5f1d..."
+  std::string name;      // "NVIDIA H200"
+  std::string pci_bus;   // "00000000:19:00.0" as NVML prints it
+  int64_t memory_mib = 0;
+  int32_t minor = -1;    // /dev/nvidia<minor>
+  int32_t numa = -1;     // -1 when NVML and sysfs do not say
+  bool mig_enabled = false;
+};
+
+// One critical XID event; device is the NVML index.
+struct XidEvent {
+  int32_t device = -1;
+  uint64_t xid = 0;
+};
+
+class NvmlLibrary {
+ public:
+  virtual ~NvmlLibrary() = default;
+
+  // nvmlInit. kUnavailable with NVML's error text on failure.
+  virtual Status Init() = 0;
+  virtual StatusOr<int32_t> DeviceCount() = 0;
+  virtual StatusOr<NvmlDeviceInfo> DeviceInfo(int32_t index) = 0;
+  // nvmlDeviceGetTopologyCommonAncestor for two devices.
+  virtual StatusOr<P2PLevel> CommonAncestor(int32_t a, int32_t b) = 0;
+  // PCI bus ids at the far end of every active NVLink of the device (another
+  // GPU, or an NVSwitch). Empty when the device has no NVLink.
+  virtual StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) = 0;
+  // Registers every device for critical XID events. kUnimplemented when the
+  // driver or device does not support events.
+  virtual Status RegisterXidEvents() = 0;
+  // Waits up to timeout_ms for a critical XID. nullopt on timeout.
+  virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;
+  // A cheap query that succeeds when the device answers (memory info).
+  virtual Status Probe(int32_t index) = 0;
+};
+using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;
+
+// Loads libnvidia-ml.so.1 with dlopen. kUnavailable when it is absent.
+StatusOr<NvmlLibraryPtr> NewDlNvml();
+
+}  // namespace accelpool::vendors::nvidia
+
+#endif  // ACCELPOOL_VENDORS_NVIDIA_NVML_LIBRARY_H_
