@@ -1,0 +1,451 @@
+// HttpServer on plain sockets + OpenSSL, one thread per connection.
+//
+// cpprestsdk's http_listener cannot report the port it bound for port 0,
+// cannot require and verify client certificates through its public
+// configuration, and has no incremental (chunked) response writer for watch
+// streams, so the server side is implemented here directly.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "http/http.h"
+#include "http/socket_io.h"
+
+namespace accelpool::http {
+
+namespace {
+
+using internal::Reader;
+using internal::SslCtxPtr;
+using internal::Stream;
+using Ms = std::chrono::milliseconds;
+
+struct Route {
+  std::string method;
+  std::string path;
+  bool prefix = false;
+  Handler handler;
+};
+
+int64_t MtimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+void ParseQuery(std::string_view q, std::map<std::string, std::string>& out) {
+  while (!q.empty()) {
+    const size_t amp = q.find('&');
+    std::string_view part = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    std::string key = UrlDecode(part.substr(0, eq), true);
+    std::string value = eq == std::string_view::npos ? "" : UrlDecode(part.substr(eq + 1), true);
+    out[std::move(key)] = std::move(value);
+  }
+}
+
+std::string SerializeHead(int status, const Headers& headers) {
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
+                    std::string(internal::ReasonPhrase(status)) + "\r\n";
+  for (const auto& [k, v] : headers) out += k + ": " + v + "\r\n";
+  out += "\r\n";
+  return out;
+}
+
+class ServerImpl final : public HttpServer {
+ public:
+  explicit ServerImpl(ServerOptions o) : opts_(std::move(o)) {}
+  ~ServerImpl() override { Stop(); }
+
+  void Handle(std::string method, std::string path, Handler handler) override {
+    routes_.push_back({std::move(method), std::move(path), false, std::move(handler)});
+  }
+  void HandlePrefix(std::string method, std::string prefix, Handler handler) override {
+    routes_.push_back({std::move(method), std::move(prefix), true, std::move(handler)});
+  }
+
+  Status Start() override;
+  uint16_t port() const override { return port_.load(); }
+  void Stop() override;
+
+ private:
+  struct Conn {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    std::mutex mu;
+    Stream* stream = nullptr;  // guarded by mu; set while serving
+  };
+
+  void AcceptLoop();
+  void Serve(int fd, std::string peer, Conn* conn);
+  Response Dispatch(const Request& req) const;
+  SslCtxPtr CurrentTls();
+  void Reap(bool all);
+
+  const ServerOptions opts_;
+  std::vector<Route> routes_;  // fixed after Start
+  int listen_fd_ = -1;
+  std::atomic<uint16_t> port_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+
+  std::mutex tls_mu_;
+  SslCtxPtr tls_;             // guarded by tls_mu_
+  int64_t cert_mtime_ = -1;   // guarded by tls_mu_
+  int64_t key_mtime_ = -1;    // guarded by tls_mu_
+  std::chrono::steady_clock::time_point last_check_;  // guarded by tls_mu_
+
+  std::mutex conns_mu_;
+  std::list<std::unique_ptr<Conn>> conns_;  // guarded by conns_mu_ (acceptor thread adds)
+};
+
+Status ServerImpl::Start() {
+  if (opts_.tls) {
+    auto ctx = internal::ServerContext(*opts_.tls);
+    if (!ctx.ok()) return ctx.status();
+    tls_ = *ctx;
+    cert_mtime_ = MtimeNs(opts_.tls->cert_file);
+    key_mtime_ = MtimeNs(opts_.tls->key_file);
+    last_check_ = std::chrono::steady_clock::now();
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port_s = std::to_string(opts_.port);
+  const char* host = opts_.host.empty() ? nullptr : opts_.host.c_str();
+  if (int rc = ::getaddrinfo(host, port_s.c_str(), &hints, &res); rc != 0) {
+    return InvalidArgumentError("cannot resolve listen address \"" + opts_.host +
+                                "\": " + gai_strerror(rc) + "; use an IP address or host name");
+  }
+  std::string err = "no usable address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+      listen_fd_ = fd;
+      break;
+    }
+    err = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) {
+    return UnavailableError("cannot listen on " + opts_.host + ":" + port_s + ": " + err +
+                            "; pick a free port or stop the other listener");
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::Ok();
+}
+
+void ServerImpl::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    for (auto& c : conns_) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (c->stream != nullptr) c->stream->Shutdown();
+    }
+  }
+  Reap(true);
+}
+
+void ServerImpl::Reap(bool all) {
+  std::list<std::unique_ptr<Conn>> finished;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if (all || (*it)->done.load()) {
+        finished.push_back(std::move(*it));
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : finished) {
+    if (c->thread.joinable()) c->thread.join();
+  }
+}
+
+SslCtxPtr ServerImpl::CurrentTls() {
+  std::lock_guard<std::mutex> lock(tls_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_check_ >= opts_.tls->reload_check) {
+    last_check_ = now;
+    const int64_t c = MtimeNs(opts_.tls->cert_file);
+    const int64_t k = MtimeNs(opts_.tls->key_file);
+    if (c != cert_mtime_ || k != key_mtime_) {
+      auto fresh = internal::ServerContext(*opts_.tls);
+      if (fresh.ok()) {  // a half-written pair keeps the old context until it loads
+        tls_ = *fresh;
+        cert_mtime_ = c;
+        key_mtime_ = k;
+      }
+    }
+  }
+  return tls_;
+}
+
+void ServerImpl::AcceptLoop() {
+  while (!stopping_.load()) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    const int r = ::poll(&p, 1, 100);
+    Reap(false);
+    if (r <= 0) continue;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+    std::string peer = std::string(host) + ":" + serv;
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
+      const std::string busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                               "Connection: close\r\n\r\n";
+      if (!opts_.tls) (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+      ::close(fd);
+      continue;
+    }
+    auto conn = std::make_unique<Conn>();
+    Conn* raw = conn.get();
+    conns_.push_back(std::move(conn));
+    raw->thread = std::thread([this, fd, peer = std::move(peer), raw] {
+      Serve(fd, peer, raw);
+      raw->done = true;
+    });
+  }
+}
+
+Response ServerImpl::Dispatch(const Request& req) const {
+  const Route* exact = nullptr;
+  const Route* best_prefix = nullptr;
+  bool path_known = false;
+  for (const Route& r : routes_) {
+    const bool match = r.prefix ? req.path.rfind(r.path, 0) == 0 : req.path == r.path;
+    if (!match) continue;
+    path_known = true;
+    if (r.method != req.method) continue;
+    if (!r.prefix) {
+      exact = &r;
+    } else if (best_prefix == nullptr || r.path.size() > best_prefix->path.size()) {
+      best_prefix = &r;
+    }
+  }
+  const Route* route = exact != nullptr ? exact : best_prefix;
+  if (route == nullptr) {
+    return path_known ? Response::Error(405, "method " + req.method + " is not allowed on " +
+                                                 req.path)
+                      : Response::Error(404, "no handler for " + req.path);
+  }
+  try {
+    return route->handler(req);
+  } catch (const nlohmann::json::exception& e) {
+    return Response::Error(400, std::string("bad JSON in request: ") + e.what());
+  } catch (const std::exception& e) {
+    return Response::Error(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Response::Error(500, "internal error");
+  }
+}
+
+void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
+  std::unique_ptr<Stream> stream;
+  if (opts_.tls) {
+    stream = internal::AcceptTls(fd, CurrentTls(), Ms(10000));
+    if (!stream) return;  // handshake failed (e.g. no or untrusted client certificate)
+  } else {
+    stream = internal::PlainStream(fd);
+  }
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    conn->stream = stream.get();
+  }
+  if (stopping_.load()) stream->Shutdown();
+  Reader reader(*stream);
+  const std::string cert_subject = stream->PeerCertSubject();
+  for (;;) {
+    auto head = reader.ReadHead(opts_.max_header_bytes, opts_.idle_timeout);
+    if (!head.ok()) {
+      if (head.status().code() == StatusCode::kResourceExhausted) {
+        stream->Write(SerializeHead(431, {{"content-length", "0"}, {"connection", "close"}}));
+      }
+      break;
+    }
+    Request req;
+    req.peer = peer;
+    req.client_cert_subject = cert_subject;
+    const std::string first = internal::ParseHeaders(*head, req.headers);
+    const size_t sp1 = first.find(' ');
+    const size_t sp2 = first.find(' ', sp1 == std::string::npos ? 0 : sp1 + 1);
+    if (sp1 == std::string::npos || sp2 == std::string::npos) {
+      Response bad = Response::Error(400, "malformed request line");
+      bad.headers["connection"] = "close";
+      bad.headers["content-length"] = std::to_string(bad.body.size());
+      stream->Write(SerializeHead(400, bad.headers) + bad.body);
+      break;
+    }
+    req.method = first.substr(0, sp1);
+    const std::string target = first.substr(sp1 + 1, sp2 - sp1 - 1);
+    const std::string version = first.substr(sp2 + 1);
+    const size_t q = target.find('?');
+    req.path = UrlDecode(target.substr(0, q), false);
+    if (q != std::string::npos) ParseQuery(std::string_view(target).substr(q + 1), req.query);
+    bool keep_alive = version == "HTTP/1.1" && req.Header("connection") != "close";
+
+    Response resp;
+    bool have_resp = false;
+    if (req.headers.count("transfer-encoding") != 0) {
+      resp = Response::Error(411, "chunked request bodies are not accepted; send Content-Length");
+      keep_alive = false;
+      have_resp = true;
+    } else {
+      uint64_t length = 0;
+      const std::string cl = req.Header("content-length", "0");
+      bool bad_length = cl.empty() || cl.size() > 18;
+      for (char c : cl) bad_length |= c < '0' || c > '9';
+      if (!bad_length) length = std::stoull(cl);
+      if (bad_length) {
+        resp = Response::Error(400, "invalid Content-Length");
+        keep_alive = false;
+        have_resp = true;
+      } else if (length > opts_.max_body_bytes) {
+        resp = Response::Error(413, "request body of " + cl + " bytes exceeds the limit of " +
+                                        std::to_string(opts_.max_body_bytes));
+        keep_alive = false;
+        have_resp = true;
+      } else {
+        if (req.Header("expect") == "100-continue") stream->Write("HTTP/1.1 100 Continue\r\n\r\n");
+        if (!reader.ReadExact(length, req.body, opts_.idle_timeout).ok()) break;
+      }
+    }
+    if (!have_resp) resp = Dispatch(req);
+    if (resp.stream) {
+      resp.headers["transfer-encoding"] = "chunked";
+      resp.headers["connection"] = "close";
+      if (!stream->Write(SerializeHead(resp.status, resp.headers))) break;
+      Stream* s = stream.get();
+      const ChunkWriter write = [s](std::string_view chunk) {
+        if (chunk.empty()) return true;
+        char size[32];
+        std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
+        std::string frame = size;
+        frame.append(chunk);
+        frame += "\r\n";
+        return s->Write(frame);
+      };
+      try {
+        resp.stream(write);
+      } catch (...) {
+        // A failing stream ends the response; the client sees it end early.
+      }
+      stream->Write("0\r\n\r\n");
+      break;
+    }
+    resp.headers["content-length"] = std::to_string(resp.body.size());
+    if (!keep_alive) resp.headers["connection"] = "close";
+    const bool head_only = req.method == "HEAD";
+    if (!stream->Write(SerializeHead(resp.status, resp.headers) + (head_only ? "" : resp.body))) {
+      break;
+    }
+    if (!keep_alive || stopping_.load()) break;
+  }
+  std::lock_guard<std::mutex> lock(conn->mu);
+  conn->stream = nullptr;
+}
+
+}  // namespace
+
+std::string Request::Query(const std::string& key, const std::string& fallback) const {
+  auto it = query.find(key);
+  return it == query.end() ? fallback : it->second;
+}
+
+std::string Request::Header(const std::string& lower_name, const std::string& fallback) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? fallback : it->second;
+}
+
+Response Response::Json(int status, std::string body) {
+  Response r;
+  r.status = status;
+  r.headers["content-type"] = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+Response Response::Error(int status, std::string_view message) {
+  nlohmann::json j = {{"error", {{"code", status}, {"message", std::string(message)}}}};
+  return Json(status, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+std::unique_ptr<HttpServer> NewHttpServer(ServerOptions options) {
+  return std::make_unique<ServerImpl>(std::move(options));
+}
+
+std::string UrlEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string UrlDecode(std::string_view s, bool plus_is_space) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else if (plus_is_space && s[i] == '+') {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace accelpool::http

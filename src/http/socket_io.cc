@@ -1,0 +1,463 @@
+#include "http/socket_io.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+namespace accelpool::http::internal {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+// Waits for `events` on fd. 1 ready, 0 timeout, -1 error.
+int WaitFd(int fd, short events, Ms timeout) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    return r == 0 ? 0 : 1;
+  }
+}
+
+std::string SslError(std::string_view what) {
+  std::string out(what);
+  unsigned long e = 0;
+  while ((e = ERR_get_error()) != 0) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    out += ": ";
+    out += buf;
+  }
+  return out;
+}
+
+class PlainImpl final : public Stream {
+ public:
+  explicit PlainImpl(int fd) : fd_(fd) {}
+  ~PlainImpl() override { ::close(fd_); }
+  long Read(char* buf, size_t n, Ms timeout) override {
+    const int w = WaitFd(fd_, POLLIN, timeout);
+    if (w == 0) return -2;
+    if (w < 0) return -1;
+    for (;;) {
+      const ssize_t r = ::recv(fd_, buf, n, 0);
+      if (r < 0 && errno == EINTR) continue;
+      return r < 0 ? -1 : static_cast<long>(r);
+    }
+  }
+  bool Write(std::string_view data) override {
+    while (!data.empty()) {
+      const ssize_t r = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(r));
+    }
+    return true;
+  }
+  void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+
+ private:
+  const int fd_;
+};
+
+class TlsImpl final : public Stream {
+ public:
+  TlsImpl(int fd, SSL* ssl, SslCtxPtr ctx) : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)) {}
+  ~TlsImpl() override {
+    SSL_free(ssl_);
+    ::close(fd_);
+  }
+  long Read(char* buf, size_t n, Ms timeout) override {
+    for (;;) {
+      if (SSL_pending(ssl_) == 0) {
+        const int w = WaitFd(fd_, POLLIN, timeout);
+        if (w == 0) return -2;
+        if (w < 0) return -1;
+      }
+      const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 20)));
+      if (r > 0) return r;
+      const int err = SSL_get_error(ssl_, r);
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) continue;
+      if (err == SSL_ERROR_ZERO_RETURN) return 0;
+      ERR_clear_error();
+      return err == SSL_ERROR_SYSCALL && r == 0 ? 0 : -1;
+    }
+  }
+  bool Write(std::string_view data) override {
+    while (!data.empty()) {
+      const int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 20)));
+      if (r > 0) {
+        data.remove_prefix(static_cast<size_t>(r));
+        continue;
+      }
+      const int err = SSL_get_error(ssl_, r);
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) continue;
+      ERR_clear_error();
+      return false;
+    }
+    return true;
+  }
+  void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  std::string PeerCertSubject() const override {
+    X509* cert = SSL_get1_peer_certificate(ssl_);
+    if (cert == nullptr) return "";
+    char buf[512];
+    X509_NAME_oneline(X509_get_subject_name(cert), buf, sizeof(buf));
+    X509_free(cert);
+    return buf;
+  }
+
+ private:
+  const int fd_;
+  SSL* const ssl_;
+  const SslCtxPtr ctx_;
+};
+
+SslCtxPtr WrapCtx(SSL_CTX* c) { return SslCtxPtr(c, [](SSL_CTX* p) { SSL_CTX_free(p); }); }
+
+// Loads PEM certificates from memory into the context's trust store.
+Status AddCaPem(SSL_CTX* ctx, const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return InternalError("out of memory reading CA data");
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, cert) == 1) ++added;
+    X509_free(cert);
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (added == 0) {
+    return InvalidArgumentError(
+        "CA data holds no PEM certificate; check certificate-authority-data");
+  }
+  return Status::Ok();
+}
+
+Status UseCertPem(SSL_CTX* ctx, const std::string& cert_pem, const std::string& key_pem) {
+  BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+  BIO_free(cb);
+  BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  BIO_free(kb);
+  Status st;
+  if (cert == nullptr || key == nullptr) {
+    st = InvalidArgumentError(SslError("client certificate or key data is not valid PEM"));
+  } else if (SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_use_PrivateKey(ctx, key) != 1 ||
+             SSL_CTX_check_private_key(ctx) != 1) {
+    st = InvalidArgumentError(SslError("client certificate and key do not match"));
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return st;
+}
+
+}  // namespace
+
+std::unique_ptr<Stream> PlainStream(int fd) { return std::make_unique<PlainImpl>(fd); }
+
+std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx, Ms timeout) {
+  SSL* ssl = SSL_new(ctx.get());
+  if (ssl == nullptr) {
+    ::close(fd);
+    return nullptr;
+  }
+  SSL_set_fd(ssl, fd);
+  auto stream = std::make_unique<TlsImpl>(fd, ssl, ctx);
+  for (;;) {
+    const int r = SSL_accept(ssl);
+    if (r == 1) return stream;
+    const int err = SSL_get_error(ssl, r);
+    ERR_clear_error();
+    if (err == SSL_ERROR_WANT_READ && WaitFd(fd, POLLIN, timeout) == 1) continue;
+    if (err == SSL_ERROR_WANT_WRITE && WaitFd(fd, POLLOUT, timeout) == 1) continue;
+    return nullptr;
+  }
+}
+
+StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
+                                          const SslCtxPtr& tls, bool verify_host, Ms timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string port_s = std::to_string(port);
+  if (int rc = ::getaddrinfo(host.c_str(), port_s.c_str(), &hints, &res); rc != 0) {
+    return UnavailableError("cannot resolve " + host + ": " + gai_strerror(rc) +
+                            "; check the server address");
+  }
+  int fd = -1;
+  std::string last = "no address";
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    const int flags = ::fcntl(fd, F_GETFL, 0);
+    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      if (WaitFd(fd, POLLOUT, timeout) == 1) {
+        int soerr = 0;
+        socklen_t len = sizeof(soerr);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+        rc = soerr == 0 ? 0 : -1;
+        errno = soerr;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc != 0) {
+      last = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+      continue;
+    }
+    ::fcntl(fd, F_SETFL, flags);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) {
+    return UnavailableError("cannot connect to " + host + ":" + port_s + ": " + last +
+                            "; check that the server is up and reachable");
+  }
+  if (!tls) return PlainStream(fd);
+  SSL* ssl = SSL_new(tls.get());
+  if (ssl == nullptr) {
+    ::close(fd);
+    return InternalError(SslError("SSL_new failed"));
+  }
+  SSL_set_fd(ssl, fd);
+  SSL_set_tlsext_host_name(ssl, host.c_str());
+  if (verify_host) SSL_set1_host(ssl, host.c_str());
+  auto stream = std::make_unique<TlsImpl>(fd, ssl, tls);
+  for (;;) {
+    const int r = SSL_connect(ssl);
+    if (r == 1) break;
+    const int err = SSL_get_error(ssl, r);
+    if (err == SSL_ERROR_WANT_READ && WaitFd(fd, POLLIN, timeout) == 1) continue;
+    if (err == SSL_ERROR_WANT_WRITE && WaitFd(fd, POLLOUT, timeout) == 1) continue;
+    const long verify = SSL_get_verify_result(ssl);
+    std::string msg = SslError("TLS handshake with " + host + ":" + port_s + " failed");
+    if (verify != X509_V_OK) {
+      msg += std::string(" (certificate: ") + X509_verify_cert_error_string(verify) +
+             "); check the CA bundle and the server name";
+    }
+    return UnavailableError(msg);
+  }
+  return std::unique_ptr<Stream>(std::move(stream));
+}
+
+StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls) {
+  SslCtxPtr ctx = WrapCtx(SSL_CTX_new(TLS_server_method()));
+  if (!ctx) return InternalError(SslError("SSL_CTX_new failed"));
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.cert_file.c_str()) != 1) {
+    return InvalidArgumentError(SslError("cannot load TLS certificate " + tls.cert_file) +
+                                "; pass a readable PEM certificate chain");
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1) {
+    return InvalidArgumentError(SslError("cannot load TLS key " + tls.key_file) +
+                                "; pass the PEM key matching the certificate");
+  }
+  if (!tls.client_ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), tls.client_ca_file.c_str(), nullptr) != 1) {
+      return InvalidArgumentError(SslError("cannot load client CA " + tls.client_ca_file) +
+                                  "; pass a readable PEM CA bundle");
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return ctx;
+}
+
+StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o) {
+  SslCtxPtr ctx = WrapCtx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) return InternalError(SslError("SSL_CTX_new failed"));
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  ACCELPOOL_RETURN_IF_ERROR(ConfigureClientContext(ctx.get(), o));
+  return ctx;
+}
+
+Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
+  struct Borrowed {
+    SSL_CTX* p;
+    SSL_CTX* get() const { return p; }
+  } ctx{raw};
+  if (!o.ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), o.ca_file.c_str(), nullptr) != 1) {
+      return InvalidArgumentError(SslError("cannot load CA bundle " + o.ca_file) +
+                                  "; pass a readable PEM file");
+    }
+  }
+  if (!o.ca_pem.empty()) ACCELPOOL_RETURN_IF_ERROR(AddCaPem(ctx.get(), o.ca_pem));
+  if (o.ca_file.empty() && o.ca_pem.empty()) SSL_CTX_set_default_verify_paths(ctx.get());
+  if (!o.client_cert_file.empty() || !o.client_key_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx.get(), o.client_cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx.get(), o.client_key_file.c_str(), SSL_FILETYPE_PEM) !=
+            1 ||
+        SSL_CTX_check_private_key(ctx.get()) != 1) {
+      return InvalidArgumentError(SslError("cannot load client certificate " +
+                                           o.client_cert_file + " / key " + o.client_key_file) +
+                                  "; pass a matching PEM certificate and key");
+    }
+  }
+  if (!o.client_cert_pem.empty() || !o.client_key_pem.empty()) {
+    ACCELPOOL_RETURN_IF_ERROR(UseCertPem(ctx.get(), o.client_cert_pem, o.client_key_pem));
+  }
+  SSL_CTX_set_verify(ctx.get(), o.insecure_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
+                     nullptr);
+  return Status::Ok();
+}
+
+Status Reader::Fill(Ms timeout) {
+  if (eof_) return UnavailableError("connection closed");
+  char tmp[16384];
+  const long r = s_.Read(tmp, sizeof(tmp), timeout);
+  if (r == -2) return DeadlineExceededError("timed out waiting for data");
+  if (r < 0) return UnavailableError("connection error");
+  if (r == 0) {
+    eof_ = true;
+    return UnavailableError("connection closed");
+  }
+  buf_.append(tmp, static_cast<size_t>(r));
+  return Status::Ok();
+}
+
+StatusOr<std::string> Reader::ReadHead(size_t max, Ms timeout) {
+  for (;;) {
+    size_t pos = buf_.find("\r\n\r\n");
+    size_t skip = 4;
+    if (pos == std::string::npos) {
+      pos = buf_.find("\n\n");
+      skip = 2;
+    }
+    if (pos != std::string::npos) {
+      std::string head = buf_.substr(0, pos);
+      buf_.erase(0, pos + skip);
+      return head;
+    }
+    if (buf_.size() > max) return ResourceExhaustedError("header too large");
+    const bool empty = buf_.empty();
+    Status st = Fill(timeout);
+    if (!st.ok()) {
+      if (empty && eof_) return OutOfRangeError("connection closed");
+      return st;
+    }
+  }
+}
+
+Status Reader::ReadExact(size_t n, std::string& out, Ms timeout) {
+  while (buf_.size() < n) ACCELPOOL_RETURN_IF_ERROR(Fill(timeout));
+  out.append(buf_, 0, n);
+  buf_.erase(0, n);
+  return Status::Ok();
+}
+
+StatusOr<std::string> Reader::ReadLine(size_t max, Ms timeout) {
+  for (;;) {
+    const size_t pos = buf_.find('\n');
+    if (pos != std::string::npos) {
+      std::string line = buf_.substr(0, pos);
+      buf_.erase(0, pos + 1);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      return line;
+    }
+    if (buf_.size() > max) return ResourceExhaustedError("line too long");
+    ACCELPOOL_RETURN_IF_ERROR(Fill(timeout));
+  }
+}
+
+StatusOr<std::string> Reader::ReadSome(Ms timeout) {
+  if (buf_.empty()) {
+    Status st = Fill(timeout);
+    if (!st.ok()) {
+      if (eof_) return std::string();
+      return st;
+    }
+  }
+  std::string out;
+  out.swap(buf_);
+  return out;
+}
+
+std::string ParseHeaders(const std::string& head, Headers& out) {
+  size_t start = 0;
+  std::string first;
+  bool is_first = true;
+  while (start <= head.size()) {
+    size_t end = head.find('\n', start);
+    if (end == std::string::npos) end = head.size();
+    std::string line = head.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    start = end + 1;
+    if (is_first) {
+      first = line;
+      is_first = false;
+      continue;
+    }
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || colon == 0) continue;
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    size_t v = colon + 1;
+    while (v < line.size() && (line[v] == ' ' || line[v] == '\t')) ++v;
+    std::string value = line.substr(v);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.pop_back();
+    auto it = out.find(name);
+    if (it != out.end()) {
+      it->second += ", " + value;
+    } else {
+      out.emplace(std::move(name), std::move(value));
+    }
+  }
+  return first;
+}
+
+std::string_view ReasonPhrase(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+  }
+}
+
+}  // namespace accelpool::http::internal

@@ -1,0 +1,85 @@
+// Internal to src/http: blocking sockets with optional TLS (OpenSSL), read
+// timeouts through poll(), and HTTP/1.1 message framing shared by the server
+// and the client. Not a public interface; include only from src/http.
+//
+// Thread-safety: a Stream is used by one thread at a time, except Shutdown(),
+// which may be called from any thread to wake a blocked reader.
+#ifndef ACCELPOOL_HTTP_SOCKET_IO_H_
+#define ACCELPOOL_HTTP_SOCKET_IO_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "http/http.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace accelpool::http::internal {
+
+// Owns an SSL_CTX.
+using SslCtxPtr = std::shared_ptr<SSL_CTX>;
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Reads up to n bytes, waiting at most `timeout`. Returns bytes read, 0 at
+  // end of stream, -1 on error, -2 on timeout.
+  virtual long Read(char* buf, size_t n, std::chrono::milliseconds timeout) = 0;
+  virtual bool Write(std::string_view data) = 0;
+  // Wakes any blocked Read/Write; later calls fail.
+  virtual void Shutdown() = 0;
+  virtual std::string PeerCertSubject() const { return ""; }
+};
+
+// Takes ownership of `fd`.
+std::unique_ptr<Stream> PlainStream(int fd);
+// Server side TLS handshake on `fd` (owned). Null when the handshake fails.
+std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx,
+                                  std::chrono::milliseconds timeout);
+
+// Connects to host:port within `timeout`; with `tls` set does the client
+// handshake with SNI and host-name verification (unless insecure).
+StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
+                                          const SslCtxPtr& tls, bool verify_host,
+                                          std::chrono::milliseconds timeout);
+
+// Server context from PEM files; client CA enables required client certs.
+StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls);
+// Client context: CA file/PEM (system store when both empty), client cert.
+StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o);
+// The same settings applied to an existing context (cpprestsdk's).
+Status ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& o);
+
+// Buffered reading of HTTP/1.1 framing.
+class Reader {
+ public:
+  explicit Reader(Stream& s) : s_(s) {}
+  // Reads through the blank line ending a head; returns the head without it.
+  // kResourceExhausted past max bytes, kDeadlineExceeded on timeout,
+  // kUnavailable on EOF/error (kOutOfRange on a clean EOF before any byte).
+  StatusOr<std::string> ReadHead(size_t max, std::chrono::milliseconds timeout);
+  // Reads exactly n bytes.
+  Status ReadExact(size_t n, std::string& out, std::chrono::milliseconds timeout);
+  // Reads one CRLF/LF-terminated line (without the terminator).
+  StatusOr<std::string> ReadLine(size_t max, std::chrono::milliseconds timeout);
+  // Reads whatever is available (or waits); empty string at EOF.
+  StatusOr<std::string> ReadSome(std::chrono::milliseconds timeout);
+
+ private:
+  Status Fill(std::chrono::milliseconds timeout);
+  Stream& s_;
+  std::string buf_;
+  bool eof_ = false;
+};
+
+// Splits "Name: value" lines into lower-case header names; returns the first line.
+std::string ParseHeaders(const std::string& head, Headers& out);
+std::string_view ReasonPhrase(int status);
+
+}  // namespace accelpool::http::internal
+
+#endif  // ACCELPOOL_HTTP_SOCKET_IO_H_
