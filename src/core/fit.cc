@@ -189,10 +189,11 @@ std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& in
   return free;
 }
 
-ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInventory& inv,
-                                          const std::vector<int32_t>& set) {
+// Fills cp->grants for `set` (the name and kind are set by the caller once).
+void FillGrants(const RequestState& st, const NodeInventory& inv, const std::vector<int32_t>& set,
+                ContainerPlacement* cp) {
   const DeviceRequest& r = *st.req;
-  ContainerPlacement cp{r.container, r.kind, {}};
+  cp->grants.clear();
   for (int32_t d : set) {
     Grant g;
     g.device = d;
@@ -204,8 +205,14 @@ ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInve
       g.memory_mib = st.mem[static_cast<size_t>(d)];
       g.compute = st.compute[static_cast<size_t>(d)];
     }
-    cp.grants.push_back(g);
+    cp->grants.push_back(g);
   }
+}
+
+ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInventory& inv,
+                                          const std::vector<int32_t>& set) {
+  ContainerPlacement cp{st.req->container, st.req->kind, {}};
+  FillGrants(st, inv, set, &cp);
   return cp;
 }
 
@@ -235,9 +242,10 @@ ContainerOutcome PlanContainer(const DeviceRequest& r, const NodeInventory& inv,
   double best_value = 0;
   Placement probe;
   probe.containers.resize(1);
+  probe.containers[0].kind = r.kind;
   for (const CandidateSet& c : sets) {
     if (best != nullptr && c.rank < best->rank) continue;
-    probe.containers[0] = MakeContainerPlacement(st, inv, c.devices);
+    FillGrants(st, inv, c.devices, &probe.containers[0]);
     const double value = policy != nullptr ? policy->PlacementValue(inv, work, probe) : 0.0;
     if (best == nullptr || c.rank > best->rank || value > best_value ||
         (value == best_value && c.devices < best->devices)) {
@@ -403,9 +411,33 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
               const Policy* policy) {
   FitResult res;
   if (policy == nullptr) policy = &DefaultPolicy();
-  NodeUsage base = usage;
-  base.devices.resize(inv.devices.size());
+  NodeUsage resized;
+  if (usage.devices.size() != inv.devices.size()) {
+    resized = usage;
+    resized.devices.resize(inv.devices.size());
+  }
+  const NodeUsage& base = usage.devices.size() == inv.devices.size() ? usage : resized;
   const size_t nc = pod.containers.size();
+  // Fast path: one container planned directly on the node's usage (the
+  // common pod); the planner's sets are legal and fitting by construction.
+  size_t relevant_count = 0, only = 0;
+  for (size_t i = 0; i < nc; ++i) {
+    if (pod.containers[i].vendor == inv.vendor && pod.containers[i].count > 0) {
+      ++relevant_count;
+      only = i;
+    }
+  }
+  if (relevant_count == 0) {
+    res.code = FitCode::kFits;
+    return res;
+  }
+  if (relevant_count == 1) {
+    ContainerOutcome o = PlanContainer(pod.containers[only], inv, base, policy);
+    res.code = o.code;
+    res.reasons = std::move(o.reasons);
+    if (o.code == FitCode::kFits) res.placement.containers.push_back(std::move(o.placement));
+    return res;
+  }
   std::vector<ContainerPlacement> planned(nc);
   std::vector<bool> relevant(nc, false);
   for (size_t i = 0; i < nc; ++i) {

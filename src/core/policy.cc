@@ -44,12 +44,17 @@ std::vector<DeviceUsage> After(const NodeUsage& usage, const Placement& p, size_
 // Binpack at device level: prefer the devices that are fullest after the
 // placement, so whole devices stay free for whole-device requests.
 double PackedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
-  const std::vector<DeviceUsage> after = After(usage, p, inv.devices.size());
   double v = 0;
   for (const auto& c : p.containers) {
     for (const Grant& g : c.grants) {
       const size_t d = static_cast<size_t>(g.device);
-      if (d < inv.devices.size()) v += DeviceFill(inv.devices[d], after[d]);
+      if (d >= inv.devices.size()) continue;
+      DeviceUsage u = d < usage.devices.size() ? usage.devices[d] : DeviceUsage{};
+      u.memory_mib += g.memory_mib;
+      u.compute += g.compute;
+      u.shares += 1;
+      u.exclusive = u.exclusive || g.exclusive;
+      v += DeviceFill(inv.devices[d], u);
     }
   }
   return v;

@@ -1,0 +1,280 @@
+// Fractional sharing, vendor slice rounding, multi-container pods and the
+// request filters (model, id, NUMA).
+#include <gtest/gtest.h>
+
+#include "core/fit.h"
+#include "core/test_util.h"
+
+namespace accelpool::core {
+namespace {
+
+using testing::Devices;
+using testing::MakeNode;
+using testing::Pod;
+using testing::Share;
+using testing::Whole;
+
+// Places `pod` and applies it to usage; fails the test when it does not fit.
+Placement PlaceOrDie(const PodRequest& pod, const NodeInventory& inv, NodeUsage* usage) {
+  FitResult r = Fit(pod, inv, *usage);
+  EXPECT_TRUE(r.fits()) << (r.reasons.empty() ? "" : DescribeReason(r.reasons[0]));
+  EXPECT_TRUE(ApplyPlacement(r.placement, inv, usage).ok());
+  return r.placement;
+}
+
+TEST(FitShare, ManySmallPodsShareOneGpuThenMove) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  // 1 GiB / 1% pods: binpack keeps them on one GPU until the split cap (10).
+  for (int i = 0; i < 10; ++i) {
+    const Placement p = PlaceOrDie(Pod({Share(Vendor::kNvidia, 1, 1024, 10)}), inv, &usage);
+    EXPECT_EQ(p.containers[0].grants[0].device, 0) << "pod " << i;
+  }
+  const Placement eleventh = PlaceOrDie(Pod({Share(Vendor::kNvidia, 1, 1024, 10)}), inv, &usage);
+  EXPECT_NE(eleventh.containers[0].grants[0].device, 0);
+  EXPECT_EQ(usage.devices[0].shares, 10);
+  EXPECT_EQ(usage.devices[0].memory_mib, 10 * 1024);
+  EXPECT_EQ(usage.devices[0].compute, 100);
+}
+
+TEST(FitShare, ComputeAndMemoryNeverOvercommitted) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  for (int i = 0; i < 4 * 8; ++i) {
+    PlaceOrDie(Pod({Share(Vendor::kNvidia, 1, 4096, 250)}), inv, &usage);
+  }
+  for (const auto& u : usage.devices) EXPECT_EQ(u.compute, 1000);
+  const FitResult r = Fit(Pod({Share(Vendor::kNvidia, 1, 4096, 250)}), inv, usage);
+  EXPECT_EQ(r.code, FitCode::kUnschedulable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0].reason, Reason::kInsufficientCompute);
+  // A whole-card request cannot take a shared card.
+  const FitResult whole = Fit(Pod({Whole(Vendor::kNvidia, 1)}), inv, usage);
+  EXPECT_EQ(whole.reasons[0].reason, Reason::kInsufficientDevices);
+}
+
+TEST(FitShare, ExclusiveCardIsNotShared) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  DeviceRequest excl = Share(Vendor::kNvidia, 8, 1024, 0);
+  excl.exclusive = true;
+  PlaceOrDie(Pod({excl}), inv, &usage);
+  const FitResult r = Fit(Pod({Share(Vendor::kNvidia, 1, 1024, 10)}), inv, usage);
+  EXPECT_EQ(r.code, FitCode::kUnschedulable);
+  EXPECT_EQ(r.reasons[0].reason, Reason::kExclusiveTaken);
+}
+
+TEST(FitShare, HundredPercentComputeIsExclusive) {
+  DeviceRequest r = Share(Vendor::kNvidia, 1, 2048, kComputeWhole);
+  EXPECT_FALSE(r.Fractional());
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  const FitResult f = Fit(Pod({r}), inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(f.fits());
+  EXPECT_TRUE(f.placement.containers[0].grants[0].exclusive);
+}
+
+TEST(FitShare, MemoryPercentAndComputeOnlyDefaults) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  DeviceRequest pct = Share(Vendor::kNvidia, 1, 0, 0);
+  pct.memory_percent = 25;
+  EXPECT_EQ(EffectiveMemory(pct, inv.devices[0], inv.topology.slices), (143771 * 25 + 99) / 100);
+  EXPECT_EQ(EffectiveCompute(pct, inv.devices[0], inv.topology.slices), 0);
+  // Compute only: memory in proportion, so every share carries a memory cap.
+  const DeviceRequest cmp = Share(Vendor::kNvidia, 1, 0, 500);
+  EXPECT_EQ(EffectiveMemory(cmp, inv.devices[0], inv.topology.slices), (143771 + 1) / 2);
+}
+
+TEST(FitShare, MemoryLargerThanAnyDeviceIsUnresolvable) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  const FitResult r = Fit(Pod({Share(Vendor::kNvidia, 1, 200000, 10)}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  EXPECT_EQ(r.reasons[0].reason, Reason::kMemoryTooLarge);
+  EXPECT_NE(DescribeReason(r.reasons[0]).find("200000"), std::string::npos);
+}
+
+struct SliceCase {
+  const char* name;
+  const char* cite;
+  const char* profile;
+  int64_t request_mib;
+  int64_t want_mib;  // after rounding
+  int32_t want_compute;
+};
+
+class SliceRounding : public ::testing::TestWithParam<SliceCase> {};
+
+TEST_P(SliceRounding, RoundsAsTheVendorDoes) {
+  const SliceCase& c = GetParam();
+  const NodeInventory inv = MakeNode(c.profile);
+  const DeviceRequest r = Share(inv.vendor, 1, c.request_mib, 0);
+  EXPECT_EQ(EffectiveMemory(r, inv.devices[0], inv.topology.slices), c.want_mib) << c.cite;
+  if (c.want_compute >= 0) {
+    EXPECT_EQ(EffectiveCompute(r, inv.devices[0], inv.topology.slices), c.want_compute) << c.cite;
+  }
+}
+
+const SliceCase kSlices[] = {
+    {"kunlun_quarter", "3: vXPU <=24576 -> 1/4 card", "kunlunxin-p800-x8", 1000, 24576, 250},
+    {"kunlun_half", "3: vXPU <=49152 -> 1/2 card", "kunlunxin-p800-x8", 30000, 49152, 500},
+    {"kunlun_whole", "3: vXPU above half -> whole card", "kunlunxin-p800-x8", 60000, 98304, 1000},
+    {"mthreads_512_steps", "5: sgpu-memory in 512 MiB units", "mthreads-s4000-x8", 1000, 1024, -1},
+    {"mthreads_exact_step", "5: sgpu-memory in 512 MiB units", "mthreads-s4000-x8", 2048, 2048, -1},
+    {"ascend_910b_template_16g", "2.3: vNPU rounds up to the smallest template",
+     "ascend-910b-x8", 9000, 16384, -1},
+    {"ascend_910b_template_32g", "2.3: vNPU 910B3 vir10_3c_32g", "ascend-910b-x8", 20000, 32768,
+     -1},
+    {"ascend_910a_vir04", "2.3: 910A vir04 4369 MiB", "ascend-910a-x8", 3000, 4369, -1},
+    {"cambricon_256_steps", "7: vmemory in 256 MiB units", "cambricon-mlu370-x8", 300, 512, -1},
+};
+
+INSTANTIATE_TEST_SUITE_P(Vendors, SliceRounding, ::testing::ValuesIn(kSlices),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+TEST(FitShare, KunlunxinOneSliceSizePerDevice) {
+  const NodeInventory inv = MakeNode("kunlunxin-p800-x8");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  const Placement quarter = PlaceOrDie(Pod({Share(Vendor::kKunlunxin, 1, 20000, 0)}), inv, &usage);
+  const int32_t d = quarter.containers[0].grants[0].device;
+  // A half slice never lands on a device hosting quarters (3: FitVXPU).
+  const Placement half = PlaceOrDie(Pod({Share(Vendor::kKunlunxin, 1, 40000, 0)}), inv, &usage);
+  EXPECT_NE(half.containers[0].grants[0].device, d);
+  // More quarters pack beside the first one.
+  const Placement q2 = PlaceOrDie(Pod({Share(Vendor::kKunlunxin, 1, 20000, 0)}), inv, &usage);
+  EXPECT_EQ(q2.containers[0].grants[0].device, d);
+}
+
+TEST(FitShare, KunlunxinHandleBudget) {
+  // 3: physical devices + slices <= 32: 8 devices leave room for 24 slices.
+  const NodeInventory inv = MakeNode("kunlunxin-p800-x8");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  int placed = 0;
+  for (int i = 0; i < 40; ++i) {
+    const FitResult r = Fit(Pod({Share(Vendor::kKunlunxin, 1, 20000, 0)}), inv, usage);
+    if (!r.fits()) {
+      EXPECT_EQ(r.reasons[0].reason, Reason::kHandleBudget);
+      break;
+    }
+    ASSERT_TRUE(ApplyPlacement(r.placement, inv, &usage).ok());
+    ++placed;
+  }
+  EXPECT_EQ(placed, 24);
+}
+
+TEST(FitShare, SingleDeviceFractionVendorsRejectCountAboveOne) {
+  const NodeInventory inv = MakeNode("mthreads-s4000-x8");
+  const FitResult r = Fit(Pod({Share(Vendor::kMthreads, 2, 1024, 0)}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  EXPECT_EQ(r.reasons[0].reason, Reason::kInvalidCount);
+}
+
+TEST(FitFilters, ModelIncludeExcludeAndIds) {
+  NodeInventory inv = MakeNode("nvidia-hgx-8");
+  for (int i = 4; i < 8; ++i) inv.devices[static_cast<size_t>(i)].model = "NVIDIA A100-SXM4-80GB";
+  DeviceRequest want_a100 = Whole(Vendor::kNvidia, 2);
+  want_a100.model_include = {"a100"};
+  FitResult r = Fit(Pod({want_a100}), inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  for (int32_t d : Devices(r)) EXPECT_GE(d, 4);
+  DeviceRequest no_h200 = Whole(Vendor::kNvidia, 1);
+  no_h200.model_exclude = {"H200", "A100"};
+  r = Fit(Pod({no_h200}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  EXPECT_EQ(r.reasons[0].reason, Reason::kModelMismatch);
+  DeviceRequest by_id = Whole(Vendor::kNvidia, 1);
+  by_id.id_include = {inv.devices[6].id};
+  r = Fit(Pod({by_id}), inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{6});
+  DeviceRequest not_ids = Whole(Vendor::kNvidia, 8);
+  not_ids.id_exclude = {inv.devices[0].id};
+  r = Fit(Pod({not_ids}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.reasons[0].reason, Reason::kIdMismatch);
+}
+
+TEST(FitFilters, UnhealthyDevicesAreSkippedAndComeBack) {
+  NodeInventory inv = MakeNode("nvidia-hgx-8");
+  for (auto& d : inv.devices) d.healthy = false;
+  FitResult r = Fit(Pod({Whole(Vendor::kNvidia, 1)}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnschedulable);
+  EXPECT_EQ(r.reasons[0].reason, Reason::kUnhealthy);
+  inv.devices[3].healthy = true;
+  r = Fit(Pod({Whole(Vendor::kNvidia, 1)}), inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{3});
+}
+
+TEST(FitPods, MultiContainerPodsGetDistinctWholeDevices) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  const PodRequest pod = Pod({Whole(Vendor::kNvidia, 2, "a"), Whole(Vendor::kNvidia, 2, "b")});
+  const FitResult r = Fit(pod, inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  ASSERT_EQ(r.placement.containers.size(), 2u);
+  std::vector<int32_t> all = Devices(r, 0);
+  for (int32_t d : Devices(r, 1)) {
+    EXPECT_EQ(std::count(all.begin(), all.end(), d), 0);
+  }
+  EXPECT_TRUE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), r.placement).ok());
+}
+
+TEST(FitPods, InitContainerDevicesAreReusedByRegularContainers) {
+  // kubelet runs init containers one at a time before the app containers;
+  // the footprint is the max over phases, not the sum.
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  DeviceRequest init = Whole(Vendor::kNvidia, 8, "warmup");
+  init.kind = ContainerKind::kInit;
+  const PodRequest pod = Pod({init, Whole(Vendor::kNvidia, 8, "main")});
+  const FitResult r = Fit(pod, inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  NodeUsage usage = NodeUsage::Empty(inv);
+  ASSERT_TRUE(ApplyPlacement(r.placement, inv, &usage).ok());
+  for (const auto& u : usage.devices) EXPECT_EQ(u.shares, 1);
+  ASSERT_TRUE(ReleasePlacement(r.placement, inv, &usage).ok());
+  EXPECT_EQ(usage, NodeUsage::Empty(inv));
+}
+
+TEST(FitPods, SidecarRunsBesideInitAndRegular) {
+  // A sidecar (restartable init) holds its share through every later phase.
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  DeviceRequest sidecar = Whole(Vendor::kNvidia, 4, "proxy");
+  sidecar.kind = ContainerKind::kSidecar;
+  DeviceRequest init = Whole(Vendor::kNvidia, 4, "setup");
+  init.kind = ContainerKind::kInit;
+  const PodRequest ok_pod = Pod({sidecar, init, Whole(Vendor::kNvidia, 4, "main")});
+  EXPECT_TRUE(Fit(ok_pod, inv, NodeUsage::Empty(inv)).fits());
+  const PodRequest too_big = Pod({sidecar, init, Whole(Vendor::kNvidia, 5, "main")});
+  EXPECT_FALSE(Fit(too_big, inv, NodeUsage::Empty(inv)).fits());
+}
+
+TEST(FitPods, OtherVendorsContainersAreIgnored) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  const PodRequest pod = Pod({Whole(Vendor::kAscend, 2, "npu"), Whole(Vendor::kNvidia, 1, "gpu")});
+  const FitResult r = Fit(pod, inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  ASSERT_EQ(r.placement.containers.size(), 1u);
+  EXPECT_EQ(r.placement.containers[0].container, "gpu");
+}
+
+TEST(CheckPlacement, RejectsForgedPlacements) {
+  const NodeInventory inv = MakeNode("ascend-910c-x16");
+  const PodRequest pod = Pod({Whole(Vendor::kAscend, 2)});
+  Placement split;
+  split.containers.push_back({"main", ContainerKind::kRegular,
+                              {{1, 65536, kComputeWhole, true}, {2, 65536, kComputeWhole, true}}});
+  Status s = CheckPlacement(pod, inv, NodeUsage::Empty(inv), split);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("topology"), std::string::npos) << s.message();
+  Placement out_of_range = split;
+  out_of_range.containers[0].grants[1].device = 99;
+  EXPECT_FALSE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), out_of_range).ok());
+  Placement good = split;
+  good.containers[0].grants[0].device = 2;
+  good.containers[0].grants[1].device = 3;
+  EXPECT_TRUE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), good).ok());
+  // The same devices twice: the second booking is refused.
+  NodeUsage usage = NodeUsage::Empty(inv);
+  ASSERT_TRUE(ApplyPlacement(good.containers.empty() ? Placement{} : good, inv, &usage).ok());
+  EXPECT_EQ(CheckPlacement(pod, inv, usage, good).code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace accelpool::core
