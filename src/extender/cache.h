@@ -1,0 +1,141 @@
+// Cache: every node's inventories and usage, and every pod's assignment.
+//
+// Nodes live in shards keyed by node name. Each node is an immutable
+// NodeSnapshot behind a shared_ptr; a change builds a new snapshot and swaps
+// the pointer (copy-on-write, a few hundred bytes per node), so a reader
+// (filter, prioritize) holds a consistent snapshot without holding any lock
+// while it runs Fit. Usage is kept incrementally: a pod's assignment is added
+// when it is reserved or observed and removed when the pod is deleted or
+// finishes; nothing is recomputed from all pods per request.
+//
+// A pod's record is in one of two states:
+//   reserved : a bind in flight reserved the devices (before any I/O), so a
+//              filter that arrives meanwhile already sees them taken;
+//   bound    : the apiserver shows the pod on the node with its assignment.
+// Watch updates of a pod that is not bound yet (no spec.nodeName) never
+// remove a reservation; a failed bind calls Release().
+//
+// Jobs: pods that carry a job key are counted per node, so prioritize can
+// favour nodes near a job's siblings.
+//
+// Lock order: pods_mu_ before a node shard's mutex; no lock is held across I/O
+// or across Fit.
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef ACCELPOOL_EXTENDER_CACHE_H_
+#define ACCELPOOL_EXTENDER_CACHE_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "core/types.h"
+#include "extender/node_state.h"
+
+namespace accelpool::extender {
+
+struct PodRef {
+  std::string uid;
+  std::string ns;
+  std::string name;
+  std::string job;  // "" when the pod belongs to no job
+};
+
+struct CacheStats {
+  int64_t nodes = 0;
+  int64_t nodes_unparsable = 0;
+  int64_t pods_bound = 0;
+  int64_t pods_reserved = 0;
+  double seconds_since_update = 0;  // since the last change of any kind
+};
+
+class Cache {
+ public:
+  Cache();
+  Cache(const Cache&) = delete;
+  Cache& operator=(const Cache&) = delete;
+
+  // --- nodes -------------------------------------------------------------
+  // Sets a node's inventories (or the reason they did not parse, which keeps
+  // the node visible with no devices). Assignments already on the node are
+  // re-applied to the new inventories by device id; grants on devices that
+  // disappeared are dropped (and counted in the returned number).
+  int UpsertNode(const std::string& name, StatusOr<std::vector<core::NodeInventory>> inventories,
+                 int64_t generation, const NodeDomains& domains);
+  void RemoveNode(const std::string& name);
+  // nullptr when unknown.
+  NodeSnapshotPtr Node(const std::string& name) const;
+  std::vector<std::string> NodeNames() const;
+
+  // --- pods --------------------------------------------------------------
+  // Reserves `a` for `pod` on a.node if the node is still at `version`, or,
+  // when it moved on, if `a` still fits the node's current usage.
+  // kAborted when it no longer fits (re-plan), kNotFound when the node is
+  // gone, kAlreadyExists when the pod already holds devices (bound elsewhere
+  // or another bind in flight).
+  Status Reserve(const PodRef& pod, const PodAssignment& a, uint64_t version);
+  // Marks a reservation bound (after the Binding was created).
+  void MarkBound(const std::string& uid);
+  // Gives a pod's devices back (failed bind, deleted or finished pod). No-op
+  // for an unknown uid.
+  void Release(const std::string& uid);
+  // What the apiserver shows: a pod bound to a node with this assignment
+  // (nullopt: no valid assignment), or not bound yet. Reconciles the record:
+  // a different assignment replaces the old one; an unbound pod keeps its
+  // reservation. Returns kFailedPrecondition when the assignment overcommits
+  // the node (it is still recorded, so usage is not under-counted; the
+  // caller logs it) and kNotFound when the node is unknown (kept pending and
+  // applied when the node arrives).
+  Status ObservePod(const PodRef& pod, const std::string& node_name,
+                    const std::optional<PodAssignment>& a);
+
+  // The pod's assignment, if it holds devices.
+  std::optional<PodAssignment> Assignment(const std::string& uid) const;
+  // Pods of `job` per node.
+  std::map<std::string, int> JobNodes(const std::string& job) const;
+
+  CacheStats Stats() const;
+
+ private:
+  struct PodRecord {
+    PodRef ref;
+    PodAssignment assignment;
+    bool bound = false;
+    bool applied = false;  // its usage is on the node
+  };
+  struct Shard {
+    mutable std::mutex mu;
+    std::map<std::string, NodeSnapshotPtr> nodes;  // guarded by mu
+  };
+  static constexpr size_t kShards = 32;
+
+  Shard& ShardOf(const std::string& node) const;
+  // Applies or releases a record on its node under the shard lock; returns
+  // the result of the apply. REQUIRES: pods_mu_ held.
+  Status ApplyRecordLocked(PodRecord& rec);
+  void ReleaseRecordLocked(PodRecord& rec);
+  void EraseRecordLocked(const std::string& uid);
+  void Touch();
+
+  mutable std::array<Shard, kShards> shards_;
+  std::atomic<uint64_t> next_version_{1};
+  std::atomic<int64_t> last_change_ns_{0};
+
+  mutable std::mutex pods_mu_;
+  std::map<std::string, PodRecord> pods_;                        // guarded by pods_mu_
+  std::map<std::string, std::set<std::string>> pods_by_node_;    // guarded by pods_mu_
+  std::map<std::string, std::map<std::string, int>> jobs_;       // guarded by pods_mu_
+};
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_CACHE_H_

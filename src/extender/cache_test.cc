@@ -1,0 +1,142 @@
+#include "extender/cache.h"
+
+#include <gtest/gtest.h>
+
+#include "core/fit.h"
+#include "extender/test_util.h"
+
+namespace accelpool::extender {
+namespace {
+
+using testing::AddGpuNode;
+using testing::GpuNode;
+
+PodAssignment Shared(const std::string& node, int32_t device, int64_t mem, int32_t slot,
+                     const std::string& container = "main") {
+  PodAssignment a;
+  a.node = node;
+  a.policy = "binpack";
+  core::Placement p;
+  p.containers.push_back(core::ContainerPlacement{container, core::ContainerKind::kRegular,
+                                                  {core::Grant{device, mem, 250, false}}});
+  a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{slot}}});
+  return a;
+}
+
+PodRef Ref(const std::string& uid, const std::string& job = "") {
+  return PodRef{uid, "ns", "p-" + uid, job};
+}
+
+int64_t UsedMemory(const Cache& c, const std::string& node, int device) {
+  return c.Node(node)->inventories.at(0).usage.devices.at(static_cast<size_t>(device)).memory_mib;
+}
+
+TEST(CacheTest, ReserveReleaseAndVersions) {
+  Cache c;
+  AddGpuNode(c, "a");
+  const uint64_t v0 = c.Node("a")->version;
+  ASSERT_TRUE(c.Reserve(Ref("p1"), Shared("a", 0, 4096, 0), v0).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 0), 4096);
+  EXPECT_GT(c.Node("a")->version, v0);
+  EXPECT_EQ(c.Stats().pods_reserved, 1);
+  // Same slot for another pod: aborted, usage unchanged.
+  Status conflict = c.Reserve(Ref("p2"), Shared("a", 0, 4096, 0), v0);
+  EXPECT_EQ(conflict.code(), StatusCode::kAborted);
+  EXPECT_EQ(UsedMemory(c, "a", 0), 4096);
+  // Same pod again with the same assignment is idempotent; another is refused.
+  EXPECT_TRUE(c.Reserve(Ref("p1"), Shared("a", 0, 4096, 0), v0).ok());
+  EXPECT_EQ(c.Reserve(Ref("p1"), Shared("a", 1, 10, 0), v0).code(), StatusCode::kAlreadyExists);
+  c.Release("p1");
+  EXPECT_EQ(UsedMemory(c, "a", 0), 0);
+  EXPECT_EQ(c.Stats().pods_reserved, 0);
+  EXPECT_EQ(c.Reserve(Ref("p3"), Shared("missing", 0, 1, 0), 0).code(), StatusCode::kNotFound);
+}
+
+TEST(CacheTest, OvercommitIsRefused) {
+  Cache c;
+  AddGpuNode(c, "a");
+  const int64_t cap = GpuNode("a").devices[0].memory_mib;
+  ASSERT_TRUE(c.Reserve(Ref("p1"), Shared("a", 0, cap - 100, 0), 0).ok());
+  EXPECT_EQ(c.Reserve(Ref("p2"), Shared("a", 0, 200, 1), 0).code(), StatusCode::kAborted);
+  EXPECT_TRUE(c.Reserve(Ref("p3"), Shared("a", 0, 100, 1), 0).ok());
+}
+
+TEST(CacheTest, WatchEventsReconcileRecords) {
+  struct Step {
+    const char* what;
+    std::string node_name;  // spec.nodeName
+    bool with_assignment;
+    int64_t want_used;
+  };
+  Cache c;
+  AddGpuNode(c, "a");
+  ASSERT_TRUE(c.Reserve(Ref("p1"), Shared("a", 2, 1000, 0), 0).ok());
+  const Step steps[] = {
+      {"annotation written, not bound yet: reservation stays", "", true, 1000},
+      {"bound with the same assignment", "a", true, 1000},
+      {"bound again (resync) changes nothing", "a", true, 1000},
+  };
+  for (const Step& s : steps) {
+    SCOPED_TRACE(s.what);
+    std::optional<PodAssignment> a;
+    if (s.with_assignment) a = Shared("a", 2, 1000, 0);
+    ASSERT_TRUE(c.ObservePod(Ref("p1"), s.node_name, a).ok());
+    EXPECT_EQ(UsedMemory(c, "a", 2), s.want_used);
+  }
+  EXPECT_EQ(c.Stats().pods_bound, 1);
+  // A pod seen only through the watch (after a restart) counts too.
+  ASSERT_TRUE(c.ObservePod(Ref("p2"), "a", Shared("a", 2, 500, 1)).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 2), 1500);
+  // Finished/deleted pods give their devices back.
+  c.Release("p1");
+  c.Release("p2");
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+}
+
+TEST(CacheTest, PodsBeforeTheirNodeAreAppliedWhenItArrives) {
+  Cache c;
+  EXPECT_EQ(c.ObservePod(Ref("p1"), "late", Shared("late", 1, 300, 0)).code(),
+            StatusCode::kNotFound);
+  AddGpuNode(c, "late");
+  EXPECT_EQ(UsedMemory(c, "late", 1), 300);
+}
+
+TEST(CacheTest, InventoryUpdateKeepsUsageByDeviceId) {
+  Cache c;
+  AddGpuNode(c, "a");
+  ASSERT_TRUE(c.Reserve(Ref("p1"), Shared("a", 1, 700, 0), 0).ok());
+  core::NodeInventory inv = GpuNode("a");
+  std::swap(inv.devices[1].id, inv.devices[4].id);  // the plugin re-ordered ids
+  EXPECT_EQ(c.UpsertNode("a", std::vector<core::NodeInventory>{inv}, 2, {}), 0);
+  EXPECT_EQ(UsedMemory(c, "a", 4), 700);
+  EXPECT_EQ(UsedMemory(c, "a", 1), 0);
+  EXPECT_EQ(c.Node("a")->generation, 2);
+}
+
+TEST(CacheTest, UnparsableInventoryKeepsNodeVisible) {
+  Cache c;
+  c.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("boom")), 0,
+               {});
+  NodeSnapshotPtr s = c.Node("bad");
+  ASSERT_NE(s, nullptr);
+  EXPECT_FALSE(s->inventory_status.ok());
+  EXPECT_EQ(c.Stats().nodes_unparsable, 1);
+  c.RemoveNode("bad");
+  EXPECT_EQ(c.Node("bad"), nullptr);
+}
+
+TEST(CacheTest, JobIndexCountsPodsPerNode) {
+  Cache c;
+  AddGpuNode(c, "a");
+  AddGpuNode(c, "b");
+  ASSERT_TRUE(c.Reserve(Ref("p1", "ns/job"), Shared("a", 0, 10, 0), 0).ok());
+  ASSERT_TRUE(c.Reserve(Ref("p2", "ns/job"), Shared("a", 1, 10, 0), 0).ok());
+  ASSERT_TRUE(c.Reserve(Ref("p3", "ns/job"), Shared("b", 1, 10, 0), 0).ok());
+  EXPECT_EQ(c.JobNodes("ns/job"), (std::map<std::string, int>{{"a", 2}, {"b", 1}}));
+  c.Release("p3");
+  EXPECT_EQ(c.JobNodes("ns/job"), (std::map<std::string, int>{{"a", 2}}));
+  EXPECT_TRUE(c.JobNodes("other").empty());
+}
+
+}  // namespace
+}  // namespace accelpool::extender

@@ -1,0 +1,464 @@
+#include "extender/extender.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "core/reasons.h"
+
+namespace accelpool::extender {
+namespace {
+
+std::string PodName(const PodRef& p) { return p.ns + "/" + p.name; }
+
+std::string_view CodeName(core::FitCode c) {
+  switch (c) {
+    case core::FitCode::kFits:
+      return "fits";
+    case core::FitCode::kUnschedulable:
+      return "unschedulable";
+    case core::FitCode::kUnresolvable:
+      return "unresolvable";
+  }
+  return "unknown";
+}
+
+// "nvidia:GPU-1/0[4096MiB,250]" per grant, for the audit trail.
+std::string DescribeAssignment(const PodAssignment& a, const NodeSnapshot* snap) {
+  std::string out;
+  for (const AssignmentPart& part : a.parts) {
+    const InventoryState* st = snap != nullptr ? snap->Find(part.vendor) : nullptr;
+    for (size_t c = 0; c < part.placement.containers.size(); ++c) {
+      const core::ContainerPlacement& cp = part.placement.containers[c];
+      for (size_t g = 0; g < cp.grants.size(); ++g) {
+        const core::Grant& gr = cp.grants[g];
+        if (!out.empty()) {
+          out += " ";
+        }
+        std::string id = std::to_string(gr.device);
+        if (st != nullptr && static_cast<size_t>(gr.device) < st->inventory->devices.size()) {
+          id = st->inventory->devices[static_cast<size_t>(gr.device)].id;
+        }
+        const int32_t slot = c < part.slots.size() && g < part.slots[c].size() ? part.slots[c][g] : -1;
+        out += cp.container + "=" + id + "::" + std::to_string(slot) + "[" +
+               (gr.exclusive ? std::string("whole")
+                             : std::to_string(gr.memory_mib) + "MiB," + std::to_string(gr.compute) +
+                                   "/1000") +
+               "]";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
+  ExtenderMetrics m;
+  auto latency = r.AddHistogram("accelpool_extender_request_seconds",
+                                "Latency of extender requests by verb.", {"verb"});
+  auto requests = r.AddCounter("accelpool_extender_requests_total",
+                               "Extender requests by verb and HTTP status.", {"verb", "code"});
+  auto filter = r.AddCounter("accelpool_extender_filter_nodes_total",
+                             "Nodes judged by filter, by outcome and first reason.",
+                             {"outcome", "reason"});
+  auto conflicts = r.AddCounter("accelpool_extender_bind_conflicts_total",
+                                "Binds that found their devices taken and re-planned.", {"stage"});
+  auto failures = r.AddCounter("accelpool_extender_bind_failures_total",
+                               "Binds that failed, by stage.", {"stage"});
+  auto nodes = r.AddGauge("accelpool_extender_cache_nodes", "Nodes in the cache.");
+  auto pods = r.AddGauge("accelpool_extender_cache_pods", "Pods holding devices, by state.",
+                         {"state"});
+  auto age = r.AddGauge("accelpool_extender_cache_age_seconds",
+                        "Seconds since the cache last changed.");
+  auto dev_mem = r.AddGauge("accelpool_extender_device_memory_allocated_mib",
+                            "Memory assigned per device.", {"node", "device"});
+  auto dev_cmp = r.AddGauge("accelpool_extender_device_compute_allocated",
+                            "Compute assigned per device (thousandths).", {"node", "device"});
+  auto node_mem = r.AddGauge("accelpool_extender_node_memory_allocated_mib",
+                             "Memory assigned per node.", {"node"});
+  auto node_cmp = r.AddGauge("accelpool_extender_node_compute_allocated",
+                             "Compute assigned per node (thousandths).", {"node"});
+  auto bad = r.AddCounter("accelpool_extender_bad_requests_total",
+                          "Requests refused as malformed, by verb.", {"verb"});
+  for (const Status& s : {latency.status(), requests.status(), filter.status(), conflicts.status(),
+                          failures.status(), nodes.status(), pods.status(), age.status(),
+                          dev_mem.status(), dev_cmp.status(), node_mem.status(), node_cmp.status(),
+                          bad.status()}) {
+    ACCELPOOL_RETURN_IF_ERROR(s);
+  }
+  m.latency = *latency;
+  m.requests = *requests;
+  m.filter_nodes = *filter;
+  m.bind_conflicts = *conflicts;
+  m.bind_failures = *failures;
+  m.cache_nodes = *nodes;
+  m.cache_pods = *pods;
+  m.cache_age = *age;
+  m.device_memory = *dev_mem;
+  m.device_compute = *dev_cmp;
+  m.node_memory = *node_mem;
+  m.node_compute = *node_cmp;
+  m.bad_requests = *bad;
+  return m;
+}
+
+StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptions options,
+                                                     PodWriter* writer, EventSink* events,
+                                                     const ExtenderMetrics* metrics, Logger log) {
+  StatusOr<core::PolicyPtr> policy = core::MakePolicy(options.policy, options.policy_context);
+  if (!policy.ok()) {
+    return policy.status().WithPrefix("--policy");
+  }
+  return std::unique_ptr<Extender>(new Extender(cache, std::move(options),
+                                                std::move(policy).value(), writer, events, metrics,
+                                                std::move(log)));
+}
+
+Extender::Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy,
+                   PodWriter* writer, EventSink* events, const ExtenderMetrics* metrics, Logger log)
+    : cache_(cache),
+      options_(std::move(options)),
+      policy_(std::move(policy)),
+      writer_(writer),
+      events_(events),
+      metrics_(metrics),
+      log_(log),
+      audit_(log.Child("audit")) {}
+
+FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
+  std::vector<NodePlan> plans(nodes.size());
+  std::vector<uint64_t> versions(nodes.size(), 0);
+  auto work = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      NodeSnapshotPtr snap = cache_.Node(nodes[i]);
+      versions[i] = snap ? snap->version : 0;
+      plans[i] = PlanNode(pod, snap.get(), *policy_);
+    }
+  };
+  const size_t threads =
+      nodes.size() >= 512 ? static_cast<size_t>(std::max(1, options_.filter_threads)) : 1;
+  if (threads <= 1) {
+    work(0, nodes.size());
+  } else {
+    std::vector<std::jthread> pool;
+    const size_t chunk = (nodes.size() + threads - 1) / threads;
+    for (size_t t = 1; t < threads; ++t) {
+      const size_t b = std::min(nodes.size(), t * chunk);
+      pool.emplace_back(work, b, std::min(nodes.size(), b + chunk));
+    }
+    work(0, std::min(nodes.size(), chunk));
+  }
+
+  FilterDecision d;
+  core::ReasonAggregator agg;
+  std::map<std::pair<std::string, std::string>, int> outcomes;
+  std::map<std::string, std::pair<uint64_t, int32_t>> scores;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodePlan& p = plans[i];
+    if (p.fits()) {
+      d.fits.push_back(nodes[i]);
+      scores.emplace(nodes[i], std::make_pair(versions[i], p.score));
+      ++outcomes[{"fits", ""}];
+      continue;
+    }
+    (p.code == core::FitCode::kUnresolvable ? d.unresolvable : d.failed)[nodes[i]] = p.Describe();
+    agg.Add(nodes[i], p.reasons);
+    const std::string reason = !p.reasons.empty()
+                                   ? std::string(core::ReasonName(p.reasons.front().reason))
+                                   : (versions[i] == 0 ? "NoInventory" : "InventoryInvalid");
+    ++outcomes[{std::string(CodeName(p.code)), reason}];
+  }
+  if (metrics_ != nullptr) {
+    for (const auto& [key, n] : outcomes) {
+      metrics_->filter_nodes->WithLabels({key.first, key.second}).Inc(n);
+    }
+  }
+  const size_t rejected = d.failed.size() + d.unresolvable.size();
+  std::string summary = agg.Summarize();
+  if (agg.nodes() < rejected) {
+    const size_t other = rejected - agg.nodes();
+    summary += std::string(summary.empty() ? "" : "; ") + std::to_string(other) +
+               " nodes: no usable accelpool inventory";
+  }
+  audit_.Info("filter", {{"pod", PodName(pod.ref)},
+                         {"uid", pod.ref.uid},
+                         {"policy", options_.policy},
+                         {"candidates", static_cast<int64_t>(nodes.size())},
+                         {"feasible", static_cast<int64_t>(d.fits.size())},
+                         {"rejected", static_cast<int64_t>(rejected)},
+                         {"reasons", summary}});
+  if (d.fits.empty() && events_ != nullptr && pod.Pooled()) {
+    events_->PodEvent(pod.ref, true, "AccelpoolNoFit",
+                      "no node has the devices this pod asks for: " + summary);
+  }
+  Remember(pod, std::move(scores));
+  return d;
+}
+
+void Extender::Remember(const PodInfo& pod,
+                        std::map<std::string, std::pair<uint64_t, int32_t>> scores) {
+  if (pod.ref.uid.empty()) {
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (remembered_.size() >= options_.max_remembered_pods) {
+    for (auto it = remembered_.begin(); it != remembered_.end();) {
+      it = now - it->second.at > options_.score_ttl ? remembered_.erase(it) : std::next(it);
+    }
+    while (remembered_.size() >= options_.max_remembered_pods) {
+      remembered_.erase(remembered_.begin());
+    }
+  }
+  remembered_[pod.ref.uid] = Remembered{pod, std::move(scores), now};
+}
+
+std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = remembered_.find(uid);
+  if (it == remembered_.end() ||
+      std::chrono::steady_clock::now() - it->second.at > options_.score_ttl) {
+    return std::nullopt;
+  }
+  return it->second.pod;
+}
+
+std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
+                                               const std::vector<std::string>& nodes) {
+  std::map<std::string, std::pair<uint64_t, int32_t>> known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = remembered_.find(pod.ref.uid);
+    if (it != remembered_.end() &&
+        std::chrono::steady_clock::now() - it->second.at <= options_.score_ttl) {
+      known = it->second.scores;
+    }
+  }
+  std::vector<RankInput> inputs;
+  inputs.reserve(nodes.size());
+  for (const std::string& n : nodes) {
+    RankInput in{n, 0, cache_.Node(n)};
+    auto k = known.find(n);
+    if (k != known.end() && in.snap != nullptr && in.snap->version == k->second.first) {
+      in.policy_score = k->second.second;
+    } else if (pod.Pooled()) {
+      NodePlan p = PlanNode(pod, in.snap.get(), *policy_);
+      in.policy_score = p.fits() ? p.score : 0;
+    }
+    inputs.push_back(std::move(in));
+  }
+  std::map<std::string, NodeDomains> job_domains;
+  if (!pod.ref.job.empty()) {
+    for (const auto& [node, count] : cache_.JobNodes(pod.ref.job)) {
+      NodeSnapshotPtr s = cache_.Node(node);
+      job_domains[node] = s ? s->domains : NodeDomains{};
+    }
+  }
+  std::vector<HostPriority> out = RankNodes(pod, inputs, job_domains, options_.rank);
+  audit_.Debug("prioritize", {{"pod", PodName(pod.ref)},
+                              {"policy", options_.policy},
+                              {"nodes", static_cast<int64_t>(nodes.size())},
+                              {"best", out.empty() ? std::string() : out.front().host}});
+  return out;
+}
+
+StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::string& node,
+                                                 int32_t* score) {
+  Status last;
+  for (int attempt = 0; attempt < kMaxPlanAttempts; ++attempt) {
+    NodeSnapshotPtr snap = cache_.Node(node);
+    if (snap == nullptr) {
+      return NotFoundError("node " + node +
+                           " is not in the extender's cache (no accelpool inventory); the pod "
+                           "is retried on another node");
+    }
+    NodePlan plan = PlanNode(pod, snap.get(), *policy_);
+    if (!plan.fits()) {
+      return FailedPreconditionError("pod no longer fits node " + node + ": " + plan.Describe() +
+                                     "; the pod is retried");
+    }
+    PodAssignment a;
+    a.node = node;
+    a.policy = options_.policy;
+    a.parts = std::move(plan.parts);
+    bool slots_ok = true;
+    for (AssignmentPart& part : a.parts) {
+      StatusOr<std::vector<std::vector<int32_t>>> slots =
+          AssignSlots(*snap->Find(part.vendor), part.placement);
+      if (!slots.ok()) {
+        last = slots.status();
+        slots_ok = false;
+        break;
+      }
+      part.slots = std::move(slots).value();
+    }
+    if (!slots_ok) {
+      return FailedPreconditionError(last.message() + "; the pod is retried");
+    }
+    Status st = cache_.Reserve(pod.ref, a, snap->version);
+    if (st.ok()) {
+      *score = plan.score;
+      return a;
+    }
+    if (st.code() == StatusCode::kAlreadyExists) {
+      std::optional<PodAssignment> existing = cache_.Assignment(pod.ref.uid);
+      if (existing.has_value() && existing->node == node) {
+        *score = plan.score;
+        return *existing;  // a retried bind: finish the earlier one
+      }
+      return st;
+    }
+    if (st.code() != StatusCode::kAborted) {
+      return st;
+    }
+    last = st;
+    if (metrics_ != nullptr) {
+      metrics_->bind_conflicts->WithLabels({"reserve"}).Inc();
+    }
+    log_.Info("bind re-plans after a concurrent change",
+              {{"pod", PodName(pod.ref)}, {"node", node}, {"attempt", attempt + 1},
+               {"why", st.message()}});
+  }
+  return AbortedError("devices on node " + node + " kept changing during bind (" +
+                      last.message() + "); the pod is retried");
+}
+
+StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& node) {
+  auto fail = [&](std::string_view stage, const Status& st) -> Status {
+    if (metrics_ != nullptr) {
+      metrics_->bind_failures->WithLabels({std::string(stage)}).Inc();
+    }
+    audit_.Warn("bind failed", {{"pod", PodName(pod.ref)},
+                                {"uid", pod.ref.uid},
+                                {"node", node},
+                                {"stage", stage},
+                                {"error", st.ToString()}});
+    if (events_ != nullptr) {
+      events_->PodEvent(pod.ref, true, "AccelpoolBindFailed",
+                        "binding to " + node + " failed at " + std::string(stage) + ": " +
+                            st.message());
+    }
+    return st;
+  };
+  int32_t score = 0;
+  StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score);
+  if (!a.ok()) {
+    return fail("plan", a.status());
+  }
+  if (writer_ != nullptr) {
+    Status st = writer_->WriteAssignment(pod, *a);
+    if (!st.ok()) {
+      cache_.Release(pod.ref.uid);
+      return fail("assignment", st);
+    }
+    st = writer_->CreateBinding(pod.ref, node);
+    if (!st.ok()) {
+      cache_.Release(pod.ref.uid);
+      (void)writer_->ClearAssignment(pod.ref);
+      return fail("binding", st);
+    }
+  }
+  cache_.MarkBound(pod.ref.uid);
+  NodeSnapshotPtr snap = cache_.Node(node);
+  const std::string devices = DescribeAssignment(*a, snap.get());
+  audit_.Info("bind", {{"pod", PodName(pod.ref)},
+                       {"uid", pod.ref.uid},
+                       {"node", node},
+                       {"policy", options_.policy},
+                       {"score", static_cast<int64_t>(score)},
+                       {"devices", devices}});
+  if (events_ != nullptr && pod.Pooled()) {
+    events_->PodEvent(pod.ref, false, "AccelpoolAssigned", "devices on " + node + ": " + devices);
+  }
+  return a;
+}
+
+std::map<std::string, MetaVictims> Extender::Preempt(
+    const PodInfo& pod, const std::map<std::string, MetaVictims>& victims) {
+  std::map<std::string, MetaVictims> out;
+  for (const auto& [node, mv] : victims) {
+    NodeSnapshotPtr snap = cache_.Node(node);
+    if (!pod.Pooled()) {
+      out[node] = mv;
+      continue;
+    }
+    if (snap == nullptr || !snap->inventory_status.ok()) {
+      continue;  // no victim can make devices appear here
+    }
+    MetaVictims kept;
+    kept.num_pdb_violations = mv.num_pdb_violations;
+    std::vector<std::pair<std::string, PodAssignment>> holders;
+    for (const std::string& uid : mv.pod_uids) {
+      std::optional<PodAssignment> a = cache_.Assignment(uid);
+      if (a.has_value() && a->node == node) {
+        holders.emplace_back(uid, std::move(*a));
+      } else {
+        kept.pod_uids.push_back(uid);
+      }
+    }
+    NodeSnapshot freed = *snap;
+    for (const auto& [uid, a] : holders) {
+      ReleaseAssignment(a, &freed);
+    }
+    if (!PlanNode(pod, &freed, *policy_).fits()) {
+      continue;
+    }
+    // Put victims back, last first, while the pod still fits without them.
+    std::vector<bool> needed(holders.size(), true);
+    for (size_t i = holders.size(); i-- > 0;) {
+      NodeSnapshot trial = freed;
+      if (ApplyAssignment(holders[i].second, &trial).ok() &&
+          PlanNode(pod, &trial, *policy_).fits()) {
+        freed = std::move(trial);
+        needed[i] = false;
+      }
+    }
+    for (size_t i = 0; i < holders.size(); ++i) {
+      if (needed[i]) {
+        kept.pod_uids.push_back(holders[i].first);
+      }
+    }
+    out[node] = std::move(kept);
+  }
+  audit_.Info("preempt", {{"pod", PodName(pod.ref)},
+                          {"nodes_proposed", static_cast<int64_t>(victims.size())},
+                          {"nodes_kept", static_cast<int64_t>(out.size())}});
+  return out;
+}
+
+void Extender::UpdateGauges() const {
+  if (metrics_ == nullptr) {
+    return;
+  }
+  CacheStats s = cache_.Stats();
+  metrics_->cache_nodes->Get().Set(static_cast<double>(s.nodes));
+  metrics_->cache_pods->WithLabels({"bound"}).Set(static_cast<double>(s.pods_bound));
+  metrics_->cache_pods->WithLabels({"reserved"}).Set(static_cast<double>(s.pods_reserved));
+  metrics_->cache_age->Get().Set(s.seconds_since_update);
+  for (const std::string& name : cache_.NodeNames()) {
+    NodeSnapshotPtr snap = cache_.Node(name);
+    if (snap == nullptr) {
+      continue;
+    }
+    double mem = 0;
+    double cmp = 0;
+    for (const InventoryState& st : snap->inventories) {
+      for (size_t i = 0; i < st.usage.devices.size(); ++i) {
+        const core::DeviceUsage& u = st.usage.devices[i];
+        const core::Device& d = st.inventory->devices[i];
+        const double m = u.exclusive ? static_cast<double>(d.memory_mib)
+                                     : static_cast<double>(u.memory_mib);
+        const double c = u.exclusive ? core::kComputeWhole : static_cast<double>(u.compute);
+        metrics_->device_memory->WithLabels({name, d.id}).Set(m);
+        metrics_->device_compute->WithLabels({name, d.id}).Set(c);
+        mem += m;
+        cmp += c;
+      }
+    }
+    metrics_->node_memory->WithLabels({name}).Set(mem);
+    metrics_->node_compute->WithLabels({name}).Set(cmp);
+  }
+}
+
+}  // namespace accelpool::extender

@@ -1,0 +1,156 @@
+// Extender: the four scheduler-extender verbs over the cache and the core.
+//
+//   Filter     plans the pod on every candidate node (Fit on the node's
+//              snapshot) and answers all nodes where it fits, with a reason
+//              for each where it does not. Scores are remembered for the
+//              following prioritize of the same pod.
+//   Prioritize ranks candidates (planner.h RankNodes): policy score, job
+//              locality, keep-whole-nodes; 0..10 with a stable tie-break.
+//   Bind       plans on the chosen node, reserves in the cache before any
+//              I/O (re-planning on the same node when a concurrent bind took
+//              the devices, up to kMaxPlanAttempts), writes the assignment on
+//              the pod, then creates the Binding. Any failure releases the
+//              reservation. No lock is held across the writes.
+//   Preempt    for each node, keeps the victims that hold no devices (they
+//              were chosen for other resources) and the smallest set of
+//              device-holding victims whose devices the pod needs; drops nodes
+//              where even all victims leaving would not make room.
+//
+// The Kubernetes writes go through PodWriter and events through EventSink, so
+// the logic is tested without an apiserver.
+//
+// Thread-safety: every verb may be called concurrently from many threads.
+#ifndef ACCELPOOL_EXTENDER_EXTENDER_H_
+#define ACCELPOOL_EXTENDER_EXTENDER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "core/policy.h"
+#include "extender/cache.h"
+#include "extender/planner.h"
+#include "extender/wire.h"
+
+namespace accelpool::extender {
+
+// The apiserver writes a bind makes.
+class PodWriter {
+ public:
+  virtual ~PodWriter() = default;
+  // Records `a` on the pod (annotation accelpool.io/assignment), guarded by
+  // the pod's uid. kNotFound / kAborted when the pod is gone or replaced.
+  virtual Status WriteAssignment(const PodInfo& pod, const PodAssignment& a) = 0;
+  // Removes the annotation after a failed Binding (best effort).
+  virtual Status ClearAssignment(const PodRef& pod) = 0;
+  virtual Status CreateBinding(const PodRef& pod, const std::string& node) = 0;
+};
+
+// Where operator-facing decisions are reported as pod Events. Implementations
+// must not block the caller on I/O.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void PodEvent(const PodRef& pod, bool warning, const std::string& reason,
+                        const std::string& message) = 0;
+};
+
+struct ExtenderOptions {
+  std::string policy = "accelpool";  // a core::PolicyNames() entry
+  core::PolicyContext policy_context;
+  RankOptions rank;
+  // Threads that evaluate nodes in one filter call; 1 = the calling thread only.
+  int filter_threads = 1;
+  // Filter results kept for prioritize (per pod uid) this long.
+  std::chrono::milliseconds score_ttl{30000};
+  size_t max_remembered_pods = 4096;
+};
+
+// Prometheus families of the extender (registered once per registry).
+struct ExtenderMetrics {
+  HistogramFamily* latency = nullptr;        // verb
+  CounterFamily* requests = nullptr;         // verb, code
+  CounterFamily* filter_nodes = nullptr;     // outcome (fits|unschedulable|unresolvable), reason
+  CounterFamily* bind_conflicts = nullptr;   // stage
+  CounterFamily* bind_failures = nullptr;    // stage
+  GaugeFamily* cache_nodes = nullptr;
+  GaugeFamily* cache_pods = nullptr;         // state
+  GaugeFamily* cache_age = nullptr;
+  GaugeFamily* device_memory = nullptr;      // node, device
+  GaugeFamily* device_compute = nullptr;     // node, device
+  GaugeFamily* node_memory = nullptr;        // node
+  GaugeFamily* node_compute = nullptr;       // node
+  CounterFamily* bad_requests = nullptr;     // verb
+
+  static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
+};
+
+struct FilterDecision {
+  std::vector<std::string> fits;
+  std::map<std::string, std::string> failed;
+  std::map<std::string, std::string> unresolvable;
+};
+
+class Extender {
+ public:
+  static constexpr int kMaxPlanAttempts = 4;
+
+  // kInvalidArgument for an unknown policy name (the message lists them).
+  // `writer`, `events`, `metrics` may be null (no writes / events / metrics).
+  static StatusOr<std::unique_ptr<Extender>> Create(Cache& cache, ExtenderOptions options,
+                                                    PodWriter* writer, EventSink* events,
+                                                    const ExtenderMetrics* metrics, Logger log);
+
+  FilterDecision Filter(const PodInfo& pod, const std::vector<std::string>& nodes);
+  std::vector<HostPriority> Prioritize(const PodInfo& pod, const std::vector<std::string>& nodes);
+  // The chosen assignment on success.
+  StatusOr<PodAssignment> Bind(const PodInfo& pod, const std::string& node);
+  std::map<std::string, MetaVictims> Preempt(const PodInfo& pod,
+                                             const std::map<std::string, MetaVictims>& victims);
+
+  // The PodInfo remembered from the pod's last filter, if any (bind arrives
+  // with names only).
+  std::optional<PodInfo> RememberedPod(const std::string& uid) const;
+
+  // Refreshes the cache and per-device allocation gauges.
+  void UpdateGauges() const;
+
+  const std::string& policy_name() const { return options_.policy; }
+  Cache& cache() { return cache_; }
+
+ private:
+  Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy, PodWriter* writer,
+           EventSink* events, const ExtenderMetrics* metrics, Logger log);
+
+  struct Remembered {
+    PodInfo pod;
+    std::map<std::string, std::pair<uint64_t, int32_t>> scores;  // node -> (version, score)
+    std::chrono::steady_clock::time_point at;
+  };
+  void Remember(const PodInfo& pod, std::map<std::string, std::pair<uint64_t, int32_t>> scores);
+  StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,
+                                         int32_t* score);
+
+  Cache& cache_;
+  const ExtenderOptions options_;
+  const core::PolicyPtr policy_;
+  PodWriter* const writer_;
+  EventSink* const events_;
+  const ExtenderMetrics* const metrics_;
+  const Logger log_;
+  const Logger audit_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, Remembered> remembered_;  // guarded by mu_
+};
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_EXTENDER_H_

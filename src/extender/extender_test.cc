@@ -1,0 +1,176 @@
+#include "extender/extender.h"
+
+#include <gtest/gtest.h>
+
+#include "extender/test_util.h"
+
+namespace accelpool::extender {
+namespace {
+
+using testing::AddGpuNode;
+using testing::FakeEvents;
+using testing::FakeWriter;
+using testing::Gpu;
+using testing::MakePod;
+
+class ExtenderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto reg = ExtenderMetrics::Register(registry_);
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    metrics_ = *reg;
+    ExtenderOptions o;
+    o.policy = "binpack";
+    auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ext_ = std::move(e).value();
+  }
+  int64_t Used(const std::string& node) {
+    int64_t n = 0;
+    for (const auto& u : cache_.Node(node)->inventories[0].usage.devices) {
+      n += u.exclusive ? 1 : 0;
+    }
+    return n;
+  }
+
+  Cache cache_;
+  MetricsRegistry registry_;
+  ExtenderMetrics metrics_;
+  FakeWriter writer_;
+  FakeEvents events_;
+  std::unique_ptr<Extender> ext_;
+};
+
+TEST_F(ExtenderTest, UnknownPolicyIsRejectedWithTheList) {
+  ExtenderOptions o;
+  o.policy = "nope";
+  auto e = Extender::Create(cache_, o, nullptr, nullptr, nullptr, Logger());
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("binpack"), std::string::npos) << e.status().message();
+}
+
+TEST_F(ExtenderTest, FilterAnswersEveryNodeWithReasons) {
+  AddGpuNode(cache_, "free");
+  AddGpuNode(cache_, "full");
+  cache_.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("x")),
+                    0, {});
+  ASSERT_TRUE(ext_->Bind(MakePod("filler", {Gpu(8)}), "full").ok());
+  FilterDecision d = ext_->Filter(MakePod("p", {Gpu(2)}), {"free", "full", "bad", "unknown"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"free"});
+  ASSERT_EQ(d.failed.size(), 2u);
+  EXPECT_TRUE(d.failed.count("full"));
+  EXPECT_NE(d.failed["bad"].find("does not parse"), std::string::npos);
+  ASSERT_EQ(d.unresolvable.size(), 1u);
+  EXPECT_TRUE(d.unresolvable.count("unknown"));
+  EXPECT_FALSE(d.failed["full"].empty());
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find("accelpool_extender_filter_nodes_total{outcome=\"fits\""), std::string::npos);
+}
+
+TEST_F(ExtenderTest, NoFitRaisesAnEvent) {
+  AddGpuNode(cache_, "a");
+  FilterDecision d = ext_->Filter(MakePod("big", {Gpu(16)}), {"a"});
+  EXPECT_TRUE(d.fits.empty());
+  auto ev = events_.events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_NE(ev[0].find("Warning AccelpoolNoFit"), std::string::npos) << ev[0];
+}
+
+TEST_F(ExtenderTest, PrioritizeRanksEveryCandidateWithOneWinner) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  AddGpuNode(cache_, "c");
+  ASSERT_TRUE(ext_->Bind(MakePod("x", {Gpu(4)}), "b").ok());
+  PodInfo pod = MakePod("p", {Gpu(2)});
+  ext_->Filter(pod, {"a", "b", "c"});
+  std::vector<HostPriority> got = ext_->Prioritize(pod, {"a", "b", "c"});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].host, "b");  // binpack and keep-whole both prefer the used node
+  EXPECT_EQ(got[0].score, kMaxExtenderPriority);
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_LT(got[i].score, kMaxExtenderPriority);
+    EXPECT_GE(got[i].score, 0);
+  }
+  // Without a preceding filter the scores are computed afresh, identically.
+  EXPECT_EQ(ext_->Prioritize(MakePod("other", {Gpu(2)}), {"a", "b", "c"}), got);
+}
+
+TEST_F(ExtenderTest, BindWritesAssignmentThenBinding) {
+  AddGpuNode(cache_, "a");
+  StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(2)}), "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->node, "a");
+  EXPECT_EQ(writer_.calls(), (std::vector<std::string>{"assign p1 a", "bind p1 a"}));
+  EXPECT_EQ(Used("a"), 2);
+  EXPECT_EQ(cache_.Stats().pods_bound, 1);
+}
+
+TEST_F(ExtenderTest, FailedBindGivesDevicesBack) {
+  struct Case {
+    const char* name;
+    bool fail_assignment;
+    std::vector<std::string> want_calls;
+  };
+  const Case cases[] = {
+      {"assignment patch fails", true, {"assign p1 a"}},
+      {"binding fails", false, {"assign p1 a", "bind p1 a", "clear p1"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Cache cache;
+    FakeWriter writer;
+    (c.fail_assignment ? writer.FailAssignment(AbortedError("conflict"))
+                       : writer.FailBinding(UnavailableError("apiserver down")));
+    auto e = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+    ASSERT_TRUE(e.ok());
+    AddGpuNode(cache, "a");
+    StatusOr<PodAssignment> a = (*e)->Bind(MakePod("p1", {Gpu(8)}), "a");
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(writer.calls(), c.want_calls);
+    EXPECT_TRUE(cache.Node("a")->Idle());
+    EXPECT_FALSE(cache.Assignment("p1").has_value());
+  }
+}
+
+TEST_F(ExtenderTest, BindAfterAnotherPodTookTheDevicesReplansOrFails) {
+  AddGpuNode(cache_, "a");
+  PodInfo p1 = MakePod("p1", {Gpu(4)});
+  PodInfo p2 = MakePod("p2", {Gpu(4)});
+  PodInfo p3 = MakePod("p3", {Gpu(1)});
+  // All three pass filter before any bind (kube-scheduler binds asynchronously).
+  EXPECT_EQ(ext_->Filter(p1, {"a"}).fits.size(), 1u);
+  EXPECT_EQ(ext_->Filter(p2, {"a"}).fits.size(), 1u);
+  EXPECT_EQ(ext_->Filter(p3, {"a"}).fits.size(), 1u);
+  ASSERT_TRUE(ext_->Bind(p1, "a").ok());
+  StatusOr<PodAssignment> b2 = ext_->Bind(p2, "a");
+  ASSERT_TRUE(b2.ok()) << b2.status().ToString();
+  StatusOr<PodAssignment> b3 = ext_->Bind(p3, "a");
+  ASSERT_FALSE(b3.ok());
+  EXPECT_EQ(b3.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(b3.status().message().find("no longer fits"), std::string::npos);
+  EXPECT_EQ(Used("a"), 8);
+}
+
+TEST_F(ExtenderTest, PreemptKeepsOnlyVictimsWhoseDevicesAreNeeded) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v2", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("w1", {Gpu(8)}), "b").ok());
+  std::map<std::string, MetaVictims> proposed = {
+      {"a", MetaVictims{{"v1", "v2", "cpu-only"}, 1}},
+      {"b", MetaVictims{{"cpu-only-2"}, 0}},  // freeing it frees no device
+  };
+  auto got = ext_->Preempt(MakePod("p", {Gpu(4)}), proposed);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got.count("a"));
+  EXPECT_EQ(got["a"].num_pdb_violations, 1);
+  ASSERT_EQ(got["a"].pod_uids.size(), 2u);
+  EXPECT_EQ(got["a"].pod_uids[0], "cpu-only");
+  EXPECT_TRUE(got["a"].pod_uids[1] == "v1" || got["a"].pod_uids[1] == "v2");
+  // Preempt only looks: nothing was released.
+  EXPECT_EQ(Used("a"), 8);
+}
+
+}  // namespace
+}  // namespace accelpool::extender

@@ -1,0 +1,250 @@
+#include "extender/node_state.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "core/usage.h"
+
+namespace accelpool::extender {
+
+InventoryState InventoryState::Empty(std::shared_ptr<const core::NodeInventory> inv) {
+  InventoryState s;
+  s.usage = core::NodeUsage::Empty(*inv);
+  s.slots.resize(inv->devices.size());
+  for (size_t i = 0; i < inv->devices.size(); ++i) {
+    s.slots[i].assign(static_cast<size_t>(std::max(1, inv->devices[i].max_shares)), false);
+  }
+  s.inventory = std::move(inv);
+  return s;
+}
+
+const InventoryState* NodeSnapshot::Find(core::Vendor v) const {
+  for (const InventoryState& s : inventories) {
+    if (s.inventory->vendor == v) {
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+InventoryState* NodeSnapshot::Find(core::Vendor v) {
+  for (InventoryState& s : inventories) {
+    if (s.inventory->vendor == v) {
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+bool NodeSnapshot::Idle() const {
+  for (const InventoryState& s : inventories) {
+    for (const core::DeviceUsage& u : s.usage.devices) {
+      if (u.shares > 0 || u.exclusive || u.memory_mib > 0 || u.compute > 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+int32_t NodeSnapshot::DeviceCount() const {
+  int32_t n = 0;
+  for (const InventoryState& s : inventories) {
+    n += static_cast<int32_t>(s.inventory->devices.size());
+  }
+  return n;
+}
+
+int32_t NodeSnapshot::FreeWholeDevices() const {
+  int32_t n = 0;
+  for (const InventoryState& s : inventories) {
+    for (size_t i = 0; i < s.usage.devices.size(); ++i) {
+      const core::DeviceUsage& u = s.usage.devices[i];
+      if (s.inventory->devices[i].healthy && u.shares == 0 && !u.exclusive && u.memory_mib == 0 &&
+          u.compute == 0) {
+        ++n;
+      }
+    }
+  }
+  return n;
+}
+
+std::string SlotId(const core::Device& d, int32_t slot) {
+  return d.id + "::" + std::to_string(slot);
+}
+
+StatusOr<std::vector<std::vector<int32_t>>> AssignSlots(const InventoryState& state,
+                                                        const core::Placement& placement) {
+  const core::NodeInventory& inv = *state.inventory;
+  std::vector<std::vector<int32_t>> out(placement.containers.size());
+  // Per device: the slots this pod holds, and which of them a regular or
+  // sidecar container already uses.
+  std::map<int32_t, std::vector<int32_t>> held;
+  std::map<int32_t, std::set<int32_t>> held_by_long_running;
+  std::map<int32_t, std::set<int32_t>> taken_now;  // new slots taken by this pod
+  auto take_new = [&](int32_t dev) -> int32_t {
+    const std::vector<bool>& slots = state.slots[static_cast<size_t>(dev)];
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (!slots[k] && !taken_now[dev].count(static_cast<int32_t>(k))) {
+        taken_now[dev].insert(static_cast<int32_t>(k));
+        held[dev].push_back(static_cast<int32_t>(k));
+        return static_cast<int32_t>(k);
+      }
+    }
+    return -1;
+  };
+  for (size_t c = 0; c < placement.containers.size(); ++c) {
+    const core::ContainerPlacement& cp = placement.containers[c];
+    for (const core::Grant& g : cp.grants) {
+      if (g.device < 0 || static_cast<size_t>(g.device) >= inv.devices.size()) {
+        return InvalidArgumentError("placement names device index " + std::to_string(g.device) +
+                                    " outside the inventory of node " + inv.node);
+      }
+      int32_t slot = -1;
+      if (cp.kind == core::ContainerKind::kInit) {
+        if (!held[g.device].empty()) {
+          slot = held[g.device].front();
+        }
+      } else {
+        for (int32_t k : held[g.device]) {
+          if (!held_by_long_running[g.device].count(k)) {
+            slot = k;
+            break;
+          }
+        }
+      }
+      if (slot < 0) {
+        slot = take_new(g.device);
+      }
+      if (slot < 0) {
+        return FailedPreconditionError("device " + inv.devices[static_cast<size_t>(g.device)].id +
+                                       " on node " + inv.node + " has no free slot");
+      }
+      if (cp.kind != core::ContainerKind::kInit) {
+        held_by_long_running[g.device].insert(slot);
+      }
+      out[c].push_back(slot);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// The distinct (device, slot) pairs of a part.
+std::set<std::pair<int32_t, int32_t>> PartSlots(const AssignmentPart& part) {
+  std::set<std::pair<int32_t, int32_t>> out;
+  for (size_t c = 0; c < part.placement.containers.size() && c < part.slots.size(); ++c) {
+    const auto& grants = part.placement.containers[c].grants;
+    for (size_t g = 0; g < grants.size() && g < part.slots[c].size(); ++g) {
+      out.emplace(grants[g].device, part.slots[c][g]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ApplyPart(const AssignmentPart& part, InventoryState* state) {
+  const core::NodeInventory& inv = *state->inventory;
+  const auto slots = PartSlots(part);
+  for (const auto& [dev, slot] : slots) {
+    if (dev < 0 || static_cast<size_t>(dev) >= state->slots.size() || slot < 0 ||
+        static_cast<size_t>(slot) >= state->slots[static_cast<size_t>(dev)].size()) {
+      return InvalidArgumentError("slot " + std::to_string(slot) + " of device index " +
+                                  std::to_string(dev) + " does not exist on node " + inv.node);
+    }
+    if (state->slots[static_cast<size_t>(dev)][static_cast<size_t>(slot)]) {
+      return FailedPreconditionError("slot " +
+                                     SlotId(inv.devices[static_cast<size_t>(dev)], slot) +
+                                     " is already assigned");
+    }
+  }
+  ACCELPOOL_RETURN_IF_ERROR(core::ApplyPlacement(part.placement, inv, &state->usage));
+  for (const auto& [dev, slot] : slots) {
+    state->slots[static_cast<size_t>(dev)][static_cast<size_t>(slot)] = true;
+  }
+  return Status::Ok();
+}
+
+Status ReleasePart(const AssignmentPart& part, InventoryState* state) {
+  ACCELPOOL_RETURN_IF_ERROR(
+      core::ReleasePlacement(part.placement, *state->inventory, &state->usage));
+  for (const auto& [dev, slot] : PartSlots(part)) {
+    if (dev >= 0 && static_cast<size_t>(dev) < state->slots.size() && slot >= 0 &&
+        static_cast<size_t>(slot) < state->slots[static_cast<size_t>(dev)].size()) {
+      state->slots[static_cast<size_t>(dev)][static_cast<size_t>(slot)] = false;
+    }
+  }
+  return Status::Ok();
+}
+
+int RemapPart(const core::NodeInventory& old_inv, const core::NodeInventory& new_inv,
+              AssignmentPart* part) {
+  std::map<std::string, int32_t> by_id;
+  for (const core::Device& d : new_inv.devices) {
+    by_id.emplace(d.id, d.index);
+  }
+  int dropped = 0;
+  for (size_t c = 0; c < part->placement.containers.size(); ++c) {
+    auto& grants = part->placement.containers[c].grants;
+    std::vector<core::Grant> kept;
+    std::vector<int32_t> kept_slots;
+    for (size_t g = 0; g < grants.size(); ++g) {
+      const int32_t old_index = grants[g].device;
+      auto it = old_index >= 0 && static_cast<size_t>(old_index) < old_inv.devices.size()
+                    ? by_id.find(old_inv.devices[static_cast<size_t>(old_index)].id)
+                    : by_id.end();
+      if (it == by_id.end()) {
+        ++dropped;
+        continue;
+      }
+      core::Grant moved = grants[g];
+      moved.device = it->second;
+      kept.push_back(moved);
+      if (c < part->slots.size() && g < part->slots[c].size()) {
+        kept_slots.push_back(part->slots[c][g]);
+      }
+    }
+    grants = std::move(kept);
+    if (c < part->slots.size()) {
+      part->slots[c] = std::move(kept_slots);
+    }
+  }
+  return dropped;
+}
+
+// Adds every part of `a` to `s`, all or nothing.
+Status ApplyAssignment(const PodAssignment& a, NodeSnapshot* s) {
+  for (size_t i = 0; i < a.parts.size(); ++i) {
+    InventoryState* st = s->Find(a.parts[i].vendor);
+    Status result = st == nullptr
+                        ? FailedPreconditionError("node " + s->name + " has no " +
+                                                  std::string(core::VendorName(a.parts[i].vendor)) +
+                                                  " devices")
+                        : ApplyPart(a.parts[i], st);
+    if (!result.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        (void)ReleasePart(a.parts[j], s->Find(a.parts[j].vendor));
+      }
+      return result;
+    }
+  }
+  ++s->pods;
+  return Status::Ok();
+}
+
+void ReleaseAssignment(const PodAssignment& a, NodeSnapshot* s) {
+  for (const AssignmentPart& p : a.parts) {
+    if (InventoryState* st = s->Find(p.vendor); st != nullptr) {
+      (void)ReleasePart(p, st);
+    }
+  }
+  if (s->pods > 0) {
+    --s->pods;
+  }
+}
+
+}  // namespace accelpool::extender

@@ -1,0 +1,111 @@
+// Per-node state the extender keeps: each vendor inventory of a node with
+// what is assigned on it (usage and kubelet slot occupancy), and a pod's
+// assignment on one node (a placement per vendor plus the slot each grant
+// holds). Slot ids follow docs/protocol.md: device d advertises max_shares
+// slots `<device-id>::<k>`, k in [0, max_shares).
+//
+// Slot choice (AssignSlots): per device, a pod's containers reuse the pod's
+// own slots the way kubelet reuses devices: an init container may take any slot
+// the pod already holds on that device (init containers run one at a time
+// before the rest); a regular or sidecar container takes a slot of the pod not
+// yet held by another regular or sidecar container, else a new free slot.
+// Example: init 4 GiB on gpu0 then main 4 GiB on gpu0 -> both get slot 1 when
+// slot 0 is someone else's; the pod occupies one slot.
+//
+// Thread-safety: plain values and pure functions. NodeSnapshot is shared
+// read-only between threads once published by the cache.
+#ifndef ACCELPOOL_EXTENDER_NODE_STATE_H_
+#define ACCELPOOL_EXTENDER_NODE_STATE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "core/types.h"
+
+namespace accelpool::extender {
+
+struct InventoryState {
+  std::shared_ptr<const core::NodeInventory> inventory;
+  core::NodeUsage usage;
+  std::vector<std::vector<bool>> slots;  // [device][slot] taken
+
+  static InventoryState Empty(std::shared_ptr<const core::NodeInventory> inv);
+};
+
+// Network domains of a node, narrowest first after the node itself.
+struct NodeDomains {
+  std::string super_node;
+  std::string rack;
+  std::string block;
+  friend bool operator==(const NodeDomains&, const NodeDomains&) = default;
+};
+
+struct NodeSnapshot {
+  std::string name;
+  uint64_t version = 0;     // bumps on every change of this node's state
+  int64_t generation = 0;   // the inventory document's generation
+  Status inventory_status;  // not OK when the node's inventory did not parse
+  std::vector<InventoryState> inventories;
+  NodeDomains domains;
+  int32_t pods = 0;  // pods holding devices here
+  std::chrono::steady_clock::time_point updated;
+
+  // nullptr when the node has no inventory of `v`.
+  const InventoryState* Find(core::Vendor v) const;
+  InventoryState* Find(core::Vendor v);
+  // True when no device of the node holds any grant.
+  bool Idle() const;
+  int32_t DeviceCount() const;
+  int32_t FreeWholeDevices() const;
+};
+using NodeSnapshotPtr = std::shared_ptr<const NodeSnapshot>;
+
+// One vendor's share of a pod's assignment.
+struct AssignmentPart {
+  core::Vendor vendor = core::Vendor::kUnknown;
+  core::Placement placement;
+  // slots[c][g]: slot index of placement.containers[c].grants[g].
+  std::vector<std::vector<int32_t>> slots;
+  friend bool operator==(const AssignmentPart&, const AssignmentPart&) = default;
+};
+
+struct PodAssignment {
+  std::string node;
+  std::string policy;
+  std::vector<AssignmentPart> parts;
+  bool empty() const { return parts.empty(); }
+  friend bool operator==(const PodAssignment&, const PodAssignment&) = default;
+};
+
+// "<device-id>::<slot>".
+std::string SlotId(const core::Device& d, int32_t slot);
+
+// Chooses slots for `placement` on `state` (see the file comment).
+// kFailedPrecondition when a device has no free slot left.
+StatusOr<std::vector<std::vector<int32_t>>> AssignSlots(const InventoryState& state,
+                                                        const core::Placement& placement);
+
+// Adds `part` (usage and slots) to `state`; changes nothing and returns
+// kFailedPrecondition when it would overcommit a device or take a taken slot.
+Status ApplyPart(const AssignmentPart& part, InventoryState* state);
+// Removes `part`; tolerant of slots already free.
+Status ReleasePart(const AssignmentPart& part, InventoryState* state);
+
+// Rewrites the device indices of `part` (made against `old_inv`) for `new_inv`
+// by device id; grants on devices that are gone are dropped. Returns how many
+// grants were dropped.
+int RemapPart(const core::NodeInventory& old_inv, const core::NodeInventory& new_inv,
+              AssignmentPart* part);
+
+// Adds every part of `a` to `s` (and counts the pod), all or nothing.
+Status ApplyAssignment(const PodAssignment& a, NodeSnapshot* s);
+// Removes every part of `a` from `s`.
+void ReleaseAssignment(const PodAssignment& a, NodeSnapshot* s);
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_NODE_STATE_H_

@@ -1,0 +1,168 @@
+#include "extender/planner.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace accelpool::extender {
+
+PodInfo MakePodInfo(PodRef ref, core::PodRequest request) {
+  PodInfo info;
+  info.ref = std::move(ref);
+  info.request = std::move(request);
+  std::map<core::Vendor, std::pair<int32_t, int32_t>> per_vendor;  // (long-running, max init)
+  for (const core::DeviceRequest& r : info.request.containers) {
+    if (std::find(info.vendors.begin(), info.vendors.end(), r.vendor) == info.vendors.end()) {
+      info.vendors.push_back(r.vendor);
+    }
+    auto& [running, init] = per_vendor[r.vendor];
+    if (r.kind == core::ContainerKind::kInit) {
+      init = std::max(init, r.count);
+    } else {
+      running += r.count;
+    }
+  }
+  for (const auto& [vendor, counts] : per_vendor) {
+    info.devices += std::max(counts.first, counts.second);
+  }
+  return info;
+}
+
+std::string NodePlan::Describe() const {
+  if (!message.empty()) {
+    return message;
+  }
+  std::string out;
+  for (const core::FitReason& r : reasons) {
+    if (!out.empty()) {
+      out += "; ";
+    }
+    out += core::DescribeReason(r);
+  }
+  return out.empty() ? "does not fit" : out;
+}
+
+NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Policy& policy) {
+  NodePlan plan;
+  if (snap == nullptr) {
+    plan.code = core::FitCode::kUnresolvable;
+    plan.message =
+        "node has no accelpool inventory; run the accelpool device plugin there or keep pods "
+        "asking for pooled devices off it";
+    return plan;
+  }
+  if (!snap->inventory_status.ok()) {
+    plan.code = core::FitCode::kUnschedulable;
+    plan.message = "node inventory does not parse (" + snap->inventory_status.message() +
+                   "); check the accelpool device plugin on this node";
+    return plan;
+  }
+  plan.code = core::FitCode::kFits;
+  int64_t score_sum = 0;
+  for (core::Vendor v : pod.vendors) {
+    const InventoryState* st = snap->Find(v);
+    if (st == nullptr) {
+      plan.code = core::FitCode::kUnresolvable;
+      plan.reasons.push_back(core::FitReason{core::Reason::kNoDevices, 1, 0});
+      continue;
+    }
+    core::FitResult r = core::Fit(pod.request, *st->inventory, st->usage, &policy);
+    if (!r.fits()) {
+      if (r.code == core::FitCode::kUnresolvable || plan.code == core::FitCode::kFits) {
+        plan.code = r.code;
+      }
+      plan.reasons.insert(plan.reasons.end(), r.reasons.begin(), r.reasons.end());
+      continue;
+    }
+    if (plan.fits()) {
+      score_sum += policy.NodeScore(*st->inventory, st->usage, r.placement);
+      plan.parts.push_back(AssignmentPart{v, std::move(r.placement), {}});
+    }
+  }
+  if (!plan.fits()) {
+    plan.parts.clear();
+    return plan;
+  }
+  plan.score = pod.vendors.empty()
+                   ? 0
+                   : static_cast<int32_t>(score_sum / static_cast<int64_t>(pod.vendors.size()));
+  plan.score = std::clamp(plan.score, 0, 100);
+  return plan;
+}
+
+namespace {
+
+int Locality(const NodeSnapshot* snap, const std::string& node,
+             const std::map<std::string, NodeDomains>& job_domains, const RankOptions& o) {
+  if (job_domains.empty()) {
+    return 0;
+  }
+  if (job_domains.count(node)) {
+    return o.locality_node;
+  }
+  if (snap == nullptr) {
+    return 0;
+  }
+  int best = 0;
+  const NodeDomains& d = snap->domains;
+  for (const auto& [other, od] : job_domains) {
+    if (!d.super_node.empty() && d.super_node == od.super_node) {
+      best = std::max(best, o.locality_super_node);
+    } else if (!d.rack.empty() && d.rack == od.rack) {
+      best = std::max(best, o.locality_rack);
+    } else if (!d.block.empty() && d.block == od.block) {
+      best = std::max(best, o.locality_block);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankInput>& nodes,
+                                    const std::map<std::string, NodeDomains>& job_domains,
+                                    const RankOptions& options) {
+  // Busy nodes per super-node among the candidates, for the keep-whole term.
+  std::map<std::string, int> busy_in_super_node;
+  for (const RankInput& n : nodes) {
+    if (n.snap != nullptr && !n.snap->domains.super_node.empty()) {
+      busy_in_super_node[n.snap->domains.super_node] += n.snap->Idle() ? 0 : 1;
+    }
+  }
+  struct Scored {
+    int64_t combined;
+    const std::string* node;
+  };
+  std::vector<Scored> scored;
+  scored.reserve(nodes.size());
+  for (const RankInput& n : nodes) {
+    int64_t combined = n.policy_score;
+    combined += Locality(n.snap.get(), n.node, job_domains, options);
+    if (n.snap != nullptr && pod.devices > 0 && pod.devices < n.snap->DeviceCount() &&
+        n.snap->Idle()) {
+      combined -= options.idle_node_penalty;
+      const std::string& sn = n.snap->domains.super_node;
+      if (!sn.empty() && busy_in_super_node[sn] == 0) {
+        combined -= options.idle_super_node_penalty;
+      }
+    }
+    scored.push_back(Scored{std::max<int64_t>(combined, 0), &n.node});
+  }
+  std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
+    return a.combined != b.combined ? a.combined > b.combined : *a.node < *b.node;
+  });
+  std::vector<HostPriority> out;
+  out.reserve(scored.size());
+  const int64_t best = scored.empty() ? 0 : scored.front().combined;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    int64_t s = kMaxExtenderPriority;
+    if (i > 0) {
+      s = best > 0 ? std::min<int64_t>(kMaxExtenderPriority - 1,
+                                       (kMaxExtenderPriority - 1) * scored[i].combined / best)
+                   : 0;
+    }
+    out.push_back(HostPriority{*scored[i].node, s});
+  }
+  return out;
+}
+
+}  // namespace accelpool::extender

@@ -1,0 +1,87 @@
+// Planning one pod on one node, and ranking nodes for prioritize.
+//
+// PlanNode runs core::Fit once per vendor the pod asks for, on the node's
+// snapshot (usage includes reservations of binds in flight), and folds the
+// results: the worst code wins (unresolvable over unschedulable over fits),
+// reasons are concatenated, the node score is the mean of the per-vendor
+// policy scores (0..100).
+//
+// RankNodes turns per-node policy scores into kube-scheduler's 0..10:
+//   combined = policy score
+//            + job locality (siblings of the pod's job on the same node,
+//              else the same super-node, rack or block)
+//            - keep-whole penalty (a pod smaller than a node that would break
+//              an idle node, more when it would break an idle super-node)
+// Nodes are ordered by combined score, ties by node name (a stable order, so
+// the policy's choice is never left to kube-scheduler's random tie-break).
+// The first node gets 10; the rest get floor(9 * combined / best), at most 9.
+// Example: combined {a: 80, b: 80, c: 40} -> a 10, b 9, c 4.
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_EXTENDER_PLANNER_H_
+#define ACCELPOOL_EXTENDER_PLANNER_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/fit.h"
+#include "core/policy.h"
+#include "core/types.h"
+#include "extender/cache.h"
+#include "extender/node_state.h"
+#include "extender/wire.h"
+
+namespace accelpool::extender {
+
+// A pod's request parsed once per call.
+struct PodInfo {
+  PodRef ref;
+  core::PodRequest request;
+  std::vector<core::Vendor> vendors;  // distinct vendors asked for, in first-use order
+  int32_t devices = 0;                // most devices the pod holds at once (per vendor, summed)
+
+  bool Pooled() const { return !request.containers.empty(); }
+};
+PodInfo MakePodInfo(PodRef ref, core::PodRequest request);
+
+struct NodePlan {
+  core::FitCode code = core::FitCode::kUnresolvable;
+  std::vector<core::FitReason> reasons;
+  std::string message;  // set for nodes without a usable inventory
+  std::vector<AssignmentPart> parts;  // when fits; slots not chosen yet
+  int32_t score = 0;                  // policy score 0..100, when fits
+
+  bool fits() const { return code == core::FitCode::kFits; }
+  // Operator text for a node that does not fit.
+  std::string Describe() const;
+};
+
+// REQUIRES: pod.request validated. `snap` may be null (unknown node).
+NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Policy& policy);
+
+struct RankOptions {
+  int locality_node = 30;
+  int locality_super_node = 20;
+  int locality_rack = 12;
+  int locality_block = 6;
+  int idle_node_penalty = 15;
+  int idle_super_node_penalty = 10;  // added when the node's whole super-node is idle
+};
+
+struct RankInput {
+  std::string node;
+  int32_t policy_score = 0;
+  NodeSnapshotPtr snap;  // may be null
+};
+
+// `job_domains`: the domains of the nodes holding the pod's job siblings, with
+// their pod counts (empty when the pod has no job or no sibling is placed).
+std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankInput>& nodes,
+                                    const std::map<std::string, NodeDomains>& job_domains,
+                                    const RankOptions& options = {});
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_PLANNER_H_

@@ -1,0 +1,119 @@
+#include "extender/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "extender/test_util.h"
+
+namespace accelpool::extender {
+namespace {
+
+using testing::AddGpuNode;
+using testing::Gpu;
+using testing::MakePod;
+
+core::PolicyPtr Binpack() {
+  StatusOr<core::PolicyPtr> p = core::MakePolicy("binpack");
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+TEST(PlannerTest, PlanNodeOutcomes) {
+  Cache c;
+  AddGpuNode(c, "a");
+  c.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("bad doc")),
+               0, {});
+  core::PolicyPtr policy = Binpack();
+  struct Case {
+    const char* name;
+    const char* node;
+    PodInfo pod;
+    core::FitCode want;
+    const char* want_text;  // substring of Describe() when it does not fit
+  };
+  const Case cases[] = {
+      {"fits", "a", MakePod("p", {Gpu(2)}), core::FitCode::kFits, ""},
+      {"unknown node", "zzz", MakePod("p", {Gpu(1)}), core::FitCode::kUnresolvable,
+       "no accelpool inventory"},
+      {"unparsable inventory", "bad", MakePod("p", {Gpu(1)}), core::FitCode::kUnschedulable,
+       "does not parse"},
+      {"too many devices", "a", MakePod("p", {Gpu(9)}), core::FitCode::kUnresolvable, ""},
+      {"no pooled request fits anywhere", "a", MakePod("p", {}), core::FitCode::kFits, ""},
+  };
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    NodeSnapshotPtr snap = c.Node(tc.node);
+    NodePlan plan = PlanNode(tc.pod, snap.get(), *policy);
+    EXPECT_EQ(plan.code, tc.want) << plan.Describe();
+    if (plan.fits()) {
+      EXPECT_EQ(plan.parts.size(), tc.pod.vendors.size());
+      EXPECT_GE(plan.score, 0);
+      EXPECT_LE(plan.score, 100);
+    } else {
+      EXPECT_TRUE(plan.parts.empty());
+      EXPECT_NE(plan.Describe().find(tc.want_text), std::string::npos) << plan.Describe();
+    }
+  }
+}
+
+TEST(PlannerTest, MakePodInfoCountsDevicesHeldAtOnce) {
+  PodInfo p = MakePod("p", {Gpu(4, 0, 0, "init", core::ContainerKind::kInit), Gpu(2, 0, 0, "a"),
+                            Gpu(1, 0, 0, "b")});
+  EXPECT_EQ(p.devices, 4);
+  EXPECT_EQ(p.vendors, std::vector<core::Vendor>{core::Vendor::kNvidia});
+}
+
+std::vector<HostPriority> Rank(const PodInfo& pod, const std::vector<RankInput>& in,
+                               const std::map<std::string, NodeDomains>& job = {}) {
+  return RankNodes(pod, in, job);
+}
+
+TEST(PlannerTest, RankFoldsStableTieBreak) {
+  PodInfo pod = MakePod("p", {});
+  auto out = Rank(pod, {{"c", 40, nullptr}, {"b", 80, nullptr}, {"a", 80, nullptr}});
+  EXPECT_EQ(out, (std::vector<HostPriority>{{"a", 10}, {"b", 9}, {"c", 4}}));
+  // Exactly one node gets the maximum, whatever the ties.
+  auto ties = Rank(pod, {{"x", 50, nullptr}, {"y", 50, nullptr}, {"z", 50, nullptr}});
+  EXPECT_EQ(ties[0], (HostPriority{"x", 10}));
+  EXPECT_EQ(ties[1].score, 9);
+  EXPECT_EQ(Rank(pod, {}).size(), 0u);
+  auto zeros = Rank(pod, {{"b", 0, nullptr}, {"a", 0, nullptr}});
+  EXPECT_EQ(zeros, (std::vector<HostPriority>{{"a", 10}, {"b", 0}}));
+}
+
+TEST(PlannerTest, JobSiblingsPullTowardTheirDomain) {
+  Cache c;
+  AddGpuNode(c, "a", 4, {"sn-1", "", ""});
+  AddGpuNode(c, "b", 4, {"sn-2", "", ""});
+  AddGpuNode(c, "sib", 4, {"sn-2", "", ""});
+  PodInfo pod = MakePod("p", {Gpu(8)}, "ns/job");
+  std::vector<RankInput> in = {{"a", 60, c.Node("a")}, {"b", 50, c.Node("b")}};
+  // Without siblings the policy decides.
+  EXPECT_EQ(Rank(pod, in).front().host, "a");
+  // A sibling in b's super-node wins over a 10-point policy lead.
+  EXPECT_EQ(Rank(pod, in, {{"sib", NodeDomains{"sn-2", "", ""}}}).front().host, "b");
+  // A sibling on the node itself wins over one in the super-node.
+  std::vector<RankInput> in2 = {{"b", 50, c.Node("b")}, {"sib", 45, c.Node("sib")}};
+  EXPECT_EQ(Rank(pod, in2, {{"sib", NodeDomains{"sn-2", "", ""}}}).front().host, "sib");
+}
+
+TEST(PlannerTest, SmallPodsKeepIdleNodesWhole) {
+  Cache c;
+  AddGpuNode(c, "idle");
+  AddGpuNode(c, "busy");
+  ASSERT_TRUE(c.Reserve(PodRef{"x", "ns", "x", ""},
+                        PodAssignment{"busy", "binpack",
+                                      {AssignmentPart{core::Vendor::kNvidia,
+                                                      core::Placement{{core::ContainerPlacement{
+                                                          "m", core::ContainerKind::kRegular,
+                                                          {core::Grant{0, 0, 0, true}}}}},
+                                                      {{0}}}}},
+                        0)
+                  .ok());
+  std::vector<RankInput> in = {{"idle", 60, c.Node("idle")}, {"busy", 50, c.Node("busy")}};
+  EXPECT_EQ(Rank(MakePod("small", {Gpu(1)}), in).front().host, "busy");
+  // A pod that takes the whole node has nothing to keep whole.
+  EXPECT_EQ(Rank(MakePod("big", {Gpu(8)}), in).front().host, "idle");
+}
+
+}  // namespace
+}  // namespace accelpool::extender

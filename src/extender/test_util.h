@@ -1,0 +1,108 @@
+// Builders shared by the extender's tests.
+#ifndef ACCELPOOL_EXTENDER_TEST_UTIL_H_
+#define ACCELPOOL_EXTENDER_TEST_UTIL_H_
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/profiles.h"
+#include "core/types.h"
+#include "extender/cache.h"
+#include "extender/extender.h"
+#include "extender/planner.h"
+
+namespace accelpool::extender::testing {
+
+// An 8-GPU NVIDIA node (profile nvidia-hgx-8) whose devices take up to
+// `shares` containers each.
+inline core::NodeInventory GpuNode(const std::string& name, int32_t shares = 4) {
+  StatusOr<core::NodeInventory> inv = core::MakeProfileNode("nvidia-hgx-8", name);
+  if (!inv.ok()) {
+    std::fprintf(stderr, "GpuNode: %s\n", inv.status().ToString().c_str());
+    std::abort();
+  }
+  for (core::Device& d : inv->devices) {
+    d.max_shares = shares;
+  }
+  return *inv;
+}
+
+inline void AddGpuNode(Cache& cache, const std::string& name, int32_t shares = 4,
+                       NodeDomains domains = {}) {
+  cache.UpsertNode(name, std::vector<core::NodeInventory>{GpuNode(name, shares)}, 1, domains);
+}
+
+inline core::DeviceRequest Gpu(int32_t count, int64_t memory_mib = 0, int32_t compute = 0,
+                               std::string container = "main",
+                               core::ContainerKind kind = core::ContainerKind::kRegular) {
+  core::DeviceRequest r;
+  r.container = std::move(container);
+  r.kind = kind;
+  r.vendor = core::Vendor::kNvidia;
+  r.count = count;
+  r.memory_mib = memory_mib;
+  r.compute = compute;
+  return r;
+}
+
+inline PodInfo MakePod(const std::string& uid, std::vector<core::DeviceRequest> containers,
+                       const std::string& job = "") {
+  return MakePodInfo(PodRef{uid, "ns", "pod-" + uid, job},
+                     core::PodRequest{std::move(containers)});
+}
+
+// Records the writes a bind makes; fails a stage when told to.
+class FakeWriter : public PodWriter {
+ public:
+  Status WriteAssignment(const PodInfo& pod, const PodAssignment& a) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back("assign " + pod.ref.uid + " " + a.node);
+    return fail_assignment_;
+  }
+  Status ClearAssignment(const PodRef& pod) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back("clear " + pod.uid);
+    return Status::Ok();
+  }
+  Status CreateBinding(const PodRef& pod, const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back("bind " + pod.uid + " " + node);
+    return fail_binding_;
+  }
+  std::vector<std::string> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  void FailAssignment(Status s) { fail_assignment_ = std::move(s); }
+  void FailBinding(Status s) { fail_binding_ = std::move(s); }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> calls_;
+  Status fail_assignment_;
+  Status fail_binding_;
+};
+
+class FakeEvents : public EventSink {
+ public:
+  void PodEvent(const PodRef& pod, bool warning, const std::string& reason,
+                const std::string& message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(pod.uid + " " + (warning ? "Warning " : "Normal ") + reason + ": " + message);
+  }
+  std::vector<std::string> events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+}  // namespace accelpool::extender::testing
+
+#endif  // ACCELPOOL_EXTENDER_TEST_UTIL_H_

@@ -1,0 +1,155 @@
+#include "extender/wire.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace accelpool::extender {
+namespace {
+
+// Golden documents in kube-scheduler's exact encoding (encoding/json of the
+// extender v1 Go types: field names as keys, nil as null).
+constexpr const char* kFilterArgsNames = R"({
+  "Pod": {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": {}},
+  "Nodes": null,
+  "NodeNames": ["node-a", "node-b"]
+})";
+
+constexpr const char* kFilterArgsNodes = R"({
+  "Pod": {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}},
+  "Nodes": {"metadata": {}, "items": [
+    {"metadata": {"name": "node-a", "labels": {"x": "y"}}},
+    {"metadata": {"name": "node-b"}}]},
+  "NodeNames": null
+})";
+
+TEST(WireTest, DecodesBothNodeCacheModes) {
+  struct Case {
+    const char* name;
+    const char* body;
+    bool names_mode;
+  };
+  for (const Case& c : {Case{"NodeNames", kFilterArgsNames, true},
+                        Case{"Nodes", kFilterArgsNodes, false}}) {
+    SCOPED_TRACE(c.name);
+    StatusOr<ExtenderArgs> a = DecodeExtenderArgs(c.body);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(a->node_names.has_value(), c.names_mode);
+    EXPECT_EQ(a->nodes.has_value(), !c.names_mode);
+    EXPECT_EQ(a->CandidateNames(), (std::vector<std::string>{"node-a", "node-b"}));
+    EXPECT_EQ(a->pod["metadata"]["uid"], "u-1");
+    EXPECT_TRUE(a->unknown_keys.empty());
+  }
+}
+
+TEST(WireTest, KeysMatchCaseInsensitivelyLikeGo) {
+  StatusOr<ExtenderArgs> a = DecodeExtenderArgs(R"({"pod": {}, "nodenames": ["n"], "Extra": 1})");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->CandidateNames(), std::vector<std::string>{"n"});
+  EXPECT_EQ(a->unknown_keys, std::vector<std::string>{"Extra"});
+}
+
+TEST(WireTest, RejectsBadInputWithClearErrors) {
+  struct Case {
+    const char* name;
+    std::string body;
+    const char* want;  // substring of the message
+  };
+  const Case cases[] = {
+      {"empty", "", "empty body"},
+      {"truncated", R"({"Pod": {"metadata": )", "malformed JSON"},
+      {"not an object", "[1,2]", "must be a JSON object"},
+      {"names not strings", R"({"NodeNames": [1]})", "NodeNames must be an array of strings"},
+      {"names not array", R"({"NodeNames": "a"})", "NodeNames must be an array"},
+      {"pod not object", R"({"Pod": 3})", "Pod must be"},
+      {"nodes items bad", R"({"Nodes": {"items": [{"metadata": {}}]}})", "metadata.name"},
+      {"deep", std::string(500, '[') + std::string(500, ']'), "nested deeper"},
+      {"invalid utf8 ok but garbage", "{\"Pod\": \xff}", "malformed JSON"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StatusOr<ExtenderArgs> a = DecodeExtenderArgs(c.body);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(a.status().message().find(c.want), std::string::npos) << a.status().message();
+  }
+}
+
+TEST(WireTest, EncodesFilterResultGolden) {
+  FilterResult r;
+  r.node_names = std::vector<std::string>{"node-a"};
+  r.failed_nodes = {{"node-b", "insufficient memory"}};
+  r.failed_and_unresolvable = {{"node-c", "no devices"}};
+  EXPECT_EQ(EncodeFilterResult(r),
+            R"({"Error":"","FailedAndUnresolvableNodes":{"node-c":"no devices"},)"
+            R"("FailedNodes":{"node-b":"insufficient memory"},"NodeNames":["node-a"],"Nodes":null})");
+  FilterResult with_nodes;
+  with_nodes.nodes = std::vector<Json>{Json{{"metadata", {{"name", "node-a"}}}}};
+  with_nodes.error = "boom";
+  EXPECT_EQ(EncodeFilterResult(with_nodes),
+            R"({"Error":"boom","FailedAndUnresolvableNodes":{},"FailedNodes":{},"NodeNames":null,)"
+            R"("Nodes":{"items":[{"metadata":{"name":"node-a"}}],"metadata":{}}})");
+  StatusOr<FilterResult> back = DecodeFilterResult(EncodeFilterResult(r));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->node_names, r.node_names);
+  EXPECT_EQ(back->failed_nodes, r.failed_nodes);
+  EXPECT_EQ(back->failed_and_unresolvable, r.failed_and_unresolvable);
+}
+
+TEST(WireTest, HostPriorityListGoldenAndRoundTrip) {
+  std::vector<HostPriority> list = {{"node-a", 10}, {"node-b", 3}};
+  const std::string golden = R"([{"Host":"node-a","Score":10},{"Host":"node-b","Score":3}])";
+  EXPECT_EQ(EncodeHostPriorityList(list), golden);
+  StatusOr<std::vector<HostPriority>> back = DecodeHostPriorityList(golden);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, list);
+  EXPECT_EQ(EncodeHostPriorityList({}), "[]");
+}
+
+TEST(WireTest, BindingArgsAndResult) {
+  StatusOr<BindingArgs> a = DecodeBindingArgs(
+      R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->pod_name, "p");
+  EXPECT_EQ(a->pod_namespace, "ns");
+  EXPECT_EQ(a->pod_uid, "u-1");
+  EXPECT_EQ(a->node, "node-a");
+  EXPECT_EQ(EncodeBindingResult(""), R"({"Error":""})");
+  EXPECT_EQ(EncodeBindingResult("no"), R"({"Error":"no"})");
+  StatusOr<BindingArgs> missing = DecodeBindingArgs(R"({"PodName":"p","PodUID":"u"})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("PodNamespace"), std::string::npos);
+  StatusOr<BindingArgs> wrong = DecodeBindingArgs(R"({"PodName":7})");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("PodName must be a string"), std::string::npos);
+}
+
+TEST(WireTest, PreemptionMetaAndFullVictims) {
+  struct Case {
+    const char* name;
+    const char* body;
+  };
+  const Case cases[] = {
+      {"meta", R"({"Pod":{},"NodeNameToVictims":null,"NodeNameToMetaVictims":
+                  {"node-a":{"Pods":[{"UID":"v1"},{"UID":"v2"}],"NumPDBViolations":1}}})"},
+      {"full", R"({"Pod":{},"NodeNameToVictims":
+                  {"node-a":{"Pods":[{"metadata":{"uid":"v1"}},{"metadata":{"uid":"v2"}}],
+                             "NumPDBViolations":1}},"NodeNameToMetaVictims":null})"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StatusOr<PreemptionArgs> a = DecodePreemptionArgs(c.body);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_EQ(a->victims.size(), 1u);
+    EXPECT_EQ(a->victims["node-a"], (MetaVictims{{"v1", "v2"}, 1}));
+  }
+  EXPECT_EQ(EncodePreemptionResult({{"node-a", MetaVictims{{"v2"}, 0}}}),
+            R"({"NodeNameToMetaVictims":{"node-a":{"NumPDBViolations":0,"Pods":[{"UID":"v2"}]}}})");
+  StatusOr<PreemptionArgs> bad =
+      DecodePreemptionArgs(R"({"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":5}]}}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a pod with a UID"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accelpool::extender
