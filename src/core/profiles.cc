@@ -104,7 +104,7 @@ const std::vector<ProfileRow>& Rows() {
     rows->push_back({{"metax-c500-x8", Vendor::kMetax, "C500", 8, 65536, 104,
                       "C500 MetaXLink zones {0-3} {4-7}: keep within one zone (doc+sample)"},
                      10, 4, GroupRule::kPrefer, SpanRule::kAny, 0, ModuleRule::kNone, {},
-                     {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 0, 0, 10}, {}});
+                     {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 0, 0, 10}, {1, {}, false, 0, false, true}});
     // Moore Threads S4000: no documented rule; NUMA halves; 512 MiB steps.
     rows->push_back({{"mthreads-s4000-x8", Vendor::kMthreads, "MTT S4000", 8, 49152, 128,
                       "S4000: no documented rule, NUMA halves preferred; 512 MiB slices (unsure)"},

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs the whole accelpool test suite on a fresh Debian machine:
+#   1. installs dependencies (scripts/setup.sh),
+#   2. builds everything with warnings as errors and runs every unit test (ctest),
+#   3. rebuilds the core with AddressSanitizer + UBSan and runs its tests,
+#   4. runs each libFuzzer target briefly (scripts/fuzz.sh),
+#   5. runs the end-to-end suite on a real control plane (tests/e2e/run.sh).
+# Ends with one line "accelpool: N passed, M failed" and a non-zero exit when
+# anything failed. Set SKIP_E2E=1 to skip stage 5, SKIP_ASAN=1 to skip stage 3.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export JOBS=${JOBS:-2}
+
+passed=0
+failed=0
+stage_failed=()
+
+# Adds the counts of one ctest run (its log in $1) to the totals.
+count_ctest() {
+  local line total fails
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -1)
+  if [[ -z $line ]]; then
+    failed=$((failed + 1))
+    return
+  fi
+  fails=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  total=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  passed=$((passed + total - fails))
+  failed=$((failed + fails))
+}
+
+stage() { echo; echo "==== $* ===="; }
+
+stage "1/5 dependencies"
+bash scripts/setup.sh || { echo "setup failed"; exit 1; }
+
+stage "2/5 build and unit tests"
+if bash scripts/build.sh; then
+  ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 900 2>&1 | tee build/ctest.log
+  count_ctest build/ctest.log
+  grep -q ' 0 tests failed' build/ctest.log || stage_failed+=("unit")
+else
+  failed=$((failed + 1)); stage_failed+=("build")
+fi
+
+if [[ ${SKIP_ASAN:-0} != 1 ]]; then
+  stage "3/5 core under AddressSanitizer + UBSan"
+  if BUILD_DIR=build-asan bash scripts/build.sh -DACCELPOOL_SANITIZE=ON -DACCELPOOL_WITH_SERVICES=OFF \
+      -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_BENCH=OFF; then
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir build-asan --output-on-failure -j"$JOBS" --timeout 900 2>&1 | tee build-asan/ctest.log
+    count_ctest build-asan/ctest.log
+    grep -q ' 0 tests failed' build-asan/ctest.log || stage_failed+=("asan")
+  else
+    failed=$((failed + 1)); stage_failed+=("asan-build")
+  fi
+fi
+
+stage "4/5 fuzzing (short runs)"
+if [[ -x scripts/fuzz.sh ]]; then
+  if FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); stage_failed+=("fuzz")
+  fi
+else
+  echo "no fuzz targets yet"
+fi
+
+if [[ ${SKIP_E2E:-0} != 1 && -x tests/e2e/run.sh ]]; then
+  stage "5/5 end-to-end on a real control plane"
+  bash tests/e2e/run.sh 2>&1 | tee build/e2e.log
+  e2e_rc=${PIPESTATUS[0]}
+  line=$(grep -E '^e2e: [0-9]+ passed, [0-9]+ failed' build/e2e.log | tail -1)
+  if [[ -n $line ]]; then
+    passed=$((passed + $(sed -E 's/^e2e: ([0-9]+) passed.*/\1/' <<<"$line")))
+    failed=$((failed + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
+  fi
+  if [[ $e2e_rc -ne 0 ]]; then
+    stage_failed+=("e2e")
+    [[ -z $line ]] && failed=$((failed + 1))
+  fi
+fi
+
+echo
+if ((${#stage_failed[@]} > 0)); then
+  echo "failed stages: ${stage_failed[*]}"
+fi
+echo "accelpool: $passed passed, $failed failed"
+[[ $failed -eq 0 && ${#stage_failed[@]} -eq 0 ]]
