@@ -1,0 +1,63 @@
+// AllocTable: the process-local record of what the shim charged, by handle.
+//
+// Maps a non-zero 64-bit key (device pointer, CUarray, VMM handle, mapped
+// address) to what was charged for it, so that the matching free uncharges
+// exactly that. Open addressing with linear probing and tombstones, storage
+// from malloc (the shim avoids libstdc++ allocation in host processes). A
+// key that was never inserted is simply not found: frees of untracked
+// pointers go to the driver untouched.
+//
+// Thread-safety: none; the shim guards each table with its own mutex.
+#ifndef ACCELPOOL_CUDA_ALLOC_TABLE_H_
+#define ACCELPOOL_CUDA_ALLOC_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace accelpool::cuda {
+
+struct AllocRecord {
+  uint64_t bytes = 0;   // Charged bytes (already rounded).
+  int32_t device = -1;  // Device the bytes were charged to.
+  int32_t refs = 0;     // VMM: live mappings of a handle.
+  uint64_t link = 0;    // VMM: handle of a mapping; released flag of a handle.
+};
+
+class AllocTable {
+ public:
+  AllocTable() = default;
+  ~AllocTable();
+  AllocTable(const AllocTable&) = delete;
+  AllocTable& operator=(const AllocTable&) = delete;
+
+  // Inserts or overwrites. Returns false only if memory ran out or key is 0.
+  bool Put(uint64_t key, const AllocRecord& record);
+  // Returns the record or nullptr. The pointer is valid until the next Put.
+  AllocRecord* Find(uint64_t key);
+  // Removes and returns the record; false if absent.
+  bool Take(uint64_t key, AllocRecord* out);
+  size_t size() const { return size_; }
+  // Calls fn(ctx, key, record) for every entry; fn must not modify the table.
+  void ForEach(void (*fn)(void* ctx, uint64_t key, const AllocRecord& record), void* ctx) const;
+  // Forgets everything without uncharging (a forked child owns nothing).
+  void Clear();
+
+ private:
+  struct Entry {
+    uint64_t key;  // 0 = empty, kTombstone = deleted.
+    AllocRecord record;
+  };
+  static constexpr uint64_t kTombstone = ~0ULL;
+
+  bool Grow();
+  size_t Slot(uint64_t key) const;
+
+  Entry* entries_ = nullptr;
+  size_t capacity_ = 0;  // Power of two.
+  size_t size_ = 0;
+  size_t used_ = 0;  // Live entries plus tombstones.
+};
+
+}  // namespace accelpool::cuda
+
+#endif  // ACCELPOOL_CUDA_ALLOC_TABLE_H_

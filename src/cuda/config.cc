@@ -1,0 +1,211 @@
+#include "cuda/config.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace accelpool::cuda {
+namespace {
+
+constexpr uint64_t kMiB = 1ULL << 20;
+
+void Warn(WarnSink warn, void* ctx, const char* name, const char* value, const char* expected) {
+  if (warn == nullptr) {
+    return;
+  }
+  char line[640];
+  std::snprintf(line, sizeof(line),
+                "ignoring %s=\"%.64s\": expected %s; running without this limit "
+                "(fix the value or unset it)",
+                name, value, expected);
+  warn(ctx, line);
+}
+
+bool IsUnset(const char* v) { return v == nullptr || v[0] == '\0'; }
+
+// Memory for device `i` from the variable family `prefix` (per-device first).
+// Returns 0 when unset; sets *bad when a present value was malformed.
+uint64_t MemoryFrom(EnvLookup lookup, void* lctx, WarnSink warn, void* wctx, const char* prefix,
+                    int device, bool bare_is_mib, bool* warned_common) {
+  char name[96];
+  std::snprintf(name, sizeof(name), "%s_%d", prefix, device);
+  const char* per_device = lookup(lctx, name);
+  const char* expected = bare_is_mib ? "a positive number of MiB such as 4096 or 4Gi"
+                                     : "a positive size such as 4096m or 4g";
+  if (!IsUnset(per_device)) {
+    if (auto v = ParseMemoryBytes(per_device, bare_is_mib)) {
+      return *v;
+    }
+    Warn(warn, wctx, name, per_device, expected);
+    return 0;
+  }
+  const char* common = lookup(lctx, prefix);
+  if (IsUnset(common)) {
+    return 0;
+  }
+  if (auto v = ParseMemoryBytes(common, bare_is_mib)) {
+    return *v;
+  }
+  if (!*warned_common) {
+    *warned_common = true;
+    Warn(warn, wctx, prefix, common, expected);
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool ShimConfig::AnyMemoryLimit() const {
+  if (disabled) {
+    return false;
+  }
+  for (uint64_t limit : memory_limit_bytes) {
+    if (limit != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ShimConfig::MemoryLimited(int device) const {
+  return !disabled && device >= 0 && device < kMaxDevices && memory_limit_bytes[device] != 0;
+}
+
+std::optional<uint64_t> ParseUnsigned(std::string_view text, uint64_t max) {
+  if (text.empty() || text.size() > 20) {
+    return std::nullopt;
+  }
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (max - digit) / 10) {
+      return std::nullopt;
+    }
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib) {
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) {
+    text.remove_suffix(1);
+  }
+  while (!text.empty() && text.front() == ' ') {
+    text.remove_prefix(1);
+  }
+  // Strip an optional trailing "i", "b" or "B" after a unit letter ("Gi", "MB").
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+    ++digits;
+  }
+  std::string_view number(text.data(), digits);
+  std::string_view unit(text.data() + digits, text.size() - digits);
+  uint64_t multiplier = bare_is_mib ? kMiB : 1;
+  if (!unit.empty()) {
+    switch (unit.front()) {
+      case 'k':
+      case 'K':
+        multiplier = 1ULL << 10;
+        break;
+      case 'm':
+      case 'M':
+        multiplier = kMiB;
+        break;
+      case 'g':
+      case 'G':
+        multiplier = 1ULL << 30;
+        break;
+      default:
+        return std::nullopt;
+    }
+    unit.remove_prefix(1);
+    if (!unit.empty() && (unit.front() == 'i' || unit.front() == 'b' || unit.front() == 'B')) {
+      unit.remove_prefix(1);
+    }
+    if (!unit.empty()) {
+      return std::nullopt;
+    }
+  }
+  auto n = ParseUnsigned(number, UINT64_MAX / multiplier);
+  if (!n || *n == 0) {
+    return std::nullopt;
+  }
+  return *n * multiplier;
+}
+
+ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wctx) {
+  ShimConfig config;
+  if (const char* level = lookup(lctx, "ACCELPOOL_CUDA_LOG_LEVEL"); !IsUnset(level)) {
+    std::string_view v(level);
+    if (v == "error" || v == "0") {
+      config.log_level = LogLevel::kError;
+    } else if (v == "warn" || v == "warning" || v == "1") {
+      config.log_level = LogLevel::kWarn;
+    } else if (v == "info" || v == "2") {
+      config.log_level = LogLevel::kInfo;
+    } else if (v == "debug" || v == "3") {
+      config.log_level = LogLevel::kDebug;
+    } else {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_LOG_LEVEL", level, "one of error, warn, info, debug");
+    }
+  }
+  if (const char* off = lookup(lctx, "ACCELPOOL_CUDA_DISABLE"); !IsUnset(off)) {
+    std::string_view v(off);
+    if (v == "1" || v == "true") {
+      config.disabled = true;
+      return config;
+    }
+    if (v != "0" && v != "false") {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_DISABLE", off, "1 or 0");
+    }
+  }
+
+  bool warned_ours = false;
+  bool warned_alias = false;
+  for (int i = 0; i < kMaxDevices; ++i) {
+    uint64_t v = MemoryFrom(lookup, lctx, warn, wctx, "ACCELPOOL_CUDA_MEMORY_LIMIT", i, true,
+                            &warned_ours);
+    if (v == 0) {
+      v = MemoryFrom(lookup, lctx, warn, wctx, "CUDA_DEVICE_MEMORY_LIMIT", i, false,
+                     &warned_alias);
+    }
+    config.memory_limit_bytes[i] = v;
+  }
+
+  if (const char* c = lookup(lctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT"); !IsUnset(c)) {
+    auto v = ParseUnsigned(c, 100);
+    if (v && *v >= 1) {
+      config.compute_percent = static_cast<int>(*v);
+    } else {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT", c, "a whole percent from 1 to 100");
+    }
+  } else if (const char* h = lookup(lctx, "CUDA_DEVICE_SM_LIMIT"); !IsUnset(h)) {
+    if (auto v = ParseUnsigned(h, 100)) {
+      config.compute_percent = static_cast<int>(*v);  // HAMi: 0 means no limit.
+    } else {
+      Warn(warn, wctx, "CUDA_DEVICE_SM_LIMIT", h, "a whole percent from 0 to 100");
+    }
+  }
+
+  if (const char* r = lookup(lctx, "ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB"); !IsUnset(r)) {
+    if (auto v = ParseUnsigned(r, 1ULL << 20)) {
+      config.context_reserve_bytes = *v * kMiB;
+    } else {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB", r, "a number of MiB such as 512");
+    }
+  }
+
+  if (const char* dir = lookup(lctx, "ACCELPOOL_CUDA_STATE_DIR"); !IsUnset(dir)) {
+    if (dir[0] == '/' && std::strlen(dir) < kMaxPathLen - 32) {
+      std::snprintf(config.state_dir, sizeof(config.state_dir), "%s", dir);
+    } else {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_STATE_DIR", dir,
+           "an absolute directory path shorter than 480 bytes");
+    }
+  }
+  return config;
+}
+
+}  // namespace accelpool::cuda

@@ -1,0 +1,76 @@
+// ShimConfig: the env contract of libaccelpool-cuda, parsed once per process.
+//
+// The device plugin sets these variables in every NVIDIA container; the full
+// table with units is in docs/enforcement.md:
+//   ACCELPOOL_CUDA_MEMORY_LIMIT_<i>   MiB for visible device i (wins over the next)
+//   ACCELPOOL_CUDA_MEMORY_LIMIT       MiB for every visible device
+//   ACCELPOOL_CUDA_COMPUTE_LIMIT      percent of a device, 1-100 (100 = no limit)
+//   ACCELPOOL_CUDA_STATE_DIR          directory holding the per-container region
+//   ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB  MiB charged once per process and device
+//   ACCELPOOL_CUDA_DISABLE=1          the shim forwards everything untouched
+//   ACCELPOOL_CUDA_LOG_LEVEL          error|warn|info|debug (default warn)
+// HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes, or with a k/m/g suffix) and
+// CUDA_DEVICE_SM_LIMIT (percent, 0 = none) are accepted as lower-priority
+// aliases. A missing value means "no limit"; a malformed one also means "no
+// limit" and produces exactly one warning naming the variable and the fix.
+//
+// The parser is a pure function over an env lookup callback so that tests can
+// feed tables of environments. It never allocates: the shim calls it inside
+// arbitrary host processes.
+//
+// Thread-safety: ParseShimConfig is reentrant; a ShimConfig is a plain value.
+#ifndef ACCELPOOL_CUDA_CONFIG_H_
+#define ACCELPOOL_CUDA_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace accelpool::cuda {
+
+inline constexpr int kMaxDevices = 16;
+inline constexpr size_t kMaxPathLen = 512;
+
+enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
+struct ShimConfig {
+  // ACCELPOOL_CUDA_DISABLE=1: no accounting, no throttling, hooks forward.
+  bool disabled = false;
+  // Per visible device cap in bytes; 0 = no cap on that device.
+  uint64_t memory_limit_bytes[kMaxDevices] = {};
+  // Compute share in percent; 0 or 100 = no throttling.
+  int compute_percent = 0;
+  // Charged once per process and device on its first accounted allocation.
+  uint64_t context_reserve_bytes = 0;
+  // Empty = no state dir: accounting is per process (one warning is logged
+  // by the shim when a limit is active).
+  char state_dir[kMaxPathLen] = {};
+  LogLevel log_level = LogLevel::kWarn;
+
+  bool AnyMemoryLimit() const;
+  bool ComputeLimited() const { return !disabled && compute_percent > 0 && compute_percent < 100; }
+  bool MemoryLimited(int device) const;
+};
+
+// Returns the value of an env variable or nullptr when unset.
+using EnvLookup = const char* (*)(void* ctx, const char* name);
+// Receives one complete warning line (no trailing newline).
+using WarnSink = void (*)(void* ctx, const char* message);
+
+// Parses the contract. Never fails: every bad value is reported through
+// `warn` (once per variable) and treated as absent.
+ShimConfig ParseShimConfig(EnvLookup lookup, void* lookup_ctx, WarnSink warn, void* warn_ctx);
+
+// Parses "<digits>" with optional suffix. With `bare_is_mib` a bare number is
+// MiB (our contract); otherwise bytes (HAMi's). Suffixes k/K, m/M, g/G with an
+// optional trailing "i" or "b"/"B". Returns nullopt on any malformed input,
+// zero, or overflow.
+std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib);
+
+// Parses a plain non-negative decimal integer no larger than `max`.
+std::optional<uint64_t> ParseUnsigned(std::string_view text, uint64_t max);
+
+}  // namespace accelpool::cuda
+
+#endif  // ACCELPOOL_CUDA_CONFIG_H_

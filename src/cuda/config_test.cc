@@ -1,0 +1,121 @@
+#include "cuda/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace accelpool::cuda {
+namespace {
+
+constexpr uint64_t kMiB = 1ULL << 20;
+
+struct Env {
+  std::map<std::string, std::string> vars;
+  std::vector<std::string> warnings;
+};
+
+const char* Lookup(void* ctx, const char* name) {
+  auto* env = static_cast<Env*>(ctx);
+  auto it = env->vars.find(name);
+  return it == env->vars.end() ? nullptr : it->second.c_str();
+}
+
+void Collect(void* ctx, const char* message) {
+  static_cast<Env*>(ctx)->warnings.emplace_back(message);
+}
+
+ShimConfig Parse(Env& env) { return ParseShimConfig(Lookup, &env, Collect, &env); }
+
+TEST(ConfigTest, TableOfEnvironments) {
+  struct Case {
+    std::string name;
+    std::map<std::string, std::string> vars;
+    uint64_t want_dev0;
+    uint64_t want_dev1;
+    int want_compute;
+    size_t want_warnings;
+  };
+  const std::vector<Case> cases = {
+      {"nothing set", {}, 0, 0, 0, 0},
+      {"all devices MiB", {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "4096"}}, 4096 * kMiB, 4096 * kMiB, 0,
+       0},
+      {"per device wins",
+       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "4096"}, {"ACCELPOOL_CUDA_MEMORY_LIMIT_1", "1024"}},
+       4096 * kMiB, 1024 * kMiB, 0, 0},
+      {"suffix Gi", {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "2Gi"}}, 2048 * kMiB, 0, 0, 0},
+      {"HAMi alias bytes with m", {{"CUDA_DEVICE_MEMORY_LIMIT_0", "1000m"}}, 1000 * kMiB, 0, 0, 0},
+      {"HAMi alias bare is bytes", {{"CUDA_DEVICE_MEMORY_LIMIT", "1048576"}}, kMiB, kMiB, 0, 0},
+      {"ours beats alias",
+       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "10"}, {"CUDA_DEVICE_MEMORY_LIMIT", "20m"}}, 10 * kMiB,
+       10 * kMiB, 0, 0},
+      {"malformed memory warns once", {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "lots"}}, 0, 0, 0, 1},
+      {"negative memory warns", {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "-5"}}, 0, 0, 0, 1},
+      {"zero memory warns", {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "0"}}, 0, 0, 0, 1},
+      {"overflow warns", {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "99999999999999999999"}}, 0, 0, 0, 1},
+      {"compute", {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}}, 0, 0, 25, 0},
+      {"compute out of range", {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "150"}}, 0, 0, 0, 1},
+      {"compute zero is invalid here", {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "0"}}, 0, 0, 0, 1},
+      {"compute garbage", {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25%"}}, 0, 0, 0, 1},
+      {"HAMi SM alias", {{"CUDA_DEVICE_SM_LIMIT", "30"}}, 0, 0, 30, 0},
+      {"bad log level", {{"ACCELPOOL_CUDA_LOG_LEVEL", "loud"}}, 0, 0, 0, 1},
+      {"relative state dir", {{"ACCELPOOL_CUDA_STATE_DIR", "tmp/x"}}, 0, 0, 0, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Env env{c.vars, {}};
+    ShimConfig config = Parse(env);
+    EXPECT_EQ(config.memory_limit_bytes[0], c.want_dev0);
+    EXPECT_EQ(config.memory_limit_bytes[1], c.want_dev1);
+    EXPECT_EQ(config.compute_percent, c.want_compute);
+    EXPECT_EQ(env.warnings.size(), c.want_warnings);
+    for (const std::string& w : env.warnings) {
+      EXPECT_NE(w.find("without this limit"), std::string::npos) << w;
+    }
+  }
+}
+
+TEST(ConfigTest, DisableWinsOverLimits) {
+  Env env{{{"ACCELPOOL_CUDA_DISABLE", "1"}, {"ACCELPOOL_CUDA_MEMORY_LIMIT", "100"}}, {}};
+  ShimConfig config = Parse(env);
+  EXPECT_TRUE(config.disabled);
+  EXPECT_FALSE(config.AnyMemoryLimit());
+  EXPECT_FALSE(config.ComputeLimited());
+}
+
+TEST(ConfigTest, StateDirContextReserveAndPredicates) {
+  Env env{{{"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool/c1"},
+           {"ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB", "512"},
+           {"ACCELPOOL_CUDA_MEMORY_LIMIT_3", "64"},
+           {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "100"}},
+          {}};
+  ShimConfig config = Parse(env);
+  EXPECT_STREQ(config.state_dir, "/var/run/accelpool/c1");
+  EXPECT_EQ(config.context_reserve_bytes, 512 * kMiB);
+  EXPECT_TRUE(config.MemoryLimited(3));
+  EXPECT_FALSE(config.MemoryLimited(0));
+  EXPECT_FALSE(config.MemoryLimited(kMaxDevices));
+  EXPECT_FALSE(config.ComputeLimited()) << "100% means no throttling";
+}
+
+TEST(ConfigTest, ParseMemoryBytesUnits) {
+  struct Case {
+    const char* text;
+    bool bare_is_mib;
+    std::optional<uint64_t> want;
+  };
+  const Case cases[] = {
+      {"1", true, kMiB},        {"1", false, 1},          {"1k", false, 1024},
+      {"1K", true, 1024},       {"3M", false, 3 * kMiB},  {"1GB", true, 1ULL << 30},
+      {" 7 ", true, 7 * kMiB},  {"", true, std::nullopt}, {"1T", true, std::nullopt},
+      {"1Gx", true, std::nullopt}, {"0x10", true, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    EXPECT_EQ(ParseMemoryBytes(c.text, c.bare_is_mib), c.want);
+  }
+}
+
+}  // namespace
+}  // namespace accelpool::cuda

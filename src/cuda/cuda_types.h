@@ -1,0 +1,194 @@
+// The few CUDA driver API and NVML declarations libaccelpool-cuda needs.
+//
+// No CUDA headers are required to build the shim or its tests: the types,
+// enum values and prototypes below are written from the public driver API
+// documentation (CUDA 12 and 13) and are ABI-compatible with libcuda.so.1 and
+// libnvidia-ml.so.1 on 64-bit Linux. Only what the shim hooks, calls or the
+// fake driver implements is declared. Function types are declared as
+// `...Fn` pointer typedefs so that nothing here binds a symbol at link time.
+//
+// Thread-safety: declarations only.
+#ifndef ACCELPOOL_CUDA_CUDA_TYPES_H_
+#define ACCELPOOL_CUDA_CUDA_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;  // NOLINT: the driver's own spelling.
+typedef unsigned long long cuuint64_t;   // NOLINT
+typedef unsigned long long CUmemGenericAllocationHandle;  // NOLINT
+
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUarray_st* CUarray;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUmemPoolHandle_st* CUmemoryPool;
+
+// CUresult values used by the shim and the fake driver.
+enum : int {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
+};
+
+// cuGetProcAddress flags and query results.
+enum : unsigned long long {  // NOLINT
+  CU_GET_PROC_ADDRESS_DEFAULT = 0,
+  CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1ULL << 0,
+  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1ULL << 1,
+};
+typedef enum CUdriverProcAddressQueryResult_enum {
+  CU_GET_PROC_ADDRESS_SUCCESS = 0,
+  CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+  CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+} CUdriverProcAddressQueryResult;
+
+// Special stream handles.
+#define ACCELPOOL_CU_STREAM_LEGACY (reinterpret_cast<CUstream>(0x1))
+#define ACCELPOOL_CU_STREAM_PER_THREAD (reinterpret_cast<CUstream>(0x2))
+
+enum : unsigned int { CU_EVENT_DEFAULT = 0 };
+
+// Array formats (CUarray_format) with a known element size.
+enum : int {
+  CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+  CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+  CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+  CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+  CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+  CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+  CU_AD_FORMAT_HALF = 0x10,
+  CU_AD_FORMAT_FLOAT = 0x20,
+};
+
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+  size_t Width;
+  size_t Height;
+  int Format;  // CUarray_format
+  unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+  size_t Width;
+  size_t Height;
+  size_t Depth;
+  int Format;  // CUarray_format
+  unsigned int NumChannels;
+  unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+// Virtual memory management.
+enum : int { CU_MEM_LOCATION_TYPE_DEVICE = 0x1 };
+typedef struct CUmemLocation_st {
+  int type;  // CUmemLocationType
+  int id;
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+  int type;                  // CUmemAllocationType
+  int requestedHandleTypes;  // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;  // NOLINT
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUipcMemHandle_st {
+  char reserved[64];
+} CUipcMemHandle;
+
+// cuLaunchKernelEx configuration. Attributes are passed through untouched.
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+  unsigned int gridDimX;
+  unsigned int gridDimY;
+  unsigned int gridDimZ;
+  unsigned int blockDimX;
+  unsigned int blockDimY;
+  unsigned int blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+
+// Driver entry points, as function-pointer types.
+typedef CUresult (*cuGetProcAddressFn)(const char*, void**, int, cuuint64_t);
+typedef CUresult (*cuGetProcAddress_v2Fn)(const char*, void**, int, cuuint64_t,
+                                          CUdriverProcAddressQueryResult*);
+typedef CUresult (*cuMemAllocFn)(CUdeviceptr*, size_t);
+typedef CUresult (*cuMemAllocPitchFn)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
+typedef CUresult (*cuMemAllocManagedFn)(CUdeviceptr*, size_t, unsigned int);
+typedef CUresult (*cuMemFreeFn)(CUdeviceptr);
+typedef CUresult (*cuArrayCreateFn)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+typedef CUresult (*cuArray3DCreateFn)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+typedef CUresult (*cuArrayDestroyFn)(CUarray);
+typedef CUresult (*cuMemAllocAsyncFn)(CUdeviceptr*, size_t, CUstream);
+typedef CUresult (*cuMemAllocFromPoolAsyncFn)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*cuMemFreeAsyncFn)(CUdeviceptr, CUstream);
+typedef CUresult (*cuMemCreateFn)(CUmemGenericAllocationHandle*, size_t,
+                                  const CUmemAllocationProp*, unsigned long long);  // NOLINT
+typedef CUresult (*cuMemReleaseFn)(CUmemGenericAllocationHandle);
+typedef CUresult (*cuMemMapFn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                               unsigned long long);  // NOLINT
+typedef CUresult (*cuMemUnmapFn)(CUdeviceptr, size_t);
+typedef CUresult (*cuIpcOpenMemHandleFn)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+typedef CUresult (*cuIpcCloseMemHandleFn)(CUdeviceptr);
+typedef CUresult (*cuMemGetInfoFn)(size_t*, size_t*);
+typedef CUresult (*cuDeviceTotalMemFn)(size_t*, CUdevice);
+typedef CUresult (*cuMemGetAddressRangeFn)(CUdeviceptr*, size_t*, CUdeviceptr);
+typedef CUresult (*cuLaunchKernelFn)(CUfunction, unsigned int, unsigned int, unsigned int,
+                                     unsigned int, unsigned int, unsigned int, unsigned int,
+                                     CUstream, void**, void**);
+typedef CUresult (*cuLaunchKernelExFn)(const CUlaunchConfig*, CUfunction, void**, void**);
+typedef CUresult (*cuLaunchCooperativeKernelFn)(CUfunction, unsigned int, unsigned int,
+                                                unsigned int, unsigned int, unsigned int,
+                                                unsigned int, unsigned int, CUstream, void**);
+typedef CUresult (*cuGraphLaunchFn)(CUgraphExec, CUstream);
+typedef CUresult (*cuCtxGetDeviceFn)(CUdevice*);
+typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
+typedef CUresult (*cuEventCreateFn)(CUevent*, unsigned int);
+typedef CUresult (*cuEventDestroyFn)(CUevent);
+typedef CUresult (*cuEventRecordFn)(CUevent, CUstream);
+typedef CUresult (*cuEventQueryFn)(CUevent);
+typedef CUresult (*cuEventElapsedTimeFn)(float*, CUevent, CUevent);
+
+// NVML: only the memory query and the index lookup.
+typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef int nvmlReturn_t;
+enum : int { NVML_SUCCESS = 0, NVML_ERROR_INVALID_ARGUMENT = 2 };
+typedef struct nvmlMemory_st {
+  unsigned long long total;  // NOLINT
+  unsigned long long free;   // NOLINT
+  unsigned long long used;   // NOLINT
+} nvmlMemory_t;
+typedef struct nvmlMemory_v2_st {
+  unsigned int version;
+  unsigned long long total;     // NOLINT
+  unsigned long long reserved;  // NOLINT
+  unsigned long long free;      // NOLINT
+  unsigned long long used;      // NOLINT
+} nvmlMemory_v2_t;
+typedef nvmlReturn_t (*nvmlDeviceGetMemoryInfoFn)(nvmlDevice_t, nvmlMemory_t*);
+typedef nvmlReturn_t (*nvmlDeviceGetMemoryInfo_v2Fn)(nvmlDevice_t, nvmlMemory_v2_t*);
+typedef nvmlReturn_t (*nvmlDeviceGetIndexFn)(nvmlDevice_t, unsigned int*);
+
+}  // extern "C"
+
+#endif  // ACCELPOOL_CUDA_CUDA_TYPES_H_

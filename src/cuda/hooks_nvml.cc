@@ -1,0 +1,90 @@
+// NVML memory hooks: nvmlDeviceGetMemoryInfo[_v2] report the container's cap
+// and usage for capped devices, so in-container nvidia-smi and libraries that
+// size themselves from NVML see the slice, not the card. The NVML index is
+// taken as the visible device index (true when the device plugin exposes only
+// the assigned GPUs, which it does). Never underflows. See shim.h.
+#include "cuda/shim.h"
+
+namespace accelpool::cuda {
+namespace {
+
+constexpr nvmlReturn_t kNvmlFunctionNotFound = 13;
+
+// Returns the cap for the NVML device, or 0 when it is not capped.
+uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
+  ShimState& s = State();
+  if (!s.mem_on || s.nvml_get_index == nullptr ||
+      s.nvml_get_index(device, index) != NVML_SUCCESS ||
+      !s.config.MemoryLimited(static_cast<int>(*index))) {
+    return 0;
+  }
+  return s.config.memory_limit_bytes[*index];
+}
+
+nvmlReturn_t HookMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  EnsureNvml();
+  auto real = Real<nvmlDeviceGetMemoryInfoFn>(kHookNvmlMemoryInfo, 0);
+  if (real == nullptr) {
+    return kNvmlFunctionNotFound;
+  }
+  nvmlReturn_t rc = real(device, memory);
+  unsigned index = 0;
+  uint64_t cap = rc == NVML_SUCCESS && memory != nullptr ? CapFor(device, &index) : 0;
+  if (cap == 0) {
+    return rc;
+  }
+  if (cap > memory->total) {
+    cap = memory->total;
+  }
+  uint64_t used = ContainerUsed(static_cast<int>(index));
+  memory->total = cap;
+  memory->used = used < cap ? used : cap;
+  memory->free = cap - memory->used;
+  return rc;
+}
+
+nvmlReturn_t HookMemoryInfoV2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  EnsureNvml();
+  auto real = Real<nvmlDeviceGetMemoryInfo_v2Fn>(kHookNvmlMemoryInfoV2, 0);
+  if (real == nullptr) {
+    return kNvmlFunctionNotFound;
+  }
+  nvmlReturn_t rc = real(device, memory);
+  unsigned index = 0;
+  uint64_t cap = rc == NVML_SUCCESS && memory != nullptr ? CapFor(device, &index) : 0;
+  if (cap == 0) {
+    return rc;
+  }
+  if (cap > memory->total) {
+    cap = memory->total;
+  }
+  uint64_t used = ContainerUsed(static_cast<int>(index));
+  memory->total = cap;
+  memory->reserved = 0;
+  memory->used = used < cap ? used : cap;
+  memory->free = cap - memory->used;
+  return rc;
+}
+
+}  // namespace
+
+void* NvmlHook(HookId id) {
+  if (id == kHookNvmlMemoryInfo) {
+    return reinterpret_cast<void*>(&HookMemoryInfo);
+  }
+  if (id == kHookNvmlMemoryInfoV2) {
+    return reinterpret_cast<void*>(&HookMemoryInfoV2);
+  }
+  return nullptr;
+}
+
+}  // namespace accelpool::cuda
+
+ACCELPOOL_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t* m) {
+  return reinterpret_cast<nvmlDeviceGetMemoryInfoFn>(
+      accelpool::cuda::NvmlHook(accelpool::cuda::kHookNvmlMemoryInfo))(d, m);
+}
+ACCELPOOL_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t* m) {
+  return reinterpret_cast<nvmlDeviceGetMemoryInfo_v2Fn>(
+      accelpool::cuda::NvmlHook(accelpool::cuda::kHookNvmlMemoryInfoV2))(d, m);
+}

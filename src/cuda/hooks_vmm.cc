@@ -1,0 +1,207 @@
+// Virtual memory management hooks. Physical memory is charged once, at
+// cuMemCreate, on the device named in the allocation properties; mapping it
+// (cuMemMap) allocates nothing and is not charged again (charging both is
+// the double count behind false OOMs seen with VMM elsewhere). The charge is
+// returned when the handle has been released *and* its last mapping is gone,
+// which is when the driver frees the memory. See shim.h.
+#include "cuda/log.h"
+#include "cuda/shim.h"
+
+namespace accelpool::cuda {
+
+bool VmmCharge(int device, uint64_t bytes, bool* charged);
+void VmmUncharge(int device, uint64_t bytes);
+
+namespace {
+
+constexpr uint64_t kReleased = 1;
+constexpr int kUnmapBatch = 64;
+
+struct RangeCollector {
+  uint64_t lo;
+  uint64_t hi;
+  uint64_t keys[kUnmapBatch];
+  int count;
+};
+
+void CollectInRange(void* ctx, uint64_t key, const AllocRecord&) {
+  auto* c = static_cast<RangeCollector*>(ctx);
+  if (key >= c->lo && key < c->hi && c->count < kUnmapBatch) {
+    c->keys[c->count++] = key;
+  }
+}
+
+template <int S>
+CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                       const CUmemAllocationProp* prop, unsigned long long flags) {  // NOLINT
+  EnsureCuda();
+  auto real = Real<cuMemCreateFn>(kHookMemCreate, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  if (!s.mem_on || handle == nullptr || prop == nullptr ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return real(handle, size, prop, flags);  // Host and NUMA locations never count.
+  }
+  int dev = prop->location.id;
+  uint64_t bytes = RoundToGranularity(size);
+  bool charged = false;
+  if (!VmmCharge(dev, bytes, &charged)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult rc = real(handle, size, prop, flags);
+  if (!charged) {
+    return rc;
+  }
+  if (rc != CUDA_SUCCESS) {
+    VmmUncharge(dev, bytes);
+    return rc;
+  }
+  AllocRecord r;
+  r.bytes = bytes;
+  r.device = dev;
+  pthread_mutex_lock(&s.mem_mu);
+  bool ok = s.vmm_handles->Put(*handle, r);
+  pthread_mutex_unlock(&s.mem_mu);
+  if (!ok) {
+    VmmUncharge(dev, bytes);
+  }
+  return rc;
+}
+
+template <int S>
+CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
+  EnsureCuda();
+  auto real = Real<cuMemReleaseFn>(kHookMemRelease, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  CUresult rc = real(handle);
+  if (rc != CUDA_SUCCESS || !s.mem_on) {
+    return rc;
+  }
+  AllocRecord freed;
+  bool uncharge = false;
+  pthread_mutex_lock(&s.mem_mu);
+  if (AllocRecord* r = s.vmm_handles->Find(handle)) {
+    if (r->refs <= 0) {
+      uncharge = s.vmm_handles->Take(handle, &freed);
+    } else {
+      r->link = kReleased;
+    }
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  if (uncharge) {
+    VmmUncharge(freed.device, freed.bytes);
+  }
+  return rc;
+}
+
+template <int S>
+CUresult HookMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                    CUmemGenericAllocationHandle handle, unsigned long long flags) {  // NOLINT
+  EnsureCuda();
+  auto real = Real<cuMemMapFn>(kHookMemMap, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  CUresult rc = real(ptr, size, offset, handle, flags);
+  if (rc != CUDA_SUCCESS || !s.mem_on) {
+    return rc;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  if (AllocRecord* h = s.vmm_handles->Find(handle)) {
+    ++h->refs;
+    AllocRecord m;
+    m.bytes = size;
+    m.device = h->device;
+    m.link = handle;
+    s.vmm_maps->Put(ptr, m);
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return rc;
+}
+
+template <int S>
+CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
+  EnsureCuda();
+  auto real = Real<cuMemUnmapFn>(kHookMemUnmap, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  CUresult rc = real(ptr, size);
+  if (rc != CUDA_SUCCESS || !s.mem_on) {
+    return rc;
+  }
+  // One unmap may cover several mappings; handles whose last mapping goes
+  // away after release are freed by the driver now.
+  for (;;) {
+    RangeCollector c{ptr, ptr + size, {}, 0};
+    AllocRecord freed[kUnmapBatch];
+    int nfreed = 0;
+    pthread_mutex_lock(&s.mem_mu);
+    s.vmm_maps->ForEach(CollectInRange, &c);
+    for (int i = 0; i < c.count; ++i) {
+      AllocRecord m;
+      if (!s.vmm_maps->Take(c.keys[i], &m)) {
+        continue;
+      }
+      if (AllocRecord* h = s.vmm_handles->Find(m.link)) {
+        --h->refs;
+        if (h->refs <= 0 && h->link == kReleased) {
+          s.vmm_handles->Take(m.link, &freed[nfreed++]);
+        }
+      }
+    }
+    pthread_mutex_unlock(&s.mem_mu);
+    for (int i = 0; i < nfreed; ++i) {
+      VmmUncharge(freed[i].device, freed[i].bytes);
+    }
+    if (c.count < kUnmapBatch) {
+      break;
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+void* VmmHook(HookId id, int slot) {
+  static void* const kTable[][kSlots] = {
+      {reinterpret_cast<void*>(&HookMemCreate<0>), reinterpret_cast<void*>(&HookMemCreate<1>),
+       reinterpret_cast<void*>(&HookMemCreate<2>), reinterpret_cast<void*>(&HookMemCreate<3>)},
+      {reinterpret_cast<void*>(&HookMemRelease<0>), reinterpret_cast<void*>(&HookMemRelease<1>),
+       reinterpret_cast<void*>(&HookMemRelease<2>), reinterpret_cast<void*>(&HookMemRelease<3>)},
+      {reinterpret_cast<void*>(&HookMemMap<0>), reinterpret_cast<void*>(&HookMemMap<1>),
+       reinterpret_cast<void*>(&HookMemMap<2>), reinterpret_cast<void*>(&HookMemMap<3>)},
+      {reinterpret_cast<void*>(&HookMemUnmap<0>), reinterpret_cast<void*>(&HookMemUnmap<1>),
+       reinterpret_cast<void*>(&HookMemUnmap<2>), reinterpret_cast<void*>(&HookMemUnmap<3>)},
+  };
+  if (id < kHookMemCreate || id > kHookMemUnmap || slot < 0 || slot >= kSlots) {
+    return nullptr;
+  }
+  return kTable[id - kHookMemCreate][slot];
+}
+
+}  // namespace accelpool::cuda
+
+using namespace accelpool::cuda;  // NOLINT: exported C entry points below.
+
+ACCELPOOL_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n,
+                                      const CUmemAllocationProp* p,
+                                      unsigned long long f) {  // NOLINT
+  return HookMemCreate<0>(h, n, p, f);
+}
+ACCELPOOL_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  return HookMemRelease<0>(h);
+}
+ACCELPOOL_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t o,
+                                   CUmemGenericAllocationHandle h,
+                                   unsigned long long f) {  // NOLINT
+  return HookMemMap<0>(p, n, o, h, f);
+}
+ACCELPOOL_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return HookMemUnmap<0>(p, n); }

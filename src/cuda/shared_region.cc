@@ -1,0 +1,333 @@
+#include "cuda/shared_region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace accelpool::cuda {
+
+namespace {
+constexpr uint64_t kMagic = 0x4150434455415247ULL;  // "APCDUARG"
+constexpr uint32_t kLayoutVersion = 1;
+}  // namespace
+
+struct SlotRecord {
+  int32_t pid;
+  uint32_t ctx_charged_mask;
+  uint64_t start_time;
+  uint64_t used[kMaxDevices];
+};
+
+struct DeviceBucket {
+  pthread_mutex_t mu;
+  TokenBucketState state;
+};
+
+struct RegionLayout {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t size;
+  pthread_mutex_t mu;
+  SlotRecord slots[kMaxSlots];
+  DeviceBucket buckets[kMaxDevices];
+};
+
+namespace {
+
+void InitRobustMutex(pthread_mutex_t* mu) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(mu, &attr);
+  pthread_mutexattr_destroy(&attr);
+}
+
+// Locks a robust mutex; on EOWNERDEAD marks it consistent and reports it.
+bool LockRobust(pthread_mutex_t* mu, bool* owner_died) {
+  int rc = pthread_mutex_lock(mu);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(mu);
+    if (owner_died != nullptr) {
+      *owner_died = true;
+    }
+    return true;
+  }
+  return rc == 0;
+}
+
+bool IsAlive(int32_t pid, uint64_t start_time) {
+  if (pid <= 0) {
+    return false;
+  }
+  if (kill(pid, 0) != 0 && errno == ESRCH) {
+    return false;
+  }
+  if (start_time != 0) {
+    uint64_t now = ProcessStartTime(pid);
+    if (now != 0 && now != start_time) {
+      return false;  // The PID was reused by another process.
+    }
+  }
+  return true;
+}
+
+bool ValidDevice(int device) { return device >= 0 && device < kMaxDevices; }
+
+}  // namespace
+
+uint64_t ProcessStartTime(int32_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return 0;
+  }
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) {
+    return 0;
+  }
+  buf[n] = '\0';
+  // The command name (field 2) may hold spaces and parentheses: start after
+  // the last ')'. Field 3 follows; the start time is field 22.
+  char* p = std::strrchr(buf, ')');
+  if (p == nullptr) {
+    return 0;
+  }
+  int field = 2;
+  for (++p; *p != '\0'; ++p) {
+    if (*p == ' ') {
+      ++field;
+      if (field == 22) {
+        uint64_t v = 0;
+        for (++p; *p >= '0' && *p <= '9'; ++p) {
+          v = v * 10 + static_cast<uint64_t>(*p - '0');
+        }
+        return v;
+      }
+    }
+  }
+  return 0;
+}
+
+SharedRegion::~SharedRegion() {
+  if (layout_ != nullptr) {
+    munmap(layout_, mapped_size_);
+  }
+}
+
+bool SharedRegion::Map(int fd, bool create, char* error, size_t error_len) {
+  size_t size = sizeof(RegionLayout);
+  void* mem = fd >= 0 ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                      : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                             -1, 0);
+  if (mem == MAP_FAILED) {
+    std::snprintf(error, error_len, "mmap of the accounting region failed: %s",
+                  std::strerror(errno));
+    return false;
+  }
+  auto* layout = static_cast<RegionLayout*>(mem);
+  if (create) {
+    std::memset(static_cast<void*>(layout), 0, size);  // Fresh mapping: all zero.
+    InitRobustMutex(&layout->mu);
+    for (DeviceBucket& b : layout->buckets) {
+      InitRobustMutex(&b.mu);
+      b.state = TokenBucketState();
+    }
+    layout->version = kLayoutVersion;
+    layout->size = static_cast<uint32_t>(size);
+    __atomic_store_n(&layout->magic, kMagic, __ATOMIC_RELEASE);
+  } else if (__atomic_load_n(&layout->magic, __ATOMIC_ACQUIRE) != kMagic ||
+             layout->version != kLayoutVersion || layout->size != size) {
+    munmap(mem, size);
+    std::snprintf(error, error_len,
+                  "the accounting region has another layout version (a different "
+                  "libaccelpool-cuda in the same container?); use one library version per pod");
+    return false;
+  }
+  layout_ = layout;
+  mapped_size_ = size;
+  return true;
+}
+
+bool SharedRegion::OpenPrivate(char* error, size_t error_len) {
+  return Map(-1, true, error, error_len);
+}
+
+bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len) {
+  char path[kMaxPathLen + 32];
+  std::snprintf(path, sizeof(path), "%s/%s", dir, kRegionFileName);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    std::snprintf(error, error_len,
+                  "cannot open %s: %s; mount a writable per-container directory there",
+                  path, std::strerror(errno));
+    return false;
+  }
+  fchmod(fd, 0666);  // Processes of the container may run as different users.
+  // flock serialises initialisation between processes starting together; it
+  // is taken only here, never on an allocation or launch.
+  while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0;
+  bool create = ok && st.st_size == 0;
+  if (create && ftruncate(fd, static_cast<off_t>(sizeof(RegionLayout))) != 0) {
+    ok = false;
+  }
+  if (!ok) {
+    std::snprintf(error, error_len, "cannot size %s: %s", path, std::strerror(errno));
+  } else {
+    ok = Map(fd, create, error, error_len);
+  }
+  flock(fd, LOCK_UN);
+  close(fd);
+  return ok;
+}
+
+bool SharedRegion::Lock() {
+  bool owner_died = false;
+  if (!LockRobust(&layout_->mu, &owner_died)) {
+    return false;
+  }
+  if (owner_died) {
+    ReclaimDeadLocked();
+  }
+  return true;
+}
+
+void SharedRegion::Unlock() { pthread_mutex_unlock(&layout_->mu); }
+
+int SharedRegion::ReclaimDeadLocked() {
+  int reclaimed = 0;
+  for (SlotRecord& s : layout_->slots) {
+    if (s.pid != 0 && !IsAlive(s.pid, s.start_time)) {
+      std::memset(&s, 0, sizeof(s));
+      ++reclaimed;
+    }
+  }
+  return reclaimed;
+}
+
+int SharedRegion::ReclaimDead() {
+  if (!Lock()) {
+    return 0;
+  }
+  int n = ReclaimDeadLocked();
+  Unlock();
+  return n;
+}
+
+int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
+  if (!Lock()) {
+    return -1;
+  }
+  ReclaimDeadLocked();
+  int found = -1;
+  for (int i = 0; i < kMaxSlots; ++i) {
+    if (layout_->slots[i].pid == 0) {
+      SlotRecord& s = layout_->slots[i];
+      std::memset(&s, 0, sizeof(s));
+      s.pid = pid;
+      s.start_time = start_time;
+      found = i;
+      break;
+    }
+  }
+  Unlock();
+  return found;
+}
+
+void SharedRegion::ReleaseSlot(int slot) {
+  if (slot < 0 || slot >= kMaxSlots || !Lock()) {
+    return;
+  }
+  std::memset(&layout_->slots[slot], 0, sizeof(SlotRecord));
+  Unlock();
+}
+
+ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint64_t limit,
+                                     uint64_t context_reserve) {
+  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+    return ChargeResult::kUnavailable;
+  }
+  SlotRecord& mine = layout_->slots[slot];
+  uint32_t bit = 1U << device;
+  uint64_t add = bytes + ((mine.ctx_charged_mask & bit) ? 0 : context_reserve);
+  ChargeResult result = ChargeResult::kOverLimit;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    uint64_t total = 0;
+    for (const SlotRecord& s : layout_->slots) {
+      if (s.pid != 0) {
+        total += s.used[device];
+      }
+    }
+    if (add <= limit && total <= limit - add) {
+      mine.used[device] += add;
+      mine.ctx_charged_mask |= bit;
+      result = ChargeResult::kOk;
+      break;
+    }
+    if (attempt == 0 && ReclaimDeadLocked() == 0) {
+      break;  // Nothing to reclaim: the container really is at its cap.
+    }
+  }
+  Unlock();
+  return result;
+}
+
+void SharedRegion::Uncharge(int slot, int device, uint64_t bytes) {
+  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+    return;
+  }
+  uint64_t& used = layout_->slots[slot].used[device];
+  used = used > bytes ? used - bytes : 0;
+  Unlock();
+}
+
+uint64_t SharedRegion::Used(int device) {
+  if (!ValidDevice(device) || !Lock()) {
+    return 0;
+  }
+  ReclaimDeadLocked();
+  uint64_t total = 0;
+  for (const SlotRecord& s : layout_->slots) {
+    if (s.pid != 0) {
+      total += s.used[device];
+    }
+  }
+  Unlock();
+  return total;
+}
+
+uint64_t SharedRegion::SlotUsed(int slot, int device) {
+  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+    return 0;
+  }
+  uint64_t v = layout_->slots[slot].used[device];
+  Unlock();
+  return v;
+}
+
+TokenBucketState* SharedRegion::LockBucket(int device) {
+  if (!ValidDevice(device)) {
+    return nullptr;
+  }
+  DeviceBucket& b = layout_->buckets[device];
+  return LockRobust(&b.mu, nullptr) ? &b.state : nullptr;
+}
+
+void SharedRegion::UnlockBucket(int device) {
+  pthread_mutex_unlock(&layout_->buckets[device].mu);
+}
+
+}  // namespace accelpool::cuda

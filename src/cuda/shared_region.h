@@ -1,0 +1,103 @@
+// SharedRegion: the per-container accounting state shared by every process.
+//
+// One file, `<state dir>/accelpool-cuda.region`, is mmap'd MAP_SHARED by each
+// process of a container. It holds a process-shared robust mutex, one slot per
+// live process (owner PID + process start time + bytes charged per device) and
+// one token bucket per device, each with its own robust mutex. A container's
+// usage on a device is the sum over live slots, so memory held by a process
+// that died (even by SIGKILL, which runs no cleanup) is reclaimed the next
+// time anyone needs the figure: on slot claim, on a charge that would exceed
+// the cap, on every usage query, and whenever a lock comes back EOWNERDEAD.
+// A slot is "dead" when kill(pid, 0) fails with ESRCH or the PID now belongs
+// to a process with a different start time (PID reuse).
+//
+// Slot indices stay valid for the life of the owning process (no compaction);
+// callers keep the index, never a pointer into the mapping across calls.
+// When no state dir is configured the region lives in private anonymous
+// memory: the same code, per-process scope.
+//
+// Error reporting: the shim runs inside arbitrary processes without libstdc++,
+// so Open() fills a caller's char buffer instead of returning a Status.
+//
+// Thread-safety: all methods are safe from any thread of any process sharing
+// the file; the object itself must outlive its users.
+#ifndef ACCELPOOL_CUDA_SHARED_REGION_H_
+#define ACCELPOOL_CUDA_SHARED_REGION_H_
+
+#include <pthread.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/config.h"
+#include "cuda/throttle.h"
+
+namespace accelpool::cuda {
+
+inline constexpr int kMaxSlots = 256;
+inline constexpr char kRegionFileName[] = "accelpool-cuda.region";
+
+struct RegionLayout;
+
+enum class ChargeResult { kOk, kOverLimit, kUnavailable };
+
+class SharedRegion {
+ public:
+  SharedRegion() = default;
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  // Maps (creating and initialising if needed) the region file in `dir`.
+  // Returns false and writes a one-line reason to `error` on failure (missing
+  // or unwritable dir, a file of another layout version).
+  bool OpenFile(const char* dir, char* error, size_t error_len);
+  // Maps private anonymous memory with the same layout.
+  bool OpenPrivate(char* error, size_t error_len);
+  bool is_open() const { return layout_ != nullptr; }
+
+  // Claims a slot for (pid, start_time), reclaiming dead slots first.
+  // Returns the slot index or -1 when all kMaxSlots are held by live processes.
+  int ClaimSlot(int32_t pid, uint64_t start_time);
+  // Returns the slot's usage to zero and frees it (normal process exit).
+  void ReleaseSlot(int slot);
+
+  // Adds `bytes` (plus `context_reserve` the first time this slot charges
+  // `device`) to the slot if the container total stays <= `limit`. On a would-
+  // be overflow, dead slots are reclaimed and the check repeated once.
+  ChargeResult TryCharge(int slot, int device, uint64_t bytes, uint64_t limit,
+                         uint64_t context_reserve);
+  // Subtracts up to `bytes` from the slot (never below zero).
+  void Uncharge(int slot, int device, uint64_t bytes);
+  // Container usage on `device` after reclaiming dead slots.
+  uint64_t Used(int device);
+  // Bytes charged by one slot on one device.
+  uint64_t SlotUsed(int slot, int device);
+  // Frees the slots of dead processes; returns how many were reclaimed.
+  int ReclaimDead();
+
+  // The device's token bucket under its own robust mutex. Returns nullptr if
+  // the lock cannot be taken; otherwise the caller must call UnlockBucket.
+  TokenBucketState* LockBucket(int device);
+  void UnlockBucket(int device);
+
+  // Exposes the region mutex so that tests can kill a process that holds it.
+  // REQUIRES: Unlock() after a true Lock().
+  bool Lock();
+  void Unlock();
+
+ private:
+  bool Map(int fd, bool create, char* error, size_t error_len);
+  int ReclaimDeadLocked();
+
+  RegionLayout* layout_ = nullptr;
+  size_t mapped_size_ = 0;
+};
+
+// Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat);
+// 0 if unknown. Used to detect PID reuse.
+uint64_t ProcessStartTime(int32_t pid);
+
+}  // namespace accelpool::cuda
+
+#endif  // ACCELPOOL_CUDA_SHARED_REGION_H_

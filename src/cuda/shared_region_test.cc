@@ -1,0 +1,210 @@
+#include "cuda/shared_region.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace accelpool::cuda {
+namespace {
+
+constexpr uint64_t kMiB = 1ULL << 20;
+constexpr uint64_t kGiB = 1ULL << 30;
+
+class SharedRegionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/accelpool-region-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::remove((dir_ + "/" + kRegionFileName).c_str());
+    rmdir(dir_.c_str());
+  }
+  void Open(SharedRegion& r) {
+    char error[256] = {};
+    ASSERT_TRUE(r.OpenFile(dir_.c_str(), error, sizeof(error))) << error;
+  }
+  int32_t Pid() { return static_cast<int32_t>(getpid()); }
+
+  std::string dir_;
+};
+
+TEST_F(SharedRegionTest, ChargesUpToTheCapExactly) {
+  SharedRegion r;
+  Open(r);
+  int slot = r.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(r.TryCharge(slot, 0, 600 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.TryCharge(slot, 0, 424 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.Used(0), kGiB);
+  EXPECT_EQ(r.TryCharge(slot, 0, 2 * kMiB, kGiB, 0), ChargeResult::kOverLimit);
+  EXPECT_EQ(r.TryCharge(slot, 1, 2 * kMiB, kGiB, 0), ChargeResult::kOk) << "devices are separate";
+  r.Uncharge(slot, 0, 600 * kMiB);
+  EXPECT_EQ(r.Used(0), 424 * kMiB);
+  r.Uncharge(slot, 0, 10 * kGiB);  // Never below zero.
+  EXPECT_EQ(r.Used(0), 0u);
+  EXPECT_EQ(r.TryCharge(slot, kMaxDevices, 1, kGiB, 0), ChargeResult::kUnavailable);
+  EXPECT_EQ(r.TryCharge(slot, 0, 2 * kGiB, kGiB, 0), ChargeResult::kOverLimit);
+  r.ReleaseSlot(slot);
+}
+
+TEST_F(SharedRegionTest, ContextReserveIsChargedOncePerDevice) {
+  SharedRegion r;
+  Open(r);
+  int slot = r.ClaimSlot(Pid(), 0);
+  ASSERT_EQ(r.TryCharge(slot, 0, 2 * kMiB, kGiB, 500 * kMiB), ChargeResult::kOk);
+  ASSERT_EQ(r.TryCharge(slot, 0, 2 * kMiB, kGiB, 500 * kMiB), ChargeResult::kOk);
+  EXPECT_EQ(r.SlotUsed(slot, 0), 504 * kMiB);
+  r.ReleaseSlot(slot);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+TEST_F(SharedRegionTest, TwoMappingsShareState) {
+  SharedRegion a;
+  SharedRegion b;
+  Open(a);
+  Open(b);
+  int slot = a.ClaimSlot(Pid(), 0);
+  ASSERT_EQ(a.TryCharge(slot, 2, 64 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(b.Used(2), 64 * kMiB);
+  a.ReleaseSlot(slot);
+}
+
+TEST_F(SharedRegionTest, OpenFailuresExplainTheFix) {
+  SharedRegion r;
+  char error[512] = {};
+  EXPECT_FALSE(r.OpenFile("/nonexistent/accelpool", error, sizeof(error)));
+  EXPECT_NE(std::string(error).find("mount a writable"), std::string::npos) << error;
+  {
+    std::ofstream f(dir_ + "/" + kRegionFileName);
+    f << std::string(4096, 'x');
+  }
+  EXPECT_FALSE(r.OpenFile(dir_.c_str(), error, sizeof(error)));
+  EXPECT_NE(std::string(error).find("layout"), std::string::npos) << error;
+}
+
+TEST_F(SharedRegionTest, ReusedPidWithAnotherStartTimeIsDead) {
+  SharedRegion r;
+  Open(r);
+  int stale = r.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 12345);
+  ASSERT_GE(stale, 0);
+  ASSERT_EQ(r.TryCharge(stale, 0, 100 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.ReclaimDead(), 1);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+TEST_F(SharedRegionTest, ConcurrentProcessesNeverExceedTheCap) {
+  constexpr int kChildren = 4;
+  constexpr int kRounds = 3000;
+  pid_t pids[kChildren];
+  for (int c = 0; c < kChildren; ++c) {
+    pids[c] = fork();
+    ASSERT_GE(pids[c], 0);
+    if (pids[c] == 0) {
+      SharedRegion r;
+      char error[256];
+      if (!r.OpenFile(dir_.c_str(), error, sizeof(error))) {
+        _exit(100);
+      }
+      int32_t pid = static_cast<int32_t>(getpid());
+      int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
+      int violations = 0;
+      for (int i = 0; i < kRounds; ++i) {
+        if (r.TryCharge(slot, 0, 96 * kMiB, kGiB, 0) == ChargeResult::kOk) {
+          if (r.Used(0) > kGiB) {
+            ++violations;
+          }
+          r.Uncharge(slot, 0, 96 * kMiB);
+        }
+      }
+      // Leave 32 MiB charged and exit without releasing: must be reclaimed.
+      r.TryCharge(slot, 0, 32 * kMiB, kGiB, 0);
+      _exit(violations > 99 ? 99 : violations);
+    }
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "usage exceeded the cap (or open failed: 100)";
+  }
+  SharedRegion r;
+  Open(r);
+  EXPECT_EQ(r.Used(0), 0u) << "exited processes' charges must be reclaimed";
+}
+
+TEST_F(SharedRegionTest, SigkilledHolderIsReclaimedOnTheNextCharge) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    SharedRegion r;
+    char error[256];
+    if (!r.OpenFile(dir_.c_str(), error, sizeof(error))) {
+      _exit(1);
+    }
+    int32_t pid = static_cast<int32_t>(getpid());
+    int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
+    r.TryCharge(slot, 0, 800 * kMiB, kGiB, 0);
+    char c = 'x';
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  SharedRegion r;
+  Open(r);
+  int slot = r.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  EXPECT_EQ(r.TryCharge(slot, 0, 800 * kMiB, kGiB, 0), ChargeResult::kOverLimit)
+      << "the live child holds 800 MiB";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(r.TryCharge(slot, 0, 800 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.Used(0), 800 * kMiB) << "no stale usage left behind";
+  r.ReleaseSlot(slot);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(SharedRegionTest, LockHolderKilledLeavesAUsableRegion) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    SharedRegion r;
+    char error[256];
+    if (!r.OpenFile(dir_.c_str(), error, sizeof(error)) || !r.Lock()) {
+      _exit(1);
+    }
+    raise(SIGKILL);  // Dies holding the region mutex.
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  SharedRegion r;
+  Open(r);
+  int slot = r.ClaimSlot(Pid(), 0);  // Takes the lock: EOWNERDEAD is recovered.
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(r.TryCharge(slot, 0, kMiB, kGiB, 0), ChargeResult::kOk);
+  TokenBucketState* bucket = r.LockBucket(0);
+  ASSERT_NE(bucket, nullptr);
+  r.UnlockBucket(0);
+  r.ReleaseSlot(slot);
+}
+
+TEST(ProcessStartTimeTest, KnownForSelfUnknownForNobody) {
+  EXPECT_GT(ProcessStartTime(static_cast<int32_t>(getpid())), 0u);
+  EXPECT_EQ(ProcessStartTime(-1), 0u);
+}
+
+}  // namespace
+}  // namespace accelpool::cuda

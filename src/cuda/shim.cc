@@ -1,0 +1,418 @@
+// Initialisation, symbol interception (dlsym, cuGetProcAddress[_v2]) and the
+// process lifecycle (fork, exit) of libaccelpool-cuda. See shim.h.
+#include "cuda/shim.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "cuda/log.h"
+
+namespace accelpool::cuda {
+namespace {
+
+constinit ShimState g_state;
+
+using DlsymFn = void* (*)(void*, const char*);
+std::atomic<DlsymFn> g_real_dlsym{nullptr};
+pthread_once_t g_dlsym_once = PTHREAD_ONCE_INIT;
+pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+pthread_once_t g_cuda_once = PTHREAD_ONCE_INIT;
+pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
+// Set while this thread initialises: re-entrant dlsym calls pass through.
+thread_local bool t_in_init = false;
+
+// Storage for objects that must never be destroyed (other threads may still
+// call hooks while the process exits).
+alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
+alignas(AllocTable) unsigned char g_table_storage[5][sizeof(AllocTable)];
+
+void ResolveRealDlsym() {
+  // dlsym carries GLIBC_2.34 on glibc >= 2.34 (moved into libc) and the
+  // original version on older ones (x86-64: 2.2.5, aarch64: 2.17).
+  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+    if (void* p = dlvsym(RTLD_NEXT, "dlsym", version)) {
+      g_real_dlsym.store(reinterpret_cast<DlsymFn>(p), std::memory_order_release);
+      return;
+    }
+  }
+}
+
+DlsymFn RealDlsym() {
+  pthread_once(&g_dlsym_once, ResolveRealDlsym);
+  return g_real_dlsym.load(std::memory_order_acquire);
+}
+
+const char* EnvLookup(void*, const char* name) { return std::getenv(name); }
+void EnvWarn(void*, const char* message) { Logf(LogLevel::kWarn, "%s", message); }
+
+void ChildAfterFork() {
+  ShimState& s = g_state;
+  // A child owns no device memory of its parent and no events: start clean.
+  pthread_mutex_init(&s.mem_mu, nullptr);
+  s.slot = -1;
+  for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc}) {
+    if (t != nullptr) {
+      t->Clear();
+    }
+  }
+  ResetLaunchStateAfterFork();
+}
+
+void InitOnce() {
+  t_in_init = true;
+  ShimState& s = g_state;
+  s.config = ParseShimConfig(EnvLookup, nullptr, EnvWarn, nullptr);
+  SetLogLevel(s.config.log_level);
+  s.mem_on = s.config.AnyMemoryLimit();
+  s.compute_on = s.config.ComputeLimited();
+  s.bucket = TokenBucketParams::ForPercent(s.config.compute_percent);
+  if (s.mem_on || s.compute_on) {
+    char error[640] = {};
+    auto* region = new (g_region_storage) SharedRegion();
+    bool ok = false;
+    if (s.config.state_dir[0] != '\0') {
+      ok = region->OpenFile(s.config.state_dir, error, sizeof(error));
+      if (!ok) {
+        Logf(LogLevel::kWarn, "%s; limits now apply per process, not per container", error);
+      }
+    } else {
+      Logf(LogLevel::kWarn,
+           "ACCELPOOL_CUDA_STATE_DIR is not set: limits apply per process, not per container "
+           "(the device plugin sets it; set it to a directory shared by the container)");
+    }
+    if (!ok) {
+      ok = region->OpenPrivate(error, sizeof(error));
+    }
+    if (ok) {
+      s.region = region;
+      AllocTable** tables[] = {&s.pointers, &s.arrays, &s.vmm_handles, &s.vmm_maps, &s.ipc};
+      for (int i = 0; i < 5; ++i) {
+        *tables[i] = new (g_table_storage[i]) AllocTable();
+      }
+      pthread_atfork(nullptr, nullptr, ChildAfterFork);
+    } else {
+      Logf(LogLevel::kError, "%s; running without limits", error);
+      s.mem_on = false;
+      s.compute_on = false;
+    }
+  }
+  if (s.mem_on || s.compute_on) {
+    Logf(LogLevel::kInfo, "limits on: memory=%s compute=%d%% state_dir=%s",
+         s.mem_on ? "yes" : "no", s.compute_on ? s.config.compute_percent : 100,
+         s.config.state_dir[0] != '\0' ? s.config.state_dir : "(per process)");
+  }
+  s.ready.store(true, std::memory_order_release);
+  t_in_init = false;
+}
+
+template <typename Fn>
+Fn Resolve(void* handle, const char* name) {
+  return handle == nullptr ? nullptr : reinterpret_cast<Fn>(RealDlsym()(handle, name));
+}
+
+void CudaOnce() {
+  EnsureInit();
+  t_in_init = true;
+  ShimState& s = g_state;
+  s.cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (s.cuda == nullptr) {
+    s.cuda = dlopen("libcuda.so.1", RTLD_LAZY);
+  }
+  if (s.cuda == nullptr) {
+    Logf(LogLevel::kError, "cannot load libcuda.so.1 (%s); CUDA calls will fail", dlerror());
+  }
+  int count = 0;
+  const SymbolInfo* symbols = AllSymbols(&count);
+  for (int i = 0; i < count; ++i) {
+    const SymbolInfo& sym = symbols[i];
+    if (sym.library != HookLibrary::kCuda) {
+      continue;
+    }
+    int slot = sym.per_thread_stream ? 1 : 0;
+    void* fn = Resolve<void*>(s.cuda, sym.exported);
+    s.real[sym.id][slot].store(fn, std::memory_order_release);
+    s.per_thread_stream[sym.id][slot] = sym.per_thread_stream;
+    Logf(LogLevel::kDebug, "dlsym %s -> %p", sym.exported, fn);
+  }
+  s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
+  s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
+  s.mem_get_address_range = Resolve<cuMemGetAddressRangeFn>(s.cuda, "cuMemGetAddressRange_v2");
+  s.event_create = Resolve<cuEventCreateFn>(s.cuda, "cuEventCreate");
+  s.event_destroy = Resolve<cuEventDestroyFn>(s.cuda, "cuEventDestroy_v2");
+  s.event_record[0] = Resolve<cuEventRecordFn>(s.cuda, "cuEventRecord");
+  s.event_record[1] = Resolve<cuEventRecordFn>(s.cuda, "cuEventRecord_ptsz");
+  s.event_query = Resolve<cuEventQueryFn>(s.cuda, "cuEventQuery");
+  s.event_elapsed = Resolve<cuEventElapsedTimeFn>(s.cuda, "cuEventElapsedTime_v2");
+  if (s.event_elapsed == nullptr) {
+    s.event_elapsed = Resolve<cuEventElapsedTimeFn>(s.cuda, "cuEventElapsedTime");
+  }
+  s.stream_is_capturing[0] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing");
+  s.stream_is_capturing[1] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing_ptsz");
+  s.cuda_ready.store(true, std::memory_order_release);
+  t_in_init = false;
+}
+
+void NvmlOnce() {
+  EnsureInit();
+  t_in_init = true;
+  ShimState& s = g_state;
+  s.nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (s.nvml == nullptr) {
+    s.nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
+  }
+  s.real[kHookNvmlMemoryInfo][0].store(Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo"));
+  s.real[kHookNvmlMemoryInfoV2][0].store(Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo_v2"));
+  s.nvml_get_index = Resolve<nvmlDeviceGetIndexFn>(s.nvml, "nvmlDeviceGetIndex");
+  s.nvml_ready.store(true, std::memory_order_release);
+  t_in_init = false;
+}
+
+// Emulates dlsym(RTLD_NEXT, name) for a caller outside this library: the
+// first object after the caller's in load order that defines `name`. The real
+// dlsym would search after *this* library instead, which returns the caller's
+// own definition to an interposer loaded after us (endless recursion).
+void* NextAfter(const void* caller, const char* name) {
+  Dl_info info;
+  struct link_map* self = nullptr;
+  if (dladdr1(caller, &info, reinterpret_cast<void**>(&self), RTLD_DL_LINKMAP) == 0 ||
+      self == nullptr) {
+    return RealDlsym()(RTLD_NEXT, name);
+  }
+  for (struct link_map* lm = self->l_next; lm != nullptr; lm = lm->l_next) {
+    if (lm->l_name == nullptr || lm->l_name[0] == '\0') {
+      continue;
+    }
+    void* handle = dlopen(lm->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == nullptr) {
+      continue;
+    }
+    void* sym = RealDlsym()(handle, name);
+    dlclose(handle);
+    if (sym == nullptr) {
+      continue;
+    }
+    Dl_info where;
+    struct link_map* owner = nullptr;
+    if (dladdr1(sym, &where, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) != 0 &&
+        owner == lm) {
+      return sym;
+    }
+  }
+  return nullptr;
+}
+
+// True when `p` is code of this library (a driver that resolves its own
+// exports through the global scope hands our hooks back to us).
+bool IsOurs(const void* p) {
+  Dl_info mine;
+  Dl_info theirs;
+  return dladdr(reinterpret_cast<const void*>(&IsOurs), &mine) != 0 && dladdr(p, &theirs) != 0 &&
+         mine.dli_fbase == theirs.dli_fbase;
+}
+
+void* HookFor(HookId id, int slot) {
+  if (id == kHookGetProcAddress || id == kHookGetProcAddressV2) {
+    return nullptr;  // Handled by the caller: one instance each.
+  }
+  return IsLaunch(id) ? LaunchHook(id, slot) : MemoryHook(id, slot);
+}
+
+}  // namespace
+
+ShimState& State() { return g_state; }
+
+void EnsureInit() {
+  if (!g_state.ready.load(std::memory_order_acquire)) {
+    pthread_once(&g_init_once, InitOnce);
+  }
+}
+
+void EnsureCuda() {
+  if (!g_state.cuda_ready.load(std::memory_order_acquire)) {
+    pthread_once(&g_cuda_once, CudaOnce);
+  }
+}
+
+void EnsureNvml() {
+  if (!g_state.nvml_ready.load(std::memory_order_acquire)) {
+    pthread_once(&g_nvml_once, NvmlOnce);
+  }
+}
+
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void* BindHook(HookId id, void* real_fn, bool per_thread_stream) {
+  ShimState& s = g_state;
+  int chosen = -1;
+  pthread_mutex_lock(&s.slot_mu);
+  for (int slot = 0; slot < kSlots && chosen < 0; ++slot) {
+    if (s.real[id][slot].load(std::memory_order_relaxed) == real_fn) {
+      chosen = slot;
+    }
+  }
+  for (int slot = 2; slot < kSlots && chosen < 0; ++slot) {
+    if (s.real[id][slot].load(std::memory_order_relaxed) == nullptr) {
+      s.per_thread_stream[id][slot] = per_thread_stream;
+      s.real[id][slot].store(real_fn, std::memory_order_release);
+      chosen = slot;
+    }
+  }
+  pthread_mutex_unlock(&s.slot_mu);
+  if (chosen < 0) {
+    Logf(LogLevel::kWarn, "no free hook slot for entry %d; passing it through unlimited",
+         static_cast<int>(id));
+    return nullptr;
+  }
+  return HookFor(id, chosen);
+}
+
+}  // namespace accelpool::cuda
+
+using accelpool::cuda::BindHook;
+using accelpool::cuda::EnsureCuda;
+using accelpool::cuda::EnsureInit;
+using accelpool::cuda::EnsureNvml;
+using accelpool::cuda::FindExported;
+using accelpool::cuda::FindForProcAddress;
+using accelpool::cuda::HookLibrary;
+using accelpool::cuda::kHookGetProcAddress;
+using accelpool::cuda::kHookGetProcAddressV2;
+using accelpool::cuda::LogLevel;
+using accelpool::cuda::Logf;
+using accelpool::cuda::Real;
+using accelpool::cuda::State;
+using accelpool::cuda::SymbolInfo;
+
+namespace {
+
+// Replaces a driver pointer that cuGetProcAddress returned for `symbol`.
+void SwapProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+
+}  // namespace
+
+ACCELPOOL_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                              cuuint64_t flags,
+                                              CUdriverProcAddressQueryResult* status) {
+  EnsureCuda();
+  auto real = Real<cuGetProcAddress_v2Fn>(kHookGetProcAddressV2, 0);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  CUresult rc = real(symbol, pfn, version, flags, status);
+  if (rc == CUDA_SUCCESS) {
+    SwapProcAddress(symbol, pfn, version, flags);
+  }
+  return rc;
+}
+
+ACCELPOOL_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                           cuuint64_t flags) {
+  EnsureCuda();
+  auto real = Real<cuGetProcAddressFn>(kHookGetProcAddress, 0);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  CUresult rc = real(symbol, pfn, version, flags);
+  if (rc == CUDA_SUCCESS) {
+    SwapProcAddress(symbol, pfn, version, flags);
+  }
+  return rc;
+}
+
+namespace {
+
+void SwapProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) {
+    return;
+  }
+  const SymbolInfo* sym = FindForProcAddress(symbol, version, flags);
+  if (sym == nullptr) {
+    return;  // Not ours, or an older ABI: the driver's pointer stands.
+  }
+  if (sym->id == kHookGetProcAddressV2) {
+    *pfn = reinterpret_cast<void*>(&cuGetProcAddress_v2);
+    return;
+  }
+  if (sym->id == kHookGetProcAddress) {
+    *pfn = reinterpret_cast<void*>(&cuGetProcAddress);
+    return;
+  }
+  auto& s = State();
+  if (!s.mem_on && !s.compute_on) {
+    return;  // Nothing to enforce: hand out the driver's own function.
+  }
+  if (accelpool::cuda::IsOurs(*pfn)) {
+    return;  // Already one of our entry points: never wrap a hook in a hook.
+  }
+  if (void* hook = BindHook(sym->id, *pfn, sym->per_thread_stream)) {
+    Logf(LogLevel::kDebug, "cuGetProcAddress %s (v%d, flags %llu) hooked", symbol, version,
+         static_cast<unsigned long long>(flags));
+    *pfn = hook;
+  }
+}
+
+}  // namespace
+
+ACCELPOOL_EXPORT void* dlsym(void* handle, const char* name) {
+  auto real = accelpool::cuda::RealDlsym();
+  if (real == nullptr) {
+    return nullptr;
+  }
+  if (handle == RTLD_NEXT) {
+    return accelpool::cuda::NextAfter(__builtin_return_address(0), name);
+  }
+  const SymbolInfo* sym = accelpool::cuda::t_in_init ? nullptr : FindExported(name);
+  void* found = real(handle, name);
+  if (sym == nullptr || found == nullptr) {
+    return found;
+  }
+  auto& s = State();
+  if (sym->library == HookLibrary::kNvml) {
+    EnsureNvml();
+  } else {
+    EnsureCuda();
+  }
+  if (sym->id == kHookGetProcAddressV2) {
+    return reinterpret_cast<void*>(&cuGetProcAddress_v2);
+  }
+  if (sym->id == kHookGetProcAddress) {
+    return reinterpret_cast<void*>(&cuGetProcAddress);
+  }
+  if (!s.mem_on && !s.compute_on) {
+    return found;
+  }
+  if (sym->library == HookLibrary::kNvml) {
+    return accelpool::cuda::NvmlHook(sym->id);
+  }
+  int slot = sym->per_thread_stream ? 1 : 0;
+  void* hook = accelpool::cuda::HookFor(sym->id, slot);
+  Logf(LogLevel::kDebug, "dlsym %s hooked", name);
+  return hook != nullptr ? hook : found;
+}
+
+namespace {
+
+__attribute__((destructor)) void ReleaseSlotAtExit() {
+  auto& s = State();
+  if (s.region == nullptr) {
+    return;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  if (s.slot >= 0) {
+    s.region->ReleaseSlot(s.slot);
+    s.slot = -1;
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+}
+
+}  // namespace

@@ -1,0 +1,124 @@
+// Internal state of libaccelpool-cuda, shared by the hook translation units.
+//
+// The shim is a preloaded library: its entry points are C functions called
+// by arbitrary code, so it necessarily keeps one process-wide state object
+// (ShimState, via State()). It is the library's single piece of global
+// mutable state; everything in it is either set once during initialisation
+// (before `ready` is published) or guarded by the mutex named beside it.
+//
+// Initialisation is lazy and split so that a process that never touches
+// CUDA pays nothing beyond the dlsym name check:
+//   EnsureInit()  parses the env once (config, log level, what is on);
+//   EnsureCuda()  also opens libcuda.so.1 and resolves the real entry points;
+//   EnsureNvml()  also opens libnvidia-ml.so.1.
+// After that the disabled path of every hook is: one acquire load, one
+// branch, one indirect call. No getenv, syscall, lock or shared-memory scan.
+//
+// Real dlsym: resolved once with dlvsym(RTLD_NEXT, "dlsym", <glibc version>),
+// which needs no private glibc symbol (__libc_dlsym / _dl_sym are avoided).
+//
+// Hook slots: each hooked entry point has kSlots template instances. Slot 0
+// is the exported default-stream name, slot 1 the exported _ptsz name, slots
+// 2-3 take any other distinct pointer cuGetProcAddress returns for the same
+// ABI. Each slot forwards to the real pointer it was bound to, so a
+// version- or stream-specific implementation is never swapped for another.
+//
+// Thread-safety: as described per member.
+#ifndef ACCELPOOL_CUDA_SHIM_H_
+#define ACCELPOOL_CUDA_SHIM_H_
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/alloc_table.h"
+#include "cuda/config.h"
+#include "cuda/cuda_types.h"
+#include "cuda/shared_region.h"
+#include "cuda/symbols.h"
+#include "cuda/throttle.h"
+
+#define ACCELPOOL_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace accelpool::cuda {
+
+inline constexpr int kSlots = 4;
+// Device memory is handed out in 2 MiB pages; a request is charged rounded up.
+inline constexpr uint64_t kAllocGranularity = 2ULL << 20;
+
+typedef CUresult (*cuStreamIsCapturingFn)(CUstream, int*);
+
+struct ShimState {
+  // --- Set once before `ready` / `cuda_ready` / `nvml_ready` are published.
+  ShimConfig config;
+  bool mem_on = false;      // Some device has a memory cap.
+  bool compute_on = false;  // Compute share below 100%.
+  TokenBucketParams bucket;
+  void* cuda = nullptr;
+  void* nvml = nullptr;
+  cuCtxGetDeviceFn ctx_get_device = nullptr;
+  cuCtxGetCurrentFn ctx_get_current = nullptr;
+  cuMemGetAddressRangeFn mem_get_address_range = nullptr;
+  cuEventCreateFn event_create = nullptr;
+  cuEventDestroyFn event_destroy = nullptr;
+  cuEventRecordFn event_record[2] = {};  // [per-thread-stream]
+  cuEventQueryFn event_query = nullptr;
+  cuEventElapsedTimeFn event_elapsed = nullptr;
+  cuStreamIsCapturingFn stream_is_capturing[2] = {};
+  nvmlDeviceGetIndexFn nvml_get_index = nullptr;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> cuda_ready{false};
+  std::atomic<bool> nvml_ready{false};
+
+  // --- Real entry points per hook slot; written under slot_mu, read lock-free.
+  std::atomic<void*> real[kHookCount][kSlots] = {};
+  bool per_thread_stream[kHookCount][kSlots] = {};
+  pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+
+  // --- Accounting; region opened in EnsureInit when a limit is on.
+  SharedRegion* region = nullptr;
+  pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;  // Guards the fields below.
+  int slot = -1;                                       // Region slot of this process.
+  AllocTable* pointers = nullptr;  // cuMemAlloc*, managed, async, pool allocations.
+  AllocTable* arrays = nullptr;    // CUarray handles.
+  AllocTable* vmm_handles = nullptr;
+  AllocTable* vmm_maps = nullptr;  // Mapped address -> handle (record.link).
+  AllocTable* ipc = nullptr;       // Imported IPC pointers.
+  bool warned_unaccounted = false;
+};
+
+ShimState& State();
+void EnsureInit();
+void EnsureCuda();
+void EnsureNvml();
+
+template <typename Fn>
+inline Fn Real(HookId id, int slot) {
+  return reinterpret_cast<Fn>(State().real[id][slot].load(std::memory_order_acquire));
+}
+
+// Binds `real_fn` to a slot of `id` and returns that slot's hook, or nullptr
+// when all slots are taken by other pointers (the caller then passes through).
+void* BindHook(HookId id, void* real_fn, bool per_thread_stream);
+
+// Hook instance tables, one per translation unit.
+void* MemoryHook(HookId id, int slot);
+void* LaunchHook(HookId id, int slot);
+void* NvmlHook(HookId id);
+
+// Accounting helpers (hooks_memory.cc).
+uint64_t RoundToGranularity(uint64_t bytes);
+// Device of the calling thread's current context; false without one.
+bool CurrentDevice(int* device);
+// Container usage on a device (after reclaiming dead processes), 0 if off.
+uint64_t ContainerUsed(int device);
+
+// Compute controller (hooks_launch.cc): resets per-process state in a child.
+void ResetLaunchStateAfterFork();
+
+int64_t MonotonicNs();
+
+}  // namespace accelpool::cuda
+
+#endif  // ACCELPOOL_CUDA_SHIM_H_

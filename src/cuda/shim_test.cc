@@ -1,0 +1,336 @@
+// End-to-end tests of libaccelpool-cuda: the probe program runs with the shim
+// preloaded against the fake driver, reaching it through every hook path.
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuda/testing/subprocess.h"
+
+namespace accelpool::cuda {
+namespace {
+
+using testing::ChildProcess;
+using testing::ParseKeyValues;
+using testing::ProcessResult;
+using Env = std::map<std::string, std::string>;
+
+constexpr uint64_t kMiB = 1ULL << 20;
+constexpr uint64_t kPage = 2 * kMiB;
+constexpr uint64_t kFakeDeviceBytes = 80ULL << 30;
+
+#define SKIP_UNDER_SANITIZER()                                                           \
+  do {                                                                                   \
+    if (kSanitizerBuild) {                                                               \
+      GTEST_SKIP() << "preloading a non-sanitized process is not possible in a sanitizer " \
+                      "build; run the plain build for these tests";                       \
+    }                                                                                    \
+  } while (0)
+
+#ifdef ACCELPOOL_SANITIZE_BUILD
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+
+ProcessResult Probe(const std::vector<std::string>& args, Env env, bool preload = true) {
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  if (preload) {
+    env["LD_PRELOAD"] = ACCELPOOL_SHIM_PATH;
+  }
+  std::vector<std::string> argv = {ACCELPOOL_PROBE_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::Run(argv, env);
+}
+
+std::map<std::string, std::string> MustRun(const std::vector<std::string>& args, const Env& env) {
+  ProcessResult r = Probe(args, env);
+  EXPECT_EQ(r.exit_code, 0) << "stderr: " << r.err << "\nstdout: " << r.out;
+  return ParseKeyValues(r.out);
+}
+
+uint64_t U(const std::map<std::string, std::string>& kv, const std::string& key) {
+  auto it = kv.find(key);
+  EXPECT_NE(it, kv.end()) << "missing " << key;
+  return it == kv.end() ? 0 : std::stoull(it->second);
+}
+
+int CountLines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos;
+       pos = text.find(needle, pos + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/accelpool-shim-XXXXXX";
+    path_ = mkdtemp(tmpl) != nullptr ? tmpl : "";
+  }
+  ~TempDir() {
+    std::remove((path_ + "/accelpool-cuda.region").c_str());
+    rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(ShimTest, LibraryNeedsNoLibstdcxx) {
+  std::ifstream f(ACCELPOOL_SHIM_PATH, std::ios::binary);
+  std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(data.size(), sizeof(Elf64_Ehdr));
+  auto* eh = reinterpret_cast<const Elf64_Ehdr*>(data.data());
+  auto* sh = reinterpret_cast<const Elf64_Shdr*>(data.data() + eh->e_shoff);
+  std::vector<std::string> needed;
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    if (sh[i].sh_type != SHT_DYNAMIC) {
+      continue;
+    }
+    const char* strtab = data.data() + sh[sh[i].sh_link].sh_offset;
+    auto* dyn = reinterpret_cast<const Elf64_Dyn*>(data.data() + sh[i].sh_offset);
+    for (size_t j = 0; j < sh[i].sh_size / sizeof(Elf64_Dyn); ++j) {
+      if (dyn[j].d_tag == DT_NEEDED) {
+        needed.emplace_back(strtab + dyn[j].d_un.d_val);
+      }
+    }
+  }
+  ASSERT_FALSE(needed.empty());
+  for (const std::string& lib : needed) {
+    EXPECT_EQ(lib.find("libstdc++"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libcuda"), std::string::npos) << "the driver is opened lazily";
+  }
+}
+
+TEST(ShimTest, EveryHookPathStopsAtTheCapWithOutOfMemory) {
+  SKIP_UNDER_SANITIZER();
+  const uint64_t cap = 1024 * kMiB;
+  for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds", "procaddr_v1"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "fill", "alloc", std::to_string(64 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "allocated"), cap);
+    EXPECT_EQ(U(kv, "first_error"), 2u) << "CUDA_ERROR_OUT_OF_MEMORY";
+    EXPECT_EQ(U(kv, "device_used"), cap) << "truth: the driver's own count agrees";
+    EXPECT_EQ(U(kv, "after_free_device_used"), 0u);
+    EXPECT_EQ(U(kv, "second_allocated"), cap) << "freeing returns the whole budget";
+  }
+}
+
+TEST(ShimTest, EveryAllocationApiAndSizeIsChargedAtPageGranularity) {
+  SKIP_UNDER_SANITIZER();
+  const uint64_t cap = 1024 * kMiB;
+  struct Case {
+    const char* api;
+    uint64_t chunk;
+  };
+  const Case cases[] = {
+      {"alloc", 1 * kMiB},          {"alloc", 2 * kMiB},        {"alloc", (8 * kMiB) + 1},
+      {"alloc", (8 * kMiB) - 1},    {"pitch", 64 * kMiB},       {"managed", 64 * kMiB},
+      {"async", 3 * kMiB},          {"pool", 64 * kMiB},        {"array", 64 * kMiB},
+      {"vmm", 64 * kMiB},           {"ipc", 64 * kMiB},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.api << " " << c.chunk);
+    auto kv = MustRun({"procaddr", "fill", c.api, std::to_string(c.chunk)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    uint64_t charged = (c.chunk + kPage - 1) / kPage * kPage;
+    uint64_t count = cap / charged;
+    EXPECT_EQ(U(kv, "count"), count);
+    EXPECT_EQ(U(kv, "allocated"), count * c.chunk);
+    EXPECT_EQ(U(kv, "first_error"), 2u);
+    if (std::string(c.api) != "ipc") {  // Imports hold the exporter's memory.
+      EXPECT_EQ(U(kv, "device_used"), count * charged);
+    }
+    EXPECT_EQ(U(kv, "second_allocated"), count * c.chunk);
+  }
+}
+
+TEST(ShimTest, MemoryQueriesReportTheCapAndGuardNullArguments) {
+  SKIP_UNDER_SANITIZER();
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "1024"}};
+  auto kv = MustRun({"dlsym", "alloc", std::to_string(100 * kMiB)}, env);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "total"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free"), 924 * kMiB);
+  kv = MustRun({"direct", "meminfo"}, env);
+  EXPECT_EQ(U(kv, "total"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "null_free_rc"), 0u);
+  EXPECT_EQ(U(kv, "total_only"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "null_both_rc"), 0u);
+  EXPECT_EQ(U(kv, "device_total"), 1024 * kMiB);
+  // Over-large cap: reports physical memory, never more.
+  kv = MustRun({"direct", "meminfo"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "999999999"}});
+  EXPECT_EQ(U(kv, "total"), kFakeDeviceBytes);
+  EXPECT_EQ(U(kv, "device_total"), kFakeDeviceBytes);
+  // Unlimited: the driver's own answers, NULL handling included.
+  kv = MustRun({"direct", "meminfo"}, {});
+  EXPECT_EQ(U(kv, "total"), kFakeDeviceBytes);
+  EXPECT_EQ(U(kv, "null_free_rc"), 1u) << "the fake driver rejects NULL itself";
+}
+
+TEST(ShimTest, NvmlReportsTheCap) {
+  SKIP_UNDER_SANITIZER();
+  auto kv = MustRun({"dlsym", "nvml"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "2048"}});
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "total"), 2048 * kMiB);
+  EXPECT_EQ(U(kv, "used"), 0u) << "the container has allocated nothing";
+  EXPECT_EQ(U(kv, "free"), 2048 * kMiB);
+  EXPECT_EQ(U(kv, "total2"), 2048 * kMiB);
+  EXPECT_EQ(U(kv, "free2"), 2048 * kMiB);
+  kv = MustRun({"dlsym", "nvml"}, {});
+  EXPECT_EQ(U(kv, "total"), kFakeDeviceBytes) << "unlimited: untouched";
+}
+
+TEST(ShimTest, SymbolResolutionThroughBothHookPaths) {
+  SKIP_UNDER_SANITIZER();
+  auto on = MustRun({"dlsym", "symbols"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  for (const char* key :
+       {"dlsym_memalloc_hooked", "dlsym_unknown_passthrough", "dlsym_gpa_hooked",
+        "procaddr_memalloc_hooked", "procaddr13_memalloc_hooked", "procaddr_legacy_passthrough",
+        "procaddr_ptsz_launch_hooked", "procaddr_graph_hooked", "procaddr_unknown_passthrough",
+        "procaddr_self_hooked"}) {
+    EXPECT_EQ(U(on, key), 1u) << key;
+  }
+  EXPECT_EQ(U(on, "procaddr_missing_rc"), 500u) << "driver errors pass through";
+  EXPECT_EQ(U(on, "status"), 1u) << "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND";
+  // Limits off: the driver's own functions are handed out (zero overhead).
+  auto off = MustRun({"dlsym", "symbols"}, {});
+  EXPECT_EQ(U(off, "dlsym_memalloc_hooked"), 0u);
+  EXPECT_EQ(U(off, "procaddr_memalloc_hooked"), 0u);
+  EXPECT_EQ(U(off, "procaddr_graph_hooked"), 0u);
+}
+
+TEST(ShimTest, MalformedOrMissingValuesMeanNoLimitWithOneWarning) {
+  SKIP_UNDER_SANITIZER();
+  ProcessResult r = Probe({"direct", "fill", "alloc", std::to_string(4096 * kMiB)},
+                          {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "lots"},
+                           {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "-3"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto kv = ParseKeyValues(r.out);
+  EXPECT_EQ(U(kv, "allocated"), kFakeDeviceBytes) << "no cap: the whole fake device";
+  EXPECT_EQ(CountLines(r.err, "ignoring ACCELPOOL_CUDA_MEMORY_LIMIT="), 1) << r.err;
+  EXPECT_EQ(CountLines(r.err, "ignoring ACCELPOOL_CUDA_COMPUTE_LIMIT="), 1) << r.err;
+  // Nothing set at all: silent.
+  r = Probe({"direct", "meminfo"}, {});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(ShimTest, DisableTurnsEverythingOff) {
+  SKIP_UNDER_SANITIZER();
+  auto kv = MustRun({"procaddr", "fill", "alloc", std::to_string(4096 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_DISABLE", "1"}});
+  EXPECT_EQ(U(kv, "allocated"), kFakeDeviceBytes);
+}
+
+TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
+  SKIP_UNDER_SANITIZER();
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  env["LD_PRELOAD"] = ACCELPOOL_SHIM_PATH;
+  ChildProcess holder;
+  ASSERT_TRUE(holder.Start({ACCELPOOL_PROBE_PATH, "direct", "hold", std::to_string(700 * kMiB)},
+                           env));
+  auto held = ParseKeyValues(holder.ReadLine(30000));
+  ASSERT_EQ(U(held, "held"), 700 * kMiB);
+
+  Env shared = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
+  auto kv = MustRun({"direct", "alloc", std::to_string(400 * kMiB)}, shared);
+  EXPECT_EQ(U(kv, "rc"), 2u) << "700 + 400 > 1024 across processes";
+  EXPECT_EQ(U(kv, "free"), 324 * kMiB);
+  kv = MustRun({"procaddr", "alloc", std::to_string(300 * kMiB)}, shared);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "free"), 24 * kMiB) << "both processes' usage is counted";
+
+  holder.Kill(SIGKILL);
+  ProcessResult hr = holder.Wait(10000);
+  EXPECT_EQ(hr.signal, SIGKILL);
+  kv = MustRun({"direct", "meminfo"}, shared);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "no stale usage from the killed process";
+  kv = MustRun({"dlsym", "alloc", std::to_string(1000 * kMiB)}, shared);
+  EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
+}
+
+struct LaunchFigures {
+  double share;
+  uint64_t launches;
+};
+
+LaunchFigures RunLaunch(const std::string& path, const std::string& api, int kernel_us,
+                        int millis, const Env& env) {
+  auto kv = MustRun({path, "launch", api, std::to_string(kernel_us), std::to_string(millis)}, env);
+  std::printf("%s %s: busy_ns=%s elapsed_ns=%s launches=%s\n", path.c_str(), api.c_str(),
+              kv["busy_ns"].c_str(), kv["elapsed_ns"].c_str(), kv["launches"].c_str());
+  double busy = static_cast<double>(U(kv, "busy_ns"));
+  double elapsed = static_cast<double>(U(kv, "elapsed_ns"));
+  return {elapsed > 0 ? busy / elapsed : 0, U(kv, "launches")};
+}
+
+TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
+  SKIP_UNDER_SANITIZER();
+  const int millis = 1000;
+  const int kernel_us = 1000;
+  // Ceiling from throttle.h: share + (capacity + one kernel) / window, plus
+  // one more kernel admitted before the first measurement settles.
+  const double slack = (0.25 * 50.0 + 2.0 * kernel_us / 1000.0) / millis;
+  struct Case {
+    const char* path;
+    const char* api;
+  };
+  for (const Case& c : {Case{"direct", "kernel"}, Case{"procaddr", "ex"},
+                        Case{"procaddr_ptds", "kernel"}, Case{"dlsym", "coop"},
+                        Case{"procaddr", "graph"}}) {
+    SCOPED_TRACE(::testing::Message() << c.path << " " << c.api);
+    LaunchFigures f = RunLaunch(c.path, c.api, kernel_us, millis,
+                                {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
+    EXPECT_LE(f.share, 0.25 + slack);
+    EXPECT_GE(f.share, 0.10) << "throttled, not starved";
+  }
+  LaunchFigures free_run = RunLaunch("direct", "kernel", kernel_us, millis, {});
+  EXPECT_GE(free_run.share, 0.8) << "without a limit the fake device stays busy";
+}
+
+TEST(ShimTest, TwoProcessesOfOneContainerShareOneComputeBucket) {
+  SKIP_UNDER_SANITIZER();
+  TempDir dir;
+  Env env = {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "30"},
+             {"ACCELPOOL_CUDA_STATE_DIR", dir.path()},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", ACCELPOOL_SHIM_PATH}};
+  ChildProcess a;
+  ChildProcess b;
+  std::vector<std::string> args = {ACCELPOOL_PROBE_PATH, "direct", "launch", "kernel", "1000",
+                                   "1500"};
+  ASSERT_TRUE(a.Start(args, env));
+  ASSERT_TRUE(b.Start(args, env));
+  a.CloseStdin();
+  b.CloseStdin();
+  auto ra = ParseKeyValues(a.Wait(30000).out);
+  auto rb = ParseKeyValues(b.Wait(30000).out);
+  double busy = static_cast<double>(U(ra, "busy_ns") + U(rb, "busy_ns"));
+  double elapsed = static_cast<double>(std::max(U(ra, "elapsed_ns"), U(rb, "elapsed_ns")));
+  ASSERT_GT(elapsed, 0);
+  EXPECT_LE(busy / elapsed, 0.30 + (0.30 * 50.0 + 2.0) / 1500.0) << "one cap for both";
+  EXPECT_GT(U(ra, "launches"), 0u);
+  EXPECT_GT(U(rb, "launches"), 0u);
+}
+
+}  // namespace
+}  // namespace accelpool::cuda

@@ -1,0 +1,108 @@
+#include "cuda/symbols.h"
+
+#include "cuda/cuda_types.h"
+
+namespace accelpool::cuda {
+namespace {
+
+constexpr int kNoMax = 1 << 30;
+constexpr HookLibrary kCu = HookLibrary::kCuda;
+
+constexpr SymbolInfo kSymbols[] = {
+    {"cuMemAlloc_v2", "cuMemAlloc", 3020, kNoMax, kHookMemAlloc, false, kCu},
+    {"cuMemAllocPitch_v2", "cuMemAllocPitch", 3020, kNoMax, kHookMemAllocPitch, false, kCu},
+    {"cuMemAllocManaged", "cuMemAllocManaged", 6000, kNoMax, kHookMemAllocManaged, false, kCu},
+    {"cuMemFree_v2", "cuMemFree", 3020, kNoMax, kHookMemFree, false, kCu},
+    {"cuArrayCreate_v2", "cuArrayCreate", 3020, kNoMax, kHookArrayCreate, false, kCu},
+    {"cuArray3DCreate_v2", "cuArray3DCreate", 3020, kNoMax, kHookArray3DCreate, false, kCu},
+    {"cuArrayDestroy", "cuArrayDestroy", 2000, kNoMax, kHookArrayDestroy, false, kCu},
+    {"cuMemAllocAsync", "cuMemAllocAsync", 11020, kNoMax, kHookMemAllocAsync, false, kCu},
+    {"cuMemAllocAsync_ptsz", "cuMemAllocAsync", 11020, kNoMax, kHookMemAllocAsync, true, kCu},
+    {"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 11020, kNoMax,
+     kHookMemAllocFromPoolAsync, false, kCu},
+    {"cuMemAllocFromPoolAsync_ptsz", "cuMemAllocFromPoolAsync", 11020, kNoMax,
+     kHookMemAllocFromPoolAsync, true, kCu},
+    {"cuMemFreeAsync", "cuMemFreeAsync", 11020, kNoMax, kHookMemFreeAsync, false, kCu},
+    {"cuMemFreeAsync_ptsz", "cuMemFreeAsync", 11020, kNoMax, kHookMemFreeAsync, true, kCu},
+    {"cuMemCreate", "cuMemCreate", 10020, kNoMax, kHookMemCreate, false, kCu},
+    {"cuMemRelease", "cuMemRelease", 10020, kNoMax, kHookMemRelease, false, kCu},
+    {"cuMemMap", "cuMemMap", 10020, kNoMax, kHookMemMap, false, kCu},
+    {"cuMemUnmap", "cuMemUnmap", 10020, kNoMax, kHookMemUnmap, false, kCu},
+    {"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 11000, kNoMax, kHookIpcOpenMemHandle, false,
+     kCu},
+    {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, kNoMax, kHookIpcCloseMemHandle, false,
+     kCu},
+    {"cuMemGetInfo_v2", "cuMemGetInfo", 3020, kNoMax, kHookMemGetInfo, false, kCu},
+    {"cuDeviceTotalMem_v2", "cuDeviceTotalMem", 3020, kNoMax, kHookDeviceTotalMem, false, kCu},
+    {"cuLaunchKernel", "cuLaunchKernel", 4000, kNoMax, kHookLaunchKernel, false, kCu},
+    {"cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, kNoMax, kHookLaunchKernel, true, kCu},
+    {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, kNoMax, kHookLaunchKernelEx, false, kCu},
+    {"cuLaunchKernelEx_ptsz", "cuLaunchKernelEx", 11060, kNoMax, kHookLaunchKernelEx, true, kCu},
+    {"cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", 9000, kNoMax,
+     kHookLaunchCooperativeKernel, false, kCu},
+    {"cuLaunchCooperativeKernel_ptsz", "cuLaunchCooperativeKernel", 9000, kNoMax,
+     kHookLaunchCooperativeKernel, true, kCu},
+    {"cuGraphLaunch", "cuGraphLaunch", 10000, kNoMax, kHookGraphLaunch, false, kCu},
+    {"cuGraphLaunch_ptsz", "cuGraphLaunch", 10000, kNoMax, kHookGraphLaunch, true, kCu},
+    {"cuGetProcAddress", "cuGetProcAddress", 11030, 12000, kHookGetProcAddress, false, kCu},
+    {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, kNoMax, kHookGetProcAddressV2, false, kCu},
+    {"nvmlDeviceGetMemoryInfo", nullptr, 0, kNoMax, kHookNvmlMemoryInfo, false,
+     HookLibrary::kNvml},
+    {"nvmlDeviceGetMemoryInfo_v2", nullptr, 0, kNoMax, kHookNvmlMemoryInfoV2, false,
+     HookLibrary::kNvml},
+};
+constexpr int kSymbolCount = sizeof(kSymbols) / sizeof(kSymbols[0]);
+
+}  // namespace
+
+const SymbolInfo* AllSymbols(int* count) {
+  *count = kSymbolCount;
+  return kSymbols;
+}
+
+const SymbolInfo* FindExported(std::string_view name) {
+  // Cheap reject for the common case: dlsym of something unrelated.
+  if (name.size() < 3 || (name[0] != 'c' && name[0] != 'n')) {
+    return nullptr;
+  }
+  for (const SymbolInfo& s : kSymbols) {
+    if (name == s.exported) {
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, uint64_t flags) {
+  bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  const SymbolInfo* best = nullptr;
+  const SymbolInfo* fallback = nullptr;  // Default-stream entry when no _ptsz exists.
+  bool has_ptsz = false;
+  for (const SymbolInfo& s : kSymbols) {
+    if (s.base == nullptr || base != s.base) {
+      continue;
+    }
+    has_ptsz = has_ptsz || s.per_thread_stream;
+    if (cuda_version < s.min_version || cuda_version >= s.max_version) {
+      continue;
+    }
+    if (s.per_thread_stream == per_thread) {
+      best = &s;
+    } else if (!s.per_thread_stream) {
+      fallback = &s;
+    }
+  }
+  if (best != nullptr) {
+    return best;
+  }
+  // A per-thread request for a function without a _ptsz variant gets the
+  // plain one; a per-thread request below the _ptsz minimum passes through.
+  return has_ptsz ? nullptr : fallback;
+}
+
+bool IsLaunch(HookId id) {
+  return id == kHookLaunchKernel || id == kHookLaunchKernelEx ||
+         id == kHookLaunchCooperativeKernel || id == kHookGraphLaunch;
+}
+
+}  // namespace accelpool::cuda

@@ -1,0 +1,78 @@
+#include "cuda/symbols.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "cuda/cuda_types.h"
+
+namespace accelpool::cuda {
+namespace {
+
+constexpr uint64_t kPtds = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+
+TEST(SymbolsTest, ProcAddressTable) {
+  struct Case {
+    const char* base;
+    int version;
+    uint64_t flags;
+    const char* want_exported;  // nullptr = pass through.
+  };
+  const Case cases[] = {
+      {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2"},
+      {"cuMemAlloc", 13000, 0, "cuMemAlloc_v2"},
+      {"cuMemAlloc", 3000, 0, nullptr},  // The 32-bit ABI is not ours.
+      {"cuMemAlloc", 12000, kPtds, "cuMemAlloc_v2"},  // No _ptsz variant exists.
+      {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
+      {"cuLaunchKernel", 12000, kPtds, "cuLaunchKernel_ptsz"},
+      {"cuLaunchKernel", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},
+      {"cuLaunchKernelEx", 11060, 0, "cuLaunchKernelEx"},
+      {"cuLaunchKernelEx", 11050, 0, nullptr},
+      {"cuGraphLaunch", 12080, kPtds, "cuGraphLaunch_ptsz"},
+      {"cuLaunchCooperativeKernel", 12000, 0, "cuLaunchCooperativeKernel"},
+      {"cuMemAllocAsync", 12000, kPtds, "cuMemAllocAsync_ptsz"},
+      {"cuMemCreate", 12000, 0, "cuMemCreate"},
+      {"cuIpcOpenMemHandle", 12000, 0, "cuIpcOpenMemHandle_v2"},
+      {"cuMemGetInfo", 13000, 0, "cuMemGetInfo_v2"},
+      {"cuGetProcAddress", 11080, 0, "cuGetProcAddress"},
+      {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+      {"cuGetExportTable", 12000, 0, nullptr},
+      {"cuCtxSynchronize", 12000, 0, nullptr},
+      {"nvmlDeviceGetMemoryInfo", 12000, 0, nullptr},  // Not a driver entry.
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.base << " v" << c.version << " flags " << c.flags);
+    const SymbolInfo* s = FindForProcAddress(c.base, c.version, c.flags);
+    if (c.want_exported == nullptr) {
+      EXPECT_EQ(s, nullptr);
+    } else {
+      ASSERT_NE(s, nullptr);
+      EXPECT_STREQ(s->exported, c.want_exported);
+    }
+  }
+}
+
+TEST(SymbolsTest, ExportedNamesAreUniqueAndFindable) {
+  int count = 0;
+  const SymbolInfo* all = AllSymbols(&count);
+  std::set<std::string> seen;
+  for (int i = 0; i < count; ++i) {
+    EXPECT_TRUE(seen.insert(all[i].exported).second) << all[i].exported;
+    EXPECT_EQ(FindExported(all[i].exported), &all[i]);
+  }
+  EXPECT_EQ(FindExported("malloc"), nullptr);
+  EXPECT_EQ(FindExported("cuMemAlloc"), nullptr) << "the v1 export is not hooked";
+  EXPECT_EQ(FindExported(""), nullptr);
+}
+
+TEST(SymbolsTest, EveryLaunchPathIsALaunch) {
+  for (HookId id : {kHookLaunchKernel, kHookLaunchKernelEx, kHookLaunchCooperativeKernel,
+                    kHookGraphLaunch}) {
+    EXPECT_TRUE(IsLaunch(id));
+  }
+  EXPECT_FALSE(IsLaunch(kHookMemAlloc));
+}
+
+}  // namespace
+}  // namespace accelpool::cuda

@@ -1,0 +1,448 @@
+// driver_probe: a small CUDA-driver client that the shim tests run under
+// LD_PRELOAD=libaccelpool-cuda.so against the fake libcuda.so.1.
+//
+// It reaches the driver the way real programs do, chosen by the first
+// argument: "direct" (linked calls), "dlsym" (dlopen + dlsym, like the CUDA
+// runtime of old), "procaddr" (cuGetProcAddress_v2, like CUDA 12/13
+// runtimes), "procaddr_ptds" (the same with per-thread default streams) and
+// "procaddr_v1" (the CUDA 11 cuGetProcAddress). Results are printed as
+// key=value lines for the test to parse.
+//
+// Commands:
+//   fill <api> <chunk>       allocate with one API until failure, free, refill
+//   meminfo                  cuMemGetInfo / cuDeviceTotalMem, NULL arguments
+//   hold <bytes>             allocate, print held=..., wait for stdin EOF
+//   alloc <bytes>            one cuMemAlloc; print rc and the shim's view
+//   launch <api> <us> <ms>   launch fixed-length kernels for <ms> wall ms
+//   symbols                  which lookups returned hooks vs driver functions
+//   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
+#include <dlfcn.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_types.h"
+
+extern "C" {
+CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
+CUresult cuMemAllocPitch_v2(CUdeviceptr*, size_t*, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr*, size_t, unsigned);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMemAllocAsync(CUdeviceptr*, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                     unsigned long long);  // NOLINT
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long);  // NOLINT
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
+CUresult cuIpcCloseMemHandle(CUdeviceptr);
+CUresult cuMemGetInfo_v2(size_t*, size_t*);
+CUresult cuDeviceTotalMem_v2(size_t*, CUdevice);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void**, void**);
+CUresult cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void**, void**);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, CUstream, void**);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuCtxSynchronize();
+}
+
+namespace {
+
+using CtxSyncFn = CUresult (*)();
+using UsedFn = uint64_t (*)(int);
+using BusyFn = int64_t (*)();
+using LookupFn = void* (*)(const char*);
+
+struct Api {
+  cuMemAllocFn alloc;
+  cuMemAllocPitchFn pitch;
+  cuMemAllocManagedFn managed;
+  cuMemFreeFn free;
+  cuArrayCreateFn array_create;
+  cuArrayDestroyFn array_destroy;
+  cuMemAllocAsyncFn alloc_async;
+  cuMemAllocFromPoolAsyncFn alloc_pool;
+  cuMemFreeAsyncFn free_async;
+  cuMemCreateFn create;
+  cuMemReleaseFn release;
+  cuMemMapFn map;
+  cuMemUnmapFn unmap;
+  cuIpcOpenMemHandleFn ipc_open;
+  cuIpcCloseMemHandleFn ipc_close;
+  cuMemGetInfoFn get_info;
+  cuDeviceTotalMemFn total_mem;
+  cuLaunchKernelFn launch;
+  cuLaunchKernelExFn launch_ex;
+  cuLaunchCooperativeKernelFn launch_coop;
+  cuGraphLaunchFn graph_launch;
+  CtxSyncFn ctx_sync;
+};
+
+void* g_driver = nullptr;
+
+void* Driver() {
+  if (g_driver == nullptr) {
+    g_driver = dlopen("libcuda.so.1", RTLD_NOW);
+    if (g_driver == nullptr) {
+      std::fprintf(stderr, "dlopen libcuda.so.1: %s\n", dlerror());
+      std::exit(2);
+    }
+  }
+  return g_driver;
+}
+
+template <typename T>
+void Get(T* out, const std::string& mode, const char* exported, const char* base,
+         int version) {
+  void* p = nullptr;
+  if (mode == "dlsym") {
+    p = dlsym(Driver(), exported);
+  } else if (mode == "procaddr" || mode == "procaddr_ptds") {
+    auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
+    CUdriverProcAddressQueryResult status;
+    cuuint64_t flags = mode == "procaddr_ptds" ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                               : CU_GET_PROC_ADDRESS_DEFAULT;
+    if (gpa == nullptr || gpa(base, &p, version, flags, &status) != CUDA_SUCCESS) {
+      p = nullptr;
+    }
+  } else if (mode == "procaddr_v1") {
+    auto gpa = reinterpret_cast<cuGetProcAddressFn>(dlsym(Driver(), "cuGetProcAddress"));
+    if (gpa == nullptr || gpa(base, &p, version < 11080 ? version : 11080, 0) != CUDA_SUCCESS) {
+      p = nullptr;
+    }
+  }
+  *out = reinterpret_cast<T>(p);
+}
+
+Api Load(const std::string& mode) {
+  Api a{};
+  if (mode == "direct") {
+    a = Api{&cuMemAlloc_v2,  &cuMemAllocPitch_v2, &cuMemAllocManaged,
+            &cuMemFree_v2,   &cuArrayCreate_v2,   &cuArrayDestroy,
+            &cuMemAllocAsync, &cuMemAllocFromPoolAsync, &cuMemFreeAsync,
+            &cuMemCreate,    &cuMemRelease,       &cuMemMap,
+            &cuMemUnmap,     &cuIpcOpenMemHandle_v2, &cuIpcCloseMemHandle,
+            &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
+            &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
+            &cuCtxSynchronize};
+    return a;
+  }
+  const int v = 12080;
+  Get(&a.alloc, mode, "cuMemAlloc_v2", "cuMemAlloc", v);
+  Get(&a.pitch, mode, "cuMemAllocPitch_v2", "cuMemAllocPitch", v);
+  Get(&a.managed, mode, "cuMemAllocManaged", "cuMemAllocManaged", v);
+  Get(&a.free, mode, "cuMemFree_v2", "cuMemFree", v);
+  Get(&a.array_create, mode, "cuArrayCreate_v2", "cuArrayCreate", v);
+  Get(&a.array_destroy, mode, "cuArrayDestroy", "cuArrayDestroy", v);
+  Get(&a.alloc_async, mode, "cuMemAllocAsync", "cuMemAllocAsync", v);
+  Get(&a.alloc_pool, mode, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", v);
+  Get(&a.free_async, mode, "cuMemFreeAsync", "cuMemFreeAsync", v);
+  Get(&a.create, mode, "cuMemCreate", "cuMemCreate", v);
+  Get(&a.release, mode, "cuMemRelease", "cuMemRelease", v);
+  Get(&a.map, mode, "cuMemMap", "cuMemMap", v);
+  Get(&a.unmap, mode, "cuMemUnmap", "cuMemUnmap", v);
+  Get(&a.ipc_open, mode, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", v);
+  Get(&a.ipc_close, mode, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", v);
+  Get(&a.get_info, mode, "cuMemGetInfo_v2", "cuMemGetInfo", v);
+  Get(&a.total_mem, mode, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", v);
+  bool ptds = mode == "procaddr_ptds";
+  Get(&a.launch, mode, ptds ? "cuLaunchKernel_ptsz" : "cuLaunchKernel", "cuLaunchKernel", v);
+  Get(&a.launch_ex, mode, ptds ? "cuLaunchKernelEx_ptsz" : "cuLaunchKernelEx", "cuLaunchKernelEx",
+      v);
+  Get(&a.launch_coop, mode, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", v);
+  Get(&a.graph_launch, mode, "cuGraphLaunch", "cuGraphLaunch", v);
+  Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v);
+  return a;
+}
+
+uint64_t DeviceUsed() {
+  auto fn = reinterpret_cast<UsedFn>(dlsym(Driver(), "fakecuda_DeviceUsedBytes"));
+  return fn != nullptr ? fn(0) : 0;
+}
+
+int64_t NowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// One allocation of `bytes` through `api`; *key identifies it for Release.
+CUresult AllocOne(const Api& a, const std::string& api, uint64_t bytes, uint64_t* key,
+                  uint64_t* va) {
+  CUdeviceptr p = 0;
+  if (api == "alloc") {
+    CUresult rc = a.alloc(&p, bytes);
+    *key = p;
+    return rc;
+  }
+  if (api == "pitch") {
+    size_t pitch = 0;
+    CUresult rc = a.pitch(&p, &pitch, bytes / 256, 256, 4);
+    *key = p;
+    return rc;
+  }
+  if (api == "managed") {
+    CUresult rc = a.managed(&p, bytes, 1);
+    *key = p;
+    return rc;
+  }
+  if (api == "async") {
+    CUresult rc = a.alloc_async(&p, bytes, nullptr);
+    *key = p;
+    return rc;
+  }
+  if (api == "pool") {
+    CUresult rc = a.alloc_pool(&p, bytes, nullptr, nullptr);
+    *key = p;
+    return rc;
+  }
+  if (api == "array") {
+    CUDA_ARRAY_DESCRIPTOR d{bytes, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+    CUarray arr = nullptr;
+    CUresult rc = a.array_create(&arr, &d);
+    *key = reinterpret_cast<uint64_t>(arr);
+    return rc;
+  }
+  if (api == "ipc") {
+    CUipcMemHandle h{};
+    std::memcpy(h.reserved, &bytes, sizeof(bytes));
+    CUresult rc = a.ipc_open(&p, h, 1);
+    *key = p;
+    return rc;
+  }
+  if (api == "vmm") {
+    CUmemAllocationProp prop{};
+    prop.type = 1;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    uint64_t size = (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+    CUresult rc = a.create(&h, size, &prop, 0);
+    if (rc != CUDA_SUCCESS) {
+      return rc;
+    }
+    static uint64_t next_va = 1ULL << 46;
+    *va = next_va;
+    next_va += size;
+    a.map(*va, size, 0, h, 0);
+    a.release(h);  // Typical VMM use: release right after mapping.
+    *key = size;
+    return rc;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+void ReleaseOne(const Api& a, const std::string& api, uint64_t key, uint64_t va) {
+  if (api == "array") {
+    a.array_destroy(reinterpret_cast<CUarray>(key));
+  } else if (api == "ipc") {
+    a.ipc_close(key);
+  } else if (api == "vmm") {
+    a.unmap(va, key);
+  } else if (api == "async" || api == "pool") {
+    a.free_async(key, nullptr);
+  } else {
+    a.free(key);
+  }
+}
+
+int Fill(const Api& a, const std::string& api, uint64_t chunk) {
+  uint64_t totals[2] = {0, 0};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::pair<uint64_t, uint64_t>> held;
+    CUresult first_error = CUDA_SUCCESS;
+    for (int i = 0; i < 200000; ++i) {
+      uint64_t key = 0;
+      uint64_t va = 0;
+      CUresult rc = AllocOne(a, api, chunk, &key, &va);
+      if (rc != CUDA_SUCCESS) {
+        first_error = rc;
+        break;
+      }
+      held.emplace_back(key, va);
+      totals[round] += chunk;
+    }
+    if (round == 0) {
+      std::printf("allocated=%llu count=%zu first_error=%d device_used=%llu\n",
+                  static_cast<unsigned long long>(totals[0]), held.size(), first_error,
+                  static_cast<unsigned long long>(DeviceUsed()));
+    }
+    for (auto& [key, va] : held) {
+      ReleaseOne(a, api, key, va);
+    }
+    if (round == 0) {
+      std::printf("after_free_device_used=%llu\n",
+                  static_cast<unsigned long long>(DeviceUsed()));
+    }
+  }
+  std::printf("second_allocated=%llu\n", static_cast<unsigned long long>(totals[1]));
+  return 0;
+}
+
+int MemInfo(const Api& a) {
+  size_t free_bytes = 0;
+  size_t total = 0;
+  CUresult rc = a.get_info(&free_bytes, &total);
+  size_t total_only = 0;
+  CUresult null_free_rc = a.get_info(nullptr, &total_only);
+  CUresult null_both_rc = a.get_info(nullptr, nullptr);
+  size_t device_total = 0;
+  a.total_mem(&device_total, 0);
+  std::printf("rc=%d free=%zu total=%zu null_free_rc=%d total_only=%zu null_both_rc=%d "
+              "device_total=%zu\n",
+              rc, free_bytes, total, null_free_rc, total_only, null_both_rc, device_total);
+  return 0;
+}
+
+int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t millis) {
+  int64_t kernel_ns = kernel_us * 1000;
+  void* params[] = {&kernel_ns};
+  CUlaunchConfig cfg{};
+  auto busy = reinterpret_cast<BusyFn>(dlsym(Driver(), "fakecuda_BusyNs"));
+  int64_t start = NowNs();
+  int64_t end = start + millis * 1'000'000;
+  long launches = 0;  // NOLINT
+  while (NowNs() < end) {
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (api == "kernel") {
+      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    } else if (api == "ex") {
+      rc = a.launch_ex(&cfg, nullptr, params, nullptr);
+    } else if (api == "coop") {
+      rc = a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
+    } else if (api == "graph") {
+      rc = a.graph_launch(reinterpret_cast<CUgraphExec>(kernel_ns), nullptr);
+    } else if (api == "sync") {
+      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+      a.ctx_sync();
+    }
+    if (rc != CUDA_SUCCESS) {
+      std::printf("launch_error=%d\n", rc);
+      return 1;
+    }
+    ++launches;
+  }
+  a.ctx_sync();
+  int64_t elapsed = NowNs() - start;
+  std::printf("busy_ns=%lld elapsed_ns=%lld launches=%ld\n",
+              static_cast<long long>(busy != nullptr ? busy() : -1),  // NOLINT
+              static_cast<long long>(elapsed), launches);               // NOLINT
+  return 0;
+}
+
+int Symbols() {
+  auto lookup = reinterpret_cast<LookupFn>(dlsym(Driver(), "fakecuda_Lookup"));
+  auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
+  auto hooked = [&](void* p, const char* exported) { return p != nullptr && p != lookup(exported); };
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult st;
+  std::printf("dlsym_memalloc_hooked=%d\n",
+              hooked(dlsym(Driver(), "cuMemAlloc_v2"), "cuMemAlloc_v2"));
+  std::printf("dlsym_unknown_passthrough=%d\n",
+              dlsym(Driver(), "cuDeviceGetCount") == lookup("cuDeviceGetCount"));
+  std::printf("dlsym_gpa_hooked=%d\n", hooked(reinterpret_cast<void*>(gpa), "cuGetProcAddress_v2"));
+  gpa("cuMemAlloc", &p, 12000, 0, &st);
+  std::printf("procaddr_memalloc_hooked=%d\n", hooked(p, "cuMemAlloc_v2"));
+  gpa("cuMemAlloc", &p, 13000, 0, &st);
+  std::printf("procaddr13_memalloc_hooked=%d\n", hooked(p, "cuMemAlloc_v2"));
+  gpa("cuMemAlloc", &p, 3000, 0, &st);
+  std::printf("procaddr_legacy_passthrough=%d\n", p == lookup("cuMemAlloc"));
+  gpa("cuLaunchKernel", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+  std::printf("procaddr_ptsz_launch_hooked=%d\n", hooked(p, "cuLaunchKernel_ptsz"));
+  gpa("cuGraphLaunch", &p, 13000, 0, &st);
+  std::printf("procaddr_graph_hooked=%d\n", hooked(p, "cuGraphLaunch"));
+  gpa("cuCtxSynchronize", &p, 12000, 0, &st);
+  std::printf("procaddr_unknown_passthrough=%d\n", p == lookup("cuCtxSynchronize"));
+  gpa("cuGetProcAddress", &p, 12000, 0, &st);
+  std::printf("procaddr_self_hooked=%d\n", hooked(p, "cuGetProcAddress_v2"));
+  CUresult rc = gpa("cuNoSuchFunction", &p, 12000, 0, &st);
+  std::printf("procaddr_missing_rc=%d status=%d\n", rc, static_cast<int>(st));
+  return 0;
+}
+
+int Nvml() {
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (h == nullptr) {
+    std::printf("nvml_missing=1\n");
+    return 1;
+  }
+  using InitFn = nvmlReturn_t (*)();
+  using HandleFn = nvmlReturn_t (*)(unsigned, nvmlDevice_t*);
+  reinterpret_cast<InitFn>(dlsym(h, "nvmlInit_v2"))();
+  nvmlDevice_t dev = nullptr;
+  reinterpret_cast<HandleFn>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"))(0, &dev);
+  nvmlMemory_t m{};
+  auto v1 = reinterpret_cast<nvmlDeviceGetMemoryInfoFn>(dlsym(h, "nvmlDeviceGetMemoryInfo"));
+  nvmlReturn_t rc = v1(dev, &m);
+  nvmlMemory_v2_t m2{};
+  auto v2 = reinterpret_cast<nvmlDeviceGetMemoryInfo_v2Fn>(dlsym(h, "nvmlDeviceGetMemoryInfo_v2"));
+  nvmlReturn_t rc2 = v2(dev, &m2);
+  std::printf("rc=%d total=%llu used=%llu free=%llu rc2=%d total2=%llu used2=%llu free2=%llu\n",
+              rc, m.total, m.used, m.free, rc2, m2.total, m2.used, m2.free);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s <direct|dlsym|procaddr|procaddr_ptds|procaddr_v1> <command> "
+                         "[args]\n", argv[0]);
+    return 2;
+  }
+  std::string mode = argv[1];
+  std::string command = argv[2];
+  if (command == "symbols") {
+    return Symbols();
+  }
+  if (command == "nvml") {
+    return Nvml();
+  }
+  Api a = Load(mode);
+  if (a.alloc == nullptr || a.launch == nullptr) {
+    std::fprintf(stderr, "could not resolve the driver entry points via %s\n", mode.c_str());
+    return 2;
+  }
+  if (command == "fill" && argc == 5) {
+    return Fill(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "meminfo") {
+    return MemInfo(a);
+  }
+  if (command == "alloc" && argc == 4) {
+    CUdeviceptr p = 0;
+    CUresult rc = a.alloc(&p, std::strtoull(argv[3], nullptr, 10));
+    size_t free_bytes = 0;
+    size_t total = 0;
+    a.get_info(&free_bytes, &total);
+    std::printf("rc=%d free=%zu total=%zu\n", rc, free_bytes, total);
+    return 0;
+  }
+  if (command == "hold" && argc == 4) {
+    uint64_t want = std::strtoull(argv[3], nullptr, 10);
+    CUdeviceptr p = 0;
+    CUresult rc = a.alloc(&p, want);
+    std::printf("rc=%d held=%llu\n", rc, static_cast<unsigned long long>(rc == 0 ? want : 0));
+    std::fflush(stdout);
+    char buf[64];
+    while (read(0, buf, sizeof(buf)) > 0) {
+    }
+    return 0;
+  }
+  if (command == "launch" && argc == 6) {
+    return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
+  }
+  std::fprintf(stderr, "bad command line\n");
+  return 2;
+}
