@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Checks the Helm chart and the generated manifests:
+#   helm lint (defaults, HA, cert-manager + ServiceMonitor), helm template
+#   properties (scheduler profile, webhook failurePolicy, no CRD objects by
+#   default), deploy/ in sync with the chart, the dashboard JSON, then against
+#   the e2e apiserver: kubectl apply --dry-run=server -f deploy/, and the
+#   certgen hook script creating a Secret and patching a webhook's caBundle.
+# Prints "N passed, M failed"; exits non-zero on any failure.
+#
+# Usage: tests/e2e/chart-check.sh   (starts its own control plane under .work/chart)
+set -euo pipefail
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "${E2E_DIR}/../.." && pwd)"
+# shellcheck source=tests/e2e/lib.sh
+. "${E2E_DIR}/lib.sh"
+export E2E_WORK="${E2E_WORK:-${E2E_DIR}/.work/chart}"
+export E2E_ACCELPOOL_SCHEDULER=0
+BIN="${E2E_DIR}/.bin" CHART="${REPO}/charts/accelpool"
+HELM="${BIN}/helm" K="${BIN}/kubectl"
+{ [ -x "${HELM}" ] && [ -x "${K}" ]; } || die "helm/kubectl missing in ${BIN}: run tests/e2e/build-tools.sh"
+TMP="$(mktemp -d)"
+PASSED=0 FAILED=0
+check() {
+  local what="$1"; shift
+  if "$@" > "${TMP}/out" 2>&1; then PASSED=$((PASSED + 1)); log "ok: ${what}"
+  else FAILED=$((FAILED + 1)); log "FAIL: ${what}"; tail -30 "${TMP}/out" >&2; fi
+}
+finish() {
+  "${E2E_DIR}/cluster.sh" stop >/dev/null 2>&1 || true
+  rm -rf "${TMP}"
+  echo "chart-check: ${PASSED} passed, ${FAILED} failed"
+}
+trap finish EXIT
+
+# --- offline checks ---
+check "helm lint (defaults)" "${HELM}" lint --strict "${CHART}"
+check "helm lint (HA)" "${HELM}" lint --strict "${CHART}" --set scheduler.replicas=3
+check "helm lint (cert-manager, ServiceMonitor)" "${HELM}" lint --strict "${CHART}" \
+  --set certManager.enabled=true --set serviceMonitor.enabled=true
+render() { "${HELM}" template t "${CHART}" --namespace ns "$@"; }
+render > "${TMP}/default.yaml"
+render --set scheduler.replicas=2 > "${TMP}/ha.yaml"
+render --set certManager.enabled=true --set serviceMonitor.enabled=true > "${TMP}/crds.yaml"
+
+has() { grep -Eq -- "$2" "$1"; }
+count_is() { [ "$(grep -Ec -- "$2" "$1")" = "$3" ]; }
+check "webhook failurePolicy Ignore with one replica" has "${TMP}/default.yaml" '^    failurePolicy: Ignore$'
+check "webhook failurePolicy Fail with two replicas" has "${TMP}/ha.yaml" '^    failurePolicy: Fail$'
+check "extender is nodeCacheCapable with weight 10" \
+  bash -c "grep -q 'nodeCacheCapable: true' '${TMP}/default.yaml' && grep -q 'weight: 10$' '${TMP}/default.yaml'"
+check "every managed resource is ignoredByScheduler" \
+  bash -c "[ \$(grep -c 'ignoredByScheduler: true' '${TMP}/default.yaml') -ge 20 ] && grep -q 'name: nvidia.com/gpumem$' '${TMP}/default.yaml'"
+check "balanced-allocation and image-locality scores are disabled" \
+  bash -c "grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'type: MostAllocated' '${TMP}/default.yaml'"
+check "one device-plugin DaemonSet per vendor (8)" count_is "${TMP}/default.yaml" '^kind: DaemonSet$' 8
+check "default render has no CRD-based objects" \
+  bash -c "! grep -Eq '^kind: (ServiceMonitor|Certificate|Issuer)$' '${TMP}/default.yaml'"
+check "cert-manager render has Certificate and ServiceMonitors, no certgen Jobs" \
+  bash -c "grep -q '^kind: Certificate$' '${TMP}/crds.yaml' && [ \$(grep -c '^kind: ServiceMonitor$' '${TMP}/crds.yaml') = 2 ] && ! grep -q 'accelpool-certgen' '${TMP}/crds.yaml'"
+check "deploy/ matches the chart" "${REPO}/scripts/gen-deploy.sh" --check
+dashboard_ok() {
+  local f="${CHART}/dashboards/accelpool.json" m
+  if command -v python3 >/dev/null 2>&1; then python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$f" || return 1; fi
+  for m in accelpool_extender_request_duration_seconds accelpool_extender_filter_outcomes_total \
+           accelpool_extender_bind_conflicts_total accelpool_device_allocated_memory_mib \
+           accelpool_device_capacity_memory_mib accelpool_device_allocated_compute \
+           accelpool_device_health accelpool_plugin_allocate_failures_total; do
+    grep -q "$m" "$f" || { echo "dashboard lacks $m"; return 1; }
+  done
+}
+check "dashboard JSON parses and shows every metric" dashboard_ok
+
+# --- against the e2e apiserver ---
+"${E2E_DIR}/cluster.sh" start
+# shellcheck disable=SC1091 # written by cluster.sh start
+. "${E2E_WORK}/cluster.env"
+"${K}" create namespace accelpool-system >/dev/null 2>&1 || true
+for f in "${REPO}"/deploy/*.yaml; do
+  check "kubectl apply --dry-run=server -f deploy/$(basename "$f")" \
+    "${K}" apply --dry-run=server -f "$f"
+done
+
+# certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
+# webhook matches no pod (objectSelector), so the apiserver never calls it.
+certgen() {
+  ACCELPOOL_APISERVER="${APISERVER_URL}" ACCELPOOL_CACERT="${E2E_CA}" \
+  ACCELPOOL_CURL_AUTH="--cert ${E2E_WORK}/pki/admin.crt --key ${E2E_WORK}/pki/admin.key" \
+    "${REPO}/scripts/accelpool-certgen.sh" "$@"
+}
+"${K}" apply -f - >/dev/null <<'YAML'
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: certgen-check}
+webhooks:
+- name: check.mutate.accelpool.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig: {service: {name: none, namespace: accelpool-system, path: /mutate}}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  objectSelector: {matchLabels: {accelpool.io/never: "true"}}
+YAML
+check "certgen creates the TLS secret" certgen create --namespace=accelpool-system --secret=tls-check \
+  --hosts=svc,svc.accelpool-system.svc,localhost,127.0.0.1 --days=30
+certgen_keeps() { certgen create --namespace=accelpool-system --secret=tls-check --hosts=x | grep -q 'keeping it'; }
+check "certgen keeps an existing secret" certgen_keeps
+cert_valid() {
+  "${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.tls\.crt}' | base64 -d > "${TMP}/tls.crt"
+  "${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.ca\.crt}' | base64 -d > "${TMP}/ca.crt"
+  openssl verify -CAfile "${TMP}/ca.crt" "${TMP}/tls.crt" &&
+    openssl x509 -in "${TMP}/tls.crt" -noout -ext subjectAltName | grep -q 'IP Address:127.0.0.1'
+}
+check "the certificate chains to its CA and names 127.0.0.1" cert_valid
+check "certgen patches the webhook caBundle" certgen patch --namespace=accelpool-system --secret=tls-check --webhook=certgen-check
+ca_bundle_set() {
+  [ "$("${K}" get mutatingwebhookconfiguration certgen-check -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = \
+    "$("${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.ca\.crt}')" ]
+}
+check "the caBundle equals the secret's ca.crt" ca_bundle_set
+certgen_rejects() { ! certgen create --bogus >/dev/null 2>&1 && certgen create --bogus 2>&1 | grep -q 'unknown argument'; }
+check "certgen rejects a bad argument with a hint" certgen_rejects
+"${K}" delete mutatingwebhookconfiguration certgen-check >/dev/null
+[ "${FAILED}" = 0 ]
