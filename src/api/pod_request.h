@@ -22,7 +22,9 @@
 //   NUMA binding          : nvidia.com/numa-bind, accelpool.io/numa-bind ("true")
 //   policy                : accelpool.io/policy, hami.io/gpu-scheduler-policy
 //   exclusive             : accelpool.io/exclusive ("true")
-// Lists are comma-separated; accelpool.io/* wins over the vendor spelling.
+// Lists are comma-separated. accelpool.io/* keys apply to every vendor; the
+// nvidia.com/* spellings apply to NVIDIA requests only, and only when the
+// matching accelpool.io/* key is absent.
 // Job identity for gang locality, first found: annotation accelpool.io/pod-group,
 // label/annotation scheduling.k8s.io/group-name, pod-group.scheduling.sigs.k8s.io,
 // annotation kueue.x-k8s.io/workload, label jobset.sigs.k8s.io/jobset-name.

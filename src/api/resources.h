@@ -42,6 +42,9 @@ struct ResourceInfo {
   // vendor-wide names. A request through such a name only fits devices whose
   // model starts with the family (case-insensitive).
   std::string model_family;
+  // kMemory only: a value with a unit suffix ("8Gi") is bytes, a bare number is
+  // `unit` MiB (MetaX vmemory). When false, suffixes are rejected.
+  bool suffix_means_bytes = false;
   // Count names only: the sibling names carrying memory / percent / compute for
   // this count ("" when the vendor has none).
   std::string memory_name, memory_percent_name, compute_name;

@@ -1,0 +1,170 @@
+#include "api/assignment_codec.h"
+
+#include <gtest/gtest.h>
+
+namespace accelpool::api {
+namespace {
+
+core::NodeInventory Node() {
+  core::NodeInventory inv;
+  inv.node = "node-a";
+  inv.vendor = core::Vendor::kNvidia;
+  for (int i = 0; i < 4; ++i) {
+    core::Device d;
+    d.id = "GPU-" + std::to_string(i);
+    d.index = i;
+    d.vendor = inv.vendor;
+    d.memory_mib = 81920;
+    d.max_shares = 10;
+    inv.devices.push_back(d);
+  }
+  return inv;
+}
+
+TEST(AssignmentCodecTest, ProtocolExampleRoundTrips) {
+  const std::string text = R"({"version": 1, "node": "node-a", "policy": "accelpool",
+    "containers": [
+      {"name": "init-warmup", "kind": "init", "vendor": "nvidia", "resource": "nvidia.com/gpu",
+       "devices": [{"id": "GPU-8f2c", "index": 0, "slot": "GPU-8f2c::1", "memory_mib": 4096,
+                    "compute": 250, "exclusive": false}]},
+      {"name": "main", "kind": "regular", "vendor": "nvidia", "resource": "nvidia.com/gpu",
+       "devices": [{"id": "GPU-8f2c", "index": 0, "slot": "GPU-8f2c::1", "memory_mib": 4096,
+                    "compute": 250, "exclusive": false}]}]})";
+  auto a = ParseAssignment(text);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->node, "node-a");
+  ASSERT_EQ(a->containers.size(), 2u);
+  EXPECT_EQ(a->containers[0].kind, core::ContainerKind::kInit);
+  EXPECT_EQ(a->containers[1].devices[0].compute, 250);
+  auto again = ParseAssignment(SerializeAssignment(*a));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *a);
+}
+
+TEST(AssignmentCodecTest, BadDocumentsNameThePath) {
+  struct Case {
+    std::string name, text, want;
+  };
+  const std::vector<Case> cases = {
+      {"garbage", "nope", "is not valid JSON"},
+      {"no node", R"({"version":1,"containers":[]})", "node: required"},
+      {"bad kind",
+       R"({"version":1,"node":"n","containers":[{"name":"m","kind":"daemon","vendor":"nvidia","devices":[]}]})",
+       "containers[0].kind: want regular|init|sidecar"},
+      {"bad vendor",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"voodoo","devices":[]}]})",
+       "containers[0].vendor: unknown vendor"},
+      {"compute over 1000",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"G::0","compute":1001}]}]})",
+       "containers[0].devices[0].compute: want an integer in [0, 1000]"},
+      {"slot of other device",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"H::0"}]}]})",
+       "does not belong to device"},
+      {"slot malformed",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"G:0"}]}]})",
+       "containers[0].devices[0].slot"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseAssignment(c.text);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << c.name << ": " << r.status().message();
+  }
+}
+
+TEST(AssignmentCodecTest, AllocationRoundTripAndErrors) {
+  Allocation a;
+  a.phase = AllocationPhase::kFailed;
+  a.containers = {"main"};
+  a.message = "device GPU-1 vanished";
+  auto back = ParseAllocation(SerializeAllocation(a));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, a);
+  EXPECT_FALSE(ParseAllocation(R"({"version":1,"phase":"Pending"})").ok());
+  EXPECT_FALSE(ParseAllocation(R"({"version":1,"phase":"Allocated","containers":[1]})").ok());
+  EXPECT_EQ(ParseAllocation(R"({"version":3,"phase":"Allocated"})").status().code(),
+            StatusCode::kUnimplemented);
+}
+
+TEST(AssignmentCodecTest, SlotIds) {
+  struct Case {
+    std::string in;
+    bool ok;
+    std::string id;
+    int32_t slot;
+  };
+  const std::vector<Case> cases = {
+      {"GPU-8f2c::1", true, "GPU-8f2c", 1},
+      {"MIG::x::12", true, "MIG::x", 12},
+      {"GPU", false, "", 0},
+      {"::3", false, "", 0},
+      {"G::", false, "", 0},
+      {"G::-1", false, "", 0},
+      {"G::1a", false, "", 0},
+      {"G::99999999999", false, "", 0},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseSlotId(c.in);
+    EXPECT_EQ(r.ok(), c.ok) << c.in;
+    if (r.ok()) {
+      EXPECT_EQ(r->first, c.id);
+      EXPECT_EQ(r->second, c.slot);
+      EXPECT_EQ(SlotId(r->first, r->second), c.in);
+    }
+  }
+}
+
+TEST(AssignmentCodecTest, PlacementConversionBothWays) {
+  const core::NodeInventory inv = Node();
+  core::Placement p;
+  p.containers.push_back({"warm", core::ContainerKind::kInit, {{2, 4096, 250, false}}});
+  p.containers.push_back({"main", core::ContainerKind::kRegular,
+                          {{0, 81920, 1000, true}, {1, 81920, 1000, true}}});
+  Assignment a;
+  a.node = inv.node;
+  a.policy = "binpack";
+  Status st = AppendPlacement(
+      a, p, inv, [](const std::string&) { return std::string("nvidia.com/gpu"); },
+      [](int32_t device, const std::string& c) { return c == "warm" ? 3 : device; });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(a.containers.size(), 2u);
+  EXPECT_EQ(a.containers[0].devices[0].slot, "GPU-2::3");
+  EXPECT_EQ(a.containers[1].devices[1].slot, "GPU-1::1");
+  EXPECT_EQ(a.containers[1].resource, "nvidia.com/gpu");
+
+  // Through JSON and back to the same placement.
+  auto parsed = ParseAssignment(SerializeAssignment(a));
+  ASSERT_TRUE(parsed.ok());
+  auto back = ToPlacement(*parsed, inv);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, p);
+
+  // Containers of another vendor are skipped.
+  core::NodeInventory other = inv;
+  other.vendor = core::Vendor::kAscend;
+  auto none = ToPlacement(*parsed, other);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(AssignmentCodecTest, PlacementConversionErrors) {
+  const core::NodeInventory inv = Node();
+  Assignment a;
+  a.node = "node-a";
+  a.containers.push_back({"main", core::ContainerKind::kRegular, core::Vendor::kNvidia,
+                          "nvidia.com/gpu", {{"GPU-9", 0, "GPU-9::0", 0, 0, true}}});
+  EXPECT_EQ(ToPlacement(a, inv).status().code(), StatusCode::kFailedPrecondition);
+  a.containers[0].devices[0] = {"GPU-1", 3, "GPU-1::0", 0, 0, true};
+  auto moved = ToPlacement(a, inv);
+  EXPECT_EQ(moved.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(moved.status().message().find("has index 1"), std::string::npos);
+
+  core::Placement p;
+  p.containers.push_back({"main", core::ContainerKind::kRegular, {{7, 0, 0, true}}});
+  Assignment b;
+  EXPECT_EQ(AppendPlacement(b, p, inv, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(b.containers.empty());
+}
+
+}  // namespace
+}  // namespace accelpool::api

@@ -1,0 +1,10 @@
+// libFuzzer target for the inventory codec; see fuzz_entry.h.
+#include <cstddef>
+#include <cstdint>
+
+#include "api/fuzz/fuzz_entry.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  accelpool::api::fuzz::FuzzInventory(data, size);
+  return 0;
+}

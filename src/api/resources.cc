@@ -1,0 +1,234 @@
+#include "api/resources.h"
+
+#include <array>
+
+namespace accelpool::api {
+
+namespace {
+
+using core::Vendor;
+
+ResourceInfo Count(std::string name, Vendor v, std::string mem = "", std::string pct = "",
+                   std::string compute = "", std::string family = "") {
+  ResourceInfo r;
+  r.name = std::move(name);
+  r.vendor = v;
+  r.role = ResourceRole::kCount;
+  r.memory_name = std::move(mem);
+  r.memory_percent_name = std::move(pct);
+  r.compute_name = std::move(compute);
+  r.model_family = std::move(family);
+  return r;
+}
+
+ResourceInfo Memory(std::string name, Vendor v, int64_t mib_per_unit, bool suffix_bytes = false,
+                    std::string family = "") {
+  ResourceInfo r;
+  r.name = std::move(name);
+  r.vendor = v;
+  r.role = ResourceRole::kMemory;
+  r.unit = mib_per_unit;
+  r.suffix_means_bytes = suffix_bytes;
+  r.model_family = std::move(family);
+  return r;
+}
+
+ResourceInfo Percent(std::string name, Vendor v) {
+  ResourceInfo r;
+  r.name = std::move(name);
+  r.vendor = v;
+  r.role = ResourceRole::kMemoryPercent;
+  r.unit = 1;
+  return r;
+}
+
+ResourceInfo Compute(std::string name, Vendor v, int64_t units_per_device,
+                     std::string family = "") {
+  ResourceInfo r;
+  r.name = std::move(name);
+  r.vendor = v;
+  r.role = ResourceRole::kCompute;
+  r.unit = units_per_device;
+  r.model_family = std::move(family);
+  return r;
+}
+
+ResourceInfo Ignored(std::string name, Vendor v) {
+  ResourceInfo r;
+  r.name = std::move(name);
+  r.vendor = v;
+  r.role = ResourceRole::kIgnored;
+  return r;
+}
+
+std::vector<ResourceInfo> BuildTable() {
+  std::vector<ResourceInfo> t;
+  // NVIDIA (official + HAMi).
+  t.push_back(Count("nvidia.com/gpu", Vendor::kNvidia, "nvidia.com/gpumem",
+                    "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"));
+  t.push_back(Memory("nvidia.com/gpumem", Vendor::kNvidia, 1));
+  t.push_back(Percent("nvidia.com/gpumem-percentage", Vendor::kNvidia));
+  t.push_back(Compute("nvidia.com/gpucores", Vendor::kNvidia, 100));
+  t.push_back(Ignored("nvidia.com/priority", Vendor::kNvidia));
+  // Huawei Ascend: vendor-wide names; per-chip names are matched as a pattern too.
+  t.push_back(Count("huawei.com/npu", Vendor::kAscend));
+  for (const char* chip : {"Ascend910", "Ascend910A", "Ascend910B", "Ascend910B2", "Ascend910B3",
+                           "Ascend910B4", "Ascend910B4-1", "Ascend910C", "Ascend310P",
+                           "Ascend310"}) {
+    const std::string base = std::string("huawei.com/") + chip;
+    t.push_back(Count(base, Vendor::kAscend, base + "-memory", "", base + "-core", chip));
+    t.push_back(Memory(base + "-memory", Vendor::kAscend, 1, false, chip));
+    t.push_back(Compute(base + "-core", Vendor::kAscend, 100, chip));
+  }
+  // Kunlunxin.
+  t.push_back(Count("kunlunxin.com/xpu", Vendor::kKunlunxin));
+  t.push_back(Count("kunlunxin.com/vxpu", Vendor::kKunlunxin, "kunlunxin.com/vxpu-memory"));
+  t.push_back(Memory("kunlunxin.com/vxpu-memory", Vendor::kKunlunxin, 1));
+  // MetaX: vmemory is GiB as a bare number, bytes with a unit.
+  t.push_back(Count("metax-tech.com/gpu", Vendor::kMetax));
+  t.push_back(Count("metax-tech.com/sgpu", Vendor::kMetax, "metax-tech.com/vmemory", "",
+                    "metax-tech.com/vcore"));
+  t.push_back(Compute("metax-tech.com/vcore", Vendor::kMetax, 100));
+  t.push_back(Memory("metax-tech.com/vmemory", Vendor::kMetax, 1024, true));
+  // Moore Threads: memory in 512 MiB units, compute in 1/16 of a card.
+  t.push_back(Count("mthreads.com/gpu", Vendor::kMthreads));
+  t.push_back(Count("mthreads.com/vgpu", Vendor::kMthreads, "mthreads.com/sgpu-memory", "",
+                    "mthreads.com/sgpu-core"));
+  t.push_back(Memory("mthreads.com/sgpu-memory", Vendor::kMthreads, 512));
+  t.push_back(Compute("mthreads.com/sgpu-core", Vendor::kMthreads, 16));
+  // T-Head PPU.
+  t.push_back(Count("alibabacloud.com/ppu", Vendor::kThead));
+  // Cambricon: sMLU memory in 256 MiB units, vcore percent.
+  t.push_back(Count("cambricon.com/mlu", Vendor::kCambricon));
+  t.push_back(Count("cambricon.com/vmlu", Vendor::kCambricon, "cambricon.com/mlu.smlu.vmemory",
+                    "", "cambricon.com/mlu.smlu.vcore"));
+  t.push_back(Memory("cambricon.com/mlu.smlu.vmemory", Vendor::kCambricon, 256));
+  t.push_back(Compute("cambricon.com/mlu.smlu.vcore", Vendor::kCambricon, 100));
+  // Hygon DCU.
+  t.push_back(Count("hygon.com/dcu", Vendor::kHygon));
+  t.push_back(Count("hygon.com/dcunum", Vendor::kHygon, "hygon.com/dcumem", "",
+                    "hygon.com/dcucores"));
+  t.push_back(Memory("hygon.com/dcumem", Vendor::kHygon, 1));
+  t.push_back(Compute("hygon.com/dcucores", Vendor::kHygon, 100));
+  // Iluvatar: vendor-wide names; per-chip names are a pattern.
+  t.push_back(Count("iluvatar.ai/gpu", Vendor::kIluvatar));
+  t.push_back(Count("iluvatar.com/gpu", Vendor::kIluvatar));
+  for (const char* chip : {"MR-V100", "MR-V50", "BI-V150", "BI-V100"}) {
+    const std::string base = std::string("iluvatar.ai/") + chip;
+    t.push_back(Count(base + "-vgpu", Vendor::kIluvatar, base + ".vMem", "", base + ".vCore",
+                      chip));
+    t.push_back(Memory(base + ".vMem", Vendor::kIluvatar, 256, false, chip));
+    t.push_back(Compute(base + ".vCore", Vendor::kIluvatar, 100, chip));
+  }
+  // Enflame.
+  t.push_back(Count("enflame.com/gcu", Vendor::kEnflame, "enflame.com/gcu-memory", "",
+                    "enflame.com/gcu-core"));
+  t.push_back(Memory("enflame.com/gcu-memory", Vendor::kEnflame, 1));
+  t.push_back(Compute("enflame.com/gcu-core", Vendor::kEnflame, 100));
+  t.push_back(Count("enflame.com/vgcu", Vendor::kEnflame, "", "enflame.com/vgcu-percentage"));
+  t.push_back(Percent("enflame.com/vgcu-percentage", Vendor::kEnflame));
+  t.push_back(Count("enflame.com/shared-gcu", Vendor::kEnflame));
+  t.push_back(Count("enflame.com/drs-gcu", Vendor::kEnflame));
+  return t;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool ValidChip(std::string_view chip) {
+  if (chip.empty() || chip.size() > 40) return false;
+  for (char c : chip) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const std::vector<ResourceInfo>& KnownResources() {
+  static const std::vector<ResourceInfo>* const kTable = new std::vector<ResourceInfo>(BuildTable());
+  return *kTable;
+}
+
+std::optional<ResourceInfo> LookupResource(std::string_view name) {
+  for (const ResourceInfo& r : KnownResources()) {
+    if (r.name == name) return r;
+  }
+  // huawei.com/<Chip>, huawei.com/<Chip>-memory, huawei.com/<Chip>-core for
+  // chips not in the fixed list (Ascend910B4-2, Ascend950 ...). Static vNPU
+  // names (huawei.com/Ascend910-2c) belong to Huawei's own plugin: not ours.
+  constexpr std::string_view kHuawei = "huawei.com/";
+  if (name.substr(0, kHuawei.size()) == kHuawei) {
+    std::string_view rest = name.substr(kHuawei.size());
+    if (rest.substr(0, 6) != "Ascend") return std::nullopt;
+    ResourceRole role = ResourceRole::kCount;
+    if (EndsWith(rest, "-memory")) {
+      role = ResourceRole::kMemory;
+      rest.remove_suffix(7);
+    } else if (EndsWith(rest, "-core")) {
+      role = ResourceRole::kCompute;
+      rest.remove_suffix(5);
+    }
+    // A chip name is "Ascend" + digits/letters, with at most a "-<digit>" revision.
+    const size_t dash = rest.find('-');
+    if (dash != std::string_view::npos &&
+        (dash + 2 != rest.size() || rest[dash + 1] < '0' || rest[dash + 1] > '9')) {
+      return std::nullopt;
+    }
+    if (!ValidChip(rest) || rest.size() <= 6) return std::nullopt;
+    const std::string chip(rest);
+    const std::string base = std::string(kHuawei) + chip;
+    if (role == ResourceRole::kMemory) return Memory(std::string(name), Vendor::kAscend, 1, false, chip);
+    if (role == ResourceRole::kCompute) return Compute(std::string(name), Vendor::kAscend, 100, chip);
+    return Count(base, Vendor::kAscend, base + "-memory", "", base + "-core", chip);
+  }
+  // iluvatar.ai/<Chip>-vgpu | <Chip>.vMem | <Chip>.vCore.
+  constexpr std::string_view kIluvatar = "iluvatar.ai/";
+  if (name.substr(0, kIluvatar.size()) == kIluvatar) {
+    std::string_view rest = name.substr(kIluvatar.size());
+    std::string chip;
+    ResourceRole role;
+    if (EndsWith(rest, "-vgpu")) {
+      chip = std::string(rest.substr(0, rest.size() - 5));
+      role = ResourceRole::kCount;
+    } else if (EndsWith(rest, ".vMem")) {
+      chip = std::string(rest.substr(0, rest.size() - 5));
+      role = ResourceRole::kMemory;
+    } else if (EndsWith(rest, ".vCore")) {
+      chip = std::string(rest.substr(0, rest.size() - 6));
+      role = ResourceRole::kCompute;
+    } else {
+      return std::nullopt;
+    }
+    if (!ValidChip(chip)) return std::nullopt;
+    const std::string base = std::string(kIluvatar) + chip;
+    if (role == ResourceRole::kMemory) return Memory(std::string(name), Vendor::kIluvatar, 256, false, chip);
+    if (role == ResourceRole::kCompute) return Compute(std::string(name), Vendor::kIluvatar, 100, chip);
+    return Count(std::string(name), Vendor::kIluvatar, base + ".vMem", "", base + ".vCore", chip);
+  }
+  return std::nullopt;
+}
+
+bool IsAcceleratorResource(std::string_view name) { return LookupResource(name).has_value(); }
+
+std::string_view DefaultCountResource(core::Vendor v) {
+  switch (v) {
+    case Vendor::kNvidia: return "nvidia.com/gpu";
+    case Vendor::kAscend: return "huawei.com/npu";
+    case Vendor::kKunlunxin: return "kunlunxin.com/xpu";
+    case Vendor::kMetax: return "metax-tech.com/gpu";
+    case Vendor::kMthreads: return "mthreads.com/vgpu";
+    case Vendor::kThead: return "alibabacloud.com/ppu";
+    case Vendor::kCambricon: return "cambricon.com/vmlu";
+    case Vendor::kHygon: return "hygon.com/dcunum";
+    case Vendor::kIluvatar: return "iluvatar.ai/gpu";
+    case Vendor::kEnflame: return "enflame.com/gcu";
+    case Vendor::kUnknown: break;
+  }
+  return "";
+}
+
+}  // namespace accelpool::api

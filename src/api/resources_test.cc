@@ -1,0 +1,109 @@
+#include "api/resources.h"
+
+#include <gtest/gtest.h>
+
+namespace accelpool::api {
+namespace {
+
+using core::Vendor;
+
+TEST(ResourcesTest, EveryNameHasItsRoleAndUnit) {
+  struct Case {
+    std::string name;
+    Vendor vendor;
+    ResourceRole role;
+    int64_t unit;
+    std::string family;
+  };
+  const std::vector<Case> cases = {
+      {"nvidia.com/gpu", Vendor::kNvidia, ResourceRole::kCount, 1, ""},
+      {"nvidia.com/gpumem", Vendor::kNvidia, ResourceRole::kMemory, 1, ""},
+      {"nvidia.com/gpumem-percentage", Vendor::kNvidia, ResourceRole::kMemoryPercent, 1, ""},
+      {"nvidia.com/gpucores", Vendor::kNvidia, ResourceRole::kCompute, 100, ""},
+      {"nvidia.com/priority", Vendor::kNvidia, ResourceRole::kIgnored, 1, ""},
+      {"huawei.com/npu", Vendor::kAscend, ResourceRole::kCount, 1, ""},
+      {"huawei.com/Ascend910B", Vendor::kAscend, ResourceRole::kCount, 1, "Ascend910B"},
+      {"huawei.com/Ascend910B-memory", Vendor::kAscend, ResourceRole::kMemory, 1, "Ascend910B"},
+      {"huawei.com/Ascend910B-core", Vendor::kAscend, ResourceRole::kCompute, 100, "Ascend910B"},
+      {"huawei.com/Ascend910C", Vendor::kAscend, ResourceRole::kCount, 1, "Ascend910C"},
+      {"huawei.com/Ascend910B4-1", Vendor::kAscend, ResourceRole::kCount, 1, "Ascend910B4-1"},
+      {"huawei.com/Ascend310P-memory", Vendor::kAscend, ResourceRole::kMemory, 1, "Ascend310P"},
+      {"huawei.com/Ascend950", Vendor::kAscend, ResourceRole::kCount, 1, "Ascend950"},  // pattern
+      {"huawei.com/Ascend950-core", Vendor::kAscend, ResourceRole::kCompute, 100, "Ascend950"},
+      {"kunlunxin.com/xpu", Vendor::kKunlunxin, ResourceRole::kCount, 1, ""},
+      {"kunlunxin.com/vxpu", Vendor::kKunlunxin, ResourceRole::kCount, 1, ""},
+      {"kunlunxin.com/vxpu-memory", Vendor::kKunlunxin, ResourceRole::kMemory, 1, ""},
+      {"metax-tech.com/gpu", Vendor::kMetax, ResourceRole::kCount, 1, ""},
+      {"metax-tech.com/sgpu", Vendor::kMetax, ResourceRole::kCount, 1, ""},
+      {"metax-tech.com/vcore", Vendor::kMetax, ResourceRole::kCompute, 100, ""},
+      {"metax-tech.com/vmemory", Vendor::kMetax, ResourceRole::kMemory, 1024, ""},
+      {"mthreads.com/gpu", Vendor::kMthreads, ResourceRole::kCount, 1, ""},
+      {"mthreads.com/vgpu", Vendor::kMthreads, ResourceRole::kCount, 1, ""},
+      {"mthreads.com/sgpu-memory", Vendor::kMthreads, ResourceRole::kMemory, 512, ""},
+      {"mthreads.com/sgpu-core", Vendor::kMthreads, ResourceRole::kCompute, 16, ""},
+      {"alibabacloud.com/ppu", Vendor::kThead, ResourceRole::kCount, 1, ""},
+      {"cambricon.com/mlu", Vendor::kCambricon, ResourceRole::kCount, 1, ""},
+      {"cambricon.com/vmlu", Vendor::kCambricon, ResourceRole::kCount, 1, ""},
+      {"cambricon.com/mlu.smlu.vmemory", Vendor::kCambricon, ResourceRole::kMemory, 256, ""},
+      {"cambricon.com/mlu.smlu.vcore", Vendor::kCambricon, ResourceRole::kCompute, 100, ""},
+      {"hygon.com/dcu", Vendor::kHygon, ResourceRole::kCount, 1, ""},
+      {"hygon.com/dcunum", Vendor::kHygon, ResourceRole::kCount, 1, ""},
+      {"hygon.com/dcumem", Vendor::kHygon, ResourceRole::kMemory, 1, ""},
+      {"hygon.com/dcucores", Vendor::kHygon, ResourceRole::kCompute, 100, ""},
+      {"iluvatar.ai/gpu", Vendor::kIluvatar, ResourceRole::kCount, 1, ""},
+      {"iluvatar.ai/BI-V150-vgpu", Vendor::kIluvatar, ResourceRole::kCount, 1, "BI-V150"},
+      {"iluvatar.ai/BI-V150.vMem", Vendor::kIluvatar, ResourceRole::kMemory, 256, "BI-V150"},
+      {"iluvatar.ai/BI-V150.vCore", Vendor::kIluvatar, ResourceRole::kCompute, 100, "BI-V150"},
+      {"iluvatar.ai/MR-V200-vgpu", Vendor::kIluvatar, ResourceRole::kCount, 1, "MR-V200"},  // pattern
+      {"enflame.com/gcu", Vendor::kEnflame, ResourceRole::kCount, 1, ""},
+      {"enflame.com/gcu-memory", Vendor::kEnflame, ResourceRole::kMemory, 1, ""},
+      {"enflame.com/gcu-core", Vendor::kEnflame, ResourceRole::kCompute, 100, ""},
+      {"enflame.com/vgcu", Vendor::kEnflame, ResourceRole::kCount, 1, ""},
+      {"enflame.com/vgcu-percentage", Vendor::kEnflame, ResourceRole::kMemoryPercent, 1, ""},
+      {"enflame.com/shared-gcu", Vendor::kEnflame, ResourceRole::kCount, 1, ""},
+  };
+  for (const Case& c : cases) {
+    auto r = LookupResource(c.name);
+    ASSERT_TRUE(r.has_value()) << c.name;
+    EXPECT_EQ(r->name, c.name);
+    EXPECT_EQ(r->vendor, c.vendor) << c.name;
+    EXPECT_EQ(r->role, c.role) << c.name;
+    EXPECT_EQ(r->unit, c.unit) << c.name;
+    EXPECT_EQ(r->model_family, c.family) << c.name;
+    EXPECT_TRUE(IsAcceleratorResource(c.name)) << c.name;
+  }
+}
+
+TEST(ResourcesTest, CountNamesPointAtTheirSiblings) {
+  for (const ResourceInfo& r : KnownResources()) {
+    if (r.role != ResourceRole::kCount) continue;
+    for (const std::string& sib : {r.memory_name, r.memory_percent_name, r.compute_name}) {
+      if (sib.empty()) continue;
+      auto s = LookupResource(sib);
+      ASSERT_TRUE(s.has_value()) << r.name << " -> " << sib;
+      EXPECT_EQ(s->vendor, r.vendor) << sib;
+      EXPECT_NE(s->role, ResourceRole::kCount) << sib;
+    }
+  }
+}
+
+TEST(ResourcesTest, OtherNamesAreNotOurs) {
+  for (const std::string name : {"cpu", "memory", "example.com/foo", "nvidia.com/gpu2",
+                                 "huawei.com/Ascend910-2c", "huawei.com/npu-core",
+                                 "huawei.com/Ascend", "iluvatar.ai/-vgpu", "iluvatar.ai/x y-vgpu",
+                                 "huawei.com/Ascend910B-memory-core"}) {
+    EXPECT_FALSE(LookupResource(name).has_value()) << name;
+  }
+}
+
+TEST(ResourcesTest, DefaultCountResourceIsKnown) {
+  for (Vendor v : core::AllVendors()) {
+    auto r = LookupResource(DefaultCountResource(v));
+    ASSERT_TRUE(r.has_value()) << core::VendorName(v);
+    EXPECT_EQ(r->vendor, v);
+    EXPECT_EQ(r->role, ResourceRole::kCount);
+  }
+}
+
+}  // namespace
+}  // namespace accelpool::api
