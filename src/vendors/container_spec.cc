@@ -25,11 +25,13 @@ ContainerSpec GenericContainerSpec(const VendorTraits& traits,
   for (const std::string& node : traits.shared_nodes) {
     spec.devices.push_back({node, node, "rw"});
   }
+  std::vector<int32_t> minors;
   for (const GrantedDevice& g : grants) {
     int32_t minor = minor_of ? minor_of(g.device) : -1;
     if (minor < 0) {
       minor = g.device.index;
     }
+    minors.push_back(minor);
     for (const std::string& pattern : traits.device_nodes) {
       std::string path = ReplaceMinor(pattern, minor);
       spec.devices.push_back({path, path, "rw"});
@@ -49,7 +51,7 @@ ContainerSpec GenericContainerSpec(const VendorTraits& traits,
           value += grants[i].device.id;
           break;
         case VisibleIdKind::kHostIndex:
-          value += std::to_string(grants[i].device.index);
+          value += std::to_string(minors[i]);
           break;
         case VisibleIdKind::kContainerOrdinal:
           value += std::to_string(i);

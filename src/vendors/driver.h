@@ -29,7 +29,7 @@ namespace accelpool::vendors {
 // What goes into the value of a visible-devices variable.
 enum class VisibleIdKind : uint8_t {
   kDeviceId,      // the device's stable id (GPU UUID)
-  kHostIndex,     // the device's index on the node (physical id)
+  kHostIndex,     // the device's host number (its minor / physical id; index when unknown)
   kContainerOrdinal,  // 0..n-1 in grant order (in-process filters after the runtime hook)
 };
 

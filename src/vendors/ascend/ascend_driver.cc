@@ -1,0 +1,178 @@
+#include "vendors/ascend/ascend_driver.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "core/profiles.h"
+
+namespace accelpool::vendors::ascend {
+namespace {
+
+bool StartsWith(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+std::string IdFromBus(const std::string& bus, int32_t phy_id) {
+  if (bus.empty()) {
+    return "NPU-phy" + std::to_string(phy_id);
+  }
+  std::string id = "NPU-" + bus;
+  std::replace(id.begin(), id.end(), ':', '-');
+  return id;
+}
+
+}  // namespace
+
+std::string AscendModel(const std::string& chip_name) {
+  if (StartsWith(chip_name, "910_93") || chip_name == "910C") {
+    return "Ascend910C";
+  }
+  if (chip_name == "910" || chip_name == "910A" || StartsWith(chip_name, "910Pro")) {
+    return "Ascend910A";
+  }
+  return "Ascend" + chip_name;
+}
+
+std::string AscendProfile(const std::string& model, size_t count) {
+  struct Row {
+    const char* prefix;
+    size_t count;
+    const char* profile;
+  };
+  static const Row kRows[] = {
+      {"Ascend910A", 8, "ascend-910a-x8"},   {"Ascend910A", 4, "ascend-910a-x4"},
+      {"Ascend910B", 8, "ascend-910b-x8"},   {"Ascend910B", 16, "ascend-910b-x16"},
+      {"Ascend910C", 16, "ascend-910c-x16"}, {"Ascend310P", 8, "ascend-310p-duo"},
+  };
+  for (const Row& r : kRows) {
+    if (StartsWith(model, r.prefix) && count == r.count) {
+      return r.profile;
+    }
+  }
+  return "";
+}
+
+AscendDriver::AscendDriver(DcmiLibraryPtr dcmi, AscendOptions options)
+    : dcmi_(std::move(dcmi)), options_(std::move(options)) {}
+
+StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!initialized_) {
+      ACCELPOOL_RETURN_IF_ERROR(dcmi_->Init());
+      initialized_ = true;
+    }
+  }
+  StatusOr<std::vector<DcmiChipId>> ids = dcmi_->Chips();
+  if (!ids.ok()) {
+    return ids.status();
+  }
+  std::vector<std::pair<DcmiDeviceInfo, DcmiChipId>> found;
+  for (const DcmiChipId& c : *ids) {
+    StatusOr<DcmiDeviceInfo> info = dcmi_->Info(c);
+    if (!info.ok()) {
+      return info.status().WithPrefix("NPU card " + std::to_string(c.card) + " device " +
+                                      std::to_string(c.device));
+    }
+    found.emplace_back(std::move(info).value(), c);
+  }
+  if (found.empty()) {
+    return std::vector<core::NodeInventory>{};
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first.logic_id < b.first.logic_id; });
+  core::NodeInventory inv;
+  inv.node = options_.node;
+  inv.vendor = core::Vendor::kAscend;
+  std::vector<Chip> chips;
+  std::string super_pod;
+  for (size_t i = 0; i < found.size(); ++i) {
+    const DcmiDeviceInfo& info = found[i].first;
+    core::Device d;
+    d.id = IdFromBus(info.pci_bus, info.phy_id);
+    d.index = static_cast<int32_t>(i);
+    d.vendor = core::Vendor::kAscend;
+    d.model = AscendModel(info.chip_name);
+    d.memory_mib = info.memory_mib;
+    d.compute_units = info.aicore;
+    d.numa = info.numa;
+    d.pci_bus = info.pci_bus;
+    d.max_shares = 1;
+    if (!inv.devices.empty() && inv.devices.front().model != d.model) {
+      return FailedPreconditionError("node mixes NPU models " + inv.devices.front().model +
+                                     " and " + d.model + "; this is not supported");
+    }
+    if (super_pod.empty()) {
+      super_pod = info.super_pod_id;
+    }
+    inv.devices.push_back(d);
+    chips.push_back({found[i].second, d.id, info.phy_id});
+  }
+  inv.topology.super_node = super_pod;
+  const std::string profile = AscendProfile(inv.devices.front().model, inv.devices.size());
+  Status st = profile.empty() ? NotFoundError("no profile for this shape")
+                              : core::ApplyProfile(profile, &inv);
+  if (!st.ok()) {
+    spdlog::info("ascend: {} x {} has no topology profile ({}); using NUMA groups",
+                 inv.devices.size(), inv.devices.front().model, st.message());
+    core::ApplyNumaDefault(&inv);
+  }
+  inv.topology.super_node = super_pod;
+  std::lock_guard<std::mutex> lock(mu_);
+  chips_ = std::move(chips);
+  return std::vector<core::NodeInventory>{std::move(inv)};
+}
+
+Status AscendDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
+  std::map<std::string, bool> healthy;  // last reported, by id
+  while (!stop.stop_requested()) {
+    std::vector<Chip> chips;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      chips = chips_;
+    }
+    for (const Chip& c : chips) {
+      StatusOr<uint32_t> h = dcmi_->Health(c.where);
+      bool ok = h.ok() && *h <= 1;
+      auto it = healthy.find(c.id);
+      bool before = it == healthy.end() ? true : it->second;
+      if (ok != before) {
+        std::string reason = !h.ok() ? h.status().message()
+                             : ok    ? "alarm cleared"
+                                     : "DCMI health alarm level " + std::to_string(*h);
+        spdlog::log(ok ? spdlog::level::info : spdlog::level::warn, "ascend: NPU {} {}: {}",
+                    c.id, ok ? "is healthy again" : "is unhealthy", reason);
+        sink({core::Vendor::kAscend, c.id, ok, reason});
+      }
+      healthy[c.id] = ok;
+    }
+    auto until = std::chrono::steady_clock::now() + options_.health_poll;
+    while (!stop.stop_requested() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+          options_.health_poll, std::chrono::milliseconds(100)));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<ContainerSpec> AscendDriver::BuildContainerSpec(
+    const std::vector<GrantedDevice>& grants) const {
+  std::map<std::string, int32_t> phy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Chip& c : chips_) {
+      phy[c.id] = c.phy_id;
+    }
+  }
+  for (const GrantedDevice& g : grants) {
+    if (phy.find(g.device.id) == phy.end()) {
+      return InvalidArgumentError("NPU " + g.device.id +
+                                  " is not on this node; the assignment is stale or foreign");
+    }
+  }
+  return GenericContainerSpec(TraitsFor(core::Vendor::kAscend), grants,
+                              [&phy](const core::Device& d) { return phy.at(d.id); });
+}
+
+}  // namespace accelpool::vendors::ascend

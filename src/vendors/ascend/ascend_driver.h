@@ -1,0 +1,68 @@
+// AscendDriver: the VendorDriver for Huawei Ascend NPUs, reading DCMI through
+// a DcmiLibrary. Discovery orders chips by logic id and maps them:
+//   id      "NPU-<pci bus with ':' as '-'>" (stable across reboots)
+//   model   "Ascend" + chip name: 910B3 -> Ascend910B3, 310P3 -> Ascend310P3;
+//           910_93xx (Atlas A3) -> Ascend910C; 910 / 910A / 910ProB -> Ascend910A
+//   profile by model and count: 910A x8/x4, 910B x8/x16, 910C x16, 310P x8
+//           (ascend-310p-duo); other shapes get NUMA groups
+//   NUMA    read per chip (never derived from the index: a 910B2 node reads
+//           6,0,6,0,4,2,4,2), super-node from the super-pod query.
+// Health is polled (DCMI has no event stream): alarm levels 0 and 1 are
+// healthy, 2 (major) and 3 (critical) are not; a device whose level drops
+// back is reported healthy again. A DCMI error for one chip marks it
+// unhealthy until it answers again.
+//
+// Thread-safety: see VendorDriver.
+#ifndef ACCELPOOL_VENDORS_ASCEND_ASCEND_DRIVER_H_
+#define ACCELPOOL_VENDORS_ASCEND_ASCEND_DRIVER_H_
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vendors/ascend/dcmi_library.h"
+#include "vendors/driver.h"
+
+namespace accelpool::vendors::ascend {
+
+struct AscendOptions {
+  std::string node;
+  std::chrono::milliseconds health_poll = std::chrono::seconds(5);
+};
+
+// "Ascend910B3" from DCMI's chip name and AI core count.
+std::string AscendModel(const std::string& chip_name);
+// The topology profile for `count` chips of `model`; "" when none fits.
+std::string AscendProfile(const std::string& model, size_t count);
+
+class AscendDriver : public VendorDriver {
+ public:
+  AscendDriver(DcmiLibraryPtr dcmi, AscendOptions options);
+
+  // VendorDriver:
+  std::string_view Name() const override { return "ascend"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override;
+  Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
+  StatusOr<ContainerSpec> BuildContainerSpec(
+      const std::vector<GrantedDevice>& grants) const override;
+
+ private:
+  struct Chip {
+    DcmiChipId where;
+    std::string id;
+    int32_t phy_id = -1;
+  };
+
+  const DcmiLibraryPtr dcmi_;
+  const AscendOptions options_;
+
+  mutable std::mutex mu_;
+  bool initialized_ = false;  // guarded by mu_
+  std::vector<Chip> chips_;   // in inventory order; guarded by mu_
+};
+
+}  // namespace accelpool::vendors::ascend
+
+#endif  // ACCELPOOL_VENDORS_ASCEND_ASCEND_DRIVER_H_

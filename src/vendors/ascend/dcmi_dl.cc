@@ -1,0 +1,175 @@
+// DcmiLibrary over libdcmi.so loaded with dlopen. The DCMI structs and
+// functions used are declared here from the DCMI API reference; buffers are
+// over-allocated so that a newer driver's larger struct cannot overrun them.
+// The super-pod query is optional (older drivers lack it).
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "vendors/ascend/dcmi_library.h"
+#include "vendors/dl_library.h"
+
+namespace accelpool::vendors::ascend {
+namespace {
+
+struct dcmi_chip_info {
+  unsigned char chip_type[32];
+  unsigned char chip_name[32];
+  unsigned char chip_ver[32];
+  unsigned int aicore_cnt;
+};
+
+struct dcmi_hbm_info {
+  unsigned long long memory_size;  // NOLINT(runtime/int) MB
+  unsigned int freq;
+  unsigned long long memory_usage;  // NOLINT(runtime/int)
+  int temp;
+  unsigned int bandwith_util_rate;
+};
+
+struct dcmi_pcie_info_all {
+  unsigned int venderid;
+  unsigned int subvenderid;
+  unsigned int deviceid;
+  unsigned int subdeviceid;
+  int domain;
+  unsigned int bdf_busid;
+  unsigned int bdf_deviceid;
+  unsigned int bdf_funcid;
+  unsigned char reserve[32];
+};
+
+struct dcmi_spod_info {
+  unsigned int sdid;
+  unsigned int scale_type;
+  unsigned int super_pod_id;
+  unsigned int server_id;
+  unsigned int reserve[8];
+};
+
+// A struct with room to spare behind it.
+template <typename T>
+struct Padded {
+  T value{};
+  unsigned char spare[256] = {};
+};
+
+std::string Text(const unsigned char* p, size_t n) {
+  return std::string(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), n));
+}
+
+class DlDcmi : public DcmiLibrary {
+ public:
+  explicit DlDcmi(std::unique_ptr<DlLibrary> lib) : lib_(std::move(lib)) {}
+
+  Status Init() override {
+    auto init = lib_->Symbol<int()>("dcmi_init");
+    if (!init.ok()) {
+      return init.status();
+    }
+    return Check((*init)(), "dcmi_init");
+  }
+
+  StatusOr<std::vector<DcmiChipId>> Chips() override {
+    auto cards = lib_->Symbol<int(int*, int*, int)>("dcmi_get_card_num_list");
+    auto per_card = lib_->Symbol<int(int, int*)>("dcmi_get_device_num_in_card");
+    if (!cards.ok()) {
+      return cards.status();
+    }
+    if (!per_card.ok()) {
+      return per_card.status();
+    }
+    int n = 0;
+    int list[64] = {};
+    ACCELPOOL_RETURN_IF_ERROR(Check((*cards)(&n, list, 64), "dcmi_get_card_num_list"));
+    std::vector<DcmiChipId> out;
+    for (int i = 0; i < std::min(n, 64); ++i) {
+      int devices = 0;
+      ACCELPOOL_RETURN_IF_ERROR(
+          Check((*per_card)(list[i], &devices), "dcmi_get_device_num_in_card"));
+      for (int d = 0; d < devices; ++d) {
+        out.push_back({list[i], d});
+      }
+    }
+    return out;
+  }
+
+  StatusOr<DcmiDeviceInfo> Info(const DcmiChipId& c) override {
+    DcmiDeviceInfo info;
+    auto logic = lib_->Symbol<int(int*, int, int)>("dcmi_get_device_logic_id");
+    auto phy = lib_->Symbol<int(unsigned, unsigned*)>("dcmi_get_device_phyid_from_logicid");
+    auto chip = lib_->Symbol<int(int, int, dcmi_chip_info*)>("dcmi_get_device_chip_info");
+    auto hbm = lib_->Symbol<int(int, int, dcmi_hbm_info*)>("dcmi_get_device_hbm_info");
+    for (const Status& st : {logic.status(), phy.status(), chip.status(), hbm.status()}) {
+      ACCELPOOL_RETURN_IF_ERROR(st);
+    }
+    int logic_id = -1;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*logic)(&logic_id, c.card, c.device), "dcmi_get_device_logic_id"));
+    unsigned phy_id = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*phy)(static_cast<unsigned>(logic_id), &phy_id),
+                                    "dcmi_get_device_phyid_from_logicid"));
+    info.logic_id = logic_id;
+    info.phy_id = static_cast<int32_t>(phy_id);
+    Padded<dcmi_chip_info> ci;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*chip)(c.card, c.device, &ci.value), "dcmi_get_device_chip_info"));
+    info.chip_name = Text(ci.value.chip_name, sizeof(ci.value.chip_name));
+    info.aicore = static_cast<int32_t>(ci.value.aicore_cnt);
+    Padded<dcmi_hbm_info> hi;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*hbm)(c.card, c.device, &hi.value), "dcmi_get_device_hbm_info"));
+    info.memory_mib = static_cast<int64_t>(hi.value.memory_size);
+    auto pcie = lib_->OptionalSymbol<int(int, int, dcmi_pcie_info_all*)>(
+        "dcmi_get_device_pcie_info_v2");
+    Padded<dcmi_pcie_info_all> pi;
+    if (pcie != nullptr && pcie(c.card, c.device, &pi.value) == 0) {
+      char bus[32];
+      snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%x", static_cast<unsigned>(pi.value.domain),
+               pi.value.bdf_busid, pi.value.bdf_deviceid, pi.value.bdf_funcid);
+      info.pci_bus = bus;
+      std::ifstream in("/sys/bus/pci/devices/" + info.pci_bus + "/numa_node");
+      int numa = -1;
+      if (in >> numa) {
+        info.numa = numa;
+      }
+    }
+    auto spod = lib_->OptionalSymbol<int(int, int, dcmi_spod_info*)>("dcmi_get_spod_info");
+    Padded<dcmi_spod_info> si;
+    if (spod != nullptr && spod(c.card, c.device, &si.value) == 0 && si.value.scale_type != 0) {
+      info.super_pod_id = std::to_string(si.value.super_pod_id);
+    }
+    return info;
+  }
+
+  StatusOr<uint32_t> Health(const DcmiChipId& c) override {
+    auto fn = lib_->Symbol<int(int, int, unsigned*)>("dcmi_get_device_health");
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    unsigned h = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(c.card, c.device, &h), "dcmi_get_device_health"));
+    return static_cast<uint32_t>(h);
+  }
+
+ private:
+  static Status Check(int r, const char* call) {
+    if (r == 0) {
+      return Status::Ok();
+    }
+    return UnavailableError(std::string(call) + " failed with DCMI code " + std::to_string(r) +
+                            "; check the NPU driver with npu-smi info");
+  }
+
+  std::unique_ptr<DlLibrary> lib_;
+};
+
+}  // namespace
+
+StatusOr<DcmiLibraryPtr> NewDlDcmi() {
+  StatusOr<std::unique_ptr<DlLibrary>> lib =
+      DlLibrary::Open({"libdcmi.so", "/usr/local/dcmi/libdcmi.so"});
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return DcmiLibraryPtr(new DlDcmi(std::move(lib).value()));
+}
+
+}  // namespace accelpool::vendors::ascend
