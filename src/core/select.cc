@@ -81,6 +81,12 @@ int32_t UsedCount(const std::vector<int32_t>& set, const std::vector<bool>& used
 
 void AddUnique(std::vector<CandidateSet>* out, CandidateSet c) {
   if (c.devices.empty()) return;
+  if (c.devices.size() == 1) {
+    // A device proposed twice (in-group and cross-group) is harmless: the
+    // higher rank wins in the planner, so skip the O(n) duplicate scan.
+    out->push_back(std::move(c));
+    return;
+  }
   for (auto& existing : *out) {
     if (existing.devices == c.devices) {
       existing.rank = std::max(existing.rank, c.rank);
