@@ -16,10 +16,12 @@
 //   launch <api> <us> <ms>   launch fixed-length kernels for <ms> wall ms
 //   symbols                  which lookups returned hooks vs driver functions
 //   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
+//   overhead <n>             host ns per zero-length launch and per alloc+free
 #include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -335,9 +337,10 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
   }
   a.ctx_sync();
   int64_t elapsed = NowNs() - start;
-  std::printf("busy_ns=%lld elapsed_ns=%lld launches=%ld\n",
+  std::printf("busy_ns=%lld elapsed_ns=%lld launches=%ld start_ns=%lld\n",
               static_cast<long long>(busy != nullptr ? busy() : -1),  // NOLINT
-              static_cast<long long>(elapsed), launches);               // NOLINT
+              static_cast<long long>(elapsed), launches,                // NOLINT
+              static_cast<long long>(start));                           // NOLINT
   return 0;
 }
 
@@ -368,6 +371,34 @@ int Symbols() {
   std::printf("procaddr_self_hooked=%d\n", hooked(p, "cuGetProcAddress_v2"));
   CUresult rc = gpa("cuNoSuchFunction", &p, 12000, 0, &st);
   std::printf("procaddr_missing_rc=%d status=%d\n", rc, static_cast<int>(st));
+  return 0;
+}
+
+int Overhead(const Api& a, long n) {  // NOLINT
+  int64_t zero = 0;
+  void* params[] = {&zero};
+  std::vector<int64_t> launch_ns;
+  std::vector<int64_t> alloc_ns;
+  launch_ns.reserve(static_cast<size_t>(n));
+  for (long i = 0; i < n; ++i) {  // NOLINT
+    int64_t t0 = NowNs();
+    a.launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+    launch_ns.push_back(NowNs() - t0);
+  }
+  for (long i = 0; i < n / 10; ++i) {  // NOLINT
+    CUdeviceptr p = 0;
+    int64_t t0 = NowNs();
+    a.alloc(&p, 256ULL << 20);
+    a.free(p);
+    alloc_ns.push_back(NowNs() - t0);
+  }
+  std::sort(launch_ns.begin(), launch_ns.end());
+  std::sort(alloc_ns.begin(), alloc_ns.end());
+  auto pct = [](const std::vector<int64_t>& v, double q) {
+    return static_cast<long long>(v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))]);  // NOLINT
+  };
+  std::printf("launch_p50_ns=%lld launch_p99_ns=%lld alloc_free_p50_ns=%lld alloc_free_p99_ns=%lld\n",
+              pct(launch_ns, 0.5), pct(launch_ns, 0.99), pct(alloc_ns, 0.5), pct(alloc_ns, 0.99));
   return 0;
 }
 
@@ -439,6 +470,9 @@ int main(int argc, char** argv) {
     while (read(0, buf, sizeof(buf)) > 0) {
     }
     return 0;
+  }
+  if (command == "overhead" && argc == 4) {
+    return Overhead(a, std::atol(argv[3]));
   }
   if (command == "launch" && argc == 6) {
     return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
