@@ -56,7 +56,7 @@ SRC="$ROOT/src/cuda"
 g++ -std=c++20 -O2 -fPIC -shared -fno-exceptions -fno-rtti -fno-threadsafe-statics \
   -fvisibility=hidden -I"$ROOT/src" \
   "$SRC"/{alloc_table,config,log,shared_region,symbols,throttle}.cc \
-  "$SRC"/{hooks_launch,hooks_memory,hooks_nvml,hooks_vmm,shim}.cc \
+  "$SRC"/{accounting,hooks_info,hooks_launch,hooks_memory,hooks_nvml,hooks_vmm,shim}.cc \
   -o "$WORK/libaccelpool-cuda.so" -ldl -lpthread -Wl,--as-needed -Wl,-z,now -Wl,-z,nodelete \
   && echo "shim=built" || { echo "shim=FAILED"; exit 1; }
 "$NVCC" -O2 -std=c++17 -arch=sm_90 -o "$WORK/enforce_probe" "$HERE/enforce_probe.cu" \

@@ -2,113 +2,13 @@
 // shared region at the driver's granularity before (or, where the size is
 // only known afterwards, right after) the real call; the matching free
 // uncharges exactly what was charged. Past the cap a call returns
-// CUDA_ERROR_OUT_OF_MEMORY. Memory queries report the cap. See shim.h.
-#include <unistd.h>
-
-#include "cuda/log.h"
+// CUDA_ERROR_OUT_OF_MEMORY. VMM is in hooks_vmm.cc, IPC imports and memory
+// queries in hooks_info.cc. See shim.h and accounting.h.
+#include "cuda/accounting.h"
 #include "cuda/shim.h"
 
 namespace accelpool::cuda {
 namespace {
-
-enum class Charge { kCharged, kNotLimited, kOverLimit };
-
-// REQUIRES: s.mem_mu held.
-bool EnsureSlotLocked(ShimState& s) {
-  if (s.slot >= 0) {
-    return true;
-  }
-  int32_t pid = static_cast<int32_t>(getpid());
-  s.slot = s.region->ClaimSlot(pid, ProcessStartTime(pid));
-  if (s.slot < 0) {
-    Logf(LogLevel::kError,
-         "all %d accounting slots of this container are held by live processes; "
-         "refusing device allocations (run fewer CUDA processes per container)",
-         kMaxSlots);
-  }
-  return s.slot >= 0;
-}
-
-Charge ChargeBytes(int device, uint64_t bytes) {
-  ShimState& s = State();
-  if (!s.config.MemoryLimited(device)) {
-    return Charge::kNotLimited;
-  }
-  pthread_mutex_lock(&s.mem_mu);
-  bool have_slot = EnsureSlotLocked(s);
-  int slot = s.slot;
-  pthread_mutex_unlock(&s.mem_mu);
-  if (!have_slot) {
-    return Charge::kOverLimit;
-  }
-  switch (s.region->TryCharge(slot, device, bytes, s.config.memory_limit_bytes[device],
-                              s.config.context_reserve_bytes)) {
-    case ChargeResult::kOk:
-      return Charge::kCharged;
-    case ChargeResult::kOverLimit:
-      Logf(LogLevel::kDebug, "device %d: %llu bytes refused at the cap", device,
-           static_cast<unsigned long long>(bytes));
-      return Charge::kOverLimit;
-    case ChargeResult::kUnavailable:
-      break;
-  }
-  if (!s.warned_unaccounted) {
-    s.warned_unaccounted = true;
-    Logf(LogLevel::kWarn, "accounting region unavailable; allocations are not being counted");
-  }
-  return Charge::kNotLimited;
-}
-
-void UnchargeBytes(int device, uint64_t bytes) {
-  ShimState& s = State();
-  pthread_mutex_lock(&s.mem_mu);
-  int slot = s.slot;
-  pthread_mutex_unlock(&s.mem_mu);
-  s.region->Uncharge(slot, device, bytes);
-}
-
-void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device) {
-  ShimState& s = State();
-  AllocRecord r;
-  r.bytes = bytes;
-  r.device = device;
-  pthread_mutex_lock(&s.mem_mu);
-  bool ok = table->Put(key, r);
-  pthread_mutex_unlock(&s.mem_mu);
-  if (!ok) {
-    UnchargeBytes(device, bytes);  // Cannot track it: never charge what we cannot free.
-  }
-}
-
-// Removes `key` from `table` and uncharges it; no-op for untracked keys.
-void Forget(AllocTable* table, uint64_t key) {
-  ShimState& s = State();
-  AllocRecord r;
-  pthread_mutex_lock(&s.mem_mu);
-  bool found = table->Take(key, &r);
-  pthread_mutex_unlock(&s.mem_mu);
-  if (found) {
-    UnchargeBytes(r.device, r.bytes);
-  }
-}
-
-// Charges `bytes` on `device`, runs the real call, records key() on success.
-template <typename Call, typename Key>
-CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call, Key key) {
-  Charge c = ChargeBytes(device, bytes);
-  if (c == Charge::kOverLimit) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  CUresult rc = call();
-  if (c == Charge::kCharged) {
-    if (rc == CUDA_SUCCESS) {
-      Remember(table, key(), bytes, device);
-    } else {
-      UnchargeBytes(device, bytes);
-    }
-  }
-  return rc;
-}
 
 uint64_t ElementBytes(int format) {
   switch (format) {
@@ -131,14 +31,6 @@ uint64_t ArrayBytes(size_t w, size_t h, size_t d, int format, unsigned channels)
   return RoundToGranularity(bytes);
 }
 
-#define ACCELPOOL_REAL_OR_FAIL(type, id)      \
-  EnsureCuda();                               \
-  auto real = Real<type>(id, S);              \
-  if (real == nullptr) {                      \
-    return CUDA_ERROR_NOT_FOUND;              \
-  }                                           \
-  ShimState& s = State();                     \
-  (void)s
 
 template <int S>
 CUresult HookMemAlloc(CUdeviceptr* dptr, size_t bytes) {
@@ -272,91 +164,11 @@ CUresult HookArrayDestroy(CUarray array) {
   return rc;
 }
 
-template <int S>
-CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
-  ACCELPOOL_REAL_OR_FAIL(cuIpcOpenMemHandleFn, kHookIpcOpenMemHandle);
-  CUresult rc = real(dptr, handle, flags);
-  int dev = 0;
-  if (rc != CUDA_SUCCESS || !s.mem_on || dptr == nullptr || s.mem_get_address_range == nullptr ||
-      !CurrentDevice(&dev)) {
-    return rc;
-  }
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  if (s.mem_get_address_range(&base, &size, *dptr) != CUDA_SUCCESS) {
-    return rc;
-  }
-  uint64_t bytes = RoundToGranularity(size);
-  Charge c = ChargeBytes(dev, bytes);
-  if (c == Charge::kOverLimit) {
-    if (auto close_fn = Real<cuIpcCloseMemHandleFn>(kHookIpcCloseMemHandle, 0)) {
-      close_fn(*dptr);
-    }
-    *dptr = 0;
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (c == Charge::kCharged) {
-    Remember(s.ipc, *dptr, bytes, dev);
-  }
-  return rc;
-}
-
-template <int S>
-CUresult HookIpcCloseMemHandle(CUdeviceptr ptr) {
-  ACCELPOOL_REAL_OR_FAIL(cuIpcCloseMemHandleFn, kHookIpcCloseMemHandle);
-  CUresult rc = real(ptr);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.ipc, ptr);
-  }
-  return rc;
-}
-
-template <int S>
-CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  ACCELPOOL_REAL_OR_FAIL(cuMemGetInfoFn, kHookMemGetInfo);
-  int dev = 0;
-  if (!s.mem_on || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
-    return real(free_bytes, total_bytes);
-  }
-  size_t phys_free = 0;
-  size_t phys_total = 0;
-  CUresult rc = real(&phys_free, &phys_total);
-  if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
-  uint64_t cap = s.config.memory_limit_bytes[dev];
-  if (cap > phys_total) {
-    cap = phys_total;
-  }
-  uint64_t used = ContainerUsed(dev);
-  uint64_t free_in_cap = used >= cap ? 0 : cap - used;
-  if (free_in_cap > phys_free) {
-    free_in_cap = phys_free;  // Other tenants may hold the rest of the card.
-  }
-  if (free_bytes != nullptr) {
-    *free_bytes = static_cast<size_t>(free_in_cap);
-  }
-  if (total_bytes != nullptr) {
-    *total_bytes = static_cast<size_t>(cap);
-  }
-  return CUDA_SUCCESS;
-}
-
-template <int S>
-CUresult HookDeviceTotalMem(size_t* bytes, CUdevice device) {
-  ACCELPOOL_REAL_OR_FAIL(cuDeviceTotalMemFn, kHookDeviceTotalMem);
-  CUresult rc = real(bytes, device);
-  if (rc == CUDA_SUCCESS && bytes != nullptr && s.config.MemoryLimited(device) &&
-      *bytes > s.config.memory_limit_bytes[device]) {
-    *bytes = static_cast<size_t>(s.config.memory_limit_bytes[device]);
-  }
-  return rc;
-}
-
 }  // namespace
 
-// VMM hooks live in hooks_vmm.cc; their instances are looked up there.
+// VMM hooks live in hooks_vmm.cc, IPC and memory queries in hooks_info.cc.
 void* VmmHook(HookId id, int slot);
+void* InfoHook(HookId id, int slot);
 
 #define ACCELPOOL_SLOTS(fn) \
   {reinterpret_cast<void*>(&fn<0>), reinterpret_cast<void*>(&fn<1>), \
@@ -379,47 +191,11 @@ void* MemoryHook(HookId id, int slot) {
   if (id >= kHookMemCreate && id <= kHookMemUnmap) {
     return VmmHook(id, slot);
   }
-  static void* const kOther[][kSlots] = {
-      ACCELPOOL_SLOTS(HookIpcOpenMemHandle), ACCELPOOL_SLOTS(HookIpcCloseMemHandle),
-      ACCELPOOL_SLOTS(HookMemGetInfo), ACCELPOOL_SLOTS(HookDeviceTotalMem)};
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {
-    return kOther[id - kHookIpcOpenMemHandle][slot];
+    return InfoHook(id, slot);
   }
   return nullptr;
 }
-
-uint64_t RoundToGranularity(uint64_t bytes) {
-  if (bytes == 0) {
-    return kAllocGranularity;  // The driver still hands out a page.
-  }
-  if (bytes > UINT64_MAX - kAllocGranularity) {
-    return UINT64_MAX;
-  }
-  return (bytes + kAllocGranularity - 1) / kAllocGranularity * kAllocGranularity;
-}
-
-bool CurrentDevice(int* device) {
-  ShimState& s = State();
-  CUdevice d = 0;
-  if (s.ctx_get_device == nullptr || s.ctx_get_device(&d) != CUDA_SUCCESS) {
-    return false;
-  }
-  *device = d;
-  return true;
-}
-
-uint64_t ContainerUsed(int device) {
-  ShimState& s = State();
-  return s.region == nullptr ? 0 : s.region->Used(device);
-}
-
-// Charge helpers shared with hooks_vmm.cc.
-bool VmmCharge(int device, uint64_t bytes, bool* charged) {
-  Charge c = ChargeBytes(device, bytes);
-  *charged = c == Charge::kCharged;
-  return c != Charge::kOverLimit;
-}
-void VmmUncharge(int device, uint64_t bytes) { UnchargeBytes(device, bytes); }
 
 }  // namespace accelpool::cuda
 
@@ -460,12 +236,4 @@ ACCELPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream st) {
 }
 ACCELPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream st) {
   return HookMemFreeAsync<1>(p, st);
-}
-ACCELPOOL_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle h, unsigned f) {
-  return HookIpcOpenMemHandle<0>(p, h, f);
-}
-ACCELPOOL_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return HookIpcCloseMemHandle<0>(p); }
-ACCELPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { return HookMemGetInfo<0>(f, t); }
-ACCELPOOL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, CUdevice d) {
-  return HookDeviceTotalMem<0>(b, d);
 }

@@ -4,14 +4,10 @@
 // the double count behind false OOMs seen with VMM elsewhere). The charge is
 // returned when the handle has been released *and* its last mapping is gone,
 // which is when the driver frees the memory. See shim.h.
-#include "cuda/log.h"
+#include "cuda/accounting.h"
 #include "cuda/shim.h"
 
 namespace accelpool::cuda {
-
-bool VmmCharge(int device, uint64_t bytes, bool* charged);
-void VmmUncharge(int device, uint64_t bytes);
-
 namespace {
 
 constexpr uint64_t kReleased = 1;
@@ -46,16 +42,16 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   }
   int dev = prop->location.id;
   uint64_t bytes = RoundToGranularity(size);
-  bool charged = false;
-  if (!VmmCharge(dev, bytes, &charged)) {
+  Charge c = ChargeBytes(dev, bytes);
+  if (c == Charge::kOverLimit) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUresult rc = real(handle, size, prop, flags);
-  if (!charged) {
+  if (c != Charge::kCharged) {
     return rc;
   }
   if (rc != CUDA_SUCCESS) {
-    VmmUncharge(dev, bytes);
+    UnchargeBytes(dev, bytes);
     return rc;
   }
   AllocRecord r;
@@ -65,7 +61,7 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   bool ok = s.vmm_handles->Put(*handle, r);
   pthread_mutex_unlock(&s.mem_mu);
   if (!ok) {
-    VmmUncharge(dev, bytes);
+    UnchargeBytes(dev, bytes);
   }
   return rc;
 }
@@ -94,7 +90,7 @@ CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
   }
   pthread_mutex_unlock(&s.mem_mu);
   if (uncharge) {
-    VmmUncharge(freed.device, freed.bytes);
+    UnchargeBytes(freed.device, freed.bytes);
   }
   return rc;
 }
@@ -159,7 +155,7 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
     }
     pthread_mutex_unlock(&s.mem_mu);
     for (int i = 0; i < nfreed; ++i) {
-      VmmUncharge(freed[i].device, freed[i].bytes);
+      UnchargeBytes(freed[i].device, freed[i].bytes);
     }
     if (c.count < kUnmapBatch) {
       break;

@@ -1,0 +1,119 @@
+// IPC import hooks and memory queries. An imported IPC range is charged at
+// its size (it occupies the importer's budget as HAMi users expect); memory
+// queries report the container's cap and usage, never an underflow, and guard
+// NULL out-parameters. See shim.h.
+#include "cuda/accounting.h"
+#include "cuda/shim.h"
+
+namespace accelpool::cuda {
+namespace {
+
+template <int S>
+CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
+  ACCELPOOL_REAL_OR_FAIL(cuIpcOpenMemHandleFn, kHookIpcOpenMemHandle);
+  CUresult rc = real(dptr, handle, flags);
+  int dev = 0;
+  if (rc != CUDA_SUCCESS || !s.mem_on || dptr == nullptr || s.mem_get_address_range == nullptr ||
+      !CurrentDevice(&dev)) {
+    return rc;
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (s.mem_get_address_range(&base, &size, *dptr) != CUDA_SUCCESS) {
+    return rc;
+  }
+  uint64_t bytes = RoundToGranularity(size);
+  Charge c = ChargeBytes(dev, bytes);
+  if (c == Charge::kOverLimit) {
+    if (auto close_fn = Real<cuIpcCloseMemHandleFn>(kHookIpcCloseMemHandle, 0)) {
+      close_fn(*dptr);
+    }
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (c == Charge::kCharged) {
+    Remember(s.ipc, *dptr, bytes, dev);
+  }
+  return rc;
+}
+
+template <int S>
+CUresult HookIpcCloseMemHandle(CUdeviceptr ptr) {
+  ACCELPOOL_REAL_OR_FAIL(cuIpcCloseMemHandleFn, kHookIpcCloseMemHandle);
+  CUresult rc = real(ptr);
+  if (rc == CUDA_SUCCESS && s.mem_on) {
+    Forget(s.ipc, ptr);
+  }
+  return rc;
+}
+
+template <int S>
+CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  ACCELPOOL_REAL_OR_FAIL(cuMemGetInfoFn, kHookMemGetInfo);
+  int dev = 0;
+  if (!s.mem_on || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
+    return real(free_bytes, total_bytes);
+  }
+  size_t phys_free = 0;
+  size_t phys_total = 0;
+  CUresult rc = real(&phys_free, &phys_total);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  uint64_t cap = s.config.memory_limit_bytes[dev];
+  if (cap > phys_total) {
+    cap = phys_total;
+  }
+  uint64_t used = ContainerUsed(dev);
+  uint64_t free_in_cap = used >= cap ? 0 : cap - used;
+  if (free_in_cap > phys_free) {
+    free_in_cap = phys_free;  // Other tenants may hold the rest of the card.
+  }
+  if (free_bytes != nullptr) {
+    *free_bytes = static_cast<size_t>(free_in_cap);
+  }
+  if (total_bytes != nullptr) {
+    *total_bytes = static_cast<size_t>(cap);
+  }
+  return CUDA_SUCCESS;
+}
+
+template <int S>
+CUresult HookDeviceTotalMem(size_t* bytes, CUdevice device) {
+  ACCELPOOL_REAL_OR_FAIL(cuDeviceTotalMemFn, kHookDeviceTotalMem);
+  CUresult rc = real(bytes, device);
+  if (rc == CUDA_SUCCESS && bytes != nullptr && s.config.MemoryLimited(device) &&
+      *bytes > s.config.memory_limit_bytes[device]) {
+    *bytes = static_cast<size_t>(s.config.memory_limit_bytes[device]);
+  }
+  return rc;
+}
+
+}  // namespace
+
+void* InfoHook(HookId id, int slot) {
+#define ACCELPOOL_INFO_SLOTS(fn) \
+  {reinterpret_cast<void*>(&fn<0>), reinterpret_cast<void*>(&fn<1>), \
+   reinterpret_cast<void*>(&fn<2>), reinterpret_cast<void*>(&fn<3>)}
+  static void* const kTable[][kSlots] = {
+      ACCELPOOL_INFO_SLOTS(HookIpcOpenMemHandle), ACCELPOOL_INFO_SLOTS(HookIpcCloseMemHandle),
+      ACCELPOOL_INFO_SLOTS(HookMemGetInfo), ACCELPOOL_INFO_SLOTS(HookDeviceTotalMem)};
+#undef ACCELPOOL_INFO_SLOTS
+  if (id < kHookIpcOpenMemHandle || id > kHookDeviceTotalMem || slot < 0 || slot >= kSlots) {
+    return nullptr;
+  }
+  return kTable[id - kHookIpcOpenMemHandle][slot];
+}
+
+}  // namespace accelpool::cuda
+
+using namespace accelpool::cuda;  // NOLINT: exported C entry points below.
+
+ACCELPOOL_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle h, unsigned f) {
+  return HookIpcOpenMemHandle<0>(p, h, f);
+}
+ACCELPOOL_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return HookIpcCloseMemHandle<0>(p); }
+ACCELPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { return HookMemGetInfo<0>(f, t); }
+ACCELPOOL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, CUdevice d) {
+  return HookDeviceTotalMem<0>(b, d);
+}
