@@ -28,14 +28,6 @@ namespace {
 
 const auto kStart = std::chrono::steady_clock::now();
 
-__global__ void Spin(long long cycles) {
-  long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-__global__ void Empty() {}
-
 #define CHECK_RT(x)                                                                     \
   do {                                                                                  \
     cudaError_t e_ = (x);                                                               \
@@ -44,6 +36,38 @@ __global__ void Empty() {}
       std::exit(1);                                                                     \
     }                                                                                   \
   } while (0)
+
+// Duration of the last Spin, measured on the device (block 0), in ns. Host
+// timing would include the shim's throttling sleep before the launch.
+__device__ unsigned long long g_spin_ns;
+
+__device__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void Spin(long long cycles) {
+  unsigned long long t0 = GlobalTimerNs();
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    g_spin_ns = GlobalTimerNs() - t0;
+  }
+}
+
+// Runs one Spin alone and returns its device-measured duration in ms.
+double SpinMs(long long cycles, int blocks) {
+  Spin<<<blocks, 128>>>(cycles);
+  CHECK_RT(cudaDeviceSynchronize());
+  unsigned long long ns = 0;
+  CHECK_RT(cudaMemcpyFromSymbol(&ns, g_spin_ns, sizeof(ns)));
+  return ns / 1e6;
+}
+
+__global__ void Empty() {}
+
 
 double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -236,16 +260,9 @@ int MemInfo() {
 
 // Calibrates Spin so that one launch of `blocks` blocks takes about `us`.
 long long CyclesFor(double us, int blocks) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  long long probe = 1000000;
-  cudaEventRecord(a);
-  Spin<<<blocks, 128>>>(probe);
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
+  const long long probe = 2000000;
+  SpinMs(probe, blocks);  // Warm-up.
+  double ms = SpinMs(probe, blocks);
   return static_cast<long long>(probe * (us / 1000.0) / ms);
 }
 
@@ -259,19 +276,11 @@ int Share(const std::string& mode, double kernel_us, double seconds) {
   CUstream stream;
   cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
   void* params[] = {&cycles};
-  // Native duration of one launch, measured alone (synchronised).
-  CUevent e0, e1;
-  cuEventCreate(&e0, CU_EVENT_DEFAULT);
-  cuEventCreate(&e1, CU_EVENT_DEFAULT);
-  cuEventRecord(e0, stream);
-  for (int i = 0; i < 20; ++i) {
-    cuLaunchKernel(spin, blocks, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+  // Duration of one launch running alone, measured on the device.
+  double kernel_ms = 0;
+  for (int i = 0; i < 5; ++i) {
+    kernel_ms += SpinMs(cycles, blocks) / 5.0;
   }
-  cuEventRecord(e1, stream);
-  cuEventSynchronize(e1);
-  float ms20 = 0;
-  cuEventElapsedTime(&ms20, e0, e1);
-  double kernel_ms = ms20 / 20.0;
 
   CUgraphExec graph = nullptr;
   if (mode == "graph") {
