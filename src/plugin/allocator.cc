@@ -1,0 +1,280 @@
+#include "plugin/allocator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "api/assignment_codec.h"
+
+namespace accelpool::plugin {
+namespace {
+
+// The metric label for a failed Allocate.
+std::string Reason(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument: return "bad_request";
+    case StatusCode::kNotFound: return "no_assignment";
+    case StatusCode::kFailedPrecondition: return "assignment_mismatch";
+    default: return "driver";
+  }
+}
+
+}  // namespace
+
+Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* store,
+                     PluginMetrics* metrics, PodReporter* reporter, EnforcementOptions options,
+                     Logger log, std::function<void()> refresh)
+    : node_(std::move(node)), state_(state), store_(store), metrics_(metrics),
+      reporter_(reporter), options_(std::move(options)), log_(std::move(log)),
+      refresh_(std::move(refresh)) {}
+
+StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
+                                         const std::vector<std::string>& ids,
+                                         std::optional<PodRef>* pod) {
+  if (ids.empty()) {
+    return InvalidArgumentError("Allocate named no device ids for a container of " + resource);
+  }
+  auto devices = snap.resources.find(resource);
+  for (const std::string& id : ids) {
+    StatusOr<std::pair<std::string, int32_t>> slot = api::ParseSlotId(id);
+    if (!slot.ok()) {
+      return InvalidArgumentError("device id \"" + id + "\" is not a slot id of this plugin (" +
+                                  slot.status().message() + ")");
+    }
+    const core::Device* d = snap.Find(slot->first);
+    if (d == nullptr || slot->second < 0 || slot->second >= d->max_shares) {
+      return InvalidArgumentError("unknown slot id \"" + id +
+                                  "\": this plugin never advertised it; kubelet's checkpoint may "
+                                  "be stale, restart the pod");
+    }
+    if (devices == snap.resources.end() || ResourceFor(*d) != resource) {
+      return InvalidArgumentError("slot \"" + id + "\" belongs to " + ResourceFor(*d) + ", not " +
+                                  resource);
+    }
+  }
+  StatusOr<ContainerMatch> match = store_->Match(resource, ids);
+  if (!match.ok() && refresh_) {
+    refresh_();
+    match = store_->Match(resource, ids);
+  }
+  if (!match.ok()) {
+    return match.status();
+  }
+  *pod = match->pod;
+  const api::AssignedContainer& c = match->container;
+  if (match->by_fallback) {
+    log_.Warn("slot ids identify no container; using the oldest pending assignment",
+              {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
+  }
+  if (c.devices.size() != ids.size()) {
+    return FailedPreconditionError("pod " + match->pod.Key() + " container " + c.name +
+                                   " is assigned " + std::to_string(c.devices.size()) +
+                                   " devices but kubelet allocated " + std::to_string(ids.size()));
+  }
+  std::vector<vendors::GrantedDevice> grants;
+  std::optional<size_t> inventory;
+  for (const api::AssignedDevice& a : c.devices) {
+    auto where = snap.by_id.find(a.id);
+    if (where == snap.by_id.end()) {
+      return FailedPreconditionError("the assignment of pod " + match->pod.Key() +
+                                     " names device " + a.id +
+                                     ", which is not on node " + node_ +
+                                     "; the assignment is foreign or stale, delete the pod");
+    }
+    if (inventory.has_value() && *inventory != where->second.inventory) {
+      return FailedPreconditionError("container " + c.name + " of pod " + match->pod.Key() +
+                                     " is assigned devices of two vendors in one resource");
+    }
+    inventory = where->second.inventory;
+    vendors::GrantedDevice g;
+    g.device = *snap.Find(a.id);
+    g.memory_mib = a.memory_mib;
+    g.compute = a.compute;
+    g.exclusive = a.exclusive || (a.memory_mib == 0 && a.compute == 0);
+    grants.push_back(std::move(g));
+  }
+  vendors::VendorDriver* driver = snap.drivers[*inventory];
+  if (driver == nullptr) {
+    return InternalError("no driver serves inventory " + std::to_string(*inventory));
+  }
+  StatusOr<vendors::ContainerSpec> spec = driver->BuildContainerSpec(grants);
+  if (!spec.ok()) {
+    return spec.status().WithPrefix("pod " + match->pod.Key() + " container " + c.name);
+  }
+  if (!options_.cdi) {
+    spec->cdi_devices.clear();
+  }
+  ACCELPOOL_RETURN_IF_ERROR(Enforce(match->pod, c.name, grants, &*spec));
+  return ContainerAnswer{match->pod, c.name, std::move(spec).value()};
+}
+
+Status Allocator::Enforce(const PodRef& pod, const std::string& container,
+                          const std::vector<vendors::GrantedDevice>& grants,
+                          vendors::ContainerSpec* spec) const {
+  if (!options_.enabled || grants.empty() ||
+      !vendors::TraitsFor(grants.front().device.vendor).soft_enforcement) {
+    return Status::Ok();
+  }
+  bool fractional = std::any_of(grants.begin(), grants.end(),
+                                [](const vendors::GrantedDevice& g) { return !g.exclusive; });
+  if (!fractional) {
+    return Status::Ok();
+  }
+  int32_t compute = 0;
+  for (size_t i = 0; i < grants.size(); ++i) {
+    const vendors::GrantedDevice& g = grants[i];
+    int64_t mib = g.memory_mib > 0 ? g.memory_mib : g.device.memory_mib;
+    spec->env["ACCELPOOL_CUDA_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib);
+    if (options_.hami_compat) {
+      spec->env["CUDA_DEVICE_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib) + "m";
+    }
+    int32_t c = g.compute > 0 ? g.compute : core::kComputeWhole;
+    compute = i == 0 ? c : std::min(compute, c);
+  }
+  const std::string percent = std::to_string(std::max(1, compute / 10));
+  spec->env["ACCELPOOL_CUDA_COMPUTE_LIMIT"] = percent;
+  if (options_.hami_compat) {
+    spec->env["CUDA_DEVICE_SM_LIMIT"] = percent;
+  }
+  const std::string host_dir =
+      (std::filesystem::path(options_.state_root) / (pod.uid + "_" + container)).string();
+  if (options_.create_state_dirs) {
+    std::error_code ec;
+    std::filesystem::create_directories(host_dir, ec);
+    if (ec) {
+      return UnavailableError("cannot create the container state dir " + host_dir + ": " +
+                              ec.message() + "; check that " + options_.state_root +
+                              " is mounted writable into the plugin");
+    }
+  }
+  spec->env["ACCELPOOL_CUDA_STATE_DIR"] = options_.state_mount;
+  spec->mounts.push_back({host_dir, options_.state_mount, false});
+  spec->mounts.push_back({options_.library_host, options_.library_container, true});
+  if (options_.preload) {
+    spec->mounts.push_back({options_.preload_host, "/etc/ld.so.preload", true});
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
+    const std::string& resource, const std::vector<std::vector<std::string>>& requests) {
+  const auto start = std::chrono::steady_clock::now();
+  SnapshotPtr snap = state_->Get();
+  std::vector<ContainerAnswer> answers;
+  std::optional<PodRef> pod;
+  Status failure;
+  if (requests.empty()) {
+    failure = InvalidArgumentError("Allocate carried no container requests");
+  }
+  for (const std::vector<std::string>& ids : requests) {
+    if (!failure.ok()) {
+      break;
+    }
+    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, &pod);
+    if (!a.ok()) {
+      failure = a.status();
+    } else {
+      answers.push_back(std::move(a).value());
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!failure.ok()) {
+    if (metrics_ != nullptr) {
+      metrics_->AllocateDone(resource, false, Reason(failure.code()), seconds);
+    }
+    log_.Error("allocate failed", {{"resource", resource},
+                                   {"pod", pod.has_value() ? pod->Key() : std::string("unknown")},
+                                   {"error", failure.ToString()}});
+    if (reporter_ != nullptr) {
+      reporter_->Failed(pod, resource, failure.message());
+    }
+    return failure;
+  }
+  std::map<std::string, std::pair<PodRef, std::vector<std::string>>> by_pod;
+  for (const ContainerAnswer& a : answers) {
+    auto& entry = by_pod[a.pod.uid];
+    entry.first = a.pod;
+    entry.second.push_back(a.container);
+  }
+  for (auto& [uid, entry] : by_pod) {
+    std::vector<std::string> all = store_->MarkAllocated(uid, entry.second);
+    if (reporter_ != nullptr) {
+      reporter_->Allocated(entry.first, all);
+    }
+    log_.Info("allocated", {{"pod", entry.first.Key()}, {"resource", resource},
+                            {"containers", static_cast<int64_t>(entry.second.size())}});
+  }
+  if (metrics_ != nullptr) {
+    metrics_->AllocateDone(resource, true, "", seconds);
+    metrics_->SetPending(static_cast<double>(store_->PendingContainers()));
+  }
+  return answers;
+}
+
+std::vector<std::vector<std::string>> Allocator::Preferred(
+    const std::string& resource, const std::vector<PreferredRequest>& requests) {
+  std::vector<std::vector<std::string>> out;
+  for (const PreferredRequest& r : requests) {
+    std::set<std::string> available(r.available.begin(), r.available.end());
+    std::optional<std::vector<std::string>> slots =
+        store_->Preferred(resource, available, r.must_include, r.size);
+    if (!slots.has_value() && refresh_) {
+      refresh_();
+      slots = store_->Preferred(resource, available, r.must_include, r.size);
+    }
+    if (slots.has_value()) {
+      out.push_back(std::move(*slots));
+      continue;
+    }
+    std::vector<std::string> fill = r.must_include;
+    for (const std::string& id : r.available) {
+      if (static_cast<int32_t>(fill.size()) >= r.size) {
+        break;
+      }
+      if (std::find(fill.begin(), fill.end(), id) == fill.end()) {
+        fill.push_back(id);
+      }
+    }
+    log_.Warn("no pending assignment fits GetPreferredAllocation; kubelet chooses",
+              {{"resource", resource}, {"size", r.size}});
+    out.push_back(std::move(fill));
+  }
+  return out;
+}
+
+void Allocator::RefreshUsageMetrics() {
+  if (metrics_ == nullptr) {
+    return;
+  }
+  SnapshotPtr snap = state_->Get();
+  std::map<std::string, std::pair<int64_t, int64_t>> usage;
+  for (const PodAssignment& p : store_->All()) {
+    for (const api::AssignedContainer& c : p.assignment.containers) {
+      if (c.kind == core::ContainerKind::kInit) {
+        continue;  // init containers reuse the regular containers' shares
+      }
+      for (const api::AssignedDevice& d : c.devices) {
+        const core::Device* dev = snap->Find(d.id);
+        bool whole = d.exclusive || (d.memory_mib == 0 && d.compute == 0);
+        auto& u = usage[d.id];
+        u.first += whole && dev != nullptr ? dev->memory_mib : d.memory_mib;
+        u.second += whole ? core::kComputeWhole : d.compute;
+      }
+    }
+  }
+  for (const core::NodeInventory& inv : snap->inventories) {
+    for (const core::Device& d : inv.devices) {
+      auto u = usage[d.id];
+      metrics_->SetUsage(std::string(core::VendorName(d.vendor)), d.id,
+                         static_cast<double>(u.first), static_cast<double>(u.second));
+      metrics_->SetHealth(std::string(core::VendorName(d.vendor)), d.id, d.healthy);
+    }
+  }
+  metrics_->SetPending(static_cast<double>(store_->PendingContainers()));
+}
+
+}  // namespace accelpool::plugin

@@ -1,0 +1,121 @@
+// Allocator: kubelet's GetPreferredAllocation and Allocate, without gRPC.
+//
+// Allocate maps each container's slot ids back to the pod container the
+// extender assigned them to (AssignmentStore::Match), checks the assignment
+// against this node (right node, known devices, same count), and answers the
+// container's devices, env and mounts from the vendor driver plus, for
+// fractional NVIDIA grants, the enforcement contract of libaccelpool-cuda:
+//
+//   ACCELPOOL_CUDA_MEMORY_LIMIT_<i>  MiB on visible device i
+//   ACCELPOOL_CUDA_COMPUTE_LIMIT     percent of the device
+//   ACCELPOOL_CUDA_STATE_DIR         /var/run/accelpool, a per-container host
+//                                    dir <state_root>/<pod-uid>_<container>
+//   CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT  (HAMi-compatible)
+//   mounts: the library, and /etc/ld.so.preload naming it (opt-out).
+//
+// Worked example: a container granted 4096 MiB and 250 (25%) of GPU-a gets
+// ACCELPOOL_CUDA_MEMORY_LIMIT_0=4096, ACCELPOOL_CUDA_COMPUTE_LIMIT=25,
+// CUDA_DEVICE_MEMORY_LIMIT_0=4096m, CUDA_DEVICE_SM_LIMIT=25.
+//
+// All or nothing: when any container of a call fails, the call fails, nothing
+// is marked allocated, the failure is counted and reported on the pod (when
+// one was identified) through PodReporter; kubelet may retry.
+//
+// Thread-safety: all methods may be called from any thread.
+#ifndef ACCELPOOL_PLUGIN_ALLOCATOR_H_
+#define ACCELPOOL_PLUGIN_ALLOCATOR_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "plugin/assignment_store.h"
+#include "plugin/device_state.h"
+#include "plugin/plugin_metrics.h"
+#include "vendors/driver.h"
+
+namespace accelpool::plugin {
+
+struct EnforcementOptions {
+  bool enabled = true;  // add the libaccelpool-cuda contract to fractional grants
+  std::string state_root = "/var/lib/accelpool/containers";  // host side
+  std::string state_mount = "/var/run/accelpool";            // container side
+  bool create_state_dirs = true;  // mkdir the host dir (the plugin mounts state_root)
+  std::string library_host = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
+  std::string library_container = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
+  // A host file whose content is library_container, mounted at /etc/ld.so.preload.
+  std::string preload_host = "/usr/local/accelpool/ld.so.preload";
+  bool preload = true;      // mount preload_host; false leaves preloading to the image
+  bool hami_compat = true;  // also write CUDA_DEVICE_MEMORY_LIMIT_<i> / CUDA_DEVICE_SM_LIMIT
+  bool cdi = false;         // answer CDI device names as well
+};
+
+// Side effects on the pod, done off kubelet's path by the implementation.
+class PodReporter {
+ public:
+  virtual ~PodReporter() = default;
+  // `containers`: every container of the pod allocated so far.
+  virtual void Allocated(const PodRef& pod, const std::vector<std::string>& containers) = 0;
+  virtual void Failed(const std::optional<PodRef>& pod, const std::string& resource,
+                      const std::string& message) = 0;
+};
+
+struct ContainerAnswer {
+  PodRef pod;
+  std::string container;
+  vendors::ContainerSpec spec;
+};
+
+struct PreferredRequest {
+  std::vector<std::string> available;
+  std::vector<std::string> must_include;
+  int32_t size = 0;
+};
+
+class Allocator {
+ public:
+  // `refresh`, when set, re-reads the node's pods (used once when a lookup
+  // misses, in case the informer lags). Pointers may be null except state
+  // and store; all must outlive the Allocator.
+  Allocator(std::string node, DeviceState* state, AssignmentStore* store,
+            PluginMetrics* metrics, PodReporter* reporter, EnforcementOptions options,
+            Logger log, std::function<void()> refresh = nullptr);
+
+  // kInvalidArgument: empty request, malformed or unknown slot id, a slot of
+  // another resource. kNotFound: no assignment matches. kFailedPrecondition:
+  // the assignment is for another node, names a device not on this node, or
+  // its count differs. Errors from the vendor driver are passed on.
+  StatusOr<std::vector<ContainerAnswer>> Allocate(
+      const std::string& resource, const std::vector<std::vector<std::string>>& requests);
+
+  // For each request, the assigned slots of the oldest pending container
+  // that fits; otherwise must_include then available, up to size.
+  std::vector<std::vector<std::string>> Preferred(const std::string& resource,
+                                                  const std::vector<PreferredRequest>& requests);
+
+  // Recomputes the per-device usage gauges and the pending count.
+  void RefreshUsageMetrics();
+
+ private:
+  StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
+                                const std::vector<std::string>& ids, std::optional<PodRef>* pod);
+  Status Enforce(const PodRef& pod, const std::string& container,
+                 const std::vector<vendors::GrantedDevice>& grants,
+                 vendors::ContainerSpec* spec) const;
+
+  const std::string node_;
+  DeviceState* const state_;
+  AssignmentStore* const store_;
+  PluginMetrics* const metrics_;
+  PodReporter* const reporter_;
+  const EnforcementOptions options_;
+  const Logger log_;
+  const std::function<void()> refresh_;
+};
+
+}  // namespace accelpool::plugin
+
+#endif  // ACCELPOOL_PLUGIN_ALLOCATOR_H_

@@ -1,0 +1,273 @@
+#include "plugin/allocator.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "plugin/test_util.h"
+#include "vendors/fake/fake_driver.h"
+
+namespace accelpool::plugin {
+namespace {
+
+using testing::Ctr;
+using testing::Dev;
+using testing::Pod;
+using testing::RecordingReporter;
+using testing::TempDir;
+
+constexpr const char* kGpu = "nvidia.com/gpu";
+constexpr const char* kNpu = "huawei.com/Ascend910C";
+
+class AllocatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory());
+    driver_ = std::make_unique<vendors::fake::FakeDriver>(
+        vendors::fake::FakeDriverOptions{dir_.File("inv.json"), "node-a"});
+    auto invs = driver_->Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    npu_ = (*invs)[1].devices[0].id.substr(0, (*invs)[1].devices[0].id.size() - 1);  // "ASCEND-node-a-"
+    state_.Reset(*invs, {driver_.get(), driver_.get()});
+    auto m = PluginMetrics::New(registry_);
+    ASSERT_TRUE(m.ok());
+    metrics_ = std::move(m).value();
+    EnforcementOptions e;
+    e.state_root = dir_.File("containers");
+    allocator_ = std::make_unique<Allocator>("node-a", &state_, &store_, metrics_.get(),
+                                             &reporter_, e, Logger());
+  }
+
+  void Assign(const PodRef& pod, std::vector<api::AssignedContainer> containers,
+              const std::string& node = "node-a") {
+    api::Assignment a;
+    a.node = node;
+    a.policy = "accelpool";
+    a.containers = std::move(containers);
+    store_.Upsert(pod, a, {});
+  }
+
+  std::string Npu(int i) const { return npu_ + std::to_string(i); }
+
+  TempDir dir_;
+  std::unique_ptr<vendors::fake::FakeDriver> driver_;
+  std::string npu_;
+  DeviceState state_;
+  AssignmentStore store_;
+  MetricsRegistry registry_;
+  std::unique_ptr<PluginMetrics> metrics_;
+  RecordingReporter reporter_;
+  std::unique_ptr<Allocator> allocator_;
+};
+
+TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
+  Assign(Pod("infer"), {Ctr("main", kGpu, core::Vendor::kNvidia,
+                            {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("train"), {Ctr("main", kGpu, core::Vendor::kNvidia,
+                            {Dev("GPU-a", 0, 0), Dev("GPU-b", 1, 0)})});
+  Assign(Pod("pair"), {Ctr("main", kNpu, core::Vendor::kAscend,
+                           {Dev(Npu(2), 2, 0), Dev(Npu(3), 3, 0)})});
+  struct Case {
+    std::string name;
+    std::string resource;
+    std::vector<std::string> ids;
+    std::string want_pod;
+    std::map<std::string, std::string> want_env;
+    std::vector<std::string> absent_env;
+    size_t want_mounts;
+  };
+  const std::vector<Case> cases = {
+      {"fractional", kGpu, {"GPU-a::1"}, "default/infer",
+       {{"NVIDIA_VISIBLE_DEVICES", "GPU-a"}, {"CUDA_VISIBLE_DEVICES", "GPU-a"},
+        {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "4096"}, {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_0", "4096m"}, {"CUDA_DEVICE_SM_LIMIT", "25"},
+        {"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool"}},
+       {},
+       3},
+      {"whole cards", kGpu, {"GPU-b::0", "GPU-a::0"}, "default/train",
+       {{"NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b"}},
+       {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT"},
+       0},
+      {"paired module", kNpu, {Npu(2) + "::0", Npu(3) + "::0"}, "default/pair",
+       {{"ASCEND_VISIBLE_DEVICES", "2,3"}, {"ASCEND_RT_VISIBLE_DEVICES", "0,1"}},
+       {"ACCELPOOL_CUDA_STATE_DIR"},
+       0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto answers = allocator_->Allocate(c.resource, {c.ids});
+    ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+    ASSERT_EQ(answers->size(), 1u);
+    const ContainerAnswer& a = (*answers)[0];
+    EXPECT_EQ(a.pod.Key(), c.want_pod);
+    for (const auto& [k, v] : c.want_env) {
+      ASSERT_TRUE(a.spec.env.count(k)) << k;
+      EXPECT_EQ(a.spec.env.at(k), v) << k;
+    }
+    for (const std::string& k : c.absent_env) {
+      EXPECT_EQ(a.spec.env.count(k), 0u) << k;
+    }
+    EXPECT_EQ(a.spec.mounts.size(), c.want_mounts);
+  }
+  // The fractional container's state dir exists on the host side.
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.File("containers/uid-infer_main")));
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  auto entries = reporter_.entries();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_TRUE(entries[0].ok);
+  EXPECT_NE(registry_.Serialize().find(
+                R"(accelpool_plugin_allocate_total{resource="nvidia.com/gpu",result="ok"} 2)"),
+            std::string::npos);
+}
+
+TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
+  // init and main share one slot (kubelet reuses init devices); a sidecar has its own.
+  Assign(Pod("multi"),
+         {Ctr("warmup", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 2048, 100, false)},
+              core::ContainerKind::kInit),
+          Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 2048, 100, false)}),
+          Ctr("side", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 4, 1024, 50, false)})});
+  auto init = allocator_->Allocate(kGpu, {{"GPU-a::2"}});
+  ASSERT_TRUE(init.ok()) << init.status().ToString();
+  EXPECT_EQ((*init)[0].container, "warmup");
+  auto main = allocator_->Allocate(kGpu, {{"GPU-a::2"}});
+  ASSERT_TRUE(main.ok());
+  EXPECT_EQ((*main)[0].container, "main");
+  auto side = allocator_->Allocate(kGpu, {{"GPU-b::4"}});
+  ASSERT_TRUE(side.ok());
+  EXPECT_EQ((*side)[0].container, "side");
+  EXPECT_EQ((*side)[0].spec.env.at("ACCELPOOL_CUDA_COMPUTE_LIMIT"), "5");
+  // kubelet retrying an Allocate gets the same answer, not an error.
+  auto again = allocator_->Allocate(kGpu, {{"GPU-b::4"}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0].container, "side");
+  auto entries = reporter_.entries();
+  ASSERT_FALSE(entries.empty());
+  EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
+}
+
+TEST_F(AllocatorTest, FallsBackToOldestPendingWhenIdsIdentifyNoPod) {
+  Assign(Pod("young", "2026-11-30T02:10:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 5, 1024, 100, false)})});
+  Assign(Pod("old", "2026-11-30T01:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
+  auto a = allocator_->Allocate(kGpu, {{"GPU-a::9"}});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)[0].pod.name, "old");
+  // The answer follows the assignment (GPU-b), not kubelet's pick.
+  EXPECT_EQ((*a)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+}
+
+TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
+  Assign(Pod("first", "2026-11-30T01:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 1024, 100, false)})});
+  Assign(Pod("second", "2026-11-30T01:05:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 1024, 100, false)})});
+  std::vector<std::string> all;
+  for (const std::string d : {"GPU-a", "GPU-b"}) {
+    for (int s = 0; s < 10; ++s) {
+      all.push_back(api::SlotId(d, s));
+    }
+  }
+  struct Case {
+    std::string name;
+    std::vector<std::string> available;
+    std::vector<std::string> must;
+    int32_t size;
+    std::vector<std::string> want;
+  };
+  std::vector<std::string> without_a7 = all;
+  without_a7.erase(std::find(without_a7.begin(), without_a7.end(), "GPU-a::7"));
+  const std::vector<Case> cases = {
+      {"oldest first", all, {}, 1, {"GPU-a::7"}},
+      {"skips one whose slots are taken", without_a7, {}, 1, {"GPU-b::2"}},
+      {"must include", all, {"GPU-b::2"}, 1, {"GPU-b::2"}},
+      {"no fit: kubelet's order", {"GPU-b::8", "GPU-b::9"}, {}, 2, {"GPU-b::8", "GPU-b::9"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto got = allocator_->Preferred(kGpu, {{c.available, c.must, c.size}});
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0], c.want);
+  }
+}
+
+TEST_F(AllocatorTest, BadInputIsAClearErrorAndBooksNothing) {
+  Assign(Pod("ok"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 1024, 100, false)})});
+  Assign(Pod("foreign"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0)})});
+  // The foreign assignment claims a slot id this node advertises.
+  api::Assignment foreign;
+  foreign.node = "node-a";
+  foreign.containers = {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0)})};
+  foreign.containers[0].devices[0].slot = "GPU-b::6";
+  store_.Upsert(Pod("foreign"), foreign, {});
+  struct Case {
+    std::string name;
+    std::string resource;
+    std::vector<std::vector<std::string>> requests;
+    StatusCode want;
+    std::string want_text;
+    bool want_pod_reported;
+  };
+  const std::vector<Case> cases = {
+      {"no containers", kGpu, {}, StatusCode::kInvalidArgument, "no container requests", false},
+      {"empty ids", kGpu, {{}}, StatusCode::kInvalidArgument, "named no device ids", false},
+      {"malformed slot", kGpu, {{"GPU-a"}}, StatusCode::kInvalidArgument, "not a slot id", false},
+      {"unknown device", kGpu, {{"GPU-zzz::0"}}, StatusCode::kInvalidArgument, "unknown slot id",
+       false},
+      {"slot past max shares", kGpu, {{"GPU-a::10"}}, StatusCode::kInvalidArgument,
+       "unknown slot id", false},
+      {"other resource", kGpu, {{Npu(0) + "::0"}}, StatusCode::kInvalidArgument,
+       "belongs to huawei.com/Ascend910C", false},
+      {"foreign assignment", kGpu, {{"GPU-b::6"}}, StatusCode::kFailedPrecondition,
+       "not on node node-a", true},
+      {"second container bad: all or nothing", kGpu, {{"GPU-a::1"}, {"GPU-zzz::1"}},
+       StatusCode::kInvalidArgument, "unknown slot id", true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    size_t before = reporter_.entries().size();
+    auto r = allocator_->Allocate(c.resource, c.requests);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), c.want);
+    EXPECT_NE(r.status().message().find(c.want_text), std::string::npos) << r.status().message();
+    auto entries = reporter_.entries();
+    ASSERT_EQ(entries.size(), before + 1);
+    EXPECT_FALSE(entries.back().ok);
+    EXPECT_EQ(!entries.back().pod.empty(), c.want_pod_reported);
+    EXPECT_EQ(store_.PendingContainers(), 2u);
+  }
+  // After all that, the good container still allocates.
+  EXPECT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::1"}}).ok());
+  EXPECT_NE(registry_.Serialize().find("accelpool_plugin_allocate_failures_total{"),
+            std::string::npos);
+}
+
+TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
+  int refreshes = 0;
+  Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(),
+              [&] { ++refreshes; });
+  auto r = a.Allocate(kGpu, {{"GPU-a::3"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("accelpool scheduler profile"), std::string::npos);
+  EXPECT_EQ(refreshes, 1);
+}
+
+TEST_F(AllocatorTest, UsageMetricsSumAssignedShares) {
+  Assign(Pod("p1"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("p2"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)})});
+  allocator_->RefreshUsageMetrics();
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_plugin_allocated_memory_mib{vendor="nvidia",device="GPU-a"} 5120)"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find(R"(accelpool_plugin_allocated_compute{vendor="nvidia",device="GPU-a"} 350)"),
+            std::string::npos);
+  EXPECT_NE(page.find(R"(accelpool_plugin_pending_containers 2)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accelpool::plugin

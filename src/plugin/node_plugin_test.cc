@@ -1,0 +1,230 @@
+#include "plugin/node_plugin.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "plugin/test_kubelet.h"
+#include "plugin/test_util.h"
+#include "vendors/fake/fake_driver.h"
+
+namespace accelpool::plugin {
+namespace {
+
+using testing::Ctr;
+using testing::Dev;
+using testing::Pod;
+using testing::TempDir;
+using testing::TestKubelet;
+
+constexpr auto kWait = std::chrono::seconds(5);
+
+class NodePluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory());
+    ASSERT_TRUE(kubelet_.Start());
+    auto m = PluginMetrics::New(registry_);
+    ASSERT_TRUE(m.ok());
+    metrics_ = std::move(m).value();
+    std::vector<vendors::VendorDriverPtr> drivers;
+    auto fake = std::make_unique<vendors::fake::FakeDriver>(vendors::fake::FakeDriverOptions{
+        dir_.File("inv.json"), "node-a", std::chrono::milliseconds(20)});
+    fake_ = fake.get();
+    drivers.push_back(std::move(fake));
+    NodePluginOptions o;
+    o.node = "node-a";
+    o.plugin_dir = dir_.path();
+    o.kubelet_poll = std::chrono::milliseconds(20);
+    o.register_retry = std::chrono::milliseconds(50);
+    o.enforcement.state_root = dir_.File("containers");
+    plugin_ = std::make_unique<NodePlugin>(o, std::move(drivers), &store_, metrics_.get(),
+                                           &reporter_, Logger());
+    ASSERT_TRUE(plugin_->Start().ok());
+  }
+  void TearDown() override { plugin_.reset(); }
+
+  std::string EndpointOf(const std::string& resource) {
+    for (const auto& r : kubelet_.WaitRegistrations(2, kWait)) {
+      if (r.resource_name() == resource) {
+        return r.endpoint();
+      }
+    }
+    return "";
+  }
+
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path()};
+  MetricsRegistry registry_;
+  std::unique_ptr<PluginMetrics> metrics_;
+  AssignmentStore store_;
+  testing::RecordingReporter reporter_;
+  vendors::fake::FakeDriver* fake_ = nullptr;
+  std::unique_ptr<NodePlugin> plugin_;
+};
+
+TEST_F(NodePluginTest, RegistersEachResourceWithABareEndpoint) {
+  auto regs = kubelet_.WaitRegistrations(2, kWait);
+  ASSERT_EQ(regs.size(), 2u);
+  std::set<std::string> names;
+  for (const auto& r : regs) {
+    names.insert(r.resource_name());
+    EXPECT_EQ(r.version(), "v1beta1");
+    EXPECT_EQ(r.endpoint().find('/'), std::string::npos);
+    EXPECT_TRUE(r.options().get_preferred_allocation_available());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"huawei.com/Ascend910C", "nvidia.com/gpu"}));
+
+  auto stub = kubelet_.Dial(EndpointOf("nvidia.com/gpu"));
+  grpc::ClientContext ctx;
+  v1beta1::DevicePluginOptions opts;
+  ASSERT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
+  EXPECT_TRUE(opts.get_preferred_allocation_available());
+}
+
+TEST_F(NodePluginTest, ReRegistersWhenKubeletSockIsRecreated) {
+  ASSERT_EQ(kubelet_.WaitRegistrations(2, kWait).size(), 2u);
+  kubelet_.Stop();
+  // kubelet removes plugin sockets when it starts again.
+  std::filesystem::remove(dir_.File(EndpointFor("nvidia.com/gpu")));
+  const auto restarted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(kubelet_.Start());
+  auto regs = kubelet_.WaitRegistrations(4, kWait);
+  ASSERT_EQ(regs.size(), 4u);
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, std::chrono::seconds(1));
+  EXPECT_TRUE(std::filesystem::exists(dir_.File(EndpointFor("nvidia.com/gpu"))));
+  // The re-served socket answers.
+  auto stub = kubelet_.Dial(EndpointOf("nvidia.com/gpu"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kWait);
+  v1beta1::DevicePluginOptions opts;
+  EXPECT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
+}
+
+TEST_F(NodePluginTest, ListAndWatchStreamsHealthChangesBothWays) {
+  auto stub = kubelet_.Dial(EndpointOf("nvidia.com/gpu"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
+  auto health_of = [](const v1beta1::ListAndWatchResponse& r, const std::string& id) {
+    for (const auto& d : r.devices()) {
+      if (d.id() == id) {
+        return d.health();
+      }
+    }
+    return std::string("missing");
+  };
+  v1beta1::ListAndWatchResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  ASSERT_EQ(resp.devices_size(), 20);  // 2 GPUs x 10 slots
+  EXPECT_EQ(health_of(resp, "GPU-b::9"), "Healthy");
+  EXPECT_EQ(resp.devices(10).topology().nodes(0).id(), 1);
+
+  testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(false));
+  fake_->Reload();
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(health_of(resp, "GPU-b::9"), "Unhealthy");
+  EXPECT_EQ(health_of(resp, "GPU-a::0"), "Healthy");
+
+  testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(true));
+  fake_->Reload();
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(health_of(resp, "GPU-b::9"), "Healthy");
+  ctx.TryCancel();
+}
+
+TEST_F(NodePluginTest, PreferredThenAllocateOverGrpc) {
+  const std::string npu = "ASCEND-node-a-";
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+                      {Dev("GPU-b", 1, 3, 8192, 500, false)})};
+  store_.Upsert(Pod("frac"), a, {});
+  api::Assignment b;
+  b.node = "node-a";
+  b.containers = {Ctr("main", "huawei.com/Ascend910C", core::Vendor::kAscend,
+                      {Dev(npu + "4", 4, 0), Dev(npu + "5", 5, 0)})};
+  store_.Upsert(Pod("npu-pair"), b, {});
+
+  struct Case {
+    std::string resource;
+    int32_t size;
+    std::vector<std::string> want_ids;
+    std::string env;
+    std::string want_env;
+  };
+  const std::vector<Case> cases = {
+      {"nvidia.com/gpu", 1, {"GPU-b::3"}, "ACCELPOOL_CUDA_MEMORY_LIMIT_0", "8192"},
+      {"huawei.com/Ascend910C", 2, {npu + "4::0", npu + "5::0"}, "ASCEND_VISIBLE_DEVICES", "4,5"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.resource);
+    auto stub = kubelet_.Dial(EndpointOf(c.resource));
+    // Every slot of the resource is available, as kubelet would offer them.
+    v1beta1::ListAndWatchResponse list;
+    {
+      grpc::ClientContext lctx;
+      auto reader = stub->ListAndWatch(&lctx, v1beta1::Empty());
+      ASSERT_TRUE(reader->Read(&list));
+      lctx.TryCancel();
+    }
+    v1beta1::PreferredAllocationRequest preq;
+    auto* creq = preq.add_container_requests();
+    for (const auto& d : list.devices()) {
+      creq->add_available_deviceids(d.id());
+    }
+    creq->set_allocation_size(c.size);
+    v1beta1::PreferredAllocationResponse presp;
+    grpc::ClientContext pctx;
+    ASSERT_TRUE(stub->GetPreferredAllocation(&pctx, preq, &presp).ok());
+    ASSERT_EQ(presp.container_responses_size(), 1);
+    std::vector<std::string> got(presp.container_responses(0).deviceids().begin(),
+                                 presp.container_responses(0).deviceids().end());
+    EXPECT_EQ(got, c.want_ids);
+
+    v1beta1::AllocateRequest areq;
+    for (const std::string& id : got) {
+      areq.add_container_requests()->add_devices_ids(id);
+    }
+    areq.mutable_container_requests()->Clear();
+    auto* ac = areq.add_container_requests();
+    for (const std::string& id : got) {
+      ac->add_devices_ids(id);
+    }
+    v1beta1::AllocateResponse aresp;
+    grpc::ClientContext actx;
+    grpc::Status st = stub->Allocate(&actx, areq, &aresp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(aresp.container_responses_size(), 1);
+    EXPECT_EQ(aresp.container_responses(0).envs().at(c.env), c.want_env);
+  }
+
+  // An unknown slot id is a gRPC error carrying the reason.
+  auto stub = kubelet_.Dial(EndpointOf("nvidia.com/gpu"));
+  v1beta1::AllocateRequest bad;
+  bad.add_container_requests()->add_devices_ids("GPU-nope::0");
+  v1beta1::AllocateResponse out;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub->Allocate(&ctx, bad, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("unknown slot id"), std::string::npos);
+}
+
+TEST(NodePluginStartTest, NoDevicesIsUnavailableWithTheReason) {
+  TempDir dir;
+  std::vector<vendors::VendorDriverPtr> drivers;
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("missing.json"), "n"}));
+  AssignmentStore store;
+  NodePluginOptions o;
+  o.node = "n";
+  o.plugin_dir = dir.path();
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  Status st = p.Start();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("--fake-inventory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accelpool::plugin

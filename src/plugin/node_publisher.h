@@ -1,0 +1,53 @@
+// NodePublisher: writes the node's inventory (accelpool.io/inventory, the
+// versioned vendor-neutral document of docs/protocol.md) and the node labels
+// accelpool.io/vendor.<vendor>=true, accelpool.io/model.<vendor>=<model> and
+// accelpool.io/super-node=<id> (where the hardware reports one).
+//
+// Only changes are written: the document is compared, without its
+// generation, with the last one written (or found on the Node at start), and
+// the generation is bumped only when it differs. Model label values are
+// sanitised to the label-value alphabet ("MTT S4000" -> "MTT_S4000").
+//
+// Thread-safety: Publish() may be called from any thread; calls are serialised.
+#ifndef ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
+#define ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "core/types.h"
+#include "kube/client.h"
+
+namespace accelpool::plugin {
+
+// The labels for `inventories` (pure; exposed for tests).
+std::map<std::string, std::string> NodeLabels(const std::vector<core::NodeInventory>& inventories);
+
+class NodePublisher {
+ public:
+  NodePublisher(kube::KubeClient* client, std::string node, Logger log);
+
+  // Writes the document and labels when they changed. Returns whether it
+  // wrote. Errors from the apiserver are returned (the caller retries on the
+  // next change or timer).
+  StatusOr<bool> Publish(const std::vector<core::NodeInventory>& inventories);
+
+  int64_t generation() const;
+
+ private:
+  kube::KubeClient* const client_;
+  const std::string node_;
+  const Logger log_;
+  mutable std::mutex mu_;
+  bool loaded_ = false;    // guarded by mu_
+  int64_t generation_ = 0;  // guarded by mu_
+  std::string last_body_;  // serialised inventories with generation 0; guarded by mu_
+};
+
+}  // namespace accelpool::plugin
+
+#endif  // ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_

@@ -1,0 +1,77 @@
+// PodSync: keeps the AssignmentStore equal to the assignments recorded on the
+// pods of this node. It runs an informer on pods with the field selector
+// spec.nodeName=<node>, so a restarted plugin reads every pending assignment
+// back from the apiserver before kubelet's next Allocate, and it never touches
+// running containers.
+//
+// Bad input never crashes and never books anything: a pod whose
+// accelpool.io/assignment does not parse, or that names another node, is left
+// out of the store, logged, and reported on the pod once per pod version
+// (PodReporter::Failed -> an Event).
+//
+// Thread-safety: Start/Stop from the owner; Refresh() from any thread.
+#ifndef ACCELPOOL_PLUGIN_POD_SYNC_H_
+#define ACCELPOOL_PLUGIN_POD_SYNC_H_
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "kube/client.h"
+#include "kube/informer.h"
+#include "plugin/allocator.h"
+#include "plugin/assignment_store.h"
+
+namespace accelpool::plugin {
+
+// What the store keeps for one pod object.
+struct PodEntry {
+  PodRef pod;
+  api::Assignment assignment;
+  std::set<std::string> allocated;
+};
+
+// The entry of a pod object. nullopt when the pod carries no assignment or is
+// finished (Succeeded, Failed, being deleted). kInvalidArgument when the
+// assignment does not parse; kFailedPrecondition when it names another node.
+StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node);
+
+class PodSync {
+ public:
+  PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store,
+          PodReporter* reporter, Logger log);
+  ~PodSync();
+
+  void Start();
+  void Stop();
+  bool WaitForSync(std::chrono::milliseconds timeout) const;
+
+  // Lists the node's pods now and replaces the store's content (used when a
+  // lookup misses). Errors are logged.
+  void Refresh();
+
+  // Applies one pod object (add or update); public for tests.
+  void Apply(const nlohmann::json& pod);
+  void Forget(const nlohmann::json& pod);
+
+ private:
+  kube::KubeClient* const client_;
+  const std::string node_;
+  AssignmentStore* const store_;
+  PodReporter* const reporter_;
+  const Logger log_;
+  std::unique_ptr<kube::Informer> informer_;
+
+  std::mutex mu_;
+  std::set<std::string> reported_;  // "<uid>@<resourceVersion>" already reported; guarded by mu_
+};
+
+}  // namespace accelpool::plugin
+
+#endif  // ACCELPOOL_PLUGIN_POD_SYNC_H_

@@ -1,0 +1,98 @@
+// Helpers shared by the plugin tests: temp dirs, fake inventories,
+// assignment builders and a PodReporter that records.
+#ifndef ACCELPOOL_PLUGIN_TEST_UTIL_H_
+#define ACCELPOOL_PLUGIN_TEST_UTIL_H_
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/assignment_codec.h"
+#include "plugin/allocator.h"
+
+namespace accelpool::plugin::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    // Short paths: unix socket paths are limited to 107 bytes.
+    std::string tmpl = "/tmp/ap-XXXXXX";
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
+
+ private:
+  std::string path_;
+};
+
+inline void WriteFile(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  std::filesystem::rename(tmp, path);
+}
+
+// Two NVIDIA GPUs (10 slots each) and an Ascend 910C x16 node (one slot per die).
+inline std::string MixedInventory(bool gpu1_healthy = true) {
+  return std::string(R"({"version":1,"inventories":[
+      {"vendor":"nvidia","count":2,"model":"H200","memory_mib":143771,
+       "devices":[{"index":0,"id":"GPU-a","numa":0},{"index":1,"id":"GPU-b","numa":1,"healthy":)") +
+         (gpu1_healthy ? "true" : "false") + R"(}]},
+      {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})";
+}
+
+inline api::AssignedDevice Dev(const std::string& id, int32_t index, int32_t slot,
+                               int64_t memory = 0, int32_t compute = 0, bool exclusive = true) {
+  return {id, index, api::SlotId(id, slot), memory, compute, exclusive};
+}
+
+inline api::AssignedContainer Ctr(const std::string& name, const std::string& resource,
+                                  core::Vendor vendor, std::vector<api::AssignedDevice> devices,
+                                  core::ContainerKind kind = core::ContainerKind::kRegular) {
+  return {name, kind, vendor, resource, std::move(devices)};
+}
+
+inline PodRef Pod(const std::string& name, const std::string& created = "2026-11-30T02:00:00Z") {
+  return {"default", name, "uid-" + name, created};
+}
+
+class RecordingReporter : public PodReporter {
+ public:
+  struct Entry {
+    bool ok;
+    std::string pod;
+    std::vector<std::string> containers;
+    std::string message;
+  };
+  void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_back({true, pod.Key(), containers, ""});
+  }
+  void Failed(const std::optional<PodRef>& pod, const std::string&,
+              const std::string& message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_back({false, pod.has_value() ? pod->Key() : "", {}, message});
+  }
+  std::vector<Entry> entries() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace accelpool::plugin::testing
+
+#endif  // ACCELPOOL_PLUGIN_TEST_UTIL_H_
