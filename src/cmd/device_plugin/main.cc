@@ -1,0 +1,335 @@
+// accelpool-device-plugin: the per-node device plugin (DaemonSet).
+//
+// Flags, wiring and lifecycle only; see docs/device-plugin.md. SIGTERM or
+// SIGINT stops serving; SIGHUP re-reads the fake backend's inventory file.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "api/inventory_codec.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "http/http.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "plugin/kube_reporter.h"
+#include "plugin/node_plugin.h"
+#include "plugin/node_publisher.h"
+#include "plugin/pod_sync.h"
+#include "vendors/backends.h"
+#include "vendors/fake/fake_driver.h"
+
+namespace accelpool::plugin {
+namespace {
+
+constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
+  --backend=LIST            auto|nvidia|ascend|fake, comma-separated (default auto)
+  --fake-inventory=FILE     inventory file for --backend=fake (see docs/device-plugin.md)
+  --device-plugin-dir=DIR   kubelet's device-plugins dir (default /var/lib/kubelet/device-plugins)
+  --node-name=NAME          this node (default $NODE_NAME)
+  --kubeconfig=FILE         kubeconfig; default: in-cluster service account, then $KUBECONFIG
+  --metrics-listen=H:P      serve /metrics there (default 0.0.0.0:9402; "" disables)
+  --max-shares=N            slots per shareable device (default: vendor split, 10 for NVIDIA)
+  --log-level=LEVEL         trace|debug|info|warn|error (default info)
+  --no-kube                 serve kubelet only: no pod lookup, no inventory publishing
+  --print-inventory         discover, print the inventory JSON and exit
+  --state-root=DIR          host dir for per-container enforcement state
+                            (default /var/lib/accelpool/containers)
+  --cuda-library=FILE       host path of libaccelpool-cuda.so
+                            (default /usr/local/accelpool/lib/libaccelpool-cuda.so)
+  --no-preload              do not mount /etc/ld.so.preload into fractional NVIDIA containers
+  --no-enforcement          do not add the libaccelpool-cuda contract at all
+  --cdi                     also answer CDI device names
+)";
+
+struct Flags {
+  std::string backend = "auto";
+  std::string fake_inventory;
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string node;
+  std::string kubeconfig;
+  std::string metrics_listen = "0.0.0.0:9402";
+  std::string max_shares = "0";
+  std::string log_level = "info";
+  std::string state_root = "/var/lib/accelpool/containers";
+  std::string cuda_library = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
+  bool no_kube = false;
+  bool print_inventory = false;
+  bool no_preload = false;
+  bool no_enforcement = false;
+  bool cdi = false;
+};
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  std::map<std::string, std::string*> strings = {
+      {"backend", &f.backend},           {"fake-inventory", &f.fake_inventory},
+      {"device-plugin-dir", &f.plugin_dir}, {"node-name", &f.node},
+      {"kubeconfig", &f.kubeconfig},     {"metrics-listen", &f.metrics_listen},
+      {"max-shares", &f.max_shares},     {"log-level", &f.log_level},
+      {"state-root", &f.state_root},     {"cuda-library", &f.cuda_library}};
+  std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
+                                        {"print-inventory", &f.print_inventory},
+                                        {"no-preload", &f.no_preload},
+                                        {"no-enforcement", &f.no_enforcement},
+                                        {"cdi", &f.cdi}};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      return Status(StatusCode::kCancelled, "");
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return InvalidArgumentError("unexpected argument " + arg + "; flags look like --name=value");
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (auto b = bools.find(name); b != bools.end()) {
+      *b->second = !has_value || value == "true" || value == "1";
+      continue;
+    }
+    auto s = strings.find(name);
+    if (s == strings.end()) {
+      return InvalidArgumentError("unknown flag --" + name + "; see --help");
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return InvalidArgumentError("flag --" + name + " needs a value");
+      }
+      value = argv[++i];
+    }
+    *s->second = value;
+  }
+  if (f.node.empty()) {
+    if (const char* env = std::getenv("NODE_NAME"); env != nullptr) {
+      f.node = env;
+    }
+  }
+  if (f.node.empty() && !f.print_inventory) {
+    return InvalidArgumentError("the node name is unknown; pass --node-name or set NODE_NAME "
+                                "from the downward API (spec.nodeName)");
+  }
+  if (f.node.empty()) {
+    f.node = "local";
+  }
+  char* end = nullptr;
+  long shares = std::strtol(f.max_shares.c_str(), &end, 10);  // NOLINT(runtime/int)
+  if (end == f.max_shares.c_str() || *end != '\0' || shares < 0 || shares > 100) {
+    return InvalidArgumentError("--max-shares must be 0..100 (0 = the vendor's default)");
+  }
+  return f;
+}
+
+int Fatal(const Logger& log, const std::string& what, const Status& st) {
+  log.Error(what, {{"error", st.ToString()}});
+  std::fprintf(stderr, "accelpool-device-plugin: %s: %s\n", what.c_str(), st.ToString().c_str());
+  return 1;
+}
+
+int PrintInventory(std::vector<vendors::VendorDriverPtr>& drivers) {
+  api::InventoryDocument doc;
+  int rc = 0;
+  for (auto& d : drivers) {
+    StatusOr<std::vector<core::NodeInventory>> invs = d->Discover();
+    if (!invs.ok()) {
+      std::fprintf(stderr, "%s: %s\n", std::string(d->Name()).c_str(),
+                   invs.status().ToString().c_str());
+      rc = 1;
+      continue;
+    }
+    for (auto& inv : *invs) {
+      doc.inventories.push_back(std::move(inv));
+    }
+  }
+  std::printf("%s\n", api::InventoryToJson(doc).dump(2).c_str());
+  return doc.inventories.empty() ? 1 : rc;
+}
+
+int Run(const Flags& flags) {
+  LogOptions lo;
+  lo.level = flags.log_level;
+  StatusOr<Logger> root = NewLogger("accelpool-device-plugin", lo);
+  if (!root.ok()) {
+    std::fprintf(stderr, "accelpool-device-plugin: %s\n", root.status().ToString().c_str());
+    return 2;
+  }
+  Logger log = *root;
+  std::vector<std::string> skipped;
+  vendors::BackendOptions bo{flags.backend, flags.node, flags.fake_inventory,
+                             static_cast<int32_t>(std::stoi(flags.max_shares))};
+  StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::MakeBackends(bo, &skipped);
+  if (!drivers.ok()) {
+    return Fatal(log, "backends", drivers.status());
+  }
+  for (const std::string& s : skipped) {
+    log.Info("backend skipped: no devices of that vendor", {{"reason", s}});
+  }
+  if (flags.print_inventory) {
+    return PrintInventory(*drivers);
+  }
+  std::vector<vendors::fake::FakeDriver*> fakes;
+  for (auto& d : *drivers) {
+    if (auto* f = dynamic_cast<vendors::fake::FakeDriver*>(d.get()); f != nullptr) {
+      fakes.push_back(f);
+    }
+  }
+
+  MetricsRegistry registry;
+  StatusOr<std::unique_ptr<PluginMetrics>> metrics = PluginMetrics::New(registry);
+  if (!metrics.ok()) {
+    return Fatal(log, "metrics", metrics.status());
+  }
+  std::unique_ptr<http::HttpServer> metrics_server;
+  if (!flags.metrics_listen.empty()) {
+    size_t colon = flags.metrics_listen.rfind(':');
+    if (colon == std::string::npos) {
+      return Fatal(log, "flags", InvalidArgumentError("--metrics-listen must be HOST:PORT"));
+    }
+    http::ServerOptions so;
+    so.host = flags.metrics_listen.substr(0, colon);
+    so.port = static_cast<uint16_t>(std::atoi(flags.metrics_listen.c_str() + colon + 1));
+    metrics_server = http::NewHttpServer(so);
+    metrics_server->Handle("GET", "/metrics", [&registry](const http::Request&) {
+      http::Response r;
+      r.headers["content-type"] = kMetricsContentType;
+      r.body = registry.Serialize();
+      return r;
+    });
+    metrics_server->Handle("GET", "/healthz", [](const http::Request&) {
+      return http::Response::Json(200, R"({"ok":true})");
+    });
+    Status st = metrics_server->Start();
+    if (!st.ok()) {
+      return Fatal(log, "metrics server", st);
+    }
+  }
+
+  AssignmentStore store;
+  std::unique_ptr<kube::KubeClient> client;
+  std::unique_ptr<KubeReporter> reporter;
+  std::unique_ptr<PodSync> pods;
+  std::unique_ptr<NodePublisher> publisher;
+  if (!flags.no_kube) {
+    StatusOr<kube::KubeConfig> kc = kube::LoadDefault(flags.kubeconfig, kube::ProcessEnv());
+    if (!kc.ok()) {
+      return Fatal(log, "kubernetes config", kc.status());
+    }
+    StatusOr<std::unique_ptr<kube::KubeClient>> c = kube::NewKubeClient(*kc);
+    if (!c.ok()) {
+      return Fatal(log, "kubernetes client", c.status());
+    }
+    client = std::move(c).value();
+    reporter = std::make_unique<KubeReporter>(client.get(), log.Child("reporter"));
+    pods = std::make_unique<PodSync>(client.get(), flags.node, &store, reporter.get(),
+                                     log.Child("pods"));
+    publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"));
+    pods->Start();
+    if (!pods->WaitForSync(std::chrono::seconds(30))) {
+      log.Warn("pods not listed within 30 s; serving anyway, lookups refresh on demand");
+    }
+  }
+
+  NodePluginOptions po;
+  po.node = flags.node;
+  po.plugin_dir = flags.plugin_dir;
+  po.enforcement.enabled = !flags.no_enforcement;
+  po.enforcement.preload = !flags.no_preload;
+  po.enforcement.state_root = flags.state_root;
+  po.enforcement.library_host = flags.cuda_library;
+  po.enforcement.cdi = flags.cdi;
+  PodSync* pod_sync = pods.get();
+  NodePlugin plugin(po, std::move(drivers).value(), &store, metrics->get(), reporter.get(),
+                    log.Child("plugin"),
+                    pod_sync == nullptr ? std::function<void()>()
+                                        : [pod_sync] { pod_sync->Refresh(); });
+  NodePublisher* pub = publisher.get();
+  if (pub != nullptr) {
+    plugin.OnInventory([pub, log](const std::vector<core::NodeInventory>& invs) {
+      StatusOr<bool> wrote = pub->Publish(invs);
+      if (!wrote.ok()) {
+        log.Warn("publishing the inventory failed; retried on the next change",
+                 {{"error", wrote.status().ToString()}});
+      }
+    });
+  }
+  Status started = plugin.Start();
+  while (!started.ok()) {
+    log.Warn("not serving yet; retrying discovery in 60 s", {{"reason", started.ToString()}});
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGTERM);
+    sigaddset(&stop_set, SIGINT);
+    timespec wait{60, 0};
+    if (sigtimedwait(&stop_set, nullptr, &wait) > 0) {
+      return 0;
+    }
+    started = plugin.Start();
+  }
+  log.Info("serving", {{"node", flags.node},
+                       {"resources", static_cast<int64_t>(plugin.Resources().size())}});
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  while (true) {
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (sig == SIGHUP) {
+      log.Info("SIGHUP: re-reading the fake inventory",
+               {{"backends", static_cast<int64_t>(fakes.size())}});
+      for (auto* f : fakes) {
+        f->Reload();
+      }
+      continue;
+    }
+    log.Info("shutting down", {{"signal", sig}});
+    break;
+  }
+  plugin.Stop();
+  if (pods != nullptr) {
+    pods->Stop();
+  }
+  if (metrics_server != nullptr) {
+    metrics_server->Stop();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace accelpool::plugin
+
+int main(int argc, char** argv) {
+  // Block the signals before any thread starts so only sigwait sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto flags = accelpool::plugin::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
+      std::fputs(accelpool::plugin::kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "accelpool-device-plugin: %s\n%s", flags.status().message().c_str(),
+                 accelpool::plugin::kUsage);
+    return 2;
+  }
+  return accelpool::plugin::Run(*flags);
+}

@@ -1,0 +1,101 @@
+#include "vendors/backends.h"
+
+#include <sstream>
+
+#include "vendors/ascend/ascend_driver.h"
+#include "vendors/fake/fake_driver.h"
+#include "vendors/nvidia/nvidia_driver.h"
+
+namespace accelpool::vendors {
+namespace {
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) {
+      out.push_back(item);
+    }
+  }
+  return out;
+}
+
+StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOptions& o) {
+  if (name == "nvidia") {
+    StatusOr<nvidia::NvmlLibraryPtr> lib = nvidia::NewDlNvml();
+    if (!lib.ok()) {
+      return lib.status();
+    }
+    nvidia::NvidiaOptions no;
+    no.node = o.node;
+    if (o.max_shares > 0) {
+      no.max_shares = o.max_shares;
+    }
+    return VendorDriverPtr(new nvidia::NvidiaDriver(std::move(lib).value(), no));
+  }
+  if (name == "ascend") {
+    StatusOr<ascend::DcmiLibraryPtr> lib = ascend::NewDlDcmi();
+    if (!lib.ok()) {
+      return lib.status();
+    }
+    return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), {o.node}));
+  }
+  return UnimplementedError("the " + name + " backend is not built into this binary");
+}
+
+}  // namespace
+
+const std::vector<std::string>& HardwareBackends() {
+  static const std::vector<std::string> kNames = {"nvidia", "ascend"};
+  return kNames;
+}
+
+StatusOr<std::vector<VendorDriverPtr>> MakeBackends(const BackendOptions& options,
+                                                    std::vector<std::string>* skipped) {
+  std::vector<VendorDriverPtr> out;
+  std::vector<std::string> names = Split(options.backends);
+  if (names.empty()) {
+    return InvalidArgumentError("--backend is empty; use auto, fake or a vendor name");
+  }
+  for (const std::string& name : names) {
+    if (name == "fake") {
+      if (options.fake_inventory.empty()) {
+        return InvalidArgumentError("--backend fake needs --fake-inventory <file>");
+      }
+      out.push_back(VendorDriverPtr(
+          new fake::FakeDriver(fake::FakeDriverOptions{options.fake_inventory, options.node})));
+      continue;
+    }
+    if (name == "auto") {
+      for (const std::string& hw : HardwareBackends()) {
+        StatusOr<VendorDriverPtr> d = MakeHardware(hw, options);
+        if (d.ok()) {
+          out.push_back(std::move(d).value());
+        } else if (skipped != nullptr) {
+          skipped->push_back(hw + ": " + d.status().message());
+        }
+      }
+      continue;
+    }
+    bool known = false;
+    for (const std::string& hw : HardwareBackends()) {
+      known = known || hw == name;
+    }
+    if (!known) {
+      std::string list = "auto, fake";
+      for (const std::string& hw : HardwareBackends()) {
+        list += ", " + hw;
+      }
+      return InvalidArgumentError("unknown backend \"" + name + "\"; use one of: " + list);
+    }
+    StatusOr<VendorDriverPtr> d = MakeHardware(name, options);
+    if (!d.ok()) {
+      return d.status().WithPrefix("backend " + name);
+    }
+    out.push_back(std::move(d).value());
+  }
+  return out;
+}
+
+}  // namespace accelpool::vendors

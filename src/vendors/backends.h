@@ -1,0 +1,40 @@
+// The backend registry: builds the vendor drivers named on the command line.
+// Built once in main and handed to the plugin; no global state.
+//
+//   "auto"    every hardware backend whose management library loads; a
+//             missing library is one log line ("no devices of that vendor").
+//   "nvidia", "ascend", ...  that backend only; a missing library is an error.
+//   "fake"    the inventory-file backend (BackendOptions::fake_inventory).
+// Several names may be given comma-separated ("nvidia,fake").
+//
+// Thread-safety: pure construction.
+#ifndef ACCELPOOL_VENDORS_BACKENDS_H_
+#define ACCELPOOL_VENDORS_BACKENDS_H_
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "vendors/driver.h"
+
+namespace accelpool::vendors {
+
+struct BackendOptions {
+  std::string backends = "auto";
+  std::string node;
+  std::string fake_inventory;  // required by "fake"
+  int32_t max_shares = 0;      // 0: the vendor's default split count
+};
+
+// The names accepted besides "auto" and "fake".
+const std::vector<std::string>& HardwareBackends();
+
+// kInvalidArgument for an unknown name or "fake" without an inventory;
+// kUnavailable when an explicitly named backend's library does not load.
+// Each skipped "auto" backend adds a line to `skipped`.
+StatusOr<std::vector<VendorDriverPtr>> MakeBackends(const BackendOptions& options,
+                                                    std::vector<std::string>* skipped);
+
+}  // namespace accelpool::vendors
+
+#endif  // ACCELPOOL_VENDORS_BACKENDS_H_
