@@ -1,0 +1,228 @@
+#include "plugin/pod_sync.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kube/fake_apiserver.h"
+#include "plugin/kube_reporter.h"
+#include "plugin/node_publisher.h"
+#include "plugin/test_util.h"
+
+namespace accelpool::plugin {
+namespace {
+
+using nlohmann::json;
+using testing::Ctr;
+using testing::Dev;
+
+constexpr const char* kPods = "/api/v1/namespaces/default/pods";
+
+std::string AssignmentText(const std::string& node, const std::string& slot_device = "GPU-a") {
+  api::Assignment a;
+  a.node = node;
+  a.policy = "accelpool";
+  a.containers = {Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+                      {Dev(slot_device, 0, 1, 1024, 100, false)})};
+  return api::SerializeAssignment(a);
+}
+
+json PodJson(const std::string& name, const std::string& node, json annotations,
+             const std::string& phase = "Pending") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "default"},
+            {"uid", "uid-" + name},
+            {"creationTimestamp", "2026-11-30T02:00:00Z"},
+            {"annotations", annotations}}},
+          {"spec", {{"nodeName", node}}},
+          {"status", {{"phase", phase}}}};
+}
+
+TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
+  api::Allocation done;
+  done.containers = {"main"};
+  struct Case {
+    std::string name;
+    json pod;
+    StatusCode want;
+    bool want_entry;
+    size_t want_allocated;
+  };
+  const std::vector<Case> cases = {
+      {"pending", PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}),
+       StatusCode::kOk, true, 0},
+      {"allocated before a restart",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a")},
+                {"accelpool.io/allocation", api::SerializeAllocation(done)}}),
+       StatusCode::kOk, true, 1},
+      {"no assignment", PodJson("p", "node-a", json::object()), StatusCode::kOk, false, 0},
+      {"finished", PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
+                           "Succeeded"),
+       StatusCode::kOk, false, 0},
+      {"malformed", PodJson("p", "node-a", {{"accelpool.io/assignment", "{\"version\":1,"}}),
+       StatusCode::kInvalidArgument, false, 0},
+      {"foreign node",
+       PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-b")}}),
+       StatusCode::kFailedPrecondition, false, 0},
+      {"not an object", json::array(), StatusCode::kInvalidArgument, false, 0},
+      {"annotations of the wrong type", PodJson("p", "node-a", json::array({1, 2})),
+       StatusCode::kOk, false, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto e = EntryFromPod(c.pod, "node-a");
+    EXPECT_EQ(e.status().code(), c.want) << e.status().ToString();
+    if (e.ok()) {
+      EXPECT_EQ(e->has_value(), c.want_entry);
+      if (e->has_value()) {
+        EXPECT_EQ((*e)->allocated.size(), c.want_allocated);
+      }
+    } else {
+      EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
+    }
+  }
+}
+
+class KubeSideTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start().ok());
+    kube::KubeConfig kc;
+    kc.server = api_.url();
+    auto c = kube::NewKubeClient(kc);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+  }
+  void TearDown() override { api_.Stop(); }
+
+  kube::FakeApiServer api_;
+  std::unique_ptr<kube::KubeClient> client_;
+};
+
+TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
+  api::Allocation done;
+  done.containers = {"main"};
+  api_.Put(kPods, PodJson("pending", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  api_.Put(kPods, PodJson("running", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")},
+                           {"accelpool.io/allocation", api::SerializeAllocation(done)}}));
+  api_.Put(kPods, PodJson("broken", "node-a", {{"accelpool.io/assignment", "not json"}}));
+  api_.Put(kPods, PodJson("elsewhere", "node-b",
+                          {{"accelpool.io/assignment", AssignmentText("node-b")}}));
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(client_.get(), "node-a", &store, &reporter, Logger());
+  sync.Start();
+  ASSERT_TRUE(sync.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_EQ(store.All().size(), 2u);
+  EXPECT_EQ(store.PendingContainers(), 1u);
+  auto entries = reporter.entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].pod, "default/broken");
+  EXPECT_NE(entries[0].message.find("unreadable"), std::string::npos);
+
+  // A deleted pod leaves the store.
+  api_.Remove(kPods, "pending");
+  for (int i = 0; i < 200 && store.All().size() != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(store.All().size(), 1u);
+  sync.Stop();
+  // Refresh lists synchronously.
+  api_.Put(kPods, PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  sync.Refresh();
+  EXPECT_EQ(store.PendingContainers(), 1u);
+}
+
+TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
+  api_.Put(kPods, PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  KubeReporter reporter(client_.get(), Logger());
+  PodRef ref{"default", "p", "uid-p", ""};
+  reporter.Allocated(ref, {"main"});
+  reporter.Flush();
+  auto pod = api_.Object(kPods, "p");
+  ASSERT_TRUE(pod.has_value());
+  auto alloc = api::ParseAllocation(
+      (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
+  ASSERT_TRUE(alloc.ok());
+  EXPECT_EQ(alloc->phase, api::AllocationPhase::kAllocated);
+  EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
+
+  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"");
+  reporter.Failed(std::nullopt, "nvidia.com/gpu", "nothing to attach an event to");
+  reporter.Flush();
+  pod = api_.Object(kPods, "p");
+  alloc = api::ParseAllocation(
+      (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
+  ASSERT_TRUE(alloc.ok());
+  EXPECT_EQ(alloc->phase, api::AllocationPhase::kFailed);
+  int events = 0;
+  for (const std::string& r : api_.Requests()) {
+    events += r.rfind("POST", 0) == 0 && r.find("/events") != std::string::npos;
+  }
+  EXPECT_EQ(events, 1);
+}
+
+TEST_F(KubeSideTest, PublisherWritesOnlyChangesWithLabels) {
+  api_.Put("/api/v1/nodes", {{"apiVersion", "v1"},
+                             {"kind", "Node"},
+                             {"metadata", {{"name", "node-a"}}}});
+  auto inv = core::MakeProfileNode("ascend-910c-x16", "node-a");
+  ASSERT_TRUE(inv.ok());
+  inv->topology.super_node = "sp-3";
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  struct Step {
+    std::string name;
+    bool healthy0;
+    bool want_write;
+    int64_t want_generation;
+  };
+  const std::vector<Step> steps = {{"first", true, true, 1},
+                                   {"unchanged", true, false, 1},
+                                   {"health change", false, true, 2},
+                                   {"back", true, true, 3}};
+  for (const Step& s : steps) {
+    SCOPED_TRACE(s.name);
+    inv->devices[0].healthy = s.healthy0;
+    auto wrote = pub.Publish({*inv});
+    ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+    EXPECT_EQ(*wrote, s.want_write);
+    EXPECT_EQ(pub.generation(), s.want_generation);
+  }
+  auto node = api_.Object("/api/v1/nodes", "node-a");
+  ASSERT_TRUE(node.has_value());
+  const json& labels = (*node)["metadata"]["labels"];
+  EXPECT_EQ(labels["accelpool.io/vendor.ascend"], "true");
+  EXPECT_EQ(labels["accelpool.io/model.ascend"], "Ascend910C");
+  EXPECT_EQ(labels["accelpool.io/super-node"], "sp-3");
+  auto doc = api::ParseInventory(
+      (*node)["metadata"]["annotations"]["accelpool.io/inventory"].get<std::string>(), "node-a");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_EQ(doc->generation, 3);
+
+  // A restarted plugin continues from the stored generation and writes nothing new.
+  NodePublisher again(client_.get(), "node-a", Logger());
+  auto wrote = again.Publish({*inv});
+  ASSERT_TRUE(wrote.ok());
+  EXPECT_FALSE(*wrote);
+  EXPECT_EQ(again.generation(), 3);
+}
+
+TEST(NodeLabelsTest, SanitisesModelNames) {
+  core::NodeInventory inv;
+  inv.vendor = core::Vendor::kMthreads;
+  core::Device d;
+  d.model = "MTT S4000";
+  inv.devices.push_back(d);
+  auto labels = NodeLabels({inv});
+  EXPECT_EQ(labels.at("accelpool.io/model.mthreads"), "MTT_S4000");
+  EXPECT_EQ(labels.count("accelpool.io/super-node"), 0u);
+}
+
+}  // namespace
+}  // namespace accelpool::plugin
