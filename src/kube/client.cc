@@ -1,0 +1,324 @@
+#include "kube/client.h"
+
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "http/http.h"
+#include "kube/rate_limiter.h"
+
+namespace accelpool::kube {
+
+using nlohmann::json;
+
+std::string Resource::Path(const std::string& ns, const std::string& name,
+                           const std::string& subresource) const {
+  std::string p = api_prefix;
+  if (namespaced && !ns.empty()) p += "/namespaces/" + ns;
+  p += "/" + plural;
+  if (!name.empty()) p += "/" + name;
+  if (!subresource.empty()) p += "/" + subresource;
+  return p;
+}
+
+const Resource& Pods() {
+  static const Resource kR{"/api/v1", "pods", true};
+  return kR;
+}
+const Resource& Nodes() {
+  static const Resource kR{"/api/v1", "nodes", false};
+  return kR;
+}
+const Resource& Leases() {
+  static const Resource kR{"/apis/coordination.k8s.io/v1", "leases", true};
+  return kR;
+}
+const Resource& Events() {
+  static const Resource kR{"/apis/events.k8s.io/v1", "events", true};
+  return kR;
+}
+const Resource& CoreEvents() {
+  static const Resource kR{"/api/v1", "events", true};
+  return kR;
+}
+const Resource& ConfigMaps() {
+  static const Resource kR{"/api/v1", "configmaps", true};
+  return kR;
+}
+
+Status StatusFromHttp(int http_status, const std::string& body, const std::string& what) {
+  std::string message, reason;
+  json j = json::parse(body, nullptr, false);
+  if (j.is_object()) {
+    if (j.contains("message") && j["message"].is_string()) message = j["message"].get<std::string>();
+    if (j.contains("reason") && j["reason"].is_string()) reason = j["reason"].get<std::string>();
+  }
+  if (message.empty()) message = body.substr(0, 200);
+  const std::string m = what + ": HTTP " + std::to_string(http_status) +
+                        (reason.empty() ? "" : " " + reason) + ": " + message;
+  switch (http_status) {
+    case 400:
+    case 422: return InvalidArgumentError(m);
+    case 401: return Status(StatusCode::kUnauthenticated, m + "; check the token or client certificate");
+    case 403: return Status(StatusCode::kPermissionDenied, m + "; check the RBAC rules of this service account");
+    case 404: return NotFoundError(m);
+    case 409:
+      if (reason == "AlreadyExists") return AlreadyExistsError(m);
+      return AbortedError(m + "; re-read the object and retry");
+    case 410: return OutOfRangeError(m + "; relist");
+    case 429: return UnavailableError(m + "; the apiserver is throttling, retry later");
+    default: break;
+  }
+  if (http_status >= 500) return UnavailableError(m);
+  return Status(StatusCode::kUnknown, m);
+}
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+std::string Query(const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string q;
+  for (const auto& [k, v] : params) {
+    if (v.empty()) continue;
+    q += (q.empty() ? "?" : "&") + k + "=" + http::UrlEncode(v);
+  }
+  return q;
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string NameOf(const json& obj) {
+  if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
+  const json& m = obj["metadata"];
+  if (m.contains("name") && m["name"].is_string()) return m["name"].get<std::string>();
+  return "";
+}
+
+class ClientImpl final : public KubeClient {
+ public:
+  ClientImpl(KubeConfig config, std::unique_ptr<http::HttpClient> http)
+      : config_(std::move(config)),
+        http_(std::move(http)),
+        bucket_(config_.qps, config_.burst),
+        token_(config_.token) {}
+
+  StatusOr<ListResult> List(const Resource& r, const std::string& ns,
+                            const ListOptions& options) override;
+  Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+               const std::function<void(const WatchEvent&)>& on_event,
+               std::stop_token stop) override;
+  StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    return Call("GET", r.Path(ns, name), "", "", "get " + r.plural + " " + Key(ns, name));
+  }
+  StatusOr<json> Create(const Resource& r, const std::string& ns, const json& object,
+                        const std::string& name, const std::string& subresource) override {
+    return Call("POST", r.Path(ns, name, subresource), Dump(object), "application/json",
+                "create " + r.plural + (subresource.empty() ? "" : "/" + subresource) + " " +
+                    Key(ns, name.empty() ? NameOf(object) : name));
+  }
+  StatusOr<json> Update(const Resource& r, const std::string& ns, const std::string& name,
+                        const json& object) override {
+    return Call("PUT", r.Path(ns, name), Dump(object), "application/json",
+                "update " + r.plural + " " + Key(ns, name));
+  }
+  StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                       PatchType type, const json& patch, const std::string& subresource) override;
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name) override {
+    auto res = Call("DELETE", r.Path(ns, name), "", "", "delete " + r.plural + " " + Key(ns, name));
+    return res.ok() ? Status::Ok() : res.status();
+  }
+
+ private:
+  static std::string Key(const std::string& ns, const std::string& name) {
+    return ns.empty() ? name : ns + "/" + name;
+  }
+
+  http::Headers AuthHeaders() {
+    std::lock_guard<std::mutex> lock(mu_);
+    http::Headers h;
+    h["Accept"] = "application/json";
+    if (!token_.empty()) h["Authorization"] = "Bearer " + token_;
+    return h;
+  }
+
+  // Re-reads a rotated token file; true when the token changed.
+  bool RefreshToken() {
+    if (config_.token_file.empty()) return false;
+    std::ifstream in(config_.token_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string t = ss.str();
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (t.empty() || t == token_) return false;
+    token_ = t;
+    return true;
+  }
+
+  // Sends with the rate limit and one retry after a token refresh on 401.
+  StatusOr<http::ClientResponse> Send(const std::string& method, const std::string& path,
+                                      const std::string& body, const std::string& content_type) {
+    for (int attempt = 0;; ++attempt) {
+      bucket_.Acquire();
+      http::ClientRequest req;
+      req.method = method;
+      req.path = path;
+      req.body = body;
+      req.headers = AuthHeaders();
+      if (!content_type.empty()) req.headers["Content-Type"] = content_type;
+      req.timeout = config_.timeout;
+      auto resp = http_->Send(req);
+      if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken()) continue;
+      return resp;
+    }
+  }
+
+  StatusOr<json> Call(const std::string& method, const std::string& path, const std::string& body,
+                      const std::string& content_type, const std::string& what) {
+    auto resp = Send(method, path, body, content_type);
+    if (!resp.ok()) return resp.status().WithPrefix(what);
+    if (resp->status < 200 || resp->status >= 300) return StatusFromHttp(resp->status, resp->body, what);
+    json j = json::parse(resp->body, nullptr, false);
+    if (j.is_discarded()) {
+      if (resp->body.empty()) return json::object();
+      return InternalError(what + ": the apiserver answered with invalid JSON");
+    }
+    return j;
+  }
+
+  const KubeConfig config_;
+  const std::unique_ptr<http::HttpClient> http_;
+  TokenBucket bucket_;
+  std::mutex mu_;
+  std::string token_;  // guarded by mu_
+};
+
+StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
+                                      const ListOptions& options) {
+  ListResult out;
+  std::string cont;
+  const std::string what = "list " + r.plural + (ns.empty() ? "" : " in " + ns);
+  for (int page = 0; page < 100000; ++page) {
+    const std::string path =
+        r.Path(ns) + Query({{"labelSelector", options.label_selector},
+                            {"fieldSelector", options.field_selector},
+                            {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
+                            {"continue", cont},
+                            {"resourceVersion", cont.empty() ? options.resource_version : ""}});
+    auto j = Call("GET", path, "", "", what);
+    if (!j.ok()) return j.status();
+    if (!j->is_object() || !j->contains("items") || !(*j)["items"].is_array()) {
+      return InternalError(what + ": the answer has no items array");
+    }
+    for (json& item : (*j)["items"]) out.items.push_back(std::move(item));
+    const json meta = j->value("metadata", json::object());
+    out.resource_version = meta.value("resourceVersion", std::string());
+    cont = meta.value("continue", std::string());
+    if (cont.empty()) return out;
+  }
+  return InternalError(what + ": too many pages");
+}
+
+Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                         const std::function<void(const WatchEvent&)>& on_event,
+                         std::stop_token stop) {
+  const std::string what = "watch " + r.plural + (ns.empty() ? "" : " in " + ns);
+  if (!bucket_.Acquire(stop)) return Status(StatusCode::kCancelled, what + ": stopped");
+  http::ClientRequest req;
+  req.method = "GET";
+  req.path = r.Path(ns) +
+             Query({{"watch", "true"},
+                    {"allowWatchBookmarks", options.allow_bookmarks ? "true" : ""},
+                    {"resourceVersion", options.resource_version},
+                    {"timeoutSeconds", std::to_string(options.server_timeout.count())},
+                    {"labelSelector", options.label_selector},
+                    {"fieldSelector", options.field_selector}});
+  req.headers = AuthHeaders();
+  req.timeout = config_.timeout;
+  int status = 0;
+  std::string error_body;
+  Status result;
+  Status st = http_->StreamLines(
+      req, [&](const http::ClientResponse& head) { status = head.status; },
+      [&](std::string_view line) {
+        if (status != 200) {
+          error_body.append(line);
+          return error_body.size() < 65536;
+        }
+        if (line.empty()) return true;
+        json ev = json::parse(line.begin(), line.end(), nullptr, false);
+        if (!ev.is_object() || !ev.contains("type") || !ev["type"].is_string() ||
+            !ev.contains("object")) {
+          result = InternalError(what + ": malformed watch event; the stream is restarted");
+          return false;
+        }
+        const std::string type = ev["type"].get<std::string>();
+        WatchEvent out;
+        if (type == "ADDED") {
+          out.type = WatchEventType::kAdded;
+        } else if (type == "MODIFIED") {
+          out.type = WatchEventType::kModified;
+        } else if (type == "DELETED") {
+          out.type = WatchEventType::kDeleted;
+        } else if (type == "BOOKMARK") {
+          out.type = WatchEventType::kBookmark;
+        } else if (type == "ERROR") {
+          const json& o = ev["object"];
+          const int code = o.is_object() && o.contains("code") && o["code"].is_number_integer()
+                               ? o["code"].get<int>()
+                               : 500;
+          result = StatusFromHttp(code, Dump(o), what);
+          return false;
+        } else {
+          return true;  // an event type this client does not know: skip it
+        }
+        out.object = std::move(ev["object"]);
+        on_event(out);
+        return true;
+      },
+      stop, Ms(options.server_timeout) + Ms(30000));
+  if (!st.ok()) return st.WithPrefix(what);
+  if (status != 200) return StatusFromHttp(status, error_body, what);
+  return result;
+}
+
+StatusOr<json> ClientImpl::Patch(const Resource& r, const std::string& ns, const std::string& name,
+                                 PatchType type, const json& patch, const std::string& subresource) {
+  const char* ct = type == PatchType::kMerge   ? "application/merge-patch+json"
+                   : type == PatchType::kJson  ? "application/json-patch+json"
+                                               : "application/strategic-merge-patch+json";
+  const std::string what = "patch " + r.plural + " " + Key(ns, name);
+  auto resp = Send("PATCH", r.Path(ns, name, subresource), Dump(patch), ct);
+  if (!resp.ok()) return resp.status().WithPrefix(what);
+  if (resp->status == 422 && type == PatchType::kJson &&
+      resp->body.find("test") != std::string::npos) {
+    // A failed "test" operation is a precondition failure, like a 409.
+    return AbortedError(what + ": a JSON-patch test failed (the object changed); re-read and retry");
+  }
+  if (resp->status < 200 || resp->status >= 300) return StatusFromHttp(resp->status, resp->body, what);
+  json j = json::parse(resp->body, nullptr, false);
+  if (j.is_discarded()) return InternalError(what + ": the apiserver answered with invalid JSON");
+  return j;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config) {
+  http::ClientOptions o;
+  o.base_url = config.server;
+  o.ca_file = config.ca_file;
+  o.ca_pem = config.ca_pem;
+  o.client_cert_file = config.client_cert_file;
+  o.client_key_file = config.client_key_file;
+  o.client_cert_pem = config.client_cert_pem;
+  o.client_key_pem = config.client_key_pem;
+  o.insecure_skip_verify = config.insecure_skip_verify;
+  o.timeout = config.timeout;
+  o.user_agent = "accelpool/0.1";
+  auto http = http::NewHttpClient(o);
+  if (!http.ok()) return http.status();
+  return std::unique_ptr<KubeClient>(std::make_unique<ClientImpl>(config, std::move(*http)));
+}
+
+}  // namespace accelpool::kube

@@ -1,0 +1,248 @@
+#include "kube/client.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "kube/fake_apiserver.h"
+#include "kube/objects.h"
+
+namespace accelpool::kube {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+json Pod(const std::string& name, const std::string& node = "",
+         const json& labels = json::object()) {
+  json p = {{"apiVersion", "v1"}, {"kind", "Pod"},
+            {"metadata", {{"name", name}, {"namespace", "ml"}, {"labels", labels}}},
+            {"spec", {{"containers", json::array()}}}};
+  if (!node.empty()) p["spec"]["nodeName"] = node;
+  return p;
+}
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start().ok());
+    KubeConfig cfg;
+    cfg.server = api_.url();
+    cfg.token = "t0ken";
+    cfg.qps = 0;  // unlimited in tests
+    cfg.timeout = 5000ms;
+    auto c = NewKubeClient(cfg);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(*c);
+  }
+  FakeApiServer api_;
+  std::unique_ptr<KubeClient> client_;
+};
+
+TEST_F(KubeClientTest, ListFollowsContinueTokensAndSelectors) {
+  for (int i = 0; i < 7; ++i) {
+    api_.Put("/api/v1/namespaces/ml/pods",
+             Pod("p" + std::to_string(i), i % 2 ? "node-a" : "", {{"app", i < 3 ? "x" : "y"}}));
+  }
+  api_.Put("/api/v1/namespaces/other/pods", Pod("q"));
+  ListOptions lo;
+  lo.limit = 2;
+  auto all = client_->List(Pods(), "ml", lo);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->items.size(), 7u);
+  EXPECT_FALSE(all->resource_version.empty());
+  int pages = 0;
+  for (const auto& r : api_.Requests()) pages += r.find("GET /api/v1/namespaces/ml/pods") == 0;
+  EXPECT_EQ(pages, 4);
+
+  struct Case {
+    std::string ns, labels, fields;
+    size_t want;
+  };
+  const std::vector<Case> cases = {
+      {"", "", "", 8},
+      {"ml", "app=x", "", 3},
+      {"ml", "app!=x", "", 4},
+      {"ml", "", "spec.nodeName=node-a", 3},
+      {"ml", "app=y", "spec.nodeName=", 2},
+      {"ml", "missing", "", 0},
+  };
+  for (const Case& c : cases) {
+    ListOptions o;
+    o.label_selector = c.labels;
+    o.field_selector = c.fields;
+    auto r = client_->List(Pods(), c.ns, o);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->items.size(), c.want) << c.ns << " " << c.labels << " " << c.fields;
+  }
+}
+
+TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {
+  auto created = client_->Create(Pods(), "ml", Pod("a"));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const std::string rv = (*created)["metadata"]["resourceVersion"];
+  EXPECT_EQ(client_->Create(Pods(), "ml", Pod("a")).status().code(), StatusCode::kAlreadyExists);
+  auto got = client_->Get(Pods(), "ml", "a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)["metadata"]["resourceVersion"], rv);
+  EXPECT_EQ(client_->Get(Pods(), "ml", "zz").status().code(), StatusCode::kNotFound);
+
+  json upd = *got;
+  upd["metadata"]["labels"]["v"] = "2";
+  auto updated = client_->Update(Pods(), "ml", "a", upd);
+  ASSERT_TRUE(updated.ok()) << updated.status().ToString();
+  // The same stale version again: a conflict.
+  auto stale = client_->Update(Pods(), "ml", "a", upd);
+  EXPECT_EQ(stale.status().code(), StatusCode::kAborted) << stale.status().ToString();
+
+  EXPECT_TRUE(client_->Delete(Pods(), "ml", "a").ok());
+  EXPECT_EQ(client_->Delete(Pods(), "ml", "a").code(), StatusCode::kNotFound);
+
+  struct Case {
+    int http;
+    StatusCode want;
+  };
+  for (const Case& c : std::vector<Case>{{500, StatusCode::kUnavailable},
+                                        {503, StatusCode::kUnavailable},
+                                        {429, StatusCode::kUnavailable},
+                                        {403, StatusCode::kPermissionDenied},
+                                        {401, StatusCode::kUnauthenticated},
+                                        {410, StatusCode::kOutOfRange},
+                                        {422, StatusCode::kInvalidArgument}}) {
+    api_.FailNext(1, c.http);
+    EXPECT_EQ(client_->Get(Pods(), "ml", "x").status().code(), c.want) << c.http;
+  }
+}
+
+TEST_F(KubeClientTest, PatchesWithPreconditions) {
+  json pod = api_.Put("/api/v1/namespaces/ml/pods", Pod("p"));
+  const std::string rv = pod["metadata"]["resourceVersion"];
+
+  // JSON patch guarded by a test op on resourceVersion.
+  json jp = json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", rv}},
+                         {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{"a", "1"}}}}});
+  auto ok = client_->Patch(Pods(), "ml", "p", PatchType::kJson, jp);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)["metadata"]["annotations"]["a"], "1");
+  auto again = client_->Patch(Pods(), "ml", "p", PatchType::kJson, jp);
+  EXPECT_EQ(again.status().code(), StatusCode::kAborted) << again.status().ToString();
+
+  // Merge patch with a stale resourceVersion: 409 -> kAborted.
+  Status st = PatchAnnotations(*client_, Pods(), "ml", "p", {{"b", "2"}}, rv);
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+  st = PatchAnnotations(*client_, Pods(), "ml", "p", {{"b", "2"}, {"a", std::nullopt}});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto now = api_.Object("/api/v1/namespaces/ml/pods", "p");
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ((*now)["metadata"]["annotations"], json({{"b", "2"}}));
+}
+
+TEST_F(KubeClientTest, BindingEventsAndLeases) {
+  json pod = api_.Put("/api/v1/namespaces/ml/pods", Pod("p"));
+  EXPECT_EQ(CreatePodBinding(*client_, "ml", "p", "node-a", "wrong-uid").code(), StatusCode::kAborted);
+  ASSERT_TRUE(CreatePodBinding(*client_, "ml", "p", "node-a", pod["metadata"]["uid"]).ok());
+  EXPECT_EQ((*api_.Object("/api/v1/namespaces/ml/pods", "p"))["spec"]["nodeName"], "node-a");
+  EXPECT_EQ(CreatePodBinding(*client_, "ml", "p", "node-b", "").code(), StatusCode::kAborted);
+  EXPECT_EQ(CreatePodBinding(*client_, "ml", "gone", "node-b", "").code(), StatusCode::kNotFound);
+
+  ObjectRef ref;
+  ref.ns = "ml";
+  ref.name = "p";
+  ref.uid = pod["metadata"]["uid"];
+  ASSERT_TRUE(CreateEvent(*client_, ref, EventKind::kWarning, "AccelpoolAllocateFailed",
+                          "no device", "accelpool-device-plugin", "Allocate")
+                  .ok());
+  auto events = client_->List(Events(), "ml", {});
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->items.size(), 1u);
+  EXPECT_EQ(events->items[0]["reason"], "AccelpoolAllocateFailed");
+  EXPECT_EQ(events->items[0]["regarding"]["uid"], ref.uid);
+  EXPECT_EQ(events->items[0]["type"], "Warning");
+
+  Lease l;
+  l.ns = "kube-system";
+  l.name = "accelpool-extender";
+  l.holder = "pod-1";
+  l.renew_time = FormatMicroTime(std::chrono::system_clock::now());
+  EXPECT_EQ(GetLease(*client_, l.ns, l.name).status().code(), StatusCode::kNotFound);
+  auto created = CreateLease(*client_, l);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(CreateLease(*client_, l).status().code(), StatusCode::kAlreadyExists);
+  auto mine = *created;
+  auto theirs = *created;
+  theirs.holder = "pod-2";
+  ASSERT_TRUE(UpdateLease(*client_, theirs).ok());
+  mine.renew_time = FormatMicroTime(std::chrono::system_clock::now());
+  EXPECT_EQ(UpdateLease(*client_, mine).status().code(), StatusCode::kAborted);
+  auto got = GetLease(*client_, l.ns, l.name);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->holder, "pod-2");
+  auto t = ParseMicroTime(got->renew_time);
+  ASSERT_TRUE(t.ok()) << got->renew_time;
+  EXPECT_EQ(FormatMicroTime(*t), got->renew_time);
+  EXPECT_FALSE(ParseMicroTime("yesterday").ok());
+}
+
+TEST_F(KubeClientTest, WatchDeliversEventsBookmarksAndExpiry) {
+  json first = api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
+  std::vector<std::string> seen;
+  std::mutex mu;
+  std::stop_source stop;
+  WatchOptions wo;
+  wo.resource_version = first["metadata"]["resourceVersion"];
+  Status result;
+  std::thread watcher([&] {
+    result = client_->Watch(Pods(), "ml", wo,
+                            [&](const WatchEvent& ev) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              const char* names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"};
+                              seen.push_back(std::string(names[static_cast<int>(ev.type)]) + ":" +
+                                             ev.object["metadata"].value("name", std::string("")));
+                            },
+                            stop.get_token());
+  });
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("p1"));
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("p1", "node-a"));
+  api_.Put("/api/v1/namespaces/other/pods", Pod("not-mine"));
+  api_.Remove("/api/v1/namespaces/ml/pods", "p1");
+  api_.SendBookmarks();
+  for (int i = 0; i < 400; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (seen.size() >= 4) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  stop.request_stop();
+  watcher.join();
+  EXPECT_EQ(result.code(), StatusCode::kCancelled) << result.ToString();
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED:p1", "MODIFIED:p1", "DELETED:p1", "BOOKMARK:"}));
+
+  // A compacted version: the watch ends with kOutOfRange so the caller relists.
+  api_.Compact();
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("p2"));
+  Status expired = client_->Watch(Pods(), "ml", wo, [](const WatchEvent&) {}, {});
+  EXPECT_EQ(expired.code(), StatusCode::kOutOfRange) << expired.ToString();
+  ListOptions old;
+  old.resource_version = wo.resource_version;
+  EXPECT_EQ(client_->List(Pods(), "ml", old).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(KubeClientTest, WatchEndsWhenTheConnectionDrops) {
+  std::atomic<bool> done{false};
+  Status result;
+  std::thread watcher([&] {
+    result = client_->Watch(Pods(), "", WatchOptions(), [](const WatchEvent&) {}, {});
+    done = true;
+  });
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.DropWatches();
+  watcher.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_TRUE(result.ok()) << result.ToString();  // the server ended the stream: re-watch
+}
+
+}  // namespace
+}  // namespace accelpool::kube

@@ -1,0 +1,236 @@
+#include "kube/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/yaml_subset.h"
+
+namespace accelpool::kube {
+
+using nlohmann::json;
+
+namespace {
+
+StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return InvalidArgumentError("cannot read " + what + " " + path +
+                                "; check that the file exists and is readable");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string TrimSpace(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  size_t b = 0;
+  while (b < s.size() && s[b] == ' ') ++b;
+  return s.substr(b);
+}
+
+// The entry of `list` (an array of {name, <field>: {...}}) called `name`.
+const json* Named(const json& root, const char* list, const std::string& name, const char* field) {
+  if (!root.contains(list) || !root.at(list).is_array()) return nullptr;
+  for (const json& e : root.at(list)) {
+    if (e.is_object() && e.value("name", json()).is_string() && e.at("name") == name &&
+        e.contains(field) && e.at(field).is_object()) {
+      return &e.at(field);
+    }
+  }
+  return nullptr;
+}
+
+Status Str(const json& obj, const char* key, std::string& out, const std::string& where) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return Status::Ok();
+  if (!obj.at(key).is_string()) {
+    return InvalidArgumentError(where + "." + key + ": want a string");
+  }
+  out = obj.at(key).get<std::string>();
+  return Status::Ok();
+}
+
+std::string Resolve(const std::filesystem::path& dir, const std::string& p) {
+  if (p.empty() || std::filesystem::path(p).is_absolute()) return p;
+  return (dir / p).string();
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+StatusOr<std::string> Base64Decode(std::string_view in) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+  };
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  bool padding = false;
+  for (char c : in) {
+    if (c == '\n' || c == '\r' || c == ' ' || c == '\t') continue;
+    if (c == '=') {
+      padding = true;
+      continue;
+    }
+    const int v = val(c);
+    if (v < 0 || padding) {
+      return InvalidArgumentError("invalid base64 data; re-encode the value with base64 -w0");
+    }
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+StatusOr<KubeConfig> LoadInCluster(const EnvLookup& env, std::string_view sa_dir) {
+  const auto host = env("KUBERNETES_SERVICE_HOST");
+  const auto port = env("KUBERNETES_SERVICE_PORT");
+  if (!host || host->empty() || !port || port->empty()) {
+    return FailedPreconditionError(
+        "not running inside a Kubernetes pod (KUBERNETES_SERVICE_HOST/PORT unset); pass "
+        "--kubeconfig or set KUBECONFIG");
+  }
+  KubeConfig c;
+  const bool v6 = host->find(':') != std::string::npos;
+  c.server = "https://" + (v6 ? "[" + *host + "]" : *host) + ":" + *port;
+  const std::string dir(sa_dir);
+  c.token_file = dir + "/token";
+  auto token = ReadWholeFile(c.token_file, "service account token");
+  if (!token.ok()) return token.status();
+  c.token = TrimSpace(*token);
+  c.ca_file = dir + "/ca.crt";
+  if (!std::filesystem::exists(c.ca_file)) {
+    return InvalidArgumentError("service account CA " + c.ca_file +
+                                " is missing; check automountServiceAccountToken");
+  }
+  return c;
+}
+
+StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context) {
+  auto text = ReadWholeFile(path, "kubeconfig");
+  if (!text.ok()) return text.status();
+  json root;
+  const size_t first = text->find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (*text)[first] == '{') {
+    root = json::parse(*text, nullptr, false);
+    if (root.is_discarded()) return InvalidArgumentError("kubeconfig " + path + " is not valid JSON");
+  } else {
+    auto y = ParseYamlSubset(*text);
+    if (!y.ok()) return y.status().WithPrefix("kubeconfig " + path);
+    root = std::move(*y);
+  }
+  if (!root.is_object()) return InvalidArgumentError("kubeconfig " + path + " is not a mapping");
+  std::string ctx_name(context);
+  if (ctx_name.empty()) {
+    ACCELPOOL_RETURN_IF_ERROR(Str(root, "current-context", ctx_name, "kubeconfig " + path));
+  }
+  if (ctx_name.empty()) {
+    return InvalidArgumentError("kubeconfig " + path +
+                                " has no current-context; run kubectl config use-context");
+  }
+  const json* ctx = Named(root, "contexts", ctx_name, "context");
+  if (ctx == nullptr) {
+    return InvalidArgumentError("kubeconfig " + path + ": context \"" + ctx_name +
+                                "\" is not defined under contexts");
+  }
+  std::string cluster_name, user_name;
+  ACCELPOOL_RETURN_IF_ERROR(Str(*ctx, "cluster", cluster_name, "context " + ctx_name));
+  ACCELPOOL_RETURN_IF_ERROR(Str(*ctx, "user", user_name, "context " + ctx_name));
+  const json* cluster = Named(root, "clusters", cluster_name, "cluster");
+  if (cluster == nullptr) {
+    return InvalidArgumentError("kubeconfig " + path + ": cluster \"" + cluster_name +
+                                "\" of context \"" + ctx_name + "\" is not defined");
+  }
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  KubeConfig c;
+  const std::string cw = "kubeconfig " + path + ": cluster " + cluster_name;
+  ACCELPOOL_RETURN_IF_ERROR(Str(*cluster, "server", c.server, cw));
+  if (c.server.empty()) return InvalidArgumentError(cw + " has no server");
+  std::string ca_file, ca_data;
+  ACCELPOOL_RETURN_IF_ERROR(Str(*cluster, "certificate-authority", ca_file, cw));
+  ACCELPOOL_RETURN_IF_ERROR(Str(*cluster, "certificate-authority-data", ca_data, cw));
+  c.ca_file = Resolve(dir, ca_file);
+  if (!ca_data.empty()) {
+    auto pem = Base64Decode(ca_data);
+    if (!pem.ok()) return pem.status().WithPrefix(cw + ": certificate-authority-data");
+    c.ca_pem = *pem;
+  }
+  if (cluster->contains("insecure-skip-tls-verify")) {
+    const json& v = cluster->at("insecure-skip-tls-verify");
+    c.insecure_skip_verify = v.is_boolean() ? v.get<bool>() : (v.is_string() && v == "true");
+  }
+  if (!user_name.empty()) {
+    const json* user = Named(root, "users", user_name, "user");
+    if (user == nullptr) {
+      return InvalidArgumentError("kubeconfig " + path + ": user \"" + user_name +
+                                  "\" of context \"" + ctx_name + "\" is not defined");
+    }
+    const std::string uw = "kubeconfig " + path + ": user " + user_name;
+    std::string cert_data, key_data, token_file;
+    ACCELPOOL_RETURN_IF_ERROR(Str(*user, "token", c.token, uw));
+    ACCELPOOL_RETURN_IF_ERROR(Str(*user, "tokenFile", token_file, uw));
+    ACCELPOOL_RETURN_IF_ERROR(Str(*user, "client-certificate", c.client_cert_file, uw));
+    ACCELPOOL_RETURN_IF_ERROR(Str(*user, "client-key", c.client_key_file, uw));
+    ACCELPOOL_RETURN_IF_ERROR(Str(*user, "client-certificate-data", cert_data, uw));
+    ACCELPOOL_RETURN_IF_ERROR(Str(*user, "client-key-data", key_data, uw));
+    c.client_cert_file = Resolve(dir, c.client_cert_file);
+    c.client_key_file = Resolve(dir, c.client_key_file);
+    if (!token_file.empty()) {
+      c.token_file = Resolve(dir, token_file);
+      if (c.token.empty()) {
+        auto t = ReadWholeFile(c.token_file, "token file");
+        if (!t.ok()) return t.status();
+        c.token = TrimSpace(*t);
+      }
+    }
+    if (!cert_data.empty()) {
+      auto pem = Base64Decode(cert_data);
+      if (!pem.ok()) return pem.status().WithPrefix(uw + ": client-certificate-data");
+      c.client_cert_pem = *pem;
+    }
+    if (!key_data.empty()) {
+      auto pem = Base64Decode(key_data);
+      if (!pem.ok()) return pem.status().WithPrefix(uw + ": client-key-data");
+      c.client_key_pem = *pem;
+    }
+    const bool has_creds = !c.token.empty() || !c.client_cert_file.empty() ||
+                           !c.client_cert_pem.empty();
+    if (!has_creds && (user->contains("exec") || user->contains("auth-provider"))) {
+      return UnimplementedError(uw + " uses an exec or auth-provider plugin, which accelpool "
+                                     "does not run; use a service-account token or a client "
+                                     "certificate");
+    }
+  }
+  return c;
+}
+
+StatusOr<KubeConfig> LoadDefault(const std::string& kubeconfig, const EnvLookup& env) {
+  if (!kubeconfig.empty()) return LoadKubeconfig(kubeconfig);
+  if (auto k = env("KUBECONFIG"); k && !k->empty()) {
+    // KUBECONFIG may list several files; the first one is used.
+    return LoadKubeconfig(k->substr(0, k->find(':')));
+  }
+  return LoadInCluster(env);
+}
+
+}  // namespace accelpool::kube

@@ -1,0 +1,229 @@
+#include "kube/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "http/http.h"
+#include "http/test_certs.h"
+#include "kube/client.h"
+
+namespace accelpool::kube {
+namespace {
+
+namespace ht = http::testing;
+
+std::string B64(const std::string& in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint8_t(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+EnvLookup Env(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = ht::MakeTempDir("accelpool-kube"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(ConfigTest, Base64) {
+  for (const std::string s : {"", "a", "ab", "abc", "abcd", "hello, world\n"}) {
+    auto d = Base64Decode(B64(s));
+    ASSERT_TRUE(d.ok()) << s;
+    EXPECT_EQ(*d, s);
+  }
+  EXPECT_FALSE(Base64Decode("ab$c").ok());
+  EXPECT_FALSE(Base64Decode("ab=c").ok());
+}
+
+TEST_F(ConfigTest, InCluster) {
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/token", "tok-123\n"));
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/ca.crt", "pem"));
+  auto c = LoadInCluster(Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                              {"KUBERNETES_SERVICE_PORT", "443"}}), dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server, "https://10.96.0.1:443");
+  EXPECT_EQ(c->token, "tok-123");
+  EXPECT_EQ(c->ca_file, dir_ + "/ca.crt");
+  EXPECT_EQ(c->token_file, dir_ + "/token");
+
+  auto v6 = LoadInCluster(Env({{"KUBERNETES_SERVICE_HOST", "fd00::1"},
+                               {"KUBERNETES_SERVICE_PORT", "6443"}}), dir_);
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->server, "https://[fd00::1]:6443");
+
+  auto outside = LoadInCluster(Env({}), dir_);
+  EXPECT_EQ(outside.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(outside.status().message().find("--kubeconfig"), std::string::npos);
+  auto no_token = LoadInCluster(Env({{"KUBERNETES_SERVICE_HOST", "h"}, {"KUBERNETES_SERVICE_PORT", "1"}}),
+                                dir_ + "/missing");
+  EXPECT_EQ(no_token.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ConfigTest, KubeconfigYamlWithDataAndFiles) {
+  const std::string yaml = R"(apiVersion: v1
+kind: Config
+current-context: b
+clusters:
+- name: one
+  cluster:
+    server: https://one:6443
+    certificate-authority-data: )" + B64("CA-PEM") + R"(
+- name: two
+  cluster:
+    server: https://two:6443
+    certificate-authority: certs/ca.pem
+    insecure-skip-tls-verify: true
+contexts:
+- name: a
+  context: {cluster: one, user: u}
+- name: b
+  context:
+    cluster: one
+    user: cert-user
+- name: c
+  context:
+    cluster: two
+    user: file-user
+users:
+- name: cert-user
+  user:
+    client-certificate-data: )" + B64("CERT") + R"(
+    client-key-data: )" + B64("KEY") + R"(
+- name: file-user
+  user:
+    client-certificate: certs/client.crt
+    client-key: /abs/client.key
+    tokenFile: token
+- name: exec-user
+  user:
+    exec:
+      command: aws
+)";
+  const std::string path = dir_ + "/config";
+  ASSERT_TRUE(ht::WriteFile(path, yaml));
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/token", "from-file\n"));
+  // Context "a" uses a flow mapping, which the subset rejects: pick b and c.
+  auto b = LoadKubeconfig(path, "b");
+  EXPECT_FALSE(b.ok()) << "flow mappings with content are outside the subset";
+  const std::string flow = "context: {cluster: one, user: u}";
+  const std::string fixed = std::string(yaml).replace(yaml.find(flow), flow.size(),
+                                                      "context:\n    cluster: one\n    user: u");
+  ASSERT_TRUE(ht::WriteFile(path, fixed));
+  b = LoadKubeconfig(path);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->server, "https://one:6443");
+  EXPECT_EQ(b->ca_pem, "CA-PEM");
+  EXPECT_EQ(b->client_cert_pem, "CERT");
+  EXPECT_EQ(b->client_key_pem, "KEY");
+  auto c = LoadKubeconfig(path, "c");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->ca_file, dir_ + "/certs/ca.pem");
+  EXPECT_TRUE(c->insecure_skip_verify);
+  EXPECT_EQ(c->client_cert_file, dir_ + "/certs/client.crt");
+  EXPECT_EQ(c->client_key_file, "/abs/client.key");
+  EXPECT_EQ(c->token, "from-file");
+  auto a = LoadKubeconfig(path, "a");
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("user \"u\""), std::string::npos) << a.status().message();
+}
+
+TEST_F(ConfigTest, KubeconfigErrors) {
+  struct Case {
+    std::string name, text, want;
+  };
+  const std::vector<Case> cases = {
+      {"no context", "apiVersion: v1\n", "has no current-context"},
+      {"missing context", "current-context: x\ncontexts: []\n", "context \"x\" is not defined"},
+      {"missing cluster",
+       "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: nope\n",
+       "cluster \"nope\""},
+      {"exec only",
+       "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: e\n"
+       "clusters:\n- name: c\n  cluster:\n    server: https://h\nusers:\n- name: e\n  user:\n"
+       "    exec:\n      command: x\n",
+       "exec or auth-provider"},
+      {"bad base64",
+       "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\nclusters:\n- name: c\n"
+       "  cluster:\n    server: https://h\n    certificate-authority-data: '@@@'\n",
+       "certificate-authority-data"},
+      {"json", R"({"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}],
+        "clusters": [{"name": "c", "cluster": {}}]})", "has no server"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = dir_ + "/cfg";
+    ASSERT_TRUE(ht::WriteFile(path, c.text));
+    auto r = LoadKubeconfig(path);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << c.name << ": " << r.status().message();
+  }
+  EXPECT_NE(LoadKubeconfig(dir_ + "/absent").status().message().find("cannot read kubeconfig"),
+            std::string::npos);
+  auto from_env = LoadDefault("", Env({{"KUBECONFIG", dir_ + "/absent:" + dir_ + "/other"}}));
+  EXPECT_NE(from_env.status().message().find(dir_ + "/absent"), std::string::npos);
+}
+
+TEST_F(ConfigTest, KubeconfigDrivesATlsClient) {
+  ht::TestCa ca(dir_, "cluster");
+  ASSERT_TRUE(ca.ok());
+  auto server_cert = ca.Issue("apiserver", "apiserver", true);
+  auto client_cert = ca.Issue("system:node:n1", "client", false);
+  http::ServerOptions so;
+  so.host = "127.0.0.1";
+  http::TlsOptions tls;
+  tls.cert_file = server_cert.cert_file;
+  tls.key_file = server_cert.key_file;
+  tls.client_ca_file = ca.ca_file();
+  so.tls = tls;
+  auto server = http::NewHttpServer(so);
+  server->Handle("GET", "/api/v1/nodes/n1", [](const http::Request& r) {
+    return http::Response::Json(
+        200, R"({"kind":"Node","metadata":{"name":"n1","annotations":{"who":")" +
+                 r.client_cert_subject + R"("}}})");
+  });
+  ASSERT_TRUE(server->Start().ok());
+  const std::string yaml = "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n"
+                           "    user: u\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:" +
+                           std::to_string(server->port()) + "\n    certificate-authority-data: " +
+                           B64(ca.ca_pem()) + "\nusers:\n- name: u\n  user:\n    client-certificate-data: " +
+                           B64(client_cert.cert_pem) + "\n    client-key-data: " + B64(client_cert.key_pem) + "\n";
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/kc", yaml));
+  auto cfg = LoadKubeconfig(dir_ + "/kc");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto client = NewKubeClient(*cfg);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto node = (*client)->Get(Nodes(), "", "n1");
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  EXPECT_EQ((*node)["metadata"]["annotations"]["who"], "/CN=system:node:n1");
+}
+
+}  // namespace
+}  // namespace accelpool::kube

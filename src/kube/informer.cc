@@ -1,0 +1,207 @@
+#include "kube/informer.h"
+
+#include <condition_variable>
+#include <set>
+
+#include "kube/rate_limiter.h"
+
+namespace accelpool::kube {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Meta(const json& obj, const char* key) {
+  if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
+  const json& m = obj["metadata"];
+  return m.contains(key) && m[key].is_string() ? m[key].get<std::string>() : "";
+}
+
+// Sleeps for `d` unless `stop` fires first; false when stopped.
+bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait_for(lock, stop, d, [] { return false; });
+  return !stop.stop_requested();
+}
+
+}  // namespace
+
+std::string Informer::KeyOf(const json& obj) {
+  const std::string ns = Meta(obj, "namespace");
+  const std::string name = Meta(obj, "name");
+  return ns.empty() ? name : ns + "/" + name;
+}
+
+Informer::Informer(KubeClient& client, InformerOptions options, InformerHandlers handlers,
+                   Logger log)
+    : client_(client),
+      options_(std::move(options)),
+      handlers_(std::move(handlers)),
+      log_(std::move(log)) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+}
+
+void Informer::Stop() {
+  if (!thread_.joinable()) return;
+  thread_.request_stop();
+  thread_.join();
+}
+
+bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!synced_.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return synced_.load();
+}
+
+std::optional<json> Informer::Get(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = store_.find(key);
+  if (it == store_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> Informer::Keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [k, v] : store_) out.push_back(k);
+  return out;
+}
+
+std::string Informer::last_resource_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rv_;
+}
+
+Status Informer::ListAndReplace() {
+  ListOptions lo;
+  lo.label_selector = options_.label_selector;
+  lo.field_selector = options_.field_selector;
+  auto list = client_.List(options_.resource, options_.ns, lo);
+  if (!list.ok()) return list.status();
+  ++lists_;
+  std::map<std::string, json> fresh;
+  for (json& item : list->items) {
+    std::string key = KeyOf(item);
+    fresh[key] = std::move(item);
+  }
+  std::vector<json> added, deleted;
+  std::vector<std::pair<json, json>> updated;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, obj] : fresh) {
+      auto it = store_.find(key);
+      if (it == store_.end()) {
+        added.push_back(obj);
+      } else if (Meta(it->second, "resourceVersion") != Meta(obj, "resourceVersion")) {
+        updated.emplace_back(it->second, obj);
+      }
+    }
+    for (const auto& [key, obj] : store_) {
+      if (fresh.count(key) == 0) deleted.push_back(obj);
+    }
+    store_ = std::move(fresh);
+    rv_ = list->resource_version;
+  }
+  for (const json& o : added) {
+    if (handlers_.on_add) handlers_.on_add(o);
+  }
+  for (const auto& [o, n] : updated) {
+    if (handlers_.on_update) handlers_.on_update(o, n);
+  }
+  for (const json& o : deleted) {
+    if (handlers_.on_delete) handlers_.on_delete(o);
+  }
+  return Status::Ok();
+}
+
+void Informer::Apply(const WatchEvent& ev) {
+  const std::string rv = Meta(ev.object, "resourceVersion");
+  if (ev.type == WatchEventType::kBookmark) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!rv.empty()) rv_ = rv;
+    return;
+  }
+  const std::string key = KeyOf(ev.object);
+  std::optional<json> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = store_.find(key);
+    if (it != store_.end()) old = it->second;
+    if (ev.type == WatchEventType::kDeleted) {
+      store_.erase(key);
+    } else {
+      store_[key] = ev.object;
+    }
+    if (!rv.empty()) rv_ = rv;
+  }
+  if (ev.type == WatchEventType::kDeleted) {
+    if (handlers_.on_delete) handlers_.on_delete(old ? *old : ev.object);
+  } else if (old) {
+    if (handlers_.on_update) handlers_.on_update(*old, ev.object);
+  } else {
+    if (handlers_.on_add) handlers_.on_add(ev.object);
+  }
+}
+
+void Informer::Run(std::stop_token stop) {
+  Backoff backoff(options_.backoff_initial, options_.backoff_max);
+  bool need_list = true;
+  while (!stop.stop_requested()) {
+    if (need_list) {
+      Status st = ListAndReplace();
+      if (!st.ok()) {
+        const auto wait = backoff.Next();
+        log_.Warn("list failed; retrying", {{"resource", options_.resource.plural},
+                                            {"error", st.ToString()},
+                                            {"retry_ms", static_cast<int64_t>(wait.count())}});
+        if (!SleepFor(wait, stop)) return;
+        continue;
+      }
+      need_list = false;
+      synced_ = true;
+      backoff.Reset();
+    }
+    WatchOptions wo;
+    wo.label_selector = options_.label_selector;
+    wo.field_selector = options_.field_selector;
+    wo.resource_version = last_resource_version();
+    wo.allow_bookmarks = true;
+    wo.server_timeout = options_.watch_timeout;
+    ++watches_;
+    int64_t events = 0;
+    Status st = client_.Watch(
+        options_.resource, options_.ns, wo,
+        [&](const WatchEvent& ev) {
+          ++events;
+          Apply(ev);
+        },
+        stop);
+    if (stop.stop_requested() || st.code() == StatusCode::kCancelled) return;
+    if (st.ok()) {
+      backoff.Reset();  // the server ended the watch; continue from the last version
+      continue;
+    }
+    if (st.code() == StatusCode::kOutOfRange) {
+      log_.Info("watch expired; relisting", {{"resource", options_.resource.plural}});
+      need_list = true;
+      continue;
+    }
+    if (events > 0) backoff.Reset();
+    const auto wait = backoff.Next();
+    log_.Warn("watch failed; reconnecting", {{"resource", options_.resource.plural},
+                                             {"error", st.ToString()},
+                                             {"retry_ms", static_cast<int64_t>(wait.count())}});
+    if (!SleepFor(wait, stop)) return;
+  }
+}
+
+}  // namespace accelpool::kube

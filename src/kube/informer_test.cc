@@ -1,0 +1,169 @@
+#include "kube/informer.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kube/fake_apiserver.h"
+
+namespace accelpool::kube {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+json Node(const std::string& name, const std::string& ann = "") {
+  json n = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
+  if (!ann.empty()) n["metadata"]["annotations"]["accelpool.io/inventory"] = ann;
+  return n;
+}
+
+// Records callbacks as "add:n1", "update:n1", "delete:n1".
+class Recorder {
+ public:
+  InformerHandlers Handlers() {
+    InformerHandlers h;
+    h.on_add = [this](const json& o) { Push("add:" + Informer::KeyOf(o)); };
+    h.on_update = [this](const json&, const json& n) { Push("update:" + Informer::KeyOf(n)); };
+    h.on_delete = [this](const json& o) { Push("delete:" + Informer::KeyOf(o)); };
+    return h;
+  }
+  std::vector<std::string> Snapshot() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  // Waits until `n` events arrived (or 5 s) and returns them all.
+  std::vector<std::string> WaitFor(size_t n) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (events_.size() >= n) return events_;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  void Push(std::string s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(s));
+  }
+  std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+class InformerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start().ok());
+    KubeConfig cfg;
+    cfg.server = api_.url();
+    cfg.qps = 0;
+    auto c = NewKubeClient(cfg);
+    ASSERT_TRUE(c.ok());
+    client_ = std::move(*c);
+  }
+  InformerOptions Options() {
+    InformerOptions o;
+    o.resource = Nodes();
+    o.backoff_initial = 10ms;
+    o.backoff_max = 50ms;
+    return o;
+  }
+  FakeApiServer api_;
+  std::unique_ptr<KubeClient> client_;
+};
+
+TEST_F(InformerTest, ListThenWatch) {
+  api_.Put("/api/v1/nodes", Node("n1"));
+  api_.Put("/api/v1/nodes", Node("n2"));
+  Recorder rec;
+  Informer inf(*client_, Options(), rec.Handlers());
+  EXPECT_FALSE(inf.Synced());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  EXPECT_EQ(rec.WaitFor(2), (std::vector<std::string>{"add:n1", "add:n2"}));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/nodes", Node("n3"));
+  api_.Put("/api/v1/nodes", Node("n1", "{}"));
+  api_.Remove("/api/v1/nodes", "n2");
+  EXPECT_EQ(rec.WaitFor(5), (std::vector<std::string>{"add:n1", "add:n2", "add:n3", "update:n1",
+                                                      "delete:n2"}));
+  EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"n1", "n3"}));
+  auto n1 = inf.Get("n1");
+  ASSERT_TRUE(n1.has_value());
+  EXPECT_EQ((*n1)["metadata"]["annotations"]["accelpool.io/inventory"], "{}");
+  EXPECT_EQ(inf.lists(), 1);
+}
+
+TEST_F(InformerTest, BookmarksAdvanceTheResumeVersion) {
+  Recorder rec;
+  Informer inf(*client_, Options(), rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  const std::string before = inf.last_resource_version();
+  api_.Put("/api/v1/namespaces/x/pods", {{"metadata", {{"name", "other-kind"}}}});  // bumps the version
+  api_.SendBookmarks();
+  for (int i = 0; i < 400 && inf.last_resource_version() == before; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_NE(inf.last_resource_version(), before);
+  EXPECT_TRUE(rec.Snapshot().empty());  // a bookmark is not an object change
+}
+
+TEST_F(InformerTest, ExpiredVersionRelistsAndDiffs) {
+  api_.Put("/api/v1/nodes", Node("keep"));
+  api_.Put("/api/v1/nodes", Node("drop"));
+  Recorder rec;
+  Informer inf(*client_, Options(), rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  rec.WaitFor(2);
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  // Changes happen while the watch is cut and history is compacted away: the
+  // informer must relist and report the difference.
+  api_.FailNext(1000, 503);
+  api_.DropWatches();
+  std::this_thread::sleep_for(50ms);
+  api_.Put("/api/v1/nodes", Node("keep", "changed"));
+  api_.Remove("/api/v1/nodes", "drop");
+  api_.Put("/api/v1/nodes", Node("new"));
+  api_.Compact();
+  api_.FailNext(0, 0);
+  auto events = rec.WaitFor(5);
+  EXPECT_EQ(std::vector<std::string>(events.begin() + 2, events.end()),
+            (std::vector<std::string>{"add:new", "update:keep", "delete:drop"}));
+  EXPECT_EQ(inf.lists(), 2);
+  EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"keep", "new"}));
+}
+
+TEST_F(InformerTest, DroppedConnectionReconnectsFromLastVersion) {
+  Recorder rec;
+  Informer inf(*client_, Options(), rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/nodes", Node("a"));
+  rec.WaitFor(1);
+  api_.DropWatches();
+  api_.Put("/api/v1/nodes", Node("b"));  // made while no watch is open
+  EXPECT_EQ(rec.WaitFor(2), (std::vector<std::string>{"add:a", "add:b"}));
+  EXPECT_EQ(inf.lists(), 1);  // no relist: it resumed from the last version
+  EXPECT_GE(inf.watches(), 2);
+}
+
+TEST_F(InformerTest, ApiserverDownAtStartRetriesWithBackoff) {
+  api_.FailNext(3, 500);
+  api_.Put("/api/v1/nodes", Node("late"));
+  Recorder rec;
+  Informer inf(*client_, Options(), rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  EXPECT_EQ(rec.WaitFor(1), (std::vector<std::string>{"add:late"}));
+  inf.Stop();
+  inf.Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace accelpool::kube

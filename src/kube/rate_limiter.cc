@@ -1,0 +1,60 @@
+#include "kube/rate_limiter.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <thread>
+
+namespace accelpool::kube {
+
+TokenBucket::TokenBucket(double qps, int burst, Clock clock)
+    : qps_(qps),
+      burst_(static_cast<double>(std::max(burst, 1))),
+      clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
+      tokens_(static_cast<double>(std::max(burst, 1))),
+      last_(clock_()) {}
+
+void TokenBucket::RefillLocked(std::chrono::steady_clock::time_point now) {
+  if (now > last_) {
+    const double secs = std::chrono::duration<double>(now - last_).count();
+    tokens_ = std::min(burst_, tokens_ + secs * qps_);
+    last_ = now;
+  }
+}
+
+bool TokenBucket::TryAcquire() {
+  if (qps_ <= 0) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  RefillLocked(clock_());
+  if (tokens_ >= 1.0) {
+    tokens_ -= 1.0;
+    return true;
+  }
+  return false;
+}
+
+std::chrono::nanoseconds TokenBucket::Delay() {
+  if (qps_ <= 0) return std::chrono::nanoseconds(0);
+  std::lock_guard<std::mutex> lock(mu_);
+  RefillLocked(clock_());
+  if (tokens_ >= 1.0) return std::chrono::nanoseconds(0);
+  return std::chrono::nanoseconds(static_cast<int64_t>((1.0 - tokens_) / qps_ * 1e9) + 1);
+}
+
+bool TokenBucket::Acquire(std::stop_token stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  for (;;) {
+    if (TryAcquire()) return true;
+    const auto wait = std::max(Delay(), std::chrono::nanoseconds(100000));
+    std::unique_lock<std::mutex> lock(m);
+    if (cv.wait_for(lock, stop, wait, [] { return false; }), stop.stop_requested()) return false;
+  }
+}
+
+std::chrono::milliseconds Backoff::Next() {
+  const auto out = next_;
+  next_ = std::min(max_, next_ * 2);
+  return out;
+}
+
+}  // namespace accelpool::kube

@@ -1,0 +1,50 @@
+#include "kube/rate_limiter.h"
+
+#include <gtest/gtest.h>
+
+namespace accelpool::kube {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(TokenBucketTest, BurstThenRefillAtQps) {
+  auto now = std::chrono::steady_clock::time_point{} + 1h;
+  TokenBucket b(10, 3, [&] { return now; });
+  EXPECT_TRUE(b.TryAcquire());
+  EXPECT_TRUE(b.TryAcquire());
+  EXPECT_TRUE(b.TryAcquire());
+  EXPECT_FALSE(b.TryAcquire());
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::milliseconds>(b.Delay()).count(), 100);
+  now += 50ms;
+  EXPECT_FALSE(b.TryAcquire());
+  now += 50ms;
+  EXPECT_TRUE(b.TryAcquire());
+  now += 10s;  // refills up to the burst only
+  int taken = 0;
+  while (b.TryAcquire()) ++taken;
+  EXPECT_EQ(taken, 3);
+}
+
+TEST(TokenBucketTest, DisabledAndStoppable) {
+  TokenBucket unlimited(0, 1);
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(unlimited.TryAcquire());
+  TokenBucket slow(0.001, 1);
+  EXPECT_TRUE(slow.Acquire());
+  std::stop_source stop;
+  stop.request_stop();
+  EXPECT_FALSE(slow.Acquire(stop.get_token()));
+}
+
+TEST(BackoffTest, DoublesUpToTheCap) {
+  Backoff b(100ms, 500ms);
+  EXPECT_EQ(b.Next(), 100ms);
+  EXPECT_EQ(b.Next(), 200ms);
+  EXPECT_EQ(b.Next(), 400ms);
+  EXPECT_EQ(b.Next(), 500ms);
+  EXPECT_EQ(b.Next(), 500ms);
+  b.Reset();
+  EXPECT_EQ(b.Next(), 100ms);
+}
+
+}  // namespace
+}  // namespace accelpool::kube
