@@ -55,7 +55,7 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 SRC="$ROOT/src/cuda"
 g++ -std=c++20 -O2 -fPIC -shared -fno-exceptions -fno-rtti -fno-threadsafe-statics \
   -fvisibility=hidden -I"$ROOT/src" \
-  "$SRC"/{alloc_table,config,log,shared_region,symbols,throttle}.cc \
+  "$SRC"/{alloc_table,config,elf_lookup,log,shared_region,symbols,throttle}.cc \
   "$SRC"/{accounting,hooks_info,hooks_launch,hooks_memory,hooks_nvml,hooks_vmm,shim}.cc \
   -o "$WORK/libaccelpool-cuda.so" -ldl -lpthread -Wl,--as-needed -Wl,-z,now -Wl,-z,nodelete \
   && echo "shim=built" || { echo "shim=FAILED"; exit 1; }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 
+#include "cuda/elf_lookup.h"
 #include "cuda/log.h"
 
 namespace accelpool::cuda {
@@ -25,7 +26,9 @@ pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_cuda_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
 // Set while this thread initialises: re-entrant dlsym calls pass through.
-thread_local bool t_in_init = false;
+// initial-exec: read without __tls_get_addr, which sanitizers intercept and
+// which is not usable while they initialise (they call our dlsym then).
+__attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
@@ -175,32 +178,21 @@ void NvmlOnce() {
 
 // Emulates dlsym(RTLD_NEXT, name) for a caller outside this library: the
 // first object after the caller's in load order that defines `name`. The real
-// dlsym would search after *this* library instead, which returns the caller's
-// own definition to an interposer loaded after us (endless recursion).
+// dlsym would search after *this* library instead, which hands an interposer
+// loaded after us its own definition (endless recursion) and skips objects
+// between the caller and us. The lookup reads ELF tables directly
+// (elf_lookup.h): no malloc and no intercepted loader call, because runtimes
+// such as sanitizers resolve their interceptors this way before they are ready.
 void* NextAfter(const void* caller, const char* name) {
   Dl_info info;
-  struct link_map* self = nullptr;
-  if (dladdr1(caller, &info, reinterpret_cast<void**>(&self), RTLD_DL_LINKMAP) == 0 ||
-      self == nullptr) {
+  struct link_map* from = nullptr;
+  if (dladdr1(caller, &info, reinterpret_cast<void**>(&from), RTLD_DL_LINKMAP) == 0 ||
+      from == nullptr) {
     return RealDlsym()(RTLD_NEXT, name);
   }
-  for (struct link_map* lm = self->l_next; lm != nullptr; lm = lm->l_next) {
-    if (lm->l_name == nullptr || lm->l_name[0] == '\0') {
-      continue;
-    }
-    void* handle = dlopen(lm->l_name, RTLD_LAZY | RTLD_NOLOAD);
-    if (handle == nullptr) {
-      continue;
-    }
-    void* sym = RealDlsym()(handle, name);
-    dlclose(handle);
-    if (sym == nullptr) {
-      continue;
-    }
-    Dl_info where;
-    struct link_map* owner = nullptr;
-    if (dladdr1(sym, &where, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) != 0 &&
-        owner == lm) {
+  for (const struct link_map* lm = from->l_next; lm != nullptr; lm = lm->l_next) {
+    void* sym = nullptr;
+    if (FindDefinition(lm, name, &sym) == ElfLookupResult::kFound) {
       return sym;
     }
   }

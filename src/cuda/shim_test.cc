@@ -243,6 +243,34 @@ TEST(ShimTest, RtldNextIsResolvedRelativeToTheCaller) {
   EXPECT_EQ(U(ParseKeyValues(r.out), "rc"), 0u);
 }
 
+TEST(ShimTest, CoexistsWithASanitizerRuntimePreloadedFirst) {
+  SKIP_UNDER_SANITIZER();
+  // A sanitizer runtime resolves its interceptors with dlsym(RTLD_NEXT) while
+  // it initialises, before libc's string functions and __tls_get_addr are
+  // usable through it: the shim's dlsym must not touch any of them.
+  std::string asan;
+  for (const char* path :
+       {"/lib/x86_64-linux-gnu/libasan.so.8", "/usr/lib/x86_64-linux-gnu/libasan.so.8",
+        "/lib/x86_64-linux-gnu/libasan.so.6", "/usr/lib64/libasan.so.8"}) {
+    if (access(path, R_OK) == 0) {
+      asan = path;
+      break;
+    }
+  }
+  if (asan.empty()) {
+    GTEST_SKIP() << "no libasan on this machine (install libasan8 to run this test)";
+  }
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+             {"ASAN_OPTIONS", "detect_leaks=0"},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", asan + ":" + ACCELPOOL_SHIM_PATH}};
+  ProcessResult r =
+      testing::Run({ACCELPOOL_PROBE_PATH, "procaddr", "fill", "alloc", std::to_string(64 * kMiB)},
+                   env);
+  ASSERT_EQ(r.exit_code, 0) << "signal " << r.signal << " stderr " << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 1024 * kMiB) << "and the cap still holds";
+}
+
 TEST(ShimTest, DisableTurnsEverythingOff) {
   SKIP_UNDER_SANITIZER();
   auto kv = MustRun({"procaddr", "fill", "alloc", std::to_string(4096 * kMiB)},

@@ -60,13 +60,19 @@ const SymbolInfo* AllSymbols(int* count) {
   return kSymbols;
 }
 
-const SymbolInfo* FindExported(std::string_view name) {
+const SymbolInfo* FindExported(const char* name) {
   // Cheap reject for the common case: dlsym of something unrelated.
-  if (name.size() < 3 || (name[0] != 'c' && name[0] != 'n')) {
+  if (name == nullptr || (name[0] != 'c' && name[0] != 'n') || name[1] == '\0') {
     return nullptr;
   }
   for (const SymbolInfo& s : kSymbols) {
-    if (name == s.exported) {
+    const char* a = name;
+    const char* b = s.exported;
+    while (*a != '\0' && *a == *b) {
+      ++a;
+      ++b;
+    }
+    if (*a == *b) {
       return &s;
     }
   }

@@ -66,8 +66,10 @@ struct SymbolInfo {
 // All entries, for iteration (tests, logging the hooked set).
 const SymbolInfo* AllSymbols(int* count);
 
-// Entry for an exported name, or nullptr (pass through).
-const SymbolInfo* FindExported(std::string_view name);
+// Entry for an exported name, or nullptr (pass through). Uses no libc string
+// function: it runs inside dlsym, which sanitizer runtimes call before their
+// own interceptors (strlen, memcmp, ...) are ready.
+const SymbolInfo* FindExported(const char* name);
 
 // Entry that cuGetProcAddress(base, cuda_version, flags) resolves to, or
 // nullptr when the shim does not replace that ABI (pass through).

@@ -1,0 +1,106 @@
+#include "cuda/elf_lookup.h"
+
+#include <elf.h>
+
+#include <cstdint>
+
+namespace accelpool::cuda {
+namespace {
+
+// Own comparison: libc's string functions may be intercepted by a runtime
+// that is still initialising when it calls dlsym.
+bool SameName(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+uint32_t GnuHash(const char* name) {
+  uint32_t h = 5381;
+  for (const unsigned char* p = reinterpret_cast<const unsigned char*>(name); *p != 0; ++p) {
+    h = h * 33 + *p;
+  }
+  return h;
+}
+
+// glibc relocates the dynamic section in place where it is writable (x86-64,
+// aarch64); where it is read-only the entries stay relative to the base.
+uintptr_t Absolute(const struct link_map* map, ElfW(Addr) value) {
+  uintptr_t base = static_cast<uintptr_t>(map->l_addr);
+  return value < base ? base + value : value;
+}
+
+}  // namespace
+
+ElfLookupResult FindDefinition(const struct link_map* map, const char* name, void** address) {
+  const ElfW(Sym)* symtab = nullptr;
+  const char* strtab = nullptr;
+  const uint32_t* gnu_hash = nullptr;
+  const ElfW(Half)* versym = nullptr;
+  for (const ElfW(Dyn)* d = map->l_ld; d != nullptr && d->d_tag != DT_NULL; ++d) {
+    switch (d->d_tag) {
+      case DT_SYMTAB:
+        symtab = reinterpret_cast<const ElfW(Sym)*>(Absolute(map, d->d_un.d_ptr));
+        break;
+      case DT_STRTAB:
+        strtab = reinterpret_cast<const char*>(Absolute(map, d->d_un.d_ptr));
+        break;
+      case DT_GNU_HASH:
+        gnu_hash = reinterpret_cast<const uint32_t*>(Absolute(map, d->d_un.d_ptr));
+        break;
+      case DT_VERSYM:
+        versym = reinterpret_cast<const ElfW(Half)*>(Absolute(map, d->d_un.d_ptr));
+        break;
+      default:
+        break;
+    }
+  }
+  if (symtab == nullptr || strtab == nullptr || gnu_hash == nullptr) {
+    return ElfLookupResult::kNoIndex;
+  }
+  const uint32_t nbuckets = gnu_hash[0];
+  const uint32_t symoffset = gnu_hash[1];
+  const uint32_t bloom_size = gnu_hash[2];
+  const auto* bloom = reinterpret_cast<const ElfW(Addr)*>(gnu_hash + 4);
+  const auto* buckets = reinterpret_cast<const uint32_t*>(bloom + bloom_size);
+  const uint32_t* chain = buckets + nbuckets;
+  if (nbuckets == 0) {
+    return ElfLookupResult::kNotFound;
+  }
+  const uint32_t h = GnuHash(name);
+  uint32_t index = buckets[h % nbuckets];
+  if (index < symoffset) {
+    return ElfLookupResult::kNotFound;
+  }
+  for (;; ++index) {
+    const uint32_t entry = chain[index - symoffset];
+    if ((entry | 1) == (h | 1)) {
+      const ElfW(Sym)& sym = symtab[index];
+      const unsigned type = ELF64_ST_TYPE(sym.st_info);
+      const unsigned bind = ELF64_ST_BIND(sym.st_info);
+      const bool defined = sym.st_shndx != SHN_UNDEF && sym.st_value != 0;
+      const bool visible = bind == STB_GLOBAL || bind == STB_WEAK || bind == STB_GNU_UNIQUE;
+      const bool wanted_type = type == STT_FUNC || type == STT_OBJECT ||
+                               type == STT_GNU_IFUNC || type == STT_NOTYPE;
+      const bool default_version = versym == nullptr || (versym[index] & 0x8000) == 0;
+      if (defined && visible && wanted_type && default_version &&
+          SameName(strtab + sym.st_name, name)) {
+        uintptr_t value = static_cast<uintptr_t>(map->l_addr) + sym.st_value;
+        if (type == STT_GNU_IFUNC) {
+          using Resolver = void* (*)();
+          *address = reinterpret_cast<Resolver>(value)();
+        } else {
+          *address = reinterpret_cast<void*>(value);
+        }
+        return ElfLookupResult::kFound;
+      }
+    }
+    if ((entry & 1) != 0) {
+      return ElfLookupResult::kNotFound;
+    }
+  }
+}
+
+}  // namespace accelpool::cuda
