@@ -39,6 +39,9 @@ namespace accelpool::extender {
 struct PodInfo {
   PodRef ref;
   core::PodRequest request;
+  // Per entry of request.containers: the count resource it asked through
+  // (recorded in the assignment); may be empty (the vendor default is used).
+  std::vector<std::string> resources;
   std::vector<core::Vendor> vendors;  // distinct vendors asked for, in first-use order
   int32_t devices = 0;                // most devices the pod holds at once (per vendor, summed)
 

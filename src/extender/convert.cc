@@ -1,0 +1,177 @@
+#include "extender/convert.h"
+
+#include <map>
+#include <utility>
+
+#include "api/inventory_codec.h"
+#include "api/resources.h"
+#include "extender/wire.h"
+
+namespace accelpool::extender {
+namespace {
+
+std::string StringAt(const nlohmann::json& obj, std::initializer_list<const char*> path) {
+  const nlohmann::json* cur = &obj;
+  for (const char* key : path) {
+    if (!cur->is_object()) {
+      return "";
+    }
+    auto it = cur->find(key);
+    if (it == cur->end()) {
+      return "";
+    }
+    cur = &*it;
+  }
+  return cur->is_string() ? cur->get<std::string>() : "";
+}
+
+}  // namespace
+
+StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
+  if (!pod.is_object()) {
+    return InvalidArgumentError("the pod must be a v1.Pod object");
+  }
+  StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(pod);
+  if (!req.ok()) {
+    return req.status();
+  }
+  PodInfo info = MakePodInfo(PodRef{req->uid, req->ns, req->name, req->group},
+                             std::move(req->request));
+  for (const api::RequestOrigin& o : req->origins) {
+    info.resources.push_back(o.resource);
+  }
+  return info;
+}
+
+StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
+  NodeEntry e;
+  e.name = StringAt(node, {"metadata", "name"});
+  if (e.name.empty()) {
+    return InvalidArgumentError("node object without metadata.name");
+  }
+  e.domains.super_node = StringAt(node, {"metadata", "labels", kSuperNodeLabel});
+  e.domains.rack = StringAt(node, {"metadata", "labels", kRackLabel});
+  e.domains.block = StringAt(node, {"metadata", "labels", kBlockLabel});
+  const std::string text = StringAt(node, {"metadata", "annotations", api::kInventoryAnnotation});
+  if (text.empty()) {
+    return e;
+  }
+  e.has_inventory = true;
+  StatusOr<api::InventoryDocument> doc = api::ParseInventory(text, e.name);
+  if (!doc.ok()) {
+    e.inventories = doc.status().WithPrefix(std::string("annotation ") + api::kInventoryAnnotation);
+    return e;
+  }
+  e.generation = doc->generation;
+  for (const core::NodeInventory& inv : doc->inventories) {
+    const core::Topology& t = inv.topology;
+    if (!t.super_node.empty()) e.domains.super_node = t.super_node;
+    if (!t.rack.empty()) e.domains.rack = t.rack;
+    if (!t.block.empty()) e.domains.block = t.block;
+  }
+  e.inventories = std::move(doc->inventories);
+  return e;
+}
+
+StatusOr<api::Assignment> ToApiAssignment(const PodAssignment& a, const NodeSnapshot& snap,
+                                          const PodInfo& pod) {
+  api::Assignment out;
+  out.node = a.node;
+  out.policy = a.policy;
+  for (const AssignmentPart& part : a.parts) {
+    const InventoryState* st = snap.Find(part.vendor);
+    if (st == nullptr) {
+      return FailedPreconditionError("node " + snap.name + " no longer has " +
+                                     std::string(core::VendorName(part.vendor)) + " devices");
+    }
+    auto resource_of = [&](const std::string& container) -> std::string {
+      for (size_t i = 0; i < pod.request.containers.size(); ++i) {
+        const core::DeviceRequest& r = pod.request.containers[i];
+        if (r.container == container && r.vendor == part.vendor && i < pod.resources.size() &&
+            !pod.resources[i].empty()) {
+          return pod.resources[i];
+        }
+      }
+      return std::string(api::DefaultCountResource(part.vendor));
+    };
+    auto slot_of = [&](int32_t device, const std::string& container) -> int32_t {
+      for (size_t c = 0; c < part.placement.containers.size(); ++c) {
+        const auto& cp = part.placement.containers[c];
+        if (cp.container != container) continue;
+        for (size_t g = 0; g < cp.grants.size(); ++g) {
+          if (cp.grants[g].device == device && c < part.slots.size() &&
+              g < part.slots[c].size()) {
+            return part.slots[c][g];
+          }
+        }
+      }
+      return 0;
+    };
+    ACCELPOOL_RETURN_IF_ERROR(
+        api::AppendPlacement(out, part.placement, *st->inventory, resource_of, slot_of));
+  }
+  return out;
+}
+
+StatusOr<PodAssignment> FromApiAssignment(const api::Assignment& a) {
+  PodAssignment out;
+  out.node = a.node;
+  out.policy = a.policy;
+  std::map<core::Vendor, size_t> part_of;
+  for (const api::AssignedContainer& c : a.containers) {
+    if (c.vendor == core::Vendor::kUnknown) {
+      return InvalidArgumentError("assignment container " + c.name + " has no known vendor");
+    }
+    auto [it, added] = part_of.emplace(c.vendor, out.parts.size());
+    if (added) {
+      out.parts.push_back(AssignmentPart{c.vendor, {}, {}});
+    }
+    AssignmentPart& part = out.parts[it->second];
+    core::ContainerPlacement cp{c.name, c.kind, {}};
+    std::vector<int32_t> slots;
+    for (const api::AssignedDevice& d : c.devices) {
+      StatusOr<std::pair<std::string, int32_t>> slot = api::ParseSlotId(d.slot);
+      if (!slot.ok()) {
+        return slot.status().WithPrefix("assignment container " + c.name);
+      }
+      cp.grants.push_back(core::Grant{d.index, d.memory_mib, d.compute, d.exclusive});
+      slots.push_back(slot->second);
+    }
+    part.placement.containers.push_back(std::move(cp));
+    part.slots.push_back(std::move(slots));
+  }
+  return out;
+}
+
+ObservedPod ObservePodJson(const nlohmann::json& pod) {
+  ObservedPod o;
+  o.ref.uid = StringAt(pod, {"metadata", "uid"});
+  o.ref.ns = StringAt(pod, {"metadata", "namespace"});
+  o.ref.name = StringAt(pod, {"metadata", "name"});
+  o.node_name = StringAt(pod, {"spec", "nodeName"});
+  const std::string phase = StringAt(pod, {"status", "phase"});
+  o.finished = phase == "Succeeded" || phase == "Failed";
+  StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(pod);
+  if (req.ok()) {
+    o.ref.job = req->group;
+  }
+  const std::string text =
+      StringAt(pod, {"metadata", "annotations", api::kAssignmentAnnotation});
+  if (text.empty()) {
+    return o;
+  }
+  StatusOr<api::Assignment> doc = api::ParseAssignment(text);
+  if (!doc.ok()) {
+    o.problem = doc.status().ToString();
+    return o;
+  }
+  StatusOr<PodAssignment> a = FromApiAssignment(*doc);
+  if (!a.ok()) {
+    o.problem = a.status().ToString();
+    return o;
+  }
+  o.assignment = std::move(a).value();
+  return o;
+}
+
+}  // namespace accelpool::extender

@@ -1,0 +1,69 @@
+// Conversions between the Kubernetes objects (via src/api codecs) and the
+// extender's own types: pod JSON -> PodInfo, node JSON -> cache entry,
+// PodAssignment <-> the accelpool.io/assignment document.
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_EXTENDER_CONVERT_H_
+#define ACCELPOOL_EXTENDER_CONVERT_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/assignment_codec.h"
+#include "api/pod_request.h"
+#include "common/status.h"
+#include "extender/node_state.h"
+#include "extender/planner.h"
+
+namespace accelpool::extender {
+
+// Node labels that name a node's network domains (a value in the inventory's
+// topology wins when set).
+inline constexpr const char* kSuperNodeLabel = "accelpool.io/super-node";
+inline constexpr const char* kRackLabel = "accelpool.io/rack";
+inline constexpr const char* kBlockLabel = "accelpool.io/block";
+
+// A pod as the extender needs it. kInvalidArgument (naming the container and
+// resource) when the pod's device request is malformed.
+StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod);
+
+// What the cache keeps of a node object.
+struct NodeEntry {
+  std::string name;
+  StatusOr<std::vector<core::NodeInventory>> inventories{
+      StatusOr<std::vector<core::NodeInventory>>(std::vector<core::NodeInventory>{})};
+  int64_t generation = 0;
+  NodeDomains domains;
+  bool has_inventory = false;  // the annotation is present
+};
+// kInvalidArgument when the object has no metadata.name. An inventory that
+// does not parse is reported inside the entry, not as an error.
+StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node);
+
+// The protocol document for `a` (`snap` supplies device ids; `pod` the
+// container names and the resources they asked through).
+StatusOr<api::Assignment> ToApiAssignment(const PodAssignment& a, const NodeSnapshot& snap,
+                                          const PodInfo& pod);
+
+// Back from the document: grants by the device index recorded, slots from the
+// slot ids. kInvalidArgument for an unknown vendor or a malformed slot id.
+StatusOr<PodAssignment> FromApiAssignment(const api::Assignment& a);
+
+// What the cache needs from a pod watch event: its ref, spec.nodeName, its
+// assignment (nullopt when absent or not parseable; `problem` says why), and
+// whether it has finished (Succeeded/Failed).
+struct ObservedPod {
+  PodRef ref;
+  std::string node_name;
+  std::optional<PodAssignment> assignment;
+  std::string problem;
+  bool finished = false;
+};
+ObservedPod ObservePodJson(const nlohmann::json& pod);
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_CONVERT_H_

@@ -1,0 +1,93 @@
+#include "extender/convert.h"
+
+#include <gtest/gtest.h>
+
+#include "api/inventory_codec.h"
+#include "extender/test_util.h"
+
+namespace accelpool::extender {
+namespace {
+
+using testing::Gpu;
+
+TEST(ConvertTest, AssignmentRoundTripsThroughTheProtocolDocument) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  auto ext = Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodInfo pod = testing::MakePod(
+      "u1", {Gpu(1, 4096, 250, "warm", core::ContainerKind::kInit), Gpu(1, 4096, 250, "main"),
+             Gpu(2, 0, 0, "train")});
+  pod.resources = {"nvidia.com/gpu", "nvidia.com/gpu", "nvidia.com/gpu"};
+  StatusOr<PodAssignment> a = (*ext)->Bind(pod, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  StatusOr<api::Assignment> doc = ToApiAssignment(*a, *cache.Node("a"), pod);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_EQ(doc->node, "a");
+  ASSERT_EQ(doc->containers.size(), 3u);
+  EXPECT_EQ(doc->containers[0].kind, core::ContainerKind::kInit);
+  EXPECT_EQ(doc->containers[0].resource, "nvidia.com/gpu");
+  // Init and main share the device and the slot, as kubelet reuses it.
+  EXPECT_EQ(doc->containers[0].devices[0].slot, doc->containers[1].devices[0].slot);
+  StatusOr<api::Assignment> parsed = api::ParseAssignment(api::SerializeAssignment(*doc));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  StatusOr<PodAssignment> back = FromApiAssignment(*parsed);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *a);
+}
+
+TEST(ConvertTest, NodeEntries) {
+  api::InventoryDocument doc;
+  doc.generation = 7;
+  doc.inventories.push_back(testing::GpuNode("n1"));
+  doc.inventories[0].topology.super_node = "sp-3";
+  struct Case {
+    const char* name;
+    nlohmann::json node;
+    bool want_ok, want_inventory, want_parsed;
+  };
+  const Case cases[] = {
+      {"with inventory",
+       {{"metadata",
+         {{"name", "n1"},
+          {"labels", {{"accelpool.io/rack", "r1"}}},
+          {"annotations", {{"accelpool.io/inventory", api::SerializeInventory(doc)}}}}}},
+       true, true, true},
+      {"no annotation", {{"metadata", {{"name", "n2"}}}}, true, false, true},
+      {"garbage annotation",
+       {{"metadata", {{"name", "n3"}, {"annotations", {{"accelpool.io/inventory", "{oops"}}}}}},
+       true, true, false},
+      {"no name", {{"metadata", nlohmann::json::object()}}, false, false, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StatusOr<NodeEntry> e = NodeEntryFromJson(c.node);
+    ASSERT_EQ(e.ok(), c.want_ok);
+    if (!e.ok()) continue;
+    EXPECT_EQ(e->has_inventory, c.want_inventory);
+    EXPECT_EQ(e->inventories.ok(), c.want_parsed);
+  }
+  StatusOr<NodeEntry> e = NodeEntryFromJson(cases[0].node);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->generation, 7);
+  EXPECT_EQ(e->domains, (NodeDomains{"sp-3", "r1", ""}));
+  ASSERT_EQ(e->inventories->size(), 1u);
+  EXPECT_EQ((*e->inventories)[0].devices.size(), 8u);
+}
+
+TEST(ConvertTest, ObservedPods) {
+  nlohmann::json pod = {{"metadata",
+                         {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"},
+                          {"annotations", {{"accelpool.io/assignment", "not json"}}}}},
+                        {"spec", {{"nodeName", "a"}}},
+                        {"status", {{"phase", "Succeeded"}}}};
+  ObservedPod o = ObservePodJson(pod);
+  EXPECT_EQ(o.ref.uid, "u");
+  EXPECT_EQ(o.node_name, "a");
+  EXPECT_TRUE(o.finished);
+  EXPECT_FALSE(o.assignment.has_value());
+  EXPECT_FALSE(o.problem.empty());
+}
+
+}  // namespace
+}  // namespace accelpool::extender

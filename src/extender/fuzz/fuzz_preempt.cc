@@ -1,0 +1,10 @@
+// libFuzzer target for the preempt handler: clang, -DACCELPOOL_FUZZ=ON.
+#include <cstddef>
+#include <cstdint>
+
+#include "extender/fuzz/fuzz_entry.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  accelpool::extender::fuzz::FuzzPreempt(data, size);
+  return 0;
+}

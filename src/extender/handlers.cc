@@ -1,0 +1,174 @@
+#include "extender/handlers.h"
+
+#include <chrono>
+#include <exception>
+#include <set>
+#include <utility>
+
+#include "extender/convert.h"
+
+namespace accelpool::extender {
+namespace {
+
+std::string JoinKeys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const std::string& k : keys) {
+    out += (out.empty() ? "" : ",") + k;
+  }
+  return out;
+}
+
+}  // namespace
+
+Handlers::Handlers(Extender& ext, PodSource* pods, const ExtenderMetrics* metrics, Logger log,
+                   HandlerOptions options)
+    : ext_(ext), pods_(pods), metrics_(metrics), log_(std::move(log)), options_(options) {}
+
+Reply Handlers::Run(std::string_view verb, std::string_view body,
+                    const std::function<Reply(std::string_view)>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  Reply r;
+  if (body.size() > options_.max_body_bytes) {
+    r = BadRequest(verb, InvalidArgumentError("body of " + std::to_string(body.size()) +
+                                              " bytes is over the limit of " +
+                                              std::to_string(options_.max_body_bytes) +
+                                              "; enable nodeCacheCapable so NodeNames are sent"));
+  } else {
+    try {
+      r = fn(body);
+    } catch (const std::exception& e) {
+      log_.Error("handler failed", {{"verb", verb}, {"error", e.what()}});
+      r = Reply{500, EncodeErrorBody(std::string("internal error: ") + e.what() +
+                                     "; the request can be retried")};
+    }
+  }
+  if (metrics_ != nullptr) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics_->latency->WithLabels({std::string(verb)}).Observe(s);
+    metrics_->requests->WithLabels({std::string(verb), std::to_string(r.status)}).Inc();
+  }
+  return r;
+}
+
+Reply Handlers::BadRequest(std::string_view verb, const Status& st) {
+  log_.Warn("bad request", {{"verb", verb}, {"error", st.message()}});
+  if (metrics_ != nullptr) {
+    metrics_->bad_requests->WithLabels({std::string(verb)}).Inc();
+  }
+  return Reply{400, EncodeErrorBody(st.message())};
+}
+
+StatusOr<PodInfo> Handlers::PodFromArgs(const Json& pod) const {
+  if (pod.is_null()) {
+    return InvalidArgumentError(
+        "the request has no Pod; kube-scheduler always sends one, check the extender "
+        "configuration");
+  }
+  return PodInfoFromJson(pod);
+}
+
+Reply Handlers::Filter(std::string_view body) {
+  return Run("filter", body, [&](std::string_view b) -> Reply {
+    StatusOr<ExtenderArgs> args = DecodeExtenderArgs(b);
+    if (!args.ok()) {
+      return BadRequest("filter", args.status());
+    }
+    if (!args->unknown_keys.empty()) {
+      log_.Debug("ignored unknown keys", {{"verb", "filter"}, {"keys", JoinKeys(args->unknown_keys)}});
+    }
+    FilterResult out;
+    StatusOr<PodInfo> pod = PodFromArgs(args->pod);
+    if (!pod.ok()) {
+      log_.Warn("filter refused", {{"error", pod.status().message()}});
+      out.error = pod.status().message();
+      return Reply{200, EncodeFilterResult(out)};
+    }
+    const std::vector<std::string> names = args->CandidateNames();
+    FilterDecision d = ext_.Filter(*pod, names);
+    out.failed_nodes = std::move(d.failed);
+    out.failed_and_unresolvable = std::move(d.unresolvable);
+    if (args->nodes.has_value()) {
+      std::set<std::string> fits(d.fits.begin(), d.fits.end());
+      out.nodes = std::vector<Json>();
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (fits.count(names[i])) {
+          out.nodes->push_back((*args->nodes)[i]);
+        }
+      }
+    } else {
+      out.node_names = std::move(d.fits);
+    }
+    return Reply{200, EncodeFilterResult(out)};
+  });
+}
+
+Reply Handlers::Prioritize(std::string_view body) {
+  return Run("prioritize", body, [&](std::string_view b) -> Reply {
+    StatusOr<ExtenderArgs> args = DecodeExtenderArgs(b);
+    if (!args.ok()) {
+      return BadRequest("prioritize", args.status());
+    }
+    StatusOr<PodInfo> pod = PodFromArgs(args->pod);
+    if (!pod.ok()) {
+      return BadRequest("prioritize", pod.status());
+    }
+    return Reply{200, EncodeHostPriorityList(ext_.Prioritize(*pod, args->CandidateNames()))};
+  });
+}
+
+Reply Handlers::Bind(std::string_view body) {
+  return Run("bind", body, [&](std::string_view b) -> Reply {
+    StatusOr<BindingArgs> args = DecodeBindingArgs(b);
+    if (!args.ok()) {
+      return BadRequest("bind", args.status());
+    }
+    if (bind_gate_ && !bind_gate_()) {
+      return Reply{200, EncodeBindingResult(
+                            "this accelpool-extender replica is not the leader; kube-scheduler "
+                            "retries the pod, point it at the leader")};
+    }
+    std::optional<PodInfo> pod;
+    if (!args->pod_uid.empty()) {
+      pod = ext_.RememberedPod(args->pod_uid);
+    }
+    if (!pod.has_value()) {
+      if (pods_ == nullptr) {
+        return Reply{200, EncodeBindingResult("pod " + args->pod_namespace + "/" + args->pod_name +
+                                              " was not filtered by this extender; retry")};
+      }
+      StatusOr<nlohmann::json> obj = pods_->GetPod(args->pod_namespace, args->pod_name);
+      if (!obj.ok()) {
+        return Reply{200, EncodeBindingResult("pod " + args->pod_namespace + "/" + args->pod_name +
+                                              ": " + obj.status().message())};
+      }
+      StatusOr<PodInfo> parsed = PodInfoFromJson(*obj);
+      if (!parsed.ok()) {
+        return Reply{200, EncodeBindingResult(parsed.status().message())};
+      }
+      if (!args->pod_uid.empty() && parsed->ref.uid != args->pod_uid) {
+        return Reply{200, EncodeBindingResult("pod " + args->pod_namespace + "/" + args->pod_name +
+                                              " was re-created (uid changed); not binding")};
+      }
+      pod = std::move(parsed).value();
+    }
+    StatusOr<PodAssignment> a = ext_.Bind(*pod, args->node);
+    return Reply{200, EncodeBindingResult(a.ok() ? "" : a.status().message())};
+  });
+}
+
+Reply Handlers::Preempt(std::string_view body) {
+  return Run("preempt", body, [&](std::string_view b) -> Reply {
+    StatusOr<PreemptionArgs> args = DecodePreemptionArgs(b);
+    if (!args.ok()) {
+      return BadRequest("preempt", args.status());
+    }
+    StatusOr<PodInfo> pod = PodFromArgs(args->pod);
+    if (!pod.ok()) {
+      return BadRequest("preempt", pod.status());
+    }
+    return Reply{200, EncodePreemptionResult(ext_.Preempt(*pod, args->victims))};
+  });
+}
+
+}  // namespace accelpool::extender

@@ -1,0 +1,165 @@
+#include "extender/handlers.h"
+
+#include <gtest/gtest.h>
+
+#include "extender/test_util.h"
+
+namespace accelpool::extender {
+namespace {
+
+using testing::AddGpuNode;
+using testing::FakeWriter;
+
+constexpr const char* kPod =
+    R"({"metadata":{"name":"p","namespace":"ns","uid":"u-1"},"spec":{"containers":[)"
+    R"({"name":"main","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}})";
+
+class FakePods : public PodSource {
+ public:
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override {
+    if (name == "p") return nlohmann::json::parse(kPod);
+    return NotFoundError("pods \"" + name + "\" not found");
+  }
+};
+
+class HandlersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AddGpuNode(cache_, "node-a");
+    AddGpuNode(cache_, "node-b");
+    AddGpuNode(cache_, "node-full");
+    auto reg = ExtenderMetrics::Register(registry_);
+    ASSERT_TRUE(reg.ok());
+    metrics_ = *reg;
+    ExtenderOptions o;
+    o.policy = "binpack";
+    auto e = Extender::Create(cache_, o, &writer_, nullptr, &metrics_, Logger());
+    ASSERT_TRUE(e.ok());
+    ext_ = std::move(e).value();
+    ASSERT_TRUE(ext_->Bind(testing::MakePod("filler", {testing::Gpu(8)}), "node-full").ok());
+    h_ = std::make_unique<Handlers>(*ext_, &pods_, &metrics_, Logger(), HandlerOptions{1 << 20});
+  }
+  static std::string Args(const std::string& names) {
+    return std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":)" + names + "}";
+  }
+
+  Cache cache_;
+  MetricsRegistry registry_;
+  ExtenderMetrics metrics_;
+  FakeWriter writer_;
+  FakePods pods_;
+  std::unique_ptr<Extender> ext_;
+  std::unique_ptr<Handlers> h_;
+};
+
+TEST_F(HandlersTest, FilterAnswersInKubeSchedulerFormat) {
+  Reply r = h_->Filter(Args(R"(["node-a","node-full","node-x"])"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const nlohmann::json got = nlohmann::json::parse(r.body);
+  // Exactly the ExtenderFilterResult fields, nothing else.
+  std::vector<std::string> keys;
+  for (const auto& item : got.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"Error", "FailedAndUnresolvableNodes", "FailedNodes",
+                                            "NodeNames", "Nodes"}));
+  EXPECT_EQ(got["NodeNames"], nlohmann::json::parse(R"(["node-a"])"));
+  EXPECT_TRUE(got["Nodes"].is_null());
+  EXPECT_EQ(got["Error"], "");
+  ASSERT_TRUE(got["FailedNodes"].contains("node-full"));
+  EXPECT_FALSE(got["FailedNodes"]["node-full"].get<std::string>().empty());
+  ASSERT_TRUE(got["FailedAndUnresolvableNodes"].contains("node-x"));
+  EXPECT_NE(got["FailedAndUnresolvableNodes"]["node-x"].get<std::string>().find("device plugin"),
+            std::string::npos);
+}
+
+TEST_F(HandlersTest, FilterWithFullNodesAnswersNodes) {
+  const std::string body =
+      std::string(R"({"Pod":)") + kPod +
+      R"(,"Nodes":{"metadata":{},"items":[{"metadata":{"name":"node-a","labels":{"k":"v"}}},)"
+      R"({"metadata":{"name":"node-full"}}]},"NodeNames":null})";
+  Reply r = h_->Filter(body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const nlohmann::json got = nlohmann::json::parse(r.body);
+  EXPECT_TRUE(got["NodeNames"].is_null());
+  EXPECT_EQ(got["Nodes"]["items"],
+            nlohmann::json::parse(R"([{"metadata":{"name":"node-a","labels":{"k":"v"}}}])"));
+}
+
+TEST_F(HandlersTest, PrioritizeGolden) {
+  Reply r = h_->Prioritize(Args(R"(["node-b","node-a"])"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  // Equal nodes: the stable order decides, one node gets the maximum.
+  EXPECT_EQ(r.body, R"([{"Host":"node-a","Score":10},{"Host":"node-b","Score":9}])");
+}
+
+TEST_F(HandlersTest, BindGoldenAndLookupOfUnfilteredPods) {
+  // Not filtered here: the pod is read through the PodSource.
+  Reply r = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"Error":""})");
+  EXPECT_TRUE(cache_.Assignment("u-1").has_value());
+  Reply missing = h_->Bind(R"({"PodName":"gone","PodNamespace":"ns","PodUID":"u-9","Node":"node-a"})");
+  ASSERT_EQ(missing.status, 200);
+  EXPECT_NE(missing.body.find("not found"), std::string::npos) << missing.body;
+  Reply recreated = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"other","Node":"node-a"})");
+  EXPECT_NE(recreated.body.find("uid changed"), std::string::npos) << recreated.body;
+  h_->SetBindGate([] { return false; });
+  Reply follower = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  EXPECT_NE(follower.body.find("not the leader"), std::string::npos);
+}
+
+TEST_F(HandlersTest, PreemptGolden) {
+  const std::string body = std::string(R"({"Pod":)") + kPod +
+                           R"(,"NodeNameToVictims":null,"NodeNameToMetaVictims":)"
+                           R"({"node-full":{"Pods":[{"UID":"filler"},{"UID":"x"}],"NumPDBViolations":0},)"
+                           R"("node-x":{"Pods":[{"UID":"y"}],"NumPDBViolations":0}}})";
+  Reply r = h_->Preempt(body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body,
+            R"({"NodeNameToMetaVictims":{"node-full":{"NumPDBViolations":0,"Pods":[{"UID":"x"},{"UID":"filler"}]}}})");
+}
+
+TEST_F(HandlersTest, BadInputGetsClearErrorsNeverACrash) {
+  struct Case {
+    const char* name;
+    std::function<Reply(Handlers&, const std::string&)> call;
+    std::string body;
+    int want_status;
+    const char* want;  // substring of the body
+  };
+  auto filter = [](Handlers& h, const std::string& b) { return h.Filter(b); };
+  auto prio = [](Handlers& h, const std::string& b) { return h.Prioritize(b); };
+  auto bind = [](Handlers& h, const std::string& b) { return h.Bind(b); };
+  auto preempt = [](Handlers& h, const std::string& b) { return h.Preempt(b); };
+  const Case cases[] = {
+      {"truncated", filter, R"({"Pod":{"metadata":)", 400, "malformed JSON"},
+      {"hostile nesting", filter, std::string(100000, '['), 400, "nested deeper"},
+      {"huge body", filter, std::string(2 << 20, ' '), 400, "over the limit"},
+      {"wrong type", filter, R"({"NodeNames":{"a":1}})", 400, "NodeNames must be"},
+      {"missing pod", filter, R"({"NodeNames":["node-a"]})", 200, "no Pod"},
+      {"bad quantity", filter,
+       R"({"Pod":{"metadata":{"name":"p","uid":"u"},"spec":{"containers":[{"name":"m",)"
+       R"("resources":{"limits":{"nvidia.com/gpu":"1.5"}}}]}},"NodeNames":["node-a"]})",
+       200, "1.5"},
+      {"unknown fields are ignored", filter, Args(R"(["node-a"])").insert(1, R"("Future":1,)"), 200,
+       "node-a"},
+      {"prioritize missing pod", prio, R"({"NodeNames":["node-a"]})", 400, "no Pod"},
+      {"bind not an object", bind, "[]", 400, "JSON object"},
+      {"bind missing node", bind, R"({"PodName":"p","PodNamespace":"ns"})", 400, "Node"},
+      {"preempt bad victims", preempt, R"({"Pod":{},"NodeNameToMetaVictims":[]})", 400,
+       "NodeNameToMetaVictims"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Reply r = c.call(*h_, c.body);
+    EXPECT_EQ(r.status, c.want_status) << r.body;
+    EXPECT_NE(r.body.find(c.want), std::string::npos) << r.body;
+    EXPECT_TRUE(nlohmann::json::accept(r.body)) << r.body;
+  }
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_extender_bad_requests_total{verb="filter"} 4)"),
+            std::string::npos)
+      << page;
+}
+
+}  // namespace
+}  // namespace accelpool::extender

@@ -1,0 +1,200 @@
+#include "extender/kube_adapters.h"
+
+#include <utility>
+
+#include "api/assignment_codec.h"
+#include "extender/convert.h"
+#include "kube/objects.h"
+
+namespace accelpool::extender {
+namespace {
+
+constexpr const char* kAssignmentPointer = "/metadata/annotations/accelpool.io~1assignment";
+
+nlohmann::json UidTest(const std::string& uid) {
+  return nlohmann::json{{"op", "test"}, {"path", "/metadata/uid"}, {"value", uid}};
+}
+
+}  // namespace
+
+Status KubePodWriter::WriteAssignment(const PodInfo& pod, const PodAssignment& a) {
+  NodeSnapshotPtr snap = cache_.Node(a.node);
+  if (snap == nullptr) {
+    return NotFoundError("node " + a.node + " left the cache during bind");
+  }
+  StatusOr<api::Assignment> doc = ToApiAssignment(a, *snap, pod);
+  if (!doc.ok()) {
+    return doc.status();
+  }
+  const std::string text = api::SerializeAssignment(*doc);
+  nlohmann::json patch = nlohmann::json::array();
+  if (!pod.ref.uid.empty()) {
+    patch.push_back(UidTest(pod.ref.uid));
+  }
+  patch.push_back({{"op", "add"}, {"path", kAssignmentPointer}, {"value", text}});
+  StatusOr<nlohmann::json> r =
+      client_.Patch(kube::Pods(), pod.ref.ns, pod.ref.name, kube::PatchType::kJson, patch);
+  if (r.ok()) {
+    return Status::Ok();
+  }
+  if (r.status().code() != StatusCode::kInvalidArgument) {
+    return r.status();
+  }
+  // The pod has no annotations map yet: create it with the one key.
+  patch.back() = {{"op", "add"},
+                  {"path", "/metadata/annotations"},
+                  {"value", {{api::kAssignmentAnnotation, text}}}};
+  r = client_.Patch(kube::Pods(), pod.ref.ns, pod.ref.name, kube::PatchType::kJson, patch);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Status KubePodWriter::ClearAssignment(const PodRef& pod) {
+  nlohmann::json patch = nlohmann::json::array();
+  if (!pod.uid.empty()) {
+    patch.push_back(UidTest(pod.uid));
+  }
+  patch.push_back({{"op", "remove"}, {"path", kAssignmentPointer}});
+  StatusOr<nlohmann::json> r =
+      client_.Patch(kube::Pods(), pod.ns, pod.name, kube::PatchType::kJson, patch);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Status KubePodWriter::CreateBinding(const PodRef& pod, const std::string& node) {
+  return kube::CreatePodBinding(client_, pod.ns, pod.name, node, pod.uid);
+}
+
+StatusOr<nlohmann::json> KubePodSource::GetPod(const std::string& ns, const std::string& name) {
+  if (informer_ != nullptr) {
+    if (std::optional<nlohmann::json> obj = informer_->Get(ns + "/" + name); obj.has_value()) {
+      return *obj;
+    }
+  }
+  return client_.Get(kube::Pods(), ns, name);
+}
+
+AsyncEvents::AsyncEvents(kube::KubeClient& client, Logger log, size_t max_queue,
+                         std::chrono::seconds min_interval)
+    : client_(client), log_(std::move(log)), max_queue_(max_queue), min_interval_(min_interval) {
+  thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+}
+
+AsyncEvents::~AsyncEvents() {
+  thread_.request_stop();
+  cv_.notify_all();
+}
+
+void AsyncEvents::PodEvent(const PodRef& pod, bool warning, const std::string& reason,
+                           const std::string& message) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string key = pod.uid + "/" + reason;
+  auto it = last_sent_.find(key);
+  if (it != last_sent_.end() && now - it->second < min_interval_) {
+    return;
+  }
+  if (queue_.size() >= max_queue_) {
+    ++dropped_;
+    return;
+  }
+  if (last_sent_.size() > 10 * max_queue_) {
+    last_sent_.clear();
+  }
+  last_sent_[key] = now;
+  queue_.push_back(Item{pod, warning, reason, message});
+  cv_.notify_one();
+}
+
+void AsyncEvents::Run(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait(lock, stop, [this] { return !queue_.empty(); })) {
+        return;
+      }
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    kube::ObjectRef ref{"v1", "Pod", item.pod.ns, item.pod.name, item.pod.uid};
+    Status st = kube::CreateEvent(client_, ref,
+                                  item.warning ? kube::EventKind::kWarning : kube::EventKind::kNormal,
+                                  item.reason, item.message, "accelpool-extender", "Scheduling");
+    if (!st.ok()) {
+      log_.Warn("event not recorded", {{"pod", item.pod.ns + "/" + item.pod.name},
+                                       {"reason", item.reason},
+                                       {"error", st.ToString()}});
+    }
+  }
+}
+
+kube::InformerHandlers CacheFeeder::NodeHandlers() {
+  return kube::InformerHandlers{
+      [this](const nlohmann::json& n) { OnNode(n); },
+      [this](const nlohmann::json&, const nlohmann::json& n) { OnNode(n); },
+      [this](const nlohmann::json& n) { OnNodeDeleted(n); }};
+}
+
+kube::InformerHandlers CacheFeeder::PodHandlers() {
+  return kube::InformerHandlers{
+      [this](const nlohmann::json& p) { OnPod(p); },
+      [this](const nlohmann::json&, const nlohmann::json& p) { OnPod(p); },
+      [this](const nlohmann::json& p) { OnPodDeleted(p); }};
+}
+
+void CacheFeeder::OnNode(const nlohmann::json& node) {
+  StatusOr<NodeEntry> e = NodeEntryFromJson(node);
+  if (!e.ok()) {
+    log_.Warn("node skipped", {{"error", e.status().message()}});
+    return;
+  }
+  if (!e->has_inventory) {
+    cache_.RemoveNode(e->name);  // no accelpool devices (or the plugin is gone)
+    return;
+  }
+  if (!e->inventories.ok()) {
+    log_.Warn("node inventory does not parse; node kept without devices",
+              {{"node", e->name}, {"error", e->inventories.status().message()}});
+  }
+  const int dropped = cache_.UpsertNode(e->name, std::move(e->inventories), e->generation,
+                                        e->domains);
+  if (dropped > 0) {
+    log_.Warn("assigned devices disappeared from a node",
+              {{"node", e->name}, {"grants_dropped", dropped}});
+  }
+}
+
+void CacheFeeder::OnNodeDeleted(const nlohmann::json& node) {
+  StatusOr<NodeEntry> e = NodeEntryFromJson(node);
+  if (e.ok()) {
+    cache_.RemoveNode(e->name);
+  }
+}
+
+void CacheFeeder::OnPod(const nlohmann::json& pod) {
+  ObservedPod o = ObservePodJson(pod);
+  if (o.ref.uid.empty()) {
+    return;
+  }
+  if (o.finished) {
+    cache_.Release(o.ref.uid);
+    return;
+  }
+  if (!o.problem.empty()) {
+    log_.Warn("pod assignment does not parse; ignored",
+              {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", o.problem}});
+  }
+  Status st = cache_.ObservePod(o.ref, o.node_name, o.assignment);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) {
+    log_.Warn("pod assignment conflicts with the cache",
+              {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", st.message()}});
+  }
+}
+
+void CacheFeeder::OnPodDeleted(const nlohmann::json& pod) {
+  ObservedPod o = ObservePodJson(pod);
+  if (!o.ref.uid.empty()) {
+    cache_.Release(o.ref.uid);
+  }
+}
+
+}  // namespace accelpool::extender

@@ -1,0 +1,118 @@
+// The extender's Kubernetes side, over kube::KubeClient and kube::Informer:
+//
+//   KubePodWriter  PodWriter: the assignment annotation (JSON patch guarded by
+//                  a "test" of metadata.uid), its removal, and pods/binding.
+//   KubePodSource  PodSource: the pod informer's store, else a GET.
+//   AsyncEvents    EventSink: a bounded queue drained by one thread that posts
+//                  Events; the same (pod, reason) is not repeated within
+//                  `min_interval`; a full queue drops (and counts) events so
+//                  filter never waits on the apiserver.
+//   CacheFeeder    informer callbacks that keep the Cache current: nodes
+//                  (inventory annotation, domain labels) and pods (assignment
+//                  annotation, spec.nodeName, phase). Finished and deleted pods
+//                  give their devices back.
+//
+// Thread-safety: all classes may be used from any thread; CacheFeeder's
+// callbacks are called by informer threads.
+#ifndef ACCELPOOL_EXTENDER_KUBE_ADAPTERS_H_
+#define ACCELPOOL_EXTENDER_KUBE_ADAPTERS_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/log.h"
+#include "extender/cache.h"
+#include "extender/extender.h"
+#include "extender/handlers.h"
+#include "kube/client.h"
+#include "kube/informer.h"
+
+namespace accelpool::extender {
+
+class KubePodWriter : public PodWriter {
+ public:
+  KubePodWriter(kube::KubeClient& client, const Cache& cache) : client_(client), cache_(cache) {}
+
+  // PodWriter
+  Status WriteAssignment(const PodInfo& pod, const PodAssignment& a) override;
+  Status ClearAssignment(const PodRef& pod) override;
+  Status CreateBinding(const PodRef& pod, const std::string& node) override;
+
+ private:
+  kube::KubeClient& client_;
+  const Cache& cache_;
+};
+
+class KubePodSource : public PodSource {
+ public:
+  // `informer` may be null.
+  KubePodSource(kube::KubeClient& client, const kube::Informer* informer)
+      : client_(client), informer_(informer) {}
+
+  // PodSource
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override;
+
+ private:
+  kube::KubeClient& client_;
+  const kube::Informer* const informer_;
+};
+
+class AsyncEvents : public EventSink {
+ public:
+  AsyncEvents(kube::KubeClient& client, Logger log, size_t max_queue = 1000,
+              std::chrono::seconds min_interval = std::chrono::seconds(60));
+  ~AsyncEvents() override;  // drains nothing; stops the thread
+
+  // EventSink
+  void PodEvent(const PodRef& pod, bool warning, const std::string& reason,
+                const std::string& message) override;
+
+  int64_t dropped() const { return dropped_.load(); }
+
+ private:
+  struct Item {
+    PodRef pod;
+    bool warning;
+    std::string reason, message;
+  };
+  void Run(std::stop_token stop);
+
+  kube::KubeClient& client_;
+  const Logger log_;
+  const size_t max_queue_;
+  const std::chrono::seconds min_interval_;
+  std::atomic<int64_t> dropped_{0};
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<Item> queue_;                                                 // guarded by mu_
+  std::map<std::string, std::chrono::steady_clock::time_point> last_sent_;  // guarded by mu_
+  std::jthread thread_;
+};
+
+class CacheFeeder {
+ public:
+  CacheFeeder(Cache& cache, Logger log) : cache_(cache), log_(std::move(log)) {}
+
+  kube::InformerHandlers NodeHandlers();
+  kube::InformerHandlers PodHandlers();
+
+  // Applies one node / pod object (exposed for tests).
+  void OnNode(const nlohmann::json& node);
+  void OnNodeDeleted(const nlohmann::json& node);
+  void OnPod(const nlohmann::json& pod);
+  void OnPodDeleted(const nlohmann::json& pod);
+
+ private:
+  Cache& cache_;
+  const Logger log_;
+};
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_KUBE_ADAPTERS_H_

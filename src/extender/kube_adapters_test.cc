@@ -1,0 +1,128 @@
+// The Kubernetes side against an in-memory apiserver (port 0).
+#include "extender/kube_adapters.h"
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "api/inventory_codec.h"
+#include "extender/leader.h"
+#include "extender/test_util.h"
+#include "kube/fake_apiserver.h"
+
+namespace accelpool::extender {
+namespace {
+
+using testing::Gpu;
+
+template <typename F>
+bool Eventually(F f) {
+  for (int i = 0; i < 200; ++i) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return false;
+}
+
+class KubeAdaptersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start().ok());
+    kube::KubeConfig kc;
+    kc.server = api_.url();
+    auto c = kube::NewKubeClient(kc);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+  }
+  nlohmann::json Node(const std::string& name) {
+    api::InventoryDocument doc;
+    doc.generation = 3;
+    doc.inventories.push_back(testing::GpuNode(name));
+    return {{"apiVersion", "v1"},
+            {"kind", "Node"},
+            {"metadata",
+             {{"name", name},
+              {"annotations", {{"accelpool.io/inventory", api::SerializeInventory(doc)}}}}}};
+  }
+  nlohmann::json Pod(const std::string& name, const std::string& uid) {
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", name}, {"namespace", "ns"}, {"uid", uid}}},
+            {"spec",
+             {{"schedulerName", "accelpool-scheduler"},
+              {"containers",
+               {{{"name", "main"}, {"resources", {{"limits", {{"nvidia.com/gpu", "2"}}}}}}}}}}};
+  }
+
+  kube::FakeApiServer api_;
+  std::unique_ptr<kube::KubeClient> client_;
+};
+
+TEST_F(KubeAdaptersTest, BindWritesAssignmentAndBindingThenWatchConfirms) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  api_.Put("/api/v1/nodes", Node("node-a"));
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  kube::InformerOptions no;
+  no.resource = kube::Nodes();
+  kube::Informer nodes(*client_, no, feeder.NodeHandlers());
+  kube::InformerOptions po;
+  po.resource = kube::Pods();
+  kube::Informer pods(*client_, po, feeder.PodHandlers());
+  nodes.Start();
+  pods.Start();
+  ASSERT_TRUE(nodes.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(pods.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_NE(cache.Node("node-a"), nullptr);
+  EXPECT_EQ(cache.Node("node-a")->generation, 3);
+
+  KubePodWriter writer(*client_, cache);
+  KubePodSource source(*client_, &pods);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  Handlers h(**ext, &source, nullptr, Logger());
+  Reply r = h.Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"uid-p","Node":"node-a"})");
+  EXPECT_EQ(r.body, R"({"Error":""})");
+  std::optional<nlohmann::json> stored = api_.Object("/api/v1/namespaces/ns/pods", "p");
+  ASSERT_TRUE(stored.has_value());
+  const std::string text = (*stored)["metadata"]["annotations"]["accelpool.io/assignment"];
+  EXPECT_NE(text.find("\"node\":\"node-a\""), std::string::npos) << text;
+  // The watch shows the pod bound with the same assignment: still 2 devices.
+  ASSERT_TRUE(Eventually([&] { return cache.Stats().pods_bound == 1; }));
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 6);
+  // A deleted pod gives its devices back.
+  api_.Remove("/api/v1/namespaces/ns/pods", "p");
+  EXPECT_TRUE(Eventually([&] { return cache.Node("node-a")->FreeWholeDevices() == 8; }));
+  pods.Stop();
+  nodes.Stop();
+}
+
+TEST_F(KubeAdaptersTest, AssignmentIsGuardedByUid) {
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "new-uid"));
+  KubePodWriter writer(*client_, cache);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodInfo old = testing::MakePod("old-uid", {Gpu(1)});
+  old.ref.name = "p";
+  StatusOr<PodAssignment> a = (*ext)->Bind(old, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(cache.Node("node-a")->Idle());
+}
+
+TEST_F(KubeAdaptersTest, OneLeaderAtATime) {
+  LeaderOptions o;
+  o.ns = "kube-system";
+  o.identity = "replica-1";
+  LeaderElector one(*client_, o, Logger());
+  o.identity = "replica-2";
+  LeaderElector two(*client_, o, Logger());
+  EXPECT_TRUE(one.TryAcquireOrRenew());
+  EXPECT_FALSE(two.TryAcquireOrRenew());
+  EXPECT_TRUE(one.TryAcquireOrRenew());  // renew
+}
+
+}  // namespace
+}  // namespace accelpool::extender

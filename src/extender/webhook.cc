@@ -1,0 +1,223 @@
+#include "extender/webhook.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "api/pod_request.h"
+#include "api/resources.h"
+#include "extender/convert.h"
+#include "extender/wire.h"
+
+namespace accelpool::extender {
+namespace {
+
+std::string PointerEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The count resource that goes with a memory/compute resource name.
+std::string CountNameFor(const api::ResourceInfo& info) {
+  for (const api::ResourceInfo& r : api::KnownResources()) {
+    if (r.role == api::ResourceRole::kCount && r.vendor == info.vendor &&
+        (r.memory_name == info.name || r.memory_percent_name == info.name ||
+         r.compute_name == info.name)) {
+      return r.name;
+    }
+  }
+  return std::string(api::DefaultCountResource(info.vendor));
+}
+
+struct Limits {
+  int32_t devices = 0;
+  int64_t memory_mib = 0;
+};
+
+// The largest node (device count) and device (memory) per vendor in the cache.
+std::map<core::Vendor, Limits> ClusterLimits(const Cache& cache) {
+  std::map<core::Vendor, Limits> out;
+  for (const std::string& name : cache.NodeNames()) {
+    NodeSnapshotPtr snap = cache.Node(name);
+    if (snap == nullptr) continue;
+    for (const InventoryState& st : snap->inventories) {
+      Limits& l = out[st.inventory->vendor];
+      l.devices = std::max(l.devices, static_cast<int32_t>(st.inventory->devices.size()));
+      for (const core::Device& d : st.inventory->devices) {
+        l.memory_mib = std::max(l.memory_mib, d.memory_mib);
+      }
+    }
+  }
+  return out;
+}
+
+Status CheckAgainstCluster(const PodInfo& pod, const std::map<core::Vendor, Limits>& limits) {
+  for (const core::DeviceRequest& r : pod.request.containers) {
+    auto it = limits.find(r.vendor);
+    if (it == limits.end()) {
+      continue;  // no node of this vendor known yet: let the scheduler wait for one
+    }
+    const std::string vendor(core::VendorName(r.vendor));
+    if (r.count > it->second.devices) {
+      return InvalidArgumentError(
+          "container " + r.container + " asks for " + std::to_string(r.count) + " " + vendor +
+          " devices but the largest node has " + std::to_string(it->second.devices) +
+          "; ask for at most " + std::to_string(it->second.devices) +
+          " per pod and run more pods for a larger job");
+    }
+    if (r.memory_mib > it->second.memory_mib) {
+      return InvalidArgumentError("container " + r.container + " asks for " +
+                                  std::to_string(r.memory_mib) + " MiB per " + vendor +
+                                  " device but the largest has " +
+                                  std::to_string(it->second.memory_mib) +
+                                  " MiB; lower the memory request or ask for more devices");
+    }
+  }
+  return Status::Ok();
+}
+
+Json Review(const std::string& uid, Json response) {
+  response["uid"] = uid;
+  return Json{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"response", std::move(response)}};
+}
+
+}  // namespace
+
+std::string Base64Encode(std::string_view in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) |
+                       static_cast<uint8_t>(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+Webhook::Webhook(WebhookOptions options, const Cache* cache, Logger log)
+    : options_(std::move(options)), cache_(cache), log_(std::move(log)) {}
+
+Reply Webhook::Mutate(std::string_view body) const {
+  try {
+    StatusOr<Json> doc = ParseJson(body);
+    if (!doc.ok() || !doc->is_object() || !doc->contains("request") ||
+        !(*doc)["request"].is_object()) {
+      const std::string why = doc.ok() ? "no request object" : doc.status().message();
+      log_.Warn("bad admission review", {{"error", why}});
+      return Reply{400, EncodeErrorBody("not an admission.k8s.io/v1 AdmissionReview (" + why + ")")};
+    }
+    const Json& req = (*doc)["request"];
+    const std::string uid = req.contains("uid") && req["uid"].is_string() ? req["uid"].get<std::string>() : "";
+    Json allowed = Json{{"allowed", true}};
+    if (!req.contains("object") || !req["object"].is_object() ||
+        !api::RequestsAccelerators(req["object"])) {
+      return Reply{200, Review(uid, allowed).dump(-1, ' ', false, Json::error_handler_t::replace)};
+    }
+    Json pod = req["object"];
+    Json patch = Json::array();
+    // 1. Defaults: a count of 1 where only memory or compute is given.
+    for (const char* list : {"initContainers", "containers"}) {
+      if (!pod.contains("spec") || !pod["spec"].is_object() || !pod["spec"].contains(list) ||
+          !pod["spec"][list].is_array()) {
+        continue;
+      }
+      Json& containers = pod["spec"][list];
+      for (size_t i = 0; i < containers.size(); ++i) {
+        Json& c = containers[i];
+        if (!c.is_object() || !c.contains("resources") || !c["resources"].is_object()) continue;
+        Json& res = c["resources"];
+        std::set<std::string> names;
+        for (const char* part : {"limits", "requests"}) {
+          if (res.contains(part) && res[part].is_object()) {
+            for (const auto& item : res[part].items()) names.insert(item.key());
+          }
+        }
+        std::map<core::Vendor, std::string> need_count;
+        std::set<core::Vendor> has_count;
+        for (const std::string& n : names) {
+          std::optional<api::ResourceInfo> info = api::LookupResource(n);
+          if (!info.has_value()) continue;
+          if (info->role == api::ResourceRole::kCount) {
+            has_count.insert(info->vendor);
+          } else if (info->role != api::ResourceRole::kIgnored) {
+            need_count.emplace(info->vendor, CountNameFor(*info));
+          }
+        }
+        for (const auto& [vendor, count_name] : need_count) {
+          if (has_count.count(vendor) || count_name.empty()) continue;
+          const std::string base =
+              "/spec/" + std::string(list) + "/" + std::to_string(i) + "/resources/limits";
+          if (!res.contains("limits") || !res["limits"].is_object()) {
+            res["limits"] = Json::object();
+            patch.push_back(Json{{"op", "add"}, {"path", base}, {"value", Json::object()}});
+          }
+          res["limits"][count_name] = "1";
+          patch.push_back(
+              Json{{"op", "add"}, {"path", base + "/" + PointerEscape(count_name)}, {"value", "1"}});
+        }
+      }
+    }
+    // 2. Impossible requests are refused with what to change.
+    StatusOr<PodInfo> info = PodInfoFromJson(pod);
+    Status verdict = info.ok() ? Status::Ok() : info.status();
+    if (verdict.ok() && cache_ != nullptr) {
+      verdict = CheckAgainstCluster(*info, ClusterLimits(*cache_));
+    }
+    if (!verdict.ok()) {
+      log_.Info("admission refused", {{"uid", uid}, {"error", verdict.message()}});
+      return Reply{200, Review(uid, Json{{"allowed", false},
+                                         {"status", {{"code", 400}, {"message", verdict.message()}}}})
+                            .dump(-1, ' ', false, Json::error_handler_t::replace)};
+    }
+    // 3. Route to accelpool's scheduler.
+    const Json* spec = pod.contains("spec") && pod["spec"].is_object() ? &pod["spec"] : nullptr;
+    const std::string current = spec != nullptr && spec->contains("schedulerName") &&
+                                        (*spec)["schedulerName"].is_string()
+                                    ? (*spec)["schedulerName"].get<std::string>()
+                                    : "";
+    if (spec != nullptr && (current.empty() || current == "default-scheduler")) {
+      patch.push_back(
+          Json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}});
+    }
+    if (!patch.empty()) {
+      allowed["patchType"] = "JSONPatch";
+      allowed["patch"] = Base64Encode(patch.dump(-1, ' ', false, Json::error_handler_t::replace));
+    }
+    return Reply{200, Review(uid, allowed).dump(-1, ' ', false, Json::error_handler_t::replace)};
+  } catch (const std::exception& e) {
+    log_.Error("webhook failed", {{"error", e.what()}});
+    return Reply{500, EncodeErrorBody(std::string("internal error: ") + e.what())};
+  }
+}
+
+}  // namespace accelpool::extender

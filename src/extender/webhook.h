@@ -1,0 +1,51 @@
+// Mutating admission webhook for pods (AdmissionReview admission.k8s.io/v1).
+//
+// For a pod that names any accelerator resource (api/resources.h):
+//   1. fills defaults: a container that gives memory or compute of a vendor
+//      without the vendor's count resource gets count 1 in resources.limits
+//      (kubelet then allocates one slot for it);
+//   2. rejects requests that can never be scheduled, with a message that says
+//      what to change: a malformed value ("1.5" GPUs), contradictory
+//      settings, or more devices or memory than the largest node of that
+//      vendor in the cache has;
+//   3. routes the pod to accelpool's scheduler: spec.schedulerName is set to
+//      the configured name when it is empty or "default-scheduler" (a pod that
+//      names another scheduler is left alone).
+// Pods that ask for no accelerator are allowed unchanged. The answer carries a
+// base64 JSONPatch. A body that is not an AdmissionReview gets HTTP 400.
+//
+// Thread-safety: Mutate may be called concurrently.
+#ifndef ACCELPOOL_EXTENDER_WEBHOOK_H_
+#define ACCELPOOL_EXTENDER_WEBHOOK_H_
+
+#include <string>
+#include <string_view>
+
+#include "common/log.h"
+#include "extender/cache.h"
+#include "extender/handlers.h"
+
+namespace accelpool::extender {
+
+struct WebhookOptions {
+  std::string scheduler_name = "accelpool-scheduler";
+};
+
+class Webhook {
+ public:
+  // `cache` (may be null) supplies the cluster's largest devices for the
+  // impossible-request check.
+  Webhook(WebhookOptions options, const Cache* cache, Logger log);
+  Reply Mutate(std::string_view body) const;
+
+ private:
+  const WebhookOptions options_;
+  const Cache* const cache_;
+  const Logger log_;
+};
+
+std::string Base64Encode(std::string_view in);
+
+}  // namespace accelpool::extender
+
+#endif  // ACCELPOOL_EXTENDER_WEBHOOK_H_

@@ -1,0 +1,93 @@
+#include "extender/webhook.h"
+
+#include <gtest/gtest.h>
+
+#include "extender/test_util.h"
+
+namespace accelpool::extender {
+namespace {
+
+nlohmann::json Review(const nlohmann::json& pod) {
+  return {{"apiVersion", "admission.k8s.io/v1"},
+          {"kind", "AdmissionReview"},
+          {"request", {{"uid", "req-1"}, {"operation", "CREATE"}, {"object", pod}}}};
+}
+
+nlohmann::json PodWithLimits(const nlohmann::json& limits, const std::string& scheduler = "") {
+  nlohmann::json pod = {{"metadata", {{"name", "p"}, {"namespace", "ns"}}},
+                        {"spec", {{"containers", {{{"name", "main"},
+                                                   {"resources", {{"limits", limits}}}}}}}}};
+  if (!scheduler.empty()) pod["spec"]["schedulerName"] = scheduler;
+  return pod;
+}
+
+TEST(WebhookTest, Base64) {
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+}
+
+TEST(WebhookTest, MutatesRoutesAndRejects) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  struct Case {
+    const char* name;
+    nlohmann::json pod;
+    bool want_allowed;
+    std::string want_patch;  // decoded JSONPatch, "" = none
+    const char* want_message;
+  };
+  const Case cases[] = {
+      {"memory only gets a count and the scheduler", PodWithLimits({{"nvidia.com/gpumem", "4096"}}),
+       true,
+       R"([{"op":"add","path":"/spec/containers/0/resources/limits/nvidia.com~1gpu","value":"1"},)"
+       R"({"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])",
+       ""},
+      {"count only is just routed", PodWithLimits({{"nvidia.com/gpu", "2"}}, "default-scheduler"),
+       true, R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])", ""},
+      {"another scheduler is left alone", PodWithLimits({{"nvidia.com/gpu", "2"}}, "volcano"), true,
+       "", ""},
+      {"no accelerator", PodWithLimits({{"cpu", "2"}}), true, "", ""},
+      {"more devices than any node", PodWithLimits({{"nvidia.com/gpu", "9"}}), false, "",
+       "largest node has 8"},
+      {"fractional count", PodWithLimits({{"nvidia.com/gpu", "1.5"}}), false, "", "1.5"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Reply r = w.Mutate(Review(c.pod).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const nlohmann::json got = nlohmann::json::parse(r.body);
+    EXPECT_EQ(got["apiVersion"], "admission.k8s.io/v1");
+    EXPECT_EQ(got["kind"], "AdmissionReview");
+    EXPECT_EQ(got["response"]["uid"], "req-1");
+    EXPECT_EQ(got["response"]["allowed"], c.want_allowed);
+    if (c.want_patch.empty()) {
+      EXPECT_FALSE(got["response"].contains("patch"));
+    } else {
+      ASSERT_TRUE(got["response"].contains("patch")) << r.body;
+      EXPECT_EQ(got["response"]["patchType"], "JSONPatch");
+      EXPECT_EQ(got["response"]["patch"], Base64Encode(c.want_patch));
+    }
+    if (!c.want_allowed) {
+      EXPECT_NE(got["response"]["status"]["message"].get<std::string>().find(c.want_message),
+                std::string::npos)
+          << r.body;
+    }
+  }
+}
+
+TEST(WebhookTest, BadReviewIs400) {
+  Webhook w(WebhookOptions{}, nullptr, Logger());
+  for (const char* body : {"", "{", "[]", R"({"request":5})"}) {
+    SCOPED_TRACE(body);
+    Reply r = w.Mutate(body);
+    EXPECT_EQ(r.status, 400);
+    EXPECT_NE(r.body.find("AdmissionReview"), std::string::npos) << r.body;
+  }
+}
+
+}  // namespace
+}  // namespace accelpool::extender
