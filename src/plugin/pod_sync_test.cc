@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "api/inventory_codec.h"
+#include "core/profiles.h"
 #include "kube/fake_apiserver.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/node_publisher.h"
@@ -81,7 +83,7 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
       if (e->has_value()) {
         EXPECT_EQ((*e)->allocated.size(), c.want_allocated);
       }
-    } else {
+    } else if (c.pod.is_object()) {
       EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
     }
   }
