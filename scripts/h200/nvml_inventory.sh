@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the device plugin on a machine with NVIDIA GPUs, runs NVML discovery
+# and records what NVML reports: per GPU the UUID, memory, NUMA node, PCI bus,
+# MIG mode, and the measured link matrix (P2P level + NVLink), next to
+# nvidia-smi's own view for comparison.
+#
+#   scripts/h200/nvml_inventory.sh [build-dir]
+#
+# Output: docs/benchmarks/nvml-inventory-<gpu model>.md (and the raw JSON
+# beside it). Needs the NVIDIA driver (libnvidia-ml.so.1) and the build
+# dependencies of the repository; no Kubernetes.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${1:-${repo}/build-h200}"
+cd "${repo}"
+
+command -v nvidia-smi >/dev/null || { echo "nvidia-smi not found: run this on a GPU machine" >&2; exit 1; }
+
+cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
+  -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF >/dev/null
+cmake --build "${build}" -j"$(nproc)" --target accelpool-device-plugin
+
+bin="${build}/src/cmd/device_plugin/accelpool-device-plugin"
+model="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/^NVIDIA //; s/[^A-Za-z0-9]/-/g')"
+out_dir="${repo}/docs/benchmarks"
+mkdir -p "${out_dir}"
+json="${out_dir}/nvml-inventory-${model,,}.json"
+md="${out_dir}/nvml-inventory-${model,,}.md"
+
+start=$(date +%s.%N)
+"${bin}" --backend=nvidia --print-inventory --node-name="$(hostname)" > "${json}"
+end=$(date +%s.%N)
+
+{
+  echo "# NVML inventory on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  echo
+  echo "Recorded $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/h200/nvml_inventory.sh."
+  echo "Driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1);"
+  echo "discovery took $(echo "${end} - ${start}" | bc) s (process start to exit)."
+  echo
+  echo "## What accelpool read through NVML"
+  echo
+  echo "| index | id (UUID) | model | memory MiB | NUMA | PCI bus | max shares | healthy |"
+  echo "|---|---|---|---|---|---|---|---|"
+  python3 - "${json}" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for inv in doc["inventories"]:
+    for d in inv["devices"]:
+        print(f"| {d['index']} | {d['id']} | {d['model']} | {d['memory_mib']} | {d['numa']} | "
+              f"{d['pci_bus']} | {d['max_shares']} | {d['healthy']} |")
+    t = inv["topology"]
+    n = len(inv["devices"])
+    print()
+    print(f"Topology profile: `{t['kind']}`; groups {t['groups']}.")
+    print()
+    print("Link scores (PCIe level 10..60 + 100 per NVLink):")
+    print()
+    print("| | " + " | ".join(str(j) for j in range(n)) + " |")
+    print("|---" * (n + 1) + "|")
+    links = t["links"]
+    for i in range(n):
+        row = [str(links[i * n + j]) if links else "-" for j in range(n)]
+        print(f"| {i} | " + " | ".join(row) + " |")
+PY
+  echo
+  echo "## nvidia-smi for comparison"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current --format=csv
+  echo
+  nvidia-smi topo -m
+  echo '```'
+} > "${md}"
+
+echo "wrote ${md} and ${json}"
