@@ -1,0 +1,276 @@
+#include "core/frag.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <string_view>
+
+namespace accelpool::core {
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// True when `model` is one of the '|'-separated names in `spec`.
+bool ModelMatches(std::string_view spec, std::string_view model) {
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find('|', start);
+    if (end == std::string_view::npos) end = spec.size();
+    std::string_view name = spec.substr(start, end - start);
+    if (!name.empty() && EqualsIgnoreCase(name, model)) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<FragTask> NormalizeTasks(std::vector<FragTask> tasks) {
+  std::erase_if(tasks, [](const FragTask& t) { return !(t.weight > 0); });
+  double sum = 0;
+  for (const FragTask& t : tasks) sum += t.weight;
+  for (FragTask& t : tasks) t.weight /= sum;
+  return tasks;
+}
+
+int64_t IdleCompute(const FragNode& node) {
+  int64_t idle = 0;
+  for (int32_t f : node.free_compute) idle += f;
+  return idle;
+}
+
+double NodeFragment(const FragNode& node, std::span<const FragTask> tasks) {
+  const int64_t idle = IdleCompute(node);
+  if (idle == 0) return 0;
+  const size_t n = node.free_compute.size();
+  const bool track_memory = node.free_memory.size() == n;
+  double fragment = 0;
+  for (const FragTask& t : tasks) {
+    bool usable = t.count > 0;
+    if (usable && t.model_mask != 0) {
+      usable = node.model_id >= 0 && node.model_id < 64 &&
+               ((t.model_mask >> node.model_id) & 1U) != 0;
+    }
+    if (usable && t.cpu_milli > 0 && node.cpu_free_milli >= 0) {
+      usable = node.cpu_free_milli >= t.cpu_milli;
+    }
+    if (usable && t.host_memory_mib > 0 && node.host_memory_free_mib >= 0) {
+      usable = node.host_memory_free_mib >= t.host_memory_mib;
+    }
+    if (!usable) {
+      fragment += t.weight * static_cast<double>(idle);
+      continue;
+    }
+    int32_t fitting = 0;
+    int64_t stranded = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t f = node.free_compute[i];
+      bool fits = f >= t.compute;
+      if (fits && track_memory && t.memory_mib > 0) fits = node.free_memory[i] >= t.memory_mib;
+      if (fits) {
+        ++fitting;
+      } else {
+        stranded += f;
+      }
+    }
+    fragment += t.weight * static_cast<double>(fitting >= t.count ? stranded : idle);
+  }
+  return fragment;
+}
+
+int32_t FgdScore(double f_before, double f_after) {
+  const double x = (f_before - f_after) / 1000.0;
+  return static_cast<int32_t>(100.0 / (1.0 + std::exp(-x)));
+}
+
+const std::vector<TaskShape>& DefaultWorkload() {
+  // Shares follow the arrivals of the public Alibaba GPU trace (openb):
+  // mostly one whole GPU or a share of one, a few multi-GPU tasks.
+  static const std::vector<TaskShape> kMix = {
+      {.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 0.48},
+      {.count = 1, .compute = 810, .memory_mib = 0, .model = "", .weight = 0.13},
+      {.count = 1, .compute = 500, .memory_mib = 0, .model = "", .weight = 0.13},
+      {.count = 1, .compute = 250, .memory_mib = 0, .model = "", .weight = 0.08},
+      {.count = 2, .compute = 1000, .memory_mib = 0, .model = "", .weight = 0.02},
+      {.count = 4, .compute = 1000, .memory_mib = 0, .model = "", .weight = 0.02},
+      {.count = 8, .compute = 1000, .memory_mib = 0, .model = "", .weight = 0.04},
+      {.count = 0, .compute = 0, .memory_mib = 0, .model = "", .weight = 0.10},
+  };
+  return kMix;
+}
+
+std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
+                                        const NodeInventory& inv) {
+  const std::vector<TaskShape>& shapes = workload.empty() ? DefaultWorkload() : workload;
+  const std::string_view model = inv.devices.empty() ? std::string_view() : inv.devices[0].model;
+  std::vector<FragTask> out;
+  out.reserve(shapes.size());
+  for (const TaskShape& s : shapes) {
+    FragTask t;
+    t.count = s.count;
+    t.compute = s.compute;
+    t.memory_mib = s.memory_mib;
+    t.weight = s.weight;
+    if (!s.model.empty()) t.model_mask = ModelMatches(s.model, model) ? 1U : 2U;
+    out.push_back(t);
+  }
+  return NormalizeTasks(std::move(out));
+}
+
+int32_t AccelpoolScore(const AccelpoolInputs& in) {
+  // FGD's score on the (memory-aware) measure, stretched to twice the
+  // resolution over its working range 25..75, and one packing step on top:
+  // at equal fragmentation growth, a node at least half full after the
+  // placement wins, so new nodes are opened only when they must be.
+  const int32_t fgd = FgdScore(in.f_before, in.f_after);
+  double used = 0;
+  if (in.node_capacity > 0) {
+    used = 1.0 - static_cast<double>(in.node_idle_after) / static_cast<double>(in.node_capacity);
+  }
+  const int32_t pack = used >= 0.5 ? 1 : 0;
+  return std::clamp(2 * (fgd - 25) + pack, 0, 100);
+}
+
+namespace {
+
+// Free compute and memory per device after usage plus an optional placement.
+struct FreeView {
+  std::vector<int32_t> compute;
+  std::vector<int64_t> memory;
+};
+
+FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement* placement) {
+  const size_t n = inv.devices.size();
+  FreeView v;
+  v.compute.assign(n, 0);
+  v.memory.assign(n, 0);
+  std::vector<int32_t> used_compute(n, 0);
+  std::vector<int64_t> used_memory(n, 0);
+  std::vector<bool> exclusive(n, false);
+  for (size_t i = 0; i < n && i < usage.devices.size(); ++i) {
+    used_compute[i] = usage.devices[i].compute;
+    used_memory[i] = usage.devices[i].memory_mib;
+    exclusive[i] = usage.devices[i].exclusive;
+  }
+  if (placement != nullptr) {
+    // Regular containers and sidecars run together; each init container runs
+    // alone, so a device holds the larger of the two.
+    std::vector<int32_t> run_c(n, 0), init_c(n, 0);
+    std::vector<int64_t> run_m(n, 0), init_m(n, 0);
+    for (const ContainerPlacement& c : placement->containers) {
+      for (const Grant& g : c.grants) {
+        if (g.device < 0 || static_cast<size_t>(g.device) >= n) continue;
+        const size_t d = static_cast<size_t>(g.device);
+        const int32_t comp = g.exclusive ? kComputeWhole : g.compute;
+        const int64_t mem = g.exclusive ? inv.devices[d].memory_mib : g.memory_mib;
+        if (g.exclusive) exclusive[d] = true;
+        if (c.kind == ContainerKind::kInit) {
+          init_c[d] = std::max(init_c[d], comp);
+          init_m[d] = std::max(init_m[d], mem);
+        } else {
+          run_c[d] += comp;
+          run_m[d] += mem;
+        }
+      }
+    }
+    for (size_t d = 0; d < n; ++d) {
+      used_compute[d] += std::max(run_c[d], init_c[d]);
+      used_memory[d] += std::max(run_m[d], init_m[d]);
+    }
+  }
+  for (size_t d = 0; d < n; ++d) {
+    const Device& dev = inv.devices[d];
+    if (!dev.healthy || exclusive[d]) continue;
+    v.compute[d] = std::max(0, kComputeWhole - used_compute[d]);
+    v.memory[d] = std::max<int64_t>(0, dev.memory_mib - used_memory[d]);
+  }
+  return v;
+}
+
+double FragmentOf(const FreeView& v, std::span<const FragTask> tasks) {
+  FragNode node;
+  node.free_compute = v.compute;
+  node.free_memory = v.memory;
+  node.model_id = 0;
+  return NodeFragment(node, tasks);
+}
+
+class FragmentationPolicy : public Policy {
+ public:
+  explicit FragmentationPolicy(const PolicyContext& ctx) : workload_(ctx.workload) {}
+  std::string_view Name() const override { return "fragmentation"; }
+
+  double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& placement) const override {
+    const std::vector<FragTask> tasks = TasksForInventory(workload_, inv);
+    return FragmentOf(FreeAfter(inv, usage, nullptr), tasks) -
+           FragmentOf(FreeAfter(inv, usage, &placement), tasks);
+  }
+
+  int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const Placement& placement) const override {
+    const std::vector<FragTask> tasks = TasksForInventory(workload_, inv);
+    return FgdScore(FragmentOf(FreeAfter(inv, usage, nullptr), tasks),
+                    FragmentOf(FreeAfter(inv, usage, &placement), tasks));
+  }
+
+ private:
+  std::vector<TaskShape> workload_;
+};
+
+class AccelpoolPolicy : public Policy {
+ public:
+  explicit AccelpoolPolicy(const PolicyContext& ctx) : workload_(ctx.workload) {}
+  std::string_view Name() const override { return "accelpool"; }
+
+  double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
+                        const Placement& placement) const override {
+    return Score(inv, usage, placement);
+  }
+
+  int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const Placement& placement) const override {
+    return Score(inv, usage, placement);
+  }
+
+ private:
+  int32_t Score(const NodeInventory& inv, const NodeUsage& usage,
+                const Placement& placement) const {
+    const std::vector<FragTask> tasks = TasksForInventory(workload_, inv);
+    const FreeView before = FreeAfter(inv, usage, nullptr);
+    const FreeView after = FreeAfter(inv, usage, &placement);
+    AccelpoolInputs in;
+    in.f_before = FragmentOf(before, tasks);
+    in.f_after = FragmentOf(after, tasks);
+    for (size_t d = 0; d < inv.devices.size(); ++d) {
+      if (!inv.devices[d].healthy) continue;
+      in.node_capacity += kComputeWhole;
+      in.node_idle_after += after.compute[d];
+    }
+    return AccelpoolScore(in);
+  }
+
+  std::vector<TaskShape> workload_;
+};
+
+}  // namespace
+
+PolicyPtr MakeFragmentationPolicy(const PolicyContext& ctx) {
+  return std::make_unique<FragmentationPolicy>(ctx);
+}
+
+PolicyPtr MakeAccelpoolPolicy(const PolicyContext& ctx) {
+  return std::make_unique<AccelpoolPolicy>(ctx);
+}
+
+}  // namespace accelpool::core

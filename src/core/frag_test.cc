@@ -1,0 +1,179 @@
+#include "core/frag.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace accelpool::core {
+namespace {
+
+FragTask Task(int32_t count, int32_t compute, double weight, int64_t cpu = 0, uint64_t mask = 0) {
+  FragTask t;
+  t.count = count;
+  t.compute = compute;
+  t.cpu_milli = cpu;
+  t.model_mask = mask;
+  t.weight = weight;
+  return t;
+}
+
+struct FragCase {
+  std::string name;
+  std::vector<int32_t> free;
+  int64_t cpu_free;
+  int32_t model_id;
+  std::vector<FragTask> tasks;
+  double want;
+};
+
+TEST(NodeFragmentTest, Table) {
+  const std::vector<FragCase> cases = {
+      {"empty node, whole-GPU task fits everywhere", {1000, 1000}, -1, 0, {Task(1, 1000, 1)}, 0},
+      {"slivers below the task size are fragment", {300, 1000}, -1, 0, {Task(1, 500, 1)}, 300},
+      {"too few fitting GPUs strands all idle", {1000, 400}, -1, 0, {Task(2, 1000, 1)}, 1400},
+      {"host-only task cannot use any GPU", {1000, 1000}, -1, 0, {Task(0, 0, 1)}, 2000},
+      {"model outside the mask strands all", {1000}, -1, 1, {Task(1, 100, 1, 0, 0b01)}, 1000},
+      {"model inside the mask", {1000}, -1, 0, {Task(1, 100, 1, 0, 0b01)}, 0},
+      {"lacking CPU strands all", {1000, 500}, 2000, 0, {Task(1, 100, 1, 4000)}, 1500},
+      {"enough CPU", {1000, 500}, 8000, 0, {Task(1, 100, 1, 4000)}, 0},
+      {"weights mix", {200, 1000}, -1, 0, {Task(1, 500, 0.5), Task(1, 100, 0.5)}, 100},
+      {"full node has no fragment", {0, 0}, -1, 0, {Task(0, 0, 1)}, 0},
+  };
+  for (const FragCase& c : cases) {
+    FragNode n;
+    n.free_compute = c.free;
+    n.cpu_free_milli = c.cpu_free;
+    n.model_id = c.model_id;
+    EXPECT_DOUBLE_EQ(NodeFragment(n, c.tasks), c.want) << c.name;
+  }
+}
+
+TEST(NodeFragmentTest, MemoryDisqualifiesDevices) {
+  std::vector<int32_t> free = {1000, 1000};
+  std::vector<int64_t> mem = {1024, 8192};
+  FragTask t = Task(1, 100, 1);
+  t.memory_mib = 4096;
+  FragNode n;
+  n.free_compute = free;
+  n.free_memory = mem;
+  std::vector<FragTask> tasks = {t};
+  EXPECT_DOUBLE_EQ(NodeFragment(n, tasks), 1000);
+}
+
+TEST(NormalizeTasksTest, SumsToOneAndDropsEmpty) {
+  std::vector<FragTask> t = NormalizeTasks({Task(1, 1000, 3), Task(1, 500, 1), Task(2, 1000, 0)});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_DOUBLE_EQ(t[0].weight, 0.75);
+  EXPECT_DOUBLE_EQ(t[1].weight, 0.25);
+}
+
+TEST(FgdScoreTest, Table) {
+  struct C {
+    double before, after;
+    int32_t want;
+  };
+  // int(100 * sigmoid(x)): sigmoid(0) = 0.5, sigmoid(1) = 0.731, sigmoid(-1) = 0.269.
+  const std::vector<C> cases = {{500, 500, 50}, {1500, 500, 73}, {500, 1500, 26}, {0, 20000, 0}};
+  for (const C& c : cases) EXPECT_EQ(FgdScore(c.before, c.after), c.want) << c.before << "->" << c.after;
+}
+
+TEST(AccelpoolScoreTest, LessFragmentationGrowthScoresHigher) {
+  AccelpoolInputs a;
+  a.f_before = 1000;
+  a.node_capacity = 8000;
+  a.node_idle_after = 4000;
+  int32_t last = 101;
+  for (double growth : {-500.0, 0.0, 200.0, 800.0, 3000.0}) {
+    a.f_after = a.f_before + growth;
+    const int32_t s = AccelpoolScore(a);
+    EXPECT_GE(s, 0);
+    EXPECT_LE(s, 100);
+    EXPECT_LE(s, last) << "growth " << growth;
+    last = s;
+  }
+}
+
+TEST(AccelpoolScoreTest, FullerNodeWinsAtEqualFragmentation) {
+  AccelpoolInputs empty_node, used_node;
+  empty_node.node_capacity = used_node.node_capacity = 8000;
+  empty_node.node_idle_after = 7000;
+  used_node.node_idle_after = 1000;
+  EXPECT_GE(AccelpoolScore(used_node), AccelpoolScore(empty_node));
+}
+
+NodeInventory Node(int32_t gpus, const std::string& model) {
+  NodeInventory inv;
+  inv.node = "n1";
+  inv.vendor = Vendor::kNvidia;
+  for (int32_t i = 0; i < gpus; ++i) {
+    Device d;
+    d.id = "GPU-" + std::to_string(i);
+    d.index = i;
+    d.vendor = Vendor::kNvidia;
+    d.model = model;
+    d.memory_mib = 16384;
+    d.max_shares = 10;
+    inv.devices.push_back(d);
+  }
+  return inv;
+}
+
+Placement Share(int32_t device, int32_t compute) {
+  Placement p;
+  ContainerPlacement c;
+  c.container = "main";
+  c.grants.push_back(Grant{device, 0, compute, false});
+  p.containers.push_back(c);
+  return p;
+}
+
+TEST(FragmentationPolicyTest, PrefersTheGpuThatLeavesNoSliver) {
+  PolicyContext ctx;
+  ctx.workload = {TaskShape{.count = 1, .compute = 500, .memory_mib = 0, .model = "", .weight = 1}};
+  PolicyPtr p = MakeFragmentationPolicy(ctx);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->Name(), "fragmentation");
+  NodeInventory inv = Node(2, "T4");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  usage.devices[0].compute = 500;  // GPU 0 has exactly one more 500 slot
+  usage.devices[0].shares = 1;
+  // 500 on GPU 0 fills it; on GPU 1 it leaves two half GPUs, both usable.
+  // 400 on GPU 0 leaves a 100 sliver; on GPU 1 it leaves 600 (usable).
+  EXPECT_GT(p->PlacementValue(inv, usage, Share(1, 400)), p->PlacementValue(inv, usage, Share(0, 400)));
+  EXPECT_GE(p->NodeScore(inv, usage, Share(1, 400)), p->NodeScore(inv, usage, Share(0, 400)));
+  EXPECT_EQ(p->NodeScore(inv, usage, Share(0, 500)), 50);  // no change in fragmentation
+}
+
+TEST(FragmentationPolicyTest, ModelFilteredWorkloadSeesOtherModelsAsFragment) {
+  PolicyContext ctx;
+  ctx.workload = {TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "A100|H100", .weight = 1}};
+  NodeInventory t4 = Node(1, "T4");
+  NodeInventory h100 = Node(1, "h100");  // model names match case-insensitively
+  EXPECT_EQ(TasksForInventory(ctx.workload, t4)[0].model_mask, 2u);
+  EXPECT_EQ(TasksForInventory(ctx.workload, h100)[0].model_mask, 1u);
+}
+
+TEST(AccelpoolPolicyTest, ScoresWithinRangeAndPacks) {
+  PolicyPtr p = MakeAccelpoolPolicy(PolicyContext{});
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->Name(), "accelpool");
+  NodeInventory inv = Node(8, "H100");
+  NodeUsage empty = NodeUsage::Empty(inv);
+  NodeUsage busy = empty;
+  for (int i = 0; i < 6; ++i) {
+    busy.devices[i].exclusive = true;
+    busy.devices[i].compute = 1000;
+  }
+  Placement whole;
+  whole.containers.push_back(ContainerPlacement{"main", ContainerKind::kRegular, {Grant{6, 0, 0, true}}});
+  const int32_t on_empty = p->NodeScore(inv, empty, whole);
+  const int32_t on_busy = p->NodeScore(inv, busy, whole);
+  EXPECT_GE(on_empty, 0);
+  EXPECT_LE(on_busy, 100);
+  // Taking a GPU from an untouched 8-GPU node breaks it for 8-GPU tasks.
+  EXPECT_GT(on_busy, on_empty);
+}
+
+}  // namespace
+}  // namespace accelpool::core

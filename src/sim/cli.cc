@@ -1,0 +1,194 @@
+#include "sim/cli.h"
+
+#include <charconv>
+#include <filesystem>
+#include <sstream>
+
+#include "sim/policies.h"
+
+namespace accelpool::sim {
+namespace {
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v, int64_t min,
+                           int64_t max) {
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < min || x > max) {
+    return InvalidArgumentError(flag + " must be a whole number in " + std::to_string(min) +
+                                ".." + std::to_string(max) + ", got \"" + v + "\"");
+  }
+  return x;
+}
+
+}  // namespace
+
+std::string Usage() {
+  return R"(accelpool-sim: replay a GPU cluster trace through placement policies.
+
+Trace replay (the FGD protocol, docs/benchmarks/quality.md):
+  accelpool-sim --nodes NODES.csv --pods PODS.csv[,PODS2.csv...] [flags]
+    --policy LIST     comma list of: random, dotprod, clustering, packing, bestfit,
+                      fgd, accelpool (default: all)
+    --mode MODE       paper | kube | stock | both (paper+kube) | all (default paper).
+                      paper: highest score, ties to the lowest per-seed node rank.
+                      kube: accelpool's extender (10 to the best node, stable
+                      name-hash order among equal NodeScores) x weight.
+                      stock: a plain extender, NodeScore/10 rounded x weight,
+                      random among equal totals.
+    --seeds S         "42-51" or "42,43" (default 42-51)
+    --inflation R     total GPU request as a multiple of the cluster (default 1.3)
+    --weight W        extender weight in kube mode (default 10)
+    --jobs N          replays in parallel (default 1)
+    --out DIR         write summary.csv and curve-<trace>-<mode>.csv
+    --json            print the summary as JSON
+    --progress        draw a progress bar on stderr (default when stderr is a tty)
+    --timed           replay by creation/deletion time instead (pods arrive and
+                      depart); writes utilisation over time to --out
+    -v                log progress details
+
+Topology workloads (docs/benchmarks/quality.md section 2):
+  accelpool-sim --topology [--super-nodes N] [--arrivals N] [--seed S] [--out DIR]
+)";
+}
+
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  for (const std::string& part : SplitComma(text)) {
+    const size_t dash = part.find('-');
+    if (dash == std::string::npos) {
+      StatusOr<int64_t> v = ParseInt("--seeds", part, 0, INT64_MAX);
+      if (!v.ok()) return v.status();
+      seeds.push_back(static_cast<uint64_t>(*v));
+      continue;
+    }
+    StatusOr<int64_t> a = ParseInt("--seeds", part.substr(0, dash), 0, INT64_MAX);
+    StatusOr<int64_t> b = ParseInt("--seeds", part.substr(dash + 1), 0, INT64_MAX);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    if (*b < *a || *b - *a > 10000) {
+      return InvalidArgumentError("--seeds range \"" + part + "\" must be low-high with at most "
+                                  "10000 seeds");
+    }
+    for (int64_t s = *a; s <= *b; ++s) seeds.push_back(static_cast<uint64_t>(s));
+  }
+  if (seeds.empty()) return InvalidArgumentError("--seeds is empty; write e.g. 42-51");
+  return seeds;
+}
+
+std::string TraceNameOf(const std::string& pod_path) {
+  std::string stem = std::filesystem::path(pod_path).stem().string();
+  const std::string prefix = "openb_pod_list_";
+  if (stem.rfind(prefix, 0) == 0) stem = stem.substr(prefix.size());
+  return stem;
+}
+
+StatusOr<CliOptions> ParseCli(int argc, char** argv) {
+  CliOptions o;
+  o.policies = SimPolicyNames();
+  o.seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string* out) -> Status {
+      if (i + 1 >= argc) return InvalidArgumentError(a + " needs a value; see --help");
+      *out = argv[++i];
+      return Status::Ok();
+    };
+    std::string v;
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+    } else if (a == "--nodes") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&o.nodes));
+    } else if (a == "--pods") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      for (const std::string& p : SplitComma(v)) o.pods.push_back(p);
+    } else if (a == "--policy") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      o.policies = SplitComma(v);
+      for (const std::string& p : o.policies) {
+        StatusOr<std::unique_ptr<SimPolicy>> check = MakeSimPolicy(p);
+        if (!check.ok()) return check.status();
+      }
+    } else if (a == "--mode") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      if (v == "paper") {
+        o.mode_list = {TieMode::kPaper};
+      } else if (v == "kube") {
+        o.mode_list = {TieMode::kKube};
+      } else if (v == "stock") {
+        o.mode_list = {TieMode::kStock};
+      } else if (v == "both") {
+        o.mode_list = {TieMode::kPaper, TieMode::kKube};
+      } else if (v == "all") {
+        o.mode_list = {TieMode::kPaper, TieMode::kKube, TieMode::kStock};
+      } else {
+        return InvalidArgumentError("--mode must be paper, kube, stock, both or all, got \"" + v + "\"");
+      }
+    } else if (a == "--seeds" || a == "--seed") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<std::vector<uint64_t>> s = ParseSeeds(v);
+      if (!s.ok()) return s.status();
+      o.seeds = *s;
+      o.topo.seed = o.seeds.front();
+    } else if (a == "--inflation") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      char* end = nullptr;
+      o.inflation = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || o.inflation < 0 || o.inflation > 10) {
+        return InvalidArgumentError("--inflation must be a number in 0..10 (0 = off), got \"" +
+                                    v + "\"");
+      }
+    } else if (a == "--weight") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> w = ParseInt(a, v, 1, 100);
+      if (!w.ok()) return w.status();
+      o.extender_weight = static_cast<int32_t>(*w);
+    } else if (a == "--jobs") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> j = ParseInt(a, v, 1, 256);
+      if (!j.ok()) return j.status();
+      o.jobs = static_cast<int32_t>(*j);
+    } else if (a == "--out") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&o.out_dir));
+      o.topo.out_dir = o.out_dir;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--progress") {
+      o.progress = true;
+    } else if (a == "--timed") {
+      o.timed = true;
+    } else if (a == "--topology") {
+      o.topology = true;
+    } else if (a == "--super-nodes") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> n = ParseInt(a, v, 1, 64);
+      if (!n.ok()) return n.status();
+      o.topo.super_nodes = static_cast<int32_t>(*n);
+    } else if (a == "--arrivals") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> n = ParseInt(a, v, 1, 10000000);
+      if (!n.ok()) return n.status();
+      o.topo.arrivals = static_cast<int32_t>(*n);
+    } else if (a == "-v" || a == "--verbose") {
+      o.verbose = true;
+    } else {
+      return InvalidArgumentError("unknown flag \"" + a + "\"; see --help");
+    }
+  }
+  if (o.help || o.topology) return o;
+  if (o.nodes.empty() || o.pods.empty()) {
+    return InvalidArgumentError("--nodes and --pods are required; see --help");
+  }
+  return o;
+}
+
+}  // namespace accelpool::sim

@@ -1,0 +1,50 @@
+// Command-line flags of accelpool-sim, parsed into options with errors that
+// say which flag was wrong and what to write instead.
+//
+// Thread-safety: pure functions.
+#ifndef ACCELPOOL_SIM_CLI_H_
+#define ACCELPOOL_SIM_CLI_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sim/replay.h"
+
+namespace accelpool::sim {
+
+struct TopoOptions {
+  int32_t super_nodes = 2;
+  uint64_t seed = 42;
+  int32_t arrivals = 4000;
+  std::string out_dir;
+};
+
+struct CliOptions {
+  bool help = false;
+  std::string nodes;
+  std::vector<std::string> pods;
+  std::vector<std::string> policies;
+  std::vector<TieMode> mode_list = {TieMode::kPaper};
+  std::vector<uint64_t> seeds;
+  double inflation = 1.3;
+  int32_t extender_weight = 10;
+  int32_t jobs = 1;
+  bool json = false;
+  bool progress = false;
+  bool verbose = false;
+  bool timed = false;
+  bool topology = false;
+  TopoOptions topo;
+  std::string out_dir;
+};
+
+std::string Usage();
+StatusOr<CliOptions> ParseCli(int argc, char** argv);
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);  // "42-51" or "1,5,9"
+std::string TraceNameOf(const std::string& pod_path);  // openb_pod_list_default.csv -> default
+
+}  // namespace accelpool::sim
+
+#endif  // ACCELPOOL_SIM_CLI_H_

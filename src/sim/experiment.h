@@ -1,0 +1,63 @@
+// Runs the trace protocol for traces x policies x modes x seeds on a pool of
+// threads and aggregates each (trace, policy, mode) over its seeds: the KPI
+// (unallocated GPU % at 100 % arrived, mean and sd), the arrived % where
+// requests start failing, fragmentation, and the mean curve on a fixed grid.
+//
+// Thread-safety: RunExperiments owns its threads; the progress callback is
+// called from one thread at a time.
+#ifndef ACCELPOOL_SIM_EXPERIMENT_H_
+#define ACCELPOOL_SIM_EXPERIMENT_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sim/replay.h"
+
+namespace accelpool::sim {
+
+struct TraceInput {
+  std::string name;  // "default", "gpushare40", ...
+  std::vector<TracePod> pods;
+  Cluster cluster;
+};
+
+struct ExperimentSpec {
+  std::vector<std::string> policies;
+  std::vector<TieMode> modes;
+  std::vector<uint64_t> seeds;
+  double inflation = 1.3;
+  int32_t extender_weight = 10;
+  int32_t jobs = 1;
+};
+
+struct CurvePoint {
+  double arrived_pct = 0;
+  double unallocated_mean = 0, unallocated_sd = 0;  // 100 - allocated %, over seeds
+  double frag_mean = 0;
+};
+
+struct Summary {
+  std::string trace, policy;
+  TieMode mode = TieMode::kPaper;
+  std::vector<double> unallocated;  // per seed
+  double unallocated_mean = 0, unallocated_sd = 0;
+  double first_failure_mean = -1;  // mean over seeds that failed at all
+  double frag_mean = 0;             // fragmentation % at 100 % arrived
+  double failed_pods_mean = 0;
+  double seconds_per_replay = 0;    // mean wall time of one replay
+  std::vector<CurvePoint> curve;    // arrived 0..130 % in steps of 0.5
+};
+
+std::string_view ModeName(TieMode m);  // "paper", "kube", "stock"
+
+using Progress = std::function<void(size_t done, size_t total)>;
+
+StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& traces,
+                                              const ExperimentSpec& spec,
+                                              const Progress& progress);
+
+}  // namespace accelpool::sim
+
+#endif  // ACCELPOOL_SIM_EXPERIMENT_H_

@@ -1,0 +1,110 @@
+#include "sim/output.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace accelpool::sim {
+namespace {
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json SummariesJson(const std::vector<Summary>& list) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Summary& s : list) {
+    nlohmann::json j;
+    j["trace"] = s.trace;
+    j["policy"] = s.policy;
+    j["mode"] = std::string(ModeName(s.mode));
+    j["seeds"] = s.unallocated.size();
+    j["unallocated_pct_at_100"] = {{"mean", s.unallocated_mean},
+                                   {"sd", s.unallocated_sd},
+                                   {"per_seed", s.unallocated}};
+    if (s.first_failure_mean >= 0) {
+      j["first_failure_arrived_pct"] = s.first_failure_mean;
+    } else {
+      j["first_failure_arrived_pct"] = nullptr;
+    }
+    j["frag_pct_at_100"] = s.frag_mean;
+    j["failed_pods"] = s.failed_pods_mean;
+    j["seconds_per_replay"] = s.seconds_per_replay;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::string SummaryTable(const std::vector<Summary>& list) {
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-12s %-11s %-6s %16s %12s %9s %8s\n", "trace", "policy",
+                "mode", "unalloc@100 (sd)", "first_fail%", "frag@100", "s/replay");
+  o << line;
+  for (const Summary& s : list) {
+    const std::string un = Fixed(s.unallocated_mean, 2) + " (" + Fixed(s.unallocated_sd, 2) + ")";
+    std::snprintf(line, sizeof(line), "%-12s %-11s %-6s %16s %12s %9s %8s\n", s.trace.c_str(),
+                  s.policy.c_str(), std::string(ModeName(s.mode)).c_str(), un.c_str(),
+                  s.first_failure_mean >= 0 ? Fixed(s.first_failure_mean, 1).c_str() : "-",
+                  Fixed(s.frag_mean, 2).c_str(), Fixed(s.seconds_per_replay, 2).c_str());
+    o << line;
+  }
+  return o.str();
+}
+
+Status WriteOutputs(const std::vector<Summary>& list, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InternalError("cannot create " + dir + ": " + ec.message());
+  {
+    std::ofstream f(dir + "/summary.csv");
+    if (!f) return InternalError("cannot write " + dir + "/summary.csv; check permissions");
+    f << "trace,policy,mode,seeds,unallocated_pct_mean,unallocated_pct_sd,"
+         "first_failure_arrived_pct,frag_pct_at_100,failed_pods,seconds_per_replay\n";
+    for (const Summary& s : list) {
+      f << s.trace << "," << s.policy << "," << ModeName(s.mode) << "," << s.unallocated.size()
+        << "," << Fixed(s.unallocated_mean, 3) << "," << Fixed(s.unallocated_sd, 3) << ","
+        << (s.first_failure_mean >= 0 ? Fixed(s.first_failure_mean, 2) : "") << ","
+        << Fixed(s.frag_mean, 3) << "," << Fixed(s.failed_pods_mean, 1) << ","
+        << Fixed(s.seconds_per_replay, 3) << "\n";
+    }
+  }
+  // One curve file per (trace, mode): arrived % then, per policy,
+  // unallocated mean, sd and fragmentation.
+  std::map<std::pair<std::string, std::string>, std::vector<const Summary*>> groups;
+  for (const Summary& s : list) groups[{s.trace, std::string(ModeName(s.mode))}].push_back(&s);
+  for (const auto& [key, members] : groups) {
+    const std::string path = dir + "/curve-" + key.first + "-" + key.second + ".csv";
+    std::ofstream f(path);
+    if (!f) return InternalError("cannot write " + path + "; check permissions");
+    f << "arrived_pct";
+    for (const Summary* s : members) {
+      f << "," << s->policy << "_unalloc," << s->policy << "_unalloc_sd," << s->policy << "_frag";
+    }
+    f << "\n";
+    size_t rows = 0;
+    for (const Summary* s : members) rows = std::max(rows, s->curve.size());
+    for (size_t r = 0; r < rows; ++r) {
+      f << Fixed(r * 0.5, 1);
+      for (const Summary* s : members) {
+        if (r < s->curve.size()) {
+          const CurvePoint& c = s->curve[r];
+          f << "," << Fixed(c.unallocated_mean, 3) << "," << Fixed(c.unallocated_sd, 3) << ","
+            << Fixed(c.frag_mean, 3);
+        } else {
+          f << ",,,";
+        }
+      }
+      f << "\n";
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace accelpool::sim

@@ -1,0 +1,27 @@
+// Output of the trace replay: a text table, JSON, and CSV files (summary and
+// curves) that scripts/quality.sh turns into plots.
+//
+// Thread-safety: pure functions except the file writers, which write only
+// under the directory they are given.
+#ifndef ACCELPOOL_SIM_OUTPUT_H_
+#define ACCELPOOL_SIM_OUTPUT_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sim/experiment.h"
+
+namespace accelpool::sim {
+
+nlohmann::json SummariesJson(const std::vector<Summary>& s);
+std::string SummaryTable(const std::vector<Summary>& s);
+
+// Writes <dir>/summary.csv and <dir>/curve-<trace>-<mode>.csv (one column
+// group per policy). Creates dir.
+Status WriteOutputs(const std::vector<Summary>& s, const std::string& dir);
+
+}  // namespace accelpool::sim
+
+#endif  // ACCELPOOL_SIM_OUTPUT_H_

@@ -1,0 +1,86 @@
+// Node scoring policies for the trace replay: the FGD paper's baselines
+// (Random, DotProd, GpuClustering, GpuPacking, BestFit), FGD itself and
+// accelpool's default policy, each as a score 0..100 for one node plus the
+// GPUs it would use there. The formulas follow the paper's definitions with
+// the simulator's integer scores; FGD and accelpool call src/core/frag.h.
+//
+// Thread-safety: policies are immutable; EvalContext (cache, random source)
+// belongs to one replay and one thread.
+#ifndef ACCELPOOL_SIM_POLICIES_H_
+#define ACCELPOOL_SIM_POLICIES_H_
+
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "sim/cluster.h"
+
+namespace accelpool::sim {
+
+struct Choice {
+  int32_t score = -1;  // 0..100; -1 = the pod does not fit
+  uint32_t mask = 0;   // GPUs used (bit i = GPU i)
+};
+
+// Fragmentation of node states, memoised by (model, CPU left, sorted GPU left).
+class FragCache {
+ public:
+  explicit FragCache(const std::vector<core::FragTask>* tasks, bool with_memory = false)
+      : tasks_(tasks), with_memory_(with_memory) {}
+  double Get(const SimNode& n);
+  // The fragmentation after placing `p` on the GPUs of `mask`.
+  double After(const SimNode& n, const PodShape& p, uint32_t mask);
+  size_t size() const { return map_.size(); }
+
+ private:
+  struct Key {
+    int64_t cpu;
+    int64_t mem;
+    int32_t model;
+    int32_t gpus;
+    std::array<int16_t, kMaxGpusPerNode> free;
+    friend bool operator==(const Key&, const Key&) = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  const std::vector<core::FragTask>* tasks_;
+  bool with_memory_;
+  std::unordered_map<Key, double, KeyHash> map_;
+};
+
+struct EvalContext {
+  const Cluster* cluster = nullptr;
+  FragCache* frag = nullptr;         // over Cluster::tasks
+  FragCache* memory_frag = nullptr;  // over Cluster::memory_tasks, host memory tracked
+  std::mt19937_64* rng = nullptr;
+};
+
+class SimPolicy {
+ public:
+  virtual ~SimPolicy() = default;
+  virtual std::string_view Name() const = 0;
+  // REQUIRES: Fits(n, p).
+  virtual Choice Evaluate(const SimNode& n, const PodShape& p, EvalContext& ctx) const = 0;
+  // False when Evaluate draws random numbers (results must not be reused).
+  virtual bool Memoizable() const { return true; }
+  // True when the policy picks uniformly among the nodes that fit.
+  virtual bool Uniform() const { return false; }
+};
+
+// "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "accelpool".
+const std::vector<std::string>& SimPolicyNames();
+StatusOr<std::unique_ptr<SimPolicy>> MakeSimPolicy(std::string_view name);
+
+// Device choice helpers shared by the policies.
+uint32_t ExclusiveMask(const SimNode& n, int32_t count);  // first fully free GPUs
+int32_t BestFitGpu(const SimNode& n, int32_t milli);       // least left that fits; -1 none
+uint32_t DefaultMask(const SimNode& n, const PodShape& p);  // best-fit share / first free
+
+}  // namespace accelpool::sim
+
+#endif  // ACCELPOOL_SIM_POLICIES_H_

@@ -1,0 +1,222 @@
+#include "sim/replay.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace accelpool::sim {
+namespace {
+
+uint64_t SplitMix(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+double At(const std::vector<StepPoint>& curve, double x, float StepPoint::*field) {
+  if (curve.empty()) return 0;
+  for (size_t i = 0; i < curve.size(); ++i) {
+    if (curve[i].arrived_pct >= x) {
+      if (i == 0) return curve[0].*field;
+      const StepPoint& a = curve[i - 1];
+      const StepPoint& b = curve[i];
+      const double span = b.arrived_pct - a.arrived_pct;
+      if (span <= 0) return b.*field;
+      const double t = (x - a.arrived_pct) / span;
+      return a.*field + t * (b.*field - a.*field);
+    }
+  }
+  return curve.back().*field;
+}
+
+}  // namespace
+
+uint64_t Uniform(uint64_t bound, uint64_t* state) {
+  // Rejection sampling keeps it unbiased.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  uint64_t r;
+  do {
+    r = SplitMix(state);
+  } while (r >= limit);
+  return r % bound;
+}
+
+std::vector<int32_t> ArrivalOrder(const std::vector<TracePod>& pods, const Cluster& c,
+                                  uint64_t seed, double inflation) {
+  std::vector<int32_t> order(pods.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return pods[a].name < pods[b].name; });
+  uint64_t state = seed;
+  for (size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[Uniform(i, &state)]);
+  }
+  if (inflation <= 0 || order.empty()) return order;
+  const int64_t target = static_cast<int64_t>(inflation * static_cast<double>(c.gpu_milli));
+  int64_t total = 0;
+  for (int32_t i : order) total += c.pod_gpu[static_cast<size_t>(i)];
+  if (total > target) {
+    while (total > target && !order.empty()) {
+      const size_t k = Uniform(order.size(), &state);
+      total -= c.pod_gpu[static_cast<size_t>(order[k])];
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    return order;
+  }
+  const size_t originals = order.size();
+  while (true) {
+    const int32_t clone = order[Uniform(originals, &state)];
+    const int64_t g = c.pod_gpu[static_cast<size_t>(clone)];
+    if (total + g > target) break;
+    total += g;
+    order.push_back(clone);
+  }
+  return order;
+}
+
+NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOptions& opt)
+    : c_(c),
+      policy_(policy),
+      opt_(opt),
+      tie_state_(opt.seed ^ 0x71E5ULL),
+      rng_(opt.seed),
+      frag_(&c.tasks),
+      memory_frag_(&c.memory_tasks, true),
+      ctx_{&c, &frag_, &memory_frag_, &rng_} {
+  const size_t n_nodes = c.nodes.size();
+  if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());
+  uint64_t rank_state = opt.seed ^ 0x5EEDULL;
+  rank_.resize(n_nodes);
+  std::iota(rank_.begin(), rank_.end(), 0U);
+  for (size_t i = n_nodes; i > 1; --i) std::swap(rank_[i - 1], rank_[Uniform(i, &rank_state)]);
+  // The extender's stable order: a hash of the node name (FNV-1a).
+  name_rank_.resize(n_nodes);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    uint64_t h = 1469598103934665603ULL;
+    for (char ch : c.node_names[i]) {
+      h ^= static_cast<unsigned char>(ch);
+      h *= 1099511628211ULL;
+    }
+    name_rank_[i] = h;
+  }
+}
+
+size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t* mask) {
+  const size_t n_nodes = nodes.size();
+  const size_t n_shapes = c_.shapes.size();
+  const PodShape& shape = c_.shapes[sid];
+  int64_t best_key = -1;
+  size_t best = n_nodes;
+  uint32_t best_mask = 0;
+  uint64_t ties = 0;
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const SimNode& n = nodes[i];
+    Choice ch;
+    if (!memo_.empty()) {
+      MemoEntry& e = memo_[i * n_shapes + sid];
+      if (e.version != n.version) {
+        e.version = n.version;
+        if (Fits(n, shape)) {
+          const Choice fresh = policy_.Evaluate(n, shape, ctx_);
+          e.score = fresh.score;
+          e.mask = fresh.mask;
+        } else {
+          e.score = -1;
+        }
+      }
+      ch = Choice{e.score, e.mask};
+    } else if (Fits(n, shape)) {
+      ch = policy_.Evaluate(n, shape, ctx_);
+    }
+    if (ch.score < 0) continue;
+    if (policy_.Uniform()) {
+      if (Uniform(++ties, &tie_state_) == 0) {
+        best = i;
+        best_mask = ch.mask;
+      }
+    } else if (opt_.mode == TieMode::kPaper) {
+      const int64_t key = ch.score;
+      if (key > best_key || (key == best_key && rank_[i] < rank_[best])) {
+        best_key = key;
+        best = i;
+        best_mask = ch.mask;
+      }
+    } else if (opt_.mode == TieMode::kKube) {
+      const int64_t key = ch.score;
+      if (key > best_key || (key == best_key && name_rank_[i] < name_rank_[best])) {
+        best_key = key;
+        best = i;
+        best_mask = ch.mask;
+      }
+    } else {
+      const int64_t key = static_cast<int64_t>(opt_.extender_weight) * ((ch.score + 5) / 10);
+      if (key > best_key) {
+        best_key = key;
+        best = i;
+        best_mask = ch.mask;
+        ties = 1;
+      } else if (key == best_key && Uniform(++ties, &tie_state_) == 0) {
+        best = i;
+        best_mask = ch.mask;
+      }
+    }
+  }
+  *mask = best_mask;
+  return best;
+}
+
+ReplayResult Replay(const Cluster& c, const std::vector<int32_t>& order, const SimPolicy& policy,
+                    const ReplayOptions& opt) {
+  ReplayResult r;
+  std::vector<SimNode> nodes = c.nodes;
+  const size_t n_nodes = nodes.size();
+  NodePicker picker(c, policy, opt);
+  std::vector<double> node_frag(n_nodes);
+  double frag_sum = 0;
+  for (size_t i = 0; i < n_nodes; ++i) {
+    node_frag[i] = picker.frag().Get(nodes[i]);
+    frag_sum += node_frag[i];
+  }
+  const double cap = static_cast<double>(c.gpu_milli);
+  int64_t arrived = 0, allocated = 0, failed = 0;
+  r.curve.reserve(order.size());
+  for (int32_t pod : order) {
+    const size_t sid = static_cast<size_t>(c.pod_shape[static_cast<size_t>(pod)]);
+    const PodShape& shape = c.shapes[sid];
+    arrived += shape.GpuMilli();
+    uint32_t mask = 0;
+    const size_t best = picker.Pick(nodes, sid, &mask);
+    if (best == n_nodes) {
+      failed += shape.GpuMilli();
+      ++r.failed_pods;
+    } else {
+      Place(&nodes[best], shape, mask);
+      allocated += shape.GpuMilli();
+      const double f = picker.frag().Get(nodes[best]);
+      frag_sum += f - node_frag[best];
+      node_frag[best] = f;
+    }
+    StepPoint p;
+    p.arrived_pct = static_cast<float>(100.0 * static_cast<double>(arrived) / cap);
+    p.allocated_pct = static_cast<float>(100.0 * static_cast<double>(allocated) / cap);
+    p.frag_pct = static_cast<float>(100.0 * frag_sum / cap);
+    r.curve.push_back(p);
+    if (r.first_failure_arrived_pct < 0 && static_cast<double>(failed) >= 0.01 * cap) {
+      r.first_failure_arrived_pct = p.arrived_pct;
+    }
+  }
+  r.pods = static_cast<int64_t>(order.size());
+  r.unallocated_at_100 = 100.0 - AllocatedAt(r.curve, 100.0);
+  r.frag_at_100 = FragAt(r.curve, 100.0);
+  return r;
+}
+
+double AllocatedAt(const std::vector<StepPoint>& curve, double arrived_pct) {
+  return At(curve, arrived_pct, &StepPoint::allocated_pct);
+}
+
+double FragAt(const std::vector<StepPoint>& curve, double arrived_pct) {
+  return At(curve, arrived_pct, &StepPoint::frag_pct);
+}
+
+}  // namespace accelpool::sim

@@ -1,0 +1,109 @@
+// The FGD trace protocol (docs/benchmarks/quality.md, section 1): pods in a
+// seeded shuffle of name order, inflated to 1.3x the cluster's GPUs, placed
+// one at a time with no departures; a pod that fits nowhere is recorded as
+// failed and the replay continues.
+//
+// Two ways to turn node scores into a choice:
+//   kPaper: the paper's simulator. The highest score wins; ties go to the
+//           node with the lowest rank in a per-seed random permutation.
+//   kStock: a cluster with a plain extender. The extender's 0..10 score
+//           (NodeScore/10, rounded) times the extender weight, plus nothing
+//           else (the shipped profile disables CPU/memory scoring plugins);
+//           ties are broken uniformly at random, as kube-scheduler does.
+//   kKube : a cluster with accelpool's extender. Within one Prioritize call
+//           the extender gives 10 to the node with the highest NodeScore,
+//           ties going to a stable order (a hash of the node name), and at
+//           most 9 to every other node; times the weight, plus nothing
+//           else. kube-scheduler's random tie-break never sees a tie.
+// Random is uniform over the nodes that fit in every mode.
+//
+// Node scores are memoised per (node version, pod shape): only the node that
+// received the last pod changes, so a replay touches few new states.
+//
+// Thread-safety: Replay is reentrant; it allocates its own state.
+#ifndef ACCELPOOL_SIM_REPLAY_H_
+#define ACCELPOOL_SIM_REPLAY_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/policies.h"
+#include "sim/trace.h"
+
+namespace accelpool::sim {
+
+enum class TieMode { kPaper, kKube, kStock };
+
+struct ReplayOptions {
+  uint64_t seed = 42;
+  double inflation = 1.3;
+  TieMode mode = TieMode::kPaper;
+  int32_t extender_weight = 10;
+};
+
+struct StepPoint {
+  float arrived_pct = 0;    // cumulative GPU request / cluster GPUs, failed pods included
+  float allocated_pct = 0;  // GPUs allocated / cluster GPUs
+  float frag_pct = 0;       // cluster fragmentation / cluster GPUs
+};
+
+struct ReplayResult {
+  std::vector<StepPoint> curve;       // one point per pod, in arrival order
+  double unallocated_at_100 = 0;      // 100 - allocated % at arrived = 100 %
+  double first_failure_arrived_pct = -1;  // arrived % when 1 % of GPUs were refused; -1 never
+  double frag_at_100 = 0;             // fragmentation % at arrived = 100 %
+  int64_t pods = 0;
+  int64_t failed_pods = 0;
+};
+
+// Pod indices in arrival order: name order, shuffled by `seed`, then clones
+// sampled with replacement until the GPU request would pass `inflation` x
+// cluster GPUs (or random pods dropped when the trace already asks for more).
+std::vector<int32_t> ArrivalOrder(const std::vector<TracePod>& pods, const Cluster& c,
+                                  uint64_t seed, double inflation);
+
+ReplayResult Replay(const Cluster& c, const std::vector<int32_t>& order, const SimPolicy& policy,
+                    const ReplayOptions& opt);
+
+// Chooses a node for each pod under one policy and tie mode, with the
+// per-(node version, shape) memo. Used by Replay and the time-based mode.
+class NodePicker {
+ public:
+  NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOptions& opt);
+  // The node index for a pod of shape `sid`, or nodes.size() when it fits
+  // nowhere; *mask gets the GPUs to use.
+  size_t Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t* mask);
+  FragCache& frag() { return frag_; }
+
+ private:
+  const Cluster& c_;
+  const SimPolicy& policy_;
+  ReplayOptions opt_;
+  std::vector<uint32_t> rank_;      // per-seed permutation (paper mode)
+  std::vector<uint64_t> name_rank_;  // stable order (accelpool's extender)
+  uint64_t tie_state_;
+  std::mt19937_64 rng_;
+  FragCache frag_;
+  FragCache memory_frag_;
+  EvalContext ctx_;
+  struct MemoEntry {
+    uint32_t version = 0;
+    int32_t score = -1;
+    uint32_t mask = 0;
+  };
+  std::vector<MemoEntry> memo_;
+};
+
+// The value of a curve (allocated or fragmentation %) at an arrived %,
+// interpolated linearly between pods; the last point beyond the end.
+double AllocatedAt(const std::vector<StepPoint>& curve, double arrived_pct);
+double FragAt(const std::vector<StepPoint>& curve, double arrived_pct);
+
+// Portable seeded helpers (the same sequence on every standard library).
+uint64_t Uniform(uint64_t bound, uint64_t* state);  // 0..bound-1, splitmix64 based
+
+}  // namespace accelpool::sim
+
+#endif  // ACCELPOOL_SIM_REPLAY_H_

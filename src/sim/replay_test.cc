@@ -1,0 +1,141 @@
+#include "sim/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "sim/cli.h"
+#include "sim/experiment.h"
+#include "sim/timed.h"
+
+namespace accelpool::sim {
+namespace {
+
+struct Slice {
+  std::vector<TracePod> pods;
+  Cluster cluster;
+};
+
+const Slice& TestSlice() {
+  static const Slice* slice = [] {
+    auto* s = new Slice;
+    const std::string dir = ACCELPOOL_SIM_TESTDATA;
+    StatusOr<std::vector<TraceNode>> nodes = LoadNodeCsv(dir + "/nodes.csv");
+    StatusOr<std::vector<TracePod>> pods = LoadPodCsv(dir + "/pods.csv");
+    EXPECT_TRUE(nodes.ok() && pods.ok());
+    s->pods = *pods;
+    StatusOr<Cluster> c = BuildCluster(*nodes, s->pods);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    s->cluster = *c;
+    return s;
+  }();
+  return *slice;
+}
+
+TEST(ArrivalOrderTest, SeededShuffleAndInflation) {
+  const Slice& s = TestSlice();
+  const std::vector<int32_t> a = ArrivalOrder(s.pods, s.cluster, 42, 1.3);
+  const std::vector<int32_t> b = ArrivalOrder(s.pods, s.cluster, 42, 1.3);
+  const std::vector<int32_t> other = ArrivalOrder(s.pods, s.cluster, 43, 1.3);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, other);
+  int64_t total = 0;
+  for (int32_t i : a) total += s.cluster.pod_gpu[static_cast<size_t>(i)];
+  const double target = 1.3 * static_cast<double>(s.cluster.gpu_milli);
+  EXPECT_LE(static_cast<double>(total), target);
+  EXPECT_GT(static_cast<double>(total), target - 8000);  // stops at the first clone that would pass
+  // The originals all come first, each once.
+  std::map<int32_t, int> seen;
+  for (size_t k = 0; k < s.pods.size(); ++k) ++seen[a[k]];
+  EXPECT_EQ(seen.size(), s.pods.size());
+  // Without inflation the trace order is a permutation.
+  EXPECT_EQ(ArrivalOrder(s.pods, s.cluster, 42, 0).size(), s.pods.size());
+  // A target below the trace's request drops pods.
+  EXPECT_LT(ArrivalOrder(s.pods, s.cluster, 42, 0.5).size(), s.pods.size());
+}
+
+TEST(ReplayTest, EveryPolicyAndModeKeepsTheBooks) {
+  const Slice& s = TestSlice();
+  const std::vector<int32_t> order = ArrivalOrder(s.pods, s.cluster, 42, 1.3);
+  for (const std::string& name : SimPolicyNames()) {
+    StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy(name);
+    ASSERT_TRUE(p.ok());
+    for (TieMode mode : {TieMode::kPaper, TieMode::kKube, TieMode::kStock}) {
+      ReplayOptions opt;
+      opt.mode = mode;
+      const ReplayResult r = Replay(s.cluster, order, **p, opt);
+      ASSERT_EQ(r.curve.size(), order.size()) << name;
+      float last_arrived = 0;
+      for (const StepPoint& pt : r.curve) {
+        EXPECT_GE(pt.arrived_pct, last_arrived);
+        EXPECT_LE(pt.allocated_pct, pt.arrived_pct + 1e-3);
+        EXPECT_LE(pt.allocated_pct, 100.0f + 1e-3f);
+        last_arrived = pt.arrived_pct;
+      }
+      EXPECT_NEAR(r.curve.back().arrived_pct, 130.0, 1.5) << name;
+      EXPECT_GE(r.unallocated_at_100, 0) << name;
+      EXPECT_LT(r.unallocated_at_100, 60) << name;
+      EXPECT_GT(r.failed_pods, 0) << name;  // 130 % cannot all fit
+      EXPECT_GE(r.first_failure_arrived_pct, 0) << name;
+      // Deterministic for a seed.
+      const ReplayResult again = Replay(s.cluster, order, **p, opt);
+      EXPECT_EQ(again.unallocated_at_100, r.unallocated_at_100) << name;
+    }
+  }
+}
+
+TEST(ReplayTest, FragmentationAwarePoliciesBeatRandomOnTheSlice) {
+  const Slice& s = TestSlice();
+  TraceInput in{"slice", s.pods, s.cluster};
+  ExperimentSpec spec;
+  spec.policies = {"random", "fgd", "accelpool"};
+  spec.modes = {TieMode::kPaper};
+  spec.seeds = {42, 43, 44};
+  spec.jobs = 2;
+  size_t calls = 0;
+  StatusOr<std::vector<Summary>> out =
+      RunExperiments({in}, spec, [&](size_t done, size_t total) {
+        ++calls;
+        EXPECT_LE(done, total);
+      });
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->size(), 3u);
+  EXPECT_EQ(calls, 9u);
+  const Summary& random = (*out)[0];
+  EXPECT_EQ(random.unallocated.size(), 3u);
+  EXPECT_FALSE(random.curve.empty());
+  EXPECT_LT((*out)[1].unallocated_mean, random.unallocated_mean);
+  EXPECT_LT((*out)[2].unallocated_mean, random.unallocated_mean);
+}
+
+TEST(TimedTest, ArrivalsAndDeparturesBalance) {
+  const Slice& s = TestSlice();
+  TraceInput in{"slice", s.pods, s.cluster};
+  StatusOr<TimedResult> r = RunTimed(in, "accelpool", TieMode::kKube, 42, 10);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(r->samples.empty());
+  EXPECT_GT(r->peak_allocated_pct, 0);
+  EXPECT_LE(r->peak_allocated_pct, 100);
+  EXPECT_GE(r->mean_allocated_pct, 0);
+  EXPECT_LE(r->mean_allocated_pct, r->peak_allocated_pct);
+  for (const TimedPoint& p : r->samples) EXPECT_GE(p.running, 0);
+
+  TraceInput no_times = in;
+  for (TracePod& p : no_times.pods) p.has_times = false;
+  StatusOr<TimedResult> bad = RunTimed(no_times, "fgd", TieMode::kPaper, 42, 10);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(CliTest, SeedsAndNames) {
+  StatusOr<std::vector<uint64_t>> s = ParseSeeds("42-44,50");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (std::vector<uint64_t>{42, 43, 44, 50}));
+  EXPECT_FALSE(ParseSeeds("9-3").ok());
+  EXPECT_FALSE(ParseSeeds("x").ok());
+  EXPECT_EQ(TraceNameOf("a/b/openb_pod_list_gpushare40.csv"), "gpushare40");
+  EXPECT_EQ(TraceNameOf("mine.csv"), "mine");
+}
+
+}  // namespace
+}  // namespace accelpool::sim

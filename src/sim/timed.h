@@ -1,0 +1,46 @@
+// Time-based replay: pods arrive at their creation time and leave at their
+// deletion time (trace seconds), placed by a policy under one tie mode. A pod
+// that fits nowhere when it arrives is counted as failed and not retried.
+// Reports pool utilisation over time.
+//
+// Thread-safety: RunTimed is reentrant.
+#ifndef ACCELPOOL_SIM_TIMED_H_
+#define ACCELPOOL_SIM_TIMED_H_
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sim/experiment.h"
+
+namespace accelpool::sim {
+
+struct TimedPoint {
+  int64_t time = 0;          // seconds
+  double allocated_pct = 0;  // GPUs held by running pods / cluster GPUs
+  double frag_pct = 0;
+  int64_t running = 0;
+  int64_t failed = 0;  // cumulative failed pods
+};
+
+struct TimedResult {
+  std::vector<TimedPoint> samples;  // at most ~1000 points, evenly over the events
+  double mean_allocated_pct = 0;    // time-weighted
+  double peak_allocated_pct = 0;
+  int64_t pods = 0;
+  int64_t failed_pods = 0;
+  int64_t failed_gpu_milli = 0;
+};
+
+// kFailedPrecondition when the pod list has no creation/deletion times.
+StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, TieMode mode,
+                               uint64_t seed, int32_t extender_weight);
+
+// Writes <dir>/timed-<trace>-<policy>.csv (when dir is set) and prints a
+// summary line or JSON to stdout.
+Status WriteTimed(const std::string& trace, const std::string& policy, const TimedResult& r,
+                  const std::string& dir, bool json);
+
+}  // namespace accelpool::sim
+
+#endif  // ACCELPOOL_SIM_TIMED_H_

@@ -1,0 +1,245 @@
+#include "sim/trace.h"
+
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace accelpool::sim {
+namespace {
+
+std::vector<std::string_view> SplitCsvLine(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) {
+      out.push_back(line.substr(start));
+      break;
+    }
+    out.push_back(line.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  return s;
+}
+
+// Lines of a file with their 1-based numbers, blank lines skipped.
+struct Line {
+  size_t number;
+  std::string_view text;
+};
+
+std::vector<Line> Lines(std::string_view text) {
+  std::vector<Line> out;
+  size_t start = 0;
+  size_t number = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    ++number;
+    std::string_view line = Trim(text.substr(start, end - start));
+    if (!line.empty()) out.push_back({number, line});
+    start = end + 1;
+  }
+  return out;
+}
+
+class Table {
+ public:
+  static StatusOr<Table> Make(std::string_view text, std::string_view source,
+                              const std::vector<std::string>& required) {
+    Table t;
+    t.source_ = std::string(source);
+    t.lines_ = Lines(text);
+    if (t.lines_.empty()) {
+      return InvalidArgumentError(t.source_ + ": the file is empty; expected a CSV header row");
+    }
+    std::vector<std::string_view> header = SplitCsvLine(t.lines_[0].text);
+    for (size_t i = 0; i < header.size(); ++i) t.column_[std::string(Trim(header[i]))] = i;
+    for (const std::string& r : required) {
+      if (!t.column_.count(r)) {
+        return InvalidArgumentError(t.source_ + ":" + std::to_string(t.lines_[0].number) +
+                                    ": header has no column \"" + r +
+                                    "\"; the file must have a header row naming it");
+      }
+    }
+    t.width_ = header.size();
+    return t;
+  }
+
+  size_t rows() const { return lines_.size() - 1; }
+  bool Has(const std::string& col) const { return column_.count(col) > 0; }
+
+  Status Row(size_t r, std::vector<std::string_view>* cells) const {
+    const Line& line = lines_[r + 1];
+    *cells = SplitCsvLine(line.text);
+    if (cells->size() != width_) {
+      return Error(r, "has " + std::to_string(cells->size()) + " fields, the header has " +
+                          std::to_string(width_) + "; fix the line or the header");
+    }
+    for (std::string_view& c : *cells) c = Trim(c);
+    return Status::Ok();
+  }
+
+  std::string_view Cell(const std::vector<std::string_view>& cells, const std::string& col) const {
+    return cells[column_.at(col)];
+  }
+
+  Status Int(size_t r, const std::vector<std::string_view>& cells, const std::string& col,
+             int64_t min, int64_t max, bool empty_ok, int64_t* out) const {
+    std::string_view s = Cell(cells, col);
+    if (s.empty() && empty_ok) {
+      *out = 0;
+      return Status::Ok();
+    }
+    // Integral values written as floats ("12.0") appear in some exports.
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc() && ptr != s.data() + s.size()) {
+      double d = 0;
+      auto [p2, e2] = std::from_chars(s.data(), s.data() + s.size(), d);
+      if (e2 == std::errc() && p2 == s.data() + s.size() && d == static_cast<double>(
+                                                                   static_cast<int64_t>(d))) {
+        v = static_cast<int64_t>(d);
+        ptr = p2;
+      }
+    }
+    if (ec != std::errc() || ptr != s.data() + s.size()) {
+      return Error(r, "column " + col + " is \"" + std::string(s) +
+                          "\", not an integer; write a whole number");
+    }
+    if (v < min || v > max) {
+      return Error(r, "column " + col + " is " + std::to_string(v) + ", outside " +
+                          std::to_string(min) + ".." + std::to_string(max));
+    }
+    *out = v;
+    return Status::Ok();
+  }
+
+  Status Error(size_t r, const std::string& what) const {
+    return InvalidArgumentError(source_ + ":" + std::to_string(lines_[r + 1].number) + ": " + what);
+  }
+
+ private:
+  std::string source_;
+  std::vector<Line> lines_;
+  std::map<std::string, size_t> column_;
+  size_t width_ = 0;
+};
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return NotFoundError("cannot open " + path + "; check the path (see --help for the layout)");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;
+constexpr int64_t kMaxMemory = int64_t{1} << 40;
+
+}  // namespace
+
+StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source) {
+  StatusOr<Table> table = Table::Make(text, source, {"sn", "cpu_milli", "memory_mib", "gpu", "model"});
+  if (!table.ok()) return table.status();
+  const Table& t = *table;
+  std::vector<TraceNode> nodes;
+  nodes.reserve(t.rows());
+  std::vector<std::string_view> cells;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    ACCELPOOL_RETURN_IF_ERROR(t.Row(r, &cells));
+    TraceNode n;
+    n.name = std::string(t.Cell(cells, "sn"));
+    if (n.name.empty()) return t.Error(r, "column sn (node name) is empty");
+    int64_t gpus = 0;
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "cpu_milli", 0, kMaxCpuMilli, false, &n.cpu_milli));
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "memory_mib", 0, kMaxMemory, false, &n.memory_mib));
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "gpu", 0, 64, false, &gpus));
+    n.gpus = static_cast<int32_t>(gpus);
+    n.model = std::string(t.Cell(cells, "model"));
+    if (n.gpus > 0 && n.model.empty()) {
+      return t.Error(r, "node has " + std::to_string(n.gpus) +
+                            " GPUs but an empty model; name the GPU model");
+    }
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source) {
+  StatusOr<Table> table =
+      Table::Make(text, source, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"});
+  if (!table.ok()) return table.status();
+  const Table& t = *table;
+  const bool has_spec = t.Has("gpu_spec");
+  const bool has_times = t.Has("creation_time") && t.Has("deletion_time");
+  std::vector<TracePod> pods;
+  pods.reserve(t.rows());
+  std::vector<std::string_view> cells;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    ACCELPOOL_RETURN_IF_ERROR(t.Row(r, &cells));
+    TracePod p;
+    p.name = std::string(t.Cell(cells, "name"));
+    if (p.name.empty()) return t.Error(r, "column name (pod name) is empty");
+    int64_t num = 0, milli = 0;
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "cpu_milli", 0, kMaxCpuMilli, false, &p.cpu_milli));
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "memory_mib", 0, kMaxMemory, false, &p.memory_mib));
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "num_gpu", 0, 64, false, &num));
+    ACCELPOOL_RETURN_IF_ERROR(t.Int(r, cells, "gpu_milli", 0, 1000, false, &milli));
+    p.num_gpu = static_cast<int32_t>(num);
+    p.gpu_milli = static_cast<int32_t>(milli);
+    if (p.num_gpu > 0 && p.gpu_milli == 0) {
+      return t.Error(r, "num_gpu is " + std::to_string(num) +
+                            " but gpu_milli is 0; give the per-GPU share 1..1000");
+    }
+    if (p.num_gpu == 0) p.gpu_milli = 0;
+    if (p.num_gpu > 1 && p.gpu_milli < 1000) {
+      return t.Error(r, "a share below 1000 milli-GPU with num_gpu " + std::to_string(num) +
+                            "; sharing pods ask for exactly one GPU");
+    }
+    if (has_spec) {
+      std::string_view spec = t.Cell(cells, "gpu_spec");
+      size_t start = 0;
+      while (start < spec.size()) {
+        size_t bar = spec.find('|', start);
+        if (bar == std::string_view::npos) bar = spec.size();
+        if (bar > start) p.gpu_models.emplace_back(spec.substr(start, bar - start));
+        start = bar + 1;
+      }
+    }
+    if (has_times) {
+      ACCELPOOL_RETURN_IF_ERROR(
+          t.Int(r, cells, "creation_time", 0, int64_t{1} << 50, false, &p.creation_time));
+      ACCELPOOL_RETURN_IF_ERROR(
+          t.Int(r, cells, "deletion_time", 0, int64_t{1} << 50, true, &p.deletion_time));
+      p.has_times = true;
+    }
+    pods.push_back(std::move(p));
+  }
+  return pods;
+}
+
+StatusOr<std::vector<TraceNode>> LoadNodeCsv(const std::string& path) {
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseNodeCsv(*text, path);
+}
+
+StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path) {
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParsePodCsv(*text, path);
+}
+
+}  // namespace accelpool::sim

@@ -1,0 +1,97 @@
+#include "sim/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace accelpool::sim {
+namespace {
+
+TEST(ParseNodeCsvTest, ReadsColumnsByName) {
+  StatusOr<std::vector<TraceNode>> n = ParseNodeCsv(
+      "model,sn,gpu,cpu_milli,memory_mib\nV100M16,node-a,4,96000,393216\n,node-cpu,0,64000,1024\n",
+      "nodes.csv");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(n->size(), 2u);
+  EXPECT_EQ((*n)[0].name, "node-a");
+  EXPECT_EQ((*n)[0].gpus, 4);
+  EXPECT_EQ((*n)[0].cpu_milli, 96000);
+  EXPECT_EQ((*n)[0].memory_mib, 393216);
+  EXPECT_EQ((*n)[0].model, "V100M16");
+  EXPECT_EQ((*n)[1].model, "");
+}
+
+TEST(ParsePodCsvTest, ReadsFullAndShortSchemas) {
+  const std::string full =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\n"
+      "p0,12000,16384,1,460,V100M16|V100M32,LS,Running,10,250,10\n"
+      "p1,4000,8192,0,0,,BE,Pending,20,30,\n";
+  StatusOr<std::vector<TracePod>> p = ParsePodCsv(full, "pods.csv");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].gpu_milli, 460);
+  EXPECT_EQ((*p)[0].gpu_models, (std::vector<std::string>{"V100M16", "V100M32"}));
+  EXPECT_TRUE((*p)[0].has_times);
+  EXPECT_EQ((*p)[0].deletion_time, 250);
+  EXPECT_EQ(PodGpuMilli((*p)[0]), 460);
+  EXPECT_TRUE((*p)[1].gpu_models.empty());
+
+  StatusOr<std::vector<TracePod>> s =
+      ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,8,1000\n", "m.csv");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_FALSE((*s)[0].has_times);
+  EXPECT_EQ(PodGpuMilli((*s)[0]), 8000);
+}
+
+TEST(ParsePodCsvTest, MalformedLinesNameFileLineAndProblem) {
+  const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+  struct Case {
+    std::string body;
+    std::string want;  // substring of the message
+  };
+  const std::vector<Case> cases = {
+      {"p0,1000,1024,1,1000\np1,abc,1024,1,1000\n",
+       "pods.csv:3: column cpu_milli is \"abc\", not an integer"},
+      {"p0,1000,1024,1\n", "pods.csv:2: has 4 fields, the header has 5"},
+      {"p0,1000,1024,1,1500\n", "pods.csv:2: column gpu_milli is 1500, outside 0..1000"},
+      {"p0,1000,-5,1,100\n", "pods.csv:2: column memory_mib is -5, outside"},
+      {"p0,1000,1024,2,500\n", "pods.csv:2: a share below 1000 milli-GPU with num_gpu 2"},
+      {"p0,1000,1024,1,0\n", "pods.csv:2: num_gpu is 1 but gpu_milli is 0"},
+      {",1000,1024,1,100\n", "pods.csv:2: column name (pod name) is empty"},
+      {"\n\np0,1000,1024,x,100\n", "pods.csv:4: column num_gpu"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<std::vector<TracePod>> p = ParsePodCsv(header + c.body, "pods.csv");
+    ASSERT_FALSE(p.ok()) << c.body;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find(c.want), std::string::npos)
+        << "got: " << p.status().message() << "\nwant: " << c.want;
+  }
+}
+
+TEST(ParseCsvTest, HeaderProblems) {
+  StatusOr<std::vector<TracePod>> empty = ParsePodCsv("", "e.csv");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("e.csv: the file is empty"), std::string::npos);
+  StatusOr<std::vector<TraceNode>> missing = ParseNodeCsv("sn,cpu_milli,gpu,model\n", "n.csv");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("n.csv:1: header has no column \"memory_mib\""),
+            std::string::npos);
+  StatusOr<std::vector<TraceNode>> no_model =
+      ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1000,2,\n", "n.csv");
+  ASSERT_FALSE(no_model.ok());
+  EXPECT_NE(no_model.status().message().find("n.csv:2: node has 2 GPUs but an empty model"),
+            std::string::npos);
+}
+
+TEST(LoadCsvTest, MissingFileSaysWhichPath) {
+  StatusOr<std::vector<TracePod>> p = LoadPodCsv("no/such/file.csv");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(p.status().message().find("no/such/file.csv"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accelpool::sim
