@@ -47,8 +47,10 @@ section "environment"
 date -u
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 nvcc --version | tail -2
+HAVE_TORCH=1
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
-  || echo "torch=missing"
+  || { echo "torch=missing: PyTorch sections will be SKIPPED"; HAVE_TORCH=0; }
+torch_ok() { [ "$HAVE_TORCH" = 1 ] || { echo "SKIPPED: torch not installed"; return 1; }; }
 
 section "build"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
@@ -77,7 +79,7 @@ run "info shim-off" 60 $OFF "$P" info
 run "info shim-on (debug log: hooked symbols)" 60 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 \
   ACCELPOOL_CUDA_COMPUTE_LIMIT=50 ACCELPOOL_CUDA_LOG_LEVEL=debug "$P" share kernel 1000 1 2>&1 \
   | grep -E "hooked|share_pct|exit=" | sort | uniq -c
-run "torch shim-on (debug log: hooked symbols)" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 \
+[ "$HAVE_TORCH" = 1 ] && run "torch shim-on (debug log: hooked symbols)" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 \
   ACCELPOOL_CUDA_COMPUTE_LIMIT=50 ACCELPOOL_CUDA_LOG_LEVEL=debug $PY matmul 1 2>&1 \
   | grep -E "cuLaunchKernel|cuLaunchKernelEx|cuGraphLaunch|cuMemAlloc|cuMemCreate|cuMemAllocAsync|matmul" \
   | sort | uniq -c
@@ -97,7 +99,7 @@ run "nvidia-smi shim-on cap 1GiB" 60 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 \
   nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv
 
 section "4. PyTorch memory (cap 4 GiB)"
-budget_left && {
+budget_left && torch_ok && {
   run "torch mem native" 120 $NATIVE $PY mem
   run "torch mem cap 4GiB" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 $PY mem
   run "torch mem cap 4GiB expandable" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 \
@@ -129,7 +131,7 @@ budget_left && {
 }
 
 section "7. PyTorch compute"
-budget_left && {
+budget_left && torch_ok && {
   run "matmul native" $((T + 90)) $NATIVE $PY matmul "$T"
   run "matmul shim-off" $((T + 90)) $OFF $PY matmul "$T"
   for pct in 100 50 25; do
@@ -145,13 +147,15 @@ section "8. two containers, caps 30 and 70, matmul-sized kernels"
 budget_left && {
   echo "--- unlimited aggregate (two native processes)"
   $NATIVE "$P" share kernel 1000 $((2 * T)) > "$WORK/u1" 2>&1 &
+  p1=$!
   $NATIVE "$P" share kernel 1000 $((2 * T)) > "$WORK/u2" 2>&1 &
-  wait
+  wait $p1 $!
   cat "$WORK/u1" "$WORK/u2"
   echo "--- A=30 B=70 (separate containers)"
   $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=30 "$P" share kernel 1000 $((2 * T)) > "$WORK/a" 2>&1 &
+  p1=$!
   $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=70 "$P" share kernel 1000 $((2 * T)) > "$WORK/b" 2>&1 &
-  wait
+  wait $p1 $!
   echo "A:"; cat "$WORK/a"; echo "B:"; cat "$WORK/b"
   run "A alone at 30 (ceiling or elastic?)" $((T + 60)) $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=30 \
     "$P" share kernel 1000 "$T"
@@ -166,6 +170,7 @@ budget_left && {
   PID_A=$!
   exec 7> "$WORK/holdA"
   $IN_C "$P" hold 300 < "$WORK/holdB" > "$WORK/B.out" 2>&1 &
+  PID_B=$!
   exec 8> "$WORK/holdB"
   sleep 8
   echo "A: $(cat "$WORK/A.out")"
@@ -177,7 +182,7 @@ budget_left && {
   run "meminfo after the kill (expect free ~ 1024-300 MiB, no stale usage)" 60 $IN_C "$P" meminfo
   run "third process wants 600 MiB (expect success)" 60 $IN_C "$P" memcap alloc 629145600
   exec 7>&- 8>&-
-  wait
+  wait "$PID_B"
 }
 
 section "10. launch overhead, ${LAUNCHES} empty kernels"
@@ -193,6 +198,7 @@ budget_left && {
   for way in native limited; do
     echo "--- allocbench 8 processes $way"
     C=$(state_dir)
+    pids=()
     for i in $(seq 8); do
       if [ "$way" = native ]; then
         $NATIVE "$P" allocbench 50 > "$WORK/ab$i" 2>&1 &
@@ -200,11 +206,13 @@ budget_left && {
         env LD_PRELOAD="$SHIM" ACCELPOOL_CUDA_STATE_DIR="$C" ACCELPOOL_CUDA_MEMORY_LIMIT=65536 \
           "$P" allocbench 50 > "$WORK/ab$i" 2>&1 &
       fi
+      pids+=($!)
     done
-    wait
+    wait "${pids[@]}"
     cat "$WORK"/ab*
     for n in 1 32; do
       echo "--- startup $n processes $way"
+      pids=()
       for i in $(seq "$n"); do
         if [ "$way" = native ]; then
           $NATIVE "$P" startup > "$WORK/st$i" 2>&1 &
@@ -212,8 +220,9 @@ budget_left && {
           env LD_PRELOAD="$SHIM" ACCELPOOL_CUDA_STATE_DIR="$C" ACCELPOOL_CUDA_MEMORY_LIMIT=65536 \
             "$P" startup > "$WORK/st$i" 2>&1 &
         fi
+        pids+=($!)
       done
-      wait
+      wait "${pids[@]}"
       cat "$WORK"/st* | sort -t= -k2 -n | sed -n '1p;$p'
       rm -f "$WORK"/st*
     done
@@ -221,6 +230,7 @@ budget_left && {
 }
 
 section "12. MPS as the vendor reference"
+command -v nvidia-cuda-mps-control >/dev/null || echo "SKIPPED: nvidia-cuda-mps-control not found"
 budget_left && command -v nvidia-cuda-mps-control >/dev/null && {
   export CUDA_MPS_PIPE_DIRECTORY="$WORK/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps-log"
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
