@@ -158,6 +158,17 @@ TEST(ShimTest, EveryAllocationApiAndSizeIsChargedAtPageGranularity) {
   }
 }
 
+TEST(ShimTest, ConcurrentThreadsNeverExceedTheCapAndLeaveNothingCharged) {
+  SKIP_UNDER_SANITIZER();
+  // 8 threads each holding 64 MiB for a moment against a 128 MiB cap.
+  auto kv = MustRun({"procaddr", "threads", "8", "500"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "128"}});
+  EXPECT_LE(U(kv, "peak"), 128 * kMiB);
+  EXPECT_GT(U(kv, "refused"), 0u) << "the cap was reached";
+  EXPECT_EQ(U(kv, "other_errors"), 0u);
+  EXPECT_EQ(U(kv, "free"), 128 * kMiB) << "every charge was returned";
+  EXPECT_EQ(U(kv, "device_used"), 0u);
+}
+
 TEST(ShimTest, MemoryQueriesReportTheCapAndGuardNullArguments) {
   SKIP_UNDER_SANITIZER();
   Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "1024"}};

@@ -17,15 +17,19 @@
 //   symbols                  which lookups returned hooks vs driver functions
 //   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
 //   overhead <n>             host ns per zero-length launch and per alloc+free
+//   threads <n> <rounds>     n threads allocate/free 64 MiB concurrently
 #include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/cuda_types.h"
@@ -402,6 +406,49 @@ int Overhead(const Api& a, long n) {  // NOLINT
   return 0;
 }
 
+// Threads hammer alloc/free; each refused allocation must be an OOM and the
+// process must never hold more than the cap.
+int Threads(const Api& a, int n, int rounds) {
+  std::atomic<uint64_t> held{0};
+  std::atomic<uint64_t> peak{0};
+  std::atomic<int> other_errors{0};
+  std::atomic<long> refused{0};  // NOLINT
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < rounds; ++i) {
+        CUdeviceptr p = 0;
+        CUresult rc = a.alloc(&p, 64ULL << 20);
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+          ++refused;
+          continue;
+        }
+        if (rc != CUDA_SUCCESS) {
+          ++other_errors;
+          continue;
+        }
+        uint64_t now = held.fetch_add(64ULL << 20) + (64ULL << 20);
+        uint64_t old = peak.load();
+        while (now > old && !peak.compare_exchange_weak(old, now)) {
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // Hold it a moment.
+        held.fetch_sub(64ULL << 20);
+        a.free(p);
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  size_t free_bytes = 0;
+  size_t total = 0;
+  a.get_info(&free_bytes, &total);
+  std::printf("peak=%llu refused=%ld other_errors=%d free=%zu total=%zu device_used=%llu\n",
+              static_cast<unsigned long long>(peak.load()), refused.load(), other_errors.load(),
+              free_bytes, total, static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
 int Nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -470,6 +517,9 @@ int main(int argc, char** argv) {
     while (read(0, buf, sizeof(buf)) > 0) {
     }
     return 0;
+  }
+  if (command == "threads" && argc == 5) {
+    return Threads(a, std::atoi(argv[3]), std::atoi(argv[4]));
   }
   if (command == "overhead" && argc == 4) {
     return Overhead(a, std::atol(argv[3]));
