@@ -33,35 +33,8 @@
 #include <vector>
 
 #include "cuda/cuda_types.h"
+#include "cuda/testing/driver_api.h"
 
-extern "C" {
-CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
-CUresult cuMemAllocPitch_v2(CUdeviceptr*, size_t*, size_t, size_t, unsigned);
-CUresult cuMemAllocManaged(CUdeviceptr*, size_t, unsigned);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
-CUresult cuArrayDestroy(CUarray);
-CUresult cuMemAllocAsync(CUdeviceptr*, size_t, CUstream);
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
-CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
-CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                     unsigned long long);  // NOLINT
-CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                  unsigned long long);  // NOLINT
-CUresult cuMemUnmap(CUdeviceptr, size_t);
-CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
-CUresult cuIpcCloseMemHandle(CUdeviceptr);
-CUresult cuMemGetInfo_v2(size_t*, size_t*);
-CUresult cuDeviceTotalMem_v2(size_t*, CUdevice);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, CUstream, void**, void**);
-CUresult cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void**, void**);
-CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                   unsigned, unsigned, CUstream, void**);
-CUresult cuGraphLaunch(CUgraphExec, CUstream);
-CUresult cuCtxSynchronize();
-}
 
 namespace {
 

@@ -1,0 +1,82 @@
+// Prototypes of the driver entry points the fake libcuda.so.1 exports, for
+// the fake's own cuGetProcAddress table and for the probe's direct calls.
+// Test-only: production code never declares driver symbols (it resolves
+// them at run time; see cuda_types.h).
+//
+// Thread-safety: declarations only.
+#ifndef ACCELPOOL_CUDA_TESTING_DRIVER_API_H_
+#define ACCELPOOL_CUDA_TESTING_DRIVER_API_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/cuda_types.h"
+
+extern "C" {
+
+CUresult cuInit(unsigned);
+CUresult cuDriverGetVersion(int*);
+CUresult cuDeviceGetCount(int*);
+CUresult cuDeviceGet(CUdevice*, int);
+CUresult cuDeviceTotalMem_v2(size_t*, CUdevice);
+CUresult cuCtxGetDevice(CUdevice*);
+CUresult cuCtxGetCurrent(CUcontext*);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSynchronize();
+CUresult cuMemGetInfo_v2(size_t*, size_t*);
+CUresult cuMemAlloc(unsigned*, unsigned);  // The CUDA 3.1-era ABI.
+CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
+CUresult cuMemAllocManaged(CUdeviceptr*, size_t, unsigned);
+CUresult cuMemAllocPitch_v2(CUdeviceptr*, size_t*, size_t, size_t, unsigned);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocAsync(CUdeviceptr*, size_t, CUstream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                     unsigned long long);  // NOLINT
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long);  // NOLINT
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
+CUresult cuIpcCloseMemHandle(CUdeviceptr);
+CUresult cuMemGetAddressRange_v2(CUdeviceptr*, size_t*, CUdeviceptr);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void**, void**);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void**, void**);
+CUresult cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void**, void**);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig*, CUfunction, void**, void**);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, CUstream, void**);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, CUstream, void**);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuStreamIsCapturing(CUstream, int*);
+CUresult cuStreamIsCapturing_ptsz(CUstream, int*);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuEventCreate(CUevent*, unsigned);
+CUresult cuEventDestroy_v2(CUevent);
+CUresult cuEventRecord(CUevent, CUstream);
+CUresult cuEventRecord_ptsz(CUevent, CUstream);
+CUresult cuEventQuery(CUevent);
+CUresult cuEventElapsedTime(float*, CUevent, CUevent);
+CUresult cuGetProcAddress(const char*, void**, int, cuuint64_t);
+CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
+                             CUdriverProcAddressQueryResult*);
+
+// Test-only entry points of the fake.
+uint64_t fakecuda_DeviceUsedBytes(int device);
+int64_t fakecuda_BusyNs();
+void* fakecuda_Lookup(const char* exported);
+
+}  // extern "C"
+
+#endif  // ACCELPOOL_CUDA_TESTING_DRIVER_API_H_

@@ -1,0 +1,257 @@
+// Launches, timing events, synchronisation and cuGetProcAddress of the fake
+// libcuda.so.1. See fake_cuda.cc for the simulated timeline.
+#include <algorithm>
+#include <string_view>
+
+#include "cuda/testing/driver_api.h"
+#include "cuda/testing/fake_cuda_state.h"
+
+namespace {
+
+using namespace accelpool::cuda::fake;  // NOLINT: test fake.
+
+// Like a real launch queue, a stream holds a bounded amount of work: the
+// launching thread blocks while more than this is queued.
+constexpr int64_t kQueueNs = 20'000'000;
+
+CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns) {
+  State& s = S();
+  int64_t queued_until = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    int64_t& tail = s.stream_tail[StreamKey(stream, per_thread)];
+    int64_t start = std::max(Now(), tail);
+    tail = start + duration_ns;
+    s.busy_ns += duration_ns;
+    queued_until = tail;
+  }
+  SleepUntil(queued_until - kQueueNs);
+  return CUDA_SUCCESS;
+}
+
+int64_t KernelNs(void** params) {
+  return params != nullptr && params[0] != nullptr ? *static_cast<int64_t*>(params[0]) : 1000;
+}
+
+CUresult Record(CUevent event, CUstream stream, bool per_thread) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.events.find(event);
+  if (it == s.events.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  it->second = std::max(Now(), s.stream_tail[StreamKey(stream, per_thread)]);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+#define FAKE_LAUNCH(name, per_thread)                                                       \
+  FAKE_EXPORT CUresult name(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,   \
+                            unsigned, unsigned, CUstream st, void** params, void**) {       \
+    return Launch(st, per_thread, KernelNs(params));                                        \
+  }
+FAKE_LAUNCH(cuLaunchKernel, false)
+FAKE_LAUNCH(cuLaunchKernel_ptsz, true)
+#define FAKE_COOP(name, per_thread)                                                         \
+  FAKE_EXPORT CUresult name(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,   \
+                            unsigned, unsigned, CUstream st, void** params) {               \
+    return Launch(st, per_thread, KernelNs(params));                                        \
+  }
+FAKE_COOP(cuLaunchCooperativeKernel, false)
+FAKE_COOP(cuLaunchCooperativeKernel_ptsz, true)
+FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** p, void**) {
+  return c == nullptr ? CUDA_ERROR_INVALID_VALUE : Launch(c->hStream, false, KernelNs(p));
+}
+FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction, void** p,
+                                           void**) {
+  return c == nullptr ? CUDA_ERROR_INVALID_VALUE : Launch(c->hStream, true, KernelNs(p));
+}
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream st) {
+  return Launch(st, false, static_cast<int64_t>(reinterpret_cast<uintptr_t>(g)));
+}
+FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) {
+  return Launch(st, true, static_cast<int64_t>(reinterpret_cast<uintptr_t>(g)));
+}
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream, int* status) {
+  *status = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream, int* status) {
+  *status = 0;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *e = reinterpret_cast<CUevent>(s.next_event++);
+  s.events[*e] = -1;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.events.erase(e) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream st) { return Record(e, st, false); }
+FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream st) { return Record(e, st, true); }
+FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.events.find(e);
+  if (it == s.events.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  return it->second >= 0 && Now() >= it->second ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+FAKE_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto ia = s.events.find(a);
+  auto ib = s.events.find(b);
+  if (ia == s.events.end() || ib == s.events.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  int64_t now = Now();
+  if (ia->second < 0 || ib->second < 0 || now < ia->second || now < ib->second) {
+    return CUDA_ERROR_NOT_READY;
+  }
+  *ms = static_cast<float>(static_cast<double>(ib->second - ia->second) / 1e6);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream st) {
+  int64_t tail = 0;
+  {
+    State& s = S();
+    std::lock_guard<std::mutex> lock(s.mu);
+    tail = s.stream_tail[StreamKey(st, false)];
+  }
+  SleepUntil(tail);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxSynchronize() {
+  int64_t tail = 0;
+  {
+    State& s = S();
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& [key, t] : s.stream_tail) {
+      tail = std::max(tail, t);
+    }
+  }
+  SleepUntil(tail);
+  return CUDA_SUCCESS;
+}
+
+// ---- Test-only entry point.
+FAKE_EXPORT int64_t fakecuda_BusyNs() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.busy_ns;
+}
+
+
+namespace {
+
+struct ProcEntry {
+  const char* exported;
+  const char* base;
+  int min_version;
+  bool per_thread;
+  void* fn;
+};
+
+#define E(exported, base, version, ptds) \
+  {#exported, base, version, ptds, reinterpret_cast<void*>(&exported)}
+const ProcEntry kProcs[] = {
+    E(cuInit, "cuInit", 2000, false),
+    E(cuDeviceGetCount, "cuDeviceGetCount", 2000, false),
+    E(cuCtxGetDevice, "cuCtxGetDevice", 2000, false),
+    E(cuMemAlloc, "cuMemAlloc", 2000, false),
+    E(cuMemAlloc_v2, "cuMemAlloc", 3020, false),
+    E(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, false),
+    E(cuMemAllocManaged, "cuMemAllocManaged", 6000, false),
+    E(cuMemFree_v2, "cuMemFree", 3020, false),
+    E(cuArrayCreate_v2, "cuArrayCreate", 3020, false),
+    E(cuArray3DCreate_v2, "cuArray3DCreate", 3020, false),
+    E(cuArrayDestroy, "cuArrayDestroy", 2000, false),
+    E(cuMemAllocAsync, "cuMemAllocAsync", 11020, false),
+    E(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, true),
+    E(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, false),
+    E(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, true),
+    E(cuMemFreeAsync, "cuMemFreeAsync", 11020, false),
+    E(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, true),
+    E(cuMemCreate, "cuMemCreate", 10020, false),
+    E(cuMemRelease, "cuMemRelease", 10020, false),
+    E(cuMemMap, "cuMemMap", 10020, false),
+    E(cuMemUnmap, "cuMemUnmap", 10020, false),
+    E(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, false),
+    E(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, false),
+    E(cuMemGetInfo_v2, "cuMemGetInfo", 3020, false),
+    E(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, false),
+    E(cuLaunchKernel, "cuLaunchKernel", 4000, false),
+    E(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, true),
+    E(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, false),
+    E(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, true),
+    E(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, false),
+    E(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, true),
+    E(cuGraphLaunch, "cuGraphLaunch", 10000, false),
+    E(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, true),
+    E(cuEventCreate, "cuEventCreate", 2000, false),
+    E(cuEventRecord, "cuEventRecord", 2000, false),
+    E(cuEventRecord_ptsz, "cuEventRecord", 7000, true),
+    E(cuEventQuery, "cuEventQuery", 2000, false),
+    E(cuEventElapsedTime, "cuEventElapsedTime", 2000, false),
+    E(cuCtxSynchronize, "cuCtxSynchronize", 2000, false),
+    E(cuGetProcAddress, "cuGetProcAddress", 11030, false),
+    E(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false),
+};
+#undef E
+
+}  // namespace
+
+FAKE_EXPORT void* fakecuda_Lookup(const char* exported) {
+  for (const ProcEntry& e : kProcs) {
+    if (std::string_view(exported) == e.exported) {
+      return e.fn;
+    }
+  }
+  return nullptr;
+}
+
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                         cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || pfn == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  const ProcEntry* best = nullptr;
+  bool known = false;
+  for (const ProcEntry& e : kProcs) {
+    if (std::string_view(symbol) != e.base) {
+      continue;
+    }
+    known = true;
+    if (e.min_version > version || (e.per_thread && !per_thread)) {
+      continue;
+    }
+    // Prefer the matching stream mode, then the newest ABI.
+    if (best == nullptr || (e.per_thread == per_thread && best->per_thread != per_thread) ||
+        (e.per_thread == best->per_thread && e.min_version > best->min_version)) {
+      best = &e;
+    }
+  }
+  *pfn = best != nullptr ? best->fn : nullptr;
+  if (status != nullptr) {
+    *status = best != nullptr ? CU_GET_PROC_ADDRESS_SUCCESS
+              : known         ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                              : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  }
+  return best != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                      cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, nullptr);
+}
