@@ -4,6 +4,8 @@
 
 #include "vendors/ascend/ascend_driver.h"
 #include "vendors/fake/fake_driver.h"
+#include "vendors/hygon/rocm_smi_library.h"
+#include "vendors/library_specs.h"
 #include "vendors/nvidia/nvidia_driver.h"
 
 namespace accelpool::vendors {
@@ -41,13 +43,20 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     }
     return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), {o.node}));
   }
+  if (name == "hygon") {
+    StatusOr<DeviceLibraryPtr> lib = hygon::NewRocmSmiLibrary();
+    if (!lib.ok()) {
+      return lib.status();
+    }
+    return VendorDriverPtr(new LibraryDriver(std::move(lib).value(), HygonSpec(), o.node));
+  }
   return UnimplementedError("the " + name + " backend is not built into this binary");
 }
 
 }  // namespace
 
 const std::vector<std::string>& HardwareBackends() {
-  static const std::vector<std::string> kNames = {"nvidia", "ascend"};
+  static const std::vector<std::string> kNames = {"nvidia", "ascend", "hygon"};
   return kNames;
 }
 

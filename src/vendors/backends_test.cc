@@ -23,6 +23,7 @@ TEST(BackendsTest, NamesAreCheckedAndAbsentLibrariesAreSkippedByAuto) {
       {"", "", StatusCode::kInvalidArgument, 0},
       {"nvidia", "", StatusCode::kUnavailable, 0},
       {"ascend", "", StatusCode::kUnavailable, 0},
+      {"hygon", "", StatusCode::kUnavailable, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.backends);

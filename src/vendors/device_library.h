@@ -1,0 +1,61 @@
+// DeviceLibrary: the narrow view of a vendor management library that the
+// vendors without a richer backend share (Kunlunxin, MetaX, Moore Threads,
+// Cambricon, Hygon, T-Head). Each vendor folder wraps its own SDK (loaded with
+// dlopen) behind this interface; tests pass fakes holding the values of the
+// vendors' documented output. LibraryDriver (library_driver.h) turns it into
+// the vendor-neutral inventory, so no vendor copies the mapping loop.
+//
+// Thread-safety: implementations may be called from two threads at once (the
+// discovery caller and the health poller).
+#ifndef ACCELPOOL_VENDORS_DEVICE_LIBRARY_H_
+#define ACCELPOOL_VENDORS_DEVICE_LIBRARY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace accelpool::vendors {
+
+// How two devices are joined, best first.
+enum class LinkKind : uint8_t {
+  kUnknown,
+  kVendorLink,      // MetaXLink, MtLink, MLULink, XPU link, ICN: a direct device link
+  kPcieSwitch,      // one or more PCIe switches (PIX/PXB)
+  kPcieHostBridge,  // same host bridge (PHB)
+  kSameNuma,        // same NUMA node, different host bridges (NODE)
+  kCrossNuma,       // across the SMP interconnect (SYS)
+};
+
+// The link score LibraryDriver writes for a kind: 100, 50, 30, 20, 10; 0 unknown.
+int32_t LinkKindScore(LinkKind kind);
+
+struct LibraryDevice {
+  std::string uuid;     // stable id; "" when the library has none (the PCI bus is used)
+  std::string name;     // product name as the library reports it
+  int64_t memory_mib = 0;
+  std::string pci_bus;  // "0000:3b:00.0"
+  int32_t numa = -1;
+  int32_t minor = -1;   // device node number; -1: the index
+  int32_t compute_units = 0;
+};
+
+class DeviceLibrary {
+ public:
+  virtual ~DeviceLibrary() = default;
+  virtual std::string_view LibraryName() const = 0;  // for messages: "ROCm SMI"
+  virtual Status Init() = 0;
+  virtual StatusOr<int32_t> Count() = 0;
+  virtual StatusOr<LibraryDevice> Device(int32_t index) = 0;
+  // kUnimplemented when the library cannot say (NUMA is used instead).
+  virtual StatusOr<LinkKind> Link(int32_t a, int32_t b) = 0;
+  // False when the device reports a fault; an error means "does not answer".
+  virtual StatusOr<bool> Healthy(int32_t index) = 0;
+};
+using DeviceLibraryPtr = std::unique_ptr<DeviceLibrary>;
+
+}  // namespace accelpool::vendors
+
+#endif  // ACCELPOOL_VENDORS_DEVICE_LIBRARY_H_

@@ -1,0 +1,166 @@
+#include "vendors/library_driver.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "core/profiles.h"
+
+namespace accelpool::vendors {
+
+int32_t LinkKindScore(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kVendorLink: return 100;
+    case LinkKind::kPcieSwitch: return 50;
+    case LinkKind::kPcieHostBridge: return 30;
+    case LinkKind::kSameNuma: return 20;
+    case LinkKind::kCrossNuma: return 10;
+    case LinkKind::kUnknown: return 0;
+  }
+  return 0;
+}
+
+std::string PickProfile(const std::vector<ProfileRule>& rules, const std::string& model,
+                        size_t count) {
+  for (const ProfileRule& r : rules) {
+    if (model.rfind(r.model_prefix, 0) == 0 && count == r.count) {
+      return r.profile;
+    }
+  }
+  return "";
+}
+
+LibraryDriver::LibraryDriver(DeviceLibraryPtr library, LibraryDriverSpec spec, std::string node)
+    : library_(std::move(library)), spec_(std::move(spec)), node_(std::move(node)) {}
+
+StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!initialized_) {
+      ACCELPOOL_RETURN_IF_ERROR(library_->Init());
+      initialized_ = true;
+    }
+  }
+  StatusOr<int32_t> count = library_->Count();
+  if (!count.ok()) {
+    return count.status();
+  }
+  core::NodeInventory inv;
+  inv.node = node_;
+  inv.vendor = spec_.vendor;
+  std::vector<std::string> ids;
+  std::map<std::string, int32_t> minors;
+  std::set<std::string> seen;
+  for (int32_t i = 0; i < *count; ++i) {
+    StatusOr<LibraryDevice> ld = library_->Device(i);
+    if (!ld.ok()) {
+      return ld.status().WithPrefix(std::string(library_->LibraryName()) + " device " +
+                                    std::to_string(i));
+    }
+    core::Device d;
+    d.id = !ld->uuid.empty() ? ld->uuid : spec_.id_prefix + "-" + ld->pci_bus;
+    std::replace(d.id.begin(), d.id.end(), ':', '-');
+    if (!seen.insert(d.id).second || d.id == spec_.id_prefix + "-") {
+      return InternalError(std::string(library_->LibraryName()) + " device " +
+                           std::to_string(i) + " has no unique id (\"" + d.id +
+                           "\"); check the driver with the vendor's smi tool");
+    }
+    d.index = i;
+    d.vendor = spec_.vendor;
+    d.model = spec_.model ? spec_.model(ld->name) : ld->name;
+    d.memory_mib = ld->memory_mib;
+    d.compute_units = ld->compute_units;
+    d.numa = ld->numa;
+    d.pci_bus = ld->pci_bus;
+    d.max_shares = std::max(1, TraitsFor(spec_.vendor).default_max_shares);
+    ids.push_back(d.id);
+    minors[d.id] = ld->minor;
+    inv.devices.push_back(std::move(d));
+  }
+  if (inv.devices.empty()) {
+    return std::vector<core::NodeInventory>{};
+  }
+  const std::string profile = PickProfile(spec_.profiles, inv.devices.front().model,
+                                          inv.devices.size());
+  Status st = profile.empty() ? NotFoundError("no profile for this shape")
+                              : core::ApplyProfile(profile, &inv);
+  if (!st.ok()) {
+    core::ApplyNumaDefault(&inv);
+  }
+  const size_t n = inv.devices.size();
+  std::vector<int32_t> links(n * n, 0);
+  bool any = false;
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      if (a == b) {
+        continue;
+      }
+      StatusOr<LinkKind> k = library_->Link(static_cast<int32_t>(a), static_cast<int32_t>(b));
+      if (k.ok() && *k != LinkKind::kUnknown) {
+        links[a * n + b] = LinkKindScore(*k);
+        any = true;
+      }
+    }
+  }
+  if (any) {
+    inv.topology.links = std::move(links);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ids_ = std::move(ids);
+  minors_ = std::move(minors);
+  return std::vector<core::NodeInventory>{std::move(inv)};
+}
+
+Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
+  std::map<std::string, bool> last;
+  while (!stop.stop_requested()) {
+    std::vector<std::string> ids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ids = ids_;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      StatusOr<bool> h = library_->Healthy(static_cast<int32_t>(i));
+      bool ok = h.ok() && *h;
+      auto it = last.find(ids[i]);
+      bool before = it == last.end() ? true : it->second;
+      if (ok != before) {
+        std::string reason = !h.ok() ? h.status().message()
+                             : ok    ? "fault cleared"
+                                     : std::string(library_->LibraryName()) + " reports a fault";
+        spdlog::log(ok ? spdlog::level::info : spdlog::level::warn, "{}: device {} {}: {}",
+                    Name(), ids[i], ok ? "is healthy again" : "is unhealthy", reason);
+        sink({spec_.vendor, ids[i], ok, reason});
+      }
+      last[ids[i]] = ok;
+    }
+    auto until = std::chrono::steady_clock::now() + spec_.health_poll;
+    while (!stop.stop_requested() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(
+          std::min<std::chrono::milliseconds>(spec_.health_poll, std::chrono::milliseconds(100)));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(
+    const std::vector<GrantedDevice>& grants) const {
+  std::map<std::string, int32_t> minors;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    minors = minors_;
+  }
+  for (const GrantedDevice& g : grants) {
+    if (minors.find(g.device.id) == minors.end()) {
+      return InvalidArgumentError("device " + g.device.id +
+                                  " is not on this node; the assignment is stale or foreign");
+    }
+  }
+  return GenericContainerSpec(TraitsFor(spec_.vendor), grants,
+                              [&minors](const core::Device& d) { return minors.at(d.id); });
+}
+
+}  // namespace accelpool::vendors

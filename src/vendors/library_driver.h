@@ -1,0 +1,69 @@
+// LibraryDriver: the VendorDriver for every vendor whose SDK is wrapped as a
+// DeviceLibrary. The vendor differences are data (LibraryDriverSpec): how a
+// product name becomes a model, and which topology profile a model and count
+// map to. Discovery maps each device (id = UUID, else "<PREFIX>-<pci bus>"),
+// applies the profile (or NUMA groups when none fits), and overwrites the
+// link matrix with the library's pairwise links where it reports them
+// (LinkKindScore). Health is polled and two-way; a device that stops
+// answering is unhealthy until it answers again.
+//
+// Thread-safety: see VendorDriver.
+#ifndef ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_
+#define ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vendors/device_library.h"
+#include "vendors/driver.h"
+
+namespace accelpool::vendors {
+
+struct ProfileRule {
+  std::string model_prefix;  // case-sensitive prefix of the model
+  size_t count = 0;          // devices on the node
+  std::string profile;       // core profile name
+};
+
+struct LibraryDriverSpec {
+  core::Vendor vendor = core::Vendor::kUnknown;
+  std::string id_prefix;  // "XPU", "MX", ...
+  // Product name -> model ("MetaX C500" -> "C500"); identity when null.
+  std::function<std::string(const std::string&)> model;
+  std::vector<ProfileRule> profiles;
+  std::chrono::milliseconds health_poll = std::chrono::seconds(5);
+};
+
+// The profile of the first rule matching `model` and `count`, or "".
+std::string PickProfile(const std::vector<ProfileRule>& rules, const std::string& model,
+                        size_t count);
+
+class LibraryDriver : public VendorDriver {
+ public:
+  LibraryDriver(DeviceLibraryPtr library, LibraryDriverSpec spec, std::string node);
+
+  // VendorDriver:
+  std::string_view Name() const override { return core::VendorName(spec_.vendor); }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override;
+  Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
+  StatusOr<ContainerSpec> BuildContainerSpec(
+      const std::vector<GrantedDevice>& grants) const override;
+
+ private:
+  const DeviceLibraryPtr library_;
+  const LibraryDriverSpec spec_;
+  const std::string node_;
+
+  mutable std::mutex mu_;
+  bool initialized_ = false;               // guarded by mu_
+  std::vector<std::string> ids_;           // by library index; guarded by mu_
+  std::map<std::string, int32_t> minors_;  // guarded by mu_
+};
+
+}  // namespace accelpool::vendors
+
+#endif  // ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_
