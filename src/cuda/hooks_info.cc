@@ -92,13 +92,9 @@ CUresult HookDeviceTotalMem(size_t* bytes, CUdevice device) {
 }  // namespace
 
 void* InfoHook(HookId id, int slot) {
-#define ACCELPOOL_INFO_SLOTS(fn) \
-  {reinterpret_cast<void*>(&fn<0>), reinterpret_cast<void*>(&fn<1>), \
-   reinterpret_cast<void*>(&fn<2>), reinterpret_cast<void*>(&fn<3>)}
   static void* const kTable[][kSlots] = {
-      ACCELPOOL_INFO_SLOTS(HookIpcOpenMemHandle), ACCELPOOL_INFO_SLOTS(HookIpcCloseMemHandle),
-      ACCELPOOL_INFO_SLOTS(HookMemGetInfo), ACCELPOOL_INFO_SLOTS(HookDeviceTotalMem)};
-#undef ACCELPOOL_INFO_SLOTS
+      ACCELPOOL_HOOK_SLOTS(HookIpcOpenMemHandle), ACCELPOOL_HOOK_SLOTS(HookIpcCloseMemHandle),
+      ACCELPOOL_HOOK_SLOTS(HookMemGetInfo), ACCELPOOL_HOOK_SLOTS(HookDeviceTotalMem)};
   if (id < kHookIpcOpenMemHandle || id > kHookDeviceTotalMem || slot < 0 || slot >= kSlots) {
     return nullptr;
   }

@@ -308,13 +308,9 @@ CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
 }  // namespace
 
 void* LaunchHook(HookId id, int slot) {
-#define ACCELPOOL_LAUNCH_SLOTS(fn) \
-  {reinterpret_cast<void*>(&fn<0>), reinterpret_cast<void*>(&fn<1>), \
-   reinterpret_cast<void*>(&fn<2>), reinterpret_cast<void*>(&fn<3>)}
   static void* const kTable[][kSlots] = {
-      ACCELPOOL_LAUNCH_SLOTS(HookLaunchKernel), ACCELPOOL_LAUNCH_SLOTS(HookLaunchKernelEx),
-      ACCELPOOL_LAUNCH_SLOTS(HookLaunchCooperativeKernel), ACCELPOOL_LAUNCH_SLOTS(HookGraphLaunch)};
-#undef ACCELPOOL_LAUNCH_SLOTS
+      ACCELPOOL_HOOK_SLOTS(HookLaunchKernel), ACCELPOOL_HOOK_SLOTS(HookLaunchKernelEx),
+      ACCELPOOL_HOOK_SLOTS(HookLaunchCooperativeKernel), ACCELPOOL_HOOK_SLOTS(HookGraphLaunch)};
   if (id < kHookLaunchKernel || id > kHookGraphLaunch || slot < 0 || slot >= kSlots) {
     return nullptr;
   }

@@ -170,17 +170,14 @@ CUresult HookArrayDestroy(CUarray array) {
 void* VmmHook(HookId id, int slot);
 void* InfoHook(HookId id, int slot);
 
-#define ACCELPOOL_SLOTS(fn) \
-  {reinterpret_cast<void*>(&fn<0>), reinterpret_cast<void*>(&fn<1>), \
-   reinterpret_cast<void*>(&fn<2>), reinterpret_cast<void*>(&fn<3>)}
 
 void* MemoryHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {
-      ACCELPOOL_SLOTS(HookMemAlloc),          ACCELPOOL_SLOTS(HookMemAllocPitch),
-      ACCELPOOL_SLOTS(HookMemAllocManaged),   ACCELPOOL_SLOTS(HookMemFree),
-      ACCELPOOL_SLOTS(HookArrayCreate),       ACCELPOOL_SLOTS(HookArray3DCreate),
-      ACCELPOOL_SLOTS(HookArrayDestroy),      ACCELPOOL_SLOTS(HookMemAllocAsync),
-      ACCELPOOL_SLOTS(HookMemAllocFromPoolAsync), ACCELPOOL_SLOTS(HookMemFreeAsync),
+      ACCELPOOL_HOOK_SLOTS(HookMemAlloc),          ACCELPOOL_HOOK_SLOTS(HookMemAllocPitch),
+      ACCELPOOL_HOOK_SLOTS(HookMemAllocManaged),   ACCELPOOL_HOOK_SLOTS(HookMemFree),
+      ACCELPOOL_HOOK_SLOTS(HookArrayCreate),       ACCELPOOL_HOOK_SLOTS(HookArray3DCreate),
+      ACCELPOOL_HOOK_SLOTS(HookArrayDestroy),      ACCELPOOL_HOOK_SLOTS(HookMemAllocAsync),
+      ACCELPOOL_HOOK_SLOTS(HookMemAllocFromPoolAsync), ACCELPOOL_HOOK_SLOTS(HookMemFreeAsync),
   };
   if (slot < 0 || slot >= kSlots) {
     return nullptr;

@@ -168,15 +168,8 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
 
 void* VmmHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {
-      {reinterpret_cast<void*>(&HookMemCreate<0>), reinterpret_cast<void*>(&HookMemCreate<1>),
-       reinterpret_cast<void*>(&HookMemCreate<2>), reinterpret_cast<void*>(&HookMemCreate<3>)},
-      {reinterpret_cast<void*>(&HookMemRelease<0>), reinterpret_cast<void*>(&HookMemRelease<1>),
-       reinterpret_cast<void*>(&HookMemRelease<2>), reinterpret_cast<void*>(&HookMemRelease<3>)},
-      {reinterpret_cast<void*>(&HookMemMap<0>), reinterpret_cast<void*>(&HookMemMap<1>),
-       reinterpret_cast<void*>(&HookMemMap<2>), reinterpret_cast<void*>(&HookMemMap<3>)},
-      {reinterpret_cast<void*>(&HookMemUnmap<0>), reinterpret_cast<void*>(&HookMemUnmap<1>),
-       reinterpret_cast<void*>(&HookMemUnmap<2>), reinterpret_cast<void*>(&HookMemUnmap<3>)},
-  };
+      ACCELPOOL_HOOK_SLOTS(HookMemCreate), ACCELPOOL_HOOK_SLOTS(HookMemRelease),
+      ACCELPOOL_HOOK_SLOTS(HookMemMap), ACCELPOOL_HOOK_SLOTS(HookMemUnmap)};
   if (id < kHookMemCreate || id > kHookMemUnmap || slot < 0 || slot >= kSlots) {
     return nullptr;
   }

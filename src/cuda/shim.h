@@ -19,7 +19,7 @@
 //
 // Hook slots: each hooked entry point has kSlots template instances. Slot 0
 // is the exported default-stream name, slot 1 the exported _ptsz name, slots
-// 2-3 take any other distinct pointer cuGetProcAddress returns for the same
+// 2-5 take any other distinct pointer cuGetProcAddress returns for the same
 // ABI. Each slot forwards to the real pointer it was bound to, so a
 // version- or stream-specific implementation is never swapped for another.
 //
@@ -43,7 +43,15 @@
 
 namespace accelpool::cuda {
 
-inline constexpr int kSlots = 4;
+inline constexpr int kSlots = 6;
+
+// The kSlots instances of a hook template, as a row of a lookup table.
+#define ACCELPOOL_HOOK_SLOTS(fn)                                                       \
+  {                                                                                    \
+    reinterpret_cast<void*>(&fn<0>), reinterpret_cast<void*>(&fn<1>),                \
+        reinterpret_cast<void*>(&fn<2>), reinterpret_cast<void*>(&fn<3>),            \
+        reinterpret_cast<void*>(&fn<4>), reinterpret_cast<void*>(&fn<5>)             \
+  }
 // Device memory is handed out in 2 MiB pages; a request is charged rounded up.
 inline constexpr uint64_t kAllocGranularity = 2ULL << 20;
 

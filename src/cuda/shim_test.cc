@@ -117,7 +117,10 @@ TEST(ShimTest, LibraryNeedsNoLibstdcxx) {
 TEST(ShimTest, EveryHookPathStopsAtTheCapWithOutOfMemory) {
   SKIP_UNDER_SANITIZER();
   const uint64_t cap = 1024 * kMiB;
-  for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds", "procaddr_v1"}) {
+  // procaddr13: the fake hands out a distinct cuMemAlloc for CUDA 13, which
+  // must get a hook slot of its own.
+  for (const char* path :
+       {"direct", "dlsym", "procaddr", "procaddr_ptds", "procaddr_v1", "procaddr13"}) {
     SCOPED_TRACE(path);
     auto kv = MustRun({path, "fill", "alloc", std::to_string(64 * kMiB)},
                       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});

@@ -83,11 +83,14 @@ void* Driver() {
 
 template <typename T>
 void Get(T* out, const std::string& mode, const char* exported, const char* base,
-         int version) {
+         int version) {  // NOLINT: version is adjusted per mode.
   void* p = nullptr;
   if (mode == "dlsym") {
     p = dlsym(Driver(), exported);
-  } else if (mode == "procaddr" || mode == "procaddr_ptds") {
+  } else if (mode == "procaddr" || mode == "procaddr_ptds" || mode == "procaddr13") {
+    if (mode == "procaddr13") {
+      version = 13000;
+    }
     auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
     CUdriverProcAddressQueryResult status;
     cuuint64_t flags = mode == "procaddr_ptds" ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM

@@ -161,6 +161,10 @@ struct ProcEntry {
   void* fn;
 };
 
+// A distinct entry point for the same ABI, as a newer driver may hand out
+// for a newer cudaVersion: the shim must bind it to a hook slot of its own.
+CUresult MemAllocForCuda13(CUdeviceptr* p, size_t n) { return cuMemAlloc_v2(p, n); }
+
 #define E(exported, base, version, ptds) \
   {#exported, base, version, ptds, reinterpret_cast<void*>(&exported)}
 const ProcEntry kProcs[] = {
@@ -169,6 +173,7 @@ const ProcEntry kProcs[] = {
     E(cuCtxGetDevice, "cuCtxGetDevice", 2000, false),
     E(cuMemAlloc, "cuMemAlloc", 2000, false),
     E(cuMemAlloc_v2, "cuMemAlloc", 3020, false),
+    {"cuMemAlloc_v2", "cuMemAlloc", 13000, false, reinterpret_cast<void*>(&MemAllocForCuda13)},
     E(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, false),
     E(cuMemAllocManaged, "cuMemAllocManaged", 6000, false),
     E(cuMemFree_v2, "cuMemFree", 3020, false),
