@@ -39,6 +39,10 @@
 
 #include "common/status.h"
 
+namespace accelpool {
+class MetricsRegistry;
+}
+
 namespace accelpool::http {
 
 // Header names are stored lower-case; lookups must use lower-case names.
@@ -97,6 +101,13 @@ struct ServerOptions {
   int max_connections = 256;           // more get 503
   // A connection idle this long between requests is closed.
   std::chrono::milliseconds idle_timeout{60000};
+  // When set (it must outlive the server), every request is counted in
+  // <metrics_prefix>_requests_total{method,route,code} and timed in
+  // <metrics_prefix>_request_duration_seconds{method,route}. `route` is the
+  // registered path or prefix ("unmatched" otherwise), so raw paths never
+  // become label values.
+  MetricsRegistry* metrics = nullptr;
+  std::string metrics_prefix = "accelpool_http";
 };
 
 class HttpServer {
@@ -122,6 +133,10 @@ class HttpServer {
 };
 
 std::unique_ptr<HttpServer> NewHttpServer(ServerOptions options);
+
+// Registers GET /metrics on `server`, answering registry.Serialize() in the
+// Prometheus text format. `registry` must outlive the server.
+void ServeMetrics(HttpServer& server, const MetricsRegistry& registry);
 
 struct ClientOptions {
   // "https://10.0.0.1:6443" or "http://127.0.0.1:8080"; paths are appended.

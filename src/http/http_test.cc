@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "common/metrics.h"
 #include "http/test_certs.h"
 
 namespace accelpool::http {
@@ -278,6 +279,32 @@ TEST(HttpServerTest, PortInUseAndBadTlsFiles) {
   Status st = NewHttpServer(o)->Start();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("/nonexistent/cert.pem"), std::string::npos) << st.message();
+}
+
+TEST(HttpServerTest, MetricsCountRequestsByRoute) {
+  MetricsRegistry reg;
+  ServerOptions o = LocalServer();
+  o.metrics = &reg;
+  auto s = NewHttpServer(o);
+  s->HandlePrefix("GET", "/api/", [](const Request&) { return Response::Json(200, "{}"); });
+  ServeMetrics(*s, reg);
+  ASSERT_TRUE(s->Start().ok());
+  auto c = ClientFor(Local(s->port()));
+  ClientRequest req;
+  for (const char* path : {"/api/v1/nodes/a", "/api/v1/nodes/b", "/nope"}) {
+    req.path = path;
+    ASSERT_TRUE(c->Send(req).ok());
+  }
+  req.path = "/metrics";
+  auto page = c->Send(req);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->headers["content-type"], kMetricsContentType);
+  EXPECT_NE(page->body.find("accelpool_http_requests_total{method=\"GET\",route=\"/api/\",code=\"200\"} 2"),
+            std::string::npos) << page->body;
+  EXPECT_NE(page->body.find("accelpool_http_requests_total{method=\"GET\",route=\"unmatched\",code=\"404\"} 1"),
+            std::string::npos) << page->body;
+  EXPECT_NE(page->body.find("accelpool_http_request_duration_seconds_count{method=\"GET\",route=\"/api/\"} 2"),
+            std::string::npos) << page->body;
 }
 
 class TlsTest : public ::testing::Test {

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/metrics.h"
 #include "http/http.h"
 #include "http/socket_io.h"
 
@@ -93,7 +94,9 @@ class ServerImpl final : public HttpServer {
 
   void AcceptLoop();
   void Serve(int fd, std::string peer, Conn* conn);
-  Response Dispatch(const Request& req) const;
+  Response Dispatch(const Request& req, std::string& route) const;
+  void Record(const Request& req, const std::string& route, int status,
+              std::chrono::steady_clock::time_point start);
   SslCtxPtr CurrentTls();
   void Reap(bool all);
 
@@ -112,9 +115,32 @@ class ServerImpl final : public HttpServer {
 
   std::mutex conns_mu_;
   std::list<std::unique_ptr<Conn>> conns_;  // guarded by conns_mu_ (acceptor thread adds)
+
+  CounterFamily* requests_ = nullptr;     // set in Start when metrics are on
+  HistogramFamily* durations_ = nullptr;  // set in Start when metrics are on
 };
 
+void ServerImpl::Record(const Request& req, const std::string& route, int status,
+                        std::chrono::steady_clock::time_point start) {
+  if (requests_ == nullptr) return;
+  requests_->WithLabels({req.method, route, std::to_string(status)}).Inc();
+  durations_->WithLabels({req.method, route})
+      .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
 Status ServerImpl::Start() {
+  if (opts_.metrics != nullptr) {
+    auto c = opts_.metrics->AddCounter(opts_.metrics_prefix + "_requests_total",
+                                       "HTTP requests served, by method, route and status code.",
+                                       {"method", "route", "code"});
+    if (!c.ok()) return c.status();
+    auto h = opts_.metrics->AddHistogram(opts_.metrics_prefix + "_request_duration_seconds",
+                                         "Time to produce an HTTP response, in seconds.",
+                                         {"method", "route"});
+    if (!h.ok()) return h.status();
+    requests_ = *c;
+    durations_ = *h;
+  }
   if (opts_.tls) {
     auto ctx = internal::ServerContext(*opts_.tls);
     if (!ctx.ok()) return ctx.status();
@@ -245,7 +271,7 @@ void ServerImpl::AcceptLoop() {
   }
 }
 
-Response ServerImpl::Dispatch(const Request& req) const {
+Response ServerImpl::Dispatch(const Request& req, std::string& route_name) const {
   const Route* exact = nullptr;
   const Route* best_prefix = nullptr;
   bool path_known = false;
@@ -261,6 +287,7 @@ Response ServerImpl::Dispatch(const Request& req) const {
     }
   }
   const Route* route = exact != nullptr ? exact : best_prefix;
+  route_name = route != nullptr ? route->path : "unmatched";
   if (route == nullptr) {
     return path_known ? Response::Error(405, "method " + req.method + " is not allowed on " +
                                                  req.path)
@@ -321,6 +348,8 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     if (q != std::string::npos) ParseQuery(std::string_view(target).substr(q + 1), req.query);
     bool keep_alive = version == "HTTP/1.1" && req.Header("connection") != "close";
 
+    const auto started = std::chrono::steady_clock::now();
+    std::string route = "unmatched";
     Response resp;
     bool have_resp = false;
     if (req.headers.count("transfer-encoding") != 0) {
@@ -347,7 +376,8 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
         if (!reader.ReadExact(length, req.body, opts_.idle_timeout).ok()) break;
       }
     }
-    if (!have_resp) resp = Dispatch(req);
+    if (!have_resp) resp = Dispatch(req, route);
+    Record(req, route, resp.status, started);
     if (resp.stream) {
       resp.headers["transfer-encoding"] = "chunked";
       resp.headers["connection"] = "close";
@@ -409,6 +439,15 @@ Response Response::Error(int status, std::string_view message) {
 
 std::unique_ptr<HttpServer> NewHttpServer(ServerOptions options) {
   return std::make_unique<ServerImpl>(std::move(options));
+}
+
+void ServeMetrics(HttpServer& server, const MetricsRegistry& registry) {
+  server.Handle("GET", "/metrics", [&registry](const Request&) {
+    Response r;
+    r.headers["content-type"] = kMetricsContentType;
+    r.body = registry.Serialize();
+    return r;
+  });
 }
 
 std::string UrlEncode(std::string_view s) {
