@@ -1,6 +1,7 @@
 #include "api/inventory_codec.h"
 
 #include "api/json_check.h"
+#include "core/fit.h"
 
 namespace accelpool::api {
 
@@ -165,6 +166,11 @@ StatusOr<InventoryDocument> InventoryFromJson(const json& doc, const std::string
       core::Device dev;
       ACCELPOOL_RETURN_IF_ERROR(ParseDevice(devs[d], Index(dpath, d), inv.vendor, dev));
       inv.devices.push_back(std::move(dev));
+    }
+    Status valid = core::ValidateInventory(inv);
+    if (!valid.ok()) {
+      return InvalidArgumentError(path + ": " + valid.message() +
+                                  "; fix the device plugin's topology profile for this node");
     }
     out.inventories.push_back(std::move(inv));
   }

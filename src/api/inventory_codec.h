@@ -3,7 +3,10 @@
 // Parse is strict: every field is type-checked and range-checked, unknown
 // enum spellings are rejected, and the error names the JSON path
 // ("inventories[0].devices[3].memory_mib: want an integer >= 0, got \"8G\"").
-// Unknown fields are ignored, so a newer writer can add fields. Serialize
+// Unknown fields are ignored, so a newer writer can add fields. Each parsed
+// inventory also passes core::ValidateInventory (indices match positions,
+// modules/groups/links name existing devices), so a parsed document is safe
+// to hand to core::Fit. Serialize
 // writes every field, so Parse(Serialize(x)) == x.
 //
 // Thread-safety: pure functions.

@@ -93,7 +93,10 @@ TEST(InventoryCodecTest, ProtocolExampleParses) {
       "module_rule": "whole_for_even", "links": [], "super_node": "sp-3", "rack": "", "block": ""},
     "devices": [{"id": "NPU-0a1b", "index": 0, "model": "Ascend910C", "memory_mib": 65536,
       "compute_units": 24, "numa": 0, "pci_bus": "0000:9d:00.0", "healthy": true, "module": 0,
-      "max_shares": 1, "future_field": {"ignored": true}}]}]})";
+      "max_shares": 1, "future_field": {"ignored": true}},
+      {"id": "NPU-0a1c", "index": 1, "model": "Ascend910C", "module": 0},
+      {"id": "NPU-0a1d", "index": 2, "model": "Ascend910C", "module": 1},
+      {"id": "NPU-0a1e", "index": 3, "model": "Ascend910C", "module": 1}]}]})";
   auto doc = ParseInventory(text, "n1");
   ASSERT_TRUE(doc.ok()) << doc.status().ToString();
   const core::NodeInventory& inv = doc->inventories.at(0);
@@ -148,6 +151,13 @@ TEST(InventoryCodecTest, SchemaErrorsNameTheJsonPath) {
        StatusCode::kInvalidArgument, "topology.slices.memory_sizes[1]: slice sizes must be strictly ascending"},
       {"devices object", wrap(R"({"vendor":"nvidia","devices":{}})"), StatusCode::kInvalidArgument,
        "inventories[0].devices: want an array"},
+      {"index out of order", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":1}]})"),
+       StatusCode::kInvalidArgument, "inventories[0]: inventory of node \"node-x\": device 0 has index 1"},
+      {"module names a missing device",
+       wrap(R"({"vendor":"nvidia","topology":{"modules":[[0,5]]},"devices":[{"id":"G","index":0}]})"),
+       StatusCode::kInvalidArgument, "module names device 5"},
+      {"duplicate id", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0},{"id":"G","index":1}]})"),
+       StatusCode::kInvalidArgument, "duplicate id"},
   };
   for (const Case& c : cases) {
     auto r = ParseInventory(c.text, "node-x");
