@@ -32,7 +32,7 @@ render() { # file helm-args...
     echo "kind: Namespace"
     echo "metadata:"
     echo "  name: ${NS}"
-    "${HELM}" template accelpool "${REPO}/charts/accelpool" --namespace "${NS}" "$@"
+    "${HELM}" template accelpool "${REPO}/charts/accelpool" --namespace "${NS}" --kube-version v1.37.2 "$@"
   } > "${OUT}/${file}"
 }
 render accelpool.yaml

@@ -75,7 +75,6 @@ write_kwok_stages() {
   local mod
   mod="$(cd "$1" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)" || return 1
   {
-    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n'
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
              pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
       printf -- '---\n'; cat "${mod}/kustomize/stage/${f}"

@@ -37,7 +37,7 @@ check "helm lint (defaults)" "${HELM}" lint --strict "${CHART}"
 check "helm lint (HA)" "${HELM}" lint --strict "${CHART}" --set scheduler.replicas=3
 check "helm lint (cert-manager, ServiceMonitor)" "${HELM}" lint --strict "${CHART}" \
   --set certManager.enabled=true --set serviceMonitor.enabled=true
-render() { "${HELM}" template t "${CHART}" --namespace ns "$@"; }
+render() { "${HELM}" template t "${CHART}" --namespace ns --kube-version v1.37.2 "$@"; }
 render > "${TMP}/default.yaml"
 render --set scheduler.replicas=2 > "${TMP}/ha.yaml"
 render --set certManager.enabled=true --set serviceMonitor.enabled=true > "${TMP}/crds.yaml"
@@ -71,6 +71,7 @@ dashboard_ok() {
 check "dashboard JSON parses and shows every metric" dashboard_ok
 
 # --- against the e2e apiserver ---
+"${E2E_DIR}/cluster.sh" clean >/dev/null 2>&1  # fresh etcd data for every run
 "${E2E_DIR}/cluster.sh" start
 # shellcheck disable=SC1091 # written by cluster.sh start
 . "${E2E_WORK}/cluster.env"
@@ -79,6 +80,21 @@ for f in "${REPO}"/deploy/*.yaml; do
   check "kubectl apply --dry-run=server -f deploy/$(basename "$f")" \
     "${K}" apply --dry-run=server -f "$f"
 done
+
+# The chart's KubeSchedulerConfiguration must be accepted by the pinned
+# kube-scheduler: decode, default and validate it (--write-config-to exits
+# after loading the configuration).
+sched_config_accepted() {
+  awk '/^  config.yaml: \|/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
+    "${TMP}/default.yaml" |
+    sed -e "s|caFile: /etc/accelpool/tls/ca.crt|caFile: ${E2E_CA}|" \
+        -e "s|^clientConnection:|clientConnection:\n  kubeconfig: ${E2E_WORK}/config/scheduler.kubeconfig|" \
+        -e "s|leaderElect: true|leaderElect: false|" > "${TMP}/chart-scheduler.yaml"
+  grep -q 'nodeCacheCapable: true' "${TMP}/chart-scheduler.yaml" &&
+    "${BIN}/kube-scheduler" --config "${TMP}/chart-scheduler.yaml" --write-config-to "${TMP}/effective.yaml" &&
+    grep -q 'schedulerName: accelpool-scheduler' "${TMP}/effective.yaml"
+}
+check "kube-scheduler accepts the chart's scheduler configuration" sched_config_accepted
 
 # certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
 # webhook matches no pod (objectSelector), so the apiserver never calls it.

@@ -256,14 +256,31 @@ EOF
     --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
     --authorization-mode Node,RBAC --allow-privileged=true \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,ResourceQuota,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --disable-admission-plugins TaintNodesByCondition \
     --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling=false
 
+  # (TaintNodesByCondition is off: its not-ready taint is removed by the node
+  # lifecycle controller of kube-controller-manager, which this plane lacks.)
   # Without kube-controller-manager nothing creates the "default" service
   # account, which the ServiceAccount admission plugin requires for pods.
   ensure_namespace default
 
+  # kwok applies no defaults to options once a config file is given.
+  cat > "${CONF}/kwok.yaml" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 16
+  nodePlayStageParallelism: 8
+  nodeLeaseParallelism: 8
+  podsOnNodeSyncParallelism: 4
+  enablePodsOnNodeSyncListPager: true
+  enableDebuggingHandlers: false
+  enableProfilingHandler: false
+  enableContentionProfiling: false
+EOF
   start_proc kwok "http://127.0.0.1:${KWOK_PORT}/healthz" -- "${BIN}/kwok" \
-    --kubeconfig "${CONF}/admin.kubeconfig" --config "${BIN}/kwok-stages.yaml" \
+    --kubeconfig "${CONF}/admin.kubeconfig" --config "${CONF}/kwok.yaml" --config "${BIN}/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --disregard-status-with-annotation-selector kwok.x-k8s.io/status=custom \
     --node-ip 127.0.0.1 --cidr 10.0.0.1/16 --node-lease-duration-seconds 40 \

@@ -20,6 +20,7 @@ NODES="${E2E_LOAD_NODES:-100}" PODS="${E2E_LOAD_PODS:-500}"
 [[ "${NODES}" =~ ^[1-9][0-9]*$ && "${PODS}" =~ ^[1-9][0-9]*$ ]] || die "E2E_LOAD_NODES and E2E_LOAD_PODS must be positive integers"
 trap '"${E2E_DIR}/cluster.sh" stop >/dev/null 2>&1 || true' EXIT
 
+"${E2E_DIR}/cluster.sh" clean >/dev/null 2>&1  # fresh etcd data for every run
 "${E2E_DIR}/cluster.sh" start
 # shellcheck disable=SC1091 # written by cluster.sh start
 . "${E2E_WORK}/cluster.env"

@@ -21,6 +21,7 @@ finish() {
 }
 trap finish EXIT
 
+"${E2E_DIR}/cluster.sh" clean >/dev/null 2>&1  # fresh etcd data for every run
 "${E2E_DIR}/cluster.sh" start
 # shellcheck disable=SC1091 # written by cluster.sh start
 . "${E2E_WORK}/cluster.env"
