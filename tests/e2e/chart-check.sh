@@ -52,7 +52,13 @@ check "every managed resource is ignoredByScheduler" \
   bash -c "[ \$(grep -c 'ignoredByScheduler: true' '${TMP}/default.yaml') -ge 20 ] && grep -q 'name: nvidia.com/gpumem$' '${TMP}/default.yaml'"
 check "balanced-allocation and image-locality scores are disabled" \
   bash -c "grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'type: MostAllocated' '${TMP}/default.yaml'"
-check "one device-plugin DaemonSet per vendor (8)" count_is "${TMP}/default.yaml" '^kind: DaemonSet$' 8
+check "device-plugin DaemonSets for the shipped backends (nvidia, ascend)" count_is "${TMP}/default.yaml" '^kind: DaemonSet$' 2
+all_vendors=()
+for v in kunlunxin metax mthreads thead cambricon hygon; do all_vendors+=(--set "devicePlugin.vendors.${v}.enabled=true"); done
+render "${all_vendors[@]}" > "${TMP}/all-vendors.yaml"
+check "one device-plugin DaemonSet per vendor when all are on (8)" count_is "${TMP}/all-vendors.yaml" '^kind: DaemonSet$' 8
+check "count names are managed but not ignored" \
+  bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \
   bash -c "! grep -Eq '^kind: (ServiceMonitor|Certificate|Issuer)$' '${TMP}/default.yaml'"
 check "cert-manager render has Certificate and ServiceMonitors, no certgen Jobs" \
@@ -133,7 +139,11 @@ ca_bundle_set() {
     "$("${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.ca\.crt}')" ]
 }
 check "the caBundle equals the secret's ca.crt" ca_bundle_set
-certgen_rejects() { ! certgen create --bogus >/dev/null 2>&1 && certgen create --bogus 2>&1 | grep -q 'unknown argument'; }
+certgen_rejects() {
+  local out
+  if out="$(certgen create --bogus 2>&1)"; then return 1; fi
+  grep -q 'unknown argument' <<<"${out}"
+}
 check "certgen rejects a bad argument with a hint" certgen_rejects
 "${K}" delete mutatingwebhookconfiguration certgen-check >/dev/null
 [ "${FAILED}" = 0 ]

@@ -107,10 +107,10 @@ current-context: e2e
 EOF
 }
 
-# The pooled memory/compute resource names, from the chart's values.yaml
-# (scheduler.managedResources), so the e2e plane and the chart agree.
-managed_resources() {
-  awk '/^  managedResources:/ {on=1; next} on && /^    - / {print $2; next} on && !/^ *#/ {on=0}' \
+# chart_list KEY: the items of scheduler.KEY in the chart's values.yaml
+# (countResources, managedResources), so the e2e plane and the chart agree.
+chart_list() {
+  awk -v key="  $1:" '$0 == key {on=1; next} on && /^    - / {print $2; next} on && !/^ *#/ {on=0}' \
     "${REPO}/charts/accelpool/values.yaml"
 }
 
@@ -161,8 +161,10 @@ ${tls}
   ignorable: false
   managedResources:
 EOF
+    # kube-scheduler calls the extender only for pods requesting one of these.
     local r
-    for r in $(managed_resources); do printf '  - {name: %s, ignoredByScheduler: true}\n' "$r"; done
+    for r in $(chart_list countResources); do printf '  - {name: %s, ignoredByScheduler: false}\n' "$r"; done
+    for r in $(chart_list managedResources); do printf '  - {name: %s, ignoredByScheduler: true}\n' "$r"; done
   } > "${CONF}/accelpool-scheduler.yaml"
 }
 
