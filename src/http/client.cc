@@ -229,6 +229,10 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
       if (!size_line.ok()) return fail(size_line.status());
       const size_t n = std::strtoull(size_line->c_str(), nullptr, 16);
       if (n == 0) break;
+      if (n > (size_t{64} << 20)) {
+        return UnavailableError(request.path + ": a response chunk of " + std::to_string(n) +
+                                " bytes exceeds the 64 MiB limit");
+      }
       std::string chunk;
       Status st = reader.ReadExact(n + 2, chunk, idle_timeout);  // data + CRLF
       if (!st.ok()) return fail(st);

@@ -160,6 +160,18 @@ TEST_F(KubeClientTest, BindingEventsAndLeases) {
   EXPECT_EQ(events->items[0]["regarding"]["uid"], ref.uid);
   EXPECT_EQ(events->items[0]["type"], "Warning");
 
+  // An apiserver without events.k8s.io/v1 (404): the event goes to core/v1.
+  api_.FailNext(1, 404);
+  ASSERT_TRUE(CreateEvent(*client_, ref, EventKind::kNormal, "AccelpoolAllocated", "ok",
+                          "accelpool-device-plugin", "Allocate")
+                  .ok());
+  auto core_events = client_->List(CoreEvents(), "ml", {});
+  ASSERT_TRUE(core_events.ok());
+  ASSERT_EQ(core_events->items.size(), 1u);
+  EXPECT_EQ(core_events->items[0]["reason"], "AccelpoolAllocated");
+  EXPECT_EQ(core_events->items[0]["involvedObject"]["name"], "p");
+  EXPECT_EQ(core_events->items[0]["source"]["component"], "accelpool-device-plugin");
+
   Lease l;
   l.ns = "kube-system";
   l.name = "accelpool-extender";
