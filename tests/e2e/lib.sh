@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared helpers for the end-to-end scripts (sourced, not run).
+# Shared functions for the end-to-end scripts (sourced, not run).
 
 log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
