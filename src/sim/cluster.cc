@@ -82,7 +82,7 @@ StatusOr<Cluster> BuildCluster(const std::vector<TraceNode>& nodes,
     c.pod_gpu.push_back(s.GpuMilli());
   }
   c.tasks = TypicalTasks(c, 0.95);
-  c.memory_tasks = TypicalTasks(c, 0.95, true);
+  c.memory_tasks = TypicalTasks(c, 1.0, true);
   return c;
 }
 

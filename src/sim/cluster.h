@@ -72,7 +72,7 @@ struct Cluster {
   std::vector<int32_t> pod_shape;        // pod index -> shape id
   std::vector<int64_t> pod_gpu;          // pod index -> total milli-GPU
   std::vector<core::FragTask> tasks;     // workload distribution for FGD (by pod count)
-  std::vector<core::FragTask> memory_tasks;  // shapes with host memory, for accelpool
+  std::vector<core::FragTask> memory_tasks;  // every shape, with host memory, for accelpool
 };
 
 // Builds the cluster from GPU nodes (CPU-only nodes are skipped, as in the

@@ -17,6 +17,7 @@
 #include "sim/experiment.h"
 #include "sim/output.h"
 #include "sim/timed.h"
+#include "sim/topo.h"
 
 namespace {
 
@@ -102,5 +103,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(o->verbose ? spdlog::level::info : spdlog::level::warn);
+  if (o->topology) {
+    StatusOr<nlohmann::json> r = sim::RunTopologyCli(o->topo);
+    if (!r.ok()) return Fail(r.status());
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
   return RunTrace(*o);
 }

@@ -89,15 +89,21 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
   rank_.resize(n_nodes);
   std::iota(rank_.begin(), rank_.end(), 0U);
   for (size_t i = n_nodes; i > 1; --i) std::swap(rank_[i - 1], rank_[Uniform(i, &rank_state)]);
-  // The extender's stable order: a hash of the node name (FNV-1a).
+  // The extender's stable order: a hash (FNV-1a) of the node name salted
+  // with a value fixed per deployment; each seed stands for one deployment.
   name_rank_.resize(n_nodes);
   for (size_t i = 0; i < n_nodes; ++i) {
     uint64_t h = 1469598103934665603ULL;
+    for (int b = 0; b < 8; ++b) {
+      h ^= (opt.seed >> (8 * b)) & 0xFFU;
+      h *= 1099511628211ULL;
+    }
     for (char ch : c.node_names[i]) {
       h ^= static_cast<unsigned char>(ch);
       h *= 1099511628211ULL;
     }
-    name_rank_[i] = h;
+    uint64_t mixed = h;  // FNV's high bits mix poorly over similar names
+    name_rank_[i] = SplitMix(&mixed);
   }
 }
 

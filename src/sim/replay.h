@@ -12,7 +12,8 @@
 //           ties are broken uniformly at random, as kube-scheduler does.
 //   kKube : a cluster with accelpool's extender. Within one Prioritize call
 //           the extender gives 10 to the node with the highest NodeScore,
-//           ties going to a stable order (a hash of the node name), and at
+//           ties going to a stable order (a hash of the node name salted
+//           once per deployment; each seed stands for one deployment), and at
 //           most 9 to every other node; times the weight, plus nothing
 //           else. kube-scheduler's random tie-break never sees a tie.
 // Random is uniform over the nodes that fit in every mode.

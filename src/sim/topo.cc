@@ -1,0 +1,368 @@
+#include "sim/topo.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <queue>
+#include <random>
+#include <set>
+
+#include "core/fit.h"
+#include "core/policy.h"
+#include "core/profiles.h"
+#include "core/usage.h"
+
+namespace accelpool::sim {
+namespace {
+
+struct TopoNode {
+  core::NodeInventory inv;    // with topology
+  core::NodeInventory blind;  // the same devices, topology stripped
+  core::NodeUsage usage;
+  int32_t super = 0;
+};
+
+// One arrival: a single-node pod, or a gang of `gang` pods of `count` devices.
+struct Job {
+  double arrive = 0, leave = 0;
+  size_t profile = 0;
+  int32_t count = 1;
+  int32_t compute = 0;  // thousandths; 0 = whole devices
+  int32_t gang = 0;     // 0 = single pod
+};
+
+core::PodRequest Request(const TopoNode& n, const Job& j) {
+  core::DeviceRequest r;
+  r.container = "main";
+  r.vendor = n.inv.vendor;
+  r.count = j.count;
+  r.compute = j.compute;
+  r.model_include = {n.inv.devices.at(0).model};
+  core::PodRequest p;
+  p.containers.push_back(std::move(r));
+  return p;
+}
+
+bool Free(const core::DeviceUsage& u) { return u.shares == 0 && !u.exclusive && u.compute == 0; }
+
+// Largest number of free devices inside one group (0 when no groups).
+int32_t RoomInOneGroup(const TopoNode& n) {
+  int32_t best = 0;
+  for (const auto& g : n.inv.topology.groups) {
+    int32_t f = 0;
+    for (int32_t d : g) f += Free(n.usage.devices[static_cast<size_t>(d)]);
+    best = std::max(best, f);
+  }
+  return best;
+}
+
+int32_t GroupsSpanned(const TopoNode& n, const core::Placement& p) {
+  std::set<size_t> groups;
+  for (const auto& c : p.containers) {
+    for (const core::Grant& g : c.grants) {
+      for (size_t k = 0; k < n.inv.topology.groups.size(); ++k) {
+        const auto& grp = n.inv.topology.groups[k];
+        if (std::find(grp.begin(), grp.end(), g.device) != grp.end()) groups.insert(k);
+      }
+    }
+  }
+  return static_cast<int32_t>(groups.size());
+}
+
+class Sim {
+ public:
+  Sim(const TopoConfig& cfg, bool aware, const core::Policy* policy)
+      : cfg_(cfg), aware_(aware), policy_(policy), rng_(cfg.seed) {}
+
+  Status Build() {
+    const int32_t total = cfg_.super_nodes * cfg_.nodes_per_super;
+    for (int32_t i = 0; i < total; ++i) {
+      const std::string& prof = cfg_.profiles[static_cast<size_t>(i) % cfg_.profiles.size()];
+      StatusOr<core::NodeInventory> inv = core::MakeProfileNode(prof, "node-" + std::to_string(i));
+      if (!inv.ok()) return inv.status().WithPrefix("profile " + prof);
+      TopoNode n;
+      n.super = i / cfg_.nodes_per_super;
+      n.inv = std::move(*inv);
+      n.inv.topology.super_node = "sn-" + std::to_string(n.super);
+      n.blind = n.inv;
+      n.blind.topology = core::Topology{};
+      for (core::Device& d : n.blind.devices) d.module = -1;
+      n.usage = core::NodeUsage::Empty(n.inv);
+      devices_ += static_cast<int64_t>(n.inv.devices.size());
+      nodes_.push_back(std::move(n));
+    }
+    return Status::Ok();
+  }
+
+  // Places one pod; returns the node index or -1.
+  int64_t PlaceOne(const Job& j, const std::set<size_t>& exclude, int32_t only_super,
+                   core::Placement* out) {
+    int64_t best = -1;
+    int32_t best_score = -1;
+    std::vector<size_t> order(nodes_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (!aware_) std::shuffle(order.begin(), order.end(), rng_);
+    for (size_t i : order) {
+      TopoNode& n = nodes_[i];
+      if (i % cfg_.profiles.size() != j.profile || exclude.count(i)) continue;
+      if (only_super >= 0 && n.super != only_super) continue;
+      const core::PodRequest req = Request(n, j);
+      const core::FitResult fit =
+          core::Fit(req, aware_ ? n.inv : n.blind, n.usage, aware_ ? policy_ : nullptr);
+      if (!fit.fits()) continue;
+      if (!aware_) {
+        *out = fit.placement;
+        return static_cast<int64_t>(i);
+      }
+      const int32_t s = policy_->NodeScore(n.inv, n.usage, fit.placement);
+      if (s > best_score) {
+        best_score = s;
+        best = static_cast<int64_t>(i);
+        *out = fit.placement;
+      }
+    }
+    return best;
+  }
+
+  void Commit(size_t i, const Job& j, const core::Placement& p, TopoMetrics* m) {
+    TopoNode& n = nodes_[i];
+    const core::PodRequest req = Request(n, j);
+    if (!core::CheckPlacement(req, n.inv, n.usage, p).ok()) ++m->violations;
+    if (j.count > 1 && j.gang == 0) {
+      ++m->multi_card;
+      if (GroupsSpanned(n, p) > 1 && RoomInOneGroup(n) >= j.count) ++m->cross_group_with_room;
+    }
+    if (core::ApplyPlacement(p, n.inv, &n.usage).ok()) {
+      in_use_ += Footprint(p);
+      held_.push({j.leave, i, p});
+    }
+  }
+
+  static double Footprint(const core::Placement& p) {
+    double d = 0;
+    for (const auto& c : p.containers) {
+      for (const core::Grant& g : c.grants) d += g.exclusive ? 1.0 : g.compute / 1000.0;
+    }
+    return d;
+  }
+
+  void ReleaseUntil(double t) {
+    while (!held_.empty() && held_.top().leave <= t) {
+      const Held h = held_.top();
+      held_.pop();
+      if (core::ReleasePlacement(h.placement, nodes_[h.node].inv, &nodes_[h.node].usage).ok()) {
+        in_use_ -= Footprint(h.placement);
+      }
+    }
+  }
+
+  // Share of free devices that no shape of the mix could use.
+  double StrandedPct(const std::vector<Job>& shapes) {
+    int64_t free = 0, stranded = 0;
+    for (TopoNode& n : nodes_) {
+      for (size_t d = 0; d < n.inv.devices.size(); ++d) {
+        if (!Free(n.usage.devices[d])) continue;
+        ++free;
+        bool usable = false;
+        for (const Job& s : shapes) {
+          if (s.profile != static_cast<size_t>(&n - nodes_.data()) % cfg_.profiles.size()) continue;
+          core::PodRequest req = Request(n, s);
+          const core::FitResult fit = core::Fit(req, n.inv, n.usage, nullptr);
+          if (!fit.fits()) continue;
+          for (const core::Grant& g : fit.placement.containers[0].grants) {
+            usable = usable || g.device == static_cast<int32_t>(d);
+          }
+          if (usable) break;
+          // Another legal set may include d: ask again with d required.
+          req.containers[0].id_include = {n.inv.devices[d].id};
+          for (const auto& other : fit.placement.containers[0].grants) {
+            req.containers[0].id_include.push_back(n.inv.devices[static_cast<size_t>(other.device)].id);
+          }
+          req.containers[0].id_include.erase(req.containers[0].id_include.end() - 1);
+          usable = core::Fit(req, n.inv, n.usage, nullptr).fits();
+          if (usable) break;
+        }
+        stranded += !usable;
+      }
+    }
+    return free == 0 ? 0 : 100.0 * static_cast<double>(stranded) / static_cast<double>(free);
+  }
+
+  TopoMetrics Run(const std::vector<Job>& jobs, const std::vector<Job>& shapes) {
+    TopoMetrics m;
+    m.policy = aware_ ? "accelpool" : "topology-blind";
+    double last_t = 0, weighted = 0, stranded_sum = 0;
+    int64_t samples = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const Job& j = jobs[k];
+      ReleaseUntil(j.arrive);
+      weighted += in_use_ * (j.arrive - last_t);
+      last_t = j.arrive;
+      if (j.gang == 0) {
+        core::Placement p;
+        const int64_t i = PlaceOne(j, {}, -1, &p);
+        if (i < 0) {
+          ++m.failed;
+        } else {
+          ++m.pods;
+          Commit(static_cast<size_t>(i), j, p, &m);
+        }
+      } else {
+        PlaceGang(j, &m);
+      }
+      if (k % 200 == 199) {
+        stranded_sum += StrandedPct(shapes);
+        ++samples;
+      }
+    }
+    m.utilisation_pct = last_t > 0 ? 100.0 * weighted / last_t / static_cast<double>(devices_) : 0;
+    m.stranded_pct = samples > 0 ? stranded_sum / static_cast<double>(samples) : 0;
+    return m;
+  }
+
+  void PlaceGang(const Job& j, TopoMetrics* m) {
+    // Aware: the super-node with the most nodes that can take a member first.
+    std::vector<int32_t> supers;
+    for (int32_t s = 0; s < cfg_.super_nodes; ++s) supers.push_back(s);
+    std::vector<std::pair<size_t, core::Placement>> members;
+    std::set<size_t> used;
+    auto try_in = [&](int32_t only_super) {
+      while (static_cast<int32_t>(members.size()) < j.gang) {
+        core::Placement p;
+        const int64_t i = PlaceOne(j, used, only_super, &p);
+        if (i < 0) return;
+        used.insert(static_cast<size_t>(i));
+        members.emplace_back(static_cast<size_t>(i), p);
+      }
+    };
+    if (aware_) {
+      for (int32_t s : supers) {
+        members.clear();
+        used.clear();
+        try_in(s);
+        if (static_cast<int32_t>(members.size()) == j.gang) break;
+      }
+      if (static_cast<int32_t>(members.size()) < j.gang) {
+        members.clear();
+        used.clear();
+        try_in(-1);
+      }
+    } else {
+      try_in(-1);
+    }
+    if (static_cast<int32_t>(members.size()) < j.gang) {
+      ++m->failed;
+      return;
+    }
+    std::set<int32_t> spanned;
+    for (const auto& [i, p] : members) {
+      spanned.insert(nodes_[i].super);
+      Commit(i, j, p, m);
+    }
+    ++m->gangs;
+    const int32_t needed = (j.gang + cfg_.nodes_per_super - 1) / cfg_.nodes_per_super;
+    if (static_cast<int32_t>(spanned.size()) > needed) ++m->gangs_spread;
+  }
+
+ private:
+  struct Held {
+    double leave;
+    size_t node;
+    core::Placement placement;
+    bool operator<(const Held& o) const { return leave > o.leave; }  // min-heap
+  };
+  const TopoConfig& cfg_;
+  bool aware_;
+  const core::Policy* policy_;
+  std::mt19937_64 rng_;
+  std::vector<TopoNode> nodes_;
+  std::priority_queue<Held> held_;
+  double in_use_ = 0;
+  int64_t devices_ = 0;
+};
+
+std::vector<Job> Workload(const TopoConfig& cfg, std::vector<Job>* shapes) {
+  std::mt19937_64 rng(cfg.seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::exponential_distribution<double> gap(1.0), life(1.0 / 400.0);
+  const size_t np = cfg.profiles.size();
+  std::vector<Job> jobs;
+  double t = 0;
+  for (int32_t k = 0; k < cfg.arrivals; ++k) {
+    Job j;
+    t += gap(rng);
+    j.arrive = t;
+    j.leave = t + life(rng);
+    j.profile = static_cast<size_t>(rng() % np);
+    const double x = u(rng);
+    if (x < 0.35) {
+      j.count = 1;  // single-card inference
+    } else if (x < 0.60) {
+      j.count = 1;  // fractional inference
+      j.compute = rng() % 2 == 0 ? 250 : 500;
+    } else if (x < 0.90) {
+      j.count = std::vector<int32_t>{2, 4, 8}[rng() % 3];  // fine-tuning
+    } else {
+      j.count = 8;  // training gang member
+      j.gang = std::vector<int32_t>{2, 4}[rng() % 2];
+      j.leave = t + 3 * life(rng);
+    }
+    jobs.push_back(j);
+  }
+  for (size_t p = 0; p < np; ++p) {
+    for (int32_t c : {1, 2, 4, 8}) shapes->push_back(Job{0, 0, p, c, 0, 0});
+    shapes->push_back(Job{0, 0, p, 1, 250, 0});
+  }
+  return jobs;
+}
+
+}  // namespace
+
+StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg) {
+  if (cfg.profiles.empty() || cfg.super_nodes < 1 || cfg.nodes_per_super < 1) {
+    return InvalidArgumentError("topology run needs profiles and at least one node");
+  }
+  StatusOr<core::PolicyPtr> policy = core::MakePolicy("accelpool");
+  if (!policy.ok()) return policy.status();
+  std::vector<Job> shapes;
+  const std::vector<Job> jobs = Workload(cfg, &shapes);
+  std::vector<TopoMetrics> out;
+  for (bool aware : {true, false}) {
+    Sim sim(cfg, aware, policy->get());
+    ACCELPOOL_RETURN_IF_ERROR(sim.Build());
+    out.push_back(sim.Run(jobs, shapes));
+  }
+  return out;
+}
+
+StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o) {
+  TopoConfig cfg;
+  cfg.super_nodes = o.super_nodes;
+  cfg.arrivals = o.arrivals;
+  cfg.seed = o.seed;
+  StatusOr<std::vector<TopoMetrics>> r = RunTopology(cfg);
+  if (!r.ok()) return r.status();
+  nlohmann::json out = nlohmann::json::array();
+  for (const TopoMetrics& m : *r) {
+    out.push_back({{"policy", m.policy},
+                   {"pods", m.pods},
+                   {"gangs", m.gangs},
+                   {"failed", m.failed},
+                   {"vendor_rule_violations", m.violations},
+                   {"stranded_free_devices_pct", m.stranded_pct},
+                   {"multi_card_pods", m.multi_card},
+                   {"cross_group_when_one_group_had_room", m.cross_group_with_room},
+                   {"gangs_spread_over_extra_super_nodes", m.gangs_spread},
+                   {"utilisation_pct", m.utilisation_pct}});
+  }
+  if (!o.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out_dir, ec);
+    std::ofstream f(o.out_dir + "/topo.json");
+    if (!f) return InternalError("cannot write " + o.out_dir + "/topo.json; check permissions");
+    f << out.dump(2) << "\n";
+  }
+  return out;
+}
+
+}  // namespace accelpool::sim
