@@ -102,6 +102,60 @@ sched_config_accepted() {
 }
 check "kube-scheduler accepts the chart's scheduler configuration" sched_config_accepted
 
+# The webhook's matchCondition decides which pods reach the extender. Its CEL
+# is checked hermetically: the same expression as the matchCondition of a
+# ValidatingAdmissionPolicy that denies every pod it matches, then pods are
+# created with --dry-run=server (no webhook is called, nothing is stored).
+webhook_expr="$(awk '/^      - name: requests-pooled-resources$/ {getline; on=1; next}
+  on && /^          / {sub(/^ +/, ""); printf "%s ", $0; next} on {exit}' "${TMP}/default.yaml")"
+cat > "${TMP}/match-policy.yaml" <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: webhook-match-check}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  matchConditions:
+  - name: requests-pooled-resources
+    expression: '${webhook_expr//\'/\'\'}'
+  validations:
+  - {expression: "false", message: routed-to-accelpool}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: webhook-match-check}
+spec: {policyName: webhook-match-check, validationActions: [Deny]}
+YAML
+check "the webhook's CEL matchCondition compiles in a policy" "${K}" apply -f "${TMP}/match-policy.yaml"
+# try_pod NAME CONTAINERS-JSON: "routed" when the policy denied it, "passed" when admitted.
+try_pod() {
+  local out
+  out="$("${K}" create --dry-run=server -o name -f - 2>&1 <<JSON
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},"spec":$2}
+JSON
+)"
+  if grep -q routed-to-accelpool <<<"${out}"; then echo routed
+  elif grep -q "^pod/" <<<"${out}"; then echo passed
+  else echo "error: ${out}"; fi
+}
+gpu_pod() { echo "{\"containers\":[{\"name\":\"c\",\"image\":\"x\",\"resources\":{\"limits\":{\"$1\":\"$2\"}}}]}"; }
+# The policy takes effect once the apiserver has loaded it.
+for _ in $(seq 1 40); do [ "$(try_pod probe "$(gpu_pod nvidia.com/gpu 1)")" = routed ] && break; sleep 0.5; done
+webhook_routes() { # expected name spec
+  local got; got="$(try_pod "$2" "$3")"
+  [ "${got}" = "$1" ] || { echo "pod $2: got '${got}', want '$1'"; return 1; }
+}
+check "webhook routes a pod asking nvidia.com/gpu" webhook_routes routed gpu "$(gpu_pod nvidia.com/gpu 1)"
+check "webhook routes a pod asking only nvidia.com/gpumem" webhook_routes routed gpumem "$(gpu_pod nvidia.com/gpumem 4096)"
+check "webhook routes a pod asking huawei.com/Ascend910B3 (prefix)" webhook_routes routed npu "$(gpu_pod huawei.com/Ascend910B3 1)"
+check "webhook routes a pod whose init container asks cambricon.com/vmlu" webhook_routes routed init \
+  '{"initContainers":[{"name":"i","image":"x","resources":{"limits":{"cambricon.com/vmlu":"1"}}}],"containers":[{"name":"c","image":"x"}]}'
+check "webhook leaves a CPU-only pod alone" webhook_routes passed cpu \
+  '{"containers":[{"name":"c","image":"x","resources":{"requests":{"cpu":"100m"}}}]}'
+check "webhook leaves a pod with another extended resource alone" webhook_routes passed other "$(gpu_pod example.com/foo 1)"
+"${K}" delete -f "${TMP}/match-policy.yaml" >/dev/null
+
 # certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
 # webhook matches no pod (objectSelector), so the apiserver never calls it.
 certgen() {
