@@ -126,14 +126,46 @@ Extender::Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy
       log_(log),
       audit_(log.Child("audit")) {}
 
+NodePlan Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
+                              const NodeSnapshot* snap) {
+  if (snap == nullptr) {
+    return PlanNode(pod, snap, *policy_);
+  }
+  MemoShard& shard = memo_[std::hash<std::string>{}(snap->name) % kMemoShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.nodes.find(snap->name);
+    if (it != shard.nodes.end() && it->second.version == snap->version) {
+      for (const auto& [s, plan] : it->second.plans) {
+        if (s == shape) {
+          return plan;
+        }
+      }
+    }
+  }
+  NodePlan plan = PlanNode(pod, snap, *policy_);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  MemoShard::Entry& e = shard.nodes[snap->name];
+  if (e.version != snap->version) {
+    e.version = snap->version;
+    e.plans.clear();
+  }
+  if (e.plans.size() >= kMemoShapesPerNode) {
+    e.plans.erase(e.plans.begin());
+  }
+  e.plans.emplace_back(shape, plan);
+  return plan;
+}
+
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
   std::vector<NodePlan> plans(nodes.size());
   std::vector<uint64_t> versions(nodes.size(), 0);
+  const std::string shape = RequestShape(pod.request);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       NodeSnapshotPtr snap = cache_.Node(nodes[i]);
       versions[i] = snap ? snap->version : 0;
-      plans[i] = PlanNode(pod, snap.get(), *policy_);
+      plans[i] = CachedPlan(pod, shape, snap.get());
     }
   };
   const size_t threads =
@@ -211,7 +243,11 @@ void Extender::Remember(const PodInfo& pod,
       remembered_.erase(remembered_.begin());
     }
   }
-  remembered_[pod.ref.uid] = Remembered{pod, std::move(scores), now};
+  remembered_[pod.ref.uid] = Remembered{
+      pod,
+      std::make_shared<const std::map<std::string, std::pair<uint64_t, int32_t>>>(
+          std::move(scores)),
+      now};
 }
 
 std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {
@@ -226,7 +262,7 @@ std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {
 
 std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
                                                const std::vector<std::string>& nodes) {
-  std::map<std::string, std::pair<uint64_t, int32_t>> known;
+  std::shared_ptr<const std::map<std::string, std::pair<uint64_t, int32_t>>> known;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = remembered_.find(pod.ref.uid);
@@ -235,15 +271,21 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
       known = it->second.scores;
     }
   }
+  const std::string shape = RequestShape(pod.request);
   std::vector<RankInput> inputs;
   inputs.reserve(nodes.size());
   for (const std::string& n : nodes) {
     RankInput in{n, 0, cache_.Node(n)};
-    auto k = known.find(n);
-    if (k != known.end() && in.snap != nullptr && in.snap->version == k->second.first) {
-      in.policy_score = k->second.second;
+    const std::pair<uint64_t, int32_t>* hit = nullptr;
+    if (known != nullptr) {
+      if (auto k = known->find(n); k != known->end()) {
+        hit = &k->second;
+      }
+    }
+    if (hit != nullptr && in.snap != nullptr && in.snap->version == hit->first) {
+      in.policy_score = hit->second;
     } else if (pod.Pooled()) {
-      NodePlan p = PlanNode(pod, in.snap.get(), *policy_);
+      NodePlan p = CachedPlan(pod, shape, in.snap.get());
       in.policy_score = p.fits() ? p.score : 0;
     }
     inputs.push_back(std::move(in));

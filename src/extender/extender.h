@@ -23,6 +23,7 @@
 #ifndef ACCELPOOL_EXTENDER_EXTENDER_H_
 #define ACCELPOOL_EXTENDER_EXTENDER_H_
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -131,12 +132,28 @@ class Extender {
 
   struct Remembered {
     PodInfo pod;
-    std::map<std::string, std::pair<uint64_t, int32_t>> scores;  // node -> (version, score)
+    // node -> (version, score); shared so prioritize reads it without a copy.
+    std::shared_ptr<const std::map<std::string, std::pair<uint64_t, int32_t>>> scores;
     std::chrono::steady_clock::time_point at;
   };
   void Remember(const PodInfo& pod, std::map<std::string, std::pair<uint64_t, int32_t>> scores);
   StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,
                                          int32_t* score);
+  // PlanNode through the plan memo: a node's plan depends only on the request
+  // shape, the node's version (inventory + usage) and the policy, so plans are
+  // kept per (node, version, shape) and reused until the node changes.
+  NodePlan CachedPlan(const PodInfo& pod, const std::string& shape, const NodeSnapshot* snap);
+
+  struct MemoShard {
+    std::mutex mu;
+    struct Entry {
+      uint64_t version = 0;
+      std::vector<std::pair<std::string, NodePlan>> plans;  // by request shape
+    };
+    std::map<std::string, Entry> nodes;  // guarded by mu
+  };
+  static constexpr size_t kMemoShards = 32;
+  static constexpr size_t kMemoShapesPerNode = 4;
 
   Cache& cache_;
   const ExtenderOptions options_;
@@ -149,6 +166,7 @@ class Extender {
 
   mutable std::mutex mu_;
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
+  std::array<MemoShard, kMemoShards> memo_;
 };
 
 }  // namespace accelpool::extender

@@ -27,6 +27,32 @@ PodInfo MakePodInfo(PodRef ref, core::PodRequest request) {
   return info;
 }
 
+std::string RequestShape(const core::PodRequest& request) {
+  std::string out;
+  auto list = [&out](const std::vector<std::string>& v) {
+    for (const std::string& s : v) {
+      out += s;
+      out += ',';
+    }
+    out += ';';
+  };
+  for (const core::DeviceRequest& r : request.containers) {
+    out += r.container;
+    out += '|';
+    out += std::to_string(static_cast<int>(r.kind)) + '|' +
+           std::to_string(static_cast<int>(r.vendor)) + '|' + std::to_string(r.count) + '|' +
+           std::to_string(r.memory_mib) + '|' + std::to_string(r.memory_percent) + '|' +
+           std::to_string(r.compute) + '|' + (r.exclusive ? "x" : "-") +
+           (r.numa_bind ? "n" : "-") + '|';
+    list(r.model_include);
+    list(r.model_exclude);
+    list(r.id_include);
+    list(r.id_exclude);
+    out += '\n';
+  }
+  return out;
+}
+
 std::string NodePlan::Describe() const {
   if (!message.empty()) {
     return message;

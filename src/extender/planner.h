@@ -48,6 +48,9 @@ struct PodInfo {
   bool Pooled() const { return !request.containers.empty(); }
 };
 PodInfo MakePodInfo(PodRef ref, core::PodRequest request);
+// A string that is equal for two pods exactly when their device requests are
+// (container names, kinds, vendors, amounts, filters).
+std::string RequestShape(const core::PodRequest& request);
 
 struct NodePlan {
   core::FitCode code = core::FitCode::kUnresolvable;

@@ -1,0 +1,260 @@
+// extender_bench: filter + prioritize of one pod over loopback HTTP against a
+// cluster of N nodes of 8 devices, with kube-scheduler's nodeCacheCapable
+// request shape (NodeNames). Prints one JSON object per cluster size:
+//   {"nodes": 5000, "requests": 200, "filter_p50_ms": ..., "filter_p99_ms": ...,
+//    "prioritize_p50_ms": ..., "cycle_p50_ms": ..., "cycle_p99_ms": ...,
+//    "cycles_per_s": ..., "rss_mib": ...}
+// A "cycle" is one filter followed by one prioritize of the feasible nodes, as
+// kube-scheduler sends them. cycles_per_s is measured with --clients
+// concurrent clients. rss_mib is the whole process (server, cache and client).
+//
+// usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2]
+//                       [--policy=accelpool] [--filter-threads=1] [--shapes=1]
+// --shapes=N cycles N request shapes: 1 = one shape repeated (plans are reused
+// from the memo while nodes do not change), large = every request new.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/profiles.h"
+#include "extender/handlers.h"
+#include "extender/server.h"
+#include "extender/wire.h"
+#include "http/http.h"
+
+namespace accelpool::extender {
+namespace {
+
+double RssMib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+    }
+  }
+  return -1;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+// Fills the cluster: every node is an 8-GPU node; about half carry shares.
+void FillCluster(Cache& cache, int n) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "node-" + std::to_string(i);
+    StatusOr<core::NodeInventory> inv = core::MakeProfileNode("nvidia-hgx-8", name);
+    if (!inv.ok()) {
+      std::fprintf(stderr, "%s\n", inv.status().ToString().c_str());
+      std::exit(1);
+    }
+    for (core::Device& d : inv->devices) d.max_shares = 4;
+    cache.UpsertNode(name, std::vector<core::NodeInventory>{*inv}, 1,
+                     NodeDomains{"sn-" + std::to_string(i / 48), "", ""});
+    if (rng() % 2 == 0) {
+      PodAssignment a;
+      a.node = name;
+      core::Placement p;
+      const int32_t dev = static_cast<int32_t>(rng() % 8);
+      p.containers.push_back(core::ContainerPlacement{
+          "main", core::ContainerKind::kRegular,
+          {core::Grant{dev, 8192 * (1 + static_cast<int64_t>(rng() % 4)), 250, false}}});
+      a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{0}}});
+      (void)cache.Reserve(PodRef{"fill-" + std::to_string(i), "bench", "fill", ""}, a, 0);
+    }
+  }
+}
+
+// Request shapes: shape k asks for 16 GiB + k MiB, so `--shapes=1` repeats one
+// shape (a ReplicaSet scaling out: the plan memo answers) and a large
+// `--shapes` makes every request new (every node is planned afresh).
+struct Shapes {
+  int count = 1;
+  std::atomic<int> next{0};
+};
+
+std::string ArgsBody(const std::string& uid, const std::vector<std::string>& names, int shape) {
+  Json pod = {{"metadata", {{"name", "bench-" + uid}, {"namespace", "bench"}, {"uid", uid}}},
+              {"spec",
+               {{"schedulerName", "accelpool-scheduler"},
+                {"containers",
+                 {{{"name", "main"},
+                   {"image", "x"},
+                   {"resources",
+                    {{"limits", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", std::to_string(16384 + shape)},
+                                 {"nvidia.com/gpucores", "30"}, {"cpu", "4"}}}}}}}}}}};
+  return Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
+}
+
+
+struct Sample {
+  double filter_ms, prioritize_ms;
+};
+
+Sample Cycle(http::HttpClient& client, const std::string& uid,
+             const std::vector<std::string>& names, Shapes& shapes) {
+  using Clock = std::chrono::steady_clock;
+  http::ClientRequest req;
+  req.method = "POST";
+  req.path = "/filter";
+  req.headers["content-type"] = "application/json";
+  const int shape = shapes.next.fetch_add(1) % shapes.count;
+  req.body = ArgsBody(uid, names, shape);
+  const auto t0 = Clock::now();
+  StatusOr<http::ClientResponse> f = client.Send(req);
+  const auto t1 = Clock::now();
+  if (!f.ok() || f->status != 200) {
+    std::fprintf(stderr, "filter failed: %s\n", f.ok() ? f->body.c_str() : f.status().ToString().c_str());
+    std::exit(1);
+  }
+  StatusOr<FilterResult> fr = DecodeFilterResult(f->body);
+  if (!fr.ok() || !fr->node_names.has_value()) {
+    std::fprintf(stderr, "filter answer unreadable\n");
+    std::exit(1);
+  }
+  req.path = "/prioritize";
+  req.body = ArgsBody(uid, *fr->node_names, shape);
+  const auto t2 = Clock::now();
+  StatusOr<http::ClientResponse> p = client.Send(req);
+  const auto t3 = Clock::now();
+  if (!p.ok() || p->status != 200) {
+    std::fprintf(stderr, "prioritize failed\n");
+    std::exit(1);
+  }
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  return Sample{ms(t1 - t0), ms(t3 - t2)};
+}
+
+int Bench(int nodes, int requests, int clients, const std::string& policy, int filter_threads,
+          int shape_count) {
+  Shapes shapes;
+  shapes.count = shape_count;
+  Cache cache;
+  FillCluster(cache, nodes);
+  ExtenderOptions eo;
+  eo.policy = policy;
+  eo.filter_threads = filter_threads;
+  auto ext = Extender::Create(cache, eo, nullptr, nullptr, nullptr, Logger());
+  if (!ext.ok()) {
+    std::fprintf(stderr, "%s\n", ext.status().ToString().c_str());
+    return 1;
+  }
+  Handlers handlers(**ext, nullptr, nullptr, Logger());
+  http::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.max_body_bytes = 64 << 20;
+  std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
+  RegisterRoutes(*server, Routes{&handlers, nullptr, nullptr, {}, {}});
+  if (Status st = server->Start(); !st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    return 1;
+  }
+  const std::string url = "http://127.0.0.1:" + std::to_string(server->port());
+  std::vector<std::string> names;
+  for (int i = 0; i < nodes; ++i) names.push_back("node-" + std::to_string(i));
+
+  http::ClientOptions co;
+  co.base_url = url;
+  auto client = http::NewHttpClient(co);
+  if (!client.ok()) return 1;
+  for (int i = 0; i < 5; ++i) Cycle(**client, "warm-" + std::to_string(i), names, shapes);
+  // Latency: one client, sequential cycles.
+  std::vector<double> filter, prio, cycle;
+  for (int i = 0; i < requests; ++i) {
+    Sample s = Cycle(**client, "lat-" + std::to_string(i), names, shapes);
+    filter.push_back(s.filter_ms);
+    prio.push_back(s.prioritize_ms);
+    cycle.push_back(s.filter_ms + s.prioritize_ms);
+  }
+  // Throughput: `clients` concurrent clients.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  const int per_client = std::max(1, requests / 2);
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto cl = http::NewHttpClient(co);
+      if (!cl.ok()) std::exit(1);
+      for (int i = 0; i < per_client; ++i) {
+        Cycle(**cl, "tp-" + std::to_string(c) + "-" + std::to_string(i), names, shapes);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double rss = RssMib();
+  server->Stop();
+  std::printf(
+      "{\"nodes\": %d, \"devices_per_node\": 8, \"policy\": \"%s\", \"shapes\": %d, "
+      "\"requests\": %d, "
+      "\"filter_p50_ms\": %.3f, \"filter_p99_ms\": %.3f, \"prioritize_p50_ms\": %.3f, "
+      "\"prioritize_p99_ms\": %.3f, \"cycle_p50_ms\": %.3f, \"cycle_p99_ms\": %.3f, "
+      "\"clients\": %d, \"cycles_per_s\": %.1f, \"requests_per_s\": %.1f, \"rss_mib\": %.1f, "
+      "\"cpus\": %u}\n",
+      nodes, policy.c_str(), shapes.count, requests, Percentile(filter, 0.5), Percentile(filter, 0.99),
+      Percentile(prio, 0.5), Percentile(prio, 0.99), Percentile(cycle, 0.5),
+      Percentile(cycle, 0.99), clients, clients * per_client / secs,
+      2.0 * clients * per_client / secs, rss, std::thread::hardware_concurrency());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace accelpool::extender
+
+int main(int argc, char** argv) {
+  std::vector<int> sizes = {1250, 5000};
+  int requests = 200;
+  int clients = 2;
+  int filter_threads = 1;
+  std::string policy = "accelpool";
+  int shape_count = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      const std::string prefix = std::string("--") + name + "=";
+      return a.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
+    };
+    if (const char* v = value("nodes")) {
+      sizes.clear();
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ',')) sizes.push_back(std::atoi(item.c_str()));
+    } else if (const char* r = value("requests")) {
+      requests = std::max(1, std::atoi(r));
+    } else if (const char* c = value("clients")) {
+      clients = std::max(1, std::atoi(c));
+    } else if (const char* p = value("policy")) {
+      policy = p;
+    } else if (const char* sh = value("shapes")) {
+      shape_count = std::max(1, std::atoi(sh));
+    } else if (const char* t = value("filter-threads")) {
+      filter_threads = std::max(1, std::atoi(t));
+    } else {
+      std::fprintf(stderr,
+                   "usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2] "
+                   "[--policy=accelpool] [--filter-threads=1] [--shapes=1]\n");
+      return 2;
+    }
+  }
+  for (int n : sizes) {
+    if (int rc = accelpool::extender::Bench(n, requests, clients, policy, filter_threads,
+                                                  shape_count); rc != 0) {
+      return rc;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,260 @@
+// accelpool-extender: kube-scheduler extender and pod admission webhook.
+//
+// Flags, wiring and lifecycle only; see docs/extender.md. SIGTERM or SIGINT
+// stops serving gracefully (in-flight requests finish, watches close).
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "extender/cache.h"
+#include "extender/extender.h"
+#include "extender/handlers.h"
+#include "extender/kube_adapters.h"
+#include "extender/leader.h"
+#include "extender/server.h"
+#include "extender/webhook.h"
+#include "http/http.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "kube/informer.h"
+
+namespace accelpool::extender {
+namespace {
+
+constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
+  --listen=HOST:PORT        address to serve on (default 0.0.0.0:8888)
+  --tls-cert=FILE           PEM certificate; with --tls-key serves HTTPS (reloaded on change)
+  --tls-key=FILE            PEM private key
+  --client-ca=FILE          require client certificates signed by this CA
+  --kubeconfig=FILE         kubeconfig; default: in-cluster service account, then $KUBECONFIG
+  --policy=NAME             binpack|spread|topology|fragmentation|accelpool (default accelpool)
+  --scheduler-name=NAME     scheduler pods are routed to (default accelpool-scheduler)
+  --leader-elect            hold a Lease; only the leader binds (default off)
+  --lease-namespace=NS      namespace of the Lease (default kube-system)
+  --log-level=LEVEL         trace|debug|info|warn|error (default info)
+  --filter-threads=N        threads per filter call (default 1)
+  --max-body-bytes=N        largest request body (default 67108864)
+)";
+
+struct Flags {
+  std::string listen = "0.0.0.0:8888";
+  std::string tls_cert, tls_key, client_ca, kubeconfig;
+  std::string policy = "accelpool";
+  std::string scheduler_name = "accelpool-scheduler";
+  bool leader_elect = false;
+  std::string lease_namespace = "kube-system";
+  std::string log_level = "info";
+  int filter_threads = 1;
+  size_t max_body_bytes = 64 << 20;
+};
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  std::map<std::string, std::string*> strings = {
+      {"listen", &f.listen},         {"tls-cert", &f.tls_cert},
+      {"tls-key", &f.tls_key},       {"client-ca", &f.client_ca},
+      {"kubeconfig", &f.kubeconfig}, {"policy", &f.policy},
+      {"scheduler-name", &f.scheduler_name}, {"lease-namespace", &f.lease_namespace},
+      {"log-level", &f.log_level}};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      return Status(StatusCode::kCancelled, "");
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return InvalidArgumentError("unexpected argument " + arg + "; flags look like --name=value");
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (name == "leader-elect") {
+      f.leader_elect = !has_value || value == "true" || value == "1";
+      continue;
+    }
+    if (!strings.count(name) && name != "filter-threads" && name != "max-body-bytes") {
+      return InvalidArgumentError("unknown flag --" + name + "; see --help");
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return InvalidArgumentError("--" + name + " needs a value");
+      }
+      value = argv[++i];
+    }
+    if (auto it = strings.find(name); it != strings.end()) {
+      *it->second = value;
+    } else if (name == "filter-threads" || name == "max-body-bytes") {
+      char* end = nullptr;
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || n <= 0) {
+        return InvalidArgumentError("--" + name + " must be a positive integer, got " + value);
+      }
+      (name == "filter-threads" ? (void)(f.filter_threads = static_cast<int>(n))
+                                : (void)(f.max_body_bytes = static_cast<size_t>(n)));
+    } else {
+      return InvalidArgumentError("unknown flag --" + name + "; see --help");
+    }
+  }
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key go together; give both or neither");
+  }
+  if (!f.client_ca.empty() && f.tls_cert.empty()) {
+    return InvalidArgumentError("--client-ca needs --tls-cert and --tls-key");
+  }
+  return f;
+}
+
+StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgumentError("--listen must be HOST:PORT, got " + listen);
+  }
+  const std::string port = listen.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535) {
+    return InvalidArgumentError("--listen port must be 0..65535, got " + port);
+  }
+  std::string host = listen.substr(0, colon);
+  return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(p));
+}
+
+int Run(const Flags& flags) {
+  LogOptions lo;
+  lo.level = flags.log_level;
+  StatusOr<Logger> root = NewLogger("accelpool-extender", lo);
+  if (!root.ok()) {
+    std::fprintf(stderr, "accelpool-extender: %s\n", root.status().ToString().c_str());
+    return 2;
+  }
+  Logger log = *root;
+  auto fatal = [&](std::string_view what, const Status& st) {
+    log.Error(what, {{"error", st.ToString()}});
+    return 1;
+  };
+  StatusOr<std::pair<std::string, uint16_t>> addr = SplitHostPort(flags.listen);
+  if (!addr.ok()) return fatal("bad --listen", addr.status());
+  StatusOr<kube::KubeConfig> kc = kube::LoadDefault(flags.kubeconfig, kube::ProcessEnv());
+  if (!kc.ok()) return fatal("no Kubernetes configuration", kc.status());
+  StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::NewKubeClient(*kc);
+  if (!client.ok()) return fatal("Kubernetes client", client.status());
+
+  Cache cache;
+  MetricsRegistry registry;
+  StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
+  if (!metrics.ok()) return fatal("metrics", metrics.status());
+  KubePodWriter writer(**client, cache);
+  AsyncEvents events(**client, log.Child("events"));
+  ExtenderOptions eo;
+  eo.policy = flags.policy;
+  eo.filter_threads = flags.filter_threads;
+  StatusOr<std::unique_ptr<Extender>> ext =
+      Extender::Create(cache, eo, &writer, &events, &*metrics, log.Child("extender"));
+  if (!ext.ok()) return fatal("bad --policy", ext.status());
+
+  // Nodes first, so pods find their node's inventory when they arrive.
+  CacheFeeder feeder(cache, log.Child("cache"));
+  kube::InformerOptions node_options;
+  node_options.resource = kube::Nodes();
+  kube::Informer nodes(**client, node_options, feeder.NodeHandlers(), log.Child("nodes"));
+  kube::InformerOptions pod_options;
+  pod_options.resource = kube::Pods();
+  pod_options.field_selector = "spec.schedulerName=" + flags.scheduler_name;
+  kube::Informer pods(**client, pod_options, feeder.PodHandlers(), log.Child("pods"));
+  nodes.Start();
+  pods.Start();
+
+  std::unique_ptr<LeaderElector> leader;
+  if (flags.leader_elect) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    LeaderOptions lopt;
+    lopt.ns = flags.lease_namespace;
+    lopt.identity = std::string(host) + "-" + std::to_string(getpid());
+    leader = std::make_unique<LeaderElector>(**client, lopt, log.Child("leader"));
+    leader->Start();
+  }
+
+  KubePodSource pod_source(**client, &pods);
+  Handlers handlers(**ext, &pod_source, &*metrics, log.Child("http"),
+                    HandlerOptions{flags.max_body_bytes});
+  if (leader) {
+    handlers.SetBindGate([&leader] { return leader->IsLeader(); });
+  }
+  Webhook webhook(WebhookOptions{flags.scheduler_name}, &cache, log.Child("webhook"));
+
+  http::ServerOptions so;
+  so.host = addr->first;
+  so.port = addr->second;
+  so.max_body_bytes = flags.max_body_bytes;
+  if (!flags.tls_cert.empty()) {
+    http::TlsOptions tls;
+    tls.cert_file = flags.tls_cert;
+    tls.key_file = flags.tls_key;
+    tls.client_ca_file = flags.client_ca;
+    so.tls = tls;
+  }
+  std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
+  RegisterRoutes(*server,
+                 Routes{&handlers, &webhook, &registry, [&] { (*ext)->UpdateGauges(); },
+                        [&]() -> std::string {
+                          if (!nodes.Synced() || !pods.Synced()) return "caches not synced yet";
+                          if (leader && !leader->IsLeader()) return "not the leader";
+                          return "";
+                        }});
+  if (Status st = server->Start(); !st.ok()) return fatal("cannot serve", st);
+  log.Info("serving", {{"listen", flags.listen},
+                       {"port", static_cast<int64_t>(server->port())},
+                       {"tls", !flags.tls_cert.empty()},
+                       {"policy", flags.policy},
+                       {"scheduler_name", flags.scheduler_name},
+                       {"leader_elect", flags.leader_elect}});
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  log.Info("shutting down", {{"signal", sig}});
+  server->Stop();
+  if (leader) leader->Stop();
+  pods.Stop();
+  nodes.Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace accelpool::extender
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread starts so only sigwait sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  accelpool::StatusOr<accelpool::extender::Flags> flags =
+      accelpool::extender::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
+      std::fputs(accelpool::extender::kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "accelpool-extender: %s\n%s", flags.status().message().c_str(),
+                 accelpool::extender::kUsage);
+    return 2;
+  }
+  return accelpool::extender::Run(*flags);
+}
