@@ -1,0 +1,130 @@
+// OpenSSL contexts for the server and the client (CA bundles, client
+// certificates, inline PEM data).
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "http/socket_io.h"
+
+namespace accelpool::http::internal {
+
+namespace {
+
+std::string SslError(std::string_view what) {
+  std::string out(what);
+  unsigned long e = 0;
+  while ((e = ERR_get_error()) != 0) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    out += ": ";
+    out += buf;
+  }
+  return out;
+}
+
+SslCtxPtr WrapCtx(SSL_CTX* c) { return SslCtxPtr(c, [](SSL_CTX* p) { SSL_CTX_free(p); }); }
+
+// Loads PEM certificates from memory into the context's trust store.
+Status AddCaPem(SSL_CTX* ctx, const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return InternalError("out of memory reading CA data");
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, cert) == 1) ++added;
+    X509_free(cert);
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (added == 0) {
+    return InvalidArgumentError(
+        "CA data holds no PEM certificate; check certificate-authority-data");
+  }
+  return Status::Ok();
+}
+
+Status UseCertPem(SSL_CTX* ctx, const std::string& cert_pem, const std::string& key_pem) {
+  BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+  BIO_free(cb);
+  BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  BIO_free(kb);
+  Status st;
+  if (cert == nullptr || key == nullptr) {
+    st = InvalidArgumentError(SslError("client certificate or key data is not valid PEM"));
+  } else if (SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_use_PrivateKey(ctx, key) != 1 ||
+             SSL_CTX_check_private_key(ctx) != 1) {
+    st = InvalidArgumentError(SslError("client certificate and key do not match"));
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return st;
+}
+
+}  // namespace
+
+StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls) {
+  SslCtxPtr ctx = WrapCtx(SSL_CTX_new(TLS_server_method()));
+  if (!ctx) return InternalError(SslError("SSL_CTX_new failed"));
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.cert_file.c_str()) != 1) {
+    return InvalidArgumentError(SslError("cannot load TLS certificate " + tls.cert_file) +
+                                "; pass a readable PEM certificate chain");
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1) {
+    return InvalidArgumentError(SslError("cannot load TLS key " + tls.key_file) +
+                                "; pass the PEM key matching the certificate");
+  }
+  if (!tls.client_ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), tls.client_ca_file.c_str(), nullptr) != 1) {
+      return InvalidArgumentError(SslError("cannot load client CA " + tls.client_ca_file) +
+                                  "; pass a readable PEM CA bundle");
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return ctx;
+}
+
+StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o) {
+  SslCtxPtr ctx = WrapCtx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) return InternalError(SslError("SSL_CTX_new failed"));
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  ACCELPOOL_RETURN_IF_ERROR(ConfigureClientContext(ctx.get(), o));
+  return ctx;
+}
+
+Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
+  struct Borrowed {
+    SSL_CTX* p;
+    SSL_CTX* get() const { return p; }
+  } ctx{raw};
+  if (!o.ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), o.ca_file.c_str(), nullptr) != 1) {
+      return InvalidArgumentError(SslError("cannot load CA bundle " + o.ca_file) +
+                                  "; pass a readable PEM file");
+    }
+  }
+  if (!o.ca_pem.empty()) ACCELPOOL_RETURN_IF_ERROR(AddCaPem(ctx.get(), o.ca_pem));
+  if (o.ca_file.empty() && o.ca_pem.empty()) SSL_CTX_set_default_verify_paths(ctx.get());
+  if (!o.client_cert_file.empty() || !o.client_key_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx.get(), o.client_cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx.get(), o.client_key_file.c_str(), SSL_FILETYPE_PEM) !=
+            1 ||
+        SSL_CTX_check_private_key(ctx.get()) != 1) {
+      return InvalidArgumentError(SslError("cannot load client certificate " +
+                                           o.client_cert_file + " / key " + o.client_key_file) +
+                                  "; pass a matching PEM certificate and key");
+    }
+  }
+  if (!o.client_cert_pem.empty() || !o.client_key_pem.empty()) {
+    ACCELPOOL_RETURN_IF_ERROR(UseCertPem(ctx.get(), o.client_cert_pem, o.client_key_pem));
+  }
+  SSL_CTX_set_verify(ctx.get(), o.insecure_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
+                     nullptr);
+  return Status::Ok();
+}
+
+}  // namespace accelpool::http::internal
