@@ -156,6 +156,51 @@ check "webhook leaves a CPU-only pod alone" webhook_routes passed cpu \
 check "webhook leaves a pod with another extended resource alone" webhook_routes passed other "$(gpu_pod example.com/foo 1)"
 "${K}" delete -f "${TMP}/match-policy.yaml" >/dev/null
 
+# The device plugin's RBAC plus its admission policy: with a token bound to a
+# plugin pod on node np-a, the plugin may patch np-a and pods there, and is
+# refused for node np-b and pods on np-b.
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --show-only templates/device-plugin-rbac.yaml > "${TMP}/dp-rbac.yaml"
+check "the device-plugin RBAC and policy apply" "${K}" apply -f "${TMP}/dp-rbac.yaml"
+for n in np-a np-b; do
+  "${K}" create -f - >/dev/null <<YAML
+{"apiVersion":"v1","kind":"Node","metadata":{"name":"${n}"}}
+YAML
+  "${K}" create -f - >/dev/null <<YAML
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"work-${n}","namespace":"default"},
+ "spec":{"nodeName":"${n}","containers":[{"name":"c","image":"x"}]}}
+YAML
+done
+"${K}" create -f - >/dev/null <<YAML
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"plugin-np-a","namespace":"accelpool-system"},
+ "spec":{"nodeName":"np-a","serviceAccountName":"accelpool-device-plugin","containers":[{"name":"c","image":"x"}]}}
+YAML
+PLUGIN_TOKEN="$("${K}" -n accelpool-system create token accelpool-device-plugin \
+  --bound-object-kind Pod --bound-object-name plugin-np-a --duration 10m)"
+cat > "${TMP}/plugin.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "${APISERVER_URL}", certificate-authority: "${E2E_CA}"}}]
+users: [{name: plugin, user: {token: "${PLUGIN_TOKEN}"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: plugin}}]
+current-context: e2e
+YAML
+as_plugin() { "${K}" --kubeconfig "${TMP}/plugin.kubeconfig" "$@"; }
+refused() { # command... : must fail, naming the policy's reason
+  local out
+  if out="$("$@" 2>&1)"; then echo "allowed: ${out}"; return 1; fi
+  grep -q "may change only" <<<"${out}" || { echo "refused for another reason: ${out}"; return 1; }
+}
+# The policy takes effect once the apiserver has loaded it.
+for _ in $(seq 1 40); do
+  refused as_plugin label --dry-run=server node np-b accelpool.io/probe=x >/dev/null && break; sleep 0.5
+done
+check "the plugin may label its own node" as_plugin label node np-a accelpool.io/vendor.nvidia=true
+check "the plugin may annotate a pod on its node" as_plugin -n default annotate pod work-np-a accelpool.io/allocation=x
+check "the plugin is refused another node" refused as_plugin label node np-b accelpool.io/vendor.nvidia=true
+check "the plugin is refused a pod on another node" refused as_plugin -n default annotate pod work-np-b accelpool.io/allocation=x
+check "the plugin cannot delete nodes (RBAC)" bash -c "! '${K}' --kubeconfig '${TMP}/plugin.kubeconfig' delete node np-b 2>/dev/null"
+
 # certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
 # webhook matches no pod (objectSelector), so the apiserver never calls it.
 certgen() {
