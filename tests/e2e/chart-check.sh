@@ -201,6 +201,45 @@ check "the plugin is refused another node" refused as_plugin label node np-b acc
 check "the plugin is refused a pod on another node" refused as_plugin -n default annotate pod work-np-b accelpool.io/allocation=x
 check "the plugin cannot delete nodes (RBAC)" bash -c "! '${K}' --kubeconfig '${TMP}/plugin.kubeconfig' delete node np-b 2>/dev/null"
 
+# Least privilege of the scheduler pod (kube-scheduler + extender) and the plugin.
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --show-only templates/rbac.yaml > "${TMP}/rbac.yaml"
+check "the scheduler/extender RBAC applies" "${K}" apply -f "${TMP}/rbac.yaml"
+can_i() { # want sa verb resource [name] [-n ns]
+  local want="$1" sa="system:serviceaccount:accelpool-system:$2"; shift 2
+  local got; got="$("${K}" auth can-i --as "${sa}" "$@" 2>/dev/null)"
+  [ "${got}" = "${want}" ] || { echo "can-i $* as ${sa}: ${got}, want ${want}"; return 1; }
+}
+rbac_table() {
+  local rc=0 row
+  while read -r row; do
+    [ -z "${row}" ] && continue
+    # shellcheck disable=SC2086 # rows are word lists
+    can_i ${row} || rc=1
+  done <<'ROWS'
+yes accelpool-scheduler list pods
+yes accelpool-scheduler watch nodes
+yes accelpool-scheduler patch pods
+yes accelpool-scheduler create pods --subresource binding
+yes accelpool-scheduler create events
+yes accelpool-scheduler update leases/accelpool-scheduler -n accelpool-system
+yes accelpool-scheduler update leases/accelpool-extender -n accelpool-system
+no accelpool-scheduler update leases/other -n accelpool-system
+no accelpool-scheduler delete nodes
+no accelpool-scheduler create deployments.apps
+no accelpool-scheduler patch nodes
+no accelpool-scheduler get secrets -n accelpool-system
+yes accelpool-device-plugin patch nodes
+yes accelpool-device-plugin watch pods
+yes accelpool-device-plugin create events
+no accelpool-device-plugin delete nodes
+no accelpool-device-plugin create pods --subresource binding
+no accelpool-device-plugin get secrets -n accelpool-system
+ROWS
+  return "${rc}"
+}
+check "RBAC grants each part what it uses and no more (18 cases)" rbac_table
+
 # certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
 # webhook matches no pod (objectSelector), so the apiserver never calls it.
 certgen() {

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# End-to-end scenarios on a real control plane: the extender behind
+# kube-scheduler, its admission webhook, 20 kwok nodes of five accelerator
+# kinds, each with a fake-backend device plugin registered with its own
+# kubeletsim (kubelet's device manager). Every pod must bind through the
+# extender, pass kubelet's admission (GetPreferredAllocation + Allocate answer
+# the assigned devices, env and memory caps), and no device may be
+# double-booked. Then faults: pods deleted, a device unhealthy and back, a
+# malformed inventory, a device plugin and kubelet restarted, the extender
+# killed, the apiserver restarted.
+# Ends with "scenarios: N passed, M failed"; non-zero exit on any failure.
+#
+# Usage: tests/e2e/scenarios.sh
+#   E2E_CXX_BUILD   CMake build dir with accelpool-extender and
+#                   accelpool-device-plugin (default: build/ at the repo root;
+#                   they are built there when missing)
+#   E2E_EXTENDER_BIN, E2E_PLUGIN_BIN   the binaries named directly
+set -euo pipefail
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/e2e/lib.sh
+. "${E2E_DIR}/lib.sh"
+export E2E_WORK="${E2E_WORK:-${E2E_DIR}/.work/scenarios}"
+export E2E_BIN="${E2E_BIN:-${E2E_DIR}/.bin}"
+# shellcheck source=tests/e2e/scenarios/lib.sh
+. "${E2E_DIR}/scenarios/lib.sh"
+# shellcheck source=tests/e2e/scenarios/pods.sh
+. "${E2E_DIR}/scenarios/pods.sh"
+
+finish() {
+  set +e
+  stop_pidfile "${E2E_WORK}/run/extender.pid"
+  stop_nodes
+  "${E2E_DIR}/cluster.sh" stop >/dev/null 2>&1
+  echo "scenarios: ${PASSED} passed, ${FAILED} failed"
+}
+trap finish EXIT
+
+if [ ! -x "${EXTENDER_BIN}" ] || [ ! -x "${PLUGIN_BIN}" ]; then
+  log "building accelpool-extender and accelpool-device-plugin in ${CXX_BUILD}"
+  cmake -S "${E2E_DIR}/../.." -B "${CXX_BUILD}" -G Ninja -DACCELPOOL_WITH_CUDA_SHIM=OFF \
+    -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF >/dev/null
+  nice -n 10 cmake --build "${CXX_BUILD}" -j2 --target accelpool-extender accelpool-device-plugin >/dev/null
+fi
+[ -x "${E2E_BIN}/kubeletsim" ] || die "kubeletsim is missing: run tests/e2e/build-tools.sh kubeletsim"
+
+"${E2E_DIR}/cluster.sh" clean >/dev/null 2>&1
+"${E2E_DIR}/cluster.sh" start
+# shellcheck disable=SC1091 # written by cluster.sh start
+. "${E2E_WORK}/cluster.env"
+"${E2E_DIR}/cluster.sh" ns "${NS}"
+
+log "== setup"
+check "extender serves (HTTPS=${EXTENDER_HTTPS}) and is ready" start_extender
+check "webhook registered with the apiserver" register_webhook
+
+# name:profile (+ model) for 20 nodes of five kinds.
+NODES=()
+for i in 0 1 2 3 4 5; do NODES+=("hgx-$i:nvidia:nvidia-hgx-8:H200"); done
+for i in 0 1; do NODES+=("pcie-$i:nvidia:nvidia-pcie-8:L40S"); done
+for i in 0 1 2 3; do NODES+=("a910c-$i:ascend:ascend-910c-x16:"); done
+for i in 0 1 2; do NODES+=("a910a-$i:ascend:ascend-910a-x8:"); done
+for i in 0 1 2; do NODES+=("p800-$i:kunlunxin:kunlunxin-p800-x8:"); done
+for i in 0 1; do NODES+=("c500-$i:metax:metax-c500-x8:"); done
+for n in "${NODES[@]}"; do
+  IFS=: read -r name vendor profile model <<<"${n}"
+  inv="{\"version\":1,\"inventories\":[{\"vendor\":\"${vendor}\",\"profile\":\"${profile}\"${model:+,\"model\":\"${model}\"}}]}"
+  start_node "${name}" "${inv}"
+done
+log "started ${#NODES[@]} nodes (kubeletsim + device plugin each)"
+registered() { [ -s "${E2E_WORK}/nodes/$1/addr" ] && [ "$(node_resources "$1" | jq '[.[] | select(.connected)] | length')" -ge 1 ]; }
+published() { [ -n "$(kc get node "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}')" ]; }
+ok_reg=0 ok_pub=0
+for n in "${NODES[@]}"; do
+  name="${n%%:*}"
+  wait_for 60 "${name} registered" registered "${name}" && ok_reg=$((ok_reg + 1))
+  wait_for 30 "${name} inventory" published "${name}" && ok_pub=$((ok_pub + 1))
+  sync_capacity "${name}" || log "capacity of ${name} not synced"
+done
+check "every device plugin registered with its kubeletsim (${ok_reg}/${#NODES[@]})" test "${ok_reg}" = "${#NODES[@]}"
+check "every device plugin published its inventory (${ok_pub}/${#NODES[@]})" test "${ok_pub}" = "${#NODES[@]}"
+check "Node status shows the device counts (hgx-0 nvidia.com/gpu 80 slots)" node_has hgx-0 nvidia.com/gpu 80
+check "Node status shows the device counts (a910c-0 huawei.com/Ascend910C 16)" node_has a910c-0 huawei.com/Ascend910C 16
+ready() { [ "$(kc get nodes --no-headers | awk '$2 == "Ready"' | wc -l)" -ge "${#NODES[@]}" ]; }
+check "kwok keeps every node Ready" wait_for 60 "nodes Ready" ready
+
+. "${E2E_DIR}/scenarios/cases.sh"
+[ "${FAILED}" = 0 ]

@@ -1,0 +1,129 @@
+# shellcheck shell=bash
+# The scenarios and faults (sourced by tests/e2e/scenarios.sh once the nodes are up).
+
+mem_is() { [ "$(assigned "$1" '[.containers[].devices[].memory_mib] | unique | join(",")')" = "$2" ]; }
+compute_is() { [ "$(assigned "$1" '[.containers[].devices[].compute] | unique | join(",")')" = "$2" ]; }
+whole_1g() { mem_is "$1" 1024 && compute_is "$1" 10; }
+quarter() { mem_is "$1" 4096 && compute_is "$1" 250; }
+exclusive_2() { [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusive)] | length')" = 2 ]; }
+# indexes_in NAME SETS: the container's sorted indexes are one of SETS (a jq array of arrays).
+indexes_in() { [ "$(assigned "$1" "[.containers[0].devices[].index] | sort | IN($2[])")" = true ]; }
+module_pair() { indexes_in "$1" '[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,15]]'; }
+ring_of_4() { indexes_in "$1" '[[0,1,2,3],[4,5,6,7]]'; }
+wing_of_4() { ring_of_4 "$1"; }
+zone_of_4() { ring_of_4 "$1"; }
+on_l40s() { node_of_model "$1" L40S; }
+on_h200() { node_of_model "$1" H200; }
+one_numa() { # every device of the pod on one NUMA node of its node's inventory
+  local n ids
+  n="$(pod_node "$1")"; ids="$(assigned "$1" '[.containers[].devices[].id] | join(",")')"
+  [ "$(kc get node "$n" -o json | jq -r --arg ids "${ids}" '.metadata.annotations["accelpool.io/inventory"] | fromjson |
+      [.inventories[].devices[] | select(.id as $i | $ids | split(",") | index($i)) | .numa] | unique | length')" = 1 ]
+}
+three_entries() { [ "$(assigned "$1" '.containers | length')" = 3 ]; }
+init_reused() { # the init container's device is one of the regular containers' devices
+  [ "$(assigned "$1" '([.containers[] | select(.kind == "init") | .devices[].id] - [.containers[] | select(.kind != "init") | .devices[].id]) | length')" = 0 ]
+}
+no_double_booking() { ledger; }
+
+log "== scenarios"
+G=nvidia.com/gpu
+scenario frac-1g "$(pod_yaml frac-1g '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024, nvidia.com/gpucores: 1}")")" whole_1g
+scenario frac-4g "$(pod_yaml frac-4g '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 25}")")" quarter
+scenario whole-2 "$(pod_yaml whole-2 '{}' '{}' "$(ctr main "{${G}: 2}")")" exclusive_2
+scenario a910c-pair "$(pod_yaml a910c-pair '{}' '{}' "$(ctr main '{huawei.com/Ascend910C: 2}')")" module_pair
+scenario a910a-ring "$(pod_yaml a910a-ring '{}' '{}' "$(ctr main '{huawei.com/Ascend910A: 4}')")" ring_of_4
+scenario p800-wing "$(pod_yaml p800-wing '{}' '{}' "$(ctr main '{kunlunxin.com/xpu: 4}')")" wing_of_4
+scenario c500-zone "$(pod_yaml c500-zone '{}' '{}' "$(ctr main '{metax-tech.com/gpu: 4}')")" zone_of_4
+scenario multi "$(pod_yaml multi '{}' '{}' "$(ctr a "{${G}: 1, nvidia.com/gpumem: 2048, nvidia.com/gpucores: 10}")
+$(ctr b "{${G}: 1, nvidia.com/gpumem: 3072, nvidia.com/gpucores: 20}")" \
+  "$(ctr warmup "{${G}: 1, nvidia.com/gpumem: 2048, nvidia.com/gpucores: 10}")")" three_entries init_reused
+scenario numa-4 "$(pod_yaml numa-4 '{accelpool.io/numa-bind: "true"}' '{}' "$(ctr main "{${G}: 4}")")" one_numa
+scenario model-in "$(pod_yaml model-in '{accelpool.io/model-include: "L40S"}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" on_l40s
+scenario model-out "$(pod_yaml model-out '{accelpool.io/model-exclude: "L40S"}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" on_h200
+check "model-none: a pod whose models are all excluded stays pending" stays_pending model-none \
+  "$(pod_yaml model-none '{accelpool.io/model-include: "A100"}' '{}' "$(ctr main "{${G}: 1}")")" 10
+# The webhook routes a pod that names no scheduler.
+printf '%s\n' "$(pod_yaml hooked '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" |
+  sed '/schedulerName:/d' | kc create -f - >/dev/null || true
+check "hooked: the webhook set schedulerName accelpool-scheduler" \
+  test "$(kc -n "${NS}" get pod hooked -o jsonpath='{.spec.schedulerName}')" = accelpool-scheduler
+check "hooked: bound through the extender" wait_for 90 "hooked bound" pod_bound hooked
+check "hooked: kubelet admission matches the assignment" admit hooked
+check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
+
+log "== faults"
+# Capacity returns when pods are deleted: fill c500-1, a second full pod waits, delete the first.
+S='{kubernetes.io/hostname: c500-1}'
+scenario fill-1 "$(pod_yaml fill-1 '{}' "$S" "$(ctr main '{metax-tech.com/gpu: 8}')")"
+check "fill-2 waits while c500-1 is full" stays_pending fill-2 "$(pod_yaml fill-2 '{}' "$S" "$(ctr main '{metax-tech.com/gpu: 8}')")" 8
+kc -n "${NS}" delete pod fill-1 --wait=false >/dev/null; release fill-1 || true
+check "fill-2 binds once fill-1 is deleted (capacity returned)" wait_for 90 "fill-2 bound" pod_bound fill-2
+check "fill-2: kubelet admission matches the assignment" admit fill-2
+
+# A device turning unhealthy and back: c500-0 device 0 (after the c500-zone pod took 4).
+set_health() { # NODE INDEX true|false
+  local f="${E2E_WORK}/nodes/$1/inventory.json"
+  jq -c --argjson i "$2" --argjson h "$3" '.inventories[0].devices = [{index: $i, healthy: $h}]' "$f" > "$f.new" && mv "$f.new" "$f"
+}
+healthy_count() { [ "$(node_resources "$1" | jq '[.[] | .allocatable] | add')" = "$2" ]; }
+set_health p800-2 0 false
+check "unhealthy device leaves kubelet's allocatable (ListAndWatch)" wait_for 30 "p800-2 at 7" healthy_count p800-2 7
+sync_capacity p800-2
+check "Node status drops to 7 kunlunxin.com/xpu" node_has p800-2 kunlunxin.com/xpu 7
+check "an 8-device pod cannot bind on p800-2 with one device unhealthy" stays_pending p800-full \
+  "$(pod_yaml p800-full '{}' '{kubernetes.io/hostname: p800-2}' "$(ctr main '{kunlunxin.com/xpu: 8}')")" 10
+set_health p800-2 0 true
+check "recovered device is healthy again (ListAndWatch)" wait_for 30 "p800-2 at 8" healthy_count p800-2 8
+sync_capacity p800-2
+check "the 8-device pod binds once the device recovers" wait_for 90 "p800-full bound" pod_bound p800-full
+check "p800-full: kubelet admission matches the assignment" admit p800-full
+
+# A node whose inventory annotation is malformed is skipped; others are unaffected.
+kc apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Node
+metadata:
+  name: broken-0
+  annotations: {kwok.x-k8s.io/node: fake, accelpool.io/inventory: '{"version": 1, "inventories": [ {"vendor": '}
+  labels: {type: kwok, kubernetes.io/hostname: broken-0}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "80"}
+  capacity: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "80"}
+YAML
+scenario after-broken "$(pod_yaml after-broken '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")"
+check "after-broken did not land on the malformed node" test "$(pod_node after-broken)" != broken-0
+check "the extender logged the malformed inventory" grep -q broken-0 "${E2E_WORK}/logs/extender.log"
+
+# kubelet restarts (new kubelet.sock): the device plugin registers again.
+sim_restart() {
+  local d="${E2E_WORK}/nodes/$1"
+  stop_pidfile "$d/kubeletsim.pid"; rm -f "$d/addr" "$d/plugins/kubelet.sock"
+  setsid "${E2E_BIN}/kubeletsim" --plugin-dir "$d/plugins" --addr-file "$d/addr" >> "$d/kubeletsim.log" 2>&1 < /dev/null &
+  echo $! > "$d/kubeletsim.pid"
+}
+sim_restart hgx-5
+check "device plugin re-registers with a restarted kubelet (new kubelet.sock)" wait_for 30 "hgx-5 registered" registered hgx-5
+# The device plugin restarts: it registers again and reads the pending assignments back.
+stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
+check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4
+
+# The extender is killed mid-burst and restarted: no lost or duplicate allocation.
+for i in 0 1 2 3 4 5 6 7 8 9; do
+  pod_yaml "burst-$i" '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 8192, nvidia.com/gpucores: 10}")" | kc create -f - >/dev/null
+done
+sleep 1
+stop_pidfile "${E2E_WORK}/run/extender.pid" KILL
+check "extender restarts after SIGKILL" start_extender
+all_burst_bound() { local i; for i in 0 1 2 3 4 5 6 7 8 9; do pod_bound "burst-$i" || return 1; done; }
+check "all 10 burst pods bind across the extender restart" wait_for 120 "burst bound" all_burst_bound
+burst_admit() { local i; for i in 0 1 2 3 4 5 6 7 8 9; do admit "burst-$i" || return 1; done; }
+check "every burst pod passes kubelet admission" burst_admit
+check "no device double-booked after the extender rebuilt its cache" no_double_booking
+
+# The apiserver restarts: watches resume (extender and device plugins).
+"${E2E_DIR}/cluster.sh" stop-proc kube-apiserver
+sleep 2
+"${E2E_DIR}/cluster.sh" start >/dev/null 2>&1
+check "apiserver back" wait_for 60 "apiserver" kc get --raw /readyz
+scenario after-apiserver "$(pod_yaml after-apiserver '{}' '{}' "$(ctr main '{huawei.com/Ascend910C: 4}')")" no_double_booking
