@@ -184,10 +184,6 @@ TEST_F(NodePluginTest, PreferredThenAllocateOverGrpc) {
     EXPECT_EQ(got, c.want_ids);
 
     v1beta1::AllocateRequest areq;
-    for (const std::string& id : got) {
-      areq.add_container_requests()->add_devices_ids(id);
-    }
-    areq.mutable_container_requests()->Clear();
     auto* ac = areq.add_container_requests();
     for (const std::string& id : got) {
       ac->add_devices_ids(id);
@@ -209,6 +205,32 @@ TEST_F(NodePluginTest, PreferredThenAllocateOverGrpc) {
   grpc::Status st = stub->Allocate(&ctx, bad, &out);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("unknown slot id"), std::string::npos);
+}
+
+TEST_F(NodePluginTest, WholeCardsForTwoContainersInOneAllocateCall) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {Ctr("trainer", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-a", 0, 0)}),
+                  Ctr("evaluator", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-b", 1, 0)})};
+  store_.Upsert(Pod("duo"), a, {});
+  auto stub = kubelet_.Dial(EndpointOf("nvidia.com/gpu"));
+  v1beta1::AllocateRequest req;
+  req.add_container_requests()->add_devices_ids("GPU-a::0");
+  req.add_container_requests()->add_devices_ids("GPU-b::0");
+  v1beta1::AllocateResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub->Allocate(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.container_responses_size(), 2);
+  EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-a");
+  EXPECT_EQ(resp.container_responses(1).envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+  // Whole cards carry no enforcement contract.
+  EXPECT_EQ(resp.container_responses(0).envs().count("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), 0u);
+  EXPECT_EQ(resp.container_responses(0).mounts_size(), 0);
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  auto entries = reporter_.entries();
+  ASSERT_FALSE(entries.empty());
+  EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"trainer", "evaluator"}));
 }
 
 TEST(NodePluginStartTest, NoDevicesIsUnavailableWithTheReason) {

@@ -286,9 +286,21 @@ int Run(const Flags& flags) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
+  // Every 30 s: usage gauges from the assignments, and the inventory again
+  // (a no-op unless an earlier write failed or something changed).
   while (true) {
-    int sig = 0;
-    sigwait(&set, &sig);
+    timespec tick{30, 0};
+    int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig < 0) {
+      plugin.allocator().RefreshUsageMetrics();
+      if (pub != nullptr) {
+        StatusOr<bool> wrote = pub->Publish(plugin.state().Get()->inventories);
+        if (!wrote.ok()) {
+          log.Warn("publishing the inventory failed", {{"error", wrote.status().ToString()}});
+        }
+      }
+      continue;
+    }
     if (sig == SIGHUP) {
       log.Info("SIGHUP: re-reading the fake inventory",
                {{"backends", static_cast<int64_t>(fakes.size())}});
