@@ -6,6 +6,7 @@
 #include "vendors/fake/fake_driver.h"
 #include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/library_specs.h"
+#include "vendors/thead/hgml_library.h"
 #include "vendors/nvidia/nvidia_driver.h"
 
 namespace accelpool::vendors {
@@ -50,13 +51,20 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     }
     return VendorDriverPtr(new LibraryDriver(std::move(lib).value(), HygonSpec(), o.node));
   }
+  if (name == "thead") {
+    StatusOr<DeviceLibraryPtr> lib = thead::NewHgmlLibrary();
+    if (!lib.ok()) {
+      return lib.status();
+    }
+    return VendorDriverPtr(new LibraryDriver(std::move(lib).value(), TheadSpec(), o.node));
+  }
   return UnimplementedError("the " + name + " backend is not built into this binary");
 }
 
 }  // namespace
 
 const std::vector<std::string>& HardwareBackends() {
-  static const std::vector<std::string> kNames = {"nvidia", "ascend", "hygon"};
+  static const std::vector<std::string> kNames = {"nvidia", "ascend", "hygon", "thead"};
   return kNames;
 }
 

@@ -24,6 +24,7 @@ TEST(BackendsTest, NamesAreCheckedAndAbsentLibrariesAreSkippedByAuto) {
       {"nvidia", "", StatusCode::kUnavailable, 0},
       {"ascend", "", StatusCode::kUnavailable, 0},
       {"hygon", "", StatusCode::kUnavailable, 0},
+      {"thead", "", StatusCode::kUnavailable, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.backends);

@@ -48,7 +48,8 @@ struct nvmlEventData_t {
 
 class DlNvml : public NvmlLibrary {
  public:
-  explicit DlNvml(std::unique_ptr<DlLibrary> lib) : lib_(std::move(lib)) {}
+  DlNvml(std::unique_ptr<DlLibrary> lib, std::string prefix, std::string smi)
+      : lib_(std::move(lib)), prefix_(std::move(prefix)), smi_(std::move(smi)) {}
   ~DlNvml() override {
     if (events_ != nullptr && event_set_free_ != nullptr) {
       event_set_free_(events_);
@@ -59,25 +60,25 @@ class DlNvml : public NvmlLibrary {
   }
 
   Status Init() override {
-    auto init = lib_->Symbol<nvmlReturn_t()>("nvmlInit_v2");
+    auto init = lib_->Symbol<nvmlReturn_t()>(Sym("Init_v2"));
     if (!init.ok()) {
       return init.status();
     }
-    error_string_ = lib_->OptionalSymbol<const char*(nvmlReturn_t)>("nvmlErrorString");
-    shutdown_ = lib_->OptionalSymbol<nvmlReturn_t()>("nvmlShutdown");
-    event_set_free_ = lib_->OptionalSymbol<nvmlReturn_t(nvmlEventSet_t)>("nvmlEventSetFree");
-    ACCELPOOL_RETURN_IF_ERROR(Check((*init)(), "nvmlInit_v2"));
+    error_string_ = lib_->OptionalSymbol<const char*(nvmlReturn_t)>(Sym("ErrorString"));
+    shutdown_ = lib_->OptionalSymbol<nvmlReturn_t()>(Sym("Shutdown"));
+    event_set_free_ = lib_->OptionalSymbol<nvmlReturn_t(nvmlEventSet_t)>(Sym("EventSetFree"));
+    ACCELPOOL_RETURN_IF_ERROR(Check((*init)(), Sym("Init_v2")));
     initialized_ = true;
     return Status::Ok();
   }
 
   StatusOr<int32_t> DeviceCount() override {
-    auto fn = lib_->Symbol<nvmlReturn_t(unsigned*)>("nvmlDeviceGetCount_v2");
+    auto fn = lib_->Symbol<nvmlReturn_t(unsigned*)>(Sym("DeviceGetCount_v2"));
     if (!fn.ok()) {
       return fn.status();
     }
     unsigned n = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(&n), "nvmlDeviceGetCount_v2"));
+    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(&n), Sym("DeviceGetCount_v2")));
     return static_cast<int32_t>(n);
   }
 
@@ -88,40 +89,44 @@ class DlNvml : public NvmlLibrary {
     }
     NvmlDeviceInfo info;
     char buf[96] = {};
-    auto uuid = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>("nvmlDeviceGetUUID");
+    auto uuid = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(Sym("DeviceGetUUID"));
     if (!uuid.ok()) {
       return uuid.status();
     }
-    ACCELPOOL_RETURN_IF_ERROR(Check((*uuid)(*h, buf, sizeof(buf)), "nvmlDeviceGetUUID"));
+    ACCELPOOL_RETURN_IF_ERROR(Check((*uuid)(*h, buf, sizeof(buf)), Sym("DeviceGetUUID")));
     info.uuid = buf;
     auto name = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(
-        "nvmlDeviceGetName");
+        Sym("DeviceGetName"));
     char nbuf[96] = {};
     if (name != nullptr && name(*h, nbuf, sizeof(nbuf)) == kNvmlSuccess) {
       info.name = nbuf;
     }
-    auto mem = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlMemory_t*)>("nvmlDeviceGetMemoryInfo");
+    auto mem = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlMemory_t*)>(Sym("DeviceGetMemoryInfo"));
     if (!mem.ok()) {
       return mem.status();
     }
     nvmlMemory_t m{};
-    ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), "nvmlDeviceGetMemoryInfo"));
+    ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), Sym("DeviceGetMemoryInfo")));
     info.memory_mib = static_cast<int64_t>(m.total / (1024ULL * 1024ULL));
     auto pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
-        "nvmlDeviceGetPciInfo_v3");
+        Sym("DeviceGetPciInfo_v3"));
+    if (pci == nullptr) {
+      pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
+          Sym("DeviceGetPciInfo"));
+    }
     nvmlPciInfo_t p{};
     if (pci != nullptr && pci(*h, &p) == kNvmlSuccess) {
       p.busId[sizeof(p.busId) - 1] = '\0';
       info.pci_bus = p.busId;
     }
     auto minor = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(
-        "nvmlDeviceGetMinorNumber");
+        Sym("DeviceGetMinorNumber"));
     unsigned mn = 0;
     if (minor != nullptr && minor(*h, &mn) == kNvmlSuccess) {
       info.minor = static_cast<int32_t>(mn);
     }
     auto numa = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(
-        "nvmlDeviceGetNumaNodeId");
+        Sym("DeviceGetNumaNodeId"));
     unsigned nn = 0;
     if (numa != nullptr && numa(*h, &nn) == kNvmlSuccess) {
       info.numa = static_cast<int32_t>(nn);
@@ -129,7 +134,7 @@ class DlNvml : public NvmlLibrary {
       info.numa = SysfsNuma(info.pci_bus);
     }
     auto mig = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*)>(
-        "nvmlDeviceGetMigMode");
+        Sym("DeviceGetMigMode"));
     unsigned cur = 0;
     unsigned pending = 0;
     if (mig != nullptr && mig(*h, &cur, &pending) == kNvmlSuccess) {
@@ -140,7 +145,7 @@ class DlNvml : public NvmlLibrary {
 
   StatusOr<P2PLevel> CommonAncestor(int32_t a, int32_t b) override {
     auto fn = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlDevice_t, int*)>(
-        "nvmlDeviceGetTopologyCommonAncestor");
+        Sym("DeviceGetTopologyCommonAncestor"));
     if (!fn.ok()) {
       return fn.status();
     }
@@ -153,16 +158,16 @@ class DlNvml : public NvmlLibrary {
       return hb.status();
     }
     int level = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(*ha, *hb, &level), "nvmlDeviceGetTopologyCommonAncestor"));
+    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(*ha, *hb, &level), Sym("DeviceGetTopologyCommonAncestor")));
     return static_cast<P2PLevel>(level);
   }
 
   StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) override {
     std::vector<std::string> out;
     auto state = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, int*)>(
-        "nvmlDeviceGetNvLinkState");
+        Sym("DeviceGetNvLinkState"));
     auto remote = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, nvmlPciInfo_t*)>(
-        "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+        Sym("DeviceGetNvLinkRemotePciInfo_v2"));
     if (state == nullptr || remote == nullptr) {
       return out;
     }
@@ -185,9 +190,9 @@ class DlNvml : public NvmlLibrary {
   }
 
   Status RegisterXidEvents() override {
-    auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>("nvmlEventSetCreate");
+    auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>(Sym("EventSetCreate"));
     auto reg = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
-        "nvmlDeviceRegisterEvents");
+        Sym("DeviceRegisterEvents"));
     if (!create.ok()) {
       return create.status();
     }
@@ -195,7 +200,7 @@ class DlNvml : public NvmlLibrary {
       return reg.status();
     }
     if (events_ == nullptr) {
-      ACCELPOOL_RETURN_IF_ERROR(Check((*create)(&events_), "nvmlEventSetCreate"));
+      ACCELPOOL_RETURN_IF_ERROR(Check((*create)(&events_), Sym("EventSetCreate")));
     }
     StatusOr<int32_t> n = DeviceCount();
     if (!n.ok()) {
@@ -211,14 +216,14 @@ class DlNvml : public NvmlLibrary {
         return UnimplementedError("GPU " + std::to_string(i) +
                                   " does not support XID events; health is not watched");
       }
-      ACCELPOOL_RETURN_IF_ERROR(Check(r, "nvmlDeviceRegisterEvents"));
+      ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceRegisterEvents")));
     }
     return Status::Ok();
   }
 
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
     auto wait = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t, nvmlEventData_t*, unsigned)>(
-        "nvmlEventSetWait_v2");
+        Sym("EventSetWait_v2"));
     if (!wait.ok()) {
       return wait.status();
     }
@@ -227,7 +232,7 @@ class DlNvml : public NvmlLibrary {
     if (r == kNvmlErrorTimeout) {
       return std::optional<XidEvent>();
     }
-    ACCELPOOL_RETURN_IF_ERROR(Check(r, "nvmlEventSetWait_v2"));
+    ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("EventSetWait_v2")));
     XidEvent e;
     e.xid = data.eventData;
     std::lock_guard<std::mutex> lock(mu_);
@@ -245,13 +250,13 @@ class DlNvml : public NvmlLibrary {
   }
 
  private:
-  Status Check(nvmlReturn_t r, const char* call) const {
+  Status Check(nvmlReturn_t r, const std::string& call) const {
     if (r == kNvmlSuccess) {
       return Status::Ok();
     }
     std::string text = error_string_ != nullptr ? error_string_(r) : "error";
-    return UnavailableError(std::string(call) + " failed: " + text + " (NVML code " +
-                            std::to_string(r) + "); check the NVIDIA driver with nvidia-smi");
+    return UnavailableError(call + " failed: " + text + " (code " + std::to_string(r) +
+                            "); check the driver with " + smi_);
   }
 
   StatusOr<nvmlDevice_t> Handle(int32_t index) {
@@ -260,13 +265,13 @@ class DlNvml : public NvmlLibrary {
         handles_[static_cast<size_t>(index)] != nullptr) {
       return handles_[static_cast<size_t>(index)];
     }
-    auto fn = lib_->Symbol<nvmlReturn_t(unsigned, nvmlDevice_t*)>("nvmlDeviceGetHandleByIndex_v2");
+    auto fn = lib_->Symbol<nvmlReturn_t(unsigned, nvmlDevice_t*)>(Sym("DeviceGetHandleByIndex_v2"));
     if (!fn.ok()) {
       return fn.status();
     }
     nvmlDevice_t h = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(
-        Check((*fn)(static_cast<unsigned>(index), &h), "nvmlDeviceGetHandleByIndex_v2"));
+        Check((*fn)(static_cast<unsigned>(index), &h), Sym("DeviceGetHandleByIndex_v2")));
     if (handles_.size() <= static_cast<size_t>(index)) {
       handles_.resize(static_cast<size_t>(index) + 1, nullptr);
     }
@@ -291,7 +296,11 @@ class DlNvml : public NvmlLibrary {
     return -1;
   }
 
+  std::string Sym(const char* name) const { return prefix_ + name; }
+
   std::unique_ptr<DlLibrary> lib_;
+  const std::string prefix_;  // "nvml", or "hgml" for NVML-shaped libraries
+  const std::string smi_;     // the vendor's CLI named in error messages
   const char* (*error_string_)(nvmlReturn_t) = nullptr;
   nvmlReturn_t (*shutdown_)() = nullptr;
   nvmlReturn_t (*event_set_free_)(nvmlEventSet_t) = nullptr;
@@ -304,13 +313,17 @@ class DlNvml : public NvmlLibrary {
 
 }  // namespace
 
-StatusOr<NvmlLibraryPtr> NewDlNvml() {
-  StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open({"libnvidia-ml.so.1", "libnvidia-ml.so"});
+StatusOr<NvmlLibraryPtr> NewDlNvmlShaped(const std::vector<std::string>& libraries,
+                                         const std::string& prefix, const std::string& smi) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(libraries);
   if (!lib.ok()) {
     return lib.status();
   }
-  return NvmlLibraryPtr(new DlNvml(std::move(lib).value()));
+  return NvmlLibraryPtr(new DlNvml(std::move(lib).value(), prefix, smi));
+}
+
+StatusOr<NvmlLibraryPtr> NewDlNvml() {
+  return NewDlNvmlShaped({"libnvidia-ml.so.1", "libnvidia-ml.so"}, "nvml", "nvidia-smi");
 }
 
 }  // namespace accelpool::vendors::nvidia

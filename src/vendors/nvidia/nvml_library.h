@@ -69,6 +69,11 @@ using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;
 // Loads libnvidia-ml.so.1 with dlopen. kUnavailable when it is absent.
 StatusOr<NvmlLibraryPtr> NewDlNvml();
 
+// The same binding for a library with NVML's API under another prefix
+// (T-Head HGML: "hgml" in libhgml.so). `smi` is the CLI named in errors.
+StatusOr<NvmlLibraryPtr> NewDlNvmlShaped(const std::vector<std::string>& libraries,
+                                         const std::string& prefix, const std::string& smi);
+
 }  // namespace accelpool::vendors::nvidia
 
 #endif  // ACCELPOOL_VENDORS_NVIDIA_NVML_LIBRARY_H_

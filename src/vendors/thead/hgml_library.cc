@@ -1,0 +1,59 @@
+#include "vendors/thead/hgml_library.h"
+
+#include <utility>
+
+namespace accelpool::vendors::thead {
+namespace {
+
+class Hgml : public DeviceLibrary {
+ public:
+  explicit Hgml(nvidia::NvmlLibraryPtr lib) : lib_(std::move(lib)) {}
+
+  std::string_view LibraryName() const override { return "HGML"; }
+  Status Init() override { return lib_->Init(); }
+  StatusOr<int32_t> Count() override { return lib_->DeviceCount(); }
+  StatusOr<LibraryDevice> Device(int32_t index) override {
+    StatusOr<nvidia::NvmlDeviceInfo> info = lib_->DeviceInfo(index);
+    if (!info.ok()) {
+      return info.status();
+    }
+    LibraryDevice d;
+    d.uuid = info->uuid;
+    d.name = info->name;
+    d.memory_mib = info->memory_mib;
+    d.pci_bus = info->pci_bus;
+    d.numa = info->numa;
+    d.minor = info->minor;
+    return d;
+  }
+  StatusOr<LinkKind> Link(int32_t, int32_t) override {
+    return UnimplementedError("PPUs are all joined by ICN; the profile's levels apply");
+  }
+  StatusOr<bool> Healthy(int32_t index) override {
+    Status st = lib_->Probe(index);
+    if (!st.ok()) {
+      return st;
+    }
+    return true;
+  }
+
+ private:
+  nvidia::NvmlLibraryPtr lib_;
+};
+
+}  // namespace
+
+DeviceLibraryPtr HgmlDeviceLibrary(nvidia::NvmlLibraryPtr hgml) {
+  return DeviceLibraryPtr(new Hgml(std::move(hgml)));
+}
+
+StatusOr<DeviceLibraryPtr> NewHgmlLibrary() {
+  StatusOr<nvidia::NvmlLibraryPtr> lib =
+      nvidia::NewDlNvmlShaped({"libhgml.so", "libhgml.so.1"}, "hgml", "ppu-smi");
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return HgmlDeviceLibrary(std::move(lib).value());
+}
+
+}  // namespace accelpool::vendors::thead

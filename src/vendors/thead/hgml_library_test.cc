@@ -1,0 +1,79 @@
+#include "vendors/thead/hgml_library.h"
+
+#include <gtest/gtest.h>
+
+#include "vendors/library_driver.h"
+#include "vendors/library_specs.h"
+
+namespace accelpool::vendors::thead {
+namespace {
+
+// HGML as a 16-PPU node answers: "PPU-ZW810E", 96 GiB, NUMA groups of four
+// on nodes 4, 2, 6, 0 (the published 16-PPU sample).
+class FakeHgml : public nvidia::NvmlLibrary {
+ public:
+  Status Init() override { return Status::Ok(); }
+  StatusOr<int32_t> DeviceCount() override { return 16; }
+  StatusOr<nvidia::NvmlDeviceInfo> DeviceInfo(int32_t i) override {
+    if (i == fail) {
+      return UnavailableError("hgmlDeviceGetMemoryInfo failed: Unknown Error (code 999); "
+                              "check the driver with ppu-smi");
+    }
+    static const int kNuma[] = {4, 2, 6, 0};
+    nvidia::NvmlDeviceInfo d;
+    d.uuid = "PPU-" + std::to_string(7000 + i);
+    d.name = "PPU-ZW810E";
+    d.memory_mib = 98304;
+    d.minor = i;
+    d.numa = kNuma[i / 4];
+    d.pci_bus = "00000000:" + std::to_string(10 + i) + ":00.0";
+    return d;
+  }
+  StatusOr<nvidia::P2PLevel> CommonAncestor(int32_t, int32_t) override {
+    return nvidia::P2PLevel::kSystem;
+  }
+  StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t) override {
+    return std::vector<std::string>{};
+  }
+  Status RegisterXidEvents() override { return UnimplementedError("no events"); }
+  StatusOr<std::optional<nvidia::XidEvent>> WaitXid(int32_t) override {
+    return std::optional<nvidia::XidEvent>();
+  }
+  Status Probe(int32_t i) override {
+    return i == fail ? UnavailableError("PPU does not answer") : Status::Ok();
+  }
+  int fail = -1;
+};
+
+TEST(HgmlLibraryTest, MapsA16PpuNodeThroughTheSharedDriver) {
+  LibraryDriver d(HgmlDeviceLibrary(std::make_unique<FakeHgml>()), TheadSpec(), "ppu-node");
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.vendor, core::Vendor::kThead);
+  EXPECT_EQ(inv.topology.kind, "thead-ppu-x16");
+  ASSERT_EQ(inv.devices.size(), 16u);
+  EXPECT_EQ(inv.devices[0].id, "PPU-7000");
+  EXPECT_EQ(inv.devices[5].numa, 2);
+  EXPECT_EQ(inv.devices[15].numa, 0);
+  // ICN everywhere: the profile's link levels are kept, same-NUMA pairs first.
+  EXPECT_GT(inv.LinkScore(0, 15), 0);
+  EXPECT_GE(inv.LinkScore(0, 1), inv.LinkScore(0, 15));
+  auto spec = d.BuildContainerSpec({{inv.devices[3], 0, 0, true}, {inv.devices[9], 0, 0, true}});
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->env.at("CUDA_VISIBLE_DEVICES"), "0,1");
+}
+
+TEST(HgmlLibraryTest, ErrorsMidDiscoveryAndAbsentLibrary) {
+  auto fake = std::make_unique<FakeHgml>();
+  fake->fail = 9;
+  LibraryDriver d(HgmlDeviceLibrary(std::move(fake)), TheadSpec(), "n");
+  auto invs = d.Discover();
+  ASSERT_FALSE(invs.ok());
+  EXPECT_NE(invs.status().message().find("HGML device 9"), std::string::npos);
+  EXPECT_NE(invs.status().message().find("ppu-smi"), std::string::npos);
+  EXPECT_EQ(NewHgmlLibrary().status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace accelpool::vendors::thead
