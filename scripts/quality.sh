@@ -9,6 +9,7 @@
 #   BUILD_DIR  a build with accelpool-sim (default: build)
 #   OUT_DIR    CSV and JSON output (default: $BUILD_DIR/quality)
 #   JOBS       replays in parallel (default: 2)
+#   PLOTS_ONLY=1  redraw the plots from an earlier run's CSV files
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +36,7 @@ fi
 PODS="$(ls "$TRACE_DIR"/openb_pod_list_*.csv | paste -sd, -)"
 mkdir -p "$OUT_DIR" "$IMG_DIR"
 
+if [[ "${PLOTS_ONLY:-0}" != 1 ]]; then
 echo "== trace protocol: all traces, 7 policies, 10 seeds, paper and kube modes"
 start=$(date +%s)
 "$SIM" --nodes "$NODES" --pods "$PODS" --mode both --jobs "$JOBS" --progress \
@@ -52,6 +54,7 @@ echo "== time-based replay of the default trace (kube mode)"
 if "$SIM" --help | grep -q -- --topology; then
   echo "== topology workloads"
   "$SIM" --topology --out "$OUT_DIR/topo" >"$OUT_DIR/topo.json"
+fi
 fi
 
 echo "== plots"
@@ -74,10 +77,10 @@ plot "
     col=$(( 2 + 3 * k ))
     plot+="'$csv' using 1:$col with lines lw 2 title '${POLICIES[$k]}', "
   done
-  gnuplot -e "${plot%, }"
+  gnuplot <<<"${plot%, }"
 done
 timed="$OUT_DIR/timed"
-gnuplot -e "set terminal pngcairo size 900,400 font 'sans,11'
+gnuplot <<<"set terminal pngcairo size 900,400 font 'sans,11'
 set output '$IMG_DIR/timed-default.png'
 set datafile separator ','
 set title 'Time-based replay of the default trace: GPUs allocated over time (kube mode)'
