@@ -248,6 +248,15 @@ void Extender::Remember(const PodInfo& pod,
       std::make_shared<const std::map<std::string, std::pair<uint64_t, int32_t>>>(
           std::move(scores)),
       now};
+  scored_.push_back(pod.ref.uid);
+  while (scored_.size() > options_.max_remembered_scores) {
+    const std::string oldest = std::move(scored_.front());
+    scored_.pop_front();
+    const bool again = std::find(scored_.begin(), scored_.end(), oldest) != scored_.end();
+    if (auto it = remembered_.find(oldest); it != remembered_.end() && !again) {
+      it->second.scores.reset();
+    }
+  }
 }
 
 std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {

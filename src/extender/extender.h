@@ -25,6 +25,7 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,7 +72,10 @@ struct ExtenderOptions {
   int filter_threads = 1;
   // Filter results kept for prioritize (per pod uid) this long.
   std::chrono::milliseconds score_ttl{30000};
-  size_t max_remembered_pods = 4096;
+  size_t max_remembered_pods = 4096;  // their parsed requests, for bind
+  // Filter scores (one entry per candidate node) are kept for this many of the
+  // latest pods only: kube-scheduler prioritizes right after filtering.
+  size_t max_remembered_scores = 8;
 };
 
 // Prometheus families of the extender (registered once per registry).
@@ -166,6 +170,7 @@ class Extender {
 
   mutable std::mutex mu_;
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
+  std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first
   std::array<MemoShard, kMemoShards> memo_;
 };
 
