@@ -151,6 +151,22 @@ TEST_F(ExtenderTest, BindAfterAnotherPodTookTheDevicesReplansOrFails) {
   EXPECT_EQ(Used("a"), 8);
 }
 
+TEST_F(ExtenderTest, PlanMemoFollowsNodeChanges) {
+  AddGpuNode(cache_, "a");
+  // Two pods of one shape: the second filter may reuse the first's plans,
+  // but only while node "a" is unchanged.
+  EXPECT_EQ(ext_->Filter(MakePod("s1", {Gpu(2)}), {"a"}).fits.size(), 1u);
+  EXPECT_EQ(ext_->Filter(MakePod("s2", {Gpu(2)}), {"a"}).fits.size(), 1u);
+  ASSERT_TRUE(ext_->Bind(MakePod("big", {Gpu(7)}), "a").ok());
+  FilterDecision d = ext_->Filter(MakePod("s3", {Gpu(2)}), {"a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_EQ(d.failed.size(), 1u);
+  cache_.Release("big");
+  EXPECT_EQ(ext_->Filter(MakePod("s4", {Gpu(2)}), {"a"}).fits.size(), 1u);
+  EXPECT_NE(RequestShape(MakePod("x", {Gpu(2)}).request),
+            RequestShape(MakePod("x", {Gpu(2, 1024)}).request));
+}
+
 TEST_F(ExtenderTest, PreemptKeepsOnlyVictimsWhoseDevicesAreNeeded) {
   AddGpuNode(cache_, "a");
   AddGpuNode(cache_, "b");
