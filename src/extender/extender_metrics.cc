@@ -1,0 +1,90 @@
+// ExtenderMetrics registration and the gauges refreshed before /metrics renders.
+#include "extender/extender.h"
+
+namespace accelpool::extender {
+
+StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
+  ExtenderMetrics m;
+  auto latency = r.AddHistogram("accelpool_extender_request_seconds",
+                                "Latency of extender requests by verb.", {"verb"});
+  auto requests = r.AddCounter("accelpool_extender_requests_total",
+                               "Extender requests by verb and HTTP status.", {"verb", "code"});
+  auto filter = r.AddCounter("accelpool_extender_filter_nodes_total",
+                             "Nodes judged by filter, by outcome and first reason.",
+                             {"outcome", "reason"});
+  auto conflicts = r.AddCounter("accelpool_extender_bind_conflicts_total",
+                                "Binds that found their devices taken and re-planned.", {"stage"});
+  auto failures = r.AddCounter("accelpool_extender_bind_failures_total",
+                               "Binds that failed, by stage.", {"stage"});
+  auto nodes = r.AddGauge("accelpool_extender_cache_nodes", "Nodes in the cache.");
+  auto pods = r.AddGauge("accelpool_extender_cache_pods", "Pods holding devices, by state.",
+                         {"state"});
+  auto age = r.AddGauge("accelpool_extender_cache_age_seconds",
+                        "Seconds since the cache last changed.");
+  auto dev_mem = r.AddGauge("accelpool_extender_device_memory_allocated_mib",
+                            "Memory assigned per device.", {"node", "device"});
+  auto dev_cmp = r.AddGauge("accelpool_extender_device_compute_allocated",
+                            "Compute assigned per device (thousandths).", {"node", "device"});
+  auto node_mem = r.AddGauge("accelpool_extender_node_memory_allocated_mib",
+                             "Memory assigned per node.", {"node"});
+  auto node_cmp = r.AddGauge("accelpool_extender_node_compute_allocated",
+                             "Compute assigned per node (thousandths).", {"node"});
+  auto bad = r.AddCounter("accelpool_extender_bad_requests_total",
+                          "Requests refused as malformed, by verb.", {"verb"});
+  for (const Status& s : {latency.status(), requests.status(), filter.status(), conflicts.status(),
+                          failures.status(), nodes.status(), pods.status(), age.status(),
+                          dev_mem.status(), dev_cmp.status(), node_mem.status(), node_cmp.status(),
+                          bad.status()}) {
+    ACCELPOOL_RETURN_IF_ERROR(s);
+  }
+  m.latency = *latency;
+  m.requests = *requests;
+  m.filter_nodes = *filter;
+  m.bind_conflicts = *conflicts;
+  m.bind_failures = *failures;
+  m.cache_nodes = *nodes;
+  m.cache_pods = *pods;
+  m.cache_age = *age;
+  m.device_memory = *dev_mem;
+  m.device_compute = *dev_cmp;
+  m.node_memory = *node_mem;
+  m.node_compute = *node_cmp;
+  m.bad_requests = *bad;
+  return m;
+}
+
+void Extender::UpdateGauges() const {
+  if (metrics_ == nullptr) {
+    return;
+  }
+  CacheStats s = cache_.Stats();
+  metrics_->cache_nodes->Get().Set(static_cast<double>(s.nodes));
+  metrics_->cache_pods->WithLabels({"bound"}).Set(static_cast<double>(s.pods_bound));
+  metrics_->cache_pods->WithLabels({"reserved"}).Set(static_cast<double>(s.pods_reserved));
+  metrics_->cache_age->Get().Set(s.seconds_since_update);
+  for (const std::string& name : cache_.NodeNames()) {
+    NodeSnapshotPtr snap = cache_.Node(name);
+    if (snap == nullptr) {
+      continue;
+    }
+    double mem = 0;
+    double cmp = 0;
+    for (const InventoryState& st : snap->inventories) {
+      for (size_t i = 0; i < st.usage.devices.size(); ++i) {
+        const core::DeviceUsage& u = st.usage.devices[i];
+        const core::Device& d = st.inventory->devices[i];
+        const double m = u.exclusive ? static_cast<double>(d.memory_mib)
+                                     : static_cast<double>(u.memory_mib);
+        const double c = u.exclusive ? core::kComputeWhole : static_cast<double>(u.compute);
+        metrics_->device_memory->WithLabels({name, d.id}).Set(m);
+        metrics_->device_compute->WithLabels({name, d.id}).Set(c);
+        mem += m;
+        cmp += c;
+      }
+    }
+    metrics_->node_memory->WithLabels({name}).Set(mem);
+    metrics_->node_compute->WithLabels({name}).Set(cmp);
+  }
+}
+
+}  // namespace accelpool::extender
