@@ -7,6 +7,8 @@
 //
 // Counters: p50_us / p99_us per Allocate (client-observed), rss_mib of this
 // process after the plugin started (includes the benchmark harness).
+#include <benchmark/benchmark.h>
+#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,9 +17,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
-#include <grpcpp/grpcpp.h>
 
 #include "api/assignment_codec.h"
 #include "deviceplugin/api.grpc.pb.h"
@@ -52,8 +51,8 @@ struct Fixture {
     o.node = "bench";
     o.plugin_dir = dir;
     o.enforcement.state_root = dir + "/containers";
-    plugin = std::make_unique<NodePlugin>(o, std::move(drivers), &store, nullptr, nullptr,
-                                          Logger());
+    plugin =
+        std::make_unique<NodePlugin>(o, std::move(drivers), &store, nullptr, nullptr, Logger());
     if (!plugin->Start().ok()) {
       std::abort();
     }
@@ -81,8 +80,8 @@ struct Fixture {
     c.name = "main";
     c.vendor = core::Vendor::kNvidia;
     c.resource = "nvidia.com/gpu";
-    c.devices.push_back({"NVIDIA-bench-" + std::to_string(i % 16), i % 16, Slot(i), 4096, 100,
-                         false});
+    c.devices.push_back(
+        {"NVIDIA-bench-" + std::to_string(i % 16), i % 16, Slot(i), 4096, 100, false});
     a.containers.push_back(c);
     store.Upsert({"bench", "pod-" + std::to_string(i), uid,
                   "2026-11-30T02:" + std::to_string(10 + i % 50) + ":00Z"},

@@ -15,10 +15,14 @@ namespace {
 // The metric label for a failed Allocate.
 std::string Reason(StatusCode code) {
   switch (code) {
-    case StatusCode::kInvalidArgument: return "bad_request";
-    case StatusCode::kNotFound: return "no_assignment";
-    case StatusCode::kFailedPrecondition: return "assignment_mismatch";
-    default: return "driver";
+    case StatusCode::kInvalidArgument:
+      return "bad_request";
+    case StatusCode::kNotFound:
+      return "no_assignment";
+    case StatusCode::kFailedPrecondition:
+      return "assignment_mismatch";
+    default:
+      return "driver";
   }
 }
 
@@ -27,8 +31,13 @@ std::string Reason(StatusCode code) {
 Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* store,
                      PluginMetrics* metrics, PodReporter* reporter, EnforcementOptions options,
                      Logger log, std::function<void()> refresh)
-    : node_(std::move(node)), state_(state), store_(store), metrics_(metrics),
-      reporter_(reporter), options_(std::move(options)), log_(std::move(log)),
+    : node_(std::move(node)),
+      state_(state),
+      store_(store),
+      metrics_(metrics),
+      reporter_(reporter),
+      options_(std::move(options)),
+      log_(std::move(log)),
       refresh_(std::move(refresh)) {}
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
@@ -80,8 +89,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     auto where = snap.by_id.find(a.id);
     if (where == snap.by_id.end()) {
       return FailedPreconditionError("the assignment of pod " + match->pod.Key() +
-                                     " names device " + a.id +
-                                     ", which is not on node " + node_ +
+                                     " names device " + a.id + ", which is not on node " + node_ +
                                      "; the assignment is foreign or stale, delete the pod");
     }
     if (inventory.has_value() && *inventory != where->second.inventory) {
@@ -205,7 +213,8 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     if (reporter_ != nullptr) {
       reporter_->Allocated(entry.first, all);
     }
-    log_.Info("allocated", {{"pod", entry.first.Key()}, {"resource", resource},
+    log_.Info("allocated", {{"pod", entry.first.Key()},
+                            {"resource", resource},
                             {"containers", static_cast<int64_t>(entry.second.size())}});
   }
   if (metrics_ != nullptr) {

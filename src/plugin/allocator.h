@@ -80,9 +80,9 @@ class Allocator {
   // `refresh`, when set, re-reads the node's pods (used once when a lookup
   // misses, in case the informer lags). Pointers may be null except state
   // and store; all must outlive the Allocator.
-  Allocator(std::string node, DeviceState* state, AssignmentStore* store,
-            PluginMetrics* metrics, PodReporter* reporter, EnforcementOptions options,
-            Logger log, std::function<void()> refresh = nullptr);
+  Allocator(std::string node, DeviceState* state, AssignmentStore* store, PluginMetrics* metrics,
+            PodReporter* reporter, EnforcementOptions options, Logger log,
+            std::function<void()> refresh = nullptr);
 
   // kInvalidArgument: empty request, malformed or unknown slot id, a slot of
   // another resource. kNotFound: no assignment matches. kFailedPrecondition:

@@ -1,8 +1,8 @@
 #include "plugin/allocator.h"
 
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "common/metrics.h"
 #include "plugin/test_util.h"
@@ -28,15 +28,16 @@ class AllocatorTest : public ::testing::Test {
         vendors::fake::FakeDriverOptions{dir_.File("inv.json"), "node-a"});
     auto invs = driver_->Discover();
     ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-    npu_ = (*invs)[1].devices[0].id.substr(0, (*invs)[1].devices[0].id.size() - 1);  // "ASCEND-node-a-"
+    npu_ = (*invs)[1].devices[0].id.substr(
+        0, (*invs)[1].devices[0].id.size() - 1);  // "ASCEND-node-a-"
     state_.Reset(*invs, {driver_.get(), driver_.get()});
     auto m = PluginMetrics::New(registry_);
     ASSERT_TRUE(m.ok());
     metrics_ = std::move(m).value();
     EnforcementOptions e;
     e.state_root = dir_.File("containers");
-    allocator_ = std::make_unique<Allocator>("node-a", &state_, &store_, metrics_.get(),
-                                             &reporter_, e, Logger());
+    allocator_ = std::make_unique<Allocator>("node-a", &state_, &store_, metrics_.get(), &reporter_,
+                                             e, Logger());
   }
 
   void Assign(const PodRef& pod, std::vector<api::AssignedContainer> containers,
@@ -62,12 +63,12 @@ class AllocatorTest : public ::testing::Test {
 };
 
 TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
-  Assign(Pod("infer"), {Ctr("main", kGpu, core::Vendor::kNvidia,
-                            {Dev("GPU-a", 0, 1, 4096, 250, false)})});
-  Assign(Pod("train"), {Ctr("main", kGpu, core::Vendor::kNvidia,
-                            {Dev("GPU-a", 0, 0), Dev("GPU-b", 1, 0)})});
-  Assign(Pod("pair"), {Ctr("main", kNpu, core::Vendor::kAscend,
-                           {Dev(Npu(2), 2, 0), Dev(Npu(3), 3, 0)})});
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("train"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 0), Dev("GPU-b", 1, 0)})});
+  Assign(Pod("pair"),
+         {Ctr("main", kNpu, core::Vendor::kAscend, {Dev(Npu(2), 2, 0), Dev(Npu(3), 3, 0)})});
   struct Case {
     std::string name;
     std::string resource;
@@ -78,18 +79,30 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
     size_t want_mounts;
   };
   const std::vector<Case> cases = {
-      {"fractional", kGpu, {"GPU-a::1"}, "default/infer",
-       {{"NVIDIA_VISIBLE_DEVICES", "GPU-a"}, {"CUDA_VISIBLE_DEVICES", "GPU-a"},
-        {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "4096"}, {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"},
-        {"CUDA_DEVICE_MEMORY_LIMIT_0", "4096m"}, {"CUDA_DEVICE_SM_LIMIT", "25"},
+      {"fractional",
+       kGpu,
+       {"GPU-a::1"},
+       "default/infer",
+       {{"NVIDIA_VISIBLE_DEVICES", "GPU-a"},
+        {"CUDA_VISIBLE_DEVICES", "GPU-a"},
+        {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "4096"},
+        {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_0", "4096m"},
+        {"CUDA_DEVICE_SM_LIMIT", "25"},
         {"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool"}},
        {},
        3},
-      {"whole cards", kGpu, {"GPU-b::0", "GPU-a::0"}, "default/train",
+      {"whole cards",
+       kGpu,
+       {"GPU-b::0", "GPU-a::0"},
+       "default/train",
        {{"NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b"}},
        {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT"},
        0},
-      {"paired module", kNpu, {Npu(2) + "::0", Npu(3) + "::0"}, "default/pair",
+      {"paired module",
+       kNpu,
+       {Npu(2) + "::0", Npu(3) + "::0"},
+       "default/pair",
        {{"ASCEND_VISIBLE_DEVICES", "2,3"}, {"ASCEND_RT_VISIBLE_DEVICES", "0,1"}},
        {"ACCELPOOL_CUDA_STATE_DIR"},
        0},
@@ -194,9 +207,9 @@ TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContaine
 }
 
 TEST_F(AllocatorTest, BadInputIsAClearErrorAndBooksNothing) {
-  Assign(Pod("ok"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 1024, 100, false)})});
-  Assign(Pod("foreign"),
-         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0)})});
+  Assign(Pod("ok"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 1024, 100, false)})});
+  Assign(Pod("foreign"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0)})});
   // The foreign assignment claims a slot id this node advertises.
   api::Assignment foreign;
   foreign.node = "node-a";
@@ -215,16 +228,36 @@ TEST_F(AllocatorTest, BadInputIsAClearErrorAndBooksNothing) {
       {"no containers", kGpu, {}, StatusCode::kInvalidArgument, "no container requests", false},
       {"empty ids", kGpu, {{}}, StatusCode::kInvalidArgument, "named no device ids", false},
       {"malformed slot", kGpu, {{"GPU-a"}}, StatusCode::kInvalidArgument, "not a slot id", false},
-      {"unknown device", kGpu, {{"GPU-zzz::0"}}, StatusCode::kInvalidArgument, "unknown slot id",
+      {"unknown device",
+       kGpu,
+       {{"GPU-zzz::0"}},
+       StatusCode::kInvalidArgument,
+       "unknown slot id",
        false},
-      {"slot past max shares", kGpu, {{"GPU-a::10"}}, StatusCode::kInvalidArgument,
-       "unknown slot id", false},
-      {"other resource", kGpu, {{Npu(0) + "::0"}}, StatusCode::kInvalidArgument,
-       "belongs to huawei.com/Ascend910C", false},
-      {"foreign assignment", kGpu, {{"GPU-b::6"}}, StatusCode::kFailedPrecondition,
-       "not on node node-a", true},
-      {"second container bad: all or nothing", kGpu, {{"GPU-a::1"}, {"GPU-zzz::1"}},
-       StatusCode::kInvalidArgument, "unknown slot id", true},
+      {"slot past max shares",
+       kGpu,
+       {{"GPU-a::10"}},
+       StatusCode::kInvalidArgument,
+       "unknown slot id",
+       false},
+      {"other resource",
+       kGpu,
+       {{Npu(0) + "::0"}},
+       StatusCode::kInvalidArgument,
+       "belongs to huawei.com/Ascend910C",
+       false},
+      {"foreign assignment",
+       kGpu,
+       {{"GPU-b::6"}},
+       StatusCode::kFailedPrecondition,
+       "not on node node-a",
+       true},
+      {"second container bad: all or nothing",
+       kGpu,
+       {{"GPU-a::1"}, {"GPU-zzz::1"}},
+       StatusCode::kInvalidArgument,
+       "unknown slot id",
+       true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -257,12 +290,15 @@ TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
 }
 
 TEST_F(AllocatorTest, UsageMetricsSumAssignedShares) {
-  Assign(Pod("p1"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
-  Assign(Pod("p2"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)})});
+  Assign(Pod("p1"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("p2"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)})});
   allocator_->RefreshUsageMetrics();
   const std::string page = registry_.Serialize();
-  EXPECT_NE(page.find(R"(accelpool_plugin_allocated_memory_mib{vendor="nvidia",device="GPU-a"} 5120)"),
-            std::string::npos)
+  EXPECT_NE(
+      page.find(R"(accelpool_plugin_allocated_memory_mib{vendor="nvidia",device="GPU-a"} 5120)"),
+      std::string::npos)
       << page;
   EXPECT_NE(page.find(R"(accelpool_plugin_allocated_compute{vendor="nvidia",device="GPU-a"} 350)"),
             std::string::npos);

@@ -106,7 +106,7 @@ std::optional<std::vector<std::string>> AssignmentStore::Preferred(
       }
       std::vector<std::string> slots = SortedSlots(c);
       bool all_available = std::all_of(slots.begin(), slots.end(),
-                                        [&](const std::string& s) { return available.count(s); });
+                                       [&](const std::string& s) { return available.count(s); });
       bool includes = std::all_of(must_include.begin(), must_include.end(), [&](const auto& m) {
         return std::binary_search(slots.begin(), slots.end(), m);
       });

@@ -33,8 +33,8 @@ struct DeviceRef {
 struct Snapshot {
   int64_t version = 0;
   std::vector<core::NodeInventory> inventories;
-  std::vector<vendors::VendorDriver*> drivers;        // parallel to inventories; not owned
-  std::map<std::string, DeviceRef> by_id;             // device id -> place
+  std::vector<vendors::VendorDriver*> drivers;              // parallel to inventories; not owned
+  std::map<std::string, DeviceRef> by_id;                   // device id -> place
   std::map<std::string, std::vector<DeviceRef>> resources;  // resource -> devices
 
   const core::Device* Find(const std::string& id) const;

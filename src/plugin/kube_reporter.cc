@@ -62,8 +62,8 @@ void KubeReporter::Allocated(const PodRef& pod, const std::vector<std::string>& 
     Status st = kube::PatchAnnotations(*client_, kube::Pods(), pod.ns, pod.name,
                                        {{api::kAllocationAnnotation, doc}});
     if (!st.ok()) {
-      log_.Warn("writing the allocation state failed", {{"pod", pod.Key()},
-                                                        {"error", st.ToString()}});
+      log_.Warn("writing the allocation state failed",
+                {{"pod", pod.Key()}, {"error", st.ToString()}});
     }
   });
 }

@@ -22,8 +22,8 @@ SocketId Identify(const std::string& path) {
   if (stat(path.c_str(), &st) != 0) {
     return {};
   }
-  return {true, st.st_ino, static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 +
-                               st.st_ctim.tv_nsec};
+  return {true, st.st_ino,
+          static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
 }
 
 }  // namespace
@@ -31,11 +31,14 @@ SocketId Identify(const std::string& path) {
 NodePlugin::NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDriverPtr> drivers,
                        AssignmentStore* store, PluginMetrics* metrics, PodReporter* reporter,
                        Logger log, std::function<void()> refresh)
-    : options_(std::move(options)), drivers_(std::move(drivers)), store_(store),
-      metrics_(metrics), log_(std::move(log)) {
-  allocator_ = std::make_unique<Allocator>(options_.node, &state_, store_, metrics_, reporter,
-                                           options_.enforcement, log_.Child("allocate"),
-                                           std::move(refresh));
+    : options_(std::move(options)),
+      drivers_(std::move(drivers)),
+      store_(store),
+      metrics_(metrics),
+      log_(std::move(log)) {
+  allocator_ =
+      std::make_unique<Allocator>(options_.node, &state_, store_, metrics_, reporter,
+                                  options_.enforcement, log_.Child("allocate"), std::move(refresh));
 }
 
 NodePlugin::~NodePlugin() { Stop(); }
@@ -55,8 +58,8 @@ Status NodePlugin::Start() {
   for (const vendors::VendorDriverPtr& d : drivers_) {
     StatusOr<std::vector<core::NodeInventory>> found = d->Discover();
     if (!found.ok()) {
-      log_.Warn("no devices from backend", {{"backend", std::string(d->Name())},
-                                            {"reason", found.status().ToString()}});
+      log_.Warn("no devices from backend",
+                {{"backend", std::string(d->Name())}, {"reason", found.status().ToString()}});
       reasons += std::string(reasons.empty() ? "" : "; ") + std::string(d->Name()) + ": " +
                  found.status().message();
       continue;
@@ -86,8 +89,8 @@ Status NodePlugin::Start() {
     ResourceServerOptions o;
     o.plugin_dir = options_.plugin_dir;
     o.resource = resource;
-    servers_.push_back(std::make_unique<ResourceServer>(o, &state_, allocator_.get(),
-                                                        log_.Child("grpc")));
+    servers_.push_back(
+        std::make_unique<ResourceServer>(o, &state_, allocator_.get(), log_.Child("grpc")));
     ACCELPOOL_RETURN_IF_ERROR(servers_.back()->Start());
   }
   allocator_->RefreshUsageMetrics();
@@ -97,12 +100,11 @@ Status NodePlugin::Start() {
   for (const vendors::VendorDriverPtr& d : drivers_) {
     vendors::VendorDriver* driver = d.get();
     health_threads_.emplace_back([this, driver](std::stop_token stop) {
-      Status st = driver->WatchHealth(stop, [this](const vendors::HealthEvent& e) {
-        HealthChanged(e);
-      });
+      Status st =
+          driver->WatchHealth(stop, [this](const vendors::HealthEvent& e) { HealthChanged(e); });
       if (!st.ok()) {
-        log_.Warn("device health is not watched", {{"backend", std::string(driver->Name())},
-                                                   {"reason", st.ToString()}});
+        log_.Warn("device health is not watched",
+                  {{"backend", std::string(driver->Name())}, {"reason", st.ToString()}});
       }
     });
   }

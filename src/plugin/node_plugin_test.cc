@@ -1,8 +1,8 @@
 #include "plugin/node_plugin.h"
 
-#include <thread>
-
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "common/metrics.h"
 #include "plugin/test_kubelet.h"
@@ -138,8 +138,8 @@ TEST_F(NodePluginTest, PreferredThenAllocateOverGrpc) {
   const std::string npu = "ASCEND-node-a-";
   api::Assignment a;
   a.node = "node-a";
-  a.containers = {Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
-                      {Dev("GPU-b", 1, 3, 8192, 500, false)})};
+  a.containers = {
+      Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 8192, 500, false)})};
   store_.Upsert(Pod("frac"), a, {});
   api::Assignment b;
   b.node = "node-a";

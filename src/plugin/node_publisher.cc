@@ -1,9 +1,8 @@
 #include "plugin/node_publisher.h"
 
 #include <cctype>
-#include <utility>
-
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "api/inventory_codec.h"
 
@@ -37,8 +36,7 @@ std::string Body(const std::vector<core::NodeInventory>& inventories) {
 
 }  // namespace
 
-std::map<std::string, std::string> NodeLabels(
-    const std::vector<core::NodeInventory>& inventories) {
+std::map<std::string, std::string> NodeLabels(const std::vector<core::NodeInventory>& inventories) {
   std::map<std::string, std::string> labels;
   for (const core::NodeInventory& inv : inventories) {
     if (inv.devices.empty()) {

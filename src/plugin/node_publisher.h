@@ -43,9 +43,9 @@ class NodePublisher {
   const std::string node_;
   const Logger log_;
   mutable std::mutex mu_;
-  bool loaded_ = false;    // guarded by mu_
+  bool loaded_ = false;     // guarded by mu_
   int64_t generation_ = 0;  // guarded by mu_
-  std::string last_body_;  // serialised inventories with generation 0; guarded by mu_
+  std::string last_body_;   // serialised inventories with generation 0; guarded by mu_
 };
 
 }  // namespace accelpool::plugin

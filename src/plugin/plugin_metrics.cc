@@ -16,34 +16,34 @@ Status Take(StatusOr<T> r, T* out) {
 
 StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg) {
   std::unique_ptr<PluginMetrics> m(new PluginMetrics());
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddGauge("accelpool_plugin_device_healthy",
-                                              "1 when the device is healthy, 0 when not.",
-                                              {"vendor", "device"}),
-                                 &m->healthy_));
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddGauge("accelpool_plugin_allocated_memory_mib",
-                                              "Memory assigned on the device, MiB.",
-                                              {"vendor", "device"}),
-                                 &m->memory_));
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddGauge("accelpool_plugin_allocated_compute",
-                                              "Compute assigned on the device, 1000 = whole.",
-                                              {"vendor", "device"}),
-                                 &m->compute_));
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddCounter("accelpool_plugin_allocate_total",
-                                                "Allocate calls by result.",
-                                                {"resource", "result"}),
-                                 &m->allocates_));
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddCounter("accelpool_plugin_allocate_failures_total",
-                                                "Failed Allocate calls by reason.",
-                                                {"resource", "reason"}),
-                                 &m->failures_));
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddHistogram("accelpool_plugin_allocate_seconds",
-                                                  "Allocate latency including the pod lookup.",
-                                                  {"resource"}),
-                                 &m->latency_));
-  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddCounter("accelpool_plugin_registrations_total",
-                                                "Successful registrations with kubelet.",
-                                                {"resource"}),
-                                 &m->registrations_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_device_healthy",
+                        "1 when the device is healthy, 0 when not.", {"vendor", "device"}),
+           &m->healthy_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_allocated_memory_mib",
+                        "Memory assigned on the device, MiB.", {"vendor", "device"}),
+           &m->memory_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_allocated_compute",
+                        "Compute assigned on the device, 1000 = whole.", {"vendor", "device"}),
+           &m->compute_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_allocate_total", "Allocate calls by result.",
+                          {"resource", "result"}),
+           &m->allocates_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_allocate_failures_total",
+                          "Failed Allocate calls by reason.", {"resource", "reason"}),
+           &m->failures_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddHistogram("accelpool_plugin_allocate_seconds",
+                            "Allocate latency including the pod lookup.", {"resource"}),
+           &m->latency_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_registrations_total",
+                          "Successful registrations with kubelet.", {"resource"}),
+           &m->registrations_));
   ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddGauge("accelpool_plugin_pending_containers",
                                               "Containers assigned here and not yet allocated."),
                                  &m->pending_));
@@ -59,8 +59,7 @@ void PluginMetrics::AllocateDone(const std::string& resource, bool ok, const std
   latency_->WithLabels({resource}).Observe(seconds);
 }
 
-void PluginMetrics::SetHealth(const std::string& vendor, const std::string& device,
-                              bool healthy) {
+void PluginMetrics::SetHealth(const std::string& vendor, const std::string& device, bool healthy) {
   healthy_->WithLabels({vendor, device}).Set(healthy ? 1 : 0);
 }
 

@@ -31,9 +31,8 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
       pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
     return std::optional<PodEntry>();
   }
-  const std::string text =
-      Str(pod, json::json_pointer(std::string("/metadata/annotations/") +
-                                  "accelpool.io~1assignment"));
+  const std::string text = Str(
+      pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1assignment"));
   if (text.empty()) {
     return std::optional<PodEntry>();
   }
@@ -51,9 +50,8 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
                                    "\"; delete the pod so the scheduler assigns it again");
   }
   e.assignment = std::move(a).value();
-  const std::string alloc =
-      Str(pod, json::json_pointer(std::string("/metadata/annotations/") +
-                                  "accelpool.io~1allocation"));
+  const std::string alloc = Str(
+      pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
   if (!alloc.empty()) {
     StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
     if (al.ok() && al->phase == api::AllocationPhase::kAllocated) {
@@ -65,8 +63,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
 
 }  // namespace
 
-StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod,
-                                               const std::string& node) {
+StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node) {
   if (!pod.is_object()) {
     return InvalidArgumentError("a pod object is not a JSON object");
   }
@@ -79,7 +76,10 @@ StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod,
 
 PodSync::PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store,
                  PodReporter* reporter, Logger log)
-    : client_(client), node_(std::move(node)), store_(store), reporter_(reporter),
+    : client_(client),
+      node_(std::move(node)),
+      store_(store),
+      reporter_(reporter),
       log_(std::move(log)) {}
 
 PodSync::~PodSync() { Stop(); }
@@ -97,8 +97,8 @@ void PodSync::Apply(const nlohmann::json& pod) {
       first = reported_.insert(key).second;
     }
     if (first) {
-      log_.Error("ignoring the pod's assignment", {{"pod", ref.Key()},
-                                                   {"error", e.status().ToString()}});
+      log_.Error("ignoring the pod's assignment",
+                 {{"pod", ref.Key()}, {"error", e.status().ToString()}});
       if (reporter_ != nullptr) {
         reporter_->Failed(ref, "", e.status().message());
       }

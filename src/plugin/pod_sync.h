@@ -16,11 +16,10 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "kube/client.h"
@@ -44,8 +43,8 @@ StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const 
 
 class PodSync {
  public:
-  PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store,
-          PodReporter* reporter, Logger log);
+  PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store, PodReporter* reporter,
+          Logger log);
   ~PodSync();
 
   void Start();

@@ -1,8 +1,8 @@
 #include "plugin/pod_sync.h"
 
-#include <thread>
-
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "api/inventory_codec.h"
 #include "core/profiles.h"
@@ -62,8 +62,8 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
                 {"accelpool.io/allocation", api::SerializeAllocation(done)}}),
        StatusCode::kOk, true, 1},
       {"no assignment", PodJson("p", "node-a", json::object()), StatusCode::kOk, false, 0},
-      {"finished", PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
-                           "Succeeded"),
+      {"finished",
+       PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Succeeded"),
        StatusCode::kOk, false, 0},
       {"malformed", PodJson("p", "node-a", {{"accelpool.io/assignment", "{\"version\":1,"}}),
        StatusCode::kInvalidArgument, false, 0},
@@ -108,14 +108,14 @@ class KubeSideTest : public ::testing::Test {
 TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   api::Allocation done;
   done.containers = {"main"};
-  api_.Put(kPods, PodJson("pending", "node-a",
-                          {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  api_.Put(kPods,
+           PodJson("pending", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
   api_.Put(kPods, PodJson("running", "node-a",
                           {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")},
                            {"accelpool.io/allocation", api::SerializeAllocation(done)}}));
   api_.Put(kPods, PodJson("broken", "node-a", {{"accelpool.io/assignment", "not json"}}));
-  api_.Put(kPods, PodJson("elsewhere", "node-b",
-                          {{"accelpool.io/assignment", AssignmentText("node-b")}}));
+  api_.Put(kPods,
+           PodJson("elsewhere", "node-b", {{"accelpool.io/assignment", AssignmentText("node-b")}}));
   AssignmentStore store;
   testing::RecordingReporter reporter;
   PodSync sync(client_.get(), "node-a", &store, &reporter, Logger());
@@ -136,7 +136,8 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   EXPECT_EQ(store.All().size(), 1u);
   sync.Stop();
   // Refresh lists synchronously.
-  api_.Put(kPods, PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  api_.Put(kPods,
+           PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
   sync.Refresh();
   EXPECT_EQ(store.PendingContainers(), 1u);
 }
@@ -171,9 +172,8 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
 }
 
 TEST_F(KubeSideTest, PublisherWritesOnlyChangesWithLabels) {
-  api_.Put("/api/v1/nodes", {{"apiVersion", "v1"},
-                             {"kind", "Node"},
-                             {"metadata", {{"name", "node-a"}}}});
+  api_.Put("/api/v1/nodes",
+           {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
   auto inv = core::MakeProfileNode("ascend-910c-x16", "node-a");
   ASSERT_TRUE(inv.ok());
   inv->topology.super_node = "sp-3";

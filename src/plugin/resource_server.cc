@@ -1,9 +1,9 @@
 #include "plugin/resource_server.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <filesystem>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "api/assignment_codec.h"
 #include "deviceplugin/api.grpc.pb.h"
@@ -51,7 +51,9 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
  public:
   Service(std::string resource, DeviceState* state, Allocator* allocator,
           std::shared_ptr<std::atomic<bool>> stopping)
-      : resource_(std::move(resource)), state_(state), allocator_(allocator),
+      : resource_(std::move(resource)),
+        state_(state),
+        allocator_(allocator),
         stopping_(std::move(stopping)) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
@@ -158,7 +160,9 @@ ResourceServer::ResourceServer(ResourceServerOptions options, DeviceState* state
         }
         return options;
       }()),
-      state_(state), allocator_(allocator), log_(std::move(log)),
+      state_(state),
+      allocator_(allocator),
+      log_(std::move(log)),
       stopping_(std::make_shared<std::atomic<bool>>(false)) {}
 
 ResourceServer::~ResourceServer() { Stop(); }

@@ -6,6 +6,8 @@
 #ifndef ACCELPOOL_PLUGIN_TEST_KUBELET_H_
 #define ACCELPOOL_PLUGIN_TEST_KUBELET_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -13,8 +15,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/api.grpc.pb.h"
 

@@ -6,8 +6,8 @@
 #include "vendors/fake/fake_driver.h"
 #include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/library_specs.h"
-#include "vendors/thead/hgml_library.h"
 #include "vendors/nvidia/nvidia_driver.h"
+#include "vendors/thead/hgml_library.h"
 
 namespace accelpool::vendors {
 namespace {

@@ -33,12 +33,12 @@ enum class LinkKind : uint8_t {
 int32_t LinkKindScore(LinkKind kind);
 
 struct LibraryDevice {
-  std::string uuid;     // stable id; "" when the library has none (the PCI bus is used)
-  std::string name;     // product name as the library reports it
+  std::string uuid;  // stable id; "" when the library has none (the PCI bus is used)
+  std::string name;  // product name as the library reports it
   int64_t memory_mib = 0;
   std::string pci_bus;  // "0000:3b:00.0"
   int32_t numa = -1;
-  int32_t minor = -1;   // device node number; -1: the index
+  int32_t minor = -1;  // device node number; -1: the index
   int32_t compute_units = 0;
 };
 

@@ -18,8 +18,8 @@ StatusOr<std::unique_ptr<DlLibrary>> DlLibrary::Open(const std::vector<std::stri
     last_error = err != nullptr ? err : "unknown dlopen error";
     tried += (tried.empty() ? "" : ", ") + name;
   }
-  return UnavailableError("no vendor library could be loaded (tried " + tried + "; last error: " +
-                          last_error +
+  return UnavailableError("no vendor library could be loaded (tried " + tried +
+                          "; last error: " + last_error +
                           "); install the vendor driver or mount its library into the plugin");
 }
 

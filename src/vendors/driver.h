@@ -28,8 +28,8 @@ namespace accelpool::vendors {
 
 // What goes into the value of a visible-devices variable.
 enum class VisibleIdKind : uint8_t {
-  kDeviceId,      // the device's stable id (GPU UUID)
-  kHostIndex,     // the device's host number (its minor / physical id; index when unknown)
+  kDeviceId,          // the device's stable id (GPU UUID)
+  kHostIndex,         // the device's host number (its minor / physical id; index when unknown)
   kContainerOrdinal,  // 0..n-1 in grant order (in-process filters after the runtime hook)
 };
 
@@ -41,15 +41,15 @@ struct VisibleEnv {
 // Data-only description of a vendor. See docs/vendors.md for the table.
 struct VendorTraits {
   core::Vendor vendor = core::Vendor::kUnknown;
-  std::string resource;                    // whole/shared device resource, "nvidia.com/gpu"
-  std::vector<VisibleEnv> visible_env;     // runtime-hook name first, in-process names after
-  std::vector<std::string> device_nodes;   // per device; "{minor}" is replaced
-  std::vector<std::string> shared_nodes;   // control nodes every container needs
-  std::vector<std::string> libraries;      // management library names tried in order
-  bool fractional = false;                 // memory/compute shares can be granted
-  bool soft_enforcement = false;           // shares enforced by libaccelpool-cuda
-  int32_t default_max_shares = 1;          // slots per device when sharing is on
-  std::string cdi_kind;                    // "nvidia.com/gpu" for CDI names; "" = none
+  std::string resource;                   // whole/shared device resource, "nvidia.com/gpu"
+  std::vector<VisibleEnv> visible_env;    // runtime-hook name first, in-process names after
+  std::vector<std::string> device_nodes;  // per device; "{minor}" is replaced
+  std::vector<std::string> shared_nodes;  // control nodes every container needs
+  std::vector<std::string> libraries;     // management library names tried in order
+  bool fractional = false;                // memory/compute shares can be granted
+  bool soft_enforcement = false;          // shares enforced by libaccelpool-cuda
+  int32_t default_max_shares = 1;         // slots per device when sharing is on
+  std::string cdi_kind;                   // "nvidia.com/gpu" for CDI names; "" = none
 };
 
 // The traits of every vendor with a backend; kUnknown yields an empty resource.

@@ -1,11 +1,11 @@
 #include "vendors/library_driver.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "core/profiles.h"
 
@@ -13,12 +13,18 @@ namespace accelpool::vendors {
 
 int32_t LinkKindScore(LinkKind kind) {
   switch (kind) {
-    case LinkKind::kVendorLink: return 100;
-    case LinkKind::kPcieSwitch: return 50;
-    case LinkKind::kPcieHostBridge: return 30;
-    case LinkKind::kSameNuma: return 20;
-    case LinkKind::kCrossNuma: return 10;
-    case LinkKind::kUnknown: return 0;
+    case LinkKind::kVendorLink:
+      return 100;
+    case LinkKind::kPcieSwitch:
+      return 50;
+    case LinkKind::kPcieHostBridge:
+      return 30;
+    case LinkKind::kSameNuma:
+      return 20;
+    case LinkKind::kCrossNuma:
+      return 10;
+    case LinkKind::kUnknown:
+      return 0;
   }
   return 0;
 }
@@ -64,8 +70,8 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
     d.id = !ld->uuid.empty() ? ld->uuid : spec_.id_prefix + "-" + ld->pci_bus;
     std::replace(d.id.begin(), d.id.end(), ':', '-');
     if (!seen.insert(d.id).second || d.id == spec_.id_prefix + "-") {
-      return InternalError(std::string(library_->LibraryName()) + " device " +
-                           std::to_string(i) + " has no unique id (\"" + d.id +
+      return InternalError(std::string(library_->LibraryName()) + " device " + std::to_string(i) +
+                           " has no unique id (\"" + d.id +
                            "\"); check the driver with the vendor's smi tool");
     }
     d.index = i;
@@ -83,8 +89,8 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
   if (inv.devices.empty()) {
     return std::vector<core::NodeInventory>{};
   }
-  const std::string profile = PickProfile(spec_.profiles, inv.devices.front().model,
-                                          inv.devices.size());
+  const std::string profile =
+      PickProfile(spec_.profiles, inv.devices.front().model, inv.devices.size());
   Status st = profile.empty() ? NotFoundError("no profile for this shape")
                               : core::ApplyProfile(profile, &inv);
   if (!st.ok()) {
@@ -131,8 +137,8 @@ Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) 
         std::string reason = !h.ok() ? h.status().message()
                              : ok    ? "fault cleared"
                                      : std::string(library_->LibraryName()) + " reports a fault";
-        spdlog::log(ok ? spdlog::level::info : spdlog::level::warn, "{}: device {} {}: {}",
-                    Name(), ids[i], ok ? "is healthy again" : "is unhealthy", reason);
+        spdlog::log(ok ? spdlog::level::info : spdlog::level::warn, "{}: device {} {}: {}", Name(),
+                    ids[i], ok ? "is healthy again" : "is unhealthy", reason);
         sink({spec_.vendor, ids[i], ok, reason});
       }
       last[ids[i]] = ok;

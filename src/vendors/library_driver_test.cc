@@ -1,11 +1,11 @@
 #include "vendors/library_driver.h"
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/library_specs.h"
@@ -18,7 +18,10 @@ class FakeLibrary : public DeviceLibrary {
  public:
   FakeLibrary(std::string name, int count, int64_t memory, std::vector<int> numa,
               std::function<LinkKind(int, int)> link)
-      : name_(std::move(name)), count_(count), memory_(memory), numa_(std::move(numa)),
+      : name_(std::move(name)),
+        count_(count),
+        memory_(memory),
+        numa_(std::move(numa)),
         link_(std::move(link)) {}
 
   std::string_view LibraryName() const override { return "fake SMI"; }
@@ -83,35 +86,82 @@ TEST(LibraryDriverTest, MapsEachVendorsDocumentedNode) {
   };
   const std::vector<Case> cases = {
       // P800: wings {0-3} {4-7} full mesh plus direct links (i, i+4); wing = NUMA.
-      {"kunlunxin p800", KunlunxinSpec(), "P800 OAM", 8, 98304, {0, 0, 0, 0, 1, 1, 1, 1},
+      {"kunlunxin p800",
+       KunlunxinSpec(),
+       "P800 OAM",
+       8,
+       98304,
+       {0, 0, 0, 0, 1, 1, 1, 1},
        [](int a, int b) {
          return SameQuad(a, b) || std::abs(a - b) == 4 ? LinkKind::kVendorLink
                                                        : LinkKind::kCrossNuma;
        },
-       "P800", "kunlunxin-p800-x8", {{0, 3}, {1, 5}}, {{0, 5}}},
+       "P800",
+       "kunlunxin-p800-x8",
+       {{0, 3}, {1, 5}},
+       {{0, 5}}},
       // C500: MetaXLink zones {0-3} {4-7}, SYS between, NUMA 0/1.
-      {"metax c500", MetaxSpec(), "MetaX C500", 8, 65536, {0, 0, 0, 0, 1, 1, 1, 1},
+      {"metax c500",
+       MetaxSpec(),
+       "MetaX C500",
+       8,
+       65536,
+       {0, 0, 0, 0, 1, 1, 1, 1},
        [](int a, int b) { return SameQuad(a, b) ? LinkKind::kVendorLink : LinkKind::kCrossNuma; },
-       "C500", "metax-c500-x8", {{4, 7}}, {{3, 4}}},
+       "C500",
+       "metax-c500-x8",
+       {{4, 7}},
+       {{3, 4}}},
       // S4000/S5000 sample: NODE inside {0-3} {4-7}, SYS between, no MtLink.
-      {"moore threads s4000", MthreadsSpec(), "MTT S4000", 8, 49152, {0, 0, 0, 0, 1, 1, 1, 1},
+      {"moore threads s4000",
+       MthreadsSpec(),
+       "MTT S4000",
+       8,
+       49152,
+       {0, 0, 0, 0, 1, 1, 1, 1},
        [](int a, int b) { return SameQuad(a, b) ? LinkKind::kSameNuma : LinkKind::kCrossNuma; },
-       "MTT S4000", "mthreads-s4000-x8", {}, {{0, 1}, {0, 7}}},
+       "MTT S4000",
+       "mthreads-s4000-x8",
+       {},
+       {{0, 1}, {0, 7}}},
       // MLU370-X8: the two chips of a board are MLULinked.
-      {"cambricon mlu370-x8", CambriconSpec(), "MLU370-X8", 8, 24576, {0, 0, 0, 0, 1, 1, 1, 1},
+      {"cambricon mlu370-x8",
+       CambriconSpec(),
+       "MLU370-X8",
+       8,
+       24576,
+       {0, 0, 0, 0, 1, 1, 1, 1},
        [](int a, int b) {
          return a / 2 == b / 2 ? LinkKind::kVendorLink : LinkKind::kPcieHostBridge;
        },
-       "MLU370-X8", "cambricon-mlu370-x8", {{2, 3}}, {{1, 2}}},
+       "MLU370-X8",
+       "cambricon-mlu370-x8",
+       {{2, 3}},
+       {{1, 2}}},
       // K100-AI sample: all pairs PXB, all NUMA 0.
-      {"hygon k100-ai", HygonSpec(), "K100_AI", 8, 65536, {0},
-       [](int, int) { return LinkKind::kPcieSwitch; }, "K100-AI", "hygon-k100-x8", {},
+      {"hygon k100-ai",
+       HygonSpec(),
+       "K100_AI",
+       8,
+       65536,
+       {0},
+       [](int, int) { return LinkKind::kPcieSwitch; },
+       "K100-AI",
+       "hygon-k100-x8",
+       {},
        {{0, 7}}},
       // 16 PPUs, every pair on ICN; NUMA groups of 4 are 4, 2, 6, 0.
-      {"thead ppu", TheadSpec(), "PPU-ZW810E", 16, 98304,
+      {"thead ppu",
+       TheadSpec(),
+       "PPU-ZW810E",
+       16,
+       98304,
        {4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6, 0, 0, 0, 0},
-       [](int, int) { return LinkKind::kVendorLink; }, "PPU-ZW810E", "thead-ppu-x16",
-       {{0, 15}}, {}},
+       [](int, int) { return LinkKind::kVendorLink; },
+       "PPU-ZW810E",
+       "thead-ppu-x16",
+       {{0, 15}},
+       {}},
       // An unknown shape falls back to NUMA groups, without link data.
       {"hygon x3", HygonSpec(), "K100_AI", 3, 65536, {0, 1, 1}, nullptr, "K100-AI", "", {}, {}},
   };
@@ -143,9 +193,9 @@ TEST(LibraryDriverTest, MapsEachVendorsDocumentedNode) {
 }
 
 TEST(LibraryDriverTest, ContainerSpecUsesVendorNodesAndEnv) {
-  LibraryDriver d(std::make_unique<FakeLibrary>("MetaX C500", 8, 65536, std::vector<int>{0},
-                                                nullptr),
-                  MetaxSpec(), "n");
+  LibraryDriver d(
+      std::make_unique<FakeLibrary>("MetaX C500", 8, 65536, std::vector<int>{0}, nullptr),
+      MetaxSpec(), "n");
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok());
   const auto& devs = (*invs)[0].devices;

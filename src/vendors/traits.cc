@@ -12,57 +12,90 @@ using K = VisibleIdKind;
 
 std::vector<VendorTraits> BuildTable() {
   std::vector<VendorTraits> t;
-  t.push_back({core::Vendor::kNvidia, "nvidia.com/gpu",
-               {{"NVIDIA_VISIBLE_DEVICES", K::kDeviceId}, {"CUDA_VISIBLE_DEVICES", K::kDeviceId}},
-               {"/dev/nvidia{minor}"},
-               {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
-               {"libnvidia-ml.so.1", "libnvidia-ml.so"},
-               true, true, 10, "nvidia.com/gpu"});
-  t.push_back({core::Vendor::kAscend, "huawei.com/Ascend910",
+  t.push_back(
+      {core::Vendor::kNvidia,
+       "nvidia.com/gpu",
+       {{"NVIDIA_VISIBLE_DEVICES", K::kDeviceId}, {"CUDA_VISIBLE_DEVICES", K::kDeviceId}},
+       {"/dev/nvidia{minor}"},
+       {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
+       {"libnvidia-ml.so.1", "libnvidia-ml.so"},
+       true,
+       true,
+       10,
+       "nvidia.com/gpu"});
+  t.push_back({core::Vendor::kAscend,
+               "huawei.com/Ascend910",
                {{"ASCEND_VISIBLE_DEVICES", K::kHostIndex},
                 {"ASCEND_RT_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/davinci{minor}"},
                {"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", "/dev/dvpp_cmdlist"},
                {"libdcmi.so", "/usr/local/dcmi/libdcmi.so"},
-               false, false, 1, ""});
-  t.push_back({core::Vendor::kKunlunxin, "kunlunxin.com/xpu",
+               false,
+               false,
+               1,
+               ""});
+  t.push_back({core::Vendor::kKunlunxin,
+               "kunlunxin.com/xpu",
                {{"XPU_VISIBLE_DEVICES", K::kHostIndex}},
                {"/dev/xpu{minor}"},
                {"/dev/xpuctrl"},
                {"libxpuml.so", "libxpuml.so.1"},
-               false, false, 1, ""});
-  t.push_back({core::Vendor::kMetax, "metax-tech.com/gpu",
+               false,
+               false,
+               1,
+               ""});
+  t.push_back({core::Vendor::kMetax,
+               "metax-tech.com/gpu",
                {{"MACA_VISIBLE_DEVICES", K::kHostIndex}},
                {"/dev/dri/card{minor}"},
                {"/dev/mxcd"},
                {"libmxsml.so", "/opt/mxdriver/lib/libmxsml.so"},
-               false, false, 1, ""});
-  t.push_back({core::Vendor::kMthreads, "mthreads.com/gpu",
+               false,
+               false,
+               1,
+               ""});
+  t.push_back({core::Vendor::kMthreads,
+               "mthreads.com/gpu",
                {{"MTHREADS_VISIBLE_DEVICES", K::kHostIndex},
                 {"MUSA_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/mtgpu.{minor}"},
                {},
                {"libmtml.so"},
-               false, false, 1, ""});
-  t.push_back({core::Vendor::kThead, "alibabacloud.com/ppu",
+               false,
+               false,
+               1,
+               ""});
+  t.push_back({core::Vendor::kThead,
+               "alibabacloud.com/ppu",
                {{"CUDA_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/alixpu_ppu{minor}"},
                {"/dev/alixpu", "/dev/alixpu_ctl"},
                {"libhgml.so", "libhgml.so.1"},
-               false, false, 1, ""});
-  t.push_back({core::Vendor::kCambricon, "cambricon.com/mlu",
+               false,
+               false,
+               1,
+               ""});
+  t.push_back({core::Vendor::kCambricon,
+               "cambricon.com/mlu",
                {{"CAMBRICON_VISIBLE_DEVICES", K::kHostIndex},
                 {"MLU_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/cambricon_dev{minor}"},
                {"/dev/cambricon_ctl"},
                {"libcndev.so"},
-               false, false, 1, ""});
-  t.push_back({core::Vendor::kHygon, "hygon.com/dcu",
+               false,
+               false,
+               1,
+               ""});
+  t.push_back({core::Vendor::kHygon,
+               "hygon.com/dcu",
                {{"HIP_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/dri/card{minor}"},
                {"/dev/kfd", "/dev/mkfd"},
                {"librocm_smi64.so", "/opt/hyhal/lib/librocm_smi64.so"},
-               false, false, 1, ""});
+               false,
+               false,
+               1,
+               ""});
   return t;
 }
 

@@ -9,10 +9,9 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "api/inventory_codec.h"
 #include "common/log.h"
@@ -70,12 +69,16 @@ struct Flags {
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  std::map<std::string, std::string*> strings = {
-      {"backend", &f.backend},           {"fake-inventory", &f.fake_inventory},
-      {"device-plugin-dir", &f.plugin_dir}, {"node-name", &f.node},
-      {"kubeconfig", &f.kubeconfig},     {"metrics-listen", &f.metrics_listen},
-      {"max-shares", &f.max_shares},     {"log-level", &f.log_level},
-      {"state-root", &f.state_root},     {"cuda-library", &f.cuda_library}};
+  std::map<std::string, std::string*> strings = {{"backend", &f.backend},
+                                                 {"fake-inventory", &f.fake_inventory},
+                                                 {"device-plugin-dir", &f.plugin_dir},
+                                                 {"node-name", &f.node},
+                                                 {"kubeconfig", &f.kubeconfig},
+                                                 {"metrics-listen", &f.metrics_listen},
+                                                 {"max-shares", &f.max_shares},
+                                                 {"log-level", &f.log_level},
+                                                 {"state-root", &f.state_root},
+                                                 {"cuda-library", &f.cuda_library}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"no-preload", &f.no_preload},
@@ -119,8 +122,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
   }
   if (f.node.empty() && !f.print_inventory) {
-    return InvalidArgumentError("the node name is unknown; pass --node-name or set NODE_NAME "
-                                "from the downward API (spec.nodeName)");
+    return InvalidArgumentError(
+        "the node name is unknown; pass --node-name or set NODE_NAME "
+        "from the downward API (spec.nodeName)");
   }
   if (f.node.empty()) {
     f.node = "local";
@@ -251,10 +255,9 @@ int Run(const Flags& flags) {
   po.enforcement.library_host = flags.cuda_library;
   po.enforcement.cdi = flags.cdi;
   PodSync* pod_sync = pods.get();
-  NodePlugin plugin(po, std::move(drivers).value(), &store, metrics->get(), reporter.get(),
-                    log.Child("plugin"),
-                    pod_sync == nullptr ? std::function<void()>()
-                                        : [pod_sync] { pod_sync->Refresh(); });
+  NodePlugin plugin(
+      po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
+      pod_sync == nullptr ? std::function<void()>() : [pod_sync] { pod_sync->Refresh(); });
   NodePublisher* pub = publisher.get();
   if (pub != nullptr) {
     plugin.OnInventory([pub, log](const std::vector<core::NodeInventory>& invs) {
@@ -278,8 +281,8 @@ int Run(const Flags& flags) {
     }
     started = plugin.Start();
   }
-  log.Info("serving", {{"node", flags.node},
-                       {"resources", static_cast<int64_t>(plugin.Resources().size())}});
+  log.Info("serving",
+           {{"node", flags.node}, {"resources", static_cast<int64_t>(plugin.Resources().size())}});
 
   sigset_t set;
   sigemptyset(&set);

@@ -1,10 +1,10 @@
 #include "vendors/ascend/ascend_driver.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <thread>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "core/profiles.h"
 
@@ -141,8 +141,8 @@ Status AscendDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
         std::string reason = !h.ok() ? h.status().message()
                              : ok    ? "alarm cleared"
                                      : "DCMI health alarm level " + std::to_string(*h);
-        spdlog::log(ok ? spdlog::level::info : spdlog::level::warn, "ascend: NPU {} {}: {}",
-                    c.id, ok ? "is healthy again" : "is unhealthy", reason);
+        spdlog::log(ok ? spdlog::level::info : spdlog::level::warn, "ascend: NPU {} {}: {}", c.id,
+                    ok ? "is healthy again" : "is unhealthy", reason);
         sink({core::Vendor::kAscend, c.id, ok, reason});
       }
       healthy[c.id] = ok;

@@ -1,11 +1,11 @@
 #include "vendors/ascend/ascend_driver.h"
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace accelpool::vendors::ascend {
 namespace {
@@ -15,7 +15,9 @@ namespace {
 class FakeDcmi : public DcmiLibrary {
  public:
   FakeDcmi(std::string chip, int count, std::vector<int> numa, std::string super_pod = "")
-      : chip_(std::move(chip)), count_(count), numa_(std::move(numa)),
+      : chip_(std::move(chip)),
+        count_(count),
+        numa_(std::move(numa)),
         super_pod_(std::move(super_pod)) {}
 
   Status Init() override { return Status::Ok(); }
@@ -120,8 +122,8 @@ TEST(AscendDriverTest, Maps910B2NodeWithRealNumaLayout) {
 }
 
 TEST(AscendDriverTest, Maps910CSuperPodModules) {
-  auto dcmi = std::make_unique<FakeDcmi>("910_9392", 16, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1},
-                                         "3");
+  auto dcmi =
+      std::make_unique<FakeDcmi>("910_9392", 16, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}, "3");
   AscendDriver d(std::move(dcmi), {"a3-node"});
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();

@@ -55,7 +55,8 @@ struct Padded {
 };
 
 std::string Text(const unsigned char* p, size_t n) {
-  return std::string(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), n));
+  return std::string(reinterpret_cast<const char*>(p),
+                     strnlen(reinterpret_cast<const char*>(p), n));
 }
 
 class DlDcmi : public DcmiLibrary {
@@ -104,21 +105,24 @@ class DlDcmi : public DcmiLibrary {
       ACCELPOOL_RETURN_IF_ERROR(st);
     }
     int logic_id = -1;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*logic)(&logic_id, c.card, c.device), "dcmi_get_device_logic_id"));
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check((*logic)(&logic_id, c.card, c.device), "dcmi_get_device_logic_id"));
     unsigned phy_id = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check((*phy)(static_cast<unsigned>(logic_id), &phy_id),
                                     "dcmi_get_device_phyid_from_logicid"));
     info.logic_id = logic_id;
     info.phy_id = static_cast<int32_t>(phy_id);
     Padded<dcmi_chip_info> ci;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*chip)(c.card, c.device, &ci.value), "dcmi_get_device_chip_info"));
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check((*chip)(c.card, c.device, &ci.value), "dcmi_get_device_chip_info"));
     info.chip_name = Text(ci.value.chip_name, sizeof(ci.value.chip_name));
     info.aicore = static_cast<int32_t>(ci.value.aicore_cnt);
     Padded<dcmi_hbm_info> hi;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*hbm)(c.card, c.device, &hi.value), "dcmi_get_device_hbm_info"));
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check((*hbm)(c.card, c.device, &hi.value), "dcmi_get_device_hbm_info"));
     info.memory_mib = static_cast<int64_t>(hi.value.memory_size);
-    auto pcie = lib_->OptionalSymbol<int(int, int, dcmi_pcie_info_all*)>(
-        "dcmi_get_device_pcie_info_v2");
+    auto pcie =
+        lib_->OptionalSymbol<int(int, int, dcmi_pcie_info_all*)>("dcmi_get_device_pcie_info_v2");
     Padded<dcmi_pcie_info_all> pi;
     if (pcie != nullptr && pcie(c.card, c.device, &pi.value) == 0) {
       char bus[32];

@@ -24,11 +24,11 @@ struct DcmiChipId {
 
 struct DcmiDeviceInfo {
   int32_t logic_id = -1;
-  int32_t phy_id = -1;       // /dev/davinci<phy_id>
-  std::string chip_name;     // "910B3", "910_9392" (A3), "310P3"
+  int32_t phy_id = -1;    // /dev/davinci<phy_id>
+  std::string chip_name;  // "910B3", "910_9392" (A3), "310P3"
   int32_t aicore = 0;
-  int64_t memory_mib = 0;    // HBM (or DDR on 310P)
-  std::string pci_bus;       // "0000:c1:00.0"
+  int64_t memory_mib = 0;  // HBM (or DDR on 310P)
+  std::string pci_bus;     // "0000:c1:00.0"
   int32_t numa = -1;
   std::string super_pod_id;  // "" when the node is not in a super pod
 };

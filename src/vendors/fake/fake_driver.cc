@@ -1,11 +1,11 @@
 #include "vendors/fake/fake_driver.h"
 
+#include <spdlog/spdlog.h>
+
 #include <map>
 #include <system_error>
 #include <thread>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "vendors/fake/inventory_file.h"
 
@@ -26,8 +26,7 @@ StatusOr<std::vector<core::NodeInventory>> FakeDriver::Discover() {
 void FakeDriver::Refresh(const HealthSink& sink) {
   StatusOr<std::vector<core::NodeInventory>> invs = LoadInventoryFile(options_.path, options_.node);
   if (!invs.ok()) {
-    spdlog::error("fake backend: {}; device health stays as last read",
-                  invs.status().ToString());
+    spdlog::error("fake backend: {}; device health stays as last read", invs.status().ToString());
     return;
   }
   std::vector<HealthEvent> events;

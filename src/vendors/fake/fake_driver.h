@@ -19,8 +19,8 @@
 namespace accelpool::vendors::fake {
 
 struct FakeDriverOptions {
-  std::string path;            // the inventory file (required)
-  std::string node;            // node name used in synthetic ids (required)
+  std::string path;  // the inventory file (required)
+  std::string node;  // node name used in synthetic ids (required)
   // How often WatchHealth checks the file's modification time. Default 200 ms.
   std::chrono::milliseconds poll = std::chrono::milliseconds(200);
 };

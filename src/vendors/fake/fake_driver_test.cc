@@ -1,5 +1,6 @@
 #include "vendors/fake/fake_driver.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -7,8 +8,6 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "vendors/fake/inventory_file.h"
 
@@ -46,7 +45,8 @@ TEST(InventoryFileTest, ParsesProfilesAndOverrides) {
     int32_t want_max_shares;
   };
   const std::vector<Case> cases = {
-      {"nvidia hgx", R"({"version":1,"inventories":[{"vendor":"nvidia","profile":"nvidia-hgx-8"}]})",
+      {"nvidia hgx",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","profile":"nvidia-hgx-8"}]})",
        core::Vendor::kNvidia, 8, "nvidia-hgx-8", 10},
       {"ascend 910c", R"({"version":1,"inventories":[{"vendor":"ascend","profile":"ascend-910c-x16",
          "super_node":"sp-3"}]})",

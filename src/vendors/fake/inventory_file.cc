@@ -3,9 +3,8 @@
 #include <cctype>
 #include <exception>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/profiles.h"
 #include "vendors/driver.h"
@@ -180,10 +179,9 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
     }
     for (const core::NodeInventory& prev : out) {
       if (prev.vendor == inv->vendor) {
-        return InvalidArgumentError("inventories[" + std::to_string(i) +
-                                    "]: a second inventory of vendor " +
-                                    std::string(core::VendorName(inv->vendor)) +
-                                    "; merge them into one");
+        return InvalidArgumentError(
+            "inventories[" + std::to_string(i) + "]: a second inventory of vendor " +
+            std::string(core::VendorName(inv->vendor)) + "; merge them into one");
       }
     }
     out.push_back(std::move(inv).value());

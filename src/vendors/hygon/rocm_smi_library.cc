@@ -69,14 +69,14 @@ class RocmSmi : public DeviceLibrary {
     uint64_t bdf = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check((*pci)(i, &bdf), "rsmi_dev_pci_id_get"));
     d.pci_bus = BdfFromId(bdf);
-    auto numa = lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t*)>(
-        "rsmi_topo_get_numa_node_number");
+    auto numa =
+        lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t*)>("rsmi_topo_get_numa_node_number");
     uint32_t node = 0;
     if (numa != nullptr && numa(i, &node) == 0) {
       d.numa = static_cast<int32_t>(node);
     }
-    auto minor = lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t*)>(
-        "rsmi_dev_drm_render_minor_get");
+    auto minor =
+        lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t*)>("rsmi_dev_drm_render_minor_get");
     uint32_t render = 0;
     if (minor != nullptr && minor(i, &render) == 0 && render >= 128) {
       d.minor = static_cast<int32_t>(render - 128);  // /dev/dri/card<N> pairs renderD<128+N>
@@ -92,9 +92,9 @@ class RocmSmi : public DeviceLibrary {
     }
     uint64_t hops = 0;
     int type = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check(
-        fn(static_cast<uint32_t>(a), static_cast<uint32_t>(b), &hops, &type),
-        "rsmi_topo_get_link_type"));
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check(fn(static_cast<uint32_t>(a), static_cast<uint32_t>(b), &hops, &type),
+              "rsmi_topo_get_link_type"));
     if (type == 2) {
       return LinkKind::kVendorLink;
     }
@@ -138,8 +138,8 @@ std::string BdfFromId(uint64_t bdfid) {
 }
 
 StatusOr<DeviceLibraryPtr> NewRocmSmiLibrary() {
-  StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open({"librocm_smi64.so", "librocm_smi64.so.1", "/opt/hyhal/lib/librocm_smi64.so"});
+  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
+      {"librocm_smi64.so", "librocm_smi64.so.1", "/opt/hyhal/lib/librocm_smi64.so"});
   if (!lib.ok()) {
     return lib.status();
   }

@@ -1,11 +1,11 @@
 #include "vendors/nvidia/nvidia_driver.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "core/profiles.h"
 #include "vendors/nvidia/xid.h"
@@ -36,12 +36,24 @@ std::string NormalizeBus(std::string bus) {
 int32_t NvidiaLinkScore(P2PLevel level, int32_t nvlinks) {
   int32_t pcie = 10;
   switch (level) {
-    case P2PLevel::kInternal: pcie = 60; break;
-    case P2PLevel::kSingle: pcie = 50; break;
-    case P2PLevel::kMultiple: pcie = 40; break;
-    case P2PLevel::kHostBridge: pcie = 30; break;
-    case P2PLevel::kNode: pcie = 20; break;
-    case P2PLevel::kSystem: pcie = 10; break;
+    case P2PLevel::kInternal:
+      pcie = 60;
+      break;
+    case P2PLevel::kSingle:
+      pcie = 50;
+      break;
+    case P2PLevel::kMultiple:
+      pcie = 40;
+      break;
+    case P2PLevel::kHostBridge:
+      pcie = 30;
+      break;
+    case P2PLevel::kNode:
+      pcie = 20;
+      break;
+    case P2PLevel::kSystem:
+      pcie = 10;
+      break;
   }
   return pcie + 100 * std::max(0, nvlinks);
 }
@@ -58,8 +70,8 @@ Status NvidiaDriver::EnsureInit() {
   return Status::Ok();
 }
 
-StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(
-    const std::vector<NvmlDeviceInfo>& infos, bool* all_switched) {
+StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
+                                                          bool* all_switched) {
   const size_t n = infos.size();
   std::map<std::string, size_t> by_bus;
   for (size_t i = 0; i < n; ++i) {
@@ -176,7 +188,7 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   auto uuid_of = [this](int32_t i) {
     std::lock_guard<std::mutex> lock(mu_);
     return i >= 0 && static_cast<size_t>(i) < uuids_.size() ? uuids_[static_cast<size_t>(i)]
-                                                             : std::string();
+                                                            : std::string();
   };
   auto all = [this]() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -26,8 +26,8 @@
 namespace accelpool::vendors::nvidia {
 
 struct NvidiaOptions {
-  std::string node;                 // node name for the inventory
-  int32_t max_shares = 10;          // slots per GPU; MIG-enabled GPUs get 1
+  std::string node;         // node name for the inventory
+  int32_t max_shares = 10;  // slots per GPU; MIG-enabled GPUs get 1
   std::chrono::milliseconds recovery_quiet = std::chrono::seconds(60);
   std::chrono::milliseconds event_wait = std::chrono::milliseconds(500);
   std::vector<uint64_t> extra_ignored_xids;  // added to the application list
@@ -56,9 +56,9 @@ class NvidiaDriver : public VendorDriver {
   const NvidiaOptions options_;
 
   mutable std::mutex mu_;
-  bool initialized_ = false;                  // guarded by mu_
-  std::vector<std::string> uuids_;            // by NVML index; guarded by mu_
-  std::map<std::string, int32_t> minors_;     // uuid -> minor; guarded by mu_
+  bool initialized_ = false;               // guarded by mu_
+  std::vector<std::string> uuids_;         // by NVML index; guarded by mu_
+  std::map<std::string, int32_t> minors_;  // uuid -> minor; guarded by mu_
 };
 
 }  // namespace accelpool::vendors::nvidia

@@ -1,11 +1,11 @@
 #include "vendors/nvidia/nvidia_driver.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <deque>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "vendors/dl_library.h"
 #include "vendors/nvidia/xid.h"

@@ -95,8 +95,8 @@ class DlNvml : public NvmlLibrary {
     }
     ACCELPOOL_RETURN_IF_ERROR(Check((*uuid)(*h, buf, sizeof(buf)), Sym("DeviceGetUUID")));
     info.uuid = buf;
-    auto name = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(
-        Sym("DeviceGetName"));
+    auto name =
+        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(Sym("DeviceGetName"));
     char nbuf[96] = {};
     if (name != nullptr && name(*h, nbuf, sizeof(nbuf)) == kNvmlSuccess) {
       info.name = nbuf;
@@ -111,22 +111,22 @@ class DlNvml : public NvmlLibrary {
     auto pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
         Sym("DeviceGetPciInfo_v3"));
     if (pci == nullptr) {
-      pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
-          Sym("DeviceGetPciInfo"));
+      pci =
+          lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(Sym("DeviceGetPciInfo"));
     }
     nvmlPciInfo_t p{};
     if (pci != nullptr && pci(*h, &p) == kNvmlSuccess) {
       p.busId[sizeof(p.busId) - 1] = '\0';
       info.pci_bus = p.busId;
     }
-    auto minor = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(
-        Sym("DeviceGetMinorNumber"));
+    auto minor =
+        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(Sym("DeviceGetMinorNumber"));
     unsigned mn = 0;
     if (minor != nullptr && minor(*h, &mn) == kNvmlSuccess) {
       info.minor = static_cast<int32_t>(mn);
     }
-    auto numa = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(
-        Sym("DeviceGetNumaNodeId"));
+    auto numa =
+        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(Sym("DeviceGetNumaNodeId"));
     unsigned nn = 0;
     if (numa != nullptr && numa(*h, &nn) == kNvmlSuccess) {
       info.numa = static_cast<int32_t>(nn);
@@ -158,7 +158,8 @@ class DlNvml : public NvmlLibrary {
       return hb.status();
     }
     int level = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(*ha, *hb, &level), Sym("DeviceGetTopologyCommonAncestor")));
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check((*fn)(*ha, *hb, &level), Sym("DeviceGetTopologyCommonAncestor")));
     return static_cast<P2PLevel>(level);
   }
 
@@ -191,8 +192,9 @@ class DlNvml : public NvmlLibrary {
 
   Status RegisterXidEvents() override {
     auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>(Sym("EventSetCreate"));
-    auto reg = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
-        Sym("DeviceRegisterEvents"));
+    auto reg =
+        lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
+            Sym("DeviceRegisterEvents"));
     if (!create.ok()) {
       return create.status();
     }

@@ -28,12 +28,12 @@ enum class P2PLevel : int32_t {
 };
 
 struct NvmlDeviceInfo {
-  std::string uuid;      // "GPU-5f1d..."
-  std::string name;      // "NVIDIA H200"
-  std::string pci_bus;   // "00000000:19:00.0" as NVML prints it
+  std::string uuid;     // "GPU-5f1d..."
+  std::string name;     // "NVIDIA H200"
+  std::string pci_bus;  // "00000000:19:00.0" as NVML prints it
   int64_t memory_mib = 0;
-  int32_t minor = -1;    // /dev/nvidia<minor>
-  int32_t numa = -1;     // -1 when NVML and sysfs do not say
+  int32_t minor = -1;  // /dev/nvidia<minor>
+  int32_t numa = -1;   // -1 when NVML and sysfs do not say
   bool mig_enabled = false;
 };
 

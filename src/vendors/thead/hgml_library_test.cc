@@ -16,8 +16,9 @@ class FakeHgml : public nvidia::NvmlLibrary {
   StatusOr<int32_t> DeviceCount() override { return 16; }
   StatusOr<nvidia::NvmlDeviceInfo> DeviceInfo(int32_t i) override {
     if (i == fail) {
-      return UnavailableError("hgmlDeviceGetMemoryInfo failed: Unknown Error (code 999); "
-                              "check the driver with ppu-smi");
+      return UnavailableError(
+          "hgmlDeviceGetMemoryInfo failed: Unknown Error (code 999); "
+          "check the driver with ppu-smi");
     }
     static const int kNuma[] = {4, 2, 6, 0};
     nvidia::NvmlDeviceInfo d;
