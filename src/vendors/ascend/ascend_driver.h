@@ -32,7 +32,7 @@ struct AscendOptions {
   std::chrono::milliseconds health_poll = std::chrono::seconds(5);
 };
 
-// "Ascend910B3" from DCMI's chip name and AI core count.
+// "Ascend910B3" from DCMI's chip name (table in the header comment above).
 std::string AscendModel(const std::string& chip_name);
 // The topology profile for `count` chips of `model`; "" when none fits.
 std::string AscendProfile(const std::string& model, size_t count);
