@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/node_order.h"
+
 namespace accelpool::sim {
 namespace {
 
@@ -93,17 +95,7 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
   // with a value fixed per deployment; each seed stands for one deployment.
   name_rank_.resize(n_nodes);
   for (size_t i = 0; i < n_nodes; ++i) {
-    uint64_t h = 1469598103934665603ULL;
-    for (int b = 0; b < 8; ++b) {
-      h ^= (opt.seed >> (8 * b)) & 0xFFU;
-      h *= 1099511628211ULL;
-    }
-    for (char ch : c.node_names[i]) {
-      h ^= static_cast<unsigned char>(ch);
-      h *= 1099511628211ULL;
-    }
-    uint64_t mixed = h;  // FNV's high bits mix poorly over similar names
-    name_rank_[i] = SplitMix(&mixed);
+    name_rank_[i] = core::StableNodeOrder(opt.seed, c.node_names[i]);
   }
 }
 

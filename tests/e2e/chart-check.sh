@@ -50,8 +50,8 @@ check "extender is nodeCacheCapable with weight 10" \
   bash -c "grep -q 'nodeCacheCapable: true' '${TMP}/default.yaml' && grep -q 'weight: 10$' '${TMP}/default.yaml'"
 check "every managed resource is ignoredByScheduler" \
   bash -c "[ \$(grep -c 'ignoredByScheduler: true' '${TMP}/default.yaml') -ge 20 ] && grep -q 'name: nvidia.com/gpumem$' '${TMP}/default.yaml'"
-check "balanced-allocation and image-locality scores are disabled" \
-  bash -c "grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'type: MostAllocated' '${TMP}/default.yaml'"
+check "the measured profile: four score plugins off, every node scored, accelpool policy" \
+  bash -c "grep -q 'name: NodeResourcesFit$' '${TMP}/default.yaml' && grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'name: PodTopologySpread' '${TMP}/default.yaml' && grep -q 'percentageOfNodesToScore: 100' '${TMP}/default.yaml' && grep -q -- '--policy=accelpool' '${TMP}/default.yaml' && grep -q -- '--tie-break-salt=0' '${TMP}/default.yaml'"
 check "device-plugin DaemonSets for the shipped backends (nvidia, ascend)" count_is "${TMP}/default.yaml" '^kind: DaemonSet$' 2
 all_vendors=()
 for v in kunlunxin metax mthreads thead cambricon hygon; do all_vendors+=(--set "devicePlugin.vendors.${v}.enabled=true"); done
