@@ -26,6 +26,10 @@ export E2E_BIN="${E2E_BIN:-${E2E_DIR}/.bin}"
 # shellcheck source=tests/e2e/scenarios/pods.sh
 . "${E2E_DIR}/scenarios/pods.sh"
 
+mkdir -p "$(dirname "${E2E_WORK}")"
+exec 9> "${E2E_WORK}.lock"
+flock -n 9 || die "another scenarios.sh is running on ${E2E_WORK}: wait for it or set E2E_WORK"
+
 finish() {
   set +e
   stop_pidfile "${E2E_WORK}/run/extender.pid"
@@ -34,6 +38,7 @@ finish() {
   echo "scenarios: ${PASSED} passed, ${FAILED} failed"
 }
 trap finish EXIT
+trap 'exit 130' INT TERM
 
 if [ ! -x "${EXTENDER_BIN}" ] || [ ! -x "${PLUGIN_BIN}" ]; then
   log "building accelpool-extender and accelpool-device-plugin in ${CXX_BUILD}"
@@ -48,6 +53,7 @@ fi
 # shellcheck disable=SC1091 # written by cluster.sh start
 . "${E2E_WORK}/cluster.env"
 "${E2E_DIR}/cluster.sh" ns "${NS}"
+AP_KUBECONFIG="$(block_kubeconfig)"
 
 log "== setup"
 check "extender serves (HTTPS=${EXTENDER_HTTPS}) and is ready" start_extender
@@ -69,13 +75,17 @@ done
 log "started ${#NODES[@]} nodes (kubeletsim + device plugin each)"
 registered() { [ -s "${E2E_WORK}/nodes/$1/addr" ] && [ "$(node_resources "$1" | jq '[.[] | select(.connected)] | length')" -ge 1 ]; }
 published() { [ -n "$(kc get node "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}')" ]; }
-ok_reg=0 ok_pub=0
-for n in "${NODES[@]}"; do
-  name="${n%%:*}"
-  wait_for 60 "${name} registered" registered "${name}" && ok_reg=$((ok_reg + 1))
-  wait_for 30 "${name} inventory" published "${name}" && ok_pub=$((ok_pub + 1))
-  sync_capacity "${name}" || log "capacity of ${name} not synced"
-done
+count_ok() { # function: how many nodes pass it
+  local n c=0
+  for n in "${NODES[@]}"; do "$1" "${n%%:*}" >/dev/null 2>&1 && c=$((c + 1)); done
+  echo "$c"
+}
+all_ok() { [ "$(count_ok "$1")" = "${#NODES[@]}" ]; }
+wait_for 90 "registrations" all_ok registered || true
+ok_reg="$(count_ok registered)"
+wait_for 60 "inventories" all_ok published || true
+ok_pub="$(count_ok published)"
+for n in "${NODES[@]}"; do sync_capacity "${n%%:*}" || log "capacity of ${n%%:*} not synced"; done
 check "every device plugin registered with its kubeletsim (${ok_reg}/${#NODES[@]})" test "${ok_reg}" = "${#NODES[@]}"
 check "every device plugin published its inventory (${ok_pub}/${#NODES[@]})" test "${ok_pub}" = "${#NODES[@]}"
 check "Node status shows the device counts (hgx-0 nvidia.com/gpu 80 slots)" node_has hgx-0 nvidia.com/gpu 80

@@ -26,8 +26,12 @@ def assignment(pod):
 
 
 def inventories(node):
+    """The node's inventories; a malformed annotation counts as none (as the extender skips it)."""
     raw = node.get("metadata", {}).get("annotations", {}).get(INVENTORY)
-    return json.loads(raw).get("inventories", []) if raw else []
+    try:
+        return json.loads(raw).get("inventories", []) if raw else []
+    except (ValueError, AttributeError):
+        return []
 
 
 def capacity_patch(res):

@@ -30,6 +30,16 @@ wait_for() { # seconds description command...
 
 kc() { "${E2E_BIN}/kubectl" "$@"; }
 
+# block_kubeconfig: the admin kubeconfig with every mapping in block style
+# (the C++ kubeconfig reader refuses YAML flow mappings such as
+# "context: {cluster: e2e, user: admin}").
+block_kubeconfig() {
+  local out="${E2E_WORK}/config/accelpool.kubeconfig"
+  sed -E 's/^( *)context: \{cluster: ([^,]+), user: ([^}]+)\}$/\1context:\n\1  cluster: \2\n\1  user: \3/' \
+    "${E2E_WORK}/config/admin.kubeconfig" > "${out}"
+  echo "${out}"
+}
+
 # --- extender ---
 start_extender() {
   local scheme_args=()
@@ -37,7 +47,7 @@ start_extender() {
     scheme_args=(--tls-cert="${E2E_EXTENDER_CERT}" --tls-key="${E2E_EXTENDER_KEY}")
   fi
   setsid "${EXTENDER_BIN}" --listen="127.0.0.1:${EXTENDER_PORT}" "${scheme_args[@]}" \
-    --kubeconfig="${KUBECONFIG}" --log-level=info >> "${E2E_WORK}/logs/extender.log" 2>&1 < /dev/null &
+    --kubeconfig="${AP_KUBECONFIG}" --log-level=info >> "${E2E_WORK}/logs/extender.log" 2>&1 < /dev/null &
   echo $! > "${E2E_WORK}/run/extender.pid"
   wait_for 60 "extender ready" curl -fsS --max-time 2 --cacert "${E2E_CA}" "${EXTENDER_URL}/readyz" ||
     { tail -20 "${E2E_WORK}/logs/extender.log" >&2; return 1; }
@@ -110,7 +120,7 @@ YAML
 start_plugin() { # NAME
   local d="${E2E_WORK}/nodes/$1"
   setsid "${PLUGIN_BIN}" --backend=fake --fake-inventory="${d}/inventory.json" \
-    --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${KUBECONFIG}" \
+    --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${AP_KUBECONFIG}" \
     --metrics-listen= --state-root="${d}/state" --log-level=info \
     >> "${d}/plugin.log" 2>&1 < /dev/null &
   echo $! > "${d}/plugin.pid"
