@@ -44,5 +44,9 @@ echo "== chart"
 timeout 900 "${E2E_DIR}/chart-check.sh" 2>&1 | tee "${LOGS}/chart.log"
 add_counts "${LOGS}/chart.log" chart-check
 
+echo "== scenarios"
+timeout 1200 "${E2E_DIR}/scenarios.sh" 2>&1 | tee "${LOGS}/scenarios.log"
+add_counts "${LOGS}/scenarios.log" scenarios
+
 echo "e2e: ${PASSED} passed, ${FAILED} failed"
 [ "${FAILED}" = 0 ]
