@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/node_order.h"
+
 namespace accelpool::extender {
 
 PodInfo MakePodInfo(PodRef ref, core::PodRequest request) {
@@ -156,6 +158,7 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
   }
   struct Scored {
     int64_t combined;
+    uint64_t order;
     const std::string* node;
   };
   std::vector<Scored> scored;
@@ -171,10 +174,12 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
         combined -= options.idle_super_node_penalty;
       }
     }
-    scored.push_back(Scored{std::max<int64_t>(combined, 0), &n.node});
+    scored.push_back(Scored{std::max<int64_t>(combined, 0),
+                            core::StableNodeOrder(options.tie_salt, n.node), &n.node});
   }
   std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
-    return a.combined != b.combined ? a.combined > b.combined : *a.node < *b.node;
+    if (a.combined != b.combined) return a.combined > b.combined;
+    return a.order != b.order ? a.order < b.order : *a.node < *b.node;
   });
   std::vector<HostPriority> out;
   out.reserve(scored.size());

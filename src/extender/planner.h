@@ -12,8 +12,9 @@
 //              else the same super-node, rack or block)
 //            - keep-whole penalty (a pod smaller than a node that would break
 //              an idle node, more when it would break an idle super-node)
-// Nodes are ordered by combined score, ties by node name (a stable order, so
-// the policy's choice is never left to kube-scheduler's random tie-break).
+// Nodes are ordered by combined score, ties by core::StableNodeOrder (a stable
+// salted order, the one the simulator's kube mode measures, so the policy's
+// choice is never left to kube-scheduler's random tie-break).
 // The first node gets 10; the rest get floor(9 * combined / best), at most 9.
 // Example: combined {a: 80, b: 80, c: 40} -> a 10, b 9, c 4.
 //
@@ -74,6 +75,9 @@ struct RankOptions {
   int locality_block = 6;
   int idle_node_penalty = 15;
   int idle_super_node_penalty = 10;  // added when the node's whole super-node is idle
+  // Salt of the stable tie-break order (core/node_order.h), chosen once per
+  // deployment and kept (flag --tie-break-salt). Default 0.
+  uint64_t tie_salt = 0;
 };
 
 struct RankInput {

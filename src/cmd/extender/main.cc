@@ -41,6 +41,8 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
   --filter-threads=N        threads per filter call (default 1)
   --max-body-bytes=N        largest request body (default 67108864)
+  --tie-break-salt=N        salt of the stable order among equal scores; choose once per
+                            deployment and keep it (default 0)
 )";
 
 struct Flags {
@@ -53,6 +55,7 @@ struct Flags {
   std::string log_level = "info";
   int filter_threads = 1;
   size_t max_body_bytes = 64 << 20;
+  uint64_t tie_salt = 0;
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -83,7 +86,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.leader_elect = !has_value || value == "true" || value == "1";
       continue;
     }
-    if (!strings.count(name) && name != "filter-threads" && name != "max-body-bytes") {
+    if (!strings.count(name) && name != "filter-threads" && name != "max-body-bytes" &&
+        name != "tie-break-salt") {
       return InvalidArgumentError("unknown flag --" + name + "; see --help");
     }
     if (!has_value) {
@@ -94,6 +98,13 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
     if (auto it = strings.find(name); it != strings.end()) {
       *it->second = value;
+    } else if (name == "tie-break-salt") {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || value[0] == '-' || end == value.c_str() || *end != '\0') {
+        return InvalidArgumentError("--tie-break-salt must be a non-negative integer, got " + value);
+      }
+      f.tie_salt = n;
     } else if (name == "filter-threads" || name == "max-body-bytes") {
       char* end = nullptr;
       const long long n = std::strtoll(value.c_str(), &end, 10);
@@ -157,6 +168,7 @@ int Run(const Flags& flags) {
   KubePodWriter writer(**client, cache);
   AsyncEvents events(**client, log.Child("events"));
   ExtenderOptions eo;
+  eo.rank.tie_salt = flags.tie_salt;
   eo.policy = flags.policy;
   eo.filter_threads = flags.filter_threads;
   StatusOr<std::unique_ptr<Extender>> ext =
