@@ -60,8 +60,8 @@ void BM_ParseAssignment(benchmark::State& state) {
     ac.vendor = core::Vendor::kNvidia;
     ac.resource = "nvidia.com/gpu";
     for (int d = 0; d < 2; ++d) {
-      ac.devices.push_back({"GPU-" + std::to_string(d), d, SlotId("GPU-" + std::to_string(d), c),
-                            4096, 250, false});
+      ac.devices.push_back(
+          {"GPU-" + std::to_string(d), d, SlotId("GPU-" + std::to_string(d), c), 4096, 250, false});
     }
     a.containers.push_back(ac);
   }

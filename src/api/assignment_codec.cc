@@ -30,9 +30,12 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 std::string_view ContainerKindName(core::ContainerKind k) {
   switch (k) {
-    case core::ContainerKind::kRegular: return "regular";
-    case core::ContainerKind::kInit: return "init";
-    case core::ContainerKind::kSidecar: return "sidecar";
+    case core::ContainerKind::kRegular:
+      return "regular";
+    case core::ContainerKind::kInit:
+      return "init";
+    case core::ContainerKind::kSidecar:
+      return "sidecar";
   }
   return "regular";
 }
@@ -69,7 +72,8 @@ StatusOr<Assignment> AssignmentFromJson(const json& doc) {
   Assignment a;
   ACCELPOOL_RETURN_IF_ERROR(ReadString(doc, "node", "", true, a.node));
   ACCELPOOL_RETURN_IF_ERROR(ReadString(doc, "policy", "", false, a.policy));
-  if (!doc.contains("containers")) return InvalidArgumentError("containers: required field is missing");
+  if (!doc.contains("containers"))
+    return InvalidArgumentError("containers: required field is missing");
   const json& cs = doc.at("containers");
   if (!cs.is_array()) return InvalidArgumentError("containers: want an array, got " + Describe(cs));
   for (size_t i = 0; i < cs.size(); ++i) {
@@ -90,10 +94,12 @@ StatusOr<Assignment> AssignmentFromJson(const json& doc) {
     std::string vendor;
     ACCELPOOL_RETURN_IF_ERROR(ReadString(c, "vendor", path, true, vendor));
     auto v = core::ParseVendor(vendor);
-    if (!v) return InvalidArgumentError(Join(path, "vendor") + ": unknown vendor \"" + vendor + "\"");
+    if (!v)
+      return InvalidArgumentError(Join(path, "vendor") + ": unknown vendor \"" + vendor + "\"");
     out.vendor = *v;
     ACCELPOOL_RETURN_IF_ERROR(ReadString(c, "resource", path, false, out.resource));
-    if (!c.contains("devices")) return InvalidArgumentError(Join(path, "devices") + ": required field is missing");
+    if (!c.contains("devices"))
+      return InvalidArgumentError(Join(path, "devices") + ": required field is missing");
     const json& ds = c.at("devices");
     const std::string dpath = Join(path, "devices");
     if (!ds.is_array()) return InvalidArgumentError(dpath + ": want an array, got " + Describe(ds));
@@ -111,8 +117,10 @@ StatusOr<Assignment> AssignmentFromJson(const json& doc) {
         return InvalidArgumentError(Join(p, "slot") + ": slot \"" + dev.slot +
                                     "\" does not belong to device \"" + dev.id + "\"");
       }
-      ACCELPOOL_RETURN_IF_ERROR(ReadInt(ds[d], "memory_mib", p, false, 0, kMaxInt64 / 2, dev.memory_mib));
-      ACCELPOOL_RETURN_IF_ERROR(ReadInt32(ds[d], "compute", p, false, 0, core::kComputeWhole, dev.compute));
+      ACCELPOOL_RETURN_IF_ERROR(
+          ReadInt(ds[d], "memory_mib", p, false, 0, kMaxInt64 / 2, dev.memory_mib));
+      ACCELPOOL_RETURN_IF_ERROR(
+          ReadInt32(ds[d], "compute", p, false, 0, core::kComputeWhole, dev.compute));
       ACCELPOOL_RETURN_IF_ERROR(ReadBool(ds[d], "exclusive", p, false, dev.exclusive));
       out.devices.push_back(std::move(dev));
     }
@@ -212,17 +220,16 @@ StatusOr<core::Placement> ToPlacement(const Assignment& a, const core::NodeInven
         }
       }
       if (found < 0) {
-        return FailedPreconditionError("container \"" + c.name + "\": device " + d.id +
-                                       " is not in the " + std::string(core::VendorName(inv.vendor)) +
-                                       " inventory of node " + inv.node +
-                                       "; the node's devices changed since the assignment");
+        return FailedPreconditionError(
+            "container \"" + c.name + "\": device " + d.id + " is not in the " +
+            std::string(core::VendorName(inv.vendor)) + " inventory of node " + inv.node +
+            "; the node's devices changed since the assignment");
       }
       if (found != d.index) {
-        return FailedPreconditionError("container \"" + c.name + "\": device " + d.id +
-                                       " has index " + std::to_string(found) + " on node " +
-                                       inv.node + " but the assignment says " +
-                                       std::to_string(d.index) +
-                                       "; the node's devices changed since the assignment");
+        return FailedPreconditionError(
+            "container \"" + c.name + "\": device " + d.id + " has index " + std::to_string(found) +
+            " on node " + inv.node + " but the assignment says " + std::to_string(d.index) +
+            "; the node's devices changed since the assignment");
       }
       cp.grants.push_back({found, d.memory_mib, d.compute, d.exclusive});
     }
@@ -245,13 +252,13 @@ Status AppendPlacement(Assignment& a, const core::Placement& placement,
     for (const core::Grant& g : cp.grants) {
       if (g.device < 0 || static_cast<size_t>(g.device) >= inv.devices.size()) {
         return InvalidArgumentError("container \"" + cp.container + "\": grant names device " +
-                                    std::to_string(g.device) + " but node " + inv.node +
-                                    " has " + std::to_string(inv.devices.size()) + " devices");
+                                    std::to_string(g.device) + " but node " + inv.node + " has " +
+                                    std::to_string(inv.devices.size()) + " devices");
       }
       const core::Device& dev = inv.devices[static_cast<size_t>(g.device)];
       const int32_t slot = slot_of ? slot_of(g.device, cp.container) : 0;
-      c.devices.push_back({dev.id, dev.index, SlotId(dev.id, slot), g.memory_mib, g.compute,
-                           g.exclusive});
+      c.devices.push_back(
+          {dev.id, dev.index, SlotId(dev.id, slot), g.memory_mib, g.compute, g.exclusive});
     }
     added.push_back(std::move(c));
   }

@@ -12,11 +12,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "core/types.h"
@@ -27,9 +26,9 @@ inline constexpr const char* kAssignmentAnnotation = "accelpool.io/assignment";
 inline constexpr const char* kAllocationAnnotation = "accelpool.io/allocation";
 
 struct AssignedDevice {
-  std::string id;    // Device::id
+  std::string id;     // Device::id
   int32_t index = 0;  // Device::index on the node
-  std::string slot;  // "<id>::<n>"
+  std::string slot;   // "<id>::<n>"
   int64_t memory_mib = 0;
   int32_t compute = 0;  // thousandths
   bool exclusive = false;
@@ -87,11 +86,10 @@ StatusOr<core::Placement> ToPlacement(const Assignment& a, const core::NodeInven
 // through; `slot_of(device_index, container)` picks the slot number on that
 // device (the caller knows which slots are taken). kInvalidArgument when a
 // grant names a device index outside `inv`.
-Status AppendPlacement(Assignment& a, const core::Placement& placement,
-                       const core::NodeInventory& inv,
-                       const std::function<std::string(const std::string& container)>& resource_of,
-                       const std::function<int32_t(int32_t device_index,
-                                                   const std::string& container)>& slot_of);
+Status AppendPlacement(
+    Assignment& a, const core::Placement& placement, const core::NodeInventory& inv,
+    const std::function<std::string(const std::string& container)>& resource_of,
+    const std::function<int32_t(int32_t device_index, const std::string& container)>& slot_of);
 
 }  // namespace accelpool::api
 

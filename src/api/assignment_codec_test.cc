@@ -118,8 +118,8 @@ TEST(AssignmentCodecTest, PlacementConversionBothWays) {
   const core::NodeInventory inv = Node();
   core::Placement p;
   p.containers.push_back({"warm", core::ContainerKind::kInit, {{2, 4096, 250, false}}});
-  p.containers.push_back({"main", core::ContainerKind::kRegular,
-                          {{0, 81920, 1000, true}, {1, 81920, 1000, true}}});
+  p.containers.push_back(
+      {"main", core::ContainerKind::kRegular, {{0, 81920, 1000, true}, {1, 81920, 1000, true}}});
   Assignment a;
   a.node = inv.node;
   a.policy = "binpack";
@@ -151,8 +151,11 @@ TEST(AssignmentCodecTest, PlacementConversionErrors) {
   const core::NodeInventory inv = Node();
   Assignment a;
   a.node = "node-a";
-  a.containers.push_back({"main", core::ContainerKind::kRegular, core::Vendor::kNvidia,
-                          "nvidia.com/gpu", {{"GPU-9", 0, "GPU-9::0", 0, 0, true}}});
+  a.containers.push_back({"main",
+                          core::ContainerKind::kRegular,
+                          core::Vendor::kNvidia,
+                          "nvidia.com/gpu",
+                          {{"GPU-9", 0, "GPU-9::0", 0, 0, true}}});
   EXPECT_EQ(ToPlacement(a, inv).status().code(), StatusCode::kFailedPrecondition);
   a.containers[0].devices[0] = {"GPU-1", 3, "GPU-1::0", 0, 0, true};
   auto moved = ToPlacement(a, inv);

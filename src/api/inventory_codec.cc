@@ -57,12 +57,18 @@ std::string_view EnumName(const std::pair<E, std::string_view> (&table)[N], E e)
 
 Status ParseSlices(const json& obj, const std::string& path, core::SliceRule& s) {
   ACCELPOOL_RETURN_IF_ERROR(RequireObject(obj, path));
-  ACCELPOOL_RETURN_IF_ERROR(ReadInt(obj, "memory_step_mib", path, false, 1, kMaxInt32, s.memory_step_mib));
-  ACCELPOOL_RETURN_IF_ERROR(ReadIntList(obj, "memory_sizes", path, 1, kMaxInt64 / 2, s.memory_sizes));
-  ACCELPOOL_RETURN_IF_ERROR(ReadBool(obj, "one_size_per_device", path, false, s.one_size_per_device));
-  ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "node_handle_budget", path, false, 0, kMaxInt32, s.node_handle_budget));
-  ACCELPOOL_RETURN_IF_ERROR(ReadBool(obj, "compute_follows_memory", path, false, s.compute_follows_memory));
-  ACCELPOOL_RETURN_IF_ERROR(ReadBool(obj, "fraction_single_device", path, false, s.fraction_single_device));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadInt(obj, "memory_step_mib", path, false, 1, kMaxInt32, s.memory_step_mib));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadIntList(obj, "memory_sizes", path, 1, kMaxInt64 / 2, s.memory_sizes));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadBool(obj, "one_size_per_device", path, false, s.one_size_per_device));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadInt32(obj, "node_handle_budget", path, false, 0, kMaxInt32, s.node_handle_budget));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadBool(obj, "compute_follows_memory", path, false, s.compute_follows_memory));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadBool(obj, "fraction_single_device", path, false, s.fraction_single_device));
   for (size_t i = 1; i < s.memory_sizes.size(); ++i) {
     if (s.memory_sizes[i] <= s.memory_sizes[i - 1]) {
       return InvalidArgumentError(Index(Join(path, "memory_sizes"), i) +
@@ -75,7 +81,8 @@ Status ParseSlices(const json& obj, const std::string& path, core::SliceRule& s)
 Status ParseTopology(const json& obj, const std::string& path, core::Topology& t) {
   ACCELPOOL_RETURN_IF_ERROR(RequireObject(obj, path));
   ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "kind", path, false, t.kind));
-  ACCELPOOL_RETURN_IF_ERROR(ReadInt32List(obj, "valid_counts", path, 1, kMaxDevices, t.valid_counts));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadInt32List(obj, "valid_counts", path, 1, kMaxDevices, t.valid_counts));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32Lists(obj, "groups", path, 0, kMaxDevices - 1, t.groups));
   ACCELPOOL_RETURN_IF_ERROR(ReadEnum(obj, "group_rule", path, kGroupRules, t.group_rule));
   ACCELPOOL_RETURN_IF_ERROR(ReadEnum(obj, "span_rule", path, kSpanRules, t.span_rule));
@@ -91,16 +98,17 @@ Status ParseTopology(const json& obj, const std::string& path, core::Topology& t
   return Status::Ok();
 }
 
-Status ParseDevice(const json& obj, const std::string& path, core::Vendor vendor,
-                   core::Device& d) {
+Status ParseDevice(const json& obj, const std::string& path, core::Vendor vendor, core::Device& d) {
   ACCELPOOL_RETURN_IF_ERROR(RequireObject(obj, path));
   d.vendor = vendor;
   ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "id", path, true, d.id));
   if (d.id.empty()) return InvalidArgumentError(Join(path, "id") + ": must not be empty");
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "index", path, true, 0, kMaxDevices - 1, d.index));
   ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "model", path, false, d.model));
-  ACCELPOOL_RETURN_IF_ERROR(ReadInt(obj, "memory_mib", path, false, 0, kMaxInt64 / 2, d.memory_mib));
-  ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "compute_units", path, false, 0, kMaxInt32, d.compute_units));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadInt(obj, "memory_mib", path, false, 0, kMaxInt64 / 2, d.memory_mib));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadInt32(obj, "compute_units", path, false, 0, kMaxInt32, d.compute_units));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "numa", path, false, -1, kMaxInt32, d.numa));
   ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "pci_bus", path, false, d.pci_bus));
   ACCELPOOL_RETURN_IF_ERROR(ReadBool(obj, "healthy", path, false, d.healthy));
@@ -126,7 +134,8 @@ StatusOr<InventoryDocument> InventoryFromJson(const json& doc, const std::string
   }
   InventoryDocument out;
   ACCELPOOL_RETURN_IF_ERROR(ReadInt(doc, "generation", "", false, 0, kMaxInt64, out.generation));
-  if (!doc.contains("inventories")) return InvalidArgumentError("inventories: required field is missing");
+  if (!doc.contains("inventories"))
+    return InvalidArgumentError("inventories: required field is missing");
   const json& invs = doc.at("inventories");
   if (!invs.is_array()) {
     return InvalidArgumentError("inventories: want an array, got " + Describe(invs));
@@ -153,14 +162,18 @@ StatusOr<InventoryDocument> InventoryFromJson(const json& doc, const std::string
       }
     }
     if (in.contains("topology")) {
-      ACCELPOOL_RETURN_IF_ERROR(ParseTopology(in.at("topology"), Join(path, "topology"), inv.topology));
+      ACCELPOOL_RETURN_IF_ERROR(
+          ParseTopology(in.at("topology"), Join(path, "topology"), inv.topology));
     }
-    if (!in.contains("devices")) return InvalidArgumentError(Join(path, "devices") + ": required field is missing");
+    if (!in.contains("devices"))
+      return InvalidArgumentError(Join(path, "devices") + ": required field is missing");
     const json& devs = in.at("devices");
     const std::string dpath = Join(path, "devices");
-    if (!devs.is_array()) return InvalidArgumentError(dpath + ": want an array, got " + Describe(devs));
+    if (!devs.is_array())
+      return InvalidArgumentError(dpath + ": want an array, got " + Describe(devs));
     if (devs.size() > static_cast<size_t>(kMaxDevices)) {
-      return InvalidArgumentError(dpath + ": more than " + std::to_string(kMaxDevices) + " devices");
+      return InvalidArgumentError(dpath + ": more than " + std::to_string(kMaxDevices) +
+                                  " devices");
     }
     for (size_t d = 0; d < devs.size(); ++d) {
       core::Device dev;
@@ -224,7 +237,8 @@ json InventoryToJson(const InventoryDocument& doc) {
                       {"module", d.module},
                       {"max_shares", d.max_shares}});
     }
-    invs.push_back({{"vendor", core::VendorName(inv.vendor)}, {"topology", topo}, {"devices", devs}});
+    invs.push_back(
+        {{"vendor", core::VendorName(inv.vendor)}, {"topology", topo}, {"devices", devs}});
   }
   return {{"version", kInventoryVersion}, {"generation", doc.generation}, {"inventories", invs}};
 }

@@ -14,11 +14,10 @@
 #define ACCELPOOL_API_INVENTORY_CODEC_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "core/types.h"

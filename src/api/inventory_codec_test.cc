@@ -52,7 +52,8 @@ InventoryDocument Sample() {
 }
 
 bool SameInventory(const core::NodeInventory& x, const core::NodeInventory& y) {
-  if (x.node != y.node || x.vendor != y.vendor || x.devices.size() != y.devices.size()) return false;
+  if (x.node != y.node || x.vendor != y.vendor || x.devices.size() != y.devices.size())
+    return false;
   for (size_t i = 0; i < x.devices.size(); ++i) {
     const auto &a = x.devices[i], &b = y.devices[i];
     if (a.id != b.id || a.index != b.index || a.vendor != b.vendor || a.model != b.model ||
@@ -114,9 +115,7 @@ TEST(InventoryCodecTest, SchemaErrorsNameTheJsonPath) {
     StatusCode code;
     std::string want;
   };
-  auto wrap = [](const std::string& inv) {
-    return R"({"version":1,"inventories":[)" + inv + "]}";
-  };
+  auto wrap = [](const std::string& inv) { return R"({"version":1,"inventories":[)" + inv + "]}"; };
   const std::vector<Case> cases = {
       {"not json", "{", StatusCode::kInvalidArgument, "is not valid JSON"},
       {"array", "[]", StatusCode::kInvalidArgument, "document: want an object"},
@@ -131,32 +130,42 @@ TEST(InventoryCodecTest, SchemaErrorsNameTheJsonPath) {
        StatusCode::kInvalidArgument, "inventories[1].vendor: vendor \"nvidia\" appears twice"},
       {"index string", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":"0"}]})"),
        StatusCode::kInvalidArgument, "inventories[0].devices[0].index: want an integer"},
-      {"memory float", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"memory_mib":1.5}]})"),
+      {"memory float",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"memory_mib":1.5}]})"),
        StatusCode::kInvalidArgument, "devices[0].memory_mib: want an integer"},
-      {"negative memory", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"memory_mib":-1}]})"),
+      {"negative memory",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"memory_mib":-1}]})"),
        StatusCode::kInvalidArgument, "memory_mib: want an integer in [0"},
-      {"healthy string", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"healthy":"yes"}]})"),
+      {"healthy string",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"healthy":"yes"}]})"),
        StatusCode::kInvalidArgument, "devices[0].healthy: want true or false"},
       {"empty id", wrap(R"({"vendor":"nvidia","devices":[{"id":"","index":0}]})"),
        StatusCode::kInvalidArgument, "devices[0].id: must not be empty"},
-      {"zero shares", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"max_shares":0}]})"),
+      {"zero shares",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"max_shares":0}]})"),
        StatusCode::kInvalidArgument, "max_shares"},
-      {"bad group rule", wrap(R"({"vendor":"nvidia","topology":{"group_rule":"maybe"},"devices":[]})"),
+      {"bad group rule",
+       wrap(R"({"vendor":"nvidia","topology":{"group_rule":"maybe"},"devices":[]})"),
        StatusCode::kInvalidArgument, "topology.group_rule: want one of none|prefer|required"},
       {"bad module rule", wrap(R"({"vendor":"nvidia","topology":{"module_rule":1},"devices":[]})"),
        StatusCode::kInvalidArgument, "topology.module_rule: want a string"},
       {"module not list", wrap(R"({"vendor":"nvidia","topology":{"modules":[0,1]},"devices":[]})"),
        StatusCode::kInvalidArgument, "topology.modules[0]: want an array of integers"},
-      {"slices order", wrap(R"({"vendor":"nvidia","topology":{"slices":{"memory_sizes":[2,1]}},"devices":[]})"),
-       StatusCode::kInvalidArgument, "topology.slices.memory_sizes[1]: slice sizes must be strictly ascending"},
+      {"slices order",
+       wrap(R"({"vendor":"nvidia","topology":{"slices":{"memory_sizes":[2,1]}},"devices":[]})"),
+       StatusCode::kInvalidArgument,
+       "topology.slices.memory_sizes[1]: slice sizes must be strictly ascending"},
       {"devices object", wrap(R"({"vendor":"nvidia","devices":{}})"), StatusCode::kInvalidArgument,
        "inventories[0].devices: want an array"},
       {"index out of order", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":1}]})"),
-       StatusCode::kInvalidArgument, "inventories[0]: inventory of node \"node-x\": device 0 has index 1"},
+       StatusCode::kInvalidArgument,
+       "inventories[0]: inventory of node \"node-x\": device 0 has index 1"},
       {"module names a missing device",
-       wrap(R"({"vendor":"nvidia","topology":{"modules":[[0,5]]},"devices":[{"id":"G","index":0}]})"),
+       wrap(
+           R"({"vendor":"nvidia","topology":{"modules":[[0,5]]},"devices":[{"id":"G","index":0}]})"),
        StatusCode::kInvalidArgument, "module names device 5"},
-      {"duplicate id", wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0},{"id":"G","index":1}]})"),
+      {"duplicate id",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0},{"id":"G","index":1}]})"),
        StatusCode::kInvalidArgument, "duplicate id"},
   };
   for (const Case& c : cases) {

@@ -7,13 +7,23 @@ using nlohmann::json;
 std::string Describe(const json& v) {
   std::string d;
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
-    case json::value_t::string: d = "string "; break;
-    case json::value_t::number_float: d = "number "; break;
-    default: d = "number "; break;
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::boolean:
+      return v.get<bool>() ? "true" : "false";
+    case json::value_t::string:
+      d = "string ";
+      break;
+    case json::value_t::number_float:
+      d = "number ";
+      break;
+    default:
+      d = "number ";
+      break;
   }
   std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 40) text = text.substr(0, 37) + "...";
@@ -45,7 +55,8 @@ Status Missing(const std::string& path) {
 }
 
 Status IntValue(const json& v, const std::string& path, int64_t min, int64_t max, int64_t& out) {
-  const std::string want = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  const std::string want =
+      "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
   int64_t x = 0;
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
@@ -125,8 +136,8 @@ Status ReadInt32List(const json& obj, std::string_view key, const std::string& p
   return Status::Ok();
 }
 
-Status ReadInt32Lists(const json& obj, std::string_view key, const std::string& path,
-                      int32_t min, int32_t max, std::vector<std::vector<int32_t>>& out) {
+Status ReadInt32Lists(const json& obj, std::string_view key, const std::string& path, int32_t min,
+                      int32_t max, std::vector<std::vector<int32_t>>& out) {
   const std::string p = Join(path, key);
   const json* v = Find(obj, key);
   if (v == nullptr) return Status::Ok();

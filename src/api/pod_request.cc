@@ -133,8 +133,10 @@ Status CheckDisjoint(const std::vector<std::string>& inc, const std::vector<std:
   for (const std::string& i : inc) {
     for (const std::string& e : exc) {
       std::string a = i, b = e;
-      std::transform(a.begin(), a.end(), a.begin(), [](unsigned char c) { return std::tolower(c); });
-      std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(a.begin(), a.end(), a.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      std::transform(b.begin(), b.end(), b.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       if (a == b) {
         return InvalidArgumentError(std::string(what) + " " + Quote(i) +
                                     " is both included and excluded; remove it from one list");
@@ -150,7 +152,8 @@ Status CollectContainer(const json& c, const std::string& where,
   if (!c.contains("resources") || c.at("resources").is_null()) return Status::Ok();
   const json& res = c.at("resources");
   if (!res.is_object()) {
-    return InvalidArgumentError(where + ": resources: want an object, got " + internal::Describe(res));
+    return InvalidArgumentError(where + ": resources: want an object, got " +
+                                internal::Describe(res));
   }
   std::map<std::string, json> merged;  // limits win over requests
   for (const char* section : {"requests", "limits"}) {
@@ -181,8 +184,8 @@ Status CollectContainer(const json& c, const std::string& where,
     if (ask.first_name.empty()) ask.first_name = name;
     if (!info->model_family.empty()) {
       if (!ask.model_family.empty() && ask.model_family != info->model_family) {
-        return InvalidArgumentError(where + ": asks for device families " + Quote(ask.model_family) +
-                                    " and " + Quote(info->model_family) +
+        return InvalidArgumentError(where + ": asks for device families " +
+                                    Quote(ask.model_family) + " and " + Quote(info->model_family) +
                                     " of one vendor; use one family per container");
       }
       ask.model_family = info->model_family;
@@ -199,7 +202,8 @@ Status CollectContainer(const json& c, const std::string& where,
         break;
       case ResourceRole::kMemory: {
         int64_t mib = 0;
-        const bool has_suffix = !text.empty() && !std::isdigit(static_cast<unsigned char>(text.back()));
+        const bool has_suffix =
+            !text.empty() && !std::isdigit(static_cast<unsigned char>(text.back()));
         if (bytes && has_suffix) {
           mib = (value + (1 << 20) - 1) >> 20;  // bytes, rounded up to MiB
         } else {
@@ -222,9 +226,10 @@ Status CollectContainer(const json& c, const std::string& where,
         break;
       case ResourceRole::kCompute:
         if (value < 1 || value > info->unit) {
-          return InvalidArgumentError(where + ": " + name + ": " + text + " is out of range; use 1.." +
-                                      std::to_string(info->unit) +
-                                      (info->unit == 100 ? " (percent of a device)" : " (units per device)"));
+          return InvalidArgumentError(
+              where + ": " + name + ": " + text + " is out of range; use 1.." +
+              std::to_string(info->unit) +
+              (info->unit == 100 ? " (percent of a device)" : " (units per device)"));
         }
         ask.compute = (value * core::kComputeWhole + info->unit - 1) / info->unit;
         ask.compute_name = name;
@@ -290,8 +295,13 @@ StatusOr<int64_t> ParseWholeQuantity(const std::string& s, bool allow_suffix) {
     return bad("a plain count is needed here, not a quantity with a unit");
   }
   static const std::pair<const char*, int64_t> kSuffixes[] = {
-      {"k", 1000},          {"M", 1000000},       {"G", 1000000000},      {"T", 1000000000000},
-      {"Ki", int64_t{1} << 10}, {"Mi", int64_t{1} << 20}, {"Gi", int64_t{1} << 30},
+      {"k", 1000},
+      {"M", 1000000},
+      {"G", 1000000000},
+      {"T", 1000000000000},
+      {"Ki", int64_t{1} << 10},
+      {"Mi", int64_t{1} << 20},
+      {"Gi", int64_t{1} << 30},
       {"Ti", int64_t{1} << 40},
   };
   for (const auto& [name, mult] : kSuffixes) {
@@ -323,7 +333,8 @@ bool RequestsAccelerators(const json& pod) {
 }
 
 StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
-  if (!pod.is_object()) return InvalidArgumentError("pod: want an object, got " + internal::Describe(pod));
+  if (!pod.is_object())
+    return InvalidArgumentError("pod: want an object, got " + internal::Describe(pod));
   PodDeviceRequest out;
   std::map<std::string, std::string> ann, labels;
   if (pod.contains("metadata")) {
@@ -353,7 +364,8 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
     if (!spec.contains(list) || spec.at(list).is_null()) continue;
     const json& cs = spec.at(list);
     const std::string lpath = std::string("spec.") + list;
-    if (!cs.is_array()) return InvalidArgumentError(lpath + ": want an array, got " + internal::Describe(cs));
+    if (!cs.is_array())
+      return InvalidArgumentError(lpath + ": want an array, got " + internal::Describe(cs));
     const bool init = std::string(list) == "initContainers";
     for (size_t i = 0; i < cs.size(); ++i) {
       const json& c = cs[i];
@@ -386,7 +398,8 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
         }
         if (ask.count && *ask.count > 4096) {
           return InvalidArgumentError(where + ": " + ask.count_name + ": " +
-                                      std::to_string(*ask.count) + " devices is more than any node has");
+                                      std::to_string(*ask.count) +
+                                      " devices is more than any node has");
         }
         core::DeviceRequest r;
         r.container = name;
@@ -407,8 +420,8 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
         if (st.ok()) st = CheckDisjoint(r.id_include, r.id_exclude, "device UUID");
         if (!st.ok()) return st.WithPrefix(where);
         out.request.containers.push_back(std::move(r));
-        out.origins.push_back({ask.count_name.empty() ? ask.first_name : ask.count_name,
-                               ask.model_family});
+        out.origins.push_back(
+            {ask.count_name.empty() ? ask.first_name : ask.count_name, ask.model_family});
       }
     }
   }

@@ -35,10 +35,9 @@
 #ifndef ACCELPOOL_API_POD_REQUEST_H_
 #define ACCELPOOL_API_POD_REQUEST_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "core/types.h"
@@ -53,11 +52,11 @@ struct RequestOrigin {
 
 struct PodDeviceRequest {
   std::string ns, name, uid, node_name;
-  core::PodRequest request;           // empty when the pod asks for no accelerator
+  core::PodRequest request;            // empty when the pod asks for no accelerator
   std::vector<RequestOrigin> origins;  // parallel to request.containers
-  std::string policy;  // "" when not set
-  std::string group;   // job identity "<ns>/<name>", "" when none
-  std::string group_source;  // which key gave it, e.g. "kueue.x-k8s.io/workload"
+  std::string policy;                  // "" when not set
+  std::string group;                   // job identity "<ns>/<name>", "" when none
+  std::string group_source;            // which key gave it, e.g. "kueue.x-k8s.io/workload"
 };
 
 // kInvalidArgument naming the field ("container \"main\": nvidia.com/gpu: want a

@@ -5,12 +5,13 @@
 namespace accelpool::api {
 namespace {
 
-using nlohmann::json;
 using core::Vendor;
+using nlohmann::json;
 
 json PodWithLimits(const json& limits, const json& annotations = json::object(),
                    const json& requests = json::object()) {
-  return {{"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"}, {"annotations", annotations}}},
+  return {{"metadata",
+           {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"}, {"annotations", annotations}}},
           {"spec",
            {{"containers",
              json::array({{{"name", "main"},
@@ -30,41 +31,137 @@ TEST(PodRequestTest, EveryResourceNameMapsToUnits) {
   const std::vector<Case> cases = {
       {{{"nvidia.com/gpu", "2"}}, Vendor::kNvidia, 2, 0, 0, 0, "nvidia.com/gpu", ""},
       {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}, {"nvidia.com/gpucores", "25"}},
-       Vendor::kNvidia, 1, 4096, 0, 250, "nvidia.com/gpu", ""},
-      {{{"nvidia.com/gpu", 1}, {"nvidia.com/gpumem-percentage", "50"}, {"nvidia.com/priority", "1"}},
-       Vendor::kNvidia, 1, 0, 50, 0, "nvidia.com/gpu", ""},
+       Vendor::kNvidia,
+       1,
+       4096,
+       0,
+       250,
+       "nvidia.com/gpu",
+       ""},
+      {{{"nvidia.com/gpu", 1},
+        {"nvidia.com/gpumem-percentage", "50"},
+        {"nvidia.com/priority", "1"}},
+       Vendor::kNvidia,
+       1,
+       0,
+       50,
+       0,
+       "nvidia.com/gpu",
+       ""},
       {{{"nvidia.com/gpumem", "1024"}}, Vendor::kNvidia, 1, 1024, 0, 0, "nvidia.com/gpumem", ""},
-      {{{"huawei.com/Ascend910B", "1"}, {"huawei.com/Ascend910B-memory", "16384"},
+      {{{"huawei.com/Ascend910B", "1"},
+        {"huawei.com/Ascend910B-memory", "16384"},
         {"huawei.com/Ascend910B-core", "20"}},
-       Vendor::kAscend, 1, 16384, 0, 200, "huawei.com/Ascend910B", "Ascend910B"},
-      {{{"huawei.com/Ascend910C", "2"}}, Vendor::kAscend, 2, 0, 0, 0, "huawei.com/Ascend910C", "Ascend910C"},
+       Vendor::kAscend,
+       1,
+       16384,
+       0,
+       200,
+       "huawei.com/Ascend910B",
+       "Ascend910B"},
+      {{{"huawei.com/Ascend910C", "2"}},
+       Vendor::kAscend,
+       2,
+       0,
+       0,
+       0,
+       "huawei.com/Ascend910C",
+       "Ascend910C"},
       {{{"huawei.com/npu", "8"}}, Vendor::kAscend, 8, 0, 0, 0, "huawei.com/npu", ""},
       {{{"kunlunxin.com/xpu", "4"}}, Vendor::kKunlunxin, 4, 0, 0, 0, "kunlunxin.com/xpu", ""},
-      {{{"kunlunxin.com/vxpu", "1"}, {"kunlunxin.com/vxpu-memory", "24576"}}, Vendor::kKunlunxin,
-       1, 24576, 0, 0, "kunlunxin.com/vxpu", ""},
+      {{{"kunlunxin.com/vxpu", "1"}, {"kunlunxin.com/vxpu-memory", "24576"}},
+       Vendor::kKunlunxin,
+       1,
+       24576,
+       0,
+       0,
+       "kunlunxin.com/vxpu",
+       ""},
       {{{"metax-tech.com/gpu", "1"}}, Vendor::kMetax, 1, 0, 0, 0, "metax-tech.com/gpu", ""},
-      {{{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", "4"}, {"metax-tech.com/vcore", "30"}},
-       Vendor::kMetax, 1, 4096, 0, 300, "metax-tech.com/sgpu", ""},
-      {{{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", "2Gi"}}, Vendor::kMetax, 1, 2048,
-       0, 0, "metax-tech.com/sgpu", ""},
-      {{{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "8"}, {"mthreads.com/sgpu-core", "4"}},
-       Vendor::kMthreads, 1, 4096, 0, 250, "mthreads.com/vgpu", ""},
-      {{{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-core", "1"}}, Vendor::kMthreads, 1, 0, 0,
-       63, "mthreads.com/vgpu", ""},  // 1/16 = 62.5 thousandths, rounded up
+      {{{"metax-tech.com/sgpu", "1"},
+        {"metax-tech.com/vmemory", "4"},
+        {"metax-tech.com/vcore", "30"}},
+       Vendor::kMetax,
+       1,
+       4096,
+       0,
+       300,
+       "metax-tech.com/sgpu",
+       ""},
+      {{{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", "2Gi"}},
+       Vendor::kMetax,
+       1,
+       2048,
+       0,
+       0,
+       "metax-tech.com/sgpu",
+       ""},
+      {{{"mthreads.com/vgpu", "1"},
+        {"mthreads.com/sgpu-memory", "8"},
+        {"mthreads.com/sgpu-core", "4"}},
+       Vendor::kMthreads,
+       1,
+       4096,
+       0,
+       250,
+       "mthreads.com/vgpu",
+       ""},
+      {{{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-core", "1"}},
+       Vendor::kMthreads,
+       1,
+       0,
+       0,
+       63,
+       "mthreads.com/vgpu",
+       ""},  // 1/16 = 62.5 thousandths, rounded up
       {{{"alibabacloud.com/ppu", "8"}}, Vendor::kThead, 8, 0, 0, 0, "alibabacloud.com/ppu", ""},
-      {{{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "4"},
+      {{{"cambricon.com/vmlu", "1"},
+        {"cambricon.com/mlu.smlu.vmemory", "4"},
         {"cambricon.com/mlu.smlu.vcore", "10"}},
-       Vendor::kCambricon, 1, 1024, 0, 100, "cambricon.com/vmlu", ""},
+       Vendor::kCambricon,
+       1,
+       1024,
+       0,
+       100,
+       "cambricon.com/vmlu",
+       ""},
       {{{"cambricon.com/mlu", "2"}}, Vendor::kCambricon, 2, 0, 0, 0, "cambricon.com/mlu", ""},
       {{{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "2000"}, {"hygon.com/dcucores", "60"}},
-       Vendor::kHygon, 1, 2000, 0, 600, "hygon.com/dcunum", ""},
-      {{{"iluvatar.ai/BI-V150-vgpu", "1"}, {"iluvatar.ai/BI-V150.vMem", "64"},
+       Vendor::kHygon,
+       1,
+       2000,
+       0,
+       600,
+       "hygon.com/dcunum",
+       ""},
+      {{{"iluvatar.ai/BI-V150-vgpu", "1"},
+        {"iluvatar.ai/BI-V150.vMem", "64"},
         {"iluvatar.ai/BI-V150.vCore", "50"}},
-       Vendor::kIluvatar, 1, 16384, 0, 500, "iluvatar.ai/BI-V150-vgpu", "BI-V150"},
-      {{{"enflame.com/gcu", "1"}, {"enflame.com/gcu-memory", "8192"}, {"enflame.com/gcu-core", "25"}},
-       Vendor::kEnflame, 1, 8192, 0, 250, "enflame.com/gcu", ""},
-      {{{"enflame.com/vgcu", "1"}, {"enflame.com/vgcu-percentage", "25"}}, Vendor::kEnflame, 1, 0,
-       25, 0, "enflame.com/vgcu", ""},
+       Vendor::kIluvatar,
+       1,
+       16384,
+       0,
+       500,
+       "iluvatar.ai/BI-V150-vgpu",
+       "BI-V150"},
+      {{{"enflame.com/gcu", "1"},
+        {"enflame.com/gcu-memory", "8192"},
+        {"enflame.com/gcu-core", "25"}},
+       Vendor::kEnflame,
+       1,
+       8192,
+       0,
+       250,
+       "enflame.com/gcu",
+       ""},
+      {{{"enflame.com/vgcu", "1"}, {"enflame.com/vgcu-percentage", "25"}},
+       Vendor::kEnflame,
+       1,
+       0,
+       25,
+       0,
+       "enflame.com/vgcu",
+       ""},
   };
   for (const Case& c : cases) {
     auto r = ParsePodRequest(PodWithLimits(c.limits));
@@ -90,28 +187,49 @@ TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
   };
   const json none = json::object();
   const std::vector<Case> cases = {
-      {{{"nvidia.com/gpu", "1.5"}}, none, "container \"main\": nvidia.com/gpu: want a whole number, got \"1.5\" (fractions"},
+      {{{"nvidia.com/gpu", "1.5"}},
+       none,
+       "container \"main\": nvidia.com/gpu: want a whole number, got \"1.5\" (fractions"},
       {{{"nvidia.com/gpu", "-1"}}, none, "negative values are not allowed"},
       {{{"nvidia.com/gpu", -2}}, none, "negative"},
       {{{"nvidia.com/gpu", "100Mi"}}, none, "a plain count is needed here"},
       {{{"nvidia.com/gpu", "1e3"}}, none, "exponents are not allowed"},
       {{{"nvidia.com/gpu", 1.5}}, none, "nvidia.com/gpu: want a whole number, got number 1.5"},
       {{{"nvidia.com/gpu", ""}}, none, "empty"},
-      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}}, none, "nvidia.com/gpucores: 150 is out of range; use 1..100"},
-      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "101"}}, none, "101% is out of range"},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}},
+       none,
+       "nvidia.com/gpucores: 150 is out of range; use 1..100"},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "101"}},
+       none,
+       "101% is out of range"},
       {{{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-core", "17"}}, none, "use 1..16"},
-      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}, {"nvidia.com/gpumem-percentage", "10"}},
-       none, "give memory one way"},
-      {{{"nvidia.com/gpu", "0"}, {"nvidia.com/gpumem", "1024"}}, none, "is 0 but memory or compute"},
-      {{{"huawei.com/Ascend910B", "1"}, {"huawei.com/npu", "1"}}, none, "use one count resource per vendor"},
-      {{{"huawei.com/Ascend910B", "1"}, {"huawei.com/Ascend910C-memory", "1"}}, none, "one family per container"},
+      {{{"nvidia.com/gpu", "1"},
+        {"nvidia.com/gpumem", "1024"},
+        {"nvidia.com/gpumem-percentage", "10"}},
+       none,
+       "give memory one way"},
+      {{{"nvidia.com/gpu", "0"}, {"nvidia.com/gpumem", "1024"}},
+       none,
+       "is 0 but memory or compute"},
+      {{{"huawei.com/Ascend910B", "1"}, {"huawei.com/npu", "1"}},
+       none,
+       "use one count resource per vendor"},
+      {{{"huawei.com/Ascend910B", "1"}, {"huawei.com/Ascend910C-memory", "1"}},
+       none,
+       "one family per container"},
       {{{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", "4Zi"}}, none, "unknown unit"},
-      {{{"nvidia.com/gpu", "1"}}, {{"accelpool.io/model-include", "H100, A100"}, {"accelpool.io/model-exclude", "a100"}},
+      {{{"nvidia.com/gpu", "1"}},
+       {{"accelpool.io/model-include", "H100, A100"}, {"accelpool.io/model-exclude", "a100"}},
        "device model \"A100\" is both included and excluded"},
-      {{{"nvidia.com/gpu", "1"}}, {{"nvidia.com/use-gpuuuid", "GPU-1"}, {"nvidia.com/nouse-gpuuuid", "GPU-1"}},
+      {{{"nvidia.com/gpu", "1"}},
+       {{"nvidia.com/use-gpuuuid", "GPU-1"}, {"nvidia.com/nouse-gpuuuid", "GPU-1"}},
        "device UUID \"GPU-1\" is both included and excluded"},
-      {{{"nvidia.com/gpu", "1"}}, {{"accelpool.io/numa-bind", "sometimes"}}, "want \"true\" or \"false\""},
-      {{{"nvidia.com/gpu", "1"}}, {{"accelpool.io/policy", 3}}, "metadata.annotations.accelpool.io/policy: want a string"},
+      {{{"nvidia.com/gpu", "1"}},
+       {{"accelpool.io/numa-bind", "sometimes"}},
+       "want \"true\" or \"false\""},
+      {{{"nvidia.com/gpu", "1"}},
+       {{"accelpool.io/policy", 3}},
+       "metadata.annotations.accelpool.io/policy: want a string"},
   };
   for (const Case& c : cases) {
     auto r = ParsePodRequest(PodWithLimits(c.limits, c.annotations));
@@ -136,11 +254,14 @@ TEST(PodRequestTest, ContainerKindsOrderAndVendors) {
       {"spec",
        {{"initContainers",
          {{{"name", "warm"}, {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}},
-          {{"name", "side"}, {"restartPolicy", "Always"}, {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}},
+          {{"name", "side"},
+           {"restartPolicy", "Always"},
+           {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}},
           {{"name", "plain"}}}},
         {"containers",
          {{{"name", "main"},
-           {"resources", {{"limits", {{"nvidia.com/gpu", "1"}, {"huawei.com/Ascend910B", "2"}, {"cpu", "4"}}}}}},
+           {"resources",
+            {{"limits", {{"nvidia.com/gpu", "1"}, {"huawei.com/Ascend910B", "2"}, {"cpu", "4"}}}}}},
           {{"name", "zero"}, {"resources", {{"limits", {{"nvidia.com/gpu", "0"}}}}}}}}}}};
   auto r = ParsePodRequest(pod);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -151,7 +272,8 @@ TEST(PodRequestTest, ContainerKindsOrderAndVendors) {
   EXPECT_EQ(r->request.containers[3].container, "main");
   EXPECT_NE(r->request.containers[2].vendor, r->request.containers[3].vendor);
   EXPECT_TRUE(RequestsAccelerators(pod));
-  json plain = {{"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", {{"cpu", "1"}}}}}}}}}}};
+  json plain = {
+      {"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", {{"cpu", "1"}}}}}}}}}}};
   EXPECT_FALSE(RequestsAccelerators(plain));
   auto none = ParsePodRequest(plain);
   ASSERT_TRUE(none.ok());
@@ -159,12 +281,10 @@ TEST(PodRequestTest, ContainerKindsOrderAndVendors) {
 }
 
 TEST(PodRequestTest, AnnotationsSelectorsPolicyAndVendorScope) {
-  const json ann = {{"nvidia.com/use-gputype", "H100,H200"},
-                    {"nvidia.com/nouse-gpuuuid", "GPU-bad"},
-                    {"nvidia.com/numa-bind", "true"},
-                    {"accelpool.io/uuid-include", "GPU-a, GPU-b"},
-                    {"hami.io/gpu-scheduler-policy", "spread"},
-                    {"accelpool.io/exclusive", "true"}};
+  const json ann = {
+      {"nvidia.com/use-gputype", "H100,H200"},    {"nvidia.com/nouse-gpuuuid", "GPU-bad"},
+      {"nvidia.com/numa-bind", "true"},           {"accelpool.io/uuid-include", "GPU-a, GPU-b"},
+      {"hami.io/gpu-scheduler-policy", "spread"}, {"accelpool.io/exclusive", "true"}};
   json pod = PodWithLimits({{"nvidia.com/gpu", "1"}, {"kunlunxin.com/xpu", "1"}}, ann);
   auto r = ParsePodRequest(pod);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -184,8 +304,8 @@ TEST(PodRequestTest, AnnotationsSelectorsPolicyAndVendorScope) {
   EXPECT_FALSE(kx->numa_bind);
   EXPECT_EQ(kx->id_include, (std::vector<std::string>{"GPU-a", "GPU-b"}));
   EXPECT_EQ(r->policy, "spread");
-  json both = PodWithLimits({{"nvidia.com/gpu", "1"}},
-                            {{"hami.io/gpu-scheduler-policy", "spread"}, {"accelpool.io/policy", "binpack"}});
+  json both = PodWithLimits({{"nvidia.com/gpu", "1"}}, {{"hami.io/gpu-scheduler-policy", "spread"},
+                                                        {"accelpool.io/policy", "binpack"}});
   EXPECT_EQ(ParsePodRequest(both)->policy, "binpack");
 }
 
@@ -195,11 +315,26 @@ TEST(PodRequestTest, JobIdentityForGangLocality) {
     std::string group, source;
   };
   const std::vector<Case> cases = {
-      {json::object(), {{"accelpool.io/pod-group", "g1"}, {"kueue.x-k8s.io/workload", "w"}}, "ns/g1", "accelpool.io/pod-group"},
-      {{{"scheduling.k8s.io/group-name", "vc"}}, json::object(), "ns/vc", "scheduling.k8s.io/group-name"},
-      {{{"pod-group.scheduling.sigs.k8s.io", "pg"}}, json::object(), "ns/pg", "pod-group.scheduling.sigs.k8s.io"},
-      {json::object(), {{"kueue.x-k8s.io/workload", "job-x-1"}}, "ns/job-x-1", "kueue.x-k8s.io/workload"},
-      {{{"jobset.sigs.k8s.io/jobset-name", "js"}}, json::object(), "ns/js", "jobset.sigs.k8s.io/jobset-name"},
+      {json::object(),
+       {{"accelpool.io/pod-group", "g1"}, {"kueue.x-k8s.io/workload", "w"}},
+       "ns/g1",
+       "accelpool.io/pod-group"},
+      {{{"scheduling.k8s.io/group-name", "vc"}},
+       json::object(),
+       "ns/vc",
+       "scheduling.k8s.io/group-name"},
+      {{{"pod-group.scheduling.sigs.k8s.io", "pg"}},
+       json::object(),
+       "ns/pg",
+       "pod-group.scheduling.sigs.k8s.io"},
+      {json::object(),
+       {{"kueue.x-k8s.io/workload", "job-x-1"}},
+       "ns/job-x-1",
+       "kueue.x-k8s.io/workload"},
+      {{{"jobset.sigs.k8s.io/jobset-name", "js"}},
+       json::object(),
+       "ns/js",
+       "jobset.sigs.k8s.io/jobset-name"},
       {{{"kueue.x-k8s.io/workload", "label-only"}}, json::object(), "", ""},
   };
   for (const Case& c : cases) {
@@ -218,8 +353,10 @@ TEST(PodRequestTest, MalformedPods) {
       {json::object(), "spec: required"},
       {{{"spec", {{"containers", json::object()}}}}, "spec.containers: want an array"},
       {{{"spec", {{"containers", {{{"image", "x"}}}}}}}, "spec.containers[0].name: required"},
-      {{{"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", "x"}}}}}}}}}, "resources.limits: want an object"},
-      {{{"metadata", {{"labels", {{"a", 1}}}}}, {"spec", json::object()}}, "metadata.labels.a: want a string"},
+      {{{"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", "x"}}}}}}}}},
+       "resources.limits: want an object"},
+      {{{"metadata", {{"labels", {{"a", 1}}}}}, {"spec", json::object()}},
+       "metadata.labels.a: want a string"},
   };
   for (const auto& [pod, want] : cases) {
     auto r = ParsePodRequest(pod);
@@ -236,10 +373,17 @@ TEST(PodRequestTest, WholeQuantity) {
     int64_t want;
   };
   const std::vector<Case> cases = {
-      {"4", false, true, 4},      {"+4", false, true, 4},        {"0", false, true, 0},
-      {"4Ki", true, true, 4096},  {"2Gi", true, true, 2147483648}, {"3k", true, true, 3000},
-      {"4Ki", false, false, 0},   {"1.0", false, false, 0},      {"-0", false, false, 0},
-      {"99999999999999999999", false, false, 0}, {"9223372036854775807Ki", true, false, 0},
+      {"4", false, true, 4},
+      {"+4", false, true, 4},
+      {"0", false, true, 0},
+      {"4Ki", true, true, 4096},
+      {"2Gi", true, true, 2147483648},
+      {"3k", true, true, 3000},
+      {"4Ki", false, false, 0},
+      {"1.0", false, false, 0},
+      {"-0", false, false, 0},
+      {"99999999999999999999", false, false, 0},
+      {"9223372036854775807Ki", true, false, 0},
       {"e", false, false, 0},
   };
   for (const Case& c : cases) {

@@ -72,9 +72,9 @@ std::vector<ResourceInfo> BuildTable() {
   t.push_back(Ignored("nvidia.com/priority", Vendor::kNvidia));
   // Huawei Ascend: vendor-wide names; per-chip names are matched as a pattern too.
   t.push_back(Count("huawei.com/npu", Vendor::kAscend));
-  for (const char* chip : {"Ascend910", "Ascend910A", "Ascend910B", "Ascend910B2", "Ascend910B3",
-                           "Ascend910B4", "Ascend910B4-1", "Ascend910C", "Ascend310P",
-                           "Ascend310"}) {
+  for (const char* chip :
+       {"Ascend910", "Ascend910A", "Ascend910B", "Ascend910B2", "Ascend910B3", "Ascend910B4",
+        "Ascend910B4-1", "Ascend910C", "Ascend310P", "Ascend310"}) {
     const std::string base = std::string("huawei.com/") + chip;
     t.push_back(Count(base, Vendor::kAscend, base + "-memory", "", base + "-core", chip));
     t.push_back(Memory(base + "-memory", Vendor::kAscend, 1, false, chip));
@@ -100,14 +100,14 @@ std::vector<ResourceInfo> BuildTable() {
   t.push_back(Count("alibabacloud.com/ppu", Vendor::kThead));
   // Cambricon: sMLU memory in 256 MiB units, vcore percent.
   t.push_back(Count("cambricon.com/mlu", Vendor::kCambricon));
-  t.push_back(Count("cambricon.com/vmlu", Vendor::kCambricon, "cambricon.com/mlu.smlu.vmemory",
-                    "", "cambricon.com/mlu.smlu.vcore"));
+  t.push_back(Count("cambricon.com/vmlu", Vendor::kCambricon, "cambricon.com/mlu.smlu.vmemory", "",
+                    "cambricon.com/mlu.smlu.vcore"));
   t.push_back(Memory("cambricon.com/mlu.smlu.vmemory", Vendor::kCambricon, 256));
   t.push_back(Compute("cambricon.com/mlu.smlu.vcore", Vendor::kCambricon, 100));
   // Hygon DCU.
   t.push_back(Count("hygon.com/dcu", Vendor::kHygon));
-  t.push_back(Count("hygon.com/dcunum", Vendor::kHygon, "hygon.com/dcumem", "",
-                    "hygon.com/dcucores"));
+  t.push_back(
+      Count("hygon.com/dcunum", Vendor::kHygon, "hygon.com/dcumem", "", "hygon.com/dcucores"));
   t.push_back(Memory("hygon.com/dcumem", Vendor::kHygon, 1));
   t.push_back(Compute("hygon.com/dcucores", Vendor::kHygon, 100));
   // Iluvatar: vendor-wide names; per-chip names are a pattern.
@@ -115,8 +115,8 @@ std::vector<ResourceInfo> BuildTable() {
   t.push_back(Count("iluvatar.com/gpu", Vendor::kIluvatar));
   for (const char* chip : {"MR-V100", "MR-V50", "BI-V150", "BI-V100"}) {
     const std::string base = std::string("iluvatar.ai/") + chip;
-    t.push_back(Count(base + "-vgpu", Vendor::kIluvatar, base + ".vMem", "", base + ".vCore",
-                      chip));
+    t.push_back(
+        Count(base + "-vgpu", Vendor::kIluvatar, base + ".vMem", "", base + ".vCore", chip));
     t.push_back(Memory(base + ".vMem", Vendor::kIluvatar, 256, false, chip));
     t.push_back(Compute(base + ".vCore", Vendor::kIluvatar, 100, chip));
   }
@@ -149,7 +149,8 @@ bool ValidChip(std::string_view chip) {
 }  // namespace
 
 const std::vector<ResourceInfo>& KnownResources() {
-  static const std::vector<ResourceInfo>* const kTable = new std::vector<ResourceInfo>(BuildTable());
+  static const std::vector<ResourceInfo>* const kTable =
+      new std::vector<ResourceInfo>(BuildTable());
   return *kTable;
 }
 
@@ -181,8 +182,10 @@ std::optional<ResourceInfo> LookupResource(std::string_view name) {
     if (!ValidChip(rest) || rest.size() <= 6) return std::nullopt;
     const std::string chip(rest);
     const std::string base = std::string(kHuawei) + chip;
-    if (role == ResourceRole::kMemory) return Memory(std::string(name), Vendor::kAscend, 1, false, chip);
-    if (role == ResourceRole::kCompute) return Compute(std::string(name), Vendor::kAscend, 100, chip);
+    if (role == ResourceRole::kMemory)
+      return Memory(std::string(name), Vendor::kAscend, 1, false, chip);
+    if (role == ResourceRole::kCompute)
+      return Compute(std::string(name), Vendor::kAscend, 100, chip);
     return Count(base, Vendor::kAscend, base + "-memory", "", base + "-core", chip);
   }
   // iluvatar.ai/<Chip>-vgpu | <Chip>.vMem | <Chip>.vCore.
@@ -205,8 +208,10 @@ std::optional<ResourceInfo> LookupResource(std::string_view name) {
     }
     if (!ValidChip(chip)) return std::nullopt;
     const std::string base = std::string(kIluvatar) + chip;
-    if (role == ResourceRole::kMemory) return Memory(std::string(name), Vendor::kIluvatar, 256, false, chip);
-    if (role == ResourceRole::kCompute) return Compute(std::string(name), Vendor::kIluvatar, 100, chip);
+    if (role == ResourceRole::kMemory)
+      return Memory(std::string(name), Vendor::kIluvatar, 256, false, chip);
+    if (role == ResourceRole::kCompute)
+      return Compute(std::string(name), Vendor::kIluvatar, 100, chip);
     return Count(std::string(name), Vendor::kIluvatar, base + ".vMem", "", base + ".vCore", chip);
   }
   return std::nullopt;
@@ -216,17 +221,28 @@ bool IsAcceleratorResource(std::string_view name) { return LookupResource(name).
 
 std::string_view DefaultCountResource(core::Vendor v) {
   switch (v) {
-    case Vendor::kNvidia: return "nvidia.com/gpu";
-    case Vendor::kAscend: return "huawei.com/npu";
-    case Vendor::kKunlunxin: return "kunlunxin.com/xpu";
-    case Vendor::kMetax: return "metax-tech.com/gpu";
-    case Vendor::kMthreads: return "mthreads.com/vgpu";
-    case Vendor::kThead: return "alibabacloud.com/ppu";
-    case Vendor::kCambricon: return "cambricon.com/vmlu";
-    case Vendor::kHygon: return "hygon.com/dcunum";
-    case Vendor::kIluvatar: return "iluvatar.ai/gpu";
-    case Vendor::kEnflame: return "enflame.com/gcu";
-    case Vendor::kUnknown: break;
+    case Vendor::kNvidia:
+      return "nvidia.com/gpu";
+    case Vendor::kAscend:
+      return "huawei.com/npu";
+    case Vendor::kKunlunxin:
+      return "kunlunxin.com/xpu";
+    case Vendor::kMetax:
+      return "metax-tech.com/gpu";
+    case Vendor::kMthreads:
+      return "mthreads.com/vgpu";
+    case Vendor::kThead:
+      return "alibabacloud.com/ppu";
+    case Vendor::kCambricon:
+      return "cambricon.com/vmlu";
+    case Vendor::kHygon:
+      return "hygon.com/dcunum";
+    case Vendor::kIluvatar:
+      return "iluvatar.ai/gpu";
+    case Vendor::kEnflame:
+      return "enflame.com/gcu";
+    case Vendor::kUnknown:
+      break;
   }
   return "";
 }

@@ -54,7 +54,8 @@ TEST(ResourcesTest, EveryNameHasItsRoleAndUnit) {
       {"iluvatar.ai/BI-V150-vgpu", Vendor::kIluvatar, ResourceRole::kCount, 1, "BI-V150"},
       {"iluvatar.ai/BI-V150.vMem", Vendor::kIluvatar, ResourceRole::kMemory, 256, "BI-V150"},
       {"iluvatar.ai/BI-V150.vCore", Vendor::kIluvatar, ResourceRole::kCompute, 100, "BI-V150"},
-      {"iluvatar.ai/MR-V200-vgpu", Vendor::kIluvatar, ResourceRole::kCount, 1, "MR-V200"},  // pattern
+      {"iluvatar.ai/MR-V200-vgpu", Vendor::kIluvatar, ResourceRole::kCount, 1,
+       "MR-V200"},  // pattern
       {"enflame.com/gcu", Vendor::kEnflame, ResourceRole::kCount, 1, ""},
       {"enflame.com/gcu-memory", Vendor::kEnflame, ResourceRole::kMemory, 1, ""},
       {"enflame.com/gcu-core", Vendor::kEnflame, ResourceRole::kCompute, 100, ""},
@@ -88,10 +89,10 @@ TEST(ResourcesTest, CountNamesPointAtTheirSiblings) {
 }
 
 TEST(ResourcesTest, OtherNamesAreNotOurs) {
-  for (const std::string name : {"cpu", "memory", "example.com/foo", "nvidia.com/gpu2",
-                                 "huawei.com/Ascend910-2c", "huawei.com/npu-core",
-                                 "huawei.com/Ascend", "iluvatar.ai/-vgpu", "iluvatar.ai/x y-vgpu",
-                                 "huawei.com/Ascend910B-memory-core"}) {
+  for (const std::string name :
+       {"cpu", "memory", "example.com/foo", "nvidia.com/gpu2", "huawei.com/Ascend910-2c",
+        "huawei.com/npu-core", "huawei.com/Ascend", "iluvatar.ai/-vgpu", "iluvatar.ai/x y-vgpu",
+        "huawei.com/Ascend910B-memory-core"}) {
     EXPECT_FALSE(LookupResource(name).has_value()) << name;
   }
 }

@@ -41,7 +41,8 @@ std::string_view LogLevelName(LogLevel level);
 class LogField {
  public:
   LogField(std::string_view key, std::string_view value);
-  LogField(std::string_view key, const std::string& value) : LogField(key, std::string_view(value)) {}
+  LogField(std::string_view key, const std::string& value)
+      : LogField(key, std::string_view(value)) {}
   LogField(std::string_view key, const char* value) : LogField(key, std::string_view(value)) {}
   LogField(std::string_view key, int64_t value);
   LogField(std::string_view key, int value) : LogField(key, static_cast<int64_t>(value)) {}
@@ -78,10 +79,18 @@ class Logger {
 
   bool Enabled(LogLevel level) const;
   void Log(LogLevel level, std::string_view msg, LogFields fields = {}) const;
-  void Debug(std::string_view msg, LogFields fields = {}) const { Log(LogLevel::kDebug, msg, fields); }
-  void Info(std::string_view msg, LogFields fields = {}) const { Log(LogLevel::kInfo, msg, fields); }
-  void Warn(std::string_view msg, LogFields fields = {}) const { Log(LogLevel::kWarn, msg, fields); }
-  void Error(std::string_view msg, LogFields fields = {}) const { Log(LogLevel::kError, msg, fields); }
+  void Debug(std::string_view msg, LogFields fields = {}) const {
+    Log(LogLevel::kDebug, msg, fields);
+  }
+  void Info(std::string_view msg, LogFields fields = {}) const {
+    Log(LogLevel::kInfo, msg, fields);
+  }
+  void Warn(std::string_view msg, LogFields fields = {}) const {
+    Log(LogLevel::kWarn, msg, fields);
+  }
+  void Error(std::string_view msg, LogFields fields = {}) const {
+    Log(LogLevel::kError, msg, fields);
+  }
 
   const std::string& component() const { return component_; }
 

@@ -1,9 +1,9 @@
 #include "common/log.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 namespace accelpool {
@@ -46,7 +46,10 @@ TEST(LogTest, LinesAreJsonWithFields) {
   ASSERT_TRUE(root.ok());
   Logger log = root->Child("cache");
   log.Debug("dropped", {{"k", 1}});
-  log.Info("node \"added\"\n", {{"node", "n-1"}, {"devices", 8}, {"ok", true}, {"ratio", 0.5},
+  log.Info("node \"added\"\n", {{"node", "n-1"},
+                                {"devices", 8},
+                                {"ok", true},
+                                {"ratio", 0.5},
                                 {"msg", "ignored reserved key"}});
   ASSERT_EQ(lines.size(), 1u);
   auto j = nlohmann::json::parse(lines[0]);

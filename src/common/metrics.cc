@@ -45,9 +45,8 @@ Histogram::Snapshot Histogram::Read() const {
 }
 
 const std::vector<double>& DefaultLatencyBuckets() {
-  static const std::vector<double> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                               0.05,   0.1,   0.25,   0.5,   1,    2.5,
-                                               5,      10};
+  static const std::vector<double> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                               0.1,    0.25,  0.5,    1,     2.5,  5,     10};
   return kBuckets;
 }
 
@@ -74,9 +73,12 @@ enum class Kind { kCounter, kGauge, kHistogram };
 
 std::string_view KindName(Kind k) {
   switch (k) {
-    case Kind::kCounter: return "counter";
-    case Kind::kGauge: return "gauge";
-    case Kind::kHistogram: return "histogram";
+    case Kind::kCounter:
+      return "counter";
+    case Kind::kGauge:
+      return "gauge";
+    case Kind::kHistogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -85,8 +87,8 @@ bool ValidName(const std::string& n, bool allow_colon) {
   if (n.empty()) return false;
   for (size_t i = 0; i < n.size(); ++i) {
     const char c = n[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                       (allow_colon && c == ':');
+    const bool alpha =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (allow_colon && c == ':');
     const bool digit = c >= '0' && c <= '9';
     if (!(alpha || (i > 0 && digit))) return false;
   }
@@ -148,8 +150,7 @@ MetricsRegistry::~MetricsRegistry() = default;
 
 namespace {
 
-Status CheckNames(const std::string& name, const std::vector<std::string>& labels,
-                  bool histogram) {
+Status CheckNames(const std::string& name, const std::vector<std::string>& labels, bool histogram) {
   if (!ValidName(name, true)) {
     return InvalidArgumentError("metric name \"" + name +
                                 "\" is not a Prometheus name; use [a-zA-Z_:][a-zA-Z0-9_:]*");
@@ -189,8 +190,7 @@ StatusOr<CounterFamily*> MetricsRegistry::AddCounter(const std::string& name,
   return out;
 }
 
-StatusOr<GaugeFamily*> MetricsRegistry::AddGauge(const std::string& name,
-                                                 const std::string& help,
+StatusOr<GaugeFamily*> MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                                  const std::vector<std::string>& label_names) {
   ACCELPOOL_RETURN_IF_ERROR(CheckNames(name, label_names, false));
   std::lock_guard<std::mutex> lock(mu_);
@@ -213,8 +213,8 @@ StatusOr<GaugeFamily*> MetricsRegistry::AddGauge(const std::string& name,
 }
 
 StatusOr<HistogramFamily*> MetricsRegistry::AddHistogram(
-    const std::string& name, const std::string& help,
-    const std::vector<std::string>& label_names, const std::vector<double>& bounds) {
+    const std::string& name, const std::string& help, const std::vector<std::string>& label_names,
+    const std::vector<double>& bounds) {
   ACCELPOOL_RETURN_IF_ERROR(CheckNames(name, label_names, true));
   for (size_t i = 0; i < bounds.size(); ++i) {
     if (std::isnan(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
@@ -234,8 +234,7 @@ StatusOr<HistogramFamily*> MetricsRegistry::AddHistogram(
   auto e = std::make_unique<Entry>();
   e->kind = Kind::kHistogram;
   e->labels = label_names;
-  auto fam =
-      std::unique_ptr<HistogramFamily>(new HistogramFamily(name, help, label_names, bounds));
+  auto fam = std::unique_ptr<HistogramFamily>(new HistogramFamily(name, help, label_names, bounds));
   HistogramFamily* out = fam.get();
   e->family = std::move(fam);
   families_.emplace(name, std::move(e));
@@ -272,8 +271,7 @@ std::string MetricsRegistry::Serialize() const {
           out << name << "_bucket" << LabelText(f.labels_, values, "le", le) << " "
               << s.cumulative[i] << "\n";
         }
-        out << name << "_sum" << LabelText(f.labels_, values) << " " << FormatValue(s.sum)
-            << "\n";
+        out << name << "_sum" << LabelText(f.labels_, values) << " " << FormatValue(s.sum) << "\n";
         out << name << "_count" << LabelText(f.labels_, values) << " " << s.count << "\n";
       }
     }

@@ -100,7 +100,9 @@ class Family {
   friend class MetricsRegistry;
   Family(std::string name, std::string help, std::vector<std::string> label_names,
          std::vector<double> bounds)
-      : name_(std::move(name)), help_(std::move(help)), labels_(std::move(label_names)),
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        labels_(std::move(label_names)),
         bounds_(std::move(bounds)) {}
 
   const std::string name_;
@@ -133,10 +135,10 @@ class MetricsRegistry {
                                       const std::vector<std::string>& label_names = {});
   StatusOr<GaugeFamily*> AddGauge(const std::string& name, const std::string& help,
                                   const std::vector<std::string>& label_names = {});
-  StatusOr<HistogramFamily*> AddHistogram(const std::string& name, const std::string& help,
-                                          const std::vector<std::string>& label_names = {},
-                                          const std::vector<double>& bounds =
-                                              DefaultLatencyBuckets());
+  StatusOr<HistogramFamily*> AddHistogram(
+      const std::string& name, const std::string& help,
+      const std::vector<std::string>& label_names = {},
+      const std::vector<double>& bounds = DefaultLatencyBuckets());
 
   // The exposition text (format 0.0.4) of every registered family.
   std::string Serialize() const;

@@ -37,8 +37,7 @@ StatusOr<Url> ParseBaseUrl(const std::string& s) {
   } else if (s.rfind("http://", 0) == 0) {
     rest = s.substr(7);
   } else {
-    return InvalidArgumentError("server URL \"" + s +
-                                "\" must start with https:// or http://");
+    return InvalidArgumentError("server URL \"" + s + "\" must start with https:// or http://");
   }
   const size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
@@ -113,10 +112,10 @@ web::http::client::http_client& ClientImpl::ClientFor(Ms timeout) {
       // context once; here they cannot occur for the same inputs.
       (void)internal::ConfigureClientContext(ctx.native_handle(), o);
     });
-    const std::string base = std::string(url_.tls ? "https://" : "http://") +
-                             (url_.host.find(':') != std::string::npos ? "[" + url_.host + "]"
-                                                                       : url_.host) +
-                             ":" + std::to_string(url_.port);
+    const std::string base =
+        std::string(url_.tls ? "https://" : "http://") +
+        (url_.host.find(':') != std::string::npos ? "[" + url_.host + "]" : url_.host) + ":" +
+        std::to_string(url_.port);
     slot = std::make_unique<web::http::client::http_client>(web::uri(base), cfg);
   }
   return *slot;
@@ -168,8 +167,8 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
                                const std::function<bool(std::string_view line)>& on_line,
                                std::stop_token stop, Ms idle_timeout) {
   const Ms connect_timeout = request.timeout.value_or(opts_.timeout);
-  auto conn = internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify,
-                                connect_timeout);
+  auto conn =
+      internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, connect_timeout);
   if (!conn.ok()) return conn.status();
   internal::Stream& s = **conn;
   // Wake the blocked read when the caller stops.
@@ -181,7 +180,8 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
     head += "Authorization: Bearer " + opts_.bearer_token + "\r\n";
   }
   for (const auto& [k, v] : request.headers) head += k + ": " + v + "\r\n";
-  if (!request.body.empty()) head += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
+  if (!request.body.empty())
+    head += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
   head += "\r\n";
   if (!s.Write(head + request.body)) {
     return stop.stop_requested() ? Status(StatusCode::kCancelled, "stopped")

@@ -49,8 +49,8 @@ namespace accelpool::http {
 using Headers = std::map<std::string, std::string>;
 
 struct Request {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // decoded path without the query, "/api/v1/pods"
+  std::string method;                        // "GET", "POST", ...
+  std::string path;                          // decoded path without the query, "/api/v1/pods"
   std::map<std::string, std::string> query;  // decoded; a repeated key keeps the last value
   Headers headers;
   std::string body;
@@ -96,7 +96,7 @@ struct ServerOptions {
   std::string host = "0.0.0.0";  // "127.0.0.1" in tests
   uint16_t port = 0;             // 0: an ephemeral port, see HttpServer::port()
   std::optional<TlsOptions> tls;
-  size_t max_body_bytes = 8 << 20;   // larger bodies get 413
+  size_t max_body_bytes = 8 << 20;     // larger bodies get 413
   size_t max_header_bytes = 64 << 10;  // larger headers get 431
   int max_connections = 256;           // more get 503
   // A connection idle this long between requests is closed.
@@ -141,9 +141,9 @@ void ServeMetrics(HttpServer& server, const MetricsRegistry& registry);
 struct ClientOptions {
   // "https://10.0.0.1:6443" or "http://127.0.0.1:8080"; paths are appended.
   std::string base_url;
-  std::string bearer_token;   // sent as "Authorization: Bearer ..." when set
-  std::string ca_file;        // PEM CA bundle; "" uses the system store
-  std::string ca_pem;         // PEM CA bundle given inline (kubeconfig data)
+  std::string bearer_token;                       // sent as "Authorization: Bearer ..." when set
+  std::string ca_file;                            // PEM CA bundle; "" uses the system store
+  std::string ca_pem;                             // PEM CA bundle given inline (kubeconfig data)
   std::string client_cert_file, client_key_file;  // PEM client certificate
   std::string client_cert_pem, client_key_pem;    // inline alternatives
   bool insecure_skip_verify = false;

@@ -1,11 +1,11 @@
 #include "http/http.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/metrics.h"
@@ -73,23 +73,25 @@ class HttpTest : public ::testing::Test {
     o.max_body_bytes = 1024;
     server_ = NewHttpServer(o);
     server_->Handle("GET", "/echo", [](const Request& r) {
-      nlohmann::json j = {{"method", r.method}, {"path", r.path}, {"q", r.Query("q")},
-                          {"auth", r.Header("authorization")}, {"x", r.Header("x-test")}};
+      nlohmann::json j = {{"method", r.method},
+                          {"path", r.path},
+                          {"q", r.Query("q")},
+                          {"auth", r.Header("authorization")},
+                          {"x", r.Header("x-test")}};
       return Response::Json(200, j.dump());
     });
     for (const char* m : {"POST", "PUT", "PATCH", "DELETE"}) {
       server_->Handle(m, "/echo", [](const Request& r) {
-        nlohmann::json j = {{"method", r.method}, {"body", r.body},
-                            {"ct", r.Header("content-type")}};
+        nlohmann::json j = {
+            {"method", r.method}, {"body", r.body}, {"ct", r.Header("content-type")}};
         return Response::Json(201, j.dump());
       });
     }
     server_->HandlePrefix("GET", "/api/", [](const Request& r) {
       return Response::Json(200, "{\"prefix\":\"" + r.path + "\"}");
     });
-    server_->Handle("GET", "/throw", [](const Request&) -> Response {
-      throw std::runtime_error("boom");
-    });
+    server_->Handle("GET", "/throw",
+                    [](const Request&) -> Response { throw std::runtime_error("boom"); });
     server_->Handle("POST", "/json", [](const Request& r) {
       auto j = nlohmann::json::parse(r.body);  // throws on bad input
       return Response::Json(200, j.dump());
@@ -217,8 +219,8 @@ TEST_F(HttpTest, StreamStopsOnCallbackFalseAndOnStopToken) {
   ClientRequest req;
   req.path = "/forever";
   int seen = 0;
-  Status st = client_->StreamLines(req, nullptr, [&](std::string_view) { return ++seen < 3; }, {},
-                                   5s);
+  Status st = client_->StreamLines(
+      req, nullptr, [&](std::string_view) { return ++seen < 3; }, {}, 5s);
   EXPECT_TRUE(st.ok());
   EXPECT_EQ(seen, 3);
 
@@ -228,8 +230,13 @@ TEST_F(HttpTest, StreamStopsOnCallbackFalseAndOnStopToken) {
     while (ticks.load() < 2) std::this_thread::sleep_for(5ms);
     stop.request_stop();
   });
-  st = client_->StreamLines(req, nullptr, [&](std::string_view) { ++ticks; return true; },
-                            stop.get_token(), 5s);
+  st = client_->StreamLines(
+      req, nullptr,
+      [&](std::string_view) {
+        ++ticks;
+        return true;
+      },
+      stop.get_token(), 5s);
   stopper.join();
   EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
 }
@@ -238,7 +245,8 @@ TEST_F(HttpTest, StopEndsOpenStreams) {
   ClientRequest req;
   req.path = "/forever";
   auto fut = std::async(std::launch::async, [&] {
-    return client_->StreamLines(req, nullptr, [](std::string_view) { return true; }, {}, 5s);
+    return client_->StreamLines(
+        req, nullptr, [](std::string_view) { return true; }, {}, 5s);
   });
   std::this_thread::sleep_for(100ms);
   server_->Stop();
@@ -265,7 +273,9 @@ TEST(HttpClientTest, BadUrlsAndRefusedConnections) {
   req.path = "/";
   req.timeout = 2s;
   EXPECT_EQ(c->Send(req).status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(c->StreamLines(req, nullptr, [](std::string_view) { return true; }, {}, 1s).code(),
+  EXPECT_EQ(c->StreamLines(
+                 req, nullptr, [](std::string_view) { return true; }, {}, 1s)
+                .code(),
             StatusCode::kUnavailable);
 }
 
@@ -299,12 +309,18 @@ TEST(HttpServerTest, MetricsCountRequestsByRoute) {
   auto page = c->Send(req);
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->headers["content-type"], kMetricsContentType);
-  EXPECT_NE(page->body.find("accelpool_http_requests_total{method=\"GET\",route=\"/api/\",code=\"200\"} 2"),
-            std::string::npos) << page->body;
-  EXPECT_NE(page->body.find("accelpool_http_requests_total{method=\"GET\",route=\"unmatched\",code=\"404\"} 1"),
-            std::string::npos) << page->body;
-  EXPECT_NE(page->body.find("accelpool_http_request_duration_seconds_count{method=\"GET\",route=\"/api/\"} 2"),
-            std::string::npos) << page->body;
+  EXPECT_NE(page->body.find(
+                "accelpool_http_requests_total{method=\"GET\",route=\"/api/\",code=\"200\"} 2"),
+            std::string::npos)
+      << page->body;
+  EXPECT_NE(page->body.find(
+                "accelpool_http_requests_total{method=\"GET\",route=\"unmatched\",code=\"404\"} 1"),
+            std::string::npos)
+      << page->body;
+  EXPECT_NE(page->body.find(
+                "accelpool_http_request_duration_seconds_count{method=\"GET\",route=\"/api/\"} 2"),
+            std::string::npos)
+      << page->body;
 }
 
 class TlsTest : public ::testing::Test {
@@ -356,8 +372,8 @@ TEST_F(TlsTest, ServerCertVerifiedByCa) {
     auto resp = (*client)->Send(req);
     EXPECT_EQ(resp.ok(), c.want_ok) << c.name << ": " << resp.status().ToString();
     int streamed = 0;
-    Status st = (*client)->StreamLines(req, nullptr, [&](std::string_view) { return ++streamed; },
-                                       {}, 2s);
+    Status st = (*client)->StreamLines(
+        req, nullptr, [&](std::string_view) { return ++streamed; }, {}, 2s);
     EXPECT_EQ(st.ok(), c.want_ok) << c.name << ": " << st.ToString();
   }
 }

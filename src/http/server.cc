@@ -17,9 +17,8 @@
 #include <cstring>
 #include <list>
 #include <mutex>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/metrics.h"
 #include "http/http.h"
@@ -108,9 +107,9 @@ class ServerImpl final : public HttpServer {
   std::thread acceptor_;
 
   std::mutex tls_mu_;
-  SslCtxPtr tls_;             // guarded by tls_mu_
-  int64_t cert_mtime_ = -1;   // guarded by tls_mu_
-  int64_t key_mtime_ = -1;    // guarded by tls_mu_
+  SslCtxPtr tls_;                                     // guarded by tls_mu_
+  int64_t cert_mtime_ = -1;                           // guarded by tls_mu_
+  int64_t key_mtime_ = -1;                            // guarded by tls_mu_
   std::chrono::steady_clock::time_point last_check_;  // guarded by tls_mu_
 
   std::mutex conns_mu_;
@@ -255,8 +254,9 @@ void ServerImpl::AcceptLoop() {
     std::string peer = std::string(host) + ":" + serv;
     std::lock_guard<std::mutex> lock(conns_mu_);
     if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
-      const std::string busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                               "Connection: close\r\n\r\n";
+      const std::string busy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+          "Connection: close\r\n\r\n";
       if (!opts_.tls) (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
       ::close(fd);
       continue;
@@ -289,9 +289,9 @@ Response ServerImpl::Dispatch(const Request& req, std::string& route_name) const
   const Route* route = exact != nullptr ? exact : best_prefix;
   route_name = route != nullptr ? route->path : "unmatched";
   if (route == nullptr) {
-    return path_known ? Response::Error(405, "method " + req.method + " is not allowed on " +
-                                                 req.path)
-                      : Response::Error(404, "no handler for " + req.path);
+    return path_known
+               ? Response::Error(405, "method " + req.method + " is not allowed on " + req.path)
+               : Response::Error(404, "no handler for " + req.path);
   }
   try {
     return route->handler(req);

@@ -38,8 +38,7 @@ class Stream {
 // Takes ownership of `fd`.
 std::unique_ptr<Stream> PlainStream(int fd);
 // Server side TLS handshake on `fd` (owned). Null when the handshake fails.
-std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx,
-                                  std::chrono::milliseconds timeout);
+std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx, std::chrono::milliseconds timeout);
 
 // Connects to host:port within `timeout`; with `tls` set does the client
 // handshake with SNI and host-name verification (unless insecure).

@@ -23,7 +23,9 @@ std::string SslError(std::string_view what) {
   return out;
 }
 
-SslCtxPtr WrapCtx(SSL_CTX* c) { return SslCtxPtr(c, [](SSL_CTX* p) { SSL_CTX_free(p); }); }
+SslCtxPtr WrapCtx(SSL_CTX* c) {
+  return SslCtxPtr(c, [](SSL_CTX* p) { SSL_CTX_free(p); });
+}
 
 // Loads PEM certificates from memory into the context's trust store.
 Status AddCaPem(SSL_CTX* ctx, const std::string& pem) {
@@ -111,11 +113,10 @@ Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
   if (o.ca_file.empty() && o.ca_pem.empty()) SSL_CTX_set_default_verify_paths(ctx.get());
   if (!o.client_cert_file.empty() || !o.client_key_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(ctx.get(), o.client_cert_file.c_str()) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx.get(), o.client_key_file.c_str(), SSL_FILETYPE_PEM) !=
-            1 ||
+        SSL_CTX_use_PrivateKey_file(ctx.get(), o.client_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx.get()) != 1) {
-      return InvalidArgumentError(SslError("cannot load client certificate " +
-                                           o.client_cert_file + " / key " + o.client_key_file) +
+      return InvalidArgumentError(SslError("cannot load client certificate " + o.client_cert_file +
+                                           " / key " + o.client_key_file) +
                                   "; pass a matching PEM certificate and key");
     }
   }

@@ -50,7 +50,8 @@ Status StatusFromHttp(int http_status, const std::string& body, const std::strin
   std::string message, reason;
   json j = json::parse(body, nullptr, false);
   if (j.is_object()) {
-    if (j.contains("message") && j["message"].is_string()) message = j["message"].get<std::string>();
+    if (j.contains("message") && j["message"].is_string())
+      message = j["message"].get<std::string>();
     if (j.contains("reason") && j["reason"].is_string()) reason = j["reason"].get<std::string>();
   }
   if (message.empty()) message = body.substr(0, 200);
@@ -58,16 +59,24 @@ Status StatusFromHttp(int http_status, const std::string& body, const std::strin
                         (reason.empty() ? "" : " " + reason) + ": " + message;
   switch (http_status) {
     case 400:
-    case 422: return InvalidArgumentError(m);
-    case 401: return Status(StatusCode::kUnauthenticated, m + "; check the token or client certificate");
-    case 403: return Status(StatusCode::kPermissionDenied, m + "; check the RBAC rules of this service account");
-    case 404: return NotFoundError(m);
+    case 422:
+      return InvalidArgumentError(m);
+    case 401:
+      return Status(StatusCode::kUnauthenticated, m + "; check the token or client certificate");
+    case 403:
+      return Status(StatusCode::kPermissionDenied,
+                    m + "; check the RBAC rules of this service account");
+    case 404:
+      return NotFoundError(m);
     case 409:
       if (reason == "AlreadyExists") return AlreadyExistsError(m);
       return AbortedError(m + "; re-read the object and retry");
-    case 410: return OutOfRangeError(m + "; relist");
-    case 429: return UnavailableError(m + "; the apiserver is throttling, retry later");
-    default: break;
+    case 410:
+      return OutOfRangeError(m + "; relist");
+    case 429:
+      return UnavailableError(m + "; the apiserver is throttling, retry later");
+    default:
+      break;
   }
   if (http_status >= 500) return UnavailableError(m);
   return Status(StatusCode::kUnknown, m);
@@ -178,7 +187,8 @@ class ClientImpl final : public KubeClient {
                       const std::string& content_type, const std::string& what) {
     auto resp = Send(method, path, body, content_type);
     if (!resp.ok()) return resp.status().WithPrefix(what);
-    if (resp->status < 200 || resp->status >= 300) return StatusFromHttp(resp->status, resp->body, what);
+    if (resp->status < 200 || resp->status >= 300)
+      return StatusFromHttp(resp->status, resp->body, what);
     json j = json::parse(resp->body, nullptr, false);
     if (j.is_discarded()) {
       if (resp->body.empty()) return json::object();
@@ -227,13 +237,12 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
   if (!bucket_.Acquire(stop)) return Status(StatusCode::kCancelled, what + ": stopped");
   http::ClientRequest req;
   req.method = "GET";
-  req.path = r.Path(ns) +
-             Query({{"watch", "true"},
-                    {"allowWatchBookmarks", options.allow_bookmarks ? "true" : ""},
-                    {"resourceVersion", options.resource_version},
-                    {"timeoutSeconds", std::to_string(options.server_timeout.count())},
-                    {"labelSelector", options.label_selector},
-                    {"fieldSelector", options.field_selector}});
+  req.path = r.Path(ns) + Query({{"watch", "true"},
+                                 {"allowWatchBookmarks", options.allow_bookmarks ? "true" : ""},
+                                 {"resourceVersion", options.resource_version},
+                                 {"timeoutSeconds", std::to_string(options.server_timeout.count())},
+                                 {"labelSelector", options.label_selector},
+                                 {"fieldSelector", options.field_selector}});
   req.headers = AuthHeaders();
   req.timeout = config_.timeout;
   int status = 0;
@@ -284,19 +293,22 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
 }
 
 StatusOr<json> ClientImpl::Patch(const Resource& r, const std::string& ns, const std::string& name,
-                                 PatchType type, const json& patch, const std::string& subresource) {
-  const char* ct = type == PatchType::kMerge   ? "application/merge-patch+json"
-                   : type == PatchType::kJson  ? "application/json-patch+json"
-                                               : "application/strategic-merge-patch+json";
+                                 PatchType type, const json& patch,
+                                 const std::string& subresource) {
+  const char* ct = type == PatchType::kMerge  ? "application/merge-patch+json"
+                   : type == PatchType::kJson ? "application/json-patch+json"
+                                              : "application/strategic-merge-patch+json";
   const std::string what = "patch " + r.plural + " " + Key(ns, name);
   auto resp = Send("PATCH", r.Path(ns, name, subresource), Dump(patch), ct);
   if (!resp.ok()) return resp.status().WithPrefix(what);
   if (resp->status == 422 && type == PatchType::kJson &&
       resp->body.find("test") != std::string::npos) {
     // A failed "test" operation is a precondition failure, like a 409.
-    return AbortedError(what + ": a JSON-patch test failed (the object changed); re-read and retry");
+    return AbortedError(what +
+                        ": a JSON-patch test failed (the object changed); re-read and retry");
   }
-  if (resp->status < 200 || resp->status >= 300) return StatusFromHttp(resp->status, resp->body, what);
+  if (resp->status < 200 || resp->status >= 300)
+    return StatusFromHttp(resp->status, resp->body, what);
   json j = json::parse(resp->body, nullptr, false);
   if (j.is_discarded()) return InternalError(what + ": the apiserver answered with invalid JSON");
   return j;

@@ -16,7 +16,8 @@ using namespace std::chrono_literals;
 
 json Pod(const std::string& name, const std::string& node = "",
          const json& labels = json::object()) {
-  json p = {{"apiVersion", "v1"}, {"kind", "Pod"},
+  json p = {{"apiVersion", "v1"},
+            {"kind", "Pod"},
             {"metadata", {{"name", name}, {"namespace", "ml"}, {"labels", labels}}},
             {"spec", {{"containers", json::array()}}}};
   if (!node.empty()) p["spec"]["nodeName"] = node;
@@ -104,12 +105,12 @@ TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {
     StatusCode want;
   };
   for (const Case& c : std::vector<Case>{{500, StatusCode::kUnavailable},
-                                        {503, StatusCode::kUnavailable},
-                                        {429, StatusCode::kUnavailable},
-                                        {403, StatusCode::kPermissionDenied},
-                                        {401, StatusCode::kUnauthenticated},
-                                        {410, StatusCode::kOutOfRange},
-                                        {422, StatusCode::kInvalidArgument}}) {
+                                         {503, StatusCode::kUnavailable},
+                                         {429, StatusCode::kUnavailable},
+                                         {403, StatusCode::kPermissionDenied},
+                                         {401, StatusCode::kUnauthenticated},
+                                         {410, StatusCode::kOutOfRange},
+                                         {422, StatusCode::kInvalidArgument}}) {
     api_.FailNext(1, c.http);
     EXPECT_EQ(client_->Get(Pods(), "ml", "x").status().code(), c.want) << c.http;
   }
@@ -120,8 +121,9 @@ TEST_F(KubeClientTest, PatchesWithPreconditions) {
   const std::string rv = pod["metadata"]["resourceVersion"];
 
   // JSON patch guarded by a test op on resourceVersion.
-  json jp = json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", rv}},
-                         {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{"a", "1"}}}}});
+  json jp =
+      json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", rv}},
+                   {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{"a", "1"}}}}});
   auto ok = client_->Patch(Pods(), "ml", "p", PatchType::kJson, jp);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ((*ok)["metadata"]["annotations"]["a"], "1");
@@ -140,7 +142,8 @@ TEST_F(KubeClientTest, PatchesWithPreconditions) {
 
 TEST_F(KubeClientTest, BindingEventsAndLeases) {
   json pod = api_.Put("/api/v1/namespaces/ml/pods", Pod("p"));
-  EXPECT_EQ(CreatePodBinding(*client_, "ml", "p", "node-a", "wrong-uid").code(), StatusCode::kAborted);
+  EXPECT_EQ(CreatePodBinding(*client_, "ml", "p", "node-a", "wrong-uid").code(),
+            StatusCode::kAborted);
   ASSERT_TRUE(CreatePodBinding(*client_, "ml", "p", "node-a", pod["metadata"]["uid"]).ok());
   EXPECT_EQ((*api_.Object("/api/v1/namespaces/ml/pods", "p"))["spec"]["nodeName"], "node-a");
   EXPECT_EQ(CreatePodBinding(*client_, "ml", "p", "node-b", "").code(), StatusCode::kAborted);
@@ -205,14 +208,15 @@ TEST_F(KubeClientTest, WatchDeliversEventsBookmarksAndExpiry) {
   wo.resource_version = first["metadata"]["resourceVersion"];
   Status result;
   std::thread watcher([&] {
-    result = client_->Watch(Pods(), "ml", wo,
-                            [&](const WatchEvent& ev) {
-                              std::lock_guard<std::mutex> lock(mu);
-                              const char* names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"};
-                              seen.push_back(std::string(names[static_cast<int>(ev.type)]) + ":" +
-                                             ev.object["metadata"].value("name", std::string("")));
-                            },
-                            stop.get_token());
+    result = client_->Watch(
+        Pods(), "ml", wo,
+        [&](const WatchEvent& ev) {
+          std::lock_guard<std::mutex> lock(mu);
+          const char* names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"};
+          seen.push_back(std::string(names[static_cast<int>(ev.type)]) + ":" +
+                         ev.object["metadata"].value("name", std::string("")));
+        },
+        stop.get_token());
   });
   while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
   api_.Put("/api/v1/namespaces/ml/pods", Pod("p1"));

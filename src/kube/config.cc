@@ -3,9 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kube/yaml_subset.h"
 
@@ -133,7 +132,8 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
   const size_t first = text->find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (*text)[first] == '{') {
     root = json::parse(*text, nullptr, false);
-    if (root.is_discarded()) return InvalidArgumentError("kubeconfig " + path + " is not valid JSON");
+    if (root.is_discarded())
+      return InvalidArgumentError("kubeconfig " + path + " is not valid JSON");
   } else {
     auto y = ParseYamlSubset(*text);
     if (!y.ok()) return y.status().WithPrefix("kubeconfig " + path);
@@ -213,12 +213,13 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
       if (!pem.ok()) return pem.status().WithPrefix(uw + ": client-key-data");
       c.client_key_pem = *pem;
     }
-    const bool has_creds = !c.token.empty() || !c.client_cert_file.empty() ||
-                           !c.client_cert_pem.empty();
+    const bool has_creds =
+        !c.token.empty() || !c.client_cert_file.empty() || !c.client_cert_pem.empty();
     if (!has_creds && (user->contains("exec") || user->contains("auth-provider"))) {
-      return UnimplementedError(uw + " uses an exec or auth-provider plugin, which accelpool "
-                                     "does not run; use a service-account token or a client "
-                                     "certificate");
+      return UnimplementedError(uw +
+                                " uses an exec or auth-provider plugin, which accelpool "
+                                "does not run; use a service-account token or a client "
+                                "certificate");
     }
   }
   return c;

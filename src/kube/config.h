@@ -23,8 +23,8 @@
 namespace accelpool::kube {
 
 struct KubeConfig {
-  std::string server;  // "https://10.96.0.1:443"
-  std::string token;   // bearer token, "" when none
+  std::string server;      // "https://10.96.0.1:443"
+  std::string token;       // bearer token, "" when none
   std::string token_file;  // re-read on 401 when set (rotated service-account tokens)
   std::string ca_file;     // PEM CA bundle
   std::string ca_pem;      // inline PEM CA bundle (certificate-authority-data, decoded)
@@ -45,9 +45,9 @@ EnvLookup ProcessEnv();
 // kFailedPrecondition when not running in a pod (variables unset, with a hint
 // to pass --kubeconfig), kInvalidArgument when the token file is unreadable.
 // `sa_dir` defaults to the standard service-account folder.
-StatusOr<KubeConfig> LoadInCluster(const EnvLookup& env,
-                                   std::string_view sa_dir =
-                                       "/var/run/secrets/kubernetes.io/serviceaccount");
+StatusOr<KubeConfig> LoadInCluster(
+    const EnvLookup& env,
+    std::string_view sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 
 // kInvalidArgument naming the file and the field when the file cannot be read
 // or parsed, has no current-context, or the context names a missing cluster

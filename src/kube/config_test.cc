@@ -66,24 +66,24 @@ TEST_F(ConfigTest, Base64) {
 TEST_F(ConfigTest, InCluster) {
   ASSERT_TRUE(ht::WriteFile(dir_ + "/token", "tok-123\n"));
   ASSERT_TRUE(ht::WriteFile(dir_ + "/ca.crt", "pem"));
-  auto c = LoadInCluster(Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
-                              {"KUBERNETES_SERVICE_PORT", "443"}}), dir_);
+  auto c = LoadInCluster(
+      Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}}), dir_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->server, "https://10.96.0.1:443");
   EXPECT_EQ(c->token, "tok-123");
   EXPECT_EQ(c->ca_file, dir_ + "/ca.crt");
   EXPECT_EQ(c->token_file, dir_ + "/token");
 
-  auto v6 = LoadInCluster(Env({{"KUBERNETES_SERVICE_HOST", "fd00::1"},
-                               {"KUBERNETES_SERVICE_PORT", "6443"}}), dir_);
+  auto v6 = LoadInCluster(
+      Env({{"KUBERNETES_SERVICE_HOST", "fd00::1"}, {"KUBERNETES_SERVICE_PORT", "6443"}}), dir_);
   ASSERT_TRUE(v6.ok());
   EXPECT_EQ(v6->server, "https://[fd00::1]:6443");
 
   auto outside = LoadInCluster(Env({}), dir_);
   EXPECT_EQ(outside.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(outside.status().message().find("--kubeconfig"), std::string::npos);
-  auto no_token = LoadInCluster(Env({{"KUBERNETES_SERVICE_HOST", "h"}, {"KUBERNETES_SERVICE_PORT", "1"}}),
-                                dir_ + "/missing");
+  auto no_token = LoadInCluster(
+      Env({{"KUBERNETES_SERVICE_HOST", "h"}, {"KUBERNETES_SERVICE_PORT", "1"}}), dir_ + "/missing");
   EXPECT_EQ(no_token.status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -95,7 +95,8 @@ clusters:
 - name: one
   cluster:
     server: https://one:6443
-    certificate-authority-data: )" + B64("CA-PEM") + R"(
+    certificate-authority-data: )" +
+                           B64("CA-PEM") + R"(
 - name: two
   cluster:
     server: https://two:6443
@@ -115,8 +116,10 @@ contexts:
 users:
 - name: cert-user
   user:
-    client-certificate-data: )" + B64("CERT") + R"(
-    client-key-data: )" + B64("KEY") + R"(
+    client-certificate-data: )" +
+                           B64("CERT") + R"(
+    client-key-data: )" + B64("KEY") +
+                           R"(
 - name: file-user
   user:
     client-certificate: certs/client.crt
@@ -171,11 +174,13 @@ TEST_F(ConfigTest, KubeconfigErrors) {
        "    exec:\n      command: x\n",
        "exec or auth-provider"},
       {"bad base64",
-       "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\nclusters:\n- name: c\n"
+       "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\nclusters:\n- name: "
+       "c\n"
        "  cluster:\n    server: https://h\n    certificate-authority-data: '@@@'\n",
        "certificate-authority-data"},
       {"json", R"({"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}],
-        "clusters": [{"name": "c", "cluster": {}}]})", "has no server"},
+        "clusters": [{"name": "c", "cluster": {}}]})",
+       "has no server"},
   };
   for (const Case& c : cases) {
     const std::string path = dir_ + "/cfg";
@@ -205,16 +210,17 @@ TEST_F(ConfigTest, KubeconfigDrivesATlsClient) {
   so.tls = tls;
   auto server = http::NewHttpServer(so);
   server->Handle("GET", "/api/v1/nodes/n1", [](const http::Request& r) {
-    return http::Response::Json(
-        200, R"({"kind":"Node","metadata":{"name":"n1","annotations":{"who":")" +
-                 r.client_cert_subject + R"("}}})");
+    return http::Response::Json(200,
+                                R"({"kind":"Node","metadata":{"name":"n1","annotations":{"who":")" +
+                                    r.client_cert_subject + R"("}}})");
   });
   ASSERT_TRUE(server->Start().ok());
-  const std::string yaml = "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n"
-                           "    user: u\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:" +
-                           std::to_string(server->port()) + "\n    certificate-authority-data: " +
-                           B64(ca.ca_pem()) + "\nusers:\n- name: u\n  user:\n    client-certificate-data: " +
-                           B64(client_cert.cert_pem) + "\n    client-key-data: " + B64(client_cert.key_pem) + "\n";
+  const std::string yaml =
+      "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n"
+      "    user: u\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:" +
+      std::to_string(server->port()) + "\n    certificate-authority-data: " + B64(ca.ca_pem()) +
+      "\nusers:\n- name: u\n  user:\n    client-certificate-data: " + B64(client_cert.cert_pem) +
+      "\n    client-key-data: " + B64(client_cert.key_pem) + "\n";
   ASSERT_TRUE(ht::WriteFile(dir_ + "/kc", yaml));
   auto cfg = LoadKubeconfig(dir_ + "/kc");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();

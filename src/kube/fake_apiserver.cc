@@ -7,9 +7,9 @@
 
 namespace accelpool::kube {
 
-using nlohmann::json;
 using http::Request;
 using http::Response;
+using nlohmann::json;
 
 namespace {
 
@@ -60,13 +60,14 @@ std::string MetaStr(const json& o, const char* k) {
 }
 
 Response StatusResponse(int code, const std::string& reason, const std::string& message) {
-  json s = {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-            {"message", message}, {"reason", reason}, {"code", code}};
+  json s = {{"kind", "Status"},   {"apiVersion", "v1"}, {"status", "Failure"},
+            {"message", message}, {"reason", reason},   {"code", code}};
   return Response::Json(code, s.dump());
 }
 
 // Selector terms: "k=v", "k==v", "k!=v", "k" (exists), "!k".
-bool MatchSelector(const std::string& sel, const std::function<std::optional<std::string>(const std::string&)>& get) {
+bool MatchSelector(const std::string& sel,
+                   const std::function<std::optional<std::string>(const std::string&)>& get) {
   size_t start = 0;
   while (start < sel.size()) {
     size_t end = sel.find(',', start);
@@ -130,15 +131,15 @@ struct FakeApiServer::Impl {
   std::unique_ptr<http::HttpServer> server;
   mutable std::mutex mu;
   std::condition_variable cv;
-  int64_t rv = 100;                                           // guarded by mu
-  int64_t compacted = 0;                                      // guarded by mu
-  int64_t drop_gen = 0, bookmark_gen = 0;                     // guarded by mu
-  bool stopping = false;                                      // guarded by mu
+  int64_t rv = 100;                                          // guarded by mu
+  int64_t compacted = 0;                                     // guarded by mu
+  int64_t drop_gen = 0, bookmark_gen = 0;                    // guarded by mu
+  bool stopping = false;                                     // guarded by mu
   std::map<std::string, std::map<std::string, json>> store;  // kind_key -> key -> obj
-  std::vector<Event> events;                                  // guarded by mu
-  int fail_n = 0, fail_status = 0;                            // guarded by mu
-  std::vector<std::string> requests;                          // guarded by mu
-  int64_t uid_seq = 0;                                        // guarded by mu
+  std::vector<Event> events;                                 // guarded by mu
+  int fail_n = 0, fail_status = 0;                           // guarded by mu
+  std::vector<std::string> requests;                         // guarded by mu
+  int64_t uid_seq = 0;                                       // guarded by mu
   std::atomic<int64_t> open_watches{0};
 
   // REQUIRES: mu held.
@@ -179,8 +180,9 @@ Response FakeApiServer::Impl::List(const Target& t, const Request& req) {
   for (size_t i = offset; i < all.size() && items.size() < limit; ++i) items.push_back(all[i]);
   json meta = {{"resourceVersion", std::to_string(rv)}};
   if (offset + items.size() < all.size()) meta["continue"] = std::to_string(offset + items.size());
-  return Response::Json(200, json{{"kind", "List"}, {"apiVersion", "v1"}, {"metadata", meta},
-                                  {"items", items}}.dump());
+  return Response::Json(
+      200,
+      json{{"kind", "List"}, {"apiVersion", "v1"}, {"metadata", meta}, {"items", items}}.dump());
 }
 
 Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
@@ -188,15 +190,17 @@ Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
   r.headers["content-type"] = "application/json";
   const std::string from_s = req.Query("resourceVersion");
   const bool bookmarks = req.Query("allowWatchBookmarks") == "true";
-  const int64_t timeout_s = req.Query("timeoutSeconds").empty() ? 300 : std::stoll(req.Query("timeoutSeconds"));
+  const int64_t timeout_s =
+      req.Query("timeoutSeconds").empty() ? 300 : std::stoll(req.Query("timeoutSeconds"));
   r.stream = [this, t, req, from_s, bookmarks, timeout_s](const http::ChunkWriter& write) {
     ++open_watches;
     std::unique_lock<std::mutex> lock(mu);
     int64_t from = from_s.empty() || from_s == "0" ? rv : std::stoll(from_s);
     if (from < compacted) {
       lock.unlock();
-      json s = {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-                {"message", "too old resource version"}, {"reason", "Expired"}, {"code", 410}};
+      json s = {{"kind", "Status"},    {"apiVersion", "v1"},
+                {"status", "Failure"}, {"message", "too old resource version"},
+                {"reason", "Expired"}, {"code", 410}};
       write(json{{"type", "ERROR"}, {"object", s}}.dump() + "\n");
       --open_watches;
       return;
@@ -217,9 +221,12 @@ Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
       }
       if (bookmarks && bookmark_gen != my_bookmark) {
         my_bookmark = bookmark_gen;
-        out.push_back(json{{"type", "BOOKMARK"},
-                           {"object", {{"kind", "Pod"}, {"metadata", {{"resourceVersion", std::to_string(rv)}}}}}}
-                          .dump() + "\n");
+        out.push_back(
+            json{{"type", "BOOKMARK"},
+                 {"object",
+                  {{"kind", "Pod"}, {"metadata", {{"resourceVersion", std::to_string(rv)}}}}}}
+                .dump() +
+            "\n");
       }
       if (!out.empty()) {
         lock.unlock();
@@ -248,20 +255,24 @@ Response FakeApiServer::Impl::Mutate(const Target& t, const Request& req) {
   const std::string key = Key(t.ns, t.name);
   if (req.method == "POST" && t.sub == "binding") {
     auto it = objects.find(key);
-    if (it == objects.end()) return StatusResponse(404, "NotFound", "pods \"" + t.name + "\" not found");
+    if (it == objects.end())
+      return StatusResponse(404, "NotFound", "pods \"" + t.name + "\" not found");
     json b = json::parse(req.body);
     const std::string uid = MetaStr(b, "uid");
     if (!uid.empty() && uid != MetaStr(it->second, "uid")) {
       return StatusResponse(409, "Conflict", "Precondition failed: UID in precondition: " + uid);
     }
     json pod = it->second;
-    if (pod.contains("spec") && pod["spec"].contains("nodeName") && !pod["spec"]["nodeName"].get<std::string>().empty()) {
-      return StatusResponse(409, "Conflict", "pod " + t.name + " is already assigned to node " +
-                                                 pod["spec"]["nodeName"].get<std::string>());
+    if (pod.contains("spec") && pod["spec"].contains("nodeName") &&
+        !pod["spec"]["nodeName"].get<std::string>().empty()) {
+      return StatusResponse(409, "Conflict",
+                            "pod " + t.name + " is already assigned to node " +
+                                pod["spec"]["nodeName"].get<std::string>());
     }
     pod["spec"]["nodeName"] = b["target"]["name"];
     Store(t, pod, "MODIFIED");
-    return Response::Json(201, json{{"kind", "Status"}, {"status", "Success"}, {"code", 201}}.dump());
+    return Response::Json(201,
+                          json{{"kind", "Status"}, {"status", "Success"}, {"code", 201}}.dump());
   }
   if (req.method == "POST") {
     json obj = json::parse(req.body);
@@ -294,7 +305,9 @@ Response FakeApiServer::Impl::Mutate(const Target& t, const Request& req) {
     json obj = json::parse(req.body);
     const std::string want = MetaStr(obj, "resourceVersion");
     if (!want.empty() && want != current_rv) {
-      return StatusResponse(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again");
+      return StatusResponse(409, "Conflict",
+                            "the object has been modified; please apply your changes to the latest "
+                            "version and try again");
     }
     obj["metadata"]["uid"] = MetaStr(it->second, "uid");
     return Response::Json(200, Store(t, obj, "MODIFIED").dump());
@@ -307,16 +320,19 @@ Response FakeApiServer::Impl::Mutate(const Target& t, const Request& req) {
       try {
         obj = obj.patch(patch);
       } catch (const json::exception& e) {
-        return StatusResponse(422, "Invalid", std::string("the JSON patch could not be applied: ") +
-                                                  (std::string(e.what()).find("unsuccessful") != std::string::npos
-                                                       ? "test failed"
-                                                       : e.what()));
+        return StatusResponse(
+            422, "Invalid",
+            std::string("the JSON patch could not be applied: ") +
+                (std::string(e.what()).find("unsuccessful") != std::string::npos ? "test failed"
+                                                                                 : e.what()));
       }
     } else {
       // Merge and strategic-merge patches are both applied as RFC 7386 merges here.
       const std::string want = MetaStr(patch, "resourceVersion");
       if (!want.empty() && want != current_rv) {
-        return StatusResponse(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again");
+        return StatusResponse(409, "Conflict",
+                              "the object has been modified; please apply your changes to the "
+                              "latest version and try again");
       }
       obj.merge_patch(patch);
     }
@@ -381,7 +397,8 @@ json FakeApiServer::Put(const std::string& collection, json object) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::string key = Key(t.ns, MetaStr(object, "name"));
   const bool exists = impl_->store[t.kind_key()].count(key) != 0;
-  if (MetaStr(object, "uid").empty()) object["metadata"]["uid"] = "uid-" + std::to_string(++impl_->uid_seq);
+  if (MetaStr(object, "uid").empty())
+    object["metadata"]["uid"] = "uid-" + std::to_string(++impl_->uid_seq);
   return impl_->Store(t, std::move(object), exists ? "MODIFIED" : "ADDED");
 }
 
@@ -395,7 +412,8 @@ void FakeApiServer::Remove(const std::string& collection, const std::string& nam
   impl_->Store(t, it->second, "DELETED");
 }
 
-std::optional<json> FakeApiServer::Object(const std::string& collection, const std::string& name) const {
+std::optional<json> FakeApiServer::Object(const std::string& collection,
+                                          const std::string& name) const {
   Target t;
   ParseTarget(collection, t);
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -89,8 +89,8 @@ TEST_F(InformerTest, ListThenWatch) {
   api_.Put("/api/v1/nodes", Node("n3"));
   api_.Put("/api/v1/nodes", Node("n1", "{}"));
   api_.Remove("/api/v1/nodes", "n2");
-  EXPECT_EQ(rec.WaitFor(5), (std::vector<std::string>{"add:n1", "add:n2", "add:n3", "update:n1",
-                                                      "delete:n2"}));
+  EXPECT_EQ(rec.WaitFor(5),
+            (std::vector<std::string>{"add:n1", "add:n2", "add:n3", "update:n1", "delete:n2"}));
   EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"n1", "n3"}));
   auto n1 = inf.Get("n1");
   ASSERT_TRUE(n1.has_value());
@@ -105,9 +105,11 @@ TEST_F(InformerTest, BookmarksAdvanceTheResumeVersion) {
   ASSERT_TRUE(inf.WaitForSync(5s));
   while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
   const std::string before = inf.last_resource_version();
-  api_.Put("/api/v1/namespaces/x/pods", {{"metadata", {{"name", "other-kind"}}}});  // bumps the version
+  api_.Put("/api/v1/namespaces/x/pods",
+           {{"metadata", {{"name", "other-kind"}}}});  // bumps the version
   api_.SendBookmarks();
-  for (int i = 0; i < 400 && inf.last_resource_version() == before; ++i) std::this_thread::sleep_for(5ms);
+  for (int i = 0; i < 400 && inf.last_resource_version() == before; ++i)
+    std::this_thread::sleep_for(5ms);
   EXPECT_NE(inf.last_resource_version(), before);
   EXPECT_TRUE(rec.Snapshot().empty());  // a bookmark is not an object change
 }

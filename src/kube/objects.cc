@@ -31,7 +31,8 @@ Status PatchAnnotations(
 }
 
 std::string FormatMicroTime(std::chrono::system_clock::time_point t) {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
   const std::time_t secs = static_cast<std::time_t>(us / 1000000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
@@ -151,7 +152,10 @@ json LeaseToJson(const Lease& l) {
   if (!l.renew_time.empty()) spec["renewTime"] = l.renew_time;
   json meta = {{"name", l.name}, {"namespace", l.ns}};
   if (!l.resource_version.empty()) meta["resourceVersion"] = l.resource_version;
-  return {{"apiVersion", "coordination.k8s.io/v1"}, {"kind", "Lease"}, {"metadata", meta}, {"spec", spec}};
+  return {{"apiVersion", "coordination.k8s.io/v1"},
+          {"kind", "Lease"},
+          {"metadata", meta},
+          {"spec", spec}};
 }
 
 }  // namespace

@@ -7,10 +7,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "kube/client.h"
@@ -26,11 +25,10 @@ Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::st
 // Merge-patches metadata.annotations of a pod or node. A value of nullopt
 // removes the key. When `resource_version` is set it is a precondition:
 // kAborted when the object changed since.
-Status PatchAnnotations(KubeClient& client, const Resource& r, const std::string& ns,
-                        const std::string& name,
-                        const std::vector<std::pair<std::string, std::optional<std::string>>>&
-                            annotations,
-                        const std::string& resource_version = "");
+Status PatchAnnotations(
+    KubeClient& client, const Resource& r, const std::string& ns, const std::string& name,
+    const std::vector<std::pair<std::string, std::optional<std::string>>>& annotations,
+    const std::string& resource_version = "");
 
 struct ObjectRef {
   std::string api_version = "v1";

@@ -31,7 +31,7 @@ class TokenBucket {
   const double burst_;
   const Clock clock_;
   std::mutex mu_;
-  double tokens_;                                // guarded by mu_
+  double tokens_;                               // guarded by mu_
   std::chrono::steady_clock::time_point last_;  // guarded by mu_
 };
 

@@ -75,8 +75,9 @@ StatusOr<json> Scalar(const Line& l, const std::string& raw) {
   }
   if (s[0] == '{' || s[0] == '[' || s[0] == '&' || s[0] == '*' || s[0] == '|' || s[0] == '>' ||
       s[0] == '!') {
-    return Bad(l, "this YAML construct is not supported in kubeconfig files; write it as a "
-                  "plain value or use a JSON kubeconfig");
+    return Bad(l,
+               "this YAML construct is not supported in kubeconfig files; write it as a "
+               "plain value or use a JSON kubeconfig");
   }
   return json(s);
 }
@@ -159,9 +160,9 @@ class Parser {
         auto v = Scalar(l, value);
         if (!v.ok()) return v;
         out[key->get<std::string>()] = *v;
-      } else if (pos_ < lines_.size() && (lines_[pos_].indent > indent ||
-                                          (lines_[pos_].indent == indent &&
-                                           IsItem(lines_[pos_].text)))) {
+      } else if (pos_ < lines_.size() &&
+                 (lines_[pos_].indent > indent ||
+                  (lines_[pos_].indent == indent && IsItem(lines_[pos_].text)))) {
         auto v = lines_[pos_].indent == indent ? Sequence(indent) : Block(lines_[pos_].indent);
         if (!v.ok()) return v;
         out[key->get<std::string>()] = *v;

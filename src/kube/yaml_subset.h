@@ -8,9 +8,8 @@
 #ifndef ACCELPOOL_KUBE_YAML_SUBSET_H_
 #define ACCELPOOL_KUBE_YAML_SUBSET_H_
 
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "common/status.h"
 

@@ -56,8 +56,8 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
 }
 
 TEST(CorpusReplayTest, GarbageIsRejected) {
-  const std::string inputs[] = {"", "{", "null", "[]", "\xff\xfe", "{\"version\":1e400}",
-                                std::string(2000, '[')};
+  const std::string inputs[] = {
+      "", "{", "null", "[]", "\xff\xfe", "{\"version\":1e400}", std::string(2000, '[')};
   for (const std::string& in : inputs) {
     const auto* d = reinterpret_cast<const uint8_t*>(in.data());
     EXPECT_EQ(FuzzInventory(d, in.size()), 0);

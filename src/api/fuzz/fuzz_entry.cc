@@ -1,9 +1,8 @@
 #include "api/fuzz/fuzz_entry.h"
 
 #include <cstdlib>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "api/assignment_codec.h"
 #include "api/inventory_codec.h"
