@@ -119,3 +119,4 @@ check "every extender pod carries an assignment (${binds}/${PODS})" test "${bind
   echo "  ratio extender / no extender:          ${ratio}"
   echo "  bind conflicts (extender /metrics):    ${conflicts} over ${PODS} binds"
 } | tee "${E2E_WORK}/result.txt"
+[ "${FAILED}" = 0 ]
