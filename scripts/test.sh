@@ -58,7 +58,7 @@ fi
 
 stage "4/5 fuzzing (short runs)"
 if [[ -x scripts/fuzz.sh ]]; then
-  if FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh; then
+  if bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1)); stage_failed+=("fuzz")

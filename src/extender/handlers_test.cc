@@ -87,8 +87,9 @@ TEST_F(HandlersTest, FilterWithFullNodesAnswersNodes) {
 TEST_F(HandlersTest, PrioritizeGolden) {
   Reply r = h_->Prioritize(Args(R"(["node-b","node-a"])"));
   ASSERT_EQ(r.status, 200) << r.body;
-  // Equal nodes: the stable order decides, one node gets the maximum.
-  EXPECT_EQ(r.body, R"([{"Host":"node-a","Score":10},{"Host":"node-b","Score":9}])");
+  // Equal nodes: the stable salted order decides (core::StableNodeOrder with the
+  // default salt 0 puts node-b first), and only one node gets the maximum.
+  EXPECT_EQ(r.body, R"([{"Host":"node-b","Score":10},{"Host":"node-a","Score":9}])");
 }
 
 TEST_F(HandlersTest, BindGoldenAndLookupOfUnfilteredPods) {

@@ -60,7 +60,19 @@ Status KubePodWriter::ClearAssignment(const PodRef& pod) {
 }
 
 Status KubePodWriter::CreateBinding(const PodRef& pod, const std::string& node) {
-  return kube::CreatePodBinding(client_, pod.ns, pod.name, node, pod.uid);
+  Status st = kube::CreatePodBinding(client_, pod.ns, pod.name, node, pod.uid);
+  if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;
+  // A conflict after a retried bind: kube-scheduler timed out waiting for an
+  // earlier attempt whose Binding did land. Bound to this node by that
+  // attempt is success; bound elsewhere (or another pod of that name) is not.
+  StatusOr<nlohmann::json> obj = client_.Get(kube::Pods(), pod.ns, pod.name);
+  if (!obj.ok()) return st;
+  const nlohmann::json& meta = (*obj).value("metadata", nlohmann::json::object());
+  const nlohmann::json& spec = (*obj).value("spec", nlohmann::json::object());
+  if (meta.value("uid", std::string()) == pod.uid && spec.value("nodeName", std::string()) == node) {
+    return Status::Ok();
+  }
+  return st;
 }
 
 StatusOr<nlohmann::json> KubePodSource::GetPod(const std::string& ns, const std::string& name) {

@@ -98,6 +98,20 @@ TEST_F(KubeAdaptersTest, BindWritesAssignmentAndBindingThenWatchConfirms) {
   nodes.Stop();
 }
 
+TEST_F(KubeAdaptersTest, RetriedBindOfAnAlreadyBoundPodSucceeds) {
+  // kube-scheduler timed out on a bind whose Binding landed, and binds again:
+  // the apiserver answers 409; bound to the same node is success.
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  Cache cache;
+  KubePodWriter writer(*client_, cache);
+  const PodRef ref{"uid-p", "ns", "p", ""};
+  ASSERT_TRUE(writer.CreateBinding(ref, "node-a").ok());
+  EXPECT_TRUE(writer.CreateBinding(ref, "node-a").ok());
+  // Bound elsewhere, or a different pod of that name: still a failure.
+  EXPECT_FALSE(writer.CreateBinding(ref, "node-b").ok());
+  EXPECT_FALSE(writer.CreateBinding(PodRef{"other-uid", "ns", "p", ""}, "node-a").ok());
+}
+
 TEST_F(KubeAdaptersTest, AssignmentIsGuardedByUid) {
   Cache cache;
   testing::AddGpuNode(cache, "node-a");

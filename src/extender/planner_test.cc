@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/node_order.h"
+
 #include "extender/test_util.h"
 
 namespace accelpool::extender {
@@ -71,10 +77,26 @@ TEST(PlannerTest, RankFoldsStableTieBreak) {
   PodInfo pod = MakePod("p", {});
   auto out = Rank(pod, {{"c", 40, nullptr}, {"b", 80, nullptr}, {"a", 80, nullptr}});
   EXPECT_EQ(out, (std::vector<HostPriority>{{"a", 10}, {"b", 9}, {"c", 4}}));
-  // Exactly one node gets the maximum, whatever the ties.
+  // Exactly one node gets the maximum; among equal scores the salted stable
+  // order (core::StableNodeOrder) decides, the order the simulator measures.
   auto ties = Rank(pod, {{"x", 50, nullptr}, {"y", 50, nullptr}, {"z", 50, nullptr}});
-  EXPECT_EQ(ties[0], (HostPriority{"x", 10}));
-  EXPECT_EQ(ties[1].score, 9);
+  std::vector<std::string> names = {"x", "y", "z"};
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return core::StableNodeOrder(0, a) < core::StableNodeOrder(0, b);
+  });
+  EXPECT_EQ(ties[0], (HostPriority{names[0], 10}));
+  EXPECT_EQ(ties[1], (HostPriority{names[1], 9}));
+  EXPECT_EQ(ties[2], (HostPriority{names[2], 9}));
+  // Another deployment's salt gives another fixed order for some salt.
+  bool changed = false;
+  for (uint64_t salt = 1; salt < 64 && !changed; ++salt) {
+    RankOptions o;
+    o.tie_salt = salt;
+    changed = RankNodes(pod, {{"x", 50, nullptr}, {"y", 50, nullptr}, {"z", 50, nullptr}}, {}, o)
+                  .front()
+                  .host != names[0];
+  }
+  EXPECT_TRUE(changed);
   EXPECT_EQ(Rank(pod, {}).size(), 0u);
   auto zeros = Rank(pod, {{"b", 0, nullptr}, {"a", 0, nullptr}});
   EXPECT_EQ(zeros, (std::vector<HostPriority>{{"a", 10}, {"b", 0}}));

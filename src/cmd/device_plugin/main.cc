@@ -336,6 +336,9 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A peer that closed its connection (kube-scheduler after its timeout, a
+  // scraper) must cost one failed write, never the process.
+  std::signal(SIGPIPE, SIG_IGN);
   auto flags = accelpool::plugin::ParseFlags(argc, argv);
   if (!flags.ok()) {
     if (flags.status().code() == accelpool::StatusCode::kCancelled) {

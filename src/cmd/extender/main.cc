@@ -257,6 +257,9 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A peer that closed its connection (kube-scheduler after its timeout, a
+  // scraper) must cost one failed write, never the process.
+  std::signal(SIGPIPE, SIG_IGN);
   accelpool::StatusOr<accelpool::extender::Flags> flags =
       accelpool::extender::ParseFlags(argc, argv);
   if (!flags.ok()) {
