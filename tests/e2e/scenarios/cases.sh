@@ -53,29 +53,42 @@ check "hooked: kubelet admission matches the assignment" admit hooked
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
 log "== faults"
-# Capacity returns when pods are deleted: fill c500-1, a second full pod waits, delete the first.
-S='{kubernetes.io/hostname: c500-1}'
+# Fault targets are nodes of a kind that hold no pod yet: where the earlier pods
+# landed depends on the policy and the deployment's tie-break salt.
+free_node() { # PREFIX: the first node named PREFIX-* that holds no pod of this namespace
+  local used n
+  used="$(kc -n "${NS}" get pods -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}')"
+  for n in $(kc get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep "^$1-" | sort); do
+    grep -qx "$n" <<<"$used" || { echo "$n"; return 0; }
+  done
+  return 1
+}
+# Capacity returns when pods are deleted: fill an empty C500 node, a second full pod waits,
+# delete the first.
+C5="$(free_node c500)" || C5=c500-1
+S="{kubernetes.io/hostname: ${C5}}"
 scenario fill-1 "$(pod_yaml fill-1 '{}' "$S" "$(ctr main '{metax-tech.com/gpu: 8}')")"
-check "fill-2 waits while c500-1 is full" stays_pending fill-2 "$(pod_yaml fill-2 '{}' "$S" "$(ctr main '{metax-tech.com/gpu: 8}')")" 8
+check "fill-2 waits while ${C5} is full" stays_pending fill-2 "$(pod_yaml fill-2 '{}' "$S" "$(ctr main '{metax-tech.com/gpu: 8}')")" 8
 kc -n "${NS}" delete pod fill-1 --wait=false >/dev/null; release fill-1 || true
 check "fill-2 binds once fill-1 is deleted (capacity returned)" wait_for 90 "fill-2 bound" pod_bound fill-2
 check "fill-2: kubelet admission matches the assignment" admit fill-2
 
-# A device turning unhealthy and back: c500-0 device 0 (after the c500-zone pod took 4).
+# A device turning unhealthy and back, on an empty P800 node.
 set_health() { # NODE INDEX true|false
   local f="${E2E_WORK}/nodes/$1/inventory.json"
   jq -c --argjson i "$2" --argjson h "$3" '.inventories[0].devices = [{index: $i, healthy: $h}]' "$f" > "$f.new" && mv "$f.new" "$f"
 }
 healthy_count() { [ "$(node_resources "$1" | jq '[.[] | .allocatable] | add')" = "$2" ]; }
-set_health p800-2 0 false
-check "unhealthy device leaves kubelet's allocatable (ListAndWatch)" wait_for 30 "p800-2 at 7" healthy_count p800-2 7
-sync_capacity p800-2
-check "Node status drops to 7 kunlunxin.com/xpu" node_has p800-2 kunlunxin.com/xpu 7
-check "an 8-device pod cannot bind on p800-2 with one device unhealthy" stays_pending p800-full \
-  "$(pod_yaml p800-full '{}' '{kubernetes.io/hostname: p800-2}' "$(ctr main '{kunlunxin.com/xpu: 8}')")" 10
-set_health p800-2 0 true
-check "recovered device is healthy again (ListAndWatch)" wait_for 30 "p800-2 at 8" healthy_count p800-2 8
-sync_capacity p800-2
+P8="$(free_node p800)" || P8=p800-2
+set_health "${P8}" 0 false
+check "unhealthy device leaves kubelet's allocatable (ListAndWatch)" wait_for 30 "${P8} at 7" healthy_count "${P8}" 7
+sync_capacity "${P8}"
+check "Node status drops to 7 kunlunxin.com/xpu" node_has "${P8}" kunlunxin.com/xpu 7
+check "an 8-device pod cannot bind on ${P8} with one device unhealthy" stays_pending p800-full \
+  "$(pod_yaml p800-full '{}' "{kubernetes.io/hostname: ${P8}}" "$(ctr main '{kunlunxin.com/xpu: 8}')")" 10
+set_health "${P8}" 0 true
+check "recovered device is healthy again (ListAndWatch)" wait_for 30 "${P8} at 8" healthy_count "${P8}" 8
+sync_capacity "${P8}"
 check "the 8-device pod binds once the device recovers" wait_for 90 "p800-full bound" pod_bound p800-full
 check "p800-full: kubelet admission matches the assignment" admit p800-full
 
