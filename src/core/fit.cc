@@ -39,11 +39,15 @@ bool IdListed(const std::string& id, const std::vector<std::string>& ids) {
 bool Whole(const DeviceRequest& r) { return !r.Fractional(); }
 
 // Per-request facts computed once (the CycleState of this request).
+struct PerDevice {
+  int64_t mem = 0;        // effective memory on this device
+  int32_t compute = 0;    // effective compute on this device
+  bool eligible = false;  // static: model, id, memory size, health
+};
+
 struct RequestState {
   const DeviceRequest* req = nullptr;
-  std::vector<int64_t> mem;      // effective memory per device
-  std::vector<int32_t> compute;  // effective compute per device
-  std::vector<bool> eligible;    // static: model, id, health
+  std::vector<PerDevice> dev;  // one entry per inventory device
 };
 
 struct ContainerOutcome {
@@ -80,9 +84,7 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     return false;
   }
   st->req = &r;
-  st->mem.assign(n, 0);
-  st->compute.assign(n, 0);
-  st->eligible.assign(n, false);
+  st->dev.assign(n, PerDevice{});
   int32_t model_ok = 0, id_ok = 0, healthy = 0, mem_ok = 0;
   int64_t largest = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -93,14 +95,14 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     if (!r.id_include.empty() && !IdListed(d.id, r.id_include)) continue;
     if (IdListed(d.id, r.id_exclude)) continue;
     ++id_ok;
-    st->mem[i] = EffectiveMemory(r, d, inv.topology.slices);
-    st->compute[i] = EffectiveCompute(r, d, inv.topology.slices);
+    st->dev[i].mem = EffectiveMemory(r, d, inv.topology.slices);
+    st->dev[i].compute = EffectiveCompute(r, d, inv.topology.slices);
     largest = std::max(largest, d.memory_mib);
-    if (st->mem[i] > d.memory_mib) continue;
+    if (st->dev[i].mem > d.memory_mib) continue;
     ++mem_ok;
     if (!d.healthy) continue;
     ++healthy;
-    st->eligible[i] = true;
+    st->dev[i].eligible = true;
   }
   if (model_ok == 0) {
     Fail(o, FitCode::kUnresolvable, {Reason::kModelMismatch, r.count, 0});
@@ -138,7 +140,7 @@ std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& in
       budget <= 0 || !r.Fractional() ||
       static_cast<int32_t>(inv.devices.size()) + slices_used + r.count <= budget;
   for (size_t i = 0; i < inv.devices.size(); ++i) {
-    if (!st.eligible[i]) continue;
+    if (!st.dev[i].eligible) continue;
     const Device& d = inv.devices[i];
     const DeviceUsage& u = work.devices[i];
     if (Whole(r)) {
@@ -157,18 +159,18 @@ std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& in
       ++share_cap;
       continue;
     }
-    if (inv.topology.slices.one_size_per_device && u.slice_mib != 0 && u.slice_mib != st.mem[i]) {
+    if (inv.topology.slices.one_size_per_device && u.slice_mib != 0 && u.slice_mib != st.dev[i].mem) {
       ++slice_mismatch;
       continue;
     }
     const int64_t fm = FreeMemory(d, u);
     const int32_t fc = FreeCompute(d, u);
-    if (fm < st.mem[i]) {
-      if (fm > best_mem.available) best_mem = {Reason::kInsufficientMemory, st.mem[i], fm};
+    if (fm < st.dev[i].mem) {
+      if (fm > best_mem.available) best_mem = {Reason::kInsufficientMemory, st.dev[i].mem, fm};
       continue;
     }
-    if (fc < st.compute[i]) {
-      if (fc > best_cmp.available) best_cmp = {Reason::kInsufficientCompute, st.compute[i], fc};
+    if (fc < st.dev[i].compute) {
+      if (fc > best_cmp.available) best_cmp = {Reason::kInsufficientCompute, st.dev[i].compute, fc};
       continue;
     }
     free.push_back(static_cast<int32_t>(i));
@@ -183,7 +185,7 @@ std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& in
     if (best_cmp.available >= 0) reasons->push_back(best_cmp);
     if (exclusive > 0) reasons->push_back({Reason::kExclusiveTaken, r.count, 0});
     if (share_cap > 0) reasons->push_back({Reason::kShareLimit, r.count, 0});
-    if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, st.mem[0], 0});
+    if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, st.dev[0].mem, 0});
     if (reasons->empty()) reasons->push_back({Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())});
   }
   return free;
@@ -202,8 +204,8 @@ void FillGrants(const RequestState& st, const NodeInventory& inv, const std::vec
       g.compute = kComputeWhole;
       g.exclusive = true;
     } else {
-      g.memory_mib = st.mem[static_cast<size_t>(d)];
-      g.compute = st.compute[static_cast<size_t>(d)];
+      g.memory_mib = st.dev[static_cast<size_t>(d)].mem;
+      g.compute = st.dev[static_cast<size_t>(d)].compute;
     }
     cp->grants.push_back(g);
   }
@@ -516,15 +518,15 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
         return FailedPreconditionError(who + "device index " + std::to_string(g.device) + " is not on the node");
       }
       const size_t d = static_cast<size_t>(g.device);
-      if (!st.eligible[d]) {
+      if (!st.dev[d].eligible) {
         return FailedPreconditionError(who + "device " + inv.devices[d].id +
                                        " does not match the request or is unhealthy");
       }
       const bool whole = Whole(r);
       const bool amounts_ok = whole ? (g.exclusive && g.memory_mib == inv.devices[d].memory_mib &&
                                        g.compute == kComputeWhole)
-                                    : (!g.exclusive && g.memory_mib == st.mem[d] &&
-                                       g.compute == st.compute[d]);
+                                    : (!g.exclusive && g.memory_mib == st.dev[d].mem &&
+                                       g.compute == st.dev[d].compute);
       if (!amounts_ok) {
         return FailedPreconditionError(who + "amounts on device " + inv.devices[d].id +
                                        " do not match the request");

@@ -23,24 +23,6 @@ double DeviceFill(const Device& d, const DeviceUsage& u) {
   return std::min(1.0, std::max({mem, cmp, share}));
 }
 
-// Per-device usage after adding the grants of `p` (phases ignored: policies
-// only need an estimate; accounting is exact in usage.cc).
-std::vector<DeviceUsage> After(const NodeUsage& usage, const Placement& p, size_t n) {
-  std::vector<DeviceUsage> out = usage.devices;
-  out.resize(n);
-  for (const auto& c : p.containers) {
-    for (const Grant& g : c.grants) {
-      if (g.device < 0 || static_cast<size_t>(g.device) >= n) continue;
-      DeviceUsage& u = out[static_cast<size_t>(g.device)];
-      u.memory_mib += g.memory_mib;
-      u.compute += g.compute;
-      u.shares += 1;
-      u.exclusive = u.exclusive || g.exclusive;
-    }
-  }
-  return out;
-}
-
 // Binpack at device level: prefer the devices that are fullest after the
 // placement, so whole devices stay free for whole-device requests.
 double PackedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
@@ -143,9 +125,21 @@ class TopologyPolicy final : public Policy {
 double UtilisationAfter(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& placement) {
   if (inv.devices.empty()) return 0.0;
-  const std::vector<DeviceUsage> after = After(usage, placement, inv.devices.size());
+  // No copy of the usage: only devices named by a grant change.
   double sum = 0;
-  for (size_t i = 0; i < inv.devices.size(); ++i) sum += DeviceFill(inv.devices[i], after[i]);
+  for (size_t i = 0; i < inv.devices.size(); ++i) {
+    DeviceUsage u = i < usage.devices.size() ? usage.devices[i] : DeviceUsage{};
+    for (const auto& c : placement.containers) {
+      for (const Grant& g : c.grants) {
+        if (static_cast<size_t>(g.device) != i) continue;
+        u.memory_mib += g.memory_mib;
+        u.compute += g.compute;
+        u.shares += 1;
+        u.exclusive = u.exclusive || g.exclusive;
+      }
+    }
+    sum += DeviceFill(inv.devices[i], u);
+  }
   return sum / static_cast<double>(inv.devices.size());
 }
 
