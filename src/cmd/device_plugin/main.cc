@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "api/inventory_codec.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "http/http.h"
@@ -84,38 +85,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                         {"no-preload", &f.no_preload},
                                         {"no-enforcement", &f.no_enforcement},
                                         {"cdi", &f.cdi}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      return Status(StatusCode::kCancelled, "");
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return InvalidArgumentError("unexpected argument " + arg + "; flags look like --name=value");
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (auto b = bools.find(name); b != bools.end()) {
-      *b->second = !has_value || value == "true" || value == "1";
-      continue;
-    }
-    auto s = strings.find(name);
-    if (s == strings.end()) {
-      return InvalidArgumentError("unknown flag --" + name + "; see --help");
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) {
-        return InvalidArgumentError("flag --" + name + " needs a value");
-      }
-      value = argv[++i];
-    }
-    *s->second = value;
-  }
+  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc, argv, strings, bools));
   if (f.node.empty()) {
     if (const char* env = std::getenv("NODE_NAME"); env != nullptr) {
       f.node = env;

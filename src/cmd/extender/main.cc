@@ -11,6 +11,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "extender/cache.h"
@@ -66,56 +67,36 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"kubeconfig", &f.kubeconfig}, {"policy", &f.policy},
       {"scheduler-name", &f.scheduler_name}, {"lease-namespace", &f.lease_namespace},
       {"log-level", &f.log_level}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      return Status(StatusCode::kCancelled, "");
+  std::string filter_threads, max_body_bytes, tie_salt;
+  strings["filter-threads"] = &filter_threads;
+  strings["max-body-bytes"] = &max_body_bytes;
+  strings["tie-break-salt"] = &tie_salt;
+  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc, argv, strings, {{"leader-elect", &f.leader_elect}}));
+  auto positive = [](const std::string& name, const std::string& value) -> StatusOr<long long> {
+    char* end = nullptr;
+    const long long n = std::strtoll(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || n <= 0) {
+      return InvalidArgumentError("--" + name + " must be a positive integer, got " + value);
     }
-    if (arg.rfind("--", 0) != 0) {
-      return InvalidArgumentError("unexpected argument " + arg + "; flags look like --name=value");
+    return n;
+  };
+  if (!filter_threads.empty()) {
+    StatusOr<long long> n = positive("filter-threads", filter_threads);
+    ACCELPOOL_RETURN_IF_ERROR(n.status());
+    f.filter_threads = static_cast<int>(*n);
+  }
+  if (!max_body_bytes.empty()) {
+    StatusOr<long long> n = positive("max-body-bytes", max_body_bytes);
+    ACCELPOOL_RETURN_IF_ERROR(n.status());
+    f.max_body_bytes = static_cast<size_t>(*n);
+  }
+  if (!tie_salt.empty()) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(tie_salt.c_str(), &end, 10);
+    if (tie_salt[0] == '-' || end == tie_salt.c_str() || *end != '\0') {
+      return InvalidArgumentError("--tie-break-salt must be a non-negative integer, got " + tie_salt);
     }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (name == "leader-elect") {
-      f.leader_elect = !has_value || value == "true" || value == "1";
-      continue;
-    }
-    if (!strings.count(name) && name != "filter-threads" && name != "max-body-bytes" &&
-        name != "tie-break-salt") {
-      return InvalidArgumentError("unknown flag --" + name + "; see --help");
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) {
-        return InvalidArgumentError("--" + name + " needs a value");
-      }
-      value = argv[++i];
-    }
-    if (auto it = strings.find(name); it != strings.end()) {
-      *it->second = value;
-    } else if (name == "tie-break-salt") {
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || value[0] == '-' || end == value.c_str() || *end != '\0') {
-        return InvalidArgumentError("--tie-break-salt must be a non-negative integer, got " + value);
-      }
-      f.tie_salt = n;
-    } else if (name == "filter-threads" || name == "max-body-bytes") {
-      char* end = nullptr;
-      const long long n = std::strtoll(value.c_str(), &end, 10);
-      if (end == value.c_str() || *end != '\0' || n <= 0) {
-        return InvalidArgumentError("--" + name + " must be a positive integer, got " + value);
-      }
-      (name == "filter-threads" ? (void)(f.filter_threads = static_cast<int>(n))
-                                : (void)(f.max_body_bytes = static_cast<size_t>(n)));
-    } else {
-      return InvalidArgumentError("unknown flag --" + name + "; see --help");
-    }
+    f.tie_salt = n;
   }
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     return InvalidArgumentError("--tls-cert and --tls-key go together; give both or neither");

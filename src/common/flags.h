@@ -1,0 +1,25 @@
+// Command-line flags for the daemons: "--name=value", "--name value" and
+// boolean "--name" / "--name=true|false|1|0", written into caller-owned tables.
+//
+// Returns kCancelled for -h/--help (print usage, exit 0), kInvalidArgument with
+// a message for a positional argument, an unknown flag, a missing value or a
+// boolean that is not true/false/1/0.
+//
+// Thread-safety: pure function over its arguments.
+#ifndef ACCELPOOL_COMMON_FLAGS_H_
+#define ACCELPOOL_COMMON_FLAGS_H_
+
+#include <map>
+#include <string>
+
+#include "common/status.h"
+
+namespace accelpool {
+
+Status ParseFlagTable(int argc, const char* const* argv,
+                      const std::map<std::string, std::string*>& strings,
+                      const std::map<std::string, bool*>& bools);
+
+}  // namespace accelpool
+
+#endif  // ACCELPOOL_COMMON_FLAGS_H_
