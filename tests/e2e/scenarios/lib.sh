@@ -117,11 +117,12 @@ YAML
   start_plugin "${name}"
 }
 
+# The plugin serves /metrics only when NODE_DIR/metrics-listen holds HOST:PORT.
 start_plugin() { # NAME
   local d="${E2E_WORK}/nodes/$1"
   setsid "${PLUGIN_BIN}" --backend=fake --fake-inventory="${d}/inventory.json" \
     --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${AP_KUBECONFIG}" \
-    --metrics-listen= --state-root="${d}/state" --log-level=info \
+    --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=info \
     >> "${d}/plugin.log" 2>&1 < /dev/null &
   echo $! > "${d}/plugin.pid"
 }
