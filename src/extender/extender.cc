@@ -348,15 +348,9 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     return fail("plan", a.status());
   }
   if (writer_ != nullptr) {
-    Status st = writer_->WriteAssignment(pod, *a);
+    Status st = writer_->Bind(pod, *a);
     if (!st.ok()) {
       cache_.Release(pod.ref.uid);
-      return fail("assignment", st);
-    }
-    st = writer_->CreateBinding(pod.ref, node);
-    if (!st.ok()) {
-      cache_.Release(pod.ref.uid);
-      (void)writer_->ClearAssignment(pod.ref);
       return fail("binding", st);
     }
   }

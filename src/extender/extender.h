@@ -8,9 +8,10 @@
 //              locality, keep-whole-nodes; 0..10 with a stable tie-break.
 //   Bind       plans on the chosen node, reserves in the cache before any
 //              I/O (re-planning on the same node when a concurrent bind took
-//              the devices, up to kMaxPlanAttempts), writes the assignment on
-//              the pod, then creates the Binding. Any failure releases the
-//              reservation. No lock is held across the writes.
+//              the devices, up to kMaxPlanAttempts), then makes one write:
+//              a Binding that carries the assignment annotation (the
+//              apiserver sets nodeName and the annotation together). Any
+//              failure releases the reservation. No lock is held across it.
 //   Preempt    for each node, keeps the victims that hold no devices (they
 //              were chosen for other resources) and the smallest set of
 //              device-holding victims whose devices the pod needs; drops nodes
@@ -47,12 +48,13 @@ namespace accelpool::extender {
 class PodWriter {
  public:
   virtual ~PodWriter() = default;
-  // Records `a` on the pod (annotation accelpool.io/assignment), guarded by
-  // the pod's uid. kNotFound / kAborted when the pod is gone or replaced.
-  virtual Status WriteAssignment(const PodInfo& pod, const PodAssignment& a) = 0;
-  // Removes the annotation after a failed Binding (best effort).
-  virtual Status ClearAssignment(const PodRef& pod) = 0;
-  virtual Status CreateBinding(const PodRef& pod, const std::string& node) = 0;
+  // Binds the pod to `a.node` with one Binding that carries `a` as the
+  // annotation accelpool.io/assignment: the apiserver sets the pod's nodeName
+  // and the annotation in one write, so a pod is never bound without its
+  // assignment nor annotated without being bound. Guarded by the pod's uid.
+  // A retried bind whose earlier Binding landed on the same node is Ok.
+  // kNotFound / kAborted when the pod is gone, replaced or bound elsewhere.
+  virtual Status Bind(const PodInfo& pod, const PodAssignment& a) = 0;
 };
 
 // Where operator-facing decisions are reported as pod Events. Implementations

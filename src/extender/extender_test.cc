@@ -95,40 +95,36 @@ TEST_F(ExtenderTest, PrioritizeRanksEveryCandidateWithOneWinner) {
   EXPECT_EQ(ext_->Prioritize(MakePod("other", {Gpu(2)}), {"a", "b", "c"}), got);
 }
 
-TEST_F(ExtenderTest, BindWritesAssignmentThenBinding) {
+TEST_F(ExtenderTest, BindIsOneBindingCarryingTheAssignment) {
   AddGpuNode(cache_, "a");
   StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(2)}), "a");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(a->node, "a");
-  EXPECT_EQ(writer_.calls(), (std::vector<std::string>{"assign p1 a", "bind p1 a"}));
+  EXPECT_EQ(writer_.calls(), (std::vector<std::string>{"bind p1 a"}));
   EXPECT_EQ(Used("a"), 2);
   EXPECT_EQ(cache_.Stats().pods_bound, 1);
 }
 
 TEST_F(ExtenderTest, FailedBindGivesDevicesBack) {
-  struct Case {
-    const char* name;
-    bool fail_assignment;
-    std::vector<std::string> want_calls;
-  };
-  const Case cases[] = {
-      {"assignment patch fails", true, {"assign p1 a"}},
-      {"binding fails", false, {"assign p1 a", "bind p1 a", "clear p1"}},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
+  const Status failures[] = {AbortedError("uid precondition failed"),
+                             UnavailableError("apiserver down"), NotFoundError("pod gone")};
+  for (const Status& failure : failures) {
+    SCOPED_TRACE(failure.ToString());
     Cache cache;
     FakeWriter writer;
-    (c.fail_assignment ? writer.FailAssignment(AbortedError("conflict"))
-                       : writer.FailBinding(UnavailableError("apiserver down")));
-    auto e = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+    writer.FailBinding(failure);
+    FakeEvents events;
+    auto e = Extender::Create(cache, ExtenderOptions{}, &writer, &events, nullptr, Logger());
     ASSERT_TRUE(e.ok());
     AddGpuNode(cache, "a");
     StatusOr<PodAssignment> a = (*e)->Bind(MakePod("p1", {Gpu(8)}), "a");
     ASSERT_FALSE(a.ok());
-    EXPECT_EQ(writer.calls(), c.want_calls);
+    EXPECT_EQ(a.status().code(), failure.code());
+    EXPECT_EQ(writer.calls(), (std::vector<std::string>{"bind p1 a"}));
     EXPECT_TRUE(cache.Node("a")->Idle());
     EXPECT_FALSE(cache.Assignment("p1").has_value());
+    ASSERT_EQ(events.events().size(), 1u);
+    EXPECT_NE(events.events()[0].find("AccelpoolBindFailed"), std::string::npos);
   }
 }
 

@@ -9,15 +9,18 @@
 namespace accelpool::extender {
 namespace {
 
-constexpr const char* kAssignmentPointer = "/metadata/annotations/accelpool.io~1assignment";
-
-nlohmann::json UidTest(const std::string& uid) {
-  return nlohmann::json{{"op", "test"}, {"path", "/metadata/uid"}, {"value", uid}};
+// The pod's uid and nodeName as the apiserver has them now.
+StatusOr<std::pair<std::string, std::string>> BoundTo(kube::KubeClient& client, const PodRef& pod) {
+  StatusOr<nlohmann::json> obj = client.Get(kube::Pods(), pod.ns, pod.name);
+  if (!obj.ok()) return obj.status();
+  const nlohmann::json& meta = (*obj).value("metadata", nlohmann::json::object());
+  const nlohmann::json& spec = (*obj).value("spec", nlohmann::json::object());
+  return std::make_pair(meta.value("uid", std::string()), spec.value("nodeName", std::string()));
 }
 
 }  // namespace
 
-Status KubePodWriter::WriteAssignment(const PodInfo& pod, const PodAssignment& a) {
+Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
   NodeSnapshotPtr snap = cache_.Node(a.node);
   if (snap == nullptr) {
     return NotFoundError("node " + a.node + " left the cache during bind");
@@ -26,50 +29,17 @@ Status KubePodWriter::WriteAssignment(const PodInfo& pod, const PodAssignment& a
   if (!doc.ok()) {
     return doc.status();
   }
-  const std::string text = api::SerializeAssignment(*doc);
-  nlohmann::json patch = nlohmann::json::array();
-  if (!pod.ref.uid.empty()) {
-    patch.push_back(UidTest(pod.ref.uid));
-  }
-  patch.push_back({{"op", "add"}, {"path", kAssignmentPointer}, {"value", text}});
-  StatusOr<nlohmann::json> r =
-      client_.Patch(kube::Pods(), pod.ref.ns, pod.ref.name, kube::PatchType::kJson, patch);
-  if (r.ok()) {
-    return Status::Ok();
-  }
-  if (r.status().code() != StatusCode::kInvalidArgument) {
-    return r.status();
-  }
-  // The pod has no annotations map yet: create it with the one key.
-  patch.back() = {{"op", "add"},
-                  {"path", "/metadata/annotations"},
-                  {"value", {{api::kAssignmentAnnotation, text}}}};
-  r = client_.Patch(kube::Pods(), pod.ref.ns, pod.ref.name, kube::PatchType::kJson, patch);
-  return r.ok() ? Status::Ok() : r.status();
-}
-
-Status KubePodWriter::ClearAssignment(const PodRef& pod) {
-  nlohmann::json patch = nlohmann::json::array();
-  if (!pod.uid.empty()) {
-    patch.push_back(UidTest(pod.uid));
-  }
-  patch.push_back({{"op", "remove"}, {"path", kAssignmentPointer}});
-  StatusOr<nlohmann::json> r =
-      client_.Patch(kube::Pods(), pod.ns, pod.name, kube::PatchType::kJson, patch);
-  return r.ok() ? Status::Ok() : r.status();
-}
-
-Status KubePodWriter::CreateBinding(const PodRef& pod, const std::string& node) {
-  Status st = kube::CreatePodBinding(client_, pod.ns, pod.name, node, pod.uid);
+  // The apiserver copies a Binding's annotations onto the pod in the same
+  // write that sets spec.nodeName.
+  Status st = kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, a.node, pod.ref.uid,
+                                     {{api::kAssignmentAnnotation, api::SerializeAssignment(*doc)}});
   if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
-  // earlier attempt whose Binding did land. Bound to this node by that
-  // attempt is success; bound elsewhere (or another pod of that name) is not.
-  StatusOr<nlohmann::json> obj = client_.Get(kube::Pods(), pod.ns, pod.name);
-  if (!obj.ok()) return st;
-  const nlohmann::json& meta = (*obj).value("metadata", nlohmann::json::object());
-  const nlohmann::json& spec = (*obj).value("spec", nlohmann::json::object());
-  if (meta.value("uid", std::string()) == pod.uid && spec.value("nodeName", std::string()) == node) {
+  // earlier attempt whose Binding did land (with this assignment: a retry
+  // reuses the reservation). Bound to this node by that attempt is success;
+  // bound elsewhere (or another pod of that name) is not.
+  StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
+  if (now.ok() && now->first == pod.ref.uid && now->second == a.node) {
     return Status::Ok();
   }
   return st;

@@ -40,9 +40,7 @@ class KubePodWriter : public PodWriter {
   KubePodWriter(kube::KubeClient& client, const Cache& cache) : client_(client), cache_(cache) {}
 
   // PodWriter
-  Status WriteAssignment(const PodInfo& pod, const PodAssignment& a) override;
-  Status ClearAssignment(const PodRef& pod) override;
-  Status CreateBinding(const PodRef& pod, const std::string& node) override;
+  Status Bind(const PodInfo& pod, const PodAssignment& a) override;
 
  private:
   kube::KubeClient& client_;

@@ -59,7 +59,7 @@ class KubeAdaptersTest : public ::testing::Test {
   std::unique_ptr<kube::KubeClient> client_;
 };
 
-TEST_F(KubeAdaptersTest, BindWritesAssignmentAndBindingThenWatchConfirms) {
+TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());
   api_.Put("/api/v1/nodes", Node("node-a"));
@@ -88,6 +88,7 @@ TEST_F(KubeAdaptersTest, BindWritesAssignmentAndBindingThenWatchConfirms) {
   ASSERT_TRUE(stored.has_value());
   const std::string text = (*stored)["metadata"]["annotations"]["accelpool.io/assignment"];
   EXPECT_NE(text.find("\"node\":\"node-a\""), std::string::npos) << text;
+  EXPECT_EQ((*stored)["spec"]["nodeName"], "node-a");
   // The watch shows the pod bound with the same assignment: still 2 devices.
   ASSERT_TRUE(Eventually([&] { return cache.Stats().pods_bound == 1; }));
   EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 6);
@@ -103,13 +104,25 @@ TEST_F(KubeAdaptersTest, RetriedBindOfAnAlreadyBoundPodSucceeds) {
   // the apiserver answers 409; bound to the same node is success.
   api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
   Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  testing::AddGpuNode(cache, "node-b");
   KubePodWriter writer(*client_, cache);
-  const PodRef ref{"uid-p", "ns", "p", ""};
-  ASSERT_TRUE(writer.CreateBinding(ref, "node-a").ok());
-  EXPECT_TRUE(writer.CreateBinding(ref, "node-a").ok());
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodInfo pod = testing::MakePod("uid-p", {Gpu(1)});
+  pod.ref.name = "p";
+  StatusOr<PodAssignment> first = (*ext)->Bind(pod, "node-a");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  StatusOr<PodAssignment> again = (*ext)->Bind(pod, "node-a");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->parts.size(), first->parts.size());
   // Bound elsewhere, or a different pod of that name: still a failure.
-  EXPECT_FALSE(writer.CreateBinding(ref, "node-b").ok());
-  EXPECT_FALSE(writer.CreateBinding(PodRef{"other-uid", "ns", "p", ""}, "node-a").ok());
+  PodAssignment elsewhere = *first;
+  elsewhere.node = "node-b";
+  EXPECT_FALSE(writer.Bind(pod, elsewhere).ok());
+  PodInfo other = pod;
+  other.ref.uid = "other-uid";
+  EXPECT_FALSE(writer.Bind(other, *first).ok());
 }
 
 TEST_F(KubeAdaptersTest, AssignmentIsGuardedByUid) {

@@ -57,32 +57,20 @@ inline PodInfo MakePod(const std::string& uid, std::vector<core::DeviceRequest> 
 // Records the writes a bind makes; fails a stage when told to.
 class FakeWriter : public PodWriter {
  public:
-  Status WriteAssignment(const PodInfo& pod, const PodAssignment& a) override {
+  Status Bind(const PodInfo& pod, const PodAssignment& a) override {
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back("assign " + pod.ref.uid + " " + a.node);
-    return fail_assignment_;
-  }
-  Status ClearAssignment(const PodRef& pod) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back("clear " + pod.uid);
-    return Status::Ok();
-  }
-  Status CreateBinding(const PodRef& pod, const std::string& node) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back("bind " + pod.uid + " " + node);
+    calls_.push_back("bind " + pod.ref.uid + " " + a.node);
     return fail_binding_;
   }
   std::vector<std::string> calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
   }
-  void FailAssignment(Status s) { fail_assignment_ = std::move(s); }
   void FailBinding(Status s) { fail_binding_ = std::move(s); }
 
  private:
   mutable std::mutex mu_;
   std::vector<std::string> calls_;
-  Status fail_assignment_;
   Status fail_binding_;
 };
 

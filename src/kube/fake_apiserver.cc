@@ -270,6 +270,13 @@ Response FakeApiServer::Impl::Mutate(const Target& t, const Request& req) {
                                 pod["spec"]["nodeName"].get<std::string>());
     }
     pod["spec"]["nodeName"] = b["target"]["name"];
+    // Like kube-apiserver: the Binding's annotations are added to the pod.
+    if (b.contains("metadata") && b["metadata"].is_object() &&
+        b["metadata"].contains("annotations") && b["metadata"]["annotations"].is_object()) {
+      for (const auto& [k, v] : b["metadata"]["annotations"].items()) {
+        pod["metadata"]["annotations"][k] = v;
+      }
+    }
     Store(t, pod, "MODIFIED");
     return Response::Json(201,
                           json{{"kind", "Status"}, {"status", "Success"}, {"code", 201}}.dump());

@@ -8,12 +8,14 @@ namespace accelpool::kube {
 using nlohmann::json;
 
 Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::string& pod,
-                        const std::string& node, const std::string& uid) {
+                        const std::string& node, const std::string& uid,
+                        const std::map<std::string, std::string>& annotations) {
   json binding = {{"apiVersion", "v1"},
                   {"kind", "Binding"},
                   {"metadata", {{"name", pod}, {"namespace", ns}}},
                   {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
   if (!uid.empty()) binding["metadata"]["uid"] = uid;
+  if (!annotations.empty()) binding["metadata"]["annotations"] = annotations;
   auto r = client.Create(Pods(), ns, binding, pod, "binding");
   return r.ok() ? Status::Ok() : r.status();
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -18,9 +19,12 @@ namespace accelpool::kube {
 
 // POST pods/<pod>/binding {target: Node <node>}; `uid`, when set, is sent as
 // a precondition so a re-created pod of the same name is not bound.
+// `annotations` ride on the Binding's metadata: the apiserver adds them to the
+// pod in the same write that sets spec.nodeName.
 // kAborted on conflict (already bound or uid changed), kNotFound when gone.
 Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::string& pod,
-                        const std::string& node, const std::string& uid);
+                        const std::string& node, const std::string& uid,
+                        const std::map<std::string, std::string>& annotations = {});
 
 // Merge-patches metadata.annotations of a pod or node. A value of nullopt
 // removes the key. When `resource_version` is set it is a precondition:

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 
 #include "common/flags.h"
@@ -44,6 +45,10 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --max-body-bytes=N        largest request body (default 67108864)
   --tie-break-salt=N        salt of the stable order among equal scores; choose once per
                             deployment and keep it (default 0)
+  --kube-api-qps=N          apiserver requests per second for watches and bindings (default 100)
+  --kube-api-burst=N        requests allowed above the rate in a burst (default 200)
+  --event-qps=N             pod Events per second, on their own budget so they never delay a
+                            binding (default 20; burst twice that)
 )";
 
 struct Flags {
@@ -57,6 +62,9 @@ struct Flags {
   int filter_threads = 1;
   size_t max_body_bytes = 64 << 20;
   uint64_t tie_salt = 0;
+  int kube_api_qps = 100;
+  int kube_api_burst = 200;
+  int event_qps = 20;
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -67,8 +75,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"kubeconfig", &f.kubeconfig}, {"policy", &f.policy},
       {"scheduler-name", &f.scheduler_name}, {"lease-namespace", &f.lease_namespace},
       {"log-level", &f.log_level}};
-  std::string filter_threads, max_body_bytes, tie_salt;
+  std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps;
   strings["filter-threads"] = &filter_threads;
+  strings["kube-api-qps"] = &api_qps;
+  strings["kube-api-burst"] = &api_burst;
+  strings["event-qps"] = &event_qps;
   strings["max-body-bytes"] = &max_body_bytes;
   strings["tie-break-salt"] = &tie_salt;
   ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc, argv, strings, {{"leader-elect", &f.leader_elect}}));
@@ -84,6 +95,17 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     StatusOr<long long> n = positive("filter-threads", filter_threads);
     ACCELPOOL_RETURN_IF_ERROR(n.status());
     f.filter_threads = static_cast<int>(*n);
+  }
+  for (auto [name, text, out] : {std::tuple{"kube-api-qps", &api_qps, &f.kube_api_qps},
+                                 std::tuple{"kube-api-burst", &api_burst, &f.kube_api_burst},
+                                 std::tuple{"event-qps", &event_qps, &f.event_qps}}) {
+    if (text->empty()) continue;
+    StatusOr<long long> n = positive(name, *text);
+    ACCELPOOL_RETURN_IF_ERROR(n.status());
+    if (*n > 100000) {
+      return InvalidArgumentError(std::string("--") + name + " must be at most 100000, got " + *text);
+    }
+    *out = static_cast<int>(*n);
   }
   if (!max_body_bytes.empty()) {
     StatusOr<long long> n = positive("max-body-bytes", max_body_bytes);
@@ -139,15 +161,24 @@ int Run(const Flags& flags) {
   if (!addr.ok()) return fatal("bad --listen", addr.status());
   StatusOr<kube::KubeConfig> kc = kube::LoadDefault(flags.kubeconfig, kube::ProcessEnv());
   if (!kc.ok()) return fatal("no Kubernetes configuration", kc.status());
+  kc->qps = flags.kube_api_qps;
+  kc->burst = flags.kube_api_burst;
   StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::NewKubeClient(*kc);
   if (!client.ok()) return fatal("Kubernetes client", client.status());
+  // Events get their own client and token bucket: a burst of failures must
+  // not queue the bindings behind its Events.
+  kube::KubeConfig event_kc = *kc;
+  event_kc.qps = flags.event_qps;
+  event_kc.burst = 2 * flags.event_qps;
+  StatusOr<std::unique_ptr<kube::KubeClient>> event_client = kube::NewKubeClient(event_kc);
+  if (!event_client.ok()) return fatal("Kubernetes client for events", event_client.status());
 
   Cache cache;
   MetricsRegistry registry;
   StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
   if (!metrics.ok()) return fatal("metrics", metrics.status());
   KubePodWriter writer(**client, cache);
-  AsyncEvents events(**client, log.Child("events"));
+  AsyncEvents events(**event_client, log.Child("events"));
   ExtenderOptions eo;
   eo.rank.tie_salt = flags.tie_salt;
   eo.policy = flags.policy;
