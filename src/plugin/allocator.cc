@@ -281,6 +281,8 @@ void Allocator::RefreshUsageMetrics() {
       metrics_->SetUsage(std::string(core::VendorName(d.vendor)), d.id,
                          static_cast<double>(u.first), static_cast<double>(u.second));
       metrics_->SetHealth(std::string(core::VendorName(d.vendor)), d.id, d.healthy);
+      metrics_->SetCapacity(node_, std::string(core::VendorName(d.vendor)), d.model, d.id,
+                            static_cast<double>(d.memory_mib));
     }
   }
   metrics_->SetPending(static_cast<double>(store_->PendingContainers()));

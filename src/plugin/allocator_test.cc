@@ -305,5 +305,16 @@ TEST_F(AllocatorTest, UsageMetricsSumAssignedShares) {
   EXPECT_NE(page.find(R"(accelpool_plugin_pending_containers 2)"), std::string::npos);
 }
 
+TEST_F(AllocatorTest, CapacityMetricNamesNodeVendorModelAndMemory) {
+  allocator_->RefreshUsageMetrics();
+  const std::string page = registry_.Serialize();
+  const core::Device* dev = state_.Get()->Find("GPU-a");
+  ASSERT_NE(dev, nullptr);
+  const std::string want =
+      "accelpool_plugin_device_memory_mib{node=\"node-a\",vendor=\"nvidia\",model=\"" + dev->model +
+      "\",device=\"GPU-a\"} " + std::to_string(dev->memory_mib);
+  EXPECT_NE(page.find(want), std::string::npos) << page;
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

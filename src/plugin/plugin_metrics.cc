@@ -47,6 +47,10 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
   ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddGauge("accelpool_plugin_pending_containers",
                                               "Containers assigned here and not yet allocated."),
                                  &m->pending_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_device_memory_mib", "Device memory (capacity), MiB.",
+                        {"node", "vendor", "model", "device"}),
+           &m->capacity_));
   return m;
 }
 
@@ -67,6 +71,12 @@ void PluginMetrics::SetUsage(const std::string& vendor, const std::string& devic
                              double memory_mib, double compute) {
   memory_->WithLabels({vendor, device}).Set(memory_mib);
   compute_->WithLabels({vendor, device}).Set(compute);
+}
+
+void PluginMetrics::SetCapacity(const std::string& node, const std::string& vendor,
+                                const std::string& model, const std::string& device,
+                                double memory_mib) {
+  capacity_->WithLabels({node, vendor, model, device}).Set(memory_mib);
 }
 
 void PluginMetrics::Registered(const std::string& resource) {

@@ -8,6 +8,8 @@
 //   accelpool_plugin_allocate_seconds{resource}               Allocate latency incl. pod lookup
 //   accelpool_plugin_registrations_total{resource}            successful Register calls
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
+//   accelpool_plugin_device_memory_mib{node,vendor,model,device}  device memory (capacity);
+//       joins the allocated series on (instance, device) for per-model and per-node pools
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_PLUGIN_METRICS_H_
@@ -31,6 +33,9 @@ class PluginMetrics {
   void SetHealth(const std::string& vendor, const std::string& device, bool healthy);
   void SetUsage(const std::string& vendor, const std::string& device, double memory_mib,
                 double compute);
+  // Capacity of one device: its memory, labelled with the node and model.
+  void SetCapacity(const std::string& node, const std::string& vendor, const std::string& model,
+                   const std::string& device, double memory_mib);
   void Registered(const std::string& resource);
   void SetPending(double n);
 
@@ -45,6 +50,7 @@ class PluginMetrics {
   HistogramFamily* latency_ = nullptr;
   CounterFamily* registrations_ = nullptr;
   GaugeFamily* pending_ = nullptr;
+  GaugeFamily* capacity_ = nullptr;
 };
 
 }  // namespace accelpool::plugin

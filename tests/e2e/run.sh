@@ -5,11 +5,24 @@
 # The load baseline (load-baseline.sh) is a measurement and is not run here.
 #
 # Usage: tests/e2e/run.sh
+# Stages: kubeletsim smoke demo prometheus chart scenarios (in that order; the
+# tools are always built). Select with E2E_STAGES="smoke demo" (only those),
+# skip with E2E_SKIP="scenarios" or SKIP_<STAGE>=1 (e.g. SKIP_PROMETHEUS=1).
+# prometheus runs inside the demo stage, against the demo's cluster.
 set -uo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PASSED=0 FAILED=0
 LOGS="${E2E_DIR}/.work/run"
 mkdir -p "${LOGS}"
+
+# want STAGE: the stage is selected and not skipped.
+want() {
+  local up; up="$(tr '[:lower:]' '[:upper:]' <<<"$1")"
+  local skip_var="SKIP_${up}"
+  [ "${!skip_var:-0}" = 1 ] && return 1
+  [[ " ${E2E_SKIP:-} " == *" $1 "* ]] && return 1
+  [ -z "${E2E_STAGES:-}" ] || [[ " ${E2E_STAGES} " == *" $1 "* ]]
+}
 
 # add_counts LOG LABEL: adds the "LABEL: N passed, M failed" line of LOG.
 add_counts() {
@@ -27,26 +40,45 @@ if ! timeout 5400 "${E2E_DIR}/build-tools.sh"; then
   exit 1
 fi
 
-echo "== kubeletsim (go test)"
-(cd "${E2E_DIR}/kubeletsim" && timeout 900 nice -n 15 go test -p 2 -count=1 -v ./... 2>&1) \
-  > "${LOGS}/kubeletsim.log"
-grep -E '^(--- |ok|FAIL)' "${LOGS}/kubeletsim.log"
-p=$(grep -c '^--- PASS' "${LOGS}/kubeletsim.log") f=$(grep -c '^--- FAIL' "${LOGS}/kubeletsim.log")
-if [ "$p" = 0 ] && [ "$f" = 0 ]; then f=1; tail -20 "${LOGS}/kubeletsim.log"; fi
-PASSED=$((PASSED + p)) FAILED=$((FAILED + f))
-echo "kubeletsim: ${p} passed, ${f} failed"
+if want kubeletsim; then
+  echo "== kubeletsim (go test)"
+  (cd "${E2E_DIR}/kubeletsim" && timeout 900 nice -n 15 go test -p 2 -count=1 -v ./... 2>&1) \
+    > "${LOGS}/kubeletsim.log"
+  grep -E '^(--- |ok|FAIL)' "${LOGS}/kubeletsim.log"
+  p=$(grep -c '^--- PASS' "${LOGS}/kubeletsim.log") f=$(grep -c '^--- FAIL' "${LOGS}/kubeletsim.log")
+  if [ "$p" = 0 ] && [ "$f" = 0 ]; then f=1; tail -20 "${LOGS}/kubeletsim.log"; fi
+  PASSED=$((PASSED + p)) FAILED=$((FAILED + f))
+  echo "kubeletsim: ${p} passed, ${f} failed"
+fi
 
-echo "== smoke"
-timeout 600 "${E2E_DIR}/smoke.sh" 2>&1 | tee "${LOGS}/smoke.log"
-add_counts "${LOGS}/smoke.log" smoke
+if want smoke; then
+  echo "== smoke"
+  timeout 600 "${E2E_DIR}/smoke.sh" 2>&1 | tee "${LOGS}/smoke.log"
+  add_counts "${LOGS}/smoke.log" smoke
+fi
 
-echo "== chart"
-timeout 900 "${E2E_DIR}/chart-check.sh" 2>&1 | tee "${LOGS}/chart.log"
-add_counts "${LOGS}/chart.log" chart-check
+# The demo: five nodes of four kinds, sample workloads, the placement checks;
+# then Prometheus scraping that cluster (tests/e2e/prometheus.sh).
+if want demo; then
+  echo "== demo"
+  prom=0
+  want prometheus && prom=1
+  DEMO_PROMETHEUS="${prom}" DEMO_SKIP_TOOLS=1 timeout 900 "${E2E_DIR}/demo.sh" 2>&1 | tee "${LOGS}/demo.log"
+  add_counts "${LOGS}/demo.log" demo
+  [ "${prom}" = 1 ] && add_counts "${LOGS}/demo.log" prometheus
+fi
 
-echo "== scenarios"
-timeout 1200 "${E2E_DIR}/scenarios.sh" 2>&1 | tee "${LOGS}/scenarios.log"
-add_counts "${LOGS}/scenarios.log" scenarios
+if want chart; then
+  echo "== chart"
+  timeout 900 "${E2E_DIR}/chart-check.sh" 2>&1 | tee "${LOGS}/chart.log"
+  add_counts "${LOGS}/chart.log" chart-check
+fi
+
+if want scenarios; then
+  echo "== scenarios"
+  timeout 1200 "${E2E_DIR}/scenarios.sh" 2>&1 | tee "${LOGS}/scenarios.log"
+  add_counts "${LOGS}/scenarios.log" scenarios
+fi
 
 echo "e2e: ${PASSED} passed, ${FAILED} failed"
 [ "${FAILED}" = 0 ]

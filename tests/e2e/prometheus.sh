@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Prometheus, for real, against the demo cluster: runs Debian's prometheus on
+# loopback (own config and storage in a temp dir) scraping the extender's and
+# every device plugin's /metrics, waits for every target to be up, then asks
+# the HTTP API (/api/v1/query) for the pool's memory utilisation (allocated /
+# capacity, overall and per vendor) and checks it equals the value computed
+# independently from the pods' assignments and the nodes' inventories
+# (demo/report.py expect). Also: up == 1 for every target, the extender's
+# allocated memory matches, and every metric the Grafana dashboard names was
+# scraped. Ends with "prometheus: N passed, M failed"; non-zero exit on failure.
+#
+# Usage: DEMO_ENV=tests/e2e/.work/demo/demo.env tests/e2e/prometheus.sh   (a running demo cluster)
+#        tests/e2e/prometheus.sh      (no DEMO_ENV: runs tests/e2e/demo.sh with DEMO_PROMETHEUS=1)
+# Env: PROMETHEUS_BIN (default: prometheus on PATH, from scripts/setup.sh), PROM_WAIT_S (default 100:
+#      how long the utilisation may take to converge; the plugins refresh their gauges every 30 s).
+set -euo pipefail
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "${E2E_DIR}/../.." && pwd)"
+# shellcheck source=tests/e2e/lib.sh
+. "${E2E_DIR}/lib.sh"
+if [ -z "${DEMO_ENV:-}" ]; then
+  DEMO_PROMETHEUS=1 exec "${E2E_DIR}/demo.sh"
+fi
+[ -f "${DEMO_ENV}" ] || die "DEMO_ENV=${DEMO_ENV} does not exist: start the demo first (DEMO_KEEP=1 tests/e2e/demo.sh)"
+# shellcheck disable=SC1090
+. "${DEMO_ENV}"
+PROM="${PROMETHEUS_BIN:-$(command -v prometheus || true)}"
+K="${E2E_DIR}/.bin/kubectl"
+TMP="$(mktemp -d)"
+PASSED=0 FAILED=0
+check() { # description command...
+  local what="$1"; shift
+  if "$@" > "${TMP}/out" 2>&1; then PASSED=$((PASSED + 1)); log "ok: ${what}"
+  else FAILED=$((FAILED + 1)); log "FAIL: ${what}"; tail -20 "${TMP}/out" >&2; fi
+}
+finish() {
+  set +e
+  if [ -f "${TMP}/prometheus.pid" ]; then
+    kill "$(cat "${TMP}/prometheus.pid")" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$(cat "${TMP}/prometheus.pid")" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$(cat "${TMP}/prometheus.pid")" 2>/dev/null
+  fi
+  [ "${FAILED}" = 0 ] || { mkdir -p "${E2E_DIR}/.work/run"; cp "${TMP}/prometheus.log" "${E2E_DIR}/.work/run/prometheus.log" 2>/dev/null; }
+  rm -rf "${TMP}"
+  echo "prometheus: ${PASSED} passed, ${FAILED} failed"
+}
+trap finish EXIT
+
+[ -n "${PROM}" ] && [ -x "${PROM}" ] ||
+  { FAILED=1; die "prometheus is not installed: run scripts/setup.sh (Debian package prometheus)"; }
+
+# --- config: the extender over HTTPS (the e2e CA), one job for the plugins with a node label ---
+read -ra targets <<<"${PLUGIN_TARGETS}"
+{
+  cat <<YAML
+global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 2s}
+scrape_configs:
+- job_name: accelpool-extender
+  scheme: https
+  tls_config: {ca_file: "${E2E_CA}"}
+  static_configs: [{targets: ["${EXTENDER_URL#https://}"]}]
+- job_name: accelpool-device-plugin
+  static_configs:
+YAML
+  for t in "${targets[@]}"; do
+    echo "  - {targets: [\"${t#*=}\"], labels: {kubernetes_node: \"${t%%=*}\"}}"
+  done
+} > "${TMP}/prometheus.yml"
+PORT="$(free_port)"
+URL="http://127.0.0.1:${PORT}"
+setsid "${PROM}" --config.file="${TMP}/prometheus.yml" --storage.tsdb.path="${TMP}/data" \
+  --web.listen-address="127.0.0.1:${PORT}" --storage.tsdb.retention.time=1h \
+  > "${TMP}/prometheus.log" 2>&1 < /dev/null &
+echo $! > "${TMP}/prometheus.pid"
+wait_ready() {
+  local i
+  for i in $(seq 1 120); do curl -fsS --max-time 2 "${URL}/-/ready" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  tail -20 "${TMP}/prometheus.log"; return 1
+}
+check "prometheus $("${PROM}" --version 2>&1 | awk 'NR == 1 {print $3}') serves on ${URL}" wait_ready
+
+# query EXPR: the API's JSON answer on stdout.
+query() { curl -fsS --max-time 5 --data-urlencode "query=$1" "${URL}/api/v1/query"; }
+want_targets=$((1 + ${#targets[@]}))
+targets_up() {
+  local i n
+  for i in $(seq 1 60); do
+    n="$(curl -fsS --max-time 5 "${URL}/api/v1/targets" | jq '[.data.activeTargets[] | select(.health == "up")] | length')"
+    [ "${n}" = "${want_targets}" ] && return 0
+    sleep 1
+  done
+  curl -fsS "${URL}/api/v1/targets" | jq -c '.data.activeTargets[] | {scrapeUrl, health, lastError}'
+  return 1
+}
+check "all ${want_targets} targets (extender + ${#targets[@]} device plugins) are up" targets_up
+up_all_one() {
+  query up | jq -e --argjson n "${want_targets}" \
+    '.data.result | length == $n and all(.value[1] == "1")'
+}
+check "up == 1 for every target (PromQL)" up_all_one
+
+# The expected figures, computed from the cluster state alone.
+"${K}" --kubeconfig "${KUBECONFIG}" get pods -n "${DEMO_NS}" -o json > "${TMP}/pods.json"
+"${K}" --kubeconfig "${KUBECONFIG}" get nodes -o json > "${TMP}/nodes.json"
+python3 "${E2E_DIR}/demo/report.py" expect "${TMP}/pods.json" "${TMP}/nodes.json" > "${TMP}/expect.json"
+log "expected from the assignments: $(cat "${TMP}/expect.json")"
+
+OVERALL='sum(accelpool_plugin_allocated_memory_mib) / sum(accelpool_plugin_device_memory_mib)'
+BY_VENDOR='sum by (vendor) (accelpool_plugin_allocated_memory_mib) / sum by (vendor) (accelpool_plugin_device_memory_mib)'
+EXT_ALLOC='sum(accelpool_extender_node_memory_allocated_mib)'
+# converges KIND EXPR: polls EXPR until it equals the expected figure (the plugins
+# refresh their gauges every 30 s), then prints the answer.
+converges() {
+  local i
+  for ((i = 0; i < ${PROM_WAIT_S:-100}; i += 2)); do
+    query "$2" > "${TMP}/answer.json" 2>/dev/null &&
+      python3 - "$1" "${TMP}/answer.json" "${TMP}/expect.json" <<'PY' && { cat "${TMP}/answer.json"; return 0; }
+import json, sys
+kind, answer, expect = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+res = answer["data"]["result"]
+def close(a, b):
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+if kind == "overall":
+    ok = len(res) == 1 and close(float(res[0]["value"][1]), expect["overall"])
+elif kind == "vendor":
+    got = {r["metric"].get("vendor"): float(r["value"][1]) for r in res}
+    ok = set(got) == set(expect["vendor"]) and all(close(got[v], expect["vendor"][v]) for v in got)
+else:
+    ok = len(res) == 1 and close(float(res[0]["value"][1]), expect["allocated_mib"])
+sys.exit(0 if ok else 1)
+PY
+    sleep 2
+  done
+  echo "PromQL: $2"; echo "answer: $(cat "${TMP}/answer.json" 2>/dev/null)"; echo "expected: $(cat "${TMP}/expect.json")"
+  return 1
+}
+check "PromQL pool memory utilisation (overall) equals the assignments' sum / the inventories' capacity" \
+  converges overall "${OVERALL}"
+check "PromQL pool memory utilisation per vendor equals the cluster state" converges vendor "${BY_VENDOR}"
+check "the extender's allocated memory (sum over nodes) equals the assignments' sum" \
+  converges extender "${EXT_ALLOC}"
+log "PromQL answers: overall $(query "${OVERALL}" | jq -c '[.data.result[].value[1]]'), by vendor $(query "${BY_VENDOR}" | jq -c '[.data.result[] | {(.metric.vendor): .value[1]}] | add')"
+
+# Every metric the Grafana dashboard names was scraped: the series Prometheus
+# stored, plus the families it read from the targets' # TYPE lines (a counter
+# that never fired, such as bind failures, has a family but no series yet).
+{
+  curl -fsS "${URL}/api/v1/label/__name__/values" | jq -r '.data[]'
+  curl -fsS "${URL}/api/v1/metadata" | jq -r '.data | to_entries[] | .key as $k |
+    if .value[0].type == "histogram" then ($k, $k + "_bucket", $k + "_sum", $k + "_count") else $k end'
+} | sort -u > "${TMP}/scraped.txt"
+mkdir -p "${REPO}/out/demo" && cp "${TMP}/scraped.txt" "${REPO}/out/demo/scraped-metrics.txt"
+check "every metric in the Grafana dashboard was scraped ($(grep -c '^accelpool_' "${TMP}/scraped.txt") accelpool series names)" \
+  python3 "${E2E_DIR}/dashboard_metrics.py" --scraped "${TMP}/scraped.txt" "${REPO}/charts/accelpool/dashboards/accelpool.json"
+dashboard_queries_run() { # every panel's PromQL evaluates without error against the real series
+  python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${REPO}/charts/accelpool/dashboards/accelpool.json" |
+    while IFS= read -r e; do
+      query "${e}" | jq -e '.status == "success"' >/dev/null || { echo "query failed: ${e}"; return 1; }
+    done
+}
+check "every dashboard query evaluates (variables at All)" dashboard_queries_run
+[ "${FAILED}" = 0 ]
