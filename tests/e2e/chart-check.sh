@@ -103,7 +103,7 @@ kueue_example_valid() {
     "${K}" create -f "${dir}/config/components/crd/bases/kueue.x-k8s.io_${crd}.yaml" >/dev/null &&
       "${K}" wait --for condition=established --timeout=60s "crd/${crd}.kueue.x-k8s.io" || return 1
   done
-  "${K}" create namespace ml-team >/dev/null 2>&1 || true
+  "${K}" create namespace ml-team --save-config >/dev/null 2>&1 || true
   "${K}" apply --dry-run=server -f "${REPO}/examples/kueue/" &&
     [ "$("${K}" apply --dry-run=server -f "${REPO}/examples/kueue/" -o name | grep -c kueue.x-k8s.io)" = 8 ]
 }
