@@ -56,7 +56,9 @@ KEEP="${DEMO_KEEP:-0}"
 finish() {
   local rc=$?
   set +e
-  [ "${STEP}" -lt "${STEPS}" ] && [ "${rc}" != 0 ] && log "stopped during step ${STEP}/${STEPS} (exit ${rc})"
+  # An error outside a check (die, or a command set -e stopped on) counts as a failure.
+  [ "${rc}" != 0 ] && [ "${FAILED}" = 0 ] && FAILED=1
+  [ "${rc}" != 0 ] && log "stopped during step ${STEP}/${STEPS} (exit ${rc})"
   if [ "${KEEP}" = 1 ] && [ "${FAILED}" = 0 ] && [ "${rc}" = 0 ]; then
     cat >&2 <<EOF
 

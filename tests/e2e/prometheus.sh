@@ -25,7 +25,7 @@ fi
 # shellcheck disable=SC1090
 . "${DEMO_ENV}"
 PROM="${PROMETHEUS_BIN:-$(command -v prometheus || true)}"
-K="${E2E_DIR}/.bin/kubectl"
+K="${E2E_BIN:-${E2E_DIR}/.bin}/kubectl"
 TMP="$(mktemp -d)"
 PASSED=0 FAILED=0
 check() { # description command...
@@ -34,7 +34,10 @@ check() { # description command...
   else FAILED=$((FAILED + 1)); log "FAIL: ${what}"; tail -20 "${TMP}/out" >&2; fi
 }
 finish() {
+  local rc=$?
   set +e
+  # An error outside a check (a command that set -e stopped on) counts as a failure.
+  [ "${rc}" != 0 ] && [ "${FAILED}" = 0 ] && FAILED=1 && log "stopped by an error (exit ${rc})"
   if [ -f "${TMP}/prometheus.pid" ]; then
     kill "$(cat "${TMP}/prometheus.pid")" 2>/dev/null
     for _ in $(seq 1 50); do kill -0 "$(cat "${TMP}/prometheus.pid")" 2>/dev/null || break; sleep 0.1; done
@@ -47,7 +50,7 @@ finish() {
 trap finish EXIT
 
 [ -n "${PROM}" ] && [ -x "${PROM}" ] ||
-  { FAILED=1; die "prometheus is not installed: run scripts/setup.sh (Debian package prometheus)"; }
+  die "prometheus is not installed: run scripts/setup.sh (Debian package prometheus)"
 
 # --- config: the extender over HTTPS (the e2e CA), one job for the plugins with a node label ---
 read -ra targets <<<"${PLUGIN_TARGETS}"
@@ -125,6 +128,9 @@ if kind == "overall":
 elif kind == "vendor":
     got = {r["metric"].get("vendor"): float(r["value"][1]) for r in res}
     ok = set(got) == set(expect["vendor"]) and all(close(got[v], expect["vendor"][v]) for v in got)
+elif kind == "model":
+    got = {"%s/%s" % (r["metric"].get("vendor"), r["metric"].get("model")): float(r["value"][1]) for r in res}
+    ok = set(got) == set(expect["model"]) and all(close(got[m], expect["model"][m]) for m in got)
 else:
     ok = len(res) == 1 and close(float(res[0]["value"][1]), expect["allocated_mib"])
 sys.exit(0 if ok else 1)
@@ -139,6 +145,10 @@ check "PromQL pool memory utilisation (overall) equals the assignments' sum / th
 check "PromQL pool memory utilisation per vendor equals the cluster state" converges vendor "${BY_VENDOR}"
 check "the extender's allocated memory (sum over nodes) equals the assignments' sum" \
   converges extender "${EXT_ALLOC}"
+# The dashboard's first panel (memory by vendor and model, a join on the
+# plugin's capacity series) with its variables at All.
+BY_MODEL="$(python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${REPO}/charts/accelpool/dashboards/accelpool.json" | sed -n 1p)"
+check "the dashboard's vendor/model memory panel equals the cluster state per model" converges model "${BY_MODEL}"
 log "PromQL answers: overall $(query "${OVERALL}" | jq -c '[.data.result[].value[1]]'), by vendor $(query "${BY_VENDOR}" | jq -c '[.data.result[] | {(.metric.vendor): .value[1]}] | add')"
 
 # Every metric the Grafana dashboard names was scraped: the series Prometheus

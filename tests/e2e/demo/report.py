@@ -13,7 +13,7 @@ Subcommands:
                              OUTDIR/utilisation.json and the gnuplot data files
                              OUTDIR/by-model.dat and OUTDIR/by-node.dat
   expect PODS NODES          utilisation as JSON: {"overall": f, "vendor": {v: f},
-                             "allocated_mib": n, "capacity_mib": n}
+                             "model": {"vendor/model": f}, "allocated_mib": n, "capacity_mib": n}
 Exit 1 with a message on stderr when an input cannot be read.
 """
 import json
@@ -186,7 +186,9 @@ def expect(pods_path, nodes_path):
     alloc = sum(a for a, _ in vendors.values())
     cap = sum(c for _, c in vendors.values())
     json.dump({"overall": alloc / cap if cap else 0.0, "allocated_mib": alloc, "capacity_mib": cap,
-               "vendor": {v: (a / c if c else 0.0) for v, (a, c) in vendors.items()}},
+               "vendor": {v: (a / c if c else 0.0) for v, (a, c) in vendors.items()},
+               "model": {"%s/%s" % k: (t["allocated_mib"] / t["capacity_mib"] if t["capacity_mib"] else 0.0)
+                         for k, t in by_model.items()}},
               sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
 
