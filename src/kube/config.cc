@@ -128,13 +128,14 @@ StatusOr<KubeConfig> LoadInCluster(const EnvLookup& env, std::string_view sa_dir
 StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context) {
   auto text = ReadWholeFile(path, "kubeconfig");
   if (!text.ok()) return text.status();
-  json root;
+  // JSON first when the file looks like it; a "{...}" that is not JSON is
+  // read as a YAML flow mapping, whose errors carry line and column.
+  json root = json::value_t::discarded;
   const size_t first = text->find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (*text)[first] == '{') {
     root = json::parse(*text, nullptr, false);
-    if (root.is_discarded())
-      return InvalidArgumentError("kubeconfig " + path + " is not valid JSON");
-  } else {
+  }
+  if (root.is_discarded()) {
     auto y = ParseYamlSubset(*text);
     if (!y.ok()) return y.status().WithPrefix("kubeconfig " + path);
     root = std::move(*y);
@@ -218,8 +219,10 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
     if (!has_creds && (user->contains("exec") || user->contains("auth-provider"))) {
       return UnimplementedError(uw +
                                 " uses an exec or auth-provider plugin, which accelpool "
-                                "does not run; use a service-account token or a client "
-                                "certificate");
+                                "does not run; give the user a service-account token "
+                                "(token or tokenFile, e.g. from kubectl create token) or a "
+                                "client certificate (client-certificate-data and "
+                                "client-key-data), or run in-cluster");
     }
   }
   return c;

@@ -2,8 +2,9 @@
 //
 // LoadInCluster reads the pod's service account (KUBERNETES_SERVICE_HOST /
 // KUBERNETES_SERVICE_PORT and /var/run/secrets/kubernetes.io/serviceaccount/
-// {token,ca.crt}); LoadKubeconfig reads a kubeconfig file (JSON or the usual
-// YAML subset kubectl writes) and takes its current-context: the cluster's
+// {token,ca.crt}); LoadKubeconfig reads a kubeconfig file (JSON, or YAML in
+// block or flow style as kubectl, kind and other tools write it, see
+// yaml_subset.h) and takes its current-context: the cluster's
 // server, certificate-authority(-data), insecure-skip-tls-verify, and the
 // user's token / tokenFile, client-certificate(-data) and client-key(-data).
 // Relative file paths in a kubeconfig are relative to the file's folder.

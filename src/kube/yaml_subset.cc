@@ -3,32 +3,40 @@
 #include <string>
 #include <vector>
 
+#include "kube/yaml_flow.h"
+
 namespace accelpool::kube {
 
 using nlohmann::json;
 
 namespace {
 
-struct Line {
-  int indent;
-  std::string text;
-  int number;  // 1-based, for messages
-};
+using yaml::Line;
+using yaml::Pos;
 
 Status Bad(const Line& l, const std::string& why) {
   return InvalidArgumentError("line " + std::to_string(l.number) + ": " + why);
 }
 
-// Removes a trailing comment (a '#' at the start or after a space, outside quotes).
+// Removes a trailing comment (a '#' at the start or after a space, outside
+// quotes). A quote opens a quoted scalar only where a token starts, so the
+// apostrophe in "name: it's # note" does not hide the comment.
 std::string StripComment(const std::string& s) {
   char quote = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (quote != 0) {
-      if (c == quote) quote = 0;
+      if ((c == '\\' && quote == '"') ||
+          (c == '\'' && quote == '\'' && i + 1 < s.size() && s[i + 1] == '\'')) {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
       continue;
     }
-    if (c == '\'' || c == '"') {
+    const bool token_start = i == 0 || s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '[' ||
+                             s[i - 1] == '{' || s[i - 1] == ',' || s[i - 1] == ':';
+    if ((c == '\'' || c == '"') && token_start) {
       quote = c;
     } else if (c == '#' && (i == 0 || s[i - 1] == ' ' || s[i - 1] == '\t')) {
       return s.substr(0, i);
@@ -44,42 +52,47 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// A plain block scalar (quoted and flow values go through yaml::ReadFlowNode).
 StatusOr<json> Scalar(const Line& l, const std::string& raw) {
   const std::string s = Trim(raw);
-  if (s.empty() || s == "null" || s == "~") return json(nullptr);
-  if (s == "{}") return json::object();
-  if (s == "[]") return json::array();
-  if (s == "true" || s == "True") return json(true);
-  if (s == "false" || s == "False") return json(false);
-  if (s[0] == '\'') {
-    if (s.size() < 2 || s.back() != '\'') return Bad(l, "unterminated single-quoted string");
-    std::string out;
-    for (size_t i = 1; i + 1 < s.size(); ++i) {
-      out += s[i];
-      if (s[i] == '\'' && i + 2 < s.size() && s[i + 1] == '\'') ++i;
-    }
-    return json(out);
+  if (!s.empty() && (s[0] == '&' || s[0] == '*' || s[0] == '|' || s[0] == '>' || s[0] == '!' ||
+                     s[0] == '%' || s[0] == '@' || s[0] == '`')) {
+    return Bad(l,
+               "anchors, aliases, tags and block scalars are not supported in kubeconfig "
+               "files; write the value plain, quoted or in {} / [] flow style, or use a JSON "
+               "kubeconfig");
   }
-  if (s[0] == '"') {
-    if (s.size() < 2 || s.back() != '"') return Bad(l, "unterminated double-quoted string");
-    std::string out;
-    for (size_t i = 1; i + 1 < s.size(); ++i) {
-      if (s[i] == '\\' && i + 2 < s.size()) {
-        const char n = s[++i];
-        out += n == 'n' ? '\n' : n == 't' ? '\t' : n;
-      } else {
-        out += s[i];
+  return yaml::PlainScalar(s);
+}
+
+constexpr int kMaxBlockDepth = 100;
+
+// The index of the ':' that ends the key of a "key: value" or "key:" line,
+// or npos when the line is not a mapping entry. Keys may be quoted.
+size_t KeyColon(const std::string& t) {
+  if (t.empty() || t[0] == '{' || t[0] == '[') return std::string::npos;
+  size_t from = 0;
+  if (t[0] == '"' || t[0] == '\'') {
+    size_t i = 1;
+    for (; i < t.size(); ++i) {
+      if (t[0] == '"' && t[i] == '\\') {
+        ++i;
+      } else if (t[i] == t[0]) {
+        if (t[0] == '\'' && i + 1 < t.size() && t[i + 1] == '\'') {
+          ++i;
+        } else {
+          break;
+        }
       }
     }
-    return json(out);
+    if (i >= t.size()) return std::string::npos;
+    from = t.find_first_not_of(' ', i + 1);
+    if (from == std::string::npos || t[from] != ':') return std::string::npos;
+    return from + 1 == t.size() || t[from + 1] == ' ' ? from : std::string::npos;
   }
-  if (s[0] == '{' || s[0] == '[' || s[0] == '&' || s[0] == '*' || s[0] == '|' || s[0] == '>' ||
-      s[0] == '!') {
-    return Bad(l,
-               "this YAML construct is not supported in kubeconfig files; write it as a "
-               "plain value or use a JSON kubeconfig");
-  }
-  return json(s);
+  const size_t colon = t.find(": ");
+  if (colon != std::string::npos) return colon;
+  return t.back() == ':' ? t.size() - 1 : std::string::npos;
 }
 
 class Parser {
@@ -88,7 +101,7 @@ class Parser {
 
   StatusOr<json> Document() {
     if (lines_.empty()) return json::object();
-    auto v = Block(lines_[0].indent);
+    auto v = Block(lines_[0].indent, 0);
     if (!v.ok()) return v;
     if (pos_ < lines_.size()) return Bad(lines_[pos_], "unexpected indentation");
     return v;
@@ -97,12 +110,36 @@ class Parser {
  private:
   static bool IsItem(const std::string& t) { return t == "-" || t.rfind("- ", 0) == 0; }
 
-  StatusOr<json> Block(int indent) {
-    if (pos_ < lines_.size() && IsItem(lines_[pos_].text)) return Sequence(indent);
-    return Mapping(indent);
+  // A flow collection or quoted scalar starting at `offset` of the current
+  // line; continues after the line where it ends.
+  StatusOr<json> Flow(size_t offset) {
+    Pos at{pos_, offset};
+    auto v = yaml::ReadFlowNode(lines_, at);
+    if (!v.ok()) return v;
+    pos_ = at.line + 1;
+    return v;
   }
 
-  StatusOr<json> Sequence(int indent) {
+  StatusOr<json> Block(int indent, int depth) {
+    if (depth > kMaxBlockDepth) {
+      return Bad(lines_[pos_], "nested deeper than " + std::to_string(kMaxBlockDepth) +
+                                   " levels; flatten the document");
+    }
+    const std::string& t = lines_[pos_].text;
+    if (t[0] == '{' || t[0] == '[') {
+      auto v = Flow(0);
+      if (v.ok() && pos_ < lines_.size() && lines_[pos_].indent == indent) {
+        return Bad(lines_[pos_],
+                   "unexpected content after a flow collection; a value is either "
+                   "a {} / [] collection or indented lines, not both");
+      }
+      return v;
+    }
+    if (IsItem(t)) return Sequence(indent, depth);
+    return Mapping(indent, depth);
+  }
+
+  StatusOr<json> Sequence(int indent, int depth) {
     json out = json::array();
     while (pos_ < lines_.size() && lines_[pos_].indent == indent && IsItem(lines_[pos_].text)) {
       Line& l = lines_[pos_];
@@ -111,9 +148,9 @@ class Parser {
       if (body.empty()) {
         ++pos_;
         if (pos_ < lines_.size() && lines_[pos_].indent > indent) {
-          auto v = Block(lines_[pos_].indent);
+          auto v = Block(lines_[pos_].indent, depth + 1);
           if (!v.ok()) return v;
-          out.push_back(*v);
+          out.push_back(std::move(*v));
         } else {
           out.push_back(nullptr);
         }
@@ -121,54 +158,65 @@ class Parser {
       }
       // "- key: value" starts a mapping whose keys sit at the column after "- ".
       const size_t lead = rest.find_first_not_of(' ');
-      const bool is_map = body.find(": ") != std::string::npos || body.back() == ':';
-      if (is_map && body[0] != '"' && body[0] != '\'') {
+      StatusOr<json> v = json();
+      if (KeyColon(body) != std::string::npos) {
         l.indent = indent + 2 + static_cast<int>(lead);
         l.text = body;
-        auto v = Mapping(l.indent);
-        if (!v.ok()) return v;
-        out.push_back(*v);
+        v = Mapping(l.indent, depth + 1);
+      } else if (yaml::StartsFlowNode(body[0])) {
+        v = Flow(2 + lead);
       } else {
-        auto v = Scalar(l, body);
-        if (!v.ok()) return v;
-        out.push_back(*v);
+        v = Scalar(l, body);
         ++pos_;
       }
+      if (!v.ok()) return v;
+      out.push_back(std::move(*v));
     }
     return out;
   }
 
-  StatusOr<json> Mapping(int indent) {
+  StatusOr<std::string> Key(const Line& l, size_t colon) {
+    const std::string text = Trim(l.text.substr(0, colon));
+    if (text.empty()) return Bad(l, "empty key; write \"key: value\"");
+    if (text[0] != '"' && text[0] != '\'') {
+      auto k = Scalar(l, text);
+      if (!k.ok()) return k.status();
+      if (!k->is_string()) return Bad(l, "keys must be strings; quote the key");
+      return k->get<std::string>();
+    }
+    const std::vector<Line> one = {{l.indent, text, l.number}};
+    Pos at;
+    auto k = yaml::ReadFlowNode(one, at);
+    if (!k.ok()) return k.status();
+    return k->get<std::string>();
+  }
+
+  StatusOr<json> Mapping(int indent, int depth) {
     json out = json::object();
     while (pos_ < lines_.size() && lines_[pos_].indent == indent && !IsItem(lines_[pos_].text)) {
       const Line l = lines_[pos_];
-      size_t colon = std::string::npos;
-      if (l.text[0] == '"' || l.text[0] == '\'') {
-        const size_t close = l.text.find(l.text[0], 1);
-        if (close != std::string::npos) colon = l.text.find(':', close);
-      } else {
-        colon = l.text.find(": ");
-        if (colon == std::string::npos && l.text.back() == ':') colon = l.text.size() - 1;
-      }
+      const size_t colon = KeyColon(l.text);
       if (colon == std::string::npos) return Bad(l, "want \"key: value\"");
-      auto key = Scalar(l, l.text.substr(0, colon));
+      auto key = Key(l, colon);
       if (!key.ok()) return key.status();
-      if (!key->is_string()) return Bad(l, "keys must be strings");
-      const std::string value = Trim(l.text.substr(colon + 1));
-      ++pos_;
-      if (!value.empty()) {
-        auto v = Scalar(l, value);
-        if (!v.ok()) return v;
-        out[key->get<std::string>()] = *v;
-      } else if (pos_ < lines_.size() &&
+      if (out.contains(*key)) return Bad(l, "duplicate key \"" + *key + "\"");
+      const size_t voff = l.text.find_first_not_of(' ', colon + 1);
+      StatusOr<json> v = json();
+      if (voff != std::string::npos && yaml::StartsFlowNode(l.text[voff])) {
+        v = Flow(voff);
+      } else if (voff != std::string::npos) {
+        ++pos_;
+        v = Scalar(l, l.text.substr(voff));
+      } else if (++pos_ < lines_.size() &&
                  (lines_[pos_].indent > indent ||
                   (lines_[pos_].indent == indent && IsItem(lines_[pos_].text)))) {
-        auto v = lines_[pos_].indent == indent ? Sequence(indent) : Block(lines_[pos_].indent);
-        if (!v.ok()) return v;
-        out[key->get<std::string>()] = *v;
+        v = lines_[pos_].indent == indent ? Sequence(indent, depth + 1)
+                                          : Block(lines_[pos_].indent, depth + 1);
       } else {
-        out[key->get<std::string>()] = nullptr;
+        v = json(nullptr);
       }
+      if (!v.ok()) return v;
+      out[*key] = std::move(*v);
     }
     if (pos_ < lines_.size() && lines_[pos_].indent > indent) {
       return Bad(lines_[pos_], "unexpected indentation");

@@ -1,8 +1,10 @@
 // A reader for the subset of YAML that kubeconfig files use: block mappings
-// and sequences by indentation, plain / single-quoted / double-quoted
-// scalars, "{}" and "[]", true/false and comments. Anchors, multi-line and
-// block scalars, and flow collections with content are rejected with the
-// line number, never misread.
+// and sequences by indentation, flow mappings and sequences ("{a: b}",
+// "[x, 'y']", nested, over several lines), plain / single-quoted /
+// double-quoted scalars, true/false/null and comments. Anchors, aliases,
+// tags, block scalars and multi-line scalars are rejected, never misread.
+// Every error is kInvalidArgument and starts with "line N" (flow errors also
+// give the column and what was expected there). Duplicate keys are errors.
 //
 // Thread-safety: pure function.
 #ifndef ACCELPOOL_KUBE_YAML_SUBSET_H_

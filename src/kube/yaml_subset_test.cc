@@ -53,7 +53,9 @@ TEST(YamlSubsetTest, UnsupportedConstructsAreErrorsWithLineNumbers) {
   const std::vector<Case> cases = {
       {"a: |\n  text\n", "line 1"},
       {"a: &anchor x\n", "line 1"},
-      {"a: {b: c}\n", "not supported"},
+      {"a: *alias\n", "not supported"},
+      {"a: !!str x\n", "line 1: anchors, aliases, tags"},
+      {"a: 1\na: 2\n", "line 2: duplicate key \"a\""},
       {"a: b\n  c: d\n", "line 2: unexpected indentation"},
       {"just a scalar line\n", "line 1: want \"key: value\""},
       {"a: 'open\n", "unterminated"},
