@@ -88,7 +88,10 @@ struct TlsOptions {
   std::string key_file;   // PEM private key
   // When set, clients must present a certificate signed by this CA bundle.
   std::string client_ca_file;
-  // How often the files' modification times are checked for a reload.
+  // How often the three files are checked for a change (inode, size,
+  // modification or change time) that reloads them. A pair that does not load
+  // (half written) keeps the old context until it does; open connections keep
+  // the certificate they were made with.
   std::chrono::milliseconds reload_check{1000};
 };
 

@@ -40,10 +40,23 @@ struct Route {
   Handler handler;
 };
 
-int64_t MtimeNs(const std::string& path) {
+// A file's version: inode, size, modification and change time. The change
+// time catches a copy that kept the old mtime (cp -p, tar, rsync -t); the
+// inode catches a rename over the file and a Secret volume's symlink swap.
+std::string FileStamp(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (path.empty()) return "";
+  if (::stat(path.c_str(), &st) != 0) return "missing";
+  auto ns = [](const timespec& t) {
+    return std::to_string(static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec);
+  };
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + ns(st.st_mtim) + ":" +
+         ns(st.st_ctim);
+}
+
+// The versions of every file a server context is built from.
+std::string TlsFilesStamp(const TlsOptions& t) {
+  return FileStamp(t.cert_file) + "|" + FileStamp(t.key_file) + "|" + FileStamp(t.client_ca_file);
 }
 
 void ParseQuery(std::string_view q, std::map<std::string, std::string>& out) {
@@ -108,8 +121,7 @@ class ServerImpl final : public HttpServer {
 
   std::mutex tls_mu_;
   SslCtxPtr tls_;                                     // guarded by tls_mu_
-  int64_t cert_mtime_ = -1;                           // guarded by tls_mu_
-  int64_t key_mtime_ = -1;                            // guarded by tls_mu_
+  std::string tls_stamp_;                             // guarded by tls_mu_; TlsFilesStamp
   std::chrono::steady_clock::time_point last_check_;  // guarded by tls_mu_
 
   std::mutex conns_mu_;
@@ -144,8 +156,7 @@ Status ServerImpl::Start() {
     auto ctx = internal::ServerContext(*opts_.tls);
     if (!ctx.ok()) return ctx.status();
     tls_ = *ctx;
-    cert_mtime_ = MtimeNs(opts_.tls->cert_file);
-    key_mtime_ = MtimeNs(opts_.tls->key_file);
+    tls_stamp_ = TlsFilesStamp(*opts_.tls);
     last_check_ = std::chrono::steady_clock::now();
   }
   addrinfo hints{};
@@ -224,14 +235,12 @@ SslCtxPtr ServerImpl::CurrentTls() {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_check_ >= opts_.tls->reload_check) {
     last_check_ = now;
-    const int64_t c = MtimeNs(opts_.tls->cert_file);
-    const int64_t k = MtimeNs(opts_.tls->key_file);
-    if (c != cert_mtime_ || k != key_mtime_) {
+    std::string stamp = TlsFilesStamp(*opts_.tls);
+    if (stamp != tls_stamp_) {
       auto fresh = internal::ServerContext(*opts_.tls);
       if (fresh.ok()) {  // a half-written pair keeps the old context until it loads
         tls_ = *fresh;
-        cert_mtime_ = c;
-        key_mtime_ = k;
+        tls_stamp_ = std::move(stamp);
       }
     }
   }
