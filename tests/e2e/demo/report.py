@@ -10,8 +10,9 @@ init containers reuse the regular containers' shares, and a whole
 Subcommands:
   table PODS NODES OUTDIR    print the placement table and the utilisation by
                              vendor/model and by node; write OUTDIR/placement.txt,
-                             OUTDIR/utilisation.json and the gnuplot data files
-                             OUTDIR/by-model.dat and OUTDIR/by-node.dat
+                             OUTDIR/utilisation.json and the gnuplot inputs
+                             OUTDIR/by-model.dat, OUTDIR/by-node.dat and
+                             OUTDIR/placement-labels.gp (the table as labels)
   expect PODS NODES          utilisation as JSON: {"overall": f, "vendor": {v: f},
                              "model": {"vendor/model": f}, "allocated_mib": n, "capacity_mib": n}
 Exit 1 with a message on stderr when an input cannot be read.
@@ -167,6 +168,13 @@ def table(pods_path, nodes_path, outdir):
         f.write("# node allocated_gib capacity_gib\n")
         for n, t in sorted(by_node.items()):
             f.write('"%s" %.2f %.2f\n' % (n, t["allocated_mib"] / 1024.0, t["capacity_mib"] / 1024.0))
+    with open(os.path.join(outdir, "placement-labels.gp"), "w", encoding="utf-8") as f:
+        # The table's lines as gnuplot labels for the top of utilisation.png.
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            esc = line.replace("\\", "\\\\").replace('"', '\\"')
+            f.write('set label %d "%s" at screen 0.02, screen %.4f font "DejaVu Sans Mono,9"\n'
+                    % (i + 1, esc, 0.985 - 0.52 * i / max(len(lines), 1)))
     doc = {"pods": [{k: v for k, v in r.items() if k != "usage"} for r in rows],
            "by_model": [dict(t, vendor=v, model=m) for (v, m), t in sorted(by_model.items())],
            "by_node": [dict(t, node=n) for n, t in sorted(by_node.items())]}
