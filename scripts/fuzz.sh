@@ -1,44 +1,110 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of the protocol codecs with clang and runs each
-# for N seconds (default 60), starting from the seed corpus in
-# src/api/fuzz/corpus/<codec>. New inputs go to build-fuzz/corpus/<codec>;
-# crashes are written to build-fuzz/crashes/<codec>/.
+# Builds every libFuzzer target with clang (ASan + UBSan) and runs each for a
+# short time from its seed corpus:
 #
-#   scripts/fuzz.sh            # 60 s per fuzzer
-#   scripts/fuzz.sh 600        # 10 min per fuzzer
+#   codecs      inventory assignment pod_request    seeds: src/api/fuzz/corpus/<name>
+#   extender    filter prioritize bind preempt      seeds: src/extender/fuzz/seeds/<name>
+#               mutate (the admission review)
+#   kubeconfig  yaml (the YAML reader)              seeds: src/kube/fuzz/corpus/yaml
+#
+# New inputs go to $BUILD_DIR/corpus/<name>, crashes to $BUILD_DIR/crashes/<name>/,
+# each run's output to $BUILD_DIR/logs/<name>.log. Ends with one line
+# "fuzz: N passed, M failed" (one count per target) and exits non-zero when
+# any target failed or did not build.
+#
+#   scripts/fuzz.sh                     # FUZZ_SECONDS per target (default 60)
+#   scripts/fuzz.sh 600                 # 10 min per target
+#   FUZZ_SECONDS=5 scripts/fuzz.sh
+#   FUZZ_SECONDS_filter=120 scripts/fuzz.sh   # one target longer (or shorter)
+#   FUZZ_TARGETS="yaml bind" scripts/fuzz.sh  # a subset
 #   BUILD_DIR=/tmp/f JOBS=4 scripts/fuzz.sh 30
 set -euo pipefail
 
-seconds="${1:-60}"
+seconds="${1:-${FUZZ_SECONDS:-60}}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-fuzz}"
 jobs="${JOBS:-2}"
 
+# name -> "<binary relative to the build dir> <seed folder relative to the root>"
+declare -A target=(
+  [inventory]="src/api/inventory_fuzzer src/api/fuzz/corpus/inventory"
+  [assignment]="src/api/assignment_fuzzer src/api/fuzz/corpus/assignment"
+  [pod_request]="src/api/pod_request_fuzzer src/api/fuzz/corpus/pod_request"
+  [filter]="src/extender/extender_fuzz_filter src/extender/fuzz/seeds/filter"
+  [prioritize]="src/extender/extender_fuzz_prioritize src/extender/fuzz/seeds/prioritize"
+  [bind]="src/extender/extender_fuzz_bind src/extender/fuzz/seeds/bind"
+  [preempt]="src/extender/extender_fuzz_preempt src/extender/fuzz/seeds/preempt"
+  [mutate]="src/extender/extender_fuzz_mutate src/extender/fuzz/seeds/mutate"
+  [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
+)
+order="inventory assignment pod_request filter prioritize bind preempt mutate yaml"
+names="${FUZZ_TARGETS:-$order}"
+for name in $names; do
+  if [[ -z ${target[$name]+x} ]]; then
+    echo "fuzz.sh: unknown target '$name'; pick from: $order" >&2
+    exit 2
+  fi
+done
+
 if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: clang++ not found; install clang and libclang-rt-dev" >&2
+  echo "fuzz: 0 passed, 1 failed"
   exit 2
 fi
 
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
+fi
 # -Wno-unknown-warning-option: the project warning set includes GCC-only flags.
+# Only what the fuzzers link is built: no tests, benchmarks, simulator or shim.
 sanitize="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -Wno-unknown-warning-option"
-cmake -S "$root" -B "$build" -G Ninja \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DACCELPOOL_FUZZ=ON -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
-  -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF >/dev/null
-cmake --build "$build" -j"$jobs" --target inventory_fuzzer assignment_fuzzer pod_request_fuzzer
+mkdir -p "$build"
+if ! cmake -S "$root" -B "$build" -G Ninja "${launcher[@]}" \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DACCELPOOL_FUZZ=ON -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
+    -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
+  echo "fuzz.sh: cmake configure failed (log above)" >&2
+  echo "fuzz: 0 passed, 1 failed"
+  exit 1
+fi
+binaries=()
+for name in $names; do
+  read -r bin _ <<<"${target[$name]}"
+  binaries+=("$(basename "$bin")")
+done
+if ! cmake --build "$build" -j"$jobs" --target "${binaries[@]}"; then
+  echo "fuzz.sh: the fuzz targets did not build (errors above)" >&2
+  echo "fuzz: 0 passed, 1 failed"
+  exit 1
+fi
 
-status=0
-for codec in inventory assignment pod_request; do
-  corpus="$build/corpus/$codec"
-  crashes="$build/crashes/$codec"
+passed=0
+failed=0
+mkdir -p "$build/logs"
+for name in $names; do
+  read -r bin seeds <<<"${target[$name]}"
+  per_target="FUZZ_SECONDS_$name"
+  secs="${!per_target:-$seconds}"
+  corpus="$build/corpus/$name"
+  crashes="$build/crashes/$name"
+  log="$build/logs/$name.log"
   mkdir -p "$corpus" "$crashes"
-  echo "== $codec: ${seconds}s"
-  if ! "$build/src/api/${codec}_fuzzer" -max_total_time="$seconds" -max_len=65536 \
-      -artifact_prefix="$crashes/" "$corpus" "$root/src/api/fuzz/corpus/$codec"; then
-    echo "fuzz.sh: $codec fuzzer found a failure; see $crashes" >&2
-    status=1
+  echo "== $name: ${secs}s"
+  # -timeout: an input running over 10 s counts as a hang (a failure).
+  if "$build/$bin" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+      -artifact_prefix="$crashes/" "$corpus" "$root/$seeds" >"$log" 2>&1; then
+    passed=$((passed + 1))
+    grep -E '^(#[0-9]+ +DONE|Done [0-9]+ runs)' "$log" | tail -1 || true
+  else
+    failed=$((failed + 1))
+    tail -40 "$log" >&2
+    echo "fuzz.sh: $name fuzzer found a failure; reproducer in $crashes, log $log" >&2
   fi
 done
-exit "$status"
+echo "fuzz: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -3,7 +3,8 @@
 #   1. installs dependencies (scripts/setup.sh),
 #   2. builds everything with warnings as errors and runs every unit test (ctest),
 #   3. rebuilds the core with AddressSanitizer + UBSan and runs its tests,
-#   4. runs each libFuzzer target briefly (scripts/fuzz.sh),
+#   4. runs each libFuzzer target briefly (scripts/fuzz.sh; FUZZ_SECONDS per
+#      target, default 15; each target is one count in the total),
 #   5. runs the end-to-end suite on a real control plane (tests/e2e/run.sh).
 # Ends with one line "accelpool: N passed, M failed" and a non-zero exit when
 # anything failed. Set SKIP_E2E=1 to skip stage 5, SKIP_ASAN=1 to skip stage 3.
@@ -58,10 +59,18 @@ fi
 
 stage "4/5 fuzzing (short runs)"
 if [[ -x scripts/fuzz.sh ]]; then
-  if bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1)); stage_failed+=("fuzz")
+  # One count per fuzz target, from fuzz.sh's "fuzz: N passed, M failed" line.
+  mkdir -p build
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}" 2>&1 | tee build/fuzz.log
+  fuzz_rc=${PIPESTATUS[0]}
+  line=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' build/fuzz.log | tail -1)
+  if [[ -n $line ]]; then
+    passed=$((passed + $(sed -E 's/^fuzz: ([0-9]+) passed.*/\1/' <<<"$line")))
+    failed=$((failed + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
+  fi
+  if [[ $fuzz_rc -ne 0 ]]; then
+    stage_failed+=("fuzz")
+    [[ -z $line ]] && failed=$((failed + 1))
   fi
 else
   echo "no fuzz targets yet"
