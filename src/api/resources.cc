@@ -247,4 +247,19 @@ std::string_view DefaultCountResource(core::Vendor v) {
   return "";
 }
 
+std::string DeviceResource(core::Vendor v, std::string_view model) {
+  if (v == Vendor::kAscend && model.substr(0, 6) == "Ascend") {
+    std::optional<ResourceInfo> r = LookupResource("huawei.com/" + std::string(model));
+    if (r && r->vendor == Vendor::kAscend && r->role == ResourceRole::kCount) {
+      return r->name;
+    }
+  }
+  for (const ResourceInfo& r : KnownResources()) {
+    if (r.vendor == v && r.role == ResourceRole::kCount && r.model_family.empty()) {
+      return r.name;
+    }
+  }
+  return "";
+}
+
 }  // namespace accelpool::api

@@ -66,6 +66,14 @@ bool IsAcceleratorResource(std::string_view name);
 // specific so "huawei.com/npu", ...). Used for slot advertisement.
 std::string_view DefaultCountResource(core::Vendor v);
 
+// The count resource a device plugin advertises one whole device under:
+// "huawei.com/<model>" for an Ascend chip model with a count name
+// (huawei.com/Ascend910B3), otherwise the vendor's first vendor-wide count
+// name in the table, its official whole-device name (nvidia.com/gpu,
+// huawei.com/npu, kunlunxin.com/xpu, metax-tech.com/gpu, mthreads.com/gpu,
+// alibabacloud.com/ppu, cambricon.com/mlu, hygon.com/dcu). "" for kUnknown.
+std::string DeviceResource(core::Vendor v, std::string_view model);
+
 }  // namespace accelpool::api
 
 #endif  // ACCELPOOL_API_RESOURCES_H_

@@ -106,5 +106,37 @@ TEST(ResourcesTest, DefaultCountResourceIsKnown) {
   }
 }
 
+TEST(ResourcesTest, DeviceResourceIsTheWholeDeviceCountName) {
+  struct Case {
+    Vendor vendor;
+    std::string model;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {Vendor::kNvidia, "H200", "nvidia.com/gpu"},
+      {Vendor::kAscend, "Ascend910B3", "huawei.com/Ascend910B3"},
+      {Vendor::kAscend, "Ascend910C", "huawei.com/Ascend910C"},
+      {Vendor::kAscend, "Ascend950", "huawei.com/Ascend950"},  // pattern, not in the fixed list
+      {Vendor::kAscend, "Ascend910B-bad/name", "huawei.com/npu"},
+      {Vendor::kAscend, "", "huawei.com/npu"},
+      {Vendor::kKunlunxin, "P800", "kunlunxin.com/xpu"},
+      {Vendor::kMetax, "C500", "metax-tech.com/gpu"},
+      {Vendor::kMthreads, "MTT S4000", "mthreads.com/gpu"},
+      {Vendor::kThead, "PPU-ZW810E", "alibabacloud.com/ppu"},
+      {Vendor::kCambricon, "MLU370-X8", "cambricon.com/mlu"},
+      {Vendor::kHygon, "K100-AI", "hygon.com/dcu"},
+      {Vendor::kUnknown, "x", ""},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(DeviceResource(c.vendor, c.model), c.want) << c.model;
+  }
+  for (Vendor v : core::AllVendors()) {
+    auto r = LookupResource(DeviceResource(v, ""));
+    ASSERT_TRUE(r.has_value()) << core::VendorName(v);
+    EXPECT_EQ(r->vendor, v);
+    EXPECT_EQ(r->role, ResourceRole::kCount);
+  }
+}
+
 }  // namespace
 }  // namespace accelpool::api

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "api/resources.h"
+
 namespace accelpool::plugin {
 
 const core::Device* Snapshot::Find(const std::string& id) const {
@@ -13,10 +15,7 @@ const core::Device* Snapshot::Find(const std::string& id) const {
 }
 
 std::string ResourceFor(const core::Device& device) {
-  if (device.vendor == core::Vendor::kAscend && device.model.rfind("Ascend", 0) == 0) {
-    return "huawei.com/" + device.model;
-  }
-  return vendors::TraitsFor(device.vendor).resource;
+  return api::DeviceResource(device.vendor, device.model);
 }
 
 DeviceState::DeviceState() : current_(std::make_shared<Snapshot>()) {}

@@ -41,7 +41,8 @@ struct Snapshot {
 };
 using SnapshotPtr = std::shared_ptr<const Snapshot>;
 
-// The kubelet resource a device is advertised under.
+// The kubelet resource a device is advertised under (api::DeviceResource:
+// the one resource-name table the extender uses too).
 std::string ResourceFor(const core::Device& device);
 
 class DeviceState {

@@ -3,9 +3,13 @@
 #include <sstream>
 
 #include "vendors/ascend/ascend_driver.h"
+#include "vendors/cambricon/cndev_library.h"
 #include "vendors/fake/fake_driver.h"
 #include "vendors/hygon/rocm_smi_library.h"
+#include "vendors/kunlunxin/xpuml_library.h"
 #include "vendors/library_specs.h"
+#include "vendors/metax/mxsml_library.h"
+#include "vendors/mthreads/mtml_library.h"
 #include "vendors/nvidia/nvidia_driver.h"
 #include "vendors/thead/hgml_library.h"
 
@@ -44,19 +48,29 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     }
     return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), {o.node}));
   }
-  if (name == "hygon") {
-    StatusOr<DeviceLibraryPtr> lib = hygon::NewRocmSmiLibrary();
+  // The vendors served through a DeviceLibrary: how to load it, and the spec.
+  struct LibraryBackend {
+    const char* name;
+    StatusOr<DeviceLibraryPtr> (*load)();
+    LibraryDriverSpec (*spec)();
+  };
+  static const LibraryBackend kLibraryBackends[] = {
+      {"hygon", [] { return hygon::NewRocmSmiLibrary(); }, HygonSpec},
+      {"thead", [] { return thead::NewHgmlLibrary(); }, TheadSpec},
+      {"kunlunxin", [] { return kunlunxin::NewXpumlLibrary(); }, KunlunxinSpec},
+      {"metax", [] { return metax::NewMxsmlLibrary(); }, MetaxSpec},
+      {"mthreads", [] { return mthreads::NewMtmlLibrary(); }, MthreadsSpec},
+      {"cambricon", [] { return cambricon::NewCndevLibrary(); }, CambriconSpec},
+  };
+  for (const LibraryBackend& b : kLibraryBackends) {
+    if (name != b.name) {
+      continue;
+    }
+    StatusOr<DeviceLibraryPtr> lib = b.load();
     if (!lib.ok()) {
       return lib.status();
     }
-    return VendorDriverPtr(new LibraryDriver(std::move(lib).value(), HygonSpec(), o.node));
-  }
-  if (name == "thead") {
-    StatusOr<DeviceLibraryPtr> lib = thead::NewHgmlLibrary();
-    if (!lib.ok()) {
-      return lib.status();
-    }
-    return VendorDriverPtr(new LibraryDriver(std::move(lib).value(), TheadSpec(), o.node));
+    return VendorDriverPtr(new LibraryDriver(std::move(lib).value(), b.spec(), o.node));
   }
   return UnimplementedError("the " + name + " backend is not built into this binary");
 }
@@ -64,7 +78,8 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
 }  // namespace
 
 const std::vector<std::string>& HardwareBackends() {
-  static const std::vector<std::string> kNames = {"nvidia", "ascend", "hygon", "thead"};
+  static const std::vector<std::string> kNames = {"nvidia",    "ascend", "hygon",    "thead",
+                                                  "kunlunxin", "metax",  "mthreads", "cambricon"};
   return kNames;
 }
 

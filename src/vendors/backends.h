@@ -3,8 +3,8 @@
 //
 //   "auto"    every hardware backend whose management library loads; a
 //             missing library is one log line ("no devices of that vendor").
-//   "nvidia", "ascend", "hygon", "thead": that backend only; a missing
-//             library is an error.
+//   "nvidia", "ascend", "hygon", "thead", "kunlunxin", "metax", "mthreads",
+//   "cambricon": that backend only; a missing library is an error.
 //   "fake"    the inventory-file backend (BackendOptions::fake_inventory).
 // Several names may be given comma-separated ("nvidia,fake").
 //

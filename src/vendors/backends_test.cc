@@ -25,6 +25,10 @@ TEST(BackendsTest, NamesAreCheckedAndAbsentLibrariesAreSkippedByAuto) {
       {"ascend", "", StatusCode::kUnavailable, 0},
       {"hygon", "", StatusCode::kUnavailable, 0},
       {"thead", "", StatusCode::kUnavailable, 0},
+      {"kunlunxin", "", StatusCode::kUnavailable, 0},
+      {"metax", "", StatusCode::kUnavailable, 0},
+      {"mthreads", "", StatusCode::kUnavailable, 0},
+      {"cambricon", "", StatusCode::kUnavailable, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.backends);

@@ -41,7 +41,6 @@ struct VisibleEnv {
 // Data-only description of a vendor. See docs/vendors.md for the table.
 struct VendorTraits {
   core::Vendor vendor = core::Vendor::kUnknown;
-  std::string resource;                   // whole/shared device resource, "nvidia.com/gpu"
   std::vector<VisibleEnv> visible_env;    // runtime-hook name first, in-process names after
   std::vector<std::string> device_nodes;  // per device; "{minor}" is replaced
   std::vector<std::string> shared_nodes;  // control nodes every container needs
@@ -52,7 +51,8 @@ struct VendorTraits {
   std::string cdi_kind;                   // "nvidia.com/gpu" for CDI names; "" = none
 };
 
-// The traits of every vendor with a backend; kUnknown yields an empty resource.
+// The traits of every vendor with a backend; kUnknown yields empty traits.
+// The resource a device is advertised under is api::DeviceResource.
 const VendorTraits& TraitsFor(core::Vendor vendor);
 
 // One device handed to a container, with its share.

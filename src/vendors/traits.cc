@@ -1,5 +1,6 @@
-// The vendor table: resource names, visible-devices variables, device nodes
-// and management libraries (VENDORS.md section 0).
+// The vendor table: visible-devices variables, device nodes and management
+// libraries (VENDORS.md section 0). Resource names live in the single table
+// of src/api/resources.h (api::DeviceResource).
 #include <string>
 #include <vector>
 
@@ -14,7 +15,6 @@ std::vector<VendorTraits> BuildTable() {
   std::vector<VendorTraits> t;
   t.push_back(
       {core::Vendor::kNvidia,
-       "nvidia.com/gpu",
        {{"NVIDIA_VISIBLE_DEVICES", K::kDeviceId}, {"CUDA_VISIBLE_DEVICES", K::kDeviceId}},
        {"/dev/nvidia{minor}"},
        {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
@@ -24,7 +24,6 @@ std::vector<VendorTraits> BuildTable() {
        10,
        "nvidia.com/gpu"});
   t.push_back({core::Vendor::kAscend,
-               "huawei.com/Ascend910",
                {{"ASCEND_VISIBLE_DEVICES", K::kHostIndex},
                 {"ASCEND_RT_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/davinci{minor}"},
@@ -35,7 +34,6 @@ std::vector<VendorTraits> BuildTable() {
                1,
                ""});
   t.push_back({core::Vendor::kKunlunxin,
-               "kunlunxin.com/xpu",
                {{"XPU_VISIBLE_DEVICES", K::kHostIndex}},
                {"/dev/xpu{minor}"},
                {"/dev/xpuctrl"},
@@ -45,7 +43,6 @@ std::vector<VendorTraits> BuildTable() {
                1,
                ""});
   t.push_back({core::Vendor::kMetax,
-               "metax-tech.com/gpu",
                {{"MACA_VISIBLE_DEVICES", K::kHostIndex}},
                {"/dev/dri/card{minor}"},
                {"/dev/mxcd"},
@@ -55,18 +52,16 @@ std::vector<VendorTraits> BuildTable() {
                1,
                ""});
   t.push_back({core::Vendor::kMthreads,
-               "mthreads.com/gpu",
                {{"MTHREADS_VISIBLE_DEVICES", K::kHostIndex},
                 {"MUSA_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/mtgpu.{minor}"},
                {},
-               {"libmtml.so"},
+               {"libmtml.so", "libmtml.so.1"},
                false,
                false,
                1,
                ""});
   t.push_back({core::Vendor::kThead,
-               "alibabacloud.com/ppu",
                {{"CUDA_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/alixpu_ppu{minor}"},
                {"/dev/alixpu", "/dev/alixpu_ctl"},
@@ -76,18 +71,16 @@ std::vector<VendorTraits> BuildTable() {
                1,
                ""});
   t.push_back({core::Vendor::kCambricon,
-               "cambricon.com/mlu",
                {{"CAMBRICON_VISIBLE_DEVICES", K::kHostIndex},
                 {"MLU_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/cambricon_dev{minor}"},
                {"/dev/cambricon_ctl"},
-               {"libcndev.so"},
+               {"libcndev.so", "/usr/local/neuware/lib64/libcndev.so"},
                false,
                false,
                1,
                ""});
   t.push_back({core::Vendor::kHygon,
-               "hygon.com/dcu",
                {{"HIP_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/dri/card{minor}"},
                {"/dev/kfd", "/dev/mkfd"},

@@ -31,7 +31,8 @@ namespace accelpool::plugin {
 namespace {
 
 constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
-  --backend=LIST            auto|nvidia|ascend|hygon|thead|fake, comma-separated (default auto)
+  --backend=LIST            auto|fake|nvidia|ascend|hygon|thead|kunlunxin|metax|mthreads|
+                            cambricon, comma-separated (default auto)
   --fake-inventory=FILE     inventory file for --backend=fake (see docs/device-plugin.md)
   --device-plugin-dir=DIR   kubelet's device-plugins dir (default /var/lib/kubelet/device-plugins)
   --node-name=NAME          this node (default $NODE_NAME)

@@ -1,0 +1,232 @@
+// CNDev entry points used, declared here from Cambricon's published cndev.h
+// (cndevRet_t, 0 = success). Every struct starts with `int version`, which
+// the caller sets (CNDEV_VERSION_5 here); only the leading fields, the same
+// in every published version, are read:
+//   cndevInit(int reserved)
+//   cndevGetDeviceCount(cndevCardInfo_t*)              {version; unsigned number}
+//   cndevGetMemoryUsage(cndevMemoryInfo_t*, int dev)   {version; int64 physicalMemoryTotal MB; ...}
+//   cndevGetPCIeInfo(cndevPCIeInfo_t*, int dev)        {version; subsystemId; deviceId;
+//                                                       u16 vendor; u16 subsystemVendor;
+//                                                       domain; bus; device; function; ...}
+//   cndevGetCardHealthState(cndevCardHealthState_t*, int dev)  {version; int health} 0 = fault
+// Optional: cndevGetDeviceHandleByIndex(int, int* handle), cndevGetUUID(cndevUUID_t*, dev)
+//   {version; uint8 uuid[37]}, cndevGetCardSN(cndevCardSN_t*, dev) {version; int64 sn},
+//   cndevGetCardNameStringByDevId(dev) -> const char*,
+//   cndevGetNUMANodeIdByDevId(cndevNUMANodeId_t*, dev) {version; int32 nodeId}.
+#include "vendors/cambricon/cndev_library.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <mutex>
+
+#include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
+
+namespace accelpool::vendors::cambricon {
+namespace {
+
+using Ret = int;
+constexpr int kVersion = 5;
+
+struct CardInfo {
+  int version;
+  unsigned number;
+};
+struct MemoryInfo {
+  int version;
+  int64_t physical_total_mb;
+};
+struct PcieInfo {
+  int version;
+  unsigned subsystem_id, device_id;
+  uint16_t vendor, subsystem_vendor;
+  unsigned domain, bus, device, function;
+};
+struct HealthState {
+  int version;
+  int health;
+};
+struct Uuid {
+  int version;
+  unsigned char uuid[37];
+};
+struct CardSn {
+  int version;
+  int64_t sn;
+};
+struct NumaNode {
+  int version;
+  int32_t node;
+};
+
+constexpr const char* kLib = "CNDev";
+constexpr const char* kHint = "check the MLU driver with cnmon";
+
+template <typename T>
+Padded<T> Versioned() {
+  Padded<T> p;
+  p.value.version = kVersion;
+  return p;
+}
+
+class Cndev : public DeviceLibrary {
+ public:
+  Cndev(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
+      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
+
+  std::string_view LibraryName() const override { return kLib; }
+
+  Status Init() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&init_, "cndevInit"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&count_, "cndevGetDeviceCount"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&memory_, "cndevGetMemoryUsage"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&pcie_, "cndevGetPCIeInfo"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&health_, "cndevGetCardHealthState"));
+    handle_ = lib_->OptionalSymbol<Ret(int, int*)>("cndevGetDeviceHandleByIndex");
+    uuid_ = lib_->OptionalSymbol<Ret(Uuid*, int)>("cndevGetUUID");
+    sn_ = lib_->OptionalSymbol<Ret(CardSn*, int)>("cndevGetCardSN");
+    name_ = lib_->OptionalSymbol<const char*(int)>("cndevGetCardNameStringByDevId");
+    numa_ = lib_->OptionalSymbol<Ret(NumaNode*, int)>("cndevGetNUMANodeIdByDevId");
+    ACCELPOOL_RETURN_IF_ERROR(Check(init_(0), "cndevInit"));
+    ready_ = true;
+    return Status::Ok();
+  }
+
+  StatusOr<int32_t> Count() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    Padded<CardInfo> info = Versioned<CardInfo>();
+    ACCELPOOL_RETURN_IF_ERROR(Check(count_(&info.value), "cndevGetDeviceCount"));
+    if (info.value.number > 1024) {
+      return InternalError("cndevGetDeviceCount reported " + std::to_string(info.value.number) +
+                           " devices; " + kHint);
+    }
+    return static_cast<int32_t>(info.value.number);
+  }
+
+  StatusOr<LibraryDevice> Device(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<int> dev = HandleOf(index);
+    if (!dev.ok()) {
+      return dev.status();
+    }
+    LibraryDevice d;
+    Padded<Uuid> uuid = Versioned<Uuid>();
+    Padded<CardSn> sn = Versioned<CardSn>();
+    if (uuid_ != nullptr && uuid_(&uuid.value, *dev) == 0 && uuid.value.uuid[0] != 0) {
+      d.uuid = "MLU-" +
+               FixedString(reinterpret_cast<const char*>(uuid.value.uuid), sizeof(uuid.value.uuid));
+    } else if (sn_ != nullptr && sn_(&sn.value, *dev) == 0 && sn.value.sn != 0) {
+      char s[32];
+      std::snprintf(s, sizeof(s), "MLU-%" PRIx64, static_cast<uint64_t>(sn.value.sn));
+      d.uuid = s;
+    }
+    if (name_ != nullptr) {
+      const char* name = name_(*dev);
+      if (name != nullptr) {
+        d.name = FixedString(name, 128);
+      }
+    }
+    Padded<MemoryInfo> mem = Versioned<MemoryInfo>();
+    ACCELPOOL_RETURN_IF_ERROR(Check(memory_(&mem.value, *dev), "cndevGetMemoryUsage"));
+    if (mem.value.physical_total_mb < 0) {
+      return InternalError("cndevGetMemoryUsage reported negative memory; " + std::string(kHint));
+    }
+    d.memory_mib = mem.value.physical_total_mb;  // cnmon prints the same figure as MiB
+    Padded<PcieInfo> pci = Versioned<PcieInfo>();
+    ACCELPOOL_RETURN_IF_ERROR(Check(pcie_(&pci.value, *dev), "cndevGetPCIeInfo"));
+    char bus[32];
+    std::snprintf(bus, sizeof(bus), "%x:%x:%x.%x", pci.value.domain, pci.value.bus,
+                  pci.value.device, pci.value.function);
+    d.pci_bus = NormalizePciBus(bus);
+    if (d.pci_bus.empty()) {
+      return InternalError(std::string("cndevGetPCIeInfo returned an invalid bus ") + bus + "; " +
+                           kHint);
+    }
+    d.minor = index;  // /dev/cambricon_dev<index>, as Cambricon's plugin names it
+    Padded<NumaNode> numa = Versioned<NumaNode>();
+    if (numa_ != nullptr && numa_(&numa.value, *dev) == 0 && numa.value.node >= 0) {
+      d.numa = numa.value.node;
+    } else {
+      d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
+    }
+    return d;
+  }
+
+  StatusOr<LinkKind> Link(int32_t, int32_t) override {
+    return UnimplementedError("MLULink rings come from cntopo; the profile's board pairs apply");
+  }
+
+  StatusOr<bool> Healthy(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<int> dev = HandleOf(index);
+    if (!dev.ok()) {
+      return dev.status();
+    }
+    Padded<HealthState> h = Versioned<HealthState>();
+    ACCELPOOL_RETURN_IF_ERROR(Check(health_(&h.value, *dev), "cndevGetCardHealthState"));
+    return h.value.health != 0;
+  }
+
+ private:
+  template <typename Fn>
+  Status Resolve(Fn** out, const char* name) {
+    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    *out = *fn;
+    return Status::Ok();
+  }
+
+  Status Ready() const {
+    return ready_ ? Status::Ok()
+                  : FailedPreconditionError("CNDev is not initialized; call Init first");
+  }
+
+  // Newer CNDev addresses a card by a handle; older ones by its index.
+  StatusOr<int> HandleOf(int32_t index) {
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    if (handle_ == nullptr) {
+      return index;
+    }
+    int h = -1;
+    ACCELPOOL_RETURN_IF_ERROR(Check(handle_(index, &h), "cndevGetDeviceHandleByIndex"));
+    return h;
+  }
+
+  static Status Check(Ret r, const char* call) {
+    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
+  }
+
+  const std::unique_ptr<DlLibrary> lib_;
+  const std::string sysfs_root_;
+  std::mutex mu_;
+  bool ready_ = false;
+  Ret (*init_)(int) = nullptr;
+  Ret (*count_)(CardInfo*) = nullptr;
+  Ret (*memory_)(MemoryInfo*, int) = nullptr;
+  Ret (*pcie_)(PcieInfo*, int) = nullptr;
+  Ret (*health_)(HealthState*, int) = nullptr;
+  Ret (*handle_)(int, int*) = nullptr;
+  Ret (*uuid_)(Uuid*, int) = nullptr;
+  Ret (*sn_)(CardSn*, int) = nullptr;
+  const char* (*name_)(int) = nullptr;
+  Ret (*numa_)(NumaNode*, int) = nullptr;
+};
+
+}  // namespace
+
+StatusOr<DeviceLibraryPtr> NewCndevLibrary(const std::vector<std::string>& candidates,
+                                           const std::string& sysfs_root) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
+      candidates.empty() ? TraitsFor(core::Vendor::kCambricon).libraries : candidates);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return DeviceLibraryPtr(new Cndev(std::move(lib).value(), sysfs_root));
+}
+
+}  // namespace accelpool::vendors::cambricon

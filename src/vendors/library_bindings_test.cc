@@ -1,0 +1,315 @@
+// The four dlopen bindings (XPU ML, MX-SML, MTML, CNDev), each run against a
+// fake of its vendor library built in the test tree (testlibs/), through the
+// shared LibraryDriver, the way the device plugin runs them.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "vendors/cambricon/cndev_library.h"
+#include "vendors/kunlunxin/xpuml_library.h"
+#include "vendors/library_driver.h"
+#include "vendors/library_specs.h"
+#include "vendors/library_util.h"
+#include "vendors/metax/mxsml_library.h"
+#include "vendors/mthreads/mtml_library.h"
+
+namespace accelpool::vendors {
+namespace {
+
+using Factory =
+    std::function<StatusOr<DeviceLibraryPtr>(const std::vector<std::string>&, const std::string&)>;
+
+struct Binding {
+  std::string name;
+  std::string fake_path;
+  Factory load;
+  std::function<LibraryDriverSpec()> spec;
+};
+
+std::vector<Binding> Bindings() {
+  return {
+      {"XPU ML", ACCELPOOL_FAKE_XPUML,
+       [](const auto& c, const auto& s) { return kunlunxin::NewXpumlLibrary(c, s); },
+       KunlunxinSpec},
+      {"MX-SML", ACCELPOOL_FAKE_MXSML,
+       [](const auto& c, const auto& s) { return metax::NewMxsmlLibrary(c, s); }, MetaxSpec},
+      {"MTML", ACCELPOOL_FAKE_MTML,
+       [](const auto& c, const auto& s) { return mthreads::NewMtmlLibrary(c, s); }, MthreadsSpec},
+      {"CNDev", ACCELPOOL_FAKE_CNDEV,
+       [](const auto& c, const auto& s) { return cambricon::NewCndevLibrary(c, s); },
+       CambriconSpec},
+  };
+}
+
+const Binding& Find(const std::string& name) {
+  static const std::vector<Binding> kAll = Bindings();
+  for (const Binding& b : kAll) {
+    if (b.name == name) {
+      return b;
+    }
+  }
+  ADD_FAILURE() << "no binding " << name;
+  return kAll.front();
+}
+
+// Holds the fake open (the binding's dlopen of the same path shares it) and
+// sets what it reports.
+class FakeHandle {
+ public:
+  explicit FakeHandle(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW)) {}
+  ~FakeHandle() {
+    if (handle_ != nullptr) {
+      dlclose(handle_);
+    }
+  }
+  bool ok() const { return handle_ != nullptr; }
+  void Configure(int count, int fail_device, int fault_device, int init_error) {
+    auto fn =
+        reinterpret_cast<void (*)(int, int, int, int)>(dlsym(handle_, "accelpool_fake_configure"));
+    ASSERT_NE(fn, nullptr);
+    fn(count, fail_device, fault_device, init_error);
+  }
+
+ private:
+  void* handle_;
+};
+
+// A sysfs tree in a temp dir with numa_node files for the given buses.
+class FakeSysfs {
+ public:
+  FakeSysfs() {
+    root_ = std::filesystem::temp_directory_path() /
+            ("accelpool-sysfs-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(root_);
+  }
+  ~FakeSysfs() { std::filesystem::remove_all(root_); }
+  void Numa(const std::string& bus, int node) {
+    const auto dir = root_ / "bus/pci/devices" / bus;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "numa_node") << node << "\n";
+  }
+  std::string root() const { return root_.string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path root_;
+};
+
+StatusOr<std::unique_ptr<LibraryDriver>> Driver(
+    const Binding& b, const std::string& sysfs,
+    std::chrono::milliseconds poll = std::chrono::seconds(5)) {
+  StatusOr<DeviceLibraryPtr> lib = b.load({b.fake_path}, sysfs);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  LibraryDriverSpec spec = b.spec();
+  spec.health_poll = poll;
+  return std::make_unique<LibraryDriver>(std::move(lib).value(), std::move(spec), "node-a");
+}
+
+TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
+  struct Case {
+    std::string binding;
+    core::Vendor vendor;
+    std::string profile;
+    std::string first_id;
+    std::string model;
+    int64_t memory_mib;
+    std::string first_bus;
+    int numa5;          // device 5's NUMA node
+    int32_t near, far;  // LinkScore(0,1), LinkScore(0,4)
+    std::string node3;  // device node of device 3
+    int32_t compute_units;
+  };
+  // Kunlunxin reads NUMA from sysfs (set to 6 for device 5 below: never
+  // derived from the index); the others from their library.
+  const std::vector<Case> cases = {
+      {"XPU ML", core::Vendor::kKunlunxin, "kunlunxin-p800-x8", "XPU-0000-1d-00.0", "P800", 98304,
+       "0000:1d:00.0", 6, -1, -1, "/dev/xpu3", 0},
+      {"MX-SML", core::Vendor::kMetax, "metax-c500-x8", "GPU-7c1a0000-51d2-4f0e-9a3b-000000000000",
+       "C500", 65536, "0000:0f:00.0", 1, 100, 10, "/dev/dri/card3", 0},
+      {"MTML", core::Vendor::kMthreads, "mthreads-s4000-x8", "a1b2c3d4-0000-4000-8000-000000000000",
+       "MTT S4000", 49152, "0000:18:00.0", -1, 20, 10, "/dev/mtgpu.3", 128},
+      {"CNDev", core::Vendor::kCambricon, "cambricon-mlu370-x8",
+       "MLU-5f1e22a0-8c4d-11ee-b9d1-0242ac120000", "MLU370-X8", 24576, "0000:31:00.0", 1, -1, -1,
+       "/dev/cambricon_dev3", 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.binding);
+    const Binding& b = Find(c.binding);
+    FakeHandle fake(b.fake_path);
+    ASSERT_TRUE(fake.ok()) << dlerror();
+    fake.Configure(8, -1, -1, 0);
+    FakeSysfs sysfs;
+    sysfs.Numa("0000:9c:00.0", 6);  // the fifth XPU's bus
+    auto driver = Driver(b, sysfs.root());
+    ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+    auto invs = (*driver)->Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    ASSERT_EQ(invs->size(), 1u);
+    const core::NodeInventory& inv = invs->front();
+    EXPECT_EQ(inv.vendor, c.vendor);
+    EXPECT_EQ(inv.topology.kind, c.profile);
+    ASSERT_EQ(inv.devices.size(), 8u);
+    EXPECT_EQ(inv.devices[0].id, c.first_id);
+    EXPECT_EQ(inv.devices[0].model, c.model);
+    EXPECT_EQ(inv.devices[0].memory_mib, c.memory_mib);
+    EXPECT_EQ(inv.devices[0].pci_bus, c.first_bus);
+    EXPECT_EQ(inv.devices[7].compute_units, c.compute_units);
+    if (c.numa5 >= 0) {
+      EXPECT_EQ(inv.devices[5].numa, c.numa5);
+    }
+    if (c.near >= 0) {  // measured links replace the profile's
+      EXPECT_EQ(inv.LinkScore(0, 1), c.near);
+      EXPECT_EQ(inv.LinkScore(0, 4), c.far);
+    } else {  // no pairwise query: the profile's levels stay, same group first
+      EXPECT_GE(inv.LinkScore(0, 1), inv.LinkScore(0, 4));
+    }
+    auto spec = (*driver)->BuildContainerSpec({{inv.devices[3], 0, 0, true}});
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    bool found = false;
+    for (const DeviceNode& n : spec->devices) {
+      found = found || n.host_path == c.node3;
+    }
+    EXPECT_TRUE(found) << c.node3;
+  }
+}
+
+TEST(LibraryBindingsTest, HealthIsPolledBothWays) {
+  for (const Binding& b : Bindings()) {
+    SCOPED_TRACE(b.name);
+    FakeHandle fake(b.fake_path);
+    ASSERT_TRUE(fake.ok());
+    fake.Configure(8, -1, -1, 0);
+    auto driver = Driver(b, "/nonexistent", std::chrono::milliseconds(10));
+    ASSERT_TRUE(driver.ok());
+    auto invs = (*driver)->Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    const std::string faulty = invs->front().devices[2].id;
+    std::mutex mu;
+    std::vector<HealthEvent> events;
+    auto count = [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return events.size();
+    };
+    std::jthread watcher([&](std::stop_token stop) {
+      Status st = (*driver)->WatchHealth(stop, [&](const HealthEvent& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        events.push_back(e);
+      });
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    });
+    // Device 2 faults (or stops answering), then recovers.
+    fake.Configure(8, -1, 2, 0);
+    for (int i = 0; i < 400 && count() < 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    fake.Configure(8, -1, -1, 0);
+    for (int i = 0; i < 400 && count() < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    watcher.request_stop();
+    watcher.join();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].device_id, faulty);
+    EXPECT_FALSE(events[0].healthy);
+    EXPECT_FALSE(events[0].reason.empty());
+    EXPECT_EQ(events[1].device_id, faulty);
+    EXPECT_TRUE(events[1].healthy);
+  }
+}
+
+TEST(LibraryBindingsTest, ErrorsAreClearAndNeverCrash) {
+  struct Case {
+    std::string binding;
+    int fail_device;
+    int init_error;
+    std::vector<std::string> want;  // substrings of the error
+  };
+  const std::vector<Case> cases = {
+      {"XPU ML", 5, 0, {"XPU ML device 5", "xpumlDeviceGetMemoryInfo", "status 999", "xpu-smi"}},
+      {"MX-SML", 3, 0, {"MX-SML device 3", "mxSmlGetMemoryInfo", "mx-smi"}},
+      {"MTML", 6, 0, {"MTML device 6", "mtmlDeviceInitMemory", "mthreads-gmi"}},
+      {"CNDev", 1, 0, {"CNDev device 1", "cndevGetMemoryUsage", "status 7", "cnmon"}},
+      {"XPU ML", -1, 9, {"xpumlInit", "status 9"}},
+      {"MX-SML", -1, 26, {"mxSmlInit", "status 26"}},
+      {"MTML", -1, 1, {"mtmlLibraryInit", "status 1"}},
+      {"CNDev", -1, 1, {"cndevInit", "status 1"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.binding + " fail " + std::to_string(c.fail_device));
+    const Binding& b = Find(c.binding);
+    FakeHandle fake(b.fake_path);
+    ASSERT_TRUE(fake.ok());
+    fake.Configure(8, c.fail_device, -1, c.init_error);
+    auto driver = Driver(b, "/nonexistent");
+    ASSERT_TRUE(driver.ok());
+    auto invs = (*driver)->Discover();
+    ASSERT_FALSE(invs.ok());
+    EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
+    for (const std::string& w : c.want) {
+      EXPECT_NE(invs.status().message().find(w), std::string::npos)
+          << w << " not in: " << invs.status().message();
+    }
+  }
+}
+
+TEST(LibraryBindingsTest, AbsentOrForeignLibraryIsAClearError) {
+  for (const Binding& b : Bindings()) {
+    SCOPED_TRACE(b.name);
+    auto absent = b.load({"/nonexistent/libvendor.so"}, "/sys");
+    EXPECT_EQ(absent.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(absent.status().message().find("install the vendor driver"), std::string::npos);
+    // Another vendor's library loads but lacks the entry points: Init says which.
+    const std::string other =
+        b.fake_path == ACCELPOOL_FAKE_XPUML ? ACCELPOOL_FAKE_CNDEV : ACCELPOOL_FAKE_XPUML;
+    auto foreign = b.load({other}, "/sys");
+    ASSERT_TRUE(foreign.ok());
+    Status st = (*foreign)->Init();
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(st.message().find("does not export"), std::string::npos) << st.ToString();
+    // Calls before a successful Init are refused, not crashes.
+    EXPECT_FALSE((*foreign)->Count().ok());
+    EXPECT_FALSE((*foreign)->Device(0).ok());
+    EXPECT_FALSE((*foreign)->Healthy(0).ok());
+  }
+}
+
+TEST(LibraryUtilTest, PciBusSpellingsAndBitmasks) {
+  struct Case {
+    std::string in, want;
+  };
+  for (const Case& c : std::vector<Case>{{"00000000:3B:00.0", "0000:3b:00.0"},
+                                         {"0000:3b:00.1", "0000:3b:00.1"},
+                                         {"3b:1f.7", "0000:3b:1f.7"},
+                                         {"0001:a0:00.0", "0001:a0:00.0"},
+                                         {"", ""},
+                                         {"garbage", ""},
+                                         {"0000:3b:20.0", ""},
+                                         {"0000:3b:00.0x", ""},
+                                         {"100000:3b:00.0", ""}}) {
+    EXPECT_EQ(NormalizePciBus(c.in), c.want) << c.in;
+  }
+  const uint32_t none[2] = {0, 0};
+  const uint32_t second_word[2] = {0, 0x10};
+  EXPECT_EQ(FirstSetBit(none, 2), -1);
+  EXPECT_EQ(FirstSetBit(second_word, 2), 36);
+  FakeSysfs sysfs;
+  sysfs.Numa("0000:3b:00.0", 3);
+  sysfs.Numa("0000:3c:00.0", -1);
+  EXPECT_EQ(PciNumaNode("00000000:3B:00.0", sysfs.root()), 3);
+  EXPECT_EQ(PciNumaNode("0000:3c:00.0", sysfs.root()), -1);
+  EXPECT_EQ(PciNumaNode("0000:3d:00.0", sysfs.root()), -1);
+  const char unterminated[4] = {'a', 'b', 'c', 'd'};
+  EXPECT_EQ(FixedString(unterminated, sizeof(unterminated)), "abcd");
+}
+
+}  // namespace
+}  // namespace accelpool::vendors

@@ -1,0 +1,188 @@
+// MX-SML entry points used, declared here from MetaX's published MX-SML
+// bindings (status: unsigned, 0 = success):
+//   mxSmlInit(void)
+//   mxSmlGetDeviceCount(void) -> unsigned           (the count itself, no status)
+//   mxSmlGetDeviceInfo(unsigned, mxSmlDeviceInfo_t*) deviceId, type, bdfId[32], gpuId,
+//                                                    nodeId, uuid[96], brand, mode,
+//                                                    deviceName[32]
+//   mxSmlGetMemoryInfo(unsigned, mxSmlMemoryInfo_t*) six longs in KB; vramTotal third
+// Optional:
+//   mxSmlGetDeviceTopology(unsigned, unsigned, int* level): 0 internal, 1 single
+//     switch, 2 multiple switches, 3 host bridge, 4 NUMA node, 5 MetaXLink, 6 system
+//   mxSmlGetNodeAffinity(unsigned, unsigned words, unsigned* node_bitmask)
+#include "vendors/metax/mxsml_library.h"
+
+#include <mutex>
+
+#include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
+
+namespace accelpool::vendors::metax {
+namespace {
+
+using Ret = unsigned;
+
+struct DeviceInfo {
+  unsigned device_id;
+  unsigned type;
+  char bdf[32];
+  unsigned gpu_id;
+  unsigned node_id;
+  char uuid[96];
+  unsigned brand;
+  unsigned mode;
+  char name[32];
+};
+
+struct MemoryInfo {
+  long vis_vram_total, vis_vram_use, vram_total, vram_use, xtt_total, xtt_use;  // KB
+};
+
+constexpr const char* kLib = "MX-SML";
+constexpr const char* kHint = "check the GPU driver with mx-smi";
+
+class Mxsml : public DeviceLibrary {
+ public:
+  Mxsml(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
+      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
+
+  std::string_view LibraryName() const override { return kLib; }
+
+  Status Init() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&init_, "mxSmlInit"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&count_, "mxSmlGetDeviceCount"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&info_, "mxSmlGetDeviceInfo"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&memory_, "mxSmlGetMemoryInfo"));
+    topology_ = lib_->OptionalSymbol<Ret(unsigned, unsigned, int*)>("mxSmlGetDeviceTopology");
+    affinity_ = lib_->OptionalSymbol<Ret(unsigned, unsigned, unsigned*)>("mxSmlGetNodeAffinity");
+    ACCELPOOL_RETURN_IF_ERROR(Check(init_(), "mxSmlInit"));
+    ready_ = true;
+    return Status::Ok();
+  }
+
+  StatusOr<int32_t> Count() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    const unsigned n = count_();
+    if (n > 1024) {
+      return InternalError("mxSmlGetDeviceCount reported " + std::to_string(n) + " devices; " +
+                           kHint);
+    }
+    return static_cast<int32_t>(n);
+  }
+
+  StatusOr<LibraryDevice> Device(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    const auto i = static_cast<unsigned>(index);
+    Padded<DeviceInfo> info;
+    ACCELPOOL_RETURN_IF_ERROR(Check(info_(i, &info.value), "mxSmlGetDeviceInfo"));
+    LibraryDevice d;
+    d.uuid = FixedString(info.value.uuid, sizeof(info.value.uuid));
+    d.name = FixedString(info.value.name, sizeof(info.value.name));
+    d.pci_bus = NormalizePciBus(FixedString(info.value.bdf, sizeof(info.value.bdf)));
+    if (d.pci_bus.empty()) {
+      return InternalError("mxSmlGetDeviceInfo returned an unreadable BDF \"" +
+                           FixedString(info.value.bdf, sizeof(info.value.bdf)) + "\"; " + kHint);
+    }
+    Padded<MemoryInfo> mem;
+    ACCELPOOL_RETURN_IF_ERROR(Check(memory_(i, &mem.value), "mxSmlGetMemoryInfo"));
+    if (mem.value.vram_total < 0) {
+      return InternalError("mxSmlGetMemoryInfo reported negative VRAM; " + std::string(kHint));
+    }
+    d.memory_mib = mem.value.vram_total / 1024;
+    uint32_t nodes[4] = {};
+    if (affinity_ != nullptr && affinity_(i, 4, nodes) == 0) {
+      d.numa = FirstSetBit(nodes, 4);
+    }
+    if (d.numa < 0) {
+      d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
+    }
+    return d;
+  }
+
+  StatusOr<LinkKind> Link(int32_t a, int32_t b) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (topology_ == nullptr) {
+      return UnimplementedError("mxSmlGetDeviceTopology is not exported; NUMA is used");
+    }
+    int level = -1;
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check(topology_(static_cast<unsigned>(a), static_cast<unsigned>(b), &level),
+              "mxSmlGetDeviceTopology"));
+    switch (level) {
+      case 0:
+        return LinkKindForLevel(PcieLevel::kInternal);
+      case 1:
+        return LinkKindForLevel(PcieLevel::kSingle);
+      case 2:
+        return LinkKindForLevel(PcieLevel::kMultiple);
+      case 3:
+        return LinkKindForLevel(PcieLevel::kHostBridge);
+      case 4:
+        return LinkKindForLevel(PcieLevel::kNode);
+      case 5:
+        return LinkKind::kVendorLink;  // MetaXLink
+      case 6:
+        return LinkKindForLevel(PcieLevel::kSystem);
+      default:
+        return LinkKind::kUnknown;
+    }
+  }
+
+  StatusOr<bool> Healthy(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    Padded<MemoryInfo> mem;
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check(memory_(static_cast<unsigned>(index), &mem.value), "mxSmlGetMemoryInfo"));
+    return true;
+  }
+
+ private:
+  template <typename Fn>
+  Status Resolve(Fn** out, const char* name) {
+    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    *out = *fn;
+    return Status::Ok();
+  }
+
+  Status Ready() const {
+    return ready_ ? Status::Ok()
+                  : FailedPreconditionError("MX-SML is not initialized; call Init first");
+  }
+
+  static Status Check(Ret r, const char* call) {
+    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
+  }
+
+  const std::unique_ptr<DlLibrary> lib_;
+  const std::string sysfs_root_;
+  std::mutex mu_;
+  bool ready_ = false;
+  Ret (*init_)() = nullptr;
+  unsigned (*count_)() = nullptr;
+  Ret (*info_)(unsigned, DeviceInfo*) = nullptr;
+  Ret (*memory_)(unsigned, MemoryInfo*) = nullptr;
+  Ret (*topology_)(unsigned, unsigned, int*) = nullptr;
+  Ret (*affinity_)(unsigned, unsigned, unsigned*) = nullptr;
+};
+
+}  // namespace
+
+StatusOr<DeviceLibraryPtr> NewMxsmlLibrary(const std::vector<std::string>& candidates,
+                                           const std::string& sysfs_root) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib =
+      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kMetax).libraries : candidates);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return DeviceLibraryPtr(new Mxsml(std::move(lib).value(), sysfs_root));
+}
+
+}  // namespace accelpool::vendors::metax

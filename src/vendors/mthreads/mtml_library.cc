@@ -1,0 +1,233 @@
+// MTML entry points used, declared here from Moore Threads' published MTML
+// API reference (mtml_2.2.0.h; MtmlReturn, 0 = success, 999 = unknown):
+//   mtmlLibraryInit(MtmlLibrary**)
+//   mtmlLibraryCountDevice(const MtmlLibrary*, unsigned* count)
+//   mtmlLibraryInitDeviceByIndex(const MtmlLibrary*, unsigned, MtmlDevice**)
+//   mtmlDeviceGetUUID(const MtmlDevice*, char*, unsigned)   buffer 48
+//   mtmlDeviceGetName(const MtmlDevice*, char*, unsigned)   buffer 32
+//   mtmlDeviceGetPciInfo(const MtmlDevice*, MtmlPciInfo*)   sbdf[32] first
+//   mtmlDeviceInitMemory(const MtmlDevice*, MtmlMemory**)
+//   mtmlMemoryGetTotal(const MtmlMemory*, unsigned long long* bytes)
+//   mtmlMemoryGetUsed(const MtmlMemory*, unsigned long long* bytes)
+// Optional: mtmlLibraryShutDown(MtmlLibrary*) on destruction, mtmlDeviceCountGpuCores(const
+// MtmlDevice*, unsigned*),
+//   mtmlDeviceGetTopologyLevel(const MtmlDevice*, const MtmlDevice*, int* level):
+//   0 internal, 1 single switch, 2 multiple switches, 3 host bridge, 4 NUMA node,
+//   5 system.
+#include "vendors/mthreads/mtml_library.h"
+
+#include <mutex>
+
+#include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
+
+namespace accelpool::vendors::mthreads {
+namespace {
+
+using Ret = int;
+using Lib = void*;
+using Dev = void*;
+using Mem = void*;
+
+struct PciInfo {
+  char sbdf[32];
+};
+
+constexpr const char* kLib = "MTML";
+constexpr const char* kHint = "check the GPU driver with mthreads-gmi";
+
+class Mtml : public DeviceLibrary {
+ public:
+  Mtml(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
+      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
+
+  ~Mtml() override {
+    auto shutdown = lib_->OptionalSymbol<Ret(Lib)>("mtmlLibraryShutDown");
+    if (lib_handle_ != nullptr && shutdown != nullptr) {
+      shutdown(lib_handle_);
+    }
+  }
+
+  std::string_view LibraryName() const override { return kLib; }
+
+  Status Init() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lib_handle_ != nullptr) {
+      return Status::Ok();
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&init_, "mtmlLibraryInit"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&count_, "mtmlLibraryCountDevice"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&device_, "mtmlLibraryInitDeviceByIndex"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&uuid_, "mtmlDeviceGetUUID"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&name_, "mtmlDeviceGetName"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&pci_, "mtmlDeviceGetPciInfo"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&memory_, "mtmlDeviceInitMemory"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&total_, "mtmlMemoryGetTotal"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&used_, "mtmlMemoryGetUsed"));
+    cores_ = lib_->OptionalSymbol<Ret(Dev, unsigned*)>("mtmlDeviceCountGpuCores");
+    topology_ = lib_->OptionalSymbol<Ret(Dev, Dev, int*)>("mtmlDeviceGetTopologyLevel");
+    Lib handle = nullptr;
+    ACCELPOOL_RETURN_IF_ERROR(Check(init_(&handle), "mtmlLibraryInit"));
+    if (handle == nullptr) {
+      return InternalError("mtmlLibraryInit returned no library handle; " + std::string(kHint));
+    }
+    lib_handle_ = handle;
+    return Status::Ok();
+  }
+
+  StatusOr<int32_t> Count() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    unsigned n = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check(count_(lib_handle_, &n), "mtmlLibraryCountDevice"));
+    if (n > 1024) {
+      return InternalError("mtmlLibraryCountDevice reported " + std::to_string(n) + " devices; " +
+                           kHint);
+    }
+    return static_cast<int32_t>(n);
+  }
+
+  StatusOr<LibraryDevice> Device(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<Dev> dev = DeviceAt(index);
+    if (!dev.ok()) {
+      return dev.status();
+    }
+    LibraryDevice d;
+    char uuid[48] = {};
+    ACCELPOOL_RETURN_IF_ERROR(Check(uuid_(*dev, uuid, sizeof(uuid)), "mtmlDeviceGetUUID"));
+    d.uuid = FixedString(uuid, sizeof(uuid));
+    char name[32] = {};
+    ACCELPOOL_RETURN_IF_ERROR(Check(name_(*dev, name, sizeof(name)), "mtmlDeviceGetName"));
+    d.name = FixedString(name, sizeof(name));
+    Padded<PciInfo> pci;
+    ACCELPOOL_RETURN_IF_ERROR(Check(pci_(*dev, &pci.value), "mtmlDeviceGetPciInfo"));
+    d.pci_bus = NormalizePciBus(FixedString(pci.value.sbdf, sizeof(pci.value.sbdf)));
+    if (d.pci_bus.empty()) {
+      return InternalError("mtmlDeviceGetPciInfo returned an unreadable SBDF \"" +
+                           FixedString(pci.value.sbdf, sizeof(pci.value.sbdf)) + "\"; " + kHint);
+    }
+    StatusOr<Mem> mem = MemoryOf(*dev);
+    if (!mem.ok()) {
+      return mem.status();
+    }
+    unsigned long long bytes = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check(total_(*mem, &bytes), "mtmlMemoryGetTotal"));
+    d.memory_mib = static_cast<int64_t>(bytes >> 20);
+    unsigned cores = 0;
+    if (cores_ != nullptr && cores_(*dev, &cores) == 0) {
+      d.compute_units = static_cast<int32_t>(cores);
+    }
+    d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
+    return d;
+  }
+
+  StatusOr<LinkKind> Link(int32_t a, int32_t b) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (topology_ == nullptr) {
+      return UnimplementedError("mtmlDeviceGetTopologyLevel is not exported; NUMA is used");
+    }
+    StatusOr<Dev> da = DeviceAt(a);
+    if (!da.ok()) {
+      return da.status();
+    }
+    StatusOr<Dev> db = DeviceAt(b);
+    if (!db.ok()) {
+      return db.status();
+    }
+    int level = -1;
+    ACCELPOOL_RETURN_IF_ERROR(Check(topology_(*da, *db, &level), "mtmlDeviceGetTopologyLevel"));
+    if (level < 0 || level > 5) {
+      return LinkKind::kUnknown;
+    }
+    return LinkKindForLevel(static_cast<PcieLevel>(level));
+  }
+
+  StatusOr<bool> Healthy(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<Dev> dev = DeviceAt(index);
+    if (!dev.ok()) {
+      return dev.status();
+    }
+    StatusOr<Mem> mem = MemoryOf(*dev);
+    if (!mem.ok()) {
+      return mem.status();
+    }
+    unsigned long long used = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check(used_(*mem, &used), "mtmlMemoryGetUsed"));
+    return true;
+  }
+
+ private:
+  template <typename Fn>
+  Status Resolve(Fn** out, const char* name) {
+    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    *out = *fn;
+    return Status::Ok();
+  }
+
+  Status Ready() const {
+    return lib_handle_ != nullptr
+               ? Status::Ok()
+               : FailedPreconditionError("MTML is not initialized; call Init first");
+  }
+
+  StatusOr<Dev> DeviceAt(int32_t index) {
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    Dev dev = nullptr;
+    ACCELPOOL_RETURN_IF_ERROR(Check(device_(lib_handle_, static_cast<unsigned>(index), &dev),
+                                    "mtmlLibraryInitDeviceByIndex"));
+    if (dev == nullptr) {
+      return InternalError("mtmlLibraryInitDeviceByIndex returned no device; " +
+                           std::string(kHint));
+    }
+    return dev;
+  }
+
+  StatusOr<Mem> MemoryOf(Dev dev) {
+    Mem mem = nullptr;
+    ACCELPOOL_RETURN_IF_ERROR(Check(memory_(dev, &mem), "mtmlDeviceInitMemory"));
+    if (mem == nullptr) {
+      return InternalError("mtmlDeviceInitMemory returned no handle; " + std::string(kHint));
+    }
+    return mem;
+  }
+
+  static Status Check(Ret r, const char* call) {
+    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
+  }
+
+  const std::unique_ptr<DlLibrary> lib_;
+  const std::string sysfs_root_;
+  std::mutex mu_;
+  Lib lib_handle_ = nullptr;
+  Ret (*init_)(Lib*) = nullptr;
+  Ret (*count_)(Lib, unsigned*) = nullptr;
+  Ret (*device_)(Lib, unsigned, Dev*) = nullptr;
+  Ret (*uuid_)(Dev, char*, unsigned) = nullptr;
+  Ret (*name_)(Dev, char*, unsigned) = nullptr;
+  Ret (*pci_)(Dev, PciInfo*) = nullptr;
+  Ret (*memory_)(Dev, Mem*) = nullptr;
+  Ret (*total_)(Mem, unsigned long long*) = nullptr;
+  Ret (*used_)(Mem, unsigned long long*) = nullptr;
+  Ret (*cores_)(Dev, unsigned*) = nullptr;
+  Ret (*topology_)(Dev, Dev, int*) = nullptr;
+};
+
+}  // namespace
+
+StatusOr<DeviceLibraryPtr> NewMtmlLibrary(const std::vector<std::string>& candidates,
+                                          const std::string& sysfs_root) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
+      candidates.empty() ? TraitsFor(core::Vendor::kMthreads).libraries : candidates);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return DeviceLibraryPtr(new Mtml(std::move(lib).value(), sysfs_root));
+}
+
+}  // namespace accelpool::vendors::mthreads

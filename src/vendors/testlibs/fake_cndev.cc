@@ -1,0 +1,88 @@
+// A stand-in for Cambricon's libcndev.so: 4 MLU370-X8 boards (8 chips) as
+// cnmon shows them (24 GiB each), with card handles = index + 100 so a
+// binding that skips the handle lookup reads the wrong card, and NUMA 0 for
+// chips 0-3 and 1 for 4-7. Structs start with the caller's `int version`.
+#include <cstdint>
+#include <cstdio>
+
+#include "fake_control.h"
+
+using accelpool_fake::CopyString;
+using accelpool_fake::Fails;
+using accelpool_fake::State;
+
+namespace {
+constexpr int kInvalidDeviceId = 6;
+constexpr int kUnsupportedVersion = 3;
+constexpr int kHandleBase = 100;
+bool Bad(int version) { return version < 1 || version > 6; }
+bool ToIndex(int handle, unsigned* i) {
+  const int idx = handle - kHandleBase;
+  if (idx < 0 || idx >= State().count) return false;
+  *i = static_cast<unsigned>(idx);
+  return true;
+}
+}  // namespace
+
+ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" {
+__attribute__((visibility("default"))) int cndevInit(int) { return State().init_error; }
+__attribute__((visibility("default"))) int cndevGetDeviceCount(int* info) {
+  if (Bad(info[0])) return kUnsupportedVersion;
+  reinterpret_cast<unsigned*>(info)[1] = static_cast<unsigned>(State().count);
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetDeviceHandleByIndex(int index, int* handle) {
+  if (index < 0 || index >= State().count) return kInvalidDeviceId;
+  *handle = index + kHandleBase;
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetUUID(int* uuid, int handle) {
+  unsigned i = 0;
+  if (Bad(uuid[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  char s[64];
+  std::snprintf(s, sizeof(s), "5f1e22a0-8c4d-11ee-b9d1-0242ac1200%02u", i % 100u);
+  CopyString(reinterpret_cast<char*>(uuid + 1), 37, s);
+  return 0;
+}
+__attribute__((visibility("default"))) const char* cndevGetCardNameStringByDevId(int handle) {
+  unsigned i = 0;
+  return ToIndex(handle, &i) ? "MLU370-X8" : nullptr;
+}
+__attribute__((visibility("default"))) int cndevGetMemoryUsage(int* mem, int handle) {
+  unsigned i = 0;
+  if (Bad(mem[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  if (Fails(i)) return 7;  // CNDEV_ERROR_UNKNOWN
+  int64_t* fields = reinterpret_cast<int64_t*>(mem + 2);
+  fields[0] = 24576;  // physical total, MB
+  fields[1] = 311;
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetPCIeInfo(int* pci, int handle) {
+  unsigned i = 0;
+  if (Bad(pci[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  unsigned* u = reinterpret_cast<unsigned*>(pci);
+  u[1] = 0;       // subsystem
+  u[2] = 0x0370;  // device id
+  reinterpret_cast<uint16_t*>(u + 3)[0] = 0xcabc;
+  u[4] = 0;                // domain
+  u[5] = 0x31 + 0x10 * i;  // bus
+  u[6] = 0;                // device
+  u[7] = 0;                // function
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetNUMANodeIdByDevId(int* numa, int handle) {
+  unsigned i = 0;
+  if (Bad(numa[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  numa[1] = i < 4 ? 0 : 1;
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetCardHealthState(int* health, int handle) {
+  unsigned i = 0;
+  if (Bad(health[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  if (Fails(i)) return 7;
+  health[1] = static_cast<int>(i) == State().fault_device ? 0 : 1;
+  return 0;
+}
+}

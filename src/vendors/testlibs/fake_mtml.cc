@@ -1,0 +1,89 @@
+// A stand-in for Moore Threads' libmtml.so: an 8 x MTT S4000 node as
+// mthreads-gmi shows it (48 GiB, 128 MUSA cores each), NODE inside {0-3} and
+// {4-7}, SYSTEM between them. Library, device and memory handles are
+// pointers into static tables.
+#include <cstdio>
+
+#include "fake_control.h"
+
+using accelpool_fake::CopyString;
+using accelpool_fake::Fails;
+using accelpool_fake::State;
+using accelpool_fake::Valid;
+
+namespace {
+constexpr int kDriverFailure = 2;
+constexpr int kInvalidArgument = 3;
+int library_token = 0;
+int devices[64];
+int memories[64];
+unsigned DevIndex(const void* d) {
+  return static_cast<unsigned>(static_cast<const int*>(d) - devices);
+}
+unsigned MemIndex(const void* m) {
+  return static_cast<unsigned>(static_cast<const int*>(m) - memories);
+}
+}  // namespace
+
+ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" {
+__attribute__((visibility("default"))) int mtmlLibraryInit(void** lib) {
+  if (State().init_error != 0) return State().init_error;
+  *lib = &library_token;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlLibraryCountDevice(const void* lib, unsigned* n) {
+  if (lib != &library_token) return kInvalidArgument;
+  *n = static_cast<unsigned>(State().count);
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlLibraryInitDeviceByIndex(const void* lib, unsigned i,
+                                                                        void** dev) {
+  if (lib != &library_token || !Valid(i) || i >= 64) return kInvalidArgument;
+  *dev = &devices[i];
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetUUID(const void* dev, char* uuid,
+                                                             unsigned n) {
+  char s[48];
+  std::snprintf(s, sizeof(s), "a1b2c3d4-0000-4000-8000-0000000000%02u", DevIndex(dev));
+  CopyString(uuid, n, s);
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetName(const void*, char* name, unsigned n) {
+  CopyString(name, n, "MTT S4000");
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetPciInfo(const void* dev, char* pci) {
+  std::snprintf(pci, 32, "00000000:%02x:00.0", 0x18 + 0x10 * DevIndex(dev));
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceInitMemory(const void* dev, void** mem) {
+  if (Fails(DevIndex(dev))) return kDriverFailure;
+  *mem = &memories[DevIndex(dev)];
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlMemoryGetTotal(const void*,
+                                                              unsigned long long* total) {
+  *total = 49152ull << 20;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlMemoryGetUsed(const void* mem,
+                                                             unsigned long long* used) {
+  if (static_cast<int>(MemIndex(mem)) == State().fault_device) return kDriverFailure;
+  *used = 1ull << 20;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceCountGpuCores(const void*, unsigned* n) {
+  *n = 128;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetTopologyLevel(const void* a, const void* b,
+                                                                      int* level) {
+  const unsigned i = DevIndex(a);
+  const unsigned j = DevIndex(b);
+  *level = i == j ? 0 : (i / 4 == j / 4 ? 4 : 5);
+  return 0;
+}
+}

@@ -1,0 +1,60 @@
+// A stand-in for MetaX's libmxsml.so: an 8 x C500 node as mx-smi shows it
+// ("MetaX C500", 64 GiB each), two MetaXLink groups {0-3} {4-7} joined
+// across the system, NUMA 0 for 0-3 and 1 for 4-7.
+#include <cstdio>
+
+#include "fake_control.h"
+
+using accelpool_fake::CopyString;
+using accelpool_fake::Fails;
+using accelpool_fake::State;
+using accelpool_fake::Valid;
+
+namespace {
+constexpr unsigned kFailure = 1;
+constexpr unsigned kInvalidDevice = 6;
+}  // namespace
+
+ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" {
+__attribute__((visibility("default"))) unsigned mxSmlInit() {
+  return static_cast<unsigned>(State().init_error);
+}
+__attribute__((visibility("default"))) unsigned mxSmlGetDeviceCount() {
+  return static_cast<unsigned>(State().count);
+}
+__attribute__((visibility("default"))) unsigned mxSmlGetDeviceInfo(unsigned i, unsigned* info) {
+  if (!Valid(i)) return kInvalidDevice;
+  info[0] = i;
+  info[1] = 0;
+  std::snprintf(reinterpret_cast<char*>(info + 2), 32, "0000:%02x:00.0", 0x0f + 0x10 * i);
+  info[10] = i;
+  info[11] = 128 + i;
+  char* uuid = reinterpret_cast<char*>(info + 12);
+  std::snprintf(uuid, 96, "GPU-7c1a%04u-51d2-4f0e-9a3b-00000000000%u", i, i);
+  info[36] = 2;  // brand C
+  info[37] = 0;  // bare metal
+  CopyString(reinterpret_cast<char*>(info + 38), 32, "MetaX C500");
+  return 0;
+}
+__attribute__((visibility("default"))) unsigned mxSmlGetMemoryInfo(unsigned i, long* m) {
+  if (!Valid(i) || Fails(i) || static_cast<int>(i) == State().fault_device) return kFailure;
+  m[0] = m[2] = 64L * 1024 * 1024;  // KB
+  m[1] = m[3] = 880 * 1024;
+  m[4] = m[5] = 0;
+  return 0;
+}
+__attribute__((visibility("default"))) unsigned mxSmlGetDeviceTopology(unsigned a, unsigned b,
+                                                                       int* level) {
+  if (!Valid(a) || !Valid(b)) return kInvalidDevice;
+  *level = a == b ? 0 : (a / 4 == b / 4 ? 5 : 6);
+  return 0;
+}
+__attribute__((visibility("default"))) unsigned mxSmlGetNodeAffinity(unsigned i, unsigned words,
+                                                                     unsigned* set) {
+  if (!Valid(i) || words == 0) return kFailure;
+  set[0] = i < 4 ? 1u : 2u;
+  return 0;
+}
+}
