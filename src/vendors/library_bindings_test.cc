@@ -70,6 +70,7 @@ class FakeHandle {
     }
   }
   bool ok() const { return handle_ != nullptr; }
+  void* Symbol(const char* name) const { return dlsym(handle_, name); }
   void Configure(int count, int fail_device, int fault_device, int init_error) {
     auto fn =
         reinterpret_cast<void (*)(int, int, int, int)>(dlsym(handle_, "accelpool_fake_configure"));
@@ -180,6 +181,27 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
     }
     EXPECT_TRUE(found) << c.node3;
   }
+}
+
+TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
+  const Binding& b = Find("MTML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto pairs = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_mtlink_pairs"));
+  ASSERT_NE(pairs, nullptr);
+  pairs(1);
+  auto driver = Driver(b, "/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  pairs(0);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  EXPECT_EQ(inv.LinkScore(0, 1), 100);  // MtLink
+  EXPECT_EQ(inv.LinkScore(1, 0), 100);
+  EXPECT_EQ(inv.LinkScore(6, 7), 100);
+  EXPECT_EQ(inv.LinkScore(0, 2), 20);  // same NUMA node, no MtLink
+  EXPECT_EQ(inv.LinkScore(0, 4), 10);
 }
 
 TEST(LibraryBindingsTest, HealthIsPolledBothWays) {

@@ -13,7 +13,11 @@
 // MtmlDevice*, unsigned*),
 //   mtmlDeviceGetTopologyLevel(const MtmlDevice*, const MtmlDevice*, int* level):
 //   0 internal, 1 single switch, 2 multiple switches, 3 host bridge, 4 NUMA node,
-//   5 system.
+//   5 system;
+//   mtmlDeviceGetMtLinkSpec(const MtmlDevice*, MtmlMtLinkSpec*) {version; bandWidth; linkNum},
+//   mtmlDeviceGetMtLinkState(const MtmlDevice*, unsigned link, unsigned* state) 1 up,
+//   2 downgraded, mtmlDeviceGetMtLinkRemoteDevice(const MtmlDevice*, unsigned link,
+//   MtmlDevice** remote): an up (or downgraded) MtLink to the other GPU is a vendor link.
 #include "vendors/mthreads/mtml_library.h"
 
 #include <mutex>
@@ -32,6 +36,10 @@ using Mem = void*;
 
 struct PciInfo {
   char sbdf[32];
+};
+
+struct MtLinkSpec {
+  unsigned version, bandwidth, links;
 };
 
 constexpr const char* kLib = "MTML";
@@ -67,6 +75,10 @@ class Mtml : public DeviceLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Resolve(&used_, "mtmlMemoryGetUsed"));
     cores_ = lib_->OptionalSymbol<Ret(Dev, unsigned*)>("mtmlDeviceCountGpuCores");
     topology_ = lib_->OptionalSymbol<Ret(Dev, Dev, int*)>("mtmlDeviceGetTopologyLevel");
+    link_spec_ = lib_->OptionalSymbol<Ret(Dev, MtLinkSpec*)>("mtmlDeviceGetMtLinkSpec");
+    link_state_ = lib_->OptionalSymbol<Ret(Dev, unsigned, unsigned*)>("mtmlDeviceGetMtLinkState");
+    link_remote_ =
+        lib_->OptionalSymbol<Ret(Dev, unsigned, Dev*)>("mtmlDeviceGetMtLinkRemoteDevice");
     Lib handle = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(&handle), "mtmlLibraryInit"));
     if (handle == nullptr) {
@@ -95,9 +107,11 @@ class Mtml : public DeviceLibrary {
       return dev.status();
     }
     LibraryDevice d;
-    char uuid[48] = {};
-    ACCELPOOL_RETURN_IF_ERROR(Check(uuid_(*dev, uuid, sizeof(uuid)), "mtmlDeviceGetUUID"));
-    d.uuid = FixedString(uuid, sizeof(uuid));
+    StatusOr<std::string> uuid = UuidOf(*dev);
+    if (!uuid.ok()) {
+      return uuid.status();
+    }
+    d.uuid = *uuid;
     char name[32] = {};
     ACCELPOOL_RETURN_IF_ERROR(Check(name_(*dev, name, sizeof(name)), "mtmlDeviceGetName"));
     d.name = FixedString(name, sizeof(name));
@@ -125,9 +139,6 @@ class Mtml : public DeviceLibrary {
 
   StatusOr<LinkKind> Link(int32_t a, int32_t b) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (topology_ == nullptr) {
-      return UnimplementedError("mtmlDeviceGetTopologyLevel is not exported; NUMA is used");
-    }
     StatusOr<Dev> da = DeviceAt(a);
     if (!da.ok()) {
       return da.status();
@@ -135,6 +146,16 @@ class Mtml : public DeviceLibrary {
     StatusOr<Dev> db = DeviceAt(b);
     if (!db.ok()) {
       return db.status();
+    }
+    StatusOr<bool> mtlink = MtLinked(*da, *db);
+    if (!mtlink.ok()) {
+      return mtlink.status();
+    }
+    if (*mtlink) {
+      return LinkKind::kVendorLink;
+    }
+    if (topology_ == nullptr) {
+      return UnimplementedError("mtmlDeviceGetTopologyLevel is not exported; NUMA is used");
     }
     int level = -1;
     ACCELPOOL_RETURN_IF_ERROR(Check(topology_(*da, *db, &level), "mtmlDeviceGetTopologyLevel"));
@@ -188,6 +209,45 @@ class Mtml : public DeviceLibrary {
     return dev;
   }
 
+  // True when an up or downgraded MtLink of `a` ends at `b` (compared by
+  // UUID, not by handle). False when the MtLink calls are not exported or
+  // `a` has no MtLinks.
+  StatusOr<bool> MtLinked(Dev a, Dev b) {
+    if (link_spec_ == nullptr || link_state_ == nullptr || link_remote_ == nullptr) {
+      return false;
+    }
+    Padded<MtLinkSpec> spec;
+    if (link_spec_(a, &spec.value) != 0 || spec.value.links == 0) {
+      return false;  // no MtLink on this GPU (MTML answers "not supported")
+    }
+    StatusOr<std::string> want = UuidOf(b);
+    if (!want.ok()) {
+      return want.status();
+    }
+    for (unsigned l = 0; l < spec.value.links && l < 64; ++l) {
+      unsigned state = 0;
+      ACCELPOOL_RETURN_IF_ERROR(Check(link_state_(a, l, &state), "mtmlDeviceGetMtLinkState"));
+      if (state != 1 && state != 2) {
+        continue;
+      }
+      Dev remote = nullptr;
+      if (link_remote_(a, l, &remote) != 0 || remote == nullptr) {
+        continue;  // an up link to no GPU (a switch port)
+      }
+      StatusOr<std::string> got = UuidOf(remote);
+      if (got.ok() && *got == *want) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  StatusOr<std::string> UuidOf(Dev dev) {
+    char uuid[48] = {};
+    ACCELPOOL_RETURN_IF_ERROR(Check(uuid_(dev, uuid, sizeof(uuid)), "mtmlDeviceGetUUID"));
+    return FixedString(uuid, sizeof(uuid));
+  }
+
   StatusOr<Mem> MemoryOf(Dev dev) {
     Mem mem = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(memory_(dev, &mem), "mtmlDeviceInitMemory"));
@@ -216,6 +276,9 @@ class Mtml : public DeviceLibrary {
   Ret (*used_)(Mem, unsigned long long*) = nullptr;
   Ret (*cores_)(Dev, unsigned*) = nullptr;
   Ret (*topology_)(Dev, Dev, int*) = nullptr;
+  Ret (*link_spec_)(Dev, MtLinkSpec*) = nullptr;
+  Ret (*link_state_)(Dev, unsigned, unsigned*) = nullptr;
+  Ret (*link_remote_)(Dev, unsigned, Dev*) = nullptr;
 };
 
 }  // namespace

@@ -1,9 +1,9 @@
 // The Moore Threads GPU DeviceLibrary over MTML (libmtml.so, the management
 // library behind mthreads-gmi), loaded with dlopen. Per GPU: UUID, name, PCI
-// SBDF, memory, GPU core count, NUMA node (sysfs), pairwise topology level;
-// a GPU that answers a memory query is healthy. MtLink adjacency is not read
-// yet (the profile's NUMA halves apply). docs/vendors.md lists the entry
-// points and what is assumed.
+// SBDF, memory, GPU core count, NUMA node (sysfs); pairwise links from MtLink
+// (an up link whose remote end is the other GPU) else the PCIe/NUMA topology
+// level; a GPU that answers a memory query is healthy. docs/vendors.md lists
+// the entry points and what is assumed.
 //
 // Thread-safety: see DeviceLibrary; calls into the library are serialized.
 #ifndef ACCELPOOL_VENDORS_MTHREADS_MTML_LIBRARY_H_

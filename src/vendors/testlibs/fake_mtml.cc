@@ -15,6 +15,7 @@ namespace {
 constexpr int kDriverFailure = 2;
 constexpr int kInvalidArgument = 3;
 int library_token = 0;
+bool mtlink_pairs = false;  // MtLink bridges 0-1, 2-3, 4-5, 6-7 (off: as the published sample)
 int devices[64];
 int memories[64];
 unsigned DevIndex(const void* d) {
@@ -26,6 +27,10 @@ unsigned MemIndex(const void* m) {
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtlink_pairs(int on) {
+  mtlink_pairs = on != 0;
+}
 
 extern "C" {
 __attribute__((visibility("default"))) int mtmlLibraryInit(void** lib) {
@@ -84,6 +89,25 @@ __attribute__((visibility("default"))) int mtmlDeviceGetTopologyLevel(const void
   const unsigned i = DevIndex(a);
   const unsigned j = DevIndex(b);
   *level = i == j ? 0 : (i / 4 == j / 4 ? 4 : 5);
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetMtLinkSpec(const void*, unsigned* spec) {
+  if (!mtlink_pairs) return 4;  // MTML_ERROR_NOT_SUPPORTED
+  spec[0] = 1;
+  spec[1] = 100;
+  spec[2] = 2;  // link 0 to the pair partner, link 1 down
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetMtLinkState(const void*, unsigned link,
+                                                                    unsigned* state) {
+  *state = link == 0 ? 1 : 0;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetMtLinkRemoteDevice(const void* dev,
+                                                                           unsigned link,
+                                                                           void** remote) {
+  if (link != 0) return kInvalidArgument;
+  *remote = &devices[DevIndex(dev) ^ 1u];
   return 0;
 }
 }
