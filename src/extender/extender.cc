@@ -343,10 +343,12 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     return st;
   };
   int32_t score = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score);
   if (!a.ok()) {
     return fail("plan", a.status());
   }
+  const auto t1 = std::chrono::steady_clock::now();
   if (writer_ != nullptr) {
     Status st = writer_->Bind(pod, *a);
     if (!st.ok()) {
@@ -354,15 +356,21 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
       return fail("binding", st);
     }
   }
+  const auto t2 = std::chrono::steady_clock::now();
   cache_.MarkBound(pod.ref.uid);
   NodeSnapshotPtr snap = cache_.Node(node);
   const std::string devices = DescribeAssignment(*a, snap.get());
+  auto us = [](auto d) {
+    return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+  };
   audit_.Info("bind", {{"pod", PodName(pod.ref)},
                        {"uid", pod.ref.uid},
                        {"node", node},
                        {"policy", options_.policy},
                        {"score", static_cast<int64_t>(score)},
-                       {"devices", devices}});
+                       {"devices", devices},
+                       {"plan_us", us(t1 - t0)},
+                       {"apiserver_us", us(t2 - t1)}});
   if (events_ != nullptr && pod.Pooled()) {
     events_->PodEvent(pod.ref, false, "AccelpoolAssigned", "devices on " + node + ": " + devices);
   }

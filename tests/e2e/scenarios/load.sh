@@ -80,32 +80,57 @@ pods_yaml() { # app scheduler limits
 YAML
   done
 }
-# phase APP SCHEDULER LIMITS: prints the pods/s from the first bind seen.
+# phase APP SCHEDULER LIMITS: prints the pods/s between the first and the last
+# binding a watcher on the apiserver sees (tests/e2e/scenarios/bindwatch.py).
 phase() {
   pods_yaml "$1" "$2" "$3" > "${GEN}/$1.yaml"
   "${E2E_DIR}/cluster.sh" stop-proc "$2" >&2
   kc create -f "${GEN}/$1.yaml" >/dev/null
+  local ready="${GEN}/$1.watching" out rc=0
+  rm -f "${ready}"
+  python3 "${SCEN_DIR}/bindwatch.py" "${APISERVER_URL}" "${E2E_CA}" "${E2E_WORK}/pki/admin.crt" \
+    "${E2E_WORK}/pki/admin.key" default "app=$1" "${PODS}" 300 "${ready}" > "${GEN}/$1.watch.json" &
+  local watcher=$!
+  wait_for 30 "bind watcher" test -f "${ready}" >&2 || { kill "${watcher}" 2>/dev/null; echo 0; return 1; }
   "${E2E_DIR}/cluster.sh" start >/dev/null 2>&1
-  local t_first="" t_bound="" u i
-  for ((i = 0; i < 1200; i++)); do
-    if ! kill -0 "$(cat "${E2E_WORK}/run/extender.pid")" 2>/dev/null; then
-      log "$1: the extender exited: see ${E2E_WORK}/logs/extender.log"; echo 0; return 1
-    fi
-    u="$(kc get pods -l "app=$1" --field-selector spec.nodeName= --no-headers 2>/dev/null | wc -l)"
-    [ -z "${t_first}" ] && [ "$u" -lt "${PODS}" ] && t_first=$(now_ms)
-    if [ "$u" -eq 0 ]; then t_bound=$(now_ms); break; fi
-    sleep 0.1
-  done
-  [ -n "${t_bound}" ] || { log "$1: ${u} pods unbound after the time limit"; echo 0; return 1; }
-  awk -v n="${PODS}" -v ms="$((t_bound - t_first))" 'BEGIN { if (ms <= 0) ms = 1; printf "%.1f\n", n * 1000 / ms }'
+  wait "${watcher}" || rc=$?
+  out="$(cat "${GEN}/$1.watch.json")"
+  log "$1: ${out}"
+  if [ "${rc}" != 0 ] || ! kill -0 "$(cat "${E2E_WORK}/run/extender.pid")" 2>/dev/null; then
+    log "$1: not every pod bound (see ${E2E_WORK}/logs/)"; echo 0; return 1
+  fi
+  python3 -c 'import json,sys; print(json.loads(sys.argv[1])["pods_per_s"])' "${out}"
+}
+# Mean apiserver time of POST pods/binding so far (both schedulers' binds).
+binding_ms() {
+  kc get --raw /metrics 2>/dev/null | awk '/^apiserver_request_duration_seconds_(sum|count)\{/ && /subresource="binding"/ && /verb="POST"/ {
+      if ($1 ~ /_sum\{/) s += $NF; else n += $NF }
+    END { if (n > 0) printf "%.2f ms over %d bindings", 1000 * s / n, n; else print "n/a" }'
+}
+# Mean of a kube-scheduler histogram (sum / count) from its /metrics.
+sched_ms() { # port metric
+  curl -fsS -k --max-time 5 --cert "${E2E_WORK}/pki/admin.crt" --key "${E2E_WORK}/pki/admin.key" \
+    "https://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '
+      index($1, m "_sum") == 1 { s += $NF } index($1, m "_count") == 1 { n += $NF }
+      END { if (n > 0) printf "%.2f ms over %d", 1000 * s / n, n; else print "n/a" }'
 }
 base="$(phase base default-scheduler '{cpu: 100m, memory: 128Mi}')" || true
 check "baseline: all ${PODS} pods bound" test "${base}" != 0
 log "baseline (no extender): ${base} pods/s"
+base_binding="$(binding_ms)"
+base_attempt="$(sched_ms "${SCHED_PORT}" scheduler_scheduling_attempt_duration_seconds)"
+base_algo="$(sched_ms "${SCHED_PORT}" scheduler_scheduling_algorithm_duration_seconds)"
 kc delete pods -l app=base --wait=false >/dev/null
 ext="$(phase ext accelpool-scheduler '{nvidia.com/gpu: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 10}')" || true
 check "extender: all ${PODS} pods bound" test "${ext}" != 0
 conflicts="$(extender_metric accelpool_extender_bind_conflicts_total 2>/dev/null || echo "n/a (extender not serving)")"
+# Server-side time per verb: mean of the extender's own latency histogram.
+verb_ms() { # verb
+  curl -fsS --max-time 5 --cacert "${E2E_CA}" "${EXTENDER_URL}/metrics" 2>/dev/null |
+    awk -v v="verb=\"$1\"" 'index($0, v) && $1 ~ /^accelpool_extender_request_seconds_sum/ { s += $NF }
+      index($0, v) && $1 ~ /^accelpool_extender_request_seconds_count/ { n += $NF }
+      END { if (n > 0) printf "%.2f ms over %d calls", 1000 * s / n, n; else print "n/a" }'
+}
 binds="$(kc get pods -l app=ext -o json | jq '[.items[] | select(.metadata.annotations["accelpool.io/assignment"])] | length')"
 ratio="$(awk -v a="${ext}" -v b="${base}" 'BEGIN { if (b <= 0) print 0; else printf "%.2f", a / b }')"
 mkdir -p "${E2E_WORK}/ledger"
@@ -114,9 +139,18 @@ check "no device double-booked over ${PODS} pods" python3 "${SCEN_DIR}/check.py"
 check "every extender pod carries an assignment (${binds}/${PODS})" test "${binds}" = "${PODS}"
 {
   echo "e2e load: ${PODS} pods on ${NODES} kwok nodes (nvidia-hgx-8 inventories), $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "  default-scheduler, no extender:        ${base} pods/s (from first bind seen)"
-  echo "  accelpool-scheduler + extender:        ${ext} pods/s (from first bind seen)"
+  echo "  default-scheduler, no extender:        ${base} pods/s (first to last binding a watcher sees)"
+  echo "  accelpool-scheduler + extender:        ${ext} pods/s (first to last binding a watcher sees)"
   echo "  ratio extender / no extender:          ${ratio}"
   echo "  bind conflicts (extender /metrics):    ${conflicts} over ${PODS} binds"
+  echo "  scheduling attempt, baseline:          ${base_attempt}"
+  echo "  scheduling attempt, extender:          $(sched_ms "${ASCHED_PORT}" scheduler_scheduling_attempt_duration_seconds)"
+  echo "  scheduling algorithm, baseline:        ${base_algo}"
+  echo "  scheduling algorithm, extender:        $(sched_ms "${ASCHED_PORT}" scheduler_scheduling_algorithm_duration_seconds)"
+  echo "  apiserver POST binding, baseline:      ${base_binding}"
+  echo "  apiserver POST binding, both phases:   $(binding_ms)"
+  for v in filter prioritize bind; do
+    printf '  extender %-11s mean server time: %s\n' "${v}" "$(verb_ms "${v}")"
+  done
 } | tee "${E2E_WORK}/result.txt"
 [ "${FAILED}" = 0 ]
