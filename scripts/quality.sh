@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the allocation-quality figures of docs/benchmarks/quality.md:
 # every shipped trace x 10 seeds x 7 policies in the paper's mode and in the
-# kube-scheduler mode, the stock-extender comparison, the time-based replay,
-# and the PNG plots (gnuplot).
+# kube-scheduler mode, the stock-extender comparison, kube mode with the
+# former idle-node penalty, the time-based replay, the PNG plots (gnuplot) and
+# the markdown tables of docs/benchmarks/quality.md ($OUT_DIR/tables.md).
 #
 # Usage: scripts/quality.sh
 #   TRACE_DIR  the Alibaba GPU trace (default: shared/traces/alibaba-gpu-v2023)
@@ -46,6 +47,10 @@ echo "   took $(( $(date +%s) - start )) s"
 echo "== stock extender (NodeScore/10, random ties): FGD and accelpool"
 "$SIM" --nodes "$NODES" --pods "$PODS" --policy fgd,accelpool --mode stock --jobs "$JOBS" \
   --progress --out "$OUT_DIR/stock" --json >"$OUT_DIR/stock.json"
+
+echo "== kube mode with a 15-point idle-node penalty (the former default): FGD and accelpool"
+"$SIM" --nodes "$NODES" --pods "$PODS" --policy fgd,accelpool --mode kube --idle-node-penalty 15 \
+  --jobs "$JOBS" --progress --out "$OUT_DIR/penalty15" --json >"$OUT_DIR/penalty15.json"
 
 echo "== time-based replay of the default trace (kube mode)"
 "$SIM" --nodes "$NODES" --pods "$TRACE_DIR/openb_pod_list_default.csv" --timed --mode kube \
@@ -91,3 +96,58 @@ plot '$timed/timed-default-bestfit.csv' using (\$1/86400):2 with lines title 'be
      '$timed/timed-default-fgd.csv' using (\$1/86400):2 with lines title 'fgd', \
      '$timed/timed-default-accelpool.csv' using (\$1/86400):2 with lines title 'accelpool'"
 echo "figures in $OUT_DIR, plots in $IMG_DIR"
+
+# The result tables of docs/benchmarks/quality.md, from the JSON summaries.
+python3 - "$OUT_DIR" >"$OUT_DIR/tables.md" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    path = os.path.join(out, name + ".json")
+    if not os.path.exists(path):
+        return {}
+    return {(r["trace"], r["policy"], r["mode"]): r for r in json.load(open(path))}
+main, stock, pen = load("main"), load("stock"), load("penalty15")
+published = {"default": [13.70, 9.38, 8.35, 8.22, 7.14, 4.77], "gpushare40": [15.14, 10.70, 10.24, 10.23, 8.56, 6.04],
+             "gpushare60": [17.19, 13.18, 13.10, 12.85, 10.94, 8.75], "gpushare80": [19.38, 15.86, 15.50, 15.35, 13.34, 10.92],
+             "gpushare100": [21.10, 18.02, 17.78, 17.87, 15.38, 13.36], "multigpu20": [13.08, 8.15, 6.66, 6.50, 6.27, 4.47],
+             "multigpu30": [13.37, 6.89, 5.45, 5.30, 5.43, 3.64], "multigpu40": [14.62, 5.96, 4.65, 4.41, 4.90, 3.09],
+             "multigpu50": [18.72, 5.27, 4.31, 3.94, 4.38, 2.91]}
+traces = ["default"] + ["gpushare%d" % g for g in (20, 40, 60, 80, 100)] + ["multigpu%d" % g for g in (20, 30, 40, 50)]
+policies = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd", "accelpool"]
+def cell(table, t, p, m, bold=False):
+    r = table.get((t, p, m))
+    if r is None:
+        return "-"
+    u = r["unallocated_pct_at_100"]
+    s = "%.2f ±%.2f" % (u["mean"], u["sd"])
+    return "**%s**" % s if bold else s
+print("| trace | " + " | ".join(policies) + " |")
+print("|" + "---|" * (len(policies) + 1))
+for t in traces:
+    pub = published.get(t)
+    cells = []
+    for i, p in enumerate(policies):
+        c = cell(main, t, p, "paper")
+        if i < 6:
+            c += " (%s)" % ("%.2f" % pub[i] if pub else "-")
+        cells.append(c)
+    print("| %s | %s |" % (t, " | ".join(cells)))
+print()
+print("| policy | paper | kube |")
+print("|---|---|---|")
+for p in policies:
+    f = [main.get(("default", p, m), {}).get("first_failure_arrived_pct", -1) for m in ("paper", "kube")]
+    print("| %s | %.2f | %.2f |" % (p, f[0], f[1]))
+print()
+print("| trace | published FGD | our FGD (paper) | accelpool paper | accelpool kube | FGD kube "
+      "| kube, penalty 15: FGD | kube, penalty 15: accelpool | FGD stock | accelpool stock |")
+print("|" + "---|" * 10)
+for t in traces:
+    pub = published.get(t)
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        t, "%.2f" % pub[5] if pub else "-", cell(main, t, "fgd", "paper"),
+        cell(main, t, "accelpool", "paper"), cell(main, t, "accelpool", "kube", True),
+        cell(main, t, "fgd", "kube"), cell(pen, t, "fgd", "kube"), cell(pen, t, "accelpool", "kube"),
+        cell(stock, t, "fgd", "stock"), cell(stock, t, "accelpool", "stock")))
+PY
+echo "tables in $OUT_DIR/tables.md"

@@ -41,13 +41,16 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       fgd, accelpool (default: all)
     --mode MODE       paper | kube | stock | both (paper+kube) | all (default paper).
                       paper: highest score, ties to the lowest per-seed node rank.
-                      kube: accelpool's extender (10 to the best node, stable
-                      name-hash order among equal NodeScores) x weight.
+                      kube: accelpool's extender ranking rule (core/rank.h:
+                      NodeScore minus the idle-node penalty, 10 to the first
+                      node, stable name-hash order among equal scores) x weight.
                       stock: a plain extender, NodeScore/10 rounded x weight,
                       random among equal totals.
     --seeds S         "42-51" or "42,43" (default 42-51)
     --inflation R     total GPU request as a multiple of the cluster (default 1.3)
     --weight W        extender weight in kube mode (default 10)
+    --idle-node-penalty P  kube mode: the extender's penalty for breaking an
+                      idle node with a smaller pod (default: the extender's, 0)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON
@@ -152,6 +155,11 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> w = ParseInt(a, v, 1, 100);
       if (!w.ok()) return w.status();
       o.extender_weight = static_cast<int32_t>(*w);
+    } else if (a == "--idle-node-penalty") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> pen = ParseInt(a, v, 0, 100);
+      if (!pen.ok()) return pen.status();
+      o.penalties.idle_node = static_cast<int32_t>(*pen);
     } else if (a == "--jobs") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       StatusOr<int64_t> j = ParseInt(a, v, 1, 256);

@@ -30,6 +30,7 @@ struct CliOptions {
   std::vector<uint64_t> seeds;
   double inflation = 1.3;
   int32_t extender_weight = 10;
+  core::RankPenalties penalties;  // kube mode
   int32_t jobs = 1;
   bool json = false;
   bool progress = false;

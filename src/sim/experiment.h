@@ -29,6 +29,7 @@ struct ExperimentSpec {
   std::vector<uint64_t> seeds;
   double inflation = 1.3;
   int32_t extender_weight = 10;
+  core::RankPenalties penalties;  // kube mode
   int32_t jobs = 1;
 };
 

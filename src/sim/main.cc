@@ -75,6 +75,7 @@ int RunTrace(const sim::CliOptions& o) {
   spec.seeds = o.seeds;
   spec.inflation = o.inflation;
   spec.extender_weight = o.extender_weight;
+  spec.penalties = o.penalties;
   spec.jobs = o.jobs;
   const bool bar = o.progress || isatty(STDERR_FILENO);
   StatusOr<std::vector<sim::Summary>> out =

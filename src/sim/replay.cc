@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/node_order.h"
+#include "core/rank.h"
 
 namespace accelpool::sim {
 namespace {
@@ -140,8 +141,19 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
         best_mask = ch.mask;
       }
     } else if (opt_.mode == TieMode::kKube) {
-      const int64_t key = ch.score;
-      if (key > best_key || (key == best_key && name_rank_[i] < name_rank_[best])) {
+      // The extender's rule (core/rank.h); the pod goes to the node it ranks
+      // first, the one node that gets 10. The trace has no jobs and no
+      // super-nodes: locality 0, only the idle-node penalty applies.
+      core::RankCandidate rc;
+      rc.node = c_.node_names[i];
+      rc.policy_score = ch.score;
+      rc.pod_devices = shape.num_gpu;
+      rc.node_devices = n.gpus;
+      rc.node_idle = n.FullyFree() == n.gpus;
+      rc.order = name_rank_[i];
+      const int64_t key = core::CombinedScore(rc, opt_.penalties);
+      if (best == n_nodes || core::RanksBefore(key, rc.order, rc.node, best_key, name_rank_[best],
+                                               c_.node_names[best])) {
         best_key = key;
         best = i;
         best_mask = ch.mask;

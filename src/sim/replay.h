@@ -10,12 +10,14 @@
 //           (NodeScore/10, rounded) times the extender weight, plus nothing
 //           else (the shipped profile disables CPU/memory scoring plugins);
 //           ties are broken uniformly at random, as kube-scheduler does.
-//   kKube : a cluster with accelpool's extender. Within one Prioritize call
-//           the extender gives 10 to the node with the highest NodeScore,
-//           ties going to a stable order (a hash of the node name salted
-//           once per deployment; each seed stands for one deployment), and at
-//           most 9 to every other node; times the weight, plus nothing
-//           else. kube-scheduler's random tie-break never sees a tie.
+//   kKube : a cluster with accelpool's extender: the extender's ranking rule
+//           (core/rank.h, the code extender::RankNodes runs): policy score
+//           minus the keep-whole penalty for a pod smaller than an idle node,
+//           ties going to a stable order (a hash of the node name salted once
+//           per deployment; each seed stands for one deployment). The first
+//           node gets 10, every other at most 9; times the weight, plus
+//           nothing else, so kube-scheduler takes the first node and its
+//           random tie-break never sees a tie.
 // Random is uniform over the nodes that fit in every mode.
 //
 // Node scores are memoised per (node version, pod shape): only the node that
@@ -29,6 +31,7 @@
 #include <random>
 #include <vector>
 
+#include "core/rank.h"
 #include "sim/cluster.h"
 #include "sim/policies.h"
 #include "sim/trace.h"
@@ -42,6 +45,7 @@ struct ReplayOptions {
   double inflation = 1.3;
   TieMode mode = TieMode::kPaper;
   int32_t extender_weight = 10;
+  core::RankPenalties penalties;  // kKube: the extender's keep-whole penalties
 };
 
 struct StepPoint {

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
+#include <string>
 
+#include "core/node_order.h"
+#include "core/rank.h"
 #include "sim/cli.h"
 #include "sim/experiment.h"
 #include "sim/timed.h"
@@ -106,6 +110,67 @@ TEST(ReplayTest, FragmentationAwarePoliciesBeatRandomOnTheSlice) {
   EXPECT_FALSE(random.curve.empty());
   EXPECT_LT((*out)[1].unallocated_mean, random.unallocated_mean);
   EXPECT_LT((*out)[2].unallocated_mean, random.unallocated_mean);
+}
+
+TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
+  // The kube mode's one-pass pick must be the node core::Rank (the rule
+  // extender::RankNodes runs) puts first, penalty included, in every state.
+  const Slice& s = TestSlice();
+  const Cluster& c = s.cluster;
+  const std::vector<int32_t> order = ArrivalOrder(s.pods, c, 42, 1.3);
+  struct Case {
+    const char* policy;
+    core::RankPenalties penalties;
+  };
+  const Case cases[] = {{"accelpool", {15, 10}}, {"accelpool", {0, 10}}, {"fgd", {15, 10}},
+                        {"bestfit", {40, 10}}};
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(std::string(tc.policy) + " penalty " + std::to_string(tc.penalties.idle_node));
+    StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy(tc.policy);
+    ASSERT_TRUE(p.ok());
+    ReplayOptions opt;
+    opt.mode = TieMode::kKube;
+    opt.seed = 7;
+    opt.penalties = tc.penalties;
+    NodePicker picker(c, **p, opt);
+    FragCache frag(&c.tasks);
+    FragCache memory_frag(&c.memory_tasks, true);
+    std::mt19937_64 rng(1);
+    EvalContext ctx{&c, &frag, &memory_frag, &rng};
+    std::vector<SimNode> nodes = c.nodes;
+    int checked = 0, penalised = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t sid = static_cast<size_t>(c.pod_shape[static_cast<size_t>(order[k])]);
+      const PodShape& shape = c.shapes[sid];
+      uint32_t mask = 0;
+      const size_t got = picker.Pick(nodes, sid, &mask);
+      std::vector<core::RankCandidate> cands;
+      std::vector<size_t> index;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (!Fits(nodes[i], shape)) continue;
+        core::RankCandidate rc;
+        rc.node = c.node_names[i];
+        rc.policy_score = (*p)->Evaluate(nodes[i], shape, ctx).score;
+        rc.pod_devices = shape.num_gpu;
+        rc.node_devices = nodes[i].gpus;
+        rc.node_idle = nodes[i].FullyFree() == nodes[i].gpus;
+        rc.order = core::StableNodeOrder(opt.seed, c.node_names[i]);
+        penalised += rc.node_idle && rc.pod_devices > 0 && rc.pod_devices < rc.node_devices;
+        cands.push_back(rc);
+        index.push_back(i);
+      }
+      if (cands.empty()) {
+        EXPECT_EQ(got, nodes.size());
+        continue;
+      }
+      const std::vector<core::RankedNode> ranked = core::Rank(cands, tc.penalties);
+      ASSERT_EQ(got, index[ranked.front().index]) << "pod " << k;
+      ++checked;
+      Place(&nodes[got], shape, mask);
+    }
+    EXPECT_GT(checked, 100);
+    EXPECT_GT(penalised, 0);  // the penalty was in play
+  }
 }
 
 TEST(TimedTest, ArrivalsAndDeparturesBalance) {
