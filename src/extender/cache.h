@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -114,7 +115,7 @@ class Cache {
   };
   struct Shard {
     mutable std::mutex mu;
-    std::map<std::string, NodeSnapshotPtr> nodes;  // guarded by mu
+    std::unordered_map<std::string, NodeSnapshotPtr> nodes;  // guarded by mu
   };
   static constexpr size_t kShards = 32;
 

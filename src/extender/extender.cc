@@ -76,10 +76,10 @@ Extender::Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy
       log_(log),
       audit_(log.Child("audit")) {}
 
-NodePlan Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
-                              const NodeSnapshot* snap) {
+std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
+                                                     const NodeSnapshot* snap) {
   if (snap == nullptr) {
-    return PlanNode(pod, snap, *policy_);
+    return std::make_shared<const NodePlan>(PlanNode(pod, snap, *policy_));
   }
   MemoShard& shard = memo_[std::hash<std::string>{}(snap->name) % kMemoShards];
   {
@@ -93,7 +93,7 @@ NodePlan Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
       }
     }
   }
-  NodePlan plan = PlanNode(pod, snap, *policy_);
+  auto plan = std::make_shared<const NodePlan>(PlanNode(pod, snap, *policy_));
   std::lock_guard<std::mutex> lock(shard.mu);
   MemoShard::Entry& e = shard.nodes[snap->name];
   if (e.version != snap->version) {
@@ -108,7 +108,7 @@ NodePlan Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
 }
 
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
-  std::vector<NodePlan> plans(nodes.size());
+  std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<uint64_t> versions(nodes.size(), 0);
   const std::string shape = RequestShape(pod.request);
   auto work = [&](size_t begin, size_t end) {
@@ -135,9 +135,10 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   FilterDecision d;
   core::ReasonAggregator agg;
   std::map<std::pair<std::string, std::string>, int> outcomes;
-  std::map<std::string, std::pair<uint64_t, int32_t>> scores;
+  ScoreMap scores;
+  scores.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const NodePlan& p = plans[i];
+    const NodePlan& p = *plans[i];
     if (p.fits()) {
       d.fits.push_back(nodes[i]);
       scores.emplace(nodes[i], std::make_pair(versions[i], p.score));
@@ -178,8 +179,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   return d;
 }
 
-void Extender::Remember(const PodInfo& pod,
-                        std::map<std::string, std::pair<uint64_t, int32_t>> scores) {
+void Extender::Remember(const PodInfo& pod, ScoreMap scores) {
   if (pod.ref.uid.empty()) {
     return;
   }
@@ -195,8 +195,7 @@ void Extender::Remember(const PodInfo& pod,
   }
   remembered_[pod.ref.uid] = Remembered{
       pod,
-      std::make_shared<const std::map<std::string, std::pair<uint64_t, int32_t>>>(
-          std::move(scores)),
+      std::make_shared<const ScoreMap>(std::move(scores)),
       now};
   scored_.push_back(pod.ref.uid);
   while (scored_.size() > options_.max_remembered_scores) {
@@ -221,7 +220,7 @@ std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {
 
 std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
                                                const std::vector<std::string>& nodes) {
-  std::shared_ptr<const std::map<std::string, std::pair<uint64_t, int32_t>>> known;
+  std::shared_ptr<const ScoreMap> known;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = remembered_.find(pod.ref.uid);
@@ -244,8 +243,8 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
     if (hit != nullptr && in.snap != nullptr && in.snap->version == hit->first) {
       in.policy_score = hit->second;
     } else if (pod.Pooled()) {
-      NodePlan p = CachedPlan(pod, shape, in.snap.get());
-      in.policy_score = p.fits() ? p.score : 0;
+      std::shared_ptr<const NodePlan> p = CachedPlan(pod, shape, in.snap.get());
+      in.policy_score = p->fits() ? p->score : 0;
     }
     inputs.push_back(std::move(in));
   }

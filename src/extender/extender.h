@@ -32,6 +32,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -136,27 +138,31 @@ class Extender {
   Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy, PodWriter* writer,
            EventSink* events, const ExtenderMetrics* metrics, Logger log);
 
+  // Per feasible node of a filter call: (node version, policy score).
+  using ScoreMap = std::unordered_map<std::string, std::pair<uint64_t, int32_t>>;
   struct Remembered {
     PodInfo pod;
     // node -> (version, score); shared so prioritize reads it without a copy.
-    std::shared_ptr<const std::map<std::string, std::pair<uint64_t, int32_t>>> scores;
+    std::shared_ptr<const ScoreMap> scores;
     std::chrono::steady_clock::time_point at;
   };
-  void Remember(const PodInfo& pod, std::map<std::string, std::pair<uint64_t, int32_t>> scores);
+  void Remember(const PodInfo& pod, ScoreMap scores);
   StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,
                                          int32_t* score);
   // PlanNode through the plan memo: a node's plan depends only on the request
   // shape, the node's version (inventory + usage) and the policy, so plans are
   // kept per (node, version, shape) and reused until the node changes.
-  NodePlan CachedPlan(const PodInfo& pod, const std::string& shape, const NodeSnapshot* snap);
+  // Shared with the memo: a plan is never copied on a hit.
+  std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
+                                             const NodeSnapshot* snap);
 
   struct MemoShard {
     std::mutex mu;
     struct Entry {
       uint64_t version = 0;
-      std::vector<std::pair<std::string, NodePlan>> plans;  // by request shape
+      std::vector<std::pair<std::string, std::shared_ptr<const NodePlan>>> plans;  // by shape
     };
-    std::map<std::string, Entry> nodes;  // guarded by mu
+    std::unordered_map<std::string, Entry> nodes;  // guarded by mu
   };
   static constexpr size_t kMemoShards = 32;
   static constexpr size_t kMemoShapesPerNode = 4;

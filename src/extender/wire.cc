@@ -160,6 +160,23 @@ std::string Dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// Appends `s` as a JSON string. Node names are DNS subdomains, emitted as
+// they are; anything else goes through the full serializer (escapes, invalid
+// UTF-8 replaced).
+void AppendString(std::string& out, const std::string& s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == ':';
+  });
+  if (plain) {
+    out += '"';
+    out += s;
+    out += '"';
+  } else {
+    out += Dump(Json(s));
+  }
+}
+
 }  // namespace
 
 StatusOr<Json> ParseJson(std::string_view body) {
@@ -250,17 +267,50 @@ StatusOr<ExtenderArgs> DecodeExtenderArgs(std::string_view body) {
 }
 
 std::string EncodeFilterResult(const FilterResult& r) {
-  Json out = Json::object();
   if (r.nodes.has_value()) {
+    Json out = Json::object();
     out["Nodes"] = Json{{"metadata", Json::object()}, {"items", *r.nodes}};
-  } else {
-    out["Nodes"] = nullptr;
+    out["NodeNames"] = r.node_names.has_value() ? Json(*r.node_names) : Json();
+    out["FailedNodes"] = r.failed_nodes;
+    out["FailedAndUnresolvableNodes"] = r.failed_and_unresolvable;
+    out["Error"] = r.error;
+    return Dump(out);
   }
-  out["NodeNames"] = r.node_names.has_value() ? Json(*r.node_names) : Json();
-  out["FailedNodes"] = r.failed_nodes;
-  out["FailedAndUnresolvableNodes"] = r.failed_and_unresolvable;
-  out["Error"] = r.error;
-  return Dump(out);
+  // nodeCacheCapable (names only), the common case: written directly, keys in
+  // the order the Json object above would sort them.
+  auto append_map = [](std::string& out, const std::map<std::string, std::string>& m) {
+    out += '{';
+    bool first = true;
+    for (const auto& [k, v] : m) {
+      if (!first) out += ',';
+      first = false;
+      AppendString(out, k);
+      out += ':';
+      out += Dump(Json(v));
+    }
+    out += '}';
+  };
+  std::string out;
+  out.reserve(64 + (r.node_names ? r.node_names->size() * 24 : 0));
+  out += "{\"Error\":";
+  out += Dump(Json(r.error));
+  out += ",\"FailedAndUnresolvableNodes\":";
+  append_map(out, r.failed_and_unresolvable);
+  out += ",\"FailedNodes\":";
+  append_map(out, r.failed_nodes);
+  out += ",\"NodeNames\":";
+  if (r.node_names.has_value()) {
+    out += '[';
+    for (size_t i = 0; i < r.node_names->size(); ++i) {
+      if (i != 0) out += ',';
+      AppendString(out, (*r.node_names)[i]);
+    }
+    out += ']';
+  } else {
+    out += "null";
+  }
+  out += ",\"Nodes\":null}";
+  return out;
 }
 
 StatusOr<FilterResult> DecodeFilterResult(std::string_view body) {
@@ -295,11 +345,20 @@ StatusOr<FilterResult> DecodeFilterResult(std::string_view body) {
 }
 
 std::string EncodeHostPriorityList(const std::vector<HostPriority>& list) {
-  Json out = Json::array();
-  for (const HostPriority& h : list) {
-    out.push_back(Json{{"Host", h.host}, {"Score", h.score}});
+  // Written directly: a list of thousands of nodes is on every scheduling
+  // cycle, and building a Json object per entry costs more than the ranking.
+  std::string out;
+  out.reserve(list.size() * 40 + 2);
+  out += '[';
+  for (size_t i = 0; i < list.size(); ++i) {
+    out += i == 0 ? "{\"Host\":" : ",{\"Host\":";
+    AppendString(out, list[i].host);
+    out += ",\"Score\":";
+    out += std::to_string(list[i].score);
+    out += '}';
   }
-  return Dump(out);
+  out += ']';
+  return out;
 }
 
 StatusOr<std::vector<HostPriority>> DecodeHostPriorityList(std::string_view body) {

@@ -106,6 +106,34 @@ TEST(WireTest, HostPriorityListGoldenAndRoundTrip) {
   EXPECT_EQ(EncodeHostPriorityList({}), "[]");
 }
 
+TEST(WireTest, HostileNamesAreEscapedByTheDirectEncoders) {
+  // Names with quotes, backslashes, control characters and invalid UTF-8 come
+  // back from the decoder as they went in (invalid UTF-8 replaced), and the
+  // output is always valid JSON.
+  const std::vector<std::string> names = {"a\"b", "back\\slash", "tab\there", "",
+                                          std::string("bad\xff\xfe"), "ok-1.two_3:4"};
+  std::vector<HostPriority> list;
+  for (const std::string& n : names) list.push_back({n, 7});
+  StatusOr<std::vector<HostPriority>> back = DecodeHostPriorityList(EncodeHostPriorityList(list));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].find('\xff') == std::string::npos) {
+      EXPECT_EQ((*back)[i].host, names[i]);
+    } else {
+      EXPECT_EQ((*back)[i].host.rfind("bad", 0), 0u);
+    }
+  }
+  FilterResult r;
+  r.node_names = names;
+  r.failed_nodes = {{"q\"uote", "why \"so\"\n"}};
+  StatusOr<FilterResult> f = DecodeFilterResult(EncodeFilterResult(r));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE(f->node_names.has_value());
+  EXPECT_EQ(f->node_names->size(), names.size());
+  EXPECT_EQ(f->failed_nodes, r.failed_nodes);
+}
+
 TEST(WireTest, BindingArgsAndResult) {
   StatusOr<BindingArgs> a = DecodeBindingArgs(
       R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
