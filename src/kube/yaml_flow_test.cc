@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -108,6 +112,39 @@ TEST(YamlFlowTest, ErrorAtCountsColumnsFromTheLineStart) {
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("line 7, column 12"), std::string::npos)
       << v.status().message();
+}
+
+// The yaml_fuzzer seeds, every truncation of them and random byte changes:
+// each gives a value or an InvalidArgument error that starts with the line.
+TEST(YamlFlowTest, FuzzSeedsAndTheirMutationsGiveValuesOrLineErrors) {
+  std::mt19937 rng(20261130);
+  int parsed = 0, rejected = 0;
+  for (const auto& f : std::filesystem::directory_iterator(ACCELPOOL_KUBE_YAML_SEEDS)) {
+    std::ifstream in(f.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string seed = ss.str();
+    std::vector<std::string> inputs;
+    for (size_t n = 0; n <= seed.size(); ++n) inputs.push_back(seed.substr(0, n));
+    const std::string bytes = "{}[],:'\"#-\n \\&*|";
+    for (int i = 0; i < 300 && !seed.empty(); ++i) {
+      std::string m = seed;
+      m[rng() % m.size()] = bytes[rng() % bytes.size()];
+      inputs.push_back(m);
+    }
+    for (const std::string& text : inputs) {
+      auto y = ParseYamlSubset(text);
+      if (y.ok()) {
+        ++parsed;
+        continue;
+      }
+      ++rejected;
+      ASSERT_EQ(y.status().code(), StatusCode::kInvalidArgument) << text;
+      ASSERT_EQ(y.status().message().rfind("line ", 0), 0u) << y.status().message();
+    }
+  }
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 }  // namespace
