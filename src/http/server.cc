@@ -8,11 +8,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <list>
@@ -314,6 +316,14 @@ Response ServerImpl::Dispatch(const Request& req, std::string& route_name) const
 }
 
 void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
+  // OpenSSL writes with write(), which raises SIGPIPE when the client has
+  // gone (e.g. before its session ticket is sent). Blocked on this connection
+  // thread, that is an EPIPE error here, whatever the process does with the
+  // signal, instead of ending a process that did not ignore it.
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
   std::unique_ptr<Stream> stream;
   if (opts_.tls) {
     stream = internal::AcceptTls(fd, CurrentTls(), Ms(10000));

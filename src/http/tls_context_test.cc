@@ -10,6 +10,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -61,6 +62,30 @@ std::string FileFingerprint(const std::string& pem_file) {
   X509_free(cert);
   return out;
 }
+
+// Blocks SIGPIPE on the calling (test) thread while alive, so a refused
+// client's write is an EPIPE error, and drops a SIGPIPE raised meanwhile
+// before restoring the mask. Only this thread: the server's threads keep the
+// default disposition, so a SIGPIPE on their side would still end the test.
+class NoSigpipeOnThisThread {
+ public:
+  NoSigpipeOnThisThread() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipeOnThisThread() {
+    const timespec zero{0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipeOnThisThread(const NoSigpipeOnThisThread&) = delete;
+  NoSigpipeOnThisThread& operator=(const NoSigpipeOnThisThread&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+};
 
 // One TLS connection to 127.0.0.1:port that does not verify the server (the
 // test looks at what it presents instead) and may present a client certificate.
@@ -133,6 +158,7 @@ class RawTlsConn {
   }
 
  private:
+  NoSigpipeOnThisThread no_sigpipe_;  // first: covers every other member's use
   SSL_CTX* ctx_ = nullptr;
   SSL* ssl_ = nullptr;
   int fd_ = -1;
@@ -141,8 +167,6 @@ class RawTlsConn {
 
 class HttpTlsReloadTest : public ::testing::Test {
  protected:
-  // A refused client writes into a closed socket: an error, not a signal.
-  static void SetUpTestSuite() { std::signal(SIGPIPE, SIG_IGN); }
   void SetUp() override {
     dir_ = testing::MakeTempDir("accelpool-tls");
     ASSERT_FALSE(dir_.empty());
