@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/node_order.h"
+#include "core/rank.h"
 
 namespace accelpool::extender {
 
@@ -156,42 +157,29 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
       busy_in_super_node[n.snap->domains.super_node] += n.snap->Idle() ? 0 : 1;
     }
   }
-  struct Scored {
-    int64_t combined;
-    uint64_t order;
-    const std::string* node;
-  };
-  std::vector<Scored> scored;
-  scored.reserve(nodes.size());
+  // The rule itself is core::Rank, shared with the simulator's kube mode.
+  std::vector<core::RankCandidate> candidates;
+  candidates.reserve(nodes.size());
   for (const RankInput& n : nodes) {
-    int64_t combined = n.policy_score;
-    combined += Locality(n.snap.get(), n.node, job_domains, options);
-    if (n.snap != nullptr && pod.devices > 0 && pod.devices < n.snap->DeviceCount() &&
-        n.snap->Idle()) {
-      combined -= options.idle_node_penalty;
+    core::RankCandidate c;
+    c.node = n.node;
+    c.policy_score = n.policy_score;
+    c.locality = Locality(n.snap.get(), n.node, job_domains, options);
+    c.pod_devices = pod.devices;
+    c.order = core::StableNodeOrder(options.tie_salt, n.node);
+    if (n.snap != nullptr) {
+      c.node_devices = n.snap->DeviceCount();
+      c.node_idle = n.snap->Idle();
       const std::string& sn = n.snap->domains.super_node;
-      if (!sn.empty() && busy_in_super_node[sn] == 0) {
-        combined -= options.idle_super_node_penalty;
-      }
+      c.super_node_idle = !sn.empty() && busy_in_super_node[sn] == 0;
     }
-    scored.push_back(Scored{std::max<int64_t>(combined, 0),
-                            core::StableNodeOrder(options.tie_salt, n.node), &n.node});
+    candidates.push_back(c);
   }
-  std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
-    if (a.combined != b.combined) return a.combined > b.combined;
-    return a.order != b.order ? a.order < b.order : *a.node < *b.node;
-  });
+  const core::RankPenalties penalties{options.idle_node_penalty, options.idle_super_node_penalty};
   std::vector<HostPriority> out;
-  out.reserve(scored.size());
-  const int64_t best = scored.empty() ? 0 : scored.front().combined;
-  for (size_t i = 0; i < scored.size(); ++i) {
-    int64_t s = kMaxExtenderPriority;
-    if (i > 0) {
-      s = best > 0 ? std::min<int64_t>(kMaxExtenderPriority - 1,
-                                       (kMaxExtenderPriority - 1) * scored[i].combined / best)
-                   : 0;
-    }
-    out.push_back(HostPriority{*scored[i].node, s});
+  out.reserve(nodes.size());
+  for (const core::RankedNode& r : core::Rank(candidates, penalties)) {
+    out.push_back(HostPriority{nodes[r.index].node, r.score});
   }
   return out;
 }

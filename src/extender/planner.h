@@ -6,16 +6,17 @@
 // reasons are concatenated, the node score is the mean of the per-vendor
 // policy scores (0..100).
 //
-// RankNodes turns per-node policy scores into kube-scheduler's 0..10:
+// RankNodes turns per-node policy scores into kube-scheduler's 0..10 with
+// the rule of core/rank.h (shared with the simulator's kube mode):
 //   combined = policy score
 //            + job locality (siblings of the pod's job on the same node,
 //              else the same super-node, rack or block)
 //            - keep-whole penalty (a pod smaller than a node that would break
 //              an idle node, more when it would break an idle super-node)
 // Nodes are ordered by combined score, ties by core::StableNodeOrder (a stable
-// salted order, the one the simulator's kube mode measures, so the policy's
-// choice is never left to kube-scheduler's random tie-break).
-// The first node gets 10; the rest get floor(9 * combined / best), at most 9.
+// salted order, so the policy's choice is never left to kube-scheduler's
+// random tie-break). The first node gets 10; the rest get
+// floor(9 * combined / best), at most 9.
 // Example: combined {a: 80, b: 80, c: 40} -> a 10, b 9, c 4.
 //
 // Thread-safety: pure functions.
@@ -29,6 +30,7 @@
 
 #include "core/fit.h"
 #include "core/policy.h"
+#include "core/rank.h"
 #include "core/types.h"
 #include "extender/cache.h"
 #include "extender/node_state.h"
@@ -73,8 +75,10 @@ struct RankOptions {
   int locality_super_node = 20;
   int locality_rack = 12;
   int locality_block = 6;
-  int idle_node_penalty = 15;
-  int idle_super_node_penalty = 10;  // added when the node's whole super-node is idle
+  // Keep-whole penalties; the defaults are core::RankPenalties'.
+  int idle_node_penalty = core::RankPenalties{}.idle_node;
+  // Added when the node's whole super-node is idle.
+  int idle_super_node_penalty = core::RankPenalties{}.idle_super_node;
   // Salt of the stable tie-break order (core/node_order.h), chosen once per
   // deployment and kept (flag --tie-break-salt). Default 0.
   uint64_t tie_salt = 0;

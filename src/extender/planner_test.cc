@@ -132,9 +132,37 @@ TEST(PlannerTest, SmallPodsKeepIdleNodesWhole) {
                         0)
                   .ok());
   std::vector<RankInput> in = {{"idle", 60, c.Node("idle")}, {"busy", 50, c.Node("busy")}};
-  EXPECT_EQ(Rank(MakePod("small", {Gpu(1)}), in).front().host, "busy");
+  RankOptions keep_whole;
+  keep_whole.idle_node_penalty = 15;
+  EXPECT_EQ(RankNodes(MakePod("small", {Gpu(1)}), in, {}, keep_whole).front().host, "busy");
   // A pod that takes the whole node has nothing to keep whole.
-  EXPECT_EQ(Rank(MakePod("big", {Gpu(8)}), in).front().host, "idle");
+  EXPECT_EQ(RankNodes(MakePod("big", {Gpu(8)}), in, {}, keep_whole).front().host, "idle");
+  // By default (core::RankPenalties) the idle-node penalty is off: the
+  // fragmentation-aware policy prices breaking a node itself.
+  EXPECT_EQ(Rank(MakePod("small", {Gpu(1)}), in).front().host, "idle");
+}
+
+TEST(PlannerTest, SmallPodsKeepIdleSuperNodesWhole) {
+  Cache c;
+  AddGpuNode(c, "idle-sn", 8, {"sn-1", "", ""});
+  AddGpuNode(c, "busy-sn", 8, {"sn-2", "", ""});
+  AddGpuNode(c, "busy", 8, {"sn-2", "", ""});
+  ASSERT_TRUE(c.Reserve(PodRef{"x", "ns", "x", ""},
+                        PodAssignment{"busy", "binpack",
+                                      {AssignmentPart{core::Vendor::kNvidia,
+                                                      core::Placement{{core::ContainerPlacement{
+                                                          "m", core::ContainerKind::kRegular,
+                                                          {core::Grant{0, 0, 0, true}}}}},
+                                                      {{0}}}}},
+                        0)
+                  .ok());
+  // Both candidates are idle nodes; only idle-sn's super-node is idle too, so
+  // the default super-node penalty (10) sends a small pod to busy-sn.
+  std::vector<RankInput> in = {{"idle-sn", 55, c.Node("idle-sn")},
+                               {"busy-sn", 50, c.Node("busy-sn")},
+                               {"busy", 0, c.Node("busy")}};
+  EXPECT_EQ(Rank(MakePod("small", {Gpu(1)}), in).front().host, "busy-sn");
+  EXPECT_EQ(Rank(MakePod("big", {Gpu(8)}), in).front().host, "idle-sn");
 }
 
 }  // namespace
