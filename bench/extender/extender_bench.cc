@@ -9,7 +9,7 @@
 // concurrent clients. rss_mib is the whole process (server, cache and client).
 //
 // usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2]
-//                       [--policy=accelpool] [--filter-threads=1] [--shapes=1]
+//                       [--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1]
 // --shapes=N cycles N request shapes: 1 = one shape repeated (plans are reused
 // from the memo while nodes do not change), large = every request new.
 #include <algorithm>
@@ -203,11 +203,12 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
       "\"filter_p50_ms\": %.3f, \"filter_p99_ms\": %.3f, \"prioritize_p50_ms\": %.3f, "
       "\"prioritize_p99_ms\": %.3f, \"cycle_p50_ms\": %.3f, \"cycle_p99_ms\": %.3f, "
       "\"clients\": %d, \"cycles_per_s\": %.1f, \"requests_per_s\": %.1f, \"rss_mib\": %.1f, "
-      "\"cpus\": %u}\n",
+      "\"cpus\": %u, \"filter_threads\": %zu}\n",
       nodes, policy.c_str(), shapes.count, requests, Percentile(filter, 0.5), Percentile(filter, 0.99),
       Percentile(prio, 0.5), Percentile(prio, 0.99), Percentile(cycle, 0.5),
       Percentile(cycle, 0.99), clients, clients * per_client / secs,
-      2.0 * clients * per_client / secs, rss, std::thread::hardware_concurrency());
+      2.0 * clients * per_client / secs, rss, std::thread::hardware_concurrency(),
+      FilterThreads(filter_threads));
   std::fflush(stdout);
   return 0;
 }
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
   std::vector<int> sizes = {1250, 5000};
   int requests = 200;
   int clients = 2;
-  int filter_threads = 1;
+  int filter_threads = 0;
   std::string policy = "accelpool";
   int shape_count = 1;
   for (int i = 1; i < argc; ++i) {
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2] "
-                   "[--policy=accelpool] [--filter-threads=1] [--shapes=1]\n");
+                   "[--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1]\n");
       return 2;
     }
   }

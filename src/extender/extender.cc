@@ -76,50 +76,39 @@ Extender::Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy
       log_(log),
       audit_(log.Child("audit")) {}
 
+size_t FilterThreads(int configured) {
+  if (configured > 0) {
+    return static_cast<size_t>(configured);
+  }
+  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+}
+
 std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
                                                      const NodeSnapshot* snap) {
   if (snap == nullptr) {
     return std::make_shared<const NodePlan>(PlanNode(pod, snap, *policy_));
   }
-  MemoShard& shard = memo_[std::hash<std::string>{}(snap->name) % kMemoShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.nodes.find(snap->name);
-    if (it != shard.nodes.end() && it->second.version == snap->version) {
-      for (const auto& [s, plan] : it->second.plans) {
-        if (s == shape) {
-          return plan;
-        }
-      }
-    }
+  if (std::shared_ptr<const NodePlan> hit = snap->memo.Find(shape)) {
+    return hit;
   }
   auto plan = std::make_shared<const NodePlan>(PlanNode(pod, snap, *policy_));
-  std::lock_guard<std::mutex> lock(shard.mu);
-  MemoShard::Entry& e = shard.nodes[snap->name];
-  if (e.version != snap->version) {
-    e.version = snap->version;
-    e.plans.clear();
-  }
-  if (e.plans.size() >= kMemoShapesPerNode) {
-    e.plans.erase(e.plans.begin());
-  }
-  e.plans.emplace_back(shape, plan);
+  snap->memo.Put(shape, plan);
   return plan;
 }
 
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<uint64_t> versions(nodes.size(), 0);
+  std::vector<NodeSnapshotPtr> snaps(nodes.size());
   const std::string shape = RequestShape(pod.request);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      NodeSnapshotPtr snap = cache_.Node(nodes[i]);
-      versions[i] = snap ? snap->version : 0;
-      plans[i] = CachedPlan(pod, shape, snap.get());
+      snaps[i] = cache_.Node(nodes[i]);
+      versions[i] = snaps[i] ? snaps[i]->version : 0;
+      plans[i] = CachedPlan(pod, shape, snaps[i].get());
     }
   };
-  const size_t threads =
-      nodes.size() >= 512 ? static_cast<size_t>(std::max(1, options_.filter_threads)) : 1;
+  const size_t threads = nodes.size() >= 512 ? FilterThreads(options_.filter_threads) : 1;
   if (threads <= 1) {
     work(0, nodes.size());
   } else {
@@ -141,7 +130,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     const NodePlan& p = *plans[i];
     if (p.fits()) {
       d.fits.push_back(nodes[i]);
-      scores.emplace(nodes[i], std::make_pair(versions[i], p.score));
+      scores.emplace(nodes[i], std::make_pair(std::move(snaps[i]), p.score));
       ++outcomes[{"fits", ""}];
       continue;
     }
@@ -233,16 +222,14 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
   std::vector<RankInput> inputs;
   inputs.reserve(nodes.size());
   for (const std::string& n : nodes) {
-    RankInput in{n, 0, cache_.Node(n)};
-    const std::pair<uint64_t, int32_t>* hit = nullptr;
     if (known != nullptr) {
-      if (auto k = known->find(n); k != known->end()) {
-        hit = &k->second;
+      if (auto k = known->find(n); k != known->end() && k->second.first != nullptr) {
+        inputs.push_back(RankInput{n, k->second.second, k->second.first});
+        continue;
       }
     }
-    if (hit != nullptr && in.snap != nullptr && in.snap->version == hit->first) {
-      in.policy_score = hit->second;
-    } else if (pod.Pooled()) {
+    RankInput in{n, 0, cache_.Node(n)};
+    if (pod.Pooled()) {
       std::shared_ptr<const NodePlan> p = CachedPlan(pod, shape, in.snap.get());
       in.policy_score = p->fits() ? p->score : 0;
     }

@@ -68,12 +68,16 @@ class EventSink {
                         const std::string& message) = 0;
 };
 
+// Threads a filter call uses for `configured` (ExtenderOptions::filter_threads).
+size_t FilterThreads(int configured);
+
 struct ExtenderOptions {
   std::string policy = "accelpool";  // a core::PolicyNames() entry
   core::PolicyContext policy_context;
   RankOptions rank;
-  // Threads that evaluate nodes in one filter call; 1 = the calling thread only.
-  int filter_threads = 1;
+  // Threads that evaluate nodes in one filter call of 512 nodes or more;
+  // 1 = the calling thread only, 0 = one per core, at most 4.
+  int filter_threads = 0;
   // Filter results kept for prioritize (per pod uid) this long.
   std::chrono::milliseconds score_ttl{30000};
   size_t max_remembered_pods = 4096;  // their parsed requests, for bind
@@ -138,8 +142,11 @@ class Extender {
   Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy, PodWriter* writer,
            EventSink* events, const ExtenderMetrics* metrics, Logger log);
 
-  // Per feasible node of a filter call: (node version, policy score).
-  using ScoreMap = std::unordered_map<std::string, std::pair<uint64_t, int32_t>>;
+  // Per feasible node of a filter call: the snapshot it was planned on and
+  // the policy score. Prioritize of the same pod (the same scheduling cycle,
+  // milliseconds later) ranks on these without looking the nodes up again;
+  // bind re-checks against the state of its own moment.
+  using ScoreMap = std::unordered_map<std::string, std::pair<NodeSnapshotPtr, int32_t>>;
   struct Remembered {
     PodInfo pod;
     // node -> (version, score); shared so prioritize reads it without a copy.
@@ -156,16 +163,6 @@ class Extender {
   std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
                                              const NodeSnapshot* snap);
 
-  struct MemoShard {
-    std::mutex mu;
-    struct Entry {
-      uint64_t version = 0;
-      std::vector<std::pair<std::string, std::shared_ptr<const NodePlan>>> plans;  // by shape
-    };
-    std::unordered_map<std::string, Entry> nodes;  // guarded by mu
-  };
-  static constexpr size_t kMemoShards = 32;
-  static constexpr size_t kMemoShapesPerNode = 4;
 
   Cache& cache_;
   const ExtenderOptions options_;
@@ -179,7 +176,6 @@ class Extender {
   mutable std::mutex mu_;
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
   std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first
-  std::array<MemoShard, kMemoShards> memo_;
 };
 
 }  // namespace accelpool::extender

@@ -38,6 +38,30 @@ InventoryState* NodeSnapshot::Find(core::Vendor v) {
   return nullptr;
 }
 
+std::shared_ptr<const NodePlan> PlanMemo::Find(const std::string& shape) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [s, plan] : plans_) {
+    if (s == shape) {
+      return plan;
+    }
+  }
+  return nullptr;
+}
+
+void PlanMemo::Put(const std::string& shape, std::shared_ptr<const NodePlan> plan) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [s, p] : plans_) {
+    if (s == shape) {
+      p = std::move(plan);
+      return;
+    }
+  }
+  if (plans_.size() >= kMaxShapes) {
+    plans_.erase(plans_.begin());
+  }
+  plans_.emplace_back(shape, std::move(plan));
+}
+
 bool NodeSnapshot::Idle() const {
   for (const InventoryState& s : inventories) {
     for (const core::DeviceUsage& u : s.usage.devices) {

@@ -20,7 +20,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -44,6 +46,32 @@ struct NodeDomains {
   friend bool operator==(const NodeDomains&, const NodeDomains&) = default;
 };
 
+struct NodePlan;  // planner.h
+
+// Plans already made on one snapshot, by request shape (the extender's memo).
+// Lives inside the immutable snapshot it belongs to, so it is dropped with
+// the snapshot and a new version of the node starts empty: a copy of a
+// snapshot never inherits its plans.
+class PlanMemo {
+ public:
+  static constexpr size_t kMaxShapes = 4;
+
+  PlanMemo() = default;
+  PlanMemo(const PlanMemo&) {}
+  PlanMemo& operator=(const PlanMemo&) {
+    std::lock_guard<std::mutex> lock(mu_);
+    plans_.clear();
+    return *this;
+  }
+
+  std::shared_ptr<const NodePlan> Find(const std::string& shape) const;
+  void Put(const std::string& shape, std::shared_ptr<const NodePlan> plan) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::string, std::shared_ptr<const NodePlan>>> plans_;  // by mu_
+};
+
 struct NodeSnapshot {
   std::string name;
   uint64_t version = 0;     // bumps on every change of this node's state
@@ -53,6 +81,7 @@ struct NodeSnapshot {
   NodeDomains domains;
   int32_t pods = 0;  // pods holding devices here
   std::chrono::steady_clock::time_point updated;
+  PlanMemo memo;  // thread-safe; see PlanMemo
 
   // nullptr when the node has no inventory of `v`.
   const InventoryState* Find(core::Vendor v) const;

@@ -1,5 +1,6 @@
 #include "http/http.h"
 
+#include <cstring>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -321,6 +322,12 @@ TEST(HttpServerTest, MetricsCountRequestsByRoute) {
                 "accelpool_http_request_duration_seconds_count{method=\"GET\",route=\"/api/\"} 2"),
             std::string::npos)
       << page->body;
+  // Four requests from one keep-alive client: fewer connections than requests.
+  const size_t at = page->body.find("\naccelpool_http_connections_total ");
+  ASSERT_NE(at, std::string::npos) << page->body;
+  const int conns = std::atoi(page->body.c_str() + at + std::strlen("\naccelpool_http_connections_total "));
+  EXPECT_GE(conns, 1);
+  EXPECT_LT(conns, 4);
 }
 
 class TlsTest : public ::testing::Test {

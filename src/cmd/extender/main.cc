@@ -41,7 +41,8 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --leader-elect            hold a Lease; only the leader binds (default off)
   --lease-namespace=NS      namespace of the Lease (default kube-system)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
-  --filter-threads=N        threads per filter call (default 1)
+  --filter-threads=N        threads per filter call of 512+ nodes (default: one per core, at
+                            most 4)
   --max-body-bytes=N        largest request body (default 67108864)
   --tie-break-salt=N        salt of the stable order among equal scores; choose once per
                             deployment and keep it (default 0)
@@ -59,7 +60,7 @@ struct Flags {
   bool leader_elect = false;
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
-  int filter_threads = 1;
+  int filter_threads = 0;
   size_t max_body_bytes = 64 << 20;
   uint64_t tie_salt = 0;
   int kube_api_qps = 100;
