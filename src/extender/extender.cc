@@ -80,7 +80,10 @@ size_t FilterThreads(int configured) {
   if (configured > 0) {
     return static_cast<size_t>(configured);
   }
-  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+  // On two cores a second filter thread only competes with the HTTP threads
+  // (measured: no gain at 5,000 nodes, more jitter); beyond that, up to 4.
+  const size_t cores = std::thread::hardware_concurrency();
+  return cores <= 2 ? 1 : std::min<size_t>(cores, 4);
 }
 
 std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,

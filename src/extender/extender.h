@@ -76,7 +76,8 @@ struct ExtenderOptions {
   core::PolicyContext policy_context;
   RankOptions rank;
   // Threads that evaluate nodes in one filter call of 512 nodes or more;
-  // 1 = the calling thread only, 0 = one per core, at most 4.
+  // 1 = the calling thread only, 0 = one per core from 3 cores on, at most 4
+  // (1 on one or two cores).
   int filter_threads = 0;
   // Filter results kept for prioritize (per pod uid) this long.
   std::chrono::milliseconds score_ttl{30000};

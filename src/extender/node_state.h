@@ -86,7 +86,7 @@ struct NodeSnapshot {
   // nullptr when the node has no inventory of `v`.
   const InventoryState* Find(core::Vendor v) const;
   InventoryState* Find(core::Vendor v);
-  // True when no device of the node holds any grant.
+  // True when no pod holds devices here (no assignment is applied).
   bool Idle() const;
   int32_t DeviceCount() const;
   int32_t FreeWholeDevices() const;

@@ -167,9 +167,13 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
     c.locality = Locality(n.snap.get(), n.node, job_domains, options);
     c.pod_devices = pod.devices;
     c.order = core::StableNodeOrder(options.tie_salt, n.node);
-    if (n.snap != nullptr) {
-      c.node_devices = n.snap->DeviceCount();
+    // The keep-whole term needs the node's devices and idleness only when a
+    // penalty can apply to it: skip walking the node's devices otherwise.
+    if (n.snap != nullptr &&
+        (options.idle_node_penalty != 0 ||
+         (options.idle_super_node_penalty != 0 && !n.snap->domains.super_node.empty()))) {
       c.node_idle = n.snap->Idle();
+      c.node_devices = c.node_idle ? n.snap->DeviceCount() : 0;  // read only for idle nodes
       const std::string& sn = n.snap->domains.super_node;
       c.super_node_idle = !sn.empty() && busy_in_super_node[sn] == 0;
     }

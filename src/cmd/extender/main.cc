@@ -41,8 +41,8 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --leader-elect            hold a Lease; only the leader binds (default off)
   --lease-namespace=NS      namespace of the Lease (default kube-system)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
-  --filter-threads=N        threads per filter call of 512+ nodes (default: one per core, at
-                            most 4)
+  --filter-threads=N        threads per filter call of 512+ nodes (default: 1 on up to two
+                            cores, else one per core, at most 4)
   --max-body-bytes=N        largest request body (default 67108864)
   --tie-break-salt=N        salt of the stable order among equal scores; choose once per
                             deployment and keep it (default 0)
