@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <span>
 #include <string>
 
 #include "core/policy.h"
@@ -93,7 +94,7 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     if (!r.model_exclude.empty() && ModelMatches(d.model, r.model_exclude)) continue;
     ++model_ok;
     if (!r.id_include.empty() && !IdListed(d.id, r.id_include)) continue;
-    if (IdListed(d.id, r.id_exclude)) continue;
+    if (!r.id_exclude.empty() && IdListed(d.id, r.id_exclude)) continue;
     ++id_ok;
     st->dev[i].mem = EffectiveMemory(r, d, inv.topology.slices);
     st->dev[i].compute = EffectiveCompute(r, d, inv.topology.slices);
@@ -192,7 +193,7 @@ std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& in
 }
 
 // Fills cp->grants for `set` (the name and kind are set by the caller once).
-void FillGrants(const RequestState& st, const NodeInventory& inv, const std::vector<int32_t>& set,
+void FillGrants(const RequestState& st, const NodeInventory& inv, std::span<const int32_t> set,
                 ContainerPlacement* cp) {
   const DeviceRequest& r = *st.req;
   cp->grants.clear();
@@ -212,7 +213,7 @@ void FillGrants(const RequestState& st, const NodeInventory& inv, const std::vec
 }
 
 ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInventory& inv,
-                                          const std::vector<int32_t>& set) {
+                                          std::span<const int32_t> set) {
   ContainerPlacement cp{st.req->container, st.req->kind, {}};
   FillGrants(st, inv, set, &cp);
   return cp;

@@ -23,7 +23,7 @@ constexpr int64_t kInGroupScale = 10'000'000'000;       // inside one preferred 
 constexpr int64_t kBestFitScale = 10'000'000;           // best-fit key (|key| <= 116)
 constexpr int64_t kAffinityScale = 16;                  // pair affinity sum (< 600k)
 
-bool Contains(const std::vector<int32_t>& v, int32_t x) {
+bool Contains(std::span<const int32_t> v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
@@ -65,7 +65,7 @@ std::vector<int32_t> GrowGreedy(const NodeInventory& inv, const std::vector<int3
   return set;
 }
 
-int64_t PairAffinity(const NodeInventory& inv, const std::vector<int32_t>& set) {
+int64_t PairAffinity(const NodeInventory& inv, std::span<const int32_t> set) {
   int64_t sum = 0;
   for (size_t i = 0; i < set.size(); ++i) {
     for (size_t j = i + 1; j < set.size(); ++j) sum += Affinity(inv, set[i], set[j]);
@@ -73,7 +73,7 @@ int64_t PairAffinity(const NodeInventory& inv, const std::vector<int32_t>& set) 
   return sum;
 }
 
-int32_t UsedCount(const std::vector<int32_t>& set, const std::vector<bool>& used) {
+int32_t UsedCount(std::span<const int32_t> set, const std::vector<bool>& used) {
   int32_t n = 0;
   for (int32_t d : set) n += used[static_cast<size_t>(d)] ? 1 : 0;
   return n;
@@ -111,7 +111,7 @@ void GenericSets(const NodeInventory& inv, const std::vector<int32_t>& pool, int
     std::vector<int32_t> set = GrowGreedy(inv, pool, anchor, count, used);
     if (set.empty()) continue;
     const int64_t rank = base_rank + PairAffinity(inv, set) * kAffinityScale + UsedCount(set, used);
-    AddUnique(out, {std::move(set), rank});
+    AddUnique(out, {DeviceSet(set), rank});
   }
 }
 
@@ -293,7 +293,7 @@ std::vector<CandidateSet> GenerateSets(const NodeInventory& inv, const std::vect
   return out;
 }
 
-bool IsLegalSet(const NodeInventory& inv, const std::vector<int32_t>& devices, const SetQuery& q) {
+bool IsLegalSet(const NodeInventory& inv, std::span<const int32_t> devices, const SetQuery& q) {
   const Topology& t = inv.topology;
   const int32_t count = static_cast<int32_t>(devices.size());
   if (count != q.count || count == 0) return false;

@@ -14,6 +14,11 @@
 #ifndef ACCELPOOL_CORE_SELECT_H_
 #define ACCELPOOL_CORE_SELECT_H_
 
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "core/reasons.h"
@@ -21,9 +26,57 @@
 
 namespace accelpool::core::internal {
 
+// The devices of one candidate. Up to kInline of them live inside the object,
+// so proposing a candidate costs no heap allocation on nodes of up to 16
+// devices (fit of one pod against thousands of nodes makes millions of them).
+class DeviceSet {
+ public:
+  static constexpr size_t kInline = 16;
+
+  DeviceSet() = default;
+  DeviceSet(std::initializer_list<int32_t> devices) {
+    for (int32_t d : devices) push_back(d);
+  }
+  explicit DeviceSet(std::span<const int32_t> devices) {
+    for (int32_t d : devices) push_back(d);
+  }
+
+  void push_back(int32_t d) {
+    if (heap_.empty() && size_ < kInline) {
+      inline_[size_++] = d;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + static_cast<ptrdiff_t>(size_));
+    heap_.push_back(d);
+    ++size_;
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int32_t* data() { return heap_.empty() ? inline_.data() : heap_.data(); }
+  const int32_t* data() const { return heap_.empty() ? inline_.data() : heap_.data(); }
+  int32_t* begin() { return data(); }
+  int32_t* end() { return data() + size_; }
+  const int32_t* begin() const { return data(); }
+  const int32_t* end() const { return data() + size_; }
+  int32_t operator[](size_t i) const { return data()[i]; }
+  operator std::span<const int32_t>() const { return {data(), size_}; }  // NOLINT: by design
+
+  friend bool operator==(const DeviceSet& a, const DeviceSet& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator<(const DeviceSet& a, const DeviceSet& b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  std::array<int32_t, kInline> inline_{};
+  size_t size_ = 0;
+  std::vector<int32_t> heap_;  // used instead of inline_ past kInline devices
+};
+
 struct CandidateSet {
-  std::vector<int32_t> devices;  // ascending
-  int64_t rank = 0;              // topology quality, higher is better
+  DeviceSet devices;  // ascending
+  int64_t rank = 0;   // topology quality, higher is better
 };
 
 struct SetQuery {
@@ -40,7 +93,7 @@ std::vector<CandidateSet> GenerateSets(const NodeInventory& inv, const std::vect
                                        const SetQuery& q, FitReason* why);
 
 // True when `devices` (distinct indices) is a legal set for `q` on inv.
-bool IsLegalSet(const NodeInventory& inv, const std::vector<int32_t>& devices, const SetQuery& q);
+bool IsLegalSet(const NodeInventory& inv, std::span<const int32_t> devices, const SetQuery& q);
 
 // Affinity between two devices: the link score when known, else 1 for the
 // same NUMA node and 0 otherwise.
