@@ -40,6 +40,7 @@ StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
   for (const api::RequestOrigin& o : req->origins) {
     info.resources.push_back(o.resource);
   }
+  info.policy = req->policy;
   return info;
 }
 

@@ -36,6 +36,20 @@ TEST(ConvertTest, AssignmentRoundTripsThroughTheProtocolDocument) {
   EXPECT_EQ(*back, *a);
 }
 
+TEST(ConvertTest, PodPolicyAnnotationReachesThePlan) {
+  for (const char* key : {"accelpool.io/policy", "hami.io/gpu-scheduler-policy"}) {
+    SCOPED_TRACE(key);
+    nlohmann::json pod = {
+        {"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"},
+                      {"annotations", {{key, "spread"}}}}},
+        {"spec", {{"containers", {{{"name", "main"},
+                                   {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}}}}}};
+    StatusOr<PodInfo> info = PodInfoFromJson(pod);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->policy, "spread");
+  }
+}
+
 TEST(ConvertTest, NodeEntries) {
   api::InventoryDocument doc;
   doc.generation = 7;

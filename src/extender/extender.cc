@@ -1,6 +1,7 @@
 #include "extender/extender.h"
 
 #include <algorithm>
+#include <cctype>
 #include <thread>
 #include <utility>
 
@@ -53,6 +54,14 @@ std::string DescribeAssignment(const PodAssignment& a, const NodeSnapshot* snap)
 
 }  // namespace
 
+std::string CanonicalPolicy(std::string_view annotation) {
+  std::string name;
+  for (char c : annotation) {
+    if (c != ' ' && c != '\t') name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return name;  // HAMi's values (binpack, spread) are names of ours already
+}
+
 StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptions options,
                                                      PodWriter* writer, EventSink* events,
                                                      const ExtenderMetrics* metrics, Logger log) {
@@ -60,9 +69,39 @@ StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptio
   if (!policy.ok()) {
     return policy.status().WithPrefix("--policy");
   }
-  return std::unique_ptr<Extender>(new Extender(cache, std::move(options),
-                                                std::move(policy).value(), writer, events, metrics,
-                                                std::move(log)));
+  std::unique_ptr<Extender> e(new Extender(cache, std::move(options), std::move(policy).value(),
+                                           writer, events, metrics, std::move(log)));
+  for (const std::string& name : core::PolicyNames()) {
+    StatusOr<core::PolicyPtr> p = core::MakePolicy(name, e->options_.policy_context);
+    if (!p.ok()) {
+      return p.status().WithPrefix("policy " + name);
+    }
+    e->policies_[name] = std::move(p).value();
+  }
+  return e;
+}
+
+std::string Extender::PolicyName(const PodInfo& pod) const {
+  const std::string wanted = CanonicalPolicy(pod.policy);
+  return !wanted.empty() && policies_.count(wanted) != 0 ? wanted : options_.policy;
+}
+
+const core::Policy& Extender::PolicyFor(const PodInfo& pod) const {
+  const std::string wanted = CanonicalPolicy(pod.policy);
+  if (!wanted.empty()) {
+    if (auto it = policies_.find(wanted); it != policies_.end()) {
+      return *it->second;
+    }
+  }
+  return *policy_;
+}
+
+std::string Extender::PlanKey(const PodInfo& pod) const {
+  std::string key = RequestShape(pod.request);
+  if (!pod.policy.empty()) {
+    key += "#" + PolicyName(pod);
+  }
+  return key;
 }
 
 Extender::Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy,
@@ -89,12 +128,12 @@ size_t FilterThreads(int configured) {
 std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
                                                      const NodeSnapshot* snap) {
   if (snap == nullptr) {
-    return std::make_shared<const NodePlan>(PlanNode(pod, snap, *policy_));
+    return std::make_shared<const NodePlan>(PlanNode(pod, snap, PolicyFor(pod)));
   }
   if (std::shared_ptr<const NodePlan> hit = snap->memo.Find(shape)) {
     return hit;
   }
-  auto plan = std::make_shared<const NodePlan>(PlanNode(pod, snap, *policy_));
+  auto plan = std::make_shared<const NodePlan>(PlanNode(pod, snap, PolicyFor(pod)));
   snap->memo.Put(shape, plan);
   return plan;
 }
@@ -103,7 +142,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<uint64_t> versions(nodes.size(), 0);
   std::vector<NodeSnapshotPtr> snaps(nodes.size());
-  const std::string shape = RequestShape(pod.request);
+  const std::string shape = PlanKey(pod);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       snaps[i] = cache_.Node(nodes[i]);
@@ -158,7 +197,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   }
   audit_.Info("filter", {{"pod", PodName(pod.ref)},
                          {"uid", pod.ref.uid},
-                         {"policy", options_.policy},
+                         {"policy", PolicyName(pod)},
                          {"candidates", static_cast<int64_t>(nodes.size())},
                          {"feasible", static_cast<int64_t>(d.fits.size())},
                          {"rejected", static_cast<int64_t>(rejected)},
@@ -221,7 +260,7 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
       known = it->second.scores;
     }
   }
-  const std::string shape = RequestShape(pod.request);
+  const std::string shape = PlanKey(pod);
   std::vector<RankInput> inputs;
   inputs.reserve(nodes.size());
   for (const std::string& n : nodes) {
@@ -247,7 +286,7 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
   }
   std::vector<HostPriority> out = RankNodes(pod, inputs, job_domains, options_.rank);
   audit_.Debug("prioritize", {{"pod", PodName(pod.ref)},
-                              {"policy", options_.policy},
+                              {"policy", PolicyName(pod)},
                               {"nodes", static_cast<int64_t>(nodes.size())},
                               {"best", out.empty() ? std::string() : out.front().host}});
   return out;
@@ -263,14 +302,14 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
                            " is not in the extender's cache (no accelpool inventory); the pod "
                            "is retried on another node");
     }
-    NodePlan plan = PlanNode(pod, snap.get(), *policy_);
+    NodePlan plan = PlanNode(pod, snap.get(), PolicyFor(pod));
     if (!plan.fits()) {
       return FailedPreconditionError("pod no longer fits node " + node + ": " + plan.Describe() +
                                      "; the pod is retried");
     }
     PodAssignment a;
     a.node = node;
-    a.policy = options_.policy;
+    a.policy = PolicyName(pod);
     a.parts = std::move(plan.parts);
     bool slots_ok = true;
     for (AssignmentPart& part : a.parts) {
@@ -355,7 +394,7 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   audit_.Info("bind", {{"pod", PodName(pod.ref)},
                        {"uid", pod.ref.uid},
                        {"node", node},
-                       {"policy", options_.policy},
+                       {"policy", PolicyName(pod)},
                        {"score", static_cast<int64_t>(score)},
                        {"devices", devices},
                        {"plan_us", us(t1 - t0)},
@@ -393,7 +432,7 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     for (const auto& [uid, a] : holders) {
       ReleaseAssignment(a, &freed);
     }
-    if (!PlanNode(pod, &freed, *policy_).fits()) {
+    if (!PlanNode(pod, &freed, PolicyFor(pod)).fits()) {
       continue;
     }
     // Put victims back, last first, while the pod still fits without them.
@@ -401,7 +440,7 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     for (size_t i = holders.size(); i-- > 0;) {
       NodeSnapshot trial = freed;
       if (ApplyAssignment(holders[i].second, &trial).ok() &&
-          PlanNode(pod, &trial, *policy_).fits()) {
+          PlanNode(pod, &trial, PolicyFor(pod)).fits()) {
         freed = std::move(trial);
         needed[i] = false;
       }

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -67,6 +68,11 @@ class EventSink {
   virtual void PodEvent(const PodRef& pod, bool warning, const std::string& reason,
                         const std::string& message) = 0;
 };
+
+// The policy name a pod's annotation value means (lower case, no blanks); ""
+// when it names none. HAMi's hami.io/gpu-scheduler-policy values (binpack,
+// spread) are accepted as they are.
+std::string CanonicalPolicy(std::string_view annotation);
 
 // Threads a filter call uses for `configured` (ExtenderOptions::filter_threads).
 size_t FilterThreads(int configured);
@@ -168,6 +174,16 @@ class Extender {
   Cache& cache_;
   const ExtenderOptions options_;
   const core::PolicyPtr policy_;
+  // Every named policy, for pods that choose their own (PodInfo::policy).
+  std::map<std::string, core::PolicyPtr> policies_;
+
+  // The policy name and object a pod is planned with: its own when it names
+  // a known one, else the extender's --policy.
+  std::string PolicyName(const PodInfo& pod) const;
+  const core::Policy& PolicyFor(const PodInfo& pod) const;
+  // The memo key of a pod: its request shape and, when it has its own, the
+  // policy it chose.
+  std::string PlanKey(const PodInfo& pod) const;
   PodWriter* const writer_;
   EventSink* const events_;
   const ExtenderMetrics* const metrics_;

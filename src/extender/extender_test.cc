@@ -95,6 +95,38 @@ TEST_F(ExtenderTest, PrioritizeRanksEveryCandidateWithOneWinner) {
   EXPECT_EQ(ext_->Prioritize(MakePod("other", {Gpu(2)}), {"a", "b", "c"}), got);
 }
 
+TEST_F(ExtenderTest, APodsOwnPolicyDecidesItsDevices) {
+  // binpack (the extender's --policy here) puts a share on the used device;
+  // a pod annotated spread (HAMi's name) takes an empty one, and records it.
+  AddGpuNode(cache_, "a");
+  core::DeviceRequest share = Gpu(1);
+  share.memory_mib = 1024;
+  share.compute = 100;
+  ASSERT_TRUE(ext_->Bind(MakePod("first", {share}), "a").ok());
+  auto device_of = [](const PodAssignment& a) {
+    return a.parts.at(0).placement.containers.at(0).grants.at(0).device;
+  };
+  const int32_t used = device_of(*cache_.Assignment("first"));
+  StatusOr<PodAssignment> packed = ext_->Bind(MakePod("packed", {share}), "a");
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(device_of(*packed), used);
+  EXPECT_EQ(packed->policy, "binpack");
+  PodInfo spread = MakePod("spread", {share});
+  spread.policy = "Spread";
+  ext_->Filter(spread, {"a"});  // memo keys differ by policy: no binpack plan reused
+  StatusOr<PodAssignment> apart = ext_->Bind(spread, "a");
+  ASSERT_TRUE(apart.ok());
+  EXPECT_NE(device_of(*apart), used);
+  EXPECT_EQ(apart->policy, "spread");
+  // A name that is no policy falls back to --policy (the webhook refuses it).
+  PodInfo odd = MakePod("odd", {share});
+  odd.policy = "fastest";
+  StatusOr<PodAssignment> fallback = ext_->Bind(odd, "a");
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(fallback->policy, "binpack");
+  EXPECT_EQ(device_of(*fallback), used);
+}
+
 TEST_F(ExtenderTest, BindIsOneBindingCarryingTheAssignment) {
   AddGpuNode(cache_, "a");
   StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(2)}), "a");

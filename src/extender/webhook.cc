@@ -7,7 +7,9 @@
 
 #include "api/pod_request.h"
 #include "api/resources.h"
+#include "core/policy.h"
 #include "extender/convert.h"
+#include "extender/extender.h"
 #include "extender/wire.h"
 
 namespace accelpool::extender {
@@ -190,6 +192,18 @@ Reply Webhook::Mutate(std::string_view body) const {
     // 2. Impossible requests are refused with what to change.
     StatusOr<PodInfo> info = PodInfoFromJson(pod);
     Status verdict = info.ok() ? Status::Ok() : info.status();
+    if (verdict.ok() && !info->policy.empty()) {
+      const std::string name = CanonicalPolicy(info->policy);
+      const auto& names = core::PolicyNames();
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        std::string valid;
+        for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
+        verdict = InvalidArgumentError("policy annotation \"" + info->policy +
+                                       "\" names no policy; use one of " + valid +
+                                       " (accelpool.io/policy or hami.io/gpu-scheduler-policy), "
+                                       "or remove it to use the cluster's default");
+      }
+    }
     if (verdict.ok() && cache_ != nullptr) {
       verdict = CheckAgainstCluster(*info, ClusterLimits(*cache_));
     }

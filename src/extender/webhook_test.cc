@@ -79,6 +79,36 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
   }
 }
 
+TEST(WebhookTest, PolicyAnnotationMustNameAPolicy) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  struct Case {
+    const char* key;
+    const char* value;
+    bool want_allowed;
+  };
+  const Case cases[] = {
+      {"accelpool.io/policy", "spread", true},
+      {"hami.io/gpu-scheduler-policy", "binpack", true},
+      {"accelpool.io/policy", " Topology ", true},
+      {"accelpool.io/policy", "fastest", false},
+      {"hami.io/gpu-scheduler-policy", "topology-aware", false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.key) + "=" + c.value);
+    nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "1"}});
+    pod["metadata"]["annotations"] = {{c.key, c.value}};
+    const nlohmann::json got = nlohmann::json::parse(w.Mutate(Review(pod).dump()).body);
+    EXPECT_EQ(got["response"]["allowed"], c.want_allowed) << got.dump();
+    if (!c.want_allowed) {
+      const std::string msg = got["response"]["status"]["message"];
+      EXPECT_NE(msg.find(c.value), std::string::npos) << msg;
+      EXPECT_NE(msg.find("binpack, spread"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(WebhookTest, BadReviewIs400) {
   Webhook w(WebhookOptions{}, nullptr, Logger());
   for (const char* body : {"", "{", "[]", R"({"request":5})"}) {
