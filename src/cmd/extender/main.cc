@@ -223,6 +223,8 @@ int Run(const Flags& flags) {
   so.host = addr->first;
   so.port = addr->second;
   so.max_body_bytes = flags.max_body_bytes;
+  so.metrics = &registry;  // accelpool_extender_http_*: requests, latency, connections
+  so.metrics_prefix = "accelpool_extender_http";
   if (!flags.tls_cert.empty()) {
     http::TlsOptions tls;
     tls.cert_file = flags.tls_cert;

@@ -149,6 +149,7 @@ check "every extender pod carries an assignment (${binds}/${PODS})" test "${bind
   echo "  scheduling algorithm, extender:        $(sched_ms "${ASCHED_PORT}" scheduler_scheduling_algorithm_duration_seconds)"
   echo "  apiserver POST binding, baseline:      ${base_binding}"
   echo "  apiserver POST binding, both phases:   $(binding_ms)"
+  echo "  extender HTTP connections accepted:    $(extender_metric accelpool_extender_http_connections_total 2>/dev/null) over $(extender_metric accelpool_extender_http_requests_total 2>/dev/null) requests"
   for v in filter prioritize bind; do
     printf '  extender %-11s mean server time: %s\n' "${v}" "$(verb_ms "${v}")"
   done
