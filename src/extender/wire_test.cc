@@ -42,6 +42,38 @@ TEST(WireTest, DecodesBothNodeCacheModes) {
   }
 }
 
+TEST(WireTest, NodeNamesStreamedLikeTheTreeWouldRead) {
+  // NodeNames is decoded straight into the list; these shapes must read as
+  // the JSON tree path reads them.
+  StatusOr<ExtenderArgs> a = DecodeExtenderArgs(
+      R"({"NodeNames": ["x"], "Pod": {"metadata": {"uid": "u"}}, "NodeNames": ["a\"b", "c\u00e9"]})");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->CandidateNames(), (std::vector<std::string>{"a\"b", "c\xc3\xa9"}));  // last wins
+  EXPECT_EQ(a->pod["metadata"]["uid"], "u");
+  a = DecodeExtenderArgs(R"({"NodeNames": null, "Pod": {}})");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_FALSE(a->node_names.has_value());
+  a = DecodeExtenderArgs(R"({"NodeNames": [], "Pod": {}})");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(a->node_names.has_value());
+  EXPECT_TRUE(a->node_names->empty());
+  a = DecodeExtenderArgs(R"({"Pod": {"spec": {"NodeNames": [1, {"k": [2]}]}}, "NodeNames": ["n"]})");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();  // only the top-level key is the list
+  EXPECT_EQ(a->CandidateNames(), std::vector<std::string>{"n"});
+  EXPECT_EQ(a->pod["spec"]["NodeNames"].size(), 2u);
+  for (const char* bad : {R"({"NodeNames": ["a", ["b"]]})", R"({"NodeNames": [{"k": "v"}, "a"]})",
+                          R"({"NodeNames": ["a", null]})", R"({"NodeNames": ["a", true]})"}) {
+    SCOPED_TRACE(bad);
+    a = DecodeExtenderArgs(bad);
+    ASSERT_FALSE(a.ok());
+    EXPECT_NE(a.status().message().find("NodeNames must be an array of strings"), std::string::npos)
+        << a.status().message();
+  }
+  a = DecodeExtenderArgs(R"({"NodeNames": ["a", "b")");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("malformed JSON"), std::string::npos) << a.status().message();
+}
+
 TEST(WireTest, KeysMatchCaseInsensitivelyLikeGo) {
   StatusOr<ExtenderArgs> a = DecodeExtenderArgs(R"({"pod": {}, "nodenames": ["n"], "Extra": 1})");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
