@@ -6,9 +6,15 @@ die() { log "ERROR: $*"; exit 1; }
 
 # free_port [taken...]: a loopback TCP port nobody listens on and not in taken.
 free_port() {
-  local p t _
+  # Below the kernel's ephemeral range: a port there can be taken at any
+  # moment as the local end of an outgoing connection, and then a server's
+  # bind fails although nothing listens on it.
+  local p t _ low=32768 span
+  read -r low _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  span=$((low - 20000))
+  [ "${span}" -ge 1000 ] || span=10000
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((20000 + RANDOM % span))
     for t in "$@"; do [ "$p" = "$t" ] && continue 2; done
     if ! (exec 3<>"/dev/tcp/127.0.0.1/${p}") 2>/dev/null; then echo "$p"; return 0; fi
   done

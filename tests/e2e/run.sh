@@ -24,13 +24,21 @@ want() {
   [ -z "${E2E_STAGES:-}" ] || [[ " ${E2E_STAGES} " == *" $1 "* ]]
 }
 
-# add_counts LOG LABEL: adds the "LABEL: N passed, M failed" line of LOG.
+# add_counts LOG LABEL [RC]: adds the "LABEL: N passed, M failed" line of LOG.
+# A stage that exited non-zero (RC) but reported no failed check (it stopped
+# before its checks, e.g. a component did not start) counts one failure.
 add_counts() {
-  local line
+  local line p f rc="${3:-0}"
   line="$(grep -E "^$2: [0-9]+ passed, [0-9]+ failed" "$1" | tail -1)"
   if [ -z "${line}" ]; then FAILED=$((FAILED + 1)); echo "run: $2 printed no result line"; return; fi
-  PASSED=$((PASSED + $(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"${line}")))
-  FAILED=$((FAILED + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"${line}")))
+  p="$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"${line}")"
+  f="$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"${line}")"
+  if [ "${rc}" != 0 ] && [ "${f}" = 0 ]; then
+    f=1
+    echo "run: $2 exited with status ${rc} before reporting a failed check; counted as one failure"
+  fi
+  PASSED=$((PASSED + p))
+  FAILED=$((FAILED + f))
 }
 
 echo "== build tools"
@@ -54,7 +62,7 @@ fi
 if want smoke; then
   echo "== smoke"
   timeout 600 "${E2E_DIR}/smoke.sh" 2>&1 | tee "${LOGS}/smoke.log"
-  add_counts "${LOGS}/smoke.log" smoke
+  add_counts "${LOGS}/smoke.log" smoke "${PIPESTATUS[0]}"
 fi
 
 # The demo: five nodes of four kinds, sample workloads, the placement checks;
@@ -64,20 +72,20 @@ if want demo; then
   prom=0
   want prometheus && prom=1
   DEMO_PROMETHEUS="${prom}" DEMO_SKIP_TOOLS=1 timeout 900 "${E2E_DIR}/demo.sh" 2>&1 | tee "${LOGS}/demo.log"
-  add_counts "${LOGS}/demo.log" demo
+  add_counts "${LOGS}/demo.log" demo "${PIPESTATUS[0]}"
   [ "${prom}" = 1 ] && add_counts "${LOGS}/demo.log" prometheus
 fi
 
 if want chart; then
   echo "== chart"
   timeout 900 "${E2E_DIR}/chart-check.sh" 2>&1 | tee "${LOGS}/chart.log"
-  add_counts "${LOGS}/chart.log" chart-check
+  add_counts "${LOGS}/chart.log" chart-check "${PIPESTATUS[0]}"
 fi
 
 if want scenarios; then
   echo "== scenarios"
   timeout 1200 "${E2E_DIR}/scenarios.sh" 2>&1 | tee "${LOGS}/scenarios.log"
-  add_counts "${LOGS}/scenarios.log" scenarios
+  add_counts "${LOGS}/scenarios.log" scenarios "${PIPESTATUS[0]}"
 fi
 
 echo "e2e: ${PASSED} passed, ${FAILED} failed"
