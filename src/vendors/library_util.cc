@@ -87,4 +87,24 @@ LinkKind LinkKindForLevel(PcieLevel level) {
   return LinkKind::kUnknown;
 }
 
+Status BoundLibrary::Ready() const {
+  return ready_ ? Status::Ok()
+                : FailedPreconditionError(std::string(name_) + " is not initialized; call Init first");
+}
+
+Status BoundLibrary::Check(int64_t code, const char* call) const {
+  return code == 0 ? Status::Ok() : VendorCallError(call, name_, code, hint_);
+}
+
+StatusOr<int32_t> BoundLibrary::CheckedCount(uint64_t n, const char* call) const {
+  if (n > 1024) {
+    return Broken(std::string(call) + " reported " + std::to_string(n) + " devices");
+  }
+  return static_cast<int32_t>(n);
+}
+
+Status BoundLibrary::Broken(const std::string& what) const {
+  return InternalError(what + "; " + hint_);
+}
+
 }  // namespace accelpool::vendors

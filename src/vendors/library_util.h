@@ -11,11 +11,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "common/status.h"
 #include "vendors/device_library.h"
+#include "vendors/dl_library.h"
 
 namespace accelpool::vendors {
 
@@ -49,6 +52,48 @@ template <typename T>
 struct Padded {
   T value{};
   unsigned char spare[1024] = {};
+};
+
+// What every dlopen'ed binding holds and checks the same way: the open
+// library, the sysfs root for NUMA lookups, one lock over the vendor calls,
+// the library's name and the operator hint that its errors carry.
+class BoundLibrary : public DeviceLibrary {
+ public:
+  std::string_view LibraryName() const override { return name_; }
+
+ protected:
+  // `name` and `hint` must outlive the object (string literals).
+  BoundLibrary(std::unique_ptr<DlLibrary> lib, std::string sysfs_root, const char* name,
+               const char* hint)
+      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)), name_(name), hint_(hint) {}
+
+  // Resolves a required entry point into *out.
+  template <typename Fn>
+  Status Resolve(Fn** out, const char* symbol) {
+    StatusOr<Fn*> fn = lib_->Symbol<Fn>(symbol);
+    if (!fn.ok()) {
+      return fn.status();
+    }
+    *out = *fn;
+    return Status::Ok();
+  }
+  // Ok once Init succeeded (ready_), else kFailedPrecondition.
+  Status Ready() const;
+  // Ok for status 0, else VendorCallError naming `call`.
+  Status Check(int64_t code, const char* call) const;
+  // A device count from the library, refused above 1024 (a garbage value).
+  StatusOr<int32_t> CheckedCount(uint64_t n, const char* call) const;
+  // kInternal "<what>; <hint>".
+  Status Broken(const std::string& what) const;
+
+  const std::unique_ptr<DlLibrary> lib_;
+  const std::string sysfs_root_;
+  std::mutex mu_;       // serialises the vendor calls
+  bool ready_ = false;  // guarded by mu_
+
+ private:
+  const char* const name_;
+  const char* const hint_;
 };
 
 }  // namespace accelpool::vendors

@@ -70,12 +70,10 @@ Padded<T> Versioned() {
   return p;
 }
 
-class Cndev : public DeviceLibrary {
+class Cndev : public BoundLibrary {
  public:
   Cndev(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
-      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
-
-  std::string_view LibraryName() const override { return kLib; }
+      : BoundLibrary(std::move(lib), std::move(sysfs_root), kLib, kHint) {}
 
   Status Init() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -99,11 +97,7 @@ class Cndev : public DeviceLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Ready());
     Padded<CardInfo> info = Versioned<CardInfo>();
     ACCELPOOL_RETURN_IF_ERROR(Check(count_(&info.value), "cndevGetDeviceCount"));
-    if (info.value.number > 1024) {
-      return InternalError("cndevGetDeviceCount reported " + std::to_string(info.value.number) +
-                           " devices; " + kHint);
-    }
-    return static_cast<int32_t>(info.value.number);
+    return CheckedCount(info.value.number, "cndevGetDeviceCount");
   }
 
   StatusOr<LibraryDevice> Device(int32_t index) override {
@@ -132,7 +126,7 @@ class Cndev : public DeviceLibrary {
     Padded<MemoryInfo> mem = Versioned<MemoryInfo>();
     ACCELPOOL_RETURN_IF_ERROR(Check(memory_(&mem.value, *dev), "cndevGetMemoryUsage"));
     if (mem.value.physical_total_mb < 0) {
-      return InternalError("cndevGetMemoryUsage reported negative memory; " + std::string(kHint));
+      return Broken("cndevGetMemoryUsage reported negative memory");
     }
     d.memory_mib = mem.value.physical_total_mb;  // cnmon prints the same figure as MiB
     Padded<PcieInfo> pci = Versioned<PcieInfo>();
@@ -142,8 +136,7 @@ class Cndev : public DeviceLibrary {
                   pci.value.device, pci.value.function);
     d.pci_bus = NormalizePciBus(bus);
     if (d.pci_bus.empty()) {
-      return InternalError(std::string("cndevGetPCIeInfo returned an invalid bus ") + bus + "; " +
-                           kHint);
+      return Broken(std::string("cndevGetPCIeInfo returned an invalid bus ") + bus);
     }
     d.minor = index;  // /dev/cambricon_dev<index>, as Cambricon's plugin names it
     Padded<NumaNode> numa = Versioned<NumaNode>();
@@ -171,21 +164,6 @@ class Cndev : public DeviceLibrary {
   }
 
  private:
-  template <typename Fn>
-  Status Resolve(Fn** out, const char* name) {
-    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
-    if (!fn.ok()) {
-      return fn.status();
-    }
-    *out = *fn;
-    return Status::Ok();
-  }
-
-  Status Ready() const {
-    return ready_ ? Status::Ok()
-                  : FailedPreconditionError("CNDev is not initialized; call Init first");
-  }
-
   // Newer CNDev addresses a card by a handle; older ones by its index.
   StatusOr<int> HandleOf(int32_t index) {
     ACCELPOOL_RETURN_IF_ERROR(Ready());
@@ -197,14 +175,6 @@ class Cndev : public DeviceLibrary {
     return h;
   }
 
-  static Status Check(Ret r, const char* call) {
-    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
-  }
-
-  const std::unique_ptr<DlLibrary> lib_;
-  const std::string sysfs_root_;
-  std::mutex mu_;
-  bool ready_ = false;
   Ret (*init_)(int) = nullptr;
   Ret (*count_)(CardInfo*) = nullptr;
   Ret (*memory_)(MemoryInfo*, int) = nullptr;

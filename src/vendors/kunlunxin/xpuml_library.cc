@@ -42,12 +42,10 @@ constexpr const char* kHint = "check the XPU driver with xpu-smi";
 
 bool Faulted(int state) { return state == 205 || state == 207 || state == 208; }
 
-class Xpuml : public DeviceLibrary {
+class Xpuml : public BoundLibrary {
  public:
   Xpuml(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
-      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
-
-  std::string_view LibraryName() const override { return kLib; }
+      : BoundLibrary(std::move(lib), std::move(sysfs_root), kLib, kHint) {}
 
   Status Init() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -68,16 +66,10 @@ class Xpuml : public DeviceLibrary {
 
   StatusOr<int32_t> Count() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!ready_) {
-      return FailedPreconditionError("XPU ML is not initialized; call Init first");
-    }
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
     unsigned n = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check(count_(&n), "xpumlDeviceGetCount"));
-    if (n > 1024) {
-      return InternalError("xpumlDeviceGetCount reported " + std::to_string(n) + " devices; " +
-                           kHint);
-    }
-    return static_cast<int32_t>(n);
+    return CheckedCount(n, "xpumlDeviceGetCount");
   }
 
   StatusOr<LibraryDevice> Device(int32_t index) override {
@@ -97,9 +89,8 @@ class Xpuml : public DeviceLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Check(pci_(*h, &pci.value), "xpumlDeviceGetPciInfo"));
     d.pci_bus = NormalizePciBus(FixedString(pci.value.bus_id, sizeof(pci.value.bus_id)));
     if (d.pci_bus.empty()) {
-      return InternalError("xpumlDeviceGetPciInfo returned an unreadable bus id \"" +
-                           FixedString(pci.value.bus_id, sizeof(pci.value.bus_id)) + "\"; " +
-                           kHint);
+      return Broken("xpumlDeviceGetPciInfo returned an unreadable bus id \"" +
+                           FixedString(pci.value.bus_id, sizeof(pci.value.bus_id)) + "\"");
     }
     char uuid[96] = {};
     if (uuid_ != nullptr && uuid_(*h, uuid, sizeof(uuid)) == 0) {
@@ -132,37 +123,17 @@ class Xpuml : public DeviceLibrary {
   }
 
  private:
-  template <typename Fn>
-  Status Resolve(Fn** out, const char* name) {
-    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
-    if (!fn.ok()) {
-      return fn.status();
-    }
-    *out = *fn;
-    return Status::Ok();
-  }
-
   StatusOr<Handle> HandleOf(int32_t index) {
-    if (!ready_) {
-      return FailedPreconditionError("XPU ML is not initialized; call Init first");
-    }
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
     Handle h = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(
         Check(handle_(static_cast<unsigned>(index), &h), "xpumlDeviceGetHandleByIndex"));
     if (h == nullptr) {
-      return InternalError("xpumlDeviceGetHandleByIndex returned no handle; " + std::string(kHint));
+      return Broken("xpumlDeviceGetHandleByIndex returned no handle");
     }
     return h;
   }
 
-  static Status Check(Ret r, const char* call) {
-    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
-  }
-
-  const std::unique_ptr<DlLibrary> lib_;
-  const std::string sysfs_root_;
-  std::mutex mu_;
-  bool ready_ = false;
   Ret (*init_)() = nullptr;
   Ret (*count_)(unsigned*) = nullptr;
   Ret (*handle_)(unsigned, Handle*) = nullptr;

@@ -42,12 +42,10 @@ struct MemoryInfo {
 constexpr const char* kLib = "MX-SML";
 constexpr const char* kHint = "check the GPU driver with mx-smi";
 
-class Mxsml : public DeviceLibrary {
+class Mxsml : public BoundLibrary {
  public:
   Mxsml(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
-      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
-
-  std::string_view LibraryName() const override { return kLib; }
+      : BoundLibrary(std::move(lib), std::move(sysfs_root), kLib, kHint) {}
 
   Status Init() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -66,11 +64,7 @@ class Mxsml : public DeviceLibrary {
     std::lock_guard<std::mutex> lock(mu_);
     ACCELPOOL_RETURN_IF_ERROR(Ready());
     const unsigned n = count_();
-    if (n > 1024) {
-      return InternalError("mxSmlGetDeviceCount reported " + std::to_string(n) + " devices; " +
-                           kHint);
-    }
-    return static_cast<int32_t>(n);
+    return CheckedCount(n, "mxSmlGetDeviceCount");
   }
 
   StatusOr<LibraryDevice> Device(int32_t index) override {
@@ -84,13 +78,13 @@ class Mxsml : public DeviceLibrary {
     d.name = FixedString(info.value.name, sizeof(info.value.name));
     d.pci_bus = NormalizePciBus(FixedString(info.value.bdf, sizeof(info.value.bdf)));
     if (d.pci_bus.empty()) {
-      return InternalError("mxSmlGetDeviceInfo returned an unreadable BDF \"" +
-                           FixedString(info.value.bdf, sizeof(info.value.bdf)) + "\"; " + kHint);
+      return Broken("mxSmlGetDeviceInfo returned an unreadable BDF \"" +
+                           FixedString(info.value.bdf, sizeof(info.value.bdf)) + "\"");
     }
     Padded<MemoryInfo> mem;
     ACCELPOOL_RETURN_IF_ERROR(Check(memory_(i, &mem.value), "mxSmlGetMemoryInfo"));
     if (mem.value.vram_total < 0) {
-      return InternalError("mxSmlGetMemoryInfo reported negative VRAM; " + std::string(kHint));
+      return Broken("mxSmlGetMemoryInfo reported negative VRAM");
     }
     d.memory_mib = mem.value.vram_total / 1024;
     uint32_t nodes[4] = {};
@@ -142,29 +136,6 @@ class Mxsml : public DeviceLibrary {
   }
 
  private:
-  template <typename Fn>
-  Status Resolve(Fn** out, const char* name) {
-    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
-    if (!fn.ok()) {
-      return fn.status();
-    }
-    *out = *fn;
-    return Status::Ok();
-  }
-
-  Status Ready() const {
-    return ready_ ? Status::Ok()
-                  : FailedPreconditionError("MX-SML is not initialized; call Init first");
-  }
-
-  static Status Check(Ret r, const char* call) {
-    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
-  }
-
-  const std::unique_ptr<DlLibrary> lib_;
-  const std::string sysfs_root_;
-  std::mutex mu_;
-  bool ready_ = false;
   Ret (*init_)() = nullptr;
   unsigned (*count_)() = nullptr;
   Ret (*info_)(unsigned, DeviceInfo*) = nullptr;

@@ -45,10 +45,10 @@ struct MtLinkSpec {
 constexpr const char* kLib = "MTML";
 constexpr const char* kHint = "check the GPU driver with mthreads-gmi";
 
-class Mtml : public DeviceLibrary {
+class Mtml : public BoundLibrary {
  public:
   Mtml(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
-      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
+      : BoundLibrary(std::move(lib), std::move(sysfs_root), kLib, kHint) {}
 
   ~Mtml() override {
     auto shutdown = lib_->OptionalSymbol<Ret(Lib)>("mtmlLibraryShutDown");
@@ -57,11 +57,9 @@ class Mtml : public DeviceLibrary {
     }
   }
 
-  std::string_view LibraryName() const override { return kLib; }
-
   Status Init() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (lib_handle_ != nullptr) {
+    if (ready_) {
       return Status::Ok();
     }
     ACCELPOOL_RETURN_IF_ERROR(Resolve(&init_, "mtmlLibraryInit"));
@@ -82,9 +80,10 @@ class Mtml : public DeviceLibrary {
     Lib handle = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(&handle), "mtmlLibraryInit"));
     if (handle == nullptr) {
-      return InternalError("mtmlLibraryInit returned no library handle; " + std::string(kHint));
+      return Broken("mtmlLibraryInit returned no library handle");
     }
     lib_handle_ = handle;
+    ready_ = true;
     return Status::Ok();
   }
 
@@ -93,11 +92,7 @@ class Mtml : public DeviceLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Ready());
     unsigned n = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check(count_(lib_handle_, &n), "mtmlLibraryCountDevice"));
-    if (n > 1024) {
-      return InternalError("mtmlLibraryCountDevice reported " + std::to_string(n) + " devices; " +
-                           kHint);
-    }
-    return static_cast<int32_t>(n);
+    return CheckedCount(n, "mtmlLibraryCountDevice");
   }
 
   StatusOr<LibraryDevice> Device(int32_t index) override {
@@ -119,8 +114,8 @@ class Mtml : public DeviceLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Check(pci_(*dev, &pci.value), "mtmlDeviceGetPciInfo"));
     d.pci_bus = NormalizePciBus(FixedString(pci.value.sbdf, sizeof(pci.value.sbdf)));
     if (d.pci_bus.empty()) {
-      return InternalError("mtmlDeviceGetPciInfo returned an unreadable SBDF \"" +
-                           FixedString(pci.value.sbdf, sizeof(pci.value.sbdf)) + "\"; " + kHint);
+      return Broken("mtmlDeviceGetPciInfo returned an unreadable SBDF \"" +
+                           FixedString(pci.value.sbdf, sizeof(pci.value.sbdf)) + "\"");
     }
     StatusOr<Mem> mem = MemoryOf(*dev);
     if (!mem.ok()) {
@@ -181,30 +176,13 @@ class Mtml : public DeviceLibrary {
   }
 
  private:
-  template <typename Fn>
-  Status Resolve(Fn** out, const char* name) {
-    StatusOr<Fn*> fn = lib_->Symbol<Fn>(name);
-    if (!fn.ok()) {
-      return fn.status();
-    }
-    *out = *fn;
-    return Status::Ok();
-  }
-
-  Status Ready() const {
-    return lib_handle_ != nullptr
-               ? Status::Ok()
-               : FailedPreconditionError("MTML is not initialized; call Init first");
-  }
-
   StatusOr<Dev> DeviceAt(int32_t index) {
     ACCELPOOL_RETURN_IF_ERROR(Ready());
     Dev dev = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(device_(lib_handle_, static_cast<unsigned>(index), &dev),
                                     "mtmlLibraryInitDeviceByIndex"));
     if (dev == nullptr) {
-      return InternalError("mtmlLibraryInitDeviceByIndex returned no device; " +
-                           std::string(kHint));
+      return Broken("mtmlLibraryInitDeviceByIndex returned no device");
     }
     return dev;
   }
@@ -252,18 +230,11 @@ class Mtml : public DeviceLibrary {
     Mem mem = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(memory_(dev, &mem), "mtmlDeviceInitMemory"));
     if (mem == nullptr) {
-      return InternalError("mtmlDeviceInitMemory returned no handle; " + std::string(kHint));
+      return Broken("mtmlDeviceInitMemory returned no handle");
     }
     return mem;
   }
 
-  static Status Check(Ret r, const char* call) {
-    return r == 0 ? Status::Ok() : VendorCallError(call, kLib, r, kHint);
-  }
-
-  const std::unique_ptr<DlLibrary> lib_;
-  const std::string sysfs_root_;
-  std::mutex mu_;
   Lib lib_handle_ = nullptr;
   Ret (*init_)(Lib*) = nullptr;
   Ret (*count_)(Lib, unsigned*) = nullptr;
