@@ -36,18 +36,6 @@ int WaitFd(int fd, short events, Ms timeout) {
   }
 }
 
-std::string SslError(std::string_view what) {
-  std::string out(what);
-  unsigned long e = 0;
-  while ((e = ERR_get_error()) != 0) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    out += ": ";
-    out += buf;
-  }
-  return out;
-}
-
 class PlainImpl final : public Stream {
  public:
   explicit PlainImpl(int fd) : fd_(fd) {}

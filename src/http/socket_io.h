@@ -47,6 +47,9 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
                                           std::chrono::milliseconds timeout);
 
 // Server context from PEM files; client CA enables required client certs.
+// `what` followed by every queued OpenSSL error (the queue is emptied).
+std::string SslError(std::string_view what);
+
 StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls);
 // Client context: CA file/PEM (system store when both empty), client cert.
 StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o);

@@ -9,8 +9,6 @@
 
 namespace accelpool::http::internal {
 
-namespace {
-
 std::string SslError(std::string_view what) {
   std::string out(what);
   unsigned long e = 0;
@@ -22,6 +20,8 @@ std::string SslError(std::string_view what) {
   }
   return out;
 }
+
+namespace {
 
 SslCtxPtr WrapCtx(SSL_CTX* c) {
   return SslCtxPtr(c, [](SSL_CTX* p) { SSL_CTX_free(p); });

@@ -88,8 +88,8 @@ LinkKind LinkKindForLevel(PcieLevel level) {
 }
 
 Status BoundLibrary::Ready() const {
-  return ready_ ? Status::Ok()
-                : FailedPreconditionError(std::string(name_) + " is not initialized; call Init first");
+  if (ready_) return Status::Ok();
+  return FailedPreconditionError(std::string(name_) + " is not initialized; call Init first");
 }
 
 Status BoundLibrary::Check(int64_t code, const char* call) const {
