@@ -140,13 +140,11 @@ std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const s
 
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
-  std::vector<uint64_t> versions(nodes.size(), 0);
   std::vector<NodeSnapshotPtr> snaps(nodes.size());
   const std::string shape = PlanKey(pod);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       snaps[i] = cache_.Node(nodes[i]);
-      versions[i] = snaps[i] ? snaps[i]->version : 0;
       plans[i] = CachedPlan(pod, shape, snaps[i].get());
     }
   };
@@ -180,7 +178,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     agg.Add(nodes[i], p.reasons);
     const std::string reason = !p.reasons.empty()
                                    ? std::string(core::ReasonName(p.reasons.front().reason))
-                                   : (versions[i] == 0 ? "NoInventory" : "InventoryInvalid");
+                                   : (snaps[i] == nullptr ? "NoInventory" : "InventoryInvalid");
     ++outcomes[{std::string(CodeName(p.code)), reason}];
   }
   if (metrics_ != nullptr) {
