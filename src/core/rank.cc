@@ -22,18 +22,26 @@ int64_t ExtenderScore(size_t position, int64_t combined, int64_t best_combined) 
 
 std::vector<RankedNode> Rank(std::span<const RankCandidate> candidates,
                              const RankPenalties& penalties) {
-  std::vector<RankedNode> out(candidates.size());
+  // Sort keys inline (combined, order, index) so that comparisons read one
+  // contiguous array; names are read only when both keys tie.
+  struct Key {
+    int64_t combined;
+    uint64_t order;
+    size_t index;
+  };
+  std::vector<Key> keys(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    out[i].index = i;
-    out[i].combined = CombinedScore(candidates[i], penalties);
+    keys[i] = Key{CombinedScore(candidates[i], penalties), candidates[i].order, i};
   }
-  std::sort(out.begin(), out.end(), [&](const RankedNode& a, const RankedNode& b) {
-    const RankCandidate& ca = candidates[a.index];
-    const RankCandidate& cb = candidates[b.index];
-    return RanksBefore(a.combined, ca.order, ca.node, b.combined, cb.order, cb.node);
+  std::sort(keys.begin(), keys.end(), [&](const Key& a, const Key& b) {
+    return RanksBefore(a.combined, a.order, candidates[a.index].node, b.combined, b.order,
+                       candidates[b.index].node);
   });
-  const int64_t best = out.empty() ? 0 : out.front().combined;
-  for (size_t i = 0; i < out.size(); ++i) out[i].score = ExtenderScore(i, out[i].combined, best);
+  std::vector<RankedNode> out(keys.size());
+  const int64_t best = keys.empty() ? 0 : keys.front().combined;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out[i] = RankedNode{keys[i].index, keys[i].combined, ExtenderScore(i, keys[i].combined, best)};
+  }
   return out;
 }
 

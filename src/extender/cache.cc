@@ -41,6 +41,7 @@ int Cache::UpsertNode(const std::string& name,
   if (inventories.ok()) {
     for (core::NodeInventory& inv : inventories.value()) {
       inv.node = name;
+      next->devices += static_cast<int32_t>(inv.devices.size());
       next->inventories.push_back(
           InventoryState::Empty(std::make_shared<const core::NodeInventory>(std::move(inv))));
     }

@@ -164,13 +164,15 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   FilterDecision d;
   core::ReasonAggregator agg;
   std::map<std::pair<std::string, std::string>, int> outcomes;
-  ScoreMap scores;
-  scores.reserve(nodes.size());
+  FitList fitted;
+  fitted.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodePlan& p = *plans[i];
     if (p.fits()) {
       d.fits.push_back(nodes[i]);
-      scores.emplace(nodes[i], std::make_pair(std::move(snaps[i]), p.score));
+      if (snaps[i] != nullptr) {
+        fitted.push_back(Fitted{std::move(snaps[i]), p.score});
+      }
       ++outcomes[{"fits", ""}];
       continue;
     }
@@ -204,11 +206,11 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     events_->PodEvent(pod.ref, true, "AccelpoolNoFit",
                       "no node has the devices this pod asks for: " + summary);
   }
-  Remember(pod, std::move(scores));
+  Remember(pod, std::move(fitted));
   return d;
 }
 
-void Extender::Remember(const PodInfo& pod, ScoreMap scores) {
+void Extender::Remember(const PodInfo& pod, FitList fitted) {
   if (pod.ref.uid.empty()) {
     return;
   }
@@ -224,7 +226,7 @@ void Extender::Remember(const PodInfo& pod, ScoreMap scores) {
   }
   remembered_[pod.ref.uid] = Remembered{
       pod,
-      std::make_shared<const ScoreMap>(std::move(scores)),
+      std::make_shared<const FitList>(std::move(fitted)),
       now};
   scored_.push_back(pod.ref.uid);
   while (scored_.size() > options_.max_remembered_scores) {
@@ -232,7 +234,7 @@ void Extender::Remember(const PodInfo& pod, ScoreMap scores) {
     scored_.pop_front();
     const bool again = std::find(scored_.begin(), scored_.end(), oldest) != scored_.end();
     if (auto it = remembered_.find(oldest); it != remembered_.end() && !again) {
-      it->second.scores.reset();
+      it->second.fitted.reset();
     }
   }
 }
@@ -249,24 +251,47 @@ std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {
 
 std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
                                                const std::vector<std::string>& nodes) {
-  std::shared_ptr<const ScoreMap> known;
+  std::shared_ptr<const FitList> known;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = remembered_.find(pod.ref.uid);
     if (it != remembered_.end() &&
         std::chrono::steady_clock::now() - it->second.at <= options_.score_ttl) {
-      known = it->second.scores;
+      known = it->second.fitted;
     }
   }
+  // Filter's entry for `n`: the next one in filter's order, else (orders
+  // differ: another extender or plugin reordered or dropped nodes) by name.
+  size_t cursor = 0;
+  std::unordered_map<std::string_view, size_t> by_name;
+  auto remembered = [&](const std::string& n) -> const Fitted* {
+    if (known == nullptr) {
+      return nullptr;
+    }
+    const FitList& list = *known;
+    if (cursor < list.size() && list[cursor].snap->name == n) {
+      return &list[cursor++];
+    }
+    if (by_name.empty()) {
+      by_name.reserve(list.size());
+      for (size_t i = 0; i < list.size(); ++i) {
+        by_name.emplace(list[i].snap->name, i);
+      }
+    }
+    auto it = by_name.find(n);
+    if (it == by_name.end()) {
+      return nullptr;
+    }
+    cursor = it->second + 1;
+    return &list[it->second];
+  };
   const std::string shape = PlanKey(pod);
   std::vector<RankInput> inputs;
   inputs.reserve(nodes.size());
   for (const std::string& n : nodes) {
-    if (known != nullptr) {
-      if (auto k = known->find(n); k != known->end() && k->second.first != nullptr) {
-        inputs.push_back(RankInput{n, k->second.second, k->second.first});
-        continue;
-      }
+    if (const Fitted* f = remembered(n)) {
+      inputs.push_back(RankInput{n, f->score, f->snap});
+      continue;
     }
     RankInput in{n, 0, cache_.Node(n)};
     if (pod.Pooled()) {

@@ -149,18 +149,25 @@ class Extender {
   Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy, PodWriter* writer,
            EventSink* events, const ExtenderMetrics* metrics, Logger log);
 
-  // Per feasible node of a filter call: the snapshot it was planned on and
-  // the policy score. Prioritize of the same pod (the same scheduling cycle,
-  // milliseconds later) ranks on these without looking the nodes up again;
-  // bind re-checks against the state of its own moment.
-  using ScoreMap = std::unordered_map<std::string, std::pair<NodeSnapshotPtr, int32_t>>;
+  // Per feasible node of a filter call, in the order filter answered them:
+  // the snapshot it was planned on (never null) and the policy score.
+  // Prioritize of the same pod (the same scheduling cycle, milliseconds later)
+  // ranks on these without looking the nodes up again. kube-scheduler sends
+  // prioritize the feasible nodes in filter's order, so prioritize walks the
+  // list with a cursor and hashes names only when the orders differ; bind
+  // re-checks against the state of its own moment.
+  struct Fitted {
+    NodeSnapshotPtr snap;
+    int32_t score = 0;
+  };
+  using FitList = std::vector<Fitted>;
   struct Remembered {
     PodInfo pod;
-    // node -> (version, score); shared so prioritize reads it without a copy.
-    std::shared_ptr<const ScoreMap> scores;
+    // Shared so prioritize reads it without a copy.
+    std::shared_ptr<const FitList> fitted;
     std::chrono::steady_clock::time_point at;
   };
-  void Remember(const PodInfo& pod, ScoreMap scores);
+  void Remember(const PodInfo& pod, FitList fitted);
   StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,
                                          int32_t* score);
   // PlanNode through the plan memo: a node's plan depends only on the request

@@ -95,6 +95,22 @@ TEST_F(ExtenderTest, PrioritizeRanksEveryCandidateWithOneWinner) {
   EXPECT_EQ(ext_->Prioritize(MakePod("other", {Gpu(2)}), {"a", "b", "c"}), got);
 }
 
+TEST_F(ExtenderTest, PrioritizeAcceptsNodesInAnotherOrderThanFilters) {
+  // Filter's scores are walked in filter's order; a reordered list, a node
+  // filter never saw and one it answered but prioritize does not get all
+  // score as a fresh prioritize does.
+  for (const char* n : {"a", "b", "c", "d", "e"}) AddGpuNode(cache_, n);
+  ASSERT_TRUE(ext_->Bind(MakePod("x", {Gpu(4)}), "b").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("y", {Gpu(6)}), "d").ok());
+  PodInfo pod = MakePod("p", {Gpu(2)});
+  ASSERT_EQ(ext_->Filter(pod, {"a", "b", "c", "d"}).fits.size(), 4u);
+  const std::vector<std::string> order = {"d", "e", "b", "a"};
+  std::vector<HostPriority> got = ext_->Prioritize(pod, order);
+  ASSERT_EQ(got.size(), order.size());
+  EXPECT_EQ(got, ext_->Prioritize(MakePod("fresh", {Gpu(2)}), order));
+  EXPECT_EQ(got[0].host, "d");  // the fullest node that still fits 2 GPUs
+}
+
 TEST_F(ExtenderTest, APodsOwnPolicyDecidesItsDevices) {
   // binpack (the extender's --policy here) puts a share on the used device;
   // a pod annotated spread (HAMi's name) takes an empty one, and records it.

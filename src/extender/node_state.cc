@@ -68,14 +68,6 @@ bool NodeSnapshot::Idle() const {
   return pods == 0;
 }
 
-int32_t NodeSnapshot::DeviceCount() const {
-  int32_t n = 0;
-  for (const InventoryState& s : inventories) {
-    n += static_cast<int32_t>(s.inventory->devices.size());
-  }
-  return n;
-}
-
 int32_t NodeSnapshot::FreeWholeDevices() const {
   int32_t n = 0;
   for (const InventoryState& s : inventories) {

@@ -79,7 +79,8 @@ struct NodeSnapshot {
   Status inventory_status;  // not OK when the node's inventory did not parse
   std::vector<InventoryState> inventories;
   NodeDomains domains;
-  int32_t pods = 0;  // pods holding devices here
+  int32_t devices = 0;  // devices over all inventories, set with them
+  int32_t pods = 0;     // pods holding devices here
   std::chrono::steady_clock::time_point updated;
   PlanMemo memo;  // thread-safe; see PlanMemo
 
@@ -88,7 +89,6 @@ struct NodeSnapshot {
   InventoryState* Find(core::Vendor v);
   // True when no pod holds devices here (no assignment is applied).
   bool Idle() const;
-  int32_t DeviceCount() const;
   int32_t FreeWholeDevices() const;
 };
 using NodeSnapshotPtr = std::shared_ptr<const NodeSnapshot>;

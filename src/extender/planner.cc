@@ -1,6 +1,8 @@
 #include "extender/planner.h"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "core/node_order.h"
@@ -120,12 +122,12 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Poli
 
 namespace {
 
-int Locality(const NodeSnapshot* snap, const std::string& node,
+int Locality(const NodeSnapshot* snap, std::string_view node,
              const std::map<std::string, NodeDomains>& job_domains, const RankOptions& o) {
   if (job_domains.empty()) {
     return 0;
   }
-  if (job_domains.count(node)) {
+  if (job_domains.count(std::string(node))) {
     return o.locality_node;
   }
   if (snap == nullptr) {
@@ -150,11 +152,18 @@ int Locality(const NodeSnapshot* snap, const std::string& node,
 std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankInput>& nodes,
                                     const std::map<std::string, NodeDomains>& job_domains,
                                     const RankOptions& options) {
-  // Busy nodes per super-node among the candidates, for the keep-whole term.
-  std::map<std::string, int> busy_in_super_node;
-  for (const RankInput& n : nodes) {
-    if (n.snap != nullptr && !n.snap->domains.super_node.empty()) {
-      busy_in_super_node[n.snap->domains.super_node] += n.snap->Idle() ? 0 : 1;
+  // The keep-whole term needs a node's devices and idleness only when a
+  // penalty can apply to it, and its super-node's idleness only when the node
+  // itself is idle: skip the lookups otherwise.
+  const bool node_penalty = options.idle_node_penalty != 0;
+  const bool super_node_penalty = options.idle_super_node_penalty != 0;
+  // Busy nodes per super-node among the candidates.
+  std::unordered_map<std::string_view, int> busy_in_super_node;
+  if (super_node_penalty) {
+    for (const RankInput& n : nodes) {
+      if (n.snap != nullptr && !n.snap->domains.super_node.empty()) {
+        busy_in_super_node[n.snap->domains.super_node] += n.snap->Idle() ? 0 : 1;
+      }
     }
   }
   // The rule itself is core::Rank, shared with the simulator's kube mode.
@@ -167,15 +176,14 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
     c.locality = Locality(n.snap.get(), n.node, job_domains, options);
     c.pod_devices = pod.devices;
     c.order = core::StableNodeOrder(options.tie_salt, n.node);
-    // The keep-whole term needs the node's devices and idleness only when a
-    // penalty can apply to it: skip walking the node's devices otherwise.
     if (n.snap != nullptr &&
-        (options.idle_node_penalty != 0 ||
-         (options.idle_super_node_penalty != 0 && !n.snap->domains.super_node.empty()))) {
+        (node_penalty || (super_node_penalty && !n.snap->domains.super_node.empty()))) {
       c.node_idle = n.snap->Idle();
-      c.node_devices = c.node_idle ? n.snap->DeviceCount() : 0;  // read only for idle nodes
-      const std::string& sn = n.snap->domains.super_node;
-      c.super_node_idle = !sn.empty() && busy_in_super_node[sn] == 0;
+      if (c.node_idle) {
+        c.node_devices = n.snap->devices;
+        const std::string& sn = n.snap->domains.super_node;
+        c.super_node_idle = !sn.empty() && busy_in_super_node[sn] == 0;
+      }
     }
     candidates.push_back(c);
   }
@@ -183,7 +191,7 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
   std::vector<HostPriority> out;
   out.reserve(nodes.size());
   for (const core::RankedNode& r : core::Rank(candidates, penalties)) {
-    out.push_back(HostPriority{nodes[r.index].node, r.score});
+    out.push_back(HostPriority{std::string(nodes[r.index].node), r.score});
   }
   return out;
 }

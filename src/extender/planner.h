@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/fit.h"
@@ -88,7 +89,7 @@ struct RankOptions {
 };
 
 struct RankInput {
-  std::string node;
+  std::string_view node;  // must outlive the RankNodes call
   int32_t policy_score = 0;
   NodeSnapshotPtr snap;  // may be null
 };
