@@ -25,6 +25,47 @@ std::string StringAt(const nlohmann::json& obj, std::initializer_list<const char
   return cur->is_string() ? cur->get<std::string>() : "";
 }
 
+// True when spec.affinity holds a non-empty preferred term of node affinity,
+// pod affinity or pod anti-affinity (the preferences kube-scheduler scores).
+bool HasSoftPreferences(const nlohmann::json& pod) {
+  auto spec = pod.find("spec");
+  if (spec == pod.end() || !spec->is_object()) {
+    return false;
+  }
+  auto affinity = spec->find("affinity");
+  if (affinity == spec->end() || !affinity->is_object()) {
+    return false;
+  }
+  for (const char* kind : {"nodeAffinity", "podAffinity", "podAntiAffinity"}) {
+    auto k = affinity->find(kind);
+    if (k == affinity->end() || !k->is_object()) {
+      continue;
+    }
+    auto preferred = k->find("preferredDuringSchedulingIgnoredDuringExecution");
+    if (preferred != k->end() && preferred->is_array() && !preferred->empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool HasPreferNoScheduleTaint(const nlohmann::json& node) {
+  auto spec = node.find("spec");
+  if (spec == node.end() || !spec->is_object()) {
+    return false;
+  }
+  auto taints = spec->find("taints");
+  if (taints == spec->end() || !taints->is_array()) {
+    return false;
+  }
+  for (const nlohmann::json& t : *taints) {
+    if (t.is_object() && StringAt(t, {"effect"}) == "PreferNoSchedule") {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
@@ -41,6 +82,7 @@ StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
     info.resources.push_back(o.resource);
   }
   info.policy = req->policy;
+  info.soft_preferences = HasSoftPreferences(pod);
   return info;
 }
 
@@ -53,6 +95,7 @@ StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
   e.domains.super_node = StringAt(node, {"metadata", "labels", kSuperNodeLabel});
   e.domains.rack = StringAt(node, {"metadata", "labels", kRackLabel});
   e.domains.block = StringAt(node, {"metadata", "labels", kBlockLabel});
+  e.domains.prefer_no_schedule = HasPreferNoScheduleTaint(node);
   const std::string text = StringAt(node, {"metadata", "annotations", api::kInventoryAnnotation});
   if (text.empty()) {
     return e;

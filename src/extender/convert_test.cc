@@ -50,6 +50,51 @@ TEST(ConvertTest, PodPolicyAnnotationReachesThePlan) {
   }
 }
 
+TEST(ConvertTest, SoftPreferencesAndPreferNoScheduleTaintsAreSeen) {
+  // What keeps --pick-in-filter from deciding alone: kube-scheduler scores
+  // preferred affinity terms and PreferNoSchedule taints.
+  auto pod_with = [](nlohmann::json affinity) {
+    nlohmann::json pod = {
+        {"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"}}},
+        {"spec", {{"containers", {{{"name", "main"},
+                                   {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}}}}}};
+    if (!affinity.is_null()) pod["spec"]["affinity"] = std::move(affinity);
+    return pod;
+  };
+  const nlohmann::json term = nlohmann::json::array({{{"weight", 10}}});
+  struct Case {
+    const char* name;
+    nlohmann::json affinity;
+    bool want;
+  };
+  const Case cases[] = {
+      {"none", nullptr, false},
+      {"required only",
+       {{"nodeAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", {{"x", 1}}}}}},
+       false},
+      {"empty preferred list",
+       {{"nodeAffinity", {{"preferredDuringSchedulingIgnoredDuringExecution", nlohmann::json::array()}}}},
+       false},
+      {"affinity not an object", "oops", false},
+      {"preferred node affinity", {{"nodeAffinity", {{"preferredDuringSchedulingIgnoredDuringExecution", term}}}}, true},
+      {"preferred pod affinity", {{"podAffinity", {{"preferredDuringSchedulingIgnoredDuringExecution", term}}}}, true},
+      {"preferred anti-affinity", {{"podAntiAffinity", {{"preferredDuringSchedulingIgnoredDuringExecution", term}}}}, true},
+  };
+  for (const Case& tc : cases) {
+    StatusOr<PodInfo> info = PodInfoFromJson(pod_with(tc.affinity));
+    ASSERT_TRUE(info.ok()) << tc.name << ": " << info.status().ToString();
+    EXPECT_EQ(info->soft_preferences, tc.want) << tc.name;
+  }
+  auto node_with = [](nlohmann::json taints) {
+    return nlohmann::json{{"metadata", {{"name", "n"}}}, {"spec", {{"taints", std::move(taints)}}}};
+  };
+  EXPECT_TRUE(NodeEntryFromJson(node_with({{{"key", "k"}, {"effect", "PreferNoSchedule"}}}))
+                  ->domains.prefer_no_schedule);
+  EXPECT_FALSE(NodeEntryFromJson(node_with({{{"key", "k"}, {"effect", "NoSchedule"}}}))
+                   ->domains.prefer_no_schedule);
+  EXPECT_FALSE(NodeEntryFromJson(node_with("junk"))->domains.prefer_no_schedule);
+}
+
 TEST(ConvertTest, NodeEntries) {
   api::InventoryDocument doc;
   doc.generation = 7;

@@ -188,6 +188,25 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       metrics_->filter_nodes->WithLabels({key.first, key.second}).Inc(n);
     }
   }
+  // Pick in filter: keep only the node Prioritize would put first, unless
+  // kube-scheduler's own scores could prefer another (the pod's soft
+  // preferences, a PreferNoSchedule taint on a candidate).
+  std::string picked;
+  if (options_.pick_in_filter && fitted.size() > 1 && fitted.size() == d.fits.size() &&
+      !pod.soft_preferences) {
+    std::vector<RankInput> inputs;
+    inputs.reserve(fitted.size());
+    bool soft_taint = false;
+    for (const Fitted& f : fitted) {
+      soft_taint = soft_taint || f.snap->domains.prefer_no_schedule;
+      inputs.push_back(RankInput{f.snap->name, f.score, f.snap});
+    }
+    if (!soft_taint) {
+      std::vector<HostPriority> ranked = RankNodes(pod, inputs, JobDomains(pod), options_.rank);
+      picked = std::move(ranked.front().host);
+      d.fits.assign(1, picked);
+    }
+  }
   const size_t rejected = d.failed.size() + d.unresolvable.size();
   std::string summary = agg.Summarize();
   if (agg.nodes() < rejected) {
@@ -199,7 +218,8 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
                          {"uid", pod.ref.uid},
                          {"policy", PolicyName(pod)},
                          {"candidates", static_cast<int64_t>(nodes.size())},
-                         {"feasible", static_cast<int64_t>(d.fits.size())},
+                         {"feasible", static_cast<int64_t>(fitted.size())},
+                         {"picked", picked},
                          {"rejected", static_cast<int64_t>(rejected)},
                          {"reasons", summary}});
   if (d.fits.empty() && events_ != nullptr && pod.Pooled()) {
@@ -247,6 +267,17 @@ std::optional<PodInfo> Extender::RememberedPod(const std::string& uid) const {
     return std::nullopt;
   }
   return it->second.pod;
+}
+
+std::map<std::string, NodeDomains> Extender::JobDomains(const PodInfo& pod) const {
+  std::map<std::string, NodeDomains> out;
+  if (!pod.ref.job.empty()) {
+    for (const auto& [node, count] : cache_.JobNodes(pod.ref.job)) {
+      NodeSnapshotPtr s = cache_.Node(node);
+      out[node] = s ? s->domains : NodeDomains{};
+    }
+  }
+  return out;
 }
 
 std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
@@ -300,14 +331,7 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
     }
     inputs.push_back(std::move(in));
   }
-  std::map<std::string, NodeDomains> job_domains;
-  if (!pod.ref.job.empty()) {
-    for (const auto& [node, count] : cache_.JobNodes(pod.ref.job)) {
-      NodeSnapshotPtr s = cache_.Node(node);
-      job_domains[node] = s ? s->domains : NodeDomains{};
-    }
-  }
-  std::vector<HostPriority> out = RankNodes(pod, inputs, job_domains, options_.rank);
+  std::vector<HostPriority> out = RankNodes(pod, inputs, JobDomains(pod), options_.rank);
   audit_.Debug("prioritize", {{"pod", PodName(pod.ref)},
                               {"policy", PolicyName(pod)},
                               {"nodes", static_cast<int64_t>(nodes.size())},

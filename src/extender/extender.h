@@ -91,6 +91,13 @@ struct ExtenderOptions {
   // Filter scores (one entry per candidate node) are kept for this many of the
   // latest pods only: kube-scheduler prioritizes right after filtering.
   size_t max_remembered_scores = 8;
+  // Filter answers only the node Prioritize would rank first (same rule:
+  // RankNodes over the feasible nodes), so kube-scheduler, seeing one
+  // feasible node, skips its scoring phase and the prioritize round trip.
+  // Equivalent to filter + prioritize when the scheduler profile adds no
+  // other score (the shipped profile disables the score plugins); turn it
+  // off when a profile mixes other scores with the extender's.
+  bool pick_in_filter = false;
 };
 
 // Prometheus families of the extender (registered once per registry).
@@ -168,6 +175,9 @@ class Extender {
     std::chrono::steady_clock::time_point at;
   };
   void Remember(const PodInfo& pod, FitList fitted);
+  // The domains of the nodes holding the pod's job siblings (empty when the
+  // pod belongs to no job).
+  std::map<std::string, NodeDomains> JobDomains(const PodInfo& pod) const;
   StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,
                                          int32_t* score);
   // PlanNode through the plan memo: a node's plan depends only on the request

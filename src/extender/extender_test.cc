@@ -111,6 +111,54 @@ TEST_F(ExtenderTest, PrioritizeAcceptsNodesInAnotherOrderThanFilters) {
   EXPECT_EQ(got[0].host, "d");  // the fullest node that still fits 2 GPUs
 }
 
+TEST_F(ExtenderTest, PickInFilterAnswersTheNodePrioritizeRanksFirst) {
+  // With --pick-in-filter, filter's one node is prioritize's 10, for every
+  // policy and with job siblings pulling toward their super-node.
+  for (int i = 0; i < 12; ++i) {
+    AddGpuNode(cache_, "n" + std::to_string(i), 8, {"sn-" + std::to_string(i / 4), "", ""});
+  }
+  ASSERT_TRUE(ext_->Bind(MakePod("x", {Gpu(3)}), "n1").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("y", {Gpu(5)}), "n6").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("sib", {Gpu(1)}, "ns/job"), "n9").ok());
+  std::vector<std::string> all;
+  for (int i = 0; i < 12; ++i) all.push_back("n" + std::to_string(i));
+  for (const char* policy : {"binpack", "spread", "accelpool"}) {
+    ExtenderOptions o;
+    o.policy = policy;
+    auto plain = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+    o.pick_in_filter = true;
+    auto picking = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+    ASSERT_TRUE(plain.ok() && picking.ok());
+    for (const PodInfo& pod : {MakePod("p", {Gpu(2)}), MakePod("q", {Gpu(1)}, "ns/job")}) {
+      FilterDecision full = (*plain)->Filter(pod, all);
+      ASSERT_GT(full.fits.size(), 1u) << policy;
+      const std::vector<HostPriority> ranked = (*plain)->Prioritize(pod, full.fits);
+      FilterDecision one = (*picking)->Filter(pod, all);
+      ASSERT_EQ(one.fits.size(), 1u) << policy;
+      EXPECT_EQ(one.fits[0], ranked.front().host) << policy << " " << pod.ref.name;
+      EXPECT_EQ(one.failed, full.failed) << policy;  // the nodes that do not fit, only
+    }
+  }
+}
+
+TEST_F(ExtenderTest, PickInFilterLeavesTheChoiceToKubeSchedulerWhenItsScoresMatter) {
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.pick_in_filter = true;
+  auto picking = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(picking.ok());
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  EXPECT_EQ((*picking)->Filter(MakePod("p", {Gpu(1)}), {"a", "b"}).fits.size(), 1u);
+  // The pod prefers something kube-scheduler scores: every feasible node.
+  PodInfo soft = MakePod("s", {Gpu(1)});
+  soft.soft_preferences = true;
+  EXPECT_EQ((*picking)->Filter(soft, {"a", "b"}).fits.size(), 2u);
+  // A candidate with a PreferNoSchedule taint: every feasible node.
+  AddGpuNode(cache_, "c", 4, NodeDomains{"", "", "", true});
+  EXPECT_EQ((*picking)->Filter(MakePod("q", {Gpu(1)}), {"a", "b", "c"}).fits.size(), 3u);
+}
+
 TEST_F(ExtenderTest, APodsOwnPolicyDecidesItsDevices) {
   // binpack (the extender's --policy here) puts a share on the used device;
   // a pod annotated spread (HAMi's name) takes an empty one, and records it.

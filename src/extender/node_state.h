@@ -43,6 +43,9 @@ struct NodeDomains {
   std::string super_node;
   std::string rack;
   std::string block;
+  // The node has a PreferNoSchedule taint: kube-scheduler's TaintToleration
+  // score can prefer other nodes, so filter must not pick one node alone.
+  bool prefer_no_schedule = false;
   friend bool operator==(const NodeDomains&, const NodeDomains&) = default;
 };
 

@@ -51,6 +51,9 @@ struct PodInfo {
   // The pod's own policy (annotation accelpool.io/policy, or HAMi's
   // hami.io/gpu-scheduler-policy); "" = the extender's --policy.
   std::string policy;
+  // The pod states preferences kube-scheduler scores (preferred node affinity,
+  // preferred pod affinity or anti-affinity): filter must not pick one node.
+  bool soft_preferences = false;
 
   bool Pooled() const { return !request.containers.empty(); }
 };

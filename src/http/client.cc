@@ -93,7 +93,7 @@ class ClientImpl final : public HttpClient {
 
   const ClientOptions opts_;
   const Url url_;
-  const internal::SslCtxPtr tls_;  // for StreamLines
+  const internal::SslCtxPtr tls_;  // StreamLines' context; Send's connections share it
   std::mutex mu_;
   // One cpprestsdk client per timeout value (its timeout is per client).
   std::map<int64_t, std::unique_ptr<web::http::client::http_client>> clients_;  // guarded by mu_
@@ -106,12 +106,14 @@ web::http::client::http_client& ClientImpl::ClientFor(Ms timeout) {
     web::http::client::http_client_config cfg;
     cfg.set_timeout(timeout);
     cfg.set_validate_certificates(!opts_.insecure_skip_verify);
-    const ClientOptions o = opts_;
-    cfg.set_ssl_context_callback([o](boost::asio::ssl::context& ctx) {
-      // Errors were already reported by NewHttpClient, which built the same
-      // context once; here they cannot occur for the same inputs.
-      (void)internal::ConfigureClientContext(ctx.native_handle(), o);
-    });
+    // cpprestsdk builds a TLS context per connection. It takes the trust
+    // store and client identity NewHttpClient loaded once (reading the PEM
+    // files per connection cost milliseconds of CPU each under load).
+    if (tls_ != nullptr) {
+      cfg.set_ssl_context_callback([tls = tls_](boost::asio::ssl::context& ctx) {
+        internal::ShareClientContext(tls.get(), ctx.native_handle());
+      });
+    }
     const std::string base =
         std::string(url_.tls ? "https://" : "http://") +
         (url_.host.find(':') != std::string::npos ? "[" + url_.host + "]" : url_.host) + ":" +

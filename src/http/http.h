@@ -194,6 +194,15 @@ class HttpClient {
 // or file cannot be read (the message names it).
 StatusOr<std::unique_ptr<HttpClient>> NewHttpClient(ClientOptions options);
 
+// cpprestsdk loads OpenSSL's default CA file (every system CA: tens of
+// milliseconds of CPU with OpenSSL 3) into each new connection's TLS context
+// before the client's own trust store replaces it (ShareClientContext). A
+// process calls this once at start-up, before it starts threads: OpenSSL's
+// default paths (SSL_CERT_FILE, SSL_CERT_DIR) then point at nothing, and a
+// client built without a CA still trusts the system CAs, loaded once from where
+// the defaults pointed before.
+void DisableDefaultCaPaths();
+
 // Percent-encodes a query component ("a=b,c" -> "a%3Db%2Cc").
 std::string UrlEncode(std::string_view s);
 // Decodes %XX and '+' (as space in queries); invalid escapes are kept as is.

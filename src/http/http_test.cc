@@ -1,5 +1,6 @@
 #include "http/http.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "common/metrics.h"
+#include "http/socket_io.h"
 #include "http/test_certs.h"
 
 namespace accelpool::http {
@@ -429,6 +431,50 @@ TEST_F(TlsTest, CertificateReloadedWhenFilesChange) {
   auto after_one = ClientFor(Local(s->port(), true), CaFile(ca_->ca_file()));
   EXPECT_TRUE(after_two->Send(req).ok());
   EXPECT_FALSE(after_one->Send(req).ok());
+}
+
+// Declared last: it changes the process's environment for the tests after it.
+TEST_F(TlsTest, TrustIsUnchangedWhenOpenSslDefaultPathsAreDisabled) {
+  const char* before = std::getenv("SSL_CERT_FILE");
+  const std::string before_file = before != nullptr ? before : "";
+  DisableDefaultCaPaths();
+  DisableDefaultCaPaths();  // idempotent: the saved paths stay the first ones
+  EXPECT_STREQ(std::getenv("SSL_CERT_FILE"), "/dev/null");
+  EXPECT_STREQ(std::getenv("SSL_CERT_DIR"), "/dev/null");
+  const internal::DefaultCaPaths* saved = internal::SavedDefaultCaPaths();
+  ASSERT_NE(saved, nullptr);
+  EXPECT_FALSE(saved->file.empty());
+  EXPECT_NE(saved->file, "/dev/null");
+  if (!before_file.empty()) {
+    EXPECT_EQ(saved->file, before_file);
+  }
+  // Every trust setting behaves as before, over several connections each
+  // (the per-connection contexts share the client's store and identity).
+  auto server_cert = ca_->Issue("server", "server", true);
+  auto client_cert = ca_->Issue("scheduler", "client", false);
+  auto s = Serve(Tls(server_cert.cert_file, server_cert.key_file, ca_->ca_file()));
+  ClientRequest req;
+  req.path = "/who";
+  ClientOptions with_identity = CaFile(ca_->ca_file());
+  with_identity.client_cert_file = client_cert.cert_file;
+  with_identity.client_key_file = client_cert.key_file;
+  struct Case {
+    std::string name;
+    ClientOptions opts;
+    bool want_ok;
+  };
+  const std::vector<Case> cases = {
+      {"ca and identity", with_identity, true},
+      {"ca without identity", CaFile(ca_->ca_file()), false},
+      {"system store only", ClientOptions(), false},
+  };
+  for (const Case& c : cases) {
+    auto client = ClientFor(Local(s->port(), true), c.opts);
+    for (int i = 0; i < 3; ++i) {
+      auto resp = client->Send(req);
+      EXPECT_EQ(resp.ok(), c.want_ok) << c.name << ": " << resp.status().ToString();
+    }
+  }
 }
 
 }  // namespace

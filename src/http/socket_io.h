@@ -55,6 +55,16 @@ StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls);
 StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o);
 // The same settings applied to an existing context (cpprestsdk's).
 Status ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& o);
+// Where OpenSSL's default CA paths pointed before DisableDefaultCaPaths;
+// nullptr when it was not called.
+struct DefaultCaPaths {
+  std::string file, dir;
+};
+const DefaultCaPaths* SavedDefaultCaPaths();
+// Gives `to` the trust store, client certificate, key and verify mode of
+// `from` (built once by ClientContext), by reference: no file is read and no
+// PEM parsed. Every new connection of the cpprestsdk client calls this.
+void ShareClientContext(SSL_CTX* from, SSL_CTX* to);
 
 // Buffered reading of HTTP/1.1 framing.
 class Reader {

@@ -1,5 +1,9 @@
 // OpenSSL contexts for the server and the client (CA bundles, client
 // certificates, inline PEM data).
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -90,6 +94,18 @@ StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls) {
   return ctx;
 }
 
+namespace {
+std::optional<DefaultCaPaths>& DefaultCaPathsSlot() {
+  static std::optional<DefaultCaPaths> saved;
+  return saved;
+}
+}  // namespace
+
+const DefaultCaPaths* SavedDefaultCaPaths() {
+  const std::optional<DefaultCaPaths>& saved = DefaultCaPathsSlot();
+  return saved.has_value() ? &*saved : nullptr;
+}
+
 StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o) {
   SslCtxPtr ctx = WrapCtx(SSL_CTX_new(TLS_client_method()));
   if (!ctx) return InternalError(SslError("SSL_CTX_new failed"));
@@ -110,7 +126,15 @@ Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
     }
   }
   if (!o.ca_pem.empty()) ACCELPOOL_RETURN_IF_ERROR(AddCaPem(ctx.get(), o.ca_pem));
-  if (o.ca_file.empty() && o.ca_pem.empty()) SSL_CTX_set_default_verify_paths(ctx.get());
+  if (o.ca_file.empty() && o.ca_pem.empty()) {
+    if (const DefaultCaPaths* saved = SavedDefaultCaPaths(); saved != nullptr) {
+      // DisableDefaultCaPaths pointed OpenSSL's defaults at nothing: load
+      // the system CAs from where the defaults pointed before.
+      SSL_CTX_load_verify_locations(ctx.get(), saved->file.c_str(), saved->dir.c_str());
+    } else {
+      SSL_CTX_set_default_verify_paths(ctx.get());
+    }
+  }
   if (!o.client_cert_file.empty() || !o.client_key_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(ctx.get(), o.client_cert_file.c_str()) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx.get(), o.client_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
@@ -128,4 +152,39 @@ Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
   return Status::Ok();
 }
 
+void ShareClientContext(SSL_CTX* from, SSL_CTX* to) {
+  SSL_CTX_set1_cert_store(to, SSL_CTX_get_cert_store(from));
+  if (X509* cert = SSL_CTX_get0_certificate(from); cert != nullptr) {
+    SSL_CTX_use_certificate(to, cert);
+    if (EVP_PKEY* key = SSL_CTX_get0_privatekey(from); key != nullptr) {
+      SSL_CTX_use_PrivateKey(to, key);
+    }
+    STACK_OF(X509)* chain = nullptr;
+    if (SSL_CTX_get0_chain_certs(from, &chain) == 1 && chain != nullptr) {
+      for (int i = 0; i < sk_X509_num(chain); ++i) {
+        SSL_CTX_add1_chain_cert(to, sk_X509_value(chain, i));
+      }
+    }
+  }
+  SSL_CTX_set_verify(to, SSL_CTX_get_verify_mode(from), nullptr);
+}
+
 }  // namespace accelpool::http::internal
+
+namespace accelpool::http {
+
+void DisableDefaultCaPaths() {
+  std::optional<internal::DefaultCaPaths>& saved = internal::DefaultCaPathsSlot();
+  if (saved.has_value()) return;
+  auto env_or = [](const char* env, const char* fallback) {
+    const char* v = std::getenv(env);
+    return std::string(v != nullptr && *v != '\0' ? v : fallback);
+  };
+  saved = internal::DefaultCaPaths{
+      env_or(X509_get_default_cert_file_env(), X509_get_default_cert_file()),
+      env_or(X509_get_default_cert_dir_env(), X509_get_default_cert_dir())};
+  setenv(X509_get_default_cert_file_env(), "/dev/null", 1);
+  setenv(X509_get_default_cert_dir_env(), "/dev/null", 1);
+}
+
+}  // namespace accelpool::http

@@ -134,19 +134,13 @@ apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection: {kubeconfig: ${CONF}/scheduler.kubeconfig, qps: 200, burst: 400}
 leaderElection: {leaderElect: false}
+percentageOfNodesToScore: 100
 profiles:
 - schedulerName: accelpool-scheduler
   plugins:
     score:
       disabled:
-      - name: NodeResourcesBalancedAllocation
-      - name: ImageLocality
-  pluginConfig:
-  - name: NodeResourcesFit
-    args:
-      scoringStrategy:
-        type: MostAllocated
-        resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
+$(for p in $(chart_list disabledScorePlugins); do printf '      - name: %s\n' "$p"; done)
 extenders:
 - urlPrefix: ${EXTENDER_URL}
   filterVerb: filter

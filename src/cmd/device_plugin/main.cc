@@ -310,6 +310,9 @@ int main(int argc, char** argv) {
   // A peer that closed its connection (kube-scheduler after its timeout, a
   // scraper) must cost one failed write, never the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // Before any thread: new apiserver connections stop re-reading the system
+  // CA bundle (the clients share one trust store, see http.h).
+  accelpool::http::DisableDefaultCaPaths();
   auto flags = accelpool::plugin::ParseFlags(argc, argv);
   if (!flags.ok()) {
     if (flags.status().code() == accelpool::StatusCode::kCancelled) {

@@ -50,6 +50,9 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --kube-api-burst=N        requests allowed above the rate in a burst (default 200)
   --event-qps=N             pod Events per second, on their own budget so they never delay a
                             binding (default 20; burst twice that)
+  --pick-in-filter          filter answers only the node prioritize would rank first, so
+                            kube-scheduler skips scoring and the prioritize call; use it with a
+                            profile whose score plugins are off (the chart's) (default off)
 )";
 
 struct Flags {
@@ -58,6 +61,7 @@ struct Flags {
   std::string policy = "accelpool";
   std::string scheduler_name = "accelpool-scheduler";
   bool leader_elect = false;
+  bool pick_in_filter = false;
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
   int filter_threads = 0;
@@ -83,7 +87,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   strings["event-qps"] = &event_qps;
   strings["max-body-bytes"] = &max_body_bytes;
   strings["tie-break-salt"] = &tie_salt;
-  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc, argv, strings, {{"leader-elect", &f.leader_elect}}));
+  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(
+      argc, argv, strings, {{"leader-elect", &f.leader_elect}, {"pick-in-filter", &f.pick_in_filter}}));
   auto positive = [](const std::string& name, const std::string& value) -> StatusOr<long long> {
     char* end = nullptr;
     const long long n = std::strtoll(value.c_str(), &end, 10);
@@ -184,6 +189,7 @@ int Run(const Flags& flags) {
   eo.rank.tie_salt = flags.tie_salt;
   eo.policy = flags.policy;
   eo.filter_threads = flags.filter_threads;
+  eo.pick_in_filter = flags.pick_in_filter;
   StatusOr<std::unique_ptr<Extender>> ext =
       Extender::Create(cache, eo, &writer, &events, &*metrics, log.Child("extender"));
   if (!ext.ok()) return fatal("bad --policy", ext.status());
@@ -246,7 +252,8 @@ int Run(const Flags& flags) {
                        {"tls", !flags.tls_cert.empty()},
                        {"policy", flags.policy},
                        {"scheduler_name", flags.scheduler_name},
-                       {"leader_elect", flags.leader_elect}});
+                       {"leader_elect", flags.leader_elect},
+                       {"pick_in_filter", flags.pick_in_filter}});
 
   sigset_t set;
   sigemptyset(&set);
@@ -275,6 +282,9 @@ int main(int argc, char** argv) {
   // A peer that closed its connection (kube-scheduler after its timeout, a
   // scraper) must cost one failed write, never the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // Before any thread: new apiserver connections stop re-reading the system
+  // CA bundle (the clients share one trust store, see http.h).
+  accelpool::http::DisableDefaultCaPaths();
   accelpool::StatusOr<accelpool::extender::Flags> flags =
       accelpool::extender::ParseFlags(argc, argv);
   if (!flags.ok()) {
