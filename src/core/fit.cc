@@ -127,10 +127,11 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
 
 // Devices that can take the request now, given `work`. Collects the reason
 // each rejected device gives, keeping the most promising example.
-std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& inv,
-                                 const NodeUsage& work, std::vector<FitReason>* reasons) {
+void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsage& work,
+                 std::vector<FitReason>* reasons, std::vector<int32_t>* out) {
   const DeviceRequest& r = *st.req;
-  std::vector<int32_t> free;
+  std::vector<int32_t>& free = *out;
+  free.clear();
   FitReason best_mem{Reason::kInsufficientMemory, 0, -1};
   FitReason best_cmp{Reason::kInsufficientCompute, 0, -1};
   int32_t busy = 0, exclusive = 0, share_cap = 0, slice_mismatch = 0;
@@ -189,7 +190,6 @@ std::vector<int32_t> FreeDevices(const RequestState& st, const NodeInventory& in
     if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, st.dev[0].mem, 0});
     if (reasons->empty()) reasons->push_back({Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())});
   }
-  return free;
 }
 
 // Fills cp->grants for `set` (the name and kind are set by the caller once).
@@ -222,16 +222,22 @@ ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInve
 ContainerOutcome PlanContainer(const DeviceRequest& r, const NodeInventory& inv,
                                const NodeUsage& work, const Policy* policy) {
   ContainerOutcome o;
-  RequestState st;
+  // Per-thread scratch, reused from node to node so that planning a node
+  // allocates only what it returns (the cluster-wide filter plans thousands
+  // of nodes per call). Never re-entered: policies score, they do not plan.
+  thread_local RequestState st;
+  thread_local std::vector<int32_t> free;
+  thread_local std::vector<bool> used;
+  thread_local Placement probe;
   if (!StaticFilter(r, inv, &st, &o)) return o;
   std::vector<FitReason> reasons;
-  const std::vector<int32_t> free = FreeDevices(st, inv, work, &reasons);
+  FreeDevices(st, inv, work, &reasons, &free);
   if (static_cast<int32_t>(free.size()) < r.count) {
     o.code = FitCode::kUnschedulable;
     o.reasons = std::move(reasons);
     return o;
   }
-  std::vector<bool> used(inv.devices.size(), false);
+  used.assign(inv.devices.size(), false);
   for (size_t i = 0; i < inv.devices.size(); ++i) used[i] = work.devices[i].shares > 0;
   FitReason why{Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())};
   const SetQuery q{r.count, r.numa_bind, r.Fractional()};
@@ -243,7 +249,6 @@ ContainerOutcome PlanContainer(const DeviceRequest& r, const NodeInventory& inv,
   // Topology rank first, then the policy's value, then the lowest indices.
   const CandidateSet* best = nullptr;
   double best_value = 0;
-  Placement probe;
   probe.containers.resize(1);
   probe.containers[0].kind = r.kind;
   for (const CandidateSet& c : sets) {

@@ -133,7 +133,10 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
   const Topology& t = inv.topology;
   const int32_t count = q.count;
   std::vector<CandidateSet> out;
-  std::vector<bool> in_pool(inv.devices.size(), false);
+  out.reserve(pool.size());  // one candidate per free device in the common cases
+  // Per-thread scratch: a node's plan allocates only what it returns.
+  thread_local std::vector<bool> in_pool;
+  in_pool.assign(inv.devices.size(), false);
   for (int32_t d : pool) in_pool[static_cast<size_t>(d)] = true;
 
   // Modules taken whole for even counts (Ascend 910C die pairs).

@@ -43,17 +43,19 @@ const std::vector<Vendor>& AllVendors();
 
 // One accelerator (a GPU, an NPU die, an XPU ...).
 struct Device {
-  std::string id;               // stable identity: UUID ("GPU-..."), serial, or vendor id
-  int32_t index = 0;            // position on the node == position in NodeInventory::devices
-  Vendor vendor = Vendor::kUnknown;
-  std::string model;            // "H200", "Ascend910C", "P800", ...
+  // The numbers fit reads for every device of every node come first, in one
+  // cache line; the strings (read only for model or id filters) after them.
   int64_t memory_mib = 0;
-  int32_t compute_units = 0;    // SMs, AI cores, CUs (informational)
-  int32_t numa = -1;            // NUMA node, -1 when unknown
-  std::string pci_bus;          // "0000:18:00.0"
-  bool healthy = true;
-  int32_t module = -1;          // index into Topology::modules, -1 when none
+  int32_t index = 0;            // position on the node == position in NodeInventory::devices
   int32_t max_shares = 1;       // containers that may share it; 1 = whole-device only
+  int32_t module = -1;          // index into Topology::modules, -1 when none
+  int32_t numa = -1;            // NUMA node, -1 when unknown
+  int32_t compute_units = 0;    // SMs, AI cores, CUs (informational)
+  Vendor vendor = Vendor::kUnknown;
+  bool healthy = true;
+  std::string id;               // stable identity: UUID ("GPU-..."), serial, or vendor id
+  std::string model;            // "H200", "Ascend910C", "P800", ...
+  std::string pci_bus;          // "0000:18:00.0"
 };
 
 // How "groups" constrain a request (rings, wings, link zones, NUMA halves).
