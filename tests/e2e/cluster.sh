@@ -19,7 +19,12 @@
 #   E2E_EXTENDER_PORT   extender port (default: a free port, recorded in env)
 #   E2E_EXTENDER_HTTPS  true|false (default true): scheme of the extender URL;
 #                       the extender serves pki/extender.{crt,key} (signed by pki/ca.crt)
-#   E2E_EXTENDER_URL    full urlPrefix, overrides the two above
+#   E2E_EXTENDER_URL    full urlPrefix, overrides the two above (and the loopback port)
+#   E2E_EXTENDER_LOOPBACK  true|false (default true, as the chart): kube-scheduler
+#                       calls the extender over plain HTTP on a second loopback
+#                       port (the extender's --scheduler-listen, recorded as
+#                       EXTENDER_SCHED_PORT); the webhook and /metrics stay on
+#                       the extender URL above
 #   E2E_ACCELPOOL_SCHEDULER  1|0 (default 1): start the second scheduler
 set -euo pipefail
 
@@ -124,7 +129,7 @@ profiles:
 - schedulerName: default-scheduler
 EOF
   local tls=""
-  if [ "${EXTENDER_HTTPS}" = true ]; then
+  if [ "${SCHED_EXTENDER_HTTPS}" = true ]; then
     tls="  tlsConfig:
     caFile: ${PKI}/ca.crt"
   fi
@@ -142,13 +147,13 @@ profiles:
       disabled:
 $(for p in $(chart_list disabledScorePlugins); do printf '      - name: %s\n' "$p"; done)
 extenders:
-- urlPrefix: ${EXTENDER_URL}
+- urlPrefix: ${SCHED_EXTENDER_URL}
   filterVerb: filter
   prioritizeVerb: prioritize
   bindVerb: bind
   preemptVerb: preempt
   weight: 10
-  enableHTTPS: ${EXTENDER_HTTPS}
+  enableHTTPS: ${SCHED_EXTENDER_HTTPS}
 ${tls}
   httpTimeout: 5s
   nodeCacheCapable: true
@@ -213,11 +218,20 @@ cmd_start() {
     SCHED_PORT="$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}")"
     ASCHED_PORT="$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}")"
     EXTENDER_PORT="${E2E_EXTENDER_PORT:-$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}")}"
+    EXTENDER_SCHED_PORT="$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${EXTENDER_PORT}")"
   fi
   EXTENDER_HTTPS="${E2E_EXTENDER_HTTPS:-true}"
   case "${EXTENDER_HTTPS}" in true|false) ;; *) die "E2E_EXTENDER_HTTPS must be true or false, not '${EXTENDER_HTTPS}'";; esac
   local scheme=http; [ "${EXTENDER_HTTPS}" = true ] && scheme=https
   EXTENDER_URL="${E2E_EXTENDER_URL:-${scheme}://127.0.0.1:${EXTENDER_PORT}}"
+  local loopback="${E2E_EXTENDER_LOOPBACK:-true}"
+  case "${loopback}" in true|false) ;; *) die "E2E_EXTENDER_LOOPBACK must be true or false, not '${loopback}'";; esac
+  if [ "${loopback}" = true ] && [ -z "${E2E_EXTENDER_URL:-}" ]; then
+    [ -n "${EXTENDER_SCHED_PORT:-}" ] || EXTENDER_SCHED_PORT="$(free_port "${APISERVER_PORT}" "${EXTENDER_PORT}")"
+    SCHED_EXTENDER_URL="http://127.0.0.1:${EXTENDER_SCHED_PORT}" SCHED_EXTENDER_HTTPS=false
+  else
+    EXTENDER_SCHED_PORT="" SCHED_EXTENDER_URL="${EXTENDER_URL}" SCHED_EXTENDER_HTTPS="${EXTENDER_HTTPS}"
+  fi
   gen_pki
   write_kubeconfig "${CONF}/admin.kubeconfig" admin
   write_kubeconfig "${CONF}/scheduler.kubeconfig" scheduler
@@ -230,6 +244,7 @@ export ETCD_PORT=${ETCD_PORT} ETCD_PEER_PORT=${ETCD_PEER_PORT}
 export APISERVER_PORT=${APISERVER_PORT} APISERVER_URL=https://127.0.0.1:${APISERVER_PORT}
 export KWOK_PORT=${KWOK_PORT} SCHED_PORT=${SCHED_PORT} ASCHED_PORT=${ASCHED_PORT}
 export EXTENDER_PORT=${EXTENDER_PORT} EXTENDER_HTTPS=${EXTENDER_HTTPS} EXTENDER_URL=${EXTENDER_URL}
+export EXTENDER_SCHED_PORT=${EXTENDER_SCHED_PORT} SCHED_EXTENDER_URL=${SCHED_EXTENDER_URL}
 export E2E_CA=${PKI}/ca.crt E2E_EXTENDER_CERT=${PKI}/extender.crt E2E_EXTENDER_KEY=${PKI}/extender.key
 EOF
   local admin_curl=(--cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key")

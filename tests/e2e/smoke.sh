@@ -65,7 +65,7 @@ check "the pod was scheduled by default-scheduler" \
   bash -c "'${K[0]}' get events --field-selector involvedObject.name=smoke,reason=Scheduled -o jsonpath='{.items[*].reportingComponent}{.items[*].source.component}' | grep -q default-scheduler"
 check "accelpool-scheduler is running with the extender config" "${E2E_DIR}/cluster.sh" status
 check "the accelpool-scheduler config names the extender" \
-  grep -q "urlPrefix: ${EXTENDER_URL}" "${E2E_WORK}/config/accelpool-scheduler.yaml"
+  grep -q "urlPrefix: ${SCHED_EXTENDER_URL:-${EXTENDER_URL}}" "${E2E_WORK}/config/accelpool-scheduler.yaml"
 apiserver_has_webhook_admission() {
   tr '\0' ' ' < "/proc/$(cat "${E2E_WORK}/run/kube-apiserver.pid")/cmdline" | grep -q MutatingAdmissionWebhook
 }

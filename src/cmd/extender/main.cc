@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -50,6 +51,10 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --kube-api-burst=N        requests allowed above the rate in a burst (default 200)
   --event-qps=N             pod Events per second, on their own budget so they never delay a
                             binding (default 20; burst twice that)
+  --scheduler-listen=HOST:PORT
+                            also serve filter/prioritize/bind/preempt (and /healthz, /readyz,
+                            /metrics) over plain HTTP on this loopback address, for a
+                            kube-scheduler in the same pod (default off)
   --pick-in-filter          filter answers only the node prioritize would rank first, so
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
@@ -57,6 +62,7 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
 
 struct Flags {
   std::string listen = "0.0.0.0:8888";
+  std::string scheduler_listen;  // "" = off
   std::string tls_cert, tls_key, client_ca, kubeconfig;
   std::string policy = "accelpool";
   std::string scheduler_name = "accelpool-scheduler";
@@ -75,7 +81,8 @@ struct Flags {
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
   std::map<std::string, std::string*> strings = {
-      {"listen", &f.listen},         {"tls-cert", &f.tls_cert},
+      {"listen", &f.listen},         {"scheduler-listen", &f.scheduler_listen},
+      {"tls-cert", &f.tls_cert},
       {"tls-key", &f.tls_key},       {"client-ca", &f.client_ca},
       {"kubeconfig", &f.kubeconfig}, {"policy", &f.policy},
       {"scheduler-name", &f.scheduler_name}, {"lease-namespace", &f.lease_namespace},
@@ -150,6 +157,10 @@ StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& list
   return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(p));
 }
 
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 int Run(const Flags& flags) {
   LogOptions lo;
   lo.level = flags.log_level;
@@ -165,6 +176,22 @@ int Run(const Flags& flags) {
   };
   StatusOr<std::pair<std::string, uint16_t>> addr = SplitHostPort(flags.listen);
   if (!addr.ok()) return fatal("bad --listen", addr.status());
+  std::optional<std::pair<std::string, uint16_t>> sched_addr;
+  if (!flags.scheduler_listen.empty()) {
+    StatusOr<std::pair<std::string, uint16_t>> a = SplitHostPort(flags.scheduler_listen);
+    if (!a.ok()) {
+      return fatal("bad --scheduler-listen",
+                   InvalidArgumentError("--scheduler-listen must be HOST:PORT, got " +
+                                        flags.scheduler_listen));
+    }
+    if (!IsLoopback(a->first)) {
+      return fatal("bad --scheduler-listen",
+                   InvalidArgumentError("--scheduler-listen serves without TLS, so it only binds a "
+                                        "loopback address (127.0.0.1 or ::1), got " + a->first +
+                                        "; use --listen with --tls-cert for other addresses"));
+    }
+    sched_addr = *a;
+  }
   StatusOr<kube::KubeConfig> kc = kube::LoadDefault(flags.kubeconfig, kube::ProcessEnv());
   if (!kc.ok()) return fatal("no Kubernetes configuration", kc.status());
   kc->qps = flags.kube_api_qps;
@@ -238,22 +265,41 @@ int Run(const Flags& flags) {
     tls.client_ca_file = flags.client_ca;
     so.tls = tls;
   }
+  auto not_ready = [&]() -> std::string {
+    if (!nodes.Synced() || !pods.Synced()) return "caches not synced yet";
+    if (leader && !leader->IsLeader()) return "not the leader";
+    return "";
+  };
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
-  RegisterRoutes(*server,
-                 Routes{&handlers, &webhook, &registry, [&] { (*ext)->UpdateGauges(); },
-                        [&]() -> std::string {
-                          if (!nodes.Synced() || !pods.Synced()) return "caches not synced yet";
-                          if (leader && !leader->IsLeader()) return "not the leader";
-                          return "";
-                        }});
+  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry,
+                                 [&] { (*ext)->UpdateGauges(); }, not_ready});
   if (Status st = server->Start(); !st.ok()) return fatal("cannot serve", st);
+  // kube-scheduler's calls over loopback HTTP: the same handlers, no webhook.
+  // Inside one pod the hop never leaves the network namespace, and it saves
+  // kube-scheduler a TLS handshake on every connection its pool opens.
+  std::unique_ptr<http::HttpServer> sched_server;
+  if (sched_addr) {
+    http::ServerOptions loopback = so;
+    loopback.host = sched_addr->first;
+    loopback.port = sched_addr->second;
+    loopback.tls.reset();
+    sched_server = http::NewHttpServer(loopback);
+    RegisterRoutes(*sched_server, Routes{&handlers, nullptr, &registry,
+                                         [&] { (*ext)->UpdateGauges(); }, not_ready});
+    if (Status st = sched_server->Start(); !st.ok()) {
+      return fatal("cannot serve --scheduler-listen", st);
+    }
+  }
   log.Info("serving", {{"listen", flags.listen},
                        {"port", static_cast<int64_t>(server->port())},
                        {"tls", !flags.tls_cert.empty()},
                        {"policy", flags.policy},
                        {"scheduler_name", flags.scheduler_name},
                        {"leader_elect", flags.leader_elect},
-                       {"pick_in_filter", flags.pick_in_filter}});
+                       {"pick_in_filter", flags.pick_in_filter},
+                       {"scheduler_listen", flags.scheduler_listen},
+                       {"scheduler_port",
+                        static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
 
   sigset_t set;
   sigemptyset(&set);
@@ -262,6 +308,7 @@ int Run(const Flags& flags) {
   int sig = 0;
   sigwait(&set, &sig);
   log.Info("shutting down", {{"signal", sig}});
+  if (sched_server) sched_server->Stop();
   server->Stop();
   if (leader) leader->Stop();
   pods.Stop();

@@ -46,6 +46,10 @@ start_extender() {
   if [ "${EXTENDER_HTTPS}" = true ]; then
     scheme_args=(--tls-cert="${E2E_EXTENDER_CERT}" --tls-key="${E2E_EXTENDER_KEY}")
   fi
+  # kube-scheduler's own port (cluster.sh: E2E_EXTENDER_LOOPBACK), as the chart runs it.
+  if [ -n "${EXTENDER_SCHED_PORT:-}" ]; then
+    scheme_args+=(--scheduler-listen="127.0.0.1:${EXTENDER_SCHED_PORT}")
+  fi
   setsid "${EXTENDER_BIN}" --listen="127.0.0.1:${EXTENDER_PORT}" "${scheme_args[@]}" \
     --kubeconfig="${AP_KUBECONFIG}" --log-level=info \
     --kube-api-qps=200 --kube-api-burst=400 ${E2E_EXTENDER_ARGS:---pick-in-filter} \
