@@ -1,6 +1,8 @@
 #include "extender/convert.h"
 
+#include <initializer_list>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "api/inventory_codec.h"
@@ -10,39 +12,34 @@
 namespace accelpool::extender {
 namespace {
 
-std::string StringAt(const nlohmann::json& obj, std::initializer_list<const char*> path) {
+// The value at `path` when every step is an object member; nullptr otherwise.
+const nlohmann::json* ValueAt(const nlohmann::json& obj, std::initializer_list<const char*> path) {
   const nlohmann::json* cur = &obj;
   for (const char* key : path) {
     if (!cur->is_object()) {
-      return "";
+      return nullptr;
     }
     auto it = cur->find(key);
     if (it == cur->end()) {
-      return "";
+      return nullptr;
     }
     cur = &*it;
   }
-  return cur->is_string() ? cur->get<std::string>() : "";
+  return cur;
+}
+
+std::string StringAt(const nlohmann::json& obj, std::initializer_list<const char*> path) {
+  const nlohmann::json* v = ValueAt(obj, path);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
 }
 
 // True when spec.affinity holds a non-empty preferred term of node affinity,
 // pod affinity or pod anti-affinity (the preferences kube-scheduler scores).
 bool HasSoftPreferences(const nlohmann::json& pod) {
-  auto spec = pod.find("spec");
-  if (spec == pod.end() || !spec->is_object()) {
-    return false;
-  }
-  auto affinity = spec->find("affinity");
-  if (affinity == spec->end() || !affinity->is_object()) {
-    return false;
-  }
   for (const char* kind : {"nodeAffinity", "podAffinity", "podAntiAffinity"}) {
-    auto k = affinity->find(kind);
-    if (k == affinity->end() || !k->is_object()) {
-      continue;
-    }
-    auto preferred = k->find("preferredDuringSchedulingIgnoredDuringExecution");
-    if (preferred != k->end() && preferred->is_array() && !preferred->empty()) {
+    const nlohmann::json* preferred =
+        ValueAt(pod, {"spec", "affinity", kind, "preferredDuringSchedulingIgnoredDuringExecution"});
+    if (preferred != nullptr && preferred->is_array() && !preferred->empty()) {
       return true;
     }
   }
@@ -50,12 +47,8 @@ bool HasSoftPreferences(const nlohmann::json& pod) {
 }
 
 bool HasPreferNoScheduleTaint(const nlohmann::json& node) {
-  auto spec = node.find("spec");
-  if (spec == node.end() || !spec->is_object()) {
-    return false;
-  }
-  auto taints = spec->find("taints");
-  if (taints == spec->end() || !taints->is_array()) {
+  const nlohmann::json* taints = ValueAt(node, {"spec", "taints"});
+  if (taints == nullptr || !taints->is_array()) {
     return false;
   }
   for (const nlohmann::json& t : *taints) {

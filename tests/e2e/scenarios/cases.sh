@@ -121,6 +121,14 @@ check "device plugin re-registers with a restarted kubelet (new kubelet.sock)" w
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
 check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4
 
+# kube-scheduler's plain-HTTP port is refused anywhere but loopback, with the reason.
+plain_http_refused_off_loopback() {
+  local out
+  out="$("${EXTENDER_BIN}" --listen=127.0.0.1:0 --scheduler-listen=0.0.0.0:1 2>&1)" && return 1
+  grep -q "only binds a loopback address" <<< "${out}"
+}
+check "--scheduler-listen on a non-loopback address is refused" plain_http_refused_off_loopback
+
 # The extender is killed mid-burst and restarted: no lost or duplicate allocation.
 for i in 0 1 2 3 4 5 6 7 8 9; do
   pod_yaml "burst-$i" '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 8192, nvidia.com/gpucores: 10}")" | kc create -f - >/dev/null
