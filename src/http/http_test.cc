@@ -1,13 +1,20 @@
 #include "http/http.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/metrics.h"
@@ -330,6 +337,59 @@ TEST(HttpServerTest, MetricsCountRequestsByRoute) {
   const int conns = std::atoi(page->body.c_str() + at + std::strlen("\naccelpool_http_connections_total "));
   EXPECT_GE(conns, 1);
   EXPECT_LT(conns, 4);
+}
+
+// One request on a fresh connection that the server closes after answering
+// (Connection: close); returns the body, "" on any failure.
+std::string OneShot(uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string in;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) in.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const size_t body = in.find("\r\n\r\n");
+  return body == std::string::npos ? "" : in.substr(body + 4);
+}
+
+TEST(HttpServerTest, ConnectionThreadsServeTheNextConnection) {
+  // A thread whose connection ended waits for the next one instead of
+  // exiting: sequential short connections are served by one thread.
+  auto s = NewHttpServer(LocalServer());
+  std::atomic<int> calls{0};
+  s->Handle("GET", "/who", [&calls](const Request&) {
+    ++calls;
+    std::ostringstream id;
+    id << std::this_thread::get_id();
+    return Response::Json(200, "\"" + id.str() + "\"");
+  });
+  ASSERT_TRUE(s->Start().ok());
+  std::set<std::string> threads;
+  for (int i = 0; i < 5; ++i) {
+    const std::string who = OneShot(s->port(), "/who");
+    ASSERT_FALSE(who.empty()) << i;
+    threads.insert(who);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the thread is idle again
+  }
+  EXPECT_EQ(calls.load(), 5);
+  EXPECT_EQ(threads.size(), 1u);
+  // Concurrent connections still get a thread each; Stop ends idle threads.
+  std::vector<std::future<std::string>> many;
+  for (int i = 0; i < 6; ++i) {
+    many.push_back(std::async(std::launch::async, [&s] { return OneShot(s->port(), "/who"); }));
+  }
+  for (auto& f : many) EXPECT_FALSE(f.get().empty());
+  s->Stop();
+  EXPECT_TRUE(OneShot(s->port(), "/who").empty());  // no longer served
 }
 
 class TlsTest : public ::testing::Test {

@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -108,6 +110,10 @@ class ServerImpl final : public HttpServer {
   };
 
   void AcceptLoop();
+  // A connection thread: serves `fd`, then waits up to kWorkerIdle for the
+  // next accepted connection instead of exiting, so a client that opens
+  // connections at a high rate does not cost a thread start and exit each.
+  void Work(int fd, std::string peer, Conn* conn);
   void Serve(int fd, std::string peer, Conn* conn);
   Response Dispatch(const Request& req, std::string& route) const;
   void Record(const Request& req, const std::string& route, int status,
@@ -129,6 +135,12 @@ class ServerImpl final : public HttpServer {
 
   std::mutex conns_mu_;
   std::list<std::unique_ptr<Conn>> conns_;  // guarded by conns_mu_ (acceptor thread adds)
+
+  static constexpr std::chrono::seconds kWorkerIdle{10};
+  std::mutex pending_mu_;
+  std::condition_variable pending_cv_;
+  std::deque<std::pair<int, std::string>> pending_;  // guarded by pending_mu_: accepted, not taken
+  int idle_workers_ = 0;                              // guarded by pending_mu_
 
   CounterFamily* requests_ = nullptr;     // set in Start when metrics are on
   HistogramFamily* durations_ = nullptr;  // set in Start when metrics are on
@@ -219,7 +231,14 @@ void ServerImpl::Stop() {
       if (c->stream != nullptr) c->stream->Shutdown();
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending_cv_.notify_all();  // idle connection threads end (stopping_ is set)
+  }
   Reap(true);
+  // Accepted but never taken (the threads ended first): close them.
+  for (auto& [fd, peer] : pending_) ::close(fd);
+  pending_.clear();
 }
 
 void ServerImpl::Reap(bool all) {
@@ -278,6 +297,15 @@ void ServerImpl::AcceptLoop() {
     ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
                   NI_NUMERICHOST | NI_NUMERICSERV);
     std::string peer = std::string(host) + ":" + serv;
+    {
+      // A waiting connection thread takes it when one is free.
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      if (idle_workers_ > static_cast<int>(pending_.size())) {
+        pending_.emplace_back(fd, std::move(peer));
+        pending_cv_.notify_one();
+        continue;
+      }
+    }
     std::lock_guard<std::mutex> lock(conns_mu_);
     if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
       const std::string busy =
@@ -290,8 +318,8 @@ void ServerImpl::AcceptLoop() {
     auto conn = std::make_unique<Conn>();
     Conn* raw = conn.get();
     conns_.push_back(std::move(conn));
-    raw->thread = std::thread([this, fd, peer = std::move(peer), raw] {
-      Serve(fd, peer, raw);
+    raw->thread = std::thread([this, fd, peer = std::move(peer), raw]() mutable {
+      Work(fd, std::move(peer), raw);
       raw->done = true;
     });
   }
@@ -327,6 +355,20 @@ Response ServerImpl::Dispatch(const Request& req, std::string& route_name) const
     return Response::Error(500, std::string("internal error: ") + e.what());
   } catch (...) {
     return Response::Error(500, "internal error");
+  }
+}
+
+void ServerImpl::Work(int fd, std::string peer, Conn* conn) {
+  for (;;) {
+    Serve(fd, std::move(peer), conn);
+    std::unique_lock<std::mutex> lock(pending_mu_);
+    ++idle_workers_;
+    pending_cv_.wait_for(lock, kWorkerIdle, [this] { return !pending_.empty() || stopping_.load(); });
+    --idle_workers_;
+    if (pending_.empty()) return;  // idle too long, or stopping
+    fd = pending_.front().first;
+    peer = std::move(pending_.front().second);
+    pending_.pop_front();
   }
 }
 
