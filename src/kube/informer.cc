@@ -62,11 +62,22 @@ bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
   return synced_.load();
 }
 
+namespace {
+
+std::shared_ptr<const json> Stored(json obj) {
+  if (auto m = obj.find("metadata"); m != obj.end() && m->is_object()) {
+    m->erase("managedFields");
+  }
+  return std::make_shared<const json>(std::move(obj));
+}
+
+}  // namespace
+
 std::optional<json> Informer::Get(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = store_.find(key);
   if (it == store_.end()) return std::nullopt;
-  return it->second;
+  return *it->second;
 }
 
 std::vector<std::string> Informer::Keys() const {
@@ -88,20 +99,21 @@ Status Informer::ListAndReplace() {
   auto list = client_.List(options_.resource, options_.ns, lo);
   if (!list.ok()) return list.status();
   ++lists_;
-  std::map<std::string, json> fresh;
+  using Ptr = std::shared_ptr<const json>;
+  std::map<std::string, Ptr> fresh;
   for (json& item : list->items) {
     std::string key = KeyOf(item);
-    fresh[key] = std::move(item);
+    fresh[key] = Stored(std::move(item));
   }
-  std::vector<json> added, deleted;
-  std::vector<std::pair<json, json>> updated;
+  std::vector<Ptr> added, deleted;
+  std::vector<std::pair<Ptr, Ptr>> updated;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, obj] : fresh) {
       auto it = store_.find(key);
       if (it == store_.end()) {
         added.push_back(obj);
-      } else if (Meta(it->second, "resourceVersion") != Meta(obj, "resourceVersion")) {
+      } else if (Meta(*it->second, "resourceVersion") != Meta(*obj, "resourceVersion")) {
         updated.emplace_back(it->second, obj);
       }
     }
@@ -111,14 +123,14 @@ Status Informer::ListAndReplace() {
     store_ = std::move(fresh);
     rv_ = list->resource_version;
   }
-  for (const json& o : added) {
-    if (handlers_.on_add) handlers_.on_add(o);
+  for (const Ptr& o : added) {
+    if (handlers_.on_add) handlers_.on_add(*o);
   }
   for (const auto& [o, n] : updated) {
-    if (handlers_.on_update) handlers_.on_update(o, n);
+    if (handlers_.on_update) handlers_.on_update(*o, *n);
   }
-  for (const json& o : deleted) {
-    if (handlers_.on_delete) handlers_.on_delete(o);
+  for (const Ptr& o : deleted) {
+    if (handlers_.on_delete) handlers_.on_delete(*o);
   }
   return Status::Ok();
 }
@@ -131,7 +143,9 @@ void Informer::Apply(const WatchEvent& ev) {
     return;
   }
   const std::string key = KeyOf(ev.object);
-  std::optional<json> old;
+  std::shared_ptr<const json> old;
+  std::shared_ptr<const json> now;
+  if (ev.type != WatchEventType::kDeleted) now = Stored(ev.object);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = store_.find(key);
@@ -139,16 +153,16 @@ void Informer::Apply(const WatchEvent& ev) {
     if (ev.type == WatchEventType::kDeleted) {
       store_.erase(key);
     } else {
-      store_[key] = ev.object;
+      store_[key] = now;
     }
     if (!rv.empty()) rv_ = rv;
   }
   if (ev.type == WatchEventType::kDeleted) {
     if (handlers_.on_delete) handlers_.on_delete(old ? *old : ev.object);
   } else if (old) {
-    if (handlers_.on_update) handlers_.on_update(*old, ev.object);
+    if (handlers_.on_update) handlers_.on_update(*old, *now);
   } else {
-    if (handlers_.on_add) handlers_.on_add(ev.object);
+    if (handlers_.on_add) handlers_.on_add(*now);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -85,8 +86,12 @@ class Informer {
   std::atomic<int64_t> lists_{0};
   std::atomic<int64_t> watches_{0};
   mutable std::mutex mu_;
-  std::map<std::string, nlohmann::json> store_;  // guarded by mu_
-  std::string rv_;                               // guarded by mu_
+  // Objects are shared, immutable and kept without metadata.managedFields
+  // (field-ownership bookkeeping no handler reads, often the largest part of
+  // a pod): an event stores one object and hands the previous one to the
+  // handler without copying either.
+  std::map<std::string, std::shared_ptr<const nlohmann::json>> store_;  // guarded by mu_
+  std::string rv_;                                                      // guarded by mu_
   std::jthread thread_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <thread>
 
 #include "kube/fake_apiserver.h"
@@ -96,6 +97,44 @@ TEST_F(InformerTest, ListThenWatch) {
   ASSERT_TRUE(n1.has_value());
   EXPECT_EQ((*n1)["metadata"]["annotations"]["accelpool.io/inventory"], "{}");
   EXPECT_EQ(inf.lists(), 1);
+}
+
+TEST_F(InformerTest, ObjectsAreKeptAndHandedOnWithoutManagedFields) {
+  auto with_fields = [](const std::string& name, const std::string& ann) {
+    json n = Node(name, ann);
+    n["metadata"]["managedFields"] = json::array({{{"manager", "kubelet"}, {"operation", "Update"}}});
+    return n;
+  };
+  api_.Put("/api/v1/nodes", with_fields("n1", ""));
+  std::mutex mu;
+  std::vector<json> seen;  // every object a handler got, old ones included
+  InformerHandlers h;
+  h.on_add = [&](const json& o) { std::lock_guard<std::mutex> l(mu); seen.push_back(o); };
+  h.on_update = [&](const json& o, const json& n) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(o);
+    seen.push_back(n);
+  };
+  Informer inf(*client_, Options(), h);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/nodes", with_fields("n1", "{}"));  // an update through the watch
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (seen.size() >= 3) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(seen.size(), 3u);
+  for (const json& o : seen) EXPECT_FALSE(o["metadata"].contains("managedFields")) << o.dump();
+  EXPECT_EQ(seen[2]["metadata"]["annotations"]["accelpool.io/inventory"], "{}");
+  auto n1 = inf.Get("n1");
+  ASSERT_TRUE(n1.has_value());
+  EXPECT_FALSE((*n1)["metadata"].contains("managedFields"));
+  EXPECT_EQ((*n1)["metadata"]["name"], "n1");
 }
 
 TEST_F(InformerTest, BookmarksAdvanceTheResumeVersion) {
