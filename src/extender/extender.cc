@@ -81,19 +81,22 @@ StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptio
   return e;
 }
 
+const std::pair<const std::string, core::PolicyPtr>* Extender::PodPolicy(const PodInfo& pod) const {
+  if (pod.policy.empty()) {
+    return nullptr;
+  }
+  auto it = policies_.find(CanonicalPolicy(pod.policy));
+  return it == policies_.end() ? nullptr : &*it;
+}
+
 std::string Extender::PolicyName(const PodInfo& pod) const {
-  const std::string wanted = CanonicalPolicy(pod.policy);
-  return !wanted.empty() && policies_.count(wanted) != 0 ? wanted : options_.policy;
+  const auto* own = PodPolicy(pod);
+  return own != nullptr ? own->first : options_.policy;
 }
 
 const core::Policy& Extender::PolicyFor(const PodInfo& pod) const {
-  const std::string wanted = CanonicalPolicy(pod.policy);
-  if (!wanted.empty()) {
-    if (auto it = policies_.find(wanted); it != policies_.end()) {
-      return *it->second;
-    }
-  }
-  return *policy_;
+  const auto* own = PodPolicy(pod);
+  return own != nullptr ? *own->second : *policy_;
 }
 
 std::string Extender::PlanKey(const PodInfo& pod) const {

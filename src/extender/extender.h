@@ -194,6 +194,9 @@ class Extender {
   // Every named policy, for pods that choose their own (PodInfo::policy).
   std::map<std::string, core::PolicyPtr> policies_;
 
+  // The pod's own policy (by its canonical name), or nullptr: none, or one
+  // this extender does not know (the extender's --policy applies).
+  const std::pair<const std::string, core::PolicyPtr>* PodPolicy(const PodInfo& pod) const;
   // The policy name and object a pod is planned with: its own when it names
   // a known one, else the extender's --policy.
   std::string PolicyName(const PodInfo& pod) const;

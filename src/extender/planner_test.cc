@@ -17,6 +17,18 @@ using testing::AddGpuNode;
 using testing::Gpu;
 using testing::MakePod;
 
+// Reserves GPU 0 of `node` whole for a pod "x": the node is no longer idle.
+Status TakeOneGpu(Cache& c, const std::string& node) {
+  return c.Reserve(PodRef{"x", "ns", "x", ""},
+                   PodAssignment{node, "binpack",
+                                 {AssignmentPart{core::Vendor::kNvidia,
+                                                 core::Placement{{core::ContainerPlacement{
+                                                     "m", core::ContainerKind::kRegular,
+                                                     {core::Grant{0, 0, 0, true}}}}},
+                                                 {{0}}}}},
+                   0);
+}
+
 core::PolicyPtr Binpack() {
   StatusOr<core::PolicyPtr> p = core::MakePolicy("binpack");
   EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -122,15 +134,7 @@ TEST(PlannerTest, SmallPodsKeepIdleNodesWhole) {
   Cache c;
   AddGpuNode(c, "idle");
   AddGpuNode(c, "busy");
-  ASSERT_TRUE(c.Reserve(PodRef{"x", "ns", "x", ""},
-                        PodAssignment{"busy", "binpack",
-                                      {AssignmentPart{core::Vendor::kNvidia,
-                                                      core::Placement{{core::ContainerPlacement{
-                                                          "m", core::ContainerKind::kRegular,
-                                                          {core::Grant{0, 0, 0, true}}}}},
-                                                      {{0}}}}},
-                        0)
-                  .ok());
+  ASSERT_TRUE(TakeOneGpu(c, "busy").ok());
   std::vector<RankInput> in = {{"idle", 60, c.Node("idle")}, {"busy", 50, c.Node("busy")}};
   RankOptions keep_whole;
   keep_whole.idle_node_penalty = 15;
@@ -147,15 +151,7 @@ TEST(PlannerTest, SmallPodsKeepIdleSuperNodesWhole) {
   AddGpuNode(c, "idle-sn", 8, {"sn-1", "", ""});
   AddGpuNode(c, "busy-sn", 8, {"sn-2", "", ""});
   AddGpuNode(c, "busy", 8, {"sn-2", "", ""});
-  ASSERT_TRUE(c.Reserve(PodRef{"x", "ns", "x", ""},
-                        PodAssignment{"busy", "binpack",
-                                      {AssignmentPart{core::Vendor::kNvidia,
-                                                      core::Placement{{core::ContainerPlacement{
-                                                          "m", core::ContainerKind::kRegular,
-                                                          {core::Grant{0, 0, 0, true}}}}},
-                                                      {{0}}}}},
-                        0)
-                  .ok());
+  ASSERT_TRUE(TakeOneGpu(c, "busy").ok());
   // Both candidates are idle nodes; only idle-sn's super-node is idle too, so
   // the default super-node penalty (10) sends a small pod to busy-sn.
   std::vector<RankInput> in = {{"idle-sn", 55, c.Node("idle-sn")},

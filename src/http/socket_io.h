@@ -46,15 +46,13 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
                                           const SslCtxPtr& tls, bool verify_host,
                                           std::chrono::milliseconds timeout);
 
-// Server context from PEM files; client CA enables required client certs.
 // `what` followed by every queued OpenSSL error (the queue is emptied).
 std::string SslError(std::string_view what);
 
+// Server context from PEM files; client CA enables required client certs.
 StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls);
 // Client context: CA file/PEM (system store when both empty), client cert.
 StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o);
-// The same settings applied to an existing context (cpprestsdk's).
-Status ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& o);
 // Where OpenSSL's default CA paths pointed before DisableDefaultCaPaths;
 // nullptr when it was not called.
 struct DefaultCaPaths {

@@ -110,15 +110,6 @@ StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o) {
   SslCtxPtr ctx = WrapCtx(SSL_CTX_new(TLS_client_method()));
   if (!ctx) return InternalError(SslError("SSL_CTX_new failed"));
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  ACCELPOOL_RETURN_IF_ERROR(ConfigureClientContext(ctx.get(), o));
-  return ctx;
-}
-
-Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
-  struct Borrowed {
-    SSL_CTX* p;
-    SSL_CTX* get() const { return p; }
-  } ctx{raw};
   if (!o.ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(ctx.get(), o.ca_file.c_str(), nullptr) != 1) {
       return InvalidArgumentError(SslError("cannot load CA bundle " + o.ca_file) +
@@ -149,7 +140,7 @@ Status ConfigureClientContext(SSL_CTX* raw, const ClientOptions& o) {
   }
   SSL_CTX_set_verify(ctx.get(), o.insecure_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                      nullptr);
-  return Status::Ok();
+  return ctx;
 }
 
 void ShareClientContext(SSL_CTX* from, SSL_CTX* to) {
