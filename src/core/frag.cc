@@ -33,6 +33,21 @@ bool ModelMatches(std::string_view spec, std::string_view model) {
   return false;
 }
 
+// The share of the node's free host a device-less task would take, 0..1;
+// 1 when it does not fit or when neither CPU nor memory is tracked and asked.
+double HostShare(const FragNode& node, const FragTask& t) {
+  bool known = false;
+  double share = 0;
+  auto take = [&](int64_t want, int64_t free) {
+    if (want <= 0 || free < 0) return;
+    known = true;
+    share = std::max(share, free == 0 ? 1.0 : static_cast<double>(want) / static_cast<double>(free));
+  };
+  take(t.cpu_milli, node.cpu_free_milli);
+  take(t.host_memory_mib, node.host_memory_free_mib);
+  return known ? std::min(share, 1.0) : 1.0;
+}
+
 }  // namespace
 
 std::vector<FragTask> NormalizeTasks(std::vector<FragTask> tasks) {
@@ -49,13 +64,17 @@ int64_t IdleCompute(const FragNode& node) {
   return idle;
 }
 
-double NodeFragment(const FragNode& node, std::span<const FragTask> tasks) {
+double NodeFragment(const FragNode& node, std::span<const FragTask> tasks, HostTaskRule rule) {
   const int64_t idle = IdleCompute(node);
   if (idle == 0) return 0;
   const size_t n = node.free_compute.size();
   const bool track_memory = node.free_memory.size() == n;
   double fragment = 0;
   for (const FragTask& t : tasks) {
+    if (t.count == 0 && rule == HostTaskRule::kHostShare) {
+      fragment += t.weight * HostShare(node, t) * static_cast<double>(idle);
+      continue;
+    }
     bool usable = t.count > 0;
     if (usable && t.model_mask != 0) {
       usable = node.model_id >= 0 && node.model_id < 64 &&
@@ -197,12 +216,13 @@ FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Place
   return v;
 }
 
-double FragmentOf(const FreeView& v, std::span<const FragTask> tasks) {
+double FragmentOf(const FreeView& v, std::span<const FragTask> tasks,
+                  HostTaskRule rule = HostTaskRule::kAllIdle) {
   FragNode node;
   node.free_compute = v.compute;
   node.free_memory = v.memory;
   node.model_id = 0;
-  return NodeFragment(node, tasks);
+  return NodeFragment(node, tasks, rule);
 }
 
 class FragmentationPolicy : public Policy {
@@ -250,8 +270,8 @@ class AccelpoolPolicy : public Policy {
     const FreeView before = FreeAfter(inv, usage, nullptr);
     const FreeView after = FreeAfter(inv, usage, &placement);
     AccelpoolInputs in;
-    in.f_before = FragmentOf(before, tasks);
-    in.f_after = FragmentOf(after, tasks);
+    in.f_before = FragmentOf(before, tasks, HostTaskRule::kHostShare);
+    in.f_after = FragmentOf(after, tasks, HostTaskRule::kHostShare);
     for (size_t d = 0; d < inv.devices.size(); ++d) {
       if (!inv.devices[d].healthy) continue;
       in.node_capacity += kComputeWhole;

@@ -10,6 +10,12 @@
 //     asks for no device) leaves all of the node's idle compute unused;
 //   - a task that can run leaves unused the idle compute of every device that
 //     has less free compute (or memory) than the task needs per device.
+// accelpool's measure counts a task that asks for no device by the share of
+// the host it would take instead (HostTaskRule::kHostShare): the idle compute
+// times the larger of its CPU and memory over the node's free CPU and memory,
+// all of the idle compute when it does not fit. Such a task landing on a node
+// with little host left strands the devices; one landing on a node with ample
+// host strands little of them.
 // FGD places a pod where the node's fragmentation grows least and scores a
 // node int(100 * sigmoid((F_before - F_after) / 1000)).
 //
@@ -57,8 +63,16 @@ struct FragNode {
 // Scales weights to sum 1 and drops shapes with weight <= 0.
 std::vector<FragTask> NormalizeTasks(std::vector<FragTask> tasks);
 
+// How NodeFragment counts a task that asks for no device (count 0).
+enum class HostTaskRule {
+  kAllIdle,    // FGD: it leaves all of the node's idle compute unused
+  kHostShare,  // accelpool: idle compute x min(1, max(cpu / CPU free, memory /
+               // host memory free)); all of it when neither is tracked and asked
+};
+
 // Expected unusable idle compute of the node (thousandths of a device).
-double NodeFragment(const FragNode& node, std::span<const FragTask> tasks);
+double NodeFragment(const FragNode& node, std::span<const FragTask> tasks,
+                    HostTaskRule rule = HostTaskRule::kAllIdle);
 
 // FGD's node score for a fragmentation change: int(100 * sigmoid(delta / 1000)),
 // with delta = F_before - F_after.

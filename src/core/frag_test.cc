@@ -61,6 +61,33 @@ TEST(NodeFragmentTest, MemoryDisqualifiesDevices) {
   EXPECT_DOUBLE_EQ(NodeFragment(n, tasks), 1000);
 }
 
+TEST(NodeFragmentTest, HostShareCountsHostOnlyTasksByTheHostTheyTake) {
+  std::vector<int32_t> free = {1000, 500};  // 1500 idle
+  FragTask t = Task(0, 0, 1, 4000);
+  t.host_memory_mib = 2048;
+  const std::vector<FragTask> tasks = {t};
+  auto frag = [&](int64_t cpu_free, int64_t mem_free) {
+    FragNode n;
+    n.free_compute = free;
+    n.cpu_free_milli = cpu_free;
+    n.host_memory_free_mib = mem_free;
+    return NodeFragment(n, tasks, HostTaskRule::kHostShare);
+  };
+  EXPECT_DOUBLE_EQ(frag(16000, 65536), 375);   // a quarter of the CPU
+  EXPECT_DOUBLE_EQ(frag(16000, 4096), 750);    // half of the memory, the larger share
+  EXPECT_DOUBLE_EQ(frag(4000, 65536), 1500);   // all of the CPU
+  EXPECT_DOUBLE_EQ(frag(2000, 65536), 1500);   // does not fit: all idle
+  EXPECT_DOUBLE_EQ(frag(0, 65536), 1500);
+  EXPECT_DOUBLE_EQ(frag(-1, -1), 1500);        // host not tracked: FGD's rule
+  FragNode n;
+  n.free_compute = free;
+  n.cpu_free_milli = 16000;
+  EXPECT_DOUBLE_EQ(NodeFragment(n, tasks), 1500);  // FGD: all idle whatever the host
+  std::vector<int32_t> full = {0, 0};
+  n.free_compute = full;
+  EXPECT_DOUBLE_EQ(NodeFragment(n, tasks, HostTaskRule::kHostShare), 0);
+}
+
 TEST(NormalizeTasksTest, SumsToOneAndDropsEmpty) {
   std::vector<FragTask> t = NormalizeTasks({Task(1, 1000, 3), Task(1, 500, 1), Task(2, 1000, 0)});
   ASSERT_EQ(t.size(), 2u);

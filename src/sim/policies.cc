@@ -211,7 +211,7 @@ double FragCache::Get(const SimNode& n) {
   std::sort(k.free.begin(), k.free.begin() + n.gpus);
   auto it = map_.find(k);
   if (it != map_.end()) return it->second;
-  const double f = core::NodeFragment(FragView(n, with_memory_), *tasks_);
+  const double f = core::NodeFragment(FragView(n, with_memory_), *tasks_, rule_);
   map_.emplace(k, f);
   return f;
 }

@@ -27,10 +27,12 @@ struct Choice {
 };
 
 // Fragmentation of node states, memoised by (model, CPU left, sorted GPU left).
+// `with_memory` tracks host memory; `rule` is how CPU-only tasks count.
 class FragCache {
  public:
-  explicit FragCache(const std::vector<core::FragTask>* tasks, bool with_memory = false)
-      : tasks_(tasks), with_memory_(with_memory) {}
+  explicit FragCache(const std::vector<core::FragTask>* tasks, bool with_memory = false,
+                     core::HostTaskRule rule = core::HostTaskRule::kAllIdle)
+      : tasks_(tasks), with_memory_(with_memory), rule_(rule) {}
   double Get(const SimNode& n);
   // The fragmentation after placing `p` on the GPUs of `mask`.
   double After(const SimNode& n, const PodShape& p, uint32_t mask);
@@ -50,13 +52,15 @@ class FragCache {
   };
   const std::vector<core::FragTask>* tasks_;
   bool with_memory_;
+  core::HostTaskRule rule_;
   std::unordered_map<Key, double, KeyHash> map_;
 };
 
 struct EvalContext {
   const Cluster* cluster = nullptr;
   FragCache* frag = nullptr;         // over Cluster::tasks
-  FragCache* memory_frag = nullptr;  // over Cluster::memory_tasks, host memory tracked
+  FragCache* memory_frag = nullptr;  // over Cluster::memory_tasks, host memory tracked,
+                                     // CPU-only tasks by host share (accelpool's measure)
   std::mt19937_64* rng = nullptr;
 };
 

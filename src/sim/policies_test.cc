@@ -59,7 +59,7 @@ TEST(PolicyTest, EveryPolicyReturnsALegalChoice) {
   c.tasks = core::NormalizeTasks({core::FragTask{1, 1000, 0, 0, 0, 0, 0.6},
                                   core::FragTask{1, 500, 0, 0, 0, 0, 0.4}});
   c.memory_tasks = c.tasks;
-  FragCache frag(&c.tasks), mem_frag(&c.memory_tasks, true);
+  FragCache frag(&c.tasks), mem_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
   EvalContext ctx{&c, &frag, &mem_frag, &rng};
   const std::vector<SimNode> nodes = {Node({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}),
                                       Node({190, 0, 1000, 500, 1000, 1000, 30, 1000}),
@@ -91,7 +91,7 @@ TEST(PolicyTest, EveryPolicyReturnsALegalChoice) {
 TEST(PolicyTest, BestFitPrefersTheFullerNode) {
   std::mt19937_64 rng(1);
   Cluster c;
-  FragCache frag(&c.tasks), mem_frag(&c.memory_tasks, true);
+  FragCache frag(&c.tasks), mem_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
   EvalContext ctx{&c, &frag, &mem_frag, &rng};
   StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy("bestfit");
   ASSERT_TRUE(p.ok());

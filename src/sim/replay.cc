@@ -84,7 +84,7 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
       tie_state_(opt.seed ^ 0x71E5ULL),
       rng_(opt.seed),
       frag_(&c.tasks),
-      memory_frag_(&c.memory_tasks, true),
+      memory_frag_(&c.memory_tasks, true, core::HostTaskRule::kHostShare),
       ctx_{&c, &frag_, &memory_frag_, &rng_} {
   const size_t n_nodes = c.nodes.size();
   if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());

@@ -134,7 +134,7 @@ TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
     opt.penalties = tc.penalties;
     NodePicker picker(c, **p, opt);
     FragCache frag(&c.tasks);
-    FragCache memory_frag(&c.memory_tasks, true);
+    FragCache memory_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
     std::mt19937_64 rng(1);
     EvalContext ctx{&c, &frag, &memory_frag, &rng};
     std::vector<SimNode> nodes = c.nodes;
