@@ -1,16 +1,25 @@
-// HttpClient: ordinary requests go through cpprestsdk's http_client; the
-// streaming GET used for watches runs on the socket layer in socket_io.h,
-// because a cpprestsdk response body being read cannot be interrupted
-// promptly when the caller wants to stop.
+// HttpClient. Requests run on the calling thread over a pool of kept-alive
+// connections of the socket layer (socket_io.h), as Go's HTTP/1.1 transport
+// does; ClientOptions::Transport::kCpprestsdk sends them through cpprestsdk's
+// http_client instead. The streaming GET used for watches always runs on a
+// connection of its own, because a cpprestsdk response body being read
+// cannot be interrupted promptly when the caller wants to stop.
+//
+// Why the pool is the default: under a burst (hundreds of Bindings at once)
+// cpprestsdk hands every request from the caller to an I/O thread, then to a
+// task thread for the answer and back, and the thread switches cost more CPU
+// than the requests themselves (docs/benchmarks/e2e-load.md).
 #include <cpprest/http_client.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cctype>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "http/http.h"
 #include "http/socket_io.h"
@@ -77,6 +86,35 @@ std::string Lower(std::string s) {
   return s;
 }
 
+// A request target may not carry bytes that would end the request line or
+// start another header.
+bool ValidPath(std::string_view path) {
+  if (path.empty() || path.front() != '/') return false;
+  return std::none_of(path.begin(), path.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u == 0x7f;
+  });
+}
+
+bool ValidHeader(const std::string& name, const std::string& value) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (c == ':' || static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return false;
+  }
+  return value.find_first_of("\r\n") == std::string::npos;
+}
+
+// The largest answer body Send() accepts (a LIST of every pod of a very large
+// cluster stays well below it).
+constexpr size_t kMaxBody = size_t{1} << 30;
+
+// One kept-alive connection and the reader holding any bytes it buffered.
+struct Conn {
+  std::unique_ptr<internal::Stream> stream;
+  std::unique_ptr<internal::Reader> reader;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
 class ClientImpl final : public HttpClient {
  public:
   ClientImpl(ClientOptions o, Url url, internal::SslCtxPtr tls)
@@ -89,15 +127,261 @@ class ClientImpl final : public HttpClient {
                      std::stop_token stop, Ms idle_timeout) override;
 
  private:
+  // The outcome of one try on one connection.
+  enum class Try { kDone, kRetry, kFailed };
+
+  StatusOr<ClientResponse> SendCpprest(const ClientRequest& request, Ms timeout);
   web::http::client::http_client& ClientFor(Ms timeout);
+
+  StatusOr<ClientResponse> SendPooled(const ClientRequest& request, Ms timeout);
+  Try SendOn(Conn& c, bool reused, const std::string& wire, const ClientRequest& request,
+             std::chrono::steady_clock::time_point deadline, Ms timeout,
+             StatusOr<ClientResponse>& out, bool& keep);
+  std::string Head(const ClientRequest& request) const;
+  std::optional<Conn> TakeIdle();
+  void PutIdle(Conn c);
 
   const ClientOptions opts_;
   const Url url_;
-  const internal::SslCtxPtr tls_;  // StreamLines' context; Send's connections share it
+  const internal::SslCtxPtr tls_;  // the connections' TLS context (null for http://)
   std::mutex mu_;
   // One cpprestsdk client per timeout value (its timeout is per client).
   std::map<int64_t, std::unique_ptr<web::http::client::http_client>> clients_;  // guarded by mu_
+  std::vector<Conn> idle_;  // guarded by mu_; the most recently used last
+  size_t active_ = 0;       // guarded by mu_; requests holding a connection
+  std::condition_variable slot_free_;
 };
+
+std::optional<Conn> ClientImpl::TakeIdle() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Conn> stale;  // closed outside the lock
+  std::optional<Conn> found;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!idle_.empty()) {
+      Conn c = std::move(idle_.back());
+      idle_.pop_back();
+      // Too old (the server may be about to close it), or readable while idle
+      // (the server closed it): not worth a request.
+      if (now - c.idle_since > opts_.idle_connection_ttl || c.stream->Readable()) {
+        stale.push_back(std::move(c));
+        continue;
+      }
+      found = std::move(c);
+      break;
+    }
+  }
+  return found;
+}
+
+void ClientImpl::PutIdle(Conn c) {
+  c.idle_since = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_.size() >= opts_.max_idle_connections) return;  // c closes on return
+  idle_.push_back(std::move(c));
+}
+
+std::string ClientImpl::Head(const ClientRequest& request) const {
+  std::string head;
+  head.reserve(256 + request.path.size());
+  head += request.method;
+  head += ' ';
+  head += url_.base_path;
+  head += request.path;
+  head += " HTTP/1.1\r\nHost: ";
+  head += url_.host.find(':') != std::string::npos ? "[" + url_.host + "]" : url_.host;
+  head += ':';
+  head += std::to_string(url_.port);
+  head += "\r\nUser-Agent: ";
+  head += opts_.user_agent;
+  head += "\r\n";
+  bool has_auth = false, has_type = false;
+  for (const auto& [k, v] : request.headers) {
+    const std::string name = Lower(k);
+    if (name == "content-length" || name == "host" || name == "connection" ||
+        name == "transfer-encoding") {
+      continue;  // framing is the client's
+    }
+    has_auth |= name == "authorization";
+    has_type |= name == "content-type";
+    head += k;
+    head += ": ";
+    head += v;
+    head += "\r\n";
+  }
+  if (!opts_.bearer_token.empty() && !has_auth) {
+    head += "Authorization: Bearer " + opts_.bearer_token + "\r\n";
+  }
+  if (!request.body.empty() && !has_type) head += "Content-Type: application/json\r\n";
+  if (!request.body.empty() || (request.method != "GET" && request.method != "HEAD" &&
+                                request.method != "DELETE")) {
+    head += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
+  }
+  head += "\r\n";
+  return head;
+}
+
+StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms timeout) {
+  if (!ValidPath(request.path)) {
+    return InvalidArgumentError("bad request path \"" + request.path +
+                                "\": it must start with / and carry no spaces or control "
+                                "characters (percent-encode them)");
+  }
+  for (const auto& [k, v] : request.headers) {
+    if (!ValidHeader(k, v)) {
+      return InvalidArgumentError("bad request header \"" + k + "\" on " + request.path);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (opts_.max_connections > 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!slot_free_.wait_until(lock, deadline,
+                               [&] { return active_ < opts_.max_connections; })) {
+      return DeadlineExceededError(request.method + " " + request.path + ": all " +
+                                   std::to_string(opts_.max_connections) +
+                                   " connections stayed busy for " +
+                                   std::to_string(timeout.count()) + " ms");
+    }
+    ++active_;
+  }
+  struct Slot {
+    ClientImpl* self;
+    ~Slot() {
+      if (self->opts_.max_connections == 0) return;
+      {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        --self->active_;
+      }
+      self->slot_free_.notify_one();
+    }
+  } slot{this};
+  const std::string wire = Head(request) + request.body;
+  // A kept-alive connection first; when the server turns out to have closed
+  // it, once more on a new connection.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::optional<Conn> c = attempt == 0 ? TakeIdle() : std::nullopt;
+    const bool reused = c.has_value();
+    if (!reused) {
+      const Ms left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
+      if (left <= Ms(0)) break;
+      auto stream =
+          internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, left);
+      if (!stream.ok()) return stream.status().WithPrefix(request.method + " " + request.path);
+      c.emplace();
+      c->stream = std::move(*stream);
+      c->reader = std::make_unique<internal::Reader>(*c->stream);
+    }
+    StatusOr<ClientResponse> out = UnavailableError("no answer");
+    bool keep = false;
+    const Try t = SendOn(*c, reused, wire, request, deadline, timeout, out, keep);
+    if (t == Try::kRetry) continue;
+    if (t == Try::kDone && keep && c->reader->buffered() == 0) PutIdle(std::move(*c));
+    return out;
+  }
+  return DeadlineExceededError(request.method + " " + request.path +
+                               ": the server did not answer in " +
+                               std::to_string(timeout.count()) + " ms");
+}
+
+ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire,
+                                   const ClientRequest& request,
+                                   std::chrono::steady_clock::time_point deadline, Ms timeout,
+                                   StatusOr<ClientResponse>& out, bool& keep) {
+  const std::string what = request.method + " " + request.path;
+  auto left = [&] {
+    return std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline -
+                                                          std::chrono::steady_clock::now()));
+  };
+  auto failed = [&](const Status& st) {
+    if (st.code() == StatusCode::kDeadlineExceeded) {
+      out = DeadlineExceededError(what + ": the server did not answer in " +
+                                  std::to_string(timeout.count()) + " ms");
+    } else {
+      out = UnavailableError(what + ": " + st.message() + "; check that the server is reachable");
+    }
+    return Try::kFailed;
+  };
+  if (!c.stream->Write(wire)) {
+    if (reused) return Try::kRetry;
+    return failed(UnavailableError("connection lost while sending"));
+  }
+  ClientResponse resp;
+  for (;;) {  // skips 1xx interim answers
+    auto head = c.reader->ReadHead(64 << 10, left());
+    if (!head.ok()) {
+      // Closed before any byte of an answer: on a kept-alive connection, the
+      // server closed it while idle and never read the request.
+      if (reused && head.status().code() == StatusCode::kOutOfRange) return Try::kRetry;
+      return failed(head.status());
+    }
+    resp.headers.clear();
+    const std::string status_line = internal::ParseHeaders(*head, resp.headers);
+    if (status_line.size() < 12 || status_line.rfind("HTTP/1.", 0) != 0) {
+      return failed(UnavailableError("malformed answer: \"" + status_line.substr(0, 80) + "\""));
+    }
+    resp.status = std::atoi(status_line.c_str() + 9);
+    if (resp.status < 100 || resp.status > 599) {
+      return failed(UnavailableError("malformed status in \"" + status_line.substr(0, 80) + "\""));
+    }
+    if (resp.status >= 200 || resp.status == 101) {
+      keep = status_line.rfind("HTTP/1.1", 0) == 0;
+      break;
+    }
+  }
+  if (Lower(resp.headers["connection"]).find("close") != std::string::npos) keep = false;
+  const bool no_body = request.method == "HEAD" || resp.status == 204 || resp.status == 304 ||
+                       resp.status < 200;
+  auto te = resp.headers.find("transfer-encoding");
+  auto cl = resp.headers.find("content-length");
+  if (no_body) {
+    // nothing to read
+  } else if (te != resp.headers.end() && Lower(te->second).find("chunked") != std::string::npos) {
+    for (;;) {
+      auto size_line = c.reader->ReadLine(1024, left());
+      if (!size_line.ok()) return failed(size_line.status());
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(size_line->c_str(), &end, 16);
+      if (end == size_line->c_str()) return failed(UnavailableError("malformed chunk size"));
+      if (n > kMaxBody || resp.body.size() + n > kMaxBody) {
+        return failed(UnavailableError("answer larger than 1 GiB"));
+      }
+      if (n == 0) {
+        for (;;) {  // trailers up to the blank line
+          auto trailer = c.reader->ReadLine(64 << 10, left());
+          if (!trailer.ok()) return failed(trailer.status());
+          if (trailer->empty()) break;
+        }
+        break;
+      }
+      Status st = c.reader->ReadExact(n, resp.body, left());
+      if (!st.ok()) return failed(st);
+      auto crlf = c.reader->ReadLine(2, left());
+      if (!crlf.ok() || !crlf->empty()) return failed(UnavailableError("malformed chunk"));
+    }
+  } else if (cl != resp.headers.end()) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(cl->second.c_str(), &end, 10);
+    if (end == cl->second.c_str() || *end != '\0') {
+      return failed(UnavailableError("malformed content-length \"" + cl->second + "\""));
+    }
+    if (n > kMaxBody) return failed(UnavailableError("answer larger than 1 GiB"));
+    Status st = c.reader->ReadExact(n, resp.body, left());
+    if (!st.ok()) return failed(st);
+  } else {
+    keep = false;  // the body ends when the server closes the connection
+    for (;;) {
+      auto some = c.reader->ReadSome(left());
+      if (!some.ok()) return failed(some.status());
+      if (some->empty()) break;
+      if (resp.body.size() + some->size() > kMaxBody) {
+        return failed(UnavailableError("answer larger than 1 GiB"));
+      }
+      resp.body += *some;
+    }
+  }
+  out = std::move(resp);
+  return Try::kDone;
+}
 
 web::http::client::http_client& ClientImpl::ClientFor(Ms timeout) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -125,6 +409,11 @@ web::http::client::http_client& ClientImpl::ClientFor(Ms timeout) {
 
 StatusOr<ClientResponse> ClientImpl::Send(const ClientRequest& request) {
   const Ms timeout = request.timeout.value_or(opts_.timeout);
+  if (opts_.transport == ClientOptions::Transport::kSockets) return SendPooled(request, timeout);
+  return SendCpprest(request, timeout);
+}
+
+StatusOr<ClientResponse> ClientImpl::SendCpprest(const ClientRequest& request, Ms timeout) {
   try {
     web::http::http_request req(web::http::method(request.method));
     req.set_request_uri(web::uri(url_.base_path + request.path));
@@ -224,6 +513,7 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
     pending.erase(0, start);
     return true;
   };
+  std::string chunk;  // one buffer for every chunk (a fresh large one per event was costly)
   for (;;) {
     if (stop.stop_requested()) return Status(StatusCode::kCancelled, "stopped");
     if (chunked) {
@@ -235,7 +525,7 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
         return UnavailableError(request.path + ": a response chunk of " + std::to_string(n) +
                                 " bytes exceeds the 64 MiB limit");
       }
-      std::string chunk;
+      chunk.clear();
       Status st = reader.ReadExact(n + 2, chunk, idle_timeout);  // data + CRLF
       if (!st.ok()) return fail(st);
       chunk.resize(n);
@@ -257,6 +547,13 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
 }
 
 }  // namespace
+
+StatusOr<ClientOptions::Transport> ParseTransport(std::string_view name) {
+  if (name == "sockets") return ClientOptions::Transport::kSockets;
+  if (name == "cpprestsdk") return ClientOptions::Transport::kCpprestsdk;
+  return InvalidArgumentError("unknown apiserver client transport \"" + std::string(name) +
+                              "\"; use sockets or cpprestsdk");
+}
 
 StatusOr<std::unique_ptr<HttpClient>> NewHttpClient(ClientOptions options) {
   auto url = ParseBaseUrl(options.base_url);

@@ -2,8 +2,9 @@
 //
 // Everything else (the extender's endpoints, the Kubernetes client, metrics
 // pages, the test apiserver) uses only the types in this header; the
-// libraries behind them (cpprestsdk for the client, Boost.Asio + OpenSSL for
-// the server) stay inside src/http so they can be replaced in one place.
+// libraries behind them (OpenSSL and POSIX sockets, and cpprestsdk as the
+// client's second transport) stay inside src/http so they can be replaced in
+// one place.
 //
 // Server: register handlers by method + exact path or path prefix, then
 // Start(). Port 0 binds an ephemeral port readable through port(). With TLS
@@ -14,7 +15,8 @@
 // with a JSON error body; no exception leaves the server.
 //
 // Client: blocking requests with headers, bearer token, CA bundle, client
-// certificate and a per-request timeout, plus a streaming GET that hands the
+// certificate and a per-request timeout, over a pool of kept-alive
+// connections (or cpprestsdk's client, ClientOptions::transport), plus a streaming GET that hands the
 // body to a callback line by line (for Kubernetes watches) and stops when the
 // callback returns false or the stop token fires.
 //
@@ -152,7 +154,26 @@ struct ClientOptions {
   bool insecure_skip_verify = false;
   std::chrono::milliseconds timeout{30000};  // per request, default for Send()
   std::string user_agent = "accelpool";
+  // How Send() reaches the server:
+  //  kSockets (default): HTTP/1.1 on the calling thread over a pool of
+  //    kept-alive connections (at most max_idle_connections kept idle, each
+  //    for at most idle_connection_ttl); a connection that turns out to be
+  //    closed by the server before any byte of the answer came back is
+  //    replaced and the request sent once more on a new one;
+  //  kCpprestsdk: cpprestsdk's asynchronous client, which hands every request
+  //    to its thread pool and back.
+  // Watches (StreamLines) always use a connection of their own.
+  //    At most max_connections requests are in flight at once (0: no limit);
+  //    more callers wait for a free connection within their timeout.
+  enum class Transport { kSockets, kCpprestsdk };
+  Transport transport = Transport::kSockets;
+  size_t max_connections = 0;
+  size_t max_idle_connections = 64;
+  std::chrono::milliseconds idle_connection_ttl{30000};
 };
+
+// "sockets" / "cpprestsdk"; kInvalidArgument for any other name.
+StatusOr<ClientOptions::Transport> ParseTransport(std::string_view name);
 
 struct ClientRequest {
   std::string method = "GET";

@@ -157,13 +157,18 @@ TEST_F(HttpTest, MethodsHeadersQueryAndRouting) {
       {"GET", "/throw", "", 500, "internal error: boom"},
       {"POST", "/json", "{not json", 400, "bad JSON"},
   };
+  // The same answers through either transport.
+  ClientOptions via_cpprest;
+  via_cpprest.transport = ClientOptions::Transport::kCpprestsdk;
+  auto cpprest = ClientFor(Local(server_->port()), via_cpprest);
+  for (HttpClient* client : {client_.get(), cpprest.get()}) {
   for (const auto& c : cases) {
     ClientRequest req;
     req.method = c.method;
     req.path = c.path;
     req.body = c.body;
     req.headers["X-Test"] = "hello";
-    auto resp = client_->Send(req);
+    auto resp = client->Send(req);
     ASSERT_TRUE(resp.ok()) << c.method << " " << c.path << ": " << resp.status().ToString();
     EXPECT_EQ(resp->status, c.want_status) << c.method << " " << c.path << " " << resp->body;
     EXPECT_NE(resp->body.find(c.want_substr), std::string::npos)
@@ -172,6 +177,7 @@ TEST_F(HttpTest, MethodsHeadersQueryAndRouting) {
       auto j = nlohmann::json::parse(resp->body, nullptr, false);
       EXPECT_EQ(j["error"]["code"], c.want_status) << resp->body;
     }
+  }
   }
 }
 

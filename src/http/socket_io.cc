@@ -60,6 +60,7 @@ class PlainImpl final : public Stream {
     return true;
   }
   void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  bool Readable() override { return WaitFd(fd_, POLLIN, Ms(0)) != 0; }
 
  private:
   const int fd_;
@@ -104,6 +105,7 @@ class TlsImpl final : public Stream {
     return true;
   }
   void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  bool Readable() override { return SSL_pending(ssl_) > 0 || WaitFd(fd_, POLLIN, Ms(0)) != 0; }
   std::string PeerCertSubject() const override {
     X509* cert = SSL_get1_peer_certificate(ssl_);
     if (cert == nullptr) return "";

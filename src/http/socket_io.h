@@ -33,6 +33,10 @@ class Stream {
   // Wakes any blocked Read/Write; later calls fail.
   virtual void Shutdown() = 0;
   virtual std::string PeerCertSubject() const { return ""; }
+  // True when bytes (or the end of the stream) are waiting to be read, without
+  // blocking. An idle kept-alive client connection that is readable was
+  // closed by the server (or sent something unasked) and must not be reused.
+  virtual bool Readable() = 0;
 };
 
 // Takes ownership of `fd`.
@@ -78,6 +82,8 @@ class Reader {
   StatusOr<std::string> ReadLine(size_t max, std::chrono::milliseconds timeout);
   // Reads whatever is available (or waits); empty string at EOF.
   StatusOr<std::string> ReadSome(std::chrono::milliseconds timeout);
+  // Bytes read from the stream and not handed out yet.
+  size_t buffered() const { return buf_.size(); }
 
  private:
   Status Fill(std::chrono::milliseconds timeout);

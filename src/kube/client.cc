@@ -115,7 +115,7 @@ class ClientImpl final : public KubeClient {
   StatusOr<ListResult> List(const Resource& r, const std::string& ns,
                             const ListOptions& options) override;
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
-               const std::function<void(const WatchEvent&)>& on_event,
+               const std::function<void(WatchEvent&)>& on_event,
                std::stop_token stop) override;
   StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     return Call("GET", r.Path(ns, name), "", "", "get " + r.plural + " " + Key(ns, name));
@@ -231,7 +231,7 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
 }
 
 Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
-                         const std::function<void(const WatchEvent&)>& on_event,
+                         const std::function<void(WatchEvent&)>& on_event,
                          std::stop_token stop) {
   const std::string what = "watch " + r.plural + (ns.empty() ? "" : " in " + ns);
   if (!bucket_.Acquire(stop)) return Status(StatusCode::kCancelled, what + ": stopped");
@@ -248,6 +248,11 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
   int status = 0;
   std::string error_body;
   Status result;
+  // {"type":..,"object":{"metadata":{"managedFields":[..]}}}: the key is at depth 3.
+  const json::parser_callback_t drop_managed_fields = [](int depth, json::parse_event_t event,
+                                                         json& parsed) {
+    return !(depth == 3 && event == json::parse_event_t::key && parsed == "managedFields");
+  };
   Status st = http_->StreamLines(
       req, [&](const http::ClientResponse& head) { status = head.status; },
       [&](std::string_view line) {
@@ -256,7 +261,7 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
           return error_body.size() < 65536;
         }
         if (line.empty()) return true;
-        json ev = json::parse(line.begin(), line.end(), nullptr, false);
+        json ev = json::parse(line.begin(), line.end(), drop_managed_fields, false);
         if (!ev.is_object() || !ev.contains("type") || !ev["type"].is_string() ||
             !ev.contains("object")) {
           result = InternalError(what + ": malformed watch event; the stream is restarted");
@@ -328,6 +333,12 @@ StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config) {
   o.insecure_skip_verify = config.insecure_skip_verify;
   o.timeout = config.timeout;
   o.user_agent = "accelpool/0.1";
+  o.max_connections = config.max_connections;
+  // Every connection a burst opened stays for the next one (within the idle TTL).
+  o.max_idle_connections = config.max_connections;
+  StatusOr<http::ClientOptions::Transport> transport = http::ParseTransport(config.transport);
+  if (!transport.ok()) return transport.status();
+  o.transport = *transport;
   auto http = http::NewHttpClient(o);
   if (!http.ok()) return http.status();
   return std::unique_ptr<KubeClient>(std::make_unique<ClientImpl>(config, std::move(*http)));

@@ -97,9 +97,11 @@ class KubeClient {
   // stream normally (re-watch from the last version seen), kOutOfRange on 410
   // Gone (an ERROR event with code 410 or an HTTP 410: relist), kCancelled when
   // `stop` fires, another error when the connection fails or an event cannot
-  // be parsed.
+  // be parsed. `on_event` may move the event's object away. Objects arrive
+  // without metadata.managedFields (dropped while parsing: nothing here reads
+  // them, and they are often the larger part of an object).
   virtual Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
-                       const std::function<void(const WatchEvent&)>& on_event,
+                       const std::function<void(WatchEvent&)>& on_event,
                        std::stop_token stop) = 0;
 
   virtual StatusOr<nlohmann::json> Get(const Resource& r, const std::string& ns,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "kube/fake_apiserver.h"
@@ -40,6 +41,37 @@ class KubeClientTest : public ::testing::Test {
   FakeApiServer api_;
   std::unique_ptr<KubeClient> client_;
 };
+
+TEST_F(KubeClientTest, EitherTransportReadsAndWritesAndABadOneIsRefused) {
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
+  for (const char* transport : {"sockets", "cpprestsdk"}) {
+    KubeConfig cfg;
+    cfg.server = api_.url();
+    cfg.qps = 0;
+    cfg.transport = transport;
+    cfg.max_connections = 2;
+    auto c = NewKubeClient(cfg);
+    ASSERT_TRUE(c.ok()) << transport << ": " << c.status().ToString();
+    auto got = (*c)->Get(Pods(), "ml", "p0");
+    ASSERT_TRUE(got.ok()) << transport << ": " << got.status().ToString();
+    EXPECT_EQ((*got)["metadata"]["name"], "p0");
+    // More concurrent callers than connections: they take turns.
+    std::vector<std::future<bool>> calls;
+    for (int i = 0; i < 6; ++i) {
+      calls.push_back(std::async(std::launch::async, [&c] {
+        return (*c)->Get(Pods(), "ml", "p0").ok();
+      }));
+    }
+    for (auto& f : calls) EXPECT_TRUE(f.get()) << transport;
+  }
+  KubeConfig bad;
+  bad.server = api_.url();
+  bad.transport = "curl";
+  auto c = NewKubeClient(bad);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("use sockets or cpprestsdk"), std::string::npos)
+      << c.status().message();
+}
 
 TEST_F(KubeClientTest, ListFollowsContinueTokensAndSelectors) {
   for (int i = 0; i < 7; ++i) {

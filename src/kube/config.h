@@ -37,6 +37,12 @@ struct KubeConfig {
   double qps = 50;
   int burst = 100;
   std::chrono::milliseconds timeout{30000};
+  // Requests in flight at once (each on its own HTTP/1.1 connection); more
+  // wait for a free connection. Watches have connections of their own.
+  size_t max_connections = 64;
+  // "sockets" (kept-alive connections used on the calling thread) or
+  // "cpprestsdk" (cpprestsdk's asynchronous client); see http::ClientOptions.
+  std::string transport = "sockets";
 };
 
 // Reads an environment variable; injectable for tests. nullopt when unset.

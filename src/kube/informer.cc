@@ -135,7 +135,7 @@ Status Informer::ListAndReplace() {
   return Status::Ok();
 }
 
-void Informer::Apply(const WatchEvent& ev) {
+void Informer::Apply(WatchEvent& ev) {
   const std::string rv = Meta(ev.object, "resourceVersion");
   if (ev.type == WatchEventType::kBookmark) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -145,7 +145,7 @@ void Informer::Apply(const WatchEvent& ev) {
   const std::string key = KeyOf(ev.object);
   std::shared_ptr<const json> old;
   std::shared_ptr<const json> now;
-  if (ev.type != WatchEventType::kDeleted) now = Stored(ev.object);
+  if (ev.type != WatchEventType::kDeleted) now = Stored(std::move(ev.object));
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = store_.find(key);
@@ -194,7 +194,7 @@ void Informer::Run(std::stop_token stop) {
     int64_t events = 0;
     Status st = client_.Watch(
         options_.resource, options_.ns, wo,
-        [&](const WatchEvent& ev) {
+        [&](WatchEvent& ev) {
           ++events;
           Apply(ev);
         },

@@ -75,7 +75,7 @@ class Informer {
  private:
   void Run(std::stop_token stop);
   Status ListAndReplace();
-  void Apply(const WatchEvent& ev);
+  void Apply(WatchEvent& ev);  // moves ev.object into the store
 
   KubeClient& client_;
   const InformerOptions options_;

@@ -174,7 +174,7 @@ start_proc() { # name health-url [curl args...] -- command...
   while [ "$1" != "--" ]; do cargs+=("$1"); shift; done
   shift
   if proc_alive "${name}"; then log "${name} already running (pid $(cat "${RUN}/${name}.pid"))"; return 0; fi
-  setsid "$@" > "${LOGS}/${name}.log" 2>&1 < /dev/null &
+  setsid "$@" >> "${LOGS}/${name}.log" 2>&1 < /dev/null &
   echo $! > "${RUN}/${name}.pid"
   local i
   for i in $(seq 1 120); do

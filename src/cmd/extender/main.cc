@@ -45,12 +45,18 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --filter-threads=N        threads per filter call of 512+ nodes (default: 1 on up to two
                             cores, else one per core, at most 4)
   --max-body-bytes=N        largest request body (default 67108864)
+  --max-connections=N       open client connections per listener; more get 503 (default 1024:
+                            kube-scheduler holds one per bind in flight)
   --tie-break-salt=N        salt of the stable order among equal scores; choose once per
                             deployment and keep it (default 0)
   --kube-api-qps=N          apiserver requests per second for watches and bindings (default 100)
   --kube-api-burst=N        requests allowed above the rate in a burst (default 200)
   --event-qps=N             pod Events per second, on their own budget so they never delay a
                             binding (default 20; burst twice that)
+  --kube-api-connections=N  apiserver requests in flight at once, one kept-alive connection
+                            each (default 64; watches have their own)
+  --kube-api-transport=T    sockets (requests on the calling thread over kept-alive
+                            connections) or cpprestsdk (its asynchronous client) (default sockets)
   --scheduler-listen=HOST:PORT
                             also serve filter/prioritize/bind/preempt (and /healthz, /readyz,
                             /metrics) over plain HTTP on this loopback address, for a
@@ -72,10 +78,13 @@ struct Flags {
   std::string log_level = "info";
   int filter_threads = 0;
   size_t max_body_bytes = 64 << 20;
+  int max_connections = 1024;
   uint64_t tie_salt = 0;
   int kube_api_qps = 100;
   int kube_api_burst = 200;
   int event_qps = 20;
+  int kube_api_connections = 64;
+  std::string kube_api_transport = "sockets";
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -86,12 +95,15 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"tls-key", &f.tls_key},       {"client-ca", &f.client_ca},
       {"kubeconfig", &f.kubeconfig}, {"policy", &f.policy},
       {"scheduler-name", &f.scheduler_name}, {"lease-namespace", &f.lease_namespace},
-      {"log-level", &f.log_level}};
-  std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps;
+      {"log-level", &f.log_level}, {"kube-api-transport", &f.kube_api_transport}};
+  std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
+      api_connections, max_connections;
   strings["filter-threads"] = &filter_threads;
   strings["kube-api-qps"] = &api_qps;
   strings["kube-api-burst"] = &api_burst;
   strings["event-qps"] = &event_qps;
+  strings["kube-api-connections"] = &api_connections;
+  strings["max-connections"] = &max_connections;
   strings["max-body-bytes"] = &max_body_bytes;
   strings["tie-break-salt"] = &tie_salt;
   ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(
@@ -111,7 +123,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   for (auto [name, text, out] : {std::tuple{"kube-api-qps", &api_qps, &f.kube_api_qps},
                                  std::tuple{"kube-api-burst", &api_burst, &f.kube_api_burst},
-                                 std::tuple{"event-qps", &event_qps, &f.event_qps}}) {
+                                 std::tuple{"event-qps", &event_qps, &f.event_qps},
+                                 std::tuple{"kube-api-connections", &api_connections,
+                                            &f.kube_api_connections},
+                                 std::tuple{"max-connections", &max_connections,
+                                            &f.max_connections}}) {
     if (text->empty()) continue;
     StatusOr<long long> n = positive(name, *text);
     ACCELPOOL_RETURN_IF_ERROR(n.status());
@@ -119,6 +135,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       return InvalidArgumentError(std::string("--") + name + " must be at most 100000, got " + *text);
     }
     *out = static_cast<int>(*n);
+  }
+  if (StatusOr<http::ClientOptions::Transport> t = http::ParseTransport(f.kube_api_transport);
+      !t.ok()) {
+    return InvalidArgumentError("--kube-api-transport: " + t.status().message());
   }
   if (!max_body_bytes.empty()) {
     StatusOr<long long> n = positive("max-body-bytes", max_body_bytes);
@@ -196,6 +216,8 @@ int Run(const Flags& flags) {
   if (!kc.ok()) return fatal("no Kubernetes configuration", kc.status());
   kc->qps = flags.kube_api_qps;
   kc->burst = flags.kube_api_burst;
+  kc->max_connections = static_cast<size_t>(flags.kube_api_connections);
+  kc->transport = flags.kube_api_transport;
   StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::NewKubeClient(*kc);
   if (!client.ok()) return fatal("Kubernetes client", client.status());
   // Events get their own client and token bucket: a burst of failures must
@@ -256,6 +278,7 @@ int Run(const Flags& flags) {
   so.host = addr->first;
   so.port = addr->second;
   so.max_body_bytes = flags.max_body_bytes;
+  so.max_connections = flags.max_connections;
   so.metrics = &registry;  // accelpool_extender_http_*: requests, latency, connections
   so.metrics_prefix = "accelpool_extender_http";
   if (!flags.tls_cert.empty()) {

@@ -87,6 +87,38 @@ pods_yaml() { # app scheduler limits
 YAML
   done
 }
+# cpu_ticks: "name ticks" (user + system clock ticks) for every process the
+# plane runs, plus the whole machine's busy and total ticks.
+cpu_ticks() {
+  local f pid
+  for f in "${E2E_WORK}"/run/*.pid; do
+    pid="$(cat "$f" 2>/dev/null)" && [ -r "/proc/${pid}/stat" ] || continue
+    awk -v n="$(basename "$f" .pid)" '{ sub(/^.*\) /, ""); print n, $12 + $13 }' "/proc/${pid}/stat" 2>/dev/null
+  done
+  awk '$1 == "cpu" { print "(machine-busy)", $2 + $3 + $4 + $7 + $8; print "(machine-total)", $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat
+}
+# cpu_report BEFORE AFTER: CPU seconds each process used between two cpu_ticks
+# snapshots (a process started in between counts from its start).
+cpu_report() {
+  awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$1] = $2; next } { d[$1] = $2 - b[$1]; order[++n] = $1 }
+    END { for (i = 1; i <= n; i++) { k = order[i]; if (k !~ /^\(machine/) printf "%s %.2f s, ", k, d[k] / hz }
+          if (d["(machine-total)"] > 0) printf "machine busy %.0f%%", 100 * d["(machine-busy)"] / d["(machine-total)"] }' "$1" "$2"
+}
+# api_requests: "verb resource/subresource count" for every apiserver request
+# counted so far (apiserver_request_total, summed over codes and scopes).
+api_requests() {
+  kc get --raw /metrics 2>/dev/null | awk '/^apiserver_request_total\{/ {
+      verb = res = sub_ = ""
+      if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
+      if (match($0, /resource="[^"]*"/)) res = substr($0, RSTART + 10, RLENGTH - 11)
+      if (match($0, /subresource="[^"]*"/)) sub_ = substr($0, RSTART + 13, RLENGTH - 14)
+      n[verb " " res (sub_ != "" ? "/" sub_ : "")] += $NF }
+    END { for (k in n) print k, n[k] }'
+}
+# api_report BEFORE AFTER: the request kinds that grew by at least 50 in between.
+api_report() {
+  awk 'NR == FNR { b[$1 " " $2] = $3; next } { d = $3 - b[$1 " " $2]; if (d >= 50) printf "%s %s %d, ", $1, $2, d }' "$1" "$2"
+}
 # phase APP SCHEDULER LIMITS: prints the pods/s between the first and the last
 # binding a watcher on the apiserver sees (tests/e2e/scenarios/bindwatch.py).
 phase() {
@@ -99,10 +131,16 @@ phase() {
     "${E2E_WORK}/pki/admin.key" default "app=$1" "${PODS}" 300 "${ready}" > "${GEN}/$1.watch.json" &
   local watcher=$!
   wait_for 30 "bind watcher" test -f "${ready}" >&2 || { kill "${watcher}" 2>/dev/null; echo 0; return 1; }
+  api_requests > "${GEN}/$1.api0"
+  cpu_ticks > "${GEN}/$1.cpu0"
   "${E2E_DIR}/cluster.sh" start >/dev/null 2>&1
   wait "${watcher}" || rc=$?
+  cpu_ticks > "${GEN}/$1.cpu1"
+  api_requests > "${GEN}/$1.api1"
   out="$(cat "${GEN}/$1.watch.json")"
   log "$1: ${out}"
+  log "$1: CPU from the scheduler's start to the last binding: $(cpu_report "${GEN}/$1.cpu0" "${GEN}/$1.cpu1")"
+  log "$1: apiserver requests in that time (50 or more of a kind): $(api_report "${GEN}/$1.api0" "${GEN}/$1.api1")"
   if [ "${rc}" != 0 ] || ! kill -0 "$(cat "${E2E_WORK}/run/extender.pid")" 2>/dev/null; then
     log "$1: not every pod bound (see ${E2E_WORK}/logs/)"; echo 0; return 1
   fi
