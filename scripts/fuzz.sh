@@ -6,6 +6,8 @@
 #   extender    filter prioritize bind preempt      seeds: src/extender/fuzz/seeds/<name>
 #               mutate (the admission review)
 #   kubeconfig  yaml (the YAML reader)              seeds: src/kube/fuzz/corpus/yaml
+#   http        http_response (the client's reader  seeds: src/http/fuzz/corpus/response
+#               of apiserver answers)
 #
 # New inputs go to $BUILD_DIR/corpus/<name>, crashes to $BUILD_DIR/crashes/<name>/,
 # each run's output to $BUILD_DIR/logs/<name>.log. Ends with one line
@@ -36,8 +38,9 @@ declare -A target=(
   [preempt]="src/extender/extender_fuzz_preempt src/extender/fuzz/seeds/preempt"
   [mutate]="src/extender/extender_fuzz_mutate src/extender/fuzz/seeds/mutate"
   [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
+  [http_response]="src/http/http_response_fuzzer src/http/fuzz/corpus/response"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate yaml"
+order="inventory assignment pod_request filter prioritize bind preempt mutate yaml http_response"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then

@@ -104,10 +104,6 @@ bool ValidHeader(const std::string& name, const std::string& value) {
   return value.find_first_of("\r\n") == std::string::npos;
 }
 
-// The largest answer body Send() accepts (a LIST of every pod of a very large
-// cluster stays well below it).
-constexpr size_t kMaxBody = size_t{1} << 30;
-
 // One kept-alive connection and the reader holding any bytes it buffered.
 struct Conn {
   std::unique_ptr<internal::Stream> stream;
@@ -288,10 +284,6 @@ ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire
                                    std::chrono::steady_clock::time_point deadline, Ms timeout,
                                    StatusOr<ClientResponse>& out, bool& keep) {
   const std::string what = request.method + " " + request.path;
-  auto left = [&] {
-    return std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline -
-                                                          std::chrono::steady_clock::now()));
-  };
   auto failed = [&](const Status& st) {
     if (st.code() == StatusCode::kDeadlineExceeded) {
       out = DeadlineExceededError(what + ": the server did not answer in " +
@@ -305,79 +297,12 @@ ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire
     if (reused) return Try::kRetry;
     return failed(UnavailableError("connection lost while sending"));
   }
-  ClientResponse resp;
-  for (;;) {  // skips 1xx interim answers
-    auto head = c.reader->ReadHead(64 << 10, left());
-    if (!head.ok()) {
-      // Closed before any byte of an answer: on a kept-alive connection, the
-      // server closed it while idle and never read the request.
-      if (reused && head.status().code() == StatusCode::kOutOfRange) return Try::kRetry;
-      return failed(head.status());
-    }
-    resp.headers.clear();
-    const std::string status_line = internal::ParseHeaders(*head, resp.headers);
-    if (status_line.size() < 12 || status_line.rfind("HTTP/1.", 0) != 0) {
-      return failed(UnavailableError("malformed answer: \"" + status_line.substr(0, 80) + "\""));
-    }
-    resp.status = std::atoi(status_line.c_str() + 9);
-    if (resp.status < 100 || resp.status > 599) {
-      return failed(UnavailableError("malformed status in \"" + status_line.substr(0, 80) + "\""));
-    }
-    if (resp.status >= 200 || resp.status == 101) {
-      keep = status_line.rfind("HTTP/1.1", 0) == 0;
-      break;
-    }
-  }
-  if (Lower(resp.headers["connection"]).find("close") != std::string::npos) keep = false;
-  const bool no_body = request.method == "HEAD" || resp.status == 204 || resp.status == 304 ||
-                       resp.status < 200;
-  auto te = resp.headers.find("transfer-encoding");
-  auto cl = resp.headers.find("content-length");
-  if (no_body) {
-    // nothing to read
-  } else if (te != resp.headers.end() && Lower(te->second).find("chunked") != std::string::npos) {
-    for (;;) {
-      auto size_line = c.reader->ReadLine(1024, left());
-      if (!size_line.ok()) return failed(size_line.status());
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(size_line->c_str(), &end, 16);
-      if (end == size_line->c_str()) return failed(UnavailableError("malformed chunk size"));
-      if (n > kMaxBody || resp.body.size() + n > kMaxBody) {
-        return failed(UnavailableError("answer larger than 1 GiB"));
-      }
-      if (n == 0) {
-        for (;;) {  // trailers up to the blank line
-          auto trailer = c.reader->ReadLine(64 << 10, left());
-          if (!trailer.ok()) return failed(trailer.status());
-          if (trailer->empty()) break;
-        }
-        break;
-      }
-      Status st = c.reader->ReadExact(n, resp.body, left());
-      if (!st.ok()) return failed(st);
-      auto crlf = c.reader->ReadLine(2, left());
-      if (!crlf.ok() || !crlf->empty()) return failed(UnavailableError("malformed chunk"));
-    }
-  } else if (cl != resp.headers.end()) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(cl->second.c_str(), &end, 10);
-    if (end == cl->second.c_str() || *end != '\0') {
-      return failed(UnavailableError("malformed content-length \"" + cl->second + "\""));
-    }
-    if (n > kMaxBody) return failed(UnavailableError("answer larger than 1 GiB"));
-    Status st = c.reader->ReadExact(n, resp.body, left());
-    if (!st.ok()) return failed(st);
-  } else {
-    keep = false;  // the body ends when the server closes the connection
-    for (;;) {
-      auto some = c.reader->ReadSome(left());
-      if (!some.ok()) return failed(some.status());
-      if (some->empty()) break;
-      if (resp.body.size() + some->size() > kMaxBody) {
-        return failed(UnavailableError("answer larger than 1 GiB"));
-      }
-      resp.body += *some;
-    }
+  auto resp = internal::ReadResponse(*c.reader, request.method == "HEAD", deadline, &keep);
+  if (!resp.ok()) {
+    // Closed before any byte of an answer: on a kept-alive connection, the
+    // server closed it while idle and never read the request.
+    if (reused && resp.status().code() == StatusCode::kOutOfRange) return Try::kRetry;
+    return failed(resp.status());
   }
   out = std::move(resp);
   return Try::kDone;

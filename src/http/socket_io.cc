@@ -287,6 +287,90 @@ StatusOr<std::string> Reader::ReadSome(Ms timeout) {
   return out;
 }
 
+StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      bool* keep_alive) {
+  auto left = [&] {
+    return std::max(Ms(1),
+                    std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now()));
+  };
+  auto lower = [](std::string v) {
+    std::transform(v.begin(), v.end(), v.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return v;
+  };
+  *keep_alive = false;
+  ClientResponse resp;
+  for (int interim = 0;; ++interim) {
+    auto head = r.ReadHead(64 << 10, left());
+    if (!head.ok()) return head.status();
+    resp.headers.clear();
+    const std::string status_line = ParseHeaders(*head, resp.headers);
+    if (status_line.size() < 12 || status_line.rfind("HTTP/1.", 0) != 0) {
+      return UnavailableError("malformed answer: \"" + status_line.substr(0, 80) + "\"");
+    }
+    resp.status = std::atoi(status_line.c_str() + 9);
+    if (resp.status < 100 || resp.status > 599) {
+      return UnavailableError("malformed status in \"" + status_line.substr(0, 80) + "\"");
+    }
+    if (resp.status >= 200 || resp.status == 101) {
+      *keep_alive = status_line.rfind("HTTP/1.1", 0) == 0;
+      break;
+    }
+    if (interim == 8) return UnavailableError("more than 8 interim (1xx) answers");
+  }
+  if (lower(resp.headers["connection"]).find("close") != std::string::npos) *keep_alive = false;
+  const bool no_body =
+      head_request || resp.status == 204 || resp.status == 304 || resp.status < 200;
+  auto te = resp.headers.find("transfer-encoding");
+  auto cl = resp.headers.find("content-length");
+  if (no_body) {
+    // nothing to read
+  } else if (te != resp.headers.end() && lower(te->second).find("chunked") != std::string::npos) {
+    for (;;) {
+      auto size_line = r.ReadLine(1024, left());
+      if (!size_line.ok()) return size_line.status();
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(size_line->c_str(), &end, 16);
+      if (end == size_line->c_str()) return UnavailableError("malformed chunk size");
+      if (n > kMaxResponseBody || resp.body.size() + n > kMaxResponseBody) {
+        return UnavailableError("answer larger than 1 GiB");
+      }
+      if (n == 0) {
+        for (;;) {  // trailers up to the blank line
+          auto trailer = r.ReadLine(64 << 10, left());
+          if (!trailer.ok()) return trailer.status();
+          if (trailer->empty()) break;
+        }
+        break;
+      }
+      ACCELPOOL_RETURN_IF_ERROR(r.ReadExact(n, resp.body, left()));
+      auto crlf = r.ReadLine(2, left());
+      if (!crlf.ok() || !crlf->empty()) return UnavailableError("malformed chunk");
+    }
+  } else if (cl != resp.headers.end()) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(cl->second.c_str(), &end, 10);
+    if (end == cl->second.c_str() || *end != '\0' || cl->second[0] == '-') {
+      return UnavailableError("malformed content-length \"" + cl->second.substr(0, 40) + "\"");
+    }
+    if (n > kMaxResponseBody) return UnavailableError("answer larger than 1 GiB");
+    ACCELPOOL_RETURN_IF_ERROR(r.ReadExact(n, resp.body, left()));
+  } else {
+    *keep_alive = false;  // the body ends when the server closes the connection
+    for (;;) {
+      auto some = r.ReadSome(left());
+      if (!some.ok()) return some.status();
+      if (some->empty()) break;
+      if (resp.body.size() + some->size() > kMaxResponseBody) {
+        return UnavailableError("answer larger than 1 GiB");
+      }
+      resp.body += *some;
+    }
+  }
+  return resp;
+}
+
 std::string ParseHeaders(const std::string& head, Headers& out) {
   size_t start = 0;
   std::string first;

@@ -92,6 +92,21 @@ class Reader {
   bool eof_ = false;
 };
 
+// The largest response body ReadResponse accepts (a LIST of every pod of a
+// very large cluster stays well below it).
+constexpr size_t kMaxResponseBody = size_t{1} << 30;
+
+// Reads one HTTP/1.1 response from `r` by `deadline`, skipping up to 8
+// interim (1xx) answers; `head_request` when it answers a HEAD (no body).
+// The body is framed by chunked encoding (trailers read and dropped),
+// content-length, or the end of the stream. Sets *keep_alive to whether the
+// connection may carry another request. Errors: kOutOfRange when the stream
+// ended before any byte (a kept-alive connection the server had closed),
+// kDeadlineExceeded, kUnavailable with what was wrong.
+StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      bool* keep_alive);
+
 // Splits "Name: value" lines into lower-case header names; returns the first line.
 std::string ParseHeaders(const std::string& head, Headers& out);
 std::string_view ReasonPhrase(int status);
