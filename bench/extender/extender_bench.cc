@@ -250,6 +250,7 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
 
   http::ClientOptions co;
   co.base_url = url;
+  co.transport = http::ClientOptions::Transport::kCpprestsdk;
   auto new_client = [&]() -> StatusOr<std::unique_ptr<http::HttpClient>> {
     if (client_kind == "cpprest") return http::NewHttpClient(co);
     return std::unique_ptr<http::HttpClient>(std::make_unique<SocketClient>(server->port()));
