@@ -248,11 +248,15 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
   int status = 0;
   std::string error_body;
   Status result;
-  // {"type":..,"object":{"metadata":{"managedFields":[..]}}}: the key is at depth 3.
-  const json::parser_callback_t drop_managed_fields = [](int depth, json::parse_event_t event,
-                                                         json& parsed) {
-    return !(depth == 3 && event == json::parse_event_t::key && parsed == "managedFields");
-  };
+  // {"type":..,"object":{"metadata":{"managedFields":[..]}}}: a key at depth 3
+  // whose depth-2 parent key was "metadata". Every parse works on its own copy
+  // of this callback, so the flag starts false each time.
+  const json::parser_callback_t drop_managed_fields =
+      [in_metadata = false](int depth, json::parse_event_t event, json& parsed) mutable {
+        if (event != json::parse_event_t::key) return true;
+        if (depth == 2) in_metadata = parsed == "metadata";
+        return !(depth == 3 && in_metadata && parsed == "managedFields");
+      };
   Status st = http_->StreamLines(
       req, [&](const http::ClientResponse& head) { status = head.status; },
       [&](std::string_view line) {

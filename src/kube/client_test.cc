@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "kube/fake_apiserver.h"
@@ -229,6 +230,42 @@ TEST_F(KubeClientTest, BindingEventsAndLeases) {
   ASSERT_TRUE(t.ok()) << got->renew_time;
   EXPECT_EQ(FormatMicroTime(*t), got->renew_time);
   EXPECT_FALSE(ParseMicroTime("yesterday").ok());
+}
+
+TEST_F(KubeClientTest, WatchEventsArriveWithoutManagedFields) {
+  json first = api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
+  WatchOptions wo;
+  wo.resource_version = first["metadata"]["resourceVersion"];
+  json p1 = Pod("p1");
+  p1["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  p1["spec"]["managedFields"] = "not metadata: kept";  // only metadata's is dropped
+  std::stop_source stop;
+  std::optional<json> got;
+  std::mutex mu;
+  std::thread watcher([&] {
+    (void)client_->Watch(
+        Pods(), "ml", wo,
+        [&](WatchEvent& ev) {
+          std::lock_guard<std::mutex> lock(mu);
+          got = std::move(ev.object);  // the callback may take the object
+        },
+        stop.get_token());
+  });
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/namespaces/ml/pods", p1);
+  for (int i = 0; i < 400; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (got.has_value()) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  stop.request_stop();
+  watcher.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ((*got)["metadata"]["name"], "p1");
+  EXPECT_FALSE((*got)["metadata"].contains("managedFields")) << got->dump();
+  EXPECT_EQ((*got)["spec"]["managedFields"], "not metadata: kept");
 }
 
 TEST_F(KubeClientTest, WatchDeliversEventsBookmarksAndExpiry) {
