@@ -11,19 +11,13 @@
 // usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2]
 //                       [--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1]
 //                       [--client=socket|cpprest]
-// --client: socket (default) = one kept-alive connection with blocking I/O in
-// the calling thread, as kube-scheduler's client; cpprest = http::HttpClient.
+// --client: http::HttpClient's transport: socket (default) = kept-alive
+// connections with blocking I/O in the calling thread, as kube-scheduler's
+// client; cpprest = cpprestsdk's asynchronous client.
 // --shapes=N cycles N request shapes: 1 = one shape repeated (plans are reused
 // from the memo while nodes do not change), large = every request new.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -110,78 +104,6 @@ std::string ArgsBody(const std::string& uid, const std::vector<std::string>& nam
 }
 
 
-// The benchmark's own client: one kept-alive connection, blocking reads and
-// writes in the calling thread, as kube-scheduler's Go client does. The
-// cpprestsdk client (--client=cpprest) hands every request between threads
-// of its pool, which adds its own wake-ups to the measured latency.
-class SocketClient final : public http::HttpClient {
- public:
-  explicit SocketClient(uint16_t port) : port_(port) {}
-  ~SocketClient() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  StatusOr<http::ClientResponse> Send(const http::ClientRequest& req) override {
-    if (fd_ < 0) {
-      fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(port_);
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-        return Fail("connect");
-      }
-      int one = 1;
-      (void)::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
-    std::string out = req.method + " " + req.path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-    for (const auto& [k, v] : req.headers) out += k + ": " + v + "\r\n";
-    out += "Content-Length: " + std::to_string(req.body.size()) + "\r\n\r\n";
-    out += req.body;
-    for (size_t off = 0; off < out.size();) {
-      const ssize_t n = ::send(fd_, out.data() + off, out.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return Fail("send");
-      off += static_cast<size_t>(n);
-    }
-    std::string in;
-    size_t head_end = std::string::npos;
-    char buf[65536];
-    while ((head_end = in.find("\r\n\r\n")) == std::string::npos) {
-      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) return Fail("recv");
-      in.append(buf, static_cast<size_t>(n));
-    }
-    http::ClientResponse r;
-    r.status = in.size() > 12 ? std::atoi(in.c_str() + 9) : 0;
-    std::string head = in.substr(0, head_end);
-    std::transform(head.begin(), head.end(), head.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    const size_t cl = head.find("content-length:");
-    if (cl == std::string::npos) return Fail("a response without content-length");
-    const size_t len = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
-    r.body = in.substr(head_end + 4);
-    while (r.body.size() < len) {
-      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) return Fail("recv");
-      r.body.append(buf, static_cast<size_t>(n));
-    }
-    return r;
-  }
-  Status StreamLines(const http::ClientRequest&, const std::function<void(const http::ClientResponse&)>&,
-                     const std::function<bool(std::string_view)>&, std::stop_token,
-                     std::chrono::milliseconds) override {
-    return UnimplementedError("the benchmark client does not stream");
-  }
-
- private:
-  Status Fail(const std::string& what) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-    return UnavailableError("benchmark client: " + what + " failed");
-  }
-  const uint16_t port_;
-  int fd_ = -1;
-};
-
 struct Sample {
   double filter_ms, prioritize_ms;
 };
@@ -248,13 +170,15 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
   std::vector<std::string> names;
   for (int i = 0; i < nodes; ++i) names.push_back("node-" + std::to_string(i));
 
+  // socket: http::HttpClient's own transport (blocking I/O on the calling
+  // thread over a kept-alive connection, as kube-scheduler's Go client);
+  // cpprest: its cpprestsdk transport, which hands every request between the
+  // threads of its pool and adds those wake-ups to the measured latency.
   http::ClientOptions co;
   co.base_url = url;
-  co.transport = http::ClientOptions::Transport::kCpprestsdk;
-  auto new_client = [&]() -> StatusOr<std::unique_ptr<http::HttpClient>> {
-    if (client_kind == "cpprest") return http::NewHttpClient(co);
-    return std::unique_ptr<http::HttpClient>(std::make_unique<SocketClient>(server->port()));
-  };
+  co.transport = client_kind == "cpprest" ? http::ClientOptions::Transport::kCpprestsdk
+                                          : http::ClientOptions::Transport::kSockets;
+  auto new_client = [&] { return http::NewHttpClient(co); };
   auto client = new_client();
   if (!client.ok()) return 1;
   for (int i = 0; i < 5; ++i) Cycle(**client, "warm-" + std::to_string(i), names, shapes);

@@ -104,6 +104,27 @@ bool ValidHeader(const std::string& name, const std::string& value) {
   return value.find_first_of("\r\n") == std::string::npos;
 }
 
+// kInvalidArgument for a path or header that would change the request's framing.
+Status CheckRequest(const ClientRequest& request) {
+  if (!ValidPath(request.path)) {
+    return InvalidArgumentError("bad request path \"" + request.path +
+                                "\": it must start with / and carry no spaces or control "
+                                "characters (percent-encode them)");
+  }
+  for (const auto& [k, v] : request.headers) {
+    if (!ValidHeader(k, v)) {
+      return InvalidArgumentError("bad request header \"" + k + "\" on " + request.path);
+    }
+  }
+  return Status::Ok();
+}
+
+// `what` (method and path, maybe a cause) did not get its answer in time.
+Status TimedOut(const std::string& what, Ms timeout) {
+  return DeadlineExceededError(what + "; the server did not answer in " +
+                               std::to_string(timeout.count()) + " ms");
+}
+
 // One kept-alive connection and the reader holding any bytes it buffered.
 struct Conn {
   std::unique_ptr<internal::Stream> stream;
@@ -133,7 +154,9 @@ class ClientImpl final : public HttpClient {
   Try SendOn(Conn& c, bool reused, const std::string& wire, const ClientRequest& request,
              std::chrono::steady_clock::time_point deadline, Ms timeout,
              StatusOr<ClientResponse>& out, bool& keep);
-  std::string Head(const ClientRequest& request) const;
+  // The request line and headers, through the blank line; `close` asks the
+  // server to end the connection after its answer.
+  std::string Head(const ClientRequest& request, bool close) const;
   std::optional<Conn> TakeIdle();
   void PutIdle(Conn c);
 
@@ -177,7 +200,7 @@ void ClientImpl::PutIdle(Conn c) {
   idle_.push_back(std::move(c));
 }
 
-std::string ClientImpl::Head(const ClientRequest& request) const {
+std::string ClientImpl::Head(const ClientRequest& request, bool close) const {
   std::string head;
   head.reserve(256 + request.path.size());
   head += request.method;
@@ -190,7 +213,7 @@ std::string ClientImpl::Head(const ClientRequest& request) const {
   head += std::to_string(url_.port);
   head += "\r\nUser-Agent: ";
   head += opts_.user_agent;
-  head += "\r\n";
+  head += close ? "\r\nConnection: close\r\n" : "\r\n";
   bool has_auth = false, has_type = false;
   for (const auto& [k, v] : request.headers) {
     const std::string name = Lower(k);
@@ -218,16 +241,7 @@ std::string ClientImpl::Head(const ClientRequest& request) const {
 }
 
 StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms timeout) {
-  if (!ValidPath(request.path)) {
-    return InvalidArgumentError("bad request path \"" + request.path +
-                                "\": it must start with / and carry no spaces or control "
-                                "characters (percent-encode them)");
-  }
-  for (const auto& [k, v] : request.headers) {
-    if (!ValidHeader(k, v)) {
-      return InvalidArgumentError("bad request header \"" + k + "\" on " + request.path);
-    }
-  }
+  ACCELPOOL_RETURN_IF_ERROR(CheckRequest(request));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (opts_.max_connections > 0) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -251,7 +265,7 @@ StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms
       self->slot_free_.notify_one();
     }
   } slot{this};
-  const std::string wire = Head(request) + request.body;
+  const std::string wire = Head(request, /*close=*/false) + request.body;
   // A kept-alive connection first; when the server turns out to have closed
   // it, once more on a new connection.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -274,9 +288,7 @@ StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms
     if (t == Try::kDone && keep && c->reader->buffered() == 0) PutIdle(std::move(*c));
     return out;
   }
-  return DeadlineExceededError(request.method + " " + request.path +
-                               ": the server did not answer in " +
-                               std::to_string(timeout.count()) + " ms");
+  return TimedOut(request.method + " " + request.path, timeout);
 }
 
 ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire,
@@ -286,8 +298,7 @@ ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire
   const std::string what = request.method + " " + request.path;
   auto failed = [&](const Status& st) {
     if (st.code() == StatusCode::kDeadlineExceeded) {
-      out = DeadlineExceededError(what + ": the server did not answer in " +
-                                  std::to_string(timeout.count()) + " ms");
+      out = TimedOut(what, timeout);
     } else {
       out = UnavailableError(what + ": " + st.message() + "; check that the server is reachable");
     }
@@ -367,8 +378,7 @@ StatusOr<ClientResponse> ClientImpl::SendCpprest(const ClientRequest& request, M
   } catch (const web::http::http_exception& e) {
     const std::string what = request.method + " " + request.path + ": " + e.what();
     if (e.error_code() == std::errc::timed_out) {
-      return DeadlineExceededError(what + "; the server did not answer in " +
-                                   std::to_string(timeout.count()) + " ms");
+      return TimedOut(what, timeout);
     }
     return UnavailableError(what + "; check that the server is reachable");
   } catch (const web::uri_exception& e) {
@@ -382,6 +392,7 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
                                const std::function<void(const ClientResponse& head)>& on_head,
                                const std::function<bool(std::string_view line)>& on_line,
                                std::stop_token stop, Ms idle_timeout) {
+  ACCELPOOL_RETURN_IF_ERROR(CheckRequest(request));
   const Ms connect_timeout = request.timeout.value_or(opts_.timeout);
   auto conn =
       internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, connect_timeout);
@@ -389,17 +400,7 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
   internal::Stream& s = **conn;
   // Wake the blocked read when the caller stops.
   std::stop_callback on_stop(stop, [&s] { s.Shutdown(); });
-  std::string head = request.method + " " + url_.base_path + request.path + " HTTP/1.1\r\n";
-  head += "Host: " + url_.host + ":" + std::to_string(url_.port) + "\r\n";
-  head += "User-Agent: " + opts_.user_agent + "\r\nConnection: close\r\n";
-  if (!opts_.bearer_token.empty() && request.headers.count("authorization") == 0) {
-    head += "Authorization: Bearer " + opts_.bearer_token + "\r\n";
-  }
-  for (const auto& [k, v] : request.headers) head += k + ": " + v + "\r\n";
-  if (!request.body.empty())
-    head += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
-  head += "\r\n";
-  if (!s.Write(head + request.body)) {
+  if (!s.Write(Head(request, /*close=*/true) + request.body)) {
     return stop.stop_requested() ? Status(StatusCode::kCancelled, "stopped")
                                  : UnavailableError("connection lost sending " + request.path);
   }
@@ -411,11 +412,9 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
   auto resp_head = reader.ReadHead(64 << 10, connect_timeout);
   if (!resp_head.ok()) return fail(resp_head.status());
   ClientResponse h;
-  const std::string status_line = internal::ParseHeaders(*resp_head, h.headers);
-  if (status_line.size() < 12 || status_line.rfind("HTTP/1.", 0) != 0) {
-    return UnavailableError("malformed response from " + url_.host + ": " + status_line);
-  }
-  h.status = std::atoi(status_line.c_str() + 9);
+  StatusOr<int> status = internal::ParseStatusLine(internal::ParseHeaders(*resp_head, h.headers));
+  if (!status.ok()) return status.status().WithPrefix("answer from " + url_.host);
+  h.status = *status;
   if (on_head) on_head(h);
 
   const bool chunked = Lower(h.headers["transfer-encoding"]).find("chunked") != std::string::npos;

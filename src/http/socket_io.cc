@@ -287,6 +287,17 @@ StatusOr<std::string> Reader::ReadSome(Ms timeout) {
   return out;
 }
 
+StatusOr<int> ParseStatusLine(const std::string& line) {
+  if (line.size() < 12 || line.rfind("HTTP/1.", 0) != 0) {
+    return UnavailableError("malformed answer: \"" + line.substr(0, 80) + "\"");
+  }
+  const int status = std::atoi(line.c_str() + 9);
+  if (status < 100 || status > 599) {
+    return UnavailableError("malformed status in \"" + line.substr(0, 80) + "\"");
+  }
+  return status;
+}
+
 StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
                                       std::chrono::steady_clock::time_point deadline,
                                       bool* keep_alive) {
@@ -306,13 +317,9 @@ StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
     if (!head.ok()) return head.status();
     resp.headers.clear();
     const std::string status_line = ParseHeaders(*head, resp.headers);
-    if (status_line.size() < 12 || status_line.rfind("HTTP/1.", 0) != 0) {
-      return UnavailableError("malformed answer: \"" + status_line.substr(0, 80) + "\"");
-    }
-    resp.status = std::atoi(status_line.c_str() + 9);
-    if (resp.status < 100 || resp.status > 599) {
-      return UnavailableError("malformed status in \"" + status_line.substr(0, 80) + "\"");
-    }
+    StatusOr<int> status = ParseStatusLine(status_line);
+    if (!status.ok()) return status.status();
+    resp.status = *status;
     if (resp.status >= 200 || resp.status == 101) {
       *keep_alive = status_line.rfind("HTTP/1.1", 0) == 0;
       break;

@@ -107,6 +107,10 @@ StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
                                       std::chrono::steady_clock::time_point deadline,
                                       bool* keep_alive);
 
+// The status code of an "HTTP/1.x NNN reason" line; kUnavailable, quoting the
+// line, when it is not one.
+StatusOr<int> ParseStatusLine(const std::string& line);
+
 // Splits "Name: value" lines into lower-case header names; returns the first line.
 std::string ParseHeaders(const std::string& head, Headers& out);
 std::string_view ReasonPhrase(int status);
