@@ -499,6 +499,56 @@ TEST_F(TlsTest, CertificateReloadedWhenFilesChange) {
   EXPECT_FALSE(after_one->Send(req).ok());
 }
 
+// A client context resumes the session of a server it already verified: the
+// second connection skips the certificate exchange, and the server still sees
+// the client's certificate. A context of its own starts from a full handshake.
+TEST_F(TlsTest, ReconnectionResumesTheSessionAndKeepsTheClientIdentity) {
+  auto server_cert = ca_->Issue("server", "server", true);
+  auto client_cert = ca_->Issue("scheduler", "client", false);
+  auto s = Serve(Tls(server_cert.cert_file, server_cert.key_file, ca_->ca_file()));
+  ClientOptions opts = CaFile(ca_->ca_file());
+  opts.client_cert_file = client_cert.cert_file;
+  opts.client_key_file = client_cert.key_file;
+  // One request on a new connection: whether it resumed, and the answer.
+  auto request = [&](const internal::SslCtxPtr& ctx) -> std::pair<bool, std::string> {
+    auto conn = internal::Connect("127.0.0.1", s->port(), ctx, true, 2s);
+    if (!conn.ok()) return {false, conn.status().ToString()};
+    (*conn)->Write("GET /who HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    std::string got;
+    char buf[4096];
+    for (long n; (n = (*conn)->Read(buf, sizeof(buf), 2s)) > 0;) got.append(buf, n);
+    return {(*conn)->TlsResumed(), got};
+  };
+  auto ctx = internal::ClientContext(opts);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  auto [first_resumed, first] = request(*ctx);
+  EXPECT_FALSE(first_resumed);
+  EXPECT_NE(first.find("CN=scheduler"), std::string::npos) << first;
+  for (int i = 0; i < 3; ++i) {
+    auto [resumed, body] = request(*ctx);
+    EXPECT_TRUE(resumed) << "connection " << i + 2;
+    EXPECT_NE(body.find("CN=scheduler"), std::string::npos) << body;
+  }
+  auto other = internal::ClientContext(opts);
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(request(*other).first);
+  // A server that no longer knows the session (a restart: new ticket keys)
+  // answers with a full handshake, and the request goes through.
+  const uint16_t port = s->port();
+  s->Stop();
+  s.reset();
+  ServerOptions o = LocalServer(port);
+  o.tls = Tls(server_cert.cert_file, server_cert.key_file, ca_->ca_file());
+  auto again = NewHttpServer(o);
+  again->Handle("GET", "/who", [](const Request& r) {
+    return Response::Json(200, "{\"subject\":\"" + r.client_cert_subject + "\"}");
+  });
+  ASSERT_TRUE(again->Start().ok());
+  auto conn = internal::Connect("127.0.0.1", port, *ctx, true, 2s);
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  EXPECT_FALSE((*conn)->TlsResumed());
+}
+
 // Declared last: it changes the process's environment for the tests after it.
 TEST_F(TlsTest, TrustIsUnchangedWhenOpenSslDefaultPathsAreDisabled) {
   const char* before = std::getenv("SSL_CERT_FILE");

@@ -68,8 +68,14 @@ class PlainImpl final : public Stream {
 
 class TlsImpl final : public Stream {
  public:
-  TlsImpl(int fd, SSL* ssl, SslCtxPtr ctx) : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)) {}
+  TlsImpl(int fd, SSL* ssl, SslCtxPtr ctx, std::string peer = "")
+      : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)), peer_(std::move(peer)) {}
   ~TlsImpl() override {
+    // Closing without a close_notify would mark the connection's session as
+    // not resumable (OpenSSL's truncation guard); HTTP framing already tells
+    // a truncated answer, so the session stays usable for the next connection.
+    SSL_set_quiet_shutdown(ssl_, 1);
+    SSL_shutdown(ssl_);
     SSL_free(ssl_);
     ::close(fd_);
   }
@@ -106,6 +112,9 @@ class TlsImpl final : public Stream {
   }
   void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
   bool Readable() override { return SSL_pending(ssl_) > 0 || WaitFd(fd_, POLLIN, Ms(0)) != 0; }
+  bool TlsResumed() const override { return SSL_session_reused(ssl_) == 1; }
+  // The peer key OfferSession records on ssl_ (stable: the object is on the heap).
+  const std::string* peer() const { return &peer_; }
   std::string PeerCertSubject() const override {
     X509* cert = SSL_get1_peer_certificate(ssl_);
     if (cert == nullptr) return "";
@@ -119,6 +128,7 @@ class TlsImpl final : public Stream {
   const int fd_;
   SSL* const ssl_;
   const SslCtxPtr ctx_;
+  const std::string peer_;
 };
 
 }  // namespace
@@ -198,13 +208,15 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
   SSL_set_fd(ssl, fd);
   SSL_set_tlsext_host_name(ssl, host.c_str());
   if (verify_host) SSL_set1_host(ssl, host.c_str());
-  auto stream = std::make_unique<TlsImpl>(fd, ssl, tls);
+  auto stream = std::make_unique<TlsImpl>(fd, ssl, tls, host + ":" + port_s);
+  OfferSession(ssl, stream->peer());
   for (;;) {
     const int r = SSL_connect(ssl);
     if (r == 1) break;
     const int err = SSL_get_error(ssl, r);
     if (err == SSL_ERROR_WANT_READ && WaitFd(fd, POLLIN, timeout) == 1) continue;
     if (err == SSL_ERROR_WANT_WRITE && WaitFd(fd, POLLOUT, timeout) == 1) continue;
+    ForgetSession(ssl);
     const long verify = SSL_get_verify_result(ssl);
     std::string msg = SslError("TLS handshake with " + host + ":" + port_s + " failed");
     if (verify != X509_V_OK) {

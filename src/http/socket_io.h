@@ -17,6 +17,7 @@
 #include "http/http.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
 
 namespace accelpool::http::internal {
 
@@ -37,6 +38,8 @@ class Stream {
   // blocking. An idle kept-alive client connection that is readable was
   // closed by the server (or sent something unasked) and must not be reused.
   virtual bool Readable() = 0;
+  // True for a TLS connection whose handshake resumed an earlier session.
+  virtual bool TlsResumed() const { return false; }
 };
 
 // Takes ownership of `fd`.
@@ -55,8 +58,17 @@ std::string SslError(std::string_view what);
 
 // Server context from PEM files; client CA enables required client certs.
 StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls);
-// Client context: CA file/PEM (system store when both empty), client cert.
+// Client context: CA file/PEM (system store when both empty), client cert,
+// and a cache of the last session ticket per server for resumption.
 StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o);
+// Before the client handshake: records `peer` ("host:port", must outlive
+// `ssl`) as where `ssl` connects and offers that peer's cached session, if
+// `ssl`'s context was made by ClientContext. A server that no longer accepts
+// the session answers with a full handshake.
+void OfferSession(SSL* ssl, const std::string* peer);
+// After a failed client handshake: the next connection to the peer OfferSession
+// recorded on `ssl` starts a full handshake.
+void ForgetSession(SSL* ssl);
 // Where OpenSSL's default CA paths pointed before DisableDefaultCaPaths;
 // nullptr when it was not called.
 struct DefaultCaPaths {

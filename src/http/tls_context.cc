@@ -1,6 +1,8 @@
 // OpenSSL contexts for the server and the client (CA bundles, client
 // certificates, inline PEM data).
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -29,6 +31,51 @@ namespace {
 
 SslCtxPtr WrapCtx(SSL_CTX* c) {
   return SslCtxPtr(c, [](SSL_CTX* p) { SSL_CTX_free(p); });
+}
+
+// The last resumable session of each peer ("host:port") a client context
+// connected to. Owned by the SSL_CTX (freed with it through the ex_data free
+// callback).
+struct SessionCache {
+  std::mutex mu;
+  std::map<std::string, SSL_SESSION*> by_peer;  // guarded by mu; one reference each
+  ~SessionCache() {
+    for (auto& [peer, session] : by_peer) SSL_SESSION_free(session);
+  }
+};
+
+void FreeSessionCache(void* /*parent*/, void* ptr, CRYPTO_EX_DATA* /*ad*/, int /*idx*/,
+                      long /*argl*/, void* /*argp*/) {
+  delete static_cast<SessionCache*>(ptr);
+}
+
+int SessionCacheIndex() {
+  static const int index =
+      SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, &FreeSessionCache);
+  return index;
+}
+
+// SSL ex_data: the peer key (a std::string owned by the connection).
+int PeerIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+SessionCache* CacheOf(SSL_CTX* ctx) {
+  return static_cast<SessionCache*>(SSL_CTX_get_ex_data(ctx, SessionCacheIndex()));
+}
+
+// OpenSSL's new-session callback: keeps the session for the next connection
+// to the same peer. Returns 1 when it took the reference.
+int StoreSession(SSL* ssl, SSL_SESSION* session) {
+  SessionCache* cache = CacheOf(SSL_get_SSL_CTX(ssl));
+  const auto* peer = static_cast<const std::string*>(SSL_get_ex_data(ssl, PeerIndex()));
+  if (cache == nullptr || peer == nullptr || SSL_SESSION_is_resumable(session) != 1) return 0;
+  std::lock_guard<std::mutex> lock(cache->mu);
+  SSL_SESSION*& slot = cache->by_peer[*peer];
+  if (slot != nullptr) SSL_SESSION_free(slot);
+  slot = session;
+  return 1;
 }
 
 // Loads PEM certificates from memory into the context's trust store.
@@ -91,6 +138,10 @@ StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls) {
     }
     SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
+  // Sessions (and the client certificate they carry) resume only within
+  // this context: a reload builds a new one, with new ticket keys.
+  static constexpr unsigned char kSessionContext[] = "accelpool-http";
+  SSL_CTX_set_session_id_context(ctx.get(), kSessionContext, sizeof(kSessionContext) - 1);
   return ctx;
 }
 
@@ -140,7 +191,42 @@ StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o) {
   }
   SSL_CTX_set_verify(ctx.get(), o.insecure_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                      nullptr);
+  // Session resumption: a new connection to a server this context has
+  // already verified offers the server's last session ticket, which skips
+  // the certificate exchange and its signature checks on both sides (a burst
+  // of requests after an idle spell opens many connections at once).
+  if (SessionCacheIndex() >= 0 && PeerIndex() >= 0 &&
+      SSL_CTX_set_ex_data(ctx.get(), SessionCacheIndex(), new SessionCache) == 1) {
+    SSL_CTX_set_session_cache_mode(ctx.get(),
+                                   SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    // A server that closes without a close_notify (common over HTTP) would
+    // otherwise leave an error that marks the session not resumable; HTTP's
+    // own framing tells a truncated answer.
+    SSL_CTX_set_options(ctx.get(), SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_sess_set_new_cb(ctx.get(), &StoreSession);
+  }
   return ctx;
+}
+
+void OfferSession(SSL* ssl, const std::string* peer) {
+  SessionCache* cache = CacheOf(SSL_get_SSL_CTX(ssl));
+  if (cache == nullptr || SSL_set_ex_data(ssl, PeerIndex(), const_cast<std::string*>(peer)) != 1) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(cache->mu);
+  auto it = cache->by_peer.find(*peer);
+  if (it != cache->by_peer.end()) SSL_set_session(ssl, it->second);  // takes its own reference
+}
+
+void ForgetSession(SSL* ssl) {
+  SessionCache* cache = CacheOf(SSL_get_SSL_CTX(ssl));
+  const auto* peer = static_cast<const std::string*>(SSL_get_ex_data(ssl, PeerIndex()));
+  if (cache == nullptr || peer == nullptr) return;
+  std::lock_guard<std::mutex> lock(cache->mu);
+  auto it = cache->by_peer.find(*peer);
+  if (it == cache->by_peer.end()) return;
+  SSL_SESSION_free(it->second);
+  cache->by_peer.erase(it);
 }
 
 void ShareClientContext(SSL_CTX* from, SSL_CTX* to) {

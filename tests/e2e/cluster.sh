@@ -268,7 +268,7 @@ EOF
     --authorization-mode Node,RBAC --allow-privileged=true \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,ResourceQuota,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
     --disable-admission-plugins TaintNodesByCondition \
-    --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling=false
+    --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling="${E2E_APISERVER_PROFILING:-false}"
 
   # (TaintNodesByCondition is off: its not-ready taint is removed by the node
   # lifecycle controller of kube-controller-manager, which this plane lacks.)
