@@ -408,8 +408,8 @@ class TlsTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::unique_ptr<HttpServer> Serve(const TlsOptions& tls) {
-    ServerOptions o = LocalServer();
+  std::unique_ptr<HttpServer> Serve(const TlsOptions& tls, uint16_t port = 0) {
+    ServerOptions o = LocalServer(port);
     o.tls = tls;
     auto s = NewHttpServer(o);
     s->Handle("GET", "/who", [](const Request& r) {
@@ -537,13 +537,7 @@ TEST_F(TlsTest, ReconnectionResumesTheSessionAndKeepsTheClientIdentity) {
   const uint16_t port = s->port();
   s->Stop();
   s.reset();
-  ServerOptions o = LocalServer(port);
-  o.tls = Tls(server_cert.cert_file, server_cert.key_file, ca_->ca_file());
-  auto again = NewHttpServer(o);
-  again->Handle("GET", "/who", [](const Request& r) {
-    return Response::Json(200, "{\"subject\":\"" + r.client_cert_subject + "\"}");
-  });
-  ASSERT_TRUE(again->Start().ok());
+  auto again = Serve(Tls(server_cert.cert_file, server_cert.key_file, ca_->ca_file()), port);
   auto conn = internal::Connect("127.0.0.1", port, *ctx, true, 2s);
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
   EXPECT_FALSE((*conn)->TlsResumed());
