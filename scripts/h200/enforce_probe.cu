@@ -3,17 +3,22 @@
 // nvcc; run natively, with libaccelpool-cuda preloaded and limits off, and
 // with limits on. Prints key=value lines only; the script keeps them raw.
 //
-//   info                           versions, device, context size (NVML)
+//   info                           versions, device, context size
 //   memcap <api> <chunk_bytes>     allocate until failure, free, allocate again
 //   meminfo                        cudaMemGetInfo / cuMemGetInfo / NVML views
-//   share <mode> <kernel_us> <s>   throughput share with 1 s window spread
+//   calibrate <kernel_us>          iterations of the fixed-work kernel for
+//                                  about kernel_us alone on the device
+//   share <mode> <kernel_us> <s> [iters kernel_ms]
+//                                  throughput share with 1 s window spread;
+//                                  pass the calibration of a solo run when
+//                                  several processes start together
 //   overhead <launches>            host-side ns per empty-kernel launch
 //   allocbench <rounds>            cuMemAlloc/cuMemFree 256 MB latency
 //   startup                        process start to first kernel done, ms
 //   hold <MiB>                     allocate and wait for stdin to close
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <nvml.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,58 +42,75 @@ const auto kStart = std::chrono::steady_clock::now();
     }                                                                                   \
   } while (0)
 
-// Duration of the last Spin, measured on the device (block 0), in ns. Host
-// timing would include the shim's throttling sleep before the launch.
-__device__ unsigned long long g_spin_ns;
-
-__device__ unsigned long long GlobalTimerNs() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__global__ void Spin(long long cycles) {
-  unsigned long long t0 = GlobalTimerNs();
-  long long start = clock64();
-  while (clock64() - start < cycles) {
+// Fixed work, not fixed time: a dependent FMA chain per thread. A kernel that
+// spins on clock64() counts time its context spends switched out as progress,
+// so with two time-sliced processes both would look close to 100 %.
+__global__ void Work(long long iters, float* sink) {
+  float a = 1.0f + static_cast<float>(threadIdx.x) * 1e-6f;
+  for (long long i = 0; i < iters; ++i) {
+    a = fmaf(a, 0.999999f, 1e-6f);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    g_spin_ns = GlobalTimerNs() - t0;
+  if (a < -1.0f) {  // Never true; keeps the chain alive.
+    sink[blockIdx.x] = a;
   }
-}
-
-// Runs one Spin alone and returns its device-measured duration in ms.
-double SpinMs(long long cycles, int blocks) {
-  Spin<<<blocks, 128>>>(cycles);
-  CHECK_RT(cudaDeviceSynchronize());
-  unsigned long long ns = 0;
-  CHECK_RT(cudaMemcpyFromSymbol(&ns, g_spin_ns, sizeof(ns)));
-  return ns / 1e6;
 }
 
 __global__ void Empty() {}
-
 
 double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-unsigned long long NvmlProcessUsed() {
-  nvmlDevice_t dev;
-  if (nvmlInit_v2() != NVML_SUCCESS || nvmlDeviceGetHandleByIndex_v2(0, &dev) != NVML_SUCCESS) {
-    return 0;
+// Device memory in use on GPU 0 as the host driver reports it (MiB), read by
+// nvidia-smi outside the shim. NVML's per-process figures are keyed by host
+// PIDs, which a container or sandbox does not see; the device-wide figure on
+// an otherwise idle GPU is the truth the shim's count is checked against.
+long SmiUsedMib() {
+  FILE* f = popen("env -u LD_PRELOAD nvidia-smi -i 0 --query-gpu=memory.used "
+                  "--format=csv,noheader,nounits 2>/dev/null", "r");
+  if (f == nullptr) {
+    return -1;
   }
-  unsigned int count = 64;
-  nvmlProcessInfo_t infos[64];
-  if (nvmlDeviceGetComputeRunningProcesses(dev, &count, infos) != NVML_SUCCESS) {
-    return 0;
+  long mib = -1;
+  if (std::fscanf(f, "%ld", &mib) != 1) {
+    mib = -1;
   }
-  for (unsigned i = 0; i < count; ++i) {
-    if (infos[i].pid == static_cast<unsigned>(getpid())) {
-      return infos[i].usedGpuMemory;
-    }
+  pclose(f);
+  return mib;
+}
+
+// NVML through dlopen/dlsym at run time, as applications do: no nvml.h or
+// -lnvidia-ml at build time, and with the shim preloaded dlsym hands out its
+// hook, which is what the truth check exercises.
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct Nvml {
+  int (*init)() = nullptr;
+  int (*handle_by_index)(unsigned, void**) = nullptr;
+  int (*memory_info)(void*, NvmlMemory*) = nullptr;
+  int (*driver_version)(char*, unsigned) = nullptr;
+  bool ok = false;
+};
+
+Nvml LoadNvml() {
+  Nvml n;
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (lib == nullptr) {
+    return n;
   }
-  return 0;  // In a PID namespace NVML reports host PIDs: see the docs.
+  n.init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+  n.handle_by_index =
+      reinterpret_cast<int (*)(unsigned, void**)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  n.memory_info =
+      reinterpret_cast<int (*)(void*, NvmlMemory*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+  n.driver_version =
+      reinterpret_cast<int (*)(char*, unsigned)>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+  n.ok = n.init != nullptr && n.handle_by_index != nullptr && n.memory_info != nullptr &&
+         n.init() == 0;
+  return n;
 }
 
 CUfunction FunctionOf(const void* symbol) {
@@ -98,6 +120,7 @@ CUfunction FunctionOf(const void* symbol) {
 }
 
 int Info() {
+  long smi_before = SmiUsedMib();
   int driver = 0;
   int runtime = 0;
   cudaDriverGetVersion(&driver);
@@ -109,14 +132,17 @@ int Info() {
   cuDeviceGetName(name, sizeof(name), d);
   int sms = 0;
   cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
-  unsigned long long before = NvmlProcessUsed();
   CHECK_RT(cudaFree(nullptr));  // Creates the primary context.
-  unsigned long long ctx = NvmlProcessUsed();
-  char nvml_driver[96] = {};
-  nvmlSystemGetDriverVersion(nvml_driver, sizeof(nvml_driver));
-  std::printf("driver_api=%d runtime=%d driver=%s device=\"%s\" sms=%d nvml_before=%llu "
-              "nvml_context_bytes=%llu\n",
-              driver, runtime, nvml_driver, name, sms, before, ctx);
+  long smi_after = SmiUsedMib();
+  char nvml_driver[96] = "?";
+  Nvml nvml = LoadNvml();
+  if (nvml.ok && nvml.driver_version != nullptr) {
+    nvml.driver_version(nvml_driver, sizeof(nvml_driver));
+  }
+  std::printf("driver_api=%d runtime=%d driver=%s device=\"%s\" sms=%d smi_used_before_mib=%ld "
+              "smi_used_with_context_mib=%ld context_mib=%ld\n",
+              driver, runtime, nvml_driver, name, sms, smi_before, smi_after,
+              smi_before >= 0 && smi_after >= 0 ? smi_after - smi_before : -1);
   return 0;
 }
 
@@ -203,8 +229,9 @@ int MemCap(const std::string& api, size_t chunk) {
   cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
   CUmemoryPool pool = nullptr;
   cuDeviceGetDefaultMemPool(&pool, 0);
-  unsigned long long ctx = NvmlProcessUsed();
-  const size_t max_total = api == "host" ? (8ULL << 30) : (200ULL << 30);
+  const long smi_base = SmiUsedMib();  // This process's context included.
+  // Host memory must not count: 1.5 GiB of it under a 1 GiB cap shows that.
+  const size_t max_total = api == "host" ? (3ULL << 29) : (200ULL << 30);
   for (int round = 0; round < 2; ++round) {
     std::vector<Held> held;
     CUresult first = CUDA_SUCCESS;
@@ -227,10 +254,14 @@ int MemCap(const std::string& api, size_t chunk) {
     cuMemGetInfo(&shim_free, &shim_total);
     const char* name = nullptr;
     cuGetErrorName(first, &name);
+    // Device memory the driver really holds for these allocations (round 0
+    // only: each nvidia-smi call costs a fraction of a second).
+    long smi_peak = round == 0 ? SmiUsedMib() : -1;
     std::printf("round=%d api=%s chunk=%zu count=%zu bytes=%zu first_error=%s "
-                "nvml_process_used=%llu context_nvml=%llu reported_free=%zu reported_total=%zu\n",
-                round, api.c_str(), chunk, held.size(), total, name ? name : "?",
-                NvmlProcessUsed(), ctx, shim_free, shim_total);
+                "smi_used_with_context_mib=%ld smi_used_at_peak_mib=%ld "
+                "reported_free=%zu reported_total=%zu\n",
+                round, api.c_str(), chunk, held.size(), total, name ? name : "?", smi_base,
+                smi_peak, shim_free, shim_total);
     for (Held& h : held) FreeOne(h, stream);
   }
   return 0;
@@ -246,11 +277,13 @@ int MemInfo() {
   CUresult c = cuMemGetInfo(&cf, &ct);
   size_t dt = 0;
   cuDeviceTotalMem(&dt, 0);
-  nvmlMemory_t m = {};
-  nvmlDevice_t dev;
-  nvmlInit_v2();
-  nvmlDeviceGetHandleByIndex_v2(0, &dev);
-  nvmlReturn_t n = nvmlDeviceGetMemoryInfo(dev, &m);
+  NvmlMemory m = {};
+  int n = -1;
+  Nvml nvml = LoadNvml();
+  void* dev = nullptr;
+  if (nvml.ok && nvml.handle_by_index(0, &dev) == 0) {
+    n = nvml.memory_info(dev, &m);
+  }
   std::printf("cudaMemGetInfo_rc=%d free=%zu total=%zu null_free_rc=%d total_only=%zu "
               "cuMemGetInfo_rc=%d cu_free=%zu cu_total=%zu cuDeviceTotalMem=%zu nvml_rc=%d "
               "nvml_total=%llu nvml_used=%llu nvml_free=%llu\n",
@@ -258,29 +291,76 @@ int MemInfo() {
   return 0;
 }
 
-// Calibrates Spin so that one launch of `blocks` blocks takes about `us`.
-long long CyclesFor(double us, int blocks) {
-  const long long probe = 2000000;
-  SpinMs(probe, blocks);  // Warm-up.
-  double ms = SpinMs(probe, blocks);
-  return static_cast<long long>(probe * (us / 1000.0) / ms);
+// One launch of the fixed-work kernel over `blocks` blocks, alone on the
+// device, timed with events; returns ms.
+double WorkMs(long long iters, int blocks, float* sink) {
+  cudaEvent_t a, b;
+  CHECK_RT(cudaEventCreate(&a));
+  CHECK_RT(cudaEventCreate(&b));
+  CHECK_RT(cudaEventRecord(a));
+  Work<<<blocks, 128>>>(iters, sink);
+  CHECK_RT(cudaEventRecord(b));
+  CHECK_RT(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK_RT(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms;
 }
 
-int Share(const std::string& mode, double kernel_us, double seconds) {
-  CHECK_RT(cudaFree(nullptr));
+struct Calibration {
+  long long iters = 0;
+  double kernel_ms = 0;
+};
+
+// Iterations for about `us` per launch, and the mean solo duration of that
+// launch. Must run alone on the device: contention would stretch it.
+Calibration Calibrate(double us, int blocks, float* sink) {
+  const long long probe = 1 << 20;
+  WorkMs(probe, blocks, sink);  // Warm-up (module load, clocks).
+  double ms = WorkMs(probe, blocks, sink);
+  Calibration c;
+  c.iters = std::max(1LL, static_cast<long long>(probe * (us / 1000.0) / ms));
+  for (int i = 0; i < 5; ++i) {
+    c.kernel_ms += WorkMs(c.iters, blocks, sink) / 5.0;
+  }
+  return c;
+}
+
+int Blocks() {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  const int blocks = sms;  // One wave: 132 blocks on an H200.
-  long long cycles = kernel_us > 0 ? CyclesFor(kernel_us, blocks) : 0;
-  CUfunction spin = FunctionOf(reinterpret_cast<const void*>(&Spin));
+  return sms;  // One wave: 132 blocks on an H200.
+}
+
+int CalibrateCmd(double kernel_us) {
+  CHECK_RT(cudaFree(nullptr));
+  float* sink = nullptr;
+  CHECK_RT(cudaMalloc(&sink, 4096 * sizeof(float)));
+  Calibration c = Calibrate(kernel_us, Blocks(), sink);
+  std::printf("iters=%lld kernel_ms=%.4f\n", c.iters, c.kernel_ms);
+  return 0;
+}
+
+int Share(const std::string& mode, double kernel_us, double seconds, long long given_iters,
+          double given_ms) {
+  CHECK_RT(cudaFree(nullptr));
+  const int blocks = Blocks();
+  float* sink = nullptr;
+  CHECK_RT(cudaMalloc(&sink, 4096 * sizeof(float)));
+  Calibration cal;
+  if (given_iters > 0 && given_ms > 0) {
+    cal.iters = given_iters;
+    cal.kernel_ms = given_ms;
+  } else {
+    cal = Calibrate(kernel_us, blocks, sink);
+  }
+  long long iters = cal.iters;
+  const double kernel_ms = cal.kernel_ms;
+  CUfunction work = FunctionOf(reinterpret_cast<const void*>(&Work));
   CUstream stream;
   cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
-  void* params[] = {&cycles};
-  // Duration of one launch running alone, measured on the device.
-  double kernel_ms = 0;
-  for (int i = 0; i < 5; ++i) {
-    kernel_ms += SpinMs(cycles, blocks) / 5.0;
-  }
+  void* params[] = {&iters, &sink};
 
   CUgraphExec graph = nullptr;
   if (mode == "graph") {
@@ -288,7 +368,7 @@ int Share(const std::string& mode, double kernel_us, double seconds) {
     cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking);
     cudaGraph_t g;
     cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal);
-    Spin<<<blocks, 128, 0, cap>>>(cycles);
+    Work<<<blocks, 128, 0, cap>>>(iters, sink);
     cudaStreamEndCapture(cap, &g);
     cudaGraphExec_t exec;
     CHECK_RT(cudaGraphInstantiate(&exec, g, 0));
@@ -313,11 +393,11 @@ int Share(const std::string& mode, double kernel_us, double seconds) {
   while (std::chrono::steady_clock::now() < end) {
     CUresult rc = CUDA_SUCCESS;
     if (mode == "kernel" || mode == "sync") {
-      rc = cuLaunchKernel(spin, blocks, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+      rc = cuLaunchKernel(work, blocks, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
     } else if (mode == "ex") {
-      rc = cuLaunchKernelEx(&cfg, spin, params, nullptr);
+      rc = cuLaunchKernelEx(&cfg, work, params, nullptr);
     } else if (mode == "coop") {
-      rc = cuLaunchCooperativeKernel(spin, blocks, 1, 1, 128, 1, 1, 0, stream, params);
+      rc = cuLaunchCooperativeKernel(work, blocks, 1, 1, 128, 1, 1, 0, stream, params);
     } else if (mode == "graph") {
       rc = cuGraphLaunch(graph, stream);
     }
@@ -439,7 +519,11 @@ int main(int argc, char** argv) {
   if (cmd == "info") return Info();
   if (cmd == "memcap" && argc == 4) return MemCap(argv[2], std::strtoull(argv[3], nullptr, 10));
   if (cmd == "meminfo") return MemInfo();
-  if (cmd == "share" && argc == 5) return Share(argv[2], std::atof(argv[3]), std::atof(argv[4]));
+  if (cmd == "calibrate" && argc == 3) return CalibrateCmd(std::atof(argv[2]));
+  if (cmd == "share" && (argc == 5 || argc == 7)) {
+    return Share(argv[2], std::atof(argv[3]), std::atof(argv[4]),
+                 argc == 7 ? std::atoll(argv[5]) : 0, argc == 7 ? std::atof(argv[6]) : 0.0);
+  }
   if (cmd == "overhead" && argc == 3) return Overhead(std::atol(argv[2]));
   if (cmd == "allocbench" && argc == 3) return AllocBench(std::atoi(argv[2]));
   if (cmd == "startup") return Startup();

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds the device plugin on a machine with NVIDIA GPUs, runs NVML discovery
-# and records what NVML reports: per GPU the UUID, memory, NUMA node, PCI bus,
+# Runs the device plugin's NVML discovery on a machine with NVIDIA GPUs and
+# records what NVML reports: per GPU the UUID, memory, NUMA node, PCI bus,
 # MIG mode, and the measured link matrix (P2P level + NVLink), next to
 # nvidia-smi's own view for comparison.
 #
 #   scripts/h200/nvml_inventory.sh [build-dir]
 #
-# Output: docs/benchmarks/nvml-inventory-<gpu model>.md (and the raw JSON
-# beside it). Needs the NVIDIA driver (libnvidia-ml.so.1) and the build
-# dependencies of the repository; no Kubernetes.
+# The plugin comes from, in order: $ACCELPOOL_PLUGIN_BIN; the bundle in
+# .h200/ (scripts/h200/bundle.sh, for GPU machines without the gRPC stack);
+# a build of this checkout into build-dir (default build-h200).
+# Output: nvml-inventory-<gpu model>.md and the raw JSON beside it, in
+# $INVENTORY_OUT (default docs/benchmarks). Needs the NVIDIA driver
+# (libnvidia-ml.so.1) and python3; no Kubernetes.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,28 +20,35 @@ cd "${repo}"
 
 command -v nvidia-smi >/dev/null || { echo "nvidia-smi not found: run this on a GPU machine" >&2; exit 1; }
 
-cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
-  -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF >/dev/null
-cmake --build "${build}" -j"$(nproc)" --target accelpool-device-plugin
-
-bin="${build}/src/cmd/device_plugin/accelpool-device-plugin"
+if [[ -n ${ACCELPOOL_PLUGIN_BIN:-} ]]; then
+  bin="${ACCELPOOL_PLUGIN_BIN}"
+elif [[ -x ${repo}/.h200/bin/accelpool-device-plugin ]]; then
+  bin="${repo}/.h200/bin/accelpool-device-plugin"
+  export LD_LIBRARY_PATH="${repo}/.h200/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+else
+  cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
+    -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF >/dev/null
+  cmake --build "${build}" -j"$(nproc)" --target accelpool-device-plugin
+  bin="${build}/src/cmd/device_plugin/accelpool-device-plugin"
+fi
+echo "plugin: ${bin}"
 model="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/^NVIDIA //; s/[^A-Za-z0-9]/-/g')"
-out_dir="${repo}/docs/benchmarks"
+out_dir="${INVENTORY_OUT:-${repo}/docs/benchmarks}"
 mkdir -p "${out_dir}"
 json="${out_dir}/nvml-inventory-${model,,}.json"
 md="${out_dir}/nvml-inventory-${model,,}.md"
 
-start=$(date +%s.%N)
+start=$(date +%s%N)
 "${bin}" --backend=nvidia --print-inventory --node-name="$(hostname)" > "${json}"
-end=$(date +%s.%N)
+end=$(date +%s%N)
 
 {
   echo "# NVML inventory on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/h200/nvml_inventory.sh."
   echo "Driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1);"
-  echo "discovery took $(echo "${end} - ${start}" | bc) s (process start to exit)."
+  echo "discovery took $(( (end - start) / 1000000 )) ms (process start to exit)."
   echo
   echo "## What accelpool read through NVML"
   echo
@@ -75,4 +85,5 @@ PY
   echo '```'
 } > "${md}"
 
+cat "${md}"
 echo "wrote ${md} and ${json}"

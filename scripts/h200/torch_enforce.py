@@ -4,7 +4,11 @@ Modes (key=value output, one line per result):
   mem                 allocate 256 MiB tensors until OOM; report the error type,
                       memory_reserved() and mem_get_info()
   matmul <seconds>    4096x4096 fp16 matmul loop; iterations/s and TFLOP/s
-  resnet <seconds>    ResNet50 fp16 inference, batch 8, random weights; images/s
+  resnet <seconds> [batch] [start_at]
+                      ResNet50 fp16 inference, random weights (no download),
+                      batch 8 by default; images/s. With start_at (Unix time)
+                      the timed loop starts then, after the model is built and
+                      warm, so that several replicas run side by side.
 """
 import sys
 import time
@@ -60,7 +64,7 @@ def matmul(seconds):
     print(f"matmul_iters_per_s={n / dt:.1f} tflops={n * 2 * 4096 ** 3 / dt / 1e12:.1f}")
 
 
-def resnet(seconds):
+def resnet(seconds, batch=8, start_at=0.0):
     import torch
     try:
         import torchvision
@@ -68,20 +72,24 @@ def resnet(seconds):
         print("resnet=SKIPPED reason=\"torchvision not installed\"")
         return
     model = torchvision.models.resnet50(weights=None).cuda().half().eval()
-    x = torch.randn(8, 3, 224, 224, device="cuda", dtype=torch.float16)
+    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
     with torch.no_grad():
-        for _ in range(5):
+        for _ in range(10):
             model(x)
         torch.cuda.synchronize()
+        late = time.time() - start_at if start_at > 0 else 0.0
+        if start_at > 0 and late < 0:
+            time.sleep(-late)
         n = 0
         start = time.time()
         while time.time() - start < seconds:
             model(x)
-            n += 8
-            if n % 80 == 0:
+            n += batch
+            if n % (10 * batch) == 0:
                 torch.cuda.synchronize()
         torch.cuda.synchronize()
-    print(f"resnet50_images_per_s={n / (time.time() - start):.1f}")
+    print(f"resnet50_batch={batch} resnet50_images_per_s={n / (time.time() - start):.1f} "
+          f"late_s={max(late, 0.0):.1f}")
 
 
 if __name__ == "__main__":
@@ -91,7 +99,9 @@ if __name__ == "__main__":
     elif mode == "matmul":
         matmul(float(sys.argv[2]))
     elif mode == "resnet":
-        resnet(float(sys.argv[2]))
+        resnet(float(sys.argv[2]),
+               int(sys.argv[3]) if len(sys.argv) > 3 else 8,
+               float(sys.argv[4]) if len(sys.argv) > 4 else 0.0)
     else:
         print(__doc__)
         sys.exit(2)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Everything the H200 has to show, as one command on the GPU machine:
+#   1. NVML discovery through the device plugin (scripts/h200/nvml_inventory.sh);
+#   2. the enforcement plan (scripts/h200/run_enforcement.sh).
+# Results land in $OUT (or out/h200): nvml-inventory-*.md/.json,
+# nvml_inventory.log and enforcement_raw.txt. Prepare .h200/ first with
+# scripts/h200/bundle.sh on a machine that builds the project; see
+# docs/enforcement.md ("Running the plan on an H200").
+# Pass ENFORCE_* variables through to rerun parts, e.g.
+#   ENFORCE_SECTIONS="pair replicas" SKIP_INVENTORY=1 scripts/h200/run_all.sh
+set -u
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "${here}/../.." && pwd)"
+out="${OUT:-${repo}/out/h200}"
+mkdir -p "${out}"
+if [[ ${SKIP_INVENTORY:-0} != 1 ]]; then
+  INVENTORY_OUT="${out}" bash "${here}/nvml_inventory.sh" 2>&1 | tee "${out}/nvml_inventory.log"
+fi
+bash "${here}/run_enforcement.sh" "${out}"

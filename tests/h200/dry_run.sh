@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Dry run of the H200 plan (scripts/h200/run_enforcement.sh) on a machine
+# without a GPU: nvidia-smi, nvcc and python3 are stand-ins (tests/h200/mock)
+# that print what each case was started with. The real shim is built and
+# preloaded into the stand-in processes. Checks the script's plumbing, which
+# otherwise first runs on the GPU machine: every section runs inside the
+# budget, each "container" gets its own state dir, the calibration and the
+# measured context size reach the cases that need them.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "${here}/../.." && pwd)"
+out="$(mktemp -d)"
+trap 'rm -rf "${out}"' EXIT
+log="${out}/enforcement_raw.txt"
+PATH="${here}/mock:${PATH}" ENFORCE_SECONDS=1 ENFORCE_SHARE_SECONDS=1 ENFORCE_PAIR_SECONDS=1 \
+  ENFORCE_RESNET_SECONDS=1 ENFORCE_REPLICA_DELAY_S=0 ENFORCE_LAUNCHES=10 \
+  bash "${repo}/scripts/h200/run_enforcement.sh" "${out}" > /dev/null 2>&1
+fails=0
+check() {  # check <description> <command...>
+  if "${@:2}"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
+}
+has() { grep -qE -- "$1" "${log}"; }
+count() { grep -cE -- "$1" "${log}"; }
+check "the raw log was written" test -s "${log}"
+check "the shim was built here" has '^shim=built$'
+check "the probe was built" has '^probe=built$'
+for s in "1. versions" "2. memory cap" "3. what the process" "5. compute share" "8. two containers" \
+         "9. one container" "10. launch overhead" "4. PyTorch memory" "12. ResNet50" \
+         "four ResNet50 replicas" "6. bypass" "7. PyTorch compute" "11. allocation" "done"; do
+  check "section ran: ${s}" has "^=== ${s}"
+done
+check "nothing was skipped for the budget" bash -c "! grep -q 'over the .*budget' '${log}'"
+check "every case exited 0" bash -c "! grep -E '^exit=' '${log}' | grep -qv '^exit=0$'"
+check "the solo calibration reached the share runs" has 'args=share kernel 1000 1 123456 1.0012 '
+check "the measured context size reached the PyTorch memory cases" \
+  test "$(count 'torch_enforce.py mem .* ctx=512 ')" -eq 3
+check "12 memcap cases at a 1 GiB cap, each in its own container" \
+  test "$(grep -E '^cmd=memcap .* mem=1024$' "${log}" | grep -v 'alloc 3145728\|alloc 629145' \
+    | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 12
+check "the 30/70 pair ran in two containers" test "$(grep -E '^(A\(30\)|B\(70\)):' "${log}" \
+  | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 2
+check "four limited replicas, four containers, 25 % and a quarter of the memory" \
+  test "$(grep -E '^\[[1-4]\] py=.*resnet 1 1 .* lim=25 mem=35942 ' "${log}" \
+    | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 4
+check "the SIGKILL case shares one container across its processes" \
+  test "$(sed -n '/^=== 9\./,/^=== 10\./p' "${log}" | grep -E '^cmd=.* mem=1024$' \
+    | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 1
+# A rerun of chosen sections runs only those.
+ENFORCE_SECTIONS="pair" PATH="${here}/mock:${PATH}" ENFORCE_PAIR_SECONDS=1 ENFORCE_SECONDS=1 \
+  bash "${repo}/scripts/h200/run_enforcement.sh" "${out}" > /dev/null 2>&1
+check "ENFORCE_SECTIONS=pair runs the pair and nothing else" \
+  bash -c "grep -q '^=== 8. two containers' '${log}' && ! grep -q '^=== 2. memory cap' '${log}'"
+echo "h200 dry run: ${fails} failed"
+[[ ${fails} -eq 0 ]]
