@@ -108,7 +108,8 @@ build() {
     [[ $f == *_test.cc ]] && continue
     f=$(basename "$f" .cc)
     g++ -std=c++20 -O2 -fPIC -fno-exceptions -fno-rtti -fno-threadsafe-statics \
-      -fvisibility=hidden -I"$ROOT/src" -c "$src/$f.cc" -o "$WORK/$f.o" &
+      -fvisibility=hidden -include "$src/glibc_compat.h" -I"$ROOT/src" -c "$src/$f.cc" \
+      -o "$WORK/$f.o" &
     pids+=($!)
     objs+=("$WORK/$f.o")
   done
@@ -118,8 +119,8 @@ build() {
   local probe_pid=$!
   for f in "${pids[@]}"; do wait "$f" || ok=0; done
   SHIM="$WORK/libaccelpool-cuda.so"
-  if [ "$ok" = 1 ] && g++ -shared -o "$SHIM" "${objs[@]}" -ldl -lpthread -Wl,--as-needed \
-      -Wl,-z,now -Wl,-z,nodelete; then
+  if [ "$ok" = 1 ] && g++ -shared -o "$SHIM" "${objs[@]}" -Wl,--no-as-needed -l:libdl.so.2 \
+      -l:libpthread.so.0 -Wl,--as-needed -Wl,-z,now -Wl,-z,nodelete; then
     echo "shim=built"
   elif [ -f "$ROOT/.h200/lib/libaccelpool-cuda.so" ]; then
     SHIM="$ROOT/.h200/lib/libaccelpool-cuda.so"

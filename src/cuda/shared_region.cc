@@ -178,9 +178,10 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len) {
   // is taken only here, never on an allocation or launch.
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
-  struct stat st;
-  bool ok = fstat(fd, &st) == 0;
-  bool create = ok && st.st_size == 0;
+  // The size through lseek: fstat is a GLIBC_2.33 symbol (glibc_compat.h).
+  off_t size = lseek(fd, 0, SEEK_END);
+  bool ok = size >= 0;
+  bool create = ok && size == 0;
   if (create && ftruncate(fd, static_cast<off_t>(sizeof(RegionLayout))) != 0) {
     ok = false;
   }

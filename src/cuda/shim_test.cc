@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -112,6 +113,61 @@ TEST(ShimTest, LibraryNeedsNoLibstdcxx) {
     EXPECT_EQ(lib.find("libstdc++"), std::string::npos) << lib;
     EXPECT_EQ(lib.find("libcuda"), std::string::npos) << "the driver is opened lazily";
   }
+}
+
+// Through /etc/ld.so.preload the shim is loaded into every process of a
+// container, whatever its image: a version reference newer than the oldest
+// supported glibc (2.17) would stop every process of an older image from
+// starting. glibc_compat.h pins the references; this reads them back.
+TEST(ShimTest, LibraryLoadsOnGlibc217AndLater) {
+  std::ifstream f(ACCELPOOL_SHIM_PATH, std::ios::binary);
+  std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(data.size(), sizeof(Elf64_Ehdr));
+  auto* eh = reinterpret_cast<const Elf64_Ehdr*>(data.data());
+  auto* sh = reinterpret_cast<const Elf64_Shdr*>(data.data() + eh->e_shoff);
+  std::vector<std::string> needed;
+  std::vector<std::string> versions;
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    const char* strtab = data.data() + sh[sh[i].sh_link].sh_offset;
+    if (sh[i].sh_type == SHT_DYNAMIC) {
+      auto* dyn = reinterpret_cast<const Elf64_Dyn*>(data.data() + sh[i].sh_offset);
+      for (size_t j = 0; j < sh[i].sh_size / sizeof(Elf64_Dyn); ++j) {
+        if (dyn[j].d_tag == DT_NEEDED) {
+          needed.emplace_back(strtab + dyn[j].d_un.d_val);
+        }
+      }
+    }
+    if (sh[i].sh_type == SHT_GNU_verneed) {
+      const char* p = data.data() + sh[i].sh_offset;
+      for (;;) {
+        auto* vn = reinterpret_cast<const Elf64_Verneed*>(p);
+        const char* q = p + vn->vn_aux;
+        for (int k = 0; k < vn->vn_cnt; ++k) {
+          auto* aux = reinterpret_cast<const Elf64_Vernaux*>(q);
+          versions.emplace_back(strtab + aux->vna_name);
+          q += aux->vna_next;
+        }
+        if (vn->vn_next == 0) {
+          break;
+        }
+        p += vn->vn_next;
+      }
+    }
+  }
+  ASSERT_FALSE(versions.empty());
+  for (const std::string& v : versions) {
+    SCOPED_TRACE(v);
+    if (v.rfind("GLIBC_", 0) != 0) {
+      continue;  // GLIBC_PRIVATE would fail too, and is never referenced.
+    }
+    int major = 0;
+    int minor = 0;
+    ASSERT_EQ(std::sscanf(v.c_str(), "GLIBC_%d.%d", &major, &minor), 2);
+    EXPECT_TRUE(major < 2 || (major == 2 && minor <= 17)) << "newer than glibc 2.17";
+  }
+  // Before glibc 2.34 the pinned dl* and pthread_* symbols live there.
+  EXPECT_NE(std::find(needed.begin(), needed.end(), "libdl.so.2"), needed.end());
+  EXPECT_NE(std::find(needed.begin(), needed.end(), "libpthread.so.0"), needed.end());
 }
 
 TEST(ShimTest, EveryHookPathStopsAtTheCapWithOutOfMemory) {
