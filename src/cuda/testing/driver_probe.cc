@@ -16,7 +16,11 @@
 //   launch <api> <us> <ms> [<us2>]
 //                            launch fixed-length kernels for <ms> wall ms
 //                            (with <us2>: the same kernel runs <us2> from
-//                            half-time on, a true change of its length)
+//                            half-time on, a true change of its length);
+//                            <api>: kernel, ex, coop, graph, sync, capture
+//                            (into the fake's always-capturing stream) or
+//                            twoctx (alternating the current context between
+//                            the fake's two devices before every launch)
 //   symbols                  which lookups returned hooks vs driver functions
 //   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
 //   overhead <n>             host ns per zero-length launch and per alloc+free
@@ -319,6 +323,14 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
     } else if (api == "sync") {
       rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
       a.ctx_sync();
+    } else if (api == "capture") {
+      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, reinterpret_cast<CUstream>(0xCA97), params,
+                    nullptr);
+    } else if (api == "twoctx") {
+      rc = cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1 + launches % 2)));
+      if (rc == CUDA_SUCCESS) {
+        rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+      }
     }
     if (rc != CUDA_SUCCESS) {
       std::printf("launch_error=%d\n", rc);

@@ -96,7 +96,16 @@ void Spin(int64_t ns) {
   }
 }
 
+// Test convention: this stream handle is always capturing. Work launched
+// into it is recorded into a graph, not run.
+constexpr uintptr_t kCapturingStream = 0xCA97;
+
+bool Capturing(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) == kCapturingStream; }
+
 CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns) {
+  if (Capturing(stream)) {
+    return CUDA_SUCCESS;
+  }
   State& s = S();
   int64_t foreign = ForeignNs(duration_ns);
   int64_t queued_until = 0;
@@ -165,12 +174,12 @@ FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream st) {
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) {
   return Launch(st, true, static_cast<int64_t>(reinterpret_cast<uintptr_t>(g)));
 }
-FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream, int* status) {
-  *status = 0;
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream st, int* status) {
+  *status = Capturing(st) ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream, int* status) {
-  *status = 0;
+FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream st, int* status) {
+  *status = Capturing(st) ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
