@@ -3,16 +3,21 @@
 // The bucket holds device time in nanoseconds. It refills at `share` device-ns
 // per wall-ns up to `capacity_ns` (share x burst window). A launch is admitted
 // while the balance is non-negative and is debited an *estimate* of its device
-// time at once; when the events around the launch complete, Settle() replaces
-// the estimate with the measured busy time and updates the running estimate.
-// When the balance is negative the caller waits WaitNs() before trying again.
+// time at once: its launch key's estimate (CostTable, below) or, for a key
+// not measured yet, the running estimate of its kind (the prior). For a
+// launch that is measured, Settle() later replaces the charge with the time
+// to settle it with and updates the prior. When the balance is negative the
+// caller waits WaitNs() before trying again.
 //
 // Consequence (the documented contract): the share is a hard ceiling, not an
-// average. Over any window of W ns the device time admitted for one container
-// on one device is at most share*W + capacity_ns + one launch's estimate error;
-// an idle device lends nothing. Example: share 0.25, window 50 ms -> capacity
-// 12.5 ms; in one second at most 250 ms + 12.5 ms of kernels run, so a 1 s
-// measurement reads at most 26.25%.
+// average, on *charged* device time. Over any window of W ns the device time
+// charged to one container on one device is at most share*W + capacity_ns +
+// one launch's charge; an idle device lends nothing. Example: share 0.25,
+// window 50 ms -> capacity 12.5 ms; in one second at most 250 ms + 12.5 ms
+// of kernels are charged, so a 1 s measurement reads at most 26.25% when the
+// charges are right. True device time differs from charged time by the
+// estimation error of CostTable (see there: contention, data-dependent run
+// times, a kernel that just got longer).
 //
 // The state is a plain struct so that it can live in the shared region
 // (all processes of a container share one bucket per device); the caller
