@@ -2,17 +2,40 @@
 //
 // With a compute share below 100%, every launch path (cuLaunchKernel,
 // cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz
-// variants) first asks the device's shared token bucket for admission
-// (sleeping while the balance is negative), then brackets the launch with a
-// pair of timing events on the launch stream. Completed pairs are harvested
-// on later launches: their elapsed time is the measured device busy time and
-// settles the estimate charged at admission (throttle.h has the arithmetic).
-// Launches into a capturing stream are not executed, so they pass through;
-// the graph launch that runs them is charged instead.
+// variants) first asks the device's shared token bucket for admission at the
+// price of its launch key, sleeping while the balance is negative. The key
+// is (function, grid size, block size) for a kernel and the CUgraphExec for
+// a graph; its price is learned per process by a CostTable (throttle.h), and
+// a key not measured yet is priced by the bucket's per-kind prior. Only some
+// launches are bracketed by a pair of timing events on their stream: every
+// launch of a key until 8 of its measurements are back, then about 1 in 32
+// (kernels) or 1 in 4 (graphs). Completed pairs are harvested on later
+// launches; each settles its launch at min(measured, 1.5 x the key's window
+// minimum) and trains the key. Launches into a capturing stream are not
+// executed, so they pass through; the graph launch that runs them is charged.
+//
+// Cost of an unmeasured launch: cuCtxGetCurrent (the device is cached per
+// thread against the current context), cuStreamIsCapturing, one process
+// mutex section (the key table), one bucket lock and one clock read. A
+// measured launch adds two cuEventRecord calls and a second mutex section.
+// Harvesting runs only while measured launches are outstanding, on every 8th
+// launch and while waiting.
+//
+// In-flight bound: at most kMaxInFlight launches per process past the newest
+// measured launch known complete (the bound of the per-launch design, where
+// every launch was measured). A launch is measured regardless of its key's
+// schedule when kForceSampleEvery launches have passed without one, so that
+// progress stays observable. Completion of a measured launch vouches for the
+// launches before it on its own stream only; on other streams the bound is
+// approximate.
 //
 // With the share off (0 or 100%), the hooks forward after one load and one
-// branch. Thread-safety: event pool and pending ring under g_launch.mu.
+// branch. Thread-safety: the key table, event pool and pending ring under
+// g_launch.mu (taken before a bucket lock, never while holding one);
+// counters atomic; the context cache is per thread.
 #include <time.h>
+
+#include <atomic>
 
 #include "cuda/log.h"
 #include "cuda/shim.h"
@@ -26,8 +49,15 @@ constexpr int kMaxPairs = 256;
 constexpr int64_t kMaxSleepNs = 2'000'000;
 // Unsettled launches one process may have in flight. Bounds how much work an
 // estimate that is too low (kernels just got longer) can queue.
-constexpr int kMaxInFlight = 64;
+constexpr uint64_t kMaxInFlight = 64;
+constexpr uint64_t kForceSampleEvery = kMaxInFlight / 2;
+constexpr uint64_t kHarvestEvery = 8;
+constexpr int kHarvestBatch = 64;
 constexpr int64_t kInFlightPollNs = 50'000;
+// A cached (context -> device) answer is re-read this often even when the
+// context handle is unchanged: a destroyed context's handle may be reused by
+// a new context on another device.
+constexpr uint32_t kContextRecheckEvery = 256;
 
 struct EventPair {
   CUcontext ctx;
@@ -40,27 +70,68 @@ struct Pending {
   int device;
   int kind;
   int64_t charged;
+  uint64_t seq;
+  int slot;
+  uint32_t tag;
 };
 
 struct LaunchState {
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  CostTable costs;
   EventPair free_pairs[kMaxPairs] = {};
   int free_count = 0;
   int created = 0;
   Pending ring[kMaxPairs] = {};
   int head = 0;
   int count = 0;
+  std::atomic<int> pending{0};            // == count, read without mu.
+  std::atomic<uint64_t> seq{0};           // Launches admitted so far.
+  std::atomic<uint64_t> completed{0};     // Seq of the newest measured launch seen complete.
+  std::atomic<uint64_t> last_sample{0};   // Seq of the newest measured launch.
 };
 
 constinit LaunchState g_launch;
 
-void SettleShared(int device, int kind, int64_t charged, int64_t measured) {
+struct ThreadContext {
+  CUcontext ctx;
+  int device;
+  uint32_t uses;
+};
+// initial-exec: read without __tls_get_addr (the shim is preloaded).
+__attribute__((tls_model("initial-exec"))) thread_local ThreadContext t_context = {nullptr, -1,
+                                                                                  0};
+
+uint64_t Behind(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+// Current context and its device. The device is cached per thread against
+// the context handle: cuCtxSetCurrent, cuCtxPushCurrent/PopCurrent and
+// cudaSetDevice all change the handle, and a primary context keeps its handle
+// for the life of the process, through release and retain.
+bool LaunchContext(CUcontext* ctx, int* device) {
   ShimState& s = State();
-  if (TokenBucketState* st = s.region->LockBucket(device)) {
-    Settle(*st, s.bucket, kind, charged, measured);
-    s.region->UnlockBucket(device);
+  if (s.ctx_get_current == nullptr) {
+    *ctx = nullptr;
+    return CurrentDevice(device);  // No events without a context handle.
   }
+  CUcontext c = nullptr;
+  if (s.ctx_get_current(&c) != CUDA_SUCCESS || c == nullptr) {
+    return false;
+  }
+  ThreadContext& t = t_context;
+  if (c != t.ctx || ++t.uses >= kContextRecheckEvery) {
+    CUdevice d = 0;
+    if (s.ctx_get_device == nullptr || s.ctx_get_device(&d) != CUDA_SUCCESS) {
+      t.ctx = nullptr;
+      return false;
+    }
+    t = ThreadContext{c, d, 0};
+  }
+  *ctx = c;
+  *device = t.device;
+  return true;
 }
+
+void ForgetContext() { t_context.ctx = nullptr; }
 
 void RefundShared(int device, int64_t charged) {
   ShimState& s = State();
@@ -70,11 +141,39 @@ void RefundShared(int device, int64_t charged) {
   }
 }
 
-// Settles every completed launch at the head of the ring.
+// REQUIRES: g_launch.mu held.
+void FreePairLocked(const EventPair& pair) {
+  if (g_launch.free_count < kMaxPairs) {
+    g_launch.free_pairs[g_launch.free_count++] = pair;
+  }
+}
+
+// A pair whose context is gone (or that failed to record): destroyed, not
+// reused. REQUIRES: g_launch.mu held.
+void DropPairLocked(const EventPair& pair) {
+  ShimState& s = State();
+  if (s.event_destroy != nullptr) {
+    s.event_destroy(pair.start);
+    s.event_destroy(pair.end);
+  }
+  --g_launch.created;
+}
+
+struct Settlement {
+  int device;
+  int kind;
+  int64_t charged;
+  int64_t settled;
+};
+
+// Settles the completed measured launches at the head of the ring: the key
+// table under g_launch.mu, then the buckets, one lock per run of a device.
 void Harvest() {
   ShimState& s = State();
+  Settlement done[kHarvestBatch];
+  int n = 0;
   pthread_mutex_lock(&g_launch.mu);
-  while (g_launch.count > 0) {
+  while (g_launch.count > 0 && n < kHarvestBatch) {
     Pending& p = g_launch.ring[g_launch.head];
     CUresult q = s.event_query(p.events.end);
     if (q == CUDA_ERROR_NOT_READY) {
@@ -86,29 +185,52 @@ void Harvest() {
       if (s.event_elapsed(&ms, p.events.start, p.events.end) == CUDA_SUCCESS && ms >= 0) {
         measured = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
       }
-      if (g_launch.free_count < kMaxPairs) {
-        g_launch.free_pairs[g_launch.free_count++] = p.events;
-      }
+      FreePairLocked(p.events);
+    } else {
+      DropPairLocked(p.events);  // Its context is gone; so is its work.
     }
-    SettleShared(p.device, p.kind, p.charged, measured);
+    uint64_t seen = g_launch.completed.load(std::memory_order_relaxed);
+    if (p.seq > seen) {
+      g_launch.completed.store(p.seq, std::memory_order_relaxed);
+    }
+    done[n++] = {p.device, p.kind, p.charged, g_launch.costs.Record(p.slot, p.tag, measured)};
     g_launch.head = (g_launch.head + 1) % kMaxPairs;
     --g_launch.count;
   }
+  g_launch.pending.store(g_launch.count, std::memory_order_relaxed);
   pthread_mutex_unlock(&g_launch.mu);
+  int locked = -1;
+  TokenBucketState* st = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (done[i].settled < 0) {
+      continue;  // Not measured: the charge stands.
+    }
+    if (done[i].device != locked) {
+      if (st != nullptr) {
+        s.region->UnlockBucket(locked);
+      }
+      locked = done[i].device;
+      st = s.region->LockBucket(locked);
+    }
+    if (st != nullptr) {
+      Settle(*st, s.bucket, done[i].kind, done[i].charged, done[i].settled);
+    }
+  }
+  if (st != nullptr) {
+    s.region->UnlockBucket(locked);
+  }
 }
 
-int InFlight() {
-  pthread_mutex_lock(&g_launch.mu);
-  int n = g_launch.count;
-  pthread_mutex_unlock(&g_launch.mu);
-  return n;
+void HarvestIfPending() {
+  if (g_launch.pending.load(std::memory_order_relaxed) > 0) {
+    Harvest();
+  }
 }
 
-bool AcquirePair(EventPair* out) {
+bool AcquirePair(CUcontext ctx, EventPair* out) {
   ShimState& s = State();
-  CUcontext ctx = nullptr;
-  if (s.ctx_get_current == nullptr || s.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr ||
-      s.event_create == nullptr || s.event_query == nullptr || s.event_elapsed == nullptr) {
+  if (ctx == nullptr || s.event_create == nullptr || s.event_query == nullptr ||
+      s.event_elapsed == nullptr) {
     return false;
   }
   bool ok = false;
@@ -138,9 +260,13 @@ bool AcquirePair(EventPair* out) {
 
 void ReleasePair(const EventPair& pair) {
   pthread_mutex_lock(&g_launch.mu);
-  if (g_launch.free_count < kMaxPairs) {
-    g_launch.free_pairs[g_launch.free_count++] = pair;
-  }
+  FreePairLocked(pair);
+  pthread_mutex_unlock(&g_launch.mu);
+}
+
+void DropPair(const EventPair& pair) {
+  pthread_mutex_lock(&g_launch.mu);
+  DropPairLocked(pair);
   pthread_mutex_unlock(&g_launch.mu);
 }
 
@@ -155,13 +281,19 @@ CUresult RecordOn(CUevent event, CUstream stream, bool per_thread) {
   return s.event_record[0] != nullptr ? s.event_record[0](event, stream) : CUDA_ERROR_NOT_FOUND;
 }
 
+void Sleep(int64_t ns) {
+  struct timespec ts = {0, static_cast<long>(ns)};  // NOLINT: timespec's type.
+  nanosleep(&ts, nullptr);
+}
+
 class Admission {
  public:
   // Blocks until the device's bucket admits this launch.
-  Admission(CUstream stream, bool per_thread, int kind)
-      : stream_(stream), per_thread_(per_thread), kind_(kind) {
+  Admission(CUstream stream, bool per_thread, const LaunchKey& key)
+      : stream_(stream), per_thread_(per_thread), kind_(key.kind) {
     ShimState& s = State();
-    if (!CurrentDevice(&device_) || device_ < 0 || device_ >= kMaxDevices) {
+    CUcontext ctx = nullptr;
+    if (!LaunchContext(&ctx, &device_) || device_ < 0 || device_ >= kMaxDevices) {
       device_ = -1;
       return;
     }
@@ -172,32 +304,45 @@ class Admission {
       device_ = -1;  // Captured, not executed.
       return;
     }
-    Harvest();
-    while (InFlight() >= kMaxInFlight) {
-      struct timespec ts = {0, kInFlightPollNs};
-      nanosleep(&ts, nullptr);
+    const uint64_t seq = g_launch.seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (seq % kHarvestEvery == 0) {
+      HarvestIfPending();
+    }
+    while (g_launch.pending.load(std::memory_order_relaxed) > 0 &&
+           Behind(seq, g_launch.completed.load(std::memory_order_relaxed)) > kMaxInFlight) {
+      Sleep(kInFlightPollNs);
       Harvest();
     }
+    bool force =
+        Behind(seq, g_launch.last_sample.load(std::memory_order_relaxed)) >= kForceSampleEvery;
+    pthread_mutex_lock(&g_launch.mu);
+    CostDecision d = g_launch.costs.Lookup(key, force);
+    pthread_mutex_unlock(&g_launch.mu);
     for (;;) {
       TokenBucketState* st = s.region->LockBucket(device_);
       if (st == nullptr) {
         device_ = -1;
         return;
       }
-      int64_t wait = Admit(*st, s.bucket, MonotonicNs(), kind_, &charged_);
+      int64_t wait = AdmitCost(*st, s.bucket, MonotonicNs(), kind_, d.charge_ns, &charged_);
       s.region->UnlockBucket(device_);
       if (wait == 0) {
         break;
       }
-      struct timespec ts = {0, static_cast<long>(wait < kMaxSleepNs ? wait : kMaxSleepNs)};
-      nanosleep(&ts, nullptr);
-      Harvest();
+      Sleep(wait < kMaxSleepNs ? wait : kMaxSleepNs);
+      HarvestIfPending();
     }
-    measuring_ = AcquirePair(&events_);
-    if (measuring_ && RecordOn(events_.start, stream_, per_thread_) != CUDA_SUCCESS) {
-      ReleasePair(events_);
-      measuring_ = false;
+    if (!d.sample || !AcquirePair(ctx, &events_)) {
+      return;
     }
+    if (RecordOn(events_.start, stream_, per_thread_) != CUDA_SUCCESS) {
+      DropPair(events_);
+      ForgetContext();
+      return;
+    }
+    measuring_ = true;
+    pending_ = Pending{events_, device_, kind_, 0, seq, d.slot, d.tag};
+    g_launch.last_sample.store(seq, std::memory_order_relaxed);
   }
 
   // Settles the admission with the launch result.
@@ -213,23 +358,25 @@ class Admission {
       return;
     }
     if (!measuring_) {
-      return;  // The estimate stands.
+      return;  // The key's estimate stands.
     }
     if (RecordOn(events_.end, stream_, per_thread_) != CUDA_SUCCESS) {
-      ReleasePair(events_);
+      DropPair(events_);
+      ForgetContext();
       return;
     }
+    pending_.charged = charged_;
     pthread_mutex_lock(&g_launch.mu);
     if (g_launch.count < kMaxPairs) {
       int tail = (g_launch.head + g_launch.count) % kMaxPairs;
-      g_launch.ring[tail] = Pending{events_, device_, kind_, charged_};
+      g_launch.ring[tail] = pending_;
       ++g_launch.count;
+      g_launch.pending.store(g_launch.count, std::memory_order_relaxed);
       measuring_ = false;
+    } else {
+      FreePairLocked(events_);
     }
     pthread_mutex_unlock(&g_launch.mu);
-    if (measuring_) {
-      ReleasePair(events_);
-    }
   }
 
  private:
@@ -240,7 +387,15 @@ class Admission {
   int64_t charged_ = 0;
   bool measuring_ = false;
   EventPair events_ = {};
+  Pending pending_ = {};
 };
+
+LaunchKey KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz) {
+  return LaunchKey{reinterpret_cast<uintptr_t>(f),
+                   static_cast<uint64_t>(gx) * static_cast<uint64_t>(gy) * static_cast<uint64_t>(gz),
+                   bx * by * bz, kKernelKind};
+}
 
 #define ACCELPOOL_LAUNCH_PROLOGUE(type, id) \
   EnsureCuda();                             \
@@ -258,7 +413,8 @@ CUresult HookLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   if (!s.compute_on) {
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   }
-  Admission admission(stream, s.per_thread_stream[kHookLaunchKernel][S], kKernelKind);
+  Admission admission(stream, s.per_thread_stream[kHookLaunchKernel][S],
+                      KernelKey(f, gx, gy, gz, bx, by, bz));
   CUresult rc = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   admission.Done(rc);
   return rc;
@@ -272,7 +428,8 @@ CUresult HookLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** p
     return real(config, f, params, extra);
   }
   Admission admission(config->hStream, s.per_thread_stream[kHookLaunchKernelEx][S],
-                      kKernelKind);
+                      KernelKey(f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                                config->blockDimX, config->blockDimY, config->blockDimZ));
   CUresult rc = real(config, f, params, extra);
   admission.Done(rc);
   return rc;
@@ -287,7 +444,7 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   }
   Admission admission(stream, s.per_thread_stream[kHookLaunchCooperativeKernel][S],
-                      kKernelKind);
+                      KernelKey(f, gx, gy, gz, bx, by, bz));
   CUresult rc = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   admission.Done(rc);
   return rc;
@@ -299,7 +456,8 @@ CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
   if (!s.compute_on) {
     return real(graph, stream);
   }
-  Admission admission(stream, s.per_thread_stream[kHookGraphLaunch][S], kGraphKind);
+  Admission admission(stream, s.per_thread_stream[kHookGraphLaunch][S],
+                      LaunchKey{reinterpret_cast<uintptr_t>(graph), 0, 0, kGraphKind});
   CUresult rc = real(graph, stream);
   admission.Done(rc);
   return rc;
@@ -319,10 +477,16 @@ void* LaunchHook(HookId id, int slot) {
 
 void ResetLaunchStateAfterFork() {
   pthread_mutex_init(&g_launch.mu, nullptr);
+  g_launch.costs.Clear();
   g_launch.free_count = 0;
   g_launch.created = 0;
   g_launch.head = 0;
   g_launch.count = 0;
+  g_launch.pending.store(0);
+  g_launch.seq.store(0);
+  g_launch.completed.store(0);
+  g_launch.last_sample.store(0);
+  ForgetContext();
 }
 
 }  // namespace accelpool::cuda

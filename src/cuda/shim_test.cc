@@ -382,16 +382,23 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
 struct LaunchFigures {
   double share;
   uint64_t launches;
+  uint64_t event_records;
 };
 
 LaunchFigures RunLaunch(const std::string& path, const std::string& api, int kernel_us,
-                        int millis, const Env& env) {
-  auto kv = MustRun({path, "launch", api, std::to_string(kernel_us), std::to_string(millis)}, env);
-  std::printf("%s %s: busy_ns=%s elapsed_ns=%s launches=%s\n", path.c_str(), api.c_str(),
-              kv["busy_ns"].c_str(), kv["elapsed_ns"].c_str(), kv["launches"].c_str());
+                        int millis, const Env& env, int kernel_us_after_half = 0) {
+  std::vector<std::string> args = {path, "launch", api, std::to_string(kernel_us),
+                                   std::to_string(millis)};
+  if (kernel_us_after_half > 0) {
+    args.push_back(std::to_string(kernel_us_after_half));
+  }
+  auto kv = MustRun(args, env);
+  std::printf("%s %s: busy_ns=%s elapsed_ns=%s launches=%s event_records=%s\n", path.c_str(),
+              api.c_str(), kv["busy_ns"].c_str(), kv["elapsed_ns"].c_str(),
+              kv["launches"].c_str(), kv["event_records"].c_str());
   double busy = static_cast<double>(U(kv, "busy_ns"));
   double elapsed = static_cast<double>(U(kv, "elapsed_ns"));
-  return {elapsed > 0 ? busy / elapsed : 0, U(kv, "launches")};
+  return {elapsed > 0 ? busy / elapsed : 0, U(kv, "launches"), U(kv, "event_records")};
 }
 
 TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
@@ -416,6 +423,72 @@ TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
   }
   LaunchFigures free_run = RunLaunch("direct", "kernel", kernel_us, millis, {});
   EXPECT_GE(free_run.share, 0.8) << "without a limit the fake device stays busy";
+}
+
+TEST(ShimTest, ComputeShareHoldsWhenHalfTheMeasurementsSpanAnotherContext) {
+  SKIP_UNDER_SANITIZER();
+  // The fake puts another context's time-slice (2x the kernel) before half
+  // of the launches, so an event pair around one of them measures 3x. Per-
+  // launch settling with the raw measurement admitted ~13% at a 25% cap.
+  const int millis = 2000;
+  struct Case {
+    const char* path;
+    const char* api;
+  };
+  for (const Case& c : {Case{"direct", "kernel"}, Case{"procaddr", "graph"}}) {
+    SCOPED_TRACE(::testing::Message() << c.path << " " << c.api);
+    LaunchFigures f = RunLaunch(c.path, c.api, 1000, millis,
+                                {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"},
+                                 {"FAKECUDA_FOREIGN", "0.5,3"}});
+    EXPECT_NEAR(f.share, 0.25, 0.02);
+  }
+}
+
+TEST(ShimTest, OnlyAFewLaunchesAreMeasured) {
+  SKIP_UNDER_SANITIZER();
+  // One key, 20 us kernels: after warm-up 1 launch in 32 is measured (two
+  // event records), plus the process-wide floor of one in 32.
+  LaunchFigures f =
+      RunLaunch("direct", "kernel", 20, 2000, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
+  ASSERT_GT(f.launches, 5000u);
+  double records_per_launch =
+      static_cast<double>(f.event_records) / static_cast<double>(f.launches);
+  EXPECT_LE(records_per_launch, 2.0 / 32 + 0.02) << "about 1 launch in 32 measured";
+  EXPECT_NEAR(f.share, 0.25, 0.02);
+}
+
+TEST(ShimTest, AKernelThatGetsLongerIsRepricedWithinOneWindowTurnover) {
+  SKIP_UNDER_SANITIZER();
+  // 250 us kernels become 1 ms at half-time under the same key. Until the
+  // key's window turns over (unit-tested: at most ~110 launches) they run
+  // priced at the old length: up to 110 x 0.75 ms of extra device time on
+  // top of the ceiling's capacity and two kernels.
+  const int millis = 3000;
+  LaunchFigures f =
+      RunLaunch("direct", "kernel", 250, millis, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}}, 1000);
+  EXPECT_LE(f.share, 0.25 + (12.5 + 2.0 + 110 * 0.75) / millis);
+  EXPECT_GE(f.share, 0.22);
+}
+
+TEST(ShimTest, LaunchesIntoACapturingStreamPassThrough) {
+  SKIP_UNDER_SANITIZER();
+  // Captured launches do not run: never throttled, never measured.
+  LaunchFigures f =
+      RunLaunch("direct", "capture", 1000, 300, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "10"}});
+  EXPECT_GT(f.launches, 10'000u) << "at 10% and 1 ms a throttled loop gets ~40";
+  EXPECT_EQ(f.event_records, 0u);
+}
+
+TEST(ShimTest, EachLaunchIsChargedToTheDeviceOfTheCurrentContext) {
+  SKIP_UNDER_SANITIZER();
+  // One thread alternates cuCtxSetCurrent between the fake's two devices:
+  // each device's bucket admits 25%, so the fake (one timeline for both)
+  // runs 50%. A device cached across a context switch would charge one
+  // bucket for both and run 25%.
+  const int millis = 1500;
+  LaunchFigures f =
+      RunLaunch("direct", "twoctx", 1000, millis, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
+  EXPECT_NEAR(f.share, 0.50, 0.04);
 }
 
 TEST(ShimTest, TwoProcessesOfOneContainerShareOneComputeBucket) {

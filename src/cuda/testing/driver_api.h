@@ -75,6 +75,9 @@ CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
 // Test-only entry points of the fake.
 uint64_t fakecuda_DeviceUsedBytes(int device);
 int64_t fakecuda_BusyNs();
+int64_t fakecuda_EventRecords();
+int64_t fakecuda_ForeignNs();
+void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);
 
 }  // extern "C"

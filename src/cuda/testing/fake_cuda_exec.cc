@@ -1,6 +1,8 @@
 // Launches, timing events, synchronisation and cuGetProcAddress of the fake
 // libcuda.so.1. See fake_cuda.cc for the simulated timeline.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 #include "cuda/testing/driver_api.h"
@@ -14,13 +16,103 @@ using namespace accelpool::cuda::fake;  // NOLINT: test fake.
 // launching thread blocks while more than this is queued.
 constexpr int64_t kQueueNs = 20'000'000;
 
+// Test knobs for the launch path, set from the environment on first use or
+// by the fakecuda_Set* entry points. Guarded by their own mutex (not State's,
+// which belongs to the memory half as well).
+//   FAKECUDA_FOREIGN=<fraction>,<factor>  another context's time-slice
+//       precedes that fraction of launches on the device, for (factor - 1)
+//       times the kernel's own duration: an event pair around such a launch
+//       measures factor x the kernel (contention inflation without MPS).
+//       The choice is a fixed hash of the launch number: reproducible.
+//   FAKECUDA_EVENT_RECORD_NS=<ns>  host time each cuEventRecord spins for,
+//       to price the shim's event records like a real driver's.
+struct Knobs {
+  std::mutex mu;
+  bool loaded = false;
+  double foreign_fraction = 0;
+  double foreign_factor = 1;
+  int64_t record_ns = 0;
+  uint64_t launches = 0;
+  int64_t event_records = 0;
+  int64_t foreign_ns = 0;
+};
+
+Knobs& K() {
+  static Knobs knobs;
+  return knobs;
+}
+
+// Call with K().mu held.
+void LoadKnobs(Knobs& k) {
+  if (k.loaded) {
+    return;
+  }
+  k.loaded = true;
+  if (const char* v = std::getenv("FAKECUDA_FOREIGN")) {
+    double fraction = 0;
+    double factor = 1;
+    if (std::sscanf(v, "%lf,%lf", &fraction, &factor) == 2) {
+      k.foreign_fraction = fraction;
+      k.foreign_factor = factor;
+    }
+  }
+  if (const char* v = std::getenv("FAKECUDA_EVENT_RECORD_NS")) {
+    k.record_ns = std::atoll(v);
+  }
+}
+
+// splitmix64: launch number -> uniform 64-bit value.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Foreign-context time that precedes the next launch of `duration_ns`.
+int64_t ForeignNs(int64_t duration_ns) {
+  Knobs& k = K();
+  std::lock_guard<std::mutex> lock(k.mu);
+  LoadKnobs(k);
+  uint64_t n = k.launches++;
+  if (k.foreign_fraction <= 0 || k.foreign_factor <= 1) {
+    return 0;
+  }
+  double u = static_cast<double>(Mix(n) >> 11) / 9007199254740992.0;  // [0, 1)
+  if (u >= k.foreign_fraction) {
+    return 0;
+  }
+  auto extra = static_cast<int64_t>((k.foreign_factor - 1) * static_cast<double>(duration_ns));
+  k.foreign_ns += extra;
+  return extra;
+}
+
+void Spin(int64_t ns) {
+  if (ns <= 0) {
+    return;
+  }
+  int64_t until = Now() + ns;
+  while (Now() < until) {
+  }
+}
+
+// Test convention: this stream handle is always capturing. Work launched
+// into it is recorded into a graph, not run.
+constexpr uintptr_t kCapturingStream = 0xCA97;
+
+bool Capturing(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) == kCapturingStream; }
+
 CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns) {
+  if (Capturing(stream)) {
+    return CUDA_SUCCESS;
+  }
   State& s = S();
+  int64_t foreign = ForeignNs(duration_ns);
   int64_t queued_until = 0;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     int64_t& tail = s.stream_tail[StreamKey(stream, per_thread)];
-    int64_t start = std::max(Now(), tail);
+    int64_t start = std::max(Now(), tail) + foreign;
     tail = start + duration_ns;
     s.busy_ns += duration_ns;
     queued_until = tail;
@@ -34,6 +126,15 @@ int64_t KernelNs(void** params) {
 }
 
 CUresult Record(CUevent event, CUstream stream, bool per_thread) {
+  int64_t spin = 0;
+  {
+    Knobs& k = K();
+    std::lock_guard<std::mutex> lock(k.mu);
+    LoadKnobs(k);
+    ++k.event_records;
+    spin = k.record_ns;
+  }
+  Spin(spin);
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.events.find(event);
@@ -73,12 +174,12 @@ FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream st) {
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) {
   return Launch(st, true, static_cast<int64_t>(reinterpret_cast<uintptr_t>(g)));
 }
-FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream, int* status) {
-  *status = 0;
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream st, int* status) {
+  *status = Capturing(st) ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream, int* status) {
-  *status = 0;
+FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream st, int* status) {
+  *status = Capturing(st) ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -143,11 +244,31 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
   return CUDA_SUCCESS;
 }
 
-// ---- Test-only entry point.
+// ---- Test-only entry points.
 FAKE_EXPORT int64_t fakecuda_BusyNs() {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   return s.busy_ns;
+}
+// cuEventRecord[_ptsz] calls so far, successful or not.
+FAKE_EXPORT int64_t fakecuda_EventRecords() {
+  Knobs& k = K();
+  std::lock_guard<std::mutex> lock(k.mu);
+  return k.event_records;
+}
+// Device time given to the simulated foreign context so far.
+FAKE_EXPORT int64_t fakecuda_ForeignNs() {
+  Knobs& k = K();
+  std::lock_guard<std::mutex> lock(k.mu);
+  return k.foreign_ns;
+}
+// Overrides FAKECUDA_FOREIGN (fraction 0 turns the injection off).
+FAKE_EXPORT void fakecuda_SetForeign(double fraction, double factor) {
+  Knobs& k = K();
+  std::lock_guard<std::mutex> lock(k.mu);
+  LoadKnobs(k);
+  k.foreign_fraction = fraction;
+  k.foreign_factor = factor;
 }
 
 
