@@ -29,8 +29,32 @@ Charge ChargeBytes(int device, uint64_t bytes);
 void UnchargeBytes(int device, uint64_t bytes);
 // Records key -> (bytes, device); uncharges at once if it cannot be recorded.
 void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device);
-// Removes `key` from `table` and uncharges it; no-op for untracked keys.
+// Removes `key` from `table` and uncharges it; no-op for untracked keys. A
+// record whose link names a pool re-reads that pool instead (SyncPool).
 void Forget(AllocTable* table, uint64_t key);
+
+// Stream-ordered pools. Memory a pool reserves stays on the device after
+// cuMemFreeAsync (up to its release threshold), and many small allocations
+// share one reservation, so a pool is charged its reserve
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) rather than per allocation.
+//
+// True when `pool` is tracked by reserve (starting now if it was not), with
+// its charge on `device`. False when its reserve cannot be read or kMaxPools
+// pools are tracked: the caller charges per allocation instead.
+bool TrackPool(CUmemoryPool pool, int device);
+// Re-reads a tracked pool's reserve: uncharges a shrink, charges a growth.
+// Returns kOverLimit when a growth did not fit under the cap (it stays
+// uncharged), kCharged otherwise, kNotLimited for an untracked pool.
+Charge SyncPool(CUmemoryPool pool);
+// SyncPool for every tracked pool charged to `device` (memory queries).
+void SyncPools(int device);
+// Stops tracking `pool` without uncharging; false if it was not tracked.
+bool TakePool(CUmemoryPool pool, PoolAccount* out);
+// Undoes TakePool (the driver refused to destroy the pool); uncharges the
+// account if it can no longer be tracked.
+void RestorePool(const PoolAccount& account);
+// Records a pointer of a pool charged by reserve, so its free re-reads the pool.
+void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device);
 
 // Charges `bytes` on `device`, runs the real call, records key() on success.
 template <typename Call, typename Key>
@@ -47,6 +71,31 @@ CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call,
       UnchargeBytes(device, bytes);
     }
   }
+  return rc;
+}
+
+// A stream-ordered allocation from a pool tracked by reserve: runs the real
+// call, then charges the pool's growth. A growth past the cap is undone (the
+// block is freed on its stream and the pool trimmed) and OUT_OF_MEMORY
+// returned. `free_async(ptr)` frees on the allocation's stream.
+template <typename Call, typename FreeAsync>
+CUresult PoolAllocAndCharge(CUmemoryPool pool, int device, CUdeviceptr* dptr, Call call,
+                            FreeAsync free_async) {
+  CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (SyncPool(pool) == Charge::kOverLimit) {
+    free_async(*dptr);
+    ShimState& s = State();
+    if (s.mem_pool_trim_to != nullptr) {
+      s.mem_pool_trim_to(pool, 0);
+    }
+    SyncPool(pool);  // Uncharges what the trim gave back; never charges past the cap.
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  RememberPoolPointer(*dptr, pool, device);
   return rc;
 }
 

@@ -35,6 +35,14 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool*, CUdevice);
+CUresult cuDeviceGetMemPool(CUmemoryPool*, CUdevice);
+CUresult cuDeviceSetMemPool(CUdevice, CUmemoryPool);
+CUresult cuMemPoolCreate(CUmemoryPool*, const CUmemPoolProps*);
+CUresult cuMemPoolDestroy(CUmemoryPool);
+CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void*);
+CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void*);
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 CUresult cuArrayDestroy(CUarray);
@@ -74,6 +82,7 @@ CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
 
 // Test-only entry points of the fake.
 uint64_t fakecuda_DeviceUsedBytes(int device);
+void fakecuda_Fail(const char* name, int fail);
 int64_t fakecuda_BusyNs();
 void* fakecuda_Lookup(const char* exported);
 
