@@ -72,25 +72,42 @@ void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device) {
   r.device = device;
   pthread_mutex_lock(&s.mem_mu);
   bool ok = table->Put(key, r);
+  bool duplicate = !ok && table->Find(key) != nullptr;
   pthread_mutex_unlock(&s.mem_mu);
+  if (duplicate) {
+    Logf(LogLevel::kWarn,
+         "handle 0x%llx handed out again while still recorded (freed outside the shim?); "
+         "the new allocation is not charged",
+         static_cast<unsigned long long>(key));
+  }
   if (!ok) {
     UnchargeBytes(device, bytes);  // Cannot track it: never charge what we cannot free.
   }
 }
 
-void Forget(AllocTable* table, uint64_t key) {
+bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out) {
   ShimState& s = State();
-  AllocRecord r;
   pthread_mutex_lock(&s.mem_mu);
-  bool found = table->Take(key, &r);
+  bool found = table->Take(key, out);
   pthread_mutex_unlock(&s.mem_mu);
-  if (!found) {
-    return;
-  }
-  if (r.link != 0) {
-    SyncPool(reinterpret_cast<CUmemoryPool>(r.link));
+  return found;
+}
+
+void ReleaseRecord(const AllocRecord& record) {
+  if (record.link != 0) {
+    SyncPool(reinterpret_cast<CUmemoryPool>(record.link));
   } else {
-    UnchargeBytes(r.device, r.bytes);
+    UnchargeBytes(record.device, record.bytes);
+  }
+}
+
+void RestoreRecord(AllocTable* table, uint64_t key, const AllocRecord& record) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  bool ok = table->Put(key, record);
+  pthread_mutex_unlock(&s.mem_mu);
+  if (!ok && record.link == 0) {
+    UnchargeBytes(record.device, record.bytes);
   }
 }
 

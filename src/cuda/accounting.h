@@ -27,11 +27,35 @@ enum class Charge {
 // kMaxSlots held by live processes) is refused with an error log.
 Charge ChargeBytes(int device, uint64_t bytes);
 void UnchargeBytes(int device, uint64_t bytes);
-// Records key -> (bytes, device); uncharges at once if it cannot be recorded.
+// Records key -> (bytes, device); uncharges at once if it cannot be recorded
+// (a key already recorded is reported and keeps its record).
 void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device);
-// Removes `key` from `table` and uncharges it; no-op for untracked keys. A
-// record whose link names a pool re-reads that pool instead (SyncPool).
-void Forget(AllocTable* table, uint64_t key);
+// Removes `key` from `table` into `out`; false for untracked keys.
+bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out);
+// Returns a taken record's charge: uncharges it, or, when its link names a
+// pool charged by reserve, re-reads that pool (SyncPool).
+void ReleaseRecord(const AllocRecord& record);
+// Puts a taken record back (its free failed); uncharges it if it cannot be.
+void RestoreRecord(AllocTable* table, uint64_t key, const AllocRecord& record);
+
+// Frees `key` through `call` (the real free). The record is taken *before*
+// the call: the moment the driver frees the address another thread may get
+// it from an allocation, whose record must not meet this one. The charge is
+// returned when the free succeeds; the record is put back when it fails.
+template <typename Call>
+CUresult ForgetAndCall(AllocTable* table, uint64_t key, Call call) {
+  AllocRecord record;
+  bool tracked = TakeRecord(table, key, &record);
+  CUresult rc = call();
+  if (tracked) {
+    if (rc == CUDA_SUCCESS) {
+      ReleaseRecord(record);
+    } else {
+      RestoreRecord(table, key, record);
+    }
+  }
+  return rc;
+}
 
 // Stream-ordered pools. Memory a pool reserves stays on the device after
 // cuMemFreeAsync (up to its release threshold), and many small allocations

@@ -40,11 +40,10 @@ CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned
 template <int S>
 CUresult HookIpcCloseMemHandle(CUdeviceptr ptr) {
   ACCELPOOL_REAL_OR_FAIL(cuIpcCloseMemHandleFn, kHookIpcCloseMemHandle);
-  CUresult rc = real(ptr);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.ipc, ptr);
+  if (!s.mem_on) {
+    return real(ptr);
   }
-  return rc;
+  return ForgetAndCall(s.ipc, ptr, [&] { return real(ptr); });
 }
 
 template <int S>

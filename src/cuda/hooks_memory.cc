@@ -86,11 +86,10 @@ CUresult HookMemAllocPitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_
 template <int S>
 CUresult HookMemFree(CUdeviceptr ptr) {
   ACCELPOOL_REAL_OR_FAIL(cuMemFreeFn, kHookMemFree);
-  CUresult rc = real(ptr);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.pointers, ptr);
+  if (!s.mem_on) {
+    return real(ptr);
   }
-  return rc;
+  return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr); });
 }
 
 // Frees a stream-ordered allocation on `stream` through the real driver;
@@ -147,11 +146,10 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
 template <int S>
 CUresult HookMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemFreeAsyncFn, kHookMemFreeAsync);
-  CUresult rc = real(ptr, stream);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.pointers, ptr);
+  if (!s.mem_on) {
+    return real(ptr, stream);
   }
-  return rc;
+  return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr, stream); });
 }
 
 template <int S>
@@ -214,11 +212,10 @@ CUresult HookArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) 
 template <int S>
 CUresult HookArrayDestroy(CUarray array) {
   ACCELPOOL_REAL_OR_FAIL(cuArrayDestroyFn, kHookArrayDestroy);
-  CUresult rc = real(array);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.arrays, reinterpret_cast<uint64_t>(array));
+  if (!s.mem_on) {
+    return real(array);
   }
-  return rc;
+  return ForgetAndCall(s.arrays, reinterpret_cast<uint64_t>(array), [&] { return real(array); });
 }
 
 }  // namespace

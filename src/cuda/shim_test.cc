@@ -289,6 +289,47 @@ TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
   EXPECT_EQ(U(kv, "device_used"), 0u);
 }
 
+// The fake runs an allocation inside the real free, after the address is
+// released: the interleaving of two threads racing for one address.
+TEST(ShimTest, AnAddressReusedDuringItsFreeKeepsBothChargesRight) {
+  SKIP_UNDER_SANITIZER();
+  const uint64_t chunk = 32 * kMiB;
+  struct Case {
+    const char* api;
+    const char* fail;  // Fake entry point made to fail: async falls back per allocation.
+  };
+  for (const Case& c : {Case{"alloc", ""}, Case{"array", ""}, Case{"ipc", ""},
+                        Case{"async", "cuMemPoolGetAttribute"}, Case{"async", ""}}) {
+    SCOPED_TRACE(::testing::Message() << c.api << " " << c.fail);
+    auto kv = MustRun({"direct", "freerace", c.api, std::to_string(chunk)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}, {"FAKECUDA_FAIL", c.fail}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "rc2"), 0u);
+    EXPECT_EQ(U(kv, "same_address"), 1u) << "the interleaving happened";
+    EXPECT_EQ(U(kv, "free_mid"), 64 * kMiB - chunk) << "only the new block is charged";
+    EXPECT_EQ(U(kv, "free_after"), 64 * kMiB) << "no charge leaked";
+    EXPECT_EQ(U(kv, "device_used"), 0u);
+  }
+}
+
+TEST(ShimTest, AFailedFreeKeepsItsCharge) {
+  SKIP_UNDER_SANITIZER();
+  struct Case {
+    const char* api;
+    const char* entry;
+  };
+  for (const Case& c : {Case{"alloc", "cuMemFree_v2"}, Case{"array", "cuArrayDestroy"},
+                        Case{"ipc", "cuIpcCloseMemHandle"}}) {
+    SCOPED_TRACE(c.api);
+    auto kv = MustRun({"direct", "freefail", c.api, c.entry, std::to_string(32 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "failed_free_rc"), 801u) << "the driver's error passes through";
+    EXPECT_EQ(U(kv, "free_mid"), 32 * kMiB) << "still allocated, still charged";
+    EXPECT_EQ(U(kv, "free_after"), 64 * kMiB);
+  }
+}
+
 TEST(ShimTest, ConcurrentThreadsNeverExceedTheCapAndLeaveNothingCharged) {
   SKIP_UNDER_SANITIZER();
   // 8 threads each holding 64 MiB for a moment against a 128 MiB cap.

@@ -83,6 +83,7 @@ CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
 // Test-only entry points of the fake.
 uint64_t fakecuda_DeviceUsedBytes(int device);
 void fakecuda_Fail(const char* name, int fail);
+void fakecuda_OnNextFree(void (*fn)(void*), void* ctx);
 int64_t fakecuda_BusyNs();
 void* fakecuda_Lookup(const char* exported);
 

@@ -25,6 +25,10 @@
 //                            (not hooked), and print again; exit at EOF
 //   poolover <first> <next>  (threshold max) hold <first>, try <next> too
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
+//   freerace <api> <bytes>   free a block while (inside the driver's free) a
+//                            new allocation gets the same address
+//   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
+//                            then one that succeeds
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
@@ -520,6 +524,58 @@ int PoolCustom(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+struct RaceContext {
+  const Api* api;
+  std::string which;
+  uint64_t bytes;
+  uint64_t key = 0;
+  uint64_t va = 0;
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+};
+
+void AllocateInsideFree(void* ctx) {
+  auto* c = static_cast<RaceContext*>(ctx);
+  c->rc = AllocOne(*c->api, c->which, c->bytes, &c->key, &c->va);
+}
+
+int FreeRace(const Api& a, const std::string& api, uint64_t bytes) {
+  uint64_t key = 0;
+  uint64_t va = 0;
+  CUresult rc = AllocOne(a, api, bytes, &key, &va);
+  RaceContext ctx{&a, api, bytes};
+  fakecuda_OnNextFree(&AllocateInsideFree, &ctx);
+  ReleaseOne(a, api, key, va);
+  std::printf("rc=%d rc2=%d same_address=%d free_mid=%zu\n", rc, ctx.rc, ctx.key == key,
+              FreeBytes(a));
+  ReleaseOne(a, api, ctx.key, ctx.va);
+  std::printf("free_after=%zu device_used=%llu\n", FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
+int FreeFail(const Api& a, const std::string& api, const char* entry, uint64_t bytes) {
+  uint64_t key = 0;
+  uint64_t va = 0;
+  CUresult rc = AllocOne(a, api, bytes, &key, &va);
+  fakecuda_Fail(entry, 1);
+  CUresult free_rc = CUDA_ERROR_INVALID_VALUE;
+  if (api == "array") {
+    free_rc = a.array_destroy(reinterpret_cast<CUarray>(key));
+  } else if (api == "ipc") {
+    free_rc = a.ipc_close(key);
+  } else if (api == "async" || api == "pool") {
+    free_rc = a.free_async(key, nullptr);
+  } else {
+    free_rc = a.free(key);
+  }
+  size_t free_mid = FreeBytes(a);
+  fakecuda_Fail(entry, 0);
+  ReleaseOne(a, api, key, va);
+  std::printf("rc=%d failed_free_rc=%d free_mid=%zu free_after=%zu\n", rc, free_rc, free_mid,
+              FreeBytes(a));
+  return 0;
+}
+
 int Nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -615,6 +671,12 @@ int main(int argc, char** argv) {
   }
   if (command == "poolcustom" && argc == 4) {
     return PoolCustom(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "freerace" && argc == 5) {
+    return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "freefail" && argc == 6) {
+    return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
   }
   if (command == "launch" && argc == 6) {
     return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]));

@@ -20,8 +20,9 @@
 // with the shim preloaded.
 //
 // Test-only entry points (prefix fakecuda_): physical bytes used per device,
-// total simulated busy time, the library's own address of a function, and
-// making a named entry point fail (fakecuda_Fail).
+// total simulated busy time, the library's own address of a function,
+// making a named entry point fail (fakecuda_Fail), and running a callback
+// inside the next free (fakecuda_OnNextFree).
 //
 // Thread-safety: one mutex around all state; safe from any thread.
 #include <time.h>
@@ -71,6 +72,18 @@ using namespace accelpool::cuda::fake;  // NOLINT: test fake.
 
 uint64_t Pages(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage; }
 
+// A fresh device address, or the one fakecuda_OnNextFree set up for reuse.
+// REQUIRES: s.mu held.
+CUdeviceptr NextAddressLocked(State& s, uint64_t bytes) {
+  CUdeviceptr p = s.reuse_address;
+  s.reuse_address = 0;
+  if (p == 0 || s.allocations.count(p) != 0) {
+    p = s.next_address;
+    s.next_address += bytes + kPage;
+  }
+  return p;
+}
+
 CUresult Allocate(CUdeviceptr* out, uint64_t bytes, int device, bool physical) {
   if (out == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -84,8 +97,7 @@ CUresult Allocate(CUdeviceptr* out, uint64_t bytes, int device, bool physical) {
   if (physical) {
     s.used[device] += need;
   }
-  *out = s.next_address;
-  s.next_address += need + kPage;
+  *out = NextAddressLocked(s, need);
   s.allocations[*out] = Allocation{need, device, physical};
   return CUDA_SUCCESS;
 }
@@ -163,8 +175,7 @@ CUresult PoolAllocate(CUdeviceptr* out, uint64_t bytes, CUmemoryPool handle, boo
   }
   p.segments[segment].used += need;
   p.used += need;
-  *out = s.next_address;
-  s.next_address += need + kPage;
+  *out = NextAddressLocked(s, need);
   s.allocations[*out] = Allocation{need, p.device, false, handle, segment};
   return CUDA_SUCCESS;
 }
@@ -184,20 +195,36 @@ void PoolFreeLocked(State& s, const Allocation& a) {
   }
 }
 
-CUresult Free(CUdeviceptr ptr) {
+// `entry` names the calling entry point for fakecuda_Fail.
+CUresult Free(CUdeviceptr ptr, const char* entry) {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.allocations.find(ptr);
-  if (it == s.allocations.end()) {
-    return CUDA_ERROR_INVALID_VALUE;
+  void (*on_free)(void*) = nullptr;
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (FailingLocked(s, entry)) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    auto it = s.allocations.find(ptr);
+    if (it == s.allocations.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (it->second.physical) {
+      s.used[it->second.device] -= it->second.bytes;
+    }
+    if (it->second.pool != nullptr) {
+      PoolFreeLocked(s, it->second);
+    }
+    s.allocations.erase(it);
+    std::swap(on_free, s.on_free);
+    std::swap(ctx, s.on_free_ctx);
+    if (on_free != nullptr) {
+      s.reuse_address = ptr;
+    }
   }
-  if (it->second.physical) {
-    s.used[it->second.device] -= it->second.bytes;
+  if (on_free != nullptr) {
+    on_free(ctx);  // Another thread, as it were, between the free and its return.
   }
-  if (it->second.pool != nullptr) {
-    PoolFreeLocked(s, it->second);
-  }
-  s.allocations.erase(it);
   return CUDA_SUCCESS;
 }
 
@@ -271,7 +298,7 @@ FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w,
   *pitch = (w + 511) / 512 * 512;
   return Allocate(p, *pitch * h, CurrentDevice(), true);
 }
-FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p); }
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p, "cuMemFree_v2"); }
 FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream) {
   return PoolAllocate(p, n, nullptr, true);
 }
@@ -397,8 +424,10 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
   ReleaseSegmentsLocked(s, it->second, keep);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return Free(p); }
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) { return Free(p); }
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return Free(p, "cuMemFreeAsync"); }
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) {
+  return Free(p, "cuMemFreeAsync_ptsz");
+}
 FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
   CUdeviceptr p = 0;
   uint64_t elem = d->Format == CU_AD_FORMAT_UNSIGNED_INT8 ? 1 : 4;
@@ -417,7 +446,9 @@ FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTO
   *a = reinterpret_cast<CUarray>(p);
   return rc;
 }
-FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) { return Free(reinterpret_cast<CUdeviceptr>(a)); }
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
+  return Free(reinterpret_cast<CUdeviceptr>(a), "cuArrayDestroy");
+}
 
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n,
                                  const CUmemAllocationProp* prop, unsigned long long) {  // NOLINT
@@ -492,7 +523,7 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handle
   std::memcpy(&bytes, handle.reserved, sizeof(bytes));
   return Allocate(p, bytes, CurrentDevice(), false);
 }
-FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p); }
+FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p, "cuIpcCloseMemHandle"); }
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -519,6 +550,17 @@ FAKE_EXPORT void fakecuda_Fail(const char* name, int fail) {
   } else {
     s.failing.erase(name);
   }
+}
+
+// Runs fn(ctx) once, inside the next successful free, after the driver has
+// released the address and before the free returns; the next allocation gets
+// the freed address again. Deterministically replays another thread taking
+// the address between a free and its caller's bookkeeping.
+FAKE_EXPORT void fakecuda_OnNextFree(void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_free = fn;
+  s.on_free_ctx = ctx;
 }
 
 FAKE_EXPORT uint64_t fakecuda_DeviceUsedBytes(int device) {

@@ -78,8 +78,14 @@ struct State {
   CUmemoryPool current_pool[kDevices] = {};
   uint64_t next_pool = 1;
   uint64_t next_segment = 1;
-  // Test hook (fake_cuda.cc): entry points told to fail (fakecuda_Fail).
+  // Test hooks (fake_cuda.cc): entry points told to fail (fakecuda_Fail), and
+  // a callback run once inside the next free, right after the driver has
+  // released the address, which the next allocation then gets again
+  // (fakecuda_OnNextFree).
   std::set<std::string> failing;
+  void (*on_free)(void*) = nullptr;
+  void* on_free_ctx = nullptr;
+  CUdeviceptr reuse_address = 0;
 };
 
 State& S();
