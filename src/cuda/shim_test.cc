@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/shared_region.h"
 #include "cuda/testing/subprocess.h"
 
 namespace accelpool::cuda {
@@ -490,6 +491,29 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "no stale usage from the killed process";
   kv = MustRun({"dlsym", "alloc", std::to_string(1000 * kMiB)}, shared);
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
+}
+
+TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
+  SKIP_UNDER_SANITIZER();
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+             {"ACCELPOOL_CUDA_STATE_DIR", dir.path()},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", ACCELPOOL_SHIM_PATH}};
+  ChildProcess child;
+  ASSERT_TRUE(
+      child.Start({ACCELPOOL_PROBE_PATH, "direct", "reexec", std::to_string(300 * kMiB)}, env));
+  auto held = ParseKeyValues(child.ReadLine(30000));
+  ASSERT_EQ(U(held, "held"), 300 * kMiB) << "the exec'd image allocated too";
+  SharedRegion region;
+  char error[256] = {};
+  ASSERT_TRUE(region.OpenFile(dir.path().c_str(), error, sizeof(error))) << error;
+  EXPECT_EQ(region.SlotsInUse(), 1) << "the pre-exec slot was freed";
+  EXPECT_EQ(region.Used(0), 300 * kMiB) << "only the live image's memory is charged";
+  child.CloseStdin();
+  EXPECT_EQ(child.Wait(10000).exit_code, 0);
+  EXPECT_EQ(region.SlotsInUse(), 0);
 }
 
 struct LaunchFigures {

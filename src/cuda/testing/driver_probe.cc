@@ -25,6 +25,8 @@
 //                            (not hooked), and print again; exit at EOF
 //   poolover <first> <next>  (threshold max) hold <first>, try <next> too
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
+//   reexec <bytes>           allocate <bytes>, then exec this program as
+//                            "<mode> hold <bytes>" (same pid and start time)
 //   freerace <api> <bytes>   free a block while (inside the driver's free) a
 //                            new allocation gets the same address
 //   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
@@ -671,6 +673,18 @@ int main(int argc, char** argv) {
   }
   if (command == "poolcustom" && argc == 4) {
     return PoolCustom(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "reexec" && argc == 4) {
+    CUdeviceptr p = 0;
+    if (a.alloc(&p, std::strtoull(argv[3], nullptr, 10)) != CUDA_SUCCESS) {
+      std::printf("reexec_alloc_failed=1\n");
+      return 1;
+    }
+    char hold[] = "hold";
+    char* args[] = {argv[0], argv[1], hold, argv[3], nullptr};
+    execv(argv[0], args);  // The shim's accounting slot is left behind, as with any exec.
+    std::perror("execv");
+    return 1;
   }
   if (command == "freerace" && argc == 5) {
     return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));
