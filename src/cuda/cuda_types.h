@@ -113,6 +113,9 @@ typedef struct CUipcMemHandle_st {
   char reserved[64];
 } CUipcMemHandle;
 
+// cuPointerGetAttribute: the ordinal of the device an allocation lives on (int).
+enum : int { CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9 };
+
 // Stream-ordered memory pools (CUmemPool_attribute values; attribute values
 // of the *_MEM_* and threshold kinds are cuuint64_t).
 enum : int {
@@ -170,6 +173,7 @@ typedef CUresult (*cuIpcCloseMemHandleFn)(CUdeviceptr);
 typedef CUresult (*cuMemGetInfoFn)(size_t*, size_t*);
 typedef CUresult (*cuDeviceTotalMemFn)(size_t*, CUdevice);
 typedef CUresult (*cuMemGetAddressRangeFn)(CUdeviceptr*, size_t*, CUdeviceptr);
+typedef CUresult (*cuPointerGetAttributeFn)(void*, int, CUdeviceptr);
 typedef CUresult (*cuDeviceGetMemPoolFn)(CUmemoryPool*, CUdevice);
 typedef CUresult (*cuMemPoolGetAttributeFn)(CUmemoryPool, int, void*);
 typedef CUresult (*cuMemPoolTrimToFn)(CUmemoryPool, size_t);

@@ -150,6 +150,7 @@ void CudaOnce() {
   s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
   s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
   s.mem_get_address_range = Resolve<cuMemGetAddressRangeFn>(s.cuda, "cuMemGetAddressRange_v2");
+  s.pointer_get_attribute = Resolve<cuPointerGetAttributeFn>(s.cuda, "cuPointerGetAttribute");
   s.device_get_mem_pool = Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetMemPool");
   s.mem_pool_get_attribute = Resolve<cuMemPoolGetAttributeFn>(s.cuda, "cuMemPoolGetAttribute");
   s.mem_pool_trim_to = Resolve<cuMemPoolTrimToFn>(s.cuda, "cuMemPoolTrimTo");

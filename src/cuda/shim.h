@@ -77,6 +77,7 @@ struct ShimState {
   cuCtxGetDeviceFn ctx_get_device = nullptr;
   cuCtxGetCurrentFn ctx_get_current = nullptr;
   cuMemGetAddressRangeFn mem_get_address_range = nullptr;
+  cuPointerGetAttributeFn pointer_get_attribute = nullptr;
   cuDeviceGetMemPoolFn device_get_mem_pool = nullptr;
   cuMemPoolGetAttributeFn mem_pool_get_attribute = nullptr;
   cuMemPoolTrimToFn mem_pool_trim_to = nullptr;

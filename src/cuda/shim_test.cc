@@ -331,6 +331,28 @@ TEST(ShimTest, AFailedFreeKeepsItsCharge) {
   }
 }
 
+TEST(ShimTest, IpcImportIsChargedToTheDeviceThatHoldsIt) {
+  SKIP_UNDER_SANITIZER();
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    // The importer runs on device 0; the memory lives on device 1.
+    auto kv = MustRun({path, "ipcdev", std::to_string(512 * kMiB), "1"}, env);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "free0"), 1024 * kMiB) << "not the importer's current device";
+    EXPECT_EQ(U(kv, "free1"), 512 * kMiB) << "the exporter's device";
+    EXPECT_EQ(U(kv, "close_rc"), 0u);
+    EXPECT_EQ(U(kv, "closed_free0"), 1024 * kMiB);
+    EXPECT_EQ(U(kv, "closed_free1"), 1024 * kMiB);
+  }
+  // Without the pointer attribute: the current device, as before.
+  env["FAKECUDA_FAIL"] = "cuPointerGetAttribute";
+  auto kv = MustRun({"direct", "ipcdev", std::to_string(512 * kMiB), "1"}, env);
+  EXPECT_EQ(U(kv, "free0"), 512 * kMiB);
+  EXPECT_EQ(U(kv, "free1"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "closed_free0"), 1024 * kMiB);
+}
+
 TEST(ShimTest, ConcurrentThreadsNeverExceedTheCapAndLeaveNothingCharged) {
   SKIP_UNDER_SANITIZER();
   // 8 threads each holding 64 MiB for a moment against a 128 MiB cap.

@@ -55,6 +55,7 @@ CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr*, size_t*, CUdeviceptr);
+CUresult cuPointerGetAttribute(void*, int, CUdeviceptr);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, CUstream, void**, void**);
 CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,

@@ -27,6 +27,7 @@
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
 //   reexec <bytes>           allocate <bytes>, then exec this program as
 //                            "<mode> hold <bytes>" (same pid and start time)
+//   ipcdev <bytes> <device>  from device 0, import <bytes> exported by <device>
 //   freerace <api> <bytes>   free a block while (inside the driver's free) a
 //                            new allocation gets the same address
 //   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
@@ -526,6 +527,27 @@ int PoolCustom(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+size_t FreeOn(const Api& a, int device) {
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(device + 1)));
+  size_t free_bytes = FreeBytes(a);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  return free_bytes;
+}
+
+int IpcFromDevice(const Api& a, uint64_t bytes, int device) {
+  CUipcMemHandle h{};
+  int32_t device_plus_one = device + 1;
+  std::memcpy(h.reserved, &bytes, sizeof(bytes));
+  std::memcpy(h.reserved + sizeof(bytes), &device_plus_one, sizeof(device_plus_one));
+  CUdeviceptr p = 0;
+  CUresult rc = a.ipc_open(&p, h, 1);
+  std::printf("rc=%d free0=%zu free1=%zu\n", rc, FreeOn(a, 0), FreeOn(a, 1));
+  CUresult close_rc = a.ipc_close(p);
+  std::printf("close_rc=%d closed_free0=%zu closed_free1=%zu\n", close_rc, FreeOn(a, 0),
+              FreeOn(a, 1));
+  return 0;
+}
+
 struct RaceContext {
   const Api* api;
   std::string which;
@@ -685,6 +707,9 @@ int main(int argc, char** argv) {
     execv(argv[0], args);  // The shim's accounting slot is left behind, as with any exec.
     std::perror("execv");
     return 1;
+  }
+  if (command == "ipcdev" && argc == 5) {
+    return IpcFromDevice(a, std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4]));
   }
   if (command == "freerace" && argc == 5) {
     return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));

@@ -517,13 +517,37 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   return CUDA_SUCCESS;
 }
 
-// The fake's IPC handle carries the exported size in its first 8 bytes.
+// The fake's IPC handle carries the exported size in its first 8 bytes and,
+// in the next 4, the exporter's device plus one (0: the current device).
 FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handle, unsigned) {
   uint64_t bytes = 0;
+  int32_t device_plus_one = 0;
   std::memcpy(&bytes, handle.reserved, sizeof(bytes));
-  return Allocate(p, bytes, CurrentDevice(), false);
+  std::memcpy(&device_plus_one, handle.reserved + sizeof(bytes), sizeof(device_plus_one));
+  if (device_plus_one < 0 || device_plus_one > kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Allocate(p, bytes, device_plus_one == 0 ? CurrentDevice() : device_plus_one - 1, false);
 }
 FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p, "cuIpcCloseMemHandle"); }
+FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr p) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuPointerGetAttribute")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto it = s.allocations.upper_bound(p);
+  if (it == s.allocations.begin()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  --it;
+  if (data == nullptr || p >= it->first + it->second.bytes ||
+      attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *static_cast<int*>(data) = it->second.device;
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
