@@ -72,22 +72,185 @@ void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device) {
   r.device = device;
   pthread_mutex_lock(&s.mem_mu);
   bool ok = table->Put(key, r);
+  bool duplicate = !ok && table->Find(key) != nullptr;
   pthread_mutex_unlock(&s.mem_mu);
+  if (duplicate) {
+    Logf(LogLevel::kWarn,
+         "handle 0x%llx handed out again while still recorded (freed outside the shim?); "
+         "the new allocation is not charged",
+         static_cast<unsigned long long>(key));
+  }
   if (!ok) {
     UnchargeBytes(device, bytes);  // Cannot track it: never charge what we cannot free.
   }
 }
 
-// Removes `key` from `table` and uncharges it; no-op for untracked keys.
-void Forget(AllocTable* table, uint64_t key) {
+bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  bool found = table->Take(key, out);
+  pthread_mutex_unlock(&s.mem_mu);
+  return found;
+}
+
+void ReleaseRecord(const AllocRecord& record) {
+  if (record.link != 0) {
+    SyncPool(reinterpret_cast<CUmemoryPool>(record.link));
+  } else {
+    UnchargeBytes(record.device, record.bytes);
+  }
+}
+
+void RestoreRecord(AllocTable* table, uint64_t key, const AllocRecord& record) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  bool ok = table->Put(key, record);
+  pthread_mutex_unlock(&s.mem_mu);
+  if (!ok && record.link == 0) {
+    UnchargeBytes(record.device, record.bytes);
+  }
+}
+
+namespace {
+
+bool ReadReserve(ShimState& s, uint64_t pool, uint64_t* reserve) {
+  cuuint64_t v = 0;
+  if (s.mem_pool_get_attribute == nullptr ||
+      s.mem_pool_get_attribute(reinterpret_cast<CUmemoryPool>(pool),
+                               CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS) {
+    return false;
+  }
+  *reserve = v;
+  return true;
+}
+
+// REQUIRES: s.pool_mu held.
+PoolAccount* FindPoolLocked(ShimState& s, uint64_t pool) {
+  for (PoolAccount& a : s.pools) {
+    if (a.pool == pool) {
+      return &a;
+    }
+  }
+  return nullptr;
+}
+
+// Brings the account's charge to the pool's current reserve: a shrink is
+// uncharged, a growth charged if it fits. REQUIRES: s.pool_mu held (so that
+// concurrent re-reads of one pool are applied in the order they were read).
+Charge SyncLocked(ShimState& s, PoolAccount& a) {
+  uint64_t reserve = 0;
+  if (!ReadReserve(s, a.pool, &reserve)) {
+    return Charge::kCharged;  // Keep the last known charge.
+  }
+  if (reserve <= a.charged) {
+    uint64_t shrink = a.charged - reserve;
+    a.charged = reserve;
+    if (shrink != 0) {
+      UnchargeBytes(a.device, shrink);
+    }
+    return Charge::kCharged;
+  }
+  Charge c = ChargeBytes(a.device, reserve - a.charged);
+  if (c == Charge::kCharged) {
+    a.charged = reserve;
+  }
+  return c == Charge::kOverLimit ? Charge::kOverLimit : Charge::kCharged;
+}
+
+}  // namespace
+
+bool TrackPool(CUmemoryPool pool, int device) {
+  ShimState& s = State();
+  auto key = reinterpret_cast<uint64_t>(pool);
+  if (key == 0) {
+    return false;
+  }
+  pthread_mutex_lock(&s.pool_mu);
+  bool tracked = FindPoolLocked(s, key) != nullptr;
+  uint64_t reserve = 0;
+  if (!tracked && ReadReserve(s, key, &reserve)) {
+    if (PoolAccount* free_entry = FindPoolLocked(s, 0)) {
+      free_entry->pool = key;
+      free_entry->device = device;
+      free_entry->charged = 0;  // The first SyncPool charges what it already holds.
+      tracked = true;
+    } else if (!s.warned_pools) {
+      s.warned_pools = true;
+      Logf(LogLevel::kWarn,
+           "more than %d memory pools in use; further pools are charged per allocation", kMaxPools);
+    }
+  }
+  pthread_mutex_unlock(&s.pool_mu);
+  return tracked;
+}
+
+Charge SyncPool(CUmemoryPool pool) {
+  ShimState& s = State();
+  auto key = reinterpret_cast<uint64_t>(pool);
+  Charge c = Charge::kNotLimited;
+  pthread_mutex_lock(&s.pool_mu);
+  if (PoolAccount* a = key != 0 ? FindPoolLocked(s, key) : nullptr) {
+    c = SyncLocked(s, *a);
+  }
+  pthread_mutex_unlock(&s.pool_mu);
+  return c;
+}
+
+void SyncPools(int device) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.pool_mu);
+  for (PoolAccount& a : s.pools) {
+    if (a.pool != 0 && a.device == device) {
+      SyncLocked(s, a);
+    }
+  }
+  pthread_mutex_unlock(&s.pool_mu);
+}
+
+bool TakePool(CUmemoryPool pool, PoolAccount* out) {
+  ShimState& s = State();
+  auto key = reinterpret_cast<uint64_t>(pool);
+  bool found = false;
+  pthread_mutex_lock(&s.pool_mu);
+  if (PoolAccount* a = key != 0 ? FindPoolLocked(s, key) : nullptr) {
+    *out = *a;
+    *a = PoolAccount();
+    found = true;
+  }
+  pthread_mutex_unlock(&s.pool_mu);
+  return found;
+}
+
+void RestorePool(const PoolAccount& account) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.pool_mu);
+  PoolAccount* entry = FindPoolLocked(s, account.pool);
+  if (entry == nullptr) {
+    entry = FindPoolLocked(s, 0);
+  }
+  bool restored = entry != nullptr;
+  if (restored) {
+    uint64_t had = entry->pool == account.pool ? entry->charged : 0;
+    *entry = account;
+    entry->charged += had;
+  }
+  pthread_mutex_unlock(&s.pool_mu);
+  if (!restored) {
+    UnchargeBytes(account.device, account.charged);
+  }
+}
+
+void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device) {
   ShimState& s = State();
   AllocRecord r;
+  r.bytes = 0;
+  r.device = device;
+  r.link = reinterpret_cast<uint64_t>(pool);
   pthread_mutex_lock(&s.mem_mu);
-  bool found = table->Take(key, &r);
+  // If it cannot be recorded, its free does not re-read the pool; the pool's
+  // next allocation, trim or a memory query does.
+  s.pointers->Put(key, r);
   pthread_mutex_unlock(&s.mem_mu);
-  if (found) {
-    UnchargeBytes(r.device, r.bytes);
-  }
 }
 
 uint64_t RoundToGranularity(uint64_t bytes) {

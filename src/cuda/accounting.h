@@ -27,10 +27,58 @@ enum class Charge {
 // kMaxSlots held by live processes) is refused with an error log.
 Charge ChargeBytes(int device, uint64_t bytes);
 void UnchargeBytes(int device, uint64_t bytes);
-// Records key -> (bytes, device); uncharges at once if it cannot be recorded.
+// Records key -> (bytes, device); uncharges at once if it cannot be recorded
+// (a key already recorded is reported and keeps its record).
 void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device);
-// Removes `key` from `table` and uncharges it; no-op for untracked keys.
-void Forget(AllocTable* table, uint64_t key);
+// Removes `key` from `table` into `out`; false for untracked keys.
+bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out);
+// Returns a taken record's charge: uncharges it, or, when its link names a
+// pool charged by reserve, re-reads that pool (SyncPool).
+void ReleaseRecord(const AllocRecord& record);
+// Puts a taken record back (its free failed); uncharges it if it cannot be.
+void RestoreRecord(AllocTable* table, uint64_t key, const AllocRecord& record);
+
+// Frees `key` through `call` (the real free). The record is taken *before*
+// the call: the moment the driver frees the address another thread may get
+// it from an allocation, whose record must not meet this one. The charge is
+// returned when the free succeeds; the record is put back when it fails.
+template <typename Call>
+CUresult ForgetAndCall(AllocTable* table, uint64_t key, Call call) {
+  AllocRecord record;
+  bool tracked = TakeRecord(table, key, &record);
+  CUresult rc = call();
+  if (tracked) {
+    if (rc == CUDA_SUCCESS) {
+      ReleaseRecord(record);
+    } else {
+      RestoreRecord(table, key, record);
+    }
+  }
+  return rc;
+}
+
+// Stream-ordered pools. Memory a pool reserves stays on the device after
+// cuMemFreeAsync (up to its release threshold), and many small allocations
+// share one reservation, so a pool is charged its reserve
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) rather than per allocation.
+//
+// True when `pool` is tracked by reserve (starting now if it was not), with
+// its charge on `device`. False when its reserve cannot be read or kMaxPools
+// pools are tracked: the caller charges per allocation instead.
+bool TrackPool(CUmemoryPool pool, int device);
+// Re-reads a tracked pool's reserve: uncharges a shrink, charges a growth.
+// Returns kOverLimit when a growth did not fit under the cap (it stays
+// uncharged), kCharged otherwise, kNotLimited for an untracked pool.
+Charge SyncPool(CUmemoryPool pool);
+// SyncPool for every tracked pool charged to `device` (memory queries).
+void SyncPools(int device);
+// Stops tracking `pool` without uncharging; false if it was not tracked.
+bool TakePool(CUmemoryPool pool, PoolAccount* out);
+// Undoes TakePool (the driver refused to destroy the pool); uncharges the
+// account if it can no longer be tracked.
+void RestorePool(const PoolAccount& account);
+// Records a pointer of a pool charged by reserve, so its free re-reads the pool.
+void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device);
 
 // Charges `bytes` on `device`, runs the real call, records key() on success.
 template <typename Call, typename Key>
@@ -47,6 +95,31 @@ CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call,
       UnchargeBytes(device, bytes);
     }
   }
+  return rc;
+}
+
+// A stream-ordered allocation from a pool tracked by reserve: runs the real
+// call, then charges the pool's growth. A growth past the cap is undone (the
+// block is freed on its stream and the pool trimmed) and OUT_OF_MEMORY
+// returned. `free_async(ptr)` frees on the allocation's stream.
+template <typename Call, typename FreeAsync>
+CUresult PoolAllocAndCharge(CUmemoryPool pool, int device, CUdeviceptr* dptr, Call call,
+                            FreeAsync free_async) {
+  CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (SyncPool(pool) == Charge::kOverLimit) {
+    free_async(*dptr);
+    ShimState& s = State();
+    if (s.mem_pool_trim_to != nullptr) {
+      s.mem_pool_trim_to(pool, 0);
+    }
+    SyncPool(pool);  // Uncharges what the trim gave back; never charges past the cap.
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  RememberPoolPointer(*dptr, pool, device);
   return rc;
 }
 

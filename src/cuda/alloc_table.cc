@@ -47,9 +47,8 @@ bool AllocTable::Put(uint64_t key, const AllocRecord& record) {
   if (key == 0 || key == kTombstone) {
     return false;
   }
-  if (AllocRecord* existing = Find(key)) {
-    *existing = record;
-    return true;
+  if (Find(key) != nullptr) {
+    return false;
   }
   if ((used_ + 1) * 2 > capacity_ && !Grow()) {
     return false;

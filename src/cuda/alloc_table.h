@@ -30,7 +30,8 @@ class AllocTable {
   AllocTable(const AllocTable&) = delete;
   AllocTable& operator=(const AllocTable&) = delete;
 
-  // Inserts or overwrites. Returns false only if memory ran out or key is 0.
+  // Inserts a new key. Returns false, leaving the table unchanged, if the key
+  // is already present (a record is never overwritten), is 0, or memory ran out.
   bool Put(uint64_t key, const AllocRecord& record);
   // Returns the record or nullptr. The pointer is valid until the next Put.
   AllocRecord* Find(uint64_t key);

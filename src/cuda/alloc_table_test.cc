@@ -25,6 +25,19 @@ TEST(AllocTableTest, PutFindTake) {
   EXPECT_EQ(t.size(), 0u);
 }
 
+TEST(AllocTableTest, PutNeverOverwritesAnExistingKey) {
+  AllocTable t;
+  AllocRecord first;
+  first.bytes = 2 << 20;
+  AllocRecord second;
+  second.bytes = 64 << 20;
+  ASSERT_TRUE(t.Put(0x7f0000200000, first));
+  EXPECT_FALSE(t.Put(0x7f0000200000, second));
+  ASSERT_NE(t.Find(0x7f0000200000), nullptr);
+  EXPECT_EQ(t.Find(0x7f0000200000)->bytes, first.bytes) << "the first record stands";
+  EXPECT_EQ(t.size(), 1u);
+}
+
 TEST(AllocTableTest, MatchesAMapUnderRandomChurn) {
   AllocTable t;
   std::map<uint64_t, uint64_t> model;
@@ -38,8 +51,8 @@ TEST(AllocTableTest, MatchesAMapUnderRandomChurn) {
     } else {
       AllocRecord r;
       r.bytes = rng();
-      model[key] = r.bytes;
-      ASSERT_TRUE(t.Put(key, r));
+      bool fresh = model.emplace(key, r.bytes).second;
+      ASSERT_EQ(t.Put(key, r), fresh) << "an existing key is never overwritten";
     }
   }
   EXPECT_EQ(t.size(), model.size());

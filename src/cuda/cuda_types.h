@@ -113,6 +113,26 @@ typedef struct CUipcMemHandle_st {
   char reserved[64];
 } CUipcMemHandle;
 
+// cuPointerGetAttribute: the ordinal of the device an allocation lives on (int).
+enum : int { CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9 };
+
+// Stream-ordered memory pools (CUmemPool_attribute values; attribute values
+// of the *_MEM_* and threshold kinds are cuuint64_t).
+enum : int {
+  CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+  CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+  CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+};
+typedef struct CUmemPoolProps_st {
+  int allocType;    // CUmemAllocationType
+  int handleTypes;  // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;  // NOLINT
+  unsigned char reserved[54];
+} CUmemPoolProps;
+
 // cuLaunchKernelEx configuration. Attributes are passed through untouched.
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUlaunchConfig_st {
@@ -153,6 +173,11 @@ typedef CUresult (*cuIpcCloseMemHandleFn)(CUdeviceptr);
 typedef CUresult (*cuMemGetInfoFn)(size_t*, size_t*);
 typedef CUresult (*cuDeviceTotalMemFn)(size_t*, CUdevice);
 typedef CUresult (*cuMemGetAddressRangeFn)(CUdeviceptr*, size_t*, CUdeviceptr);
+typedef CUresult (*cuPointerGetAttributeFn)(void*, int, CUdeviceptr);
+typedef CUresult (*cuDeviceGetMemPoolFn)(CUmemoryPool*, CUdevice);
+typedef CUresult (*cuMemPoolGetAttributeFn)(CUmemoryPool, int, void*);
+typedef CUresult (*cuMemPoolTrimToFn)(CUmemoryPool, size_t);
+typedef CUresult (*cuMemPoolDestroyFn)(CUmemoryPool);
 typedef CUresult (*cuLaunchKernelFn)(CUfunction, unsigned int, unsigned int, unsigned int,
                                      unsigned int, unsigned int, unsigned int, unsigned int,
                                      CUstream, void**, void**);

@@ -1,20 +1,38 @@
 // IPC import hooks and memory queries. An imported IPC range is charged at
-// its size (it occupies the importer's budget as HAMi users expect); memory
-// queries report the container's cap and usage, never an underflow, and guard
-// NULL out-parameters. See shim.h.
+// its size (it occupies the importer's budget as HAMi users expect) to the
+// device that holds it; memory queries report the container's cap and usage,
+// never an underflow, and guard NULL out-parameters. See shim.h.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
 namespace accelpool::cuda {
 namespace {
 
+// Device that holds the memory at `ptr` (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+bool OwningDevice(CUdeviceptr ptr, int* device) {
+  ShimState& s = State();
+  int ordinal = -1;
+  if (s.pointer_get_attribute == nullptr ||
+      s.pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) !=
+          CUDA_SUCCESS ||
+      ordinal < 0) {
+    return false;
+  }
+  *device = ordinal;
+  return true;
+}
+
 template <int S>
 CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
   ACCELPOOL_REAL_OR_FAIL(cuIpcOpenMemHandleFn, kHookIpcOpenMemHandle);
   CUresult rc = real(dptr, handle, flags);
+  if (rc != CUDA_SUCCESS || !s.mem_on || dptr == nullptr || s.mem_get_address_range == nullptr) {
+    return rc;
+  }
+  // The exporter's device may differ from the importer's current one (peer
+  // access); the current device is the fallback.
   int dev = 0;
-  if (rc != CUDA_SUCCESS || !s.mem_on || dptr == nullptr || s.mem_get_address_range == nullptr ||
-      !CurrentDevice(&dev)) {
+  if (!OwningDevice(*dptr, &dev) && !CurrentDevice(&dev)) {
     return rc;
   }
   CUdeviceptr base = 0;
@@ -40,11 +58,10 @@ CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned
 template <int S>
 CUresult HookIpcCloseMemHandle(CUdeviceptr ptr) {
   ACCELPOOL_REAL_OR_FAIL(cuIpcCloseMemHandleFn, kHookIpcCloseMemHandle);
-  CUresult rc = real(ptr);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.ipc, ptr);
+  if (!s.mem_on) {
+    return real(ptr);
   }
-  return rc;
+  return ForgetAndCall(s.ipc, ptr, [&] { return real(ptr); });
 }
 
 template <int S>
@@ -60,6 +77,7 @@ CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
+  SyncPools(dev);  // Pools may have released memory since their last allocation.
   uint64_t cap = s.config.memory_limit_bytes[dev];
   if (cap > phys_total) {
     cap = phys_total;

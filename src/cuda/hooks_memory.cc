@@ -1,9 +1,10 @@
 // Memory hooks: every device allocation path is charged to the container's
 // shared region at the driver's granularity before (or, where the size is
 // only known afterwards, right after) the real call; the matching free
-// uncharges exactly what was charged. Past the cap a call returns
-// CUDA_ERROR_OUT_OF_MEMORY. VMM is in hooks_vmm.cc, IPC imports and memory
-// queries in hooks_info.cc. See shim.h and accounting.h.
+// uncharges exactly what was charged. Stream-ordered pools are the
+// exception: they are charged what they reserve (accounting.h). Past the cap
+// a call returns CUDA_ERROR_OUT_OF_MEMORY. VMM is in hooks_vmm.cc, IPC
+// imports and memory queries in hooks_info.cc. See shim.h and accounting.h.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
@@ -85,23 +86,42 @@ CUresult HookMemAllocPitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_
 template <int S>
 CUresult HookMemFree(CUdeviceptr ptr) {
   ACCELPOOL_REAL_OR_FAIL(cuMemFreeFn, kHookMemFree);
-  CUresult rc = real(ptr);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.pointers, ptr);
+  if (!s.mem_on) {
+    return real(ptr);
   }
-  return rc;
+  return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr); });
 }
 
+// Frees a stream-ordered allocation on `stream` through the real driver;
+// stream 0 of a _ptsz entry point is the per-thread stream.
+void FreeOnStream(CUdeviceptr ptr, CUstream stream, bool per_thread) {
+  if (auto free_fn = Real<cuMemFreeAsyncFn>(kHookMemFreeAsync, 0)) {
+    free_fn(ptr, stream == nullptr && per_thread ? ACCELPOOL_CU_STREAM_PER_THREAD : stream);
+  } else if (auto free_ptsz = Real<cuMemFreeAsyncFn>(kHookMemFreeAsync, 1)) {
+    free_ptsz(ptr, stream);
+  }
+}
+
+// Stream-ordered allocations are charged by pool reserve (accounting.h);
+// a pool whose reserve cannot be read is charged per allocation.
 template <int S>
 CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocAsyncFn, kHookMemAllocAsync);
   int dev = 0;
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev)) {
+  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
     return real(dptr, bytes, stream);
   }
-  return ChargeAndCall(
-      s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes, stream); },
-      [&] { return *dptr; });
+  CUmemoryPool pool = nullptr;
+  if (s.device_get_mem_pool == nullptr || s.device_get_mem_pool(&pool, dev) != CUDA_SUCCESS ||
+      !TrackPool(pool, dev)) {
+    return ChargeAndCall(
+        s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes, stream); },
+        [&] { return *dptr; });
+  }
+  bool per_thread = s.per_thread_stream[kHookMemAllocAsync][S];
+  return PoolAllocAndCharge(
+      pool, dev, dptr, [&] { return real(dptr, bytes, stream); },
+      [&](CUdeviceptr p) { FreeOnStream(p, stream, per_thread); });
 }
 
 template <int S>
@@ -109,20 +129,55 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
                                    CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFromPoolAsyncFn, kHookMemAllocFromPoolAsync);
   int dev = 0;
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev)) {
+  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
     return real(dptr, bytes, pool, stream);
   }
-  return ChargeAndCall(
-      s.pointers, dev, RoundToGranularity(bytes),
-      [&] { return real(dptr, bytes, pool, stream); }, [&] { return *dptr; });
+  if (!TrackPool(pool, dev)) {
+    return ChargeAndCall(
+        s.pointers, dev, RoundToGranularity(bytes),
+        [&] { return real(dptr, bytes, pool, stream); }, [&] { return *dptr; });
+  }
+  bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
+  return PoolAllocAndCharge(
+      pool, dev, dptr, [&] { return real(dptr, bytes, pool, stream); },
+      [&](CUdeviceptr p) { FreeOnStream(p, stream, per_thread); });
 }
 
 template <int S>
 CUresult HookMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemFreeAsyncFn, kHookMemFreeAsync);
-  CUresult rc = real(ptr, stream);
+  if (!s.mem_on) {
+    return real(ptr, stream);
+  }
+  return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr, stream); });
+}
+
+template <int S>
+CUresult HookMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  ACCELPOOL_REAL_OR_FAIL(cuMemPoolTrimToFn, kHookMemPoolTrimTo);
+  CUresult rc = real(pool, keep);
   if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.pointers, ptr);
+    SyncPool(pool);  // Returns what the trim released to the container at once.
+  }
+  return rc;
+}
+
+template <int S>
+CUresult HookMemPoolDestroy(CUmemoryPool pool) {
+  ACCELPOOL_REAL_OR_FAIL(cuMemPoolDestroyFn, kHookMemPoolDestroy);
+  if (!s.mem_on) {
+    return real(pool);
+  }
+  // Untracked first, so that nothing reads the handle once it is destroyed.
+  PoolAccount account;
+  bool tracked = TakePool(pool, &account);
+  CUresult rc = real(pool);
+  if (tracked) {
+    if (rc == CUDA_SUCCESS) {
+      UnchargeBytes(account.device, account.charged);
+    } else {
+      RestorePool(account);
+    }
   }
   return rc;
 }
@@ -157,11 +212,10 @@ CUresult HookArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) 
 template <int S>
 CUresult HookArrayDestroy(CUarray array) {
   ACCELPOOL_REAL_OR_FAIL(cuArrayDestroyFn, kHookArrayDestroy);
-  CUresult rc = real(array);
-  if (rc == CUDA_SUCCESS && s.mem_on) {
-    Forget(s.arrays, reinterpret_cast<uint64_t>(array));
+  if (!s.mem_on) {
+    return real(array);
   }
-  return rc;
+  return ForgetAndCall(s.arrays, reinterpret_cast<uint64_t>(array), [&] { return real(array); });
 }
 
 }  // namespace
@@ -178,11 +232,12 @@ void* MemoryHook(HookId id, int slot) {
       ACCELPOOL_HOOK_SLOTS(HookArrayCreate),       ACCELPOOL_HOOK_SLOTS(HookArray3DCreate),
       ACCELPOOL_HOOK_SLOTS(HookArrayDestroy),      ACCELPOOL_HOOK_SLOTS(HookMemAllocAsync),
       ACCELPOOL_HOOK_SLOTS(HookMemAllocFromPoolAsync), ACCELPOOL_HOOK_SLOTS(HookMemFreeAsync),
+      ACCELPOOL_HOOK_SLOTS(HookMemPoolTrimTo),     ACCELPOOL_HOOK_SLOTS(HookMemPoolDestroy),
   };
   if (slot < 0 || slot >= kSlots) {
     return nullptr;
   }
-  if (id >= kHookMemAlloc && id <= kHookMemFreeAsync) {
+  if (id >= kHookMemAlloc && id <= kHookMemPoolDestroy) {
     return kTable[id - kHookMemAlloc][slot];
   }
   if (id >= kHookMemCreate && id <= kHookMemUnmap) {
@@ -233,4 +288,10 @@ ACCELPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream st) {
 }
 ACCELPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream st) {
   return HookMemFreeAsync<1>(p, st);
+}
+ACCELPOOL_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  return HookMemPoolTrimTo<0>(pool, keep);
+}
+ACCELPOOL_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  return HookMemPoolDestroy<0>(pool);
 }

@@ -3,6 +3,7 @@
 // size themselves from NVML see the slice, not the card. The NVML index is
 // taken as the visible device index (true when the device plugin exposes only
 // the assigned GPUs, which it does). Never underflows. See shim.h.
+#include "cuda/accounting.h"
 #include "cuda/shim.h"
 
 namespace accelpool::cuda {
@@ -18,6 +19,7 @@ uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
       !s.config.MemoryLimited(static_cast<int>(*index))) {
     return 0;
   }
+  SyncPools(static_cast<int>(*index));  // Pools may have released memory meanwhile.
   return s.config.memory_limit_bytes[*index];
 }
 

@@ -110,12 +110,13 @@ CUresult HookMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   }
   pthread_mutex_lock(&s.mem_mu);
   if (AllocRecord* h = s.vmm_handles->Find(handle)) {
-    ++h->refs;
     AllocRecord m;
     m.bytes = size;
     m.device = h->device;
     m.link = handle;
-    s.vmm_maps->Put(ptr, m);
+    if (s.vmm_maps->Put(ptr, m)) {  // Count only mappings whose unmap will be seen.
+      ++h->refs;
+    }
   }
   pthread_mutex_unlock(&s.mem_mu);
   return rc;

@@ -63,6 +63,23 @@ bool LockRobust(pthread_mutex_t* mu, bool* owner_died) {
   return rc == 0;
 }
 
+bool ReadProcStat(int32_t pid, ProcStat* out) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) {
+    return false;
+  }
+  buf[n] = '\0';
+  return ParseProcStat(buf, out);
+}
+
 bool IsAlive(int32_t pid, uint64_t start_time) {
   if (pid <= 0) {
     return false;
@@ -70,11 +87,18 @@ bool IsAlive(int32_t pid, uint64_t start_time) {
   if (kill(pid, 0) != 0 && errno == ESRCH) {
     return false;
   }
-  if (start_time != 0) {
-    uint64_t now = ProcessStartTime(pid);
-    if (now != 0 && now != start_time) {
-      return false;  // The PID was reused by another process.
-    }
+  // kill(pid, 0) succeeds for a zombie: a process killed (even by SIGKILL)
+  // whose parent has not reaped it yet. Its memory is gone. A group leader
+  // that called pthread_exit is also shown as Z, but with live threads.
+  ProcStat st;
+  if (!ReadProcStat(pid, &st)) {
+    return true;  // Cannot tell: keep the slot.
+  }
+  if (st.state == 'X' || (st.state == 'Z' && st.threads <= 1)) {
+    return false;
+  }
+  if (start_time != 0 && st.start_time != 0 && st.start_time != start_time) {
+    return false;  // The PID was reused by another process.
   }
   return true;
 }
@@ -83,40 +107,43 @@ bool ValidDevice(int device) { return device >= 0 && device < kMaxDevices; }
 
 }  // namespace
 
-uint64_t ProcessStartTime(int32_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return 0;
-  }
-  char buf[1024];
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) {
-    return 0;
-  }
-  buf[n] = '\0';
-  // The command name (field 2) may hold spaces and parentheses: start after
-  // the last ')'. Field 3 follows; the start time is field 22.
-  char* p = std::strrchr(buf, ')');
+bool ParseProcStat(const char* line, ProcStat* out) {
+  const char* p = std::strrchr(line, ')');
   if (p == nullptr) {
-    return 0;
+    return false;
   }
+  ProcStat st;
   int field = 2;
-  for (++p; *p != '\0'; ++p) {
-    if (*p == ' ') {
-      ++field;
-      if (field == 22) {
-        uint64_t v = 0;
-        for (++p; *p >= '0' && *p <= '9'; ++p) {
-          v = v * 10 + static_cast<uint64_t>(*p - '0');
-        }
-        return v;
-      }
+  for (++p; *p != '\0' && *p != '\n';) {
+    if (*p != ' ') {
+      return false;
+    }
+    ++p;
+    ++field;
+    if (field == 3) {
+      st.state = *p;
+    }
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; ++p) {
+      v = v * 10 + static_cast<uint64_t>(*p - '0');
+    }
+    if (field == 20) {
+      st.threads = v;
+    } else if (field == 22) {
+      st.start_time = v;
+      *out = st;
+      return true;
+    }
+    while (*p != ' ' && *p != '\0' && *p != '\n') {
+      ++p;  // The rest of a non-numeric field (the state, a negative sign).
     }
   }
-  return 0;
+  return false;
+}
+
+uint64_t ProcessStartTime(int32_t pid) {
+  ProcStat st;
+  return ReadProcStat(pid, &st) ? st.start_time : 0;
 }
 
 SharedRegion::~SharedRegion() {
@@ -228,11 +255,31 @@ int SharedRegion::ReclaimDead() {
   return n;
 }
 
+int SharedRegion::SlotsInUse() {
+  if (!Lock()) {
+    return 0;
+  }
+  ReclaimDeadLocked();
+  int n = 0;
+  for (const SlotRecord& s : layout_->slots) {
+    n += s.pid != 0 ? 1 : 0;
+  }
+  Unlock();
+  return n;
+}
+
 int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
   if (!Lock()) {
     return -1;
   }
   ReclaimDeadLocked();
+  // A slot with this very process's pid and start time was claimed by the
+  // program it replaced by exec (a process claims once per image).
+  for (SlotRecord& s : layout_->slots) {
+    if (s.pid == pid && s.start_time == start_time) {
+      std::memset(&s, 0, sizeof(s));
+    }
+  }
   int found = -1;
   for (int i = 0; i < kMaxSlots; ++i) {
     if (layout_->slots[i].pid == 0) {

@@ -8,8 +8,12 @@
 // that died (even by SIGKILL, which runs no cleanup) is reclaimed the next
 // time anyone needs the figure: on slot claim, on a charge that would exceed
 // the cap, on every usage query, and whenever a lock comes back EOWNERDEAD.
-// A slot is "dead" when kill(pid, 0) fails with ESRCH or the PID now belongs
-// to a process with a different start time (PID reuse).
+// A slot is "dead" when kill(pid, 0) fails with ESRCH, when the process has
+// exited but not been reaped (a zombie: /proc/<pid>/stat state Z with no live
+// thread left, or X), or when the PID now belongs to a process with a
+// different start time (PID reuse). A process that claims a slot frees any
+// slot with its own PID and start time: that one belongs to the program it
+// replaced by exec, which ran no cleanup.
 //
 // Slot indices stay valid for the life of the owning process (no compaction);
 // callers keep the index, never a pointer into the mapping across calls.
@@ -56,8 +60,10 @@ class SharedRegion {
   bool OpenPrivate(char* error, size_t error_len);
   bool is_open() const { return layout_ != nullptr; }
 
-  // Claims a slot for (pid, start_time), reclaiming dead slots first.
-  // Returns the slot index or -1 when all kMaxSlots are held by live processes.
+  // Claims a slot for (pid, start_time), reclaiming dead slots and the slot
+  // of the image this process replaced by exec (same pid and start time)
+  // first. Returns the slot index or -1 when all kMaxSlots are held by live
+  // processes.
   int ClaimSlot(int32_t pid, uint64_t start_time);
   // Returns the slot's usage to zero and frees it (normal process exit).
   void ReleaseSlot(int slot);
@@ -75,6 +81,8 @@ class SharedRegion {
   uint64_t SlotUsed(int slot, int device);
   // Frees the slots of dead processes; returns how many were reclaimed.
   int ReclaimDead();
+  // Slots held, after reclaiming dead processes (tests, diagnostics).
+  int SlotsInUse();
 
   // The device's token bucket under its own robust mutex. Returns nullptr if
   // the lock cannot be taken; otherwise the caller must call UnlockBucket.
@@ -97,6 +105,17 @@ class SharedRegion {
 // Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat);
 // 0 if unknown. Used to detect PID reuse.
 uint64_t ProcessStartTime(int32_t pid);
+
+// The fields of a /proc/<pid>/stat line the region uses.
+struct ProcStat {
+  char state = 0;           // Field 3: R, S, D, Z (zombie), X (dead), ...
+  uint64_t threads = 0;     // Field 20.
+  uint64_t start_time = 0;  // Field 22, clock ticks since boot.
+};
+// Parses a /proc/<pid>/stat line. The command name (field 2) may hold spaces
+// and parentheses, so fields are counted from the *last* ')'. False when the
+// line is cut short before field 22.
+bool ParseProcStat(const char* line, ProcStat* out);
 
 }  // namespace accelpool::cuda
 

@@ -1,10 +1,16 @@
 #include "cuda/shared_region.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <cstdio>
 #include <fstream>
@@ -175,6 +181,124 @@ TEST_F(SharedRegionTest, SigkilledHolderIsReclaimedOnTheNextCharge) {
   close(ready[1]);
 }
 
+// Forks a child that claims a slot, charges `bytes` on device 0 and stops.
+// With `leader_exits` its main thread exits alone and another thread
+// does the work (the process stays alive, shown as Z in /proc). With `name`
+// it renames itself first (PR_SET_NAME).
+pid_t ForkHolder(const std::string& dir, uint64_t bytes, bool leader_exits, const char* name) {
+  int ready[2];
+  if (pipe(ready) != 0) {
+    return -1;
+  }
+  pid_t child = fork();
+  if (child != 0) {
+    close(ready[1]);
+    char c = 0;
+    bool ok = read(ready[0], &c, 1) == 1;
+    close(ready[0]);
+    return ok ? child : -1;
+  }
+  if (name != nullptr) {
+    prctl(PR_SET_NAME, name);
+  }
+  struct Work {
+    std::string dir;
+    uint64_t bytes;
+    int fd;
+  };
+  static Work work;
+  work = Work{dir, bytes, ready[1]};
+  auto run = [](void*) -> void* {
+    SharedRegion r;
+    char error[256];
+    if (!r.OpenFile(work.dir.c_str(), error, sizeof(error))) {
+      _exit(1);
+    }
+    int32_t pid = static_cast<int32_t>(getpid());
+    int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
+    r.TryCharge(slot, 0, work.bytes, kGiB, 0);
+    char c = 'x';
+    (void)!write(work.fd, &c, 1);
+    for (;;) {
+      pause();
+    }
+    return nullptr;
+  };
+  if (leader_exits) {
+    pthread_t t;
+    pthread_create(&t, nullptr, run, nullptr);
+    syscall(SYS_exit, 0);  // Ends this thread only, without unwinding through gtest.
+  }
+  run(nullptr);
+  _exit(0);
+}
+
+char ProcState(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? 0 : line[close + 2];
+}
+
+TEST_F(SharedRegionTest, KilledButUnreapedProcessIsReclaimed) {
+  pid_t child = ForkHolder(dir_, 800 * kMiB, false, nullptr);
+  ASSERT_GT(child, 0);
+  SharedRegion r;
+  Open(r);
+  EXPECT_EQ(r.Used(0), 800 * kMiB);
+  kill(child, SIGKILL);
+  siginfo_t info;
+  // Wait for the death without reaping: the child stays a zombie.
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  ASSERT_EQ(ProcState(child), 'Z');
+  EXPECT_EQ(r.Used(0), 0u) << "a zombie holds no device memory";
+  EXPECT_EQ(r.SlotsInUse(), 0);
+  waitpid(child, nullptr, 0);
+}
+
+TEST_F(SharedRegionTest, LiveProcessWhoseMainThreadExitedKeepsItsSlot) {
+  pid_t child = ForkHolder(dir_, 800 * kMiB, true, nullptr);
+  ASSERT_GT(child, 0);
+  for (int i = 0; i < 200 && ProcState(child) != 'Z'; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ProcState(child), 'Z') << "the exited leader shows as a zombie";
+  SharedRegion r;
+  Open(r);
+  EXPECT_EQ(r.Used(0), 800 * kMiB) << "its other thread is alive";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+TEST_F(SharedRegionTest, CommandNameWithParenthesesAndStatesIsParsedFromTheLastParen) {
+  pid_t child = ForkHolder(dir_, 100 * kMiB, false, "a) Z 1 (b");
+  ASSERT_GT(child, 0);
+  SharedRegion r;
+  Open(r);
+  EXPECT_EQ(r.Used(0), 100 * kMiB) << "not mistaken for a zombie";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+TEST_F(SharedRegionTest, ClaimingAgainWithTheSamePidAndStartTimeFreesTheOldSlot) {
+  // What a process that execs looks like: the new image claims a slot with
+  // the pid and start time of the old one, which ran no cleanup.
+  SharedRegion r;
+  Open(r);
+  uint64_t start = ProcessStartTime(Pid());
+  int before_exec = r.ClaimSlot(Pid(), start);
+  ASSERT_GE(before_exec, 0);
+  ASSERT_EQ(r.TryCharge(before_exec, 0, 300 * kMiB, kGiB, 0), ChargeResult::kOk);
+  int after_exec = r.ClaimSlot(Pid(), start);
+  ASSERT_GE(after_exec, 0);
+  EXPECT_EQ(r.SlotsInUse(), 1);
+  EXPECT_EQ(r.Used(0), 0u) << "the replaced image's charge is gone";
+  r.ReleaseSlot(after_exec);
+}
+
 TEST_F(SharedRegionTest, LockHolderKilledLeavesAUsableRegion) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -199,6 +323,22 @@ TEST_F(SharedRegionTest, LockHolderKilledLeavesAUsableRegion) {
   ASSERT_NE(bucket, nullptr);
   r.UnlockBucket(0);
   r.ReleaseSlot(slot);
+}
+
+TEST(ProcessStartTimeTest, ParsesFieldsAfterTheLastParenthesis) {
+  std::string tail;
+  for (int field = 4; field <= 52; ++field) {
+    tail += " " + std::to_string(field == 20 ? 3 : field == 22 ? 987654 : field == 8 ? -1 : field);
+  }
+  ProcStat st;
+  ASSERT_TRUE(ParseProcStat(("42 (x) Z 1 (y) S" + tail + "\n").c_str(), &st));
+  EXPECT_EQ(st.state, 'S');
+  EXPECT_EQ(st.threads, 3u);
+  EXPECT_EQ(st.start_time, 987654u);
+  ASSERT_TRUE(ParseProcStat(("7 (plain) Z" + tail).c_str(), &st));
+  EXPECT_EQ(st.state, 'Z');
+  EXPECT_FALSE(ParseProcStat("42 (cut) S 1 2 3", &st));
+  EXPECT_FALSE(ParseProcStat("no parenthesis", &st));
 }
 
 TEST(ProcessStartTimeTest, KnownForSelfUnknownForNobody) {

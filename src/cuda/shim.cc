@@ -58,6 +58,10 @@ void ChildAfterFork() {
   ShimState& s = g_state;
   // A child owns no device memory of its parent and no events: start clean.
   pthread_mutex_init(&s.mem_mu, nullptr);
+  pthread_mutex_init(&s.pool_mu, nullptr);
+  for (PoolAccount& p : s.pools) {
+    p = PoolAccount();
+  }
   s.slot = -1;
   for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc}) {
     if (t != nullptr) {
@@ -146,6 +150,10 @@ void CudaOnce() {
   s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
   s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
   s.mem_get_address_range = Resolve<cuMemGetAddressRangeFn>(s.cuda, "cuMemGetAddressRange_v2");
+  s.pointer_get_attribute = Resolve<cuPointerGetAttributeFn>(s.cuda, "cuPointerGetAttribute");
+  s.device_get_mem_pool = Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetMemPool");
+  s.mem_pool_get_attribute = Resolve<cuMemPoolGetAttributeFn>(s.cuda, "cuMemPoolGetAttribute");
+  s.mem_pool_trim_to = Resolve<cuMemPoolTrimToFn>(s.cuda, "cuMemPoolTrimTo");
   s.event_create = Resolve<cuEventCreateFn>(s.cuda, "cuEventCreate");
   s.event_destroy = Resolve<cuEventDestroyFn>(s.cuda, "cuEventDestroy_v2");
   s.event_record[0] = Resolve<cuEventRecordFn>(s.cuda, "cuEventRecord");

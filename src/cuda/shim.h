@@ -57,6 +57,15 @@ inline constexpr uint64_t kAllocGranularity = 2ULL << 20;
 
 typedef CUresult (*cuStreamIsCapturingFn)(CUstream, int*);
 
+// Stream-ordered pools are charged what they physically reserve
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), tracked per pool (accounting.h).
+inline constexpr int kMaxPools = 32;
+struct PoolAccount {
+  uint64_t pool = 0;     // CUmemoryPool; 0 = free entry.
+  int32_t device = -1;   // Device the reserve is charged to.
+  uint64_t charged = 0;  // Reserve currently charged to the region.
+};
+
 struct ShimState {
   // --- Set once before `ready` / `cuda_ready` / `nvml_ready` are published.
   ShimConfig config;
@@ -68,6 +77,10 @@ struct ShimState {
   cuCtxGetDeviceFn ctx_get_device = nullptr;
   cuCtxGetCurrentFn ctx_get_current = nullptr;
   cuMemGetAddressRangeFn mem_get_address_range = nullptr;
+  cuPointerGetAttributeFn pointer_get_attribute = nullptr;
+  cuDeviceGetMemPoolFn device_get_mem_pool = nullptr;
+  cuMemPoolGetAttributeFn mem_pool_get_attribute = nullptr;
+  cuMemPoolTrimToFn mem_pool_trim_to = nullptr;
   cuEventCreateFn event_create = nullptr;
   cuEventDestroyFn event_destroy = nullptr;
   cuEventRecordFn event_record[2] = {};  // [per-thread-stream]
@@ -88,12 +101,19 @@ struct ShimState {
   SharedRegion* region = nullptr;
   pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;  // Guards the fields below.
   int slot = -1;                                       // Region slot of this process.
-  AllocTable* pointers = nullptr;  // cuMemAlloc*, managed, async, pool allocations.
+  AllocTable* pointers = nullptr;  // cuMemAlloc*, managed, async, pool allocations
+                                   // (record.link: pool charged by reserve, else 0).
   AllocTable* arrays = nullptr;    // CUarray handles.
   AllocTable* vmm_handles = nullptr;
   AllocTable* vmm_maps = nullptr;  // Mapped address -> handle (record.link).
   AllocTable* ipc = nullptr;       // Imported IPC pointers.
   bool warned_unaccounted = false;
+
+  // --- Stream-ordered pools charged by reserve. pool_mu is taken before
+  // mem_mu (never while holding it) and guards the fields below.
+  pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+  PoolAccount pools[kMaxPools] = {};
+  bool warned_pools = false;
 };
 
 ShimState& State();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/shared_region.h"
 #include "cuda/testing/subprocess.h"
 
 namespace accelpool::cuda {
@@ -198,7 +199,7 @@ TEST(ShimTest, EveryAllocationApiAndSizeIsChargedAtPageGranularity) {
   const Case cases[] = {
       {"alloc", 1 * kMiB},          {"alloc", 2 * kMiB},        {"alloc", (8 * kMiB) + 1},
       {"alloc", (8 * kMiB) - 1},    {"pitch", 64 * kMiB},       {"managed", 64 * kMiB},
-      {"async", 3 * kMiB},          {"pool", 64 * kMiB},        {"array", 64 * kMiB},
+      {"pool", 64 * kMiB},          {"array", 64 * kMiB},
       {"vmm", 64 * kMiB},           {"ipc", 64 * kMiB},
   };
   for (const Case& c : cases) {
@@ -215,6 +216,197 @@ TEST(ShimTest, EveryAllocationApiAndSizeIsChargedAtPageGranularity) {
     }
     EXPECT_EQ(U(kv, "second_allocated"), count * c.chunk);
   }
+}
+
+// The fake pool reserves 32 MiB segments shared by requests up to 32 MiB
+// (512-byte aligned) and a 2 MiB-rounded segment per larger request.
+TEST(ShimTest, StreamOrderedAllocationsAreChargedWhatThePoolReserves) {
+  SKIP_UNDER_SANITIZER();
+  struct Case {
+    const char* path;
+    uint64_t cap_mib;
+    uint64_t chunk;
+    uint64_t count;  // Allocations that fit: reserve, not 2 MiB per call.
+  };
+  const Case cases[] = {
+      {"procaddr", 64, 4096, 2 * (32 * kMiB / 4096)},
+      {"procaddr_ptds", 64, 1 * kMiB, 64},
+      {"direct", 1024, 3 * kMiB, 32 * 10},  // Ten 3 MiB blocks per 32 MiB segment.
+      {"dlsym", 1024, 64 * kMiB, 16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.path << " " << c.chunk);
+    auto kv = MustRun({c.path, "fill", "async", std::to_string(c.chunk)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", std::to_string(c.cap_mib)}});
+    EXPECT_EQ(U(kv, "count"), c.count) << "no early OOM";
+    EXPECT_EQ(U(kv, "first_error"), 2u);
+    EXPECT_EQ(U(kv, "device_used"), c.cap_mib * kMiB) << "the pool reserved exactly the cap";
+    EXPECT_EQ(U(kv, "after_free_device_used"), 0u);
+    EXPECT_EQ(U(kv, "second_allocated"), c.count * c.chunk) << "freeing returns the budget";
+  }
+}
+
+TEST(ShimTest, UnreadablePoolIsChargedPerAllocation) {
+  SKIP_UNDER_SANITIZER();
+  for (const char* failing : {"cuMemPoolGetAttribute", "cuDeviceGetMemPool"}) {
+    SCOPED_TRACE(failing);
+    Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}, {"FAKECUDA_FAIL", failing}};
+    auto kv = MustRun({"procaddr", "fill", "async", std::to_string(kMiB)}, env);
+    EXPECT_EQ(U(kv, "count"), 32u) << "1 MiB charged as a 2 MiB page, as before";
+    EXPECT_EQ(U(kv, "first_error"), 2u);
+    EXPECT_EQ(U(kv, "second_allocated"), 32 * kMiB);
+  }
+}
+
+TEST(ShimTest, MemoryAPoolKeepsStaysChargedForTheContainerUntilTrimmed) {
+  SKIP_UNDER_SANITIZER();
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  Env shared = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
+  Env env = shared;
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  env["LD_PRELOAD"] = ACCELPOOL_SHIM_PATH;
+  // PyTorch's cudaMallocAsync backend sets the release threshold to UINT64_MAX.
+  ChildProcess holder;
+  ASSERT_TRUE(holder.Start(
+      {ACCELPOOL_PROBE_PATH, "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
+  auto held = ParseKeyValues(holder.ReadLine(30000));
+  ASSERT_EQ(U(held, "rc"), 0u);
+  ASSERT_EQ(U(held, "free_rc"), 0u);
+  EXPECT_EQ(U(held, "reserved"), 512 * kMiB) << "the pool kept the freed block";
+  EXPECT_EQ(U(held, "free"), 512 * kMiB);
+
+  auto kv = MustRun({"direct", "meminfo"}, shared);
+  EXPECT_EQ(U(kv, "free"), 512 * kMiB) << "another process sees the kept memory";
+  kv = MustRun({"direct", "alloc", std::to_string(600 * kMiB)}, shared);
+  EXPECT_EQ(U(kv, "rc"), 2u) << "512 kept + 600 > 1024";
+
+  ASSERT_TRUE(holder.Write("trim\n"));
+  auto trimmed = ParseKeyValues(holder.ReadLine(30000));
+  EXPECT_EQ(U(trimmed, "trim_rc"), 0u);
+  EXPECT_EQ(U(trimmed, "reserved"), 0u);
+  EXPECT_EQ(U(trimmed, "free"), 1024 * kMiB);
+  kv = MustRun({"direct", "meminfo"}, shared);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "the trim returned the charge at once";
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(10000).exit_code, 0);
+
+  // A release the shim does not see happen (here a lowered threshold; on a
+  // real driver, the next synchronisation) is uncharged by a memory query.
+  ChildProcess lowering;
+  ASSERT_TRUE(lowering.Start(
+      {ACCELPOOL_PROBE_PATH, "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
+  held = ParseKeyValues(lowering.ReadLine(30000));
+  ASSERT_EQ(U(held, "free"), 512 * kMiB);
+  ASSERT_TRUE(lowering.Write("lower\n"));
+  auto lowered = ParseKeyValues(lowering.ReadLine(30000));
+  EXPECT_EQ(U(lowered, "set_rc"), 0u);
+  EXPECT_EQ(U(lowered, "reserved"), 0u);
+  EXPECT_EQ(U(lowered, "free"), 1024 * kMiB) << "cuMemGetInfo re-read the pool";
+  kv = MustRun({"direct", "meminfo"}, shared);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB);
+  lowering.CloseStdin();
+  EXPECT_EQ(lowering.Wait(10000).exit_code, 0);
+
+  // With the default threshold (0) the pool gives freed memory back.
+  kv = MustRun({"direct", "poolhold", std::to_string(512 * kMiB), "0"}, shared);
+  EXPECT_EQ(U(kv, "reserved"), 0u);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB);
+}
+
+TEST(ShimTest, AsyncGrowthPastTheCapIsUndoneAndReturnsOutOfMemory) {
+  SKIP_UNDER_SANITIZER();
+  for (const char* path : {"direct", "dlsym"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "poolover", std::to_string(192 * kMiB), std::to_string(128 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "256"}});
+    EXPECT_EQ(U(kv, "rc1"), 0u);
+    EXPECT_EQ(U(kv, "rc2"), 2u) << "exactly CUDA_ERROR_OUT_OF_MEMORY";
+    EXPECT_EQ(U(kv, "p2"), 0u);
+    EXPECT_EQ(U(kv, "reserved"), 192 * kMiB) << "the refused growth was trimmed away";
+    EXPECT_EQ(U(kv, "device_used"), 192 * kMiB);
+    EXPECT_EQ(U(kv, "free"), 64 * kMiB) << "the refused call left nothing charged";
+    EXPECT_EQ(U(kv, "freed_reserved"), 192 * kMiB) << "threshold max: kept";
+    EXPECT_EQ(U(kv, "freed_free"), 64 * kMiB) << "and still charged";
+    EXPECT_EQ(U(kv, "trimmed_reserved"), 0u);
+    EXPECT_EQ(U(kv, "trimmed_free"), 256 * kMiB);
+    EXPECT_EQ(U(kv, "trimmed_device_used"), 0u);
+  }
+}
+
+TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
+  SKIP_UNDER_SANITIZER();
+  auto kv = MustRun({"dlsym", "poolcustom", std::to_string(100 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  EXPECT_EQ(U(kv, "create_rc"), 0u);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "kept_free"), 1024 * kMiB - 100 * kMiB);
+  EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+  EXPECT_EQ(U(kv, "destroyed_free"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "device_used"), 0u);
+}
+
+// The fake runs an allocation inside the real free, after the address is
+// released: the interleaving of two threads racing for one address.
+TEST(ShimTest, AnAddressReusedDuringItsFreeKeepsBothChargesRight) {
+  SKIP_UNDER_SANITIZER();
+  const uint64_t chunk = 32 * kMiB;
+  struct Case {
+    const char* api;
+    const char* fail;  // Fake entry point made to fail: async falls back per allocation.
+  };
+  for (const Case& c : {Case{"alloc", ""}, Case{"array", ""}, Case{"ipc", ""},
+                        Case{"async", "cuMemPoolGetAttribute"}, Case{"async", ""}}) {
+    SCOPED_TRACE(::testing::Message() << c.api << " " << c.fail);
+    auto kv = MustRun({"direct", "freerace", c.api, std::to_string(chunk)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}, {"FAKECUDA_FAIL", c.fail}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "rc2"), 0u);
+    EXPECT_EQ(U(kv, "same_address"), 1u) << "the interleaving happened";
+    EXPECT_EQ(U(kv, "free_mid"), 64 * kMiB - chunk) << "only the new block is charged";
+    EXPECT_EQ(U(kv, "free_after"), 64 * kMiB) << "no charge leaked";
+    EXPECT_EQ(U(kv, "device_used"), 0u);
+  }
+}
+
+TEST(ShimTest, AFailedFreeKeepsItsCharge) {
+  SKIP_UNDER_SANITIZER();
+  struct Case {
+    const char* api;
+    const char* entry;
+  };
+  for (const Case& c : {Case{"alloc", "cuMemFree_v2"}, Case{"array", "cuArrayDestroy"},
+                        Case{"ipc", "cuIpcCloseMemHandle"}}) {
+    SCOPED_TRACE(c.api);
+    auto kv = MustRun({"direct", "freefail", c.api, c.entry, std::to_string(32 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "failed_free_rc"), 801u) << "the driver's error passes through";
+    EXPECT_EQ(U(kv, "free_mid"), 32 * kMiB) << "still allocated, still charged";
+    EXPECT_EQ(U(kv, "free_after"), 64 * kMiB);
+  }
+}
+
+TEST(ShimTest, IpcImportIsChargedToTheDeviceThatHoldsIt) {
+  SKIP_UNDER_SANITIZER();
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    // The importer runs on device 0; the memory lives on device 1.
+    auto kv = MustRun({path, "ipcdev", std::to_string(512 * kMiB), "1"}, env);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "free0"), 1024 * kMiB) << "not the importer's current device";
+    EXPECT_EQ(U(kv, "free1"), 512 * kMiB) << "the exporter's device";
+    EXPECT_EQ(U(kv, "close_rc"), 0u);
+    EXPECT_EQ(U(kv, "closed_free0"), 1024 * kMiB);
+    EXPECT_EQ(U(kv, "closed_free1"), 1024 * kMiB);
+  }
+  // Without the pointer attribute: the current device, as before.
+  env["FAKECUDA_FAIL"] = "cuPointerGetAttribute";
+  auto kv = MustRun({"direct", "ipcdev", std::to_string(512 * kMiB), "1"}, env);
+  EXPECT_EQ(U(kv, "free0"), 512 * kMiB);
+  EXPECT_EQ(U(kv, "free1"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "closed_free0"), 1024 * kMiB);
 }
 
 TEST(ShimTest, ConcurrentThreadsNeverExceedTheCapAndLeaveNothingCharged) {
@@ -377,6 +569,29 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "no stale usage from the killed process";
   kv = MustRun({"dlsym", "alloc", std::to_string(1000 * kMiB)}, shared);
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
+}
+
+TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
+  SKIP_UNDER_SANITIZER();
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+             {"ACCELPOOL_CUDA_STATE_DIR", dir.path()},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", ACCELPOOL_SHIM_PATH}};
+  ChildProcess child;
+  ASSERT_TRUE(
+      child.Start({ACCELPOOL_PROBE_PATH, "direct", "reexec", std::to_string(300 * kMiB)}, env));
+  auto held = ParseKeyValues(child.ReadLine(30000));
+  ASSERT_EQ(U(held, "held"), 300 * kMiB) << "the exec'd image allocated too";
+  SharedRegion region;
+  char error[256] = {};
+  ASSERT_TRUE(region.OpenFile(dir.path().c_str(), error, sizeof(error))) << error;
+  EXPECT_EQ(region.SlotsInUse(), 1) << "the pre-exec slot was freed";
+  EXPECT_EQ(region.Used(0), 300 * kMiB) << "only the live image's memory is charged";
+  child.CloseStdin();
+  EXPECT_EQ(child.Wait(10000).exit_code, 0);
+  EXPECT_EQ(region.SlotsInUse(), 0);
 }
 
 struct LaunchFigures {

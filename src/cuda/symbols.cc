@@ -24,6 +24,8 @@ constexpr SymbolInfo kSymbols[] = {
      kHookMemAllocFromPoolAsync, true, kCu},
     {"cuMemFreeAsync", "cuMemFreeAsync", 11020, kNoMax, kHookMemFreeAsync, false, kCu},
     {"cuMemFreeAsync_ptsz", "cuMemFreeAsync", 11020, kNoMax, kHookMemFreeAsync, true, kCu},
+    {"cuMemPoolTrimTo", "cuMemPoolTrimTo", 11020, kNoMax, kHookMemPoolTrimTo, false, kCu},
+    {"cuMemPoolDestroy", "cuMemPoolDestroy", 11020, kNoMax, kHookMemPoolDestroy, false, kCu},
     {"cuMemCreate", "cuMemCreate", 10020, kNoMax, kHookMemCreate, false, kCu},
     {"cuMemRelease", "cuMemRelease", 10020, kNoMax, kHookMemRelease, false, kCu},
     {"cuMemMap", "cuMemMap", 10020, kNoMax, kHookMemMap, false, kCu},

@@ -32,6 +32,8 @@ enum HookId : int {
   kHookMemAllocAsync,
   kHookMemAllocFromPoolAsync,
   kHookMemFreeAsync,
+  kHookMemPoolTrimTo,
+  kHookMemPoolDestroy,
   kHookMemCreate,
   kHookMemRelease,
   kHookMemMap,

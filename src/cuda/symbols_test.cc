@@ -33,6 +33,8 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuLaunchCooperativeKernel", 12000, 0, "cuLaunchCooperativeKernel"},
       {"cuMemAllocAsync", 12000, kPtds, "cuMemAllocAsync_ptsz"},
       {"cuMemCreate", 12000, 0, "cuMemCreate"},
+      {"cuMemPoolTrimTo", 12000, 0, "cuMemPoolTrimTo"},
+      {"cuMemPoolDestroy", 13000, 0, "cuMemPoolDestroy"},
       {"cuIpcOpenMemHandle", 12000, 0, "cuIpcOpenMemHandle_v2"},
       {"cuMemGetInfo", 13000, 0, "cuMemGetInfo_v2"},
       {"cuGetProcAddress", 11080, 0, "cuGetProcAddress"},

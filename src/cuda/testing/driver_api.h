@@ -35,6 +35,14 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool*, CUdevice);
+CUresult cuDeviceGetMemPool(CUmemoryPool*, CUdevice);
+CUresult cuDeviceSetMemPool(CUdevice, CUmemoryPool);
+CUresult cuMemPoolCreate(CUmemoryPool*, const CUmemPoolProps*);
+CUresult cuMemPoolDestroy(CUmemoryPool);
+CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void*);
+CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void*);
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 CUresult cuArrayDestroy(CUarray);
@@ -47,6 +55,7 @@ CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr*, size_t*, CUdeviceptr);
+CUresult cuPointerGetAttribute(void*, int, CUdeviceptr);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, CUstream, void**, void**);
 CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -74,6 +83,8 @@ CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
 
 // Test-only entry points of the fake.
 uint64_t fakecuda_DeviceUsedBytes(int device);
+void fakecuda_Fail(const char* name, int fail);
+void fakecuda_OnNextFree(void (*fn)(void*), void* ctx);
 int64_t fakecuda_BusyNs();
 int64_t fakecuda_EventRecords();
 int64_t fakecuda_ForeignNs();

@@ -25,6 +25,22 @@
 //   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
 //   overhead <n>             host ns per zero-length launch and per alloc+free
 //   threads <n> <rounds>     n threads allocate/free 64 MiB concurrently
+//   poolhold <bytes> <thr>   device 0's current pool with release threshold
+//                            <thr> ("max" = UINT64_MAX): allocate and free
+//                            <bytes> async, print; on each stdin line "trim"
+//                            trim the pool, on "lower" set the threshold to 0
+//                            (not hooked), and print again; exit at EOF
+//   poolover <first> <next>  (threshold max) hold <first>, try <next> too
+//   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
+//   reexec <bytes>           allocate <bytes>, then exec this program as
+//                            "<mode> hold <bytes>" (same pid and start time)
+//   ipcdev <bytes> <device>  from device 0, import <bytes> exported by <device>
+//   freerace <api> <bytes>   free a block while (inside the driver's free) a
+//                            new allocation gets the same address
+//   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
+//                            then one that succeeds
+//
+// FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,6 +89,8 @@ struct Api {
   cuLaunchCooperativeKernelFn launch_coop;
   cuGraphLaunchFn graph_launch;
   CtxSyncFn ctx_sync;
+  cuMemPoolTrimToFn pool_trim;
+  cuMemPoolDestroyFn pool_destroy;
 };
 
 void* g_driver = nullptr;
@@ -124,7 +142,7 @@ Api Load(const std::string& mode) {
             &cuMemUnmap,     &cuIpcOpenMemHandle_v2, &cuIpcCloseMemHandle,
             &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
             &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
-            &cuCtxSynchronize};
+            &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy};
     return a;
   }
   const int v = 12080;
@@ -152,6 +170,8 @@ Api Load(const std::string& mode) {
   Get(&a.launch_coop, mode, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", v);
   Get(&a.graph_launch, mode, "cuGraphLaunch", "cuGraphLaunch", v);
   Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v);
+  Get(&a.pool_trim, mode, "cuMemPoolTrimTo", "cuMemPoolTrimTo", v);
+  Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v);
   return a;
 }
 
@@ -192,7 +212,9 @@ CUresult AllocOne(const Api& a, const std::string& api, uint64_t bytes, uint64_t
     return rc;
   }
   if (api == "pool") {
-    CUresult rc = a.alloc_pool(&p, bytes, nullptr, nullptr);
+    CUmemoryPool pool = nullptr;
+    cuDeviceGetDefaultMemPool(&pool, 0);
+    CUresult rc = a.alloc_pool(&p, bytes, pool, nullptr);
     *key = p;
     return rc;
   }
@@ -467,6 +489,159 @@ int Threads(const Api& a, int n, int rounds) {
   return 0;
 }
 
+unsigned long long Reserved(CUmemoryPool pool) {  // NOLINT
+  cuuint64_t v = 0;
+  cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+  return v;
+}
+
+size_t FreeBytes(const Api& a) {
+  size_t free_bytes = 0;
+  size_t total = 0;
+  a.get_info(&free_bytes, &total);
+  return free_bytes;
+}
+
+CUmemoryPool CurrentPool(const char* threshold) {
+  CUmemoryPool pool = nullptr;
+  cuDeviceGetMemPool(&pool, 0);
+  cuuint64_t t = std::string(threshold) == "max" ? ~0ULL : std::strtoull(threshold, nullptr, 10);
+  cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &t);
+  return pool;
+}
+
+int PoolHold(const Api& a, uint64_t bytes, const char* threshold) {
+  CUmemoryPool pool = CurrentPool(threshold);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, bytes, nullptr);
+  CUresult free_rc = a.free_async(p, nullptr);
+  std::printf("rc=%d free_rc=%d reserved=%llu free=%zu\n", rc, free_rc, Reserved(pool),
+              FreeBytes(a));
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof(line), stdin) != nullptr) {
+    if (std::string(line) == "trim\n") {
+      CUresult trim_rc = a.pool_trim(pool, 0);
+      std::printf("trim_rc=%d reserved=%llu free=%zu\n", trim_rc, Reserved(pool), FreeBytes(a));
+      std::fflush(stdout);
+    } else if (std::string(line) == "lower\n") {
+      cuuint64_t zero = 0;
+      CUresult set_rc = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero);
+      std::printf("set_rc=%d reserved=%llu free=%zu\n", set_rc, Reserved(pool), FreeBytes(a));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+int PoolOver(const Api& a, uint64_t first, uint64_t next) {
+  CUmemoryPool pool = CurrentPool("max");
+  CUdeviceptr p1 = 0;
+  CUdeviceptr p2 = 12345;
+  CUresult rc1 = a.alloc_async(&p1, first, nullptr);
+  CUresult rc2 = a.alloc_async(&p2, next, nullptr);
+  std::printf("rc1=%d rc2=%d p2=%llu reserved=%llu free=%zu device_used=%llu\n", rc1, rc2, p2,
+              Reserved(pool), FreeBytes(a), static_cast<unsigned long long>(DeviceUsed()));
+  a.free_async(p1, nullptr);
+  std::printf("freed_reserved=%llu freed_free=%zu\n", Reserved(pool), FreeBytes(a));
+  a.pool_trim(pool, 0);
+  std::printf("trimmed_reserved=%llu trimmed_free=%zu trimmed_device_used=%llu\n", Reserved(pool),
+              FreeBytes(a), static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
+int PoolCustom(const Api& a, uint64_t bytes) {
+  CUmemPoolProps props{};
+  props.allocType = 1;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  CUresult create_rc = cuMemPoolCreate(&pool, &props);
+  cuuint64_t max = ~0ULL;
+  cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_pool(&p, bytes, pool, nullptr);
+  a.free_async(p, nullptr);
+  std::printf("create_rc=%d rc=%d kept_free=%zu\n", create_rc, rc, FreeBytes(a));
+  CUresult destroy_rc = a.pool_destroy(pool);
+  std::printf("destroy_rc=%d destroyed_free=%zu device_used=%llu\n", destroy_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
+size_t FreeOn(const Api& a, int device) {
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(device + 1)));
+  size_t free_bytes = FreeBytes(a);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  return free_bytes;
+}
+
+int IpcFromDevice(const Api& a, uint64_t bytes, int device) {
+  CUipcMemHandle h{};
+  int32_t device_plus_one = device + 1;
+  std::memcpy(h.reserved, &bytes, sizeof(bytes));
+  std::memcpy(h.reserved + sizeof(bytes), &device_plus_one, sizeof(device_plus_one));
+  CUdeviceptr p = 0;
+  CUresult rc = a.ipc_open(&p, h, 1);
+  std::printf("rc=%d free0=%zu free1=%zu\n", rc, FreeOn(a, 0), FreeOn(a, 1));
+  CUresult close_rc = a.ipc_close(p);
+  std::printf("close_rc=%d closed_free0=%zu closed_free1=%zu\n", close_rc, FreeOn(a, 0),
+              FreeOn(a, 1));
+  return 0;
+}
+
+struct RaceContext {
+  const Api* api;
+  std::string which;
+  uint64_t bytes;
+  uint64_t key = 0;
+  uint64_t va = 0;
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+};
+
+void AllocateInsideFree(void* ctx) {
+  auto* c = static_cast<RaceContext*>(ctx);
+  c->rc = AllocOne(*c->api, c->which, c->bytes, &c->key, &c->va);
+}
+
+int FreeRace(const Api& a, const std::string& api, uint64_t bytes) {
+  uint64_t key = 0;
+  uint64_t va = 0;
+  CUresult rc = AllocOne(a, api, bytes, &key, &va);
+  RaceContext ctx{&a, api, bytes};
+  fakecuda_OnNextFree(&AllocateInsideFree, &ctx);
+  ReleaseOne(a, api, key, va);
+  std::printf("rc=%d rc2=%d same_address=%d free_mid=%zu\n", rc, ctx.rc, ctx.key == key,
+              FreeBytes(a));
+  ReleaseOne(a, api, ctx.key, ctx.va);
+  std::printf("free_after=%zu device_used=%llu\n", FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
+int FreeFail(const Api& a, const std::string& api, const char* entry, uint64_t bytes) {
+  uint64_t key = 0;
+  uint64_t va = 0;
+  CUresult rc = AllocOne(a, api, bytes, &key, &va);
+  fakecuda_Fail(entry, 1);
+  CUresult free_rc = CUDA_ERROR_INVALID_VALUE;
+  if (api == "array") {
+    free_rc = a.array_destroy(reinterpret_cast<CUarray>(key));
+  } else if (api == "ipc") {
+    free_rc = a.ipc_close(key);
+  } else if (api == "async" || api == "pool") {
+    free_rc = a.free_async(key, nullptr);
+  } else {
+    free_rc = a.free(key);
+  }
+  size_t free_mid = FreeBytes(a);
+  fakecuda_Fail(entry, 0);
+  ReleaseOne(a, api, key, va);
+  std::printf("rc=%d failed_free_rc=%d free_mid=%zu free_after=%zu\n", rc, free_rc, free_mid,
+              FreeBytes(a));
+  return 0;
+}
+
 int Nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -496,6 +671,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s <direct|dlsym|procaddr|procaddr_ptds|procaddr_v1> <command> "
                          "[args]\n", argv[0]);
     return 2;
+  }
+  if (const char* fail = std::getenv("FAKECUDA_FAIL")) {
+    auto fail_fn = reinterpret_cast<void (*)(const char*, int)>(dlsym(Driver(), "fakecuda_Fail"));
+    std::string names = fail;
+    for (size_t start = 0; start <= names.size();) {
+      size_t comma = names.find(',', start);
+      size_t end = comma == std::string::npos ? names.size() : comma;
+      if (end > start) {
+        fail_fn(names.substr(start, end - start).c_str(), 1);
+      }
+      start = end + 1;
+    }
   }
   std::string mode = argv[1];
   std::string command = argv[2];
@@ -541,6 +728,36 @@ int main(int argc, char** argv) {
   }
   if (command == "overhead" && argc == 4) {
     return Overhead(a, std::atol(argv[3]));
+  }
+  if (command == "poolhold" && argc == 5) {
+    return PoolHold(a, std::strtoull(argv[3], nullptr, 10), argv[4]);
+  }
+  if (command == "poolover" && argc == 5) {
+    return PoolOver(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "poolcustom" && argc == 4) {
+    return PoolCustom(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "reexec" && argc == 4) {
+    CUdeviceptr p = 0;
+    if (a.alloc(&p, std::strtoull(argv[3], nullptr, 10)) != CUDA_SUCCESS) {
+      std::printf("reexec_alloc_failed=1\n");
+      return 1;
+    }
+    char hold[] = "hold";
+    char* args[] = {argv[0], argv[1], hold, argv[3], nullptr};
+    execv(argv[0], args);  // The shim's accounting slot is left behind, as with any exec.
+    std::perror("execv");
+    return 1;
+  }
+  if (command == "ipcdev" && argc == 5) {
+    return IpcFromDevice(a, std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4]));
+  }
+  if (command == "freerace" && argc == 5) {
+    return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "freefail" && argc == 6) {
+    return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
   }
   if (command == "launch" && (argc == 6 || argc == 7)) {
     return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]),

@@ -2,12 +2,13 @@
 //
 // It implements, with in-memory bookkeeping, every driver entry point the
 // shim hooks or calls: device memory (two devices of 80 GiB each; every
-// allocation consumes whole 2 MiB pages, as the shim assumes), VMM handles,
-// IPC imports, launches on a simulated device timeline, timing events, and
-// cuGetProcAddress[_v2] with a per-version, per-stream-mode table that
-// returns this library's own functions. Nothing here touches a GPU. This
-// file holds devices, memory, VMM and IPC; fake_cuda_exec.cc the launches,
-// events and cuGetProcAddress.
+// allocation consumes whole 2 MiB pages, as the shim assumes), stream-ordered
+// pools (fake_cuda_state.h: 32 MiB segments, a release threshold), VMM
+// handles, IPC imports, launches on a simulated device timeline, timing
+// events, and cuGetProcAddress[_v2] with a per-version, per-stream-mode table
+// that returns this library's own functions. Nothing here touches a GPU. This
+// file holds devices, memory and pools, VMM and IPC; fake_cuda_exec.cc the
+// launches, events and cuGetProcAddress.
 //
 // Simulated time: each stream has a tail; a launch runs from max(now, tail)
 // for its duration, which the test passes as the int64 nanoseconds pointed to
@@ -19,7 +20,9 @@
 // with the shim preloaded.
 //
 // Test-only entry points (prefix fakecuda_): physical bytes used per device,
-// total simulated busy time, and the library's own address of a function.
+// total simulated busy time, the library's own address of a function,
+// making a named entry point fail (fakecuda_Fail), and running a callback
+// inside the next free (fakecuda_OnNextFree).
 //
 // Thread-safety: one mutex around all state; safe from any thread.
 #include <time.h>
@@ -69,6 +72,18 @@ using namespace accelpool::cuda::fake;  // NOLINT: test fake.
 
 uint64_t Pages(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage; }
 
+// A fresh device address, or the one fakecuda_OnNextFree set up for reuse.
+// REQUIRES: s.mu held.
+CUdeviceptr NextAddressLocked(State& s, uint64_t bytes) {
+  CUdeviceptr p = s.reuse_address;
+  s.reuse_address = 0;
+  if (p == 0 || s.allocations.count(p) != 0) {
+    p = s.next_address;
+    s.next_address += bytes + kPage;
+  }
+  return p;
+}
+
 CUresult Allocate(CUdeviceptr* out, uint64_t bytes, int device, bool physical) {
   if (out == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -82,23 +97,134 @@ CUresult Allocate(CUdeviceptr* out, uint64_t bytes, int device, bool physical) {
   if (physical) {
     s.used[device] += need;
   }
-  *out = s.next_address;
-  s.next_address += need + kPage;
+  *out = NextAddressLocked(s, need);
   s.allocations[*out] = Allocation{need, device, physical};
   return CUDA_SUCCESS;
 }
 
-CUresult Free(CUdeviceptr ptr) {
-  State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.allocations.find(ptr);
-  if (it == s.allocations.end()) {
+// REQUIRES: s.mu held.
+bool FailingLocked(const State& s, const char* name) {
+  return !s.failing.empty() && s.failing.count(name) != 0;
+}
+
+// Returns empty segments to the device while the reserve exceeds `keep`.
+// REQUIRES: s.mu held.
+void ReleaseSegmentsLocked(State& s, Pool& p, uint64_t keep) {
+  for (auto it = p.segments.begin(); it != p.segments.end() && p.reserved > keep;) {
+    if (it->second.used == 0) {
+      p.reserved -= it->second.size;
+      s.used[p.device] -= it->second.size;
+      it = p.segments.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// REQUIRES: s.mu held.
+CUmemoryPool NewPoolLocked(State& s, int device) {
+  auto handle = reinterpret_cast<CUmemoryPool>(static_cast<uintptr_t>(0x5000 + s.next_pool++));
+  s.pools[handle].device = device;
+  return handle;
+}
+
+// REQUIRES: s.mu held.
+CUmemoryPool CurrentPoolLocked(State& s, int device) {
+  if (s.default_pool[device] == nullptr) {
+    s.default_pool[device] = NewPoolLocked(s, device);
+  }
+  if (s.current_pool[device] == nullptr) {
+    s.current_pool[device] = s.default_pool[device];
+  }
+  return s.current_pool[device];
+}
+
+CUresult PoolAllocate(CUdeviceptr* out, uint64_t bytes, CUmemoryPool handle, bool current) {
+  if (out == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (it->second.physical) {
-    s.used[it->second.device] -= it->second.bytes;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (current) {
+    handle = CurrentPoolLocked(s, CurrentDevice());
   }
-  s.allocations.erase(it);
+  auto pit = s.pools.find(handle);
+  if (pit == s.pools.end() || pit->second.destroyed) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Pool& p = pit->second;
+  bool small = bytes <= kPoolChunk;
+  uint64_t need = small ? (std::max<uint64_t>(bytes, 1) + kPoolAlign - 1) / kPoolAlign * kPoolAlign
+                        : Pages(bytes);
+  uint64_t segment = 0;
+  for (auto& [id, seg] : p.segments) {
+    if (small && seg.size == kPoolChunk && seg.size - seg.used >= need) {
+      segment = id;
+      break;
+    }
+  }
+  if (segment == 0) {
+    uint64_t size = small ? kPoolChunk : need;
+    if (s.used[p.device] + size > kDeviceBytes) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    segment = s.next_segment++;
+    p.segments[segment] = PoolSegment{size, 0};
+    p.reserved += size;
+    s.used[p.device] += size;
+  }
+  p.segments[segment].used += need;
+  p.used += need;
+  *out = NextAddressLocked(s, need);
+  s.allocations[*out] = Allocation{need, p.device, false, handle, segment};
+  return CUDA_SUCCESS;
+}
+
+// REQUIRES: s.mu held.
+void PoolFreeLocked(State& s, const Allocation& a) {
+  auto pit = s.pools.find(a.pool);
+  if (pit == s.pools.end()) {
+    return;
+  }
+  Pool& p = pit->second;
+  p.segments[a.segment].used -= a.bytes;
+  p.used -= a.bytes;
+  ReleaseSegmentsLocked(s, p, p.destroyed ? 0 : p.release_threshold);
+  if (p.destroyed && p.reserved == 0) {
+    s.pools.erase(pit);
+  }
+}
+
+// `entry` names the calling entry point for fakecuda_Fail.
+CUresult Free(CUdeviceptr ptr, const char* entry) {
+  State& s = S();
+  void (*on_free)(void*) = nullptr;
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (FailingLocked(s, entry)) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    auto it = s.allocations.find(ptr);
+    if (it == s.allocations.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (it->second.physical) {
+      s.used[it->second.device] -= it->second.bytes;
+    }
+    if (it->second.pool != nullptr) {
+      PoolFreeLocked(s, it->second);
+    }
+    s.allocations.erase(it);
+    std::swap(on_free, s.on_free);
+    std::swap(ctx, s.on_free_ctx);
+    if (on_free != nullptr) {
+      s.reuse_address = ptr;
+    }
+  }
+  if (on_free != nullptr) {
+    on_free(ctx);  // Another thread, as it were, between the free and its return.
+  }
   return CUDA_SUCCESS;
 }
 
@@ -172,22 +298,136 @@ FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w,
   *pitch = (w + 511) / 512 * 512;
   return Allocate(p, *pitch * h, CurrentDevice(), true);
 }
-FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p); }
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p, "cuMemFree_v2"); }
 FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream) {
-  return Allocate(p, n, CurrentDevice(), true);
+  return PoolAllocate(p, n, nullptr, true);
 }
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream) {
-  return Allocate(p, n, CurrentDevice(), true);
+  return PoolAllocate(p, n, nullptr, true);
 }
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool, CUstream) {
-  return Allocate(p, n, CurrentDevice(), true);
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool pool,
+                                             CUstream) {
+  return PoolAllocate(p, n, pool, false);
 }
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t n, CUmemoryPool,
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t n, CUmemoryPool pool,
                                                   CUstream) {
-  return Allocate(p, n, CurrentDevice(), true);
+  return PoolAllocate(p, n, pool, false);
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return Free(p); }
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) { return Free(p); }
+
+FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (pool == nullptr || dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  CurrentPoolLocked(s, dev);
+  *pool = s.default_pool[dev];
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (pool == nullptr || dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuDeviceGetMemPool")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  *pool = CurrentPoolLocked(s, dev);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (dev < 0 || dev >= kDevices || it == s.pools.end() || it->second.destroyed ||
+      it->second.device != dev) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  s.current_pool[dev] = pool;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (pool == nullptr || props == nullptr || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      props->location.id < 0 || props->location.id >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *pool = NewPoolLocked(s, props->location.id);
+  return CUDA_SUCCESS;
+}
+// Like the real driver: a pool destroyed with live blocks goes once they do.
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (it == s.pools.end() || it->second.destroyed || s.default_pool[it->second.device] == pool) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (s.current_pool[it->second.device] == pool) {
+    s.current_pool[it->second.device] = s.default_pool[it->second.device];
+  }
+  it->second.destroyed = true;
+  ReleaseSegmentsLocked(s, it->second, 0);
+  if (it->second.reserved == 0) {
+    s.pools.erase(it);
+  }
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void* value) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuMemPoolGetAttribute")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto it = s.pools.find(pool);
+  if (value == nullptr || it == s.pools.end() || it->second.destroyed) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *out = it->second.release_threshold;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *out = it->second.reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *out = it->second.used;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void* value) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (value == nullptr || it == s.pools.end() || it->second.destroyed ||
+      attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  it->second.release_threshold = *static_cast<cuuint64_t*>(value);
+  // The real driver releases down to the new threshold at the next
+  // synchronisation; the fake does so at once, like its frees.
+  ReleaseSegmentsLocked(s, it->second, it->second.release_threshold);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (it == s.pools.end() || it->second.destroyed) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  ReleaseSegmentsLocked(s, it->second, keep);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return Free(p, "cuMemFreeAsync"); }
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) {
+  return Free(p, "cuMemFreeAsync_ptsz");
+}
 FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
   CUdeviceptr p = 0;
   uint64_t elem = d->Format == CU_AD_FORMAT_UNSIGNED_INT8 ? 1 : 4;
@@ -206,7 +446,9 @@ FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTO
   *a = reinterpret_cast<CUarray>(p);
   return rc;
 }
-FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) { return Free(reinterpret_cast<CUdeviceptr>(a)); }
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
+  return Free(reinterpret_cast<CUdeviceptr>(a), "cuArrayDestroy");
+}
 
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n,
                                  const CUmemAllocationProp* prop, unsigned long long) {  // NOLINT
@@ -275,13 +517,37 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   return CUDA_SUCCESS;
 }
 
-// The fake's IPC handle carries the exported size in its first 8 bytes.
+// The fake's IPC handle carries the exported size in its first 8 bytes and,
+// in the next 4, the exporter's device plus one (0: the current device).
 FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handle, unsigned) {
   uint64_t bytes = 0;
+  int32_t device_plus_one = 0;
   std::memcpy(&bytes, handle.reserved, sizeof(bytes));
-  return Allocate(p, bytes, CurrentDevice(), false);
+  std::memcpy(&device_plus_one, handle.reserved + sizeof(bytes), sizeof(device_plus_one));
+  if (device_plus_one < 0 || device_plus_one > kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Allocate(p, bytes, device_plus_one == 0 ? CurrentDevice() : device_plus_one - 1, false);
 }
-FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p); }
+FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p, "cuIpcCloseMemHandle"); }
+FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr p) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuPointerGetAttribute")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto it = s.allocations.upper_bound(p);
+  if (it == s.allocations.begin()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  --it;
+  if (data == nullptr || p >= it->first + it->second.bytes ||
+      attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *static_cast<int*>(data) = it->second.device;
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -296,6 +562,29 @@ FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CU
     *size = it->second.bytes;
   }
   return CUDA_SUCCESS;
+}
+
+// Makes the named entry point fail with CUDA_ERROR_NOT_SUPPORTED (fail != 0)
+// or work again (fail == 0). Only entry points that check are affected.
+FAKE_EXPORT void fakecuda_Fail(const char* name, int fail) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (fail != 0) {
+    s.failing.insert(name);
+  } else {
+    s.failing.erase(name);
+  }
+}
+
+// Runs fn(ctx) once, inside the next successful free, after the driver has
+// released the address and before the free returns; the next allocation gets
+// the freed address again. Deterministically replays another thread taking
+// the address between a free and its caller's bookkeeping.
+FAKE_EXPORT void fakecuda_OnNextFree(void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_free = fn;
+  s.on_free_ctx = ctx;
 }
 
 FAKE_EXPORT uint64_t fakecuda_DeviceUsedBytes(int device) {

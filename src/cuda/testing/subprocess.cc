@@ -1,5 +1,6 @@
 #include "cuda/testing/subprocess.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -128,6 +129,21 @@ std::string ChildProcess::ReadLine(int timeout_ms) {
     }
     out_buffer_.append(buf, static_cast<size_t>(n));
   }
+}
+
+bool ChildProcess::Write(const std::string& text) {
+  size_t done = 0;
+  while (in_ >= 0 && done < text.size()) {
+    ssize_t n = write(in_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return done == text.size();
 }
 
 void ChildProcess::Kill(int sig) {

@@ -37,6 +37,8 @@ class ChildProcess {
   bool Start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
   // Reads stdout until a newline or `timeout_ms`; returns the line ("" on timeout).
   std::string ReadLine(int timeout_ms);
+  // Writes `text` to the child's stdin; false if it could not all be written.
+  bool Write(const std::string& text);
   void Kill(int sig);
   void CloseStdin();
   // Waits (up to timeout_ms, then SIGKILL) and collects the remaining output.
