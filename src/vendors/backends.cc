@@ -46,7 +46,9 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     if (!lib.ok()) {
       return lib.status();
     }
-    return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), {o.node}));
+    ascend::AscendOptions ao;
+    ao.node = o.node;
+    return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), ao));
   }
   // The vendors served through a DeviceLibrary: how to load it, and the spec.
   struct LibraryBackend {

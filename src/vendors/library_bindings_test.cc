@@ -19,6 +19,7 @@
 #include "vendors/library_util.h"
 #include "vendors/metax/mxsml_library.h"
 #include "vendors/mthreads/mtml_library.h"
+#include "vendors/test_util.h"
 
 namespace accelpool::vendors {
 namespace {
@@ -105,13 +106,14 @@ class FakeSysfs {
 
 StatusOr<std::unique_ptr<LibraryDriver>> Driver(
     const Binding& b, const std::string& sysfs,
-    std::chrono::milliseconds poll = std::chrono::seconds(5)) {
+    std::chrono::milliseconds poll = std::chrono::seconds(5), const std::string& device_root = "") {
   StatusOr<DeviceLibraryPtr> lib = b.load({b.fake_path}, sysfs);
   if (!lib.ok()) {
     return lib.status();
   }
   LibraryDriverSpec spec = b.spec();
   spec.health_poll = poll;
+  spec.device_root = device_root;
   return std::make_unique<LibraryDriver>(std::move(lib).value(), std::move(spec), "node-a");
 }
 
@@ -150,7 +152,9 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
     fake.Configure(8, -1, -1, 0);
     FakeSysfs sysfs;
     sysfs.Numa("0000:9c:00.0", 6);  // the fifth XPU's bus
-    auto driver = Driver(b, sysfs.root());
+    testing::FakeDevRoot dev;
+    dev.AddVendor(c.vendor, 8);
+    auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
     ASSERT_TRUE(driver.ok()) << driver.status().ToString();
     auto invs = (*driver)->Discover();
     ASSERT_TRUE(invs.ok()) << invs.status().ToString();
