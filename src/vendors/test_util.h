@@ -1,8 +1,12 @@
 // Helpers shared by the vendor tests: a stand-in for the host's device
-// nodes, so that container specs are built against a known /dev.
+// nodes, so that container specs are built against a known /dev, a sysfs
+// tree with NUMA nodes, and a handle on the fake vendor libraries of
+// testlibs/ that sets what they report.
 #ifndef ACCELPOOL_VENDORS_TEST_UTIL_H_
 #define ACCELPOOL_VENDORS_TEST_UTIL_H_
 
+#include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -59,6 +63,59 @@ class FakeDevRoot {
 
  private:
   std::string root_;
+};
+
+// A sysfs tree in a temp dir with numa_node files for the given buses.
+class FakeSysfs {
+ public:
+  FakeSysfs() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ap-sysfs-XXXXXX").string();
+    root_ = mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+  }
+  ~FakeSysfs() {
+    std::error_code ec;
+    if (!root_.empty()) {
+      std::filesystem::remove_all(root_, ec);
+    }
+  }
+  FakeSysfs(const FakeSysfs&) = delete;
+  FakeSysfs& operator=(const FakeSysfs&) = delete;
+
+  void Numa(const std::string& bus, int node) const {
+    const std::filesystem::path dir = std::filesystem::path(root_) / "bus/pci/devices" / bus;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "numa_node") << node << "\n";
+  }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+// Holds a fake vendor library open (the binding's dlopen of the same path
+// shares it) and sets what it reports (testlibs/fake_control.h).
+class FakeHandle {
+ public:
+  explicit FakeHandle(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW)) {}
+  ~FakeHandle() {
+    if (handle_ != nullptr) {
+      dlclose(handle_);
+    }
+  }
+  FakeHandle(const FakeHandle&) = delete;
+  FakeHandle& operator=(const FakeHandle&) = delete;
+
+  bool ok() const { return handle_ != nullptr; }
+  void* Symbol(const char* name) const { return dlsym(handle_, name); }
+  void Configure(int count, int fail_device, int fault_device, int init_error) const {
+    auto fn =
+        reinterpret_cast<void (*)(int, int, int, int)>(dlsym(handle_, "accelpool_fake_configure"));
+    ASSERT_NE(fn, nullptr);
+    fn(count, fail_device, fault_device, init_error);
+  }
+
+ private:
+  void* handle_;
 };
 
 }  // namespace accelpool::vendors::testing

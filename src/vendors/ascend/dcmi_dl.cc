@@ -4,10 +4,11 @@
 // The super-pod query is optional (older drivers lack it).
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "vendors/ascend/dcmi_library.h"
 #include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
 
 namespace accelpool::vendors::ascend {
 namespace {
@@ -47,13 +48,6 @@ struct dcmi_spod_info {
   unsigned int reserve[8];
 };
 
-// A struct with room to spare behind it.
-template <typename T>
-struct Padded {
-  T value{};
-  unsigned char spare[256] = {};
-};
-
 std::string Text(const unsigned char* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p),
                      strnlen(reinterpret_cast<const char*>(p), n));
@@ -61,7 +55,8 @@ std::string Text(const unsigned char* p, size_t n) {
 
 class DlDcmi : public DcmiLibrary {
  public:
-  explicit DlDcmi(std::unique_ptr<DlLibrary> lib) : lib_(std::move(lib)) {}
+  DlDcmi(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
+      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
 
   Status Init() override {
     auto init = lib_->Symbol<int()>("dcmi_init");
@@ -129,11 +124,7 @@ class DlDcmi : public DcmiLibrary {
       snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%x", static_cast<unsigned>(pi.value.domain),
                pi.value.bdf_busid, pi.value.bdf_deviceid, pi.value.bdf_funcid);
       info.pci_bus = bus;
-      std::ifstream in("/sys/bus/pci/devices/" + info.pci_bus + "/numa_node");
-      int numa = -1;
-      if (in >> numa) {
-        info.numa = numa;
-      }
+      info.numa = PciNumaNode(info.pci_bus, sysfs_root_);
     }
     auto spod = lib_->OptionalSymbol<int(int, int, dcmi_spod_info*)>("dcmi_get_spod_info");
     Padded<dcmi_spod_info> si;
@@ -163,17 +154,19 @@ class DlDcmi : public DcmiLibrary {
   }
 
   std::unique_ptr<DlLibrary> lib_;
+  const std::string sysfs_root_;
 };
 
 }  // namespace
 
-StatusOr<DcmiLibraryPtr> NewDlDcmi() {
+StatusOr<DcmiLibraryPtr> NewDlDcmi(const std::vector<std::string>& candidates,
+                                   const std::string& sysfs_root) {
   StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open({"libdcmi.so", "/usr/local/dcmi/libdcmi.so"});
+      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kAscend).libraries : candidates);
   if (!lib.ok()) {
     return lib.status();
   }
-  return DcmiLibraryPtr(new DlDcmi(std::move(lib).value()));
+  return DcmiLibraryPtr(new DlDcmi(std::move(lib).value(), sysfs_root));
 }
 
 }  // namespace accelpool::vendors::ascend
