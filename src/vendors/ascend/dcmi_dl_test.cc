@@ -73,6 +73,74 @@ TEST(DcmiBindingTest, MapsAnAtlas800TA2) {
   EXPECT_TRUE(found);
 }
 
+// Selects the fake's product for one test and restores the 800T A2 after it.
+class Product {
+ public:
+  Product(const FakeHandle& fake, int product)
+      : set_(reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_product"))) {
+    if (set_ != nullptr) {
+      set_(product);
+    }
+  }
+  ~Product() {
+    if (set_ != nullptr) {
+      set_(0);
+    }
+  }
+  bool ok() const { return set_ != nullptr; }
+
+ private:
+  void (*set_)(int);
+};
+
+TEST(DcmiBindingTest, Maps310PDuoCardsThroughTheMemoryInfoFallback) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  Product duo(fake, 1);  // 4 x Atlas 300I Duo: the HBM query is not supported
+  ASSERT_TRUE(duo.ok());
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.devices[0].model, "Ascend310P3");
+  EXPECT_EQ(inv.devices[0].id, "NPU-0000-03-00.0");
+  EXPECT_EQ(inv.devices[7].id, "NPU-0000-c4-00.0");
+  EXPECT_EQ(inv.devices[0].compute_units, 8);
+  for (const core::Device& d : inv.devices) {
+    EXPECT_EQ(d.memory_mib, 24576) << d.id;  // DDR, from the memory-info query
+  }
+  ASSERT_EQ(inv.topology.modules.size(), 4u);  // two chips per Duo card
+  EXPECT_EQ(inv.topology.modules[1], (std::vector<int32_t>{2, 3}));
+  auto spec =
+      (*driver)->BuildContainerSpec({{inv.devices[2], 0, 0, true}, {inv.devices[3], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "2,3");
+}
+
+TEST(DcmiBindingTest, NoMemoryQueryIsAClearError) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  Product old_driver(fake, 2);  // 300I Duo whose memory-info query is not supported either
+  ASSERT_TRUE(old_driver.ok());
+  auto driver = Driver("/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_FALSE(invs.ok());
+  EXPECT_EQ(invs.status().code(), StatusCode::kUnimplemented);
+  for (const char* w : {"NPU card 1 device 0", "dcmi_get_device_hbm_info (is not supported)",
+                        "dcmi_get_device_memory_info_v3", "npu-smi"}) {
+    EXPECT_NE(invs.status().message().find(w), std::string::npos)
+        << w << " not in: " << invs.status().message();
+  }
+}
+
 TEST(DcmiBindingTest, PolledHealthIsTwoWay) {
   FakeHandle fake(ACCELPOOL_FAKE_DCMI);
   ASSERT_TRUE(fake.ok());

@@ -1,9 +1,17 @@
-// A stand-in for Huawei's libdcmi.so: an Atlas 800T A2 as npu-smi info shows
-// it: 8 x 910B3 (20 AI cores, 65536 MB HBM, "Memory-Usage 0 / 0" since the
-// chip has no separate DDR), one chip per NPU id 0-7, bus ids C1, C2, 81, 82,
-// 01, 02, 41, 42, logic id = physical id = NPU id, not in a super pod.
-// Structs are laid out as in the public dcmi_interface_api.h; every call
-// checks its card and device ids the way DCMI does.
+// A stand-in for Huawei's libdcmi.so, as one of two products (chosen with
+// accelpool_fake_dcmi_product):
+//  0  an Atlas 800T A2 as npu-smi info shows it: 8 x 910B3 (20 AI cores,
+//     65536 MB HBM, "Memory-Usage 0 / 0" since the chip has no separate
+//     DDR), one chip per NPU id 0-7, bus ids C1, C2, 81, 82, 01, 02, 41, 42;
+//  1  four Atlas 300I Duo cards (NPU ids 1-4, two 310P3 chips each, 8 AI
+//     cores and 24 GB LPDDR4X per chip, the 48 GB card): no HBM, so the HBM
+//     query answers DCMI_ERR_CODE_NOT_SUPPORT and the memory-info query
+//     carries the DDR; bus ids illustrative;
+//  2  the 300I Duo on a driver whose memory-info query is not supported
+//     either.
+// Logic id = physical id = chip position; no super pod. Structs are laid out
+// as in the public dcmi_interface_api.h; every call checks its card and
+// device ids the way DCMI does.
 #include <cstring>
 
 #include "fake_control.h"
@@ -67,21 +75,45 @@ struct Product {
   unsigned aicore;
   unsigned long long hbm_mb;  // NOLINT(runtime/int) 0: HBM query not supported
   unsigned long long ddr_mb;  // NOLINT(runtime/int)
+  int ddr_result;             // what the memory-info query returns
   unsigned pci_device_id;
   unsigned bus[8];
 };
 
-const Product kAtlas800TA2 = {{0, 1, 2, 3, 4, 5, 6, 7},
-                              8,
-                              1,
-                              "910B3",
-                              20,
-                              65536,
-                              0,
-                              0xd802,
-                              {0xc1, 0xc2, 0x81, 0x82, 0x01, 0x02, 0x41, 0x42}};
+const Product kProducts[] = {
+    {{0, 1, 2, 3, 4, 5, 6, 7},
+     8,
+     1,
+     "910B3",
+     20,
+     65536,
+     0,
+     kOk,
+     0xd802,
+     {0xc1, 0xc2, 0x81, 0x82, 0x01, 0x02, 0x41, 0x42}},
+    {{1, 2, 3, 4},
+     4,
+     2,
+     "310P3",
+     8,
+     0,
+     24576,
+     kOk,
+     0xd500,
+     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4}},
+    {{1, 2, 3, 4},
+     4,
+     2,
+     "310P3",
+     8,
+     0,
+     0,
+     kNotSupport,
+     0xd500,
+     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4}},
+};
 
-const Product* product = &kAtlas800TA2;
+const Product* product = &kProducts[0];
 
 // The chip index (0..7, logic and physical id) of (card, device), or -1.
 int ChipIndex(int card, int device) {
@@ -102,6 +134,10 @@ void Text(unsigned char* dst, const char* src) {
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_product(int p) {
+  product = &kProducts[p >= 0 && p < 3 ? p : 0];
+}
 
 extern "C" {
 __attribute__((visibility("default"))) int dcmi_init() { return State().init_error; }
@@ -161,6 +197,7 @@ __attribute__((visibility("default"))) int dcmi_get_device_memory_info_v3(
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   if (Fails(static_cast<unsigned>(i))) return kInnerError;
+  if (product->ddr_result != kOk) return product->ddr_result;
   std::memset(mem, 0, sizeof(*mem));
   mem->memory_size = product->ddr_mb;
   mem->memory_available = product->ddr_mb;
