@@ -31,6 +31,13 @@ RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-ins
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build /out/lib/ /usr/local/lib/accelpool/
 RUN ldconfig
+# No NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES here: every component
+# runs this image, and on a node whose default runtime is NVIDIA's they would
+# hand all GPUs to the extender too. The chart sets them on the NVIDIA
+# device-plugin DaemonSet only (devicePlugin.vendors.nvidia.env: all, utility),
+# which is what makes the NVIDIA container runtime inject libnvidia-ml.so.1.
+# Outside the chart: docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all
+#   -e NVIDIA_DRIVER_CAPABILITIES=utility ... accelpool-device-plugin --backend=nvidia
 USER 65532:65532
 ENTRYPOINT []
 CMD ["accelpool-extender", "--help"]

@@ -78,6 +78,7 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
       if (prev.ok()) {
         generation_ = prev->generation;
         last_body_ = Body(prev->inventories);
+        last_labels_ = NodeLabels(prev->inventories);
       } else {
         log_.Warn("the node's inventory annotation does not parse; rewriting it",
                   {{"error", prev.status().ToString()}});
@@ -94,8 +95,16 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   doc.inventories = inventories;
   nlohmann::json patch;
   patch["metadata"]["annotations"][api::kInventoryAnnotation] = api::SerializeInventory(doc);
-  for (const auto& [k, v] : NodeLabels(inventories)) {
+  std::map<std::string, std::string> labels = NodeLabels(inventories);
+  for (const auto& [k, v] : labels) {
     patch["metadata"]["labels"][k] = v;
+  }
+  std::vector<std::string> stale;
+  for (const auto& [k, v] : last_labels_) {
+    if (labels.find(k) == labels.end()) {
+      patch["metadata"]["labels"][k] = nullptr;
+      stale.push_back(k);
+    }
   }
   StatusOr<nlohmann::json> r =
       client_->Patch(kube::Nodes(), "", node_, kube::PatchType::kMerge, patch);
@@ -104,6 +113,10 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   }
   generation_ = doc.generation;
   last_body_ = std::move(body);
+  last_labels_ = std::move(labels);
+  for (const std::string& k : stale) {
+    log_.Info("removed a stale node label", {{"label", k}});
+  }
   log_.Info("published the node inventory", {{"generation", generation_}});
   return true;
 }

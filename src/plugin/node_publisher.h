@@ -8,6 +8,13 @@
 // the generation is bumped only when it differs. Model label values are
 // sanitised to the label-value alphabet ("MTT S4000" -> "MTT_S4000").
 //
+// Labels of a vendor, model or super node that is no longer in the inventory
+// are removed in the same merge patch (a null value deletes a key): exactly
+// the labels NodeLabels() gave for the previous document (the last one
+// written, or the one found on the Node at start) that it no longer gives.
+// Labels this publisher never derived are left alone, accelpool.io/ ones
+// included (a hand-set accelpool.io/vendor.<v> of another DaemonSet).
+//
 // Thread-safety: Publish() may be called from any thread; calls are serialised.
 #ifndef ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
 #define ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
@@ -46,6 +53,7 @@ class NodePublisher {
   bool loaded_ = false;     // guarded by mu_
   int64_t generation_ = 0;  // guarded by mu_
   std::string last_body_;   // serialised inventories with generation 0; guarded by mu_
+  std::map<std::string, std::string> last_labels_;  // NodeLabels of last_body_; guarded by mu_
 };
 
 }  // namespace accelpool::plugin

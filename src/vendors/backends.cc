@@ -1,5 +1,6 @@
 #include "vendors/backends.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "vendors/ascend/ascend_driver.h"
@@ -32,7 +33,12 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
   if (name == "nvidia") {
     StatusOr<nvidia::NvmlLibraryPtr> lib = nvidia::NewDlNvml();
     if (!lib.ok()) {
-      return lib.status();
+      return Status(lib.status().code(),
+                    lib.status().message() +
+                        "; the NVIDIA container runtime injects it into a container that has "
+                        "NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (the "
+                        "chart sets both; the runtime must be the node's default or the pod's "
+                        "runtimeClassName)");
     }
     nvidia::NvidiaOptions no;
     no.node = o.node;
@@ -46,7 +52,9 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     if (!lib.ok()) {
       return lib.status();
     }
-    return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), {o.node}));
+    ascend::AscendOptions ao;
+    ao.node = o.node;
+    return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), ao));
   }
   // The vendors served through a DeviceLibrary: how to load it, and the spec.
   struct LibraryBackend {
@@ -128,6 +136,22 @@ StatusOr<std::vector<VendorDriverPtr>> MakeBackends(const BackendOptions& option
     out.push_back(std::move(d).value());
   }
   return out;
+}
+
+StatusOr<std::vector<VendorDriverPtr>> RetryWhileUnavailable(const BackendFactory& make,
+                                                             const Backoff& backoff,
+                                                             const BackendWait& wait) {
+  std::chrono::milliseconds delay = std::max(backoff.first, std::chrono::milliseconds(1));
+  while (true) {
+    StatusOr<std::vector<VendorDriverPtr>> drivers = make();
+    if (drivers.ok() || drivers.status().code() != StatusCode::kUnavailable) {
+      return drivers;
+    }
+    if (!wait(drivers.status(), delay)) {
+      return Status(StatusCode::kCancelled, "stopped while waiting: " + drivers.status().message());
+    }
+    delay = std::min(delay * 2, std::max(backoff.max, backoff.first));
+  }
 }
 
 }  // namespace accelpool::vendors

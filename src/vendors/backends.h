@@ -4,14 +4,17 @@
 //   "auto"    every hardware backend whose management library loads; a
 //             missing library is one log line ("no devices of that vendor").
 //   "nvidia", "ascend", "hygon", "thead", "kunlunxin", "metax", "mthreads",
-//   "cambricon": that backend only; a missing library is an error.
+//   "cambricon": that backend only; a missing library is kUnavailable, which
+//             the binary waits out with RetryWhileUnavailable.
 //   "fake"    the inventory-file backend (BackendOptions::fake_inventory).
 // Several names may be given comma-separated ("nvidia,fake").
 //
-// Thread-safety: pure construction.
+// Thread-safety: pure construction; RetryWhileUnavailable blocks its caller.
 #ifndef ACCELPOOL_VENDORS_BACKENDS_H_
 #define ACCELPOOL_VENDORS_BACKENDS_H_
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,26 @@ const std::vector<std::string>& HardwareBackends();
 // Each skipped "auto" backend adds a line to `skipped`.
 StatusOr<std::vector<VendorDriverPtr>> MakeBackends(const BackendOptions& options,
                                                     std::vector<std::string>* skipped);
+
+// How long to wait between tries: `first`, doubled each time, at most `max`.
+struct Backoff {
+  std::chrono::milliseconds first = std::chrono::seconds(5);
+  std::chrono::milliseconds max = std::chrono::minutes(5);
+};
+
+using BackendFactory = std::function<StatusOr<std::vector<VendorDriverPtr>>()>;
+// Waits `delay` before the next try; `why` is the last try's kUnavailable.
+// Returns false to stop waiting (a stop signal).
+using BackendWait = std::function<bool(const Status& why, std::chrono::milliseconds delay)>;
+
+// Calls `make` until it returns drivers or an error other than kUnavailable
+// (a named backend whose library is not there yet: a driver being installed,
+// a container runtime that has not injected it), which are returned. Between
+// tries it calls `wait` with the delay from `backoff`. kCancelled when `wait`
+// returns false.
+StatusOr<std::vector<VendorDriverPtr>> RetryWhileUnavailable(const BackendFactory& make,
+                                                             const Backoff& backoff,
+                                                             const BackendWait& wait);
 
 }  // namespace accelpool::vendors
 

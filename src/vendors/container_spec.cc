@@ -1,4 +1,6 @@
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "vendors/driver.h"
@@ -16,14 +18,21 @@ std::string ReplaceMinor(const std::string& pattern, int32_t minor) {
   return out;
 }
 
+bool NodeExists(const std::string& device_root, const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(device_root + path, ec) && !ec;
+}
+
 }  // namespace
 
-ContainerSpec GenericContainerSpec(const VendorTraits& traits,
-                                   const std::vector<GrantedDevice>& grants,
-                                   const std::function<int32_t(const core::Device&)>& minor_of) {
+StatusOr<ContainerSpec> GenericContainerSpec(
+    const VendorTraits& traits, const std::vector<GrantedDevice>& grants,
+    const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root) {
   ContainerSpec spec;
   for (const std::string& node : traits.shared_nodes) {
-    spec.devices.push_back({node, node, "rw"});
+    if (NodeExists(device_root, node)) {
+      spec.devices.push_back({node, node, "rw"});
+    }
   }
   std::vector<int32_t> minors;
   for (const GrantedDevice& g : grants) {
@@ -34,6 +43,13 @@ ContainerSpec GenericContainerSpec(const VendorTraits& traits,
     minors.push_back(minor);
     for (const std::string& pattern : traits.device_nodes) {
       std::string path = ReplaceMinor(pattern, minor);
+      if (!NodeExists(device_root, path)) {
+        return FailedPreconditionError(
+            "device node " + path + " of device " + g.device.id + " does not exist" +
+            (device_root.empty() ? "" : " under " + device_root) +
+            "; check that the vendor driver is loaded on the node and that the device plugin "
+            "mounts the host's /dev");
+      }
       spec.devices.push_back({path, path, "rw"});
     }
     if (!traits.cdi_kind.empty()) {

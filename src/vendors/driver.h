@@ -123,9 +123,17 @@ using VendorDriverPtr = std::unique_ptr<VendorDriver>;
 // replaced by the device's minor number from `minor_of`, or its index when
 // that returns -1), the shared control nodes that exist, and the visible
 // devices env. Used by drivers; vendors add their own extras.
-ContainerSpec GenericContainerSpec(const VendorTraits& traits,
-                                   const std::vector<GrantedDevice>& grants,
-                                   const std::function<int32_t(const core::Device&)>& minor_of);
+//
+// Existence is checked at `device_root` + path ("" checks the paths as this
+// process sees them; the chart mounts the host's /dev at /dev). A shared
+// control node that does not exist is left out (a host without
+// /dev/nvidia-modeset, or before /dev/nvidia-uvm is created): a listed node
+// that is absent would make the container runtime refuse the container.
+// kFailedPrecondition, naming the device and the path, when a granted
+// device's own node does not exist: that container cannot use the device.
+StatusOr<ContainerSpec> GenericContainerSpec(
+    const VendorTraits& traits, const std::vector<GrantedDevice>& grants,
+    const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root);
 
 }  // namespace accelpool::vendors
 

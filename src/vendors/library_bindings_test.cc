@@ -1,27 +1,30 @@
-// The four dlopen bindings (XPU ML, MX-SML, MTML, CNDev), each run against a
-// fake of its vendor library built in the test tree (testlibs/), through the
-// shared LibraryDriver, the way the device plugin runs them.
+// The five DeviceLibrary dlopen bindings (XPU ML, MX-SML, MTML, CNDev, ROCm
+// SMI), each run against a fake of its vendor library built in the test tree
+// (testlibs/), through the shared LibraryDriver, the way the device plugin
+// runs them. NVML and DCMI have their own tests (nvidia/, ascend/).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "vendors/cambricon/cndev_library.h"
+#include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/kunlunxin/xpuml_library.h"
 #include "vendors/library_driver.h"
 #include "vendors/library_specs.h"
 #include "vendors/library_util.h"
 #include "vendors/metax/mxsml_library.h"
 #include "vendors/mthreads/mtml_library.h"
+#include "vendors/test_util.h"
 
 namespace accelpool::vendors {
 namespace {
+
+using testing::FakeHandle;
+using testing::FakeSysfs;
 
 using Factory =
     std::function<StatusOr<DeviceLibraryPtr>(const std::vector<std::string>&, const std::string&)>;
@@ -45,6 +48,8 @@ std::vector<Binding> Bindings() {
       {"CNDev", ACCELPOOL_FAKE_CNDEV,
        [](const auto& c, const auto& s) { return cambricon::NewCndevLibrary(c, s); },
        CambriconSpec},
+      {"ROCm SMI", ACCELPOOL_FAKE_ROCM_SMI,
+       [](const auto& c, const auto& s) { return hygon::NewRocmSmiLibrary(c, s); }, HygonSpec},
   };
 }
 
@@ -59,59 +64,16 @@ const Binding& Find(const std::string& name) {
   return kAll.front();
 }
 
-// Holds the fake open (the binding's dlopen of the same path shares it) and
-// sets what it reports.
-class FakeHandle {
- public:
-  explicit FakeHandle(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW)) {}
-  ~FakeHandle() {
-    if (handle_ != nullptr) {
-      dlclose(handle_);
-    }
-  }
-  bool ok() const { return handle_ != nullptr; }
-  void* Symbol(const char* name) const { return dlsym(handle_, name); }
-  void Configure(int count, int fail_device, int fault_device, int init_error) {
-    auto fn =
-        reinterpret_cast<void (*)(int, int, int, int)>(dlsym(handle_, "accelpool_fake_configure"));
-    ASSERT_NE(fn, nullptr);
-    fn(count, fail_device, fault_device, init_error);
-  }
-
- private:
-  void* handle_;
-};
-
-// A sysfs tree in a temp dir with numa_node files for the given buses.
-class FakeSysfs {
- public:
-  FakeSysfs() {
-    root_ = std::filesystem::temp_directory_path() /
-            ("accelpool-sysfs-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(root_);
-  }
-  ~FakeSysfs() { std::filesystem::remove_all(root_); }
-  void Numa(const std::string& bus, int node) {
-    const auto dir = root_ / "bus/pci/devices" / bus;
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir / "numa_node") << node << "\n";
-  }
-  std::string root() const { return root_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path root_;
-};
-
 StatusOr<std::unique_ptr<LibraryDriver>> Driver(
     const Binding& b, const std::string& sysfs,
-    std::chrono::milliseconds poll = std::chrono::seconds(5)) {
+    std::chrono::milliseconds poll = std::chrono::seconds(5), const std::string& device_root = "") {
   StatusOr<DeviceLibraryPtr> lib = b.load({b.fake_path}, sysfs);
   if (!lib.ok()) {
     return lib.status();
   }
   LibraryDriverSpec spec = b.spec();
   spec.health_poll = poll;
+  spec.device_root = device_root;
   return std::make_unique<LibraryDriver>(std::move(lib).value(), std::move(spec), "node-a");
 }
 
@@ -141,6 +103,9 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
       {"CNDev", core::Vendor::kCambricon, "cambricon-mlu370-x8",
        "MLU-5f1e22a0-8c4d-11ee-b9d1-0242ac120000", "MLU370-X8", 24576, "0000:31:00.0", 1, -1, -1,
        "/dev/cambricon_dev3", 0},
+      // Every pair PXB (two hops through switches), all on NUMA 0, as the K100-AI sample.
+      {"ROCm SMI", core::Vendor::kHygon, "hygon-k100-x8", "DCU-3a7c91d2e45b6000", "K100-AI", 65536,
+       "0000:13:00.0", 0, 50, 50, "/dev/dri/card3", 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.binding);
@@ -150,7 +115,9 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
     fake.Configure(8, -1, -1, 0);
     FakeSysfs sysfs;
     sysfs.Numa("0000:9c:00.0", 6);  // the fifth XPU's bus
-    auto driver = Driver(b, sysfs.root());
+    testing::FakeDevRoot dev;
+    dev.AddVendor(c.vendor, 8);
+    auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
     ASSERT_TRUE(driver.ok()) << driver.status().ToString();
     auto invs = (*driver)->Discover();
     ASSERT_TRUE(invs.ok()) << invs.status().ToString();
@@ -260,10 +227,12 @@ TEST(LibraryBindingsTest, ErrorsAreClearAndNeverCrash) {
       {"MX-SML", 3, 0, {"MX-SML device 3", "mxSmlGetMemoryInfo", "mx-smi"}},
       {"MTML", 6, 0, {"MTML device 6", "mtmlDeviceInitMemory", "mthreads-gmi"}},
       {"CNDev", 1, 0, {"CNDev device 1", "cndevGetMemoryUsage", "status 7", "cnmon"}},
+      {"ROCm SMI", 4, 0, {"ROCm SMI device 4", "rsmi_dev_memory_total_get", "status 3", "hy-smi"}},
       {"XPU ML", -1, 9, {"xpumlInit", "status 9"}},
       {"MX-SML", -1, 26, {"mxSmlInit", "status 26"}},
       {"MTML", -1, 1, {"mtmlLibraryInit", "status 1"}},
       {"CNDev", -1, 1, {"cndevInit", "status 1"}},
+      {"ROCm SMI", -1, 8, {"rsmi_init", "status 8"}},  // RSMI_STATUS_INIT_ERROR
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.binding + " fail " + std::to_string(c.fail_device));

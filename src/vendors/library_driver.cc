@@ -165,8 +165,9 @@ StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(
                                   " is not on this node; the assignment is stale or foreign");
     }
   }
-  return GenericContainerSpec(TraitsFor(spec_.vendor), grants,
-                              [&minors](const core::Device& d) { return minors.at(d.id); });
+  return GenericContainerSpec(
+      TraitsFor(spec_.vendor), grants, [&minors](const core::Device& d) { return minors.at(d.id); },
+      spec_.device_root);
 }
 
 }  // namespace accelpool::vendors

@@ -36,6 +36,9 @@ struct LibraryDriverSpec {
   std::function<std::string(const std::string&)> model;
   std::vector<ProfileRule> profiles;
   std::chrono::milliseconds health_poll = std::chrono::seconds(5);
+  // Prefix under which device nodes are checked (GenericContainerSpec); ""
+  // checks /dev as this process sees it.
+  std::string device_root;
 };
 
 // The profile of the first rule matching `model` and `count`, or "".

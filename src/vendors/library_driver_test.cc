@@ -9,6 +9,7 @@
 
 #include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/library_specs.h"
+#include "vendors/test_util.h"
 
 namespace accelpool::vendors {
 namespace {
@@ -193,9 +194,13 @@ TEST(LibraryDriverTest, MapsEachVendorsDocumentedNode) {
 }
 
 TEST(LibraryDriverTest, ContainerSpecUsesVendorNodesAndEnv) {
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kMetax, 8, 20);
+  LibraryDriverSpec spec_in = MetaxSpec();
+  spec_in.device_root = dev.root();
   LibraryDriver d(
-      std::make_unique<FakeLibrary>("MetaX C500", 8, 65536, std::vector<int>{0}, nullptr),
-      MetaxSpec(), "n");
+      std::make_unique<FakeLibrary>("MetaX C500", 8, 65536, std::vector<int>{0}, nullptr), spec_in,
+      "n");
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok());
   const auto& devs = (*invs)[0].devices;

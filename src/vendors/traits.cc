@@ -84,7 +84,7 @@ std::vector<VendorTraits> BuildTable() {
                {{"HIP_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/dri/card{minor}"},
                {"/dev/kfd", "/dev/mkfd"},
-               {"librocm_smi64.so", "/opt/hyhal/lib/librocm_smi64.so"},
+               {"librocm_smi64.so", "librocm_smi64.so.1", "/opt/hyhal/lib/librocm_smi64.so"},
                false,
                false,
                1,

@@ -65,6 +65,13 @@ all_vendors=()
 for v in kunlunxin metax mthreads thead cambricon hygon; do all_vendors+=(--set "devicePlugin.vendors.${v}.enabled=true"); done
 render "${all_vendors[@]}" > "${TMP}/all-vendors.yaml"
 check "one device-plugin DaemonSet per vendor when all are on (8)" count_is "${TMP}/all-vendors.yaml" '^kind: DaemonSet$' 8
+nvidia_env() { # the NVIDIA plugin asks the NVIDIA container runtime for NVML; no other plugin does
+  local ds; ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ds-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ds-*.yaml)"
+  grep -q '{name: NVIDIA_VISIBLE_DEVICES, value: "all"}' "${ds}" &&
+    grep -q '{name: NVIDIA_DRIVER_CAPABILITIES, value: "utility"}' "${ds}" &&
+    [ "$(grep -c 'name: NVIDIA_' "${TMP}/all-vendors.yaml")" = 2 ]
+}
+check "the NVIDIA plugin has NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility; no other plugin" nvidia_env
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \

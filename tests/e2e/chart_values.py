@@ -3,7 +3,7 @@
 
 Usage: chart_values.py VALUES_YAML README_MD
 A value is a leaf of values.yaml (a scalar, a list, or an empty map) or a map whose keys are
-free-form (resources, labels, nodeLabels, issuerRef, nodeSelector, affinity). It is documented when
+free-form (resources, labels, nodeLabels, env, issuerRef, nodeSelector, affinity). It is documented when
 the README names its dotted path in backquotes; the per-vendor values may be written once as
 devicePlugin.vendors.<v>.KEY. Prints the undocumented paths to stderr and exits 1 when any.
 Needs PyYAML (Debian python3-yaml).
@@ -13,7 +13,8 @@ import sys
 
 import yaml
 
-FREE_FORM = {"resources", "labels", "nodeLabels", "issuerRef", "nodeSelector", "affinity", "image"}
+FREE_FORM = {"resources", "labels", "nodeLabels", "env", "issuerRef", "nodeSelector", "affinity",
+             "image"}
 
 
 def leaves(node, prefix=""):

@@ -2,8 +2,12 @@
 //
 // Flags, wiring and lifecycle only; see docs/device-plugin.md. SIGTERM or
 // SIGINT stops serving; SIGHUP re-reads the fake backend's inventory file.
+// A named backend whose library is missing is waited for (one log line
+// saying what to do, then retries with backoff) while /healthz and /metrics
+// are served, so the pod does not crash-loop.
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -145,23 +149,17 @@ int Run(const Flags& flags) {
   std::vector<std::string> skipped;
   vendors::BackendOptions bo{flags.backend, flags.node, flags.fake_inventory,
                              static_cast<int32_t>(std::stoi(flags.max_shares))};
-  StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::MakeBackends(bo, &skipped);
-  if (!drivers.ok()) {
-    return Fatal(log, "backends", drivers.status());
-  }
-  for (const std::string& s : skipped) {
-    log.Info("backend skipped: no devices of that vendor", {{"reason", s}});
-  }
   if (flags.print_inventory) {
+    StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::MakeBackends(bo, &skipped);
+    if (!drivers.ok()) {
+      return Fatal(log, "backends", drivers.status());
+    }
     return PrintInventory(*drivers);
   }
-  std::vector<vendors::fake::FakeDriver*> fakes;
-  for (auto& d : *drivers) {
-    if (auto* f = dynamic_cast<vendors::fake::FakeDriver*>(d.get()); f != nullptr) {
-      fakes.push_back(f);
-    }
-  }
 
+  // /healthz and /metrics come up first: they are served while a named
+  // backend's library is still missing.
+  std::atomic<bool> serving{false};
   MetricsRegistry registry;
   StatusOr<std::unique_ptr<PluginMetrics>> metrics = PluginMetrics::New(registry);
   if (!metrics.ok()) {
@@ -183,12 +181,65 @@ int Run(const Flags& flags) {
       r.body = registry.Serialize();
       return r;
     });
-    metrics_server->Handle("GET", "/healthz", [](const http::Request&) {
-      return http::Response::Json(200, R"({"ok":true})");
+    metrics_server->Handle("GET", "/healthz", [&serving](const http::Request&) {
+      return http::Response::Json(
+          200, serving.load() ? R"({"ok":true,"serving":true})" : R"({"ok":true,"serving":false})");
     });
     Status st = metrics_server->Start();
     if (!st.ok()) {
       return Fatal(log, "metrics server", st);
+    }
+  }
+
+  std::string last_wait;
+  StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::RetryWhileUnavailable(
+      [&] {
+        skipped.clear();
+        return vendors::MakeBackends(bo, &skipped);
+      },
+      vendors::Backoff{},
+      [&](const Status& why, std::chrono::milliseconds delay) {
+        const LogFields fields = {{"reason", why.message()},
+                                  {"retry_in_s", static_cast<int64_t>(delay.count() / 1000)}};
+        if (why.message() != last_wait) {
+          log.Warn(
+              "the backend's library is not loadable; serving /healthz and /metrics and "
+              "retrying with backoff: make the library visible in this container as the "
+              "reason says",
+              fields);
+          last_wait = why.message();
+        } else {
+          log.Debug("backend library still missing", fields);
+        }
+        sigset_t stop_set;
+        sigemptyset(&stop_set);
+        sigaddset(&stop_set, SIGTERM);
+        sigaddset(&stop_set, SIGINT);
+        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(delay);
+        timespec wait{static_cast<time_t>(secs.count()),
+                      static_cast<long>((delay - secs).count() * 1000000)};  // NOLINT(runtime/int)
+        return sigtimedwait(&stop_set, nullptr, &wait) < 0;
+      });
+  if (!drivers.ok()) {
+    if (drivers.status().code() == StatusCode::kCancelled) {
+      log.Info("stopped before any backend was ready");
+      if (metrics_server != nullptr) {
+        metrics_server->Stop();
+      }
+      return 0;
+    }
+    return Fatal(log, "backends", drivers.status());
+  }
+  if (!last_wait.empty()) {
+    log.Info("the backend's library loads now; starting");
+  }
+  for (const std::string& s : skipped) {
+    log.Info("backend skipped: no devices of that vendor", {{"reason", s}});
+  }
+  std::vector<vendors::fake::FakeDriver*> fakes;
+  for (auto& d : *drivers) {
+    if (auto* f = dynamic_cast<vendors::fake::FakeDriver*>(d.get()); f != nullptr) {
+      fakes.push_back(f);
     }
   }
 
@@ -252,6 +303,7 @@ int Run(const Flags& flags) {
     }
     started = plugin.Start();
   }
+  serving.store(true);
   log.Info("serving",
            {{"node", flags.node}, {"resources", static_cast<int64_t>(plugin.Resources().size())}});
 

@@ -171,8 +171,9 @@ StatusOr<ContainerSpec> AscendDriver::BuildContainerSpec(
                                   " is not on this node; the assignment is stale or foreign");
     }
   }
-  return GenericContainerSpec(TraitsFor(core::Vendor::kAscend), grants,
-                              [&phy](const core::Device& d) { return phy.at(d.id); });
+  return GenericContainerSpec(
+      TraitsFor(core::Vendor::kAscend), grants,
+      [&phy](const core::Device& d) { return phy.at(d.id); }, options_.device_root);
 }
 
 }  // namespace accelpool::vendors::ascend

@@ -30,6 +30,9 @@ namespace accelpool::vendors::ascend {
 struct AscendOptions {
   std::string node;
   std::chrono::milliseconds health_poll = std::chrono::seconds(5);
+  // Prefix under which device nodes are checked (GenericContainerSpec); ""
+  // checks /dev as this process sees it.
+  std::string device_root;
 };
 
 // "Ascend910B3" from DCMI's chip name (table in the header comment above).

@@ -7,8 +7,19 @@
 #include <mutex>
 #include <thread>
 
+#include "vendors/test_util.h"
+
 namespace accelpool::vendors::ascend {
 namespace {
+
+AscendOptions Options(std::string node, std::chrono::milliseconds poll = std::chrono::seconds(5),
+                      std::string device_root = "") {
+  AscendOptions o;
+  o.node = std::move(node);
+  o.health_poll = poll;
+  o.device_root = std::move(device_root);
+  return o;
+}
 
 // DCMI as an Atlas 800T A2 (8 x 910B2, 24 AI cores, 64 GiB HBM) answers; the
 // NUMA affinities 6,0,6,0,4,2,4,2 are those of the published 910B2 sample.
@@ -93,7 +104,9 @@ TEST(AscendDriverTest, ModelAndProfileTables) {
 
 TEST(AscendDriverTest, Maps910B2NodeWithRealNumaLayout) {
   auto dcmi = std::make_unique<FakeDcmi>("910B2", 8, std::vector<int>{6, 0, 6, 0, 4, 2, 4, 2});
-  AscendDriver d(std::move(dcmi), {"npu-node"});
+  testing::FakeDevRoot host;
+  host.AddVendor(core::Vendor::kAscend, 8, 100);
+  AscendDriver d(std::move(dcmi), Options("npu-node", std::chrono::seconds(5), host.root()));
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
   const core::NodeInventory& inv = (*invs)[0];
@@ -124,7 +137,7 @@ TEST(AscendDriverTest, Maps910B2NodeWithRealNumaLayout) {
 TEST(AscendDriverTest, Maps910CSuperPodModules) {
   auto dcmi =
       std::make_unique<FakeDcmi>("910_9392", 16, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}, "3");
-  AscendDriver d(std::move(dcmi), {"a3-node"});
+  AscendDriver d(std::move(dcmi), Options("a3-node"));
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
   const core::NodeInventory& inv = (*invs)[0];
@@ -138,7 +151,7 @@ TEST(AscendDriverTest, Maps910CSuperPodModules) {
 TEST(AscendDriverTest, DcmiErrorMidDiscoveryIsClear) {
   auto dcmi = std::make_unique<FakeDcmi>("910B3", 8, std::vector<int>{0});
   dcmi->fail_info = 5;
-  AscendDriver d(std::move(dcmi), {"n"});
+  AscendDriver d(std::move(dcmi), Options("n"));
   auto invs = d.Discover();
   ASSERT_FALSE(invs.ok());
   EXPECT_NE(invs.status().message().find("NPU card 2 device 1"), std::string::npos);
@@ -148,7 +161,7 @@ TEST(AscendDriverTest, DcmiErrorMidDiscoveryIsClear) {
 TEST(AscendDriverTest, PolledHealthIsTwoWay) {
   auto owned = std::make_unique<FakeDcmi>("910B3", 8, std::vector<int>{0});
   FakeDcmi* dcmi = owned.get();
-  AscendDriver d(std::move(owned), {"n", std::chrono::milliseconds(5)});
+  AscendDriver d(std::move(owned), Options("n", std::chrono::milliseconds(5)));
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok());
   std::mutex mu;

@@ -2,15 +2,23 @@
 // functions used are declared here from the DCMI API reference; buffers are
 // over-allocated so that a newer driver's larger struct cannot overrun them.
 // The super-pod query is optional (older drivers lack it).
+//
+// Memory: HBM from dcmi_get_device_hbm_info. Chips without HBM (the 310P
+// series carries LPDDR) answer that call with DCMI_ERR_CODE_NOT_SUPPORT, or
+// with 0 MB; their memory then comes from dcmi_get_device_memory_info_v3.
 #include <algorithm>
 #include <cstring>
-#include <fstream>
+#include <string>
 
 #include "vendors/ascend/dcmi_library.h"
 #include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
 
 namespace accelpool::vendors::ascend {
 namespace {
+
+constexpr int kDcmiNotSupport = -8255;  // DCMI_ERR_CODE_NOT_SUPPORT
 
 struct dcmi_chip_info {
   unsigned char chip_type[32];
@@ -25,6 +33,17 @@ struct dcmi_hbm_info {
   unsigned long long memory_usage;  // NOLINT(runtime/int)
   int temp;
   unsigned int bandwith_util_rate;
+};
+
+struct dcmi_get_memory_info_stru {
+  unsigned long long memory_size;       // NOLINT(runtime/int) MB
+  unsigned long long memory_available;  // NOLINT(runtime/int) MB
+  unsigned int freq;
+  unsigned long hugepagesize;     // NOLINT(runtime/int) KB
+  unsigned long hugepages_total;  // NOLINT(runtime/int)
+  unsigned long hugepages_free;   // NOLINT(runtime/int)
+  unsigned int utiliza;
+  unsigned char reserve[60];
 };
 
 struct dcmi_pcie_info_all {
@@ -47,13 +66,6 @@ struct dcmi_spod_info {
   unsigned int reserve[8];
 };
 
-// A struct with room to spare behind it.
-template <typename T>
-struct Padded {
-  T value{};
-  unsigned char spare[256] = {};
-};
-
 std::string Text(const unsigned char* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p),
                      strnlen(reinterpret_cast<const char*>(p), n));
@@ -61,7 +73,8 @@ std::string Text(const unsigned char* p, size_t n) {
 
 class DlDcmi : public DcmiLibrary {
  public:
-  explicit DlDcmi(std::unique_ptr<DlLibrary> lib) : lib_(std::move(lib)) {}
+  DlDcmi(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
+      : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
 
   Status Init() override {
     auto init = lib_->Symbol<int()>("dcmi_init");
@@ -100,8 +113,7 @@ class DlDcmi : public DcmiLibrary {
     auto logic = lib_->Symbol<int(int*, int, int)>("dcmi_get_device_logic_id");
     auto phy = lib_->Symbol<int(unsigned, unsigned*)>("dcmi_get_device_phyid_from_logicid");
     auto chip = lib_->Symbol<int(int, int, dcmi_chip_info*)>("dcmi_get_device_chip_info");
-    auto hbm = lib_->Symbol<int(int, int, dcmi_hbm_info*)>("dcmi_get_device_hbm_info");
-    for (const Status& st : {logic.status(), phy.status(), chip.status(), hbm.status()}) {
+    for (const Status& st : {logic.status(), phy.status(), chip.status()}) {
       ACCELPOOL_RETURN_IF_ERROR(st);
     }
     int logic_id = -1;
@@ -117,10 +129,11 @@ class DlDcmi : public DcmiLibrary {
         Check((*chip)(c.card, c.device, &ci.value), "dcmi_get_device_chip_info"));
     info.chip_name = Text(ci.value.chip_name, sizeof(ci.value.chip_name));
     info.aicore = static_cast<int32_t>(ci.value.aicore_cnt);
-    Padded<dcmi_hbm_info> hi;
-    ACCELPOOL_RETURN_IF_ERROR(
-        Check((*hbm)(c.card, c.device, &hi.value), "dcmi_get_device_hbm_info"));
-    info.memory_mib = static_cast<int64_t>(hi.value.memory_size);
+    StatusOr<int64_t> memory = MemoryMib(c);
+    if (!memory.ok()) {
+      return memory.status();
+    }
+    info.memory_mib = *memory;
     auto pcie =
         lib_->OptionalSymbol<int(int, int, dcmi_pcie_info_all*)>("dcmi_get_device_pcie_info_v2");
     Padded<dcmi_pcie_info_all> pi;
@@ -129,11 +142,7 @@ class DlDcmi : public DcmiLibrary {
       snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%x", static_cast<unsigned>(pi.value.domain),
                pi.value.bdf_busid, pi.value.bdf_deviceid, pi.value.bdf_funcid);
       info.pci_bus = bus;
-      std::ifstream in("/sys/bus/pci/devices/" + info.pci_bus + "/numa_node");
-      int numa = -1;
-      if (in >> numa) {
-        info.numa = numa;
-      }
+      info.numa = PciNumaNode(info.pci_bus, sysfs_root_);
     }
     auto spod = lib_->OptionalSymbol<int(int, int, dcmi_spod_info*)>("dcmi_get_spod_info");
     Padded<dcmi_spod_info> si;
@@ -154,6 +163,45 @@ class DlDcmi : public DcmiLibrary {
   }
 
  private:
+  // HBM, else (not supported, or 0 MB) the memory-info call; see the top.
+  StatusOr<int64_t> MemoryMib(const DcmiChipId& c) {
+    auto hbm = lib_->OptionalSymbol<int(int, int, dcmi_hbm_info*)>("dcmi_get_device_hbm_info");
+    auto mem = lib_->OptionalSymbol<int(int, int, dcmi_get_memory_info_stru*)>(
+        "dcmi_get_device_memory_info_v3");
+    std::string hbm_said = "is not exported";
+    if (hbm != nullptr) {
+      Padded<dcmi_hbm_info> hi;
+      const int r = hbm(c.card, c.device, &hi.value);
+      if (r == 0 && hi.value.memory_size > 0) {
+        return static_cast<int64_t>(hi.value.memory_size);
+      }
+      if (r != 0 && r != kDcmiNotSupport) {
+        return Check(r, "dcmi_get_device_hbm_info");
+      }
+      hbm_said = r == 0 ? "reports 0 MB" : "is not supported";
+    }
+    if (mem == nullptr) {
+      return UnimplementedError(lib_->path() + ": dcmi_get_device_hbm_info " + hbm_said +
+                                " and dcmi_get_device_memory_info_v3 is not exported; update "
+                                "the NPU driver to a version that has it");
+    }
+    Padded<dcmi_get_memory_info_stru> mi;
+    const int r = mem(c.card, c.device, &mi.value);
+    if (r == kDcmiNotSupport) {
+      return UnimplementedError("neither dcmi_get_device_hbm_info (" + hbm_said +
+                                ") nor dcmi_get_device_memory_info_v3 (not supported) reports "
+                                "this NPU's memory; check the NPU driver with npu-smi info");
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Check(r, "dcmi_get_device_memory_info_v3"));
+    if (mi.value.memory_size == 0) {
+      return InternalError(
+          "dcmi_get_device_hbm_info " + hbm_said +
+          " and dcmi_get_device_memory_info_v3 reports 0 MB; check the NPU driver with npu-smi "
+          "info");
+    }
+    return static_cast<int64_t>(mi.value.memory_size);
+  }
+
   static Status Check(int r, const char* call) {
     if (r == 0) {
       return Status::Ok();
@@ -163,17 +211,19 @@ class DlDcmi : public DcmiLibrary {
   }
 
   std::unique_ptr<DlLibrary> lib_;
+  const std::string sysfs_root_;
 };
 
 }  // namespace
 
-StatusOr<DcmiLibraryPtr> NewDlDcmi() {
+StatusOr<DcmiLibraryPtr> NewDlDcmi(const std::vector<std::string>& candidates,
+                                   const std::string& sysfs_root) {
   StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open({"libdcmi.so", "/usr/local/dcmi/libdcmi.so"});
+      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kAscend).libraries : candidates);
   if (!lib.ok()) {
     return lib.status();
   }
-  return DcmiLibraryPtr(new DlDcmi(std::move(lib).value()));
+  return DcmiLibraryPtr(new DlDcmi(std::move(lib).value(), sysfs_root));
 }
 
 }  // namespace accelpool::vendors::ascend

@@ -45,8 +45,11 @@ class DcmiLibrary {
 };
 using DcmiLibraryPtr = std::unique_ptr<DcmiLibrary>;
 
-// Loads libdcmi.so with dlopen. kUnavailable when it is absent.
-StatusOr<DcmiLibraryPtr> NewDlDcmi();
+// Loads the first of `candidates` that opens (empty: libdcmi.so, then
+// /usr/local/dcmi/libdcmi.so) with dlopen. kUnavailable when none does. The
+// NUMA node of each chip is read under `sysfs_root`.
+StatusOr<DcmiLibraryPtr> NewDlDcmi(const std::vector<std::string>& candidates = {},
+                                   const std::string& sysfs_root = "/sys");
 
 }  // namespace accelpool::vendors::ascend
 

@@ -95,7 +95,7 @@ StatusOr<ContainerSpec> FakeDriver::BuildContainerSpec(
   VendorTraits traits = TraitsFor(grants.front().device.vendor);
   traits.device_nodes.clear();
   traits.shared_nodes.clear();
-  return GenericContainerSpec(traits, grants, nullptr);
+  return GenericContainerSpec(traits, grants, nullptr, "");
 }
 
 }  // namespace accelpool::vendors::fake

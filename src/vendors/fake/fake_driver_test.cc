@@ -107,6 +107,41 @@ TEST(InventoryFileTest, BadInputIsAClearError) {
       {"duplicate vendor",
        R"({"version":1,"inventories":[{"vendor":"nvidia","count":1},{"vendor":"nvidia","count":1}]})",
        "a second inventory of vendor nvidia"},
+      // Integers that do not fit are refused, never truncated (99999999999 used to
+      // become NUMA node 1215752191).
+      {"numa beyond int32",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":1,"numa":99999999999}]}]})",
+       "inventories[0].devices[0].numa: 99999999999 is out of range -2147483648..2147483647"},
+      {"numa beyond int64",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":1,"numa":18446744073709551615}]}]})",
+       "devices[0].numa: 18446744073709551615 is out of range"},
+      {"max_shares that would wrap to 1",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,"max_shares":4294967297}]})",
+       "inventories[0].max_shares: 4294967297 is out of range"},
+      {"index beyond int64",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":9223372036854775808}]}]})",
+       "devices[0].index: 9223372036854775808 is out of range"},
+      {"negative numa", R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":0,"numa":-7}]}]})",
+       "devices[0].numa: -7 is out of range -1..1023"},
+      {"negative compute units",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,"compute_units":-1}]})",
+       "compute_units must not be negative"},
+      {"duplicate id in one inventory",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":3,
+           "devices":[{"index":0,"id":"GPU-x"},{"index":2,"id":"GPU-x"}]}]})",
+       "inventories[0] device 2: id \"GPU-x\" is already the id of inventories[0] device 0"},
+      {"override equal to another device's default id",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":0,"id":"NVIDIA-n-1"}]}]})",
+       "inventories[0] device 1: id \"NVIDIA-n-1\" is already the id of inventories[0] device 0"},
+      {"duplicate id across vendors",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,"devices":[{"index":1,"id":"ACC-7"}]},
+           {"vendor":"ascend","count":2,"devices":[{"index":0,"id":"ACC-7"}]}]})",
+       "inventories[1] device 0: id \"ACC-7\" is already the id of inventories[0] device 1"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -198,6 +233,57 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
   EXPECT_FALSE(events[0].healthy);
   EXPECT_TRUE(events[1].healthy);
+}
+
+TEST(FakeDriverTest, AnEditThatFailsValidationKeepsTheLastGoodInventory) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2}]})");
+  FakeDriver d({path, "n", std::chrono::milliseconds(10)});
+  auto good = d.Discover();
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  const core::Device gpu1 = (*good)[0].devices[1];
+
+  std::mutex mu;
+  std::vector<HealthEvent> events;
+  std::jthread watcher([&](std::stop_token stop) {
+    EXPECT_TRUE(d.WatchHealth(stop, [&](const HealthEvent& e) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   events.push_back(e);
+                 }).ok());
+  });
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  };
+  // Marks GPU 1 unhealthy, but repeats an id and carries a NUMA node that does not fit.
+  for (const std::string& bad :
+       {std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":0,"id":"NVIDIA-n-1"},{"index":1,"healthy":false}]}]})"),
+        std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+           "devices":[{"index":1,"healthy":false,"numa":99999999999}]}]})")}) {
+    Write(path, bad);
+    d.Reload();
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    EXPECT_EQ(count(), 0u);
+    auto rediscovered = d.Discover();
+    ASSERT_FALSE(rediscovered.ok());
+    EXPECT_EQ(rediscovered.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(rediscovered.status().message().find(path), std::string::npos);
+    // The devices read last are still served.
+    EXPECT_TRUE(d.BuildContainerSpec({{gpu1, 0, 0, true}}).ok());
+  }
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
+      "devices":[{"index":1,"healthy":false}]}]})");
+  d.Reload();
+  for (int i = 0; i < 300 && count() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  watcher.request_stop();
+  watcher.join();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
+  EXPECT_FALSE(events[0].healthy);
 }
 
 }  // namespace

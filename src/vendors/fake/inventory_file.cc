@@ -3,8 +3,11 @@
 #include <cctype>
 #include <exception>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "core/profiles.h"
 #include "vendors/driver.h"
@@ -22,7 +25,8 @@ std::string Upper(std::string_view s) {
   return out;
 }
 
-// Reads an optional field of the expected JSON kind; a wrong kind is an error.
+// Reads an optional field of the expected JSON kind; a wrong kind, or an
+// integer that does not fit T, is an error naming the field.
 template <typename T>
 Status ReadOpt(const json& obj, const char* key, const std::string& where, T* out) {
   auto it = obj.find(key);
@@ -33,16 +37,28 @@ Status ReadOpt(const json& obj, const char* key, const std::string& where, T* ou
     if (!it->is_string()) {
       return InvalidArgumentError(where + "." + key + " must be a string");
     }
+    *out = it->get<std::string>();
   } else if constexpr (std::is_same_v<T, bool>) {
     if (!it->is_boolean()) {
       return InvalidArgumentError(where + "." + key + " must be true or false");
     }
+    *out = it->get<bool>();
   } else {
+    static_assert(std::is_integral_v<T> && std::is_signed_v<T>);
     if (!it->is_number_integer()) {
       return InvalidArgumentError(where + "." + key + " must be an integer");
     }
+    constexpr int64_t kMin = std::numeric_limits<T>::min();
+    constexpr int64_t kMax = std::numeric_limits<T>::max();
+    const bool fits = it->is_number_unsigned()
+                          ? it->get<uint64_t>() <= static_cast<uint64_t>(kMax)
+                          : it->get<int64_t>() >= kMin && it->get<int64_t>() <= kMax;
+    if (!fits) {
+      return InvalidArgumentError(where + "." + key + ": " + it->dump() + " is out of range " +
+                                  std::to_string(kMin) + ".." + std::to_string(kMax));
+    }
+    *out = static_cast<T>(it->get<int64_t>());
   }
-  *out = it->get<T>();
   return Status::Ok();
 }
 
@@ -67,6 +83,10 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
   ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "healthy", where, &dev.healthy));
   if (dev.memory_mib <= 0) {
     return InvalidArgumentError(where + ".memory_mib must be positive");
+  }
+  if (dev.numa < -1 || dev.numa > 1023) {
+    return InvalidArgumentError(where + ".numa: " + std::to_string(dev.numa) +
+                                " is out of range -1..1023 (-1: unknown)");
   }
   if (dev.id.empty() || dev.id.size() > 50) {
     return InvalidArgumentError(where + ".id must have 1 to 50 characters");
@@ -123,6 +143,12 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
   if (defaults.max_shares < 1 || defaults.max_shares > 100) {
     return InvalidArgumentError(where + ".max_shares must be 1..100");
   }
+  if (defaults.memory_mib <= 0) {
+    return InvalidArgumentError(where + ".memory_mib must be positive");
+  }
+  if (defaults.compute_units < 0) {
+    return InvalidArgumentError(where + ".compute_units must not be negative");
+  }
   core::NodeInventory inv;
   inv.node = std::string(node);
   inv.vendor = *vendor;
@@ -171,6 +197,7 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
     return InvalidArgumentError("$.inventories must be an array of vendor inventories");
   }
   std::vector<core::NodeInventory> out;
+  std::map<std::string, std::string> owner;  // device id -> "inventories[i] device d"
   for (size_t i = 0; i < invs->size(); ++i) {
     StatusOr<core::NodeInventory> inv =
         ParseOne((*invs)[i], "inventories[" + std::to_string(i) + "]", node);
@@ -182,6 +209,17 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
         return InvalidArgumentError(
             "inventories[" + std::to_string(i) + "]: a second inventory of vendor " +
             std::string(core::VendorName(inv->vendor)) + "; merge them into one");
+      }
+    }
+    for (const core::Device& d : inv->devices) {
+      const std::string here =
+          "inventories[" + std::to_string(i) + "] device " + std::to_string(d.index);
+      auto [at, fresh] = owner.emplace(d.id, here);
+      if (!fresh) {
+        return InvalidArgumentError(here + ": id \"" + d.id + "\" is already the id of " +
+                                    at->second +
+                                    "; device ids must be unique on the node (set \"id\" in "
+                                    "that device's entry of \"devices\")");
       }
     }
     out.push_back(std::move(inv).value());

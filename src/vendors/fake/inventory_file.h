@@ -14,6 +14,9 @@
 // NVIDIA, else 1), "super_node", "rack", "block". "devices"
 // overrides single devices by "index": "id", "model", "memory_mib", "numa",
 // "pci_bus", "healthy". Ids default to "<VENDOR>-<node>-<index>".
+// Device ids must be unique on the node, across vendors too; an integer that
+// does not fit its field (NUMA nodes are -1..1023) is refused, never
+// truncated.
 //
 // Thread-safety: pure functions.
 #ifndef ACCELPOOL_VENDORS_FAKE_INVENTORY_FILE_H_
@@ -29,7 +32,9 @@
 namespace accelpool::vendors::fake {
 
 // Parses the document text. kInvalidArgument with the JSON path of the first
-// problem (e.g. "inventories[0].devices[2].index: 17 is out of range 0..15").
+// problem (e.g. "inventories[0].devices[2].index: 17 is out of range 0..15",
+// "inventories[1] device 0: id \"ACC-7\" is already the id of inventories[0]
+// device 1; ...").
 StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view text,
                                                               std::string_view node);
 

@@ -1,149 +1,163 @@
-// ROCm SMI functions used, declared from its public API reference:
-// rsmi_init, rsmi_num_monitor_devices, rsmi_dev_name_get,
-// rsmi_dev_unique_id_get, rsmi_dev_memory_total_get (VRAM = 0),
-// rsmi_dev_pci_id_get, rsmi_topo_get_numa_node_number,
-// rsmi_dev_drm_render_minor_get, rsmi_topo_get_link_type (1 PCIe, 2 XGMI),
-// rsmi_dev_busy_percent_get (as the "answers" probe).
+// ROCm SMI entry points used, declared here from its public API reference
+// (rocm_smi.h; all return rsmi_status_t, 0 = success):
+//   rsmi_init(uint64_t flags)
+//   rsmi_num_monitor_devices(uint32_t* count)
+//   rsmi_dev_memory_total_get(uint32_t dv, rsmi_memory_type_t type, uint64_t* bytes)  VRAM = 0
+//   rsmi_dev_pci_id_get(uint32_t dv, uint64_t* bdfid)
+//   rsmi_dev_busy_percent_get(uint32_t dv, uint32_t* percent)  (the "answers" probe)
+// Optional: rsmi_dev_name_get(uint32_t dv, char* name, size_t len),
+// rsmi_dev_unique_id_get(uint32_t dv, uint64_t* id),
+// rsmi_topo_get_numa_node_number(uint32_t dv, uint32_t* node) (else sysfs),
+// rsmi_dev_drm_render_minor_get(uint32_t dv, uint32_t* minor),
+// rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type)
+// (1 PCIe, 2 XGMI).
 #include "vendors/hygon/rocm_smi_library.h"
 
 #include <cinttypes>
 #include <cstdio>
+#include <mutex>
 
 #include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
 
 namespace accelpool::vendors::hygon {
 namespace {
 
-using rsmi_status_t = int;
+using Ret = int;
 
-class RocmSmi : public DeviceLibrary {
+constexpr const char* kLib = "ROCm SMI";
+constexpr const char* kHint = "check the DCU driver with hy-smi";
+constexpr int kVram = 0;               // RSMI_MEM_TYPE_VRAM
+constexpr int kLinkPcie = 1;           // RSMI_IOLINK_TYPE_PCIEXPRESS
+constexpr int kLinkXgmi = 2;           // RSMI_IOLINK_TYPE_XGMI
+constexpr uint32_t kRenderBase = 128;  // /dev/dri/card<N> pairs renderD<128+N>
+
+class RocmSmi : public BoundLibrary {
  public:
-  explicit RocmSmi(std::unique_ptr<DlLibrary> lib) : lib_(std::move(lib)) {}
-
-  std::string_view LibraryName() const override { return "ROCm SMI"; }
+  RocmSmi(std::unique_ptr<DlLibrary> lib, std::string sysfs_root)
+      : BoundLibrary(std::move(lib), std::move(sysfs_root), kLib, kHint) {}
 
   Status Init() override {
-    auto init = lib_->Symbol<rsmi_status_t(uint64_t)>("rsmi_init");
-    if (!init.ok()) {
-      return init.status();
-    }
-    return Check((*init)(0), "rsmi_init");
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&init_, "rsmi_init"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&count_, "rsmi_num_monitor_devices"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&memory_, "rsmi_dev_memory_total_get"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&pci_, "rsmi_dev_pci_id_get"));
+    ACCELPOOL_RETURN_IF_ERROR(Resolve(&busy_, "rsmi_dev_busy_percent_get"));
+    name_ = lib_->OptionalSymbol<Ret(uint32_t, char*, size_t)>("rsmi_dev_name_get");
+    unique_id_ = lib_->OptionalSymbol<Ret(uint32_t, uint64_t*)>("rsmi_dev_unique_id_get");
+    numa_ = lib_->OptionalSymbol<Ret(uint32_t, uint32_t*)>("rsmi_topo_get_numa_node_number");
+    render_ = lib_->OptionalSymbol<Ret(uint32_t, uint32_t*)>("rsmi_dev_drm_render_minor_get");
+    link_ =
+        lib_->OptionalSymbol<Ret(uint32_t, uint32_t, uint64_t*, int*)>("rsmi_topo_get_link_type");
+    ACCELPOOL_RETURN_IF_ERROR(Check(init_(0), "rsmi_init"));
+    ready_ = true;
+    return Status::Ok();
   }
 
   StatusOr<int32_t> Count() override {
-    auto fn = lib_->Symbol<rsmi_status_t(uint32_t*)>("rsmi_num_monitor_devices");
-    if (!fn.ok()) {
-      return fn.status();
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
     uint32_t n = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(&n), "rsmi_num_monitor_devices"));
-    return static_cast<int32_t>(n);
+    ACCELPOOL_RETURN_IF_ERROR(Check(count_(&n), "rsmi_num_monitor_devices"));
+    return CheckedCount(n, "rsmi_num_monitor_devices");
   }
 
   StatusOr<LibraryDevice> Device(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
     const auto i = static_cast<uint32_t>(index);
     LibraryDevice d;
-    auto name = lib_->OptionalSymbol<rsmi_status_t(uint32_t, char*, size_t)>("rsmi_dev_name_get");
-    char buf[128] = {};
-    if (name != nullptr && name(i, buf, sizeof(buf)) == 0) {
-      d.name = buf;
+    char name[128] = {};
+    if (name_ != nullptr && name_(i, name, sizeof(name)) == 0) {
+      d.name = FixedString(name, sizeof(name));
     }
-    auto uid = lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint64_t*)>("rsmi_dev_unique_id_get");
     uint64_t id = 0;
-    if (uid != nullptr && uid(i, &id) == 0 && id != 0) {
+    if (unique_id_ != nullptr && unique_id_(i, &id) == 0 && id != 0) {
       char s[32];
-      snprintf(s, sizeof(s), "DCU-%016" PRIx64, id);
+      std::snprintf(s, sizeof(s), "DCU-%016" PRIx64, id);
       d.uuid = s;
     }
-    auto mem = lib_->Symbol<rsmi_status_t(uint32_t, int, uint64_t*)>("rsmi_dev_memory_total_get");
-    if (!mem.ok()) {
-      return mem.status();
-    }
     uint64_t bytes = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(i, 0, &bytes), "rsmi_dev_memory_total_get"));
+    ACCELPOOL_RETURN_IF_ERROR(Check(memory_(i, kVram, &bytes), "rsmi_dev_memory_total_get"));
     d.memory_mib = static_cast<int64_t>(bytes >> 20);
-    auto pci = lib_->Symbol<rsmi_status_t(uint32_t, uint64_t*)>("rsmi_dev_pci_id_get");
-    if (!pci.ok()) {
-      return pci.status();
-    }
     uint64_t bdf = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check((*pci)(i, &bdf), "rsmi_dev_pci_id_get"));
+    ACCELPOOL_RETURN_IF_ERROR(Check(pci_(i, &bdf), "rsmi_dev_pci_id_get"));
     d.pci_bus = BdfFromId(bdf);
-    auto numa =
-        lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t*)>("rsmi_topo_get_numa_node_number");
     uint32_t node = 0;
-    if (numa != nullptr && numa(i, &node) == 0) {
+    if (numa_ != nullptr && numa_(i, &node) == 0 && node < 1024) {
       d.numa = static_cast<int32_t>(node);
+    } else {
+      d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
     }
-    auto minor =
-        lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t*)>("rsmi_dev_drm_render_minor_get");
     uint32_t render = 0;
-    if (minor != nullptr && minor(i, &render) == 0 && render >= 128) {
-      d.minor = static_cast<int32_t>(render - 128);  // /dev/dri/card<N> pairs renderD<128+N>
+    if (render_ != nullptr && render_(i, &render) == 0 && render >= kRenderBase) {
+      d.minor = static_cast<int32_t>(render - kRenderBase);
     }
     return d;
   }
 
   StatusOr<LinkKind> Link(int32_t a, int32_t b) override {
-    auto fn = lib_->OptionalSymbol<rsmi_status_t(uint32_t, uint32_t, uint64_t*, int*)>(
-        "rsmi_topo_get_link_type");
-    if (fn == nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    if (link_ == nullptr) {
       return UnimplementedError("rsmi_topo_get_link_type is not exported");
     }
     uint64_t hops = 0;
     int type = 0;
     ACCELPOOL_RETURN_IF_ERROR(
-        Check(fn(static_cast<uint32_t>(a), static_cast<uint32_t>(b), &hops, &type),
+        Check(link_(static_cast<uint32_t>(a), static_cast<uint32_t>(b), &hops, &type),
               "rsmi_topo_get_link_type"));
-    if (type == 2) {
+    if (type == kLinkXgmi) {
       return LinkKind::kVendorLink;
     }
-    if (type == 1) {
+    if (type == kLinkPcie) {
       return hops <= 2 ? LinkKind::kPcieSwitch : LinkKind::kPcieHostBridge;
     }
     return LinkKind::kUnknown;
   }
 
   StatusOr<bool> Healthy(int32_t index) override {
-    auto fn = lib_->Symbol<rsmi_status_t(uint32_t, uint32_t*)>("rsmi_dev_busy_percent_get");
-    if (!fn.ok()) {
-      return fn.status();
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
     uint32_t busy = 0;
     ACCELPOOL_RETURN_IF_ERROR(
-        Check((*fn)(static_cast<uint32_t>(index), &busy), "rsmi_dev_busy_percent_get"));
+        Check(busy_(static_cast<uint32_t>(index), &busy), "rsmi_dev_busy_percent_get"));
     return true;
   }
 
  private:
-  static Status Check(rsmi_status_t r, const char* call) {
-    if (r == 0) {
-      return Status::Ok();
-    }
-    return UnavailableError(std::string(call) + " failed with ROCm SMI status " +
-                            std::to_string(r) + "; check the DCU driver with hy-smi");
-  }
-
-  std::unique_ptr<DlLibrary> lib_;
+  Ret (*init_)(uint64_t) = nullptr;
+  Ret (*count_)(uint32_t*) = nullptr;
+  Ret (*memory_)(uint32_t, int, uint64_t*) = nullptr;
+  Ret (*pci_)(uint32_t, uint64_t*) = nullptr;
+  Ret (*busy_)(uint32_t, uint32_t*) = nullptr;
+  Ret (*name_)(uint32_t, char*, size_t) = nullptr;
+  Ret (*unique_id_)(uint32_t, uint64_t*) = nullptr;
+  Ret (*numa_)(uint32_t, uint32_t*) = nullptr;
+  Ret (*render_)(uint32_t, uint32_t*) = nullptr;
+  Ret (*link_)(uint32_t, uint32_t, uint64_t*, int*) = nullptr;
 };
 
 }  // namespace
 
 std::string BdfFromId(uint64_t bdfid) {
   char s[32];
-  snprintf(s, sizeof(s), "%04x:%02x:%02x.%x", static_cast<unsigned>((bdfid >> 32) & 0xffff),
-           static_cast<unsigned>((bdfid >> 8) & 0xff), static_cast<unsigned>((bdfid >> 3) & 0x1f),
-           static_cast<unsigned>(bdfid & 0x7));
+  std::snprintf(s, sizeof(s), "%04x:%02x:%02x.%x", static_cast<unsigned>((bdfid >> 32) & 0xffff),
+                static_cast<unsigned>((bdfid >> 8) & 0xff),
+                static_cast<unsigned>((bdfid >> 3) & 0x1f), static_cast<unsigned>(bdfid & 0x7));
   return s;
 }
 
-StatusOr<DeviceLibraryPtr> NewRocmSmiLibrary() {
-  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
-      {"librocm_smi64.so", "librocm_smi64.so.1", "/opt/hyhal/lib/librocm_smi64.so"});
+StatusOr<DeviceLibraryPtr> NewRocmSmiLibrary(const std::vector<std::string>& candidates,
+                                             const std::string& sysfs_root) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib =
+      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kHygon).libraries : candidates);
   if (!lib.ok()) {
     return lib.status();
   }
-  return DeviceLibraryPtr(new RocmSmi(std::move(lib).value()));
+  return DeviceLibraryPtr(new RocmSmi(std::move(lib).value(), sysfs_root));
 }
 
 }  // namespace accelpool::vendors::hygon

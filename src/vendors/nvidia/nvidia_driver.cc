@@ -257,8 +257,9 @@ StatusOr<ContainerSpec> NvidiaDriver::BuildContainerSpec(
                                   " is not on this node; the assignment is stale or foreign");
     }
   }
-  return GenericContainerSpec(TraitsFor(core::Vendor::kNvidia), grants,
-                              [&minors](const core::Device& d) { return minors.at(d.id); });
+  return GenericContainerSpec(
+      TraitsFor(core::Vendor::kNvidia), grants,
+      [&minors](const core::Device& d) { return minors.at(d.id); }, options_.device_root);
 }
 
 }  // namespace accelpool::vendors::nvidia

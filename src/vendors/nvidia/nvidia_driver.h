@@ -31,6 +31,9 @@ struct NvidiaOptions {
   std::chrono::milliseconds recovery_quiet = std::chrono::seconds(60);
   std::chrono::milliseconds event_wait = std::chrono::milliseconds(500);
   std::vector<uint64_t> extra_ignored_xids;  // added to the application list
+  // Prefix under which device nodes are checked (GenericContainerSpec); ""
+  // checks /dev as this process sees it.
+  std::string device_root;
 };
 
 // Link score of a pair from its PCIe level and NVLink count (see above).

@@ -9,6 +9,7 @@
 
 #include "vendors/dl_library.h"
 #include "vendors/nvidia/xid.h"
+#include "vendors/test_util.h"
 
 namespace accelpool::vendors::nvidia {
 namespace {
@@ -224,7 +225,12 @@ TEST(NvidiaDriverTest, XidClassification) {
 TEST(NvidiaDriverTest, ContainerSpecUsesMinorsAndUuids) {
   auto lib = std::make_unique<FakeNvml>();
   lib->devices[6].minor = 2;  // minors need not follow NVML order
-  NvidiaDriver d(std::move(lib), Options());
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kNvidia, 8);
+  dev.Remove("/dev/nvidia-modeset");  // not every host has it
+  NvidiaOptions o = Options();
+  o.device_root = dev.root();
+  NvidiaDriver d(std::move(lib), o);
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok());
   const auto& devs = (*invs)[0].devices;
@@ -239,8 +245,16 @@ TEST(NvidiaDriverTest, ContainerSpecUsesMinorsAndUuids) {
   EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/nvidia2"), paths.end());
   EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/nvidia1"), paths.end());
   EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/nvidiactl"), paths.end());
+  EXPECT_EQ(std::find(paths.begin(), paths.end(), "/dev/nvidia-modeset"), paths.end());
   ASSERT_EQ(spec->cdi_devices.size(), 2u);
   EXPECT_EQ(spec->cdi_devices[0], "nvidia.com/gpu=GPU-1006-h200");
+
+  // A GPU whose node is gone cannot be handed to a container: Allocate fails.
+  dev.Remove("/dev/nvidia2");
+  auto gone = d.BuildContainerSpec({{devs[6], 0, 0, true}});
+  EXPECT_EQ(gone.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gone.status().message().find("/dev/nvidia2"), std::string::npos)
+      << gone.status().ToString();
 
   core::Device foreign = devs[0];
   foreign.id = "GPU-not-here";

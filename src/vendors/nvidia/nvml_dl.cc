@@ -1,12 +1,13 @@
 // NvmlLibrary over libnvidia-ml loaded with dlopen. The few NVML types and
 // functions used are declared here from NVML's public API reference; no NVIDIA
 // header is needed to build.
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "vendors/dl_library.h"
+#include "vendors/driver.h"
+#include "vendors/library_util.h"
 #include "vendors/nvidia/nvml_library.h"
 
 namespace accelpool::vendors::nvidia {
@@ -48,8 +49,12 @@ struct nvmlEventData_t {
 
 class DlNvml : public NvmlLibrary {
  public:
-  DlNvml(std::unique_ptr<DlLibrary> lib, std::string prefix, std::string smi)
-      : lib_(std::move(lib)), prefix_(std::move(prefix)), smi_(std::move(smi)) {}
+  DlNvml(std::unique_ptr<DlLibrary> lib, std::string prefix, std::string smi,
+         std::string sysfs_root)
+      : lib_(std::move(lib)),
+        prefix_(std::move(prefix)),
+        smi_(std::move(smi)),
+        sysfs_root_(std::move(sysfs_root)) {}
   ~DlNvml() override {
     if (events_ != nullptr && event_set_free_ != nullptr) {
       event_set_free_(events_);
@@ -131,7 +136,7 @@ class DlNvml : public NvmlLibrary {
     if (numa != nullptr && numa(*h, &nn) == kNvmlSuccess) {
       info.numa = static_cast<int32_t>(nn);
     } else {
-      info.numa = SysfsNuma(info.pci_bus);
+      info.numa = PciNumaNode(info.pci_bus, sysfs_root_);
     }
     auto mig = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*)>(
         Sym("DeviceGetMigMode"));
@@ -281,28 +286,12 @@ class DlNvml : public NvmlLibrary {
     return h;
   }
 
-  // NVML prints an 8-digit domain ("00000000:19:00.0"); sysfs uses 4.
-  static int32_t SysfsNuma(const std::string& bus) {
-    if (bus.size() < 12) {
-      return -1;
-    }
-    std::string id = bus.size() > 12 ? bus.substr(bus.size() - 12) : bus;
-    for (char& c : id) {
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    std::ifstream in("/sys/bus/pci/devices/" + id + "/numa_node");
-    int32_t n = -1;
-    if (in >> n) {
-      return n;
-    }
-    return -1;
-  }
-
   std::string Sym(const char* name) const { return prefix_ + name; }
 
   std::unique_ptr<DlLibrary> lib_;
   const std::string prefix_;  // "nvml", or "hgml" for NVML-shaped libraries
   const std::string smi_;     // the vendor's CLI named in error messages
+  const std::string sysfs_root_;
   const char* (*error_string_)(nvmlReturn_t) = nullptr;
   nvmlReturn_t (*shutdown_)() = nullptr;
   nvmlReturn_t (*event_set_free_)(nvmlEventSet_t) = nullptr;
@@ -316,16 +305,20 @@ class DlNvml : public NvmlLibrary {
 }  // namespace
 
 StatusOr<NvmlLibraryPtr> NewDlNvmlShaped(const std::vector<std::string>& libraries,
-                                         const std::string& prefix, const std::string& smi) {
+                                         const std::string& prefix, const std::string& smi,
+                                         const std::string& sysfs_root) {
   StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(libraries);
   if (!lib.ok()) {
     return lib.status();
   }
-  return NvmlLibraryPtr(new DlNvml(std::move(lib).value(), prefix, smi));
+  return NvmlLibraryPtr(new DlNvml(std::move(lib).value(), prefix, smi, sysfs_root));
 }
 
-StatusOr<NvmlLibraryPtr> NewDlNvml() {
-  return NewDlNvmlShaped({"libnvidia-ml.so.1", "libnvidia-ml.so"}, "nvml", "nvidia-smi");
+StatusOr<NvmlLibraryPtr> NewDlNvml(const std::vector<std::string>& candidates,
+                                   const std::string& sysfs_root) {
+  return NewDlNvmlShaped(
+      candidates.empty() ? TraitsFor(core::Vendor::kNvidia).libraries : candidates, "nvml",
+      "nvidia-smi", sysfs_root);
 }
 
 }  // namespace accelpool::vendors::nvidia

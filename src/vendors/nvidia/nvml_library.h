@@ -66,13 +66,17 @@ class NvmlLibrary {
 };
 using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;
 
-// Loads libnvidia-ml.so.1 with dlopen. kUnavailable when it is absent.
-StatusOr<NvmlLibraryPtr> NewDlNvml();
+// Loads the first of `candidates` that opens (empty: libnvidia-ml.so.1, then
+// libnvidia-ml.so) with dlopen. kUnavailable when none does. NUMA nodes that
+// NVML does not report are read under `sysfs_root`.
+StatusOr<NvmlLibraryPtr> NewDlNvml(const std::vector<std::string>& candidates = {},
+                                   const std::string& sysfs_root = "/sys");
 
 // The same binding for a library with NVML's API under another prefix
 // (T-Head HGML: "hgml" in libhgml.so). `smi` is the CLI named in errors.
 StatusOr<NvmlLibraryPtr> NewDlNvmlShaped(const std::vector<std::string>& libraries,
-                                         const std::string& prefix, const std::string& smi);
+                                         const std::string& prefix, const std::string& smi,
+                                         const std::string& sysfs_root = "/sys");
 
 }  // namespace accelpool::vendors::nvidia
 

@@ -4,6 +4,7 @@
 
 #include "vendors/library_driver.h"
 #include "vendors/library_specs.h"
+#include "vendors/test_util.h"
 
 namespace accelpool::vendors::thead {
 namespace {
@@ -47,7 +48,11 @@ class FakeHgml : public nvidia::NvmlLibrary {
 };
 
 TEST(HgmlLibraryTest, MapsA16PpuNodeThroughTheSharedDriver) {
-  LibraryDriver d(HgmlDeviceLibrary(std::make_unique<FakeHgml>()), TheadSpec(), "ppu-node");
+  vendors::testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kThead, 16);
+  LibraryDriverSpec spec_in = TheadSpec();
+  spec_in.device_root = dev.root();
+  LibraryDriver d(HgmlDeviceLibrary(std::make_unique<FakeHgml>()), spec_in, "ppu-node");
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
   const core::NodeInventory& inv = (*invs)[0];
@@ -61,7 +66,7 @@ TEST(HgmlLibraryTest, MapsA16PpuNodeThroughTheSharedDriver) {
   EXPECT_GT(inv.LinkScore(0, 15), 0);
   EXPECT_GE(inv.LinkScore(0, 1), inv.LinkScore(0, 15));
   auto spec = d.BuildContainerSpec({{inv.devices[3], 0, 0, true}, {inv.devices[9], 0, 0, true}});
-  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->env.at("CUDA_VISIBLE_DEVICES"), "0,1");
 }
 

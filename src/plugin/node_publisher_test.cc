@@ -1,0 +1,135 @@
+#include "plugin/node_publisher.h"
+
+#include <gtest/gtest.h>
+
+#include "core/profiles.h"
+#include "kube/fake_apiserver.h"
+
+namespace accelpool::plugin {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kNodes = "/api/v1/nodes";
+
+class NodePublisherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start().ok());
+    kube::KubeConfig kc;
+    kc.server = api_.url();
+    auto c = kube::NewKubeClient(kc);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+    // Labels accelpool did not derive: the vendor's own, and a hand-set
+    // accelpool.io/vendor.<v> that selects another vendor's DaemonSet.
+    api_.Put(kNodes,
+             {{"apiVersion", "v1"},
+              {"kind", "Node"},
+              {"metadata",
+               {{"name", "node-a"},
+                {"labels",
+                 {{"nvidia.com/gpu.present", "true"}, {"accelpool.io/vendor.metax", "true"}}}}}});
+  }
+  void TearDown() override { api_.Stop(); }
+
+  json Labels() {
+    auto node = api_.Object(kNodes, "node-a");
+    EXPECT_TRUE(node.has_value());
+    return node.has_value() ? (*node)["metadata"]["labels"] : json::object();
+  }
+
+  static core::NodeInventory Node(const std::string& profile, const std::string& super_node = "") {
+    auto inv = core::MakeProfileNode(profile, "node-a");
+    EXPECT_TRUE(inv.ok()) << inv.status().ToString();
+    inv->topology.super_node = super_node;
+    return *inv;
+  }
+
+  kube::FakeApiServer api_;
+  std::unique_ptr<kube::KubeClient> client_;
+};
+
+TEST_F(NodePublisherTest, RemovesLabelsOfWhatDisappeared) {
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  struct Step {
+    std::string name;
+    std::vector<core::NodeInventory> inventories;
+    json want;  // accelpool's labels after the step; null: absent
+  };
+  const std::vector<Step> steps = {
+      {"two vendors, a super node",
+       {Node("ascend-910c-x16", "sp-3"), Node("nvidia-hgx-8")},
+       {{"accelpool.io/vendor.ascend", "true"},
+        {"accelpool.io/model.ascend", "Ascend910C"},
+        {"accelpool.io/super-node", "sp-3"},
+        {"accelpool.io/vendor.nvidia", "true"},
+        {"accelpool.io/model.nvidia", "H200"}}},
+      {"the super node is gone",
+       {Node("ascend-910c-x16"), Node("nvidia-hgx-8")},
+       {{"accelpool.io/vendor.ascend", "true"},
+        {"accelpool.io/model.ascend", "Ascend910C"},
+        {"accelpool.io/super-node", nullptr},
+        {"accelpool.io/vendor.nvidia", "true"}}},
+      {"the Ascend NPUs are gone",
+       {Node("nvidia-hgx-8")},
+       {{"accelpool.io/vendor.ascend", nullptr},
+        {"accelpool.io/model.ascend", nullptr},
+        {"accelpool.io/vendor.nvidia", "true"},
+        {"accelpool.io/model.nvidia", "H200"}}},
+  };
+  for (const Step& s : steps) {
+    SCOPED_TRACE(s.name);
+    auto wrote = pub.Publish(s.inventories);
+    ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+    EXPECT_TRUE(*wrote);
+    const json labels = Labels();
+    for (const auto& [k, v] : s.want.items()) {
+      if (v.is_null()) {
+        EXPECT_FALSE(labels.contains(k)) << k;
+      } else {
+        EXPECT_EQ(labels.value(k, json()), v) << k;
+      }
+    }
+    // Never touched: labels accelpool did not derive.
+    EXPECT_EQ(labels.value("nvidia.com/gpu.present", ""), "true");
+    EXPECT_EQ(labels.value("accelpool.io/vendor.metax", ""), "true");
+  }
+}
+
+TEST_F(NodePublisherTest, ARestartedPluginRemovesWhatThePreviousRunLabelled) {
+  {
+    NodePublisher first(client_.get(), "node-a", Logger());
+    ASSERT_TRUE(first.Publish({Node("ascend-910c-x16", "sp-3")}).ok());
+  }
+  EXPECT_EQ(Labels().value("accelpool.io/super-node", ""), "sp-3");
+  // After a restart the node is out of its super pod, and now has NVIDIA GPUs.
+  NodePublisher again(client_.get(), "node-a", Logger());
+  auto wrote = again.Publish({Node("nvidia-hgx-8")});
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+  EXPECT_TRUE(*wrote);
+  EXPECT_EQ(again.generation(), 2);
+  const json labels = Labels();
+  for (const char* gone :
+       {"accelpool.io/super-node", "accelpool.io/vendor.ascend", "accelpool.io/model.ascend"}) {
+    EXPECT_FALSE(labels.contains(gone)) << gone;
+  }
+  EXPECT_EQ(labels.value("accelpool.io/vendor.nvidia", ""), "true");
+  EXPECT_EQ(labels.value("accelpool.io/vendor.metax", ""), "true");
+  EXPECT_EQ(labels.value("nvidia.com/gpu.present", ""), "true");
+}
+
+TEST_F(NodePublisherTest, AFailedWriteRemovesTheStaleLabelsOnTheRetry) {
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  ASSERT_TRUE(pub.Publish({Node("ascend-910c-x16", "sp-3")}).ok());
+  api_.FailNext(1, 500);
+  EXPECT_FALSE(pub.Publish({Node("ascend-910c-x16")}).ok());
+  EXPECT_EQ(Labels().value("accelpool.io/super-node", ""), "sp-3");
+  auto wrote = pub.Publish({Node("ascend-910c-x16")});
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+  EXPECT_TRUE(*wrote);
+  EXPECT_FALSE(Labels().contains("accelpool.io/super-node"));
+}
+
+}  // namespace
+}  // namespace accelpool::plugin

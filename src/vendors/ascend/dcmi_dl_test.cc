@@ -1,0 +1,228 @@
+// The DCMI dlopen binding run against a fake libdcmi (testlibs/fake_dcmi.cc)
+// through AscendDriver, the way the device plugin runs it.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "vendors/ascend/ascend_driver.h"
+#include "vendors/ascend/dcmi_library.h"
+#include "vendors/test_util.h"
+
+namespace accelpool::vendors::ascend {
+namespace {
+
+using vendors::testing::FakeDevRoot;
+using vendors::testing::FakeHandle;
+using vendors::testing::FakeSysfs;
+
+StatusOr<std::unique_ptr<AscendDriver>> Driver(
+    const std::string& sysfs, const std::string& device_root = "",
+    std::chrono::milliseconds poll = std::chrono::seconds(5)) {
+  StatusOr<DcmiLibraryPtr> lib = NewDlDcmi({ACCELPOOL_FAKE_DCMI}, sysfs);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  AscendOptions o;
+  o.node = "npu-node";
+  o.health_poll = poll;
+  o.device_root = device_root;
+  return std::make_unique<AscendDriver>(std::move(lib).value(), o);
+}
+
+TEST(DcmiBindingTest, MapsAnAtlas800TA2) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  // Kunpeng 920, four NUMA nodes: buses 00-3f, 40-7f, 80-bf, c0-ff.
+  FakeSysfs sysfs;
+  const std::vector<std::pair<std::string, int>> numa = {
+      {"0000:c1:00.0", 3}, {"0000:c2:00.0", 3}, {"0000:81:00.0", 2}, {"0000:82:00.0", 2},
+      {"0000:01:00.0", 0}, {"0000:02:00.0", 0}, {"0000:41:00.0", 1}, {"0000:42:00.0", 1}};
+  for (const auto& [bus, node] : numa) {
+    sysfs.Numa(bus, node);
+  }
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver(sysfs.root(), dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  ASSERT_EQ(invs->size(), 1u);
+  const core::NodeInventory& inv = invs->front();
+  EXPECT_EQ(inv.vendor, core::Vendor::kAscend);
+  EXPECT_EQ(inv.topology.kind, "ascend-910b-x8");
+  EXPECT_EQ(inv.topology.super_node, "");  // the super-pod query is not supported here
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.devices[0].id, "NPU-0000-c1-00.0");
+  EXPECT_EQ(inv.devices[4].id, "NPU-0000-01-00.0");
+  EXPECT_EQ(inv.devices[0].model, "Ascend910B3");
+  EXPECT_EQ(inv.devices[0].memory_mib, 65536);  // HBM, not the 0 MB of DDR
+  EXPECT_EQ(inv.devices[0].compute_units, 20);
+  EXPECT_EQ(inv.devices[2].pci_bus, "0000:81:00.0");
+  for (size_t i = 0; i < numa.size(); ++i) {
+    EXPECT_EQ(inv.devices[i].numa, numa[i].second) << i;
+  }
+  auto spec = (*driver)->BuildContainerSpec({{inv.devices[6], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "6");
+  bool found = false;
+  for (const DeviceNode& n : spec->devices) {
+    found = found || n.host_path == "/dev/davinci6";
+  }
+  EXPECT_TRUE(found);
+}
+
+// Selects the fake's product for one test and restores the 800T A2 after it.
+class Product {
+ public:
+  Product(const FakeHandle& fake, int product)
+      : set_(reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_product"))) {
+    if (set_ != nullptr) {
+      set_(product);
+    }
+  }
+  ~Product() {
+    if (set_ != nullptr) {
+      set_(0);
+    }
+  }
+  bool ok() const { return set_ != nullptr; }
+
+ private:
+  void (*set_)(int);
+};
+
+TEST(DcmiBindingTest, Maps310PDuoCardsThroughTheMemoryInfoFallback) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  Product duo(fake, 1);  // 4 x Atlas 300I Duo: the HBM query is not supported
+  ASSERT_TRUE(duo.ok());
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.devices[0].model, "Ascend310P3");
+  EXPECT_EQ(inv.devices[0].id, "NPU-0000-03-00.0");
+  EXPECT_EQ(inv.devices[7].id, "NPU-0000-c4-00.0");
+  EXPECT_EQ(inv.devices[0].compute_units, 8);
+  for (const core::Device& d : inv.devices) {
+    EXPECT_EQ(d.memory_mib, 24576) << d.id;  // DDR, from the memory-info query
+  }
+  ASSERT_EQ(inv.topology.modules.size(), 4u);  // two chips per Duo card
+  EXPECT_EQ(inv.topology.modules[1], (std::vector<int32_t>{2, 3}));
+  auto spec =
+      (*driver)->BuildContainerSpec({{inv.devices[2], 0, 0, true}, {inv.devices[3], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "2,3");
+}
+
+TEST(DcmiBindingTest, NoMemoryQueryIsAClearError) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  Product old_driver(fake, 2);  // 300I Duo whose memory-info query is not supported either
+  ASSERT_TRUE(old_driver.ok());
+  auto driver = Driver("/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_FALSE(invs.ok());
+  EXPECT_EQ(invs.status().code(), StatusCode::kUnimplemented);
+  for (const char* w : {"NPU card 1 device 0", "dcmi_get_device_hbm_info (is not supported)",
+                        "dcmi_get_device_memory_info_v3", "npu-smi"}) {
+    EXPECT_NE(invs.status().message().find(w), std::string::npos)
+        << w << " not in: " << invs.status().message();
+  }
+}
+
+TEST(DcmiBindingTest, PolledHealthIsTwoWay) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto driver = Driver("/nonexistent", "", std::chrono::milliseconds(10));
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  std::mutex mu;
+  std::vector<HealthEvent> events;
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  };
+  std::jthread watcher([&](std::stop_token stop) {
+    Status st = (*driver)->WatchHealth(stop, [&](const HealthEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  });
+  fake.Configure(8, -1, 2, 0);  // NPU 2 raises a major alarm
+  for (int i = 0; i < 400 && count() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fake.Configure(8, -1, -1, 0);
+  for (int i = 0; i < 400 && count() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  watcher.request_stop();
+  watcher.join();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, invs->front().devices[2].id);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("alarm level 2"), std::string::npos) << events[0].reason;
+  EXPECT_TRUE(events[1].healthy);
+}
+
+TEST(DcmiBindingTest, ErrorsAreClearAndNeverCrash) {
+  struct Case {
+    std::string name;
+    int fail_device;
+    int init_error;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      // An HBM error other than "not supported" is reported, not papered over.
+      {"inner error mid-discovery",
+       5,
+       0,
+       {"NPU card 5 device 0", "dcmi_get_device_hbm_info", "DCMI code -8005", "npu-smi"}},
+      {"driver not ready", -1, -8012, {"dcmi_init", "DCMI code -8012"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+    ASSERT_TRUE(fake.ok());
+    fake.Configure(8, c.fail_device, -1, c.init_error);
+    auto driver = Driver("/nonexistent");
+    ASSERT_TRUE(driver.ok());
+    auto invs = (*driver)->Discover();
+    ASSERT_FALSE(invs.ok());
+    EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
+    for (const std::string& w : c.want) {
+      EXPECT_NE(invs.status().message().find(w), std::string::npos)
+          << w << " not in: " << invs.status().message();
+    }
+  }
+}
+
+TEST(DcmiBindingTest, AbsentOrForeignLibraryIsAClearError) {
+  auto absent = NewDlDcmi({"/nonexistent/libdcmi.so"});
+  EXPECT_EQ(absent.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(absent.status().message().find("install the vendor driver"), std::string::npos);
+  auto foreign = NewDlDcmi({ACCELPOOL_FAKE_NVIDIA_ML});
+  ASSERT_TRUE(foreign.ok());
+  Status st = (*foreign)->Init();
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("dcmi_init"), std::string::npos) << st.ToString();
+  EXPECT_FALSE((*foreign)->Chips().ok());
+  EXPECT_FALSE((*foreign)->Health({0, 0}).ok());
+}
+
+}  // namespace
+}  // namespace accelpool::vendors::ascend

@@ -1,0 +1,183 @@
+// The NVML dlopen binding run against a fake libnvidia-ml (testlibs/
+// fake_nvidia_ml.cc, an HGX H200 board) through NvidiaDriver, the way the device
+// plugin runs it.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "vendors/nvidia/nvidia_driver.h"
+#include "vendors/nvidia/nvml_library.h"
+#include "vendors/test_util.h"
+
+namespace accelpool::vendors::nvidia {
+namespace {
+
+using vendors::testing::FakeDevRoot;
+using vendors::testing::FakeHandle;
+using vendors::testing::FakeSysfs;
+
+NvidiaOptions Options(const std::string& device_root = "") {
+  NvidiaOptions o;
+  o.node = "h200-node";
+  o.recovery_quiet = std::chrono::milliseconds(50);
+  o.event_wait = std::chrono::milliseconds(5);
+  o.device_root = device_root;
+  return o;
+}
+
+StatusOr<std::unique_ptr<NvidiaDriver>> Driver(const NvidiaOptions& o,
+                                               const std::string& sysfs = "/nonexistent") {
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML}, sysfs);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return std::make_unique<NvidiaDriver>(std::move(lib).value(), o);
+}
+
+TEST(NvmlBindingTest, MapsAnHgxH200Board) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kNvidia, 8);
+  auto driver = Driver(Options(dev.root()));
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  ASSERT_EQ(invs->size(), 1u);
+  const core::NodeInventory& inv = invs->front();
+  EXPECT_EQ(inv.vendor, core::Vendor::kNvidia);
+  EXPECT_EQ(inv.node, "h200-node");
+  EXPECT_EQ(inv.topology.kind, "nvidia-hgx-8");  // every GPU's links end on NVSwitches
+  ASSERT_EQ(inv.devices.size(), 8u);
+  const core::Device& d0 = inv.devices[0];
+  EXPECT_EQ(d0.id, "GPU-9c1e5b7a-2d4f-4a8e-b6c3-1f0e8d2a4000");
+  EXPECT_EQ(d0.model, "H200");
+  EXPECT_EQ(d0.memory_mib, 143771);
+  EXPECT_EQ(d0.pci_bus, "00000000:1B:00.0");
+  EXPECT_EQ(inv.devices[7].pci_bus, "00000000:DF:00.0");
+  EXPECT_EQ(d0.max_shares, 10);
+  std::vector<int32_t> numa;
+  for (const core::Device& d : inv.devices) {
+    numa.push_back(d.numa);
+  }
+  EXPECT_EQ(numa, (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  // NV18 to every GPU through the switches, plus the PCIe level: NODE inside a
+  // socket, SYS across.
+  EXPECT_EQ(inv.LinkScore(0, 1), 20 + 1800);
+  EXPECT_EQ(inv.LinkScore(0, 4), 10 + 1800);
+  EXPECT_EQ(inv.LinkScore(7, 6), 20 + 1800);
+
+  auto spec = (*driver)->BuildContainerSpec({{inv.devices[5], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("NVIDIA_VISIBLE_DEVICES"), inv.devices[5].id);
+  bool found = false;
+  for (const DeviceNode& n : spec->devices) {
+    found = found || n.host_path == "/dev/nvidia5";
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(NvmlBindingTest, NumaFromSysfsWhenTheDriverCannotSay) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto numa = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_numa"));
+  ASSERT_NE(numa, nullptr);
+  numa(0);
+  FakeSysfs sysfs;
+  sysfs.Numa("0000:c3:00.0", 3);  // GPU 5; sysfs spells the domain with 4 digits
+  auto driver = Driver(Options(), sysfs.root());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  numa(1);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ(invs->front().devices[5].numa, 3);
+  EXPECT_EQ(invs->front().devices[4].numa, 1);  // neither says: the HGX profile's default
+}
+
+TEST(NvmlBindingTest, XidHealthIsTwoWay) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::string faulty = invs->front().devices[3].id;
+  std::mutex mu;
+  std::vector<HealthEvent> events;
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  };
+  std::jthread watcher([&](std::stop_token stop) {
+    Status st = (*driver)->WatchHealth(stop, [&](const HealthEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  });
+  fake.Configure(8, -1, 3, 0);  // GPU 3 falls off the bus
+  for (int i = 0; i < 400 && count() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fake.Configure(8, -1, -1, 0);
+  for (int i = 0; i < 400 && count() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  watcher.request_stop();
+  watcher.join();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, faulty);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("XID 79"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, faulty);
+  EXPECT_TRUE(events[1].healthy);
+}
+
+TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
+  struct Case {
+    std::string name;
+    int fail_device;
+    int init_error;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {"GPU lost mid-discovery",
+       5,
+       0,
+       {"GPU 5", "nvmlDeviceGetMemoryInfo", "GPU is lost", "code 15", "nvidia-smi"}},
+      {"driver not loaded", -1, 9, {"nvmlInit_v2", "Driver Not Loaded", "code 9"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+    ASSERT_TRUE(fake.ok());
+    fake.Configure(8, c.fail_device, -1, c.init_error);
+    auto driver = Driver(Options());
+    ASSERT_TRUE(driver.ok());
+    auto invs = (*driver)->Discover();
+    ASSERT_FALSE(invs.ok());
+    EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
+    for (const std::string& w : c.want) {
+      EXPECT_NE(invs.status().message().find(w), std::string::npos)
+          << w << " not in: " << invs.status().message();
+    }
+  }
+}
+
+TEST(NvmlBindingTest, AbsentOrForeignLibraryIsAClearError) {
+  auto absent = NewDlNvml({"/nonexistent/libnvidia-ml.so.1"});
+  EXPECT_EQ(absent.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(absent.status().message().find("install the vendor driver"), std::string::npos);
+  auto foreign = NewDlNvml({ACCELPOOL_FAKE_DCMI});
+  ASSERT_TRUE(foreign.ok());
+  Status st = (*foreign)->Init();
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("nvmlInit_v2"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace accelpool::vendors::nvidia

@@ -1,0 +1,123 @@
+// Helpers shared by the vendor tests: a stand-in for the host's device
+// nodes, so that container specs are built against a known /dev, a sysfs
+// tree with NUMA nodes, and a handle on the fake vendor libraries of
+// testlibs/ that sets what they report.
+#ifndef ACCELPOOL_VENDORS_TEST_UTIL_H_
+#define ACCELPOOL_VENDORS_TEST_UTIL_H_
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+
+#include "vendors/driver.h"
+
+namespace accelpool::vendors::testing {
+
+// A temp dir used as a driver's device_root: Add("/dev/nvidia0") creates
+// <root>/dev/nvidia0 (an empty file), so the driver sees that node and no
+// other. Removed with everything under it on destruction.
+class FakeDevRoot {
+ public:
+  FakeDevRoot() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ap-dev-XXXXXX").string();
+    root_ = mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+  }
+  ~FakeDevRoot() {
+    std::error_code ec;
+    if (!root_.empty()) {
+      std::filesystem::remove_all(root_, ec);
+    }
+  }
+  FakeDevRoot(const FakeDevRoot&) = delete;
+  FakeDevRoot& operator=(const FakeDevRoot&) = delete;
+
+  // Creates the node `path` ("/dev/davinci3") and its parent directories.
+  void Add(const std::string& path) const {
+    const std::filesystem::path p = root_ + path;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p).put('\0');
+  }
+  void Remove(const std::string& path) const { std::filesystem::remove(root_ + path); }
+
+  // Every node `vendor` uses for `count` devices numbered 0..count-1 (or
+  // `first`..first+count-1), shared control nodes included.
+  void AddVendor(core::Vendor vendor, int32_t count, int32_t first = 0) const {
+    const VendorTraits& t = TraitsFor(vendor);
+    for (const std::string& n : t.shared_nodes) {
+      Add(n);
+    }
+    for (int32_t i = first; i < first + count; ++i) {
+      for (std::string n : t.device_nodes) {
+        n.replace(n.find("{minor}"), 7, std::to_string(i));
+        Add(n);
+      }
+    }
+  }
+
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+// A sysfs tree in a temp dir with numa_node files for the given buses.
+class FakeSysfs {
+ public:
+  FakeSysfs() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ap-sysfs-XXXXXX").string();
+    root_ = mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+  }
+  ~FakeSysfs() {
+    std::error_code ec;
+    if (!root_.empty()) {
+      std::filesystem::remove_all(root_, ec);
+    }
+  }
+  FakeSysfs(const FakeSysfs&) = delete;
+  FakeSysfs& operator=(const FakeSysfs&) = delete;
+
+  void Numa(const std::string& bus, int node) const {
+    const std::filesystem::path dir = std::filesystem::path(root_) / "bus/pci/devices" / bus;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "numa_node") << node << "\n";
+  }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+// Holds a fake vendor library open (the binding's dlopen of the same path
+// shares it) and sets what it reports (testlibs/fake_control.h).
+class FakeHandle {
+ public:
+  explicit FakeHandle(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW)) {}
+  ~FakeHandle() {
+    if (handle_ != nullptr) {
+      dlclose(handle_);
+    }
+  }
+  FakeHandle(const FakeHandle&) = delete;
+  FakeHandle& operator=(const FakeHandle&) = delete;
+
+  bool ok() const { return handle_ != nullptr; }
+  void* Symbol(const char* name) const { return dlsym(handle_, name); }
+  void Configure(int count, int fail_device, int fault_device, int init_error) const {
+    auto fn =
+        reinterpret_cast<void (*)(int, int, int, int)>(dlsym(handle_, "accelpool_fake_configure"));
+    ASSERT_NE(fn, nullptr);
+    fn(count, fail_device, fault_device, init_error);
+  }
+
+ private:
+  void* handle_;
+};
+
+}  // namespace accelpool::vendors::testing
+
+#endif  // ACCELPOOL_VENDORS_TEST_UTIL_H_

@@ -1,0 +1,224 @@
+// A stand-in for NVIDIA's libnvidia-ml.so.1: an HGX H200 8-GPU board as
+// nvidia-smi shows it ("NVIDIA H200", 143771 MiB each, minors 0-7, the PCI
+// bus ids of a DGX H200, NUMA 0 for GPUs 0-3 and 1 for 4-7). `nvidia-smi topo
+// -m` on that board shows NV18 between every pair: each GPU has 18 active
+// NVLinks, all ending on the four NVSwitches (5, 4, 4 and 5 links), none on
+// another GPU; the PCIe path is NODE inside a CPU socket and SYS across.
+// Device handles point into a static table; the event set is a token.
+// Structs are laid out as in the public nvml.h.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "fake_control.h"
+
+using accelpool_fake::CopyString;
+using accelpool_fake::Fails;
+using accelpool_fake::State;
+using accelpool_fake::Valid;
+
+namespace {
+
+constexpr int kSuccess = 0;
+constexpr int kInvalidArgument = 2;
+constexpr int kNotSupported = 3;
+constexpr int kTimeout = 10;
+constexpr int kGpuIsLost = 15;
+constexpr unsigned kMaxLinks = 18;                   // NVML_NVLINK_MAX_LINKS
+constexpr unsigned long long kXidCritical = 0x8ULL;  // NOLINT(runtime/int)
+
+struct nvmlMemory_t {
+  unsigned long long total;  // NOLINT(runtime/int)
+  unsigned long long free;   // NOLINT(runtime/int)
+  unsigned long long used;   // NOLINT(runtime/int)
+};
+
+struct nvmlPciInfo_t {
+  char busIdLegacy[16];
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pciDeviceId;
+  unsigned pciSubSystemId;
+  char busId[32];
+};
+
+struct nvmlEventData_t {
+  void* device;
+  unsigned long long eventType;  // NOLINT(runtime/int)
+  unsigned long long eventData;  // NOLINT(runtime/int)
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+
+const unsigned kGpuBus[8] = {0x1b, 0x43, 0x52, 0x61, 0x9d, 0xc3, 0xd1, 0xdf};
+// The four NVSwitches, and which one each of a GPU's 18 links ends on.
+const unsigned kSwitchBus[4] = {0x05, 0x06, 0x07, 0x08};
+unsigned SwitchOfLink(unsigned link) { return link < 5 ? 0 : link < 9 ? 1 : link < 13 ? 2 : 3; }
+
+int gpus[64];
+int event_set_token = 0;
+bool numa_supported = true;  // false: an older driver without nvmlDeviceGetNumaNodeId
+
+bool ToIndex(const void* h, unsigned* i) {
+  const int* p = static_cast<const int*>(h);
+  if (p < gpus || p >= gpus + 64) return false;
+  *i = static_cast<unsigned>(p - gpus);
+  return Valid(*i);
+}
+
+void FillPci(nvmlPciInfo_t* p, unsigned bus, unsigned device_id) {
+  std::memset(p, 0, sizeof(*p));
+  p->domain = 0;
+  p->bus = bus;
+  p->device = 0;
+  p->pciDeviceId = device_id;
+  p->pciSubSystemId = 0x18ff10de;
+  std::snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "0000:%02X:00.0", bus);
+  std::snprintf(p->busId, sizeof(p->busId), "00000000:%02X:00.0", bus);
+}
+
+}  // namespace
+
+ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int supported) {
+  numa_supported = supported != 0;
+}
+
+extern "C" {
+__attribute__((visibility("default"))) int nvmlInit_v2() { return State().init_error; }
+__attribute__((visibility("default"))) int nvmlShutdown() { return kSuccess; }
+__attribute__((visibility("default"))) const char* nvmlErrorString(int r) {
+  switch (r) {
+    case kSuccess:
+      return "Success";
+    case kInvalidArgument:
+      return "Invalid Argument";
+    case kNotSupported:
+      return "Not Supported";
+    case 9:
+      return "Driver Not Loaded";
+    case kTimeout:
+      return "Timeout";
+    case kGpuIsLost:
+      return "GPU is lost";
+    default:
+      return "Unknown Error";
+  }
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetCount_v2(unsigned* n) {
+  *n = static_cast<unsigned>(State().count);
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** h) {
+  if (!Valid(i) || i >= 64) return kInvalidArgument;
+  *h = &gpus[i];
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetUUID(void* h, char* uuid, unsigned n) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  char s[96];
+  std::snprintf(s, sizeof(s), "GPU-9c1e5b7a-2d4f-4a8e-b6c3-1f0e8d2a40%02x", i);
+  CopyString(uuid, n, s);
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetName(void* h, char* name, unsigned n) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  CopyString(name, n, "NVIDIA H200");
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void* h, nvmlMemory_t* m) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (Fails(i)) return kGpuIsLost;
+  m->total = 143771ULL << 20;
+  m->used = 512ULL << 20;
+  m->free = m->total - m->used;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetPciInfo_v3(void* h, nvmlPciInfo_t* p) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  FillPci(p, kGpuBus[i % 8], 0x233510de);
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetMinorNumber(void* h, unsigned* minor) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  *minor = i;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetNumaNodeId(void* h, unsigned* node) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (!numa_supported) return kNotSupported;
+  *node = i < 4 ? 0 : 1;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* h, unsigned* current,
+                                                                unsigned* pending) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  *current = 0;
+  *pending = 0;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetTopologyCommonAncestor(void* a, void* b,
+                                                                               int* level) {
+  unsigned i = 0;
+  unsigned j = 0;
+  if (!ToIndex(a, &i) || !ToIndex(b, &j)) return kInvalidArgument;
+  *level = (i < 4) == (j < 4) ? 40 : 50;  // NVML_TOPOLOGY_NODE, NVML_TOPOLOGY_SYSTEM
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetNvLinkState(void* h, unsigned link,
+                                                                    int* active) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || link >= kMaxLinks) return kInvalidArgument;
+  *active = 1;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemotePciInfo_v2(void* h,
+                                                                               unsigned link,
+                                                                               nvmlPciInfo_t* p) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || link >= kMaxLinks) return kInvalidArgument;
+  FillPci(p, kSwitchBus[SwitchOfLink(link)], 0x22a310de);
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlEventSetCreate(void** set) {
+  *set = &event_set_token;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
+    void* h, unsigned long long types, void* set) {  // NOLINT(runtime/int)
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || set != &event_set_token) return kInvalidArgument;
+  return (types & kXidCritical) != 0 ? kSuccess : kNotSupported;
+}
+// A faulty device reports XID 79 (fallen off the bus) on every wait.
+__attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEventData_t* data,
+                                                               unsigned timeout_ms) {
+  if (set != &event_set_token) return kInvalidArgument;
+  const int fault = State().fault_device;
+  if (fault >= 0 && Valid(static_cast<unsigned>(fault))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::memset(data, 0, sizeof(*data));
+    data->device = &gpus[fault];
+    data->eventType = kXidCritical;
+    data->eventData = 79;
+    data->gpuInstanceId = 0xffffffffu;
+    data->computeInstanceId = 0xffffffffu;
+    return kSuccess;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+  return kTimeout;
+}
+__attribute__((visibility("default"))) int nvmlEventSetFree(void* set) {
+  return set == &event_set_token ? kSuccess : kInvalidArgument;
+}
+}
