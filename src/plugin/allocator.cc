@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
@@ -38,7 +37,8 @@ Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* stor
       reporter_(reporter),
       options_(std::move(options)),
       log_(std::move(log)),
-      refresh_(std::move(refresh)) {}
+      refresh_(std::move(refresh)),
+      dirs_(options_.state_root, options_.create_state_dirs) {}
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
@@ -147,19 +147,14 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
   if (options_.hami_compat) {
     spec->env["CUDA_DEVICE_SM_LIMIT"] = percent;
   }
-  const std::string host_dir =
-      (std::filesystem::path(options_.state_root) / (pod.uid + "_" + container)).string();
-  if (options_.create_state_dirs) {
-    std::error_code ec;
-    std::filesystem::create_directories(host_dir, ec);
-    if (ec) {
-      return UnavailableError("cannot create the container state dir " + host_dir + ": " +
-                              ec.message() + "; check that " + options_.state_root +
-                              " is mounted writable into the plugin");
-    }
+  // The dir is mounted read-write into the container, and its name comes from
+  // the pod: StateDirs refuses anything that is not a plain child of the root.
+  StatusOr<std::string> host_dir = dirs_.Create(pod.uid, container);
+  if (!host_dir.ok()) {
+    return host_dir.status().WithPrefix("pod " + pod.Key() + " container " + container);
   }
   spec->env["ACCELPOOL_CUDA_STATE_DIR"] = options_.state_mount;
-  spec->mounts.push_back({host_dir, options_.state_mount, false});
+  spec->mounts.push_back({*host_dir, options_.state_mount, false});
   spec->mounts.push_back({options_.library_host, options_.library_container, true});
   if (options_.preload) {
     spec->mounts.push_back({options_.preload_host, "/etc/ld.so.preload", true});

@@ -10,6 +10,8 @@
 //   ACCELPOOL_CUDA_COMPUTE_LIMIT     percent of the device
 //   ACCELPOOL_CUDA_STATE_DIR         /var/run/accelpool, a per-container host
 //                                    dir <state_root>/<pod-uid>_<container>
+//                                    (StateDirs: refused unless it is a
+//                                    direct child of state_root)
 //   CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT  (HAMi-compatible)
 //   mounts: the library, and /etc/ld.so.preload naming it (opt-out).
 //
@@ -35,6 +37,7 @@
 #include "plugin/assignment_store.h"
 #include "plugin/device_state.h"
 #include "plugin/plugin_metrics.h"
+#include "plugin/state_dirs.h"
 #include "vendors/driver.h"
 
 namespace accelpool::plugin {
@@ -85,7 +88,8 @@ class Allocator {
             std::function<void()> refresh = nullptr);
 
   // kInvalidArgument: empty request, malformed or unknown slot id, a slot of
-  // another resource. kNotFound: no assignment matches. kFailedPrecondition:
+  // another resource, a pod uid or container name that cannot name a state
+  // dir. kNotFound: no assignment matches. kFailedPrecondition:
   // the assignment is for another node, names a device not on this node, or
   // its count differs. Errors from the vendor driver are passed on.
   StatusOr<std::vector<ContainerAnswer>> Allocate(
@@ -114,6 +118,7 @@ class Allocator {
   const EnforcementOptions options_;
   const Logger log_;
   const std::function<void()> refresh_;
+  const StateDirs dirs_;
 };
 
 }  // namespace accelpool::plugin

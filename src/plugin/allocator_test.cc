@@ -278,6 +278,69 @@ TEST_F(AllocatorTest, BadInputIsAClearErrorAndBooksNothing) {
             std::string::npos);
 }
 
+TEST_F(AllocatorTest, StateDirNamesThatLeaveTheRootAreRefused) {
+  // The store is fed by PodSync, which refuses such names already; the
+  // allocator must not rely on it: the dir is mounted read-write.
+  Assign(Pod("evil"), {Ctr("../../escaped", kGpu, core::Vendor::kNvidia,
+                           {Dev("GPU-a", 0, 1, 1024, 100, false)})});
+  PodRef bad_uid = Pod("bad-uid");
+  bad_uid.uid = "../../escaped-uid";
+  Assign(bad_uid,
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)})});
+  for (const std::string slot : {"GPU-a::1", "GPU-a::2"}) {
+    SCOPED_TRACE(slot);
+    auto r = allocator_->Allocate(kGpu, {{slot}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("refusing the state dir"), std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("escaped")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("escaped-uid_main")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("containers")));
+  EXPECT_EQ(store_.PendingContainers(), 2u);
+}
+
+TEST(StateDirsTest, PathsAreDirectChildrenOfTheRoot) {
+  struct Case {
+    std::string root, path;
+    bool want;
+  };
+  const std::vector<Case> cases = {
+      {"/r", "/r/u_c", true},         {"/r/", "/r/u_c", true},
+      {"/r", "/r/./u_c", true},       {"/r", "/r", false},
+      {"/r", "/r/", false},           {"/r", "/r/.", false},
+      {"/r", "/r/a/b", false},        {"/r", "/r/u_../../../etc", false},
+      {"/r", "/r/u_../../etc", true},  // that is /r/etc
+      {"/r", "/r/u_..", true},         // an odd but plain name: still inside
+      {"/r", "/r/../etc", false},     {"/r", "/etc", false},
+      {"/r", "/rr/u_c", false},       {"", "/u_c", false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(IsDirectChild(c.root, c.path), c.want) << c.root << " " << c.path;
+  }
+  TempDir dir;
+  StateDirs dirs(dir.File("root") + "/");
+  bool created = false;
+  auto p = dirs.Create("uid-1", "main", &created);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(*p, dir.File("root/uid-1_main"));
+  EXPECT_TRUE(created);
+  EXPECT_TRUE(std::filesystem::is_directory(*p));
+  ASSERT_TRUE(dirs.Create("uid-1", "main", &created).ok());
+  EXPECT_FALSE(created);
+  for (const auto& [uid, name] :
+       std::vector<std::pair<std::string, std::string>>{{"uid-1", "../../etc"},
+                                                        {"uid-1", "a/b"},
+                                                        {"..", "main"},
+                                                        {"u/..", "main"},
+                                                        {"", "main"}}) {
+    auto bad = dirs.Create(uid, name);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << uid << " " << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.File("etc")));
+}
+
 TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
   int refreshes = 0;
   Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(),

@@ -16,6 +16,24 @@ std::string Str(const json& obj, const json::json_pointer& ptr) {
   return v.is_string() ? v.get<std::string>() : "";
 }
 
+// The names of the pod's containers and init containers (sidecars are init
+// containers); ephemeral containers get no devices.
+std::set<std::string> ContainerNames(const json& pod) {
+  std::set<std::string> names;
+  for (const char* list : {"/spec/containers", "/spec/initContainers"}) {
+    const json::json_pointer ptr(list);
+    if (!pod.contains(ptr) || !pod.at(ptr).is_array()) {
+      continue;
+    }
+    for (const json& c : pod.at(ptr)) {
+      if (c.is_object() && c.contains("name") && c.at("name").is_string()) {
+        names.insert(c.at("name").get<std::string>());
+      }
+    }
+  }
+  return names;
+}
+
 PodRef RefOf(const json& pod) {
   PodRef r;
   r.ns = Str(pod, json::json_pointer("/metadata/namespace"));
@@ -48,6 +66,21 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
     return FailedPreconditionError("pod " + e.pod.Key() + " runs on " + node +
                                    " but its assignment is for node \"" + a->node +
                                    "\"; delete the pod so the scheduler assigns it again");
+  }
+  // The uid and the container names end up in host paths (the enforcement
+  // state dirs); the codec has checked the names' form, and here they must
+  // also be containers of this very pod.
+  if (Status st = api::CheckPodUid(e.pod.uid); !st.ok()) {
+    return InvalidArgumentError("pod " + e.pod.Key() + ": " + st.message() + "; delete the pod");
+  }
+  const std::set<std::string> names = ContainerNames(pod);
+  for (const api::AssignedContainer& c : a->containers) {
+    if (names.count(c.name) == 0) {
+      return InvalidArgumentError("pod " + e.pod.Key() + " has an " + api::kAssignmentAnnotation +
+                                  " for container \"" + c.name +
+                                  "\", which the pod does not have; delete the pod so the "
+                                  "scheduler assigns it again");
+    }
   }
   e.assignment = std::move(a).value();
   const std::string alloc = Str(

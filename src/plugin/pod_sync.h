@@ -5,9 +5,10 @@
 // running containers.
 //
 // Bad input never crashes and never books anything: a pod whose
-// accelpool.io/assignment does not parse, or that names another node, is left
-// out of the store, logged, and reported on the pod once per pod version
-// (PodReporter::Failed -> an Event).
+// accelpool.io/assignment does not parse (container names must be DNS-1123
+// labels), names another node or a container the pod does not have, or whose
+// uid is not plain, is left out of the store, logged, and reported on the pod
+// once per pod version (PodReporter::Failed -> an Event).
 //
 // Thread-safety: Start/Stop from the owner; Refresh() from any thread.
 #ifndef ACCELPOOL_PLUGIN_POD_SYNC_H_
@@ -38,7 +39,8 @@ struct PodEntry {
 
 // The entry of a pod object. nullopt when the pod carries no assignment or is
 // finished (Succeeded, Failed, being deleted). kInvalidArgument when the
-// assignment does not parse; kFailedPrecondition when it names another node.
+// assignment does not parse, names a container that is not in the pod's spec,
+// or the uid is not plain; kFailedPrecondition when it names another node.
 StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node);
 
 class PodSync {

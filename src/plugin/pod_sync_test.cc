@@ -20,27 +20,33 @@ using testing::Dev;
 
 constexpr const char* kPods = "/api/v1/namespaces/default/pods";
 
-std::string AssignmentText(const std::string& node, const std::string& slot_device = "GPU-a") {
+std::string AssignmentText(const std::string& node, const std::string& slot_device = "GPU-a",
+                           const std::string& container = "main") {
   api::Assignment a;
   a.node = node;
   a.policy = "accelpool";
-  a.containers = {Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+  a.containers = {Ctr(container, "nvidia.com/gpu", core::Vendor::kNvidia,
                       {Dev(slot_device, 0, 1, 1024, 100, false)})};
   return api::SerializeAssignment(a);
 }
 
+// A pod with one container "main" asking for one nvidia.com/gpu.
 json PodJson(const std::string& name, const std::string& node, json annotations,
              const std::string& phase = "Pending") {
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata",
-           {{"name", name},
-            {"namespace", "default"},
-            {"uid", "uid-" + name},
-            {"creationTimestamp", "2026-11-30T02:00:00Z"},
-            {"annotations", annotations}}},
-          {"spec", {{"nodeName", node}}},
-          {"status", {{"phase", phase}}}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "default"},
+        {"uid", "uid-" + name},
+        {"creationTimestamp", "2026-11-30T02:00:00Z"},
+        {"annotations", annotations}}},
+      {"spec",
+       {{"nodeName", node},
+        {"containers", json::array({{{"name", "main"},
+                                     {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}},
+      {"status", {{"phase", phase}}}};
 }
 
 TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
@@ -71,6 +77,23 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
        PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-b")}}),
        StatusCode::kFailedPrecondition, false, 0},
       {"not an object", json::array(), StatusCode::kInvalidArgument, false, 0},
+      {"a container the pod does not have",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-a", "other")}}),
+       StatusCode::kInvalidArgument, false, 0},
+      {"a container name that is a path",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment",
+                 R"({"version":1,"node":"node-a","containers":[{"name":"../../etc",)"
+                 R"("vendor":"nvidia","resource":"nvidia.com/gpu","devices":[]}]})"}}),
+       StatusCode::kInvalidArgument, false, 0},
+      {"a uid that is a path",
+       [] {
+         json p = PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+         p["metadata"]["uid"] = "../x";
+         return p;
+       }(),
+       StatusCode::kInvalidArgument, false, 0},
       {"annotations of the wrong type", PodJson("p", "node-a", json::array({1, 2})),
        StatusCode::kOk, false, 0},
   };
