@@ -20,6 +20,8 @@ std::string Reason(StatusCode code) {
       return "no_assignment";
     case StatusCode::kFailedPrecondition:
       return "assignment_mismatch";
+    case StatusCode::kAborted:
+      return "ambiguous";
     default:
       return "driver";
   }
@@ -29,7 +31,7 @@ std::string Reason(StatusCode code) {
 
 Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* store,
                      PluginMetrics* metrics, PodReporter* reporter, EnforcementOptions options,
-                     Logger log, std::function<void()> refresh)
+                     Logger log, std::function<Status()> refresh)
     : node_(std::move(node)),
       state_(state),
       store_(store),
@@ -64,18 +66,39 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                                   resource);
     }
   }
-  StatusOr<ContainerMatch> match = store_->Match(resource, ids);
-  if (!match.ok() && refresh_) {
-    refresh_();
-    match = store_->Match(resource, ids);
+  std::optional<PodRef> caller;
+  StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller);
+  // A miss may be the informer lagging the binding. A fallback is judged on
+  // who else could be calling, so it must see the node's pods as they are now
+  // (a pod bound a moment ago without an assignment may be the caller): both
+  // re-read the pods once, and a fallback that cannot be confirmed is refused.
+  if ((!match.ok() || match->by_fallback) && refresh_) {
+    Status fresh = refresh_();
+    caller.reset();
+    match = store_->Match(resource, ids, &caller);
+    if (match.ok() && match->by_fallback && !fresh.ok()) {
+      return AbortedError("slot ids [" +
+                          [&] {
+                            std::string s;
+                            for (const std::string& id : ids) {
+                              s += (s.empty() ? "" : ",") + id;
+                            }
+                            return s;
+                          }() +
+                          "] name no assignment and the node's pods could not be re-read (" +
+                          fresh.message() + ") to confirm that pod " + match->pod.Key() +
+                          " container " + match->container.name + " is the only one asking for " +
+                          resource + "; kubelet retries when the pod is created again");
+    }
   }
   if (!match.ok()) {
+    *pod = caller;
     return match.status();
   }
   *pod = match->pod;
   const api::AssignedContainer& c = match->container;
   if (match->by_fallback) {
-    log_.Warn("slot ids identify no container; using the oldest pending assignment",
+    log_.Warn("slot ids identify no container; the only pending container that asks for them",
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   }
   if (c.devices.size() != ids.size()) {
@@ -227,7 +250,8 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     std::optional<std::vector<std::string>> slots =
         store_->Preferred(resource, available, r.must_include, r.size);
     if (!slots.has_value() && refresh_) {
-      refresh_();
+      // A failed re-read leaves the store as it was; it is logged there.
+      static_cast<void>(refresh_());
       slots = store_->Preferred(resource, available, r.must_include, r.size);
     }
     if (slots.has_value()) {

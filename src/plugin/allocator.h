@@ -80,18 +80,22 @@ struct PreferredRequest {
 
 class Allocator {
  public:
-  // `refresh`, when set, re-reads the node's pods (used once when a lookup
-  // misses, in case the informer lags). Pointers may be null except state
-  // and store; all must outlive the Allocator.
+  // `refresh`, when set, re-reads the node's pods into the store (used once
+  // when a lookup misses, in case the informer lags, and before every
+  // fallback match); it returns whether the re-read worked. Pointers may be
+  // null except state and store; all must outlive the Allocator.
   Allocator(std::string node, DeviceState* state, AssignmentStore* store, PluginMetrics* metrics,
             PodReporter* reporter, EnforcementOptions options, Logger log,
-            std::function<void()> refresh = nullptr);
+            std::function<Status()> refresh = nullptr);
 
   // kInvalidArgument: empty request, malformed or unknown slot id, a slot of
   // another resource, a pod uid or container name that cannot name a state
-  // dir. kNotFound: no assignment matches. kFailedPrecondition:
-  // the assignment is for another node, names a device not on this node, or
-  // its count differs. Errors from the vendor driver are passed on.
+  // dir. kNotFound: no assignment matches (AssignmentStore::Match).
+  // kAborted: the ids name no assignment and more than one pod could be the
+  // caller, or a fallback could not be confirmed because the pods could not
+  // be re-read. kFailedPrecondition: the assignment is for another node,
+  // names a device not on this node, or its count differs. Errors from the
+  // vendor driver are passed on.
   StatusOr<std::vector<ContainerAnswer>> Allocate(
       const std::string& resource, const std::vector<std::vector<std::string>>& requests);
 
@@ -117,7 +121,7 @@ class Allocator {
   PodReporter* const reporter_;
   const EnforcementOptions options_;
   const Logger log_;
-  const std::function<void()> refresh_;
+  const std::function<Status()> refresh_;
   const StateDirs dirs_;
 };
 

@@ -160,16 +160,134 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
 }
 
-TEST_F(AllocatorTest, FallsBackToOldestPendingWhenIdsIdentifyNoPod) {
-  Assign(Pod("young", "2026-11-30T02:10:00Z"),
-         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 5, 1024, 100, false)})});
-  Assign(Pod("old", "2026-11-30T01:00:00Z"),
-         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
-  auto a = allocator_->Allocate(kGpu, {{"GPU-a::9"}});
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ((*a)[0].pod.name, "old");
-  // The answer follows the assignment (GPU-b), not kubelet's pick.
-  EXPECT_EQ((*a)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+TEST_F(AllocatorTest, FallbackOnlyWhenOneContainerCouldBeTheCaller) {
+  // kubelet sends GPU-a::9, a slot nobody was assigned (it reused an init
+  // container's device, or skipped GetPreferredAllocation).
+  const std::vector<std::string> ids = {"GPU-a::9"};
+  struct Case {
+    std::string name;
+    std::vector<std::string> pending;         // pods with one pending 1-slot assignment
+    std::vector<UnassignedRequest> stranger;  // what pod "stranger" asks for unassigned
+    StatusCode want;
+    std::string want_pod;  // answered, or reported with the failure
+    std::string want_text;
+  };
+  const std::vector<Case> cases = {
+      {"the only candidate", {"a"}, {}, StatusCode::kOk, "default/a", ""},
+      {"a stranger asking for another count",
+       {"a"},
+       {{"main", kGpu, 2}},
+       StatusCode::kOk,
+       "default/a",
+       ""},
+      {"a stranger asking for another resource",
+       {"a"},
+       {{"main", kNpu, 1}},
+       StatusCode::kOk,
+       "default/a",
+       ""},
+      {"a stranger that could be the caller",
+       {"a"},
+       {{"main", kGpu, 1}},
+       StatusCode::kAborted,
+       "",
+       "without one: [default/stranger/main]"},
+      {"a stranger whose count does not parse",
+       {"a"},
+       {{"main", kGpu, -1}},
+       StatusCode::kAborted,
+       "",
+       "accelpool extender"},
+      {"two pending candidates",
+       {"a", "b"},
+       {},
+       StatusCode::kAborted,
+       "",
+       "pending with an assignment: [default/a/main,default/b/main]"},
+      {"only a stranger",
+       {},
+       {{"main", kGpu, 1}},
+       StatusCode::kNotFound,
+       "default/stranger",
+       "pod default/stranger asks for 1 of nvidia.com/gpu but has no accelpool assignment"},
+      {"nobody", {}, {}, StatusCode::kNotFound, "", "accelpool scheduler profile"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    AssignmentStore store;
+    RecordingReporter reporter;
+    EnforcementOptions e;
+    e.state_root = dir.File("containers");
+    Allocator allocator("node-a", &state_, &store, metrics_.get(), &reporter, e, Logger());
+    int32_t slot = 3;
+    for (const std::string& name : c.pending) {
+      api::Assignment a;
+      a.node = "node-a";
+      a.containers = {
+          Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, slot++, 1024, 100, false)})};
+      store.Upsert(Pod(name), a, {});
+    }
+    store.SetUnassigned(Pod("stranger"), c.stranger);
+    auto r = allocator.Allocate(kGpu, {ids});
+    EXPECT_EQ(r.status().code(), c.want) << r.status().ToString();
+    auto entries = reporter.entries();
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_EQ(entries[0].ok, c.want == StatusCode::kOk);
+    EXPECT_EQ(entries[0].pod, c.want_pod);
+    if (r.ok()) {
+      // The answer follows the assignment (GPU-b), not kubelet's pick.
+      EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+      EXPECT_EQ(store.PendingContainers(), c.pending.size() - 1);
+      continue;
+    }
+    EXPECT_NE(r.status().message().find(c.want_text), std::string::npos) << r.status().message();
+    // Nothing booked, no state dir made.
+    EXPECT_EQ(store.PendingContainers(), c.pending.size());
+    EXPECT_FALSE(std::filesystem::exists(dir.File("containers")));
+  }
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_plugin_allocate_failures_total{resource="nvidia.com/gpu",reason="ambiguous"} 3)"),
+      std::string::npos)
+      << page;
+}
+
+TEST_F(AllocatorTest, FallbackIsJudgedOnFreshlyReadPods) {
+  Assign(Pod("victim"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  // The informer has not seen the stranger yet; the re-read finds it.
+  int refreshes = 0;
+  Allocator lagging("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    store_.SetUnassigned(Pod("stranger"), {{"main", kGpu, 1}});
+    return Status::Ok();
+  });
+  auto r = lagging.Allocate(kGpu, {{"GPU-a::9"}});
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_EQ(refreshes, 1);
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+
+  // A re-read that fails cannot confirm the fallback.
+  store_.Remove(Pod("stranger").uid);
+  Allocator offline("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(),
+                    [] { return UnavailableError("apiserver down"); });
+  r = offline.Allocate(kGpu, {{"GPU-a::9"}});
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+  EXPECT_NE(r.status().message().find("apiserver down"), std::string::npos);
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+
+  // An exact match needs no re-read.
+  refreshes = 0;
+  Allocator fresh("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    return Status::Ok();
+  });
+  EXPECT_TRUE(fresh.Allocate(kGpu, {{"GPU-b::3"}}).ok());
+  EXPECT_EQ(refreshes, 0);
 }
 
 TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
@@ -343,8 +461,10 @@ TEST(StateDirsTest, PathsAreDirectChildrenOfTheRoot) {
 
 TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
   int refreshes = 0;
-  Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(),
-              [&] { ++refreshes; });
+  Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(), [&] {
+    ++refreshes;
+    return Status::Ok();
+  });
   auto r = a.Allocate(kGpu, {{"GPU-a::3"}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);

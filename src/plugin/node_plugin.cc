@@ -30,7 +30,7 @@ SocketId Identify(const std::string& path) {
 
 NodePlugin::NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDriverPtr> drivers,
                        AssignmentStore* store, PluginMetrics* metrics, PodReporter* reporter,
-                       Logger log, std::function<void()> refresh)
+                       Logger log, std::function<Status()> refresh)
     : options_(std::move(options)),
       drivers_(std::move(drivers)),
       store_(store),

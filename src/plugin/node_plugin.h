@@ -42,10 +42,11 @@ struct NodePluginOptions {
 class NodePlugin {
  public:
   // `metrics` and `reporter` may be null. `refresh` re-reads the node's pods
-  // when a lookup misses (may be null). All must outlive the plugin.
+  // when a lookup misses or falls back (may be null; see Allocator). All must
+  // outlive the plugin.
   NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDriverPtr> drivers,
              AssignmentStore* store, PluginMetrics* metrics, PodReporter* reporter, Logger log,
-             std::function<void()> refresh = nullptr);
+             std::function<Status()> refresh = nullptr);
   ~NodePlugin();  // Stop()
 
   // Discovers devices and starts serving. kUnavailable when no driver found

@@ -1,7 +1,10 @@
 #include "plugin/pod_sync.h"
 
 #include <exception>
+#include <map>
 #include <utility>
+
+#include "api/pod_request.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -94,7 +97,85 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   return std::optional<PodEntry>(std::move(e));
 }
 
+// Resource name -> quantity text of one container (limits win over
+// requests, as for the scheduler). Only extended resources ("x/y").
+std::map<std::string, std::string> ExtendedResources(const json& container) {
+  std::map<std::string, std::string> out;
+  for (const char* kind : {"/resources/requests", "/resources/limits"}) {
+    const json::json_pointer ptr(kind);
+    if (!container.contains(ptr) || !container.at(ptr).is_object()) {
+      continue;
+    }
+    for (const auto& [name, value] : container.at(ptr).items()) {
+      if (name.find('/') == std::string::npos) {
+        continue;
+      }
+      out[name] = value.is_string()           ? value.get<std::string>()
+                  : value.is_number_integer() ? std::to_string(value.get<int64_t>())
+                                              : std::string();
+    }
+  }
+  return out;
+}
+
+std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
+                                                 const api::Assignment* assignment) {
+  const std::string phase = Str(pod, json::json_pointer("/status/phase"));
+  if ((!phase.empty() && phase != "Pending") ||
+      pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+    return {};
+  }
+  for (const char* statuses : {"/status/containerStatuses", "/status/initContainerStatuses"}) {
+    const json::json_pointer ptr(statuses);
+    if (pod.contains(ptr) && pod.at(ptr).is_array() && !pod.at(ptr).empty()) {
+      return {};  // admitted: kubelet has made its Allocate calls
+    }
+  }
+  std::vector<UnassignedRequest> out;
+  for (const char* list : {"/spec/initContainers", "/spec/containers"}) {
+    const json::json_pointer ptr(list);
+    if (!pod.contains(ptr) || !pod.at(ptr).is_array()) {
+      continue;
+    }
+    for (const json& c : pod.at(ptr)) {
+      if (!c.is_object() || !c.contains("name") || !c.at("name").is_string()) {
+        continue;
+      }
+      const std::string name = c.at("name").get<std::string>();
+      for (const auto& [resource, quantity] : ExtendedResources(c)) {
+        bool covered = false;
+        for (const api::AssignedContainer& a : assignment != nullptr
+                                                   ? assignment->containers
+                                                   : std::vector<api::AssignedContainer>{}) {
+          covered = covered || (a.name == name && (a.resource == resource || a.resource.empty()));
+        }
+        if (covered) {
+          continue;
+        }
+        StatusOr<int64_t> n = api::ParseWholeQuantity(quantity, false);
+        if (n.ok() && *n == 0) {
+          continue;
+        }
+        out.push_back({name, resource, n.ok() ? *n : -1});
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<UnassignedRequest> UnassignedRequestsOf(const nlohmann::json& pod,
+                                                    const api::Assignment* assignment) {
+  if (!pod.is_object()) {
+    return {};
+  }
+  try {
+    return UnassignedChecked(pod, assignment);
+  } catch (const std::exception&) {
+    return {};  // EntryFromPod reports the malformed pod
+  }
+}
 
 StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node) {
   if (!pod.is_object()) {
@@ -120,29 +201,29 @@ PodSync::~PodSync() { Stop(); }
 void PodSync::Apply(const nlohmann::json& pod) {
   StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_);
   PodRef ref = RefOf(pod);
-  if (!e.ok()) {
-    store_->Remove(ref.uid);
-    const std::string key =
-        ref.uid + "@" + Str(pod, json::json_pointer("/metadata/resourceVersion"));
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      first = reported_.insert(key).second;
-    }
-    if (first) {
-      log_.Error("ignoring the pod's assignment",
-                 {{"pod", ref.Key()}, {"error", e.status().ToString()}});
-      if (reporter_ != nullptr) {
-        reporter_->Failed(ref, "", e.status().message());
-      }
-    }
+  const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
+  // One store update: a concurrent Allocate must never see the pod without
+  // its assignment and without its unassigned requests at the same time.
+  store_->Replace(entry != nullptr ? entry->pod : ref,
+                  entry != nullptr ? &entry->assignment : nullptr,
+                  entry != nullptr ? entry->allocated : std::set<std::string>(),
+                  UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr));
+  if (e.ok()) {
     return;
   }
-  if (!e->has_value()) {
-    store_->Remove(ref.uid);
-    return;
+  const std::string key = ref.uid + "@" + Str(pod, json::json_pointer("/metadata/resourceVersion"));
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = reported_.insert(key).second;
   }
-  store_->Upsert((*e)->pod, (*e)->assignment, (*e)->allocated);
+  if (first) {
+    log_.Error("ignoring the pod's assignment",
+               {{"pod", ref.Key()}, {"error", e.status().ToString()}});
+    if (reporter_ != nullptr) {
+      reporter_->Failed(ref, "", e.status().message());
+    }
+  }
 }
 
 void PodSync::Forget(const nlohmann::json& pod) { store_->Remove(RefOf(pod).uid); }
@@ -170,13 +251,13 @@ bool PodSync::WaitForSync(std::chrono::milliseconds timeout) const {
   return informer_ != nullptr && informer_->WaitForSync(timeout);
 }
 
-void PodSync::Refresh() {
+Status PodSync::Refresh() {
   kube::ListOptions o;
   o.field_selector = "spec.nodeName=" + node_;
   StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
   if (!pods.ok()) {
     log_.Warn("re-reading the node's pods failed", {{"error", pods.status().ToString()}});
-    return;
+    return pods.status();
   }
   std::set<std::string> live;
   for (const json& pod : pods->items) {
@@ -184,6 +265,7 @@ void PodSync::Refresh() {
     Apply(pod);
   }
   store_->RetainOnly(live);
+  return Status::Ok();
 }
 
 }  // namespace accelpool::plugin

@@ -4,6 +4,11 @@
 // back from the apiserver before kubelet's next Allocate, and it never touches
 // running containers.
 //
+// It also records, for each pod kubelet may still admit, the device resources
+// its containers ask for without an assignment (a pod of another scheduler, or
+// one whose assignment was refused), so that Allocate never hands such a pod
+// another pod's assignment (AssignmentStore's fallback rule).
+//
 // Bad input never crashes and never books anything: a pod whose
 // accelpool.io/assignment does not parse (container names must be DNS-1123
 // labels), names another node or a container the pod does not have, or whose
@@ -43,6 +48,14 @@ struct PodEntry {
 // or the uid is not plain; kFailedPrecondition when it names another node.
 StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node);
 
+// What the pod's containers ask for (extended resources, from limits and
+// requests) that `assignment` (may be null) does not cover, for the store's
+// fallback rule. Empty unless kubelet may still admit the pod: phase Pending
+// (or unset), not being deleted, no container status yet (kubelet allocates
+// every container's devices at admission, before it reports any status).
+std::vector<UnassignedRequest> UnassignedRequestsOf(const nlohmann::json& pod,
+                                                    const api::Assignment* assignment);
+
 class PodSync {
  public:
   PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store, PodReporter* reporter,
@@ -54,8 +67,9 @@ class PodSync {
   bool WaitForSync(std::chrono::milliseconds timeout) const;
 
   // Lists the node's pods now and replaces the store's content (used when a
-  // lookup misses). Errors are logged.
-  void Refresh();
+  // lookup misses or falls back). Errors are logged and returned; the store
+  // is then left as it was.
+  Status Refresh();
 
   // Applies one pod object (add or update); public for tests.
   void Apply(const nlohmann::json& pod);

@@ -112,6 +112,87 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
   }
 }
 
+TEST(UnassignedRequestsTest, WhatAPodKubeletMayStillAdmitAsksForWithoutAnAssignment) {
+  auto assignment = api::ParseAssignment(AssignmentText("node-a"));
+  ASSERT_TRUE(assignment.ok());
+  auto with = [](json pod, const std::string& ptr, json v) {
+    pod[json::json_pointer(ptr)] = std::move(v);
+    return pod;
+  };
+  const json plain = PodJson("p", "node-a", json::object());
+  struct Case {
+    std::string name;
+    json pod;
+    const api::Assignment* assignment;
+    std::vector<UnassignedRequest> want;
+  };
+  const std::vector<Case> cases = {
+      {"no assignment", plain, nullptr, {{"main", "nvidia.com/gpu", 1}}},
+      {"covered by the assignment", plain, &*assignment, {}},
+      {"running", with(plain, "/status/phase", "Running"), nullptr, {}},
+      {"no phase yet",
+       with(plain, "/status", json::object()),
+       nullptr,
+       {{"main", "nvidia.com/gpu", 1}}},
+      {"admitted",
+       with(plain, "/status/containerStatuses", json::array({{{"name", "main"}}})),
+       nullptr,
+       {}},
+      {"being deleted",
+       with(plain, "/metadata/deletionTimestamp", "2026-11-30T03:00:00Z"),
+       nullptr,
+       {}},
+      {"an init container beside a covered one",
+       with(
+           plain, "/spec/initContainers",
+           json::array({{{"name", "warm"},
+                         {"resources", {{"requests", {{"nvidia.com/gpu", "2"}, {"cpu", "1"}}}}}}})),
+       &*assignment,
+       {{"warm", "nvidia.com/gpu", 2}}},
+      {"limits win, odd quantities count as any",
+       with(plain, "/spec/containers/0/resources",
+            {{"requests", {{"nvidia.com/gpu", 1}, {"huawei.com/Ascend910C", "0"}}},
+             {"limits", {{"nvidia.com/gpu", "1.5"}, {"memory", "1Gi"}}}}),
+       nullptr,
+       {{"main", "nvidia.com/gpu", -1}}},
+      {"malformed spec", with(plain, "/spec/containers", "nope"), nullptr, {}},
+      {"not an object", json::array(), nullptr, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(UnassignedRequestsOf(c.pod, c.assignment), c.want);
+  }
+}
+
+TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  // The victim's assignment names GPU-b::1; kubelet sends GPU-a::9.
+  sync.Apply(PodJson("victim", "node-a",
+                     {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}}));
+  const std::vector<std::string> ids = {"GPU-a::9"};
+  ASSERT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  const std::vector<json> strangers = {
+      PodJson("default-scheduler", "node-a", json::object()),
+      PodJson("malformed", "node-a", {{"accelpool.io/assignment", "{"}}),
+      PodJson("foreign", "node-a", {{"accelpool.io/assignment", AssignmentText("node-b")}}),
+  };
+  for (const json& stranger : strangers) {
+    SCOPED_TRACE(stranger["metadata"]["name"].get<std::string>());
+    sync.Apply(stranger);
+    auto m = store.Match("nvidia.com/gpu", ids);
+    EXPECT_EQ(m.status().code(), StatusCode::kAborted) << m.status().ToString();
+    // Once the stranger is admitted (or gone), the victim is the only caller again.
+    json admitted = stranger;
+    admitted["status"]["containerStatuses"] = json::array({{{"name", "main"}}});
+    sync.Apply(admitted);
+    EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+    sync.Apply(stranger);
+    sync.Forget(stranger);
+    EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  }
+}
+
 class KubeSideTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -161,7 +242,7 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   // Refresh lists synchronously.
   api_.Put(kPods,
            PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
-  sync.Refresh();
+  EXPECT_TRUE(sync.Refresh().ok());
   EXPECT_EQ(store.PendingContainers(), 1u);
 }
 

@@ -228,7 +228,7 @@ int Run(const Flags& flags) {
   PodSync* pod_sync = pods.get();
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
-      pod_sync == nullptr ? std::function<void()>() : [pod_sync] { pod_sync->Refresh(); });
+      pod_sync == nullptr ? std::function<Status()>() : [pod_sync] { return pod_sync->Refresh(); });
   NodePublisher* pub = publisher.get();
   if (pub != nullptr) {
     plugin.OnInventory([pub, log](const std::vector<core::NodeInventory>& invs) {
