@@ -216,7 +216,9 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
                                    {"pod", pod.has_value() ? pod->Key() : std::string("unknown")},
                                    {"error", failure.ToString()}});
     if (reporter_ != nullptr) {
-      reporter_->Failed(pod, resource, failure.message());
+      reporter_->Failed(
+          pod, resource, failure.message(),
+          pod.has_value() ? store_->AllocatedContainers(pod->uid) : std::vector<std::string>());
     }
     return failure;
   }

@@ -160,6 +160,24 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
 }
 
+TEST_F(AllocatorTest, AFailureReportsTheContainersAllocatedBefore) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("warmup", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2)}, core::ContainerKind::kInit),
+      Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0)})};
+  a.containers[1].devices[0].slot = "GPU-b::6";
+  store_.Upsert(Pod("half"), a, {});
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::2"}}).ok());
+  auto r = allocator_->Allocate(kGpu, {{"GPU-b::6"}});
+  ASSERT_FALSE(r.ok());
+  auto entries = reporter_.entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_FALSE(entries[1].ok);
+  EXPECT_EQ(entries[1].pod, "default/half");
+  EXPECT_EQ(entries[1].containers, (std::vector<std::string>{"warmup"}));
+}
+
 TEST_F(AllocatorTest, FallbackOnlyWhenOneContainerCouldBeTheCaller) {
   // kubelet sends GPU-a::9, a slot nobody was assigned (it reused an init
   // container's device, or skipped GetPreferredAllocation).

@@ -41,6 +41,17 @@ std::vector<const PodAssignment*> Oldest(const std::map<std::string, PodAssignme
   return v;
 }
 
+// The allocated containers of `p`, in assignment order, each once.
+std::vector<std::string> InAssignmentOrder(const PodAssignment& p) {
+  std::vector<std::string> out;
+  for (const api::AssignedContainer& c : p.assignment.containers) {
+    if (p.allocated.count(c.name) && std::find(out.begin(), out.end(), c.name) == out.end()) {
+      out.push_back(c.name);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
@@ -220,14 +231,13 @@ std::vector<std::string> AssignmentStore::MarkAllocated(
     return containers;
   }
   it->second.allocated.insert(containers.begin(), containers.end());
-  std::vector<std::string> out;
-  for (const api::AssignedContainer& c : it->second.assignment.containers) {
-    if (it->second.allocated.count(c.name) &&
-        std::find(out.begin(), out.end(), c.name) == out.end()) {
-      out.push_back(c.name);
-    }
-  }
-  return out;
+  return InAssignmentOrder(it->second);
+}
+
+std::vector<std::string> AssignmentStore::AllocatedContainers(const std::string& uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(uid);
+  return it == pods_.end() ? std::vector<std::string>() : InAssignmentOrder(it->second);
 }
 
 std::vector<PodAssignment> AssignmentStore::All() const {

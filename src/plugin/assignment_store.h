@@ -117,6 +117,10 @@ class AssignmentStore {
   std::vector<std::string> MarkAllocated(const std::string& uid,
                                          const std::vector<std::string>& containers);
 
+  // The allocated containers of the pod, in assignment order (empty when the
+  // pod is unknown).
+  std::vector<std::string> AllocatedContainers(const std::string& uid) const;
+
   // Every assignment (for usage metrics) and the number of pending containers.
   std::vector<PodAssignment> All() const;
   size_t PendingContainers() const;

@@ -90,7 +90,9 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
   if (!alloc.empty()) {
     StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
-    if (al.ok() && al->phase == api::AllocationPhase::kAllocated) {
+    // Both phases list the containers allocated so far: a failed Allocate of
+    // one container leaves the others running with their devices.
+    if (al.ok()) {
       e.allocated.insert(al->containers.begin(), al->containers.end());
     }
   }
@@ -221,7 +223,7 @@ void PodSync::Apply(const nlohmann::json& pod) {
     log_.Error("ignoring the pod's assignment",
                {{"pod", ref.Key()}, {"error", e.status().ToString()}});
     if (reporter_ != nullptr) {
-      reporter_->Failed(ref, "", e.status().message());
+      reporter_->Failed(ref, "", e.status().message(), {});
     }
   }
 }

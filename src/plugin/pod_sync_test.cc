@@ -67,6 +67,12 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
                {{"accelpool.io/assignment", AssignmentText("node-a")},
                 {"accelpool.io/allocation", api::SerializeAllocation(done)}}),
        StatusCode::kOk, true, 1},
+      {"allocated before a failed Allocate",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a")},
+                {"accelpool.io/allocation",
+                 R"({"version":1,"phase":"Failed","containers":["main"],"message":"x"})"}}),
+       StatusCode::kOk, true, 1},
       {"no assignment", PodJson("p", "node-a", json::object()), StatusCode::kOk, false, 0},
       {"finished",
        PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Succeeded"),
@@ -260,19 +266,86 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
   EXPECT_EQ(alloc->phase, api::AllocationPhase::kAllocated);
   EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
 
-  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"");
-  reporter.Failed(std::nullopt, "nvidia.com/gpu", "nothing to attach an event to");
+  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"", {"main"});
+  reporter.Failed(std::nullopt, "nvidia.com/gpu", "nothing to attach an event to", {});
   reporter.Flush();
   pod = api_.Object(kPods, "p");
   alloc = api::ParseAllocation(
       (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
   ASSERT_TRUE(alloc.ok());
   EXPECT_EQ(alloc->phase, api::AllocationPhase::kFailed);
+  // The container allocated before keeps its place: a restarted plugin must
+  // not take it for a pending one.
+  EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
+  auto entry = EntryFromPod(*pod, "node-a");
+  ASSERT_TRUE(entry.ok() && entry->has_value());
+  EXPECT_EQ((*entry)->allocated, (std::set<std::string>{"main"}));
   int events = 0;
   for (const std::string& r : api_.Requests()) {
     events += r.rfind("POST", 0) == 0 && r.find("/events") != std::string::npos;
   }
   EXPECT_EQ(events, 1);
+}
+
+TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {
+  api_.Put(kPods, PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  KubeReporterOptions o;
+  o.max_attempts = 3;
+  o.backoff_initial = std::chrono::milliseconds(5);
+  o.backoff_max = std::chrono::milliseconds(20);
+  KubeReporter reporter(client_.get(), Logger(), o);
+  const PodRef ref{"default", "p", "uid-p", ""};
+  auto patches = [&] {
+    int n = 0;
+    for (const std::string& r : api_.Requests()) {
+      n += r.rfind("PATCH", 0) == 0;
+    }
+    return n;
+  };
+  auto written = [&] {
+    auto pod = api_.Object(kPods, "p");
+    auto a = api::ParseAllocation(
+        (*pod)["metadata"]["annotations"].value("accelpool.io/allocation", "{}"));
+    return a.ok() ? a->containers : std::vector<std::string>{"<none>"};
+  };
+
+  // Two failures (503), then the write goes through.
+  api_.FailNext(2, 503);
+  reporter.Allocated(ref, {"main"});
+  reporter.Flush();
+  EXPECT_EQ(patches(), 3);
+  EXPECT_EQ(written(), (std::vector<std::string>{"main"}));
+
+  // Bounded: after max_attempts failures the write is given up.
+  api_.FailNext(3, 503);
+  reporter.Allocated(ref, {"main", "side"});
+  reporter.Flush();
+  EXPECT_EQ(patches(), 6);
+  EXPECT_EQ(written(), (std::vector<std::string>{"main"}));
+
+  // A pod that is gone is not retried.
+  reporter.Allocated({"default", "gone", "uid-gone", ""}, {"main"});
+  reporter.Flush();
+  EXPECT_EQ(patches(), 7);
+
+  // A newer state supersedes a retrying older one: the older never lands last.
+  api_.FailNext(1, 503);
+  reporter.Allocated(ref, {"main"});
+  reporter.Allocated(ref, {"main", "side"});
+  reporter.Flush();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  reporter.Flush();
+  EXPECT_EQ(written(), (std::vector<std::string>{"main", "side"}));
+
+  // Queuing never waits for the apiserver (kubelet's Allocate calls it).
+  api_.FailNext(1000, 503);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) {
+    reporter.Failed(ref, "nvidia.com/gpu", "boom", {"main"});
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  reporter.Flush();
+  api_.FailNext(0, 0);
 }
 
 TEST_F(KubeSideTest, PublisherWritesOnlyChangesWithLabels) {
