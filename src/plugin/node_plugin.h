@@ -49,9 +49,11 @@ class NodePlugin {
              std::function<Status()> refresh = nullptr);
   ~NodePlugin();  // Stop()
 
-  // Discovers devices and starts serving. kUnavailable when no driver found
-  // any device (the message lists each driver's reason); the caller decides
-  // whether to wait and retry.
+  // Discovers devices and starts serving, all or nothing: on any error no
+  // resource is served, so the caller may wait and call Start again.
+  // kUnavailable when no driver found any device (the message lists each
+  // driver's reason) or a resource's socket cannot be served (the message
+  // names it). kFailedPrecondition when already started.
   Status Start();
   void Stop();
 
