@@ -44,7 +44,7 @@ Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* stor
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
-                                         std::optional<PodRef>* pod) {
+                                         std::optional<PodRef>* pod, MadeDirs* made) {
   if (ids.empty()) {
     return InvalidArgumentError("Allocate named no device ids for a container of " + resource);
   }
@@ -138,13 +138,13 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   if (!options_.cdi) {
     spec->cdi_devices.clear();
   }
-  ACCELPOOL_RETURN_IF_ERROR(Enforce(match->pod, c.name, grants, &*spec));
+  ACCELPOOL_RETURN_IF_ERROR(Enforce(match->pod, c.name, grants, &*spec, made));
   return ContainerAnswer{match->pod, c.name, std::move(spec).value()};
 }
 
 Status Allocator::Enforce(const PodRef& pod, const std::string& container,
                           const std::vector<vendors::GrantedDevice>& grants,
-                          vendors::ContainerSpec* spec) const {
+                          vendors::ContainerSpec* spec, MadeDirs* made) const {
   if (!options_.enabled || grants.empty() ||
       !vendors::TraitsFor(grants.front().device.vendor).soft_enforcement) {
     return Status::Ok();
@@ -172,9 +172,13 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
   }
   // The dir is mounted read-write into the container, and its name comes from
   // the pod: StateDirs refuses anything that is not a plain child of the root.
-  StatusOr<std::string> host_dir = dirs_.Create(pod.uid, container);
+  bool created = false;
+  StatusOr<std::string> host_dir = dirs_.Create(pod.uid, container, &created);
   if (!host_dir.ok()) {
     return host_dir.status().WithPrefix("pod " + pod.Key() + " container " + container);
+  }
+  if (created) {
+    made->emplace_back(pod.uid, container);
   }
   spec->env["ACCELPOOL_CUDA_STATE_DIR"] = options_.state_mount;
   spec->mounts.push_back({*host_dir, options_.state_mount, false});
@@ -191,6 +195,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
   SnapshotPtr snap = state_->Get();
   std::vector<ContainerAnswer> answers;
   std::optional<PodRef> pod;
+  MadeDirs made;
   Status failure;
   if (requests.empty()) {
     failure = InvalidArgumentError("Allocate carried no container requests");
@@ -199,7 +204,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     if (!failure.ok()) {
       break;
     }
-    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, &pod);
+    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, &pod, &made);
     if (!a.ok()) {
       failure = a.status();
     } else {
@@ -215,6 +220,13 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     log_.Error("allocate failed", {{"resource", resource},
                                    {"pod", pod.has_value() ? pod->Key() : std::string("unknown")},
                                    {"error", failure.ToString()}});
+    // Nothing is booked, so nothing may stay behind: only the dirs this call
+    // made (one that existed belongs to an earlier, successful call).
+    for (const auto& [uid, container] : made) {
+      if (Status st = dirs_.Remove(uid, container); !st.ok()) {
+        log_.Warn("removing a state dir failed; the sweep tries again", {{"error", st.ToString()}});
+      }
+    }
     if (reporter_ != nullptr) {
       reporter_->Failed(
           pod, resource, failure.message(),

@@ -20,8 +20,8 @@
 // CUDA_DEVICE_MEMORY_LIMIT_0=4096m, CUDA_DEVICE_SM_LIMIT=25.
 //
 // All or nothing: when any container of a call fails, the call fails, nothing
-// is marked allocated, the failure is counted and reported on the pod (when
-// one was identified) through PodReporter; kubelet may retry.
+// is marked allocated, the state dirs this call made are removed again, the failure is counted and
+// reported on the pod (when one was identified) through PodReporter; kubelet may retry.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_ALLOCATOR_H_
@@ -112,11 +112,15 @@ class Allocator {
   void RefreshUsageMetrics();
 
  private:
+  // (pod uid, container) of a state dir made during one Allocate call.
+  using MadeDirs = std::vector<std::pair<std::string, std::string>>;
+
   StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
-                                const std::vector<std::string>& ids, std::optional<PodRef>* pod);
+                                const std::vector<std::string>& ids, std::optional<PodRef>* pod,
+                                MadeDirs* made);
   Status Enforce(const PodRef& pod, const std::string& container,
-                 const std::vector<vendors::GrantedDevice>& grants,
-                 vendors::ContainerSpec* spec) const;
+                 const std::vector<vendors::GrantedDevice>& grants, vendors::ContainerSpec* spec,
+                 MadeDirs* made) const;
 
   const std::string node_;
   DeviceState* const state_;

@@ -477,6 +477,74 @@ TEST(StateDirsTest, PathsAreDirectChildrenOfTheRoot) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("etc")));
 }
 
+TEST(StateDirsTest, RemovesOnlyTheDirsOfPodsThatAreGone) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  StateDirs dirs(dir.File("root"));
+  // A missing root is nothing to sweep.
+  EXPECT_TRUE(dirs.Sweep({}, fs::file_time_type::clock::now()).ok());
+  for (const auto& [uid, name] : std::vector<std::pair<std::string, std::string>>{
+           {"uid-1", "main"}, {"uid-1", "side"}, {"uid-2", "main"}, {"uid-3", "main"}}) {
+    ASSERT_TRUE(dirs.Create(uid, name).ok());
+  }
+  testing::WriteFile(dir.File("root/uid-3_main/state"), "x");  // the library's files
+  fs::create_directories(dir.File("root/not-ours"));           // entries we did not make
+  fs::create_directories(dir.File("root/uid-4_Not_A_Label"));
+  testing::WriteFile(dir.File("root/uid-5_file"), "x");
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const fs::directory_entry& e : fs::directory_iterator(dir.File("root"))) {
+    fs::last_write_time(e.path(), old);
+  }
+  ASSERT_TRUE(dirs.Create("uid-6", "main").ok());  // made just now
+  auto names = [&] {
+    std::set<std::string> out;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir.File("root"))) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  };
+
+  size_t removed = 0;
+  ASSERT_TRUE(dirs.RemovePod("uid-1", &removed).ok());
+  EXPECT_EQ(removed, 2u);
+  ASSERT_TRUE(dirs.Remove("uid-2", "main").ok());
+  ASSERT_TRUE(dirs.Remove("uid-2", "main").ok());  // already gone: fine
+  // uid-3 is live; uid-6's dir is newer than the list; the rest is not ours.
+  const auto listed = fs::file_time_type::clock::now() - std::chrono::minutes(1);
+  ASSERT_TRUE(dirs.Sweep({"uid-3"}, listed, &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_EQ(names(), (std::set<std::string>{"uid-3_main", "uid-6_main", "not-ours",
+                                            "uid-4_Not_A_Label", "uid-5_file"}));
+  ASSERT_TRUE(dirs.Sweep({}, listed, &removed).ok());
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(names(),
+            (std::set<std::string>{"uid-6_main", "not-ours", "uid-4_Not_A_Label", "uid-5_file"}));
+  // A root whose dirs someone else makes is left alone.
+  StateDirs foreign(dir.File("root"), /*create=*/false);
+  ASSERT_TRUE(foreign.RemovePod("uid-6", &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_TRUE(fs::exists(dir.File("root/uid-6_main")));
+}
+
+TEST_F(AllocatorTest, AFailedAllocateRemovesTheStateDirsItMade) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("first", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 1024, 100, false)}),
+      Ctr("second", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)}),
+      Ctr("bad", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0, 1024, 100, false)})};
+  a.containers[2].devices[0].slot = "GPU-b::6";
+  store_.Upsert(Pod("pod"), a, {});
+  // "first" was allocated by an earlier call; kubelet then asks for all three
+  // and the third fails.
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::1"}}).ok());
+  auto r = allocator_->Allocate(kGpu, {{"GPU-a::1"}, {"GPU-a::2"}, {"GPU-b::6"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.File("containers/uid-pod_first")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("containers/uid-pod_second")));
+  EXPECT_EQ(store_.PendingContainers(), 2u);
+}
+
 TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
   int refreshes = 0;
   Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(), [&] {

@@ -1,6 +1,7 @@
 #include "plugin/pod_sync.h"
 
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <utility>
 
@@ -191,12 +192,13 @@ StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const 
 }
 
 PodSync::PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store,
-                 PodReporter* reporter, Logger log)
+                 PodReporter* reporter, Logger log, const StateDirs* dirs)
     : client_(client),
       node_(std::move(node)),
       store_(store),
       reporter_(reporter),
-      log_(std::move(log)) {}
+      log_(std::move(log)),
+      dirs_(dirs) {}
 
 PodSync::~PodSync() { Stop(); }
 
@@ -228,7 +230,22 @@ void PodSync::Apply(const nlohmann::json& pod) {
   }
 }
 
-void PodSync::Forget(const nlohmann::json& pod) { store_->Remove(RefOf(pod).uid); }
+void PodSync::Forget(const nlohmann::json& pod) {
+  const PodRef ref = RefOf(pod);
+  store_->Remove(ref.uid);
+  if (dirs_ == nullptr) {
+    return;
+  }
+  size_t removed = 0;
+  Status st = dirs_->RemovePod(ref.uid, &removed);
+  if (!st.ok()) {
+    log_.Warn("removing the pod's state dirs failed; the sweep tries again",
+              {{"pod", ref.Key()}, {"error", st.ToString()}});
+  } else if (removed > 0) {
+    log_.Debug("removed the pod's state dirs",
+               {{"pod", ref.Key()}, {"dirs", static_cast<int64_t>(removed)}});
+  }
+}
 
 void PodSync::Start() {
   kube::InformerOptions o;
@@ -268,6 +285,43 @@ Status PodSync::Refresh() {
   }
   store_->RetainOnly(live);
   return Status::Ok();
+}
+
+Status PodSync::SweepStateDirs() {
+  if (dirs_ == nullptr) {
+    return Status::Ok();
+  }
+  // Taken before the list: a dir made after it may belong to a pod the list
+  // does not show yet. The margin covers coarse filesystem timestamps.
+  constexpr auto kMargin = std::chrono::minutes(1);
+  const auto before = std::filesystem::file_time_type::clock::now() - kMargin;
+  kube::ListOptions o;
+  o.field_selector = "spec.nodeName=" + node_;
+  StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
+  if (!pods.ok()) {
+    log_.Warn("listing the node's pods for the state-dir sweep failed",
+              {{"error", pods.status().ToString()}});
+    return pods.status();
+  }
+  std::set<std::string> live;
+  for (const json& pod : pods->items) {
+    const std::string uid = RefOf(pod).uid;
+    if (uid.empty()) {
+      // A pod whose uid cannot be read would look gone: sweep nothing.
+      return InternalError("a listed pod has no metadata.uid; state dirs not swept");
+    }
+    live.insert(uid);
+  }
+  size_t removed = 0;
+  Status st = dirs_->Sweep(live, before, &removed);
+  if (!st.ok()) {
+    log_.Warn("sweeping state dirs failed", {{"error", st.ToString()}});
+  }
+  if (removed > 0) {
+    log_.Info("removed the state dirs of pods that are gone",
+              {{"dirs", static_cast<int64_t>(removed)}});
+  }
+  return st;
 }
 
 }  // namespace accelpool::plugin

@@ -9,6 +9,12 @@
 // one whose assignment was refused), so that Allocate never hands such a pod
 // another pod's assignment (AssignmentStore's fallback rule).
 //
+// With StateDirs it also removes the enforcement state dirs of pods that are
+// gone: at once when the informer reports a pod deleted, and through
+// SweepStateDirs (called periodically by the owner) for pods that went while
+// the plugin was not watching. A dir of a pod that still exists is never
+// removed.
+//
 // Bad input never crashes and never books anything: a pod whose
 // accelpool.io/assignment does not parse (container names must be DNS-1123
 // labels), names another node or a container the pod does not have, or whose
@@ -32,6 +38,7 @@
 #include "kube/informer.h"
 #include "plugin/allocator.h"
 #include "plugin/assignment_store.h"
+#include "plugin/state_dirs.h"
 
 namespace accelpool::plugin {
 
@@ -58,8 +65,9 @@ std::vector<UnassignedRequest> UnassignedRequestsOf(const nlohmann::json& pod,
 
 class PodSync {
  public:
+  // `dirs` may be null (no state dirs are removed); it must outlive PodSync.
   PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store, PodReporter* reporter,
-          Logger log);
+          Logger log, const StateDirs* dirs = nullptr);
   ~PodSync();
 
   void Start();
@@ -71,8 +79,15 @@ class PodSync {
   // is then left as it was.
   Status Refresh();
 
+  // Lists the node's pods and removes the state dirs of pods not among them
+  // that were last modified over a minute before the list began (a dir made
+  // since may belong to a pod bound after it). Errors are logged and
+  // returned.
+  Status SweepStateDirs();
+
   // Applies one pod object (add or update); public for tests.
   void Apply(const nlohmann::json& pod);
+  // The pod is gone: forgets it and removes its state dirs.
   void Forget(const nlohmann::json& pod);
 
  private:
@@ -81,6 +96,7 @@ class PodSync {
   AssignmentStore* const store_;
   PodReporter* const reporter_;
   const Logger log_;
+  const StateDirs* const dirs_;
   std::unique_ptr<kube::Informer> informer_;
 
   std::mutex mu_;

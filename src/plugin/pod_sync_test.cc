@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "api/inventory_codec.h"
@@ -285,6 +286,52 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
     events += r.rfind("POST", 0) == 0 && r.find("/events") != std::string::npos;
   }
   EXPECT_EQ(events, 1);
+}
+
+TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {
+  namespace fs = std::filesystem;
+  testing::TempDir dir;
+  const StateDirs dirs(dir.File("containers"));
+  for (const std::string name : {"deleted", "running", "finished", "gone-while-down", "new"}) {
+    ASSERT_TRUE(dirs.Create("uid-" + name, "main").ok());
+  }
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string name : {"deleted", "running", "finished", "gone-while-down"}) {
+    fs::last_write_time(dir.File("containers/uid-" + name + "_main"), old);
+  }
+  auto exists = [&](const std::string& name) {
+    return fs::exists(dir.File("containers/uid-" + name + "_main"));
+  };
+  const json assigned = {{"accelpool.io/assignment", AssignmentText("node-a")}};
+  api_.Put(kPods, PodJson("deleted", "node-a", assigned));
+  api_.Put(kPods, PodJson("running", "node-a", assigned, "Running"));
+  api_.Put(kPods, PodJson("finished", "node-a", assigned, "Succeeded"));
+  AssignmentStore store;
+  PodSync sync(client_.get(), "node-a", &store, nullptr, Logger(), &dirs);
+  sync.Start();
+  ASSERT_TRUE(sync.WaitForSync(std::chrono::seconds(5)));
+
+  // Deleted: its dirs go at once.
+  api_.Remove(kPods, "deleted");
+  for (int i = 0; i < 200 && exists("deleted"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(exists("deleted"));
+  // The sweep removes what went while nobody watched, and nothing else: pods
+  // that exist (running or finished) and a dir newer than the list (its pod
+  // may have been bound after it) stay.
+  ASSERT_TRUE(sync.SweepStateDirs().ok());
+  EXPECT_FALSE(exists("gone-while-down"));
+  EXPECT_TRUE(exists("running"));
+  EXPECT_TRUE(exists("finished"));
+  EXPECT_TRUE(exists("new"));
+  sync.Stop();
+
+  // A sweep that cannot list the pods removes nothing.
+  fs::last_write_time(dir.File("containers/uid-new_main"), old);
+  api_.FailNext(1, 503);
+  EXPECT_FALSE(sync.SweepStateDirs().ok());
+  EXPECT_TRUE(exists("new"));
 }
 
 TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {

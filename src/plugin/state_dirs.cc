@@ -1,6 +1,7 @@
 #include "plugin/state_dirs.h"
 
 #include <filesystem>
+#include <functional>
 #include <system_error>
 #include <utility>
 
@@ -19,6 +20,58 @@ fs::path Normal(std::string_view p) {
     n = n.parent_path();
   }
   return n;
+}
+
+// The pod uid of a dir we made, "" for any other entry of the root.
+std::string UidOf(const fs::path& entry) {
+  const std::string name = entry.filename().string();
+  const size_t sep = name.find('_');
+  if (sep == std::string::npos || !api::CheckPodUid(name.substr(0, sep)).ok() ||
+      !api::CheckContainerName(name.substr(sep + 1)).ok()) {
+    return "";
+  }
+  return name.substr(0, sep);
+}
+
+// Removes the dirs of the root for which `remove(uid, entry)` holds.
+Status RemoveWhere(
+    const std::string& root,
+    const std::function<bool(const std::string& uid, const fs::directory_entry&)>& remove,
+    size_t* removed) {
+  size_t n = 0;
+  Status first;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  if (ec) {
+    if (removed != nullptr) {
+      *removed = 0;
+    }
+    return ec == std::errc::no_such_file_or_directory
+               ? Status::Ok()
+               : UnavailableError("cannot list the state root " + root + ": " + ec.message());
+  }
+  for (const fs::directory_entry& entry : it) {
+    const std::string uid = UidOf(entry.path());
+    std::error_code type_ec;
+    if (uid.empty() || entry.symlink_status(type_ec).type() != fs::file_type::directory ||
+        !remove(uid, entry)) {
+      continue;
+    }
+    std::error_code rm_ec;
+    fs::remove_all(entry.path(), rm_ec);
+    if (rm_ec) {
+      if (first.ok()) {
+        first = UnavailableError("cannot remove the container state dir " + entry.path().string() +
+                                 ": " + rm_ec.message());
+      }
+      continue;
+    }
+    ++n;
+  }
+  if (removed != nullptr) {
+    *removed = n;
+  }
+  return first;
 }
 
 }  // namespace
@@ -84,6 +137,49 @@ StatusOr<std::string> StateDirs::Create(const std::string& uid, const std::strin
     *created = made;
   }
   return path;
+}
+
+Status StateDirs::Remove(const std::string& uid, const std::string& container) const {
+  StatusOr<std::string> path = PathFor(uid, container);
+  if (!path.ok() || !create_) {
+    return path.status();
+  }
+  std::error_code ec;
+  fs::remove_all(*path, ec);
+  if (ec) {
+    return UnavailableError("cannot remove the container state dir " + *path + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+Status StateDirs::RemovePod(const std::string& uid, size_t* removed) const {
+  if (removed != nullptr) {
+    *removed = 0;
+  }
+  if (!create_ || !api::CheckPodUid(uid).ok()) {
+    return Status::Ok();  // never made a dir for it
+  }
+  return RemoveWhere(
+      root_, [&uid](const std::string& of, const fs::directory_entry&) { return of == uid; },
+      removed);
+}
+
+Status StateDirs::Sweep(const std::set<std::string>& live, fs::file_time_type before,
+                        size_t* removed) const {
+  if (removed != nullptr) {
+    *removed = 0;
+  }
+  if (!create_) {
+    return Status::Ok();
+  }
+  return RemoveWhere(
+      root_,
+      [&](const std::string& uid, const fs::directory_entry& entry) {
+        std::error_code ec;
+        const fs::file_time_type modified = entry.last_write_time(ec);
+        return live.count(uid) == 0 && !ec && modified < before;
+      },
+      removed);
 }
 
 }  // namespace accelpool::plugin

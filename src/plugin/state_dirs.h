@@ -8,11 +8,19 @@
 // (api::CheckPodUid, api::CheckContainerName), and the normalised path must be
 // a direct child of root. A name like "../../etc" never reaches the filesystem.
 //
+// Dirs are removed when their pod is gone (PodSync), when an Allocate that
+// made them fails, and by a periodic Sweep against the node's pods. Only dirs
+// named <plain uid>_<DNS-1123 label> are ever touched, and only when this
+// object makes dirs (create): dirs made by someone else are theirs to remove.
+//
 // The object holds nothing but its root; several instances over one root are
 // fine. Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_STATE_DIRS_H_
 #define ACCELPOOL_PLUGIN_STATE_DIRS_H_
 
+#include <cstddef>
+#include <filesystem>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -42,6 +50,23 @@ class StateDirs {
   // kInvalidArgument as PathFor; kUnavailable when it cannot be made.
   StatusOr<std::string> Create(const std::string& uid, const std::string& container,
                                bool* created = nullptr) const;
+
+  // Removes the dir of one container (a missing dir is fine). kInvalidArgument
+  // as PathFor; kUnavailable when it cannot be removed.
+  Status Remove(const std::string& uid, const std::string& container) const;
+
+  // Removes every dir of the pod. REQUIRES: the pod is gone (a running
+  // container may still use its dir). `*removed` (optional) counts them.
+  // kUnavailable naming the first dir that could not be removed (the others
+  // are still tried; the next Sweep tries again).
+  Status RemovePod(const std::string& uid, size_t* removed = nullptr) const;
+
+  // Removes the dirs whose pod uid is not in `live` and that were last
+  // modified before `before`. `live` must come from a list of the node's pods
+  // started after `before`: a dir made later may belong to a pod that list
+  // does not show yet. A missing root is fine. Errors as RemovePod.
+  Status Sweep(const std::set<std::string>& live, std::filesystem::file_time_type before,
+               size_t* removed = nullptr) const;
 
  private:
   std::string root_;  // without trailing separators
