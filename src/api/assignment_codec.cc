@@ -26,7 +26,45 @@ Status CheckVersion(const json& doc, const char* what) {
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+bool LowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+bool Alnum(char c) { return LowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
+
+// For messages: the value quoted and cut, with control bytes escaped by the
+// JSON dump so a hostile name cannot forge log lines.
+std::string Quote(std::string_view s) {
+  constexpr size_t kMax = 80;
+  std::string cut(s.substr(0, kMax));
+  return Dump(json(cut)) + (s.size() > kMax ? "..." : "");
+}
+
 }  // namespace
+
+Status CheckContainerName(std::string_view name) {
+  constexpr size_t kMaxLabel = 63;
+  bool ok = !name.empty() && name.size() <= kMaxLabel && LowerAlnum(name.front()) &&
+            LowerAlnum(name.back());
+  for (size_t i = 0; ok && i < name.size(); ++i) {
+    ok = LowerAlnum(name[i]) || name[i] == '-';
+  }
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(Quote(name) +
+                              " is not a Kubernetes container name (a DNS-1123 label: 1-63 "
+                              "characters of a-z, 0-9 and '-', starting and ending with a "
+                              "letter or digit)");
+}
+
+Status CheckPodUid(std::string_view uid) {
+  constexpr size_t kMaxUid = 64;
+  bool ok = !uid.empty() && uid.size() <= kMaxUid;
+  for (size_t i = 0; ok && i < uid.size(); ++i) {
+    ok = Alnum(uid[i]) || uid[i] == '-';
+  }
+  if (ok) return Status::Ok();
+  return InvalidArgumentError("pod uid " + Quote(uid) +
+                              " is not a Kubernetes uid (1-64 characters of A-Z, a-z, 0-9 and "
+                              "'-')");
+}
 
 std::string_view ContainerKindName(core::ContainerKind k) {
   switch (k) {
@@ -82,7 +120,12 @@ StatusOr<Assignment> AssignmentFromJson(const json& doc) {
     ACCELPOOL_RETURN_IF_ERROR(RequireObject(c, path));
     AssignedContainer out;
     ACCELPOOL_RETURN_IF_ERROR(ReadString(c, "name", path, true, out.name));
-    if (out.name.empty()) return InvalidArgumentError(Join(path, "name") + ": must not be empty");
+    // The name becomes part of a host path in the device plugin
+    // (<state-root>/<pod-uid>_<name>, mounted read-write): "../x" must never
+    // get that far.
+    if (Status st = CheckContainerName(out.name); !st.ok()) {
+      return st.WithPrefix(Join(path, "name"));
+    }
     std::string kind = "regular";
     ACCELPOOL_RETURN_IF_ERROR(ReadString(c, "kind", path, false, kind));
     auto k = ParseContainerKind(kind);

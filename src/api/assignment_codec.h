@@ -3,7 +3,10 @@
 // the conversion between an assignment and core::Placement.
 //
 // Parse is strict in the same way as the inventory codec: type-checked,
-// errors name the JSON path. Slot ids are "<device-id>::<slot>".
+// errors name the JSON path. Slot ids are "<device-id>::<slot>". Container
+// names must be Kubernetes container names (DNS-1123 labels): the device
+// plugin builds host paths from them, and any user can write the annotation on
+// their own pod, so nothing else is let through.
 //
 // Thread-safety: pure functions.
 #ifndef ACCELPOOL_API_ASSIGNMENT_CODEC_H_
@@ -60,6 +63,17 @@ struct Allocation {
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };
 
+// OK when `name` is a DNS-1123 label, as Kubernetes requires of container
+// names: 1-63 characters of [a-z0-9-], starting and ending with [a-z0-9].
+// kInvalidArgument saying so otherwise.
+Status CheckContainerName(std::string_view name);
+// OK when `uid` is made of plain uid characters, as the apiserver writes
+// metadata.uid (a UUID): 1-64 characters of [A-Za-z0-9-]. kInvalidArgument
+// otherwise.
+Status CheckPodUid(std::string_view uid);
+
+// kInvalidArgument naming the JSON path for a malformed document, including a
+// container name that CheckContainerName refuses.
 StatusOr<Assignment> ParseAssignment(std::string_view text);
 StatusOr<Assignment> AssignmentFromJson(const nlohmann::json& doc);
 nlohmann::json AssignmentToJson(const Assignment& a);

@@ -63,6 +63,15 @@ TEST(AssignmentCodecTest, BadDocumentsNameThePath) {
       {"slot malformed",
        R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"G:0"}]}]})",
        "containers[0].devices[0].slot"},
+      {"path traversal in a container name",
+       R"({"version":1,"node":"n","containers":[{"name":"../../etc","vendor":"nvidia","devices":[]}]})",
+       "containers[0].name: \"../../etc\" is not a Kubernetes container name"},
+      {"slash in a container name",
+       R"({"version":1,"node":"n","containers":[{"name":"a/b","vendor":"nvidia","devices":[]}]})",
+       "containers[0].name:"},
+      {"empty container name",
+       R"({"version":1,"node":"n","containers":[{"name":"","vendor":"nvidia","devices":[]}]})",
+       "containers[0].name:"},
   };
   for (const Case& c : cases) {
     auto r = ParseAssignment(c.text);
@@ -70,6 +79,44 @@ TEST(AssignmentCodecTest, BadDocumentsNameThePath) {
     EXPECT_NE(r.status().message().find(c.want), std::string::npos)
         << c.name << ": " << r.status().message();
   }
+}
+
+TEST(AssignmentCodecTest, ContainerNamesAreDns1123LabelsAndUidsArePlain) {
+  struct Case {
+    std::string in;
+    bool name_ok;
+    bool uid_ok;
+  };
+  const std::vector<Case> cases = {
+      {"main", true, true},
+      {"init-warmup-2", true, true},
+      {"0", true, true},
+      {std::string(63, 'a'), true, true},
+      {std::string(64, 'a'), false, true},
+      {std::string(65, 'a'), false, false},
+      {"6f1c2a9e-3b1d-4c55-9e0a-7d2f1b8c4e21", true, true},
+      {"Main", false, true},
+      {"-main", false, true},
+      {"main-", false, true},
+      {"", false, false},
+      {"..", false, false},
+      {"../../etc", false, false},
+      {"a/b", false, false},
+      {"a_b", false, false},
+      {"a.b", false, false},
+      {std::string("a\0b", 3), false, false},
+      {"a\nb", false, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(CheckContainerName(c.in).ok(), c.name_ok) << c.in;
+    EXPECT_EQ(CheckPodUid(c.in).ok(), c.uid_ok) << c.in;
+    if (!c.name_ok) {
+      EXPECT_EQ(CheckContainerName(c.in).code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(CheckContainerName(c.in).message().find("DNS-1123"), std::string::npos);
+    }
+  }
+  // Control bytes are escaped in the message, never copied into a log line.
+  EXPECT_EQ(CheckContainerName("a\nb").message().find('\n'), std::string::npos);
 }
 
 TEST(AssignmentCodecTest, AllocationRoundTripAndErrors) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
@@ -21,6 +20,8 @@ std::string Reason(StatusCode code) {
       return "no_assignment";
     case StatusCode::kFailedPrecondition:
       return "assignment_mismatch";
+    case StatusCode::kAborted:
+      return "ambiguous";
     default:
       return "driver";
   }
@@ -30,7 +31,7 @@ std::string Reason(StatusCode code) {
 
 Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* store,
                      PluginMetrics* metrics, PodReporter* reporter, EnforcementOptions options,
-                     Logger log, std::function<void()> refresh)
+                     Logger log, std::function<Status()> refresh)
     : node_(std::move(node)),
       state_(state),
       store_(store),
@@ -38,11 +39,12 @@ Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* stor
       reporter_(reporter),
       options_(std::move(options)),
       log_(std::move(log)),
-      refresh_(std::move(refresh)) {}
+      refresh_(std::move(refresh)),
+      dirs_(options_.state_root, options_.create_state_dirs) {}
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
-                                         std::optional<PodRef>* pod) {
+                                         std::optional<PodRef>* pod, MadeDirs* made) {
   if (ids.empty()) {
     return InvalidArgumentError("Allocate named no device ids for a container of " + resource);
   }
@@ -64,18 +66,39 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                                   resource);
     }
   }
-  StatusOr<ContainerMatch> match = store_->Match(resource, ids);
-  if (!match.ok() && refresh_) {
-    refresh_();
-    match = store_->Match(resource, ids);
+  std::optional<PodRef> caller;
+  StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller);
+  // A miss may be the informer lagging the binding. A fallback is judged on
+  // who else could be calling, so it must see the node's pods as they are now
+  // (a pod bound a moment ago without an assignment may be the caller): both
+  // re-read the pods once, and a fallback that cannot be confirmed is refused.
+  if ((!match.ok() || match->by_fallback) && refresh_) {
+    Status fresh = refresh_();
+    caller.reset();
+    match = store_->Match(resource, ids, &caller);
+    if (match.ok() && match->by_fallback && !fresh.ok()) {
+      return AbortedError("slot ids [" +
+                          [&] {
+                            std::string s;
+                            for (const std::string& id : ids) {
+                              s += (s.empty() ? "" : ",") + id;
+                            }
+                            return s;
+                          }() +
+                          "] name no assignment and the node's pods could not be re-read (" +
+                          fresh.message() + ") to confirm that pod " + match->pod.Key() +
+                          " container " + match->container.name + " is the only one asking for " +
+                          resource + "; kubelet retries when the pod is created again");
+    }
   }
   if (!match.ok()) {
+    *pod = caller;
     return match.status();
   }
   *pod = match->pod;
   const api::AssignedContainer& c = match->container;
   if (match->by_fallback) {
-    log_.Warn("slot ids identify no container; using the oldest pending assignment",
+    log_.Warn("slot ids identify no container; the only pending container that asks for them",
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   }
   if (c.devices.size() != ids.size()) {
@@ -115,13 +138,13 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   if (!options_.cdi) {
     spec->cdi_devices.clear();
   }
-  ACCELPOOL_RETURN_IF_ERROR(Enforce(match->pod, c.name, grants, &*spec));
+  ACCELPOOL_RETURN_IF_ERROR(Enforce(match->pod, c.name, grants, &*spec, made));
   return ContainerAnswer{match->pod, c.name, std::move(spec).value()};
 }
 
 Status Allocator::Enforce(const PodRef& pod, const std::string& container,
                           const std::vector<vendors::GrantedDevice>& grants,
-                          vendors::ContainerSpec* spec) const {
+                          vendors::ContainerSpec* spec, MadeDirs* made) const {
   if (!options_.enabled || grants.empty() ||
       !vendors::TraitsFor(grants.front().device.vendor).soft_enforcement) {
     return Status::Ok();
@@ -147,19 +170,18 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
   if (options_.hami_compat) {
     spec->env["CUDA_DEVICE_SM_LIMIT"] = percent;
   }
-  const std::string host_dir =
-      (std::filesystem::path(options_.state_root) / (pod.uid + "_" + container)).string();
-  if (options_.create_state_dirs) {
-    std::error_code ec;
-    std::filesystem::create_directories(host_dir, ec);
-    if (ec) {
-      return UnavailableError("cannot create the container state dir " + host_dir + ": " +
-                              ec.message() + "; check that " + options_.state_root +
-                              " is mounted writable into the plugin");
-    }
+  // The dir is mounted read-write into the container, and its name comes from
+  // the pod: StateDirs refuses anything that is not a plain child of the root.
+  bool created = false;
+  StatusOr<std::string> host_dir = dirs_.Create(pod.uid, container, &created);
+  if (!host_dir.ok()) {
+    return host_dir.status().WithPrefix("pod " + pod.Key() + " container " + container);
+  }
+  if (created) {
+    made->emplace_back(pod.uid, container);
   }
   spec->env["ACCELPOOL_CUDA_STATE_DIR"] = options_.state_mount;
-  spec->mounts.push_back({host_dir, options_.state_mount, false});
+  spec->mounts.push_back({*host_dir, options_.state_mount, false});
   spec->mounts.push_back({options_.library_host, options_.library_container, true});
   if (options_.preload) {
     spec->mounts.push_back({options_.preload_host, "/etc/ld.so.preload", true});
@@ -173,6 +195,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
   SnapshotPtr snap = state_->Get();
   std::vector<ContainerAnswer> answers;
   std::optional<PodRef> pod;
+  MadeDirs made;
   Status failure;
   if (requests.empty()) {
     failure = InvalidArgumentError("Allocate carried no container requests");
@@ -181,7 +204,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     if (!failure.ok()) {
       break;
     }
-    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, &pod);
+    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, &pod, &made);
     if (!a.ok()) {
       failure = a.status();
     } else {
@@ -197,8 +220,17 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     log_.Error("allocate failed", {{"resource", resource},
                                    {"pod", pod.has_value() ? pod->Key() : std::string("unknown")},
                                    {"error", failure.ToString()}});
+    // Nothing is booked, so nothing may stay behind: only the dirs this call
+    // made (one that existed belongs to an earlier, successful call).
+    for (const auto& [uid, container] : made) {
+      if (Status st = dirs_.Remove(uid, container); !st.ok()) {
+        log_.Warn("removing a state dir failed; the sweep tries again", {{"error", st.ToString()}});
+      }
+    }
     if (reporter_ != nullptr) {
-      reporter_->Failed(pod, resource, failure.message());
+      reporter_->Failed(
+          pod, resource, failure.message(),
+          pod.has_value() ? store_->AllocatedContainers(pod->uid) : std::vector<std::string>());
     }
     return failure;
   }
@@ -232,7 +264,8 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     std::optional<std::vector<std::string>> slots =
         store_->Preferred(resource, available, r.must_include, r.size);
     if (!slots.has_value() && refresh_) {
-      refresh_();
+      // A failed re-read leaves the store as it was; it is logged there.
+      static_cast<void>(refresh_());
       slots = store_->Preferred(resource, available, r.must_include, r.size);
     }
     if (slots.has_value()) {

@@ -10,6 +10,8 @@
 //   ACCELPOOL_CUDA_COMPUTE_LIMIT     percent of the device
 //   ACCELPOOL_CUDA_STATE_DIR         /var/run/accelpool, a per-container host
 //                                    dir <state_root>/<pod-uid>_<container>
+//                                    (StateDirs: refused unless it is a
+//                                    direct child of state_root)
 //   CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT  (HAMi-compatible)
 //   mounts: the library, and /etc/ld.so.preload naming it (opt-out).
 //
@@ -18,8 +20,8 @@
 // CUDA_DEVICE_MEMORY_LIMIT_0=4096m, CUDA_DEVICE_SM_LIMIT=25.
 //
 // All or nothing: when any container of a call fails, the call fails, nothing
-// is marked allocated, the failure is counted and reported on the pod (when
-// one was identified) through PodReporter; kubelet may retry.
+// is marked allocated, the state dirs this call made are removed again, the failure is counted and
+// reported on the pod (when one was identified) through PodReporter; kubelet may retry.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_ALLOCATOR_H_
@@ -35,6 +37,7 @@
 #include "plugin/assignment_store.h"
 #include "plugin/device_state.h"
 #include "plugin/plugin_metrics.h"
+#include "plugin/state_dirs.h"
 #include "vendors/driver.h"
 
 namespace accelpool::plugin {
@@ -59,8 +62,12 @@ class PodReporter {
   virtual ~PodReporter() = default;
   // `containers`: every container of the pod allocated so far.
   virtual void Allocated(const PodRef& pod, const std::vector<std::string>& containers) = 0;
+  // `pod`: nullopt when no pod was identified. `resource`: "" when the
+  // failure is not an Allocate (a pod's assignment was refused).
+  // `allocated`: every container of the pod allocated so far (they keep
+  // their devices; the state written must not lose them).
   virtual void Failed(const std::optional<PodRef>& pod, const std::string& resource,
-                      const std::string& message) = 0;
+                      const std::string& message, const std::vector<std::string>& allocated) = 0;
 };
 
 struct ContainerAnswer {
@@ -77,17 +84,22 @@ struct PreferredRequest {
 
 class Allocator {
  public:
-  // `refresh`, when set, re-reads the node's pods (used once when a lookup
-  // misses, in case the informer lags). Pointers may be null except state
-  // and store; all must outlive the Allocator.
+  // `refresh`, when set, re-reads the node's pods into the store (used once
+  // when a lookup misses, in case the informer lags, and before every
+  // fallback match); it returns whether the re-read worked. Pointers may be
+  // null except state and store; all must outlive the Allocator.
   Allocator(std::string node, DeviceState* state, AssignmentStore* store, PluginMetrics* metrics,
             PodReporter* reporter, EnforcementOptions options, Logger log,
-            std::function<void()> refresh = nullptr);
+            std::function<Status()> refresh = nullptr);
 
   // kInvalidArgument: empty request, malformed or unknown slot id, a slot of
-  // another resource. kNotFound: no assignment matches. kFailedPrecondition:
-  // the assignment is for another node, names a device not on this node, or
-  // its count differs. Errors from the vendor driver are passed on.
+  // another resource, a pod uid or container name that cannot name a state
+  // dir. kNotFound: no assignment matches (AssignmentStore::Match).
+  // kAborted: the ids name no assignment and more than one pod could be the
+  // caller, or a fallback could not be confirmed because the pods could not
+  // be re-read. kFailedPrecondition: the assignment is for another node,
+  // names a device not on this node, or its count differs. Errors from the
+  // vendor driver are passed on.
   StatusOr<std::vector<ContainerAnswer>> Allocate(
       const std::string& resource, const std::vector<std::vector<std::string>>& requests);
 
@@ -100,11 +112,15 @@ class Allocator {
   void RefreshUsageMetrics();
 
  private:
+  // (pod uid, container) of a state dir made during one Allocate call.
+  using MadeDirs = std::vector<std::pair<std::string, std::string>>;
+
   StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
-                                const std::vector<std::string>& ids, std::optional<PodRef>* pod);
+                                const std::vector<std::string>& ids, std::optional<PodRef>* pod,
+                                MadeDirs* made);
   Status Enforce(const PodRef& pod, const std::string& container,
-                 const std::vector<vendors::GrantedDevice>& grants,
-                 vendors::ContainerSpec* spec) const;
+                 const std::vector<vendors::GrantedDevice>& grants, vendors::ContainerSpec* spec,
+                 MadeDirs* made) const;
 
   const std::string node_;
   DeviceState* const state_;
@@ -113,7 +129,8 @@ class Allocator {
   PodReporter* const reporter_;
   const EnforcementOptions options_;
   const Logger log_;
-  const std::function<void()> refresh_;
+  const std::function<Status()> refresh_;
+  const StateDirs dirs_;
 };
 
 }  // namespace accelpool::plugin

@@ -160,16 +160,152 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
 }
 
-TEST_F(AllocatorTest, FallsBackToOldestPendingWhenIdsIdentifyNoPod) {
-  Assign(Pod("young", "2026-11-30T02:10:00Z"),
-         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 5, 1024, 100, false)})});
-  Assign(Pod("old", "2026-11-30T01:00:00Z"),
-         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
-  auto a = allocator_->Allocate(kGpu, {{"GPU-a::9"}});
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ((*a)[0].pod.name, "old");
-  // The answer follows the assignment (GPU-b), not kubelet's pick.
-  EXPECT_EQ((*a)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+TEST_F(AllocatorTest, AFailureReportsTheContainersAllocatedBefore) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("warmup", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2)}, core::ContainerKind::kInit),
+      Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0)})};
+  a.containers[1].devices[0].slot = "GPU-b::6";
+  store_.Upsert(Pod("half"), a, {});
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::2"}}).ok());
+  auto r = allocator_->Allocate(kGpu, {{"GPU-b::6"}});
+  ASSERT_FALSE(r.ok());
+  auto entries = reporter_.entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_FALSE(entries[1].ok);
+  EXPECT_EQ(entries[1].pod, "default/half");
+  EXPECT_EQ(entries[1].containers, (std::vector<std::string>{"warmup"}));
+}
+
+TEST_F(AllocatorTest, FallbackOnlyWhenOneContainerCouldBeTheCaller) {
+  // kubelet sends GPU-a::9, a slot nobody was assigned (it reused an init
+  // container's device, or skipped GetPreferredAllocation).
+  const std::vector<std::string> ids = {"GPU-a::9"};
+  struct Case {
+    std::string name;
+    std::vector<std::string> pending;         // pods with one pending 1-slot assignment
+    std::vector<UnassignedRequest> stranger;  // what pod "stranger" asks for unassigned
+    StatusCode want;
+    std::string want_pod;  // answered, or reported with the failure
+    std::string want_text;
+  };
+  const std::vector<Case> cases = {
+      {"the only candidate", {"a"}, {}, StatusCode::kOk, "default/a", ""},
+      {"a stranger asking for another count",
+       {"a"},
+       {{"main", kGpu, 2}},
+       StatusCode::kOk,
+       "default/a",
+       ""},
+      {"a stranger asking for another resource",
+       {"a"},
+       {{"main", kNpu, 1}},
+       StatusCode::kOk,
+       "default/a",
+       ""},
+      {"a stranger that could be the caller",
+       {"a"},
+       {{"main", kGpu, 1}},
+       StatusCode::kAborted,
+       "",
+       "without one: [default/stranger/main]"},
+      {"a stranger whose count does not parse",
+       {"a"},
+       {{"main", kGpu, -1}},
+       StatusCode::kAborted,
+       "",
+       "accelpool extender"},
+      {"two pending candidates",
+       {"a", "b"},
+       {},
+       StatusCode::kAborted,
+       "",
+       "pending with an assignment: [default/a/main,default/b/main]"},
+      {"only a stranger",
+       {},
+       {{"main", kGpu, 1}},
+       StatusCode::kNotFound,
+       "default/stranger",
+       "pod default/stranger asks for 1 of nvidia.com/gpu but has no accelpool assignment"},
+      {"nobody", {}, {}, StatusCode::kNotFound, "", "accelpool scheduler profile"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    AssignmentStore store;
+    RecordingReporter reporter;
+    EnforcementOptions e;
+    e.state_root = dir.File("containers");
+    Allocator allocator("node-a", &state_, &store, metrics_.get(), &reporter, e, Logger());
+    int32_t slot = 3;
+    for (const std::string& name : c.pending) {
+      api::Assignment a;
+      a.node = "node-a";
+      a.containers = {
+          Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, slot++, 1024, 100, false)})};
+      store.Upsert(Pod(name), a, {});
+    }
+    store.SetUnassigned(Pod("stranger"), c.stranger);
+    auto r = allocator.Allocate(kGpu, {ids});
+    EXPECT_EQ(r.status().code(), c.want) << r.status().ToString();
+    auto entries = reporter.entries();
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_EQ(entries[0].ok, c.want == StatusCode::kOk);
+    EXPECT_EQ(entries[0].pod, c.want_pod);
+    if (r.ok()) {
+      // The answer follows the assignment (GPU-b), not kubelet's pick.
+      EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+      EXPECT_EQ(store.PendingContainers(), c.pending.size() - 1);
+      continue;
+    }
+    EXPECT_NE(r.status().message().find(c.want_text), std::string::npos) << r.status().message();
+    // Nothing booked, no state dir made.
+    EXPECT_EQ(store.PendingContainers(), c.pending.size());
+    EXPECT_FALSE(std::filesystem::exists(dir.File("containers")));
+  }
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_plugin_allocate_failures_total{resource="nvidia.com/gpu",reason="ambiguous"} 3)"),
+      std::string::npos)
+      << page;
+}
+
+TEST_F(AllocatorTest, FallbackIsJudgedOnFreshlyReadPods) {
+  Assign(Pod("victim"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  // The informer has not seen the stranger yet; the re-read finds it.
+  int refreshes = 0;
+  Allocator lagging("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    store_.SetUnassigned(Pod("stranger"), {{"main", kGpu, 1}});
+    return Status::Ok();
+  });
+  auto r = lagging.Allocate(kGpu, {{"GPU-a::9"}});
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_EQ(refreshes, 1);
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+
+  // A re-read that fails cannot confirm the fallback.
+  store_.Remove(Pod("stranger").uid);
+  Allocator offline("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(),
+                    [] { return UnavailableError("apiserver down"); });
+  r = offline.Allocate(kGpu, {{"GPU-a::9"}});
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+  EXPECT_NE(r.status().message().find("apiserver down"), std::string::npos);
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+
+  // An exact match needs no re-read.
+  refreshes = 0;
+  Allocator fresh("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    return Status::Ok();
+  });
+  EXPECT_TRUE(fresh.Allocate(kGpu, {{"GPU-b::3"}}).ok());
+  EXPECT_EQ(refreshes, 0);
 }
 
 TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
@@ -278,10 +414,143 @@ TEST_F(AllocatorTest, BadInputIsAClearErrorAndBooksNothing) {
             std::string::npos);
 }
 
+TEST_F(AllocatorTest, StateDirNamesThatLeaveTheRootAreRefused) {
+  // The store is fed by PodSync, which refuses such names already; the
+  // allocator must not rely on it: the dir is mounted read-write.
+  Assign(Pod("evil"), {Ctr("../../escaped", kGpu, core::Vendor::kNvidia,
+                           {Dev("GPU-a", 0, 1, 1024, 100, false)})});
+  PodRef bad_uid = Pod("bad-uid");
+  bad_uid.uid = "../../escaped-uid";
+  Assign(bad_uid,
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)})});
+  for (const std::string slot : {"GPU-a::1", "GPU-a::2"}) {
+    SCOPED_TRACE(slot);
+    auto r = allocator_->Allocate(kGpu, {{slot}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("refusing the state dir"), std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("escaped")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("escaped-uid_main")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("containers")));
+  EXPECT_EQ(store_.PendingContainers(), 2u);
+}
+
+TEST(StateDirsTest, PathsAreDirectChildrenOfTheRoot) {
+  struct Case {
+    std::string root, path;
+    bool want;
+  };
+  const std::vector<Case> cases = {
+      {"/r", "/r/u_c", true},         {"/r/", "/r/u_c", true},
+      {"/r", "/r/./u_c", true},       {"/r", "/r", false},
+      {"/r", "/r/", false},           {"/r", "/r/.", false},
+      {"/r", "/r/a/b", false},        {"/r", "/r/u_../../../etc", false},
+      {"/r", "/r/u_../../etc", true},  // that is /r/etc
+      {"/r", "/r/u_..", true},         // an odd but plain name: still inside
+      {"/r", "/r/../etc", false},     {"/r", "/etc", false},
+      {"/r", "/rr/u_c", false},       {"", "/u_c", false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(IsDirectChild(c.root, c.path), c.want) << c.root << " " << c.path;
+  }
+  TempDir dir;
+  StateDirs dirs(dir.File("root") + "/");
+  bool created = false;
+  auto p = dirs.Create("uid-1", "main", &created);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(*p, dir.File("root/uid-1_main"));
+  EXPECT_TRUE(created);
+  EXPECT_TRUE(std::filesystem::is_directory(*p));
+  ASSERT_TRUE(dirs.Create("uid-1", "main", &created).ok());
+  EXPECT_FALSE(created);
+  for (const auto& [uid, name] :
+       std::vector<std::pair<std::string, std::string>>{{"uid-1", "../../etc"},
+                                                        {"uid-1", "a/b"},
+                                                        {"..", "main"},
+                                                        {"u/..", "main"},
+                                                        {"", "main"}}) {
+    auto bad = dirs.Create(uid, name);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << uid << " " << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.File("etc")));
+}
+
+TEST(StateDirsTest, RemovesOnlyTheDirsOfPodsThatAreGone) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  StateDirs dirs(dir.File("root"));
+  // A missing root is nothing to sweep.
+  EXPECT_TRUE(dirs.Sweep({}, fs::file_time_type::clock::now()).ok());
+  for (const auto& [uid, name] : std::vector<std::pair<std::string, std::string>>{
+           {"uid-1", "main"}, {"uid-1", "side"}, {"uid-2", "main"}, {"uid-3", "main"}}) {
+    ASSERT_TRUE(dirs.Create(uid, name).ok());
+  }
+  testing::WriteFile(dir.File("root/uid-3_main/state"), "x");  // the library's files
+  fs::create_directories(dir.File("root/not-ours"));           // entries we did not make
+  fs::create_directories(dir.File("root/uid-4_Not_A_Label"));
+  testing::WriteFile(dir.File("root/uid-5_file"), "x");
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const fs::directory_entry& e : fs::directory_iterator(dir.File("root"))) {
+    fs::last_write_time(e.path(), old);
+  }
+  ASSERT_TRUE(dirs.Create("uid-6", "main").ok());  // made just now
+  auto names = [&] {
+    std::set<std::string> out;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir.File("root"))) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  };
+
+  size_t removed = 0;
+  ASSERT_TRUE(dirs.RemovePod("uid-1", &removed).ok());
+  EXPECT_EQ(removed, 2u);
+  ASSERT_TRUE(dirs.Remove("uid-2", "main").ok());
+  ASSERT_TRUE(dirs.Remove("uid-2", "main").ok());  // already gone: fine
+  // uid-3 is live; uid-6's dir is newer than the list; the rest is not ours.
+  const auto listed = fs::file_time_type::clock::now() - std::chrono::minutes(1);
+  ASSERT_TRUE(dirs.Sweep({"uid-3"}, listed, &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_EQ(names(), (std::set<std::string>{"uid-3_main", "uid-6_main", "not-ours",
+                                            "uid-4_Not_A_Label", "uid-5_file"}));
+  ASSERT_TRUE(dirs.Sweep({}, listed, &removed).ok());
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(names(),
+            (std::set<std::string>{"uid-6_main", "not-ours", "uid-4_Not_A_Label", "uid-5_file"}));
+  // A root whose dirs someone else makes is left alone.
+  StateDirs foreign(dir.File("root"), /*create=*/false);
+  ASSERT_TRUE(foreign.RemovePod("uid-6", &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_TRUE(fs::exists(dir.File("root/uid-6_main")));
+}
+
+TEST_F(AllocatorTest, AFailedAllocateRemovesTheStateDirsItMade) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("first", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 1024, 100, false)}),
+      Ctr("second", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2, 1024, 100, false)}),
+      Ctr("bad", kGpu, core::Vendor::kNvidia, {Dev("GPU-elsewhere", 0, 0, 1024, 100, false)})};
+  a.containers[2].devices[0].slot = "GPU-b::6";
+  store_.Upsert(Pod("pod"), a, {});
+  // "first" was allocated by an earlier call; kubelet then asks for all three
+  // and the third fails.
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::1"}}).ok());
+  auto r = allocator_->Allocate(kGpu, {{"GPU-a::1"}, {"GPU-a::2"}, {"GPU-b::6"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.File("containers/uid-pod_first")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("containers/uid-pod_second")));
+  EXPECT_EQ(store_.PendingContainers(), 2u);
+}
+
 TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
   int refreshes = 0;
-  Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(),
-              [&] { ++refreshes; });
+  Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(), [&] {
+    ++refreshes;
+    return Status::Ok();
+  });
   auto r = a.Allocate(kGpu, {{"GPU-a::3"}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);

@@ -1,27 +1,59 @@
 #include "plugin/kube_reporter.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "api/assignment_codec.h"
 #include "kube/objects.h"
 
 namespace accelpool::plugin {
+namespace {
 
-KubeReporter::KubeReporter(kube::KubeClient* client, Logger log)
-    : client_(client), log_(std::move(log)) {
+// Whether trying the same write again later can succeed: the apiserver was
+// unreachable, throttled, timed out or saw a conflict. A missing pod, a
+// refused write or missing rights will not change by waiting.
+bool Transient(StatusCode code) {
+  switch (code) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kInternal:
+    case StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+KubeReporter::KubeReporter(kube::KubeClient* client, Logger log, KubeReporterOptions options)
+    : client_(client), log_(std::move(log)), options_(options) {
   worker_ = std::jthread([this](std::stop_token stop) { Run(stop); });
 }
 
 KubeReporter::~KubeReporter() {
-  Flush();
   worker_.request_stop();
   cv_.notify_all();
+  worker_.join();
 }
 
-void KubeReporter::Post(std::function<void()> work) {
+void KubeReporter::Post(std::string key, std::string what, const PodRef& pod,
+                        std::function<Status()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(work));
+    Write w;
+    w.key = std::move(key);
+    if (!w.key.empty()) {
+      w.generation = ++latest_[w.key];
+    }
+    w.what = std::move(what);
+    w.pod = pod;
+    w.fn = std::move(fn);
+    w.due = std::chrono::steady_clock::now();
+    queue_.push_back(std::move(w));
+    ++posts_;
   }
   cv_.notify_all();
 }
@@ -31,23 +63,77 @@ void KubeReporter::Flush() {
   cv_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
 }
 
+std::chrono::milliseconds KubeReporter::Backoff(int failed_attempts) const {
+  std::chrono::milliseconds wait = options_.backoff_initial;
+  for (int i = 1; i < failed_attempts && wait < options_.backoff_max; ++i) {
+    wait *= 2;
+  }
+  return std::min(wait, options_.backoff_max);
+}
+
+bool KubeReporter::Latest(const Write& w) const {
+  if (w.key.empty()) {
+    return true;
+  }
+  auto it = latest_.find(w.key);
+  return it != latest_.end() && it->second == w.generation;
+}
+
+void KubeReporter::Done(const Write& w) {
+  auto it = latest_.find(w.key);
+  if (!w.key.empty() && it != latest_.end() && it->second == w.generation) {
+    latest_.erase(it);
+  }
+}
+
 void KubeReporter::Run(std::stop_token stop) {
+  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    std::function<void()> work;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, stop, [this] { return !queue_.empty(); });
-      if (queue_.empty()) {
-        return;  // stop requested and nothing left
+    if (queue_.empty()) {
+      if (stop.stop_requested()) {
+        return;  // drained
       }
-      work = std::move(queue_.front());
-      queue_.pop_front();
-      ++busy_;
+      cv_.wait(lock, stop, [this] { return !queue_.empty(); });
+      continue;
     }
-    work();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --busy_;
+    // The write due first; when stopping, every write is due now.
+    auto next = std::min_element(queue_.begin(), queue_.end(),
+                                 [](const Write& a, const Write& b) { return a.due < b.due; });
+    if (!stop.stop_requested() && next->due > std::chrono::steady_clock::now()) {
+      const uint64_t seen = posts_;
+      cv_.wait_until(lock, stop, next->due, [this, seen] { return posts_ != seen; });
+      continue;
+    }
+    Write w = std::move(*next);
+    queue_.erase(next);
+    const bool superseded = !Latest(w);
+    if (superseded) {
+      cv_.notify_all();
+      continue;
+    }
+    ++busy_;
+    lock.unlock();
+    const Status st = w.fn();
+    lock.lock();
+    --busy_;
+    const bool retry = !st.ok() && Transient(st.code()) && w.attempt < options_.max_attempts &&
+                       Latest(w) && !stop.stop_requested();
+    if (!st.ok()) {
+      lock.unlock();
+      log_.Warn(retry ? "writing to the apiserver failed; retrying"
+                      : "writing to the apiserver failed; giving up",
+                {{"write", w.what},
+                 {"pod", w.pod.Key()},
+                 {"attempt", static_cast<int64_t>(w.attempt)},
+                 {"error", st.ToString()}});
+      lock.lock();
+    }
+    if (retry) {
+      w.due = std::chrono::steady_clock::now() + Backoff(w.attempt);
+      ++w.attempt;
+      queue_.push_back(std::move(w));
+    } else {
+      Done(w);
     }
     cv_.notify_all();
   }
@@ -58,45 +144,40 @@ void KubeReporter::Allocated(const PodRef& pod, const std::vector<std::string>& 
   a.phase = api::AllocationPhase::kAllocated;
   a.containers = containers;
   std::string doc = api::SerializeAllocation(a);
-  Post([this, pod, doc] {
-    Status st = kube::PatchAnnotations(*client_, kube::Pods(), pod.ns, pod.name,
-                                       {{api::kAllocationAnnotation, doc}});
-    if (!st.ok()) {
-      log_.Warn("writing the allocation state failed",
-                {{"pod", pod.Key()}, {"error", st.ToString()}});
-    }
+  Post("allocation/" + pod.uid, "allocation state", pod, [this, pod, doc] {
+    return kube::PatchAnnotations(*client_, kube::Pods(), pod.ns, pod.name,
+                                  {{api::kAllocationAnnotation, doc}});
   });
 }
 
 void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& resource,
-                          const std::string& message) {
+                          const std::string& message, const std::vector<std::string>& allocated) {
   if (!pod.has_value()) {
     return;  // nothing identifies a pod; the log line and the metric carry it
   }
-  api::Allocation a;
-  a.phase = api::AllocationPhase::kFailed;
-  a.message = message;
-  std::string doc = api::SerializeAllocation(a);
-  PodRef p = *pod;
-  Post([this, p, doc, resource, message] {
-    if (!resource.empty()) {
-      Status st = kube::PatchAnnotations(*client_, kube::Pods(), p.ns, p.name,
-                                         {{api::kAllocationAnnotation, doc}});
-      if (!st.ok()) {
-        log_.Warn("writing the failed allocation state failed",
-                  {{"pod", p.Key()}, {"error", st.ToString()}});
-      }
-    }
+  const PodRef& p = *pod;
+  if (!resource.empty()) {
+    // The containers allocated so far stay listed: after a restart the
+    // plugin reads them back and must not take running containers for
+    // pending ones.
+    api::Allocation a;
+    a.phase = api::AllocationPhase::kFailed;
+    a.containers = allocated;
+    a.message = message;
+    std::string doc = api::SerializeAllocation(a);
+    Post("allocation/" + p.uid, "failed allocation state", p, [this, p, doc] {
+      return kube::PatchAnnotations(*client_, kube::Pods(), p.ns, p.name,
+                                    {{api::kAllocationAnnotation, doc}});
+    });
+  }
+  Post("", "event", p, [this, p, message] {
     kube::ObjectRef ref;
     ref.kind = "Pod";
     ref.ns = p.ns;
     ref.name = p.name;
     ref.uid = p.uid;
-    Status ev = kube::CreateEvent(*client_, ref, kube::EventKind::kWarning, kAllocateFailedReason,
-                                  message, kReporterName, "Allocate");
-    if (!ev.ok()) {
-      log_.Warn("creating the event failed", {{"pod", p.Key()}, {"error", ev.ToString()}});
-    }
+    return kube::CreateEvent(*client_, ref, kube::EventKind::kWarning, kAllocateFailedReason,
+                             message, kReporterName, "Allocate");
   });
 }
 

@@ -30,7 +30,7 @@ SocketId Identify(const std::string& path) {
 
 NodePlugin::NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDriverPtr> drivers,
                        AssignmentStore* store, PluginMetrics* metrics, PodReporter* reporter,
-                       Logger log, std::function<void()> refresh)
+                       Logger log, std::function<Status()> refresh)
     : options_(std::move(options)),
       drivers_(std::move(drivers)),
       store_(store),
@@ -52,6 +52,9 @@ std::vector<std::string> NodePlugin::Resources() const {
 }
 
 Status NodePlugin::Start() {
+  if (supervisor_.joinable()) {
+    return FailedPreconditionError("the device plugin is already serving");
+  }
   std::vector<core::NodeInventory> inventories;
   std::vector<vendors::VendorDriver*> owners;
   std::string reasons;
@@ -85,14 +88,23 @@ Status NodePlugin::Start() {
   }
   state_.Reset(std::move(inventories), std::move(owners));
   SnapshotPtr snap = state_.Get();
+  // All or nothing: the caller retries Start, and servers left behind from a
+  // failed try would be served and registered twice on the same sockets.
+  std::vector<std::unique_ptr<ResourceServer>> servers;
   for (const auto& [resource, refs] : snap->resources) {
     ResourceServerOptions o;
     o.plugin_dir = options_.plugin_dir;
     o.resource = resource;
-    servers_.push_back(
+    servers.push_back(
         std::make_unique<ResourceServer>(o, &state_, allocator_.get(), log_.Child("grpc")));
-    ACCELPOOL_RETURN_IF_ERROR(servers_.back()->Start());
+    if (Status st = servers.back()->Start(); !st.ok()) {
+      for (auto& s : servers) {
+        s->Stop();  // removes the sockets served so far
+      }
+      return st;
+    }
   }
+  servers_ = std::move(servers);
   allocator_->RefreshUsageMetrics();
   if (on_inventory_) {
     on_inventory_(snap->inventories);

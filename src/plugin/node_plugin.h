@@ -42,15 +42,18 @@ struct NodePluginOptions {
 class NodePlugin {
  public:
   // `metrics` and `reporter` may be null. `refresh` re-reads the node's pods
-  // when a lookup misses (may be null). All must outlive the plugin.
+  // when a lookup misses or falls back (may be null; see Allocator). All must
+  // outlive the plugin.
   NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDriverPtr> drivers,
              AssignmentStore* store, PluginMetrics* metrics, PodReporter* reporter, Logger log,
-             std::function<void()> refresh = nullptr);
+             std::function<Status()> refresh = nullptr);
   ~NodePlugin();  // Stop()
 
-  // Discovers devices and starts serving. kUnavailable when no driver found
-  // any device (the message lists each driver's reason); the caller decides
-  // whether to wait and retry.
+  // Discovers devices and starts serving, all or nothing: on any error no
+  // resource is served, so the caller may wait and call Start again.
+  // kUnavailable when no driver found any device (the message lists each
+  // driver's reason) or a resource's socket cannot be served (the message
+  // names it). kFailedPrecondition when already started.
   Status Start();
   void Stop();
 

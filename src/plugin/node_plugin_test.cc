@@ -248,5 +248,38 @@ TEST(NodePluginStartTest, NoDevicesIsUnavailableWithTheReason) {
   EXPECT_NE(st.message().find("--fake-inventory"), std::string::npos);
 }
 
+TEST(NodePluginStartTest, AFailedStartServesNothingAndCanBeRetried) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  // The second resource's socket path is a non-empty directory: it cannot be
+  // removed or bound. The first (huawei.com/Ascend910C) starts fine.
+  const std::string blocked = dir.File(EndpointFor("nvidia.com/gpu"));
+  std::filesystem::create_directories(blocked + "/x");
+  std::vector<vendors::VendorDriverPtr> drivers;
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
+  AssignmentStore store;
+  NodePluginOptions o;
+  o.node = "n";
+  o.plugin_dir = dir.path();
+  o.kubelet_poll = std::chrono::milliseconds(20);
+  o.enforcement.state_root = dir.File("containers");
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  Status st = p.Start();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find(blocked), std::string::npos) << st.message();
+  EXPECT_TRUE(p.Resources().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir.File(EndpointFor("huawei.com/Ascend910C"))));
+
+  // As main does: wait, then Start again; each resource is served once.
+  std::filesystem::remove_all(blocked);
+  st = p.Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(p.Resources(), (std::vector<std::string>{"huawei.com/Ascend910C", "nvidia.com/gpu"}));
+  EXPECT_TRUE(std::filesystem::exists(dir.File(EndpointFor("nvidia.com/gpu"))));
+  EXPECT_EQ(p.Start().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(p.Resources().size(), 2u);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

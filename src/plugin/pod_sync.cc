@@ -1,7 +1,11 @@
 #include "plugin/pod_sync.h"
 
 #include <exception>
+#include <filesystem>
+#include <map>
 #include <utility>
+
+#include "api/pod_request.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -14,6 +18,24 @@ std::string Str(const json& obj, const json::json_pointer& ptr) {
   }
   const json& v = obj.at(ptr);
   return v.is_string() ? v.get<std::string>() : "";
+}
+
+// The names of the pod's containers and init containers (sidecars are init
+// containers); ephemeral containers get no devices.
+std::set<std::string> ContainerNames(const json& pod) {
+  std::set<std::string> names;
+  for (const char* list : {"/spec/containers", "/spec/initContainers"}) {
+    const json::json_pointer ptr(list);
+    if (!pod.contains(ptr) || !pod.at(ptr).is_array()) {
+      continue;
+    }
+    for (const json& c : pod.at(ptr)) {
+      if (c.is_object() && c.contains("name") && c.at("name").is_string()) {
+        names.insert(c.at("name").get<std::string>());
+      }
+    }
+  }
+  return names;
 }
 
 PodRef RefOf(const json& pod) {
@@ -49,19 +71,114 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
                                    " but its assignment is for node \"" + a->node +
                                    "\"; delete the pod so the scheduler assigns it again");
   }
+  // The uid and the container names end up in host paths (the enforcement
+  // state dirs); the codec has checked the names' form, and here they must
+  // also be containers of this very pod.
+  if (Status st = api::CheckPodUid(e.pod.uid); !st.ok()) {
+    return InvalidArgumentError("pod " + e.pod.Key() + ": " + st.message() + "; delete the pod");
+  }
+  const std::set<std::string> names = ContainerNames(pod);
+  for (const api::AssignedContainer& c : a->containers) {
+    if (names.count(c.name) == 0) {
+      return InvalidArgumentError("pod " + e.pod.Key() + " has an " + api::kAssignmentAnnotation +
+                                  " for container \"" + c.name +
+                                  "\", which the pod does not have; delete the pod so the "
+                                  "scheduler assigns it again");
+    }
+  }
   e.assignment = std::move(a).value();
   const std::string alloc = Str(
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
   if (!alloc.empty()) {
     StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
-    if (al.ok() && al->phase == api::AllocationPhase::kAllocated) {
+    // Both phases list the containers allocated so far: a failed Allocate of
+    // one container leaves the others running with their devices.
+    if (al.ok()) {
       e.allocated.insert(al->containers.begin(), al->containers.end());
     }
   }
   return std::optional<PodEntry>(std::move(e));
 }
 
+// Resource name -> quantity text of one container (limits win over
+// requests, as for the scheduler). Only extended resources ("x/y").
+std::map<std::string, std::string> ExtendedResources(const json& container) {
+  std::map<std::string, std::string> out;
+  for (const char* kind : {"/resources/requests", "/resources/limits"}) {
+    const json::json_pointer ptr(kind);
+    if (!container.contains(ptr) || !container.at(ptr).is_object()) {
+      continue;
+    }
+    for (const auto& [name, value] : container.at(ptr).items()) {
+      if (name.find('/') == std::string::npos) {
+        continue;
+      }
+      out[name] = value.is_string()           ? value.get<std::string>()
+                  : value.is_number_integer() ? std::to_string(value.get<int64_t>())
+                                              : std::string();
+    }
+  }
+  return out;
+}
+
+std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
+                                                 const api::Assignment* assignment) {
+  const std::string phase = Str(pod, json::json_pointer("/status/phase"));
+  if ((!phase.empty() && phase != "Pending") ||
+      pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+    return {};
+  }
+  for (const char* statuses : {"/status/containerStatuses", "/status/initContainerStatuses"}) {
+    const json::json_pointer ptr(statuses);
+    if (pod.contains(ptr) && pod.at(ptr).is_array() && !pod.at(ptr).empty()) {
+      return {};  // admitted: kubelet has made its Allocate calls
+    }
+  }
+  std::vector<UnassignedRequest> out;
+  for (const char* list : {"/spec/initContainers", "/spec/containers"}) {
+    const json::json_pointer ptr(list);
+    if (!pod.contains(ptr) || !pod.at(ptr).is_array()) {
+      continue;
+    }
+    for (const json& c : pod.at(ptr)) {
+      if (!c.is_object() || !c.contains("name") || !c.at("name").is_string()) {
+        continue;
+      }
+      const std::string name = c.at("name").get<std::string>();
+      for (const auto& [resource, quantity] : ExtendedResources(c)) {
+        bool covered = false;
+        for (const api::AssignedContainer& a : assignment != nullptr
+                                                   ? assignment->containers
+                                                   : std::vector<api::AssignedContainer>{}) {
+          covered = covered || (a.name == name && (a.resource == resource || a.resource.empty()));
+        }
+        if (covered) {
+          continue;
+        }
+        StatusOr<int64_t> n = api::ParseWholeQuantity(quantity, false);
+        if (n.ok() && *n == 0) {
+          continue;
+        }
+        out.push_back({name, resource, n.ok() ? *n : -1});
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<UnassignedRequest> UnassignedRequestsOf(const nlohmann::json& pod,
+                                                    const api::Assignment* assignment) {
+  if (!pod.is_object()) {
+    return {};
+  }
+  try {
+    return UnassignedChecked(pod, assignment);
+  } catch (const std::exception&) {
+    return {};  // EntryFromPod reports the malformed pod
+  }
+}
 
 StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node) {
   if (!pod.is_object()) {
@@ -75,44 +192,60 @@ StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const 
 }
 
 PodSync::PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store,
-                 PodReporter* reporter, Logger log)
+                 PodReporter* reporter, Logger log, const StateDirs* dirs)
     : client_(client),
       node_(std::move(node)),
       store_(store),
       reporter_(reporter),
-      log_(std::move(log)) {}
+      log_(std::move(log)),
+      dirs_(dirs) {}
 
 PodSync::~PodSync() { Stop(); }
 
 void PodSync::Apply(const nlohmann::json& pod) {
   StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_);
   PodRef ref = RefOf(pod);
-  if (!e.ok()) {
-    store_->Remove(ref.uid);
-    const std::string key =
-        ref.uid + "@" + Str(pod, json::json_pointer("/metadata/resourceVersion"));
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      first = reported_.insert(key).second;
-    }
-    if (first) {
-      log_.Error("ignoring the pod's assignment",
-                 {{"pod", ref.Key()}, {"error", e.status().ToString()}});
-      if (reporter_ != nullptr) {
-        reporter_->Failed(ref, "", e.status().message());
-      }
-    }
+  const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
+  // One store update: a concurrent Allocate must never see the pod without
+  // its assignment and without its unassigned requests at the same time.
+  store_->Replace(entry != nullptr ? entry->pod : ref,
+                  entry != nullptr ? &entry->assignment : nullptr,
+                  entry != nullptr ? entry->allocated : std::set<std::string>(),
+                  UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr));
+  if (e.ok()) {
     return;
   }
-  if (!e->has_value()) {
-    store_->Remove(ref.uid);
-    return;
+  const std::string key = ref.uid + "@" + Str(pod, json::json_pointer("/metadata/resourceVersion"));
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = reported_.insert(key).second;
   }
-  store_->Upsert((*e)->pod, (*e)->assignment, (*e)->allocated);
+  if (first) {
+    log_.Error("ignoring the pod's assignment",
+               {{"pod", ref.Key()}, {"error", e.status().ToString()}});
+    if (reporter_ != nullptr) {
+      reporter_->Failed(ref, "", e.status().message(), {});
+    }
+  }
 }
 
-void PodSync::Forget(const nlohmann::json& pod) { store_->Remove(RefOf(pod).uid); }
+void PodSync::Forget(const nlohmann::json& pod) {
+  const PodRef ref = RefOf(pod);
+  store_->Remove(ref.uid);
+  if (dirs_ == nullptr) {
+    return;
+  }
+  size_t removed = 0;
+  Status st = dirs_->RemovePod(ref.uid, &removed);
+  if (!st.ok()) {
+    log_.Warn("removing the pod's state dirs failed; the sweep tries again",
+              {{"pod", ref.Key()}, {"error", st.ToString()}});
+  } else if (removed > 0) {
+    log_.Debug("removed the pod's state dirs",
+               {{"pod", ref.Key()}, {"dirs", static_cast<int64_t>(removed)}});
+  }
+}
 
 void PodSync::Start() {
   kube::InformerOptions o;
@@ -137,13 +270,13 @@ bool PodSync::WaitForSync(std::chrono::milliseconds timeout) const {
   return informer_ != nullptr && informer_->WaitForSync(timeout);
 }
 
-void PodSync::Refresh() {
+Status PodSync::Refresh() {
   kube::ListOptions o;
   o.field_selector = "spec.nodeName=" + node_;
   StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
   if (!pods.ok()) {
     log_.Warn("re-reading the node's pods failed", {{"error", pods.status().ToString()}});
-    return;
+    return pods.status();
   }
   std::set<std::string> live;
   for (const json& pod : pods->items) {
@@ -151,6 +284,44 @@ void PodSync::Refresh() {
     Apply(pod);
   }
   store_->RetainOnly(live);
+  return Status::Ok();
+}
+
+Status PodSync::SweepStateDirs() {
+  if (dirs_ == nullptr) {
+    return Status::Ok();
+  }
+  // Taken before the list: a dir made after it may belong to a pod the list
+  // does not show yet. The margin covers coarse filesystem timestamps.
+  constexpr auto kMargin = std::chrono::minutes(1);
+  const auto before = std::filesystem::file_time_type::clock::now() - kMargin;
+  kube::ListOptions o;
+  o.field_selector = "spec.nodeName=" + node_;
+  StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
+  if (!pods.ok()) {
+    log_.Warn("listing the node's pods for the state-dir sweep failed",
+              {{"error", pods.status().ToString()}});
+    return pods.status();
+  }
+  std::set<std::string> live;
+  for (const json& pod : pods->items) {
+    const std::string uid = RefOf(pod).uid;
+    if (uid.empty()) {
+      // A pod whose uid cannot be read would look gone: sweep nothing.
+      return InternalError("a listed pod has no metadata.uid; state dirs not swept");
+    }
+    live.insert(uid);
+  }
+  size_t removed = 0;
+  Status st = dirs_->Sweep(live, before, &removed);
+  if (!st.ok()) {
+    log_.Warn("sweeping state dirs failed", {{"error", st.ToString()}});
+  }
+  if (removed > 0) {
+    log_.Info("removed the state dirs of pods that are gone",
+              {{"dirs", static_cast<int64_t>(removed)}});
+  }
+  return st;
 }
 
 }  // namespace accelpool::plugin

@@ -4,10 +4,22 @@
 // back from the apiserver before kubelet's next Allocate, and it never touches
 // running containers.
 //
+// It also records, for each pod kubelet may still admit, the device resources
+// its containers ask for without an assignment (a pod of another scheduler, or
+// one whose assignment was refused), so that Allocate never hands such a pod
+// another pod's assignment (AssignmentStore's fallback rule).
+//
+// With StateDirs it also removes the enforcement state dirs of pods that are
+// gone: at once when the informer reports a pod deleted, and through
+// SweepStateDirs (called periodically by the owner) for pods that went while
+// the plugin was not watching. A dir of a pod that still exists is never
+// removed.
+//
 // Bad input never crashes and never books anything: a pod whose
-// accelpool.io/assignment does not parse, or that names another node, is left
-// out of the store, logged, and reported on the pod once per pod version
-// (PodReporter::Failed -> an Event).
+// accelpool.io/assignment does not parse (container names must be DNS-1123
+// labels), names another node or a container the pod does not have, or whose
+// uid is not plain, is left out of the store, logged, and reported on the pod
+// once per pod version (PodReporter::Failed -> an Event).
 //
 // Thread-safety: Start/Stop from the owner; Refresh() from any thread.
 #ifndef ACCELPOOL_PLUGIN_POD_SYNC_H_
@@ -26,6 +38,7 @@
 #include "kube/informer.h"
 #include "plugin/allocator.h"
 #include "plugin/assignment_store.h"
+#include "plugin/state_dirs.h"
 
 namespace accelpool::plugin {
 
@@ -38,13 +51,23 @@ struct PodEntry {
 
 // The entry of a pod object. nullopt when the pod carries no assignment or is
 // finished (Succeeded, Failed, being deleted). kInvalidArgument when the
-// assignment does not parse; kFailedPrecondition when it names another node.
+// assignment does not parse, names a container that is not in the pod's spec,
+// or the uid is not plain; kFailedPrecondition when it names another node.
 StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node);
+
+// What the pod's containers ask for (extended resources, from limits and
+// requests) that `assignment` (may be null) does not cover, for the store's
+// fallback rule. Empty unless kubelet may still admit the pod: phase Pending
+// (or unset), not being deleted, no container status yet (kubelet allocates
+// every container's devices at admission, before it reports any status).
+std::vector<UnassignedRequest> UnassignedRequestsOf(const nlohmann::json& pod,
+                                                    const api::Assignment* assignment);
 
 class PodSync {
  public:
+  // `dirs` may be null (no state dirs are removed); it must outlive PodSync.
   PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store, PodReporter* reporter,
-          Logger log);
+          Logger log, const StateDirs* dirs = nullptr);
   ~PodSync();
 
   void Start();
@@ -52,11 +75,19 @@ class PodSync {
   bool WaitForSync(std::chrono::milliseconds timeout) const;
 
   // Lists the node's pods now and replaces the store's content (used when a
-  // lookup misses). Errors are logged.
-  void Refresh();
+  // lookup misses or falls back). Errors are logged and returned; the store
+  // is then left as it was.
+  Status Refresh();
+
+  // Lists the node's pods and removes the state dirs of pods not among them
+  // that were last modified over a minute before the list began (a dir made
+  // since may belong to a pod bound after it). Errors are logged and
+  // returned.
+  Status SweepStateDirs();
 
   // Applies one pod object (add or update); public for tests.
   void Apply(const nlohmann::json& pod);
+  // The pod is gone: forgets it and removes its state dirs.
   void Forget(const nlohmann::json& pod);
 
  private:
@@ -65,6 +96,7 @@ class PodSync {
   AssignmentStore* const store_;
   PodReporter* const reporter_;
   const Logger log_;
+  const StateDirs* const dirs_;
   std::unique_ptr<kube::Informer> informer_;
 
   std::mutex mu_;

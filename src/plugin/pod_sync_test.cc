@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "api/inventory_codec.h"
@@ -20,27 +21,33 @@ using testing::Dev;
 
 constexpr const char* kPods = "/api/v1/namespaces/default/pods";
 
-std::string AssignmentText(const std::string& node, const std::string& slot_device = "GPU-a") {
+std::string AssignmentText(const std::string& node, const std::string& slot_device = "GPU-a",
+                           const std::string& container = "main") {
   api::Assignment a;
   a.node = node;
   a.policy = "accelpool";
-  a.containers = {Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+  a.containers = {Ctr(container, "nvidia.com/gpu", core::Vendor::kNvidia,
                       {Dev(slot_device, 0, 1, 1024, 100, false)})};
   return api::SerializeAssignment(a);
 }
 
+// A pod with one container "main" asking for one nvidia.com/gpu.
 json PodJson(const std::string& name, const std::string& node, json annotations,
              const std::string& phase = "Pending") {
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata",
-           {{"name", name},
-            {"namespace", "default"},
-            {"uid", "uid-" + name},
-            {"creationTimestamp", "2026-11-30T02:00:00Z"},
-            {"annotations", annotations}}},
-          {"spec", {{"nodeName", node}}},
-          {"status", {{"phase", phase}}}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "default"},
+        {"uid", "uid-" + name},
+        {"creationTimestamp", "2026-11-30T02:00:00Z"},
+        {"annotations", annotations}}},
+      {"spec",
+       {{"nodeName", node},
+        {"containers", json::array({{{"name", "main"},
+                                     {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}},
+      {"status", {{"phase", phase}}}};
 }
 
 TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
@@ -61,6 +68,12 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
                {{"accelpool.io/assignment", AssignmentText("node-a")},
                 {"accelpool.io/allocation", api::SerializeAllocation(done)}}),
        StatusCode::kOk, true, 1},
+      {"allocated before a failed Allocate",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a")},
+                {"accelpool.io/allocation",
+                 R"({"version":1,"phase":"Failed","containers":["main"],"message":"x"})"}}),
+       StatusCode::kOk, true, 1},
       {"no assignment", PodJson("p", "node-a", json::object()), StatusCode::kOk, false, 0},
       {"finished",
        PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Succeeded"),
@@ -71,6 +84,23 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
        PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-b")}}),
        StatusCode::kFailedPrecondition, false, 0},
       {"not an object", json::array(), StatusCode::kInvalidArgument, false, 0},
+      {"a container the pod does not have",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-a", "other")}}),
+       StatusCode::kInvalidArgument, false, 0},
+      {"a container name that is a path",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment",
+                 R"({"version":1,"node":"node-a","containers":[{"name":"../../etc",)"
+                 R"("vendor":"nvidia","resource":"nvidia.com/gpu","devices":[]}]})"}}),
+       StatusCode::kInvalidArgument, false, 0},
+      {"a uid that is a path",
+       [] {
+         json p = PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+         p["metadata"]["uid"] = "../x";
+         return p;
+       }(),
+       StatusCode::kInvalidArgument, false, 0},
       {"annotations of the wrong type", PodJson("p", "node-a", json::array({1, 2})),
        StatusCode::kOk, false, 0},
   };
@@ -86,6 +116,87 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
     } else if (c.pod.is_object()) {
       EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
     }
+  }
+}
+
+TEST(UnassignedRequestsTest, WhatAPodKubeletMayStillAdmitAsksForWithoutAnAssignment) {
+  auto assignment = api::ParseAssignment(AssignmentText("node-a"));
+  ASSERT_TRUE(assignment.ok());
+  auto with = [](json pod, const std::string& ptr, json v) {
+    pod[json::json_pointer(ptr)] = std::move(v);
+    return pod;
+  };
+  const json plain = PodJson("p", "node-a", json::object());
+  struct Case {
+    std::string name;
+    json pod;
+    const api::Assignment* assignment;
+    std::vector<UnassignedRequest> want;
+  };
+  const std::vector<Case> cases = {
+      {"no assignment", plain, nullptr, {{"main", "nvidia.com/gpu", 1}}},
+      {"covered by the assignment", plain, &*assignment, {}},
+      {"running", with(plain, "/status/phase", "Running"), nullptr, {}},
+      {"no phase yet",
+       with(plain, "/status", json::object()),
+       nullptr,
+       {{"main", "nvidia.com/gpu", 1}}},
+      {"admitted",
+       with(plain, "/status/containerStatuses", json::array({{{"name", "main"}}})),
+       nullptr,
+       {}},
+      {"being deleted",
+       with(plain, "/metadata/deletionTimestamp", "2026-11-30T03:00:00Z"),
+       nullptr,
+       {}},
+      {"an init container beside a covered one",
+       with(
+           plain, "/spec/initContainers",
+           json::array({{{"name", "warm"},
+                         {"resources", {{"requests", {{"nvidia.com/gpu", "2"}, {"cpu", "1"}}}}}}})),
+       &*assignment,
+       {{"warm", "nvidia.com/gpu", 2}}},
+      {"limits win, odd quantities count as any",
+       with(plain, "/spec/containers/0/resources",
+            {{"requests", {{"nvidia.com/gpu", 1}, {"huawei.com/Ascend910C", "0"}}},
+             {"limits", {{"nvidia.com/gpu", "1.5"}, {"memory", "1Gi"}}}}),
+       nullptr,
+       {{"main", "nvidia.com/gpu", -1}}},
+      {"malformed spec", with(plain, "/spec/containers", "nope"), nullptr, {}},
+      {"not an object", json::array(), nullptr, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(UnassignedRequestsOf(c.pod, c.assignment), c.want);
+  }
+}
+
+TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  // The victim's assignment names GPU-b::1; kubelet sends GPU-a::9.
+  sync.Apply(PodJson("victim", "node-a",
+                     {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}}));
+  const std::vector<std::string> ids = {"GPU-a::9"};
+  ASSERT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  const std::vector<json> strangers = {
+      PodJson("default-scheduler", "node-a", json::object()),
+      PodJson("malformed", "node-a", {{"accelpool.io/assignment", "{"}}),
+      PodJson("foreign", "node-a", {{"accelpool.io/assignment", AssignmentText("node-b")}}),
+  };
+  for (const json& stranger : strangers) {
+    SCOPED_TRACE(stranger["metadata"]["name"].get<std::string>());
+    sync.Apply(stranger);
+    auto m = store.Match("nvidia.com/gpu", ids);
+    EXPECT_EQ(m.status().code(), StatusCode::kAborted) << m.status().ToString();
+    // Once the stranger is admitted (or gone), the victim is the only caller again.
+    json admitted = stranger;
+    admitted["status"]["containerStatuses"] = json::array({{{"name", "main"}}});
+    sync.Apply(admitted);
+    EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+    sync.Apply(stranger);
+    sync.Forget(stranger);
+    EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
   }
 }
 
@@ -138,7 +249,7 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   // Refresh lists synchronously.
   api_.Put(kPods,
            PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
-  sync.Refresh();
+  EXPECT_TRUE(sync.Refresh().ok());
   EXPECT_EQ(store.PendingContainers(), 1u);
 }
 
@@ -156,19 +267,132 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
   EXPECT_EQ(alloc->phase, api::AllocationPhase::kAllocated);
   EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
 
-  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"");
-  reporter.Failed(std::nullopt, "nvidia.com/gpu", "nothing to attach an event to");
+  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"", {"main"});
+  reporter.Failed(std::nullopt, "nvidia.com/gpu", "nothing to attach an event to", {});
   reporter.Flush();
   pod = api_.Object(kPods, "p");
   alloc = api::ParseAllocation(
       (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
   ASSERT_TRUE(alloc.ok());
   EXPECT_EQ(alloc->phase, api::AllocationPhase::kFailed);
+  // The container allocated before keeps its place: a restarted plugin must
+  // not take it for a pending one.
+  EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
+  auto entry = EntryFromPod(*pod, "node-a");
+  ASSERT_TRUE(entry.ok() && entry->has_value());
+  EXPECT_EQ((*entry)->allocated, (std::set<std::string>{"main"}));
   int events = 0;
   for (const std::string& r : api_.Requests()) {
     events += r.rfind("POST", 0) == 0 && r.find("/events") != std::string::npos;
   }
   EXPECT_EQ(events, 1);
+}
+
+TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {
+  namespace fs = std::filesystem;
+  testing::TempDir dir;
+  const StateDirs dirs(dir.File("containers"));
+  for (const std::string name : {"deleted", "running", "finished", "gone-while-down", "new"}) {
+    ASSERT_TRUE(dirs.Create("uid-" + name, "main").ok());
+  }
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string name : {"deleted", "running", "finished", "gone-while-down"}) {
+    fs::last_write_time(dir.File("containers/uid-" + name + "_main"), old);
+  }
+  auto exists = [&](const std::string& name) {
+    return fs::exists(dir.File("containers/uid-" + name + "_main"));
+  };
+  const json assigned = {{"accelpool.io/assignment", AssignmentText("node-a")}};
+  api_.Put(kPods, PodJson("deleted", "node-a", assigned));
+  api_.Put(kPods, PodJson("running", "node-a", assigned, "Running"));
+  api_.Put(kPods, PodJson("finished", "node-a", assigned, "Succeeded"));
+  AssignmentStore store;
+  PodSync sync(client_.get(), "node-a", &store, nullptr, Logger(), &dirs);
+  sync.Start();
+  ASSERT_TRUE(sync.WaitForSync(std::chrono::seconds(5)));
+
+  // Deleted: its dirs go at once.
+  api_.Remove(kPods, "deleted");
+  for (int i = 0; i < 200 && exists("deleted"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(exists("deleted"));
+  // The sweep removes what went while nobody watched, and nothing else: pods
+  // that exist (running or finished) and a dir newer than the list (its pod
+  // may have been bound after it) stay.
+  ASSERT_TRUE(sync.SweepStateDirs().ok());
+  EXPECT_FALSE(exists("gone-while-down"));
+  EXPECT_TRUE(exists("running"));
+  EXPECT_TRUE(exists("finished"));
+  EXPECT_TRUE(exists("new"));
+  sync.Stop();
+
+  // A sweep that cannot list the pods removes nothing.
+  fs::last_write_time(dir.File("containers/uid-new_main"), old);
+  api_.FailNext(1, 503);
+  EXPECT_FALSE(sync.SweepStateDirs().ok());
+  EXPECT_TRUE(exists("new"));
+}
+
+TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {
+  api_.Put(kPods, PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  KubeReporterOptions o;
+  o.max_attempts = 3;
+  o.backoff_initial = std::chrono::milliseconds(5);
+  o.backoff_max = std::chrono::milliseconds(20);
+  KubeReporter reporter(client_.get(), Logger(), o);
+  const PodRef ref{"default", "p", "uid-p", ""};
+  auto patches = [&] {
+    int n = 0;
+    for (const std::string& r : api_.Requests()) {
+      n += r.rfind("PATCH", 0) == 0;
+    }
+    return n;
+  };
+  auto written = [&] {
+    auto pod = api_.Object(kPods, "p");
+    auto a = api::ParseAllocation(
+        (*pod)["metadata"]["annotations"].value("accelpool.io/allocation", "{}"));
+    return a.ok() ? a->containers : std::vector<std::string>{"<none>"};
+  };
+
+  // Two failures (503), then the write goes through.
+  api_.FailNext(2, 503);
+  reporter.Allocated(ref, {"main"});
+  reporter.Flush();
+  EXPECT_EQ(patches(), 3);
+  EXPECT_EQ(written(), (std::vector<std::string>{"main"}));
+
+  // Bounded: after max_attempts failures the write is given up.
+  api_.FailNext(3, 503);
+  reporter.Allocated(ref, {"main", "side"});
+  reporter.Flush();
+  EXPECT_EQ(patches(), 6);
+  EXPECT_EQ(written(), (std::vector<std::string>{"main"}));
+
+  // A pod that is gone is not retried.
+  reporter.Allocated({"default", "gone", "uid-gone", ""}, {"main"});
+  reporter.Flush();
+  EXPECT_EQ(patches(), 7);
+
+  // A newer state supersedes a retrying older one: the older never lands last.
+  api_.FailNext(1, 503);
+  reporter.Allocated(ref, {"main"});
+  reporter.Allocated(ref, {"main", "side"});
+  reporter.Flush();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  reporter.Flush();
+  EXPECT_EQ(written(), (std::vector<std::string>{"main", "side"}));
+
+  // Queuing never waits for the apiserver (kubelet's Allocate calls it).
+  api_.FailNext(1000, 503);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) {
+    reporter.Failed(ref, "nvidia.com/gpu", "boom", {"main"});
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  reporter.Flush();
+  api_.FailNext(0, 0);
 }
 
 TEST_F(KubeSideTest, PublisherWritesOnlyChangesWithLabels) {

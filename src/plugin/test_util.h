@@ -71,17 +71,17 @@ class RecordingReporter : public PodReporter {
   struct Entry {
     bool ok;
     std::string pod;
-    std::vector<std::string> containers;
+    std::vector<std::string> containers;  // allocated so far (Allocated and Failed)
     std::string message;
   };
   void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override {
     std::lock_guard<std::mutex> lock(mu_);
     entries_.push_back({true, pod.Key(), containers, ""});
   }
-  void Failed(const std::optional<PodRef>& pod, const std::string&,
-              const std::string& message) override {
+  void Failed(const std::optional<PodRef>& pod, const std::string&, const std::string& message,
+              const std::vector<std::string>& allocated) override {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_back({false, pod.has_value() ? pod->Key() : "", {}, message});
+    entries_.push_back({false, pod.has_value() ? pod->Key() : "", allocated, message});
   }
   std::vector<Entry> entries() const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -45,7 +45,7 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
   };
   const Case cases[] = {
       {"inventory", &FuzzInventory, 5, 2},
-      {"assignment", &FuzzAssignment, 4, 2},
+      {"assignment", &FuzzAssignment, 5, 2},
       {"pod_request", &FuzzPodRequest, 4, 2},
   };
   for (const Case& c : cases) {

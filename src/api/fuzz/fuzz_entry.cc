@@ -39,6 +39,10 @@ int FuzzAssignment(const uint8_t* data, size_t size) {
   if (a.ok()) {
     auto reparsed = ParseAssignment(SerializeAssignment(*a));
     Check(reparsed.ok() && *reparsed == *a);
+    // Accepted names are safe to put in a host path (the plugin's state dirs).
+    for (const AssignedContainer& c : a->containers) {
+      Check(CheckContainerName(c.name).ok() && c.name.find('/') == std::string::npos);
+    }
     accepted = 1;
   }
   auto alloc = ParseAllocation(View(data, size));

@@ -28,6 +28,7 @@
 #include "plugin/node_plugin.h"
 #include "plugin/node_publisher.h"
 #include "plugin/pod_sync.h"
+#include "plugin/state_dirs.h"
 #include "vendors/backends.h"
 #include "vendors/fake/fake_driver.h"
 
@@ -244,6 +245,9 @@ int Run(const Flags& flags) {
   }
 
   AssignmentStore store;
+  // Only a plugin that makes state dirs removes them (--no-enforcement: none).
+  const StateDirs state_dirs(flags.state_root);
+  const StateDirs* sweep_dirs = flags.no_enforcement ? nullptr : &state_dirs;
   std::unique_ptr<kube::KubeClient> client;
   std::unique_ptr<KubeReporter> reporter;
   std::unique_ptr<PodSync> pods;
@@ -260,7 +264,7 @@ int Run(const Flags& flags) {
     client = std::move(c).value();
     reporter = std::make_unique<KubeReporter>(client.get(), log.Child("reporter"));
     pods = std::make_unique<PodSync>(client.get(), flags.node, &store, reporter.get(),
-                                     log.Child("pods"));
+                                     log.Child("pods"), sweep_dirs);
     publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"));
     pods->Start();
     if (!pods->WaitForSync(std::chrono::seconds(30))) {
@@ -279,7 +283,7 @@ int Run(const Flags& flags) {
   PodSync* pod_sync = pods.get();
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
-      pod_sync == nullptr ? std::function<void()>() : [pod_sync] { pod_sync->Refresh(); });
+      pod_sync == nullptr ? std::function<Status()>() : [pod_sync] { return pod_sync->Refresh(); });
   NodePublisher* pub = publisher.get();
   if (pub != nullptr) {
     plugin.OnInventory([pub, log](const std::vector<core::NodeInventory>& invs) {
@@ -313,8 +317,15 @@ int Run(const Flags& flags) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
   // Every 30 s: usage gauges from the assignments, and the inventory again
-  // (a no-op unless an earlier write failed or something changed).
+  // (a no-op unless an earlier write failed or something changed). Every
+  // 5 min, starting now: the state dirs of pods that went while the plugin
+  // was not watching (deleted pods' dirs go at once).
+  constexpr int kSweepEvery = 10;
+  int ticks = 0;
   while (true) {
+    if (pods != nullptr && ticks++ % kSweepEvery == 0) {
+      static_cast<void>(pods->SweepStateDirs());  // logged there
+    }
     timespec tick{30, 0};
     int sig = sigtimedwait(&set, nullptr, &tick);
     if (sig < 0) {

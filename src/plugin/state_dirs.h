@@ -1,0 +1,78 @@
+// StateDirs: the per-container enforcement state directories on the host,
+// <root>/<pod-uid>_<container>. Allocate mounts one read-write into each
+// fractional NVIDIA container (libaccelpool-cuda keeps its shared state there).
+//
+// The uid and the container name come from the pod, and the container name
+// from an annotation any user can write on their own pod, so every path is
+// checked twice before anything is created: both names must be plain
+// (api::CheckPodUid, api::CheckContainerName), and the normalised path must be
+// a direct child of root. A name like "../../etc" never reaches the filesystem.
+//
+// Dirs are removed when their pod is gone (PodSync), when an Allocate that
+// made them fails, and by a periodic Sweep against the node's pods. Only dirs
+// named <plain uid>_<DNS-1123 label> are ever touched, and only when this
+// object makes dirs (create): dirs made by someone else are theirs to remove.
+//
+// The object holds nothing but its root; several instances over one root are
+// fine. Thread-safety: all methods may be called from any thread.
+#ifndef ACCELPOOL_PLUGIN_STATE_DIRS_H_
+#define ACCELPOOL_PLUGIN_STATE_DIRS_H_
+
+#include <cstddef>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace accelpool::plugin {
+
+// True when `path`, normalised lexically, is `root` (normalised) plus exactly
+// one more component that is neither "." nor "..". Symlinks are not resolved:
+// only the plugin writes directly in root.
+bool IsDirectChild(std::string_view root, std::string_view path);
+
+class StateDirs {
+ public:
+  // `create` false: paths are computed and checked but never made (the dirs
+  // are then expected to exist, e.g. made by a runtime hook).
+  explicit StateDirs(std::string root, bool create = true);
+
+  const std::string& root() const { return root_; }
+
+  // The host dir of one container. kInvalidArgument when the uid or the name
+  // is not plain or the path would not be a direct child of root.
+  StatusOr<std::string> PathFor(const std::string& uid, const std::string& container) const;
+
+  // PathFor, then makes the dir. `*created` (optional) is set true when this
+  // call made it, false when it existed already or create is off.
+  // kInvalidArgument as PathFor; kUnavailable when it cannot be made.
+  StatusOr<std::string> Create(const std::string& uid, const std::string& container,
+                               bool* created = nullptr) const;
+
+  // Removes the dir of one container (a missing dir is fine). kInvalidArgument
+  // as PathFor; kUnavailable when it cannot be removed.
+  Status Remove(const std::string& uid, const std::string& container) const;
+
+  // Removes every dir of the pod. REQUIRES: the pod is gone (a running
+  // container may still use its dir). `*removed` (optional) counts them.
+  // kUnavailable naming the first dir that could not be removed (the others
+  // are still tried; the next Sweep tries again).
+  Status RemovePod(const std::string& uid, size_t* removed = nullptr) const;
+
+  // Removes the dirs whose pod uid is not in `live` and that were last
+  // modified before `before`. `live` must come from a list of the node's pods
+  // started after `before`: a dir made later may belong to a pod that list
+  // does not show yet. A missing root is fine. Errors as RemovePod.
+  Status Sweep(const std::set<std::string>& live, std::filesystem::file_time_type before,
+               size_t* removed = nullptr) const;
+
+ private:
+  std::string root_;  // without trailing separators
+  bool create_;
+};
+
+}  // namespace accelpool::plugin
+
+#endif  // ACCELPOOL_PLUGIN_STATE_DIRS_H_
