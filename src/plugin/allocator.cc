@@ -154,18 +154,39 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
   if (!fractional) {
     return Status::Ok();
   }
+  const bool mps = options_.sharing == NvidiaSharing::kMps;
   int32_t compute = 0;
+  std::string pinned;  // MPS: "<index>=<MiB>M,..."
   for (size_t i = 0; i < grants.size(); ++i) {
     const vendors::GrantedDevice& g = grants[i];
     int64_t mib = g.memory_mib > 0 ? g.memory_mib : g.device.memory_mib;
-    spec->env["ACCELPOOL_CUDA_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib);
-    if (options_.hami_compat) {
-      spec->env["CUDA_DEVICE_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib) + "m";
+    if (mps) {
+      pinned += (i == 0 ? "" : ",") + std::to_string(i) + "=" + std::to_string(mib) + "M";
+    } else {
+      spec->env["ACCELPOOL_CUDA_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib);
+      if (options_.hami_compat) {
+        spec->env["CUDA_DEVICE_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib) + "m";
+      }
     }
     int32_t c = g.compute > 0 ? g.compute : core::kComputeWhole;
     compute = i == 0 ? c : std::min(compute, c);
   }
   const std::string percent = std::to_string(std::max(1, compute / 10));
+  if (mps) {
+    // The vendor mechanism instead of the shim: the MPS server partitions the
+    // SMs and pins the memory. Device indices are the container's visible
+    // order, as CUDA numbers them. ACCELPOOL_CUDA_DISABLE keeps a shim that
+    // the image preloads on its own from limiting twice.
+    spec->env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = percent;
+    spec->env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = pinned;
+    spec->env["CUDA_MPS_PIPE_DIRECTORY"] = options_.mps_pipe_dir;
+    spec->env["ACCELPOOL_CUDA_DISABLE"] = "1";
+    spec->mounts.push_back({options_.mps_pipe_dir, options_.mps_pipe_dir, false});
+    if (!options_.mps_shm_dir.empty()) {
+      spec->mounts.push_back({options_.mps_shm_dir, "/dev/shm", false});
+    }
+    return Status::Ok();
+  }
   spec->env["ACCELPOOL_CUDA_COMPUTE_LIMIT"] = percent;
   if (options_.hami_compat) {
     spec->env["CUDA_DEVICE_SM_LIMIT"] = percent;

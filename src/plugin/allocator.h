@@ -42,8 +42,21 @@
 
 namespace accelpool::plugin {
 
+// How a fractional NVIDIA grant is held to its share.
+enum class NvidiaSharing {
+  kShim,  // libaccelpool-cuda, preloaded (docs/enforcement.md)
+  kMps,   // NVIDIA MPS: the node's MPS control daemon enforces the limits
+};
+
 struct EnforcementOptions {
   bool enabled = true;  // add the libaccelpool-cuda contract to fractional grants
+  NvidiaSharing sharing = NvidiaSharing::kShim;
+  // MPS mode: the host directory of the node's MPS control daemon's pipes,
+  // mounted at the same path; and, when not empty, a host directory mounted
+  // at /dev/shm (a daemon that runs in its own IPC namespace shares its
+  // shared memory that way).
+  std::string mps_pipe_dir = "/tmp/nvidia-mps";
+  std::string mps_shm_dir;
   std::string state_root = "/var/lib/accelpool/containers";  // host side
   std::string state_mount = "/var/run/accelpool";            // container side
   bool create_state_dirs = true;  // mkdir the host dir (the plugin mounts state_root)

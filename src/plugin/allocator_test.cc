@@ -134,6 +134,56 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
             std::string::npos);
 }
 
+TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  e.sharing = NvidiaSharing::kMps;
+  e.mps_pipe_dir = "/run/nvidia/mps";
+  e.mps_shm_dir = "/run/nvidia/mps-shm";
+  Allocator mps("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger());
+  Assign(Pod("infer"), {Ctr("main", kGpu, core::Vendor::kNvidia,
+                            {Dev("GPU-a", 0, 1, 4096, 250, false), Dev("GPU-b", 1, 1, 2048, 500,
+                                                                       false)})});
+  Assign(Pod("train"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 0)})});
+
+  auto frac = mps.Allocate(kGpu, {{"GPU-a::1", "GPU-b::1"}});
+  ASSERT_TRUE(frac.ok()) << frac.status().ToString();
+  const vendors::ContainerSpec& spec = (*frac)[0].spec;
+  EXPECT_EQ(spec.env.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");  // the smaller share
+  EXPECT_EQ(spec.env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=4096M,1=2048M");
+  EXPECT_EQ(spec.env.at("CUDA_MPS_PIPE_DIRECTORY"), "/run/nvidia/mps");
+  EXPECT_EQ(spec.env.at("ACCELPOOL_CUDA_DISABLE"), "1");
+  for (const char* k : {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT",
+                        "ACCELPOOL_CUDA_STATE_DIR", "CUDA_DEVICE_SM_LIMIT"}) {
+    EXPECT_EQ(spec.env.count(k), 0u) << k;
+  }
+  ASSERT_EQ(spec.mounts.size(), 2u) << "the pipe dir and /dev/shm; no shim, no preload";
+  EXPECT_EQ(spec.mounts[0].host_path, "/run/nvidia/mps");
+  EXPECT_EQ(spec.mounts[0].container_path, "/run/nvidia/mps");
+  EXPECT_FALSE(spec.mounts[0].read_only) << "clients write to the daemon's pipes";
+  EXPECT_EQ(spec.mounts[1].host_path, "/run/nvidia/mps-shm");
+  EXPECT_EQ(spec.mounts[1].container_path, "/dev/shm");
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("containers/uid-infer_main")))
+      << "no shim state under MPS";
+
+  // A whole card is the container's own: no MPS limits.
+  auto whole = mps.Allocate(kGpu, {{"GPU-a::0"}});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ((*whole)[0].spec.env.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), 0u);
+  EXPECT_TRUE((*whole)[0].spec.mounts.empty());
+}
+
+TEST_F(AllocatorTest, StateDirsAreWritableByAnyUserOfTheContainer) {
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  auto answers = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+  auto perms = std::filesystem::status(dir_.File("containers/uid-infer_main")).permissions();
+  using std::filesystem::perms;
+  EXPECT_EQ(perms & perms::all, perms::all) << "a non-root process creates the region file";
+  EXPECT_NE(perms & perms::sticky_bit, perms::none);
+}
+
 TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   // init and main share one slot (kubelet reuses init devices); a sidecar has its own.
   Assign(Pod("multi"),

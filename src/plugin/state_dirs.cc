@@ -133,6 +133,18 @@ StatusOr<std::string> StateDirs::Create(const std::string& uid, const std::strin
     return UnavailableError("cannot create the container state dir " + *path + ": " + ec.message() +
                             "; check that " + root_ + " is mounted writable into the plugin");
   }
+  if (made) {
+    // The container's processes create the region file in it, and they may
+    // run as any user: a root-owned 0755 dir would make the shim fall back to
+    // per-process limits (N processes, N caps). The dir belongs to this one
+    // container, so it is world-writable, with the sticky bit.
+    fs::permissions(*path, fs::perms::all | fs::perms::sticky_bit, fs::perm_options::replace, ec);
+    if (ec) {
+      return UnavailableError("cannot open up the container state dir " + *path + ": " +
+                              ec.message() + "; check that " + root_ +
+                              " is mounted writable into the plugin");
+    }
+  }
   if (created != nullptr) {
     *created = made;
   }

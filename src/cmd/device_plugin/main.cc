@@ -53,6 +53,11 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default /usr/local/accelpool/lib/libaccelpool-cuda.so)
   --no-preload              do not mount /etc/ld.so.preload into fractional NVIDIA containers
   --no-enforcement          do not add the libaccelpool-cuda contract at all
+  --nvidia-sharing=MODE     shim|mps: how fractional NVIDIA grants are held to their share
+                            (default shim; mps needs an MPS control daemon on the node)
+  --mps-pipe-dir=DIR        host dir of the MPS daemon's pipes, mounted at the same path
+                            (default /tmp/nvidia-mps)
+  --mps-shm-dir=DIR         host dir mounted at /dev/shm in MPS clients (default: none)
   --cdi                     also answer CDI device names
 )";
 
@@ -67,6 +72,9 @@ struct Flags {
   std::string log_level = "info";
   std::string state_root = "/var/lib/accelpool/containers";
   std::string cuda_library = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
+  std::string nvidia_sharing = "shim";
+  std::string mps_pipe_dir = "/tmp/nvidia-mps";
+  std::string mps_shm_dir;
   bool no_kube = false;
   bool print_inventory = false;
   bool no_preload = false;
@@ -85,7 +93,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"max-shares", &f.max_shares},
                                                  {"log-level", &f.log_level},
                                                  {"state-root", &f.state_root},
-                                                 {"cuda-library", &f.cuda_library}};
+                                                 {"cuda-library", &f.cuda_library},
+                                                 {"nvidia-sharing", &f.nvidia_sharing},
+                                                 {"mps-pipe-dir", &f.mps_pipe_dir},
+                                                 {"mps-shm-dir", &f.mps_shm_dir}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"no-preload", &f.no_preload},
@@ -104,6 +115,18 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (f.node.empty()) {
     f.node = "local";
+  }
+  if (f.nvidia_sharing != "shim" && f.nvidia_sharing != "mps") {
+    return InvalidArgumentError("--nvidia-sharing must be shim or mps, not \"" + f.nvidia_sharing +
+                                "\"");
+  }
+  if (f.nvidia_sharing == "mps" && (f.mps_pipe_dir.empty() || f.mps_pipe_dir[0] != '/')) {
+    return InvalidArgumentError(
+        "--mps-pipe-dir must be an absolute host path (the MPS control daemon's "
+        "CUDA_MPS_PIPE_DIRECTORY)");
+  }
+  if (!f.mps_shm_dir.empty() && f.mps_shm_dir[0] != '/') {
+    return InvalidArgumentError("--mps-shm-dir must be an absolute host path");
   }
   char* end = nullptr;
   long shares = std::strtol(f.max_shares.c_str(), &end, 10);  // NOLINT(runtime/int)
@@ -280,6 +303,10 @@ int Run(const Flags& flags) {
   po.enforcement.state_root = flags.state_root;
   po.enforcement.library_host = flags.cuda_library;
   po.enforcement.cdi = flags.cdi;
+  po.enforcement.sharing =
+      flags.nvidia_sharing == "mps" ? NvidiaSharing::kMps : NvidiaSharing::kShim;
+  po.enforcement.mps_pipe_dir = flags.mps_pipe_dir;
+  po.enforcement.mps_shm_dir = flags.mps_shm_dir;
   PodSync* pod_sync = pods.get();
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
