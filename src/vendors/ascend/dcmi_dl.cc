@@ -12,59 +12,20 @@
 
 #include "vendors/ascend/dcmi_library.h"
 #include "vendors/dl_library.h"
+#include "vendors/ascend/dcmi_abi.h"
 #include "vendors/driver.h"
 #include "vendors/library_util.h"
 
 namespace accelpool::vendors::ascend {
 namespace {
 
-constexpr int kDcmiNotSupport = -8255;  // DCMI_ERR_CODE_NOT_SUPPORT
+using abi::dcmi_chip_info;
+using abi::dcmi_get_memory_info_stru;
+using abi::dcmi_hbm_info;
+using abi::dcmi_pcie_info_all;
+using abi::dcmi_spod_info;
+using abi::kDcmiNotSupport;
 
-struct dcmi_chip_info {
-  unsigned char chip_type[32];
-  unsigned char chip_name[32];
-  unsigned char chip_ver[32];
-  unsigned int aicore_cnt;
-};
-
-struct dcmi_hbm_info {
-  unsigned long long memory_size;  // NOLINT(runtime/int) MB
-  unsigned int freq;
-  unsigned long long memory_usage;  // NOLINT(runtime/int)
-  int temp;
-  unsigned int bandwith_util_rate;
-};
-
-struct dcmi_get_memory_info_stru {
-  unsigned long long memory_size;       // NOLINT(runtime/int) MB
-  unsigned long long memory_available;  // NOLINT(runtime/int) MB
-  unsigned int freq;
-  unsigned long hugepagesize;     // NOLINT(runtime/int) KB
-  unsigned long hugepages_total;  // NOLINT(runtime/int)
-  unsigned long hugepages_free;   // NOLINT(runtime/int)
-  unsigned int utiliza;
-  unsigned char reserve[60];
-};
-
-struct dcmi_pcie_info_all {
-  unsigned int venderid;
-  unsigned int subvenderid;
-  unsigned int deviceid;
-  unsigned int subdeviceid;
-  int domain;
-  unsigned int bdf_busid;
-  unsigned int bdf_deviceid;
-  unsigned int bdf_funcid;
-  unsigned char reserve[32];
-};
-
-struct dcmi_spod_info {
-  unsigned int sdid;
-  unsigned int scale_type;
-  unsigned int super_pod_id;
-  unsigned int server_id;
-  unsigned int reserve[8];
-};
 
 std::string Text(const unsigned char* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p),

@@ -1,6 +1,6 @@
-// NvmlLibrary over libnvidia-ml loaded with dlopen. The few NVML types and
-// functions used are declared here from NVML's public API reference; no NVIDIA
-// header is needed to build.
+// NvmlLibrary over libnvidia-ml loaded with dlopen. The NVML types are in
+// nvml_abi.h, the functions are declared here from NVML's public API
+// reference; no NVIDIA header is needed to build.
 #include <mutex>
 #include <string>
 #include <vector>
@@ -8,44 +8,23 @@
 #include "vendors/dl_library.h"
 #include "vendors/driver.h"
 #include "vendors/library_util.h"
+#include "vendors/nvidia/nvml_abi.h"
 #include "vendors/nvidia/nvml_library.h"
 
 namespace accelpool::vendors::nvidia {
 namespace {
 
-using nvmlReturn_t = int;
-using nvmlDevice_t = struct NvmlDeviceOpaque*;
-using nvmlEventSet_t = struct NvmlEventSetOpaque*;
-
-constexpr nvmlReturn_t kNvmlSuccess = 0;
-constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
-constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
-constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
-constexpr unsigned kMaxNvLinks = 18;
-
-struct nvmlMemory_t {
-  unsigned long long total;  // NOLINT(runtime/int)
-  unsigned long long free;   // NOLINT(runtime/int)
-  unsigned long long used;   // NOLINT(runtime/int)
-};
-
-struct nvmlPciInfo_t {
-  char busIdLegacy[16];
-  unsigned domain;
-  unsigned bus;
-  unsigned device;
-  unsigned pciDeviceId;
-  unsigned pciSubSystemId;
-  char busId[32];
-};
-
-struct nvmlEventData_t {
-  nvmlDevice_t device;
-  unsigned long long eventType;  // NOLINT(runtime/int)
-  unsigned long long eventData;  // NOLINT(runtime/int)
-  unsigned gpuInstanceId;
-  unsigned computeInstanceId;
-};
+using abi::kEventXidCritical;
+using abi::kMaxNvLinks;
+using abi::kNvmlErrorNotSupported;
+using abi::kNvmlErrorTimeout;
+using abi::kNvmlSuccess;
+using abi::nvmlDevice_t;
+using abi::nvmlEventData_t;
+using abi::nvmlEventSet_t;
+using abi::nvmlMemory_t;
+using abi::nvmlPciInfo_t;
+using abi::nvmlReturn_t;
 
 class DlNvml : public NvmlLibrary {
  public:

@@ -9,12 +9,13 @@
 //     carries the DDR; bus ids illustrative;
 //  2  the 300I Duo on a driver whose memory-info query is not supported
 //     either.
-// Logic id = physical id = chip position; no super pod. Structs are laid out
-// as in the public dcmi_interface_api.h; every call checks its card and
-// device ids the way DCMI does.
+// Logic id = physical id = chip position; no super pod. Structs come from
+// dcmi_abi.h, laid out as in the public dcmi_interface_api.h; every call
+// checks its card and device ids the way DCMI does.
 #include <cstring>
 
 #include "fake_control.h"
+#include "vendors/ascend/dcmi_abi.h"
 
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
@@ -22,49 +23,16 @@ using accelpool_fake::State;
 
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kInvalidParameter = -8001;
-constexpr int kInnerError = -8005;
-constexpr int kInvalidDeviceId = -8007;
-constexpr int kNotSupport = -8255;
-
-struct dcmi_chip_info {
-  unsigned char chip_type[32];
-  unsigned char chip_name[32];
-  unsigned char chip_ver[32];
-  unsigned int aicore_cnt;
-};
-
-struct dcmi_hbm_info {
-  unsigned long long memory_size;  // NOLINT(runtime/int) MB
-  unsigned int freq;
-  unsigned long long memory_usage;  // NOLINT(runtime/int)
-  int temp;
-  unsigned int bandwith_util_rate;
-};
-
-struct dcmi_get_memory_info_stru {
-  unsigned long long memory_size;       // NOLINT(runtime/int) MB
-  unsigned long long memory_available;  // NOLINT(runtime/int)
-  unsigned int freq;
-  unsigned long hugepagesize;     // NOLINT(runtime/int)
-  unsigned long hugepages_total;  // NOLINT(runtime/int)
-  unsigned long hugepages_free;   // NOLINT(runtime/int)
-  unsigned int utiliza;
-  unsigned char reserve[60];
-};
-
-struct dcmi_pcie_info_all {
-  unsigned int venderid;
-  unsigned int subvenderid;
-  unsigned int deviceid;
-  unsigned int subdeviceid;
-  int domain;
-  unsigned int bdf_busid;
-  unsigned int bdf_deviceid;
-  unsigned int bdf_funcid;
-  unsigned char reserve[32];
-};
+namespace abi = accelpool::vendors::ascend::abi;
+using abi::dcmi_chip_info;
+using abi::dcmi_get_memory_info_stru;
+using abi::dcmi_hbm_info;
+using abi::dcmi_pcie_info_all;
+constexpr int kOk = abi::kDcmiOk;
+constexpr int kInvalidParameter = abi::kDcmiInvalidParameter;
+constexpr int kInnerError = abi::kDcmiInnerError;
+constexpr int kInvalidDeviceId = abi::kDcmiInvalidDeviceId;
+constexpr int kNotSupport = abi::kDcmiNotSupport;
 
 // One product: its cards, chips per card and per-chip values.
 struct Product {

@@ -5,13 +5,14 @@
 // NVLinks, all ending on the four NVSwitches (5, 4, 4 and 5 links), none on
 // another GPU; the PCIe path is NODE inside a CPU socket and SYS across.
 // Device handles point into a static table; the event set is a token.
-// Structs are laid out as in the public nvml.h.
+// Structs come from nvml_abi.h, laid out as in the public nvml.h.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "fake_control.h"
+#include "vendors/nvidia/nvml_abi.h"
 
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
@@ -20,37 +21,18 @@ using accelpool_fake::Valid;
 
 namespace {
 
-constexpr int kSuccess = 0;
-constexpr int kInvalidArgument = 2;
-constexpr int kNotSupported = 3;
-constexpr int kTimeout = 10;
-constexpr int kGpuIsLost = 15;
-constexpr unsigned kMaxLinks = 18;                   // NVML_NVLINK_MAX_LINKS
-constexpr unsigned long long kXidCritical = 0x8ULL;  // NOLINT(runtime/int)
-
-struct nvmlMemory_t {
-  unsigned long long total;  // NOLINT(runtime/int)
-  unsigned long long free;   // NOLINT(runtime/int)
-  unsigned long long used;   // NOLINT(runtime/int)
-};
-
-struct nvmlPciInfo_t {
-  char busIdLegacy[16];
-  unsigned domain;
-  unsigned bus;
-  unsigned device;
-  unsigned pciDeviceId;
-  unsigned pciSubSystemId;
-  char busId[32];
-};
-
-struct nvmlEventData_t {
-  void* device;
-  unsigned long long eventType;  // NOLINT(runtime/int)
-  unsigned long long eventData;  // NOLINT(runtime/int)
-  unsigned gpuInstanceId;
-  unsigned computeInstanceId;
-};
+using accelpool::vendors::nvidia::abi::nvmlDevice_t;
+using accelpool::vendors::nvidia::abi::nvmlEventData_t;
+using accelpool::vendors::nvidia::abi::nvmlMemory_t;
+using accelpool::vendors::nvidia::abi::nvmlPciInfo_t;
+constexpr int kSuccess = accelpool::vendors::nvidia::abi::kNvmlSuccess;
+constexpr int kInvalidArgument = accelpool::vendors::nvidia::abi::kNvmlErrorInvalidArgument;
+constexpr int kNotSupported = accelpool::vendors::nvidia::abi::kNvmlErrorNotSupported;
+constexpr int kTimeout = accelpool::vendors::nvidia::abi::kNvmlErrorTimeout;
+constexpr int kGpuIsLost = accelpool::vendors::nvidia::abi::kNvmlErrorGpuIsLost;
+constexpr unsigned kMaxLinks = accelpool::vendors::nvidia::abi::kMaxNvLinks;
+constexpr unsigned long long kXidCritical =  // NOLINT(runtime/int)
+    accelpool::vendors::nvidia::abi::kEventXidCritical;
 
 const unsigned kGpuBus[8] = {0x1b, 0x43, 0x52, 0x61, 0x9d, 0xc3, 0xd1, 0xdf};
 // The four NVSwitches, and which one each of a GPU's 18 links ends on.
@@ -208,7 +190,7 @@ __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEv
   if (fault >= 0 && Valid(static_cast<unsigned>(fault))) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::memset(data, 0, sizeof(*data));
-    data->device = &gpus[fault];
+    data->device = reinterpret_cast<nvmlDevice_t>(&gpus[fault]);
     data->eventType = kXidCritical;
     data->eventData = 79;
     data->gpuInstanceId = 0xffffffffu;

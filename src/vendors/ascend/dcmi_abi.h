@@ -1,0 +1,64 @@
+// The DCMI types and codes accelpool uses, laid out as in Huawei's public
+// dcmi_interface_api.h, so that no Ascend header is needed to build. One
+// definition for the dlopen binding (dcmi_dl.cc) and the test stand-in
+// (testlibs/fake_dcmi.cc), so that both speak the same layout.
+#ifndef ACCELPOOL_VENDORS_ASCEND_DCMI_ABI_H_
+#define ACCELPOOL_VENDORS_ASCEND_DCMI_ABI_H_
+
+namespace accelpool::vendors::ascend::abi {
+
+constexpr int kDcmiOk = 0;
+constexpr int kDcmiInvalidParameter = -8001;  // DCMI_ERR_CODE_INVALID_PARAMETER
+constexpr int kDcmiInnerError = -8005;        // DCMI_ERR_CODE_INNER_ERR
+constexpr int kDcmiInvalidDeviceId = -8007;   // DCMI_ERR_CODE_INVALID_DEVICE_ID
+constexpr int kDcmiNotSupport = -8255;        // DCMI_ERR_CODE_NOT_SUPPORT
+
+struct dcmi_chip_info {
+  unsigned char chip_type[32];
+  unsigned char chip_name[32];
+  unsigned char chip_ver[32];
+  unsigned int aicore_cnt;
+};
+
+struct dcmi_hbm_info {
+  unsigned long long memory_size;  // NOLINT(runtime/int) MB
+  unsigned int freq;
+  unsigned long long memory_usage;  // NOLINT(runtime/int)
+  int temp;
+  unsigned int bandwith_util_rate;
+};
+
+struct dcmi_get_memory_info_stru {
+  unsigned long long memory_size;       // NOLINT(runtime/int) MB
+  unsigned long long memory_available;  // NOLINT(runtime/int) MB
+  unsigned int freq;
+  unsigned long hugepagesize;     // NOLINT(runtime/int) KB
+  unsigned long hugepages_total;  // NOLINT(runtime/int)
+  unsigned long hugepages_free;   // NOLINT(runtime/int)
+  unsigned int utiliza;
+  unsigned char reserve[60];
+};
+
+struct dcmi_pcie_info_all {
+  unsigned int venderid;
+  unsigned int subvenderid;
+  unsigned int deviceid;
+  unsigned int subdeviceid;
+  int domain;
+  unsigned int bdf_busid;
+  unsigned int bdf_deviceid;
+  unsigned int bdf_funcid;
+  unsigned char reserve[32];
+};
+
+struct dcmi_spod_info {
+  unsigned int sdid;
+  unsigned int scale_type;
+  unsigned int super_pod_id;
+  unsigned int server_id;
+  unsigned int reserve[8];
+};
+
+}  // namespace accelpool::vendors::ascend::abi
+
+#endif  // ACCELPOOL_VENDORS_ASCEND_DCMI_ABI_H_

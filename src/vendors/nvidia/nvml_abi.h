@@ -1,0 +1,48 @@
+// The few NVML types and codes accelpool uses, laid out as in NVML's public
+// API reference (nvml.h), so that no NVIDIA header is needed to build. One
+// definition for the dlopen binding (nvml_dl.cc) and the test stand-in
+// (testlibs/fake_nvidia_ml.cc), so that both speak the same layout.
+#ifndef ACCELPOOL_VENDORS_NVIDIA_NVML_ABI_H_
+#define ACCELPOOL_VENDORS_NVIDIA_NVML_ABI_H_
+
+namespace accelpool::vendors::nvidia::abi {
+
+using nvmlReturn_t = int;
+using nvmlDevice_t = struct NvmlDeviceOpaque*;
+using nvmlEventSet_t = struct NvmlEventSetOpaque*;
+
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
+constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
+constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
+constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
+constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
+constexpr unsigned kMaxNvLinks = 18;                       // NVML_NVLINK_MAX_LINKS
+
+struct nvmlMemory_t {
+  unsigned long long total;  // NOLINT(runtime/int)
+  unsigned long long free;   // NOLINT(runtime/int)
+  unsigned long long used;   // NOLINT(runtime/int)
+};
+
+struct nvmlPciInfo_t {
+  char busIdLegacy[16];
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pciDeviceId;
+  unsigned pciSubSystemId;
+  char busId[32];
+};
+
+struct nvmlEventData_t {
+  nvmlDevice_t device;
+  unsigned long long eventType;  // NOLINT(runtime/int)
+  unsigned long long eventData;  // NOLINT(runtime/int)
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+
+}  // namespace accelpool::vendors::nvidia::abi
+
+#endif  // ACCELPOOL_VENDORS_NVIDIA_NVML_ABI_H_
