@@ -349,6 +349,11 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
           "$P" share kernel 1000 "$T" $CAL
       done
       run "MPS memcap 4G" 30 env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4G "$P" memcap alloc 67108864
+      # What --nvidia-sharing=mps gives the four replicas (the plugin's env).
+      torch_ok && run_together "4 replicas under MPS, 25 % and $((TOTAL_MIB / 4)) MiB each" \
+        4 $((T_RESNET + 150)) env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \
+        CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=$((TOTAL_MIB / 4))M" ACCELPOOL_CUDA_DISABLE=1 \
+        $PY resnet "$T_RESNET" 1 "$(( $(date +%s) + DELAY ))"
       echo quit | timeout 10 nvidia-cuda-mps-control
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     else

@@ -26,7 +26,8 @@ check "the shim was built here" has '^shim=built$'
 check "the probe was built" has '^probe=built$'
 for s in "1. versions" "2. memory cap" "3. what the process" "5. compute share" "8. two containers" \
          "9. one container" "10. launch overhead" "4. PyTorch memory" "12. ResNet50" \
-         "four ResNet50 replicas" "6. bypass" "7. PyTorch compute" "11. allocation" "done"; do
+         "four ResNet50 replicas" "6. bypass" "7. PyTorch compute" "11. allocation" "12. MPS" \
+         "done"; do
   check "section ran: ${s}" has "^=== ${s}"
 done
 check "nothing was skipped for the budget" bash -c "! grep -q 'over the .*budget' '${log}'"
@@ -45,6 +46,8 @@ check "four limited replicas, four containers, 25 % and a quarter of the memory"
 check "the SIGKILL case shares one container across its processes" \
   test "$(sed -n '/^=== 9\./,/^=== 10\./p' "${log}" | grep -E '^cmd=.* mem=1024$' \
     | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 1
+check "the MPS replicas get the env the plugin's MPS mode sets, no shim" \
+  test "$(grep -cE '^\[[1-4]\] py=.*resnet 1 1 .* state=none .* mps=25 pinned=0=35942M ' "${log}")" -eq 4
 # A rerun of chosen sections runs only those.
 ENFORCE_SECTIONS="pair" PATH="${here}/mock:${PATH}" ENFORCE_PAIR_SECONDS=1 ENFORCE_SECONDS=1 \
   bash "${repo}/scripts/h200/run_enforcement.sh" "${out}" > /dev/null 2>&1
