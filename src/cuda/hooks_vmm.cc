@@ -74,22 +74,41 @@ CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
     return CUDA_ERROR_NOT_FOUND;
   }
   ShimState& s = State();
-  CUresult rc = real(handle);
-  if (rc != CUDA_SUCCESS || !s.mem_on) {
-    return rc;
+  if (!s.mem_on) {
+    return real(handle);
   }
+  // The record is settled before the real release, and put back if it fails:
+  // once released, the driver may hand the same handle value to another
+  // thread's cuMemCreate, whose record must not be mistaken for this one.
   AllocRecord freed;
-  bool uncharge = false;
+  bool took = false;
+  bool marked = false;
+  uint64_t old_link = 0;
   pthread_mutex_lock(&s.mem_mu);
   if (AllocRecord* r = s.vmm_handles->Find(handle)) {
     if (r->refs <= 0) {
-      uncharge = s.vmm_handles->Take(handle, &freed);
+      took = s.vmm_handles->Take(handle, &freed);
     } else {
+      old_link = r->link;
       r->link = kReleased;
+      marked = true;
     }
   }
   pthread_mutex_unlock(&s.mem_mu);
-  if (uncharge) {
+  CUresult rc = real(handle);
+  if (rc != CUDA_SUCCESS) {
+    pthread_mutex_lock(&s.mem_mu);
+    if (took) {
+      s.vmm_handles->Put(handle, freed);
+    } else if (marked) {
+      if (AllocRecord* r = s.vmm_handles->Find(handle)) {
+        r->link = old_link;
+      }
+    }
+    pthread_mutex_unlock(&s.mem_mu);
+    return rc;
+  }
+  if (took) {
     UnchargeBytes(freed.device, freed.bytes);
   }
   return rc;
@@ -135,7 +154,10 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
   }
   // One unmap may cover several mappings; handles whose last mapping goes
-  // away after release are freed by the driver now.
+  // away after release are freed by the driver now. Unlike a freed pointer or
+  // a released handle, the range cannot be reused meanwhile: the application
+  // owns its reserved addresses, and the thread that unmaps them has not
+  // returned yet, so settling after the real call is safe here.
   for (;;) {
     RangeCollector c{ptr, ptr + size, {}, 0};
     AllocRecord freed[kUnmapBatch];

@@ -387,6 +387,19 @@ TEST(ShimTest, AFailedFreeKeepsItsCharge) {
   }
 }
 
+TEST(ShimTest, AFailedReleaseKeepsTheHandleCharged) {
+  SKIP_UNDER_SANITIZER();
+  auto kv = MustRun({"direct", "relfail", std::to_string(32 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "unmapped_release_rc"), 801u) << "the driver's error passes through";
+  EXPECT_EQ(U(kv, "free_unmapped"), 32 * kMiB) << "the handle still exists, still charged";
+  EXPECT_EQ(U(kv, "mapped_release_rc"), 801u);
+  EXPECT_EQ(U(kv, "free_after_unmap"), 32 * kMiB) << "never released: unmapping frees nothing";
+  EXPECT_EQ(U(kv, "release_rc"), 0u);
+  EXPECT_EQ(U(kv, "free_after"), 64 * kMiB);
+}
+
 TEST(ShimTest, IpcImportIsChargedToTheDeviceThatHoldsIt) {
   SKIP_UNDER_SANITIZER();
   Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};

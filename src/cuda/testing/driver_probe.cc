@@ -39,6 +39,8 @@
 //                            new allocation gets the same address
 //   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
 //                            then one that succeeds
+//   relfail <bytes>          cuMemRelease failing on an unmapped and on a
+//                            mapped handle, then unmap and a real release
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
@@ -642,6 +644,33 @@ int FreeFail(const Api& a, const std::string& api, const char* entry, uint64_t b
   return 0;
 }
 
+// A cuMemRelease that fails leaves the handle allocated and charged, both
+// without a mapping and with one (then the last unmap must not uncharge it).
+int ReleaseFail(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const uint64_t size = (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = a.create(&h, size, &prop, 0);
+  fakecuda_Fail("cuMemRelease", 1);
+  CUresult unmapped_rc = a.release(h);
+  size_t free_unmapped = FreeBytes(a);
+  const uint64_t va = 1ULL << 45;
+  a.map(va, size, 0, h, 0);
+  CUresult mapped_rc = a.release(h);
+  fakecuda_Fail("cuMemRelease", 0);
+  a.unmap(va, size);
+  size_t free_after_unmap = FreeBytes(a);
+  CUresult release_rc = a.release(h);
+  std::printf("rc=%d unmapped_release_rc=%d free_unmapped=%zu mapped_release_rc=%d "
+              "free_after_unmap=%zu release_rc=%d free_after=%zu\n",
+              rc, unmapped_rc, free_unmapped, mapped_rc, free_after_unmap, release_rc,
+              FreeBytes(a));
+  return 0;
+}
+
 int Nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -755,6 +784,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freerace" && argc == 5) {
     return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "relfail" && argc == 4) {
+    return ReleaseFail(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));

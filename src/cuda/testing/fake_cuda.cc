@@ -481,6 +481,9 @@ void MaybeFreeHandle(State& s, CUmemGenericAllocationHandle h) {
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuMemRelease")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   auto it = s.handles.find(h);
   if (it == s.handles.end() || it->second.released) {
     return CUDA_ERROR_INVALID_VALUE;
