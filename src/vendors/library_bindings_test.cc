@@ -6,9 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "vendors/cambricon/cndev_library.h"
 #include "vendors/hygon/rocm_smi_library.h"
@@ -25,6 +24,7 @@ namespace {
 
 using testing::FakeHandle;
 using testing::FakeSysfs;
+using testing::HealthRecorder;
 
 using Factory =
     std::function<StatusOr<DeviceLibraryPtr>(const std::vector<std::string>&, const std::string&)>;
@@ -182,30 +182,13 @@ TEST(LibraryBindingsTest, HealthIsPolledBothWays) {
     auto invs = (*driver)->Discover();
     ASSERT_TRUE(invs.ok()) << invs.status().ToString();
     const std::string faulty = invs->front().devices[2].id;
-    std::mutex mu;
-    std::vector<HealthEvent> events;
-    auto count = [&] {
-      std::lock_guard<std::mutex> lock(mu);
-      return events.size();
-    };
-    std::jthread watcher([&](std::stop_token stop) {
-      Status st = (*driver)->WatchHealth(stop, [&](const HealthEvent& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        events.push_back(e);
-      });
-      EXPECT_TRUE(st.ok()) << st.ToString();
-    });
+    HealthRecorder health(**driver);
     // Device 2 faults (or stops answering), then recovers.
     fake.Configure(8, -1, 2, 0);
-    for (int i = 0; i < 400 && count() < 1; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    health.WaitFor(1);
     fake.Configure(8, -1, -1, 0);
-    for (int i = 0; i < 400 && count() < 2; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    watcher.request_stop();
-    watcher.join();
+    health.WaitFor(2);
+    const std::vector<HealthEvent> events = health.Stop();
     ASSERT_EQ(events.size(), 2u);
     EXPECT_EQ(events[0].device_id, faulty);
     EXPECT_FALSE(events[0].healthy);

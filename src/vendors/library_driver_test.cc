@@ -4,8 +4,7 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
-#include <thread>
+#include <chrono>
 
 #include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/library_specs.h"
@@ -245,33 +244,14 @@ TEST(LibraryDriverTest, PolledHealthIsTwoWay) {
   spec.health_poll = std::chrono::milliseconds(5);
   LibraryDriver d(std::move(owned), spec, "n");
   ASSERT_TRUE(d.Discover().ok());
-  std::mutex mu;
-  std::vector<HealthEvent> events;
-  std::jthread watcher([&](std::stop_token stop) {
-    EXPECT_TRUE(d.WatchHealth(stop, [&](const HealthEvent& e) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   events.push_back(e);
-                 }).ok());
-  });
-  auto wait = [&](size_t n) {
-    for (int i = 0; i < 400; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (events.size() >= n) {
-          return;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
+  testing::HealthRecorder health(d);
   lib->health[3] = 1;
-  wait(1);
+  health.WaitFor(1);
   lib->health[3] = 0;
-  wait(2);
+  health.WaitFor(2);
   lib->health[5] = -1;
-  wait(3);
-  watcher.request_stop();
-  watcher.join();
+  health.WaitFor(3);
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 3u);
   EXPECT_FALSE(events[0].healthy);
   EXPECT_TRUE(events[1].healthy);

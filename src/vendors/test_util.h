@@ -1,7 +1,8 @@
 // Helpers shared by the vendor tests: a stand-in for the host's device
 // nodes, so that container specs are built against a known /dev, a sysfs
-// tree with NUMA nodes, and a handle on the fake vendor libraries of
-// testlibs/ that sets what they report.
+// tree with NUMA nodes, a handle on the fake vendor libraries of
+// testlibs/ that sets what they report, and a recorder of the health events
+// a driver reports while it is watched.
 #ifndef ACCELPOOL_VENDORS_TEST_UTIL_H_
 #define ACCELPOOL_VENDORS_TEST_UTIL_H_
 
@@ -9,10 +10,17 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <stop_token>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "vendors/driver.h"
 
@@ -116,6 +124,83 @@ class FakeHandle {
 
  private:
   void* handle_;
+};
+
+// Runs driver.WatchHealth() on its own thread from construction until Stop()
+// (or destruction) and records every event it reports. Health is watched by
+// polling or by a library's event thread, so a test cannot know when an
+// event lands, only that it should within some time: it changes what the
+// device reports, then WaitFor()s the event count instead of sleeping a
+// fixed time, and checks the events Stop() returns.
+class HealthRecorder {
+ public:
+  explicit HealthRecorder(VendorDriver& driver)
+      : watcher_([this, &driver](std::stop_token stop) {
+          Status st = driver.WatchHealth(stop, [this](const HealthEvent& e) {
+            std::lock_guard<std::mutex> lock(mu_);
+            events_.push_back(e);
+          });
+          std::lock_guard<std::mutex> lock(mu_);
+          status_ = std::move(st);
+        }) {}
+  // A test that returns early (a failed ASSERT) still stops the watch before
+  // the driver it watches goes away, and still checks how it ended.
+  ~HealthRecorder() {
+    if (watcher_.joinable()) {
+      Stop();
+    }
+  }
+  HealthRecorder(const HealthRecorder&) = delete;
+  HealthRecorder& operator=(const HealthRecorder&) = delete;
+
+  // Events recorded so far; the watch may add more at any time.
+  size_t Count() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_.size();
+  }
+
+  // Polls until `n` events are recorded; false when `timeout` passes first
+  // (the caller decides whether that fails the test: some go on to check
+  // the count, which says more).
+  bool WaitFor(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(2)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (Count() < n) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+
+  // Stops the watch, waits for WatchHealth() to return and gives the events
+  // in the order reported. WatchHealth() returns early only when health
+  // cannot be watched, so by default its Status is expected OK; a test that
+  // expects otherwise passes false and reads status().
+  std::vector<HealthEvent> Stop(bool expect_ok = true) {
+    watcher_.request_stop();
+    if (watcher_.joinable()) {
+      watcher_.join();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (expect_ok) {
+      EXPECT_TRUE(status_.ok()) << status_.ToString();
+    }
+    return events_;
+  }
+
+  // What WatchHealth() returned; meaningful after Stop().
+  Status status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<HealthEvent> events_;
+  Status status_;
+  // Last, so that the state above exists before the watch starts.
+  std::jthread watcher_;
 };
 
 }  // namespace accelpool::vendors::testing

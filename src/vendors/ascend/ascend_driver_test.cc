@@ -4,8 +4,7 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
-#include <thread>
+#include <chrono>
 
 #include "vendors/test_util.h"
 
@@ -164,34 +163,15 @@ TEST(AscendDriverTest, PolledHealthIsTwoWay) {
   AscendDriver d(std::move(owned), Options("n", std::chrono::milliseconds(5)));
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok());
-  std::mutex mu;
-  std::vector<HealthEvent> events;
-  std::jthread watcher([&](std::stop_token stop) {
-    EXPECT_TRUE(d.WatchHealth(stop, [&](const HealthEvent& e) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   events.push_back(e);
-                 }).ok());
-  });
-  auto wait = [&](size_t n) {
-    for (int i = 0; i < 400; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (events.size() >= n) {
-          return;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
+  testing::HealthRecorder health(d);
   dcmi->health[4] = 1;  // minor alarm: still healthy
   dcmi->health[2] = 3;  // critical
-  wait(1);
+  health.WaitFor(1);
   dcmi->health[2] = 0;
-  wait(2);
+  health.WaitFor(2);
   dcmi->health[6] = -1;  // DCMI fails for one chip mid-call
-  wait(3);
-  watcher.request_stop();
-  watcher.join();
+  health.WaitFor(3);
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events[0].device_id, (*invs)[0].devices[2].id);
   EXPECT_FALSE(events[0].healthy);

@@ -2,8 +2,7 @@
 // through AscendDriver, the way the device plugin runs it.
 #include <gtest/gtest.h>
 
-#include <mutex>
-#include <thread>
+#include <chrono>
 
 #include "vendors/ascend/ascend_driver.h"
 #include "vendors/ascend/dcmi_library.h"
@@ -15,6 +14,7 @@ namespace {
 using vendors::testing::FakeDevRoot;
 using vendors::testing::FakeHandle;
 using vendors::testing::FakeSysfs;
+using vendors::testing::HealthRecorder;
 
 StatusOr<std::unique_ptr<AscendDriver>> Driver(
     const std::string& sysfs, const std::string& device_root = "",
@@ -149,29 +149,12 @@ TEST(DcmiBindingTest, PolledHealthIsTwoWay) {
   ASSERT_TRUE(driver.ok());
   auto invs = (*driver)->Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  std::mutex mu;
-  std::vector<HealthEvent> events;
-  auto count = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return events.size();
-  };
-  std::jthread watcher([&](std::stop_token stop) {
-    Status st = (*driver)->WatchHealth(stop, [&](const HealthEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(e);
-    });
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  });
+  HealthRecorder health(**driver);
   fake.Configure(8, -1, 2, 0);  // NPU 2 raises a major alarm
-  for (int i = 0; i < 400 && count() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  health.WaitFor(1);
   fake.Configure(8, -1, -1, 0);
-  for (int i = 0; i < 400 && count() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  watcher.request_stop();
-  watcher.join();
+  health.WaitFor(2);
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, invs->front().devices[2].id);
   EXPECT_FALSE(events[0].healthy);

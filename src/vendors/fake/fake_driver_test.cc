@@ -6,10 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <thread>
 
 #include "vendors/fake/inventory_file.h"
+#include "vendors/test_util.h"
 
 namespace accelpool::vendors::fake {
 namespace {
@@ -195,40 +195,18 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   FakeDriver d({path, "n", std::chrono::milliseconds(10)});
   ASSERT_TRUE(d.Discover().ok());
 
-  std::mutex mu;
-  std::vector<HealthEvent> events;
-  std::jthread watcher([&](std::stop_token stop) {
-    Status st = d.WatchHealth(stop, [&](const HealthEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(e);
-    });
-    EXPECT_TRUE(st.ok());
-  });
-  auto wait_for = [&](size_t n) {
-    for (int i = 0; i < 300; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (events.size() >= n) {
-          return true;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  };
+  testing::HealthRecorder health(d);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   Write(path, doc(false));
   d.Reload();
-  ASSERT_TRUE(wait_for(1));
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
   Write(path, "{ not json");  // a bad edit changes nothing
   d.Reload();
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   Write(path, doc(true));
   d.Reload();
-  ASSERT_TRUE(wait_for(2));
-  watcher.request_stop();
-  watcher.join();
-  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(3)));
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
   EXPECT_FALSE(events[0].healthy);
@@ -244,18 +222,7 @@ TEST(FakeDriverTest, AnEditThatFailsValidationKeepsTheLastGoodInventory) {
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   const core::Device gpu1 = (*good)[0].devices[1];
 
-  std::mutex mu;
-  std::vector<HealthEvent> events;
-  std::jthread watcher([&](std::stop_token stop) {
-    EXPECT_TRUE(d.WatchHealth(stop, [&](const HealthEvent& e) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   events.push_back(e);
-                 }).ok());
-  });
-  auto count = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return events.size();
-  };
+  testing::HealthRecorder health(d);
   // Marks GPU 1 unhealthy, but repeats an id and carries a NUMA node that does not fit.
   for (const std::string& bad :
        {std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
@@ -265,7 +232,7 @@ TEST(FakeDriverTest, AnEditThatFailsValidationKeepsTheLastGoodInventory) {
     Write(path, bad);
     d.Reload();
     std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    EXPECT_EQ(count(), 0u);
+    EXPECT_EQ(health.Count(), 0u);
     auto rediscovered = d.Discover();
     ASSERT_FALSE(rediscovered.ok());
     EXPECT_EQ(rediscovered.status().code(), StatusCode::kInvalidArgument);
@@ -276,11 +243,8 @@ TEST(FakeDriverTest, AnEditThatFailsValidationKeepsTheLastGoodInventory) {
   Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
       "devices":[{"index":1,"healthy":false}]}]})");
   d.Reload();
-  for (int i = 0; i < 300 && count() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  watcher.request_stop();
-  watcher.join();
+  health.WaitFor(1, std::chrono::seconds(3));
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
   EXPECT_FALSE(events[0].healthy);

@@ -175,35 +175,18 @@ TEST(NvidiaDriverTest, XidHealthIsTwoWayAndIgnoresApplicationErrors) {
   FakeNvml* lib = owned.get();
   NvidiaDriver d(std::move(owned), Options());
   ASSERT_TRUE(d.Discover().ok());
-  std::mutex mu;
-  std::vector<HealthEvent> events;
   lib->probe_ok = false;
   lib->Push(std::optional<XidEvent>(XidEvent{2, 13}));  // application error: ignored
   lib->Push(UnavailableError("nvmlEventSetWait_v2 failed: Unknown Error"));  // mid-call error
   lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
-  std::jthread watcher([&](std::stop_token stop) {
-    Status st = d.WatchHealth(stop, [&](const HealthEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(e);
-    });
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  });
-  auto count = [&]() {
-    std::lock_guard<std::mutex> lock(mu);
-    return events.size();
-  };
-  for (int i = 0; i < 200 && count() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  testing::HealthRecorder health(d);
+  health.WaitFor(1, std::chrono::seconds(1));
   // Not recovered while the device does not answer.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(count(), 1u);
+  EXPECT_EQ(health.Count(), 1u);
   lib->probe_ok = true;
-  for (int i = 0; i < 200 && count() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  watcher.request_stop();
-  watcher.join();
+  health.WaitFor(2, std::chrono::seconds(1));
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, "GPU-1002-h200");
   EXPECT_FALSE(events[0].healthy);

@@ -3,8 +3,7 @@
 // plugin runs it.
 #include <gtest/gtest.h>
 
-#include <mutex>
-#include <thread>
+#include <chrono>
 
 #include "vendors/nvidia/nvidia_driver.h"
 #include "vendors/nvidia/nvml_library.h"
@@ -16,6 +15,7 @@ namespace {
 using vendors::testing::FakeDevRoot;
 using vendors::testing::FakeHandle;
 using vendors::testing::FakeSysfs;
+using vendors::testing::HealthRecorder;
 
 NvidiaOptions Options(const std::string& device_root = "") {
   NvidiaOptions o;
@@ -106,29 +106,12 @@ TEST(NvmlBindingTest, XidHealthIsTwoWay) {
   auto invs = (*driver)->Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
   const std::string faulty = invs->front().devices[3].id;
-  std::mutex mu;
-  std::vector<HealthEvent> events;
-  auto count = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return events.size();
-  };
-  std::jthread watcher([&](std::stop_token stop) {
-    Status st = (*driver)->WatchHealth(stop, [&](const HealthEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(e);
-    });
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  });
+  HealthRecorder health(**driver);
   fake.Configure(8, -1, 3, 0);  // GPU 3 falls off the bus
-  for (int i = 0; i < 400 && count() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  health.WaitFor(1);
   fake.Configure(8, -1, -1, 0);
-  for (int i = 0; i < 400 && count() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  watcher.request_stop();
-  watcher.join();
+  health.WaitFor(2);
+  const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, faulty);
   EXPECT_FALSE(events[0].healthy);
