@@ -8,8 +8,9 @@
 //
 //   <build>/bench/plugin/plugin_bench --benchmark_filter=AllocateGrpc
 //
-// Argument: pods on the node during the call. N-1 pending pods hold an
-// accelpool assignment for one slot each; each iteration creates one more
+// Arguments: pods on the node during the call, and whether the other N-1
+// are running (allocated long ago) or pending. They hold an accelpool
+// assignment for one slot each; each iteration creates one more
 // pending pod with an assignment for the remaining slot in the apiserver only
 // (not timed), calls Allocate for that slot (timed), then deletes the pod and
 // forgets it as the informer would on its delete event (not timed), so the
@@ -83,7 +84,7 @@ constexpr const char* kPods = "/api/v1/namespaces/default/pods";
 // A pending pod bound to the node with an accelpool assignment for one
 // share of one GPU (slot `slot`), as the extender writes it.
 json PendingPod(const std::string& name, const std::string& device, int index,
-                const std::string& slot, const std::string& created) {
+                const std::string& slot, const std::string& created, bool running = false) {
   api::Assignment a;
   a.node = kNode;
   a.policy = "accelpool";
@@ -93,7 +94,7 @@ json PendingPod(const std::string& name, const std::string& device, int index,
   c.resource = "nvidia.com/gpu";
   c.devices.push_back({device, index, slot, 4096, 100, false});
   a.containers.push_back(c);
-  return {
+  json pod = {
       {"apiVersion", "v1"},
       {"kind", "Pod"},
       {"metadata",
@@ -108,6 +109,14 @@ json PendingPod(const std::string& name, const std::string& device, int index,
                                      {"image", "registry.example/train:1"},
                                      {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}},
       {"status", {{"phase", "Pending"}}}};
+  if (running) {
+    // Started long ago: kubelet allocated it and the plugin said so.
+    api::Allocation done;
+    done.containers = {"main"};
+    pod["metadata"]["annotations"]["accelpool.io/allocation"] = api::SerializeAllocation(done);
+    pod["status"]["phase"] = "Running";
+  }
+  return pod;
 }
 
 double ProcessCpuSeconds() {
@@ -159,7 +168,7 @@ double ListAnswerMicros(const std::string& url) {
 struct MissFixture {
   // 16 GPUs with 10 slots each, 100 over 160 pods: every pod has a slot of
   // its own.
-  explicit MissFixture(int pods) : shares(pods > 160 ? 100 : 10) {
+  MissFixture(int pods, bool running) : shares(pods > 160 ? 100 : 10) {
     std::signal(SIGPIPE, SIG_IGN);  // as main.cc
     char tmpl[] = "/tmp/ap-bench-miss-XXXXXX";
     dir = mkdtemp(tmpl);
@@ -172,7 +181,7 @@ struct MissFixture {
     }
     for (int i = 0; i + 1 < pods; ++i) {
       api.Put(kPods, PendingPod("pod-" + std::to_string(i), Device(i), i % 16, Slot(i),
-                                "2026-11-30T02:00:00Z"));
+                                "2026-11-30T02:00:00Z", running));
     }
     probe = pods - 1;
 
@@ -250,7 +259,7 @@ struct MissFixture {
 
 void BM_AllocateGrpcMiss(benchmark::State& state) {
   const int pods = static_cast<int>(state.range(0));
-  MissFixture f(pods);
+  MissFixture f(pods, state.range(1) != 0);
   const std::string slot = f.Slot(f.probe);
   std::vector<double> us;
   size_t requests = 0;
@@ -296,10 +305,15 @@ void BM_AllocateGrpcMiss(benchmark::State& state) {
     state.counters["list_answer_us"] = ListAnswerMicros(f.api.url());
   }
 }
+// Second argument: 0 = the other pods are all pending (every one is in the
+// refresh's list), 1 = they are running, as on a node in steady state.
 BENCHMARK(BM_AllocateGrpcMiss)
-    ->Arg(16)
-    ->Arg(160)
-    ->Arg(1600)
+    ->ArgNames({"pods", "running"})
+    ->Args({16, 0})
+    ->Args({160, 0})
+    ->Args({1600, 0})
+    ->Args({160, 1})
+    ->Args({1600, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -100,13 +100,14 @@ void AssignmentStore::Remove(const std::string& uid) {
   unassigned_.erase(uid);
 }
 
-void AssignmentStore::RetainOnly(const std::set<std::string>& live) {
+void AssignmentStore::RetainPending(const std::set<std::string>& pending) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = pods_.begin(); it != pods_.end();) {
-    it = live.count(it->first) ? std::next(it) : pods_.erase(it);
+    it = pending.count(it->first) || !it->second.allocated.empty() ? std::next(it)
+                                                                    : pods_.erase(it);
   }
   for (auto it = unassigned_.begin(); it != unassigned_.end();) {
-    it = live.count(it->first) ? std::next(it) : unassigned_.erase(it);
+    it = pending.count(it->first) ? std::next(it) : unassigned_.erase(it);
   }
 }
 

@@ -90,8 +90,12 @@ class AssignmentStore {
                const std::set<std::string>& allocated, std::vector<UnassignedRequest> unassigned);
   // Forgets the pod: its assignment and its unassigned requests.
   void Remove(const std::string& uid);
-  // Drops every pod whose uid is not in `live` (after a relist).
-  void RetainOnly(const std::set<std::string>& live);
+  // After a list of the node's Pending pods (their uids in `pending`): drops
+  // the pods not in it that have no allocated container (deleted, or done,
+  // while the watch lagged) and the unassigned requests of pods not in it
+  // (only a pod kubelet may still admit can be a caller). Pods with an
+  // allocated container stay until the watch says they are gone.
+  void RetainPending(const std::set<std::string>& pending);
 
   // The container whose `resource` slots equal `slot_ids` (order ignored); a
   // pending container wins over an allocated one. Else, by the fallback rule

@@ -271,19 +271,24 @@ bool PodSync::WaitForSync(std::chrono::milliseconds timeout) const {
 }
 
 Status PodSync::Refresh() {
+  // Only a pod that kubelet is still admitting can be the caller of an
+  // Allocate that the store missed, so the re-read lists the node's Pending
+  // pods: on a node in steady state a handful rather than all of them, which
+  // keeps this list (it runs on kubelet's path) short. The watch keeps the
+  // running pods and reports deletions.
   kube::ListOptions o;
-  o.field_selector = "spec.nodeName=" + node_;
+  o.field_selector = "spec.nodeName=" + node_ + ",status.phase=Pending";
   StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
   if (!pods.ok()) {
-    log_.Warn("re-reading the node's pods failed", {{"error", pods.status().ToString()}});
+    log_.Warn("re-reading the node's pending pods failed", {{"error", pods.status().ToString()}});
     return pods.status();
   }
-  std::set<std::string> live;
+  std::set<std::string> pending;
   for (const json& pod : pods->items) {
-    live.insert(RefOf(pod).uid);
+    pending.insert(RefOf(pod).uid);
     Apply(pod);
   }
-  store_->RetainOnly(live);
+  store_->RetainPending(pending);
   return Status::Ok();
 }
 

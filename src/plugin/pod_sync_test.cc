@@ -246,11 +246,28 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   }
   EXPECT_EQ(store.All().size(), 1u);
   sync.Stop();
-  // Refresh lists synchronously.
+  // Refresh lists the node's Pending pods synchronously: it adds a pending
+  // pod the watch has not delivered, skips a running one, and keeps the
+  // allocated pod it does not list.
   api_.Put(kPods,
            PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  api_.Put(kPods, PodJson("late-running", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-c")}},
+                          "Running"));
+  const size_t requests = api_.Requests().size();
   EXPECT_TRUE(sync.Refresh().ok());
   EXPECT_EQ(store.PendingContainers(), 1u);
+  EXPECT_EQ(store.All().size(), 2u) << "running (allocated) and late; not late-running";
+  ASSERT_GT(api_.Requests().size(), requests);
+  EXPECT_NE(api_.Requests().back().find("status.phase=Pending"), std::string::npos)
+      << api_.Requests().back();
+
+  // A pending pod that went while the watch was down is dropped by the next
+  // refresh; the allocated one stays for the watch to remove.
+  api_.Remove(kPods, "late");
+  EXPECT_TRUE(sync.Refresh().ok());
+  EXPECT_EQ(store.PendingContainers(), 0u);
+  EXPECT_EQ(store.All().size(), 1u);
 }
 
 TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
