@@ -2,7 +2,9 @@
 # Runs the whole accelpool test suite on a fresh Debian machine:
 #   1. installs dependencies (scripts/setup.sh),
 #   2. builds everything with warnings as errors and runs every unit test (ctest),
-#   3. rebuilds the core with AddressSanitizer + UBSan and runs its tests,
+#   3. rebuilds the core and libaccelpool-cuda with AddressSanitizer + UBSan
+#      and runs their tests (the shim tests that preload it into another
+#      process skip themselves there: docs/enforcement.md),
 #   4. runs each libFuzzer target briefly (scripts/fuzz.sh; FUZZ_SECONDS per
 #      target, default 15; each target is one count in the total),
 #   5. runs the end-to-end suite on a real control plane (tests/e2e/run.sh).
@@ -45,9 +47,9 @@ else
 fi
 
 if [[ ${SKIP_ASAN:-0} != 1 ]]; then
-  stage "3/5 core under AddressSanitizer + UBSan"
+  stage "3/5 core and CUDA shim under AddressSanitizer + UBSan"
   if BUILD_DIR=build-asan bash scripts/build.sh -DACCELPOOL_SANITIZE=ON -DACCELPOOL_WITH_SERVICES=OFF \
-      -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_BENCH=OFF; then
+      -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_BENCH=OFF; then
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --test-dir build-asan --output-on-failure -j"$JOBS" --timeout 900 2>&1 | tee build-asan/ctest.log
     count_ctest build-asan/ctest.log
