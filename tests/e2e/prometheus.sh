@@ -12,7 +12,7 @@
 # Usage: DEMO_ENV=tests/e2e/.work/demo/demo.env tests/e2e/prometheus.sh   (a running demo cluster)
 #        tests/e2e/prometheus.sh      (no DEMO_ENV: runs tests/e2e/demo.sh with DEMO_PROMETHEUS=1)
 # Env: PROMETHEUS_BIN (default: prometheus on PATH, from scripts/setup.sh), PROM_WAIT_S (default 100:
-#      how long the utilisation may take to converge; the plugins refresh their gauges every 30 s).
+#      how long the utilisation may take to converge; the plugins refresh their gauges every 5 s).
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "${E2E_DIR}/../.." && pwd)"
@@ -112,7 +112,7 @@ OVERALL='sum(accelpool_plugin_allocated_memory_mib) / sum(accelpool_plugin_devic
 BY_VENDOR='sum by (vendor) (accelpool_plugin_allocated_memory_mib) / sum by (vendor) (accelpool_plugin_device_memory_mib)'
 EXT_ALLOC='sum(accelpool_extender_node_memory_allocated_mib)'
 # converges KIND EXPR: polls EXPR until it equals the expected figure (the plugins
-# refresh their gauges every 30 s), then prints the answer.
+# refresh their gauges every 5 s), then prints the answer.
 converges() {
   local i
   for ((i = 0; i < ${PROM_WAIT_S:-100}; i += 2)); do
