@@ -150,6 +150,7 @@ struct Held {
   std::string api;
   CUdeviceptr ptr = 0;
   CUarray array = nullptr;
+  CUmipmappedArray mipmap = nullptr;
   CUmemGenericAllocationHandle handle = 0;
   void* host = nullptr;
   size_t size = 0;
@@ -185,6 +186,14 @@ CUresult AllocOne(const std::string& api, size_t bytes, Held* h, CUstream stream
     desc.NumChannels = 1;
     return cuArrayCreate(&h->array, &desc);
   }
+  if (api == "mipmap") {  // One level, 4096 x (bytes / 4096) bytes.
+    CUDA_ARRAY3D_DESCRIPTOR desc = {};
+    desc.Width = 4096;
+    desc.Height = bytes / 4096 ? bytes / 4096 : 1;
+    desc.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+    desc.NumChannels = 1;
+    return cuMipmappedArrayCreate(&h->mipmap, &desc, 1);
+  }
   if (api == "vmm") {
     CUmemAllocationProp prop = {};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -212,6 +221,8 @@ void FreeOne(Held& h, CUstream stream) {
     cuMemFreeHost(h.host);
   } else if (h.api == "array") {
     cuArrayDestroy(h.array);
+  } else if (h.api == "mipmap") {
+    cuMipmappedArrayDestroy(h.mipmap);
   } else if (h.api == "vmm") {
     cuMemUnmap(h.ptr, h.size);
     cuMemAddressFree(h.ptr, h.size);

@@ -26,6 +26,7 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUarray_st* CUarray;
+typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUgraphExec_st* CUgraphExec;
@@ -159,6 +160,9 @@ typedef CUresult (*cuMemFreeFn)(CUdeviceptr);
 typedef CUresult (*cuArrayCreateFn)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 typedef CUresult (*cuArray3DCreateFn)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 typedef CUresult (*cuArrayDestroyFn)(CUarray);
+typedef CUresult (*cuMipmappedArrayCreateFn)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*,
+                                             unsigned int);
+typedef CUresult (*cuMipmappedArrayDestroyFn)(CUmipmappedArray);
 typedef CUresult (*cuMemAllocAsyncFn)(CUdeviceptr*, size_t, CUstream);
 typedef CUresult (*cuMemAllocFromPoolAsyncFn)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
 typedef CUresult (*cuMemFreeAsyncFn)(CUdeviceptr, CUstream);

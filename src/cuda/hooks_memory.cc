@@ -209,6 +209,44 @@ CUresult HookArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) 
       [&] { return reinterpret_cast<uint64_t>(*array); });
 }
 
+// A mipmapped array holds every level: level l is the base extent halved l
+// times (at least 1 in each used dimension). The driver rejects more levels
+// than the extent allows, after the charge has been returned.
+uint64_t MipmappedBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
+  uint64_t total = 0;
+  for (unsigned l = 0; l < levels && l < 64; ++l) {
+    size_t w = d.Width >> l;
+    size_t h = d.Height >> l;
+    size_t z = d.Depth >> l;
+    total += static_cast<uint64_t>(w == 0 ? 1 : w) * ElementBytes(d.Format) *
+             (d.NumChannels == 0 ? 1 : d.NumChannels) * (d.Height == 0 ? 1 : (h == 0 ? 1 : h)) *
+             (d.Depth == 0 ? 1 : (z == 0 ? 1 : z));
+  }
+  return RoundToGranularity(total);
+}
+
+template <int S>
+CUresult HookMipmappedArrayCreate(CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                  unsigned int levels) {
+  ACCELPOOL_REAL_OR_FAIL(cuMipmappedArrayCreateFn, kHookMipmappedArrayCreate);
+  int dev = 0;
+  if (!s.mem_on || array == nullptr || desc == nullptr || !CurrentDevice(&dev)) {
+    return real(array, desc, levels);
+  }
+  return ChargeAndCall(
+      s.arrays, dev, MipmappedBytes(*desc, levels), [&] { return real(array, desc, levels); },
+      [&] { return reinterpret_cast<uint64_t>(*array); });
+}
+
+template <int S>
+CUresult HookMipmappedArrayDestroy(CUmipmappedArray array) {
+  ACCELPOOL_REAL_OR_FAIL(cuMipmappedArrayDestroyFn, kHookMipmappedArrayDestroy);
+  if (!s.mem_on) {
+    return real(array);
+  }
+  return ForgetAndCall(s.arrays, reinterpret_cast<uint64_t>(array), [&] { return real(array); });
+}
+
 template <int S>
 CUresult HookArrayDestroy(CUarray array) {
   ACCELPOOL_REAL_OR_FAIL(cuArrayDestroyFn, kHookArrayDestroy);
@@ -233,11 +271,13 @@ void* MemoryHook(HookId id, int slot) {
       ACCELPOOL_HOOK_SLOTS(HookArrayDestroy),      ACCELPOOL_HOOK_SLOTS(HookMemAllocAsync),
       ACCELPOOL_HOOK_SLOTS(HookMemAllocFromPoolAsync), ACCELPOOL_HOOK_SLOTS(HookMemFreeAsync),
       ACCELPOOL_HOOK_SLOTS(HookMemPoolTrimTo),     ACCELPOOL_HOOK_SLOTS(HookMemPoolDestroy),
+      ACCELPOOL_HOOK_SLOTS(HookMipmappedArrayCreate),
+      ACCELPOOL_HOOK_SLOTS(HookMipmappedArrayDestroy),
   };
   if (slot < 0 || slot >= kSlots) {
     return nullptr;
   }
-  if (id >= kHookMemAlloc && id <= kHookMemPoolDestroy) {
+  if (id >= kHookMemAlloc && id <= kHookMipmappedArrayDestroy) {
     return kTable[id - kHookMemAlloc][slot];
   }
   if (id >= kHookMemCreate && id <= kHookMemUnmap) {
@@ -269,6 +309,13 @@ ACCELPOOL_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESC
   return HookArray3DCreate<0>(a, d);
 }
 ACCELPOOL_EXPORT CUresult cuArrayDestroy(CUarray a) { return HookArrayDestroy<0>(a); }
+ACCELPOOL_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a,
+                                                 const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned n) {
+  return HookMipmappedArrayCreate<0>(a, d, n);
+}
+ACCELPOOL_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
+  return HookMipmappedArrayDestroy<0>(a);
+}
 ACCELPOOL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream st) {
   return HookMemAllocAsync<0>(p, n, st);
 }

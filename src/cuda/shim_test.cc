@@ -199,7 +199,7 @@ TEST(ShimTest, EveryAllocationApiAndSizeIsChargedAtPageGranularity) {
   const Case cases[] = {
       {"alloc", 1 * kMiB},          {"alloc", 2 * kMiB},        {"alloc", (8 * kMiB) + 1},
       {"alloc", (8 * kMiB) - 1},    {"pitch", 64 * kMiB},       {"managed", 64 * kMiB},
-      {"pool", 64 * kMiB},          {"array", 64 * kMiB},
+      {"pool", 64 * kMiB},          {"array", 64 * kMiB},       {"mipmap", 64 * kMiB},
       {"vmm", 64 * kMiB},           {"ipc", 64 * kMiB},
   };
   for (const Case& c : cases) {
@@ -384,6 +384,18 @@ TEST(ShimTest, AFailedFreeKeepsItsCharge) {
     EXPECT_EQ(U(kv, "failed_free_rc"), 801u) << "the driver's error passes through";
     EXPECT_EQ(U(kv, "free_mid"), 32 * kMiB) << "still allocated, still charged";
     EXPECT_EQ(U(kv, "free_after"), 64 * kMiB);
+  }
+}
+
+TEST(ShimTest, AMipmappedArrayIsChargedEveryLevel) {
+  SKIP_UNDER_SANITIZER();
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "mipmaplevels"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "charged"), 22 * kMiB) << "16 + 4 + 1 MiB, rounded up to the 2 MiB page";
+    EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+    EXPECT_EQ(U(kv, "returned"), 1u);
   }
 }
 

@@ -34,6 +34,8 @@ enum HookId : int {
   kHookMemFreeAsync,
   kHookMemPoolTrimTo,
   kHookMemPoolDestroy,
+  kHookMipmappedArrayCreate,
+  kHookMipmappedArrayDestroy,
   kHookMemCreate,
   kHookMemRelease,
   kHookMemMap,

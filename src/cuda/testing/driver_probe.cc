@@ -39,6 +39,7 @@
 //                            new allocation gets the same address
 //   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
 //                            then one that succeeds
+//   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
 //
@@ -93,6 +94,8 @@ struct Api {
   CtxSyncFn ctx_sync;
   cuMemPoolTrimToFn pool_trim;
   cuMemPoolDestroyFn pool_destroy;
+  cuMipmappedArrayCreateFn mipmap_create;
+  cuMipmappedArrayDestroyFn mipmap_destroy;
 };
 
 void* g_driver = nullptr;
@@ -144,7 +147,8 @@ Api Load(const std::string& mode) {
             &cuMemUnmap,     &cuIpcOpenMemHandle_v2, &cuIpcCloseMemHandle,
             &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
             &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
-            &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy};
+            &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy,
+            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy};
     return a;
   }
   const int v = 12080;
@@ -174,6 +178,8 @@ Api Load(const std::string& mode) {
   Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v);
   Get(&a.pool_trim, mode, "cuMemPoolTrimTo", "cuMemPoolTrimTo", v);
   Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v);
+  Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v);
+  Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v);
   return a;
 }
 
@@ -220,6 +226,13 @@ CUresult AllocOne(const Api& a, const std::string& api, uint64_t bytes, uint64_t
     *key = p;
     return rc;
   }
+  if (api == "mipmap") {  // One level of `bytes` (mipmaplevels checks the sum).
+    CUDA_ARRAY3D_DESCRIPTOR d{bytes, 0, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+    CUmipmappedArray arr = nullptr;
+    CUresult rc = a.mipmap_create(&arr, &d, 1);
+    *key = reinterpret_cast<uint64_t>(arr);
+    return rc;
+  }
   if (api == "array") {
     CUDA_ARRAY_DESCRIPTOR d{bytes, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
     CUarray arr = nullptr;
@@ -257,7 +270,9 @@ CUresult AllocOne(const Api& a, const std::string& api, uint64_t bytes, uint64_t
 }
 
 void ReleaseOne(const Api& a, const std::string& api, uint64_t key, uint64_t va) {
-  if (api == "array") {
+  if (api == "mipmap") {
+    a.mipmap_destroy(reinterpret_cast<CUmipmappedArray>(key));
+  } else if (api == "array") {
     a.array_destroy(reinterpret_cast<CUarray>(key));
   } else if (api == "ipc") {
     a.ipc_close(key);
@@ -644,6 +659,19 @@ int FreeFail(const Api& a, const std::string& api, const char* entry, uint64_t b
   return 0;
 }
 
+// A 4096 x 4096 8-bit mipmapped array with 3 levels holds 16 + 4 + 1 MiB.
+int MipmapLevels(const Api& a) {
+  size_t before = FreeBytes(a);
+  CUDA_ARRAY3D_DESCRIPTOR d{4096, 4096, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+  CUmipmappedArray arr = nullptr;
+  CUresult rc = a.mipmap_create(&arr, &d, 3);
+  size_t mid = FreeBytes(a);
+  CUresult destroy_rc = a.mipmap_destroy(arr);
+  std::printf("rc=%d charged=%zu destroy_rc=%d returned=%d\n", rc, before - mid, destroy_rc,
+              FreeBytes(a) == before ? 1 : 0);
+  return 0;
+}
+
 // A cuMemRelease that fails leaves the handle allocated and charged, both
 // without a mapping and with one (then the last unmap must not uncharge it).
 int ReleaseFail(const Api& a, uint64_t bytes) {
@@ -784,6 +812,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freerace" && argc == 5) {
     return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "mipmaplevels" && argc == 3) {
+    return MipmapLevels(a);
   }
   if (command == "relfail" && argc == 4) {
     return ReleaseFail(a, std::strtoull(argv[3], nullptr, 10));

@@ -449,6 +449,24 @@ FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTO
 FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
   return Free(reinterpret_cast<CUdeviceptr>(a), "cuArrayDestroy");
 }
+// Every level at once: level l is the extent halved l times (at least 1).
+FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                            unsigned levels) {
+  uint64_t elem = d->Format == CU_AD_FORMAT_UNSIGNED_INT8 ? 1 : 4;
+  uint64_t bytes = 0;
+  for (unsigned l = 0; l < levels; ++l) {
+    bytes += std::max<size_t>(d->Width >> l, 1) * elem * d->NumChannels *
+             (d->Height == 0 ? 1 : std::max<size_t>(d->Height >> l, 1)) *
+             (d->Depth == 0 ? 1 : std::max<size_t>(d->Depth >> l, 1));
+  }
+  CUdeviceptr p = 0;
+  CUresult rc = Allocate(&p, bytes, CurrentDevice(), true);
+  *a = reinterpret_cast<CUmipmappedArray>(p);
+  return rc;
+}
+FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
+  return Free(reinterpret_cast<CUdeviceptr>(a), "cuMipmappedArrayDestroy");
+}
 
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n,
                                  const CUmemAllocationProp* prop, unsigned long long) {  // NOLINT

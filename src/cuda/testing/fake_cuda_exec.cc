@@ -301,6 +301,8 @@ const ProcEntry kProcs[] = {
     E(cuArrayCreate_v2, "cuArrayCreate", 3020, false),
     E(cuArray3DCreate_v2, "cuArray3DCreate", 3020, false),
     E(cuArrayDestroy, "cuArrayDestroy", 2000, false),
+    E(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, false),
+    E(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, false),
     E(cuMemAllocAsync, "cuMemAllocAsync", 11020, false),
     E(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, true),
     E(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, false),
