@@ -27,6 +27,15 @@ bool EnsureSlotLocked(ShimState& s) {
 
 }  // namespace
 
+bool CurrentSlot(int* slot) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  bool ok = EnsureSlotLocked(s);
+  *slot = s.slot;
+  pthread_mutex_unlock(&s.mem_mu);
+  return ok;
+}
+
 Charge ChargeBytes(int device, uint64_t bytes) {
   ShimState& s = State();
   if (!s.config.MemoryLimited(device)) {

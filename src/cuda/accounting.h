@@ -22,6 +22,10 @@ enum class Charge {
   kOverLimit,   // Refuse: return CUDA_ERROR_OUT_OF_MEMORY.
 };
 
+// This process's slot in the region, claimed on first use; false when none
+// is free (logged).
+bool CurrentSlot(int* slot);
+
 // Charges `bytes` (already rounded) on `device` for this process, claiming
 // the process's slot on first use. A process that cannot get a slot (all
 // kMaxSlots held by live processes) is refused with an error log.

@@ -174,6 +174,7 @@ typedef CUresult (*cuMemMapFn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocati
 typedef CUresult (*cuMemUnmapFn)(CUdeviceptr, size_t);
 typedef CUresult (*cuIpcOpenMemHandleFn)(CUdeviceptr*, CUipcMemHandle, unsigned int);
 typedef CUresult (*cuIpcCloseMemHandleFn)(CUdeviceptr);
+typedef CUresult (*cuIpcGetMemHandleFn)(CUipcMemHandle*, CUdeviceptr);
 typedef CUresult (*cuMemGetInfoFn)(size_t*, size_t*);
 typedef CUresult (*cuDeviceTotalMemFn)(size_t*, CUdevice);
 typedef CUresult (*cuMemGetAddressRangeFn)(CUdeviceptr*, size_t*, CUdeviceptr);

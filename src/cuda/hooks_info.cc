@@ -22,11 +22,41 @@ bool OwningDevice(CUdeviceptr ptr, int* device) {
   return true;
 }
 
+// The key of an IPC handle in the region's export table: FNV-1a over its
+// bytes (0 is reserved for "free").
+uint64_t HandleKey(const CUipcMemHandle& handle) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : handle.reserved) {
+    h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  }
+  return h == 0 ? 1 : h;
+}
+
+// Records what this process exports, so that an import by another process
+// of the container is not charged a second time.
+template <int S>
+CUresult HookIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  ACCELPOOL_REAL_OR_FAIL(cuIpcGetMemHandleFn, kHookIpcGetMemHandle);
+  CUresult rc = real(handle, dptr);
+  if (rc != CUDA_SUCCESS || !s.mem_on || handle == nullptr) {
+    return rc;
+  }
+  int slot = -1;
+  if (CurrentSlot(&slot)) {
+    s.region->RecordExport(slot, HandleKey(*handle));
+  }
+  return rc;
+}
+
 template <int S>
 CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
   ACCELPOOL_REAL_OR_FAIL(cuIpcOpenMemHandleFn, kHookIpcOpenMemHandle);
   CUresult rc = real(dptr, handle, flags);
   if (rc != CUDA_SUCCESS || !s.mem_on || dptr == nullptr || s.mem_get_address_range == nullptr) {
+    return rc;
+  }
+  // Exported by a process of this container: its allocation already counts.
+  if (s.region->ExportedHere(HandleKey(handle))) {
     return rc;
   }
   // The exporter's device may differ from the importer's current one (peer
@@ -112,7 +142,8 @@ CUresult HookDeviceTotalMem(size_t* bytes, CUdevice device) {
 void* InfoHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {
       ACCELPOOL_HOOK_SLOTS(HookIpcOpenMemHandle), ACCELPOOL_HOOK_SLOTS(HookIpcCloseMemHandle),
-      ACCELPOOL_HOOK_SLOTS(HookMemGetInfo), ACCELPOOL_HOOK_SLOTS(HookDeviceTotalMem)};
+      ACCELPOOL_HOOK_SLOTS(HookIpcGetMemHandle),  ACCELPOOL_HOOK_SLOTS(HookMemGetInfo),
+      ACCELPOOL_HOOK_SLOTS(HookDeviceTotalMem)};
   if (id < kHookIpcOpenMemHandle || id > kHookDeviceTotalMem || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
@@ -127,6 +158,9 @@ ACCELPOOL_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle h
   return HookIpcOpenMemHandle<0>(p, h, f);
 }
 ACCELPOOL_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return HookIpcCloseMemHandle<0>(p); }
+ACCELPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
+  return HookIpcGetMemHandle<0>(h, p);
+}
 ACCELPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { return HookMemGetInfo<0>(f, t); }
 ACCELPOOL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, CUdevice d) {
   return HookDeviceTotalMem<0>(b, d);

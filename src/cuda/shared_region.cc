@@ -15,7 +15,7 @@ namespace accelpool::cuda {
 
 namespace {
 constexpr uint64_t kMagic = 0x4150434455415247ULL;  // "APCDUARG"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 }  // namespace
 
 struct SlotRecord {
@@ -23,6 +23,14 @@ struct SlotRecord {
   uint32_t ctx_charged_mask;
   uint64_t start_time;
   uint64_t used[kMaxDevices];
+};
+
+struct ExportRecord {
+  uint64_t key;  // 0: free
+  int32_t pid;
+  int32_t slot;
+  uint64_t start_time;
+  uint64_t seq;  // Order of recording, to replace the oldest.
 };
 
 struct DeviceBucket {
@@ -37,6 +45,8 @@ struct RegionLayout {
   pthread_mutex_t mu;
   SlotRecord slots[kMaxSlots];
   DeviceBucket buckets[kMaxDevices];
+  ExportRecord exports[kMaxExports];
+  uint64_t export_seq;
 };
 
 namespace {
@@ -340,6 +350,56 @@ void SharedRegion::Uncharge(int slot, int device, uint64_t bytes) {
   uint64_t& used = layout_->slots[slot].used[device];
   used = used > bytes ? used - bytes : 0;
   Unlock();
+}
+
+void SharedRegion::RecordExport(int slot, uint64_t key) {
+  if (slot < 0 || slot >= kMaxSlots || key == 0 || !Lock()) {
+    return;
+  }
+  const SlotRecord& mine = layout_->slots[slot];
+  ExportRecord* room = nullptr;
+  ExportRecord* oldest = nullptr;
+  for (ExportRecord& e : layout_->exports) {
+    if (e.key == key && e.pid == mine.pid && e.start_time == mine.start_time) {
+      Unlock();
+      return;  // Exported again: one record is enough.
+    }
+    const SlotRecord& owner = layout_->slots[e.slot];
+    bool dead = e.key == 0 || owner.pid != e.pid || owner.start_time != e.start_time;
+    if (dead && (room == nullptr || e.seq < room->seq)) {
+      room = &e;
+    }
+    if (oldest == nullptr || e.seq < oldest->seq) {
+      oldest = &e;
+    }
+  }
+  ExportRecord* e = room != nullptr ? room : oldest;
+  e->key = key;
+  e->pid = mine.pid;
+  e->slot = slot;
+  e->start_time = mine.start_time;
+  e->seq = ++layout_->export_seq;
+  Unlock();
+}
+
+bool SharedRegion::ExportedHere(uint64_t key) {
+  if (key == 0 || !Lock()) {
+    return false;
+  }
+  ReclaimDeadLocked();
+  bool found = false;
+  for (const ExportRecord& e : layout_->exports) {
+    if (e.key != key || e.slot < 0 || e.slot >= kMaxSlots) {
+      continue;
+    }
+    const SlotRecord& owner = layout_->slots[e.slot];
+    if (owner.pid != 0 && owner.pid == e.pid && owner.start_time == e.start_time) {
+      found = true;
+      break;
+    }
+  }
+  Unlock();
+  return found;
 }
 
 uint64_t SharedRegion::Used(int device) {

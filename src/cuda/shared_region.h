@@ -39,6 +39,7 @@
 namespace accelpool::cuda {
 
 inline constexpr int kMaxSlots = 256;
+inline constexpr int kMaxExports = 256;
 inline constexpr char kRegionFileName[] = "accelpool-cuda.region";
 
 struct RegionLayout;
@@ -83,6 +84,15 @@ class SharedRegion {
   int ReclaimDead();
   // Slots held, after reclaiming dead processes (tests, diagnostics).
   int SlotsInUse();
+
+  // IPC exports. A process that exports memory (cuIpcGetMemHandle) records
+  // the handle's key; when another process of the same container imports it,
+  // the memory is already charged to the exporter and is not charged again.
+  // A record lasts while its exporter lives; the oldest record of a dead
+  // exporter, or else the oldest record, makes room for a new one.
+  void RecordExport(int slot, uint64_t key);
+  // True when a live process of this container exported `key`.
+  bool ExportedHere(uint64_t key);
 
   // The device's token bucket under its own robust mutex. Returns nullptr if
   // the lock cannot be taken; otherwise the caller must call UnlockBucket.

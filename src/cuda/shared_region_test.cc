@@ -96,6 +96,30 @@ TEST_F(SharedRegionTest, OpenFailuresExplainTheFix) {
   EXPECT_NE(std::string(error).find("layout"), std::string::npos) << error;
 }
 
+TEST_F(SharedRegionTest, ExportsAreKnownWhileTheirExporterLives) {
+  SharedRegion exporter;
+  Open(exporter);
+  SharedRegion importer;  // Another process's mapping of the same file.
+  Open(importer);
+  int live = exporter.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  ASSERT_GE(live, 0);
+  exporter.RecordExport(live, 0x1234);
+  exporter.RecordExport(live, 0x1234);  // Exported twice: one record.
+  EXPECT_TRUE(importer.ExportedHere(0x1234));
+  EXPECT_FALSE(importer.ExportedHere(0x9999)) << "not exported in this container";
+  // A dead exporter's memory is gone: its export no longer counts.
+  int stale = exporter.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 12345);
+  ASSERT_GE(stale, 0);
+  exporter.RecordExport(stale, 0x5678);
+  EXPECT_FALSE(importer.ExportedHere(0x5678));
+  // A full table makes room: the oldest records give way, never a crash.
+  for (uint64_t k = 1; k <= 2 * kMaxExports; ++k) {
+    exporter.RecordExport(live, 0x10000 + k);
+  }
+  EXPECT_TRUE(importer.ExportedHere(0x10000 + 2 * kMaxExports));
+  EXPECT_FALSE(importer.ExportedHere(0x10001));
+}
+
 TEST_F(SharedRegionTest, ReusedPidWithAnotherStartTimeIsDead) {
   SharedRegion r;
   Open(r);

@@ -387,6 +387,22 @@ TEST(ShimTest, AFailedFreeKeepsItsCharge) {
   }
 }
 
+TEST(ShimTest, AnImportOfMemoryExportedInTheSameContainerIsNotChargedTwice) {
+  SKIP_UNDER_SANITIZER();
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "ipcself", std::to_string(256 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "get_rc"), 0u);
+    EXPECT_EQ(U(kv, "open_rc"), 0u);
+    EXPECT_EQ(U(kv, "charged_alloc"), 256 * kMiB);
+    EXPECT_EQ(U(kv, "charged_import"), 0u) << "the exporter's allocation already counts";
+    EXPECT_EQ(U(kv, "close_rc"), 0u);
+    EXPECT_EQ(U(kv, "returned"), 1u);
+  }
+}
+
 TEST(ShimTest, AMipmappedArrayIsChargedEveryLevel) {
   SKIP_UNDER_SANITIZER();
   for (const char* path : {"direct", "dlsym", "procaddr"}) {

@@ -38,6 +38,7 @@ constexpr SymbolInfo kSymbols[] = {
      kCu},
     {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, kNoMax, kHookIpcCloseMemHandle, false,
      kCu},
+    {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, kNoMax, kHookIpcGetMemHandle, false, kCu},
     {"cuMemGetInfo_v2", "cuMemGetInfo", 3020, kNoMax, kHookMemGetInfo, false, kCu},
     {"cuDeviceTotalMem_v2", "cuDeviceTotalMem", 3020, kNoMax, kHookDeviceTotalMem, false, kCu},
     {"cuLaunchKernel", "cuLaunchKernel", 4000, kNoMax, kHookLaunchKernel, false, kCu},

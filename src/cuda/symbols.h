@@ -42,6 +42,7 @@ enum HookId : int {
   kHookMemUnmap,
   kHookIpcOpenMemHandle,
   kHookIpcCloseMemHandle,
+  kHookIpcGetMemHandle,
   kHookMemGetInfo,
   kHookDeviceTotalMem,
   kHookLaunchKernel,

@@ -46,6 +46,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 CUresult cuArrayDestroy(CUarray);
+CUresult cuIpcGetMemHandle(CUipcMemHandle*, CUdeviceptr);
 CUresult cuMipmappedArrayCreate(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned);
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
 CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,

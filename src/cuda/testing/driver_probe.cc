@@ -39,6 +39,7 @@
 //                            new allocation gets the same address
 //   freefail <api> <entry> <bytes>  a free that fails (entry told to fail),
 //                            then one that succeeds
+//   ipcself <bytes>          allocate, export, import the handle again
 //   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
@@ -96,6 +97,7 @@ struct Api {
   cuMemPoolDestroyFn pool_destroy;
   cuMipmappedArrayCreateFn mipmap_create;
   cuMipmappedArrayDestroyFn mipmap_destroy;
+  cuIpcGetMemHandleFn ipc_get;
 };
 
 void* g_driver = nullptr;
@@ -148,7 +150,7 @@ Api Load(const std::string& mode) {
             &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
             &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
             &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy,
-            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy};
+            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy, &cuIpcGetMemHandle};
     return a;
   }
   const int v = 12080;
@@ -180,6 +182,7 @@ Api Load(const std::string& mode) {
   Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v);
   Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v);
   Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v);
+  Get(&a.ipc_get, mode, "cuIpcGetMemHandle", "cuIpcGetMemHandle", v);
   return a;
 }
 
@@ -659,6 +662,36 @@ int FreeFail(const Api& a, const std::string& api, const char* entry, uint64_t b
   return 0;
 }
 
+// Exports `bytes` and imports the handle again, as another process of the
+// same container would: the import must not be charged a second time.
+// With "print", prints the handle's bytes in hex and imports nothing.
+int IpcSelf(const Api& a, uint64_t bytes, bool print) {
+  size_t before = FreeBytes(a);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc(&p, bytes);
+  CUipcMemHandle h{};
+  CUresult get_rc = a.ipc_get(&h, p);
+  size_t after_alloc = FreeBytes(a);
+  if (print) {
+    std::printf("rc=%d get_rc=%d handle=", rc, get_rc);
+    for (unsigned char c : h.reserved) {
+      std::printf("%02x", c);
+    }
+    std::printf("\n");
+    return 0;
+  }
+  CUdeviceptr q = 0;
+  CUresult open_rc = a.ipc_open(&q, h, 1);
+  size_t after_import = FreeBytes(a);
+  CUresult close_rc = a.ipc_close(q);
+  a.free(p);
+  std::printf("rc=%d get_rc=%d open_rc=%d close_rc=%d charged_alloc=%zu charged_import=%zu "
+              "returned=%d\n",
+              rc, get_rc, open_rc, close_rc, before - after_alloc, after_alloc - after_import,
+              FreeBytes(a) == before ? 1 : 0);
+  return 0;
+}
+
 // A 4096 x 4096 8-bit mipmapped array with 3 levels holds 16 + 4 + 1 MiB.
 int MipmapLevels(const Api& a) {
   size_t before = FreeBytes(a);
@@ -812,6 +845,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freerace" && argc == 5) {
     return FreeRace(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "ipcself" && argc == 4) {
+    return IpcSelf(a, std::strtoull(argv[3], nullptr, 10), false);
   }
   if (command == "mipmaplevels" && argc == 3) {
     return MipmapLevels(a);

@@ -551,6 +551,22 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handle
   return Allocate(p, bytes, device_plus_one == 0 ? CurrentDevice() : device_plus_one - 1, false);
 }
 FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p, "cuIpcCloseMemHandle"); }
+// Exports an allocation in the layout cuIpcOpenMemHandle_v2 reads, plus its
+// address in bytes 16-23, so that two exports have different handles.
+FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr p) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.allocations.find(p);
+  if (handle == nullptr || it == s.allocations.end()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memset(handle->reserved, 0, sizeof(handle->reserved));
+  int32_t device_plus_one = it->second.device + 1;
+  std::memcpy(handle->reserved, &it->second.bytes, sizeof(uint64_t));
+  std::memcpy(handle->reserved + sizeof(uint64_t), &device_plus_one, sizeof(device_plus_one));
+  std::memcpy(handle->reserved + 16, &p, sizeof(p));
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr p) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

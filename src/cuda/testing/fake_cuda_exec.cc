@@ -315,6 +315,7 @@ const ProcEntry kProcs[] = {
     E(cuMemUnmap, "cuMemUnmap", 10020, false),
     E(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, false),
     E(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, false),
+    E(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, false),
     E(cuMemGetInfo_v2, "cuMemGetInfo", 3020, false),
     E(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, false),
     E(cuLaunchKernel, "cuLaunchKernel", 4000, false),
