@@ -83,6 +83,23 @@ TEST_F(NodePluginTest, RegistersEachResourceWithABareEndpoint) {
   EXPECT_TRUE(opts.get_preferred_allocation_available());
 }
 
+// The stand-in dials every registering plugin back, as kubelet does, so the
+// registrations above prove that each socket was served before Register. A
+// registration naming a socket nobody serves is refused.
+TEST_F(NodePluginTest, KubeletStandInRefusesAPluginThatDoesNotServeYet) {
+  auto ch = grpc::CreateChannel("unix:" + kubelet_.Socket(), grpc::InsecureChannelCredentials());
+  auto registration = v1beta1::Registration::NewStub(ch);
+  v1beta1::RegisterRequest req;
+  req.set_version("v1beta1");
+  req.set_endpoint("nobody-serves-this.sock");
+  req.set_resource_name("example.com/gpu");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1beta1::Empty resp;
+  grpc::Status st = registration->Register(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+}
+
 TEST_F(NodePluginTest, ReRegistersWhenKubeletSockIsRecreated) {
   ASSERT_EQ(kubelet_.WaitRegistrations(2, kWait).size(), 2u);
   kubelet_.Stop();

@@ -1,6 +1,8 @@
 // A kubelet stand-in for tests: kubelet's Registration service on
 // <dir>/kubelet.sock, recording every RegisterRequest, plus helpers to dial a
-// registered plugin's DevicePlugin service over its unix socket.
+// registered plugin's DevicePlugin service over its unix socket. Like kubelet,
+// it dials the plugin back (GetDevicePluginOptions) inside Register and
+// refuses the registration if the plugin does not answer.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_TEST_KUBELET_H_
@@ -52,6 +54,19 @@ class TestKubelet final : public v1beta1::Registration::Service {
     }
     if (req->endpoint().find('/') != std::string::npos) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpoint must be a bare name");
+    }
+    // As kubelet does, dial the plugin back before accepting: a plugin that
+    // registers before it serves its socket fails registration here.
+    auto stub = Dial(req->endpoint());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1beta1::Empty empty;
+    v1beta1::DevicePluginOptions options;
+    grpc::Status dialed = stub->GetDevicePluginOptions(&ctx, empty, &options);
+    if (!dialed.ok()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "cannot dial the plugin back at " + req->endpoint() + ": " +
+                              dialed.error_message());
     }
     std::lock_guard<std::mutex> lock(mu_);
     requests_.push_back(*req);
