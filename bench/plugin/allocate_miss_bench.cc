@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "api/assignment_codec.h"
+#include "bench_pods.h"
 #include "common/metrics.h"
 #include "deviceplugin/api.grpc.pb.h"
 #include "http/http.h"
@@ -81,42 +82,10 @@ constexpr const char* kPods = "/api/v1/namespaces/default/pods";
   std::abort();
 }
 
-// A pending pod bound to the node with an accelpool assignment for one
-// share of one GPU (slot `slot`), as the extender writes it.
+// A pod of this benchmark's node (bench_pods.h).
 json PendingPod(const std::string& name, const std::string& device, int index,
                 const std::string& slot, const std::string& created, bool running = false) {
-  api::Assignment a;
-  a.node = kNode;
-  a.policy = "accelpool";
-  api::AssignedContainer c;
-  c.name = "main";
-  c.vendor = core::Vendor::kNvidia;
-  c.resource = "nvidia.com/gpu";
-  c.devices.push_back({device, index, slot, 4096, 100, false});
-  a.containers.push_back(c);
-  json pod = {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata",
-       {{"name", name},
-        {"namespace", "default"},
-        {"uid", "uid-" + name},
-        {"creationTimestamp", created},
-        {"annotations", {{"accelpool.io/assignment", api::SerializeAssignment(a)}}}}},
-      {"spec",
-       {{"nodeName", kNode},
-        {"containers", json::array({{{"name", "main"},
-                                     {"image", "registry.example/train:1"},
-                                     {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}},
-      {"status", {{"phase", "Pending"}}}};
-  if (running) {
-    // Started long ago: kubelet allocated it and the plugin said so.
-    api::Allocation done;
-    done.containers = {"main"};
-    pod["metadata"]["annotations"]["accelpool.io/allocation"] = api::SerializeAllocation(done);
-    pod["status"]["phase"] = "Running";
-  }
-  return pod;
+  return bench::SharePod(name, kNode, device, index, slot, created, running);
 }
 
 double ProcessCpuSeconds() {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "api/assignment_codec.h"
+#include "bench_pods.h"
 #include "kube/fake_apiserver.h"
 
 namespace {
@@ -36,33 +37,10 @@ std::string Flag(int argc, char** argv, const std::string& name, const std::stri
 }
 
 json Pod(const std::string& node, int i) {
-  accelpool::api::Assignment a;
-  a.node = node;
-  a.policy = "accelpool";
-  accelpool::api::AssignedContainer c;
-  c.name = "main";
-  c.vendor = accelpool::core::Vendor::kNvidia;
-  c.resource = "nvidia.com/gpu";
   const std::string device = "NVIDIA-" + node + "-" + std::to_string(i % 16);
-  c.devices.push_back(
-      {device, i % 16, accelpool::api::SlotId(device, (i / 16) % 10), 4096, 100, false});
-  a.containers.push_back(c);
-  const std::string name = "pod-" + std::to_string(i);
-  return {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata",
-       {{"name", name},
-        {"namespace", "default"},
-        {"uid", "uid-" + name},
-        {"creationTimestamp", "2026-11-30T02:00:00Z"},
-        {"annotations", {{"accelpool.io/assignment", accelpool::api::SerializeAssignment(a)}}}}},
-      {"spec",
-       {{"nodeName", node},
-        {"containers", json::array({{{"name", "main"},
-                                     {"image", "registry.example/train:1"},
-                                     {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}},
-      {"status", {{"phase", "Pending"}}}};
+  return accelpool::bench::SharePod("pod-" + std::to_string(i), node, device, i % 16,
+                                    accelpool::api::SlotId(device, (i / 16) % 10),
+                                    "2026-11-30T02:00:00Z");
 }
 
 }  // namespace
