@@ -10,6 +10,7 @@
 #include "extender/leader.h"
 #include "extender/test_util.h"
 #include "kube/fake_apiserver.h"
+#include "kube/fake_api_test.h"
 
 namespace accelpool::extender {
 namespace {
@@ -25,16 +26,8 @@ bool Eventually(F f) {
   return false;
 }
 
-class KubeAdaptersTest : public ::testing::Test {
+class KubeAdaptersTest : public kube::testing::FakeApiTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(api_.Start().ok());
-    kube::KubeConfig kc;
-    kc.server = api_.url();
-    auto c = kube::NewKubeClient(kc);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(c).value();
-  }
   nlohmann::json Node(const std::string& name) {
     api::InventoryDocument doc;
     doc.generation = 3;
@@ -54,9 +47,6 @@ class KubeAdaptersTest : public ::testing::Test {
               {"containers",
                {{{"name", "main"}, {"resources", {{"limits", {{"nvidia.com/gpu", "2"}}}}}}}}}}};
   }
-
-  kube::FakeApiServer api_;
-  std::unique_ptr<kube::KubeClient> client_;
 };
 
 TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {

@@ -4,6 +4,7 @@
 
 #include "core/profiles.h"
 #include "kube/fake_apiserver.h"
+#include "kube/fake_api_test.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -12,15 +13,10 @@ using nlohmann::json;
 
 constexpr const char* kNodes = "/api/v1/nodes";
 
-class NodePublisherTest : public ::testing::Test {
+class NodePublisherTest : public kube::testing::FakeApiTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(api_.Start().ok());
-    kube::KubeConfig kc;
-    kc.server = api_.url();
-    auto c = kube::NewKubeClient(kc);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(c).value();
+    ASSERT_NO_FATAL_FAILURE(FakeApiTest::SetUp());
     // Labels accelpool did not derive: the vendor's own, and a hand-set
     // accelpool.io/vendor.<v> that selects another vendor's DaemonSet.
     api_.Put(kNodes,
@@ -31,7 +27,6 @@ class NodePublisherTest : public ::testing::Test {
                 {"labels",
                  {{"nvidia.com/gpu.present", "true"}, {"accelpool.io/vendor.metax", "true"}}}}}});
   }
-  void TearDown() override { api_.Stop(); }
 
   json Labels() {
     auto node = api_.Object(kNodes, "node-a");
@@ -45,9 +40,6 @@ class NodePublisherTest : public ::testing::Test {
     inv->topology.super_node = super_node;
     return *inv;
   }
-
-  kube::FakeApiServer api_;
-  std::unique_ptr<kube::KubeClient> client_;
 };
 
 TEST_F(NodePublisherTest, RemovesLabelsOfWhatDisappeared) {

@@ -7,6 +7,7 @@
 
 #include "api/inventory_codec.h"
 #include "core/profiles.h"
+#include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/node_publisher.h"
@@ -200,21 +201,7 @@ TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
   }
 }
 
-class KubeSideTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(api_.Start().ok());
-    kube::KubeConfig kc;
-    kc.server = api_.url();
-    auto c = kube::NewKubeClient(kc);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(c).value();
-  }
-  void TearDown() override { api_.Stop(); }
-
-  kube::FakeApiServer api_;
-  std::unique_ptr<kube::KubeClient> client_;
-};
+using KubeSideTest = kube::testing::FakeApiTest;
 
 TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   api::Allocation done;
