@@ -100,6 +100,19 @@ class FakeSysfs {
   std::string root_;
 };
 
+// Discovery through a binding whose fake library was told to fail must be a
+// kUnavailable error whose message names every part of `want` (the call,
+// the device, the vendor's code, the tool to check with).
+inline void ExpectDiscoveryFails(VendorDriver& driver, const std::vector<std::string>& want) {
+  auto invs = driver.Discover();
+  ASSERT_FALSE(invs.ok());
+  EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
+  for (const std::string& w : want) {
+    EXPECT_NE(invs.status().message().find(w), std::string::npos)
+        << w << " not in: " << invs.status().message();
+  }
+}
+
 // Holds a fake vendor library open (the binding's dlopen of the same path
 // shares it) and sets what it reports (testlibs/fake_control.h).
 class FakeHandle {
