@@ -152,6 +152,7 @@ struct Held {
   CUarray array = nullptr;
   CUmipmappedArray mipmap = nullptr;
   CUmemGenericAllocationHandle handle = 0;
+  CUgraphExec exec = nullptr;
   void* host = nullptr;
   size_t size = 0;
 };
@@ -194,6 +195,30 @@ CUresult AllocOne(const std::string& api, size_t bytes, Held* h, CUstream stream
     desc.NumChannels = 1;
     return cuMipmappedArrayCreate(&h->mipmap, &desc, 1);
   }
+  if (api == "graph") {
+    // A stream-ordered allocation captured into a graph becomes a memory
+    // node: the graph pool maps it at launch and, not freed inside the
+    // graph, it stays until cuMemFreeAsync. The shim refuses the launch.
+    CUresult rc = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (rc != CUDA_SUCCESS) return rc;
+    CUresult alloc_rc = cuMemAllocAsync(&h->ptr, bytes, stream);
+    CUgraph graph = nullptr;
+    rc = cuStreamEndCapture(stream, &graph);
+    if (alloc_rc != CUDA_SUCCESS || rc != CUDA_SUCCESS) {
+      if (graph != nullptr) cuGraphDestroy(graph);
+      return alloc_rc != CUDA_SUCCESS ? alloc_rc : rc;
+    }
+    rc = cuGraphInstantiate(&h->exec, graph, 0);
+    cuGraphDestroy(graph);
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = cuGraphLaunch(h->exec, stream);
+    cuStreamSynchronize(stream);
+    if (rc != CUDA_SUCCESS) {
+      cuGraphExecDestroy(h->exec);
+      h->exec = nullptr;
+    }
+    return rc;
+  }
   if (api == "vmm") {
     CUmemAllocationProp prop = {};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -229,6 +254,10 @@ void FreeOne(Held& h, CUstream stream) {
   } else if (h.api == "async" || h.api == "pool") {
     cuMemFreeAsync(h.ptr, stream);
     cuStreamSynchronize(stream);
+  } else if (h.api == "graph") {
+    cuMemFreeAsync(h.ptr, stream);
+    cuStreamSynchronize(stream);
+    cuGraphExecDestroy(h.exec);
   } else {
     cuMemFree(h.ptr);
   }
@@ -274,6 +303,8 @@ int MemCap(const std::string& api, size_t chunk) {
                 round, api.c_str(), chunk, held.size(), total, name ? name : "?", smi_base,
                 smi_peak, shim_free, shim_total);
     for (Held& h : held) FreeOne(h, stream);
+    // Freed graph allocations stay reserved by the graph pool until trimmed.
+    if (api == "graph") cuDeviceGraphMemTrim(0);
   }
   return 0;
 }

@@ -183,7 +183,7 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     for size in 1048576 2097152 67108864 33554433 33554431; do
       run "memcap alloc $size" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap alloc "$size"
     done
-    for api in pitch managed async pool vmm array mipmap host; do
+    for api in pitch managed async pool vmm array mipmap graph host; do
       run "memcap $api 64MiB" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap "$api" 67108864
     done
   fi

@@ -66,6 +66,28 @@ Charge ChargeBytes(int device, uint64_t bytes) {
   return Charge::kNotLimited;
 }
 
+void ForceChargeBytes(int device, uint64_t bytes) {
+  ShimState& s = State();
+  if (bytes == 0 || !s.config.MemoryLimited(device)) {
+    return;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  bool have_slot = EnsureSlotLocked(s);
+  int slot = s.slot;
+  pthread_mutex_unlock(&s.mem_mu);
+  if (!have_slot ||
+      s.region->TryCharge(slot, device, bytes, UINT64_MAX, s.config.context_reserve_bytes) !=
+          ChargeResult::kOk) {
+    return;
+  }
+  if (s.region->Used(device) > s.config.memory_limit_bytes[device]) {
+    Logf(LogLevel::kWarn,
+         "device %d: the driver mapped %llu bytes of graph memory past the container's cap; "
+         "further allocations fail until graphs are destroyed and cuDeviceGraphMemTrim runs",
+         device, static_cast<unsigned long long>(bytes));
+  }
+}
+
 void UnchargeBytes(int device, uint64_t bytes) {
   ShimState& s = State();
   pthread_mutex_lock(&s.mem_mu);

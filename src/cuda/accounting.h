@@ -84,6 +84,34 @@ void RestorePool(const PoolAccount& account);
 // Records a pointer of a pool charged by reserve, so its free re-reads the pool.
 void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device);
 
+// Charges memory that already exists on the device (the driver mapped it
+// before the shim could refuse), even past the cap; logs when it goes past.
+void ForceChargeBytes(int device, uint64_t bytes);
+
+// Graph memory (hooks_graph.cc). An executable graph's memory nodes are
+// backed by the device's graph pool, which maps physical memory when the
+// graph is uploaded or first launched and keeps it (reserved) until
+// cuDeviceGraphMemTrim. The shim charges each device's graph-pool reserve
+// (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), like a stream-ordered pool. So
+// that the cap is enforced before the driver maps anything, an upload or
+// first launch first holds room for the growth it may cause: the sum of the
+// graph's allocations, less what the pool holds unused. No room: the call
+// returns CUDA_ERROR_OUT_OF_MEMORY without reaching the driver.
+inline constexpr int kGraphMultiDevice = -2;  // Memory nodes on several devices.
+struct GraphHold {
+  bool settle = false;   // The call may change a graph pool: settle afterwards.
+  int device = -1;       // Device of the pool, or kGraphMultiDevice.
+  uint64_t bytes = 0;    // Room held (charged) for the growth.
+};
+// Before uploading or launching `exec` on `stream` (per_thread: stream 0 is
+// the per-thread stream): false when the growth does not fit under the cap.
+bool HoldForGraphExec(CUgraphExec exec, CUstream stream, bool per_thread, GraphHold* hold);
+// After the call: charges the reserve's real growth in place of the hold,
+// and marks the graph mapped when rc is CUDA_SUCCESS.
+void SettleGraphExec(CUgraphExec exec, const GraphHold& hold, CUresult rc);
+// Brings a device's graph-pool charge to its reserve (memory queries).
+void SyncGraphMemory(int device);
+
 // Charges `bytes` on `device`, runs the real call, records key() on success.
 template <typename Call, typename Key>
 CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call, Key key) {

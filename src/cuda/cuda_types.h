@@ -29,6 +29,8 @@ typedef struct CUarray_st* CUarray;
 typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphNode_st* CUgraphNode;
 typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 
@@ -134,6 +136,38 @@ typedef struct CUmemPoolProps_st {
   unsigned char reserved[54];
 } CUmemPoolProps;
 
+// Graph memory nodes (CUDA 11.4+). A graph's allocations come from a
+// per-device graph pool whose physical memory is mapped when an executable
+// graph is uploaded or first launched, not when it is built.
+enum : int {
+  CU_GRAPH_NODE_TYPE_GRAPH = 4,  // Child graph.
+  CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+};
+enum : int {  // CUgraphMem_attribute; values are cuuint64_t.
+  CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+};
+enum : unsigned long long {  // NOLINT: CUgraphInstantiate_flags.
+  CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2,
+};
+typedef struct CUmemAccessDesc_st CUmemAccessDesc;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+  CUmemPoolProps poolProps;
+  const CUmemAccessDesc* accessDescs;
+  size_t accessDescCount;
+  size_t bytesize;
+  CUdeviceptr dptr;  // Out: the allocation's fixed address.
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+  cuuint64_t flags;
+  CUstream hUploadStream;
+  CUgraphNode hErrNode_out;
+  int result_out;  // CUgraphInstantiateResult
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps ABI");
+static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104, "mem alloc node ABI");
+static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "mem alloc node ABI");
+
 // cuLaunchKernelEx configuration. Attributes are passed through untouched.
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUlaunchConfig_st {
@@ -191,6 +225,20 @@ typedef CUresult (*cuLaunchCooperativeKernelFn)(CUfunction, unsigned int, unsign
                                                 unsigned int, unsigned int, unsigned int,
                                                 unsigned int, unsigned int, CUstream, void**);
 typedef CUresult (*cuGraphLaunchFn)(CUgraphExec, CUstream);
+typedef CUresult (*cuGraphUploadFn)(CUgraphExec, CUstream);
+typedef CUresult (*cuGraphInstantiateWithFlagsFn)(CUgraphExec*, CUgraph,
+                                                  unsigned long long);  // NOLINT
+typedef CUresult (*cuGraphInstantiateWithParamsFn)(CUgraphExec*, CUgraph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS*);
+// cuGraphInstantiate_v2, the CUDA 11 ABI (error node and log buffer).
+typedef CUresult (*cuGraphInstantiateV2Fn)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
+typedef CUresult (*cuGraphExecDestroyFn)(CUgraphExec);
+typedef CUresult (*cuDeviceGraphMemTrimFn)(CUdevice);
+typedef CUresult (*cuDeviceGetGraphMemAttributeFn)(CUdevice, int, void*);
+typedef CUresult (*cuGraphGetNodesFn)(CUgraph, CUgraphNode*, size_t*);
+typedef CUresult (*cuGraphNodeGetTypeFn)(CUgraphNode, int*);
+typedef CUresult (*cuGraphMemAllocNodeGetParamsFn)(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS*);
+typedef CUresult (*cuGraphChildGraphNodeGetGraphFn)(CUgraphNode, CUgraph*);
 typedef CUresult (*cuCtxGetDeviceFn)(CUdevice*);
 typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
 typedef CUresult (*cuEventCreateFn)(CUevent*, unsigned int);

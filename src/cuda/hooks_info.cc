@@ -108,6 +108,7 @@ CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     return rc;
   }
   SyncPools(dev);  // Pools may have released memory since their last allocation.
+  SyncGraphMemory(dev);
   uint64_t cap = s.config.memory_limit_bytes[dev];
   if (cap > phys_total) {
     cap = phys_total;

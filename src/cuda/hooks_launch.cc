@@ -37,6 +37,7 @@
 
 #include <atomic>
 
+#include "cuda/accounting.h"
 #include "cuda/log.h"
 #include "cuda/shim.h"
 
@@ -450,16 +451,30 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
   return rc;
 }
 
+// A graph's first launch maps its memory nodes: with a memory cap the growth
+// is held first (accounting.h) and a launch that would pass the cap returns
+// CUDA_ERROR_OUT_OF_MEMORY before admission, having run nothing.
 template <int S>
 CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuGraphLaunchFn, kHookGraphLaunch);
-  if (!s.compute_on) {
+  if (!s.compute_on && !s.mem_on) {
     return real(graph, stream);
   }
-  Admission admission(stream, s.per_thread_stream[kHookGraphLaunch][S],
-                      LaunchKey{reinterpret_cast<uintptr_t>(graph), 0, 0, kGraphKind});
-  CUresult rc = real(graph, stream);
-  admission.Done(rc);
+  const bool per_thread = s.per_thread_stream[kHookGraphLaunch][S];
+  GraphHold hold;
+  if (s.mem_on && !HoldForGraphExec(graph, stream, per_thread, &hold)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult rc = CUDA_SUCCESS;
+  if (s.compute_on) {
+    Admission admission(stream, per_thread,
+                        LaunchKey{reinterpret_cast<uintptr_t>(graph), 0, 0, kGraphKind});
+    rc = real(graph, stream);
+    admission.Done(rc);
+  } else {
+    rc = real(graph, stream);
+  }
+  SettleGraphExec(graph, hold, rc);
   return rc;
 }
 

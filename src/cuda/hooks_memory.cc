@@ -4,7 +4,8 @@
 // uncharges exactly what was charged. Stream-ordered pools are the
 // exception: they are charged what they reserve (accounting.h). Past the cap
 // a call returns CUDA_ERROR_OUT_OF_MEMORY. VMM is in hooks_vmm.cc, IPC
-// imports and memory queries in hooks_info.cc. See shim.h and accounting.h.
+// imports and memory queries in hooks_info.cc, graph memory nodes in
+// hooks_graph.cc. See shim.h and accounting.h.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
@@ -102,13 +103,25 @@ void FreeOnStream(CUdeviceptr ptr, CUstream stream, bool per_thread) {
   }
 }
 
+// A stream-ordered allocation on a capturing stream becomes a memory node of
+// the graph being captured: nothing is allocated now; the graph's upload or
+// first launch is charged for it (hooks_graph.cc).
+bool Capturing(CUstream stream, bool per_thread) {
+  auto is_capturing = State().stream_is_capturing[per_thread ? 1 : 0];
+  int capture = 0;
+  return is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS &&
+         capture != 0;
+}
+
 // Stream-ordered allocations are charged by pool reserve (accounting.h);
 // a pool whose reserve cannot be read is charged per allocation.
 template <int S>
 CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocAsyncFn, kHookMemAllocAsync);
   int dev = 0;
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
+  bool per_thread = s.per_thread_stream[kHookMemAllocAsync][S];
+  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev) ||
+      Capturing(stream, per_thread)) {
     return real(dptr, bytes, stream);
   }
   CUmemoryPool pool = nullptr;
@@ -118,7 +131,6 @@ CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
         s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes, stream); },
         [&] { return *dptr; });
   }
-  bool per_thread = s.per_thread_stream[kHookMemAllocAsync][S];
   return PoolAllocAndCharge(
       pool, dev, dptr, [&] { return real(dptr, bytes, stream); },
       [&](CUdeviceptr p) { FreeOnStream(p, stream, per_thread); });
@@ -129,7 +141,9 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
                                    CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFromPoolAsyncFn, kHookMemAllocFromPoolAsync);
   int dev = 0;
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
+  bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
+  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev) ||
+      Capturing(stream, per_thread)) {
     return real(dptr, bytes, pool, stream);
   }
   if (!TrackPool(pool, dev)) {
@@ -137,7 +151,6 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
         s.pointers, dev, RoundToGranularity(bytes),
         [&] { return real(dptr, bytes, pool, stream); }, [&] { return *dptr; });
   }
-  bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
   return PoolAllocAndCharge(
       pool, dev, dptr, [&] { return real(dptr, bytes, pool, stream); },
       [&](CUdeviceptr p) { FreeOnStream(p, stream, per_thread); });

@@ -20,6 +20,7 @@ uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
     return 0;
   }
   SyncPools(static_cast<int>(*index));  // Pools may have released memory meanwhile.
+  SyncGraphMemory(static_cast<int>(*index));
   return s.config.memory_limit_bytes[*index];
 }
 

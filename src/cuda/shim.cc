@@ -33,7 +33,8 @@ __attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
 alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
-alignas(AllocTable) unsigned char g_table_storage[5][sizeof(AllocTable)];
+constexpr int kTables = 6;
+alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
 void ResolveRealDlsym() {
   // dlsym carries GLIBC_2.34 on glibc >= 2.34 (moved into libc) and the
@@ -62,8 +63,12 @@ void ChildAfterFork() {
   for (PoolAccount& p : s.pools) {
     p = PoolAccount();
   }
+  for (int d = 0; d < kMaxDevices; ++d) {
+    s.graph_charged[d] = 0;
+    s.graph_seen[d] = false;
+  }
   s.slot = -1;
-  for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc}) {
+  for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs}) {
     if (t != nullptr) {
       t->Clear();
     }
@@ -98,8 +103,9 @@ void InitOnce() {
     }
     if (ok) {
       s.region = region;
-      AllocTable** tables[] = {&s.pointers, &s.arrays, &s.vmm_handles, &s.vmm_maps, &s.ipc};
-      for (int i = 0; i < 5; ++i) {
+      AllocTable** tables[kTables] = {&s.pointers, &s.arrays,   &s.vmm_handles,
+                                      &s.vmm_maps, &s.ipc, &s.graph_execs};
+      for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }
       pthread_atfork(nullptr, nullptr, ChildAfterFork);
@@ -165,6 +171,14 @@ void CudaOnce() {
   }
   s.stream_is_capturing[0] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing");
   s.stream_is_capturing[1] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing_ptsz");
+  s.graph_get_nodes = Resolve<cuGraphGetNodesFn>(s.cuda, "cuGraphGetNodes");
+  s.graph_node_get_type = Resolve<cuGraphNodeGetTypeFn>(s.cuda, "cuGraphNodeGetType");
+  s.graph_mem_alloc_node_get_params =
+      Resolve<cuGraphMemAllocNodeGetParamsFn>(s.cuda, "cuGraphMemAllocNodeGetParams");
+  s.graph_child_graph =
+      Resolve<cuGraphChildGraphNodeGetGraphFn>(s.cuda, "cuGraphChildGraphNodeGetGraph");
+  s.device_get_graph_mem_attribute =
+      Resolve<cuDeviceGetGraphMemAttributeFn>(s.cuda, "cuDeviceGetGraphMemAttribute");
   s.cuda_ready.store(true, std::memory_order_release);
   t_in_init = false;
 }
@@ -220,7 +234,10 @@ void* HookFor(HookId id, int slot) {
   if (id == kHookGetProcAddress || id == kHookGetProcAddressV2) {
     return nullptr;  // Handled by the caller: one instance each.
   }
-  return IsLaunch(id) ? LaunchHook(id, slot) : MemoryHook(id, slot);
+  if (IsLaunch(id)) {
+    return LaunchHook(id, slot);
+  }
+  return IsGraph(id) ? GraphHook(id, slot) : MemoryHook(id, slot);
 }
 
 }  // namespace

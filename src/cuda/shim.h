@@ -87,6 +87,11 @@ struct ShimState {
   cuEventQueryFn event_query = nullptr;
   cuEventElapsedTimeFn event_elapsed = nullptr;
   cuStreamIsCapturingFn stream_is_capturing[2] = {};
+  cuGraphGetNodesFn graph_get_nodes = nullptr;
+  cuGraphNodeGetTypeFn graph_node_get_type = nullptr;
+  cuGraphMemAllocNodeGetParamsFn graph_mem_alloc_node_get_params = nullptr;
+  cuGraphChildGraphNodeGetGraphFn graph_child_graph = nullptr;
+  cuDeviceGetGraphMemAttributeFn device_get_graph_mem_attribute = nullptr;
   nvmlDeviceGetIndexFn nvml_get_index = nullptr;
   std::atomic<bool> ready{false};
   std::atomic<bool> cuda_ready{false};
@@ -107,6 +112,10 @@ struct ShimState {
   AllocTable* vmm_handles = nullptr;
   AllocTable* vmm_maps = nullptr;  // Mapped address -> handle (record.link).
   AllocTable* ipc = nullptr;       // Imported IPC pointers.
+  AllocTable* graph_execs = nullptr;  // Executable graphs with memory nodes (hooks_graph.cc):
+                                      // bytes = the sum of their allocations, device (or
+                                      // kGraphMultiDevice), link = graph_epoch when mapped.
+  uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
   bool warned_unaccounted = false;
 
   // --- Stream-ordered pools charged by reserve. pool_mu is taken before
@@ -114,6 +123,10 @@ struct ShimState {
   pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
   PoolAccount pools[kMaxPools] = {};
   bool warned_pools = false;
+  // Graph memory: what each device's graph pool reserve is charged, and
+  // whether this process has instantiated a graph with memory nodes there.
+  uint64_t graph_charged[kMaxDevices] = {};
+  bool graph_seen[kMaxDevices] = {};
 };
 
 ShimState& State();
@@ -134,6 +147,7 @@ void* BindHook(HookId id, void* real_fn, bool per_thread_stream);
 void* MemoryHook(HookId id, int slot);
 void* LaunchHook(HookId id, int slot);
 void* NvmlHook(HookId id);
+void* GraphHook(HookId id, int slot);
 
 // Accounting helpers (hooks_memory.cc).
 uint64_t RoundToGranularity(uint64_t bytes);

@@ -334,6 +334,90 @@ TEST(ShimTest, AsyncGrowthPastTheCapIsUndoneAndReturnsOutOfMemory) {
   }
 }
 
+// Graph memory nodes are backed by the device's graph pool, which maps
+// memory when a graph is uploaded or first launched. The fake's graph here
+// allocates the given size in two halves inside a child graph.
+TEST(ShimTest, GraphMemoryIsChargedWhenMappedAndRefusedPastTheCap) {
+  SKIP_UNDER_SANITIZER();
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    for (const char* how : {"launch", "upload", "params"}) {
+      SCOPED_TRACE(::testing::Message() << path << " " << how);
+      auto kv = MustRun({path, "graphmem", std::to_string(768 * kMiB), "0", how}, env);
+      EXPECT_EQ(U(kv, "instantiate_rc"), 0u);
+      EXPECT_EQ(U(kv, "mapped_free"), 256 * kMiB) << "the graph pool's reserve is charged";
+      EXPECT_EQ(U(kv, "reserved"), 768 * kMiB);
+      EXPECT_EQ(U(kv, "alloc_512_rc"), 2u) << "graph memory counts against other allocations";
+      EXPECT_EQ(U(kv, "relaunch_rc"), 0u);
+      EXPECT_EQ(U(kv, "relaunch_free"), 256 * kMiB) << "a relaunch reuses the mapped memory";
+      EXPECT_EQ(U(kv, "destroyed_free"), 256 * kMiB) << "the pool keeps it until trimmed";
+      EXPECT_EQ(U(kv, "trimmed_free"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "trimmed_device_used"), 0u);
+
+      kv = MustRun({path, "graphmem", std::to_string(1536 * kMiB), "0", how}, env);
+      EXPECT_EQ(U(kv, std::string(how) == "params" ? "instantiate_rc" : "map_rc"), 2u)
+          << "exactly CUDA_ERROR_OUT_OF_MEMORY";
+      EXPECT_EQ(U(kv, "reserved"), 0u) << "refused before the driver mapped anything";
+      EXPECT_EQ(U(kv, "mapped_free"), 1024 * kMiB) << "and nothing left charged";
+      if (std::string(how) == "params") {
+        EXPECT_EQ(U(kv, "result_out"), 1u);
+      }
+    }
+  }
+  // 512 MiB held by cuMemAlloc leaves no room for a 600 MiB graph.
+  auto kv = MustRun({"procaddr", "graphmem", std::to_string(600 * kMiB), std::to_string(512 * kMiB),
+                     "launch"},
+                    env);
+  EXPECT_EQ(U(kv, "first_rc"), 0u);
+  EXPECT_EQ(U(kv, "map_rc"), 2u);
+  EXPECT_EQ(U(kv, "mapped_free"), 512 * kMiB);
+}
+
+TEST(ShimTest, GraphAllocationsThatOutliveTheirLaunchStopAtTheCap) {
+  SKIP_UNDER_SANITIZER();
+  for (const char* path : {"direct", "procaddr_ptds"}) {
+    SCOPED_TRACE(path);
+    auto out = Probe({path, "graphfill", std::to_string(64 * kMiB)},
+                     {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    ASSERT_EQ(out.exit_code, 0) << out.err;
+    for (const char* round : {"round=0 ", "round=1 "}) {
+      SCOPED_TRACE(round);
+      EXPECT_NE(out.out.find(std::string(round) + "count=16 first_error=2 device_used=" +
+                             std::to_string(1024 * kMiB)),
+                std::string::npos)
+          << out.out;
+      EXPECT_NE(out.out.find(std::string(round) + "freed_free=0"), std::string::npos)
+          << "freed graph allocations stay in the pool: still charged";
+      EXPECT_NE(out.out.find(std::string(round) + "trimmed_free=" + std::to_string(1024 * kMiB) +
+                             " trimmed_device_used=0"),
+                std::string::npos)
+          << out.out;
+    }
+  }
+}
+
+// Captured, a stream-ordered allocation is a memory node: charged when the
+// graph maps it (above), not at capture, so it is never counted twice.
+TEST(ShimTest, CapturedAllocationsAreNotChargedAtCapture) {
+  SKIP_UNDER_SANITIZER();
+  auto kv = MustRun({"procaddr", "capturealloc", std::to_string(2048 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  EXPECT_EQ(U(kv, "capture_rc"), 0u);
+  EXPECT_EQ(U(kv, "capture_free"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "capture_free_rc"), 0u);
+}
+
+TEST(ShimTest, AnUnreadableGraphIsLaunchedWithOneWarning) {
+  SKIP_UNDER_SANITIZER();
+  ProcessResult r = Probe({"procaddr", "graphmem", std::to_string(768 * kMiB), "0", "launch"},
+                          {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                           {"FAKECUDA_FAIL", "cuGraphGetNodes"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto kv = ParseKeyValues(r.out);
+  EXPECT_EQ(U(kv, "map_rc"), 0u) << "the application keeps working";
+  EXPECT_EQ(CountLines(r.err, "cannot read a graph's memory nodes"), 1) << r.err;
+}
+
 TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
   SKIP_UNDER_SANITIZER();
   auto kv = MustRun({"dlsym", "poolcustom", std::to_string(100 * kMiB)},

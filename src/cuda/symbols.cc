@@ -51,6 +51,27 @@ constexpr SymbolInfo kSymbols[] = {
      kHookLaunchCooperativeKernel, true, kCu},
     {"cuGraphLaunch", "cuGraphLaunch", 10000, kNoMax, kHookGraphLaunch, false, kCu},
     {"cuGraphLaunch_ptsz", "cuGraphLaunch", 10000, kNoMax, kHookGraphLaunch, true, kCu},
+    // Graph memory nodes (CUDA 11.4+) are charged when a graph is uploaded or
+    // launched; instantiation is where the shim learns what a graph needs.
+    // From CUDA 12.0, cuGetProcAddress("cuGraphInstantiate") hands out the
+    // WithFlags ABI; the 11.x ABI is cuGraphInstantiate_v2; older ones have
+    // no memory nodes and pass through.
+    {"cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags", 11040, kNoMax,
+     kHookGraphInstantiateWithFlags, false, kCu},
+    {"cuGraphInstantiateWithFlags", "cuGraphInstantiate", 12000, kNoMax,
+     kHookGraphInstantiateWithFlags, false, kCu},
+    {"cuGraphInstantiate_v2", "cuGraphInstantiate", 11000, 12000, kHookGraphInstantiateV2, false,
+     kCu},
+    {"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams", 12000, kNoMax,
+     kHookGraphInstantiateWithParams, false, kCu},
+    {"cuGraphInstantiateWithParams_ptsz", "cuGraphInstantiateWithParams", 12000, kNoMax,
+     kHookGraphInstantiateWithParams, true, kCu},
+    {"cuGraphUpload", "cuGraphUpload", 11010, kNoMax, kHookGraphUpload, false, kCu},
+    {"cuGraphUpload_ptsz", "cuGraphUpload", 11010, kNoMax, kHookGraphUpload, true, kCu},
+    {"cuGraphExecDestroy", "cuGraphExecDestroy", 10000, kNoMax, kHookGraphExecDestroy, false,
+     kCu},
+    {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, kNoMax, kHookDeviceGraphMemTrim,
+     false, kCu},
     {"cuGetProcAddress", "cuGetProcAddress", 11030, 12000, kHookGetProcAddress, false, kCu},
     {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, kNoMax, kHookGetProcAddressV2, false, kCu},
     {"nvmlDeviceGetMemoryInfo", nullptr, 0, kNoMax, kHookNvmlMemoryInfo, false,
@@ -112,6 +133,8 @@ const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, ui
   // plain one; a per-thread request below the _ptsz minimum passes through.
   return has_ptsz ? nullptr : fallback;
 }
+
+bool IsGraph(HookId id) { return id >= kHookGraphInstantiateWithFlags && id <= kHookDeviceGraphMemTrim; }
 
 bool IsLaunch(HookId id) {
   return id == kHookLaunchKernel || id == kHookLaunchKernelEx ||

@@ -49,6 +49,12 @@ enum HookId : int {
   kHookLaunchKernelEx,
   kHookLaunchCooperativeKernel,
   kHookGraphLaunch,
+  kHookGraphInstantiateWithFlags,
+  kHookGraphInstantiateWithParams,
+  kHookGraphInstantiateV2,
+  kHookGraphUpload,
+  kHookGraphExecDestroy,
+  kHookDeviceGraphMemTrim,
   kHookGetProcAddress,
   kHookGetProcAddressV2,
   kHookNvmlMemoryInfo,
@@ -71,7 +77,9 @@ struct SymbolInfo {
 // All entries, for iteration (tests, logging the hooked set).
 const SymbolInfo* AllSymbols(int* count);
 
-// Entry for an exported name, or nullptr (pass through). Uses no libc string
+// Entry for an exported name, or nullptr (pass through). A name offered to
+// cuGetProcAddress under two bases has two entries with the same hook id;
+// this returns the first. Uses no libc string
 // function: it runs inside dlsym, which sanitizer runtimes call before their
 // own interceptors (strlen, memcmp, ...) are ready.
 const SymbolInfo* FindExported(const char* name);
@@ -82,6 +90,9 @@ const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, ui
 
 // True for entry points that launch work (the compute controller applies).
 bool IsLaunch(HookId id);
+// True for the graph instantiation, upload and graph-memory entry points
+// (hooks_graph.cc); cuGraphLaunch is a launch.
+bool IsGraph(HookId id);
 
 }  // namespace accelpool::cuda
 

@@ -37,6 +37,15 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuMemPoolDestroy", 13000, 0, "cuMemPoolDestroy"},
       {"cuIpcOpenMemHandle", 12000, 0, "cuIpcOpenMemHandle_v2"},
       {"cuMemGetInfo", 13000, 0, "cuMemGetInfo_v2"},
+      {"cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"},
+      {"cuGraphInstantiate", 13000, 0, "cuGraphInstantiateWithFlags"},
+      {"cuGraphInstantiate", 11040, 0, "cuGraphInstantiate_v2"},
+      {"cuGraphInstantiate", 10000, 0, nullptr},  // No memory nodes before CUDA 11.4.
+      {"cuGraphInstantiateWithFlags", 11040, 0, "cuGraphInstantiateWithFlags"},
+      {"cuGraphInstantiateWithParams", 12000, kPtds, "cuGraphInstantiateWithParams_ptsz"},
+      {"cuGraphUpload", 12000, kPtds, "cuGraphUpload_ptsz"},
+      {"cuGraphExecDestroy", 12000, kPtds, "cuGraphExecDestroy"},
+      {"cuDeviceGraphMemTrim", 13000, 0, "cuDeviceGraphMemTrim"},
       {"cuGetProcAddress", 11080, 0, "cuGetProcAddress"},
       {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
       {"cuGetExportTable", 12000, 0, nullptr},
@@ -55,13 +64,19 @@ TEST(SymbolsTest, ProcAddressTable) {
   }
 }
 
-TEST(SymbolsTest, ExportedNamesAreUniqueAndFindable) {
+// An exported name appears once per cuGetProcAddress base it is offered
+// under, always with the same hook.
+TEST(SymbolsTest, ExportedNamesAreUniquePerBaseAndFindable) {
   int count = 0;
   const SymbolInfo* all = AllSymbols(&count);
   std::set<std::string> seen;
   for (int i = 0; i < count; ++i) {
-    EXPECT_TRUE(seen.insert(all[i].exported).second) << all[i].exported;
-    EXPECT_EQ(FindExported(all[i].exported), &all[i]);
+    std::string base = all[i].base != nullptr ? all[i].base : "";
+    EXPECT_TRUE(seen.insert(std::string(all[i].exported) + "/" + base).second) << all[i].exported;
+    const SymbolInfo* found = FindExported(all[i].exported);
+    ASSERT_NE(found, nullptr) << all[i].exported;
+    EXPECT_EQ(found->id, all[i].id) << all[i].exported;
+    EXPECT_EQ(found->per_thread_stream, all[i].per_thread_stream) << all[i].exported;
   }
   EXPECT_EQ(FindExported("malloc"), nullptr);
   EXPECT_EQ(FindExported("cuMemAlloc"), nullptr) << "the v1 export is not hooked";
@@ -74,6 +89,13 @@ TEST(SymbolsTest, EveryLaunchPathIsALaunch) {
     EXPECT_TRUE(IsLaunch(id));
   }
   EXPECT_FALSE(IsLaunch(kHookMemAlloc));
+  EXPECT_FALSE(IsLaunch(kHookGraphUpload));
+  for (HookId id : {kHookGraphInstantiateWithFlags, kHookGraphInstantiateWithParams,
+                    kHookGraphInstantiateV2, kHookGraphUpload, kHookGraphExecDestroy,
+                    kHookDeviceGraphMemTrim}) {
+    EXPECT_TRUE(IsGraph(id));
+  }
+  EXPECT_FALSE(IsGraph(kHookGraphLaunch));
 }
 
 }  // namespace

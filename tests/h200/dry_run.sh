@@ -35,9 +35,9 @@ check "every case exited 0" bash -c "! grep -E '^exit=' '${log}' | grep -qv '^ex
 check "the solo calibration reached the share runs" has 'args=share kernel 1000 1 123456 1.0012 '
 check "the measured context size reached the PyTorch memory cases" \
   test "$(count 'torch_enforce.py mem .* ctx=512 ')" -eq 3
-check "13 memcap cases at a 1 GiB cap, each in its own container" \
+check "14 memcap cases at a 1 GiB cap, each in its own container" \
   test "$(grep -E '^cmd=memcap .* mem=1024$' "${log}" | grep -v 'alloc 3145728\|alloc 629145' \
-    | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 13
+    | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 14
 check "the 30/70 pair ran in two containers" test "$(grep -E '^(A\(30\)|B\(70\)):' "${log}" \
   | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 2
 check "four limited replicas, four containers, 25 % and a quarter of the memory" \

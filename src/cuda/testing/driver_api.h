@@ -71,6 +71,27 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned
                                         unsigned, unsigned, unsigned, CUstream, void**);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuGraphCreate(CUgraph*, unsigned);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuGraphAddMemAllocNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                CUDA_MEM_ALLOC_NODE_PARAMS*);
+CUresult cuGraphAddMemFreeNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUdeviceptr);
+CUresult cuGraphAddChildGraphNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraph);
+CUresult cuGraphAddEmptyNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t);
+CUresult cuGraphGetNodes(CUgraph, CUgraphNode*, size_t*);
+CUresult cuGraphNodeGetType(CUgraphNode, int*);
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS*);
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode, CUgraph*);
+CUresult cuGraphInstantiate_v2(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long);  // NOLINT
+CUresult cuGraphInstantiateWithParams(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS*);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec*, CUgraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS*);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuGraphUpload_ptsz(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void*);
 CUresult cuStreamIsCapturing(CUstream, int*);
 CUresult cuStreamIsCapturing_ptsz(CUstream, int*);
 CUresult cuStreamSynchronize(CUstream);
@@ -93,6 +114,7 @@ int64_t fakecuda_EventRecords();
 int64_t fakecuda_ForeignNs();
 void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);
+uint64_t fakecuda_GraphReservedBytes(int device);
 
 }  // extern "C"
 

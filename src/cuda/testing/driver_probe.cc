@@ -98,6 +98,11 @@ struct Api {
   cuMipmappedArrayCreateFn mipmap_create;
   cuMipmappedArrayDestroyFn mipmap_destroy;
   cuIpcGetMemHandleFn ipc_get;
+  cuGraphInstantiateWithFlagsFn graph_instantiate;
+  cuGraphInstantiateWithParamsFn graph_instantiate_params;
+  cuGraphUploadFn graph_upload;
+  cuGraphExecDestroyFn graph_exec_destroy;
+  cuDeviceGraphMemTrimFn graph_trim;
 };
 
 void* g_driver = nullptr;
@@ -150,7 +155,9 @@ Api Load(const std::string& mode) {
             &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
             &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
             &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy,
-            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy, &cuIpcGetMemHandle};
+            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy, &cuIpcGetMemHandle,
+            &cuGraphInstantiateWithFlags, &cuGraphInstantiateWithParams, &cuGraphUpload,
+            &cuGraphExecDestroy, &cuDeviceGraphMemTrim};
     return a;
   }
   const int v = 12080;
@@ -183,6 +190,13 @@ Api Load(const std::string& mode) {
   Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v);
   Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v);
   Get(&a.ipc_get, mode, "cuIpcGetMemHandle", "cuIpcGetMemHandle", v);
+  // From CUDA 12 "cuGraphInstantiate" is the WithFlags ABI.
+  Get(&a.graph_instantiate, mode, "cuGraphInstantiateWithFlags", "cuGraphInstantiate", v);
+  Get(&a.graph_instantiate_params, mode, "cuGraphInstantiateWithParams",
+      "cuGraphInstantiateWithParams", v);
+  Get(&a.graph_upload, mode, "cuGraphUpload", "cuGraphUpload", v);
+  Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v);
+  Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v);
   return a;
 }
 
@@ -570,6 +584,139 @@ int PoolOver(const Api& a, uint64_t first, uint64_t next) {
   return 0;
 }
 
+uint64_t GraphReserved() {
+  auto fn = reinterpret_cast<UsedFn>(dlsym(Driver(), "fakecuda_GraphReservedBytes"));
+  return fn != nullptr ? fn(0) : 0;
+}
+
+CUDA_MEM_ALLOC_NODE_PARAMS AllocNodeParams(uint64_t bytes) {
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = 1;  // CU_MEM_ALLOCATION_TYPE_PINNED
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.poolProps.location.id = 0;
+  p.bytesize = bytes;
+  return p;
+}
+
+// A graph allocating `bytes` in two halves inside a child graph and freeing
+// them there, beside an empty node; then instantiated and mapped by `how`
+// (launch, upload, or params: instantiation with the upload flag), launched
+// again, destroyed and trimmed. `first` bytes are allocated beforehand.
+int GraphMem(const Api& a, uint64_t bytes, uint64_t first, const std::string& how) {
+  CUdeviceptr held = 0;
+  if (first > 0) {
+    std::printf("first_rc=%d\n", a.alloc(&held, first));
+  }
+  CUgraph child = nullptr;
+  CUgraph graph = nullptr;
+  cuGraphCreate(&child, 0);
+  cuGraphCreate(&graph, 0);
+  CUgraphNode node = nullptr;
+  for (int half = 0; half < 2; ++half) {
+    CUDA_MEM_ALLOC_NODE_PARAMS p = AllocNodeParams(bytes / 2);
+    cuGraphAddMemAllocNode(&node, child, nullptr, 0, &p);
+    cuGraphAddMemFreeNode(&node, child, &node, 1, p.dptr);
+  }
+  cuGraphAddEmptyNode(&node, graph, nullptr, 0);
+  cuGraphAddChildGraphNode(&node, graph, &node, 1, child);
+  CUgraphExec exec = nullptr;
+  CUresult rc = CUDA_SUCCESS;
+  if (how == "params") {
+    CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+    params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    rc = a.graph_instantiate_params(&exec, graph, &params);
+    std::printf("instantiate_rc=%d result_out=%d\n", rc, params.result_out);
+  } else {
+    rc = a.graph_instantiate(&exec, graph, 0);
+    std::printf("instantiate_rc=%d\n", rc);
+    if (rc == CUDA_SUCCESS) {
+      rc = how == "upload" ? a.graph_upload(exec, nullptr) : a.graph_launch(exec, nullptr);
+      std::printf("map_rc=%d\n", rc);
+    }
+  }
+  std::printf("mapped_free=%llu reserved=%llu device_used=%llu\n",
+              static_cast<unsigned long long>(FreeBytes(a)),
+              static_cast<unsigned long long>(GraphReserved()),
+              static_cast<unsigned long long>(DeviceUsed()));
+  if (rc != CUDA_SUCCESS) {
+    return 0;
+  }
+  CUdeviceptr p = 0;
+  CUresult alloc_rc = a.alloc(&p, 512ULL << 20);
+  std::printf("alloc_512_rc=%d\n", alloc_rc);
+  if (alloc_rc == CUDA_SUCCESS) {
+    a.free(p);
+  }
+  rc = a.graph_launch(exec, nullptr);
+  std::printf("relaunch_rc=%d relaunch_free=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)));
+  rc = a.graph_exec_destroy(exec);
+  std::printf("destroy_rc=%d destroyed_free=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)));
+  if (held != 0) {
+    a.free(held);
+  }
+  rc = a.graph_trim(0);
+  std::printf("trim_rc=%d trimmed_free=%llu trimmed_device_used=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
+// Graphs each allocating `chunk` that outlives the launch, launched until
+// one fails; the allocations are freed, the graphs destroyed and the graph
+// pool trimmed; twice.
+int GraphFill(const Api& a, uint64_t chunk) {
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::pair<CUgraphExec, CUdeviceptr>> held;
+    CUresult first_error = CUDA_SUCCESS;
+    for (int i = 0; i < 4096 && first_error == CUDA_SUCCESS; ++i) {
+      CUgraph graph = nullptr;
+      cuGraphCreate(&graph, 0);
+      CUgraphNode node = nullptr;
+      CUDA_MEM_ALLOC_NODE_PARAMS p = AllocNodeParams(chunk);
+      cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &p);
+      CUgraphExec exec = nullptr;
+      first_error = a.graph_instantiate(&exec, graph, 0);
+      if (first_error == CUDA_SUCCESS) {
+        first_error = a.graph_launch(exec, nullptr);
+        if (first_error == CUDA_SUCCESS) {
+          held.emplace_back(exec, p.dptr);
+        } else {
+          a.graph_exec_destroy(exec);
+        }
+      }
+      cuGraphDestroy(graph);
+    }
+    std::printf("round=%d count=%zu first_error=%d device_used=%llu reserved=%llu\n", round,
+                held.size(), first_error, static_cast<unsigned long long>(DeviceUsed()),
+                static_cast<unsigned long long>(GraphReserved()));
+    for (auto& [exec, dptr] : held) {
+      a.free_async(dptr, nullptr);
+      a.graph_exec_destroy(exec);
+    }
+    std::printf("round=%d freed_free=%llu\n", round,
+                static_cast<unsigned long long>(FreeBytes(a)));
+    a.graph_trim(0);
+    std::printf("round=%d trimmed_free=%llu trimmed_device_used=%llu\n", round,
+                static_cast<unsigned long long>(FreeBytes(a)),
+                static_cast<unsigned long long>(DeviceUsed()));
+  }
+  return 0;
+}
+
+// Stream-ordered allocations on a capturing stream: memory nodes, nothing
+// allocated yet.
+int CaptureAlloc(const Api& a, uint64_t bytes) {
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, bytes, reinterpret_cast<CUstream>(0xCA97));
+  std::printf("capture_rc=%d capture_free=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)));
+  rc = a.free_async(p, reinterpret_cast<CUstream>(0xCA97));
+  std::printf("capture_free_rc=%d\n", rc);
+  return 0;
+}
+
 int PoolCustom(const Api& a, uint64_t bytes) {
   CUmemPoolProps props{};
   props.allocType = 1;
@@ -824,6 +971,16 @@ int main(int argc, char** argv) {
   }
   if (command == "poolover" && argc == 5) {
     return PoolOver(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "graphmem" && argc == 6) {
+    return GraphMem(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),
+                    argv[5]);
+  }
+  if (command == "graphfill" && argc == 4) {
+    return GraphFill(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "capturealloc" && argc == 4) {
+    return CaptureAlloc(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "poolcustom" && argc == 4) {
     return PoolCustom(a, std::strtoull(argv[3], nullptr, 10));

@@ -64,16 +64,9 @@ void SleepUntil(int64_t t) {
   }
 }
 
-}  // namespace accelpool::cuda::fake
-
-namespace {
-
-using namespace accelpool::cuda::fake;  // NOLINT: test fake.
-
 uint64_t Pages(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage; }
 
 // A fresh device address, or the one fakecuda_OnNextFree set up for reuse.
-// REQUIRES: s.mu held.
 CUdeviceptr NextAddressLocked(State& s, uint64_t bytes) {
   CUdeviceptr p = s.reuse_address;
   s.reuse_address = 0;
@@ -83,6 +76,12 @@ CUdeviceptr NextAddressLocked(State& s, uint64_t bytes) {
   }
   return p;
 }
+
+}  // namespace accelpool::cuda::fake
+
+namespace {
+
+using namespace accelpool::cuda::fake;  // NOLINT: test fake.
 
 CUresult Allocate(CUdeviceptr* out, uint64_t bytes, int device, bool physical) {
   if (out == nullptr) {
@@ -212,6 +211,9 @@ CUresult Free(CUdeviceptr ptr, const char* entry) {
     if (it->second.physical) {
       s.used[it->second.device] -= it->second.bytes;
     }
+    if (it->second.graph) {
+      s.graph_used[it->second.device] -= it->second.bytes;
+    }
     if (it->second.pool != nullptr) {
       PoolFreeLocked(s, it->second);
     }
@@ -299,11 +301,13 @@ FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w,
   return Allocate(p, *pitch * h, CurrentDevice(), true);
 }
 FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p, "cuMemFree_v2"); }
-FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream) {
-  return PoolAllocate(p, n, nullptr, true);
+// On a capturing stream an allocation becomes a memory node of the graph
+// being captured: an address, no memory until the graph runs.
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream st) {
+  return Capturing(st) ? Allocate(p, n, CurrentDevice(), false) : PoolAllocate(p, n, nullptr, true);
 }
-FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream) {
-  return PoolAllocate(p, n, nullptr, true);
+FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream st) {
+  return Capturing(st) ? Allocate(p, n, CurrentDevice(), false) : PoolAllocate(p, n, nullptr, true);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool pool,
                                              CUstream) {

@@ -100,6 +100,10 @@ void Spin(int64_t ns) {
 // into it is recorded into a graph, not run.
 constexpr uintptr_t kCapturingStream = 0xCA97;
 
+}  // namespace
+
+namespace accelpool::cuda::fake {
+
 bool Capturing(CUstream stream) { return reinterpret_cast<uintptr_t>(stream) == kCapturingStream; }
 
 CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns) {
@@ -120,6 +124,10 @@ CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns) {
   SleepUntil(queued_until - kQueueNs);
   return CUDA_SUCCESS;
 }
+
+}  // namespace accelpool::cuda::fake
+
+namespace {
 
 int64_t KernelNs(void** params) {
   return params != nullptr && params[0] != nullptr ? *static_cast<int64_t*>(params[0]) : 1000;
@@ -167,12 +175,6 @@ FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void*
 FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction, void** p,
                                            void**) {
   return c == nullptr ? CUDA_ERROR_INVALID_VALUE : Launch(c->hStream, true, KernelNs(p));
-}
-FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream st) {
-  return Launch(st, false, static_cast<int64_t>(reinterpret_cast<uintptr_t>(g)));
-}
-FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) {
-  return Launch(st, true, static_cast<int64_t>(reinterpret_cast<uintptr_t>(g)));
 }
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream st, int* status) {
   *status = Capturing(st) ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE
@@ -326,6 +328,15 @@ const ProcEntry kProcs[] = {
     E(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, true),
     E(cuGraphLaunch, "cuGraphLaunch", 10000, false),
     E(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, true),
+    E(cuGraphInstantiate_v2, "cuGraphInstantiate", 11000, false),
+    E(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000, false),
+    E(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, false),
+    E(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, false),
+    E(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, true),
+    E(cuGraphUpload, "cuGraphUpload", 11010, false),
+    E(cuGraphUpload_ptsz, "cuGraphUpload", 11010, true),
+    E(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, false),
+    E(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, false),
     E(cuEventCreate, "cuEventCreate", 2000, false),
     E(cuEventRecord, "cuEventRecord", 2000, false),
     E(cuEventRecord_ptsz, "cuEventRecord", 7000, true),

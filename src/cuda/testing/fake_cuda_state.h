@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_types.h"
 
@@ -28,6 +29,26 @@ struct Allocation {
   bool physical;  // false for IPC imports (memory of another process).
   CUmemoryPool pool = nullptr;  // Stream-ordered: the pool it was carved from.
   uint64_t segment = 0;         // ... and the segment of that pool.
+  bool graph = false;           // A graph allocation that outlived its launch.
+};
+
+// Graphs (fake_cuda_graph.cc). A graph pool per device reserves physical
+// memory when an executable graph is uploaded or launched: the sum of its
+// allocations, less what the pool holds unused. Allocations freed inside
+// the graph are back in the pool once the launch completes (at once here);
+// an allocation without a free node stays in use until freed by the
+// application. cuDeviceGraphMemTrim returns what is not in use.
+struct GraphNode {
+  int type;               // CU_GRAPH_NODE_TYPE_*
+  uint64_t bytes = 0;     // Memory nodes: requested size.
+  int device = 0;
+  CUdeviceptr dptr = 0;   // Memory nodes: the allocation's address.
+  uintptr_t child = 0;    // Child graph nodes: the graph.
+};
+struct GraphExec {
+  int device = 0;
+  uint64_t bytes = 0;                 // Sum of the allocations, in pages.
+  std::vector<GraphNode> outliving;   // Allocations with no free node.
 };
 
 // Stream-ordered pools. A pool reserves device memory in segments: requests
@@ -78,6 +99,13 @@ struct State {
   CUmemoryPool current_pool[kDevices] = {};
   uint64_t next_pool = 1;
   uint64_t next_segment = 1;
+  // Graphs (fake_cuda_graph.cc).
+  std::map<uintptr_t, std::vector<uintptr_t>> graphs;  // Graph -> its nodes.
+  std::map<uintptr_t, GraphNode> nodes;
+  std::map<uintptr_t, GraphExec> execs;
+  uint64_t graph_reserved[kDevices] = {};
+  uint64_t graph_used[kDevices] = {};
+  uintptr_t next_graph_object = 1;
   // Test hooks (fake_cuda.cc): entry points told to fail (fakecuda_Fail), and
   // a callback run once inside the next free, right after the driver has
   // released the address, which the next allocation then gets again
@@ -94,6 +122,14 @@ int& CurrentDevice();
 int64_t Now();
 // Stream 0 of a _ptsz entry point is the per-thread stream (key 2).
 uintptr_t StreamKey(CUstream stream, bool per_thread);
+// Runs `duration_ns` of work on the stream's simulated timeline
+// (fake_cuda_exec.cc); a capturing stream records instead.
+CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns);
+// Test convention: this stream handle is always capturing.
+bool Capturing(CUstream stream);
+// A fresh device address range of `bytes` (fake_cuda.cc). REQUIRES: S().mu held.
+CUdeviceptr NextAddressLocked(State& s, uint64_t bytes);
+uint64_t Pages(uint64_t bytes);
 void SleepUntil(int64_t t);
 
 }  // namespace accelpool::cuda::fake
