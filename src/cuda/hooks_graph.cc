@@ -62,8 +62,7 @@ bool AddNeed(CUgraph graph, int depth, GraphNeed* need) {
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && depth < kMaxChildDepth &&
                s.graph_child_graph != nullptr) {
       CUgraph child = nullptr;
-      ok = s.graph_child_graph(nodes[i], &child) == CUDA_SUCCESS &&
-           AddNeed(child, depth + 1, need);
+      ok = s.graph_child_graph(nodes[i], &child) == CUDA_SUCCESS && AddNeed(child, depth + 1, need);
     }
   }
   std::free(nodes);
@@ -167,23 +166,33 @@ void SettleGrowth(const GraphHold& hold) {
   }
 }
 
+// Records a new executable graph. A record left under the same handle (a
+// graph destroyed where the shim did not see it) is replaced, so that it is
+// never taken for the new graph's.
 void RememberExec(CUgraphExec exec, const GraphNeed& need, bool mapped) {
   ShimState& s = State();
-  if (need.bytes == 0 || exec == nullptr) {
+  if (exec == nullptr) {
     return;
   }
+  auto key = reinterpret_cast<uint64_t>(exec);
   AllocRecord r;
   r.bytes = need.bytes;
   r.device = need.device;
   pthread_mutex_lock(&s.mem_mu);
+  AllocRecord stale;
+  s.graph_execs->Take(key, &stale);
   if (Accountable(need.device)) {
     r.link = mapped ? s.graph_epoch[need.device] + 1 : 0;
   }
-  if (!s.graph_execs->Put(reinterpret_cast<uint64_t>(exec), r)) {
-    Logf(LogLevel::kWarn, "graph 0x%llx instantiated twice; its memory is settled at launch",
-         static_cast<unsigned long long>(reinterpret_cast<uint64_t>(exec)));
-  }
+  bool recorded = need.bytes == 0 || s.graph_execs->Put(key, r);
   pthread_mutex_unlock(&s.mem_mu);
+  if (!recorded) {
+    Logf(LogLevel::kWarn,
+         "cannot record a graph (out of memory); its memory is counted at memory queries only");
+  }
+  if (need.bytes == 0) {
+    return;
+  }
   pthread_mutex_lock(&s.pool_mu);
   for (int dev = 0; dev < kMaxDevices; ++dev) {
     if (dev == need.device || need.device == kGraphMultiDevice) {
@@ -323,8 +332,7 @@ bool HoldForGraphExec(CUgraphExec exec, CUstream stream, bool per_thread, GraphH
   // graph and maps nothing now.
   auto is_capturing = s.stream_is_capturing[per_thread ? 1 : 0];
   int capture = 0;
-  if (is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS &&
-      capture != 0) {
+  if (is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS && capture != 0) {
     return true;
   }
   if (mapped) {

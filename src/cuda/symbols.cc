@@ -134,7 +134,9 @@ const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, ui
   return has_ptsz ? nullptr : fallback;
 }
 
-bool IsGraph(HookId id) { return id >= kHookGraphInstantiateWithFlags && id <= kHookDeviceGraphMemTrim; }
+bool IsGraph(HookId id) {
+  return id >= kHookGraphInstantiateWithFlags && id <= kHookDeviceGraphMemTrim;
+}
 
 bool IsLaunch(HookId id) {
   return id == kHookLaunchKernel || id == kHookLaunchKernelEx ||

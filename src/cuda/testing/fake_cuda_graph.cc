@@ -198,8 +198,8 @@ FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, con
   n.dptr = dptr;
   return AddNode(node, graph, n);
 }
-FAKE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph,
-                                              const CUgraphNode*, size_t, CUgraph child) {
+FAKE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*,
+                                              size_t, CUgraph child) {
   GraphNode n{CU_GRAPH_NODE_TYPE_GRAPH};
   n.child = reinterpret_cast<uintptr_t>(child);
   return AddNode(node, graph, n);
@@ -233,8 +233,7 @@ FAKE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, int* type) {
   *type = it->second.type;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node,
-                                                  CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.nodes.find(reinterpret_cast<uintptr_t>(node));
@@ -258,8 +257,7 @@ FAKE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* gr
   *graph = reinterpret_cast<CUgraph>(it->second.child);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* e, CUgraph g, CUgraphNode*, char*,
-                                           size_t) {
+FAKE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* e, CUgraph g, CUgraphNode*, char*, size_t) {
   return Instantiate(e, g);
 }
 FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g,
@@ -276,9 +274,7 @@ FAKE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* e, CUgraph g
 }
 FAKE_EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream) { return Upload(e); }
 FAKE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream) { return Upload(e); }
-FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream st) {
-  return LaunchGraph(e, st, false);
-}
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream st) { return LaunchGraph(e, st, false); }
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream st) {
   return LaunchGraph(e, st, true);
 }
