@@ -364,6 +364,13 @@ TEST(ShimTest, GraphMemoryIsChargedWhenMappedAndRefusedPastTheCap) {
       }
     }
   }
+  // With a compute share as well, the launch goes through admission too.
+  auto both = MustRun({"procaddr_ptds", "graphmem", std::to_string(768 * kMiB), "0", "launch"},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                       {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+  EXPECT_EQ(U(both, "map_rc"), 0u);
+  EXPECT_EQ(U(both, "mapped_free"), 256 * kMiB);
+  EXPECT_EQ(U(both, "trimmed_free"), 1024 * kMiB);
   // 512 MiB held by cuMemAlloc leaves no room for a 600 MiB graph.
   auto kv = MustRun({"procaddr", "graphmem", std::to_string(600 * kMiB), std::to_string(512 * kMiB),
                      "launch"},
