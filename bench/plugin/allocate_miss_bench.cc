@@ -1,8 +1,9 @@
 // Allocate over kubelet's unix-socket gRPC path when the pod is not yet in
 // the plugin's AssignmentStore (kubelet calls before the pod watch delivered
-// it). The lookup misses, the allocator's refresh re-lists the node's pods
-// (PodSync::Refresh through the kube client, over loopback HTTP from an
-// in-process kube::FakeApiServer), and the match is retried. The plugin,
+// it). The lookup misses, the allocator's refresh re-lists the node's pending
+// pods (PodSync::Refresh through the kube client, over loopback HTTP from an
+// in-process kube::FakeApiServer: their metadata, then the one pod the store
+// does not hold in full), and the match is retried. The plugin,
 // PodSync, KubeReporter and the refresh callback are wired as in
 // src/cmd/device_plugin/main.cc. Prints measured figures; asserts none.
 //
@@ -30,8 +31,8 @@
 // Counters: p50_us / p99_us / mean_us per Allocate (client-observed);
 // proc_cpu_us, CPU time of the whole process per call (plugin, gRPC client,
 // kube client and the fake apiserver, which all share this machine's cores);
-// requests_per_call, apiserver requests per iteration (list pages and the
-// reporter's patch); list_answer_us, after the loop, the median time to fetch
+// requests_per_call, apiserver requests per iteration (list pages, the
+// refresh's reads of single pods, and the reporter's patch); list_answer_us, after the loop, the median time to fetch
 // the same list's pages as unparsed HTTP bodies (the fake apiserver's and
 // loopback's share of a refresh).
 #include <benchmark/benchmark.h>

@@ -97,6 +97,25 @@ std::string Query(const std::vector<std::pair<std::string, std::string>>& params
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// What a metadata-only list asks for: kube-apiserver's PartialObjectMetadataList
+// form first, plain JSON (full objects) from a server that cannot transform.
+constexpr const char* kMetadataListAccept =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+
+// A parser callback that drops metadata.managedFields of the objects whose
+// "metadata" key sits at `depth` (2 in a watch event
+// {"type":..,"object":{"metadata":..}}, 3 in a list {"items":[{"metadata":..}]}):
+// nothing here reads them, and they are often the larger part of an object.
+// Every parse works on its own copy of the callback, so the flag starts
+// false each time.
+json::parser_callback_t DropManagedFields(int depth) {
+  return [depth, in_metadata = false](int d, json::parse_event_t event, json& parsed) mutable {
+    if (event != json::parse_event_t::key) return true;
+    if (d == depth) in_metadata = parsed == "metadata";
+    return !(d == depth + 1 && in_metadata && parsed == "managedFields");
+  };
+}
+
 std::string NameOf(const json& obj) {
   if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
   const json& m = obj["metadata"];
@@ -143,10 +162,10 @@ class ClientImpl final : public KubeClient {
     return ns.empty() ? name : ns + "/" + name;
   }
 
-  http::Headers AuthHeaders() {
+  http::Headers AuthHeaders(const std::string& accept = "application/json") {
     std::lock_guard<std::mutex> lock(mu_);
     http::Headers h;
-    h["Accept"] = "application/json";
+    h["Accept"] = accept;
     if (!token_.empty()) h["Authorization"] = "Bearer " + token_;
     return h;
   }
@@ -167,14 +186,15 @@ class ClientImpl final : public KubeClient {
 
   // Sends with the rate limit and one retry after a token refresh on 401.
   StatusOr<http::ClientResponse> Send(const std::string& method, const std::string& path,
-                                      const std::string& body, const std::string& content_type) {
+                                      const std::string& body, const std::string& content_type,
+                                      const std::string& accept = "application/json") {
     for (int attempt = 0;; ++attempt) {
       bucket_.Acquire();
       http::ClientRequest req;
       req.method = method;
       req.path = path;
       req.body = body;
-      req.headers = AuthHeaders();
+      req.headers = AuthHeaders(accept);
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
       req.timeout = config_.timeout;
       auto resp = http_->Send(req);
@@ -183,13 +203,16 @@ class ClientImpl final : public KubeClient {
     }
   }
 
+  // `accept` and `parse_cb` (may be null) serve List's metadata-only form.
   StatusOr<json> Call(const std::string& method, const std::string& path, const std::string& body,
-                      const std::string& content_type, const std::string& what) {
-    auto resp = Send(method, path, body, content_type);
+                      const std::string& content_type, const std::string& what,
+                      const std::string& accept = "application/json",
+                      const json::parser_callback_t& parse_cb = nullptr) {
+    auto resp = Send(method, path, body, content_type, accept);
     if (!resp.ok()) return resp.status().WithPrefix(what);
     if (resp->status < 200 || resp->status >= 300)
       return StatusFromHttp(resp->status, resp->body, what);
-    json j = json::parse(resp->body, nullptr, false);
+    json j = json::parse(resp->body, parse_cb, false);
     if (j.is_discarded()) {
       if (resp->body.empty()) return json::object();
       return InternalError(what + ": the apiserver answered with invalid JSON");
@@ -209,6 +232,8 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
   ListResult out;
   std::string cont;
   const std::string what = "list " + r.plural + (ns.empty() ? "" : " in " + ns);
+  const std::string accept = options.metadata_only ? kMetadataListAccept : "application/json";
+  const json::parser_callback_t parse_cb = options.metadata_only ? DropManagedFields(3) : nullptr;
   for (int page = 0; page < 100000; ++page) {
     const std::string path =
         r.Path(ns) + Query({{"labelSelector", options.label_selector},
@@ -216,12 +241,28 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
                             {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
                             {"continue", cont},
                             {"resourceVersion", cont.empty() ? options.resource_version : ""}});
-    auto j = Call("GET", path, "", "", what);
+    auto j = Call("GET", path, "", "", what, accept, parse_cb);
     if (!j.ok()) return j.status();
-    if (!j->is_object() || !j->contains("items") || !(*j)["items"].is_array()) {
+    // kube-apiserver writes an empty PartialObjectMetadataList's items as
+    // null (a nil Go slice), where a PodList has [].
+    if (!j->is_object() || !j->contains("items") ||
+        !((*j)["items"].is_array() || (*j)["items"].is_null())) {
       return InternalError(what + ": the answer has no items array");
     }
-    for (json& item : (*j)["items"]) out.items.push_back(std::move(item));
+    // Which form the server chose; a caller that reads more than metadata
+    // must know, so one list never mixes the two.
+    const bool partial = options.metadata_only &&
+                         j->value("kind", std::string()) == "PartialObjectMetadataList" &&
+                         j->value("apiVersion", std::string()) == "meta.k8s.io/v1";
+    if (page == 0) {
+      out.metadata_only = partial;
+    } else if (partial != out.metadata_only) {
+      return InternalError(what + ": the apiserver answered pages of one list in two forms " +
+                           "(metadata only and full objects)");
+    }
+    if ((*j)["items"].is_array()) {
+      for (json& item : (*j)["items"]) out.items.push_back(std::move(item));
+    }
     const json meta = j->value("metadata", json::object());
     out.resource_version = meta.value("resourceVersion", std::string());
     cont = meta.value("continue", std::string());
@@ -248,15 +289,7 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
   int status = 0;
   std::string error_body;
   Status result;
-  // {"type":..,"object":{"metadata":{"managedFields":[..]}}}: a key at depth 3
-  // whose depth-2 parent key was "metadata". Every parse works on its own copy
-  // of this callback, so the flag starts false each time.
-  const json::parser_callback_t drop_managed_fields =
-      [in_metadata = false](int depth, json::parse_event_t event, json& parsed) mutable {
-        if (event != json::parse_event_t::key) return true;
-        if (depth == 2) in_metadata = parsed == "metadata";
-        return !(depth == 3 && in_metadata && parsed == "managedFields");
-      };
+  const json::parser_callback_t drop_managed_fields = DropManagedFields(2);
   Status st = http_->StreamLines(
       req, [&](const http::ClientResponse& head) { status = head.status; },
       [&](std::string_view line) {

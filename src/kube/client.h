@@ -54,11 +54,23 @@ struct ListOptions {
   std::string field_selector;  // "spec.nodeName=node-a"
   int64_t limit = 500;         // page size; List follows continue tokens
   std::string resource_version;
+  // Asks for the objects' metadata only (Accept: application/json;
+  // as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, then application/json):
+  // kube-apiserver answers a meta.k8s.io/v1 PartialObjectMetadataList whose
+  // items carry only kind PartialObjectMetadata, apiVersion and the whole
+  // metadata (uid, resourceVersion, annotations, ...). A server that does not
+  // know the form answers full objects instead; ListResult::metadata_only
+  // says which arrived.
+  bool metadata_only = false;
 };
 
 struct ListResult {
   std::vector<nlohmann::json> items;
   std::string resource_version;  // the list's, to start a watch from
+  // Every page was a PartialObjectMetadataList: the items hold metadata
+  // only. False when full objects arrived (also when metadata_only was
+  // asked for and the server ignored it).
+  bool metadata_only = false;
 };
 
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };
@@ -88,7 +100,10 @@ class KubeClient {
  public:
   virtual ~KubeClient() = default;
 
-  // Lists every object (following continue tokens).
+  // Lists every object (following continue tokens). With
+  // options.metadata_only the items arrive without metadata.managedFields
+  // (dropped while parsing, as for Watch). kInternal when the pages of one
+  // list disagree on the form (some metadata only, some full objects).
   virtual StatusOr<ListResult> List(const Resource& r, const std::string& ns,
                                     const ListOptions& options) = 0;
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "http/http.h"
 #include "kube/fake_apiserver.h"
 #include "kube/objects.h"
 
@@ -110,6 +111,143 @@ TEST_F(KubeClientTest, ListFollowsContinueTokensAndSelectors) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->items.size(), c.want) << c.ns << " " << c.labels << " " << c.fields;
   }
+}
+
+TEST_F(KubeClientTest, MetadataOnlyListsCarryOnlyMetadata) {
+  for (int i = 0; i < 5; ++i) {
+    json p = Pod("p" + std::to_string(i), i < 3 ? "node-a" : "node-b");
+    p["metadata"]["annotations"] = {
+        {"accelpool.io/assignment", "{\"n\":" + std::to_string(i) + "}"}};
+    p["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+    api_.Put("/api/v1/namespaces/ml/pods", p);
+  }
+  ListOptions o;
+  o.metadata_only = true;
+  o.field_selector = "spec.nodeName=node-a";
+  o.limit = 2;  // two pages: every page in the same form
+  auto meta = client_->List(Pods(), "ml", o);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_TRUE(meta->metadata_only);
+  EXPECT_FALSE(meta->resource_version.empty());
+  ASSERT_EQ(meta->items.size(), 3u);
+  for (const json& item : meta->items) {
+    EXPECT_EQ(item["kind"], "PartialObjectMetadata") << item.dump();
+    EXPECT_EQ(item["apiVersion"], "meta.k8s.io/v1");
+    EXPECT_FALSE(item.contains("spec")) << item.dump();
+    const json& m = item["metadata"];
+    EXPECT_EQ(m["namespace"], "ml");
+    EXPECT_FALSE(m.value("uid", "").empty());
+    EXPECT_FALSE(m.value("resourceVersion", "").empty());
+    EXPECT_TRUE(m["annotations"].contains("accelpool.io/assignment"));
+    EXPECT_FALSE(m.contains("managedFields")) << "dropped while parsing";
+  }
+  int pages = 0;
+  for (const auto& r : api_.Requests()) pages += r.find("GET /api/v1/namespaces/ml/pods?") == 0;
+  EXPECT_EQ(pages, 2);
+
+  // Nothing matches: kube-apiserver answers "items": null, an empty list.
+  o.field_selector = "spec.nodeName=node-z";
+  auto none = client_->List(Pods(), "ml", o);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->metadata_only);
+  EXPECT_TRUE(none->items.empty());
+  o.field_selector = "spec.nodeName=node-a";
+
+  // A plain list is unchanged: full objects, managedFields included.
+  o.metadata_only = false;
+  auto full = client_->List(Pods(), "ml", o);
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(full->metadata_only);
+  ASSERT_EQ(full->items.size(), 3u);
+  EXPECT_TRUE(full->items[0].contains("spec"));
+  EXPECT_TRUE(full->items[0]["metadata"].contains("managedFields"));
+
+  // A server that ignores the Accept header's parameters answers full
+  // objects; the result says so.
+  api_.ServeFullListsOnly(true);
+  o.metadata_only = true;
+  auto ignored = client_->List(Pods(), "ml", o);
+  ASSERT_TRUE(ignored.ok());
+  EXPECT_FALSE(ignored->metadata_only);
+  ASSERT_EQ(ignored->items.size(), 3u);
+  EXPECT_EQ(ignored->items[0]["kind"], "Pod");
+  EXPECT_TRUE(ignored->items[0].contains("spec"));
+}
+
+TEST(FakeApiServerTest, NegotiatesTheListFormLikeKubeApiserver) {
+  FakeApiServer api;
+  ASSERT_TRUE(api.Start().ok());
+  api.Put("/api/v1/namespaces/ml/pods", Pod("p0", "node-a"));
+  http::ClientOptions co;
+  co.base_url = api.url();
+  auto c = http::NewHttpClient(co);
+  ASSERT_TRUE(c.ok());
+  struct Case {
+    std::string accept;
+    int status;
+    std::string kind;
+  };
+  const std::vector<Case> cases = {
+      {"", 200, "List"},
+      {"application/json", 200, "List"},
+      {"*/*", 200, "List"},
+      {"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", 200,
+       "PartialObjectMetadataList"},
+      {"application/json; as=PartialObjectMetadataList; g=meta.k8s.io; v=v1, application/json", 200,
+       "PartialObjectMetadataList"},
+      // A form this server does not serve is skipped for the next one.
+      {"application/json;as=Table;g=meta.k8s.io;v=v1,application/json", 200, "List"},
+      {"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2,application/json", 200,
+       "List"},
+      {"application/json;as=Table;g=meta.k8s.io;v=v1", 406, ""},
+      {"application/yaml", 406, ""},
+  };
+  for (const Case& k : cases) {
+    http::ClientRequest r;
+    r.path = "/api/v1/namespaces/ml/pods";
+    if (!k.accept.empty()) r.headers["Accept"] = k.accept;
+    auto resp = (*c)->Send(r);
+    ASSERT_TRUE(resp.ok()) << k.accept;
+    EXPECT_EQ(resp->status, k.status) << k.accept << ": " << resp->body;
+    if (k.status != 200) continue;
+    json body = json::parse(resp->body);
+    EXPECT_EQ(body["kind"], k.kind) << k.accept;
+    ASSERT_EQ(body["items"].size(), 1u);
+    EXPECT_EQ(body["items"][0].contains("spec"), k.kind == "List") << k.accept;
+  }
+  api.Stop();
+}
+
+// A server whose pages of one list disagree on the form (a list served by
+// two apiservers of different versions, say): the list fails rather than
+// hand the caller metadata where it expects whole objects.
+TEST(KubeClientMixedFormsTest, PagesInTwoFormsFailTheList) {
+  http::ServerOptions so;
+  so.host = "127.0.0.1";
+  auto server = http::NewHttpServer(so);
+  server->HandlePrefix("GET", "/api/", [](const http::Request& req) {
+    const bool first = req.Query("continue").empty();
+    json page = first ? json{{"kind", "PartialObjectMetadataList"},
+                             {"apiVersion", "meta.k8s.io/v1"},
+                             {"metadata", {{"continue", "1"}}},
+                             {"items", json::array({{{"metadata", {{"name", "a"}}}}})}}
+                      : json{{"kind", "PodList"},
+                             {"apiVersion", "v1"},
+                             {"metadata", json::object()},
+                             {"items", json::array({Pod("b")})}};
+    return http::Response::Json(200, page.dump());
+  });
+  ASSERT_TRUE(server->Start().ok());
+  KubeConfig cfg;
+  cfg.server = "http://127.0.0.1:" + std::to_string(server->port());
+  cfg.qps = 0;
+  auto c = NewKubeClient(cfg);
+  ASSERT_TRUE(c.ok());
+  ListOptions o;
+  o.metadata_only = true;
+  auto r = (*c)->List(Pods(), "", o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+  server->Stop();
 }
 
 TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {

@@ -94,6 +94,54 @@ bool MatchSelector(const std::string& sel,
   return true;
 }
 
+// The form a list answer takes, from the request's Accept header.
+enum class ListForm { kFull, kMetadata, kNotAcceptable };
+
+// Content negotiation as kube-apiserver does it for a list: the first media
+// type of the Accept header that it can serve wins. application/json (or a
+// wildcard) without parameters is the full list; with
+// as=PartialObjectMetadataList;g=meta.k8s.io;v=v1 the metadata-only form.
+// Another "as" (Table, another group or version) is skipped, as one this
+// fake does not serve.
+ListForm NegotiateList(const std::string& accept) {
+  if (accept.empty()) return ListForm::kFull;
+  auto trim = [](std::string v) {
+    const size_t b = v.find_first_not_of(" \t");
+    const size_t e = v.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+  };
+  size_t start = 0;
+  while (start <= accept.size()) {
+    size_t end = accept.find(',', start);
+    if (end == std::string::npos) end = accept.size();
+    const std::string media = accept.substr(start, end - start);
+    start = end + 1;
+    std::map<std::string, std::string> params;
+    std::string type;
+    size_t p = 0;
+    for (bool first = true; p <= media.size(); first = false) {
+      size_t q = media.find(';', p);
+      if (q == std::string::npos) q = media.size();
+      const std::string part = trim(media.substr(p, q - p));
+      p = q + 1;
+      if (first) {
+        type = part;
+        continue;
+      }
+      const size_t eq = part.find('=');
+      if (eq != std::string::npos) params[trim(part.substr(0, eq))] = trim(part.substr(eq + 1));
+    }
+    if (type != "application/json" && type != "application/*" && type != "*/*") continue;
+    params.erase("q");
+    if (params.empty()) return ListForm::kFull;
+    if (params.size() == 3 && params["as"] == "PartialObjectMetadataList" &&
+        params["g"] == "meta.k8s.io" && params["v"] == "v1") {
+      return ListForm::kMetadata;
+    }
+  }
+  return ListForm::kNotAcceptable;
+}
+
 bool Matches(const json& obj, const Request& req) {
   const std::string labels = req.Query("labelSelector");
   const std::string fields = req.Query("fieldSelector");
@@ -138,6 +186,7 @@ struct FakeApiServer::Impl {
   std::map<std::string, std::map<std::string, json>> store;  // kind_key -> key -> obj
   std::vector<Event> events;                                 // guarded by mu
   int fail_n = 0, fail_status = 0;                           // guarded by mu
+  bool full_lists_only = false;                              // guarded by mu
   std::vector<std::string> requests;                         // guarded by mu
   int64_t uid_seq = 0;                                       // guarded by mu
   std::atomic<int64_t> open_watches{0};
@@ -169,20 +218,39 @@ Response FakeApiServer::Impl::List(const Target& t, const Request& req) {
   if (!from.empty() && from != "0" && std::stoll(from) < compacted) {
     return StatusResponse(410, "Expired", "too old resource version: " + from);
   }
-  std::vector<json> all;
+  const ListForm form = full_lists_only ? ListForm::kFull : NegotiateList(req.Header("accept"));
+  if (form == ListForm::kNotAcceptable) {
+    return StatusResponse(406, "NotAcceptable",
+                          "only the following media types are accepted: application/json, "
+                          "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1");
+  }
+  std::vector<const json*> all;
   for (const auto& [key, obj] : store[t.kind_key()]) {
     if (!t.ns.empty() && MetaStr(obj, "namespace") != t.ns) continue;
-    if (Matches(obj, req)) all.push_back(obj);
+    if (Matches(obj, req)) all.push_back(&obj);
   }
   size_t offset = req.Query("continue").empty() ? 0 : std::stoul(req.Query("continue"));
   const size_t limit = req.Query("limit").empty() ? all.size() : std::stoul(req.Query("limit"));
   json items = json::array();
-  for (size_t i = offset; i < all.size() && items.size() < limit; ++i) items.push_back(all[i]);
+  for (size_t i = offset; i < all.size() && items.size() < limit; ++i) {
+    if (form == ListForm::kMetadata) {
+      // As kube-apiserver converts each item: its whole metadata, nothing else.
+      items.push_back({{"kind", "PartialObjectMetadata"},
+                       {"apiVersion", "meta.k8s.io/v1"},
+                       {"metadata", all[i]->value("metadata", json::object())}});
+    } else {
+      items.push_back(*all[i]);
+    }
+  }
   json meta = {{"resourceVersion", std::to_string(rv)}};
   if (offset + items.size() < all.size()) meta["continue"] = std::to_string(offset + items.size());
-  return Response::Json(
-      200,
-      json{{"kind", "List"}, {"apiVersion", "v1"}, {"metadata", meta}, {"items", items}}.dump());
+  const bool partial = form == ListForm::kMetadata;
+  // kube-apiserver (1.37) writes an empty metadata-only list's items as null.
+  return Response::Json(200, json{{"kind", partial ? "PartialObjectMetadataList" : "List"},
+                                  {"apiVersion", partial ? "meta.k8s.io/v1" : "v1"},
+                                  {"metadata", meta},
+                                  {"items", partial && items.empty() ? json() : items}}
+                                 .dump());
 }
 
 Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
@@ -446,6 +514,11 @@ void FakeApiServer::FailNext(int n, int status) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->fail_n = n;
   impl_->fail_status = status;
+}
+
+void FakeApiServer::ServeFullListsOnly(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->full_lists_only = on;
 }
 
 void FakeApiServer::SendBookmarks() {

@@ -1,7 +1,9 @@
 // FakeApiServer: an in-memory Kubernetes apiserver on HttpServer, for tests.
 //
 // Serves list (with label/field selectors of the form k=v, k!=v and
-// spec.nodeName / metadata.name / metadata.namespace fields), watch streams
+// spec.nodeName / metadata.name / metadata.namespace fields; in the
+// metadata-only form, a meta.k8s.io/v1 PartialObjectMetadataList, when the
+// Accept header asks for it as kube-apiserver reads it), watch streams
 // (with bookmarks), get, create (incl. pods/binding), update (PUT with a
 // resourceVersion precondition), patch (merge and JSON patch with "test"),
 // delete, for any resource path under /api/v1 and /apis/<group>/<version>.
@@ -50,6 +52,9 @@ class FakeApiServer {
   void DropWatches();
   // The next `n` requests (any path) get HTTP `status`.
   void FailNext(int n, int status);
+  // Lists answer full objects whatever the Accept header asks for, as a
+  // server that cannot transform its answers does.
+  void ServeFullListsOnly(bool on);
   // Sends a BOOKMARK with the current version on every open watch.
   void SendBookmarks();
 

@@ -206,16 +206,28 @@ void PodSync::Apply(const nlohmann::json& pod) {
   StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_);
   PodRef ref = RefOf(pod);
   const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
-  // One store update: a concurrent Allocate must never see the pod without
-  // its assignment and without its unassigned requests at the same time.
-  store_->Replace(entry != nullptr ? entry->pod : ref,
-                  entry != nullptr ? &entry->assignment : nullptr,
-                  entry != nullptr ? entry->allocated : std::set<std::string>(),
-                  UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr));
+  std::vector<UnassignedRequest> unassigned =
+      UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr);
+  const std::string version = Str(pod, json::json_pointer("/metadata/resourceVersion"));
+  {
+    // One store update: a concurrent Allocate must never see the pod without
+    // its assignment and without its unassigned requests at the same time.
+    // The version is recorded with it: when the watch and a refresh apply
+    // two versions at once, applied_ names the one the store kept.
+    std::lock_guard<std::mutex> lock(apply_mu_);
+    store_->Replace(
+        entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
+        entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned));
+    if (!ref.uid.empty() && !version.empty()) {
+      applied_[ref.uid] = version;
+    } else {
+      applied_.erase(ref.uid);
+    }
+  }
   if (e.ok()) {
     return;
   }
-  const std::string key = ref.uid + "@" + Str(pod, json::json_pointer("/metadata/resourceVersion"));
+  const std::string key = ref.uid + "@" + version;
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -232,7 +244,11 @@ void PodSync::Apply(const nlohmann::json& pod) {
 
 void PodSync::Forget(const nlohmann::json& pod) {
   const PodRef ref = RefOf(pod);
-  store_->Remove(ref.uid);
+  {
+    std::lock_guard<std::mutex> lock(apply_mu_);
+    store_->Remove(ref.uid);
+    applied_.erase(ref.uid);
+  }
   if (dirs_ == nullptr) {
     return;
   }
@@ -270,25 +286,111 @@ bool PodSync::WaitForSync(std::chrono::milliseconds timeout) const {
   return informer_ != nullptr && informer_->WaitForSync(timeout);
 }
 
+void PodSync::NoteListForm(bool metadata_only) {
+  const int form = metadata_only ? 1 : 0;
+  if (list_form_.exchange(form) == form) {
+    return;
+  }
+  if (metadata_only) {
+    log_.Info("the apiserver answers metadata-only pod lists (PartialObjectMetadataList)");
+  } else {
+    log_.Info(
+        "the apiserver answers metadata-only pod lists with whole pods; refreshes apply those");
+  }
+}
+
+void PodSync::RetainPending(const std::set<std::string>& pending) {
+  std::lock_guard<std::mutex> lock(apply_mu_);
+  store_->RetainPending(pending);
+  // The store may have dropped what it held for these pods (their
+  // unassigned requests at least), so their versions no longer describe it.
+  std::erase_if(applied_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
+}
+
+void PodSync::ApplyPending(const std::vector<nlohmann::json>& pods) {
+  std::set<std::string> pending;
+  for (const json& pod : pods) {
+    pending.insert(RefOf(pod).uid);
+    Apply(pod);
+  }
+  RetainPending(pending);
+}
+
 Status PodSync::Refresh() {
   // Only a pod that kubelet is still admitting can be the caller of an
   // Allocate that the store missed, so the re-read lists the node's Pending
   // pods: on a node in steady state a handful rather than all of them, which
   // keeps this list (it runs on kubelet's path) short. The watch keeps the
   // running pods and reports deletions.
+  //
+  // The list asks for metadata only: serialising and parsing whole pods was
+  // most of a refresh's cost, and the store already holds nearly all of them
+  // at their current version (the watch delivered them). Only the others
+  // are read in full: the assignment is checked against the pod's
+  // containers, and a pod without one may still block the fallback rule
+  // with what its containers ask for, both of which need the spec.
   kube::ListOptions o;
   o.field_selector = "spec.nodeName=" + node_ + ",status.phase=Pending";
+  o.metadata_only = true;
   StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
   if (!pods.ok()) {
     log_.Warn("re-reading the node's pending pods failed", {{"error", pods.status().ToString()}});
     return pods.status();
   }
-  std::set<std::string> pending;
-  for (const json& pod : pods->items) {
-    pending.insert(RefOf(pod).uid);
-    Apply(pod);
+  NoteListForm(pods->metadata_only);
+  if (!pods->metadata_only) {
+    // A server that cannot transform lists (an aggregated apiserver or a
+    // proxy in the way) answered whole pods: use them as they are.
+    ApplyPending(pods->items);
+    return Status::Ok();
   }
-  store_->RetainPending(pending);
+  // The listed pods, and those of them the store does not hold at the listed
+  // version (new to this plugin, or changed since the watch last delivered).
+  std::set<std::string> pending;
+  std::vector<PodRef> stale;
+  bool relist = false;
+  {
+    std::lock_guard<std::mutex> lock(apply_mu_);
+    for (const json& item : pods->items) {
+      PodRef ref = RefOf(item);
+      pending.insert(ref.uid);
+      const std::string version = Str(item, json::json_pointer("/metadata/resourceVersion"));
+      auto it = applied_.find(ref.uid);
+      if (ref.uid.empty() || version.empty() || it == applied_.end() || it->second != version) {
+        relist = relist || ref.name.empty();  // cannot be read by name
+        stale.push_back(std::move(ref));
+      }
+    }
+  }
+  if (relist || stale.size() > kMaxFetches) {
+    // Many pods changed at once (a burst of bindings the watch has not
+    // delivered yet): one list of whole pods costs less than their reads.
+    o.metadata_only = false;
+    StatusOr<kube::ListResult> full = client_->List(kube::Pods(), "", o);
+    if (!full.ok()) {
+      log_.Warn("re-reading the node's pending pods failed", {{"error", full.status().ToString()}});
+      return full.status();
+    }
+    ApplyPending(full->items);
+    return Status::Ok();
+  }
+  for (const PodRef& ref : stale) {
+    StatusOr<json> pod = client_->Get(kube::Pods(), ref.ns, ref.name);
+    // Gone since the list, or gone and created again under its name (the
+    // new pod is another pod, not known to be this node's): not pending.
+    if ((!pod.ok() && pod.status().code() == StatusCode::kNotFound) ||
+        (pod.ok() && RefOf(*pod).uid != ref.uid)) {
+      pending.erase(ref.uid);
+      continue;
+    }
+    if (!pod.ok()) {
+      log_.Warn("reading a pending pod failed",
+                {{"pod", ref.Key()}, {"error", pod.status().ToString()}});
+      return pod.status();
+    }
+    Apply(*pod);
+  }
+  RetainPending(pending);
   return Status::Ok();
 }
 
@@ -302,12 +404,14 @@ Status PodSync::SweepStateDirs() {
   const auto before = std::filesystem::file_time_type::clock::now() - kMargin;
   kube::ListOptions o;
   o.field_selector = "spec.nodeName=" + node_;
+  o.metadata_only = true;  // uids only; a server may answer whole pods
   StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
   if (!pods.ok()) {
     log_.Warn("listing the node's pods for the state-dir sweep failed",
               {{"error", pods.status().ToString()}});
     return pods.status();
   }
+  NoteListForm(pods->metadata_only);
   std::set<std::string> live;
   for (const json& pod : pods->items) {
     const std::string uid = RefOf(pod).uid;

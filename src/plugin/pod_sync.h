@@ -25,13 +25,16 @@
 #ifndef ACCELPOOL_PLUGIN_POD_SYNC_H_
 #define ACCELPOOL_PLUGIN_POD_SYNC_H_
 
+#include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "kube/client.h"
@@ -74,15 +77,24 @@ class PodSync {
   void Stop();
   bool WaitForSync(std::chrono::milliseconds timeout) const;
 
-  // Lists the node's pods now and replaces the store's content (used when a
-  // lookup misses or falls back). Errors are logged and returned; the store
-  // is then left as it was.
+  // Re-reads the node's Pending pods now into the store (used when a lookup
+  // misses or falls back), leaving it as Apply of each of them would. It
+  // lists their metadata only and reads in full only the pods whose
+  // resourceVersion is not the one last applied (usually just the caller the
+  // watch has not delivered yet), or relists them in full when more than
+  // kMaxFetches are; when the apiserver answers the metadata-only list with
+  // full objects, those are applied. Errors are logged and returned; the
+  // store is then not pruned (pods read in full before the error are
+  // applied).
   Status Refresh();
 
-  // Lists the node's pods and removes the state dirs of pods not among them
-  // that were last modified over a minute before the list began (a dir made
-  // since may belong to a pod bound after it). Errors are logged and
-  // returned.
+  // The most pods Refresh reads one by one before it relists in full.
+  static constexpr size_t kMaxFetches = 8;
+
+  // Lists the node's pods (metadata only) and removes the state dirs of pods
+  // not among them that were last modified over a minute before the list
+  // began (a dir made since may belong to a pod bound after it). Errors are
+  // logged and returned.
   Status SweepStateDirs();
 
   // Applies one pod object (add or update); public for tests.
@@ -91,6 +103,15 @@ class PodSync {
   void Forget(const nlohmann::json& pod);
 
  private:
+  // Refresh from full pod objects: applies them all, then prunes.
+  void ApplyPending(const std::vector<nlohmann::json>& pods);
+  // Drops what the store (and applied_) holds for pods not in `pending`.
+  void RetainPending(const std::set<std::string>& pending);
+  // Logs (once, and again whenever it changes) which form the apiserver
+  // answers metadata-only pod lists in: operators (and the e2e demo) can
+  // tell which refresh runs.
+  void NoteListForm(bool metadata_only);
+
   kube::KubeClient* const client_;
   const std::string node_;
   AssignmentStore* const store_;
@@ -101,6 +122,15 @@ class PodSync {
 
   std::mutex mu_;
   std::set<std::string> reported_;  // "<uid>@<resourceVersion>" already reported; guarded by mu_
+
+  // uid -> metadata.resourceVersion of the pod object whose Apply the store
+  // holds now. Updated together with the store (under apply_mu_), so that a
+  // version recorded here is never older or newer than what the store holds
+  // for the pod: Refresh skips re-reading such a pod (equal versions are
+  // equal objects), and must not skip one whose entry the store lost.
+  std::mutex apply_mu_;
+  std::map<std::string, std::string> applied_;  // guarded by apply_mu_
+  std::atomic<int> list_form_{-1};              // -1 not seen yet, 0 whole pods, 1 metadata only
 };
 
 }  // namespace accelpool::plugin

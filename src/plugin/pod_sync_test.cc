@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "api/inventory_codec.h"
@@ -245,9 +247,11 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   EXPECT_TRUE(sync.Refresh().ok());
   EXPECT_EQ(store.PendingContainers(), 1u);
   EXPECT_EQ(store.All().size(), 2u) << "running (allocated) and late; not late-running";
-  ASSERT_GT(api_.Requests().size(), requests);
-  EXPECT_NE(api_.Requests().back().find("status.phase=Pending"), std::string::npos)
-      << api_.Requests().back();
+  ASSERT_EQ(api_.Requests().size(), requests + 2);
+  EXPECT_NE(api_.Requests()[requests].find("status.phase=Pending"), std::string::npos)
+      << api_.Requests()[requests];
+  EXPECT_EQ(api_.Requests()[requests + 1], std::string("GET ") + kPods + "/late")
+      << "only the pod the store did not hold is read in full";
 
   // A pending pod that went while the watch was down is dropped by the next
   // refresh; the allocated one stays for the watch to remove.
@@ -255,6 +259,198 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   EXPECT_TRUE(sync.Refresh().ok());
   EXPECT_EQ(store.PendingContainers(), 0u);
   EXPECT_EQ(store.All().size(), 1u);
+}
+
+// What one Refresh asked the apiserver since `from`: lists, and the names of
+// the pods it read one by one.
+struct RefreshRequests {
+  int lists = 0;
+  std::vector<std::string> gets;
+};
+RefreshRequests RequestsSince(const kube::FakeApiServer& api, size_t from) {
+  RefreshRequests r;
+  const std::vector<std::string> all = api.Requests();
+  const std::string get = std::string("GET ") + kPods + "/";
+  for (size_t i = from; i < all.size(); ++i) {
+    if (all[i].rfind("GET /api/v1/pods?", 0) == 0) {
+      ++r.lists;
+    } else if (all[i].rfind(get, 0) == 0) {
+      r.gets.push_back(all[i].substr(get.size()));
+    }
+  }
+  std::sort(r.gets.begin(), r.gets.end());
+  return r;
+}
+
+// The refresh on kubelet's path lists metadata only and reads in full just
+// the pods the store does not hold at their current version; the store ends
+// as a refresh from whole pods would leave it: assignments checked against
+// the pod's containers, malformed ones refused with a reason, pods without
+// an assignment still blocking the fallback rule.
+TEST_F(KubeSideTest, RefreshReadsInFullOnlyThePodsTheStoreDoesNotHold) {
+  for (int i = 0; i < 5; ++i) {
+    const std::string name = "known-" + std::to_string(i);
+    api_.Put(kPods, PodJson(name, "node-a",
+                            {{"accelpool.io/assignment",
+                              AssignmentText("node-a", "GPU-k" + std::to_string(i))}}));
+  }
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(client_.get(), "node-a", &store, &reporter, Logger());
+  sync.Start();
+  ASSERT_TRUE(sync.WaitForSync(std::chrono::seconds(5)));
+  sync.Stop();  // from here on, only Refresh brings news
+  ASSERT_EQ(store.PendingContainers(), 5u);
+
+  // Unchanged pods are not read again.
+  size_t mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  RefreshRequests r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 1);
+  EXPECT_TRUE(r.gets.empty()) << r.gets.front();
+
+  // Bound while the watch lags: two pods with assignments (two candidates
+  // for the same resource and count), one of another scheduler asking for a
+  // GPU, one whose assignment names a container it does not have, one whose
+  // assignment does not parse; and a known pod whose assignment changed.
+  api_.Put(kPods, PodJson("new-a", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-a")}}));
+  api_.Put(kPods, PodJson("new-b", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}}));
+  api_.Put(kPods, PodJson("stranger", "node-a", json::object()));
+  api_.Put(kPods,
+           PodJson("wrong-container", "node-a",
+                   {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-c", "sidecar")}}));
+  api_.Put(kPods, PodJson("malformed", "node-a", {{"accelpool.io/assignment", "{\"node\":"}}));
+  api_.Put(kPods, PodJson("known-0", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-moved")}}));
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 1);
+  EXPECT_EQ(r.gets, (std::vector<std::string>{"known-0", "malformed", "new-a", "new-b", "stranger",
+                                              "wrong-container"}));
+
+  // Each new pod's own slots find it.
+  for (const char* name : {"new-a", "new-b"}) {
+    const std::string device = std::string("GPU-") + (name[4] == 'a' ? "a" : "b");
+    auto m = store.Match("nvidia.com/gpu", {api::SlotId(device, 1)});
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status().ToString();
+    EXPECT_EQ(m->pod.name, name);
+    EXPECT_FALSE(m->by_fallback);
+  }
+  auto moved = store.Match("nvidia.com/gpu", {api::SlotId("GPU-moved", 1)});
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(moved->pod.name, "known-0");
+  // Ids naming nobody: several pods could be the caller, so no fallback.
+  auto nobody = store.Match("nvidia.com/gpu", {"GPU-z::9"});
+  EXPECT_EQ(nobody.status().code(), StatusCode::kAborted) << nobody.status().ToString();
+  EXPECT_NE(nobody.status().message().find("default/stranger/main"), std::string::npos)
+      << "the pod without an assignment is counted: " << nobody.status().message();
+  // The two refused assignments are reported with a reason and not stored.
+  std::map<std::string, std::string> refused;
+  for (const auto& e : reporter.entries()) refused[e.pod] = e.message;
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_NE(refused["default/wrong-container"].find("\"sidecar\", which the pod does not have"),
+            std::string::npos)
+      << refused["default/wrong-container"];
+  EXPECT_NE(refused["default/malformed"].find("unreadable"), std::string::npos)
+      << refused["default/malformed"];
+  EXPECT_EQ(store.PendingContainers(), 7u) << "5 known, new-a, new-b";
+
+  // Nothing changed since: the next refresh reads nothing in full and
+  // reports nothing again.
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 1);
+  EXPECT_TRUE(r.gets.empty()) << r.gets.front();
+  EXPECT_EQ(reporter.entries().size(), 2u);
+
+  // Gone while the watch lags: new-b (unallocated) leaves the store, the
+  // pods without a valid assignment stop blocking; new-a is then the only
+  // possible caller.
+  for (const char* name : {"new-b", "stranger", "wrong-container", "malformed"}) {
+    api_.Remove(kPods, name);
+  }
+  for (int i = 0; i < 5; ++i) api_.Remove(kPods, "known-" + std::to_string(i));
+  ASSERT_TRUE(sync.Refresh().ok());
+  auto only = store.Match("nvidia.com/gpu", {"GPU-z::9"});
+  ASSERT_TRUE(only.ok()) << only.status().ToString();
+  EXPECT_EQ(only->pod.name, "new-a");
+  EXPECT_TRUE(only->by_fallback);
+
+  // No pending pod left (kube-apiserver then answers "items": null).
+  api_.Remove(kPods, "new-a");
+  ASSERT_TRUE(sync.Refresh().ok());
+  EXPECT_EQ(store.PendingContainers(), 0u);
+}
+
+// More changed pods than PodSync::kMaxFetches: one list of whole pods
+// instead of their reads, with the same result.
+TEST_F(KubeSideTest, RefreshRelistsWholePodsWhenManyChanged) {
+  AssignmentStore store;
+  PodSync sync(client_.get(), "node-a", &store, nullptr, Logger());
+  const size_t n = PodSync::kMaxFetches + 1;
+  for (size_t i = 0; i < n; ++i) {
+    api_.Put(kPods, PodJson("burst-" + std::to_string(i), "node-a",
+                            {{"accelpool.io/assignment",
+                              AssignmentText("node-a", "GPU-" + std::to_string(i))}}));
+  }
+  api_.Put(kPods, PodJson("stranger", "node-a", json::object()));
+  size_t mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  RefreshRequests r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 2) << "metadata, then whole pods";
+  EXPECT_TRUE(r.gets.empty()) << r.gets.front();
+  EXPECT_EQ(store.PendingContainers(), n);
+  EXPECT_EQ(store.Match("nvidia.com/gpu", {"GPU-z::9"}).status().code(), StatusCode::kAborted);
+  // What the full list applied counts as held: the next refresh reads nothing.
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 1);
+  EXPECT_TRUE(r.gets.empty()) << r.gets.front();
+}
+
+// An apiserver that answers the metadata-only list with whole pods (it
+// cannot transform lists): the refresh applies those, one request, same
+// result, and still prunes what is no longer pending.
+TEST_F(KubeSideTest, RefreshUsesWholePodsWhenTheServerIgnoresTheMetadataAccept) {
+  api_.ServeFullListsOnly(true);
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(client_.get(), "node-a", &store, &reporter, Logger());
+  api_.Put(kPods, PodJson("a", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-a")}}));
+  api_.Put(kPods,
+           PodJson("bad", "node-a",
+                   {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-c", "sidecar")}}));
+  size_t mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  RefreshRequests r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 1);
+  EXPECT_TRUE(r.gets.empty()) << r.gets.front();
+  auto m = store.Match("nvidia.com/gpu", {api::SlotId("GPU-a", 1)});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->pod.name, "a");
+  ASSERT_EQ(reporter.entries().size(), 1u);
+  EXPECT_EQ(reporter.entries()[0].pod, "default/bad");
+
+  api_.Remove(kPods, "a");
+  ASSERT_TRUE(sync.Refresh().ok());
+  EXPECT_EQ(store.PendingContainers(), 0u);
+
+  // A server that starts answering metadata later (upgraded): the pods the
+  // whole-pod refresh applied are not read again.
+  api_.ServeFullListsOnly(false);
+  api_.Put(kPods, PodJson("c", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-c")}}));
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  r = RequestsSince(api_, mark);
+  EXPECT_EQ(r.lists, 1);
+  EXPECT_EQ(r.gets, (std::vector<std::string>{"c"}));
 }
 
 TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {

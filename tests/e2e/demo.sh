@@ -141,6 +141,14 @@ progress() {
 }
 check "every device plugin registered with its kubeletsim" progress 90 "registered" registered
 check "every device plugin published its inventory" progress 60 "inventories published" published
+# The plugin lists its node's pods metadata only (its state-dir sweep at start;
+# the refresh on kubelet's path asks the same way) and logs the form the
+# apiserver answers in: kube-apiserver must transform the list.
+metadata_lists() {
+  grep -q 'answers metadata-only pod lists (PartialObjectMetadataList)' "${E2E_WORK}/nodes/$1/plugin.log"
+}
+check "kube-apiserver answers every plugin's metadata-only pod list as PartialObjectMetadataList" \
+  progress 30 "metadata-only pod lists" metadata_lists
 for n in "${NODES[@]}"; do sync_capacity "${n%%:*}" || log "capacity of ${n%%:*} not synced"; done
 check "kwok keeps every node Ready" progress 60 "nodes Ready" ready
 
