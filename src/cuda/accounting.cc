@@ -170,6 +170,9 @@ PoolAccount* FindPoolLocked(ShimState& s, uint64_t pool) {
 // concurrent re-reads of one pool are applied in the order they were read).
 Charge SyncLocked(ShimState& s, PoolAccount& a) {
   uint64_t reserve = 0;
+  if (a.device < 0) {
+    return Charge::kNotLimited;  // Host memory.
+  }
   if (!ReadReserve(s, a.pool, &reserve)) {
     return Charge::kCharged;  // Keep the last known charge.
   }
@@ -190,29 +193,46 @@ Charge SyncLocked(ShimState& s, PoolAccount& a) {
 
 }  // namespace
 
-bool TrackPool(CUmemoryPool pool, int device) {
+PoolTrack TrackPool(CUmemoryPool pool, int* device) {
   ShimState& s = State();
   auto key = reinterpret_cast<uint64_t>(pool);
   if (key == 0) {
-    return false;
+    return PoolTrack::kPerAllocation;
   }
   pthread_mutex_lock(&s.pool_mu);
-  bool tracked = FindPoolLocked(s, key) != nullptr;
+  PoolAccount* account = FindPoolLocked(s, key);
   uint64_t reserve = 0;
-  if (!tracked && ReadReserve(s, key, &reserve)) {
-    if (PoolAccount* free_entry = FindPoolLocked(s, 0)) {
-      free_entry->pool = key;
-      free_entry->device = device;
-      free_entry->charged = 0;  // The first SyncPool charges what it already holds.
-      tracked = true;
+  if (account == nullptr && ReadReserve(s, key, &reserve)) {
+    int where = *device;
+    int type = 0;
+    int id = -1;
+    if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, &type) == CUDA_SUCCESS) {
+      if (type != CU_MEM_LOCATION_TYPE_DEVICE) {
+        where = -1;
+      } else if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_ID, &id) ==
+                     CUDA_SUCCESS &&
+                 id >= 0) {
+        where = id;
+      }
+    }
+    account = FindPoolLocked(s, 0);
+    if (account != nullptr) {
+      account->pool = key;
+      account->device = where;
+      account->charged = 0;  // The first SyncPool charges what it already holds.
     } else if (!s.warned_pools) {
       s.warned_pools = true;
       Logf(LogLevel::kWarn,
            "more than %d memory pools in use; further pools are charged per allocation", kMaxPools);
     }
   }
+  PoolTrack result = PoolTrack::kPerAllocation;
+  if (account != nullptr) {
+    *device = account->device;
+    result = account->device < 0 ? PoolTrack::kHostMemory : PoolTrack::kByReserve;
+  }
   pthread_mutex_unlock(&s.pool_mu);
-  return tracked;
+  return result;
 }
 
 Charge SyncPool(CUmemoryPool pool) {

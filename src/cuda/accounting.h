@@ -66,10 +66,17 @@ CUresult ForgetAndCall(AllocTable* table, uint64_t key, Call call) {
 // share one reservation, so a pool is charged its reserve
 // (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) rather than per allocation.
 //
-// True when `pool` is tracked by reserve (starting now if it was not), with
-// its charge on `device`. False when its reserve cannot be read or kMaxPools
-// pools are tracked: the caller charges per allocation instead.
-bool TrackPool(CUmemoryPool pool, int device);
+// What TrackPool found.
+enum class PoolTrack {
+  kByReserve,       // Tracked by reserve; *device is the device it is charged to.
+  kPerAllocation,   // Reserve unreadable or kMaxPools tracked: charge per allocation.
+  kHostMemory,      // The pool holds host memory (a host or NUMA location): never charged.
+};
+// Starts tracking `pool` by reserve if it is not yet. Where the driver says
+// where the pool lives (CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID), that decides:
+// a pool on another device is charged to that device, a host pool not at
+// all; otherwise it is charged to *device, the caller's current device.
+PoolTrack TrackPool(CUmemoryPool pool, int* device);
 // Re-reads a tracked pool's reserve: uncharges a shrink, charges a growth.
 // Returns kOverLimit when a growth did not fit under the cap (it stays
 // uncharged), kCharged otherwise, kNotLimited for an untracked pool.

@@ -125,6 +125,10 @@ enum : int {
   CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
   CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
   CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+  // Where the pool's memory lives (int each). Newer drivers (CUDA 13) answer
+  // these; older ones refuse the query.
+  CU_MEMPOOL_ATTR_LOCATION_ID = 11,
+  CU_MEMPOOL_ATTR_LOCATION_TYPE = 12,
 };
 typedef struct CUmemPoolProps_st {
   int allocType;    // CUmemAllocationType

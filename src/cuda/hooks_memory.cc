@@ -125,8 +125,14 @@ CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
     return real(dptr, bytes, stream);
   }
   CUmemoryPool pool = nullptr;
-  if (s.device_get_mem_pool == nullptr || s.device_get_mem_pool(&pool, dev) != CUDA_SUCCESS ||
-      !TrackPool(pool, dev)) {
+  PoolTrack track = PoolTrack::kPerAllocation;
+  if (s.device_get_mem_pool != nullptr && s.device_get_mem_pool(&pool, dev) == CUDA_SUCCESS) {
+    track = TrackPool(pool, &dev);
+  }
+  if (track == PoolTrack::kHostMemory) {
+    return real(dptr, bytes, stream);
+  }
+  if (track == PoolTrack::kPerAllocation) {
     return ChargeAndCall(
         s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes, stream); },
         [&] { return *dptr; });
@@ -142,11 +148,16 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFromPoolAsyncFn, kHookMemAllocFromPoolAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev) ||
-      Capturing(stream, per_thread)) {
+  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || Capturing(stream, per_thread)) {
     return real(dptr, bytes, pool, stream);
   }
-  if (!TrackPool(pool, dev)) {
+  // The pool names its location: charged to its device, whatever the
+  // current one; a host pool is never charged.
+  PoolTrack track = TrackPool(pool, &dev);
+  if (track == PoolTrack::kHostMemory || !s.config.MemoryLimited(dev)) {
+    return real(dptr, bytes, pool, stream);
+  }
+  if (track == PoolTrack::kPerAllocation) {
     return ChargeAndCall(
         s.pointers, dev, RoundToGranularity(bytes),
         [&] { return real(dptr, bytes, pool, stream); }, [&] { return *dptr; });

@@ -62,7 +62,7 @@ typedef CUresult (*cuStreamIsCapturingFn)(CUstream, int*);
 inline constexpr int kMaxPools = 32;
 struct PoolAccount {
   uint64_t pool = 0;     // CUmemoryPool; 0 = free entry.
-  int32_t device = -1;   // Device the reserve is charged to.
+  int32_t device = -1;   // Device the reserve is charged to; -1: host memory, never charged.
   uint64_t charged = 0;  // Reserve currently charged to the region.
 };
 

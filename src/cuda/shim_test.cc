@@ -425,6 +425,39 @@ TEST(ShimTest, AnUnreadableGraphIsLaunchedWithOneWarning) {
   EXPECT_EQ(CountLines(r.err, "cannot read a graph's memory nodes"), 1) << r.err;
 }
 
+// A pool says where it lives (CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID, CUDA 13
+// drivers): host memory is never charged, and a pool on another device is
+// charged to that device, not to the caller's current one.
+TEST(ShimTest, APoolIsChargedWhereItsMemoryLives) {
+  SKIP_UNDER_SANITIZER();
+  auto kv = MustRun({"procaddr", "poolwhere", "host", std::to_string(1024 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+  EXPECT_EQ(U(kv, "create_rc"), 0u);
+  EXPECT_EQ(U(kv, "rc"), 0u) << "1 GiB of host memory under a 64 MiB device cap";
+  EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
+  EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+
+  const Env per_device = {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "1024"},
+                          {"ACCELPOOL_CUDA_MEMORY_LIMIT_1", "256"}};
+  kv = MustRun({"dlsym", "poolwhere", "dev1", std::to_string(512 * kMiB)}, per_device);
+  EXPECT_EQ(U(kv, "rc"), 2u) << "device 1's cap applies, though device 0 is current";
+  EXPECT_EQ(U(kv, "free0"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free1"), 256 * kMiB);
+  kv = MustRun({"dlsym", "poolwhere", "dev1", std::to_string(128 * kMiB)}, per_device);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "free0"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
+  EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
+
+  // A driver that cannot say: the current device is charged, as before.
+  Env old_driver = per_device;
+  old_driver["FAKECUDA_FAIL"] = "cuMemPoolGetAttribute.location";
+  kv = MustRun({"dlsym", "poolwhere", "dev1", std::to_string(128 * kMiB)}, old_driver);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "free0"), 1024 * kMiB - 128 * kMiB);
+  EXPECT_EQ(U(kv, "free1"), 256 * kMiB);
+}
+
 TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
   SKIP_UNDER_SANITIZER();
   auto kv = MustRun({"dlsym", "poolcustom", std::to_string(100 * kMiB)},

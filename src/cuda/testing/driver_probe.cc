@@ -31,6 +31,13 @@
 //                            trim the pool, on "lower" set the threshold to 0
 //                            (not hooked), and print again; exit at EOF
 //   poolover <first> <next>  (threshold max) hold <first>, try <next> too
+//   poolwhere host|dev1 <bytes>  from device 0, <bytes> from a host pool or a
+//                            pool on device 1
+//   graphmem <bytes> <first> launch|upload|params  a graph allocating <bytes>
+//                            (after <first> bytes by cuMemAlloc), mapped by
+//                            a launch, an upload or an uploading instantiation
+//   graphfill <bytes>        graphs whose <bytes> outlive the launch, to the cap
+//   capturealloc <bytes>     cuMemAllocAsync of <bytes> on a capturing stream
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
 //   reexec <bytes>           allocate <bytes>, then exec this program as
 //                            "<mode> hold <bytes>" (same pid and start time)
@@ -717,6 +724,32 @@ int CaptureAlloc(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// From device 0, `bytes` from a pool on `where`: "host" (a host-located
+// pool) or "dev1" (a pool on device 1). Prints what each device has left.
+int PoolWhere(const Api& a, const std::string& where, uint64_t bytes) {
+  CUmemPoolProps props{};
+  props.allocType = 1;
+  props.location.type = where == "host" ? 2 : CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = where == "dev1" ? 1 : 0;
+  CUmemoryPool pool = nullptr;
+  CUresult create_rc = cuMemPoolCreate(&pool, &props);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_pool(&p, bytes, pool, nullptr);
+  uint64_t free0 = FreeBytes(a);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(2));
+  uint64_t free1 = FreeBytes(a);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(1));
+  std::printf("create_rc=%d rc=%d free0=%llu free1=%llu\n", create_rc, rc,
+              static_cast<unsigned long long>(free0), static_cast<unsigned long long>(free1));
+  if (rc == CUDA_SUCCESS) {
+    a.free_async(p, nullptr);
+  }
+  rc = a.pool_destroy(pool);
+  std::printf("destroy_rc=%d destroyed_free0=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)));
+  return 0;
+}
+
 int PoolCustom(const Api& a, uint64_t bytes) {
   CUmemPoolProps props{};
   props.allocType = 1;
@@ -971,6 +1004,9 @@ int main(int argc, char** argv) {
   }
   if (command == "poolover" && argc == 5) {
     return PoolOver(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "poolwhere" && argc == 5) {
+    return PoolWhere(a, argv[3], std::strtoull(argv[4], nullptr, 10));
   }
   if (command == "graphmem" && argc == 6) {
     return GraphMem(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),

@@ -112,7 +112,9 @@ void ReleaseSegmentsLocked(State& s, Pool& p, uint64_t keep) {
   for (auto it = p.segments.begin(); it != p.segments.end() && p.reserved > keep;) {
     if (it->second.used == 0) {
       p.reserved -= it->second.size;
-      s.used[p.device] -= it->second.size;
+      if (!p.host) {
+        s.used[p.device] -= it->second.size;
+      }
       it = p.segments.erase(it);
     } else {
       ++it;
@@ -164,13 +166,15 @@ CUresult PoolAllocate(CUdeviceptr* out, uint64_t bytes, CUmemoryPool handle, boo
   }
   if (segment == 0) {
     uint64_t size = small ? kPoolChunk : need;
-    if (s.used[p.device] + size > kDeviceBytes) {
+    if (!p.host && s.used[p.device] + size > kDeviceBytes) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     segment = s.next_segment++;
     p.segments[segment] = PoolSegment{size, 0};
     p.reserved += size;
-    s.used[p.device] += size;
+    if (!p.host) {
+      s.used[p.device] += size;
+    }
   }
   p.segments[segment].used += need;
   p.used += need;
@@ -351,14 +355,21 @@ FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   s.current_pool[dev] = pool;
   return CUDA_SUCCESS;
 }
+// Device pools, and host pools (location types 2 and 3: host, host NUMA
+// node), whose memory never counts as the device's.
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
-  if (pool == nullptr || props == nullptr || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      props->location.id < 0 || props->location.id >= kDevices) {
+  if (pool == nullptr || props == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool host = props->location.type == 2 || props->location.type == 3;
+  if (!host && (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+                props->location.id >= kDevices)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  *pool = NewPoolLocked(s, props->location.id);
+  *pool = NewPoolLocked(s, host ? 0 : props->location.id);
+  s.pools[*pool].host = host;
   return CUDA_SUCCESS;
 }
 // Like the real driver: a pool destroyed with live blocks goes once they do.
@@ -390,6 +401,17 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void* va
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto* out = static_cast<cuuint64_t*>(value);
+  // Location attributes (int): newer drivers only; FAKECUDA_FAIL with
+  // "cuMemPoolGetAttribute.location" plays an older one.
+  if (attr == CU_MEMPOOL_ATTR_LOCATION_TYPE || attr == CU_MEMPOOL_ATTR_LOCATION_ID) {
+    if (FailingLocked(s, "cuMemPoolGetAttribute.location")) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    *static_cast<int*>(value) = attr == CU_MEMPOOL_ATTR_LOCATION_TYPE
+                                    ? (it->second.host ? 2 : CU_MEM_LOCATION_TYPE_DEVICE)
+                                    : (it->second.host ? 0 : it->second.device);
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       *out = it->second.release_threshold;

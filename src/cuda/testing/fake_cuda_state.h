@@ -67,6 +67,7 @@ struct PoolSegment {
 
 struct Pool {
   int device = 0;
+  bool host = false;  // Host-located (its memory is not the device's).
   uint64_t release_threshold = 0;
   uint64_t reserved = 0;
   uint64_t used = 0;
