@@ -191,6 +191,28 @@ Charge SyncLocked(ShimState& s, PoolAccount& a) {
   return c == Charge::kOverLimit ? Charge::kOverLimit : Charge::kCharged;
 }
 
+// Where `pool` lives, as the driver says (CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID):
+// -1 for host memory, a device for a device pool, `fallback` (the caller's
+// device) when the driver cannot say or names a location type the shim does
+// not know (CUDA 13.4 adds a device's locality domain; such memory is the
+// device's, never to be taken for the host's).
+int PoolLocation(ShimState& s, CUmemoryPool pool, int fallback) {
+  int type = 0;
+  int id = -1;
+  if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, &type) != CUDA_SUCCESS) {
+    return fallback;
+  }
+  if (type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+      type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+    return -1;
+  }
+  if (type == CU_MEM_LOCATION_TYPE_DEVICE &&
+      s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_ID, &id) == CUDA_SUCCESS && id >= 0) {
+    return id;
+  }
+  return fallback;
+}
+
 }  // namespace
 
 PoolTrack TrackPool(CUmemoryPool pool, int* device) {
@@ -202,31 +224,26 @@ PoolTrack TrackPool(CUmemoryPool pool, int* device) {
   pthread_mutex_lock(&s.pool_mu);
   PoolAccount* account = FindPoolLocked(s, key);
   uint64_t reserve = 0;
+  PoolTrack result = PoolTrack::kPerAllocation;
   if (account == nullptr && ReadReserve(s, key, &reserve)) {
-    int where = *device;
-    int type = 0;
-    int id = -1;
-    if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, &type) == CUDA_SUCCESS) {
-      if (type != CU_MEM_LOCATION_TYPE_DEVICE) {
-        where = -1;
-      } else if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_ID, &id) ==
-                     CUDA_SUCCESS &&
-                 id >= 0) {
-        where = id;
-      }
-    }
+    int where = PoolLocation(s, pool, *device);
     account = FindPoolLocked(s, 0);
     if (account != nullptr) {
       account->pool = key;
       account->device = where;
       account->charged = 0;  // The first SyncPool charges what it already holds.
-    } else if (!s.warned_pools) {
-      s.warned_pools = true;
-      Logf(LogLevel::kWarn,
-           "more than %d memory pools in use; further pools are charged per allocation", kMaxPools);
+    } else {
+      if (!s.warned_pools) {
+        s.warned_pools = true;
+        Logf(LogLevel::kWarn,
+             "more than %d memory pools in use; further pools are charged per allocation",
+             kMaxPools);
+      }
+      // Untracked, it is still charged where it lives (per allocation).
+      *device = where;
+      result = where < 0 ? PoolTrack::kHostMemory : PoolTrack::kPerAllocation;
     }
   }
-  PoolTrack result = PoolTrack::kPerAllocation;
   if (account != nullptr) {
     *device = account->device;
     result = account->device < 0 ? PoolTrack::kHostMemory : PoolTrack::kByReserve;

@@ -75,7 +75,9 @@ enum class PoolTrack {
 // Starts tracking `pool` by reserve if it is not yet. Where the driver says
 // where the pool lives (CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID), that decides:
 // a pool on another device is charged to that device, a host pool not at
-// all; otherwise it is charged to *device, the caller's current device.
+// all; otherwise (or for a location type the shim does not know) it is
+// charged to *device, the caller's current device. *device is set to the
+// device to charge, also for a pool past kMaxPools charged per allocation.
 PoolTrack TrackPool(CUmemoryPool pool, int* device);
 // Re-reads a tracked pool's reserve: uncharges a shrink, charges a growth.
 // Returns kOverLimit when a growth did not fit under the cap (it stays

@@ -94,7 +94,12 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
 } CUDA_ARRAY3D_DESCRIPTOR;
 
 // Virtual memory management.
-enum : int { CU_MEM_LOCATION_TYPE_DEVICE = 0x1 };
+enum : int {  // CUmemLocationType; newer drivers add further (device) types.
+  CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+  CU_MEM_LOCATION_TYPE_HOST = 0x2,
+  CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
+  CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4,
+};
 typedef struct CUmemLocation_st {
   int type;  // CUmemLocationType
   int id;

@@ -449,6 +449,28 @@ TEST(ShimTest, APoolIsChargedWhereItsMemoryLives) {
   EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
   EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
 
+  // A location type newer than the shim (CUDA 13.4 adds a device's locality
+  // domain) is not taken for host memory: the current device is charged.
+  kv = MustRun({"procaddr", "poolwhere", "newtype", std::to_string(1024 * kMiB)},
+               {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+  EXPECT_EQ(U(kv, "create_rc"), 0u);
+  EXPECT_EQ(U(kv, "rc"), 2u) << "device memory of an unknown location type escaped the cap";
+  EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
+
+  // Past the 32 pools tracked by reserve, a pool is charged per allocation,
+  // still where it lives: nothing for a host pool, device 1 for its pool.
+  kv = MustRun({"dlsym", "poolwhere", "host", std::to_string(1024 * kMiB), "32"},
+               {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+  EXPECT_EQ(U(kv, "fillers"), 32u);
+  EXPECT_EQ(U(kv, "rc"), 0u) << "the 33rd pool, of host memory, charged to device 0";
+  EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
+  kv = MustRun({"dlsym", "poolwhere", "dev1", std::to_string(128 * kMiB), "32"}, per_device);
+  EXPECT_EQ(U(kv, "fillers"), 32u);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "free0"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
+  EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
+
   // A driver that cannot say: the current device is charged, as before.
   Env old_driver = per_device;
   old_driver["FAKECUDA_FAIL"] = "cuMemPoolGetAttribute.location";

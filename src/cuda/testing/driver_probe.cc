@@ -31,8 +31,10 @@
 //                            trim the pool, on "lower" set the threshold to 0
 //                            (not hooked), and print again; exit at EOF
 //   poolover <first> <next>  (threshold max) hold <first>, try <next> too
-//   poolwhere host|dev1 <bytes>  from device 0, <bytes> from a host pool or a
-//                            pool on device 1
+//   poolwhere host|dev1|newtype <bytes> [<fillers>]  from device 0, <bytes>
+//                            from a host pool, a pool on device 1 or a pool
+//                            of a newer location type, after <fillers> host
+//                            pools are in use
 //   graphmem <bytes> <first> launch|upload|params  a graph allocating <bytes>
 //                            (after <first> bytes by cuMemAlloc), mapped by
 //                            a launch, an upload or an uploading instantiation
@@ -725,11 +727,26 @@ int CaptureAlloc(const Api& a, uint64_t bytes) {
 }
 
 // From device 0, `bytes` from a pool on `where`: "host" (a host-located
-// pool) or "dev1" (a pool on device 1). Prints what each device has left.
-int PoolWhere(const Api& a, const std::string& where, uint64_t bytes) {
+// pool), "dev1" (a pool on device 1) or "newtype" (a device-0 pool of a
+// location type newer than the shim). `fillers` host pools, each allocated
+// from once, are tracked first. Prints what each device has left.
+int PoolWhere(const Api& a, const std::string& where, uint64_t bytes, int fillers) {
+  std::vector<std::pair<CUmemoryPool, CUdeviceptr>> filled;
+  for (int i = 0; i < fillers; ++i) {
+    CUmemPoolProps host{};
+    host.allocType = 1;
+    host.location.type = 2;  // CU_MEM_LOCATION_TYPE_HOST
+    CUmemoryPool pool = nullptr;
+    CUdeviceptr p = 0;
+    if (cuMemPoolCreate(&pool, &host) == CUDA_SUCCESS &&
+        a.alloc_pool(&p, 1 << 20, pool, nullptr) == CUDA_SUCCESS) {
+      filled.emplace_back(pool, p);
+    }
+  }
+  std::printf("fillers=%zu\n", filled.size());
   CUmemPoolProps props{};
   props.allocType = 1;
-  props.location.type = where == "host" ? 2 : CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.type = where == "host" ? 2 : where == "newtype" ? 6 : CU_MEM_LOCATION_TYPE_DEVICE;
   props.location.id = where == "dev1" ? 1 : 0;
   CUmemoryPool pool = nullptr;
   CUresult create_rc = cuMemPoolCreate(&pool, &props);
@@ -747,6 +764,10 @@ int PoolWhere(const Api& a, const std::string& where, uint64_t bytes) {
   rc = a.pool_destroy(pool);
   std::printf("destroy_rc=%d destroyed_free0=%llu\n", rc,
               static_cast<unsigned long long>(FreeBytes(a)));
+  for (auto& [filler, ptr] : filled) {
+    a.free_async(ptr, nullptr);
+    a.pool_destroy(filler);
+  }
   return 0;
 }
 
@@ -1005,8 +1026,9 @@ int main(int argc, char** argv) {
   if (command == "poolover" && argc == 5) {
     return PoolOver(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
   }
-  if (command == "poolwhere" && argc == 5) {
-    return PoolWhere(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  if (command == "poolwhere" && (argc == 5 || argc == 6)) {
+    return PoolWhere(a, argv[3], std::strtoull(argv[4], nullptr, 10),
+                     argc == 6 ? std::atoi(argv[5]) : 0);
   }
   if (command == "graphmem" && argc == 6) {
     return GraphMem(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),

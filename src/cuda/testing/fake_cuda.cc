@@ -355,14 +355,17 @@ FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   s.current_pool[dev] = pool;
   return CUDA_SUCCESS;
 }
-// Device pools, and host pools (location types 2 and 3: host, host NUMA
-// node), whose memory never counts as the device's.
+// Device pools, host pools (location types 2 to 4: host, host NUMA node,
+// the thread's NUMA node), whose memory never counts as the device's, and
+// pools of a location type newer than the shim (5 and up; CUDA 13.4 adds a
+// device's locality domain), which the fake keeps in device `id`'s memory.
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
   if (pool == nullptr || props == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  bool host = props->location.type == 2 || props->location.type == 3;
-  if (!host && (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+  int type = props->location.type;
+  bool host = type >= 2 && type <= 4;
+  if (!host && ((type != CU_MEM_LOCATION_TYPE_DEVICE && type < 5) || props->location.id < 0 ||
                 props->location.id >= kDevices)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -370,6 +373,7 @@ FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* p
   std::lock_guard<std::mutex> lock(s.mu);
   *pool = NewPoolLocked(s, host ? 0 : props->location.id);
   s.pools[*pool].host = host;
+  s.pools[*pool].location_type = type;
   return CUDA_SUCCESS;
 }
 // Like the real driver: a pool destroyed with live blocks goes once they do.
@@ -408,7 +412,7 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void* va
       return CUDA_ERROR_INVALID_VALUE;
     }
     *static_cast<int*>(value) = attr == CU_MEMPOOL_ATTR_LOCATION_TYPE
-                                    ? (it->second.host ? 2 : CU_MEM_LOCATION_TYPE_DEVICE)
+                                    ? it->second.location_type
                                     : (it->second.host ? 0 : it->second.device);
     return CUDA_SUCCESS;
   }

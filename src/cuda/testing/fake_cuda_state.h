@@ -68,6 +68,7 @@ struct PoolSegment {
 struct Pool {
   int device = 0;
   bool host = false;  // Host-located (its memory is not the device's).
+  int location_type = CU_MEM_LOCATION_TYPE_DEVICE;  // As created.
   uint64_t release_threshold = 0;
   uint64_t reserved = 0;
   uint64_t used = 0;
