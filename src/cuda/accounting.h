@@ -111,6 +111,8 @@ struct GraphHold {
   bool settle = false;   // The call may change a graph pool: settle afterwards.
   int device = -1;       // Device of the pool, or kGraphMultiDevice.
   uint64_t bytes = 0;    // Room held (charged) for the growth.
+  uint64_t idle = 0;     // Idle graph-pool memory the hold counts on.
+  uint64_t epoch = 0;    // The device's trim epoch when the hold was taken.
 };
 // Before uploading or launching `exec` on `stream` (per_thread: stream 0 is
 // the per-thread stream): false when the growth does not fit under the cap.

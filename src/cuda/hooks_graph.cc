@@ -7,6 +7,7 @@
 // Allocations captured from cuMemAllocAsync become memory nodes: they are
 // not charged at capture (hooks_memory.cc passes them through) but when the
 // graph's memory is mapped, so a captured allocation is counted once.
+#include <atomic>
 #include <cstdlib>
 
 #include "cuda/accounting.h"
@@ -74,9 +75,8 @@ GraphNeed NeedOf(CUgraph graph) {
   GraphNeed need;
   if (s.graph_get_nodes == nullptr || s.graph_node_get_type == nullptr ||
       s.graph_mem_alloc_node_get_params == nullptr || !AddNeed(graph, 0, &need)) {
-    static bool warned = false;  // Racy at worst: one extra line.
-    if (!warned) {
-      warned = true;
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true, std::memory_order_relaxed)) {
       Logf(LogLevel::kWarn,
            "cannot read a graph's memory nodes; memory those graphs allocate is not counted");
     }
@@ -96,23 +96,45 @@ bool ReadGraphAttr(int device, int attr, uint64_t* value) {
   return true;
 }
 
-// Moves the device's charge to `reserve`, absorbing `hold` (room charged
-// beforehand). REQUIRES: s.pool_mu held (re-reads applied in read order).
-void SyncGraphLocked(ShimState& s, int device, uint64_t reserve, uint64_t hold) {
-  uint64_t have = s.graph_charged[device] + hold;
-  if (reserve > have) {
-    ForceChargeBytes(device, reserve - have);  // Mapped already: cannot be refused.
-  } else if (reserve < have) {
-    UnchargeBytes(device, have - reserve);
+// Brings the device's charge to the graph pool's `reserve`. Holds of calls
+// in flight (s.graph_held) are charged beside s.graph_charged and cover what
+// those calls map: a reserve within charged + held is left alone (their
+// settlements take it in), one below the charge is uncharged, and only a
+// reserve past both is charged here. REQUIRES: s.pool_mu held (re-reads
+// applied in read order).
+void SyncGraphLocked(ShimState& s, int device, uint64_t reserve) {
+  uint64_t charged = s.graph_charged[device];
+  uint64_t held = s.graph_held[device];
+  if (reserve < charged) {
+    UnchargeBytes(device, charged - reserve);
+    charged = reserve;
+  } else if (reserve - charged > held) {
+    ForceChargeBytes(device, reserve - charged - held);  // Mapped already: cannot be refused.
+    charged = reserve - held;
   }
-  s.graph_charged[device] = reserve;
+  s.graph_charged[device] = charged;
 }
+
+uint64_t Less(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 bool Accountable(int device) {
   return device >= 0 && device < kMaxDevices && State().config.MemoryLimited(device);
 }
 
-// Holds room for mapping `need`: its bytes less what the pool holds unused.
+// The device's trim epoch (0 where the device is not accounted for).
+uint64_t GraphEpoch(int device) {
+  ShimState& s = State();
+  if (!Accountable(device)) {
+    return 0;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  uint64_t epoch = s.graph_epoch[device];
+  pthread_mutex_unlock(&s.mem_mu);
+  return epoch;
+}
+
+// Holds room for mapping `need`: its bytes less what the pool holds unused
+// and no other hold in flight counts on.
 bool HoldGrowth(const GraphNeed& need, GraphHold* hold) {
   ShimState& s = State();
   hold->settle = true;
@@ -120,31 +142,40 @@ bool HoldGrowth(const GraphNeed& need, GraphHold* hold) {
   if (!Accountable(need.device)) {
     return true;  // Several devices or no cap: settled after the call only.
   }
+  const int dev = need.device;
   pthread_mutex_lock(&s.pool_mu);
   uint64_t reserve = 0;
   uint64_t used = 0;
-  if (!ReadGraphAttr(need.device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserve) ||
-      !ReadGraphAttr(need.device, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used)) {
+  if (!ReadGraphAttr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserve) ||
+      !ReadGraphAttr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used)) {
     pthread_mutex_unlock(&s.pool_mu);
     return true;
   }
-  SyncGraphLocked(s, need.device, reserve, 0);
-  uint64_t idle = reserve > used ? reserve - used : 0;
-  uint64_t growth = need.bytes > idle ? need.bytes - idle : 0;
-  Charge c = growth == 0 ? Charge::kNotLimited : ChargeBytes(need.device, growth);
+  SyncGraphLocked(s, dev, reserve);
+  uint64_t idle = Less(Less(reserve, used), s.graph_idle_claimed[dev]);
+  uint64_t from_idle = need.bytes < idle ? need.bytes : idle;
+  uint64_t growth = need.bytes - from_idle;
+  Charge c = growth == 0 ? Charge::kNotLimited : ChargeBytes(dev, growth);
+  if (c != Charge::kOverLimit) {
+    if (c == Charge::kCharged) {
+      hold->bytes = growth;
+      s.graph_held[dev] += growth;
+    }
+    hold->idle = from_idle;
+    s.graph_idle_claimed[dev] += from_idle;
+  }
   pthread_mutex_unlock(&s.pool_mu);
   if (c == Charge::kOverLimit) {
-    Logf(LogLevel::kDebug, "device %d: graph needing %llu bytes refused at the cap", need.device,
+    Logf(LogLevel::kDebug, "device %d: graph needing %llu bytes refused at the cap", dev,
          static_cast<unsigned long long>(growth));
     hold->settle = false;
     return false;
   }
-  if (c == Charge::kCharged) {
-    hold->bytes = growth;
-  }
   return true;
 }
 
+// Ends a hold: its room is taken into the device's charge, which is then
+// brought to the re-read reserve.
 void SettleGrowth(const GraphHold& hold) {
   ShimState& s = State();
   if (!hold.settle) {
@@ -156,9 +187,14 @@ void SettleGrowth(const GraphHold& hold) {
     }
     uint64_t held = dev == hold.device ? hold.bytes : 0;
     pthread_mutex_lock(&s.pool_mu);
+    s.graph_held[dev] = Less(s.graph_held[dev], held);
+    if (dev == hold.device) {
+      s.graph_idle_claimed[dev] = Less(s.graph_idle_claimed[dev], hold.idle);
+    }
     uint64_t reserve = 0;
     if (ReadGraphAttr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserve)) {
-      SyncGraphLocked(s, dev, reserve, held);
+      s.graph_charged[dev] += held;
+      SyncGraphLocked(s, dev, reserve);
     } else if (held != 0) {
       UnchargeBytes(dev, held);
     }
@@ -166,10 +202,11 @@ void SettleGrowth(const GraphHold& hold) {
   }
 }
 
-// Records a new executable graph. A record left under the same handle (a
-// graph destroyed where the shim did not see it) is replaced, so that it is
-// never taken for the new graph's.
-void RememberExec(CUgraphExec exec, const GraphNeed& need, bool mapped) {
+// Records a new executable graph; `mapped`: its memory was mapped at trim
+// epoch `epoch`. A record left under the same handle (a graph destroyed
+// where the shim did not see it) is replaced, so that it is never taken for
+// the new graph's.
+void RememberExec(CUgraphExec exec, const GraphNeed& need, bool mapped, uint64_t epoch) {
   ShimState& s = State();
   if (exec == nullptr) {
     return;
@@ -182,7 +219,7 @@ void RememberExec(CUgraphExec exec, const GraphNeed& need, bool mapped) {
   AllocRecord stale;
   s.graph_execs->Take(key, &stale);
   if (Accountable(need.device)) {
-    r.link = mapped ? s.graph_epoch[need.device] + 1 : 0;
+    r.link = mapped ? epoch + 1 : 0;
   }
   bool recorded = need.bytes == 0 || s.graph_execs->Put(key, r);
   pthread_mutex_unlock(&s.mem_mu);
@@ -211,7 +248,7 @@ CUresult Instantiate(CUgraphExec* exec, CUgraph graph, Call call) {
   GraphNeed need = NeedOf(graph);
   CUresult rc = call();
   if (rc == CUDA_SUCCESS) {
-    RememberExec(*exec, need, false);
+    RememberExec(*exec, need, false, 0);
   }
   return rc;
 }
@@ -242,13 +279,14 @@ CUresult HookGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
   }
   GraphNeed need = NeedOf(graph);
   GraphHold hold;
+  hold.epoch = GraphEpoch(need.device);
   if (need.bytes != 0 && !HoldGrowth(need, &hold)) {
     params->result_out = 1;  // CUDA_GRAPH_INSTANTIATE_ERROR
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUresult rc = real(exec, graph, params);
   if (rc == CUDA_SUCCESS) {
-    RememberExec(*exec, need, true);
+    RememberExec(*exec, need, true, hold.epoch);
   }
   SettleGrowth(hold);
   return rc;
@@ -318,11 +356,15 @@ bool HoldForGraphExec(CUgraphExec exec, CUstream stream, bool per_thread, GraphH
   ShimState& s = State();
   AllocRecord r;
   bool mapped = false;
+  uint64_t epoch = 0;
   pthread_mutex_lock(&s.mem_mu);
   const AllocRecord* found = s.graph_execs->Find(reinterpret_cast<uint64_t>(exec));
   if (found != nullptr) {
     r = *found;
-    mapped = Accountable(r.device) && r.link == s.graph_epoch[r.device] + 1;
+    if (Accountable(r.device)) {
+      epoch = s.graph_epoch[r.device];
+      mapped = r.link == epoch + 1;
+    }
   }
   pthread_mutex_unlock(&s.mem_mu);
   if (found == nullptr) {
@@ -335,6 +377,7 @@ bool HoldForGraphExec(CUgraphExec exec, CUstream stream, bool per_thread, GraphH
   if (is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS && capture != 0) {
     return true;
   }
+  hold->epoch = epoch;
   if (mapped) {
     hold->settle = true;  // Its memory stays mapped between launches: no growth expected.
     hold->device = r.device;
@@ -352,9 +395,11 @@ void SettleGraphExec(CUgraphExec exec, const GraphHold& hold, CUresult rc) {
     return;
   }
   if (rc == CUDA_SUCCESS && Accountable(hold.device)) {
+    // Mapped as of the epoch the hold was taken in: a trim since (which may
+    // have unmapped it again) makes the next launch hold again.
     pthread_mutex_lock(&s.mem_mu);
     if (AllocRecord* r = s.graph_execs->Find(reinterpret_cast<uint64_t>(exec))) {
-      r->link = s.graph_epoch[hold.device] + 1;
+      r->link = hold.epoch + 1;
     }
     pthread_mutex_unlock(&s.mem_mu);
   }
@@ -370,7 +415,7 @@ void SyncGraphMemory(int device) {
   uint64_t reserve = 0;
   if (s.graph_seen[device] &&
       ReadGraphAttr(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserve)) {
-    SyncGraphLocked(s, device, reserve, 0);
+    SyncGraphLocked(s, device, reserve);
   }
   pthread_mutex_unlock(&s.pool_mu);
 }

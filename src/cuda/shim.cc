@@ -66,6 +66,8 @@ void ChildAfterFork() {
   for (int d = 0; d < kMaxDevices; ++d) {
     s.graph_charged[d] = 0;
     s.graph_seen[d] = false;
+    s.graph_held[d] = 0;
+    s.graph_idle_claimed[d] = 0;
   }
   s.slot = -1;
   for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs}) {

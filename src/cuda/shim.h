@@ -127,6 +127,11 @@ struct ShimState {
   // whether this process has instantiated a graph with memory nodes there.
   uint64_t graph_charged[kMaxDevices] = {};
   bool graph_seen[kMaxDevices] = {};
+  // Uploads and first launches in flight (held, driver not yet returned or
+  // not yet settled): the room they hold (charged beside graph_charged), and
+  // the idle graph-pool memory they count on, which no other hold may.
+  uint64_t graph_held[kMaxDevices] = {};
+  uint64_t graph_idle_claimed[kMaxDevices] = {};
 };
 
 ShimState& State();

@@ -403,6 +403,64 @@ TEST(ShimTest, GraphAllocationsThatOutliveTheirLaunchStopAtTheCap) {
   }
 }
 
+// Two graphs' first launches on one device overlap (as two threads'
+// would): the fake runs graph B's launch, or a memory query, inside graph A's
+// launch. Each must see A's room as held once, and the idle memory of the
+// graph pool may back only one of them.
+TEST(ShimTest, OverlappingGraphLaunchesShareTheCapCorrectly) {
+  SKIP_UNDER_SANITIZER();
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    // A (512 MiB) has mapped and not yet returned when B (400 MiB) is held:
+    // 912 MiB fit under 1024 MiB; A's memory must not count twice meanwhile.
+    auto kv = MustRun({path, "graphrace", "after", "0", "0", std::to_string(512 * kMiB),
+                       std::to_string(400 * kMiB)},
+                      env);
+    EXPECT_EQ(U(kv, "a_rc"), 0u);
+    EXPECT_EQ(U(kv, "b_rc"), 0u) << "refused: A's mapping counted twice";
+    EXPECT_EQ(U(kv, "reserved"), 912 * kMiB);
+    EXPECT_EQ(U(kv, "free"), 112 * kMiB);
+
+    kv = MustRun({path, "graphrace", "query", "0", "0", std::to_string(512 * kMiB), "0"}, env);
+    EXPECT_EQ(U(kv, "a_rc"), 0u);
+    EXPECT_EQ(U(kv, "free_inside"), 512 * kMiB) << "a query while A's hold is out";
+    EXPECT_EQ(U(kv, "free"), 512 * kMiB);
+
+    // 512 MiB idle in the graph pool, 256 MiB by cuMemAlloc. A (512 MiB) is
+    // held against the idle memory; B (512 MiB), held before A maps, cannot
+    // count on the same idle memory: it needs 512 MiB more and is refused.
+    kv = MustRun(
+        {path, "graphrace", "before", std::to_string(512 * kMiB), std::to_string(256 * kMiB),
+         std::to_string(512 * kMiB), std::to_string(512 * kMiB)},
+        env);
+    EXPECT_EQ(U(kv, "idle_rc"), 0u);
+    EXPECT_EQ(U(kv, "first_rc"), 0u);
+    EXPECT_EQ(U(kv, "a_rc"), 0u);
+    EXPECT_EQ(U(kv, "b_rc"), 2u) << "both graphs counted on the same idle memory";
+    EXPECT_LE(U(kv, "device_used"), 1024 * kMiB) << "the driver mapped past the cap";
+    EXPECT_EQ(U(kv, "free"), 256 * kMiB);
+  }
+}
+
+// A trim that lands between a launch's mapping and the shim's bookkeeping
+// after it must not leave the graph taken for mapped: its next launch maps
+// the memory anew and has to be held (here: refused).
+TEST(ShimTest, AGraphTrimmedDuringItsLaunchIsHeldAgain) {
+  SKIP_UNDER_SANITIZER();
+  auto kv =
+      MustRun({"procaddr", "graphtrimrace", std::to_string(768 * kMiB), std::to_string(512 * kMiB)},
+              {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  EXPECT_EQ(U(kv, "launch_rc"), 0u);
+  EXPECT_EQ(U(kv, "trim_rc"), 0u);
+  EXPECT_EQ(U(kv, "trimmed_reserved"), 0u);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "first_rc"), 0u);
+  EXPECT_EQ(U(kv, "relaunch_rc"), 2u) << "768 MiB more does not fit beside 512 MiB";
+  EXPECT_EQ(U(kv, "device_used"), 512 * kMiB);
+  EXPECT_EQ(U(kv, "relaunch_free"), 512 * kMiB);
+}
+
 // Captured, a stream-ordered allocation is a memory node: charged when the
 // graph maps it (above), not at capture, so it is never counted twice.
 TEST(ShimTest, CapturedAllocationsAreNotChargedAtCapture) {

@@ -115,6 +115,7 @@ int64_t fakecuda_ForeignNs();
 void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);
 uint64_t fakecuda_GraphReservedBytes(int device);
+void fakecuda_OnNextGraphMap(int after_map, void (*fn)(void*), void* ctx);
 
 }  // extern "C"
 

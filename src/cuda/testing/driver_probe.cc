@@ -39,6 +39,11 @@
 //                            (after <first> bytes by cuMemAlloc), mapped by
 //                            a launch, an upload or an uploading instantiation
 //   graphfill <bytes>        graphs whose <bytes> outlive the launch, to the cap
+//   graphrace before|after|query <idle> <first> <a> <b>
+//                            inside graph A's launch, before or after it maps,
+//                            graph B is launched or the free memory read
+//   graphtrimrace <bytes> <first>  the graph pool is trimmed inside a graph's
+//                            first launch; <first> allocated; relaunch
 //   capturealloc <bytes>     cuMemAllocAsync of <bytes> on a capturing stream
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
 //   reexec <bytes>           allocate <bytes>, then exec this program as
@@ -714,6 +719,95 @@ int GraphFill(const Api& a, uint64_t chunk) {
   return 0;
 }
 
+// An executable graph with one allocation of `bytes`, freed inside the
+// graph or (freed = false) outliving its launch; nullptr on failure.
+CUgraphExec OneAllocGraph(const Api& a, uint64_t bytes, bool freed) {
+  CUgraph graph = nullptr;
+  cuGraphCreate(&graph, 0);
+  CUgraphNode node = nullptr;
+  CUDA_MEM_ALLOC_NODE_PARAMS p = AllocNodeParams(bytes);
+  cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &p);
+  if (freed) {
+    cuGraphAddMemFreeNode(&node, graph, &node, 1, p.dptr);
+  }
+  CUgraphExec exec = nullptr;
+  if (a.graph_instantiate(&exec, graph, 0) != CUDA_SUCCESS) {
+    exec = nullptr;
+  }
+  cuGraphDestroy(graph);
+  return exec;
+}
+
+struct GraphRaceContext {
+  const Api* api;
+  std::string what;  // "launch": launch `exec`; "query": cuMemGetInfo; "trim".
+  CUgraphExec exec = nullptr;
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+  uint64_t free_inside = 0;
+};
+
+void InsideGraphMap(void* ctx) {
+  auto* c = static_cast<GraphRaceContext*>(ctx);
+  if (c->what == "launch") {
+    c->rc = c->api->graph_launch(c->exec, nullptr);
+  } else if (c->what == "trim") {
+    c->rc = c->api->graph_trim(0);
+  }
+  c->free_inside = FreeBytes(*c->api);
+}
+
+// Graph A (<a> bytes, outliving its launch) is launched; inside that launch
+// (as another thread would), before it maps its memory ("before") or after
+// ("after"), graph B (<b> bytes, outliving) is launched, or ("query") the
+// free memory is read. Beforehand a graph of <idle> bytes freed inside it is
+// launched (leaving that much idle in the graph pool) and <first> bytes are
+// taken by cuMemAlloc.
+int GraphRace(const Api& a, const std::string& when, uint64_t idle, uint64_t first,
+              uint64_t a_bytes, uint64_t b_bytes) {
+  if (idle > 0) {
+    std::printf("idle_rc=%d\n", a.graph_launch(OneAllocGraph(a, idle, true), nullptr));
+  }
+  CUdeviceptr held = 0;
+  if (first > 0) {
+    std::printf("first_rc=%d\n", a.alloc(&held, first));
+  }
+  CUgraphExec graph_a = OneAllocGraph(a, a_bytes, false);
+  GraphRaceContext ctx{&a, when == "query" ? "query" : "launch"};
+  ctx.exec = when == "query" ? nullptr : OneAllocGraph(a, b_bytes, false);
+  fakecuda_OnNextGraphMap(when == "before" ? 0 : 1, &InsideGraphMap, &ctx);
+  CUresult rc = a.graph_launch(graph_a, nullptr);
+  std::printf("a_rc=%d b_rc=%d free_inside=%llu free=%llu device_used=%llu reserved=%llu\n", rc,
+              ctx.rc, static_cast<unsigned long long>(ctx.free_inside),
+              static_cast<unsigned long long>(FreeBytes(a)),
+              static_cast<unsigned long long>(DeviceUsed()),
+              static_cast<unsigned long long>(GraphReserved()));
+  return 0;
+}
+
+// A graph of <bytes> freed inside it is launched; inside that launch, after
+// the mapping, the graph pool is trimmed (as another thread would). Then
+// <first> bytes are taken by cuMemAlloc and the graph launched again: its
+// memory is no longer mapped, so the relaunch maps it anew.
+int GraphTrimRace(const Api& a, uint64_t bytes, uint64_t first) {
+  CUgraphExec exec = OneAllocGraph(a, bytes, true);
+  GraphRaceContext ctx{&a, "trim"};
+  fakecuda_OnNextGraphMap(1, &InsideGraphMap, &ctx);
+  CUresult rc = a.graph_launch(exec, nullptr);
+  std::printf("launch_rc=%d trim_rc=%d trimmed_reserved=%llu free=%llu\n", rc, ctx.rc,
+              static_cast<unsigned long long>(GraphReserved()),
+              static_cast<unsigned long long>(FreeBytes(a)));
+  CUdeviceptr held = 0;
+  if (first > 0) {
+    std::printf("first_rc=%d\n", a.alloc(&held, first));
+  }
+  rc = a.graph_launch(exec, nullptr);
+  std::printf("relaunch_rc=%d relaunch_free=%llu device_used=%llu reserved=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)),
+              static_cast<unsigned long long>(DeviceUsed()),
+              static_cast<unsigned long long>(GraphReserved()));
+  return 0;
+}
+
 // Stream-ordered allocations on a capturing stream: memory nodes, nothing
 // allocated yet.
 int CaptureAlloc(const Api& a, uint64_t bytes) {
@@ -1036,6 +1130,15 @@ int main(int argc, char** argv) {
   }
   if (command == "graphfill" && argc == 4) {
     return GraphFill(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "graphrace" && argc == 8) {
+    return GraphRace(a, argv[3], std::strtoull(argv[4], nullptr, 10),
+                     std::strtoull(argv[5], nullptr, 10), std::strtoull(argv[6], nullptr, 10),
+                     std::strtoull(argv[7], nullptr, 10));
+  }
+  if (command == "graphtrimrace" && argc == 5) {
+    return GraphTrimRace(a, std::strtoull(argv[3], nullptr, 10),
+                         std::strtoull(argv[4], nullptr, 10));
   }
   if (command == "capturealloc" && argc == 4) {
     return CaptureAlloc(a, std::strtoull(argv[3], nullptr, 10));

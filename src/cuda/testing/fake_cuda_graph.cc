@@ -97,27 +97,65 @@ CUresult MapLocked(State& s, const GraphExec& e) {
   return CUDA_SUCCESS;
 }
 
+struct MapHook {
+  void (*fn)(void*) = nullptr;
+  void* ctx = nullptr;
+};
+
+// Takes the fakecuda_OnNextGraphMap callback if it is set for `when`.
+// REQUIRES: s.mu held.
+MapHook TakeMapHookLocked(State& s, int when) {
+  MapHook h;
+  if (s.on_graph_map != nullptr && s.on_graph_map_when == when) {
+    h.fn = s.on_graph_map;
+    h.ctx = s.on_graph_map_ctx;
+    s.on_graph_map = nullptr;
+    s.on_graph_map_ctx = nullptr;
+  }
+  return h;
+}
+
 // Upload (run = false) or launch: a launch leaves the outliving allocations
 // in use. Returns NOT_FOUND for a handle no instantiation returned.
 CUresult Run(CUgraphExec exec, bool run) {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.execs.find(reinterpret_cast<uintptr_t>(exec));
-  if (it == s.execs.end()) {
-    return CUDA_ERROR_NOT_FOUND;
+  auto key = reinterpret_cast<uintptr_t>(exec);
+  MapHook before;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.execs.count(key) != 0) {
+      before = TakeMapHookLocked(s, 0);
+    }
   }
-  CUresult rc = MapLocked(s, it->second);
-  if (rc != CUDA_SUCCESS || !run) {
-    return rc;
+  if (before.fn != nullptr) {
+    before.fn(before.ctx);  // Another thread, as it were, inside this call.
   }
-  for (const GraphNode& a : it->second.outliving) {
-    uint64_t bytes = Pages(a.bytes);
-    s.graph_used[a.device] += bytes;
-    Allocation alloc{bytes, a.device, false};
-    alloc.graph = true;
-    s.allocations[a.dptr] = alloc;
+  MapHook after;
+  CUresult rc = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.execs.find(key);
+    if (it == s.execs.end()) {
+      return CUDA_ERROR_NOT_FOUND;
+    }
+    rc = MapLocked(s, it->second);
+    if (rc == CUDA_SUCCESS && run) {
+      for (const GraphNode& a : it->second.outliving) {
+        uint64_t bytes = Pages(a.bytes);
+        s.graph_used[a.device] += bytes;
+        Allocation alloc{bytes, a.device, false};
+        alloc.graph = true;
+        s.allocations[a.dptr] = alloc;
+      }
+    }
+    if (rc == CUDA_SUCCESS) {
+      after = TakeMapHookLocked(s, 1);
+    }
   }
-  return CUDA_SUCCESS;
+  if (after.fn != nullptr) {
+    after.fn(after.ctx);  // Mapped, and the caller has not heard back yet.
+  }
+  return rc;
 }
 
 CUresult LaunchGraph(CUgraphExec exec, CUstream st, bool per_thread) {
@@ -312,6 +350,18 @@ FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void* va
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
+}
+
+// Runs fn(ctx) once, inside the next upload or launch of an instantiated
+// graph: before it maps the graph's memory (after_map = 0) or after, before
+// the call returns (1). Deterministically replays another thread's graph
+// call, trim or memory query overlapping this one.
+FAKE_EXPORT void fakecuda_OnNextGraphMap(int after_map, void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_graph_map = fn;
+  s.on_graph_map_ctx = ctx;
+  s.on_graph_map_when = after_map != 0 ? 1 : 0;
 }
 
 FAKE_EXPORT uint64_t fakecuda_GraphReservedBytes(int device) {

@@ -116,6 +116,11 @@ struct State {
   void (*on_free)(void*) = nullptr;
   void* on_free_ctx = nullptr;
   CUdeviceptr reuse_address = 0;
+  // A callback run once inside the next upload or launch of an instantiated
+  // graph, before (0) or after (1) it maps its memory (fakecuda_OnNextGraphMap).
+  void (*on_graph_map)(void*) = nullptr;
+  void* on_graph_map_ctx = nullptr;
+  int on_graph_map_when = 0;
 };
 
 State& S();
