@@ -461,15 +461,33 @@ TEST(ShimTest, AGraphTrimmedDuringItsLaunchIsHeldAgain) {
   EXPECT_EQ(U(kv, "relaunch_free"), 512 * kMiB);
 }
 
-// Captured, a stream-ordered allocation is a memory node: charged when the
-// graph maps it (above), not at capture, so it is never counted twice.
-TEST(ShimTest, CapturedAllocationsAreNotChargedAtCapture) {
+// Captured, a stream-ordered allocation is a memory node: not charged at
+// capture but when the graph maps it, so it is counted once. Both
+// instantiation ABIs (CUDA 12/13 and, through cuGetProcAddress at 11.8, the
+// CUDA 11 one) record the graph.
+TEST(ShimTest, CapturedAllocationsAreChargedWhenTheGraphRuns) {
   SKIP_UNDER_SANITIZER();
-  auto kv = MustRun({"procaddr", "capturealloc", std::to_string(2048 * kMiB)},
-                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  auto kv = MustRun({"procaddr", "capturealloc", std::to_string(2048 * kMiB)}, env);
   EXPECT_EQ(U(kv, "capture_rc"), 0u);
-  EXPECT_EQ(U(kv, "capture_free"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "capture_free"), 1024 * kMiB) << "nothing charged at capture";
   EXPECT_EQ(U(kv, "capture_free_rc"), 0u);
+  for (const char* how : {"flags", "v2"}) {
+    for (const char* kept : {"kept", "freed"}) {
+      SCOPED_TRACE(::testing::Message() << how << " " << kept);
+      kv = MustRun({"procaddr", "capturegraph", std::to_string(768 * kMiB), how, kept}, env);
+      EXPECT_EQ(U(kv, "captured_free"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "instantiate_rc"), 0u);
+      EXPECT_EQ(U(kv, "map_rc"), 0u);
+      EXPECT_EQ(U(kv, "mapped_free"), 256 * kMiB) << "charged once, when the graph ran";
+      EXPECT_EQ(U(kv, "trimmed_free"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "trimmed_device_used"), 0u);
+      kv = MustRun({"procaddr", "capturegraph", std::to_string(1536 * kMiB), how, kept}, env);
+      EXPECT_EQ(U(kv, "map_rc"), 2u) << "the launch is refused with OUT_OF_MEMORY";
+      EXPECT_EQ(U(kv, "mapped_free"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "trimmed_device_used"), 0u) << "and the driver mapped nothing";
+    }
+  }
 }
 
 TEST(ShimTest, AnUnreadableGraphIsLaunchedWithOneWarning) {

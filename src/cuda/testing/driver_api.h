@@ -92,6 +92,8 @@ CUresult cuGraphUpload_ptsz(CUgraphExec, CUstream);
 CUresult cuGraphExecDestroy(CUgraphExec);
 CUresult cuDeviceGraphMemTrim(CUdevice);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void*);
+CUresult cuStreamBeginCapture_v2(CUstream, int);
+CUresult cuStreamEndCapture(CUstream, CUgraph*);
 CUresult cuStreamIsCapturing(CUstream, int*);
 CUresult cuStreamIsCapturing_ptsz(CUstream, int*);
 CUresult cuStreamSynchronize(CUstream);

@@ -45,6 +45,9 @@
 //   graphtrimrace <bytes> <first>  the graph pool is trimmed inside a graph's
 //                            first launch; <first> allocated; relaunch
 //   capturealloc <bytes>     cuMemAllocAsync of <bytes> on a capturing stream
+//   capturegraph <bytes> flags|v2 kept|freed  the same captured into a graph
+//                            (freed inside it or kept past the launch),
+//                            instantiated through that ABI and launched
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
 //   reexec <bytes>           allocate <bytes>, then exec this program as
 //                            "<mode> hold <bytes>" (same pid and start time)
@@ -810,6 +813,47 @@ int GraphTrimRace(const Api& a, uint64_t bytes, uint64_t first) {
 
 // Stream-ordered allocations on a capturing stream: memory nodes, nothing
 // allocated yet.
+// A graph captured from a stream: cuMemAllocAsync of `bytes` on the
+// capturing stream (freed there too when `free_inside`), instantiated
+// through `how` ("flags": the CUDA 12/13 cuGraphInstantiate; "v2": the
+// CUDA 11 ABI from cuGetProcAddress at 11.8) and launched.
+int CaptureGraph(const Api& a, uint64_t bytes, const std::string& how, bool free_inside) {
+  auto capturing = reinterpret_cast<CUstream>(0xCA97);
+  cuStreamBeginCapture_v2(capturing, 0);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, bytes, capturing);
+  if (free_inside) {
+    a.free_async(p, capturing);
+  }
+  CUgraph graph = nullptr;
+  cuStreamEndCapture(capturing, &graph);
+  std::printf("capture_rc=%d captured_free=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)));
+  CUgraphExec exec = nullptr;
+  if (how == "v2") {
+    auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status;
+    gpa("cuGraphInstantiate", &fn, 11080, 0, &status);
+    char log[64];
+    rc = reinterpret_cast<cuGraphInstantiateV2Fn>(fn)(&exec, graph, nullptr, log, sizeof(log));
+  } else {
+    rc = a.graph_instantiate(&exec, graph, 0);
+  }
+  std::printf("instantiate_rc=%d\n", rc);
+  rc = a.graph_launch(exec, nullptr);
+  std::printf("map_rc=%d mapped_free=%llu\n", rc, static_cast<unsigned long long>(FreeBytes(a)));
+  if (rc == CUDA_SUCCESS && !free_inside) {
+    a.free_async(p, nullptr);
+  }
+  a.graph_exec_destroy(exec);
+  rc = a.graph_trim(0);
+  std::printf("trim_rc=%d trimmed_free=%llu trimmed_device_used=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
 int CaptureAlloc(const Api& a, uint64_t bytes) {
   CUdeviceptr p = 0;
   CUresult rc = a.alloc_async(&p, bytes, reinterpret_cast<CUstream>(0xCA97));
@@ -1139,6 +1183,10 @@ int main(int argc, char** argv) {
   if (command == "graphtrimrace" && argc == 5) {
     return GraphTrimRace(a, std::strtoull(argv[3], nullptr, 10),
                          std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "capturegraph" && argc == 6) {
+    return CaptureGraph(a, std::strtoull(argv[3], nullptr, 10), argv[4],
+                        std::string(argv[5]) == "freed");
   }
   if (command == "capturealloc" && argc == 4) {
     return CaptureAlloc(a, std::strtoull(argv[3], nullptr, 10));

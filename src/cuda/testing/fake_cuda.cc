@@ -308,10 +308,10 @@ FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p, "cuMemFree_v2"
 // On a capturing stream an allocation becomes a memory node of the graph
 // being captured: an address, no memory until the graph runs.
 FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream st) {
-  return Capturing(st) ? Allocate(p, n, CurrentDevice(), false) : PoolAllocate(p, n, nullptr, true);
+  return Capturing(st) ? CaptureAlloc(p, n) : PoolAllocate(p, n, nullptr, true);
 }
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream st) {
-  return Capturing(st) ? Allocate(p, n, CurrentDevice(), false) : PoolAllocate(p, n, nullptr, true);
+  return Capturing(st) ? CaptureAlloc(p, n) : PoolAllocate(p, n, nullptr, true);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool pool,
                                              CUstream) {
@@ -454,9 +454,11 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
   ReleaseSegmentsLocked(s, it->second, keep);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return Free(p, "cuMemFreeAsync"); }
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) {
-  return Free(p, "cuMemFreeAsync_ptsz");
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream st) {
+  return Capturing(st) ? CaptureFree(p) : Free(p, "cuMemFreeAsync");
+}
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream st) {
+  return Capturing(st) ? CaptureFree(p) : Free(p, "cuMemFreeAsync_ptsz");
 }
 FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
   CUdeviceptr p = 0;

@@ -194,6 +194,57 @@ CUresult InstantiateWithParams(CUgraphExec* out, CUgraph graph,
 
 }  // namespace
 
+namespace accelpool::cuda::fake {
+
+CUresult CaptureAlloc(CUdeviceptr* out, uint64_t bytes) {
+  if (out == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  GraphNode n{CU_GRAPH_NODE_TYPE_MEM_ALLOC};
+  n.bytes = bytes;
+  n.device = CurrentDevice();
+  n.dptr = NextAddressLocked(s, Pages(bytes));
+  s.captured.push_back(n);
+  *out = n.dptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult CaptureFree(CUdeviceptr ptr) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  GraphNode n{kFreeNode};
+  n.dptr = ptr;
+  s.captured.push_back(n);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace accelpool::cuda::fake
+
+// The capturing stream (0xCA97) always captures: ending a capture returns
+// what was recorded on it since the last end, as a new graph.
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream st, int) {
+  return Capturing(st) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream st, CUgraph* graph) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (graph == nullptr || !Capturing(st)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  uintptr_t id = NewObjectLocked(s);
+  std::vector<uintptr_t>& nodes = s.graphs[id];
+  for (const GraphNode& n : s.captured) {
+    uintptr_t node = NewObjectLocked(s);
+    s.nodes[node] = n;
+    nodes.push_back(node);
+  }
+  s.captured.clear();
+  *graph = reinterpret_cast<CUgraph>(id);
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuGraphCreate(CUgraph* graph, unsigned) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -105,6 +105,7 @@ struct State {
   std::map<uintptr_t, std::vector<uintptr_t>> graphs;  // Graph -> its nodes.
   std::map<uintptr_t, GraphNode> nodes;
   std::map<uintptr_t, GraphExec> execs;
+  std::vector<GraphNode> captured;  // Nodes recorded on the capturing stream.
   uint64_t graph_reserved[kDevices] = {};
   uint64_t graph_used[kDevices] = {};
   uintptr_t next_graph_object = 1;
@@ -137,6 +138,10 @@ bool Capturing(CUstream stream);
 // A fresh device address range of `bytes` (fake_cuda.cc). REQUIRES: S().mu held.
 CUdeviceptr NextAddressLocked(State& s, uint64_t bytes);
 uint64_t Pages(uint64_t bytes);
+// Stream-ordered allocation and free on the capturing stream: recorded as
+// memory nodes of the graph cuStreamEndCapture returns (fake_cuda_graph.cc).
+CUresult CaptureAlloc(CUdeviceptr* out, uint64_t bytes);
+CUresult CaptureFree(CUdeviceptr ptr);
 void SleepUntil(int64_t t);
 
 }  // namespace accelpool::cuda::fake
