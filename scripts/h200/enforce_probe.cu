@@ -556,11 +556,59 @@ int Hold(size_t mib) {
 
 }  // namespace
 
+// How the driver's graph pool accounts for a graph between launches, which
+// decides how much room a relaunch must hold (docs/enforcement.md, Graph
+// memory): reserved and used graph memory after a captured graph that
+// allocates and frees `bytes` ran, after it ran again, after a trim while
+// it still exists, and after it was destroyed and the pool trimmed.
+int GraphAttrs(size_t bytes) {
+  CHECK_RT(cudaFree(nullptr));
+  CUstream stream;
+  cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  auto show = [](const char* when) {
+    cuuint64_t reserved = 0, used = 0;
+    cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used);
+    std::printf("graphattrs when=%s reserved=%llu used=%llu\n", when,
+                static_cast<unsigned long long>(reserved), static_cast<unsigned long long>(used));
+  };
+  CUdeviceptr p = 0;
+  cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  CUresult alloc_rc = cuMemAllocAsync(&p, bytes, stream);
+  cuMemFreeAsync(p, stream);
+  CUgraph graph = nullptr;
+  CUresult end_rc = cuStreamEndCapture(stream, &graph);
+  CUgraphExec exec = nullptr;
+  CUresult inst_rc = cuGraphInstantiate(&exec, graph, 0);
+  show("instantiated");
+  CUresult launch_rc = cuGraphLaunch(exec, stream);
+  cuStreamSynchronize(stream);
+  show("after_launch");
+  CUresult relaunch_rc = cuGraphLaunch(exec, stream);
+  cuStreamSynchronize(stream);
+  show("after_relaunch");
+  cuDeviceGraphMemTrim(0);
+  show("trimmed_graph_alive");
+  CUresult third_rc = cuGraphLaunch(exec, stream);
+  cuStreamSynchronize(stream);
+  show("after_launch_post_trim");
+  cuGraphExecDestroy(exec);
+  cuGraphDestroy(graph);
+  show("destroyed");
+  cuDeviceGraphMemTrim(0);
+  show("destroyed_trimmed");
+  std::printf("graphattrs alloc_rc=%d end_rc=%d inst_rc=%d launch_rc=%d relaunch_rc=%d "
+              "third_rc=%d\n",
+              alloc_rc, end_rc, inst_rc, launch_rc, relaunch_rc, third_rc);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "info") return Info();
   if (cmd == "memcap" && argc == 4) return MemCap(argv[2], std::strtoull(argv[3], nullptr, 10));
   if (cmd == "meminfo") return MemInfo();
+  if (cmd == "graphattrs" && argc == 3) return GraphAttrs(std::strtoull(argv[2], nullptr, 10));
   if (cmd == "calibrate" && argc == 3) return CalibrateCmd(std::atof(argv[2]));
   if (cmd == "share" && (argc == 5 || argc == 7)) {
     return Share(argv[2], std::atof(argv[3]), std::atof(argv[4]),

@@ -186,6 +186,10 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     for api in pitch managed async pool vmm array mipmap graph host; do
       run "memcap $api 64MiB" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap "$api" 67108864
     done
+    # The graph pool between launches, native and under the shim (a 256 MiB
+    # graph under a 1 GiB cap).
+    run "graph pool attributes native" 60 $NATIVE "$P" graphattrs 268435456
+    run "graph pool attributes shim-on" 60 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" graphattrs 268435456
   fi
 
   if want truth && probe_ok; then
