@@ -242,8 +242,8 @@ void RememberExec(CUgraphExec exec, const GraphNeed& need, bool mapped, uint64_t
 template <typename Call>
 CUresult Instantiate(CUgraphExec* exec, CUgraph graph, Call call) {
   ShimState& s = State();
-  if (!s.mem_on || exec == nullptr) {
-    return call();
+  if (!s.mem_on || exec == nullptr || graph == nullptr) {
+    return call();  // Nothing to walk (the driver refuses a NULL graph itself).
   }
   GraphNeed need = NeedOf(graph);
   CUresult rc = call();
@@ -273,7 +273,7 @@ template <int S>
 CUresult HookGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                         CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   ACCELPOOL_REAL_OR_FAIL(cuGraphInstantiateWithParamsFn, kHookGraphInstantiateWithParams);
-  if (!s.mem_on || exec == nullptr || params == nullptr ||
+  if (!s.mem_on || exec == nullptr || graph == nullptr || params == nullptr ||
       (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) == 0) {
     return Instantiate(exec, graph, [&] { return real(exec, graph, params); });
   }
