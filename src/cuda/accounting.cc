@@ -331,6 +331,12 @@ uint64_t RoundToGranularity(uint64_t bytes) {
   return (bytes + kAllocGranularity - 1) / kAllocGranularity * kAllocGranularity;
 }
 
+bool StreamCapturing(CUstream stream, bool per_thread) {
+  auto is_capturing = State().stream_is_capturing[per_thread ? 1 : 0];
+  int capture = 0;
+  return is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS && capture != 0;
+}
+
 bool CurrentDevice(int* device) {
   ShimState& s = State();
   CUdevice d = 0;

@@ -372,9 +372,7 @@ bool HoldForGraphExec(CUgraphExec exec, CUstream stream, bool per_thread, GraphH
   }
   // Launched into a capturing stream, the graph becomes a node of another
   // graph and maps nothing now.
-  auto is_capturing = s.stream_is_capturing[per_thread ? 1 : 0];
-  int capture = 0;
-  if (is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS && capture != 0) {
+  if (StreamCapturing(stream, per_thread)) {
     return true;
   }
   hold->epoch = epoch;

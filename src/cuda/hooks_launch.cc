@@ -298,10 +298,7 @@ class Admission {
       device_ = -1;
       return;
     }
-    auto is_capturing = s.stream_is_capturing[per_thread ? 1 : 0];
-    int capture = 0;
-    if (is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS &&
-        capture != 0) {
+    if (StreamCapturing(stream, per_thread)) {
       device_ = -1;  // Captured, not executed.
       return;
     }

@@ -103,25 +103,18 @@ void FreeOnStream(CUdeviceptr ptr, CUstream stream, bool per_thread) {
   }
 }
 
-// A stream-ordered allocation on a capturing stream becomes a memory node of
-// the graph being captured: nothing is allocated now; the graph's upload or
-// first launch is charged for it (hooks_graph.cc).
-bool Capturing(CUstream stream, bool per_thread) {
-  auto is_capturing = State().stream_is_capturing[per_thread ? 1 : 0];
-  int capture = 0;
-  return is_capturing != nullptr && is_capturing(stream, &capture) == CUDA_SUCCESS &&
-         capture != 0;
-}
-
 // Stream-ordered allocations are charged by pool reserve (accounting.h);
-// a pool whose reserve cannot be read is charged per allocation.
+// a pool whose reserve cannot be read is charged per allocation. On a
+// capturing stream an allocation becomes a memory node of the graph being
+// captured: nothing is allocated now; the graph's upload or first launch is
+// charged for it (hooks_graph.cc).
 template <int S>
 CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocAsyncFn, kHookMemAllocAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocAsync][S];
   if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev) ||
-      Capturing(stream, per_thread)) {
+      StreamCapturing(stream, per_thread)) {
     return real(dptr, bytes, stream);
   }
   CUmemoryPool pool = nullptr;
@@ -148,7 +141,7 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFromPoolAsyncFn, kHookMemAllocFromPoolAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || Capturing(stream, per_thread)) {
+  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || StreamCapturing(stream, per_thread)) {
     return real(dptr, bytes, pool, stream);
   }
   // The pool names its location: charged to its device, whatever the

@@ -154,10 +154,13 @@ void* LaunchHook(HookId id, int slot);
 void* NvmlHook(HookId id);
 void* GraphHook(HookId id, int slot);
 
-// Accounting helpers (hooks_memory.cc).
+// Accounting helpers (accounting.cc).
 uint64_t RoundToGranularity(uint64_t bytes);
 // Device of the calling thread's current context; false without one.
 bool CurrentDevice(int* device);
+// True when work issued to `stream` is being captured into a graph rather
+// than run (per_thread: stream 0 is the per-thread default stream).
+bool StreamCapturing(CUstream stream, bool per_thread);
 // Container usage on a device (after reclaiming dead processes), 0 if off.
 uint64_t ContainerUsed(int device);
 

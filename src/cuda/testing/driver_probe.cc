@@ -606,6 +606,16 @@ uint64_t GraphReserved() {
   return fn != nullptr ? fn(0) : 0;
 }
 
+// Trims device 0's graph pool and prints what the process and the device
+// have left.
+int TrimAndReport(const Api& a) {
+  CUresult rc = a.graph_trim(0);
+  std::printf("trim_rc=%d trimmed_free=%llu trimmed_device_used=%llu\n", rc,
+              static_cast<unsigned long long>(FreeBytes(a)),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
 CUDA_MEM_ALLOC_NODE_PARAMS AllocNodeParams(uint64_t bytes) {
   CUDA_MEM_ALLOC_NODE_PARAMS p{};
   p.poolProps.allocType = 1;  // CU_MEM_ALLOCATION_TYPE_PINNED
@@ -673,11 +683,7 @@ int GraphMem(const Api& a, uint64_t bytes, uint64_t first, const std::string& ho
   if (held != 0) {
     a.free(held);
   }
-  rc = a.graph_trim(0);
-  std::printf("trim_rc=%d trimmed_free=%llu trimmed_device_used=%llu\n", rc,
-              static_cast<unsigned long long>(FreeBytes(a)),
-              static_cast<unsigned long long>(DeviceUsed()));
-  return 0;
+  return TrimAndReport(a);
 }
 
 // Graphs each allocating `chunk` that outlives the launch, launched until
@@ -847,11 +853,7 @@ int CaptureGraph(const Api& a, uint64_t bytes, const std::string& how, bool free
     a.free_async(p, nullptr);
   }
   a.graph_exec_destroy(exec);
-  rc = a.graph_trim(0);
-  std::printf("trim_rc=%d trimmed_free=%llu trimmed_device_used=%llu\n", rc,
-              static_cast<unsigned long long>(FreeBytes(a)),
-              static_cast<unsigned long long>(DeviceUsed()));
-  return 0;
+  return TrimAndReport(a);
 }
 
 int CaptureAlloc(const Api& a, uint64_t bytes) {
