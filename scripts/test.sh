@@ -8,19 +8,22 @@
 #   4. runs each libFuzzer target briefly (scripts/fuzz.sh; FUZZ_SECONDS per
 #      target, default 15; each target is one count in the total),
 #   5. runs the end-to-end suite on a real control plane (tests/e2e/run.sh).
-# Ends with one line "accelpool: N passed, M failed" and a non-zero exit when
-# anything failed. Set SKIP_E2E=1 to skip stage 5, SKIP_ASAN=1 to skip stage 3.
+# Ends with one line "accelpool: N passed, M failed" (skipped tests, counted
+# apart, are listed above it) and a non-zero exit when anything failed.
+# Set SKIP_E2E=1 to skip stage 5, SKIP_ASAN=1 to skip stage 3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export JOBS=${JOBS:-2}
 
 passed=0
 failed=0
+skipped=0
 stage_failed=()
 
-# Adds the counts of one ctest run (its log in $1) to the totals.
+# Adds the counts of one ctest run (its log in $1) to the totals. ctest counts
+# a skipped test as not failed; here it is counted as skipped, not passed.
 count_ctest() {
-  local line total fails
+  local line total fails skips
   line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -1)
   if [[ -z $line ]]; then
     failed=$((failed + 1))
@@ -28,8 +31,10 @@ count_ctest() {
   fi
   fails=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
   total=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
-  passed=$((passed + total - fails))
+  skips=$(grep -cE '^[[:space:]]+[0-9]+ - .* \(Skipped\)$' "$1" || true)
+  passed=$((passed + total - fails - skips))
   failed=$((failed + fails))
+  skipped=$((skipped + skips))
 }
 
 stage() { echo; echo "==== $* ===="; }
@@ -96,6 +101,10 @@ fi
 echo
 if ((${#stage_failed[@]} > 0)); then
   echo "failed stages: ${stage_failed[*]}"
+fi
+if ((skipped > 0)); then
+  echo "skipped: $skipped (each says why in its stage's log; the ASan stage skips the shim tests"
+  echo "         that preload it into another process, which the plain stage runs)"
 fi
 echo "accelpool: $passed passed, $failed failed"
 [[ $failed -eq 0 && ${#stage_failed[@]} -eq 0 ]]

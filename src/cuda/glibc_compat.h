@@ -10,9 +10,10 @@
 // in libdl.so.2 and libpthread.so.0, which the shim therefore lists as
 // DT_NEEDED (they are empty stubs on newer systems). Included into every
 // translation unit of the shim through -include (src/cuda/CMakeLists.txt);
-// cuda_test checks the resulting version references. dlsym is not pinned:
-// the shim defines its own (the interposer) and finds the real one with
-// dlvsym.
+// cuda_test checks the resulting version references. dlsym is not pinned
+// for the shim: it defines its own (the interposer) and finds the real one
+// with dlvsym. The test programs that run under older glibc
+// (tests/cuda/old_glibc.sh) call dlsym and define ACCELPOOL_GLIBC_PIN_DLSYM.
 #ifndef ACCELPOOL_CUDA_GLIBC_COMPAT_H_
 #define ACCELPOOL_CUDA_GLIBC_COMPAT_H_
 
@@ -31,6 +32,9 @@ ACCELPOOL_GLIBC_PIN(pthread_mutexattr_init, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_destroy, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_setpshared, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_setrobust, "GLIBC_2.12");
+#ifdef ACCELPOOL_GLIBC_PIN_DLSYM
+ACCELPOOL_GLIBC_PIN(dlsym, "GLIBC_2.2.5");
+#endif
 #elif defined(__aarch64__)
 // 2.17 is the first glibc for 64-bit Arm: every symbol has that version.
 ACCELPOOL_GLIBC_PIN(dladdr, "GLIBC_2.17");
@@ -44,6 +48,9 @@ ACCELPOOL_GLIBC_PIN(pthread_mutexattr_init, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_destroy, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_setpshared, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_setrobust, "GLIBC_2.17");
+#ifdef ACCELPOOL_GLIBC_PIN_DLSYM
+ACCELPOOL_GLIBC_PIN(dlsym, "GLIBC_2.17");
+#endif
 #endif
 
 #undef ACCELPOOL_GLIBC_PIN

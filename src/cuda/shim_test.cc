@@ -1,6 +1,7 @@
 // End-to-end tests of libaccelpool-cuda: the probe program runs with the shim
 // preloaded against the fake driver, reaching it through every hook path.
 #include <elf.h>
+#include <gnu/libc-version.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -43,12 +44,20 @@ constexpr bool kSanitizerBuild = true;
 constexpr bool kSanitizerBuild = false;
 #endif
 
+// The probe program: the one built beside these tests, or the one named by
+// ACCELPOOL_TEST_PROBE, which tests/cuda/old_glibc.sh sets to a build of it
+// that runs on an older C library.
+std::string ProbePath() {
+  const char* probe = std::getenv("ACCELPOOL_TEST_PROBE");
+  return probe != nullptr && *probe != '\0' ? probe : ACCELPOOL_PROBE_PATH;
+}
+
 ProcessResult Probe(const std::vector<std::string>& args, Env env, bool preload = true) {
   env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
   if (preload) {
     env["LD_PRELOAD"] = ACCELPOOL_SHIM_PATH;
   }
-  std::vector<std::string> argv = {ACCELPOOL_PROBE_PATH};
+  std::vector<std::string> argv = {ProbePath()};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::Run(argv, env);
 }
@@ -171,6 +180,21 @@ TEST(ShimTest, LibraryLoadsOnGlibc217AndLater) {
   EXPECT_NE(std::find(needed.begin(), needed.end(), "libpthread.so.0"), needed.end());
 }
 
+// The whole suite also runs on the C libraries of older images
+// (tests/cuda/old_glibc.sh, which names the version it expects): this checks
+// that the probe really runs on that library, and that the shim is loaded
+// into it and interposes dlsym there.
+TEST(ShimTest, TheProbeRunsOnTheCLibraryUnderTestWithTheShimLoaded) {
+  SKIP_UNDER_SANITIZER();
+  const char* expected = std::getenv("ACCELPOOL_TEST_EXPECT_GLIBC");
+  auto kv = MustRun({"direct", "libc"}, {});
+  EXPECT_EQ(kv["glibc"], expected != nullptr ? expected : gnu_get_libc_version());
+  EXPECT_EQ(kv["dlsym_from"], "libaccelpool-cuda.so");
+  ProcessResult bare = Probe({"direct", "libc"}, {}, /*preload=*/false);
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_NE(ParseKeyValues(bare.out)["dlsym_from"], "libaccelpool-cuda.so");
+}
+
 TEST(ShimTest, EveryHookPathStopsAtTheCapWithOutOfMemory) {
   SKIP_UNDER_SANITIZER();
   const uint64_t cap = 1024 * kMiB;
@@ -268,8 +292,8 @@ TEST(ShimTest, MemoryAPoolKeepsStaysChargedForTheContainerUntilTrimmed) {
   env["LD_PRELOAD"] = ACCELPOOL_SHIM_PATH;
   // PyTorch's cudaMallocAsync backend sets the release threshold to UINT64_MAX.
   ChildProcess holder;
-  ASSERT_TRUE(holder.Start(
-      {ACCELPOOL_PROBE_PATH, "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
+  ASSERT_TRUE(
+      holder.Start({ProbePath(), "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
   auto held = ParseKeyValues(holder.ReadLine(30000));
   ASSERT_EQ(U(held, "rc"), 0u);
   ASSERT_EQ(U(held, "free_rc"), 0u);
@@ -294,8 +318,8 @@ TEST(ShimTest, MemoryAPoolKeepsStaysChargedForTheContainerUntilTrimmed) {
   // A release the shim does not see happen (here a lowered threshold; on a
   // real driver, the next synchronisation) is uncharged by a memory query.
   ChildProcess lowering;
-  ASSERT_TRUE(lowering.Start(
-      {ACCELPOOL_PROBE_PATH, "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
+  ASSERT_TRUE(
+      lowering.Start({ProbePath(), "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
   held = ParseKeyValues(lowering.ReadLine(30000));
   ASSERT_EQ(U(held, "free"), 512 * kMiB);
   ASSERT_TRUE(lowering.Write("lower\n"));
@@ -763,13 +787,17 @@ TEST(ShimTest, RtldNextIsResolvedRelativeToTheCaller) {
                                 ACCELPOOL_NEXT_INTERPOSER_PATH}};
   // The shim calls getpid() when it claims its accounting slot; the wrapper
   // behind it must reach libc, not itself.
-  ProcessResult r = testing::Run({ACCELPOOL_PROBE_PATH, "direct", "alloc", "1048576"}, env);
+  ProcessResult r = testing::Run({ProbePath(), "direct", "alloc", "1048576"}, env);
   EXPECT_EQ(r.exit_code, 0) << "signal " << r.signal << " stderr " << r.err;
   EXPECT_EQ(U(ParseKeyValues(r.out), "rc"), 0u);
 }
 
 TEST(ShimTest, CoexistsWithASanitizerRuntimePreloadedFirst) {
   SKIP_UNDER_SANITIZER();
+  if (std::getenv("ACCELPOOL_TEST_EXPECT_GLIBC") != nullptr) {
+    GTEST_SKIP() << "this machine's sanitizer runtime needs its own glibc, not the older one "
+                    "under test; the plain run of this suite covers it";
+  }
   // A sanitizer runtime resolves its interceptors with dlsym(RTLD_NEXT) while
   // it initialises, before libc's string functions and __tls_get_addr are
   // usable through it: the shim's dlsym must not touch any of them.
@@ -790,8 +818,7 @@ TEST(ShimTest, CoexistsWithASanitizerRuntimePreloadedFirst) {
              {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
              {"LD_PRELOAD", asan + ":" + ACCELPOOL_SHIM_PATH}};
   ProcessResult r =
-      testing::Run({ACCELPOOL_PROBE_PATH, "procaddr", "fill", "alloc", std::to_string(64 * kMiB)},
-                   env);
+      testing::Run({ProbePath(), "procaddr", "fill", "alloc", std::to_string(64 * kMiB)}, env);
   ASSERT_EQ(r.exit_code, 0) << "signal " << r.signal << " stderr " << r.err;
   EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 1024 * kMiB) << "and the cap still holds";
 }
@@ -811,8 +838,7 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
   env["LD_PRELOAD"] = ACCELPOOL_SHIM_PATH;
   ChildProcess holder;
-  ASSERT_TRUE(holder.Start({ACCELPOOL_PROBE_PATH, "direct", "hold", std::to_string(700 * kMiB)},
-                           env));
+  ASSERT_TRUE(holder.Start({ProbePath(), "direct", "hold", std::to_string(700 * kMiB)}, env));
   auto held = ParseKeyValues(holder.ReadLine(30000));
   ASSERT_EQ(U(held, "held"), 700 * kMiB);
 
@@ -843,8 +869,7 @@ TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
              {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
              {"LD_PRELOAD", ACCELPOOL_SHIM_PATH}};
   ChildProcess child;
-  ASSERT_TRUE(
-      child.Start({ACCELPOOL_PROBE_PATH, "direct", "reexec", std::to_string(300 * kMiB)}, env));
+  ASSERT_TRUE(child.Start({ProbePath(), "direct", "reexec", std::to_string(300 * kMiB)}, env));
   auto held = ParseKeyValues(child.ReadLine(30000));
   ASSERT_EQ(U(held, "held"), 300 * kMiB) << "the exec'd image allocated too";
   SharedRegion region;
@@ -978,8 +1003,7 @@ TEST(ShimTest, TwoProcessesOfOneContainerShareOneComputeBucket) {
              {"LD_PRELOAD", ACCELPOOL_SHIM_PATH}};
   ChildProcess a;
   ChildProcess b;
-  std::vector<std::string> args = {ACCELPOOL_PROBE_PATH, "direct", "launch", "kernel", "1000",
-                                   "1500"};
+  std::vector<std::string> args = {ProbePath(), "direct", "launch", "kernel", "1000", "1500"};
   ASSERT_TRUE(a.Start(args, env));
   ASSERT_TRUE(b.Start(args, env));
   a.CloseStdin();

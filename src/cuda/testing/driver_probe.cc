@@ -22,6 +22,8 @@
 //                            twoctx (alternating the current context between
 //                            the fake's two devices before every launch)
 //   symbols                  which lookups returned hooks vs driver functions
+//   libc                     the C library this process runs on, and the file
+//                            its dlsym comes from (the shim, when preloaded)
 //   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
 //   overhead <n>             host ns per zero-length launch and per alloc+free
 //   threads <n> <rounds>     n threads allocate/free 64 MiB concurrently
@@ -63,6 +65,7 @@
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1119,6 +1122,17 @@ int main(int argc, char** argv) {
   std::string command = argv[2];
   if (command == "symbols") {
     return Symbols();
+  }
+  if (command == "libc") {
+    Dl_info info{};
+    const char* from =
+        dladdr(reinterpret_cast<void*>(&dlsym), &info) != 0 && info.dli_fname != nullptr
+            ? info.dli_fname
+            : "unknown";
+    const char* slash = std::strrchr(from, '/');
+    std::printf("glibc=%s dlsym_from=%s\n", gnu_get_libc_version(),
+                slash != nullptr ? slash + 1 : from);
+    return 0;
   }
   if (command == "nvml") {
     return Nvml();

@@ -5,9 +5,20 @@
 // instantiation returned keep the older test convention: the handle's value
 // is the work's duration in nanoseconds.
 #include <cstring>
+#include <new>
 
 #include "cuda/testing/driver_api.h"
 #include "cuda/testing/fake_cuda_state.h"
+
+// The fake driver also runs on the C++ runtimes of older images
+// (tests/cuda/old_glibc.sh), which predate libstdc++ 11's out-of-line
+// __throw_bad_array_new_length (GLIBCXX_3.4.29) that std::vector's growth
+// calls here. A copy of its own, bound locally (-Bsymbolic), keeps the
+// library loadable there; it is only reached by a request larger than the
+// address space.
+namespace std {
+[[noreturn]] void __throw_bad_array_new_length() { throw std::bad_array_new_length(); }
+}  // namespace std
 
 namespace {
 
