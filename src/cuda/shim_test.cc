@@ -802,9 +802,15 @@ TEST(ShimTest, CoexistsWithASanitizerRuntimePreloadedFirst) {
   // it initialises, before libc's string functions and __tls_get_addr are
   // usable through it: the shim's dlsym must not touch any of them.
   std::string asan;
+#if defined(__x86_64__)
+#define ACCELPOOL_MULTIARCH "x86_64-linux-gnu"
+#elif defined(__aarch64__)
+#define ACCELPOOL_MULTIARCH "aarch64-linux-gnu"
+#endif
   for (const char* path :
-       {"/lib/x86_64-linux-gnu/libasan.so.8", "/usr/lib/x86_64-linux-gnu/libasan.so.8",
-        "/lib/x86_64-linux-gnu/libasan.so.6", "/usr/lib64/libasan.so.8"}) {
+       {"/lib/" ACCELPOOL_MULTIARCH "/libasan.so.8",
+        "/usr/lib/" ACCELPOOL_MULTIARCH "/libasan.so.8",
+        "/lib/" ACCELPOOL_MULTIARCH "/libasan.so.6", "/usr/lib64/libasan.so.8"}) {
     if (access(path, R_OK) == 0) {
       asan = path;
       break;

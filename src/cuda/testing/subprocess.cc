@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -72,7 +73,16 @@ bool ChildProcess::Start(const std::vector<std::string>& argv,
     envp.push_back(s.data());
   }
   envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
+  // ACCELPOOL_TEST_EXEC_WRAPPER: words put before argv, e.g. the qemu-user
+  // that runs a cross-built test's programs (scripts/cross_arm64.sh).
+  std::vector<std::string> args;
+  if (const char* wrapper = std::getenv("ACCELPOOL_TEST_EXEC_WRAPPER")) {
+    std::istringstream words(wrapper);
+    for (std::string w; words >> w;) {
+      args.push_back(w);
+    }
+  }
+  args.insert(args.end(), argv.begin(), argv.end());
   std::vector<char*> argp;
   for (auto& s : args) {
     argp.push_back(s.data());

@@ -33,7 +33,8 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Starts argv[0] with `env` added. Returns false if fork/exec setup failed.
+  // Starts argv[0] with `env` added (behind ACCELPOOL_TEST_EXEC_WRAPPER's words, if
+  // set). Returns false if fork/exec setup failed.
   bool Start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
   // Reads stdout until a newline or `timeout_ms`; returns the line ("" on timeout).
   std::string ReadLine(int timeout_ms);
