@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cuda/log.h"
+
 namespace accelpool::cuda {
 
 namespace {
@@ -51,13 +53,29 @@ struct RegionLayout {
 
 namespace {
 
-void InitRobustMutex(pthread_mutex_t* mu) {
+// A process-shared mutex, robust where the kernel supports robust futexes
+// (every Linux since 2.6.17 on x86-64 and Arm; glibc refuses them only where
+// the kernel lacks set_robust_list). Without robustness a holder killed
+// inside the lock would block the container's other processes, so that is
+// said once. Returns 0 or the errno of pthread_mutex_init.
+int InitRobustMutex(pthread_mutex_t* mu) {
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
   pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(mu, &attr);
+  int rc = pthread_mutex_init(mu, &attr);
+  if (rc != 0) {
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_STALLED);
+    rc = pthread_mutex_init(mu, &attr);
+    static bool said = false;
+    if (rc == 0 && !__atomic_exchange_n(&said, true, __ATOMIC_RELAXED)) {
+      Logf(LogLevel::kWarn,
+           "robust mutexes are not available here; a process killed while "
+           "updating the accounting region would block the others");
+    }
+  }
   pthread_mutexattr_destroy(&attr);
+  return rc;
 }
 
 // Locks a robust mutex; on EOWNERDEAD marks it consistent and reports it.
@@ -175,10 +193,16 @@ bool SharedRegion::Map(int fd, bool create, char* error, size_t error_len) {
   auto* layout = static_cast<RegionLayout*>(mem);
   if (create) {
     std::memset(static_cast<void*>(layout), 0, size);  // Fresh mapping: all zero.
-    InitRobustMutex(&layout->mu);
+    int rc = InitRobustMutex(&layout->mu);
     for (DeviceBucket& b : layout->buckets) {
-      InitRobustMutex(&b.mu);
+      rc = rc != 0 ? rc : InitRobustMutex(&b.mu);
       b.state = TokenBucketState();
+    }
+    if (rc != 0) {
+      munmap(mem, size);
+      std::snprintf(error, error_len, "could not create the accounting region's lock: %s",
+                    std::strerror(rc));
+      return false;
     }
     layout->version = kLayoutVersion;
     layout->size = static_cast<uint32_t>(size);
