@@ -103,8 +103,8 @@ if ((${#stage_failed[@]} > 0)); then
   echo "failed stages: ${stage_failed[*]}"
 fi
 if ((skipped > 0)); then
-  echo "skipped: $skipped (each says why in its stage's log; the ASan stage skips the shim tests"
-  echo "         that preload it into another process, which the plain stage runs)"
+  echo "skipped: $skipped (each says why in its stage's log; the ASan stage skips the shim's"
+  echo "         timing tests, which the plain stage runs)"
 fi
 echo "accelpool: $passed passed, $failed failed"
 [[ $failed -eq 0 && ${#stage_failed[@]} -eq 0 ]]

@@ -9,7 +9,7 @@ namespace {
 
 // Own comparison: libc's string functions may be intercepted by a runtime
 // that is still initialising when it calls dlsym.
-bool SameName(const char* a, const char* b) {
+ACCELPOOL_UNINSTRUMENTED bool SameName(const char* a, const char* b) {
   while (*a != '\0' && *a == *b) {
     ++a;
     ++b;
@@ -17,7 +17,7 @@ bool SameName(const char* a, const char* b) {
   return *a == *b;
 }
 
-uint32_t GnuHash(const char* name) {
+ACCELPOOL_UNINSTRUMENTED uint32_t GnuHash(const char* name) {
   uint32_t h = 5381;
   for (const unsigned char* p = reinterpret_cast<const unsigned char*>(name); *p != 0; ++p) {
     h = h * 33 + *p;
@@ -27,14 +27,15 @@ uint32_t GnuHash(const char* name) {
 
 // glibc relocates the dynamic section in place where it is writable (x86-64,
 // aarch64); where it is read-only the entries stay relative to the base.
-uintptr_t Absolute(const struct link_map* map, ElfW(Addr) value) {
+ACCELPOOL_UNINSTRUMENTED uintptr_t Absolute(const struct link_map* map, ElfW(Addr) value) {
   uintptr_t base = static_cast<uintptr_t>(map->l_addr);
   return value < base ? base + value : value;
 }
 
 }  // namespace
 
-ElfLookupResult FindDefinition(const struct link_map* map, const char* name, void** address) {
+ACCELPOOL_UNINSTRUMENTED ElfLookupResult FindDefinition(const struct link_map* map,
+                                                        const char* name, void** address) {
   const ElfW(Sym)* symtab = nullptr;
   const char* strtab = nullptr;
   const uint32_t* gnu_hash = nullptr;

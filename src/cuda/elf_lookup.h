@@ -19,12 +19,15 @@
 
 #include <link.h>
 
+#include "cuda/uninstrumented.h"
+
 namespace accelpool::cuda {
 
 enum class ElfLookupResult { kFound, kNotFound, kNoIndex };
 
 // Looks `name` up among the definitions of the object described by `map`.
-ElfLookupResult FindDefinition(const struct link_map* map, const char* name, void** address);
+ACCELPOOL_UNINSTRUMENTED ElfLookupResult FindDefinition(const struct link_map* map,
+                                                        const char* name, void** address);
 
 }  // namespace accelpool::cuda
 

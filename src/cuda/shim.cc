@@ -20,7 +20,9 @@ namespace {
 constinit ShimState g_state;
 
 using DlsymFn = void* (*)(void*, const char*);
-std::atomic<DlsymFn> g_real_dlsym{nullptr};
+// Read and written with __atomic builtins, not std::atomic: no library call
+// on the uninstrumented path (ACCELPOOL_UNINSTRUMENTED).
+DlsymFn g_real_dlsym = nullptr;
 pthread_once_t g_dlsym_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_cuda_once = PTHREAD_ONCE_INIT;
@@ -36,20 +38,21 @@ alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
 constexpr int kTables = 6;
 alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
-void ResolveRealDlsym() {
+ACCELPOOL_UNINSTRUMENTED void ResolveRealDlsym() {
   // dlsym carries GLIBC_2.34 on glibc >= 2.34 (moved into libc) and the
   // original version on older ones (x86-64: 2.2.5, aarch64: 2.17).
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
-    if (void* p = dlvsym(RTLD_NEXT, "dlsym", version)) {
-      g_real_dlsym.store(reinterpret_cast<DlsymFn>(p), std::memory_order_release);
+  static const char* const kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+  for (size_t i = 0; i < sizeof(kVersions) / sizeof(kVersions[0]); ++i) {
+    if (void* p = dlvsym(RTLD_NEXT, "dlsym", kVersions[i])) {
+      __atomic_store_n(&g_real_dlsym, reinterpret_cast<DlsymFn>(p), __ATOMIC_RELEASE);
       return;
     }
   }
 }
 
-DlsymFn RealDlsym() {
+ACCELPOOL_UNINSTRUMENTED DlsymFn RealDlsym() {
   pthread_once(&g_dlsym_once, ResolveRealDlsym);
-  return g_real_dlsym.load(std::memory_order_acquire);
+  return __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
 }
 
 const char* EnvLookup(void*, const char* name) { return std::getenv(name); }
@@ -207,7 +210,7 @@ void NvmlOnce() {
 // between the caller and us. The lookup reads ELF tables directly
 // (elf_lookup.h): no malloc and no intercepted loader call, because runtimes
 // such as sanitizers resolve their interceptors this way before they are ready.
-void* NextAfter(const void* caller, const char* name) {
+ACCELPOOL_UNINSTRUMENTED void* NextAfter(const void* caller, const char* name) {
   Dl_info info;
   struct link_map* from = nullptr;
   if (dladdr1(caller, &info, reinterpret_cast<void**>(&from), RTLD_DL_LINKMAP) == 0 ||
@@ -382,7 +385,7 @@ void SwapProcAddress(const char* symbol, void** pfn, int version, cuuint64_t fla
 
 }  // namespace
 
-ACCELPOOL_EXPORT void* dlsym(void* handle, const char* name) {
+ACCELPOOL_EXPORT ACCELPOOL_UNINSTRUMENTED void* dlsym(void* handle, const char* name) {
   auto real = accelpool::cuda::RealDlsym();
   if (real == nullptr) {
     return nullptr;

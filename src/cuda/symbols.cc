@@ -88,7 +88,7 @@ const SymbolInfo* AllSymbols(int* count) {
   return kSymbols;
 }
 
-const SymbolInfo* FindExported(const char* name) {
+ACCELPOOL_UNINSTRUMENTED const SymbolInfo* FindExported(const char* name) {
   // Cheap reject for the common case: dlsym of something unrelated.
   if (name == nullptr || (name[0] != 'c' && name[0] != 'n') || name[1] == '\0') {
     return nullptr;

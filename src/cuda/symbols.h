@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "cuda/uninstrumented.h"
+
 namespace accelpool::cuda {
 
 enum HookId : int {
@@ -82,7 +84,7 @@ const SymbolInfo* AllSymbols(int* count);
 // this returns the first. Uses no libc string
 // function: it runs inside dlsym, which sanitizer runtimes call before their
 // own interceptors (strlen, memcmp, ...) are ready.
-const SymbolInfo* FindExported(const char* name);
+ACCELPOOL_UNINSTRUMENTED const SymbolInfo* FindExported(const char* name);
 
 // Entry that cuGetProcAddress(base, cuda_version, flags) resolves to, or
 // nullptr when the shim does not replace that ABI (pass through).
