@@ -8,6 +8,8 @@
 #   kubeconfig  yaml (the YAML reader)              seeds: src/kube/fuzz/corpus/yaml
 #   http        http_response (the client's reader  seeds: src/http/fuzz/corpus/response
 #               of apiserver answers)
+#   cuda shim   shim_env (the env contract),        seeds: src/cuda/fuzz/corpus/<name>
+#               proc_stat (/proc/<pid>/stat lines)
 #
 # New inputs go to $BUILD_DIR/corpus/<name>, crashes to $BUILD_DIR/crashes/<name>/,
 # each run's output to $BUILD_DIR/logs/<name>.log. Ends with one line
@@ -39,8 +41,10 @@ declare -A target=(
   [mutate]="src/extender/extender_fuzz_mutate src/extender/fuzz/seeds/mutate"
   [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
   [http_response]="src/http/http_response_fuzzer src/http/fuzz/corpus/response"
+  [shim_env]="src/cuda/shim_env_fuzzer src/cuda/fuzz/corpus/shim_env"
+  [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate yaml http_response"
+order="inventory assignment pod_request filter prioritize bind preempt mutate yaml http_response shim_env proc_stat"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then
@@ -61,7 +65,7 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
 fi
 # -Wno-unknown-warning-option: the project warning set includes GCC-only flags.
-# Only what the fuzzers link is built: no tests, benchmarks, simulator or shim.
+# Only what the fuzzers link is built: no tests, benchmarks or simulator.
 sanitize="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -Wno-unknown-warning-option"
 mkdir -p "$build"
 if ! cmake -S "$root" -B "$build" -G Ninja "${launcher[@]}" \
@@ -69,7 +73,7 @@ if ! cmake -S "$root" -B "$build" -G Ninja "${launcher[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DACCELPOOL_FUZZ=ON -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
-    -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF >"$build/configure.log" 2>&1; then
+    -DACCELPOOL_WITH_CUDA_SHIM=ON -DACCELPOOL_WITH_SIM=OFF >"$build/configure.log" 2>&1; then
   cat "$build/configure.log" >&2
   echo "fuzz.sh: cmake configure failed (log above)" >&2
   echo "fuzz: 0 passed, 1 failed"

@@ -1,0 +1,10 @@
+// libFuzzer target for libaccelpool-cuda's env contract; see fuzz_entry.h.
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/fuzz/fuzz_entry.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  accelpool::cuda::fuzz::FuzzShimEnv(data, size);
+  return 0;
+}
