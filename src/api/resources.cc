@@ -262,4 +262,31 @@ std::string DeviceResource(core::Vendor v, std::string_view model) {
   return "";
 }
 
+std::optional<std::string_view> DeviceControlledEnv(std::string_view name) {
+  static constexpr std::string_view kEnforcementPrefixes[] = {"ACCELPOOL_CUDA_",
+                                                              "CUDA_DEVICE_MEMORY_LIMIT"};
+  static constexpr std::string_view kEnforcement[] = {
+      "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_PIPE_DIRECTORY"};
+  static constexpr std::string_view kDeviceSelection[] = {
+      "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES",   "XPU_VISIBLE_DEVICES",
+      "MACA_VISIBLE_DEVICES",   "MTHREADS_VISIBLE_DEVICES", "CAMBRICON_VISIBLE_DEVICES"};
+  for (std::string_view prefix : kEnforcementPrefixes) {
+    if (name.substr(0, prefix.size()) == prefix) {
+      return "enforcement";
+    }
+  }
+  for (std::string_view n : kEnforcement) {
+    if (name == n) {
+      return "enforcement";
+    }
+  }
+  for (std::string_view n : kDeviceSelection) {
+    if (name == n) {
+      return "device selection";
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace accelpool::api

@@ -74,6 +74,23 @@ std::string_view DefaultCountResource(core::Vendor v);
 // alibabacloud.com/ppu, cambricon.com/mlu, hygon.com/dcu). "" for kUnknown.
 std::string DeviceResource(core::Vendor v, std::string_view model);
 
+// What the device plugin decides through a container's environment, when
+// `name` is one of those variables; nullopt otherwise:
+//   "enforcement": the libaccelpool-cuda contract and its HAMi and MPS
+//     counterparts (ACCELPOOL_CUDA_*, CUDA_DEVICE_MEMORY_LIMIT[_<i>],
+//     CUDA_DEVICE_SM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+//     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_PIPE_DIRECTORY);
+//   "device selection": the variables a container runtime hook reads to
+//     decide which devices to put into the container (NVIDIA_VISIBLE_DEVICES,
+//     ASCEND_VISIBLE_DEVICES, ...; the first entry of each vendor's
+//     visible_env in src/vendors/traits.cc).
+// Container runtimes let a later value win, and the pod's own env comes
+// after the device plugin's: a pod that sets one of these overrides its cap
+// or its devices. In-process selectors (CUDA_VISIBLE_DEVICES,
+// ASCEND_RT_VISIBLE_DEVICES, ...) only narrow what is mounted and are not
+// listed.
+std::optional<std::string_view> DeviceControlledEnv(std::string_view name);
+
 }  // namespace accelpool::api
 
 #endif  // ACCELPOOL_API_RESOURCES_H_

@@ -88,6 +88,44 @@ Status CheckAgainstCluster(const PodInfo& pod, const std::map<core::Vendor, Limi
   return Status::Ok();
 }
 
+// A container that sets, in its own env, a variable through which the device
+// plugin applies the grant would override it: runtimes let the pod's value
+// win. Names only: the value's source (literal, secret, field) is irrelevant.
+Status CheckControlledEnv(const Json& pod) {
+  if (!pod.contains("spec") || !pod["spec"].is_object()) {
+    return Status::Ok();
+  }
+  for (const char* list : {"initContainers", "containers"}) {
+    const Json& spec = pod["spec"];
+    if (!spec.contains(list) || !spec[list].is_array()) {
+      continue;
+    }
+    for (const Json& c : spec[list]) {
+      if (!c.is_object() || !c.contains("env") || !c["env"].is_array()) {
+        continue;
+      }
+      const std::string container =
+          c.contains("name") && c["name"].is_string() ? c["name"].get<std::string>() : "?";
+      for (const Json& e : c["env"]) {
+        if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) {
+          continue;
+        }
+        const std::string name = e["name"].get<std::string>();
+        std::optional<std::string_view> what = api::DeviceControlledEnv(name);
+        if (what.has_value()) {
+          return InvalidArgumentError(
+              "container " + container + " sets " + name + " in its env; accelpool's device " +
+              "plugin sets that variable (" + std::string(*what) + ") for the devices it " +
+              "grants, and a value from the pod would override it. Remove it from the pod " +
+              "spec and ask for what you need through its resources (for NVIDIA: " +
+              "nvidia.com/gpumem, nvidia.com/gpucores); see docs/user-guide.md");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Json Review(const std::string& uid, Json response) {
   response["uid"] = uid;
   return Json{{"apiVersion", "admission.k8s.io/v1"},
@@ -203,6 +241,9 @@ Reply Webhook::Mutate(std::string_view body) const {
                                        " (accelpool.io/policy or hami.io/gpu-scheduler-policy), "
                                        "or remove it to use the cluster's default");
       }
+    }
+    if (verdict.ok() && !options_.allow_device_env) {
+      verdict = CheckControlledEnv(pod);
     }
     if (verdict.ok() && cache_ != nullptr) {
       verdict = CheckAgainstCluster(*info, ClusterLimits(*cache_));

@@ -8,6 +8,11 @@
 //      what to change: a malformed value ("1.5" GPUs), contradictory
 //      settings, or more devices or memory than the largest node of that
 //      vendor in the cache has;
+//      It also refuses a container that sets, in its own env, a variable
+//      through which the device plugin applies the grant (the enforcement
+//      contract, or a runtime hook's device list: api::DeviceControlledEnv),
+//      since the pod's value would win over the plugin's; unless
+//      allow_device_env;
 //   3. routes the pod to accelpool's scheduler: spec.schedulerName is set to
 //      the configured name when it is empty or "default-scheduler" (a pod that
 //      names another scheduler is left alone).
@@ -29,6 +34,9 @@ namespace accelpool::extender {
 
 struct WebhookOptions {
   std::string scheduler_name = "accelpool-scheduler";
+  // Admit pods that set the device plugin's variables themselves (they can
+  // then lift their own caps or pick other devices): for trusted clusters.
+  bool allow_device_env = false;
 };
 
 class Webhook {

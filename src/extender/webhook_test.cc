@@ -109,6 +109,59 @@ TEST(WebhookTest, PolicyAnnotationMustNameAPolicy) {
   }
 }
 
+TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  Webhook strict(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  Webhook trusting(WebhookOptions{"accelpool-scheduler", /*allow_device_env=*/true}, &cache,
+                   Logger());
+  struct Case {
+    const char* list;
+    nlohmann::json env;
+    const char* want_refused_for;  // nullptr = allowed
+  };
+  const Case cases[] = {
+      {"containers", {{{"name", "ACCELPOOL_CUDA_DISABLE"}, {"value", "1"}}}, "enforcement"},
+      {"containers",
+       {{{"name", "ACCELPOOL_CUDA_MEMORY_LIMIT_0"}, {"value", "81920"}}},
+       "enforcement"},
+      {"containers", {{{"name", "CUDA_DEVICE_MEMORY_LIMIT"}, {"value", "80g"}}}, "enforcement"},
+      {"containers", {{{"name", "CUDA_DEVICE_SM_LIMIT"}, {"value", "100"}}}, "enforcement"},
+      {"initContainers",
+       {{{"name", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"},
+         {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}},
+       "enforcement"},
+      {"containers", {{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}}}, "device selection"},
+      {"containers", {{{"name", "ASCEND_VISIBLE_DEVICES"}, {"value", "0-7"}}}, "device selection"},
+      // In-process selectors only narrow what is mounted; other names are the pod's own.
+      {"containers", {{{"name", "CUDA_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
+      {"containers", {{{"name", "ASCEND_RT_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
+      {"containers", {{{"name", "ACCELPOOL"}, {"value", "x"}}, {{"name", 5}}, 7}, nullptr},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.env.dump());
+    nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}});
+    nlohmann::json container = {{"name", "side"}, {"env", c.env}};
+    pod["spec"][c.list].push_back(container);
+    nlohmann::json got = nlohmann::json::parse(strict.Mutate(Review(pod).dump()).body);
+    EXPECT_EQ(got["response"]["allowed"], c.want_refused_for == nullptr) << got.dump();
+    if (c.want_refused_for != nullptr) {
+      const std::string msg = got["response"]["status"]["message"];
+      const std::string name = c.env[0]["name"];
+      EXPECT_NE(msg.find("container side sets " + name), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.want_refused_for), std::string::npos) << msg;
+      EXPECT_NE(msg.find("Remove it from the pod spec"), std::string::npos) << msg;
+    }
+    got = nlohmann::json::parse(trusting.Mutate(Review(pod).dump()).body);
+    EXPECT_TRUE(got["response"]["allowed"].get<bool>()) << "allow_device_env admits it";
+    // A pod that asks for no accelerator is not this webhook's business.
+    nlohmann::json cpu = PodWithLimits({{"cpu", "1"}});
+    cpu["spec"][c.list].push_back(container);
+    got = nlohmann::json::parse(strict.Mutate(Review(cpu).dump()).body);
+    EXPECT_TRUE(got["response"]["allowed"].get<bool>());
+  }
+}
+
 TEST(WebhookTest, BadReviewIs400) {
   Webhook w(WebhookOptions{}, nullptr, Logger());
   for (const char* body : {"", "{", "[]", R"({"request":5})"}) {

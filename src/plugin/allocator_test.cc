@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "api/resources.h"
 #include "common/metrics.h"
 #include "plugin/test_util.h"
 #include "vendors/fake/fake_driver.h"
@@ -132,6 +133,67 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
   EXPECT_NE(registry_.Serialize().find(
                 R"(accelpool_plugin_allocate_total{resource="nvidia.com/gpu",result="ok"} 2)"),
             std::string::npos);
+}
+
+// The extender's webhook refuses pods that set, in their own env, a variable
+// the plugin applies a grant through (api::DeviceControlledEnv). Every such
+// variable the plugin sets must be on that list, and the in-process
+// selectors, which only narrow what is mounted, must not be.
+bool InProcessSelector(const std::string& name) {
+  for (core::Vendor v : core::AllVendors()) {
+    for (const vendors::VisibleEnv& e : vendors::TraitsFor(v).visible_env) {
+      if (e.name == name && e.kind == vendors::VisibleIdKind::kContainerOrdinal) {
+        return true;
+      }
+    }
+  }
+  return name == "CUDA_VISIBLE_DEVICES";  // NVIDIA's, by UUID: narrows, never widens
+}
+
+TEST(DeviceControlledEnvTest, EveryRuntimeHookVariableIsGuarded) {
+  for (core::Vendor v : core::AllVendors()) {
+    const vendors::VendorTraits& t = vendors::TraitsFor(v);
+    for (const vendors::VisibleEnv& e : t.visible_env) {
+      SCOPED_TRACE(e.name);
+      EXPECT_EQ(api::DeviceControlledEnv(e.name).has_value(), !InProcessSelector(e.name));
+    }
+  }
+}
+
+TEST_F(AllocatorTest, EveryVariableAGrantIsAppliedThroughIsGuardedByTheWebhook) {
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  e.sharing = NvidiaSharing::kMps;
+  e.mps_pipe_dir = "/run/nvidia/mps";
+  Allocator mps("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger());
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("mps"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 2048, 500, false)})});
+  Assign(Pod("pair"),
+         {Ctr("main", kNpu, core::Vendor::kAscend, {Dev(Npu(2), 2, 0), Dev(Npu(3), 3, 0)})});
+  std::vector<vendors::ContainerSpec> specs;
+  for (auto [allocator, resource, id] :
+       {std::tuple{allocator_.get(), kGpu, std::string("GPU-a::1")},
+        std::tuple{&mps, kGpu, std::string("GPU-b::1")},
+        std::tuple{allocator_.get(), kNpu, Npu(2) + "::0"}}) {
+    std::vector<std::string> ids = {id};
+    if (resource == kNpu) {
+      ids.push_back(Npu(3) + "::0");
+    }
+    auto answers = allocator->Allocate(resource, {ids});
+    ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+    specs.push_back((*answers)[0].spec);
+  }
+  size_t guarded = 0;
+  for (const vendors::ContainerSpec& spec : specs) {
+    for (const auto& [name, value] : spec.env) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(api::DeviceControlledEnv(name).has_value(), !InProcessSelector(name));
+      guarded += InProcessSelector(name) ? 0 : 1;
+    }
+  }
+  EXPECT_GE(guarded, 12u) << "the shim's and HAMi's contract, MPS's, and the hook variables";
 }
 
 TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {

@@ -57,6 +57,9 @@ check "the measured profile: four score plugins off, every node scored, accelpoo
   bash -c "grep -q 'name: NodeResourcesFit$' '${TMP}/default.yaml' && grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'name: PodTopologySpread' '${TMP}/default.yaml' && grep -q 'percentageOfNodesToScore: 100' '${TMP}/default.yaml' && grep -q -- '--policy=accelpool' '${TMP}/default.yaml' && grep -q -- '--tie-break-salt=0' '${TMP}/default.yaml'"
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
   bash -c "grep -q 'urlPrefix: http://127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q 'enableHTTPS: false' '${TMP}/default.yaml' && grep -q -- '--scheduler-listen=127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q -- '--pick-in-filter$' '${TMP}/default.yaml'"
+render --set webhook.allowDeviceEnv=true > "${TMP}/allow-env.yaml"
+check "the webhook refuses pods that set the device plugin's variables unless webhook.allowDeviceEnv" \
+  bash -c "! grep -q -- '--webhook-allow-device-env' '${TMP}/default.yaml' && grep -q -- '--webhook-allow-device-env$' '${TMP}/allow-env.yaml'"
 render --set extender.schedulerLoopbackPort=0 --set extender.pickInFilter=false > "${TMP}/https-only.yaml"
 check "schedulerLoopbackPort=0: kube-scheduler calls the HTTPS port with the CA, no loopback listener" \
   bash -c "grep -q 'urlPrefix: https://127.0.0.1:8443$' '${TMP}/https-only.yaml' && grep -q 'enableHTTPS: true' '${TMP}/https-only.yaml' && grep -q 'caFile: /etc/accelpool/tls/ca.crt' '${TMP}/https-only.yaml' && ! grep -q -- '--scheduler-listen' '${TMP}/https-only.yaml' && ! grep -q -- '--pick-in-filter' '${TMP}/https-only.yaml'"

@@ -61,6 +61,12 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             also serve filter/prioritize/bind/preempt (and /healthz, /readyz,
                             /metrics) over plain HTTP on this loopback address, for a
                             kube-scheduler in the same pod (default off)
+  --webhook-allow-device-env
+                            admit pods that set, in their own env, the variables the device
+                            plugin applies a grant through (ACCELPOOL_CUDA_*, HAMi's and MPS's
+                            limits, NVIDIA_VISIBLE_DEVICES, ...); they win over the plugin's, so
+                            such a pod can lift its cap or pick other devices (default off:
+                            refused with the name)
   --pick-in-filter          filter answers only the node prioritize would rank first, so
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
@@ -74,6 +80,7 @@ struct Flags {
   std::string scheduler_name = "accelpool-scheduler";
   bool leader_elect = false;
   bool pick_in_filter = false;
+  bool webhook_allow_device_env = false;
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
   int filter_threads = 0;
@@ -106,8 +113,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   strings["max-connections"] = &max_connections;
   strings["max-body-bytes"] = &max_body_bytes;
   strings["tie-break-salt"] = &tie_salt;
-  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(
-      argc, argv, strings, {{"leader-elect", &f.leader_elect}, {"pick-in-filter", &f.pick_in_filter}}));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ParseFlagTable(argc, argv, strings,
+                     {{"leader-elect", &f.leader_elect},
+                      {"pick-in-filter", &f.pick_in_filter},
+                      {"webhook-allow-device-env", &f.webhook_allow_device_env}}));
   auto positive = [](const std::string& name, const std::string& value) -> StatusOr<long long> {
     char* end = nullptr;
     const long long n = std::strtoll(value.c_str(), &end, 10);
@@ -272,7 +282,8 @@ int Run(const Flags& flags) {
   if (leader) {
     handlers.SetBindGate([&leader] { return leader->IsLeader(); });
   }
-  Webhook webhook(WebhookOptions{flags.scheduler_name}, &cache, log.Child("webhook"));
+  Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env}, &cache,
+                  log.Child("webhook"));
 
   http::ServerOptions so;
   so.host = addr->first;

@@ -50,6 +50,21 @@ check "hooked: the webhook set schedulerName accelpool-scheduler" \
   test "$(kc -n "${NS}" get pod hooked -o jsonpath='{.spec.schedulerName}')" = accelpool-scheduler
 check "hooked: bound through the extender" wait_for 90 "hooked bound" pod_bound hooked
 check "hooked: kubelet admission matches the assignment" admit hooked
+# The webhook refuses a pod that sets, itself, a variable the device plugin
+# applies its grant through: the pod's value would win and lift its cap.
+env_override_refused() { # NAME VALUE
+  local out
+  if out="$(pod_yaml envset '{}' '{}' "  - {name: main, image: registry.invalid/none, env: [{name: $1, value: \"$2\"}], resources: {limits: {${G}: 1, nvidia.com/gpumem: 1024}}}" |
+    kc create -f - 2>&1)"; then
+    kc -n "${NS}" delete pod envset --wait=false >/dev/null 2>&1
+    echo "admitted: ${out}"; return 1
+  fi
+  grep -q "container main sets $1" <<<"${out}" || { echo "refused for another reason: ${out}"; return 1; }
+}
+check "envset: the webhook refuses a pod that sets ACCELPOOL_CUDA_DISABLE itself" \
+  env_override_refused ACCELPOOL_CUDA_DISABLE 1
+check "envset: the webhook refuses a pod that sets NVIDIA_VISIBLE_DEVICES itself" \
+  env_override_refused NVIDIA_VISIBLE_DEVICES all
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
 log "== faults"
