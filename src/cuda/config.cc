@@ -208,4 +208,41 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
   return config;
 }
 
+int ParseLimitsFile(LimitsFile* f, size_t len) {
+  len = len < LimitsFile::kMaxBytes ? len : LimitsFile::kMaxBytes;
+  f->text[len] = '\0';
+  f->count = 0;
+  char* p = f->text;
+  char* end = f->text + len;
+  while (p < end) {
+    char* line = p;
+    while (p < end && *p != '\n') {
+      ++p;
+    }
+    if (p < end) {
+      *p++ = '\0';  // The line's end.
+    }
+    char* eq = std::strchr(line, '=');
+    if (eq == nullptr || eq == line || f->count == LimitsFile::kMaxEntries) {
+      continue;
+    }
+    *eq = '\0';
+    f->names[f->count] = line;
+    f->values[f->count] = eq + 1;
+    ++f->count;
+  }
+  return f->count;
+}
+
+const char* LimitsFileLookup(void* ctx, const char* name) {
+  const auto* f = static_cast<const LimitsFile*>(ctx);
+  const char* found = nullptr;
+  for (int i = 0; i < f->count; ++i) {
+    if (std::strcmp(f->names[i], name) == 0) {
+      found = f->values[i];
+    }
+  }
+  return found;
+}
+
 }  // namespace accelpool::cuda

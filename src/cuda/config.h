@@ -62,6 +62,29 @@ using WarnSink = void (*)(void* ctx, const char* message);
 // `warn` (once per variable) and treated as absent.
 ShimConfig ParseShimConfig(EnvLookup lookup, void* lookup_ctx, WarnSink warn, void* warn_ctx);
 
+// The device plugin's limits file: the contract's variables as NAME=VALUE
+// lines, as the plugin set them for this container, mounted read-only beside
+// the library (<library path>.limits). Where it exists the shim takes the
+// contract from it and not from the environment, which the pod can extend
+// (envFrom) past what admission sees. Parsed in place into a fixed table: no
+// allocation.
+struct LimitsFile {
+  static constexpr int kMaxEntries = 64;
+  static constexpr size_t kMaxBytes = 4096;
+  char text[kMaxBytes + 1] = {};
+  const char* names[kMaxEntries] = {};
+  const char* values[kMaxEntries] = {};
+  int count = 0;
+};
+
+// Parses the first `len` bytes of f->text (at most kMaxBytes; NULs are
+// written at each '=' and line end). Lines without '=' and blank lines are
+// skipped; entries past kMaxEntries are dropped. Returns the entry count.
+int ParseLimitsFile(LimitsFile* f, size_t len);
+
+// An EnvLookup over a parsed LimitsFile (ctx); the last entry of a name wins.
+const char* LimitsFileLookup(void* ctx, const char* name);
+
 // Parses "<digits>" with optional suffix. With `bare_is_mib` a bare number is
 // MiB (our contract); otherwise bytes (HAMi's). Suffixes k/K, m/M, g/G with an
 // optional trailing "i" or "b"/"B". Returns nullopt on any malformed input,

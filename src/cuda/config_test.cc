@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -115,6 +117,31 @@ TEST(ConfigTest, ParseMemoryBytesUnits) {
     SCOPED_TRACE(c.text);
     EXPECT_EQ(ParseMemoryBytes(c.text, c.bare_is_mib), c.want);
   }
+}
+
+TEST(ConfigTest, LimitsFileLinesBecomeALookup) {
+  LimitsFile f;
+  const char text[] =
+      "ACCELPOOL_CUDA_MEMORY_LIMIT_0=1024\n\nno equals\n=novalue\n"
+      "ACCELPOOL_CUDA_COMPUTE_LIMIT=25\nACCELPOOL_CUDA_COMPUTE_LIMIT=30";
+  std::memcpy(f.text, text, sizeof(text) - 1);
+  EXPECT_EQ(ParseLimitsFile(&f, sizeof(text) - 1), 3);
+  EXPECT_STREQ(LimitsFileLookup(&f, "ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "1024");
+  EXPECT_STREQ(LimitsFileLookup(&f, "ACCELPOOL_CUDA_COMPUTE_LIMIT"), "30") << "the last one wins";
+  EXPECT_EQ(LimitsFileLookup(&f, "ACCELPOOL_CUDA_DISABLE"), nullptr);
+  ShimConfig c = ParseShimConfig(&LimitsFileLookup, &f, nullptr, nullptr);
+  EXPECT_EQ(c.memory_limit_bytes[0], 1024ULL << 20);
+  EXPECT_EQ(c.compute_percent, 30);
+
+  // Bounded: at most kMaxEntries entries and kMaxBytes bytes are read.
+  LimitsFile big;
+  std::string many;
+  for (int i = 0; i < 100; ++i) {
+    many += "K" + std::to_string(i) + "=v\n";
+  }
+  std::memcpy(big.text, many.data(), std::min(many.size(), LimitsFile::kMaxBytes));
+  EXPECT_EQ(ParseLimitsFile(&big, many.size()), LimitsFile::kMaxEntries);
+  EXPECT_EQ(LimitsFileLookup(&big, "K99"), nullptr);
 }
 
 }  // namespace

@@ -3,10 +3,13 @@
 #include "cuda/shim.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -58,6 +61,81 @@ ACCELPOOL_UNINSTRUMENTED DlsymFn RealDlsym() {
 const char* EnvLookup(void*, const char* name) { return std::getenv(name); }
 void EnvWarn(void*, const char* message) { Logf(LogLevel::kWarn, "%s", message); }
 
+// The device plugin's limits file (config.h), if it mounted one beside this
+// library: static, because it is read once per process at init.
+LimitsFile g_limits;
+
+// Fills g_limits from "<this library's path>.limits". False when there is no
+// such file (a container the plugin did not set up so, or a test): the
+// environment is the contract then.
+bool LoadLimitsFile(char* path, size_t path_len) {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&LoadLimitsFile), &info) == 0 || info.dli_fname == nullptr ||
+      std::snprintf(path, path_len, "%s.limits", info.dli_fname) >= static_cast<int>(path_len)) {
+    return false;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) {
+      Logf(LogLevel::kWarn,
+           "cannot open the limits file %s (%s); taking the limits from the "
+           "environment",
+           path, std::strerror(errno));
+    }
+    return false;
+  }
+  size_t len = 0;
+  while (len < LimitsFile::kMaxBytes) {
+    ssize_t n = read(fd, g_limits.text + len, LimitsFile::kMaxBytes - len);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    len += static_cast<size_t>(n);
+  }
+  close(fd);
+  ParseLimitsFile(&g_limits, len);
+  return true;
+}
+
+// With a limits file, only the log level still comes from the environment.
+const char* LimitsOrLogLevelLookup(void* ctx, const char* name) {
+  return std::strcmp(name, "ACCELPOOL_CUDA_LOG_LEVEL") == 0 ? std::getenv(name)
+                                                            : LimitsFileLookup(ctx, name);
+}
+
+// One warning when the environment sets a contract variable the limits file
+// does not set to the same value: the pod tried to change its own limits.
+void WarnAboutOverriddenEnv(const char* path) {
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* entry = *e;
+    bool contract = std::strncmp(entry, "ACCELPOOL_CUDA_", 15) == 0 ||
+                    std::strncmp(entry, "CUDA_DEVICE_MEMORY_LIMIT", 24) == 0 ||
+                    std::strncmp(entry, "CUDA_DEVICE_SM_LIMIT=", 21) == 0;
+    const char* eq = std::strchr(entry, '=');
+    if (!contract || eq == nullptr || std::strncmp(entry, "ACCELPOOL_CUDA_LOG_LEVEL=", 25) == 0) {
+      continue;
+    }
+    char name[128];
+    size_t n = static_cast<size_t>(eq - entry);
+    if (n >= sizeof(name)) {
+      continue;
+    }
+    std::memcpy(name, entry, n);
+    name[n] = '\0';
+    const char* set = LimitsFileLookup(&g_limits, name);
+    if (set == nullptr || std::strcmp(set, eq + 1) != 0) {
+      Logf(LogLevel::kWarn,
+           "ignoring %s from the environment: the device plugin's limits file "
+           "%s sets this container's limits",
+           name, path);
+      return;
+    }
+  }
+}
+
 void ChildAfterFork() {
   ShimState& s = g_state;
   // A child owns no device memory of its parent and no events: start clean.
@@ -84,8 +162,15 @@ void ChildAfterFork() {
 void InitOnce() {
   t_in_init = true;
   ShimState& s = g_state;
-  s.config = ParseShimConfig(EnvLookup, nullptr, EnvWarn, nullptr);
-  SetLogLevel(s.config.log_level);
+  char limits_path[kMaxPathLen + 16];
+  if (LoadLimitsFile(limits_path, sizeof(limits_path))) {
+    s.config = ParseShimConfig(LimitsOrLogLevelLookup, &g_limits, EnvWarn, nullptr);
+    SetLogLevel(s.config.log_level);
+    WarnAboutOverriddenEnv(limits_path);
+  } else {
+    s.config = ParseShimConfig(EnvLookup, nullptr, EnvWarn, nullptr);
+    SetLogLevel(s.config.log_level);
+  }
   s.mem_on = s.config.AnyMemoryLimit();
   s.compute_on = s.config.ComputeLimited();
   s.bucket = TokenBucketParams::ForPercent(s.config.compute_percent);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -51,14 +52,14 @@ extern "C" void __asan_init() __attribute__((weak));
 
 // LD_PRELOAD for the shim. In a sanitizer build the shim and the probe are
 // instrumented, and the sanitizer runtime must be loaded before either.
-std::string ShimPreload() {
+std::string ShimPreload(const std::string& shim = ACCELPOOL_SHIM_PATH) {
   std::string preload;
   Dl_info info;
   if (kSanitizerBuild && __asan_init != nullptr &&
       dladdr(reinterpret_cast<void*>(&__asan_init), &info) != 0 && info.dli_fname != nullptr) {
     preload = std::string(info.dli_fname) + ":";
   }
-  return preload + ACCELPOOL_SHIM_PATH;
+  return preload + shim;
 }
 
 // The probe program: the one built beside these tests, or the one named by
@@ -115,6 +116,46 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The device plugin mounts the container's limits read-only beside the
+// library (<library>.limits); a pod's own env, which admission cannot see in
+// full (envFrom), must not lift them.
+TEST(ShimTest, TheDevicePluginsLimitsFileWinsOverTheEnvironment) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string shim = dir.path() + "/libaccelpool-cuda.so";
+  std::filesystem::copy_file(ACCELPOOL_SHIM_PATH, shim);
+  auto run = [&](const Env& extra) {
+    Env env = extra;
+    env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+    env["LD_PRELOAD"] = ShimPreload(shim);
+    return testing::Run({ProbePath(), "procaddr", "fill", "alloc", std::to_string(64 * kMiB)}, env);
+  };
+  {
+    std::ofstream limits(shim + ".limits");
+    limits << "ACCELPOOL_CUDA_MEMORY_LIMIT_0=1024\nCUDA_DEVICE_MEMORY_LIMIT_0=1024m\n"
+           << "no equals sign here\n\nACCELPOOL_CUDA_COMPUTE_LIMIT=25";
+  }
+  ProcessResult r =
+      run({{"ACCELPOOL_CUDA_DISABLE", "1"}, {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "81920"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 1024 * kMiB) << "the file's cap, not the env's";
+  EXPECT_NE(r.err.find("ignoring ACCELPOOL_CUDA_"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(shim + ".limits sets this container's limits"), std::string::npos) << r.err;
+
+  // The same values in the env as in the file: nothing to warn about.
+  r = run({{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "1024"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 1024 * kMiB);
+  EXPECT_EQ(r.err.find("ignoring"), std::string::npos) << r.err;
+
+  // Without the file, the environment is the contract, as before.
+  std::filesystem::remove(shim + ".limits");
+  r = run({{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "2048"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 2048 * kMiB);
+  std::filesystem::remove(shim);
+}
 
 TEST(ShimTest, LibraryNeedsNoLibstdcxx) {
   std::ifstream f(ACCELPOOL_SHIM_PATH, std::ios::binary);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "api/assignment_codec.h"
+#include "api/resources.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -202,7 +203,24 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
     made->emplace_back(pod.uid, container);
   }
   spec->env["ACCELPOOL_CUDA_STATE_DIR"] = options_.state_mount;
-  spec->mounts.push_back({*host_dir, options_.state_mount, false});
+  if (options_.create_state_dirs) {
+    // The contract again, read-only beside the library, where the shim takes
+    // it from: the pod's own env comes after this one and would win, and
+    // admission cannot see what envFrom brings (docs/enforcement.md).
+    std::string limits;
+    for (const auto& [name, value] : spec->env) {
+      if (api::DeviceControlledEnv(name) == std::optional<std::string_view>("enforcement")) {
+        limits += name + "=" + value + "\n";
+      }
+    }
+    ACCELPOOL_RETURN_IF_ERROR(dirs_.WriteLimits(*host_dir, limits)
+                                  .WithPrefix("pod " + pod.Key() + " container " + container));
+    spec->mounts.push_back({StateDirs::StateSubdir(*host_dir), options_.state_mount, false});
+    spec->mounts.push_back(
+        {StateDirs::LimitsFile(*host_dir), options_.library_container + ".limits", true});
+  } else {
+    spec->mounts.push_back({*host_dir, options_.state_mount, false});
+  }
   spec->mounts.push_back({options_.library_host, options_.library_container, true});
   if (options_.preload) {
     spec->mounts.push_back({options_.preload_host, "/etc/ld.so.preload", true});

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "api/resources.h"
 #include "common/metrics.h"
@@ -92,7 +94,7 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
         {"CUDA_DEVICE_SM_LIMIT", "25"},
         {"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool"}},
        {},
-       3},
+       4},
       {"whole cards",
        kGpu,
        {"GPU-b::0", "GPU-a::0"},
@@ -240,10 +242,51 @@ TEST_F(AllocatorTest, StateDirsAreWritableByAnyUserOfTheContainer) {
          {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
   auto answers = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
   ASSERT_TRUE(answers.ok()) << answers.status().ToString();
-  auto perms = std::filesystem::status(dir_.File("containers/uid-infer_main")).permissions();
+  auto perms = std::filesystem::status(dir_.File("containers/uid-infer_main/state")).permissions();
   using std::filesystem::perms;
   EXPECT_EQ(perms & perms::all, perms::all) << "a non-root process creates the region file";
   EXPECT_NE(perms & perms::sticky_bit, perms::none);
+}
+
+TEST_F(AllocatorTest, TheContractIsAlsoMountedReadOnlyBesideTheLibrary) {
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  auto answers = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+  const vendors::ContainerSpec& spec = (*answers)[0].spec;
+  const std::string dir = dir_.File("containers/uid-infer_main");
+  std::map<std::string, std::pair<std::string, bool>> mounts;  // container path -> host, ro
+  for (const auto& m : spec.mounts) {
+    mounts[m.container_path] = {m.host_path, m.read_only};
+  }
+  const EnforcementOptions defaults;
+  ASSERT_TRUE(mounts.count(defaults.state_mount));
+  EXPECT_EQ(mounts[defaults.state_mount], std::make_pair(dir + "/state", false));
+  const std::string limits_path = defaults.library_container + ".limits";
+  ASSERT_TRUE(mounts.count(limits_path)) << "the shim reads <library>.limits";
+  EXPECT_EQ(mounts[limits_path], std::make_pair(dir + "/limits", true));
+
+  std::ifstream in(dir + "/limits");
+  std::map<std::string, std::string> file;
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    ASSERT_NE(eq, std::string::npos) << line;
+    file[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  // Exactly the enforcement variables of the env, with the same values.
+  std::map<std::string, std::string> want;
+  for (const auto& [name, value] : spec.env) {
+    if (api::DeviceControlledEnv(name) == std::optional<std::string_view>("enforcement")) {
+      want[name] = value;
+    }
+  }
+  EXPECT_EQ(file, want);
+  EXPECT_EQ(file["ACCELPOOL_CUDA_MEMORY_LIMIT_0"], "4096");
+  EXPECT_EQ(file["ACCELPOOL_CUDA_COMPUTE_LIMIT"], "25");
+  auto perms = std::filesystem::status(dir + "/limits").permissions();
+  using std::filesystem::perms;
+  EXPECT_EQ(perms & (perms::group_write | perms::others_write), perms::none);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/limits.tmp"));
 }
 
 TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
@@ -575,8 +618,18 @@ TEST(StateDirsTest, PathsAreDirectChildrenOfTheRoot) {
   EXPECT_EQ(*p, dir.File("root/uid-1_main"));
   EXPECT_TRUE(created);
   EXPECT_TRUE(std::filesystem::is_directory(*p));
+  EXPECT_TRUE(std::filesystem::is_directory(StateDirs::StateSubdir(*p)));
   ASSERT_TRUE(dirs.Create("uid-1", "main", &created).ok());
   EXPECT_FALSE(created);
+  ASSERT_TRUE(dirs.WriteLimits(*p, "ACCELPOOL_CUDA_COMPUTE_LIMIT=25\n").ok());
+  ASSERT_TRUE(dirs.WriteLimits(*p, "ACCELPOOL_CUDA_COMPUTE_LIMIT=10\n").ok()) << "replaced whole";
+  std::ifstream limits(StateDirs::LimitsFile(*p));
+  std::string content((std::istreambuf_iterator<char>(limits)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "ACCELPOOL_CUDA_COMPUTE_LIMIT=10\n");
+  EXPECT_EQ(dirs.WriteLimits(dir.File("elsewhere"), "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dirs.WriteLimits(dir.File("root"), "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateDirs(dir.File("root"), false).WriteLimits(*p, "x").code(),
+            StatusCode::kFailedPrecondition);
   for (const auto& [uid, name] :
        std::vector<std::pair<std::string, std::string>>{{"uid-1", "../../etc"},
                                                         {"uid-1", "a/b"},
@@ -599,7 +652,8 @@ TEST(StateDirsTest, RemovesOnlyTheDirsOfPodsThatAreGone) {
            {"uid-1", "main"}, {"uid-1", "side"}, {"uid-2", "main"}, {"uid-3", "main"}}) {
     ASSERT_TRUE(dirs.Create(uid, name).ok());
   }
-  testing::WriteFile(dir.File("root/uid-3_main/state"), "x");  // the library's files
+  testing::WriteFile(dir.File("root/uid-3_main/state/accelpool-cuda.region"),
+                     "x");                                     // the library's files
   fs::create_directories(dir.File("root/not-ours"));           // entries we did not make
   fs::create_directories(dir.File("root/uid-4_Not_A_Label"));
   testing::WriteFile(dir.File("root/uid-5_file"), "x");

@@ -1,6 +1,7 @@
 #include "plugin/state_dirs.h"
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <system_error>
 #include <utility>
@@ -133,14 +134,21 @@ StatusOr<std::string> StateDirs::Create(const std::string& uid, const std::strin
     return UnavailableError("cannot create the container state dir " + *path + ": " + ec.message() +
                             "; check that " + root_ + " is mounted writable into the plugin");
   }
-  if (made) {
+  const std::string state = StateSubdir(*path);
+  const bool made_state = fs::create_directory(state, ec);
+  if (ec) {
+    return UnavailableError("cannot create the container state dir " + state + ": " + ec.message() +
+                            "; check that " + root_ + " is mounted writable into the plugin");
+  }
+  if (made_state) {
     // The container's processes create the region file in it, and they may
     // run as any user: a root-owned 0755 dir would make the shim fall back to
     // per-process limits (N processes, N caps). The dir belongs to this one
-    // container, so it is world-writable, with the sticky bit.
-    fs::permissions(*path, fs::perms::all | fs::perms::sticky_bit, fs::perm_options::replace, ec);
+    // container, so it is world-writable, with the sticky bit. Its parent,
+    // which holds the read-only limits file, is not mounted.
+    fs::permissions(state, fs::perms::all | fs::perms::sticky_bit, fs::perm_options::replace, ec);
     if (ec) {
-      return UnavailableError("cannot open up the container state dir " + *path + ": " +
+      return UnavailableError("cannot open up the container state dir " + state + ": " +
                               ec.message() + "; check that " + root_ +
                               " is mounted writable into the plugin");
     }
@@ -149,6 +157,44 @@ StatusOr<std::string> StateDirs::Create(const std::string& uid, const std::strin
     *created = made;
   }
   return path;
+}
+
+std::string StateDirs::StateSubdir(const std::string& dir) { return dir + "/state"; }
+std::string StateDirs::LimitsFile(const std::string& dir) { return dir + "/limits"; }
+
+Status StateDirs::WriteLimits(const std::string& dir, std::string_view content) const {
+  if (!create_) {
+    return FailedPreconditionError("the plugin does not make the state dirs (create off)");
+  }
+  if (!IsDirectChild(root_, dir)) {
+    return InvalidArgumentError("refusing the limits file of " + dir +
+                                ": it is not directly under " + root_);
+  }
+  // Written whole, then renamed: the mount never shows a partial file.
+  const std::string final_path = LimitsFile(dir);
+  const std::string tmp = final_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.close();
+    if (!out) {
+      return UnavailableError("cannot write the limits file " + tmp + "; check that " + root_ +
+                              " is mounted writable into the plugin");
+    }
+  }
+  std::error_code ec;
+  fs::permissions(tmp,
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                      fs::perms::others_read,
+                  fs::perm_options::replace, ec);
+  if (!ec) {
+    fs::rename(tmp, final_path, ec);
+  }
+  if (ec) {
+    fs::remove(tmp, ec);
+    return UnavailableError("cannot install the limits file " + final_path + ": " + ec.message());
+  }
+  return Status::Ok();
 }
 
 Status StateDirs::Remove(const std::string& uid, const std::string& container) const {

@@ -1,6 +1,9 @@
-// StateDirs: the per-container enforcement state directories on the host,
-// <root>/<pod-uid>_<container>. Allocate mounts one read-write into each
-// fractional NVIDIA container (libaccelpool-cuda keeps its shared state there).
+// StateDirs: the per-container enforcement directories on the host,
+// <root>/<pod-uid>_<container>, each holding state/ (mounted read-write into
+// the fractional NVIDIA container: libaccelpool-cuda keeps its shared state
+// there) and limits (the container's enforcement contract, mounted read-only
+// beside the library, where the shim takes it from in preference to the
+// environment the pod can extend).
 //
 // The uid and the container name come from the pod, and the container name
 // from an annotation any user can write on their own pod, so every path is
@@ -45,11 +48,21 @@ class StateDirs {
   // is not plain or the path would not be a direct child of root.
   StatusOr<std::string> PathFor(const std::string& uid, const std::string& container) const;
 
-  // PathFor, then makes the dir. `*created` (optional) is set true when this
-  // call made it, false when it existed already or create is off.
+  // PathFor, then makes the dir and its state/ (1777). `*created` (optional)
+  // is set true when this call made the dir, false when it existed already
+  // or create is off.
   // kInvalidArgument as PathFor; kUnavailable when it cannot be made.
   StatusOr<std::string> Create(const std::string& uid, const std::string& container,
                                bool* created = nullptr) const;
+
+  // The read-write part of a container dir, and its read-only limits file.
+  static std::string StateSubdir(const std::string& dir);
+  static std::string LimitsFile(const std::string& dir);
+
+  // Writes <dir>/limits (0644) whole, through a rename. `dir` must be a
+  // direct child of root (as Create returns). kFailedPrecondition when this
+  // object does not make dirs; kUnavailable when it cannot be written.
+  Status WriteLimits(const std::string& dir, std::string_view content) const;
 
   // Removes the dir of one container (a missing dir is fine). kInvalidArgument
   // as PathFor; kUnavailable when it cannot be removed.

@@ -98,6 +98,18 @@ int FuzzShimEnv(const uint8_t* data, size_t size) {
     std::optional<uint64_t> n = ParseUnsigned(raw, max);
     Check(!n.has_value() || *n <= max);
   }
+  // The same bytes as the device plugin's limits file.
+  LimitsFile file;
+  size_t len = size < LimitsFile::kMaxBytes ? size : LimitsFile::kMaxBytes;
+  std::memcpy(file.text, data, len);
+  int entries = ParseLimitsFile(&file, len);
+  Check(entries >= 0 && entries <= LimitsFile::kMaxEntries);
+  for (int i = 0; i < entries; ++i) {
+    Check(file.names[i][0] != '\0' && std::strchr(file.names[i], '\n') == nullptr &&
+          std::strchr(file.values[i], '\n') == nullptr);
+  }
+  ShimConfig from_file = ParseShimConfig(&LimitsFileLookup, &file, nullptr, nullptr);
+  Check(from_file.compute_percent >= 0 && from_file.compute_percent <= 100);
   return warnings.lines.empty() ? 1 : 0;
 }
 
