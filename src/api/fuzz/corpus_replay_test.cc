@@ -1,10 +1,10 @@
 // Runs every fuzz entry point over the seed corpus, so the normal test suite
 // exercises the same paths the fuzzers start from.
+#include "common/corpus_replay.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "api/fuzz/fuzz_entry.h"
@@ -14,27 +14,10 @@ namespace {
 
 using EntryFn = int (*)(const uint8_t*, size_t);
 
-struct Seeds {
-  int files = 0;
-  int accepted = 0;
-};
-
-Seeds Replay(const std::string& sub, EntryFn fn) {
-  Seeds s;
-  const std::filesystem::path dir = std::filesystem::path(ACCELPOOL_FUZZ_CORPUS_DIR) / sub;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string data = ss.str();
-    ++s.files;
-    s.accepted += fn(reinterpret_cast<const uint8_t*>(data.data()), data.size());
-    // Every prefix too: truncated documents must be rejected cleanly, never crash.
-    for (size_t cut = 0; cut < data.size(); cut += 7) {
-      fn(reinterpret_cast<const uint8_t*>(data.data()), cut);
-    }
-  }
-  return s;
+// Prefixes every 7 bytes: truncated documents must be rejected cleanly.
+accelpool::testing::ReplayedSeeds Replay(const std::string& sub, EntryFn fn) {
+  return accelpool::testing::ReplayCorpus(std::filesystem::path(ACCELPOOL_FUZZ_CORPUS_DIR) / sub,
+                                          fn, 7);
 }
 
 TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
@@ -49,7 +32,7 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
       {"pod_request", &FuzzPodRequest, 4, 2},
   };
   for (const Case& c : cases) {
-    const Seeds s = Replay(c.dir, c.fn);
+    const accelpool::testing::ReplayedSeeds s = Replay(c.dir, c.fn);
     EXPECT_EQ(s.files, c.want_files) << c.dir;
     EXPECT_EQ(s.accepted, c.want_accepted) << c.dir;
   }
