@@ -1,6 +1,7 @@
 #include "plugin/allocator.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -626,6 +627,12 @@ TEST(StateDirsTest, PathsAreDirectChildrenOfTheRoot) {
   std::ifstream limits(StateDirs::LimitsFile(*p));
   std::string content((std::istreambuf_iterator<char>(limits)), std::istreambuf_iterator<char>());
   EXPECT_EQ(content, "ACCELPOOL_CUDA_COMPUTE_LIMIT=10\n");
+  struct stat before {};
+  struct stat after {};
+  ASSERT_EQ(stat(StateDirs::LimitsFile(*p).c_str(), &before), 0);
+  ASSERT_TRUE(dirs.WriteLimits(*p, "ACCELPOOL_CUDA_COMPUTE_LIMIT=10\n").ok());
+  ASSERT_EQ(stat(StateDirs::LimitsFile(*p).c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the same content is not written again";
   EXPECT_EQ(dirs.WriteLimits(dir.File("elsewhere"), "x").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(dirs.WriteLimits(dir.File("root"), "x").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(StateDirs(dir.File("root"), false).WriteLimits(*p, "x").code(),

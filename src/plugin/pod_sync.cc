@@ -331,10 +331,16 @@ Status PodSync::Refresh() {
   // with what its containers ask for, both of which need the spec.
   kube::ListOptions o;
   o.field_selector = "spec.nodeName=" + node_ + ",status.phase=Pending";
-  o.metadata_only = true;
-  StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
+  auto list = [&](bool metadata_only) {
+    o.metadata_only = metadata_only;
+    StatusOr<kube::ListResult> r = client_->List(kube::Pods(), "", o);
+    if (!r.ok()) {
+      log_.Warn("re-reading the node's pending pods failed", {{"error", r.status().ToString()}});
+    }
+    return r;
+  };
+  StatusOr<kube::ListResult> pods = list(true);
   if (!pods.ok()) {
-    log_.Warn("re-reading the node's pending pods failed", {{"error", pods.status().ToString()}});
     return pods.status();
   }
   NoteListForm(pods->metadata_only);
@@ -365,10 +371,8 @@ Status PodSync::Refresh() {
   if (relist || stale.size() > kMaxFetches) {
     // Many pods changed at once (a burst of bindings the watch has not
     // delivered yet): one list of whole pods costs less than their reads.
-    o.metadata_only = false;
-    StatusOr<kube::ListResult> full = client_->List(kube::Pods(), "", o);
+    StatusOr<kube::ListResult> full = list(false);
     if (!full.ok()) {
-      log_.Warn("re-reading the node's pending pods failed", {{"error", full.status().ToString()}});
       return full.status();
     }
     ApplyPending(full->items);

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <system_error>
 #include <utility>
 
@@ -170,8 +171,17 @@ Status StateDirs::WriteLimits(const std::string& dir, std::string_view content) 
     return InvalidArgumentError("refusing the limits file of " + dir +
                                 ": it is not directly under " + root_);
   }
-  // Written whole, then renamed: the mount never shows a partial file.
   const std::string final_path = LimitsFile(dir);
+  {
+    // Unchanged (kubelet's Allocate again for the same container): keep it.
+    // Replacing a file by rename makes ext4 flush it, a cost on every call.
+    std::ifstream in(final_path, std::ios::binary);
+    std::string current((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in && current == content) {
+      return Status::Ok();
+    }
+  }
+  // Written whole, then renamed: the mount never shows a partial file.
   const std::string tmp = final_path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
