@@ -96,6 +96,9 @@ inline Status DeadlineExceededError(std::string m) {
 inline Status OutOfRangeError(std::string m) {
   return Status(StatusCode::kOutOfRange, std::move(m));
 }
+inline Status PermissionDeniedError(std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(m));
+}
 
 // StatusOr<T> holds either a value or a non-OK Status.
 // REQUIRES: a StatusOr built from a Status is built from a non-OK one.

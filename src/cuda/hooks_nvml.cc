@@ -24,13 +24,11 @@ uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
   return s.config.memory_limit_bytes[*index];
 }
 
-nvmlReturn_t HookMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  EnsureNvml();
-  auto real = Real<nvmlDeviceGetMemoryInfoFn>(kHookNvmlMemoryInfo, 0);
-  if (real == nullptr) {
-    return kNvmlFunctionNotFound;
-  }
-  nvmlReturn_t rc = real(device, memory);
+// Rewrites what the real query answered for a capped device. Both structs
+// carry total, free and used; _v2 adds reserved (the driver's own share), which
+// the capped view reports as 0.
+template <typename Memory>
+nvmlReturn_t ReportCap(nvmlReturn_t rc, nvmlDevice_t device, Memory* memory) {
   unsigned index = 0;
   uint64_t cap = rc == NVML_SUCCESS && memory != nullptr ? CapFor(device, &index) : 0;
   if (cap == 0) {
@@ -41,32 +39,24 @@ nvmlReturn_t HookMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   }
   uint64_t used = ContainerUsed(static_cast<int>(index));
   memory->total = cap;
+  if constexpr (requires { memory->reserved; }) {
+    memory->reserved = 0;
+  }
   memory->used = used < cap ? used : cap;
   memory->free = cap - memory->used;
   return rc;
 }
 
+nvmlReturn_t HookMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  EnsureNvml();
+  auto real = Real<nvmlDeviceGetMemoryInfoFn>(kHookNvmlMemoryInfo, 0);
+  return real == nullptr ? kNvmlFunctionNotFound : ReportCap(real(device, memory), device, memory);
+}
+
 nvmlReturn_t HookMemoryInfoV2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
   EnsureNvml();
   auto real = Real<nvmlDeviceGetMemoryInfo_v2Fn>(kHookNvmlMemoryInfoV2, 0);
-  if (real == nullptr) {
-    return kNvmlFunctionNotFound;
-  }
-  nvmlReturn_t rc = real(device, memory);
-  unsigned index = 0;
-  uint64_t cap = rc == NVML_SUCCESS && memory != nullptr ? CapFor(device, &index) : 0;
-  if (cap == 0) {
-    return rc;
-  }
-  if (cap > memory->total) {
-    cap = memory->total;
-  }
-  uint64_t used = ContainerUsed(static_cast<int>(index));
-  memory->total = cap;
-  memory->reserved = 0;
-  memory->used = used < cap ? used : cap;
-  memory->free = cap - memory->used;
-  return rc;
+  return real == nullptr ? kNvmlFunctionNotFound : ReportCap(real(device, memory), device, memory);
 }
 
 }  // namespace

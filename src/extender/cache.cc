@@ -226,6 +226,16 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
   if (node_name.empty()) {
     return Status::Ok();  // not bound yet: a reservation in flight stays
   }
+  if (it != pods_.end() && it->second.bound &&
+      (!a.has_value() || a->node != node_name || !(it->second.assignment == *a))) {
+    assignment_changes_ignored_.fetch_add(1, std::memory_order_relaxed);
+    return PermissionDeniedError(
+        "pod " + pod.ns + "/" + pod.name + " on node " + node_name + " now shows " +
+        (a.has_value() ? std::string("another assignment") : std::string("no valid assignment")) +
+        " than the one it was bound with; the cache keeps that one. The annotation comes with "
+        "the pod's Binding and must not be edited: restore it, or delete the pod to free its "
+        "devices (the chart's annotationGuard policy refuses such edits)");
+  }
   if (!a.has_value() || a->node != node_name) {
     if (it != pods_.end() && it->second.bound) {
       EraseRecordLocked(pod.uid);
@@ -287,6 +297,7 @@ CacheStats Cache::Stats() const {
       ++(rec.bound ? s.pods_bound : s.pods_reserved);
     }
   }
+  s.assignment_changes_ignored = assignment_changes_ignored_.load(std::memory_order_relaxed);
   s.seconds_since_update = static_cast<double>(NowNs() - last_change_ns_.load()) / 1e9;
   return s;
 }

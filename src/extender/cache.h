@@ -56,6 +56,9 @@ struct CacheStats {
   int64_t nodes_unparsable = 0;
   int64_t pods_bound = 0;
   int64_t pods_reserved = 0;
+  // Observations of a bound pod whose assignment had changed, gone or no
+  // longer parsed, since start; each kept the assignment it was bound with.
+  int64_t assignment_changes_ignored = 0;
   double seconds_since_update = 0;  // since the last change of any kind
 };
 
@@ -91,11 +94,16 @@ class Cache {
   void Release(const std::string& uid);
   // What the apiserver shows: a pod bound to a node with this assignment
   // (nullopt: no valid assignment), or not bound yet. Reconciles the record:
-  // a different assignment replaces the old one; an unbound pod keeps its
-  // reservation. Returns kFailedPrecondition when the assignment overcommits
-  // the node (it is still recorded, so usage is not under-counted; the
-  // caller logs it) and kNotFound when the node is unknown (kept pending and
-  // applied when the node arrives).
+  // a different assignment replaces a reservation; an unbound pod keeps its
+  // reservation. A pod known bound keeps the assignment it was bound with:
+  // the annotation comes with the Binding and never changes afterwards, so a
+  // change, removal or unparsable value is an edit by hand, and taking it
+  // would free devices the pod still uses or charge ones it never got; that
+  // returns kPermissionDenied and counts in Stats(). Returns
+  // kFailedPrecondition when the assignment overcommits the node (it is
+  // still recorded, so usage is not under-counted; the caller logs it) and
+  // kNotFound when the node is unknown (kept pending and applied when the
+  // node arrives).
   Status ObservePod(const PodRef& pod, const std::string& node_name,
                     const std::optional<PodAssignment>& a);
 
@@ -130,6 +138,7 @@ class Cache {
   mutable std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> next_version_{1};
   std::atomic<int64_t> last_change_ns_{0};
+  std::atomic<int64_t> assignment_changes_ignored_{0};
 
   mutable std::mutex pods_mu_;
   std::map<std::string, PodRecord> pods_;                        // guarded by pods_mu_

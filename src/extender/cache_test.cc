@@ -93,6 +93,46 @@ TEST(CacheTest, WatchEventsReconcileRecords) {
   EXPECT_EQ(UsedMemory(c, "a", 2), 0);
 }
 
+TEST(CacheTest, BoundPodsKeepTheAssignmentTheyWereBoundWith) {
+  Cache c;
+  AddGpuNode(c, "a");
+  AddGpuNode(c, "b");
+  const PodAssignment bound = Shared("a", 2, 1000, 0);
+  ASSERT_TRUE(c.Reserve(Ref("p1"), bound, 0).ok());
+  c.MarkBound("p1");
+  struct Edit {
+    const char* what;
+    std::string node_name;
+    std::optional<PodAssignment> seen;
+  };
+  const Edit edits[] = {
+      {"annotation removed or unparsable", "a", std::nullopt},
+      {"less memory", "a", Shared("a", 2, 100, 0)},
+      {"another device", "a", Shared("a", 3, 1000, 0)},
+      {"another node in the annotation", "a", Shared("b", 2, 1000, 0)},
+  };
+  int64_t ignored = 0;
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.what);
+    EXPECT_EQ(c.ObservePod(Ref("p1"), e.node_name, e.seen).code(), StatusCode::kPermissionDenied);
+    EXPECT_EQ(c.Stats().assignment_changes_ignored, ++ignored);
+    EXPECT_EQ(c.Assignment("p1"), bound);
+    EXPECT_EQ(UsedMemory(c, "a", 2), 1000);
+    EXPECT_EQ(UsedMemory(c, "a", 3), 0);
+    EXPECT_EQ(UsedMemory(c, "b", 2), 0);
+  }
+  // The same assignment again (a resync) is no edit; finishing still frees.
+  EXPECT_TRUE(c.ObservePod(Ref("p1"), "a", bound).ok());
+  EXPECT_EQ(c.Stats().assignment_changes_ignored, ignored);
+  c.Release("p1");
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+  // A reservation not yet bound still follows what the apiserver shows.
+  ASSERT_TRUE(c.Reserve(Ref("p2"), Shared("a", 2, 500, 1), 0).ok());
+  EXPECT_TRUE(c.ObservePod(Ref("p2"), "a", Shared("a", 4, 300, 1)).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+  EXPECT_EQ(UsedMemory(c, "a", 4), 300);
+}
+
 TEST(CacheTest, PodsBeforeTheirNodeAreAppliedWhenItArrives) {
   Cache c;
   EXPECT_EQ(c.ObservePod(Ref("p1"), "late", Shared("late", 1, 300, 0)).code(),

@@ -115,6 +115,7 @@ struct ExtenderMetrics {
   GaugeFamily* node_memory = nullptr;        // node
   GaugeFamily* node_compute = nullptr;       // node
   CounterFamily* bad_requests = nullptr;     // verb
+  CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };

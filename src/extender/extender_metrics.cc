@@ -31,10 +31,14 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
                              "Compute assigned per node (thousandths).", {"node"});
   auto bad = r.AddCounter("accelpool_extender_bad_requests_total",
                           "Requests refused as malformed, by verb.", {"verb"});
-  for (const Status& s : {latency.status(), requests.status(), filter.status(), conflicts.status(),
-                          failures.status(), nodes.status(), pods.status(), age.status(),
-                          dev_mem.status(), dev_cmp.status(), node_mem.status(), node_cmp.status(),
-                          bad.status()}) {
+  auto edits = r.AddCounter(
+      "accelpool_extender_assignment_edits_ignored_total",
+      "Watch events showing a bound pod's assignment changed, removed or unparsable; the cache "
+      "kept the assignment the pod was bound with.");
+  for (const Status& s :
+       {latency.status(), requests.status(), filter.status(), conflicts.status(), failures.status(),
+        nodes.status(), pods.status(), age.status(), dev_mem.status(), dev_cmp.status(),
+        node_mem.status(), node_cmp.status(), bad.status(), edits.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -50,6 +54,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.node_memory = *node_mem;
   m.node_compute = *node_cmp;
   m.bad_requests = *bad;
+  m.assignment_edits = *edits;
   return m;
 }
 
@@ -62,6 +67,12 @@ void Extender::UpdateGauges() const {
   metrics_->cache_pods->WithLabels({"bound"}).Set(static_cast<double>(s.pods_bound));
   metrics_->cache_pods->WithLabels({"reserved"}).Set(static_cast<double>(s.pods_reserved));
   metrics_->cache_age->Get().Set(s.seconds_since_update);
+  // The cache counts; the counter catches up (it only ever grows).
+  Counter& edits = metrics_->assignment_edits->Get();
+  if (const double behind = static_cast<double>(s.assignment_changes_ignored) - edits.Value();
+      behind > 0) {
+    edits.Inc(behind);
+  }
   for (const std::string& name : cache_.NodeNames()) {
     NodeSnapshotPtr snap = cache_.Node(name);
     if (snap == nullptr) {

@@ -166,7 +166,10 @@ void CacheFeeder::OnPod(const nlohmann::json& pod) {
               {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", o.problem}});
   }
   Status st = cache_.ObservePod(o.ref, o.node_name, o.assignment);
-  if (!st.ok() && st.code() != StatusCode::kNotFound) {
+  if (st.code() == StatusCode::kPermissionDenied) {
+    log_.Warn("assignment of a bound pod was edited; keeping the one it was bound with",
+              {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", st.message()}});
+  } else if (!st.ok() && st.code() != StatusCode::kNotFound) {
     log_.Warn("pod assignment conflicts with the cache",
               {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", st.message()}});
   }

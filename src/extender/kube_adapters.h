@@ -1,7 +1,7 @@
 // The extender's Kubernetes side, over kube::KubeClient and kube::Informer:
 //
-//   KubePodWriter  PodWriter: the assignment annotation (JSON patch guarded by
-//                  a "test" of metadata.uid), its removal, and pods/binding.
+//   KubePodWriter  PodWriter: pods/binding, with the assignment annotation in
+//                  the Binding (the apiserver adds it to the pod).
 //   KubePodSource  PodSource: the pod informer's store, else a GET.
 //   AsyncEvents    EventSink: a bounded queue drained by one thread that posts
 //                  Events; the same (pod, reason) is not repeated within

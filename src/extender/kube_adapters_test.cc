@@ -82,6 +82,20 @@ TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   // The watch shows the pod bound with the same assignment: still 2 devices.
   ASSERT_TRUE(Eventually([&] { return cache.Stats().pods_bound == 1; }));
   EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 6);
+  // Edits by hand of the bound pod's assignment (removed; unparsable; one
+  // device instead of two) free nothing: the cache keeps the bound one.
+  nlohmann::json edited = *stored;
+  edited["metadata"]["annotations"].erase("accelpool.io/assignment");
+  api_.Put("/api/v1/namespaces/ns/pods", edited);
+  edited["metadata"]["annotations"]["accelpool.io/assignment"] = "{";
+  api_.Put("/api/v1/namespaces/ns/pods", edited);
+  nlohmann::json smaller = nlohmann::json::parse(text);
+  smaller["containers"][0]["devices"].erase(1);
+  edited["metadata"]["annotations"]["accelpool.io/assignment"] = smaller.dump();
+  api_.Put("/api/v1/namespaces/ns/pods", edited);
+  ASSERT_TRUE(Eventually([&] { return cache.Stats().assignment_changes_ignored == 3; }));
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 6);
+  EXPECT_EQ(cache.Stats().pods_bound, 1);
   // A deleted pod gives its devices back.
   api_.Remove("/api/v1/namespaces/ns/pods", "p");
   EXPECT_TRUE(Eventually([&] { return cache.Node("node-a")->FreeWholeDevices() == 8; }));

@@ -5,7 +5,8 @@
 #   default), deploy/ in sync with the chart, the dashboard's metric names
 #   against the registrations in src/ (and against what Prometheus scraped, when
 #   tests/e2e/prometheus.sh ran), every value documented in the README, then
-#   against the e2e apiserver: kubectl apply --dry-run=server -f deploy/,
+#   against the e2e apiserver: kubectl apply --dry-run=server -f deploy/, the
+#   admission policies (device plugin on its own node, the annotation guard),
 #   examples/kueue/ against Kueue's CRDs (fetched as a Go module, not built),
 #   and the certgen hook script creating a Secret and patching a webhook's caBundle.
 # Prints "N passed, M failed"; exits non-zero on any failure.
@@ -256,7 +257,7 @@ rbac_table() {
   done <<'ROWS'
 yes accelpool-scheduler list pods
 yes accelpool-scheduler watch nodes
-yes accelpool-scheduler patch pods
+no accelpool-scheduler patch pods
 yes accelpool-scheduler create pods --subresource binding
 yes accelpool-scheduler create events
 yes accelpool-scheduler update leases/accelpool-scheduler -n accelpool-system
@@ -276,6 +277,64 @@ ROWS
   return "${rc}"
 }
 check "RBAC grants each part what it uses and no more (18 cases)" rbac_table
+
+# The annotation guard: no pod create or update may add, change or remove
+# accelpool.io/assignment (it arrives only through the Binding, which the
+# policy does not match), and only the device plugin changes
+# accelpool.io/allocation. "tenant" may edit pods in default (a Role as
+# ClusterRole edit would grant, which needs the controller manager to aggregate).
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --show-only templates/annotation-guard.yaml > "${TMP}/guard.yaml"
+check "the annotation guard policy applies" "${K}" apply -f "${TMP}/guard.yaml"
+"${K}" -n default create role tenant-pods --resource=pods \
+  --verb=get,list,watch,create,update,patch,delete >/dev/null
+"${K}" -n default create rolebinding tenant-pods --role=tenant-pods --user=tenant >/dev/null
+as_tenant() { "${K}" --as tenant -n default "$@"; }
+as_scheduler() { "${K}" --as system:serviceaccount:accelpool-system:accelpool-scheduler "$@"; }
+ANN_A='{"version":1,"node":"np-a","containers":[]}'
+guard_pod() { # name [annotations-json] [node]
+  jq -nc --arg n "$1" --argjson a "${2:-"{}"}" --arg node "${3:-}" '{apiVersion: "v1", kind: "Pod",
+    metadata: {name: $n, namespace: "default", annotations: $a},
+    spec: ({containers: [{name: "c", image: "x"}]} + (if $node == "" then {} else {nodeName: $node} end))}'
+}
+guarded() { # what command... : must fail, naming the guarded annotation
+  local what="$1" out; shift
+  if out="$("$@" 2>&1)"; then echo "allowed: ${out}"; return 1; fi
+  grep -q "annotation ${what} is written only by" <<<"${out}" ||
+    { echo "refused for another reason: ${out}"; return 1; }
+}
+forged="$(guard_pod forged "{\"accelpool.io/assignment\":$(jq -Rc . <<<"${ANN_A}")}" np-a)"
+for _ in $(seq 1 40); do
+  guarded accelpool.io/assignment as_tenant create --dry-run=server -f - <<<"${forged}" >/dev/null && break
+  sleep 0.5
+done
+check "a pod created with an assignment (and spec.nodeName) is refused" \
+  guarded accelpool.io/assignment as_tenant create -f - <<<"${forged}"
+check "a pod created with an empty assignment is refused" guarded accelpool.io/assignment \
+  as_tenant create -f - <<<"$(guard_pod forged-empty '{"accelpool.io/assignment":""}')"
+check "a pod created with an allocation is refused" guarded accelpool.io/allocation \
+  as_tenant create -f - <<<"$(guard_pod forged-alloc '{"accelpool.io/allocation":"{}"}')"
+check "a pod created without them is admitted" as_tenant create -f - <<<"$(guard_pod guard-a)"
+binding_lands() { # the Binding, as the scheduler's service account, carries the assignment
+  as_scheduler create --raw /api/v1/namespaces/default/pods/guard-a/binding -f - >/dev/null <<JSON &&
+{"apiVersion":"v1","kind":"Binding","metadata":{"name":"guard-a","annotations":{"accelpool.io/assignment":$(jq -Rc . <<<"${ANN_A}")}},
+ "target":{"apiVersion":"v1","kind":"Node","name":"np-a"}}
+JSON
+  [ "$("${K}" -n default get pod guard-a -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}')" = "${ANN_A}" ]
+}
+check "the Binding still writes the assignment" binding_lands
+check "the tenant cannot change the assignment" guarded accelpool.io/assignment \
+  as_tenant annotate --overwrite pod guard-a accelpool.io/assignment='{"version":1}'
+check "the tenant cannot remove the assignment" guarded accelpool.io/assignment \
+  as_tenant annotate pod guard-a accelpool.io/assignment-
+check "the tenant may still label and annotate the pod" bash -c \
+  "'${K}' --as tenant -n default label pod guard-a team=a && '${K}' --as tenant -n default annotate pod guard-a note=x"
+check "the plugin may change the allocation of a pod on its node" \
+  as_plugin -n default annotate --overwrite pod work-np-a accelpool.io/allocation=y
+check "the tenant cannot change the allocation" guarded accelpool.io/allocation \
+  as_tenant annotate --overwrite pod work-np-a accelpool.io/allocation=z
+check "an admin (system:masters) may repair the assignment by hand" \
+  "${K}" -n default annotate pod guard-a accelpool.io/assignment-
 
 # certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
 # webhook matches no pod (objectSelector), so the apiserver never calls it.
