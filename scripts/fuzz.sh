@@ -4,7 +4,12 @@
 #
 #   codecs      inventory assignment pod_request    seeds: src/api/fuzz/corpus/<name>
 #   extender    filter prioritize bind preempt      seeds: src/extender/fuzz/seeds/<name>
-#               mutate (the admission review)
+#               mutate (the admission review),
+#               watch (node and pod objects from the
+#               informers; nothing may stay booked)
+#   plugin      node_pods (pod objects from the     seeds: src/plugin/fuzz/seeds/node_pods
+#               watch, then kubelet's Allocate and
+#               GetPreferredAllocation calls)
 #   kubeconfig  yaml (the YAML reader)              seeds: src/kube/fuzz/corpus/yaml
 #   http        http_response (the client's reader  seeds: src/http/fuzz/corpus/response
 #               of apiserver answers)
@@ -39,12 +44,14 @@ declare -A target=(
   [bind]="src/extender/extender_fuzz_bind src/extender/fuzz/seeds/bind"
   [preempt]="src/extender/extender_fuzz_preempt src/extender/fuzz/seeds/preempt"
   [mutate]="src/extender/extender_fuzz_mutate src/extender/fuzz/seeds/mutate"
+  [watch]="src/extender/extender_fuzz_watch src/extender/fuzz/seeds/watch"
+  [node_pods]="src/plugin/plugin_node_pods_fuzzer src/plugin/fuzz/seeds/node_pods"
   [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
   [http_response]="src/http/http_response_fuzzer src/http/fuzz/corpus/response"
   [shim_env]="src/cuda/shim_env_fuzzer src/cuda/fuzz/corpus/shim_env"
   [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate yaml http_response shim_env proc_stat"
+order="inventory assignment pod_request filter prioritize bind preempt mutate watch node_pods yaml http_response shim_env proc_stat"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then

@@ -121,8 +121,16 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                                      " is assigned devices of two vendors in one resource");
     }
     inventory = where->second.inventory;
+    const core::Device& device = *snap.Find(a.id);
+    if (ResourceFor(device) != resource) {
+      // Kubelet accounts the container's devices under `resource` only.
+      return FailedPreconditionError("the assignment of pod " + match->pod.Key() + " container " +
+                                     c.name + " names device " + a.id + " of " +
+                                     ResourceFor(device) + " for " + resource +
+                                     "; the assignment is malformed, delete the pod");
+    }
     vendors::GrantedDevice g;
-    g.device = *snap.Find(a.id);
+    g.device = device;
     g.memory_mib = a.memory_mib;
     g.compute = a.compute;
     g.exclusive = a.exclusive || (a.memory_mib == 0 && a.compute == 0);

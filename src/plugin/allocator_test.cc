@@ -570,6 +570,22 @@ TEST_F(AllocatorTest, BadInputIsAClearErrorAndBooksNothing) {
             std::string::npos);
 }
 
+TEST_F(AllocatorTest, AnAssignmentMatchesOnlyUnderItsOwnResource) {
+  // A container entry for the NPU resource that names a GPU slot: kubelet's
+  // Allocate of that GPU slot finds nobody, and the NPU Allocate it falls
+  // back to is refused, since the device is not the resource's.
+  Assign(Pod("mislabeled"), {Ctr("c", kNpu, core::Vendor::kAscend, {Dev("GPU-b", 1, 7)})});
+  auto gpu = allocator_->Allocate(kGpu, {{"GPU-b::7"}});
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), StatusCode::kNotFound) << gpu.status().ToString();
+  auto npu = allocator_->Allocate(kNpu, {{Npu(0) + "::0"}});
+  ASSERT_FALSE(npu.ok());
+  EXPECT_EQ(npu.status().code(), StatusCode::kFailedPrecondition) << npu.status().ToString();
+  EXPECT_NE(npu.status().message().find("names device GPU-b of nvidia.com/gpu"), std::string::npos)
+      << npu.status().message();
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+}
+
 TEST_F(AllocatorTest, StateDirNamesThatLeaveTheRootAreRefused) {
   // The store is fed by PodSync, which refuses such names already; the
   // allocator must not rely on it: the dir is mounted read-write.

@@ -120,7 +120,7 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
   std::optional<ContainerMatch> repeat;
   for (const PodAssignment* p : Oldest(pods_)) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
-      if (SortedSlots(c) != want) {
+      if (c.resource != resource || SortedSlots(c) != want) {
         continue;
       }
       bool done = p->allocated.count(c.name) > 0;

@@ -1,12 +1,18 @@
 #include "extender/fuzz/fuzz_entry.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <set>
+#include <string>
 #include <string_view>
+#include <tuple>
 
 #include "core/profiles.h"
+#include "extender/convert.h"
 #include "extender/handlers.h"
+#include "extender/kube_adapters.h"
 #include "extender/webhook.h"
 
 namespace accelpool::extender::fuzz {
@@ -73,6 +79,66 @@ int FuzzPreempt(const uint8_t* data, size_t size) {
 }
 int FuzzMutate(const uint8_t* data, size_t size) {
   return Check("mutate", Get().webhook->Mutate(View(data, size)));
+}
+
+int FuzzWatch(const uint8_t* data, size_t size) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  std::set<std::tuple<std::string, std::string, std::string>> pods;  // uid, ns, name
+  int64_t peak = 0;                                                  // pods holding devices at once
+  std::string_view rest = View(data, size);
+  while (!rest.empty()) {
+    const size_t eol = rest.find('\n');
+    std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+    if (line.empty()) {
+      continue;
+    }
+    nlohmann::json obj = nlohmann::json::parse(line.substr(1), nullptr, false);
+    if (obj.is_discarded()) {
+      continue;
+    }
+    switch (line[0]) {
+      case 'n':
+        feeder.OnNode(obj);
+        break;
+      case 'N':
+        feeder.OnNodeDeleted(obj);
+        break;
+      case 'p':
+      case 'P': {
+        ObservedPod o = ObservePodJson(obj);
+        if (!o.ref.uid.empty()) {
+          pods.emplace(o.ref.uid, o.ref.ns, o.ref.name);
+        }
+        line[0] == 'p' ? feeder.OnPod(obj) : feeder.OnPodDeleted(obj);
+        break;
+      }
+      default:
+        continue;
+    }
+    const CacheStats now = cache.Stats();
+    peak = std::max(peak, now.pods_bound + now.pods_reserved);
+  }
+  for (const auto& [uid, ns, name] : pods) {
+    feeder.OnPodDeleted({{"metadata", {{"uid", uid}, {"namespace", ns}, {"name", name}}}});
+  }
+  const CacheStats stats = cache.Stats();
+  if (stats.pods_bound != 0 || stats.pods_reserved != 0) {
+    std::fprintf(stderr, "watch: %lld bound and %lld reserved pods left after every pod left\n",
+                 static_cast<long long>(stats.pods_bound),
+                 static_cast<long long>(stats.pods_reserved));
+    std::abort();
+  }
+  for (const std::string& node : cache.NodeNames()) {
+    NodeSnapshotPtr snap = cache.Node(node);
+    if (snap != nullptr && !snap->Idle()) {
+      std::fprintf(stderr, "watch: node %s still has devices booked after every pod left\n",
+                   node.c_str());
+      std::abort();
+    }
+  }
+  return static_cast<int>(peak);
 }
 
 }  // namespace accelpool::extender::fuzz

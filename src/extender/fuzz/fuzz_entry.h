@@ -20,6 +20,16 @@ int FuzzBind(const uint8_t* data, size_t size);
 int FuzzPreempt(const uint8_t* data, size_t size);
 int FuzzMutate(const uint8_t* data, size_t size);
 
+// The watch side: node and pod objects as the informers deliver them, fed to
+// a fresh Cache through CacheFeeder. One event per line, "<op><json>", op
+// n (node added or changed), N (node deleted), p (pod added or changed), P
+// (pod deleted); a line whose JSON does not parse is skipped (the informer
+// never delivers one). Afterwards every pod seen is deleted, and the entry
+// aborts unless every node is idle again and no pod holds devices: whatever
+// the objects said, nothing may stay booked. Returns the most pods that held
+// devices at once.
+int FuzzWatch(const uint8_t* data, size_t size);
+
 }  // namespace accelpool::extender::fuzz
 
 #endif  // ACCELPOOL_EXTENDER_FUZZ_FUZZ_ENTRY_H_

@@ -99,5 +99,42 @@ TEST(FuzzSeedsTest, ShortMutationRunNeverCrashes) {
   EXPECT_EQ(runs, 2000);
 }
 
+TEST(FuzzSeedsTest, WatchSeedsBookDevicesAndLeaveNothingBooked) {
+  // Each seed books devices on the way (so the entry's final check, that
+  // nothing stays booked once every pod has left, has something to undo).
+  const std::map<std::string, int> peaks = {
+      {"lifecycle.txt", 2}, {"late_node.txt", 1}, {"edits.txt", 1}, {"overcommit.txt", 2}};
+  for (const auto& [file, want] : peaks) {
+    std::ifstream in(std::filesystem::path(ACCELPOOL_EXTENDER_SEEDS) / "watch" / file,
+                     std::ios::binary);
+    ASSERT_TRUE(in.good()) << file;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(Feed(FuzzWatch, ss.str()), want) << file;
+  }
+  // Mutated sequences: FuzzWatch aborts if any device stays booked.
+  std::mt19937 rng(20261201);
+  const std::vector<std::string> seeds = Seeds("watch");
+  ASSERT_EQ(seeds.size(), peaks.size());
+  for (int i = 0; i < 300; ++i) {
+    std::string s = seeds[rng() % seeds.size()];
+    const std::string& other = seeds[rng() % seeds.size()];
+    switch (rng() % 3) {
+      case 0:  // events of two seeds interleaved at a line boundary
+        s = s.substr(0, s.find('\n', rng() % s.size()) + 1) + other;
+        break;
+      case 1:  // a byte changed
+        s[rng() % s.size()] = "0123456789{}\":,nNpP\n"[rng() % 20];
+        break;
+      default:  // a line dropped
+        if (size_t at = s.find('\n', rng() % s.size()); at != std::string::npos) {
+          const size_t end = s.find('\n', at + 1);
+          s.erase(at, end == std::string::npos ? std::string::npos : end - at);
+        }
+    }
+    EXPECT_GE(Feed(FuzzWatch, s), 0);
+  }
+}
+
 }  // namespace
 }  // namespace accelpool::extender::fuzz

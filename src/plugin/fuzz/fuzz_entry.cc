@@ -1,0 +1,195 @@
+#include "plugin/fuzz/fuzz_entry.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plugin/allocator.h"
+#include "plugin/assignment_store.h"
+#include "plugin/device_state.h"
+#include "plugin/pod_sync.h"
+#include "plugin/state_dirs.h"
+#include "vendors/fake/fake_driver.h"
+
+namespace accelpool::plugin::fuzz {
+namespace {
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "node_pods: %s\n", what.c_str());
+  std::abort();
+}
+
+// The node: a temporary folder with the fake backend's inventory file and the
+// state root, removed when the process exits.
+struct Fixture {
+  Fixture() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ap-fuzz-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) Fail("mkdtemp failed");
+    dir = tmpl;
+    std::ofstream(dir / "inv.json") << R"({"version":1,"inventories":[
+        {"vendor":"nvidia","count":2,"model":"H200","memory_mib":143771,
+         "devices":[{"index":0,"id":"GPU-a"},{"index":1,"id":"GPU-b"}]},
+        {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})";
+    driver = std::make_unique<vendors::fake::FakeDriver>(
+        vendors::fake::FakeDriverOptions{(dir / "inv.json").string(), "node-a"});
+    auto invs = driver->Discover();
+    if (!invs.ok()) Fail("the fake inventory does not load: " + invs.status().ToString());
+    state.Reset(*invs, {driver.get(), driver.get()});
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(Get().dir, ec);
+    });
+  }
+  static Fixture& Get() {
+    static Fixture* f = new Fixture();  // lives for the process, as libFuzzer expects
+    return *f;
+  }
+  std::string StateRoot() const { return (dir / "containers").string(); }
+
+  std::filesystem::path dir;
+  std::unique_ptr<vendors::fake::FakeDriver> driver;
+  DeviceState state;
+};
+
+std::vector<std::string> Strings(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (j.is_array()) {
+    for (const nlohmann::json& e : j) {
+      if (e.is_string()) out.push_back(e.get<std::string>());
+    }
+  }
+  return out;
+}
+
+std::string UidOf(const nlohmann::json& pod) {
+  if (!pod.is_object()) return "";
+  const auto meta = pod.find("metadata");
+  if (meta == pod.end() || !meta->is_object()) return "";
+  const auto uid = meta->find("uid");
+  return uid != meta->end() && uid->is_string() ? uid->get<std::string>() : "";
+}
+
+// The container's devices of `resource` in the store, or -1 when the store
+// does not hold the container as allocated.
+int64_t AllocatedDevices(const AssignmentStore& store, const ContainerAnswer& a,
+                         const std::string& resource) {
+  for (const PodAssignment& p : store.All()) {
+    if (p.pod.uid != a.pod.uid || p.allocated.count(a.container) == 0) continue;
+    for (const api::AssignedContainer& c : p.assignment.containers) {
+      if (c.name == a.container && c.resource == resource) {
+        return static_cast<int64_t>(c.devices.size());
+      }
+    }
+  }
+  return -1;
+}
+
+int Allocate(Allocator& allocator, const AssignmentStore& store, const nlohmann::json& req) {
+  const std::string resource = req.value("resource", std::string());
+  std::vector<std::vector<std::string>> ids;
+  if (const auto it = req.find("ids"); it != req.end() && it->is_array()) {
+    for (const nlohmann::json& c : *it) ids.push_back(Strings(c));
+  }
+  StatusOr<std::vector<ContainerAnswer>> answers = allocator.Allocate(resource, ids);
+  if (!answers.ok()) {
+    if (answers.status().message().empty()) Fail("an Allocate error without a reason");
+    return 0;
+  }
+  if (answers->size() != ids.size()) Fail("Allocate answered another number of containers");
+  for (size_t i = 0; i < answers->size(); ++i) {
+    const int64_t n = AllocatedDevices(store, (*answers)[i], resource);
+    if (n != static_cast<int64_t>(ids[i].size())) {
+      Fail("container " + (*answers)[i].container + " of pod " + (*answers)[i].pod.Key() +
+           " answered for " + std::to_string(ids[i].size()) + " ids; the store holds " +
+           std::to_string(n) + " allocated devices of " + resource + " for it");
+    }
+  }
+  return static_cast<int>(answers->size());
+}
+
+void Preferred(Allocator& allocator, const nlohmann::json& req) {
+  std::vector<PreferredRequest> requests;
+  if (const auto it = req.find("requests"); it != req.end() && it->is_array()) {
+    for (const nlohmann::json& r : *it) {
+      if (!r.is_object()) continue;
+      const nlohmann::json size = r.value("size", nlohmann::json());
+      requests.push_back({Strings(r.value("available", nlohmann::json())),
+                          Strings(r.value("must", nlohmann::json())),
+                          size.is_number_integer() ? size.get<int32_t>() : 0});
+    }
+  }
+  const auto answers = allocator.Preferred(req.value("resource", std::string()), requests);
+  if (answers.size() != requests.size()) Fail("Preferred answered another number of requests");
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const PreferredRequest& r = requests[i];
+    std::set<std::string> offered(r.available.begin(), r.available.end());
+    offered.insert(r.must_include.begin(), r.must_include.end());
+    if (static_cast<int64_t>(answers[i].size()) > std::max<int64_t>(r.size, 0)) {
+      Fail("a preferred set larger than kubelet asked for");
+    }
+    for (const std::string& id : answers[i]) {
+      if (offered.count(id) == 0) Fail("a preferred id kubelet did not offer: " + id);
+    }
+  }
+}
+
+}  // namespace
+
+int FuzzNodePods(const uint8_t* data, size_t size) {
+  Fixture& f = Fixture::Get();
+  AssignmentStore store;
+  EnforcementOptions enforcement;
+  enforcement.state_root = f.StateRoot();
+  Allocator allocator("node-a", &f.state, &store, nullptr, nullptr, enforcement, Logger());
+  const StateDirs dirs(f.StateRoot());
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
+  std::set<std::string> uids;
+  int answered = 0;
+  std::string_view rest(reinterpret_cast<const char*>(data), size);
+  while (!rest.empty()) {
+    const size_t eol = rest.find('\n');
+    const std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+    if (line.empty()) continue;
+    const nlohmann::json obj = nlohmann::json::parse(line.substr(1), nullptr, false);
+    if (obj.is_discarded()) continue;
+    switch (line[0]) {
+      case 'p':
+      case 'P':
+        if (std::string uid = UidOf(obj); !uid.empty()) uids.insert(std::move(uid));
+        line[0] == 'p' ? sync.Apply(obj) : sync.Forget(obj);
+        break;
+      case 'a':
+        if (obj.is_object()) answered += Allocate(allocator, store, obj);
+        break;
+      case 'g':
+        if (obj.is_object()) Preferred(allocator, obj);
+        break;
+      default:
+        break;
+    }
+  }
+  for (const std::string& uid : uids) {
+    sync.Forget({{"metadata", {{"uid", uid}, {"namespace", "fuzz"}, {"name", "gone"}}}});
+  }
+  if (!store.All().empty() || store.PendingContainers() != 0) {
+    Fail("the store still holds pods after every pod was deleted");
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(f.StateRoot(), ec)) {
+    Fail("state dir " + e.path().filename().string() + " outlived its pod");
+  }
+  return answered;
+}
+
+}  // namespace accelpool::plugin::fuzz

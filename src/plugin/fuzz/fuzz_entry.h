@@ -1,0 +1,35 @@
+// Fuzz entry for the device plugin's pod side: pod objects as the watch
+// delivers them (PodSync::Apply / Forget into an AssignmentStore) and kubelet's
+// Allocate and GetPreferredAllocation calls against them, on a fixed node
+// (the fake backend: two NVIDIA GPUs of 10 slots, an Ascend 910C x16). The
+// libFuzzer target in this folder and the seed replay test call it.
+//
+// Input: one event per line, "<op><json>":
+//   p  a pod added or changed          P  a pod deleted
+//   a  {"resource": R, "ids": [[slot ids of one container], ...]}  (Allocate)
+//   g  {"resource": R, "requests": [{"available": [...], "must": [...],
+//       "size": N}, ...]}                                    (GetPreferredAllocation)
+// A line whose JSON does not parse, or an unknown op, is skipped.
+//
+// Aborts when an answer breaks the protocol: an Allocate answer for a
+// container that the store does not then hold as allocated, or whose
+// assignment names another count of devices of that resource than kubelet
+// sent; a preferred set with ids kubelet did not offer or more than it asked
+// for. After the events every pod seen is deleted, and it aborts unless the
+// store is empty and every state dir made for an Allocate is gone again.
+// Returns the number of containers Allocate answered.
+//
+// Thread-safety: not thread-safe (one fixture per process, as libFuzzer runs).
+#ifndef ACCELPOOL_PLUGIN_FUZZ_FUZZ_ENTRY_H_
+#define ACCELPOOL_PLUGIN_FUZZ_FUZZ_ENTRY_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace accelpool::plugin::fuzz {
+
+int FuzzNodePods(const uint8_t* data, size_t size);
+
+}  // namespace accelpool::plugin::fuzz
+
+#endif  // ACCELPOOL_PLUGIN_FUZZ_FUZZ_ENTRY_H_

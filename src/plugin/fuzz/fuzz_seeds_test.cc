@@ -1,0 +1,79 @@
+// Replays the pod-side seeds through the fuzz entry (which aborts on a broken
+// protocol answer or a leftover booking), checks how many containers each
+// whole seed gets allocated, and runs a short deterministic mutation of them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/corpus_replay.h"
+#include "plugin/fuzz/fuzz_entry.h"
+
+namespace accelpool::plugin::fuzz {
+namespace {
+
+const std::filesystem::path kSeeds = std::filesystem::path(ACCELPOOL_PLUGIN_SEEDS) / "node_pods";
+
+std::string Read(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Feed(const std::string& s) {
+  return FuzzNodePods(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+TEST(NodePodsSeedsTest, EachSeedAllocatesWhatItsAssignmentsName) {
+  const std::map<std::string, int> want = {
+      // fractional on GPU-a, kubelet's retry of it, whole GPU-b; an id of
+      // nobody with no pending container left is refused.
+      {"fractional_and_whole.txt", 3},
+      // the init container, the container reusing its slot, the sidecar.
+      {"multi_container.txt", 3},
+      // two dies in any order; one die of the two is another count.
+      {"ascend_module.txt", 1},
+      // malformed, foreign, misnamed, escaping and missing assignments, and
+      // bad ids: nothing is allocated.
+      {"bad_input.txt", 0},
+  };
+  for (const auto& [file, n] : want) {
+    EXPECT_EQ(Feed(Read(kSeeds / file)), n) << file;
+  }
+  const testing::ReplayedSeeds replayed = testing::ReplayCorpus(kSeeds, FuzzNodePods, 61);
+  EXPECT_EQ(replayed.files, static_cast<int>(want.size()));
+  EXPECT_EQ(replayed.accepted, 7);
+}
+
+TEST(NodePodsSeedsTest, ShortMutationRunKeepsTheProtocol) {
+  std::vector<std::string> seeds;
+  for (const auto& f : std::filesystem::directory_iterator(kSeeds)) seeds.push_back(Read(f.path()));
+  std::mt19937 rng(20261202);
+  for (int i = 0; i < 300; ++i) {
+    std::string s = seeds[rng() % seeds.size()];
+    const std::string& other = seeds[rng() % seeds.size()];
+    switch (rng() % 3) {
+      case 0:  // two seeds' events interleaved at a line boundary
+        s = s.substr(0, s.find('\n', rng() % s.size()) + 1) + other;
+        break;
+      case 1:  // a byte changed
+        s[rng() % s.size()] = "0123456789:,\"[]{}aAgpP-"[rng() % 23];
+        break;
+      default:  // a line repeated
+        if (size_t at = s.find('\n', rng() % s.size()); at != std::string::npos) {
+          const size_t end = s.find('\n', at + 1);
+          s.insert(at, s.substr(at, end == std::string::npos ? std::string::npos : end - at));
+        }
+    }
+    EXPECT_GE(Feed(s), 0);  // aborts on a broken answer or a leftover booking
+  }
+}
+
+}  // namespace
+}  // namespace accelpool::plugin::fuzz
