@@ -10,6 +10,8 @@
 #   plugin      node_pods (pod objects from the     seeds: src/plugin/fuzz/seeds/node_pods
 #               watch, then kubelet's Allocate and
 #               GetPreferredAllocation calls)
+#   fake        inventory_file (the fake backend's  seeds: src/vendors/fuzz/corpus/inventory_file
+#               inventory file)
 #   kubeconfig  yaml (the YAML reader)              seeds: src/kube/fuzz/corpus/yaml
 #   http        http_response (the client's reader  seeds: src/http/fuzz/corpus/response
 #               of apiserver answers)
@@ -46,12 +48,13 @@ declare -A target=(
   [mutate]="src/extender/extender_fuzz_mutate src/extender/fuzz/seeds/mutate"
   [watch]="src/extender/extender_fuzz_watch src/extender/fuzz/seeds/watch"
   [node_pods]="src/plugin/plugin_node_pods_fuzzer src/plugin/fuzz/seeds/node_pods"
+  [inventory_file]="src/vendors/inventory_file_fuzzer src/vendors/fuzz/corpus/inventory_file"
   [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
   [http_response]="src/http/http_response_fuzzer src/http/fuzz/corpus/response"
   [shim_env]="src/cuda/shim_env_fuzzer src/cuda/fuzz/corpus/shim_env"
   [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate watch node_pods yaml http_response shim_env proc_stat"
+order="inventory assignment pod_request filter prioritize bind preempt mutate watch node_pods inventory_file yaml http_response shim_env proc_stat"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then

@@ -1,8 +1,9 @@
 // ReplayCorpus: runs a fuzz entry point over every seed file of a corpus
 // folder, and over prefixes of each seed (truncated inputs must be rejected
 // cleanly, never crash), so that the plain test suite walks the paths the
-// fuzzers start from. Header-only: test binaries that link nothing of
-// common/ use it too.
+// fuzzers start from; MutateLines, a mutation of event-per-line inputs for
+// short deterministic runs in the tests. Header-only: test binaries that link
+// nothing of common/ use it too.
 #ifndef ACCELPOOL_COMMON_CORPUS_REPLAY_H_
 #define ACCELPOOL_COMMON_CORPUS_REPLAY_H_
 
@@ -10,8 +11,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace accelpool::testing {
 
@@ -38,6 +41,30 @@ inline ReplayedSeeds ReplayCorpus(const std::filesystem::path& dir,
     }
   }
   return s;
+}
+
+// One mutation of a line-per-event input: `seed` interleaved with `other` at
+// a line boundary, one byte replaced by a character of `alphabet`, or one line
+// dropped or repeated. For entry points whose input is a sequence of events.
+inline std::string MutateLines(std::string seed, const std::string& other, std::mt19937& rng,
+                               std::string_view alphabet) {
+  if (seed.empty()) {
+    return other;
+  }
+  const size_t at = seed.find('\n', rng() % seed.size());
+  const size_t next = at == std::string::npos ? at : seed.find('\n', at + 1);
+  const std::string line = at == std::string::npos ? "" : seed.substr(at, next - at);
+  switch (rng() % 4) {
+    case 0:
+      return seed.substr(0, at == std::string::npos ? seed.size() : at + 1) + other;
+    case 1:
+      seed[rng() % seed.size()] = alphabet[rng() % alphabet.size()];
+      return seed;
+    case 2:
+      return at == std::string::npos ? seed : seed.erase(at, line.size());
+    default:
+      return at == std::string::npos ? seed : seed.insert(at, line);
+  }
 }
 
 }  // namespace accelpool::testing

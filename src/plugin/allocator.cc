@@ -307,6 +307,17 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     const std::string& resource, const std::vector<PreferredRequest>& requests) {
   std::vector<std::vector<std::string>> out;
   for (const PreferredRequest& r : requests) {
+    if (r.size <= 0 || static_cast<int64_t>(r.must_include.size()) > r.size) {
+      // Kubelet never sends this; no answer can hold the must-include ids
+      // within the size. An empty preference leaves the choice to kubelet.
+      log_.Warn(
+          "GetPreferredAllocation asked for fewer devices than it must include; no preference",
+          {{"resource", resource},
+           {"size", r.size},
+           {"must_include", static_cast<int64_t>(r.must_include.size())}});
+      out.emplace_back();
+      continue;
+    }
     std::set<std::string> available(r.available.begin(), r.available.end());
     std::optional<std::vector<std::string>> slots =
         store_->Preferred(resource, available, r.must_include, r.size);

@@ -489,6 +489,10 @@ TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContaine
       {"skips one whose slots are taken", without_a7, {}, 1, {"GPU-b::2"}},
       {"must include", all, {"GPU-b::2"}, 1, {"GPU-b::2"}},
       {"no fit: kubelet's order", {"GPU-b::8", "GPU-b::9"}, {}, 2, {"GPU-b::8", "GPU-b::9"}},
+      // Requests kubelet never sends: no set of that size holds the
+      // must-include ids, so no preference.
+      {"more to include than asked for", all, {"GPU-a::3", "GPU-a::4"}, 1, {}},
+      {"size zero", all, {"GPU-a::3"}, 0, {}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

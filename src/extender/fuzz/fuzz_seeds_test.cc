@@ -1,6 +1,8 @@
 // Replays the seed inputs through the fuzz entry points, then a short
 // deterministic mutation run (byte flips, truncations, splices) of each seed,
 // so every handler meets hostile input in the normal test suite.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -9,8 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include <gtest/gtest.h>
-
+#include "common/corpus_replay.h"
 #include "extender/fuzz/fuzz_entry.h"
 
 namespace accelpool::extender::fuzz {
@@ -117,21 +118,8 @@ TEST(FuzzSeedsTest, WatchSeedsBookDevicesAndLeaveNothingBooked) {
   const std::vector<std::string> seeds = Seeds("watch");
   ASSERT_EQ(seeds.size(), peaks.size());
   for (int i = 0; i < 300; ++i) {
-    std::string s = seeds[rng() % seeds.size()];
-    const std::string& other = seeds[rng() % seeds.size()];
-    switch (rng() % 3) {
-      case 0:  // events of two seeds interleaved at a line boundary
-        s = s.substr(0, s.find('\n', rng() % s.size()) + 1) + other;
-        break;
-      case 1:  // a byte changed
-        s[rng() % s.size()] = "0123456789{}\":,nNpP\n"[rng() % 20];
-        break;
-      default:  // a line dropped
-        if (size_t at = s.find('\n', rng() % s.size()); at != std::string::npos) {
-          const size_t end = s.find('\n', at + 1);
-          s.erase(at, end == std::string::npos ? std::string::npos : end - at);
-        }
-    }
+    const std::string s = accelpool::testing::MutateLines(
+        seeds[rng() % seeds.size()], seeds[rng() % seeds.size()], rng, "0123456789{}\":,nNpP\n");
     EXPECT_GE(Feed(FuzzWatch, s), 0);
   }
 }

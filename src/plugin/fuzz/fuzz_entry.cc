@@ -140,6 +140,12 @@ void Preferred(Allocator& allocator, const nlohmann::json& req) {
     for (const std::string& id : answers[i]) {
       if (offered.count(id) == 0) Fail("a preferred id kubelet did not offer: " + id);
     }
+    for (const std::string& id : r.must_include) {
+      if (!answers[i].empty() &&
+          std::find(answers[i].begin(), answers[i].end(), id) == answers[i].end()) {
+        Fail("a preferred set without the must-include id " + id);
+      }
+    }
   }
 }
 

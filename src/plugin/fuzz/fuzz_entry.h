@@ -14,10 +14,10 @@
 // Aborts when an answer breaks the protocol: an Allocate answer for a
 // container that the store does not then hold as allocated, or whose
 // assignment names another count of devices of that resource than kubelet
-// sent; a preferred set with ids kubelet did not offer or more than it asked
-// for. After the events every pod seen is deleted, and it aborts unless the
-// store is empty and every state dir made for an Allocate is gone again.
-// Returns the number of containers Allocate answered.
+// sent; a preferred set with ids kubelet did not offer, more than it asked
+// for, or without an id it must include. After the events every pod seen is deleted, and it aborts
+// unless the store is empty and every state dir made for an Allocate is gone again. Returns the
+// number of containers Allocate answered.
 //
 // Thread-safety: not thread-safe (one fixture per process, as libFuzzer runs).
 #ifndef ACCELPOOL_PLUGIN_FUZZ_FUZZ_ENTRY_H_

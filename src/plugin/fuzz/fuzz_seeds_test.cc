@@ -42,11 +42,15 @@ TEST(NodePodsSeedsTest, EachSeedAllocatesWhatItsAssignmentsName) {
       // malformed, foreign, misnamed, escaping and missing assignments, and
       // bad ids: nothing is allocated.
       {"bad_input.txt", 0},
+      // found by the fuzzer: GetPreferredAllocation asked for fewer devices
+      // than it must include (no preference is the answer).
+      {"preferred_must_over_size.txt", 0},
   };
   for (const auto& [file, n] : want) {
     EXPECT_EQ(Feed(Read(kSeeds / file)), n) << file;
   }
-  const testing::ReplayedSeeds replayed = testing::ReplayCorpus(kSeeds, FuzzNodePods, 61);
+  const accelpool::testing::ReplayedSeeds replayed =
+      accelpool::testing::ReplayCorpus(kSeeds, FuzzNodePods, 61);
   EXPECT_EQ(replayed.files, static_cast<int>(want.size()));
   EXPECT_EQ(replayed.accepted, 7);
 }
@@ -56,21 +60,8 @@ TEST(NodePodsSeedsTest, ShortMutationRunKeepsTheProtocol) {
   for (const auto& f : std::filesystem::directory_iterator(kSeeds)) seeds.push_back(Read(f.path()));
   std::mt19937 rng(20261202);
   for (int i = 0; i < 300; ++i) {
-    std::string s = seeds[rng() % seeds.size()];
-    const std::string& other = seeds[rng() % seeds.size()];
-    switch (rng() % 3) {
-      case 0:  // two seeds' events interleaved at a line boundary
-        s = s.substr(0, s.find('\n', rng() % s.size()) + 1) + other;
-        break;
-      case 1:  // a byte changed
-        s[rng() % s.size()] = "0123456789:,\"[]{}aAgpP-"[rng() % 23];
-        break;
-      default:  // a line repeated
-        if (size_t at = s.find('\n', rng() % s.size()); at != std::string::npos) {
-          const size_t end = s.find('\n', at + 1);
-          s.insert(at, s.substr(at, end == std::string::npos ? std::string::npos : end - at));
-        }
-    }
+    const std::string s = accelpool::testing::MutateLines(
+        seeds[rng() % seeds.size()], seeds[rng() % seeds.size()], rng, "0123456789:,\"[]{}aAgpP-");
     EXPECT_GE(Feed(s), 0);  // aborts on a broken answer or a leftover booking
   }
 }

@@ -1,0 +1,21 @@
+// Replays the inventory-file seeds (and every truncation of them) through the
+// fuzz entry, which aborts on an error without a reason or a parsed inventory
+// the core would refuse.
+#include "common/corpus_replay.h"
+
+#include <gtest/gtest.h>
+
+#include "vendors/fuzz/fuzz_entry.h"
+
+namespace accelpool::vendors::fuzz {
+namespace {
+
+TEST(InventoryFileCorpusTest, SeedsParseAsExpectedAndTruncationsAreRefusedCleanly) {
+  const testing::ReplayedSeeds r = testing::ReplayCorpus(
+      std::filesystem::path(ACCELPOOL_VENDORS_CORPUS) / "inventory_file", FuzzInventoryFile);
+  EXPECT_EQ(r.files, 6);
+  EXPECT_EQ(r.accepted, 4);  // bad_override.json and duplicate_id.json are refused
+}
+
+}  // namespace
+}  // namespace accelpool::vendors::fuzz
