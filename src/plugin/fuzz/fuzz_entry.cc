@@ -71,6 +71,13 @@ std::vector<std::string> Strings(const nlohmann::json& j) {
   return out;
 }
 
+// obj[key] when it is a string, else "" (the harness must not throw on what
+// the fuzzer writes).
+std::string StringAt(const nlohmann::json& obj, const char* key) {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 std::string UidOf(const nlohmann::json& pod) {
   if (!pod.is_object()) return "";
   const auto meta = pod.find("metadata");
@@ -95,7 +102,7 @@ int64_t AllocatedDevices(const AssignmentStore& store, const ContainerAnswer& a,
 }
 
 int Allocate(Allocator& allocator, const AssignmentStore& store, const nlohmann::json& req) {
-  const std::string resource = req.value("resource", std::string());
+  const std::string resource = StringAt(req, "resource");
   std::vector<std::vector<std::string>> ids;
   if (const auto it = req.find("ids"); it != req.end() && it->is_array()) {
     for (const nlohmann::json& c : *it) ids.push_back(Strings(c));
@@ -128,7 +135,7 @@ void Preferred(Allocator& allocator, const nlohmann::json& req) {
                           size.is_number_integer() ? size.get<int32_t>() : 0});
     }
   }
-  const auto answers = allocator.Preferred(req.value("resource", std::string()), requests);
+  const auto answers = allocator.Preferred(StringAt(req, "resource"), requests);
   if (answers.size() != requests.size()) Fail("Preferred answered another number of requests");
   for (size_t i = 0; i < answers.size(); ++i) {
     const PreferredRequest& r = requests[i];
