@@ -231,8 +231,9 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
     assignment_changes_ignored_.fetch_add(1, std::memory_order_relaxed);
     return PermissionDeniedError(
         "pod " + pod.ns + "/" + pod.name + " on node " + node_name + " now shows " +
-        (a.has_value() ? std::string("another assignment") : std::string("no valid assignment")) +
-        " than the one it was bound with; the cache keeps that one. The annotation comes with "
+        (a.has_value() ? std::string("an assignment other than")
+                       : std::string("no valid assignment instead of")) +
+        " the one it was bound with; the cache keeps that one. The annotation comes with "
         "the pod's Binding and must not be edited: restore it, or delete the pod to free its "
         "devices (the chart's annotationGuard policy refuses such edits)");
   }
