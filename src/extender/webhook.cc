@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "api/assignment_codec.h"
 #include "api/pod_request.h"
 #include "api/resources.h"
 #include "core/policy.h"
@@ -84,6 +85,32 @@ Status CheckAgainstCluster(const PodInfo& pod, const std::map<core::Vendor, Limi
                                   std::to_string(it->second.memory_mib) +
                                   " MiB; lower the memory request or ask for more devices");
     }
+  }
+  return Status::Ok();
+}
+
+// The annotations accelpool writes itself never come with a new pod: the
+// assignment arrives with the Binding, the allocation from the device plugin.
+// One that does is forged or copied from a running pod; with spec.nodeName it
+// would get devices and limits nobody granted. The chart's annotation guard
+// policy refuses the same (and edits); this also holds where it is missing.
+Status CheckWrittenAnnotations(const Json& pod) {
+  const Json* meta =
+      pod.contains("metadata") && pod["metadata"].is_object() ? &pod["metadata"] : nullptr;
+  if (meta == nullptr || !meta->contains("annotations") || !(*meta)["annotations"].is_object()) {
+    return Status::Ok();
+  }
+  const Json& annotations = (*meta)["annotations"];
+  if (annotations.contains(api::kAssignmentAnnotation)) {
+    return InvalidArgumentError(std::string("annotation ") + api::kAssignmentAnnotation +
+                                " is written only by the accelpool scheduler, in the pod's "
+                                "Binding: create the pod without it (a copied pod manifest "
+                                "carries it; delete the line)");
+  }
+  if (annotations.contains(api::kAllocationAnnotation)) {
+    return InvalidArgumentError(std::string("annotation ") + api::kAllocationAnnotation +
+                                " is written only by the accelpool device plugin: create the pod "
+                                "without it (a copied pod manifest carries it; delete the line)");
   }
   return Status::Ok();
 }
@@ -241,6 +268,9 @@ Reply Webhook::Mutate(std::string_view body) const {
                                        " (accelpool.io/policy or hami.io/gpu-scheduler-policy), "
                                        "or remove it to use the cluster's default");
       }
+    }
+    if (verdict.ok()) {
+      verdict = CheckWrittenAnnotations(pod);
     }
     if (verdict.ok() && !options_.allow_device_env) {
       verdict = CheckControlledEnv(pod);

@@ -162,6 +162,33 @@ TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
   }
 }
 
+TEST(WebhookTest, APodCannotBeCreatedWithTheAnnotationsAccelpoolWrites) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  Webhook hook(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  const std::pair<const char*, const char*> cases[] = {
+      {"accelpool.io/assignment", "the accelpool scheduler"},
+      {"accelpool.io/allocation", "the accelpool device plugin"},
+  };
+  for (const auto& [key, writer] : cases) {
+    SCOPED_TRACE(key);
+    nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "1"}});
+    pod["metadata"]["annotations"] = {{key, ""}, {"team", "a"}};
+    nlohmann::json got = nlohmann::json::parse(hook.Mutate(Review(pod).dump()).body);
+    ASSERT_FALSE(got["response"]["allowed"].get<bool>()) << got.dump();
+    const std::string msg = got["response"]["status"]["message"];
+    EXPECT_NE(msg.find(std::string("annotation ") + key + " is written only by " + writer),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("delete the line"), std::string::npos) << msg;
+  }
+  // Other annotations, and none at all, are the pod's own.
+  nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "1"}});
+  pod["metadata"]["annotations"] = {{"accelpool.io/policy", "binpack"}, {"team", "a"}};
+  EXPECT_TRUE(nlohmann::json::parse(hook.Mutate(Review(pod).dump()).body)["response"]["allowed"]
+                  .get<bool>());
+}
+
 TEST(WebhookTest, BadReviewIs400) {
   Webhook w(WebhookOptions{}, nullptr, Logger());
   for (const char* body : {"", "{", "[]", R"({"request":5})"}) {

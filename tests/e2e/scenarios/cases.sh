@@ -65,6 +65,22 @@ check "envset: the webhook refuses a pod that sets ACCELPOOL_CUDA_DISABLE itself
   env_override_refused ACCELPOOL_CUDA_DISABLE 1
 check "envset: the webhook refuses a pod that sets NVIDIA_VISIBLE_DEVICES itself" \
   env_override_refused NVIDIA_VISIBLE_DEVICES all
+# ...and a pod created with an annotation only accelpool writes: a forged or
+# copied assignment would bring devices and limits nobody granted.
+annotation_refused() { # KEY
+  local out
+  if out="$(pod_yaml forged "{$1: '{}'}" '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")" |
+    kc create -f - 2>&1)"; then
+    kc -n "${NS}" delete pod forged --wait=false >/dev/null 2>&1
+    echo "admitted: ${out}"; return 1
+  fi
+  grep -q "annotation $1 is written only by" <<<"${out}" ||
+    { echo "refused for another reason: ${out}"; return 1; }
+}
+check "forged: the webhook refuses a pod created with accelpool.io/assignment" \
+  annotation_refused accelpool.io/assignment
+check "forged: the webhook refuses a pod created with accelpool.io/allocation" \
+  annotation_refused accelpool.io/allocation
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
 log "== faults"
