@@ -31,8 +31,18 @@ Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
   }
   // The apiserver copies a Binding's annotations onto the pod in the same
   // write that sets spec.nodeName.
-  Status st = kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, a.node, pod.ref.uid,
-                                     {{api::kAssignmentAnnotation, api::SerializeAssignment(*doc)}});
+  std::map<std::string, std::string> annotations = {
+      {api::kAssignmentAnnotation, api::SerializeAssignment(*doc)}};
+  if (keys_ != nullptr) {
+    StatusOr<std::string> sig =
+        keys_->Sign(pod.ref.uid, a.node, annotations[api::kAssignmentAnnotation]);
+    if (!sig.ok())
+      return sig.status().WithPrefix("signing the assignment of " + pod.ref.ns + "/" +
+                                     pod.ref.name);
+    annotations[api::kAssignmentSignatureAnnotation] = std::move(sig).value();
+  }
+  Status st =
+      kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, a.node, pod.ref.uid, annotations);
   if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
   // earlier attempt whose Binding did land (with this assignment: a retry

@@ -1,7 +1,8 @@
 // The extender's Kubernetes side, over kube::KubeClient and kube::Informer:
 //
 //   KubePodWriter  PodWriter: pods/binding, with the assignment annotation in
-//                  the Binding (the apiserver adds it to the pod).
+//                  the Binding (the apiserver adds it to the pod), and its
+//                  signature when a key ring is given.
 //   KubePodSource  PodSource: the pod informer's store, else a GET.
 //   AsyncEvents    EventSink: a bounded queue drained by one thread that posts
 //                  Events; the same (pod, reason) is not repeated within
@@ -26,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "api/assignment_signature.h"
 #include "common/log.h"
 #include "extender/cache.h"
 #include "extender/extender.h"
@@ -37,14 +39,20 @@ namespace accelpool::extender {
 
 class KubePodWriter : public PodWriter {
  public:
-  KubePodWriter(kube::KubeClient& client, const Cache& cache) : client_(client), cache_(cache) {}
+  // `keys` (may be null: assignments go unsigned) must outlive the writer.
+  KubePodWriter(kube::KubeClient& client, const Cache& cache,
+                api::AssignmentKeyRing* keys = nullptr)
+      : client_(client), cache_(cache), keys_(keys) {}
 
-  // PodWriter
+  // PodWriter. With a key ring the Binding also carries
+  // accelpool.io/assignment-signature; a pod without a uid is then not bound
+  // (kInvalidArgument: kube-scheduler always sends it).
   Status Bind(const PodInfo& pod, const PodAssignment& a) override;
 
  private:
   kube::KubeClient& client_;
   const Cache& cache_;
+  api::AssignmentKeyRing* const keys_;
 };
 
 class KubePodSource : public PodSource {

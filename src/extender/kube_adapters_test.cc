@@ -1,16 +1,17 @@
 // The Kubernetes side against an in-memory apiserver (port 0).
 #include "extender/kube_adapters.h"
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "api/inventory_codec.h"
+#include "api/signature_test_util.h"
 #include "extender/leader.h"
 #include "extender/test_util.h"
-#include "kube/fake_apiserver.h"
 #include "kube/fake_api_test.h"
+#include "kube/fake_apiserver.h"
 
 namespace accelpool::extender {
 namespace {
@@ -127,6 +128,41 @@ TEST_F(KubeAdaptersTest, RetriedBindOfAnAlreadyBoundPodSucceeds) {
   PodInfo other = pod;
   other.ref.uid = "other-uid";
   EXPECT_FALSE(writer.Bind(other, *first).ok());
+}
+
+TEST_F(KubeAdaptersTest, WithAKeyTheBindingCarriesTheAssignmentsSignature) {
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("q", ""));
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  api::testing::TempKeyDir keydir;
+  std::unique_ptr<api::AssignmentKeyRing> keys = keydir.Ring();
+  KubePodWriter writer(*client_, cache, keys.get());
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodInfo pod = testing::MakePod("uid-p", {Gpu(1)});
+  pod.ref.name = "p";
+  ASSERT_TRUE((*ext)->Bind(pod, "node-a").ok());
+  std::optional<nlohmann::json> stored = api_.Object("/api/v1/namespaces/ns/pods", "p");
+  ASSERT_TRUE(stored.has_value());
+  const nlohmann::json& ann = (*stored)["metadata"]["annotations"];
+  const std::string text = ann.value("accelpool.io/assignment", "");
+  const std::string sig = ann.value("accelpool.io/assignment-signature", "");
+  EXPECT_EQ(sig.rfind("v1.k1.", 0), 0u) << sig;
+  EXPECT_TRUE(keys->Verify("uid-p", "node-a", text, sig).ok());
+  EXPECT_FALSE(keys->Verify("uid-p", "node-b", text, sig).ok());
+
+  // No uid to sign for: refused before anything is written.
+  PodInfo no_uid = testing::MakePod("", {Gpu(1)});
+  no_uid.ref.name = "q";
+  PodAssignment a;
+  a.node = "node-a";
+  const Status st = writer.Bind(no_uid, a);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_EQ((*api_.Object("/api/v1/namespaces/ns/pods", "q"))
+                .value("spec", nlohmann::json())
+                .value("nodeName", ""),
+            "");
 }
 
 TEST_F(KubeAdaptersTest, AssignmentIsGuardedByUid) {

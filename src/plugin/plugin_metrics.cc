@@ -51,6 +51,16 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
       Take(reg.AddGauge("accelpool_plugin_device_memory_mib", "Device memory (capacity), MiB.",
                         {"node", "vendor", "model", "device"}),
            &m->capacity_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_assignments_refused_total",
+                          "Pod versions whose accelpool assignment was refused, by reason "
+                          "(signature, other_node, malformed).",
+                          {"reason"}),
+           &m->refused_));
+  // Present from the start, so an alert on increase() sees the first one.
+  for (const char* reason : {"signature", "other_node", "malformed"}) {
+    m->refused_->WithLabels({reason});
+  }
   return m;
 }
 
@@ -61,6 +71,10 @@ void PluginMetrics::AllocateDone(const std::string& resource, bool ok, const std
     failures_->WithLabels({resource, reason}).Inc();
   }
   latency_->WithLabels({resource}).Observe(seconds);
+}
+
+void PluginMetrics::AssignmentRefused(const std::string& reason) {
+  refused_->WithLabels({reason}).Inc();
 }
 
 void PluginMetrics::SetHealth(const std::string& vendor, const std::string& device, bool healthy) {

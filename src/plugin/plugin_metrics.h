@@ -8,6 +8,8 @@
 //   accelpool_plugin_allocate_seconds{resource}               Allocate latency incl. pod lookup
 //   accelpool_plugin_registrations_total{resource}            successful Register calls
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
+//   accelpool_plugin_assignments_refused_total{reason}        pod versions whose assignment
+//       was refused: signature (forged or edited), other_node, malformed
 //   accelpool_plugin_device_memory_mib{node,vendor,model,device}  device memory (capacity);
 //       joins the allocated series on (instance, device) for per-model and per-node pools
 //
@@ -38,6 +40,7 @@ class PluginMetrics {
                    const std::string& device, double memory_mib);
   void Registered(const std::string& resource);
   void SetPending(double n);
+  void AssignmentRefused(const std::string& reason);
 
  private:
   PluginMetrics() = default;
@@ -51,6 +54,7 @@ class PluginMetrics {
   CounterFamily* registrations_ = nullptr;
   GaugeFamily* pending_ = nullptr;
   GaugeFamily* capacity_ = nullptr;
+  CounterFamily* refused_ = nullptr;
 };
 
 }  // namespace accelpool::plugin

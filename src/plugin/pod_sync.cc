@@ -47,7 +47,27 @@ PodRef RefOf(const json& pod) {
   return r;
 }
 
-StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node) {
+// Kubelet may still admit the pod (and so call Allocate for it): phase
+// Pending (or unset), not being deleted, no container status yet (kubelet
+// allocates every container's devices at admission, before it reports any
+// status).
+bool Admissible(const json& pod) {
+  const std::string phase = Str(pod, json::json_pointer("/status/phase"));
+  if ((!phase.empty() && phase != "Pending") ||
+      pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+    return false;
+  }
+  for (const char* statuses : {"/status/containerStatuses", "/status/initContainerStatuses"}) {
+    const json::json_pointer ptr(statuses);
+    if (pod.contains(ptr) && pod.at(ptr).is_array() && !pod.at(ptr).empty()) {
+      return false;  // admitted: kubelet has made its Allocate calls
+    }
+  }
+  return true;
+}
+
+StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
+                                               api::AssignmentKeyRing* keys) {
   const std::string phase = Str(pod, json::json_pointer("/status/phase"));
   if (phase == "Succeeded" || phase == "Failed" ||
       pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
@@ -84,6 +104,18 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
                                   " for container \"" + c.name +
                                   "\", which the pod does not have; delete the pod so the "
                                   "scheduler assigns it again");
+    }
+  }
+  // Signed assignments: one that kubelet may still allocate from must be the
+  // extender's own. An admitted pod's is no longer used for an Allocate (and
+  // may predate signing), so it is not checked.
+  if (keys != nullptr && Admissible(pod)) {
+    const std::string sig = Str(pod, json::json_pointer(std::string("/metadata/annotations/") +
+                                                        "accelpool.io~1assignment-signature"));
+    if (Status st = keys->Verify(e.pod.uid, node, text, sig); !st.ok()) {
+      return PermissionDeniedError("pod " + e.pod.Key() + ": its " + api::kAssignmentAnnotation +
+                                   " is refused: " + st.message() +
+                                   "; delete the pod so the scheduler assigns it again");
     }
   }
   e.assignment = std::move(a).value();
@@ -123,16 +155,8 @@ std::map<std::string, std::string> ExtendedResources(const json& container) {
 
 std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
                                                  const api::Assignment* assignment) {
-  const std::string phase = Str(pod, json::json_pointer("/status/phase"));
-  if ((!phase.empty() && phase != "Pending") ||
-      pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+  if (!Admissible(pod)) {
     return {};
-  }
-  for (const char* statuses : {"/status/containerStatuses", "/status/initContainerStatuses"}) {
-    const json::json_pointer ptr(statuses);
-    if (pod.contains(ptr) && pod.at(ptr).is_array() && !pod.at(ptr).empty()) {
-      return {};  // admitted: kubelet has made its Allocate calls
-    }
   }
   std::vector<UnassignedRequest> out;
   for (const char* list : {"/spec/initContainers", "/spec/containers"}) {
@@ -180,12 +204,13 @@ std::vector<UnassignedRequest> UnassignedRequestsOf(const nlohmann::json& pod,
   }
 }
 
-StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node) {
+StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node,
+                                               api::AssignmentKeyRing* keys) {
   if (!pod.is_object()) {
     return InvalidArgumentError("a pod object is not a JSON object");
   }
   try {
-    return EntryChecked(pod, node);
+    return EntryChecked(pod, node, keys);
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("a pod object could not be read: ") + e.what());
   }
@@ -203,7 +228,7 @@ PodSync::PodSync(kube::KubeClient* client, std::string node, AssignmentStore* st
 PodSync::~PodSync() { Stop(); }
 
 void PodSync::Apply(const nlohmann::json& pod) {
-  StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_);
+  StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_, keys_);
   PodRef ref = RefOf(pod);
   const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
   std::vector<UnassignedRequest> unassigned =
@@ -236,6 +261,12 @@ void PodSync::Apply(const nlohmann::json& pod) {
   if (first) {
     log_.Error("ignoring the pod's assignment",
                {{"pod", ref.Key()}, {"error", e.status().ToString()}});
+    if (on_refused_) {
+      const StatusCode code = e.status().code();
+      on_refused_(code == StatusCode::kPermissionDenied     ? "signature"
+                  : code == StatusCode::kFailedPrecondition ? "other_node"
+                                                            : "malformed");
+    }
     if (reporter_ != nullptr) {
       reporter_->Failed(ref, "", e.status().message(), {});
     }

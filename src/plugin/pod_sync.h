@@ -19,7 +19,10 @@
 // accelpool.io/assignment does not parse (container names must be DNS-1123
 // labels), names another node or a container the pod does not have, or whose
 // uid is not plain, is left out of the store, logged, and reported on the pod
-// once per pod version (PodReporter::Failed -> an Event).
+// once per pod version (PodReporter::Failed -> an Event). With a key ring
+// (SetAssignmentKeys) so is the assignment of a pod kubelet may still admit
+// whose accelpool.io/assignment-signature does not verify: it was forged or
+// edited by someone without the extender's key.
 //
 // Thread-safety: Start/Stop from the owner; Refresh() from any thread.
 #ifndef ACCELPOOL_PLUGIN_POD_SYNC_H_
@@ -27,6 +30,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "api/assignment_signature.h"
 #include "common/log.h"
 #include "kube/client.h"
 #include "kube/informer.h"
@@ -55,8 +60,11 @@ struct PodEntry {
 // The entry of a pod object. nullopt when the pod carries no assignment or is
 // finished (Succeeded, Failed, being deleted). kInvalidArgument when the
 // assignment does not parse, names a container that is not in the pod's spec,
-// or the uid is not plain; kFailedPrecondition when it names another node.
-StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node);
+// or the uid is not plain; kFailedPrecondition when it names another node;
+// kPermissionDenied when `keys` is given, kubelet may still admit the pod and
+// the assignment's signature does not verify.
+StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node,
+                                               api::AssignmentKeyRing* keys = nullptr);
 
 // What the pod's containers ask for (extended resources, from limits and
 // requests) that `assignment` (may be null) does not cover, for the store's
@@ -72,6 +80,15 @@ class PodSync {
   PodSync(kube::KubeClient* client, std::string node, AssignmentStore* store, PodReporter* reporter,
           Logger log, const StateDirs* dirs = nullptr);
   ~PodSync();
+
+  // Before Start: refuse assignments whose signature does not verify with
+  // these keys (must outlive PodSync), and call `on_refused` with a reason
+  // (signature, other_node, malformed) for each pod version whose assignment
+  // is refused.
+  void SetAssignmentKeys(api::AssignmentKeyRing* keys) { keys_ = keys; }
+  void OnRefused(std::function<void(const std::string& reason)> on_refused) {
+    on_refused_ = std::move(on_refused);
+  }
 
   void Start();
   void Stop();
@@ -118,6 +135,8 @@ class PodSync {
   PodReporter* const reporter_;
   const Logger log_;
   const StateDirs* const dirs_;
+  api::AssignmentKeyRing* keys_ = nullptr;
+  std::function<void(const std::string&)> on_refused_;
   std::unique_ptr<kube::Informer> informer_;
 
   std::mutex mu_;

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
 #include "api/inventory_codec.h"
+#include "api/signature_test_util.h"
 #include "core/profiles.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
@@ -201,6 +203,109 @@ TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
     sync.Forget(stranger);
     EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
   }
+}
+
+// A pod whose assignment the extender signed, for pod uid-<name> on `node`.
+json SignedPodJson(api::AssignmentKeyRing& keys, const std::string& name, const std::string& node,
+                   const std::string& text) {
+  json ann = {{"accelpool.io/assignment", text}};
+  StatusOr<std::string> sig = keys.Sign("uid-" + name, node, text);
+  EXPECT_TRUE(sig.ok()) << sig.status().ToString();
+  ann["accelpool.io/assignment-signature"] = sig.ok() ? *sig : "";
+  return PodJson(name, "node-a", ann);
+}
+
+TEST(SignedAssignmentTest, OnlyTheExtendersAssignmentIsAllocatedFrom) {
+  api::testing::TempKeyDir dir;
+  std::unique_ptr<api::AssignmentKeyRing> keys = dir.Ring();
+  const std::string text = AssignmentText("node-a");
+  const json signed_pod = SignedPodJson(*keys, "p", "node-a", text);
+  auto ok = EntryFromPod(signed_pod, "node-a", keys.get());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->has_value());
+
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json p = signed_pod;
+    edit(p);
+    return p;
+  };
+  const json* ann = &signed_pod["metadata"]["annotations"];
+  struct Case {
+    std::string name;
+    json pod;
+    std::string reason;
+  } refused[] = {
+      {"no signature", PodJson("p", "node-a", {{"accelpool.io/assignment", text}}),
+       "has no accelpool.io/assignment-signature"},
+      {"assignment edited after the bind", with([&](json& p) {
+         p["metadata"]["annotations"]["accelpool.io/assignment"] =
+             AssignmentText("node-a", "GPU-b");
+       }),
+       "does not match"},
+      {"copied onto another pod", with([&](json& p) { p["metadata"]["uid"] = "uid-other"; }),
+       "does not match"},
+      {"not a signature", with([&](json& p) {
+         p["metadata"]["annotations"]["accelpool.io/assignment-signature"] = "x";
+       }),
+       "not a v1 signature"},
+      {"a key this node does not have", with([&](json& p) {
+         p["metadata"]["annotations"]["accelpool.io/assignment-signature"] =
+             "v1.k7." + (*ann)["accelpool.io/assignment-signature"].get<std::string>().substr(6);
+       }),
+       "key \"k7\""},
+  };
+  for (const Case& c : refused) {
+    SCOPED_TRACE(c.name);
+    auto e = EntryFromPod(c.pod, "node-a", keys.get());
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.status().code(), StatusCode::kPermissionDenied);
+    EXPECT_NE(e.status().message().find(c.reason), std::string::npos) << e.status().message();
+    EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
+    // Without a key ring nothing is checked.
+    EXPECT_TRUE(EntryFromPod(c.pod, "node-a").ok());
+  }
+  // An admitted pod's assignment is used for no more Allocates (and may
+  // predate signing): not checked, so its usage still counts.
+  json running = PodJson("p", "node-a", {{"accelpool.io/assignment", text}}, "Running");
+  auto r = EntryFromPod(running, "node-a", keys.get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->has_value());
+}
+
+TEST(SignedAssignmentTest, AForgedAssignmentIsReportedCountedAndBooksNothing) {
+  api::testing::TempKeyDir dir;
+  std::unique_ptr<api::AssignmentKeyRing> keys = dir.Ring();
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(nullptr, "node-a", &store, &reporter, Logger());
+  sync.SetAssignmentKeys(keys.get());
+  std::vector<std::string> refused;
+  sync.OnRefused([&](const std::string& reason) { refused.push_back(reason); });
+
+  // The victim holds GPU-b::1 by a signed assignment; a tenant's pod claims
+  // the same slot with an assignment written by hand.
+  sync.Apply(SignedPodJson(*keys, "victim", "node-a", AssignmentText("node-a", "GPU-b")));
+  json forged =
+      PodJson("forged", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}});
+  sync.Apply(forged);
+  sync.Apply(forged);  // the same version again: reported once
+  ASSERT_EQ(refused, std::vector<std::string>{"signature"});
+  auto entries = reporter.entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].pod, "default/forged");
+  EXPECT_NE(entries[0].message.find("accelpool.io/assignment-signature"), std::string::npos);
+  EXPECT_EQ(store.All().size(), 1u) << "only the victim's assignment is held";
+  // kubelet's call with the victim's slot finds the victim, and the forged
+  // pod (now a pod without an assignment) keeps the fallback rule shut.
+  auto m = store.Match("nvidia.com/gpu", {"GPU-b::1"});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->pod.name, "victim");
+  EXPECT_EQ(store.Match("nvidia.com/gpu", {"GPU-a::9"}).status().code(), StatusCode::kAborted);
+
+  // Malformed and foreign assignments count under their own reasons.
+  sync.Apply(PodJson("broken", "node-a", {{"accelpool.io/assignment", "{"}}));
+  sync.Apply(PodJson("foreign", "node-a", {{"accelpool.io/assignment", AssignmentText("node-b")}}));
+  EXPECT_EQ(refused, (std::vector<std::string>{"signature", "malformed", "other_node"}));
 }
 
 using KubeSideTest = kube::testing::FakeApiTest;

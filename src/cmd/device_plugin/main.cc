@@ -59,6 +59,9 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default /tmp/nvidia-mps)
   --mps-shm-dir=DIR         host dir mounted at /dev/shm in MPS clients (default: none)
   --cdi                     also answer CDI device names
+  --assignment-key-dir=DIR  refuse an assignment of a pod kubelet may still admit unless its
+                            accelpool.io/assignment-signature verifies with the key set in DIR
+                            (the extender's --assignment-key-dir; default off)
 )";
 
 struct Flags {
@@ -75,6 +78,7 @@ struct Flags {
   std::string nvidia_sharing = "shim";
   std::string mps_pipe_dir = "/tmp/nvidia-mps";
   std::string mps_shm_dir;
+  std::string assignment_key_dir;
   bool no_kube = false;
   bool print_inventory = false;
   bool no_preload = false;
@@ -96,7 +100,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"cuda-library", &f.cuda_library},
                                                  {"nvidia-sharing", &f.nvidia_sharing},
                                                  {"mps-pipe-dir", &f.mps_pipe_dir},
-                                                 {"mps-shm-dir", &f.mps_shm_dir}};
+                                                 {"mps-shm-dir", &f.mps_shm_dir},
+                                                 {"assignment-key-dir", &f.assignment_key_dir}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"no-preload", &f.no_preload},
@@ -124,6 +129,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return InvalidArgumentError(
         "--mps-pipe-dir must be an absolute host path (the MPS control daemon's "
         "CUDA_MPS_PIPE_DIRECTORY)");
+  }
+  if (!f.assignment_key_dir.empty() && f.no_kube) {
+    return InvalidArgumentError(
+        "--assignment-key-dir checks the pods' assignments, which --no-kube does not read; "
+        "drop one of them");
   }
   if (!f.mps_shm_dir.empty() && f.mps_shm_dir[0] != '/') {
     return InvalidArgumentError("--mps-shm-dir must be an absolute host path");
@@ -273,6 +283,7 @@ int Run(const Flags& flags) {
   const StateDirs* sweep_dirs = flags.no_enforcement ? nullptr : &state_dirs;
   std::unique_ptr<kube::KubeClient> client;
   std::unique_ptr<KubeReporter> reporter;
+  std::unique_ptr<api::AssignmentKeyRing> keys;  // outlives pods
   std::unique_ptr<PodSync> pods;
   std::unique_ptr<NodePublisher> publisher;
   if (!flags.no_kube) {
@@ -288,6 +299,20 @@ int Run(const Flags& flags) {
     reporter = std::make_unique<KubeReporter>(client.get(), log.Child("reporter"));
     pods = std::make_unique<PodSync>(client.get(), flags.node, &store, reporter.get(),
                                      log.Child("pods"), sweep_dirs);
+    if (!flags.assignment_key_dir.empty()) {
+      StatusOr<std::unique_ptr<api::AssignmentKeyRing>> ring =
+          api::AssignmentKeyRing::Open(flags.assignment_key_dir);
+      if (!ring.ok()) {
+        return Fatal(log, "--assignment-key-dir", ring.status());
+      }
+      keys = std::move(ring).value();
+      pods->SetAssignmentKeys(keys.get());
+      log.Info("verifying assignment signatures",
+               {{"key_dir", flags.assignment_key_dir}, {"signing_key", keys->SigningKeyId()}});
+    }
+    if (PluginMetrics* m = metrics->get(); m != nullptr) {
+      pods->OnRefused([m](const std::string& reason) { m->AssignmentRefused(reason); });
+    }
     publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"));
     pods->Start();
     if (!pods->WaitForSync(std::chrono::seconds(30))) {

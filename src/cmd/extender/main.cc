@@ -67,6 +67,10 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             limits, NVIDIA_VISIBLE_DEVICES, ...); they win over the plugin's, so
                             such a pod can lift its cap or pick other devices (default off:
                             refused with the name)
+  --assignment-key-dir=DIR  sign every assignment it binds with the key set in DIR (the chart's
+                            key Secret: "signing" names the key id, one file per key); device
+                            plugins given the same keys refuse assignments that do not verify
+                            (default off: unsigned)
   --pick-in-filter          filter answers only the node prioritize would rank first, so
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
@@ -92,17 +96,23 @@ struct Flags {
   int event_qps = 20;
   int kube_api_connections = 64;
   std::string kube_api_transport = "sockets";
+  std::string assignment_key_dir;  // "" = assignments are not signed
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  std::map<std::string, std::string*> strings = {
-      {"listen", &f.listen},         {"scheduler-listen", &f.scheduler_listen},
-      {"tls-cert", &f.tls_cert},
-      {"tls-key", &f.tls_key},       {"client-ca", &f.client_ca},
-      {"kubeconfig", &f.kubeconfig}, {"policy", &f.policy},
-      {"scheduler-name", &f.scheduler_name}, {"lease-namespace", &f.lease_namespace},
-      {"log-level", &f.log_level}, {"kube-api-transport", &f.kube_api_transport}};
+  std::map<std::string, std::string*> strings = {{"listen", &f.listen},
+                                                 {"scheduler-listen", &f.scheduler_listen},
+                                                 {"tls-cert", &f.tls_cert},
+                                                 {"tls-key", &f.tls_key},
+                                                 {"client-ca", &f.client_ca},
+                                                 {"kubeconfig", &f.kubeconfig},
+                                                 {"policy", &f.policy},
+                                                 {"scheduler-name", &f.scheduler_name},
+                                                 {"lease-namespace", &f.lease_namespace},
+                                                 {"log-level", &f.log_level},
+                                                 {"kube-api-transport", &f.kube_api_transport},
+                                                 {"assignment-key-dir", &f.assignment_key_dir}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
       api_connections, max_connections;
   strings["filter-threads"] = &filter_threads;
@@ -242,7 +252,21 @@ int Run(const Flags& flags) {
   MetricsRegistry registry;
   StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
   if (!metrics.ok()) return fatal("metrics", metrics.status());
-  KubePodWriter writer(**client, cache);
+  std::unique_ptr<api::AssignmentKeyRing> keys;
+  if (!flags.assignment_key_dir.empty()) {
+    StatusOr<std::unique_ptr<api::AssignmentKeyRing>> ring =
+        api::AssignmentKeyRing::Open(flags.assignment_key_dir);
+    if (!ring.ok()) return fatal("--assignment-key-dir", ring.status());
+    keys = std::move(ring).value();
+    log.Info("signing assignments",
+             {{"key_dir", flags.assignment_key_dir}, {"signing_key", keys->SigningKeyId()}});
+  } else {
+    log.Warn(
+        "assignments are not signed (no --assignment-key-dir): device plugins cannot tell "
+        "an assignment edited by hand from the extender's",
+        {});
+  }
+  KubePodWriter writer(**client, cache, keys.get());
   AsyncEvents events(**event_client, log.Child("events"));
   ExtenderOptions eo;
   eo.rank.tie_salt = flags.tie_salt;
