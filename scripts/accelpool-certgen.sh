@@ -9,8 +9,13 @@
 #   accelpool-certgen patch --namespace NS --secret NAME --webhook WEBHOOK
 #       Writes the Secret's ca.crt into every webhook's clientConfig.caBundle of
 #       MutatingWebhookConfiguration WEBHOOK.
+#   accelpool-certgen key --namespace NS --secret NAME
+#       Creates Secret NAME holding the assignment signing key set (key "k1",
+#       48 random bytes as base64 text, and "signing" naming it) for the
+#       extender and the device plugins (--assignment-key-dir). Keeps an
+#       existing Secret: rotation is by hand (docs/operations.md).
 #
-# Needs openssl, curl and base64. Talks to the apiserver with the pod's service
+# Needs openssl, curl and base64 (key: curl, base64 and /dev/urandom). Talks to the apiserver with the pod's service
 # account; outside a pod set ACCELPOOL_APISERVER (URL), ACCELPOOL_CACERT and
 # ACCELPOOL_CURL_AUTH (extra curl arguments, e.g. "--cert c.crt --key c.key").
 set -euo pipefail
@@ -108,8 +113,26 @@ patch() {
   echo "caBundle of ${WEBHOOK} set from ${NS}/${SECRET} (${n} webhook(s))"
 }
 
+key() {
+  if api GET "${SECRET_PATH}" >/dev/null; then
+    echo "secret ${NS}/${SECRET} exists; keeping it"; return 0
+  fi
+  [ "${HTTP_CODE}" = 404 ] || die "reading secret ${NS}/${SECRET} failed with HTTP ${HTTP_CODE}: check the hook's RBAC"
+  local k1 body
+  k1="$(head -c 48 /dev/urandom | base64 -w0)"
+  [ "${#k1}" = 64 ] || die "could not read 48 random bytes from /dev/urandom"
+  body="$(printf '{"apiVersion":"v1","kind":"Secret","type":"Opaque","metadata":{"name":"%s","namespace":"%s","labels":{"app.kubernetes.io/part-of":"accelpool"}},"data":{"signing":"%s","k1":"%s"}}' \
+    "${SECRET}" "${NS}" "$(printf k1 | base64 -w0)" "$(printf '%s' "${k1}" | base64 -w0)")"
+  api POST "/api/v1/namespaces/${NS}/secrets" "${body}" >/dev/null || {
+    [ "${HTTP_CODE}" = 409 ] && { echo "secret ${NS}/${SECRET} was created meanwhile; keeping it"; return 0; }
+    die "creating secret ${NS}/${SECRET} failed with HTTP ${HTTP_CODE}: check the hook's RBAC"
+  }
+  echo "created assignment key secret ${NS}/${SECRET} (signing key k1)"
+}
+
 case "${cmd}" in
   create) create ;;
   patch) patch ;;
-  *) die "usage: accelpool-certgen create|patch --namespace=NS --secret=NAME [...]" ;;
+  key) key ;;
+  *) die "usage: accelpool-certgen create|patch|key --namespace=NS --secret=NAME [...]" ;;
 esac

@@ -216,14 +216,19 @@ std::shared_ptr<const SigningKeys> AssignmentKeyRing::Current(
     read_at_ = now;  // one reader re-reads; the others use the keys they have
   }
   StatusOr<SigningKeys> fresh = LoadSigningKeys(dir_);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (fresh.ok()) {
-    keys_ = std::make_shared<const SigningKeys>(std::move(fresh).value());
-    last_error_ = Status::Ok();
-  } else {
-    last_error_ = fresh.status();
+  std::shared_ptr<const SigningKeys> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fresh.ok()) {
+      keys_ = std::make_shared<const SigningKeys>(std::move(fresh).value());
+      last_error_ = Status::Ok();
+    } else {
+      last_error_ = fresh.status();
+    }
+    keys = keys_;
   }
-  return keys_;
+  if (!fresh.ok() && on_reload_error_) on_reload_error_(fresh.status());
+  return keys;
 }
 
 StatusOr<std::string> AssignmentKeyRing::Sign(std::string_view uid, std::string_view node,

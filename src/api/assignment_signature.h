@@ -25,6 +25,7 @@
 #define ACCELPOOL_API_ASSIGNMENT_SIGNATURE_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,6 +90,10 @@ class AssignmentKeyRing {
   Status Verify(std::string_view uid, std::string_view node, std::string_view assignment,
                 std::string_view signature);
 
+  // Called (outside the ring's lock) after each re-read that failed; set it
+  // before the ring is shared.
+  void OnReloadError(std::function<void(const Status&)> f) { on_reload_error_ = std::move(f); }
+
   const std::string& dir() const { return dir_; }
   // The id new signatures use, and the last re-read's error (Ok when fine).
   std::string SigningKeyId() const;
@@ -103,6 +108,7 @@ class AssignmentKeyRing {
   const std::string dir_;
   const std::chrono::seconds interval_;
   const std::chrono::milliseconds unknown_key_reread_;
+  std::function<void(const Status&)> on_reload_error_;
   mutable std::mutex mu_;
   std::shared_ptr<const SigningKeys> keys_;        // guarded by mu_
   std::chrono::steady_clock::time_point read_at_;  // guarded by mu_

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 namespace accelpool::api {
 namespace {
@@ -181,10 +183,14 @@ TEST_F(KeyDirTest, RingFollowsRotationAndKeepsKeysWhenAReadFails) {
   StatusOr<std::unique_ptr<AssignmentKeyRing>> fast =
       AssignmentKeyRing::Open(dir_.string(), std::chrono::seconds(0));
   ASSERT_TRUE(fast.ok());
+  std::vector<std::string> reported;
+  (*fast)->OnReloadError([&](const Status& st) { reported.push_back(st.message()); });
   WriteSecretVolume({{"signing", "k3"}, {"k1", kKey1}, {"k2", kKey2}}, 3);
   EXPECT_TRUE((*fast)->Verify("uid-1", "node-a", kText, old_sig).ok());
   EXPECT_EQ((*fast)->SigningKeyId(), "k2");
   EXPECT_NE((*fast)->LastError().message().find("names key \"k3\""), std::string::npos);
+  ASSERT_FALSE(reported.empty());
+  EXPECT_EQ(reported.back(), (*fast)->LastError().message());
 
   EXPECT_FALSE(AssignmentKeyRing::Open((dir_ / "none").string()).ok());
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "api/assignment_codec.h"
+#include "api/assignment_signature.h"
 #include "api/pod_request.h"
 #include "api/resources.h"
 #include "core/policy.h"
@@ -101,11 +102,13 @@ Status CheckWrittenAnnotations(const Json& pod) {
     return Status::Ok();
   }
   const Json& annotations = (*meta)["annotations"];
-  if (annotations.contains(api::kAssignmentAnnotation)) {
-    return InvalidArgumentError(std::string("annotation ") + api::kAssignmentAnnotation +
-                                " is written only by the accelpool scheduler, in the pod's "
-                                "Binding: create the pod without it (a copied pod manifest "
-                                "carries it; delete the line)");
+  for (const char* name : {api::kAssignmentAnnotation, api::kAssignmentSignatureAnnotation}) {
+    if (annotations.contains(name)) {
+      return InvalidArgumentError(std::string("annotation ") + name +
+                                  " is written only by the accelpool scheduler, in the pod's "
+                                  "Binding: create the pod without it (a copied pod manifest "
+                                  "carries it; delete the line)");
+    }
   }
   if (annotations.contains(api::kAllocationAnnotation)) {
     return InvalidArgumentError(std::string("annotation ") + api::kAllocationAnnotation +

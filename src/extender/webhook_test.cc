@@ -168,6 +168,7 @@ TEST(WebhookTest, APodCannotBeCreatedWithTheAnnotationsAccelpoolWrites) {
   Webhook hook(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
   const std::pair<const char*, const char*> cases[] = {
       {"accelpool.io/assignment", "the accelpool scheduler"},
+      {"accelpool.io/assignment-signature", "the accelpool scheduler"},
       {"accelpool.io/allocation", "the accelpool device plugin"},
   };
   for (const auto& [key, writer] : cases) {

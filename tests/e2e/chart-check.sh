@@ -80,8 +80,21 @@ check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \
   bash -c "! grep -Eq '^kind: (ServiceMonitor|Certificate|Issuer)$' '${TMP}/default.yaml'"
-check "cert-manager render has Certificate and ServiceMonitors, no certgen Jobs" \
-  bash -c "grep -q '^kind: Certificate$' '${TMP}/crds.yaml' && [ \$(grep -c '^kind: ServiceMonitor$' '${TMP}/crds.yaml') = 2 ] && ! grep -q 'accelpool-certgen' '${TMP}/crds.yaml'"
+certgen_steps() { grep -A1 -- '- accelpool-certgen$' "$1" | grep -v -- 'accelpool-certgen$' | grep -o '[a-z]*$' | sort | tr '\n' ' '; }
+check "cert-manager render has Certificate and ServiceMonitors, of the certgen Jobs only the key one" \
+  bash -c "grep -q '^kind: Certificate$' '${TMP}/crds.yaml' && [ \$(grep -c '^kind: ServiceMonitor$' '${TMP}/crds.yaml') = 2 ] && [ \"\$(grep -A1 -- '- accelpool-certgen$' '${TMP}/crds.yaml' | grep -c -- '- key$')\" = 1 ] && ! grep -q -- '- --hosts=' '${TMP}/crds.yaml'"
+check "default render runs the certgen Jobs create, key and patch" test "$(certgen_steps "${TMP}/default.yaml")" = "create key patch "
+signing_on() { # the extender and every device plugin read the key Secret
+  local f="$1" n_dp
+  n_dp="$(grep -c '^kind: DaemonSet$' "$f")"
+  [ "$(grep -c -- '- --assignment-key-dir=/etc/accelpool/assignment-key$' "$f")" = "$((n_dp + 1))" ] &&
+    [ "$(grep -c 'secret: {secretName: t-accelpool-assignment-key, defaultMode: 04[04]0}' "$f")" = "$((n_dp + 1))" ] &&
+    [ "$(grep -c '{name: assignment-key, mountPath: /etc/accelpool/assignment-key, readOnly: true}' "$f")" = "$((n_dp + 1))" ]
+}
+check "assignmentSigning (default): the extender and both device plugins mount the key Secret" signing_on "${TMP}/default.yaml"
+render --set assignmentSigning.enabled=false > "${TMP}/unsigned.yaml"
+check "assignmentSigning.enabled=false: no key Secret, flag or Job" \
+  bash -c "! grep -q 'assignment-key' '${TMP}/unsigned.yaml' && [ \"\$(grep -A1 -- '- accelpool-certgen$' '${TMP}/unsigned.yaml' | grep -c -- '- key$')\" = 0 ]"
 check "deploy/ matches the chart" "${REPO}/scripts/gen-deploy.sh" --check
 dashboard_ok() { # parses; every metric name it queries is registered in src/ (and was scraped, when
   # tests/e2e/prometheus.sh left its list of scraped names in out/demo/)
@@ -312,17 +325,22 @@ check "a pod created with an assignment (and spec.nodeName) is refused" \
   guarded accelpool.io/assignment as_tenant create -f - <<<"${forged}"
 check "a pod created with an empty assignment is refused" guarded accelpool.io/assignment \
   as_tenant create -f - <<<"$(guard_pod forged-empty '{"accelpool.io/assignment":""}')"
+check "a pod created with an assignment signature is refused" guarded accelpool.io/assignment-signature \
+  as_tenant create -f - <<<"$(guard_pod forged-sig '{"accelpool.io/assignment-signature":"v1.k1.x"}')"
 check "a pod created with an allocation is refused" guarded accelpool.io/allocation \
   as_tenant create -f - <<<"$(guard_pod forged-alloc '{"accelpool.io/allocation":"{}"}')"
 check "a pod created without them is admitted" as_tenant create -f - <<<"$(guard_pod guard-a)"
 binding_lands() { # the Binding, as the scheduler's service account, carries the assignment
   as_scheduler create --raw /api/v1/namespaces/default/pods/guard-a/binding -f - >/dev/null <<JSON &&
-{"apiVersion":"v1","kind":"Binding","metadata":{"name":"guard-a","annotations":{"accelpool.io/assignment":$(jq -Rc . <<<"${ANN_A}")}},
+{"apiVersion":"v1","kind":"Binding","metadata":{"name":"guard-a","annotations":{"accelpool.io/assignment":$(jq -Rc . <<<"${ANN_A}"),"accelpool.io/assignment-signature":"v1.k1.sig"}},
  "target":{"apiVersion":"v1","kind":"Node","name":"np-a"}}
 JSON
-  [ "$("${K}" -n default get pod guard-a -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}')" = "${ANN_A}" ]
+  [ "$("${K}" -n default get pod guard-a -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}')" = "${ANN_A}" ] &&
+    [ "$("${K}" -n default get pod guard-a -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}')" = "v1.k1.sig" ]
 }
-check "the Binding still writes the assignment" binding_lands
+check "the Binding still writes the assignment and its signature" binding_lands
+check "the tenant cannot change the assignment signature" guarded accelpool.io/assignment-signature \
+  as_tenant annotate --overwrite pod guard-a accelpool.io/assignment-signature=v1.k1.other
 check "the tenant cannot change the assignment" guarded accelpool.io/assignment \
   as_tenant annotate --overwrite pod guard-a accelpool.io/assignment='{"version":1}'
 check "the tenant cannot remove the assignment" guarded accelpool.io/assignment \
@@ -373,6 +391,18 @@ ca_bundle_set() {
     "$("${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.ca\.crt}')" ]
 }
 check "the caBundle equals the secret's ca.crt" ca_bundle_set
+check "certgen creates the assignment key secret" certgen key --namespace=accelpool-system --secret=key-check
+key_form() { # "signing" names k1; k1 is 64 characters of base64 (48 random bytes)
+  [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = k1 ] &&
+    [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}' | base64 -d | wc -c)" = 64 ]
+}
+check "the key secret holds signing=k1 and a 64-character k1" key_form
+key_kept() {
+  local before; before="$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}')"
+  certgen key --namespace=accelpool-system --secret=key-check | grep -q 'keeping it' &&
+    [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}')" = "${before}" ]
+}
+check "certgen keeps an existing key secret (upgrades never rotate the key)" key_kept
 certgen_rejects() {
   local out
   if out="$(certgen create --bogus 2>&1)"; then return 1; fi

@@ -40,6 +40,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-extender-tls" (include "accelpool.fullname" .) -}}
 {{- end -}}
 
+{{- define "accelpool.keySecret" -}}
+{{- .Values.assignmentSigning.secretName | default (printf "%s-assignment-key" (include "accelpool.fullname" .)) -}}
+{{- end -}}
+
 {{- define "accelpool.webhookName" -}}
 {{- printf "%s-webhook" (include "accelpool.fullname" .) -}}
 {{- end -}}

@@ -306,6 +306,10 @@ int Run(const Flags& flags) {
         return Fatal(log, "--assignment-key-dir", ring.status());
       }
       keys = std::move(ring).value();
+      keys->OnReloadError([log](const Status& st) {
+        log.Warn("re-reading the assignment keys failed; keeping the keys read before",
+                 {{"error", st.ToString()}});
+      });
       pods->SetAssignmentKeys(keys.get());
       log.Info("verifying assignment signatures",
                {{"key_dir", flags.assignment_key_dir}, {"signing_key", keys->SigningKeyId()}});

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "api/assignment_signature.h"
 #include "plugin/allocator.h"
 #include "plugin/assignment_store.h"
 #include "plugin/device_state.h"
@@ -45,6 +46,12 @@ struct Fixture {
     auto invs = driver->Discover();
     if (!invs.ok()) Fail("the fake inventory does not load: " + invs.status().ToString());
     state.Reset(*invs, {driver.get(), driver.get()});
+    std::filesystem::create_directories(dir / "keys");
+    std::ofstream(dir / "keys" / "signing") << "k1";
+    std::ofstream(dir / "keys" / "k1") << "fuzz-key-0123456789-0123456789-0123456789";
+    auto ring = api::AssignmentKeyRing::Open((dir / "keys").string());
+    if (!ring.ok()) Fail("the key directory does not load: " + ring.status().ToString());
+    keys = std::move(ring).value();
     std::atexit([] {
       std::error_code ec;
       std::filesystem::remove_all(Get().dir, ec);
@@ -59,7 +66,26 @@ struct Fixture {
   std::filesystem::path dir;
   std::unique_ptr<vendors::fake::FakeDriver> driver;
   DeviceState state;
+  std::unique_ptr<api::AssignmentKeyRing> keys;
 };
+
+// The pod with its assignment signed for its uid on node-a (unchanged when
+// it has no string assignment or uid).
+nlohmann::json Signed(nlohmann::json pod, api::AssignmentKeyRing& keys) {
+  if (!pod.is_object() || !pod.contains("metadata") || !pod["metadata"].is_object()) return pod;
+  nlohmann::json& meta = pod["metadata"];
+  const auto ann = meta.find("annotations");
+  if (ann == meta.end() || !ann->is_object()) return pod;
+  const auto text = ann->find("accelpool.io/assignment");
+  const auto uid = meta.find("uid");
+  if (text == ann->end() || !text->is_string() || uid == meta.end() || !uid->is_string()) {
+    return pod;
+  }
+  StatusOr<std::string> sig =
+      keys.Sign(uid->get<std::string>(), "node-a", text->get<std::string>());
+  if (sig.ok()) (*ann)["accelpool.io/assignment-signature"] = *sig;
+  return pod;
+}
 
 std::vector<std::string> Strings(const nlohmann::json& j) {
   std::vector<std::string> out;
@@ -101,7 +127,8 @@ int64_t AllocatedDevices(const AssignmentStore& store, const ContainerAnswer& a,
   return -1;
 }
 
-int Allocate(Allocator& allocator, const AssignmentStore& store, const nlohmann::json& req) {
+int Allocate(Allocator& allocator, const AssignmentStore& store, const nlohmann::json& req,
+             const std::set<std::string>& refused) {
   const std::string resource = StringAt(req, "resource");
   std::vector<std::vector<std::string>> ids;
   if (const auto it = req.find("ids"); it != req.end() && it->is_array()) {
@@ -114,6 +141,10 @@ int Allocate(Allocator& allocator, const AssignmentStore& store, const nlohmann:
   }
   if (answers->size() != ids.size()) Fail("Allocate answered another number of containers");
   for (size_t i = 0; i < answers->size(); ++i) {
+    if (refused.count((*answers)[i].pod.uid) != 0) {
+      Fail("Allocate answered for pod " + (*answers)[i].pod.Key() +
+           ", whose latest assignment was refused");
+    }
     const int64_t n = AllocatedDevices(store, (*answers)[i], resource);
     if (n != static_cast<int64_t>(ids[i].size())) {
       Fail("container " + (*answers)[i].container + " of pod " + (*answers)[i].pod.Key() +
@@ -167,6 +198,8 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
   const StateDirs dirs(f.StateRoot());
   PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
   std::set<std::string> uids;
+  std::set<std::string> refused;  // uids whose latest applied version was refused
+  bool signing = false;
   int answered = 0;
   std::string_view rest(reinterpret_cast<const char*>(data), size);
   while (!rest.empty()) {
@@ -177,13 +210,35 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
     const nlohmann::json obj = nlohmann::json::parse(line.substr(1), nullptr, false);
     if (obj.is_discarded()) continue;
     switch (line[0]) {
-      case 'p':
+      case 'k':
+        signing = true;
+        sync.SetAssignmentKeys(f.keys.get());
+        break;
+      case 's':
+      case 'p': {
+        const nlohmann::json pod = line[0] == 's' ? Signed(obj, *f.keys) : obj;
+        const std::string uid = UidOf(pod);
+        if (!uid.empty()) {
+          uids.insert(uid);
+          // Independently of the store: is this version's assignment refused?
+          if (EntryFromPod(pod, "node-a", signing ? f.keys.get() : nullptr).ok()) {
+            refused.erase(uid);
+          } else {
+            refused.insert(uid);
+          }
+        }
+        sync.Apply(pod);
+        break;
+      }
       case 'P':
-        if (std::string uid = UidOf(obj); !uid.empty()) uids.insert(std::move(uid));
-        line[0] == 'p' ? sync.Apply(obj) : sync.Forget(obj);
+        if (std::string uid = UidOf(obj); !uid.empty()) {
+          uids.insert(uid);
+          refused.erase(uid);
+        }
+        sync.Forget(obj);
         break;
       case 'a':
-        if (obj.is_object()) answered += Allocate(allocator, store, obj);
+        if (obj.is_object()) answered += Allocate(allocator, store, obj, refused);
         break;
       case 'g':
         if (obj.is_object()) Preferred(allocator, obj);

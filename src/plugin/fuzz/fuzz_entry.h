@@ -6,6 +6,9 @@
 //
 // Input: one event per line, "<op><json>":
 //   p  a pod added or changed          P  a pod deleted
+//   s  a pod added or changed, its accelpool.io/assignment first signed by the
+//      harness (as the extender would) for its uid on node-a
+//   k  {} from here on the plugin checks signatures (--assignment-key-dir)
 //   a  {"resource": R, "ids": [[slot ids of one container], ...]}  (Allocate)
 //   g  {"resource": R, "requests": [{"available": [...], "must": [...],
 //       "size": N}, ...]}                                    (GetPreferredAllocation)
@@ -15,7 +18,9 @@
 // container that the store does not then hold as allocated, or whose
 // assignment names another count of devices of that resource than kubelet
 // sent; a preferred set with ids kubelet did not offer, more than it asked
-// for, or without an id it must include. After the events every pod seen is deleted, and it aborts
+// for, or without an id it must include; an Allocate answer for a pod whose
+// latest version was refused (with signatures on: unsigned, forged or
+// edited). After the events every pod seen is deleted, and it aborts
 // unless the store is empty and every state dir made for an Allocate is gone again. Returns the
 // number of containers Allocate answered.
 //

@@ -45,6 +45,9 @@ TEST(NodePodsSeedsTest, EachSeedAllocatesWhatItsAssignmentsName) {
       // found by the fuzzer: GetPreferredAllocation asked for fewer devices
       // than it must include (no preference is the answer).
       {"preferred_must_over_size.txt", 0},
+      // signatures on: the harness-signed pod is allocated; unsigned, forged,
+      // edited-after-signing and unknown-key assignments are not.
+      {"signed.txt", 1},
   };
   for (const auto& [file, n] : want) {
     EXPECT_EQ(Feed(Read(kSeeds / file)), n) << file;
@@ -52,7 +55,7 @@ TEST(NodePodsSeedsTest, EachSeedAllocatesWhatItsAssignmentsName) {
   const accelpool::testing::ReplayedSeeds replayed =
       accelpool::testing::ReplayCorpus(kSeeds, FuzzNodePods, 61);
   EXPECT_EQ(replayed.files, static_cast<int>(want.size()));
-  EXPECT_EQ(replayed.accepted, 7);
+  EXPECT_EQ(replayed.accepted, 8);
 }
 
 TEST(NodePodsSeedsTest, ShortMutationRunKeepsTheProtocol) {
@@ -60,8 +63,9 @@ TEST(NodePodsSeedsTest, ShortMutationRunKeepsTheProtocol) {
   for (const auto& f : std::filesystem::directory_iterator(kSeeds)) seeds.push_back(Read(f.path()));
   std::mt19937 rng(20261202);
   for (int i = 0; i < 300; ++i) {
-    const std::string s = accelpool::testing::MutateLines(
-        seeds[rng() % seeds.size()], seeds[rng() % seeds.size()], rng, "0123456789:,\"[]{}aAgpP-");
+    const std::string s =
+        accelpool::testing::MutateLines(seeds[rng() % seeds.size()], seeds[rng() % seeds.size()],
+                                        rng, "0123456789:,\"[]{}aAgpPks-");
     EXPECT_GE(Feed(s), 0);  // aborts on a broken answer or a leftover booking
   }
 }

@@ -81,6 +81,89 @@ check "forged: the webhook refuses a pod created with accelpool.io/assignment" \
   annotation_refused accelpool.io/assignment
 check "forged: the webhook refuses a pod created with accelpool.io/allocation" \
   annotation_refused accelpool.io/allocation
+check "forged: the webhook refuses a pod created with accelpool.io/assignment-signature" \
+  annotation_refused accelpool.io/assignment-signature
+# Signed assignments. kwok marks a bound pod Running at once, and the device
+# plugin checks signatures only while kubelet may still admit a pod, so these
+# run on hold-0, a node kwok leaves alone (its pods stay Pending with no
+# container status until kubeletsim admits them, as on a real node), tainted
+# so that only these pods land there.
+mkdir -p "${E2E_WORK}/nodes/hold-0"
+echo "127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" \
+  > "${E2E_WORK}/nodes/hold-0/metrics-listen"
+KWOK_MANAGED=0 start_node hold-0 \
+  '{"version":1,"inventories":[{"vendor":"nvidia","profile":"nvidia-pcie-8","model":"L40S"}]}'
+kc taint node hold-0 accelpool.io/e2e-hold=true:NoSchedule >/dev/null
+hold_ready() { registered hold-0 && published hold-0 && sync_capacity hold-0 && node_has hold-0 "${G}" 80; }
+check "hold-0 (not managed by kwok) registered and published" wait_for 60 "hold-0" hold_ready
+hold_pod() { # NAME: one 1 GiB share on hold-0
+  pod_yaml "$1" '{}' '{kubernetes.io/hostname: hold-0}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")"
+  echo '  tolerations: [{key: accelpool.io/e2e-hold, operator: Exists}]'
+}
+pod_event() { # NAMESPACE POD TEXT: a Warning event on the pod whose message contains TEXT
+  kc -n "$1" get events --field-selector "involvedObject.name=$2,type=Warning" \
+    -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -qF "$3"
+}
+admit_refused() { # NAME: kubeletsim's admission of the bound pod must fail
+  [ -n "$(pod_node "$1")" ] || { echo "$1 is not bound"; return 1; }
+  if admit "$1"; then release "$1"; echo "kubelet admitted $1"; return 1; fi
+}
+# The pod's own assignment, signed by the extender, passes admission.
+hold_pod signed | kc create -f - >/dev/null
+held() { # NAME: bound to hold-0, Pending, no container status (not admitted)
+  [ "$(kc -n "${NS}" get pod "$1" -o jsonpath='{.spec.nodeName}/{.status.phase}/{.status.containerStatuses}')" = hold-0/Pending/ ]
+}
+has_signature() {
+  kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}' | grep -q '^v1\.k1\.'
+}
+check "signed: bound to hold-0, still Pending with no container status" wait_for 90 "signed held" held signed
+check "signed: carries accelpool.io/assignment-signature" has_signature signed
+check "signed: kubelet admission matches the assignment" admit signed
+# Changed between the bind and kubelet's admission (here by the admin: this
+# plane runs no annotation guard), it no longer matches the signature: the
+# device plugin refuses it, admission fails, the pod gets an Event.
+edit_assignment() {
+  local a
+  a="$(kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}')"
+  a="$(jq -c '.containers[0].devices[0].memory_mib *= 4' <<<"${a}")" || return 1
+  kc -n "${NS}" annotate --overwrite pod "$1" accelpool.io/assignment="${a}" >/dev/null
+}
+hold_pod edited | kc create -f - >/dev/null
+check "edited: bound to hold-0" wait_for 90 "edited bound" pod_bound edited
+check "edited: the admin changes its assignment (4x the memory)" edit_assignment edited
+check "edited: the device plugin refuses it (Event: signature does not match)" \
+  wait_for 30 "the refusal event" pod_event "${NS}" edited "signature does not match"
+check "edited: kubelet admission fails" admit_refused edited
+# Created with spec.nodeName and an assignment copied from another pod, where
+# the webhook does not look (kube-system): the signature names another uid.
+forged_pod() {
+  local a s
+  a="$(kc -n "${NS}" get pod signed -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}')"
+  s="$(kc -n "${NS}" get pod signed -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}')"
+  jq -n --arg a "${a}" --arg s "${s}" '{apiVersion: "v1", kind: "Pod",
+    metadata: {name: "copied", namespace: "kube-system",
+      annotations: {"accelpool.io/assignment": $a, "accelpool.io/assignment-signature": $s}},
+    spec: {nodeName: "hold-0", terminationGracePeriodSeconds: 0,
+      tolerations: [{key: "accelpool.io/e2e-hold", operator: "Exists"}],
+      containers: [{name: "main", image: "registry.invalid/none",
+        resources: {limits: {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}}}]}}' |
+    kc create -f - >/dev/null
+}
+kc -n kube-system create serviceaccount default >/dev/null 2>&1 || true  # no controller-manager here
+check "copied: a pod created on hold-0 with another pod's signed assignment" forged_pod
+check "copied: the device plugin refuses it (Event)" \
+  wait_for 30 "the refusal event" pod_event kube-system copied "signature does not match"
+copied_refused() { NS=kube-system admit_refused copied; }
+check "copied: kubelet admission fails" copied_refused
+refused_metric() { # the plugin's counter saw both
+  curl -fsS --max-time 5 "http://$(cat "${E2E_WORK}/nodes/hold-0/metrics-listen")/metrics" |
+    awk '$1 == "accelpool_plugin_assignments_refused_total{reason=\"signature\"}" { n = $2 } END { exit !(n >= 2) }'
+}
+check "accelpool_plugin_assignments_refused_total{reason=signature} counts them" refused_metric
+for p in "${NS}/signed" "${NS}/edited" kube-system/copied; do
+  kc -n "${p%/*}" delete pod "${p#*/}" --grace-period=0 --force >/dev/null 2>&1 || true
+done
+release signed || true
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
 log "== faults"

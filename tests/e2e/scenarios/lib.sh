@@ -40,6 +40,19 @@ block_kubeconfig() {
   echo "${out}"
 }
 
+# --- assignment signing: the key set the chart's Secret holds, shared by the
+# extender and every device plugin (E2E_SIGNING=0 runs them unsigned) ---
+KEY_DIR="${E2E_WORK}/assignment-key"
+key_args() {
+  [ "${E2E_SIGNING:-1}" = 1 ] || return 0
+  if [ ! -s "${KEY_DIR}/k1" ]; then
+    mkdir -p "${KEY_DIR}" && chmod 700 "${KEY_DIR}"
+    head -c 48 /dev/urandom | base64 -w0 > "${KEY_DIR}/k1"
+    printf k1 > "${KEY_DIR}/signing"
+  fi
+  echo "--assignment-key-dir=${KEY_DIR}"
+}
+
 # --- extender ---
 start_extender() {
   local scheme_args=()
@@ -52,7 +65,7 @@ start_extender() {
   fi
   setsid "${EXTENDER_BIN}" --listen="127.0.0.1:${EXTENDER_PORT}" "${scheme_args[@]}" \
     --kubeconfig="${AP_KUBECONFIG}" --log-level=info \
-    --kube-api-qps=200 --kube-api-burst=400 ${E2E_EXTENDER_ARGS:---pick-in-filter} \
+    --kube-api-qps=200 --kube-api-burst=400 ${E2E_EXTENDER_ARGS:---pick-in-filter} $(key_args) \
     >> "${E2E_WORK}/logs/extender.log" 2>&1 < /dev/null &
   echo $! > "${E2E_WORK}/run/extender.pid"
   wait_for 60 "extender ready" curl -fsS --max-time 2 --cacert "${E2E_CA}" "${EXTENDER_URL}/readyz" ||
@@ -101,8 +114,12 @@ YAML
 
 # --- nodes: one kubeletsim and one fake device plugin each ---
 # start_node NAME INVENTORY_JSON
+# KWOK_MANAGED=0: kwok leaves the node alone, so its pods keep the status of a
+# pod kubelet has not admitted yet (Pending, no container status) instead of
+# turning Running at once.
 start_node() {
-  local name="$1" inv="$2" d="${E2E_WORK}/nodes/$1"
+  local name="$1" inv="$2" d="${E2E_WORK}/nodes/$1" kwok="kwok.x-k8s.io/node: fake, "
+  [ "${KWOK_MANAGED:-1}" = 1 ] || kwok=""
   mkdir -p "${d}/plugins"
   printf '%s\n' "${inv}" > "${d}/inventory.json"
   kc apply -f - >/dev/null <<YAML
@@ -110,7 +127,7 @@ apiVersion: v1
 kind: Node
 metadata:
   name: ${name}
-  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
+  annotations: {${kwok}node.alpha.kubernetes.io/ttl: "0"}
   labels: {type: kwok, kubernetes.io/hostname: ${name}, kubernetes.io/os: linux}
 status:
   allocatable: {cpu: "64", memory: 512Gi, pods: "110"}
@@ -128,7 +145,7 @@ start_plugin() { # NAME
   local d="${E2E_WORK}/nodes/$1"
   setsid "${PLUGIN_BIN}" --backend=fake --fake-inventory="${d}/inventory.json" \
     --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${AP_KUBECONFIG}" \
-    --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=info \
+    --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=info $(key_args) \
     >> "${d}/plugin.log" 2>&1 < /dev/null &
   echo $! > "${d}/plugin.pid"
 }
