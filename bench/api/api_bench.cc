@@ -2,6 +2,7 @@
 #include <benchmark/benchmark.h>
 
 #include "api/assignment_codec.h"
+#include "api/assignment_signature.h"
 #include "api/inventory_codec.h"
 #include "api/pod_request.h"
 
@@ -50,7 +51,8 @@ void BM_SerializeInventory(benchmark::State& state) {
 }
 BENCHMARK(BM_SerializeInventory);
 
-void BM_ParseAssignment(benchmark::State& state) {
+// Three containers of two device shares each, as the extender writes it.
+std::string ThreeContainerAssignment() {
   Assignment a;
   a.node = "node-a";
   a.policy = "accelpool";
@@ -65,10 +67,27 @@ void BM_ParseAssignment(benchmark::State& state) {
     }
     a.containers.push_back(ac);
   }
-  const std::string text = SerializeAssignment(a);
+  return SerializeAssignment(a);
+}
+
+void BM_ParseAssignment(benchmark::State& state) {
+  const std::string text = ThreeContainerAssignment();
   for (auto _ : state) benchmark::DoNotOptimize(ParseAssignment(text));
 }
 BENCHMARK(BM_ParseAssignment);
+
+// What signing adds per pod: the device plugin verifies each unadmitted pod's
+// assignment once per pod version, beside parsing it (BM_ParseAssignment).
+void BM_VerifyAssignment(benchmark::State& state) {
+  const std::string text = ThreeContainerAssignment();
+  StatusOr<SigningKeys> keys =
+      ParseSigningKeys({{"signing", "k1"}, {"k1", "bench-key-0123456789-0123456789-0123456789"}});
+  const std::string sig = *SignAssignment(*keys, "8c6f7a1e-uid", "node-a", text);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(VerifyAssignment(*keys, "8c6f7a1e-uid", "node-a", text, sig));
+  }
+}
+BENCHMARK(BM_VerifyAssignment);
 
 void BM_ParsePodRequest(benchmark::State& state) {
   const nlohmann::json pod = nlohmann::json::parse(R"({
