@@ -116,6 +116,7 @@ struct ExtenderMetrics {
   GaugeFamily* node_compute = nullptr;       // node
   CounterFamily* bad_requests = nullptr;     // verb
   CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
+  CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };

@@ -35,10 +35,13 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
       "accelpool_extender_assignment_edits_ignored_total",
       "Watch events showing a bound pod's assignment changed, removed or unparsable; the cache "
       "kept the assignment the pod was bound with.");
+  auto key_errors = r.AddCounter(
+      "accelpool_extender_assignment_key_reload_errors_total",
+      "Re-reads of the assignment key directory that failed; the keys read before stay in use.");
   for (const Status& s :
        {latency.status(), requests.status(), filter.status(), conflicts.status(), failures.status(),
         nodes.status(), pods.status(), age.status(), dev_mem.status(), dev_cmp.status(),
-        node_mem.status(), node_cmp.status(), bad.status(), edits.status()}) {
+        node_mem.status(), node_cmp.status(), bad.status(), edits.status(), key_errors.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -55,6 +58,8 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.node_compute = *node_cmp;
   m.bad_requests = *bad;
   m.assignment_edits = *edits;
+  m.key_reload_errors = *key_errors;
+  m.key_reload_errors->Get();  // rendered from the start, for increase()
   return m;
 }
 

@@ -65,6 +65,9 @@ TEST_F(ExtenderTest, FilterAnswersEveryNodeWithReasons) {
   EXPECT_FALSE(d.failed["full"].empty());
   const std::string page = registry_.Serialize();
   EXPECT_NE(page.find("accelpool_extender_filter_nodes_total{outcome=\"fits\""), std::string::npos);
+  // Rendered from the start, so an alert on increase() sees the first one.
+  EXPECT_NE(page.find("accelpool_extender_assignment_key_reload_errors_total 0"),
+            std::string::npos);
 }
 
 TEST_F(ExtenderTest, NoFitRaisesAnEvent) {

@@ -24,6 +24,25 @@ using testing::TempDir;
 constexpr const char* kGpu = "nvidia.com/gpu";
 constexpr const char* kNpu = "huawei.com/Ascend910C";
 
+TEST(PluginMetricsTest, SignatureSeriesAreRenderedFromTheStartAndCount) {
+  MetricsRegistry registry;
+  StatusOr<std::unique_ptr<PluginMetrics>> m = PluginMetrics::New(registry);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::string page = registry.Serialize();
+  for (const char* line : {R"(accelpool_plugin_assignments_refused_total{reason="signature"} 0)",
+                           R"(accelpool_plugin_assignments_refused_total{reason="malformed"} 0)",
+                           "accelpool_plugin_assignment_key_reload_errors_total 0"}) {
+    EXPECT_NE(page.find(line), std::string::npos) << line << "\n" << page;
+  }
+  (*m)->AssignmentRefused("signature");
+  (*m)->AssignmentRefused("signature");
+  (*m)->AssignmentKeyReloadFailed();
+  page = registry.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_plugin_assignments_refused_total{reason="signature"} 2)"),
+            std::string::npos);
+  EXPECT_NE(page.find("accelpool_plugin_assignment_key_reload_errors_total 1"), std::string::npos);
+}
+
 class AllocatorTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -57,6 +57,12 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           "(signature, other_node, malformed).",
                           {"reason"}),
            &m->refused_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_assignment_key_reload_errors_total",
+                          "Re-reads of the assignment key directory that failed; the keys read "
+                          "before stay in use."),
+           &m->key_reload_errors_));
+  m->key_reload_errors_->Get();
   // Present from the start, so an alert on increase() sees the first one.
   for (const char* reason : {"signature", "other_node", "malformed"}) {
     m->refused_->WithLabels({reason});
@@ -76,6 +82,8 @@ void PluginMetrics::AllocateDone(const std::string& resource, bool ok, const std
 void PluginMetrics::AssignmentRefused(const std::string& reason) {
   refused_->WithLabels({reason}).Inc();
 }
+
+void PluginMetrics::AssignmentKeyReloadFailed() { key_reload_errors_->Get().Inc(); }
 
 void PluginMetrics::SetHealth(const std::string& vendor, const std::string& device, bool healthy) {
   healthy_->WithLabels({vendor, device}).Set(healthy ? 1 : 0);

@@ -10,6 +10,7 @@
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
 //   accelpool_plugin_assignments_refused_total{reason}        pod versions whose assignment
 //       was refused: signature (forged or edited), other_node, malformed
+//   accelpool_plugin_assignment_key_reload_errors_total       failed re-reads of the key dir
 //   accelpool_plugin_device_memory_mib{node,vendor,model,device}  device memory (capacity);
 //       joins the allocated series on (instance, device) for per-model and per-node pools
 //
@@ -41,6 +42,7 @@ class PluginMetrics {
   void Registered(const std::string& resource);
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
+  void AssignmentKeyReloadFailed();
 
  private:
   PluginMetrics() = default;
@@ -55,6 +57,7 @@ class PluginMetrics {
   GaugeFamily* pending_ = nullptr;
   GaugeFamily* capacity_ = nullptr;
   CounterFamily* refused_ = nullptr;
+  CounterFamily* key_reload_errors_ = nullptr;
 };
 
 }  // namespace accelpool::plugin

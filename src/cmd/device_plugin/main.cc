@@ -306,9 +306,10 @@ int Run(const Flags& flags) {
         return Fatal(log, "--assignment-key-dir", ring.status());
       }
       keys = std::move(ring).value();
-      keys->OnReloadError([log](const Status& st) {
+      keys->OnReloadError([log, m = metrics->get()](const Status& st) {
         log.Warn("re-reading the assignment keys failed; keeping the keys read before",
                  {{"error", st.ToString()}});
+        if (m != nullptr) m->AssignmentKeyReloadFailed();
       });
       pods->SetAssignmentKeys(keys.get());
       log.Info("verifying assignment signatures",

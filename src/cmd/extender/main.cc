@@ -258,9 +258,10 @@ int Run(const Flags& flags) {
         api::AssignmentKeyRing::Open(flags.assignment_key_dir);
     if (!ring.ok()) return fatal("--assignment-key-dir", ring.status());
     keys = std::move(ring).value();
-    keys->OnReloadError([log](const Status& st) {
+    keys->OnReloadError([log, errors = metrics->key_reload_errors](const Status& st) {
       log.Warn("re-reading the assignment keys failed; keeping the keys read before",
                {{"error", st.ToString()}});
+      errors->Get().Inc();
     });
     log.Info("signing assignments",
              {{"key_dir", flags.assignment_key_dir}, {"signing_key", keys->SigningKeyId()}});
