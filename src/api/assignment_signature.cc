@@ -126,6 +126,24 @@ StatusOr<std::string> SignAssignment(const SigningKeys& keys, std::string_view u
   return std::string(kVersion) + "." + keys.signing + "." + mac;
 }
 
+bool AwaitsAdmission(const nlohmann::json& pod) {
+  using Ptr = nlohmann::json::json_pointer;
+  const Ptr phase_ptr("/status/phase");
+  const nlohmann::json* phase = pod.contains(phase_ptr) ? &pod.at(phase_ptr) : nullptr;
+  if ((phase != nullptr && phase->is_string() && !phase->get_ref<const std::string&>().empty() &&
+       phase->get_ref<const std::string&>() != "Pending") ||
+      pod.contains(Ptr("/metadata/deletionTimestamp"))) {
+    return false;
+  }
+  for (const char* statuses : {"/status/containerStatuses", "/status/initContainerStatuses"}) {
+    const Ptr ptr(statuses);
+    if (pod.contains(ptr) && pod.at(ptr).is_array() && !pod.at(ptr).empty()) {
+      return false;  // admitted: kubelet has made its Allocate calls
+    }
+  }
+  return true;
+}
+
 std::string SignatureKeyId(std::string_view signature) {
   Parsed p;
   return Split(signature, &p) ? std::string(p.kid) : std::string();
@@ -248,6 +266,14 @@ Status AssignmentKeyRing::Verify(std::string_view uid, std::string_view node,
 std::string AssignmentKeyRing::SigningKeyId() const {
   std::lock_guard<std::mutex> lock(mu_);
   return keys_->signing;
+}
+
+std::vector<std::string> AssignmentKeyRing::KeyIds() {
+  std::shared_ptr<const SigningKeys> keys = Current(interval_);
+  std::vector<std::string> ids;
+  ids.reserve(keys->keys.size());
+  for (const auto& [id, key] : keys->keys) ids.push_back(id);
+  return ids;  // a std::map is sorted
 }
 
 Status AssignmentKeyRing::LastError() const {

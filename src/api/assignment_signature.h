@@ -29,14 +29,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
 namespace accelpool::api {
 
 inline constexpr const char* kAssignmentSignatureAnnotation = "accelpool.io/assignment-signature";
+// On the Node, written by the device plugin: the ids of the keys it verifies
+// with, sorted, comma-separated ("k1,k2"); absent when it checks no signature.
+inline constexpr const char* kAssignmentKeysAnnotation = "accelpool.io/assignment-keys";
 
 // The smallest key, in bytes.
 inline constexpr size_t kMinSigningKeyBytes = 32;
@@ -65,6 +70,14 @@ StatusOr<std::string> SignAssignment(const SigningKeys& keys, std::string_view u
 // bytes differ.
 Status VerifyAssignment(const SigningKeys& keys, std::string_view uid, std::string_view node,
                         std::string_view assignment, std::string_view signature);
+
+// Kubelet may still admit the pod, and so call Allocate for it: phase Pending
+// (or unset), not being deleted, no container status yet (kubelet allocates
+// every container's devices at admission, before it reports any status).
+// Only such pods' signatures are checked (an admitted pod's assignment is
+// used for no more Allocate calls), and a key may be dropped once no such
+// pod is signed with it.
+bool AwaitsAdmission(const nlohmann::json& pod);
 
 // The key id a signature names ("" when it is not a v1 signature).
 std::string SignatureKeyId(std::string_view signature);
@@ -97,6 +110,10 @@ class AssignmentKeyRing {
   const std::string& dir() const { return dir_; }
   // The id new signatures use, and the last re-read's error (Ok when fine).
   std::string SigningKeyId() const;
+  // The ids of the keys held, sorted, after a re-read when the last read is
+  // older than the interval (the device plugin publishes them on its Node,
+  // so a key rotation can see when a new key has reached every node).
+  std::vector<std::string> KeyIds();
   Status LastError() const;
 
  private:

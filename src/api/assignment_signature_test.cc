@@ -178,6 +178,7 @@ TEST_F(KeyDirTest, RingFollowsRotationAndKeepsKeysWhenAReadFails) {
   EXPECT_TRUE((*ring)->Verify("uid-1", "node-a", kText, new_sig).ok());
   EXPECT_EQ((*ring)->SigningKeyId(), "k2");
   EXPECT_TRUE((*ring)->Verify("uid-1", "node-a", kText, old_sig).ok());
+  EXPECT_EQ((*ring)->KeyIds(), (std::vector<std::string>{"k1", "k2"}));
 
   // A broken Secret keeps the keys read before.
   StatusOr<std::unique_ptr<AssignmentKeyRing>> fast =
@@ -188,6 +189,7 @@ TEST_F(KeyDirTest, RingFollowsRotationAndKeepsKeysWhenAReadFails) {
   WriteSecretVolume({{"signing", "k3"}, {"k1", kKey1}, {"k2", kKey2}}, 3);
   EXPECT_TRUE((*fast)->Verify("uid-1", "node-a", kText, old_sig).ok());
   EXPECT_EQ((*fast)->SigningKeyId(), "k2");
+  EXPECT_EQ((*fast)->KeyIds(), (std::vector<std::string>{"k1", "k2"}));
   EXPECT_NE((*fast)->LastError().message().find("names key \"k3\""), std::string::npos);
   ASSERT_FALSE(reported.empty());
   EXPECT_EQ(reported.back(), (*fast)->LastError().message());

@@ -37,4 +37,33 @@ Status ParseFlagTable(int argc, const char* const* argv,
   return Status::Ok();
 }
 
+StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::string_view value) {
+  const auto bad = [&] {
+    return InvalidArgumentError("--" + std::string(flag) + "=" + std::string(value) +
+                                " is not a duration; write it like 90s, 15m or 1h30m");
+  };
+  constexpr int64_t kMaxSeconds = 366LL * 24 * 3600;
+  const std::string_view units = "hms";
+  size_t next_unit = 0;  // units must come in the order h, m, s
+  int64_t total = 0;
+  size_t i = 0;
+  if (value.empty()) return bad();
+  while (i < value.size()) {
+    int64_t n = 0;
+    size_t digits = 0;
+    for (; i < value.size() && value[i] >= '0' && value[i] <= '9'; ++i, ++digits) {
+      if (n > kMaxSeconds) return bad();
+      n = n * 10 + (value[i] - '0');
+    }
+    if (digits == 0 || i == value.size()) return bad();
+    const size_t unit = units.find(value[i], next_unit);
+    if (unit == std::string_view::npos) return bad();
+    next_unit = unit + 1;
+    ++i;
+    total += n * (unit == 0 ? 3600 : unit == 1 ? 60 : 1);
+    if (total > kMaxSeconds) return bad();
+  }
+  return std::chrono::seconds(total);
+}
+
 }  // namespace accelpool

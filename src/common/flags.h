@@ -9,8 +9,10 @@
 #ifndef ACCELPOOL_COMMON_FLAGS_H_
 #define ACCELPOOL_COMMON_FLAGS_H_
 
+#include <chrono>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -19,6 +21,11 @@ namespace accelpool {
 Status ParseFlagTable(int argc, const char* const* argv,
                       const std::map<std::string, std::string*>& strings,
                       const std::map<std::string, bool*>& bools);
+
+// A duration flag's value: whole numbers with units h, m, s, in that order
+// ("90s", "15m", "1h30m"). kInvalidArgument naming `flag` otherwise (also for
+// an empty value or more than a year).
+StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::string_view value);
 
 }  // namespace accelpool
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace accelpool {
 namespace {
 
@@ -33,6 +35,24 @@ TEST(FlagsTest, BadInputIsRejectedWithAReason) {
   EXPECT_NE(Parse({"--nope=1"}, &p).message().find("unknown flag --nope"), std::string::npos);
   EXPECT_NE(Parse({"--policy"}, &p).message().find("needs a value"), std::string::npos);
   EXPECT_NE(Parse({"--quiet=maybe"}, &p).message().find("true or false"), std::string::npos);
+}
+
+TEST(FlagsTest, Durations) {
+  using std::chrono::seconds;
+  const std::pair<const char*, int64_t> good[] = {{"90s", 90},  {"15m", 900},     {"1h30m", 5400},
+                                                  {"2h", 7200}, {"1h2m3s", 3723}, {"0s", 0}};
+  for (const auto& [text, want] : good) {
+    StatusOr<seconds> d = ParseDurationFlag("poll", text);
+    ASSERT_TRUE(d.ok()) << text << ": " << d.status().ToString();
+    EXPECT_EQ(d->count(), want) << text;
+  }
+  for (const char* text :
+       {"", "10", "m", "1x", "5m1h", "1h1h", "-5s", "1.5h", "99999999999999h", "10000h"}) {
+    StatusOr<seconds> d = ParseDurationFlag("poll", text);
+    ASSERT_FALSE(d.ok()) << text;
+    EXPECT_NE(d.status().message().find("--poll="), std::string::npos) << d.status().message();
+    EXPECT_NE(d.status().message().find("like 90s"), std::string::npos);
+  }
 }
 
 }  // namespace

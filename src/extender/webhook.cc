@@ -13,6 +13,7 @@
 #include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/wire.h"
+#include "kube/config.h"
 
 namespace accelpool::extender {
 namespace {
@@ -165,35 +166,6 @@ Json Review(const std::string& uid, Json response) {
 
 }  // namespace
 
-std::string Base64Encode(std::string_view in) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) |
-                       static_cast<uint8_t>(in[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = static_cast<uint8_t>(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
 Webhook::Webhook(WebhookOptions options, const Cache* cache, Logger log)
     : options_(std::move(options)), cache_(cache), log_(std::move(log)) {}
 
@@ -299,7 +271,8 @@ Reply Webhook::Mutate(std::string_view body) const {
     }
     if (!patch.empty()) {
       allowed["patchType"] = "JSONPatch";
-      allowed["patch"] = Base64Encode(patch.dump(-1, ' ', false, Json::error_handler_t::replace));
+      allowed["patch"] =
+          kube::Base64Encode(patch.dump(-1, ' ', false, Json::error_handler_t::replace));
     }
     return Reply{200, Review(uid, allowed).dump(-1, ' ', false, Json::error_handler_t::replace)};
   } catch (const std::exception& e) {

@@ -52,8 +52,6 @@ class Webhook {
   const Logger log_;
 };
 
-std::string Base64Encode(std::string_view in);
-
 }  // namespace accelpool::extender
 
 #endif  // ACCELPOOL_EXTENDER_WEBHOOK_H_

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "extender/test_util.h"
+#include "kube/config.h"
 
 namespace accelpool::extender {
 namespace {
@@ -19,14 +20,6 @@ nlohmann::json PodWithLimits(const nlohmann::json& limits, const std::string& sc
                                                    {"resources", {{"limits", limits}}}}}}}}};
   if (!scheduler.empty()) pod["spec"]["schedulerName"] = scheduler;
   return pod;
-}
-
-TEST(WebhookTest, Base64) {
-  EXPECT_EQ(Base64Encode(""), "");
-  EXPECT_EQ(Base64Encode("f"), "Zg==");
-  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
-  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
-  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
 }
 
 TEST(WebhookTest, MutatesRoutesAndRejects) {
@@ -69,7 +62,7 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
     } else {
       ASSERT_TRUE(got["response"].contains("patch")) << r.body;
       EXPECT_EQ(got["response"]["patchType"], "JSONPatch");
-      EXPECT_EQ(got["response"]["patch"], Base64Encode(c.want_patch));
+      EXPECT_EQ(got["response"]["patch"], kube::Base64Encode(c.want_patch));
     }
     if (!c.want_allowed) {
       EXPECT_NE(got["response"]["status"]["message"].get<std::string>().find(c.want_message),

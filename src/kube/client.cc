@@ -46,6 +46,11 @@ const Resource& ConfigMaps() {
   return kR;
 }
 
+const Resource& Secrets() {
+  static const Resource kR{"/api/v1", "secrets", true};
+  return kR;
+}
+
 Status StatusFromHttp(int http_status, const std::string& body, const std::string& what) {
   std::string message, reason;
   json j = json::parse(body, nullptr, false);

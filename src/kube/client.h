@@ -48,6 +48,7 @@ const Resource& Leases();      // coordination.k8s.io/v1
 const Resource& Events();      // events.k8s.io/v1
 const Resource& CoreEvents();  // v1 events
 const Resource& ConfigMaps();
+const Resource& Secrets();
 
 struct ListOptions {
   std::string label_selector;  // "app=x,tier!=y"

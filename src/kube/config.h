@@ -64,8 +64,10 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
 // `kubeconfig` if not empty, else $KUBECONFIG, else in-cluster.
 StatusOr<KubeConfig> LoadDefault(const std::string& kubeconfig, const EnvLookup& env);
 
-// Base64 decoding for *-data fields; kInvalidArgument on bad input.
+// Base64 decoding for *-data fields (and Secret data); kInvalidArgument on bad input.
 StatusOr<std::string> Base64Decode(std::string_view in);
+// Standard base64 with padding (Secret data, admission patches).
+std::string Base64Encode(std::string_view in);
 
 }  // namespace accelpool::kube
 

@@ -61,6 +61,15 @@ TEST_F(ConfigTest, Base64) {
   }
   EXPECT_FALSE(Base64Decode("ab$c").ok());
   EXPECT_FALSE(Base64Decode("ab=c").ok());
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+  for (const std::string& s :
+       std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
+    EXPECT_EQ(*Base64Decode(Base64Encode(s)), s);
+  }
 }
 
 TEST_F(ConfigTest, InCluster) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "api/assignment_signature.h"
 #include "api/inventory_codec.h"
 
 namespace accelpool::plugin {
@@ -118,6 +119,39 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
     log_.Info("removed a stale node label", {{"label", k}});
   }
   log_.Info("published the node inventory", {{"generation", generation_}});
+  return true;
+}
+
+StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids) {
+  std::string value;
+  for (const std::string& id : ids) {
+    value += (value.empty() ? "" : ",") + id;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!keys_loaded_) {
+    StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);
+    if (!obj.ok()) {
+      return obj.status().WithPrefix("reading node " + node_);
+    }
+    auto ptr = nlohmann::json::json_pointer(std::string("/metadata/annotations/") +
+                                            "accelpool.io~1assignment-keys");
+    last_keys_ = obj->contains(ptr) && obj->at(ptr).is_string() ? obj->at(ptr).get<std::string>()
+                                                                : std::string();
+    keys_loaded_ = true;
+  }
+  if (value == last_keys_) {
+    return false;
+  }
+  nlohmann::json patch;
+  patch["metadata"]["annotations"][api::kAssignmentKeysAnnotation] =
+      value.empty() ? nlohmann::json(nullptr) : nlohmann::json(value);
+  StatusOr<nlohmann::json> r =
+      client_->Patch(kube::Nodes(), "", node_, kube::PatchType::kMerge, patch);
+  if (!r.ok()) {
+    return r.status().WithPrefix("publishing the assignment key ids of node " + node_);
+  }
+  last_keys_ = std::move(value);
+  log_.Info("published the assignment key ids", {{"keys", last_keys_}});
   return true;
 }
 

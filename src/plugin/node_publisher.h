@@ -15,7 +15,14 @@
 // Labels this publisher never derived are left alone, accelpool.io/ ones
 // included (a hand-set accelpool.io/vendor.<v> of another DaemonSet).
 //
-// Thread-safety: Publish() may be called from any thread; calls are serialised.
+// PublishKeyIds writes accelpool.io/assignment-keys, the ids of the assignment
+// keys the plugin verifies with (api/assignment_signature.h), the same way:
+// only when they differ from the last ones written or found on the Node; no
+// ids removes the annotation. A key rotation (accelpool-keys) reads it to
+// know when a new key has reached every node.
+//
+// Thread-safety: Publish() and PublishKeyIds() may be called from any thread;
+// calls are serialised.
 #ifndef ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
 #define ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
 
@@ -43,6 +50,9 @@ class NodePublisher {
   // next change or timer).
   StatusOr<bool> Publish(const std::vector<core::NodeInventory>& inventories);
 
+  // Writes the key ids (sorted) when they changed; returns whether it wrote.
+  StatusOr<bool> PublishKeyIds(const std::vector<std::string>& ids);
+
   int64_t generation() const;
 
  private:
@@ -54,6 +64,8 @@ class NodePublisher {
   int64_t generation_ = 0;  // guarded by mu_
   std::string last_body_;   // serialised inventories with generation 0; guarded by mu_
   std::map<std::string, std::string> last_labels_;  // NodeLabels of last_body_; guarded by mu_
+  bool keys_loaded_ = false;                        // guarded by mu_
+  std::string last_keys_;  // the key ids annotation ("" when absent); guarded by mu_
 };
 
 }  // namespace accelpool::plugin

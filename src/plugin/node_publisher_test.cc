@@ -123,5 +123,36 @@ TEST_F(NodePublisherTest, AFailedWriteRemovesTheStaleLabelsOnTheRetry) {
   EXPECT_FALSE(Labels().contains("accelpool.io/super-node"));
 }
 
+TEST_F(NodePublisherTest, PublishesTheAssignmentKeyIdsOnlyWhenTheyChange) {
+  const auto annotation = [&]() -> json {
+    auto node = api_.Object(kNodes, "node-a");
+    EXPECT_TRUE(node.has_value());
+    const json::json_pointer ptr("/metadata/annotations/accelpool.io~1assignment-keys");
+    return node.has_value() && node->contains(ptr) ? node->at(ptr) : json();
+  };
+  {
+    NodePublisher pub(client_.get(), "node-a", Logger());
+    EXPECT_FALSE(*pub.PublishKeyIds({}));  // absent already: nothing to write
+    EXPECT_TRUE(*pub.PublishKeyIds({"k1"}));
+    EXPECT_EQ(annotation(), "k1");
+    EXPECT_FALSE(*pub.PublishKeyIds({"k1"}));
+    api_.FailNext(1, 500);
+    EXPECT_FALSE(pub.PublishKeyIds({"k1", "k2"}).ok());
+    EXPECT_EQ(annotation(), "k1");
+    EXPECT_TRUE(*pub.PublishKeyIds({"k1", "k2"}));  // the retry writes
+    EXPECT_EQ(annotation(), "k1,k2");
+  }
+  // A restarted plugin finds what the last run wrote and does not rewrite it;
+  // a plugin that checks no signature any more removes it.
+  NodePublisher again(client_.get(), "node-a", Logger());
+  const size_t before = api_.Requests().size();
+  EXPECT_FALSE(*again.PublishKeyIds({"k1", "k2"}));
+  EXPECT_EQ(api_.Requests().size(), before + 1);  // the one read of the Node
+  EXPECT_TRUE(*again.PublishKeyIds({}));
+  EXPECT_TRUE(annotation().is_null());
+  // The inventory's own annotation and labels are untouched by all this.
+  EXPECT_EQ(Labels().value("nvidia.com/gpu.present", ""), "true");
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

@@ -47,25 +47,6 @@ PodRef RefOf(const json& pod) {
   return r;
 }
 
-// Kubelet may still admit the pod (and so call Allocate for it): phase
-// Pending (or unset), not being deleted, no container status yet (kubelet
-// allocates every container's devices at admission, before it reports any
-// status).
-bool Admissible(const json& pod) {
-  const std::string phase = Str(pod, json::json_pointer("/status/phase"));
-  if ((!phase.empty() && phase != "Pending") ||
-      pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
-    return false;
-  }
-  for (const char* statuses : {"/status/containerStatuses", "/status/initContainerStatuses"}) {
-    const json::json_pointer ptr(statuses);
-    if (pod.contains(ptr) && pod.at(ptr).is_array() && !pod.at(ptr).empty()) {
-      return false;  // admitted: kubelet has made its Allocate calls
-    }
-  }
-  return true;
-}
-
 StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
                                                api::AssignmentKeyRing* keys) {
   const std::string phase = Str(pod, json::json_pointer("/status/phase"));
@@ -109,10 +90,21 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   // Signed assignments: one that kubelet may still allocate from must be the
   // extender's own. An admitted pod's is no longer used for an Allocate (and
   // may predate signing), so it is not checked.
-  if (keys != nullptr && Admissible(pod)) {
+  if (keys != nullptr && api::AwaitsAdmission(pod)) {
     const std::string sig = Str(pod, json::json_pointer(std::string("/metadata/annotations/") +
                                                         "accelpool.io~1assignment-signature"));
     if (Status st = keys->Verify(e.pod.uid, node, text, sig); !st.ok()) {
+      if (st.code() == StatusCode::kNotFound) {
+        // A key this node does not hold (yet): during a key rotation the
+        // Secret reaches the nodes up to about a minute apart. Read again
+        // at the next lookup (PodSync::Apply keeps no version for it).
+        return NotFoundError("pod " + e.pod.Key() + ": its " + api::kAssignmentAnnotation +
+                             " is refused for now: " + st.message() +
+                             "; if an assignment key rotation is under way, the key reaches "
+                             "this node with the Secret (accelpool-keys status shows which "
+                             "nodes hold which keys); otherwise delete the pod so the "
+                             "scheduler assigns it again");
+      }
       return PermissionDeniedError("pod " + e.pod.Key() + ": its " + api::kAssignmentAnnotation +
                                    " is refused: " + st.message() +
                                    "; delete the pod so the scheduler assigns it again");
@@ -155,7 +147,7 @@ std::map<std::string, std::string> ExtendedResources(const json& container) {
 
 std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
                                                  const api::Assignment* assignment) {
-  if (!Admissible(pod)) {
+  if (!api::AwaitsAdmission(pod)) {
     return {};
   }
   std::vector<UnassignedRequest> out;
@@ -243,7 +235,10 @@ void PodSync::Apply(const nlohmann::json& pod) {
     store_->Replace(
         entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
         entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned));
-    if (!ref.uid.empty() && !version.empty()) {
+    // A pod refused for a key this node does not hold yet keeps no version,
+    // so the next refresh reads it again (by then the key may be here).
+    const bool retry = !e.ok() && e.status().code() == StatusCode::kNotFound;
+    if (!ref.uid.empty() && !version.empty() && !retry) {
       applied_[ref.uid] = version;
     } else {
       applied_.erase(ref.uid);
@@ -264,6 +259,7 @@ void PodSync::Apply(const nlohmann::json& pod) {
     if (on_refused_) {
       const StatusCode code = e.status().code();
       on_refused_(code == StatusCode::kPermissionDenied     ? "signature"
+                  : code == StatusCode::kNotFound           ? "unknown_key"
                   : code == StatusCode::kFailedPrecondition ? "other_node"
                                                             : "malformed");
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <thread>
@@ -234,6 +235,7 @@ TEST(SignedAssignmentTest, OnlyTheExtendersAssignmentIsAllocatedFrom) {
     std::string name;
     json pod;
     std::string reason;
+    StatusCode code = StatusCode::kPermissionDenied;
   } refused[] = {
       {"no signature", PodJson("p", "node-a", {{"accelpool.io/assignment", text}}),
        "has no accelpool.io/assignment-signature"},
@@ -252,13 +254,13 @@ TEST(SignedAssignmentTest, OnlyTheExtendersAssignmentIsAllocatedFrom) {
          p["metadata"]["annotations"]["accelpool.io/assignment-signature"] =
              "v1.k7." + (*ann)["accelpool.io/assignment-signature"].get<std::string>().substr(6);
        }),
-       "key \"k7\""},
+       "key \"k7\"", StatusCode::kNotFound},
   };
   for (const Case& c : refused) {
     SCOPED_TRACE(c.name);
     auto e = EntryFromPod(c.pod, "node-a", keys.get());
     ASSERT_FALSE(e.ok());
-    EXPECT_EQ(e.status().code(), StatusCode::kPermissionDenied);
+    EXPECT_EQ(e.status().code(), c.code);
     EXPECT_NE(e.status().message().find(c.reason), std::string::npos) << e.status().message();
     EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
     // Without a key ring nothing is checked.
@@ -385,6 +387,68 @@ RefreshRequests RequestsSince(const kube::FakeApiServer& api, size_t from) {
   }
   std::sort(r.gets.begin(), r.gets.end());
   return r;
+}
+
+// A key rotation's race: the extender signs with a key that has not reached
+// this node's Secret volume yet. The pod is refused for now (counted as
+// unknown_key, reported once), and re-read by the next lookup's refresh, which
+// finds it once the key is here; a forged signature is not retried.
+TEST_F(KubeSideTest, AnAssignmentSignedWithAKeyNotHereYetIsReadAgainOnTheNextRefresh) {
+  api::testing::TempKeyDir node_dir;  // k1 only
+  api::testing::TempKeyDir extender_dir(
+      {{"signing", "k2"}, {"k1", api::testing::kTestKey}, {"k2", std::string(40, 'z')}});
+  std::unique_ptr<api::AssignmentKeyRing> node_keys =
+      std::move(api::AssignmentKeyRing::Open(node_dir.path(), std::chrono::seconds(3600),
+                                             std::chrono::milliseconds(0)))
+          .value();
+  std::unique_ptr<api::AssignmentKeyRing> extender_keys = extender_dir.Ring();
+  api_.Put(kPods,
+           SignedPodJson(*extender_keys, "early", "node-a", AssignmentText("node-a", "GPU-e")));
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(client_.get(), "node-a", &store, &reporter, Logger());
+  sync.SetAssignmentKeys(node_keys.get());
+  std::vector<std::string> refused;
+  sync.OnRefused([&](const std::string& reason) { refused.push_back(reason); });
+  sync.Start();
+  ASSERT_TRUE(sync.WaitForSync(std::chrono::seconds(5)));
+  sync.Stop();
+  ASSERT_EQ(refused, std::vector<std::string>{"unknown_key"});
+  ASSERT_EQ(reporter.entries().size(), 1u);
+  EXPECT_NE(reporter.entries()[0].message.find("rotation"), std::string::npos)
+      << reporter.entries()[0].message;
+  EXPECT_FALSE(store.Match("nvidia.com/gpu", {api::SlotId("GPU-e", 1)}).ok());
+
+  // Still missing: read again, refused again, but reported only once.
+  size_t mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  EXPECT_EQ(RequestsSince(api_, mark).gets, std::vector<std::string>{"early"});
+  EXPECT_EQ(refused.size(), 1u);
+  EXPECT_EQ(reporter.entries().size(), 1u);
+
+  // kubelet updates the Secret volume: the next refresh reads the pod, the
+  // ring re-reads for the unknown key id, and the assignment is held.
+  std::ofstream(std::filesystem::path(node_dir.path()) / "k2") << std::string(40, 'z');
+  ASSERT_TRUE(sync.Refresh().ok());
+  auto m = store.Match("nvidia.com/gpu", {api::SlotId("GPU-e", 1)});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->pod.name, "early");
+  // Held at its version now: not read again.
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  EXPECT_TRUE(RequestsSince(api_, mark).gets.empty());
+
+  // A signature that does not match is final: its version is kept, so it is
+  // not read again on every lookup.
+  json forged =
+      SignedPodJson(*extender_keys, "forged", "node-a", AssignmentText("node-a", "GPU-f"));
+  forged["metadata"]["annotations"]["accelpool.io/assignment"] = AssignmentText("node-a", "GPU-g");
+  api_.Put(kPods, forged);
+  ASSERT_TRUE(sync.Refresh().ok());
+  EXPECT_EQ(refused, (std::vector<std::string>{"unknown_key", "signature"}));
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.Refresh().ok());
+  EXPECT_TRUE(RequestsSince(api_, mark).gets.empty());
 }
 
 // The refresh on kubelet's path lists metadata only and reads in full just

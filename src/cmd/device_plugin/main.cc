@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "api/inventory_codec.h"
 #include "common/flags.h"
@@ -374,8 +375,9 @@ int Run(const Flags& flags) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
   // Every 5 s: usage gauges from the assignments (off kubelet's path; a
-  // scrape sees a new pod's share within one tick), and the inventory again
-  // (a no-op unless an earlier write failed or something changed). Every
+  // scrape sees a new pod's share within one tick), and the inventory and
+  // the assignment key ids again (no-ops unless an earlier write failed or
+  // something changed). Every
   // 5 min, starting now: the state dirs of pods that went while the plugin
   // was not watching (deleted pods' dirs go at once).
   constexpr int kSweepEvery = 60;
@@ -392,6 +394,13 @@ int Run(const Flags& flags) {
         StatusOr<bool> wrote = pub->Publish(plugin.state().Get()->inventories);
         if (!wrote.ok()) {
           log.Warn("publishing the inventory failed", {{"error", wrote.status().ToString()}});
+        }
+        // The key ids this plugin verifies with (re-read every 30 s), for a
+        // key rotation to see when a new key has reached this node.
+        wrote = pub->PublishKeyIds(keys != nullptr ? keys->KeyIds() : std::vector<std::string>());
+        if (!wrote.ok()) {
+          log.Warn("publishing the assignment key ids failed",
+                   {{"error", wrote.status().ToString()}});
         }
       }
       continue;

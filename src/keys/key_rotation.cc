@@ -1,0 +1,397 @@
+#include "keys/key_rotation.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <utility>
+
+#include "kube/config.h"
+
+namespace accelpool::keys {
+namespace {
+
+using nlohmann::json;
+using Ptr = json::json_pointer;
+
+// Random key bytes, as text (the components read a key file's text).
+constexpr size_t kNewKeyRandomBytes = 48;
+// Names listed in a progress line or an error, at most.
+constexpr size_t kListed = 10;
+// Failed reads in a row (apiserver unavailable) before a run gives up.
+constexpr int kUnavailableRetries = 30;
+
+std::string Str(const json& obj, const Ptr& ptr) {
+  if (!obj.contains(ptr)) return "";
+  const json& v = obj.at(ptr);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+std::vector<std::string> Split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// "a, b, c and 7 more".
+std::string Listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kListed; ++i) {
+    out += (i == 0 ? "" : ", ") + names[i];
+  }
+  if (names.size() > kListed) {
+    out += " and " + std::to_string(names.size() - kListed) + " more";
+  }
+  return out;
+}
+
+bool NodeReady(const json& node) {
+  const Ptr ptr("/status/conditions");
+  if (!node.contains(ptr) || !node.at(ptr).is_array()) return false;
+  for (const json& c : node.at(ptr)) {
+    if (c.is_object() && c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  }
+  return false;
+}
+
+std::string Secs(std::chrono::seconds s) { return std::to_string(s.count()) + " s"; }
+
+}  // namespace
+
+const char* RotationPhaseName(RotationPhase p) {
+  switch (p) {
+    case RotationPhase::kSteady:
+      return "steady";
+    case RotationPhase::kAdded:
+      return "added";
+    case RotationPhase::kSwitched:
+      return "switched";
+  }
+  return "unknown";
+}
+
+std::vector<std::string> RotationState::NodesWithout(const std::string& key) const {
+  std::vector<std::string> out;
+  for (const auto& [node, ids] : node_keys) {
+    if (std::find(ids.begin(), ids.end(), key) == ids.end()) out.push_back(node);
+  }
+  return out;
+}
+
+int64_t KeyNumber(const std::string& id) {
+  if (id.size() < 2 || id.size() > 10 || id[0] != 'k') return -1;
+  int64_t n = 0;
+  for (size_t i = 1; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9') return -1;
+    n = n * 10 + (id[i] - '0');
+  }
+  return n;
+}
+
+std::string NextKeyId(const api::SigningKeys& keys) {
+  int64_t top = 0;
+  for (const auto& [id, key] : keys.keys) top = std::max(top, KeyNumber(id));
+  return "k" + std::to_string(top + 1);
+}
+
+std::string FormatTime(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+StatusOr<std::chrono::system_clock::time_point> ParseTime(const std::string& text) {
+  std::tm tm{};
+  char z = 0;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &z, &consumed) != 7 ||
+      z != 'Z' || static_cast<size_t>(consumed) != text.size() || tm.tm_mon < 1 || tm.tm_mon > 12 ||
+      tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60) {
+    return InvalidArgumentError("\"" + text + "\" is not an RFC 3339 UTC time like " +
+                                "2026-12-01T02:03:04Z");
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return std::chrono::system_clock::from_time_t(timegm(&tm));
+}
+
+KeyRotation::KeyRotation(kube::KubeClient* client, RotationOptions options, Logger log, Clock clock)
+    : client_(client),
+      options_(std::move(options)),
+      log_(std::move(log)),
+      clock_(std::move(clock)) {}
+
+void KeyRotation::Sleep() {
+  if (clock_.sleep) {
+    clock_.sleep(options_.poll);
+  } else {
+    std::this_thread::sleep_for(options_.poll);
+  }
+}
+
+StatusOr<RotationState> KeyRotation::Read() {
+  const std::string where = "secret " + options_.ns + "/" + options_.secret;
+  StatusOr<json> secret = client_->Get(kube::Secrets(), options_.ns, options_.secret);
+  if (!secret.ok()) {
+    if (secret.status().code() == StatusCode::kNotFound) {
+      return NotFoundError(where +
+                           " does not exist: install the chart with assignmentSigning.enabled=true "
+                           "(its hook creates it), or name the right one with --namespace and "
+                           "--secret");
+    }
+    return secret.status().WithPrefix("reading " + where);
+  }
+  RotationState s;
+  s.resource_version = Str(*secret, Ptr("/metadata/resourceVersion"));
+  s.switched_at = Str(*secret, Ptr(std::string("/metadata/annotations/") +
+                                   "accelpool.io~1assignment-key-switched-at"));
+  std::map<std::string, std::string> files;
+  if (secret->contains("data") && secret->at("data").is_object()) {
+    for (const auto& [name, value] : secret->at("data").items()) {
+      if (!value.is_string()) {
+        return InvalidArgumentError(where + ": data." + name + " is not a string");
+      }
+      StatusOr<std::string> bytes = kube::Base64Decode(value.get<std::string>());
+      if (!bytes.ok()) return bytes.status().WithPrefix(where + ": data." + name);
+      files[name] = std::move(bytes).value();
+    }
+  }
+  StatusOr<api::SigningKeys> keys = api::ParseSigningKeys(files);
+  if (!keys.ok()) {
+    return keys.status().WithPrefix(where + " is not a usable key set (fix it before rotating)");
+  }
+  s.keys = std::move(keys).value();
+  int64_t top = -1;
+  s.newest = s.keys.signing;
+  for (const auto& [id, key] : s.keys.keys) {
+    if (KeyNumber(id) > top && KeyNumber(id) > KeyNumber(s.keys.signing)) {
+      top = KeyNumber(id);
+      s.newest = id;
+    }
+  }
+  s.phase = s.keys.keys.size() == 1      ? RotationPhase::kSteady
+            : s.newest != s.keys.signing ? RotationPhase::kAdded
+                                         : RotationPhase::kSwitched;
+
+  StatusOr<kube::ListResult> nodes = client_->List(kube::Nodes(), "", kube::ListOptions{});
+  if (!nodes.ok()) return nodes.status().WithPrefix("listing the nodes");
+  const Ptr keys_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-keys");
+  const Ptr inventory_ptr(std::string("/metadata/annotations/") + "accelpool.io~1inventory");
+  for (const json& node : nodes->items) {
+    const std::string name = Str(node, Ptr("/metadata/name"));
+    if (name.empty()) continue;
+    if (!node.contains(keys_ptr) || !node.at(keys_ptr).is_string()) {
+      if (node.contains(inventory_ptr)) s.unreported.push_back(name);
+      continue;
+    }
+    if (!NodeReady(node)) {
+      s.not_ready.push_back(name);
+      continue;
+    }
+    s.node_keys[name] = Split(node.at(keys_ptr).get<std::string>());
+  }
+
+  if (s.phase == RotationPhase::kSwitched) {
+    kube::ListOptions o;
+    o.field_selector = "status.phase=Pending";
+    StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
+    if (!pods.ok()) return pods.status().WithPrefix("listing the pending pods");
+    const Ptr sig_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-signature");
+    for (const json& pod : pods->items) {
+      const std::string kid = api::SignatureKeyId(Str(pod, sig_ptr));
+      if (kid.empty() || kid == s.keys.signing || !api::AwaitsAdmission(pod)) continue;
+      s.pods_with_old_keys.push_back(Str(pod, Ptr("/metadata/namespace")) + "/" +
+                                     Str(pod, Ptr("/metadata/name")) + " (key " + kid + ", node " +
+                                     Str(pod, Ptr("/spec/nodeName")) + ")");
+    }
+    std::sort(s.pods_with_old_keys.begin(), s.pods_with_old_keys.end());
+  }
+  return s;
+}
+
+Status KeyRotation::Write(const RotationState& s,
+                          const std::map<std::string, std::string>& set_data,
+                          const std::vector<std::string>& drop_data,
+                          const std::string& switched_at) {
+  // A merge patch with the resourceVersion read: a Secret edited since
+  // answers a conflict (kAborted) and the step starts over from a new read.
+  json patch;
+  patch["metadata"]["resourceVersion"] = s.resource_version;
+  patch["metadata"]["annotations"][kSwitchedAtAnnotation] =
+      switched_at.empty() ? json(nullptr) : json(switched_at);
+  patch["data"] = json::object();
+  for (const auto& [name, value] : set_data) patch["data"][name] = kube::Base64Encode(value);
+  for (const std::string& name : drop_data) patch["data"][name] = nullptr;
+  StatusOr<json> r =
+      client_->Patch(kube::Secrets(), options_.ns, options_.secret, kube::PatchType::kMerge, patch);
+  if (!r.ok()) {
+    return r.status().WithPrefix("updating secret " + options_.ns + "/" + options_.secret);
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> KeyRotation::Step(const RotationState& s) {
+  const auto now = clock_.now();
+  const std::string& signing = s.keys.signing;
+  switch (s.phase) {
+    case RotationPhase::kSteady: {
+      if (started_) return true;
+      std::string random(kNewKeyRandomBytes, '\0');
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(random.data()),
+                     static_cast<int>(random.size())) != 1) {
+        return InternalError("no random bytes from OpenSSL for the new key; nothing was changed");
+      }
+      const std::string id = NextKeyId(s.keys);
+      ACCELPOOL_RETURN_IF_ERROR(Write(s, {{id, kube::Base64Encode(random)}}, {}, ""));
+      started_ = true;
+      log_.Info("step 1 of 3: added a new key; the old one still signs",
+                {{"key", id}, {"signing", signing}});
+      return false;
+    }
+    case RotationPhase::kAdded: {
+      const std::vector<std::string> missing = s.NodesWithout(s.newest);
+      if (missing.empty()) {
+        if (s.node_keys.empty()) {
+          log_.Warn("no Ready node reports its assignment keys; switching without waiting",
+                    {{"key", s.newest}});
+        }
+        ACCELPOOL_RETURN_IF_ERROR(Write(s, {{"signing", s.newest}}, {}, FormatTime(now)));
+        started_ = true;
+        log_.Info("step 2 of 3: the new key signs; the old ones are still accepted",
+                  {{"signing", s.newest},
+                   {"nodes", static_cast<int64_t>(s.node_keys.size())},
+                   {"not_ready", static_cast<int64_t>(s.not_ready.size())}});
+        return false;
+      }
+      const std::string waiting = "nodes:" + s.newest;
+      if (waiting_for_ != waiting) {
+        waiting_for_ = waiting;
+        waiting_since_ = now;
+      }
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - waiting_since_);
+      if (waited >= options_.node_timeout) {
+        return DeadlineExceededError(
+            "key " + s.newest + " has not reached " + std::to_string(missing.size()) + " of " +
+            std::to_string(s.node_keys.size()) + " nodes in " + Secs(waited) + ": " +
+            Listed(missing) + ". The rotation stays at step 1 (every key is accepted, " + signing +
+            " still signs). Check the device plugin on those nodes (its log, and "
+            "accelpool_plugin_assignment_key_reload_errors_total), then run accelpool-keys "
+            "rotate again to resume");
+      }
+      log_.Info("waiting for the new key to reach every node",
+                {{"key", s.newest},
+                 {"nodes_with_key", static_cast<int64_t>(s.node_keys.size() - missing.size())},
+                 {"nodes", static_cast<int64_t>(s.node_keys.size())},
+                 {"waiting_for", Listed(missing)},
+                 {"waited_s", static_cast<int64_t>(waited.count())}});
+      Sleep();
+      return false;
+    }
+    case RotationPhase::kSwitched: {
+      StatusOr<std::chrono::system_clock::time_point> since = ParseTime(s.switched_at);
+      if (!since.ok()) {
+        // Switched by hand, or the note was lost: the settling time counts
+        // from now.
+        ACCELPOOL_RETURN_IF_ERROR(Write(s, {}, {}, FormatTime(now)));
+        log_.Info("the signing key was switched without a time on record; waiting from now",
+                  {{"signing", signing}});
+        return false;
+      }
+      const auto after = std::chrono::duration_cast<std::chrono::seconds>(now - *since);
+      if (after < options_.settle) {
+        log_.Info("waiting for the extender to re-read the Secret and sign with the new key",
+                  {{"signing", signing},
+                   {"left_s", static_cast<int64_t>((options_.settle - after).count())}});
+        Sleep();
+        return false;
+      }
+      if (!s.pods_with_old_keys.empty()) {
+        if (after >= options_.drain_timeout) {
+          return DeadlineExceededError(
+              std::to_string(s.pods_with_old_keys.size()) +
+              " pods signed with an old key still wait for admission " + Secs(after) +
+              " after the switch: " + Listed(s.pods_with_old_keys) +
+              ". The rotation stays at step 2 (" + signing +
+              " signs, the old keys are still accepted). Look at why they are not admitted "
+              "(kubectl describe pod), or delete them so the scheduler assigns them again, then "
+              "run accelpool-keys rotate again to resume");
+        }
+        log_.Info("waiting for pods signed with an old key to be admitted",
+                  {{"pods", static_cast<int64_t>(s.pods_with_old_keys.size())},
+                   {"waiting_for", Listed(s.pods_with_old_keys)}});
+        Sleep();
+        return false;
+      }
+      std::vector<std::string> old;
+      for (const auto& [id, key] : s.keys.keys) {
+        if (id != signing) old.push_back(id);
+      }
+      ACCELPOOL_RETURN_IF_ERROR(Write(s, {}, old, ""));
+      started_ = true;
+      log_.Info("step 3 of 3: dropped the old keys",
+                {{"dropped", Listed(old)}, {"signing", signing}});
+      return false;
+    }
+  }
+  return InternalError("unknown rotation phase");
+}
+
+Status KeyRotation::Rotate() {
+  bool first = true;
+  int unavailable = 0;
+  while (true) {
+    StatusOr<RotationState> s = Read();
+    if (!s.ok()) {
+      // A restarting apiserver is waited out for a while; anything else ends the run.
+      if (s.status().code() != StatusCode::kUnavailable || ++unavailable > kUnavailableRetries) {
+        return s.status();
+      }
+      log_.Warn("the apiserver did not answer; trying again", {{"error", s.status().ToString()}});
+      Sleep();
+      continue;
+    }
+    unavailable = 0;
+    if (first) {
+      first = false;
+      log_.Info(s->phase == RotationPhase::kSteady ? "starting a key rotation"
+                                                   : "resuming the key rotation under way",
+                {{"phase", RotationPhaseName(s->phase)},
+                 {"signing", s->keys.signing},
+                 {"keys", static_cast<int64_t>(s->keys.keys.size())}});
+      if (!s->unreported.empty()) {
+        log_.Warn(
+            "these nodes have an accelpool inventory but report no assignment keys: their device "
+            "plugin checks no signature, or predates the report; the rotation cannot wait for them",
+            {{"nodes", Listed(s->unreported)}});
+      }
+    }
+    StatusOr<bool> done = Step(*s);
+    if (!done.ok()) {
+      if (done.status().code() == StatusCode::kAborted) {
+        log_.Info("the Secret changed while a step was written; reading it again",
+                  {{"error", done.status().ToString()}});
+        continue;
+      }
+      return done.status();
+    }
+    if (*done) {
+      log_.Info("key rotation complete", {{"signing", s->keys.signing}});
+      return Status::Ok();
+    }
+  }
+}
+
+}  // namespace accelpool::keys

@@ -1,0 +1,300 @@
+#include "keys/key_rotation.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kube/config.h"
+#include "kube/fake_api_test.h"
+#include "kube/fake_apiserver.h"
+
+namespace accelpool::keys {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+
+constexpr const char* kSecrets = "/api/v1/namespaces/accelpool-system/secrets";
+constexpr const char* kNodes = "/api/v1/nodes";
+constexpr const char* kPods = "/api/v1/namespaces/ml/pods";
+const std::string kKey1 = "first-key-0123456789-0123456789-0123456789";
+
+json SecretJson(const std::map<std::string, std::string>& files) {
+  json data = json::object();
+  for (const auto& [k, v] : files) data[k] = kube::Base64Encode(v);
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", {{"name", "accelpool-assignment-key"}, {"namespace", "accelpool-system"}}},
+          {"data", data}};
+}
+
+// A node; `keys` null: its plugin reports none; `inventory`: it has devices.
+json NodeJson(const std::string& name, const json& keys, bool ready = true, bool inventory = true) {
+  json ann = json::object();
+  if (!keys.is_null()) ann["accelpool.io/assignment-keys"] = keys;
+  if (inventory) ann["accelpool.io/inventory"] = "{}";
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata", {{"name", name}, {"annotations", ann}}},
+      {"status",
+       {{"conditions", json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
+}
+
+json PodJson(const std::string& name, const std::string& signature, bool admitted = false) {
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", name},
+                {"namespace", "ml"},
+                {"uid", "uid-" + name},
+                {"annotations", {{"accelpool.io/assignment-signature", signature}}}}},
+              {"spec", {{"nodeName", "node-a"}}},
+              {"status", {{"phase", "Pending"}}}};
+  if (admitted) pod["status"]["containerStatuses"] = json::array({{{"name", "main"}}});
+  return pod;
+}
+
+class KeyRotationTest : public kube::testing::FakeApiTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(FakeApiTest::SetUp());
+    api_.Put(kSecrets, SecretJson({{"signing", "k1"}, {"k1", kKey1}}));
+    options_.ns = "accelpool-system";
+    options_.secret = "accelpool-assignment-key";
+    options_.poll = seconds(10);
+    options_.node_timeout = seconds(300);
+    options_.settle = seconds(120);
+    options_.drain_timeout = seconds(600);
+  }
+
+  // A rotation on a fake clock: each sleep moves it on by the poll interval
+  // and then calls on_sleep_, which plays the cluster (plugins reporting
+  // keys, pods admitted).
+  KeyRotation Rotation() {
+    Clock c;
+    c.now = [this] { return now_; };
+    c.sleep = [this](seconds d) {
+      now_ += d;
+      ++sleeps_;
+      if (on_sleep_) on_sleep_();
+    };
+    return KeyRotation(client_.get(), options_, Logger(), c);
+  }
+
+  // The Secret's data, decoded.
+  std::map<std::string, std::string> Files() {
+    std::map<std::string, std::string> out;
+    auto s = api_.Object(kSecrets, "accelpool-assignment-key");
+    EXPECT_TRUE(s.has_value());
+    for (const auto& [k, v] : (*s)["data"].items())
+      out[k] = *kube::Base64Decode(v.get<std::string>());
+    return out;
+  }
+  json Annotations() {
+    auto s = api_.Object(kSecrets, "accelpool-assignment-key");
+    return s.has_value() ? (*s)["metadata"].value("annotations", json::object()) : json::object();
+  }
+  int SecretWrites() {
+    int n = 0;
+    for (const std::string& r : api_.Requests()) {
+      if (r.rfind(std::string("PATCH ") + kSecrets, 0) == 0) ++n;
+    }
+    return n;
+  }
+
+  RotationOptions options_;
+  std::chrono::system_clock::time_point now_ =
+      std::chrono::system_clock::from_time_t(1'795'000'000);
+  int sleeps_ = 0;
+  std::function<void()> on_sleep_;
+};
+
+TEST(KeyIdsTest, NumbersAndTimes) {
+  EXPECT_EQ(KeyNumber("k1"), 1);
+  EXPECT_EQ(KeyNumber("k42"), 42);
+  EXPECT_EQ(KeyNumber("k"), -1);
+  EXPECT_EQ(KeyNumber("key"), -1);
+  EXPECT_EQ(KeyNumber("k1a"), -1);
+  api::SigningKeys keys;
+  keys.keys = {{"k2", "x"}, {"k10", "y"}, {"blue", "z"}};
+  EXPECT_EQ(NextKeyId(keys), "k11");
+  keys.keys = {{"blue", "z"}};
+  EXPECT_EQ(NextKeyId(keys), "k1");
+
+  const auto t = std::chrono::system_clock::from_time_t(1'795'000'000);
+  EXPECT_EQ(FormatTime(t), "2026-11-18T11:06:40Z");
+  EXPECT_EQ(*ParseTime("2026-11-18T11:06:40Z"), t);
+  for (const char* bad : {"", "2026-11-18", "2026-11-18T07:33:20", "2026-11-18T07:33:20+01:00",
+                          "2026-13-18T07:33:20Z", "2026-11-18T11:06:40Zjunk"}) {
+    EXPECT_EQ(ParseTime(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+// The whole rotation: each step waits for what makes it safe, and at no
+// point does the extender sign with a key a Ready node lacks, nor is a key
+// dropped that a pod awaiting admission is signed with.
+TEST_F(KeyRotationTest, RotatesOnlyAsFastAsTheClusterAllows) {
+  api_.Put(kNodes, NodeJson("node-a", "k1"));
+  api_.Put(kNodes, NodeJson("node-b", "k1"));
+  api_.Put(kNodes, NodeJson("node-down", "k1", /*ready=*/false));
+  api_.Put(kNodes, NodeJson("node-old", nullptr));  // a plugin that reports no keys
+  api_.Put(kNodes, NodeJson("cpu-node", nullptr, true, /*inventory=*/false));
+  const std::string sig1 = "v1.k1.AAAA";
+  api_.Put(kPods, PodJson("waiting", sig1));
+  api_.Put(kPods, PodJson("running", sig1, /*admitted=*/true));
+
+  std::vector<std::string> violations;
+  std::string switched_when;
+  on_sleep_ = [&] {
+    const std::map<std::string, std::string> f = Files();
+    // The plugins on node-a and node-b pick the new key up at different times.
+    if (f.count("k2") != 0 && sleeps_ == 3) api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+    if (f.count("k2") != 0 && sleeps_ == 6) api_.Put(kNodes, NodeJson("node-b", "k1,k2"));
+    if (f.at("signing") == "k2" && sleeps_ < 6) violations.push_back("switched too early");
+    if (f.at("signing") == "k2" && switched_when.empty()) {
+      switched_when = Annotations().value("accelpool.io/assignment-key-switched-at", "");
+    }
+    // The waiting pod is admitted well after the settling time.
+    if (!switched_when.empty() && now_ - *ParseTime(switched_when) > seconds(200)) {
+      api_.Put(kPods, PodJson("waiting", sig1, /*admitted=*/true));
+    }
+  };
+  KeyRotation rotation = Rotation();
+  Status st = rotation.Rotate();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(violations.empty()) << violations.front();
+
+  const std::map<std::string, std::string> f = Files();
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f.at("signing"), "k2");
+  EXPECT_GE(f.at("k2").size(), api::kMinSigningKeyBytes);
+  EXPECT_NE(f.at("k2"), kKey1);
+  EXPECT_FALSE(Annotations().contains("accelpool.io/assignment-key-switched-at"));
+  EXPECT_EQ(SecretWrites(), 3) << "add, switch, drop";
+  // The drop waited for the pod: admitted after 200 s, so at least that long
+  // after the switch (120 s of settling alone would have been too early).
+  ASSERT_FALSE(switched_when.empty());
+  EXPECT_GT(now_ - *ParseTime(switched_when), seconds(200));
+
+  // A second run starts the next rotation.
+  on_sleep_ = [&] {
+    if (Files().count("k3") != 0) {
+      api_.Put(kNodes, NodeJson("node-a", "k2,k3"));
+      api_.Put(kNodes, NodeJson("node-b", "k2,k3"));
+    }
+  };
+  KeyRotation next = Rotation();
+  ASSERT_TRUE(next.Rotate().ok());
+  EXPECT_EQ(Files().at("signing"), "k3");
+  EXPECT_EQ(Files().count("k2"), 0u);
+}
+
+// A node whose plugin never gets the new key stops the rotation at step 1
+// with the node named; once fixed, the next run resumes without adding
+// another key.
+TEST_F(KeyRotationTest, ANodeWithoutTheNewKeyStopsTheRotationAtStepOne) {
+  api_.Put(kNodes, NodeJson("node-a", "k1"));
+  api_.Put(kNodes, NodeJson("node-stuck", "k1"));
+  on_sleep_ = [&] {
+    if (Files().count("k2") != 0) api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+  };
+  KeyRotation rotation = Rotation();
+  Status st = rotation.Rotate();
+  ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("node-stuck"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("node-a"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("stays at step 1"), std::string::npos);
+  EXPECT_NE(st.message().find("run accelpool-keys rotate again"), std::string::npos);
+  std::map<std::string, std::string> f = Files();
+  EXPECT_EQ(f.at("signing"), "k1");
+  EXPECT_EQ(f.count("k2"), 1u);
+
+  StatusOr<RotationState> s = rotation.Read();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->phase, RotationPhase::kAdded);
+  EXPECT_EQ(s->newest, "k2");
+  EXPECT_EQ(s->NodesWithout("k2"), std::vector<std::string>{"node-stuck"});
+
+  api_.Put(kNodes, NodeJson("node-stuck", "k1,k2"));
+  on_sleep_ = nullptr;
+  KeyRotation resumed = Rotation();
+  ASSERT_TRUE(resumed.Rotate().ok());
+  f = Files();
+  EXPECT_EQ(f.at("signing"), "k2");
+  EXPECT_EQ(f.size(), 2u) << "k1 dropped, no k3 added";
+}
+
+// A pod signed with the old key that is never admitted stops the rotation
+// at step 2; deleting it lets the next run finish.
+TEST_F(KeyRotationTest, APodStuckBeforeAdmissionStopsTheRotationAtStepTwo) {
+  api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+  api_.Put(kSecrets, SecretJson({{"signing", "k1"}, {"k1", kKey1}, {"k2", kKey1 + "-2"}}));
+  api_.Put(kPods, PodJson("stuck", "v1.k1.AAAA"));
+  api_.Put(kPods, PodJson("fresh", "v1.k2.AAAA"));  // signed with the new key: no reason to wait
+  KeyRotation rotation = Rotation();
+  Status st = rotation.Rotate();
+  ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("ml/stuck (key k1, node node-a)"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("fresh"), std::string::npos);
+  EXPECT_NE(st.message().find("stays at step 2"), std::string::npos);
+  EXPECT_EQ(Files().at("signing"), "k2");
+  EXPECT_EQ(Files().count("k1"), 1u);
+
+  api_.Remove(kPods, "stuck");
+  KeyRotation resumed = Rotation();
+  ASSERT_TRUE(resumed.Rotate().ok());
+  EXPECT_EQ(Files().size(), 2u);
+  EXPECT_EQ(Files().count("k1"), 0u);
+}
+
+// A switch made by hand has no time on record: the settling time counts
+// from when the rotation first sees it.
+TEST_F(KeyRotationTest, AHandMadeSwitchSettlesFromWhenItIsSeen) {
+  api_.Put(kSecrets, SecretJson({{"signing", "k2"}, {"k1", kKey1}, {"k2", kKey1 + "-2"}}));
+  KeyRotation rotation = Rotation();
+  const auto start = now_;
+  ASSERT_TRUE(rotation.Rotate().ok());
+  EXPECT_GE(now_ - start, options_.settle);
+  EXPECT_EQ(Files().count("k1"), 0u);
+}
+
+TEST_F(KeyRotationTest, ABrokenOrMissingSecretIsRefusedAndLeftAlone) {
+  api_.Put(kSecrets, SecretJson({{"signing", "k9"}, {"k1", kKey1}}));
+  KeyRotation rotation = Rotation();
+  Status st = rotation.Rotate();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("not a usable key set"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("k9"), std::string::npos) << st.message();
+
+  api_.Put(kSecrets, SecretJson({{"signing", "k1"}, {"k1", "short"}}));
+  EXPECT_EQ(rotation.Rotate().code(), StatusCode::kInvalidArgument);
+  json not_base64 = SecretJson({{"signing", "k1"}});
+  not_base64["data"]["k1"] = "!!!";
+  api_.Put(kSecrets, not_base64);
+  EXPECT_EQ(rotation.Rotate().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SecretWrites(), 0);
+
+  api_.Remove(kSecrets, "accelpool-assignment-key");
+  st = rotation.Rotate();
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("assignmentSigning.enabled=true"), std::string::npos);
+}
+
+// A transient apiserver outage is waited out; a persistent error ends the run.
+TEST_F(KeyRotationTest, AnApiserverOutageIsWaitedOut) {
+  api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+  api_.Put(kSecrets, SecretJson({{"signing", "k2"}, {"k1", kKey1}, {"k2", kKey1 + "-2"}}));
+  api_.FailNext(3, 503);
+  KeyRotation rotation = Rotation();
+  ASSERT_TRUE(rotation.Rotate().ok());
+  EXPECT_EQ(Files().count("k1"), 0u);
+  api_.FailNext(1, 403);
+  EXPECT_EQ(rotation.Read().status().code(), StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace accelpool::keys
