@@ -54,13 +54,16 @@ std::string Listed(const std::vector<std::string>& names) {
   return out;
 }
 
+// Not Ready: the Ready condition says False or Unknown (kubelet stopped
+// reporting). A node without the condition yet counts as Ready: waiting for
+// it is the safe side.
 bool NodeReady(const json& node) {
   const Ptr ptr("/status/conditions");
-  if (!node.contains(ptr) || !node.at(ptr).is_array()) return false;
+  if (!node.contains(ptr) || !node.at(ptr).is_array()) return true;
   for (const json& c : node.at(ptr)) {
     if (c.is_object() && c.value("type", "") == "Ready") return c.value("status", "") == "True";
   }
-  return false;
+  return true;
 }
 
 std::string Secs(std::chrono::seconds s) { return std::to_string(s.count()) + " s"; }

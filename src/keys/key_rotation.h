@@ -56,9 +56,10 @@ struct RotationState {
   std::string switched_at;  // RFC 3339, from the annotation; "" when absent
 
   // Nodes whose device plugin checks signatures (accelpool.io/assignment-keys
-  // present): node -> its key ids. Ready ones only; the others are listed
-  // in not_ready (their kubelet admits nothing until it is back, and it
-  // refreshes the Secret volume first).
+  // present): node -> its key ids. Ready ones only (a node without a Ready
+  // condition counts as Ready); those whose Ready condition is False or
+  // Unknown are listed in not_ready (their kubelet admits nothing until it
+  // is back, and it refreshes the Secret volume first).
   std::map<std::string, std::vector<std::string>> node_keys;
   std::vector<std::string> not_ready;
   // Nodes with an accelpool inventory but no key ids: their plugin checks no

@@ -166,6 +166,67 @@ done
 release signed || true
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
+if [ "${E2E_SIGNING:-1}" = 1 ]; then
+log "== assignment key rotation"
+# The key Secret the chart would hold, made from the key dir every component
+# reads; secret_volume.py plays kubelet's Secret volume (every 2 s it writes
+# the Secret's data into that dir). accelpool-keys rotate runs against the
+# real apiserver and the device plugins' own reports of the keys they hold.
+ROT_NS=accelpool-system ROT_SECRET=accelpool-assignment-key
+kc create namespace "${ROT_NS}" >/dev/null 2>&1 || true
+kc -n "${ROT_NS}" create secret generic "${ROT_SECRET}" --from-file=signing="${KEY_DIR}/signing" \
+  --from-file=k1="${KEY_DIR}/k1" >/dev/null
+python3 "${SCEN_DIR}/secret_volume.py" "${E2E_BIN}/kubectl" "${ROT_NS}" "${ROT_SECRET}" "${KEY_DIR}" 2 \
+  >> "${E2E_WORK}/logs/secret-volume.log" 2>&1 &
+mirror_pid=$!
+nodes_report() { # KEYS: every node with an accelpool inventory reports exactly KEYS
+  kc get nodes -o json | jq -e --arg k "$1" '[.items[].metadata.annotations
+    | select(.["accelpool.io/inventory"] != null) | .["accelpool.io/assignment-keys"] // ""]
+    | length > 0 and all(. == $k)' >/dev/null
+}
+secret_is() { # SIGNING KEYS: the Secret's "signing" and its key ids (comma-separated, sorted)
+  kc -n "${ROT_NS}" get secret "${ROT_SECRET}" -o json | jq -e --arg s "$1" --arg k "$2" \
+    '(.data.signing | @base64d) == $s and ([.data | keys[] | select(. != "signing")] | join(",")) == $k' >/dev/null
+}
+signed_with() { # POD KEY
+  kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}' | grep -q "^v1\.$2\."
+}
+check "rotation: every node's device plugin reports key k1 on its Node" wait_for 30 "k1 reports" nodes_report k1
+hold_pod rot-before | kc create -f - >/dev/null
+check "rotation: rot-before is bound to hold-0 and waits for admission, signed with k1" \
+  wait_for 90 "rot-before held" eval 'held rot-before && signed_with rot-before k1'
+rot_log="${E2E_WORK}/logs/accelpool-keys.log"
+"${KEYS_BIN}" rotate --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" --secret="${ROT_SECRET}" \
+  --poll=2s --settle=40s --node-timeout=3m --drain-timeout=5m > "${rot_log}" 2>&1 &
+rot_pid=$!
+check "rotation step 1: k2 is added, k1 still signs" wait_for 20 "k2 added" secret_is k1 k1,k2
+check "rotation: every device plugin reports k1,k2 (its 30 s re-read of the Secret volume)" \
+  wait_for 90 "k1,k2 reports" nodes_report k1,k2
+check "rotation step 2: k2 signs once every node holds it" wait_for 30 "k2 signing" secret_is k2 k1,k2
+rot_waits() { grep -q 'waiting for pods signed with an old key' "${rot_log}" && grep -q 'rot-before' "${rot_log}"; }
+check "rotation: after settling it waits for rot-before (signed with k1, not yet admitted)" \
+  wait_for 90 "the wait for rot-before" rot_waits
+check "rotation: k1 is still held while rot-before waits" secret_is k2 k1,k2
+check "rotation: rot-before (signed with k1) passes kubelet admission after the switch" admit rot-before
+rot_done() { ! kill -0 "${rot_pid}" 2>/dev/null; }
+check "rotation step 3: accelpool-keys finishes once rot-before is admitted" wait_for 60 "rotate exit" rot_done
+rot_rc=0; wait "${rot_pid}" || rot_rc=$?
+check "rotation: accelpool-keys rotate exits 0" test "${rot_rc}" = 0
+check "rotation: the Secret holds k2 alone, and it signs" secret_is k2 k2
+check "rotation: every device plugin drops k1" wait_for 60 "k2 reports" nodes_report k2
+hold_pod rot-after | kc create -f - >/dev/null
+check "rotation: a pod bound after the rotation is signed with k2" \
+  wait_for 90 "rot-after held" eval 'held rot-after && signed_with rot-after k2'
+check "rotation: rot-after passes kubelet admission" admit rot-after
+rot_status() { "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" | grep -q 'rotation: none under way'; }
+check "rotation: accelpool-keys status reports no rotation under way" rot_status
+kill "${mirror_pid}" 2>/dev/null || true
+wait "${mirror_pid}" 2>/dev/null || true
+release rot-before || true
+release rot-after || true
+kc -n "${NS}" delete pod rot-before rot-after --grace-period=0 --force >/dev/null 2>&1 || true
+fi
+
 log "== faults"
 # Fault targets are nodes of a kind that hold no pod yet: where the earlier pods
 # landed depends on the policy and the deployment's tie-break salt.

@@ -1,0 +1,206 @@
+// accelpool-keys: shows and rotates the assignment signing key set (the
+// Secret the extender signs with and the device plugins verify with).
+//
+// Flags and output only; the steps are keys/key_rotation.h, the procedure
+// docs/operations.md, "Rotating the assignment key".
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/flags.h"
+#include "common/log.h"
+#include "http/http.h"
+#include "keys/key_rotation.h"
+#include "kube/client.h"
+#include "kube/config.h"
+
+namespace accelpool::keys {
+namespace {
+
+constexpr const char* kUsage = R"(usage: accelpool-keys status|rotate [flags]
+
+  status    prints the key Secret's state: the keys, which one signs, the step
+            of a rotation under way, the nodes that lack the newest key and
+            the pods still signed with an old one
+  rotate    rotates the key: adds a new key, switches signing to it once every
+            node's device plugin holds it, drops the old keys once the extender
+            signs with the new one and no pod awaiting admission is signed with
+            them. Resumes a rotation under way instead of starting another.
+            Exit status 0 when done; 1 with the reason when a wait timed out
+            (the Secret stays at the step reached; run it again to resume)
+
+flags:
+  --namespace=NS            the key Secret's namespace (default: $POD_NAMESPACE, else the
+                            service account's namespace, else accelpool-system)
+  --secret=NAME             the key Secret (default accelpool-assignment-key: the chart's
+                            <release>-assignment-key for release "accelpool")
+  --kubeconfig=FILE         kubeconfig (default: $KUBECONFIG, else in-cluster)
+  --node-timeout=DURATION   rotate: how long the new key may take to reach every node (15m)
+  --settle=DURATION         rotate: the least time between the switch and dropping the old
+                            keys, for the extender to re-read the Secret (5m)
+  --drain-timeout=DURATION  rotate: how long pods signed with an old key may wait for
+                            admission after the switch (60m)
+  --poll=DURATION           rotate: how often to look again while waiting (10s)
+  --log-level=LEVEL         trace|debug|info|warn|error (default info)
+Durations are written like 90s, 15m or 1h30m.
+)";
+
+struct Flags {
+  std::string command;
+  std::string ns;
+  std::string secret = "accelpool-assignment-key";
+  std::string kubeconfig;
+  std::string log_level = "info";
+  RotationOptions rotation;
+};
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    return Status(StatusCode::kCancelled, "");
+  }
+  Flags f;
+  f.command = argv[1];
+  if (f.command != "status" && f.command != "rotate") {
+    return InvalidArgumentError("unknown command \"" + f.command + "\"; use status or rotate");
+  }
+  std::string node_timeout = "15m", settle = "5m", drain_timeout = "60m", poll = "10s";
+  std::map<std::string, std::string*> strings = {
+      {"namespace", &f.ns},         {"secret", &f.secret},
+      {"kubeconfig", &f.kubeconfig}, {"log-level", &f.log_level},
+      {"node-timeout", &node_timeout}, {"settle", &settle},
+      {"drain-timeout", &drain_timeout}, {"poll", &poll}};
+  // The command takes argv[0]'s place: ParseFlagTable starts after it.
+  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc - 1, argv + 1, strings, {}));
+  const std::pair<const char*, std::pair<std::string*, std::chrono::seconds*>> durations[] = {
+      {"node-timeout", {&node_timeout, &f.rotation.node_timeout}},
+      {"settle", {&settle, &f.rotation.settle}},
+      {"drain-timeout", {&drain_timeout, &f.rotation.drain_timeout}},
+      {"poll", {&poll, &f.rotation.poll}}};
+  for (const auto& [name, where] : durations) {
+    StatusOr<std::chrono::seconds> d = ParseDurationFlag(name, *where.first);
+    if (!d.ok()) return d.status();
+    *where.second = *d;
+  }
+  if (f.rotation.poll.count() < 1) {
+    return InvalidArgumentError("--poll must be at least 1s");
+  }
+  if (f.secret.empty()) {
+    return InvalidArgumentError("--secret must name the key Secret");
+  }
+  if (f.ns.empty()) {
+    if (const char* env = std::getenv("POD_NAMESPACE"); env != nullptr && *env != '\0') {
+      f.ns = env;
+    } else if (std::ifstream in("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
+               in && std::getline(in, f.ns) && !f.ns.empty()) {
+    } else {
+      f.ns = "accelpool-system";
+    }
+  }
+  f.rotation.ns = f.ns;
+  f.rotation.secret = f.secret;
+  return f;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out.empty() ? "none" : out;
+}
+
+// The state as text, for a person at a terminal.
+void PrintStatus(const RotationState& s, const Flags& f) {
+  std::printf("secret %s/%s\n", f.ns.c_str(), f.secret.c_str());
+  std::vector<std::string> ids;
+  for (const auto& [id, key] : s.keys.keys) ids.push_back(id);
+  std::printf("  keys:     %s\n  signing:  %s\n", Join(ids).c_str(), s.keys.signing.c_str());
+  switch (s.phase) {
+    case RotationPhase::kSteady:
+      std::printf("  rotation: none under way\n");
+      break;
+    case RotationPhase::kAdded:
+      std::printf("  rotation: step 1 of 3 done (key %s added; %s still signs)\n", s.newest.c_str(),
+                  s.keys.signing.c_str());
+      break;
+    case RotationPhase::kSwitched:
+      std::printf("  rotation: step 2 of 3 done (%s signs since %s; older keys still accepted)\n",
+                  s.keys.signing.c_str(),
+                  s.switched_at.empty() ? "an unrecorded time" : s.switched_at.c_str());
+      break;
+  }
+  std::printf("nodes whose device plugin reports its keys: %zu Ready", s.node_keys.size());
+  if (!s.not_ready.empty()) std::printf(", %zu not Ready (%s)", s.not_ready.size(),
+                                        Join(s.not_ready).c_str());
+  std::printf("\n");
+  const std::vector<std::string> missing = s.NodesWithout(s.newest);
+  std::printf("  without key %s: %s\n", s.newest.c_str(), Join(missing).c_str());
+  if (!s.unreported.empty()) {
+    std::printf("nodes with an accelpool inventory that report no keys (signing off there, or "
+                "an older plugin): %s\n",
+                Join(s.unreported).c_str());
+  }
+  if (s.phase == RotationPhase::kSwitched) {
+    std::printf("pods awaiting admission signed with an old key: %s\n",
+                Join(s.pods_with_old_keys).c_str());
+  }
+}
+
+int Run(const Flags& f) {
+  LogOptions lo;
+  lo.level = f.log_level;
+  StatusOr<Logger> root = NewLogger("accelpool-keys", lo);
+  if (!root.ok()) {
+    std::fprintf(stderr, "accelpool-keys: %s\n", root.status().ToString().c_str());
+    return 2;
+  }
+  StatusOr<kube::KubeConfig> kc = kube::LoadDefault(f.kubeconfig, kube::ProcessEnv());
+  if (!kc.ok()) {
+    std::fprintf(stderr, "accelpool-keys: kubernetes config: %s\n", kc.status().ToString().c_str());
+    return 1;
+  }
+  StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::NewKubeClient(*kc);
+  if (!client.ok()) {
+    std::fprintf(stderr, "accelpool-keys: kubernetes client: %s\n",
+                 client.status().ToString().c_str());
+    return 1;
+  }
+  KeyRotation rotation(client->get(), f.rotation, root->Child("rotation"));
+  if (f.command == "status") {
+    StatusOr<RotationState> s = rotation.Read();
+    if (!s.ok()) {
+      std::fprintf(stderr, "accelpool-keys: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    PrintStatus(*s, f);
+    return 0;
+  }
+  Status st = rotation.Rotate();
+  if (!st.ok()) {
+    root->Error("key rotation stopped", {{"error", st.ToString()}});
+    std::fprintf(stderr, "accelpool-keys: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace accelpool::keys
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  accelpool::http::DisableDefaultCaPaths();
+  auto flags = accelpool::keys::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
+      std::fputs(accelpool::keys::kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "accelpool-keys: %s\n%s", flags.status().message().c_str(),
+                 accelpool::keys::kUsage);
+    return 2;
+  }
+  return accelpool::keys::Run(*flags);
+}
