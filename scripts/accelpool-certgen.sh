@@ -13,7 +13,7 @@
 #       Creates Secret NAME holding the assignment signing key set (key "k1",
 #       48 random bytes as base64 text, and "signing" naming it) for the
 #       extender and the device plugins (--assignment-key-dir). Keeps an
-#       existing Secret: rotation is by hand (docs/operations.md).
+#       existing Secret: accelpool-keys rotates it (docs/operations.md).
 #
 # Needs openssl, curl and base64 (key: curl, base64 and /dev/urandom). Talks to the apiserver with the pod's service
 # account; outside a pod set ACCELPOOL_APISERVER (URL), ACCELPOOL_CACERT and

@@ -54,7 +54,7 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
   ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddCounter("accelpool_plugin_assignments_refused_total",
                           "Pod versions whose accelpool assignment was refused, by reason "
-                          "(signature, other_node, malformed).",
+                          "(signature, unknown_key, other_node, malformed).",
                           {"reason"}),
            &m->refused_));
   ACCELPOOL_RETURN_IF_ERROR(

@@ -9,7 +9,8 @@
 //   accelpool_plugin_registrations_total{resource}            successful Register calls
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
 //   accelpool_plugin_assignments_refused_total{reason}        pod versions whose assignment
-//       was refused: signature (forged or edited), other_node, malformed
+//       was refused: signature (forged or edited), unknown_key (a key not
+//       held yet), other_node, malformed
 //   accelpool_plugin_assignment_key_reload_errors_total       failed re-reads of the key dir
 //   accelpool_plugin_device_memory_mib{node,vendor,model,device}  device memory (capacity);
 //       joins the allocated series on (instance, device) for per-model and per-node pools

@@ -83,7 +83,7 @@ class PodSync {
 
   // Before Start: refuse assignments whose signature does not verify with
   // these keys (must outlive PodSync), and call `on_refused` with a reason
-  // (signature, other_node, malformed) for each pod version whose assignment
+  // (signature, unknown_key, other_node, malformed) for each pod version whose assignment
   // is refused.
   void SetAssignmentKeys(api::AssignmentKeyRing* keys) { keys_ = keys; }
   void OnRefused(std::function<void(const std::string& reason)> on_refused) {

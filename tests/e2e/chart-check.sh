@@ -8,7 +8,8 @@
 #   against the e2e apiserver: kubectl apply --dry-run=server -f deploy/, the
 #   admission policies (device plugin on its own node, the annotation guard),
 #   examples/kueue/ against Kueue's CRDs (fetched as a Go module, not built),
-#   and the certgen hook script creating a Secret and patching a webhook's caBundle.
+#   the certgen hook script creating a Secret and patching a webhook's caBundle,
+#   and accelpool-keys rotating a key Secret as the rotation CronJob's service account.
 # Prints "N passed, M failed"; exits non-zero on any failure.
 #
 # Usage: tests/e2e/chart-check.sh   (starts its own control plane under .work/chart)
@@ -95,6 +96,23 @@ check "assignmentSigning (default): the extender and both device plugins mount t
 render --set assignmentSigning.enabled=false > "${TMP}/unsigned.yaml"
 check "assignmentSigning.enabled=false: no key Secret, flag or Job" \
   bash -c "! grep -q 'assignment-key' '${TMP}/unsigned.yaml' && [ \"\$(grep -A1 -- '- accelpool-certgen$' '${TMP}/unsigned.yaml' | grep -c -- '- key$')\" = 0 ]"
+rotation_cronjob() { # FILE SUSPEND: the rotation CronJob, its command, and RBAC only for the key Secret
+  local f="$1"
+  grep -q '^  name: t-accelpool-assignment-key-rotation$' "$f" &&
+    grep -q "^  suspend: $2\$" "$f" && grep -q '^  concurrencyPolicy: Forbid$' "$f" &&
+    grep -A3 -- '- accelpool-keys$' "$f" | grep -q -- '- --secret=t-accelpool-assignment-key$' &&
+    grep -B1 -A1 'resourceNames: \[t-accelpool-assignment-key\]' "$f" | grep -q 'verbs: \[get, patch\]'
+}
+check "assignmentSigning.rotation (default): a suspended CronJob runs accelpool-keys rotate" \
+  rotation_cronjob "${TMP}/default.yaml" true
+render --set assignmentSigning.rotation.enabled=true --set assignmentSigning.rotation.timeZone=Etc/UTC \
+  > "${TMP}/rotation-on.yaml"
+rotation_on() {
+  grep -q '^  timeZone: "Etc/UTC"$' "${TMP}/rotation-on.yaml" &&
+    grep -q '^  schedule: "0 3 1 \* \*"$' "${TMP}/rotation-on.yaml" &&
+    rotation_cronjob "${TMP}/rotation-on.yaml" false
+}
+check "assignmentSigning.rotation.enabled=true: the CronJob runs on its schedule and time zone" rotation_on
 check "deploy/ matches the chart" "${REPO}/scripts/gen-deploy.sh" --check
 dashboard_ok() { # parses; every metric name it queries is registered in src/ (and was scraped, when
   # tests/e2e/prometheus.sh left its list of scraped names in out/demo/)
@@ -403,6 +421,50 @@ key_kept() {
     [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}')" = "${before}" ]
 }
 check "certgen keeps an existing key secret (upgrades never rotate the key)" key_kept
+# accelpool-keys rotate as the rotation CronJob's service account, with the chart's RBAC rendered
+# for the key Secret above: a whole rotation of key-check, without waits (no node here reports
+# keys and no pod is signed), proves the Role and ClusterRole are enough; reading another Secret
+# is refused.
+KEYS_BIN="${E2E_KEYS_BIN:-${REPO}/build/src/cmd/accelpool-keys}"
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --set assignmentSigning.secretName=key-check --show-only templates/assignment-key-rotation.yaml \
+  > "${TMP}/rotation.yaml"
+check "the key rotation's RBAC and CronJob apply" "${K}" apply -f "${TMP}/rotation.yaml"
+rotate_as_cronjob() {
+  [ -x "${KEYS_BIN}" ] || { echo "no ${KEYS_BIN}: build the project first (scripts/build.sh)"; return 1; }
+  local token
+  token="$("${K}" -n accelpool-system create token accelpool-assignment-key-rotation --duration 10m)" || return 1
+  cat > "${TMP}/rotation.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: "${APISERVER_URL}"
+    certificate-authority: "${E2E_CA}"
+users:
+- name: rotation
+  user:
+    token: "${token}"
+contexts:
+- name: e2e
+  context:
+    cluster: e2e
+    user: rotation
+current-context: e2e
+YAML
+  "${KEYS_BIN}" rotate --kubeconfig="${TMP}/rotation.kubeconfig" --namespace=accelpool-system \
+    --secret=key-check --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
+    [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = k2 ] &&
+    [ "$("${K}" -n accelpool-system get secret key-check -o json | jq -c '.data | keys')" = '["k2","signing"]' ] &&
+    "${KEYS_BIN}" status --kubeconfig="${TMP}/rotation.kubeconfig" --namespace=accelpool-system \
+      --secret=key-check | grep -q 'rotation: none under way'
+}
+check "accelpool-keys rotate, as the CronJob's service account, rotates key-check to k2" rotate_as_cronjob
+check "the rotation's service account may not read another Secret" \
+  can_i no accelpool-assignment-key-rotation get secrets/tls-check -n accelpool-system
+check "the rotation's service account may not patch nodes or pods" \
+  bash -c "! '${K}' auth can-i --as system:serviceaccount:accelpool-system:accelpool-assignment-key-rotation patch nodes 2>/dev/null | grep -q yes && ! '${K}' auth can-i --as system:serviceaccount:accelpool-system:accelpool-assignment-key-rotation patch pods 2>/dev/null | grep -q yes"
 certgen_rejects() {
   local out
   if out="$(certgen create --bogus 2>&1)"; then return 1; fi
