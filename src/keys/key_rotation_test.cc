@@ -218,6 +218,19 @@ TEST_F(KeyRotationTest, ANodeWithoutTheNewKeyStopsTheRotationAtStepOne) {
   EXPECT_EQ(s->phase, RotationPhase::kAdded);
   EXPECT_EQ(s->newest, "k2");
   EXPECT_EQ(s->NodesWithout("k2"), std::vector<std::string>{"node-stuck"});
+  // A node without a Ready condition yet is waited for; one whose kubelet
+  // stopped reporting (Unknown) is not.
+  json fresh = NodeJson("node-fresh", "k1");
+  fresh.erase("status");
+  api_.Put(kNodes, fresh);
+  json gone = NodeJson("node-gone", "k1");
+  gone["status"]["conditions"][0]["status"] = "Unknown";
+  api_.Put(kNodes, gone);
+  s = rotation.Read();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->NodesWithout("k2"), (std::vector<std::string>{"node-fresh", "node-stuck"}));
+  EXPECT_EQ(s->not_ready, std::vector<std::string>{"node-gone"});
+  api_.Remove(kNodes, "node-fresh");
 
   api_.Put(kNodes, NodeJson("node-stuck", "k1,k2"));
   on_sleep_ = nullptr;
