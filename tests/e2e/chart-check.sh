@@ -422,15 +422,16 @@ key_kept() {
 }
 check "certgen keeps an existing key secret (upgrades never rotate the key)" key_kept
 # accelpool-keys rotate as the rotation CronJob's service account, with the chart's RBAC rendered
-# for the key Secret above: a whole rotation of key-check, without waits (no node here reports
-# keys and no pod is signed), proves the Role and ClusterRole are enough; reading another Secret
-# is refused.
+# for the key Secret above, proves the Role and ClusterRole are enough. No node here reports keys,
+# so the switch is not waited for; guard-a (bound above with a k1 signature, never admitted: no
+# kubelet runs here) holds the old key: the first run stops at step 2 naming it, and once it is
+# deleted the next run resumes and drops k1. Reading another Secret is refused.
 KEYS_BIN="${E2E_KEYS_BIN:-${REPO}/build/src/cmd/accelpool-keys}"
 "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
   --set assignmentSigning.secretName=key-check --show-only templates/assignment-key-rotation.yaml \
   > "${TMP}/rotation.yaml"
 check "the key rotation's RBAC and CronJob apply" "${K}" apply -f "${TMP}/rotation.yaml"
-rotate_as_cronjob() {
+rotation_kubeconfig() {
   [ -x "${KEYS_BIN}" ] || { echo "no ${KEYS_BIN}: build the project first (scripts/build.sh)"; return 1; }
   local token
   token="$("${K}" -n accelpool-system create token accelpool-assignment-key-rotation --duration 10m)" || return 1
@@ -453,14 +454,32 @@ contexts:
     user: rotation
 current-context: e2e
 YAML
-  "${KEYS_BIN}" rotate --kubeconfig="${TMP}/rotation.kubeconfig" --namespace=accelpool-system \
-    --secret=key-check --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
-    [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = k2 ] &&
-    [ "$("${K}" -n accelpool-system get secret key-check -o json | jq -c '.data | keys')" = '["k2","signing"]' ] &&
-    "${KEYS_BIN}" status --kubeconfig="${TMP}/rotation.kubeconfig" --namespace=accelpool-system \
-      --secret=key-check | grep -q 'rotation: none under way'
 }
-check "accelpool-keys rotate, as the CronJob's service account, rotates key-check to k2" rotate_as_cronjob
+check "a token and kubeconfig for the rotation's service account" rotation_kubeconfig
+keys_as_cronjob() { # accelpool-keys COMMAND [flags] as the CronJob's service account, on key-check
+  local cmd="$1"; shift
+  "${KEYS_BIN}" "${cmd}" --kubeconfig="${TMP}/rotation.kubeconfig" --namespace=accelpool-system \
+    --secret=key-check "$@"
+}
+key_secret_is() { # SIGNING KEYS-JSON
+  [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = "$1" ] &&
+    [ "$("${K}" -n accelpool-system get secret key-check -o json | jq -c '[.data | keys[] | select(. != "signing")]')" = "$2" ]
+}
+rotation_held() {
+  local out
+  if out="$(keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=3s 2>&1)"; then
+    echo "rotate finished while guard-a holds k1: ${out}"; return 1
+  fi
+  grep -q 'default/guard-a (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
+    key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep -q 'step 2 of 3 done'
+}
+check "rotate stops at step 2 while guard-a (signed with k1) awaits admission, naming it" rotation_held
+rotation_resumed() {
+  "${K}" -n default delete pod guard-a --grace-period=0 --force >/dev/null 2>&1
+  keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
+    key_secret_is k2 '["k2"]' && keys_as_cronjob status | grep -q 'rotation: none under way'
+}
+check "with guard-a gone, a second run resumes and drops k1 (no third key)" rotation_resumed
 check "the rotation's service account may not read another Secret" \
   can_i no accelpool-assignment-key-rotation get secrets/tls-check -n accelpool-system
 check "the rotation's service account may not patch nodes or pods" \
