@@ -208,8 +208,16 @@ check "rotation: after settling it waits for rot-before (signed with k1, not yet
   wait_for 90 "the wait for rot-before" rot_waits
 check "rotation: k1 is still held while rot-before waits" secret_is k2 k1,k2
 check "rotation: rot-before (signed with k1) passes kubelet admission after the switch" admit rot-before
+# After admission kubelet reports the containers' status (hold-0 has no kubelet: written here), which
+# is what tells the rotation that the pod no longer needs k1.
+kubelet_status() { # POD: the status kubelet writes once it has admitted the pod
+  kc -n "${NS}" patch pod "$1" --subresource=status --type=merge -p \
+    '{"status":{"containerStatuses":[{"name":"main","ready":false,"restartCount":0,"image":"registry.invalid/none","imageID":"","state":{"waiting":{"reason":"ContainerCreating"}}}]}}' >/dev/null
+}
+check "rotation: kubelet reports rot-before's container status" kubelet_status rot-before
 rot_done() { ! kill -0 "${rot_pid}" 2>/dev/null; }
 check "rotation step 3: accelpool-keys finishes once rot-before is admitted" wait_for 60 "rotate exit" rot_done
+rot_done || kill "${rot_pid}" 2>/dev/null
 rot_rc=0; wait "${rot_pid}" || rot_rc=$?
 check "rotation: accelpool-keys rotate exits 0" test "${rot_rc}" = 0
 check "rotation: the Secret holds k2 alone, and it signs" secret_is k2 k2
@@ -218,6 +226,7 @@ hold_pod rot-after | kc create -f - >/dev/null
 check "rotation: a pod bound after the rotation is signed with k2" \
   wait_for 90 "rot-after held" eval 'held rot-after && signed_with rot-after k2'
 check "rotation: rot-after passes kubelet admission" admit rot-after
+kubelet_status rot-after || true
 rot_status() { "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" | grep -q 'rotation: none under way'; }
 check "rotation: accelpool-keys status reports no rotation under way" rot_status
 kill "${mirror_pid}" 2>/dev/null || true
