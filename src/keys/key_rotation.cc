@@ -369,6 +369,10 @@ Status KeyRotation::Rotate() {
     unavailable = 0;
     if (first) {
       first = false;
+      // Resuming a rotation: once the Secret is steady again it is done,
+      // whoever took the last step (another run, say), and no second
+      // rotation starts.
+      if (s->phase != RotationPhase::kSteady) started_ = true;
       log_.Info(s->phase == RotationPhase::kSteady ? "starting a key rotation"
                                                    : "resuming the key rotation under way",
                 {{"phase", RotationPhaseName(s->phase)},

@@ -135,7 +135,7 @@ class KeyRotation {
   const RotationOptions options_;
   const Logger log_;
   const Clock clock_;
-  bool started_ = false;  // this run took step 1 or 2 (kSteady then means done)
+  bool started_ = false;  // this run added a key or resumed a rotation (kSteady then means done)
   std::chrono::system_clock::time_point waiting_since_{};
   std::string waiting_for_;  // what waiting_since_ is for
 };

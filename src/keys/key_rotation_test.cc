@@ -264,6 +264,29 @@ TEST_F(KeyRotationTest, APodStuckBeforeAdmissionStopsTheRotationAtStepTwo) {
   EXPECT_EQ(Files().count("k1"), 0u);
 }
 
+// Two runs at once (the CronJob and one started by hand): the second finds
+// the first's rotation under way, follows it, and ends with it; it starts
+// no rotation of its own.
+TEST_F(KeyRotationTest, ARunThatFindsARotationUnderWayEndsWithIt) {
+  api_.Put(kNodes, NodeJson("node-a", "k1"));
+  KeyRotation first = Rotation();
+  KeyRotation second = Rotation();
+  bool second_ran = false;
+  on_sleep_ = [&] {
+    if (Files().count("k2") != 0) api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+    if (!second_ran && Files().at("signing") == "k2") {
+      second_ran = true;
+      // The second run takes over from here and finishes the rotation.
+      ASSERT_TRUE(second.Rotate().ok());
+    }
+  };
+  ASSERT_TRUE(first.Rotate().ok());
+  EXPECT_TRUE(second_ran);
+  const std::map<std::string, std::string> f = Files();
+  EXPECT_EQ(f.at("signing"), "k2");
+  EXPECT_EQ(f.size(), 2u) << "k1 dropped once; no k3";
+}
+
 // A switch made by hand has no time on record: the settling time counts
 // from when the rotation first sees it.
 TEST_F(KeyRotationTest, AHandMadeSwitchSettlesFromWhenItIsSeen) {
