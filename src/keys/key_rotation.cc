@@ -21,6 +21,9 @@ using Ptr = json::json_pointer;
 constexpr size_t kNewKeyRandomBytes = 48;
 // Names listed in a progress line or an error, at most.
 constexpr size_t kListed = 10;
+// Nodes without the newest key whose Ready condition is read (one GET each);
+// with more still missing, all are waited for.
+constexpr size_t kReadyChecks = 50;
 // Failed reads in a row (apiserver unavailable) before a run gives up.
 constexpr int kUnavailableRetries = 30;
 
@@ -189,7 +192,13 @@ StatusOr<RotationState> KeyRotation::Read() {
             : s.newest != s.keys.signing ? RotationPhase::kAdded
                                          : RotationPhase::kSwitched;
 
-  StatusOr<kube::ListResult> nodes = client_->List(kube::Nodes(), "", kube::ListOptions{});
+  // The nodes' metadata only (a Node's status is most of it, and this runs
+  // every poll); the Ready condition is read, one node at a time, only for
+  // the few nodes still without the newest key, the only ones it changes
+  // anything for.
+  kube::ListOptions meta;
+  meta.metadata_only = true;
+  StatusOr<kube::ListResult> nodes = client_->List(kube::Nodes(), "", meta);
   if (!nodes.ok()) return nodes.status().WithPrefix("listing the nodes");
   const Ptr keys_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-keys");
   const Ptr inventory_ptr(std::string("/metadata/annotations/") + "accelpool.io~1inventory");
@@ -200,11 +209,25 @@ StatusOr<RotationState> KeyRotation::Read() {
       if (node.contains(inventory_ptr)) s.unreported.push_back(name);
       continue;
     }
-    if (!NodeReady(node)) {
+    if (!nodes->metadata_only && !NodeReady(node)) {  // a server that sent whole Nodes
       s.not_ready.push_back(name);
       continue;
     }
     s.node_keys[name] = Split(node.at(keys_ptr).get<std::string>());
+  }
+  const std::vector<std::string> missing = s.NodesWithout(s.newest);
+  if (nodes->metadata_only && missing.size() <= kReadyChecks) {
+    for (const std::string& name : missing) {
+      StatusOr<json> node = client_->Get(kube::Nodes(), "", name);
+      if (!node.ok() && node.status().code() == StatusCode::kNotFound) {
+        s.node_keys.erase(name);  // deleted since the list
+      } else if (!node.ok()) {
+        return node.status().WithPrefix("reading node " + name);
+      } else if (!NodeReady(*node)) {
+        s.node_keys.erase(name);
+        s.not_ready.push_back(name);
+      }
+    }
   }
 
   if (s.phase == RotationPhase::kSwitched) {

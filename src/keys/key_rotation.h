@@ -59,7 +59,10 @@ struct RotationState {
   // present): node -> its key ids. Ready ones only (a node without a Ready
   // condition counts as Ready); those whose Ready condition is False or
   // Unknown are listed in not_ready (their kubelet admits nothing until it
-  // is back, and it refreshes the Secret volume first).
+  // is back, and it refreshes the Secret volume first). The nodes are listed
+  // metadata only; the Ready condition is read only for the nodes without
+  // the newest key, when they are at most 50 (so not_ready lists only such
+  // nodes, and while more lack the key every one of them is waited for).
   std::map<std::string, std::vector<std::string>> node_keys;
   std::vector<std::string> not_ready;
   // Nodes with an accelpool inventory but no key ids: their plugin checks no

@@ -175,6 +175,14 @@ TEST_F(KeyRotationTest, RotatesOnlyAsFastAsTheClusterAllows) {
   EXPECT_NE(f.at("k2"), kKey1);
   EXPECT_FALSE(Annotations().contains("accelpool.io/assignment-key-switched-at"));
   EXPECT_EQ(SecretWrites(), 3) << "add, switch, drop";
+  // Nodes are listed metadata only; a Node is read whole only to see whether
+  // one still without the new key is Ready.
+  std::map<std::string, int> node_reads;
+  for (const std::string& r : api_.Requests()) {
+    if (r.rfind(std::string("GET ") + kNodes + "/", 0) == 0) ++node_reads[r.substr(18)];
+  }
+  EXPECT_EQ(node_reads.count("cpu-node") + node_reads.count("node-old"), 0u);
+  EXPECT_GT(node_reads["node-down"], 0);
   // The drop waited for the pod: admitted after 200 s, so at least that long
   // after the switch (120 s of settling alone would have been too early).
   ASSERT_FALSE(switched_when.empty());
