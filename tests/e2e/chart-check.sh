@@ -471,7 +471,9 @@ rotation_held() {
     echo "rotate finished while guard-a holds k1: ${out}"; return 1
   fi
   grep -q 'default/guard-a (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
-    key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep -q 'step 2 of 3 done'
+    key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep -q 'step 2 of 3 done' &&
+    keys_as_cronjob status --output=json | jq -e '.phase == "switched" and .signing == "k2" and
+      .keys == ["k1","k2"] and .pods_with_old_keys == ["default/guard-a (key k1, node np-a)"]' >/dev/null
 }
 check "rotate stops at step 2 while guard-a (signed with k1) awaits admission, naming it" rotation_held
 rotation_resumed() {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/flags.h"
@@ -45,6 +46,7 @@ flags:
   --drain-timeout=DURATION  rotate: how long pods signed with an old key may wait for
                             admission after the switch (60m)
   --poll=DURATION           rotate: how often to look again while waiting (10s)
+  --output=text|json        status: text for a person, or one JSON object for scripts (text)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
 Durations are written like 90s, 15m or 1h30m.
 )";
@@ -55,6 +57,7 @@ struct Flags {
   std::string secret = "accelpool-assignment-key";
   std::string kubeconfig;
   std::string log_level = "info";
+  std::string output = "text";
   RotationOptions rotation;
 };
 
@@ -72,7 +75,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"namespace", &f.ns},         {"secret", &f.secret},
       {"kubeconfig", &f.kubeconfig}, {"log-level", &f.log_level},
       {"node-timeout", &node_timeout}, {"settle", &settle},
-      {"drain-timeout", &drain_timeout}, {"poll", &poll}};
+      {"drain-timeout", &drain_timeout}, {"poll", &poll}, {"output", &f.output}};
   // The command takes argv[0]'s place: ParseFlagTable starts after it.
   ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc - 1, argv + 1, strings, {}));
   const std::pair<const char*, std::pair<std::string*, std::chrono::seconds*>> durations[] = {
@@ -87,6 +90,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (f.rotation.poll.count() < 1) {
     return InvalidArgumentError("--poll must be at least 1s");
+  }
+  if (f.output != "text" && f.output != "json") {
+    return InvalidArgumentError("--output must be text or json, not \"" + f.output + "\"");
   }
   if (f.secret.empty()) {
     return InvalidArgumentError("--secret must name the key Secret");
@@ -148,6 +154,25 @@ void PrintStatus(const RotationState& s, const Flags& f) {
   }
 }
 
+// The state as one JSON object (keys by id only, never their bytes).
+void PrintStatusJson(const RotationState& s, const Flags& f) {
+  nlohmann::json j;
+  j["namespace"] = f.ns;
+  j["secret"] = f.secret;
+  j["signing"] = s.keys.signing;
+  j["keys"] = nlohmann::json::array();
+  for (const auto& [id, key] : s.keys.keys) j["keys"].push_back(id);
+  j["phase"] = RotationPhaseName(s.phase);
+  j["newest"] = s.newest;
+  j["switched_at"] = s.switched_at;
+  j["nodes_reporting"] = s.node_keys.size();
+  j["nodes_without_newest"] = s.NodesWithout(s.newest);
+  j["nodes_not_ready"] = s.not_ready;
+  j["nodes_unreported"] = s.unreported;
+  j["pods_with_old_keys"] = s.pods_with_old_keys;
+  std::printf("%s\n", j.dump().c_str());
+}
+
 int Run(const Flags& f) {
   LogOptions lo;
   lo.level = f.log_level;
@@ -174,7 +199,11 @@ int Run(const Flags& f) {
       std::fprintf(stderr, "accelpool-keys: %s\n", s.status().ToString().c_str());
       return 1;
     }
-    PrintStatus(*s, f);
+    if (f.output == "json") {
+      PrintStatusJson(*s, f);
+    } else {
+      PrintStatus(*s, f);
+    }
     return 0;
   }
   Status st = rotation.Rotate();

@@ -227,7 +227,11 @@ check "rotation: a pod bound after the rotation is signed with k2" \
   wait_for 90 "rot-after held" eval 'held rot-after && signed_with rot-after k2'
 check "rotation: rot-after passes kubelet admission" admit rot-after
 kubelet_status rot-after || true
-rot_status() { "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" | grep -q 'rotation: none under way'; }
+rot_status() {
+  "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" | grep -q 'rotation: none under way' &&
+    "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" --output=json |
+    jq -e '.phase == "steady" and .keys == ["k2"] and .nodes_reporting > 20 and .nodes_without_newest == []' >/dev/null
+}
 check "rotation: accelpool-keys status reports no rotation under way" rot_status
 kill "${mirror_pid}" 2>/dev/null || true
 wait "${mirror_pid}" 2>/dev/null || true
