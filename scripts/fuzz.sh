@@ -17,6 +17,9 @@
 #               of apiserver answers)
 #   cuda shim   shim_env (the env contract),        seeds: src/cuda/fuzz/corpus/<name>
 #               proc_stat (/proc/<pid>/stat lines)
+#   keys        key_state (the key Secret, the      seeds: src/keys/fuzz/corpus/key_state
+#               nodes' reported keys and the
+#               pending pods accelpool-keys reads)
 #
 # New inputs go to $BUILD_DIR/corpus/<name>, crashes to $BUILD_DIR/crashes/<name>/,
 # each run's output to $BUILD_DIR/logs/<name>.log. Ends with one line
@@ -53,8 +56,9 @@ declare -A target=(
   [http_response]="src/http/http_response_fuzzer src/http/fuzz/corpus/response"
   [shim_env]="src/cuda/shim_env_fuzzer src/cuda/fuzz/corpus/shim_env"
   [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
+  [key_state]="src/keys/key_state_fuzzer src/keys/fuzz/corpus/key_state"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate watch node_pods inventory_file yaml http_response shim_env proc_stat"
+order="inventory assignment pod_request filter prioritize bind preempt mutate watch node_pods inventory_file yaml http_response shim_env proc_stat key_state"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then

@@ -17,6 +17,8 @@ namespace {
 using nlohmann::json;
 using Ptr = json::json_pointer;
 
+// The most digits of a "k<N>" key id counted as a number.
+constexpr size_t kMaxKeyDigits = 18;
 // Random key bytes, as text (the components read a key file's text).
 constexpr size_t kNewKeyRandomBytes = 48;
 // Names listed in a progress line or an error, at most.
@@ -94,7 +96,7 @@ std::vector<std::string> RotationState::NodesWithout(const std::string& key) con
 }
 
 int64_t KeyNumber(const std::string& id) {
-  if (id.size() < 2 || id.size() > 10 || id[0] != 'k') return -1;
+  if (id.size() < 2 || id.size() > 1 + kMaxKeyDigits || id[0] != 'k') return -1;
   int64_t n = 0;
   for (size_t i = 1; i < id.size(); ++i) {
     if (id[i] < '0' || id[i] > '9') return -1;
@@ -106,7 +108,8 @@ int64_t KeyNumber(const std::string& id) {
 std::string NextKeyId(const api::SigningKeys& keys) {
   int64_t top = 0;
   for (const auto& [id, key] : keys.keys) top = std::max(top, KeyNumber(id));
-  return "k" + std::to_string(top + 1);
+  const std::string next = "k" + std::to_string(top + 1);
+  return next.size() > 1 + kMaxKeyDigits ? std::string() : next;
 }
 
 std::string FormatTime(std::chrono::system_clock::time_point t) {
@@ -148,25 +151,15 @@ void KeyRotation::Sleep() {
   }
 }
 
-StatusOr<RotationState> KeyRotation::Read() {
-  const std::string where = "secret " + options_.ns + "/" + options_.secret;
-  StatusOr<json> secret = client_->Get(kube::Secrets(), options_.ns, options_.secret);
-  if (!secret.ok()) {
-    if (secret.status().code() == StatusCode::kNotFound) {
-      return NotFoundError(where +
-                           " does not exist: install the chart with assignmentSigning.enabled=true "
-                           "(its hook creates it), or name the right one with --namespace and "
-                           "--secret");
-    }
-    return secret.status().WithPrefix("reading " + where);
-  }
+StatusOr<RotationState> StateFromSecret(const json& secret, const std::string& where) {
+  if (!secret.is_object()) return InvalidArgumentError(where + " is not an object");
   RotationState s;
-  s.resource_version = Str(*secret, Ptr("/metadata/resourceVersion"));
-  s.switched_at = Str(*secret, Ptr(std::string("/metadata/annotations/") +
-                                   "accelpool.io~1assignment-key-switched-at"));
+  s.resource_version = Str(secret, Ptr("/metadata/resourceVersion"));
+  s.switched_at = Str(secret, Ptr(std::string("/metadata/annotations/") +
+                                  "accelpool.io~1assignment-key-switched-at"));
   std::map<std::string, std::string> files;
-  if (secret->contains("data") && secret->at("data").is_object()) {
-    for (const auto& [name, value] : secret->at("data").items()) {
+  if (secret.contains("data") && secret.at("data").is_object()) {
+    for (const auto& [name, value] : secret.at("data").items()) {
       if (!value.is_string()) {
         return InvalidArgumentError(where + ": data." + name + " is not a string");
       }
@@ -191,6 +184,53 @@ StatusOr<RotationState> KeyRotation::Read() {
   s.phase = s.keys.keys.size() == 1      ? RotationPhase::kSteady
             : s.newest != s.keys.signing ? RotationPhase::kAdded
                                          : RotationPhase::kSwitched;
+  return s;
+}
+
+void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole) {
+  const Ptr keys_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-keys");
+  const Ptr inventory_ptr(std::string("/metadata/annotations/") + "accelpool.io~1inventory");
+  for (const json& node : nodes) {
+    const std::string name = Str(node, Ptr("/metadata/name"));
+    if (name.empty()) continue;
+    if (!node.contains(keys_ptr) || !node.at(keys_ptr).is_string()) {
+      if (node.contains(inventory_ptr)) s.unreported.push_back(name);
+      continue;
+    }
+    if (whole && !NodeReady(node)) {
+      s.not_ready.push_back(name);
+      continue;
+    }
+    s.node_keys[name] = Split(node.at(keys_ptr).get<std::string>());
+  }
+}
+
+void AddPods(RotationState& s, const std::vector<json>& pods) {
+  const Ptr sig_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-signature");
+  for (const json& pod : pods) {
+    const std::string kid = api::SignatureKeyId(Str(pod, sig_ptr));
+    if (kid.empty() || kid == s.keys.signing || !api::AwaitsAdmission(pod)) continue;
+    s.pods_with_old_keys.push_back(Str(pod, Ptr("/metadata/namespace")) + "/" +
+                                   Str(pod, Ptr("/metadata/name")) + " (key " + kid + ", node " +
+                                   Str(pod, Ptr("/spec/nodeName")) + ")");
+  }
+  std::sort(s.pods_with_old_keys.begin(), s.pods_with_old_keys.end());
+}
+
+StatusOr<RotationState> KeyRotation::Read() {
+  const std::string where = "secret " + options_.ns + "/" + options_.secret;
+  StatusOr<json> secret = client_->Get(kube::Secrets(), options_.ns, options_.secret);
+  if (!secret.ok()) {
+    if (secret.status().code() == StatusCode::kNotFound) {
+      return NotFoundError(where +
+                           " does not exist: install the chart with assignmentSigning.enabled=true "
+                           "(its hook creates it), or name the right one with --namespace and "
+                           "--secret");
+    }
+    return secret.status().WithPrefix("reading " + where);
+  }
+  StatusOr<RotationState> s = StateFromSecret(*secret, where);
+  if (!s.ok()) return s.status();
 
   // The nodes' metadata only (a Node's status is most of it, and this runs
   // every poll); the Ready condition is read, one node at a time, only for
@@ -200,50 +240,28 @@ StatusOr<RotationState> KeyRotation::Read() {
   meta.metadata_only = true;
   StatusOr<kube::ListResult> nodes = client_->List(kube::Nodes(), "", meta);
   if (!nodes.ok()) return nodes.status().WithPrefix("listing the nodes");
-  const Ptr keys_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-keys");
-  const Ptr inventory_ptr(std::string("/metadata/annotations/") + "accelpool.io~1inventory");
-  for (const json& node : nodes->items) {
-    const std::string name = Str(node, Ptr("/metadata/name"));
-    if (name.empty()) continue;
-    if (!node.contains(keys_ptr) || !node.at(keys_ptr).is_string()) {
-      if (node.contains(inventory_ptr)) s.unreported.push_back(name);
-      continue;
-    }
-    if (!nodes->metadata_only && !NodeReady(node)) {  // a server that sent whole Nodes
-      s.not_ready.push_back(name);
-      continue;
-    }
-    s.node_keys[name] = Split(node.at(keys_ptr).get<std::string>());
-  }
-  const std::vector<std::string> missing = s.NodesWithout(s.newest);
+  AddNodes(*s, nodes->items, /*whole=*/!nodes->metadata_only);
+  const std::vector<std::string> missing = s->NodesWithout(s->newest);
   if (nodes->metadata_only && missing.size() <= kReadyChecks) {
     for (const std::string& name : missing) {
       StatusOr<json> node = client_->Get(kube::Nodes(), "", name);
       if (!node.ok() && node.status().code() == StatusCode::kNotFound) {
-        s.node_keys.erase(name);  // deleted since the list
+        s->node_keys.erase(name);  // deleted since the list
       } else if (!node.ok()) {
         return node.status().WithPrefix("reading node " + name);
       } else if (!NodeReady(*node)) {
-        s.node_keys.erase(name);
-        s.not_ready.push_back(name);
+        s->node_keys.erase(name);
+        s->not_ready.push_back(name);
       }
     }
   }
 
-  if (s.phase == RotationPhase::kSwitched) {
+  if (s->phase == RotationPhase::kSwitched) {
     kube::ListOptions o;
     o.field_selector = "status.phase=Pending";
     StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
     if (!pods.ok()) return pods.status().WithPrefix("listing the pending pods");
-    const Ptr sig_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-signature");
-    for (const json& pod : pods->items) {
-      const std::string kid = api::SignatureKeyId(Str(pod, sig_ptr));
-      if (kid.empty() || kid == s.keys.signing || !api::AwaitsAdmission(pod)) continue;
-      s.pods_with_old_keys.push_back(Str(pod, Ptr("/metadata/namespace")) + "/" +
-                                     Str(pod, Ptr("/metadata/name")) + " (key " + kid + ", node " +
-                                     Str(pod, Ptr("/spec/nodeName")) + ")");
-    }
-    std::sort(s.pods_with_old_keys.begin(), s.pods_with_old_keys.end());
+    AddPods(*s, pods->items);
   }
   return s;
 }
@@ -281,6 +299,11 @@ StatusOr<bool> KeyRotation::Step(const RotationState& s) {
         return InternalError("no random bytes from OpenSSL for the new key; nothing was changed");
       }
       const std::string id = NextKeyId(s.keys);
+      if (id.empty()) {
+        return FailedPreconditionError(
+            "the key ids have run out of numbers (k<N> up to 18 digits); give the signing key a "
+            "short id such as k1 by hand (docs/operations.md), then rotate");
+      }
       ACCELPOOL_RETURN_IF_ERROR(Write(s, {{id, kube::Base64Encode(random)}}, {}, ""));
       started_ = true;
       log_.Info("step 1 of 3: added a new key; the old one still signs",

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -78,9 +79,24 @@ struct RotationState {
   std::vector<std::string> NodesWithout(const std::string& key) const;
 };
 
-// The key id after `keys`' highest "k<N>": "k<N+1>" ("k1" when none has that form).
+// The pure parts of KeyRotation::Read, over objects as the apiserver sent
+// them (exposed for tests and the key_state fuzz target; a node's
+// accelpool.io/assignment-keys is written by the node's own plugin, so by
+// whoever controls that node):
+// The Secret's key set and phase; kInvalidArgument with the reason when it is
+// not an object, a data value is not base64 text, or the key set is broken.
+StatusOr<RotationState> StateFromSecret(const nlohmann::json& secret, const std::string& where);
+// Adds the nodes' reported key ids (and the unreported nodes). `whole`: the
+// objects carry their status, and nodes that are not Ready go to not_ready.
+void AddNodes(RotationState& s, const std::vector<nlohmann::json>& nodes, bool whole);
+// Adds the pods awaiting admission whose signature names a key other than
+// the signing one.
+void AddPods(RotationState& s, const std::vector<nlohmann::json>& pods);
+
+// The key id after `keys`' highest "k<N>": "k<N+1>" ("k1" when none has that
+// form); "" when N+1 would have more than 18 digits.
 std::string NextKeyId(const api::SigningKeys& keys);
-// The number of a "k<N>" id, or -1.
+// The number of a "k<N>" id (N of 1-18 digits), or -1.
 int64_t KeyNumber(const std::string& id);
 
 struct RotationOptions {

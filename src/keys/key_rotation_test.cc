@@ -124,6 +124,11 @@ TEST(KeyIdsTest, NumbersAndTimes) {
   EXPECT_EQ(NextKeyId(keys), "k11");
   keys.keys = {{"blue", "z"}};
   EXPECT_EQ(NextKeyId(keys), "k1");
+  keys.keys = {{"k999999999999999998", "z"}};
+  EXPECT_EQ(NextKeyId(keys), "k999999999999999999");
+  keys.keys = {{"k999999999999999999", "z"}};
+  EXPECT_EQ(NextKeyId(keys), "") << "no 19-digit ids";
+  EXPECT_EQ(KeyNumber("k1234567890123456789"), -1);
 
   const auto t = std::chrono::system_clock::from_time_t(1'795'000'000);
   EXPECT_EQ(FormatTime(t), "2026-11-18T11:06:40Z");

@@ -1,0 +1,89 @@
+#include "keys/fuzz/fuzz_entry.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "keys/key_rotation.h"
+
+namespace accelpool::keys::fuzz {
+namespace {
+
+using nlohmann::json;
+
+void Check(bool ok) {
+  if (!ok) std::abort();
+}
+
+std::vector<json> Items(const json& doc, const char* key) {
+  std::vector<json> out;
+  if (doc.contains(key) && doc.at(key).is_array()) {
+    for (const json& item : doc.at(key)) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace
+
+int FuzzKeyState(const uint8_t* data, size_t size) {
+  const json doc = json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("secret")) return 0;
+  StatusOr<RotationState> s = StateFromSecret(doc.at("secret"), "secret fuzz/keys");
+  if (!s.ok()) {
+    Check(s.status().code() == StatusCode::kInvalidArgument && !s.status().message().empty());
+    return 0;
+  }
+  const bool whole = doc.contains("whole") && doc.at("whole").is_boolean() && doc.at("whole").get<bool>();
+  AddNodes(*s, Items(doc, "nodes"), whole);
+  AddPods(*s, Items(doc, "pods"));
+
+  // The key set: what signs and the newest are held; the phase follows.
+  Check(s->keys.keys.count(s->keys.signing) == 1);
+  Check(s->keys.keys.count(s->newest) == 1);
+  for (const auto& [id, key] : s->keys.keys) {
+    Check(!id.empty() && key.size() >= api::kMinSigningKeyBytes);
+    Check(KeyNumber(id) <= KeyNumber(s->newest) || KeyNumber(id) <= KeyNumber(s->keys.signing));
+  }
+  switch (s->phase) {
+    case RotationPhase::kSteady:
+      Check(s->keys.keys.size() == 1 && s->newest == s->keys.signing);
+      break;
+    case RotationPhase::kAdded:
+      Check(s->keys.keys.size() > 1 && s->newest != s->keys.signing &&
+            KeyNumber(s->newest) > KeyNumber(s->keys.signing));
+      break;
+    case RotationPhase::kSwitched:
+      Check(s->keys.keys.size() > 1 && s->newest == s->keys.signing);
+      break;
+  }
+  // The next key id is new and ranks above every key held (or there is none).
+  const std::string next = NextKeyId(s->keys);
+  if (!next.empty()) {
+    Check(s->keys.keys.count(next) == 0);
+    for (const auto& [id, key] : s->keys.keys) Check(KeyNumber(next) > KeyNumber(id));
+  }
+
+  // Nodes: each listed once, under one heading; reported ids never empty.
+  std::vector<std::string> all = s->unreported;
+  all.insert(all.end(), s->not_ready.begin(), s->not_ready.end());
+  for (const auto& [node, ids] : s->node_keys) {
+    Check(!node.empty());
+    for (const std::string& id : ids) Check(!id.empty() && id.find(',') == std::string::npos);
+    if (std::find(s->not_ready.begin(), s->not_ready.end(), node) != s->not_ready.end()) {
+      // A node named twice in the list may be both; only whole objects say Ready.
+      Check(whole);
+    }
+  }
+  if (!whole) Check(s->not_ready.empty());
+  for (const std::string& node : s->NodesWithout(s->newest)) Check(s->node_keys.count(node) == 1);
+  // Pods: only old-key signatures, sorted.
+  Check(std::is_sorted(s->pods_with_old_keys.begin(), s->pods_with_old_keys.end()));
+  for (const std::string& pod : s->pods_with_old_keys) {
+    Check(pod.find(" (key " + s->keys.signing + ",") == std::string::npos);
+  }
+  return 1;
+}
+
+}  // namespace accelpool::keys::fuzz
