@@ -78,11 +78,18 @@ int FuzzKeyState(const uint8_t* data, size_t size) {
   }
   if (!whole) Check(s->not_ready.empty());
   for (const std::string& node : s->NodesWithout(s->newest)) Check(s->node_keys.count(node) == 1);
-  // Pods: only old-key signatures, sorted.
+  // Pods: exactly those awaiting admission whose signature names another key
+  // (counted here from the objects themselves), sorted.
   Check(std::is_sorted(s->pods_with_old_keys.begin(), s->pods_with_old_keys.end()));
-  for (const std::string& pod : s->pods_with_old_keys) {
-    Check(pod.find(" (key " + s->keys.signing + ",") == std::string::npos);
+  size_t old_keys = 0;
+  const json::json_pointer sig_ptr("/metadata/annotations/accelpool.io~1assignment-signature");
+  for (const json& pod : Items(doc, "pods")) {
+    const json* sig = pod.contains(sig_ptr) ? &pod.at(sig_ptr) : nullptr;
+    const std::string kid =
+        sig != nullptr && sig->is_string() ? api::SignatureKeyId(sig->get<std::string>()) : "";
+    if (!kid.empty() && kid != s->keys.signing && api::AwaitsAdmission(pod)) ++old_keys;
   }
+  Check(s->pods_with_old_keys.size() == old_keys);
   return 1;
 }
 
