@@ -276,6 +276,8 @@ std::vector<std::string> AssignmentKeyRing::KeyIds() {
   return ids;  // a std::map is sorted
 }
 
+std::string AssignmentKeyRing::CurrentSigningKeyId() { return Current(interval_)->signing; }
+
 Status AssignmentKeyRing::LastError() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_error_;

@@ -42,6 +42,9 @@ inline constexpr const char* kAssignmentSignatureAnnotation = "accelpool.io/assi
 // On the Node, written by the device plugin: the ids of the keys it verifies
 // with, sorted, comma-separated ("k1,k2"); absent when it checks no signature.
 inline constexpr const char* kAssignmentKeysAnnotation = "accelpool.io/assignment-keys";
+// On the extender's leader Lease, written by the leader at each renewal: the
+// id of the key it signs with.
+inline constexpr const char* kLeaseSigningKeyAnnotation = "accelpool.io/assignment-signing-key";
 
 // The smallest key, in bytes.
 inline constexpr size_t kMinSigningKeyBytes = 32;
@@ -114,6 +117,9 @@ class AssignmentKeyRing {
   // older than the interval (the device plugin publishes them on its Node,
   // so a key rotation can see when a new key has reached every node).
   std::vector<std::string> KeyIds();
+  // SigningKeyId after a re-read when the last read is older than the
+  // interval (the extender reports it on its leader Lease).
+  std::string CurrentSigningKeyId();
   Status LastError() const;
 
  private:

@@ -12,6 +12,7 @@
 #include "extender/test_util.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
+#include "kube/objects.h"
 
 namespace accelpool::extender {
 namespace {
@@ -189,6 +190,32 @@ TEST_F(KubeAdaptersTest, OneLeaderAtATime) {
   EXPECT_TRUE(one.TryAcquireOrRenew());
   EXPECT_FALSE(two.TryAcquireOrRenew());
   EXPECT_TRUE(one.TryAcquireOrRenew());  // renew
+}
+
+// With signing, the leader writes the key id it signs with on the Lease at
+// each acquire and renewal; a follower writes nothing.
+TEST_F(KubeAdaptersTest, TheLeaderReportsItsSigningKeyOnTheLease) {
+  std::string signing = "k1";
+  LeaderOptions o;
+  o.ns = "kube-system";
+  o.identity = "replica-1";
+  o.signing_key = [&signing] { return signing; };
+  LeaderElector one(*client_, o, Logger());
+  o.identity = "replica-2";
+  o.signing_key = [] { return std::string("k9"); };
+  LeaderElector two(*client_, o, Logger());
+  const auto reported = [&] {
+    StatusOr<kube::Lease> l = kube::GetLease(*client_, "kube-system", "accelpool-extender");
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? l->annotations["accelpool.io/assignment-signing-key"] : std::string();
+  };
+  ASSERT_TRUE(one.TryAcquireOrRenew());
+  EXPECT_EQ(reported(), "k1");
+  EXPECT_FALSE(two.TryAcquireOrRenew());
+  EXPECT_EQ(reported(), "k1");
+  signing = "k2";
+  ASSERT_TRUE(one.TryAcquireOrRenew());
+  EXPECT_EQ(reported(), "k2");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "api/assignment_signature.h"
 #include "kube/objects.h"
 
 namespace accelpool::extender {
@@ -58,6 +59,9 @@ bool LeaderElector::TryAcquireOrRenew() {
     fresh.lease_duration_s = static_cast<int32_t>(options_.lease_duration.count());
     fresh.acquire_time = stamp;
     fresh.renew_time = stamp;
+    if (options_.signing_key) {
+      fresh.annotations[api::kLeaseSigningKeyAnnotation] = options_.signing_key();
+    }
     return kube::CreateLease(client_, fresh).ok();
   }
   kube::Lease next = *lease;
@@ -75,6 +79,9 @@ bool LeaderElector::TryAcquireOrRenew() {
   }
   next.renew_time = stamp;
   next.lease_duration_s = static_cast<int32_t>(options_.lease_duration.count());
+  if (options_.signing_key) {
+    next.annotations[api::kLeaseSigningKeyAnnotation] = options_.signing_key();
+  }
   return kube::UpdateLease(client_, next).ok();
 }
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -29,6 +30,10 @@ struct LeaderOptions {
   std::string identity;  // unique per replica (pod name + random suffix)
   std::chrono::seconds lease_duration{15};
   std::chrono::seconds retry{2};
+  // When set, the leader writes its result on the Lease at each acquire and
+  // renewal (annotation accelpool.io/assignment-signing-key: the key id it
+  // signs with), for a key rotation to see when the leader has switched.
+  std::function<std::string()> signing_key;
 };
 
 class LeaderElector {

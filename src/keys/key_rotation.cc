@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kube/config.h"
+#include "kube/objects.h"
 
 namespace accelpool::keys {
 namespace {
@@ -256,6 +257,24 @@ StatusOr<RotationState> KeyRotation::Read() {
     }
   }
 
+  if (s->phase == RotationPhase::kSwitched && !options_.lease_name.empty()) {
+    StatusOr<kube::Lease> lease = kube::GetLease(*client_, options_.lease_ns, options_.lease_name);
+    if (lease.ok()) {
+      // Only a live lease speaks for the leader: an expired one is the last
+      // word of a leader that is gone, and the next one writes its own.
+      StatusOr<std::chrono::system_clock::time_point> renewed =
+          kube::ParseMicroTime(lease->renew_time);
+      if (!lease->holder.empty() && renewed.ok() &&
+          *renewed + std::chrono::seconds(lease->lease_duration_s) >= clock_.now()) {
+        auto it = lease->annotations.find(api::kLeaseSigningKeyAnnotation);
+        if (it != lease->annotations.end()) s->leader_signs = it->second;
+      }
+    } else if (lease.status().code() != StatusCode::kNotFound) {
+      return lease.status().WithPrefix("reading the extender's lease " + options_.lease_ns + "/" +
+                                       options_.lease_name +
+                                       " (pass --extender-lease=none to skip that check)");
+    }
+  }
   if (s->phase == RotationPhase::kSwitched) {
     kube::ListOptions o;
     o.field_selector = "status.phase=Pending";
@@ -364,6 +383,20 @@ StatusOr<bool> KeyRotation::Step(const RotationState& s) {
         log_.Info("waiting for the extender to re-read the Secret and sign with the new key",
                   {{"signing", signing},
                    {"left_s", static_cast<int64_t>((options_.settle - after).count())}});
+        Sleep();
+        return false;
+      }
+      if (!s.leader_signs.empty() && s.leader_signs != signing) {
+        if (after >= options_.drain_timeout) {
+          return DeadlineExceededError(
+              "the extender's leader still signs with " + s.leader_signs + " " + Secs(after) +
+              " after the switch to " + signing + ". The rotation stays at step 2 (both keys are "
+              "accepted). Check that the extender pod mounts the key Secret and its log for "
+              "\"re-reading the assignment keys failed\", then run accelpool-keys rotate again "
+              "to resume");
+        }
+        log_.Info("waiting for the extender's leader to sign with the new key",
+                  {{"signing", signing}, {"leader_signs", s.leader_signs}});
         Sleep();
         return false;
       }

@@ -11,8 +11,10 @@
 //              (annotation accelpool.io/assignment-key-switched-at).
 //   3. drop    the old keys, once the extender has surely re-read the Secret
 //              (RotationOptions::settle after the switch: kubelet's Secret
-//              sync plus the extender's 30 s re-read) and no pod that
-//              kubelet may still admit carries a signature by an old key.
+//              sync plus the extender's 30 s re-read; and, where its leader
+//              Lease reports the key it signs with, once that is the new
+//              one) and no pod that kubelet may still admit carries a
+//              signature by an old key.
 //
 // The state lives in the Secret alone, so a rotation that stops (a timeout, a
 // killed Job) is resumed where it stands by the next run: a Secret with keys
@@ -74,6 +76,11 @@ struct RotationState {
   // Pods kubelet may still admit whose signature names a key other than
   // "signing" ("ns/name (key k1, node n)"), listed in the kSwitched phase.
   std::vector<std::string> pods_with_old_keys;
+  // The key the extender's leader reports signing with (annotation
+  // accelpool.io/assignment-signing-key on its Lease), read in the kSwitched
+  // phase; "" when there is no live Lease or it reports none (an extender
+  // without leader election, or from before the report).
+  std::string leader_signs;
 
   // Ready reporting nodes that lack `key`.
   std::vector<std::string> NodesWithout(const std::string& key) const;
@@ -112,6 +119,10 @@ struct RotationOptions {
   // this long after the switch.
   std::chrono::seconds drain_timeout{std::chrono::minutes(60)};
   std::chrono::seconds poll{std::chrono::seconds(10)};
+  // The extender's leader Lease; step 3 also waits until the leader reports
+  // signing with the new key. Empty name: not checked.
+  std::string lease_ns;
+  std::string lease_name;
 };
 
 // The clock and the sleep, replaceable in tests.

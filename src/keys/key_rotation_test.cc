@@ -10,6 +10,7 @@
 #include "kube/config.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
+#include "kube/objects.h"
 
 namespace accelpool::keys {
 namespace {
@@ -298,6 +299,54 @@ TEST_F(KeyRotationTest, ARunThatFindsARotationUnderWayEndsWithIt) {
   const std::map<std::string, std::string> f = Files();
   EXPECT_EQ(f.at("signing"), "k2");
   EXPECT_EQ(f.size(), 2u) << "k1 dropped once; no k3";
+}
+
+// Where the extender's leader reports the key it signs with on its Lease,
+// the old key is dropped only once that is the new one, even after the
+// settling time; an expired Lease (its leader gone) is not waited for.
+TEST_F(KeyRotationTest, TheOldKeyIsDroppedOnlyOnceTheLeaderSignsWithTheNewOne) {
+  constexpr const char* kLeases = "/apis/coordination.k8s.io/v1/namespaces/accelpool-system/leases";
+  options_.lease_ns = "accelpool-system";
+  options_.lease_name = "accelpool-extender";
+  api_.Put(kSecrets, SecretJson({{"signing", "k2"}, {"k1", kKey1}, {"k2", kKey1 + "-2"}}));
+  const auto lease = [&](const std::string& key, std::chrono::system_clock::time_point renewed) {
+    api_.Put(kLeases, {{"apiVersion", "coordination.k8s.io/v1"},
+                       {"kind", "Lease"},
+                       {"metadata",
+                        {{"name", "accelpool-extender"},
+                         {"namespace", "accelpool-system"},
+                         {"annotations", {{"accelpool.io/assignment-signing-key", key}}}}},
+                       {"spec",
+                        {{"holderIdentity", "extender-0"},
+                         {"leaseDurationSeconds", 15},
+                         {"renewTime", kube::FormatMicroTime(renewed)}}}});
+  };
+  lease("k1", now_);
+  const auto start = now_;
+  on_sleep_ = [&] {
+    // The leader keeps renewing with k1 for 300 s, then re-reads the Secret.
+    lease(now_ - start < seconds(300) ? "k1" : "k2", now_);
+  };
+  KeyRotation rotation = Rotation();
+  ASSERT_TRUE(rotation.Rotate().ok());
+  EXPECT_GE(now_ - start, seconds(300)) << "not after the 120 s settle alone";
+  EXPECT_EQ(Files().count("k1"), 0u);
+
+  // A leader stuck on k1 stops the rotation at step 2, named.
+  api_.Put(kSecrets, SecretJson({{"signing", "k3"}, {"k2", kKey1 + "-2"}, {"k3", kKey1 + "-3"}}));
+  on_sleep_ = [&] { lease("k2", now_); };
+  KeyRotation stuck = Rotation();
+  Status st = stuck.Rotate();
+  ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("leader still signs with k2"), std::string::npos) << st.message();
+  EXPECT_EQ(Files().count("k2"), 1u);
+
+  // Its leader gone (the Lease expired), the report no longer holds it back.
+  on_sleep_ = nullptr;
+  lease("k2", now_ - seconds(60));
+  KeyRotation after = Rotation();
+  ASSERT_TRUE(after.Rotate().ok());
+  EXPECT_EQ(Files().count("k2"), 0u);
 }
 
 // A switch made by hand has no time on record: the settling time counts

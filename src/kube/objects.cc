@@ -132,6 +132,11 @@ StatusOr<Lease> LeaseFromJson(const json& j) {
   l.ns = meta.value("namespace", std::string());
   l.name = meta.value("name", std::string());
   l.resource_version = meta.value("resourceVersion", std::string());
+  if (meta.contains("annotations") && meta["annotations"].is_object()) {
+    for (const auto& [k, v] : meta["annotations"].items()) {
+      if (v.is_string()) l.annotations[k] = v.get<std::string>();
+    }
+  }
   auto str = [&](const char* k) {
     return spec.contains(k) && spec[k].is_string() ? spec[k].get<std::string>() : std::string();
   };
@@ -154,6 +159,7 @@ json LeaseToJson(const Lease& l) {
   if (!l.renew_time.empty()) spec["renewTime"] = l.renew_time;
   json meta = {{"name", l.name}, {"namespace", l.ns}};
   if (!l.resource_version.empty()) meta["resourceVersion"] = l.resource_version;
+  if (!l.annotations.empty()) meta["annotations"] = l.annotations;
   return {{"apiVersion", "coordination.k8s.io/v1"},
           {"kind", "Lease"},
           {"metadata", meta},

@@ -60,6 +60,7 @@ struct Lease {
   std::string renew_time;
   int32_t transitions = 0;
   std::string resource_version;  // precondition for UpdateLease
+  std::map<std::string, std::string> annotations;  // metadata.annotations (string values)
 };
 
 // kNotFound when no such lease.

@@ -482,6 +482,8 @@ rotation_resumed() {
     key_secret_is k2 '["k2"]' && keys_as_cronjob status | grep -q 'rotation: none under way'
 }
 check "with guard-a gone, a second run resumes and drops k1 (no third key)" rotation_resumed
+check "the rotation's service account may read the extender's leader Lease, and no other" \
+  bash -c "[ \"\$('${K}' auth can-i --as system:serviceaccount:accelpool-system:accelpool-assignment-key-rotation -n accelpool-system get leases.coordination.k8s.io/accelpool-extender 2>/dev/null)\" = yes ] && [ \"\$('${K}' auth can-i --as system:serviceaccount:accelpool-system:accelpool-assignment-key-rotation -n accelpool-system get leases.coordination.k8s.io/other 2>/dev/null)\" = no ]"
 check "the rotation's service account may not read another Secret" \
   can_i no accelpool-assignment-key-rotation get secrets/tls-check -n accelpool-system
 check "the rotation's service account may not patch nodes or pods" \

@@ -301,6 +301,11 @@ int Run(const Flags& flags) {
     LeaderOptions lopt;
     lopt.ns = flags.lease_namespace;
     lopt.identity = std::string(host) + "-" + std::to_string(getpid());
+    if (keys != nullptr) {
+      // The key the leader signs with, on its Lease: a key rotation drops the
+      // old key only once the leader has switched (docs/operations.md).
+      lopt.signing_key = [ring = keys.get()] { return ring->CurrentSigningKeyId(); };
+    }
     leader = std::make_unique<LeaderElector>(**client, lopt, log.Child("leader"));
     leader->Start();
   }

@@ -46,6 +46,9 @@ flags:
   --drain-timeout=DURATION  rotate: how long pods signed with an old key may wait for
                             admission after the switch (60m)
   --poll=DURATION           rotate: how often to look again while waiting (10s)
+  --extender-lease=[NS/]NAME  rotate: the extender's leader Lease; the old keys are dropped only
+                            once its leader reports signing with the new key (default
+                            accelpool-extender in the Secret's namespace; none: not checked)
   --output=text|json        status: text for a person, or one JSON object for scripts (text)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
 Durations are written like 90s, 15m or 1h30m.
@@ -58,6 +61,7 @@ struct Flags {
   std::string kubeconfig;
   std::string log_level = "info";
   std::string output = "text";
+  std::string extender_lease = "accelpool-extender";
   RotationOptions rotation;
 };
 
@@ -75,7 +79,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"namespace", &f.ns},         {"secret", &f.secret},
       {"kubeconfig", &f.kubeconfig}, {"log-level", &f.log_level},
       {"node-timeout", &node_timeout}, {"settle", &settle},
-      {"drain-timeout", &drain_timeout}, {"poll", &poll}, {"output", &f.output}};
+      {"drain-timeout", &drain_timeout}, {"poll", &poll}, {"output", &f.output},
+      {"extender-lease", &f.extender_lease}};
   // The command takes argv[0]'s place: ParseFlagTable starts after it.
   ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc - 1, argv + 1, strings, {}));
   const std::pair<const char*, std::pair<std::string*, std::chrono::seconds*>> durations[] = {
@@ -108,6 +113,17 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   f.rotation.ns = f.ns;
   f.rotation.secret = f.secret;
+  if (f.extender_lease != "none") {
+    const size_t slash = f.extender_lease.find('/');
+    f.rotation.lease_ns = slash == std::string::npos ? f.ns : f.extender_lease.substr(0, slash);
+    f.rotation.lease_name =
+        slash == std::string::npos ? f.extender_lease : f.extender_lease.substr(slash + 1);
+    if (f.rotation.lease_ns.empty() || f.rotation.lease_name.empty() ||
+        f.rotation.lease_name.find('/') != std::string::npos) {
+      return InvalidArgumentError("--extender-lease=" + f.extender_lease +
+                                  " must be NAME or NAMESPACE/NAME (or none)");
+    }
+  }
   return f;
 }
 
@@ -149,6 +165,8 @@ void PrintStatus(const RotationState& s, const Flags& f) {
                 Join(s.unreported).c_str());
   }
   if (s.phase == RotationPhase::kSwitched) {
+    std::printf("the extender's leader signs with: %s\n",
+                s.leader_signs.empty() ? "(not reported)" : s.leader_signs.c_str());
     std::printf("pods awaiting admission signed with an old key: %s\n",
                 Join(s.pods_with_old_keys).c_str());
   }
@@ -170,6 +188,7 @@ void PrintStatusJson(const RotationState& s, const Flags& f) {
   j["nodes_not_ready"] = s.not_ready;
   j["nodes_unreported"] = s.unreported;
   j["pods_with_old_keys"] = s.pods_with_old_keys;
+  j["leader_signs"] = s.leader_signs;
   std::printf("%s\n", j.dump().c_str());
 }
 
