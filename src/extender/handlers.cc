@@ -123,10 +123,12 @@ Reply Handlers::Bind(std::string_view body) {
     if (!args.ok()) {
       return BadRequest("bind", args.status());
     }
-    if (bind_gate_ && !bind_gate_()) {
-      return Reply{200, EncodeBindingResult(
-                            "this accelpool-extender replica is not the leader; kube-scheduler "
-                            "retries the pod, point it at the leader")};
+    if (bind_gate_) {
+      if (std::string why = bind_gate_(); !why.empty()) {
+        return Reply{
+            200, EncodeBindingResult("this accelpool-extender replica is not the leader (" + why +
+                                     "); kube-scheduler retries the pod")};
+      }
     }
     std::optional<PodInfo> pod;
     if (!args->pod_uid.empty()) {

@@ -62,9 +62,9 @@ class Handlers {
   Reply Bind(std::string_view body);
   Reply Preempt(std::string_view body);
 
-  // Bind is answered with an error while `gate` returns false (a replica that
-  // does not hold the leader lease). Set before serving.
-  void SetBindGate(std::function<bool()> gate) { bind_gate_ = std::move(gate); }
+  // Bind is answered with an error while `gate` returns a reason (a replica
+  // that does not lead); an empty string lets it through. Set before serving.
+  void SetBindGate(std::function<std::string()> gate) { bind_gate_ = std::move(gate); }
 
  private:
   Reply Run(std::string_view verb, std::string_view body,
@@ -77,7 +77,7 @@ class Handlers {
   const ExtenderMetrics* const metrics_;
   const Logger log_;
   const HandlerOptions options_;
-  std::function<bool()> bind_gate_;
+  std::function<std::string()> bind_gate_;
 };
 
 }  // namespace accelpool::extender

@@ -103,9 +103,14 @@ TEST_F(HandlersTest, BindGoldenAndLookupOfUnfilteredPods) {
   EXPECT_NE(missing.body.find("not found"), std::string::npos) << missing.body;
   Reply recreated = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"other","Node":"node-a"})");
   EXPECT_NE(recreated.body.find("uid changed"), std::string::npos) << recreated.body;
-  h_->SetBindGate([] { return false; });
+  h_->SetBindGate([] { return std::string("another replica holds Lease ns/l"); });
   Reply follower = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
-  EXPECT_NE(follower.body.find("not the leader"), std::string::npos);
+  EXPECT_NE(follower.body.find("not the leader (another replica holds Lease ns/l)"),
+            std::string::npos)
+      << follower.body;
+  h_->SetBindGate([] { return std::string(); });
+  Reply leader = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  EXPECT_EQ(leader.body.find("not the leader"), std::string::npos) << leader.body;
 }
 
 TEST_F(HandlersTest, PreemptGolden) {

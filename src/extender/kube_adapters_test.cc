@@ -218,5 +218,122 @@ TEST_F(KubeAdaptersTest, TheLeaderReportsItsSigningKeyOnTheLease) {
   EXPECT_EQ(reported(), "k2");
 }
 
+// kube-scheduler's Lease as kube-scheduler writes it: holder "<host>_<uuid>",
+// renewed `age` ago.
+void PutSchedulerLease(kube::KubeClient& client, const std::string& holder,
+                       std::chrono::seconds age = std::chrono::seconds(0)) {
+  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now() - age);
+  StatusOr<kube::Lease> l = kube::GetLease(client, "sched-ns", "accelpool-scheduler");
+  kube::Lease next;
+  if (l.ok()) {
+    next = *l;
+  } else {
+    next.ns = "sched-ns";
+    next.name = "accelpool-scheduler";
+  }
+  next.holder = holder;
+  next.lease_duration_s = 15;
+  next.acquire_time = stamp;
+  next.renew_time = stamp;
+  StatusOr<kube::Lease> w =
+      l.ok() ? kube::UpdateLease(client, next) : kube::CreateLease(client, next);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+}
+
+LeaderOptions Follower(const std::string& host) {
+  LeaderOptions o;
+  o.ns = "sched-ns";
+  o.identity = host + "-1";
+  o.scheduler_lease_ns = "sched-ns";
+  o.scheduler_lease_name = "accelpool-scheduler";
+  o.host = host;
+  o.signing_key = [host] { return host == "pod-a" ? std::string("k1") : std::string("k2"); };
+  return o;
+}
+
+// The chart's layout: kube-scheduler and the extender share a pod, and
+// kube-scheduler calls only its own pod's extender. The extender beside the
+// leading kube-scheduler leads, whatever happened to the extenders' own
+// Lease, and reports itself (and its signing key) there.
+TEST_F(KubeAdaptersTest, FollowsTheKubeSchedulerInItsOwnPod) {
+  LeaderElector a(*client_, Follower("pod-a"), Logger());
+  LeaderElector b(*client_, Follower("pod-b"), Logger());
+  LeaderElector prefix(*client_, Follower("pod"), Logger());  // "pod-a_..." is not "pod_..."
+  const auto report = [&]() -> std::pair<std::string, std::string> {
+    StatusOr<kube::Lease> l = kube::GetLease(*client_, "sched-ns", "accelpool-extender");
+    if (!l.ok()) return {"", ""};
+    return {l->holder, l->annotations["accelpool.io/assignment-signing-key"]};
+  };
+
+  // No kube-scheduler Lease yet: nobody leads, nothing is written.
+  EXPECT_FALSE(a.TryAcquireOrRenew());
+  EXPECT_EQ(report().first, "");
+
+  PutSchedulerLease(*client_, "pod-a_0c6f1e2a-77b4-4f0e-9d1c-2f6a1b9e3d10");
+  EXPECT_TRUE(a.TryAcquireOrRenew());
+  EXPECT_FALSE(b.TryAcquireOrRenew());
+  EXPECT_FALSE(prefix.TryAcquireOrRenew());
+  EXPECT_EQ(report(), std::make_pair(std::string("pod-a-1"), std::string("k1")));
+
+  // B's extender once held the report Lease (say, from an earlier election):
+  // it does not matter; kube-scheduler's Lease decides.
+  PutSchedulerLease(*client_, "pod-b_5d0b7c44-1f1e-4a43-8f7e-6b1a0c2d9e8f");
+  EXPECT_FALSE(a.TryAcquireOrRenew());
+  EXPECT_TRUE(b.TryAcquireOrRenew());
+  EXPECT_EQ(report(), std::make_pair(std::string("pod-b-1"), std::string("k2")));
+  StatusOr<kube::Lease> l = kube::GetLease(*client_, "sched-ns", "accelpool-extender");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->transitions, 1);
+
+  // Held by pod-a but not renewed for longer than its duration: nobody leads.
+  PutSchedulerLease(*client_, "pod-a_0c6f1e2a-77b4-4f0e-9d1c-2f6a1b9e3d10",
+                    std::chrono::seconds(60));
+  EXPECT_FALSE(a.TryAcquireOrRenew());
+  // Released (kube-scheduler's ReleaseOnCancel empties the holder).
+  PutSchedulerLease(*client_, "");
+  EXPECT_FALSE(a.TryAcquireOrRenew());
+  EXPECT_FALSE(b.TryAcquireOrRenew());
+  EXPECT_NE(a.NotLeaderReason().find("does not hold Lease sched-ns/accelpool-scheduler"),
+            std::string::npos)
+      << a.NotLeaderReason();
+}
+
+// The running elector: leadership moves with kube-scheduler's Lease, at once
+// for a bind (IsLeaderNow) and at the next round otherwise.
+TEST_F(KubeAdaptersTest, AFollowerTakesOverWhenItsKubeSchedulerAcquires) {
+  PutSchedulerLease(*client_, "pod-b_1");
+  LeaderOptions o = Follower("pod-a");
+  o.retry = std::chrono::seconds(30);  // no second round during this part
+  o.lease_duration = std::chrono::seconds(60);
+  {
+    LeaderElector a(*client_, o, Logger());
+    a.Start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its first round
+    EXPECT_FALSE(a.IsLeader());
+    EXPECT_FALSE(a.IsLeaderNow());
+    // kube-scheduler in pod-a acquires and schedules; its first bind arrives
+    // long before the elector's next round and is let through.
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past IsLeaderNow's rate limit
+    PutSchedulerLease(*client_, "pod-a_2");
+    EXPECT_FALSE(a.IsLeader());
+    EXPECT_TRUE(a.IsLeaderNow());
+    EXPECT_TRUE(a.IsLeader());
+  }
+
+  // Rounds every second: the report is written, and when kube-scheduler in
+  // pod-b takes over, pod-a stops binding at its next read.
+  o.retry = std::chrono::seconds(1);
+  o.lease_duration = std::chrono::seconds(4);
+  LeaderElector a(*client_, o, Logger());
+  a.Start();
+  EXPECT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  EXPECT_TRUE(Eventually([&] {
+    StatusOr<kube::Lease> l = kube::GetLease(*client_, "sched-ns", "accelpool-extender");
+    return l.ok() && l->holder == "pod-a-1";
+  }));
+  PutSchedulerLease(*client_, "pod-b_3");
+  EXPECT_TRUE(Eventually([&] { return !a.IsLeader(); }));
+  a.Stop();
+}
 }  // namespace
 }  // namespace accelpool::extender

@@ -9,7 +9,9 @@
 #   admission policies (device plugin on its own node, the annotation guard),
 #   examples/kueue/ against Kueue's CRDs (fetched as a Go module, not built),
 #   the certgen hook script creating a Secret and patching a webhook's caBundle,
-#   and accelpool-keys rotating a key Secret as the rotation CronJob's service account.
+#   accelpool-keys rotating a key Secret as the rotation CronJob's service account,
+#   and two scheduler pods (kube-scheduler + extender, as the scheduler's service
+#   account): the active extender is the one beside the leading kube-scheduler.
 # Prints "N passed, M failed"; exits non-zero on any failure.
 #
 # Usage: tests/e2e/chart-check.sh   (starts its own control plane under .work/chart)
@@ -30,7 +32,10 @@ check() {
   if "$@" > "${TMP}/out" 2>&1; then PASSED=$((PASSED + 1)); log "ok: ${what}"
   else FAILED=$((FAILED + 1)); log "FAIL: ${what}"; tail -30 "${TMP}/out" >&2; fi
 }
+HA_PIDS=()  # the scheduler pods of the leadership checks at the end
+ha_stop() { local p; for p in "${HA_PIDS[@]}"; do kill "${p}" 2>/dev/null || true; done; }
 finish() {
+  ha_stop
   "${E2E_DIR}/cluster.sh" stop >/dev/null 2>&1 || true
   rm -rf "${TMP}"
   echo "chart-check: ${PASSED} passed, ${FAILED} failed"
@@ -59,6 +64,15 @@ check "the measured profile: four score plugins off, every node scored, accelpoo
   bash -c "grep -q 'name: NodeResourcesFit$' '${TMP}/default.yaml' && grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'name: PodTopologySpread' '${TMP}/default.yaml' && grep -q 'percentageOfNodesToScore: 100' '${TMP}/default.yaml' && grep -q -- '--policy=accelpool' '${TMP}/default.yaml' && grep -q -- '--tie-break-salt=0' '${TMP}/default.yaml'"
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
   bash -c "grep -q 'urlPrefix: http://127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q 'enableHTTPS: false' '${TMP}/default.yaml' && grep -q -- '--scheduler-listen=127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q -- '--pick-in-filter$' '${TMP}/default.yaml'"
+follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the replica count
+  local f
+  for f in "${TMP}/default.yaml" "${TMP}/ha.yaml"; do
+    grep -q -- '- --scheduler-lease=ns/accelpool-scheduler$' "$f" &&
+      grep -q -- '- --lease-namespace=ns$' "$f" && ! grep -q -- '--leader-elect' "$f" || return 1
+  done
+  grep -q 'resourceName: accelpool-scheduler$' "${TMP}/ha.yaml"
+}
+check "the extender follows kube-scheduler's Lease (1 and 2 replicas), no election of its own" follows_scheduler
 render --set webhook.allowDeviceEnv=true > "${TMP}/allow-env.yaml"
 check "the webhook refuses pods that set the device plugin's variables unless webhook.allowDeviceEnv" \
   bash -c "! grep -q -- '--webhook-allow-device-env' '${TMP}/default.yaml' && grep -q -- '--webhook-allow-device-env$' '${TMP}/allow-env.yaml'"
@@ -495,4 +509,124 @@ certgen_rejects() {
 }
 check "certgen rejects a bad argument with a hint" certgen_rejects
 "${K}" delete mutatingwebhookconfiguration certgen-check >/dev/null
+
+# Two scheduler pods of the chart, each a kube-scheduler with the chart's
+# configuration (leader election on, lease timings shortened) and an extender
+# with the chart's leadership flags, as the scheduler's service account. The
+# two containers of a pod share a host name; here each "pod" is a UTS
+# namespace with its own. The active extender must be the one beside the
+# leading kube-scheduler (which calls only its own pod's extender), and it
+# must move with it. After the rotation checks above: the Lease written here
+# would otherwise be waited for.
+EXT_BIN="${E2E_EXTENDER_BIN:-${REPO}/build/src/cmd/accelpool-extender}"
+ha_setup() {
+  [ -x "${EXT_BIN}" ] || { echo "no ${EXT_BIN}: build the project first (scripts/build.sh)"; return 1; }
+  unshare --uts true 2>/dev/null ||
+    { echo "unshare --uts failed: run chart-check as root (it gives each scheduler pod a host name)"; return 1; }
+  local token
+  token="$("${K}" -n accelpool-system create token accelpool-scheduler --duration 10m)" || return 1
+  cat > "${TMP}/sched-sa.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "${APISERVER_URL}", certificate-authority: "${E2E_CA}"}}]
+users: [{name: sched, user: {token: "${token}"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: sched}}]
+current-context: e2e
+YAML
+  mkdir -p "${TMP}/ha-keys" && head -c 48 /dev/urandom | base64 -w0 > "${TMP}/ha-keys/k1" &&
+    printf k1 > "${TMP}/ha-keys/signing"
+  "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+    --set scheduler.replicas=2 --show-only templates/scheduler-deployment.yaml > "${TMP}/ha-deploy.yaml"
+  "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+    --set scheduler.replicas=2 --show-only templates/scheduler-config.yaml |
+    awk '/^  config.yaml: \|/ {on=1; next} on {sub(/^    /, ""); print}' > "${TMP}/ha-sched.base.yaml"
+  # The extender's leadership flags exactly as the chart renders them.
+  HA_FLAGS=()
+  local f
+  for f in scheduler-lease lease-namespace; do
+    HA_FLAGS+=("$(grep -o -- "- --${f}=.*" "${TMP}/ha-deploy.yaml" | cut -c3-)")
+  done
+  [ "${HA_FLAGS[0]}" = --scheduler-lease=accelpool-system/accelpool-scheduler ] || { echo "flags: ${HA_FLAGS[*]}"; return 1; }
+}
+ha_pod() { # NAME: kube-scheduler and extender sharing the host name NAME
+  local name="$1" sport xport lport
+  sport="$(free_port)" xport="$(free_port "${sport}")" lport="$(free_port "${sport}" "${xport}")"
+  sed -e "s|^clientConnection:|clientConnection:\n  kubeconfig: ${TMP}/sched-sa.kubeconfig|" \
+      -e "s|  leaderElect: true|  leaderElect: true\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s|" \
+      -e "s|urlPrefix: http://127.0.0.1:[0-9]*|urlPrefix: http://127.0.0.1:${lport}|" \
+      "${TMP}/ha-sched.base.yaml" > "${TMP}/${name}-sched.yaml"
+  unshare --uts bash -c "hostname ${name}
+    '${BIN}/kube-scheduler' --config '${TMP}/${name}-sched.yaml' --bind-address 127.0.0.1 \
+      --secure-port ${sport} --authentication-kubeconfig '${E2E_WORK}/config/scheduler.kubeconfig' \
+      --authorization-kubeconfig '${E2E_WORK}/config/scheduler.kubeconfig' > '${TMP}/${name}-sched.log' 2>&1 &
+    echo \$! > '${TMP}/${name}-sched.pid'
+    '${EXT_BIN}' --listen=127.0.0.1:${xport} --scheduler-listen=127.0.0.1:${lport} \
+      --kubeconfig='${TMP}/sched-sa.kubeconfig' --assignment-key-dir='${TMP}/ha-keys' ${HA_FLAGS[*]} \
+      > '${TMP}/${name}-ext.log' 2>&1 &
+    echo \$! > '${TMP}/${name}-ext.pid'
+    wait" &
+  printf '%s' "${xport}" > "${TMP}/${name}-ext.port"
+  for _ in $(seq 1 50); do [ -s "${TMP}/${name}-ext.pid" ] && [ -s "${TMP}/${name}-sched.pid" ] && break; sleep 0.1; done
+  HA_PIDS+=("$(cat "${TMP}/${name}-sched.pid")" "$(cat "${TMP}/${name}-ext.pid")")
+}
+ext_get() { curl -fsS --max-time 3 "http://127.0.0.1:$(cat "${TMP}/$1-ext.port")$2"; }
+leading() { ext_get "$1" /metrics | awk '$1 == "accelpool_extender_leader" {print $2}'; }
+sched_holder() { "${K}" -n accelpool-system get lease accelpool-scheduler -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
+report_lease() { "${K}" -n accelpool-system get lease accelpool-extender \
+  -o jsonpath='{.spec.holderIdentity} {.metadata.annotations.accelpool\.io/assignment-signing-key}' 2>/dev/null; }
+ha_started() {
+  ha_setup || return 1
+  ha_pod sched-a && ha_pod sched-b
+  local i
+  for i in $(seq 1 60); do
+    ext_get sched-a /readyz >/dev/null 2>&1 && ext_get sched-b /readyz >/dev/null 2>&1 &&
+      [ -n "$(sched_holder)" ] && return 0
+    sleep 0.5
+  done
+  echo "not ready after 30 s; scheduler holder '$(sched_holder)'"
+  tail -n 5 "${TMP}"/sched-*-ext.log "${TMP}"/sched-*-sched.log
+  return 1
+}
+check "two scheduler pods (kube-scheduler + extender, host names sched-a and sched-b) start; both extenders ready" ha_started
+HA_LEADER="" HA_OTHER=""
+one_active() { # exactly the extender beside the kube-scheduler holding the Lease leads, and reports itself
+  local holder i
+  for i in $(seq 1 20); do
+    holder="$(sched_holder)"
+    HA_LEADER="${holder%%_*}"
+    case "${HA_LEADER}" in sched-a) HA_OTHER=sched-b;; sched-b) HA_OTHER=sched-a;; *) sleep 0.5; continue;; esac
+    if [ "$(leading "${HA_LEADER}")" = 1 ] && [ "$(leading "${HA_OTHER}")" = 0 ] &&
+       [[ "$(report_lease)" == "${HA_LEADER}-"*" k1" ]]; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "scheduler holder '${holder}'; leader gauge sched-a=$(leading sched-a) sched-b=$(leading sched-b); report '$(report_lease)'"
+  return 1
+}
+check "the extender beside the leading kube-scheduler is the only one that binds; it reports itself and key k1 on Lease accelpool-extender" one_active
+follower_refuses() { # the other extender refuses bind, naming why; it stays ready
+  local body
+  body="$(curl -fsS --max-time 3 -X POST -H 'Content-Type: application/json' \
+    -d '{"PodName":"p","PodNamespace":"default","PodUID":"u-1","Node":"np-a"}' \
+    "http://127.0.0.1:$(cat "${TMP}/${HA_OTHER}-ext.port")/bind")" || return 1
+  grep -q "not the leader (the kube-scheduler in this pod (host ${HA_OTHER}) does not hold Lease accelpool-system/accelpool-scheduler)" <<<"${body}" ||
+    { echo "bind answer: ${body}"; return 1; }
+  ext_get "${HA_OTHER}" /readyz >/dev/null
+}
+check "the follower's extender refuses bind with the reason and stays ready" follower_refuses
+failover() { # the leading kube-scheduler dies: the other pod's pair takes over together
+  local old="${HA_LEADER}" i
+  kill "$(cat "${TMP}/${old}-sched.pid")"
+  for i in $(seq 1 40); do
+    [ "$(sched_holder | cut -d_ -f1)" = "${HA_OTHER}" ] && [ "$(leading "${HA_OTHER}")" = 1 ] &&
+      [ "$(leading "${old}")" = 0 ] && [[ "$(report_lease)" == "${HA_OTHER}-"*" k1" ]] && {
+        log "failover to ${HA_OTHER} after ${i}x0.5s"; return 0; }
+    sleep 0.5
+  done
+  echo "scheduler holder '$(sched_holder)'; leader gauge ${old}=$(leading "${old}") ${HA_OTHER}=$(leading "${HA_OTHER}"); report '$(report_lease)'"
+  return 1
+}
+check "when the leading kube-scheduler stops, the other pod's extender leads with its kube-scheduler and reports itself" failover
+ha_stop
 [ "${FAILED}" = 0 ]

@@ -39,7 +39,14 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --kubeconfig=FILE         kubeconfig; default: in-cluster service account, then $KUBECONFIG
   --policy=NAME             binpack|spread|topology|fragmentation|accelpool (default accelpool)
   --scheduler-name=NAME     scheduler pods are routed to (default accelpool-scheduler)
-  --leader-elect            hold a Lease; only the leader binds (default off)
+  --leader-elect            elect among replicas with Lease accelpool-extender; only the
+                            leader binds, followers report not ready (a standalone extender
+                            behind a Service) (default off)
+  --scheduler-lease=[NS/]NAME
+                            lead while the kube-scheduler in this pod holds its Lease NAME
+                            (its leaderElection.resourceName; NS defaults to --lease-namespace);
+                            only then bind; followers stay ready. The active replica also
+                            writes Lease accelpool-extender (the key it signs with) (default off)
   --lease-namespace=NS      namespace of the Lease (default kube-system)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
   --filter-threads=N        threads per filter call of 512+ nodes (default: 1 on up to two
@@ -83,6 +90,7 @@ struct Flags {
   std::string policy = "accelpool";
   std::string scheduler_name = "accelpool-scheduler";
   bool leader_elect = false;
+  std::string scheduler_lease;  // "[NS/]NAME" of kube-scheduler's Lease; "" = off
   bool pick_in_filter = false;
   bool webhook_allow_device_env = false;
   std::string lease_namespace = "kube-system";
@@ -110,6 +118,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"policy", &f.policy},
                                                  {"scheduler-name", &f.scheduler_name},
                                                  {"lease-namespace", &f.lease_namespace},
+                                                 {"scheduler-lease", &f.scheduler_lease},
                                                  {"log-level", &f.log_level},
                                                  {"kube-api-transport", &f.kube_api_transport},
                                                  {"assignment-key-dir", &f.assignment_key_dir}};
@@ -178,6 +187,23 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (!f.client_ca.empty() && f.tls_cert.empty()) {
     return InvalidArgumentError("--client-ca needs --tls-cert and --tls-key");
+  }
+  if (f.leader_elect && !f.scheduler_lease.empty()) {
+    return InvalidArgumentError(
+        "--leader-elect and --scheduler-lease choose the active replica in two different ways; "
+        "give --scheduler-lease for an extender beside kube-scheduler in one pod, --leader-elect "
+        "for a standalone one");
+  }
+  if (!f.scheduler_lease.empty()) {
+    const size_t slash = f.scheduler_lease.find('/');
+    const bool ok = slash == std::string::npos
+                        ? true
+                        : slash > 0 && slash + 1 < f.scheduler_lease.size() &&
+                              f.scheduler_lease.find('/', slash + 1) == std::string::npos;
+    if (!ok) {
+      return InvalidArgumentError("--scheduler-lease must be NAME or NAMESPACE/NAME, got " +
+                                  f.scheduler_lease);
+    }
   }
   return f;
 }
@@ -295,12 +321,21 @@ int Run(const Flags& flags) {
   pods.Start();
 
   std::unique_ptr<LeaderElector> leader;
-  if (flags.leader_elect) {
+  if (flags.leader_elect || !flags.scheduler_lease.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     LeaderOptions lopt;
     lopt.ns = flags.lease_namespace;
     lopt.identity = std::string(host) + "-" + std::to_string(getpid());
+    if (!flags.scheduler_lease.empty()) {
+      const size_t slash = flags.scheduler_lease.find('/');
+      lopt.scheduler_lease_ns = slash == std::string::npos ? flags.lease_namespace
+                                                           : flags.scheduler_lease.substr(0, slash);
+      lopt.scheduler_lease_name = slash == std::string::npos
+                                      ? flags.scheduler_lease
+                                      : flags.scheduler_lease.substr(slash + 1);
+      lopt.host = host;
+    }
     if (keys != nullptr) {
       // The key the leader signs with, on its Lease: a key rotation drops the
       // old key only once the leader has switched (docs/operations.md).
@@ -309,12 +344,20 @@ int Run(const Flags& flags) {
     leader = std::make_unique<LeaderElector>(**client, lopt, log.Child("leader"));
     leader->Start();
   }
+  GaugeFamily* const leading = *registry.AddGauge(
+      "accelpool_extender_leader",
+      "1 while this replica may bind (it leads, or no leader election is configured), else 0", {});
+  auto update_gauges = [&] {
+    (*ext)->UpdateGauges();
+    leading->Get().Set(leader == nullptr || leader->IsLeader() ? 1 : 0);
+  };
 
   KubePodSource pod_source(**client, &pods);
   Handlers handlers(**ext, &pod_source, &*metrics, log.Child("http"),
                     HandlerOptions{flags.max_body_bytes});
   if (leader) {
-    handlers.SetBindGate([&leader] { return leader->IsLeader(); });
+    handlers.SetBindGate(
+        [&leader] { return leader->IsLeaderNow() ? std::string() : leader->NotLeaderReason(); });
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env}, &cache,
                   log.Child("webhook"));
@@ -335,12 +378,15 @@ int Run(const Flags& flags) {
   }
   auto not_ready = [&]() -> std::string {
     if (!nodes.Synced() || !pods.Synced()) return "caches not synced yet";
-    if (leader && !leader->IsLeader()) return "not the leader";
+    // A follower of kube-scheduler's Lease stays ready: kube-scheduler calls
+    // only the extender in its own pod, and the webhook and metrics are served
+    // by every replica. An elected standalone follower is not ready, so the
+    // Service in front of it routes to the leader.
+    if (leader && !leader->Follows() && !leader->IsLeader()) return "not the leader";
     return "";
   };
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
-  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry,
-                                 [&] { (*ext)->UpdateGauges(); }, not_ready});
+  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry, update_gauges, not_ready});
   if (Status st = server->Start(); !st.ok()) return fatal("cannot serve", st);
   // kube-scheduler's calls over loopback HTTP: the same handlers, no webhook.
   // Inside one pod the hop never leaves the network namespace, and it saves
@@ -352,22 +398,22 @@ int Run(const Flags& flags) {
     loopback.port = sched_addr->second;
     loopback.tls.reset();
     sched_server = http::NewHttpServer(loopback);
-    RegisterRoutes(*sched_server, Routes{&handlers, nullptr, &registry,
-                                         [&] { (*ext)->UpdateGauges(); }, not_ready});
+    RegisterRoutes(*sched_server, Routes{&handlers, nullptr, &registry, update_gauges, not_ready});
     if (Status st = sched_server->Start(); !st.ok()) {
       return fatal("cannot serve --scheduler-listen", st);
     }
   }
-  log.Info("serving", {{"listen", flags.listen},
-                       {"port", static_cast<int64_t>(server->port())},
-                       {"tls", !flags.tls_cert.empty()},
-                       {"policy", flags.policy},
-                       {"scheduler_name", flags.scheduler_name},
-                       {"leader_elect", flags.leader_elect},
-                       {"pick_in_filter", flags.pick_in_filter},
-                       {"scheduler_listen", flags.scheduler_listen},
-                       {"scheduler_port",
-                        static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
+  log.Info("serving",
+           {{"listen", flags.listen},
+            {"port", static_cast<int64_t>(server->port())},
+            {"tls", !flags.tls_cert.empty()},
+            {"policy", flags.policy},
+            {"scheduler_name", flags.scheduler_name},
+            {"leader_elect", flags.leader_elect},
+            {"scheduler_lease", flags.scheduler_lease},
+            {"pick_in_filter", flags.pick_in_filter},
+            {"scheduler_listen", flags.scheduler_listen},
+            {"scheduler_port", static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
 
   sigset_t set;
   sigemptyset(&set);
