@@ -30,12 +30,6 @@ constexpr size_t kReadyChecks = 50;
 // Failed reads in a row (apiserver unavailable) before a run gives up.
 constexpr int kUnavailableRetries = 30;
 
-std::string Str(const json& obj, const Ptr& ptr) {
-  if (!obj.contains(ptr)) return "";
-  const json& v = obj.at(ptr);
-  return v.is_string() ? v.get<std::string>() : "";
-}
-
 std::vector<std::string> Split(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -155,9 +149,9 @@ void KeyRotation::Sleep() {
 StatusOr<RotationState> StateFromSecret(const json& secret, const std::string& where) {
   if (!secret.is_object()) return InvalidArgumentError(where + " is not an object");
   RotationState s;
-  s.resource_version = Str(secret, Ptr("/metadata/resourceVersion"));
-  s.switched_at = Str(secret, Ptr(std::string("/metadata/annotations/") +
-                                  "accelpool.io~1assignment-key-switched-at"));
+  s.resource_version = kube::StringAt(secret, Ptr("/metadata/resourceVersion"));
+  s.switched_at = kube::StringAt(secret, Ptr(std::string("/metadata/annotations/") +
+                                             "accelpool.io~1assignment-key-switched-at"));
   std::map<std::string, std::string> files;
   if (secret.contains("data") && secret.at("data").is_object()) {
     for (const auto& [name, value] : secret.at("data").items()) {
@@ -192,7 +186,7 @@ void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole) {
   const Ptr keys_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-keys");
   const Ptr inventory_ptr(std::string("/metadata/annotations/") + "accelpool.io~1inventory");
   for (const json& node : nodes) {
-    const std::string name = Str(node, Ptr("/metadata/name"));
+    const std::string name = kube::StringAt(node, Ptr("/metadata/name"));
     if (name.empty()) continue;
     if (!node.contains(keys_ptr) || !node.at(keys_ptr).is_string()) {
       if (node.contains(inventory_ptr)) s.unreported.push_back(name);
@@ -209,11 +203,11 @@ void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole) {
 void AddPods(RotationState& s, const std::vector<json>& pods) {
   const Ptr sig_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-signature");
   for (const json& pod : pods) {
-    const std::string kid = api::SignatureKeyId(Str(pod, sig_ptr));
+    const std::string kid = api::SignatureKeyId(kube::StringAt(pod, sig_ptr));
     if (kid.empty() || kid == s.keys.signing || !api::AwaitsAdmission(pod)) continue;
-    s.pods_with_old_keys.push_back(Str(pod, Ptr("/metadata/namespace")) + "/" +
-                                   Str(pod, Ptr("/metadata/name")) + " (key " + kid + ", node " +
-                                   Str(pod, Ptr("/spec/nodeName")) + ")");
+    s.pods_with_old_keys.push_back(kube::StringAt(pod, Ptr("/metadata/namespace")) + "/" +
+                                   kube::StringAt(pod, Ptr("/metadata/name")) + " (key " + kid +
+                                   ", node " + kube::StringAt(pod, Ptr("/spec/nodeName")) + ")");
   }
   std::sort(s.pods_with_old_keys.begin(), s.pods_with_old_keys.end());
 }

@@ -78,8 +78,10 @@ struct RotationState {
   std::vector<std::string> pods_with_old_keys;
   // The key the extender's leader reports signing with (annotation
   // accelpool.io/assignment-signing-key on its Lease), read in the kSwitched
-  // phase; "" when there is no live Lease or it reports none (an extender
-  // without leader election, or from before the report).
+  // phase; "" when there is no live Lease or it reports none (a standalone
+  // extender without --leader-elect, or one from before the report). In the
+  // chart the active extender writes it with any replica count
+  // (--scheduler-lease, extender/leader.h).
   std::string leader_signs;
 
   // Ready reporting nodes that lack `key`.

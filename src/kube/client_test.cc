@@ -467,5 +467,20 @@ TEST_F(KubeClientTest, WatchEndsWhenTheConnectionDrops) {
   EXPECT_TRUE(result.ok()) << result.ToString();  // the server ended the stream: re-watch
 }
 
+
+// Objects from the apiserver are read leniently: a field of another type is
+// unset, never an exception.
+TEST(StringAtTest, ReadsStringsAndTreatsAnythingElseAsUnset) {
+  const nlohmann::json obj = nlohmann::json::parse(
+      R"({"metadata":{"name":"p","uid":7,"labels":null,"annotations":{"a/b":"x"}}})");
+  using Ptr = nlohmann::json::json_pointer;
+  EXPECT_EQ(StringAt(obj, Ptr("/metadata/name")), "p");
+  EXPECT_EQ(StringAt(obj, Ptr("/metadata/annotations/a~1b")), "x");
+  EXPECT_EQ(StringAt(obj, Ptr("/metadata/uid")), "");
+  EXPECT_EQ(StringAt(obj, Ptr("/metadata/labels")), "");
+  EXPECT_EQ(StringAt(obj, Ptr("/metadata/labels/x")), "");
+  EXPECT_EQ(StringAt(obj, Ptr("/spec/nodeName")), "");
+  EXPECT_EQ(StringAt(nlohmann::json::array(), Ptr("/0")), "");
+}
 }  // namespace
 }  // namespace accelpool::kube

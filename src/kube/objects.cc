@@ -7,6 +7,12 @@ namespace accelpool::kube {
 
 using nlohmann::json;
 
+std::string StringAt(const json& obj, const json::json_pointer& ptr) {
+  if (!obj.contains(ptr)) return "";
+  const json& v = obj.at(ptr);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
 Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::string& pod,
                         const std::string& node, const std::string& uid,
                         const std::map<std::string, std::string>& annotations) {

@@ -71,6 +71,10 @@ StatusOr<Lease> CreateLease(KubeClient& client, const Lease& lease);
 // writer got there first (re-read and retry).
 StatusOr<Lease> UpdateLease(KubeClient& client, const Lease& lease);
 
+// The string at `ptr` in an object read from the apiserver; "" when absent
+// or not a string (a field of another type is treated as unset, never thrown).
+std::string StringAt(const nlohmann::json& obj, const nlohmann::json::json_pointer& ptr);
+
 // Time formats used in leases: "2026-11-30T02:41:07.123456Z".
 std::string FormatMicroTime(std::chrono::system_clock::time_point t);
 StatusOr<std::chrono::system_clock::time_point> ParseMicroTime(const std::string& s);

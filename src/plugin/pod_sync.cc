@@ -6,19 +6,12 @@
 #include <utility>
 
 #include "api/pod_request.h"
+#include "kube/objects.h"
 
 namespace accelpool::plugin {
 namespace {
 
 using nlohmann::json;
-
-std::string Str(const json& obj, const json::json_pointer& ptr) {
-  if (!obj.contains(ptr)) {
-    return "";
-  }
-  const json& v = obj.at(ptr);
-  return v.is_string() ? v.get<std::string>() : "";
-}
 
 // The names of the pod's containers and init containers (sidecars are init
 // containers); ephemeral containers get no devices.
@@ -40,21 +33,21 @@ std::set<std::string> ContainerNames(const json& pod) {
 
 PodRef RefOf(const json& pod) {
   PodRef r;
-  r.ns = Str(pod, json::json_pointer("/metadata/namespace"));
-  r.name = Str(pod, json::json_pointer("/metadata/name"));
-  r.uid = Str(pod, json::json_pointer("/metadata/uid"));
-  r.created = Str(pod, json::json_pointer("/metadata/creationTimestamp"));
+  r.ns = kube::StringAt(pod, json::json_pointer("/metadata/namespace"));
+  r.name = kube::StringAt(pod, json::json_pointer("/metadata/name"));
+  r.uid = kube::StringAt(pod, json::json_pointer("/metadata/uid"));
+  r.created = kube::StringAt(pod, json::json_pointer("/metadata/creationTimestamp"));
   return r;
 }
 
 StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
                                                api::AssignmentKeyRing* keys) {
-  const std::string phase = Str(pod, json::json_pointer("/status/phase"));
+  const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
   if (phase == "Succeeded" || phase == "Failed" ||
       pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
     return std::optional<PodEntry>();
   }
-  const std::string text = Str(
+  const std::string text = kube::StringAt(
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1assignment"));
   if (text.empty()) {
     return std::optional<PodEntry>();
@@ -91,8 +84,9 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   // extender's own. An admitted pod's is no longer used for an Allocate (and
   // may predate signing), so it is not checked.
   if (keys != nullptr && api::AwaitsAdmission(pod)) {
-    const std::string sig = Str(pod, json::json_pointer(std::string("/metadata/annotations/") +
-                                                        "accelpool.io~1assignment-signature"));
+    const std::string sig =
+        kube::StringAt(pod, json::json_pointer(std::string("/metadata/annotations/") +
+                                               "accelpool.io~1assignment-signature"));
     if (Status st = keys->Verify(e.pod.uid, node, text, sig); !st.ok()) {
       if (st.code() == StatusCode::kNotFound) {
         // A key this node does not hold (yet): during a key rotation the
@@ -111,7 +105,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
     }
   }
   e.assignment = std::move(a).value();
-  const std::string alloc = Str(
+  const std::string alloc = kube::StringAt(
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
   if (!alloc.empty()) {
     StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
@@ -225,7 +219,7 @@ void PodSync::Apply(const nlohmann::json& pod) {
   const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
   std::vector<UnassignedRequest> unassigned =
       UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr);
-  const std::string version = Str(pod, json::json_pointer("/metadata/resourceVersion"));
+  const std::string version = kube::StringAt(pod, json::json_pointer("/metadata/resourceVersion"));
   {
     // One store update: a concurrent Allocate must never see the pod without
     // its assignment and without its unassigned requests at the same time.
@@ -387,7 +381,8 @@ Status PodSync::Refresh() {
     for (const json& item : pods->items) {
       PodRef ref = RefOf(item);
       pending.insert(ref.uid);
-      const std::string version = Str(item, json::json_pointer("/metadata/resourceVersion"));
+      const std::string version =
+          kube::StringAt(item, json::json_pointer("/metadata/resourceVersion"));
       auto it = applied_.find(ref.uid);
       if (ref.uid.empty() || version.empty() || it == applied_.end() || it->second != version) {
         relist = relist || ref.name.empty();  // cannot be read by name
