@@ -521,8 +521,8 @@ check "certgen rejects a bad argument with a hint" certgen_rejects
 EXT_BIN="${E2E_EXTENDER_BIN:-${REPO}/build/src/cmd/accelpool-extender}"
 ha_setup() {
   [ -x "${EXT_BIN}" ] || { echo "no ${EXT_BIN}: build the project first (scripts/build.sh)"; return 1; }
-  unshare --uts true 2>/dev/null ||
-    { echo "unshare --uts failed: run chart-check as root (it gives each scheduler pod a host name)"; return 1; }
+  unshare --uts true 2>/dev/null && command -v nsenter >/dev/null ||
+    { echo "unshare --uts failed or no nsenter: run chart-check as root (it gives each scheduler pod a host name)"; return 1; }
   local token
   token="$("${K}" -n accelpool-system create token accelpool-scheduler --duration 10m)" || return 1
   cat > "${TMP}/sched-sa.kubeconfig" <<YAML
@@ -548,26 +548,34 @@ YAML
   done
   [ "${HA_FLAGS[0]}" = --scheduler-lease=accelpool-system/accelpool-scheduler ] || { echo "flags: ${HA_FLAGS[*]}"; return 1; }
 }
-ha_pod() { # NAME: kube-scheduler and extender sharing the host name NAME
-  local name="$1" sport xport lport
-  sport="$(free_port)" xport="$(free_port "${sport}")" lport="$(free_port "${sport}" "${xport}")"
+ha_pod() { # NAME: a "pod" (a UTS namespace with host name NAME, held by a pause process),
+  # its kube-scheduler and its extender, each entering that namespace as a container would
+  local name="$1" xport lport pause
+  unshare --uts bash -c "hostname ${name} && exec sleep 3600" &
+  pause=$!
+  HA_PIDS+=("${pause}")
+  echo "${pause}" > "${TMP}/${name}-pause.pid"
+  for _ in $(seq 1 50); do [ "$(nsenter --uts --target "${pause}" hostname 2>/dev/null)" = "${name}" ] && break; sleep 0.1; done
+  xport="$(free_port)" lport="$(free_port "${xport}")"
   sed -e "s|^clientConnection:|clientConnection:\n  kubeconfig: ${TMP}/sched-sa.kubeconfig|" \
       -e "s|  leaderElect: true|  leaderElect: true\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s|" \
       -e "s|urlPrefix: http://127.0.0.1:[0-9]*|urlPrefix: http://127.0.0.1:${lport}|" \
       "${TMP}/ha-sched.base.yaml" > "${TMP}/${name}-sched.yaml"
-  unshare --uts bash -c "hostname ${name}
-    '${BIN}/kube-scheduler' --config '${TMP}/${name}-sched.yaml' --bind-address 127.0.0.1 \
-      --secure-port ${sport} --authentication-kubeconfig '${E2E_WORK}/config/scheduler.kubeconfig' \
-      --authorization-kubeconfig '${E2E_WORK}/config/scheduler.kubeconfig' > '${TMP}/${name}-sched.log' 2>&1 &
-    echo \$! > '${TMP}/${name}-sched.pid'
-    '${EXT_BIN}' --listen=127.0.0.1:${xport} --scheduler-listen=127.0.0.1:${lport} \
-      --kubeconfig='${TMP}/sched-sa.kubeconfig' --assignment-key-dir='${TMP}/ha-keys' ${HA_FLAGS[*]} \
-      > '${TMP}/${name}-ext.log' 2>&1 &
-    echo \$! > '${TMP}/${name}-ext.pid'
-    wait" &
+  ha_sched "${name}"
+  # shellcheck disable=SC2068 # the chart's flags, one word each
+  nsenter --uts --target "${pause}" "${EXT_BIN}" --listen="127.0.0.1:${xport}" \
+    --scheduler-listen="127.0.0.1:${lport}" --kubeconfig="${TMP}/sched-sa.kubeconfig" \
+    --assignment-key-dir="${TMP}/ha-keys" ${HA_FLAGS[@]} >> "${TMP}/${name}-ext.log" 2>&1 &
+  HA_PIDS+=("$!")
   printf '%s' "${xport}" > "${TMP}/${name}-ext.port"
-  for _ in $(seq 1 50); do [ -s "${TMP}/${name}-ext.pid" ] && [ -s "${TMP}/${name}-sched.pid" ] && break; sleep 0.1; done
-  HA_PIDS+=("$(cat "${TMP}/${name}-sched.pid")" "$(cat "${TMP}/${name}-ext.pid")")
+}
+ha_sched() { # NAME: (re)start the kube-scheduler container of pod NAME
+  nsenter --uts --target "$(cat "${TMP}/$1-pause.pid")" "${BIN}/kube-scheduler" \
+    --config "${TMP}/$1-sched.yaml" --bind-address 127.0.0.1 --secure-port "$(free_port)" \
+    --authentication-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" \
+    --authorization-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" >> "${TMP}/$1-sched.log" 2>&1 &
+  echo "$!" > "${TMP}/$1-sched.pid"
+  HA_PIDS+=("$!")
 }
 ext_get() { curl -fsS --max-time 3 "http://127.0.0.1:$(cat "${TMP}/$1-ext.port")$2"; }
 leading() { ext_get "$1" /metrics | awk '$1 == "accelpool_extender_leader" {print $2}'; }
@@ -616,17 +624,38 @@ follower_refuses() { # the other extender refuses bind, naming why; it stays rea
 }
 check "the follower's extender refuses bind with the reason and stays ready" follower_refuses
 failover() { # the leading kube-scheduler dies: the other pod's pair takes over together
-  local old="${HA_LEADER}" i
+  local old="${HA_LEADER}" i t0
+  t0="$(now_ms)"
   kill "$(cat "${TMP}/${old}-sched.pid")"
   for i in $(seq 1 40); do
     [ "$(sched_holder | cut -d_ -f1)" = "${HA_OTHER}" ] && [ "$(leading "${HA_OTHER}")" = 1 ] &&
       [ "$(leading "${old}")" = 0 ] && [[ "$(report_lease)" == "${HA_OTHER}-"*" k1" ]] && {
-        log "failover to ${HA_OTHER} after ${i}x0.5s"; return 0; }
+        echo "from ${old} to ${HA_OTHER} in $(( $(now_ms) - t0 )) ms" > "${TMP}/failover.txt"; return 0; }
     sleep 0.5
   done
   echo "scheduler holder '$(sched_holder)'; leader gauge ${old}=$(leading "${old}") ${HA_OTHER}=$(leading "${HA_OTHER}"); report '$(report_lease)'"
   return 1
 }
 check "when the leading kube-scheduler stops, the other pod's extender leads with its kube-scheduler and reports itself" failover
+[ -s "${TMP}/failover.txt" ] && log "failover (SIGTERM to the leading kube-scheduler until the other extender leads and reports): $(cat "${TMP}/failover.txt")"
+crash_failover() { # the stopped kube-scheduler's container restarts; then the leading one is
+  # SIGKILLed (no release): its Lease expires (4 s here) and the first pod's pair leads again
+  local back="${HA_LEADER}" gone="${HA_OTHER}" i t0
+  ha_sched "${back}"
+  sleep 2
+  [ "$(leading "${back}")" = 0 ] || { echo "${back} leads before ${gone} is gone"; return 1; }
+  t0="$(now_ms)"
+  kill -KILL "$(cat "${TMP}/${gone}-sched.pid")"
+  for i in $(seq 1 60); do
+    [ "$(sched_holder | cut -d_ -f1)" = "${back}" ] && [ "$(leading "${back}")" = 1 ] &&
+      [ "$(leading "${gone}")" = 0 ] && [[ "$(report_lease)" == "${back}-"*" k1" ]] && {
+        echo "from ${gone} to ${back} in $(( $(now_ms) - t0 )) ms" > "${TMP}/crash.txt"; return 0; }
+    sleep 0.5
+  done
+  echo "scheduler holder '$(sched_holder)'; leader gauge ${back}=$(leading "${back}") ${gone}=$(leading "${gone}"); report '$(report_lease)'"
+  return 1
+}
+check "a restarted kube-scheduler waits as a follower; when the leading one is killed (lease expires), its pod's pair leads again" crash_failover
+[ -s "${TMP}/crash.txt" ] && log "failover after SIGKILL (lease 4 s, not released): $(cat "${TMP}/crash.txt")"
 ha_stop
 [ "${FAILED}" = 0 ]
