@@ -92,6 +92,20 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                           resource + "; kubelet retries when the pod is created again");
     }
   }
+  // Several pods could be asking: kubelet's own view settles it.
+  if (kubelet_view_ && ((match.ok() && match->ambiguous) ||
+                        (!match.ok() && match.status().code() == StatusCode::kAborted))) {
+    StatusOr<KubeletView> view = kubelet_view_();
+    if (view.ok()) {
+      caller.reset();
+      match = store_->Match(resource, ids, &caller, &*view);
+    } else {
+      log_.Warn(
+          "kubelet's pod-resources API could not be read; who is calling goes by the slot "
+          "ids",
+          {{"resource", resource}, {"error", view.status().ToString()}});
+    }
+  }
   if (!match.ok()) {
     *pod = caller;
     return match.status();
@@ -100,6 +114,15 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   const api::AssignedContainer& c = match->container;
   if (match->by_fallback) {
     log_.Warn("slot ids identify no container; the only pending container that asks for them",
+              {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
+  } else if (match->how == ContainerMatch::How::kKubelet ||
+             match->how == ContainerMatch::How::kInitReuse) {
+    log_.Info("caller found by " + std::string(match->how == ContainerMatch::How::kKubelet
+                                                   ? "kubelet's pod-resources API"
+                                                   : "the init container's devices it reuses"),
+              {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
+  } else if (match->ambiguous) {
+    log_.Warn("other pods wait with the same shape and kubelet was not asked; the slot ids decide",
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   }
   if (c.devices.size() != ids.size()) {
@@ -319,13 +342,24 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
       continue;
     }
     std::set<std::string> available(r.available.begin(), r.available.end());
-    std::optional<std::vector<std::string>> slots =
-        store_->Preferred(resource, available, r.must_include, r.size);
-    if (!slots.has_value() && refresh_) {
+    PreferredAnswer answer = store_->Preferred(resource, available, r.must_include, r.size);
+    if (!answer.slots.has_value() && !answer.ambiguous && refresh_) {
       // A failed re-read leaves the store as it was; it is logged there.
       static_cast<void>(refresh_());
-      slots = store_->Preferred(resource, available, r.must_include, r.size);
+      answer = store_->Preferred(resource, available, r.must_include, r.size);
     }
+    if (answer.ambiguous && kubelet_view_) {
+      StatusOr<KubeletView> view = kubelet_view_();
+      if (view.ok()) {
+        answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
+      } else {
+        log_.Warn(
+            "kubelet's pod-resources API could not be read; preferring the oldest pod's "
+            "slots",
+            {{"resource", resource}, {"error", view.status().ToString()}});
+      }
+    }
+    std::optional<std::vector<std::string>>& slots = answer.slots;
     if (slots.has_value()) {
       out.push_back(std::move(*slots));
       continue;

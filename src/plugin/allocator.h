@@ -116,10 +116,18 @@ class Allocator {
   StatusOr<std::vector<ContainerAnswer>> Allocate(
       const std::string& resource, const std::vector<std::vector<std::string>>& requests);
 
-  // For each request, the assigned slots of the oldest pending container
-  // that fits; otherwise must_include then available, up to size.
+  // For each request, the slots AssignmentStore::Preferred chooses for the
+  // caller; otherwise must_include then available, up to size.
   std::vector<std::vector<std::string>> Preferred(const std::string& resource,
                                                   const std::vector<PreferredRequest>& requests);
+
+  // Kubelet's view of its pods (its pod-resources API), asked when several
+  // pods could be the caller of a call (AssignmentStore: "who is calling").
+  // Without it such a call goes by the slot ids and the oldest pod. Set
+  // before serving.
+  void SetKubeletView(std::function<StatusOr<KubeletView>()> view) {
+    kubelet_view_ = std::move(view);
+  }
 
   // Recomputes the per-device usage gauges and the pending count.
   void RefreshUsageMetrics();
@@ -143,6 +151,7 @@ class Allocator {
   const EnforcementOptions options_;
   const Logger log_;
   const std::function<Status()> refresh_;
+  std::function<StatusOr<KubeletView>()> kubelet_view_;
   const StateDirs dirs_;
 };
 

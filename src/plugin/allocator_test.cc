@@ -335,6 +335,153 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
 }
 
+// Two pods of one Job, created in the same second, wait on the node with the
+// same shape. Kubelet admits job-b first (it was bound first), but job-a sorts
+// first. Kubelet's calls name no pod: its pod-resources view does (it lists a
+// pod from just before admitting it), so each pod gets its own grant.
+TEST_F(AllocatorTest, SameShapePodsAreToldApartByKubeletsView) {
+  Assign(Pod("job-a"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("job-b"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 40960, 1000, false)})});
+  KubeletView view = {{"default/running", {{"c", {kGpu}}}}, {"default/job-b", {{"main", {}}}}};
+  int asked = 0;
+  allocator_->SetKubeletView([&]() -> StatusOr<KubeletView> {
+    ++asked;
+    return view;
+  });
+  std::vector<std::string> all;
+  for (const char* d : {"GPU-a", "GPU-b"}) {
+    for (int i = 0; i < 10; ++i) all.push_back(api::SlotId(d, i));
+  }
+  auto pref = allocator_->Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::1"}));
+  auto b = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)[0].pod.name, "job-b");
+  EXPECT_EQ((*b)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "40960");
+  EXPECT_EQ(asked, 2);  // Preferred and Allocate each found two pods waiting
+
+  // Kubelet picked job-a's slot for job-b anyway (no preference asked, or a
+  // topology hint): job-b is still answered with its own grant.
+  store_.Remove("uid-job-b");
+  Assign(Pod("job-b"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 40960, 1000, false)})});
+  auto again = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)[0].pod.name, "job-b");
+  EXPECT_EQ((*again)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+
+  // Then job-a: kubelet lists job-b with its device and job-a without.
+  view["default/job-b"]["main"] = {kGpu};
+  view["default/job-a"]["main"] = {};
+  pref = allocator_->Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-a::1"}));
+  auto a = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)[0].pod.name, "job-a");
+  EXPECT_EQ((*a)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "4096");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+}
+
+// Without kubelet's view nothing tells such pods apart: Preferred steers to
+// the oldest, and an Allocate with ids that name neither is refused.
+TEST_F(AllocatorTest, WithoutKubeletsViewSameShapePodsGoByTheSlotIds) {
+  Assign(Pod("job-a"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("job-b"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 4096, 250, false)})});
+  auto pref = allocator_->Preferred(kGpu, {{{"GPU-a::1", "GPU-b::1", "GPU-a::5"}, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-a::1"}));
+  auto nobody = allocator_->Allocate(kGpu, {{"GPU-a::5"}});
+  ASSERT_FALSE(nobody.ok());
+  EXPECT_EQ(nobody.status().code(), StatusCode::kAborted);
+  EXPECT_NE(nobody.status().message().find("pod-resources API was not asked"), std::string::npos)
+      << nobody.status().message();
+  // A broken view changes nothing.
+  allocator_->SetKubeletView(
+      []() -> StatusOr<KubeletView> { return UnavailableError("connect: no such file"); });
+  auto by_ids = allocator_->Allocate(kGpu, {{"GPU-b::1"}});
+  ASSERT_TRUE(by_ids.ok()) << by_ids.status().ToString();
+  EXPECT_EQ((*by_ids)[0].pod.name, "job-b");
+}
+
+// Kubelet gives the next container of a pod the devices its plain init
+// containers held when they cover its count (a random pick among them), so an
+// id an allocated init container held names the pod; the container is the
+// pod's next pending one, answered with its own grant.
+TEST_F(AllocatorTest, ReusedInitContainerDevicesNameThePodNotTheInitContainer) {
+  Assign(Pod("p"),
+         {Ctr("warmup", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 0, 40960, 1000, false)},
+              core::ContainerKind::kInit),
+          Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 0, 4096, 250, false)})});
+  auto init = allocator_->Allocate(kGpu, {{"GPU-b::0"}});
+  ASSERT_TRUE(init.ok()) << init.status().ToString();
+  EXPECT_EQ((*init)[0].container, "warmup");
+  auto main = allocator_->Allocate(kGpu, {{"GPU-b::0"}});
+  ASSERT_TRUE(main.ok()) << main.status().ToString();
+  EXPECT_EQ((*main)[0].container, "main");
+  EXPECT_EQ((*main)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-a");
+  EXPECT_EQ((*main)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "4096");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  // A later pod asking the same is answered as itself, not as p.
+  Assign(Pod("q", "2026-11-30T03:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 5, 1024, 100, false)})});
+  auto pref = allocator_->Preferred(kGpu, {{{"GPU-a::0", "GPU-b::5", "GPU-b::6"}, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::5"}));
+  auto q = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ((*q)[0].pod.name, "q");
+
+  // Two init containers on different GPUs; main shares i2's slot. Whichever
+  // of their devices kubelet reuses, main gets main's grant.
+  for (const char* reused : {"GPU-a::2", "GPU-b::2"}) {
+    store_.Remove("uid-r");
+    Assign(
+        Pod("r"),
+        {Ctr("i1", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 2)}, core::ContainerKind::kInit),
+         Ctr("i2", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2)}, core::ContainerKind::kInit),
+         Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
+    ASSERT_EQ((*allocator_->Allocate(kGpu, {{"GPU-a::2"}}))[0].container, "i1");
+    ASSERT_EQ((*allocator_->Allocate(kGpu, {{"GPU-b::2"}}))[0].container, "i2");
+    auto m = allocator_->Allocate(kGpu, {{reused}});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ((*m)[0].container, "main") << reused;
+    EXPECT_EQ((*m)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b") << reused;
+  }
+}
+
+// Kubelet never reuses a sidecar's devices. An init container after a sidecar
+// on the same device (the extender gives it the sidecar's slot) finds that slot
+// taken: Preferred offers a slot nobody is promised, and the Allocate for it
+// is the init container's, not main's.
+TEST_F(AllocatorTest, AnInitContainerAfterASidecarOnTheSameDeviceIsAnsweredAsItself) {
+  Assign(Pod("s"),
+         {Ctr("side", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 3, 1024, 100, false)},
+              core::ContainerKind::kSidecar),
+          Ctr("setup", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 3, 1024, 100, false)},
+              core::ContainerKind::kInit),
+          Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 4, 2048, 200, false)})});
+  Assign(Pod("other", "2026-11-30T03:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 7, 1024, 100, false)})});
+  const std::vector<std::string> free = {"GPU-a::4", "GPU-a::5", "GPU-b::7"};
+  auto side = allocator_->Allocate(kGpu, {{"GPU-a::3"}});
+  ASSERT_TRUE(side.ok());
+  EXPECT_EQ((*side)[0].container, "side");
+  KubeletView view = {{"default/s", {{"side", {kGpu}}, {"main", {}}}}};
+  allocator_->SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  auto pref = allocator_->Preferred(kGpu, {{free, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-a::5"}));  // promised to nobody
+  auto setup = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(setup.ok()) << setup.status().ToString();
+  EXPECT_EQ((*setup)[0].container, "setup");
+  EXPECT_EQ((*setup)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "1024");
+  auto main = allocator_->Allocate(kGpu, {{"GPU-a::4"}});
+  ASSERT_TRUE(main.ok()) << main.status().ToString();
+  EXPECT_EQ((*main)[0].container, "main");
+  EXPECT_EQ((*main)[0].pod.name, "s");
+}
+
 TEST_F(AllocatorTest, AFailureReportsTheContainersAllocatedBefore) {
   api::Assignment a;
   a.node = "node-a";

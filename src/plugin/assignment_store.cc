@@ -111,117 +111,303 @@ void AssignmentStore::RetainPending(const std::set<std::string>& pending) {
   }
 }
 
+namespace {
+
+// The first container of `p`, in assignment order (kubelet's: init containers
+// in spec order, then the regular ones), still waiting for its Allocate that
+// asks for `n` devices of `resource`; null when none.
+const api::AssignedContainer* PendingOf(const PodAssignment& p, const std::string& resource,
+                                        size_t n) {
+  for (const api::AssignedContainer& c : p.assignment.containers) {
+    if (c.resource == resource && c.devices.size() == n && p.allocated.count(c.name) == 0) {
+      return &c;
+    }
+  }
+  return nullptr;
+}
+
+// Whether kubelet may be admitting `p` now, by its view: kubelet adds a pod to
+// its pod manager just before admitting it, so a pod it has not reached is not
+// in the view; and a container kubelet lists (regular and sidecar ones; it
+// does not list plain init containers) that already holds devices of
+// `resource` was allocated before.
+bool Admitting(const PodAssignment& p, const api::AssignedContainer& pending,
+               const std::string& resource, const KubeletView& kubelet) {
+  auto pod = kubelet.find(p.pod.Key());
+  if (pod == kubelet.end()) {
+    return false;
+  }
+  if (pending.kind == core::ContainerKind::kInit) {
+    return true;
+  }
+  auto c = pod->second.find(pending.name);
+  return c == pod->second.end() || c->second.count(resource) == 0;
+}
+
+// The pod whose allocated plain init container holds one of `ids`: kubelet
+// hands such devices only to later containers of the same pod.
+const PodAssignment* ReusedBy(const std::vector<const PodAssignment*>& pods,
+                              const std::string& resource, const std::vector<std::string>& ids) {
+  for (const PodAssignment* p : pods) {
+    for (const api::AssignedContainer& c : p->assignment.containers) {
+      if (c.kind != core::ContainerKind::kInit || c.resource != resource ||
+          p->allocated.count(c.name) == 0) {
+        continue;
+      }
+      for (const api::AssignedDevice& d : c.devices) {
+        if (std::find(ids.begin(), ids.end(), d.slot) != ids.end()) {
+          return p;
+        }
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
                                                 const std::vector<std::string>& slot_ids,
-                                                std::optional<PodRef>* caller) const {
+                                                std::optional<PodRef>* caller,
+                                                const KubeletView* kubelet) const {
   std::vector<std::string> want = slot_ids;
   std::sort(want.begin(), want.end());
+  const size_t n = slot_ids.size();
   std::lock_guard<std::mutex> lock(mu_);
-  std::optional<ContainerMatch> repeat;
-  for (const PodAssignment* p : Oldest(pods_)) {
+  const std::vector<const PodAssignment*> oldest = Oldest(pods_);
+
+  // The container whose slots are exactly the ids (a pending one wins).
+  const PodAssignment* exact_pod = nullptr;
+  const api::AssignedContainer* exact = nullptr;
+  for (const PodAssignment* p : oldest) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
       if (c.resource != resource || SortedSlots(c) != want) {
         continue;
       }
-      bool done = p->allocated.count(c.name) > 0;
-      if (!done) {
-        return ContainerMatch{p->pod, c, false, false};
-      }
-      if (!repeat.has_value()) {
-        repeat = ContainerMatch{p->pod, c, false, true};
+      const bool pending = p->allocated.count(c.name) == 0;
+      if (exact == nullptr || (pending && p->allocated.count(exact->name) > 0)) {
+        exact_pod = p;
+        exact = &c;
       }
     }
   }
-  if (repeat.has_value()) {
-    return *repeat;
-  }
-  // The ids identify nobody: list everyone who could be asking for this many
-  // devices of `resource`, and answer only when that is a single container.
-  std::vector<ContainerMatch> candidates;
-  for (const PodAssignment* p : Oldest(pods_)) {
-    for (const api::AssignedContainer& c : p->assignment.containers) {
-      if (c.resource == resource && c.devices.size() == slot_ids.size() &&
-          p->allocated.count(c.name) == 0) {
-        candidates.push_back(ContainerMatch{p->pod, c, true, false});
-      }
+  const bool exact_pending = exact != nullptr && exact_pod->allocated.count(exact->name) == 0;
+
+  // Everyone who could be asking for n devices of `resource`.
+  std::vector<const PodAssignment*> shape;
+  for (const PodAssignment* p : oldest) {
+    if (PendingOf(*p, resource, n) != nullptr) {
+      shape.push_back(p);
     }
   }
   std::vector<std::string> unassigned;  // "<ns>/<name>/<container>"
-  std::optional<PodRef> unassigned_pod;
-  std::set<std::string> unassigned_pods;
+  std::map<std::string, PodRef> unassigned_pods;  // by uid
   for (const auto& [uid, u] : unassigned_) {
     for (const UnassignedRequest& r : u.requests) {
-      if (r.resource == resource &&
-          (r.count < 0 || r.count == static_cast<int64_t>(slot_ids.size()))) {
+      if (r.resource == resource && (r.count < 0 || r.count == static_cast<int64_t>(n))) {
         unassigned.push_back(u.pod.Key() + "/" + r.container);
-        unassigned_pods.insert(uid);
-        unassigned_pod = u.pod;
+        unassigned_pods[uid] = u.pod;
       }
     }
   }
-  if (candidates.size() == 1 && unassigned.empty()) {
-    return candidates.front();
-  }
-  const std::string asks = std::to_string(slot_ids.size()) + " of " + resource;
+  const std::string asks = std::to_string(n) + " of " + resource;
   const std::string schedule =
       "pods that ask for " + resource +
       " must be scheduled through the accelpool extender (spec.schedulerName of the accelpool "
       "scheduler profile, accelpool-scheduler by default, which the accelpool webhook sets); "
       "delete the pod and create it again";
-  if (candidates.empty() && unassigned_pods.size() == 1) {
+  const auto no_assignment = [&](const PodRef& pod) {
     if (caller != nullptr) {
-      *caller = unassigned_pod;
+      *caller = pod;
     }
-    return NotFoundError("pod " + unassigned_pod->Key() + " asks for " + asks +
+    return NotFoundError("pod " + pod.Key() + " asks for " + asks +
                          " but has no accelpool assignment for it (" + api::kAssignmentAnnotation +
                          " is missing or was refused); " + schedule);
+  };
+
+  // Who is calling, most certain first.
+  const PodAssignment* who = nullptr;
+  ContainerMatch::How how = ContainerMatch::How::kSlots;
+  if (const PodAssignment* reuse = ReusedBy(oldest, resource, slot_ids);
+      reuse != nullptr && PendingOf(*reuse, resource, n) != nullptr) {
+    who = reuse;
+    how = ContainerMatch::How::kInitReuse;
+  } else if (shape.size() + unassigned_pods.size() > 1 && kubelet != nullptr) {
+    std::vector<const PodAssignment*> admitting;
+    for (const PodAssignment* p : shape) {
+      if (Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet)) {
+        admitting.push_back(p);
+      }
+    }
+    std::vector<PodRef> admitting_unassigned;
+    for (const auto& [uid, pod] : unassigned_pods) {
+      if (kubelet->count(pod.Key())) {
+        admitting_unassigned.push_back(pod);
+      }
+    }
+    if (admitting.size() == 1 && admitting_unassigned.empty()) {
+      who = admitting.front();
+      how = ContainerMatch::How::kKubelet;
+    } else if (admitting.empty() && admitting_unassigned.size() == 1) {
+      return no_assignment(admitting_unassigned.front());
+    }
   }
-  if (candidates.empty() && unassigned.empty()) {
-    return NotFoundError("no pending assignment on this node names slots [" + List(want) +
-                         "] or asks for " + asks +
-                         "; was the pod scheduled by the accelpool scheduler profile?");
+  if (who == nullptr && exact_pending) {
+    who = exact_pod;
+    how = ContainerMatch::How::kSlots;
   }
-  std::vector<std::string> pending;
-  for (const ContainerMatch& m : candidates) {
-    pending.push_back(m.pod.Key() + "/" + m.container.name);
+  if (who == nullptr && shape.size() == 1 && unassigned.empty()) {
+    who = shape.front();
+    how = ContainerMatch::How::kOnlyCandidate;
   }
-  return AbortedError(
-      "slots [" + List(want) + "] name no assignment, and " +
-      std::to_string(candidates.size() + unassigned.size()) +
-      " containers on this node could be asking for " + asks + " (pending with an assignment: [" +
-      List(pending) + "]; without one: [" + List(unassigned) +
-      "]); the plugin cannot tell which, and refuses rather than give one pod another pod's "
-      "devices. If this pod has no " +
-      api::kAssignmentAnnotation + ": " + schedule +
-      ". If it has one: delete it and create it again once the other pods have started");
+  if (who == nullptr && exact != nullptr) {
+    // Those ids were allocated before and nobody else can be asking: kubelet
+    // repeats a call whose answer it lost.
+    return ContainerMatch{exact_pod->pod, *exact, false, true};
+  }
+  if (who == nullptr) {
+    if (shape.empty() && unassigned_pods.size() == 1) {
+      return no_assignment(unassigned_pods.begin()->second);
+    }
+    if (shape.empty() && unassigned.empty()) {
+      return NotFoundError("no pending assignment on this node names slots [" + List(want) +
+                           "] or asks for " + asks +
+                           "; was the pod scheduled by the accelpool scheduler profile?");
+    }
+    std::vector<std::string> pending;
+    for (const PodAssignment* p : shape) {
+      pending.push_back(p->pod.Key() + "/" + PendingOf(*p, resource, n)->name);
+    }
+    return AbortedError(
+        "slots [" + List(want) + "] name no assignment, and " +
+        std::to_string(pending.size() + unassigned.size()) +
+        " containers on this node could be asking for " + asks + " (pending with an assignment: [" +
+        List(pending) + "]; without one: [" + List(unassigned) + "]); " +
+        (kubelet == nullptr ? "kubelet's pod-resources API was not asked"
+                            : "kubelet's pod-resources API does not tell them apart either") +
+        ", so the plugin refuses rather than give one pod another pod's devices. If this pod has "
+        "no " +
+        api::kAssignmentAnnotation + ": " + schedule +
+        ". If it has one: delete it and create it again once the other pods have started");
+  }
+  const api::AssignedContainer* c = PendingOf(*who, resource, n);
+  if (how == ContainerMatch::How::kSlots) {
+    c = exact;  // exactly the ids; PendingOf could name an earlier container of the same shape
+  }
+  ContainerMatch m{who->pod, *c, how == ContainerMatch::How::kOnlyCandidate, false};
+  m.how = how;
+  // Chosen by the ids alone while other pods could be asking too: right when
+  // GetPreferredAllocation steered kubelet to this pod's slots for this pod.
+  m.ambiguous =
+      how == ContainerMatch::How::kSlots &&
+      (std::any_of(shape.begin(), shape.end(), [&](const PodAssignment* p) { return p != who; }) ||
+       !unassigned_pods.empty());
+  return m;
 }
 
-std::optional<std::vector<std::string>> AssignmentStore::Preferred(
-    const std::string& resource, const std::set<std::string>& available,
-    const std::vector<std::string>& must_include, int32_t size) const {
+PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
+                                           const std::set<std::string>& available,
+                                           const std::vector<std::string>& must_include,
+                                           int32_t size, const KubeletView* kubelet) const {
+  const size_t n = static_cast<size_t>(std::max(size, 0));
   std::lock_guard<std::mutex> lock(mu_);
-  for (const PodAssignment* p : Oldest(pods_)) {
-    for (const api::AssignedContainer& c : p->assignment.containers) {
-      if (c.resource != resource || static_cast<int32_t>(c.devices.size()) != size ||
-          p->allocated.count(c.name) > 0) {
-        continue;
-      }
-      std::vector<std::string> slots = SortedSlots(c);
-      bool all_available = std::all_of(slots.begin(), slots.end(),
-                                       [&](const std::string& s) { return available.count(s); });
-      bool includes = std::all_of(must_include.begin(), must_include.end(), [&](const auto& m) {
-        return std::binary_search(slots.begin(), slots.end(), m);
-      });
-      if (all_available && includes) {
-        std::vector<std::string> out;
-        for (const api::AssignedDevice& d : c.devices) {
-          out.push_back(d.slot);
+  const std::vector<const PodAssignment*> oldest = Oldest(pods_);
+  std::vector<const PodAssignment*> shape;
+  for (const PodAssignment* p : oldest) {
+    if (PendingOf(*p, resource, n) != nullptr) {
+      shape.push_back(p);
+    }
+  }
+  const auto fits = [&](const api::AssignedContainer& c) {
+    std::vector<std::string> slots = SortedSlots(c);
+    return std::all_of(slots.begin(), slots.end(),
+                       [&](const std::string& s) {
+                         return available.count(s) > 0 ||
+                                std::find(must_include.begin(), must_include.end(), s) !=
+                                    must_include.end();
+                       }) &&
+           std::all_of(must_include.begin(), must_include.end(), [&](const std::string& m) {
+             return std::binary_search(slots.begin(), slots.end(), m);
+           });
+  };
+  const auto slots_of = [](const api::AssignedContainer& c) {
+    std::vector<std::string> out;
+    for (const api::AssignedDevice& d : c.devices) {
+      out.push_back(d.slot);
+    }
+    return out;
+  };
+
+  const PodAssignment* who = nullptr;
+  PreferredAnswer answer;
+  if (const PodAssignment* reuse = ReusedBy(oldest, resource, must_include);
+      reuse != nullptr && PendingOf(*reuse, resource, n) != nullptr) {
+    who = reuse;  // kubelet must include devices an init container of this pod held
+  } else if (shape.size() == 1) {
+    who = shape.front();
+  } else if (shape.size() > 1) {
+    if (kubelet != nullptr) {
+      std::vector<const PodAssignment*> admitting;
+      for (const PodAssignment* p : shape) {
+        if (Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet)) {
+          admitting.push_back(p);
         }
-        return out;
+      }
+      if (admitting.size() == 1) {
+        who = admitting.front();
+      }
+    }
+    if (who == nullptr) {
+      // Several pods wait with this shape and nothing here says which one
+      // kubelet is admitting: the oldest whose slots are free, as kubelet
+      // orders the pods it receives together. The caller may ask kubelet and
+      // call again.
+      answer.ambiguous = true;
+      for (const PodAssignment* p : shape) {
+        const api::AssignedContainer* c = PendingOf(*p, resource, n);
+        if (fits(*c)) {
+          answer.slots = slots_of(*c);
+          return answer;
+        }
+      }
+      return answer;
+    }
+  }
+  if (who == nullptr) {
+    return answer;
+  }
+  const api::AssignedContainer* c = PendingOf(*who, resource, n);
+  if (fits(*c)) {
+    answer.slots = slots_of(*c);
+    return answer;
+  }
+  // Its own slots are not free (kubelet keeps a sidecar's devices, or gave
+  // them to a container whose ids named nobody): offer slots no pending
+  // container is assigned, so that kubelet takes nobody else's; Allocate
+  // answers with the caller's own assignment whatever the ids.
+  std::set<std::string> promised;
+  for (const PodAssignment* p : oldest) {
+    for (const api::AssignedContainer& other : p->assignment.containers) {
+      if (p->allocated.count(other.name) == 0) {
+        for (const api::AssignedDevice& d : other.devices) {
+          promised.insert(d.slot);
+        }
       }
     }
   }
-  return std::nullopt;
+  std::vector<std::string> spare = must_include;
+  for (const std::string& id : available) {
+    if (spare.size() >= n) {
+      break;
+    }
+    if (!promised.count(id) && std::find(spare.begin(), spare.end(), id) == spare.end()) {
+      spare.push_back(id);
+    }
+  }
+  if (spare.size() == n) {
+    answer.slots = std::move(spare);
+  }
+  return answer;
 }
 
 std::vector<std::string> AssignmentStore::MarkAllocated(

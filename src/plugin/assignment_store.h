@@ -5,26 +5,38 @@
 // and "which slot ids should kubelet pick for the next container?"
 // (GetPreferredAllocation).
 //
-// Identity rule (docs/protocol.md): slot ids are unique on the node and the
-// extender chose them, so the container whose assigned slots are exactly the
-// requested ids is the one.
-//
-// Fallback rule: kubelet may allocate ids other than the assigned ones (it
-// reuses an init container's devices for the next container, it skips
-// GetPreferredAllocation when exactly `size` slots are free, a topology hint
-// overrides the preference), and then the ids identify nobody. The store
-// then answers the one pending container that asks for the same resource and
-// count, but only when it is the only possible caller on the node: exactly
-// one such pending container, and no pod that asks for that resource without
-// an accelpool assignment for it (SetUnassigned: a pod of another scheduler,
-// or one whose assignment was refused). Anything else would hand one pod
-// another pod's devices and limits, so the lookup fails instead.
+// Kubelet's calls do not say which pod is asking, only device ids and a
+// count. Who is calling is settled first, most certain evidence first
+// (docs/protocol.md, "Who is calling"):
+//   1. init reuse: an id an allocated plain init container of pod P held.
+//      Kubelet hands such devices only to later containers of the same pod.
+//   2. kubelet's own view (KubeletView, from its pod-resources API), asked
+//      only when several pods could be calling: kubelet adds a pod to its pod
+//      manager just before admitting it, one pod at a time, so among the pods
+//      waiting with this shape the one kubelet lists (without devices yet for
+//      the pending container) is the caller.
+//   3. the slot ids: the container whose assigned slots are exactly the ids
+//      (GetPreferredAllocation steered kubelet to them). When other pods wait
+//      with the same shape this is right only if the steering was for the
+//      caller, so the match is marked `ambiguous` and the allocator asks
+//      kubelet (2) when it can.
+//   4. the only candidate: exactly one pending container on the node asks for
+//      that resource and count, and no pod asks for it without an accelpool
+//      assignment (SetUnassigned: a pod of another scheduler, or one whose
+//      assignment was refused).
+// Anything else would hand one pod another pod's devices and limits, so the
+// lookup fails instead. The caller's container is then its first pending
+// container, in kubelet's order (init containers, then regular ones), that
+// asks for that resource and count; it is answered with its own assignment,
+// whatever ids kubelet chose.
 //
 // Worked example (1 x nvidia.com/gpu, kubelet sends GPU-b::9, assigned to
 // nobody): pending a/main (GPU-a::1) only -> a/main. Pending a/main and
-// b/main -> refused (kAborted). Pending a/main plus pod u (default
-// scheduler, limits nvidia.com/gpu: 1) -> refused (kAborted). Only pod u ->
-// refused (kNotFound), and u is named as the caller.
+// b/main -> refused (kAborted), unless kubelet lists b and not a -> b/main.
+// Pending a/main plus pod u (default scheduler, limits nvidia.com/gpu: 1) ->
+// refused (kAborted). Only pod u -> refused (kNotFound), and u is named as the
+// caller. Kubelet sends GPU-a::1 while a/main and b/main wait: a/main,
+// ambiguous; with kubelet listing only b: b/main.
 //
 // Thread-safety: all methods may be called from any thread (one mutex, never
 // held across I/O). Lookups copy what they return.
@@ -67,12 +79,27 @@ struct UnassignedRequest {
   friend bool operator==(const UnassignedRequest&, const UnassignedRequest&) = default;
 };
 
+// What kubelet lists (pod-resources API, List): pod "<ns>/<name>" ->
+// container -> the resources it holds devices of. Kubelet lists regular and
+// sidecar containers, not plain init containers.
+using KubeletView = std::map<std::string, std::map<std::string, std::set<std::string>>>;
+
 // One container's share of an Allocate answer.
 struct ContainerMatch {
+  enum class How { kSlots, kInitReuse, kKubelet, kOnlyCandidate };
   PodRef pod;
   api::AssignedContainer container;
-  bool by_fallback = false;  // matched by resource + count, not by slot ids
+  bool by_fallback = false;  // the only candidate by resource + count (How::kOnlyCandidate)
   bool repeat = false;       // the container was allocated before (kubelet retried)
+  How how = How::kSlots;
+  // By the slot ids while other pods wait with the same shape (rule 3).
+  bool ambiguous = false;
+};
+
+struct PreferredAnswer {
+  std::optional<std::vector<std::string>> slots;  // none: no preference
+  // Several pods wait with that shape and the answer is the oldest one's.
+  bool ambiguous = false;
 };
 
 class AssignmentStore {
@@ -97,24 +124,29 @@ class AssignmentStore {
   // allocated container stay until the watch says they are gone.
   void RetainPending(const std::set<std::string>& pending);
 
-  // The container whose `resource` slots equal `slot_ids` (order ignored); a
-  // pending container wins over an allocated one. Else, by the fallback rule
-  // above, the only pending container with `resource` and that many devices
-  // (by_fallback). Errors, whose messages say what to do:
+  // The container kubelet is allocating `slot_ids` (of `resource`) for, by
+  // the rules above; `kubelet` (may be null) is kubelet's view of its pods.
+  // An allocated container whose slots are the ids, when nobody else can be
+  // asking, is a repeat. Errors, whose messages say what to do:
   //   kNotFound  no pending container asks for that resource and count; when
   //              exactly one pod asks for it without an assignment, that pod
   //              is the caller and is stored in `*caller` (when not null).
   //   kAborted   several pods could be the caller; nothing tells them apart.
   StatusOr<ContainerMatch> Match(const std::string& resource,
                                  const std::vector<std::string>& slot_ids,
-                                 std::optional<PodRef>* caller = nullptr) const;
+                                 std::optional<PodRef>* caller = nullptr,
+                                 const KubeletView* kubelet = nullptr) const;
 
-  // The slot ids of the oldest pending container of `resource` whose slots
-  // number `size`, are all in `available` and include `must_include`.
-  std::optional<std::vector<std::string>> Preferred(const std::string& resource,
-                                                    const std::set<std::string>& available,
-                                                    const std::vector<std::string>& must_include,
-                                                    int32_t size) const;
+  // The slot ids kubelet should pick for the caller's next container of
+  // `resource` with `size` devices: the caller's own slots when they are in
+  // `available` (or `must_include`) and include `must_include`, else slots no
+  // pending container is assigned. The caller is found as in Match (init
+  // reuse through `must_include`, the only pod waiting with that shape,
+  // kubelet's view); when several pods wait and nothing tells them apart, the
+  // oldest one's slots, marked ambiguous.
+  PreferredAnswer Preferred(const std::string& resource, const std::set<std::string>& available,
+                            const std::vector<std::string>& must_include, int32_t size,
+                            const KubeletView* kubelet = nullptr) const;
 
   // Marks containers of the pod allocated; returns every allocated container
   // of the pod afterwards (for the allocation annotation).
