@@ -6,6 +6,7 @@
 // saying what to do, then retries with backoff) while /healthz and /metrics
 // are served, so the pod does not crash-loop.
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <csignal>
@@ -28,6 +29,7 @@
 #include "plugin/kube_reporter.h"
 #include "plugin/node_plugin.h"
 #include "plugin/node_publisher.h"
+#include "plugin/pod_resources.h"
 #include "plugin/pod_sync.h"
 #include "plugin/state_dirs.h"
 #include "vendors/backends.h"
@@ -60,6 +62,10 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default /tmp/nvidia-mps)
   --mps-shm-dir=DIR         host dir mounted at /dev/shm in MPS clients (default: none)
   --cdi                     also answer CDI device names
+  --pod-resources-socket=PATH
+                            kubelet's pod-resources API, asked which pod kubelet is admitting
+                            when several wait with the same request (default
+                            /var/lib/kubelet/pod-resources/kubelet.sock; "" disables)
   --assignment-key-dir=DIR  refuse an assignment of a pod kubelet may still admit unless its
                             accelpool.io/assignment-signature verifies with the key set in DIR
                             (the extender's --assignment-key-dir; default off)
@@ -80,6 +86,7 @@ struct Flags {
   std::string mps_pipe_dir = "/tmp/nvidia-mps";
   std::string mps_shm_dir;
   std::string assignment_key_dir;
+  std::string pod_resources_socket = kDefaultPodResourcesSocket;
   bool no_kube = false;
   bool print_inventory = false;
   bool no_preload = false;
@@ -102,7 +109,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"nvidia-sharing", &f.nvidia_sharing},
                                                  {"mps-pipe-dir", &f.mps_pipe_dir},
                                                  {"mps-shm-dir", &f.mps_shm_dir},
-                                                 {"assignment-key-dir", &f.assignment_key_dir}};
+                                                 {"assignment-key-dir", &f.assignment_key_dir},
+                                                 {"pod-resources-socket", &f.pod_resources_socket}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"no-preload", &f.no_preload},
@@ -351,6 +359,19 @@ int Run(const Flags& flags) {
                  {{"error", wrote.status().ToString()}});
       }
     });
+  }
+  std::unique_ptr<PodResourcesClient> pod_resources;
+  if (!flags.pod_resources_socket.empty()) {
+    pod_resources = std::make_unique<PodResourcesClient>(flags.pod_resources_socket,
+                                                         std::chrono::milliseconds(1000));
+    plugin.allocator().SetKubeletView([pr = pod_resources.get()] { return pr->List(); });
+    struct stat st {};
+    if (::stat(flags.pod_resources_socket.c_str(), &st) != 0) {
+      log.Warn(
+          "kubelet's pod-resources socket is not there (yet); pods waiting on this node with "
+          "the same request can only be told apart by their slot ids until it is",
+          {{"socket", flags.pod_resources_socket}});
+    }
   }
   Status started = plugin.Start();
   while (!started.ok()) {
