@@ -60,6 +60,7 @@ type PodAllocation struct {
 	Error      string            `json:"error,omitempty"`
 	Containers []ContainerResult `json:"containers"`
 	held       map[string]map[string]bool
+	spec       []ContainerSpec // the request's containers, for the pod-resources List
 }
 
 // Validate reports what is wrong with a request, with a hint to fix it.
@@ -109,18 +110,21 @@ func orderContainers(cs []ContainerSpec) []ContainerSpec {
 
 // Admit allocates devices for every container of the pod. On any failure the
 // pod's devices are released and the result carries the error, as kubelet
-// rejects the pod with UnexpectedAdmissionError.
+// rejects the pod with UnexpectedAdmissionError. Pods are admitted one at a
+// time, as kubelet's sync loop does (its pod-resources List relies on it).
 func (m *Manager) Admit(ctx context.Context, req AdmitRequest) (*PodAllocation, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	m.admitMu.Lock()
+	defer m.admitMu.Unlock()
 	m.mu.Lock()
 	if _, dup := m.pods[req.PodUID]; dup {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("pod %s is already admitted: release it first", req.PodUID)
 	}
 	pa := &PodAllocation{PodUID: req.PodUID, Namespace: req.Namespace, Name: req.Name,
-		held: map[string]map[string]bool{}}
+		held: map[string]map[string]bool{}, spec: orderContainers(req.Containers)}
 	m.pods[req.PodUID] = pa
 	m.mu.Unlock()
 
@@ -139,7 +143,9 @@ func (m *Manager) Admit(ctx context.Context, req AdmitRequest) (*PodAllocation, 
 			rr, err := m.allocateOne(ctx, pa, req, c.Name, res, c.Requests[res], reuse[res])
 			cr.Resources = append(cr.Resources, rr)
 			if err != nil {
+				m.mu.Lock()
 				pa.Containers = append(pa.Containers, cr)
+				m.mu.Unlock()
 				pa.Error = fmt.Sprintf("container %q resource %s: %v", c.Name, res, err)
 				m.Release(req.PodUID)
 				return pa, nil
@@ -155,7 +161,9 @@ func (m *Manager) Admit(ctx context.Context, req AdmitRequest) (*PodAllocation, 
 				}
 			}
 		}
+		m.mu.Lock()
 		pa.Containers = append(pa.Containers, cr)
+		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	pa.Admitted = true

@@ -8,11 +8,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"accelpool.io/e2e/kubeletsim/stubplugin"
 )
@@ -227,5 +231,70 @@ func TestStartRejectsNonLoopback(t *testing.T) {
 		if _, err := Start(context.Background(), t.TempDir(), addr); err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("Start(%q) error %v, want a loopback error", addr, err)
 		}
+	}
+}
+
+// The pod-resources List, as kubelet's: the pod being admitted is listed from
+// before its first Allocate (plain init containers are not), and a container
+// is listed with its devices once allocated.
+func TestPodResourcesListsThePodBeingAdmitted(t *testing.T) {
+	var client podresourcesv1.PodResourcesListerClient
+	var seen []string // one line per Allocate: "pod/container=resources;..."
+	view := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		var parts []string
+		for _, p := range r.PodResources {
+			for _, c := range p.Containers {
+				n := 0
+				for _, d := range c.Devices {
+					n += len(d.DeviceIds)
+				}
+				parts = append(parts, fmt.Sprintf("%s/%s/%s=%d", p.Namespace, p.Name, c.Name, n))
+			}
+		}
+		sort.Strings(parts)
+		return strings.Join(parts, ";")
+	}
+	e := startEnv(t, stubplugin.Options{OnAllocate: func([]string) { seen = append(seen, view()) }},
+		"d0", "d1", "d2")
+	dir, err := os.MkdirTemp("", "prs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "kubelet.sock")
+	if err := e.sim.ServePodResources(sock); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	client = podresourcesv1.NewPodResourcesListerClient(conn)
+
+	if code, pa := e.admit(t, `{"pod_uid":"u1","namespace":"ns","name":"p1","containers":[
+		{"name":"i","kind":"init","requests":{"`+resName+`":1}},{"name":"main","requests":{"`+resName+`":2}}]}`); code != 200 || !pa.Admitted {
+		t.Fatalf("admit p1: %d %+v", code, pa)
+	}
+	if code, pa := e.admit(t, `{"pod_uid":"u2","namespace":"ns","name":"p2","containers":[
+		{"name":"main","requests":{"`+resName+`":1}}]}`); code != 200 || !pa.Admitted {
+		t.Fatalf("admit p2: %d %+v", code, pa)
+	}
+	want := []string{
+		"ns/p1/main=0",              // p1's init container: p1 listed, nothing allocated
+		"ns/p1/main=0",              // p1's main
+		"ns/p1/main=2;ns/p2/main=0", // p2's main: p1 done, p2 listed without devices
+	}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Fatalf("List during each Allocate:\n got %q\nwant %q", seen, want)
+	}
+	if got := view(); got != "ns/p1/main=2;ns/p2/main=1" {
+		t.Fatalf("List after admission: %q", got)
 	}
 }

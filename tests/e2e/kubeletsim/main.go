@@ -6,6 +6,7 @@
 // Usage:
 //
 //	kubeletsim --plugin-dir DIR [--listen 127.0.0.1:0] [--addr-file FILE]
+//	           [--pod-resources-socket FILE]
 //
 // The chosen HTTP address is printed as "listening on ADDR" and written to
 // --addr-file when given. SIGINT/SIGTERM stop it cleanly.
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 	plugin "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 )
@@ -40,6 +42,7 @@ type Sim struct {
 	http     *http.Server
 	listener net.Listener
 	logger   klog.Logger
+	podRes   *grpc.Server // nil without a pod-resources socket
 }
 
 // Start serves kubelet.sock in pluginDir and the HTTP API on listen.
@@ -75,11 +78,24 @@ func Start(ctx context.Context, pluginDir, listen string) (*Sim, error) {
 	return s, nil
 }
 
+// ServePodResources also serves kubelet's pod-resources API (List) on socket.
+func (s *Sim) ServePodResources(socket string) error {
+	srv, err := servePodResources(s.Manager, socket)
+	if err != nil {
+		return err
+	}
+	s.podRes = srv
+	return nil
+}
+
 // Stop closes the HTTP API, disconnects every plugin and removes kubelet.sock.
 func (s *Sim) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	herr := s.http.Shutdown(ctx)
+	if s.podRes != nil {
+		s.podRes.Stop()
+	}
 	serr := s.server.Stop(s.logger)
 	_ = os.Remove(s.server.SocketPath())
 	return errors.Join(herr, serr)
@@ -102,6 +118,7 @@ func main() {
 	pluginDir := flag.String("plugin-dir", "", "directory for kubelet.sock and plugin sockets (required)")
 	listen := flag.String("listen", "127.0.0.1:0", "loopback address of the HTTP API")
 	addrFile := flag.String("addr-file", "", "file to write the HTTP API address to")
+	podResources := flag.String("pod-resources-socket", "", "also serve kubelet's pod-resources API (List) on this unix socket")
 	flag.Parse()
 	if *pluginDir == "" {
 		fmt.Fprintln(os.Stderr, "kubeletsim: --plugin-dir is required: give the directory plugins register in")
@@ -118,6 +135,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kubeletsim: %v\n", err)
 		os.Exit(1)
+	}
+	if *podResources != "" {
+		if err := sim.ServePodResources(*podResources); err != nil {
+			fmt.Fprintf(os.Stderr, "kubeletsim: %v\n", err)
+			_ = sim.Stop()
+			os.Exit(1)
+		}
 	}
 	fmt.Printf("listening on %s\n", sim.Addr)
 	if *addrFile != "" {

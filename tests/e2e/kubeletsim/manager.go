@@ -41,6 +41,7 @@ type resourceState struct {
 
 // Manager is the device-manager side of kubelet. Create it with NewManager.
 type Manager struct {
+	admitMu   sync.Mutex // one admission at a time, as kubelet's sync loop
 	mu        sync.Mutex
 	resources map[string]*resourceState
 	// allocated[resource] is the set of device ids held by admitted pods.

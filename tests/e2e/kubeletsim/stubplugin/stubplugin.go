@@ -31,6 +31,9 @@ const EnvName = "STUB_VISIBLE_DEVICES"
 type Options struct {
 	PreferredAllocation bool
 	PreStartRequired    bool
+	// OnAllocate, when set, is called at the start of each Allocate (as a
+	// plugin that looks around before answering).
+	OnAllocate func(ids []string)
 }
 
 func (o Options) api() *pluginapi.DevicePluginOptions {
@@ -192,6 +195,11 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 // Allocate answers each container with EnvName set to its sorted ids.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
+	if p.options.OnAllocate != nil {
+		for _, cr := range req.ContainerRequests {
+			p.options.OnAllocate(cr.DevicesIds)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, cr := range req.ContainerRequests {
