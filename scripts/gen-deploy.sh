@@ -4,7 +4,10 @@
 #                              webhook failurePolicy Ignore, no CRD-based objects
 #   deploy/accelpool-ha.yaml   two scheduler replicas (leader election),
 #                              webhook failurePolicy Fail
-# Both install into namespace accelpool-system (created by the manifest).
+# Both install into namespace accelpool-system (created by the manifest, labelled for Pod
+# Security Admission "privileged": the device plugins are privileged and mount host paths).
+# The kube-scheduler image is rendered for Kubernetes v1.37.2; on an older cluster edit it to the
+# cluster's version (or install the chart, which takes the cluster's version).
 #
 # Usage: scripts/gen-deploy.sh [--check]
 #   --check  render to a temp dir and fail if deploy/ differs (for CI)
@@ -32,6 +35,10 @@ render() { # file helm-args...
     echo "kind: Namespace"
     echo "metadata:"
     echo "  name: ${NS}"
+    echo "  labels:"
+    echo "    pod-security.kubernetes.io/enforce: privileged"
+    echo "    pod-security.kubernetes.io/audit: privileged"
+    echo "    pod-security.kubernetes.io/warn: privileged"
     "${HELM}" template accelpool "${REPO}/charts/accelpool" --namespace "${NS}" --kube-version v1.37.2 "$@"
   } > "${OUT}/${file}"
 }

@@ -127,6 +127,73 @@ rotation_on() {
     rotation_cronjob "${TMP}/rotation-on.yaml" false
 }
 check "assignmentSigning.rotation.enabled=true: the CronJob runs on its schedule and time zone" rotation_on
+sched_tag_is() { # KUBE-VERSION TAG [helm args]: the kube-scheduler image rendered for that cluster
+  local kv="$1" want="$2"; shift 2
+  local got
+  got="$("${HELM}" template t "${CHART}" --namespace ns --kube-version "${kv}" "$@" \
+    --show-only templates/scheduler-deployment.yaml | grep -o 'registry.k8s.io/kube-scheduler:[^"]*')"
+  [ "${got}" = "registry.k8s.io/kube-scheduler:${want}" ] || { echo "kube ${kv}: got '${got}', want ${want}"; return 1; }
+}
+sched_tag_follows_cluster() {
+  sched_tag_is v1.30.4 v1.30.4 && sched_tag_is v1.31.2-eks-1a2b3c v1.31.2 &&
+    sched_tag_is v1.32.1+k3s1 v1.32.1 && sched_tag_is v1.33.5-gke.1080000 v1.33.5 &&
+    sched_tag_is v1.30.4 v1.30.1 --set scheduler.image.tag=v1.30.1
+}
+check "kube-scheduler's tag is the cluster's version (suffixes -eks-/+k3s1/-gke. dropped); an explicit tag wins" \
+  sched_tag_follows_cluster
+printf 'extender:\n  tieBreakSalt: 2837461923\n' > "${TMP}/salt.yaml"
+printf 'extender:\n  tieBreakSalt: "18446744073709551615"\n' > "${TMP}/salt-str.yaml"
+salt_integer() { # (renders to files: grep -q closing a pipe early fails it under pipefail)
+  render -f "${TMP}/salt.yaml" > "${TMP}/salt-num.out" && render -f "${TMP}/salt-str.yaml" > "${TMP}/salt-str.out" &&
+    render --set extender.tieBreakSalt=2837461923 > "${TMP}/salt-set.out" &&
+    grep -q -- '- --tie-break-salt=2837461923$' "${TMP}/salt-num.out" &&
+    grep -q -- '- --tie-break-salt=18446744073709551615$' "${TMP}/salt-str.out" &&
+    grep -q -- '- --tie-break-salt=2837461923$' "${TMP}/salt-set.out" &&
+    ! render --set extender.tieBreakSalt=-1 >/dev/null 2>&1
+}
+check "tieBreakSalt 2837461923 from a values file renders as an integer (and a quoted uint64 as is; -1 fails)" salt_integer
+fit_strategy_checked() {
+  local out
+  if out="$(render --set scheduler.nodeResourcesFitStrategy=RequestedToCapacityRatio 2>&1)"; then
+    echo "rendered"; return 1
+  fi
+  grep -q 'must be LeastAllocated, MostAllocated or ""' <<<"${out}" &&
+    render --set scheduler.nodeResourcesFitStrategy=MostAllocated > "${TMP}/most.yaml" &&
+    grep -q 'type: MostAllocated$' "${TMP}/most.yaml"
+}
+check "nodeResourcesFitStrategy RequestedToCapacityRatio fails naming LeastAllocated, MostAllocated, \"\"" fit_strategy_checked
+printf 'scheduler:\n  countResources: []\n  managedResources: []\n' > "${TMP}/no-resources.yaml"
+empty_resource_lists() { # helm lint renders NOTES.txt too (helm template does not)
+  "${HELM}" lint --strict "${CHART}" -f "${TMP}/no-resources.yaml" &&
+    "${HELM}" lint --strict "${CHART}" --set scheduler.managedResources=null &&
+    "${HELM}" lint --strict "${CHART}" --set scheduler.countResources=null --set scheduler.managedResources=null &&
+    render --set scheduler.countResources=null --set scheduler.managedResources=null > "${TMP}/no-resources.out" &&
+    grep -q 'exists(k, (k in \[\] || \["huawei.com/Ascend"\]' "${TMP}/no-resources.out"
+}
+check "empty or null countResources/managedResources render (NOTES and webhook included)" empty_resource_lists
+ca_bundle_hooks() { # the caBundle patch (and its service account) also runs after a rollback; no
+  # caBundle is rendered without a cluster (lookup answers nothing), none with cert-manager
+  grep -A2 -- '- accelpool-certgen$' "${TMP}/default.yaml" | grep -q -- '- patch$' &&
+    [ "$(grep -c '^    helm.sh/hook: post-install,post-upgrade,post-rollback$' "${TMP}/default.yaml")" = 1 ] &&
+    [ "$(grep -c '^    helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade,post-rollback$' "${TMP}/default.yaml")" = 5 ] &&
+    ! grep -q 'caBundle' "${TMP}/default.yaml" && ! grep -q 'caBundle' "${TMP}/crds.yaml" &&
+    grep -q 'cert-manager.io/inject-ca-from: ns/t-accelpool-extender-tls' "${TMP}/crds.yaml"
+}
+check "the caBundle patch hook runs post-install, post-upgrade and post-rollback" ca_bundle_hooks
+max_unavailable() {
+  [ "$(grep -c '^    rollingUpdate: {maxUnavailable: "10%"}$' "${TMP}/default.yaml")" = 2 ] &&
+    render --set devicePlugin.updateStrategy.maxUnavailable=3 > "${TMP}/max3.yaml" &&
+    grep -q '^    rollingUpdate: {maxUnavailable: 3}$' "${TMP}/max3.yaml"
+}
+check "device-plugin rolling update: maxUnavailable 10% by default, settable" max_unavailable
+psa_labels() {
+  local f
+  for f in "${REPO}"/deploy/accelpool.yaml "${REPO}"/deploy/accelpool-ha.yaml; do
+    awk '/^kind: Namespace$/ {on=1} on && /^---$/ {exit} on' "$f" > "${TMP}/ns.yaml"
+    for m in enforce audit warn; do grep -q "^    pod-security.kubernetes.io/${m}: privileged$" "${TMP}/ns.yaml" || { echo "$f: no ${m} label"; return 1; }; done
+  done
+}
+check "deploy/'s Namespace is labelled Pod Security privileged (enforce, audit, warn)" psa_labels
 check "deploy/ matches the chart" "${REPO}/scripts/gen-deploy.sh" --check
 dashboard_ok() { # parses; every metric name it queries is registered in src/ (and was scraped, when
   # tests/e2e/prometheus.sh left its list of scraped names in out/demo/)
@@ -282,6 +349,27 @@ check "the plugin may label its own node" as_plugin label node np-a accelpool.io
 check "the plugin may annotate a pod on its node" as_plugin -n default annotate pod work-np-a accelpool.io/allocation=x
 check "the plugin is refused another node" refused as_plugin label node np-b accelpool.io/vendor.nvidia=true
 check "the plugin is refused a pod on another node" refused as_plugin -n default annotate pod work-np-b accelpool.io/allocation=x
+refused_because() { # reason command... : must fail, naming that reason of the policy
+  local why="$1" out; shift
+  if out="$("$@" 2>&1)"; then echo "allowed: ${out}"; return 1; fi
+  grep -q "${why}" <<<"${out}" || { echo "refused for another reason: ${out}"; return 1; }
+}
+"${K}" label node np-a team=a >/dev/null
+check "the plugin may annotate its own node (accelpool.io/)" as_plugin annotate node np-a accelpool.io/inventory=x
+check "the plugin is refused tainting its own node" refused_because "not the spec" \
+  as_plugin taint node np-a accelpool.io/probe=x:NoSchedule
+check "the plugin is refused marking its own node unschedulable" refused_because "not the spec" \
+  as_plugin patch node np-a --type=merge -p '{"spec":{"unschedulable":true}}'
+check "the plugin is refused changing a non-accelpool label of its node" \
+  refused_because "may change only accelpool.io/ labels" as_plugin label --overwrite node np-a team=b
+check "the plugin is refused removing a non-accelpool label of its node" \
+  refused_because "may change only accelpool.io/ labels" as_plugin label node np-a team-
+check "the plugin is refused a non-accelpool annotation on its node" \
+  refused_because "may change only accelpool.io/ annotations" as_plugin annotate node np-a note=x
+check "the plugin is refused a non-accelpool annotation on a pod on its node" \
+  refused_because "may change only accelpool.io/ annotations" as_plugin -n default annotate pod work-np-a note=x
+check "the plugin is refused changing the spec of a pod on its node" refused_because "not the spec" \
+  as_plugin -n default patch pod work-np-a --type=merge -p '{"spec":{"activeDeadlineSeconds":5}}'
 check "the plugin cannot delete nodes (RBAC)" bash -c "! '${K}' --kubeconfig '${TMP}/plugin.kubeconfig' delete node np-b 2>/dev/null"
 
 # Least privilege of the scheduler pod (kube-scheduler + extender) and the plugin.
@@ -293,13 +381,17 @@ can_i() { # want sa verb resource [name] [-n ns]
   local got; got="$("${K}" auth can-i --as "${sa}" "$@" 2>/dev/null)"
   [ "${got}" = "${want}" ] || { echo "can-i $* as ${sa}: ${got}, want ${want}"; return 1; }
 }
-rbac_table() {
+can_i_rows() { # rows "want sa verb resource [flags]" on stdin; every row must hold
   local rc=0 row
   while read -r row; do
     [ -z "${row}" ] && continue
     # shellcheck disable=SC2086 # rows are word lists
     can_i ${row} || rc=1
-  done <<'ROWS'
+  done
+  return "${rc}"
+}
+rbac_table() {
+  can_i_rows <<'ROWS'
 yes accelpool-scheduler list pods
 yes accelpool-scheduler watch nodes
 no accelpool-scheduler patch pods
@@ -319,7 +411,6 @@ no accelpool-device-plugin delete nodes
 no accelpool-device-plugin create pods --subresource binding
 no accelpool-device-plugin get secrets -n accelpool-system
 ROWS
-  return "${rc}"
 }
 check "RBAC grants each part what it uses and no more (18 cases)" rbac_table
 
@@ -423,6 +514,16 @@ ca_bundle_set() {
     "$("${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.ca\.crt}')" ]
 }
 check "the caBundle equals the secret's ca.crt" ca_bundle_set
+ca_bundle_rendered() { # on upgrades and rollbacks the chart renders the caBundle itself: `lookup` of
+  # the existing TLS Secret (helm template --dry-run=server looks it up like install/upgrade do)
+  certgen create --namespace=accelpool-system --secret=accelpool-extender-tls --hosts=x --days=30 >/dev/null &&
+    "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --dry-run=server \
+      --kube-version v1.37.2 --show-only templates/webhook.yaml > "${TMP}/webhook-lookup.yaml" &&
+    [ "$(awk '$1 == "caBundle:" {print $2}' "${TMP}/webhook-lookup.yaml")" = \
+      "$("${K}" -n accelpool-system get secret accelpool-extender-tls -o jsonpath='{.data.ca\.crt}')" ] &&
+    "${K}" apply --dry-run=server -f "${TMP}/webhook-lookup.yaml" >/dev/null
+}
+check "with the TLS Secret present, the webhook renders with its caBundle (lookup)" ca_bundle_rendered
 check "certgen creates the assignment key secret" certgen key --namespace=accelpool-system --secret=key-check
 key_form() { # "signing" names k1; k1 is 64 characters of base64 (48 random bytes)
   [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = k1 ] &&
@@ -436,10 +537,13 @@ key_kept() {
 }
 check "certgen keeps an existing key secret (upgrades never rotate the key)" key_kept
 # accelpool-keys rotate as the rotation CronJob's service account, with the chart's RBAC rendered
-# for the key Secret above, proves the Role and ClusterRole are enough. No node here reports keys,
-# so the switch is not waited for; guard-a (bound above with a k1 signature, never admitted: no
-# kubelet runs here) holds the old key: the first run stops at step 2 naming it, and once it is
-# deleted the next run resumes and drops k1. Reading another Secret is refused.
+# for the key Secret above, proves the Role and ClusterRole are enough. np-b reports holding only k1
+# but is not Ready: accelpool-keys lists nodes as metadata and then GETs each node still without the
+# new key (50 or fewer) for its Ready condition, so this exercises that read (a ClusterRole with only
+# list fails it with 403); a node that is not Ready is not waited for, so the switch happens.
+# guard-a (bound above with a k1 signature, never admitted: no kubelet runs here) holds the old key:
+# the first run stops at step 2 naming it, and once it is deleted the next run resumes and drops k1.
+# Reading another Secret is refused.
 KEYS_BIN="${E2E_KEYS_BIN:-${REPO}/build/src/cmd/accelpool-keys}"
 "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
   --set assignmentSigning.secretName=key-check --show-only templates/assignment-key-rotation.yaml \
@@ -469,6 +573,24 @@ contexts:
 current-context: e2e
 YAML
 }
+rotation_rbac_table() { # accelpool-keys rotate lists nodes, GETs those still without the new key
+  # (their Ready condition) and lists pending pods; it changes nothing but the key Secret
+  can_i_rows <<'ROWS'
+yes accelpool-assignment-key-rotation get nodes
+yes accelpool-assignment-key-rotation list nodes
+yes accelpool-assignment-key-rotation list pods
+yes accelpool-assignment-key-rotation get secrets/key-check -n accelpool-system
+yes accelpool-assignment-key-rotation patch secrets/key-check -n accelpool-system
+no accelpool-assignment-key-rotation patch nodes
+no accelpool-assignment-key-rotation update nodes
+no accelpool-assignment-key-rotation watch nodes
+no accelpool-assignment-key-rotation get pods
+no accelpool-assignment-key-rotation patch pods
+no accelpool-assignment-key-rotation delete pods
+no accelpool-assignment-key-rotation list secrets -n accelpool-system
+ROWS
+}
+check "the rotation's RBAC: get and list nodes, list pods, the key Secret only (12 cases)" rotation_rbac_table
 check "a token and kubeconfig for the rotation's service account" rotation_kubeconfig
 keys_as_cronjob() { # accelpool-keys COMMAND [flags] as the CronJob's service account, on key-check
   local cmd="$1"; shift
@@ -479,12 +601,21 @@ key_secret_is() { # SIGNING KEYS-JSON
   [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = "$1" ] &&
     [ "$("${K}" -n accelpool-system get secret key-check -o json | jq -c '[.data | keys[] | select(. != "signing")]')" = "$2" ]
 }
+np_b_reports_k1_not_ready() { # as an admin: np-b's plugin reported k1, then its kubelet went NotReady
+  local t; t="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  "${K}" annotate node np-b accelpool.io/assignment-keys=k1 >/dev/null &&
+    "${K}" patch node np-b --subresource=status --type=merge -p "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"False\",\"reason\":\"KubeletNotReady\",\"message\":\"chart-check\",\"lastHeartbeatTime\":\"${t}\",\"lastTransitionTime\":\"${t}\"}]}}" >/dev/null &&
+    [ "$("${K}" get node np-b -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ]
+}
+check "node np-b reports assignment key k1 and is not Ready" np_b_reports_k1_not_ready
 rotation_held() {
   local out
   if out="$(keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=3s 2>&1)"; then
     echo "rotate finished while guard-a holds k1: ${out}"; return 1
   fi
-  grep -q 'default/guard-a (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
+  if grep -q 'reading node np-b' <<<"${out}"; then echo "the rotation could not GET node np-b: ${out}"; return 1; fi
+  grep -q '"msg":"step 2 of 3: [^}]*"not_ready":1' <<<"${out}" &&
+    grep -q 'default/guard-a (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
     key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep -q 'step 2 of 3 done' &&
     keys_as_cronjob status --output=json | jq -e '.phase == "switched" and .signing == "k2" and
       .keys == ["k1","k2"] and .pods_with_old_keys == ["default/guard-a (key k1, node np-a)"]' >/dev/null

@@ -31,6 +31,42 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* kube-scheduler image: an explicit scheduler.image.tag wins; "" takes the cluster's own version
+(.Capabilities.KubeVersion, vMAJOR.MINOR.PATCH with any "-eks-..." or "+k3s1" suffix removed), so the
+scheduler is never newer than the apiserver it talks to. */}}
+{{- define "accelpool.schedulerImage" -}}
+{{- $tag := .Values.scheduler.image.tag | toString -}}
+{{- if not .Values.scheduler.image.tag -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{- $tag = printf "v%d.%d.%d" $v.Major $v.Minor $v.Patch -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.scheduler.image.repository $tag -}}
+{{- end -}}
+
+{{/* extender.tieBreakSalt as an integer string. A number from a values file is a float64 to Helm
+(2837461923 would print as 2.837461923e+09, which the extender refuses), so it is printed with
+%.0f: exact up to 2^53. A quoted string of digits passes as is (the whole uint64 range). */}}
+{{- define "accelpool.tieBreakSalt" -}}
+{{- $v := .Values.extender.tieBreakSalt -}}
+{{- $s := "" -}}
+{{- if kindIs "string" $v -}}
+{{- $s = $v -}}
+{{- else if kindIs "float64" $v -}}
+{{- if ne (floor $v) $v -}}
+{{- fail (printf "extender.tieBreakSalt must be a non-negative integer, got %v" $v) -}}
+{{- end -}}
+{{- $s = printf "%.0f" $v -}}
+{{- else if kindIs "invalid" $v -}}
+{{- $s = "0" -}}
+{{- else -}}
+{{- $s = toString $v -}}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+$" $s) -}}
+{{- fail (printf "extender.tieBreakSalt must be a non-negative integer (quote values above 2^53 = 9007199254740992), got %v" $v) -}}
+{{- end -}}
+{{- $s -}}
+{{- end -}}
+
 {{/* Name of the scheduler+extender Deployment, Service, ServiceAccount. */}}
 {{- define "accelpool.schedulerName" -}}
 {{- printf "%s-scheduler" (include "accelpool.fullname" .) | trunc 63 | trimSuffix "-" -}}
