@@ -73,6 +73,15 @@ follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the
   grep -q 'resourceName: accelpool-scheduler$' "${TMP}/ha.yaml"
 }
 check "the extender follows kube-scheduler's Lease (1 and 2 replicas), no election of its own" follows_scheduler
+pod_resources_mounted() { # every device plugin reads kubelet's pod-resources socket, read-only
+  local n_dp
+  n_dp="$(grep -c '^kind: DaemonSet$' "${TMP}/default.yaml")"
+  [ "$(grep -c -- '- --pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock$' "${TMP}/default.yaml")" = "${n_dp}" ] &&
+    [ "$(grep -c '{name: pod-resources, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}' "${TMP}/default.yaml")" = "${n_dp}" ] &&
+    render --set devicePlugin.podResourcesDir= | grep -q -- '- --pod-resources-socket=$' &&
+    ! render --set devicePlugin.podResourcesDir= | grep -q 'name: pod-resources'
+}
+check "device plugins mount kubelet's pod-resources socket read-only (devicePlugin.podResourcesDir; empty turns it off)" pod_resources_mounted
 render --set webhook.allowDeviceEnv=true > "${TMP}/allow-env.yaml"
 check "the webhook refuses pods that set the device plugin's variables unless webhook.allowDeviceEnv" \
   bash -c "! grep -q -- '--webhook-allow-device-env' '${TMP}/default.yaml' && grep -q -- '--webhook-allow-device-env$' '${TMP}/allow-env.yaml'"

@@ -119,6 +119,21 @@ has_signature() {
 check "signed: bound to hold-0, still Pending with no container status" wait_for 90 "signed held" held signed
 check "signed: carries accelpool.io/assignment-signature" has_signature signed
 check "signed: kubelet admission matches the assignment" admit signed
+# Two pods with the same request wait on hold-0 at once (created together) and
+# kubelet admits first the one that sorts second. Kubelet's calls name no pod;
+# the plugin asks kubelet's pod-resources API (kubeletsim serves it as kubelet
+# does) which pod it is admitting, so each gets its own slots and limits.
+same_pod() { # NAME MiB
+  pod_yaml "$1" '{}' '{kubernetes.io/hostname: hold-0}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: $2}")"
+  echo '  tolerations: [{key: accelpool.io/e2e-hold, operator: Exists}]'
+}
+{ same_pod same-a 2048; echo ---; same_pod same-b 3072; } | kc create -f - >/dev/null
+both_held() { held same-a && held same-b; }
+check "same-a, same-b: both bound to hold-0 and waiting for admission" wait_for 90 "same-a, same-b held" both_held
+check "same-b, admitted first: kubelet is steered to its own slots and it gets its own limits" admit same-b
+check "same-a, admitted second: its own slots and limits" admit same-a
+check "the plugin told them apart through kubelet's pod-resources API" \
+  grep -q "caller found by kubelet's pod-resources API" "${E2E_WORK}/nodes/hold-0/plugin.log"
 # Changed between the bind and kubelet's admission (here by the admin: this
 # plane runs no annotation guard), it no longer matches the signature: the
 # device plugin refuses it, admission fails, the pod gets an Event.
@@ -300,7 +315,8 @@ check "the extender logged the malformed inventory" grep -q broken-0 "${E2E_WORK
 sim_restart() {
   local d="${E2E_WORK}/nodes/$1"
   stop_pidfile "$d/kubeletsim.pid"; rm -f "$d/addr" "$d/plugins/kubelet.sock"
-  setsid "${E2E_BIN}/kubeletsim" --plugin-dir "$d/plugins" --addr-file "$d/addr" >> "$d/kubeletsim.log" 2>&1 < /dev/null &
+  setsid "${E2E_BIN}/kubeletsim" --plugin-dir "$d/plugins" --addr-file "$d/addr" \
+    --pod-resources-socket "$d/pod-resources.sock" >> "$d/kubeletsim.log" 2>&1 < /dev/null &
   echo $! > "$d/kubeletsim.pid"
 }
 sim_restart hgx-5

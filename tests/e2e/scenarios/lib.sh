@@ -136,7 +136,7 @@ status:
 YAML
   rm -f "${d}/addr"
   setsid "${E2E_BIN}/kubeletsim" --plugin-dir "${d}/plugins" --addr-file "${d}/addr" \
-    > "${d}/kubeletsim.log" 2>&1 < /dev/null &
+    --pod-resources-socket "${d}/pod-resources.sock" > "${d}/kubeletsim.log" 2>&1 < /dev/null &
   echo $! > "${d}/kubeletsim.pid"
   start_plugin "${name}"
 }
@@ -147,6 +147,7 @@ start_plugin() { # NAME
   setsid "${PLUGIN_BIN}" --backend=fake --fake-inventory="${d}/inventory.json" \
     --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${AP_KUBECONFIG}" \
     --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=info $(key_args) \
+    --pod-resources-socket="${d}/pod-resources.sock" \
     >> "${d}/plugin.log" 2>&1 < /dev/null &
   echo $! > "${d}/plugin.pid"
 }
