@@ -23,6 +23,8 @@ std::string Reason(StatusCode code) {
       return "assignment_mismatch";
     case StatusCode::kAborted:
       return "ambiguous";
+    case StatusCode::kDeadlineExceeded:
+      return "pods_unread";
     default:
       return "driver";
   }
@@ -42,6 +44,37 @@ Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* stor
       log_(std::move(log)),
       refresh_(std::move(refresh)),
       dirs_(options_.state_root, options_.create_state_dirs) {}
+
+Allocator::~Allocator() {
+  std::shared_future<Status> inflight;
+  {
+    std::lock_guard<std::mutex> lock(refresh_mu_);
+    inflight = refresh_inflight_;
+  }
+  if (inflight.valid()) {
+    inflight.wait();  // it uses the store and the callback's captures
+  }
+}
+
+Status Allocator::Refresh() {
+  std::shared_future<Status> f;
+  {
+    std::lock_guard<std::mutex> lock(refresh_mu_);
+    if (!refresh_inflight_.valid() ||
+        refresh_inflight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      refresh_inflight_ = std::async(std::launch::async, refresh_).share();
+    }
+    f = refresh_inflight_;
+  }
+  if (f.wait_for(refresh_budget_) != std::future_status::ready) {
+    // Kubelet waits on this call with no deadline while it admits the node's
+    // pods one at a time; the re-read goes on and serves the next call.
+    return DeadlineExceededError(
+        "re-reading the node's pods took longer than " + std::to_string(refresh_budget_.count()) +
+        " ms (is the apiserver slow or unreachable from this node?); kubelet retries the pod");
+  }
+  return f.get();
+}
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
@@ -74,7 +107,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   // (a pod bound a moment ago without an assignment may be the caller): both
   // re-read the pods once, and a fallback that cannot be confirmed is refused.
   if ((!match.ok() || match->by_fallback) && refresh_) {
-    Status fresh = refresh_();
+    Status fresh = Refresh();
     caller.reset();
     match = store_->Match(resource, ids, &caller);
     if (match.ok() && match->by_fallback && !fresh.ok()) {
@@ -90,6 +123,9 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                           fresh.message() + ") to confirm that pod " + match->pod.Key() +
                           " container " + match->container.name + " is the only one asking for " +
                           resource + "; kubelet retries when the pod is created again");
+    }
+    if (!match.ok() && fresh.code() == StatusCode::kDeadlineExceeded) {
+      return fresh;  // the store may just be behind: say so, not "no assignment"
     }
   }
   // Several pods could be asking: kubelet's own view settles it.
@@ -145,6 +181,14 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     }
     inventory = where->second.inventory;
     const core::Device& device = *snap.Find(a.id);
+    if (!device.healthy) {
+      // Kubelet left its slots out and picked others; the container would
+      // still run on the broken device, so it does not start at all.
+      return FailedPreconditionError("the assignment of pod " + match->pod.Key() + " container " +
+                                     c.name + " names device " + a.id +
+                                     ", which is unhealthy now; delete the pod (its controller "
+                                     "creates it again and the scheduler places it elsewhere)");
+    }
     if (ResourceFor(device) != resource) {
       // Kubelet accounts the container's devices under `resource` only.
       return FailedPreconditionError("the assignment of pod " + match->pod.Key() + " container " +
@@ -345,7 +389,7 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     PreferredAnswer answer = store_->Preferred(resource, available, r.must_include, r.size);
     if (!answer.slots.has_value() && !answer.ambiguous && refresh_) {
       // A failed re-read leaves the store as it was; it is logged there.
-      static_cast<void>(refresh_());
+      static_cast<void>(Refresh());
       answer = store_->Preferred(resource, available, r.must_include, r.size);
     }
     if (answer.ambiguous && kubelet_view_) {

@@ -27,7 +27,10 @@
 #ifndef ACCELPOOL_PLUGIN_ALLOCATOR_H_
 #define ACCELPOOL_PLUGIN_ALLOCATOR_H_
 
+#include <chrono>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,10 +135,17 @@ class Allocator {
   // Recomputes the per-device usage gauges and the pending count.
   void RefreshUsageMetrics();
 
+  // How long a kubelet call waits for a re-read of the node's pods (default
+  // 2 s); one that takes longer goes on in the background for the next call.
+  void SetRefreshBudget(std::chrono::milliseconds budget) { refresh_budget_ = budget; }
+  ~Allocator();
+
  private:
   // (pod uid, container) of a state dir made during one Allocate call.
   using MadeDirs = std::vector<std::pair<std::string, std::string>>;
 
+  // refresh_, one at a time, waiting at most refresh_budget_ for it.
+  Status Refresh();
   StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
                                 const std::vector<std::string>& ids, std::optional<PodRef>* pod,
                                 MadeDirs* made);
@@ -152,6 +162,9 @@ class Allocator {
   const Logger log_;
   const std::function<Status()> refresh_;
   std::function<StatusOr<KubeletView>()> kubelet_view_;
+  std::chrono::milliseconds refresh_budget_{2000};
+  std::mutex refresh_mu_;
+  std::shared_future<Status> refresh_inflight_;  // guarded by refresh_mu_
   const StateDirs dirs_;
 };
 

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "api/resources.h"
 #include "common/metrics.h"
@@ -915,6 +917,55 @@ TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("accelpool scheduler profile"), std::string::npos);
   EXPECT_EQ(refreshes, 1);
+}
+
+// Kubelet waits on Allocate with no deadline while it admits the node's pods
+// one at a time: a slow re-read of the pods fails this call after the budget
+// (saying why) and goes on in the background for the next one.
+TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
+  std::atomic<int> reads{0};
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  Allocator slow("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ++reads;
+    Assign(Pod("late"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 6)})});
+    return Status::Ok();
+  });
+  slow.SetRefreshBudget(std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  auto first = slow.Allocate(kGpu, {{"GPU-a::6"}});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(first.status().message().find("re-reading the node's pods took longer"),
+            std::string::npos);
+  EXPECT_LT(took, std::chrono::milliseconds(450));
+  // The re-read finished meanwhile; kubelet's retry finds the pod at once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  auto retry = slow.Allocate(kGpu, {{"GPU-a::6"}});
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_EQ((*retry)[0].pod.name, "late");
+  EXPECT_EQ(reads.load(), 1);
+}
+
+// The assigned device broke after the bind: kubelet leaves its slots out and
+// picks another device's, but the container would still be given the broken
+// one. It does not start; its controller creates it again elsewhere.
+TEST_F(AllocatorTest, AnAssignedDeviceThatTurnedUnhealthyIsNotHandedOut) {
+  Assign(Pod("p"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
+  testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(false));
+  auto invs = driver_->Discover();
+  ASSERT_TRUE(invs.ok());
+  state_.Reset(*invs, {driver_.get(), driver_.get()});
+  auto r = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("GPU-b, which is unhealthy now; delete the pod"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(store_.PendingContainers(), 1u);  // nothing booked
 }
 
 TEST_F(AllocatorTest, UsageMetricsSumAssignedShares) {
