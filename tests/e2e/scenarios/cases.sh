@@ -175,10 +175,12 @@ refused_metric() { # the plugin's counter saw both
     awk '$1 == "accelpool_plugin_assignments_refused_total{reason=\"signature\"}" { n = $2 } END { exit !(n >= 2) }'
 }
 check "accelpool_plugin_assignments_refused_total{reason=signature} counts them" refused_metric
-for p in "${NS}/signed" "${NS}/edited" kube-system/copied; do
+for p in "${NS}/signed" "${NS}/edited" kube-system/copied "${NS}/same-a" "${NS}/same-b"; do
   kc -n "${p%/*}" delete pod "${p#*/}" --grace-period=0 --force >/dev/null 2>&1 || true
 done
 release signed || true
+release same-a || true
+release same-b || true
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
 if [ "${E2E_SIGNING:-1}" = 1 ]; then
