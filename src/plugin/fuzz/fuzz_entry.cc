@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -187,6 +188,20 @@ void Preferred(Allocator& allocator, const nlohmann::json& req) {
   }
 }
 
+// A 'v' line as kubelet's view; what is not an object or a string is skipped.
+KubeletView ViewFrom(const nlohmann::json& obj) {
+  KubeletView v;
+  for (const auto& [pod, containers] : obj.items()) {
+    auto& out = v[pod];
+    if (!containers.is_object()) continue;
+    for (const auto& [name, resources] : containers.items()) {
+      std::vector<std::string> held = Strings(resources);
+      out[name] = std::set<std::string>(held.begin(), held.end());
+    }
+  }
+  return v;
+}
+
 }  // namespace
 
 int FuzzNodePods(const uint8_t* data, size_t size) {
@@ -195,6 +210,11 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
   EnforcementOptions enforcement;
   enforcement.state_root = f.StateRoot();
   Allocator allocator("node-a", &f.state, &store, nullptr, nullptr, enforcement, Logger());
+  std::optional<KubeletView> view;  // 'v' lines
+  allocator.SetKubeletView([&view]() -> StatusOr<KubeletView> {
+    if (!view.has_value()) return UnavailableError("no pod-resources view in this input");
+    return *view;
+  });
   const StateDirs dirs(f.StateRoot());
   PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
   std::set<std::string> uids;
@@ -242,6 +262,9 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
         break;
       case 'g':
         if (obj.is_object()) Preferred(allocator, obj);
+        break;
+      case 'v':
+        if (obj.is_object()) view = ViewFrom(obj);
         break;
       default:
         break;

@@ -12,6 +12,9 @@
 //   a  {"resource": R, "ids": [[slot ids of one container], ...]}  (Allocate)
 //   g  {"resource": R, "requests": [{"available": [...], "must": [...],
 //       "size": N}, ...]}                                    (GetPreferredAllocation)
+//   v  {"<ns>/<name>": {"<container>": [resources it holds devices of], ...}, ...}
+//      kubelet's pod-resources view from here on (before the first: the API
+//      cannot be read), asked when several pods could be calling
 // A line whose JSON does not parse, or an unknown op, is skipped.
 //
 // Aborts when an answer breaks the protocol: an Allocate answer for a
