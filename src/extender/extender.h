@@ -110,6 +110,7 @@ struct ExtenderMetrics {
   GaugeFamily* cache_nodes = nullptr;
   GaugeFamily* cache_pods = nullptr;         // state
   GaugeFamily* cache_age = nullptr;
+  GaugeFamily* cache_uncounted = nullptr;    // why (absent|conflict)
   GaugeFamily* device_memory = nullptr;      // node, device
   GaugeFamily* device_compute = nullptr;     // node, device
   GaugeFamily* node_memory = nullptr;        // node

@@ -147,11 +147,13 @@ void CacheFeeder::OnNode(const nlohmann::json& node) {
     log_.Warn("node inventory does not parse; node kept without devices",
               {{"node", e->name}, {"error", e->inventories.status().message()}});
   }
-  const int dropped = cache_.UpsertNode(e->name, std::move(e->inventories), e->generation,
-                                        e->domains);
-  if (dropped > 0) {
-    log_.Warn("assigned devices disappeared from a node",
-              {{"node", e->name}, {"grants_dropped", dropped}});
+  const int absent =
+      cache_.UpsertNode(e->name, std::move(e->inventories), e->generation, e->domains);
+  if (absent > 0) {
+    log_.Warn(
+        "assigned devices are missing from the node's inventory; the pods keep them and "
+        "they are counted again when they return",
+        {{"node", e->name}, {"grants_absent", absent}});
   }
 }
 
