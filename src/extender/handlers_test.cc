@@ -124,6 +124,40 @@ TEST_F(HandlersTest, PreemptGolden) {
             R"({"NodeNameToMetaVictims":{"node-full":{"NumPDBViolations":0,"Pods":[{"UID":"x"},{"UID":"filler"}]}}})");
 }
 
+TEST_F(HandlersTest, NothingIsDecidedBeforeTheCachesHaveSynced) {
+  // After an extender restart kube-scheduler calls at once, readiness or not;
+  // a cache without the pods yet would see every device free.
+  bool synced = false;
+  h_->SetSyncGate([&synced] { return synced; });
+  Reply f = h_->Filter(Args(R"(["node-a","node-full"])"));
+  ASSERT_EQ(f.status, 200) << f.body;
+  const nlohmann::json got = nlohmann::json::parse(f.body);
+  EXPECT_EQ(got["NodeNames"], nlohmann::json::array());
+  EXPECT_EQ(got["FailedNodes"]["node-a"], kNotSyncedReason);
+  EXPECT_EQ(got["FailedNodes"]["node-full"], kNotSyncedReason);
+  EXPECT_EQ(got["Error"], "");
+  Reply full =
+      h_->Filter(std::string(R"({"Pod":)") + kPod +
+                 R"(,"Nodes":{"items":[{"metadata":{"name":"node-a"}}]},"NodeNames":null})");
+  EXPECT_EQ(nlohmann::json::parse(full.body)["Nodes"]["items"], nlohmann::json::array());
+  Reply p = h_->Prioritize(Args(R"(["node-b","node-a"])"));
+  EXPECT_EQ(p.body, R"([{"Host":"node-b","Score":0},{"Host":"node-a","Score":0}])");
+  Reply b = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  EXPECT_NE(b.body.find("still reading nodes and pods"), std::string::npos) << b.body;
+  EXPECT_FALSE(cache_.Assignment("u-1").has_value());
+  Reply pre = h_->Preempt(std::string(R"({"Pod":)") + kPod +
+                          R"(,"NodeNameToMetaVictims":{"node-full":{"Pods":[{"UID":"filler"}]}}})");
+  EXPECT_EQ(pre.status, 503) << pre.body;
+  EXPECT_NE(pre.body.find("still reading nodes and pods"), std::string::npos) << pre.body;
+
+  synced = true;
+  EXPECT_EQ(nlohmann::json::parse(h_->Filter(Args(R"(["node-a"])")).body)["NodeNames"],
+            nlohmann::json::parse(R"(["node-a"])"));
+  b = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  EXPECT_EQ(b.body, R"({"Error":""})");
+  EXPECT_TRUE(cache_.Assignment("u-1").has_value());
+}
+
 TEST_F(HandlersTest, BadInputGetsClearErrorsNeverACrash) {
   struct Case {
     const char* name;
