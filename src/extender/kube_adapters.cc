@@ -129,7 +129,7 @@ kube::InformerHandlers CacheFeeder::NodeHandlers() {
 kube::InformerHandlers CacheFeeder::PodHandlers() {
   return kube::InformerHandlers{
       [this](const nlohmann::json& p) { OnPod(p); },
-      [this](const nlohmann::json&, const nlohmann::json& p) { OnPod(p); },
+      [this](const nlohmann::json& old, const nlohmann::json& p) { OnPodUpdated(old, p); },
       [this](const nlohmann::json& p) { OnPodDeleted(p); }};
 }
 
@@ -185,6 +185,17 @@ void CacheFeeder::OnPod(const nlohmann::json& pod) {
     log_.Warn("pod assignment conflicts with the cache",
               {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", st.message()}});
   }
+}
+
+void CacheFeeder::OnPodUpdated(const nlohmann::json& old, const nlohmann::json& pod) {
+  // A relist compares by namespace/name: a pod deleted and re-created under
+  // the same name while the watch was down arrives as an update.
+  const std::string old_uid = kube::StringAt(old, nlohmann::json::json_pointer("/metadata/uid"));
+  if (!old_uid.empty() &&
+      old_uid != kube::StringAt(pod, nlohmann::json::json_pointer("/metadata/uid"))) {
+    OnPodDeleted(old);
+  }
+  OnPod(pod);
 }
 
 void CacheFeeder::OnPodDeleted(const nlohmann::json& pod) {

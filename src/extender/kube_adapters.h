@@ -112,6 +112,9 @@ class CacheFeeder {
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
   void OnPod(const nlohmann::json& pod);
+  // A change of uid (deleted and re-created under the same name during a
+  // relist) releases the old pod first.
+  void OnPodUpdated(const nlohmann::json& old, const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
 
  private:
