@@ -12,10 +12,11 @@
 //              a Binding that carries the assignment annotation (the
 //              apiserver sets nodeName and the annotation together). Any
 //              failure releases the reservation. No lock is held across it.
-//   Preempt    for each node, keeps the victims that hold no devices (they
-//              were chosen for other resources) and the smallest set of
-//              device-holding victims whose devices the pod needs; drops nodes
-//              where even all victims leaving would not make room.
+//   Preempt    for each node, keeps every victim kube-scheduler chose (its
+//              SelectVictimsOnNode already reprieved all that its own filters
+//              can do without) and its NumPDBViolations; drops nodes where
+//              even all victims leaving would not free the devices the pod
+//              needs, and nodes sent with no victims.
 //
 // The Kubernetes writes go through PodWriter and events through EventSink, so
 // the logic is tested without an apiserver.

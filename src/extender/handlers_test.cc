@@ -120,8 +120,9 @@ TEST_F(HandlersTest, PreemptGolden) {
                            R"("node-x":{"Pods":[{"UID":"y"}],"NumPDBViolations":0}}})";
   Reply r = h_->Preempt(body);
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.body,
-            R"({"NodeNameToMetaVictims":{"node-full":{"NumPDBViolations":0,"Pods":[{"UID":"x"},{"UID":"filler"}]}}})");
+  EXPECT_EQ(
+      r.body,
+      R"({"NodeNameToMetaVictims":{"node-full":{"NumPDBViolations":0,"Pods":[{"UID":"filler"},{"UID":"x"}]}}})");
 }
 
 TEST_F(HandlersTest, NothingIsDecidedBeforeTheCachesHaveSynced) {
