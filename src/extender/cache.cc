@@ -312,7 +312,11 @@ void Cache::Release(const std::string& uid) {
 }
 
 Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
-                         const std::optional<PodAssignment>& a) {
+                         const std::optional<PodAssignment>& observed) {
+  // An assignment without devices (a pod that asked for none, bound by an
+  // older extender) holds nothing: no record, the node stays idle.
+  const std::optional<PodAssignment> a =
+      observed.has_value() && observed->empty() ? std::nullopt : observed;
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   auto it = pods_.find(pod.uid);
   if (node_name.empty()) {

@@ -115,7 +115,7 @@ class Cache {
   // grants_conflicting) in full once devices free up, so usage is
   // under-counted only on devices already full and never counted twice; and
   // kNotFound when the node is unknown (kept pending and applied when the
-  // node arrives).
+  // node arrives). An assignment without devices counts as none.
   Status ObservePod(const PodRef& pod, const std::string& node_name,
                     const std::optional<PodAssignment>& a);
 

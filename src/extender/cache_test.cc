@@ -135,6 +135,17 @@ TEST(CacheTest, BoundPodsKeepTheAssignmentTheyWereBoundWith) {
   EXPECT_EQ(UsedMemory(c, "a", 4), 300);
 }
 
+TEST(CacheTest, AnAssignmentWithoutDevicesHoldsNothing) {
+  // Older extenders bound pods asking for `nvidia.com/gpu: 0` with an empty
+  // assignment, which kept the node from ever looking idle.
+  Cache c;
+  AddGpuNode(c, "a");
+  EXPECT_TRUE(c.ObservePod(Ref("z"), "a", PodAssignment{"a", "binpack", {}}).ok());
+  EXPECT_EQ(c.Assignment("z"), std::nullopt);
+  EXPECT_TRUE(c.Node("a")->Idle());
+  EXPECT_EQ(c.Stats().pods_bound, 0);
+}
+
 TEST(CacheTest, PodsBeforeTheirNodeAreAppliedWhenItArrives) {
   Cache c;
   EXPECT_EQ(c.ObservePod(Ref("p1"), "late", Shared("late", 1, 300, 0)).code(),

@@ -420,6 +420,23 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     }
     return st;
   };
+  if (!pod.Pooled()) {
+    // No device asked for (e.g. an explicit nvidia.com/gpu: 0): a plain
+    // Binding, no record (the node stays Idle) and no assignment annotation
+    // (kubelet does not call Allocate for a zero request).
+    PodAssignment none;
+    none.node = node;
+    if (writer_ != nullptr) {
+      if (Status st = writer_->Bind(pod, none); !st.ok()) {
+        return fail("binding", st);
+      }
+    }
+    audit_.Info("bind", {{"pod", PodName(pod.ref)},
+                         {"uid", pod.ref.uid},
+                         {"node", node},
+                         {"devices", std::string("none asked")}});
+    return none;
+  }
   int32_t score = 0;
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score);

@@ -21,6 +21,16 @@ StatusOr<std::pair<std::string, std::string>> BoundTo(kube::KubeClient& client, 
 }  // namespace
 
 Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
+  if (a.empty()) {
+    // A pod that asks for no pooled device: a plain Binding (no assignment,
+    // so the node needs no inventory). With a key ring every Binding is
+    // guarded by the uid, as the signed ones are.
+    if (keys_ != nullptr && pod.ref.uid.empty()) {
+      return InvalidArgumentError("pod " + pod.ref.ns + "/" + pod.ref.name +
+                                  " has no uid; kube-scheduler always sends it, not binding");
+    }
+    return BindPod(pod, a.node, {});
+  }
   NodeSnapshotPtr snap = cache_.Node(a.node);
   if (snap == nullptr) {
     return NotFoundError("node " + a.node + " left the cache during bind");
@@ -41,15 +51,20 @@ Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
                                      pod.ref.name);
     annotations[api::kAssignmentSignatureAnnotation] = std::move(sig).value();
   }
+  return BindPod(pod, a.node, annotations);
+}
+
+Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
+                              const std::map<std::string, std::string>& annotations) {
   Status st =
-      kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, a.node, pod.ref.uid, annotations);
+      kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, node, pod.ref.uid, annotations);
   if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
   // earlier attempt whose Binding did land (with this assignment: a retry
   // reuses the reservation). Bound to this node by that attempt is success;
   // bound elsewhere (or another pod of that name) is not.
   StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
-  if (now.ok() && now->first == pod.ref.uid && now->second == a.node) {
+  if (now.ok() && now->first == pod.ref.uid && now->second == node) {
     return Status::Ok();
   }
   return st;
