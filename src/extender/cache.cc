@@ -1,6 +1,9 @@
 #include "extender/cache.h"
 
+#include <algorithm>
 #include <functional>
+#include <set>
+#include <string_view>
 #include <utility>
 
 namespace accelpool::extender {
@@ -28,10 +31,6 @@ int Cache::UpsertNode(const std::string& name,
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   Shard& shard = ShardOf(name);
   std::lock_guard<std::mutex> lock(shard.mu);
-  NodeSnapshotPtr old;
-  if (auto it = shard.nodes.find(name); it != shard.nodes.end()) {
-    old = it->second;
-  }
   auto next = std::make_shared<NodeSnapshot>();
   next->name = name;
   next->version = next_version_.fetch_add(1);
@@ -48,33 +47,18 @@ int Cache::UpsertNode(const std::string& name,
   } else {
     next->inventory_status = inventories.status();
   }
-  int dropped = 0;
+  int newly_absent = 0;
   if (auto it = pods_by_node_.find(name); it != pods_by_node_.end()) {
     for (const std::string& uid : it->second) {
       PodRecord& rec = pods_[uid];
-      rec.applied = false;
-      std::vector<AssignmentPart> kept;
-      for (AssignmentPart& part : rec.assignment.parts) {
-        const InventoryState* was = old ? old->Find(part.vendor) : nullptr;
-        const InventoryState* now = next->Find(part.vendor);
-        if (now == nullptr) {
-          for (const auto& c : part.placement.containers) {
-            dropped += static_cast<int>(c.grants.size());
-          }
-          continue;
-        }
-        if (was != nullptr) {
-          dropped += RemapPart(*was->inventory, *now->inventory, &part);
-        }
-        kept.push_back(std::move(part));
-      }
-      rec.assignment.parts = std::move(kept);
-      rec.applied = ApplyAssignment(rec.assignment, next.get()).ok();
+      const int32_t absent_before = rec.absent;
+      (void)CountRecord(rec, next.get(), /*partial=*/true);
+      newly_absent += std::max(0, rec.absent - absent_before);
     }
   }
   shard.nodes[name] = std::move(next);
   Touch();
-  return dropped;
+  return newly_absent;
 }
 
 void Cache::RemoveNode(const std::string& name) {
@@ -82,6 +66,7 @@ void Cache::RemoveNode(const std::string& name) {
   if (auto it = pods_by_node_.find(name); it != pods_by_node_.end()) {
     for (const std::string& uid : it->second) {
       pods_[uid].applied = false;
+      pods_[uid].applied_as = PodAssignment{};
     }
   }
   Shard& shard = ShardOf(name);
@@ -108,7 +93,110 @@ std::vector<std::string> Cache::NodeNames() const {
   return out;
 }
 
-Status Cache::ApplyRecordLocked(PodRecord& rec) {
+PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
+  PodAssignment out;
+  out.node = rec.assignment.node;
+  out.policy = rec.assignment.policy;
+  rec.absent = 0;
+  rec.ids.resize(rec.assignment.parts.size());
+  for (size_t p = 0; p < rec.assignment.parts.size(); ++p) {
+    const AssignmentPart& part = rec.assignment.parts[p];
+    const InventoryState* st = snap.Find(part.vendor);
+    if (st == nullptr) {
+      for (const core::ContainerPlacement& cp : part.placement.containers) {
+        rec.absent += static_cast<int32_t>(cp.grants.size());
+      }
+      continue;
+    }
+    const core::NodeInventory& inv = *st->inventory;
+    std::map<int32_t, std::string>& ids = rec.ids[p];
+    std::map<std::string_view, int32_t> index_of;
+    for (size_t i = 0; i < inv.devices.size(); ++i) {
+      index_of.emplace(inv.devices[i].id, static_cast<int32_t>(i));
+    }
+    AssignmentPart now{part.vendor, {}, {}};
+    for (size_t c = 0; c < part.placement.containers.size(); ++c) {
+      const core::ContainerPlacement& cp = part.placement.containers[c];
+      core::ContainerPlacement kept{cp.container, cp.kind, {}};
+      std::vector<int32_t> kept_slots;
+      for (size_t g = 0; g < cp.grants.size(); ++g) {
+        const int32_t dev = cp.grants[g].device;
+        auto id = ids.find(dev);
+        if (id == ids.end() && dev >= 0 && static_cast<size_t>(dev) < inv.devices.size()) {
+          id = ids.emplace(dev, inv.devices[static_cast<size_t>(dev)].id).first;
+        }
+        auto index = id == ids.end() ? index_of.end() : index_of.find(id->second);
+        if (index == index_of.end()) {
+          ++rec.absent;
+          continue;
+        }
+        core::Grant moved = cp.grants[g];
+        moved.device = index->second;
+        kept.grants.push_back(moved);
+        kept_slots.push_back(c < part.slots.size() && g < part.slots[c].size() ? part.slots[c][g]
+                                                                               : 0);
+      }
+      now.placement.containers.push_back(std::move(kept));
+      now.slots.push_back(std::move(kept_slots));
+    }
+    out.parts.push_back(std::move(now));
+  }
+  return out;
+}
+
+Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
+  PodAssignment now = Resolve(rec, *s);
+  rec.conflicting = 0;
+  Status all = ApplyAssignment(now, s);
+  if (all.ok() || !partial) {
+    rec.applied = all.ok();
+    rec.applied_as = all.ok() ? std::move(now) : PodAssignment{};
+    return all;
+  }
+  // Device by device: each device's grants (all containers) count when they
+  // fit; a device that is full as cached keeps its other holders and leaves
+  // this pod's grants there out.
+  PodAssignment kept{now.node, now.policy, {}};
+  for (const AssignmentPart& part : now.parts) {
+    InventoryState* st = s->Find(part.vendor);
+    AssignmentPart out{part.vendor, {}, {}};
+    std::set<int32_t> devices;
+    for (const core::ContainerPlacement& cp : part.placement.containers) {
+      out.placement.containers.push_back(core::ContainerPlacement{cp.container, cp.kind, {}});
+      out.slots.emplace_back();
+      for (const core::Grant& g : cp.grants) {
+        devices.insert(g.device);
+      }
+    }
+    for (int32_t dev : devices) {
+      AssignmentPart one = out;
+      int32_t grants = 0;
+      for (size_t c = 0; c < part.placement.containers.size(); ++c) {
+        const core::ContainerPlacement& cp = part.placement.containers[c];
+        for (size_t g = 0; g < cp.grants.size(); ++g) {
+          if (cp.grants[g].device == dev) {
+            one.placement.containers[c].grants.push_back(cp.grants[g]);
+            one.slots[c].push_back(
+                c < part.slots.size() && g < part.slots[c].size() ? part.slots[c][g] : 0);
+            ++grants;
+          }
+        }
+      }
+      if (st != nullptr && ApplyPart(one, st).ok()) {
+        out = std::move(one);
+      } else {
+        rec.conflicting += grants;
+      }
+    }
+    kept.parts.push_back(std::move(out));
+  }
+  ++s->pods;
+  rec.applied = true;
+  rec.applied_as = std::move(kept);
+  return all;
+}
+
+Status Cache::ApplyRecordLocked(PodRecord& rec, bool partial) {
   Shard& shard = ShardOf(rec.assignment.node);
   std::lock_guard<std::mutex> lock(shard.mu);
   auto it = shard.nodes.find(rec.assignment.node);
@@ -116,13 +204,15 @@ Status Cache::ApplyRecordLocked(PodRecord& rec) {
     return NotFoundError("node " + rec.assignment.node + " is not in the cache yet");
   }
   auto next = std::make_shared<NodeSnapshot>(*it->second);
-  ACCELPOOL_RETURN_IF_ERROR(ApplyAssignment(rec.assignment, next.get()));
+  Status st = CountRecord(rec, next.get(), partial);
+  if (!rec.applied) {
+    return st;
+  }
   next->version = next_version_.fetch_add(1);
   next->updated = std::chrono::steady_clock::now();
   it->second = std::move(next);
-  rec.applied = true;
   Touch();
-  return Status::Ok();
+  return st;
 }
 
 void Cache::ReleaseRecordLocked(PodRecord& rec) {
@@ -137,7 +227,8 @@ void Cache::ReleaseRecordLocked(PodRecord& rec) {
     return;
   }
   auto next = std::make_shared<NodeSnapshot>(*it->second);
-  ReleaseAssignment(rec.assignment, next.get());
+  ReleaseAssignment(rec.applied_as, next.get());
+  rec.applied_as = PodAssignment{};
   next->version = next_version_.fetch_add(1);
   next->updated = std::chrono::steady_clock::now();
   it->second = std::move(next);
@@ -169,12 +260,13 @@ void Cache::EraseRecordLocked(const std::string& uid) {
     }
   }
   pods_.erase(it);
-  // Devices came back: records that did not fit before may fit now.
+  // Devices came back: records not fully counted before may be now.
   if (by_node = pods_by_node_.find(node); by_node != pods_by_node_.end()) {
     for (const std::string& other : by_node->second) {
       PodRecord& waiting = pods_[other];
-      if (!waiting.applied) {
-        (void)ApplyRecordLocked(waiting);
+      if (!waiting.applied || waiting.conflicting > 0) {
+        ReleaseRecordLocked(waiting);
+        (void)ApplyRecordLocked(waiting, /*partial=*/true);
       }
     }
   }
@@ -189,8 +281,8 @@ Status Cache::Reserve(const PodRef& pod, const PodAssignment& a, uint64_t versio
     return AlreadyExistsError("pod " + pod.ns + "/" + pod.name + " already holds devices on node " +
                               it->second.assignment.node);
   }
-  PodRecord rec{pod, a, false, false};
-  Status applied = ApplyRecordLocked(rec);
+  PodRecord rec{pod, a, false, false, {}, {}, 0, 0};
+  Status applied = ApplyRecordLocked(rec, /*partial=*/false);
   if (!applied.ok()) {
     if (applied.code() == StatusCode::kNotFound) {
       return applied;
@@ -220,7 +312,11 @@ void Cache::Release(const std::string& uid) {
 }
 
 Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
-                         const std::optional<PodAssignment>& a) {
+                         const std::optional<PodAssignment>& observed) {
+  // An assignment without devices (a pod that asked for none, bound by an
+  // older extender) holds nothing: no record, the node stays idle.
+  const std::optional<PodAssignment> a =
+      observed.has_value() && observed->empty() ? std::nullopt : observed;
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   auto it = pods_.find(pod.uid);
   if (node_name.empty()) {
@@ -250,8 +346,8 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
     }
     EraseRecordLocked(pod.uid);
   }
-  PodRecord rec{pod, *a, true, false};
-  Status applied = ApplyRecordLocked(rec);
+  PodRecord rec{pod, *a, true, false, {}, {}, 0, 0};
+  Status applied = ApplyRecordLocked(rec, /*partial=*/true);
   pods_by_node_[a->node].insert(pod.uid);
   if (!pod.job.empty()) {
     ++jobs_[pod.job][a->node];
@@ -261,7 +357,8 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
     return FailedPreconditionError("assignment of pod " + pod.ns + "/" + pod.name +
                                    " does not fit node " + node_name + " as cached (" +
                                    applied.message() +
-                                   "); it is applied when devices free up");
+                                   "); it is counted on the devices where it fits, and in "
+                                   "full when the others free up");
   }
   return applied;
 }
@@ -273,6 +370,15 @@ std::optional<PodAssignment> Cache::Assignment(const std::string& uid) const {
     return std::nullopt;
   }
   return it->second.assignment;
+}
+
+std::optional<PodAssignment> Cache::AppliedAssignment(const std::string& uid) const {
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  auto it = pods_.find(uid);
+  if (it == pods_.end() || !it->second.applied) {
+    return std::nullopt;
+  }
+  return it->second.applied_as;
 }
 
 std::map<std::string, int> Cache::JobNodes(const std::string& job) const {
@@ -296,6 +402,8 @@ CacheStats Cache::Stats() const {
     std::lock_guard<std::mutex> pods_lock(pods_mu_);
     for (const auto& [uid, rec] : pods_) {
       ++(rec.bound ? s.pods_bound : s.pods_reserved);
+      s.grants_absent += rec.absent;
+      s.grants_conflicting += rec.conflicting;
     }
   }
   s.assignment_changes_ignored = assignment_changes_ignored_.load(std::memory_order_relaxed);

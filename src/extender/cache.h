@@ -59,6 +59,10 @@ struct CacheStats {
   // Observations of a bound pod whose assignment had changed, gone or no
   // longer parsed, since start; each kept the assignment it was bound with.
   int64_t assignment_changes_ignored = 0;
+  // Grants of recorded pods not counted in usage now: on devices missing
+  // from the node's inventory, or on devices full as cached (see ObservePod).
+  int64_t grants_absent = 0;
+  int64_t grants_conflicting = 0;
   double seconds_since_update = 0;  // since the last change of any kind
 };
 
@@ -70,9 +74,14 @@ class Cache {
 
   // --- nodes -------------------------------------------------------------
   // Sets a node's inventories (or the reason they did not parse, which keeps
-  // the node visible with no devices). Assignments already on the node are
-  // re-applied to the new inventories by device id; grants on devices that
-  // disappeared are dropped (and counted in the returned number).
+  // the node visible with no devices and so no new placements). A pod's
+  // recorded assignment is never rewritten here: every pod on the node is
+  // re-applied to the new inventories by device id. Grants on a device (or
+  // vendor) missing from them are not counted while it is missing, and
+  // nothing new can be placed there since the device is not in the
+  // inventory; they are counted again when it returns, before any new
+  // placement. The node keeps counting its pods (NodeSnapshot::pods)
+  // throughout. Returns how many grants became newly uncounted this way.
   int UpsertNode(const std::string& name, StatusOr<std::vector<core::NodeInventory>> inventories,
                  int64_t generation, const NodeDomains& domains);
   void RemoveNode(const std::string& name);
@@ -100,15 +109,24 @@ class Cache {
   // change, removal or unparsable value is an edit by hand, and taking it
   // would free devices the pod still uses or charge ones it never got; that
   // returns kPermissionDenied and counts in Stats(). Returns
-  // kFailedPrecondition when the assignment overcommits the node (it is
-  // still recorded, so usage is not under-counted; the caller logs it) and
+  // kFailedPrecondition when the assignment overcommits the node as cached
+  // (the caller logs it): it is still recorded and counted device by device,
+  // each device's grants where they fit, the others (Stats().
+  // grants_conflicting) in full once devices free up, so usage is
+  // under-counted only on devices already full and never counted twice; and
   // kNotFound when the node is unknown (kept pending and applied when the
-  // node arrives).
+  // node arrives). An assignment without devices counts as none.
   Status ObservePod(const PodRef& pod, const std::string& node_name,
                     const std::optional<PodAssignment>& a);
 
-  // The pod's assignment, if it holds devices.
+  // The pod's assignment as reserved or bound (the annotation's), if it
+  // holds devices.
   std::optional<PodAssignment> Assignment(const std::string& uid) const;
+  // What of it is counted on its node now, in the indices of the node's
+  // current inventories (grants on devices missing from them left out);
+  // nullopt when nothing is counted (unknown pod, node not cached, or the
+  // assignment does not fit the node as cached).
+  std::optional<PodAssignment> AppliedAssignment(const std::string& uid) const;
   // Pods of `job` per node.
   std::map<std::string, int> JobNodes(const std::string& job) const;
 
@@ -117,9 +135,16 @@ class Cache {
  private:
   struct PodRecord {
     PodRef ref;
-    PodAssignment assignment;
+    PodAssignment assignment;  // as reserved or bound; never rewritten
     bool bound = false;
-    bool applied = false;  // its usage is on the node
+    bool applied = false;  // `applied_as` is counted on the node
+    // Per part of `assignment`: the device id of each device index it names,
+    // learned from the node's inventory when the part is first applied, so
+    // the grants follow their devices across inventory changes.
+    std::vector<std::map<int32_t, std::string>> ids;
+    PodAssignment applied_as;  // `assignment` in the node's current indices
+    int32_t absent = 0;        // grants left out of `applied_as` (device missing)
+    int32_t conflicting = 0;   // grants left out of `applied_as` (device full as cached)
   };
   struct Shard {
     mutable std::mutex mu;
@@ -128,9 +153,21 @@ class Cache {
   static constexpr size_t kShards = 32;
 
   Shard& ShardOf(const std::string& node) const;
+  // `rec.assignment` in the indices of `snap`'s inventories, learning device
+  // ids on first use; grants on devices `snap` lacks are left out and counted
+  // in rec.absent.
+  static PodAssignment Resolve(PodRecord& rec, const NodeSnapshot& snap);
+  // Counts `rec` on `s` (sets applied, applied_as, absent, conflicting): all
+  // of it when it fits. When it does not, with `partial` each device's grants
+  // that fit are counted and the others left out (rec.conflicting), so a pod
+  // the apiserver shows bound is never left uncounted and no slot or share is
+  // counted twice; without `partial` nothing is counted and `s` is unchanged.
+  // Returns why it did not all fit, else Ok.
+  static Status CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial);
   // Applies or releases a record on its node under the shard lock; returns
-  // the result of the apply. REQUIRES: pods_mu_ held.
-  Status ApplyRecordLocked(PodRecord& rec);
+  // the result of the apply (kNotFound: node not cached, nothing counted).
+  // REQUIRES: pods_mu_ held.
+  Status ApplyRecordLocked(PodRecord& rec, bool partial);
   void ReleaseRecordLocked(PodRecord& rec);
   void EraseRecordLocked(const std::string& uid);
   void Touch();

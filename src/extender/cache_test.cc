@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/fit.h"
+#include "extender/convert.h"
+#include "extender/extender.h"
 #include "extender/test_util.h"
 
 namespace accelpool::extender {
@@ -133,6 +135,17 @@ TEST(CacheTest, BoundPodsKeepTheAssignmentTheyWereBoundWith) {
   EXPECT_EQ(UsedMemory(c, "a", 4), 300);
 }
 
+TEST(CacheTest, AnAssignmentWithoutDevicesHoldsNothing) {
+  // Older extenders bound pods asking for `nvidia.com/gpu: 0` with an empty
+  // assignment, which kept the node from ever looking idle.
+  Cache c;
+  AddGpuNode(c, "a");
+  EXPECT_TRUE(c.ObservePod(Ref("z"), "a", PodAssignment{"a", "binpack", {}}).ok());
+  EXPECT_EQ(c.Assignment("z"), std::nullopt);
+  EXPECT_TRUE(c.Node("a")->Idle());
+  EXPECT_EQ(c.Stats().pods_bound, 0);
+}
+
 TEST(CacheTest, PodsBeforeTheirNodeAreAppliedWhenItArrives) {
   Cache c;
   EXPECT_EQ(c.ObservePod(Ref("p1"), "late", Shared("late", 1, 300, 0)).code(),
@@ -151,6 +164,119 @@ TEST(CacheTest, InventoryUpdateKeepsUsageByDeviceId) {
   EXPECT_EQ(UsedMemory(c, "a", 4), 700);
   EXPECT_EQ(UsedMemory(c, "a", 1), 0);
   EXPECT_EQ(c.Node("a")->generation, 2);
+}
+
+// The annotation Bind writes for `pod`, read back the way the pod watch does.
+PodAssignment Annotation(const Cache& c, const PodInfo& pod, const PodAssignment& a) {
+  StatusOr<api::Assignment> doc = ToApiAssignment(a, *c.Node(a.node), pod);
+  EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+  StatusOr<PodAssignment> back =
+      FromApiAssignment(*api::ParseAssignment(api::SerializeAssignment(*doc)));
+  EXPECT_TRUE(back.ok()) << back.status().ToString();
+  return *back;
+}
+
+// Devices some pod holds on `node`.
+int64_t BusyDevices(const Cache& c, const std::string& node) {
+  int64_t n = 0;
+  for (const core::DeviceUsage& u : c.Node(node)->inventories.at(0).usage.devices) {
+    n += u.shares > 0 || u.exclusive ? 1 : 0;
+  }
+  return n;
+}
+
+TEST(CacheTest, UnparsableInventoryKeepsPodsAndTheirUsage) {
+  Cache c;
+  testing::AddGpuNode(c, "a", 1);
+  auto ext = Extender::Create(c, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  const PodInfo p1 = testing::MakePod("p1", {testing::Gpu(8)});
+  StatusOr<PodAssignment> a = (*ext)->Bind(p1, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const PodAssignment annotation = Annotation(c, p1, *a);
+  ASSERT_TRUE(c.ObservePod(p1.ref, "a", annotation).ok());
+  const int64_t used = BusyDevices(c, "a");
+  ASSERT_EQ(used, 8);
+
+  c.UpsertNode("a", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("boom")), 2,
+               {});
+  EXPECT_FALSE(c.Node("a")->Idle());
+  EXPECT_EQ(c.Assignment("p1"), *a);
+  EXPECT_FALSE((*ext)->Bind(testing::MakePod("p2", {testing::Gpu(1)}), "a").ok());
+
+  c.UpsertNode("a", std::vector<core::NodeInventory>{GpuNode("a", 1)}, 3, {});
+  EXPECT_EQ(BusyDevices(c, "a"), used);
+  EXPECT_EQ(c.Assignment("p1"), *a);
+  EXPECT_TRUE(c.ObservePod(p1.ref, "a", annotation).ok());
+  EXPECT_EQ(c.Stats().assignment_changes_ignored, 0);
+  EXPECT_FALSE((*ext)->Bind(testing::MakePod("p2", {testing::Gpu(8)}), "a").ok());
+}
+
+TEST(CacheTest, DeviceThatLeavesAndReturnsKeepsItsHolder) {
+  Cache c;
+  testing::AddGpuNode(c, "a", 1);
+  auto ext = Extender::Create(c, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  const PodInfo p1 = testing::MakePod("p1", {testing::Gpu(1)});
+  StatusOr<PodAssignment> a = (*ext)->Bind(p1, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const PodAssignment annotation = Annotation(c, p1, *a);
+  ASSERT_TRUE(c.ObservePod(p1.ref, "a", annotation).ok());
+  ASSERT_TRUE((*ext)->Bind(testing::MakePod("fill", {testing::Gpu(7)}), "a").ok());
+  const int32_t held = a->parts.at(0).placement.containers.at(0).grants.at(0).device;
+
+  // The device p1 holds drops out of the inventory (and the others shift).
+  core::NodeInventory without = GpuNode("a", 1);
+  without.devices.erase(without.devices.begin() + held);
+  for (size_t i = 0; i < without.devices.size(); ++i) {
+    without.devices[i].index = static_cast<int32_t>(i);
+  }
+  without.topology = core::Topology{};
+  EXPECT_EQ(c.UpsertNode("a", std::vector<core::NodeInventory>{without}, 2, {}), 1);
+  EXPECT_EQ(BusyDevices(c, "a"), 7);  // the other pod's devices followed their ids
+  EXPECT_EQ(c.AppliedAssignment("p1")->parts.at(0).placement.containers.at(0).grants.size(), 0u);
+  EXPECT_FALSE((*ext)->Bind(testing::MakePod("p2", {testing::Gpu(1)}), "a").ok());
+
+  EXPECT_EQ(c.UpsertNode("a", std::vector<core::NodeInventory>{GpuNode("a", 1)}, 3, {}), 0);
+  EXPECT_EQ(BusyDevices(c, "a"), 8);
+  EXPECT_EQ(c.AppliedAssignment("p1"), *a);
+  StatusOr<PodAssignment> p2 = (*ext)->Bind(testing::MakePod("p2", {testing::Gpu(1)}), "a");
+  EXPECT_FALSE(p2.ok()) << "bound onto "
+                        << p2->parts.at(0).placement.containers.at(0).grants.at(0).device;
+  EXPECT_TRUE(c.ObservePod(p1.ref, "a", annotation).ok());
+  c.Release("p1");
+  EXPECT_EQ(BusyDevices(c, "a"), 7);
+}
+
+TEST(CacheTest, ABoundPodThatOvercommitsIsCountedWhereItFits) {
+  // After a restart the watch shows two bound pods whose assignments
+  // overlap on device 1 (an edit by hand before the guard, a lost update):
+  // p2's grant on device 2 must still count, or a new pod lands there.
+  Cache c;
+  AddGpuNode(c, "a");
+  const int64_t cap = GpuNode("a").devices[1].memory_mib;
+  ASSERT_TRUE(c.ObservePod(Ref("p1"), "a", Shared("a", 1, cap - 100, 0)).ok());
+  PodAssignment two = Shared("a", 1, 200, 1);
+  two.parts[0].placement.containers[0].grants.push_back(core::Grant{2, 500, 250, false});
+  two.parts[0].slots[0].push_back(0);
+  EXPECT_EQ(c.ObservePod(Ref("p2"), "a", two).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(UsedMemory(c, "a", 1), cap - 100);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 500);
+  EXPECT_EQ(c.Stats().grants_conflicting, 1);
+  EXPECT_EQ(c.Node("a")->pods, 2);
+  // An inventory update keeps that (p2 stays partly counted, nothing twice).
+  c.UpsertNode("a", std::vector<core::NodeInventory>{GpuNode("a")}, 2, {});
+  EXPECT_EQ(UsedMemory(c, "a", 1), cap - 100);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 500);
+  // p1 leaves: p2 is counted in full.
+  c.Release("p1");
+  EXPECT_EQ(UsedMemory(c, "a", 1), 200);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 500);
+  EXPECT_EQ(c.Stats().grants_conflicting, 0);
+  c.Release("p2");
+  EXPECT_EQ(UsedMemory(c, "a", 1), 0);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+  EXPECT_TRUE(c.Node("a")->Idle());
 }
 
 TEST(CacheTest, UnparsableInventoryKeepsNodeVisible) {

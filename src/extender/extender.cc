@@ -420,6 +420,23 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     }
     return st;
   };
+  if (!pod.Pooled()) {
+    // No device asked for (e.g. an explicit nvidia.com/gpu: 0): a plain
+    // Binding, no record (the node stays Idle) and no assignment annotation
+    // (kubelet does not call Allocate for a zero request).
+    PodAssignment none;
+    none.node = node;
+    if (writer_ != nullptr) {
+      if (Status st = writer_->Bind(pod, none); !st.ok()) {
+        return fail("binding", st);
+      }
+    }
+    audit_.Info("bind", {{"pod", PodName(pod.ref)},
+                         {"uid", pod.ref.uid},
+                         {"node", node},
+                         {"devices", std::string("none asked")}});
+    return none;
+  }
   int32_t score = 0;
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score);
@@ -459,6 +476,9 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     const PodInfo& pod, const std::map<std::string, MetaVictims>& victims) {
   std::map<std::string, MetaVictims> out;
   for (const auto& [node, mv] : victims) {
+    if (mv.pod_uids.empty()) {
+      continue;  // kube-scheduler refuses a node answered with no victims
+    }
     NodeSnapshotPtr snap = cache_.Node(node);
     if (!pod.Pooled()) {
       out[node] = mv;
@@ -467,40 +487,22 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     if (snap == nullptr || !snap->inventory_status.ok()) {
       continue;  // no victim can make devices appear here
     }
-    MetaVictims kept;
-    kept.num_pdb_violations = mv.num_pdb_violations;
-    std::vector<std::pair<std::string, PodAssignment>> holders;
-    for (const std::string& uid : mv.pod_uids) {
-      std::optional<PodAssignment> a = cache_.Assignment(uid);
-      if (a.has_value() && a->node == node) {
-        holders.emplace_back(uid, std::move(*a));
-      } else {
-        kept.pod_uids.push_back(uid);
-      }
-    }
+    // kube-scheduler's SelectVictimsOnNode already reprieved every victim
+    // its own filters can do without, so each one it sends is needed there
+    // (CPU, memory, ports ...): all of them are kept, with its count of PDB
+    // violations. The node is dropped when even removing all of them leaves
+    // too few devices for the pod.
     NodeSnapshot freed = *snap;
-    for (const auto& [uid, a] : holders) {
-      ReleaseAssignment(a, &freed);
+    for (const std::string& uid : mv.pod_uids) {
+      std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
+      if (a.has_value() && a->node == node) {
+        ReleaseAssignment(*a, &freed);
+      }
     }
     if (!PlanNode(pod, &freed, PolicyFor(pod)).fits()) {
       continue;
     }
-    // Put victims back, last first, while the pod still fits without them.
-    std::vector<bool> needed(holders.size(), true);
-    for (size_t i = holders.size(); i-- > 0;) {
-      NodeSnapshot trial = freed;
-      if (ApplyAssignment(holders[i].second, &trial).ok() &&
-          PlanNode(pod, &trial, PolicyFor(pod)).fits()) {
-        freed = std::move(trial);
-        needed[i] = false;
-      }
-    }
-    for (size_t i = 0; i < holders.size(); ++i) {
-      if (needed[i]) {
-        kept.pod_uids.push_back(holders[i].first);
-      }
-    }
-    out[node] = std::move(kept);
+    out[node] = mv;
   }
   audit_.Info("preempt", {{"pod", PodName(pod.ref)},
                           {"nodes_proposed", static_cast<int64_t>(victims.size())},

@@ -12,10 +12,14 @@
 //              a Binding that carries the assignment annotation (the
 //              apiserver sets nodeName and the annotation together). Any
 //              failure releases the reservation. No lock is held across it.
-//   Preempt    for each node, keeps the victims that hold no devices (they
-//              were chosen for other resources) and the smallest set of
-//              device-holding victims whose devices the pod needs; drops nodes
-//              where even all victims leaving would not make room.
+//              A pod that asks for no pooled device (an explicit zero) fits
+//              every node, inventory or not, and is bound with a plain
+//              Binding: no record, no annotation.
+//   Preempt    for each node, keeps every victim kube-scheduler chose (its
+//              SelectVictimsOnNode already reprieved all that its own filters
+//              can do without) and its NumPDBViolations; drops nodes where
+//              even all victims leaving would not free the devices the pod
+//              needs, and nodes sent with no victims.
 //
 // The Kubernetes writes go through PodWriter and events through EventSink, so
 // the logic is tested without an apiserver.
@@ -55,7 +59,8 @@ class PodWriter {
   // annotation accelpool.io/assignment: the apiserver sets the pod's nodeName
   // and the annotation in one write, so a pod is never bound without its
   // assignment nor annotated without being bound. Guarded by the pod's uid.
-  // A retried bind whose earlier Binding landed on the same node is Ok.
+  // A retried bind whose earlier Binding landed on the same node is Ok. An
+  // empty `a` (the pod asks for no pooled device) binds without annotation.
   // kNotFound / kAborted when the pod is gone, replaced or bound elsewhere.
   virtual Status Bind(const PodInfo& pod, const PodAssignment& a) = 0;
 };
@@ -110,6 +115,7 @@ struct ExtenderMetrics {
   GaugeFamily* cache_nodes = nullptr;
   GaugeFamily* cache_pods = nullptr;         // state
   GaugeFamily* cache_age = nullptr;
+  GaugeFamily* cache_uncounted = nullptr;    // why (absent|conflict)
   GaugeFamily* device_memory = nullptr;      // node, device
   GaugeFamily* device_compute = nullptr;     // node, device
   GaugeFamily* node_memory = nullptr;        // node

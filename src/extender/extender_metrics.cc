@@ -19,6 +19,11 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   auto nodes = r.AddGauge("accelpool_extender_cache_nodes", "Nodes in the cache.");
   auto pods = r.AddGauge("accelpool_extender_cache_pods", "Pods holding devices, by state.",
                          {"state"});
+  auto uncounted = r.AddGauge(
+      "accelpool_extender_cache_grants_uncounted",
+      "Grants of pods' assignments not counted in usage now, by why: absent (the device is "
+      "missing from the node's inventory) or conflict (it is full as cached).",
+      {"why"});
   auto age = r.AddGauge("accelpool_extender_cache_age_seconds",
                         "Seconds since the cache last changed.");
   auto dev_mem = r.AddGauge("accelpool_extender_device_memory_allocated_mib",
@@ -52,6 +57,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.cache_nodes = *nodes;
   m.cache_pods = *pods;
   m.cache_age = *age;
+  m.cache_uncounted = *uncounted;
   m.device_memory = *dev_mem;
   m.device_compute = *dev_cmp;
   m.node_memory = *node_mem;
@@ -72,6 +78,9 @@ void Extender::UpdateGauges() const {
   metrics_->cache_pods->WithLabels({"bound"}).Set(static_cast<double>(s.pods_bound));
   metrics_->cache_pods->WithLabels({"reserved"}).Set(static_cast<double>(s.pods_reserved));
   metrics_->cache_age->Get().Set(s.seconds_since_update);
+  metrics_->cache_uncounted->WithLabels({"absent"}).Set(static_cast<double>(s.grants_absent));
+  metrics_->cache_uncounted->WithLabels({"conflict"})
+      .Set(static_cast<double>(s.grants_conflicting));
   // The cache counts; the counter catches up (it only ever grows).
   Counter& edits = metrics_->assignment_edits->Get();
   if (const double behind = static_cast<double>(s.assignment_changes_ignored) - edits.Value();

@@ -262,7 +262,7 @@ TEST_F(ExtenderTest, PlanMemoFollowsNodeChanges) {
             RequestShape(MakePod("x", {Gpu(2, 1024)}).request));
 }
 
-TEST_F(ExtenderTest, PreemptKeepsOnlyVictimsWhoseDevicesAreNeeded) {
+TEST_F(ExtenderTest, PreemptKeepsEveryVictimKubeSchedulerChose) {
   AddGpuNode(cache_, "a");
   AddGpuNode(cache_, "b");
   ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
@@ -271,16 +271,30 @@ TEST_F(ExtenderTest, PreemptKeepsOnlyVictimsWhoseDevicesAreNeeded) {
   std::map<std::string, MetaVictims> proposed = {
       {"a", MetaVictims{{"v1", "v2", "cpu-only"}, 1}},
       {"b", MetaVictims{{"cpu-only-2"}, 0}},  // freeing it frees no device
+      {"c", MetaVictims{{}, 0}},
   };
   auto got = ext_->Preempt(MakePod("p", {Gpu(4)}), proposed);
   ASSERT_EQ(got.size(), 1u);
   ASSERT_TRUE(got.count("a"));
-  EXPECT_EQ(got["a"].num_pdb_violations, 1);
-  ASSERT_EQ(got["a"].pod_uids.size(), 2u);
-  EXPECT_EQ(got["a"].pod_uids[0], "cpu-only");
-  EXPECT_TRUE(got["a"].pod_uids[1] == "v1" || got["a"].pod_uids[1] == "v2");
+  // kube-scheduler's SelectVictimsOnNode reprieved every victim its filters
+  // could do without: v2 alone would free the devices, but all stay victims.
+  EXPECT_EQ(got["a"], proposed["a"]);
   // Preempt only looks: nothing was released.
   EXPECT_EQ(Used("a"), 8);
+}
+
+TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
+  // v1 holds 4 GPUs and most of the node's CPU; the preemptor asks 2 GPUs,
+  // which fit beside v1, but its CPU does not: kube-scheduler proposes {v1}.
+  AddGpuNode(cache_, "a");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
+  const std::map<std::string, MetaVictims> proposed = {{"a", MetaVictims{{"v1"}, 1}}};
+  auto got = ext_->Preempt(MakePod("p", {Gpu(2)}), proposed);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got["a"].pod_uids, std::vector<std::string>{"v1"});
+  EXPECT_EQ(got["a"].num_pdb_violations, 1);
+  // Not pooled at all: kube-scheduler's answer stands.
+  EXPECT_EQ(ext_->Preempt(MakePod("cpu", {}), proposed), proposed);
 }
 
 }  // namespace

@@ -78,6 +78,17 @@ Reply Handlers::Filter(std::string_view body) {
       log_.Debug("ignored unknown keys", {{"verb", "filter"}, {"keys", JoinKeys(args->unknown_keys)}});
     }
     FilterResult out;
+    if (!Synced()) {
+      for (const std::string& n : args->CandidateNames()) {
+        out.failed_nodes[n] = kNotSyncedReason;
+      }
+      if (args->nodes.has_value()) {
+        out.nodes = std::vector<Json>();
+      } else {
+        out.node_names = std::vector<std::string>();
+      }
+      return Reply{200, EncodeFilterResult(out)};
+    }
     StatusOr<PodInfo> pod = PodFromArgs(args->pod);
     if (!pod.ok()) {
       log_.Warn("filter refused", {{"error", pod.status().message()}});
@@ -113,6 +124,13 @@ Reply Handlers::Prioritize(std::string_view body) {
     if (!pod.ok()) {
       return BadRequest("prioritize", pod.status());
     }
+    if (!Synced()) {
+      std::vector<HostPriority> zeros;
+      for (const std::string& n : args->CandidateNames()) {
+        zeros.push_back(HostPriority{n, 0});
+      }
+      return Reply{200, EncodeHostPriorityList(zeros)};
+    }
     return Reply{200, EncodeHostPriorityList(ext_.Prioritize(*pod, args->CandidateNames()))};
   });
 }
@@ -122,6 +140,9 @@ Reply Handlers::Bind(std::string_view body) {
     StatusOr<BindingArgs> args = DecodeBindingArgs(b);
     if (!args.ok()) {
       return BadRequest("bind", args.status());
+    }
+    if (!Synced()) {
+      return Reply{200, EncodeBindingResult(kNotSyncedReason)};
     }
     if (bind_gate_) {
       if (std::string why = bind_gate_(); !why.empty()) {
@@ -168,6 +189,9 @@ Reply Handlers::Preempt(std::string_view body) {
     StatusOr<PodInfo> pod = PodFromArgs(args->pod);
     if (!pod.ok()) {
       return BadRequest("preempt", pod.status());
+    }
+    if (!Synced()) {
+      return Reply{503, EncodeErrorBody(kNotSyncedReason)};
     }
     return Reply{200, EncodePreemptionResult(ext_.Preempt(*pod, args->victims))};
   });

@@ -32,6 +32,10 @@
 
 namespace accelpool::extender {
 
+// Filter's reason for every node while the caches are not synced.
+inline constexpr const char* kNotSyncedReason =
+    "accelpool-extender is still reading nodes and pods after a start; kube-scheduler retries";
+
 struct Reply {
   int status = 200;
   std::string body;
@@ -66,11 +70,21 @@ class Handlers {
   // that does not lead); an empty string lets it through. Set before serving.
   void SetBindGate(std::function<std::string()> gate) { bind_gate_ = std::move(gate); }
 
+  // Until `synced` returns true (the node and pod informers have listed
+  // everything once), the cache may miss pods that hold devices, so nothing is
+  // decided from it: filter answers every candidate node as failed with
+  // kNotSyncedReason, prioritize answers 0 for every node, bind answers its
+  // Error field and preempt HTTP 503 with {"Error": ...} (its answer has no
+  // error field). kube-scheduler calls the extender whether it is ready or not
+  // and retries the pod. Unset: always synced. Set before serving.
+  void SetSyncGate(std::function<bool()> synced) { synced_ = std::move(synced); }
+
  private:
   Reply Run(std::string_view verb, std::string_view body,
             const std::function<Reply(std::string_view)>& fn);
   Reply BadRequest(std::string_view verb, const Status& st);
   StatusOr<PodInfo> PodFromArgs(const Json& pod) const;
+  bool Synced() const { return !synced_ || synced_(); }
 
   Extender& ext_;
   PodSource* const pods_;
@@ -78,6 +92,7 @@ class Handlers {
   const Logger log_;
   const HandlerOptions options_;
   std::function<std::string()> bind_gate_;
+  std::function<bool()> synced_;
 };
 
 }  // namespace accelpool::extender

@@ -14,10 +14,17 @@ constexpr const char* kPod =
     R"({"metadata":{"name":"p","namespace":"ns","uid":"u-1"},"spec":{"containers":[)"
     R"({"name":"main","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}})";
 
+// Asks for an explicit zero of a pooled resource: kube-scheduler sends it to
+// the extender (a managed resource is named), yet it wants no device.
+constexpr const char* kZeroPod =
+    R"({"metadata":{"name":"zero","namespace":"ns","uid":"u-0"},"spec":{"containers":[)"
+    R"({"name":"main","resources":{"limits":{"nvidia.com/gpu":"0","cpu":"1"}}}]}})";
+
 class FakePods : public PodSource {
  public:
   StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override {
     if (name == "p") return nlohmann::json::parse(kPod);
+    if (name == "zero") return nlohmann::json::parse(kZeroPod);
     return NotFoundError("pods \"" + name + "\" not found");
   }
 };
@@ -120,8 +127,65 @@ TEST_F(HandlersTest, PreemptGolden) {
                            R"("node-x":{"Pods":[{"UID":"y"}],"NumPDBViolations":0}}})";
   Reply r = h_->Preempt(body);
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.body,
-            R"({"NodeNameToMetaVictims":{"node-full":{"NumPDBViolations":0,"Pods":[{"UID":"x"},{"UID":"filler"}]}}})");
+  EXPECT_EQ(
+      r.body,
+      R"({"NodeNameToMetaVictims":{"node-full":{"NumPDBViolations":0,"Pods":[{"UID":"filler"},{"UID":"x"}]}}})");
+}
+
+TEST_F(HandlersTest, NothingIsDecidedBeforeTheCachesHaveSynced) {
+  // After an extender restart kube-scheduler calls at once, readiness or not;
+  // a cache without the pods yet would see every device free.
+  bool synced = false;
+  h_->SetSyncGate([&synced] { return synced; });
+  Reply f = h_->Filter(Args(R"(["node-a","node-full"])"));
+  ASSERT_EQ(f.status, 200) << f.body;
+  const nlohmann::json got = nlohmann::json::parse(f.body);
+  EXPECT_EQ(got["NodeNames"], nlohmann::json::array());
+  EXPECT_EQ(got["FailedNodes"]["node-a"], kNotSyncedReason);
+  EXPECT_EQ(got["FailedNodes"]["node-full"], kNotSyncedReason);
+  EXPECT_EQ(got["Error"], "");
+  Reply full =
+      h_->Filter(std::string(R"({"Pod":)") + kPod +
+                 R"(,"Nodes":{"items":[{"metadata":{"name":"node-a"}}]},"NodeNames":null})");
+  EXPECT_EQ(nlohmann::json::parse(full.body)["Nodes"]["items"], nlohmann::json::array());
+  Reply p = h_->Prioritize(Args(R"(["node-b","node-a"])"));
+  EXPECT_EQ(p.body, R"([{"Host":"node-b","Score":0},{"Host":"node-a","Score":0}])");
+  Reply b = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  EXPECT_NE(b.body.find("still reading nodes and pods"), std::string::npos) << b.body;
+  EXPECT_FALSE(cache_.Assignment("u-1").has_value());
+  Reply pre = h_->Preempt(std::string(R"({"Pod":)") + kPod +
+                          R"(,"NodeNameToMetaVictims":{"node-full":{"Pods":[{"UID":"filler"}]}}})");
+  EXPECT_EQ(pre.status, 503) << pre.body;
+  EXPECT_NE(pre.body.find("still reading nodes and pods"), std::string::npos) << pre.body;
+
+  synced = true;
+  EXPECT_EQ(nlohmann::json::parse(h_->Filter(Args(R"(["node-a"])")).body)["NodeNames"],
+            nlohmann::json::parse(R"(["node-a"])"));
+  b = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  EXPECT_EQ(b.body, R"({"Error":""})");
+  EXPECT_TRUE(cache_.Assignment("u-1").has_value());
+}
+
+TEST_F(HandlersTest, APodAskingForZeroDevicesFitsAnyNodeAndHoldsNothing) {
+  Reply f = h_->Filter(std::string(R"({"Pod":)") + kZeroPod +
+                       R"(,"NodeNames":["node-x","node-full","node-a"]})");
+  ASSERT_EQ(f.status, 200) << f.body;
+  const nlohmann::json got = nlohmann::json::parse(f.body);
+  // node-x has no accelpool inventory at all; node-full has no free device.
+  EXPECT_EQ(got["NodeNames"], nlohmann::json::parse(R"(["node-x","node-full","node-a"])"));
+  EXPECT_TRUE(got["FailedNodes"].empty()) << f.body;
+  EXPECT_TRUE(got["FailedAndUnresolvableNodes"].empty()) << f.body;
+
+  for (const char* node : {"node-x", "node-a"}) {
+    SCOPED_TRACE(node);
+    Reply b = h_->Bind(std::string(R"({"PodName":"zero","PodNamespace":"ns","PodUID":"u-0",)") +
+                       R"("Node":")" + node + R"("})");
+    EXPECT_EQ(b.body, R"({"Error":""})");
+    EXPECT_EQ(writer_.calls().back(), std::string("bind u-0 ") + node);
+    EXPECT_FALSE(cache_.Assignment("u-0").has_value());
+  }
+  EXPECT_TRUE(cache_.Node("node-a")->Idle());
+  EXPECT_EQ(cache_.Stats().pods_reserved + cache_.Stats().pods_bound, 1);  // the filler only
 }
 
 TEST_F(HandlersTest, BadInputGetsClearErrorsNeverACrash) {

@@ -21,6 +21,16 @@ StatusOr<std::pair<std::string, std::string>> BoundTo(kube::KubeClient& client, 
 }  // namespace
 
 Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
+  if (a.empty()) {
+    // A pod that asks for no pooled device: a plain Binding (no assignment,
+    // so the node needs no inventory). With a key ring every Binding is
+    // guarded by the uid, as the signed ones are.
+    if (keys_ != nullptr && pod.ref.uid.empty()) {
+      return InvalidArgumentError("pod " + pod.ref.ns + "/" + pod.ref.name +
+                                  " has no uid; kube-scheduler always sends it, not binding");
+    }
+    return BindPod(pod, a.node, {});
+  }
   NodeSnapshotPtr snap = cache_.Node(a.node);
   if (snap == nullptr) {
     return NotFoundError("node " + a.node + " left the cache during bind");
@@ -41,15 +51,20 @@ Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
                                      pod.ref.name);
     annotations[api::kAssignmentSignatureAnnotation] = std::move(sig).value();
   }
+  return BindPod(pod, a.node, annotations);
+}
+
+Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
+                              const std::map<std::string, std::string>& annotations) {
   Status st =
-      kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, a.node, pod.ref.uid, annotations);
+      kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, node, pod.ref.uid, annotations);
   if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
   // earlier attempt whose Binding did land (with this assignment: a retry
   // reuses the reservation). Bound to this node by that attempt is success;
   // bound elsewhere (or another pod of that name) is not.
   StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
-  if (now.ok() && now->first == pod.ref.uid && now->second == a.node) {
+  if (now.ok() && now->first == pod.ref.uid && now->second == node) {
     return Status::Ok();
   }
   return st;
@@ -129,7 +144,7 @@ kube::InformerHandlers CacheFeeder::NodeHandlers() {
 kube::InformerHandlers CacheFeeder::PodHandlers() {
   return kube::InformerHandlers{
       [this](const nlohmann::json& p) { OnPod(p); },
-      [this](const nlohmann::json&, const nlohmann::json& p) { OnPod(p); },
+      [this](const nlohmann::json& old, const nlohmann::json& p) { OnPodUpdated(old, p); },
       [this](const nlohmann::json& p) { OnPodDeleted(p); }};
 }
 
@@ -147,11 +162,13 @@ void CacheFeeder::OnNode(const nlohmann::json& node) {
     log_.Warn("node inventory does not parse; node kept without devices",
               {{"node", e->name}, {"error", e->inventories.status().message()}});
   }
-  const int dropped = cache_.UpsertNode(e->name, std::move(e->inventories), e->generation,
-                                        e->domains);
-  if (dropped > 0) {
-    log_.Warn("assigned devices disappeared from a node",
-              {{"node", e->name}, {"grants_dropped", dropped}});
+  const int absent =
+      cache_.UpsertNode(e->name, std::move(e->inventories), e->generation, e->domains);
+  if (absent > 0) {
+    log_.Warn(
+        "assigned devices are missing from the node's inventory; the pods keep them and "
+        "they are counted again when they return",
+        {{"node", e->name}, {"grants_absent", absent}});
   }
 }
 
@@ -183,6 +200,17 @@ void CacheFeeder::OnPod(const nlohmann::json& pod) {
     log_.Warn("pod assignment conflicts with the cache",
               {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", st.message()}});
   }
+}
+
+void CacheFeeder::OnPodUpdated(const nlohmann::json& old, const nlohmann::json& pod) {
+  // A relist compares by namespace/name: a pod deleted and re-created under
+  // the same name while the watch was down arrives as an update.
+  const std::string old_uid = kube::StringAt(old, nlohmann::json::json_pointer("/metadata/uid"));
+  if (!old_uid.empty() &&
+      old_uid != kube::StringAt(pod, nlohmann::json::json_pointer("/metadata/uid"))) {
+    OnPodDeleted(old);
+  }
+  OnPod(pod);
 }
 
 void CacheFeeder::OnPodDeleted(const nlohmann::json& pod) {

@@ -46,10 +46,16 @@ class KubePodWriter : public PodWriter {
 
   // PodWriter. With a key ring the Binding also carries
   // accelpool.io/assignment-signature; a pod without a uid is then not bound
-  // (kInvalidArgument: kube-scheduler always sends it).
+  // (kInvalidArgument: kube-scheduler always sends it). An empty `a` (a pod
+  // that asks for no pooled device) is a Binding without annotations.
   Status Bind(const PodInfo& pod, const PodAssignment& a) override;
 
  private:
+  // Creates the Binding; a conflict from an earlier attempt that did bind
+  // the same pod to `node` is success.
+  Status BindPod(const PodInfo& pod, const std::string& node,
+                 const std::map<std::string, std::string>& annotations);
+
   kube::KubeClient& client_;
   const Cache& cache_;
   api::AssignmentKeyRing* const keys_;
@@ -112,6 +118,9 @@ class CacheFeeder {
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
   void OnPod(const nlohmann::json& pod);
+  // A change of uid (deleted and re-created under the same name during a
+  // relist) releases the old pod first.
+  void OnPodUpdated(const nlohmann::json& old, const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
 
  private:

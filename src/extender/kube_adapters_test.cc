@@ -8,6 +8,7 @@
 
 #include "api/inventory_codec.h"
 #include "api/signature_test_util.h"
+#include "extender/convert.h"
 #include "extender/leader.h"
 #include "extender/test_util.h"
 #include "kube/fake_api_test.h"
@@ -103,6 +104,38 @@ TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   EXPECT_TRUE(Eventually([&] { return cache.Node("node-a")->FreeWholeDevices() == 8; }));
   pods.Stop();
   nodes.Stop();
+}
+
+TEST_F(KubeAdaptersTest, APodReCreatedUnderItsNameDuringARelistFreesTheOldOnesDevices) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnNode(Node("node-a"));
+  auto ext = Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  StatusOr<PodInfo> info = PodInfoFromJson(Pod("p", "uid-old"));
+  ASSERT_TRUE(info.ok());
+  StatusOr<PodAssignment> a = (*ext)->Bind(*info, "node-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  StatusOr<api::Assignment> doc = ToApiAssignment(*a, *cache.Node("node-a"), *info);
+  ASSERT_TRUE(doc.ok());
+  nlohmann::json old_pod = Pod("p", "uid-old");
+  old_pod["spec"]["nodeName"] = "node-a";
+  old_pod["metadata"]["annotations"] = {
+      {"accelpool.io/assignment", api::SerializeAssignment(*doc)}};
+  feeder.OnPod(old_pod);
+  ASSERT_EQ(cache.Stats().pods_bound, 1);
+  ASSERT_EQ(cache.Node("node-a")->FreeWholeDevices(), 6);
+  // A relist after 410 Gone matches by namespace/name: the new pod (not bound
+  // yet) arrives as an update of the old one.
+  feeder.PodHandlers().on_update(old_pod, Pod("p", "uid-new"));
+  EXPECT_EQ(cache.Assignment("uid-old"), std::nullopt);
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 8);
+  EXPECT_TRUE(cache.Node("node-a")->Idle());
+  // Same uid: an ordinary update keeps the record.
+  StatusOr<PodAssignment> b = (*ext)->Bind(*PodInfoFromJson(Pod("p", "uid-new")), "node-a");
+  ASSERT_TRUE(b.ok());
+  feeder.PodHandlers().on_update(Pod("p", "uid-new"), Pod("p", "uid-new"));
+  EXPECT_TRUE(cache.Assignment("uid-new").has_value());
 }
 
 TEST_F(KubeAdaptersTest, RetriedBindOfAnAlreadyBoundPodSucceeds) {

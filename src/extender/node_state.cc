@@ -192,41 +192,6 @@ Status ReleasePart(const AssignmentPart& part, InventoryState* state) {
   return Status::Ok();
 }
 
-int RemapPart(const core::NodeInventory& old_inv, const core::NodeInventory& new_inv,
-              AssignmentPart* part) {
-  std::map<std::string, int32_t> by_id;
-  for (const core::Device& d : new_inv.devices) {
-    by_id.emplace(d.id, d.index);
-  }
-  int dropped = 0;
-  for (size_t c = 0; c < part->placement.containers.size(); ++c) {
-    auto& grants = part->placement.containers[c].grants;
-    std::vector<core::Grant> kept;
-    std::vector<int32_t> kept_slots;
-    for (size_t g = 0; g < grants.size(); ++g) {
-      const int32_t old_index = grants[g].device;
-      auto it = old_index >= 0 && static_cast<size_t>(old_index) < old_inv.devices.size()
-                    ? by_id.find(old_inv.devices[static_cast<size_t>(old_index)].id)
-                    : by_id.end();
-      if (it == by_id.end()) {
-        ++dropped;
-        continue;
-      }
-      core::Grant moved = grants[g];
-      moved.device = it->second;
-      kept.push_back(moved);
-      if (c < part->slots.size() && g < part->slots[c].size()) {
-        kept_slots.push_back(part->slots[c][g]);
-      }
-    }
-    grants = std::move(kept);
-    if (c < part->slots.size()) {
-      part->slots[c] = std::move(kept_slots);
-    }
-  }
-  return dropped;
-}
-
 // Adds every part of `a` to `s`, all or nothing.
 Status ApplyAssignment(const PodAssignment& a, NodeSnapshot* s) {
   for (size_t i = 0; i < a.parts.size(); ++i) {

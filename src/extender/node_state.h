@@ -127,12 +127,6 @@ Status ApplyPart(const AssignmentPart& part, InventoryState* state);
 // Removes `part`; tolerant of slots already free.
 Status ReleasePart(const AssignmentPart& part, InventoryState* state);
 
-// Rewrites the device indices of `part` (made against `old_inv`) for `new_inv`
-// by device id; grants on devices that are gone are dropped. Returns how many
-// grants were dropped.
-int RemapPart(const core::NodeInventory& old_inv, const core::NodeInventory& new_inv,
-              AssignmentPart* part);
-
 // Adds every part of `a` to `s` (and counts the pod), all or nothing.
 Status ApplyAssignment(const PodAssignment& a, NodeSnapshot* s);
 // Removes every part of `a` from `s`.

@@ -78,21 +78,5 @@ TEST(NodeStateTest, ApplyAndReleaseAreInverse) {
   EXPECT_EQ(st.slots, before.slots);
 }
 
-TEST(NodeStateTest, RemapFollowsDeviceIdsAndDropsGoneDevices) {
-  core::NodeInventory old_inv = GpuNode("n");
-  core::NodeInventory new_inv = old_inv;
-  std::swap(new_inv.devices[1].id, new_inv.devices[5].id);
-  new_inv.devices[2].id = "GPU-replaced";
-  AssignmentPart part{core::Vendor::kNvidia, {}, {}};
-  part.placement.containers.push_back(core::ContainerPlacement{
-      "main", core::ContainerKind::kRegular,
-      {core::Grant{1, 10, 0, false}, core::Grant{2, 10, 0, false}}});
-  part.slots = {{0, 1}};
-  EXPECT_EQ(RemapPart(old_inv, new_inv, &part), 1);
-  ASSERT_EQ(part.placement.containers[0].grants.size(), 1u);
-  EXPECT_EQ(part.placement.containers[0].grants[0].device, 5);
-  EXPECT_EQ(part.slots[0], std::vector<int32_t>{0});
-}
-
 }  // namespace
 }  // namespace accelpool::extender

@@ -74,6 +74,12 @@ std::string NodePlan::Describe() const {
 
 NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Policy& policy) {
   NodePlan plan;
+  if (!pod.Pooled()) {
+    // Asks for no pooled device (e.g. an explicit nvidia.com/gpu: 0): any
+    // node fits, with or without an inventory.
+    plan.code = core::FitCode::kFits;
+    return plan;
+  }
   if (snap == nullptr) {
     plan.code = core::FitCode::kUnresolvable;
     plan.message =

@@ -355,6 +355,9 @@ int Run(const Flags& flags) {
   KubePodSource pod_source(**client, &pods);
   Handlers handlers(**ext, &pod_source, &*metrics, log.Child("http"),
                     HandlerOptions{flags.max_body_bytes});
+  // kube-scheduler calls the extender whether it is ready or not: nothing is
+  // decided before both caches have listed everything once (double booking).
+  handlers.SetSyncGate([&nodes, &pods] { return nodes.Synced() && pods.Synced(); });
   if (leader) {
     handlers.SetBindGate(
         [&leader] { return leader->IsLeaderNow() ? std::string() : leader->NotLeaderReason(); });
