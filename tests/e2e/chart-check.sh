@@ -763,37 +763,35 @@ follower_refuses() { # the other extender refuses bind, naming why; it stays rea
   ext_get "${HA_OTHER}" /readyz >/dev/null
 }
 check "the follower's extender refuses bind with the reason and stays ready" follower_refuses
-failover() { # the leading kube-scheduler dies: the other pod's pair takes over together
-  local old="${HA_LEADER}" i t0
-  t0="$(now_ms)"
-  kill "$(cat "${TMP}/${old}-sched.pid")"
-  for i in $(seq 1 40); do
-    [ "$(sched_holder | cut -d_ -f1)" = "${HA_OTHER}" ] && [ "$(leading "${HA_OTHER}")" = 1 ] &&
-      [ "$(leading "${old}")" = 0 ] && [[ "$(report_lease)" == "${HA_OTHER}-"*" k1" ]] && {
-        echo "from ${old} to ${HA_OTHER} in $(( $(now_ms) - t0 )) ms" > "${TMP}/failover.txt"; return 0; }
+await_takeover() { # NEW OLD TRIES OUT-FILE T0: NEW's kube-scheduler holds the Lease, NEW's
+  # extender leads and reports itself, OLD's does not lead; the time since T0 goes to OUT-FILE
+  local new="$1" old="$2" i
+  for i in $(seq 1 "$3"); do
+    [ "$(sched_holder | cut -d_ -f1)" = "${new}" ] && [ "$(leading "${new}")" = 1 ] &&
+      [ "$(leading "${old}")" = 0 ] && [[ "$(report_lease)" == "${new}-"*" k1" ]] && {
+        echo "from ${old} to ${new} in $(( $(now_ms) - $5 )) ms" > "$4"; return 0; }
     sleep 0.5
   done
-  echo "scheduler holder '$(sched_holder)'; leader gauge ${old}=$(leading "${old}") ${HA_OTHER}=$(leading "${HA_OTHER}"); report '$(report_lease)'"
+  echo "scheduler holder '$(sched_holder)'; leader gauge ${old}=$(leading "${old}") ${new}=$(leading "${new}"); report '$(report_lease)'"
   return 1
+}
+failover() { # the leading kube-scheduler dies: the other pod's pair takes over together
+  local t0
+  t0="$(now_ms)"
+  kill "$(cat "${TMP}/${HA_LEADER}-sched.pid")"
+  await_takeover "${HA_OTHER}" "${HA_LEADER}" 40 "${TMP}/failover.txt" "${t0}"
 }
 check "when the leading kube-scheduler stops, the other pod's extender leads with its kube-scheduler and reports itself" failover
 [ -s "${TMP}/failover.txt" ] && log "failover (SIGTERM to the leading kube-scheduler until the other extender leads and reports): $(cat "${TMP}/failover.txt")"
 crash_failover() { # the stopped kube-scheduler's container restarts; then the leading one is
   # SIGKILLed (no release): its Lease expires (4 s here) and the first pod's pair leads again
-  local back="${HA_LEADER}" gone="${HA_OTHER}" i t0
+  local back="${HA_LEADER}" gone="${HA_OTHER}" t0
   ha_sched "${back}"
   sleep 2
   [ "$(leading "${back}")" = 0 ] || { echo "${back} leads before ${gone} is gone"; return 1; }
   t0="$(now_ms)"
   kill -KILL "$(cat "${TMP}/${gone}-sched.pid")"
-  for i in $(seq 1 60); do
-    [ "$(sched_holder | cut -d_ -f1)" = "${back}" ] && [ "$(leading "${back}")" = 1 ] &&
-      [ "$(leading "${gone}")" = 0 ] && [[ "$(report_lease)" == "${back}-"*" k1" ]] && {
-        echo "from ${gone} to ${back} in $(( $(now_ms) - t0 )) ms" > "${TMP}/crash.txt"; return 0; }
-    sleep 0.5
-  done
-  echo "scheduler holder '$(sched_holder)'; leader gauge ${back}=$(leading "${back}") ${gone}=$(leading "${gone}"); report '$(report_lease)'"
-  return 1
+  await_takeover "${back}" "${gone}" 60 "${TMP}/crash.txt" "${t0}"
 }
 check "a restarted kube-scheduler waits as a follower; when the leading one is killed (lease expires), its pod's pair leads again" crash_failover
 [ -s "${TMP}/crash.txt" ] && log "failover after SIGKILL (lease 4 s, not released): $(cat "${TMP}/crash.txt")"
