@@ -78,8 +78,9 @@ pod_resources_mounted() { # every device plugin reads kubelet's pod-resources so
   n_dp="$(grep -c '^kind: DaemonSet$' "${TMP}/default.yaml")"
   [ "$(grep -c -- '- --pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock$' "${TMP}/default.yaml")" = "${n_dp}" ] &&
     [ "$(grep -c '{name: pod-resources, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}' "${TMP}/default.yaml")" = "${n_dp}" ] &&
-    render --set devicePlugin.podResourcesDir= | grep -q -- '- --pod-resources-socket=$' &&
-    ! render --set devicePlugin.podResourcesDir= | grep -q 'name: pod-resources'
+    render --set devicePlugin.podResourcesDir= > "${TMP}/no-pod-resources.yaml" &&
+    grep -q -- '- --pod-resources-socket=$' "${TMP}/no-pod-resources.yaml" &&
+    ! grep -q 'name: pod-resources' "${TMP}/no-pod-resources.yaml"
 }
 check "device plugins mount kubelet's pod-resources socket read-only (devicePlugin.podResourcesDir; empty turns it off)" pod_resources_mounted
 render --set webhook.allowDeviceEnv=true > "${TMP}/allow-env.yaml"
