@@ -484,6 +484,26 @@ TEST_F(AllocatorTest, AnInitContainerAfterASidecarOnTheSameDeviceIsAnsweredAsIts
   EXPECT_EQ((*main)[0].pod.name, "s");
 }
 
+// A finished pod the watch has not removed yet still holds, as allocated, the
+// slot the extender has since given a new pod: the new pod's pending
+// container wins the ids, not a "repeat" of the old one.
+TEST_F(AllocatorTest, APendingContainerWinsIdsAnOlderPodStillHoldsAsAllocated) {
+  Assign(Pod("old", "2026-11-30T01:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 8, 1024, 100, false)})});
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::8"}}).ok());
+  Assign(Pod("new", "2026-11-30T03:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 8, 2048, 200, false)})});
+  // Another pod waits with the same request, so "the only candidate" cannot
+  // decide: the ids must.
+  Assign(Pod("other", "2026-11-30T03:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 8, 1024, 100, false)})});
+  auto r = allocator_->Allocate(kGpu, {{"GPU-a::8"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].pod.name, "new");
+  EXPECT_EQ((*r)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "2048");
+  EXPECT_EQ(store_.PendingContainers(), 1u);  // other/main
+}
+
 TEST_F(AllocatorTest, AFailureReportsTheContainersAllocatedBefore) {
   api::Assignment a;
   a.node = "node-a";

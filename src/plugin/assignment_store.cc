@@ -185,7 +185,7 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
         continue;
       }
       const bool pending = p->allocated.count(c.name) == 0;
-      if (exact == nullptr || (pending && p->allocated.count(exact->name) > 0)) {
+      if (exact == nullptr || (pending && exact_pod->allocated.count(exact->name) > 0)) {
         exact_pod = p;
         exact = &c;
       }
