@@ -335,16 +335,18 @@ done
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"plugin-np-a","namespace":"accelpool-system"},
  "spec":{"nodeName":"np-a","serviceAccountName":"accelpool-device-plugin","containers":[{"name":"c","image":"x"}]}}
 YAML
-PLUGIN_TOKEN="$("${K}" -n accelpool-system create token accelpool-device-plugin \
-  --bound-object-kind Pod --bound-object-name plugin-np-a --duration 10m)"
-cat > "${TMP}/plugin.kubeconfig" <<YAML
+token_kubeconfig() { # FILE TOKEN: a kubeconfig for the e2e apiserver with a service account's token
+  cat > "$1" <<YAML
 apiVersion: v1
 kind: Config
 clusters: [{name: e2e, cluster: {server: "${APISERVER_URL}", certificate-authority: "${E2E_CA}"}}]
-users: [{name: plugin, user: {token: "${PLUGIN_TOKEN}"}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: plugin}}]
+users: [{name: sa, user: {token: "$2"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: sa}}]
 current-context: e2e
 YAML
+}
+token_kubeconfig "${TMP}/plugin.kubeconfig" "$("${K}" -n accelpool-system create token \
+  accelpool-device-plugin --bound-object-kind Pod --bound-object-name plugin-np-a --duration 10m)"
 as_plugin() { "${K}" --kubeconfig "${TMP}/plugin.kubeconfig" "$@"; }
 refused() { # command... : must fail, naming the policy's reason
   local out
@@ -563,25 +565,7 @@ rotation_kubeconfig() {
   [ -x "${KEYS_BIN}" ] || { echo "no ${KEYS_BIN}: build the project first (scripts/build.sh)"; return 1; }
   local token
   token="$("${K}" -n accelpool-system create token accelpool-assignment-key-rotation --duration 10m)" || return 1
-  cat > "${TMP}/rotation.kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: "${APISERVER_URL}"
-    certificate-authority: "${E2E_CA}"
-users:
-- name: rotation
-  user:
-    token: "${token}"
-contexts:
-- name: e2e
-  context:
-    cluster: e2e
-    user: rotation
-current-context: e2e
-YAML
+  token_kubeconfig "${TMP}/rotation.kubeconfig" "${token}"
 }
 rotation_rbac_table() { # accelpool-keys rotate lists nodes, GETs those still without the new key
   # (their Ready condition) and lists pending pods; it changes nothing but the key Secret
@@ -666,14 +650,7 @@ ha_setup() {
     { echo "unshare --uts failed or no nsenter: run chart-check as root (it gives each scheduler pod a host name)"; return 1; }
   local token
   token="$("${K}" -n accelpool-system create token accelpool-scheduler --duration 10m)" || return 1
-  cat > "${TMP}/sched-sa.kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-clusters: [{name: e2e, cluster: {server: "${APISERVER_URL}", certificate-authority: "${E2E_CA}"}}]
-users: [{name: sched, user: {token: "${token}"}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: sched}}]
-current-context: e2e
-YAML
+  token_kubeconfig "${TMP}/sched-sa.kubeconfig" "${token}"
   mkdir -p "${TMP}/ha-keys" && head -c 48 /dev/urandom | base64 -w0 > "${TMP}/ha-keys/k1" &&
     printf k1 > "${TMP}/ha-keys/signing"
   "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
