@@ -76,7 +76,7 @@ void FillCluster(Cache& cache, int n) {
       p.containers.push_back(core::ContainerPlacement{
           "main", core::ContainerKind::kRegular,
           {core::Grant{dev, 8192 * (1 + static_cast<int64_t>(rng() % 4)), 250, false}}});
-      a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{0}}});
+      a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{0}}, {}});
       (void)cache.Reserve(PodRef{"fill-" + std::to_string(i), "bench", "fill", ""}, a, 0);
     }
   }

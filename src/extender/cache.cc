@@ -114,7 +114,7 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
     for (size_t i = 0; i < inv.devices.size(); ++i) {
       index_of.emplace(inv.devices[i].id, static_cast<int32_t>(i));
     }
-    AssignmentPart now{part.vendor, {}, {}};
+    AssignmentPart now{part.vendor, {}, {}, {}};
     for (size_t c = 0; c < part.placement.containers.size(); ++c) {
       const core::ContainerPlacement& cp = part.placement.containers[c];
       core::ContainerPlacement kept{cp.container, cp.kind, {}};
@@ -122,8 +122,13 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
       for (size_t g = 0; g < cp.grants.size(); ++g) {
         const int32_t dev = cp.grants[g].device;
         auto id = ids.find(dev);
-        if (id == ids.end() && dev >= 0 && static_cast<size_t>(dev) < inv.devices.size()) {
-          id = ids.emplace(dev, inv.devices[static_cast<size_t>(dev)].id).first;
+        if (id == ids.end()) {
+          // The id the part was planned or bound with; else the node's now.
+          if (auto known = part.device_ids.find(dev); known != part.device_ids.end()) {
+            id = ids.emplace(dev, known->second).first;
+          } else if (dev >= 0 && static_cast<size_t>(dev) < inv.devices.size()) {
+            id = ids.emplace(dev, inv.devices[static_cast<size_t>(dev)].id).first;
+          }
         }
         auto index = id == ids.end() ? index_of.end() : index_of.find(id->second);
         if (index == index_of.end()) {
@@ -132,6 +137,7 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
         }
         core::Grant moved = cp.grants[g];
         moved.device = index->second;
+        now.device_ids[index->second] = id->second;
         kept.grants.push_back(moved);
         kept_slots.push_back(c < part.slots.size() && g < part.slots[c].size() ? part.slots[c][g]
                                                                                : 0);
@@ -147,6 +153,13 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
 Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
   PodAssignment now = Resolve(rec, *s);
   rec.conflicting = 0;
+  if (!partial && rec.absent > 0) {
+    // A reservation needs every device it was planned on.
+    rec.applied = false;
+    rec.applied_as = PodAssignment{};
+    return FailedPreconditionError(std::to_string(rec.absent) +
+                                   " of its grants are on devices no longer in the inventory");
+  }
   Status all = ApplyAssignment(now, s);
   if (all.ok() || !partial) {
     rec.applied = all.ok();
@@ -159,7 +172,7 @@ Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
   PodAssignment kept{now.node, now.policy, {}};
   for (const AssignmentPart& part : now.parts) {
     InventoryState* st = s->Find(part.vendor);
-    AssignmentPart out{part.vendor, {}, {}};
+    AssignmentPart out{part.vendor, {}, {}, part.device_ids};
     std::set<int32_t> devices;
     for (const core::ContainerPlacement& cp : part.placement.containers) {
       out.placement.containers.push_back(core::ContainerPlacement{cp.container, cp.kind, {}});
@@ -275,7 +288,7 @@ void Cache::EraseRecordLocked(const std::string& uid) {
 Status Cache::Reserve(const PodRef& pod, const PodAssignment& a, uint64_t version) {
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   if (auto it = pods_.find(pod.uid); it != pods_.end()) {
-    if (it->second.assignment == a) {
+    if (SameAssignment(it->second.assignment, a)) {
       return Status::Ok();
     }
     return AlreadyExistsError("pod " + pod.ns + "/" + pod.name + " already holds devices on node " +
@@ -323,7 +336,7 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
     return Status::Ok();  // not bound yet: a reservation in flight stays
   }
   if (it != pods_.end() && it->second.bound &&
-      (!a.has_value() || a->node != node_name || !(it->second.assignment == *a))) {
+      (!a.has_value() || a->node != node_name || !SameAssignment(it->second.assignment, *a))) {
     assignment_changes_ignored_.fetch_add(1, std::memory_order_relaxed);
     return PermissionDeniedError(
         "pod " + pod.ns + "/" + pod.name + " on node " + node_name + " now shows " +
@@ -340,7 +353,7 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
     return Status::Ok();
   }
   if (it != pods_.end()) {
-    if (it->second.assignment == *a) {
+    if (SameAssignment(it->second.assignment, *a)) {
       it->second.bound = true;
       return Status::Ok();
     }

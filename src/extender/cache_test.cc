@@ -21,7 +21,7 @@ PodAssignment Shared(const std::string& node, int32_t device, int64_t mem, int32
   core::Placement p;
   p.containers.push_back(core::ContainerPlacement{container, core::ContainerKind::kRegular,
                                                   {core::Grant{device, mem, 250, false}}});
-  a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{slot}}});
+  a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{slot}}, {}});
   return a;
 }
 
@@ -176,6 +176,29 @@ PodAssignment Annotation(const Cache& c, const PodInfo& pod, const PodAssignment
   return *back;
 }
 
+// GpuNode(name, shares) with device `gone` missing: the devices after it
+// move down one index.
+core::NodeInventory Without(const std::string& name, int32_t gone, int32_t shares = 4) {
+  core::NodeInventory inv = GpuNode(name, shares);
+  inv.devices.erase(inv.devices.begin() + gone);
+  for (size_t i = 0; i < inv.devices.size(); ++i) {
+    inv.devices[i].index = static_cast<int32_t>(i);
+  }
+  inv.topology = core::Topology{};
+  return inv;
+}
+
+// Shared() as planned on GpuNode(node): it knows its device's id.
+PodAssignment Planned(const std::string& node, int32_t device, int64_t mem, int32_t slot) {
+  PodAssignment a = Shared(node, device, mem, slot);
+  RecordDeviceIds(a.parts.at(0), GpuNode(node));
+  return a;
+}
+
+int32_t GrantedDevice(const PodAssignment& a) {
+  return a.parts.at(0).placement.containers.at(0).grants.at(0).device;
+}
+
 // Devices some pod holds on `node`.
 int64_t BusyDevices(const Cache& c, const std::string& node) {
   int64_t n = 0;
@@ -226,13 +249,7 @@ TEST(CacheTest, DeviceThatLeavesAndReturnsKeepsItsHolder) {
   const int32_t held = a->parts.at(0).placement.containers.at(0).grants.at(0).device;
 
   // The device p1 holds drops out of the inventory (and the others shift).
-  core::NodeInventory without = GpuNode("a", 1);
-  without.devices.erase(without.devices.begin() + held);
-  for (size_t i = 0; i < without.devices.size(); ++i) {
-    without.devices[i].index = static_cast<int32_t>(i);
-  }
-  without.topology = core::Topology{};
-  EXPECT_EQ(c.UpsertNode("a", std::vector<core::NodeInventory>{without}, 2, {}), 1);
+  EXPECT_EQ(c.UpsertNode("a", std::vector<core::NodeInventory>{Without("a", held, 1)}, 2, {}), 1);
   EXPECT_EQ(BusyDevices(c, "a"), 7);  // the other pod's devices followed their ids
   EXPECT_EQ(c.AppliedAssignment("p1")->parts.at(0).placement.containers.at(0).grants.size(), 0u);
   EXPECT_FALSE((*ext)->Bind(testing::MakePod("p2", {testing::Gpu(1)}), "a").ok());
@@ -302,6 +319,88 @@ TEST(CacheTest, JobIndexCountsPodsPerNode) {
   c.Release("p3");
   EXPECT_EQ(c.JobNodes("ns/job"), (std::map<std::string, int>{{"a", 2}}));
   EXPECT_TRUE(c.JobNodes("other").empty());
+}
+
+TEST(CacheTest, AfterARestartGrantsFollowTheAnnotationsDeviceIds) {
+  // Before the restart: p1 was bound to GPU 3 of the full node.
+  Cache before;
+  AddGpuNode(before, "a");
+  const PodInfo p1 = testing::MakePod("p1", {testing::Gpu(1, 700)});
+  const PodAssignment annotation = Annotation(before, p1, Shared("a", 3, 700, 0));
+  const std::string gpu3 = GpuNode("a").devices[3].id;
+
+  // The restarted extender lists the node with GPU 2 missing: GPU 3 is now
+  // index 2, and index 3 is another card.
+  Cache c;
+  c.UpsertNode("a", std::vector<core::NodeInventory>{Without("a", 2)}, 2, {});
+  ASSERT_TRUE(c.ObservePod(p1.ref, "a", annotation).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 2), 700) << "the grant stays on " << gpu3;
+  EXPECT_EQ(UsedMemory(c, "a", 3), 0);
+  EXPECT_EQ(GrantedDevice(*c.AppliedAssignment("p1")), 2);
+
+  // GPU 2 comes back: the grant is on index 3 again, and the pod's
+  // annotation is still the one it was bound with.
+  EXPECT_EQ(c.UpsertNode("a", std::vector<core::NodeInventory>{GpuNode("a")}, 3, {}), 0);
+  EXPECT_EQ(UsedMemory(c, "a", 3), 700);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+  EXPECT_TRUE(c.ObservePod(p1.ref, "a", annotation).ok());
+  EXPECT_EQ(c.Stats().assignment_changes_ignored, 0);
+}
+
+TEST(CacheTest, AReservationNeedsTheDevicesItWasPlannedOn) {
+  Cache c;
+  c.UpsertNode("a", std::vector<core::NodeInventory>{Without("a", 3)}, 2, {});
+  Status st = c.Reserve(Ref("p1"), Planned("a", 3, 700, 0), 0);
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+  EXPECT_EQ(BusyDevices(c, "a"), 0);
+  EXPECT_FALSE(c.Assignment("p1").has_value());
+  EXPECT_TRUE(c.Node("a")->Idle());
+
+  // Planned before GPU 1 left: the reservation lands on the same card, now
+  // at index 2, and the annotation names that card.
+  c.UpsertNode("a", std::vector<core::NodeInventory>{Without("a", 1)}, 3, {});
+  const PodAssignment planned = Planned("a", 3, 700, 0);
+  ASSERT_TRUE(c.Reserve(Ref("p1"), planned, 0).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 2), 700);
+  const PodInfo p1 = MakePodInfo(Ref("p1"), core::PodRequest{{testing::Gpu(1, 700)}});
+  StatusOr<api::Assignment> doc = ToApiAssignment(planned, *c.Node("a"), p1);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  const api::AssignedDevice& d = doc->containers.at(0).devices.at(0);
+  EXPECT_EQ(d.id, GpuNode("a").devices[3].id);
+  EXPECT_EQ(d.index, 2);
+  EXPECT_EQ(d.slot, GpuNode("a").devices[3].id + "::0");
+
+  // The bound pod's annotation (index 2) is the reservation (index 3 on the
+  // node it was planned on): the same card, not an edit.
+  c.MarkBound("p1");
+  StatusOr<PodAssignment> back = FromApiAssignment(*doc);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(c.ObservePod(Ref("p1"), "a", *back).ok());
+  EXPECT_EQ(c.Stats().assignment_changes_ignored, 0);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 700);
+
+  // A card that left between reservation and bind is not written as another.
+  c.UpsertNode("a", std::vector<core::NodeInventory>{Without("a", 3)}, 4, {});
+  StatusOr<api::Assignment> gone = ToApiAssignment(planned, *c.Node("a"), p1);
+  EXPECT_EQ(gone.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gone.status().message().find(GpuNode("a").devices[3].id), std::string::npos)
+      << gone.status().ToString();
+}
+
+TEST(CacheTest, SameAssignmentComparesDevicesById) {
+  PodAssignment a = Planned("a", 3, 700, 0);
+  PodAssignment moved = a;
+  moved.parts[0].placement.containers[0].grants[0].device = 2;
+  moved.parts[0].device_ids = {{2, a.parts[0].device_ids.at(3)}};
+  EXPECT_TRUE(SameAssignment(a, moved));
+  EXPECT_FALSE(a == moved);
+  PodAssignment other = moved;
+  other.parts[0].device_ids = {{2, GpuNode("a").devices[2].id}};
+  EXPECT_FALSE(SameAssignment(a, other));
+  PodAssignment no_ids = Shared("a", 3, 700, 0);
+  EXPECT_TRUE(SameAssignment(a, no_ids));  // by index where one side has no id
+  EXPECT_FALSE(SameAssignment(a, Planned("a", 3, 701, 0)));
+  EXPECT_FALSE(SameAssignment(a, Planned("a", 3, 700, 1)));
 }
 
 }  // namespace

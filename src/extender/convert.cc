@@ -115,12 +115,18 @@ StatusOr<api::Assignment> ToApiAssignment(const PodAssignment& a, const NodeSnap
   api::Assignment out;
   out.node = a.node;
   out.policy = a.policy;
-  for (const AssignmentPart& part : a.parts) {
-    const InventoryState* st = snap.Find(part.vendor);
+  for (const AssignmentPart& planned : a.parts) {
+    const InventoryState* st = snap.Find(planned.vendor);
     if (st == nullptr) {
       return FailedPreconditionError("node " + snap.name + " no longer has " +
-                                     std::string(core::VendorName(part.vendor)) + " devices");
+                                     std::string(core::VendorName(planned.vendor)) + " devices");
     }
+    // The devices the part was planned on, wherever the node lists them now.
+    StatusOr<AssignmentPart> reindexed = ReindexPart(planned, *st->inventory);
+    if (!reindexed.ok()) {
+      return reindexed.status();
+    }
+    const AssignmentPart& part = *reindexed;
     auto resource_of = [&](const std::string& container) -> std::string {
       for (size_t i = 0; i < pod.request.containers.size(); ++i) {
         const core::DeviceRequest& r = pod.request.containers[i];
@@ -161,7 +167,7 @@ StatusOr<PodAssignment> FromApiAssignment(const api::Assignment& a) {
     }
     auto [it, added] = part_of.emplace(c.vendor, out.parts.size());
     if (added) {
-      out.parts.push_back(AssignmentPart{c.vendor, {}, {}});
+      out.parts.push_back(AssignmentPart{c.vendor, {}, {}, {}});
     }
     AssignmentPart& part = out.parts[it->second];
     core::ContainerPlacement cp{c.name, c.kind, {}};
@@ -170,6 +176,12 @@ StatusOr<PodAssignment> FromApiAssignment(const api::Assignment& a) {
       StatusOr<std::pair<std::string, int32_t>> slot = api::ParseSlotId(d.slot);
       if (!slot.ok()) {
         return slot.status().WithPrefix("assignment container " + c.name);
+      }
+      auto [known, fresh] = part.device_ids.emplace(d.index, d.id);
+      if (!fresh && known->second != d.id) {
+        return InvalidArgumentError("assignment container " + c.name + ": device index " +
+                                    std::to_string(d.index) + " names both " + known->second +
+                                    " and " + d.id);
       }
       cp.grants.push_back(core::Grant{d.index, d.memory_mib, d.compute, d.exclusive});
       slots.push_back(slot->second);

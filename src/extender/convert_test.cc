@@ -36,6 +36,28 @@ TEST(ConvertTest, AssignmentRoundTripsThroughTheProtocolDocument) {
   EXPECT_EQ(*back, *a);
 }
 
+TEST(ConvertTest, AnAssignmentNamingOneIndexForTwoDevicesIsRefused) {
+  api::Assignment doc;
+  doc.node = "a";
+  doc.policy = "binpack";
+  for (const char* id : {"GPU-aaaa", "GPU-bbbb"}) {
+    api::AssignedContainer c;
+    c.name = std::string("c-") + id[4];
+    c.vendor = core::Vendor::kNvidia;
+    c.devices.push_back({id, 2, std::string(id) + "::0", 1024, 100, false});
+    doc.containers.push_back(c);
+  }
+  StatusOr<PodAssignment> a = FromApiAssignment(doc);
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("device index 2 names both GPU-aaaa and GPU-bbbb"),
+            std::string::npos)
+      << a.status().ToString();
+  doc.containers[1].devices[0] = {"GPU-aaaa", 2, "GPU-aaaa::1", 1024, 100, false};
+  a = FromApiAssignment(doc);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->parts.at(0).device_ids, (std::map<int32_t, std::string>{{2, "GPU-aaaa"}}));
+}
+
 TEST(ConvertTest, PodPolicyAnnotationReachesThePlan) {
   for (const char* key : {"accelpool.io/policy", "hami.io/gpu-scheduler-policy"}) {
     SCOPED_TRACE(key);

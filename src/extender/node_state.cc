@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "core/usage.h"
@@ -80,6 +81,81 @@ int32_t NodeSnapshot::FreeWholeDevices() const {
     }
   }
   return n;
+}
+
+bool SameAssignment(const PodAssignment& a, const PodAssignment& b) {
+  if (a.node != b.node || a.policy != b.policy || a.parts.size() != b.parts.size()) {
+    return false;
+  }
+  for (size_t p = 0; p < a.parts.size(); ++p) {
+    const AssignmentPart& pa = a.parts[p];
+    const AssignmentPart& pb = b.parts[p];
+    if (pa.vendor != pb.vendor || pa.slots != pb.slots ||
+        pa.placement.containers.size() != pb.placement.containers.size()) {
+      return false;
+    }
+    auto same_device = [&](int32_t da, int32_t db) {
+      auto ia = pa.device_ids.find(da);
+      auto ib = pb.device_ids.find(db);
+      if (ia != pa.device_ids.end() && ib != pb.device_ids.end()) return ia->second == ib->second;
+      return da == db;
+    };
+    for (size_t c = 0; c < pa.placement.containers.size(); ++c) {
+      const core::ContainerPlacement& ca = pa.placement.containers[c];
+      const core::ContainerPlacement& cb = pb.placement.containers[c];
+      if (ca.container != cb.container || ca.kind != cb.kind ||
+          ca.grants.size() != cb.grants.size()) {
+        return false;
+      }
+      for (size_t g = 0; g < ca.grants.size(); ++g) {
+        const core::Grant& ga = ca.grants[g];
+        const core::Grant& gb = cb.grants[g];
+        if (ga.memory_mib != gb.memory_mib || ga.compute != gb.compute ||
+            ga.exclusive != gb.exclusive || !same_device(ga.device, gb.device)) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+StatusOr<AssignmentPart> ReindexPart(const AssignmentPart& part, const core::NodeInventory& inv) {
+  AssignmentPart out = part;
+  if (part.device_ids.empty()) {
+    return out;
+  }
+  std::map<std::string_view, int32_t> index_of;
+  for (size_t i = 0; i < inv.devices.size(); ++i) {
+    index_of.emplace(inv.devices[i].id, static_cast<int32_t>(i));
+  }
+  out.device_ids.clear();
+  for (core::ContainerPlacement& cp : out.placement.containers) {
+    for (core::Grant& g : cp.grants) {
+      auto id = part.device_ids.find(g.device);
+      if (id == part.device_ids.end()) {
+        continue;
+      }
+      auto now = index_of.find(id->second);
+      if (now == index_of.end()) {
+        return FailedPreconditionError("device " + id->second + " is no longer in node " +
+                                       inv.node + "'s inventory");
+      }
+      g.device = now->second;
+      out.device_ids[now->second] = id->second;
+    }
+  }
+  return out;
+}
+
+void RecordDeviceIds(AssignmentPart& part, const core::NodeInventory& inv) {
+  for (const core::ContainerPlacement& cp : part.placement.containers) {
+    for (const core::Grant& g : cp.grants) {
+      if (g.device >= 0 && static_cast<size_t>(g.device) < inv.devices.size()) {
+        part.device_ids[g.device] = inv.devices[static_cast<size_t>(g.device)].id;
+      }
+    }
+  }
 }
 
 std::string SlotId(const core::Device& d, int32_t slot) {

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,6 +103,11 @@ struct AssignmentPart {
   core::Placement placement;
   // slots[c][g]: slot index of placement.containers[c].grants[g].
   std::vector<std::vector<int32_t>> slots;
+  // Device::id of each device index the placement names, as the inventory
+  // the part was planned on (or the annotation it was read from) had it.
+  // Grants follow these ids when the node's inventory changes (a device
+  // missing, indices shifted). Empty: learned from the node on first use.
+  std::map<int32_t, std::string> device_ids;
   friend bool operator==(const AssignmentPart&, const AssignmentPart&) = default;
 };
 
@@ -112,6 +118,20 @@ struct PodAssignment {
   bool empty() const { return parts.empty(); }
   friend bool operator==(const PodAssignment&, const PodAssignment&) = default;
 };
+
+// The same grants on the same devices: parts, containers, grants and slots
+// alike, with devices compared by id where both sides know it (else by index).
+// Tells a reservation from the annotation it was bound with even when the
+// node's device indices moved between planning and binding.
+bool SameAssignment(const PodAssignment& a, const PodAssignment& b);
+
+// `part` in the indices of `inv`, following part.device_ids (indices without a
+// recorded id are kept). kFailedPrecondition naming the device when one it
+// needs is no longer in `inv`.
+StatusOr<AssignmentPart> ReindexPart(const AssignmentPart& part, const core::NodeInventory& inv);
+
+// The device ids of every index `part` names, from `inv` (planning).
+void RecordDeviceIds(AssignmentPart& part, const core::NodeInventory& inv);
 
 // "<device-id>::<slot>".
 std::string SlotId(const core::Device& d, int32_t slot);

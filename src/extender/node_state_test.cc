@@ -63,7 +63,9 @@ TEST(NodeStateTest, NoFreeSlotIsFailedPrecondition) {
 TEST(NodeStateTest, ApplyAndReleaseAreInverse) {
   InventoryState st = InventoryState::Empty(std::make_shared<core::NodeInventory>(GpuNode("n")));
   AssignmentPart part{core::Vendor::kNvidia,
-                      OneGrant({{"main", core::ContainerKind::kRegular}}, 3, 4096), {{0}}};
+                      OneGrant({{"main", core::ContainerKind::kRegular}}, 3, 4096),
+                      {{0}},
+                      {}};
   InventoryState before = st;
   ASSERT_TRUE(ApplyPart(part, &st).ok());
   EXPECT_EQ(st.usage.devices[3].memory_mib, 4096);

@@ -19,14 +19,17 @@ using testing::MakePod;
 
 // Reserves GPU 0 of `node` whole for a pod "x": the node is no longer idle.
 Status TakeOneGpu(Cache& c, const std::string& node) {
-  return c.Reserve(PodRef{"x", "ns", "x", ""},
-                   PodAssignment{node, "binpack",
-                                 {AssignmentPart{core::Vendor::kNvidia,
-                                                 core::Placement{{core::ContainerPlacement{
-                                                     "m", core::ContainerKind::kRegular,
-                                                     {core::Grant{0, 0, 0, true}}}}},
-                                                 {{0}}}}},
-                   0);
+  return c.Reserve(
+      PodRef{"x", "ns", "x", ""},
+      PodAssignment{
+          node,
+          "binpack",
+          {AssignmentPart{core::Vendor::kNvidia,
+                          core::Placement{{core::ContainerPlacement{
+                              "m", core::ContainerKind::kRegular, {core::Grant{0, 0, 0, true}}}}},
+                          {{0}},
+                          {}}}},
+      0);
 }
 
 core::PolicyPtr Binpack() {
