@@ -73,6 +73,13 @@ follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the
   grep -q 'resourceName: accelpool-scheduler$' "${TMP}/ha.yaml"
 }
 check "the extender follows kube-scheduler's Lease (1 and 2 replicas), no election of its own" follows_scheduler
+keeps_ca_bundle() { # with the built-in certificate the extender keeps its webhook's caBundle; with
+  # cert-manager its cainjector does, and the extender is not given the flags
+  grep -q -- '- --webhook-ca-bundle=t-accelpool-webhook$' "${TMP}/default.yaml" &&
+    grep -q -- '- --webhook-ca-file=/etc/accelpool/tls/ca.crt$' "${TMP}/default.yaml" &&
+    ! grep -q -- '--webhook-ca-' "${TMP}/crds.yaml"
+}
+check "the extender keeps its webhook's caBundle from the TLS Secret's ca.crt (not with cert-manager)" keeps_ca_bundle
 pod_resources_mounted() { # every device plugin reads kubelet's pod-resources socket, read-only
   local n_dp
   n_dp="$(grep -c '^kind: DaemonSet$' "${TMP}/default.yaml")"
@@ -186,7 +193,7 @@ ca_bundle_hooks() { # the caBundle patch (and its service account) also runs aft
   grep -A2 -- '- accelpool-certgen$' "${TMP}/default.yaml" | grep -q -- '- patch$' &&
     [ "$(grep -c '^    helm.sh/hook: post-install,post-upgrade,post-rollback$' "${TMP}/default.yaml")" = 1 ] &&
     [ "$(grep -c '^    helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade,post-rollback$' "${TMP}/default.yaml")" = 5 ] &&
-    ! grep -q 'caBundle' "${TMP}/default.yaml" && ! grep -q 'caBundle' "${TMP}/crds.yaml" &&
+    ! grep -q 'caBundle:' "${TMP}/default.yaml" && ! grep -q 'caBundle:' "${TMP}/crds.yaml" &&
     grep -q 'cert-manager.io/inject-ca-from: ns/t-accelpool-extender-tls' "${TMP}/crds.yaml"
 }
 check "the caBundle patch hook runs post-install, post-upgrade and post-rollback" ca_bundle_hooks
@@ -416,6 +423,9 @@ no accelpool-scheduler delete nodes
 no accelpool-scheduler create deployments.apps
 no accelpool-scheduler patch nodes
 no accelpool-scheduler get secrets -n accelpool-system
+yes accelpool-scheduler patch mutatingwebhookconfigurations/accelpool-webhook
+no accelpool-scheduler patch mutatingwebhookconfigurations/other
+no accelpool-scheduler create mutatingwebhookconfigurations
 yes accelpool-device-plugin patch nodes
 yes accelpool-device-plugin watch pods
 yes accelpool-device-plugin create events
@@ -424,7 +434,7 @@ no accelpool-device-plugin create pods --subresource binding
 no accelpool-device-plugin get secrets -n accelpool-system
 ROWS
 }
-check "RBAC grants each part what it uses and no more (18 cases)" rbac_table
+check "RBAC grants each part what it uses and no more (21 cases)" rbac_table
 
 # The annotation guard: no pod create or update may add, change or remove
 # accelpool.io/assignment (it arrives only through the Binding, which the
@@ -661,10 +671,28 @@ ha_setup() {
   # The extender's leadership flags exactly as the chart renders them.
   HA_FLAGS=()
   local f
-  for f in scheduler-lease lease-namespace; do
+  for f in scheduler-lease lease-namespace webhook-ca-bundle; do
     HA_FLAGS+=("$(grep -o -- "- --${f}=.*" "${TMP}/ha-deploy.yaml" | cut -c3-)")
   done
   [ "${HA_FLAGS[0]}" = --scheduler-lease=accelpool-system/accelpool-scheduler ] || { echo "flags: ${HA_FLAGS[*]}"; return 1; }
+  # The webhook the chart's extender keeps (this one matches no pod), without a
+  # caBundle, as a first install creates it; and a CA for --webhook-ca-file.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=ha-ca \
+    -keyout "${TMP}/ha-ca.key" -out "${TMP}/ha-ca.crt" 2>/dev/null || return 1
+  HA_FLAGS+=("--webhook-ca-file=${TMP}/ha-ca.crt")
+  "${K}" apply -f - >/dev/null <<'YAML'
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: accelpool-webhook}
+webhooks:
+- name: pods.mutate.accelpool.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig: {service: {name: accelpool-scheduler, namespace: accelpool-system, path: /mutate}}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  objectSelector: {matchLabels: {accelpool.io/never: "true"}}
+YAML
 }
 ha_pod() { # NAME: a "pod" (a UTS namespace with host name NAME, held by a pause process),
   # its kube-scheduler and its extender, each entering that namespace as a container would
@@ -741,6 +769,22 @@ follower_refuses() { # the other extender refuses bind, naming why; it stays rea
   ext_get "${HA_OTHER}" /readyz >/dev/null
 }
 check "the follower's extender refuses bind with the reason and stays ready" follower_refuses
+ca_injected() { # the active extender wrote its CA into the webhook the chart created without one
+  local want i
+  want="$(base64 -w0 < "${TMP}/ha-ca.crt")"
+  for i in $(seq 1 20); do
+    [ "$("${K}" get mutatingwebhookconfiguration accelpool-webhook -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = "${want}" ] &&
+      [ "$(ext_get "${HA_LEADER}" /metrics | awk '$1 == "accelpool_extender_webhook_ca_writes_total{result=\"written\"}" {print $2}')" = 1 ] &&
+      [ "$(ext_get "${HA_OTHER}" /metrics | awk '$1 == "accelpool_extender_webhook_ca_current" {print $2}')" = 1 ] &&
+      return 0
+    sleep 0.5
+  done
+  echo "caBundle '$("${K}" get mutatingwebhookconfiguration accelpool-webhook -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | head -c 40)...'"
+  ext_get "${HA_LEADER}" /metrics | grep webhook_ca
+  ext_get "${HA_OTHER}" /metrics | grep webhook_ca
+  return 1
+}
+check "the active extender writes the webhook's caBundle from the CA file at start (no hook needed); the follower sees it current" ca_injected
 await_takeover() { # NEW OLD TRIES OUT-FILE T0: NEW's kube-scheduler holds the Lease, NEW's
   # extender leads and reports itself, OLD's does not lead; the time since T0 goes to OUT-FILE
   local new="$1" old="$2" i

@@ -2,6 +2,8 @@
 //
 // Flags, wiring and lifecycle only; see docs/extender.md. SIGTERM or SIGINT
 // stops serving gracefully (in-flight requests finish, watches close).
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -11,11 +13,11 @@
 #include <string>
 #include <thread>
 #include <tuple>
-#include <unistd.h>
 
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "extender/ca_injector.h"
 #include "extender/cache.h"
 #include "extender/extender.h"
 #include "extender/handlers.h"
@@ -78,6 +80,10 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             key Secret: "signing" names the key id, one file per key); device
                             plugins given the same keys refuse assignments that do not verify
                             (default off: unsigned)
+  --webhook-ca-bundle=NAME  keep the caBundle of MutatingWebhookConfiguration NAME equal to
+                            --webhook-ca-file (checked every minute; with a leader election
+                            only the active replica writes) (default off)
+  --webhook-ca-file=FILE    PEM CA of the serving certificate (the TLS Secret's ca.crt)
   --pick-in-filter          filter answers only the node prioritize would rank first, so
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
@@ -105,6 +111,8 @@ struct Flags {
   int kube_api_connections = 64;
   std::string kube_api_transport = "sockets";
   std::string assignment_key_dir;  // "" = assignments are not signed
+  std::string webhook_ca_bundle;   // MutatingWebhookConfiguration whose caBundle we keep; "" = off
+  std::string webhook_ca_file;
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -121,7 +129,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"scheduler-lease", &f.scheduler_lease},
                                                  {"log-level", &f.log_level},
                                                  {"kube-api-transport", &f.kube_api_transport},
-                                                 {"assignment-key-dir", &f.assignment_key_dir}};
+                                                 {"assignment-key-dir", &f.assignment_key_dir},
+                                                 {"webhook-ca-bundle", &f.webhook_ca_bundle},
+                                                 {"webhook-ca-file", &f.webhook_ca_file}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
       api_connections, max_connections;
   strings["filter-threads"] = &filter_threads;
@@ -187,6 +197,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (!f.client_ca.empty() && f.tls_cert.empty()) {
     return InvalidArgumentError("--client-ca needs --tls-cert and --tls-key");
+  }
+  if (f.webhook_ca_bundle.empty() != f.webhook_ca_file.empty()) {
+    return InvalidArgumentError(
+        "--webhook-ca-bundle and --webhook-ca-file go together; give both or neither");
   }
   if (f.leader_elect && !f.scheduler_lease.empty()) {
     return InvalidArgumentError(
@@ -347,9 +361,27 @@ int Run(const Flags& flags) {
   GaugeFamily* const leading = *registry.AddGauge(
       "accelpool_extender_leader",
       "1 while this replica may bind (it leads, or no leader election is configured), else 0", {});
+  std::unique_ptr<CaInjector> ca_injector;
+  GaugeFamily* ca_current = nullptr;
+  if (!flags.webhook_ca_bundle.empty()) {
+    CaInjectorOptions co;
+    co.webhook = flags.webhook_ca_bundle;
+    co.ca_file = flags.webhook_ca_file;
+    if (leader) co.may_write = [&leader] { return leader->IsLeader(); };
+    CounterFamily* const writes = *registry.AddCounter(
+        "accelpool_extender_webhook_ca_writes_total",
+        "Writes of the webhook's caBundle from --webhook-ca-file, by result (written|failed).",
+        {"result"});
+    ca_current = *registry.AddGauge(
+        "accelpool_extender_webhook_ca_current",
+        "1 when the last check found the webhook's caBundle equal to --webhook-ca-file.", {});
+    ca_injector = std::make_unique<CaInjector>(**client, co, log.Child("webhook-ca"), writes);
+    ca_injector->Start();
+  }
   auto update_gauges = [&] {
     (*ext)->UpdateGauges();
     leading->Get().Set(leader == nullptr || leader->IsLeader() ? 1 : 0);
+    if (ca_current != nullptr) ca_current->Get().Set(ca_injector->Current() ? 1 : 0);
   };
 
   KubePodSource pod_source(**client, &pods);
@@ -414,6 +446,7 @@ int Run(const Flags& flags) {
             {"scheduler_name", flags.scheduler_name},
             {"leader_elect", flags.leader_elect},
             {"scheduler_lease", flags.scheduler_lease},
+            {"webhook_ca_bundle", flags.webhook_ca_bundle},
             {"pick_in_filter", flags.pick_in_filter},
             {"scheduler_listen", flags.scheduler_listen},
             {"scheduler_port", static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
@@ -427,6 +460,7 @@ int Run(const Flags& flags) {
   log.Info("shutting down", {{"signal", sig}});
   if (sched_server) sched_server->Stop();
   server->Stop();
+  if (ca_injector) ca_injector->Stop();
   if (leader) leader->Stop();
   pods.Stop();
   nodes.Stop();
