@@ -506,19 +506,22 @@ certgen() {
   ACCELPOOL_CURL_AUTH="--cert ${E2E_WORK}/pki/admin.crt --key ${E2E_WORK}/pki/admin.key" \
     "${REPO}/scripts/accelpool-certgen.sh" "$@"
 }
-"${K}" apply -f - >/dev/null <<'YAML'
+idle_webhook() { # NAME: a MutatingWebhookConfiguration without a caBundle that matches no pod
+  "${K}" apply -f - >/dev/null <<YAML
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
-metadata: {name: certgen-check}
+metadata: {name: $1}
 webhooks:
-- name: check.mutate.accelpool.io
+- name: pods.mutate.accelpool.io
   admissionReviewVersions: [v1]
   sideEffects: None
   failurePolicy: Ignore
-  clientConfig: {service: {name: none, namespace: accelpool-system, path: /mutate}}
+  clientConfig: {service: {name: accelpool-scheduler, namespace: accelpool-system, path: /mutate}}
   rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
   objectSelector: {matchLabels: {accelpool.io/never: "true"}}
 YAML
+}
+idle_webhook certgen-check
 check "certgen creates the TLS secret" certgen create --namespace=accelpool-system --secret=tls-check \
   --hosts=svc,svc.accelpool-system.svc,localhost,127.0.0.1 --days=30
 certgen_keeps() { certgen create --namespace=accelpool-system --secret=tls-check --hosts=x | grep -q 'keeping it'; }
@@ -680,19 +683,7 @@ ha_setup() {
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=ha-ca \
     -keyout "${TMP}/ha-ca.key" -out "${TMP}/ha-ca.crt" 2>/dev/null || return 1
   HA_FLAGS+=("--webhook-ca-file=${TMP}/ha-ca.crt")
-  "${K}" apply -f - >/dev/null <<'YAML'
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: accelpool-webhook}
-webhooks:
-- name: pods.mutate.accelpool.io
-  admissionReviewVersions: [v1]
-  sideEffects: None
-  failurePolicy: Ignore
-  clientConfig: {service: {name: accelpool-scheduler, namespace: accelpool-system, path: /mutate}}
-  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
-  objectSelector: {matchLabels: {accelpool.io/never: "true"}}
-YAML
+  idle_webhook accelpool-webhook
 }
 ha_pod() { # NAME: a "pod" (a UTS namespace with host name NAME, held by a pause process),
   # its kube-scheduler and its extender, each entering that namespace as a container would
