@@ -16,6 +16,7 @@ namespace {
 
 using abi::kEventXidCritical;
 using abi::kMaxNvLinks;
+using abi::kNvmlErrorGpuIsLost;
 using abi::kNvmlErrorNotSupported;
 using abi::kNvmlErrorTimeout;
 using abi::kNvmlSuccess;
@@ -25,6 +26,20 @@ using abi::nvmlEventSet_t;
 using abi::nvmlMemory_t;
 using abi::nvmlPciInfo_t;
 using abi::nvmlReturn_t;
+
+constexpr unsigned kAffinityWords = 16;  // 1024 NUMA nodes
+
+int32_t LowestSetBit(const unsigned long* words, unsigned count) {  // NOLINT(runtime/int)
+  constexpr unsigned kBits = 8 * sizeof(words[0]);
+  for (unsigned w = 0; w < count; ++w) {
+    for (unsigned b = 0; b < kBits; ++b) {
+      if ((words[w] >> b) & 1UL) {
+        return static_cast<int32_t>(w * kBits + b);
+      }
+    }
+  }
+  return -1;
+}
 
 class DlNvml : public NvmlLibrary {
  public:
@@ -109,12 +124,19 @@ class DlNvml : public NvmlLibrary {
     if (minor != nullptr && minor(*h, &mn) == kNvmlSuccess) {
       info.minor = static_cast<int32_t>(mn);
     }
-    auto numa =
-        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(Sym("DeviceGetNumaNodeId"));
-    unsigned nn = 0;
-    if (numa != nullptr && numa(*h, &nn) == kNvmlSuccess) {
-      info.numa = static_cast<int32_t>(nn);
-    } else {
+    // Locality is the nearest CPU memory node: nvmlDeviceGetMemoryAffinity
+    // (scope NUMA node), else sysfs. Not nvmlDeviceGetNumaNodeId: it names the
+    // GPU's own memory node on platforms where the GPU is one (Grace Hopper),
+    // a node without CPUs, and answers "not supported" elsewhere.
+    auto affinity = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, unsigned long*,
+                                                      unsigned)>(  // NOLINT
+        Sym("DeviceGetMemoryAffinity"));
+    unsigned long nodes[kAffinityWords] = {};  // NOLINT(runtime/int)
+    if (affinity != nullptr &&
+        affinity(*h, kAffinityWords, nodes, abi::kAffinityScopeNode) == kNvmlSuccess) {
+      info.numa = LowestSetBit(nodes, kAffinityWords);
+    }
+    if (info.numa < 0) {
       info.numa = PciNumaNode(info.pci_bus, sysfs_root_);
     }
     auto mig = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*)>(
@@ -217,6 +239,12 @@ class DlNvml : public NvmlLibrary {
     nvmlReturn_t r = (*wait)(events_, &data, static_cast<unsigned>(timeout_ms));
     if (r == kNvmlErrorTimeout) {
       return std::optional<XidEvent>();
+    }
+    if (r == kNvmlErrorGpuIsLost) {
+      // A GPU fell off the bus; the wait does not say which one.
+      XidEvent lost;
+      lost.gpu_lost = true;
+      return std::optional<XidEvent>(lost);
     }
     ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("EventSetWait_v2")));
     XidEvent e;

@@ -121,6 +121,55 @@ TEST(NvmlBindingTest, XidHealthIsTwoWay) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// On a coherent platform (Grace Hopper) nvmlDeviceGetNumaNodeId names the
+// GPU's own memory node, which holds no CPUs; locality is the nearest CPU
+// memory node (nvmlDeviceGetMemoryAffinity, else sysfs).
+TEST(NvmlBindingTest, NumaIsTheNearestCpuNodeNotTheGpuMemoryNode) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto numa = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_numa"));
+  ASSERT_NE(numa, nullptr);
+  numa(2);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  numa(1);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  std::vector<int32_t> got;
+  for (const core::Device& d : invs->front().devices) {
+    got.push_back(d.numa);
+  }
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+}
+
+// nvmlEventSetWait_v2 answering NVML_ERROR_GPU_IS_LOST means a GPU fell off
+// the bus without naming it: every GPU is unhealthy until it answers again
+// (as NVIDIA's device plugin treats it), instead of a logged error.
+TEST(NvmlBindingTest, GpuLostWhileWaitingMarksEveryGpuUntilItAnswers) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto lost = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_wait_lost"));
+  ASSERT_NE(lost, nullptr);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  lost(1);
+  health.WaitFor(8);
+  lost(0);
+  health.WaitFor(16);
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 16u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_FALSE(events[i].healthy) << i;
+    EXPECT_NE(events[i].reason.find("GPU is lost"), std::string::npos) << events[i].reason;
+    EXPECT_TRUE(events[i + 8].healthy) << i;
+  }
+}
+
 TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
   struct Case {
     std::string name;

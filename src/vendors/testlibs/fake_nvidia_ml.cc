@@ -6,6 +6,13 @@
 // another GPU; the PCIe path is NODE inside a CPU socket and SYS across.
 // Device handles point into a static table; the event set is a token.
 // Structs come from nvml_abi.h, laid out as in the public nvml.h.
+//
+// NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
+// through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
+// "not supported" (the GPU is not a NUMA node itself). accelpool_fake_nvml_numa
+// switches to a driver that says neither (0), or to a coherent platform (2,
+// Grace Hopper style) where nvmlDeviceGetNumaNodeId names the GPU's own memory
+// node (8 + index), which holds no CPUs.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -41,7 +48,8 @@ unsigned SwitchOfLink(unsigned link) { return link < 5 ? 0 : link < 9 ? 1 : link
 
 int gpus[64];
 int event_set_token = 0;
-bool numa_supported = true;  // false: an older driver without nvmlDeviceGetNumaNodeId
+int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
+bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 
 bool ToIndex(const void* h, unsigned* i) {
   const int* p = static_cast<const int*>(h);
@@ -65,8 +73,12 @@ void FillPci(nvmlPciInfo_t* p, unsigned bus, unsigned device_id) {
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
 
-extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int supported) {
-  numa_supported = supported != 0;
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int mode) {
+  numa_mode = mode;
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
+  wait_lost = lost != 0;
 }
 
 extern "C" {
@@ -137,8 +149,18 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMinorNumber(void* h, uns
 __attribute__((visibility("default"))) int nvmlDeviceGetNumaNodeId(void* h, unsigned* node) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
-  if (!numa_supported) return kNotSupported;
-  *node = i < 4 ? 0 : 1;
+  if (numa_mode != 2) return kNotSupported;
+  *node = 8 + i;  // the GPU's own memory node on a coherent platform
+  return kSuccess;
+}
+// NVML_AFFINITY_SCOPE_NODE (0): the NUMA nodes nearest to the GPU, as a bitmask.
+__attribute__((visibility("default"))) int nvmlDeviceGetMemoryAffinity(
+    void* h, unsigned size, unsigned long* set, unsigned scope) {  // NOLINT(runtime/int)
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || set == nullptr || size == 0) return kInvalidArgument;
+  if (numa_mode == 0 || scope != 0) return kNotSupported;
+  std::memset(set, 0, size * sizeof(*set));
+  set[0] = 1UL << (i < 4 ? 0 : 1);
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* h, unsigned* current,
@@ -186,6 +208,10 @@ __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
 __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEventData_t* data,
                                                                unsigned timeout_ms) {
   if (set != &event_set_token) return kInvalidArgument;
+  if (wait_lost) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return kGpuIsLost;
+  }
   const int fault = State().fault_device;
   if (fault >= 0 && Valid(static_cast<unsigned>(fault))) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
