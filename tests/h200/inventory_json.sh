@@ -28,7 +28,22 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 assert len(doc["inventories"][0]["devices"]) == 1, doc' "${dir}/out"
 fi
+# The whole inventory script on that plugin, with the stand-in nvidia-smi
+# (tests/h200/mock; the real python3): its report must come out, in files
+# $OUT can carry back.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mkdir -p "${dir}/report" "${dir}/bin"
+ln -s "${here}/mock/nvidia-smi" "${dir}/bin/nvidia-smi"
+ACCELPOOL_FAKE_COUNT=1 LD_LIBRARY_PATH="${dir}" ACCELPOOL_PLUGIN_BIN="${plugin}" \
+  INVENTORY_OUT="${dir}/report" PATH="${dir}/bin:${PATH}" \
+  bash "${here}/../../scripts/h200/nvml_inventory.sh" >"${dir}/script.log" 2>&1
+check "nvml_inventory.sh exited 0" test $? -eq 0
+check "it wrote the report" grep -q "^| 0 | GPU-9c1e5b7a" "${dir}/report/nvml-inventory-h200.md"
+check "it wrote the raw JSON" test -s "${dir}/report/nvml-inventory-h200.json"
+check "its files are named as \$OUT carries them back" \
+  bash -c "! ls '${dir}/report' | grep -q '[^A-Za-z0-9._-]'"
 if [[ ${fails} -ne 0 ]]; then
+  echo "--- script"; cat "${dir}/script.log"
   echo "--- stdout"; cat "${dir}/out"; echo "--- stderr"; cat "${dir}/err"
 fi
 echo "inventory json: ${fails} failed"
