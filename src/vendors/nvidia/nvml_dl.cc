@@ -107,16 +107,23 @@ class DlNvml : public NvmlLibrary {
     nvmlMemory_t m{};
     ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), Sym("DeviceGetMemoryInfo")));
     info.memory_mib = static_cast<int64_t>(m.total / (1024ULL * 1024ULL));
-    auto pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
-        Sym("DeviceGetPciInfo_v3"));
+    // _v3 and _v2 fill nvmlPciInfo_t; the first, unversioned call fills the
+    // older struct, whose only bus id is the 16 bytes busIdLegacy now holds
+    // (the 32-byte busId lies past that struct's end).
+    using PciFn = nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*);
+    bool legacy = false;
+    auto pci = lib_->OptionalSymbol<PciFn>(Sym("DeviceGetPciInfo_v3"));
     if (pci == nullptr) {
-      pci =
-          lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(Sym("DeviceGetPciInfo"));
+      pci = lib_->OptionalSymbol<PciFn>(Sym("DeviceGetPciInfo_v2"));
     }
-    nvmlPciInfo_t p{};
-    if (pci != nullptr && pci(*h, &p) == kNvmlSuccess) {
-      p.busId[sizeof(p.busId) - 1] = '\0';
-      info.pci_bus = p.busId;
+    if (pci == nullptr) {
+      pci = lib_->OptionalSymbol<PciFn>(Sym("DeviceGetPciInfo"));
+      legacy = true;
+    }
+    Padded<nvmlPciInfo_t> p;
+    if (pci != nullptr && pci(*h, &p.value) == kNvmlSuccess) {
+      info.pci_bus = legacy ? FixedString(p.value.busIdLegacy, sizeof(p.value.busIdLegacy))
+                            : FixedString(p.value.busId, sizeof(p.value.busId));
     }
     auto minor =
         lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(Sym("DeviceGetMinorNumber"));

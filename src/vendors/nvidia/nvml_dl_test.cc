@@ -170,6 +170,22 @@ TEST(NvmlBindingTest, GpuLostWhileWaitingMarksEveryGpuUntilItAnswers) {
   }
 }
 
+// A driver without nvmlDeviceGetPciInfo_v3 (or _v2) has only the first
+// nvmlDeviceGetPciInfo, whose struct carries the bus id in its first 16
+// bytes; the newer struct's busId field is past that struct's end.
+TEST(NvmlBindingTest, PciBusFromAnOldDriversFirstPciInfoCall) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML_V1);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML_V1}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  NvidiaDriver driver(std::move(lib).value(), Options());
+  auto invs = driver.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ(invs->front().devices[0].pci_bus, "0000:1B:00.0");
+  EXPECT_EQ(invs->front().devices[7].pci_bus, "0000:DF:00.0");
+}
+
 TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
   struct Case {
     std::string name;

@@ -134,12 +134,33 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void* h, nvml
   m->free = m->total - m->used;
   return kSuccess;
 }
+#ifndef ACCELPOOL_FAKE_NVML_V1_PCI
 __attribute__((visibility("default"))) int nvmlDeviceGetPciInfo_v3(void* h, nvmlPciInfo_t* p) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
   FillPci(p, kGpuBus[i % 8], 0x233510de);
   return kSuccess;
 }
+#else
+// Built as fake_nvidia_ml_v1: a driver that exports only the first
+// nvmlDeviceGetPciInfo, whose struct (nvml.h before the _v2 struct) starts
+// with a 16-byte busId in the legacy spelling and ends in four reserved
+// words where the newer struct has its 32-byte busId.
+struct PciInfoV1 {
+  char busId[16];
+  unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+  unsigned reserved0, reserved1, reserved2, reserved3;
+};
+__attribute__((visibility("default"))) int nvmlDeviceGetPciInfo(void* h, PciInfoV1* p) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  std::memset(p, 0, sizeof(*p));
+  p->bus = kGpuBus[i % 8];
+  p->pciDeviceId = 0x233510de;
+  std::snprintf(p->busId, sizeof(p->busId), "0000:%02X:00.0", p->bus);
+  return kSuccess;
+}
+#endif
 __attribute__((visibility("default"))) int nvmlDeviceGetMinorNumber(void* h, unsigned* minor) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
