@@ -265,9 +265,29 @@ class DlNvml : public NvmlLibrary {
     return std::optional<XidEvent>(e);
   }
 
+  // Answers a query, and has no memory rows waiting for a GPU reset: after an
+  // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
+  // rows for remapping, which only a reset applies, while it keeps answering.
   Status Probe(int32_t index) override {
     StatusOr<NvmlDeviceInfo> info = DeviceInfo(index);
-    return info.ok() ? Status::Ok() : info.status();
+    if (!info.ok()) {
+      return info.status();
+    }
+    auto remapped = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*, unsigned*,
+                                                      unsigned*)>(Sym("DeviceGetRemappedRows"));
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    unsigned corrected = 0;
+    unsigned uncorrected = 0;
+    unsigned pending = 0;
+    unsigned failed = 0;
+    if (remapped != nullptr && h.ok() &&
+        remapped(*h, &corrected, &uncorrected, &pending, &failed) == kNvmlSuccess &&
+        (pending != 0 || failed != 0)) {
+      return FailedPreconditionError(
+          std::string(failed != 0 ? "row remapping failed" : "rows are pending remapping") +
+          "; reset the GPU (" + smi_ + " -r) or replace it");
+    }
+    return Status::Ok();
   }
 
  private:

@@ -186,6 +186,36 @@ TEST(NvmlBindingTest, PciBusFromAnOldDriversFirstPciInfoCall) {
   EXPECT_EQ(invs->front().devices[7].pci_bus, "0000:DF:00.0");
 }
 
+// XID 48 (double-bit ECC) on a Hopper GPU marks rows for remapping, which
+// takes effect at the next GPU reset: the GPU keeps answering queries, but
+// must stay unhealthy until nvmlDeviceGetRemappedRows says nothing is pending.
+TEST(NvmlBindingTest, GpuWithRowsPendingRemapStaysUnhealthyUntilReset) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto xid = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_xid"));
+  ASSERT_NE(xid, nullptr);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  xid(48, 3);
+  fake.Configure(8, -1, 3, 0);  // GPU 3: XID 48, rows pending remapping
+  health.WaitFor(1);
+  fake.Configure(8, -1, -1, 0);  // no more XIDs; the GPU answers every query
+  EXPECT_FALSE(health.WaitFor(2, std::chrono::milliseconds(400)))
+      << "a GPU waiting for a reset was reported healthy";
+  xid(79, -1);  // the GPU was reset: nothing pending
+  health.WaitFor(2);
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("XID 48"), std::string::npos) << events[0].reason;
+  EXPECT_TRUE(events[1].healthy);
+  EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
+}
+
 TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
   struct Case {
     std::string name;

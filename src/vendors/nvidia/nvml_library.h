@@ -65,7 +65,8 @@ class NvmlLibrary {
   // Waits up to timeout_ms for a critical XID. nullopt on timeout; an event
   // with gpu_lost when NVML reports a lost GPU instead of an event.
   virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;
-  // A cheap query that succeeds when the device answers (memory info).
+  // Succeeds when the device answers a query (memory info) and has no memory
+  // rows pending remapping or failed to remap (both need a GPU reset).
   virtual Status Probe(int32_t index) = 0;
 };
 using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;

@@ -50,6 +50,8 @@ int gpus[64];
 int event_set_token = 0;
 int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
 bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
+unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
+int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
 
 bool ToIndex(const void* h, unsigned* i) {
   const int* p = static_cast<const int*>(h);
@@ -79,6 +81,14 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
   wait_lost = lost != 0;
+}
+
+// The XID the faulty device reports (79 unless set), and the GPU whose
+// nvmlDeviceGetRemappedRows says rows are pending remapping (-1: none).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_xid(int xid,
+                                                                               int pending) {
+  fault_xid = static_cast<unsigned long long>(xid);  // NOLINT(runtime/int)
+  remap_pending = pending;
 }
 
 extern "C" {
@@ -184,6 +194,21 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMemoryAffinity(
   set[0] = 1UL << (i < 4 ? 0 : 1);
   return kSuccess;
 }
+// Row remapping (Ampere and newer): an uncorrectable error marks rows for
+// remapping, which takes effect at the next GPU reset.
+__attribute__((visibility("default"))) int nvmlDeviceGetRemappedRows(void* h, unsigned* corr,
+                                                                     unsigned* unc,
+                                                                     unsigned* pending,
+                                                                     unsigned* failure) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  const bool p = static_cast<int>(i) == remap_pending;
+  *corr = 0;
+  *unc = p ? 1 : 0;
+  *pending = p ? 1 : 0;
+  *failure = 0;
+  return kSuccess;
+}
 __attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* h, unsigned* current,
                                                                 unsigned* pending) {
   unsigned i = 0;
@@ -225,7 +250,8 @@ __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
   if (!ToIndex(h, &i) || set != &event_set_token) return kInvalidArgument;
   return (types & kXidCritical) != 0 ? kSuccess : kNotSupported;
 }
-// A faulty device reports XID 79 (fallen off the bus) on every wait.
+// A faulty device reports XID 79 (fallen off the bus; see
+// accelpool_fake_nvml_xid) on every wait.
 __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEventData_t* data,
                                                                unsigned timeout_ms) {
   if (set != &event_set_token) return kInvalidArgument;
@@ -239,7 +265,7 @@ __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEv
     std::memset(data, 0, sizeof(*data));
     data->device = reinterpret_cast<nvmlDevice_t>(&gpus[fault]);
     data->eventType = kXidCritical;
-    data->eventData = 79;
+    data->eventData = fault_xid;
     data->gpuInstanceId = 0xffffffffu;
     data->computeInstanceId = 0xffffffffu;
     return kSuccess;
