@@ -33,21 +33,25 @@ else
   bin="${build}/src/cmd/device_plugin/accelpool-device-plugin"
 fi
 echo "plugin: ${bin}"
-model="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/^NVIDIA //; s/[^A-Za-z0-9]/-/g')"
+# `sed -n 1p` reads all of nvidia-smi's output: `head -1` could end it with
+# SIGPIPE, which pipefail turns into a failed run.
+first_gpu() { nvidia-smi --query-gpu="$1" --format=csv,noheader | sed -n 1p; }
+model="$(first_gpu name | sed 's/^NVIDIA //; s/[^A-Za-z0-9]/-/g')"
 out_dir="${INVENTORY_OUT:-${repo}/docs/benchmarks}"
 mkdir -p "${out_dir}"
 json="${out_dir}/nvml-inventory-${model,,}.json"
 md="${out_dir}/nvml-inventory-${model,,}.md"
 
 start=$(date +%s%N)
-"${bin}" --backend=nvidia --print-inventory --node-name="$(hostname)" > "${json}"
+# bash's HOSTNAME: a bare image may have no hostname command.
+"${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${json}"
 end=$(date +%s%N)
 
 {
-  echo "# NVML inventory on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  echo "# NVML inventory on $(first_gpu name)"
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/h200/nvml_inventory.sh."
-  echo "Driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1);"
+  echo "Driver $(first_gpu driver_version);"
   echo "discovery took $(( (end - start) / 1000000 )) ms (process start to exit)."
   echo
   echo "## What accelpool read through NVML"

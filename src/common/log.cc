@@ -183,6 +183,13 @@ void Logger::Log(LogLevel level, std::string_view msg, LogFields fields) const {
   impl_->log(ToSpd(level), "{}", line);
 }
 
+void RouteDefaultLogToStderr() {
+  auto logger =
+      std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_level(spdlog::default_logger()->level());
+  spdlog::set_default_logger(std::move(logger));
+}
+
 StatusOr<Logger> NewLogger(std::string_view component, const LogOptions& options) {
   auto level = ParseLogLevel(options.level);
   if (!level.ok()) return level.status();

@@ -105,6 +105,12 @@ class Logger {
 // Builds a root logger. kInvalidArgument when options.level is not a level name.
 StatusOr<Logger> NewLogger(std::string_view component, const LogOptions& options = {});
 
+// Sends spdlog's default logger, which library code writes to with
+// spdlog::info() and friends (the vendor backends do), to stderr instead of
+// spdlog's default stdout, so that a command's stdout carries only its output
+// (the device plugin's --print-inventory JSON). Call once at start-up.
+void RouteDefaultLogToStderr();
+
 // The JSON line a Logger writes (exposed for tests and for callers that
 // format elsewhere). `ts_ms` is milliseconds since the Unix epoch.
 std::string FormatLogLine(int64_t ts_ms, LogLevel level, std::string_view component,

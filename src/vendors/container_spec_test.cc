@@ -51,7 +51,7 @@ TEST(GenericContainerSpecTest, ListsOnlyTheControlNodesThatExist) {
       {"hygon without mkfd",
        core::Vendor::kHygon,
        {"/dev/kfd"},
-       {"/dev/kfd", "/dev/dri/card1", "/dev/dri/card3"}},
+       {"/dev/kfd", "/dev/dri/renderD1", "/dev/dri/renderD3"}},
       {"moore threads (no control node)",
        core::Vendor::kMthreads,
        {},

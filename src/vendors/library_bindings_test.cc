@@ -105,8 +105,11 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
        "MLU-5f1e22a0-8c4d-11ee-b9d1-0242ac120000", "MLU370-X8", 24576, "0000:31:00.0", 1, -1, -1,
        "/dev/cambricon_dev3", 0},
       // Every pair PXB (two hops through switches), all on NUMA 0, as the K100-AI sample.
+      // A DCU is used through /dev/kfd and its DRM render node, named by the
+      // render minor ROCm SMI reports (128 + 3 here); /dev/dri/card<N> numbers
+      // differ from it by the host's other DRM devices (a BMC's VGA is card0).
       {"ROCm SMI", core::Vendor::kHygon, "hygon-k100-x8", "DCU-3a7c91d2e45b6000", "K100-AI", 65536,
-       "0000:13:00.0", 0, 50, 50, "/dev/dri/card3", 0},
+       "0000:13:00.0", 0, 50, 50, "/dev/dri/renderD131", 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.binding);
@@ -117,7 +120,7 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
     FakeSysfs sysfs;
     sysfs.Numa("0000:9c:00.0", 6);  // the fifth XPU's bus
     testing::FakeDevRoot dev;
-    dev.AddVendor(c.vendor, 8);
+    dev.AddVendor(c.vendor, 8, c.vendor == core::Vendor::kHygon ? 128 : 0);
     auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
     ASSERT_TRUE(driver.ok()) << driver.status().ToString();
     auto invs = (*driver)->Discover();

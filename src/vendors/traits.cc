@@ -82,7 +82,7 @@ std::vector<VendorTraits> BuildTable() {
                ""});
   t.push_back({core::Vendor::kHygon,
                {{"HIP_VISIBLE_DEVICES", K::kContainerOrdinal}},
-               {"/dev/dri/card{minor}"},
+               {"/dev/dri/renderD{minor}"},  // the DRM render minor (128 + n)
                {"/dev/kfd", "/dev/mkfd"},
                {"librocm_smi64.so", "librocm_smi64.so.1", "/opt/hyhal/lib/librocm_smi64.so"},
                false,

@@ -451,6 +451,9 @@ int Run(const Flags& flags) {
 }  // namespace accelpool::plugin
 
 int main(int argc, char** argv) {
+  // The vendor backends log with spdlog's default logger: keep stdout for
+  // --print-inventory's JSON.
+  accelpool::RouteDefaultLogToStderr();
   // Block the signals before any thread starts so only sigwait sees them.
   sigset_t set;
   sigemptyset(&set);

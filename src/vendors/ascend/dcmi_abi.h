@@ -51,13 +51,22 @@ struct dcmi_pcie_info_all {
   unsigned char reserve[32];
 };
 
+// Super-pod membership is not a function of its own: it is read with the
+// generic dcmi_get_device_info(card, device, DCMI_MAIN_CMD_CHIP_INF,
+// DCMI_CHIP_INF_SUB_CMD_SPOD_INFO, buf, &size), which fills this 48-byte struct.
+constexpr int kDcmiMainCmdChipInf = 12;             // enum dcmi_main_cmd: DCMI_MAIN_CMD_CHIP_INF
+constexpr unsigned kDcmiChipInfSubCmdSpodInfo = 1;  // DCMI_CHIP_INF_SUB_CMD_SPOD_INFO
+
 struct dcmi_spod_info {
   unsigned int sdid;
-  unsigned int scale_type;
+  unsigned int super_pod_size;
   unsigned int super_pod_id;
-  unsigned int server_id;
-  unsigned int reserve[8];
+  unsigned int server_index;
+  unsigned int chassis_id;
+  unsigned int super_pod_type;
+  unsigned int reserve[6];
 };
+static_assert(sizeof(dcmi_spod_info) == 48, "dcmi_spod_info is 48 bytes in dcmi_interface_api.h");
 
 }  // namespace accelpool::vendors::ascend::abi
 

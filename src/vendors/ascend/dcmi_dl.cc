@@ -1,18 +1,26 @@
 // DcmiLibrary over libdcmi.so loaded with dlopen. The DCMI structs and
 // functions used are declared here from the DCMI API reference; buffers are
 // over-allocated so that a newer driver's larger struct cannot overrun them.
-// The super-pod query is optional (older drivers lack it).
+// The super-pod id is optional: DCMI publishes it only through the generic
+// dcmi_get_device_info(card, device, DCMI_MAIN_CMD_CHIP_INF,
+// DCMI_CHIP_INF_SUB_CMD_SPOD_INFO, ...) query, which chips outside a super pod
+// (and older drivers) answer with an error.
+//
+// Every DCMI call is made under one lock: DCMI is not documented as safe to
+// call from several threads at once, and discovery and the health poller
+// run on different threads.
 //
 // Memory: HBM from dcmi_get_device_hbm_info. Chips without HBM (the 310P
 // series carries LPDDR) answer that call with DCMI_ERR_CODE_NOT_SUPPORT, or
 // with 0 MB; their memory then comes from dcmi_get_device_memory_info_v3.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 
+#include "vendors/ascend/dcmi_abi.h"
 #include "vendors/ascend/dcmi_library.h"
 #include "vendors/dl_library.h"
-#include "vendors/ascend/dcmi_abi.h"
 #include "vendors/driver.h"
 #include "vendors/library_util.h"
 
@@ -24,8 +32,9 @@ using abi::dcmi_get_memory_info_stru;
 using abi::dcmi_hbm_info;
 using abi::dcmi_pcie_info_all;
 using abi::dcmi_spod_info;
+using abi::kDcmiChipInfSubCmdSpodInfo;
+using abi::kDcmiMainCmdChipInf;
 using abi::kDcmiNotSupport;
-
 
 std::string Text(const unsigned char* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p),
@@ -38,6 +47,7 @@ class DlDcmi : public DcmiLibrary {
       : lib_(std::move(lib)), sysfs_root_(std::move(sysfs_root)) {}
 
   Status Init() override {
+    std::lock_guard<std::mutex> lock(mu_);
     auto init = lib_->Symbol<int()>("dcmi_init");
     if (!init.ok()) {
       return init.status();
@@ -46,6 +56,7 @@ class DlDcmi : public DcmiLibrary {
   }
 
   StatusOr<std::vector<DcmiChipId>> Chips() override {
+    std::lock_guard<std::mutex> lock(mu_);
     auto cards = lib_->Symbol<int(int*, int*, int)>("dcmi_get_card_num_list");
     auto per_card = lib_->Symbol<int(int, int*)>("dcmi_get_device_num_in_card");
     if (!cards.ok()) {
@@ -70,6 +81,7 @@ class DlDcmi : public DcmiLibrary {
   }
 
   StatusOr<DcmiDeviceInfo> Info(const DcmiChipId& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
     DcmiDeviceInfo info;
     auto logic = lib_->Symbol<int(int*, int, int)>("dcmi_get_device_logic_id");
     auto phy = lib_->Symbol<int(unsigned, unsigned*)>("dcmi_get_device_phyid_from_logicid");
@@ -105,15 +117,21 @@ class DlDcmi : public DcmiLibrary {
       info.pci_bus = bus;
       info.numa = PciNumaNode(info.pci_bus, sysfs_root_);
     }
-    auto spod = lib_->OptionalSymbol<int(int, int, dcmi_spod_info*)>("dcmi_get_spod_info");
+    auto device_info = lib_->OptionalSymbol<int(int, int, int, unsigned, void*, unsigned*)>(
+        "dcmi_get_device_info");
     Padded<dcmi_spod_info> si;
-    if (spod != nullptr && spod(c.card, c.device, &si.value) == 0 && si.value.scale_type != 0) {
+    unsigned size = sizeof(si.value);
+    if (device_info != nullptr &&
+        device_info(c.card, c.device, kDcmiMainCmdChipInf, kDcmiChipInfSubCmdSpodInfo, &si.value,
+                    &size) == 0 &&
+        si.value.super_pod_size != 0) {
       info.super_pod_id = std::to_string(si.value.super_pod_id);
     }
     return info;
   }
 
   StatusOr<uint32_t> Health(const DcmiChipId& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
     auto fn = lib_->Symbol<int(int, int, unsigned*)>("dcmi_get_device_health");
     if (!fn.ok()) {
       return fn.status();
@@ -173,6 +191,7 @@ class DlDcmi : public DcmiLibrary {
 
   std::unique_ptr<DlLibrary> lib_;
   const std::string sysfs_root_;
+  std::mutex mu_;  // held for every DCMI call
 };
 
 }  // namespace

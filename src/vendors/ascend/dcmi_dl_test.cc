@@ -124,6 +124,56 @@ TEST(DcmiBindingTest, Maps310PDuoCardsThroughTheMemoryInfoFallback) {
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "2,3");
 }
 
+// An A3 super-pod node: 16 dies in 8 modules, and the super-pod id that
+// DCMI reports through dcmi_get_device_info(DCMI_MAIN_CMD_CHIP_INF,
+// DCMI_CHIP_INF_SUB_CMD_SPOD_INFO), the only way DCMI publishes it.
+TEST(DcmiBindingTest, MapsAnA3SuperPodNodeWithItsSuperPodId) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(16, -1, -1, 0);
+  Product a3(fake, 3);
+  ASSERT_TRUE(a3.ok());
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 16);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  fake.Configure(8, -1, -1, 0);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  ASSERT_EQ(inv.devices.size(), 16u);
+  EXPECT_EQ(inv.devices[0].model, "Ascend910C");
+  EXPECT_EQ(inv.topology.kind, "ascend-910c-x16");
+  EXPECT_EQ(inv.topology.super_node, "7");
+  auto spec =
+      (*driver)->BuildContainerSpec({{inv.devices[14], 0, 0, true}, {inv.devices[15], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "14,15");
+}
+
+// DCMI is not documented as safe to call from two threads at once; the
+// binding serialises discovery and the health poller.
+TEST(DcmiBindingTest, DiscoveryAndHealthPollingDoNotOverlapInTheLibrary) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto overlaps = reinterpret_cast<int (*)()>(fake.Symbol("accelpool_fake_dcmi_overlaps"));
+  ASSERT_NE(overlaps, nullptr);
+  auto driver = Driver("/nonexistent", "", std::chrono::milliseconds(1));
+  ASSERT_TRUE(driver.ok());
+  ASSERT_TRUE((*driver)->Discover().ok());
+  overlaps();
+  {
+    HealthRecorder health(**driver);
+    for (int i = 0; i < 10; ++i) {
+      auto invs = (*driver)->Discover();
+      ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    }
+    EXPECT_TRUE(health.Stop().empty());
+  }
+  EXPECT_EQ(overlaps(), 0) << "two DCMI calls were inside the library at once";
+}
+
 TEST(DcmiBindingTest, NoMemoryQueryIsAClearError) {
   FakeHandle fake(ACCELPOOL_FAKE_DCMI);
   ASSERT_TRUE(fake.ok());

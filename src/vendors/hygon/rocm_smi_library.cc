@@ -31,7 +31,7 @@ constexpr const char* kHint = "check the DCU driver with hy-smi";
 constexpr int kVram = 0;               // RSMI_MEM_TYPE_VRAM
 constexpr int kLinkPcie = 1;           // RSMI_IOLINK_TYPE_PCIEXPRESS
 constexpr int kLinkXgmi = 2;           // RSMI_IOLINK_TYPE_XGMI
-constexpr uint32_t kRenderBase = 128;  // /dev/dri/card<N> pairs renderD<128+N>
+constexpr uint32_t kRenderBase = 128;  // the first DRM render minor
 
 class RocmSmi : public BoundLibrary {
  public:
@@ -91,9 +91,14 @@ class RocmSmi : public BoundLibrary {
     } else {
       d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
     }
+    // The container gets /dev/kfd and this DCU's render node, the node ROCm
+    // opens for compute; /dev/dri/card<N> numbers are not render - 128 when
+    // the host has another DRM device (a BMC's VGA is usually card0).
     uint32_t render = 0;
     if (render_ != nullptr && render_(i, &render) == 0 && render >= kRenderBase) {
-      d.minor = static_cast<int32_t>(render - kRenderBase);
+      d.minor = static_cast<int32_t>(render);
+    } else {
+      d.minor = static_cast<int32_t>(kRenderBase) + index;  // render minors start at 128
     }
     return d;
   }

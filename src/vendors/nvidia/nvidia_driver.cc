@@ -206,7 +206,14 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     } else if (ev->has_value()) {
       last_error.clear();
       const XidEvent& x = **ev;
-      if (IsIgnoredXid(x.xid, options_.extra_ignored_xids)) {
+      const std::string what = x.gpu_lost
+                                   ? std::string("NVML reports a GPU is lost (fell off the bus)")
+                                   : DescribeXid(x.xid);
+      if (x.gpu_lost) {
+        // NVML may answer every wait this way: do not spin.
+        std::this_thread::sleep_for(options_.event_wait);
+      }
+      if (!x.gpu_lost && IsIgnoredXid(x.xid, options_.extra_ignored_xids)) {
         spdlog::info("nvidia: GPU {} reported application {}; device stays healthy", x.device,
                      DescribeXid(x.xid));
       } else {
@@ -223,8 +230,8 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
           unhealthy[i] = Clock::now();
           std::string id = uuid_of(i);
           if (was_healthy && !id.empty()) {
-            spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, DescribeXid(x.xid));
-            sink({core::Vendor::kNvidia, id, false, DescribeXid(x.xid)});
+            spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, what);
+            sink({core::Vendor::kNvidia, id, false, what});
           }
         }
       }

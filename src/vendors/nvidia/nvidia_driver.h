@@ -7,8 +7,9 @@
 //   bridge 30, same NUMA 20, cross-socket 10; plus 100 per NVLink between the
 //   pair (through an NVSwitch: the smaller of the two GPUs' switch links).
 // Health comes from critical XID events; application XIDs (xid.h) are
-// ignored. A device that had an XID becomes healthy again once no XID arrived
-// for `recovery_quiet` and it answers a query.
+// ignored. A wait that answers NVML_ERROR_GPU_IS_LOST (a GPU fell off the
+// bus, NVML does not say which) makes every GPU unhealthy. A device that had an XID becomes healthy
+// again once no XID arrived for `recovery_quiet` and it answers a query.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_NVIDIA_NVIDIA_DRIVER_H_

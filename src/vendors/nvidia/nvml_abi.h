@@ -18,6 +18,7 @@ constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
 constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
 constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
 constexpr unsigned kMaxNvLinks = 18;                       // NVML_NVLINK_MAX_LINKS
+constexpr unsigned kAffinityScopeNode = 0;                 // NVML_AFFINITY_SCOPE_NODE
 
 struct nvmlMemory_t {
   unsigned long long total;  // NOLINT(runtime/int)

@@ -16,6 +16,7 @@ namespace {
 
 using abi::kEventXidCritical;
 using abi::kMaxNvLinks;
+using abi::kNvmlErrorGpuIsLost;
 using abi::kNvmlErrorNotSupported;
 using abi::kNvmlErrorTimeout;
 using abi::kNvmlSuccess;
@@ -25,6 +26,20 @@ using abi::nvmlEventSet_t;
 using abi::nvmlMemory_t;
 using abi::nvmlPciInfo_t;
 using abi::nvmlReturn_t;
+
+constexpr unsigned kAffinityWords = 16;  // 1024 NUMA nodes
+
+int32_t LowestSetBit(const unsigned long* words, unsigned count) {  // NOLINT(runtime/int)
+  constexpr unsigned kBits = 8 * sizeof(words[0]);
+  for (unsigned w = 0; w < count; ++w) {
+    for (unsigned b = 0; b < kBits; ++b) {
+      if ((words[w] >> b) & 1UL) {
+        return static_cast<int32_t>(w * kBits + b);
+      }
+    }
+  }
+  return -1;
+}
 
 class DlNvml : public NvmlLibrary {
  public:
@@ -92,16 +107,23 @@ class DlNvml : public NvmlLibrary {
     nvmlMemory_t m{};
     ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), Sym("DeviceGetMemoryInfo")));
     info.memory_mib = static_cast<int64_t>(m.total / (1024ULL * 1024ULL));
-    auto pci = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(
-        Sym("DeviceGetPciInfo_v3"));
+    // _v3 and _v2 fill nvmlPciInfo_t; the first, unversioned call fills the
+    // older struct, whose only bus id is the 16 bytes busIdLegacy now holds
+    // (the 32-byte busId lies past that struct's end).
+    using PciFn = nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*);
+    bool legacy = false;
+    auto pci = lib_->OptionalSymbol<PciFn>(Sym("DeviceGetPciInfo_v3"));
     if (pci == nullptr) {
-      pci =
-          lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)>(Sym("DeviceGetPciInfo"));
+      pci = lib_->OptionalSymbol<PciFn>(Sym("DeviceGetPciInfo_v2"));
     }
-    nvmlPciInfo_t p{};
-    if (pci != nullptr && pci(*h, &p) == kNvmlSuccess) {
-      p.busId[sizeof(p.busId) - 1] = '\0';
-      info.pci_bus = p.busId;
+    if (pci == nullptr) {
+      pci = lib_->OptionalSymbol<PciFn>(Sym("DeviceGetPciInfo"));
+      legacy = true;
+    }
+    Padded<nvmlPciInfo_t> p;
+    if (pci != nullptr && pci(*h, &p.value) == kNvmlSuccess) {
+      info.pci_bus = legacy ? FixedString(p.value.busIdLegacy, sizeof(p.value.busIdLegacy))
+                            : FixedString(p.value.busId, sizeof(p.value.busId));
     }
     auto minor =
         lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(Sym("DeviceGetMinorNumber"));
@@ -109,12 +131,19 @@ class DlNvml : public NvmlLibrary {
     if (minor != nullptr && minor(*h, &mn) == kNvmlSuccess) {
       info.minor = static_cast<int32_t>(mn);
     }
-    auto numa =
-        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*)>(Sym("DeviceGetNumaNodeId"));
-    unsigned nn = 0;
-    if (numa != nullptr && numa(*h, &nn) == kNvmlSuccess) {
-      info.numa = static_cast<int32_t>(nn);
-    } else {
+    // Locality is the nearest CPU memory node: nvmlDeviceGetMemoryAffinity
+    // (scope NUMA node), else sysfs. Not nvmlDeviceGetNumaNodeId: it names the
+    // GPU's own memory node on platforms where the GPU is one (Grace Hopper),
+    // a node without CPUs, and answers "not supported" elsewhere.
+    auto affinity = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, unsigned long*,
+                                                      unsigned)>(  // NOLINT
+        Sym("DeviceGetMemoryAffinity"));
+    unsigned long nodes[kAffinityWords] = {};  // NOLINT(runtime/int)
+    if (affinity != nullptr &&
+        affinity(*h, kAffinityWords, nodes, abi::kAffinityScopeNode) == kNvmlSuccess) {
+      info.numa = LowestSetBit(nodes, kAffinityWords);
+    }
+    if (info.numa < 0) {
       info.numa = PciNumaNode(info.pci_bus, sysfs_root_);
     }
     auto mig = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*)>(
@@ -218,6 +247,12 @@ class DlNvml : public NvmlLibrary {
     if (r == kNvmlErrorTimeout) {
       return std::optional<XidEvent>();
     }
+    if (r == kNvmlErrorGpuIsLost) {
+      // A GPU fell off the bus; the wait does not say which one.
+      XidEvent lost;
+      lost.gpu_lost = true;
+      return std::optional<XidEvent>(lost);
+    }
     ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("EventSetWait_v2")));
     XidEvent e;
     e.xid = data.eventData;
@@ -230,9 +265,29 @@ class DlNvml : public NvmlLibrary {
     return std::optional<XidEvent>(e);
   }
 
+  // Answers a query, and has no memory rows waiting for a GPU reset: after an
+  // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
+  // rows for remapping, which only a reset applies, while it keeps answering.
   Status Probe(int32_t index) override {
     StatusOr<NvmlDeviceInfo> info = DeviceInfo(index);
-    return info.ok() ? Status::Ok() : info.status();
+    if (!info.ok()) {
+      return info.status();
+    }
+    auto remapped = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*, unsigned*,
+                                                      unsigned*)>(Sym("DeviceGetRemappedRows"));
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    unsigned corrected = 0;
+    unsigned uncorrected = 0;
+    unsigned pending = 0;
+    unsigned failed = 0;
+    if (remapped != nullptr && h.ok() &&
+        remapped(*h, &corrected, &uncorrected, &pending, &failed) == kNvmlSuccess &&
+        (pending != 0 || failed != 0)) {
+      return FailedPreconditionError(
+          std::string(failed != 0 ? "row remapping failed" : "rows are pending remapping") +
+          "; reset the GPU (" + smi_ + " -r) or replace it");
+    }
+    return Status::Ok();
   }
 
  private:

@@ -121,6 +121,101 @@ TEST(NvmlBindingTest, XidHealthIsTwoWay) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// On a coherent platform (Grace Hopper) nvmlDeviceGetNumaNodeId names the
+// GPU's own memory node, which holds no CPUs; locality is the nearest CPU
+// memory node (nvmlDeviceGetMemoryAffinity, else sysfs).
+TEST(NvmlBindingTest, NumaIsTheNearestCpuNodeNotTheGpuMemoryNode) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto numa = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_numa"));
+  ASSERT_NE(numa, nullptr);
+  numa(2);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  numa(1);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  std::vector<int32_t> got;
+  for (const core::Device& d : invs->front().devices) {
+    got.push_back(d.numa);
+  }
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+}
+
+// nvmlEventSetWait_v2 answering NVML_ERROR_GPU_IS_LOST means a GPU fell off
+// the bus without naming it: every GPU is unhealthy until it answers again
+// (as NVIDIA's device plugin treats it), instead of a logged error.
+TEST(NvmlBindingTest, GpuLostWhileWaitingMarksEveryGpuUntilItAnswers) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto lost = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_wait_lost"));
+  ASSERT_NE(lost, nullptr);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  lost(1);
+  health.WaitFor(8);
+  lost(0);
+  health.WaitFor(16);
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 16u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_FALSE(events[i].healthy) << i;
+    EXPECT_NE(events[i].reason.find("GPU is lost"), std::string::npos) << events[i].reason;
+    EXPECT_TRUE(events[i + 8].healthy) << i;
+  }
+}
+
+// A driver without nvmlDeviceGetPciInfo_v3 (or _v2) has only the first
+// nvmlDeviceGetPciInfo, whose struct carries the bus id in its first 16
+// bytes; the newer struct's busId field is past that struct's end.
+TEST(NvmlBindingTest, PciBusFromAnOldDriversFirstPciInfoCall) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML_V1);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML_V1}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  NvidiaDriver driver(std::move(lib).value(), Options());
+  auto invs = driver.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ(invs->front().devices[0].pci_bus, "0000:1B:00.0");
+  EXPECT_EQ(invs->front().devices[7].pci_bus, "0000:DF:00.0");
+}
+
+// XID 48 (double-bit ECC) on a Hopper GPU marks rows for remapping, which
+// takes effect at the next GPU reset: the GPU keeps answering queries, but
+// must stay unhealthy until nvmlDeviceGetRemappedRows says nothing is pending.
+TEST(NvmlBindingTest, GpuWithRowsPendingRemapStaysUnhealthyUntilReset) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto xid = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_xid"));
+  ASSERT_NE(xid, nullptr);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  xid(48, 3);
+  fake.Configure(8, -1, 3, 0);  // GPU 3: XID 48, rows pending remapping
+  health.WaitFor(1);
+  fake.Configure(8, -1, -1, 0);  // no more XIDs; the GPU answers every query
+  EXPECT_FALSE(health.WaitFor(2, std::chrono::milliseconds(400)))
+      << "a GPU waiting for a reset was reported healthy";
+  xid(79, -1);  // the GPU was reset: nothing pending
+  health.WaitFor(2);
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("XID 48"), std::string::npos) << events[0].reason;
+  EXPECT_TRUE(events[1].healthy);
+  EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
+}
+
 TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
   struct Case {
     std::string name;

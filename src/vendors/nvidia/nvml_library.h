@@ -37,10 +37,13 @@ struct NvmlDeviceInfo {
   bool mig_enabled = false;
 };
 
-// One critical XID event; device is the NVML index.
+// One critical XID event; device is the NVML index (-1: not known). gpu_lost:
+// the wait itself answered NVML_ERROR_GPU_IS_LOST (a GPU fell off the bus and
+// NVML does not say which); xid is 0 then.
 struct XidEvent {
   int32_t device = -1;
   uint64_t xid = 0;
+  bool gpu_lost = false;
 };
 
 class NvmlLibrary {
@@ -59,9 +62,11 @@ class NvmlLibrary {
   // Registers every device for critical XID events. kUnimplemented when the
   // driver or device does not support events.
   virtual Status RegisterXidEvents() = 0;
-  // Waits up to timeout_ms for a critical XID. nullopt on timeout.
+  // Waits up to timeout_ms for a critical XID. nullopt on timeout; an event
+  // with gpu_lost when NVML reports a lost GPU instead of an event.
   virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;
-  // A cheap query that succeeds when the device answers (memory info).
+  // Succeeds when the device answers a query (memory info) and has no memory
+  // rows pending remapping or failed to remap (both need a GPU reset).
   virtual Status Probe(int32_t index) = 0;
 };
 using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;

@@ -5,6 +5,7 @@
 #ifndef ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_
 #define ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_
 
+#include <cstdlib>
 #include <cstring>
 
 namespace accelpool_fake {
@@ -16,8 +17,16 @@ struct Control {
   int init_error = 0;     // status the init call returns
 };
 
+// ACCELPOOL_FAKE_COUNT in the environment sets the starting device count, for
+// tests that load a fake into another process (the device plugin binary).
 inline Control& State() {
-  static Control c;
+  static Control c = [] {
+    Control init;
+    if (const char* n = std::getenv("ACCELPOOL_FAKE_COUNT"); n != nullptr) {
+      init.count = std::atoi(n);
+    }
+    return init;
+  }();
   return c;
 }
 

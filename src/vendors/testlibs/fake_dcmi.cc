@@ -8,11 +8,24 @@
 //     query answers DCMI_ERR_CODE_NOT_SUPPORT and the memory-info query
 //     carries the DDR; bus ids illustrative;
 //  2  the 300I Duo on a driver whose memory-info query is not supported
-//     either.
-// Logic id = physical id = chip position; no super pod. Structs come from
-// dcmi_abi.h, laid out as in the public dcmi_interface_api.h; every call
-// checks its card and device ids the way DCMI does.
+//     either;
+//  3  an Atlas 900 A3 SuperPoD node: 8 NPU ids, two 910C dies each ("910_9392",
+//     64 GB HBM per die), in super pod 7 of 48 nodes.
+// Logic id = physical id = chip position. Super-pod membership answers the
+// generic dcmi_get_device_info(DCMI_MAIN_CMD_CHIP_INF, SPOD_INFO) query, as in
+// DCMI (there is no dcmi_get_spod_info); products 0-2 are in no super pod
+// and answer it "not supported". Structs come from dcmi_abi.h, laid out as in
+// the public dcmi_interface_api.h; every call checks its card and device ids
+// the way DCMI does.
+//
+// DCMI is called from one thread at a time by its users; every entry point
+// here notes when it is entered while another call is still inside the
+// library (accelpool_fake_dcmi_overlaps), so tests can check that a binding
+// serialises its calls.
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "fake_control.h"
 #include "vendors/ascend/dcmi_abi.h"
@@ -28,6 +41,7 @@ using abi::dcmi_chip_info;
 using abi::dcmi_get_memory_info_stru;
 using abi::dcmi_hbm_info;
 using abi::dcmi_pcie_info_all;
+using abi::dcmi_spod_info;
 constexpr int kOk = abi::kDcmiOk;
 constexpr int kInvalidParameter = abi::kDcmiInvalidParameter;
 constexpr int kInnerError = abi::kDcmiInnerError;
@@ -45,7 +59,9 @@ struct Product {
   unsigned long long ddr_mb;  // NOLINT(runtime/int)
   int ddr_result;             // what the memory-info query returns
   unsigned pci_device_id;
-  unsigned bus[8];
+  unsigned bus[16];
+  unsigned super_pod_size;  // 0: not in a super pod
+  unsigned super_pod_id;
 };
 
 const Product kProducts[] = {
@@ -58,7 +74,9 @@ const Product kProducts[] = {
      0,
      kOk,
      0xd802,
-     {0xc1, 0xc2, 0x81, 0x82, 0x01, 0x02, 0x41, 0x42}},
+     {0xc1, 0xc2, 0x81, 0x82, 0x01, 0x02, 0x41, 0x42},
+     0,
+     0},
     {{1, 2, 3, 4},
      4,
      2,
@@ -68,7 +86,9 @@ const Product kProducts[] = {
      24576,
      kOk,
      0xd500,
-     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4}},
+     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4},
+     0,
+     0},
     {{1, 2, 3, 4},
      4,
      2,
@@ -78,8 +98,24 @@ const Product kProducts[] = {
      0,
      kNotSupport,
      0xd500,
-     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4}},
+     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4},
+     0,
+     0},
+    {{0, 1, 2, 3, 4, 5, 6, 7},
+     8,
+     2,
+     "910_9392",
+     24,
+     65536,
+     0,
+     kOk,
+     0xd803,
+     {0x9d, 0x9f, 0x99, 0x9b, 0xb9, 0xbb, 0xb5, 0xb7, 0x1d, 0x1f, 0x19, 0x1b, 0x39, 0x3b, 0x35,
+      0x37},
+     48,
+     7},
 };
+constexpr int kProductCount = sizeof(kProducts) / sizeof(kProducts[0]);
 
 const Product* product = &kProducts[0];
 
@@ -99,17 +135,45 @@ void Text(unsigned char* dst, const char* src) {
   CopyString(reinterpret_cast<char*>(dst), 32, src);
 }
 
+std::atomic<int> inside{0};
+std::atomic<int> overlaps{0};
+
+// Marks one call as inside the library for its duration (plus a short stay,
+// so that two unserialised callers meet).
+class InCall {
+ public:
+  InCall() {
+    if (inside.fetch_add(1) > 0) {
+      overlaps.fetch_add(1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ~InCall() { inside.fetch_sub(1); }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+};
+
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_product(int p) {
-  product = &kProducts[p >= 0 && p < 3 ? p : 0];
+  product = &kProducts[p >= 0 && p < kProductCount ? p : 0];
+}
+
+// How many calls were entered while another was inside the library, since
+// the last time this was asked.
+extern "C" __attribute__((visibility("default"))) int accelpool_fake_dcmi_overlaps() {
+  return overlaps.exchange(0);
 }
 
 extern "C" {
-__attribute__((visibility("default"))) int dcmi_init() { return State().init_error; }
+__attribute__((visibility("default"))) int dcmi_init() {
+  InCall in_call;
+  return State().init_error;
+}
 __attribute__((visibility("default"))) int dcmi_get_card_num_list(int* n, int* list, int len) {
+  InCall in_call;
   if (n == nullptr || list == nullptr) return kInvalidParameter;
   const int cards = (State().count + product->chips_per_card - 1) / product->chips_per_card;
   *n = cards < product->card_count ? cards : product->card_count;
@@ -119,12 +183,14 @@ __attribute__((visibility("default"))) int dcmi_get_card_num_list(int* n, int* l
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_num_in_card(int card, int* n) {
+  InCall in_call;
   if (ChipIndex(card, 0) < 0) return kInvalidDeviceId;
   *n = product->chips_per_card;
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_logic_id(int* logic, int card,
                                                                     int device) {
+  InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   *logic = i;
@@ -132,12 +198,14 @@ __attribute__((visibility("default"))) int dcmi_get_device_logic_id(int* logic, 
 }
 __attribute__((visibility("default"))) int dcmi_get_device_phyid_from_logicid(unsigned logic,
                                                                               unsigned* phy) {
+  InCall in_call;
   if (static_cast<int>(logic) >= State().count) return kInvalidDeviceId;
   *phy = logic;
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_chip_info(int card, int device,
                                                                      dcmi_chip_info* info) {
+  InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   std::memset(info, 0, sizeof(*info));
@@ -149,6 +217,7 @@ __attribute__((visibility("default"))) int dcmi_get_device_chip_info(int card, i
 }
 __attribute__((visibility("default"))) int dcmi_get_device_hbm_info(int card, int device,
                                                                     dcmi_hbm_info* hbm) {
+  InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   if (Fails(static_cast<unsigned>(i))) return kInnerError;
@@ -162,6 +231,7 @@ __attribute__((visibility("default"))) int dcmi_get_device_hbm_info(int card, in
 }
 __attribute__((visibility("default"))) int dcmi_get_device_memory_info_v3(
     int card, int device, dcmi_get_memory_info_stru* mem) {
+  InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   if (Fails(static_cast<unsigned>(i))) return kInnerError;
@@ -174,6 +244,7 @@ __attribute__((visibility("default"))) int dcmi_get_device_memory_info_v3(
 }
 __attribute__((visibility("default"))) int dcmi_get_device_pcie_info_v2(int card, int device,
                                                                         dcmi_pcie_info_all* pci) {
+  InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   std::memset(pci, 0, sizeof(*pci));
@@ -182,15 +253,35 @@ __attribute__((visibility("default"))) int dcmi_get_device_pcie_info_v2(int card
   pci->deviceid = product->pci_device_id;
   pci->subdeviceid = 0x0100;
   pci->domain = 0;
-  pci->bdf_busid = product->bus[i % 8];
+  pci->bdf_busid = product->bus[i % 16];
   return kOk;
 }
-// Not in a super pod: the query is not supported on this product.
-__attribute__((visibility("default"))) int dcmi_get_spod_info(int card, int device, void* info) {
-  return ChipIndex(card, device) < 0 ? kInvalidDeviceId : kNotSupport;
+// The generic query; only the super-pod info (DCMI_MAIN_CMD_CHIP_INF,
+// DCMI_CHIP_INF_SUB_CMD_SPOD_INFO) is answered, on a super-pod product.
+__attribute__((visibility("default"))) int dcmi_get_device_info(int card, int device, int main_cmd,
+                                                                unsigned sub_cmd, void* buf,
+                                                                unsigned* size) {
+  InCall in_call;
+  if (ChipIndex(card, device) < 0) return kInvalidDeviceId;
+  if (buf == nullptr || size == nullptr) return kInvalidParameter;
+  if (main_cmd != abi::kDcmiMainCmdChipInf || sub_cmd != abi::kDcmiChipInfSubCmdSpodInfo ||
+      product->super_pod_size == 0) {
+    return kNotSupport;
+  }
+  if (*size < sizeof(dcmi_spod_info)) return kInvalidParameter;
+  dcmi_spod_info info;
+  std::memset(&info, 0, sizeof(info));
+  info.sdid = 0x1000u + static_cast<unsigned>(ChipIndex(card, device));
+  info.super_pod_size = product->super_pod_size;
+  info.super_pod_id = product->super_pod_id;
+  info.server_index = 5;
+  std::memcpy(buf, &info, sizeof(info));
+  *size = sizeof(info);
+  return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_health(int card, int device,
                                                                   unsigned* health) {
+  InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   *health = i == State().fault_device ? 2 : 0;  // 2: major alarm

@@ -6,6 +6,13 @@
 // another GPU; the PCIe path is NODE inside a CPU socket and SYS across.
 // Device handles point into a static table; the event set is a token.
 // Structs come from nvml_abi.h, laid out as in the public nvml.h.
+//
+// NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
+// through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
+// "not supported" (the GPU is not a NUMA node itself). accelpool_fake_nvml_numa
+// switches to a driver that says neither (0), or to a coherent platform (2,
+// Grace Hopper style) where nvmlDeviceGetNumaNodeId names the GPU's own memory
+// node (8 + index), which holds no CPUs.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -41,7 +48,10 @@ unsigned SwitchOfLink(unsigned link) { return link < 5 ? 0 : link < 9 ? 1 : link
 
 int gpus[64];
 int event_set_token = 0;
-bool numa_supported = true;  // false: an older driver without nvmlDeviceGetNumaNodeId
+int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
+bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
+unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
+int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
 
 bool ToIndex(const void* h, unsigned* i) {
   const int* p = static_cast<const int*>(h);
@@ -65,8 +75,20 @@ void FillPci(nvmlPciInfo_t* p, unsigned bus, unsigned device_id) {
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
 
-extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int supported) {
-  numa_supported = supported != 0;
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int mode) {
+  numa_mode = mode;
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
+  wait_lost = lost != 0;
+}
+
+// The XID the faulty device reports (79 unless set), and the GPU whose
+// nvmlDeviceGetRemappedRows says rows are pending remapping (-1: none).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_xid(int xid,
+                                                                               int pending) {
+  fault_xid = static_cast<unsigned long long>(xid);  // NOLINT(runtime/int)
+  remap_pending = pending;
 }
 
 extern "C" {
@@ -122,12 +144,33 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void* h, nvml
   m->free = m->total - m->used;
   return kSuccess;
 }
+#ifndef ACCELPOOL_FAKE_NVML_V1_PCI
 __attribute__((visibility("default"))) int nvmlDeviceGetPciInfo_v3(void* h, nvmlPciInfo_t* p) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
   FillPci(p, kGpuBus[i % 8], 0x233510de);
   return kSuccess;
 }
+#else
+// Built as fake_nvidia_ml_v1: a driver that exports only the first
+// nvmlDeviceGetPciInfo, whose struct (nvml.h before the _v2 struct) starts
+// with a 16-byte busId in the legacy spelling and ends in four reserved
+// words where the newer struct has its 32-byte busId.
+struct PciInfoV1 {
+  char busId[16];
+  unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+  unsigned reserved0, reserved1, reserved2, reserved3;
+};
+__attribute__((visibility("default"))) int nvmlDeviceGetPciInfo(void* h, PciInfoV1* p) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  std::memset(p, 0, sizeof(*p));
+  p->bus = kGpuBus[i % 8];
+  p->pciDeviceId = 0x233510de;
+  std::snprintf(p->busId, sizeof(p->busId), "0000:%02X:00.0", p->bus);
+  return kSuccess;
+}
+#endif
 __attribute__((visibility("default"))) int nvmlDeviceGetMinorNumber(void* h, unsigned* minor) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
@@ -137,8 +180,33 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMinorNumber(void* h, uns
 __attribute__((visibility("default"))) int nvmlDeviceGetNumaNodeId(void* h, unsigned* node) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
-  if (!numa_supported) return kNotSupported;
-  *node = i < 4 ? 0 : 1;
+  if (numa_mode != 2) return kNotSupported;
+  *node = 8 + i;  // the GPU's own memory node on a coherent platform
+  return kSuccess;
+}
+// NVML_AFFINITY_SCOPE_NODE (0): the NUMA nodes nearest to the GPU, as a bitmask.
+__attribute__((visibility("default"))) int nvmlDeviceGetMemoryAffinity(
+    void* h, unsigned size, unsigned long* set, unsigned scope) {  // NOLINT(runtime/int)
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || set == nullptr || size == 0) return kInvalidArgument;
+  if (numa_mode == 0 || scope != 0) return kNotSupported;
+  std::memset(set, 0, size * sizeof(*set));
+  set[0] = 1UL << (i < 4 ? 0 : 1);
+  return kSuccess;
+}
+// Row remapping (Ampere and newer): an uncorrectable error marks rows for
+// remapping, which takes effect at the next GPU reset.
+__attribute__((visibility("default"))) int nvmlDeviceGetRemappedRows(void* h, unsigned* corr,
+                                                                     unsigned* unc,
+                                                                     unsigned* pending,
+                                                                     unsigned* failure) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  const bool p = static_cast<int>(i) == remap_pending;
+  *corr = 0;
+  *unc = p ? 1 : 0;
+  *pending = p ? 1 : 0;
+  *failure = 0;
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* h, unsigned* current,
@@ -182,17 +250,22 @@ __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
   if (!ToIndex(h, &i) || set != &event_set_token) return kInvalidArgument;
   return (types & kXidCritical) != 0 ? kSuccess : kNotSupported;
 }
-// A faulty device reports XID 79 (fallen off the bus) on every wait.
+// A faulty device reports XID 79 (fallen off the bus; see
+// accelpool_fake_nvml_xid) on every wait.
 __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEventData_t* data,
                                                                unsigned timeout_ms) {
   if (set != &event_set_token) return kInvalidArgument;
+  if (wait_lost) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return kGpuIsLost;
+  }
   const int fault = State().fault_device;
   if (fault >= 0 && Valid(static_cast<unsigned>(fault))) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::memset(data, 0, sizeof(*data));
     data->device = reinterpret_cast<nvmlDevice_t>(&gpus[fault]);
     data->eventType = kXidCritical;
-    data->eventData = 79;
+    data->eventData = fault_xid;
     data->gpuInstanceId = 0xffffffffu;
     data->computeInstanceId = 0xffffffffu;
     return kSuccess;

@@ -1,18 +1,28 @@
 #include "vendors/thead/hgml_library.h"
 
+#include <mutex>
 #include <utility>
 
 namespace accelpool::vendors::thead {
 namespace {
 
+// HGML's thread safety is not published (NVML's is): every call is made
+// under one lock, so discovery and the health poller never overlap in it.
 class Hgml : public DeviceLibrary {
  public:
   explicit Hgml(nvidia::NvmlLibraryPtr lib) : lib_(std::move(lib)) {}
 
   std::string_view LibraryName() const override { return "HGML"; }
-  Status Init() override { return lib_->Init(); }
-  StatusOr<int32_t> Count() override { return lib_->DeviceCount(); }
+  Status Init() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lib_->Init();
+  }
+  StatusOr<int32_t> Count() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lib_->DeviceCount();
+  }
   StatusOr<LibraryDevice> Device(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
     StatusOr<nvidia::NvmlDeviceInfo> info = lib_->DeviceInfo(index);
     if (!info.ok()) {
       return info.status();
@@ -30,6 +40,7 @@ class Hgml : public DeviceLibrary {
     return UnimplementedError("PPUs are all joined by ICN; the profile's levels apply");
   }
   StatusOr<bool> Healthy(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
     Status st = lib_->Probe(index);
     if (!st.ok()) {
       return st;
@@ -39,6 +50,7 @@ class Hgml : public DeviceLibrary {
 
  private:
   nvidia::NvmlLibraryPtr lib_;
+  std::mutex mu_;  // held for every HGML call
 };
 
 }  // namespace

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
 #include "vendors/library_driver.h"
 #include "vendors/library_specs.h"
 #include "vendors/test_util.h"
@@ -68,6 +73,56 @@ TEST(HgmlLibraryTest, MapsA16PpuNodeThroughTheSharedDriver) {
   auto spec = d.BuildContainerSpec({{inv.devices[3], 0, 0, true}, {inv.devices[9], 0, 0, true}});
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->env.at("CUDA_VISIBLE_DEVICES"), "0,1");
+}
+
+// Counts calls that enter while another is still inside (HGML's thread
+// safety is not published, unlike NVML's).
+class CountingHgml : public FakeHgml {
+ public:
+  explicit CountingHgml(std::shared_ptr<std::atomic<int>> overlaps)
+      : overlaps_(std::move(overlaps)) {}
+  StatusOr<int32_t> DeviceCount() override {
+    InCall c(this);
+    return FakeHgml::DeviceCount();
+  }
+  StatusOr<nvidia::NvmlDeviceInfo> DeviceInfo(int32_t i) override {
+    InCall c(this);
+    return FakeHgml::DeviceInfo(i);
+  }
+  Status Probe(int32_t i) override {
+    InCall c(this);
+    return FakeHgml::Probe(i);
+  }
+
+ private:
+  struct InCall {
+    explicit InCall(CountingHgml* h) : h_(h) {
+      if (h_->inside_.fetch_add(1) > 0) {
+        h_->overlaps_->fetch_add(1);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ~InCall() { h_->inside_.fetch_sub(1); }
+    CountingHgml* h_;
+  };
+  std::atomic<int> inside_{0};
+  std::shared_ptr<std::atomic<int>> overlaps_;
+};
+
+TEST(HgmlLibraryTest, DiscoveryAndHealthPollingDoNotOverlapInTheLibrary) {
+  auto overlaps = std::make_shared<std::atomic<int>>(0);
+  LibraryDriverSpec spec = TheadSpec();
+  spec.health_poll = std::chrono::milliseconds(1);
+  LibraryDriver d(HgmlDeviceLibrary(std::make_unique<CountingHgml>(overlaps)), spec, "n");
+  ASSERT_TRUE(d.Discover().ok());
+  {
+    vendors::testing::HealthRecorder health(d);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(d.Discover().ok());
+    }
+    EXPECT_TRUE(health.Stop().empty());
+  }
+  EXPECT_EQ(overlaps->load(), 0) << "two HGML calls were inside the library at once";
 }
 
 TEST(HgmlLibraryTest, ErrorsMidDiscoveryAndAbsentLibrary) {
