@@ -27,7 +27,8 @@ bool NodeExists(const std::string& device_root, const std::string& path) {
 
 StatusOr<ContainerSpec> GenericContainerSpec(
     const VendorTraits& traits, const std::vector<GrantedDevice>& grants,
-    const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root) {
+    const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root,
+    const std::function<std::vector<std::string>(const core::Device&)>& nodes_of) {
   ContainerSpec spec;
   for (const std::string& node : traits.shared_nodes) {
     if (NodeExists(device_root, node)) {
@@ -41,8 +42,13 @@ StatusOr<ContainerSpec> GenericContainerSpec(
       minor = g.device.index;
     }
     minors.push_back(minor);
-    for (const std::string& pattern : traits.device_nodes) {
-      std::string path = ReplaceMinor(pattern, minor);
+    std::vector<std::string> paths = nodes_of ? nodes_of(g.device) : std::vector<std::string>{};
+    if (paths.empty()) {
+      for (const std::string& pattern : traits.device_nodes) {
+        paths.push_back(ReplaceMinor(pattern, minor));
+      }
+    }
+    for (const std::string& path : paths) {
       if (!NodeExists(device_root, path)) {
         return FailedPreconditionError(
             "device node " + path + " of device " + g.device.id + " does not exist" +

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -39,6 +40,10 @@ struct LibraryDevice {
   std::string pci_bus;  // "0000:3b:00.0"
   int32_t numa = -1;
   int32_t minor = -1;  // device node number; -1: the index
+  // The device's own nodes when the library (or sysfs) names them, e.g. the
+  // DRM card and render nodes of its PCI function; they replace the vendor's
+  // "{minor}" patterns. Empty: the patterns.
+  std::vector<std::string> nodes;
   int32_t compute_units = 0;
 };
 

@@ -121,8 +121,9 @@ using VendorDriverPtr = std::unique_ptr<VendorDriver>;
 
 // The spec every vendor shares: the traits' device nodes (with "{minor}"
 // replaced by the device's minor number from `minor_of`, or its index when
-// that returns -1), the shared control nodes that exist, and the visible
-// devices env. Used by drivers; vendors add their own extras.
+// that returns -1; or, where `nodes_of` names a device's own nodes, those
+// instead), the shared control nodes that exist, and the visible devices env.
+// Used by drivers; vendors add their own extras.
 //
 // Existence is checked at `device_root` + path ("" checks the paths as this
 // process sees them; the chart mounts the host's /dev at /dev). A shared
@@ -133,7 +134,8 @@ using VendorDriverPtr = std::unique_ptr<VendorDriver>;
 // device's own node does not exist: that container cannot use the device.
 StatusOr<ContainerSpec> GenericContainerSpec(
     const VendorTraits& traits, const std::vector<GrantedDevice>& grants,
-    const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root);
+    const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root,
+    const std::function<std::vector<std::string>(const core::Device&)>& nodes_of = nullptr);
 
 }  // namespace accelpool::vendors
 

@@ -154,6 +154,50 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
   }
 }
 
+// A MetaX GPU's DRM nodes are the ones sysfs lists for its PCI function: on a
+// server whose BMC VGA registered as card0, GPU n is card<n+1> (its render
+// node has no such offset), so /dev/dri/card<n> would be another GPU.
+TEST(LibraryBindingsTest, MetaxDeviceNodesComeFromSysfsNotTheIndex) {
+  const Binding& b = Find("MX-SML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok()) << dlerror();
+  fake.Configure(8, -1, -1, 0);
+  FakeSysfs sysfs;
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kMetax, 9);  // card0 (the BMC) .. card8
+  for (int i = 128; i < 136; ++i) dev.Add("/dev/dri/renderD" + std::to_string(i));
+  auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::vector<core::Device> devices = invs->front().devices;
+  ASSERT_EQ(devices.size(), 8u);
+  auto nodes = [&](const core::Device& d) {
+    auto spec = (*driver)->BuildContainerSpec({{d, 0, 0, true}});
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    std::vector<std::string> out;
+    for (const DeviceNode& n : spec.ok() ? spec->devices : std::vector<DeviceNode>{}) {
+      if (n.host_path.rfind("/dev/dri/", 0) == 0) out.push_back(n.host_path);
+    }
+    return out;
+  };
+  // Without sysfs entries: the index, as before.
+  EXPECT_EQ(nodes(devices[3]), std::vector<std::string>{"/dev/dri/card3"});
+
+  for (size_t i = 0; i < devices.size(); ++i) {
+    sysfs.Drm(devices[i].pci_bus,
+              {"card" + std::to_string(i + 1), "renderD" + std::to_string(128 + i),
+               "controlD" + std::to_string(64 + i)});
+  }
+  invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ(nodes(devices[3]), (std::vector<std::string>{"/dev/dri/card4", "/dev/dri/renderD131"}));
+  EXPECT_EQ(nodes(devices[0]), (std::vector<std::string>{"/dev/dri/card1", "/dev/dri/renderD128"}));
+  auto spec = (*driver)->BuildContainerSpec({{devices[3], 0, 0, true}});
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->env.at("MACA_VISIBLE_DEVICES"), "3");  // MX-SML's index, not the DRM number
+}
+
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
   const Binding& b = Find("MTML");
   FakeHandle fake(b.fake_path);
@@ -279,6 +323,11 @@ TEST(LibraryUtilTest, PciBusSpellingsAndBitmasks) {
   EXPECT_EQ(PciNumaNode("00000000:3B:00.0", sysfs.root()), 3);
   EXPECT_EQ(PciNumaNode("0000:3c:00.0", sysfs.root()), -1);
   EXPECT_EQ(PciNumaNode("0000:3d:00.0", sysfs.root()), -1);
+  sysfs.Drm("0000:3b:00.0", {"renderD130", "card2", "controlD66", "cardx", "version"});
+  EXPECT_EQ(PciDrmNodes("0000:3B:00.0", sysfs.root()),
+            (std::vector<std::string>{"/dev/dri/card2", "/dev/dri/renderD130"}));
+  EXPECT_TRUE(PciDrmNodes("0000:3c:00.0", sysfs.root()).empty());
+  EXPECT_TRUE(PciDrmNodes("not a bus", sysfs.root()).empty());
   const char unterminated[4] = {'a', 'b', 'c', 'd'};
   EXPECT_EQ(FixedString(unterminated, sizeof(unterminated)), "abcd");
 }

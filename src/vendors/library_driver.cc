@@ -59,6 +59,7 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
   inv.vendor = spec_.vendor;
   std::vector<std::string> ids;
   std::map<std::string, int32_t> minors;
+  std::map<std::string, std::vector<std::string>> nodes;
   std::set<std::string> seen;
   for (int32_t i = 0; i < *count; ++i) {
     StatusOr<LibraryDevice> ld = library_->Device(i);
@@ -84,6 +85,9 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
     d.max_shares = std::max(1, TraitsFor(spec_.vendor).default_max_shares);
     ids.push_back(d.id);
     minors[d.id] = ld->minor;
+    if (!ld->nodes.empty()) {
+      nodes[d.id] = ld->nodes;
+    }
     inv.devices.push_back(std::move(d));
   }
   if (inv.devices.empty()) {
@@ -117,6 +121,7 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
   std::lock_guard<std::mutex> lock(mu_);
   ids_ = std::move(ids);
   minors_ = std::move(minors);
+  nodes_ = std::move(nodes);
   return std::vector<core::NodeInventory>{std::move(inv)};
 }
 
@@ -155,9 +160,11 @@ Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) 
 StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(
     const std::vector<GrantedDevice>& grants) const {
   std::map<std::string, int32_t> minors;
+  std::map<std::string, std::vector<std::string>> nodes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     minors = minors_;
+    nodes = nodes_;
   }
   for (const GrantedDevice& g : grants) {
     if (minors.find(g.device.id) == minors.end()) {
@@ -167,7 +174,11 @@ StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(
   }
   return GenericContainerSpec(
       TraitsFor(spec_.vendor), grants, [&minors](const core::Device& d) { return minors.at(d.id); },
-      spec_.device_root);
+      spec_.device_root,
+      [&nodes](const core::Device& d) {
+        auto it = nodes.find(d.id);
+        return it == nodes.end() ? std::vector<std::string>{} : it->second;
+      });
 }
 
 }  // namespace accelpool::vendors

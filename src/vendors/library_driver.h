@@ -65,6 +65,7 @@ class LibraryDriver : public VendorDriver {
   bool initialized_ = false;               // guarded by mu_
   std::vector<std::string> ids_;           // by library index; guarded by mu_
   std::map<std::string, int32_t> minors_;  // guarded by mu_
+  std::map<std::string, std::vector<std::string>> nodes_;  // LibraryDevice::nodes; by mu_
 };
 
 }  // namespace accelpool::vendors

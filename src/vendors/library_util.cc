@@ -1,7 +1,12 @@
 #include "vendors/library_util.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 namespace accelpool::vendors {
 
@@ -43,6 +48,32 @@ int32_t PciNumaNode(const std::string& pci_bus, const std::string& sysfs_root) {
     return -1;
   }
   return node;
+}
+
+std::vector<std::string> PciDrmNodes(const std::string& pci_bus, const std::string& sysfs_root) {
+  const std::string bus = NormalizePciBus(pci_bus);
+  if (bus.empty()) {
+    return {};
+  }
+  std::vector<std::pair<int, std::string>> found;  // (order, path)
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           std::filesystem::path(sysfs_root) / "bus/pci/devices" / bus / "drm", ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const auto& [prefix, order] : {std::pair<std::string_view, int>{"card", 0},
+                                        std::pair<std::string_view, int>{"renderD", 1}}) {
+      if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+          name.find_first_not_of("0123456789", prefix.size()) == std::string::npos) {
+        found.emplace_back(order, "/dev/dri/" + name);
+      }
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [order, path] : found) {
+    out.push_back(std::move(path));
+  }
+  return out;
 }
 
 std::string FixedString(const char* buf, size_t size) {

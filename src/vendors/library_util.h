@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "vendors/device_library.h"
@@ -29,6 +30,14 @@ std::string NormalizePciBus(std::string_view bus);
 // The NUMA node of a PCI device from <sysfs_root>/bus/pci/devices/<bus>/numa_node;
 // -1 when the file is absent, unreadable or says -1.
 int32_t PciNumaNode(const std::string& pci_bus, const std::string& sysfs_root = "/sys");
+
+// The DRM nodes of PCI function `pci_bus` as sysfs lists them
+// (<sysfs_root>/bus/pci/devices/<bus>/drm/cardN and renderDN), as /dev/dri
+// paths, the card first. Empty when sysfs lists none. The numbers are the
+// kernel's: another DRM device (a server's BMC VGA is often card0) shifts
+// them, so they cannot be derived from the device's index.
+std::vector<std::string> PciDrmNodes(const std::string& pci_bus,
+                                     const std::string& sysfs_root = "/sys");
 
 // The text of a fixed-size C char buffer, up to its first NUL or its end.
 std::string FixedString(const char* buf, size_t size);

@@ -94,6 +94,14 @@ class FakeSysfs {
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "numa_node") << node << "\n";
   }
+  // DRM entries (cardN, renderDN, ...) under the function's drm/ folder.
+  void Drm(const std::string& bus, const std::vector<std::string>& names) const {
+    const std::filesystem::path dir =
+        std::filesystem::path(root_) / "bus/pci/devices" / bus / "drm";
+    for (const std::string& n : names) {
+      std::filesystem::create_directories(dir / n);
+    }
+  }
   const std::string& root() const { return root_; }
 
  private:

@@ -94,6 +94,9 @@ class Mxsml : public BoundLibrary {
     if (d.numa < 0) {
       d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
     }
+    // /dev/dri/card<index> would be another device's node wherever a BMC's
+    // VGA (or another GPU) registered with DRM first.
+    d.nodes = PciDrmNodes(d.pci_bus, sysfs_root_);
     return d;
   }
 
