@@ -960,6 +960,35 @@ TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
   EXPECT_GE(free_run.share, 0.8) << "without a limit the fake device stays busy";
 }
 
+// NVIDIA's cuda.bindings (12.9-13.x) asks cuGetProcAddress for each entry at
+// the version of its default ABI, whatever the stream mode, with a NULL
+// status pointer: cuLaunchKernel at 4000 with per-thread default streams
+// (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1), which is below the _ptsz
+// ABI (7000). Whatever pointer the driver hands out for that is a launch
+// entry point and must be throttled, and every allocation path still capped.
+TEST(ShimTest, EntriesAskedAtTheirFirstAbiVersionAreHookedInEitherStreamMode) {
+  SKIP_UNDER_SANITIZER();
+  const int millis = 1000;
+  const int kernel_us = 1000;
+  const double slack = (0.25 * 50.0 + 2.0 * kernel_us / 1000.0) / millis;
+  for (const char* path : {"procaddr_abi", "procaddr_abi_ptds"}) {
+    SCOPED_TRACE(path);
+    for (const char* api : {"kernel", "ex", "coop", "graph"}) {
+      SCOPED_TRACE(api);
+      LaunchFigures f =
+          RunLaunch(path, api, kernel_us, millis, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
+      EXPECT_LE(f.share, 0.25 + slack);
+      EXPECT_GE(f.share, 0.10) << "throttled, not starved";
+    }
+    for (const char* api : {"alloc", "async", "vmm"}) {
+      SCOPED_TRACE(api);
+      auto kv = MustRun({path, "fill", api, std::to_string(64 * kMiB)},
+                        {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+      EXPECT_EQ(U(kv, "allocated"), 1024 * kMiB);
+    }
+  }
+}
+
 TEST(ShimTest, ComputeShareHoldsWhenHalfTheMeasurementsSpanAnotherContext) {
   SKIP_UNDER_SANITIZER();
   // The fake puts another context's time-slice (2x the kernel) before half

@@ -110,13 +110,11 @@ ACCELPOOL_UNINSTRUMENTED const SymbolInfo* FindExported(const char* name) {
 const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, uint64_t flags) {
   bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   const SymbolInfo* best = nullptr;
-  const SymbolInfo* fallback = nullptr;  // Default-stream entry when no _ptsz exists.
-  bool has_ptsz = false;
+  const SymbolInfo* fallback = nullptr;  // Default-stream entry of that version.
   for (const SymbolInfo& s : kSymbols) {
     if (s.base == nullptr || base != s.base) {
       continue;
     }
-    has_ptsz = has_ptsz || s.per_thread_stream;
     if (cuda_version < s.min_version || cuda_version >= s.max_version) {
       continue;
     }
@@ -129,9 +127,12 @@ const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, ui
   if (best != nullptr) {
     return best;
   }
-  // A per-thread request for a function without a _ptsz variant gets the
-  // plain one; a per-thread request below the _ptsz minimum passes through.
-  return has_ptsz ? nullptr : fallback;
+  // A per-thread request for a function without a _ptsz variant, or below
+  // its _ptsz version (NVIDIA's cuda.bindings asks cuLaunchKernel at 4000
+  // with the per-thread flag), maps to the default entry of that version.
+  // Every hooked _ptsz entry shares its default entry's signature, and
+  // BindHook finds the stream mode of an exported pointer by its slot.
+  return fallback;
 }
 
 bool IsGraph(HookId id) {

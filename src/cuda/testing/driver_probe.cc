@@ -4,8 +4,10 @@
 // It reaches the driver the way real programs do, chosen by the first
 // argument: "direct" (linked calls), "dlsym" (dlopen + dlsym, like the CUDA
 // runtime of old), "procaddr" (cuGetProcAddress_v2, like CUDA 12/13
-// runtimes), "procaddr_ptds" (the same with per-thread default streams) and
-// "procaddr_v1" (the CUDA 11 cuGetProcAddress). Results are printed as
+// runtimes), "procaddr_ptds" (the same with per-thread default streams),
+// "procaddr_abi" and "procaddr_abi_ptds" (each entry asked at the version of
+// its default ABI, with no status pointer, as NVIDIA's cuda.bindings does)
+// and "procaddr_v1" (the CUDA 11 cuGetProcAddress). Results are printed as
 // key=value lines for the test to parse.
 //
 // Commands:
@@ -138,21 +140,27 @@ void* Driver() {
   return g_driver;
 }
 
+// `abi`: the version of the entry's default ABI (cudaTypedefs.h), which
+// the procaddr_abi modes ask for, as NVIDIA's cuda.bindings does.
 template <typename T>
-void Get(T* out, const std::string& mode, const char* exported, const char* base,
-         int version) {  // NOLINT: version is adjusted per mode.
+void Get(T* out, const std::string& mode, const char* exported, const char* base, int version,
+         int abi) {  // NOLINT: version is adjusted per mode.
   void* p = nullptr;
   if (mode == "dlsym") {
     p = dlsym(Driver(), exported);
-  } else if (mode == "procaddr" || mode == "procaddr_ptds" || mode == "procaddr13") {
+  } else if (mode == "procaddr" || mode == "procaddr_ptds" || mode == "procaddr13" ||
+             mode == "procaddr_abi" || mode == "procaddr_abi_ptds") {
     if (mode == "procaddr13") {
       version = 13000;
+    } else if (mode == "procaddr_abi" || mode == "procaddr_abi_ptds") {
+      version = abi;
     }
     auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
-    CUdriverProcAddressQueryResult status;
-    cuuint64_t flags = mode == "procaddr_ptds" ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                               : CU_GET_PROC_ADDRESS_DEFAULT;
-    if (gpa == nullptr || gpa(base, &p, version, flags, &status) != CUDA_SUCCESS) {
+    bool ptds = mode == "procaddr_ptds" || mode == "procaddr_abi_ptds";
+    cuuint64_t flags =
+        ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    // cuda.bindings passes no status pointer: it is optional.
+    if (gpa == nullptr || gpa(base, &p, version, flags, nullptr) != CUDA_SUCCESS) {
       p = nullptr;
     }
   } else if (mode == "procaddr_v1") {
@@ -181,42 +189,43 @@ Api Load(const std::string& mode) {
     return a;
   }
   const int v = 12080;
-  Get(&a.alloc, mode, "cuMemAlloc_v2", "cuMemAlloc", v);
-  Get(&a.pitch, mode, "cuMemAllocPitch_v2", "cuMemAllocPitch", v);
-  Get(&a.managed, mode, "cuMemAllocManaged", "cuMemAllocManaged", v);
-  Get(&a.free, mode, "cuMemFree_v2", "cuMemFree", v);
-  Get(&a.array_create, mode, "cuArrayCreate_v2", "cuArrayCreate", v);
-  Get(&a.array_destroy, mode, "cuArrayDestroy", "cuArrayDestroy", v);
-  Get(&a.alloc_async, mode, "cuMemAllocAsync", "cuMemAllocAsync", v);
-  Get(&a.alloc_pool, mode, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", v);
-  Get(&a.free_async, mode, "cuMemFreeAsync", "cuMemFreeAsync", v);
-  Get(&a.create, mode, "cuMemCreate", "cuMemCreate", v);
-  Get(&a.release, mode, "cuMemRelease", "cuMemRelease", v);
-  Get(&a.map, mode, "cuMemMap", "cuMemMap", v);
-  Get(&a.unmap, mode, "cuMemUnmap", "cuMemUnmap", v);
-  Get(&a.ipc_open, mode, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", v);
-  Get(&a.ipc_close, mode, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", v);
-  Get(&a.get_info, mode, "cuMemGetInfo_v2", "cuMemGetInfo", v);
-  Get(&a.total_mem, mode, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", v);
+  Get(&a.alloc, mode, "cuMemAlloc_v2", "cuMemAlloc", v, 3020);
+  Get(&a.pitch, mode, "cuMemAllocPitch_v2", "cuMemAllocPitch", v, 3020);
+  Get(&a.managed, mode, "cuMemAllocManaged", "cuMemAllocManaged", v, 6000);
+  Get(&a.free, mode, "cuMemFree_v2", "cuMemFree", v, 3020);
+  Get(&a.array_create, mode, "cuArrayCreate_v2", "cuArrayCreate", v, 3020);
+  Get(&a.array_destroy, mode, "cuArrayDestroy", "cuArrayDestroy", v, 2000);
+  Get(&a.alloc_async, mode, "cuMemAllocAsync", "cuMemAllocAsync", v, 11020);
+  Get(&a.alloc_pool, mode, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", v, 11020);
+  Get(&a.free_async, mode, "cuMemFreeAsync", "cuMemFreeAsync", v, 11020);
+  Get(&a.create, mode, "cuMemCreate", "cuMemCreate", v, 10020);
+  Get(&a.release, mode, "cuMemRelease", "cuMemRelease", v, 10020);
+  Get(&a.map, mode, "cuMemMap", "cuMemMap", v, 10020);
+  Get(&a.unmap, mode, "cuMemUnmap", "cuMemUnmap", v, 10020);
+  Get(&a.ipc_open, mode, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", v, 11000);
+  Get(&a.ipc_close, mode, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", v, 4010);
+  Get(&a.get_info, mode, "cuMemGetInfo_v2", "cuMemGetInfo", v, 3020);
+  Get(&a.total_mem, mode, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", v, 3020);
   bool ptds = mode == "procaddr_ptds";
-  Get(&a.launch, mode, ptds ? "cuLaunchKernel_ptsz" : "cuLaunchKernel", "cuLaunchKernel", v);
+  Get(&a.launch, mode, ptds ? "cuLaunchKernel_ptsz" : "cuLaunchKernel", "cuLaunchKernel", v, 4000);
   Get(&a.launch_ex, mode, ptds ? "cuLaunchKernelEx_ptsz" : "cuLaunchKernelEx", "cuLaunchKernelEx",
-      v);
-  Get(&a.launch_coop, mode, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", v);
-  Get(&a.graph_launch, mode, "cuGraphLaunch", "cuGraphLaunch", v);
-  Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v);
-  Get(&a.pool_trim, mode, "cuMemPoolTrimTo", "cuMemPoolTrimTo", v);
-  Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v);
-  Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v);
-  Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v);
-  Get(&a.ipc_get, mode, "cuIpcGetMemHandle", "cuIpcGetMemHandle", v);
-  // From CUDA 12 "cuGraphInstantiate" is the WithFlags ABI.
-  Get(&a.graph_instantiate, mode, "cuGraphInstantiateWithFlags", "cuGraphInstantiate", v);
+      v, 11060);
+  Get(&a.launch_coop, mode, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", v, 9000);
+  Get(&a.graph_launch, mode, "cuGraphLaunch", "cuGraphLaunch", v, 10000);
+  Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v, 2000);
+  Get(&a.pool_trim, mode, "cuMemPoolTrimTo", "cuMemPoolTrimTo", v, 11020);
+  Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v, 11020);
+  Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v, 5000);
+  Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v, 5000);
+  Get(&a.ipc_get, mode, "cuIpcGetMemHandle", "cuIpcGetMemHandle", v, 4010);
+  // From CUDA 12 "cuGraphInstantiate" is the WithFlags ABI. (cuda.bindings
+  // asks it at 11040, where which ABI a real driver returns is unverified.)
+  Get(&a.graph_instantiate, mode, "cuGraphInstantiateWithFlags", "cuGraphInstantiate", v, 12000);
   Get(&a.graph_instantiate_params, mode, "cuGraphInstantiateWithParams",
-      "cuGraphInstantiateWithParams", v);
-  Get(&a.graph_upload, mode, "cuGraphUpload", "cuGraphUpload", v);
-  Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v);
-  Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v);
+      "cuGraphInstantiateWithParams", v, 12000);
+  Get(&a.graph_upload, mode, "cuGraphUpload", "cuGraphUpload", v, 11010);
+  Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v, 10000);
+  Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v, 11040);
   return a;
 }
 
@@ -1102,8 +1111,11 @@ int Nvml() {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <direct|dlsym|procaddr|procaddr_ptds|procaddr_v1> <command> "
-                         "[args]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s <direct|dlsym|procaddr|procaddr_ptds|procaddr_abi|procaddr_abi_ptds|"
+                 "procaddr_v1> <command> "
+                 "[args]\n",
+                 argv[0]);
     return 2;
   }
   if (const char* fail = std::getenv("FAKECUDA_FAIL")) {
