@@ -130,8 +130,9 @@ enum : int {
   CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
   CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
   CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
-  // Where the pool's memory lives (int each). Newer drivers (CUDA 13) answer
-  // these; older ones refuse the query.
+  // Where the pool's memory lives (int each). Newer than CUDA 13.0's cuda.h,
+  // which ends the enum at USED_MEM_HIGH (8): drivers that predate them refuse
+  // the query (accounting.cc then uses what cuMemPoolCreate was given).
   CU_MEMPOOL_ATTR_LOCATION_ID = 11,
   CU_MEMPOOL_ATTR_LOCATION_TYPE = 12,
 };
@@ -226,6 +227,7 @@ typedef CUresult (*cuDeviceGetMemPoolFn)(CUmemoryPool*, CUdevice);
 typedef CUresult (*cuMemPoolGetAttributeFn)(CUmemoryPool, int, void*);
 typedef CUresult (*cuMemPoolTrimToFn)(CUmemoryPool, size_t);
 typedef CUresult (*cuMemPoolDestroyFn)(CUmemoryPool);
+typedef CUresult (*cuMemPoolCreateFn)(CUmemoryPool*, const CUmemPoolProps*);
 typedef CUresult (*cuLaunchKernelFn)(CUfunction, unsigned int, unsigned int, unsigned int,
                                      unsigned int, unsigned int, unsigned int, unsigned int,
                                      CUstream, void**, void**);

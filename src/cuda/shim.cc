@@ -38,7 +38,7 @@ __attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
 alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
-constexpr int kTables = 6;
+constexpr int kTables = 7;
 alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
 ACCELPOOL_UNINSTRUMENTED void ResolveRealDlsym() {
@@ -151,7 +151,8 @@ void ChildAfterFork() {
     s.graph_idle_claimed[d] = 0;
   }
   s.slot = -1;
-  for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs}) {
+  for (AllocTable* t :
+       {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs, s.pool_homes}) {
     if (t != nullptr) {
       t->Clear();
     }
@@ -193,8 +194,8 @@ void InitOnce() {
     }
     if (ok) {
       s.region = region;
-      AllocTable** tables[kTables] = {&s.pointers, &s.arrays,   &s.vmm_handles,
-                                      &s.vmm_maps, &s.ipc, &s.graph_execs};
+      AllocTable** tables[kTables] = {&s.pointers, &s.arrays,      &s.vmm_handles, &s.vmm_maps,
+                                      &s.ipc,      &s.graph_execs, &s.pool_homes};
       for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }

@@ -115,6 +115,8 @@ struct ShimState {
   AllocTable* graph_execs = nullptr;  // Executable graphs with memory nodes (hooks_graph.cc):
                                       // bytes = the sum of their allocations, device (or
                                       // kGraphMultiDevice), link = graph_epoch when mapped.
+  AllocTable* pool_homes = nullptr;   // Pools created through the shim: device = where the
+                                      // pool's memory lives, -1 for host memory.
   uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
   bool warned_unaccounted = false;
 

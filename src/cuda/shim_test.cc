@@ -615,13 +615,31 @@ TEST(ShimTest, APoolIsChargedWhereItsMemoryLives) {
   EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
   EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
 
-  // A driver that cannot say: the current device is charged, as before.
+  // A driver that cannot say where a pool lives: CUDA 13.0's cuda.h has no
+  // CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID, so a 580 driver may refuse them. The
+  // shim learned the location when the pool was created, on every path.
   Env old_driver = per_device;
   old_driver["FAKECUDA_FAIL"] = "cuMemPoolGetAttribute.location";
-  kv = MustRun({"dlsym", "poolwhere", "dev1", std::to_string(128 * kMiB)}, old_driver);
-  EXPECT_EQ(U(kv, "rc"), 0u);
-  EXPECT_EQ(U(kv, "free0"), 1024 * kMiB - 128 * kMiB);
-  EXPECT_EQ(U(kv, "free1"), 256 * kMiB);
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    kv = MustRun({path, "poolwhere", "dev1", std::to_string(128 * kMiB)}, old_driver);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "free0"), 1024 * kMiB) << "device 1's pool charged to device 0";
+    EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
+    EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
+    kv = MustRun({path, "poolwhere", "host", std::to_string(1024 * kMiB)},
+                 {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"},
+                  {"FAKECUDA_FAIL", "cuMemPoolGetAttribute.location"}});
+    EXPECT_EQ(U(kv, "rc"), 0u) << "host memory charged to device 0";
+    EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
+  }
+  // Nor can it say for a location type the shim does not know: the current
+  // device is charged, as for a pool the shim did not see created.
+  kv = MustRun(
+      {"procaddr", "poolwhere", "newtype", std::to_string(1024 * kMiB)},
+      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}, {"FAKECUDA_FAIL", "cuMemPoolGetAttribute.location"}});
+  EXPECT_EQ(U(kv, "rc"), 2u);
+  EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
 }
 
 TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {

@@ -125,6 +125,7 @@ struct Api {
   cuGraphUploadFn graph_upload;
   cuGraphExecDestroyFn graph_exec_destroy;
   cuDeviceGraphMemTrimFn graph_trim;
+  cuMemPoolCreateFn pool_create;
 };
 
 void* g_driver = nullptr;
@@ -175,17 +176,39 @@ void Get(T* out, const std::string& mode, const char* exported, const char* base
 Api Load(const std::string& mode) {
   Api a{};
   if (mode == "direct") {
-    a = Api{&cuMemAlloc_v2,  &cuMemAllocPitch_v2, &cuMemAllocManaged,
-            &cuMemFree_v2,   &cuArrayCreate_v2,   &cuArrayDestroy,
-            &cuMemAllocAsync, &cuMemAllocFromPoolAsync, &cuMemFreeAsync,
-            &cuMemCreate,    &cuMemRelease,       &cuMemMap,
-            &cuMemUnmap,     &cuIpcOpenMemHandle_v2, &cuIpcCloseMemHandle,
-            &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
-            &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
-            &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy,
-            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy, &cuIpcGetMemHandle,
-            &cuGraphInstantiateWithFlags, &cuGraphInstantiateWithParams, &cuGraphUpload,
-            &cuGraphExecDestroy, &cuDeviceGraphMemTrim};
+    a = Api{&cuMemAlloc_v2,
+            &cuMemAllocPitch_v2,
+            &cuMemAllocManaged,
+            &cuMemFree_v2,
+            &cuArrayCreate_v2,
+            &cuArrayDestroy,
+            &cuMemAllocAsync,
+            &cuMemAllocFromPoolAsync,
+            &cuMemFreeAsync,
+            &cuMemCreate,
+            &cuMemRelease,
+            &cuMemMap,
+            &cuMemUnmap,
+            &cuIpcOpenMemHandle_v2,
+            &cuIpcCloseMemHandle,
+            &cuMemGetInfo_v2,
+            &cuDeviceTotalMem_v2,
+            &cuLaunchKernel,
+            &cuLaunchKernelEx,
+            &cuLaunchCooperativeKernel,
+            &cuGraphLaunch,
+            &cuCtxSynchronize,
+            &cuMemPoolTrimTo,
+            &cuMemPoolDestroy,
+            &cuMipmappedArrayCreate,
+            &cuMipmappedArrayDestroy,
+            &cuIpcGetMemHandle,
+            &cuGraphInstantiateWithFlags,
+            &cuGraphInstantiateWithParams,
+            &cuGraphUpload,
+            &cuGraphExecDestroy,
+            &cuDeviceGraphMemTrim,
+            &cuMemPoolCreate};
     return a;
   }
   const int v = 12080;
@@ -226,6 +249,7 @@ Api Load(const std::string& mode) {
   Get(&a.graph_upload, mode, "cuGraphUpload", "cuGraphUpload", v, 11010);
   Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v, 10000);
   Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v, 11040);
+  Get(&a.pool_create, mode, "cuMemPoolCreate", "cuMemPoolCreate", v, 11020);
   return a;
 }
 
@@ -890,7 +914,7 @@ int PoolWhere(const Api& a, const std::string& where, uint64_t bytes, int filler
     host.location.type = 2;  // CU_MEM_LOCATION_TYPE_HOST
     CUmemoryPool pool = nullptr;
     CUdeviceptr p = 0;
-    if (cuMemPoolCreate(&pool, &host) == CUDA_SUCCESS &&
+    if (a.pool_create(&pool, &host) == CUDA_SUCCESS &&
         a.alloc_pool(&p, 1 << 20, pool, nullptr) == CUDA_SUCCESS) {
       filled.emplace_back(pool, p);
     }
@@ -901,7 +925,7 @@ int PoolWhere(const Api& a, const std::string& where, uint64_t bytes, int filler
   props.location.type = where == "host" ? 2 : where == "newtype" ? 6 : CU_MEM_LOCATION_TYPE_DEVICE;
   props.location.id = where == "dev1" ? 1 : 0;
   CUmemoryPool pool = nullptr;
-  CUresult create_rc = cuMemPoolCreate(&pool, &props);
+  CUresult create_rc = a.pool_create(&pool, &props);
   CUdeviceptr p = 0;
   CUresult rc = a.alloc_pool(&p, bytes, pool, nullptr);
   uint64_t free0 = FreeBytes(a);

@@ -313,6 +313,7 @@ const ProcEntry kProcs[] = {
     E(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, true),
     E(cuMemPoolTrimTo, "cuMemPoolTrimTo", 11020, false),
     E(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, false),
+    E(cuMemPoolCreate, "cuMemPoolCreate", 11020, false),
     E(cuMemCreate, "cuMemCreate", 10020, false),
     E(cuMemRelease, "cuMemRelease", 10020, false),
     E(cuMemMap, "cuMemMap", 10020, false),
