@@ -85,10 +85,14 @@ bool LoadLimitsFile(char* path, size_t path_len) {
     return false;
   }
   size_t len = 0;
+  int read_error = 0;
   while (len < LimitsFile::kMaxBytes) {
     ssize_t n = read(fd, g_limits.text + len, LimitsFile::kMaxBytes - len);
     if (n < 0 && errno == EINTR) {
       continue;
+    }
+    if (n < 0) {
+      read_error = errno;  // EISDIR: a directory where the file's mount should be.
     }
     if (n <= 0) {
       break;
@@ -96,6 +100,12 @@ bool LoadLimitsFile(char* path, size_t path_len) {
     len += static_cast<size_t>(n);
   }
   close(fd);
+  if (read_error != 0) {
+    Logf(LogLevel::kWarn,
+         "cannot read the limits file %s (%s); taking the limits from the environment", path,
+         std::strerror(read_error));
+    return false;
+  }
   ParseLimitsFile(&g_limits, len);
   return true;
 }

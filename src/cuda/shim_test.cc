@@ -157,6 +157,29 @@ TEST(ShimTest, TheDevicePluginsLimitsFileWinsOverTheEnvironment) {
   std::filesystem::remove(shim);
 }
 
+// A limits file that cannot be read (a directory where the runtime created
+// the mount point of a missing file, say) is no contract: like one that
+// cannot be opened, it is reported once and the environment applies. It was
+// read as an empty file: no limits, and the environment's ignored.
+TEST(ShimTest, AnUnreadableLimitsFileIsReportedAndTheEnvironmentApplies) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string shim = dir.path() + "/libaccelpool-cuda.so";
+  std::filesystem::copy_file(ACCELPOOL_SHIM_PATH, shim);
+  ASSERT_TRUE(std::filesystem::create_directory(shim + ".limits"));
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "2048"},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", ShimPreload(shim)}};
+  ProcessResult r =
+      testing::Run({ProbePath(), "procaddr", "fill", "alloc", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 2048 * kMiB) << r.err;
+  EXPECT_EQ(CountLines(r.err, "cannot read the limits file " + shim + ".limits"), 1) << r.err;
+  EXPECT_EQ(r.err.find("ignoring ACCELPOOL_CUDA_"), std::string::npos) << r.err;
+  std::filesystem::remove(shim + ".limits");
+  std::filesystem::remove(shim);
+}
+
 TEST(ShimTest, LibraryNeedsNoLibstdcxx) {
   std::ifstream f(ACCELPOOL_SHIM_PATH, std::ios::binary);
   std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
