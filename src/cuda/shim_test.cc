@@ -934,6 +934,28 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
 }
 
+// PyTorch's DataLoader forks workers from a process that holds device
+// memory. A forked child starts with no charges and a slot of its own; its
+// normal exit returns what it charged and leaves the parent's charge alone.
+TEST(ShimTest, AForkedChildGetsItsOwnSlotAndLeavesTheParentsCharge) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun(
+        {path, "forkalloc", std::to_string(256 * kMiB)},
+        {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}});
+    EXPECT_EQ(U(kv, "parent_rc"), 0u);
+    EXPECT_EQ(U(kv, "parent_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "child_rc"), 0u);
+    EXPECT_EQ(U(kv, "child_free"), 512 * kMiB) << "the parent's charge counts in the child";
+    EXPECT_EQ(U(kv, "child_after_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "child_exit"), 0u);
+    EXPECT_EQ(U(kv, "after_child"), 768 * kMiB) << "the child's exit took the parent's charge";
+    EXPECT_EQ(U(kv, "after_parent_free"), 1024 * kMiB);
+  }
+}
+
 TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());

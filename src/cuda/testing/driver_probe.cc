@@ -64,10 +64,14 @@
 //   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
+//   forkalloc <bytes>        allocate, fork (a DataLoader worker); the child
+//                            allocates and frees <bytes> and exits normally;
+//                            the parent's view of free memory at each step
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,7 +87,6 @@
 
 #include "cuda/cuda_types.h"
 #include "cuda/testing/driver_api.h"
-
 
 namespace {
 
@@ -587,6 +590,37 @@ size_t FreeBytes(const Api& a) {
   size_t total = 0;
   a.get_info(&free_bytes, &total);
   return free_bytes;
+}
+
+// A process holding memory forks; the child uses the driver too (the fake
+// allows it) and exits through its destructors. The child must get its own
+// accounting slot, and its exit must not take the parent's charge with it.
+int ForkAlloc(const Api& a, uint64_t bytes) {
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc(&p, bytes);
+  std::printf("parent_rc=%d parent_free=%zu\n", rc, FreeBytes(a));
+  std::fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    CUdeviceptr q = 0;
+    CUresult crc = a.alloc(&q, bytes);
+    std::printf("child_rc=%d child_free=%zu\n", crc, FreeBytes(a));
+    if (crc == CUDA_SUCCESS) {
+      a.free(q);
+    }
+    std::printf("child_after_free=%zu\n", FreeBytes(a));
+    std::fflush(stdout);
+    std::exit(0);  // Through the destructors, as a worker that returns does.
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("child_exit=%d after_child=%zu\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+              FreeBytes(a));
+  if (rc == CUDA_SUCCESS) {
+    a.free(p);
+  }
+  std::printf("after_parent_free=%zu\n", FreeBytes(a));
+  return 0;
 }
 
 CUmemoryPool CurrentPool(const char* threshold) {
@@ -1269,6 +1303,9 @@ int main(int argc, char** argv) {
   }
   if (command == "mipmaplevels" && argc == 3) {
     return MipmapLevels(a);
+  }
+  if (command == "forkalloc" && argc == 4) {
+    return ForkAlloc(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "relfail" && argc == 4) {
     return ReleaseFail(a, std::strtoull(argv[3], nullptr, 10));
