@@ -934,6 +934,26 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
 }
 
+// VMM: one cuMemCreate handle mapped at two addresses is charged once
+// (charging mappings is the double count behind false OOMs elsewhere), and
+// returned when it is released and unmapped, in either order.
+TEST(ShimTest, AHandleMappedTwiceIsChargedOnceAndReturnedWhenGone) {
+  for (const char* path : {"direct", "procaddr_abi"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "vmmtwice", std::to_string(64 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "created"), 960 * kMiB);
+    EXPECT_EQ(U(kv, "mapped_twice"), 960 * kMiB) << "a second mapping charged again";
+    EXPECT_EQ(U(kv, "one_unmapped"), 960 * kMiB);
+    EXPECT_EQ(U(kv, "released_one_mapped"), 960 * kMiB) << "still mapped: still held";
+    EXPECT_EQ(U(kv, "all_gone"), 1024 * kMiB);
+    EXPECT_EQ(U(kv, "segment_mapped"), 960 * kMiB);
+    EXPECT_EQ(U(kv, "segment_unmapped"), 960 * kMiB) << "not released yet: still held";
+    EXPECT_EQ(U(kv, "segment_released"), 1024 * kMiB);
+  }
+}
+
 // PyTorch's DataLoader forks workers from a process that holds device
 // memory. A forked child starts with no charges and a slot of its own; its
 // normal exit returns what it charged and leaves the parent's charge alone.

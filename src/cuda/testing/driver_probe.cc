@@ -64,6 +64,9 @@
 //   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
+//   vmmtwice <bytes>         one cuMemCreate handle mapped at two addresses;
+//                            free memory after each map, unmap and release,
+//                            then PyTorch's order (unmap before release)
 //   forkalloc <bytes>        allocate, fork (a DataLoader worker); the child
 //                            allocates and frees <bytes> and exits normally;
 //                            the parent's view of free memory at each step
@@ -590,6 +593,38 @@ size_t FreeBytes(const Api& a) {
   size_t total = 0;
   a.get_info(&free_bytes, &total);
   return free_bytes;
+}
+
+// One physical handle mapped twice is one allocation: charged once, and
+// returned when the handle is released and its last mapping is gone.
+int VmmTwice(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const CUdeviceptr va1 = 1ULL << 45;
+  const CUdeviceptr va2 = va1 + bytes;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = a.create(&h, bytes, &prop, 0);
+  std::printf("create_rc=%d created=%zu\n", rc, FreeBytes(a));
+  CUresult m1 = a.map(va1, bytes, 0, h, 0);
+  CUresult m2 = a.map(va2, bytes, 0, h, 0);
+  std::printf("map_rc=%d,%d mapped_twice=%zu\n", m1, m2, FreeBytes(a));
+  a.unmap(va1, bytes);
+  std::printf("one_unmapped=%zu\n", FreeBytes(a));
+  a.release(h);
+  std::printf("released_one_mapped=%zu\n", FreeBytes(a));
+  a.unmap(va2, bytes);
+  std::printf("all_gone=%zu\n", FreeBytes(a));
+  // PyTorch's expandable segments: create, map, (use), unmap, release.
+  rc = a.create(&h, bytes, &prop, 0);
+  a.map(va1, bytes, 0, h, 0);
+  std::printf("segment_rc=%d segment_mapped=%zu\n", rc, FreeBytes(a));
+  a.unmap(va1, bytes);
+  std::printf("segment_unmapped=%zu\n", FreeBytes(a));
+  a.release(h);
+  std::printf("segment_released=%zu\n", FreeBytes(a));
+  return 0;
 }
 
 // A process holding memory forks; the child uses the driver too (the fake
@@ -1303,6 +1338,9 @@ int main(int argc, char** argv) {
   }
   if (command == "mipmaplevels" && argc == 3) {
     return MipmapLevels(a);
+  }
+  if (command == "vmmtwice" && argc == 4) {
+    return VmmTwice(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "forkalloc" && argc == 4) {
     return ForkAlloc(a, std::strtoull(argv[3], nullptr, 10));
