@@ -934,6 +934,19 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
 }
 
+// The shim initialises on a process's first driver lookup. Made from 32
+// threads at once (a framework's worker threads starting together), every
+// thread gets the same hooks and the cap holds across them.
+TEST(ShimTest, ConcurrentFirstLookupsInitialiseOnceAndAllGetTheHooks) {
+  for (int round = 0; round < 5; ++round) {
+    auto kv = MustRun({"dlsym", "initrace", "32"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                                                    {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+    EXPECT_EQ(U(kv, "same"), 32u);
+    EXPECT_EQ(U(kv, "hooked"), 32u);
+    EXPECT_EQ(U(kv, "allocated"), 1024 * kMiB);
+  }
+}
+
 // VMM: one cuMemCreate handle mapped at two addresses is charged once
 // (charging mappings is the double count behind false OOMs elsewhere), and
 // returned when it is released and unmapped, in either order.

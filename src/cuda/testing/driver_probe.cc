@@ -64,6 +64,11 @@
 //   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
+//   initrace <threads>       (any mode) the first driver lookups of the
+//                            process, from <threads> threads at once: each
+//                            resolves cuGetProcAddress_v2 by dlsym, then
+//                            cuMemAlloc and cuLaunchKernel through it, and
+//                            allocates 64 MiB
 //   vmmtwice <bytes>         one cuMemCreate handle mapped at two addresses;
 //                            free memory after each map, unmap and release,
 //                            then PyTorch's order (unmap before release)
@@ -593,6 +598,57 @@ size_t FreeBytes(const Api& a) {
   size_t total = 0;
   a.get_info(&free_bytes, &total);
   return free_bytes;
+}
+
+// The shim initialises on the first lookup: many threads making it at once
+// must all get the same hooks, and the cap must hold across them.
+int InitRace(int threads) {
+  void* lib = Driver();  // dlopen only: nothing of the shim has run yet.
+  auto lookup = reinterpret_cast<LookupFn>(dlsym(lib, "fakecuda_Lookup"));
+  std::atomic<bool> go{false};
+  std::vector<void*> allocs(static_cast<size_t>(threads));
+  std::vector<void*> launches(static_cast<size_t>(threads));
+  std::vector<int> rcs(static_cast<size_t>(threads), -1);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) {
+    pool.emplace_back([&, i] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(lib, "cuGetProcAddress_v2"));
+      void* alloc = nullptr;
+      void* launch = nullptr;
+      if (gpa != nullptr) {
+        gpa("cuMemAlloc", &alloc, 3020, CU_GET_PROC_ADDRESS_DEFAULT, nullptr);
+        gpa("cuLaunchKernel", &launch, 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+            nullptr);
+      }
+      allocs[static_cast<size_t>(i)] = alloc;
+      launches[static_cast<size_t>(i)] = launch;
+      CUdeviceptr p = 0;
+      if (alloc != nullptr) {
+        rcs[static_cast<size_t>(i)] = reinterpret_cast<cuMemAllocFn>(alloc)(&p, 64ULL << 20);
+      }
+    });
+  }
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : pool) {
+    t.join();
+  }
+  int same = 0;
+  int hooked = 0;
+  int ok = 0;
+  for (int i = 0; i < threads; ++i) {
+    size_t k = static_cast<size_t>(i);
+    same += allocs[k] == allocs[0] && launches[k] == launches[0] ? 1 : 0;
+    hooked += allocs[k] != nullptr && allocs[k] != lookup("cuMemAlloc_v2") &&
+                      launches[k] != nullptr && launches[k] != lookup("cuLaunchKernel_ptsz")
+                  ? 1
+                  : 0;
+    ok += rcs[k] == CUDA_SUCCESS ? 1 : 0;
+  }
+  std::printf("threads=%d same=%d hooked=%d allocated=%llu\n", threads, same, hooked,
+              static_cast<unsigned long long>(ok) * (64ULL << 20));
+  return 0;
 }
 
 // One physical handle mapped twice is one allocation: charged once, and
@@ -1241,6 +1297,9 @@ int main(int argc, char** argv) {
   }
   if (command == "nvml") {
     return Nvml();
+  }
+  if (command == "initrace" && argc == 4) {
+    return InitRace(std::atoi(argv[3]));
   }
   Api a = Load(mode);
   if (a.alloc == nullptr || a.launch == nullptr) {
