@@ -52,10 +52,10 @@ WORK=$(mktemp -d /tmp/accelpool-enforce.XXXXXX)
 want() { [[ $SECTIONS == *" all "* || $SECTIONS == *" $1 "* ]]; }
 section() { echo; echo "=== $* (t=$((SECONDS - START))s)"; }
 # bounded <timeout_s>: the timeout, cut so that the command and timeout's
-# 5 s kill grace end by the deadline (0 when no time is left).
+# 5 s kill grace end by the deadline; at least 1 (timeout 0 means none).
 bounded() {
   local left=$((DEADLINE - (SECONDS - START) - 5))
-  (( left < 0 )) && left=0
+  (( left < 1 )) && left=1
   echo $(( $1 < left ? $1 : left ))
 }
 # A case starts only before the budget and with at least 5 s left to run.
