@@ -45,6 +45,16 @@ enum : int {
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+};
+
+// CUstreamCaptureMode: which calls a thread may make while a capture is
+// under way (cuThreadExchangeStreamCaptureMode).
+enum : int {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
 // cuGetProcAddress flags and query results.
@@ -257,6 +267,7 @@ typedef CUresult (*cuEventDestroyFn)(CUevent);
 typedef CUresult (*cuEventRecordFn)(CUevent, CUstream);
 typedef CUresult (*cuEventQueryFn)(CUevent);
 typedef CUresult (*cuEventElapsedTimeFn)(float*, CUevent, CUevent);
+typedef CUresult (*cuThreadExchangeStreamCaptureModeFn)(int*);  // CUstreamCaptureMode*
 
 // NVML: only the memory query and the index lookup.
 typedef struct nvmlDevice_st* nvmlDevice_t;

@@ -272,6 +272,8 @@ void CudaOnce() {
   }
   s.stream_is_capturing[0] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing");
   s.stream_is_capturing[1] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing_ptsz");
+  s.exchange_capture_mode =
+      Resolve<cuThreadExchangeStreamCaptureModeFn>(s.cuda, "cuThreadExchangeStreamCaptureMode");
   s.graph_get_nodes = Resolve<cuGraphGetNodesFn>(s.cuda, "cuGraphGetNodes");
   s.graph_node_get_type = Resolve<cuGraphNodeGetTypeFn>(s.cuda, "cuGraphNodeGetType");
   s.graph_mem_alloc_node_get_params =

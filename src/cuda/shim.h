@@ -87,6 +87,7 @@ struct ShimState {
   cuEventQueryFn event_query = nullptr;
   cuEventElapsedTimeFn event_elapsed = nullptr;
   cuStreamIsCapturingFn stream_is_capturing[2] = {};
+  cuThreadExchangeStreamCaptureModeFn exchange_capture_mode = nullptr;
   cuGraphGetNodesFn graph_get_nodes = nullptr;
   cuGraphNodeGetTypeFn graph_node_get_type = nullptr;
   cuGraphMemAllocNodeGetParamsFn graph_mem_alloc_node_get_params = nullptr;

@@ -934,6 +934,26 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
 }
 
+// torch.cuda.graph captures in global mode by default. Meanwhile a thread
+// that is not in relaxed mode may not query an event: the query fails and
+// the capture is invalidated. With a compute share, the shim queries its
+// measurement events on the launches of every thread, so a thread launching
+// on another stream during the capture broke it. The shim queries in
+// relaxed mode, which is legal for events never recorded in a capture.
+TEST(ShimTest, MeasuringLaunchesDoesNotBreakAnotherThreadsGlobalCapture) {
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "capturerace", "300"}, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+    EXPECT_EQ(U(kv, "begin_rc"), 0u);
+    EXPECT_EQ(U(kv, "end_rc"), 0u) << "901: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    EXPECT_GT(U(kv, "launches"), 8u) << "too few launches to harvest a measurement";
+    EXPECT_EQ(U(kv, "failed_launches"), 0u);
+    // Without a limit the shim adds no query: the fake's capture holds.
+    kv = MustRun({path, "capturerace", "100"}, {});
+    EXPECT_EQ(U(kv, "end_rc"), 0u);
+  }
+}
+
 // The shim initialises on a process's first driver lookup. Made from 32
 // threads at once (a framework's worker threads starting together), every
 // thread gets the same hooks and the cap holds across them.

@@ -64,6 +64,9 @@
 //   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
+//   capturerace <ms>         a thread captures the capturing stream in global
+//                            mode for <ms>; meanwhile this thread launches
+//                            20 us kernels on stream 0; the capture's end rc
 //   initrace <threads>       (any mode) the first driver lookups of the
 //                            process, from <threads> threads at once: each
 //                            resolves cuGetProcAddress_v2 by dlsym, then
@@ -598,6 +601,42 @@ size_t FreeBytes(const Api& a) {
   size_t total = 0;
   a.get_info(&free_bytes, &total);
   return free_bytes;
+}
+
+// torch.cuda.graph captures in global mode by default: meanwhile no thread
+// may make a potentially unsafe call (an event query) unless it is in
+// relaxed mode, or the capture is invalidated. The shim's own measurement
+// events are queried on launches of other threads.
+int CaptureRace(const Api& a, int64_t millis) {
+  auto capturing = reinterpret_cast<CUstream>(0xCA97);
+  std::atomic<bool> begun{false};
+  std::atomic<bool> ended{false};
+  CUresult begin_rc = CUDA_SUCCESS;
+  CUresult end_rc = CUDA_SUCCESS;
+  std::thread capturer([&] {
+    begin_rc = cuStreamBeginCapture_v2(capturing, 0);  // CU_STREAM_CAPTURE_MODE_GLOBAL
+    begun.store(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(millis));
+    CUgraph graph = nullptr;
+    end_rc = cuStreamEndCapture(capturing, &graph);
+    ended.store(true);
+  });
+  while (!begun.load()) {
+  }
+  int64_t kernel_ns = 20'000;
+  void* params[] = {&kernel_ns};
+  long launches = 0;  // NOLINT
+  int failed = 0;
+  while (!ended.load()) {
+    if (a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+      ++failed;
+    }
+    ++launches;
+  }
+  capturer.join();
+  std::printf("begin_rc=%d end_rc=%d launches=%ld failed_launches=%d\n", begin_rc, end_rc, launches,
+              failed);
+  return 0;
 }
 
 // The shim initialises on the first lookup: many threads making it at once
@@ -1397,6 +1436,9 @@ int main(int argc, char** argv) {
   }
   if (command == "mipmaplevels" && argc == 3) {
     return MipmapLevels(a);
+  }
+  if (command == "capturerace" && argc == 4) {
+    return CaptureRace(a, std::atoll(argv[3]));
   }
   if (command == "vmmtwice" && argc == 4) {
     return VmmTwice(a, std::strtoull(argv[3], nullptr, 10));
