@@ -4,7 +4,9 @@
 // with limits on. Prints key=value lines only; the script keeps them raw.
 //
 //   info                           versions, device, context size
-//   memcap <api> <chunk_bytes>     allocate until failure, free, allocate again
+//   memcap <api> <chunk_bytes> [max_bytes]
+//                                  allocate until failure or max_bytes (default
+//                                  16 GiB), free, allocate again
 //   meminfo                        cudaMemGetInfo / cuMemGetInfo / NVML views
 //   calibrate <kernel_us>          iterations of the fixed-work kernel for
 //                                  about kernel_us alone on the device
@@ -134,15 +136,27 @@ int Info() {
   cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
   CHECK_RT(cudaFree(nullptr));  // Creates the primary context.
   long smi_after = SmiUsedMib();
+  // Whether this driver says where a pool lives (CU_MEMPOOL_ATTR_LOCATION_TYPE,
+  // 12, newer than CUDA 13.0's cuda.h): without it the shim learns a pool's
+  // location from cuMemPoolCreate and the default-pool lookups.
+  CUmemoryPool pool = nullptr;
+  int pool_location_type = -1;
+  CUresult pool_location_rc = cuDeviceGetDefaultMemPool(&pool, d);
+  if (pool_location_rc == CUDA_SUCCESS) {
+    pool_location_rc =
+        cuMemPoolGetAttribute(pool, static_cast<CUmemPool_attribute>(12), &pool_location_type);
+  }
   char nvml_driver[96] = "?";
   Nvml nvml = LoadNvml();
   if (nvml.ok && nvml.driver_version != nullptr) {
     nvml.driver_version(nvml_driver, sizeof(nvml_driver));
   }
   std::printf("driver_api=%d runtime=%d driver=%s device=\"%s\" sms=%d smi_used_before_mib=%ld "
-              "smi_used_with_context_mib=%ld context_mib=%ld\n",
+              "smi_used_with_context_mib=%ld context_mib=%ld pool_location_attr_rc=%d "
+              "pool_location_type=%d\n",
               driver, runtime, nvml_driver, name, sms, smi_before, smi_after,
-              smi_before >= 0 && smi_after >= 0 ? smi_after - smi_before : -1);
+              smi_before >= 0 && smi_after >= 0 ? smi_after - smi_before : -1,
+              static_cast<int>(pool_location_rc), pool_location_type);
   return 0;
 }
 
@@ -263,7 +277,12 @@ void FreeOne(Held& h, CUstream stream) {
   }
 }
 
-int MemCap(const std::string& api, size_t chunk) {
+// Every case caps memory far below the card's: a cap that does not hold
+// shows at a few times the cap. Stopping there also keeps the loop from
+// taking more managed memory than the card has, which can hang the GPU.
+constexpr size_t kDefaultMaxTotal = 16ULL << 30;
+
+int MemCap(const std::string& api, size_t chunk, size_t max_bytes) {
   CHECK_RT(cudaFree(nullptr));
   CUstream stream;
   cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
@@ -271,7 +290,7 @@ int MemCap(const std::string& api, size_t chunk) {
   cuDeviceGetDefaultMemPool(&pool, 0);
   const long smi_base = SmiUsedMib();  // This process's context included.
   // Host memory must not count: 1.5 GiB of it under a 1 GiB cap shows that.
-  const size_t max_total = api == "host" ? (3ULL << 29) : (200ULL << 30);
+  const size_t max_total = api == "host" ? (3ULL << 29) : max_bytes;
   for (int round = 0; round < 2; ++round) {
     std::vector<Held> held;
     CUresult first = CUDA_SUCCESS;
@@ -606,7 +625,10 @@ int GraphAttrs(size_t bytes) {
 int main(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "info") return Info();
-  if (cmd == "memcap" && argc == 4) return MemCap(argv[2], std::strtoull(argv[3], nullptr, 10));
+  if (cmd == "memcap" && (argc == 4 || argc == 5)) {
+    return MemCap(argv[2], std::strtoull(argv[3], nullptr, 10),
+                  argc == 5 ? std::strtoull(argv[4], nullptr, 10) : kDefaultMaxTotal);
+  }
   if (cmd == "meminfo") return MemInfo();
   if (cmd == "graphattrs" && argc == 3) return GraphAttrs(std::strtoull(argv[2], nullptr, 10));
   if (cmd == "calibrate" && argc == 3) return CalibrateCmd(std::atof(argv[2]));

@@ -8,12 +8,23 @@
 # docs/enforcement.md ("Running the plan on an H200").
 # Pass ENFORCE_* variables through to rerun parts, e.g.
 #   ENFORCE_SECTIONS="pair replicas" SKIP_INVENTORY=1 scripts/h200/run_all.sh
+#
+# The whole run fits one 600 s command: the inventory gets at most
+# INVENTORY_TIMEOUT_S (default 90), and the enforcement plan's budget
+# (ENFORCE_BUDGET_S, default 500) and deadline (ENFORCE_DEADLINE_S, default
+# 570) are lowered by what the inventory took.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 out="${OUT:-${repo}/out/h200}"
 mkdir -p "${out}"
+start=${SECONDS}
 if [[ ${SKIP_INVENTORY:-0} != 1 ]]; then
-  INVENTORY_OUT="${out}" bash "${here}/nvml_inventory.sh" 2>&1 | tee "${out}/nvml_inventory.log"
+  INVENTORY_OUT="${out}" timeout --kill-after=5 "${INVENTORY_TIMEOUT_S:-90}" \
+    bash "${here}/nvml_inventory.sh" 2>&1 | tee "${out}/nvml_inventory.log"
 fi
-bash "${here}/run_enforcement.sh" "${out}"
+spent=$((SECONDS - start))
+echo "run_all: inventory took ${spent}s"
+ENFORCE_BUDGET_S=$((${ENFORCE_BUDGET_S:-500} - spent)) \
+  ENFORCE_DEADLINE_S=$((${ENFORCE_DEADLINE_S:-570} - spent)) \
+  bash "${here}/run_enforcement.sh" "${out}"

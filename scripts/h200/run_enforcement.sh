@@ -21,7 +21,10 @@
 #
 # Time: about 7.5 minutes for the must-show sections with the defaults, about
 # 9.5 for all. A case that would start after ENFORCE_BUDGET_S (default 500)
-# is printed as SKIPPED, so the command ends inside a 600 s limit.
+# is printed as SKIPPED, and no case runs past ENFORCE_DEADLINE_S (default
+# 570): its timeout is cut to the time left, so the command ends inside a
+# 600 s limit even when a case hangs. run_all.sh lowers both by the time the
+# NVML inventory took.
 #   ENFORCE_SHARE_SECONDS   window of the 10/25/50 % runs (default 30, the plan's)
 #   ENFORCE_PAIR_SECONDS    30/70 split and its unlimited baseline (default 20)
 #   ENFORCE_RESNET_SECONDS  each ResNet50 measurement (default 15)
@@ -38,6 +41,7 @@ T_SHARE=${ENFORCE_SHARE_SECONDS:-30}
 T_PAIR=${ENFORCE_PAIR_SECONDS:-20}
 T_RESNET=${ENFORCE_RESNET_SECONDS:-15}
 BUDGET=${ENFORCE_BUDGET_S:-500}
+DEADLINE=${ENFORCE_DEADLINE_S:-570}
 LAUNCHES=${ENFORCE_LAUNCHES:-1000000}
 # Seconds the replicas get to build and warm their models before the common start.
 DELAY=${ENFORCE_REPLICA_DELAY_S:-25}
@@ -47,7 +51,15 @@ WORK=$(mktemp -d /tmp/accelpool-enforce.XXXXXX)
 
 want() { [[ $SECTIONS == *" all "* || $SECTIONS == *" $1 "* ]]; }
 section() { echo; echo "=== $* (t=$((SECONDS - START))s)"; }
-in_budget() { (( SECONDS - START <= BUDGET )); }
+# bounded <timeout_s>: the timeout, cut so that the command and timeout's
+# 5 s kill grace end by the deadline; at least 1 (timeout 0 means none).
+bounded() {
+  local left=$((DEADLINE - (SECONDS - START) - 5))
+  (( left < 1 )) && left=1
+  echo $(( $1 < left ? $1 : left ))
+}
+# A case starts only before the budget and with at least 5 s left to run.
+in_budget() { (( SECONDS - START <= BUDGET && $(bounded 5) >= 5 )); }
 # run <label> <timeout_s> <cmd...>: one raw result block, or SKIPPED when the
 # budget is spent.
 run() {
@@ -58,7 +70,10 @@ run() {
     echo "SKIPPED: over the ${BUDGET}s budget"
     return 0
   fi
-  timeout --kill-after=5 "$tmo" "$@"
+  local lim
+  lim=$(bounded "$tmo")
+  (( lim < tmo )) && echo "(timeout cut from ${tmo}s to ${lim}s by the ${DEADLINE}s deadline)"
+  timeout --kill-after=5 "$lim" "$@"
   echo "exit=$?"
 }
 state_dir() { mktemp -d "$WORK/container.XXXX"; }
@@ -70,12 +85,14 @@ torch_ok() { [ "$HAVE_TORCH" = 1 ] || { echo "SKIPPED: torch not importable"; re
 together() {
   local n=$1 tmo=$2
   shift 2
-  local pids=() i arg dir cmd
+  local pids=() i arg dir cmd lim
+  lim=$(bounded "$tmo")
+  (( lim < tmo )) && echo "(timeout cut from ${tmo}s to ${lim}s by the ${DEADLINE}s deadline)"
   for i in $(seq "$n"); do
     dir=$(state_dir)
     cmd=()
     for arg in "$@"; do cmd+=("${arg//@STATE@/$dir}"); done
-    timeout --kill-after=5 "$tmo" "${cmd[@]}" > "$WORK/together.$i" 2>&1 &
+    timeout --kill-after=5 "$lim" "${cmd[@]}" > "$WORK/together.$i" 2>&1 &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i"; done
@@ -114,8 +131,8 @@ build() {
     objs+=("$WORK/$f.o")
   done
   # The probe builds meanwhile.
-  "$NVCC" -O2 -std=c++17 -arch=sm_90 -o "$WORK/enforce_probe" "$HERE/enforce_probe.cu" \
-    -lcuda -ldl > "$WORK/nvcc.log" 2>&1 &
+  timeout --kill-after=5 "$(bounded 300)" "$NVCC" -O2 -std=c++17 -arch=sm_90 \
+    -o "$WORK/enforce_probe" "$HERE/enforce_probe.cu" -lcuda -ldl > "$WORK/nvcc.log" 2>&1 &
   local probe_pid=$!
   for f in "${pids[@]}"; do wait "$f" || ok=0; done
   SHIM="$WORK/libaccelpool-cuda.so"
@@ -142,9 +159,10 @@ build() {
 main() {
   section "environment"
   date -u
+  echo "budget_s=$BUDGET deadline_s=$DEADLINE"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   HAVE_TORCH=1
-  python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda",
+  timeout 120 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda",
 torch.version.cuda, "torchvision", torchvision.__version__)' \
     || { echo "torch=missing: PyTorch sections will be SKIPPED"; HAVE_TORCH=0; }
   TOTAL_MIB=$(nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits)
@@ -160,6 +178,10 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
   OFF="env LD_PRELOAD=$SHIM"
   ON() { echo "env LD_PRELOAD=$SHIM ACCELPOOL_CUDA_STATE_DIR=$(state_dir)"; }
   CTX_MIB=0
+  # The memcap cases stop at 4 GiB (16 GiB under MPS's 4 GiB limit): a cap
+  # that does not hold shows there, and the managed case never asks for more
+  # managed memory than the card has, which can hang the GPU.
+  MEMCAP_MAX=$((4 << 30))
 
   if want info; then
     section "1. versions, context size, hooked symbols"
@@ -181,10 +203,12 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
   if want memcap && probe_ok; then
     section "2. memory cap exactness (cap 1 GiB)"
     for size in 1048576 2097152 67108864 33554433 33554431; do
-      run "memcap alloc $size" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap alloc "$size"
+      run "memcap alloc $size" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap alloc "$size" \
+        "$MEMCAP_MAX"
     done
     for api in pitch managed async pool vmm array mipmap graph host; do
-      run "memcap $api 64MiB" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap "$api" 67108864
+      run "memcap $api 64MiB" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" memcap "$api" 67108864 \
+        "$MEMCAP_MAX"
     done
     # The graph pool between launches, native and under the shim (a 256 MiB
     # graph under a 1 GiB cap).
@@ -227,9 +251,13 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
       $NATIVE "$P" share kernel 1000 "$T_PAIR" $CAL
     echo "--- A=30 B=70 (separate containers)"
     if in_budget; then
-      $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=30 "$P" share kernel 1000 "$T_PAIR" $CAL > "$WORK/a" 2>&1 &
+      local lim
+      lim=$(bounded $((T_PAIR + 60)))
+      timeout --kill-after=5 "$lim" $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=30 "$P" share kernel 1000 \
+        "$T_PAIR" $CAL > "$WORK/a" 2>&1 &
       local pa=$!
-      $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=70 "$P" share kernel 1000 "$T_PAIR" $CAL > "$WORK/b" 2>&1 &
+      timeout --kill-after=5 "$lim" $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=70 "$P" share kernel 1000 \
+        "$T_PAIR" $CAL > "$WORK/b" 2>&1 &
       wait $pa $!
       echo "A(30): $(tr '\n' ' ' < "$WORK/a")"
       echo "B(70): $(tr '\n' ' ' < "$WORK/b")"
@@ -249,7 +277,9 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     $in_c "$P" hold 600 < "$WORK/holdA" > "$WORK/A.out" 2>&1 &
     pid_a=$!
     exec 7> "$WORK/holdA"
-    $in_c "$P" hold 300 < "$WORK/holdB" > "$WORK/B.out" 2>&1 &
+    # B ends when its stdin closes below; the timeout only guards a hang.
+    timeout --kill-after=5 "$(bounded 120)" $in_c "$P" hold 300 < "$WORK/holdB" \
+      > "$WORK/B.out" 2>&1 &
     pid_b=$!
     exec 8> "$WORK/holdB"
     for i in $(seq 60); do
@@ -259,13 +289,14 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     echo "A: $(cat "$WORK/A.out")"
     echo "B: $(cat "$WORK/B.out")"
     run "third process wants 300 MiB while A and B hold 900 (expect OOM)" 60 \
-      $in_c "$P" memcap alloc 314572800
+      $in_c "$P" memcap alloc 314572800 "$MEMCAP_MAX"
     kill -KILL "$pid_a"
     sleep 1  # Not reaped yet: the region must treat the dead process as gone.
     echo "A killed with SIGKILL"
     run "meminfo after the kill (expect free ~ 1024-300 MiB, no stale usage)" 60 \
       $in_c "$P" meminfo
-    run "third process wants 600 MiB (expect success)" 60 $in_c "$P" memcap alloc 629145600
+    run "third process wants 600 MiB (expect success)" 60 $in_c "$P" memcap alloc 629145600 \
+      "$MEMCAP_MAX"
     wait "$pid_a" 2>/dev/null
     exec 7>&- 8>&-
     wait "$pid_b"
@@ -347,12 +378,13 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     if command -v nvidia-cuda-mps-control >/dev/null; then
       export CUDA_MPS_PIPE_DIRECTORY="$WORK/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps-log"
       mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-      nvidia-cuda-mps-control -d && echo "mps=started"
+      timeout 20 nvidia-cuda-mps-control -d && echo "mps=started"
       for pct in 50 25; do
         run "MPS share $pct" $((T + 20)) env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct \
           "$P" share kernel 1000 "$T" $CAL
       done
-      run "MPS memcap 4G" 30 env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4G "$P" memcap alloc 67108864
+      run "MPS memcap 4G" 30 env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4G "$P" memcap alloc 67108864 \
+        $((4 * MEMCAP_MAX))
       # What --nvidia-sharing=mps gives the four replicas (the plugin's env).
       torch_ok && run_together "4 replicas under MPS, 25 % and $((TOTAL_MIB / 4)) MiB each" \
         4 $((T_RESNET + 150)) env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \

@@ -191,14 +191,22 @@ Charge SyncLocked(ShimState& s, PoolAccount& a) {
   return c == Charge::kOverLimit ? Charge::kOverLimit : Charge::kCharged;
 }
 
-// Where `pool` lives, as the driver says (CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID):
+// Where `pool` lives: as recorded at its creation through the shim, else as
+// the driver says (CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID, newer than CUDA 13.0):
 // -1 for host memory, a device for a device pool, `fallback` (the caller's
-// device) when the driver cannot say or names a location type the shim does
-// not know (CUDA 13.4 adds a device's locality domain; such memory is the
-// device's, never to be taken for the host's).
+// device) when neither can say or the driver names a location type the shim
+// does not know (CUDA 13.4 adds a device's locality domain; such memory is
+// the device's, never to be taken for the host's).
 int PoolLocation(ShimState& s, CUmemoryPool pool, int fallback) {
   int type = 0;
   int id = -1;
+  pthread_mutex_lock(&s.mem_mu);
+  const AllocRecord* home = s.pool_homes->Find(reinterpret_cast<uint64_t>(pool));
+  int recorded = home != nullptr ? home->device : -2;
+  pthread_mutex_unlock(&s.mem_mu);
+  if (home != nullptr) {
+    return recorded;
+  }
   if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, &type) != CUDA_SUCCESS) {
     return fallback;
   }
@@ -318,6 +326,37 @@ void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device) {
   // If it cannot be recorded, its free does not re-read the pool; the pool's
   // next allocation, trim or a memory query does.
   s.pointers->Put(key, r);
+  pthread_mutex_unlock(&s.mem_mu);
+}
+
+void RememberPoolHome(CUmemoryPool pool, const CUmemLocation& location) {
+  AllocRecord r;
+  if (location.type == CU_MEM_LOCATION_TYPE_DEVICE && location.id >= 0) {
+    r.device = location.id;
+  } else if (location.type == CU_MEM_LOCATION_TYPE_HOST ||
+             location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+             location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+    r.device = -1;
+  } else {
+    return;  // Unknown to the shim: charged to the caller's device, as before.
+  }
+  ShimState& s = State();
+  auto key = reinterpret_cast<uint64_t>(pool);
+  pthread_mutex_lock(&s.mem_mu);
+  AllocRecord stale;
+  s.pool_homes->Take(key, &stale);  // A handle destroyed where the shim did not see it.
+  s.pool_homes->Put(key, r);
+  pthread_mutex_unlock(&s.mem_mu);
+}
+
+bool ForgetPoolHome(CUmemoryPool pool, AllocRecord* out) {
+  return TakeRecord(State().pool_homes, reinterpret_cast<uint64_t>(pool), out);
+}
+
+void RestorePoolHome(CUmemoryPool pool, const AllocRecord& record) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  s.pool_homes->Put(reinterpret_cast<uint64_t>(pool), record);
   pthread_mutex_unlock(&s.mem_mu);
 }
 

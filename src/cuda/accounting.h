@@ -92,6 +92,13 @@ bool TakePool(CUmemoryPool pool, PoolAccount* out);
 void RestorePool(const PoolAccount& account);
 // Records a pointer of a pool charged by reserve, so its free re-reads the pool.
 void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device);
+// Records where a pool created through the shim lives (cuMemPoolCreate's
+// properties): CUDA 13.0 drivers cannot be asked later (its cuda.h has no
+// CU_MEMPOOL_ATTR_LOCATION_*). A location type the shim does not know is not
+// recorded. ForgetPoolHome undoes it at cuMemPoolDestroy.
+void RememberPoolHome(CUmemoryPool pool, const CUmemLocation& location);
+bool ForgetPoolHome(CUmemoryPool pool, AllocRecord* out);
+void RestorePoolHome(CUmemoryPool pool, const AllocRecord& record);
 
 // Charges memory that already exists on the device (the driver mapped it
 // before the shim could refuse), even past the cap; logs when it goes past.

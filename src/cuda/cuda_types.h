@@ -45,6 +45,16 @@ enum : int {
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+};
+
+// CUstreamCaptureMode: which calls a thread may make while a capture is
+// under way (cuThreadExchangeStreamCaptureMode).
+enum : int {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
 // cuGetProcAddress flags and query results.
@@ -130,8 +140,9 @@ enum : int {
   CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
   CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
   CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
-  // Where the pool's memory lives (int each). Newer drivers (CUDA 13) answer
-  // these; older ones refuse the query.
+  // Where the pool's memory lives (int each). Newer than CUDA 13.0's cuda.h,
+  // which ends the enum at USED_MEM_HIGH (8): drivers that predate them refuse
+  // the query (accounting.cc then uses what cuMemPoolCreate was given).
   CU_MEMPOOL_ATTR_LOCATION_ID = 11,
   CU_MEMPOOL_ATTR_LOCATION_TYPE = 12,
 };
@@ -226,6 +237,7 @@ typedef CUresult (*cuDeviceGetMemPoolFn)(CUmemoryPool*, CUdevice);
 typedef CUresult (*cuMemPoolGetAttributeFn)(CUmemoryPool, int, void*);
 typedef CUresult (*cuMemPoolTrimToFn)(CUmemoryPool, size_t);
 typedef CUresult (*cuMemPoolDestroyFn)(CUmemoryPool);
+typedef CUresult (*cuMemPoolCreateFn)(CUmemoryPool*, const CUmemPoolProps*);
 typedef CUresult (*cuLaunchKernelFn)(CUfunction, unsigned int, unsigned int, unsigned int,
                                      unsigned int, unsigned int, unsigned int, unsigned int,
                                      CUstream, void**, void**);
@@ -255,6 +267,7 @@ typedef CUresult (*cuEventDestroyFn)(CUevent);
 typedef CUresult (*cuEventRecordFn)(CUevent, CUstream);
 typedef CUresult (*cuEventQueryFn)(CUevent);
 typedef CUresult (*cuEventElapsedTimeFn)(float*, CUevent, CUevent);
+typedef CUresult (*cuThreadExchangeStreamCaptureModeFn)(int*);  // CUstreamCaptureMode*
 
 // NVML: only the memory query and the index lookup.
 typedef struct nvmlDevice_st* nvmlDevice_t;

@@ -167,12 +167,39 @@ struct Settlement {
   int64_t settled;
 };
 
+// Puts the calling thread in relaxed stream-capture mode for its lifetime.
+// While any thread captures in global mode (torch.cuda.graph's default), an
+// event query from a thread in global mode fails and invalidates that
+// capture; relaxed mode allows it for events never recorded in a capture,
+// which the shim's measurement events never are (launches into a capturing
+// stream are not measured).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    auto exchange = State().exchange_capture_mode;
+    mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+    swapped_ = exchange != nullptr && exchange(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCaptureMode() {
+    if (swapped_) {
+      State().exchange_capture_mode(&mode_);  // Back to the thread's own mode.
+    }
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  int mode_;
+  bool swapped_;
+};
+
 // Settles the completed measured launches at the head of the ring: the key
 // table under g_launch.mu, then the buckets, one lock per run of a device.
 void Harvest() {
   ShimState& s = State();
   Settlement done[kHarvestBatch];
   int n = 0;
+  RelaxedCaptureMode relaxed;  // The queries below must not break a capture.
   pthread_mutex_lock(&g_launch.mu);
   while (g_launch.count > 0 && n < kHarvestBatch) {
     Pending& p = g_launch.ring[g_launch.head];

@@ -185,16 +185,33 @@ CUresult HookMemPoolDestroy(CUmemoryPool pool) {
   if (!s.mem_on) {
     return real(pool);
   }
-  // Untracked first, so that nothing reads the handle once it is destroyed.
+  // Untracked first, so that nothing reads the handle once it is destroyed
+  // (and a new pool that gets the handle keeps its own home).
   PoolAccount account;
   bool tracked = TakePool(pool, &account);
+  AllocRecord home;
+  bool homed = ForgetPoolHome(pool, &home);
   CUresult rc = real(pool);
+  if (rc != CUDA_SUCCESS && homed) {
+    RestorePoolHome(pool, home);
+  }
   if (tracked) {
     if (rc == CUDA_SUCCESS) {
       UnchargeBytes(account.device, account.charged);
     } else {
       RestorePool(account);
     }
+  }
+  return rc;
+}
+
+// A CUDA 13.0 driver cannot say later where a pool lives; its properties do.
+template <int S>
+CUresult HookMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  ACCELPOOL_REAL_OR_FAIL(cuMemPoolCreateFn, kHookMemPoolCreate);
+  CUresult rc = real(pool, props);
+  if (rc == CUDA_SUCCESS && s.mem_on && pool != nullptr && props != nullptr) {
+    RememberPoolHome(*pool, props->location);
   }
   return rc;
 }
@@ -282,19 +299,26 @@ void* InfoHook(HookId id, int slot);
 
 void* MemoryHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {
-      ACCELPOOL_HOOK_SLOTS(HookMemAlloc),          ACCELPOOL_HOOK_SLOTS(HookMemAllocPitch),
-      ACCELPOOL_HOOK_SLOTS(HookMemAllocManaged),   ACCELPOOL_HOOK_SLOTS(HookMemFree),
-      ACCELPOOL_HOOK_SLOTS(HookArrayCreate),       ACCELPOOL_HOOK_SLOTS(HookArray3DCreate),
-      ACCELPOOL_HOOK_SLOTS(HookArrayDestroy),      ACCELPOOL_HOOK_SLOTS(HookMemAllocAsync),
-      ACCELPOOL_HOOK_SLOTS(HookMemAllocFromPoolAsync), ACCELPOOL_HOOK_SLOTS(HookMemFreeAsync),
-      ACCELPOOL_HOOK_SLOTS(HookMemPoolTrimTo),     ACCELPOOL_HOOK_SLOTS(HookMemPoolDestroy),
+      ACCELPOOL_HOOK_SLOTS(HookMemAlloc),
+      ACCELPOOL_HOOK_SLOTS(HookMemAllocPitch),
+      ACCELPOOL_HOOK_SLOTS(HookMemAllocManaged),
+      ACCELPOOL_HOOK_SLOTS(HookMemFree),
+      ACCELPOOL_HOOK_SLOTS(HookArrayCreate),
+      ACCELPOOL_HOOK_SLOTS(HookArray3DCreate),
+      ACCELPOOL_HOOK_SLOTS(HookArrayDestroy),
+      ACCELPOOL_HOOK_SLOTS(HookMemAllocAsync),
+      ACCELPOOL_HOOK_SLOTS(HookMemAllocFromPoolAsync),
+      ACCELPOOL_HOOK_SLOTS(HookMemFreeAsync),
+      ACCELPOOL_HOOK_SLOTS(HookMemPoolTrimTo),
+      ACCELPOOL_HOOK_SLOTS(HookMemPoolDestroy),
       ACCELPOOL_HOOK_SLOTS(HookMipmappedArrayCreate),
       ACCELPOOL_HOOK_SLOTS(HookMipmappedArrayDestroy),
+      ACCELPOOL_HOOK_SLOTS(HookMemPoolCreate),
   };
   if (slot < 0 || slot >= kSlots) {
     return nullptr;
   }
-  if (id >= kHookMemAlloc && id <= kHookMipmappedArrayDestroy) {
+  if (id >= kHookMemAlloc && id <= kHookMemPoolCreate) {
     return kTable[id - kHookMemAlloc][slot];
   }
   if (id >= kHookMemCreate && id <= kHookMemUnmap) {
@@ -358,4 +382,7 @@ ACCELPOOL_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
 }
 ACCELPOOL_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   return HookMemPoolDestroy<0>(pool);
+}
+ACCELPOOL_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  return HookMemPoolCreate<0>(pool, props);
 }

@@ -38,7 +38,7 @@ __attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
 alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
-constexpr int kTables = 6;
+constexpr int kTables = 7;
 alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
 ACCELPOOL_UNINSTRUMENTED void ResolveRealDlsym() {
@@ -85,10 +85,14 @@ bool LoadLimitsFile(char* path, size_t path_len) {
     return false;
   }
   size_t len = 0;
+  int read_error = 0;
   while (len < LimitsFile::kMaxBytes) {
     ssize_t n = read(fd, g_limits.text + len, LimitsFile::kMaxBytes - len);
     if (n < 0 && errno == EINTR) {
       continue;
+    }
+    if (n < 0) {
+      read_error = errno;  // EISDIR: a directory where the file's mount should be.
     }
     if (n <= 0) {
       break;
@@ -96,6 +100,12 @@ bool LoadLimitsFile(char* path, size_t path_len) {
     len += static_cast<size_t>(n);
   }
   close(fd);
+  if (read_error != 0) {
+    Logf(LogLevel::kWarn,
+         "cannot read the limits file %s (%s); taking the limits from the environment", path,
+         std::strerror(read_error));
+    return false;
+  }
   ParseLimitsFile(&g_limits, len);
   return true;
 }
@@ -151,7 +161,8 @@ void ChildAfterFork() {
     s.graph_idle_claimed[d] = 0;
   }
   s.slot = -1;
-  for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs}) {
+  for (AllocTable* t :
+       {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs, s.pool_homes}) {
     if (t != nullptr) {
       t->Clear();
     }
@@ -193,8 +204,8 @@ void InitOnce() {
     }
     if (ok) {
       s.region = region;
-      AllocTable** tables[kTables] = {&s.pointers, &s.arrays,   &s.vmm_handles,
-                                      &s.vmm_maps, &s.ipc, &s.graph_execs};
+      AllocTable** tables[kTables] = {&s.pointers, &s.arrays,      &s.vmm_handles, &s.vmm_maps,
+                                      &s.ipc,      &s.graph_execs, &s.pool_homes};
       for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }
@@ -261,6 +272,8 @@ void CudaOnce() {
   }
   s.stream_is_capturing[0] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing");
   s.stream_is_capturing[1] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing_ptsz");
+  s.exchange_capture_mode =
+      Resolve<cuThreadExchangeStreamCaptureModeFn>(s.cuda, "cuThreadExchangeStreamCaptureMode");
   s.graph_get_nodes = Resolve<cuGraphGetNodesFn>(s.cuda, "cuGraphGetNodes");
   s.graph_node_get_type = Resolve<cuGraphNodeGetTypeFn>(s.cuda, "cuGraphNodeGetType");
   s.graph_mem_alloc_node_get_params =

@@ -87,6 +87,7 @@ struct ShimState {
   cuEventQueryFn event_query = nullptr;
   cuEventElapsedTimeFn event_elapsed = nullptr;
   cuStreamIsCapturingFn stream_is_capturing[2] = {};
+  cuThreadExchangeStreamCaptureModeFn exchange_capture_mode = nullptr;
   cuGraphGetNodesFn graph_get_nodes = nullptr;
   cuGraphNodeGetTypeFn graph_node_get_type = nullptr;
   cuGraphMemAllocNodeGetParamsFn graph_mem_alloc_node_get_params = nullptr;
@@ -115,6 +116,8 @@ struct ShimState {
   AllocTable* graph_execs = nullptr;  // Executable graphs with memory nodes (hooks_graph.cc):
                                       // bytes = the sum of their allocations, device (or
                                       // kGraphMultiDevice), link = graph_epoch when mapped.
+  AllocTable* pool_homes = nullptr;   // Pools created through the shim: device = where the
+                                      // pool's memory lives, -1 for host memory.
   uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
   bool warned_unaccounted = false;
 

@@ -157,6 +157,29 @@ TEST(ShimTest, TheDevicePluginsLimitsFileWinsOverTheEnvironment) {
   std::filesystem::remove(shim);
 }
 
+// A limits file that cannot be read (a directory where the runtime created
+// the mount point of a missing file, say) is no contract: like one that
+// cannot be opened, it is reported once and the environment applies. It was
+// read as an empty file: no limits, and the environment's ignored.
+TEST(ShimTest, AnUnreadableLimitsFileIsReportedAndTheEnvironmentApplies) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string shim = dir.path() + "/libaccelpool-cuda.so";
+  std::filesystem::copy_file(ACCELPOOL_SHIM_PATH, shim);
+  ASSERT_TRUE(std::filesystem::create_directory(shim + ".limits"));
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "2048"},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", ShimPreload(shim)}};
+  ProcessResult r =
+      testing::Run({ProbePath(), "procaddr", "fill", "alloc", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "allocated"), 2048 * kMiB) << r.err;
+  EXPECT_EQ(CountLines(r.err, "cannot read the limits file " + shim + ".limits"), 1) << r.err;
+  EXPECT_EQ(r.err.find("ignoring ACCELPOOL_CUDA_"), std::string::npos) << r.err;
+  std::filesystem::remove(shim + ".limits");
+  std::filesystem::remove(shim);
+}
+
 TEST(ShimTest, LibraryNeedsNoLibstdcxx) {
   std::ifstream f(ACCELPOOL_SHIM_PATH, std::ios::binary);
   std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -615,13 +638,31 @@ TEST(ShimTest, APoolIsChargedWhereItsMemoryLives) {
   EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
   EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
 
-  // A driver that cannot say: the current device is charged, as before.
+  // A driver that cannot say where a pool lives: CUDA 13.0's cuda.h has no
+  // CU_MEMPOOL_ATTR_LOCATION_TYPE/_ID, so a 580 driver may refuse them. The
+  // shim learned the location when the pool was created, on every path.
   Env old_driver = per_device;
   old_driver["FAKECUDA_FAIL"] = "cuMemPoolGetAttribute.location";
-  kv = MustRun({"dlsym", "poolwhere", "dev1", std::to_string(128 * kMiB)}, old_driver);
-  EXPECT_EQ(U(kv, "rc"), 0u);
-  EXPECT_EQ(U(kv, "free0"), 1024 * kMiB - 128 * kMiB);
-  EXPECT_EQ(U(kv, "free1"), 256 * kMiB);
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    kv = MustRun({path, "poolwhere", "dev1", std::to_string(128 * kMiB)}, old_driver);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "free0"), 1024 * kMiB) << "device 1's pool charged to device 0";
+    EXPECT_EQ(U(kv, "free1"), 128 * kMiB);
+    EXPECT_EQ(U(kv, "destroyed_free0"), 1024 * kMiB);
+    kv = MustRun({path, "poolwhere", "host", std::to_string(1024 * kMiB)},
+                 {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"},
+                  {"FAKECUDA_FAIL", "cuMemPoolGetAttribute.location"}});
+    EXPECT_EQ(U(kv, "rc"), 0u) << "host memory charged to device 0";
+    EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
+  }
+  // Nor can it say for a location type the shim does not know: the current
+  // device is charged, as for a pool the shim did not see created.
+  kv = MustRun(
+      {"procaddr", "poolwhere", "newtype", std::to_string(1024 * kMiB)},
+      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}, {"FAKECUDA_FAIL", "cuMemPoolGetAttribute.location"}});
+  EXPECT_EQ(U(kv, "rc"), 2u);
+  EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
 }
 
 TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
@@ -893,6 +934,81 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
 }
 
+// torch.cuda.graph captures in global mode by default. Meanwhile a thread
+// that is not in relaxed mode may not query an event: the query fails and
+// the capture is invalidated. With a compute share, the shim queries its
+// measurement events on the launches of every thread, so a thread launching
+// on another stream during the capture broke it. The shim queries in
+// relaxed mode, which is legal for events never recorded in a capture.
+TEST(ShimTest, MeasuringLaunchesDoesNotBreakAnotherThreadsGlobalCapture) {
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "capturerace", "300"}, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+    EXPECT_EQ(U(kv, "begin_rc"), 0u);
+    EXPECT_EQ(U(kv, "end_rc"), 0u) << "901: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    EXPECT_GT(U(kv, "launches"), 8u) << "too few launches to harvest a measurement";
+    EXPECT_EQ(U(kv, "failed_launches"), 0u);
+    // Without a limit the shim adds no query: the fake's capture holds.
+    kv = MustRun({path, "capturerace", "100"}, {});
+    EXPECT_EQ(U(kv, "end_rc"), 0u);
+  }
+}
+
+// The shim initialises on a process's first driver lookup. Made from 32
+// threads at once (a framework's worker threads starting together), every
+// thread gets the same hooks and the cap holds across them.
+TEST(ShimTest, ConcurrentFirstLookupsInitialiseOnceAndAllGetTheHooks) {
+  for (int round = 0; round < 5; ++round) {
+    auto kv = MustRun({"dlsym", "initrace", "32"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                                                    {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+    EXPECT_EQ(U(kv, "same"), 32u);
+    EXPECT_EQ(U(kv, "hooked"), 32u);
+    EXPECT_EQ(U(kv, "allocated"), 1024 * kMiB);
+  }
+}
+
+// VMM: one cuMemCreate handle mapped at two addresses is charged once
+// (charging mappings is the double count behind false OOMs elsewhere), and
+// returned when it is released and unmapped, in either order.
+TEST(ShimTest, AHandleMappedTwiceIsChargedOnceAndReturnedWhenGone) {
+  for (const char* path : {"direct", "procaddr_abi"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "vmmtwice", std::to_string(64 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "created"), 960 * kMiB);
+    EXPECT_EQ(U(kv, "mapped_twice"), 960 * kMiB) << "a second mapping charged again";
+    EXPECT_EQ(U(kv, "one_unmapped"), 960 * kMiB);
+    EXPECT_EQ(U(kv, "released_one_mapped"), 960 * kMiB) << "still mapped: still held";
+    EXPECT_EQ(U(kv, "all_gone"), 1024 * kMiB);
+    EXPECT_EQ(U(kv, "segment_mapped"), 960 * kMiB);
+    EXPECT_EQ(U(kv, "segment_unmapped"), 960 * kMiB) << "not released yet: still held";
+    EXPECT_EQ(U(kv, "segment_released"), 1024 * kMiB);
+  }
+}
+
+// PyTorch's DataLoader forks workers from a process that holds device
+// memory. A forked child starts with no charges and a slot of its own; its
+// normal exit returns what it charged and leaves the parent's charge alone.
+TEST(ShimTest, AForkedChildGetsItsOwnSlotAndLeavesTheParentsCharge) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun(
+        {path, "forkalloc", std::to_string(256 * kMiB)},
+        {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}});
+    EXPECT_EQ(U(kv, "parent_rc"), 0u);
+    EXPECT_EQ(U(kv, "parent_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "child_rc"), 0u);
+    EXPECT_EQ(U(kv, "child_free"), 512 * kMiB) << "the parent's charge counts in the child";
+    EXPECT_EQ(U(kv, "child_after_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "child_exit"), 0u);
+    EXPECT_EQ(U(kv, "after_child"), 768 * kMiB) << "the child's exit took the parent's charge";
+    EXPECT_EQ(U(kv, "after_parent_free"), 1024 * kMiB);
+  }
+}
+
 TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
@@ -958,6 +1074,35 @@ TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
   }
   LaunchFigures free_run = RunLaunch("direct", "kernel", kernel_us, millis, {});
   EXPECT_GE(free_run.share, 0.8) << "without a limit the fake device stays busy";
+}
+
+// NVIDIA's cuda.bindings (12.9-13.x) asks cuGetProcAddress for each entry at
+// the version of its default ABI, whatever the stream mode, with a NULL
+// status pointer: cuLaunchKernel at 4000 with per-thread default streams
+// (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1), which is below the _ptsz
+// ABI (7000). Whatever pointer the driver hands out for that is a launch
+// entry point and must be throttled, and every allocation path still capped.
+TEST(ShimTest, EntriesAskedAtTheirFirstAbiVersionAreHookedInEitherStreamMode) {
+  SKIP_UNDER_SANITIZER();
+  const int millis = 1000;
+  const int kernel_us = 1000;
+  const double slack = (0.25 * 50.0 + 2.0 * kernel_us / 1000.0) / millis;
+  for (const char* path : {"procaddr_abi", "procaddr_abi_ptds"}) {
+    SCOPED_TRACE(path);
+    for (const char* api : {"kernel", "ex", "coop", "graph"}) {
+      SCOPED_TRACE(api);
+      LaunchFigures f =
+          RunLaunch(path, api, kernel_us, millis, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
+      EXPECT_LE(f.share, 0.25 + slack);
+      EXPECT_GE(f.share, 0.10) << "throttled, not starved";
+    }
+    for (const char* api : {"alloc", "async", "vmm"}) {
+      SCOPED_TRACE(api);
+      auto kv = MustRun({path, "fill", api, std::to_string(64 * kMiB)},
+                        {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+      EXPECT_EQ(U(kv, "allocated"), 1024 * kMiB);
+    }
+  }
 }
 
 TEST(ShimTest, ComputeShareHoldsWhenHalfTheMeasurementsSpanAnotherContext) {

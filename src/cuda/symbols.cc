@@ -26,10 +26,12 @@ constexpr SymbolInfo kSymbols[] = {
     {"cuMemFreeAsync_ptsz", "cuMemFreeAsync", 11020, kNoMax, kHookMemFreeAsync, true, kCu},
     {"cuMemPoolTrimTo", "cuMemPoolTrimTo", 11020, kNoMax, kHookMemPoolTrimTo, false, kCu},
     {"cuMemPoolDestroy", "cuMemPoolDestroy", 11020, kNoMax, kHookMemPoolDestroy, false, kCu},
+    // Where a created pool lives (CUDA 13.0 drivers cannot be asked later).
+    {"cuMemPoolCreate", "cuMemPoolCreate", 11020, kNoMax, kHookMemPoolCreate, false, kCu},
     {"cuMipmappedArrayCreate", "cuMipmappedArrayCreate", 5000, kNoMax, kHookMipmappedArrayCreate,
      false, kCu},
-    {"cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 5000, kNoMax,
-     kHookMipmappedArrayDestroy, false, kCu},
+    {"cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 5000, kNoMax, kHookMipmappedArrayDestroy,
+     false, kCu},
     {"cuMemCreate", "cuMemCreate", 10020, kNoMax, kHookMemCreate, false, kCu},
     {"cuMemRelease", "cuMemRelease", 10020, kNoMax, kHookMemRelease, false, kCu},
     {"cuMemMap", "cuMemMap", 10020, kNoMax, kHookMemMap, false, kCu},
@@ -68,14 +70,12 @@ constexpr SymbolInfo kSymbols[] = {
      kHookGraphInstantiateWithParams, true, kCu},
     {"cuGraphUpload", "cuGraphUpload", 11010, kNoMax, kHookGraphUpload, false, kCu},
     {"cuGraphUpload_ptsz", "cuGraphUpload", 11010, kNoMax, kHookGraphUpload, true, kCu},
-    {"cuGraphExecDestroy", "cuGraphExecDestroy", 10000, kNoMax, kHookGraphExecDestroy, false,
+    {"cuGraphExecDestroy", "cuGraphExecDestroy", 10000, kNoMax, kHookGraphExecDestroy, false, kCu},
+    {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, kNoMax, kHookDeviceGraphMemTrim, false,
      kCu},
-    {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, kNoMax, kHookDeviceGraphMemTrim,
-     false, kCu},
     {"cuGetProcAddress", "cuGetProcAddress", 11030, 12000, kHookGetProcAddress, false, kCu},
     {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, kNoMax, kHookGetProcAddressV2, false, kCu},
-    {"nvmlDeviceGetMemoryInfo", nullptr, 0, kNoMax, kHookNvmlMemoryInfo, false,
-     HookLibrary::kNvml},
+    {"nvmlDeviceGetMemoryInfo", nullptr, 0, kNoMax, kHookNvmlMemoryInfo, false, HookLibrary::kNvml},
     {"nvmlDeviceGetMemoryInfo_v2", nullptr, 0, kNoMax, kHookNvmlMemoryInfoV2, false,
      HookLibrary::kNvml},
 };
@@ -110,13 +110,11 @@ ACCELPOOL_UNINSTRUMENTED const SymbolInfo* FindExported(const char* name) {
 const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, uint64_t flags) {
   bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   const SymbolInfo* best = nullptr;
-  const SymbolInfo* fallback = nullptr;  // Default-stream entry when no _ptsz exists.
-  bool has_ptsz = false;
+  const SymbolInfo* fallback = nullptr;  // Default-stream entry of that version.
   for (const SymbolInfo& s : kSymbols) {
     if (s.base == nullptr || base != s.base) {
       continue;
     }
-    has_ptsz = has_ptsz || s.per_thread_stream;
     if (cuda_version < s.min_version || cuda_version >= s.max_version) {
       continue;
     }
@@ -129,9 +127,12 @@ const SymbolInfo* FindForProcAddress(std::string_view base, int cuda_version, ui
   if (best != nullptr) {
     return best;
   }
-  // A per-thread request for a function without a _ptsz variant gets the
-  // plain one; a per-thread request below the _ptsz minimum passes through.
-  return has_ptsz ? nullptr : fallback;
+  // A per-thread request for a function without a _ptsz variant, or below
+  // its _ptsz version (NVIDIA's cuda.bindings asks cuLaunchKernel at 4000
+  // with the per-thread flag), maps to the default entry of that version.
+  // Every hooked _ptsz entry shares its default entry's signature, and
+  // BindHook finds the stream mode of an exported pointer by its slot.
+  return fallback;
 }
 
 bool IsGraph(HookId id) {

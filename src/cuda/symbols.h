@@ -38,6 +38,7 @@ enum HookId : int {
   kHookMemPoolDestroy,
   kHookMipmappedArrayCreate,
   kHookMipmappedArrayDestroy,
+  kHookMemPoolCreate,
   kHookMemCreate,
   kHookMemRelease,
   kHookMemMap,

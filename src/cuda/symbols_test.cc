@@ -22,8 +22,15 @@ TEST(SymbolsTest, ProcAddressTable) {
   const Case cases[] = {
       {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2"},
       {"cuMemAlloc", 13000, 0, "cuMemAlloc_v2"},
-      {"cuMemAlloc", 3000, 0, nullptr},  // The 32-bit ABI is not ours.
+      {"cuMemAlloc", 3000, 0, nullptr},               // The 32-bit ABI is not ours.
       {"cuMemAlloc", 12000, kPtds, "cuMemAlloc_v2"},  // No _ptsz variant exists.
+      // NVIDIA's cuda.bindings (12.9-13.x) asks every entry at the version of
+      // its default ABI and sets only the stream flag: cuLaunchKernel at 4000
+      // with per-thread streams, below the _ptsz ABI (7000). The pointer the
+      // driver returns for that must still be hooked, or those launches run
+      // unthrottled.
+      {"cuLaunchKernel", 4000, kPtds, "cuLaunchKernel"},
+      {"cuLaunchKernel", 3020, kPtds, nullptr},  // Older than any launch ABI the shim knows.
       {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
       {"cuLaunchKernel", 12000, kPtds, "cuLaunchKernel_ptsz"},
       {"cuLaunchKernel", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},

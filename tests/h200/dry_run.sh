@@ -50,10 +50,34 @@ check "the SIGKILL case shares one container across its processes" \
     | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 1
 check "the MPS replicas get the env the plugin's MPS mode sets, no shim" \
   test "$(grep -cE '^\[[1-4]\] py=.*resnet 1 1 .* state=none .* mps=25 pinned=0=35942M ' "${log}")" -eq 4
-# A rerun of chosen sections runs only those.
-ENFORCE_SECTIONS="pair" PATH="${here}/mock:${PATH}" ENFORCE_PAIR_SECONDS=1 ENFORCE_SECONDS=1 \
-  bash "${repo}/scripts/h200/run_enforcement.sh" "${out}" > /dev/null 2>&1
+check "every memcap case stops at 4 GiB (16 GiB under MPS), far below the card" \
+  bash -c "! grep -E '^cmd=memcap ' '${log}' | grep -vqE '^cmd=memcap [a-z]+ [0-9]+ (4294967296|17179869184) '"
+check "every memcap case carries its bound (17 cases)" \
+  test "$(grep -cE '^cmd=memcap [a-z]+ [0-9]+ [0-9]+ ' "${log}")" -eq 17
+# The whole plan through run_all.sh, as the GPU machine runs it in one 600 s
+# command: the inventory (a plugin stand-in that takes 5 s) counts against
+# the deadline, and a case that would run far past it (1000 s pair windows)
+# is cut, so the run ends by the deadline. Only the named section runs.
+plugin="${out}/plugin"
+printf '#!/bin/bash\nsleep 5\necho "{\\"inventories\\": []}"\n' > "${plugin}"
+chmod +x "${plugin}"
+all_out="${out}/all"
+mkdir -p "${all_out}"
+t0=${SECONDS}
+OUT="${all_out}" ACCELPOOL_PLUGIN_BIN="${plugin}" ENFORCE_SECTIONS="pair" \
+  PATH="${here}/mock:${PATH}" ENFORCE_PAIR_SECONDS=1000 ENFORCE_SECONDS=1000 \
+  ENFORCE_DEADLINE_S=60 bash "${repo}/scripts/h200/run_all.sh" > "${out}/all.log" 2>&1
+took=$((SECONDS - t0))
+log="${all_out}/enforcement_raw.txt"
+check "run_all ended by its deadline (took ${took}s of 60)" test "${took}" -le 66
+check "the inventory's time was taken off the enforcement deadline" \
+  has '^budget_s=49[0-9] deadline_s=5[0-9]$'
+check "a case past the deadline had its timeout cut" has '^\(timeout cut from 1060s to'
+check "the cases after it were skipped" test "$(count '^SKIPPED: over the')" -ge 2
 check "ENFORCE_SECTIONS=pair runs the pair and nothing else" \
   bash -c "grep -q '^=== 8. two containers' '${log}' && ! grep -q '^=== 2. memory cap' '${log}'"
+check "the results fit what comes back from \$OUT (<= 8 plain files, safe names)" \
+  bash -c "test \$(find '${all_out}' -type f | wc -l) -le 8 && \
+    ! find '${all_out}' -mindepth 1 | sed 's|^${all_out}/||' | grep -qvE '^[A-Za-z0-9._-]+$'"
 echo "h200 dry run: ${fails} failed"
 [[ ${fails} -eq 0 ]]

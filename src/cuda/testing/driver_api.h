@@ -102,6 +102,7 @@ CUresult cuEventDestroy_v2(CUevent);
 CUresult cuEventRecord(CUevent, CUstream);
 CUresult cuEventRecord_ptsz(CUevent, CUstream);
 CUresult cuEventQuery(CUevent);
+CUresult cuThreadExchangeStreamCaptureMode(int*);
 CUresult cuEventElapsedTime(float*, CUevent, CUevent);
 CUresult cuGetProcAddress(const char*, void**, int, cuuint64_t);
 CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,

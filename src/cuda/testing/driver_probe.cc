@@ -4,8 +4,10 @@
 // It reaches the driver the way real programs do, chosen by the first
 // argument: "direct" (linked calls), "dlsym" (dlopen + dlsym, like the CUDA
 // runtime of old), "procaddr" (cuGetProcAddress_v2, like CUDA 12/13
-// runtimes), "procaddr_ptds" (the same with per-thread default streams) and
-// "procaddr_v1" (the CUDA 11 cuGetProcAddress). Results are printed as
+// runtimes), "procaddr_ptds" (the same with per-thread default streams),
+// "procaddr_abi" and "procaddr_abi_ptds" (each entry asked at the version of
+// its default ABI, with no status pointer, as NVIDIA's cuda.bindings does)
+// and "procaddr_v1" (the CUDA 11 cuGetProcAddress). Results are printed as
 // key=value lines for the test to parse.
 //
 // Commands:
@@ -62,10 +64,25 @@
 //   mipmaplevels             a 3-level mipmapped array: charge and return
 //   relfail <bytes>          cuMemRelease failing on an unmapped and on a
 //                            mapped handle, then unmap and a real release
+//   capturerace <ms>         a thread captures the capturing stream in global
+//                            mode for <ms>; meanwhile this thread launches
+//                            20 us kernels on stream 0; the capture's end rc
+//   initrace <threads>       (any mode) the first driver lookups of the
+//                            process, from <threads> threads at once: each
+//                            resolves cuGetProcAddress_v2 by dlsym, then
+//                            cuMemAlloc and cuLaunchKernel through it, and
+//                            allocates 64 MiB
+//   vmmtwice <bytes>         one cuMemCreate handle mapped at two addresses;
+//                            free memory after each map, unmap and release,
+//                            then PyTorch's order (unmap before release)
+//   forkalloc <bytes>        allocate, fork (a DataLoader worker); the child
+//                            allocates and frees <bytes> and exits normally;
+//                            the parent's view of free memory at each step
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,7 +98,6 @@
 
 #include "cuda/cuda_types.h"
 #include "cuda/testing/driver_api.h"
-
 
 namespace {
 
@@ -123,6 +139,7 @@ struct Api {
   cuGraphUploadFn graph_upload;
   cuGraphExecDestroyFn graph_exec_destroy;
   cuDeviceGraphMemTrimFn graph_trim;
+  cuMemPoolCreateFn pool_create;
 };
 
 void* g_driver = nullptr;
@@ -138,21 +155,27 @@ void* Driver() {
   return g_driver;
 }
 
+// `abi`: the version of the entry's default ABI (cudaTypedefs.h), which
+// the procaddr_abi modes ask for, as NVIDIA's cuda.bindings does.
 template <typename T>
-void Get(T* out, const std::string& mode, const char* exported, const char* base,
-         int version) {  // NOLINT: version is adjusted per mode.
+void Get(T* out, const std::string& mode, const char* exported, const char* base, int version,
+         int abi) {  // NOLINT: version is adjusted per mode.
   void* p = nullptr;
   if (mode == "dlsym") {
     p = dlsym(Driver(), exported);
-  } else if (mode == "procaddr" || mode == "procaddr_ptds" || mode == "procaddr13") {
+  } else if (mode == "procaddr" || mode == "procaddr_ptds" || mode == "procaddr13" ||
+             mode == "procaddr_abi" || mode == "procaddr_abi_ptds") {
     if (mode == "procaddr13") {
       version = 13000;
+    } else if (mode == "procaddr_abi" || mode == "procaddr_abi_ptds") {
+      version = abi;
     }
     auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
-    CUdriverProcAddressQueryResult status;
-    cuuint64_t flags = mode == "procaddr_ptds" ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                               : CU_GET_PROC_ADDRESS_DEFAULT;
-    if (gpa == nullptr || gpa(base, &p, version, flags, &status) != CUDA_SUCCESS) {
+    bool ptds = mode == "procaddr_ptds" || mode == "procaddr_abi_ptds";
+    cuuint64_t flags =
+        ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    // cuda.bindings passes no status pointer: it is optional.
+    if (gpa == nullptr || gpa(base, &p, version, flags, nullptr) != CUDA_SUCCESS) {
       p = nullptr;
     }
   } else if (mode == "procaddr_v1") {
@@ -167,56 +190,80 @@ void Get(T* out, const std::string& mode, const char* exported, const char* base
 Api Load(const std::string& mode) {
   Api a{};
   if (mode == "direct") {
-    a = Api{&cuMemAlloc_v2,  &cuMemAllocPitch_v2, &cuMemAllocManaged,
-            &cuMemFree_v2,   &cuArrayCreate_v2,   &cuArrayDestroy,
-            &cuMemAllocAsync, &cuMemAllocFromPoolAsync, &cuMemFreeAsync,
-            &cuMemCreate,    &cuMemRelease,       &cuMemMap,
-            &cuMemUnmap,     &cuIpcOpenMemHandle_v2, &cuIpcCloseMemHandle,
-            &cuMemGetInfo_v2, &cuDeviceTotalMem_v2, &cuLaunchKernel,
-            &cuLaunchKernelEx, &cuLaunchCooperativeKernel, &cuGraphLaunch,
-            &cuCtxSynchronize, &cuMemPoolTrimTo, &cuMemPoolDestroy,
-            &cuMipmappedArrayCreate, &cuMipmappedArrayDestroy, &cuIpcGetMemHandle,
-            &cuGraphInstantiateWithFlags, &cuGraphInstantiateWithParams, &cuGraphUpload,
-            &cuGraphExecDestroy, &cuDeviceGraphMemTrim};
+    a = Api{&cuMemAlloc_v2,
+            &cuMemAllocPitch_v2,
+            &cuMemAllocManaged,
+            &cuMemFree_v2,
+            &cuArrayCreate_v2,
+            &cuArrayDestroy,
+            &cuMemAllocAsync,
+            &cuMemAllocFromPoolAsync,
+            &cuMemFreeAsync,
+            &cuMemCreate,
+            &cuMemRelease,
+            &cuMemMap,
+            &cuMemUnmap,
+            &cuIpcOpenMemHandle_v2,
+            &cuIpcCloseMemHandle,
+            &cuMemGetInfo_v2,
+            &cuDeviceTotalMem_v2,
+            &cuLaunchKernel,
+            &cuLaunchKernelEx,
+            &cuLaunchCooperativeKernel,
+            &cuGraphLaunch,
+            &cuCtxSynchronize,
+            &cuMemPoolTrimTo,
+            &cuMemPoolDestroy,
+            &cuMipmappedArrayCreate,
+            &cuMipmappedArrayDestroy,
+            &cuIpcGetMemHandle,
+            &cuGraphInstantiateWithFlags,
+            &cuGraphInstantiateWithParams,
+            &cuGraphUpload,
+            &cuGraphExecDestroy,
+            &cuDeviceGraphMemTrim,
+            &cuMemPoolCreate};
     return a;
   }
   const int v = 12080;
-  Get(&a.alloc, mode, "cuMemAlloc_v2", "cuMemAlloc", v);
-  Get(&a.pitch, mode, "cuMemAllocPitch_v2", "cuMemAllocPitch", v);
-  Get(&a.managed, mode, "cuMemAllocManaged", "cuMemAllocManaged", v);
-  Get(&a.free, mode, "cuMemFree_v2", "cuMemFree", v);
-  Get(&a.array_create, mode, "cuArrayCreate_v2", "cuArrayCreate", v);
-  Get(&a.array_destroy, mode, "cuArrayDestroy", "cuArrayDestroy", v);
-  Get(&a.alloc_async, mode, "cuMemAllocAsync", "cuMemAllocAsync", v);
-  Get(&a.alloc_pool, mode, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", v);
-  Get(&a.free_async, mode, "cuMemFreeAsync", "cuMemFreeAsync", v);
-  Get(&a.create, mode, "cuMemCreate", "cuMemCreate", v);
-  Get(&a.release, mode, "cuMemRelease", "cuMemRelease", v);
-  Get(&a.map, mode, "cuMemMap", "cuMemMap", v);
-  Get(&a.unmap, mode, "cuMemUnmap", "cuMemUnmap", v);
-  Get(&a.ipc_open, mode, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", v);
-  Get(&a.ipc_close, mode, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", v);
-  Get(&a.get_info, mode, "cuMemGetInfo_v2", "cuMemGetInfo", v);
-  Get(&a.total_mem, mode, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", v);
+  Get(&a.alloc, mode, "cuMemAlloc_v2", "cuMemAlloc", v, 3020);
+  Get(&a.pitch, mode, "cuMemAllocPitch_v2", "cuMemAllocPitch", v, 3020);
+  Get(&a.managed, mode, "cuMemAllocManaged", "cuMemAllocManaged", v, 6000);
+  Get(&a.free, mode, "cuMemFree_v2", "cuMemFree", v, 3020);
+  Get(&a.array_create, mode, "cuArrayCreate_v2", "cuArrayCreate", v, 3020);
+  Get(&a.array_destroy, mode, "cuArrayDestroy", "cuArrayDestroy", v, 2000);
+  Get(&a.alloc_async, mode, "cuMemAllocAsync", "cuMemAllocAsync", v, 11020);
+  Get(&a.alloc_pool, mode, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", v, 11020);
+  Get(&a.free_async, mode, "cuMemFreeAsync", "cuMemFreeAsync", v, 11020);
+  Get(&a.create, mode, "cuMemCreate", "cuMemCreate", v, 10020);
+  Get(&a.release, mode, "cuMemRelease", "cuMemRelease", v, 10020);
+  Get(&a.map, mode, "cuMemMap", "cuMemMap", v, 10020);
+  Get(&a.unmap, mode, "cuMemUnmap", "cuMemUnmap", v, 10020);
+  Get(&a.ipc_open, mode, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", v, 11000);
+  Get(&a.ipc_close, mode, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", v, 4010);
+  Get(&a.get_info, mode, "cuMemGetInfo_v2", "cuMemGetInfo", v, 3020);
+  Get(&a.total_mem, mode, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", v, 3020);
   bool ptds = mode == "procaddr_ptds";
-  Get(&a.launch, mode, ptds ? "cuLaunchKernel_ptsz" : "cuLaunchKernel", "cuLaunchKernel", v);
+  Get(&a.launch, mode, ptds ? "cuLaunchKernel_ptsz" : "cuLaunchKernel", "cuLaunchKernel", v, 4000);
   Get(&a.launch_ex, mode, ptds ? "cuLaunchKernelEx_ptsz" : "cuLaunchKernelEx", "cuLaunchKernelEx",
-      v);
-  Get(&a.launch_coop, mode, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", v);
-  Get(&a.graph_launch, mode, "cuGraphLaunch", "cuGraphLaunch", v);
-  Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v);
-  Get(&a.pool_trim, mode, "cuMemPoolTrimTo", "cuMemPoolTrimTo", v);
-  Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v);
-  Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v);
-  Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v);
-  Get(&a.ipc_get, mode, "cuIpcGetMemHandle", "cuIpcGetMemHandle", v);
-  // From CUDA 12 "cuGraphInstantiate" is the WithFlags ABI.
-  Get(&a.graph_instantiate, mode, "cuGraphInstantiateWithFlags", "cuGraphInstantiate", v);
+      v, 11060);
+  Get(&a.launch_coop, mode, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", v, 9000);
+  Get(&a.graph_launch, mode, "cuGraphLaunch", "cuGraphLaunch", v, 10000);
+  Get(&a.ctx_sync, mode, "cuCtxSynchronize", "cuCtxSynchronize", v, 2000);
+  Get(&a.pool_trim, mode, "cuMemPoolTrimTo", "cuMemPoolTrimTo", v, 11020);
+  Get(&a.pool_destroy, mode, "cuMemPoolDestroy", "cuMemPoolDestroy", v, 11020);
+  Get(&a.mipmap_create, mode, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", v, 5000);
+  Get(&a.mipmap_destroy, mode, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", v, 5000);
+  Get(&a.ipc_get, mode, "cuIpcGetMemHandle", "cuIpcGetMemHandle", v, 4010);
+  // From CUDA 12 "cuGraphInstantiate" is the WithFlags ABI. (cuda.bindings
+  // asks it at 11040, where which ABI a real driver returns is unverified.)
+  Get(&a.graph_instantiate, mode, "cuGraphInstantiateWithFlags", "cuGraphInstantiate", v, 12000);
   Get(&a.graph_instantiate_params, mode, "cuGraphInstantiateWithParams",
-      "cuGraphInstantiateWithParams", v);
-  Get(&a.graph_upload, mode, "cuGraphUpload", "cuGraphUpload", v);
-  Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v);
-  Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v);
+      "cuGraphInstantiateWithParams", v, 12000);
+  Get(&a.graph_upload, mode, "cuGraphUpload", "cuGraphUpload", v, 11010);
+  Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v, 10000);
+  Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v, 11040);
+  Get(&a.pool_create, mode, "cuMemPoolCreate", "cuMemPoolCreate", v, 11020);
   return a;
 }
 
@@ -556,6 +603,156 @@ size_t FreeBytes(const Api& a) {
   return free_bytes;
 }
 
+// torch.cuda.graph captures in global mode by default: meanwhile no thread
+// may make a potentially unsafe call (an event query) unless it is in
+// relaxed mode, or the capture is invalidated. The shim's own measurement
+// events are queried on launches of other threads.
+int CaptureRace(const Api& a, int64_t millis) {
+  auto capturing = reinterpret_cast<CUstream>(0xCA97);
+  std::atomic<bool> begun{false};
+  std::atomic<bool> ended{false};
+  CUresult begin_rc = CUDA_SUCCESS;
+  CUresult end_rc = CUDA_SUCCESS;
+  std::thread capturer([&] {
+    begin_rc = cuStreamBeginCapture_v2(capturing, 0);  // CU_STREAM_CAPTURE_MODE_GLOBAL
+    begun.store(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(millis));
+    CUgraph graph = nullptr;
+    end_rc = cuStreamEndCapture(capturing, &graph);
+    ended.store(true);
+  });
+  while (!begun.load()) {
+  }
+  int64_t kernel_ns = 20'000;
+  void* params[] = {&kernel_ns};
+  long launches = 0;  // NOLINT
+  int failed = 0;
+  while (!ended.load()) {
+    if (a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+      ++failed;
+    }
+    ++launches;
+  }
+  capturer.join();
+  std::printf("begin_rc=%d end_rc=%d launches=%ld failed_launches=%d\n", begin_rc, end_rc, launches,
+              failed);
+  return 0;
+}
+
+// The shim initialises on the first lookup: many threads making it at once
+// must all get the same hooks, and the cap must hold across them.
+int InitRace(int threads) {
+  void* lib = Driver();  // dlopen only: nothing of the shim has run yet.
+  auto lookup = reinterpret_cast<LookupFn>(dlsym(lib, "fakecuda_Lookup"));
+  std::atomic<bool> go{false};
+  std::vector<void*> allocs(static_cast<size_t>(threads));
+  std::vector<void*> launches(static_cast<size_t>(threads));
+  std::vector<int> rcs(static_cast<size_t>(threads), -1);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) {
+    pool.emplace_back([&, i] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(lib, "cuGetProcAddress_v2"));
+      void* alloc = nullptr;
+      void* launch = nullptr;
+      if (gpa != nullptr) {
+        gpa("cuMemAlloc", &alloc, 3020, CU_GET_PROC_ADDRESS_DEFAULT, nullptr);
+        gpa("cuLaunchKernel", &launch, 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+            nullptr);
+      }
+      allocs[static_cast<size_t>(i)] = alloc;
+      launches[static_cast<size_t>(i)] = launch;
+      CUdeviceptr p = 0;
+      if (alloc != nullptr) {
+        rcs[static_cast<size_t>(i)] = reinterpret_cast<cuMemAllocFn>(alloc)(&p, 64ULL << 20);
+      }
+    });
+  }
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : pool) {
+    t.join();
+  }
+  int same = 0;
+  int hooked = 0;
+  int ok = 0;
+  for (int i = 0; i < threads; ++i) {
+    size_t k = static_cast<size_t>(i);
+    same += allocs[k] == allocs[0] && launches[k] == launches[0] ? 1 : 0;
+    hooked += allocs[k] != nullptr && allocs[k] != lookup("cuMemAlloc_v2") &&
+                      launches[k] != nullptr && launches[k] != lookup("cuLaunchKernel_ptsz")
+                  ? 1
+                  : 0;
+    ok += rcs[k] == CUDA_SUCCESS ? 1 : 0;
+  }
+  std::printf("threads=%d same=%d hooked=%d allocated=%llu\n", threads, same, hooked,
+              static_cast<unsigned long long>(ok) * (64ULL << 20));
+  return 0;
+}
+
+// One physical handle mapped twice is one allocation: charged once, and
+// returned when the handle is released and its last mapping is gone.
+int VmmTwice(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const CUdeviceptr va1 = 1ULL << 45;
+  const CUdeviceptr va2 = va1 + bytes;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = a.create(&h, bytes, &prop, 0);
+  std::printf("create_rc=%d created=%zu\n", rc, FreeBytes(a));
+  CUresult m1 = a.map(va1, bytes, 0, h, 0);
+  CUresult m2 = a.map(va2, bytes, 0, h, 0);
+  std::printf("map_rc=%d,%d mapped_twice=%zu\n", m1, m2, FreeBytes(a));
+  a.unmap(va1, bytes);
+  std::printf("one_unmapped=%zu\n", FreeBytes(a));
+  a.release(h);
+  std::printf("released_one_mapped=%zu\n", FreeBytes(a));
+  a.unmap(va2, bytes);
+  std::printf("all_gone=%zu\n", FreeBytes(a));
+  // PyTorch's expandable segments: create, map, (use), unmap, release.
+  rc = a.create(&h, bytes, &prop, 0);
+  a.map(va1, bytes, 0, h, 0);
+  std::printf("segment_rc=%d segment_mapped=%zu\n", rc, FreeBytes(a));
+  a.unmap(va1, bytes);
+  std::printf("segment_unmapped=%zu\n", FreeBytes(a));
+  a.release(h);
+  std::printf("segment_released=%zu\n", FreeBytes(a));
+  return 0;
+}
+
+// A process holding memory forks; the child uses the driver too (the fake
+// allows it) and exits through its destructors. The child must get its own
+// accounting slot, and its exit must not take the parent's charge with it.
+int ForkAlloc(const Api& a, uint64_t bytes) {
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc(&p, bytes);
+  std::printf("parent_rc=%d parent_free=%zu\n", rc, FreeBytes(a));
+  std::fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    CUdeviceptr q = 0;
+    CUresult crc = a.alloc(&q, bytes);
+    std::printf("child_rc=%d child_free=%zu\n", crc, FreeBytes(a));
+    if (crc == CUDA_SUCCESS) {
+      a.free(q);
+    }
+    std::printf("child_after_free=%zu\n", FreeBytes(a));
+    std::fflush(stdout);
+    std::exit(0);  // Through the destructors, as a worker that returns does.
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("child_exit=%d after_child=%zu\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+              FreeBytes(a));
+  if (rc == CUDA_SUCCESS) {
+    a.free(p);
+  }
+  std::printf("after_parent_free=%zu\n", FreeBytes(a));
+  return 0;
+}
+
 CUmemoryPool CurrentPool(const char* threshold) {
   CUmemoryPool pool = nullptr;
   cuDeviceGetMemPool(&pool, 0);
@@ -881,7 +1078,7 @@ int PoolWhere(const Api& a, const std::string& where, uint64_t bytes, int filler
     host.location.type = 2;  // CU_MEM_LOCATION_TYPE_HOST
     CUmemoryPool pool = nullptr;
     CUdeviceptr p = 0;
-    if (cuMemPoolCreate(&pool, &host) == CUDA_SUCCESS &&
+    if (a.pool_create(&pool, &host) == CUDA_SUCCESS &&
         a.alloc_pool(&p, 1 << 20, pool, nullptr) == CUDA_SUCCESS) {
       filled.emplace_back(pool, p);
     }
@@ -892,7 +1089,7 @@ int PoolWhere(const Api& a, const std::string& where, uint64_t bytes, int filler
   props.location.type = where == "host" ? 2 : where == "newtype" ? 6 : CU_MEM_LOCATION_TYPE_DEVICE;
   props.location.id = where == "dev1" ? 1 : 0;
   CUmemoryPool pool = nullptr;
-  CUresult create_rc = cuMemPoolCreate(&pool, &props);
+  CUresult create_rc = a.pool_create(&pool, &props);
   CUdeviceptr p = 0;
   CUresult rc = a.alloc_pool(&p, bytes, pool, nullptr);
   uint64_t free0 = FreeBytes(a);
@@ -1102,8 +1299,11 @@ int Nvml() {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <direct|dlsym|procaddr|procaddr_ptds|procaddr_v1> <command> "
-                         "[args]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s <direct|dlsym|procaddr|procaddr_ptds|procaddr_abi|procaddr_abi_ptds|"
+                 "procaddr_v1> <command> "
+                 "[args]\n",
+                 argv[0]);
     return 2;
   }
   if (const char* fail = std::getenv("FAKECUDA_FAIL")) {
@@ -1136,6 +1336,9 @@ int main(int argc, char** argv) {
   }
   if (command == "nvml") {
     return Nvml();
+  }
+  if (command == "initrace" && argc == 4) {
+    return InitRace(std::atoi(argv[3]));
   }
   Api a = Load(mode);
   if (a.alloc == nullptr || a.launch == nullptr) {
@@ -1233,6 +1436,15 @@ int main(int argc, char** argv) {
   }
   if (command == "mipmaplevels" && argc == 3) {
     return MipmapLevels(a);
+  }
+  if (command == "capturerace" && argc == 4) {
+    return CaptureRace(a, std::atoll(argv[3]));
+  }
+  if (command == "vmmtwice" && argc == 4) {
+    return VmmTwice(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "forkalloc" && argc == 4) {
+    return ForkAlloc(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "relfail" && argc == 4) {
     return ReleaseFail(a, std::strtoull(argv[3], nullptr, 10));

@@ -199,9 +199,29 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
 }
 FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream st) { return Record(e, st, false); }
 FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream st) { return Record(e, st, true); }
+// The calling thread's stream capture interaction mode (cuStreamCaptureMode).
+int& CaptureMode() {
+  thread_local int mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return mode;
+}
+FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+  if (mode == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::swap(*mode, CaptureMode());
+  return CUDA_SUCCESS;
+}
+// Querying an event is potentially unsafe while a global-mode capture is
+// under way in any thread, unless this thread is in relaxed mode: it fails
+// and the capture is invalidated (PyTorch's pinned-memory event queries
+// during torch.cuda.graph hit exactly this).
 FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
+  if (s.global_captures > 0 && CaptureMode() != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    s.capture_invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   auto it = s.events.find(e);
   if (it == s.events.end()) {
     return CUDA_ERROR_INVALID_HANDLE;
@@ -313,6 +333,7 @@ const ProcEntry kProcs[] = {
     E(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, true),
     E(cuMemPoolTrimTo, "cuMemPoolTrimTo", 11020, false),
     E(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, false),
+    E(cuMemPoolCreate, "cuMemPoolCreate", 11020, false),
     E(cuMemCreate, "cuMemCreate", 10020, false),
     E(cuMemRelease, "cuMemRelease", 10020, false),
     E(cuMemMap, "cuMemMap", 10020, false),
@@ -343,6 +364,7 @@ const ProcEntry kProcs[] = {
     E(cuEventRecord, "cuEventRecord", 2000, false),
     E(cuEventRecord_ptsz, "cuEventRecord", 7000, true),
     E(cuEventQuery, "cuEventQuery", 2000, false),
+    E(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 10010, false),
     E(cuEventElapsedTime, "cuEventElapsedTime", 2000, false),
     E(cuCtxSynchronize, "cuCtxSynchronize", 2000, false),
     E(cuGetProcAddress, "cuGetProcAddress", 11030, false),

@@ -234,15 +234,33 @@ CUresult CaptureFree(CUdeviceptr ptr) {
 }  // namespace accelpool::cuda::fake
 
 // The capturing stream (0xCA97) always captures: ending a capture returns
-// what was recorded on it since the last end, as a new graph.
-FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream st, int) {
-  return Capturing(st) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+// what was recorded on it since the last end, as a new graph. A capture
+// begun in global mode counts as under way until it ends (cuEventQuery).
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream st, int mode) {
+  if (!Capturing(st)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+    State& s = S();
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.global_captures;
+  }
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamEndCapture(CUstream st, CUgraph* graph) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (graph == nullptr || !Capturing(st)) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (s.global_captures > 0) {
+    --s.global_captures;
+  }
+  if (s.capture_invalidated) {
+    s.capture_invalidated = s.global_captures > 0;
+    s.captured.clear();
+    *graph = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
   uintptr_t id = NewObjectLocked(s);
   std::vector<uintptr_t>& nodes = s.graphs[id];

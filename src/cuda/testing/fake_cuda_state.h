@@ -106,6 +106,11 @@ struct State {
   std::map<uintptr_t, GraphNode> nodes;
   std::map<uintptr_t, GraphExec> execs;
   std::vector<GraphNode> captured;  // Nodes recorded on the capturing stream.
+  // Capture sequences begun in CU_STREAM_CAPTURE_MODE_GLOBAL and not ended;
+  // a potentially unsafe call (cuEventQuery) from a thread not in relaxed
+  // mode meanwhile fails and invalidates them, as a real driver does.
+  int global_captures = 0;
+  bool capture_invalidated = false;
   uint64_t graph_reserved[kDevices] = {};
   uint64_t graph_used[kDevices] = {};
   uintptr_t next_graph_object = 1;
