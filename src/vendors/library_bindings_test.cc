@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -154,17 +155,30 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
   }
 }
 
-// A MetaX GPU's DRM nodes are the ones sysfs lists for its PCI function: on a
-// server whose BMC VGA registered as card0, GPU n is card<n+1> (its render
-// node has no such offset), so /dev/dri/card<n> would be another GPU.
-TEST(LibraryBindingsTest, MetaxDeviceNodesComeFromSysfsNotTheIndex) {
-  const Binding& b = Find("MX-SML");
+// The DRM nodes of a MetaX or Moore Threads GPU are the ones sysfs lists for
+// its PCI function: on a server whose BMC VGA registered as card0, GPU n is
+// card<n+1> (its render node has no such offset), so /dev/dri/card<n> would be
+// another GPU's node.
+struct DrmCase {
+  std::string binding;
+  core::Vendor vendor;
+  std::string env;                   // the visible-devices variable
+  std::vector<std::string> before3;  // device 3's DRM nodes without sysfs entries
+  std::vector<std::string> own3;     // its own non-DRM nodes, kept
+};
+
+class DrmNodesTest : public ::testing::TestWithParam<DrmCase> {};
+
+TEST_P(DrmNodesTest, DeviceNodesComeFromSysfsNotTheIndex) {
+  const DrmCase& c = GetParam();
+  const Binding& b = Find(c.binding);
   FakeHandle fake(b.fake_path);
   ASSERT_TRUE(fake.ok()) << dlerror();
   fake.Configure(8, -1, -1, 0);
   FakeSysfs sysfs;
   testing::FakeDevRoot dev;
-  dev.AddVendor(core::Vendor::kMetax, 9);  // card0 (the BMC) .. card8
+  dev.AddVendor(c.vendor, 8);
+  for (int i = 0; i < 9; ++i) dev.Add("/dev/dri/card" + std::to_string(i));  // card0: the BMC
   for (int i = 128; i < 136; ++i) dev.Add("/dev/dri/renderD" + std::to_string(i));
   auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
   ASSERT_TRUE(driver.ok()) << driver.status().ToString();
@@ -177,12 +191,23 @@ TEST(LibraryBindingsTest, MetaxDeviceNodesComeFromSysfsNotTheIndex) {
     EXPECT_TRUE(spec.ok()) << spec.status().ToString();
     std::vector<std::string> out;
     for (const DeviceNode& n : spec.ok() ? spec->devices : std::vector<DeviceNode>{}) {
-      if (n.host_path.rfind("/dev/dri/", 0) == 0) out.push_back(n.host_path);
+      out.push_back(n.host_path);
     }
     return out;
   };
+  auto drm = [](std::vector<std::string> v) {
+    std::erase_if(v, [](const std::string& p) { return p.rfind("/dev/dri/", 0) != 0; });
+    return v;
+  };
+  auto has_all = [](const std::vector<std::string>& have, const std::vector<std::string>& want) {
+    for (const std::string& w : want) {
+      if (std::find(have.begin(), have.end(), w) == have.end()) return false;
+    }
+    return true;
+  };
   // Without sysfs entries: the index, as before.
-  EXPECT_EQ(nodes(devices[3]), std::vector<std::string>{"/dev/dri/card3"});
+  EXPECT_EQ(drm(nodes(devices[3])), c.before3);
+  EXPECT_TRUE(has_all(nodes(devices[3]), c.own3));
 
   for (size_t i = 0; i < devices.size(); ++i) {
     sysfs.Drm(devices[i].pci_bus,
@@ -191,12 +216,25 @@ TEST(LibraryBindingsTest, MetaxDeviceNodesComeFromSysfsNotTheIndex) {
   }
   invs = (*driver)->Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  EXPECT_EQ(nodes(devices[3]), (std::vector<std::string>{"/dev/dri/card4", "/dev/dri/renderD131"}));
-  EXPECT_EQ(nodes(devices[0]), (std::vector<std::string>{"/dev/dri/card1", "/dev/dri/renderD128"}));
+  EXPECT_EQ(drm(nodes(devices[3])),
+            (std::vector<std::string>{"/dev/dri/card4", "/dev/dri/renderD131"}));
+  EXPECT_EQ(drm(nodes(devices[0])),
+            (std::vector<std::string>{"/dev/dri/card1", "/dev/dri/renderD128"}));
+  EXPECT_TRUE(has_all(nodes(devices[3]), c.own3));
   auto spec = (*driver)->BuildContainerSpec({{devices[3], 0, 0, true}});
   ASSERT_TRUE(spec.ok());
-  EXPECT_EQ(spec->env.at("MACA_VISIBLE_DEVICES"), "3");  // MX-SML's index, not the DRM number
+  EXPECT_EQ(spec->env.at(c.env), "3");  // the library's index, not the DRM number
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Vendors, DrmNodesTest,
+    ::testing::Values(
+        DrmCase{"MX-SML", core::Vendor::kMetax, "MACA_VISIBLE_DEVICES", {"/dev/dri/card3"}, {}},
+        DrmCase{"MTML", core::Vendor::kMthreads, "MTHREADS_VISIBLE_DEVICES", {}, {"/dev/mtgpu.3"}}),
+    [](const ::testing::TestParamInfo<DrmCase>& i) {
+      return i.param.vendor == core::Vendor::kMetax ? std::string("Metax")
+                                                    : std::string("Mthreads");
+    });
 
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
   const Binding& b = Find("MTML");

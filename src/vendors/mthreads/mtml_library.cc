@@ -21,6 +21,8 @@
 #include "vendors/mthreads/mtml_library.h"
 
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "vendors/dl_library.h"
 #include "vendors/driver.h"
@@ -129,6 +131,13 @@ class Mtml : public BoundLibrary {
       d.compute_units = static_cast<int32_t>(cores);
     }
     d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
+    // MUSA needs the GPU's DRM nodes beside /dev/mtgpu.<index>; their numbers
+    // are the kernel's (a BMC's VGA is often card0), so sysfs names them.
+    std::vector<std::string> drm = PciDrmNodes(d.pci_bus, sysfs_root_);
+    if (!drm.empty()) {
+      d.nodes.push_back("/dev/mtgpu." + std::to_string(index));
+      d.nodes.insert(d.nodes.end(), drm.begin(), drm.end());
+    }
     return d;
   }
 
