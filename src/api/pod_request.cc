@@ -202,15 +202,21 @@ Status CollectContainer(const json& c, const std::string& where,
         break;
       case ResourceRole::kMemory: {
         int64_t mib = 0;
-        const bool has_suffix =
-            !text.empty() && !std::isdigit(static_cast<unsigned char>(text.back()));
+        // A unit or an exponent: bytes (MetaX vmemory); a plain number: units.
+        const bool has_suffix = text.find_first_not_of("+0123456789") != std::string::npos;
         if (bytes && has_suffix) {
-          mib = (value + (1 << 20) - 1) >> 20;  // bytes, rounded up to MiB
-        } else {
-          if (value > (int64_t{1} << 40) / info->unit) {
-            return InvalidArgumentError(where + ": " + name + ": " + text + " is too large");
-          }
+          mib = value / (int64_t{1} << 20) + (value % (int64_t{1} << 20) != 0);  // rounded up
+        } else if (value <= (int64_t{1} << 40) / info->unit) {
           mib = value * info->unit;
+        } else {
+          mib = std::numeric_limits<int64_t>::max();
+        }
+        if (mib > (int64_t{1} << 40)) {
+          return InvalidArgumentError(
+              where + ": " + name + ": " + text + " is too large (memory is in " +
+              (info->unit > 1 ? "units of " + std::to_string(info->unit) + " MiB"
+                              : std::string("MiB")) +
+              " per device)");
         }
         ask.memory_mib = mib;
         ask.memory_name = name;
@@ -287,30 +293,54 @@ StatusOr<int64_t> ParseWholeQuantity(const std::string& s, bool allow_suffix) {
   if (i == digits_start) return bad("no digits");
   if (i == s.size()) return v;
   if (s[i] == '.') return bad("fractions are not allowed for extended resources");
+  auto times = [&](int64_t mult) -> StatusOr<int64_t> {
+    if (v > std::numeric_limits<int64_t>::max() / mult) return bad("too large");
+    return v * mult;
+  };
   const std::string suffix = s.substr(i);
-  if (suffix[0] == 'e' || suffix[0] == 'E') {
-    if (suffix.size() > 1) return bad("exponents are not allowed; write the plain number");
+  // A decimal exponent ("3e3", "3E+3"); "E" alone is the exa suffix.
+  if ((suffix[0] == 'e' || suffix[0] == 'E') && suffix.size() > 1 && suffix[1] != 'i') {
+    size_t j = 1;
+    if (suffix[j] == '-') return bad("negative exponents make fractions; write the plain number");
+    if (suffix[j] == '+') ++j;
+    if (j == suffix.size()) return bad("malformed exponent");
+    int exp = 0;
+    for (; j < suffix.size(); ++j) {
+      if (!std::isdigit(static_cast<unsigned char>(suffix[j]))) return bad("malformed exponent");
+      exp = std::min(exp * 10 + (suffix[j] - '0'), 100);
+    }
+    if (v == 0) return int64_t{0};
+    for (; exp > 0; --exp) {
+      StatusOr<int64_t> next = times(10);
+      if (!next.ok()) return next;
+      v = *next;
+    }
+    return v;
+  }
+  // Decimal suffixes: kube-apiserver writes a whole number in canonical form,
+  // with the largest one that keeps it whole (4000 -> "4k"), so they are
+  // accepted for every resource. Binary suffixes only where a unit means bytes.
+  static const std::pair<const char*, int64_t> kDecimal[] = {
+      {"k", 1000},          {"M", 1000000},          {"G", 1000000000},
+      {"T", 1000000000000}, {"P", 1000000000000000}, {"E", 1000000000000000000},
+  };
+  static const std::pair<const char*, int64_t> kBinary[] = {
+      {"Ki", int64_t{1} << 10}, {"Mi", int64_t{1} << 20}, {"Gi", int64_t{1} << 30},
+      {"Ti", int64_t{1} << 40}, {"Pi", int64_t{1} << 50}, {"Ei", int64_t{1} << 60},
+  };
+  for (const auto& [name, mult] : kDecimal) {
+    if (suffix == name) return times(mult);
+  }
+  if (suffix == "m" || suffix == "u" || suffix == "n") {
+    return bad("milli-units are not allowed for extended resources; write the plain number");
   }
   if (!allow_suffix) {
     return bad("a plain count is needed here, not a quantity with a unit");
   }
-  static const std::pair<const char*, int64_t> kSuffixes[] = {
-      {"k", 1000},
-      {"M", 1000000},
-      {"G", 1000000000},
-      {"T", 1000000000000},
-      {"Ki", int64_t{1} << 10},
-      {"Mi", int64_t{1} << 20},
-      {"Gi", int64_t{1} << 30},
-      {"Ti", int64_t{1} << 40},
-  };
-  for (const auto& [name, mult] : kSuffixes) {
-    if (suffix == name) {
-      if (v > std::numeric_limits<int64_t>::max() / mult) return bad("too large");
-      return v * mult;
-    }
+  for (const auto& [name, mult] : kBinary) {
+    if (suffix == name) return times(mult);
   }
-  return bad("unknown unit " + Quote(suffix) + "; use k, M, G, T, Ki, Mi, Gi or Ti");
+  return bad("unknown unit " + Quote(suffix) + "; use k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi or Ei");
 }
 
 bool RequestsAccelerators(const json& pod) {

@@ -4,8 +4,9 @@
 // containers in pod order. For each container and each vendor it gathers the
 // vendor's resources from resources.limits, falling back to
 // resources.requests for names missing from limits (limits win). Extended
-// resources must be plain non-negative integers: "1.5", "-1", "100Mi" (where
-// a count is needed) are rejected with a message naming the container and the
+// resources must be non-negative integers (ParseWholeQuantity: "4096", and
+// the apiserver's canonical "4k" for 4000): "1.5", "-1", "100Mi" (where a
+// count is needed) are rejected with a message naming the container and the
 // resource. Units come from the resource table (resources.h): memory in MiB
 // after the name's unit, compute in thousandths (25 % -> 250).
 //
@@ -67,9 +68,12 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const nlohmann::json& pod);
 bool RequestsAccelerators(const nlohmann::json& pod);
 
 // Parses a Kubernetes quantity that must be a whole non-negative number:
-// digits with an optional leading '+'; with `allow_suffix` also a decimal or
-// binary suffix (k, M, G, Ki, Mi, Gi) giving the multiplied value.
-// kInvalidArgument (with a hint) for fractions, signs, exponents or overflow.
+// digits with an optional leading '+', then optionally a decimal suffix
+// (k, M, G, T, P, E) or a non-negative decimal exponent ("3e3"), giving the
+// multiplied value: kube-apiserver sends quantities in canonical form, so a
+// plain 4000 arrives as "4k". With `allow_suffix` also a binary suffix
+// (Ki .. Ei). kInvalidArgument (with a hint) for fractions ("1.5", "500m",
+// "1e-3"), signs, other units or overflow.
 StatusOr<int64_t> ParseWholeQuantity(const std::string& s, bool allow_suffix);
 
 }  // namespace accelpool::api

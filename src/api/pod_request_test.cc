@@ -193,7 +193,10 @@ TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
       {{{"nvidia.com/gpu", "-1"}}, none, "negative values are not allowed"},
       {{{"nvidia.com/gpu", -2}}, none, "negative"},
       {{{"nvidia.com/gpu", "100Mi"}}, none, "a plain count is needed here"},
-      {{{"nvidia.com/gpu", "1e3"}}, none, "exponents are not allowed"},
+      {{{"nvidia.com/gpu", "1e-3"}}, none, "negative exponents"},
+      {{{"nvidia.com/gpu", "500m"}}, none, "milli-units are not allowed"},
+      {{{"nvidia.com/gpumem", "4Gi"}}, none, "a plain count is needed here"},
+      {{{"nvidia.com/gpumem", "2T"}}, none, "2T is too large (memory is in MiB"},
       {{{"nvidia.com/gpu", 1.5}}, none, "nvidia.com/gpu: want a whole number, got number 1.5"},
       {{{"nvidia.com/gpu", ""}}, none, "empty"},
       {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}},
@@ -237,6 +240,38 @@ TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(c.want), std::string::npos)
         << c.limits.dump() << ": " << r.status().message();
+  }
+}
+
+// The apiserver serialises a quantity in canonical form (largest suffix, no
+// fraction): "nvidia.com/gpumem: 4000" reaches the webhook and the extender
+// as "4k". It is 4000 MiB, as kubelet and kube-scheduler read it.
+TEST(PodRequestTest, CanonicalSpellingsOfWholeNumbersAreRead) {
+  auto r = ParsePodRequest(PodWithLimits(
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4k"}, {"nvidia.com/gpucores", "25"}}));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->request.containers.size(), 1u);
+  EXPECT_EQ(r->request.containers[0].memory_mib, 4000);
+  r = ParsePodRequest(
+      PodWithLimits({{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "2e1"}}));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->request.containers[0].memory_mib, 20 * 512);
+  // MetaX vmemory: a quantity with a unit or an exponent is bytes.
+  r = ParsePodRequest(
+      PodWithLimits({{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", "8e9"}}));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->request.containers[0].memory_mib, 7630);  // 8e9 bytes, rounded up to MiB
+}
+
+// Bytes near the int64 limit must not wrap when rounded up to MiB, and no
+// memory beyond 2^40 MiB passes (the bound the MiB-unit names already have).
+TEST(PodRequestTest, HugeByteQuantitiesAreTooLarge) {
+  for (const char* v : {"9223372036854775k", "9223372036854775807", "8E", "7Ei"}) {
+    SCOPED_TRACE(v);
+    auto r = ParsePodRequest(
+        PodWithLimits({{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", v}}));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("too large"), std::string::npos) << r.status().message();
   }
 }
 
@@ -385,6 +420,27 @@ TEST(PodRequestTest, WholeQuantity) {
       {"99999999999999999999", false, false, 0},
       {"9223372036854775807Ki", true, false, 0},
       {"e", false, false, 0},
+      // kube-apiserver sends quantities in canonical form: a plain 4000 arrives
+      // as "4k", 3000000 as "3M", a value written "3e3" stays "3e3". All are
+      // whole numbers and mean what kubelet and kube-scheduler read.
+      {"4k", false, true, 4000},
+      {"20k", false, true, 20000},
+      {"3M", false, true, 3000000},
+      {"1E", false, true, 1000000000000000000},
+      {"3e3", false, true, 3000},
+      {"3E3", false, true, 3000},
+      {"3e+3", false, true, 3000},
+      {"0e99", false, true, 0},
+      {"1e0", false, true, 1},
+      {"10E", false, false, 0},
+      {"1e19", false, false, 0},
+      {"1e", false, false, 0},
+      {"1e-3", false, false, 0},
+      {"1e3x", false, false, 0},
+      {"500m", false, false, 0},
+      {"2000m", false, false, 0},
+      {"8e9", true, true, 8000000000},
+      {"1Ei", true, true, int64_t{1} << 60},
   };
   for (const Case& c : cases) {
     auto r = ParseWholeQuantity(c.in, c.suffix);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -39,6 +40,19 @@ std::string CountNameFor(const api::ResourceInfo& info) {
         (r.memory_name == info.name || r.memory_percent_name == info.name ||
          r.compute_name == info.name)) {
       return r.name;
+    }
+  }
+  // A chip matched as a pattern (huawei.com/Ascend950-memory,
+  // iluvatar.ai/BI-V200.vMem): the count name of that chip, which is what
+  // the device plugin advertises for it.
+  if (!info.model_family.empty()) {
+    for (const std::string& candidate :
+         {"huawei.com/" + info.model_family, "iluvatar.ai/" + info.model_family + "-vgpu"}) {
+      std::optional<api::ResourceInfo> r = api::LookupResource(candidate);
+      if (r.has_value() && r->role == api::ResourceRole::kCount && r->vendor == info.vendor &&
+          (r->memory_name == info.name || r->compute_name == info.name)) {
+        return r->name;
+      }
     }
   }
   return std::string(api::DefaultCountResource(info.vendor));
@@ -157,6 +171,46 @@ Status CheckControlledEnv(const Json& pod) {
   return Status::Ok();
 }
 
+// spec.nodeName at creation skips the scheduler: the pod gets no assignment,
+// the extender does not count its devices and may give them to another pod.
+// A mirror pod (kubelet's record of a static pod) already runs: it is let be.
+Status CheckNodeName(const Json& pod) {
+  const Json* spec = pod.contains("spec") && pod["spec"].is_object() ? &pod["spec"] : nullptr;
+  if (spec == nullptr || !spec->contains("nodeName") || !(*spec)["nodeName"].is_string() ||
+      (*spec)["nodeName"].get<std::string>().empty()) {
+    return Status::Ok();
+  }
+  const std::string node = (*spec)["nodeName"].get<std::string>();
+  return InvalidArgumentError(
+      "spec.nodeName is set (\"" + node +
+      "\"): such a pod skips the scheduler, and accelpool "
+      "assigns devices only when it schedules the pod. Remove spec.nodeName and pin the node "
+      "with spec.nodeSelector {kubernetes.io/hostname: " +
+      node + "} instead");
+}
+
+bool IsMirrorPod(const Json& pod) {
+  return pod.contains("metadata") && pod["metadata"].is_object() &&
+         pod["metadata"].contains("annotations") && pod["metadata"]["annotations"].is_object() &&
+         pod["metadata"]["annotations"].contains("kubernetes.io/config.mirror");
+}
+
+// What the webhook acts on: CREATE of a pod itself (the chart registers
+// only that). Anything else is allowed as it is: an UPDATE could not change
+// spec.schedulerName, and a subresource carries no pod to route.
+bool IsPodCreate(const Json& req) {
+  auto field = [&](const Json& obj, const char* key) {
+    return obj.contains(key) && obj[key].is_string() ? obj[key].get<std::string>() : "";
+  };
+  if (req.contains("operation") && field(req, "operation") != "CREATE") return false;
+  if (!field(req, "subResource").empty()) return false;
+  if (req.contains("kind") && req["kind"].is_object()) {
+    const Json& k = req["kind"];
+    if (field(k, "kind") != "Pod" || !field(k, "group").empty()) return false;
+  }
+  return true;
+}
+
 Json Review(const std::string& uid, Json response) {
   response["uid"] = uid;
   return Json{{"apiVersion", "admission.k8s.io/v1"},
@@ -172,17 +226,29 @@ Webhook::Webhook(WebhookOptions options, const Cache* cache, Logger log)
 Reply Webhook::Mutate(std::string_view body) const {
   try {
     StatusOr<Json> doc = ParseJson(body);
-    if (!doc.ok() || !doc->is_object() || !doc->contains("request") ||
-        !(*doc)["request"].is_object()) {
-      const std::string why = doc.ok() ? "no request object" : doc.status().message();
+    std::string why;
+    if (!doc.ok()) {
+      why = doc.status().message();
+    } else if (!doc->is_object() || !doc->contains("request") || !(*doc)["request"].is_object()) {
+      why = "no request object";
+    } else if (doc->value("apiVersion", Json()) != "admission.k8s.io/v1" ||
+               doc->value("kind", Json()) != "AdmissionReview") {
+      why =
+          "apiVersion and kind must be admission.k8s.io/v1 AdmissionReview, the only version "
+          "the webhook configuration names";
+    } else if (!(*doc)["request"].contains("uid") || !(*doc)["request"]["uid"].is_string() ||
+               (*doc)["request"]["uid"].get<std::string>().empty()) {
+      why = "request.uid must be a non-empty string";
+    }
+    if (!why.empty()) {
       log_.Warn("bad admission review", {{"error", why}});
       return Reply{400, EncodeErrorBody("not an admission.k8s.io/v1 AdmissionReview (" + why + ")")};
     }
     const Json& req = (*doc)["request"];
-    const std::string uid = req.contains("uid") && req["uid"].is_string() ? req["uid"].get<std::string>() : "";
+    const std::string uid = req["uid"].get<std::string>();
     Json allowed = Json{{"allowed", true}};
-    if (!req.contains("object") || !req["object"].is_object() ||
-        !api::RequestsAccelerators(req["object"])) {
+    if (!IsPodCreate(req) || !req.contains("object") || !req["object"].is_object() ||
+        IsMirrorPod(req["object"]) || !api::RequestsAccelerators(req["object"])) {
       return Reply{200, Review(uid, allowed).dump(-1, ' ', false, Json::error_handler_t::replace)};
     }
     Json pod = req["object"];
@@ -231,7 +297,10 @@ Reply Webhook::Mutate(std::string_view body) const {
     }
     // 2. Impossible requests are refused with what to change.
     StatusOr<PodInfo> info = PodInfoFromJson(pod);
-    Status verdict = info.ok() ? Status::Ok() : info.status();
+    Status verdict = CheckNodeName(pod);
+    if (verdict.ok() && !info.ok()) {
+      verdict = info.status();
+    }
     if (verdict.ok() && !info->policy.empty()) {
       const std::string name = CanonicalPolicy(info->policy);
       const auto& names = core::PolicyNames();

@@ -16,8 +16,12 @@
 //   3. routes the pod to accelpool's scheduler: spec.schedulerName is set to
 //      the configured name when it is empty or "default-scheduler" (a pod that
 //      names another scheduler is left alone).
-// Pods that ask for no accelerator are allowed unchanged. The answer carries a
-// base64 JSONPatch. A body that is not an AdmissionReview gets HTTP 400.
+// It also refuses a pod created with spec.nodeName (it skips the scheduler and
+// would get no assignment), except a mirror pod.
+// Pods that ask for no accelerator, and anything but CREATE of a Pod (another
+// operation, a subresource, another kind), are allowed unchanged. The answer
+// carries a base64 JSONPatch. A body that is not an admission.k8s.io/v1
+// AdmissionReview with a request.uid gets HTTP 400.
 //
 // Thread-safety: Mutate may be called concurrently.
 #ifndef ACCELPOOL_EXTENDER_WEBHOOK_H_

@@ -183,9 +183,121 @@ TEST(WebhookTest, APodCannotBeCreatedWithTheAnnotationsAccelpoolWrites) {
                   .get<bool>());
 }
 
+nlohmann::json Response(const Reply& r) {
+  EXPECT_EQ(r.status, 200) << r.body;
+  const nlohmann::json got = nlohmann::json::parse(r.body);
+  EXPECT_EQ(got["response"]["uid"], "req-1");
+  return got["response"];
+}
+
+// kube-apiserver sends "nvidia.com/gpumem: 4000" as "4k" (canonical quantity).
+TEST(WebhookTest, CanonicalQuantitiesFromTheApiserverAreAdmitted) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  const nlohmann::json resp = Response(w.Mutate(
+      Review(PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4k"}})).dump()));
+  EXPECT_EQ(resp["allowed"], true) << resp.dump();
+  EXPECT_EQ(resp["patch"],
+            kube::Base64Encode(
+                R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])"));
+}
+
+// Only CREATE of the pod itself is routed and checked. An UPDATE cannot
+// change spec.schedulerName (the apiserver would refuse the whole update), and
+// a subresource (status, binding, ephemeralcontainers, eviction) or another
+// kind carries no pod to route: all are allowed as they are.
+TEST(WebhookTest, OnlyCreateOfAPodIsMutated) {
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  const nlohmann::json pod = PodWithLimits({{"nvidia.com/gpumem", "4096"}});
+  struct Case {
+    const char* name;
+    nlohmann::json request;  // merged into the request
+  };
+  const Case cases[] = {
+      {"update", {{"operation", "UPDATE"}}},
+      {"delete", {{"operation", "DELETE"}}},
+      {"connect", {{"operation", "CONNECT"}}},
+      {"subresource", {{"subResource", "ephemeralcontainers"}}},
+      {"status", {{"subResource", "status"}}},
+      {"another kind", {{"kind", {{"group", "batch"}, {"version", "v1"}, {"kind", "Job"}}}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    nlohmann::json review = Review(pod);
+    review["request"].update(c.request);
+    const nlohmann::json resp = Response(w.Mutate(review.dump()));
+    EXPECT_EQ(resp["allowed"], true);
+    EXPECT_FALSE(resp.contains("patch")) << resp.dump();
+  }
+  // The apiserver's own CREATE, with kind and dryRun, is mutated as usual.
+  nlohmann::json review = Review(pod);
+  review["request"]["kind"] = {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}};
+  review["request"]["dryRun"] = true;
+  EXPECT_TRUE(Response(w.Mutate(review.dump())).contains("patch"));
+}
+
+// spec.nodeName at creation skips the scheduler: the pod would get no
+// assignment, the extender would not count its devices and could give them to
+// another pod. It is refused with what to write instead. A mirror pod (the
+// apiserver's record of a kubelet static pod) is allowed as it is.
+TEST(WebhookTest, APodCreatedOnANodeIsRefused) {
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "1"}});
+  pod["spec"]["nodeName"] = "node-a";
+  nlohmann::json resp = Response(w.Mutate(Review(pod).dump()));
+  EXPECT_EQ(resp["allowed"], false);
+  EXPECT_EQ(resp["status"]["code"], 400);
+  const std::string msg = resp["status"]["message"].get<std::string>();
+  EXPECT_NE(msg.find("spec.nodeName"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kubernetes.io/hostname: node-a"), std::string::npos) << msg;
+
+  pod["metadata"]["annotations"] = {{"kubernetes.io/config.mirror", "abc"}};
+  resp = Response(w.Mutate(Review(pod).dump()));
+  EXPECT_EQ(resp["allowed"], true);
+  EXPECT_FALSE(resp.contains("patch")) << resp.dump();
+}
+
+// A memory or compute name of an Ascend or Iluvatar chip that is matched as a
+// pattern (not in the fixed table) gets its own chip's count name, the one the
+// device plugin advertises for it, not the vendor-wide one.
+TEST(WebhookTest, ADefaultCountNamesThePatternChip) {
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  struct Case {
+    const char* memory;
+    const char* want_path;
+  };
+  const Case cases[] = {
+      {"huawei.com/Ascend950-memory", "/spec/containers/0/resources/limits/huawei.com~1Ascend950"},
+      {"huawei.com/Ascend910B4-2-core",
+       "/spec/containers/0/resources/limits/huawei.com~1Ascend910B4-2"},
+      {"iluvatar.ai/BI-V200.vMem", "/spec/containers/0/resources/limits/iluvatar.ai~1BI-V200-vgpu"},
+      {"huawei.com/Ascend910B-memory",
+       "/spec/containers/0/resources/limits/huawei.com~1Ascend910B"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.memory);
+    const nlohmann::json resp =
+        Response(w.Mutate(Review(PodWithLimits({{c.memory, "50"}})).dump()));
+    ASSERT_EQ(resp["allowed"], true) << resp.dump();
+    const nlohmann::json patch =
+        nlohmann::json::parse(kube::Base64Decode(resp["patch"].get<std::string>()).value());
+    EXPECT_EQ(patch[0]["path"], c.want_path) << patch.dump();
+  }
+}
+
 TEST(WebhookTest, BadReviewIs400) {
   Webhook w(WebhookOptions{}, nullptr, Logger());
-  for (const char* body : {"", "{", "[]", R"({"request":5})"}) {
+  for (
+      const char* body :
+      {"", "{", "[]", R"({"request":5})",
+       // not admission.k8s.io/v1 AdmissionReview: the answer would not be understood
+       R"({"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u"}})",
+       R"({"apiVersion":"admission.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u"}})",
+       R"({"request":{"uid":"u"}})",
+       // no uid to answer with
+       R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}})",
+       R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}})"}) {
     SCOPED_TRACE(body);
     Reply r = w.Mutate(body);
     EXPECT_EQ(r.status, 400);

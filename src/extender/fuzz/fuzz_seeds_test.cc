@@ -51,11 +51,18 @@ TEST(FuzzSeedsTest, SeedsGiveTheExpectedStatus) {
   // Well-formed seeds are 200 (errors travel in the verb's Error field);
   // malformed bodies are 400.
   const Case cases[] = {
-      {"filter", "names", 200},      {"filter", "no_pod", 200},
-      {"filter", "truncated", 400},  {"filter", "bad_quantity", 200},
-      {"bind", "unknown_pod", 200},  {"bind", "wrong_type", 400},
-      {"mutate", "plain", 200},      {"mutate", "too_many", 200},
-      {"preempt", "meta", 200},      {"prioritize", "names", 200},
+      {"filter", "names", 200},
+      {"filter", "no_pod", 200},
+      {"filter", "truncated", 400},
+      {"filter", "bad_quantity", 200},
+      {"bind", "unknown_pod", 200},
+      {"bind", "wrong_type", 400},
+      {"mutate", "plain", 200},
+      {"mutate", "too_many", 200},
+      {"mutate", "node_name_canonical", 200},
+      {"mutate", "update_subresource", 200},
+      {"preempt", "meta", 200},
+      {"prioritize", "names", 200},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.verb) + "/" + c.file_part);
