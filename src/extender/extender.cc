@@ -371,6 +371,9 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
         break;
       }
       part.slots = std::move(slots).value();
+      // The cards planned on, so the grants follow them if the node's
+      // indices move before the bind (filter's plans do without).
+      RecordDeviceIds(part, *snap->Find(part.vendor)->inventory);
     }
     if (!slots_ok) {
       return FailedPreconditionError(last.message() + "; the pod is retried");

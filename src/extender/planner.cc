@@ -112,9 +112,7 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Poli
     }
     if (plan.fits()) {
       score_sum += policy.NodeScore(*st->inventory, st->usage, r.placement);
-      AssignmentPart part{v, std::move(r.placement), {}, {}};
-      RecordDeviceIds(part, *st->inventory);
-      plan.parts.push_back(std::move(part));
+      plan.parts.push_back(AssignmentPart{v, std::move(r.placement), {}, {}});
     }
   }
   if (!plan.fits()) {
