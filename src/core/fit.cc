@@ -86,7 +86,7 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
   }
   st->req = &r;
   st->dev.assign(n, PerDevice{});
-  int32_t model_ok = 0, id_ok = 0, healthy = 0, mem_ok = 0;
+  int32_t model_ok = 0, id_ok = 0, healthy = 0, in_service = 0, mem_ok = 0;
   int64_t largest = 0;
   for (size_t i = 0; i < n; ++i) {
     const Device& d = inv.devices[i];
@@ -103,6 +103,8 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     ++mem_ok;
     if (!d.healthy) continue;
     ++healthy;
+    if (d.cordoned) continue;
+    ++in_service;
     st->dev[i].eligible = true;
   }
   if (model_ok == 0) {
@@ -120,6 +122,11 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
   }
   if (healthy < r.count) {
     Fail(o, FitCode::kUnschedulable, {Reason::kUnhealthy, r.count, healthy});
+    return false;
+  }
+  if (in_service < r.count) {
+    // Only the operator brings a cordoned device back; no pod leaving does.
+    Fail(o, FitCode::kUnresolvable, {Reason::kCordoned, r.count, in_service});
     return false;
   }
   return true;

@@ -203,6 +203,27 @@ TEST(FitFilters, UnhealthyDevicesAreSkippedAndComeBack) {
   EXPECT_EQ(Devices(r), std::vector<int32_t>{3});
 }
 
+TEST(FitFilters, CordonedDevicesAreSkippedUntilTheOperatorReturnsThem) {
+  NodeInventory inv = MakeNode("nvidia-hgx-8");
+  for (auto& d : inv.devices) d.cordoned = d.index != 5;
+  FitResult r = Fit(Pod({Whole(Vendor::kNvidia, 2)}), inv, NodeUsage::Empty(inv));
+  // No pod leaving brings a cordoned device back: not a case for preemption.
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0], (FitReason{Reason::kCordoned, 2, 1}));
+  EXPECT_NE(DescribeReason(r.reasons[0]).find("cordoned"), std::string::npos);
+  r = Fit(Pod({Whole(Vendor::kNvidia, 1)}), inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{5});
+  // The one device in service turns unhealthy: none is left to place on.
+  inv.devices[5].healthy = false;
+  r = Fit(Pod({Whole(Vendor::kNvidia, 1)}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.reasons[0], (FitReason{Reason::kCordoned, 1, 0}));
+  inv.devices[5].healthy = true;
+  for (auto& d : inv.devices) d.cordoned = false;
+  EXPECT_TRUE(Fit(Pod({Whole(Vendor::kNvidia, 8)}), inv, NodeUsage::Empty(inv)).fits());
+}
+
 TEST(FitPods, MultiContainerPodsGetDistinctWholeDevices) {
   const NodeInventory inv = MakeNode("nvidia-hgx-8");
   const PodRequest pod = Pod({Whole(Vendor::kNvidia, 2, "a"), Whole(Vendor::kNvidia, 2, "b")});

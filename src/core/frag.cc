@@ -209,7 +209,7 @@ FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Place
   }
   for (size_t d = 0; d < n; ++d) {
     const Device& dev = inv.devices[d];
-    if (!dev.healthy || exclusive[d]) continue;
+    if (!dev.Schedulable() || exclusive[d]) continue;
     v.compute[d] = std::max(0, kComputeWhole - used_compute[d]);
     v.memory[d] = std::max<int64_t>(0, dev.memory_mib - used_memory[d]);
   }
@@ -273,7 +273,7 @@ class AccelpoolPolicy : public Policy {
     in.f_before = FragmentOf(before, tasks, HostTaskRule::kHostShare);
     in.f_after = FragmentOf(after, tasks, HostTaskRule::kHostShare);
     for (size_t d = 0; d < inv.devices.size(); ++d) {
-      if (!inv.devices[d].healthy) continue;
+      if (!inv.devices[d].Schedulable()) continue;
       in.node_capacity += kComputeWhole;
       in.node_idle_after += after.compute[d];
     }

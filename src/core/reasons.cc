@@ -14,6 +14,8 @@ std::string_view ReasonName(Reason r) {
     case Reason::kModelMismatch: return "ModelMismatch";
     case Reason::kIdMismatch: return "IdMismatch";
     case Reason::kUnhealthy: return "Unhealthy";
+    case Reason::kCordoned:
+      return "Cordoned";
     case Reason::kMemoryTooLarge: return "MemoryTooLarge";
     case Reason::kInsufficientDevices: return "InsufficientDevices";
     case Reason::kInsufficientMemory: return "InsufficientMemory";
@@ -51,6 +53,10 @@ std::string DescribeReason(const FitReason& r) {
     case Reason::kUnhealthy:
       out << "matching devices are unhealthy (" << r.available << " healthy, need "
           << r.requested << ")";
+      break;
+    case Reason::kCordoned:
+      out << "matching devices are cordoned by accelpool.io/cordoned-devices (" << r.available
+          << " in service, need " << r.requested << ")";
       break;
     case Reason::kMemoryTooLarge:
       out << "memory per device too large (need " << r.requested << " MiB, largest device "

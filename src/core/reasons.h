@@ -30,6 +30,7 @@ enum class Reason : uint8_t {
   kModelMismatch,        // no device passes model include/exclude
   kIdMismatch,           // no device passes id include/exclude
   kUnhealthy,            // matching devices are unhealthy
+  kCordoned,             // matching healthy devices are cordoned by the operator
   kMemoryTooLarge,       // more memory per device than any device has
   kInsufficientDevices,  // not enough free whole devices
   kInsufficientMemory,   // not enough free memory on enough devices
@@ -42,6 +43,7 @@ enum class Reason : uint8_t {
   kNoWholeModule,        // not enough free whole modules (910C die pairs)
   kNoMirroredPairs,      // not enough free mirrored pairs across rings
   kNumaUnsatisfiable,    // no NUMA node has enough free devices
+  kLast = kNumaUnsatisfiable,
 };
 
 std::string_view ReasonName(Reason r);  // "InsufficientMemory"

@@ -53,9 +53,16 @@ struct Device {
   int32_t compute_units = 0;    // SMs, AI cores, CUs (informational)
   Vendor vendor = Vendor::kUnknown;
   bool healthy = true;
+  // Taken out of service by the operator (the node annotation
+  // accelpool.io/cordoned-devices): no new grant lands on it, grants it
+  // already holds stay. Not part of the published inventory.
+  bool cordoned = false;
   std::string id;               // stable identity: UUID ("GPU-..."), serial, or vendor id
   std::string model;            // "H200", "Ascend910C", "P800", ...
   std::string pci_bus;          // "0000:18:00.0"
+
+  // May take new grants: healthy and not cordoned.
+  bool Schedulable() const { return healthy && !cordoned; }
 };
 
 // How "groups" constrain a request (rings, wings, link zones, NUMA halves).

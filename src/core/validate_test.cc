@@ -132,7 +132,7 @@ TEST(Reasons, AggregateAcrossNodes) {
   EXPECT_NE(s.find("3 nodes: insufficient memory (need 4096 MiB per device, best free 2048 MiB)"),
             std::string::npos)
       << s;
-  for (int r = 0; r <= static_cast<int>(Reason::kNumaUnsatisfiable); ++r) {
+  for (int r = 0; r <= static_cast<int>(Reason::kLast); ++r) {
     EXPECT_FALSE(DescribeReason({static_cast<Reason>(r), 1, 1}).empty());
     EXPECT_NE(ReasonName(static_cast<Reason>(r)), "Unknown");
   }

@@ -1,5 +1,7 @@
 #include "extender/convert.h"
 
+#include <algorithm>
+#include <cctype>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -59,6 +61,40 @@ bool HasPreferNoScheduleTaint(const nlohmann::json& node) {
   return false;
 }
 
+// Marks the devices the cordon annotation names; reports the entries that
+// name none.
+void ApplyCordon(const std::string& text, NodeEntry& e) {
+  std::map<std::string, core::Device*> by_id;
+  for (core::NodeInventory& inv : e.inventories.value()) {
+    for (core::Device& d : inv.devices) {
+      by_id.emplace(d.id, &d);
+    }
+  }
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    size_t b = pos;
+    size_t f = end;
+    while (b < f && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+    while (f > b && std::isspace(static_cast<unsigned char>(text[f - 1]))) --f;
+    if (f > b) {
+      const std::string id = text.substr(b, f - b);
+      auto it = by_id.find(id);
+      if (it == by_id.end()) {
+        if (std::find(e.cordon_unknown.begin(), e.cordon_unknown.end(), id) ==
+            e.cordon_unknown.end()) {
+          e.cordon_unknown.push_back(id);
+        }
+      } else if (!it->second->cordoned) {
+        it->second->cordoned = true;
+        e.cordoned.push_back(id);
+      }
+    }
+    pos = end + 1;
+  }
+}
+
 }  // namespace
 
 StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
@@ -107,6 +143,7 @@ StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
     if (!t.block.empty()) e.domains.block = t.block;
   }
   e.inventories = std::move(doc->inventories);
+  ApplyCordon(StringAt(node, {"metadata", "annotations", kCordonedDevicesAnnotation}), e);
   return e;
 }
 

@@ -26,6 +26,12 @@ inline constexpr const char* kSuperNodeLabel = "accelpool.io/super-node";
 inline constexpr const char* kRackLabel = "accelpool.io/rack";
 inline constexpr const char* kBlockLabel = "accelpool.io/block";
 
+// Node annotation an operator sets to take single devices out of service
+// without draining the node: device ids (the inventory's `id`, e.g. a GPU
+// UUID) separated by commas. No new grant lands on a listed device; pods that
+// hold one keep it. Ids the node does not list are reported and ignored.
+inline constexpr const char* kCordonedDevicesAnnotation = "accelpool.io/cordoned-devices";
+
 // A pod as the extender needs it. kInvalidArgument (naming the container and
 // resource) when the pod's device request is malformed.
 StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod);
@@ -38,6 +44,12 @@ struct NodeEntry {
   int64_t generation = 0;
   NodeDomains domains;
   bool has_inventory = false;  // the annotation is present
+  // Ids of the devices the cordon annotation takes out of service, in the
+  // annotation's order.
+  std::vector<std::string> cordoned;
+  // Entries of the cordon annotation that name no device of the node (a typo,
+  // or a card the node no longer lists), in the annotation's order.
+  std::vector<std::string> cordon_unknown;
 };
 // kInvalidArgument when the object has no metadata.name. An inventory that
 // does not parse is reported inside the entry, not as an error.

@@ -156,6 +156,45 @@ TEST(ConvertTest, NodeEntries) {
   EXPECT_EQ((*e->inventories)[0].devices.size(), 8u);
 }
 
+TEST(ConvertTest, TheCordonAnnotationTakesNamedDevicesOutOfService) {
+  api::InventoryDocument doc;
+  doc.inventories.push_back(testing::GpuNode("n1"));
+  const std::string id2 = doc.inventories[0].devices[2].id;
+  const std::string id5 = doc.inventories[0].devices[5].id;
+  auto node_with = [&](const std::string& cordon) {
+    nlohmann::json annotations = {{"accelpool.io/inventory", api::SerializeInventory(doc)}};
+    annotations[kCordonedDevicesAnnotation] = cordon;
+    return nlohmann::json{{"metadata", {{"name", "n1"}, {"annotations", annotations}}}};
+  };
+  auto cordoned = [](const NodeEntry& e) {
+    std::vector<int32_t> out;
+    for (const core::Device& d : (*e.inventories)[0].devices) {
+      if (d.cordoned) out.push_back(d.index);
+    }
+    return out;
+  };
+  // Spaces, an empty entry, a repeat and an unknown id: the known ids are
+  // cordoned once each; the unknown one is reported, once.
+  StatusOr<NodeEntry> e =
+      NodeEntryFromJson(node_with(" " + id5 + " ,," + id2 + ",GPU-gone," + id5 + ",GPU-gone,"));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(cordoned(*e), (std::vector<int32_t>{2, 5}));
+  EXPECT_EQ(e->cordoned, (std::vector<std::string>{id5, id2}));
+  EXPECT_EQ(e->cordon_unknown, std::vector<std::string>{"GPU-gone"});
+  // An index or a prefix of an id is not an id.
+  e = NodeEntryFromJson(node_with("2," + id2.substr(0, id2.size() - 1)));
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(cordoned(*e).empty());
+  EXPECT_EQ(e->cordon_unknown.size(), 2u);
+  // Empty or blank: nothing cordoned, nothing reported.
+  for (const char* text : {"", " , ,"}) {
+    e = NodeEntryFromJson(node_with(text));
+    ASSERT_TRUE(e.ok());
+    EXPECT_TRUE(cordoned(*e).empty());
+    EXPECT_TRUE(e->cordon_unknown.empty());
+  }
+}
+
 TEST(ConvertTest, ObservedPods) {
   nlohmann::json pod = {{"metadata",
                          {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"},

@@ -120,6 +120,7 @@ struct ExtenderMetrics {
   GaugeFamily* device_compute = nullptr;     // node, device
   GaugeFamily* node_memory = nullptr;        // node
   GaugeFamily* node_compute = nullptr;       // node
+  GaugeFamily* node_cordoned = nullptr;      // node: devices taken out of service
   CounterFamily* bad_requests = nullptr;     // verb
   CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
   CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir

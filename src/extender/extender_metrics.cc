@@ -34,6 +34,10 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
                              "Memory assigned per node.", {"node"});
   auto node_cmp = r.AddGauge("accelpool_extender_node_compute_allocated",
                              "Compute assigned per node (thousandths).", {"node"});
+  auto cordoned = r.AddGauge(
+      "accelpool_extender_node_cordoned_devices",
+      "Devices per node taken out of service by the accelpool.io/cordoned-devices annotation.",
+      {"node"});
   auto bad = r.AddCounter("accelpool_extender_bad_requests_total",
                           "Requests refused as malformed, by verb.", {"verb"});
   auto edits = r.AddCounter(
@@ -45,8 +49,9 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
       "Re-reads of the assignment key directory that failed; the keys read before stay in use.");
   for (const Status& s :
        {latency.status(), requests.status(), filter.status(), conflicts.status(), failures.status(),
-        nodes.status(), pods.status(), age.status(), dev_mem.status(), dev_cmp.status(),
-        node_mem.status(), node_cmp.status(), bad.status(), edits.status(), key_errors.status()}) {
+        nodes.status(), pods.status(), uncounted.status(), age.status(), dev_mem.status(),
+        dev_cmp.status(), node_mem.status(), node_cmp.status(), cordoned.status(), bad.status(),
+        edits.status(), key_errors.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -62,6 +67,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.device_compute = *dev_cmp;
   m.node_memory = *node_mem;
   m.node_compute = *node_cmp;
+  m.node_cordoned = *cordoned;
   m.bad_requests = *bad;
   m.assignment_edits = *edits;
   m.key_reload_errors = *key_errors;
@@ -94,7 +100,11 @@ void Extender::UpdateGauges() const {
     }
     double mem = 0;
     double cmp = 0;
+    double cordoned = 0;
     for (const InventoryState& st : snap->inventories) {
+      for (const core::Device& d : st.inventory->devices) {
+        cordoned += d.cordoned ? 1 : 0;
+      }
       for (size_t i = 0; i < st.usage.devices.size(); ++i) {
         const core::DeviceUsage& u = st.usage.devices[i];
         const core::Device& d = st.inventory->devices[i];
@@ -109,6 +119,7 @@ void Extender::UpdateGauges() const {
     }
     metrics_->node_memory->WithLabels({name}).Set(mem);
     metrics_->node_compute->WithLabels({name}).Set(cmp);
+    metrics_->node_cordoned->WithLabels({name}).Set(cordoned);
   }
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "api/inventory_codec.h"
+#include "extender/convert.h"
+#include "extender/kube_adapters.h"
 #include "extender/test_util.h"
 
 namespace accelpool::extender {
@@ -295,6 +298,58 @@ TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
   EXPECT_EQ(got["a"].num_pdb_violations, 1);
   // Not pooled at all: kube-scheduler's answer stands.
   EXPECT_EQ(ext_->Preempt(MakePod("cpu", {}), proposed), proposed);
+}
+
+TEST_F(ExtenderTest, CordonedDevicesTakeNoNewGrantAndKeepTheirPods) {
+  CacheFeeder feeder(cache_, Logger());
+  api::InventoryDocument doc;
+  doc.generation = 1;
+  doc.inventories.push_back(testing::GpuNode("a"));
+  const std::vector<core::Device>& devs = doc.inventories[0].devices;
+  auto node = [&](const std::string& cordon) {
+    nlohmann::json annotations = {{"accelpool.io/inventory", api::SerializeInventory(doc)}};
+    if (!cordon.empty()) annotations[kCordonedDevicesAnnotation] = cordon;
+    return nlohmann::json{{"metadata", {{"name", "a"}, {"annotations", annotations}}}};
+  };
+  feeder.OnNode(node(""));
+  // A pod holds GPU 0 before the operator cordons it with six others.
+  StatusOr<PodAssignment> held = ext_->Bind(MakePod("held", {Gpu(1)}), "a");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  const int32_t held_dev = held->parts[0].placement.containers[0].grants[0].device;
+  std::string cordon = devs[held_dev].id;
+  int32_t open_dev = -1;
+  for (const core::Device& d : devs) {
+    if (d.index == held_dev) continue;
+    if (open_dev < 0) {
+      open_dev = d.index;  // the one left in service
+      continue;
+    }
+    cordon += "," + d.id;
+  }
+  feeder.OnNode(node(cordon));
+  // The held grant is still counted; only one device takes new grants.
+  EXPECT_EQ(Used("a"), 1);
+  FilterDecision two = ext_->Filter(MakePod("two", {Gpu(2)}), {"a"});
+  EXPECT_TRUE(two.fits.empty());
+  ASSERT_EQ(two.unresolvable.count("a"), 1u);  // preemption cannot help
+  EXPECT_NE(two.unresolvable["a"].find("cordoned"), std::string::npos) << two.unresolvable["a"];
+  StatusOr<PodAssignment> one = ext_->Bind(MakePod("one", {Gpu(1)}), "a");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->parts[0].placement.containers[0].grants[0].device, open_dev);
+  // Shares stay off cordoned devices too; preemption is not offered there.
+  EXPECT_TRUE(ext_->Filter(MakePod("frac", {Gpu(1, 1024)}), {"a"}).fits.empty());
+  EXPECT_TRUE(
+      ext_->Preempt(MakePod("p", {Gpu(2)}), {{"a", MetaVictims{{"one", "held"}, 0}}}).empty());
+  ext_->UpdateGauges();
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find("accelpool_extender_node_cordoned_devices{node=\"a\"} 7"), std::string::npos)
+      << page;
+  // Uncordoned: the devices take grants again.
+  feeder.OnNode(node(""));
+  EXPECT_EQ(ext_->Filter(MakePod("two", {Gpu(2)}), {"a"}).fits, std::vector<std::string>{"a"});
+  ext_->UpdateGauges();
+  EXPECT_NE(registry_.Serialize().find("accelpool_extender_node_cordoned_devices{node=\"a\"} 0"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -156,8 +156,10 @@ void CacheFeeder::OnNode(const nlohmann::json& node) {
   }
   if (!e->has_inventory) {
     cache_.RemoveNode(e->name);  // no accelpool devices (or the plugin is gone)
+    ForgetCordon(e->name);
     return;
   }
+  ReportCordon(*e);
   if (!e->inventories.ok()) {
     log_.Warn("node inventory does not parse; node kept without devices",
               {{"node", e->name}, {"error", e->inventories.status().message()}});
@@ -176,7 +178,49 @@ void CacheFeeder::OnNodeDeleted(const nlohmann::json& node) {
   StatusOr<NodeEntry> e = NodeEntryFromJson(node);
   if (e.ok()) {
     cache_.RemoveNode(e->name);
+    ForgetCordon(e->name);
   }
+}
+
+void CacheFeeder::ReportCordon(const NodeEntry& e) {
+  auto join = [](const std::vector<std::string>& ids) {
+    std::string out;
+    for (const std::string& id : ids) {
+      out += (out.empty() ? "" : ",") + id;
+    }
+    return out;
+  };
+  const std::string cordoned = join(e.cordoned);
+  const std::string unknown = join(e.cordon_unknown);
+  const std::string now = cordoned + "|" + unknown;
+  {
+    std::lock_guard<std::mutex> lock(cordon_mu_);
+    auto it = cordon_logged_.find(e.name);
+    const std::string before = it == cordon_logged_.end() ? "|" : it->second;
+    if (before == now) {
+      return;
+    }
+    if (now == "|") {
+      cordon_logged_.erase(e.name);
+    } else {
+      cordon_logged_[e.name] = now;
+    }
+  }
+  log_.Info("cordoned devices changed; no new grant lands on a cordoned device",
+            {{"node", e.name},
+             {"cordoned", cordoned},
+             {"count", static_cast<int64_t>(e.cordoned.size())}});
+  if (!e.cordon_unknown.empty()) {
+    log_.Warn(std::string("entries of ") + kCordonedDevicesAnnotation +
+                  " name no device of the node and are ignored; use the ids of the node's "
+                  "accelpool.io/inventory annotation",
+              {{"node", e.name}, {"unknown", unknown}});
+  }
+}
+
+void CacheFeeder::ForgetCordon(const std::string& node) {
+  std::lock_guard<std::mutex> lock(cordon_mu_);
+  cordon_logged_.erase(node);
 }
 
 void CacheFeeder::OnPod(const nlohmann::json& pod) {

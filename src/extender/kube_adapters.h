@@ -30,6 +30,7 @@
 #include "api/assignment_signature.h"
 #include "common/log.h"
 #include "extender/cache.h"
+#include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/handlers.h"
 #include "kube/client.h"
@@ -124,8 +125,15 @@ class CacheFeeder {
   void OnPodDeleted(const nlohmann::json& pod);
 
  private:
+  // Logs a node's cordoned devices and unknown cordon entries when they
+  // change (a node object is updated often; the log is not).
+  void ReportCordon(const NodeEntry& e);
+  void ForgetCordon(const std::string& node);
+
   Cache& cache_;
   const Logger log_;
+  std::mutex cordon_mu_;
+  std::map<std::string, std::string> cordon_logged_;  // node -> what was logged; by cordon_mu_
 };
 
 }  // namespace accelpool::extender

@@ -74,8 +74,8 @@ int32_t NodeSnapshot::FreeWholeDevices() const {
   for (const InventoryState& s : inventories) {
     for (size_t i = 0; i < s.usage.devices.size(); ++i) {
       const core::DeviceUsage& u = s.usage.devices[i];
-      if (s.inventory->devices[i].healthy && u.shares == 0 && !u.exclusive && u.memory_mib == 0 &&
-          u.compute == 0) {
+      if (s.inventory->devices[i].Schedulable() && u.shares == 0 && !u.exclusive &&
+          u.memory_mib == 0 && u.compute == 0) {
         ++n;
       }
     }

@@ -297,6 +297,27 @@ sync_capacity "${P8}"
 check "the 8-device pod binds once the device recovers" wait_for 90 "p800-full bound" pod_bound p800-full
 check "p800-full: kubelet admission matches the assignment" admit p800-full
 
+# The operator takes one card out of service (accelpool.io/cordoned-devices on
+# the Node) without draining the node: no new grant lands on it, and the node
+# takes full-size pods again once the annotation is removed.
+A9="$(free_node a910a)" || A9=a910a-2
+cordon_id="$(kc get node "${A9}" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}' |
+  jq -r '.inventories[0].devices[] | select(.index == 0) | .id')"
+kc annotate node "${A9}" --overwrite "accelpool.io/cordoned-devices=${cordon_id}" >/dev/null
+cordon_logged() { grep -F '"cordoned devices changed' "${E2E_WORK}/logs/extender.log" | grep -qF "$1"; }
+check "the extender logged ${A9}'s cordoned card" wait_for 30 "cordon logged" cordon_logged "${cordon_id}"
+not_index_0() { [ "$(assigned "$1" '[.containers[0].devices[].index] | index(0)')" = null ]; }
+scenario cordon-one "$(pod_yaml cordon-one '{}' "{kubernetes.io/hostname: ${A9}}" "$(ctr main '{huawei.com/Ascend910A: 1}')")" not_index_0
+kc -n "${NS}" delete pod cordon-one --wait=false >/dev/null; release cordon-one || true
+pod_gone() { ! kc -n "${NS}" get pod "$1" >/dev/null 2>&1; }
+check "cordon-one is gone (${A9}'s eight cards are free for kube-scheduler)" wait_for 60 "cordon-one gone" pod_gone cordon-one
+check "cordon-full (8 cards) waits while one card of ${A9} is cordoned" stays_pending cordon-full \
+  "$(pod_yaml cordon-full '{}' "{kubernetes.io/hostname: ${A9}}" "$(ctr main '{huawei.com/Ascend910A: 8}')")" 10
+check "cordon-full: its event names the cordoned card" wait_for 30 "cordon event" pod_event "${NS}" cordon-full cordoned
+kc annotate node "${A9}" "accelpool.io/cordoned-devices-" >/dev/null
+check "cordon-full binds once the card is uncordoned" wait_for 90 "cordon-full bound" pod_bound cordon-full
+check "cordon-full: kubelet admission matches the assignment" admit cordon-full
+
 # A node whose inventory annotation is malformed is skipped; others are unaffected.
 kc apply -f - >/dev/null <<'YAML'
 apiVersion: v1
