@@ -95,6 +95,16 @@ class Family {
   M& WithLabels(const std::vector<std::string>& values);
   // The child with no label values (for families without labels).
   M& Get() { return WithLabels({}); }
+  // Drops the children whose label values (in label-name order) `drop`
+  // returns true for, so that series of things that are gone (a deleted
+  // node, a removed device) leave the exposition. Returns how many went.
+  // REQUIRES: nobody uses a reference WithLabels returned for a dropped child
+  // afterwards: the code that sets the family serialises itself with this call.
+  template <typename Pred>
+  size_t RemoveIf(Pred drop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::erase_if(children_, [&](const auto& kv) { return drop(kv.first); });
+  }
 
  private:
   friend class MetricsRegistry;

@@ -38,6 +38,24 @@ TEST(MetricsTest, GaugeAndLabelEscaping) {
             "accelpool_free{node=\"n\\\"1\\\\x\\ny\",vendor=\"nvidia\"} 3.5\n");
 }
 
+TEST(MetricsTest, SeriesOfThingsGoneAreRemoved) {
+  MetricsRegistry reg;
+  auto g = reg.AddGauge("accelpool_used", "Used.", {"node", "device"});
+  ASSERT_TRUE(g.ok());
+  (*g)->WithLabels({"a", "d0"}).Set(1);
+  (*g)->WithLabels({"a", "d1"}).Set(2);
+  (*g)->WithLabels({"b", "d0"}).Set(3);
+  EXPECT_EQ((*g)->RemoveIf([](const std::vector<std::string>& v) { return v[0] == "b"; }), 1u);
+  EXPECT_EQ((*g)->RemoveIf([](const std::vector<std::string>& v) { return v[1] == "d1"; }), 1u);
+  EXPECT_EQ((*g)->RemoveIf([](const std::vector<std::string>&) { return false; }), 0u);
+  EXPECT_EQ(reg.Serialize(),
+            "# HELP accelpool_used Used.\n"
+            "# TYPE accelpool_used gauge\n"
+            "accelpool_used{node=\"a\",device=\"d0\"} 1\n");
+  // A series set again after its removal starts over.
+  EXPECT_DOUBLE_EQ((*g)->WithLabels({"b", "d0"}).Value(), 0);
+}
+
 TEST(MetricsTest, HistogramBuckets) {
   MetricsRegistry reg;
   auto h = reg.AddHistogram("accelpool_latency_seconds", "Latency.", {"op"}, {0.1, 1});

@@ -155,7 +155,9 @@ class Extender {
   // with names only).
   std::optional<PodInfo> RememberedPod(const std::string& uid) const;
 
-  // Refreshes the cache and per-device allocation gauges.
+  // Refreshes the cache and per-device allocation gauges; the series of
+  // nodes and devices no longer in the cache are dropped. Calls are
+  // serialised.
   void UpdateGauges() const;
 
   const std::string& policy_name() const { return options_.policy; }
@@ -219,6 +221,7 @@ class Extender {
   const Logger log_;
   const Logger audit_;
 
+  mutable std::mutex gauges_mu_;  // serialises UpdateGauges (it drops series it set)
   mutable std::mutex mu_;
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
   std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first

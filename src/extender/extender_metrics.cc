@@ -1,4 +1,8 @@
 // ExtenderMetrics registration and the gauges refreshed before /metrics renders.
+#include <set>
+#include <string>
+#include <vector>
+
 #include "extender/extender.h"
 
 namespace accelpool::extender {
@@ -79,6 +83,7 @@ void Extender::UpdateGauges() const {
   if (metrics_ == nullptr) {
     return;
   }
+  std::lock_guard<std::mutex> lock(gauges_mu_);
   CacheStats s = cache_.Stats();
   metrics_->cache_nodes->Get().Set(static_cast<double>(s.nodes));
   metrics_->cache_pods->WithLabels({"bound"}).Set(static_cast<double>(s.pods_bound));
@@ -93,11 +98,14 @@ void Extender::UpdateGauges() const {
       behind > 0) {
     edits.Inc(behind);
   }
+  std::set<std::string> nodes;
+  std::set<std::vector<std::string>> devices;  // {node, device id}
   for (const std::string& name : cache_.NodeNames()) {
     NodeSnapshotPtr snap = cache_.Node(name);
     if (snap == nullptr) {
       continue;
     }
+    nodes.insert(name);
     double mem = 0;
     double cmp = 0;
     double cordoned = 0;
@@ -111,6 +119,7 @@ void Extender::UpdateGauges() const {
         const double m = u.exclusive ? static_cast<double>(d.memory_mib)
                                      : static_cast<double>(u.memory_mib);
         const double c = u.exclusive ? core::kComputeWhole : static_cast<double>(u.compute);
+        devices.insert({name, d.id});
         metrics_->device_memory->WithLabels({name, d.id}).Set(m);
         metrics_->device_compute->WithLabels({name, d.id}).Set(c);
         mem += m;
@@ -120,6 +129,17 @@ void Extender::UpdateGauges() const {
     metrics_->node_memory->WithLabels({name}).Set(mem);
     metrics_->node_compute->WithLabels({name}).Set(cmp);
     metrics_->node_cordoned->WithLabels({name}).Set(cordoned);
+  }
+  // A deleted node (autoscaling) or a device gone from an inventory leaves
+  // the exposition instead of staying at its last value for the process's
+  // life.
+  auto node_gone = [&](const std::vector<std::string>& v) { return !nodes.contains(v[0]); };
+  auto device_gone = [&](const std::vector<std::string>& v) { return !devices.contains(v); };
+  for (GaugeFamily* f : {metrics_->node_memory, metrics_->node_compute, metrics_->node_cordoned}) {
+    f->RemoveIf(node_gone);
+  }
+  for (GaugeFamily* f : {metrics_->device_memory, metrics_->device_compute}) {
+    f->RemoveIf(device_gone);
   }
 }
 

@@ -300,6 +300,26 @@ TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
   EXPECT_EQ(ext_->Preempt(MakePod("cpu", {}), proposed), proposed);
 }
 
+TEST_F(ExtenderTest, GaugesOfADeletedNodeLeaveTheExposition) {
+  AddGpuNode(cache_, "stays");
+  AddGpuNode(cache_, "goes");
+  ASSERT_TRUE(ext_->Bind(MakePod("p", {Gpu(1)}), "goes").ok());
+  ext_->UpdateGauges();
+  const std::string dev0 = cache_.Node("goes")->inventories[0].inventory->devices[0].id;
+  EXPECT_NE(registry_.Serialize().find("node=\"goes\""), std::string::npos);
+  cache_.RemoveNode("goes");  // the Node was deleted (scaled down)
+  ext_->UpdateGauges();
+  const std::string page = registry_.Serialize();
+  EXPECT_EQ(page.find("node=\"goes\""), std::string::npos) << page;
+  EXPECT_NE(page.find("accelpool_extender_node_memory_allocated_mib{node=\"stays\"} 0"),
+            std::string::npos);
+  // Back under the same name: its series return.
+  AddGpuNode(cache_, "goes");
+  ext_->UpdateGauges();
+  EXPECT_NE(registry_.Serialize().find("{node=\"goes\",device=\"" + dev0 + "\"}"),
+            std::string::npos);
+}
+
 TEST_F(ExtenderTest, CordonedDevicesTakeNoNewGrantAndKeepTheirPods) {
   CacheFeeder feeder(cache_, Logger());
   api::InventoryDocument doc;
