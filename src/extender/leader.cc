@@ -1,5 +1,6 @@
 #include "extender/leader.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "api/assignment_signature.h"
@@ -8,11 +9,16 @@
 namespace accelpool::extender {
 namespace {
 
-// Whether `lease` is held (a holder, renewed within its duration) at `now`.
+// Whether `lease` is held (a holder, renewed within its duration) at `now`,
+// by the wall clock: for kube-scheduler's Lease, written on the same node.
 bool HeldAt(const kube::Lease& lease, std::chrono::system_clock::time_point now) {
   if (lease.holder.empty()) return false;
   StatusOr<std::chrono::system_clock::time_point> renewed = kube::ParseMicroTime(lease.renew_time);
   return renewed.ok() && *renewed + std::chrono::seconds(lease.lease_duration_s) >= now;
+}
+
+int64_t NanosOf(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
@@ -22,21 +28,41 @@ LeaderElector::LeaderElector(kube::KubeClient& client, LeaderOptions options, Lo
 
 LeaderElector::~LeaderElector() { Stop(); }
 
+LeaderElector::TimePoint LeaderElector::Now() const {
+  return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+}
+
+bool LeaderElector::IsLeader() const {
+  const int64_t until = lead_until_ns_.load();
+  return until != 0 && NanosOf(Now()) < until;
+}
+
+void LeaderElector::Settle(Round round, TimePoint start) {
+  const int64_t margin = std::chrono::nanoseconds(options_.lease_duration - options_.retry).count();
+  const int64_t start_ns = NanosOf(start);
+  int64_t cur = lead_until_ns_.load();
+  if (round == Round::kLeads) {
+    // The later of two deadlines: IsLeaderNow may have set one from a later read.
+    const int64_t until = start_ns + margin;
+    while ((cur == 0 || cur < until) && !lead_until_ns_.compare_exchange_weak(cur, until)) {
+    }
+  } else if (round == Round::kFollows) {
+    // Another holder: stop at once, unless a read that started after this
+    // round's (IsLeaderNow's) found this replica leading.
+    while (cur != 0 && cur - margin <= start_ns && !lead_until_ns_.compare_exchange_weak(cur, 0)) {
+    }
+  }
+  // kUnknown (a failed read or write): the deadline stands and runs out by itself.
+}
+
 void LeaderElector::Start() {
+  started_ = true;
   thread_ = std::jthread([this](std::stop_token stop) {
     while (!stop.stop_requested()) {
-      const Round round = RunRound();
-      const auto now = std::chrono::steady_clock::now();
-      if (round == Round::kLeads) {
-        last_renew_ = now;
-      }
-      const bool was = leader_.load();
-      // Own election: any failed round is a renewal that did not happen.
-      // Following: only a failed read is "unknown"; another holder is final.
-      const bool unknown = round == Round::kUnknown || (!Follows() && round == Round::kFollows);
-      const bool is =
-          round == Round::kLeads ||
-          (was && unknown && now - last_renew_ < options_.lease_duration - options_.retry);
+      const bool was = IsLeader();
+      const TimePoint start = Now();
+      Settle(RunRound(), start);
+      const bool is = IsLeader();
       if (is != was) {
         const char* what = is ? "became leader" : "lost leadership";
         if (Follows()) {
@@ -48,7 +74,6 @@ void LeaderElector::Start() {
           log_.Info(what, {{"identity", options_.identity}});
         }
       }
-      leader_.store(is);
       for (auto waited = std::chrono::milliseconds(0);
            waited < options_.retry && !stop.stop_requested();
            waited += std::chrono::milliseconds(100)) {
@@ -63,10 +88,38 @@ void LeaderElector::Stop() {
     thread_.request_stop();
     thread_.join();
   }
-  leader_.store(false);
+  lead_until_ns_.store(0);
+  if (started_ && !Follows()) Release();
+  started_ = false;
 }
 
-bool LeaderElector::TryAcquireOrRenew() { return RunRound() == Round::kLeads; }
+// Empties the holder of our own Lease when this replica still holds it, with
+// the resourceVersion read as precondition: another replica that took the
+// Lease meanwhile keeps it.
+void LeaderElector::Release() {
+  StatusOr<kube::Lease> lease = kube::GetLease(client_, options_.ns, options_.name);
+  if (!lease.ok() || lease->holder != options_.identity) return;
+  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now());
+  kube::Lease next = *lease;
+  next.holder.clear();
+  next.lease_duration_s = 1;
+  next.acquire_time = stamp;
+  next.renew_time = stamp;
+  const StatusOr<kube::Lease> written = kube::UpdateLease(client_, next);
+  if (written.ok()) {
+    log_.Info("released the lease", {{"identity", options_.identity}});
+  } else {
+    log_.Warn(
+        "releasing the lease failed (it expires)",
+        {{"lease", options_.ns + "/" + options_.name}, {"error", written.status().ToString()}});
+  }
+}
+
+bool LeaderElector::TryAcquireOrRenew() {
+  const TimePoint start = Now();
+  Settle(RunRound(), start);
+  return IsLeader();
+}
 
 LeaderElector::Round LeaderElector::RunRound() {
   if (!Follows()) return ElectRound();
@@ -76,7 +129,7 @@ LeaderElector::Round LeaderElector::RunRound() {
 }
 
 bool LeaderElector::IsLeaderNow() {
-  if (leader_.load()) return true;
+  if (IsLeader()) return true;
   if (!Follows() || !thread_.joinable()) return false;
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::steady_clock::now().time_since_epoch())
@@ -85,15 +138,16 @@ bool LeaderElector::IsLeaderNow() {
   if (now_ms - last < 200 || !last_check_ms_.compare_exchange_strong(last, now_ms)) {
     return false;
   }
+  const TimePoint start = Now();
   if (FollowRound(/*report=*/false) != Round::kLeads) return false;
   // The thread confirms (and writes the report) at its next round; until then
   // this replica binds, as kube-scheduler beside it already schedules.
-  leader_.store(true);
+  Settle(Round::kLeads, start);
   log_.Info("became leader",
             {{"identity", options_.identity},
              {"scheduler_lease", options_.scheduler_lease_ns + "/" + options_.scheduler_lease_name},
              {"trigger", "bind"}});
-  return true;
+  return IsLeader();
 }
 
 std::string LeaderElector::NotLeaderReason() const {
@@ -159,9 +213,16 @@ void LeaderElector::WriteReport() {
   }
 }
 
+void LeaderElector::Observe(const kube::Lease& lease) {
+  std::string record = lease.resource_version + "\n" + lease.holder + "\n" + lease.renew_time;
+  if (record != observed_) {
+    observed_ = std::move(record);
+    observed_at_ = Now();
+  }
+}
+
 LeaderElector::Round LeaderElector::ElectRound() {
-  const auto now = std::chrono::system_clock::now();
-  const std::string stamp = kube::FormatMicroTime(now);
+  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now());
   StatusOr<kube::Lease> lease = kube::GetLease(client_, options_.ns, options_.name);
   if (!lease.ok()) {
     if (lease.status().code() != StatusCode::kNotFound) {
@@ -178,11 +239,19 @@ LeaderElector::Round LeaderElector::ElectRound() {
     if (options_.signing_key) {
       fresh.annotations[api::kLeaseSigningKeyAnnotation] = options_.signing_key();
     }
-    return kube::CreateLease(client_, fresh).ok() ? Round::kLeads : Round::kUnknown;
+    const StatusOr<kube::Lease> created = kube::CreateLease(client_, fresh);
+    if (!created.ok()) return Round::kUnknown;
+    Observe(*created);
+    return Round::kLeads;
   }
+  Observe(*lease);
   kube::Lease next = *lease;
   if (lease->holder != options_.identity) {
-    if (HeldAt(*lease, now)) {
+    // Held until the record has stood unchanged, as this replica saw it, for
+    // the holder's promise (its leaseDurationSeconds) or ours, the longer.
+    const auto duration = std::max<std::chrono::seconds>(
+        options_.lease_duration, std::chrono::seconds(std::max(lease->lease_duration_s, 0)));
+    if (!lease->holder.empty() && Now() < observed_at_ + duration) {
       return Round::kFollows;
     }
     next.holder = options_.identity;
@@ -194,7 +263,10 @@ LeaderElector::Round LeaderElector::ElectRound() {
   if (options_.signing_key) {
     next.annotations[api::kLeaseSigningKeyAnnotation] = options_.signing_key();
   }
-  return kube::UpdateLease(client_, next).ok() ? Round::kLeads : Round::kUnknown;
+  const StatusOr<kube::Lease> written = kube::UpdateLease(client_, next);
+  if (!written.ok()) return Round::kUnknown;
+  Observe(*written);
+  return Round::kLeads;
 }
 
 }  // namespace accelpool::extender

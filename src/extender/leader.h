@@ -3,11 +3,19 @@
 //
 // Own election (--leader-elect; a standalone extender that kube-scheduler
 // reaches through a Service): a thread tries every `retry` to acquire Lease
-// ns/name (create it, or take it when its holder let it expire: renewTime +
-// leaseDurationSeconds in the past) and, while holding it, renews it every
-// `retry`. IsLeader() turns false as soon as a renewal fails for longer than
-// `lease_duration` minus one retry period, so two replicas never both believe
-// they lead for longer than the clock skew between them.
+// ns/name and, while holding it, renews it every `retry`, as client-go's
+// leaderelection does. Expiry is measured on this replica's monotonic clock,
+// never by comparing the holder's renewTime with this replica's wall clock:
+// a replica takes the Lease from another holder only once it has seen the
+// same record (resourceVersion, holder, renewTime) unchanged for the longer
+// of `lease_duration` and the Lease's leaseDurationSeconds, counted from when
+// it first read that record; a Lease without a holder (released) is free at
+// once. Every write carries the resourceVersion it read, so of two replicas
+// taking an expired Lease only one succeeds. A leader leads until `lease_duration`
+// minus one `retry` after the start of its last successful acquire or renewal
+// (the write committed after that start, so every other replica first saw it
+// later and waits a whole `lease_duration` from then): IsLeader() turns false
+// at that deadline even while a request to the apiserver hangs.
 //
 // Following kube-scheduler (--scheduler-lease; the chart's sidecar layout):
 // kube-scheduler calls only the extender in its own pod, so the active
@@ -15,12 +23,13 @@
 // elections could pick different pods, and every bind would then be refused.
 // So this replica leads exactly while kube-scheduler's own Lease names a
 // holder of this pod: kube-scheduler's identity is "<host name>_<uuid>", and
-// the containers of a pod share the host name. The Lease is read every
-// `retry`; another holder (or an expired Lease) ends leadership at once, a
-// failed read only after `lease_duration` minus one retry period, as above.
-// While leading it still writes Lease ns/name (holder, renewal and, with
-// signing, the key it signs with), so a key rotation can see which key the
-// active extender signs with, with one replica as with several.
+// the containers of a pod share the host name (and the node's clock, so its
+// renewTime is compared with this replica's wall clock). The Lease is read
+// every `retry`; another holder (or an expired Lease) ends leadership at once,
+// a failed read only at the deadline above. While leading it still writes
+// Lease ns/name (holder, renewal and, with signing, the key it signs with), so
+// a key rotation can see which key the active extender signs with, with one
+// replica as with several.
 //
 // Only the leader serves bind.
 //
@@ -36,6 +45,7 @@
 
 #include "common/log.h"
 #include "kube/client.h"
+#include "kube/objects.h"
 
 namespace accelpool::extender {
 
@@ -43,6 +53,7 @@ struct LeaderOptions {
   std::string ns = "kube-system";
   std::string name = "accelpool-extender";
   std::string identity;  // unique per replica (pod name + random suffix)
+  // REQUIRES: lease_duration > retry.
   std::chrono::seconds lease_duration{15};
   std::chrono::seconds retry{2};
   // When set, the leader writes its result on the Lease at each acquire and
@@ -55,16 +66,26 @@ struct LeaderOptions {
   std::string scheduler_lease_ns;
   std::string scheduler_lease_name;
   std::string host;
+  // The monotonic clock leadership and expiry are measured on (tests); null:
+  // std::chrono::steady_clock.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 class LeaderElector {
  public:
   LeaderElector(kube::KubeClient& client, LeaderOptions options, Logger log);
-  ~LeaderElector();  // stops; does not release the lease (it expires)
+  ~LeaderElector();  // Stop()
 
   void Start();
+  // Stops the thread and leading. After Start() with its own election, a
+  // Lease this replica still holds is then released (holder emptied, as
+  // client-go's ReleaseOnCancel does), so another replica takes over at its
+  // next round instead of after `lease_duration`. The caller stops whatever
+  // IsLeader() guards first.
   void Stop();
-  bool IsLeader() const { return leader_.load(); }
+  // Whether this replica leads now: before the deadline of its last
+  // successful round (see above).
+  bool IsLeader() const;
   // IsLeader(), and when following kube-scheduler and not leading, one fresh
   // read of its Lease (at most every 200 ms): kube-scheduler starts
   // scheduling the moment it acquires, which may be just before this
@@ -74,25 +95,36 @@ class LeaderElector {
   // Why this replica does not lead, for the bind refusal and /readyz.
   std::string NotLeaderReason() const;
 
-  // One round (exposed for tests): acquire or renew our own Lease, or, when
-  // following, read kube-scheduler's and write the report. Returns whether
-  // this replica leads afterwards.
+  // One round, as the thread runs it (exposed for tests; not while the
+  // thread runs): acquire or renew our own Lease, or, when following, read
+  // kube-scheduler's and write the report. Returns whether this replica
+  // leads afterwards.
   bool TryAcquireOrRenew();
 
  private:
+  using TimePoint = std::chrono::steady_clock::time_point;
   enum class Round { kLeads, kFollows, kUnknown };
+  TimePoint Now() const;
   Round RunRound();
   Round ElectRound();
   Round FollowRound(bool report);
   void WriteReport();
+  // Leadership after a round that started at `start`.
+  void Settle(Round round, TimePoint start);
+  // Notes `lease` as read now; a record not seen before restarts its expiry.
+  void Observe(const kube::Lease& lease);
+  void Release();
 
   kube::KubeClient& client_;
   const LeaderOptions options_;
   const Logger log_;
-  std::atomic<bool> leader_{false};
-  std::atomic<int64_t> last_check_ms_{0};             // IsLeaderNow's rate limit
-  std::chrono::steady_clock::time_point last_renew_;  // used by the thread only
-  std::string last_holder_;                           // used by the thread only
+  // Leads while Now() is before this (nanoseconds of the clock; 0: never).
+  std::atomic<int64_t> lead_until_ns_{0};
+  std::atomic<int64_t> last_check_ms_{0};  // IsLeaderNow's rate limit
+  std::string last_holder_;                // used by the thread only
+  std::string observed_;                   // the last Lease record read; thread only
+  TimePoint observed_at_;                  // when it was first read; thread only
+  bool started_ = false;
   std::jthread thread_;
 };
 

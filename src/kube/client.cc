@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "http/http.h"
@@ -141,6 +142,9 @@ class ClientImpl final : public KubeClient {
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                const std::function<void(WatchEvent&)>& on_event,
                std::stop_token stop) override;
+  Status WatchOnce(const Resource& r, const std::string& ns, const WatchOptions& options,
+                   const std::function<void(WatchEvent&)>& on_event, std::stop_token stop,
+                   const std::string& what, int& status);
   StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     return Call("GET", r.Path(ns, name), "", "", "get " + r.plural + " " + Key(ns, name));
   }
@@ -168,11 +172,25 @@ class ClientImpl final : public KubeClient {
   }
 
   http::Headers AuthHeaders(const std::string& accept = "application/json") {
+    MaybeRereadToken();
     std::lock_guard<std::mutex> lock(mu_);
     http::Headers h;
     h["Accept"] = accept;
     if (!token_.empty()) h["Authorization"] = "Bearer " + token_;
     return h;
+  }
+
+  // Reads the token file again when token_reread has passed since the last
+  // read; one caller reads, the others go on with the token they have.
+  void MaybeRereadToken() {
+    if (config_.token_file.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (token_read_ && now - *token_read_ < config_.token_reread) return;
+      token_read_ = now;
+    }
+    RefreshToken();
   }
 
   // Re-reads a rotated token file; true when the token changed.
@@ -184,6 +202,7 @@ class ClientImpl final : public KubeClient {
     std::string t = ss.str();
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
     std::lock_guard<std::mutex> lock(mu_);
+    token_read_ = std::chrono::steady_clock::now();
     if (t.empty() || t == token_) return false;
     token_ = t;
     return true;
@@ -230,12 +249,19 @@ class ClientImpl final : public KubeClient {
   TokenBucket bucket_;
   std::mutex mu_;
   std::string token_;  // guarded by mu_
+  // When the token file was last read; guarded by mu_. Unset at first, so the
+  // first request reads it (the token in the config may be older).
+  std::optional<std::chrono::steady_clock::time_point> token_read_;
 };
 
 StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
                                       const ListOptions& options) {
   ListResult out;
   std::string cont;
+  // A continue token expires when its version is compacted (410 Expired on a
+  // later page); then the list is taken again in one piece, as client-go's
+  // pager does (FullListIfExpired).
+  int64_t limit = options.limit;
   const std::string what = "list " + r.plural + (ns.empty() ? "" : " in " + ns);
   const std::string accept = options.metadata_only ? kMetadataListAccept : "application/json";
   const json::parser_callback_t parse_cb = options.metadata_only ? DropManagedFields(3) : nullptr;
@@ -243,10 +269,17 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
     const std::string path =
         r.Path(ns) + Query({{"labelSelector", options.label_selector},
                             {"fieldSelector", options.field_selector},
-                            {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
+                            {"limit", limit > 0 ? std::to_string(limit) : ""},
                             {"continue", cont},
                             {"resourceVersion", cont.empty() ? options.resource_version : ""}});
     auto j = Call("GET", path, "", "", what, accept, parse_cb);
+    if (!j.ok() && j.status().code() == StatusCode::kOutOfRange && !cont.empty()) {
+      out = ListResult();
+      cont.clear();
+      limit = 0;
+      page = -1;
+      continue;
+    }
     if (!j.ok()) return j.status();
     // kube-apiserver writes an empty PartialObjectMetadataList's items as
     // null (a nil Go slice), where a PodList has [].
@@ -281,6 +314,21 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
                          std::stop_token stop) {
   const std::string what = "watch " + r.plural + (ns.empty() ? "" : " in " + ns);
   if (!bucket_.Acquire(stop)) return Status(StatusCode::kCancelled, what + ": stopped");
+  // A 401 before the stream starts: read a rotated token file and try once
+  // more, as Send does for other requests.
+  // (An ERROR event inside a stream is never retried here: its events were
+  // delivered, and the caller re-watches from the last version it saw.)
+  for (int attempt = 0;; ++attempt) {
+    int status = 0;
+    Status st = WatchOnce(r, ns, options, on_event, stop, what, status);
+    if (status == 401 && attempt == 0 && RefreshToken()) continue;
+    return st;
+  }
+}
+
+Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const WatchOptions& options,
+                             const std::function<void(WatchEvent&)>& on_event, std::stop_token stop,
+                             const std::string& what, int& status) {
   http::ClientRequest req;
   req.method = "GET";
   req.path = r.Path(ns) + Query({{"watch", "true"},
@@ -291,7 +339,7 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
                                  {"fieldSelector", options.field_selector}});
   req.headers = AuthHeaders();
   req.timeout = config_.timeout;
-  int status = 0;
+  status = 0;
   std::string error_body;
   Status result;
   const json::parser_callback_t drop_managed_fields = DropManagedFields(2);

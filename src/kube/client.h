@@ -12,6 +12,10 @@
 // kUnavailable, no answer in time kDeadlineExceeded, no connection
 // kUnavailable. Messages carry the apiserver's own message.
 //
+// A KubeConfig::token_file is read again at most every token_reread and
+// after a 401 (the request, or a watch that has not started, goes once more
+// with the new token).
+//
 // Thread-safety: every method may be called from many threads at once. All
 // requests pass one client-side token bucket (KubeConfig::qps / burst).
 #ifndef ACCELPOOL_KUBE_CLIENT_H_
@@ -101,7 +105,9 @@ class KubeClient {
  public:
   virtual ~KubeClient() = default;
 
-  // Lists every object (following continue tokens). With
+  // Lists every object (following continue tokens; when a token has expired,
+  // 410 on a later page, the list is taken again without paging, as
+  // client-go's pager does). With
   // options.metadata_only the items arrive without metadata.managedFields
   // (dropped while parsing, as for Watch). kInternal when the pages of one
   // list disagree on the form (some metadata only, some full objects).

@@ -1,8 +1,11 @@
 #include "kube/client.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <optional>
 #include <thread>
@@ -467,6 +470,87 @@ TEST_F(KubeClientTest, WatchEndsWhenTheConnectionDrops) {
   EXPECT_TRUE(result.ok()) << result.ToString();  // the server ended the stream: re-watch
 }
 
+// A paginated list whose continue token expired (its version was compacted
+// between pages) is taken again in one piece, as client-go's pager does with
+// FullListIfExpired: the pages read so far may be stale and are dropped.
+TEST_F(KubeClientTest, AnExpiredContinueTokenFallsBackToAFullList) {
+  for (int i = 0; i < 5; ++i) api_.Put("/api/v1/namespaces/ml/pods", Pod("p" + std::to_string(i)));
+  api_.ExpireContinueTokens();
+  ListOptions lo;
+  lo.limit = 2;
+  auto all = client_->List(Pods(), "ml", lo);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->items.size(), 5u);
+  const std::vector<std::string> requests = api_.Requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_NE(requests[1].find("continue="), std::string::npos) << requests[1];
+  EXPECT_EQ(requests[2], "GET /api/v1/namespaces/ml/pods");
+  // An expired version on the first page is the caller's to handle (relist).
+  api_.Compact();
+  ListOptions old;
+  old.resource_version = "1";
+  EXPECT_EQ(client_->List(Pods(), "ml", old).status().code(), StatusCode::kOutOfRange);
+}
+
+// A projected service-account token is rewritten by the kubelet (about
+// hourly); the client reads the file again after a 401, for watches as for
+// other requests, and without waiting for one at most every token_reread.
+class KubeClientTokenFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start().ok());
+    path_ = std::filesystem::temp_directory_path() /
+            ("accelpool-token-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    Write("old-token\n");
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  void Write(const std::string& token) {
+    std::ofstream out(path_, std::ios::trunc);
+    out << token;
+  }
+  std::unique_ptr<KubeClient> Client(std::chrono::milliseconds reread) {
+    KubeConfig cfg;
+    cfg.server = api_.url();
+    cfg.token = "old-token";
+    cfg.token_file = path_.string();
+    cfg.token_reread = reread;
+    cfg.qps = 0;
+    cfg.timeout = 5000ms;
+    auto c = NewKubeClient(cfg);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  FakeApiServer api_;
+  std::filesystem::path path_;
+};
+
+TEST_F(KubeClientTokenFileTest, AWatchAnsweredUnauthorizedReadsTheTokenFileAgain) {
+  std::unique_ptr<KubeClient> client = Client(std::chrono::hours(1));
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(client->List(Pods(), "ml", ListOptions()).ok());  // reads the file: old-token
+  Write("new-token\n");
+  api_.RequireToken("new-token");
+  WatchOptions wo;
+  wo.server_timeout = 1s;  // the fake ends the stream after a second: OK
+  const Status st = client->Watch(Pods(), "ml", wo, [](const WatchEvent&) {}, {});
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(api_.Unauthorized(), 1);
+}
+
+TEST_F(KubeClientTokenFileTest, TheTokenFileIsReadAgainBeforeTheOldTokenIsRefused) {
+  std::unique_ptr<KubeClient> client = Client(0ms);  // every request reads it
+  ASSERT_NE(client, nullptr);
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
+  Write("new-token\n");
+  api_.RequireToken("new-token");
+  EXPECT_TRUE(client->Get(Pods(), "ml", "p0").ok());
+  EXPECT_EQ(api_.Unauthorized(), 0);
+  // A file that cannot be read (being swapped) keeps the last token.
+  std::filesystem::remove(path_);
+  EXPECT_TRUE(client->Get(Pods(), "ml", "p0").ok());
+}
 
 // Objects from the apiserver are read leniently: a field of another type is
 // unset, never an exception.

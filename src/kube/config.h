@@ -26,7 +26,12 @@ namespace accelpool::kube {
 struct KubeConfig {
   std::string server;      // "https://10.96.0.1:443"
   std::string token;       // bearer token, "" when none
-  std::string token_file;  // re-read on 401 when set (rotated service-account tokens)
+  // When set, read again (rotated service-account tokens: the kubelet rewrites
+  // a projected token well before it expires) at most every token_reread, as
+  // client-go does, and at once after a 401. An unreadable or empty file
+  // keeps the last token.
+  std::string token_file;
+  std::chrono::milliseconds token_reread{60000};
   std::string ca_file;     // PEM CA bundle
   std::string ca_pem;      // inline PEM CA bundle (certificate-authority-data, decoded)
   std::string client_cert_file, client_key_file;

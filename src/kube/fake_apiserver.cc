@@ -186,6 +186,9 @@ struct FakeApiServer::Impl {
   std::map<std::string, std::map<std::string, json>> store;  // kind_key -> key -> obj
   std::vector<Event> events;                                 // guarded by mu
   int fail_n = 0, fail_status = 0;                           // guarded by mu
+  bool expire_continue = false;                              // guarded by mu
+  std::string required_token;                                // guarded by mu
+  int64_t unauthorized = 0;                                  // guarded by mu
   bool full_lists_only = false;                              // guarded by mu
   std::vector<std::string> requests;                         // guarded by mu
   int64_t uid_seq = 0;                                       // guarded by mu
@@ -217,6 +220,14 @@ Response FakeApiServer::Impl::List(const Target& t, const Request& req) {
   const std::string from = req.Query("resourceVersion");
   if (!from.empty() && from != "0" && std::stoll(from) < compacted) {
     return StatusResponse(410, "Expired", "too old resource version: " + from);
+  }
+  if (!req.Query("continue").empty() && expire_continue) {
+    expire_continue = false;
+    return StatusResponse(410, "Expired",
+                          "The provided continue parameter is too old to display a consistent "
+                          "list result. You can start a new list without the continue parameter, "
+                          "or use the continue token in this response to retrieve the remainder "
+                          "of the results.");
   }
   const ListForm form = full_lists_only ? ListForm::kFull : NegotiateList(req.Header("accept"));
   if (form == ListForm::kNotAcceptable) {
@@ -422,6 +433,10 @@ Response FakeApiServer::Impl::Handle(const Request& req) {
     std::string q;
     for (const auto& [k, v] : req.query) q += (q.empty() ? "?" : "&") + k + "=" + v;
     requests.push_back(req.method + " " + req.path + q);
+    if (!required_token.empty() && req.Header("authorization") != "Bearer " + required_token) {
+      ++unauthorized;
+      return StatusResponse(401, "Unauthorized", "Unauthorized");
+    }
     if (fail_n > 0) {
       --fail_n;
       return StatusResponse(fail_status, "InternalError", "injected failure");
@@ -514,6 +529,21 @@ void FakeApiServer::FailNext(int n, int status) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->fail_n = n;
   impl_->fail_status = status;
+}
+
+void FakeApiServer::ExpireContinueTokens() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->expire_continue = true;
+}
+
+void FakeApiServer::RequireToken(const std::string& token) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->required_token = token;
+}
+
+int64_t FakeApiServer::Unauthorized() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->unauthorized;
 }
 
 void FakeApiServer::ServeFullListsOnly(bool on) {

@@ -9,7 +9,8 @@
 // delete, for any resource path under /api/v1 and /apis/<group>/<version>.
 // Tests drive failures: Compact() makes older versions answer 410,
 // DropWatches() cuts every open watch, FailNext() answers the next requests
-// with a given status.
+// with a given status, ExpireContinueTokens() the next page request 410,
+// RequireToken() other bearer tokens 401.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_KUBE_FAKE_APISERVER_H_
@@ -52,6 +53,13 @@ class FakeApiServer {
   void DropWatches();
   // The next `n` requests (any path) get HTTP `status`.
   void FailNext(int n, int status);
+  // The next list request that carries a continue token gets 410 Expired,
+  // as kube-apiserver answers a token whose version was compacted.
+  void ExpireContinueTokens();
+  // Requests without "Authorization: Bearer <token>" get 401 ("" accepts
+  // any); Unauthorized() counts those answers.
+  void RequireToken(const std::string& token);
+  int64_t Unauthorized() const;
   // Lists answer full objects whatever the Accept header asks for, as a
   // server that cannot transform its answers does.
   void ServeFullListsOnly(bool on);

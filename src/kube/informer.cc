@@ -11,6 +11,9 @@ using nlohmann::json;
 
 namespace {
 
+// A watch that ends sooner than this without an event counts as failed.
+constexpr std::chrono::seconds kShortWatch{1};
+
 std::string Meta(const json& obj, const char* key) {
   if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
   const json& m = obj["metadata"];
@@ -192,6 +195,7 @@ void Informer::Run(std::stop_token stop) {
     wo.server_timeout = options_.watch_timeout;
     ++watches_;
     int64_t events = 0;
+    const auto began = std::chrono::steady_clock::now();
     Status st = client_.Watch(
         options_.resource, options_.ns, wo,
         [&](WatchEvent& ev) {
@@ -200,6 +204,11 @@ void Informer::Run(std::stop_token stop) {
         },
         stop);
     if (stop.stop_requested() || st.code() == StatusCode::kCancelled) return;
+    if (st.ok() && events == 0 && std::chrono::steady_clock::now() - began < kShortWatch) {
+      // Ended at once without an event (client-go's "very short watch"): back
+      // off rather than spend the client's rate limit re-watching in a loop.
+      st = UnavailableError("the watch ended at once without an event");
+    }
     if (st.ok()) {
       backoff.Reset();  // the server ended the watch; continue from the last version
       continue;

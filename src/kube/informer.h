@@ -4,7 +4,10 @@
 // Synced(), then watches from the list's resourceVersion (with bookmarks),
 // re-watching from the last version seen when a watch ends, relisting on
 // 410 Gone (emitting add/update/delete for the difference against the
-// cache), and retrying failures with exponential backoff.
+// cache), and retrying failures with exponential backoff. A watch that ends
+// within a second without an event counts as a failure (client-go's "very
+// short watch"), so a server or proxy that closes watches at once does not
+// get a re-watch loop that spends the client's shared rate limit.
 //
 // Keys are "<namespace>/<name>" (or "<name>" for cluster-scoped objects).
 //

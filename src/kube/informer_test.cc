@@ -194,6 +194,26 @@ TEST_F(InformerTest, DroppedConnectionReconnectsFromLastVersion) {
   EXPECT_GE(inf.watches(), 2);
 }
 
+// A watch that the server (or a proxy on the way) ends at once, without an
+// event, is a failure, as in client-go's reflector ("very short watch"): it
+// backs off instead of re-watching in a loop that spends the client's shared
+// rate limit, which bindings need.
+TEST_F(InformerTest, AWatchEndedAtOnceBacksOff) {
+  InformerOptions o = Options();
+  o.watch_timeout = 0s;  // the fake then ends every watch at once
+  o.backoff_initial = 200ms;
+  o.backoff_max = 200ms;
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  const auto started = std::chrono::steady_clock::now();
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (inf.watches() < 3) std::this_thread::sleep_for(5ms);
+  // Two waits of the backoff between the first and the third watch.
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 400ms);
+  EXPECT_EQ(inf.lists(), 1);
+}
+
 TEST_F(InformerTest, ApiserverDownAtStartRetriesWithBackoff) {
   api_.FailNext(3, 500);
   api_.Put("/api/v1/nodes", Node("late"));
