@@ -56,6 +56,12 @@ Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
 
 Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
                               const std::map<std::string, std::string>& annotations) {
+  if (write_gate_) {
+    if (std::string why = write_gate_(); !why.empty()) {
+      return UnavailableError("this replica stopped leading before the Binding was written (" +
+                              why + "); kube-scheduler retries the pod");
+    }
+  }
   Status st =
       kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, node, pod.ref.uid, annotations);
   if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -51,6 +52,12 @@ class KubePodWriter : public PodWriter {
   // that asks for no pooled device) is a Binding without annotations.
   Status Bind(const PodInfo& pod, const PodAssignment& a) override;
 
+  // Asked right before each Binding is written: a non-empty answer (why this
+  // replica may not bind) fails the bind with kUnavailable instead. The bind
+  // verb's own gate runs when the request arrives; a leadership that ends
+  // during the pod read and the signing then writes nothing.
+  void SetWriteGate(std::function<std::string()> gate) { write_gate_ = std::move(gate); }
+
  private:
   // Creates the Binding; a conflict from an earlier attempt that did bind
   // the same pod to `node` is success.
@@ -60,6 +67,7 @@ class KubePodWriter : public PodWriter {
   kube::KubeClient& client_;
   const Cache& cache_;
   api::AssignmentKeyRing* const keys_;
+  std::function<std::string()> write_gate_;  // set before serving
 };
 
 class KubePodSource : public PodSource {

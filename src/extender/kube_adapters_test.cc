@@ -106,6 +106,36 @@ TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   nodes.Stop();
 }
 
+TEST_F(KubeAdaptersTest, AReplicaThatStopsLeadingDuringABindWritesNoBinding) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnNode(Node("node-a"));
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  KubePodWriter writer(*client_, cache);
+  std::string why;  // leads while empty
+  writer.SetWriteGate([&why] { return why; });
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  StatusOr<PodInfo> info = PodInfoFromJson(Pod("p", "uid-p"));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  // The bind verb's gate passed; the lease ended before the write.
+  why = "the lease expired";
+  StatusOr<PodAssignment> a = (*ext)->Bind(*info, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(a.status().message().find("the lease expired"), std::string::npos);
+  std::optional<nlohmann::json> stored = api_.Object("/api/v1/namespaces/ns/pods", "p");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_FALSE(stored->contains("spec") && (*stored)["spec"].contains("nodeName"));
+  EXPECT_TRUE(cache.Node("node-a")->Idle());  // the reservation was given back
+  // Leading again: the same bind goes through.
+  why.clear();
+  a = (*ext)->Bind(*info, "node-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  stored = api_.Object("/api/v1/namespaces/ns/pods", "p");
+  EXPECT_EQ((*stored)["spec"]["nodeName"], "node-a");
+}
+
 TEST_F(KubeAdaptersTest, APodReCreatedUnderItsNameDuringARelistFreesTheOldOnesDevices) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());

@@ -57,6 +57,7 @@ void LeaderElector::Settle(Round round, TimePoint start) {
 
 void LeaderElector::Start() {
   started_ = true;
+  running_.store(true);
   thread_ = std::jthread([this](std::stop_token stop) {
     while (!stop.stop_requested()) {
       const bool was = IsLeader();
@@ -84,6 +85,7 @@ void LeaderElector::Start() {
 }
 
 void LeaderElector::Stop() {
+  running_.store(false);
   if (thread_.joinable()) {
     thread_.request_stop();
     thread_.join();
@@ -130,7 +132,7 @@ LeaderElector::Round LeaderElector::RunRound() {
 
 bool LeaderElector::IsLeaderNow() {
   if (IsLeader()) return true;
-  if (!Follows() || !thread_.joinable()) return false;
+  if (!Follows() || !running_.load()) return false;
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::steady_clock::now().time_since_epoch())
                              .count();

@@ -125,6 +125,7 @@ class LeaderElector {
   std::string observed_;                   // the last Lease record read; thread only
   TimePoint observed_at_;                  // when it was first read; thread only
   bool started_ = false;
+  std::atomic<bool> running_{false};  // the election thread runs (read by IsLeaderNow)
   std::jthread thread_;
 };
 

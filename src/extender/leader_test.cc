@@ -52,7 +52,7 @@ class HookedClient final : public kube::KubeClient {
   }
   StatusOr<nlohmann::json> Get(const kube::Resource& r, const std::string& ns,
                                const std::string& name) override {
-    if (before_get) before_get();
+    if (std::function<void()> hook = before_get) hook();
     return inner_.Get(r, ns, name);
   }
   StatusOr<nlohmann::json> Create(const kube::Resource& r, const std::string& ns,
@@ -62,7 +62,8 @@ class HookedClient final : public kube::KubeClient {
   }
   StatusOr<nlohmann::json> Update(const kube::Resource& r, const std::string& ns,
                                   const std::string& name, const nlohmann::json& object) override {
-    if (before_update) before_update();
+    // A hook may clear itself: run a copy, not the std::function it resets.
+    if (std::function<void()> hook = before_update) hook();
     return inner_.Update(r, ns, name, object);
   }
   StatusOr<nlohmann::json> Patch(const kube::Resource& r, const std::string& ns,

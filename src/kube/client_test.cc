@@ -373,6 +373,40 @@ TEST_F(KubeClientTest, BindingEventsAndLeases) {
   EXPECT_FALSE(ParseMicroTime("yesterday").ok());
 }
 
+TEST_F(KubeClientTest, ALeaseUpdateKeepsTheFieldsItDoesNotOwn) {
+  // A Lease someone labelled and gave coordinated-election fields: renewing
+  // it must not drop them (a PUT replaces the whole object).
+  api_.Put("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+           {{"apiVersion", "coordination.k8s.io/v1"},
+            {"kind", "Lease"},
+            {"metadata",
+             {{"name", "l"},
+              {"namespace", "kube-system"},
+              {"labels", {{"team", "platform"}}},
+              {"annotations", {{"keep", "me"}, {"drop", "me"}}}}},
+            {"spec",
+             {{"holderIdentity", "a"},
+              {"leaseDurationSeconds", 15},
+              {"strategy", "OldestEmulationVersion"},
+              {"preferredHolder", "b"}}}});
+  auto lease = GetLease(*client_, "kube-system", "l");
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  lease->holder = "b";
+  lease->renew_time = FormatMicroTime(std::chrono::system_clock::now());
+  lease->annotations.erase("drop");
+  lease->annotations["mine"] = "x";
+  ASSERT_TRUE(UpdateLease(*client_, *lease).ok());
+  std::optional<json> stored =
+      api_.Object("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", "l");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ((*stored)["metadata"]["labels"], (json{{"team", "platform"}}));
+  EXPECT_EQ((*stored)["metadata"]["annotations"], (json{{"keep", "me"}, {"mine", "x"}}));
+  EXPECT_EQ((*stored)["spec"]["strategy"], "OldestEmulationVersion");
+  EXPECT_EQ((*stored)["spec"]["preferredHolder"], "b");
+  EXPECT_EQ((*stored)["spec"]["holderIdentity"], "b");
+  EXPECT_EQ((*stored)["spec"]["renewTime"], lease->renew_time);
+}
+
 TEST_F(KubeClientTest, WatchEventsArriveWithoutManagedFields) {
   json first = api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
   WatchOptions wo;

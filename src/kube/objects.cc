@@ -154,22 +154,43 @@ StatusOr<Lease> LeaseFromJson(const json& j) {
   l.renew_time = str("renewTime");
   l.lease_duration_s = num("leaseDurationSeconds", 15);
   l.transitions = num("leaseTransitions", 0);
+  l.raw = j;
   return l;
 }
 
 json LeaseToJson(const Lease& l) {
-  json spec = {{"holderIdentity", l.holder},
-               {"leaseDurationSeconds", l.lease_duration_s},
-               {"leaseTransitions", l.transitions}};
+  json out = l.raw.is_object() ? l.raw : json::object();
+  out["apiVersion"] = "coordination.k8s.io/v1";
+  out["kind"] = "Lease";
+  if (!out.contains("metadata") || !out["metadata"].is_object()) out["metadata"] = json::object();
+  if (!out.contains("spec") || !out["spec"].is_object()) out["spec"] = json::object();
+  json& meta = out["metadata"];
+  meta["name"] = l.name;
+  meta["namespace"] = l.ns;
+  meta.erase("resourceVersion");
+  if (!l.resource_version.empty()) meta["resourceVersion"] = l.resource_version;
+  // Annotations the struct holds replace the string ones read; others stay.
+  json annotations = meta.contains("annotations") && meta["annotations"].is_object()
+                         ? meta["annotations"]
+                         : json::object();
+  for (auto it = annotations.begin(); it != annotations.end();) {
+    it = it->is_string() ? annotations.erase(it) : std::next(it);
+  }
+  for (const auto& [k, v] : l.annotations) annotations[k] = v;
+  if (annotations.empty()) {
+    meta.erase("annotations");
+  } else {
+    meta["annotations"] = annotations;
+  }
+  json& spec = out["spec"];
+  spec["holderIdentity"] = l.holder;
+  spec["leaseDurationSeconds"] = l.lease_duration_s;
+  spec["leaseTransitions"] = l.transitions;
+  spec.erase("acquireTime");
+  spec.erase("renewTime");
   if (!l.acquire_time.empty()) spec["acquireTime"] = l.acquire_time;
   if (!l.renew_time.empty()) spec["renewTime"] = l.renew_time;
-  json meta = {{"name", l.name}, {"namespace", l.ns}};
-  if (!l.resource_version.empty()) meta["resourceVersion"] = l.resource_version;
-  if (!l.annotations.empty()) meta["annotations"] = l.annotations;
-  return {{"apiVersion", "coordination.k8s.io/v1"},
-          {"kind", "Lease"},
-          {"metadata", meta},
-          {"spec", spec}};
+  return out;
 }
 
 }  // namespace

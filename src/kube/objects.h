@@ -61,6 +61,11 @@ struct Lease {
   int32_t transitions = 0;
   std::string resource_version;  // precondition for UpdateLease
   std::map<std::string, std::string> annotations;  // metadata.annotations (string values)
+  // The object as read. An update starts from it, so the fields this struct
+  // does not carry (labels, owner references, spec.strategy and
+  // spec.preferredHolder of coordinated leader election) are written back as
+  // they were, not dropped.
+  nlohmann::json raw;
 };
 
 // kNotFound when no such lease.

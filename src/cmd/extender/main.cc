@@ -391,8 +391,11 @@ int Run(const Flags& flags) {
   // decided before both caches have listed everything once (double booking).
   handlers.SetSyncGate([&nodes, &pods] { return nodes.Synced() && pods.Synced(); });
   if (leader) {
-    handlers.SetBindGate(
-        [&leader] { return leader->IsLeaderNow() ? std::string() : leader->NotLeaderReason(); });
+    auto gate = [&leader] {
+      return leader->IsLeaderNow() ? std::string() : leader->NotLeaderReason();
+    };
+    handlers.SetBindGate(gate);
+    writer.SetWriteGate(gate);
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env}, &cache,
                   log.Child("webhook"));
