@@ -12,44 +12,14 @@
 #include <cstring>
 
 #include "cuda/log.h"
+#include "cuda/region_format.h"
 
 namespace accelpool::cuda {
 
 namespace {
-constexpr uint64_t kMagic = 0x4150434455415247ULL;  // "APCDUARG"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint64_t kMagic = kRegionMagic;
+constexpr uint32_t kLayoutVersion = kRegionLayoutVersion;
 }  // namespace
-
-struct SlotRecord {
-  int32_t pid;
-  uint32_t ctx_charged_mask;
-  uint64_t start_time;
-  uint64_t used[kMaxDevices];
-};
-
-struct ExportRecord {
-  uint64_t key;  // 0: free
-  int32_t pid;
-  int32_t slot;
-  uint64_t start_time;
-  uint64_t seq;  // Order of recording, to replace the oldest.
-};
-
-struct DeviceBucket {
-  pthread_mutex_t mu;
-  TokenBucketState state;
-};
-
-struct RegionLayout {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t size;
-  pthread_mutex_t mu;
-  SlotRecord slots[kMaxSlots];
-  DeviceBucket buckets[kMaxDevices];
-  ExportRecord exports[kMaxExports];
-  uint64_t export_seq;
-};
 
 namespace {
 

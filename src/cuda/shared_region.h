@@ -34,15 +34,12 @@
 #include <cstdint>
 
 #include "cuda/config.h"
+#include "cuda/region_format.h"
 #include "cuda/throttle.h"
 
 namespace accelpool::cuda {
 
-inline constexpr int kMaxSlots = 256;
-inline constexpr int kMaxExports = 256;
 inline constexpr char kRegionFileName[] = "accelpool-cuda.region";
-
-struct RegionLayout;
 
 enum class ChargeResult { kOk, kOverLimit, kUnavailable };
 

@@ -10,11 +10,14 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <random>
 #include <string>
+#include <thread>
 
 namespace accelpool::cuda {
 namespace {
@@ -368,6 +371,76 @@ TEST(ProcessStartTimeTest, ParsesFieldsAfterTheLastParenthesis) {
 TEST(ProcessStartTimeTest, KnownForSelfUnknownForNobody) {
   EXPECT_GT(ProcessStartTime(static_cast<int32_t>(getpid())), 0u);
   EXPECT_EQ(ProcessStartTime(-1), 0u);
+}
+
+}  // namespace
+}  // namespace accelpool::cuda
+
+namespace accelpool::cuda {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST_F(SharedRegionTest, TheFilesBytesShowTheUsageOfEveryProcess) {
+  // What the device plugin reads from outside the container, without locks.
+  SharedRegion r;
+  Open(r);
+  const int a = r.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  const int b = r.ClaimSlot(Pid() + 1000000, 1);  // another process's slot
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(r.TryCharge(a, 0, 600 * kMiB, kGiB, 0), ChargeResult::kOk);
+  ASSERT_EQ(r.TryCharge(b, 0, 100 * kMiB, kGiB, 0), ChargeResult::kOk);
+  ASSERT_EQ(r.TryCharge(a, 3, 2 * kMiB, kGiB, 0), ChargeResult::kOk);
+  const std::string bytes = ReadAll(dir_ + "/" + kRegionFileName);
+  RegionUsage u;
+  ASSERT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), &u));
+  EXPECT_EQ(u.used_bytes[0], 700 * kMiB);
+  EXPECT_EQ(u.used_bytes[3], 2 * kMiB);
+  EXPECT_EQ(u.used_bytes[1], 0u);
+  EXPECT_EQ(u.processes, 2);
+  r.ReleaseSlot(a);
+  const std::string after = ReadAll(dir_ + "/" + kRegionFileName);
+  ASSERT_TRUE(ReadRegionUsage(after.data(), after.size(), &u));
+  EXPECT_EQ(u.used_bytes[0], 100 * kMiB);
+  EXPECT_EQ(u.processes, 1);
+}
+
+TEST(RegionFormatTest, AnyBytesAreReadOrRefusedNeverOutOfRange) {
+  std::string bytes(sizeof(RegionLayout), '\0');
+  RegionUsage u;
+  EXPECT_FALSE(ReadRegionUsage(bytes.data(), bytes.size(), &u));  // no magic
+  RegionLayout header{};
+  header.magic = kRegionMagic;
+  header.version = kRegionLayoutVersion;
+  header.size = sizeof(RegionLayout);
+  std::memcpy(bytes.data(), &header, offsetof(RegionLayout, mu));
+  ASSERT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), &u));
+  EXPECT_EQ(u.processes, 0);
+  EXPECT_FALSE(ReadRegionUsage(bytes.data(), bytes.size() - 1, &u));  // cut short
+  EXPECT_FALSE(ReadRegionUsage(nullptr, bytes.size(), &u));
+  std::string other = bytes;
+  other[offsetof(RegionLayout, version)] = 9;  // another layout version
+  EXPECT_FALSE(ReadRegionUsage(other.data(), other.size(), &u));
+  // Slots a container scribbled over: sums saturate instead of wrapping.
+  std::mt19937_64 rng(20261201);
+  for (int round = 0; round < 50; ++round) {
+    std::string noisy = bytes;
+    for (size_t i = offsetof(RegionLayout, slots); i < offsetof(RegionLayout, buckets); ++i) {
+      noisy[i] = static_cast<char>(rng());
+    }
+    ASSERT_TRUE(ReadRegionUsage(noisy.data(), noisy.size(), &u));
+    for (int s = 0; s < kMaxSlots; ++s) {
+      SlotRecord rec;
+      std::memcpy(&rec, noisy.data() + offsetof(RegionLayout, slots) + sizeof(SlotRecord) * s,
+                  sizeof(rec));
+      if (rec.pid == 0) continue;
+      for (int d = 0; d < kMaxDevices; ++d) ASSERT_GE(u.used_bytes[d], rec.used[d]);
+    }
+  }
 }
 
 }  // namespace

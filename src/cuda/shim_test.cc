@@ -934,6 +934,40 @@ TEST(ShimTest, ProcessesOfAContainerShareOneCapAndAKilledOneIsReclaimed) {
   EXPECT_EQ(U(kv, "rc"), 0u) << "the killed process' 700 MiB was reclaimed";
 }
 
+// The device plugin reports a container's usage from the region file's bytes,
+// without its locks (src/cuda/region_format.h): what a process of the
+// container holds shows there while it runs, and leaves when it exits.
+TEST(ShimTest, TheRegionFileShowsWhatTheContainersProcessesHold) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  env["LD_PRELOAD"] = ShimPreload();
+  auto read = [&] {
+    std::ifstream in(dir.path() + "/" + kRegionFileName, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    RegionUsage u;
+    EXPECT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), &u)) << bytes.size() << " bytes";
+    return u;
+  };
+  ChildProcess holder;
+  ASSERT_TRUE(holder.Start({ProbePath(), "direct", "hold", std::to_string(700 * kMiB)}, env));
+  auto held = ParseKeyValues(holder.ReadLine(30000));
+  ASSERT_EQ(U(held, "held"), 700 * kMiB);
+  RegionUsage u = read();
+  EXPECT_EQ(u.processes, 1);
+  // The charge is the allocation plus the context's own reserve, if any: at
+  // least what the process holds, within the cap.
+  EXPECT_GE(u.used_bytes[0], 700 * kMiB);
+  EXPECT_LE(u.used_bytes[0], 1024 * kMiB);
+  EXPECT_EQ(u.used_bytes[1], 0u);
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(10000).exit_code, 0);
+  u = read();
+  EXPECT_EQ(u.processes, 0);
+  EXPECT_EQ(u.used_bytes[0], 0u);
+}
+
 // torch.cuda.graph captures in global mode by default. Meanwhile a thread
 // that is not in relaxed mode may not query an event: the query fails and
 // the capture is invalidated. With a compute share, the shim queries its

@@ -8,6 +8,7 @@
 
 #include "api/assignment_codec.h"
 #include "api/resources.h"
+#include "plugin/container_usage.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -455,6 +456,62 @@ void Allocator::RefreshUsageMetrics() {
     }
   }
   metrics_->SetPending(static_cast<double>(store_->PendingContainers()));
+  RefreshContainerUsage(*snap);
+}
+
+void Allocator::RefreshContainerUsage(const Snapshot& snap) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  std::set<std::vector<std::string>> live;
+  const bool shim = options_.enabled && options_.sharing != NvidiaSharing::kMps;
+  for (const PodAssignment& p : shim ? store_->All() : std::vector<PodAssignment>{}) {
+    for (const api::AssignedContainer& c : p.assignment.containers) {
+      const bool fractional =
+          std::any_of(c.devices.begin(), c.devices.end(),
+                      [](const api::AssignedDevice& d) { return !d.exclusive; });
+      if (!p.allocated.contains(c.name) || !fractional ||
+          !vendors::TraitsFor(c.vendor).soft_enforcement) {
+        continue;  // no enforcement state: kubelet has not started it, or it is not shimmed
+      }
+      StatusOr<std::string> dir = dirs_.PathFor(p.pod.uid, c.name);
+      if (!dir.ok()) {
+        continue;
+      }
+      const std::string key = p.pod.Key() + "/" + c.name;
+      const std::vector<std::string> who = {p.pod.ns, p.pod.name, c.name};
+      StatusOr<cuda::RegionUsage> usage =
+          ReadRegionFile(options_.create_state_dirs ? StateDirs::StateSubdir(*dir) : *dir);
+      if (!usage.ok() && usage.status().code() != StatusCode::kNotFound) {
+        const bool layout = usage.status().message().find("layout") != std::string::npos;
+        const char* reason = usage.status().code() == StatusCode::kUnavailable ? "io"
+                             : layout                                          ? "layout"
+                                                                               : "not_regular";
+        metrics_->ContainerUsageReadFailed(reason);
+        if (usage_unread_.insert(key).second) {
+          log_.Warn(
+              "a container's enforcement accounting cannot be read; its usage is not "
+              "reported (it runs another libaccelpool-cuda version, or its state dir was "
+              "overwritten: restart the pod)",
+              {{"pod", p.pod.Key()}, {"container", c.name}, {"error", usage.status().message()}});
+        }
+        continue;
+      }
+      usage_unread_.erase(key);
+      // kNotFound: no process has used CUDA yet, so it holds nothing.
+      const cuda::RegionUsage u = usage.ok() ? *usage : cuda::RegionUsage();
+      live.insert(who);
+      metrics_->SetContainerProcesses(who, u.processes);
+      // CUDA ordinal i is the container's i-th granted device, as its caps
+      // (ACCELPOOL_CUDA_MEMORY_LIMIT_<i>) are numbered.
+      for (size_t i = 0; i < c.devices.size() && i < static_cast<size_t>(cuda::kMaxDevices); ++i) {
+        const api::AssignedDevice& d = c.devices[i];
+        const core::Device* dev = snap.Find(d.id);
+        const int64_t limit = d.memory_mib > 0 ? d.memory_mib : (dev ? dev->memory_mib : 0);
+        metrics_->SetContainerMemory(who, d.id, static_cast<double>(u.used_bytes[i] >> 20),
+                                     static_cast<double>(limit));
+      }
+    }
+  }
+  metrics_->RetainContainers(live);
 }
 
 }  // namespace accelpool::plugin

@@ -32,6 +32,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,10 @@ class Allocator {
 
   // Recomputes the per-device usage gauges and the pending count.
   void RefreshUsageMetrics();
+  // The per-container series of RefreshUsageMetrics: for each allocated
+  // fractional container under libaccelpool-cuda, the memory its processes
+  // hold per device (read from its accounting region) and its cap.
+  void RefreshContainerUsage(const Snapshot& snap);
 
   // How long a kubelet call waits for a re-read of the node's pods (default
   // 2 s); one that takes longer goes on in the background for the next call.
@@ -166,6 +171,8 @@ class Allocator {
   std::mutex refresh_mu_;
   std::shared_future<Status> refresh_inflight_;  // guarded by refresh_mu_
   const StateDirs dirs_;
+  std::mutex usage_mu_;                 // serialises RefreshUsageMetrics's container series
+  std::set<std::string> usage_unread_;  // containers whose region failed to read; by usage_mu_
 };
 
 }  // namespace accelpool::plugin

@@ -11,6 +11,7 @@
 
 #include "api/resources.h"
 #include "common/metrics.h"
+#include "cuda/region_format.h"
 #include "plugin/test_util.h"
 #include "vendors/fake/fake_driver.h"
 
@@ -1013,6 +1014,72 @@ TEST_F(AllocatorTest, CapacityMetricNamesNodeVendorModelAndMemory) {
       "accelpool_plugin_device_memory_mib{node=\"node-a\",vendor=\"nvidia\",model=\"" + dev->model +
       "\",device=\"GPU-a\"} " + std::to_string(dev->memory_mib);
   EXPECT_NE(page.find(want), std::string::npos) << page;
+}
+
+}  // namespace
+}  // namespace accelpool::plugin
+
+namespace accelpool::plugin {
+namespace {
+
+TEST_F(AllocatorTest, ContainerUsageComesFromTheContainersAccountingRegion) {
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  // Assigned, not yet allocated: no series.
+  allocator_->RefreshUsageMetrics();
+  EXPECT_EQ(registry_.Serialize().find("accelpool_plugin_container_memory_used_mib{"),
+            std::string::npos);
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::1"}}).ok());
+  // Allocated, no CUDA process yet: it holds nothing.
+  allocator_->RefreshUsageMetrics();
+  const std::string labels = R"({namespace="default",pod="infer",container="main",device="GPU-a"})";
+  std::string page = registry_.Serialize();
+  EXPECT_NE(page.find("accelpool_plugin_container_memory_used_mib" + labels + " 0"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("accelpool_plugin_container_memory_limit_mib" + labels + " 4096"),
+            std::string::npos);
+  // Two processes of the container hold 1.5 GiB on its device (ordinal 0).
+  std::string bytes(sizeof(cuda::RegionLayout), '\0');
+  auto* r = reinterpret_cast<cuda::RegionLayout*>(bytes.data());
+  r->magic = cuda::kRegionMagic;
+  r->version = cuda::kRegionLayoutVersion;
+  r->size = sizeof(cuda::RegionLayout);
+  r->slots[0] = cuda::SlotRecord{10, 0, 1, {1024ULL << 20}};
+  r->slots[1] = cuda::SlotRecord{11, 0, 1, {512ULL << 20}};
+  std::ofstream(dir_.File("containers/uid-infer_main/state/accelpool-cuda.region"),
+                std::ios::binary)
+      << bytes;
+  allocator_->RefreshUsageMetrics();
+  page = registry_.Serialize();
+  EXPECT_NE(page.find("accelpool_plugin_container_memory_used_mib" + labels + " 1536"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_plugin_container_processes{namespace="default",pod="infer",container="main"} 2)"),
+      std::string::npos);
+  // Overwritten by the container: counted as unreadable, once per refresh.
+  std::ofstream(dir_.File("containers/uid-infer_main/state/accelpool-cuda.region"),
+                std::ios::binary | std::ios::trunc)
+      << "junk";
+  allocator_->RefreshUsageMetrics();
+  page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_plugin_container_usage_read_errors_total{reason="layout"} 1)"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(page.find("accelpool_plugin_container_memory_used_mib" + labels), std::string::npos);
+  // The pod is gone: its series leave.
+  std::ofstream(dir_.File("containers/uid-infer_main/state/accelpool-cuda.region"),
+                std::ios::binary | std::ios::trunc)
+      << bytes;
+  allocator_->RefreshUsageMetrics();
+  EXPECT_NE(registry_.Serialize().find("accelpool_plugin_container_memory_used_mib" + labels),
+            std::string::npos);
+  store_.Remove("uid-infer");
+  allocator_->RefreshUsageMetrics();
+  page = registry_.Serialize();
+  EXPECT_EQ(page.find(R"(pod="infer")"), std::string::npos) << page;
 }
 
 }  // namespace

@@ -62,6 +62,27 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           "Re-reads of the assignment key directory that failed; the keys read "
                           "before stay in use."),
            &m->key_reload_errors_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_container_memory_used_mib",
+                        "Memory a fractional NVIDIA container's processes hold on the device, MiB, "
+                        "as libaccelpool-cuda counts it.",
+                        {"namespace", "pod", "container", "device"}),
+           &m->container_used_));
+  ACCELPOOL_RETURN_IF_ERROR(Take(reg.AddGauge("accelpool_plugin_container_memory_limit_mib",
+                                              "The container's memory cap on the device, MiB.",
+                                              {"namespace", "pod", "container", "device"}),
+                                 &m->container_limit_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_container_processes",
+                        "Processes of the container registered with libaccelpool-cuda.",
+                        {"namespace", "pod", "container"}),
+           &m->container_processes_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_container_usage_read_errors_total",
+                          "Container accounting regions that could not be read, by reason "
+                          "(layout, not_regular, io).",
+                          {"reason"}),
+           &m->container_read_errors_));
   m->key_reload_errors_->Get();
   // Present from the start, so an alert on increase() sees the first one.
   for (const char* reason : {"signature", "other_node", "malformed"}) {
@@ -106,5 +127,32 @@ void PluginMetrics::Registered(const std::string& resource) {
 }
 
 void PluginMetrics::SetPending(double n) { pending_->Get().Set(n); }
+
+void PluginMetrics::SetContainerMemory(const std::vector<std::string>& who,
+                                       const std::string& device, double used_mib,
+                                       double limit_mib) {
+  std::vector<std::string> labels = who;
+  labels.resize(3);
+  labels.push_back(device);
+  container_used_->WithLabels(labels).Set(used_mib);
+  container_limit_->WithLabels(labels).Set(limit_mib);
+}
+
+void PluginMetrics::SetContainerProcesses(const std::vector<std::string>& who, double n) {
+  container_processes_->WithLabels(who).Set(n);
+}
+
+void PluginMetrics::ContainerUsageReadFailed(const std::string& reason) {
+  container_read_errors_->WithLabels({reason}).Inc();
+}
+
+void PluginMetrics::RetainContainers(const std::set<std::vector<std::string>>& live) {
+  auto gone = [&](const std::vector<std::string>& v) {
+    return !live.contains(std::vector<std::string>(v.begin(), v.begin() + 3));
+  };
+  container_used_->RemoveIf(gone);
+  container_limit_->RemoveIf(gone);
+  container_processes_->RemoveIf(gone);
+}
 
 }  // namespace accelpool::plugin

@@ -14,13 +14,22 @@
 //   accelpool_plugin_assignment_key_reload_errors_total       failed re-reads of the key dir
 //   accelpool_plugin_device_memory_mib{node,vendor,model,device}  device memory (capacity);
 //       joins the allocated series on (instance, device) for per-model and per-node pools
+//   accelpool_plugin_container_memory_used_mib{namespace,pod,container,device}
+//       memory a fractional NVIDIA container's processes hold on the device, as
+//       libaccelpool-cuda counts it (read from the container's accounting region)
+//   accelpool_plugin_container_memory_limit_mib{namespace,pod,container,device}  its cap
+//   accelpool_plugin_container_processes{namespace,pod,container}  processes in the region
+//   accelpool_plugin_container_usage_read_errors_total{reason}  regions not read: layout
+//       (another library version, or overwritten), not_regular, io
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_PLUGIN_METRICS_H_
 #define ACCELPOOL_PLUGIN_PLUGIN_METRICS_H_
 
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/metrics.h"
 #include "common/status.h"
@@ -44,6 +53,14 @@ class PluginMetrics {
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
   void AssignmentKeyReloadFailed();
+  // One container's figures on one device (`who`: namespace, pod, container).
+  void SetContainerMemory(const std::vector<std::string>& who, const std::string& device,
+                          double used_mib, double limit_mib);
+  void SetContainerProcesses(const std::vector<std::string>& who, double n);
+  void ContainerUsageReadFailed(const std::string& reason);
+  // Drops the container series whose {namespace, pod, container} is not in
+  // `live`. REQUIRES: called from the one thread that sets them.
+  void RetainContainers(const std::set<std::vector<std::string>>& live);
 
  private:
   PluginMetrics() = default;
@@ -59,6 +76,10 @@ class PluginMetrics {
   GaugeFamily* capacity_ = nullptr;
   CounterFamily* refused_ = nullptr;
   CounterFamily* key_reload_errors_ = nullptr;
+  GaugeFamily* container_used_ = nullptr;
+  GaugeFamily* container_limit_ = nullptr;
+  GaugeFamily* container_processes_ = nullptr;
+  CounterFamily* container_read_errors_ = nullptr;
 };
 
 }  // namespace accelpool::plugin
