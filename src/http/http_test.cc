@@ -1,15 +1,15 @@
 #include "http/http.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
-
-#include <atomic>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -585,6 +585,24 @@ TEST_F(TlsTest, TrustIsUnchangedWhenOpenSslDefaultPathsAreDisabled) {
       EXPECT_EQ(resp.ok(), c.want_ok) << c.name << ": " << resp.status().ToString();
     }
   }
+}
+
+TEST(SocketOptionsTest, ClientConnectionsProbeAnIdlePeer) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(internal::SetClientSocketOptions(fd));
+  auto get = [fd](int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof(v);
+    EXPECT_EQ(::getsockopt(fd, level, name, &v, &len), 0);
+    return v;
+  };
+  EXPECT_EQ(get(SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(get(IPPROTO_TCP, TCP_KEEPIDLE), internal::kKeepAliveIdleS);
+  EXPECT_EQ(get(IPPROTO_TCP, TCP_KEEPINTVL), internal::kKeepAliveIntervalS);
+  EXPECT_EQ(get(IPPROTO_TCP, TCP_KEEPCNT), internal::kKeepAliveProbes);
+  EXPECT_EQ(get(IPPROTO_TCP, TCP_NODELAY), 1);
+  ::close(fd);
 }
 
 }  // namespace

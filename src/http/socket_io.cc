@@ -154,6 +154,19 @@ std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx, Ms timeout) {
   }
 }
 
+// A dead peer is given up on well inside a watch's own idle timeout (330 s).
+static_assert(kKeepAliveIdleS + kKeepAliveIntervalS * kKeepAliveProbes <= 120);
+
+bool SetClientSocketOptions(int fd) {
+  const int one = 1;
+  bool ok = ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0;
+  ok = ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) == 0 && ok;
+  ok = ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &kKeepAliveIdleS, sizeof(int)) == 0 && ok;
+  ok = ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &kKeepAliveIntervalS, sizeof(int)) == 0 && ok;
+  ok = ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &kKeepAliveProbes, sizeof(int)) == 0 && ok;
+  return ok;
+}
+
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
                                           const SslCtxPtr& tls, bool verify_host, Ms timeout) {
   addrinfo hints{};
@@ -191,8 +204,7 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
       continue;
     }
     ::fcntl(fd, F_SETFL, flags);
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)SetClientSocketOptions(fd);  // best effort: the connection works without
   }
   ::freeaddrinfo(res);
   if (fd < 0) {

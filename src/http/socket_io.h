@@ -47,6 +47,18 @@ std::unique_ptr<Stream> PlainStream(int fd);
 // Server side TLS handshake on `fd` (owned). Null when the handshake fails.
 std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx, std::chrono::milliseconds timeout);
 
+// Client socket options, set on every connection Connect makes: no Nagle
+// delay, and TCP keepalive (first probe after kKeepAliveIdle idle, then every
+// kKeepAliveInterval, kKeepAliveProbes unanswered probes end it), as Go's
+// dialer keeps its connections alive. A watch that waits on an apiserver that
+// vanished without closing (a host crash, a partition) fails within about
+// 75 s and is re-established, instead of trailing the cluster until the
+// watch's own idle timeout. False when the kernel refused one of them.
+inline constexpr int kKeepAliveIdleS = 30;
+inline constexpr int kKeepAliveIntervalS = 15;
+inline constexpr int kKeepAliveProbes = 3;
+bool SetClientSocketOptions(int fd);
+
 // Connects to host:port within `timeout`; with `tls` set does the client
 // handshake with SNI and host-name verification (unless insecure).
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
