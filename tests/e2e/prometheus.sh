@@ -151,6 +151,23 @@ BY_MODEL="$(python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${REPO}/charts/ac
 check "the dashboard's vendor/model memory panel equals the cluster state per model" converges model "${BY_MODEL}"
 log "PromQL answers: overall $(query "${OVERALL}" | jq -c '[.data.result[].value[1]]'), by vendor $(query "${BY_VENDOR}" | jq -c '[.data.result[] | {(.metric.vendor): .value[1]}] | add')"
 
+# Per-container series of fractional NVIDIA containers: their caps are the
+# assignments' grants, and with no CUDA process in the demo they hold nothing.
+CAPS_WANT="$(jq '[.items[] | .metadata.annotations["accelpool.io/assignment"] // empty | fromjson |
+  .containers[] | select(.vendor == "nvidia") | .devices[] | select(.exclusive | not) | .memory_mib] | add // 0' \
+  "${TMP}/pods.json")"
+container_caps() { # sum of the per-container caps equals the fractional grants; used is 0
+  local i caps used
+  for ((i = 0; i < ${PROM_WAIT_S:-100}; i += 2)); do
+    caps="$(query 'sum(accelpool_plugin_container_memory_limit_mib)' | jq -r '.data.result[0].value[1] // "none"')"
+    used="$(query 'sum(accelpool_plugin_container_memory_used_mib)' | jq -r '.data.result[0].value[1] // "none"')"
+    [ "${caps}" = "${CAPS_WANT}" ] && [ "${used}" = 0 ] && return 0
+    sleep 2
+  done
+  echo "caps ${caps} (want ${CAPS_WANT}), used ${used} (want 0)"; return 1
+}
+check "per-container memory caps sum to the fractional NVIDIA grants (${CAPS_WANT} MiB), nothing used" container_caps
+
 # Every metric the Grafana dashboard names was scraped: the series Prometheus
 # stored, plus the families it read from the targets' # TYPE lines (a counter
 # that never fired, such as bind failures, has a family but no series yet).
