@@ -387,6 +387,13 @@ check "the plugin is refused a non-accelpool annotation on its node" \
   refused_because "may change only accelpool.io/ annotations" as_plugin annotate node np-a note=x
 check "the plugin is refused a non-accelpool annotation on a pod on its node" \
   refused_because "may change only accelpool.io/ annotations" as_plugin -n default annotate pod work-np-a note=x
+check "the plugin is refused cordoning cards of its own node" \
+  refused_because "set by the operator" as_plugin annotate node np-a accelpool.io/cordoned-devices=GPU-x
+"${K}" annotate node np-a accelpool.io/cordoned-devices=GPU-y >/dev/null
+check "the plugin is refused uncordoning cards the operator cordoned" \
+  refused_because "set by the operator" as_plugin annotate node np-a accelpool.io/cordoned-devices-
+check "the plugin still writes its other annotations beside the operator's cordon" \
+  as_plugin annotate --overwrite node np-a accelpool.io/inventory=y
 check "the plugin is refused changing the spec of a pod on its node" refused_because "not the spec" \
   as_plugin -n default patch pod work-np-a --type=merge -p '{"spec":{"activeDeadlineSeconds":5}}'
 check "the plugin cannot delete nodes (RBAC)" bash -c "! '${K}' --kubeconfig '${TMP}/plugin.kubeconfig' delete node np-b 2>/dev/null"
