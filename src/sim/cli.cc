@@ -38,7 +38,9 @@ std::string Usage() {
 Trace replay (the FGD protocol, docs/benchmarks/quality.md):
   accelpool-sim --nodes NODES.csv --pods PODS.csv[,PODS2.csv...] [flags]
     --policy LIST     comma list of: random, dotprod, clustering, packing, bestfit,
-                      fgd, accelpool (default: all)
+                      fgd, accelpool (default: these seven), and accelpool-extender,
+                      fgd-extender: the same two with only what the extender sees
+                      (its built-in workload; devices without host CPU or memory)
     --mode MODE       paper | kube | stock | both (paper+kube) | all (default paper).
                       paper: highest score, ties to the lowest per-seed node rank.
                       kube: accelpool's extender ranking rule (core/rank.h:
@@ -97,7 +99,7 @@ std::string TraceNameOf(const std::string& pod_path) {
 
 StatusOr<CliOptions> ParseCli(int argc, char** argv) {
   CliOptions o;
-  o.policies = SimPolicyNames();
+  o.policies = TraceProtocolPolicies();
   o.seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -141,34 +141,49 @@ class BestFitPolicy : public SimPolicy {
   }
 };
 
+// FGD. `as_extender`: with the information an extender has (the built-in
+// workload, devices without host CPU or memory), for a comparison with
+// accelpool-extender on equal terms.
 class FgdPolicy : public SimPolicy {
  public:
-  std::string_view Name() const override { return "fgd"; }
+  explicit FgdPolicy(bool as_extender) : as_extender_(as_extender) {}
+  std::string_view Name() const override { return as_extender_ ? "fgd-extender" : "fgd"; }
   Choice Evaluate(const SimNode& n, const PodShape& p, EvalContext& ctx) const override {
-    const double before = ctx.frag->Get(n);
+    FragCache& frag = as_extender_ ? *ctx.extender_fgd_frag : *ctx.frag;
+    const double before = frag.Get(n);
     if (p.Share()) {
       Choice best;
       for (int32_t i = 0; i < n.gpus; ++i) {
         if (n.free[i] < p.milli) continue;
-        const int32_t s = core::FgdScore(before, ctx.frag->After(n, p, Bit(i)));
+        const int32_t s = core::FgdScore(before, frag.After(n, p, Bit(i)));
         if (best.mask == 0 || s > best.score) best = Choice{s, Bit(i)};
       }
       return best;
     }
     const uint32_t mask = ExclusiveMask(n, p.num_gpu);
-    return Choice{core::FgdScore(before, ctx.frag->After(n, p, mask)), mask};
+    return Choice{core::FgdScore(before, frag.After(n, p, mask)), mask};
   }
+
+ private:
+  const bool as_extender_;
 };
 
+// accelpool's policy. `as_extender`: with only what the extender knows (its
+// built-in workload, devices without host CPU or memory): the product's
+// figure. Without: with the trace's own workload and the nodes' host terms.
 class AccelpoolSimPolicy : public SimPolicy {
  public:
-  std::string_view Name() const override { return "accelpool"; }
+  explicit AccelpoolSimPolicy(bool as_extender) : as_extender_(as_extender) {}
+  std::string_view Name() const override {
+    return as_extender_ ? "accelpool-extender" : "accelpool";
+  }
   Choice Evaluate(const SimNode& n, const PodShape& p, EvalContext& ctx) const override {
+    FragCache& frag = as_extender_ ? *ctx.extender_frag : *ctx.memory_frag;
     core::AccelpoolInputs in;
-    in.f_before = ctx.memory_frag->Get(n);
+    in.f_before = frag.Get(n);
     in.node_capacity = static_cast<int64_t>(n.gpus) * kMilli;
     auto score = [&](uint32_t mask) {
-      in.f_after = ctx.memory_frag->After(n, p, mask);
+      in.f_after = frag.After(n, p, mask);
       in.node_idle_after = n.GpuLeft() - p.GpuMilli();
       return core::AccelpoolScore(in);
     };
@@ -188,6 +203,9 @@ class AccelpoolSimPolicy : public SimPolicy {
     const uint32_t mask = ExclusiveMask(n, p.num_gpu);
     return Choice{score(mask), mask};
   }
+
+ private:
+  const bool as_extender_;
 };
 
 }  // namespace
@@ -206,12 +224,14 @@ size_t FragCache::KeyHash::operator()(const Key& k) const {
 }
 
 double FragCache::Get(const SimNode& n) {
-  Key k{n.cpu_free, with_memory_ ? n.mem_free : 0, n.model_id, n.gpus, {}};
+  Key k{host_blind_ ? 0 : n.cpu_free, with_memory_ ? n.mem_free : 0, n.model_id, n.gpus, {}};
   for (int32_t i = 0; i < n.gpus; ++i) k.free[i] = static_cast<int16_t>(n.free[i]);
   std::sort(k.free.begin(), k.free.begin() + n.gpus);
   auto it = map_.find(k);
   if (it != map_.end()) return it->second;
-  const double f = core::NodeFragment(FragView(n, with_memory_), *tasks_, rule_);
+  core::FragNode view = FragView(n, with_memory_);
+  if (host_blind_) view.cpu_free_milli = -1;
+  const double f = core::NodeFragment(view, *tasks_, rule_);
   map_.emplace(k, f);
   return f;
 }
@@ -250,9 +270,16 @@ uint32_t DefaultMask(const SimNode& n, const PodShape& p) {
   return ExclusiveMask(n, p.num_gpu);
 }
 
-const std::vector<std::string>& SimPolicyNames() {
+const std::vector<std::string>& TraceProtocolPolicies() {
   static const std::vector<std::string> kNames = {"random", "dotprod", "clustering", "packing",
                                                   "bestfit", "fgd", "accelpool"};
+  return kNames;
+}
+
+const std::vector<std::string>& SimPolicyNames() {
+  static const std::vector<std::string> kNames = {
+      "random", "dotprod",   "clustering",         "packing",     "bestfit",
+      "fgd",    "accelpool", "accelpool-extender", "fgd-extender"};
   return kNames;
 }
 
@@ -263,8 +290,10 @@ StatusOr<std::unique_ptr<SimPolicy>> MakeSimPolicy(std::string_view name) {
   if (name == "clustering") p = std::make_unique<ClusteringPolicy>();
   if (name == "packing") p = std::make_unique<PackingPolicy>();
   if (name == "bestfit") p = std::make_unique<BestFitPolicy>();
-  if (name == "fgd") p = std::make_unique<FgdPolicy>();
-  if (name == "accelpool") p = std::make_unique<AccelpoolSimPolicy>();
+  if (name == "fgd") p = std::make_unique<FgdPolicy>(false);
+  if (name == "fgd-extender") p = std::make_unique<FgdPolicy>(true);
+  if (name == "accelpool") p = std::make_unique<AccelpoolSimPolicy>(false);
+  if (name == "accelpool-extender") p = std::make_unique<AccelpoolSimPolicy>(true);
   if (p == nullptr) {
     std::string valid;
     for (const std::string& n : SimPolicyNames()) valid += (valid.empty() ? "" : ", ") + n;

@@ -27,12 +27,18 @@ struct Choice {
 };
 
 // Fragmentation of node states, memoised by (model, CPU left, sorted GPU left).
-// `with_memory` tracks host memory; `rule` is how CPU-only tasks count.
+// `with_memory` tracks host memory; `rule` is how CPU-only tasks count;
+// `host_blind` tracks neither host CPU nor memory (the extender's view: it
+// sees devices only).
 class FragCache {
  public:
   explicit FragCache(const std::vector<core::FragTask>* tasks, bool with_memory = false,
-                     core::HostTaskRule rule = core::HostTaskRule::kAllIdle)
-      : tasks_(tasks), with_memory_(with_memory), rule_(rule) {}
+                     core::HostTaskRule rule = core::HostTaskRule::kAllIdle,
+                     bool host_blind = false)
+      : tasks_(tasks),
+        with_memory_(with_memory && !host_blind),
+        rule_(rule),
+        host_blind_(host_blind) {}
   double Get(const SimNode& n);
   // The fragmentation after placing `p` on the GPUs of `mask`.
   double After(const SimNode& n, const PodShape& p, uint32_t mask);
@@ -53,6 +59,7 @@ class FragCache {
   const std::vector<core::FragTask>* tasks_;
   bool with_memory_;
   core::HostTaskRule rule_;
+  bool host_blind_;
   std::unordered_map<Key, double, KeyHash> map_;
 };
 
@@ -61,6 +68,9 @@ struct EvalContext {
   FragCache* frag = nullptr;         // over Cluster::tasks
   FragCache* memory_frag = nullptr;  // over Cluster::memory_tasks, host memory tracked,
                                      // CPU-only tasks by host share (accelpool's measure)
+  FragCache* extender_frag = nullptr;      // accelpool's measure as the extender computes it:
+                                           // its built-in workload, no host CPU or memory
+  FragCache* extender_fgd_frag = nullptr;  // FGD's measure on the same information
   std::mt19937_64* rng = nullptr;
 };
 
@@ -76,8 +86,12 @@ class SimPolicy {
   virtual bool Uniform() const { return false; }
 };
 
-// "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "accelpool".
+// Every policy: the seven of the trace protocol, then "accelpool-extender" and
+// "fgd-extender" (accelpool and FGD with only what the extender sees: its
+// built-in workload, devices without host CPU or memory).
 const std::vector<std::string>& SimPolicyNames();
+// "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "accelpool".
+const std::vector<std::string>& TraceProtocolPolicies();
 StatusOr<std::unique_ptr<SimPolicy>> MakeSimPolicy(std::string_view name);
 
 // Device choice helpers shared by the policies.

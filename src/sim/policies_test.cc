@@ -60,7 +60,9 @@ TEST(PolicyTest, EveryPolicyReturnsALegalChoice) {
                                   core::FragTask{1, 500, 0, 0, 0, 0, 0.4}});
   c.memory_tasks = c.tasks;
   FragCache frag(&c.tasks), mem_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
-  EvalContext ctx{&c, &frag, &mem_frag, &rng};
+  FragCache ext_frag(&c.tasks, false, core::HostTaskRule::kHostShare, /*host_blind=*/true);
+  FragCache ext_fgd(&c.tasks, false, core::HostTaskRule::kAllIdle, /*host_blind=*/true);
+  EvalContext ctx{&c, &frag, &mem_frag, &ext_frag, &ext_fgd, &rng};
   const std::vector<SimNode> nodes = {Node({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}),
                                       Node({190, 0, 1000, 500, 1000, 1000, 30, 1000}),
                                       Node({600, 1000})};
@@ -92,7 +94,7 @@ TEST(PolicyTest, BestFitPrefersTheFullerNode) {
   std::mt19937_64 rng(1);
   Cluster c;
   FragCache frag(&c.tasks), mem_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
-  EvalContext ctx{&c, &frag, &mem_frag, &rng};
+  EvalContext ctx{&c, &frag, &mem_frag, nullptr, nullptr, &rng};
   StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy("bestfit");
   ASSERT_TRUE(p.ok());
   const Choice full = (*p)->Evaluate(Node({1000, 0, 0, 0}), Pod(1, 1000), ctx);

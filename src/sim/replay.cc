@@ -85,7 +85,11 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
       rng_(opt.seed),
       frag_(&c.tasks),
       memory_frag_(&c.memory_tasks, true, core::HostTaskRule::kHostShare),
-      ctx_{&c, &frag_, &memory_frag_, &rng_} {
+      // The extender's workload: its built-in mix (no model, no host terms).
+      extender_tasks_(core::TasksForInventory({}, core::NodeInventory{})),
+      extender_frag_(&extender_tasks_, false, core::HostTaskRule::kHostShare, true),
+      extender_fgd_frag_(&extender_tasks_, false, core::HostTaskRule::kAllIdle, true),
+      ctx_{&c, &frag_, &memory_frag_, &extender_frag_, &extender_fgd_frag_, &rng_} {
   const size_t n_nodes = c.nodes.size();
   if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());
   uint64_t rank_state = opt.seed ^ 0x5EEDULL;

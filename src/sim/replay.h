@@ -92,6 +92,9 @@ class NodePicker {
   std::mt19937_64 rng_;
   FragCache frag_;
   FragCache memory_frag_;
+  std::vector<core::FragTask> extender_tasks_;
+  FragCache extender_frag_;
+  FragCache extender_fgd_frag_;
   EvalContext ctx_;
   struct MemoEntry {
     uint32_t version = 0;

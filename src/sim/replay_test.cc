@@ -136,7 +136,7 @@ TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
     FragCache frag(&c.tasks);
     FragCache memory_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
     std::mt19937_64 rng(1);
-    EvalContext ctx{&c, &frag, &memory_frag, &rng};
+    EvalContext ctx{&c, &frag, &memory_frag, nullptr, nullptr, &rng};
     std::vector<SimNode> nodes = c.nodes;
     int checked = 0, penalised = 0;
     for (size_t k = 0; k < order.size(); ++k) {
