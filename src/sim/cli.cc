@@ -51,6 +51,13 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     --seeds S         "42-51" or "42,43" (default 42-51)
     --inflation R     total GPU request as a multiple of the cluster (default 1.3)
     --weight W        extender weight in kube mode (default 10)
+    --extender-workload builtin|trace
+                      what accelpool-extender and fgd-extender score against: the
+                      extender's built-in workload (default, as shipped) or the
+                      trace's own task shapes (a perfectly learned workload)
+    --extender-host off|on
+                      whether they see each node's free host CPU and memory
+                      (default off, as shipped: the extender scores devices only)
     --idle-node-penalty P  kube mode: the extender's penalty for breaking an
                       idle node with a smaller pod (default: the extender's, 0)
     --jobs N          replays in parallel (default 1)
@@ -157,6 +164,19 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> w = ParseInt(a, v, 1, 100);
       if (!w.ok()) return w.status();
       o.extender_weight = static_cast<int32_t>(*w);
+    } else if (a == "--extender-workload") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      if (v != "builtin" && v != "trace") {
+        return InvalidArgumentError("--extender-workload must be builtin or trace, got \"" + v +
+                                    "\"");
+      }
+      o.extender.trace_workload = v == "trace";
+    } else if (a == "--extender-host") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      if (v != "off" && v != "on") {
+        return InvalidArgumentError("--extender-host must be off or on, got \"" + v + "\"");
+      }
+      o.extender.host = v == "on";
     } else if (a == "--idle-node-penalty") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       StatusOr<int64_t> pen = ParseInt(a, v, 0, 100);

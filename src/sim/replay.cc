@@ -87,8 +87,10 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
       memory_frag_(&c.memory_tasks, true, core::HostTaskRule::kHostShare),
       // The extender's workload: its built-in mix (no model, no host terms).
       extender_tasks_(core::TasksForInventory({}, core::NodeInventory{})),
-      extender_frag_(&extender_tasks_, false, core::HostTaskRule::kHostShare, true),
-      extender_fgd_frag_(&extender_tasks_, false, core::HostTaskRule::kAllIdle, true),
+      extender_frag_(opt.extender.trace_workload ? &c.memory_tasks : &extender_tasks_,
+                     opt.extender.host, core::HostTaskRule::kHostShare, !opt.extender.host),
+      extender_fgd_frag_(opt.extender.trace_workload ? &c.tasks : &extender_tasks_, false,
+                         core::HostTaskRule::kAllIdle, !opt.extender.host),
       ctx_{&c, &frag_, &memory_frag_, &extender_frag_, &extender_fgd_frag_, &rng_} {
   const size_t n_nodes = c.nodes.size();
   if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());

@@ -40,12 +40,22 @@ namespace accelpool::sim {
 
 enum class TieMode { kPaper, kKube, kStock };
 
+// What accelpool-extender and fgd-extender know. The defaults are the shipped
+// extender's: its built-in workload, devices only. `trace_workload` gives them
+// the trace's own task shapes (what a perfectly learned workload would be);
+// `host` gives them each node's free host CPU and memory.
+struct ExtenderInputs {
+  bool trace_workload = false;
+  bool host = false;
+};
+
 struct ReplayOptions {
   uint64_t seed = 42;
   double inflation = 1.3;
   TieMode mode = TieMode::kPaper;
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kKube: the extender's keep-whole penalties
+  ExtenderInputs extender;        // accelpool-extender, fgd-extender
 };
 
 struct StepPoint {

@@ -112,6 +112,38 @@ TEST(ReplayTest, FragmentationAwarePoliciesBeatRandomOnTheSlice) {
   EXPECT_LT((*out)[2].unallocated_mean, random.unallocated_mean);
 }
 
+TEST(ReplayTest, TheExtenderVariantsWithFullInformationAreThePoliciesThemselves) {
+  // accelpool-extender and fgd-extender differ from accelpool and FGD only in
+  // what they know: given the trace's workload and the host, every decision
+  // is the same; with the shipped extender's inputs they decide otherwise.
+  const Slice& s = TestSlice();
+  const std::vector<int32_t> order = ArrivalOrder(s.pods, s.cluster, 42, 1.3);
+  for (const auto& [full, ext] :
+       {std::pair<std::string, std::string>{"accelpool", "accelpool-extender"},
+        {"fgd", "fgd-extender"}}) {
+    SCOPED_TRACE(ext);
+    StatusOr<std::unique_ptr<SimPolicy>> a = MakeSimPolicy(full);
+    StatusOr<std::unique_ptr<SimPolicy>> b = MakeSimPolicy(ext);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ReplayOptions opt;
+    opt.mode = TieMode::kKube;
+    const ReplayResult want = Replay(s.cluster, order, **a, opt);
+    opt.extender = ExtenderInputs{.trace_workload = true, .host = true};
+    const ReplayResult same = Replay(s.cluster, order, **b, opt);
+    ASSERT_EQ(same.curve.size(), want.curve.size());
+    for (size_t i = 0; i < want.curve.size(); ++i) {
+      ASSERT_EQ(same.curve[i].allocated_pct, want.curve[i].allocated_pct) << "pod " << i;
+    }
+    opt.extender = ExtenderInputs{};  // as shipped
+    const ReplayResult shipped = Replay(s.cluster, order, **b, opt);
+    bool differs = false;
+    for (size_t i = 0; i < want.curve.size(); ++i) {
+      differs = differs || shipped.curve[i].allocated_pct != want.curve[i].allocated_pct;
+    }
+    EXPECT_TRUE(differs) << "the shipped inputs changed no decision on the slice";
+  }
+}
+
 TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
   // The kube mode's one-pass pick must be the node core::Rank (the rule
   // extender::RankNodes runs) puts first, penalty included, in every state.
@@ -200,6 +232,28 @@ TEST(CliTest, SeedsAndNames) {
   EXPECT_FALSE(ParseSeeds("x").ok());
   EXPECT_EQ(TraceNameOf("a/b/openb_pod_list_gpushare40.csv"), "gpushare40");
   EXPECT_EQ(TraceNameOf("mine.csv"), "mine");
+}
+
+TEST(CliTest, ExtenderInputsAreChosenByFlags) {
+  auto parse = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"accelpool-sim", "--nodes", "n.csv", "--pods", "p.csv"});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return ParseCli(static_cast<int>(argv.size()), argv.data());
+  };
+  StatusOr<CliOptions> o = parse({});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_FALSE(o->extender.trace_workload);
+  EXPECT_FALSE(o->extender.host);
+  EXPECT_EQ(o->policies.size(), 7u);  // the trace protocol's seven by default
+  o = parse({"--extender-workload", "trace", "--extender-host", "on"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->extender.trace_workload);
+  EXPECT_TRUE(o->extender.host);
+  o = parse({"--extender-host", "maybe"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("off or on"), std::string::npos);
+  EXPECT_FALSE(parse({"--extender-workload", "learned"}).ok());
 }
 
 }  // namespace
