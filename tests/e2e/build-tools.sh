@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the end-to-end control-plane tools once into tests/e2e/.bin/:
-#   kube-apiserver, kube-scheduler, kubectl  (tests/e2e/tools, Kubernetes v1.37.2)
+#   kube-apiserver, kube-scheduler, kubectl,
+#   kube-controller-manager                  (tests/e2e/tools, Kubernetes v1.37.2)
 #   etcd                                     (tests/e2e/tools/etcd)
 #   kwok                                     (tests/e2e/tools/kwok)
 #   helm                                     (tests/e2e/tools/helm)
@@ -22,7 +23,7 @@ GROUPS_WANTED=()
 for a in "$@"; do
   case "$a" in
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     kube|etcd|kwok|helm|kubeletsim) GROUPS_WANTED+=("$a") ;;
     *) echo "build-tools: unknown argument '$a' (groups: kube etcd kwok helm kubeletsim; flag: --force)" >&2; exit 2 ;;
   esac
@@ -50,7 +51,7 @@ done
 # group -> "module dir|binaries (name=package)|ldflags"
 group_spec() {
   case "$1" in
-    kube) echo "tools|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl|${KUBE_LDFLAGS}" ;;
+    kube) echo "tools|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager|${KUBE_LDFLAGS}" ;;
     etcd) echo "tools/etcd|etcd=.|-s -w" ;;
     kwok) echo "tools/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok|-s -w" ;;
     helm) echo "tools/helm|helm=helm.sh/helm/v3/cmd/helm|-s -w" ;;

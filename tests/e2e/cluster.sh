@@ -3,7 +3,8 @@
 # etcd, kube-apiserver (secure port, RBAC, MutatingAdmissionWebhook), kwok
 # (keeps fake nodes Ready, moves bound pods to Running), the stock
 # kube-scheduler as "default-scheduler", and a second kube-scheduler named
-# "accelpool-scheduler" whose KubeSchedulerConfiguration calls the extender.
+# "accelpool-scheduler" whose KubeSchedulerConfiguration calls the extender,
+# and, with E2E_CONTROLLERS=1, kube-controller-manager running a few controllers.
 # All state lives under tests/e2e/.work/ (override with E2E_WORK).
 #
 # Usage: tests/e2e/cluster.sh start|stop|restart|status|env|clean
@@ -26,6 +27,11 @@
 #                       EXTENDER_SCHED_PORT); the webhook and /metrics stay on
 #                       the extender URL above
 #   E2E_ACCELPOOL_SCHEDULER  1|0 (default 1): start the second scheduler
+#   E2E_CONTROLLERS     1|0 (default 0): start kube-controller-manager with the
+#                       controllers in E2E_CONTROLLER_LIST (default: the deployment,
+#                       replicaset, disruption, garbage-collector, namespace,
+#                       serviceaccount and serviceaccount-token controllers; never
+#                       the node lifecycle one, which would taint kwok's nodes)
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -49,6 +55,9 @@ ensure_deps() {
   for b in etcd kube-apiserver kube-scheduler kwok kubectl; do
     [ -x "${BIN}/${b}" ] || die "${BIN}/${b} is missing: run tests/e2e/build-tools.sh first"
   done
+  if [ "${E2E_CONTROLLERS:-0}" = 1 ] && [ ! -x "${BIN}/kube-controller-manager" ]; then
+    die "${BIN}/kube-controller-manager is missing: run tests/e2e/build-tools.sh kube"
+  fi
   [ -f "${BIN}/kwok-stages.yaml" ] || die "${BIN}/kwok-stages.yaml is missing: run tests/e2e/build-tools.sh kwok"
 }
 
@@ -84,6 +93,7 @@ subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,
 subjectAltName=IP:127.0.0.1,DNS:localhost"
   sign_cert admin "/O=system:masters/CN=e2e-admin" "${client}"
   sign_cert scheduler "/CN=system:kube-scheduler" "${client}"
+  sign_cert controller-manager "/CN=system:kube-controller-manager" "${client}"
   if [ ! -f "${PKI}/sa.key" ]; then
     openssl genrsa -out "${PKI}/sa.key" 2048 2>/dev/null
     openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
@@ -203,7 +213,12 @@ stop_proc() {
   rm -f "${RUN}/${name}.pid"
 }
 
-PROCS=(etcd kube-apiserver kwok default-scheduler accelpool-scheduler)
+PROCS=(etcd kube-apiserver kwok default-scheduler accelpool-scheduler kube-controller-manager)
+
+# The controllers kube-controller-manager runs (E2E_CONTROLLERS=1). Not the
+# node lifecycle controllers (node-lifecycle, node-ipam, taint-eviction...):
+# they would taint and evict on kwok's nodes and on the unmanaged hold-0.
+CONTROLLER_LIST="${E2E_CONTROLLER_LIST:-deployment-controller,replicaset-controller,disruption-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller}"
 
 cmd_start() {
   ensure_deps
@@ -219,7 +234,9 @@ cmd_start() {
     ASCHED_PORT="$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}")"
     EXTENDER_PORT="${E2E_EXTENDER_PORT:-$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}")}"
     EXTENDER_SCHED_PORT="$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${EXTENDER_PORT}")"
+    KCM_PORT="$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KWOK_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${EXTENDER_PORT}" "${EXTENDER_SCHED_PORT}")"
   fi
+  [ -n "${KCM_PORT:-}" ] || KCM_PORT="$(free_port "${APISERVER_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${EXTENDER_PORT}")"
   EXTENDER_HTTPS="${E2E_EXTENDER_HTTPS:-true}"
   case "${EXTENDER_HTTPS}" in true|false) ;; *) die "E2E_EXTENDER_HTTPS must be true or false, not '${EXTENDER_HTTPS}'";; esac
   local scheme=http; [ "${EXTENDER_HTTPS}" = true ] && scheme=https
@@ -235,6 +252,7 @@ cmd_start() {
   gen_pki
   write_kubeconfig "${CONF}/admin.kubeconfig" admin
   write_kubeconfig "${CONF}/scheduler.kubeconfig" scheduler
+  write_kubeconfig "${CONF}/controller-manager.kubeconfig" controller-manager
   write_scheduler_configs
   cat > "${ENV_FILE}" <<EOF
 export KUBECONFIG=${CONF}/admin.kubeconfig
@@ -242,7 +260,7 @@ export E2E_WORK=${WORK}
 export E2E_BIN=${BIN}
 export ETCD_PORT=${ETCD_PORT} ETCD_PEER_PORT=${ETCD_PEER_PORT}
 export APISERVER_PORT=${APISERVER_PORT} APISERVER_URL=https://127.0.0.1:${APISERVER_PORT}
-export KWOK_PORT=${KWOK_PORT} SCHED_PORT=${SCHED_PORT} ASCHED_PORT=${ASCHED_PORT}
+export KWOK_PORT=${KWOK_PORT} SCHED_PORT=${SCHED_PORT} ASCHED_PORT=${ASCHED_PORT} KCM_PORT=${KCM_PORT}
 export EXTENDER_PORT=${EXTENDER_PORT} EXTENDER_HTTPS=${EXTENDER_HTTPS} EXTENDER_URL=${EXTENDER_URL}
 export EXTENDER_SCHED_PORT=${EXTENDER_SCHED_PORT} SCHED_EXTENDER_URL=${SCHED_EXTENDER_URL}
 export E2E_CA=${PKI}/ca.crt E2E_EXTENDER_CERT=${PKI}/extender.crt E2E_EXTENDER_KEY=${PKI}/extender.key
@@ -307,6 +325,21 @@ EOF
       --authentication-kubeconfig "${CONF}/scheduler.kubeconfig" \
       --authorization-kubeconfig "${CONF}/scheduler.kubeconfig"
   fi
+  if [ "${E2E_CONTROLLERS:-0}" = 1 ]; then
+    # Each controller runs as its own service account in kube-system (the
+    # bootstrap RBAC roles system:controller:*), its tokens requested by
+    # kube-controller-manager with its own identity, as kubeadm runs it; the
+    # service-account key pair is the apiserver's.
+    start_proc kube-controller-manager "https://127.0.0.1:${KCM_PORT}/healthz" -k -- \
+      "${BIN}/kube-controller-manager" --kubeconfig "${CONF}/controller-manager.kubeconfig" \
+      --bind-address 127.0.0.1 --secure-port "${KCM_PORT}" \
+      --authentication-kubeconfig "${CONF}/controller-manager.kubeconfig" \
+      --authorization-kubeconfig "${CONF}/controller-manager.kubeconfig" \
+      --leader-elect=false --controllers "${CONTROLLER_LIST}" \
+      --use-service-account-credentials=true \
+      --service-account-private-key-file "${PKI}/sa.key" --root-ca-file "${PKI}/ca.crt" \
+      --kube-api-qps 100 --kube-api-burst 200
+  fi
   log "control plane up; extender expected at ${EXTENDER_URL}"
   log "use it with: . ${ENV_FILE}"
 }
@@ -341,5 +374,5 @@ case "${1:-}" in
   env) [ -f "${ENV_FILE}" ] || die "no cluster env at ${ENV_FILE}: run '$0 start' first"; cat "${ENV_FILE}" ;;
   ns) [ -n "${2:-}" ] || die "usage: $0 ns NAME"; ensure_namespace "$2" ;;
   clean) cmd_stop; rm -rf "${WORK}"; log "removed ${WORK}" ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac

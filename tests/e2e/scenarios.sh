@@ -7,7 +7,9 @@
 # the assigned devices, env and memory caps), and no device may be
 # double-booked. Then faults: pods deleted, a device unhealthy and back, a
 # malformed inventory, a device plugin and kubelet restarted, the extender
-# killed, the apiserver restarted.
+# killed, the apiserver restarted. Then (scenarios/controllers.sh) pods made by
+# kube-controller-manager's controllers: a Deployment through the extender, a
+# rolling update, a scale to zero, and preemption steered by a PDB.
 # Ends with "scenarios: N passed, M failed"; non-zero exit on any failure.
 #
 # Usage: tests/e2e/scenarios.sh
@@ -15,12 +17,15 @@
 #                   accelpool-device-plugin (default: build/ at the repo root;
 #                   they are built there when missing)
 #   E2E_EXTENDER_BIN, E2E_PLUGIN_BIN   the binaries named directly
+#   E2E_CONTROLLERS 1|0 (default 1): run kube-controller-manager and
+#                   scenarios/controllers.sh
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/e2e/lib.sh
 . "${E2E_DIR}/lib.sh"
 export E2E_WORK="${E2E_WORK:-${E2E_DIR}/.work/scenarios}"
 export E2E_BIN="${E2E_BIN:-${E2E_DIR}/.bin}"
+export E2E_CONTROLLERS="${E2E_CONTROLLERS:-1}"
 # shellcheck source=tests/e2e/scenarios/lib.sh
 . "${E2E_DIR}/scenarios/lib.sh"
 # shellcheck source=tests/e2e/scenarios/pods.sh
@@ -94,4 +99,6 @@ ready() { [ "$(kc get nodes --no-headers | awk '$2 == "Ready"' | wc -l)" -ge "${
 check "kwok keeps every node Ready" wait_for 60 "nodes Ready" ready
 
 . "${E2E_DIR}/scenarios/cases.sh"
+# shellcheck source=tests/e2e/scenarios/controllers.sh
+. "${E2E_DIR}/scenarios/controllers.sh"
 [ "${FAILED}" = 0 ]
