@@ -997,8 +997,14 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(first.status().message().find("re-reading the node's pods took longer"),
             std::string::npos);
+  // Kubelet does not call again for this pod: it fails the pod's admission.
+  EXPECT_NE(first.status().message().find("UnexpectedAdmissionError"), std::string::npos)
+      << first.status().message();
+  EXPECT_EQ(first.status().message().find("kubelet retries"), std::string::npos)
+      << first.status().message();
   EXPECT_LT(took, std::chrono::milliseconds(450));
-  // The re-read finished meanwhile; kubelet's retry finds the pod at once.
+  // The re-read finished meanwhile; the next call (the pod created again by
+  // its controller, here the same shape) finds the pod at once.
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   auto retry = slow.Allocate(kGpu, {{"GPU-a::6"}});
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
