@@ -72,7 +72,9 @@ Status Allocator::Refresh() {
     // pods one at a time; the re-read goes on and serves the next call.
     return DeadlineExceededError(
         "re-reading the node's pods took longer than " + std::to_string(refresh_budget_.count()) +
-        " ms (is the apiserver slow or unreachable from this node?); kubelet retries the pod");
+        " ms (is the apiserver slow or unreachable from this node?); kubelet fails the pod's "
+        "admission (UnexpectedAdmissionError) and does not call again for it: its controller "
+        "creates it again, or delete the pod and create it again");
   }
   return f.get();
 }
@@ -123,7 +125,9 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                           "] name no assignment and the node's pods could not be re-read (" +
                           fresh.message() + ") to confirm that pod " + match->pod.Key() +
                           " container " + match->container.name + " is the only one asking for " +
-                          resource + "; kubelet retries when the pod is created again");
+                          resource +
+                          "; kubelet fails the pod's admission and does not call again for it "
+                          "(a pod created again is looked up afresh)");
     }
     if (!match.ok() && fresh.code() == StatusCode::kDeadlineExceeded) {
       return fresh;  // the store may just be behind: say so, not "no assignment"

@@ -21,7 +21,8 @@
 //
 // All or nothing: when any container of a call fails, the call fails, nothing
 // is marked allocated, the state dirs this call made are removed again, the failure is counted and
-// reported on the pod (when one was identified) through PodReporter; kubelet may retry.
+// reported on the pod (when one was identified) through PodReporter. Kubelet
+// does not retry: it rejects the pod (phase Failed, UnexpectedAdmissionError).
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_ALLOCATOR_H_

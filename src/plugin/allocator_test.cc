@@ -485,6 +485,43 @@ TEST_F(AllocatorTest, AnInitContainerAfterASidecarOnTheSameDeviceIsAnsweredAsIts
   EXPECT_EQ((*main)[0].pod.name, "s");
 }
 
+// When the caller's own slots are taken, the slots offered instead lie on the
+// caller's own devices where one is free: kubelet records the ids it chose
+// (pod-resources List and Get, the device health it writes into the pod's
+// allocatedResourcesStatus), so they must name the devices the container
+// really gets.
+TEST_F(AllocatorTest, SpareSlotsLieOnTheCallersOwnDevices) {
+  Assign(Pod("s"),
+         {Ctr("side", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)},
+              core::ContainerKind::kSidecar),
+          Ctr("setup", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)},
+              core::ContainerKind::kInit),
+          Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 4, 2048, 200, false)})});
+  auto side = allocator_->Allocate(kGpu, {{"GPU-b::3"}});
+  ASSERT_TRUE(side.ok()) << side.status().ToString();
+  auto pref =
+      allocator_->Preferred(kGpu, {{{"GPU-a::0", "GPU-a::1", "GPU-b::4", "GPU-b::5"}, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::5"}));  // GPU-b::4 is main's
+  auto setup = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(setup.ok()) << setup.status().ToString();
+  EXPECT_EQ((*setup)[0].container, "setup");
+
+  // Two devices: one slot on each of them, not two on the first.
+  Assign(Pod("pair", "2026-11-30T03:00:00Z"),
+         {Ctr("side", kGpu, core::Vendor::kNvidia,
+              {Dev("GPU-a", 0, 3, 1024, 100, false), Dev("GPU-b", 1, 6, 1024, 100, false)},
+              core::ContainerKind::kSidecar),
+          Ctr("main", kGpu, core::Vendor::kNvidia,
+              {Dev("GPU-a", 0, 3, 1024, 100, false), Dev("GPU-b", 1, 6, 1024, 100, false)})});
+  auto pair = allocator_->Allocate(kGpu, {{"GPU-a::3", "GPU-b::6"}});
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  EXPECT_EQ((*pair)[0].container, "side");
+  pref = allocator_->Preferred(kGpu, {{{"GPU-a::7", "GPU-a::8", "GPU-a::9", "GPU-b::7"}, {}, 2}});
+  std::vector<std::string> got = pref[0];
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"GPU-a::7", "GPU-b::7"}));
+}
+
 // A finished pod the watch has not removed yet still holds, as allocated, the
 // slot the extender has since given a new pod: the new pod's pending
 // container wins the ids, not a "repeat" of the old one.
@@ -961,8 +998,14 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(first.status().message().find("re-reading the node's pods took longer"),
             std::string::npos);
+  // Kubelet does not call again for this pod: it fails the pod's admission.
+  EXPECT_NE(first.status().message().find("UnexpectedAdmissionError"), std::string::npos)
+      << first.status().message();
+  EXPECT_EQ(first.status().message().find("kubelet retries"), std::string::npos)
+      << first.status().message();
   EXPECT_LT(took, std::chrono::milliseconds(450));
-  // The re-read finished meanwhile; kubelet's retry finds the pod at once.
+  // The re-read finished meanwhile; the next call (the pod created again by
+  // its controller, here the same shape) finds the pod at once.
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   auto retry = slow.Allocate(kGpu, {{"GPU-a::6"}});
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();

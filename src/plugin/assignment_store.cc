@@ -395,12 +395,39 @@ PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
       }
     }
   }
+  // Kubelet records the ids it picks (pod-resources, the device health in the
+  // pod's allocatedResourcesStatus), so a slot of each of the caller's own
+  // devices comes first: the record then names the devices the container gets.
   std::vector<std::string> spare = must_include;
+  std::set<std::string> on_device;  // devices `spare` has a slot of
+  const auto device_of = [](const std::string& slot) {
+    StatusOr<std::pair<std::string, int32_t>> parsed = api::ParseSlotId(slot);
+    return parsed.ok() ? parsed->first : std::string();
+  };
+  const auto usable = [&](const std::string& id) {
+    return !promised.count(id) && std::find(spare.begin(), spare.end(), id) == spare.end();
+  };
+  for (const std::string& id : spare) {
+    on_device.insert(device_of(id));
+  }
+  for (const api::AssignedDevice& d : c->devices) {
+    if (spare.size() >= n || on_device.count(d.id)) {
+      continue;
+    }
+    for (auto it = available.lower_bound(d.id + "::");
+         it != available.end() && it->compare(0, d.id.size() + 2, d.id + "::") == 0; ++it) {
+      if (device_of(*it) == d.id && usable(*it)) {
+        spare.push_back(*it);
+        on_device.insert(d.id);
+        break;
+      }
+    }
+  }
   for (const std::string& id : available) {
     if (spare.size() >= n) {
       break;
     }
-    if (!promised.count(id) && std::find(spare.begin(), spare.end(), id) == spare.end()) {
+    if (usable(id)) {
       spare.push_back(id);
     }
   }

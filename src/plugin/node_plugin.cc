@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -58,6 +60,7 @@ Status NodePlugin::Start() {
   std::vector<core::NodeInventory> inventories;
   std::vector<vendors::VendorDriver*> owners;
   std::string reasons;
+  std::map<std::string, std::string> found_by;  // device id -> backend
   for (const vendors::VendorDriverPtr& d : drivers_) {
     StatusOr<std::vector<core::NodeInventory>> found = d->Discover();
     if (!found.ok()) {
@@ -69,6 +72,22 @@ Status NodePlugin::Start() {
     }
     for (core::NodeInventory& inv : *found) {
       inv.node = options_.node;
+      // Two backends that find the same devices (--backend=auto,nvidia)
+      // would serve each slot id twice to kubelet and publish each device
+      // twice: the first backend's inventory is kept, whole (its topology
+      // describes exactly its devices).
+      auto repeated = std::find_if(inv.devices.begin(), inv.devices.end(),
+                                   [&](const core::Device& dev) { return found_by.count(dev.id); });
+      if (repeated != inv.devices.end()) {
+        log_.Warn("skipping an inventory whose devices another backend already serves",
+                  {{"backend", std::string(d->Name())},
+                   {"device", repeated->id},
+                   {"served_by", found_by.at(repeated->id)}});
+        continue;
+      }
+      for (const core::Device& dev : inv.devices) {
+        found_by.emplace(dev.id, std::string(d->Name()));
+      }
       log_.Info("discovered", {{"backend", std::string(d->Name())},
                                {"vendor", std::string(core::VendorName(inv.vendor))},
                                {"devices", static_cast<int64_t>(inv.devices.size())},

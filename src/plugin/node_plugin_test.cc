@@ -298,5 +298,38 @@ TEST(NodePluginStartTest, AFailedStartServesNothingAndCanBeRetried) {
   EXPECT_EQ(p.Resources().size(), 2u);
 }
 
+// Two backends that find the same devices (--backend=auto,nvidia, or a
+// backend named twice) must not serve them twice: kubelet would get every
+// slot id twice in ListAndWatch (it keeps one, whichever comes last), and the
+// Node's inventory would offer each device twice to the extender.
+TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  std::vector<vendors::VendorDriverPtr> drivers;
+  for (int i = 0; i < 2; ++i) {
+    drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+        vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
+  }
+  AssignmentStore store;
+  NodePluginOptions o;
+  o.node = "n";
+  o.plugin_dir = dir.path();
+  o.kubelet_poll = std::chrono::milliseconds(20);
+  o.enforcement.state_root = dir.File("containers");
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  std::vector<core::NodeInventory> published;
+  p.OnInventory([&](const std::vector<core::NodeInventory>& invs) { published = invs; });
+  ASSERT_TRUE(p.Start().ok());
+  std::vector<std::string> ids;
+  for (const core::NodeInventory& inv : published) {
+    for (const core::Device& d : inv.devices) {
+      ids.push_back(d.id);
+    }
+  }
+  EXPECT_EQ(ids.size(), 18u);  // 2 GPUs and 16 dies, once each
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
+  EXPECT_EQ(p.state().Get()->resources.at("nvidia.com/gpu").size(), 2u);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin
