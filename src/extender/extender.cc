@@ -142,6 +142,7 @@ std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const s
 }
 
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
+  AwaitVictims(pod, nodes);
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<NodeSnapshotPtr> snaps(nodes.size());
   const std::string shape = PlanKey(pod);
@@ -456,6 +457,10 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   }
   const auto t2 = std::chrono::steady_clock::now();
   cache_.MarkBound(pod.ref.uid);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    preemptions_.erase(pod.ref.uid);
+  }
   NodeSnapshotPtr snap = cache_.Node(node);
   const std::string devices = DescribeAssignment(*a, snap.get());
   auto us = [](auto d) {
@@ -510,7 +515,79 @@ std::map<std::string, MetaVictims> Extender::Preempt(
   audit_.Info("preempt", {{"pod", PodName(pod.ref)},
                           {"nodes_proposed", static_cast<int64_t>(victims.size())},
                           {"nodes_kept", static_cast<int64_t>(out.size())}});
+  RecordPreemption(pod, out);
   return out;
+}
+
+namespace {
+constexpr auto kPreemptionMemory = std::chrono::seconds(60);
+constexpr size_t kMaxPreemptions = 1024;
+}  // namespace
+
+void Extender::RecordPreemption(const PodInfo& pod,
+                                const std::map<std::string, MetaVictims>& kept) {
+  if (pod.ref.uid.empty() || kept.empty() || !pod.Pooled()) {
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(preemptions_,
+                [&](const auto& kv) { return now - kv.second.at > kPreemptionMemory; });
+  if (preemptions_.size() >= kMaxPreemptions) {
+    return;  // a flood of preemptions: the wait is an optimisation, not needed for correctness
+  }
+  Preemption& p = preemptions_[pod.ref.uid];
+  p.at = now;
+  p.victims.clear();
+  for (const auto& [node, mv] : kept) {
+    p.victims[node] = mv.pod_uids;
+  }
+}
+
+void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& nodes) {
+  std::vector<std::string> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = preemptions_.find(pod.ref.uid);
+    if (it == preemptions_.end()) {
+      return;
+    }
+    if (std::chrono::steady_clock::now() - it->second.at > kPreemptionMemory) {
+      preemptions_.erase(it);
+      return;
+    }
+    for (const std::string& node : nodes) {
+      if (auto v = it->second.victims.find(node); v != it->second.victims.end()) {
+        victims.insert(victims.end(), v->second.begin(), v->second.end());
+      }
+    }
+  }
+  auto held = [&] {
+    return std::any_of(victims.begin(), victims.end(), [&](const std::string& uid) {
+      return cache_.AppliedAssignment(uid).has_value();
+    });
+  };
+  if (victims.empty() || !held()) {
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options_.preemption_wait;
+  bool still = true;
+  while (still && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    still = held();
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  if (metrics_ != nullptr) {
+    metrics_->preemption_waits->WithLabels({still ? "timeout" : "released"}).Inc();
+  }
+  audit_.Info("filter waited for preemption victims",
+              {{"pod", PodName(pod.ref)},
+               {"victims", static_cast<int64_t>(victims.size())},
+               {"waited_ms", static_cast<int64_t>(waited)},
+               {"released", !still}});
 }
 
 }  // namespace accelpool::extender

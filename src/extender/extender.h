@@ -103,6 +103,13 @@ struct ExtenderOptions {
   // other score (the shipped profile disables the score plugins); turn it
   // off when a profile mixes other scores with the extender's.
   bool pick_in_filter = false;
+  // A preemptor filtered again while victims this extender's preempt answer
+  // named are still held in the cache waits up to this long for their
+  // deletions to arrive. kube-scheduler can see the victims gone a moment
+  // before this extender's watch does; a filter answered from the older view
+  // fails the pod in preemption ("expected at least one victim pod"), and it
+  // then waits in kube-scheduler's unschedulable queue for minutes.
+  std::chrono::milliseconds preemption_wait{1000};
 };
 
 // Prometheus families of the extender (registered once per registry).
@@ -124,6 +131,7 @@ struct ExtenderMetrics {
   CounterFamily* bad_requests = nullptr;     // verb
   CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
   CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir
+  CounterFamily* preemption_waits = nullptr;   // result (released|timeout)
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };
@@ -186,6 +194,15 @@ class Extender {
     std::chrono::steady_clock::time_point at;
   };
   void Remember(const PodInfo& pod, FitList fitted);
+  // Victims a preempt answer named, by preemptor uid (see preemption_wait).
+  struct Preemption {
+    std::map<std::string, std::vector<std::string>> victims;  // node -> pod uids
+    std::chrono::steady_clock::time_point at;
+  };
+  void RecordPreemption(const PodInfo& pod, const std::map<std::string, MetaVictims>& kept);
+  // Waits (up to preemption_wait) until the cache has let go of the victims
+  // of `pod`'s preemption on `nodes`.
+  void AwaitVictims(const PodInfo& pod, const std::vector<std::string>& nodes);
   // The domains of the nodes holding the pod's job siblings (empty when the
   // pod belongs to no job).
   std::map<std::string, NodeDomains> JobDomains(const PodInfo& pod) const;
@@ -225,6 +242,7 @@ class Extender {
   mutable std::mutex mu_;
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
   std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first
+  std::map<std::string, Preemption> preemptions_;  // guarded by mu_; by preemptor uid
 };
 
 }  // namespace accelpool::extender

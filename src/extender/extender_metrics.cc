@@ -51,11 +51,16 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   auto key_errors = r.AddCounter(
       "accelpool_extender_assignment_key_reload_errors_total",
       "Re-reads of the assignment key directory that failed; the keys read before stay in use.");
+  auto preemption_waits = r.AddCounter(
+      "accelpool_extender_preemption_waits_total",
+      "Filters of a preemptor that waited for its victims' deletions to reach the cache, by "
+      "result (released: they arrived; timeout: they were still held).",
+      {"result"});
   for (const Status& s :
        {latency.status(), requests.status(), filter.status(), conflicts.status(), failures.status(),
         nodes.status(), pods.status(), uncounted.status(), age.status(), dev_mem.status(),
         dev_cmp.status(), node_mem.status(), node_cmp.status(), cordoned.status(), bad.status(),
-        edits.status(), key_errors.status()}) {
+        edits.status(), key_errors.status(), preemption_waits.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -75,6 +80,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.bad_requests = *bad;
   m.assignment_edits = *edits;
   m.key_reload_errors = *key_errors;
+  m.preemption_waits = *preemption_waits;
   m.key_reload_errors->Get();  // rendered from the start, for increase()
   return m;
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "api/inventory_codec.h"
 #include "extender/convert.h"
 #include "extender/kube_adapters.h"
@@ -298,6 +301,46 @@ TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
   EXPECT_EQ(got["a"].num_pdb_violations, 1);
   // Not pooled at all: kube-scheduler's answer stands.
   EXPECT_EQ(ext_->Preempt(MakePod("cpu", {}), proposed), proposed);
+}
+
+TEST_F(ExtenderTest, APreemptorWaitsForItsVictimsToLeaveTheCache) {
+  // kube-scheduler sees the victims deleted a moment before this extender's
+  // watch does, and filters the preemptor again at once: the filter waits for
+  // the deletions instead of answering from the older view.
+  AddGpuNode(cache_, "a");
+  ASSERT_TRUE(ext_->Bind(MakePod("victim", {Gpu(8)}), "a").ok());
+  const PodInfo preemptor = MakePod("p", {Gpu(2)});
+  EXPECT_TRUE(ext_->Filter(preemptor, {"a"}).fits.empty());  // before any preemption: no wait
+  ASSERT_EQ(ext_->Preempt(preemptor, {{"a", MetaVictims{{"victim"}, 0}}}).size(), 1u);
+  std::jthread watch([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cache_.Release("victim");  // the DELETE event arrives
+  });
+  FilterDecision d = ext_->Filter(preemptor, {"a"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"a"});
+  watch.join();
+  ASSERT_TRUE(ext_->Bind(preemptor, "a").ok());
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_extender_preemption_waits_total{result="released"} 1)"),
+            std::string::npos)
+      << page;
+
+  // Victims that stay (a long grace period): the wait ends, the answer is the cache's.
+  ExtenderOptions o;
+  o.preemption_wait = std::chrono::milliseconds(30);
+  auto quick = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(quick.ok());
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE((*quick)->Bind(MakePod("slow", {Gpu(8)}), "b").ok());
+  const PodInfo second = MakePod("q", {Gpu(1)});
+  ASSERT_EQ((*quick)->Preempt(second, {{"b", MetaVictims{{"slow"}, 0}}}).size(), 1u);
+  EXPECT_TRUE((*quick)->Filter(second, {"b"}).fits.empty());
+  EXPECT_NE(registry_.Serialize().find(
+                R"(accelpool_extender_preemption_waits_total{result="timeout"} 1)"),
+            std::string::npos);
+  // Another pod never waits on someone else's victims.
+  EXPECT_TRUE((*quick)->Filter(MakePod("other", {Gpu(1)}), {"b"}).fits.empty());
+  EXPECT_EQ(registry_.Serialize().find(R"(result="timeout"} 2)"), std::string::npos);
 }
 
 TEST_F(ExtenderTest, GaugesOfADeletedNodeLeaveTheExposition) {
