@@ -115,16 +115,6 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
       e.allocated.insert(al->containers.begin(), al->containers.end());
     }
   }
-  // Kubelet makes every Allocate call of a pod while admitting it, before it
-  // reports any container status: an admitted pod has nothing pending, even
-  // when its allocation annotation was never written (the plugin stopped, or
-  // the write failed past its retries). Left pending, it would stay a
-  // possible caller for every later pod of the same shape.
-  if (!api::AwaitsAdmission(pod)) {
-    for (const api::AssignedContainer& c : e.assignment.containers) {
-      e.allocated.insert(c.name);
-    }
-  }
   return std::optional<PodEntry>(std::move(e));
 }
 

@@ -80,21 +80,6 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
                 {"accelpool.io/allocation",
                  R"({"version":1,"phase":"Failed","containers":["main"],"message":"x"})"}}),
        StatusCode::kOk, true, 1},
-      // Kubelet makes every Allocate of a pod at admission, before it reports
-      // any container status: an admitted pod whose allocation annotation
-      // was never written (the plugin stopped, or the apiserver refused the
-      // write for longer than the retries) has no pending container.
-      {"admitted, allocation never written",
-       PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Running"),
-       StatusCode::kOk, true, 1},
-      {"admitted, still Pending with container statuses",
-       [] {
-         json p = PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
-         p["status"]["containerStatuses"] =
-             json::array({{{"name", "main"}, {"state", {{"waiting", json::object()}}}}});
-         return p;
-       }(),
-       StatusCode::kOk, true, 1},
       {"no assignment", PodJson("p", "node-a", json::object()), StatusCode::kOk, false, 0},
       {"finished",
        PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Succeeded"),
@@ -138,22 +123,6 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
       EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
     }
   }
-}
-
-// An admitted pod whose allocation annotation was lost must not stay a
-// possible caller: it would make every later pod of the same shape ambiguous.
-TEST(EntryFromPodTest, AnAdmittedPodIsNeverACaller) {
-  AssignmentStore store;
-  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
-  sync.Apply(PodJson("admitted", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
-                     "Running"));
-  sync.Apply(
-      PodJson("next", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}}));
-  EXPECT_EQ(store.PendingContainers(), 1u);
-  // Kubelet's ids name nobody (it picked them itself): the only pending pod.
-  auto m = store.Match("nvidia.com/gpu", {"GPU-c::4"});
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->pod.name, "next");
 }
 
 TEST(UnassignedRequestsTest, WhatAPodKubeletMayStillAdmitAsksForWithoutAnAssignment) {
