@@ -55,7 +55,7 @@ std::string DescribeReason(const FitReason& r) {
           << r.requested << ")";
       break;
     case Reason::kCordoned:
-      out << "matching devices are cordoned by accelpool.io/cordoned-devices (" << r.available
+      out << "matching devices are cordoned: taken out of service by the operator (" << r.available
           << " in service, need " << r.requested << ")";
       break;
     case Reason::kMemoryTooLarge:
