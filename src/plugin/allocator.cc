@@ -482,14 +482,13 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
       }
       const std::string key = p.pod.Key() + "/" + c.name;
       const std::vector<std::string> who = {p.pod.ns, p.pod.name, c.name};
+      RegionReadFailure why = RegionReadFailure::kNone;
       StatusOr<cuda::RegionUsage> usage =
-          ReadRegionFile(options_.create_state_dirs ? StateDirs::StateSubdir(*dir) : *dir);
-      if (!usage.ok() && usage.status().code() != StatusCode::kNotFound) {
-        const bool layout = usage.status().message().find("layout") != std::string::npos;
-        const char* reason = usage.status().code() == StatusCode::kUnavailable ? "io"
-                             : layout                                          ? "layout"
-                                                                               : "not_regular";
-        metrics_->ContainerUsageReadFailed(reason);
+          ReadRegionFile(options_.create_state_dirs ? StateDirs::StateSubdir(*dir) : *dir, &why);
+      if (!usage.ok() && why != RegionReadFailure::kMissing) {
+        metrics_->ContainerUsageReadFailed(why == RegionReadFailure::kLayout       ? "layout"
+                                           : why == RegionReadFailure::kNotRegular ? "not_regular"
+                                                                                   : "io");
         if (usage_unread_.insert(key).second) {
           log_.Warn(
               "a container's enforcement accounting cannot be read; its usage is not "

@@ -29,29 +29,46 @@ class Fd {
 
 }  // namespace
 
-StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir) {
+StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir, RegionReadFailure* why) {
+  RegionReadFailure ignored = RegionReadFailure::kNone;
+  RegionReadFailure& fail = why != nullptr ? *why : ignored;
+  fail = RegionReadFailure::kNone;
   const std::string path = state_dir + "/" + kRegionFile;
   Fd dir(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() < 0) {
-    if (errno == ENOENT) return NotFoundError(state_dir + " does not exist");
+    if (errno == ENOENT) {
+      fail = RegionReadFailure::kMissing;
+      return NotFoundError(state_dir + " does not exist");
+    }
+    fail = RegionReadFailure::kIo;
     return UnavailableError("cannot open " + state_dir + ": " + std::strerror(errno));
   }
   // O_NONBLOCK: a FIFO put there by the container must not hang the caller.
   Fd fd(openat(dir.get(), kRegionFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (fd.get() < 0) {
-    if (errno == ENOENT) return NotFoundError(path + " does not exist yet");
-    if (errno == ELOOP) return FailedPreconditionError(path + " is a symbolic link; not read");
+    if (errno == ENOENT) {
+      fail = RegionReadFailure::kMissing;
+      return NotFoundError(path + " does not exist yet");
+    }
+    if (errno == ELOOP) {
+      fail = RegionReadFailure::kNotRegular;
+      return FailedPreconditionError(path + " is a symbolic link; not read");
+    }
+    fail = RegionReadFailure::kIo;
     return UnavailableError("cannot open " + path + ": " + std::strerror(errno));
   }
   struct stat st = {};
   if (fstat(fd.get(), &st) != 0) {
+    fail = RegionReadFailure::kIo;
     return UnavailableError("cannot stat " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
+    fail = RegionReadFailure::kNotRegular;
     return FailedPreconditionError(path + " is not a regular file; not read");
   }
   constexpr size_t kSize = sizeof(cuda::RegionLayout);
   if (static_cast<size_t>(st.st_size) != kSize) {
+    fail = RegionReadFailure::kLayout;
     return FailedPreconditionError(path + " has " + std::to_string(st.st_size) +
                                    " bytes, the region layout " + std::to_string(kSize) +
                                    " (another libaccelpool-cuda version?)");
@@ -61,12 +78,16 @@ StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir) {
   while (got < kSize) {
     const ssize_t n = pread(fd.get(), bytes.data() + got, kSize - got, static_cast<off_t>(got));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return UnavailableError("cannot read " + path + ": " + std::strerror(errno));
+    if (n < 0) {
+      fail = RegionReadFailure::kIo;
+      return UnavailableError("cannot read " + path + ": " + std::strerror(errno));
+    }
     if (n == 0) break;  // truncated meanwhile
     got += static_cast<size_t>(n);
   }
   cuda::RegionUsage usage;
   if (got != kSize || !cuda::ReadRegionUsage(bytes.data(), bytes.size(), &usage)) {
+    fail = RegionReadFailure::kLayout;
     return FailedPreconditionError(path +
                                    " is not an accounting region of this layout (another "
                                    "libaccelpool-cuda version, or overwritten)");

@@ -24,7 +24,10 @@ namespace accelpool::plugin {
 // the entry is not a regular file, or its size or header is not this
 // layout's (another library version, or tampering); the message says which.
 // kUnavailable: it could not be read.
-StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir);
+// `why` (optional) names the failure for metrics, without parsing messages.
+enum class RegionReadFailure { kNone, kMissing, kNotRegular, kLayout, kIo };
+StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir,
+                                           RegionReadFailure* why = nullptr);
 
 }  // namespace accelpool::plugin
 

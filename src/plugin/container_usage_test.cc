@@ -40,8 +40,10 @@ void Write(const std::string& path, const std::string& bytes) {
 TEST(ReadRegionFileTest, SumsTheProcessesOfARegion) {
   TempDir dir;
   Write(dir.File("accelpool-cuda.region"), RegionBytes(3 << 20, 1 << 20, 5 << 20));
-  StatusOr<cuda::RegionUsage> u = ReadRegionFile(dir.path());
+  RegionReadFailure why = RegionReadFailure::kIo;
+  StatusOr<cuda::RegionUsage> u = ReadRegionFile(dir.path(), &why);
   ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(why, RegionReadFailure::kNone);
   EXPECT_EQ(u->used_bytes[0], 4u << 20);
   EXPECT_EQ(u->used_bytes[1], 5u << 20);
   EXPECT_EQ(u->processes, 2);
@@ -72,7 +74,9 @@ TEST(ReadRegionFileTest, WhatTheContainerCanPutThereIsRefusedWithoutFollowingOrB
   EXPECT_NE(ReadRegionFile(dir.File("linked")).status().code(), StatusCode::kOk);
   // Another size, another header.
   Write(region, std::string(100, 'x'));
-  u = ReadRegionFile(dir.path());
+  RegionReadFailure why = RegionReadFailure::kNone;
+  u = ReadRegionFile(dir.path(), &why);
+  EXPECT_EQ(why, RegionReadFailure::kLayout);
   EXPECT_EQ(u.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(u.status().message().find("layout"), std::string::npos) << u.status().ToString();
   std::string bytes = RegionBytes(1, 1, 1);
