@@ -226,8 +226,9 @@ ContainerPlacement MakeContainerPlacement(const RequestState& st, const NodeInve
   return cp;
 }
 
-ContainerOutcome PlanContainer(const DeviceRequest& r, const NodeInventory& inv,
-                               const NodeUsage& work, const Policy* policy) {
+ContainerOutcome PlanContainer(const DeviceRequest& r, const HostResources& host,
+                               const NodeInventory& inv, const NodeUsage& work,
+                               const Policy* policy) {
   ContainerOutcome o;
   // Per-thread scratch, reused from node to node so that planning a node
   // allocates only what it returns (the cluster-wide filter plans thousands
@@ -258,6 +259,7 @@ ContainerOutcome PlanContainer(const DeviceRequest& r, const NodeInventory& inv,
   double best_value = 0;
   probe.containers.resize(1);
   probe.containers[0].kind = r.kind;
+  probe.host = host;
   for (const CandidateSet& c : sets) {
     if (best != nullptr && c.rank < best->rank) continue;
     FillGrants(st, inv, c.devices, &probe.containers[0]);
@@ -447,10 +449,13 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
     return res;
   }
   if (relevant_count == 1) {
-    ContainerOutcome o = PlanContainer(pod.containers[only], inv, base, policy);
+    ContainerOutcome o = PlanContainer(pod.containers[only], pod.host, inv, base, policy);
     res.code = o.code;
     res.reasons = std::move(o.reasons);
-    if (o.code == FitCode::kFits) res.placement.containers.push_back(std::move(o.placement));
+    if (o.code == FitCode::kFits) {
+      res.placement.containers.push_back(std::move(o.placement));
+      res.placement.host = pod.host;
+    }
     return res;
   }
   std::vector<ContainerPlacement> planned(nc);
@@ -469,7 +474,7 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
   for (size_t i = 0; i < nc; ++i) {
     const DeviceRequest& r = pod.containers[i];
     if (!relevant[i] || r.kind == ContainerKind::kInit) continue;
-    ContainerOutcome o = PlanContainer(r, inv, work, policy);
+    ContainerOutcome o = PlanContainer(r, pod.host, inv, work, policy);
     if (o.code != FitCode::kFits) return fail(o);
     AddGrants(o.placement, inv, &work);
     planned[i] = std::move(o.placement);
@@ -484,7 +489,7 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
         AddGrants(planned[j], inv, &phase);
       }
     }
-    ContainerOutcome o = PlanContainer(r, inv, phase, policy);
+    ContainerOutcome o = PlanContainer(r, pod.host, inv, phase, policy);
     if (o.code != FitCode::kFits) return fail(o);
     planned[i] = std::move(o.placement);
   }
@@ -500,6 +505,7 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
     res.placement = {};
     return res;
   }
+  res.placement.host = pod.host;
   res.code = FitCode::kFits;
   return res;
 }

@@ -139,6 +139,8 @@ std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
     t.count = s.count;
     t.compute = s.compute;
     t.memory_mib = s.memory_mib;
+    t.cpu_milli = s.cpu_milli;
+    t.host_memory_mib = s.host_memory_mib;
     t.weight = s.weight;
     if (!s.model.empty()) t.model_mask = ModelMatches(s.model, model) ? 1U : 2U;
     out.push_back(t);
@@ -162,10 +164,13 @@ int32_t AccelpoolScore(const AccelpoolInputs& in) {
 
 namespace {
 
-// Free compute and memory per device after usage plus an optional placement.
+// Free compute and memory per device after usage plus an optional placement,
+// and the node's free host CPU and memory (-1: not tracked).
 struct FreeView {
   std::vector<int32_t> compute;
   std::vector<int64_t> memory;
+  int64_t cpu_milli = -1;
+  int64_t host_memory_mib = -1;
 };
 
 FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement* placement) {
@@ -173,6 +178,11 @@ FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Place
   FreeView v;
   v.compute.assign(n, 0);
   v.memory.assign(n, 0);
+  if (usage.host_free.has_value()) {
+    const HostResources taken = placement != nullptr ? placement->host : HostResources{};
+    v.cpu_milli = std::max<int64_t>(0, usage.host_free->cpu_milli - taken.cpu_milli);
+    v.host_memory_mib = std::max<int64_t>(0, usage.host_free->memory_mib - taken.memory_mib);
+  }
   std::vector<int32_t> used_compute(n, 0);
   std::vector<int64_t> used_memory(n, 0);
   std::vector<bool> exclusive(n, false);
@@ -221,6 +231,8 @@ double FragmentOf(const FreeView& v, std::span<const FragTask> tasks,
   FragNode node;
   node.free_compute = v.compute;
   node.free_memory = v.memory;
+  node.cpu_free_milli = v.cpu_milli;
+  node.host_memory_free_mib = v.host_memory_mib;
   node.model_id = 0;
   return NodeFragment(node, tasks, rule);
 }

@@ -26,11 +26,14 @@ namespace accelpool::core {
 // One request shape of the expected workload, with its share of arrivals
 // (weights need not sum to 1). Used by fragmentation-aware policies.
 struct TaskShape {
-  int32_t count = 1;             // devices
+  int32_t count = 1;             // devices; 0 = a task that asks for none
   int32_t compute = kComputeWhole;  // thousandths per device
   int64_t memory_mib = 0;        // per device, 0 = not constrained
   std::string model;             // "" = any model
   double weight = 1.0;
+  int64_t cpu_milli = 0;         // host CPU, 0 = not constrained
+  int64_t host_memory_mib = 0;   // host memory, 0 = not constrained
+  friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
 
 struct PolicyContext {

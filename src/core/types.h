@@ -141,9 +141,22 @@ struct DeviceUsage {
   friend bool operator==(const DeviceUsage&, const DeviceUsage&) = default;
 };
 
+// Host CPU (thousandths of a core) and memory (MiB), as kube-scheduler counts
+// them: a node's allocatable less the requests of the pods bound to it, or a
+// pod's requests.
+struct HostResources {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  friend bool operator==(const HostResources&, const HostResources&) = default;
+};
+
 // What is assigned on one inventory; devices[i] belongs to inventory device i.
 struct NodeUsage {
   std::vector<DeviceUsage> devices;
+  // The node's free host CPU and memory, for policies that weigh the host
+  // (shared by the node's inventories); nullopt when not tracked. Set by the
+  // caller for the node at hand; Fit and the usage accounting leave it alone.
+  std::optional<HostResources> host_free;
 
   static NodeUsage Empty(const NodeInventory& inv) {
     NodeUsage u;
@@ -193,6 +206,10 @@ struct DeviceRequest {
 // A pod's device requests, in pod order (init containers first, in order).
 struct PodRequest {
   std::vector<DeviceRequest> containers;
+  // The pod's host CPU and memory requests (kube-scheduler's effective
+  // request); zero when not known. Only scored, never checked: kube-scheduler
+  // checks that they fit.
+  HostResources host;
 };
 
 // The share of one device granted to one container.
@@ -214,6 +231,10 @@ struct ContainerPlacement {
 // The devices chosen for every container of a pod on one inventory.
 struct Placement {
   std::vector<ContainerPlacement> containers;
+  // The pod's host requests (PodRequest::host) that the placement brings to
+  // the node, for policies that weigh the host. Set by Fit on the placements
+  // it scores; not part of an assignment (the extender clears it).
+  HostResources host;
   bool empty() const { return containers.empty(); }
   friend bool operator==(const Placement&, const Placement&) = default;
 };

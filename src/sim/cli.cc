@@ -39,8 +39,8 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
   accelpool-sim --nodes NODES.csv --pods PODS.csv[,PODS2.csv...] [flags]
     --policy LIST     comma list of: random, dotprod, clustering, packing, bestfit,
                       fgd, accelpool (default: these seven), and accelpool-extender,
-                      fgd-extender: the same two with only what the extender sees
-                      (its built-in workload; devices without host CPU or memory)
+                      fgd-extender: the same two with only what the extender knows
+                      (--extender-workload, --extender-host)
     --mode MODE       paper | kube | stock | both (paper+kube) | all (default paper).
                       paper: highest score, ties to the lowest per-seed node rank.
                       kube: accelpool's extender ranking rule (core/rank.h:
@@ -51,13 +51,16 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     --seeds S         "42-51" or "42,43" (default 42-51)
     --inflation R     total GPU request as a multiple of the cluster (default 1.3)
     --weight W        extender weight in kube mode (default 10)
-    --extender-workload builtin|trace
-                      what accelpool-extender and fgd-extender score against: the
-                      extender's built-in workload (default, as shipped) or the
-                      trace's own task shapes (a perfectly learned workload)
-    --extender-host off|on
+    --extender-workload learned|builtin|trace
+                      what accelpool-extender and fgd-extender score against:
+                      learned (default, as shipped): the shapes of the last 2048
+                      arrivals, rebuilt every --extender-refresh arrivals; builtin:
+                      the built-in mix; trace: the trace's own task shapes (a
+                      perfectly learned workload)
+    --extender-refresh N  arrivals between rebuilds of the learned workload (default 64)
+    --extender-host on|off
                       whether they see each node's free host CPU and memory
-                      (default off, as shipped: the extender scores devices only)
+                      (default on, as shipped; off: devices only)
     --idle-node-penalty P  kube mode: the extender's penalty for breaking an
                       idle node with a smaller pod (default: the extender's, 0)
     --jobs N          replays in parallel (default 1)
@@ -166,11 +169,21 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       o.extender_weight = static_cast<int32_t>(*w);
     } else if (a == "--extender-workload") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
-      if (v != "builtin" && v != "trace") {
-        return InvalidArgumentError("--extender-workload must be builtin or trace, got \"" + v +
-                                    "\"");
+      if (v == "learned") {
+        o.extender.workload = ExtenderWorkload::kLearned;
+      } else if (v == "builtin") {
+        o.extender.workload = ExtenderWorkload::kBuiltin;
+      } else if (v == "trace") {
+        o.extender.workload = ExtenderWorkload::kTrace;
+      } else {
+        return InvalidArgumentError(
+            "--extender-workload must be learned, builtin or trace, got \"" + v + "\"");
       }
-      o.extender.trace_workload = v == "trace";
+    } else if (a == "--extender-refresh") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> r = ParseInt(a, v, 1, 1000000);
+      if (!r.ok()) return r.status();
+      o.extender.refresh = static_cast<int32_t>(*r);
     } else if (a == "--extender-host") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       if (v != "off" && v != "on") {

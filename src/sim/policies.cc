@@ -148,6 +148,7 @@ class FgdPolicy : public SimPolicy {
  public:
   explicit FgdPolicy(bool as_extender) : as_extender_(as_extender) {}
   std::string_view Name() const override { return as_extender_ ? "fgd-extender" : "fgd"; }
+  bool ExtenderView() const override { return as_extender_; }
   Choice Evaluate(const SimNode& n, const PodShape& p, EvalContext& ctx) const override {
     FragCache& frag = as_extender_ ? *ctx.extender_fgd_frag : *ctx.frag;
     const double before = frag.Get(n);
@@ -168,15 +169,16 @@ class FgdPolicy : public SimPolicy {
   const bool as_extender_;
 };
 
-// accelpool's policy. `as_extender`: with only what the extender knows (its
-// built-in workload, devices without host CPU or memory): the product's
-// figure. Without: with the trace's own workload and the nodes' host terms.
+// accelpool's policy. `as_extender`: with only what the extender knows
+// (ReplayOptions::extender): the product's figure. Without: with the trace's
+// own workload and the nodes' host terms.
 class AccelpoolSimPolicy : public SimPolicy {
  public:
   explicit AccelpoolSimPolicy(bool as_extender) : as_extender_(as_extender) {}
   std::string_view Name() const override {
     return as_extender_ ? "accelpool-extender" : "accelpool";
   }
+  bool ExtenderView() const override { return as_extender_; }
   Choice Evaluate(const SimNode& n, const PodShape& p, EvalContext& ctx) const override {
     FragCache& frag = as_extender_ ? *ctx.extender_frag : *ctx.memory_frag;
     core::AccelpoolInputs in;

@@ -43,6 +43,8 @@ class FragCache {
   // The fragmentation after placing `p` on the GPUs of `mask`.
   double After(const SimNode& n, const PodShape& p, uint32_t mask);
   size_t size() const { return map_.size(); }
+  // Forgets every value (after the task list changed).
+  void Clear() { map_.clear(); }
 
  private:
   struct Key {
@@ -68,8 +70,8 @@ struct EvalContext {
   FragCache* frag = nullptr;         // over Cluster::tasks
   FragCache* memory_frag = nullptr;  // over Cluster::memory_tasks, host memory tracked,
                                      // CPU-only tasks by host share (accelpool's measure)
-  FragCache* extender_frag = nullptr;      // accelpool's measure as the extender computes it:
-                                           // its built-in workload, no host CPU or memory
+  FragCache* extender_frag = nullptr;      // accelpool's measure as the extender computes it
+                                           // (ReplayOptions::extender)
   FragCache* extender_fgd_frag = nullptr;  // FGD's measure on the same information
   std::mt19937_64* rng = nullptr;
 };
@@ -84,11 +86,14 @@ class SimPolicy {
   virtual bool Memoizable() const { return true; }
   // True when the policy picks uniformly among the nodes that fit.
   virtual bool Uniform() const { return false; }
+  // True when it scores on EvalContext::extender_frag or extender_fgd_frag
+  // (whose task list a learned workload rebuilds).
+  virtual bool ExtenderView() const { return false; }
 };
 
 // Every policy: the seven of the trace protocol, then "accelpool-extender" and
-// "fgd-extender" (accelpool and FGD with only what the extender sees: its
-// built-in workload, devices without host CPU or memory).
+// "fgd-extender" (accelpool and FGD with only what the extender knows:
+// ReplayOptions::extender).
 const std::vector<std::string>& SimPolicyNames();
 // "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "accelpool".
 const std::vector<std::string>& TraceProtocolPolicies();

@@ -85,12 +85,16 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
       rng_(opt.seed),
       frag_(&c.tasks),
       memory_frag_(&c.memory_tasks, true, core::HostTaskRule::kHostShare),
-      // The extender's workload: its built-in mix (no model, no host terms).
+      // The extender's workload: its built-in mix (no model, no host terms)
+      // until the learner (kLearned) has enough arrivals.
       extender_tasks_(core::TasksForInventory({}, core::NodeInventory{})),
-      extender_frag_(opt.extender.trace_workload ? &c.memory_tasks : &extender_tasks_,
+      learner_(opt.extender.learner),
+      extender_frag_(opt.extender.workload == ExtenderWorkload::kTrace ? &c.memory_tasks
+                                                                      : &extender_tasks_,
                      opt.extender.host, core::HostTaskRule::kHostShare, !opt.extender.host),
-      extender_fgd_frag_(opt.extender.trace_workload ? &c.tasks : &extender_tasks_, false,
-                         core::HostTaskRule::kAllIdle, !opt.extender.host),
+      extender_fgd_frag_(opt.extender.workload == ExtenderWorkload::kTrace ? &c.tasks
+                                                                          : &extender_tasks_,
+                         false, core::HostTaskRule::kAllIdle, !opt.extender.host),
       ctx_{&c, &frag_, &memory_frag_, &extender_frag_, &extender_fgd_frag_, &rng_} {
   const size_t n_nodes = c.nodes.size();
   if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());
@@ -106,10 +110,57 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
   }
 }
 
+void NodePicker::Learn(const PodShape& shape) {
+  core::TaskShape t;
+  t.count = shape.num_gpu;
+  t.compute = shape.num_gpu == 0 ? 0 : shape.milli;
+  t.cpu_milli = shape.cpu;
+  t.host_memory_mib = shape.mem;
+  for (size_t m = 0; m < c_.models.size() && m < 64; ++m) {
+    if ((shape.model_mask >> m) & 1U) t.model += (t.model.empty() ? "" : "|") + c_.models[m];
+  }
+  learner_.Observe(t);
+  if (++since_rebuild_ < std::max(opt_.extender.refresh, 1)) return;
+  since_rebuild_ = 0;
+  std::vector<core::TaskShape> shapes = learner_.Shapes();
+  if (shapes.empty()) return;  // the built-in mix until the learner has enough
+  // The trace's models are global bits (SimNode::model_id), where the
+  // extender's are "this node's model or not": give each learned model list
+  // its bits back.
+  std::vector<core::FragTask> tasks;
+  tasks.reserve(shapes.size());
+  for (const core::TaskShape& s : shapes) {
+    core::FragTask f;
+    f.count = s.count;
+    f.compute = s.compute;
+    f.cpu_milli = s.cpu_milli;
+    f.host_memory_mib = s.host_memory_mib;
+    f.weight = s.weight;
+    size_t start = 0;
+    while (!s.model.empty() && start <= s.model.size()) {
+      size_t end = s.model.find('|', start);
+      if (end == std::string::npos) end = s.model.size();
+      const std::string name = s.model.substr(start, end - start);
+      for (size_t m = 0; m < c_.models.size() && m < 64; ++m) {
+        if (c_.models[m] == name) f.model_mask |= uint64_t{1} << m;
+      }
+      start = end + 1;
+    }
+    tasks.push_back(f);
+  }
+  extender_tasks_ = core::NormalizeTasks(std::move(tasks));
+  extender_frag_.Clear();
+  extender_fgd_frag_.Clear();
+  // Scores remembered under the old task list are stale.
+  for (MemoEntry& e : memo_) e.version = kStaleVersion;
+  ++workload_rebuilds_;
+}
+
 size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t* mask) {
   const size_t n_nodes = nodes.size();
   const size_t n_shapes = c_.shapes.size();
   const PodShape& shape = c_.shapes[sid];
+  if (opt_.extender.workload == ExtenderWorkload::kLearned && policy_.ExtenderView()) Learn(shape);
   int64_t best_key = -1;
   size_t best = n_nodes;
   uint32_t best_mask = 0;

@@ -33,6 +33,7 @@
 
 #include "core/rank.h"
 #include "sim/cluster.h"
+#include "core/workload.h"
 #include "sim/policies.h"
 #include "sim/trace.h"
 
@@ -41,12 +42,22 @@ namespace accelpool::sim {
 enum class TieMode { kPaper, kKube, kStock };
 
 // What accelpool-extender and fgd-extender know. The defaults are the shipped
-// extender's: its built-in workload, devices only. `trace_workload` gives them
-// the trace's own task shapes (what a perfectly learned workload would be);
-// `host` gives them each node's free host CPU and memory.
+// extender's: the workload it learns from the pods that arrive, and each
+// node's free host CPU and memory.
+//   kLearned : core::WorkloadLearner fed every arrival (the extender sees a
+//              pod when it is created, before it is scheduled); the task list
+//              is rebuilt every `refresh` arrivals, the built-in mix before
+//              the learner has enough;
+//   kBuiltin : the built-in mix (core::DefaultWorkload: no model, no host terms);
+//   kTrace   : the trace's own task shapes (what a perfectly learned workload
+//              would be).
+// `host` off: devices only, as the extender was before it tracked the host.
+enum class ExtenderWorkload { kLearned, kBuiltin, kTrace };
 struct ExtenderInputs {
-  bool trace_workload = false;
-  bool host = false;
+  ExtenderWorkload workload = ExtenderWorkload::kLearned;
+  bool host = true;
+  int32_t refresh = 64;
+  core::WorkloadLearnerOptions learner;
 };
 
 struct ReplayOptions {
@@ -91,6 +102,8 @@ class NodePicker {
   // nowhere; *mask gets the GPUs to use.
   size_t Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t* mask);
   FragCache& frag() { return frag_; }
+  // Times the extender variants' learned task list was rebuilt.
+  int64_t workload_rebuilds() const { return workload_rebuilds_; }
 
  private:
   const Cluster& c_;
@@ -102,12 +115,19 @@ class NodePicker {
   std::mt19937_64 rng_;
   FragCache frag_;
   FragCache memory_frag_;
+  // Learns arrivals (ExtenderWorkload::kLearned) and rebuilds extender_tasks_
+  // from it every opt_.extender.refresh arrivals.
+  void Learn(const PodShape& shape);
   std::vector<core::FragTask> extender_tasks_;
+  core::WorkloadLearner learner_;
+  int32_t since_rebuild_ = 0;
+  int64_t workload_rebuilds_ = 0;
   FragCache extender_frag_;
   FragCache extender_fgd_frag_;
   EvalContext ctx_;
+  static constexpr uint32_t kStaleVersion = 0;  // SimNode versions start at 1
   struct MemoEntry {
-    uint32_t version = 0;
+    uint32_t version = kStaleVersion;
     int32_t score = -1;
     uint32_t mask = 0;
   };

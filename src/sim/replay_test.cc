@@ -128,13 +128,13 @@ TEST(ReplayTest, TheExtenderVariantsWithFullInformationAreThePoliciesThemselves)
     ReplayOptions opt;
     opt.mode = TieMode::kKube;
     const ReplayResult want = Replay(s.cluster, order, **a, opt);
-    opt.extender = ExtenderInputs{.trace_workload = true, .host = true};
+    opt.extender = ExtenderInputs{.workload = ExtenderWorkload::kTrace, .host = true};
     const ReplayResult same = Replay(s.cluster, order, **b, opt);
     ASSERT_EQ(same.curve.size(), want.curve.size());
     for (size_t i = 0; i < want.curve.size(); ++i) {
       ASSERT_EQ(same.curve[i].allocated_pct, want.curve[i].allocated_pct) << "pod " << i;
     }
-    opt.extender = ExtenderInputs{};  // as shipped
+    opt.extender = ExtenderInputs{.workload = ExtenderWorkload::kBuiltin, .host = false};
     const ReplayResult shipped = Replay(s.cluster, order, **b, opt);
     bool differs = false;
     for (size_t i = 0; i < want.curve.size(); ++i) {
@@ -243,17 +243,25 @@ TEST(CliTest, ExtenderInputsAreChosenByFlags) {
   };
   StatusOr<CliOptions> o = parse({});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
-  EXPECT_FALSE(o->extender.trace_workload);
-  EXPECT_FALSE(o->extender.host);
-  EXPECT_EQ(o->policies.size(), 7u);  // the trace protocol's seven by default
-  o = parse({"--extender-workload", "trace", "--extender-host", "on"});
-  ASSERT_TRUE(o.ok()) << o.status().ToString();
-  EXPECT_TRUE(o->extender.trace_workload);
+  EXPECT_EQ(o->extender.workload, ExtenderWorkload::kLearned);  // as shipped
   EXPECT_TRUE(o->extender.host);
+  EXPECT_EQ(o->extender.refresh, 64);
+  EXPECT_EQ(o->policies.size(), 7u);  // the trace protocol's seven by default
+  o = parse({"--extender-workload", "trace", "--extender-host", "off", "--extender-refresh", "8"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->extender.workload, ExtenderWorkload::kTrace);
+  EXPECT_FALSE(o->extender.host);
+  EXPECT_EQ(o->extender.refresh, 8);
+  o = parse({"--extender-workload", "builtin"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->extender.workload, ExtenderWorkload::kBuiltin);
   o = parse({"--extender-host", "maybe"});
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("off or on"), std::string::npos);
-  EXPECT_FALSE(parse({"--extender-workload", "learned"}).ok());
+  o = parse({"--extender-workload", "guessed"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("learned, builtin or trace"), std::string::npos);
+  EXPECT_FALSE(parse({"--extender-refresh", "0"}).ok());
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+// WorkloadLearner: the workload's mix of task shapes, learned from the pods
+// that arrive, for the fragmentation-aware policies (PolicyContext::workload).
+//
+// The fragmentation measure (frag.h) weighs a node's idle devices by the
+// tasks expected to come; a built-in mix (DefaultWorkload) stands in for a
+// cluster's own. The learner keeps the shapes of the last `window` arrivals
+// (devices, compute and memory per device, model, host CPU and memory) and
+// offers the most frequent of them, by their share of those arrivals. Each
+// pod counts once, when it is first seen: pods that ask for no device count
+// too, since they take host CPU and memory that device tasks then lack.
+//
+// Example: 60 arrivals of {1 GPU, 4 cores, 16 GiB} and 40 of {0.5 GPU,
+// 2 cores, 8 GiB} give the two shapes with weights 60 and 40.
+//
+// Thread-safety: none; the caller serialises.
+#ifndef ACCELPOOL_CORE_WORKLOAD_H_
+#define ACCELPOOL_CORE_WORKLOAD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/policy.h"
+
+namespace accelpool::core {
+
+struct WorkloadLearnerOptions {
+  size_t window = 2048;     // arrivals remembered
+  size_t max_shapes = 64;   // shapes offered, the most frequent first
+  size_t min_arrivals = 32; // fewer in the window: Shapes() is empty
+};
+
+class WorkloadLearner {
+ public:
+  explicit WorkloadLearner(WorkloadLearnerOptions options = {});
+
+  // One arrival; `shape.weight` is ignored. The oldest arrival leaves once
+  // the window is full.
+  void Observe(const TaskShape& shape);
+
+  // The most frequent shapes of the window (at most max_shapes, ties by shape
+  // order), weighted by their arrivals; empty while fewer than min_arrivals
+  // arrivals are remembered (the policies then use DefaultWorkload()).
+  std::vector<TaskShape> Shapes() const;
+
+  size_t arrivals() const { return ring_.size(); }  // in the window
+  uint64_t observed() const { return observed_; }   // since construction
+  size_t distinct() const { return counts_.size(); }
+
+ private:
+  struct Key {
+    int32_t count;
+    int32_t compute;
+    int64_t memory_mib;
+    int64_t cpu_milli;
+    int64_t host_memory_mib;
+    std::string model;
+    auto operator<=>(const Key&) const = default;
+  };
+
+  const WorkloadLearnerOptions options_;
+  std::map<Key, int64_t> counts_;
+  std::deque<std::map<Key, int64_t>::iterator> ring_;
+  uint64_t observed_ = 0;
+};
+
+}  // namespace accelpool::core
+
+#endif  // ACCELPOOL_CORE_WORKLOAD_H_
