@@ -58,7 +58,7 @@ PodRequest OnePod(Vendor v, int count, bool share) {
     r.memory_mib = 4096;
     r.compute = 250;
   }
-  return PodRequest{{r}};
+  return PodRequest{{r}, {}};
 }
 
 void RunFitScore(benchmark::State& state, const std::string& profile, int count, bool share,

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "api/host_request.h"
 #include "api/json_check.h"
 #include "api/resources.h"
 #include "core/fit.h"
@@ -459,6 +460,9 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
     Status st = core::ValidatePodRequest(out.request);
     if (!st.ok()) return st;
   }
+  StatusOr<core::HostResources> host = ParseHostRequest(pod);
+  if (!host.ok()) return host.status();
+  out.request.host = *host;
   return out;
 }
 

@@ -31,6 +31,8 @@
 // annotation kueue.x-k8s.io/workload, label jobset.sigs.k8s.io/jobset-name.
 //
 // The result passes core::ValidatePodRequest, whose message is returned otherwise.
+// request.host is the pod's CPU and memory request (host_request.h), also for
+// a pod that asks for no accelerator.
 //
 // Thread-safety: pure functions.
 #ifndef ACCELPOOL_API_POD_REQUEST_H_

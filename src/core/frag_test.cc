@@ -1,5 +1,7 @@
 #include "core/frag.h"
 
+#include "core/fit.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -200,6 +202,69 @@ TEST(AccelpoolPolicyTest, ScoresWithinRangeAndPacks) {
   EXPECT_LE(on_busy, 100);
   // Taking a GPU from an untouched 8-GPU node breaks it for 8-GPU tasks.
   EXPECT_GT(on_busy, on_empty);
+}
+
+}  // namespace
+}  // namespace accelpool::core
+
+namespace accelpool::core {
+namespace {
+
+TEST(AccelpoolPolicyTest, AHostWithoutCpuLeftStrandsItsDevices) {
+  // Tasks need 8 cores with their GPU. Node A has 4 cores left: its two free
+  // GPUs are stranded already, so a pod that fits there costs nothing;
+  // node B has cores to spare, so taking a GPU of B changes nothing either,
+  // but placing on A turns a stranded GPU into a used one.
+  PolicyContext ctx;
+  ctx.workload = {TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1, .cpu_milli = 8000, .host_memory_mib = 0}};
+  PolicyPtr p = MakeAccelpoolPolicy(ctx);
+  NodeInventory inv = Node(2, "T4");
+  Placement one;
+  one.containers.push_back(
+      ContainerPlacement{"main", ContainerKind::kRegular, {Grant{0, 0, 0, true}}});
+  one.host = HostResources{4000, 1024};
+  NodeUsage a = NodeUsage::Empty(inv);
+  a.host_free = HostResources{4000, 65536};
+  NodeUsage b = NodeUsage::Empty(inv);
+  b.host_free = HostResources{64000, 65536};
+  EXPECT_GT(p->NodeScore(inv, a, one), p->NodeScore(inv, b, one));
+  // Blind to the host, the two nodes are the same.
+  a.host_free.reset();
+  b.host_free.reset();
+  EXPECT_EQ(p->NodeScore(inv, a, one), p->NodeScore(inv, b, one));
+}
+
+TEST(AccelpoolPolicyTest, ThePodsOwnHostRequestCountsAfterThePlacement) {
+  // One free GPU of two, 10 cores left; tasks need 8. A pod taking 4 cores
+  // leaves 6: the other GPU is stranded. Taking 1 core leaves it usable.
+  PolicyContext ctx;
+  ctx.workload = {TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1, .cpu_milli = 8000, .host_memory_mib = 0}};
+  PolicyPtr p = MakeAccelpoolPolicy(ctx);
+  NodeInventory inv = Node(2, "T4");
+  NodeUsage u = NodeUsage::Empty(inv);
+  u.host_free = HostResources{10000, 65536};
+  Placement small, big;
+  for (Placement* pl : {&small, &big}) {
+    pl->containers.push_back(
+        ContainerPlacement{"main", ContainerKind::kRegular, {Grant{0, 0, 0, true}}});
+  }
+  small.host = HostResources{1000, 0};
+  big.host = HostResources{4000, 0};
+  EXPECT_GT(p->NodeScore(inv, u, small), p->NodeScore(inv, u, big));
+}
+
+TEST(FitTest, TheReturnedPlacementCarriesThePodsHostRequest) {
+  NodeInventory inv = Node(2, "T4");
+  DeviceRequest whole;
+  whole.container = "main";
+  whole.vendor = Vendor::kNvidia;
+  whole.count = 1;
+  PodRequest pod;
+  pod.containers.push_back(whole);
+  pod.host = HostResources{2500, 4096};
+  FitResult r = Fit(pod, inv, NodeUsage::Empty(inv), nullptr);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(r.placement.host, pod.host);
 }
 
 }  // namespace

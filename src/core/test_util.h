@@ -41,7 +41,7 @@ inline DeviceRequest Share(Vendor v, int32_t count, int64_t mem_mib, int32_t com
   return r;
 }
 
-inline PodRequest Pod(std::vector<DeviceRequest> containers) { return PodRequest{std::move(containers)}; }
+inline PodRequest Pod(std::vector<DeviceRequest> containers) { return PodRequest{std::move(containers), {}}; }
 
 // Device indices of the first container's grants, ascending.
 inline std::vector<int32_t> Devices(const FitResult& r, size_t container = 0) {

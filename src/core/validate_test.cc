@@ -56,7 +56,7 @@ INSTANTIATE_TEST_SUITE_P(Core, BadRequests, ::testing::ValuesIn(kBad),
                          [](const auto& p) { return std::string(p.param.name); });
 
 TEST(Validate, DuplicateContainerIsRejected) {
-  const PodRequest pod{{Whole(Vendor::kNvidia, 1), Whole(Vendor::kNvidia, 1)}};
+  const PodRequest pod{{Whole(Vendor::kNvidia, 1), Whole(Vendor::kNvidia, 1)}, {}};
   EXPECT_EQ(ValidatePodRequest(pod).code(), StatusCode::kInvalidArgument);
 }
 
@@ -110,7 +110,7 @@ TEST(Policies, BinpackAndSpreadDisagree) {
   usage.devices[5].compute = 100;
   usage.devices[5].shares = 1;
   usage.devices[5].slices = 1;
-  const PodRequest pod{{Share(Vendor::kNvidia, 1, 1024, 10)}};
+  const PodRequest pod{{Share(Vendor::kNvidia, 1, 1024, 10)}, {}};
   auto binpack = MakePolicy("binpack");
   auto spread = MakePolicy("spread");
   const FitResult a = Fit(pod, inv, usage, binpack->get());

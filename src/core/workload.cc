@@ -5,6 +5,40 @@
 
 namespace accelpool::core {
 
+TaskShape ShapeOfRequest(const PodRequest& request) {
+  TaskShape t;
+  t.count = 0;
+  t.compute = 0;
+  t.cpu_milli = request.host.cpu_milli;
+  t.host_memory_mib = request.host.memory_mib;
+  const DeviceRequest* first = nullptr;
+  int32_t running = 0, init = 0;
+  for (const DeviceRequest& r : request.containers) {
+    if (r.count <= 0) continue;
+    if (r.kind == ContainerKind::kInit) {
+      init = std::max(init, r.count);
+    } else {
+      running += r.count;
+      if (first == nullptr) first = &r;
+    }
+  }
+  if (first == nullptr) {
+    for (const DeviceRequest& r : request.containers) {
+      if (r.count > 0 && r.count == init) first = &r;
+    }
+  }
+  if (first == nullptr) return t;
+  t.count = running > 0 ? running : init;
+  if (first->Fractional()) {
+    t.compute = first->compute;
+    t.memory_mib = first->memory_mib;
+  } else {
+    t.compute = kComputeWhole;
+  }
+  for (const std::string& m : first->model_include) t.model += (t.model.empty() ? "" : "|") + m;
+  return t;
+}
+
 WorkloadLearner::WorkloadLearner(WorkloadLearnerOptions options) : options_(options) {}
 
 void WorkloadLearner::Observe(const TaskShape& s) {

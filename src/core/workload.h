@@ -33,6 +33,13 @@ struct WorkloadLearnerOptions {
   size_t min_arrivals = 32; // fewer in the window: Shapes() is empty
 };
 
+// The shape a pod's request stands for: its long-running devices (regular
+// containers and sidecars; the largest init container when those ask for
+// none), the compute and memory per device of its first request, the model
+// names it is limited to ('|'-joined; "" = any), and its host requests.
+// A pod that asks for no device is a shape of count 0.
+TaskShape ShapeOfRequest(const PodRequest& request);
+
 class WorkloadLearner {
  public:
   explicit WorkloadLearner(WorkloadLearnerOptions options = {});

@@ -362,7 +362,7 @@ TEST(CacheTest, AReservationNeedsTheDevicesItWasPlannedOn) {
   const PodAssignment planned = Planned("a", 3, 700, 0);
   ASSERT_TRUE(c.Reserve(Ref("p1"), planned, 0).ok());
   EXPECT_EQ(UsedMemory(c, "a", 2), 700);
-  const PodInfo p1 = MakePodInfo(Ref("p1"), core::PodRequest{{testing::Gpu(1, 700)}});
+  const PodInfo p1 = MakePodInfo(Ref("p1"), core::PodRequest{{testing::Gpu(1, 700)}, {}});
   StatusOr<api::Assignment> doc = ToApiAssignment(planned, *c.Node("a"), p1);
   ASSERT_TRUE(doc.ok()) << doc.status().ToString();
   const api::AssignedDevice& d = doc->containers.at(0).devices.at(0);

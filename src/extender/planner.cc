@@ -112,6 +112,9 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Poli
     }
     if (plan.fits()) {
       score_sum += policy.NodeScore(*st->inventory, st->usage, r.placement);
+      // The host request was for the score; an assignment names devices only
+      // (the annotation carries none, and a bound pod's must match it).
+      r.placement.host = {};
       plan.parts.push_back(AssignmentPart{v, std::move(r.placement), {}, {}});
     }
   }

@@ -26,7 +26,8 @@ Status TakeOneGpu(Cache& c, const std::string& node) {
           "binpack",
           {AssignmentPart{core::Vendor::kNvidia,
                           core::Placement{{core::ContainerPlacement{
-                              "m", core::ContainerKind::kRegular, {core::Grant{0, 0, 0, true}}}}},
+                              "m", core::ContainerKind::kRegular, {core::Grant{0, 0, 0, true}}}},
+                                          {}},
                           {{0}},
                           {}}}},
       0);

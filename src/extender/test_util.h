@@ -51,7 +51,7 @@ inline core::DeviceRequest Gpu(int32_t count, int64_t memory_mib = 0, int32_t co
 inline PodInfo MakePod(const std::string& uid, std::vector<core::DeviceRequest> containers,
                        const std::string& job = "") {
   return MakePodInfo(PodRef{uid, "ns", "pod-" + uid, job},
-                     core::PodRequest{std::move(containers)});
+                     core::PodRequest{std::move(containers), {}});
 }
 
 // Records the writes a bind makes; fails a stage when told to.

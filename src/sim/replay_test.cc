@@ -128,20 +128,63 @@ TEST(ReplayTest, TheExtenderVariantsWithFullInformationAreThePoliciesThemselves)
     ReplayOptions opt;
     opt.mode = TieMode::kKube;
     const ReplayResult want = Replay(s.cluster, order, **a, opt);
-    opt.extender = ExtenderInputs{.workload = ExtenderWorkload::kTrace, .host = true};
+    opt.extender.workload = ExtenderWorkload::kTrace;
+    opt.extender.host = true;
     const ReplayResult same = Replay(s.cluster, order, **b, opt);
     ASSERT_EQ(same.curve.size(), want.curve.size());
     for (size_t i = 0; i < want.curve.size(); ++i) {
       ASSERT_EQ(same.curve[i].allocated_pct, want.curve[i].allocated_pct) << "pod " << i;
     }
-    opt.extender = ExtenderInputs{.workload = ExtenderWorkload::kBuiltin, .host = false};
-    const ReplayResult shipped = Replay(s.cluster, order, **b, opt);
+    opt.extender.workload = ExtenderWorkload::kBuiltin;
+    opt.extender.host = false;
+    const ReplayResult blind = Replay(s.cluster, order, **b, opt);
     bool differs = false;
     for (size_t i = 0; i < want.curve.size(); ++i) {
-      differs = differs || shipped.curve[i].allocated_pct != want.curve[i].allocated_pct;
+      differs = differs || blind.curve[i].allocated_pct != want.curve[i].allocated_pct;
     }
-    EXPECT_TRUE(differs) << "the shipped inputs changed no decision on the slice";
+    EXPECT_TRUE(differs) << "the built-in workload without the host changed no decision";
   }
+}
+
+TEST(ReplayTest, TheLearnedWorkloadIsRebuiltAsPodsArriveAndDecides) {
+  // The shipped extender learns the workload from the pods it sees arrive:
+  // the picker rebuilds its task list every `refresh` arrivals once the
+  // learner has min_arrivals, and those rebuilds change decisions against
+  // the built-in mix.
+  const Slice& s = TestSlice();
+  const std::vector<int32_t> order = ArrivalOrder(s.pods, s.cluster, 42, 1.3);
+  StatusOr<std::unique_ptr<SimPolicy>> ext = MakeSimPolicy("accelpool-extender");
+  ASSERT_TRUE(ext.ok());
+  ReplayOptions opt;
+  opt.mode = TieMode::kKube;
+  opt.extender.refresh = 8;
+  opt.extender.learner.min_arrivals = 16;
+  NodePicker picker(s.cluster, **ext, opt);
+  std::vector<SimNode> nodes = s.cluster.nodes;
+  for (int32_t pod : order) {
+    uint32_t mask = 0;
+    const size_t sid = static_cast<size_t>(s.cluster.pod_shape[static_cast<size_t>(pod)]);
+    const size_t at = picker.Pick(nodes, sid, &mask);
+    if (at < nodes.size()) Place(&nodes[at], s.cluster.shapes[sid], mask);
+  }
+  // Rebuilds at arrivals 16, 24, 32, ...: one per 8 from the 16th on.
+  EXPECT_EQ(picker.workload_rebuilds(), static_cast<int64_t>(order.size() / 8) - 1);
+  const ReplayResult learned = Replay(s.cluster, order, **ext, opt);
+  opt.extender.workload = ExtenderWorkload::kBuiltin;
+  const ReplayResult builtin = Replay(s.cluster, order, **ext, opt);
+  bool differs = false;
+  for (size_t i = 0; i < learned.curve.size(); ++i) {
+    differs = differs || learned.curve[i].allocated_pct != builtin.curve[i].allocated_pct;
+  }
+  EXPECT_TRUE(differs) << "the learned workload changed no decision";
+  // Policies that do not score with the extender's view learn nothing.
+  StatusOr<std::unique_ptr<SimPolicy>> fgd = MakeSimPolicy("fgd");
+  NodePicker other(s.cluster, **fgd, opt);
+  uint32_t mask = 0;
+  for (int32_t pod : order) {
+    other.Pick(nodes, static_cast<size_t>(s.cluster.pod_shape[static_cast<size_t>(pod)]), &mask);
+  }
+  EXPECT_EQ(other.workload_rebuilds(), 0);
 }
 
 TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
