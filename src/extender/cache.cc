@@ -27,7 +27,8 @@ Cache::Shard& Cache::ShardOf(const std::string& node) const {
 
 int Cache::UpsertNode(const std::string& name,
                       StatusOr<std::vector<core::NodeInventory>> inventories, int64_t generation,
-                      const NodeDomains& domains) {
+                      const NodeDomains& domains, std::optional<core::HostResources> allocatable) {
+  std::lock_guard<std::mutex> host_lock(host_mu_);
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   Shard& shard = ShardOf(name);
   std::lock_guard<std::mutex> lock(shard.mu);
@@ -56,9 +57,82 @@ int Cache::UpsertNode(const std::string& name,
       newly_absent += std::max(0, rec.absent - absent_before);
     }
   }
+  next->host_allocatable = allocatable;
+  if (auto it = host_sums_.find(name); it != host_sums_.end()) {
+    next->host_requested = it->second.requested;
+    next->host_pods = it->second.pods;
+  }
+  next->SetHostFree(track_host_.load());
   shard.nodes[name] = std::move(next);
   Touch();
   return newly_absent;
+}
+
+void Cache::TrackHost(bool on) {
+  std::lock_guard<std::mutex> host_lock(host_mu_);
+  if (track_host_.exchange(on) == on) return;
+  for (Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (auto& [name, snap] : shard.nodes) {
+      auto next = std::make_shared<NodeSnapshot>(*snap);
+      next->version = next_version_.fetch_add(1);
+      next->SetHostFree(on);
+      snap = std::move(next);
+    }
+  }
+  Touch();
+}
+
+void Cache::RefreshHostLocked(const std::string& node) {
+  Shard& shard = ShardOf(node);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.nodes.find(node);
+  if (it == shard.nodes.end()) return;  // applied when the node arrives (UpsertNode)
+  auto next = std::make_shared<NodeSnapshot>(*it->second);
+  next->version = next_version_.fetch_add(1);
+  const auto sum = host_sums_.find(node);
+  next->host_requested = sum == host_sums_.end() ? core::HostResources{} : sum->second.requested;
+  next->host_pods = sum == host_sums_.end() ? 0 : sum->second.pods;
+  next->SetHostFree(track_host_.load());
+  it->second = std::move(next);
+}
+
+void Cache::ObserveHostPod(const std::string& uid, const std::string& node,
+                           const core::HostResources& request) {
+  std::lock_guard<std::mutex> host_lock(host_mu_);
+  auto it = host_pods_.find(uid);
+  if (it == host_pods_.end() ? node.empty()
+                             : it->second.node == node && it->second.request == request) {
+    return;  // nothing changes
+  }
+  auto add = [this](const std::string& n, const core::HostResources& r, int sign) {
+    HostSum& sum = host_sums_[n];
+    sum.requested.cpu_milli += sign * r.cpu_milli;
+    sum.requested.memory_mib += sign * r.memory_mib;
+    sum.pods += sign;
+    if (sum.pods <= 0) host_sums_.erase(n);
+  };
+  std::string old_node;
+  if (it != host_pods_.end()) {
+    old_node = it->second.node;
+    if (!old_node.empty()) add(old_node, it->second.request, -1);
+  }
+  if (node.empty()) {
+    host_pods_.erase(uid);
+  } else {
+    host_pods_[uid] = HostPod{node, request};
+    add(node, request, +1);
+  }
+  if (!old_node.empty() && old_node != node) RefreshHostLocked(old_node);
+  if (!node.empty()) RefreshHostLocked(node);
+  Touch();
+}
+
+void Cache::ForgetHostPod(const std::string& uid) { ObserveHostPod(uid, "", {}); }
+
+int64_t Cache::HostPods() const {
+  std::lock_guard<std::mutex> host_lock(host_mu_);
+  return static_cast<int64_t>(host_pods_.size());
 }
 
 void Cache::RemoveNode(const std::string& name) {

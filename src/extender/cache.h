@@ -18,8 +18,13 @@
 // Jobs: pods that carry a job key are counted per node, so prioritize can
 // favour nodes near a job's siblings.
 //
-// Lock order: pods_mu_ before a node shard's mutex; no lock is held across I/O
-// or across Fit.
+// Host: with TrackHost on, each node's snapshot also carries its allocatable
+// CPU and memory (from UpsertNode) and the sum of the host requests of the
+// pods bound to it (ObserveHostPod, fed from a watch of every pod), so the
+// fragmentation policies see which nodes have host left for their devices.
+//
+// Lock order: host_mu_ before pods_mu_ before a node shard's mutex; no lock is
+// held across I/O or across Fit.
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef ACCELPOOL_EXTENDER_CACHE_H_
@@ -82,8 +87,11 @@ class Cache {
   // inventory; they are counted again when it returns, before any new
   // placement. The node keeps counting its pods (NodeSnapshot::pods)
   // throughout. Returns how many grants became newly uncounted this way.
+  // `allocatable`: the Node's status.allocatable CPU and memory (nullopt:
+  // unknown; the node's host is then not scored).
   int UpsertNode(const std::string& name, StatusOr<std::vector<core::NodeInventory>> inventories,
-                 int64_t generation, const NodeDomains& domains);
+                 int64_t generation, const NodeDomains& domains,
+                 std::optional<core::HostResources> allocatable = std::nullopt);
   void RemoveNode(const std::string& name);
   // nullptr when unknown.
   NodeSnapshotPtr Node(const std::string& name) const;
@@ -132,6 +140,20 @@ class Cache {
 
   CacheStats Stats() const;
 
+  // --- host ----------------------------------------------------------------
+  // Turns host tracking on or off (default off: snapshots carry no
+  // usage.host_free). Turn it on only with a watch of every pod feeding
+  // ObserveHostPod, synced before the extender answers.
+  void TrackHost(bool on);
+  bool tracking_host() const { return track_host_.load(); }
+  // The host request of pod `uid`, bound to `node` ("" when not bound yet or
+  // finished: then it counts nowhere). Replaces what was recorded for it.
+  void ObserveHostPod(const std::string& uid, const std::string& node,
+                      const core::HostResources& request);
+  void ForgetHostPod(const std::string& uid);
+  // Pods whose host request is counted on some node.
+  int64_t HostPods() const;
+
  private:
   struct PodRecord {
     PodRef ref;
@@ -171,6 +193,23 @@ class Cache {
   void ReleaseRecordLocked(PodRecord& rec);
   void EraseRecordLocked(const std::string& uid);
   void Touch();
+
+  // Re-derives the snapshot of `node` with its current host sums.
+  // REQUIRES: host_mu_ held.
+  void RefreshHostLocked(const std::string& node);
+
+  mutable std::mutex host_mu_;
+  std::atomic<bool> track_host_{false};
+  struct HostPod {
+    std::string node;
+    core::HostResources request;
+  };
+  struct HostSum {
+    core::HostResources requested;
+    int32_t pods = 0;
+  };
+  std::unordered_map<std::string, HostPod> host_pods_;  // by uid; guarded by host_mu_
+  std::unordered_map<std::string, HostSum> host_sums_;  // by node; guarded by host_mu_
 
   mutable std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> next_version_{1};

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "api/host_request.h"
 #include "api/inventory_codec.h"
 #include "api/resources.h"
 #include "extender/wire.h"
@@ -125,6 +126,12 @@ StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
   e.domains.rack = StringAt(node, {"metadata", "labels", kRackLabel});
   e.domains.block = StringAt(node, {"metadata", "labels", kBlockLabel});
   e.domains.prefer_no_schedule = HasPreferNoScheduleTaint(node);
+  StatusOr<core::HostResources> allocatable = api::ParseNodeAllocatable(node);
+  if (allocatable.ok()) {
+    e.allocatable = *allocatable;
+  } else {
+    e.allocatable_error = allocatable.status().message();
+  }
   const std::string text = StringAt(node, {"metadata", "annotations", api::kInventoryAnnotation});
   if (text.empty()) {
     return e;

@@ -50,6 +50,10 @@ struct NodeEntry {
   // Entries of the cordon annotation that name no device of the node (a typo,
   // or a card the node no longer lists), in the annotation's order.
   std::vector<std::string> cordon_unknown;
+  // status.allocatable CPU and memory; nullopt when absent or malformed
+  // (allocatable_error says which).
+  std::optional<core::HostResources> allocatable;
+  std::string allocatable_error;
 };
 // kInvalidArgument when the object has no metadata.name. An inventory that
 // does not parse is reported inside the entry, not as an error.

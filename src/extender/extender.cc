@@ -62,56 +62,109 @@ std::string CanonicalPolicy(std::string_view annotation) {
   return name;  // HAMi's values (binpack, spread) are names of ours already
 }
 
-StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptions options,
-                                                     PodWriter* writer, EventSink* events,
-                                                     const ExtenderMetrics* metrics, Logger log) {
-  StatusOr<core::PolicyPtr> policy = core::MakePolicy(options.policy, options.policy_context);
+StatusOr<std::shared_ptr<const Extender::PolicySet>> Extender::MakePolicySet(
+    const std::string& main, const std::vector<core::TaskShape>& workload, uint64_t generation) {
+  auto set = std::make_shared<PolicySet>();
+  set->generation = generation;
+  set->workload = workload;
+  core::PolicyContext ctx;
+  ctx.workload = workload;
+  StatusOr<core::PolicyPtr> policy = core::MakePolicy(main, ctx);
   if (!policy.ok()) {
     return policy.status().WithPrefix("--policy");
   }
-  std::unique_ptr<Extender> e(new Extender(cache, std::move(options), std::move(policy).value(),
-                                           writer, events, metrics, std::move(log)));
+  set->main = std::move(policy).value();
   for (const std::string& name : core::PolicyNames()) {
-    StatusOr<core::PolicyPtr> p = core::MakePolicy(name, e->options_.policy_context);
+    StatusOr<core::PolicyPtr> p = core::MakePolicy(name, ctx);
     if (!p.ok()) {
       return p.status().WithPrefix("policy " + name);
     }
-    e->policies_[name] = std::move(p).value();
+    set->by_name[name] = std::move(p).value();
   }
-  return e;
+  return std::shared_ptr<const PolicySet>(std::move(set));
 }
 
-const std::pair<const std::string, core::PolicyPtr>* Extender::PodPolicy(const PodInfo& pod) const {
+StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptions options,
+                                                     PodWriter* writer, EventSink* events,
+                                                     const ExtenderMetrics* metrics, Logger log) {
+  StatusOr<std::shared_ptr<const PolicySet>> set =
+      MakePolicySet(options.policy, options.policy_context.workload, 0);
+  if (!set.ok()) {
+    return set.status();
+  }
+  return std::unique_ptr<Extender>(new Extender(cache, std::move(options), std::move(set).value(),
+                                                writer, events, metrics, std::move(log)));
+}
+
+std::shared_ptr<const Extender::PolicySet> Extender::Policies() const {
+  std::lock_guard<std::mutex> lock(policies_mu_);
+  return policies_;
+}
+
+bool Extender::SetWorkload(std::vector<core::TaskShape> workload) {
+  std::lock_guard<std::mutex> serial(set_workload_mu_);
+  std::shared_ptr<const PolicySet> now = Policies();
+  if (now->workload == workload) {
+    return false;
+  }
+  StatusOr<std::shared_ptr<const PolicySet>> next =
+      MakePolicySet(options_.policy, workload, now->generation + 1);
+  if (!next.ok()) {  // the names were accepted by Create; a workload cannot make them fail
+    log_.Error("rebuilding the policies failed; keeping the workload in use",
+               {{"error", next.status().ToString()}});
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(policies_mu_);
+    policies_ = std::move(next).value();
+  }
+  if (metrics_ != nullptr) {
+    metrics_->workload_rebuilds->Get().Inc();
+  }
+  return true;
+}
+
+std::vector<core::TaskShape> Extender::Workload() const { return Policies()->workload; }
+
+uint64_t Extender::workload_generation() const { return Policies()->generation; }
+
+const std::pair<const std::string, core::PolicyPtr>* Extender::PodPolicy(
+    const PodInfo& pod, const PolicySet& set) const {
   if (pod.policy.empty()) {
     return nullptr;
   }
-  auto it = policies_.find(CanonicalPolicy(pod.policy));
-  return it == policies_.end() ? nullptr : &*it;
+  auto it = set.by_name.find(CanonicalPolicy(pod.policy));
+  return it == set.by_name.end() ? nullptr : &*it;
 }
 
 std::string Extender::PolicyName(const PodInfo& pod) const {
-  const auto* own = PodPolicy(pod);
-  return own != nullptr ? own->first : options_.policy;
+  if (pod.policy.empty()) {
+    return options_.policy;
+  }
+  const std::string name = CanonicalPolicy(pod.policy);
+  const std::vector<std::string>& known = core::PolicyNames();
+  return std::find(known.begin(), known.end(), name) != known.end() ? name : options_.policy;
 }
 
-const core::Policy& Extender::PolicyFor(const PodInfo& pod) const {
-  const auto* own = PodPolicy(pod);
-  return own != nullptr ? *own->second : *policy_;
+const core::Policy& Extender::PolicyFor(const PodInfo& pod, const PolicySet& set) const {
+  const auto* own = PodPolicy(pod, set);
+  return own != nullptr ? *own->second : *set.main;
 }
 
-std::string Extender::PlanKey(const PodInfo& pod) const {
+std::string Extender::PlanKey(const PodInfo& pod, const PolicySet& set) const {
   std::string key = RequestShape(pod.request);
+  key += "@" + std::to_string(set.generation);
   if (!pod.policy.empty()) {
     key += "#" + PolicyName(pod);
   }
   return key;
 }
 
-Extender::Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy,
+Extender::Extender(Cache& cache, ExtenderOptions options, std::shared_ptr<const PolicySet> policies,
                    PodWriter* writer, EventSink* events, const ExtenderMetrics* metrics, Logger log)
     : cache_(cache),
       options_(std::move(options)),
-      policy_(std::move(policy)),
+      policies_(std::move(policies)),
       writer_(writer),
       events_(events),
       metrics_(metrics),
@@ -129,14 +182,15 @@ size_t FilterThreads(int configured) {
 }
 
 std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
-                                                     const NodeSnapshot* snap) {
+                                                     const NodeSnapshot* snap,
+                                                     const core::Policy& policy) {
   if (snap == nullptr) {
-    return std::make_shared<const NodePlan>(PlanNode(pod, snap, PolicyFor(pod)));
+    return std::make_shared<const NodePlan>(PlanNode(pod, snap, policy));
   }
   if (std::shared_ptr<const NodePlan> hit = snap->memo.Find(shape)) {
     return hit;
   }
-  auto plan = std::make_shared<const NodePlan>(PlanNode(pod, snap, PolicyFor(pod)));
+  auto plan = std::make_shared<const NodePlan>(PlanNode(pod, snap, policy));
   snap->memo.Put(shape, plan);
   return plan;
 }
@@ -145,11 +199,13 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   AwaitVictims(pod, nodes);
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<NodeSnapshotPtr> snaps(nodes.size());
-  const std::string shape = PlanKey(pod);
+  const std::shared_ptr<const PolicySet> policies = Policies();
+  const core::Policy& policy = PolicyFor(pod, *policies);
+  const std::string shape = PlanKey(pod, *policies);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       snaps[i] = cache_.Node(nodes[i]);
-      plans[i] = CachedPlan(pod, shape, snaps[i].get());
+      plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
     }
   };
   const size_t threads = nodes.size() >= 512 ? FilterThreads(options_.filter_threads) : 1;
@@ -320,7 +376,9 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
     cursor = it->second + 1;
     return &list[it->second];
   };
-  const std::string shape = PlanKey(pod);
+  const std::shared_ptr<const PolicySet> policies = Policies();
+  const core::Policy& policy = PolicyFor(pod, *policies);
+  const std::string shape = PlanKey(pod, *policies);
   std::vector<RankInput> inputs;
   inputs.reserve(nodes.size());
   for (const std::string& n : nodes) {
@@ -330,7 +388,7 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
     }
     RankInput in{n, 0, cache_.Node(n)};
     if (pod.Pooled()) {
-      std::shared_ptr<const NodePlan> p = CachedPlan(pod, shape, in.snap.get());
+      std::shared_ptr<const NodePlan> p = CachedPlan(pod, shape, in.snap.get(), policy);
       in.policy_score = p->fits() ? p->score : 0;
     }
     inputs.push_back(std::move(in));
@@ -346,6 +404,7 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
 StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::string& node,
                                                  int32_t* score) {
   Status last;
+  const std::shared_ptr<const PolicySet> policies = Policies();
   for (int attempt = 0; attempt < kMaxPlanAttempts; ++attempt) {
     NodeSnapshotPtr snap = cache_.Node(node);
     if (snap == nullptr) {
@@ -353,7 +412,7 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
                            " is not in the extender's cache (no accelpool inventory); the pod "
                            "is retried on another node");
     }
-    NodePlan plan = PlanNode(pod, snap.get(), PolicyFor(pod));
+    NodePlan plan = PlanNode(pod, snap.get(), PolicyFor(pod, *policies));
     if (!plan.fits()) {
       return FailedPreconditionError("pod no longer fits node " + node + ": " + plan.Describe() +
                                      "; the pod is retried");
@@ -483,6 +542,7 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
 std::map<std::string, MetaVictims> Extender::Preempt(
     const PodInfo& pod, const std::map<std::string, MetaVictims>& victims) {
   std::map<std::string, MetaVictims> out;
+  const std::shared_ptr<const PolicySet> policies = Policies();
   for (const auto& [node, mv] : victims) {
     if (mv.pod_uids.empty()) {
       continue;  // kube-scheduler refuses a node answered with no victims
@@ -507,7 +567,7 @@ std::map<std::string, MetaVictims> Extender::Preempt(
         ReleaseAssignment(*a, &freed);
       }
     }
-    if (!PlanNode(pod, &freed, PolicyFor(pod)).fits()) {
+    if (!PlanNode(pod, &freed, PolicyFor(pod, *policies)).fits()) {
       continue;
     }
     out[node] = mv;

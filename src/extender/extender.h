@@ -132,6 +132,11 @@ struct ExtenderMetrics {
   CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
   CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir
   CounterFamily* preemption_waits = nullptr;   // result (released|timeout)
+  GaugeFamily* node_host_free = nullptr;       // node, resource (cpu|memory)
+  GaugeFamily* host_pods = nullptr;
+  GaugeFamily* workload_shapes = nullptr;
+  CounterFamily* workload_arrivals = nullptr;  // incremented by PodLoad
+  CounterFamily* workload_rebuilds = nullptr;
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };
@@ -169,11 +174,21 @@ class Extender {
   void UpdateGauges() const;
 
   const std::string& policy_name() const { return options_.policy; }
+
+  // Scores with `workload` from now on (empty: the built-in mix): every
+  // policy is rebuilt, and plans remembered under the old workload are not
+  // reused. False (and nothing changes) when it equals the one in use.
+  bool SetWorkload(std::vector<core::TaskShape> workload);
+  // The workload scored with now (empty: the built-in mix), and how many
+  // times it has been replaced.
+  std::vector<core::TaskShape> Workload() const;
+  uint64_t workload_generation() const;
   Cache& cache() { return cache_; }
 
  private:
-  Extender(Cache& cache, ExtenderOptions options, core::PolicyPtr policy, PodWriter* writer,
-           EventSink* events, const ExtenderMetrics* metrics, Logger log);
+  struct PolicySet;  // below
+  Extender(Cache& cache, ExtenderOptions options, std::shared_ptr<const PolicySet> policies,
+           PodWriter* writer, EventSink* events, const ExtenderMetrics* metrics, Logger log);
 
   // Per feasible node of a filter call, in the order filter answered them:
   // the snapshot it was planned on (never null) and the policy score.
@@ -213,25 +228,37 @@ class Extender {
   // kept per (node, version, shape) and reused until the node changes.
   // Shared with the memo: a plan is never copied on a hit.
   std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
-                                             const NodeSnapshot* snap);
-
+                                             const NodeSnapshot* snap, const core::Policy& policy);
 
   Cache& cache_;
   const ExtenderOptions options_;
-  const core::PolicyPtr policy_;
-  // Every named policy, for pods that choose their own (PodInfo::policy).
-  std::map<std::string, core::PolicyPtr> policies_;
+  // The policies of one workload: --policy's and every named one (for pods
+  // that choose their own, PodInfo::policy). Replaced whole by SetWorkload; a
+  // verb takes the current set once and plans with it throughout.
+  struct PolicySet {
+    uint64_t generation = 0;
+    std::vector<core::TaskShape> workload;  // empty: the built-in mix
+    core::PolicyPtr main;
+    std::map<std::string, core::PolicyPtr> by_name;
+  };
+  static StatusOr<std::shared_ptr<const PolicySet>> MakePolicySet(
+      const std::string& main, const std::vector<core::TaskShape>& workload, uint64_t generation);
+  std::shared_ptr<const PolicySet> Policies() const;
+  mutable std::mutex policies_mu_;
+  std::shared_ptr<const PolicySet> policies_;  // guarded by policies_mu_; never null
+  std::mutex set_workload_mu_;                 // serialises SetWorkload
 
   // The pod's own policy (by its canonical name), or nullptr: none, or one
   // this extender does not know (the extender's --policy applies).
-  const std::pair<const std::string, core::PolicyPtr>* PodPolicy(const PodInfo& pod) const;
+  const std::pair<const std::string, core::PolicyPtr>* PodPolicy(const PodInfo& pod,
+                                                                 const PolicySet& set) const;
   // The policy name and object a pod is planned with: its own when it names
   // a known one, else the extender's --policy.
   std::string PolicyName(const PodInfo& pod) const;
-  const core::Policy& PolicyFor(const PodInfo& pod) const;
-  // The memo key of a pod: its request shape and, when it has its own, the
-  // policy it chose.
-  std::string PlanKey(const PodInfo& pod) const;
+  const core::Policy& PolicyFor(const PodInfo& pod, const PolicySet& set) const;
+  // The memo key of a pod: its request shape, the policy set's generation
+  // and, when it has its own, the policy it chose.
+  std::string PlanKey(const PodInfo& pod, const PolicySet& set) const;
   PodWriter* const writer_;
   EventSink* const events_;
   const ExtenderMetrics* const metrics_;

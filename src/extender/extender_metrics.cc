@@ -56,11 +56,27 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
       "Filters of a preemptor that waited for its victims' deletions to reach the cache, by "
       "result (released: they arrived; timeout: they were still held).",
       {"result"});
+  auto host_free =
+      r.AddGauge("accelpool_extender_node_host_free",
+                 "Host CPU (cores) and memory (MiB) per node not requested by its pods, as the "
+                 "fragmentation policies score it; only while the host is tracked.",
+                 {"node", "resource"});
+  auto host_pods = r.AddGauge("accelpool_extender_host_pods",
+                              "Pods whose CPU and memory requests are counted on a node.");
+  auto shapes =
+      r.AddGauge("accelpool_extender_workload_shapes",
+                 "Task shapes the fragmentation policies score against (0: the built-in mix).");
+  auto arrivals = r.AddCounter("accelpool_extender_workload_arrivals_total",
+                               "Pods the workload learner has seen arrive.");
+  auto rebuilds = r.AddCounter("accelpool_extender_workload_rebuilds_total",
+                               "Times the policies were rebuilt for a newly learned workload.");
   for (const Status& s :
-       {latency.status(), requests.status(), filter.status(), conflicts.status(), failures.status(),
-        nodes.status(), pods.status(), uncounted.status(), age.status(), dev_mem.status(),
-        dev_cmp.status(), node_mem.status(), node_cmp.status(), cordoned.status(), bad.status(),
-        edits.status(), key_errors.status(), preemption_waits.status()}) {
+       {host_free.status(), host_pods.status(),  shapes.status(),          arrivals.status(),
+        rebuilds.status(),  latency.status(),    requests.status(),        filter.status(),
+        conflicts.status(), failures.status(),   nodes.status(),           pods.status(),
+        uncounted.status(), age.status(),        dev_mem.status(),         dev_cmp.status(),
+        node_mem.status(),  node_cmp.status(),   cordoned.status(),        bad.status(),
+        edits.status(),     key_errors.status(), preemption_waits.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -81,7 +97,14 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.assignment_edits = *edits;
   m.key_reload_errors = *key_errors;
   m.preemption_waits = *preemption_waits;
+  m.node_host_free = *host_free;
+  m.host_pods = *host_pods;
+  m.workload_shapes = *shapes;
+  m.workload_arrivals = *arrivals;
+  m.workload_rebuilds = *rebuilds;
   m.key_reload_errors->Get();  // rendered from the start, for increase()
+  m.workload_arrivals->Get();
+  m.workload_rebuilds->Get();
   return m;
 }
 
@@ -104,7 +127,10 @@ void Extender::UpdateGauges() const {
       behind > 0) {
     edits.Inc(behind);
   }
+  metrics_->host_pods->Get().Set(static_cast<double>(cache_.HostPods()));
+  metrics_->workload_shapes->Get().Set(static_cast<double>(Policies()->workload.size()));
   std::set<std::string> nodes;
+  std::set<std::string> host_nodes;            // nodes whose host is scored
   std::set<std::vector<std::string>> devices;  // {node, device id}
   for (const std::string& name : cache_.NodeNames()) {
     NodeSnapshotPtr snap = cache_.Node(name);
@@ -132,6 +158,14 @@ void Extender::UpdateGauges() const {
         cmp += c;
       }
     }
+    if (!snap->inventories.empty() && snap->inventories[0].usage.host_free.has_value()) {
+      const core::HostResources& free = *snap->inventories[0].usage.host_free;
+      metrics_->node_host_free->WithLabels({name, "cpu"})
+          .Set(static_cast<double>(free.cpu_milli) / 1000.0);
+      metrics_->node_host_free->WithLabels({name, "memory"})
+          .Set(static_cast<double>(free.memory_mib));
+      host_nodes.insert(name);
+    }
     metrics_->node_memory->WithLabels({name}).Set(mem);
     metrics_->node_compute->WithLabels({name}).Set(cmp);
     metrics_->node_cordoned->WithLabels({name}).Set(cordoned);
@@ -147,6 +181,8 @@ void Extender::UpdateGauges() const {
   for (GaugeFamily* f : {metrics_->device_memory, metrics_->device_compute}) {
     f->RemoveIf(device_gone);
   }
+  metrics_->node_host_free->RemoveIf(
+      [&](const std::vector<std::string>& v) { return !host_nodes.contains(v[0]); });
 }
 
 }  // namespace accelpool::extender

@@ -170,8 +170,12 @@ void CacheFeeder::OnNode(const nlohmann::json& node) {
     log_.Warn("node inventory does not parse; node kept without devices",
               {{"node", e->name}, {"error", e->inventories.status().message()}});
   }
-  const int absent =
-      cache_.UpsertNode(e->name, std::move(e->inventories), e->generation, e->domains);
+  if (!e->allocatable.has_value() && cache_.tracking_host()) {
+    log_.Debug("node's host CPU and memory are not scored",
+               {{"node", e->name}, {"error", e->allocatable_error}});
+  }
+  const int absent = cache_.UpsertNode(e->name, std::move(e->inventories), e->generation,
+                                       e->domains, e->allocatable);
   if (absent > 0) {
     log_.Warn(
         "assigned devices are missing from the node's inventory; the pods keep them and "

@@ -10,6 +10,16 @@
 
 namespace accelpool::extender {
 
+void NodeSnapshot::SetHostFree(bool track) {
+  std::optional<core::HostResources> free;
+  if (track && host_allocatable.has_value()) {
+    free = core::HostResources{
+        std::max<int64_t>(0, host_allocatable->cpu_milli - host_requested.cpu_milli),
+        std::max<int64_t>(0, host_allocatable->memory_mib - host_requested.memory_mib)};
+  }
+  for (InventoryState& st : inventories) st.usage.host_free = free;
+}
+
 InventoryState InventoryState::Empty(std::shared_ptr<const core::NodeInventory> inv) {
   InventoryState s;
   s.usage = core::NodeUsage::Empty(*inv);

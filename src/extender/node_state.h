@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,13 @@ struct NodeSnapshot {
   NodeDomains domains;
   int32_t devices = 0;  // devices over all inventories, set with them
   int32_t pods = 0;     // pods holding devices here
+  // Host CPU and memory, when the cache tracks them (Cache::TrackHost):
+  // the Node's status.allocatable, and the requests of the pods bound here
+  // (every scheduler's, finished pods left out). Each inventory's
+  // usage.host_free is allocatable less requested (SetHostFree).
+  std::optional<core::HostResources> host_allocatable;
+  core::HostResources host_requested;
+  int32_t host_pods = 0;
   std::chrono::steady_clock::time_point updated;
   PlanMemo memo;  // thread-safe; see PlanMemo
 
@@ -94,6 +102,10 @@ struct NodeSnapshot {
   // True when no pod holds devices here (no assignment is applied).
   bool Idle() const;
   int32_t FreeWholeDevices() const;
+  // Sets every inventory's usage.host_free from host_allocatable and
+  // host_requested (not below zero); nullopt when `track` is false or the
+  // allocatable is unknown.
+  void SetHostFree(bool track);
 };
 using NodeSnapshotPtr = std::shared_ptr<const NodeSnapshot>;
 

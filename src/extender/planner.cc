@@ -55,6 +55,9 @@ std::string RequestShape(const core::PodRequest& request) {
     list(r.id_exclude);
     out += '\n';
   }
+  // The host request moves the fragmentation policies' scores.
+  out += "host|" + std::to_string(request.host.cpu_milli) + '|' +
+         std::to_string(request.host.memory_mib);
   return out;
 }
 

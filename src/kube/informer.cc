@@ -67,10 +67,11 @@ bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
 
 namespace {
 
-std::shared_ptr<const json> Stored(json obj) {
+std::shared_ptr<const json> Stored(json obj, const std::function<void(json&)>& transform) {
   if (auto m = obj.find("metadata"); m != obj.end() && m->is_object()) {
     m->erase("managedFields");
   }
+  if (transform) transform(obj);
   return std::make_shared<const json>(std::move(obj));
 }
 
@@ -106,7 +107,7 @@ Status Informer::ListAndReplace() {
   std::map<std::string, Ptr> fresh;
   for (json& item : list->items) {
     std::string key = KeyOf(item);
-    fresh[key] = Stored(std::move(item));
+    fresh[key] = Stored(std::move(item), options_.transform);
   }
   std::vector<Ptr> added, deleted;
   std::vector<std::pair<Ptr, Ptr>> updated;
@@ -148,7 +149,7 @@ void Informer::Apply(WatchEvent& ev) {
   const std::string key = KeyOf(ev.object);
   std::shared_ptr<const json> old;
   std::shared_ptr<const json> now;
-  if (ev.type != WatchEventType::kDeleted) now = Stored(std::move(ev.object));
+  if (ev.type != WatchEventType::kDeleted) now = Stored(std::move(ev.object), options_.transform);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = store_.find(key);

@@ -48,6 +48,11 @@ struct InformerOptions {
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{30000};
   std::chrono::seconds watch_timeout{300};
+  // Applied to every object before it is stored and handed to the handlers,
+  // to keep a cache of many objects small (keep only the fields the handlers
+  // read). It must keep metadata.name, metadata.namespace and
+  // metadata.resourceVersion. Empty: objects are kept whole.
+  std::function<void(nlohmann::json& obj)> transform;
 };
 
 class Informer {

@@ -137,6 +137,44 @@ TEST_F(InformerTest, ObjectsAreKeptAndHandedOnWithoutManagedFields) {
   EXPECT_EQ((*n1)["metadata"]["name"], "n1");
 }
 
+TEST_F(InformerTest, ATransformTrimsEveryObjectBeforeItIsKeptOrHandedOn) {
+  api_.Put("/api/v1/nodes", Node("n1", "big"));
+  InformerOptions o = Options();
+  o.transform = [](json& obj) { obj["metadata"].erase("annotations"); };
+  std::mutex mu;
+  std::vector<json> seen;
+  InformerHandlers h;
+  h.on_add = [&](const json& obj) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(obj);
+  };
+  h.on_update = [&](const json&, const json& n) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(n);
+  };
+  Informer inf(*client_, o, h);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/nodes", Node("n1", "bigger"));
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (seen.size() >= 2) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  for (const json& obj : seen) {
+    EXPECT_FALSE(obj["metadata"].contains("annotations")) << obj.dump();
+    EXPECT_EQ(obj["metadata"]["name"], "n1");
+  }
+  auto n1 = inf.Get("n1");
+  ASSERT_TRUE(n1.has_value());
+  EXPECT_FALSE((*n1)["metadata"].contains("annotations"));
+}
+
 TEST_F(InformerTest, BookmarksAdvanceTheResumeVersion) {
   Recorder rec;
   Informer inf(*client_, Options(), rec.Handlers());

@@ -23,6 +23,7 @@
 #include "extender/handlers.h"
 #include "extender/kube_adapters.h"
 #include "extender/leader.h"
+#include "extender/pod_load.h"
 #include "extender/server.h"
 #include "extender/webhook.h"
 #include "http/http.h"
@@ -84,6 +85,15 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             --webhook-ca-file (checked every minute; with a leader election
                             only the active replica writes) (default off)
   --webhook-ca-file=FILE    PEM CA of the serving certificate (the TLS Secret's ca.crt)
+  --host-aware=BOOL         score each node's free host CPU and memory (its allocatable less the
+                            requests of every pod bound there), so devices are not stranded on
+                            nodes whose CPU or memory is gone; watches every pod, trimmed to a
+                            few fields (default true)
+  --learn-workload=BOOL     score fragmentation against the mix of pods the cluster runs, learned
+                            from every pod that arrives (DaemonSet and static pods excepted),
+                            instead of a built-in mix (default true)
+  --workload-window=N       arrivals the learned mix is drawn from, newest first (default 2048)
+  --workload-refresh=DUR    how often the policies take up the learned mix (default 30s)
   --pick-in-filter          filter answers only the node prioritize would rank first, so
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
@@ -99,6 +109,10 @@ struct Flags {
   std::string scheduler_lease;  // "[NS/]NAME" of kube-scheduler's Lease; "" = off
   bool pick_in_filter = false;
   bool webhook_allow_device_env = false;
+  bool host_aware = true;
+  bool learn_workload = true;
+  size_t workload_window = 2048;
+  std::chrono::seconds workload_refresh{30};
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
   int filter_threads = 0;
@@ -133,7 +147,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"webhook-ca-bundle", &f.webhook_ca_bundle},
                                                  {"webhook-ca-file", &f.webhook_ca_file}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
-      api_connections, max_connections;
+      api_connections, max_connections, workload_window, workload_refresh;
+  strings["workload-window"] = &workload_window;
+  strings["workload-refresh"] = &workload_refresh;
   strings["filter-threads"] = &filter_threads;
   strings["kube-api-qps"] = &api_qps;
   strings["kube-api-burst"] = &api_burst;
@@ -146,6 +162,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       ParseFlagTable(argc, argv, strings,
                      {{"leader-elect", &f.leader_elect},
                       {"pick-in-filter", &f.pick_in_filter},
+                      {"host-aware", &f.host_aware},
+                      {"learn-workload", &f.learn_workload},
                       {"webhook-allow-device-env", &f.webhook_allow_device_env}}));
   auto positive = [](const std::string& name, const std::string& value) -> StatusOr<long long> {
     char* end = nullptr;
@@ -155,6 +173,24 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
     return n;
   };
+  if (!workload_window.empty()) {
+    StatusOr<long long> n = positive("workload-window", workload_window);
+    ACCELPOOL_RETURN_IF_ERROR(n.status());
+    if (*n > 1000000) {
+      return InvalidArgumentError("--workload-window must be at most 1000000, got " +
+                                  workload_window);
+    }
+    f.workload_window = static_cast<size_t>(*n);
+  }
+  if (!workload_refresh.empty()) {
+    StatusOr<std::chrono::seconds> d = ParseDurationFlag("workload-refresh", workload_refresh);
+    ACCELPOOL_RETURN_IF_ERROR(d.status());
+    if (d->count() <= 0) {
+      return InvalidArgumentError("--workload-refresh must be at least 1s, got " +
+                                  workload_refresh);
+    }
+    f.workload_refresh = *d;
+  }
   if (!filter_threads.empty()) {
     StatusOr<long long> n = positive("filter-threads", filter_threads);
     ACCELPOOL_RETURN_IF_ERROR(n.status());
@@ -331,8 +367,27 @@ int Run(const Flags& flags) {
   pod_options.resource = kube::Pods();
   pod_options.field_selector = "spec.schedulerName=" + flags.scheduler_name;
   kube::Informer pods(**client, pod_options, feeder.PodHandlers(), log.Child("pods"));
+  // Every pod, trimmed: host requests per node and the workload's mix.
+  PodLoadOptions plo;
+  plo.host = flags.host_aware;
+  plo.learn = flags.learn_workload;
+  plo.learner.window = flags.workload_window;
+  plo.refresh = flags.workload_refresh;
+  PodLoad pod_load(cache, plo, &*metrics, log.Child("workload"));
+  std::unique_ptr<kube::Informer> all_pods;
+  if (flags.host_aware || flags.learn_workload) {
+    kube::InformerOptions all_options;
+    all_options.resource = kube::Pods();
+    all_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+    all_options.transform = &PodLoad::Trim;
+    all_pods = std::make_unique<kube::Informer>(**client, all_options, pod_load.Handlers(),
+                                                log.Child("all-pods"));
+  }
+  cache.TrackHost(flags.host_aware);
   nodes.Start();
   pods.Start();
+  if (all_pods) all_pods->Start();
+  pod_load.Start(**ext);
 
   std::unique_ptr<LeaderElector> leader;
   if (flags.leader_elect || !flags.scheduler_lease.empty()) {
@@ -389,7 +444,9 @@ int Run(const Flags& flags) {
                     HandlerOptions{flags.max_body_bytes});
   // kube-scheduler calls the extender whether it is ready or not: nothing is
   // decided before both caches have listed everything once (double booking).
-  handlers.SetSyncGate([&nodes, &pods] { return nodes.Synced() && pods.Synced(); });
+  handlers.SetSyncGate([&nodes, &pods, &all_pods] {
+    return nodes.Synced() && pods.Synced() && (all_pods == nullptr || all_pods->Synced());
+  });
   if (leader) {
     auto gate = [&leader] {
       return leader->IsLeaderNow() ? std::string() : leader->NotLeaderReason();
@@ -415,7 +472,9 @@ int Run(const Flags& flags) {
     so.tls = tls;
   }
   auto not_ready = [&]() -> std::string {
-    if (!nodes.Synced() || !pods.Synced()) return "caches not synced yet";
+    if (!nodes.Synced() || !pods.Synced() || (all_pods != nullptr && !all_pods->Synced())) {
+      return "caches not synced yet";
+    }
     // A follower of kube-scheduler's Lease stays ready: kube-scheduler calls
     // only the extender in its own pod, and the webhook and metrics are served
     // by every replica. An elected standalone follower is not ready, so the
@@ -451,6 +510,8 @@ int Run(const Flags& flags) {
             {"scheduler_lease", flags.scheduler_lease},
             {"webhook_ca_bundle", flags.webhook_ca_bundle},
             {"pick_in_filter", flags.pick_in_filter},
+            {"host_aware", flags.host_aware},
+            {"learn_workload", flags.learn_workload},
             {"scheduler_listen", flags.scheduler_listen},
             {"scheduler_port", static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
 
@@ -465,6 +526,8 @@ int Run(const Flags& flags) {
   server->Stop();
   if (ca_injector) ca_injector->Stop();
   if (leader) leader->Stop();
+  pod_load.Stop();
+  if (all_pods) all_pods->Stop();
   pods.Stop();
   nodes.Stop();
   return 0;

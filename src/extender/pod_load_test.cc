@@ -1,0 +1,254 @@
+#include "extender/pod_load.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "api/pod_request.h"
+#include "extender/test_util.h"
+#include "kube/fake_api_test.h"
+#include "kube/objects.h"
+
+namespace accelpool::extender {
+namespace {
+
+using json = nlohmann::json;
+using testing::Gpu;
+
+json Pod(const std::string& uid, const std::string& node, const char* cpu, const char* memory,
+         int gpus = 0) {
+  json c = {{"name", "main"}};
+  if (cpu != nullptr) c["resources"]["requests"]["cpu"] = cpu;
+  if (memory != nullptr) c["resources"]["requests"]["memory"] = memory;
+  if (gpus > 0) c["resources"]["limits"]["nvidia.com/gpu"] = std::to_string(gpus);
+  json p = {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", "pod-" + uid}, {"namespace", "ns"}, {"uid", uid}}},
+            {"spec", {{"containers", {c}}}},
+            {"status", {{"phase", node.empty() ? "Pending" : "Running"}}}};
+  if (!node.empty()) p["spec"]["nodeName"] = node;
+  return p;
+}
+
+void AddNode(Cache& cache, const std::string& name, int64_t cpu_milli, int64_t memory_mib) {
+  cache.UpsertNode(name, std::vector<core::NodeInventory>{testing::GpuNode(name)}, 1, {},
+                   core::HostResources{cpu_milli, memory_mib});
+}
+
+std::optional<core::HostResources> HostFree(const Cache& cache, const std::string& node) {
+  NodeSnapshotPtr snap = cache.Node(node);
+  if (snap == nullptr || snap->inventories.empty()) return std::nullopt;
+  return snap->inventories[0].usage.host_free;
+}
+
+TEST(PodLoadTest, TrimKeepsOnlyWhatTheRequestsAndThePlacementNeed) {
+  json p = Pod("u1", "n1", "2", "4Gi", 1);
+  p["metadata"]["annotations"] = {{"kubectl.kubernetes.io/last-applied-configuration", "{...}"},
+                                  {"accelpool.io/model-include", "H100"},
+                                  {"nvidia.com/use-gputype", "H100"}};
+  p["metadata"]["labels"] = {{"app", "x"}};
+  p["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  p["metadata"]["ownerReferences"] = {{{"kind", "ReplicaSet"}, {"name", "rs"}, {"uid", "x"}}};
+  p["spec"]["containers"][0]["image"] = "trainer:1";
+  p["spec"]["containers"][0]["env"] = json::array({{{"name", "A"}, {"value", "b"}}});
+  p["spec"]["volumes"] = json::array({{{"name", "data"}}});
+  p["status"]["conditions"] = json::array({{{"type", "Ready"}}});
+  PodLoad::Trim(p);
+  EXPECT_EQ(p["metadata"]["uid"], "u1");
+  EXPECT_EQ(p["metadata"]["name"], "pod-u1");
+  EXPECT_FALSE(p["metadata"].contains("labels"));
+  EXPECT_FALSE(p["metadata"].contains("managedFields"));
+  EXPECT_EQ(p["metadata"]["annotations"].size(), 2u);
+  EXPECT_EQ(p["metadata"]["ownerReferences"][0], json({{"kind", "ReplicaSet"}}));
+  EXPECT_FALSE(p["spec"]["containers"][0].contains("image"));
+  EXPECT_FALSE(p["spec"]["containers"][0].contains("env"));
+  EXPECT_FALSE(p["spec"].contains("volumes"));
+  EXPECT_EQ(p["spec"]["nodeName"], "n1");
+  EXPECT_EQ(p["status"], json({{"phase", "Running"}}));
+  // What it keeps is enough for the requests.
+  StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(p);
+  ASSERT_TRUE(req.ok()) << req.status().ToString();
+  EXPECT_EQ(req->request.host, (core::HostResources{2000, 4096}));
+  ASSERT_EQ(req->request.containers.size(), 1u);
+  EXPECT_EQ(req->request.containers[0].model_include, std::vector<std::string>{"H100"});
+}
+
+TEST(PodLoadTest, BoundPodsTakeTheirNodesHostUntilTheyFinishOrGo) {
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "n1", 16000, 65536);
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  ASSERT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
+
+  json p = Pod("u1", "", "4", "8Gi");
+  load.OnPodAdded(p);  // pending: counts nowhere
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
+  p["spec"]["nodeName"] = "n1";
+  load.OnPodUpdated(p);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{12000, 57344}));
+  EXPECT_EQ(cache.Node("n1")->host_pods, 1);
+  load.OnPodUpdated(p);  // the same again changes nothing
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{12000, 57344}));
+  load.OnPodAdded(Pod("u2", "n1", "20", "1Gi"));  // overcommitted: free stays at zero
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{0, 56320}));
+  p["status"]["phase"] = "Succeeded";
+  load.OnPodUpdated(p);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{0, 64512}));
+  load.OnPodDeleted(Pod("u2", "n1", "20", "1Gi"));
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
+  EXPECT_EQ(cache.HostPods(), 0);
+}
+
+TEST(PodLoadTest, PodsSeenBeforeTheirNodeCountWhenItArrives) {
+  Cache cache;
+  cache.TrackHost(true);
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  load.OnPodAdded(Pod("u1", "n1", "3", "1Gi"));
+  AddNode(cache, "n1", 16000, 65536);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{13000, 64512}));
+  // Re-listing the node (any update) keeps the count.
+  AddNode(cache, "n1", 32000, 65536);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{29000, 64512}));
+}
+
+TEST(PodLoadTest, WithoutTrackingOrAllocatableTheHostIsNotScored) {
+  Cache cache;
+  AddNode(cache, "n1", 16000, 65536);
+  cache.UpsertNode("n2", std::vector<core::NodeInventory>{testing::GpuNode("n2")}, 1, {});
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  load.OnPodAdded(Pod("u1", "n1", "3", "1Gi"));
+  EXPECT_FALSE(HostFree(cache, "n1").has_value());  // tracking is off
+  cache.TrackHost(true);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{13000, 64512}));
+  EXPECT_FALSE(HostFree(cache, "n2").has_value());  // no allocatable
+  cache.TrackHost(false);
+  EXPECT_FALSE(HostFree(cache, "n1").has_value());
+}
+
+TEST(PodLoadTest, UnparsablePodsAreCountedAndChangeNothing) {
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "n1", 16000, 65536);
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  json bad = Pod("u1", "n1", "lots", nullptr);
+  load.OnPodAdded(bad);
+  EXPECT_EQ(load.unparsable(), 1);
+  EXPECT_EQ(load.arrivals(), 0u);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
+  json bad_gpu = Pod("u2", "n1", "1", nullptr);
+  bad_gpu["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1.5";
+  load.OnPodAdded(bad_gpu);  // its devices do not parse; its host request still counts
+  EXPECT_EQ(load.unparsable(), 2);
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{15000, 65536}));
+  load.OnPodAdded(json::array());
+  load.OnPodAdded(json{{"metadata", {{"uid", "u3"}}}});
+  EXPECT_EQ(load.arrivals(), 0u);
+}
+
+TEST(PodLoadTest, TheExtenderScoresWithTheLearnedWorkload) {
+  Cache cache;
+  StatusOr<std::unique_ptr<Extender>> ext =
+      Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodLoadOptions o;
+  o.learner.min_arrivals = 10;
+  PodLoad load(cache, o, nullptr, Logger());
+  for (int i = 0; i < 9; ++i) load.OnPodAdded(Pod("a" + std::to_string(i), "", "8", "32Gi", 1));
+  EXPECT_FALSE(load.Refresh(**ext));  // too few arrivals: the built-in mix stays
+  EXPECT_TRUE((*ext)->Workload().empty());
+  // Node fixtures and finished pods are not arrivals.
+  json ds = Pod("ds", "n1", "1", "1Gi");
+  ds["metadata"]["ownerReferences"] = {{{"kind", "DaemonSet"}}};
+  load.OnPodAdded(ds);
+  json mirror = Pod("static", "n1", "1", "1Gi");
+  mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "abc";
+  load.OnPodAdded(mirror);
+  json done = Pod("done", "n1", "1", "1Gi");
+  done["status"]["phase"] = "Succeeded";
+  load.OnPodAdded(done);
+  EXPECT_EQ(load.arrivals(), 9u);
+  EXPECT_FALSE(load.Refresh(**ext));
+  load.OnPodAdded(Pod("cpu", "", "2", "4Gi"));  // a pod without devices is an arrival too
+  EXPECT_TRUE(load.Refresh(**ext));
+  std::vector<core::TaskShape> w = (*ext)->Workload();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].count, 1);
+  EXPECT_EQ(w[0].cpu_milli, 8000);
+  EXPECT_EQ(w[0].host_memory_mib, 32768);
+  EXPECT_DOUBLE_EQ(w[0].weight, 9);
+  EXPECT_EQ(w[1].count, 0);
+  EXPECT_EQ((*ext)->workload_generation(), 1u);
+  EXPECT_FALSE(load.Refresh(**ext));  // nothing new: no rebuild
+  EXPECT_EQ((*ext)->workload_generation(), 1u);
+}
+
+TEST(PodLoadTest, AHostWithoutCpuLeftIsWhereTheNextGpuPodGoes) {
+  // Tasks need a GPU and 8 cores. n1's CPU is mostly taken by a CPU-only pod:
+  // its GPUs are stranded, so a GPU pod that fits there should go there and
+  // leave n2 whole for the tasks to come. Blind to the host, n1 and n2 are
+  // the same.
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "n1", 16000, 262144);
+  AddNode(cache, "n2", 16000, 262144);
+  StatusOr<std::unique_ptr<Extender>> ext =
+      Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodLoadOptions o;
+  o.learner.min_arrivals = 1;
+  PodLoad load(cache, o, nullptr, Logger());
+  for (int i = 0; i < 20; ++i) load.OnPodAdded(Pod("a" + std::to_string(i), "", "8", "32Gi", 1));
+  load.OnPodAdded(Pod("cpu-hog", "n1", "10", "8Gi"));
+  ASSERT_TRUE(load.Refresh(**ext));
+
+  PodInfo pod = MakePodInfo(PodRef{"new", "ns", "new", ""},
+                            core::PodRequest{{Gpu(1)}, core::HostResources{4000, 16384}});
+  FilterDecision d = (*ext)->Filter(pod, {"n1", "n2"});
+  ASSERT_EQ(d.fits.size(), 2u);
+  std::vector<HostPriority> ranked = (*ext)->Prioritize(pod, {"n1", "n2"});
+  ASSERT_EQ(ranked.size(), 2u);
+  std::map<std::string, int64_t> score;
+  for (const HostPriority& h : ranked) score[h.host] = h.score;
+  EXPECT_GT(score["n1"], score["n2"]);
+
+  // The policy score itself, with and without the host.
+  core::PolicyContext ctx;
+  ctx.workload = (*ext)->Workload();
+  StatusOr<core::PolicyPtr> policy = core::MakePolicy("accelpool", ctx);
+  ASSERT_TRUE(policy.ok());
+  EXPECT_GT(PlanNode(pod, cache.Node("n1").get(), **policy).score,
+            PlanNode(pod, cache.Node("n2").get(), **policy).score);
+  cache.TrackHost(false);
+  EXPECT_EQ(PlanNode(pod, cache.Node("n1").get(), **policy).score,
+            PlanNode(pod, cache.Node("n2").get(), **policy).score);
+}
+
+class PodLoadInformerTest : public kube::testing::FakeApiTest {};
+
+TEST_F(PodLoadInformerTest, TheTrimmedWatchOfEveryPodFeedsTheHostCounts) {
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "n1", 16000, 65536);
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("u1", "n1", "2", "2Gi"));
+  json other = Pod("u2", "n1", "1", "1Gi");
+  other["spec"]["schedulerName"] = "default-scheduler";  // every scheduler's pods count
+  api_.Put("/api/v1/namespaces/ns/pods", other);
+  kube::InformerOptions io;
+  io.resource = kube::Pods();
+  io.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+  io.transform = &PodLoad::Trim;
+  kube::Informer inf(*client_, io, load.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{13000, 62464}));
+  EXPECT_EQ(load.arrivals(), 2u);
+  std::optional<json> kept = inf.Get("ns/pod-u1");
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_FALSE((*kept)["metadata"].contains("creationTimestamp"));
+  inf.Stop();
+}
+
+}  // namespace
+}  // namespace accelpool::extender
