@@ -52,9 +52,14 @@ echo "== kube mode with a 15-point idle-node penalty (the former default): FGD a
 "$SIM" --nodes "$NODES" --pods "$PODS" --policy fgd,accelpool --mode kube --idle-node-penalty 15 \
   --jobs "$JOBS" --progress --out "$OUT_DIR/penalty15" --json >"$OUT_DIR/penalty15.json"
 
-echo "== kube mode with only what the extender sees (built-in workload, no host CPU or memory)"
+echo "== kube mode with only what the extender knows (as shipped: learned workload, host terms)"
 "$SIM" --nodes "$NODES" --pods "$PODS" --policy accelpool-extender,fgd-extender --mode kube \
   --jobs "$JOBS" --progress --out "$OUT_DIR/extender" --json >"$OUT_DIR/extender.json"
+
+echo "== the extender without them (built-in workload, devices only: --learn-workload=false --host-aware=false)"
+"$SIM" --nodes "$NODES" --pods "$PODS" --policy accelpool-extender --mode kube \
+  --extender-workload builtin --extender-host off --jobs "$JOBS" --progress \
+  --out "$OUT_DIR/extender-blind" --json >"$OUT_DIR/extender-blind.json"
 
 echo "== time-based replay of the default trace (kube mode)"
 "$SIM" --nodes "$NODES" --pods "$TRACE_DIR/openb_pod_list_default.csv" --timed --mode kube \
@@ -111,6 +116,7 @@ def load(name):
         return {}
     return {(r["trace"], r["policy"], r["mode"]): r for r in json.load(open(path))}
 main, stock, pen, ext = load("main"), load("stock"), load("penalty15"), load("extender")
+blind = load("extender-blind")
 published = {"default": [13.70, 9.38, 8.35, 8.22, 7.14, 4.77], "gpushare40": [15.14, 10.70, 10.24, 10.23, 8.56, 6.04],
              "gpushare60": [17.19, 13.18, 13.10, 12.85, 10.94, 8.75], "gpushare80": [19.38, 15.86, 15.50, 15.35, 13.34, 10.92],
              "gpushare100": [21.10, 18.02, 17.78, 17.87, 15.38, 13.36], "multigpu20": [13.08, 8.15, 6.66, 6.50, 6.27, 4.47],
@@ -155,13 +161,14 @@ for t in traces:
         cell(stock, t, "fgd", "stock"), cell(stock, t, "accelpool", "stock")))
 print()
 print("| trace | published FGD | accelpool kube (trace workload, host terms) | FGD kube | "
-      "accelpool-extender kube (as shipped) | fgd-extender kube (same information) |")
-print("|" + "---|" * 6)
+      "accelpool-extender kube (as shipped: learned, host) | fgd-extender kube (same information) "
+      "| accelpool-extender, built-in mix, devices only |")
+print("|" + "---|" * 7)
 for t in traces:
     pub = published.get(t)
-    print("| %s | %s | %s | %s | %s | %s |" % (
+    print("| %s | %s | %s | %s | %s | %s | %s |" % (
         t, "%.2f" % pub[5] if pub else "-", cell(main, t, "accelpool", "kube"),
         cell(main, t, "fgd", "kube"), cell(ext, t, "accelpool-extender", "kube", True),
-        cell(ext, t, "fgd-extender", "kube")))
+        cell(ext, t, "fgd-extender", "kube"), cell(blind, t, "accelpool-extender", "kube")))
 PY
 echo "tables in $OUT_DIR/tables.md"

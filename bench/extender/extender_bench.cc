@@ -9,8 +9,12 @@
 // concurrent clients. rss_mib is the whole process (server, cache and client).
 //
 // usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2]
-//                       [--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1]
-//                       [--client=socket|cpprest]
+//                       [--policy=accelpool] [--filter-threads=0 (one per core, at most 4)]
+//                       [--shapes=1]
+//                       [--client=socket|cpprest] [--workload-shapes=0] [--host]
+// --workload-shapes=N scores against N synthetic learned shapes (devices,
+// compute, host CPU and memory varied) instead of the built-in mix (0);
+// --host gives every node an allocatable and tracks host requests.
 // --client: http::HttpClient's transport: socket (default) = kept-alive
 // connections with blocking I/O in the calling thread, as kube-scheduler's
 // client; cpprest = cpprestsdk's asynchronous client.
@@ -56,8 +60,9 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 // Fills the cluster: every node is an 8-GPU node; about half carry shares.
-void FillCluster(Cache& cache, int n) {
+void FillCluster(Cache& cache, int n, bool host) {
   std::mt19937 rng(7);
+  cache.TrackHost(host);
   for (int i = 0; i < n; ++i) {
     const std::string name = "node-" + std::to_string(i);
     StatusOr<core::NodeInventory> inv = core::MakeProfileNode("nvidia-hgx-8", name);
@@ -67,7 +72,13 @@ void FillCluster(Cache& cache, int n) {
     }
     for (core::Device& d : inv->devices) d.max_shares = 4;
     cache.UpsertNode(name, std::vector<core::NodeInventory>{*inv}, 1,
-                     NodeDomains{"sn-" + std::to_string(i / 48), "", ""});
+                     NodeDomains{"sn-" + std::to_string(i / 48), "", ""},
+                     host ? std::optional(core::HostResources{96000, 1 << 20}) : std::nullopt);
+    if (host) {
+      cache.ObserveHostPod("cpu-" + std::to_string(i), name,
+                           core::HostResources{static_cast<int64_t>(rng() % 96) * 1000,
+                                               static_cast<int64_t>(rng() % 1024) * 1024});
+    }
     if (rng() % 2 == 0) {
       PodAssignment a;
       a.node = name;
@@ -142,13 +153,31 @@ Sample Cycle(http::HttpClient& client, const std::string& uid,
   return Sample{ms(t1 - t0), ms(t3 - t2)};
 }
 
+// N task shapes as a learned workload would hold them.
+std::vector<core::TaskShape> SyntheticWorkload(int n) {
+  std::vector<core::TaskShape> out;
+  const int32_t counts[] = {1, 1, 1, 1, 2, 4, 8, 0};
+  const int32_t computes[] = {1000, 500, 250, 810, 1000, 1000, 1000, 0};
+  for (int i = 0; i < n; ++i) {
+    core::TaskShape t;
+    t.count = counts[i % 8];
+    t.compute = computes[i % 8];
+    t.cpu_milli = 1000 * (1 + i % 16);
+    t.host_memory_mib = 4096 * (1 + i % 13);
+    t.weight = 1.0 + static_cast<double>(n - i);
+    out.push_back(t);
+  }
+  return out;
+}
+
 int Bench(int nodes, int requests, int clients, const std::string& policy, int filter_threads,
-          int shape_count, const std::string& client_kind) {
+          int shape_count, const std::string& client_kind, int workload_shapes, bool host) {
   Shapes shapes;
   shapes.count = shape_count;
   Cache cache;
-  FillCluster(cache, nodes);
+  FillCluster(cache, nodes, host);
   ExtenderOptions eo;
+  eo.policy_context.workload = SyntheticWorkload(workload_shapes);
   eo.policy = policy;
   eo.filter_threads = filter_threads;
   auto ext = Extender::Create(cache, eo, nullptr, nullptr, nullptr, Logger());
@@ -214,12 +243,13 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
       "\"filter_p50_ms\": %.3f, \"filter_p99_ms\": %.3f, \"prioritize_p50_ms\": %.3f, "
       "\"prioritize_p99_ms\": %.3f, \"cycle_p50_ms\": %.3f, \"cycle_p99_ms\": %.3f, "
       "\"clients\": %d, \"cycles_per_s\": %.1f, \"requests_per_s\": %.1f, \"rss_mib\": %.1f, "
-      "\"cpus\": %u, \"filter_threads\": %zu, \"client\": \"%s\"}\n",
-      nodes, policy.c_str(), shapes.count, requests, Percentile(filter, 0.5), Percentile(filter, 0.99),
-      Percentile(prio, 0.5), Percentile(prio, 0.99), Percentile(cycle, 0.5),
-      Percentile(cycle, 0.99), clients, clients * per_client / secs,
+      "\"cpus\": %u, \"filter_threads\": %zu, \"client\": \"%s\", \"workload_shapes\": %d, "
+      "\"host\": %s}\n",
+      nodes, policy.c_str(), shapes.count, requests, Percentile(filter, 0.5),
+      Percentile(filter, 0.99), Percentile(prio, 0.5), Percentile(prio, 0.99),
+      Percentile(cycle, 0.5), Percentile(cycle, 0.99), clients, clients * per_client / secs,
       2.0 * clients * per_client / secs, rss, std::thread::hardware_concurrency(),
-      FilterThreads(filter_threads), client_kind.c_str());
+      FilterThreads(filter_threads), client_kind.c_str(), workload_shapes, host ? "true" : "false");
   std::fflush(stdout);
   return 0;
 }
@@ -235,6 +265,8 @@ int main(int argc, char** argv) {
   std::string policy = "accelpool";
   int shape_count = 1;
   std::string client_kind = "socket";
+  int workload_shapes = 0;
+  bool host = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -254,22 +286,28 @@ int main(int argc, char** argv) {
       policy = p;
     } else if (const char* sh = value("shapes")) {
       shape_count = std::max(1, std::atoi(sh));
+    } else if (const char* w = value("workload-shapes")) {
+      workload_shapes = std::max(0, std::atoi(w));
+    } else if (a == "--host") {
+      host = true;
     } else if (const char* t = value("filter-threads")) {
       filter_threads = std::max(1, std::atoi(t));
-    } else if (const char* k = value("client"); k != nullptr &&
-               (std::string(k) == "socket" || std::string(k) == "cpprest")) {
+    } else if (const char* k = value("client");
+               k != nullptr && (std::string(k) == "socket" || std::string(k) == "cpprest")) {
       client_kind = k;
     } else {
-      std::fprintf(stderr,
-                   "usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2] "
-                   "[--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1] "
-                   "[--client=socket|cpprest]\n");
+      std::fprintf(
+          stderr,
+          "usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2] "
+          "[--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1] "
+          "[--client=socket|cpprest] [--workload-shapes=0] [--host]\n");
       return 2;
     }
   }
   for (int n : sizes) {
     if (int rc = accelpool::extender::Bench(n, requests, clients, policy, filter_threads,
-                                                  shape_count, client_kind); rc != 0) {
+                                            shape_count, client_kind, workload_shapes, host);
+        rc != 0) {
       return rc;
     }
   }

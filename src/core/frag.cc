@@ -237,32 +237,57 @@ double FragmentOf(const FreeView& v, std::span<const FragTask> tasks,
   return NodeFragment(node, tasks, rule);
 }
 
+// A workload's FragTasks, built once: per inventory only the model bits of
+// shapes limited to some models differ (TasksForInventory).
+class PreparedTasks {
+ public:
+  explicit PreparedTasks(const std::vector<TaskShape>& workload)
+      : workload_(workload.empty() ? DefaultWorkload() : workload),
+        any_model_(TasksForInventory(workload_, NodeInventory{})) {
+    for (const TaskShape& t : workload_) {
+      if (!t.model.empty()) has_models_ = true;
+    }
+  }
+  // The tasks as seen from `inv`; no allocation when no shape names a model.
+  std::span<const FragTask> For(const NodeInventory& inv) const {
+    if (!has_models_) return any_model_;
+    thread_local std::vector<FragTask> scratch;
+    scratch = TasksForInventory(workload_, inv);
+    return scratch;
+  }
+
+ private:
+  std::vector<TaskShape> workload_;
+  std::vector<FragTask> any_model_;
+  bool has_models_ = false;
+};
+
 class FragmentationPolicy : public Policy {
  public:
-  explicit FragmentationPolicy(const PolicyContext& ctx) : workload_(ctx.workload) {}
+  explicit FragmentationPolicy(const PolicyContext& ctx) : tasks_(ctx.workload) {}
   std::string_view Name() const override { return "fragmentation"; }
 
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& placement) const override {
-    const std::vector<FragTask> tasks = TasksForInventory(workload_, inv);
+    const std::span<const FragTask> tasks = tasks_.For(inv);
     return FragmentOf(FreeAfter(inv, usage, nullptr), tasks) -
            FragmentOf(FreeAfter(inv, usage, &placement), tasks);
   }
 
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& placement) const override {
-    const std::vector<FragTask> tasks = TasksForInventory(workload_, inv);
+    const std::span<const FragTask> tasks = tasks_.For(inv);
     return FgdScore(FragmentOf(FreeAfter(inv, usage, nullptr), tasks),
                     FragmentOf(FreeAfter(inv, usage, &placement), tasks));
   }
 
  private:
-  std::vector<TaskShape> workload_;
+  PreparedTasks tasks_;
 };
 
 class AccelpoolPolicy : public Policy {
  public:
-  explicit AccelpoolPolicy(const PolicyContext& ctx) : workload_(ctx.workload) {}
+  explicit AccelpoolPolicy(const PolicyContext& ctx) : tasks_(ctx.workload) {}
   std::string_view Name() const override { return "accelpool"; }
 
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
@@ -278,7 +303,7 @@ class AccelpoolPolicy : public Policy {
  private:
   int32_t Score(const NodeInventory& inv, const NodeUsage& usage,
                 const Placement& placement) const {
-    const std::vector<FragTask> tasks = TasksForInventory(workload_, inv);
+    const std::span<const FragTask> tasks = tasks_.For(inv);
     const FreeView before = FreeAfter(inv, usage, nullptr);
     const FreeView after = FreeAfter(inv, usage, &placement);
     AccelpoolInputs in;
@@ -292,7 +317,7 @@ class AccelpoolPolicy : public Policy {
     return AccelpoolScore(in);
   }
 
-  std::vector<TaskShape> workload_;
+  PreparedTasks tasks_;
 };
 
 }  // namespace

@@ -58,6 +58,7 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       the built-in mix; trace: the trace's own task shapes (a
                       perfectly learned workload)
     --extender-refresh N  arrivals between rebuilds of the learned workload (default 64)
+    --extender-shapes N   most frequent learned shapes scored against (default 64, as shipped)
     --extender-host on|off
                       whether they see each node's free host CPU and memory
                       (default on, as shipped; off: devices only)
@@ -184,6 +185,11 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> r = ParseInt(a, v, 1, 1000000);
       if (!r.ok()) return r.status();
       o.extender.refresh = static_cast<int32_t>(*r);
+    } else if (a == "--extender-shapes") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      StatusOr<int64_t> n = ParseInt(a, v, 1, 100000);
+      if (!n.ok()) return n.status();
+      o.extender.learner.max_shapes = static_cast<size_t>(*n);
     } else if (a == "--extender-host") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       if (v != "off" && v != "on") {

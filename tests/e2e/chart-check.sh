@@ -93,6 +93,10 @@ check "device plugins mount kubelet's pod-resources socket read-only (devicePlug
 render --set webhook.allowDeviceEnv=true > "${TMP}/allow-env.yaml"
 check "the webhook refuses pods that set the device plugin's variables unless webhook.allowDeviceEnv" \
   bash -c "! grep -q -- '--webhook-allow-device-env' '${TMP}/default.yaml' && grep -q -- '--webhook-allow-device-env$' '${TMP}/allow-env.yaml'"
+render --set extender.hostAware=false --set extender.learnWorkload=false \
+  --set extender.workloadWindow=512 --set extender.workloadRefresh=2m > "${TMP}/blind.yaml"
+check "the extender scores the host and a learned workload by default; both can be turned off" \
+  bash -c "grep -q -- '- --host-aware=true$' '${TMP}/default.yaml' && grep -q -- '- --learn-workload=true$' '${TMP}/default.yaml' && grep -q -- '- --workload-window=2048$' '${TMP}/default.yaml' && grep -q -- '- --host-aware=false$' '${TMP}/blind.yaml' && grep -q -- '- --learn-workload=false$' '${TMP}/blind.yaml' && grep -q -- '- --workload-window=512$' '${TMP}/blind.yaml' && grep -q -- '- --workload-refresh=2m$' '${TMP}/blind.yaml'"
 render --set extender.schedulerLoopbackPort=0 --set extender.pickInFilter=false > "${TMP}/https-only.yaml"
 check "schedulerLoopbackPort=0: kube-scheduler calls the HTTPS port with the CA, no loopback listener" \
   bash -c "grep -q 'urlPrefix: https://127.0.0.1:8443$' '${TMP}/https-only.yaml' && grep -q 'enableHTTPS: true' '${TMP}/https-only.yaml' && grep -q 'caFile: /etc/accelpool/tls/ca.crt' '${TMP}/https-only.yaml' && ! grep -q -- '--scheduler-listen' '${TMP}/https-only.yaml' && ! grep -q -- '--pick-in-filter' '${TMP}/https-only.yaml'"
