@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 
@@ -171,6 +174,7 @@ struct FreeView {
   std::vector<int64_t> memory;
   int64_t cpu_milli = -1;
   int64_t host_memory_mib = -1;
+  friend bool operator==(const FreeView&, const FreeView&) = default;
 };
 
 FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement* placement) {
@@ -227,7 +231,36 @@ FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Place
 }
 
 double FragmentOf(const FreeView& v, std::span<const FragTask> tasks,
-                  HostTaskRule rule = HostTaskRule::kAllIdle) {
+                  HostTaskRule rule = HostTaskRule::kAllIdle);
+
+// FragmentOf of the state before a placement, remembered per thread: Fit
+// scores every candidate set of a container against the same state, so only
+// the first computes it. The key is the state itself (and the task list), so
+// a different node or usage never reads another's value.
+double FragmentBefore(const FreeView& v, std::span<const FragTask> tasks, HostTaskRule rule) {
+  struct Memo {
+    FreeView view;
+    const FragTask* tasks = nullptr;
+    size_t n = 0;
+    HostTaskRule rule = HostTaskRule::kAllIdle;
+    double value = 0;
+    bool valid = false;
+  };
+  thread_local Memo memo;
+  if (memo.valid && memo.tasks == tasks.data() && memo.n == tasks.size() && memo.rule == rule &&
+      memo.view == v) {
+    return memo.value;
+  }
+  memo.view = v;
+  memo.tasks = tasks.data();
+  memo.n = tasks.size();
+  memo.rule = rule;
+  memo.value = FragmentOf(v, tasks, rule);
+  memo.valid = true;
+  return memo.value;
+}
+
+double FragmentOf(const FreeView& v, std::span<const FragTask> tasks, HostTaskRule rule) {
   FragNode node;
   node.free_compute = v.compute;
   node.free_memory = v.memory;
@@ -248,18 +281,27 @@ class PreparedTasks {
       if (!t.model.empty()) has_models_ = true;
     }
   }
-  // The tasks as seen from `inv`; no allocation when no shape names a model.
+  // The tasks as seen from `inv`, built once per device model (the span
+  // stays valid for the object's life).
   std::span<const FragTask> For(const NodeInventory& inv) const {
     if (!has_models_) return any_model_;
-    thread_local std::vector<FragTask> scratch;
-    scratch = TasksForInventory(workload_, inv);
-    return scratch;
+    const std::string model = inv.devices.empty() ? std::string() : inv.devices[0].model;
+    {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (auto it = by_model_.find(model); it != by_model_.end()) return it->second;
+    }
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    auto [it, inserted] = by_model_.try_emplace(model);
+    if (inserted) it->second = TasksForInventory(workload_, inv);
+    return it->second;
   }
 
  private:
   std::vector<TaskShape> workload_;
   std::vector<FragTask> any_model_;
   bool has_models_ = false;
+  mutable std::shared_mutex mu_;
+  mutable std::map<std::string, std::vector<FragTask>> by_model_;  // guarded by mu_
 };
 
 class FragmentationPolicy : public Policy {
@@ -270,7 +312,7 @@ class FragmentationPolicy : public Policy {
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& placement) const override {
     const std::span<const FragTask> tasks = tasks_.For(inv);
-    return FragmentOf(FreeAfter(inv, usage, nullptr), tasks) -
+    return FragmentBefore(FreeAfter(inv, usage, nullptr), tasks, HostTaskRule::kAllIdle) -
            FragmentOf(FreeAfter(inv, usage, &placement), tasks);
   }
 
@@ -307,7 +349,7 @@ class AccelpoolPolicy : public Policy {
     const FreeView before = FreeAfter(inv, usage, nullptr);
     const FreeView after = FreeAfter(inv, usage, &placement);
     AccelpoolInputs in;
-    in.f_before = FragmentOf(before, tasks, HostTaskRule::kHostShare);
+    in.f_before = FragmentBefore(before, tasks, HostTaskRule::kHostShare);
     in.f_after = FragmentOf(after, tasks, HostTaskRule::kHostShare);
     for (size_t d = 0; d < inv.devices.size(); ++d) {
       if (!inv.devices[d].Schedulable()) continue;

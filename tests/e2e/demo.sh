@@ -162,8 +162,8 @@ submit() { # NAME LIMITS [ANNOTATIONS]
     { check "$1: created" false; return; }
   PODS+=("$1")
 }
-for i in 0 1 2 3 4 5; do submit "infer-$i" "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 25}"; done
-submit finetune "{${G}: 4}"
+for i in 0 1 2 3 4 5; do submit "infer-$i" "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 25, cpu: \"2\", memory: 8Gi}"; done
+submit finetune "{${G}: 4, cpu: \"16\", memory: 64Gi}"
 submit train-910c-0 '{huawei.com/Ascend910C: 4}' '{accelpool.io/pod-group: train-910c}'
 submit train-910c-1 '{huawei.com/Ascend910C: 4}' '{accelpool.io/pod-group: train-910c}'
 submit eval-910b '{huawei.com/Ascend910B3: 2}'

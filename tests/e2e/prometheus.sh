@@ -151,6 +151,66 @@ BY_MODEL="$(python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${REPO}/charts/ac
 check "the dashboard's vendor/model memory panel equals the cluster state per model" converges model "${BY_MODEL}"
 log "PromQL answers: overall $(query "${OVERALL}" | jq -c '[.data.result[].value[1]]'), by vendor $(query "${BY_VENDOR}" | jq -c '[.data.result[] | {(.metric.vendor): .value[1]}] | add')"
 
+# The host the extender scores: per node, allocatable less the requests of
+# every pod bound there and not finished, whichever scheduler placed it.
+"${K}" --kubeconfig "${KUBECONFIG}" get pods -A -o json > "${TMP}/all-pods.json"
+host_free_matches() {
+  local i
+  for ((i = 0; i < ${PROM_WAIT_S:-100}; i += 2)); do
+    query 'accelpool_extender_node_host_free' > "${TMP}/host.json" 2>/dev/null &&
+      "${K}" --kubeconfig "${KUBECONFIG}" get pods -A -o json > "${TMP}/all-pods.json" &&
+      python3 - "${TMP}/host.json" "${TMP}/nodes.json" "${TMP}/all-pods.json" <<'PY' && return 0
+import json, re, sys
+answer, nodes, pods = (json.load(open(p)) for p in sys.argv[1:4])
+UNITS = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+         "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+def qty(s):
+    m = re.fullmatch(r"([0-9.]+)(e[0-9]+)?([a-zA-Z]*)", s)
+    return float(m.group(1) + (m.group(2) or "")) * UNITS[m.group(3)]
+def req(c, r):
+    res = c.get("resources", {})
+    v = res.get("requests", {}).get(r, res.get("limits", {}).get(r))
+    return qty(v) if v else 0.0
+want, alloc = {}, {}
+for n in nodes["items"]:
+    a = n.get("status", {}).get("allocatable", {})
+    if "cpu" in a and "memory" in a:
+        want[n["metadata"]["name"]] = [qty(a["cpu"]), qty(a["memory"]) / 2**20]
+        alloc[n["metadata"]["name"]] = qty(a["cpu"])
+for p in pods["items"]:
+    node = p["spec"].get("nodeName")
+    if node not in want or p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        continue
+    for i, r in enumerate(("cpu", "memory")):
+        run = sum(req(c, r) for c in p["spec"].get("containers", []))
+        init = max([req(c, r) for c in p["spec"].get("initContainers", [])] or [0])
+        want[node][i] -= max(run, init) / (1 if r == "cpu" else 2**20)
+got = {}
+for r in answer["data"]["result"]:
+    got.setdefault(r["metric"]["node"], [None, None])[0 if r["metric"]["resource"] == "cpu" else 1] = float(r["value"][1])
+inv = {n for n in got}
+ok = bool(got) and all(abs(got[n][0] - max(0, want[n][0])) < 1e-3 and abs(got[n][1] - max(0, want[n][1])) <= 1 for n in got)
+# The demo's pods request CPU: some node must show it taken.
+ok = ok and any(got[n][0] < alloc[n] for n in got)
+if not ok:
+    print("got", got, "want", {n: want.get(n) for n in got})
+sys.exit(0 if ok else 1)
+PY
+    sleep 2
+  done
+  return 1
+}
+check "the extender's host CPU and memory free per node equal allocatable less every bound pod's requests" \
+  host_free_matches
+arrivals_counted() { # every demo pod arrived at the workload learner once
+  local n want
+  want="$(jq '[.items[] | select(.status.phase != "Succeeded" and .status.phase != "Failed")
+    | select(.metadata.ownerReferences // [] | map(.kind) | index("DaemonSet") | not)] | length' "${TMP}/all-pods.json")"
+  n="$(query 'sum(accelpool_extender_workload_arrivals_total)' | jq -r '.data.result[0].value[1] // "0"')"
+  [ "${n}" -ge "${want}" ] || { echo "arrivals ${n}, want at least ${want}"; return 1; }
+}
+check "the workload learner saw every pod of the cluster arrive" arrivals_counted
+
 # Per-container series of fractional NVIDIA containers: their caps are the
 # assignments' grants, and with no CUDA process in the demo they hold nothing.
 CAPS_WANT="$(jq '[.items[] | .metadata.annotations["accelpool.io/assignment"] // empty | fromjson |
