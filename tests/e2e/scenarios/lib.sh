@@ -66,7 +66,8 @@ start_extender() {
   fi
   setsid "${EXTENDER_BIN}" --listen="127.0.0.1:${EXTENDER_PORT}" "${scheme_args[@]}" \
     --kubeconfig="${AP_KUBECONFIG}" --log-level=info \
-    --kube-api-qps=200 --kube-api-burst=400 ${E2E_EXTENDER_ARGS:---pick-in-filter} $(key_args) \
+    --kube-api-qps=200 --kube-api-burst=400 --workload-refresh=2s \
+    ${E2E_EXTENDER_ARGS:---pick-in-filter} $(key_args) \
     >> "${E2E_WORK}/logs/extender.log" 2>&1 < /dev/null &
   echo $! > "${E2E_WORK}/run/extender.pid"
   wait_for 60 "extender ready" curl -fsS --max-time 2 --cacert "${E2E_CA}" "${EXTENDER_URL}/readyz" ||
