@@ -261,9 +261,10 @@ log "== host-aware scoring with a learned workload"
 # Two nodes alike (8 x A10, no pod), one whose CPU a pod without devices has
 # nearly used up. The cluster's workload is taught by pods that never run (a
 # scheduler nobody serves): each asks for one GPU and 8 cores. With 4 cores
-# left, host-a's GPUs are stranded for that workload, so a GPU pod that fits
-# there should go there and leave host-b whole; blind to the host the two
-# nodes score the same and the salted name order would choose.
+# left, host-b's GPUs are stranded for that workload, so a GPU pod that fits
+# there should go there and leave host-a whole. Blind to the host the two
+# nodes score the same and the salted name order (salt 0) puts host-a first,
+# so a pod on host-b is the host terms' doing.
 for n in host-a host-b; do
   start_node "${n}" '{"version":1,"inventories":[{"vendor":"nvidia","profile":"nvidia-pcie-8","model":"A10"}]}'
 done
@@ -290,23 +291,24 @@ apiVersion: v1
 kind: Pod
 metadata: {name: host-hog, namespace: ${NS}}
 spec:
-  nodeName: host-a
+  nodeName: host-b
   containers:
   - {name: main, image: registry.invalid/none, resources: {limits: {cpu: "60", memory: 8Gi}}}
 YAML
-host_a_cpu() {
+host_cpu() { # NODE: the extender's free CPU of NODE
   curl -fsS --max-time 5 --cacert "${E2E_CA}" "${EXTENDER_URL}/metrics" |
-    awk '$1 == "accelpool_extender_node_host_free{node=\"host-a\",resource=\"cpu\"}" {print $2}'
+    awk -v m="accelpool_extender_node_host_free{node=\"$1\",resource=\"cpu\"}" '$1 == m {print $2}'
 }
-hog_counted() { [ "$(host_a_cpu)" = 4 ]; }
-check "the extender counts the hog's 60 cores on host-a (4 of 64 left)" wait_for 30 "host-a cpu" hog_counted
+hog_counted() { [ "$(host_cpu host-b)" = 4 ] && [ "$(host_cpu host-a)" = 64 ]; }
+check "the extender counts the hog's 60 cores on host-b (4 of 64 left, host-a all 64)" \
+  wait_for 30 "host-b cpu" hog_counted
 relearned() { [ "$(extender_metric accelpool_extender_workload_rebuilds_total)" -gt "${rebuilds_before}" ]; }
 check "the extender took up the taught workload (a rebuild after the teaching pods)" \
   wait_for 30 "workload rebuilt" relearned
-on_host_a() { [ "$(pod_node "$1")" = host-a ]; }
+on_host_b() { [ "$(pod_node "$1")" = host-b ]; }
 probe() { pod_yaml "$1" '{accelpool.io/model-include: "A10"}' '{}' "$(ctr main "{${G}: 1, cpu: \"1\", memory: 2Gi}")"; }
-scenario host-probe-1 "$(probe host-probe-1)" on_host_a
-scenario host-probe-2 "$(probe host-probe-2)" on_host_a
+scenario host-probe-1 "$(probe host-probe-1)" on_host_b
+scenario host-probe-2 "$(probe host-probe-2)" on_host_b
 release host-probe-1 || true
 release host-probe-2 || true
 kc -n "${NS}" delete pod host-probe-1 host-probe-2 host-hog --grace-period=0 --force >/dev/null 2>&1 || true
