@@ -29,7 +29,7 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
   const Case cases[] = {
       {"inventory", &FuzzInventory, 5, 2},
       {"assignment", &FuzzAssignment, 5, 2},
-      {"pod_request", &FuzzPodRequest, 6, 3},
+      {"pod_request", &FuzzPodRequest, 8, 4},
   };
   for (const Case& c : cases) {
     const accelpool::testing::ReplayedSeeds s = Replay(c.dir, c.fn);

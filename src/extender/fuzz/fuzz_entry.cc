@@ -13,6 +13,7 @@
 #include "extender/convert.h"
 #include "extender/handlers.h"
 #include "extender/kube_adapters.h"
+#include "extender/pod_load.h"
 #include "extender/webhook.h"
 
 namespace accelpool::extender::fuzz {
@@ -84,6 +85,14 @@ int FuzzMutate(const uint8_t* data, size_t size) {
 int FuzzWatch(const uint8_t* data, size_t size) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());
+  // Every pod event also reaches the all-pods side (trimmed as the informer
+  // trims it): host requests per node and the workload learner.
+  cache.TrackHost(true);
+  PodLoadOptions plo;
+  plo.learner.min_arrivals = 1;
+  PodLoad load(cache, plo, nullptr, Logger());
+  std::set<std::string> seen;       // uids the all-pods side has had an add for
+  std::set<std::string> load_uids;  // every uid it was given
   std::set<std::tuple<std::string, std::string, std::string>> pods;  // uid, ns, name
   int64_t peak = 0;                                                  // pods holding devices at once
   std::string_view rest = View(data, size);
@@ -112,6 +121,22 @@ int FuzzWatch(const uint8_t* data, size_t size) {
           pods.emplace(o.ref.uid, o.ref.ns, o.ref.name);
         }
         line[0] == 'p' ? feeder.OnPod(obj) : feeder.OnPodDeleted(obj);
+        nlohmann::json trimmed = obj;
+        PodLoad::Trim(trimmed);
+        const nlohmann::json* uid = trimmed.is_object() && trimmed.contains("metadata") &&
+                                            trimmed["metadata"].contains("uid")
+                                        ? &trimmed["metadata"]["uid"]
+                                        : nullptr;
+        const std::string load_uid = uid != nullptr && uid->is_string() ? uid->get<std::string>() : "";
+        if (!load_uid.empty()) load_uids.insert(load_uid);
+        if (line[0] == 'P') {
+          load.OnPodDeleted(trimmed);
+          seen.erase(load_uid);
+        } else if (seen.insert(load_uid).second) {
+          load.OnPodAdded(trimmed);
+        } else {
+          load.OnPodUpdated(trimmed);
+        }
         break;
       }
       default:
@@ -122,6 +147,14 @@ int FuzzWatch(const uint8_t* data, size_t size) {
   }
   for (const auto& [uid, ns, name] : pods) {
     feeder.OnPodDeleted({{"metadata", {{"uid", uid}, {"namespace", ns}, {"name", name}}}});
+  }
+  for (const std::string& uid : load_uids) {
+    load.OnPodDeleted({{"metadata", {{"uid", uid}}}});
+  }
+  if (cache.HostPods() != 0) {
+    std::fprintf(stderr, "watch: %lld pods' host requests still counted after every pod left\n",
+                 static_cast<long long>(cache.HostPods()));
+    std::abort();
   }
   const CacheStats stats = cache.Stats();
   if (stats.pods_bound != 0 || stats.pods_reserved != 0) {
@@ -134,6 +167,11 @@ int FuzzWatch(const uint8_t* data, size_t size) {
     NodeSnapshotPtr snap = cache.Node(node);
     if (snap != nullptr && !snap->Idle()) {
       std::fprintf(stderr, "watch: node %s still has devices booked after every pod left\n",
+                   node.c_str());
+      std::abort();
+    }
+    if (snap != nullptr && (snap->host_requested != core::HostResources{} || snap->host_pods != 0)) {
+      std::fprintf(stderr, "watch: node %s still has host requests after every pod left\n",
                    node.c_str());
       std::abort();
     }
