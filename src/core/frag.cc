@@ -1,6 +1,8 @@
 #include "core/frag.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -177,19 +179,26 @@ struct FreeView {
   friend bool operator==(const FreeView&, const FreeView&) = default;
 };
 
-FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement* placement) {
+// Fills *v (reusing its storage: the policies score thousands of candidates
+// per filter call, and this runs for each).
+void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement* placement,
+               FreeView* v) {
   const size_t n = inv.devices.size();
-  FreeView v;
-  v.compute.assign(n, 0);
-  v.memory.assign(n, 0);
+  v->compute.assign(n, 0);
+  v->memory.assign(n, 0);
+  v->cpu_milli = -1;
+  v->host_memory_mib = -1;
   if (usage.host_free.has_value()) {
     const HostResources taken = placement != nullptr ? placement->host : HostResources{};
-    v.cpu_milli = std::max<int64_t>(0, usage.host_free->cpu_milli - taken.cpu_milli);
-    v.host_memory_mib = std::max<int64_t>(0, usage.host_free->memory_mib - taken.memory_mib);
+    v->cpu_milli = std::max<int64_t>(0, usage.host_free->cpu_milli - taken.cpu_milli);
+    v->host_memory_mib = std::max<int64_t>(0, usage.host_free->memory_mib - taken.memory_mib);
   }
-  std::vector<int32_t> used_compute(n, 0);
-  std::vector<int64_t> used_memory(n, 0);
-  std::vector<bool> exclusive(n, false);
+  thread_local std::vector<int32_t> used_compute, run_c, init_c;
+  thread_local std::vector<int64_t> used_memory, run_m, init_m;
+  thread_local std::vector<bool> exclusive;
+  used_compute.assign(n, 0);
+  used_memory.assign(n, 0);
+  exclusive.assign(n, false);
   for (size_t i = 0; i < n && i < usage.devices.size(); ++i) {
     used_compute[i] = usage.devices[i].compute;
     used_memory[i] = usage.devices[i].memory_mib;
@@ -198,8 +207,10 @@ FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Place
   if (placement != nullptr) {
     // Regular containers and sidecars run together; each init container runs
     // alone, so a device holds the larger of the two.
-    std::vector<int32_t> run_c(n, 0), init_c(n, 0);
-    std::vector<int64_t> run_m(n, 0), init_m(n, 0);
+    run_c.assign(n, 0);
+    init_c.assign(n, 0);
+    run_m.assign(n, 0);
+    init_m.assign(n, 0);
     for (const ContainerPlacement& c : placement->containers) {
       for (const Grant& g : c.grants) {
         if (g.device < 0 || static_cast<size_t>(g.device) >= n) continue;
@@ -224,40 +235,63 @@ FreeView FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Place
   for (size_t d = 0; d < n; ++d) {
     const Device& dev = inv.devices[d];
     if (!dev.Schedulable() || exclusive[d]) continue;
-    v.compute[d] = std::max(0, kComputeWhole - used_compute[d]);
-    v.memory[d] = std::max<int64_t>(0, dev.memory_mib - used_memory[d]);
+    v->compute[d] = std::max(0, kComputeWhole - used_compute[d]);
+    v->memory[d] = std::max<int64_t>(0, dev.memory_mib - used_memory[d]);
   }
-  return v;
 }
 
 double FragmentOf(const FreeView& v, std::span<const FragTask> tasks,
                   HostTaskRule rule = HostTaskRule::kAllIdle);
 
-// FragmentOf of the state before a placement, remembered per thread: Fit
-// scores every candidate set of a container against the same state, so only
-// the first computes it. The key is the state itself (and the task list), so
-// a different node or usage never reads another's value.
-double FragmentBefore(const FreeView& v, std::span<const FragTask> tasks, HostTaskRule rule) {
-  struct Memo {
-    FreeView view;
+// FragmentOf, remembered per thread for the last few device states. Fit scores
+// every candidate set of a container against one state before and many
+// after, and NodeFragment does not depend on the order of the devices: most
+// "after" states of one node are the same multiset of free (compute, memory)
+// pairs (one whole free GPU taken out of several alike). The key is the state
+// itself, sorted, with the task list, so another node or usage never reads a
+// value that is not its own.
+//
+// `tasks_id` names the task list for its whole life (PreparedTasks::id): a
+// list's address alone could be reused by the next workload's.
+double FragmentCached(const FreeView& v, uint64_t tasks_id, std::span<const FragTask> tasks,
+                      HostTaskRule rule) {
+  struct Entry {
+    std::vector<std::pair<int32_t, int64_t>> devices;  // sorted (free compute, free memory)
+    int64_t cpu_milli = -1;
+    int64_t host_memory_mib = -1;
+    uint64_t tasks_id = 0;
     const FragTask* tasks = nullptr;
     size_t n = 0;
     HostTaskRule rule = HostTaskRule::kAllIdle;
     double value = 0;
     bool valid = false;
   };
-  thread_local Memo memo;
-  if (memo.valid && memo.tasks == tasks.data() && memo.n == tasks.size() && memo.rule == rule &&
-      memo.view == v) {
-    return memo.value;
+  constexpr size_t kEntries = 16;
+  thread_local std::array<Entry, kEntries> cache;
+  thread_local size_t next = 0;
+  thread_local std::vector<std::pair<int32_t, int64_t>> key;
+  key.resize(v.compute.size());
+  for (size_t i = 0; i < v.compute.size(); ++i) key[i] = {v.compute[i], v.memory[i]};
+  std::sort(key.begin(), key.end());
+  for (const Entry& e : cache) {
+    if (e.valid && e.tasks_id == tasks_id && e.tasks == tasks.data() && e.n == tasks.size() &&
+        e.rule == rule && e.cpu_milli == v.cpu_milli && e.host_memory_mib == v.host_memory_mib &&
+        e.devices == key) {
+      return e.value;
+    }
   }
-  memo.view = v;
-  memo.tasks = tasks.data();
-  memo.n = tasks.size();
-  memo.rule = rule;
-  memo.value = FragmentOf(v, tasks, rule);
-  memo.valid = true;
-  return memo.value;
+  Entry& e = cache[next];
+  next = (next + 1) % kEntries;
+  e.devices = key;
+  e.tasks_id = tasks_id;
+  e.cpu_milli = v.cpu_milli;
+  e.host_memory_mib = v.host_memory_mib;
+  e.tasks = tasks.data();
+  e.n = tasks.size();
+  e.rule = rule;
+  e.value = FragmentOf(v, tasks, rule);
+  e.valid = true;
+  return e.value;
 }
 
 double FragmentOf(const FreeView& v, std::span<const FragTask> tasks, HostTaskRule rule) {
@@ -275,12 +309,15 @@ double FragmentOf(const FreeView& v, std::span<const FragTask> tasks, HostTaskRu
 class PreparedTasks {
  public:
   explicit PreparedTasks(const std::vector<TaskShape>& workload)
-      : workload_(workload.empty() ? DefaultWorkload() : workload),
+      : id_(next_id_.fetch_add(1) + 1),
+        workload_(workload.empty() ? DefaultWorkload() : workload),
         any_model_(TasksForInventory(workload_, NodeInventory{})) {
     for (const TaskShape& t : workload_) {
       if (!t.model.empty()) has_models_ = true;
     }
   }
+  // Unique per object over the process's life (a key for FragmentCached).
+  uint64_t id() const { return id_; }
   // The tasks as seen from `inv`, built once per device model (the span
   // stays valid for the object's life).
   std::span<const FragTask> For(const NodeInventory& inv) const {
@@ -297,6 +334,8 @@ class PreparedTasks {
   }
 
  private:
+  static inline std::atomic<uint64_t> next_id_{0};
+  const uint64_t id_;
   std::vector<TaskShape> workload_;
   std::vector<FragTask> any_model_;
   bool has_models_ = false;
@@ -312,15 +351,21 @@ class FragmentationPolicy : public Policy {
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& placement) const override {
     const std::span<const FragTask> tasks = tasks_.For(inv);
-    return FragmentBefore(FreeAfter(inv, usage, nullptr), tasks, HostTaskRule::kAllIdle) -
-           FragmentOf(FreeAfter(inv, usage, &placement), tasks);
+    thread_local FreeView before, after;
+    FreeAfter(inv, usage, nullptr, &before);
+    FreeAfter(inv, usage, &placement, &after);
+    return FragmentCached(before, tasks_.id(), tasks, HostTaskRule::kAllIdle) -
+           FragmentCached(after, tasks_.id(), tasks, HostTaskRule::kAllIdle);
   }
 
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& placement) const override {
     const std::span<const FragTask> tasks = tasks_.For(inv);
-    return FgdScore(FragmentOf(FreeAfter(inv, usage, nullptr), tasks),
-                    FragmentOf(FreeAfter(inv, usage, &placement), tasks));
+    thread_local FreeView before, after;
+    FreeAfter(inv, usage, nullptr, &before);
+    FreeAfter(inv, usage, &placement, &after);
+    return FgdScore(FragmentCached(before, tasks_.id(), tasks, HostTaskRule::kAllIdle),
+                    FragmentCached(after, tasks_.id(), tasks, HostTaskRule::kAllIdle));
   }
 
  private:
@@ -346,11 +391,12 @@ class AccelpoolPolicy : public Policy {
   int32_t Score(const NodeInventory& inv, const NodeUsage& usage,
                 const Placement& placement) const {
     const std::span<const FragTask> tasks = tasks_.For(inv);
-    const FreeView before = FreeAfter(inv, usage, nullptr);
-    const FreeView after = FreeAfter(inv, usage, &placement);
+    thread_local FreeView before, after;
+    FreeAfter(inv, usage, nullptr, &before);
+    FreeAfter(inv, usage, &placement, &after);
     AccelpoolInputs in;
-    in.f_before = FragmentBefore(before, tasks, HostTaskRule::kHostShare);
-    in.f_after = FragmentOf(after, tasks, HostTaskRule::kHostShare);
+    in.f_before = FragmentCached(before, tasks_.id(), tasks, HostTaskRule::kHostShare);
+    in.f_after = FragmentCached(after, tasks_.id(), tasks, HostTaskRule::kHostShare);
     for (size_t d = 0; d < inv.devices.size(); ++d) {
       if (!inv.devices[d].Schedulable()) continue;
       in.node_capacity += kComputeWhole;

@@ -1,11 +1,12 @@
 #include "core/frag.h"
 
-#include "core/fit.h"
-
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
+
+#include "core/fit.h"
 
 namespace accelpool::core {
 namespace {
@@ -265,6 +266,93 @@ TEST(FitTest, TheReturnedPlacementCarriesThePodsHostRequest) {
   FitResult r = Fit(pod, inv, NodeUsage::Empty(inv), nullptr);
   ASSERT_TRUE(r.fits());
   EXPECT_EQ(r.placement.host, pod.host);
+}
+
+}  // namespace
+}  // namespace accelpool::core
+
+namespace accelpool::core {
+namespace {
+
+// The policies remember fragmentation values per thread; every score must
+// still equal the one computed from scratch, across nodes, usages, and
+// workloads that replace one another (a new list may reuse an old address).
+TEST(AccelpoolPolicyTest, RememberedFragmentationNeverLeaksBetweenStatesOrWorkloads) {
+  std::mt19937 rng(7);
+  auto workload = [&](int n) {
+    std::vector<TaskShape> w;
+    for (int i = 0; i < n; ++i) {
+      TaskShape t;
+      t.count = static_cast<int32_t>(rng() % 3);
+      t.compute = t.count == 0 ? 0 : static_cast<int32_t>(100 * (1 + rng() % 10));
+      t.memory_mib = static_cast<int64_t>(rng() % 3) * 4096;
+      t.cpu_milli = static_cast<int64_t>(rng() % 4) * 4000;
+      t.host_memory_mib = static_cast<int64_t>(rng() % 3) * 8192;
+      t.weight = 1 + static_cast<double>(rng() % 5);
+      w.push_back(t);
+    }
+    return w;
+  };
+  NodeInventory inv = Node(8, "T4");
+  for (int round = 0; round < 40; ++round) {
+    PolicyContext ctx;
+    ctx.workload = workload(16);
+    PolicyPtr p = MakeAccelpoolPolicy(ctx);  // the previous one is freed first
+    const std::vector<FragTask> tasks = TasksForInventory(ctx.workload, inv);
+    for (int k = 0; k < 20; ++k) {
+      NodeUsage u = NodeUsage::Empty(inv);
+      for (DeviceUsage& d : u.devices) {
+        d.compute = static_cast<int32_t>(100 * (rng() % 11));
+        d.memory_mib = static_cast<int64_t>(rng() % 4) * 2048;
+        d.shares = d.compute > 0 ? 1 : 0;
+      }
+      if (rng() % 2) u.host_free = HostResources{static_cast<int64_t>(rng() % 20) * 1000, 32768};
+      const int32_t dev = static_cast<int32_t>(rng() % 8);
+      Placement pl;
+      pl.containers.push_back(
+          ContainerPlacement{"main",
+                             ContainerKind::kRegular,
+                             {Grant{dev, 1024, static_cast<int32_t>(100 * (rng() % 5)), false}}});
+      pl.host = HostResources{static_cast<int64_t>(rng() % 8) * 1000, 4096};
+      // From scratch with the public pieces.
+      auto view = [&](bool with) {
+        std::vector<int32_t> c(8);
+        std::vector<int64_t> m(8);
+        for (size_t i = 0; i < 8; ++i) {
+          int32_t used = u.devices[i].compute;
+          int64_t mem = u.devices[i].memory_mib;
+          if (with && static_cast<int32_t>(i) == dev) {
+            used += pl.containers[0].grants[0].compute;
+            mem += pl.containers[0].grants[0].memory_mib;
+          }
+          c[i] = std::max(0, kComputeWhole - used);
+          m[i] = std::max<int64_t>(0, inv.devices[i].memory_mib - mem);
+        }
+        return std::pair(c, m);
+      };
+      auto frag = [&](bool with) {
+        auto [c, m] = view(with);
+        FragNode n;
+        n.free_compute = c;
+        n.free_memory = m;
+        n.model_id = 0;
+        if (u.host_free) {
+          n.cpu_free_milli =
+              std::max<int64_t>(0, u.host_free->cpu_milli - (with ? pl.host.cpu_milli : 0));
+          n.host_memory_free_mib =
+              std::max<int64_t>(0, u.host_free->memory_mib - (with ? pl.host.memory_mib : 0));
+        }
+        return NodeFragment(n, tasks, HostTaskRule::kHostShare);
+      };
+      AccelpoolInputs in;
+      in.f_before = frag(false);
+      in.f_after = frag(true);
+      in.node_capacity = 8 * kComputeWhole;
+      auto [after_c, after_m] = view(true);
+      for (int32_t f : after_c) in.node_idle_after += f;
+      ASSERT_EQ(p->NodeScore(inv, u, pl), AccelpoolScore(in)) << "round " << round << " k " << k;
+    }
+  }
 }
 
 }  // namespace
