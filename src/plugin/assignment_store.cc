@@ -55,11 +55,16 @@ std::vector<std::string> InAssignmentOrder(const PodAssignment& p) {
 }  // namespace
 
 void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                                   const std::set<std::string>& allocated) {
+                                   const std::set<std::string>& allocated,
+                                   const std::set<std::string>& presumed) {
   PodAssignment& p = pods_[pod.uid];
   p.pod = pod;
   p.assignment = assignment;
   p.allocated.insert(allocated.begin(), allocated.end());
+  p.presumed.clear();
+  for (const std::string& c : presumed) {
+    if (!p.allocated.count(c)) p.presumed.insert(c);
+  }
 }
 
 void AssignmentStore::SetUnassignedLocked(const PodRef& pod,
@@ -72,9 +77,10 @@ void AssignmentStore::SetUnassignedLocked(const PodRef& pod,
 }
 
 void AssignmentStore::Upsert(const PodRef& pod, const api::Assignment& assignment,
-                             const std::set<std::string>& allocated) {
+                             const std::set<std::string>& allocated,
+                             const std::set<std::string>& presumed) {
   std::lock_guard<std::mutex> lock(mu_);
-  UpsertLocked(pod, assignment, allocated);
+  UpsertLocked(pod, assignment, allocated, presumed);
 }
 
 void AssignmentStore::SetUnassigned(const PodRef& pod, std::vector<UnassignedRequest> requests) {
@@ -84,10 +90,11 @@ void AssignmentStore::SetUnassigned(const PodRef& pod, std::vector<UnassignedReq
 
 void AssignmentStore::Replace(const PodRef& pod, const api::Assignment* assignment,
                               const std::set<std::string>& allocated,
-                              std::vector<UnassignedRequest> unassigned) {
+                              std::vector<UnassignedRequest> unassigned,
+                              const std::set<std::string>& presumed) {
   std::lock_guard<std::mutex> lock(mu_);
   if (assignment != nullptr) {
-    UpsertLocked(pod, *assignment, allocated);
+    UpsertLocked(pod, *assignment, allocated, presumed);
   } else {
     pods_.erase(pod.uid);
   }
@@ -103,8 +110,9 @@ void AssignmentStore::Remove(const std::string& uid) {
 void AssignmentStore::RetainPending(const std::set<std::string>& pending) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = pods_.begin(); it != pods_.end();) {
-    it = pending.count(it->first) || !it->second.allocated.empty() ? std::next(it)
-                                                                    : pods_.erase(it);
+    it = pending.count(it->first) || !it->second.allocated.empty() || !it->second.presumed.empty()
+             ? std::next(it)
+             : pods_.erase(it);
   }
   for (auto it = unassigned_.begin(); it != unassigned_.end();) {
     it = pending.count(it->first) ? std::next(it) : unassigned_.erase(it);
@@ -166,15 +174,56 @@ const PodAssignment* ReusedBy(const std::vector<const PodAssignment*>& pods,
 
 }  // namespace
 
+std::optional<AssignmentStore::Pods> AssignmentStore::WithPresumedAllocated() const {
+  if (std::none_of(pods_.begin(), pods_.end(),
+                   [](const auto& kv) { return !kv.second.presumed.empty(); })) {
+    return std::nullopt;
+  }
+  Pods merged = pods_;
+  for (auto& [uid, p] : merged) {
+    p.allocated.insert(p.presumed.begin(), p.presumed.end());
+    p.presumed.clear();
+  }
+  return merged;
+}
+
+bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const {
+  for (const auto& [uid, p] : pods_) {
+    for (const api::AssignedContainer& c : p.assignment.containers) {
+      if (p.presumed.count(c.name) && c.resource == resource && c.devices.size() == n) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
                                                 const std::vector<std::string>& slot_ids,
                                                 std::optional<PodRef>* caller,
                                                 const KubeletView* kubelet) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::optional<Pods> merged = WithPresumedAllocated();
+  if (!merged.has_value()) {
+    return MatchIn(pods_, resource, slot_ids, caller, kubelet);
+  }
+  StatusOr<ContainerMatch> m = MatchIn(*merged, resource, slot_ids, caller, kubelet);
+  if (m.ok() || !PresumedAsks(resource, slot_ids.size())) {
+    return m;
+  }
+  // Nobody pending is the caller: an admitted pod's presumed container may be.
+  if (caller != nullptr) caller->reset();
+  return MatchIn(pods_, resource, slot_ids, caller, kubelet);
+}
+
+StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::string& resource,
+                                                  const std::vector<std::string>& slot_ids,
+                                                  std::optional<PodRef>* caller,
+                                                  const KubeletView* kubelet) const {
   std::vector<std::string> want = slot_ids;
   std::sort(want.begin(), want.end());
   const size_t n = slot_ids.size();
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::vector<const PodAssignment*> oldest = Oldest(pods_);
+  const std::vector<const PodAssignment*> oldest = Oldest(pods);
 
   // The container whose slots are exactly the ids (a pending one wins).
   const PodAssignment* exact_pod = nullptr;
@@ -309,9 +358,24 @@ PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
                                            const std::set<std::string>& available,
                                            const std::vector<std::string>& must_include,
                                            int32_t size, const KubeletView* kubelet) const {
-  const size_t n = static_cast<size_t>(std::max(size, 0));
   std::lock_guard<std::mutex> lock(mu_);
-  const std::vector<const PodAssignment*> oldest = Oldest(pods_);
+  const std::optional<Pods> merged = WithPresumedAllocated();
+  if (!merged.has_value()) {
+    return PreferredIn(pods_, resource, available, must_include, size, kubelet);
+  }
+  PreferredAnswer a = PreferredIn(*merged, resource, available, must_include, size, kubelet);
+  if (a.slots.has_value() || !PresumedAsks(resource, static_cast<size_t>(std::max(size, 0)))) {
+    return a;
+  }
+  return PreferredIn(pods_, resource, available, must_include, size, kubelet);
+}
+
+PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string& resource,
+                                             const std::set<std::string>& available,
+                                             const std::vector<std::string>& must_include,
+                                             int32_t size, const KubeletView* kubelet) const {
+  const size_t n = static_cast<size_t>(std::max(size, 0));
+  const std::vector<const PodAssignment*> oldest = Oldest(pods);
   std::vector<const PodAssignment*> shape;
   for (const PodAssignment* p : oldest) {
     if (PendingOf(*p, resource, n) != nullptr) {
@@ -445,6 +509,9 @@ std::vector<std::string> AssignmentStore::MarkAllocated(
     return containers;
   }
   it->second.allocated.insert(containers.begin(), containers.end());
+  for (const std::string& c : containers) {
+    it->second.presumed.erase(c);
+  }
   return InAssignmentOrder(it->second);
 }
 
@@ -468,7 +535,7 @@ size_t AssignmentStore::PendingContainers() const {
   size_t n = 0;
   for (const auto& [uid, p] : pods_) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      n += p.allocated.count(c.name) ? 0 : 1;
+      n += p.allocated.count(c.name) || p.presumed.count(c.name) ? 0 : 1;
     }
   }
   return n;

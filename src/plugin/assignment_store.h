@@ -38,6 +38,14 @@
 // caller. Kubelet sends GPU-a::1 while a/main and b/main wait: a/main,
 // ambiguous; with kubelet listing only b: b/main.
 //
+// Presumed allocations. A container of an admitted pod is presumed allocated
+// when nothing recorded its Allocate. It is no candidate while any other
+// answer exists, so a pod whose record was lost never makes later pods of its
+// shape ambiguous; only when a lookup finds no caller at all is it repeated
+// with presumed containers counted as pending (an Allocate kubelet makes
+// after the pod reported a status: a kubelet that restarted, or a test
+// harness that marks pods running before admitting them).
+//
 // Thread-safety: all methods may be called from any thread (one mutex, never
 // held across I/O). Lookups copy what they return.
 #ifndef ACCELPOOL_PLUGIN_ASSIGNMENT_STORE_H_
@@ -67,6 +75,11 @@ struct PodAssignment {
   PodRef pod;
   api::Assignment assignment;
   std::set<std::string> allocated;  // containers already allocated
+  // Containers presumed allocated: the pod was admitted (kubelet makes every
+  // Allocate call of a pod before it reports any status) but neither an
+  // Allocate nor the pod's allocation record says so (a record lost to a
+  // plugin restart). See "Presumed allocations" above.
+  std::set<std::string> presumed;
 };
 
 // A container of a pod on this node that asks for a device resource with no
@@ -105,16 +118,17 @@ struct PreferredAnswer {
 class AssignmentStore {
  public:
   // Adds or replaces the pod's assignment, keeping what was allocated when the
-  // pod (uid) is the same.
+  // pod (uid) is the same; `presumed` replaces the pod's presumed containers.
   void Upsert(const PodRef& pod, const api::Assignment& assignment,
-              const std::set<std::string>& allocated);
+              const std::set<std::string>& allocated, const std::set<std::string>& presumed = {});
   // Replaces what the pod asks for without an assignment (empty: nothing).
   void SetUnassigned(const PodRef& pod, std::vector<UnassignedRequest> requests);
   // Both at once, so that a concurrent Match never sees the pod half updated:
   // Upsert when `assignment` is set, else drops the pod's assignment; then
   // SetUnassigned.
   void Replace(const PodRef& pod, const api::Assignment* assignment,
-               const std::set<std::string>& allocated, std::vector<UnassignedRequest> unassigned);
+               const std::set<std::string>& allocated, std::vector<UnassignedRequest> unassigned,
+               const std::set<std::string>& presumed = {});
   // Forgets the pod: its assignment and its unassigned requests.
   void Remove(const std::string& uid);
   // After a list of the node's Pending pods (their uids in `pending`): drops
@@ -157,7 +171,8 @@ class AssignmentStore {
   // pod is unknown).
   std::vector<std::string> AllocatedContainers(const std::string& uid) const;
 
-  // Every assignment (for usage metrics) and the number of pending containers.
+  // Every assignment (for usage metrics) and the number of pending containers
+  // (presumed ones are not pending).
   std::vector<PodAssignment> All() const;
   size_t PendingContainers() const;
 
@@ -167,9 +182,25 @@ class AssignmentStore {
     std::vector<UnassignedRequest> requests;
   };
 
+  using Pods = std::map<std::string, PodAssignment>;
   // REQUIRES: mu_ held.
   void UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                    const std::set<std::string>& allocated);
+                    const std::set<std::string>& allocated, const std::set<std::string>& presumed);
+  // Match and Preferred over `pods` (pods_, or pods_ with presumed
+  // containers counted as allocated). REQUIRES: mu_ held.
+  StatusOr<ContainerMatch> MatchIn(const Pods& pods, const std::string& resource,
+                                   const std::vector<std::string>& slot_ids,
+                                   std::optional<PodRef>* caller, const KubeletView* kubelet) const;
+  PreferredAnswer PreferredIn(const Pods& pods, const std::string& resource,
+                              const std::set<std::string>& available,
+                              const std::vector<std::string>& must_include, int32_t size,
+                              const KubeletView* kubelet) const;
+  // pods_ with every presumed container counted as allocated; nullopt when no
+  // pod has one. REQUIRES: mu_ held.
+  std::optional<Pods> WithPresumedAllocated() const;
+  // Whether a presumed container asks for `n` devices of `resource`.
+  // REQUIRES: mu_ held.
+  bool PresumedAsks(const std::string& resource, size_t n) const;
   void SetUnassignedLocked(const PodRef& pod, std::vector<UnassignedRequest> requests);
 
   mutable std::mutex mu_;

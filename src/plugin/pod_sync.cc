@@ -115,6 +115,17 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
       e.allocated.insert(al->containers.begin(), al->containers.end());
     }
   }
+  // Kubelet makes every Allocate call of a pod while admitting it, before it
+  // reports any container status: an admitted pod has nothing pending, even
+  // when its allocation record was never written (the plugin stopped, or the
+  // write failed past its retries). Its other containers are presumed
+  // allocated, so it does not stay a possible caller for every later pod of
+  // the same shape.
+  if (!api::AwaitsAdmission(pod)) {
+    for (const api::AssignedContainer& c : e.assignment.containers) {
+      if (!e.allocated.count(c.name)) e.presumed.insert(c.name);
+    }
+  }
   return std::optional<PodEntry>(std::move(e));
 }
 
@@ -228,7 +239,8 @@ void PodSync::Apply(const nlohmann::json& pod) {
     std::lock_guard<std::mutex> lock(apply_mu_);
     store_->Replace(
         entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
-        entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned));
+        entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned),
+        entry != nullptr ? entry->presumed : std::set<std::string>());
     // A pod refused for a key this node does not hold yet keeps no version,
     // so the next refresh reads it again (by then the key may be here).
     const bool retry = !e.ok() && e.status().code() == StatusCode::kNotFound;

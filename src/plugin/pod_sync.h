@@ -55,6 +55,9 @@ struct PodEntry {
   PodRef pod;
   api::Assignment assignment;
   std::set<std::string> allocated;
+  // An admitted pod's containers its allocation record does not list
+  // (AssignmentStore: "Presumed allocations").
+  std::set<std::string> presumed;
 };
 
 // The entry of a pod object. nullopt when the pod carries no assignment or is

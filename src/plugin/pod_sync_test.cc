@@ -65,6 +65,7 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
     StatusCode want;
     bool want_entry;
     size_t want_allocated;
+    size_t want_presumed = 0;
   };
   const std::vector<Case> cases = {
       {"pending", PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}),
@@ -80,6 +81,26 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
                 {"accelpool.io/allocation",
                  R"({"version":1,"phase":"Failed","containers":["main"],"message":"x"})"}}),
        StatusCode::kOk, true, 1},
+      // Kubelet makes every Allocate of a pod at admission, before it reports
+      // any container status: an admitted pod whose allocation record was
+      // never written has its containers presumed allocated.
+      {"admitted, allocation never written",
+       PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Running"),
+       StatusCode::kOk, true, 0, 1},
+      {"admitted, still Pending with container statuses",
+       [] {
+         json p = PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+         p["status"]["containerStatuses"] =
+             json::array({{{"name", "main"}, {"state", {{"waiting", json::object()}}}}});
+         return p;
+       }(),
+       StatusCode::kOk, true, 0, 1},
+      {"admitted and recorded",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a")},
+                {"accelpool.io/allocation", api::SerializeAllocation(done)}},
+               "Running"),
+       StatusCode::kOk, true, 1, 0},
       {"no assignment", PodJson("p", "node-a", json::object()), StatusCode::kOk, false, 0},
       {"finished",
        PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Succeeded"),
@@ -118,11 +139,51 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
       EXPECT_EQ(e->has_value(), c.want_entry);
       if (e->has_value()) {
         EXPECT_EQ((*e)->allocated.size(), c.want_allocated);
+        EXPECT_EQ((*e)->presumed.size(), c.want_presumed);
       }
     } else if (c.pod.is_object()) {
       EXPECT_NE(e.status().message().find("delete the pod"), std::string::npos);
     }
   }
+}
+
+// An admitted pod whose allocation record was lost must not stay a possible
+// caller: it would make every later pod of the same shape ambiguous.
+TEST(EntryFromPodTest, AnAdmittedPodIsNoCallerWhileAnotherPodWaits) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  sync.Apply(PodJson("admitted", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
+                     "Running"));
+  EXPECT_EQ(store.PendingContainers(), 0u);
+  sync.Apply(
+      PodJson("next", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}}));
+  EXPECT_EQ(store.PendingContainers(), 1u);
+  // Kubelet's ids name nobody (it picked them itself): the only pending pod.
+  auto m = store.Match("nvidia.com/gpu", {"GPU-c::4"});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->pod.name, "next");
+  // Steering goes to the waiting pod's slots, not the admitted one's.
+  PreferredAnswer pref = store.Preferred("nvidia.com/gpu", {"GPU-a::1", "GPU-b::1"}, {}, 1);
+  ASSERT_TRUE(pref.slots.has_value());
+  EXPECT_EQ(*pref.slots, std::vector<std::string>{"GPU-b::1"});
+}
+
+// When nobody else could be calling, an Allocate for the admitted pod (one
+// kubelet makes after the pod reported a status) still finds it.
+TEST(EntryFromPodTest, APresumedContainerAnswersWhenNobodyElseCouldBeCalling) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  sync.Apply(PodJson("admitted", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
+                     "Running"));
+  PreferredAnswer pref = store.Preferred("nvidia.com/gpu", {"GPU-a::1", "GPU-b::1"}, {}, 1);
+  ASSERT_TRUE(pref.slots.has_value());
+  EXPECT_EQ(*pref.slots, std::vector<std::string>{"GPU-a::1"});
+  auto m = store.Match("nvidia.com/gpu", {"GPU-b::3"});  // ids that name nobody
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->pod.name, "admitted");
+  store.MarkAllocated(m->pod.uid, {m->container.name});
+  EXPECT_EQ(store.AllocatedContainers(m->pod.uid), std::vector<std::string>{"main"});
+  EXPECT_EQ(store.All().front().presumed.size(), 0u);
 }
 
 TEST(UnassignedRequestsTest, WhatAPodKubeletMayStillAdmitAsksForWithoutAnAssignment) {
