@@ -208,12 +208,20 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
     return MatchIn(pods_, resource, slot_ids, caller, kubelet);
   }
   StatusOr<ContainerMatch> m = MatchIn(*merged, resource, slot_ids, caller, kubelet);
-  if (m.ok() || !PresumedAsks(resource, slot_ids.size())) {
+  if ((m.ok() && !m->repeat) || !PresumedAsks(resource, slot_ids.size())) {
     return m;
   }
-  // Nobody pending is the caller: an admitted pod's presumed container may be.
+  // Nobody pending is the caller, or only a repeat of an earlier call names
+  // these ids (a container reusing its init container's devices sends the
+  // init container's ids): an admitted pod's presumed container may be.
+  std::optional<PodRef> first_caller = caller != nullptr ? *caller : std::nullopt;
   if (caller != nullptr) caller->reset();
-  return MatchIn(pods_, resource, slot_ids, caller, kubelet);
+  StatusOr<ContainerMatch> again = MatchIn(pods_, resource, slot_ids, caller, kubelet);
+  if (again.ok() || !m.ok()) {
+    return again;
+  }
+  if (caller != nullptr) *caller = first_caller;
+  return m;  // the repeat
 }
 
 StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::string& resource,

@@ -186,6 +186,44 @@ TEST(EntryFromPodTest, APresumedContainerAnswersWhenNobodyElseCouldBeCalling) {
   EXPECT_EQ(store.All().front().presumed.size(), 0u);
 }
 
+// Kubelet admits an admitted-looking pod container by container: an init
+// container, then a regular one on the init container's device (kubelet
+// reuses it and sends the same ids), then another. Each call must find its
+// own container, not repeat the one before.
+TEST(EntryFromPodTest, PresumedContainersAreFoundInKubeletsOrder) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.policy = "accelpool";
+  a.containers = {
+      Ctr("warmup", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 2048, 100, false)},
+          core::ContainerKind::kInit),
+      Ctr("a", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 2048, 100, false)}),
+      Ctr("b", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 3072, 200, false)})};
+  json pod = PodJson("multi", "node-a", {{"accelpool.io/assignment", api::SerializeAssignment(a)}},
+                     "Running");
+  json gpu = {{"limits", {{"nvidia.com/gpu", "1"}}}};
+  pod["spec"]["initContainers"] = json::array({{{"name", "warmup"}, {"resources", gpu}}});
+  pod["spec"]["containers"] =
+      json::array({{{"name", "a"}, {"resources", gpu}}, {{"name", "b"}, {"resources", gpu}}});
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  sync.Apply(pod);
+  ASSERT_EQ(store.All().size(), 1u);
+  const std::set<std::string> available = {"GPU-a::1", "GPU-b::2", "GPU-c::0"};
+  for (const auto& [container, must] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"warmup", {}}, {"a", {"GPU-a::1"}}, {"b", {}}}) {
+    SCOPED_TRACE(container);
+    PreferredAnswer pref = store.Preferred("nvidia.com/gpu", available, must, 1);
+    ASSERT_TRUE(pref.slots.has_value());
+    auto m = store.Match("nvidia.com/gpu", *pref.slots);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->container.name, container);
+    store.MarkAllocated(m->pod.uid, {m->container.name});
+  }
+  EXPECT_EQ(store.PendingContainers(), 0u);
+}
+
 TEST(UnassignedRequestsTest, WhatAPodKubeletMayStillAdmitAsksForWithoutAnAssignment) {
   auto assignment = api::ParseAssignment(AssignmentText("node-a"));
   ASSERT_TRUE(assignment.ok());
