@@ -43,21 +43,21 @@ bool NodeFixture(const json& pod) {
   return false;
 }
 
-bool KeptAnnotation(std::string_view key) {
-  for (std::string_view prefix : {"accelpool.io/", "nvidia.com/", "hami.io/"}) {
-    if (key.substr(0, prefix.size()) == prefix) return true;
-  }
-  return key == "kubernetes.io/config.mirror";
-}
-
-json TrimContainer(const json& c) {
-  json out = json::object();
-  if (!c.is_object()) return out;
-  for (const char* key : {"name", "restartPolicy", "resources"}) {
-    if (auto it = c.find(key); it != c.end()) out[key] = *it;
-  }
-  return out;
-}
+// The summary's place in a trimmed pod, and its fields, in order.
+constexpr const char* kSummaryKey = "accelpool.io/load";
+enum SummaryField {
+  kNode,
+  kFlags,
+  kCpu,
+  kMemory,
+  kCount,
+  kCompute,
+  kDeviceMemory,
+  kModel,
+  kError,
+  kFields
+};
+enum SummaryFlag { kFinished = 1, kFixture = 2, kHostOk = 4, kShapeOk = 8 };
 
 }  // namespace
 
@@ -70,49 +70,77 @@ PodLoad::PodLoad(Cache& cache, PodLoadOptions options, const ExtenderMetrics* me
 
 PodLoad::~PodLoad() { Stop(); }
 
+PodLoad::Summary PodLoad::Summarize(const json& pod) {
+  Summary s;
+  s.uid = Str(pod, {"metadata", "uid"});
+  s.key = Str(pod, {"metadata", "namespace"}) + "/" + Str(pod, {"metadata", "name"});
+  s.node = Str(pod, {"spec", "nodeName"});
+  s.finished = Finished(pod);
+  s.fixture = NodeFixture(pod);
+  StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(pod);
+  if (req.ok()) {
+    s.host_ok = s.shape_ok = true;
+    s.host = req->request.host;
+    s.shape = core::ShapeOfRequest(req->request);
+    return s;
+  }
+  s.error = req.status().message();
+  StatusOr<core::HostResources> host = api::ParseHostRequest(pod);
+  if (host.ok()) {
+    s.host_ok = true;
+    s.host = *host;
+  }
+  return s;
+}
+
+PodLoad::Summary PodLoad::SummaryOf(const json& pod) {
+  const json* packed = nullptr;
+  if (pod.is_object()) {
+    if (auto it = pod.find(kSummaryKey);
+        it != pod.end() && it->is_array() && it->size() == kFields) {
+      packed = &*it;
+    }
+  }
+  if (packed == nullptr) return Summarize(pod);
+  const json& a = *packed;
+  auto num = [&](SummaryField f) { return a[f].is_number_integer() ? a[f].get<int64_t>() : 0; };
+  auto str = [&](SummaryField f) { return a[f].is_string() ? a[f].get<std::string>() : ""; };
+  Summary s;
+  s.uid = Str(pod, {"metadata", "uid"});
+  s.key = Str(pod, {"metadata", "namespace"}) + "/" + Str(pod, {"metadata", "name"});
+  s.node = str(kNode);
+  const int64_t flags = num(kFlags);
+  s.finished = flags & kFinished;
+  s.fixture = flags & kFixture;
+  s.host_ok = flags & kHostOk;
+  s.shape_ok = flags & kShapeOk;
+  s.host = core::HostResources{num(kCpu), num(kMemory)};
+  s.shape.count = static_cast<int32_t>(num(kCount));
+  s.shape.compute = static_cast<int32_t>(num(kCompute));
+  s.shape.memory_mib = num(kDeviceMemory);
+  s.shape.model = str(kModel);
+  s.shape.cpu_milli = s.host.cpu_milli;
+  s.shape.host_memory_mib = s.host.memory_mib;
+  s.error = str(kError);
+  return s;
+}
+
 void PodLoad::Trim(json& pod) {
   if (!pod.is_object()) return;
-  json out = json::object();
+  const Summary s = Summarize(pod);
+  json meta = json::object();
   if (auto m = pod.find("metadata"); m != pod.end() && m->is_object()) {
-    json meta = json::object();
     for (const char* key : {"name", "namespace", "uid", "resourceVersion"}) {
       if (auto it = m->find(key); it != m->end()) meta[key] = *it;
     }
-    if (auto a = m->find("annotations"); a != m->end() && a->is_object()) {
-      json kept = json::object();
-      for (const auto& [key, value] : a->items()) {
-        if (KeptAnnotation(key)) kept[key] = value;
-      }
-      if (!kept.empty()) meta["annotations"] = std::move(kept);
-    }
-    if (auto o = m->find("ownerReferences"); o != m->end() && o->is_array()) {
-      json owners = json::array();
-      for (const json& ref : *o) owners.push_back({{"kind", Str(ref, {"kind"})}});
-      meta["ownerReferences"] = std::move(owners);
-    }
-    out["metadata"] = std::move(meta);
   }
-  if (auto s = pod.find("spec"); s != pod.end() && s->is_object()) {
-    json spec = json::object();
-    for (const char* key : {"nodeName", "overhead", "resources"}) {
-      if (auto it = s->find(key); it != s->end()) spec[key] = *it;
-    }
-    for (const char* list : {"initContainers", "containers"}) {
-      auto it = s->find(list);
-      if (it == s->end()) continue;
-      if (!it->is_array()) {
-        spec[list] = *it;  // kept as it is, to be refused with its reason
-        continue;
-      }
-      json cs = json::array();
-      for (const json& c : *it) cs.push_back(TrimContainer(c));
-      spec[list] = std::move(cs);
-    }
-    out["spec"] = std::move(spec);
-  }
-  const std::string phase = Str(pod, {"status", "phase"});
-  if (!phase.empty()) out["status"] = {{"phase", phase}};
-  pod = std::move(out);
+  const int64_t flags = (s.finished ? kFinished : 0) | (s.fixture ? kFixture : 0) |
+                        (s.host_ok ? kHostOk : 0) | (s.shape_ok ? kShapeOk : 0);
+  json packed = json::array({s.node, flags, s.host.cpu_milli, s.host.memory_mib, s.shape.count,
+                             s.shape.compute, s.shape.memory_mib, s.shape.model, s.error});
+  pod = json::object();
+  pod["metadata"] = std::move(meta);
+  pod[kSummaryKey] = std::move(packed);
 }
 
 kube::InformerHandlers PodLoad::Handlers() {
@@ -123,41 +151,33 @@ kube::InformerHandlers PodLoad::Handlers() {
   return h;
 }
 
-void PodLoad::OnPodAdded(const json& pod) {
-  const std::string uid = Str(pod, {"metadata", "uid"});
-  if (uid.empty()) return;
-  StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(pod);
-  if (!req.ok()) {
-    unparsable_.fetch_add(1);
-    log_.Debug("pod's requests do not parse; not counted",
-               {{"pod", Str(pod, {"metadata", "namespace"}) + "/" + Str(pod, {"metadata", "name"})},
-                {"error", req.status().message()}});
-    OnPodUpdated(pod);  // its host request may still parse
+void PodLoad::RecordHost(const Summary& s) {
+  if (!options_.host || s.uid.empty()) return;
+  if (!s.host_ok) {
+    cache_.ForgetHostPod(s.uid);
     return;
   }
-  if (options_.host) {
-    cache_.ObserveHostPod(uid, Finished(pod) ? "" : req->node_name, req->request.host);
+  cache_.ObserveHostPod(s.uid, s.finished ? "" : s.node, s.host);
+}
+
+void PodLoad::OnPodAdded(const json& pod) {
+  const Summary s = SummaryOf(pod);
+  if (s.uid.empty()) return;
+  if (!s.shape_ok) {
+    unparsable_.fetch_add(1);
+    log_.Debug("pod's requests do not parse; not counted", {{"pod", s.key}, {"error", s.error}});
   }
-  if (options_.learn && !Finished(pod) && !NodeFixture(pod)) {
+  RecordHost(s);  // a pod whose devices do not parse may still have a host request
+  if (options_.learn && s.shape_ok && !s.finished && !s.fixture) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      learner_.Observe(core::ShapeOfRequest(req->request));
+      learner_.Observe(s.shape);
     }
     if (metrics_ != nullptr) metrics_->workload_arrivals->Get().Inc();
   }
 }
 
-void PodLoad::OnPodUpdated(const json& pod) {
-  if (!options_.host) return;
-  const std::string uid = Str(pod, {"metadata", "uid"});
-  if (uid.empty()) return;
-  StatusOr<core::HostResources> host = api::ParseHostRequest(pod);
-  if (!host.ok()) {
-    cache_.ForgetHostPod(uid);
-    return;
-  }
-  cache_.ObserveHostPod(uid, Finished(pod) ? "" : Str(pod, {"spec", "nodeName"}), *host);
-}
+void PodLoad::OnPodUpdated(const json& pod) { RecordHost(SummaryOf(pod)); }
 
 void PodLoad::OnPodDeleted(const json& pod) {
   const std::string uid = Str(pod, {"metadata", "uid"});

@@ -42,36 +42,56 @@ std::optional<core::HostResources> HostFree(const Cache& cache, const std::strin
   return snap->inventories[0].usage.host_free;
 }
 
-TEST(PodLoadTest, TrimKeepsOnlyWhatTheRequestsAndThePlacementNeed) {
+TEST(PodLoadTest, TrimKeepsTheSummaryAndTheMetadataTheInformerNeeds) {
   json p = Pod("u1", "n1", "2", "4Gi", 1);
+  p["metadata"]["resourceVersion"] = "42";
   p["metadata"]["annotations"] = {{"kubectl.kubernetes.io/last-applied-configuration", "{...}"},
-                                  {"accelpool.io/model-include", "H100"},
-                                  {"nvidia.com/use-gputype", "H100"}};
+                                  {"accelpool.io/model-include", "H100,H200"}};
   p["metadata"]["labels"] = {{"app", "x"}};
-  p["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
   p["metadata"]["ownerReferences"] = {{{"kind", "ReplicaSet"}, {"name", "rs"}, {"uid", "x"}}};
   p["spec"]["containers"][0]["image"] = "trainer:1";
-  p["spec"]["containers"][0]["env"] = json::array({{{"name", "A"}, {"value", "b"}}});
   p["spec"]["volumes"] = json::array({{{"name", "data"}}});
-  p["status"]["conditions"] = json::array({{{"type", "Ready"}}});
-  PodLoad::Trim(p);
-  EXPECT_EQ(p["metadata"]["uid"], "u1");
-  EXPECT_EQ(p["metadata"]["name"], "pod-u1");
-  EXPECT_FALSE(p["metadata"].contains("labels"));
-  EXPECT_FALSE(p["metadata"].contains("managedFields"));
-  EXPECT_EQ(p["metadata"]["annotations"].size(), 2u);
-  EXPECT_EQ(p["metadata"]["ownerReferences"][0], json({{"kind", "ReplicaSet"}}));
-  EXPECT_FALSE(p["spec"]["containers"][0].contains("image"));
-  EXPECT_FALSE(p["spec"]["containers"][0].contains("env"));
-  EXPECT_FALSE(p["spec"].contains("volumes"));
-  EXPECT_EQ(p["spec"]["nodeName"], "n1");
-  EXPECT_EQ(p["status"], json({{"phase", "Running"}}));
-  // What it keeps is enough for the requests.
-  StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(p);
-  ASSERT_TRUE(req.ok()) << req.status().ToString();
-  EXPECT_EQ(req->request.host, (core::HostResources{2000, 4096}));
-  ASSERT_EQ(req->request.containers.size(), 1u);
-  EXPECT_EQ(req->request.containers[0].model_include, std::vector<std::string>{"H100"});
+  const PodLoad::Summary whole = PodLoad::Summarize(p);
+  json trimmed = p;
+  PodLoad::Trim(trimmed);
+  // The informer's key and relist need name, namespace and resourceVersion.
+  EXPECT_EQ(
+      trimmed["metadata"],
+      json({{"name", "pod-u1"}, {"namespace", "ns"}, {"uid", "u1"}, {"resourceVersion", "42"}}));
+  EXPECT_EQ(trimmed.size(), 2u);  // metadata and the packed summary, nothing else
+  EXPECT_LT(trimmed.dump().size(), p.dump().size() / 2);
+  const PodLoad::Summary back = PodLoad::SummaryOf(trimmed);
+  EXPECT_EQ(back.uid, "u1");
+  EXPECT_EQ(back.key, "ns/pod-u1");
+  EXPECT_EQ(back.node, "n1");
+  EXPECT_TRUE(back.host_ok && back.shape_ok);
+  EXPECT_EQ(back.host, (core::HostResources{2000, 4096}));
+  EXPECT_EQ(back.shape, whole.shape);
+  EXPECT_EQ(back.shape.model, "H100|H200");
+  EXPECT_EQ(back.shape.cpu_milli, 2000);
+  EXPECT_FALSE(back.finished || back.fixture);
+  // A DaemonSet's pod, a finished pod and a malformed one keep what they are.
+  json ds = Pod("ds", "n1", "1", "1Gi");
+  ds["metadata"]["ownerReferences"] = {{{"kind", "DaemonSet"}}};
+  json done = Pod("done", "n1", "1", "1Gi");
+  done["status"]["phase"] = "Failed";
+  json bad = Pod("bad", "n1", "1", "1Gi");
+  bad["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1.5";
+  for (json* q : {&ds, &done, &bad}) {
+    const PodLoad::Summary before = PodLoad::Summarize(*q);
+    PodLoad::Trim(*q);
+    const PodLoad::Summary after = PodLoad::SummaryOf(*q);
+    EXPECT_EQ(after.fixture, before.fixture);
+    EXPECT_EQ(after.finished, before.finished);
+    EXPECT_EQ(after.shape_ok, before.shape_ok);
+    EXPECT_EQ(after.host_ok, before.host_ok);
+    EXPECT_EQ(after.error, before.error);
+  }
+  EXPECT_TRUE(PodLoad::SummaryOf(ds).fixture);
+  EXPECT_TRUE(PodLoad::SummaryOf(done).finished);
+  EXPECT_FALSE(PodLoad::SummaryOf(bad).shape_ok);
+  EXPECT_TRUE(PodLoad::SummaryOf(bad).host_ok);
+  EXPECT_NE(PodLoad::SummaryOf(bad).error.find("1.5"), std::string::npos);
 }
 
 TEST(PodLoadTest, BoundPodsTakeTheirNodesHostUntilTheyFinishOrGo) {

@@ -87,8 +87,8 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --webhook-ca-file=FILE    PEM CA of the serving certificate (the TLS Secret's ca.crt)
   --host-aware=BOOL         score each node's free host CPU and memory (its allocatable less the
                             requests of every pod bound there), so devices are not stranded on
-                            nodes whose CPU or memory is gone; watches every pod, trimmed to a
-                            few fields (default true)
+                            nodes whose CPU or memory is gone; watches every pod, each kept as
+                            a summary of about 1.5 KiB (default true)
   --learn-workload=BOOL     score fragmentation against the mix of pods the cluster runs, learned
                             from every pod that arrives (DaemonSet and static pods excepted),
                             instead of a built-in mix (default true)
@@ -367,7 +367,7 @@ int Run(const Flags& flags) {
   pod_options.resource = kube::Pods();
   pod_options.field_selector = "spec.schedulerName=" + flags.scheduler_name;
   kube::Informer pods(**client, pod_options, feeder.PodHandlers(), log.Child("pods"));
-  // Every pod, trimmed: host requests per node and the workload's mix.
+  // Every pod, as a summary: host requests per node and the workload's mix.
   PodLoadOptions plo;
   plo.host = flags.host_aware;
   plo.learn = flags.learn_workload;
