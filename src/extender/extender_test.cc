@@ -417,3 +417,46 @@ TEST_F(ExtenderTest, CordonedDevicesTakeNoNewGrantAndKeepTheirPods) {
 
 }  // namespace
 }  // namespace accelpool::extender
+
+namespace accelpool::extender {
+namespace {
+
+// A new workload rebuilds the policies; plans remembered under the old one
+// are kept apart (the memo key carries the workload's generation), so a
+// filter after the change scores with the new mix.
+TEST(ExtenderWorkloadTest, PlansMadeUnderAnOldWorkloadAreNotReused) {
+  Cache cache;
+  testing::AddGpuNode(cache, "n1");
+  auto e = Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(e.ok());
+  Extender& ext = **e;
+  const PodInfo pod = testing::MakePod("p", {testing::Gpu(1)});
+  ASSERT_EQ(ext.Filter(pod, {"n1"}).fits.size(), 1u);
+  NodeSnapshotPtr snap = cache.Node("n1");
+  const std::string shape = RequestShape(pod.request);
+  std::shared_ptr<const NodePlan> before = snap->memo.Find(shape + "@0");
+  ASSERT_NE(before, nullptr);
+
+  // Only 8-GPU tasks: one GPU taken from the empty node strands the rest.
+  core::TaskShape eight;
+  eight.count = 8;
+  eight.weight = 1;
+  ASSERT_TRUE(ext.SetWorkload({eight}));
+  EXPECT_FALSE(ext.SetWorkload({eight}));  // the same again rebuilds nothing
+  EXPECT_EQ(ext.workload_generation(), 1u);
+  ASSERT_EQ(ext.Filter(testing::MakePod("q", {testing::Gpu(1)}), {"n1"}).fits.size(), 1u);
+  std::shared_ptr<const NodePlan> after = snap->memo.Find(shape + "@1");
+  ASSERT_NE(after, nullptr);
+  core::PolicyContext ctx;
+  ctx.workload = {eight};
+  StatusOr<core::PolicyPtr> fresh = core::MakePolicy("accelpool", ctx);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(after->score, PlanNode(pod, snap.get(), **fresh).score);
+  EXPECT_LT(after->score, before->score);
+  // Back to the built-in mix.
+  ASSERT_TRUE(ext.SetWorkload({}));
+  EXPECT_TRUE(ext.Workload().empty());
+}
+
+}  // namespace
+}  // namespace accelpool::extender
