@@ -7,38 +7,32 @@
 
 #include "api/host_request.h"
 #include "api/pod_request.h"
+#include "kube/objects.h"
 
 namespace accelpool::extender {
 namespace {
 
 using json = nlohmann::json;
 
-std::string Str(const json& obj, std::initializer_list<const char*> path) {
-  const json* at = &obj;
-  for (const char* key : path) {
-    if (!at->is_object()) return "";
-    auto it = at->find(key);
-    if (it == at->end()) return "";
-    at = &*it;
-  }
-  return at->is_string() ? at->get<std::string>() : "";
+std::string At(const json& obj, const char* pointer) {
+  return kube::StringAt(obj, json::json_pointer(pointer));
 }
 
 bool Finished(const json& pod) {
-  const std::string phase = Str(pod, {"status", "phase"});
+  const std::string phase = At(pod, "/status/phase");
   return phase == "Succeeded" || phase == "Failed";
 }
 
 // A fixture of its node rather than an arrival: a DaemonSet's pod or a static
 // pod's mirror.
 bool NodeFixture(const json& pod) {
-  if (!Str(pod, {"metadata", "annotations", "kubernetes.io/config.mirror"}).empty()) return true;
+  if (!At(pod, "/metadata/annotations/kubernetes.io~1config.mirror").empty()) return true;
   const json& meta = pod.contains("metadata") ? pod.at("metadata") : json();
   if (!meta.is_object() || !meta.contains("ownerReferences")) return false;
   const json& owners = meta.at("ownerReferences");
   if (!owners.is_array()) return false;
   for (const json& o : owners) {
-    if (Str(o, {"kind"}) == "DaemonSet") return true;
+    if (At(o, "/kind") == "DaemonSet") return true;
   }
   return false;
 }
@@ -70,11 +64,15 @@ PodLoad::PodLoad(Cache& cache, PodLoadOptions options, const ExtenderMetrics* me
 
 PodLoad::~PodLoad() { Stop(); }
 
+void PodLoad::Identify(const json& pod, Summary* s) {
+  s->uid = At(pod, "/metadata/uid");
+  s->key = At(pod, "/metadata/namespace") + "/" + At(pod, "/metadata/name");
+}
+
 PodLoad::Summary PodLoad::Summarize(const json& pod) {
   Summary s;
-  s.uid = Str(pod, {"metadata", "uid"});
-  s.key = Str(pod, {"metadata", "namespace"}) + "/" + Str(pod, {"metadata", "name"});
-  s.node = Str(pod, {"spec", "nodeName"});
+  Identify(pod, &s);
+  s.node = At(pod, "/spec/nodeName");
   s.finished = Finished(pod);
   s.fixture = NodeFixture(pod);
   StatusOr<api::PodDeviceRequest> req = api::ParsePodRequest(pod);
@@ -106,8 +104,7 @@ PodLoad::Summary PodLoad::SummaryOf(const json& pod) {
   auto num = [&](SummaryField f) { return a[f].is_number_integer() ? a[f].get<int64_t>() : 0; };
   auto str = [&](SummaryField f) { return a[f].is_string() ? a[f].get<std::string>() : ""; };
   Summary s;
-  s.uid = Str(pod, {"metadata", "uid"});
-  s.key = Str(pod, {"metadata", "namespace"}) + "/" + Str(pod, {"metadata", "name"});
+  Identify(pod, &s);
   s.node = str(kNode);
   const int64_t flags = num(kFlags);
   s.finished = flags & kFinished;
@@ -180,7 +177,7 @@ void PodLoad::OnPodAdded(const json& pod) {
 void PodLoad::OnPodUpdated(const json& pod) { RecordHost(SummaryOf(pod)); }
 
 void PodLoad::OnPodDeleted(const json& pod) {
-  const std::string uid = Str(pod, {"metadata", "uid"});
+  const std::string uid = At(pod, "/metadata/uid");
   if (!uid.empty()) cache_.ForgetHostPod(uid);
 }
 

@@ -92,6 +92,7 @@ class PodLoad {
   int64_t unparsable() const { return unparsable_.load(); }
 
  private:
+  static void Identify(const nlohmann::json& pod, Summary* s);  // uid and key
   void Run(std::stop_token stop, Extender* extender);
   void RecordHost(const Summary& s);
 

@@ -119,14 +119,15 @@ void NodePicker::Learn(const PodShape& shape) {
   for (size_t m = 0; m < c_.models.size() && m < 64; ++m) {
     if ((shape.model_mask >> m) & 1U) t.model += (t.model.empty() ? "" : "|") + c_.models[m];
   }
+  model_masks_.emplace(t.model, shape.model_mask);  // to give the learned shape its bits back
   learner_.Observe(t);
   if (++since_rebuild_ < std::max(opt_.extender.refresh, 1)) return;
   since_rebuild_ = 0;
   std::vector<core::TaskShape> shapes = learner_.Shapes();
   if (shapes.empty()) return;  // the built-in mix until the learner has enough
   // The trace's models are global bits (SimNode::model_id), where the
-  // extender's are "this node's model or not": give each learned model list
-  // its bits back.
+  // extender's are "this node's model or not": each learned model list gets
+  // the bits it was made from back.
   std::vector<core::FragTask> tasks;
   tasks.reserve(shapes.size());
   for (const core::TaskShape& s : shapes) {
@@ -136,16 +137,7 @@ void NodePicker::Learn(const PodShape& shape) {
     f.cpu_milli = s.cpu_milli;
     f.host_memory_mib = s.host_memory_mib;
     f.weight = s.weight;
-    size_t start = 0;
-    while (!s.model.empty() && start <= s.model.size()) {
-      size_t end = s.model.find('|', start);
-      if (end == std::string::npos) end = s.model.size();
-      const std::string name = s.model.substr(start, end - start);
-      for (size_t m = 0; m < c_.models.size() && m < 64; ++m) {
-        if (c_.models[m] == name) f.model_mask |= uint64_t{1} << m;
-      }
-      start = end + 1;
-    }
+    if (!s.model.empty()) f.model_mask = model_masks_.at(s.model);
     tasks.push_back(f);
   }
   extender_tasks_ = core::NormalizeTasks(std::move(tasks));

@@ -28,12 +28,14 @@
 #define ACCELPOOL_SIM_REPLAY_H_
 
 #include <cstdint>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/rank.h"
-#include "sim/cluster.h"
 #include "core/workload.h"
+#include "sim/cluster.h"
 #include "sim/policies.h"
 #include "sim/trace.h"
 
@@ -120,6 +122,7 @@ class NodePicker {
   void Learn(const PodShape& shape);
   std::vector<core::FragTask> extender_tasks_;
   core::WorkloadLearner learner_;
+  std::map<std::string, uint64_t> model_masks_;  // learned model list -> the trace's model bits
   int32_t since_rebuild_ = 0;
   int64_t workload_rebuilds_ = 0;
   FragCache extender_frag_;
