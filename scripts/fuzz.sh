@@ -6,7 +6,9 @@
 #   extender    filter prioritize bind preempt      seeds: src/extender/fuzz/seeds/<name>
 #               mutate (the admission review),
 #               watch (node and pod objects from the
-#               informers; nothing may stay booked)
+#               informers; nothing may stay booked),
+#               workload_store (the learned workload's
+#               ConfigMap document)
 #   plugin      node_pods (pod objects from the     seeds: src/plugin/fuzz/seeds/node_pods
 #               watch, then kubelet's Allocate and
 #               GetPreferredAllocation calls)
@@ -50,6 +52,7 @@ declare -A target=(
   [preempt]="src/extender/extender_fuzz_preempt src/extender/fuzz/seeds/preempt"
   [mutate]="src/extender/extender_fuzz_mutate src/extender/fuzz/seeds/mutate"
   [watch]="src/extender/extender_fuzz_watch src/extender/fuzz/seeds/watch"
+  [workload_store]="src/extender/extender_fuzz_workload_store src/extender/fuzz/seeds/workload_store"
   [node_pods]="src/plugin/plugin_node_pods_fuzzer src/plugin/fuzz/seeds/node_pods"
   [inventory_file]="src/vendors/inventory_file_fuzzer src/vendors/fuzz/corpus/inventory_file"
   [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
@@ -58,7 +61,7 @@ declare -A target=(
   [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
   [key_state]="src/keys/key_state_fuzzer src/keys/fuzz/corpus/key_state"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate watch node_pods inventory_file yaml http_response shim_env proc_stat key_state"
+order="inventory assignment pod_request filter prioritize bind preempt mutate watch workload_store node_pods inventory_file yaml http_response shim_env proc_stat key_state"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then

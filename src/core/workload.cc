@@ -55,6 +55,31 @@ void WorkloadLearner::Observe(const TaskShape& s) {
   ++observed_;
 }
 
+std::vector<TaskShape> WorkloadLearner::Arrivals() const {
+  std::vector<TaskShape> out;
+  out.reserve(ring_.size());
+  for (const auto& it : ring_) {
+    const Key& key = it->first;
+    TaskShape t;
+    t.count = key.count;
+    t.compute = key.compute;
+    t.memory_mib = key.memory_mib;
+    t.model = key.model;
+    t.cpu_milli = key.cpu_milli;
+    t.host_memory_mib = key.host_memory_mib;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void WorkloadLearner::Restore(const std::vector<TaskShape>& arrivals, uint64_t observed) {
+  counts_.clear();
+  ring_.clear();
+  const size_t skip = arrivals.size() > options_.window ? arrivals.size() - options_.window : 0;
+  for (size_t i = skip; i < arrivals.size(); ++i) Observe(arrivals[i]);
+  observed_ = std::max<uint64_t>(observed, ring_.size());
+}
+
 std::vector<TaskShape> WorkloadLearner::Shapes() const {
   if (ring_.size() < std::max<size_t>(options_.min_arrivals, 1)) return {};
   std::vector<std::pair<const Key*, int64_t>> list;

@@ -53,6 +53,13 @@ class WorkloadLearner {
   // arrivals are remembered (the policies then use DefaultWorkload()).
   std::vector<TaskShape> Shapes() const;
 
+  // The window's arrivals, oldest first (weight 1 each), and a learner's
+  // window restored from them (the newest `window` of them; Shapes() is then
+  // what it was where they were taken). `observed` is carried over as given.
+  // Used to keep the learned mix across restarts (extender/workload_store.h).
+  std::vector<TaskShape> Arrivals() const;
+  void Restore(const std::vector<TaskShape>& arrivals, uint64_t observed);
+
   size_t arrivals() const { return ring_.size(); }  // in the window
   uint64_t observed() const { return observed_; }   // since construction
   size_t distinct() const { return counts_.size(); }

@@ -66,6 +66,34 @@ TEST(WorkloadLearnerTest, KeepsTheMostFrequentShapesOnly) {
   EXPECT_EQ(s[1].count, 3);
 }
 
+TEST(WorkloadLearnerTest, ARestoredWindowOffersWhatTheOriginalDid) {
+  WorkloadLearner a(WorkloadLearnerOptions{.window = 6, .max_shapes = 8, .min_arrivals = 1});
+  for (int i = 0; i < 5; ++i) a.Observe(Gpu(8, 1000, 0, 0));
+  for (int i = 0; i < 4; ++i) a.Observe(Gpu(1, 300, 2000, 4096));
+  std::vector<TaskShape> arrivals = a.Arrivals();
+  ASSERT_EQ(arrivals.size(), 6u);  // oldest first: two 8-GPU, then four shared
+  EXPECT_EQ(arrivals.front().count, 8);
+  EXPECT_EQ(arrivals.back().compute, 300);
+  EXPECT_EQ(arrivals.back().host_memory_mib, 4096);
+
+  WorkloadLearner b(WorkloadLearnerOptions{.window = 6, .max_shapes = 8, .min_arrivals = 1});
+  b.Observe(Gpu(2, 1000, 0, 0));  // replaced, not added to
+  b.Restore(arrivals, a.observed());
+  EXPECT_EQ(b.Shapes(), a.Shapes());
+  EXPECT_EQ(b.observed(), 9u);
+  // It goes on as the original would: the oldest arrival leaves first.
+  a.Observe(Gpu(1, 300, 2000, 4096));
+  b.Observe(Gpu(1, 300, 2000, 4096));
+  EXPECT_EQ(b.Shapes(), a.Shapes());
+
+  // A smaller window keeps the newest arrivals only.
+  WorkloadLearner c(WorkloadLearnerOptions{.window = 4, .max_shapes = 8, .min_arrivals = 1});
+  c.Restore(arrivals, 0);
+  ASSERT_EQ(c.Shapes().size(), 1u);
+  EXPECT_EQ(c.Shapes()[0].compute, 300);
+  EXPECT_EQ(c.observed(), 4u);  // never fewer than it holds
+}
+
 TEST(ShapeOfRequestTest, WholeSharedAndDevicelessPods) {
   DeviceRequest whole;
   whole.vendor = Vendor::kNvidia;

@@ -137,6 +137,7 @@ struct ExtenderMetrics {
   GaugeFamily* workload_shapes = nullptr;
   CounterFamily* workload_arrivals = nullptr;  // incremented by PodLoad
   CounterFamily* workload_rebuilds = nullptr;
+  CounterFamily* workload_store = nullptr;  // {op=load|save, result=ok|missing|failed}; PodLoad
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };

@@ -70,13 +70,17 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
                                "Pods the workload learner has seen arrive.");
   auto rebuilds = r.AddCounter("accelpool_extender_workload_rebuilds_total",
                                "Times the policies were rebuilt for a newly learned workload.");
+  auto store = r.AddCounter("accelpool_extender_workload_store_total",
+                            "Reads (at start) and writes of the learned workload's ConfigMap, by "
+                            "op (load|save) and result (ok|missing|failed).",
+                            {"op", "result"});
   for (const Status& s :
-       {host_free.status(), host_pods.status(),  shapes.status(),          arrivals.status(),
-        rebuilds.status(),  latency.status(),    requests.status(),        filter.status(),
-        conflicts.status(), failures.status(),   nodes.status(),           pods.status(),
-        uncounted.status(), age.status(),        dev_mem.status(),         dev_cmp.status(),
-        node_mem.status(),  node_cmp.status(),   cordoned.status(),        bad.status(),
-        edits.status(),     key_errors.status(), preemption_waits.status()}) {
+       {host_free.status(), host_pods.status(), shapes.status(),     arrivals.status(),
+        rebuilds.status(),  store.status(),     latency.status(),    requests.status(),
+        filter.status(),    conflicts.status(), failures.status(),   nodes.status(),
+        pods.status(),      uncounted.status(), age.status(),        dev_mem.status(),
+        dev_cmp.status(),   node_mem.status(),  node_cmp.status(),   cordoned.status(),
+        bad.status(),       edits.status(),     key_errors.status(), preemption_waits.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -102,6 +106,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.workload_shapes = *shapes;
   m.workload_arrivals = *arrivals;
   m.workload_rebuilds = *rebuilds;
+  m.workload_store = *store;
   m.key_reload_errors->Get();  // rendered from the start, for increase()
   m.workload_arrivals->Get();
   m.workload_rebuilds->Get();

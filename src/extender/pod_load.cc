@@ -1,5 +1,6 @@
 #include "extender/pod_load.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,6 +68,7 @@ PodLoad::~PodLoad() { Stop(); }
 void PodLoad::Identify(const json& pod, Summary* s) {
   s->uid = At(pod, "/metadata/uid");
   s->key = At(pod, "/metadata/namespace") + "/" + At(pod, "/metadata/name");
+  s->created = At(pod, "/metadata/creationTimestamp");
 }
 
 PodLoad::Summary PodLoad::Summarize(const json& pod) {
@@ -127,7 +129,7 @@ void PodLoad::Trim(json& pod) {
   const Summary s = Summarize(pod);
   json meta = json::object();
   if (auto m = pod.find("metadata"); m != pod.end() && m->is_object()) {
-    for (const char* key : {"name", "namespace", "uid", "resourceVersion"}) {
+    for (const char* key : {"name", "namespace", "uid", "resourceVersion", "creationTimestamp"}) {
       if (auto it = m->find(key); it != m->end()) meta[key] = *it;
     }
   }
@@ -168,10 +170,143 @@ void PodLoad::OnPodAdded(const json& pod) {
   if (options_.learn && s.shape_ok && !s.finished && !s.fixture) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (CountedBefore(s)) {
+        ++already_counted_;
+        return;
+      }
       learner_.Observe(s.shape);
+      AdvanceWatermark(s);
     }
     if (metrics_ != nullptr) metrics_->workload_arrivals->Get().Inc();
   }
+}
+
+bool PodLoad::CountedBefore(const Summary& s) const {
+  if (restored_watermark_.empty() || !IsRfc3339Seconds(s.created)) return false;
+  // The fixed-width UTC form orders as text.
+  if (s.created < restored_watermark_) return true;
+  return s.created == restored_watermark_ && restored_uids_.contains(s.uid);
+}
+
+void PodLoad::AdvanceWatermark(const Summary& s) {
+  if (!IsRfc3339Seconds(s.created) || s.created < watermark_) return;
+  if (s.created > watermark_) {
+    watermark_ = s.created;
+    watermark_uids_.clear();
+  }
+  if (watermark_uids_.size() < kMaxWatermarkUids) watermark_uids_.push_back(s.uid);
+}
+
+uint64_t PodLoad::already_counted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return already_counted_;
+}
+
+void PodLoad::SetStore(WorkloadStore* store, std::function<bool()> may_write) {
+  store_ = store;
+  may_write_ = std::move(may_write);
+}
+
+void PodLoad::CountStore(const char* op, const char* result) const {
+  if (metrics_ != nullptr && metrics_->workload_store != nullptr) {
+    metrics_->workload_store->WithLabels({op, result}).Inc();
+  }
+}
+
+Status PodLoad::Restore(std::chrono::milliseconds patience) {
+  if (store_ == nullptr || !options_.learn) return Status::Ok();
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  std::chrono::milliseconds pause(250);
+  StatusOr<std::optional<WorkloadState>> loaded = store_->Load();
+  while (!loaded.ok() &&
+         (loaded.status().code() == StatusCode::kUnavailable ||
+          loaded.status().code() == StatusCode::kDeadlineExceeded) &&
+         std::chrono::steady_clock::now() + pause < deadline) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(4));
+    loaded = store_->Load();
+  }
+  if (!loaded.ok()) {
+    CountStore("load", "failed");
+    const bool denied = loaded.status().code() == StatusCode::kPermissionDenied;
+    log_.Warn(std::string("could not read the learned workload back; learning it again from the "
+                          "pods running now") +
+                  (denied ? " (give the extender get and patch on this ConfigMap: the chart's "
+                            "Role does)"
+                          : ""),
+              {{"configmap", store_->where()}, {"error", loaded.status().ToString()}});
+    return loaded.status();
+  }
+  if (!loaded->has_value()) {
+    CountStore("load", "missing");
+    log_.Info("no learned workload stored yet; learning from the pods running now",
+              {{"configmap", store_->where()}});
+    return Status::Ok();
+  }
+  WorkloadState& state = **loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    learner_.Restore(state.arrivals, state.observed);
+    watermark_ = restored_watermark_ = state.watermark;
+    watermark_uids_ = state.watermark_uids;
+    restored_uids_ = {state.watermark_uids.begin(), state.watermark_uids.end()};
+  }
+  {
+    std::lock_guard<std::mutex> lock(persist_mu_);
+    persisted_observed_ = state.observed;
+  }
+  CountStore("load", "ok");
+  log_.Info(
+      "read the learned workload back; pods created before its watermark are not counted "
+      "again",
+      {{"configmap", store_->where()},
+       {"arrivals", static_cast<int64_t>(state.arrivals.size())},
+       {"observed", static_cast<int64_t>(state.observed)},
+       {"watermark", state.watermark}});
+  return Status::Ok();
+}
+
+WorkloadState PodLoad::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkloadState s;
+  s.arrivals = learner_.Arrivals();
+  s.observed = learner_.observed();
+  s.watermark = watermark_;
+  s.watermark_uids = watermark_uids_;
+  return s;
+}
+
+bool PodLoad::Persist() {
+  if (store_ == nullptr || !options_.learn) return false;
+  if (may_write_ && !may_write_()) return false;
+  std::lock_guard<std::mutex> guard(persist_mu_);
+  if (arrivals() == persisted_observed_) return false;
+  const WorkloadState state = Snapshot();
+  size_t kept = 0;
+  const Status st = store_->Save(state, &kept);
+  if (!st.ok()) {
+    CountStore("save", "failed");
+    if (st.message() != last_store_error_) {
+      log_.Warn(
+          "could not keep the learned workload; a restarted extender will learn it again "
+          "(retried after the next refresh)",
+          {{"configmap", store_->where()}, {"error", st.ToString()}});
+    }
+    last_store_error_ = st.message();
+    return false;
+  }
+  CountStore("save", "ok");
+  if (!last_store_error_.empty()) {
+    log_.Info("keeping the learned workload again", {{"configmap", store_->where()}});
+  }
+  last_store_error_.clear();
+  if (kept < state.arrivals.size()) {
+    log_.Debug("stored the newest arrivals only: the whole window is over the ConfigMap's size",
+               {{"kept", static_cast<int64_t>(kept)},
+                {"window", static_cast<int64_t>(state.arrivals.size())}});
+  }
+  persisted_observed_ = state.observed;
+  return true;
 }
 
 void PodLoad::OnPodUpdated(const json& pod) { RecordHost(SummaryOf(pod)); }
@@ -232,9 +367,11 @@ void PodLoad::Stop() {
 void PodLoad::Run(std::stop_token stop, Extender* extender) {
   while (!stop.stop_requested()) {
     Refresh(*extender);
+    Persist();
     std::unique_lock<std::mutex> lock(stop_mu_);
     stop_cv_.wait_for(lock, stop, options_.refresh, [] { return false; });
   }
+  Persist();  // what arrived since the last refresh, for whoever starts next
 }
 
 }  // namespace accelpool::extender

@@ -45,6 +45,7 @@ std::optional<core::HostResources> HostFree(const Cache& cache, const std::strin
 TEST(PodLoadTest, TrimKeepsTheSummaryAndTheMetadataTheInformerNeeds) {
   json p = Pod("u1", "n1", "2", "4Gi", 1);
   p["metadata"]["resourceVersion"] = "42";
+  p["metadata"]["creationTimestamp"] = "2026-12-01T12:00:05Z";
   p["metadata"]["annotations"] = {{"kubectl.kubernetes.io/last-applied-configuration", "{...}"},
                                   {"accelpool.io/model-include", "H100,H200"}};
   p["metadata"]["labels"] = {{"app", "x"}};
@@ -54,15 +55,19 @@ TEST(PodLoadTest, TrimKeepsTheSummaryAndTheMetadataTheInformerNeeds) {
   const PodLoad::Summary whole = PodLoad::Summarize(p);
   json trimmed = p;
   PodLoad::Trim(trimmed);
-  // The informer's key and relist need name, namespace and resourceVersion.
-  EXPECT_EQ(
-      trimmed["metadata"],
-      json({{"name", "pod-u1"}, {"namespace", "ns"}, {"uid", "u1"}, {"resourceVersion", "42"}}));
+  // The informer's key and relist need name, namespace and resourceVersion;
+  // the learner's watermark the creation time.
+  EXPECT_EQ(trimmed["metadata"], json({{"name", "pod-u1"},
+                                       {"namespace", "ns"},
+                                       {"uid", "u1"},
+                                       {"resourceVersion", "42"},
+                                       {"creationTimestamp", "2026-12-01T12:00:05Z"}}));
   EXPECT_EQ(trimmed.size(), 2u);  // metadata and the packed summary, nothing else
   EXPECT_LT(trimmed.dump().size(), p.dump().size() / 2);
   const PodLoad::Summary back = PodLoad::SummaryOf(trimmed);
   EXPECT_EQ(back.uid, "u1");
   EXPECT_EQ(back.key, "ns/pod-u1");
+  EXPECT_EQ(back.created, "2026-12-01T12:00:05Z");
   EXPECT_EQ(back.node, "n1");
   EXPECT_TRUE(back.host_ok && back.shape_ok);
   EXPECT_EQ(back.host, (core::HostResources{2000, 4096}));
@@ -266,8 +271,115 @@ TEST_F(PodLoadInformerTest, TheTrimmedWatchOfEveryPodFeedsTheHostCounts) {
   EXPECT_EQ(load.arrivals(), 2u);
   std::optional<json> kept = inf.Get("ns/pod-u1");
   ASSERT_TRUE(kept.has_value());
-  EXPECT_FALSE((*kept)["metadata"].contains("creationTimestamp"));
+  EXPECT_FALSE((*kept)["metadata"].contains("labels"));
   inf.Stop();
+}
+
+json Created(json pod, const std::string& at) {
+  pod["metadata"]["creationTimestamp"] = at;
+  return pod;
+}
+
+TEST_F(PodLoadInformerTest, TheLearnedWorkloadOutlivesTheExtender) {
+  Cache cache;
+  WorkloadStore store(*client_, "accelpool", "accelpool-workload");
+  PodLoadOptions o;
+  o.learner.min_arrivals = 4;
+  std::vector<json> running;
+  for (int i = 0; i < 6; ++i) {
+    running.push_back(Created(Pod("a" + std::to_string(i), "n1", "8", "32Gi", 1),
+                              "2026-12-01T10:00:0" + std::to_string(i) + "Z"));
+  }
+  // Two pods created in the same second: the watermark's second.
+  running.push_back(Created(Pod("b0", "n1", "2", "4Gi"), "2026-12-01T10:00:09Z"));
+  running.push_back(Created(Pod("b1", "n1", "2", "4Gi"), "2026-12-01T10:00:09Z"));
+  std::vector<core::TaskShape> learned;
+  {
+    PodLoad first(cache, o, nullptr, Logger());
+    first.SetStore(&store, nullptr);
+    ASSERT_TRUE(first.Restore().ok());  // nothing stored yet
+    EXPECT_FALSE(first.Persist());      // nothing arrived: nothing to write
+    for (const json& p : running) first.OnPodAdded(p);
+    EXPECT_TRUE(first.Persist());
+    EXPECT_FALSE(first.Persist());  // unchanged
+    const WorkloadState kept = first.Snapshot();
+    EXPECT_EQ(kept.watermark, "2026-12-01T10:00:09Z");
+    EXPECT_EQ(kept.watermark_uids, (std::vector<std::string>{"b0", "b1"}));
+    EXPECT_EQ(kept.observed, 8u);
+    StatusOr<std::unique_ptr<Extender>> ext =
+        Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+    ASSERT_TRUE(ext.ok());
+    ASSERT_TRUE(first.Refresh(**ext));
+    learned = (*ext)->Workload();
+  }
+
+  // The next extender reads it back before its informer lists: the pods that
+  // were counted are not counted again; those created since are.
+  PodLoad next(cache, o, nullptr, Logger());
+  bool may_write = false;
+  next.SetStore(&store, [&may_write] { return may_write; });
+  ASSERT_TRUE(next.Restore().ok());
+  EXPECT_EQ(next.arrivals(), 8u);
+  for (const json& p : running) next.OnPodAdded(p);
+  EXPECT_EQ(next.already_counted(), 8u);
+  EXPECT_EQ(next.arrivals(), 8u);
+  StatusOr<std::unique_ptr<Extender>> ext =
+      Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  ASSERT_TRUE(next.Refresh(**ext));
+  EXPECT_EQ((*ext)->Workload(), learned);  // from its first refresh
+
+  next.OnPodAdded(Created(Pod("b2", "n1", "2", "4Gi"), "2026-12-01T10:00:09Z"));  // same second
+  next.OnPodAdded(Created(Pod("c0", "n1", "8", "32Gi", 1), "2026-12-01T10:05:00Z"));
+  next.OnPodAdded(Pod("no-time", "n1", "8", "32Gi", 1));  // counted: nothing says it was
+  EXPECT_EQ(next.arrivals(), 11u);
+  EXPECT_EQ(next.already_counted(), 8u);
+  EXPECT_FALSE(next.Persist());  // not the active replica
+  may_write = true;
+  EXPECT_TRUE(next.Persist());
+  StatusOr<std::optional<WorkloadState>> stored = store.Load();
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->observed, 11u);
+  EXPECT_EQ((*stored)->watermark, "2026-12-01T10:05:00Z");
+  EXPECT_EQ((*stored)->watermark_uids, (std::vector<std::string>{"c0"}));
+}
+
+TEST_F(PodLoadInformerTest, AStoreThatCannotBeReadLeavesTheLearnerEmpty) {
+  Cache cache;
+  WorkloadStore store(*client_, "accelpool", "accelpool-workload");
+  PodLoadOptions o;
+  o.learner.min_arrivals = 1;
+  {
+    PodLoad first(cache, o, nullptr, Logger());
+    first.SetStore(&store, nullptr);
+    first.OnPodAdded(Created(Pod("a", "n1", "8", "32Gi", 1), "2026-12-01T10:00:00Z"));
+    ASSERT_TRUE(first.Persist());
+  }
+  // An apiserver that is briefly unavailable is waited for.
+  api_.FailNext(2, 503);
+  PodLoad patient(cache, o, nullptr, Logger());
+  patient.SetStore(&store, nullptr);
+  EXPECT_TRUE(patient.Restore(std::chrono::seconds(10)).ok());
+  EXPECT_EQ(patient.arrivals(), 1u);
+  // Refused access is not: the learner starts empty and counts every pod.
+  api_.FailNext(1, 403);
+  PodLoad denied(cache, o, nullptr, Logger());
+  denied.SetStore(&store, nullptr);
+  EXPECT_EQ(denied.Restore(std::chrono::seconds(10)).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(denied.arrivals(), 0u);
+  denied.OnPodAdded(Created(Pod("a", "n1", "8", "32Gi", 1), "2026-12-01T10:00:00Z"));
+  EXPECT_EQ(denied.arrivals(), 1u);
+  EXPECT_EQ(denied.already_counted(), 0u);
+  // So is a document that does not parse.
+  api_.Put("/api/v1/namespaces/accelpool/configmaps",
+           {{"apiVersion", "v1"},
+            {"kind", "ConfigMap"},
+            {"metadata", {{"name", "accelpool-workload"}, {"namespace", "accelpool"}}},
+            {"data", {{WorkloadStore::kDataKey, "not json"}}}});
+  PodLoad fresh(cache, o, nullptr, Logger());
+  fresh.SetStore(&store, nullptr);
+  EXPECT_EQ(fresh.Restore().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fresh.arrivals(), 0u);
 }
 
 }  // namespace

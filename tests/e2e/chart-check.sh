@@ -97,6 +97,18 @@ render --set extender.hostAware=false --set extender.learnWorkload=false \
   --set extender.workloadWindow=512 --set extender.workloadRefresh=2m > "${TMP}/blind.yaml"
 check "the extender scores the host and a learned workload by default; both can be turned off" \
   bash -c "grep -q -- '- --host-aware=true$' '${TMP}/default.yaml' && grep -q -- '- --learn-workload=true$' '${TMP}/default.yaml' && grep -q -- '- --workload-window=2048$' '${TMP}/default.yaml' && grep -q -- '- --host-aware=false$' '${TMP}/blind.yaml' && grep -q -- '- --learn-workload=false$' '${TMP}/blind.yaml' && grep -q -- '- --workload-window=512$' '${TMP}/blind.yaml' && grep -q -- '- --workload-refresh=2m$' '${TMP}/blind.yaml'"
+render --set extender.keepWorkload=false > "${TMP}/forgetful.yaml"
+workload_kept() { # the chart's ConfigMap, the flag naming it, and the Role rule on it go together
+  local f
+  grep -q -- "- --workload-configmap=ns/t-accelpool-workload$" "${TMP}/default.yaml" || return 1
+  grep -Eq '^  name: t-accelpool-workload$' "${TMP}/default.yaml" || return 1
+  grep -q 'resourceNames: \[t-accelpool-workload\]' "${TMP}/default.yaml" || return 1
+  for f in blind forgetful; do
+    ! grep -q -- '--workload-configmap' "${TMP}/${f}.yaml" || return 1
+    ! grep -q 'accelpool-workload' "${TMP}/${f}.yaml" || return 1
+  done
+}
+check "the learned workload is kept in <release>-workload (extender.keepWorkload; off with learnWorkload)" workload_kept
 render --set extender.schedulerLoopbackPort=0 --set extender.pickInFilter=false > "${TMP}/https-only.yaml"
 check "schedulerLoopbackPort=0: kube-scheduler calls the HTTPS port with the CA, no loopback listener" \
   bash -c "grep -q 'urlPrefix: https://127.0.0.1:8443$' '${TMP}/https-only.yaml' && grep -q 'enableHTTPS: true' '${TMP}/https-only.yaml' && grep -q 'caFile: /etc/accelpool/tls/ca.crt' '${TMP}/https-only.yaml' && ! grep -q -- '--scheduler-listen' '${TMP}/https-only.yaml' && ! grep -q -- '--pick-in-filter' '${TMP}/https-only.yaml'"
@@ -434,6 +446,10 @@ no accelpool-scheduler delete nodes
 no accelpool-scheduler create deployments.apps
 no accelpool-scheduler patch nodes
 no accelpool-scheduler get secrets -n accelpool-system
+yes accelpool-scheduler get configmaps/accelpool-workload -n accelpool-system
+yes accelpool-scheduler patch configmaps/accelpool-workload -n accelpool-system
+no accelpool-scheduler patch configmaps/other -n accelpool-system
+no accelpool-scheduler delete configmaps/accelpool-workload -n accelpool-system
 yes accelpool-scheduler patch mutatingwebhookconfigurations/accelpool-webhook
 no accelpool-scheduler patch mutatingwebhookconfigurations/other
 no accelpool-scheduler create mutatingwebhookconfigurations
@@ -445,7 +461,7 @@ no accelpool-device-plugin create pods --subresource binding
 no accelpool-device-plugin get secrets -n accelpool-system
 ROWS
 }
-check "RBAC grants each part what it uses and no more (21 cases)" rbac_table
+check "RBAC grants each part what it uses and no more (25 cases)" rbac_table
 
 # The annotation guard: no pod create or update may add, change or remove
 # accelpool.io/assignment (it arrives only through the Binding, which the

@@ -210,6 +210,13 @@ arrivals_counted() { # every demo pod arrived at the workload learner once
   [ "${n}" -ge "${want}" ] || { echo "arrivals ${n}, want at least ${want}"; return 1; }
 }
 check "the workload learner saw every pod of the cluster arrive" arrivals_counted
+workload_kept() { # the active extender wrote the learned mix to its ConfigMap, and never failed to
+  local ok failed
+  ok="$(query 'sum(accelpool_extender_workload_store_total{op="save",result="ok"})' | jq -r '.data.result[0].value[1] // "0"')"
+  failed="$(query 'sum(accelpool_extender_workload_store_total{result="failed"})' | jq -r '.data.result[0].value[1] // "0"')"
+  [ "${ok}" -ge 1 ] && [ "${failed}" = 0 ] || { echo "saves ${ok}, failures ${failed}"; return 1; }
+}
+check "the extender keeps the learned workload in its ConfigMap (saves, no failure)" workload_kept
 
 # Per-container series of fractional NVIDIA containers: their caps are the
 # assignments' grants, and with no CUDA process in the demo they hold nothing.

@@ -94,6 +94,13 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             instead of a built-in mix (default true)
   --workload-window=N       arrivals the learned mix is drawn from, newest first (default 2048)
   --workload-refresh=DUR    how often the policies take up the learned mix (default 30s)
+  --workload-configmap=[NS/]NAME
+                            keep the learned mix in this ConfigMap (NS defaults to
+                            --lease-namespace): read back at start, so a restarted or new
+                            replica scores with it at once and counts no running pod twice;
+                            written by the active replica after each refresh in which pods
+                            arrived (needs get and patch on it, create if it does not exist)
+                            (default off; the chart sets <release>-workload)
   --pick-in-filter          filter answers only the node prioritize would rank first, so
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
@@ -113,6 +120,7 @@ struct Flags {
   bool learn_workload = true;
   size_t workload_window = 2048;
   std::chrono::seconds workload_refresh{30};
+  std::string workload_configmap;  // "[NS/]NAME"; "" = the learned mix is not kept
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
   int filter_threads = 0;
@@ -145,7 +153,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"kube-api-transport", &f.kube_api_transport},
                                                  {"assignment-key-dir", &f.assignment_key_dir},
                                                  {"webhook-ca-bundle", &f.webhook_ca_bundle},
-                                                 {"webhook-ca-file", &f.webhook_ca_file}};
+                                                 {"webhook-ca-file", &f.webhook_ca_file},
+                                                 {"workload-configmap", &f.workload_configmap}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
       api_connections, max_connections, workload_window, workload_refresh;
   strings["workload-window"] = &workload_window;
@@ -244,18 +253,27 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
         "give --scheduler-lease for an extender beside kube-scheduler in one pod, --leader-elect "
         "for a standalone one");
   }
-  if (!f.scheduler_lease.empty()) {
-    const size_t slash = f.scheduler_lease.find('/');
+  for (auto [name, value] : {std::pair{"scheduler-lease", &f.scheduler_lease},
+                             std::pair{"workload-configmap", &f.workload_configmap}}) {
+    if (value->empty()) continue;
+    const size_t slash = value->find('/');
     const bool ok = slash == std::string::npos
                         ? true
-                        : slash > 0 && slash + 1 < f.scheduler_lease.size() &&
-                              f.scheduler_lease.find('/', slash + 1) == std::string::npos;
+                        : slash > 0 && slash + 1 < value->size() &&
+                              value->find('/', slash + 1) == std::string::npos;
     if (!ok) {
-      return InvalidArgumentError("--scheduler-lease must be NAME or NAMESPACE/NAME, got " +
-                                  f.scheduler_lease);
+      return InvalidArgumentError(std::string("--") + name +
+                                  " must be NAME or NAMESPACE/NAME, got " + *value);
     }
   }
   return f;
+}
+
+// "[NS/]NAME" as (namespace, name), NS defaulting to `ns`.
+std::pair<std::string, std::string> SplitNamespaced(const std::string& ref, const std::string& ns) {
+  const size_t slash = ref.find('/');
+  if (slash == std::string::npos) return {ns, ref};
+  return {ref.substr(0, slash), ref.substr(slash + 1)};
 }
 
 StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen) {
@@ -384,10 +402,18 @@ int Run(const Flags& flags) {
                                                 log.Child("all-pods"));
   }
   cache.TrackHost(flags.host_aware);
+  // The learned mix a predecessor kept, read before the pods are listed so
+  // that those it counted are not counted again.
+  std::unique_ptr<WorkloadStore> workload_store;
+  if (flags.learn_workload && !flags.workload_configmap.empty()) {
+    auto [ns, name] = SplitNamespaced(flags.workload_configmap, flags.lease_namespace);
+    workload_store = std::make_unique<WorkloadStore>(**client, ns, name);
+    pod_load.SetStore(workload_store.get(), nullptr);
+    (void)pod_load.Restore();  // logged; the learner then starts empty
+  }
   nodes.Start();
   pods.Start();
   if (all_pods) all_pods->Start();
-  pod_load.Start(**ext);
 
   std::unique_ptr<LeaderElector> leader;
   if (flags.leader_elect || !flags.scheduler_lease.empty()) {
@@ -397,12 +423,8 @@ int Run(const Flags& flags) {
     lopt.ns = flags.lease_namespace;
     lopt.identity = std::string(host) + "-" + std::to_string(getpid());
     if (!flags.scheduler_lease.empty()) {
-      const size_t slash = flags.scheduler_lease.find('/');
-      lopt.scheduler_lease_ns = slash == std::string::npos ? flags.lease_namespace
-                                                           : flags.scheduler_lease.substr(0, slash);
-      lopt.scheduler_lease_name = slash == std::string::npos
-                                      ? flags.scheduler_lease
-                                      : flags.scheduler_lease.substr(slash + 1);
+      std::tie(lopt.scheduler_lease_ns, lopt.scheduler_lease_name) =
+          SplitNamespaced(flags.scheduler_lease, flags.lease_namespace);
       lopt.host = host;
     }
     if (keys != nullptr) {
@@ -413,6 +435,11 @@ int Run(const Flags& flags) {
     leader = std::make_unique<LeaderElector>(**client, lopt, log.Child("leader"));
     leader->Start();
   }
+  if (workload_store && leader) {
+    // Only the active replica writes the learned mix.
+    pod_load.SetStore(workload_store.get(), [&leader] { return leader->IsLeader(); });
+  }
+  pod_load.Start(**ext);
   GaugeFamily* const leading = *registry.AddGauge(
       "accelpool_extender_leader",
       "1 while this replica may bind (it leads, or no leader election is configured), else 0", {});
@@ -512,6 +539,7 @@ int Run(const Flags& flags) {
             {"pick_in_filter", flags.pick_in_filter},
             {"host_aware", flags.host_aware},
             {"learn_workload", flags.learn_workload},
+            {"workload_configmap", flags.workload_configmap},
             {"scheduler_listen", flags.scheduler_listen},
             {"scheduler_port", static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
 
@@ -525,8 +553,8 @@ int Run(const Flags& flags) {
   if (sched_server) sched_server->Stop();
   server->Stop();
   if (ca_injector) ca_injector->Stop();
+  pod_load.Stop();  // its last save, while this replica still leads
   if (leader) leader->Stop();
-  pod_load.Stop();
   if (all_pods) all_pods->Stop();
   pods.Stop();
   nodes.Stop();

@@ -15,6 +15,7 @@
 #include "extender/kube_adapters.h"
 #include "extender/pod_load.h"
 #include "extender/webhook.h"
+#include "extender/workload_store.h"
 
 namespace accelpool::extender::fuzz {
 namespace {
@@ -177,6 +178,38 @@ int FuzzWatch(const uint8_t* data, size_t size) {
     }
   }
   return static_cast<int>(peak);
+}
+
+int FuzzWorkloadStore(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  StatusOr<WorkloadState> state = DecodeWorkload(text);
+  if (!state.ok()) {
+    if (state.status().code() != StatusCode::kInvalidArgument || state.status().message().empty()) {
+      std::fprintf(stderr, "workload: refused without a reason: %s\n",
+                   state.status().ToString().c_str());
+      std::abort();
+    }
+    return 0;
+  }
+  size_t kept = 0;
+  StatusOr<WorkloadState> again = DecodeWorkload(EncodeWorkload(*state, 1 << 30, &kept));
+  if (!again.ok() || kept != state->arrivals.size() || !(*again == *state)) {
+    std::fprintf(stderr, "workload: a document read does not encode back to itself\n");
+    std::abort();
+  }
+  core::WorkloadLearner learner(
+      core::WorkloadLearnerOptions{.window = 64, .max_shapes = 8, .min_arrivals = 1});
+  learner.Restore(state->arrivals, state->observed);
+  const std::vector<core::TaskShape> shapes = learner.Shapes();
+  double total = 0;
+  for (const core::TaskShape& t : shapes) total += t.weight;
+  const bool all_offered = learner.distinct() <= 8;
+  if (learner.arrivals() != std::min<size_t>(64, state->arrivals.size()) ||
+      (all_offered && total != static_cast<double>(learner.arrivals()))) {
+    std::fprintf(stderr, "workload: a restored learner does not hold the window it was given\n");
+    std::abort();
+  }
+  return 1;
 }
 
 }  // namespace accelpool::extender::fuzz

@@ -30,6 +30,12 @@ int FuzzMutate(const uint8_t* data, size_t size);
 // devices at once.
 int FuzzWatch(const uint8_t* data, size_t size);
 
+// The learned workload's stored document (workload_store.h), as a restarted
+// extender reads it from its ConfigMap: refused with a reason, or read into
+// a state that encodes back to a document reading the same, and restores a
+// learner. Aborts otherwise. Returns 1 when the document was read, else 0.
+int FuzzWorkloadStore(const uint8_t* data, size_t size);
+
 }  // namespace accelpool::extender::fuzz
 
 #endif  // ACCELPOOL_EXTENDER_FUZZ_FUZZ_ENTRY_H_

@@ -137,5 +137,38 @@ TEST(FuzzSeedsTest, WatchSeedsBookDevicesAndLeaveNothingBooked) {
   }
 }
 
+TEST(FuzzSeedsTest, StoredWorkloadSeedsReadOrAreRefusedAndMutantsNeverCrash) {
+  const std::map<std::string, int> read = {
+      {"window.json", 1}, {"empty.json", 1}, {"bad_index.json", 0}, {"newer.json", 0}};
+  for (const auto& [file, want] : read) {
+    std::ifstream in(std::filesystem::path(ACCELPOOL_EXTENDER_SEEDS) / "workload_store" / file,
+                     std::ios::binary);
+    ASSERT_TRUE(in.good()) << file;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(Feed(FuzzWorkloadStore, ss.str()), want) << file;
+  }
+  // Mutants: FuzzWorkloadStore aborts on a document read that does not
+  // encode back to itself, or a refusal without a reason.
+  std::mt19937 rng(20261201);
+  const std::vector<std::string> seeds = Seeds("workload_store");
+  ASSERT_EQ(seeds.size(), read.size());
+  int accepted = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string s = seeds[rng() % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const size_t at = rng() % s.size();
+      if (rng() % 2 == 0) {
+        s[at] = "0123456789-,[]\"Z:{}e."[rng() % 21];
+      } else {
+        s.erase(at, 1 + rng() % 4);
+      }
+    }
+    accepted += Feed(FuzzWorkloadStore, s);
+  }
+  EXPECT_GT(accepted, 0);  // some mutants still read, and round-trip
+}
+
 }  // namespace
 }  // namespace accelpool::extender::fuzz

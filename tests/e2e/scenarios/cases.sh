@@ -309,9 +309,35 @@ on_host_b() { [ "$(pod_node "$1")" = host-b ]; }
 probe() { pod_yaml "$1" '{accelpool.io/model-include: "A10"}' '{}' "$(ctr main "{${G}: 1, cpu: \"1\", memory: 2Gi}")"; }
 scenario host-probe-1 "$(probe host-probe-1)" on_host_b
 scenario host-probe-2 "$(probe host-probe-2)" on_host_b
+# The learned mix outlives the extender: it is kept in a ConfigMap, read back
+# at start, and the pods it counted (the 120 teachers among them) are not
+# counted again. Without it a restart would count every running pod anew.
+stored_observed() {
+  kc -n kube-system get configmap accelpool-workload -o jsonpath='{.data.workload\.json}' 2>/dev/null |
+    jq -r '.observed // 0' 2>/dev/null || echo 0
+}
+teach_stored() { [ "$(stored_observed)" -ge 120 ]; }
+check "the active extender keeps the learned workload in ConfigMap kube-system/accelpool-workload" \
+  wait_for 30 "workload stored" teach_stored
+running_pods="$(kc get pods -A --field-selector=status.phase!=Succeeded,status.phase!=Failed -o name | wc -l)"
+stop_pidfile "${E2E_WORK}/run/extender.pid"
+check "extender restarts (SIGTERM: its last save, then a new process)" start_extender
+restored_at_once() {
+  local shapes arrivals
+  shapes="$(extender_metric accelpool_extender_workload_shapes)"
+  arrivals="$(extender_metric accelpool_extender_workload_arrivals_total)"
+  log "after the restart: ${shapes} learned shapes scored, ${arrivals} arrivals counted of ${running_pods} running pods"
+  [ "${shapes}" -ge 1 ] && [ "${arrivals}" -lt 10 ] && [ "${running_pods}" -ge 120 ] &&
+    [ "$(extender_metric accelpool_extender_workload_store_total)" -ge 1 ] &&
+    grep -q '"read the learned workload back' "${E2E_WORK}/logs/extender.log"
+}
+check "the restarted extender scores with the learned workload from its first pod and counts no running pod again" \
+  restored_at_once
+scenario host-probe-3 "$(probe host-probe-3)" on_host_b
+release host-probe-3 || true
 release host-probe-1 || true
 release host-probe-2 || true
-kc -n "${NS}" delete pod host-probe-1 host-probe-2 host-hog --grace-period=0 --force >/dev/null 2>&1 || true
+kc -n "${NS}" delete pod host-probe-1 host-probe-2 host-probe-3 host-hog --grace-period=0 --force >/dev/null 2>&1 || true
 kc -n "${NS}" delete pod -l app=teach --grace-period=0 --force >/dev/null 2>&1 || true
 
 log "== faults"

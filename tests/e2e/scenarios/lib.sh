@@ -67,6 +67,7 @@ start_extender() {
   setsid "${EXTENDER_BIN}" --listen="127.0.0.1:${EXTENDER_PORT}" "${scheme_args[@]}" \
     --kubeconfig="${AP_KUBECONFIG}" --log-level=info \
     --kube-api-qps=200 --kube-api-burst=400 --workload-refresh=2s \
+    --workload-configmap=kube-system/accelpool-workload \
     ${E2E_EXTENDER_ARGS:---pick-in-filter} $(key_args) \
     >> "${E2E_WORK}/logs/extender.log" 2>&1 < /dev/null &
   echo $! > "${E2E_WORK}/run/extender.pid"
