@@ -39,6 +39,18 @@ TaskShape ShapeOfRequest(const PodRequest& request) {
   return t;
 }
 
+TaskShape WorkloadLearner::Key::Shape(double weight) const {
+  TaskShape t;
+  t.count = count;
+  t.compute = compute;
+  t.memory_mib = memory_mib;
+  t.model = model;
+  t.cpu_milli = cpu_milli;
+  t.host_memory_mib = host_memory_mib;
+  t.weight = weight;
+  return t;
+}
+
 WorkloadLearner::WorkloadLearner(WorkloadLearnerOptions options) : options_(options) {}
 
 void WorkloadLearner::Observe(const TaskShape& s) {
@@ -58,17 +70,7 @@ void WorkloadLearner::Observe(const TaskShape& s) {
 std::vector<TaskShape> WorkloadLearner::Arrivals() const {
   std::vector<TaskShape> out;
   out.reserve(ring_.size());
-  for (const auto& it : ring_) {
-    const Key& key = it->first;
-    TaskShape t;
-    t.count = key.count;
-    t.compute = key.compute;
-    t.memory_mib = key.memory_mib;
-    t.model = key.model;
-    t.cpu_milli = key.cpu_milli;
-    t.host_memory_mib = key.host_memory_mib;
-    out.push_back(std::move(t));
-  }
+  for (const auto& it : ring_) out.push_back(it->first.Shape(1.0));
   return out;
 }
 
@@ -91,17 +93,7 @@ std::vector<TaskShape> WorkloadLearner::Shapes() const {
   if (list.size() > options_.max_shapes) list.resize(options_.max_shapes);
   std::vector<TaskShape> out;
   out.reserve(list.size());
-  for (const auto& [key, n] : list) {
-    TaskShape t;
-    t.count = key->count;
-    t.compute = key->compute;
-    t.memory_mib = key->memory_mib;
-    t.model = key->model;
-    t.cpu_milli = key->cpu_milli;
-    t.host_memory_mib = key->host_memory_mib;
-    t.weight = static_cast<double>(n);
-    out.push_back(std::move(t));
-  }
+  for (const auto& [key, n] : list) out.push_back(key->Shape(static_cast<double>(n)));
   return out;
 }
 

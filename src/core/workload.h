@@ -73,6 +73,7 @@ class WorkloadLearner {
     int64_t host_memory_mib;
     std::string model;
     auto operator<=>(const Key&) const = default;
+    TaskShape Shape(double weight) const;
   };
 
   const WorkloadLearnerOptions options_;

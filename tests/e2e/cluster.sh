@@ -345,11 +345,16 @@ EOF
 }
 
 # ensure_namespace NAME: the namespace and its "default" service account.
+# kube-controller-manager's serviceaccount controller (E2E_CONTROLLERS=1) may
+# create the account between our get and create: a create that fails is fine
+# when the object is there afterwards.
 ensure_namespace() {
   local k=("${BIN}/kubectl" --kubeconfig "${CONF}/admin.kubeconfig")
-  "${k[@]}" get namespace "$1" >/dev/null 2>&1 || "${k[@]}" create namespace "$1" >/dev/null
+  "${k[@]}" get namespace "$1" >/dev/null 2>&1 || "${k[@]}" create namespace "$1" >/dev/null 2>&1 ||
+    "${k[@]}" get namespace "$1" >/dev/null
   "${k[@]}" -n "$1" get serviceaccount default >/dev/null 2>&1 ||
-    "${k[@]}" -n "$1" create serviceaccount default >/dev/null
+    "${k[@]}" -n "$1" create serviceaccount default >/dev/null 2>&1 ||
+    "${k[@]}" -n "$1" get serviceaccount default >/dev/null
 }
 
 cmd_stop() {
