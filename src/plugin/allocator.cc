@@ -105,11 +105,12 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   }
   std::optional<PodRef> caller;
   StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller);
-  // A miss may be the informer lagging the binding. A fallback is judged on
-  // who else could be calling, so it must see the node's pods as they are now
-  // (a pod bound a moment ago without an assignment may be the caller): both
+  // A miss may be the informer lagging the binding. A fallback, and a repeat
+  // of an earlier call, are judged on who else could be calling, so they must
+  // see the node's pods as they are now (a pod bound a moment ago may be the
+  // caller, and the pod an earlier call was for may have finished): all
   // re-read the pods once, and a fallback that cannot be confirmed is refused.
-  if ((!match.ok() || match->by_fallback) && refresh_) {
+  if ((!match.ok() || match->by_fallback || match->repeat) && refresh_) {
     Status fresh = Refresh();
     caller.reset();
     match = store_->Match(resource, ids, &caller);
@@ -392,7 +393,9 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     }
     std::set<std::string> available(r.available.begin(), r.available.end());
     PreferredAnswer answer = store_->Preferred(resource, available, r.must_include, r.size);
-    if (!answer.slots.has_value() && !answer.ambiguous && refresh_) {
+    if (((!answer.slots.has_value() && !answer.ambiguous) || answer.readmitted) && refresh_) {
+      // No caller, or a pod admitted again (the pod may have finished, and a
+      // pod bound a moment ago may be the caller): re-read the node's pods.
       // A failed re-read leaves the store as it was; it is logged there.
       static_cast<void>(Refresh());
       answer = store_->Preferred(resource, available, r.must_include, r.size);

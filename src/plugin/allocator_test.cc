@@ -387,6 +387,63 @@ TEST_F(AllocatorTest, SameShapePodsAreToldApartByKubeletsView) {
   EXPECT_EQ(store_.PendingContainers(), 0u);
 }
 
+// Kubelet writes its device checkpoint after Allocate and before it starts
+// the container. One that dies in between has no record of the pod when it
+// comes back, admits it again and asks again: the same slots are preferred
+// and the same grant answered, with or without kubelet's view, and nothing is
+// booked twice.
+TEST_F(AllocatorTest, AKubeletThatLostItsCheckpointIsAnsweredTheSameAgain) {
+  Assign(Pod("p"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
+  std::vector<std::string> all;
+  for (const char* d : {"GPU-a", "GPU-b"}) {
+    for (int i = 0; i < 10; ++i) all.push_back(api::SlotId(d, i));
+  }
+  auto pref = allocator_->Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-a::7"}));
+  auto first = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+
+  // Kubelet restarted without its checkpoint: every slot is free again in its
+  // eyes, and its pod-resources view lists p without devices.
+  for (bool with_view : {false, true}) {
+    SCOPED_TRACE(with_view ? "with kubelet's view" : "without kubelet's view");
+    if (with_view) {
+      allocator_->SetKubeletView([]() -> StatusOr<KubeletView> {
+        return KubeletView{{"default/p", {{"c", {}}}}};
+      });
+    }
+    pref = allocator_->Preferred(kGpu, {{all, {}, 1}});
+    EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-a::7"}));
+    auto again = allocator_->Allocate(kGpu, {pref[0]});
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ((*again)[0].pod.name, "p");
+    EXPECT_EQ((*again)[0].container, "c");
+    EXPECT_EQ((*again)[0].spec.env, (*first)[0].spec.env);
+    EXPECT_EQ(store_.PendingContainers(), 0u);
+  }
+
+  // Such an answer is confirmed on the node's pods as they are now: when the
+  // re-read shows p gone and a new pod q waiting (the watch lagged both),
+  // kubelet is steered to q's slots and q gets its own grant.
+  int refreshes = 0;
+  Allocator fresh(
+      "node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(), [&] {
+        ++refreshes;
+        store_.Remove("uid-p");
+        Assign(Pod("q", "2026-11-30T03:00:00Z"),
+               {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
+        return Status::Ok();
+      });
+  pref = fresh.Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(refreshes, 1);
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::3"}));
+  auto q = fresh.Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ((*q)[0].pod.name, "q");
+  EXPECT_EQ(refreshes, 1);  // q was found pending by its slots: nothing to confirm
+}
+
 // Without kubelet's view nothing tells such pods apart: Preferred steers to
 // the oldest, and an Allocate with ids that name neither is refused.
 TEST_F(AllocatorTest, WithoutKubeletsViewSameShapePodsGoByTheSlotIds) {

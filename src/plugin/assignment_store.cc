@@ -187,6 +187,30 @@ std::optional<AssignmentStore::Pods> AssignmentStore::WithPresumedAllocated() co
   return merged;
 }
 
+// Whether kubelet may pick the container's own slots: each is available (or
+// must be included) and every must-include id is one of them.
+bool FitsPreferred(const api::AssignedContainer& c, const std::set<std::string>& available,
+                   const std::vector<std::string>& must_include) {
+  std::vector<std::string> slots = SortedSlots(c);
+  return std::all_of(slots.begin(), slots.end(),
+                     [&](const std::string& s) {
+                       return available.count(s) > 0 ||
+                              std::find(must_include.begin(), must_include.end(), s) !=
+                                  must_include.end();
+                     }) &&
+         std::all_of(must_include.begin(), must_include.end(), [&](const std::string& m) {
+           return std::binary_search(slots.begin(), slots.end(), m);
+         });
+}
+
+std::vector<std::string> SlotsOf(const api::AssignedContainer& c) {
+  std::vector<std::string> out;
+  for (const api::AssignedDevice& d : c.devices) {
+    out.push_back(d.slot);
+  }
+  return out;
+}
+
 bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const {
   for (const auto& [uid, p] : pods_) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
@@ -369,13 +393,50 @@ PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
   std::lock_guard<std::mutex> lock(mu_);
   const std::optional<Pods> merged = WithPresumedAllocated();
   if (!merged.has_value()) {
-    return PreferredIn(pods_, resource, available, must_include, size, kubelet);
+    PreferredAnswer a = PreferredIn(pods_, resource, available, must_include, size, kubelet);
+    return a.slots.has_value() ? a : Readmitted(resource, available, must_include, size, kubelet);
   }
   PreferredAnswer a = PreferredIn(*merged, resource, available, must_include, size, kubelet);
   if (a.slots.has_value() || !PresumedAsks(resource, static_cast<size_t>(std::max(size, 0)))) {
-    return a;
+    return a.slots.has_value() ? a : Readmitted(resource, available, must_include, size, kubelet);
   }
-  return PreferredIn(pods_, resource, available, must_include, size, kubelet);
+  a = PreferredIn(pods_, resource, available, must_include, size, kubelet);
+  return a.slots.has_value() ? a : Readmitted(resource, available, must_include, size, kubelet);
+}
+
+PreferredAnswer AssignmentStore::Readmitted(const std::string& resource,
+                                            const std::set<std::string>& available,
+                                            const std::vector<std::string>& must_include,
+                                            int32_t size, const KubeletView* kubelet) const {
+  const size_t n = static_cast<size_t>(std::max(size, 0));
+  std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>> again;
+  for (const PodAssignment* p : Oldest(pods_)) {
+    for (const api::AssignedContainer& c : p->assignment.containers) {
+      if (c.resource == resource && c.devices.size() == n && n > 0 &&
+          (p->allocated.count(c.name) > 0 || p->presumed.count(c.name) > 0) &&
+          FitsPreferred(c, available, must_include)) {
+        again.emplace_back(p, &c);
+        break;  // the pod's first such container, in kubelet's order
+      }
+    }
+  }
+  PreferredAnswer answer;
+  if (again.empty()) return answer;
+  answer.readmitted = true;
+  if (again.size() > 1 && kubelet != nullptr) {
+    // Kubelet lists the pod it admits again, without devices for the container.
+    std::vector<const api::AssignedContainer*> listed;
+    for (const auto& [p, c] : again) {
+      if (Admitting(*p, *c, resource, *kubelet)) listed.push_back(c);
+    }
+    if (listed.size() == 1) {
+      answer.slots = SlotsOf(*listed.front());
+      return answer;
+    }
+  }
+  answer.ambiguous = again.size() > 1;
+  answer.slots = SlotsOf(*again.front().second);
+  return answer;
 }
 
 PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string& resource,
@@ -391,23 +452,7 @@ PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string
     }
   }
   const auto fits = [&](const api::AssignedContainer& c) {
-    std::vector<std::string> slots = SortedSlots(c);
-    return std::all_of(slots.begin(), slots.end(),
-                       [&](const std::string& s) {
-                         return available.count(s) > 0 ||
-                                std::find(must_include.begin(), must_include.end(), s) !=
-                                    must_include.end();
-                       }) &&
-           std::all_of(must_include.begin(), must_include.end(), [&](const std::string& m) {
-             return std::binary_search(slots.begin(), slots.end(), m);
-           });
-  };
-  const auto slots_of = [](const api::AssignedContainer& c) {
-    std::vector<std::string> out;
-    for (const api::AssignedDevice& d : c.devices) {
-      out.push_back(d.slot);
-    }
-    return out;
+    return FitsPreferred(c, available, must_include);
   };
 
   const PodAssignment* who = nullptr;
@@ -438,7 +483,7 @@ PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string
       for (const PodAssignment* p : shape) {
         const api::AssignedContainer* c = PendingOf(*p, resource, n);
         if (fits(*c)) {
-          answer.slots = slots_of(*c);
+          answer.slots = SlotsOf(*c);
           return answer;
         }
       }
@@ -450,7 +495,7 @@ PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string
   }
   const api::AssignedContainer* c = PendingOf(*who, resource, n);
   if (fits(*c)) {
-    answer.slots = slots_of(*c);
+    answer.slots = SlotsOf(*c);
     return answer;
   }
   // Its own slots are not free (kubelet keeps a sidecar's devices, or gave

@@ -46,6 +46,16 @@
 // after the pod reported a status: a kubelet that restarted, or a test
 // harness that marks pods running before admitting them).
 //
+// Admitted again. Kubelet writes its device checkpoint after Allocate and
+// before it starts the container; one that dies in between comes back with no
+// record of the pod, admits it again, and reports the pod's devices among
+// those available. When no pending container can be asking, Preferred offers
+// the slots of an allocated (or presumed) container of that shape whose slots
+// kubelet reports free: the oldest pod's, or the one kubelet's view lists
+// without devices. Kubelet then sends those ids and Match answers the repeat
+// with the container's own grant. (Were another pod of that shape pending,
+// nothing in the call would tell the two apart; that pod is preferred.)
+//
 // Thread-safety: all methods may be called from any thread (one mutex, never
 // held across I/O). Lookups copy what they return.
 #ifndef ACCELPOOL_PLUGIN_ASSIGNMENT_STORE_H_
@@ -113,6 +123,9 @@ struct PreferredAnswer {
   std::optional<std::vector<std::string>> slots;  // none: no preference
   // Several pods wait with that shape and the answer is the oldest one's.
   bool ambiguous = false;
+  // No pending container could be asking; the answer is a pod admitted again
+  // ("Admitted again"): worth confirming on the node's pods as they are now.
+  bool readmitted = false;
 };
 
 class AssignmentStore {
@@ -157,7 +170,8 @@ class AssignmentStore {
   // pending container is assigned. The caller is found as in Match (init
   // reuse through `must_include`, the only pod waiting with that shape,
   // kubelet's view); when several pods wait and nothing tells them apart, the
-  // oldest one's slots, marked ambiguous.
+  // oldest one's slots, marked ambiguous. With no pending caller, a pod
+  // admitted again ("Admitted again").
   PreferredAnswer Preferred(const std::string& resource, const std::set<std::string>& available,
                             const std::vector<std::string>& must_include, int32_t size,
                             const KubeletView* kubelet = nullptr) const;
@@ -198,6 +212,12 @@ class AssignmentStore {
   // pods_ with every presumed container counted as allocated; nullopt when no
   // pod has one. REQUIRES: mu_ held.
   std::optional<Pods> WithPresumedAllocated() const;
+  // Preferred when no pending container can be asking: a kubelet that lost
+  // its checkpoint admitting a pod again ("Admitted again" above).
+  // REQUIRES: mu_ held.
+  PreferredAnswer Readmitted(const std::string& resource, const std::set<std::string>& available,
+                             const std::vector<std::string>& must_include, int32_t size,
+                             const KubeletView* kubelet) const;
   // Whether a presumed container asks for `n` devices of `resource`.
   // REQUIRES: mu_ held.
   bool PresumedAsks(const std::string& resource, size_t n) const;

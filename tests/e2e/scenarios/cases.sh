@@ -427,6 +427,37 @@ sim_restart() {
 }
 sim_restart hgx-5
 check "device plugin re-registers with a restarted kubelet (new kubelet.sock)" wait_for 30 "hgx-5 registered" registered hgx-5
+# Kubelet writes its device checkpoint after Allocate and before it starts the
+# container. One that dies in between comes back with no record of the pod and
+# admits it again (kubeletsim keeps no checkpoint, so its restart is that
+# crash): the plugin steers it to the same slots and answers the same grant.
+start_node readmit-a '{"version":1,"inventories":[{"vendor":"nvidia","profile":"nvidia-pcie-8","model":"A10"}]}'
+check "readmit-a registered and published" wait_for 60 "readmit-a" host_node_ready readmit-a
+scenario readmit-1 "$(pod_yaml readmit-1 '{}' '{kubernetes.io/hostname: readmit-a}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 20}")")"
+cp "${E2E_WORK}/admit/readmit-1/admit.json" "${E2E_WORK}/admit/readmit-1/first-admit.json" 2>/dev/null || true
+sim_restart readmit-a
+check "readmit-a's plugin registers with its restarted kubelet" wait_for 30 "readmit-a registered" registered readmit-a
+same_grant_again() {
+  admit readmit-1 || return 1
+  python3 - "${E2E_WORK}/admit/readmit-1/first-admit.json" "${E2E_WORK}/admit/readmit-1/admit.json" <<'PY'
+import json, sys
+first, again = (json.load(open(f)) for f in sys.argv[1:3])
+def grants(a):
+    return [(c["name"], r["resource"], sorted(r["device_ids"]), r.get("preferred_called"),
+             sorted((r.get("preferred") or {}).get("deviceIDs") or (r.get("preferred") or {}).get("device_ids") or []),
+             (r.get("allocate") or {}).get("envs"))
+            for c in a["containers"] for r in c["resources"]]
+g1, g2 = grants(first), grants(again)
+ok = again.get("admitted") and g1 == g2 and all(g[3] and g[4] == g[2] for g in g2)
+if not ok:
+    print("first:", g1, "\nagain:", g2)
+sys.exit(0 if ok else 1)
+PY
+}
+check "a kubelet that lost its checkpoint admits readmit-1 again: the same slots preferred, the same grant" same_grant_again
+release readmit-1 || true
+kc -n "${NS}" delete pod readmit-1 --grace-period=0 --force >/dev/null 2>&1 || true
+
 # The device plugin restarts: it registers again and reads the pending assignments back.
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
 check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4
