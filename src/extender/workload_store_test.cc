@@ -54,6 +54,24 @@ TEST(WorkloadStoreTest, ADocumentReadsBackAsWritten) {
   EXPECT_EQ(*empty, WorkloadState{});
 }
 
+TEST(WorkloadStoreTest, TheDefaultWindowIsAFewKilobytes) {
+  // 2048 arrivals of 64 shapes, the defaults (docs/extender.md quotes it).
+  WorkloadState s;
+  for (int i = 0; i < 2048; ++i) {
+    const int k = (i * 7919) % 64;
+    s.arrivals.push_back(Shape(1 + k % 8, k < 32 ? 1000 : 250, k < 32 ? 0 : 4096 * (k % 5),
+                               1000 * (k % 9), 2048 * (k % 11), k % 3 == 0 ? "A10|L4" : ""));
+  }
+  s.observed = 123456;
+  s.watermark = "2026-12-01T12:00:05Z";
+  s.watermark_uids = {"0f8e3c1a-1111-2222-3333-444455556666"};
+  size_t kept = 0;
+  const std::string text = EncodeWorkload(s, 768 * 1024, &kept);
+  EXPECT_EQ(kept, 2048u);
+  EXPECT_EQ(json::parse(text)["shapes"].size(), 64u);
+  EXPECT_LT(text.size(), 8u * 1024) << text.size();
+}
+
 TEST(WorkloadStoreTest, AWindowTooLongForAConfigMapKeepsItsNewestArrivals) {
   WorkloadState s;
   for (int i = 0; i < 200000; ++i)
