@@ -221,7 +221,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     spec->cdi_devices.clear();
   }
   ACCELPOOL_RETURN_IF_ERROR(Enforce(match->pod, c.name, grants, &*spec, made));
-  return ContainerAnswer{match->pod, c.name, std::move(spec).value()};
+  return ContainerAnswer{match->pod, c.name, std::move(spec).value(), match->repeat};
 }
 
 Status Allocator::Enforce(const PodRef& pod, const std::string& container,
@@ -369,7 +369,17 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
                             {"resource", resource},
                             {"containers", static_cast<int64_t>(entry.second.size())}});
   }
+  int64_t repeats = 0;
+  for (const ContainerAnswer& a : answers) {
+    if (!a.repeat) continue;
+    ++repeats;
+    log_.Info(
+        "answered a container allocated before again (kubelet repeated the call, or lost "
+        "its checkpoint and admits the pod again)",
+        {{"pod", a.pod.Key()}, {"container", a.container}, {"resource", resource}});
+  }
   if (metrics_ != nullptr) {
+    if (repeats > 0) metrics_->AllocateRepeated(resource, repeats);
     metrics_->AllocateDone(resource, true, "", seconds);
     metrics_->SetPending(static_cast<double>(store_->PendingContainers()));
   }

@@ -92,6 +92,9 @@ struct ContainerAnswer {
   PodRef pod;
   std::string container;
   vendors::ContainerSpec spec;
+  // The container was allocated before: kubelet repeated the call, or admits
+  // the pod again after losing its checkpoint (AssignmentStore, "Admitted again").
+  bool repeat = false;
 };
 
 struct PreferredRequest {

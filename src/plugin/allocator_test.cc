@@ -422,6 +422,10 @@ TEST_F(AllocatorTest, AKubeletThatLostItsCheckpointIsAnsweredTheSameAgain) {
     EXPECT_EQ((*again)[0].spec.env, (*first)[0].spec.env);
     EXPECT_EQ(store_.PendingContainers(), 0u);
   }
+  // Operators see it: two containers answered again.
+  EXPECT_NE(registry_.Serialize().find(
+                R"(accelpool_plugin_allocate_repeats_total{resource="nvidia.com/gpu"} 2)"),
+            std::string::npos);
 
   // Such an answer is confirmed on the node's pods as they are now: when the
   // re-read shows p gone and a new pod q waiting (the watch lagged both),

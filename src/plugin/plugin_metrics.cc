@@ -37,6 +37,12 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           "Failed Allocate calls by reason.", {"resource", "reason"}),
            &m->failures_));
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_allocate_repeats_total",
+                          "Containers an Allocate answered again: kubelet repeated the call, or "
+                          "lost its device checkpoint and admits the pod again.",
+                          {"resource"}),
+           &m->repeats_));
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddHistogram("accelpool_plugin_allocate_seconds",
                             "Allocate latency including the pod lookup.", {"resource"}),
            &m->latency_));
@@ -89,6 +95,10 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
     m->refused_->WithLabels({reason});
   }
   return m;
+}
+
+void PluginMetrics::AllocateRepeated(const std::string& resource, int64_t n) {
+  repeats_->WithLabels({resource}).Inc(static_cast<double>(n));
 }
 
 void PluginMetrics::AllocateDone(const std::string& resource, bool ok, const std::string& reason,

@@ -6,6 +6,8 @@
 //   accelpool_plugin_allocate_total{resource,result}          Allocate calls, result ok|failed
 //   accelpool_plugin_allocate_failures_total{resource,reason} failed Allocates by reason
 //   accelpool_plugin_allocate_seconds{resource}               Allocate latency incl. pod lookup
+//   accelpool_plugin_allocate_repeats_total{resource}         containers answered again: kubelet
+//       repeated a call, or lost its checkpoint and admits the pod again
 //   accelpool_plugin_registrations_total{resource}            successful Register calls
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
 //   accelpool_plugin_assignments_refused_total{reason}        pod versions whose assignment
@@ -43,6 +45,8 @@ class PluginMetrics {
 
   void AllocateDone(const std::string& resource, bool ok, const std::string& reason,
                     double seconds);
+  // `n` containers of one successful Allocate were allocated before.
+  void AllocateRepeated(const std::string& resource, int64_t n);
   void SetHealth(const std::string& vendor, const std::string& device, bool healthy);
   void SetUsage(const std::string& vendor, const std::string& device, double memory_mib,
                 double compute);
@@ -70,6 +74,7 @@ class PluginMetrics {
   GaugeFamily* compute_ = nullptr;
   CounterFamily* allocates_ = nullptr;
   CounterFamily* failures_ = nullptr;
+  CounterFamily* repeats_ = nullptr;
   HistogramFamily* latency_ = nullptr;
   CounterFamily* registrations_ = nullptr;
   GaugeFamily* pending_ = nullptr;

@@ -453,8 +453,9 @@ if not ok:
     print("first:", g1, "\nagain:", g2)
 sys.exit(0 if ok else 1)
 PY
+  grep -q '"answered a container allocated before again' "${E2E_WORK}/nodes/readmit-a/plugin.log"
 }
-check "a kubelet that lost its checkpoint admits readmit-1 again: the same slots preferred, the same grant" same_grant_again
+check "a kubelet that lost its checkpoint admits readmit-1 again: the same slots preferred, the same grant (logged)" same_grant_again
 release readmit-1 || true
 kc -n "${NS}" delete pod readmit-1 --grace-period=0 --force >/dev/null 2>&1 || true
 
