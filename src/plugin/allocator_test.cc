@@ -448,6 +448,61 @@ TEST_F(AllocatorTest, AKubeletThatLostItsCheckpointIsAnsweredTheSameAgain) {
   EXPECT_EQ(refreshes, 1);  // q was found pending by its slots: nothing to confirm
 }
 
+// The same crash while another pod of the shape waits to be admitted.
+// Kubelet admits the older pod first, and lists only the pods it has reached:
+// p (its container without devices), not q. Its view sends p to its own slots
+// and grant, then q to its own. Without the view the waiting pod would win.
+TEST_F(AllocatorTest, KubeletsViewTellsAPodAdmittedAgainFromOneWaiting) {
+  Assign(Pod("p", "2026-11-30T01:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
+  auto first = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Assign(Pod("q", "2026-11-30T03:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
+  std::vector<std::string> all;
+  for (const char* d : {"GPU-a", "GPU-b"}) {
+    for (int i = 0; i < 10; ++i) all.push_back(api::SlotId(d, i));
+  }
+  KubeletView view = {{"default/p", {{"c", {}}}}};
+  int asked = 0;
+  allocator_->SetKubeletView([&]() -> StatusOr<KubeletView> {
+    ++asked;
+    return view;
+  });
+  auto pref = allocator_->Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-a::7"}));
+  EXPECT_EQ(asked, 1);
+  auto p = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)[0].pod.name, "p");
+  EXPECT_EQ((*p)[0].spec.env, (*first)[0].spec.env);
+  EXPECT_EQ(store_.PendingContainers(), 1u);  // q still waits
+
+  // Then q: kubelet lists p with its device again and q without.
+  view["default/p"]["c"] = {kGpu};
+  view["default/q"]["c"] = {};
+  std::vector<std::string> free_now = all;
+  free_now.erase(std::find(free_now.begin(), free_now.end(), "GPU-a::7"));
+  pref = allocator_->Preferred(kGpu, {{free_now, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::3"}));
+  auto q = allocator_->Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ((*q)[0].pod.name, "q");
+  EXPECT_EQ((*q)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "1024");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+
+  // A pod that finished while the watch lagged looks the same to the ids, but
+  // kubelet lists the pod it admits: the waiting one gets its own slots.
+  Assign(Pod("r", "2026-11-30T04:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 5, 1024, 100, false)})});
+  view = {{"default/p", {{"c", {}}}}, {"default/q", {{"c", {kGpu}}}}, {"default/r", {{"c", {}}}}};
+  pref = allocator_->Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::5"}));
+  auto r = allocator_->Allocate(kGpu, {{"GPU-a::7"}});  // kubelet took p's ids anyway
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].pod.name, "r");
+}
+
 // Without kubelet's view nothing tells such pods apart: Preferred steers to
 // the oldest, and an Allocate with ids that name neither is refused.
 TEST_F(AllocatorTest, WithoutKubeletsViewSameShapePodsGoByTheSlotIds) {

@@ -306,6 +306,23 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
                          " is missing or was refused); " + schedule);
   };
 
+  // The ids are exactly the slots of an allocated container while others
+  // wait with the shape: a pod kubelet admits again after losing its
+  // checkpoint ("Admitted again"), or a finished pod the watch has not
+  // reported yet whose ids kubelet hands to a waiting one. Kubelet's view
+  // tells them apart: it lists the pod it admits (its container without
+  // devices), not a pod it has not reached.
+  const bool readmission = exact != nullptr && !exact_pending && !shape.empty() &&
+                           std::find(shape.begin(), shape.end(), exact_pod) == shape.end();
+  if (readmission && kubelet != nullptr && Admitting(*exact_pod, *exact, resource, *kubelet) &&
+      std::none_of(shape.begin(), shape.end(), [&](const PodAssignment* p) {
+        return Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet);
+      })) {
+    ContainerMatch m{exact_pod->pod, *exact, false, true};
+    m.how = ContainerMatch::How::kKubelet;
+    return m;
+  }
+
   // Who is calling, most certain first.
   const PodAssignment* who = nullptr;
   ContainerMatch::How how = ContainerMatch::How::kSlots;
@@ -383,6 +400,11 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
       how == ContainerMatch::How::kSlots &&
       (std::any_of(shape.begin(), shape.end(), [&](const PodAssignment* p) { return p != who; }) ||
        !unassigned_pods.empty());
+  // The only candidate, but the ids name an allocated container exactly: ask
+  // kubelet whether that pod is being admitted again.
+  if (how == ContainerMatch::How::kOnlyCandidate && readmission && kubelet == nullptr) {
+    m.ambiguous = true;
+  }
   return m;
 }
 
@@ -404,11 +426,11 @@ PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
   return a.slots.has_value() ? a : Readmitted(resource, available, must_include, size, kubelet);
 }
 
-PreferredAnswer AssignmentStore::Readmitted(const std::string& resource,
-                                            const std::set<std::string>& available,
-                                            const std::vector<std::string>& must_include,
-                                            int32_t size, const KubeletView* kubelet) const {
-  const size_t n = static_cast<size_t>(std::max(size, 0));
+std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>>
+AssignmentStore::ReadmissionCandidates(const std::string& resource,
+                                       const std::set<std::string>& available,
+                                       const std::vector<std::string>& must_include,
+                                       size_t n) const {
   std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>> again;
   for (const PodAssignment* p : Oldest(pods_)) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
@@ -420,6 +442,15 @@ PreferredAnswer AssignmentStore::Readmitted(const std::string& resource,
       }
     }
   }
+  return again;
+}
+
+PreferredAnswer AssignmentStore::Readmitted(const std::string& resource,
+                                            const std::set<std::string>& available,
+                                            const std::vector<std::string>& must_include,
+                                            int32_t size, const KubeletView* kubelet) const {
+  const size_t n = static_cast<size_t>(std::max(size, 0));
+  const auto again = ReadmissionCandidates(resource, available, must_include, n);
   PreferredAnswer answer;
   if (again.empty()) return answer;
   answer.readmitted = true;
@@ -451,10 +482,52 @@ PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string
       shape.push_back(p);
     }
   }
+  // Pods waiting with the shape, and an allocated container of the shape
+  // whose slots kubelet reports free (a pod it admits again after losing its
+  // checkpoint, or a finished pod the watch has not reported yet): kubelet's
+  // view tells them apart; without it, the waiting pods are preferred as
+  // before, and the answer is marked ambiguous so that the view is asked.
+  bool readmission = false;
+  if (!shape.empty()) {
+    // A pod waiting itself is being admitted now: its allocated containers are
+    // the earlier ones of that admission (an init container whose devices a
+    // later one reuses), not a pod admitted again.
+    auto again = ReadmissionCandidates(resource, available, must_include, n);
+    std::erase_if(again, [&](const auto& pc) {
+      return std::any_of(shape.begin(), shape.end(),
+                         [&](const PodAssignment* p) { return p->pod.uid == pc.first->pod.uid; });
+    });
+    readmission = !again.empty();
+    if (readmission && kubelet != nullptr) {
+      std::vector<const api::AssignedContainer*> listed;
+      for (const auto& [p, c] : again) {
+        if (Admitting(*p, *c, resource, *kubelet)) listed.push_back(c);
+      }
+      const bool pending_listed =
+          std::any_of(shape.begin(), shape.end(), [&](const PodAssignment* p) {
+            return Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet);
+          });
+      if (listed.size() == 1 && !pending_listed) {
+        PreferredAnswer a;
+        a.slots = SlotsOf(*listed.front());
+        a.readmitted = true;
+        return a;
+      }
+    }
+  }
+  PreferredAnswer answer =
+      PreferredForPending(oldest, shape, resource, available, must_include, n, kubelet);
+  if (readmission && kubelet == nullptr && answer.slots.has_value()) answer.ambiguous = true;
+  return answer;
+}
+
+PreferredAnswer AssignmentStore::PreferredForPending(
+    const std::vector<const PodAssignment*>& oldest, const std::vector<const PodAssignment*>& shape,
+    const std::string& resource, const std::set<std::string>& available,
+    const std::vector<std::string>& must_include, size_t n, const KubeletView* kubelet) const {
   const auto fits = [&](const api::AssignedContainer& c) {
     return FitsPreferred(c, available, must_include);
   };
-
   const PodAssignment* who = nullptr;
   PreferredAnswer answer;
   if (const PodAssignment* reuse = ReusedBy(oldest, resource, must_include);

@@ -53,8 +53,10 @@
 // the slots of an allocated (or presumed) container of that shape whose slots
 // kubelet reports free: the oldest pod's, or the one kubelet's view lists
 // without devices. Kubelet then sends those ids and Match answers the repeat
-// with the container's own grant. (Were another pod of that shape pending,
-// nothing in the call would tell the two apart; that pod is preferred.)
+// with the container's own grant. Were another pod of that shape waiting,
+// kubelet's view tells the two apart (it admits pods oldest first and lists
+// only those it has reached: the pod admitted again, its container without
+// devices); without the view the waiting pod is preferred.
 //
 // Thread-safety: all methods may be called from any thread (one mutex, never
 // held across I/O). Lookups copy what they return.
@@ -218,6 +220,19 @@ class AssignmentStore {
   PreferredAnswer Readmitted(const std::string& resource, const std::set<std::string>& available,
                              const std::vector<std::string>& must_include, int32_t size,
                              const KubeletView* kubelet) const;
+  // The allocated (or presumed) containers of `resource` x `n` whose slots
+  // kubelet reports free, one per pod, oldest pod first. REQUIRES: mu_ held.
+  std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>> ReadmissionCandidates(
+      const std::string& resource, const std::set<std::string>& available,
+      const std::vector<std::string>& must_include, size_t n) const;
+  // PreferredIn's answer among the pods waiting with the shape (`shape`,
+  // oldest first). REQUIRES: mu_ held.
+  PreferredAnswer PreferredForPending(const std::vector<const PodAssignment*>& oldest,
+                                      const std::vector<const PodAssignment*>& shape,
+                                      const std::string& resource,
+                                      const std::set<std::string>& available,
+                                      const std::vector<std::string>& must_include, size_t n,
+                                      const KubeletView* kubelet) const;
   // Whether a presumed container asks for `n` devices of `resource`.
   // REQUIRES: mu_ held.
   bool PresumedAsks(const std::string& resource, size_t n) const;
