@@ -188,7 +188,9 @@ StatusOr<std::optional<WorkloadState>> WorkloadStore::Load() {
   if (auto it = cm->find("data"); it != cm->end() && it->is_object()) data = &*it;
   if (data == nullptr || !data->contains(kDataKey)) return std::optional<WorkloadState>();
   const json& text = data->at(kDataKey);
-  if (!text.is_string()) return Bad(std::string(kDataKey) + " is not a string");
+  if (!text.is_string()) {
+    return Bad(std::string(kDataKey) + " is not a string").WithPrefix("ConfigMap " + where());
+  }
   StatusOr<WorkloadState> state = DecodeWorkload(text.get_ref<const std::string&>());
   if (!state.ok()) return state.status().WithPrefix("ConfigMap " + where());
   return std::optional<WorkloadState>(std::move(state).value());

@@ -188,6 +188,14 @@ TEST_F(WorkloadStoreApiTest, SavesCreatesThenPatchesAndLoadsBack) {
   EXPECT_NE(bad.status().message().find("ConfigMap accelpool/chart-made"), std::string::npos);
   EXPECT_NE(bad.status().message().find("no \"observed\""), std::string::npos);
 
+  // A key that is not a string (kube-apiserver would not store one) is refused too.
+  (*cm)["data"][WorkloadStore::kDataKey] = 7;
+  api_.Put("/api/v1/namespaces/accelpool/configmaps", *cm);
+  bad = chart.Load();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ConfigMap accelpool/chart-made"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("workload.json is not a string"), std::string::npos);
+
   // The apiserver's errors pass through with what was being done.
   api_.FailNext(1, 403);
   Status denied = store.Save(s);

@@ -211,6 +211,41 @@ std::vector<std::string> SlotsOf(const api::AssignedContainer& c) {
   return out;
 }
 
+// A pod's container of `resource` x `n` allocated before (or presumed) whose
+// slots kubelet reports free: the pod may be one kubelet admits again. One per
+// pod (its first, in kubelet's order), in the order of `pods`.
+using Candidates = std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>>;
+Candidates ReadmissionCandidates(const std::vector<const PodAssignment*>& pods,
+                                 const std::string& resource,
+                                 const std::set<std::string>& available,
+                                 const std::vector<std::string>& must_include, size_t n) {
+  Candidates again;
+  for (const PodAssignment* p : pods) {
+    for (const api::AssignedContainer& c : p->assignment.containers) {
+      if (c.resource == resource && c.devices.size() == n && n > 0 &&
+          (p->allocated.count(c.name) > 0 || p->presumed.count(c.name) > 0) &&
+          FitsPreferred(c, available, must_include)) {
+        again.emplace_back(p, &c);
+        break;
+      }
+    }
+  }
+  return again;
+}
+
+// The one candidate kubelet's view lists as being admitted (its container
+// without devices), or null when none or several are.
+const api::AssignedContainer* OneListed(const Candidates& again, const std::string& resource,
+                                        const KubeletView& kubelet) {
+  const api::AssignedContainer* listed = nullptr;
+  for (const auto& [p, c] : again) {
+    if (!Admitting(*p, *c, resource, kubelet)) continue;
+    if (listed != nullptr) return nullptr;
+    listed = c;
+  }
+  return listed;
+}
+
 bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const {
   for (const auto& [uid, p] : pods_) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
@@ -426,42 +461,19 @@ PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
   return a.slots.has_value() ? a : Readmitted(resource, available, must_include, size, kubelet);
 }
 
-std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>>
-AssignmentStore::ReadmissionCandidates(const std::string& resource,
-                                       const std::set<std::string>& available,
-                                       const std::vector<std::string>& must_include,
-                                       size_t n) const {
-  std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>> again;
-  for (const PodAssignment* p : Oldest(pods_)) {
-    for (const api::AssignedContainer& c : p->assignment.containers) {
-      if (c.resource == resource && c.devices.size() == n && n > 0 &&
-          (p->allocated.count(c.name) > 0 || p->presumed.count(c.name) > 0) &&
-          FitsPreferred(c, available, must_include)) {
-        again.emplace_back(p, &c);
-        break;  // the pod's first such container, in kubelet's order
-      }
-    }
-  }
-  return again;
-}
-
 PreferredAnswer AssignmentStore::Readmitted(const std::string& resource,
                                             const std::set<std::string>& available,
                                             const std::vector<std::string>& must_include,
                                             int32_t size, const KubeletView* kubelet) const {
   const size_t n = static_cast<size_t>(std::max(size, 0));
-  const auto again = ReadmissionCandidates(resource, available, must_include, n);
+  const Candidates again =
+      ReadmissionCandidates(Oldest(pods_), resource, available, must_include, n);
   PreferredAnswer answer;
   if (again.empty()) return answer;
   answer.readmitted = true;
   if (again.size() > 1 && kubelet != nullptr) {
-    // Kubelet lists the pod it admits again, without devices for the container.
-    std::vector<const api::AssignedContainer*> listed;
-    for (const auto& [p, c] : again) {
-      if (Admitting(*p, *c, resource, *kubelet)) listed.push_back(c);
-    }
-    if (listed.size() == 1) {
-      answer.slots = SlotsOf(*listed.front());
+    if (const api::AssignedContainer* c = OneListed(again, resource, *kubelet); c != nullptr) {
+      answer.slots = SlotsOf(*c);
       return answer;
     }
   }
@@ -492,24 +504,20 @@ PreferredAnswer AssignmentStore::PreferredIn(const Pods& pods, const std::string
     // A pod waiting itself is being admitted now: its allocated containers are
     // the earlier ones of that admission (an init container whose devices a
     // later one reuses), not a pod admitted again.
-    auto again = ReadmissionCandidates(resource, available, must_include, n);
+    Candidates again = ReadmissionCandidates(oldest, resource, available, must_include, n);
     std::erase_if(again, [&](const auto& pc) {
-      return std::any_of(shape.begin(), shape.end(),
-                         [&](const PodAssignment* p) { return p->pod.uid == pc.first->pod.uid; });
+      return std::find(shape.begin(), shape.end(), pc.first) != shape.end();
     });
     readmission = !again.empty();
     if (readmission && kubelet != nullptr) {
-      std::vector<const api::AssignedContainer*> listed;
-      for (const auto& [p, c] : again) {
-        if (Admitting(*p, *c, resource, *kubelet)) listed.push_back(c);
-      }
+      const api::AssignedContainer* listed = OneListed(again, resource, *kubelet);
       const bool pending_listed =
           std::any_of(shape.begin(), shape.end(), [&](const PodAssignment* p) {
             return Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet);
           });
-      if (listed.size() == 1 && !pending_listed) {
+      if (listed != nullptr && !pending_listed) {
         PreferredAnswer a;
-        a.slots = SlotsOf(*listed.front());
+        a.slots = SlotsOf(*listed);
         a.readmitted = true;
         return a;
       }

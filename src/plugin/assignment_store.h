@@ -220,11 +220,6 @@ class AssignmentStore {
   PreferredAnswer Readmitted(const std::string& resource, const std::set<std::string>& available,
                              const std::vector<std::string>& must_include, int32_t size,
                              const KubeletView* kubelet) const;
-  // The allocated (or presumed) containers of `resource` x `n` whose slots
-  // kubelet reports free, one per pod, oldest pod first. REQUIRES: mu_ held.
-  std::vector<std::pair<const PodAssignment*, const api::AssignedContainer*>> ReadmissionCandidates(
-      const std::string& resource, const std::set<std::string>& available,
-      const std::vector<std::string>& must_include, size_t n) const;
   // PreferredIn's answer among the pods waiting with the shape (`shape`,
   // oldest first). REQUIRES: mu_ held.
   PreferredAnswer PreferredForPending(const std::vector<const PodAssignment*>& oldest,
