@@ -176,7 +176,6 @@ struct FreeView {
   std::vector<int64_t> memory;
   int64_t cpu_milli = -1;
   int64_t host_memory_mib = -1;
-  friend bool operator==(const FreeView&, const FreeView&) = default;
 };
 
 // Fills *v (reusing its storage: the policies score thousands of candidates
