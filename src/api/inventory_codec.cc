@@ -114,6 +114,17 @@ Status ParseDevice(const json& obj, const std::string& path, core::Vendor vendor
   ACCELPOOL_RETURN_IF_ERROR(ReadBool(obj, "healthy", path, false, d.healthy));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "module", path, false, -1, kMaxDevices - 1, d.module));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "max_shares", path, false, 1, 1 << 16, d.max_shares));
+  ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "partition", path, false, d.partition));
+  if (!d.partition.empty()) {
+    if (vendor != core::Vendor::kNvidia || !core::ValidMigProfile(d.partition)) {
+      return InvalidArgumentError(Join(path, "partition") + ": \"" + d.partition +
+                                  "\" is not an NVIDIA MIG profile such as \"1g.18gb\"");
+    }
+    if (d.max_shares != 1) {
+      return InvalidArgumentError(Join(path, "max_shares") +
+                                  ": a MIG instance is granted whole; must be 1");
+    }
+  }
   return Status::Ok();
 }
 
@@ -226,16 +237,18 @@ json InventoryToJson(const InventoryDocument& doc) {
     };
     json devs = json::array();
     for (const core::Device& d : inv.devices) {
-      devs.push_back({{"id", d.id},
-                      {"index", d.index},
-                      {"model", d.model},
-                      {"memory_mib", d.memory_mib},
-                      {"compute_units", d.compute_units},
-                      {"numa", d.numa},
-                      {"pci_bus", d.pci_bus},
-                      {"healthy", d.healthy},
-                      {"module", d.module},
-                      {"max_shares", d.max_shares}});
+      json dev = {{"id", d.id},
+                  {"index", d.index},
+                  {"model", d.model},
+                  {"memory_mib", d.memory_mib},
+                  {"compute_units", d.compute_units},
+                  {"numa", d.numa},
+                  {"pci_bus", d.pci_bus},
+                  {"healthy", d.healthy},
+                  {"module", d.module},
+                  {"max_shares", d.max_shares}};
+      if (!d.partition.empty()) dev["partition"] = d.partition;
+      devs.push_back(std::move(dev));
     }
     invs.push_back(
         {{"vendor", core::VendorName(inv.vendor)}, {"topology", topo}, {"devices", devs}});

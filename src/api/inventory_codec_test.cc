@@ -47,6 +47,17 @@ InventoryDocument Sample() {
   core::NodeInventory n;
   n.node = "node-a";
   n.vendor = core::Vendor::kNvidia;
+  for (int i = 0; i < 2; ++i) {
+    core::Device d;
+    d.id = i == 0 ? "GPU-0" : "MIG-1";
+    d.index = i;
+    d.vendor = core::Vendor::kNvidia;
+    d.model = "H200";
+    d.memory_mib = i == 0 ? 143771 : 16384;
+    d.max_shares = i == 0 ? 10 : 1;
+    d.partition = i == 0 ? "" : "1g.18gb";
+    n.devices.push_back(d);
+  }
   doc.inventories.push_back(n);
   return doc;
 }
@@ -59,7 +70,7 @@ bool SameInventory(const core::NodeInventory& x, const core::NodeInventory& y) {
     if (a.id != b.id || a.index != b.index || a.vendor != b.vendor || a.model != b.model ||
         a.memory_mib != b.memory_mib || a.compute_units != b.compute_units || a.numa != b.numa ||
         a.pci_bus != b.pci_bus || a.healthy != b.healthy || a.module != b.module ||
-        a.max_shares != b.max_shares) {
+        a.max_shares != b.max_shares || a.partition != b.partition) {
       return false;
     }
   }
@@ -164,6 +175,16 @@ TEST(InventoryCodecTest, SchemaErrorsNameTheJsonPath) {
        wrap(
            R"({"vendor":"nvidia","topology":{"modules":[[0,5]]},"devices":[{"id":"G","index":0}]})"),
        StatusCode::kInvalidArgument, "module names device 5"},
+      {"bad partition",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"partition":"half"}]})"),
+       StatusCode::kInvalidArgument, "devices[0].partition: \"half\" is not an NVIDIA MIG profile"},
+      {"partition of another vendor",
+       wrap(R"({"vendor":"ascend","devices":[{"id":"G","index":0,"partition":"1g.18gb"}]})"),
+       StatusCode::kInvalidArgument, "is not an NVIDIA MIG profile"},
+      {"shared partition",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"partition":"1g.18gb",)"
+            R"("max_shares":4}]})"),
+       StatusCode::kInvalidArgument, "devices[0].max_shares: a MIG instance is granted whole"},
       {"duplicate id",
        wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0},{"id":"G","index":1}]})"),
        StatusCode::kInvalidArgument, "duplicate id"},

@@ -81,6 +81,7 @@ struct VendorAsk {
   std::optional<int64_t> compute;  // thousandths
   std::string compute_name;
   std::string model_family;
+  std::string partition;  // from nvidia.com/mig-<profile>
   std::string first_name;
 };
 
@@ -191,6 +192,7 @@ Status CollectContainer(const json& c, const std::string& where,
       }
       ask.model_family = info->model_family;
     }
+    if (!info->partition.empty()) ask.partition = info->partition;
     const int64_t value = *q;
     switch (info->role) {
       case ResourceRole::kCount:
@@ -441,6 +443,7 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
         r.memory_percent = static_cast<int32_t>(ask.memory_percent.value_or(0));
         r.compute = static_cast<int32_t>(ask.compute.value_or(0));
         r.exclusive = sel.exclusive;
+        r.partition = ask.partition;
         const bool nv = vendor == core::Vendor::kNvidia;
         r.model_include = sel.has_model_include || !nv ? sel.model_include : sel.nv_model_include;
         r.model_exclude = sel.has_model_exclude || !nv ? sel.model_exclude : sel.nv_model_exclude;

@@ -179,6 +179,32 @@ TEST(PodRequestTest, EveryResourceNameMapsToUnits) {
   }
 }
 
+TEST(PodRequestTest, MigNamesAskForInstancesOfOneProfile) {
+  auto r = ParsePodRequest(PodWithLimits({{"nvidia.com/mig-1g.18gb", "2"}}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->request.containers.size(), 1u);
+  const core::DeviceRequest& c = r->request.containers[0];
+  EXPECT_EQ(c.vendor, Vendor::kNvidia);
+  EXPECT_EQ(c.count, 2);
+  EXPECT_EQ(c.partition, "1g.18gb");
+  EXPECT_FALSE(c.Fractional());
+  EXPECT_EQ(r->origins[0].resource, "nvidia.com/mig-1g.18gb");
+  EXPECT_EQ(
+      ParsePodRequest(PodWithLimits({{"nvidia.com/gpu", "1"}}))->request.containers[0].partition,
+      "");
+  // A MIG instance is whole; one count name per container.
+  auto shared = ParsePodRequest(
+      PodWithLimits({{"nvidia.com/mig-1g.18gb", "1"}, {"nvidia.com/gpumem", "4096"}}));
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.status().message().find("granted whole"), std::string::npos)
+      << shared.status().ToString();
+  auto two = ParsePodRequest(
+      PodWithLimits({{"nvidia.com/mig-1g.18gb", "1"}, {"nvidia.com/mig-2g.35gb", "1"}}));
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("one count resource per vendor"), std::string::npos)
+      << two.status().ToString();
+}
+
 TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
   struct Case {
     json limits;

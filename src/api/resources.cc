@@ -188,6 +188,15 @@ std::optional<ResourceInfo> LookupResource(std::string_view name) {
       return Compute(std::string(name), Vendor::kAscend, 100, chip);
     return Count(base, Vendor::kAscend, base + "-memory", "", base + "-core", chip);
   }
+  // nvidia.com/mig-<profile>: one MIG instance of that profile, whole.
+  constexpr std::string_view kMig = "nvidia.com/mig-";
+  if (name.substr(0, kMig.size()) == kMig) {
+    const std::string_view profile = name.substr(kMig.size());
+    if (!core::ValidMigProfile(profile)) return std::nullopt;
+    ResourceInfo r = Count(std::string(name), Vendor::kNvidia);
+    r.partition = std::string(profile);
+    return r;
+  }
   // iluvatar.ai/<Chip>-vgpu | <Chip>.vMem | <Chip>.vCore.
   constexpr std::string_view kIluvatar = "iluvatar.ai/";
   if (name.substr(0, kIluvatar.size()) == kIluvatar) {
@@ -247,7 +256,10 @@ std::string_view DefaultCountResource(core::Vendor v) {
   return "";
 }
 
-std::string DeviceResource(core::Vendor v, std::string_view model) {
+std::string DeviceResource(core::Vendor v, std::string_view model, std::string_view partition) {
+  if (v == Vendor::kNvidia && !partition.empty()) {
+    return "nvidia.com/mig-" + std::string(partition);
+  }
   if (v == Vendor::kAscend && model.substr(0, 6) == "Ascend") {
     std::optional<ResourceInfo> r = LookupResource("huawei.com/" + std::string(model));
     if (r && r->vendor == Vendor::kAscend && r->role == ResourceRole::kCount) {

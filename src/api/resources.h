@@ -7,7 +7,8 @@
 // Names follow the vendors' own plugins and HAMi (VENDORS.md §0) so that
 // workloads move over unchanged. Some families are patterns:
 // huawei.com/<Chip>[-memory|-core], iluvatar.ai/<Chip>-vgpu|.vMem|.vCore,
-// enflame.com/*.
+// nvidia.com/mig-<profile> (NVIDIA's "mixed" MIG names: one count resource
+// per MIG profile, e.g. nvidia.com/mig-1g.18gb), enflame.com/*.
 //
 // Thread-safety: immutable data; free functions.
 #ifndef ACCELPOOL_API_RESOURCES_H_
@@ -42,6 +43,10 @@ struct ResourceInfo {
   // vendor-wide names. A request through such a name only fits devices whose
   // model starts with the family (case-insensitive).
   std::string model_family;
+  // Count names of hardware partitions only: the partition profile the name
+  // implies (nvidia.com/mig-1g.18gb -> "1g.18gb"); such a request fits only
+  // devices of that profile (core::Device::partition). "" otherwise.
+  std::string partition;
   // kMemory only: a value with a unit suffix ("8Gi") is bytes, a bare number is
   // `unit` MiB (MetaX vmemory). When false, suffixes are rejected.
   bool suffix_means_bytes = false;
@@ -72,7 +77,10 @@ std::string_view DefaultCountResource(core::Vendor v);
 // name in the table, its official whole-device name (nvidia.com/gpu,
 // huawei.com/npu, kunlunxin.com/xpu, metax-tech.com/gpu, mthreads.com/gpu,
 // alibabacloud.com/ppu, cambricon.com/mlu, hygon.com/dcu). "" for kUnknown.
-std::string DeviceResource(core::Vendor v, std::string_view model);
+// A device that is a hardware partition (`partition` non-empty, an NVIDIA MIG
+// instance) is advertised under its partition's name: "nvidia.com/mig-" +
+// partition.
+std::string DeviceResource(core::Vendor v, std::string_view model, std::string_view partition = "");
 
 // What the device plugin decides through a container's environment, when
 // `name` is one of those variables; nullopt otherwise:

@@ -106,6 +106,25 @@ TEST(ResourcesTest, DefaultCountResourceIsKnown) {
   }
 }
 
+TEST(ResourcesTest, MigProfileNamesAreCountsOfThatPartition) {
+  for (const char* profile : {"1g.18gb", "3g.71gb", "1c.3g.71gb", "1g.18gb+me", "7g.141gb"}) {
+    const std::string name = std::string("nvidia.com/mig-") + profile;
+    auto r = LookupResource(name);
+    ASSERT_TRUE(r.has_value()) << name;
+    EXPECT_EQ(r->vendor, Vendor::kNvidia);
+    EXPECT_EQ(r->role, ResourceRole::kCount);
+    EXPECT_EQ(r->partition, profile);
+    EXPECT_EQ(r->name, name);
+    EXPECT_TRUE(r->memory_name.empty() && r->compute_name.empty());
+    EXPECT_EQ(DeviceResource(Vendor::kNvidia, "H200", profile), name);
+  }
+  for (const char* bad : {"nvidia.com/mig-", "nvidia.com/mig-1g", "nvidia.com/mig-0g.5gb",
+                          "nvidia.com/mig-1g.18gb-memory", "nvidia.com/mig-x"}) {
+    EXPECT_FALSE(LookupResource(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(LookupResource("nvidia.com/gpu")->partition, "");
+}
+
 TEST(ResourcesTest, DeviceResourceIsTheWholeDeviceCountName) {
   struct Case {
     Vendor vendor;

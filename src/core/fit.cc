@@ -86,10 +86,12 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
   }
   st->req = &r;
   st->dev.assign(n, PerDevice{});
-  int32_t model_ok = 0, id_ok = 0, healthy = 0, in_service = 0, mem_ok = 0;
+  int32_t partition_ok = 0, model_ok = 0, id_ok = 0, healthy = 0, in_service = 0, mem_ok = 0;
   int64_t largest = 0;
   for (size_t i = 0; i < n; ++i) {
     const Device& d = inv.devices[i];
+    if (d.partition != r.partition) continue;
+    ++partition_ok;
     if (!r.model_include.empty() && !ModelMatches(d.model, r.model_include)) continue;
     if (!r.model_exclude.empty() && ModelMatches(d.model, r.model_exclude)) continue;
     ++model_ok;
@@ -106,6 +108,10 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     if (d.cordoned) continue;
     ++in_service;
     st->dev[i].eligible = true;
+  }
+  if (partition_ok < r.count) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kPartitionMismatch, r.count, partition_ok});
+    return false;
   }
   if (model_ok == 0) {
     Fail(o, FitCode::kUnresolvable, {Reason::kModelMismatch, r.count, 0});
@@ -342,6 +348,11 @@ Status ValidateRequest(const DeviceRequest& r) {
   }
   if (r.memory_mib > 0 && r.memory_percent > 0) {
     return InvalidArgumentError(who + "give memory in MiB or in percent, not both");
+  }
+  if (!r.partition.empty() && r.Fractional()) {
+    return InvalidArgumentError(who + "a MIG instance (" + r.partition +
+                                ") is granted whole; drop the memory and compute requests, or "
+                                "ask for a share of a whole GPU through nvidia.com/gpu");
   }
   for (const auto& m : r.model_include) {
     for (const auto& x : r.model_exclude) {

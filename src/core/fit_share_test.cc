@@ -224,6 +224,112 @@ TEST(FitFilters, CordonedDevicesAreSkippedUntilTheOperatorReturnsThem) {
   EXPECT_TRUE(Fit(Pod({Whole(Vendor::kNvidia, 8)}), inv, NodeUsage::Empty(inv)).fits());
 }
 
+// A node with two whole GPUs and one GPU split into MIG instances
+// (3g.71gb, 2g.35gb, 1g.18gb, 1g.18gb): a MIG request lands only on an
+// instance of its profile, every other request only on whole GPUs.
+NodeInventory MigNode() {
+  NodeInventory inv;
+  inv.node = "mig-node";
+  inv.vendor = Vendor::kNvidia;
+  const std::vector<std::pair<std::string, int64_t>> devs = {
+      {"", 143771},       {"", 143771},       {"3g.71gb", 71424},
+      {"2g.35gb", 33280}, {"1g.18gb", 16384}, {"1g.18gb", 16384}};
+  for (size_t i = 0; i < devs.size(); ++i) {
+    Device d;
+    d.index = static_cast<int32_t>(i);
+    d.vendor = Vendor::kNvidia;
+    d.id = (devs[i].first.empty() ? "GPU-" : "MIG-") + std::to_string(i);
+    d.model = "H200";
+    d.partition = devs[i].first;
+    d.memory_mib = devs[i].second;
+    d.max_shares = devs[i].first.empty() ? 10 : 1;
+    d.numa = 0;
+    inv.devices.push_back(d);
+  }
+  ApplyNumaDefault(&inv);
+  return inv;
+}
+
+DeviceRequest Mig(const std::string& profile, int32_t count, std::string name = "main") {
+  DeviceRequest r = Whole(Vendor::kNvidia, count, std::move(name));
+  r.partition = profile;
+  return r;
+}
+
+TEST(FitPartitions, MigRequestsLandOnlyOnTheirProfile) {
+  const NodeInventory inv = MigNode();
+  NodeUsage usage = NodeUsage::Empty(inv);
+  FitResult r = Fit(Pod({Mig("1g.18gb", 2)}), inv, usage);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), (std::vector<int32_t>{4, 5}));
+  EXPECT_TRUE(r.placement.containers[0].grants[0].exclusive);
+  EXPECT_EQ(r.placement.containers[0].grants[0].memory_mib, 16384);
+  r = Fit(Pod({Mig("3g.71gb", 1)}), inv, usage);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{2});
+  // Only one 3g.71gb instance: two never fit, whatever leaves.
+  r = Fit(Pod({Mig("3g.71gb", 2)}), inv, usage);
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0], (FitReason{Reason::kPartitionMismatch, 2, 1}));
+  EXPECT_NE(DescribeReason(r.reasons[0]).find("nvidia.com/mig-<profile>"), std::string::npos);
+  EXPECT_EQ(Fit(Pod({Mig("7g.141gb", 1)}), inv, usage).reasons[0].reason,
+            Reason::kPartitionMismatch);
+
+  // Whole-GPU and shared requests never take a MIG instance.
+  r = Fit(Pod({Whole(Vendor::kNvidia, 2)}), inv, usage);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(Fit(Pod({Whole(Vendor::kNvidia, 3)}), inv, usage).reasons[0],
+            (FitReason{Reason::kPartitionMismatch, 3, 2}));
+  usage = testing::Busy(inv, {0, 1});
+  EXPECT_EQ(Fit(Pod({Share(Vendor::kNvidia, 1, 1024, 100)}), inv, usage).code,
+            FitCode::kUnschedulable);
+  EXPECT_TRUE(Fit(Pod({Mig("1g.18gb", 1)}), inv, usage).fits());
+
+  // An instance is held whole: the second 1g.18gb pod takes the other one,
+  // a third waits.
+  usage = NodeUsage::Empty(inv);
+  PlaceOrDie(Pod({Mig("1g.18gb", 1)}), inv, &usage);
+  r = Fit(Pod({Mig("1g.18gb", 1)}), inv, usage);
+  ASSERT_TRUE(r.fits());
+  ASSERT_TRUE(ApplyPlacement(r.placement, inv, &usage).ok());
+  EXPECT_EQ(Fit(Pod({Mig("1g.18gb", 1)}), inv, usage).code, FitCode::kUnschedulable);
+}
+
+TEST(FitPartitions, ForgedPlacementsAcrossPartitionsAreRefused) {
+  const NodeInventory inv = MigNode();
+  const PodRequest whole = Pod({Whole(Vendor::kNvidia, 1)});
+  Placement on_mig;
+  on_mig.containers.push_back({"main", ContainerKind::kRegular, {{4, 16384, kComputeWhole, true}}});
+  EXPECT_EQ(CheckPlacement(whole, inv, NodeUsage::Empty(inv), on_mig).code(),
+            StatusCode::kFailedPrecondition);
+  const PodRequest mig = Pod({Mig("1g.18gb", 1)});
+  EXPECT_TRUE(CheckPlacement(mig, inv, NodeUsage::Empty(inv), on_mig).ok());
+  Placement wrong_profile = on_mig;
+  wrong_profile.containers[0].grants[0] = {3, 33280, kComputeWhole, true};
+  EXPECT_EQ(CheckPlacement(mig, inv, NodeUsage::Empty(inv), wrong_profile).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST(FitPartitions, AMigRequestIsWholeAndItsProfileIsChecked) {
+  DeviceRequest r = Mig("1g.18gb", 1);
+  EXPECT_TRUE(ValidateRequest(r).ok());
+  r.memory_mib = 4096;
+  Status st = ValidateRequest(r);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("granted whole"), std::string::npos) << st.message();
+  for (const char* good : {"1g.18gb", "1c.3g.71gb", "7g.141gb", "1g.18gb+me", "1g.10gb+me.all",
+                           "4g.24gb", "2g.35gb+gfx"}) {
+    EXPECT_TRUE(ValidMigProfile(good)) << good;
+  }
+  for (const char* bad :
+       {"", "1g", "g.18gb", "0g.18gb", "1g.0gb", "1g.18", "1g.18gb+", "1g.18gb+Me", "1g.18gb+me.",
+        "1c.1c.1g.5gb", "1g.18gb ", "123g.1gb", "1g.18gb/x", "1g.12345gb"}) {
+    EXPECT_FALSE(ValidMigProfile(bad)) << bad;
+  }
+}
+
 TEST(FitPods, MultiContainerPodsGetDistinctWholeDevices) {
   const NodeInventory inv = MakeNode("nvidia-hgx-8");
   const PodRequest pod = Pod({Whole(Vendor::kNvidia, 2, "a"), Whole(Vendor::kNvidia, 2, "b")});

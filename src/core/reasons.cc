@@ -28,6 +28,8 @@ std::string_view ReasonName(Reason r) {
     case Reason::kNoWholeModule: return "NoWholeModule";
     case Reason::kNoMirroredPairs: return "NoMirroredPairs";
     case Reason::kNumaUnsatisfiable: return "NumaUnsatisfiable";
+    case Reason::kPartitionMismatch:
+      return "PartitionMismatch";
   }
   return "Unknown";
 }
@@ -99,6 +101,11 @@ std::string DescribeReason(const FitReason& r) {
       break;
     case Reason::kNumaUnsatisfiable:
       out << "no NUMA node has " << r.requested << " free devices (best " << r.available << ")";
+      break;
+    case Reason::kPartitionMismatch:
+      out << "too few devices partitioned as requested (need " << r.requested << ", node has "
+          << r.available << "): a MIG instance fits only its nvidia.com/mig-<profile> resource, "
+          << "a whole GPU only nvidia.com/gpu";
       break;
   }
   return out.str();

@@ -43,7 +43,8 @@ enum class Reason : uint8_t {
   kNoWholeModule,        // not enough free whole modules (910C die pairs)
   kNoMirroredPairs,      // not enough free mirrored pairs across rings
   kNumaUnsatisfiable,    // no NUMA node has enough free devices
-  kLast = kNumaUnsatisfiable,
+  kPartitionMismatch,    // too few devices of the requested partition (MIG profile, or whole)
+  kLast = kPartitionMismatch,
 };
 
 std::string_view ReasonName(Reason r);  // "InsufficientMemory"

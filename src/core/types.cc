@@ -59,4 +59,45 @@ int32_t NodeInventory::LinkScore(int32_t a, int32_t b) const {
   return topology.links[static_cast<size_t>(a) * n + static_cast<size_t>(b)];
 }
 
+namespace {
+
+// Reads 1..max_digits digits not starting with 0; advances `s`.
+bool SmallNumber(std::string_view& s, size_t max_digits) {
+  size_t n = 0;
+  while (n < s.size() && n < max_digits && s[n] >= '0' && s[n] <= '9') ++n;
+  if (n == 0 || s[0] == '0') return false;
+  s.remove_prefix(n);
+  return true;
+}
+
+bool Take(std::string_view& s, std::string_view lit) {
+  if (s.substr(0, lit.size()) != lit) return false;
+  s.remove_prefix(lit.size());
+  return true;
+}
+
+}  // namespace
+
+bool ValidMigProfile(std::string_view p) {
+  if (p.empty() || p.size() > 40) return false;
+  std::string_view s = p;
+  // "<c>c." is present when the digits are followed by 'c'.
+  {
+    std::string_view probe = s;
+    if (SmallNumber(probe, 2) && Take(probe, "c.")) s = probe;
+  }
+  if (!SmallNumber(s, 2) || !Take(s, "g.") || !SmallNumber(s, 4) || !Take(s, "gb")) return false;
+  while (!s.empty()) {
+    if (!Take(s, "+")) return false;
+    size_t n = 0;
+    while (n < s.size() && ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= '0' && s[n] <= '9') ||
+                            (n > 0 && s[n] == '.'))) {
+      ++n;
+    }
+    if (n == 0 || s[0] < 'a' || s[0] > 'z' || s[n - 1] == '.') return false;
+    s.remove_prefix(n);
+  }
+  return true;
+}
+
 }  // namespace accelpool::core

@@ -41,6 +41,12 @@ std::string_view VendorName(Vendor v);
 std::optional<Vendor> ParseVendor(std::string_view name);
 const std::vector<Vendor>& AllVendors();
 
+// True when `profile` is a MIG profile name as NVIDIA spells them: an
+// optional "<c>c." compute-instance prefix, "<g>g.<m>gb", then optional
+// "+attribute" suffixes ("1g.18gb", "1c.3g.71gb", "1g.18gb+me"); at most 40
+// characters.
+bool ValidMigProfile(std::string_view profile);
+
 // One accelerator (a GPU, an NPU die, an XPU ...).
 struct Device {
   // The numbers fit reads for every device of every node come first, in one
@@ -60,6 +66,11 @@ struct Device {
   std::string id;               // stable identity: UUID ("GPU-..."), serial, or vendor id
   std::string model;            // "H200", "Ascend910C", "P800", ...
   std::string pci_bus;          // "0000:18:00.0"
+  // A hardware partition of a larger device, by its profile name: an NVIDIA
+  // MIG instance is "1g.18gb" (advertised as nvidia.com/mig-1g.18gb). ""
+  // for a whole device. Only requests naming the same profile fit it, and it
+  // is granted whole.
+  std::string partition;
 
   // May take new grants: healthy and not cordoned.
   bool Schedulable() const { return healthy && !cordoned; }
@@ -195,6 +206,10 @@ struct DeviceRequest {
   std::vector<std::string> id_include;  // device ids (UUIDs)
   std::vector<std::string> id_exclude;
   bool numa_bind = false;  // all devices on one NUMA node
+  // The hardware partition profile the request names (nvidia.com/mig-1g.18gb
+  // -> "1g.18gb"); only devices of that profile fit. "" fits whole devices
+  // only.
+  std::string partition;
 
   // A share of each device. 100% compute (compute == kComputeWhole) is exclusive.
   bool Fractional() const {

@@ -15,7 +15,7 @@ const core::Device* Snapshot::Find(const std::string& id) const {
 }
 
 std::string ResourceFor(const core::Device& device) {
-  return api::DeviceResource(device.vendor, device.model);
+  return api::DeviceResource(device.vendor, device.model, device.partition);
 }
 
 DeviceState::DeviceState() : current_(std::make_shared<Snapshot>()) {}

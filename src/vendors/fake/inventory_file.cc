@@ -81,6 +81,14 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
   ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "numa", where, &dev.numa));
   ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "pci_bus", where, &dev.pci_bus));
   ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "healthy", where, &dev.healthy));
+  ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "partition", where, &dev.partition));
+  if (!dev.partition.empty()) {
+    if (dev.vendor != core::Vendor::kNvidia || !core::ValidMigProfile(dev.partition)) {
+      return InvalidArgumentError(where + ".partition: \"" + dev.partition +
+                                  "\" is not an NVIDIA MIG profile such as \"1g.18gb\"");
+    }
+    dev.max_shares = 1;  // a MIG instance is granted whole
+  }
   if (dev.memory_mib <= 0) {
     return InvalidArgumentError(where + ".memory_mib must be positive");
   }

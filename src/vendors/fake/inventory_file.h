@@ -13,7 +13,9 @@
 // "compute_units", "max_shares" (default: the vendor's split count, 10 for
 // NVIDIA, else 1), "super_node", "rack", "block". "devices"
 // overrides single devices by "index": "id", "model", "memory_mib", "numa",
-// "pci_bus", "healthy". Ids default to "<VENDOR>-<node>-<index>".
+// "pci_bus", "healthy", "partition" (NVIDIA only: the device is a MIG
+// instance of that profile, e.g. "1g.18gb", granted whole and advertised as
+// nvidia.com/mig-<profile>). Ids default to "<VENDOR>-<node>-<index>".
 // Device ids must be unique on the node, across vendors too; an integer that
 // does not fit its field (NUMA nodes are -1..1023) is refused, never
 // truncated.

@@ -3,7 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -32,6 +36,38 @@ std::string NormalizeBus(std::string bus) {
 }
 
 }  // namespace
+
+std::string MigProfileName(int32_t gpu_slices, int32_t compute_slices, int64_t memory_mib,
+                           int64_t gpu_memory_mib) {
+  int64_t gb = 0;
+  if (gpu_memory_mib > 0 && memory_mib > 0) {
+    const double eighths =
+        std::ceil(8.0 * static_cast<double>(memory_mib) / static_cast<double>(gpu_memory_mib));
+    const double gpu_gb = static_cast<double>((gpu_memory_mib + 1023) / 1024);
+    gb = static_cast<int64_t>(std::round(eighths / 8.0 * gpu_gb));
+  }
+  std::string name;
+  if (compute_slices > 0 && compute_slices < gpu_slices) {
+    name = std::to_string(compute_slices) + "c.";
+  }
+  return name + std::to_string(gpu_slices) + "g." + std::to_string(gb) + "gb";
+}
+
+std::map<std::string, int32_t> ParseMigMinors(const std::string& text) {
+  std::map<std::string, int32_t> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    int64_t minor = -1;
+    std::string extra;
+    if ((fields >> name >> minor) && !(fields >> extra) && minor >= 0 && minor < (1 << 20)) {
+      out[name] = static_cast<int32_t>(minor);
+    }
+  }
+  return out;
+}
 
 int32_t NvidiaLinkScore(P2PLevel level, int32_t nvlinks) {
   int32_t pcie = 10;
@@ -143,40 +179,108 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   inv.node = options_.node;
   inv.vendor = core::Vendor::kNvidia;
   std::set<std::string> seen;
+  std::vector<size_t> parent;  // per inventory device: its GPU's NVML index
+  std::vector<std::vector<std::string>> ids(infos.size());
+  std::map<std::string, int32_t> minors;
+  std::map<std::string, MigPlace> mig;
+  bool any_mig = false;
+  auto add = [&](core::Device d, size_t gpu) -> Status {
+    if (d.id.empty() || !seen.insert(d.id).second) {
+      return InternalError("GPU " + std::to_string(gpu) + " reports an empty or repeated UUID \"" +
+                           d.id + "\"; check the driver with nvidia-smi -L");
+    }
+    d.index = static_cast<int32_t>(inv.devices.size());
+    d.vendor = core::Vendor::kNvidia;
+    ids[gpu].push_back(d.id);
+    minors[d.id] = infos[gpu].minor;
+    parent.push_back(gpu);
+    inv.devices.push_back(std::move(d));
+    return Status::Ok();
+  };
   for (size_t i = 0; i < infos.size(); ++i) {
     const NvmlDeviceInfo& info = infos[i];
-    if (info.uuid.empty() || !seen.insert(info.uuid).second) {
-      return InternalError("GPU " + std::to_string(i) + " reports an empty or repeated UUID \"" +
-                           info.uuid + "\"; check the driver with nvidia-smi -L");
-    }
     core::Device d;
     d.id = info.uuid;
-    d.index = static_cast<int32_t>(i);
-    d.vendor = core::Vendor::kNvidia;
     d.model = Model(info.name);
     d.memory_mib = info.memory_mib;
     d.numa = info.numa;
     d.pci_bus = info.pci_bus;
-    d.max_shares = info.mig_enabled ? 1 : std::max(1, options_.max_shares);
-    inv.devices.push_back(d);
+    d.max_shares = std::max(1, options_.max_shares);
+    if (!info.mig_enabled) {
+      ACCELPOOL_RETURN_IF_ERROR(add(std::move(d), i));
+      continue;
+    }
+    any_mig = true;
+    if (info.uuid.empty() || !seen.insert(info.uuid).second) {
+      return InternalError("GPU " + std::to_string(i) + " reports an empty or repeated UUID \"" +
+                           info.uuid + "\"; check the driver with nvidia-smi -L");
+    }
+    StatusOr<std::vector<NvmlMigInfo>> migs = nvml_->MigDevices(static_cast<int32_t>(i));
+    if (!migs.ok()) {
+      spdlog::error(
+          "nvidia: GPU {} ({}) is in MIG mode but its MIG devices cannot be read ({}); "
+          "it is not offered until the plugin restarts with a driver that reports "
+          "them",
+          i, info.uuid, migs.status().ToString());
+      continue;
+    }
+    if (migs->empty()) {
+      spdlog::warn(
+          "nvidia: GPU {} ({}) is in MIG mode with no MIG devices, so it offers nothing; "
+          "create GPU and compute instances (nvidia-smi mig -cgi <profiles> -C, or "
+          "mig-parted) or disable MIG mode, then restart the device plugin",
+          i, info.uuid);
+      continue;
+    }
+    for (const NvmlMigInfo& m : *migs) {
+      core::Device md = d;
+      md.id = m.uuid;
+      md.partition = MigProfileName(m.gpu_slices, m.compute_slices, m.memory_mib, info.memory_mib);
+      md.memory_mib = m.memory_mib;
+      md.compute_units = m.multiprocessors;
+      md.max_shares = 1;
+      if (!core::ValidMigProfile(md.partition)) {
+        spdlog::error(
+            "nvidia: MIG device {} on GPU {} reports {} GPU slices, {} compute slices "
+            "and {} MiB, which name no MIG profile; it is not offered",
+            m.uuid, i, m.gpu_slices, m.compute_slices, m.memory_mib);
+        continue;
+      }
+      mig[m.uuid] = MigPlace{info.minor, m.gpu_instance, m.compute_instance};
+      ACCELPOOL_RETURN_IF_ERROR(add(std::move(md), i));
+      spdlog::info(
+          "nvidia: GPU {} MIG device {}: profile {}, {} MiB, GPU instance {}, compute "
+          "instance {}",
+          i, m.uuid, inv.devices.back().partition, m.memory_mib, m.gpu_instance,
+          m.compute_instance);
+    }
   }
   const std::string profile =
       (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
-  Status st = core::ApplyProfile(profile, &inv);
+  Status st =
+      any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
   if (!st.ok()) {
     spdlog::info("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups", profile,
                  infos.size(), st.message());
     core::ApplyNumaDefault(&inv);
   }
-  inv.topology.links = std::move(links).value();
+  // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.
+  const size_t n = infos.size();
+  const size_t m = inv.devices.size();
+  inv.topology.links.assign(m * m, 0);
+  for (size_t a = 0; a < m; ++a) {
+    for (size_t b = 0; b < m; ++b) {
+      if (a == b) continue;
+      inv.topology.links[a * m + b] = parent[a] == parent[b]
+                                          ? NvidiaLinkScore(P2PLevel::kInternal, 0)
+                                          : (*links)[parent[a] * n + parent[b]];
+    }
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
-  uuids_.clear();
-  minors_.clear();
-  for (const NvmlDeviceInfo& info : infos) {
-    uuids_.push_back(info.uuid);
-    minors_[info.uuid] = info.minor;
-  }
+  ids_ = std::move(ids);
+  minors_ = std::move(minors);
+  mig_ = std::move(mig);
   return std::vector<core::NodeInventory>{std::move(inv)};
 }
 
@@ -185,14 +289,15 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   ACCELPOOL_RETURN_IF_ERROR(nvml_->RegisterXidEvents());
   std::map<int32_t, Clock::time_point> unhealthy;  // index -> last critical XID
   std::string last_error;
-  auto uuid_of = [this](int32_t i) {
+  // A GPU's devices: the GPU, or every MIG device on it.
+  auto ids_of = [this](int32_t i) {
     std::lock_guard<std::mutex> lock(mu_);
-    return i >= 0 && static_cast<size_t>(i) < uuids_.size() ? uuids_[static_cast<size_t>(i)]
-                                                            : std::string();
+    return i >= 0 && static_cast<size_t>(i) < ids_.size() ? ids_[static_cast<size_t>(i)]
+                                                          : std::vector<std::string>();
   };
   auto all = [this]() {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int32_t>(uuids_.size());
+    return static_cast<int32_t>(ids_.size());
   };
   while (!stop.stop_requested()) {
     StatusOr<std::optional<XidEvent>> ev =
@@ -228,8 +333,7 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
         for (int32_t i : hit) {
           bool was_healthy = unhealthy.find(i) == unhealthy.end();
           unhealthy[i] = Clock::now();
-          std::string id = uuid_of(i);
-          if (was_healthy && !id.empty()) {
+          for (const std::string& id : was_healthy ? ids_of(i) : std::vector<std::string>()) {
             spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, what);
             sink({core::Vendor::kNvidia, id, false, what});
           }
@@ -238,10 +342,11 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     }
     for (auto it = unhealthy.begin(); it != unhealthy.end();) {
       if (Clock::now() - it->second >= options_.recovery_quiet && nvml_->Probe(it->first).ok()) {
-        std::string id = uuid_of(it->first);
-        spdlog::info("nvidia: GPU {} ({}) answers again and had no XID for {} ms; healthy",
-                     it->first, id, options_.recovery_quiet.count());
-        sink({core::Vendor::kNvidia, id, true, "recovered"});
+        for (const std::string& id : ids_of(it->first)) {
+          spdlog::info("nvidia: GPU {} ({}) answers again and had no XID for {} ms; healthy",
+                       it->first, id, options_.recovery_quiet.count());
+          sink({core::Vendor::kNvidia, id, true, "recovered"});
+        }
         it = unhealthy.erase(it);
       } else {
         ++it;
@@ -254,19 +359,53 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
 StatusOr<ContainerSpec> NvidiaDriver::BuildContainerSpec(
     const std::vector<GrantedDevice>& grants) const {
   std::map<std::string, int32_t> minors;
+  std::map<std::string, MigPlace> mig;
   {
     std::lock_guard<std::mutex> lock(mu_);
     minors = minors_;
+    mig = mig_;
   }
+  std::map<std::string, std::vector<std::string>> mig_nodes;
+  std::optional<std::map<std::string, int32_t>> caps;
   for (const GrantedDevice& g : grants) {
     if (minors.find(g.device.id) == minors.end()) {
       return InvalidArgumentError("GPU " + g.device.id +
                                   " is not on this node; the assignment is stale or foreign");
     }
+    auto place = mig.find(g.device.id);
+    if (place == mig.end()) continue;
+    // A MIG device: its GPU's node and the capability nodes that open its
+    // GPU instance and compute instance.
+    if (!caps.has_value()) {
+      std::ifstream in(options_.mig_minors);
+      std::stringstream text;
+      text << in.rdbuf();
+      caps = ParseMigMinors(text.str());
+    }
+    const MigPlace& p = place->second;
+    const std::string gi =
+        "gpu" + std::to_string(p.gpu_minor) + "/gi" + std::to_string(p.gpu_instance);
+    std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(p.gpu_minor)};
+    for (const std::string& cap :
+         {gi + "/access", gi + "/ci" + std::to_string(p.compute_instance) + "/access"}) {
+      auto it = caps->find(cap);
+      if (it == caps->end()) {
+        return FailedPreconditionError(
+            "MIG device " + g.device.id + ": " + options_.mig_minors + " has no entry " + cap +
+            "; check that the device plugin can read the host's /proc/driver/nvidia-caps and "
+            "that the MIG instance still exists (nvidia-smi -L)");
+      }
+      nodes.push_back("/dev/nvidia-caps/nvidia-cap" + std::to_string(it->second));
+    }
+    mig_nodes[g.device.id] = std::move(nodes);
   }
   return GenericContainerSpec(
       TraitsFor(core::Vendor::kNvidia), grants,
-      [&minors](const core::Device& d) { return minors.at(d.id); }, options_.device_root);
+      [&minors](const core::Device& d) { return minors.at(d.id); }, options_.device_root,
+      [&mig_nodes](const core::Device& d) {
+        auto it = mig_nodes.find(d.id);
+        return it == mig_nodes.end() ? std::vector<std::string>() : it->second;
+      });
 }
 
 }  // namespace accelpool::vendors::nvidia

@@ -6,6 +6,13 @@
 //   PCIe level: same board 60, one switch 50, several switches 40, host
 //   bridge 30, same NUMA 20, cross-socket 10; plus 100 per NVLink between the
 //   pair (through an NVSwitch: the smaller of the two GPUs' switch links).
+// A GPU in MIG mode is offered as its MIG devices, not whole: each becomes
+// a device of its own (id "MIG-<uuid>", partition = its profile name, e.g.
+// "1g.18gb", granted whole, advertised as nvidia.com/mig-<profile>), and a
+// container granted one gets the parent's /dev/nvidia<minor> and the
+// /dev/nvidia-caps nodes of its GPU and compute instance (from
+// /proc/driver/nvidia-caps/mig-minors). MIG devices keep their parent's NUMA
+// node and PCI bus; a node with any GPU in MIG mode uses NUMA groups.
 // Health comes from critical XID events; application XIDs (xid.h) are
 // ignored. A wait that answers NVML_ERROR_GPU_IS_LOST (a GPU fell off the
 // bus, NVML does not say which) makes every GPU unhealthy. A device that had an XID becomes healthy
@@ -35,7 +42,22 @@ struct NvidiaOptions {
   // Prefix under which device nodes are checked (GenericContainerSpec); ""
   // checks /dev as this process sees it.
   std::string device_root;
+  // The driver's table of MIG capability minors (lines "gpu0/gi1/access 12").
+  std::string mig_minors = "/proc/driver/nvidia-caps/mig-minors";
 };
+
+// The MIG profile name of a MIG device, as NVIDIA names the profiles (and the
+// k8s-device-plugin's nvidia.com/mig-<profile> resources): "<g>g.<m>gb", with a
+// "<c>c." prefix when the compute instance has fewer slices than its GPU
+// instance. <m> is the instance's share of the GPU's memory, rounded up to
+// eighths, times the GPU's memory in whole GB, rounded: an H200 (143771 MiB)
+// instance of 16384 MiB is "1g.18gb".
+std::string MigProfileName(int32_t gpu_slices, int32_t compute_slices, int64_t memory_mib,
+                           int64_t gpu_memory_mib);
+
+// Reads the driver's mig-minors table: name -> capability minor
+// ("gpu0/gi1/ci0/access" -> 13). Lines that do not parse are skipped.
+std::map<std::string, int32_t> ParseMigMinors(const std::string& text);
 
 // Link score of a pair from its PCIe level and NVLink count (see above).
 int32_t NvidiaLinkScore(P2PLevel level, int32_t nvlinks);
@@ -55,14 +77,26 @@ class NvidiaDriver : public VendorDriver {
   Status EnsureInit();
   StatusOr<std::vector<int32_t>> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
                                               bool* all_switched);
+  // The MIG devices of GPU `index`, as inventory devices; empty (with a log
+  // line saying why) when it has none or they cannot be read.
+  std::vector<core::Device> MigDevicesOf(int32_t index, const NvmlDeviceInfo& gpu);
+
+  // Where a MIG device lives: its GPU's minor and its instance ids.
+  struct MigPlace {
+    int32_t gpu_minor = -1;
+    int32_t gpu_instance = -1;
+    int32_t compute_instance = -1;
+  };
 
   const NvmlLibraryPtr nvml_;
   const NvidiaOptions options_;
 
   mutable std::mutex mu_;
   bool initialized_ = false;               // guarded by mu_
-  std::vector<std::string> uuids_;         // by NVML index; guarded by mu_
-  std::map<std::string, int32_t> minors_;  // uuid -> minor; guarded by mu_
+  // Device ids by NVML index: the GPU's UUID, or its MIG devices' UUIDs.
+  std::vector<std::vector<std::string>> ids_;  // guarded by mu_
+  std::map<std::string, int32_t> minors_;      // id -> GPU minor; guarded by mu_
+  std::map<std::string, MigPlace> mig_;        // MIG id -> place; guarded by mu_
 };
 
 }  // namespace accelpool::vendors::nvidia

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -72,6 +73,12 @@ class FakeNvml : public NvmlLibrary {
     return probe_ok.load() ? Status::Ok() : UnavailableError("GPU " + std::to_string(i) + " lost");
   }
 
+  StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t i) override {
+    auto it = migs.find(i);
+    return it == migs.end() ? StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>())
+                            : it->second;
+  }
+
   void Push(StatusOr<std::optional<XidEvent>> e) {
     std::lock_guard<std::mutex> lock(mu);
     queue.push_back(std::move(e));
@@ -79,6 +86,7 @@ class FakeNvml : public NvmlLibrary {
 
   std::vector<NvmlDeviceInfo> devices;
   std::vector<std::vector<std::string>> links;
+  std::map<int32_t, StatusOr<std::vector<NvmlMigInfo>>> migs;
   Status init_status;
   int32_t fail_info_index = -1;
   std::atomic<bool> probe_ok{true};
@@ -136,14 +144,108 @@ TEST(NvidiaDriverTest, BridgedPcieCardsScoreTheirPartner) {
   auto lib = std::make_unique<FakeNvml>();
   lib->devices.resize(4);
   lib->links = {{"00000000:3B:00.0"}, {"00000000:19:00.0"}, {}, {}};
-  lib->devices[1].mig_enabled = true;
   NvidiaDriver d(std::move(lib), Options());
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
   const core::NodeInventory& inv = (*invs)[0];
   EXPECT_EQ(inv.LinkScore(0, 1), 20 + 100);
   EXPECT_EQ(inv.LinkScore(0, 2), 20);
-  EXPECT_EQ(inv.devices[1].max_shares, 1);  // MIG mode: whole device only
+}
+
+// Profile names from an instance's memory (close to what NVIDIA's MIG user
+// guide lists per profile with nvidia-smi mig -lgip) and the GPU's total.
+TEST(NvidiaDriverTest, MigProfileNamesFollowNvidiasNaming) {
+  struct Case {
+    int32_t gi, ci;
+    int64_t mib, gpu_mib;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      // A100-SXM4-40GB: 40960 MiB.
+      {1, 1, 4864, 40960, "1g.5gb"},
+      {2, 2, 9984, 40960, "2g.10gb"},
+      {3, 3, 20096, 40960, "3g.20gb"},
+      {4, 4, 20096, 40960, "4g.20gb"},
+      {7, 7, 40192, 40960, "7g.40gb"},
+      // H100 80GB: 81559 MiB.
+      {1, 1, 9984, 81559, "1g.10gb"},
+      {1, 1, 19968, 81559, "1g.20gb"},
+      {3, 3, 40448, 81559, "3g.40gb"},
+      {7, 7, 80896, 81559, "7g.80gb"},
+      // H200: 143771 MiB.
+      {1, 1, 16384, 143771, "1g.18gb"},
+      {1, 1, 33280, 143771, "1g.35gb"},
+      {2, 2, 33280, 143771, "2g.35gb"},
+      {3, 3, 71424, 143771, "3g.71gb"},
+      {7, 7, 143360, 143771, "7g.141gb"},
+      // A compute instance smaller than its GPU instance.
+      {3, 1, 71424, 143771, "1c.3g.71gb"},
+      {7, 2, 143360, 143771, "2c.7g.141gb"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(MigProfileName(c.gi, c.ci, c.mib, c.gpu_mib), c.want) << c.want;
+    EXPECT_TRUE(core::ValidMigProfile(c.want)) << c.want;
+  }
+  EXPECT_FALSE(core::ValidMigProfile(MigProfileName(0, 0, 0, 143771)));  // "0g.0gb"
+}
+
+TEST(NvidiaDriverTest, MigMinorsTableSkipsLinesItCannotRead) {
+  const auto caps = ParseMigMinors(
+      "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"
+      "gpu0/gi2/access x\ngpu0/gi3/access 14 extra\n\ngpu0/gi4/access -3\n");
+  EXPECT_EQ(caps.size(), 4u);
+  EXPECT_EQ(caps.at("gpu0/gi1/ci0/access"), 13);
+  EXPECT_EQ(caps.count("gpu0/gi2/access"), 0u);
+  EXPECT_EQ(caps.count("gpu0/gi3/access"), 0u);
+  EXPECT_EQ(caps.count("gpu0/gi4/access"), 0u);
+}
+
+// A GPU in MIG mode whose MIG devices cannot be read, or that has none, is
+// not offered at all (never whole: its memory belongs to the instances); the
+// other GPUs are.
+TEST(NvidiaDriverTest, MigGpuWithoutReadableInstancesOffersNothing) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
+  lib->devices[0].mig_enabled = true;  // no MIG devices created
+  lib->devices[1].mig_enabled = true;
+  lib->migs.insert_or_assign(1, StatusOr<std::vector<NvmlMigInfo>>(UnavailableError(
+                                    "nvmlDeviceGetMaxMigDeviceCount failed: Unknown Error")));
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  ASSERT_EQ((*invs)[0].devices.size(), 1u);
+  EXPECT_EQ((*invs)[0].devices[0].id, "GPU-1002-h200");
+  EXPECT_EQ((*invs)[0].devices[0].index, 0);
+}
+
+TEST(NvidiaDriverTest, MigDevicesWithRepeatedIdsOrNoProfileAreRefused) {
+  NvmlMigInfo a{"MIG-a", 1, 0, 1, 1, 16384, 16};
+  {
+    auto lib = std::make_unique<FakeNvml>();
+    lib->devices.resize(2);
+    lib->links = {{}, {}};
+    lib->devices[1].mig_enabled = true;
+    lib->migs.insert_or_assign(1,
+                               StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{a, a}));
+    NvidiaDriver d(std::move(lib), Options());
+    EXPECT_EQ(d.Discover().status().code(), StatusCode::kInternal);
+  }
+  {
+    auto lib = std::make_unique<FakeNvml>();
+    lib->devices.resize(2);
+    lib->links = {{}, {}};
+    lib->devices[1].mig_enabled = true;
+    NvmlMigInfo none{"MIG-b", 2, 0, 0, 0, 0, 0};  // reports no slices: no profile
+    lib->migs.insert_or_assign(
+        1, StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{a, none}));
+    NvidiaDriver d(std::move(lib), Options());
+    auto invs = d.Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    ASSERT_EQ((*invs)[0].devices.size(), 2u);
+    EXPECT_EQ((*invs)[0].devices[1].id, "MIG-a");
+    EXPECT_EQ((*invs)[0].devices[1].partition, "1g.18gb");
+  }
 }
 
 TEST(NvidiaDriverTest, LibraryErrorsAreClearAndNeverCrash) {

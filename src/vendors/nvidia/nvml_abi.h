@@ -14,6 +14,7 @@ using nvmlEventSet_t = struct NvmlEventSetOpaque*;
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
 constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
+constexpr nvmlReturn_t kNvmlErrorNotFound = 6;
 constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
 constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
 constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
@@ -34,6 +35,19 @@ struct nvmlPciInfo_t {
   unsigned pciDeviceId;
   unsigned pciSubSystemId;
   char busId[32];
+};
+
+// nvmlDeviceAttributes_t as nvmlDeviceGetAttributes_v2 fills it.
+struct nvmlDeviceAttributes_t {
+  unsigned multiprocessorCount;
+  unsigned sharedCopyEngineCount;
+  unsigned sharedDecoderCount;
+  unsigned sharedEncoderCount;
+  unsigned sharedJpegCount;
+  unsigned sharedOfaCount;
+  unsigned gpuInstanceSliceCount;
+  unsigned computeInstanceSliceCount;
+  unsigned long long memorySizeMB;  // NOLINT(runtime/int)
 };
 
 struct nvmlEventData_t {

@@ -17,10 +17,12 @@ namespace {
 using abi::kEventXidCritical;
 using abi::kMaxNvLinks;
 using abi::kNvmlErrorGpuIsLost;
+using abi::kNvmlErrorNotFound;
 using abi::kNvmlErrorNotSupported;
 using abi::kNvmlErrorTimeout;
 using abi::kNvmlSuccess;
 using abi::nvmlDevice_t;
+using abi::nvmlDeviceAttributes_t;
 using abi::nvmlEventData_t;
 using abi::nvmlEventSet_t;
 using abi::nvmlMemory_t;
@@ -288,6 +290,59 @@ class DlNvml : public NvmlLibrary {
           "; reset the GPU (" + smi_ + " -r) or replace it");
     }
     return Status::Ok();
+  }
+
+  StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t index) override {
+    using Unsigned = nvmlReturn_t(nvmlDevice_t, unsigned*);
+    auto max_count = lib_->OptionalSymbol<Unsigned>(Sym("DeviceGetMaxMigDeviceCount"));
+    auto by_index = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, nvmlDevice_t*)>(
+        Sym("DeviceGetMigDeviceHandleByIndex"));
+    auto uuid =
+        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(Sym("DeviceGetUUID"));
+    auto attributes = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, nvmlDeviceAttributes_t*)>(
+        Sym("DeviceGetAttributes_v2"));
+    auto gi = lib_->OptionalSymbol<Unsigned>(Sym("DeviceGetGpuInstanceId"));
+    auto ci = lib_->OptionalSymbol<Unsigned>(Sym("DeviceGetComputeInstanceId"));
+    if (max_count == nullptr || by_index == nullptr || uuid == nullptr || attributes == nullptr ||
+        gi == nullptr || ci == nullptr) {
+      return UnimplementedError(Sym("DeviceGetMigDeviceHandleByIndex") +
+                                " and the MIG queries are missing; a driver of R470 or newer "
+                                "reports MIG instances");
+    }
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    unsigned slots = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check(max_count(*h, &slots), Sym("DeviceGetMaxMigDeviceCount")));
+    std::vector<NvmlMigInfo> out;
+    for (unsigned i = 0; i < slots && i < 64; ++i) {
+      nvmlDevice_t m = nullptr;
+      const nvmlReturn_t r = by_index(*h, i, &m);
+      if (r == kNvmlErrorNotFound) {
+        continue;  // no MIG device in this slot
+      }
+      ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceGetMigDeviceHandleByIndex")));
+      NvmlMigInfo info;
+      char buf[96] = {};
+      ACCELPOOL_RETURN_IF_ERROR(Check(uuid(m, buf, sizeof(buf)), Sym("DeviceGetUUID")));
+      buf[sizeof(buf) - 1] = '\0';
+      info.uuid = buf;
+      Padded<nvmlDeviceAttributes_t> a;
+      ACCELPOOL_RETURN_IF_ERROR(Check(attributes(m, &a.value), Sym("DeviceGetAttributes_v2")));
+      unsigned g = 0;
+      unsigned c = 0;
+      ACCELPOOL_RETURN_IF_ERROR(Check(gi(m, &g), Sym("DeviceGetGpuInstanceId")));
+      ACCELPOOL_RETURN_IF_ERROR(Check(ci(m, &c), Sym("DeviceGetComputeInstanceId")));
+      info.gpu_instance = static_cast<int32_t>(g);
+      info.compute_instance = static_cast<int32_t>(c);
+      info.gpu_slices = static_cast<int32_t>(a.value.gpuInstanceSliceCount);
+      info.compute_slices = static_cast<int32_t>(a.value.computeInstanceSliceCount);
+      info.memory_mib = static_cast<int64_t>(a.value.memorySizeMB);
+      info.multiprocessors = static_cast<int32_t>(a.value.multiprocessorCount);
+      out.push_back(std::move(info));
+    }
+    return out;
   }
 
  private:

@@ -3,7 +3,9 @@
 // plugin runs it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include "vendors/nvidia/nvidia_driver.h"
 #include "vendors/nvidia/nvml_library.h"
@@ -214,6 +216,83 @@ TEST(NvmlBindingTest, GpuWithRowsPendingRemapStaysUnhealthyUntilReset) {
   EXPECT_NE(events[0].reason.find("XID 48"), std::string::npos) << events[0].reason;
   EXPECT_TRUE(events[1].healthy);
   EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
+}
+
+// A GPU in MIG mode is offered as its MIG devices: read through
+// nvmlDeviceGetMigDeviceHandleByIndex (empty slots skipped), named by their
+// profile, handed to a container with the parent's node and the capability
+// nodes of their instances, and marked unhealthy with their GPU.
+TEST(NvmlBindingTest, GpuInMigModeIsOfferedAsItsMigDevices) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(2, -1, -1, 0);
+  auto mig = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_mig"));
+  ASSERT_NE(mig, nullptr);
+  mig(1);
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kNvidia, 2);
+  for (int cap : {21, 22, 30, 31}) dev.Add("/dev/nvidia-caps/nvidia-cap" + std::to_string(cap));
+  NvidiaOptions o = Options(dev.root());
+  o.mig_minors = dev.root() + "/mig-minors";
+  std::ofstream(o.mig_minors) << "config 1\nmonitor 2\ngpu1/gi1/access 21\n"
+                                 "gpu1/gi1/ci0/access 22\ngpu1/gi3/access 30\n"
+                                 "gpu1/gi3/ci0/access 31\ngarbage\n";
+  auto driver = Driver(o);
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  mig(-1);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  ASSERT_EQ(inv.devices.size(), 5u);  // GPU 0 whole, GPU 1 as four MIG devices
+  EXPECT_EQ(inv.devices[0].partition, "");
+  EXPECT_EQ(inv.devices[0].max_shares, 10);
+  const std::vector<std::string> profiles = {"3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"};
+  for (size_t k = 0; k < 4; ++k) {
+    const core::Device& d = inv.devices[k + 1];
+    EXPECT_EQ(d.partition, profiles[k]) << k;
+    EXPECT_EQ(d.id.rfind("MIG-", 0), 0u) << d.id;
+    EXPECT_EQ(d.max_shares, 1);
+    EXPECT_EQ(d.model, "H200");
+    EXPECT_EQ(d.pci_bus, "00000000:43:00.0");  // the parent's
+    EXPECT_EQ(d.index, static_cast<int32_t>(k + 1));
+  }
+  EXPECT_EQ(inv.devices[1].memory_mib, 71424);
+  EXPECT_EQ(inv.devices[1].compute_units, 60);
+  EXPECT_NE(inv.devices[3].id, inv.devices[4].id);
+  // Two MIG devices of one GPU score as one board; a MIG device and the
+  // other GPU as the two GPUs (NODE + 18 NVLinks through the switches).
+  EXPECT_EQ(inv.LinkScore(1, 2), 60);
+  EXPECT_EQ(inv.LinkScore(0, 3), 20 + 1800);
+
+  auto spec = (*driver)->BuildContainerSpec({{inv.devices[1], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("NVIDIA_VISIBLE_DEVICES"), inv.devices[1].id);
+  std::vector<std::string> paths;
+  for (const DeviceNode& n : spec->devices) paths.push_back(n.host_path);
+  for (const char* want : {"/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap21",
+                           "/dev/nvidia-caps/nvidia-cap22", "/dev/nvidiactl"}) {
+    EXPECT_NE(std::find(paths.begin(), paths.end(), want), paths.end()) << want;
+  }
+  EXPECT_EQ(std::find(paths.begin(), paths.end(), "/dev/nvidia0"), paths.end());
+  // GPU instance 2 has no capability entry: a clear error, not a container
+  // that cannot open its device.
+  auto missing = (*driver)->BuildContainerSpec({{inv.devices[2], 0, 0, true}});
+  EXPECT_EQ(missing.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.status().message().find("gpu1/gi2/access"), std::string::npos)
+      << missing.status().ToString();
+
+  HealthRecorder health(**driver);
+  fake.Configure(2, -1, 1, 0);  // GPU 1: XID 79
+  health.WaitFor(4);
+  fake.Configure(2, -1, -1, 0);
+  health.WaitFor(8);
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 8u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_FALSE(events[k].healthy);
+    EXPECT_EQ(events[k].device_id, inv.devices[k + 1].id);
+    EXPECT_TRUE(events[k + 4].healthy);
+  }
 }
 
 TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {

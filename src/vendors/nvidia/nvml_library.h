@@ -37,6 +37,19 @@ struct NvmlDeviceInfo {
   bool mig_enabled = false;
 };
 
+// One MIG device (a compute instance inside a GPU instance) of a GPU in MIG
+// mode, as nvmlDeviceGetMigDeviceHandleByIndex and the queries on its handle
+// report it.
+struct NvmlMigInfo {
+  std::string uuid;               // "MIG-..."
+  int32_t gpu_instance = -1;      // nvmlDeviceGetGpuInstanceId
+  int32_t compute_instance = -1;  // nvmlDeviceGetComputeInstanceId
+  int32_t gpu_slices = 0;         // nvmlDeviceAttributes_t::gpuInstanceSliceCount
+  int32_t compute_slices = 0;     // ::computeInstanceSliceCount
+  int64_t memory_mib = 0;         // ::memorySizeMB
+  int32_t multiprocessors = 0;    // ::multiprocessorCount
+};
+
 // One critical XID event; device is the NVML index (-1: not known). gpu_lost:
 // the wait itself answered NVML_ERROR_GPU_IS_LOST (a GPU fell off the bus and
 // NVML does not say which); xid is 0 then.
@@ -68,6 +81,11 @@ class NvmlLibrary {
   // Succeeds when the device answers a query (memory info) and has no memory
   // rows pending remapping or failed to remap (both need a GPU reset).
   virtual Status Probe(int32_t index) = 0;
+  // The MIG devices of a GPU in MIG mode (empty when none are created).
+  // kUnimplemented when the library has no MIG queries.
+  virtual StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t /*index*/) {
+    return UnimplementedError("this management library has no MIG device queries");
+  }
 };
 using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;
 

@@ -7,6 +7,13 @@
 // Device handles point into a static table; the event set is a token.
 // Structs come from nvml_abi.h, laid out as in the public nvml.h.
 //
+// MIG: accelpool_fake_nvml_mig(gpu) (or ACCELPOOL_FAKE_NVML_MIG=<gpu> in the
+// environment) puts one GPU in MIG mode with four MIG devices: GPU instances
+// 1 (3 slices), 2 (2 slices) and 3 and 4 (1 slice each), one compute instance
+// each, with memory inside each profile's share of the GPU (3g.71gb,
+// 2g.35gb, 1g.18gb, 1g.18gb on an H200). MIG handles point into a second
+// table.
+//
 // NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
 // through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
 // "not supported" (the GPU is not a NUMA node itself). accelpool_fake_nvml_numa
@@ -15,6 +22,7 @@
 // node (8 + index), which holds no CPUs.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -29,12 +37,14 @@ using accelpool_fake::Valid;
 namespace {
 
 using accelpool::vendors::nvidia::abi::nvmlDevice_t;
+using accelpool::vendors::nvidia::abi::nvmlDeviceAttributes_t;
 using accelpool::vendors::nvidia::abi::nvmlEventData_t;
 using accelpool::vendors::nvidia::abi::nvmlMemory_t;
 using accelpool::vendors::nvidia::abi::nvmlPciInfo_t;
 constexpr int kSuccess = accelpool::vendors::nvidia::abi::kNvmlSuccess;
 constexpr int kInvalidArgument = accelpool::vendors::nvidia::abi::kNvmlErrorInvalidArgument;
 constexpr int kNotSupported = accelpool::vendors::nvidia::abi::kNvmlErrorNotSupported;
+constexpr int kNotFound = accelpool::vendors::nvidia::abi::kNvmlErrorNotFound;
 constexpr int kTimeout = accelpool::vendors::nvidia::abi::kNvmlErrorTimeout;
 constexpr int kGpuIsLost = accelpool::vendors::nvidia::abi::kNvmlErrorGpuIsLost;
 constexpr unsigned kMaxLinks = accelpool::vendors::nvidia::abi::kMaxNvLinks;
@@ -47,11 +57,31 @@ const unsigned kSwitchBus[4] = {0x05, 0x06, 0x07, 0x08};
 unsigned SwitchOfLink(unsigned link) { return link < 5 ? 0 : link < 9 ? 1 : link < 13 ? 2 : 3; }
 
 int gpus[64];
+int mig_handles[4];  // the MIG devices of the GPU in MIG mode
+struct MigRow {
+  unsigned gi, ci, gi_slices, ci_slices, sms;
+  unsigned long long mib;  // NOLINT(runtime/int)
+};
+const MigRow kMig[4] = {{1, 0, 3, 3, 60, 71424},
+                        {2, 0, 2, 2, 32, 33280},
+                        {3, 0, 1, 1, 16, 16384},
+                        {4, 0, 1, 1, 16, 16384}};
+int mig_gpu = [] {
+  const char* g = std::getenv("ACCELPOOL_FAKE_NVML_MIG");
+  return g != nullptr ? std::atoi(g) : -1;
+}();
 int event_set_token = 0;
 int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
 bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
 int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
+
+bool ToMig(const void* h, unsigned* k) {
+  const int* p = static_cast<const int*>(h);
+  if (p < mig_handles || p >= mig_handles + 4 || mig_gpu < 0) return false;
+  *k = static_cast<unsigned>(p - mig_handles);
+  return true;
+}
 
 bool ToIndex(const void* h, unsigned* i) {
   const int* p = static_cast<const int*>(h);
@@ -77,6 +107,11 @@ ACCELPOOL_FAKE_CONTROL_EXPORT
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int mode) {
   numa_mode = mode;
+}
+
+// The GPU in MIG mode (-1: none).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_mig(int gpu) {
+  mig_gpu = gpu;
 }
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
@@ -123,8 +158,13 @@ __attribute__((visibility("default"))) int nvmlDeviceGetHandleByIndex_v2(unsigne
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetUUID(void* h, char* uuid, unsigned n) {
   unsigned i = 0;
-  if (!ToIndex(h, &i)) return kInvalidArgument;
   char s[96];
+  if (ToMig(h, &i)) {
+    std::snprintf(s, sizeof(s), "MIG-5d2c8e1f-7a3b-4c6d-9e0f-%02x%010x", mig_gpu, i);
+    CopyString(uuid, n, s);
+    return kSuccess;
+  }
+  if (!ToIndex(h, &i)) return kInvalidArgument;
   std::snprintf(s, sizeof(s), "GPU-9c1e5b7a-2d4f-4a8e-b6c3-1f0e8d2a40%02x", i);
   CopyString(uuid, n, s);
   return kSuccess;
@@ -213,8 +253,48 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* h, unsigne
                                                                 unsigned* pending) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
-  *current = 0;
-  *pending = 0;
+  *current = static_cast<int>(i) == mig_gpu ? 1 : 0;
+  *pending = *current;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetMaxMigDeviceCount(void* h,
+                                                                          unsigned* count) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  *count = static_cast<int>(i) == mig_gpu ? 7 : 0;
+  return kSuccess;
+}
+// Slots 0-3 hold MIG devices, 4-6 are empty.
+__attribute__((visibility("default"))) int nvmlDeviceGetMigDeviceHandleByIndex(void* h,
+                                                                               unsigned index,
+                                                                               void** mig) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || static_cast<int>(i) != mig_gpu || index >= 7) return kInvalidArgument;
+  if (index >= 4) return kNotFound;
+  *mig = &mig_handles[index];
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetAttributes_v2(void* h,
+                                                                      nvmlDeviceAttributes_t* a) {
+  unsigned k = 0;
+  if (!ToMig(h, &k)) return kNotSupported;
+  std::memset(a, 0, sizeof(*a));
+  a->multiprocessorCount = kMig[k].sms;
+  a->gpuInstanceSliceCount = kMig[k].gi_slices;
+  a->computeInstanceSliceCount = kMig[k].ci_slices;
+  a->memorySizeMB = kMig[k].mib;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGpuInstanceId(void* h, unsigned* id) {
+  unsigned k = 0;
+  if (!ToMig(h, &k)) return kNotSupported;
+  *id = kMig[k].gi;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetComputeInstanceId(void* h, unsigned* id) {
+  unsigned k = 0;
+  if (!ToMig(h, &k)) return kNotSupported;
+  *id = kMig[k].ci;
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetTopologyCommonAncestor(void* a, void* b,
