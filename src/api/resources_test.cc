@@ -107,7 +107,7 @@ TEST(ResourcesTest, DefaultCountResourceIsKnown) {
 }
 
 TEST(ResourcesTest, MigProfileNamesAreCountsOfThatPartition) {
-  for (const char* profile : {"1g.18gb", "3g.71gb", "1c.3g.71gb", "1g.18gb+me", "7g.141gb"}) {
+  for (const char* profile : {"1g.18gb", "3g.71gb", "1c.3g.71gb", "7g.141gb"}) {
     const std::string name = std::string("nvidia.com/mig-") + profile;
     auto r = LookupResource(name);
     ASSERT_TRUE(r.has_value()) << name;
@@ -119,7 +119,8 @@ TEST(ResourcesTest, MigProfileNamesAreCountsOfThatPartition) {
     EXPECT_EQ(DeviceResource(Vendor::kNvidia, "H200", profile), name);
   }
   for (const char* bad : {"nvidia.com/mig-", "nvidia.com/mig-1g", "nvidia.com/mig-0g.5gb",
-                          "nvidia.com/mig-1g.18gb-memory", "nvidia.com/mig-x"}) {
+                          "nvidia.com/mig-1g.18gb-memory", "nvidia.com/mig-x",
+                          "nvidia.com/mig-1g.18gb+me"}) {
     EXPECT_FALSE(LookupResource(bad).has_value()) << bad;
   }
   EXPECT_EQ(LookupResource("nvidia.com/gpu")->partition, "");

@@ -86,18 +86,7 @@ bool ValidMigProfile(std::string_view p) {
     std::string_view probe = s;
     if (SmallNumber(probe, 2) && Take(probe, "c.")) s = probe;
   }
-  if (!SmallNumber(s, 2) || !Take(s, "g.") || !SmallNumber(s, 4) || !Take(s, "gb")) return false;
-  while (!s.empty()) {
-    if (!Take(s, "+")) return false;
-    size_t n = 0;
-    while (n < s.size() && ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= '0' && s[n] <= '9') ||
-                            (n > 0 && s[n] == '.'))) {
-      ++n;
-    }
-    if (n == 0 || s[0] < 'a' || s[0] > 'z' || s[n - 1] == '.') return false;
-    s.remove_prefix(n);
-  }
-  return true;
+  return SmallNumber(s, 2) && Take(s, "g.") && SmallNumber(s, 4) && Take(s, "gb") && s.empty();
 }
 
 }  // namespace accelpool::core

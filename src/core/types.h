@@ -42,9 +42,10 @@ std::optional<Vendor> ParseVendor(std::string_view name);
 const std::vector<Vendor>& AllVendors();
 
 // True when `profile` is a MIG profile name as NVIDIA spells them: an
-// optional "<c>c." compute-instance prefix, "<g>g.<m>gb", then optional
-// "+attribute" suffixes ("1g.18gb", "1c.3g.71gb", "1g.18gb+me"); at most 40
-// characters.
+// optional "<c>c." compute-instance prefix, then "<g>g.<m>gb" ("1g.18gb",
+// "1c.3g.71gb"). Attribute suffixes ("1g.18gb+me") are not: '+' cannot appear
+// in a Kubernetes resource name, and an instance with media extensions has
+// the slices and memory of its plain profile, so it is named by that.
 bool ValidMigProfile(std::string_view profile);
 
 // One accelerator (a GPU, an NPU die, an XPU ...).

@@ -331,5 +331,77 @@ TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
   EXPECT_EQ(p.state().Get()->resources.at("nvidia.com/gpu").size(), 2u);
 }
 
+// A node whose GPU 1 is split into MIG instances serves one resource per MIG
+// profile beside nvidia.com/gpu, through kubelet's registration, and answers
+// GetPreferredAllocation and Allocate on it with the MIG device the extender
+// chose, whole (no enforcement contract).
+TEST(NodePluginStartTest, MigInstancesAreServedUnderTheirProfilesResource) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), R"({"version":1,"inventories":[
+      {"vendor":"nvidia","count":4,"model":"H200","memory_mib":143771,
+       "devices":[{"index":0,"id":"GPU-a"},
+                  {"index":1,"id":"MIG-x","partition":"3g.71gb","memory_mib":71424},
+                  {"index":2,"id":"MIG-y","partition":"1g.18gb","memory_mib":16384},
+                  {"index":3,"id":"MIG-z","partition":"1g.18gb","memory_mib":16384}]}]})");
+  TestKubelet kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  std::vector<vendors::VendorDriverPtr> drivers;
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
+  AssignmentStore store;
+  NodePluginOptions o;
+  o.node = "n";
+  o.plugin_dir = dir.path();
+  o.kubelet_poll = std::chrono::milliseconds(20);
+  o.register_retry = std::chrono::milliseconds(50);
+  o.enforcement.state_root = dir.File("containers");
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  EXPECT_EQ(p.Resources(), (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/mig-1g.18gb",
+                                                     "nvidia.com/mig-3g.71gb"}));
+  std::string endpoint;
+  for (const auto& r : kubelet.WaitRegistrations(3, kWait)) {
+    if (r.resource_name() == "nvidia.com/mig-1g.18gb") endpoint = r.endpoint();
+  }
+  ASSERT_EQ(endpoint, EndpointFor("nvidia.com/mig-1g.18gb"));
+  auto stub = kubelet.Dial(endpoint);
+  v1beta1::ListAndWatchResponse list;
+  {
+    grpc::ClientContext ctx;
+    auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
+    ASSERT_TRUE(reader->Read(&list));
+    ctx.TryCancel();
+  }
+  std::set<std::string> listed;
+  for (const auto& d : list.devices()) listed.insert(d.id());
+  EXPECT_EQ(listed, (std::set<std::string>{"MIG-y::0", "MIG-z::0"}));  // one slot each
+
+  api::Assignment a;
+  a.node = "n";
+  a.containers = {Ctr("main", "nvidia.com/mig-1g.18gb", core::Vendor::kNvidia,
+                      {Dev("MIG-z", 3, 0, 16384, 1000, true)})};
+  store.Upsert(Pod("mig-pod"), a, {});
+  v1beta1::PreferredAllocationRequest preq;
+  auto* creq = preq.add_container_requests();
+  for (const std::string& id : listed) creq->add_available_deviceids(id);
+  creq->set_allocation_size(1);
+  v1beta1::PreferredAllocationResponse presp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->GetPreferredAllocation(&ctx, preq, &presp).ok());
+  }
+  ASSERT_EQ(presp.container_responses(0).deviceids_size(), 1);
+  EXPECT_EQ(presp.container_responses(0).deviceids(0), "MIG-z::0");
+  v1beta1::AllocateRequest areq;
+  areq.add_container_requests()->add_devices_ids("MIG-z::0");
+  v1beta1::AllocateResponse aresp;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub->Allocate(&ctx, areq, &aresp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(aresp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "MIG-z");
+  EXPECT_EQ(aresp.container_responses(0).envs().count("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), 0u);
+  EXPECT_EQ(store.PendingContainers(), 0u);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

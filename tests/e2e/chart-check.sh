@@ -121,9 +121,18 @@ nvidia_env() { # the NVIDIA plugin asks the NVIDIA container runtime for NVML; n
   local ds; ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ds-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ds-*.yaml)"
   grep -q '{name: NVIDIA_VISIBLE_DEVICES, value: "all"}' "${ds}" &&
     grep -q '{name: NVIDIA_DRIVER_CAPABILITIES, value: "utility"}' "${ds}" &&
-    [ "$(grep -c 'name: NVIDIA_' "${TMP}/all-vendors.yaml")" = 2 ]
+    grep -q '{name: NVIDIA_MIG_MONITOR_DEVICES, value: "all"}' "${ds}" &&
+    [ "$(grep -c 'name: NVIDIA_' "${TMP}/all-vendors.yaml")" = 3 ]
 }
-check "the NVIDIA plugin has NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility; no other plugin" nvidia_env
+check "the NVIDIA plugin has NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility, NVIDIA_MIG_MONITOR_DEVICES=all; no other plugin" nvidia_env
+mig_names() { # MIG profiles are count names kube-scheduler checks and the extender manages
+  grep -A1 -- '- name: nvidia.com/mig-1g.18gb$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
+    grep -A1 -- '- name: nvidia.com/mig-7g.141gb$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
+    [ "$(grep -c -- '- name: nvidia.com/mig-' "${TMP}/default.yaml")" = 35 ] &&
+    grep -q '\["huawei.com/Ascend","nvidia.com/mig-"\].exists' "${TMP}/default.yaml" &&
+    ! grep -q '"nvidia.com/mig-1g' "${TMP}/default.yaml"
+}
+check "MIG profile names are managed count names, and nvidia.com/mig- routes a pod through the webhook" mig_names
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \
@@ -201,7 +210,7 @@ empty_resource_lists() { # helm lint renders NOTES.txt too (helm template does n
     "${HELM}" lint --strict "${CHART}" --set scheduler.managedResources=null &&
     "${HELM}" lint --strict "${CHART}" --set scheduler.countResources=null --set scheduler.managedResources=null &&
     render --set scheduler.countResources=null --set scheduler.managedResources=null > "${TMP}/no-resources.out" &&
-    grep -q 'exists(k, (k in \[\] || \["huawei.com/Ascend"\]' "${TMP}/no-resources.out"
+    grep -q 'exists(k, (k in \[\] || \["huawei.com/Ascend","nvidia.com/mig-"\]' "${TMP}/no-resources.out"
 }
 check "empty or null countResources/managedResources render (NOTES and webhook included)" empty_resource_lists
 ca_bundle_hooks() { # the caBundle patch (and its service account) also runs after a rollback; no

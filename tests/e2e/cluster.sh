@@ -123,7 +123,7 @@ EOF
 }
 
 # chart_list KEY: the items of scheduler.KEY in the chart's values.yaml
-# (countResources, managedResources), so the e2e plane and the chart agree.
+# (countResources, migProfiles, managedResources), so the e2e plane and the chart agree.
 chart_list() {
   awk -v key="  $1:" '$0 == key {on=1; next} on && /^    - / {print $2; next} on && !/^ *#/ {on=0}' \
     "${REPO}/charts/accelpool/values.yaml"
@@ -173,6 +173,7 @@ EOF
     # kube-scheduler calls the extender only for pods requesting one of these.
     local r
     for r in $(chart_list countResources); do printf '  - {name: %s, ignoredByScheduler: false}\n' "$r"; done
+    for p in $(chart_list migProfiles); do printf '  - {name: nvidia.com/mig-%s, ignoredByScheduler: false}\n' "$p"; done
     for r in $(chart_list managedResources); do printf '  - {name: %s, ignoredByScheduler: true}\n' "$r"; done
   } > "${CONF}/accelpool-scheduler.yaml"
 }
