@@ -14,7 +14,8 @@ TaskShape ShapeOfRequest(const PodRequest& request) {
   const DeviceRequest* first = nullptr;
   int32_t running = 0, init = 0;
   for (const DeviceRequest& r : request.containers) {
-    if (r.count <= 0) continue;
+    // A MIG instance comes from its own pool, never from whole or shared GPUs.
+    if (r.count <= 0 || !r.partition.empty()) continue;
     if (r.kind == ContainerKind::kInit) {
       init = std::max(init, r.count);
     } else {
@@ -24,7 +25,7 @@ TaskShape ShapeOfRequest(const PodRequest& request) {
   }
   if (first == nullptr) {
     for (const DeviceRequest& r : request.containers) {
-      if (r.count > 0 && r.count == init) first = &r;
+      if (r.count > 0 && r.partition.empty() && r.count == init) first = &r;
     }
   }
   if (first == nullptr) return t;

@@ -37,7 +37,9 @@ struct WorkloadLearnerOptions {
 // containers and sidecars; the largest init container when those ask for
 // none), the compute and memory per device of its first request, the model
 // names it is limited to ('|'-joined; "" = any), and its host requests.
-// A pod that asks for no device is a shape of count 0.
+// A pod that asks for no device is a shape of count 0; so is one that asks
+// only for hardware partitions (MIG instances), which take nothing from the
+// whole and shared devices the fragmentation score is about.
 TaskShape ShapeOfRequest(const PodRequest& request);
 
 class WorkloadLearner {

@@ -129,6 +129,22 @@ TEST(ShapeOfRequestTest, WholeSharedAndDevicelessPods) {
   EXPECT_EQ(t.count, 0);
   EXPECT_EQ(t.compute, 0);
   EXPECT_EQ(t.cpu_milli, 16000);
+
+  // MIG instances are their own pool: a pod of MIG instances asks nothing of
+  // the whole and shared GPUs; beside a shared GPU, only the share counts.
+  DeviceRequest mig;
+  mig.vendor = Vendor::kNvidia;
+  mig.count = 2;
+  mig.partition = "1g.18gb";
+  pod.containers = {mig};
+  t = ShapeOfRequest(pod);
+  EXPECT_EQ(t.count, 0);
+  EXPECT_EQ(t.cpu_milli, 16000);
+  mig.container = "side";
+  pod.containers = {mig, share};
+  t = ShapeOfRequest(pod);
+  EXPECT_EQ(t.count, 1);
+  EXPECT_EQ(t.compute, 250);
 }
 
 }  // namespace

@@ -27,9 +27,9 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
     int want_files, want_accepted;
   };
   const Case cases[] = {
-      {"inventory", &FuzzInventory, 5, 2},
+      {"inventory", &FuzzInventory, 6, 3},
       {"assignment", &FuzzAssignment, 5, 2},
-      {"pod_request", &FuzzPodRequest, 8, 4},
+      {"pod_request", &FuzzPodRequest, 9, 5},
   };
   for (const Case& c : cases) {
     const accelpool::testing::ReplayedSeeds s = Replay(c.dir, c.fn);

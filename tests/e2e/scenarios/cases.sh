@@ -459,6 +459,45 @@ check "a kubelet that lost its checkpoint admits readmit-1 again: the same slots
 release readmit-1 || true
 kc -n "${NS}" delete pod readmit-1 --grace-period=0 --force >/dev/null 2>&1 || true
 
+# NVIDIA MIG: a GPU in MIG mode is offered as its instances, one resource per
+# profile (nvidia.com/mig-<profile>, kube-scheduler counts them); a MIG pod
+# lands only on an instance of its profile, a whole-GPU pod only on whole GPUs.
+start_node mig-a '{"version":1,"inventories":[{"vendor":"nvidia","count":6,"model":"H200","memory_mib":143771,
+  "devices":[{"index":1,"id":"MIG-mig-a-1","partition":"3g.71gb","memory_mib":71424},
+             {"index":2,"id":"MIG-mig-a-2","partition":"2g.35gb","memory_mib":33280},
+             {"index":3,"id":"MIG-mig-a-3","partition":"1g.18gb","memory_mib":16384},
+             {"index":4,"id":"MIG-mig-a-4","partition":"1g.18gb","memory_mib":16384}]}]}'
+mig_node_ready() {
+  registered mig-a && published mig-a && sync_capacity mig-a && node_has mig-a "${G}" 20 &&
+    node_has mig-a nvidia.com/mig-1g.18gb 2 && node_has mig-a nvidia.com/mig-3g.71gb 1 &&
+    node_has mig-a nvidia.com/mig-2g.35gb 1
+}
+check "mig-a serves nvidia.com/gpu (2 whole GPUs, 20 slots) and one resource per MIG profile" \
+  wait_for 60 "mig-a" mig_node_ready
+on_1g() { # the pod holds one 1g.18gb instance, whole
+  [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusive) | .id] | join(",")')" = "$2" ] ||
+    [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusive) | .id] | join(",")')" = "$3" ]
+}
+mig_1g() { on_1g "$1" MIG-mig-a-3 MIG-mig-a-4 && [ "$(assigned "$1" '.containers[0].resource')" = nvidia.com/mig-1g.18gb ]; }
+mig_3g() { [ "$(assigned "$1" '[.containers[0].devices[].id] | join(",")')" = MIG-mig-a-1 ]; }
+whole_not_mig() { [ "$(assigned "$1" '[.containers[0].devices[].id] | sort | join(",")')" = NVIDIA-mig-a-0,NVIDIA-mig-a-5 ]; }
+scenario mig-1 "$(pod_yaml mig-1 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb: 1}')")" mig_1g
+scenario mig-2 "$(pod_yaml mig-2 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb: 1}')")" mig_1g
+check "mig-1 and mig-2 hold different 1g.18gb instances" \
+  test "$(assigned mig-1 '.containers[0].devices[0].id')" != "$(assigned mig-2 '.containers[0].devices[0].id')"
+check "mig-3: a third 1g.18gb pod stays pending (the cluster has two such instances)" stays_pending mig-3 \
+  "$(pod_yaml mig-3 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb: 1}')")" 10
+scenario mig-3g "$(pod_yaml mig-3g '{}' '{}' "$(ctr main '{nvidia.com/mig-3g.71gb: 1}')")" mig_3g
+scenario mig-whole "$(pod_yaml mig-whole '{}' '{kubernetes.io/hostname: mig-a}' "$(ctr main "{${G}: 2}")")" whole_not_mig
+mig_visible() { # Allocate handed the MIG instance's id to the runtime hook
+  grep -q '"NVIDIA_VISIBLE_DEVICES": *"MIG-mig-a-1"' "${E2E_WORK}/admit/mig-3g/admit.json"
+}
+check "mig-3g: Allocate sets NVIDIA_VISIBLE_DEVICES to the MIG instance" mig_visible
+for p in mig-1 mig-2 mig-3 mig-3g mig-whole; do
+  release "$p" >/dev/null 2>&1 || true
+  kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
+done
+
 # The device plugin restarts: it registers again and reads the pending assignments back.
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
 check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4
