@@ -265,6 +265,27 @@ TEST(NodePluginStartTest, NoDevicesIsUnavailableWithTheReason) {
   EXPECT_NE(st.message().find("--fake-inventory"), std::string::npos);
 }
 
+// What the Start tests share: one fake backend reading DIR/inv.json for node
+// "n", and the plugin's options over DIR.
+std::vector<vendors::VendorDriverPtr> FakeDrivers(const TempDir& dir, int copies = 1) {
+  std::vector<vendors::VendorDriverPtr> drivers;
+  for (int i = 0; i < copies; ++i) {
+    drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+        vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
+  }
+  return drivers;
+}
+
+NodePluginOptions StartOptions(const TempDir& dir) {
+  NodePluginOptions o;
+  o.node = "n";
+  o.plugin_dir = dir.path();
+  o.kubelet_poll = std::chrono::milliseconds(20);
+  o.register_retry = std::chrono::milliseconds(50);
+  o.enforcement.state_root = dir.File("containers");
+  return o;
+}
+
 TEST(NodePluginStartTest, AFailedStartServesNothingAndCanBeRetried) {
   TempDir dir;
   testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
@@ -272,16 +293,8 @@ TEST(NodePluginStartTest, AFailedStartServesNothingAndCanBeRetried) {
   // removed or bound. The first (huawei.com/Ascend910C) starts fine.
   const std::string blocked = dir.File(EndpointFor("nvidia.com/gpu"));
   std::filesystem::create_directories(blocked + "/x");
-  std::vector<vendors::VendorDriverPtr> drivers;
-  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
   AssignmentStore store;
-  NodePluginOptions o;
-  o.node = "n";
-  o.plugin_dir = dir.path();
-  o.kubelet_poll = std::chrono::milliseconds(20);
-  o.enforcement.state_root = dir.File("containers");
-  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  NodePlugin p(StartOptions(dir), FakeDrivers(dir), &store, nullptr, nullptr, Logger());
   Status st = p.Start();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find(blocked), std::string::npos) << st.message();
@@ -305,18 +318,8 @@ TEST(NodePluginStartTest, AFailedStartServesNothingAndCanBeRetried) {
 TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
   TempDir dir;
   testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
-  std::vector<vendors::VendorDriverPtr> drivers;
-  for (int i = 0; i < 2; ++i) {
-    drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
-        vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
-  }
   AssignmentStore store;
-  NodePluginOptions o;
-  o.node = "n";
-  o.plugin_dir = dir.path();
-  o.kubelet_poll = std::chrono::milliseconds(20);
-  o.enforcement.state_root = dir.File("containers");
-  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  NodePlugin p(StartOptions(dir), FakeDrivers(dir, 2), &store, nullptr, nullptr, Logger());
   std::vector<core::NodeInventory> published;
   p.OnInventory([&](const std::vector<core::NodeInventory>& invs) { published = invs; });
   ASSERT_TRUE(p.Start().ok());
@@ -345,17 +348,8 @@ TEST(NodePluginStartTest, MigInstancesAreServedUnderTheirProfilesResource) {
                   {"index":3,"id":"MIG-z","partition":"1g.18gb","memory_mib":16384}]}]})");
   TestKubelet kubelet(dir.path());
   ASSERT_TRUE(kubelet.Start());
-  std::vector<vendors::VendorDriverPtr> drivers;
-  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
   AssignmentStore store;
-  NodePluginOptions o;
-  o.node = "n";
-  o.plugin_dir = dir.path();
-  o.kubelet_poll = std::chrono::milliseconds(20);
-  o.register_retry = std::chrono::milliseconds(50);
-  o.enforcement.state_root = dir.File("containers");
-  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  NodePlugin p(StartOptions(dir), FakeDrivers(dir), &store, nullptr, nullptr, Logger());
   ASSERT_TRUE(p.Start().ok());
   EXPECT_EQ(p.Resources(), (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/mig-1g.18gb",
                                                      "nvidia.com/mig-3g.71gb"}));

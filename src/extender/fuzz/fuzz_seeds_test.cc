@@ -55,6 +55,7 @@ TEST(FuzzSeedsTest, SeedsGiveTheExpectedStatus) {
       {"filter", "no_pod", 200},
       {"filter", "truncated", 400},
       {"filter", "bad_quantity", 200},
+      {"filter", "mig", 200},
       {"bind", "unknown_pod", 200},
       {"bind", "wrong_type", 400},
       {"mutate", "plain", 200},

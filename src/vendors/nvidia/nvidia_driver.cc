@@ -255,6 +255,9 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
           m.compute_instance);
     }
   }
+  if (inv.devices.empty()) {
+    return std::vector<core::NodeInventory>{};  // every GPU in MIG mode without instances
+  }
   const std::string profile =
       (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
@@ -383,6 +386,11 @@ StatusOr<ContainerSpec> NvidiaDriver::BuildContainerSpec(
       caps = ParseMigMinors(text.str());
     }
     const MigPlace& p = place->second;
+    if (p.gpu_minor < 0) {
+      return FailedPreconditionError("MIG device " + g.device.id +
+                                     ": NVML did not report its GPU's minor number, so its "
+                                     "device nodes are unknown; check the driver with nvidia-smi");
+    }
     const std::string gi =
         "gpu" + std::to_string(p.gpu_minor) + "/gi" + std::to_string(p.gpu_instance);
     std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(p.gpu_minor)};

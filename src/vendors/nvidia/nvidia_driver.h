@@ -77,10 +77,6 @@ class NvidiaDriver : public VendorDriver {
   Status EnsureInit();
   StatusOr<std::vector<int32_t>> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
                                               bool* all_switched);
-  // The MIG devices of GPU `index`, as inventory devices; empty (with a log
-  // line saying why) when it has none or they cannot be read.
-  std::vector<core::Device> MigDevicesOf(int32_t index, const NvmlDeviceInfo& gpu);
-
   // Where a MIG device lives: its GPU's minor and its instance ids.
   struct MigPlace {
     int32_t gpu_minor = -1;

@@ -219,6 +219,21 @@ TEST(NvidiaDriverTest, MigGpuWithoutReadableInstancesOffersNothing) {
   EXPECT_EQ((*invs)[0].devices[0].index, 0);
 }
 
+// Every GPU in MIG mode and none with instances: no devices at all, which the
+// plugin reports and retries (discovery again every 60 s), so instances made
+// later are found without a restart.
+TEST(NvidiaDriverTest, OnlyMigGpusWithoutInstancesAreNoDevices) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  lib->devices[0].mig_enabled = true;
+  lib->devices[1].mig_enabled = true;
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(invs->empty());
+}
+
 TEST(NvidiaDriverTest, MigDevicesWithRepeatedIdsOrNoProfileAreRefused) {
   NvmlMigInfo a{"MIG-a", 1, 0, 1, 1, 16384, 16};
   {
