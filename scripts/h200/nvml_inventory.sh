@@ -56,15 +56,15 @@ end=$(date +%s%N)
   echo
   echo "## What accelpool read through NVML"
   echo
-  echo "| index | id (UUID) | model | memory MiB | NUMA | PCI bus | max shares | healthy |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| index | id (UUID) | model | memory MiB | NUMA | PCI bus | max shares | healthy | MIG profile |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   python3 - "${json}" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 for inv in doc["inventories"]:
     for d in inv["devices"]:
         print(f"| {d['index']} | {d['id']} | {d['model']} | {d['memory_mib']} | {d['numa']} | "
-              f"{d['pci_bus']} | {d['max_shares']} | {d['healthy']} |")
+              f"{d['pci_bus']} | {d['max_shares']} | {d['healthy']} | {d.get('partition') or '-'} |")
     t = inv["topology"]
     n = len(inv["devices"])
     print()
@@ -86,6 +86,8 @@ PY
   nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current --format=csv
   echo
   nvidia-smi topo -m
+  echo
+  nvidia-smi -L
   echo '```'
 } > "${md}"
 

@@ -45,6 +45,7 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     if (o.max_shares > 0) {
       no.max_shares = o.max_shares;
     }
+    no.mig_single = o.mig_single;
     return VendorDriverPtr(new nvidia::NvidiaDriver(std::move(lib).value(), no));
   }
   if (name == "ascend") {

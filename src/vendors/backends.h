@@ -28,6 +28,7 @@ struct BackendOptions {
   std::string node;
   std::string fake_inventory;  // required by "fake"
   int32_t max_shares = 0;      // 0: the vendor's default split count
+  bool mig_single = false;     // NVIDIA MIG devices as nvidia.com/gpu (NvidiaOptions)
 };
 
 // The names accepted besides "auto" and "fake".

@@ -133,6 +133,15 @@ mig_names() { # MIG profiles are count names kube-scheduler checks and the exten
     ! grep -q '"nvidia.com/mig-1g' "${TMP}/default.yaml"
 }
 check "MIG profile names are managed count names, and nvidia.com/mig- routes a pod through the webhook" mig_names
+mig_strategy() { # only the NVIDIA plugin takes --mig-strategy; mixed by default, single settable, others fail
+  local out
+  [ "$(grep -c -- '- --mig-strategy=mixed$' "${TMP}/all-vendors.yaml")" = 1 ] &&
+    [ "$(grep -c -- '--mig-strategy' "${TMP}/all-vendors.yaml")" = 1 ] &&
+    render --set devicePlugin.migStrategy=single | grep -q -- '- --mig-strategy=single$' &&
+    ! out="$(render --set devicePlugin.migStrategy=none 2>&1)" &&
+    grep -q 'devicePlugin.migStrategy must be mixed or single, not "none"' <<<"${out}"
+}
+check "devicePlugin.migStrategy reaches the NVIDIA plugin only (mixed, single; anything else fails)" mig_strategy
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \

@@ -47,6 +47,9 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --kubeconfig=FILE         kubeconfig; default: in-cluster service account, then $KUBECONFIG
   --metrics-listen=H:P      serve /metrics there (default 0.0.0.0:9402; "" disables)
   --max-shares=N            slots per shareable device (default: vendor split, 10 for NVIDIA)
+  --mig-strategy=S          mixed|single: NVIDIA MIG devices as nvidia.com/mig-<profile>
+                            (default mixed) or as nvidia.com/gpu (single: one MIG layout
+                            on every GPU of the node)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
   --no-kube                 serve kubelet only: no pod lookup, no inventory publishing
   --print-inventory         discover, print the inventory JSON and exit
@@ -83,6 +86,7 @@ struct Flags {
   std::string state_root = "/var/lib/accelpool/containers";
   std::string cuda_library = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
   std::string nvidia_sharing = "shim";
+  std::string mig_strategy = "mixed";
   std::string mps_pipe_dir = "/tmp/nvidia-mps";
   std::string mps_shm_dir;
   std::string assignment_key_dir;
@@ -107,6 +111,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"state-root", &f.state_root},
                                                  {"cuda-library", &f.cuda_library},
                                                  {"nvidia-sharing", &f.nvidia_sharing},
+                                                 {"mig-strategy", &f.mig_strategy},
                                                  {"mps-pipe-dir", &f.mps_pipe_dir},
                                                  {"mps-shm-dir", &f.mps_shm_dir},
                                                  {"assignment-key-dir", &f.assignment_key_dir},
@@ -132,6 +137,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (f.nvidia_sharing != "shim" && f.nvidia_sharing != "mps") {
     return InvalidArgumentError("--nvidia-sharing must be shim or mps, not \"" + f.nvidia_sharing +
+                                "\"");
+  }
+  if (f.mig_strategy != "mixed" && f.mig_strategy != "single") {
+    return InvalidArgumentError("--mig-strategy must be mixed or single, not \"" + f.mig_strategy +
                                 "\"");
   }
   if (f.nvidia_sharing == "mps" && (f.mps_pipe_dir.empty() || f.mps_pipe_dir[0] != '/')) {
@@ -191,7 +200,8 @@ int Run(const Flags& flags) {
   Logger log = *root;
   std::vector<std::string> skipped;
   vendors::BackendOptions bo{flags.backend, flags.node, flags.fake_inventory,
-                             static_cast<int32_t>(std::stoi(flags.max_shares))};
+                             static_cast<int32_t>(std::stoi(flags.max_shares)),
+                             flags.mig_strategy == "single"};
   if (flags.print_inventory) {
     StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::MakeBackends(bo, &skipped);
     if (!drivers.ok()) {

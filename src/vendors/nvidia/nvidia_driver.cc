@@ -184,6 +184,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   std::map<std::string, int32_t> minors;
   std::map<std::string, MigPlace> mig;
   bool any_mig = false;
+  std::set<std::string> profiles;  // of the MIG devices offered
   auto add = [&](core::Device d, size_t gpu) -> Status {
     if (d.id.empty() || !seen.insert(d.id).second) {
       return InternalError("GPU " + std::to_string(gpu) + " reports an empty or repeated UUID \"" +
@@ -247,16 +248,27 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
         continue;
       }
       mig[m.uuid] = MigPlace{info.minor, m.gpu_instance, m.compute_instance};
-      ACCELPOOL_RETURN_IF_ERROR(add(std::move(md), i));
       spdlog::info(
           "nvidia: GPU {} MIG device {}: profile {}, {} MiB, GPU instance {}, compute "
           "instance {}",
-          i, m.uuid, inv.devices.back().partition, m.memory_mib, m.gpu_instance,
-          m.compute_instance);
+          i, m.uuid, md.partition, m.memory_mib, m.gpu_instance, m.compute_instance);
+      profiles.insert(md.partition);
+      if (options_.mig_single) {
+        md.partition.clear();  // advertised as nvidia.com/gpu
+      }
+      ACCELPOOL_RETURN_IF_ERROR(add(std::move(md), i));
     }
   }
   if (inv.devices.empty()) {
     return std::vector<core::NodeInventory>{};  // every GPU in MIG mode without instances
+  }
+  if (options_.mig_single &&
+      (profiles.size() > 1 || (!profiles.empty() && mig.size() < inv.devices.size()))) {
+    spdlog::warn(
+        "nvidia: --mig-strategy=single, but this node offers {} MIG profile(s) and {} whole "
+        "GPU(s) as nvidia.com/gpu: a pod gets whichever the extender picks. Give every GPU "
+        "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
+        profiles.size(), inv.devices.size() - mig.size());
   }
   const std::string profile =
       (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";

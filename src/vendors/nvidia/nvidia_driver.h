@@ -44,6 +44,11 @@ struct NvidiaOptions {
   std::string device_root;
   // The driver's table of MIG capability minors (lines "gpu0/gi1/access 12").
   std::string mig_minors = "/proc/driver/nvidia-caps/mig-minors";
+  // How MIG devices are advertised: false ("mixed") under their profile's
+  // nvidia.com/mig-<profile>; true ("single", NVIDIA's strategy of that
+  // name) as nvidia.com/gpu, for nodes whose MIG devices all share one
+  // profile, so pods written for it ask for nvidia.com/gpu.
+  bool mig_single = false;
 };
 
 // The MIG profile name of a MIG device, as NVIDIA names the profiles (and the

@@ -219,6 +219,33 @@ TEST(NvidiaDriverTest, MigGpuWithoutReadableInstancesOffersNothing) {
   EXPECT_EQ((*invs)[0].devices[0].index, 0);
 }
 
+// --mig-strategy=single: the same MIG devices, without their profile, so they
+// are advertised as nvidia.com/gpu (one slot each, granted whole).
+TEST(NvidiaDriverTest, SingleMigStrategyOffersMigDevicesAsGpus) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  for (auto& g : lib->devices) g.mig_enabled = true;
+  lib->migs.insert_or_assign(
+      0, StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{
+             {"MIG-a", 1, 0, 1, 1, 16384, 16}, {"MIG-b", 2, 0, 1, 1, 16384, 16}}));
+  lib->migs.insert_or_assign(1, StatusOr<std::vector<NvmlMigInfo>>(
+                                    std::vector<NvmlMigInfo>{{"MIG-c", 1, 0, 1, 1, 16384, 16}}));
+  NvidiaOptions o = Options();
+  o.mig_single = true;
+  NvidiaDriver d(std::move(lib), o);
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const auto& devs = (*invs)[0].devices;
+  ASSERT_EQ(devs.size(), 3u);
+  for (const core::Device& dev : devs) {
+    EXPECT_EQ(dev.partition, "") << dev.id;
+    EXPECT_EQ(dev.max_shares, 1) << dev.id;
+    EXPECT_EQ(dev.memory_mib, 16384) << dev.id;
+  }
+  EXPECT_EQ(devs[2].id, "MIG-c");
+}
+
 // Every GPU in MIG mode and none with instances: no devices at all, which the
 // plugin reports and retries (discovery again every 60 s), so instances made
 // later are found without a restart.

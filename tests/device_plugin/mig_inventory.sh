@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `accelpool-device-plugin --backend=nvidia --print-inventory` on two GPUs, the
+# second in MIG mode with four MIG devices (3g.71gb, 2g.35gb, 1g.18gb x2), read
+# through the fake libnvidia-ml with dlopen as on a node:
+#   --mig-strategy=mixed (default): the MIG devices carry their profile;
+#   --mig-strategy=single: they carry none (advertised as nvidia.com/gpu).
+#   tests/device_plugin/mig_inventory.sh <accelpool-device-plugin> <fake libnvidia-ml>
+set -uo pipefail
+plugin="$1"
+fake="$2"
+dir="$(mktemp -d)"
+trap 'rm -rf "${dir}"' EXIT
+ln -s "${fake}" "${dir}/libnvidia-ml.so.1"
+fails=0
+check() {  # check <description> <command...>
+  if "${@:2}"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
+}
+inventory() {  # inventory <out> [flags...]
+  local out="$1"; shift
+  ACCELPOOL_FAKE_COUNT=2 ACCELPOOL_FAKE_NVML_MIG=1 LD_LIBRARY_PATH="${dir}" "${plugin}" \
+    --backend=nvidia --print-inventory --node-name=mig "$@" >"${out}" 2>"${out}.err"
+}
+profiles() {  # profiles <json> -> "id:partition" per device
+  python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+print(" ".join("%s:%s:%s" % (d["id"][:4], d.get("partition", "-"), d["max_shares"])
+               for inv in doc["inventories"] for d in inv["devices"]))' "$1"
+}
+inventory "${dir}/mixed.json"
+check "mixed: the plugin exited 0" test $? -eq 0
+check "mixed: GPU 0 whole, GPU 1 as its four MIG devices with their profiles" \
+  test "$(profiles "${dir}/mixed.json")" = \
+  "GPU-:-:10 MIG-:3g.71gb:1 MIG-:2g.35gb:1 MIG-:1g.18gb:1 MIG-:1g.18gb:1"
+check "mixed: each MIG device is logged with its profile" \
+  test "$(grep -c 'MIG device MIG-.*profile' "${dir}/mixed.json.err")" = 4
+inventory "${dir}/single.json" --mig-strategy=single
+check "single: the plugin exited 0" test $? -eq 0
+check "single: the MIG devices carry no profile (nvidia.com/gpu), still one slot each" \
+  test "$(profiles "${dir}/single.json")" = "GPU-:-:10 MIG-:-:1 MIG-:-:1 MIG-:-:1 MIG-:-:1"
+check "single: mixed profiles and a whole GPU on one node are warned about" \
+  grep -q 'mig-strategy=single, but this node offers 3 MIG profile' "${dir}/single.json.err"
+if [[ ${fails} -ne 0 ]]; then
+  for f in "${dir}"/*.json "${dir}"/*.err; do echo "--- ${f}"; cat "${f}"; done
+fi
+echo "mig inventory: ${fails} failed"
+[[ ${fails} -eq 0 ]]
