@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The accelpool demo on a local control plane: etcd, kube-apiserver, kwok and
-# kube-scheduler with the extender (tests/e2e/cluster.sh), five simulated
-# nodes of four accelerator kinds (2 NVIDIA HGX H200, 1 Ascend 910C, 1 Ascend
-# 910B, 1 Kunlunxin P800), each with a fake-backend device plugin registered
-# with its own kubeletsim, and sample workloads: fractional inference (six pods
-# at 4 GiB / 25%), a whole-card fine-tuning pod (4 H200), a paired-module
-# training job (two 910C workers of two modules each), a 910B evaluation pod
-# and a P800 pod. Every pod must bind through the extender and pass kubelet's
+# kube-scheduler with the extender (tests/e2e/cluster.sh), six simulated
+# nodes of four accelerator kinds (2 NVIDIA HGX H200, 1 H200 node with two GPUs
+# split into MIG instances, 1 Ascend 910C, 1 Ascend 910B, 1 Kunlunxin P800),
+# each with a fake-backend device plugin registered with its own kubeletsim,
+# and sample workloads: fractional inference (six pods at 4 GiB / 25%), two
+# pods on 1g.18gb MIG instances, a whole-card fine-tuning pod (4 H200), a
+# paired-module training job (two 910C workers of two modules each), a 910B
+# evaluation pod and a P800 pod. Every pod must bind through the extender and pass kubelet's
 # admission (GetPreferredAllocation + Allocate) against its assignment, and
 # no device may be double-booked. Then it prints the placement table and the
 # pool's utilisation read back from the pods' accelpool.io/assignment, and
@@ -111,10 +112,24 @@ AP_KUBECONFIG="$(block_kubeconfig)"
 check "extender serves and is ready" start_extender
 check "webhook registered with the apiserver" register_webhook
 
-step "five nodes: fake device plugin + kubeletsim each"
-# name:vendor:profile
-NODES=(hgx-0:nvidia:nvidia-hgx-8 hgx-1:nvidia:nvidia-hgx-8 a910c-0:ascend:ascend-910c-x16
-  a910b-0:ascend:ascend-910b-x8 p800-0:kunlunxin:kunlunxin-p800-x8)
+step "six nodes: fake device plugin + kubeletsim each"
+# name:vendor:profile (profile "mig": MIG_INVENTORY below)
+NODES=(hgx-0:nvidia:nvidia-hgx-8 hgx-1:nvidia:nvidia-hgx-8 mig-0:nvidia:mig
+  a910c-0:ascend:ascend-910c-x16 a910b-0:ascend:ascend-910b-x8 p800-0:kunlunxin:kunlunxin-p800-x8)
+# GPUs 0 and 1 whole; GPU 2 as 3g.71gb + 2g.35gb + 2 x 1g.18gb; GPU 3 as 7 x 1g.18gb.
+MIG_INVENTORY='{"version":1,"inventories":[{"vendor":"nvidia","count":13,"model":"H200","memory_mib":143771,
+  "devices":[{"index":2,"id":"MIG-mig-0-2","partition":"3g.71gb","memory_mib":71424},
+             {"index":3,"id":"MIG-mig-0-3","partition":"2g.35gb","memory_mib":33280},
+             {"index":4,"id":"MIG-mig-0-4","partition":"1g.18gb","memory_mib":16384},
+             {"index":5,"id":"MIG-mig-0-5","partition":"1g.18gb","memory_mib":16384},
+             {"index":6,"id":"MIG-mig-0-6","partition":"1g.18gb","memory_mib":16384},
+             {"index":7,"id":"MIG-mig-0-7","partition":"1g.18gb","memory_mib":16384},
+             {"index":8,"id":"MIG-mig-0-8","partition":"1g.18gb","memory_mib":16384},
+             {"index":9,"id":"MIG-mig-0-9","partition":"1g.18gb","memory_mib":16384},
+             {"index":10,"id":"MIG-mig-0-10","partition":"1g.18gb","memory_mib":16384},
+             {"index":11,"id":"MIG-mig-0-11","partition":"1g.18gb","memory_mib":16384},
+             {"index":12,"id":"MIG-mig-0-12","partition":"1g.18gb","memory_mib":16384}]}]}'
+
 TARGETS=()
 for n in "${NODES[@]}"; do
   IFS=: read -r name vendor profile <<<"${n}"
@@ -122,7 +137,11 @@ for n in "${NODES[@]}"; do
   port="$(free_port "${EXTENDER_PORT}" "${APISERVER_PORT}")"
   echo "127.0.0.1:${port}" > "${E2E_WORK}/nodes/${name}/metrics-listen"
   TARGETS+=("${name}=127.0.0.1:${port}")
-  start_node "${name}" "{\"version\":1,\"inventories\":[{\"vendor\":\"${vendor}\",\"profile\":\"${profile}\"}]}"
+  if [ "${profile}" = mig ]; then
+    start_node "${name}" "${MIG_INVENTORY}"
+  else
+    start_node "${name}" "{\"version\":1,\"inventories\":[{\"vendor\":\"${vendor}\",\"profile\":\"${profile}\"}]}"
+  fi
 done
 registered() { [ -s "${E2E_WORK}/nodes/$1/addr" ] && [ "$(node_resources "$1" | jq '[.[] | select(.connected)] | length')" -ge 1 ]; }
 published() { [ -n "$(kc get node "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}')" ]; }
@@ -164,6 +183,7 @@ submit() { # NAME LIMITS [ANNOTATIONS]
 }
 for i in 0 1 2 3 4 5; do submit "infer-$i" "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 25, cpu: \"2\", memory: 8Gi}"; done
 submit finetune "{${G}: 4, cpu: \"16\", memory: 64Gi}"
+for i in 0 1; do submit "infer-mig-$i" '{nvidia.com/mig-1g.18gb: 1, cpu: "2", memory: 8Gi}'; done
 submit train-910c-0 '{huawei.com/Ascend910C: 4}' '{accelpool.io/pod-group: train-910c}'
 submit train-910c-1 '{huawei.com/Ascend910C: 4}' '{accelpool.io/pod-group: train-910c}'
 submit eval-910b '{huawei.com/Ascend910B3: 2}'
@@ -196,6 +216,11 @@ mem_is() { [ "$(assigned "$1" '[.containers[].devices[].memory_mib] | unique | j
 compute_is() { [ "$(assigned "$1" '[.containers[].devices[].compute] | unique | join(",")')" = "$2" ]; }
 for i in 0 1 2 3 4 5; do check "infer-$i: a 4 GiB / 25% share" shares_4g_25 "infer-$i"; done
 check "finetune: 4 whole H200" whole_n finetune 4
+mig_1g() { # one whole 1g.18gb MIG instance, asked through its profile's resource
+  [ "$(assigned "$1" '.containers[0].resource')" = nvidia.com/mig-1g.18gb ] && whole_n "$1" 1 &&
+    mem_is "$1" 16384
+}
+for i in 0 1; do check "infer-mig-$i: a 1g.18gb MIG instance" mig_1g "infer-mig-$i"; done
 check "train-910c-0: two whole 910C modules" modules_whole train-910c-0
 check "train-910c-1: two whole 910C modules" modules_whole train-910c-1
 check "eval-910b: 2 whole 910B" whole_n eval-910b 2
