@@ -462,8 +462,10 @@ void Allocator::RefreshUsageMetrics() {
       }
     }
   }
+  std::set<std::string> live;
   for (const core::NodeInventory& inv : snap->inventories) {
     for (const core::Device& d : inv.devices) {
+      live.insert(d.id);
       auto u = usage[d.id];
       metrics_->SetUsage(std::string(core::VendorName(d.vendor)), d.id,
                          static_cast<double>(u.first), static_cast<double>(u.second));
@@ -472,6 +474,7 @@ void Allocator::RefreshUsageMetrics() {
                             static_cast<double>(d.memory_mib));
     }
   }
+  metrics_->RetainDevices(live);  // a device that left the node leaves the exposition
   metrics_->SetPending(static_cast<double>(store_->PendingContainers()));
   RefreshContainerUsage(*snap);
 }

@@ -22,6 +22,12 @@ DeviceState::DeviceState() : current_(std::make_shared<Snapshot>()) {}
 
 void DeviceState::Reset(std::vector<core::NodeInventory> inventories,
                         std::vector<vendors::VendorDriver*> drivers) {
+  Replace(std::move(inventories), std::move(drivers), {});
+}
+
+void DeviceState::Replace(std::vector<core::NodeInventory> inventories,
+                          std::vector<vendors::VendorDriver*> drivers,
+                          const std::set<const vendors::VendorDriver*>& keep_health) {
   auto next = std::make_shared<Snapshot>();
   next->inventories = std::move(inventories);
   next->drivers = std::move(drivers);
@@ -34,6 +40,16 @@ void DeviceState::Reset(std::vector<core::NodeInventory> inventories,
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < next->inventories.size() && !keep_health.empty(); ++i) {
+    if (!keep_health.contains(next->drivers[i])) {
+      continue;
+    }
+    for (core::Device& d : next->inventories[i].devices) {
+      if (const core::Device* now = current_->Find(d.id); now != nullptr) {
+        d.healthy = now->healthy;
+      }
+    }
+  }
   Publish(std::move(next));
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,12 @@ class DeviceState {
   // `inventories[i]` and must outlive this object.
   void Reset(std::vector<core::NodeInventory> inventories,
              std::vector<vendors::VendorDriver*> drivers);
+  // Reset, except that a device of a driver in `keep_health` that is in the
+  // current snapshot keeps its current health (its health watch goes on), in
+  // one step with respect to SetHealth.
+  void Replace(std::vector<core::NodeInventory> inventories,
+               std::vector<vendors::VendorDriver*> drivers,
+               const std::set<const vendors::VendorDriver*>& keep_health);
   // Sets one device's health; false when the id is unknown or nothing changed.
   bool SetHealth(const std::string& device_id, bool healthy);
 

@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include "api/inventory_codec.h"
+
 namespace accelpool::plugin {
 namespace {
 
@@ -46,6 +48,7 @@ NodePlugin::NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDri
 NodePlugin::~NodePlugin() { Stop(); }
 
 std::vector<std::string> NodePlugin::Resources() const {
+  std::lock_guard<std::mutex> lock(servers_mu_);
   std::vector<std::string> out;
   for (const auto& s : servers_) {
     out.push_back(s->resource());
@@ -53,23 +56,25 @@ std::vector<std::string> NodePlugin::Resources() const {
   return out;
 }
 
-Status NodePlugin::Start() {
-  if (supervisor_.joinable()) {
-    return FailedPreconditionError("the device plugin is already serving");
-  }
-  std::vector<core::NodeInventory> inventories;
-  std::vector<vendors::VendorDriver*> owners;
-  std::string reasons;
+NodePlugin::Discovery NodePlugin::DiscoverAll(bool quiet) {
+  Discovery out;
+  out.keys.resize(drivers_.size());
+  out.failed.resize(drivers_.size(), false);
   std::map<std::string, std::string> found_by;  // device id -> backend
-  for (const vendors::VendorDriverPtr& d : drivers_) {
+  for (size_t i = 0; i < drivers_.size(); ++i) {
+    vendors::VendorDriver* d = drivers_[i].get();
     StatusOr<std::vector<core::NodeInventory>> found = d->Discover();
     if (!found.ok()) {
-      log_.Warn("no devices from backend",
-                {{"backend", std::string(d->Name())}, {"reason", found.status().ToString()}});
-      reasons += std::string(reasons.empty() ? "" : "; ") + std::string(d->Name()) + ": " +
-                 found.status().message();
+      out.failed[i] = true;
+      if (!quiet) {
+        log_.Warn("no devices from backend",
+                  {{"backend", std::string(d->Name())}, {"reason", found.status().ToString()}});
+      }
+      out.reasons += std::string(out.reasons.empty() ? "" : "; ") + std::string(d->Name()) + ": " +
+                     found.status().message();
       continue;
     }
+    api::InventoryDocument key;  // what this driver serves, health left out
     for (core::NodeInventory& inv : *found) {
       inv.node = options_.node;
       // Two backends that find the same devices (--backend=auto,nvidia)
@@ -79,33 +84,51 @@ Status NodePlugin::Start() {
       auto repeated = std::find_if(inv.devices.begin(), inv.devices.end(),
                                    [&](const core::Device& dev) { return found_by.count(dev.id); });
       if (repeated != inv.devices.end()) {
-        log_.Warn("skipping an inventory whose devices another backend already serves",
-                  {{"backend", std::string(d->Name())},
-                   {"device", repeated->id},
-                   {"served_by", found_by.at(repeated->id)}});
+        if (!quiet) {
+          log_.Warn("skipping an inventory whose devices another backend already serves",
+                    {{"backend", std::string(d->Name())},
+                     {"device", repeated->id},
+                     {"served_by", found_by.at(repeated->id)}});
+        }
         continue;
       }
       for (const core::Device& dev : inv.devices) {
         found_by.emplace(dev.id, std::string(d->Name()));
       }
-      log_.Info("discovered", {{"backend", std::string(d->Name())},
-                               {"vendor", std::string(core::VendorName(inv.vendor))},
-                               {"devices", static_cast<int64_t>(inv.devices.size())},
-                               {"topology", inv.topology.kind}});
-      inventories.push_back(std::move(inv));
-      owners.push_back(d.get());
+      if (!quiet) {
+        log_.Info("discovered", {{"backend", std::string(d->Name())},
+                                 {"vendor", std::string(core::VendorName(inv.vendor))},
+                                 {"devices", static_cast<int64_t>(inv.devices.size())},
+                                 {"topology", inv.topology.kind}});
+      }
+      key.inventories.push_back(inv);
+      for (core::Device& dev : key.inventories.back().devices) {
+        dev.healthy = true;
+      }
+      out.devices += inv.devices.size();
+      out.inventories.push_back(std::move(inv));
+      out.owners.push_back(d);
+    }
+    if (!key.inventories.empty()) {
+      out.keys[i] = api::SerializeInventory(key);
     }
   }
-  size_t devices = 0;
-  for (const core::NodeInventory& inv : inventories) {
-    devices += inv.devices.size();
+  return out;
+}
+
+Status NodePlugin::Start() {
+  if (supervisor_.joinable()) {
+    return FailedPreconditionError("the device plugin is already serving");
   }
-  if (devices == 0) {
+  Discovery found = DiscoverAll(/*quiet=*/false);
+  if (found.devices == 0) {
     return UnavailableError("no accelerator found on node " + options_.node +
-                            (reasons.empty() ? std::string() : " (" + reasons + ")") +
+                            (found.reasons.empty() ? std::string() : " (" + found.reasons + ")") +
                             "; check --backend and that the vendor driver is installed");
   }
-  state_.Reset(std::move(inventories), std::move(owners));
+  state_.Reset(std::move(found.inventories), std::move(found.owners));
+  served_keys_ = std::move(found.keys);
+  candidate_keys_.clear();
   SnapshotPtr snap = state_.Get();
   // All or nothing: the caller retries Start, and servers left behind from a
   // failed try would be served and registered twice on the same sockets.
@@ -123,24 +146,177 @@ Status NodePlugin::Start() {
       return st;
     }
   }
-  servers_ = std::move(servers);
+  {
+    std::lock_guard<std::mutex> lock(servers_mu_);
+    servers_ = std::move(servers);
+  }
   allocator_->RefreshUsageMetrics();
   if (on_inventory_) {
     on_inventory_(snap->inventories);
   }
-  for (const vendors::VendorDriverPtr& d : drivers_) {
-    vendors::VendorDriver* driver = d.get();
-    health_threads_.emplace_back([this, driver](std::stop_token stop) {
-      Status st =
-          driver->WatchHealth(stop, [this](const vendors::HealthEvent& e) { HealthChanged(e); });
-      if (!st.ok()) {
-        log_.Warn("device health is not watched",
-                  {{"backend", std::string(driver->Name())}, {"reason", st.ToString()}});
-      }
-    });
+  health_threads_.resize(drivers_.size());
+  for (size_t i = 0; i < drivers_.size(); ++i) {
+    WatchHealth(i);
   }
   supervisor_ = std::jthread([this](std::stop_token stop) { Supervise(stop); });
   return Status::Ok();
+}
+
+void NodePlugin::WatchHealth(size_t i) {
+  vendors::VendorDriver* driver = drivers_[i].get();
+  // Assigning over a running watch stops and joins it first.
+  health_threads_[i] = std::jthread([this, driver](std::stop_token stop) {
+    Status st =
+        driver->WatchHealth(stop, [this](const vendors::HealthEvent& e) { HealthChanged(e); });
+    if (!st.ok()) {
+      log_.Warn("device health is not watched",
+                {{"backend", std::string(driver->Name())}, {"reason", st.ToString()}});
+    }
+  });
+}
+
+std::vector<std::string> NodePlugin::ServeNewResources() {
+  SnapshotPtr snap = state_.Get();
+  std::vector<std::string> started;
+  std::lock_guard<std::mutex> lock(servers_mu_);
+  std::set<std::string> served;
+  for (const auto& s : servers_) {
+    served.insert(s->resource());
+  }
+  for (const auto& [resource, refs] : snap->resources) {
+    if (served.contains(resource)) {
+      continue;  // a resource whose devices all went keeps its server, listing none
+    }
+    ResourceServerOptions o;
+    o.plugin_dir = options_.plugin_dir;
+    o.resource = resource;
+    auto server =
+        std::make_unique<ResourceServer>(o, &state_, allocator_.get(), log_.Child("grpc"));
+    if (Status st = server->Start(); !st.ok()) {
+      log_.Warn("a new resource cannot be served yet; trying again at the next device check",
+                {{"resource", resource}, {"error", st.ToString()}});
+      continue;
+    }
+    servers_.push_back(std::move(server));
+    started.push_back(resource);
+  }
+  return started;
+}
+
+namespace {
+
+std::string JoinIds(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const std::string& id : ids) {
+    out += (out.empty() ? "" : ",") + id;
+  }
+  return out;
+}
+
+}  // namespace
+
+void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
+  for (const std::string& r : ServeNewResources()) {
+    pending->insert(r);  // one that could not be served at the last change
+  }
+  Discovery found = DiscoverAll(/*quiet=*/true);
+  for (size_t i = 0; i < drivers_.size(); ++i) {
+    if (found.failed[i] && !served_keys_[i].empty()) {
+      // A driver that fails now says nothing about its devices: keep them.
+      log_.Debug("device check: a backend failed; keeping what it serves",
+                 {{"backend", std::string(drivers_[i]->Name())}, {"reason", found.reasons}});
+      candidate_keys_.clear();
+      return;
+    }
+  }
+  if (found.keys == served_keys_) {
+    candidate_keys_.clear();
+    return;
+  }
+  if (found.devices == 0) {
+    if (found.keys != candidate_keys_) {
+      log_.Warn(
+          "device check found no device at all; keeping the devices served. If they are really "
+          "gone, restart the device plugin (its pod) to stop serving them",
+          {{"reason", found.reasons}});
+    }
+    candidate_keys_ = found.keys;
+    return;
+  }
+  if (!at_once && found.keys != candidate_keys_) {
+    candidate_keys_ = found.keys;
+    log_.Info("the devices found differ from those served; serving them if the next check agrees",
+              {{"next_check_ms", static_cast<int64_t>(options_.rediscover_every.count())}});
+    return;
+  }
+  candidate_keys_.clear();
+
+  SnapshotPtr before = state_.Get();
+  std::set<std::string> now_ids;
+  for (const core::NodeInventory& inv : found.inventories) {
+    for (const core::Device& d : inv.devices) {
+      now_ids.insert(d.id);
+    }
+  }
+  std::vector<std::string> added;
+  std::vector<std::string> removed;
+  for (const std::string& id : now_ids) {
+    if (before->by_id.find(id) == before->by_id.end()) {
+      added.push_back(id);
+    }
+  }
+  for (const auto& [id, ref] : before->by_id) {
+    if (!now_ids.contains(id)) {
+      removed.push_back(id);
+    }
+  }
+  // The changed drivers' health watches start again over their new devices;
+  // the others go on, and their devices keep the health they have.
+  std::vector<size_t> changed;
+  std::set<const vendors::VendorDriver*> unchanged;
+  for (size_t i = 0; i < drivers_.size(); ++i) {
+    if (found.keys[i] != served_keys_[i]) {
+      changed.push_back(i);
+      health_threads_[i] = std::jthread();  // stops and joins
+    } else {
+      unchanged.insert(drivers_[i].get());
+    }
+  }
+  state_.Replace(std::move(found.inventories), std::move(found.owners), unchanged);
+  served_keys_ = std::move(found.keys);
+  for (size_t i : changed) {
+    WatchHealth(i);
+  }
+  std::vector<std::string> resources = ServeNewResources();
+  for (const std::string& r : resources) {
+    pending->insert(r);
+  }
+  SnapshotPtr snap = state_.Get();
+  size_t devices = snap->by_id.size();
+  log_.Warn("the node's devices changed; serving the new set",
+            {{"added", JoinIds(added)},
+             {"removed", JoinIds(removed)},
+             {"devices", static_cast<int64_t>(devices)},
+             {"new_resources", JoinIds(resources)}});
+  // Containers keep what they were granted on a removed device; say which.
+  std::set<std::string> gone(removed.begin(), removed.end());
+  for (const PodAssignment& p : store_->All()) {
+    for (const api::AssignedContainer& c : p.assignment.containers) {
+      for (const api::AssignedDevice& d : c.devices) {
+        if (gone.contains(d.id)) {
+          log_.Warn("a pod holds a device that is no longer on the node; delete the pod to move it",
+                    {{"pod", p.pod.Key()}, {"container", c.name}, {"device", d.id}});
+        }
+      }
+    }
+  }
+  if (metrics_ != nullptr) {
+    metrics_->DeviceSetChanged();
+  }
+  allocator_->RefreshUsageMetrics();
+  if (on_inventory_) {
+    on_inventory_(snap->inventories);
+  }
 }
 
 void NodePlugin::HealthChanged(const vendors::HealthEvent& e) {
@@ -162,48 +338,64 @@ void NodePlugin::Supervise(std::stop_token stop) {
       (std::filesystem::path(options_.plugin_dir) / kKubeletSocket).string();
   SocketId registered_with;  // kubelet.sock we last registered with
   std::set<std::string> pending;
-  for (const auto& s : servers_) {
-    pending.insert(s->resource());
+  {
+    std::lock_guard<std::mutex> lock(servers_mu_);
+    for (const auto& s : servers_) {
+      pending.insert(s->resource());
+    }
   }
   auto next_try = std::chrono::steady_clock::now();
+  auto next_check = std::chrono::steady_clock::now() + options_.rediscover_every;
   while (!stop.stop_requested()) {
+    const bool asked = check_now_.exchange(false);
+    if (asked ||
+        (options_.rediscover_every.count() > 0 && std::chrono::steady_clock::now() >= next_check)) {
+      if (asked) {
+        log_.Info("checking the node's devices now");
+      }
+      CheckDevices(asked, &pending);
+      next_check = std::chrono::steady_clock::now() + options_.rediscover_every;
+    }
     SocketId now = Identify(kubelet);
-    if (now.present && !(now == registered_with)) {
-      if (registered_with.present) {
-        log_.Info("kubelet.sock was recreated; serving again and re-registering");
+    {
+      std::lock_guard<std::mutex> lock(servers_mu_);
+      if (now.present && !(now == registered_with)) {
+        if (registered_with.present) {
+          log_.Info("kubelet.sock was recreated; serving again and re-registering");
+        }
+        for (const auto& s : servers_) {
+          pending.insert(s->resource());
+        }
+        registered_with = now;
+        next_try = std::chrono::steady_clock::now();
       }
       for (const auto& s : servers_) {
-        pending.insert(s->resource());
-      }
-      registered_with = now;
-      next_try = std::chrono::steady_clock::now();
-    }
-    for (const auto& s : servers_) {
-      if (!s->SocketPresent() && pending.count(s->resource()) == 0) {
-        log_.Info("plugin socket disappeared; serving again", {{"resource", s->resource()}});
-        pending.insert(s->resource());
-      }
-    }
-    if (now.present && !pending.empty() && std::chrono::steady_clock::now() >= next_try) {
-      for (const auto& s : servers_) {
-        if (pending.count(s->resource()) == 0) {
-          continue;
+        if (!s->SocketPresent() && pending.count(s->resource()) == 0) {
+          log_.Info("plugin socket disappeared; serving again", {{"resource", s->resource()}});
+          pending.insert(s->resource());
         }
-        Status st = s->SocketPresent() ? Status::Ok() : s->Start();
-        if (st.ok()) {
-          st = s->Register();
-        }
-        if (st.ok()) {
-          pending.erase(s->resource());
-          if (metrics_ != nullptr) {
-            metrics_->Registered(s->resource());
+      }
+      if (now.present && !pending.empty() && std::chrono::steady_clock::now() >= next_try) {
+        for (const auto& s : servers_) {
+          if (pending.count(s->resource()) == 0) {
+            continue;
           }
-        } else {
-          log_.Warn("registration failed; retrying",
-                    {{"resource", s->resource()}, {"error", st.ToString()}});
+          Status st = s->SocketPresent() ? Status::Ok() : s->Start();
+          if (st.ok()) {
+            st = s->Register();
+          }
+          if (st.ok()) {
+            pending.erase(s->resource());
+            if (metrics_ != nullptr) {
+              metrics_->Registered(s->resource());
+            }
+          } else {
+            log_.Warn("registration failed; retrying",
+                      {{"resource", s->resource()}, {"error", st.ToString()}});
+          }
         }
+        next_try = std::chrono::steady_clock::now() + options_.register_retry;
       }
-      next_try = std::chrono::steady_clock::now() + options_.register_retry;
     }
     std::this_thread::sleep_for(options_.kubelet_poll);
   }
@@ -218,6 +410,7 @@ void NodePlugin::Stop() {
     t.request_stop();
   }
   health_threads_.clear();  // joins
+  std::lock_guard<std::mutex> lock(servers_mu_);
   for (auto& s : servers_) {
     s->Stop();
   }

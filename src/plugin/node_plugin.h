@@ -6,14 +6,29 @@
 // plugin notices within `kubelet_poll`, serves again and re-registers), and
 // feeds driver health events into the DeviceState both ways.
 //
+// The device set is checked again every `rediscover_every` (and at once on
+// CheckDevicesNow): an operator who changes a GPU's MIG layout, a card that
+// is added, or one that is gone. A change is served once two checks in a row
+// see the same new set (a driver answering oddly for a moment changes
+// nothing), or at once when asked through CheckDevicesNow. A backend that
+// serves devices and fails its check keeps what it serves. On a change the
+// removed devices leave ListAndWatch and the published inventory, new ones
+// join it, a new resource is served and registered, and the changed
+// backends' health watches start again (their devices take the health that
+// discovery reads, as after a restart). Grants on a removed device stay with
+// their containers; kubelet and the extender keep counting them.
+//
 // Thread-safety: Start() and Stop() from the owner thread; the accessors may
 // be used from any thread after Start().
 #ifndef ACCELPOOL_PLUGIN_NODE_PLUGIN_H_
 #define ACCELPOOL_PLUGIN_NODE_PLUGIN_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +52,9 @@ struct NodePluginOptions {
   std::chrono::milliseconds kubelet_poll{100};
   // Wait between failed registrations.
   std::chrono::milliseconds register_retry{1000};
+  // How often the device set is discovered again; 0 = only at Start and on
+  // CheckDevicesNow.
+  std::chrono::milliseconds rediscover_every{0};
 };
 
 class NodePlugin {
@@ -63,11 +81,34 @@ class NodePlugin {
     on_inventory_ = std::move(fn);
   }
 
+  // Asks the supervisor to discover again now and to serve a change without
+  // waiting for a second check (SIGHUP: the operator changed the devices).
+  void CheckDevicesNow() { check_now_.store(true); }
+
   DeviceState& state() { return state_; }
   Allocator& allocator() { return *allocator_; }
   std::vector<std::string> Resources() const;
 
  private:
+  // One discovery of every driver. `keys[i]` identifies what driver i found
+  // (health left out); `failed[i]` is set when it failed.
+  struct Discovery {
+    std::vector<core::NodeInventory> inventories;
+    std::vector<vendors::VendorDriver*> owners;
+    std::vector<std::string> keys;
+    std::vector<bool> failed;
+    size_t devices = 0;
+    std::string reasons;
+  };
+  Discovery DiscoverAll(bool quiet);
+  // Starts the health watch of driver `i`.
+  void WatchHealth(size_t i);
+  // Serves the resources of the current snapshot that have no server yet;
+  // returns them (registration is the supervisor's).
+  std::vector<std::string> ServeNewResources();
+  // Discovers again and serves a change (see the class comment); called from
+  // the supervisor.
+  void CheckDevices(bool at_once, std::set<std::string>* pending);
   void Supervise(std::stop_token stop);
   void HealthChanged(const vendors::HealthEvent& e);
 
@@ -78,9 +119,15 @@ class NodePlugin {
   const Logger log_;
   DeviceState state_;
   std::unique_ptr<Allocator> allocator_;
-  std::vector<std::unique_ptr<ResourceServer>> servers_;  // owned by the supervisor after Start
+  mutable std::mutex servers_mu_;  // guards servers_; changed by Start and the supervisor
+  std::vector<std::unique_ptr<ResourceServer>> servers_;
   std::function<void(const std::vector<core::NodeInventory>&)> on_inventory_;
-  std::vector<std::jthread> health_threads_;
+  std::vector<std::jthread> health_threads_;  // per driver
+  // The device check (supervisor thread only after Start): what each driver
+  // serves, and a differing set seen once, waiting for its second sighting.
+  std::vector<std::string> served_keys_;
+  std::vector<std::string> candidate_keys_;
+  std::atomic<bool> check_now_{false};
   std::jthread supervisor_;
 };
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/metrics.h"
@@ -395,6 +398,208 @@ TEST(NodePluginStartTest, MigInstancesAreServedUnderTheirProfilesResource) {
   EXPECT_EQ(aresp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "MIG-z");
   EXPECT_EQ(aresp.container_responses(0).envs().count("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), 0u);
   EXPECT_EQ(store.PendingContainers(), 0u);
+}
+
+// The device check. An H200 node whose second GPU is split into MIG
+// instances; the operator changes the layout (the two 1g.18gb instances go,
+// two 2g.35gb come). Devices, resources and the published inventory follow.
+std::string MigLayout(bool changed) {
+  const std::string mig =
+      changed ? R"({"index":1,"id":"MIG-x","partition":"3g.71gb","memory_mib":71424},
+                  {"index":2,"id":"MIG-p","partition":"2g.35gb","memory_mib":33792},
+                  {"index":3,"id":"MIG-q","partition":"2g.35gb","memory_mib":33792})"
+              : R"({"index":1,"id":"MIG-x","partition":"3g.71gb","memory_mib":71424},
+                  {"index":2,"id":"MIG-y","partition":"1g.18gb","memory_mib":16384},
+                  {"index":3,"id":"MIG-z","partition":"1g.18gb","memory_mib":16384})";
+  return R"({"version":1,"inventories":[
+      {"vendor":"nvidia","count":4,"model":"H200","memory_mib":143771,
+       "devices":[{"index":0,"id":"GPU-a"},)" +
+         mig + "]}]}";
+}
+
+std::set<std::string> Ids(const Snapshot& snap) {
+  std::set<std::string> out;
+  for (const auto& [id, ref] : snap.by_id) out.insert(id);
+  return out;
+}
+
+// Polls `done` every 10 ms for up to `timeout`.
+template <typename F>
+bool WaitFor(F done, std::chrono::milliseconds timeout = kWait) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
+  TestKubelet kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  MetricsRegistry registry;
+  auto metrics = PluginMetrics::New(registry);
+  ASSERT_TRUE(metrics.ok());
+  AssignmentStore store;
+  // A pod on a 1g.18gb instance that is about to go: it keeps its grant.
+  api::Assignment a;
+  a.node = "n";
+  a.containers = {Ctr("main", "nvidia.com/mig-1g.18gb", core::Vendor::kNvidia,
+                      {Dev("MIG-y", 2, 0, 16384, 1000, true)})};
+  store.Upsert(Pod("on-mig-y"), a, {"main"});
+  NodePluginOptions o = StartOptions(dir);
+  o.rediscover_every = std::chrono::milliseconds(50);
+  NodePlugin p(o, FakeDrivers(dir), &store, metrics->get(), nullptr, Logger());
+  std::mutex mu;
+  std::vector<core::NodeInventory> published;
+  p.OnInventory([&](const std::vector<core::NodeInventory>& invs) {
+    std::lock_guard<std::mutex> lock(mu);
+    published = invs;
+  });
+  ASSERT_TRUE(p.Start().ok());
+  ASSERT_EQ(kubelet.WaitRegistrations(3, kWait).size(), 3u);
+  auto stub = kubelet.Dial(EndpointFor("nvidia.com/mig-1g.18gb"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse list;
+  ASSERT_TRUE(reader->Read(&list));
+  EXPECT_EQ(list.devices_size(), 2);
+
+  testing::WriteFile(dir.File("inv.json"), MigLayout(true));
+  ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).contains("MIG-p"); }));
+  EXPECT_EQ(Ids(*p.state().Get()), (std::set<std::string>{"GPU-a", "MIG-x", "MIG-p", "MIG-q"}));
+  // The instances that went leave kubelet's list of their resource.
+  ASSERT_TRUE(reader->Read(&list));
+  EXPECT_EQ(list.devices_size(), 0);
+  ctx.TryCancel();
+  // The new profile is served and registered.
+  EXPECT_EQ(p.Resources(),
+            (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/mig-1g.18gb",
+                                      "nvidia.com/mig-3g.71gb", "nvidia.com/mig-2g.35gb"}));
+  auto regs = kubelet.WaitRegistrations(4, kWait);
+  ASSERT_EQ(regs.size(), 4u);
+  EXPECT_EQ(regs.back().resource_name(), "nvidia.com/mig-2g.35gb");
+  auto stub2 = kubelet.Dial(regs.back().endpoint());
+  {
+    grpc::ClientContext c2;
+    auto r2 = stub2->ListAndWatch(&c2, v1beta1::Empty());
+    ASSERT_TRUE(r2->Read(&list));
+    c2.TryCancel();
+  }
+  std::set<std::string> slots;
+  for (const auto& d : list.devices()) slots.insert(d.id());
+  EXPECT_EQ(slots, (std::set<std::string>{"MIG-p::0", "MIG-q::0"}));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(published.size(), 1u);
+    ASSERT_EQ(published[0].devices.size(), 4u);
+    EXPECT_EQ(published[0].devices[2].id, "MIG-p");
+    EXPECT_EQ(published[0].devices[2].partition, "2g.35gb");
+  }
+  // The pod keeps its assignment; the removed devices' series go.
+  EXPECT_EQ(store.All().size(), 1u);
+  std::string text = registry.Serialize();
+  EXPECT_NE(text.find("accelpool_plugin_device_set_changes_total 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("device=\"MIG-p\""), std::string::npos);
+  EXPECT_EQ(text.find("device=\"MIG-z\""), std::string::npos);
+  // An Allocate naming a removed instance is refused with the reason.
+  v1beta1::AllocateRequest areq;
+  areq.add_container_requests()->add_devices_ids("MIG-y::0");
+  v1beta1::AllocateResponse aresp;
+  grpc::ClientContext actx;
+  grpc::Status st = stub->Allocate(&actx, areq, &aresp);
+  EXPECT_FALSE(st.ok());
+}
+
+// A discovery that answers one set, then another, then the first again
+// (a driver in the middle of a reset, a MIG layout half applied) never sees
+// the same new set twice in a row: nothing changes.
+class FlappingDriver : public vendors::VendorDriver {
+ public:
+  explicit FlappingDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  std::string_view Name() const override { return "flapping"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override {
+    auto found = inner_.Discover();
+    if (calls_++ % 2 == 1 && found.ok() && !found->empty()) {
+      found->front().devices.pop_back();  // every other call misses the last device
+    }
+    return found;
+  }
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  vendors::fake::FakeDriver inner_;
+  std::atomic<int> calls_{0};
+};
+
+TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
+  AssignmentStore store;
+  NodePluginOptions o = StartOptions(dir);
+  o.rediscover_every = std::chrono::milliseconds(20);
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto flapping = std::make_unique<FlappingDriver>(dir.File("inv.json"));
+  FlappingDriver* f = flapping.get();
+  drivers.push_back(std::move(flapping));
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  const std::set<std::string> served = Ids(*p.state().Get());
+  const int64_t version = p.state().Get()->version;
+  ASSERT_TRUE(WaitFor([&] { return f->calls() >= 12; }));
+  EXPECT_EQ(Ids(*p.state().Get()), served);
+  EXPECT_EQ(p.state().Get()->version, version);
+
+  // A file that does not parse: the backend fails, its devices stay.
+  testing::WriteFile(dir.File("inv.json"), "{not json");
+  const int seen = f->calls();
+  ASSERT_TRUE(WaitFor([&] { return f->calls() >= seen + 6; }));
+  EXPECT_EQ(Ids(*p.state().Get()), served);
+  // A node with no device at all is not served as such: a restart says so.
+  testing::WriteFile(dir.File("inv.json"), R"({"version":1,"inventories":[]})");
+  const int seen2 = f->calls();
+  ASSERT_TRUE(WaitFor([&] { return f->calls() >= seen2 + 6; }));
+  EXPECT_EQ(Ids(*p.state().Get()), served);
+}
+
+// SIGHUP (CheckDevicesNow) serves a change at once, without a second look or
+// a periodic check. Only the changed backend's devices take the health its
+// discovery reads; the other backend's devices keep the health their watch
+// gave them.
+TEST(NodePluginDeviceCheckTest, CheckNowServesAtOnceAndKeepsTheOtherBackendsHealth) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
+  testing::WriteFile(dir.File("npu.json"), R"({"version":1,"inventories":[
+      {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})");
+  AssignmentStore store;
+  std::vector<vendors::VendorDriverPtr> drivers = FakeDrivers(dir);
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("npu.json"), "n"}));
+  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  const std::string npu = p.state().Get()->inventories[1].devices[0].id;
+  ASSERT_TRUE(p.state().SetHealth(npu, false));      // as its health watch would
+  ASSERT_TRUE(p.state().SetHealth("MIG-x", false));  // likewise, on the backend that changes
+
+  testing::WriteFile(dir.File("inv.json"), MigLayout(true));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(Ids(*p.state().Get()).contains("MIG-p"));  // no periodic check configured
+  p.CheckDevicesNow();
+  ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).contains("MIG-p"); }));
+  SnapshotPtr snap = p.state().Get();
+  EXPECT_FALSE(snap->Find(npu)->healthy);
+  EXPECT_TRUE(snap->Find("MIG-x")->healthy);  // read again, as after a restart
+  EXPECT_EQ(snap->by_id.size(), 4u + 16u);
 }
 
 }  // namespace

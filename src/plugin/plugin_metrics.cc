@@ -89,6 +89,11 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           "(layout, not_regular, io).",
                           {"reason"}),
            &m->container_read_errors_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_device_set_changes_total",
+                          "Device checks that found a new device set and served it."),
+           &m->device_set_changes_));
+  m->device_set_changes_->Get();
   m->key_reload_errors_->Get();
   // Present from the start, so an alert on increase() sees the first one.
   for (const char* reason : {"signature", "other_node", "malformed"}) {
@@ -117,11 +122,13 @@ void PluginMetrics::AssignmentRefused(const std::string& reason) {
 void PluginMetrics::AssignmentKeyReloadFailed() { key_reload_errors_->Get().Inc(); }
 
 void PluginMetrics::SetHealth(const std::string& vendor, const std::string& device, bool healthy) {
+  std::lock_guard<std::mutex> lock(device_mu_);
   healthy_->WithLabels({vendor, device}).Set(healthy ? 1 : 0);
 }
 
 void PluginMetrics::SetUsage(const std::string& vendor, const std::string& device,
                              double memory_mib, double compute) {
+  std::lock_guard<std::mutex> lock(device_mu_);
   memory_->WithLabels({vendor, device}).Set(memory_mib);
   compute_->WithLabels({vendor, device}).Set(compute);
 }
@@ -129,8 +136,21 @@ void PluginMetrics::SetUsage(const std::string& vendor, const std::string& devic
 void PluginMetrics::SetCapacity(const std::string& node, const std::string& vendor,
                                 const std::string& model, const std::string& device,
                                 double memory_mib) {
+  std::lock_guard<std::mutex> lock(device_mu_);
   capacity_->WithLabels({node, vendor, model, device}).Set(memory_mib);
 }
+
+void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
+  std::lock_guard<std::mutex> lock(device_mu_);
+  // {vendor, device}, and {node, vendor, model, device} for the capacity.
+  auto gone = [&](const std::vector<std::string>& v) { return !live.contains(v.back()); };
+  healthy_->RemoveIf(gone);
+  memory_->RemoveIf(gone);
+  compute_->RemoveIf(gone);
+  capacity_->RemoveIf(gone);
+}
+
+void PluginMetrics::DeviceSetChanged() { device_set_changes_->Get().Inc(); }
 
 void PluginMetrics::Registered(const std::string& resource) {
   registrations_->WithLabels({resource}).Inc();

@@ -23,12 +23,18 @@
 //   accelpool_plugin_container_processes{namespace,pod,container}  processes in the region
 //   accelpool_plugin_container_usage_read_errors_total{reason}  regions not read: layout
 //       (another library version, or overwritten), not_regular, io
+//   accelpool_plugin_device_set_changes_total                 device checks that found a
+//       new device set (MIG layout changed, a card added or gone) and served it
+//
+// The per-device series of a device that leaves the node leave with it
+// (RetainDevices).
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_PLUGIN_PLUGIN_METRICS_H_
 #define ACCELPOOL_PLUGIN_PLUGIN_METRICS_H_
 
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,6 +68,10 @@ class PluginMetrics {
                           double used_mib, double limit_mib);
   void SetContainerProcesses(const std::vector<std::string>& who, double n);
   void ContainerUsageReadFailed(const std::string& reason);
+  // Drops the per-device series (health, allocated, capacity) of devices not
+  // in `live`.
+  void RetainDevices(const std::set<std::string>& live);
+  void DeviceSetChanged();
   // Drops the container series whose {namespace, pod, container} is not in
   // `live`. REQUIRES: called from the one thread that sets them.
   void RetainContainers(const std::set<std::vector<std::string>>& live);
@@ -69,6 +79,10 @@ class PluginMetrics {
  private:
   PluginMetrics() = default;
 
+  // Serialises the per-device setters with RetainDevices (a health event and
+  // a device check come from different threads; a dropped child must not be
+  // set through a reference taken before).
+  std::mutex device_mu_;
   GaugeFamily* healthy_ = nullptr;
   GaugeFamily* memory_ = nullptr;
   GaugeFamily* compute_ = nullptr;
@@ -85,6 +99,7 @@ class PluginMetrics {
   GaugeFamily* container_limit_ = nullptr;
   GaugeFamily* container_processes_ = nullptr;
   CounterFamily* container_read_errors_ = nullptr;
+  CounterFamily* device_set_changes_ = nullptr;
 };
 
 }  // namespace accelpool::plugin

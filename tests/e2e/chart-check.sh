@@ -142,6 +142,15 @@ mig_strategy() { # only the NVIDIA plugin takes --mig-strategy; mixed by default
     grep -q 'devicePlugin.migStrategy must be mixed or single, not "none"' <<<"${out}"
 }
 check "devicePlugin.migStrategy reaches the NVIDIA plugin only (mixed, single; anything else fails)" mig_strategy
+rediscover_every() { # every plugin checks its devices every 60s by default; a bad duration fails the render
+  local out
+  [ "$(grep -c -- '- --rediscover-every=60s$' "${TMP}/all-vendors.yaml")" = "$(grep -c -- '- accelpool-device-plugin$' "${TMP}/all-vendors.yaml")" ] &&
+    render --set devicePlugin.rediscoverEvery=5m | grep -q -- '- --rediscover-every=5m$' &&
+    ! out="$(render --set devicePlugin.rediscoverEvery=1minute 2>&1)" &&
+    grep -q 'devicePlugin.rediscoverEvery must be a duration such as 60s, 5m or 0s, not "1minute"' <<<"${out}" &&
+    ! render --set devicePlugin.rediscoverEvery= >/dev/null 2>&1
+}
+check "devicePlugin.rediscoverEvery reaches every plugin (60s by default; a bad duration fails)" rediscover_every
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \

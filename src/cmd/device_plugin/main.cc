@@ -51,6 +51,9 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default mixed) or as nvidia.com/gpu (single: one MIG layout
                             on every GPU of the node)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
+  --rediscover-every=DUR    check the node's device set this often and serve a change seen
+                            twice in a row (MIG layout changed, a card added or gone);
+                            SIGHUP checks at once (default 60s; 0s: only at start and SIGHUP)
   --no-kube                 serve kubelet only: no pod lookup, no inventory publishing
   --print-inventory         discover, print the inventory JSON and exit
   --state-root=DIR          host dir for per-container enforcement state
@@ -83,6 +86,8 @@ struct Flags {
   std::string metrics_listen = "0.0.0.0:9402";
   std::string max_shares = "0";
   std::string log_level = "info";
+  std::string rediscover_every = "60s";
+  std::chrono::seconds rediscover{60};
   std::string state_root = "/var/lib/accelpool/containers";
   std::string cuda_library = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
   std::string nvidia_sharing = "shim";
@@ -108,6 +113,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"metrics-listen", &f.metrics_listen},
                                                  {"max-shares", &f.max_shares},
                                                  {"log-level", &f.log_level},
+                                                 {"rediscover-every", &f.rediscover_every},
                                                  {"state-root", &f.state_root},
                                                  {"cuda-library", &f.cuda_library},
                                                  {"nvidia-sharing", &f.nvidia_sharing},
@@ -156,6 +162,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (!f.mps_shm_dir.empty() && f.mps_shm_dir[0] != '/') {
     return InvalidArgumentError("--mps-shm-dir must be an absolute host path");
   }
+  StatusOr<std::chrono::seconds> every = ParseDurationFlag("rediscover-every", f.rediscover_every);
+  if (!every.ok()) {
+    return every.status();
+  }
+  f.rediscover = *every;
   char* end = nullptr;
   long shares = std::strtol(f.max_shares.c_str(), &end, 10);  // NOLINT(runtime/int)
   if (end == f.max_shares.c_str() || *end != '\0' || shares < 0 || shares > 100) {
@@ -347,6 +358,7 @@ int Run(const Flags& flags) {
   NodePluginOptions po;
   po.node = flags.node;
   po.plugin_dir = flags.plugin_dir;
+  po.rediscover_every = flags.rediscover;
   po.enforcement.enabled = !flags.no_enforcement;
   po.enforcement.preload = !flags.no_preload;
   po.enforcement.state_root = flags.state_root;
@@ -437,11 +449,12 @@ int Run(const Flags& flags) {
       continue;
     }
     if (sig == SIGHUP) {
-      log.Info("SIGHUP: re-reading the fake inventory",
+      log.Info("SIGHUP: checking the node's devices and re-reading the fake inventory",
                {{"backends", static_cast<int64_t>(fakes.size())}});
       for (auto* f : fakes) {
         f->Reload();
       }
+      plugin.CheckDevicesNow();
       continue;
     }
     log.Info("shutting down", {{"signal", sig}});

@@ -57,6 +57,7 @@ AscendDriver::AscendDriver(DcmiLibraryPtr dcmi, AscendOptions options)
     : dcmi_(std::move(dcmi)), options_(std::move(options)) {}
 
 StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
+  DiscoveryLog notes(&discovery_lines_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!initialized_) {
@@ -114,8 +115,9 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   Status st = profile.empty() ? NotFoundError("no profile for this shape")
                               : core::ApplyProfile(profile, &inv);
   if (!st.ok()) {
-    spdlog::info("ascend: {} x {} has no topology profile ({}); using NUMA groups",
-                 inv.devices.size(), inv.devices.front().model, st.message());
+    notes.Add(DiscoveryLog::Level::kInfo,
+              fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups",
+                          inv.devices.size(), inv.devices.front().model, st.message()));
     core::ApplyNumaDefault(&inv);
   }
   inv.topology.super_node = super_pod;

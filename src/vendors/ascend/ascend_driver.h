@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "vendors/ascend/dcmi_library.h"
+#include "vendors/discovery_log.h"
 #include "vendors/driver.h"
 
 namespace accelpool::vendors::ascend {
@@ -64,6 +65,7 @@ class AscendDriver : public VendorDriver {
   mutable std::mutex mu_;
   bool initialized_ = false;  // guarded by mu_
   std::vector<Chip> chips_;   // in inventory order; guarded by mu_
+  LoggedLines discovery_lines_;  // what the last Discover logged
 };
 
 }  // namespace accelpool::vendors::ascend

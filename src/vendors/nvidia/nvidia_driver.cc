@@ -178,6 +178,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   core::NodeInventory inv;
   inv.node = options_.node;
   inv.vendor = core::Vendor::kNvidia;
+  DiscoveryLog notes(&discovery_lines_);
   std::set<std::string> seen;
   std::vector<size_t> parent;  // per inventory device: its GPU's NVML index
   std::vector<std::vector<std::string>> ids(infos.size());
@@ -218,19 +219,21 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     }
     StatusOr<std::vector<NvmlMigInfo>> migs = nvml_->MigDevices(static_cast<int32_t>(i));
     if (!migs.ok()) {
-      spdlog::error(
-          "nvidia: GPU {} ({}) is in MIG mode but its MIG devices cannot be read ({}); "
-          "it is not offered until the plugin restarts with a driver that reports "
-          "them",
-          i, info.uuid, migs.status().ToString());
+      notes.Add(
+          DiscoveryLog::Level::kError,
+          fmt::format("nvidia: GPU {} ({}) is in MIG mode but its MIG devices cannot be read ({}); "
+                      "it is not offered until a device check of the plugin reads them",
+                      i, info.uuid, migs.status().ToString()));
       continue;
     }
     if (migs->empty()) {
-      spdlog::warn(
-          "nvidia: GPU {} ({}) is in MIG mode with no MIG devices, so it offers nothing; "
-          "create GPU and compute instances (nvidia-smi mig -cgi <profiles> -C, or "
-          "mig-parted) or disable MIG mode, then restart the device plugin",
-          i, info.uuid);
+      notes.Add(DiscoveryLog::Level::kWarn,
+                fmt::format(
+                    "nvidia: GPU {} ({}) is in MIG mode with no MIG devices, so it offers nothing; "
+                    "create GPU and compute instances (nvidia-smi mig -cgi <profiles> -C, or "
+                    "mig-parted) or disable MIG mode; the device plugin serves them at its next "
+                    "device checks (--rediscover-every), or at once on SIGHUP",
+                    i, info.uuid));
       continue;
     }
     for (const NvmlMigInfo& m : *migs) {
@@ -241,17 +244,19 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
       md.compute_units = m.multiprocessors;
       md.max_shares = 1;
       if (!core::ValidMigProfile(md.partition)) {
-        spdlog::error(
-            "nvidia: MIG device {} on GPU {} reports {} GPU slices, {} compute slices "
-            "and {} MiB, which name no MIG profile; it is not offered",
-            m.uuid, i, m.gpu_slices, m.compute_slices, m.memory_mib);
+        notes.Add(
+            DiscoveryLog::Level::kError,
+            fmt::format("nvidia: MIG device {} on GPU {} reports {} GPU slices, {} compute slices "
+                        "and {} MiB, which name no MIG profile; it is not offered",
+                        m.uuid, i, m.gpu_slices, m.compute_slices, m.memory_mib));
         continue;
       }
       mig[m.uuid] = MigPlace{info.minor, m.gpu_instance, m.compute_instance};
-      spdlog::info(
-          "nvidia: GPU {} MIG device {}: profile {}, {} MiB, GPU instance {}, compute "
-          "instance {}",
-          i, m.uuid, md.partition, m.memory_mib, m.gpu_instance, m.compute_instance);
+      notes.Add(
+          DiscoveryLog::Level::kInfo,
+          fmt::format("nvidia: GPU {} MIG device {}: profile {}, {} MiB, GPU instance {}, compute "
+                      "instance {}",
+                      i, m.uuid, md.partition, m.memory_mib, m.gpu_instance, m.compute_instance));
       profiles.insert(md.partition);
       if (options_.mig_single) {
         md.partition.clear();  // advertised as nvidia.com/gpu
@@ -264,19 +269,22 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   }
   if (options_.mig_single &&
       (profiles.size() > 1 || (!profiles.empty() && mig.size() < inv.devices.size()))) {
-    spdlog::warn(
-        "nvidia: --mig-strategy=single, but this node offers {} MIG profile(s) and {} whole "
-        "GPU(s) as nvidia.com/gpu: a pod gets whichever the extender picks. Give every GPU "
-        "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
-        profiles.size(), inv.devices.size() - mig.size());
+    notes.Add(
+        DiscoveryLog::Level::kWarn,
+        fmt::format(
+            "nvidia: --mig-strategy=single, but this node offers {} MIG profile(s) and {} whole "
+            "GPU(s) as nvidia.com/gpu: a pod gets whichever the extender picks. Give every GPU "
+            "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
+            profiles.size(), inv.devices.size() - mig.size()));
   }
   const std::string profile =
       (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
       any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
   if (!st.ok()) {
-    spdlog::info("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups", profile,
-                 infos.size(), st.message());
+    notes.Add(DiscoveryLog::Level::kInfo,
+              fmt::format("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups",
+                          profile, infos.size(), st.message()));
     core::ApplyNumaDefault(&inv);
   }
   // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.

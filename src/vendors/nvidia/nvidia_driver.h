@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "vendors/discovery_log.h"
 #include "vendors/driver.h"
 #include "vendors/nvidia/nvml_library.h"
 
@@ -98,6 +99,7 @@ class NvidiaDriver : public VendorDriver {
   std::vector<std::vector<std::string>> ids_;  // guarded by mu_
   std::map<std::string, int32_t> minors_;      // id -> GPU minor; guarded by mu_
   std::map<std::string, MigPlace> mig_;        // MIG id -> place; guarded by mu_
+  LoggedLines discovery_lines_;                // what the last Discover logged
 };
 
 }  // namespace accelpool::vendors::nvidia

@@ -498,6 +498,44 @@ for p in mig-1 mig-2 mig-3 mig-3g mig-whole; do
   kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
 done
 
+# The operator re-partitions mig-a's MIG GPU without restarting its plugin: one
+# 1g.18gb instance (MIG-mig-a-3) becomes a 2g.35gb one (MIG-mig-a-6), then
+# SIGHUP. Kubelet's device manager drops the instance that went and counts the
+# new one, the published inventory follows, and pods of the new count land on it.
+cat > "${E2E_WORK}/nodes/mig-a/inventory.json" <<'JSON'
+{"version":1,"inventories":[{"vendor":"nvidia","count":6,"model":"H200","memory_mib":143771,
+  "devices":[{"index":1,"id":"MIG-mig-a-1","partition":"3g.71gb","memory_mib":71424},
+             {"index":2,"id":"MIG-mig-a-2","partition":"2g.35gb","memory_mib":33280},
+             {"index":3,"id":"MIG-mig-a-6","partition":"2g.35gb","memory_mib":33280},
+             {"index":4,"id":"MIG-mig-a-4","partition":"1g.18gb","memory_mib":16384}]}]}
+JSON
+kill -HUP "$(cat "${E2E_WORK}/nodes/mig-a/plugin.pid")"
+mig_relaid() {
+  sync_capacity mig-a && node_has mig-a nvidia.com/mig-2g.35gb 2 &&
+    node_has mig-a nvidia.com/mig-1g.18gb 1 && node_has mig-a "${G}" 20
+}
+check "mig-a: SIGHUP serves the new MIG layout (kubelet counts 2 x 2g.35gb, 1 x 1g.18gb) without a restart" \
+  wait_for 30 "mig-a relaid" mig_relaid
+relaid_inventory() {
+  local inv
+  inv="$(kc get node mig-a -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}')"
+  grep -q '"MIG-mig-a-6"' <<<"${inv}" && ! grep -q '"MIG-mig-a-3"' <<<"${inv}"
+}
+check "mig-a: the published inventory names the new instance and not the one that went" \
+  wait_for 30 "mig-a inventory" relaid_inventory
+check "mig-a: the plugin logged the change with the ids added and removed" \
+  grep -q "the node's devices changed.*MIG-mig-a-6.*MIG-mig-a-3" "${E2E_WORK}/nodes/mig-a/plugin.log"
+on_2g() { assigned "$1" '.containers[0].devices[0].id' | grep -Eq '^MIG-mig-a-(2|6)$'; }
+scenario mig-2g-a "$(pod_yaml mig-2g-a '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
+scenario mig-2g-b "$(pod_yaml mig-2g-b '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
+check "mig-2g-a and mig-2g-b hold the two 2g.35gb instances, the new one among them" \
+  test "$(printf '%s\n' "$(assigned mig-2g-a '.containers[0].devices[0].id')" \
+    "$(assigned mig-2g-b '.containers[0].devices[0].id')" | sort | paste -sd,)" = MIG-mig-a-2,MIG-mig-a-6
+for p in mig-2g-a mig-2g-b; do
+  release "$p" >/dev/null 2>&1 || true
+  kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
+done
+
 # The device plugin restarts: it registers again and reads the pending assignments back.
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
 check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4
