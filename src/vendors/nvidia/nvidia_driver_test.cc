@@ -338,6 +338,42 @@ TEST(NvidiaDriverTest, XidHealthIsTwoWayAndIgnoresApplicationErrors) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// The device plugin discovers again while the health watch runs (its device
+// check): a new MIG layout on GPU 1 is read, and an XID on GPU 1 afterwards
+// names the instances it has now.
+TEST(NvidiaDriverTest, DiscoveringAgainReadsANewMigLayoutForTheRunningHealthWatch) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  lib->devices[1].mig_enabled = true;
+  lib->migs.insert_or_assign(
+      1, StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{
+             {"MIG-a", 1, 0, 1, 1, 16384, 16}, {"MIG-b", 2, 0, 1, 1, 16384, 16}}));
+  NvidiaDriver d(std::move(owned), Options());
+  auto before = d.Discover();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ((*before)[0].devices.size(), 3u);
+  testing::HealthRecorder health(d);
+  // The operator replaces the two 1g instances with one 2g instance.
+  lib->migs.insert_or_assign(
+      1, StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{
+             {"MIG-c", 3, 0, 2, 2, 33280, 32}}));
+  auto after = d.Discover();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  const auto& devs = (*after)[0].devices;
+  ASSERT_EQ(devs.size(), 2u);
+  EXPECT_EQ(devs[1].id, "MIG-c");
+  EXPECT_EQ(devs[1].partition, "2g.35gb");
+  lib->probe_ok = false;
+  lib->Push(std::optional<XidEvent>(XidEvent{1, 79}));
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(2)));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "MIG-c");
+  EXPECT_FALSE(events[0].healthy);
+}
+
 TEST(NvidiaDriverTest, XidClassification) {
   for (uint64_t x : {13u, 31u, 43u, 45u, 68u, 109u}) {
     EXPECT_TRUE(IsIgnoredXid(x, {})) << x;
