@@ -46,6 +46,17 @@ start=$(date +%s%N)
 # bash's HOSTNAME: a bare image may have no hostname command.
 "${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${json}"
 end=$(date +%s%N)
+# The plugin discovers again every minute and serves a device set that
+# differs (docs/device-plugin.md, "When the devices change"): on a node that
+# did not change, a second discovery must read the same document.
+again="$(mktemp)"
+trap 'rm -f "${again}"' EXIT
+"${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${again}"
+if cmp -s "${json}" "${again}"; then
+  stable="read the same inventory, as the plugin's device check needs"
+else
+  stable="read a DIFFERENT inventory: the device check would see a change (diff below)"
+fi
 
 {
   echo "# NVML inventory on $(first_gpu name)"
@@ -53,7 +64,14 @@ end=$(date +%s%N)
   echo "Recorded $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/h200/nvml_inventory.sh."
   echo "Driver $(first_gpu driver_version);"
   echo "discovery took $(( (end - start) / 1000000 )) ms (process start to exit)."
+  echo "A second discovery right after it ${stable}."
   echo
+  if ! cmp -s "${json}" "${again}"; then
+    echo '```'
+    diff "${json}" "${again}" || true
+    echo '```'
+    echo
+  fi
   echo "## What accelpool read through NVML"
   echo
   echo "| index | id (UUID) | model | memory MiB | NUMA | PCI bus | max shares | healthy | MIG profile |"
