@@ -216,6 +216,14 @@ class DlNvml : public NvmlLibrary {
     if (!reg.ok()) {
       return reg.status();
     }
+    // A watch that starts again (the device plugin's device check found a
+    // changed device set) registers the GPUs there are now on a fresh set,
+    // never a GPU twice on one set. Only the watch's own thread uses the set,
+    // and the previous watch has ended.
+    if (events_ != nullptr && event_set_free_ != nullptr) {
+      event_set_free_(events_);
+      events_ = nullptr;
+    }
     if (events_ == nullptr) {
       ACCELPOOL_RETURN_IF_ERROR(Check((*create)(&events_), Sym("EventSetCreate")));
     }

@@ -123,6 +123,31 @@ TEST(NvmlBindingTest, XidHealthIsTwoWay) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// The device plugin starts a backend's health watch again after its device
+// set changed. Each watch registers the GPUs on a fresh event set (the fake
+// refuses a GPU registered twice on one set), and the later watch still sees
+// XIDs.
+TEST(NvmlBindingTest, AHealthWatchStartedAgainRegistersOnAFreshEventSet) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  for (int round = 0; round < 6; ++round) {  // more rounds than the fake has event sets
+    SCOPED_TRACE(round);
+    HealthRecorder health(**driver);
+    fake.Configure(8, -1, 2, 0);  // GPU 2 falls off the bus
+    ASSERT_TRUE(health.WaitFor(1));
+    fake.Configure(8, -1, -1, 0);
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_GE(events.size(), 1u);
+    EXPECT_EQ(events[0].device_id, invs->front().devices[2].id);
+    EXPECT_FALSE(events[0].healthy);
+  }
+}
+
 // On a coherent platform (Grace Hopper) nvmlDeviceGetNumaNodeId names the
 // GPU's own memory node, which holds no CPUs; locality is the nearest CPU
 // memory node (nvmlDeviceGetMemoryAffinity, else sysfs).

@@ -70,7 +70,20 @@ int mig_gpu = [] {
   const char* g = std::getenv("ACCELPOOL_FAKE_NVML_MIG");
   return g != nullptr ? std::atoi(g) : -1;
 }();
-int event_set_token = 0;
+// Event sets: live between nvmlEventSetCreate and nvmlEventSetFree. NVML does
+// not document registering a GPU twice on one set; the fake refuses it, so
+// the binding is held to one registration per GPU per set.
+struct FakeEventSet {
+  bool live = false;
+  unsigned long long registered = 0;  // NOLINT(runtime/int) bit per GPU
+};
+FakeEventSet event_sets[4];
+FakeEventSet* LiveSet(void* set) {
+  for (FakeEventSet& s : event_sets) {
+    if (&s == set && s.live) return &s;
+  }
+  return nullptr;
+}
 int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
 bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
@@ -321,20 +334,29 @@ __attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemotePciInfo_v2(v
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlEventSetCreate(void** set) {
-  *set = &event_set_token;
-  return kSuccess;
+  for (FakeEventSet& s : event_sets) {
+    if (!s.live) {
+      s = FakeEventSet{true, 0};
+      *set = &s;
+      return kSuccess;
+    }
+  }
+  return kInvalidArgument;  // the fake's sets are used up: a set that is never freed
 }
 __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
     void* h, unsigned long long types, void* set) {  // NOLINT(runtime/int)
   unsigned i = 0;
-  if (!ToIndex(h, &i) || set != &event_set_token) return kInvalidArgument;
-  return (types & kXidCritical) != 0 ? kSuccess : kNotSupported;
+  FakeEventSet* s = LiveSet(set);
+  if (!ToIndex(h, &i) || s == nullptr || (s->registered >> i & 1) != 0) return kInvalidArgument;
+  if ((types & kXidCritical) == 0) return kNotSupported;
+  s->registered |= 1ULL << i;
+  return kSuccess;
 }
 // A faulty device reports XID 79 (fallen off the bus; see
 // accelpool_fake_nvml_xid) on every wait.
 __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEventData_t* data,
                                                                unsigned timeout_ms) {
-  if (set != &event_set_token) return kInvalidArgument;
+  if (LiveSet(set) == nullptr) return kInvalidArgument;
   if (wait_lost) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return kGpuIsLost;
@@ -354,6 +376,9 @@ __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEv
   return kTimeout;
 }
 __attribute__((visibility("default"))) int nvmlEventSetFree(void* set) {
-  return set == &event_set_token ? kSuccess : kInvalidArgument;
+  FakeEventSet* s = LiveSet(set);
+  if (s == nullptr) return kInvalidArgument;
+  s->live = false;
+  return kSuccess;
 }
 }
