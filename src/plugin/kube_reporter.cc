@@ -181,4 +181,16 @@ void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& r
   });
 }
 
+void KubeReporter::NodeEvent(const std::string& node, kube::EventKind kind,
+                             const std::string& reason, const std::string& message) {
+  PodRef about{"", node, "", ""};  // for the log lines of a failed write
+  Post("", "node event", about, [this, node, kind, reason, message] {
+    kube::ObjectRef ref;
+    ref.kind = "Node";
+    ref.name = node;
+    ref.uid = node;
+    return kube::CreateEvent(*client_, ref, kind, reason, message, kReporterName, "DeviceCheck");
+  });
+}
+
 }  // namespace accelpool::plugin

@@ -30,11 +30,13 @@
 
 #include "common/log.h"
 #include "kube/client.h"
+#include "kube/objects.h"
 #include "plugin/allocator.h"
 
 namespace accelpool::plugin {
 
 inline constexpr const char* kAllocateFailedReason = "AccelpoolAllocateFailed";
+inline constexpr const char* kDevicesChangedReason = "AccelpoolDevicesChanged";
 inline constexpr const char* kReporterName = "accelpool-device-plugin";
 
 struct KubeReporterOptions {
@@ -52,6 +54,13 @@ class KubeReporter : public PodReporter {
 
   // Blocks until every queued write succeeded or was given up (tests).
   void Flush();
+
+  // Queues an Event about Node `node` (kDevicesChangedReason: the plugin's
+  // device check served a new device set). Its involvedObject carries the
+  // node's name as uid, as kubelet's node events do, so that
+  // `kubectl describe node` lists it.
+  void NodeEvent(const std::string& node, kube::EventKind kind, const std::string& reason,
+                 const std::string& message);
 
   // PodReporter:
   void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override;

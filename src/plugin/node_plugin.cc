@@ -299,13 +299,16 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
              {"devices", static_cast<int64_t>(devices)},
              {"new_resources", JoinIds(resources)}});
   // Containers keep what they were granted on a removed device; say which.
+  DeviceChange change{added, removed, {}, devices};
   std::set<std::string> gone(removed.begin(), removed.end());
   for (const PodAssignment& p : store_->All()) {
+    std::set<std::string> held;
     for (const api::AssignedContainer& c : p.assignment.containers) {
       for (const api::AssignedDevice& d : c.devices) {
-        if (gone.contains(d.id)) {
+        if (gone.contains(d.id) && held.insert(d.id).second) {
           log_.Warn("a pod holds a device that is no longer on the node; delete the pod to move it",
                     {{"pod", p.pod.Key()}, {"container", c.name}, {"device", d.id}});
+          change.held.push_back(p.pod.Key() + " (" + d.id + ")");
         }
       }
     }
@@ -316,6 +319,9 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
   allocator_->RefreshUsageMetrics();
   if (on_inventory_) {
     on_inventory_(snap->inventories);
+  }
+  if (on_devices_changed_) {
+    on_devices_changed_(change);
   }
 }
 

@@ -44,6 +44,15 @@
 
 namespace accelpool::plugin {
 
+// What a device check changed (NodePlugin::OnDevicesChanged).
+struct DeviceChange {
+  std::vector<std::string> added;    // device ids
+  std::vector<std::string> removed;  // device ids
+  // "<namespace>/<pod> (<device>)" for each pod holding a removed device.
+  std::vector<std::string> held;
+  size_t devices = 0;  // served now
+};
+
 struct NodePluginOptions {
   std::string node;
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
@@ -79,6 +88,12 @@ class NodePlugin {
   // change (for publishing on the Node). Set before Start().
   void OnInventory(std::function<void(const std::vector<core::NodeInventory>&)> fn) {
     on_inventory_ = std::move(fn);
+  }
+
+  // Calls `fn` after a device check served a changed device set, from the
+  // supervisor thread (for an Event on the Node). Set before Start().
+  void OnDevicesChanged(std::function<void(const DeviceChange&)> fn) {
+    on_devices_changed_ = std::move(fn);
   }
 
   // Asks the supervisor to discover again now and to serve a change without
@@ -122,6 +137,7 @@ class NodePlugin {
   mutable std::mutex servers_mu_;  // guards servers_; changed by Start and the supervisor
   std::vector<std::unique_ptr<ResourceServer>> servers_;
   std::function<void(const std::vector<core::NodeInventory>&)> on_inventory_;
+  std::function<void(const DeviceChange&)> on_devices_changed_;
   std::vector<std::jthread> health_threads_;  // per driver
   // The device check (supervisor thread only after Start): what each driver
   // serves, and a differing set seen once, waiting for its second sighting.

@@ -458,6 +458,11 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
     std::lock_guard<std::mutex> lock(mu);
     published = invs;
   });
+  std::vector<DeviceChange> changes;
+  p.OnDevicesChanged([&](const DeviceChange& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    changes.push_back(c);
+  });
   ASSERT_TRUE(p.Start().ok());
   ASSERT_EQ(kubelet.WaitRegistrations(3, kWait).size(), 3u);
   auto stub = kubelet.Dial(EndpointFor("nvidia.com/mig-1g.18gb"));
@@ -498,6 +503,16 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
     ASSERT_EQ(published[0].devices.size(), 4u);
     EXPECT_EQ(published[0].devices[2].id, "MIG-p");
     EXPECT_EQ(published[0].devices[2].partition, "2g.35gb");
+  }
+  {
+    // One change, said once (for the Node's Event): what came, what went,
+    // and the pod that still holds a device that went.
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(changes.size(), 1u);
+    EXPECT_EQ(changes[0].added, (std::vector<std::string>{"MIG-p", "MIG-q"}));
+    EXPECT_EQ(changes[0].removed, (std::vector<std::string>{"MIG-y", "MIG-z"}));
+    EXPECT_EQ(changes[0].held, (std::vector<std::string>{"default/on-mig-y (MIG-y)"}));
+    EXPECT_EQ(changes[0].devices, 4u);
   }
   // The pod keeps its assignment; the removed devices' series go.
   EXPECT_EQ(store.All().size(), 1u);

@@ -756,6 +756,26 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
   EXPECT_EQ(events, 1);
 }
 
+// The device check's change becomes an Event on the Node, in namespace
+// default, with the node's name as uid as kubelet's node events have.
+TEST_F(KubeSideTest, ReporterWritesANodeEvent) {
+  KubeReporter reporter(client_.get(), Logger());
+  reporter.NodeEvent("node-a", kube::EventKind::kWarning, kDevicesChangedReason,
+                     "added MIG-p; removed MIG-y");
+  reporter.Flush();
+  auto events = client_->List(kube::Events(), "default", {});
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  ASSERT_EQ(events->items.size(), 1u);
+  const json& ev = events->items[0];
+  EXPECT_EQ(ev["reason"], kDevicesChangedReason);
+  EXPECT_EQ(ev["type"], "Warning");
+  EXPECT_EQ(ev["note"], "added MIG-p; removed MIG-y");
+  EXPECT_EQ(ev["regarding"]["kind"], "Node");
+  EXPECT_EQ(ev["regarding"]["name"], "node-a");
+  EXPECT_EQ(ev["regarding"]["uid"], "node-a");
+  EXPECT_FALSE(ev["regarding"].contains("namespace"));
+}
+
 TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {
   namespace fs = std::filesystem;
   testing::TempDir dir;

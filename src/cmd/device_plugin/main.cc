@@ -175,6 +175,23 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   return f;
 }
 
+// The message of the Node Event a device check's change gets.
+std::string DescribeDeviceChange(const DeviceChange& c) {
+  auto list = [](const std::vector<std::string>& ids) {
+    if (ids.empty()) return std::string("none");
+    std::string out;
+    for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
+    return out;
+  };
+  std::string msg = "the device check serves a new device set (" + std::to_string(c.devices) +
+                    " devices): added " + list(c.added) + "; removed " + list(c.removed);
+  if (!c.held.empty()) {
+    msg += ". Pods still hold removed devices: " + list(c.held) +
+           "; delete them so that their controllers place them again";
+  }
+  return msg;
+}
+
 int Fatal(const Logger& log, const std::string& what, const Status& st) {
   log.Error(what, {{"error", st.ToString()}});
   std::fprintf(stderr, "accelpool-device-plugin: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -380,6 +397,12 @@ int Run(const Flags& flags) {
         log.Warn("publishing the inventory failed; retried on the next change",
                  {{"error", wrote.status().ToString()}});
       }
+    });
+  }
+  if (KubeReporter* rep = reporter.get(); rep != nullptr) {
+    plugin.OnDevicesChanged([rep, node = flags.node](const DeviceChange& c) {
+      rep->NodeEvent(node, c.held.empty() ? kube::EventKind::kNormal : kube::EventKind::kWarning,
+                     kDevicesChangedReason, DescribeDeviceChange(c));
     });
   }
   std::unique_ptr<PodResourcesClient> pod_resources;

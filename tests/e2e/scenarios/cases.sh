@@ -525,6 +525,13 @@ check "mig-a: the published inventory names the new instance and not the one tha
   wait_for 30 "mig-a inventory" relaid_inventory
 check "mig-a: the plugin logged the change with the ids added and removed" \
   grep -q "the node's devices changed.*MIG-mig-a-6.*MIG-mig-a-3" "${E2E_WORK}/nodes/mig-a/plugin.log"
+node_event() { # the change is an Event on the Node, which kubectl describe node lists
+  kc get events -n default --field-selector reason=AccelpoolDevicesChanged,involvedObject.name=mig-a \
+    -o jsonpath='{.items[*].message}' | grep -q 'added MIG-mig-a-6; removed MIG-mig-a-3' &&
+    kc describe node mig-a | grep -q AccelpoolDevicesChanged
+}
+check "mig-a: an Event AccelpoolDevicesChanged on the Node names the instances added and removed" \
+  wait_for 30 "mig-a node event" node_event
 on_2g() { assigned "$1" '.containers[0].devices[0].id' | grep -Eq '^MIG-mig-a-(2|6)$'; }
 scenario mig-2g-a "$(pod_yaml mig-2g-a '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
 scenario mig-2g-b "$(pod_yaml mig-2g-b '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
