@@ -5,21 +5,10 @@
 #include <set>
 #include <utility>
 
+#include "common/strings.h"
 #include "extender/convert.h"
 
 namespace accelpool::extender {
-namespace {
-
-std::string JoinKeys(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const std::string& k : keys) {
-    out += (out.empty() ? "" : ",") + k;
-  }
-  return out;
-}
-
-}  // namespace
-
 Handlers::Handlers(Extender& ext, PodSource* pods, const ExtenderMetrics* metrics, Logger log,
                    HandlerOptions options)
     : ext_(ext), pods_(pods), metrics_(metrics), log_(std::move(log)), options_(options) {}
@@ -75,7 +64,8 @@ Reply Handlers::Filter(std::string_view body) {
       return BadRequest("filter", args.status());
     }
     if (!args->unknown_keys.empty()) {
-      log_.Debug("ignored unknown keys", {{"verb", "filter"}, {"keys", JoinKeys(args->unknown_keys)}});
+      log_.Debug("ignored unknown keys",
+                 {{"verb", "filter"}, {"keys", StrJoin(args->unknown_keys, ",")}});
     }
     FilterResult out;
     if (!Synced()) {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "api/assignment_codec.h"
+#include "common/strings.h"
 #include "extender/convert.h"
 #include "kube/objects.h"
 
@@ -193,13 +194,7 @@ void CacheFeeder::OnNodeDeleted(const nlohmann::json& node) {
 }
 
 void CacheFeeder::ReportCordon(const NodeEntry& e) {
-  auto join = [](const std::vector<std::string>& ids) {
-    std::string out;
-    for (const std::string& id : ids) {
-      out += (out.empty() ? "" : ",") + id;
-    }
-    return out;
-  };
+  auto join = [](const std::vector<std::string>& ids) { return StrJoin(ids, ","); };
   const std::string cordoned = join(e.cordoned);
   const std::string unknown = join(e.cordon_unknown);
   const std::string now = cordoned + "|" + unknown;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "api/inventory_codec.h"
+#include "common/strings.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -203,18 +204,6 @@ std::vector<std::string> NodePlugin::ServeNewResources() {
   return started;
 }
 
-namespace {
-
-std::string JoinIds(const std::vector<std::string>& ids) {
-  std::string out;
-  for (const std::string& id : ids) {
-    out += (out.empty() ? "" : ",") + id;
-  }
-  return out;
-}
-
-}  // namespace
-
 void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
   for (const std::string& r : ServeNewResources()) {
     pending->insert(r);  // one that could not be served at the last change
@@ -294,10 +283,10 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
   SnapshotPtr snap = state_.Get();
   size_t devices = snap->by_id.size();
   log_.Warn("the node's devices changed; serving the new set",
-            {{"added", JoinIds(added)},
-             {"removed", JoinIds(removed)},
+            {{"added", StrJoin(added, ",")},
+             {"removed", StrJoin(removed, ",")},
              {"devices", static_cast<int64_t>(devices)},
-             {"new_resources", JoinIds(resources)}});
+             {"new_resources", StrJoin(resources, ",")}});
   // Containers keep what they were granted on a removed device; say which.
   DeviceChange change{added, removed, {}, devices};
   std::set<std::string> gone(removed.begin(), removed.end());

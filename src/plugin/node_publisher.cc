@@ -6,6 +6,7 @@
 
 #include "api/assignment_signature.h"
 #include "api/inventory_codec.h"
+#include "common/strings.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -123,10 +124,7 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
 }
 
 StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids) {
-  std::string value;
-  for (const std::string& id : ids) {
-    value += (value.empty() ? "" : ",") + id;
-  }
+  const std::string value = StrJoin(ids, ",");
   std::lock_guard<std::mutex> lock(mu_);
   if (!keys_loaded_) {
     StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);

@@ -23,6 +23,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/strings.h"
 #include "http/http.h"
 #include "kube/client.h"
 #include "kube/config.h"
@@ -178,10 +179,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
 // The message of the Node Event a device check's change gets.
 std::string DescribeDeviceChange(const DeviceChange& c) {
   auto list = [](const std::vector<std::string>& ids) {
-    if (ids.empty()) return std::string("none");
-    std::string out;
-    for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
-    return out;
+    return ids.empty() ? std::string("none") : StrJoin(ids, ", ");
   };
   std::string msg = "the device check serves a new device set (" + std::to_string(c.devices) +
                     " devices): added " + list(c.added) + "; removed " + list(c.removed);

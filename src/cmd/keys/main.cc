@@ -14,6 +14,7 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "http/http.h"
 #include "keys/key_rotation.h"
 #include "kube/client.h"
@@ -128,9 +129,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
 }
 
 std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out.empty() ? "none" : out;
+  return v.empty() ? "none" : StrJoin(v, ", ");
 }
 
 // The state as text, for a person at a terminal.
