@@ -209,17 +209,29 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
     pending->insert(r);  // one that could not be served at the last change
   }
   Discovery found = DiscoverAll(/*quiet=*/true);
+  auto result = [this](const char* r) {
+    if (metrics_ != nullptr) metrics_->DeviceChecked(r);
+  };
   for (size_t i = 0; i < drivers_.size(); ++i) {
     if (found.failed[i] && !served_keys_[i].empty()) {
       // A driver that fails now says nothing about its devices: keep them.
-      log_.Debug("device check: a backend failed; keeping what it serves",
-                 {{"backend", std::string(drivers_[i]->Name())}, {"reason", found.reasons}});
+      // Said once per reason: a library that keeps failing is one warning.
+      if (found.reasons != last_check_failure_) {
+        log_.Warn(
+            "device check: a backend that serves devices failed; they are kept. Check the vendor "
+            "driver on the node",
+            {{"backend", std::string(drivers_[i]->Name())}, {"reason", found.reasons}});
+        last_check_failure_ = found.reasons;
+      }
       candidate_keys_.clear();
+      result("failed");
       return;
     }
   }
+  last_check_failure_.clear();
   if (found.keys == served_keys_) {
     candidate_keys_.clear();
+    result("unchanged");
     return;
   }
   if (found.devices == 0) {
@@ -230,15 +242,18 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
           {{"reason", found.reasons}});
     }
     candidate_keys_ = found.keys;
+    result("empty");
     return;
   }
   if (!at_once && found.keys != candidate_keys_) {
     candidate_keys_ = found.keys;
     log_.Info("the devices found differ from those served; serving them if the next check agrees",
               {{"next_check_ms", static_cast<int64_t>(options_.rediscover_every.count())}});
+    result("pending");
     return;
   }
   candidate_keys_.clear();
+  result("changed");
 
   SnapshotPtr before = state_.Get();
   std::set<std::string> now_ids;
@@ -301,9 +316,6 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
         }
       }
     }
-  }
-  if (metrics_ != nullptr) {
-    metrics_->DeviceSetChanged();
   }
   allocator_->RefreshUsageMetrics();
   if (on_inventory_) {

@@ -143,6 +143,7 @@ class NodePlugin {
   // serves, and a differing set seen once, waiting for its second sighting.
   std::vector<std::string> served_keys_;
   std::vector<std::string> candidate_keys_;
+  std::string last_check_failure_;  // the reasons last warned about
   std::atomic<bool> check_now_{false};
   std::jthread supervisor_;
 };

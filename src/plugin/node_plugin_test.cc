@@ -517,7 +517,11 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
   // The pod keeps its assignment; the removed devices' series go.
   EXPECT_EQ(store.All().size(), 1u);
   std::string text = registry.Serialize();
-  EXPECT_NE(text.find("accelpool_plugin_device_set_changes_total 1"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(accelpool_plugin_device_checks_total{result="changed"} 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(accelpool_plugin_device_checks_total{result="pending"} 1)"),
+            std::string::npos);
   EXPECT_NE(text.find("device=\"MIG-p\""), std::string::npos);
   EXPECT_EQ(text.find("device=\"MIG-z\""), std::string::npos);
   // An Allocate naming a removed instance is refused with the reason.
@@ -567,9 +571,19 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
   auto flapping = std::make_unique<FlappingDriver>(dir.File("inv.json"));
   FlappingDriver* f = flapping.get();
   drivers.push_back(std::move(flapping));
-  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  MetricsRegistry registry;
+  auto metrics = PluginMetrics::New(registry);
+  ASSERT_TRUE(metrics.ok());
+  NodePlugin p(o, std::move(drivers), &store, metrics->get(), nullptr, Logger());
   ASSERT_TRUE(p.Start().ok());
   const std::set<std::string> served = Ids(*p.state().Get());
+  // accelpool_plugin_device_checks_total{result="<result>"} as rendered.
+  auto checks = [&](const std::string& result) {
+    const std::string page = registry.Serialize();
+    const std::string series = "accelpool_plugin_device_checks_total{result=\"" + result + "\"} ";
+    size_t at = page.find(series);
+    return at == std::string::npos ? -1.0 : std::stod(page.substr(at + series.size()));
+  };
   const int64_t version = p.state().Get()->version;
   ASSERT_TRUE(WaitFor([&] { return f->calls() >= 12; }));
   EXPECT_EQ(Ids(*p.state().Get()), served);
@@ -585,6 +599,11 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
   const int seen2 = f->calls();
   ASSERT_TRUE(WaitFor([&] { return f->calls() >= seen2 + 6; }));
   EXPECT_EQ(Ids(*p.state().Get()), served);
+  // Each kind of check was counted, and none served a change.
+  for (const char* r : {"unchanged", "pending", "failed", "empty"}) {
+    EXPECT_GE(checks(r), 1) << r;
+  }
+  EXPECT_EQ(checks("changed"), 0);
 }
 
 // SIGHUP (CheckDevicesNow) serves a change at once, without a second look or

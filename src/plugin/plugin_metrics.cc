@@ -90,10 +90,15 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           {"reason"}),
            &m->container_read_errors_));
   ACCELPOOL_RETURN_IF_ERROR(
-      Take(reg.AddCounter("accelpool_plugin_device_set_changes_total",
-                          "Device checks that found a new device set and served it."),
-           &m->device_set_changes_));
-  m->device_set_changes_->Get();
+      Take(reg.AddCounter("accelpool_plugin_device_checks_total",
+                          "Device checks by result: unchanged, pending (a new set seen once), "
+                          "changed (served), failed (a backend failed; its devices are kept), "
+                          "empty (no device found; the devices are kept).",
+                          {"result"}),
+           &m->device_checks_));
+  for (const char* result : {"unchanged", "pending", "changed", "failed", "empty"}) {
+    m->device_checks_->WithLabels({result});
+  }
   m->key_reload_errors_->Get();
   // Present from the start, so an alert on increase() sees the first one.
   for (const char* reason : {"signature", "other_node", "malformed"}) {
@@ -150,7 +155,9 @@ void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
   capacity_->RemoveIf(gone);
 }
 
-void PluginMetrics::DeviceSetChanged() { device_set_changes_->Get().Inc(); }
+void PluginMetrics::DeviceChecked(const std::string& result) {
+  device_checks_->WithLabels({result}).Inc();
+}
 
 void PluginMetrics::Registered(const std::string& resource) {
   registrations_->WithLabels({resource}).Inc();

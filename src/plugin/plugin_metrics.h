@@ -23,8 +23,11 @@
 //   accelpool_plugin_container_processes{namespace,pod,container}  processes in the region
 //   accelpool_plugin_container_usage_read_errors_total{reason}  regions not read: layout
 //       (another library version, or overwritten), not_regular, io
-//   accelpool_plugin_device_set_changes_total                 device checks that found a
-//       new device set (MIG layout changed, a card added or gone) and served it
+//   accelpool_plugin_device_checks_total{result}              device checks (the plugin's
+//       discovery again every --rediscover-every, or on SIGHUP), by result: unchanged;
+//       pending (a new set seen once, served if the next check agrees); changed (served:
+//       a MIG layout changed, a card added or gone); failed (a backend that serves
+//       devices failed; they are kept); empty (no device found; the devices are kept)
 //
 // The per-device series of a device that leaves the node leave with it
 // (RetainDevices).
@@ -71,7 +74,8 @@ class PluginMetrics {
   // Drops the per-device series (health, allocated, capacity) of devices not
   // in `live`.
   void RetainDevices(const std::set<std::string>& live);
-  void DeviceSetChanged();
+  // One device check and its result (see the series above).
+  void DeviceChecked(const std::string& result);
   // Drops the container series whose {namespace, pod, container} is not in
   // `live`. REQUIRES: called from the one thread that sets them.
   void RetainContainers(const std::set<std::vector<std::string>>& live);
@@ -99,7 +103,7 @@ class PluginMetrics {
   GaugeFamily* container_limit_ = nullptr;
   GaugeFamily* container_processes_ = nullptr;
   CounterFamily* container_read_errors_ = nullptr;
-  CounterFamily* device_set_changes_ = nullptr;
+  CounterFamily* device_checks_ = nullptr;
 };
 
 }  // namespace accelpool::plugin
