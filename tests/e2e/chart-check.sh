@@ -133,11 +133,13 @@ mig_names() { # MIG profiles are count names kube-scheduler checks and the exten
     ! grep -q '"nvidia.com/mig-1g' "${TMP}/default.yaml"
 }
 check "MIG profile names are managed count names, and nvidia.com/mig- routes a pod through the webhook" mig_names
+# A rendered chart is grepped from a here-string, not a pipe: grep -q ends at
+# its first match, and helm, still writing, would die of SIGPIPE (pipefail).
 mig_strategy() { # only the NVIDIA plugin takes --mig-strategy; mixed by default, single settable, others fail
   local out
   [ "$(grep -c -- '- --mig-strategy=mixed$' "${TMP}/all-vendors.yaml")" = 1 ] &&
     [ "$(grep -c -- '--mig-strategy' "${TMP}/all-vendors.yaml")" = 1 ] &&
-    render --set devicePlugin.migStrategy=single | grep -q -- '- --mig-strategy=single$' &&
+    grep -q -- '- --mig-strategy=single$' <<<"$(render --set devicePlugin.migStrategy=single)" &&
     ! out="$(render --set devicePlugin.migStrategy=none 2>&1)" &&
     grep -q 'devicePlugin.migStrategy must be mixed or single, not "none"' <<<"${out}"
 }
@@ -145,7 +147,7 @@ check "devicePlugin.migStrategy reaches the NVIDIA plugin only (mixed, single; a
 rediscover_every() { # every plugin checks its devices every 60s by default; a bad duration fails the render
   local out
   [ "$(grep -c -- '- --rediscover-every=60s$' "${TMP}/all-vendors.yaml")" = "$(grep -c -- '- accelpool-device-plugin$' "${TMP}/all-vendors.yaml")" ] &&
-    render --set devicePlugin.rediscoverEvery=5m | grep -q -- '- --rediscover-every=5m$' &&
+    grep -q -- '- --rediscover-every=5m$' <<<"$(render --set devicePlugin.rediscoverEvery=5m)" &&
     ! out="$(render --set devicePlugin.rediscoverEvery=1minute 2>&1)" &&
     grep -q 'devicePlugin.rediscoverEvery must be a duration such as 60s, 5m or 0s, not "1minute"' <<<"${out}" &&
     ! render --set devicePlugin.rediscoverEvery= >/dev/null 2>&1

@@ -526,9 +526,11 @@ check "mig-a: the published inventory names the new instance and not the one tha
 check "mig-a: the plugin logged the change with the ids added and removed" \
   grep -q "the node's devices changed.*MIG-mig-a-6.*MIG-mig-a-3" "${E2E_WORK}/nodes/mig-a/plugin.log"
 node_event() { # the change is an Event on the Node, which kubectl describe node lists
-  kc get events -n default --field-selector reason=AccelpoolDevicesChanged,involvedObject.name=mig-a \
-    -o jsonpath='{.items[*].message}' | grep -q 'added MIG-mig-a-6; removed MIG-mig-a-3' &&
-    kc describe node mig-a | grep -q AccelpoolDevicesChanged
+  local msgs described
+  msgs="$(kc get events -n default --field-selector reason=AccelpoolDevicesChanged,involvedObject.name=mig-a \
+    -o jsonpath='{.items[*].message}')" && described="$(kc describe node mig-a)" &&
+    grep -q 'added MIG-mig-a-6; removed MIG-mig-a-3' <<<"${msgs}" &&
+    grep -q AccelpoolDevicesChanged <<<"${described}"
 }
 check "mig-a: an Event AccelpoolDevicesChanged on the Node names the instances added and removed" \
   wait_for 30 "mig-a node event" node_event
