@@ -55,11 +55,11 @@ check "every memcap case stops at 4 GiB (16 GiB under MPS), far below the card" 
 check "every memcap case carries its bound (17 cases)" \
   test "$(grep -cE '^cmd=memcap [a-z]+ [0-9]+ [0-9]+ ' "${log}")" -eq 17
 # The whole plan through run_all.sh, as the GPU machine runs it in one 600 s
-# command: the inventory (a plugin stand-in that takes 5 s) counts against
-# the deadline, and a case that would run far past it (1000 s pair windows)
+# command: the inventory (a plugin stand-in that takes 3 s, run twice)
+# counts against the deadline, and a case that would run far past it (1000 s pair windows)
 # is cut, so the run ends by the deadline. Only the named section runs.
 plugin="${out}/plugin"
-printf '#!/bin/bash\nsleep 5\necho "{\\"inventories\\": []}"\n' > "${plugin}"
+printf '#!/bin/bash\nsleep 3\necho "{\\"inventories\\": []}"\n' > "${plugin}"
 chmod +x "${plugin}"
 all_out="${out}/all"
 mkdir -p "${all_out}"
@@ -69,9 +69,13 @@ OUT="${all_out}" ACCELPOOL_PLUGIN_BIN="${plugin}" ENFORCE_SECTIONS="pair" \
   ENFORCE_DEADLINE_S=60 bash "${repo}/scripts/h200/run_all.sh" > "${out}/all.log" 2>&1
 took=$((SECONDS - t0))
 log="${all_out}/enforcement_raw.txt"
-check "run_all ended by its deadline (took ${took}s of 60)" test "${took}" -le 66
-check "the inventory's time was taken off the enforcement deadline" \
-  has '^budget_s=49[0-9] deadline_s=5[0-9]$'
+check "run_all ended by its deadline (took ${took}s of 60)" test "${took}" -le 75
+# What the inventory took depends on the machine's load (ctest runs this beside
+# the Arm emulation): read it from run_all's own line, then check the sums.
+spent="$(sed -n 's/^run_all: inventory took \([0-9]*\)s$/\1/p' "${out}/all.log")"
+check "the inventory ran both discoveries (took ${spent:-?}s, >= 6)" test "${spent:-0}" -ge 6
+check "the inventory's time was taken off the enforcement budget and deadline" \
+  has "^budget_s=$((500 - ${spent:-0})) deadline_s=$((60 - ${spent:-0}))\$"
 check "a case past the deadline had its timeout cut" has '^\(timeout cut from 1060s to'
 check "the cases after it were skipped" test "$(count '^SKIPPED: over the')" -ge 2
 check "ENFORCE_SECTIONS=pair runs the pair and nothing else" \
