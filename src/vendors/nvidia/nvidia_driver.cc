@@ -304,13 +304,33 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   ids_ = std::move(ids);
   minors_ = std::move(minors);
   mig_ = std::move(mig);
+  gpu_uuids_.clear();
+  for (const NvmlDeviceInfo& info : infos) {
+    gpu_uuids_.push_back(info.uuid);
+  }
+  // A GPU that is gone takes its XID state with it; one still here that had
+  // an XID offers its devices, new MIG devices too, as unhealthy.
+  std::erase_if(unhealthy_, [this](const auto& u) { return IndexOfLocked(u.first) < 0; });
+  for (size_t k = 0; k < inv.devices.size(); ++k) {
+    if (unhealthy_.contains(infos[parent[k]].uuid)) {
+      inv.devices[k].healthy = false;
+    }
+  }
   return std::vector<core::NodeInventory>{std::move(inv)};
+}
+
+int32_t NvidiaDriver::IndexOfLocked(const std::string& gpu_uuid) const {
+  for (size_t i = 0; i < gpu_uuids_.size(); ++i) {
+    if (gpu_uuids_[i] == gpu_uuid) {
+      return static_cast<int32_t>(i);
+    }
+  }
+  return -1;
 }
 
 Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   ACCELPOOL_RETURN_IF_ERROR(EnsureInit());
   ACCELPOOL_RETURN_IF_ERROR(nvml_->RegisterXidEvents());
-  std::map<int32_t, Clock::time_point> unhealthy;  // index -> last critical XID
   std::string last_error;
   // A GPU's devices: the GPU, or every MIG device on it.
   auto ids_of = [this](int32_t i) {
@@ -322,6 +342,25 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int32_t>(ids_.size());
   };
+  // A watch that starts again goes on from the last one: the GPUs it left
+  // unhealthy are said so again (the device state may have been rebuilt from
+  // a discovery since), and recover as they would have under it.
+  std::map<std::string, Unhealthy> carried;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    carried = unhealthy_;
+  }
+  for (const auto& [uuid, u] : carried) {
+    int32_t i = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      i = IndexOfLocked(uuid);
+    }
+    for (const std::string& id : ids_of(i)) {
+      spdlog::warn("nvidia: GPU {} ({}) is still unhealthy: {}", i, id, u.reason);
+      sink({core::Vendor::kNvidia, id, false, u.reason});
+    }
+  }
   while (!stop.stop_requested()) {
     StatusOr<std::optional<XidEvent>> ev =
         nvml_->WaitXid(static_cast<int32_t>(options_.event_wait.count()));
@@ -354,8 +393,19 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
           }
         }
         for (int32_t i : hit) {
-          bool was_healthy = unhealthy.find(i) == unhealthy.end();
-          unhealthy[i] = Clock::now();
+          bool was_healthy = false;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size()) {
+              continue;  // not a GPU this node's discovery knows
+            }
+            auto [it, inserted] = unhealthy_.try_emplace(gpu_uuids_[static_cast<size_t>(i)]);
+            it->second.last_xid = Clock::now();
+            if (inserted) {
+              it->second.reason = what;
+            }
+            was_healthy = inserted;
+          }
           for (const std::string& id : was_healthy ? ids_of(i) : std::vector<std::string>()) {
             spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, what);
             sink({core::Vendor::kNvidia, id, false, what});
@@ -363,16 +413,32 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
         }
       }
     }
-    for (auto it = unhealthy.begin(); it != unhealthy.end();) {
-      if (Clock::now() - it->second >= options_.recovery_quiet && nvml_->Probe(it->first).ok()) {
-        for (const std::string& id : ids_of(it->first)) {
-          spdlog::info("nvidia: GPU {} ({}) answers again and had no XID for {} ms; healthy",
-                       it->first, id, options_.recovery_quiet.count());
-          sink({core::Vendor::kNvidia, id, true, "recovered"});
+    std::vector<std::pair<std::string, int32_t>> quiet;  // GPU UUID, index
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [uuid, u] : unhealthy_) {
+        if (Clock::now() - u.last_xid >= options_.recovery_quiet) {
+          quiet.emplace_back(uuid, IndexOfLocked(uuid));
         }
-        it = unhealthy.erase(it);
-      } else {
-        ++it;
+      }
+    }
+    for (const auto& [uuid, i] : quiet) {
+      if (i < 0 || !nvml_->Probe(i).ok()) {
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = unhealthy_.find(uuid);
+        if (it == unhealthy_.end() ||
+            Clock::now() - it->second.last_xid < options_.recovery_quiet) {
+          continue;  // an XID came in meanwhile
+        }
+        unhealthy_.erase(it);
+      }
+      for (const std::string& id : ids_of(i)) {
+        spdlog::info("nvidia: GPU {} ({}) answers again and had no XID for {} ms; healthy", i, id,
+                     options_.recovery_quiet.count());
+        sink({core::Vendor::kNvidia, id, true, "recovered"});
       }
     }
   }

@@ -17,6 +17,10 @@
 // ignored. A wait that answers NVML_ERROR_GPU_IS_LOST (a GPU fell off the
 // bus, NVML does not say which) makes every GPU unhealthy. A device that had an XID becomes healthy
 // again once no XID arrived for `recovery_quiet` and it answers a query.
+// Which GPUs are unhealthy is kept by GPU UUID across discoveries and health
+// watches: a watch started again (the device plugin does so after a MIG
+// layout change) goes on from where the last one was, and a discovery reports
+// the devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_NVIDIA_NVIDIA_DRIVER_H_
@@ -90,6 +94,14 @@ class NvidiaDriver : public VendorDriver {
     int32_t compute_instance = -1;
   };
 
+  // A GPU made unhealthy by an XID, until it recovers.
+  struct Unhealthy {
+    std::chrono::steady_clock::time_point last_xid;
+    std::string reason;
+  };
+  // The NVML index of a GPU UUID now, or -1; mu_ held.
+  int32_t IndexOfLocked(const std::string& gpu_uuid) const;
+
   const NvmlLibraryPtr nvml_;
   const NvidiaOptions options_;
 
@@ -97,6 +109,8 @@ class NvidiaDriver : public VendorDriver {
   bool initialized_ = false;               // guarded by mu_
   // Device ids by NVML index: the GPU's UUID, or its MIG devices' UUIDs.
   std::vector<std::vector<std::string>> ids_;  // guarded by mu_
+  std::vector<std::string> gpu_uuids_;         // GPU UUID by NVML index; guarded by mu_
+  std::map<std::string, Unhealthy> unhealthy_;  // by GPU UUID; guarded by mu_
   std::map<std::string, int32_t> minors_;      // id -> GPU minor; guarded by mu_
   std::map<std::string, MigPlace> mig_;        // MIG id -> place; guarded by mu_
   LoggedLines discovery_lines_;                // what the last Discover logged

@@ -374,6 +374,69 @@ TEST(NvidiaDriverTest, DiscoveringAgainReadsANewMigLayoutForTheRunningHealthWatc
   EXPECT_FALSE(events[0].healthy);
 }
 
+// The device plugin starts a watch again after a MIG layout change. A GPU
+// that an earlier watch made unhealthy stays so through the change (its new
+// MIG devices with it) until it recovers; one that left the node is
+// forgotten.
+TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
+  lib->devices[0].mig_enabled = true;
+  lib->migs.insert_or_assign(0, StatusOr<std::vector<NvmlMigInfo>>(
+                                    std::vector<NvmlMigInfo>{{"MIG-a", 1, 0, 1, 1, 16384, 16}}));
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
+  lib->probe_ok = false;  // the GPUs do not answer: no recovery yet
+  {
+    testing::HealthRecorder health(d);
+    lib->Push(std::optional<XidEvent>(XidEvent{0, 48}));
+    lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
+    ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(2)));
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].device_id, "MIG-a");
+    EXPECT_EQ(events[1].device_id, "GPU-1002-h200");
+  }
+  // GPU 0 gets a new layout; GPU 2 is taken out of the node.
+  lib->migs.insert_or_assign(
+      0, StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{
+             {"MIG-b", 2, 0, 1, 1, 16384, 16}, {"MIG-c", 3, 0, 1, 1, 16384, 16}}));
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  auto after = d.Discover();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  std::map<std::string, bool> healthy;
+  for (const core::Device& dev : (*after)[0].devices) {
+    healthy[dev.id] = dev.healthy;
+  }
+  EXPECT_EQ(healthy, (std::map<std::string, bool>{
+                         {"MIG-b", false}, {"MIG-c", false}, {"GPU-1001-h200", true}}));
+  // The new watch says so again at once, and recovers GPU 0 when it answers.
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(2)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(health.Count(), 2u) << "recovered while the GPU does not answer";
+  lib->probe_ok = true;
+  ASSERT_TRUE(health.WaitFor(4, std::chrono::seconds(2)));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].device_id, "MIG-b");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("XID 48"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, "MIG-c");
+  EXPECT_FALSE(events[1].healthy);
+  EXPECT_TRUE(events[2].healthy);
+  EXPECT_TRUE(events[3].healthy);
+  // Recovered for good: the next discovery offers the GPU's devices healthy.
+  auto again = d.Discover();
+  ASSERT_TRUE(again.ok());
+  for (const core::Device& dev : (*again)[0].devices) {
+    EXPECT_TRUE(dev.healthy) << dev.id;
+  }
+}
+
 TEST(NvidiaDriverTest, XidClassification) {
   for (uint64_t x : {13u, 31u, 43u, 45u, 68u, 109u}) {
     EXPECT_TRUE(IsIgnoredXid(x, {})) << x;
