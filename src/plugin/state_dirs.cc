@@ -1,13 +1,12 @@
 #include "plugin/state_dirs.h"
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <system_error>
 #include <utility>
 
 #include "api/assignment_codec.h"
+#include "plugin/file_replace.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -171,38 +170,14 @@ Status StateDirs::WriteLimits(const std::string& dir, std::string_view content) 
     return InvalidArgumentError("refusing the limits file of " + dir +
                                 ": it is not directly under " + root_);
   }
-  const std::string final_path = LimitsFile(dir);
-  {
-    // Unchanged (kubelet's Allocate again for the same container): keep it.
-    // Replacing a file by rename makes ext4 flush it, a cost on every call.
-    std::ifstream in(final_path, std::ios::binary);
-    std::string current((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in && current == content) {
-      return Status::Ok();
-    }
-  }
+  // Unchanged (kubelet's Allocate again for the same container): kept, as
+  // replacing a file by rename makes ext4 flush it, a cost on every call.
   // Written whole, then renamed: the mount never shows a partial file.
-  const std::string tmp = final_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.close();
-    if (!out) {
-      return UnavailableError("cannot write the limits file " + tmp + "; check that " + root_ +
-                              " is mounted writable into the plugin");
-    }
-  }
-  std::error_code ec;
-  fs::permissions(tmp,
-                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                      fs::perms::others_read,
-                  fs::perm_options::replace, ec);
-  if (!ec) {
-    fs::rename(tmp, final_path, ec);
-  }
-  if (ec) {
-    fs::remove(tmp, ec);
-    return UnavailableError("cannot install the limits file " + final_path + ": " + ec.message());
+  bool written = false;
+  Status st = ReplaceFileIfChanged(LimitsFile(dir), content, ReplaceOptions(), &written);
+  if (!st.ok()) {
+    return st.WithPrefix("the limits file (check that " + root_ +
+                         " is mounted writable into the plugin)");
   }
   return Status::Ok();
 }

@@ -146,13 +146,31 @@ mig_strategy() { # only the NVIDIA plugin takes --mig-strategy; mixed by default
 check "devicePlugin.migStrategy reaches the NVIDIA plugin only (mixed, single; anything else fails)" mig_strategy
 rediscover_every() { # every plugin checks its devices every 60s by default; a bad duration fails the render
   local out
-  [ "$(grep -c -- '- --rediscover-every=60s$' "${TMP}/all-vendors.yaml")" = "$(grep -c -- '- accelpool-device-plugin$' "${TMP}/all-vendors.yaml")" ] &&
+  [ "$(grep -c -- '- --rediscover-every=60s$' "${TMP}/all-vendors.yaml")" = "$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")" ] &&
     grep -q -- '- --rediscover-every=5m$' <<<"$(render --set devicePlugin.rediscoverEvery=5m)" &&
     ! out="$(render --set devicePlugin.rediscoverEvery=1minute 2>&1)" &&
     grep -q 'devicePlugin.rediscoverEvery must be a duration such as 60s, 5m or 0s, not "1minute"' <<<"${out}" &&
     ! render --set devicePlugin.rediscoverEvery= >/dev/null 2>&1
 }
 check "devicePlugin.rediscoverEvery reaches every plugin (60s by default; a bad duration fails)" rediscover_every
+install_cuda_library() { # the NVIDIA plugin's init container installs the library the Dockerfile ships
+  local out ds
+  ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ids-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ids-*.yaml)"
+  [ "$(grep -c -- '- name: install-cuda-library$' "${TMP}/all-vendors.yaml")" = 1 ] &&
+    grep -q -- '- name: install-cuda-library$' "${ds}" &&
+    grep -q -- '- --install-cuda-library=/usr/local/lib/accelpool/libaccelpool-cuda.so$' "${ds}" &&
+    grep -q 'COPY --from=build /out/lib/ /usr/local/lib/accelpool/' "${REPO}/Dockerfile" &&
+    [ "$(grep -c -- '- --preload-file=/usr/local/accelpool/ld.so.preload$' "${TMP}/all-vendors.yaml")" = \
+      "$(( $(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml") + 1 ))" ] &&
+    grep -q -- '- {name: preload-dir, mountPath: /usr/local/accelpool, readOnly: true}' "${ds}" &&
+    ! grep -q -- 'install-cuda-library' <<<"$(render --set devicePlugin.vendors.nvidia.enabled=true --set devicePlugin.installCudaLibrary=false)" &&
+    out="$(render --set devicePlugin.preloadFile=/usr/local/accelpool/lib/ld.so.preload)" &&
+    ! grep -q 'preload-dir' <<<"${out}" &&
+    grep -q -- '- --preload-file=/usr/local/accelpool/lib/ld.so.preload$' <<<"${out}" &&
+    ! out="$(render --set devicePlugin.preloadFile=ld.so.preload 2>&1)" &&
+    grep -q 'devicePlugin.preloadFile must be an absolute file path, not "ld.so.preload"' <<<"${out}"
+}
+check "devicePlugin.installCudaLibrary: the NVIDIA plugin's init container installs the image's library and preload file (off: none); preloadFile reaches every plugin, a relative one fails" install_cuda_library
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \

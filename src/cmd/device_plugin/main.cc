@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "api/inventory_codec.h"
@@ -28,6 +29,7 @@
 #include "kube/client.h"
 #include "kube/config.h"
 #include "plugin/kube_reporter.h"
+#include "plugin/library_install.h"
 #include "plugin/node_plugin.h"
 #include "plugin/node_publisher.h"
 #include "plugin/pod_resources.h"
@@ -61,7 +63,13 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default /var/lib/accelpool/containers)
   --cuda-library=FILE       host path of libaccelpool-cuda.so
                             (default /usr/local/accelpool/lib/libaccelpool-cuda.so)
+  --preload-file=FILE       host file mounted at /etc/ld.so.preload in fractional NVIDIA
+                            containers (default /usr/local/accelpool/ld.so.preload)
   --no-preload              do not mount /etc/ld.so.preload into fractional NVIDIA containers
+  --install-cuda-library=FILE
+                            install FILE (the library in the image) at --cuda-library and
+                            write --preload-file naming it, then exit: each file is replaced
+                            by rename, never rewritten, so running containers keep theirs
   --no-enforcement          do not add the libaccelpool-cuda contract at all
   --nvidia-sharing=MODE     shim|mps: how fractional NVIDIA grants are held to their share
                             (default shim; mps needs an MPS control daemon on the node)
@@ -91,6 +99,8 @@ struct Flags {
   std::chrono::seconds rediscover{60};
   std::string state_root = "/var/lib/accelpool/containers";
   std::string cuda_library = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
+  std::string preload_file = "/usr/local/accelpool/ld.so.preload";
+  std::string install_cuda_library;
   std::string nvidia_sharing = "shim";
   std::string mig_strategy = "mixed";
   std::string mps_pipe_dir = "/tmp/nvidia-mps";
@@ -117,6 +127,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"rediscover-every", &f.rediscover_every},
                                                  {"state-root", &f.state_root},
                                                  {"cuda-library", &f.cuda_library},
+                                                 {"preload-file", &f.preload_file},
+                                                 {"install-cuda-library", &f.install_cuda_library},
                                                  {"nvidia-sharing", &f.nvidia_sharing},
                                                  {"mig-strategy", &f.mig_strategy},
                                                  {"mps-pipe-dir", &f.mps_pipe_dir},
@@ -134,7 +146,13 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.node = env;
     }
   }
-  if (f.node.empty() && !f.print_inventory) {
+  for (const auto& [value, flag] : {std::pair{&f.cuda_library, "--cuda-library"},
+                                    std::pair{&f.preload_file, "--preload-file"}}) {
+    if (value->empty() || (*value)[0] != '/') {
+      return InvalidArgumentError(std::string(flag) + " must be an absolute host path");
+    }
+  }
+  if (f.node.empty() && !f.print_inventory && f.install_cuda_library.empty()) {
     return InvalidArgumentError(
         "the node name is unknown; pass --node-name or set NODE_NAME "
         "from the downward API (spec.nodeName)");
@@ -215,6 +233,23 @@ int PrintInventory(std::vector<vendors::VendorDriverPtr>& drivers) {
   return doc.inventories.empty() ? 1 : rc;
 }
 
+// --install-cuda-library: the chart's init container on NVIDIA nodes.
+int InstallLibrary(const Flags& flags, const Logger& log) {
+  LibraryInstall install{flags.install_cuda_library, flags.cuda_library, flags.preload_file,
+                         EnforcementOptions().library_container};
+  StatusOr<LibraryInstallResult> r = InstallEnforcementLibrary(install);
+  if (!r.ok()) {
+    return Fatal(log, "installing the enforcement library", r.status());
+  }
+  auto said = [](bool written) { return std::string(written ? "installed" : "unchanged"); };
+  log.Info("enforcement library ready on this node", {{"library", flags.cuda_library},
+                                                      {"library_file", said(r->library_written)},
+                                                      {"bytes", r->library_bytes},
+                                                      {"preload_file", flags.preload_file},
+                                                      {"preload", said(r->preload_written)}});
+  return 0;
+}
+
 int Run(const Flags& flags) {
   LogOptions lo;
   lo.level = flags.log_level;
@@ -228,6 +263,9 @@ int Run(const Flags& flags) {
   vendors::BackendOptions bo{flags.backend, flags.node, flags.fake_inventory,
                              static_cast<int32_t>(std::stoi(flags.max_shares)),
                              flags.mig_strategy == "single"};
+  if (!flags.install_cuda_library.empty()) {
+    return InstallLibrary(flags, log);
+  }
   if (flags.print_inventory) {
     StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::MakeBackends(bo, &skipped);
     if (!drivers.ok()) {
@@ -322,6 +360,16 @@ int Run(const Flags& flags) {
     }
   }
 
+  const bool shim = !flags.no_enforcement && flags.nvidia_sharing == "shim";
+  for (const auto& d : *drivers) {
+    if (!shim || d->Name() != "nvidia") continue;
+    if (std::string missing =
+            MissingEnforcementFiles(flags.cuda_library, flags.preload_file, !flags.no_preload);
+        !missing.empty()) {
+      log.Warn("the enforcement library is not installed", {{"reason", missing}});
+    }
+  }
+
   AssignmentStore store;
   // Only a plugin that makes state dirs removes them (--no-enforcement: none).
   const StateDirs state_dirs(flags.state_root);
@@ -378,6 +426,7 @@ int Run(const Flags& flags) {
   po.enforcement.preload = !flags.no_preload;
   po.enforcement.state_root = flags.state_root;
   po.enforcement.library_host = flags.cuda_library;
+  po.enforcement.preload_host = flags.preload_file;
   po.enforcement.cdi = flags.cdi;
   po.enforcement.sharing =
       flags.nvidia_sharing == "mps" ? NvidiaSharing::kMps : NvidiaSharing::kShim;
