@@ -96,6 +96,12 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           "empty (no device found; the devices are kept).",
                           {"result"}),
            &m->device_checks_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_enforcement_files_missing",
+                        "1 while libaccelpool-cuda.so or the preload file that fractional NVIDIA "
+                        "containers mount is missing on the node (they cannot start)."),
+           &m->enforcement_missing_));
+  m->enforcement_missing_->Get().Set(0);
   for (const char* result : {"unchanged", "pending", "changed", "failed", "empty"}) {
     m->device_checks_->WithLabels({result});
   }
@@ -157,6 +163,10 @@ void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
 
 void PluginMetrics::DeviceChecked(const std::string& result) {
   device_checks_->WithLabels({result}).Inc();
+}
+
+void PluginMetrics::SetEnforcementFilesMissing(bool missing) {
+  enforcement_missing_->Get().Set(missing ? 1 : 0);
 }
 
 void PluginMetrics::Registered(const std::string& resource) {

@@ -28,6 +28,9 @@
 //       pending (a new set seen once, served if the next check agrees); changed (served:
 //       a MIG layout changed, a card added or gone); failed (a backend that serves
 //       devices failed; they are kept); empty (no device found; the devices are kept)
+//   accelpool_plugin_enforcement_files_missing                1 while libaccelpool-cuda.so or
+//       the preload file that fractional NVIDIA containers mount is not on the node
+//       (such containers cannot start); 0 when both are, or the plugin mounts none
 //
 // The per-device series of a device that leaves the node leave with it
 // (RetainDevices).
@@ -76,6 +79,7 @@ class PluginMetrics {
   void RetainDevices(const std::set<std::string>& live);
   // One device check and its result (see the series above).
   void DeviceChecked(const std::string& result);
+  void SetEnforcementFilesMissing(bool missing);
   // Drops the container series whose {namespace, pod, container} is not in
   // `live`. REQUIRES: called from the one thread that sets them.
   void RetainContainers(const std::set<std::vector<std::string>>& live);
@@ -104,6 +108,7 @@ class PluginMetrics {
   GaugeFamily* container_processes_ = nullptr;
   CounterFamily* container_read_errors_ = nullptr;
   CounterFamily* device_checks_ = nullptr;
+  GaugeFamily* enforcement_missing_ = nullptr;
 };
 
 }  // namespace accelpool::plugin

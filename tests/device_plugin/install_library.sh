@@ -44,10 +44,13 @@ check "a missing source says the image does not ship it" \
 
 # The running plugin checks the files it hands to containers.
 ln -s "${fake}" "${dir}/libnvidia-ml.so.1"
-serve() {  # serve <log> <cuda-library>: start the plugin until its log shows it serving
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+serve() {  # serve <log> <cuda-library>: run the plugin until it serves; <log>.metrics: its /metrics
   mkdir -p "${dir}/plugins"
+  local port
+  port="$(free_port)"
   ACCELPOOL_FAKE_COUNT=1 LD_LIBRARY_PATH="${dir}" "${plugin}" --backend=nvidia --no-kube \
-    --node-name=n --device-plugin-dir="${dir}/plugins" --metrics-listen= \
+    --node-name=n --device-plugin-dir="${dir}/plugins" --metrics-listen="127.0.0.1:${port}" \
     --state-root="${dir}/state" --cuda-library="$2" --preload-file="${preload}" \
     --pod-resources-socket= >"$1" 2>&1 &
   pid=$!
@@ -55,6 +58,7 @@ serve() {  # serve <log> <cuda-library>: start the plugin until its log shows it
     grep -q '"msg":"serving"' "$1" && break
     sleep 0.1
   done
+  curl -fsS --max-time 5 "http://127.0.0.1:${port}/metrics" >"$1.metrics" 2>&1
   kill "${pid}" 2>/dev/null
   wait "${pid}" 2>/dev/null
   pid=""
@@ -63,8 +67,12 @@ serve "${dir}/serve-missing.log" "${dir}/nowhere/libaccelpool-cuda.so"
 check "a plugin whose library is missing warns, naming it and what to do" \
   grep -q 'enforcement library is not installed.*nowhere/libaccelpool-cuda.so.*--install-cuda-library' \
   "${dir}/serve-missing.log"
+check "... and /metrics says so" \
+  grep -q '^accelpool_plugin_enforcement_files_missing 1$' "${dir}/serve-missing.log.metrics"
 serve "${dir}/serve-ok.log" "${lib}"
-check "a plugin whose library is installed does not" \
+check "a plugin whose library is installed has accelpool_plugin_enforcement_files_missing 0" \
+  grep -q '^accelpool_plugin_enforcement_files_missing 0$' "${dir}/serve-ok.log.metrics"
+check "... and does not warn" \
   bash -c "! grep -q 'enforcement library is not installed' '${dir}/serve-ok.log'"
 check "... and it did start serving" grep -q '"msg":"serving"' "${dir}/serve-ok.log"
 echo "install library: ${fails} failed"

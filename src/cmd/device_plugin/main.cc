@@ -360,15 +360,29 @@ int Run(const Flags& flags) {
     }
   }
 
-  const bool shim = !flags.no_enforcement && flags.nvidia_sharing == "shim";
+  // The files fractional NVIDIA containers mount: checked now and with every
+  // state-dir sweep (5 min), said when that changes.
+  bool mounts_library = false;
   for (const auto& d : *drivers) {
-    if (!shim || d->Name() != "nvidia") continue;
-    if (std::string missing =
-            MissingEnforcementFiles(flags.cuda_library, flags.preload_file, !flags.no_preload);
-        !missing.empty()) {
-      log.Warn("the enforcement library is not installed", {{"reason", missing}});
-    }
+    mounts_library |=
+        !flags.no_enforcement && flags.nvidia_sharing == "shim" && d->Name() == "nvidia";
   }
+  std::string library_missing;
+  auto check_library = [&, m = metrics->get()] {
+    if (!mounts_library) return;
+    std::string missing =
+        MissingEnforcementFiles(flags.cuda_library, flags.preload_file, !flags.no_preload);
+    if (missing != library_missing) {
+      if (!missing.empty()) {
+        log.Warn("the enforcement library is not installed", {{"reason", missing}});
+      } else {
+        log.Info("the enforcement library is installed", {{"library", flags.cuda_library}});
+      }
+    }
+    library_missing = missing;
+    if (m != nullptr) m->SetEnforcementFilesMissing(!missing.empty());
+  };
+  check_library();
 
   AssignmentStore store;
   // Only a plugin that makes state dirs removes them (--no-enforcement: none).
@@ -496,8 +510,11 @@ int Run(const Flags& flags) {
   constexpr int kSweepEvery = 60;
   int ticks = 0;
   while (true) {
-    if (pods != nullptr && ticks++ % kSweepEvery == 0) {
-      static_cast<void>(pods->SweepStateDirs());  // logged there
+    if (ticks++ % kSweepEvery == 0) {
+      if (pods != nullptr) {
+        static_cast<void>(pods->SweepStateDirs());  // logged there
+      }
+      check_library();
     }
     timespec tick{5, 0};
     int sig = sigtimedwait(&set, nullptr, &tick);
