@@ -71,6 +71,11 @@ Status ReplaceFileIfChanged(const std::string& path, std::string_view content,
   *written = false;
   StatusOr<std::string> current = ReadRegularFile(path, static_cast<int64_t>(content.size()));
   if (current.ok() && *current == content) {
+    // Same bytes: the file stays (same inode); only its mode is put right.
+    std::error_code ec;
+    if (fs::status(path, ec).permissions() != options.perms && !ec) {
+      fs::permissions(path, options.perms, fs::perm_options::replace, ec);
+    }
     return Status::Ok();
   }
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());

@@ -31,7 +31,8 @@ struct ReplaceOptions {
 StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes);
 
 // Puts `content` at `path` unless it already holds exactly that (then
-// nothing is written: *written = false). Leaves no temporary file behind on
+// nothing is written, *written = false, and only a mode other than
+// `options.perms` is changed). Leaves no temporary file behind on
 // failure. The error names the path and the system's reason.
 Status ReplaceFileIfChanged(const std::string& path, std::string_view content,
                             const ReplaceOptions& options, bool* written);

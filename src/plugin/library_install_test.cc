@@ -71,12 +71,16 @@ TEST_F(LibraryInstallTest, InstallsBothFilesAndWritesNothingTheSecondTime) {
   const ino_t library_inode = Inode(in.library);
   const ino_t preload_inode = Inode(in.preload_file);
 
+  std::filesystem::permissions(in.library, perms::owner_read | perms::owner_write,
+                               std::filesystem::perm_options::replace);
   StatusOr<LibraryInstallResult> again = InstallEnforcementLibrary(in);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE(again->library_written);
   EXPECT_FALSE(again->preload_written);
   EXPECT_EQ(Inode(in.library), library_inode);
   EXPECT_EQ(Inode(in.preload_file), preload_inode);
+  EXPECT_NE(std::filesystem::status(in.library).permissions() & perms::others_read, perms::none)
+      << "a library left unreadable to containers' users was not put right";
 }
 
 // What HAMi's plugin does on a restart (copying over the mapped library)
