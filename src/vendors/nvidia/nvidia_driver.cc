@@ -300,10 +300,29 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     }
   }
 
+  // The recovery query, on every GPU: one that fails it starts unhealthy.
+  std::vector<std::string> probe_failed(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (Status p = nvml_->Probe(static_cast<int32_t>(i)); !p.ok()) {
+      probe_failed[i] = p.message();
+      notes.Add(DiscoveryLog::Level::kWarn,
+                fmt::format("nvidia: GPU {} ({}) fails its health query at discovery ({}); its "
+                            "devices are unhealthy until it answers",
+                            i, infos[i].uuid, p.message()));
+    }
+  }
+
   std::lock_guard<std::mutex> lock(mu_);
   ids_ = std::move(ids);
   minors_ = std::move(minors);
   mig_ = std::move(mig);
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!probe_failed[i].empty() && !unhealthy_.contains(infos[i].uuid)) {
+      // Due for the recovery query at the watch's next turn.
+      unhealthy_[infos[i].uuid] = {Clock::now() - options_.recovery_quiet,
+                                   "fails its health query: " + probe_failed[i], false};
+    }
+  }
   gpu_uuids_.clear();
   for (const NvmlDeviceInfo& info : infos) {
     gpu_uuids_.push_back(info.uuid);
@@ -342,26 +361,30 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int32_t>(ids_.size());
   };
-  // A watch that starts again goes on from the last one: the GPUs it left
-  // unhealthy are said so again (the device state may have been rebuilt from
-  // a discovery since), and recover as they would have under it.
-  std::map<std::string, Unhealthy> carried;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    carried = unhealthy_;
-  }
-  for (const auto& [uuid, u] : carried) {
-    int32_t i = -1;
+  // Says which GPUs are unhealthy: at the start, all of them (a watch that
+  // starts again goes on from the last one, and the device state may have
+  // been rebuilt from a discovery since); then those a discovery found.
+  auto announce = [&](bool all_of_them) {
+    std::vector<std::pair<int32_t, std::string>> said;  // index, reason
     {
       std::lock_guard<std::mutex> lock(mu_);
-      i = IndexOfLocked(uuid);
+      for (auto& [uuid, u] : unhealthy_) {
+        if (all_of_them || !u.announced) {
+          u.announced = true;
+          said.emplace_back(IndexOfLocked(uuid), u.reason);
+        }
+      }
     }
-    for (const std::string& id : ids_of(i)) {
-      spdlog::warn("nvidia: GPU {} ({}) is still unhealthy: {}", i, id, u.reason);
-      sink({core::Vendor::kNvidia, id, false, u.reason});
+    for (const auto& [i, reason] : said) {
+      for (const std::string& id : ids_of(i)) {
+        spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, reason);
+        sink({core::Vendor::kNvidia, id, false, reason});
+      }
     }
-  }
+  };
+  announce(true);
   while (!stop.stop_requested()) {
+    announce(false);
     StatusOr<std::optional<XidEvent>> ev =
         nvml_->WaitXid(static_cast<int32_t>(options_.event_wait.count()));
     if (!ev.ok()) {

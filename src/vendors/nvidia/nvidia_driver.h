@@ -21,6 +21,10 @@
 // watches: a watch started again (the device plugin does so after a MIG
 // layout change) goes on from where the last one was, and a discovery reports
 // the devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
+// Discovery also probes every GPU (the recovery query: it answers, and no
+// rows wait for remapping): one that fails is unhealthy from the start (a
+// plugin started after the XID, on a GPU that still needs a reset), and the
+// running watch says so; it recovers as above.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_NVIDIA_NVIDIA_DRIVER_H_
@@ -98,6 +102,7 @@ class NvidiaDriver : public VendorDriver {
   struct Unhealthy {
     std::chrono::steady_clock::time_point last_xid;
     std::string reason;
+    bool announced = true;  // false: found by a discovery; the watch has not said it yet
   };
   // The NVML index of a GPU UUID now, or -1; mu_ held.
   int32_t IndexOfLocked(const std::string& gpu_uuid) const;

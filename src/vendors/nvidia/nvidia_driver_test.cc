@@ -70,6 +70,9 @@ class FakeNvml : public NvmlLibrary {
     return std::optional<XidEvent>();
   }
   Status Probe(int32_t i) override {
+    if (((probe_fail_mask.load() >> i) & 1u) != 0) {
+      return FailedPreconditionError("rows are pending remapping; reset the GPU");
+    }
     return probe_ok.load() ? Status::Ok() : UnavailableError("GPU " + std::to_string(i) + " lost");
   }
 
@@ -90,6 +93,7 @@ class FakeNvml : public NvmlLibrary {
   Status init_status;
   int32_t fail_info_index = -1;
   std::atomic<bool> probe_ok{true};
+  std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
   std::mutex mu;
   std::deque<StatusOr<std::optional<XidEvent>>> queue;
 };
@@ -388,7 +392,7 @@ TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch)
                                     std::vector<NvmlMigInfo>{{"MIG-a", 1, 0, 1, 1, 16384, 16}}));
   NvidiaDriver d(std::move(owned), Options());
   ASSERT_TRUE(d.Discover().ok());
-  lib->probe_ok = false;  // the GPUs do not answer: no recovery yet
+  lib->probe_fail_mask = 0b101;  // GPUs 0 and 2 do not answer: no recovery yet
   {
     testing::HealthRecorder health(d);
     lib->Push(std::optional<XidEvent>(XidEvent{0, 48}));
@@ -405,6 +409,7 @@ TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch)
              {"MIG-b", 2, 0, 1, 1, 16384, 16}, {"MIG-c", 3, 0, 1, 1, 16384, 16}}));
   lib->devices.resize(2);
   lib->links = {{}, {}};
+  lib->probe_fail_mask = 0b001;
   auto after = d.Discover();
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   std::map<std::string, bool> healthy;
@@ -418,7 +423,7 @@ TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch)
   ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(2)));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(health.Count(), 2u) << "recovered while the GPU does not answer";
-  lib->probe_ok = true;
+  lib->probe_fail_mask = 0;
   ASSERT_TRUE(health.WaitFor(4, std::chrono::seconds(2)));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 4u);
@@ -435,6 +440,48 @@ TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch)
   for (const core::Device& dev : (*again)[0].devices) {
     EXPECT_TRUE(dev.healthy) << dev.id;
   }
+}
+
+// A GPU that fails its health query when discovered (a plugin started after
+// the XID, or rows waiting for a reset) starts unhealthy, recovers when it
+// answers, and one that starts failing is found by the next discovery while
+// the watch runs.
+TEST(NvidiaDriverTest, AGpuFailingItsProbeAtDiscoveryStartsUnhealthy) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
+  lib->probe_fail_mask = 0b010;
+  NvidiaDriver d(std::move(owned), Options());
+  auto first = d.Discover();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const auto& devs = (*first)[0].devices;
+  ASSERT_EQ(devs.size(), 3u);
+  EXPECT_TRUE(devs[0].healthy);
+  EXPECT_FALSE(devs[1].healthy);
+  EXPECT_TRUE(devs[2].healthy);
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(health.Count(), 1u) << "recovered while the GPU fails its query";
+  lib->probe_fail_mask = 0;
+  ASSERT_TRUE(health.WaitFor(2));
+  // GPU 2 starts failing; the next discovery (the plugin's device check)
+  // finds it, and the running watch says so.
+  lib->probe_fail_mask = 0b100;
+  auto again = d.Discover();
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE((*again)[0].devices[2].healthy);
+  ASSERT_TRUE(health.WaitFor(3));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("pending remapping"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
+  EXPECT_TRUE(events[1].healthy);
+  EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
+  EXPECT_FALSE(events[2].healthy);
 }
 
 TEST(NvidiaDriverTest, XidClassification) {

@@ -243,6 +243,37 @@ TEST(NvmlBindingTest, GpuWithRowsPendingRemapStaysUnhealthyUntilReset) {
   EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
 }
 
+// A plugin that starts after the XID (a restart, an upgrade) on a GPU whose
+// rows still wait for remapping: discovery offers the GPU unhealthy, and it
+// recovers once the reset leaves nothing pending.
+TEST(NvmlBindingTest, GpuWithRowsPendingRemapAtDiscoveryStartsUnhealthy) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);  // no XIDs
+  auto xid = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_xid"));
+  ASSERT_NE(xid, nullptr);
+  xid(79, 3);  // GPU 3: rows pending remapping
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  for (size_t i = 0; i < invs->front().devices.size(); ++i) {
+    EXPECT_EQ(invs->front().devices[i].healthy, i != 3) << i;
+  }
+  HealthRecorder health(**driver);
+  ASSERT_TRUE(health.WaitFor(1));
+  EXPECT_FALSE(health.WaitFor(2, std::chrono::milliseconds(300)))
+      << "a GPU waiting for a reset was reported healthy";
+  xid(79, -1);  // the GPU was reset: nothing pending
+  ASSERT_TRUE(health.WaitFor(2));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, invs->front().devices[3].id);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("pending remapping"), std::string::npos) << events[0].reason;
+  EXPECT_TRUE(events[1].healthy);
+}
+
 // A GPU in MIG mode is offered as its MIG devices: read through
 // nvmlDeviceGetMigDeviceHandleByIndex (empty slots skipped), named by their
 // profile, handed to a container with the parent's node and the capability
