@@ -182,14 +182,15 @@ void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& r
 }
 
 void KubeReporter::NodeEvent(const std::string& node, kube::EventKind kind,
-                             const std::string& reason, const std::string& message) {
+                             const std::string& reason, const std::string& message,
+                             const std::string& action) {
   PodRef about{"", node, "", ""};  // for the log lines of a failed write
-  Post("", "node event", about, [this, node, kind, reason, message] {
+  Post("", "node event", about, [this, node, kind, reason, message, action] {
     kube::ObjectRef ref;
     ref.kind = "Node";
     ref.name = node;
     ref.uid = node;
-    return kube::CreateEvent(*client_, ref, kind, reason, message, kReporterName, "DeviceCheck");
+    return kube::CreateEvent(*client_, ref, kind, reason, message, kReporterName, action);
   });
 }
 

@@ -56,11 +56,12 @@ class KubeReporter : public PodReporter {
   void Flush();
 
   // Queues an Event about Node `node` (kDevicesChangedReason: the plugin's
-  // device check served a new device set). Its involvedObject carries the
-  // node's name as uid, as kubelet's node events do, so that
-  // `kubectl describe node` lists it.
+  // device check served a new device set; kDeviceUnhealthyReason /
+  // kDeviceHealthyReason: a device's health changed). Its involvedObject
+  // carries the node's name as uid, as kubelet's node events do, so that
+  // `kubectl describe node` lists it. `action`: the Event's action.
   void NodeEvent(const std::string& node, kube::EventKind kind, const std::string& reason,
-                 const std::string& message);
+                 const std::string& message, const std::string& action = "DeviceCheck");
 
   // PodReporter:
   void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override;

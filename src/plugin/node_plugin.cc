@@ -338,6 +338,9 @@ void NodePlugin::HealthChanged(const vendors::HealthEvent& e) {
   if (on_inventory_) {
     on_inventory_(state_.Get()->inventories);
   }
+  if (on_health_changed_) {
+    on_health_changed_(e);
+  }
 }
 
 void NodePlugin::Supervise(std::stop_token stop) {

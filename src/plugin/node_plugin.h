@@ -96,6 +96,12 @@ class NodePlugin {
     on_devices_changed_ = std::move(fn);
   }
 
+  // Calls `fn` after a device's health changed, from the backend's health
+  // thread (for an Event on the Node). Set before Start().
+  void OnHealthChanged(std::function<void(const vendors::HealthEvent&)> fn) {
+    on_health_changed_ = std::move(fn);
+  }
+
   // Asks the supervisor to discover again now and to serve a change without
   // waiting for a second check (SIGHUP: the operator changed the devices).
   void CheckDevicesNow() { check_now_.store(true); }
@@ -138,6 +144,7 @@ class NodePlugin {
   std::vector<std::unique_ptr<ResourceServer>> servers_;
   std::function<void(const std::vector<core::NodeInventory>&)> on_inventory_;
   std::function<void(const DeviceChange&)> on_devices_changed_;
+  std::function<void(const vendors::HealthEvent&)> on_health_changed_;
   std::vector<std::jthread> health_threads_;  // per driver
   // The device check (supervisor thread only after Start): what each driver
   // serves, and a differing set seen once, waiting for its second sighting.

@@ -44,9 +44,27 @@ class NodePluginTest : public ::testing::Test {
     o.enforcement.state_root = dir_.File("containers");
     plugin_ = std::make_unique<NodePlugin>(o, std::move(drivers), &store_, metrics_.get(),
                                            &reporter_, Logger());
+    plugin_->OnHealthChanged([this](const vendors::HealthEvent& e) {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      health_changes_.push_back(e.device_id + (e.healthy ? " healthy" : " unhealthy"));
+    });
     ASSERT_TRUE(plugin_->Start().ok());
   }
   void TearDown() override { plugin_.reset(); }
+
+  // The health changes OnHealthChanged reported, once there are `n`.
+  std::vector<std::string> HealthChanges(size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(health_mu_);
+        if (health_changes_.size() >= n) return health_changes_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::lock_guard<std::mutex> lock(health_mu_);
+    return health_changes_;
+  }
 
   std::string EndpointOf(const std::string& resource) {
     for (const auto& r : kubelet_.WaitRegistrations(2, kWait)) {
@@ -64,6 +82,8 @@ class NodePluginTest : public ::testing::Test {
   AssignmentStore store_;
   testing::RecordingReporter reporter_;
   vendors::fake::FakeDriver* fake_ = nullptr;
+  std::mutex health_mu_;
+  std::vector<std::string> health_changes_;  // guarded by health_mu_
   std::unique_ptr<NodePlugin> plugin_;
 };
 
@@ -152,6 +172,8 @@ TEST_F(NodePluginTest, ListAndWatchStreamsHealthChangesBothWays) {
   ASSERT_TRUE(reader->Read(&resp));
   EXPECT_EQ(health_of(resp, "GPU-b::9"), "Healthy");
   ctx.TryCancel();
+  // Each change reached OnHealthChanged once (the Node's Events), in order.
+  EXPECT_EQ(HealthChanges(2), (std::vector<std::string>{"GPU-b unhealthy", "GPU-b healthy"}));
 }
 
 TEST_F(NodePluginTest, PreferredThenAllocateOverGrpc) {

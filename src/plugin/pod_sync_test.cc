@@ -14,6 +14,7 @@
 #include "core/profiles.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
+#include "plugin/health_events.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/node_publisher.h"
 #include "plugin/test_util.h"
@@ -774,6 +775,19 @@ TEST_F(KubeSideTest, ReporterWritesANodeEvent) {
   EXPECT_EQ(ev["regarding"]["name"], "node-a");
   EXPECT_EQ(ev["regarding"]["uid"], "node-a");
   EXPECT_FALSE(ev["regarding"].contains("namespace"));
+  EXPECT_EQ(ev["action"], "DeviceCheck");
+  // A health change: its own reason and action.
+  HealthNotice n{"GPU-a", "nvidia", false, "XID 48 (double-bit ECC error)", 0};
+  reporter.NodeEvent("node-a", kube::EventKind::kWarning, n.EventReason(), n.Message(), "Health");
+  reporter.Flush();
+  events = client_->List(kube::Events(), "default", {});
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->items.size(), 2u);
+  const json& health =
+      events->items[0]["reason"] == kDeviceUnhealthyReason ? events->items[0] : events->items[1];
+  EXPECT_EQ(health["reason"], kDeviceUnhealthyReason);
+  EXPECT_EQ(health["action"], "Health");
+  EXPECT_EQ(health["note"], n.Message());
 }
 
 TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {

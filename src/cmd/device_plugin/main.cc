@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "http/http.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "plugin/health_events.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/library_install.h"
 #include "plugin/node_plugin.h"
@@ -446,6 +448,9 @@ int Run(const Flags& flags) {
       flags.nvidia_sharing == "mps" ? NvidiaSharing::kMps : NvidiaSharing::kShim;
   po.enforcement.mps_pipe_dir = flags.mps_pipe_dir;
   po.enforcement.mps_shm_dir = flags.mps_shm_dir;
+  // Health changes become Events on the Node, at most one per device a
+  // minute (a flapping device's changes are folded; the tick below sends them).
+  HealthEvents health_events(std::chrono::seconds(60));
   PodSync* pod_sync = pods.get();
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
@@ -460,10 +465,20 @@ int Run(const Flags& flags) {
       }
     });
   }
+  auto post_health = [rep = reporter.get(), node = flags.node](const HealthNotice& n) {
+    rep->NodeEvent(node, n.healthy ? kube::EventKind::kNormal : kube::EventKind::kWarning,
+                   n.EventReason(), n.Message(), "Health");
+  };
   if (KubeReporter* rep = reporter.get(); rep != nullptr) {
     plugin.OnDevicesChanged([rep, node = flags.node](const DeviceChange& c) {
       rep->NodeEvent(node, c.held.empty() ? kube::EventKind::kNormal : kube::EventKind::kWarning,
                      kDevicesChangedReason, DescribeDeviceChange(c));
+    });
+    plugin.OnHealthChanged([&health_events, post_health](const vendors::HealthEvent& e) {
+      std::optional<HealthNotice> now = health_events.Changed(
+          {e.device_id, std::string(core::VendorName(e.vendor)), e.healthy, e.reason, 0},
+          HealthEvents::Clock::now());
+      if (now) post_health(*now);
     });
   }
   std::unique_ptr<PodResourcesClient> pod_resources;
@@ -519,6 +534,11 @@ int Run(const Flags& flags) {
     timespec tick{5, 0};
     int sig = sigtimedwait(&set, nullptr, &tick);
     if (sig < 0) {
+      if (reporter != nullptr) {
+        for (const HealthNotice& n : health_events.Due(HealthEvents::Clock::now())) {
+          post_health(n);
+        }
+      }
       plugin.allocator().RefreshUsageMetrics();
       if (pub != nullptr) {
         StatusOr<bool> wrote = pub->Publish(plugin.state().Get()->inventories);

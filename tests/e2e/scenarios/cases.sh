@@ -370,6 +370,14 @@ healthy_count() { [ "$(node_resources "$1" | jq '[.[] | .allocatable] | add')" =
 P8="$(free_node p800)" || P8=p800-2
 set_health "${P8}" 0 false
 check "unhealthy device leaves kubelet's allocatable (ListAndWatch)" wait_for 30 "${P8} at 7" healthy_count "${P8}" 7
+health_event() { # NODE REASON TEXT: an Event REASON about the Node, with TEXT in its message
+  local msgs
+  msgs="$(kc get events -n default --field-selector "reason=$2,involvedObject.name=$1" \
+    -o jsonpath='{range .items[*]}{.type} {.message}{"\n"}{end}')" && grep -q -- "$3" <<<"${msgs}"
+}
+check "${P8}: a Warning Event AccelpoolDeviceUnhealthy on the Node names the device and the reason" \
+  wait_for 30 "unhealthy event" health_event "${P8}" AccelpoolDeviceUnhealthy \
+  "^Warning device [^ ]* (kunlunxin) is unhealthy: marked unhealthy in the inventory file"
 sync_capacity "${P8}"
 check "Node status drops to 7 kunlunxin.com/xpu" node_has "${P8}" kunlunxin.com/xpu 7
 check "an 8-device pod cannot bind on ${P8} with one device unhealthy" stays_pending p800-full \
@@ -534,6 +542,11 @@ node_event() { # the change is an Event on the Node, which kubectl describe node
 }
 check "mig-a: an Event AccelpoolDevicesChanged on the Node names the instances added and removed" \
   wait_for 30 "mig-a node event" node_event
+# The P800 device's recovery (above) came within a minute of its unhealthy
+# Event: folded, and sent once the minute is over.
+check "${P8}: the recovery is a Normal Event AccelpoolDeviceHealthy, sent a minute after the first" \
+  wait_for 90 "healthy event" health_event "${P8}" AccelpoolDeviceHealthy \
+  "^Normal device [^ ]* (kunlunxin) is healthy again (marked healthy in the inventory file)"
 on_2g() { assigned "$1" '.containers[0].devices[0].id' | grep -Eq '^MIG-mig-a-(2|6)$'; }
 scenario mig-2g-a "$(pod_yaml mig-2g-a '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
 scenario mig-2g-b "$(pod_yaml mig-2g-b '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
