@@ -163,7 +163,7 @@ install_cuda_library() { # the NVIDIA plugin's init container installs the libra
     [ "$(grep -c -- '- --preload-file=/usr/local/accelpool/ld.so.preload$' "${TMP}/all-vendors.yaml")" = \
       "$(( $(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml") + 1 ))" ] &&
     grep -q -- '- {name: preload-dir, mountPath: /usr/local/accelpool, readOnly: true}' "${ds}" &&
-    ! grep -q -- 'install-cuda-library' <<<"$(render --set devicePlugin.vendors.nvidia.enabled=true --set devicePlugin.installCudaLibrary=false)" &&
+    ! grep -q -- '- --install-cuda-library=' <<<"$(render --set devicePlugin.vendors.nvidia.enabled=true --set devicePlugin.installCudaLibrary=false)" &&
     out="$(render --set devicePlugin.preloadFile=/usr/local/accelpool/lib/ld.so.preload)" &&
     ! grep -q 'preload-dir' <<<"${out}" &&
     grep -q -- '- --preload-file=/usr/local/accelpool/lib/ld.so.preload$' <<<"${out}" &&
