@@ -220,6 +220,19 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     }
     work(0, std::min(nodes.size(), chunk));
   }
+  if (options_.refresh_node) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const std::vector<core::FitReason>& why = plans[i]->reasons;
+      if (!plans[i]->fits() &&
+          std::any_of(
+              why.begin(), why.end(),
+              [](const core::FitReason& r) { return r.reason == core::Reason::kCordoned; }) &&
+          options_.refresh_node(nodes[i])) {
+        snaps[i] = cache_.Node(nodes[i]);
+        plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
+      }
+    }
+  }
 
   FilterDecision d;
   core::ReasonAggregator agg;

@@ -30,8 +30,9 @@
 
 #include <array>
 #include <chrono>
-#include <deque>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,14 @@ struct ExtenderOptions {
   // fails the pod in preemption ("expected at least one victim pod"), and it
   // then waits in kube-scheduler's unschedulable queue for minutes.
   std::chrono::milliseconds preemption_wait{1000};
+  // Re-reads one node from the apiserver into the cache, and says whether it
+  // did (NodeRefresher limits how often). Called by a filter for a node that
+  // turned the pod away because of cordoned devices: kube-scheduler retries
+  // a pod on the Node update that takes a card out of the annotation a moment
+  // before this extender's watch delivers it, and a filter answered from the
+  // older view would leave the pod waiting for the next event (minutes).
+  // Empty: never.
+  std::function<bool(const std::string& node)> refresh_node;
 };
 
 // Prometheus families of the extender (registered once per registry).

@@ -269,4 +269,27 @@ void CacheFeeder::OnPodDeleted(const nlohmann::json& pod) {
   }
 }
 
+bool NodeRefresher::Refresh(const std::string& node) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, first] = last_.try_emplace(node, now);
+    if (!first) {
+      if (now - it->second < min_interval_) {
+        return false;
+      }
+      it->second = now;
+    }
+  }
+  StatusOr<nlohmann::json> got = client_.Get(kube::Nodes(), "", node);
+  if (!got.ok()) {
+    log_.Warn("re-reading a node with cordoned devices failed; its watch brings the next change",
+              {{"node", node}, {"error", got.status().ToString()}});
+    return false;
+  }
+  feeder_.OnNode(*got);
+  log_.Debug("node re-read: a pod was turned away for its cordoned devices", {{"node", node}});
+  return true;
+}
+
 }  // namespace accelpool::extender

@@ -144,6 +144,28 @@ class CacheFeeder {
   std::map<std::string, std::string> cordon_logged_;  // node -> what was logged; by cordon_mu_
 };
 
+// Re-reads a node from the apiserver into the cache through the feeder
+// (ExtenderOptions::refresh_node), at most once per node per `min_interval`.
+// Thread-safety: Refresh may be called from any thread.
+class NodeRefresher {
+ public:
+  NodeRefresher(kube::KubeClient& client, CacheFeeder& feeder,
+                std::chrono::milliseconds min_interval, Logger log)
+      : client_(client), feeder_(feeder), min_interval_(min_interval), log_(std::move(log)) {}
+
+  // True when the node was read and applied; false when it was read less
+  // than `min_interval` ago, or the read failed (logged).
+  bool Refresh(const std::string& node);
+
+ private:
+  kube::KubeClient& client_;
+  CacheFeeder& feeder_;
+  const std::chrono::milliseconds min_interval_;
+  const Logger log_;
+  std::mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_
+};
+
 }  // namespace accelpool::extender
 
 #endif  // ACCELPOOL_EXTENDER_KUBE_ADAPTERS_H_

@@ -52,6 +52,43 @@ class KubeAdaptersTest : public kube::testing::FakeApiTest {
   }
 };
 
+// kube-scheduler retries a pod on the Node update that takes a card out of
+// accelpool.io/cordoned-devices, a moment before the extender's own watch
+// delivers it. The filter that would turn the pod away for cordoned devices
+// re-reads the node, so the pod goes in on that retry; a node is re-read at
+// most once per interval.
+TEST_F(KubeAdaptersTest, AFilterTurningAPodAwayForCordonedDevicesReReadsTheNode) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  nlohmann::json cordoned = Node("node-a");
+  std::string ids;
+  for (const auto& d : testing::GpuNode("node-a").devices) {
+    ids += (ids.empty() ? "" : ",") + d.id;
+  }
+  cordoned["metadata"]["annotations"][kCordonedDevicesAnnotation] = ids;
+  feeder.OnNode(cordoned);  // what the watch delivered last
+  NodeRefresher refresher(*client_, feeder, std::chrono::seconds(60), Logger());
+  ExtenderOptions o;
+  o.refresh_node = [&refresher](const std::string& n) { return refresher.Refresh(n); };
+  auto ext = Extender::Create(cache, o, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  // The apiserver already has the card back in service (no annotation).
+  api_.Put("/api/v1/nodes", Node("node-a"));
+  FilterDecision d = (*ext)->Filter(testing::MakePod("p", {Gpu(2)}), {"node-a"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"node-a"});
+  // Cordoned again, in the cache and the apiserver; the card then returns in
+  // the apiserver only: within the interval the node is not read again.
+  feeder.OnNode(cordoned);
+  api_.Put("/api/v1/nodes", Node("node-a"));
+  d = (*ext)->Filter(testing::MakePod("q", {Gpu(2)}), {"node-a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_NE(d.unresolvable["node-a"].find("cordoned"), std::string::npos)
+      << d.unresolvable["node-a"];
+  // A node the apiserver does not have: no crash, the pod is turned away.
+  NodeRefresher other(*client_, feeder, std::chrono::seconds(0), Logger());
+  EXPECT_FALSE(other.Refresh("node-gone"));
+}
+
 TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());

@@ -372,12 +372,17 @@ int Run(const Flags& flags) {
   eo.policy = flags.policy;
   eo.filter_threads = flags.filter_threads;
   eo.pick_in_filter = flags.pick_in_filter;
+  // Nodes first, so pods find their node's inventory when they arrive.
+  CacheFeeder feeder(cache, log.Child("cache"));
+  // A pod turned away for cordoned devices re-reads that node (at most every
+  // 2 s): kube-scheduler retries it on the Node update a moment before the
+  // node informer below delivers the same update.
+  NodeRefresher refresher(**client, feeder, std::chrono::seconds(2), log.Child("cache"));
+  eo.refresh_node = [&refresher](const std::string& node) { return refresher.Refresh(node); };
   StatusOr<std::unique_ptr<Extender>> ext =
       Extender::Create(cache, eo, &writer, &events, &*metrics, log.Child("extender"));
   if (!ext.ok()) return fatal("bad --policy", ext.status());
 
-  // Nodes first, so pods find their node's inventory when they arrive.
-  CacheFeeder feeder(cache, log.Child("cache"));
   kube::InformerOptions node_options;
   node_options.resource = kube::Nodes();
   kube::Informer nodes(**client, node_options, feeder.NodeHandlers(), log.Child("nodes"));
