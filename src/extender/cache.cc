@@ -396,6 +396,29 @@ void Cache::MarkBound(const std::string& uid) {
 void Cache::Release(const std::string& uid) {
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   EraseRecordLocked(uid);
+  gone_.erase(uid);
+}
+
+std::vector<std::string> Cache::BoundPods(const std::string& node) const {
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  std::vector<std::string> uids;
+  if (auto by_node = pods_by_node_.find(node); by_node != pods_by_node_.end()) {
+    for (const std::string& uid : by_node->second) {
+      if (auto it = pods_.find(uid); it != pods_.end() && it->second.bound) {
+        uids.push_back(uid);
+      }
+    }
+  }
+  return uids;
+}
+
+void Cache::ReleaseGone(const std::string& uid) {
+  constexpr auto kRemember = std::chrono::minutes(10);
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  std::erase_if(gone_, [&](const auto& entry) { return now - entry.second > kRemember; });
+  EraseRecordLocked(uid);
+  gone_[uid] = now;
 }
 
 Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
@@ -405,6 +428,9 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
   const std::optional<PodAssignment> a =
       observed.has_value() && observed->empty() ? std::nullopt : observed;
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  if (gone_.contains(pod.uid)) {
+    return Status::Ok();  // an older event of a pod known gone (ReleaseGone)
+  }
   auto it = pods_.find(pod.uid);
   if (node_name.empty()) {
     return Status::Ok();  // not bound yet: a reservation in flight stays

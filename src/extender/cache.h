@@ -109,6 +109,14 @@ class Cache {
   // Gives a pod's devices back (failed bind, deleted or finished pod). No-op
   // for an unknown uid.
   void Release(const std::string& uid);
+  // Uids of the pods recorded bound to `node` (MarkBound, or observed bound).
+  std::vector<std::string> BoundPods(const std::string& node) const;
+  // Releases a pod that a fresh read of the apiserver shows gone or finished
+  // before the pod watch says so, and ignores its observations from then on:
+  // the watch may still deliver older events of it, and taking one would book
+  // its devices again, perhaps under a pod placed there since. Release() (its
+  // deletion arriving) ends that, as do 10 minutes.
+  void ReleaseGone(const std::string& uid);
   // What the apiserver shows: a pod bound to a node with this assignment
   // (nullopt: no valid assignment), or not bound yet. Reconciles the record:
   // a different assignment replaces a reservation; an unbound pod keeps its
@@ -220,6 +228,8 @@ class Cache {
   std::map<std::string, PodRecord> pods_;                        // guarded by pods_mu_
   std::map<std::string, std::set<std::string>> pods_by_node_;    // guarded by pods_mu_
   std::map<std::string, std::map<std::string, int>> jobs_;       // guarded by pods_mu_
+  // ReleaseGone's pods, by uid: when each was released.
+  std::map<std::string, std::chrono::steady_clock::time_point> gone_;  // guarded by pods_mu_
 };
 
 }  // namespace accelpool::extender

@@ -54,6 +54,26 @@ TEST(CacheTest, ReserveReleaseAndVersions) {
   EXPECT_EQ(c.Reserve(Ref("p3"), Shared("missing", 0, 1, 0), 0).code(), StatusCode::kNotFound);
 }
 
+TEST(CacheTest, APodReleasedAsGoneIgnoresItsOlderEventsUntilItsDeletion) {
+  Cache c;
+  AddGpuNode(c, "a");
+  ASSERT_TRUE(c.ObservePod(Ref("p1"), "a", Shared("a", 0, 4096, 0)).ok());
+  ASSERT_TRUE(c.Reserve(Ref("p2"), Shared("a", 1, 4096, 0), c.Node("a")->version).ok());
+  EXPECT_EQ(c.BoundPods("a"), std::vector<std::string>{"p1"});  // p2 is only reserved
+  EXPECT_TRUE(c.BoundPods("b").empty());
+  c.ReleaseGone("p1");
+  EXPECT_EQ(UsedMemory(c, "a", 0), 0);
+  // The watch, behind the apiserver, still shows p1 bound: nothing is booked.
+  EXPECT_TRUE(c.ObservePod(Ref("p1"), "a", Shared("a", 0, 4096, 0)).ok());
+  EXPECT_EQ(c.Assignment("p1"), std::nullopt);
+  EXPECT_EQ(UsedMemory(c, "a", 0), 0);
+  // Its deletion arrives; the uid is forgotten (a uid is never reused, so a
+  // later observation is taken again).
+  c.Release("p1");
+  ASSERT_TRUE(c.ObservePod(Ref("p1"), "a", Shared("a", 0, 4096, 0)).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 0), 4096);
+}
+
 TEST(CacheTest, OvercommitIsRefused) {
   Cache c;
   AddGpuNode(c, "a");

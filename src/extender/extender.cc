@@ -195,6 +195,28 @@ std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const s
   return plan;
 }
 
+void Extender::RecheckBusyNodes(const PodInfo& pod, const std::string& shape,
+                                const core::Policy& policy, const std::vector<std::string>& nodes,
+                                std::vector<NodeSnapshotPtr>& snaps,
+                                std::vector<std::shared_ptr<const NodePlan>>& plans) {
+  int asked = 0;
+  for (size_t i = 0; i < nodes.size() && asked < kMaxPodRechecks; ++i) {
+    if (snaps[i] == nullptr || plans[i]->code != core::FitCode::kUnschedulable) {
+      continue;
+    }
+    ++asked;
+    const RecheckResult r = options_.recheck_pods(nodes[i]);
+    if (metrics_ != nullptr) {
+      static constexpr const char* kNames[] = {"skipped", "failed", "unchanged", "freed"};
+      metrics_->pod_rechecks->WithLabels({kNames[static_cast<int>(r)]}).Inc();
+    }
+    if (r == RecheckResult::kFreed) {
+      snaps[i] = cache_.Node(nodes[i]);
+      plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
+    }
+  }
+}
+
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
   AwaitVictims(pod, nodes);
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
@@ -232,6 +254,10 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
         plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
       }
     }
+  }
+  if (options_.recheck_pods &&
+      std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
+    RecheckBusyNodes(pod, shape, policy, nodes, snaps, plans);
   }
 
   FilterDecision d;

@@ -83,6 +83,15 @@ std::string CanonicalPolicy(std::string_view annotation);
 // Threads a filter call uses for `configured` (ExtenderOptions::filter_threads).
 size_t FilterThreads(int configured);
 
+// What ExtenderOptions::recheck_pods did.
+enum class RecheckResult {
+  kSkipped,    // not read: the node, or all nodes, were read too recently
+  kFailed,     // the read failed (logged)
+  kUnchanged,  // read; every pod the cache holds there is still there
+  kFreed,      // read; pods gone or finished were freed
+};
+inline constexpr int kMaxPodRechecks = 8;
+
 struct ExtenderOptions {
   std::string policy = "accelpool";  // a core::PolicyNames() entry
   core::PolicyContext policy_context;
@@ -119,6 +128,14 @@ struct ExtenderOptions {
   // older view would leave the pod waiting for the next event (minutes).
   // Empty: never.
   std::function<bool(const std::string& node)> refresh_node;
+  // Reads the pods bound to one node from the apiserver and frees in the cache
+  // those it shows gone or finished (PodRechecker limits how often). Called by
+  // a filter that finds no node, for up to kMaxPodRechecks nodes that turned
+  // the pod away only for devices their pods hold: kube-scheduler retries a
+  // pod on another pod's deletion a moment before this extender's watch
+  // delivers it, and a filter answered from the older view would leave the pod
+  // waiting for the next event (minutes on a quiet cluster). Empty: never.
+  std::function<RecheckResult(const std::string& node)> recheck_pods;
 };
 
 // Prometheus families of the extender (registered once per registry).
@@ -141,6 +158,7 @@ struct ExtenderMetrics {
   CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
   CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir
   CounterFamily* preemption_waits = nullptr;   // result (released|timeout)
+  CounterFamily* pod_rechecks = nullptr;       // result (freed|unchanged|failed|skipped)
   GaugeFamily* node_host_free = nullptr;       // node, resource (cpu|memory)
   GaugeFamily* host_pods = nullptr;
   GaugeFamily* workload_shapes = nullptr;
@@ -239,6 +257,12 @@ class Extender {
   // Shared with the memo: a plan is never copied on a hit.
   std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
                                              const NodeSnapshot* snap, const core::Policy& policy);
+  // Filter's recheck (ExtenderOptions::recheck_pods) of the first
+  // kMaxPodRechecks nodes that could fit once their pods leave; plans again
+  // the nodes where pods were freed.
+  void RecheckBusyNodes(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
+                        const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
+                        std::vector<std::shared_ptr<const NodePlan>>& plans);
 
   Cache& cache_;
   const ExtenderOptions options_;

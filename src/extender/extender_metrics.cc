@@ -56,6 +56,12 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
       "Filters of a preemptor that waited for its victims' deletions to reach the cache, by "
       "result (released: they arrived; timeout: they were still held).",
       {"result"});
+  auto rechecks = r.AddCounter(
+      "accelpool_extender_pod_rechecks_total",
+      "Reads of one node's pods from the apiserver by a filter that found no node, by result "
+      "(freed: pods gone or finished were freed before their watch events arrived; unchanged; "
+      "failed; skipped: read too recently).",
+      {"result"});
   auto host_free =
       r.AddGauge("accelpool_extender_node_host_free",
                  "Host CPU (cores) and memory (MiB) per node not requested by its pods, as the "
@@ -80,7 +86,8 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
         filter.status(),    conflicts.status(), failures.status(),   nodes.status(),
         pods.status(),      uncounted.status(), age.status(),        dev_mem.status(),
         dev_cmp.status(),   node_mem.status(),  node_cmp.status(),   cordoned.status(),
-        bad.status(),       edits.status(),     key_errors.status(), preemption_waits.status()}) {
+        bad.status(),       edits.status(),     key_errors.status(), preemption_waits.status(),
+        rechecks.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -101,6 +108,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.assignment_edits = *edits;
   m.key_reload_errors = *key_errors;
   m.preemption_waits = *preemption_waits;
+  m.pod_rechecks = *rechecks;
   m.node_host_free = *host_free;
   m.host_pods = *host_pods;
   m.workload_shapes = *shapes;

@@ -1,6 +1,9 @@
 #include "extender/kube_adapters.h"
 
+#include <algorithm>
+#include <set>
 #include <utility>
+#include <vector>
 
 #include "api/assignment_codec.h"
 #include "common/strings.h"
@@ -290,6 +293,71 @@ bool NodeRefresher::Refresh(const std::string& node) {
   feeder_.OnNode(*got);
   log_.Debug("node re-read: a pod was turned away for its cordoned devices", {{"node", node}});
   return true;
+}
+
+PodRechecker::PodRechecker(kube::KubeClient& client, Cache& cache, std::string scheduler_name,
+                           std::chrono::milliseconds per_node, double qps, Logger log)
+    : client_(client),
+      cache_(cache),
+      scheduler_name_(std::move(scheduler_name)),
+      per_node_(per_node),
+      bucket_(qps, std::max(1, static_cast<int>(qps))),
+      log_(std::move(log)) {}
+
+RecheckResult PodRechecker::Recheck(const std::string& node) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = last_.find(node);
+    if (it != last_.end() && now - it->second < per_node_) {
+      return RecheckResult::kSkipped;
+    }
+    if (!bucket_.TryAcquire()) {
+      return RecheckResult::kSkipped;
+    }
+    last_[node] = now;
+    if (last_.size() > 4096) {  // forget nodes read long ago
+      std::erase_if(last_, [&](const auto& e) { return now - e.second >= per_node_; });
+    }
+  }
+  // Taken before the read: a pod bound after this is not judged by it.
+  const std::vector<std::string> held = cache_.BoundPods(node);
+  if (held.empty()) {
+    return RecheckResult::kUnchanged;
+  }
+  kube::ListOptions o;
+  o.field_selector = "spec.nodeName=" + node;
+  if (!scheduler_name_.empty()) {
+    o.field_selector += ",spec.schedulerName=" + scheduler_name_;
+  }
+  StatusOr<kube::ListResult> listed = client_.List(kube::Pods(), "", o);
+  if (!listed.ok()) {
+    log_.Warn(
+        "reading a node's pods for a pod that found no node failed; their watch brings "
+        "the next change",
+        {{"node", node}, {"error", listed.status().ToString()}});
+    return RecheckResult::kFailed;
+  }
+  std::set<std::string> present;  // listed and not finished
+  for (const nlohmann::json& item : listed->items) {
+    ObservedPod seen = ObservePodJson(item);
+    if (!seen.ref.uid.empty() && !seen.finished) {
+      present.insert(seen.ref.uid);
+    }
+  }
+  int freed = 0;
+  for (const std::string& uid : held) {
+    if (!present.contains(uid)) {
+      cache_.ReleaseGone(uid);
+      ++freed;
+    }
+  }
+  if (freed == 0) {
+    return RecheckResult::kUnchanged;
+  }
+  log_.Info("pods gone from a node before their watch events arrived; their devices are free",
+            {{"node", node}, {"pods", static_cast<int64_t>(freed)}});
+  return RecheckResult::kFreed;
 }
 
 }  // namespace accelpool::extender

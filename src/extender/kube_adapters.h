@@ -12,6 +12,8 @@
 //                  (inventory annotation, domain labels) and pods (assignment
 //                  annotation, spec.nodeName, phase). Finished and deleted pods
 //                  give their devices back.
+//   NodeRefresher  re-reads one node for a filter (cordoned devices).
+//   PodRechecker   re-reads one node's pods for a filter (pods gone).
 //
 // Thread-safety: all classes may be used from any thread; CacheFeeder's
 // callbacks are called by informer threads.
@@ -36,6 +38,7 @@
 #include "extender/handlers.h"
 #include "kube/client.h"
 #include "kube/informer.h"
+#include "kube/rate_limiter.h"
 
 namespace accelpool::extender {
 
@@ -161,6 +164,32 @@ class NodeRefresher {
   kube::KubeClient& client_;
   CacheFeeder& feeder_;
   const std::chrono::milliseconds min_interval_;
+  const Logger log_;
+  std::mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_
+};
+
+// Reads the pods bound to one node from the apiserver and frees in the cache
+// those that are gone or finished (ExtenderOptions::recheck_pods): at most
+// once per node per `per_node`, and `qps` reads a second over all nodes.
+// Only pods the cache knew bound before the read are freed when the read
+// lacks them: the read is a consistent list, so such a pod was deleted; a
+// pod bound while the read was in flight is left alone. Freed pods go
+// through Cache::ReleaseGone, so their late watch events book nothing.
+// Thread-safety: Recheck may be called from any thread.
+class PodRechecker {
+ public:
+  PodRechecker(kube::KubeClient& client, Cache& cache, std::string scheduler_name,
+               std::chrono::milliseconds per_node, double qps, Logger log);
+
+  RecheckResult Recheck(const std::string& node);
+
+ private:
+  kube::KubeClient& client_;
+  Cache& cache_;
+  const std::string scheduler_name_;
+  const std::chrono::milliseconds per_node_;
+  kube::TokenBucket bucket_;
   const Logger log_;
   std::mutex mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_

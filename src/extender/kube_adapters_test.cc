@@ -89,6 +89,120 @@ TEST_F(KubeAdaptersTest, AFilterTurningAPodAwayForCordonedDevicesReReadsTheNode)
   EXPECT_FALSE(other.Refresh("node-gone"));
 }
 
+// kube-scheduler retries a pod on another pod's deletion (or completion) a
+// moment before the extender's pod watch delivers it. A filter that finds no
+// node re-reads the pods of the nodes that turned the pod away only for
+// devices held, and frees those the apiserver shows gone or finished; older
+// watch events of a freed pod book nothing again.
+TEST_F(KubeAdaptersTest, AFilterThatFindsNoNodeFreesPodsTheApiserverShowsGone) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnNode(Node("node-a"));
+  MetricsRegistry registry;
+  StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
+  ASSERT_TRUE(metrics.ok());
+  KubePodWriter writer(*client_, cache);
+  PodRechecker rechecker(*client_, cache, "accelpool-scheduler", std::chrono::milliseconds(0),
+                         1000.0, Logger());
+  ExtenderOptions o;
+  o.recheck_pods = [&rechecker](const std::string& n) { return rechecker.Recheck(n); };
+  auto ext = Extender::Create(cache, o, &writer, nullptr, &*metrics, Logger());
+  ASSERT_TRUE(ext.ok());
+  // Four pods of 2 GPUs fill the node, each bound through the apiserver.
+  std::vector<nlohmann::json> bound;
+  for (int i = 1; i <= 4; ++i) {
+    const std::string name = "p" + std::to_string(i);
+    api_.Put("/api/v1/namespaces/ns/pods", Pod(name, "uid-" + std::to_string(i)));
+    StatusOr<PodInfo> info = PodInfoFromJson(Pod(name, "uid-" + std::to_string(i)));
+    ASSERT_TRUE(info.ok());
+    ASSERT_TRUE((*ext)->Bind(*info, "node-a").ok());
+    bound.push_back(*api_.Object("/api/v1/namespaces/ns/pods", name));
+  }
+  ASSERT_EQ(cache.Stats().pods_bound, 4);
+  const PodInfo waiting = testing::MakePod("w", {Gpu(2)});
+  // Every pod still there: the node is read, nothing is freed.
+  FilterDecision d = (*ext)->Filter(waiting, {"node-a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_NE(
+      registry.Serialize().find(R"(accelpool_extender_pod_rechecks_total{result="unchanged"} 1)"),
+      std::string::npos);
+  // p1 is deleted and p2 has finished, in the apiserver only.
+  api_.Remove("/api/v1/namespaces/ns/pods", "p1");
+  nlohmann::json done = bound[1];
+  done["status"]["phase"] = "Succeeded";
+  api_.Put("/api/v1/namespaces/ns/pods", done);
+  d = (*ext)->Filter(waiting, {"node-a"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"node-a"});
+  EXPECT_EQ(cache.Assignment("uid-1"), std::nullopt);
+  EXPECT_EQ(cache.Assignment("uid-2"), std::nullopt);
+  EXPECT_TRUE(cache.Assignment("uid-3").has_value());
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 4);
+  EXPECT_NE(registry.Serialize().find(R"(accelpool_extender_pod_rechecks_total{result="freed"} 1)"),
+            std::string::npos)
+      << registry.Serialize();
+  // The watch then delivers p1's and p2's older events: nothing is booked.
+  feeder.OnPod(bound[0]);
+  feeder.OnPod(bound[1]);
+  EXPECT_EQ(cache.Assignment("uid-1"), std::nullopt);
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 4);
+  // A bind in flight (reserved, not in the apiserver as bound) is never freed.
+  StatusOr<PodInfo> next = PodInfoFromJson(Pod("p5", "uid-5"));
+  ASSERT_TRUE(next.ok());
+  StatusOr<PodAssignment> plan = (*ext)->Bind(*next, "node-a");  // no such pod: the write fails
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 4);  // the failed bind gave it back
+  PodAssignment reserved = *cache.Assignment("uid-3");
+  cache.Release("uid-3");
+  ASSERT_TRUE(cache.Reserve(PodRef{"uid-r", "ns", "r", ""}, reserved, 0).ok());
+  EXPECT_EQ(rechecker.Recheck("node-a"), RecheckResult::kUnchanged);  // p4 is there; r is not bound
+  EXPECT_TRUE(cache.Assignment("uid-r").has_value());
+  // A node where the cache holds no bound pod is not read.
+  const size_t requests = api_.Requests().size();
+  EXPECT_EQ(rechecker.Recheck("node-none"), RecheckResult::kUnchanged);
+  EXPECT_EQ(api_.Requests().size(), requests);
+  // The read asks for the node's pods of this scheduler only.
+  bool selected = false;
+  for (const std::string& r : api_.Requests()) {
+    selected = selected || (r.find("fieldSelector=spec.nodeName=node-a,") != std::string::npos &&
+                            r.find("spec.schedulerName=accelpool-scheduler") != std::string::npos);
+  }
+  EXPECT_TRUE(selected) << api_.Requests().back();
+}
+
+// A node is read at most once per interval, and all nodes together at most
+// `qps` times a second; a read that fails frees nothing.
+TEST_F(KubeAdaptersTest, PodRechecksAreRateLimited) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnNode(Node("node-a"));
+  feeder.OnNode(Node("node-b"));
+  KubePodWriter writer(*client_, cache);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  for (const std::string node : {"node-a", "node-b"}) {
+    api_.Put("/api/v1/namespaces/ns/pods", Pod("p-" + node, "uid-" + node));
+    StatusOr<PodInfo> info = PodInfoFromJson(Pod("p-" + node, "uid-" + node));
+    ASSERT_TRUE(info.ok());
+    ASSERT_TRUE((*ext)->Bind(*info, node).ok());
+  }
+  PodRechecker rechecker(*client_, cache, "accelpool-scheduler", std::chrono::seconds(60), 1.0,
+                         Logger());
+  EXPECT_EQ(rechecker.Recheck("node-a"), RecheckResult::kUnchanged);
+  EXPECT_EQ(rechecker.Recheck("node-a"), RecheckResult::kSkipped);  // the node's interval
+  EXPECT_EQ(rechecker.Recheck("node-b"), RecheckResult::kSkipped);  // 1 read a second in all
+  api_.Remove("/api/v1/namespaces/ns/pods", "p-node-b");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(rechecker.Recheck("node-b"), RecheckResult::kFreed);
+  EXPECT_EQ(cache.Assignment("uid-node-b"), std::nullopt);
+  // The apiserver refusing: the read fails and the cache keeps the pod.
+  api_.Remove("/api/v1/namespaces/ns/pods", "p-node-a");
+  api_.FailNext(10, 403);
+  PodRechecker refused(*client_, cache, "accelpool-scheduler", std::chrono::seconds(0), 100.0,
+                       Logger());
+  EXPECT_EQ(refused.Recheck("node-a"), RecheckResult::kFailed);
+  EXPECT_TRUE(cache.Assignment("uid-node-a").has_value());
+}
+
 TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());

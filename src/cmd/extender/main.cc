@@ -379,6 +379,13 @@ int Run(const Flags& flags) {
   // node informer below delivers the same update.
   NodeRefresher refresher(**client, feeder, std::chrono::seconds(2), log.Child("cache"));
   eo.refresh_node = [&refresher](const std::string& node) { return refresher.Refresh(node); };
+  // A pod that finds no node re-reads the pods of a few nodes that turned it
+  // away only for devices held (at most every 2 s per node, 5 reads a second
+  // in all): kube-scheduler retries it on another pod's deletion a moment
+  // before the pod informer below delivers that deletion.
+  PodRechecker rechecker(**client, cache, flags.scheduler_name, std::chrono::seconds(2), 5.0,
+                         log.Child("cache"));
+  eo.recheck_pods = [&rechecker](const std::string& node) { return rechecker.Recheck(node); };
   StatusOr<std::unique_ptr<Extender>> ext =
       Extender::Create(cache, eo, &writer, &events, &*metrics, log.Child("extender"));
   if (!ext.ok()) return fatal("bad --policy", ext.status());
