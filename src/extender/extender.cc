@@ -198,13 +198,13 @@ std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const s
 void Extender::RecheckBusyNodes(const PodInfo& pod, const std::string& shape,
                                 const core::Policy& policy, const std::vector<std::string>& nodes,
                                 std::vector<NodeSnapshotPtr>& snaps,
-                                std::vector<std::shared_ptr<const NodePlan>>& plans) {
-  int asked = 0;
-  for (size_t i = 0; i < nodes.size() && asked < kMaxPodRechecks; ++i) {
+                                std::vector<std::shared_ptr<const NodePlan>>& plans,
+                                ReadBudget& budget) {
+  for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
     if (snaps[i] == nullptr || plans[i]->code != core::FitCode::kUnschedulable) {
       continue;
     }
-    ++asked;
+    ++budget.reads;
     const RecheckResult r = options_.recheck_pods(nodes[i]);
     if (metrics_ != nullptr) {
       static constexpr const char* kNames[] = {"skipped", "failed", "unchanged", "freed"};
@@ -242,14 +242,17 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     }
     work(0, std::min(nodes.size(), chunk));
   }
+  ReadBudget budget{0, std::chrono::steady_clock::now() + options_.read_budget};
   if (options_.refresh_node) {
-    for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
       const std::vector<core::FitReason>& why = plans[i]->reasons;
-      if (!plans[i]->fits() &&
-          std::any_of(
-              why.begin(), why.end(),
-              [](const core::FitReason& r) { return r.reason == core::Reason::kCordoned; }) &&
-          options_.refresh_node(nodes[i])) {
+      if (plans[i]->fits() || std::none_of(why.begin(), why.end(), [](const core::FitReason& r) {
+            return r.reason == core::Reason::kCordoned;
+          })) {
+        continue;
+      }
+      ++budget.reads;
+      if (options_.refresh_node(nodes[i])) {
         snaps[i] = cache_.Node(nodes[i]);
         plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
       }
@@ -257,7 +260,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   }
   if (options_.recheck_pods &&
       std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
-    RecheckBusyNodes(pod, shape, policy, nodes, snaps, plans);
+    RecheckBusyNodes(pod, shape, policy, nodes, snaps, plans, budget);
   }
 
   FilterDecision d;

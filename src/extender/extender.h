@@ -90,7 +90,9 @@ enum class RecheckResult {
   kUnchanged,  // read; every pod the cache holds there is still there
   kFreed,      // read; pods gone or finished were freed
 };
-inline constexpr int kMaxPodRechecks = 8;
+// Reads from the apiserver one filter call makes at most (refresh_node and
+// recheck_pods together).
+inline constexpr int kMaxFilterReads = 8;
 
 struct ExtenderOptions {
   std::string policy = "accelpool";  // a core::PolicyNames() entry
@@ -130,12 +132,17 @@ struct ExtenderOptions {
   std::function<bool(const std::string& node)> refresh_node;
   // Reads the pods bound to one node from the apiserver and frees in the cache
   // those it shows gone or finished (PodRechecker limits how often). Called by
-  // a filter that finds no node, for up to kMaxPodRechecks nodes that turned
+  // a filter that finds no node, for the first nodes that turned
   // the pod away only for devices their pods hold: kube-scheduler retries a
   // pod on another pod's deletion a moment before this extender's watch
   // delivers it, and a filter answered from the older view would leave the pod
   // waiting for the next event (minutes on a quiet cluster). Empty: never.
   std::function<RecheckResult(const std::string& node)> recheck_pods;
+  // What one filter spends at most on those reads (refresh_node and
+  // recheck_pods, at most kMaxFilterReads of them): no read starts after it,
+  // so a slow apiserver cannot hold a filter past kube-scheduler's extender
+  // timeout (5 s in the chart). Give the reads' client a timeout of this size.
+  std::chrono::milliseconds read_budget{1000};
 };
 
 // Prometheus families of the extender (registered once per registry).
@@ -257,12 +264,21 @@ class Extender {
   // Shared with the memo: a plan is never copied on a hit.
   std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
                                              const NodeSnapshot* snap, const core::Policy& policy);
-  // Filter's recheck (ExtenderOptions::recheck_pods) of the first
-  // kMaxPodRechecks nodes that could fit once their pods leave; plans again
-  // the nodes where pods were freed.
+  // Filter's recheck (ExtenderOptions::recheck_pods) of the nodes that could
+  // fit once their pods leave, while `budget` lasts; plans again the nodes
+  // where pods were freed.
+  // What one filter may still spend on reads from the apiserver
+  // (kMaxFilterReads reads, ExtenderOptions::read_budget of time).
+  struct ReadBudget {
+    int reads = 0;
+    std::chrono::steady_clock::time_point deadline;
+    bool Left() const {
+      return reads < kMaxFilterReads && std::chrono::steady_clock::now() < deadline;
+    }
+  };
   void RecheckBusyNodes(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
                         const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
-                        std::vector<std::shared_ptr<const NodePlan>>& plans);
+                        std::vector<std::shared_ptr<const NodePlan>>& plans, ReadBudget& budget);
 
   Cache& cache_;
   const ExtenderOptions options_;

@@ -303,6 +303,45 @@ TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
   EXPECT_EQ(ext_->Preempt(MakePod("cpu", {}), proposed), proposed);
 }
 
+// A filter that finds no node reads at most kMaxFilterReads busy nodes back
+// from the apiserver, and starts no read once its read budget is spent: a
+// slow apiserver must not hold the filter past kube-scheduler's timeout.
+TEST_F(ExtenderTest, AFilterBoundsItsReadsOfBusyNodes) {
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 12; ++i) {
+    nodes.push_back("n" + std::to_string(i));
+    AddGpuNode(cache_, nodes.back());
+    ASSERT_TRUE(ext_->Bind(MakePod("full-" + std::to_string(i), {Gpu(8)}), nodes.back()).ok());
+  }
+  std::vector<std::string> read;
+  ExtenderOptions o;
+  o.recheck_pods = [&read](const std::string& n) {
+    read.push_back(n);
+    return RecheckResult::kUnchanged;
+  };
+  auto quick = Extender::Create(cache_, o, &writer_, nullptr, nullptr, Logger());
+  ASSERT_TRUE(quick.ok());
+  EXPECT_TRUE((*quick)->Filter(MakePod("p", {Gpu(1)}), nodes).fits.empty());
+  EXPECT_EQ(read, std::vector<std::string>(nodes.begin(), nodes.begin() + kMaxFilterReads));
+  // A pod that can never fit anywhere (more cards than a node has) reads nothing.
+  read.clear();
+  EXPECT_TRUE((*quick)->Filter(MakePod("q", {Gpu(16)}), nodes).fits.empty());
+  EXPECT_TRUE(read.empty());
+
+  // Reads of 200 ms against a budget of 300 ms: the third is not started.
+  read.clear();
+  o.read_budget = std::chrono::milliseconds(300);
+  o.recheck_pods = [&read](const std::string& n) {
+    read.push_back(n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return RecheckResult::kUnchanged;
+  };
+  auto slow = Extender::Create(cache_, o, &writer_, nullptr, nullptr, Logger());
+  ASSERT_TRUE(slow.ok());
+  EXPECT_TRUE((*slow)->Filter(MakePod("r", {Gpu(1)}), nodes).fits.empty());
+  EXPECT_EQ(read.size(), 2u);
+}
+
 TEST_F(ExtenderTest, APreemptorWaitsForItsVictimsToLeaveTheCache) {
   // kube-scheduler sees the victims deleted a moment before this extender's
   // watch does, and filters the preemptor again at once: the filter waits for

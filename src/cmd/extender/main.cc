@@ -341,6 +341,16 @@ int Run(const Flags& flags) {
   event_kc.burst = 2 * flags.event_qps;
   StatusOr<std::unique_ptr<kube::KubeClient>> event_client = kube::NewKubeClient(event_kc);
   if (!event_client.ok()) return fatal("Kubernetes client for events", event_client.status());
+  // A filter's reads (a node with cordoned devices, the pods of a busy node)
+  // get their own client too, with a short timeout: a filter must answer
+  // within kube-scheduler's extender timeout even when the apiserver is slow.
+  kube::KubeConfig read_kc = *kc;
+  read_kc.qps = 10;
+  read_kc.burst = 10;
+  read_kc.timeout = ExtenderOptions{}.read_budget;
+  read_kc.max_connections = 4;
+  StatusOr<std::unique_ptr<kube::KubeClient>> read_client = kube::NewKubeClient(read_kc);
+  if (!read_client.ok()) return fatal("Kubernetes client for filter reads", read_client.status());
 
   Cache cache;
   MetricsRegistry registry;
@@ -377,13 +387,13 @@ int Run(const Flags& flags) {
   // A pod turned away for cordoned devices re-reads that node (at most every
   // 2 s): kube-scheduler retries it on the Node update a moment before the
   // node informer below delivers the same update.
-  NodeRefresher refresher(**client, feeder, std::chrono::seconds(2), log.Child("cache"));
+  NodeRefresher refresher(**read_client, feeder, std::chrono::seconds(2), log.Child("cache"));
   eo.refresh_node = [&refresher](const std::string& node) { return refresher.Refresh(node); };
   // A pod that finds no node re-reads the pods of a few nodes that turned it
   // away only for devices held (at most every 2 s per node, 5 reads a second
   // in all): kube-scheduler retries it on another pod's deletion a moment
   // before the pod informer below delivers that deletion.
-  PodRechecker rechecker(**client, cache, flags.scheduler_name, std::chrono::seconds(2), 5.0,
+  PodRechecker rechecker(**read_client, cache, flags.scheduler_name, std::chrono::seconds(2), 5.0,
                          log.Child("cache"));
   eo.recheck_pods = [&rechecker](const std::string& node) { return rechecker.Recheck(node); };
   StatusOr<std::unique_ptr<Extender>> ext =

@@ -361,6 +361,25 @@ kc -n "${NS}" delete pod fill-1 --wait=false >/dev/null; release fill-1 || true
 check "fill-2 binds once fill-1 is deleted (capacity returned)" wait_for 90 "fill-2 bound" pod_bound fill-2
 check "fill-2: kubelet admission matches the assignment" admit fill-2
 
+# A pod that passes kube-scheduler's own counts but finds the devices held (8
+# cards on an HGX node where a fractional pod holds one): before turning it
+# away the extender reads that node's pods from the apiserver, in case one has
+# gone before its watch says so (docs/extender.md). The field selector it uses
+# must be one the real apiserver takes: no read may fail.
+HG="$(free_node hgx)" || HG=hgx-5
+S="{kubernetes.io/hostname: ${HG}}"
+scenario busy-frac "$(pod_yaml busy-frac '{}' "$S" "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")"
+recheck_sample() { extender_metric "accelpool_extender_pod_rechecks_total{result=\"$1\"}"; }
+unchanged_before="$(recheck_sample unchanged)"
+check "busy-8 waits while ${HG} holds busy-frac" stays_pending busy-8 "$(pod_yaml busy-8 '{}' "$S" "$(ctr main "{${G}: 8}")")" 8
+rechecked() { [ "$(recheck_sample unchanged)" -gt "${unchanged_before}" ] && [ "$(recheck_sample failed)" = 0 ]; }
+check "the extender read ${HG}'s pods before turning busy-8 away (pod_rechecks_total unchanged grew, none failed)" \
+  rechecked
+kc -n "${NS}" delete pod busy-frac --wait=false >/dev/null; release busy-frac || true
+check "busy-8 binds once busy-frac is deleted" wait_for 90 "busy-8 bound" pod_bound busy-8
+check "busy-8: kubelet admission matches the assignment" admit busy-8
+kc -n "${NS}" delete pod busy-8 --wait=false >/dev/null; release busy-8 || true
+
 # A device turning unhealthy and back, on an empty P800 node.
 set_health() { # NODE INDEX true|false
   local f="${E2E_WORK}/nodes/$1/inventory.json"
