@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Checks that the documentation still describes the code it documents.
+
+  check_docs.py --root DIR --extender BIN --device-plugin BIN --keys BIN
+
+Each check prints what disagrees, with the file to fix:
+
+  metrics  every Prometheus family the sources register is a row of the
+           metrics table in docs/operations.md, and every row names one
+  flags    every flag a binary's --help lists is in its page
+           (extender.md, device-plugin.md; accelpool-keys: operations.md)
+  links    every relative link of the Markdown pages reaches a file, and its
+           #anchor a heading of that file
+  values   every chart value in values.yaml is in the chart's README (itself,
+           a parent, or a <placeholder> row), and every README row is a value
+
+Exits 1 when any check finds something, 2 on bad arguments.
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+REGISTER = re.compile(r'Add(?:Counter|Gauge|Histogram)\w*\(\s*"(accelpool_[a-z0-9_]+)"')
+TABLE_ROW = re.compile(r'^\| `(accelpool_[a-z0-9_]+)`', re.M)
+FLAG = re.compile(r'(?<![\w-])--[a-z0-9][a-z0-9-]*')
+LINK = re.compile(r'\]\(([^)\s]+)\)')
+HEADING = re.compile(r'^#+\s+(.*)$', re.M)
+FENCE = re.compile(r'```.*?```', re.S)
+
+
+def read(path):
+    with open(path, encoding='utf-8') as f:
+        return f.read()
+
+
+def check_metrics(root):
+    registered = set()
+    for path in glob.glob(os.path.join(root, 'src', '**', '*.cc'), recursive=True):
+        rel = os.path.relpath(path, root)
+        if rel.endswith('_test.cc') or '/testing/' in rel or '/fuzz/' in rel:
+            continue
+        registered.update(REGISTER.findall(read(path)))
+    rows = set(TABLE_ROW.findall(read(os.path.join(root, 'docs', 'operations.md'))))
+    problems = []
+    if len(registered) < 10:
+        problems.append(f'only {len(registered)} metric families found in src/: the pattern is stale')
+    for name in sorted(registered - rows):
+        problems.append(f'docs/operations.md: metric {name} (registered in src/) has no row')
+    for name in sorted(rows - registered):
+        problems.append(f'docs/operations.md: metric {name} has a row but nothing registers it')
+    return problems, f'{len(registered)} metric families'
+
+
+def check_flags(root, binaries):
+    problems, total = [], 0
+    for binary, page in binaries:
+        out = subprocess.run([binary, '--help'], capture_output=True, text=True, timeout=30)
+        text = out.stdout + out.stderr
+        flags = sorted(set(FLAG.findall(text)) - {'--help'})
+        if not flags:
+            problems.append(f'{binary} --help lists no flags (exit {out.returncode})')
+            continue
+        total += len(flags)
+        doc = read(os.path.join(root, page))
+        for flag in flags:
+            if not re.search(re.escape(flag) + r'(?![\w-])', doc):
+                problems.append(f'{page}: {os.path.basename(binary)} {flag} is not mentioned')
+    return problems, f'{total} flags'
+
+
+def anchor(heading):
+    a = heading.strip().lower()
+    a = re.sub(r'[^\w\- ]', '', a)
+    return a.replace(' ', '-')
+
+
+def check_links(root):
+    pages = (glob.glob(os.path.join(root, 'docs', '**', '*.md'), recursive=True) +
+             glob.glob(os.path.join(root, 'charts', '**', '*.md'), recursive=True) +
+             glob.glob(os.path.join(root, 'deploy', '**', '*.md'), recursive=True) +
+             [os.path.join(root, 'README.md')])
+    anchors = {}
+    problems, total = [], 0
+    for page in pages:
+        text = FENCE.sub('', read(page))
+        for link in LINK.findall(text):
+            if re.match(r'^[a-z]+:', link):
+                continue
+            total += 1
+            path, _, frag = link.partition('#')
+            target = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            rel = os.path.relpath(page, root)
+            if not os.path.exists(target):
+                problems.append(f'{rel}: link {link} reaches no file')
+                continue
+            if frag and target.endswith('.md'):
+                if target not in anchors:
+                    anchors[target] = {anchor(h) for h in HEADING.findall(FENCE.sub('', read(target)))}
+                if frag not in anchors[target]:
+                    problems.append(f'{rel}: link {link}: no such heading')
+    return problems, f'{total} links in {len(pages)} pages'
+
+
+def leaves(values, prefix=''):
+    for key, value in values.items():
+        name = prefix + str(key)
+        if isinstance(value, dict) and value:
+            yield from leaves(value, name + '.')
+        else:
+            yield name
+
+
+def check_values(root):
+    chart = os.path.join(root, 'charts', 'accelpool')
+    values = yaml.safe_load(read(os.path.join(chart, 'values.yaml')))
+    readme = read(os.path.join(chart, 'README.md'))
+    # A row's first cell names one value or several: | `a.b`, `a.c` | ...
+    rows = [name for cell in re.findall(r'^\| (`[^|]+`) \|', readme, re.M)
+            for name in re.findall(r'`([^`]+)`', cell)]
+    # A row may stand for many keys: `devicePlugin.vendors.<vendor>.enabled`.
+    patterns = [re.compile('^' + re.sub(r'<[^>]+>', r'[^.]+', re.escape(r).replace(r'\<', '<')
+                                        .replace(r'\>', '>')) + r'(\..*)?$') for r in rows]
+    problems, keys = [], list(leaves(values))
+    for key in keys:
+        if not any(p.match(key) for p in patterns):
+            problems.append(f'charts/accelpool/README.md: value {key} has no row')
+    for row in rows:
+        parts = row.split('.')
+        node, ok = values, True
+        for part in parts:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, dict) and part.startswith('<') and node:
+                node = next(iter(node.values()))
+            else:
+                ok = False
+                break
+        if not ok:
+            problems.append(f'charts/accelpool/README.md: row {row} is not a value of values.yaml')
+    return problems, f'{len(keys)} chart values, {len(rows)} rows'
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--root', required=True)
+    ap.add_argument('--extender', required=True)
+    ap.add_argument('--device-plugin', required=True)
+    ap.add_argument('--keys', required=True)
+    args = ap.parse_args()
+    binaries = [(args.extender, 'docs/extender.md'),
+                (args.device_plugin, 'docs/device-plugin.md'),
+                (args.keys, 'docs/operations.md')]
+    failed = False
+    for name, run in (('metrics', lambda: check_metrics(args.root)),
+                      ('flags', lambda: check_flags(args.root, binaries)),
+                      ('links', lambda: check_links(args.root)),
+                      ('values', lambda: check_values(args.root))):
+        problems, what = run()
+        print(f'{name}: {what}: ' + ('ok' if not problems else f'{len(problems)} problems'))
+        for p in problems:
+            print('  ' + p)
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
