@@ -1,6 +1,7 @@
 // Many binds racing with filters on a small cluster never over-commit a
 // device: every bound pod's assignment, re-applied from scratch, must fit and
-// add up to exactly what the cache holds.
+// add up to exactly what the cache holds. Pods leave through their deletion
+// event, or through a filter's read (ReleaseGone) followed by a late event.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -63,11 +64,23 @@ TEST(StressTest, RacingBindsNeverOvercommit) {
         }
         if (!mine.empty() && rng() % 3 == 0) {  // pods finish
           const std::string gone = mine[rng() % mine.size()];
+          PodAssignment held;
           {
             std::lock_guard<std::mutex> lock(mu);
-            if (live.erase(gone) == 0) continue;
+            auto it = live.find(gone);
+            if (it == live.end()) continue;
+            held = it->second;
+            live.erase(it);
           }
-          cache.Release(gone);
+          if (rng() % 2 == 0) {
+            cache.Release(gone);  // the watch delivers the deletion
+          } else {
+            // A filter's read found it gone first; the watch then delivers an
+            // older event of it, and perhaps the deletion: nothing is booked.
+            cache.ReleaseGone(gone);
+            (void)cache.ObservePod(PodRef{gone, "ns", "pod-" + gone, ""}, held.node, held);
+            if (rng() % 2 == 0) cache.Release(gone);
+          }
           mine.erase(std::find(mine.begin(), mine.end(), gone));
         }
       }
