@@ -195,24 +195,47 @@ std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const s
   return plan;
 }
 
-void Extender::RecheckBusyNodes(const PodInfo& pod, const std::string& shape,
-                                const core::Policy& policy, const std::vector<std::string>& nodes,
-                                std::vector<NodeSnapshotPtr>& snaps,
-                                std::vector<std::shared_ptr<const NodePlan>>& plans,
-                                ReadBudget& budget) {
-  for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
-    if (snaps[i] == nullptr || plans[i]->code != core::FitCode::kUnschedulable) {
-      continue;
+void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
+                        const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
+                        std::vector<std::shared_ptr<const NodePlan>>& plans) {
+  ReadBudget budget{0, std::chrono::steady_clock::now() + options_.read_budget};
+  auto plan_again = [&](size_t i) {
+    snaps[i] = cache_.Node(nodes[i]);
+    plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
+  };
+  // Nodes the cache does not know yet, or that turned the pod away for
+  // devices cordoned or unhealthy: the node itself may have changed.
+  if (options_.refresh_node) {
+    for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
+      const std::vector<core::FitReason>& why = plans[i]->reasons;
+      const bool node_state = std::any_of(why.begin(), why.end(), [](const core::FitReason& r) {
+        return r.reason == core::Reason::kCordoned || r.reason == core::Reason::kUnhealthy;
+      });
+      if (snaps[i] != nullptr && !node_state) {
+        continue;
+      }
+      ++budget.reads;
+      if (options_.refresh_node(nodes[i])) {
+        plan_again(i);
+      }
     }
-    ++budget.reads;
-    const RecheckResult r = options_.recheck_pods(nodes[i]);
-    if (metrics_ != nullptr) {
-      static constexpr const char* kNames[] = {"skipped", "failed", "unchanged", "freed"};
-      metrics_->pod_rechecks->WithLabels({kNames[static_cast<int>(r)]}).Inc();
-    }
-    if (r == RecheckResult::kFreed) {
-      snaps[i] = cache_.Node(nodes[i]);
-      plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
+  }
+  // Nodes that could fit once their pods leave: some may have left.
+  if (options_.recheck_pods &&
+      std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
+    for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
+      if (snaps[i] == nullptr || plans[i]->code != core::FitCode::kUnschedulable) {
+        continue;
+      }
+      ++budget.reads;
+      const RecheckResult r = options_.recheck_pods(nodes[i]);
+      if (metrics_ != nullptr) {
+        static constexpr const char* kNames[] = {"skipped", "failed", "unchanged", "freed"};
+        metrics_->pod_rechecks->WithLabels({kNames[static_cast<int>(r)]}).Inc();
+      }
+      if (r == RecheckResult::kFreed) {
+        plan_again(i);
+      }
     }
   }
 }
@@ -242,25 +265,8 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     }
     work(0, std::min(nodes.size(), chunk));
   }
-  ReadBudget budget{0, std::chrono::steady_clock::now() + options_.read_budget};
-  if (options_.refresh_node) {
-    for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
-      const std::vector<core::FitReason>& why = plans[i]->reasons;
-      if (plans[i]->fits() || std::none_of(why.begin(), why.end(), [](const core::FitReason& r) {
-            return r.reason == core::Reason::kCordoned;
-          })) {
-        continue;
-      }
-      ++budget.reads;
-      if (options_.refresh_node(nodes[i])) {
-        snaps[i] = cache_.Node(nodes[i]);
-        plans[i] = CachedPlan(pod, shape, snaps[i].get(), policy);
-      }
-    }
-  }
-  if (options_.recheck_pods &&
-      std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
-    RecheckBusyNodes(pod, shape, policy, nodes, snaps, plans, budget);
+  if (std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
+    ReadBack(pod, shape, policy, nodes, snaps, plans);
   }
 
   FilterDecision d;

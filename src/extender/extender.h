@@ -123,12 +123,13 @@ struct ExtenderOptions {
   // then waits in kube-scheduler's unschedulable queue for minutes.
   std::chrono::milliseconds preemption_wait{1000};
   // Re-reads one node from the apiserver into the cache, and says whether it
-  // did (NodeRefresher limits how often). Called by a filter for a node that
-  // turned the pod away because of cordoned devices: kube-scheduler retries
-  // a pod on the Node update that takes a card out of the annotation a moment
-  // before this extender's watch delivers it, and a filter answered from the
-  // older view would leave the pod waiting for the next event (minutes).
-  // Empty: never.
+  // did (NodeRefresher limits how often). Called by a filter that finds no
+  // node, for the nodes it does not know yet and those that turned the pod
+  // away for cordoned or unhealthy devices: kube-scheduler retries a pod on
+  // the Node update (a card uncordoned or healthy again, a new node's
+  // inventory) a moment before this extender's watch delivers it, and a
+  // filter answered from the older view would leave the pod waiting for the
+  // next event (minutes). Empty: never.
   std::function<bool(const std::string& node)> refresh_node;
   // Reads the pods bound to one node from the apiserver and frees in the cache
   // those it shows gone or finished (PodRechecker limits how often). Called by
@@ -264,9 +265,6 @@ class Extender {
   // Shared with the memo: a plan is never copied on a hit.
   std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
                                              const NodeSnapshot* snap, const core::Policy& policy);
-  // Filter's recheck (ExtenderOptions::recheck_pods) of the nodes that could
-  // fit once their pods leave, while `budget` lasts; plans again the nodes
-  // where pods were freed.
   // What one filter may still spend on reads from the apiserver
   // (kMaxFilterReads reads, ExtenderOptions::read_budget of time).
   struct ReadBudget {
@@ -276,9 +274,12 @@ class Extender {
       return reads < kMaxFilterReads && std::chrono::steady_clock::now() < deadline;
     }
   };
-  void RecheckBusyNodes(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
-                        const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
-                        std::vector<std::shared_ptr<const NodePlan>>& plans, ReadBudget& budget);
+  // A filter that found no node reads back from the apiserver, while the
+  // budget lasts, the nodes it may have judged from an older view
+  // (refresh_node, then recheck_pods), and plans again those that changed.
+  void ReadBack(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
+                const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
+                std::vector<std::shared_ptr<const NodePlan>>& plans);
 
   Cache& cache_;
   const ExtenderOptions options_;

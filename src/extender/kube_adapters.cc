@@ -286,12 +286,14 @@ bool NodeRefresher::Refresh(const std::string& node) {
   }
   StatusOr<nlohmann::json> got = client_.Get(kube::Nodes(), "", node);
   if (!got.ok()) {
-    log_.Warn("re-reading a node with cordoned devices failed; its watch brings the next change",
-              {{"node", node}, {"error", got.status().ToString()}});
+    log_.Warn(
+        "re-reading a node for a pod that found no node failed; its watch brings the next "
+        "change",
+        {{"node", node}, {"error", got.status().ToString()}});
     return false;
   }
   feeder_.OnNode(*got);
-  log_.Debug("node re-read: a pod was turned away for its cordoned devices", {{"node", node}});
+  log_.Debug("node re-read for a pod that found no node", {{"node", node}});
   return true;
 }
 

@@ -89,6 +89,42 @@ TEST_F(KubeAdaptersTest, AFilterTurningAPodAwayForCordonedDevicesReReadsTheNode)
   EXPECT_FALSE(other.Refresh("node-gone"));
 }
 
+// The same for a card that is healthy again, and for a node whose first
+// inventory the watch has not delivered; a filter that finds a node reads
+// nothing.
+TEST_F(KubeAdaptersTest, AFilterThatFindsNoNodeReReadsUnhealthyAndUnknownNodes) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  api::InventoryDocument doc;
+  doc.generation = 3;
+  doc.inventories.push_back(testing::GpuNode("node-a"));
+  for (core::Device& d : doc.inventories[0].devices) {
+    d.healthy = false;
+  }
+  nlohmann::json sick = Node("node-a");
+  sick["metadata"]["annotations"]["accelpool.io/inventory"] = api::SerializeInventory(doc);
+  feeder.OnNode(sick);
+  feeder.OnNode(Node("node-b"));
+  NodeRefresher refresher(*client_, feeder, std::chrono::milliseconds(0), Logger());
+  ExtenderOptions o;
+  o.refresh_node = [&refresher](const std::string& n) { return refresher.Refresh(n); };
+  auto ext = Extender::Create(cache, o, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  api_.Put("/api/v1/nodes", Node("node-a"));  // healthy again
+  api_.Put("/api/v1/nodes", Node("node-c"));  // new
+  // node-b fits: nothing is read, node-a stays as the watch left it.
+  FilterDecision d = (*ext)->Filter(testing::MakePod("p", {Gpu(2)}), {"node-a", "node-b"});
+  EXPECT_EQ(d.fits.size(), 1u);
+  EXPECT_EQ(cache.Node("node-a")->FreeWholeDevices(), 0);
+  // Pinned to node-a: it is read, and the pod fits.
+  d = (*ext)->Filter(testing::MakePod("q", {Gpu(2)}), {"node-a"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"node-a"});
+  // Pinned to node-c, which the cache has not seen: read, and it fits.
+  ASSERT_EQ(cache.Node("node-c"), nullptr);
+  d = (*ext)->Filter(testing::MakePod("r", {Gpu(2)}), {"node-c"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"node-c"});
+}
+
 // kube-scheduler retries a pod on another pod's deletion (or completion) a
 // moment before the extender's pod watch delivers it. A filter that finds no
 // node re-reads the pods of the nodes that turned the pod away only for
