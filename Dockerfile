@@ -1,5 +1,5 @@
 # Image for every accelpool component (extender, device plugin, simulator,
-# libaccelpool-cuda.so, the chart's certgen hook). The chart runs it as
+# libaccelpool-cuda.so, the chart's certgen hook, kubectl-accelpool). The chart runs it as
 # accelpool/accelpool:<appVersion> with a command per component.
 #
 #   docker build -t accelpool/accelpool:0.1.0 .
@@ -17,7 +17,8 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
     && cmake --build /build -j"$(nproc)" \
     && mkdir -p /out/bin /out/lib \
-    && find /build -type f -perm -u+x -name 'accelpool-*' -exec cp {} /out/bin/ \; \
+    && find /build -type f -perm -u+x \( -name 'accelpool-*' -o -name 'kubectl-accelpool' \) \
+         -exec cp {} /out/bin/ \; \
     && find /build -type f -name 'libaccelpool-cuda.so*' -exec cp {} /out/lib/ \; \
     && cp scripts/accelpool-certgen.sh /out/bin/accelpool-certgen
 

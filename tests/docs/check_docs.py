@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Checks that the documentation still describes the code it documents.
 
-  check_docs.py --root DIR --extender BIN --device-plugin BIN --keys BIN
+  check_docs.py --root DIR --extender BIN --device-plugin BIN --keys BIN --ctl BIN
 
 Each check prints what disagrees, with the file to fix:
 
   metrics  every Prometheus family the sources register is a row of the
            metrics table in docs/operations.md, and every row names one
   flags    every flag a binary's --help lists is in its page
-           (extender.md, device-plugin.md; accelpool-keys: operations.md)
+           (extender.md, device-plugin.md; accelpool-keys and kubectl-accelpool:
+           operations.md)
   links    every relative link of the Markdown pages reaches a file, and its
            #anchor a heading of that file
   values   every chart value in values.yaml is in the chart's README (itself,
@@ -151,10 +152,12 @@ def main():
     ap.add_argument('--extender', required=True)
     ap.add_argument('--device-plugin', required=True)
     ap.add_argument('--keys', required=True)
+    ap.add_argument('--ctl', required=True)
     args = ap.parse_args()
     binaries = [(args.extender, 'docs/extender.md'),
                 (args.device_plugin, 'docs/device-plugin.md'),
-                (args.keys, 'docs/operations.md')]
+                (args.keys, 'docs/operations.md'),
+                (args.ctl, 'docs/operations.md')]
     failed = False
     for name, run in (('metrics', lambda: check_metrics(args.root)),
                       ('flags', lambda: check_flags(args.root, binaries)),

@@ -45,11 +45,12 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
-if [ ! -x "${EXTENDER_BIN}" ] || [ ! -x "${PLUGIN_BIN}" ]; then
-  log "building accelpool-extender and accelpool-device-plugin in ${CXX_BUILD}"
+if [ ! -x "${EXTENDER_BIN}" ] || [ ! -x "${PLUGIN_BIN}" ] || [ ! -x "${KEYS_BIN}" ] || [ ! -x "${CTL_BIN}" ]; then
+  log "building accelpool-extender, accelpool-device-plugin, accelpool-keys and kubectl-accelpool in ${CXX_BUILD}"
   cmake -S "${E2E_DIR}/../.." -B "${CXX_BUILD}" -G Ninja -DACCELPOOL_WITH_CUDA_SHIM=OFF \
     -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF >/dev/null
-  nice -n 10 cmake --build "${CXX_BUILD}" -j2 --target accelpool-extender accelpool-device-plugin >/dev/null
+  nice -n 10 cmake --build "${CXX_BUILD}" -j2 --target accelpool-extender accelpool-device-plugin \
+    accelpool-keys kubectl-accelpool >/dev/null
 fi
 [ -x "${E2E_BIN}/kubeletsim" ] || die "kubeletsim is missing: run tests/e2e/build-tools.sh kubeletsim"
 

@@ -375,6 +375,23 @@ check "busy-8 waits while ${HG} holds busy-frac" stays_pending busy-8 "$(pod_yam
 rechecked() { [ "$(recheck_sample unchanged)" -gt "${unchanged_before}" ] && [ "$(recheck_sample failed)" = 0 ]; }
 check "the extender read ${HG}'s pods before turning busy-8 away (pod_rechecks_total unchanged grew, none failed)" \
   rechecked
+# kubectl accelpool, as kubectl's plugin (kubectl-accelpool on the PATH), reads
+# the same state from the apiserver and explains it.
+ap() { PATH="$(dirname "${CTL_BIN}"):${PATH}" kc accelpool --kubeconfig="${AP_KUBECONFIG}" -q "$@"; }
+explain_busy() { # busy-8 is turned away on ${HG} for devices held (could fit later)
+  [ "$(ap explain "${NS}/busy-8" -o json | jq -r --arg n "${HG}" '.rejected[$n].could_fit_later')" = true ] &&
+    ap explain -n "${NS}" busy-8 | grep -q "^  pending; with policy"
+}
+check "kubectl accelpool explain: busy-8 is pending, ${HG} turns it away for devices held" explain_busy
+holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
+check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
+same_as_extender() { # the CLI's memory assigned on ${HG} equals the extender's metric
+  local cli ext
+  cli="$(ap nodes -o json | jq -r --arg n "${HG}" '.nodes[] | select(.name == $n) | .inventories[0].memory_assigned_mib')"
+  ext="$(extender_metric "accelpool_extender_node_memory_allocated_mib{node=\"${HG}\"}")"
+  [ -n "${cli}" ] && [ "${cli}" = "${ext}" ] && [ "${cli}" = 1024 ]
+}
+check "kubectl accelpool nodes: ${HG}'s memory assigned matches the extender's metric (1024 MiB)" same_as_extender
 kc -n "${NS}" delete pod busy-frac --wait=false >/dev/null; release busy-frac || true
 check "busy-8 binds once busy-frac is deleted" wait_for 90 "busy-8 bound" pod_bound busy-8
 check "busy-8: kubelet admission matches the assignment" admit busy-8

@@ -16,6 +16,7 @@ CXX_BUILD="${E2E_CXX_BUILD:-${E2E_DIR}/../../build}"
 EXTENDER_BIN="${E2E_EXTENDER_BIN:-${CXX_BUILD}/src/cmd/accelpool-extender}"
 PLUGIN_BIN="${E2E_PLUGIN_BIN:-${CXX_BUILD}/src/cmd/device_plugin/accelpool-device-plugin}"
 KEYS_BIN="${E2E_KEYS_BIN:-${CXX_BUILD}/src/cmd/accelpool-keys}"
+CTL_BIN="${E2E_CTL_BIN:-${CXX_BUILD}/src/cmd/kubectl-accelpool}"
 
 PASSED=0 FAILED=0
 check() { # description command...

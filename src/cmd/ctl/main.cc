@@ -1,0 +1,184 @@
+// kubectl-accelpool: the accelerator pool as the apiserver holds it, for the
+// people who run it. Installed on the PATH as kubectl-accelpool, it is the
+// kubectl plugin `kubectl accelpool`.
+//
+// Flags and output only; the view and the reports are ctl/cluster_view.h.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "common/status.h"
+#include "ctl/cluster_view.h"
+#include "http/http.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "kube/objects.h"
+
+namespace accelpool::ctl {
+namespace {
+
+constexpr const char* kUsage = R"(usage: kubectl accelpool COMMAND [flags]
+
+  nodes                 every node with an accelpool inventory: vendor and model, devices
+                        (unhealthy, cordoned, free whole), memory and compute assigned, pods
+  node NAME             one node's devices, and which pod and container holds what on each
+  explain [NS/]POD      one pod: what it asks for, where it is bound and on which devices,
+                        or, pending, the nodes it fits (best first) and why the others refuse it
+
+Usage and reasons are computed from the nodes' accelpool.io/inventory and the pods'
+accelpool.io/assignment annotations by the extender's own code: what the extender
+rebuilds after a restart. A difference from the running extender's metrics means
+its cache has drifted.
+
+flags:
+  -n, --namespace=NS    the pod's namespace for explain (default: default)
+  -o, --output=FORMAT   text (default) or json
+  --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
+                        accelpool.io/policy annotation wins, as in the extender
+  --kubeconfig=FILE     kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else in-cluster);
+                        users with a token or a client certificate (exec plugins are not run)
+  --context=NAME        the kubeconfig context (default: its current-context)
+  -q, --quiet           no progress lines on stderr
+)";
+
+struct Flags {
+  std::string command;
+  std::string target;
+  std::string ns = "default";
+  std::string output = "text";
+  std::string policy = "accelpool";
+  std::string kubeconfig;
+  std::string context;
+  bool quiet = false;
+};
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  // kubectl's short forms, then the long ones through the shared parser.
+  std::vector<std::string> rest = {argv[0]};
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return Status(StatusCode::kCancelled, "");
+    if (a == "-n" || a == "-o") {
+      if (i + 1 >= argc) return InvalidArgumentError(a + " needs a value");
+      (a == "-n" ? f.ns : f.output) = argv[++i];
+    } else if (a == "-q") {
+      f.quiet = true;
+    } else if (a.rfind("-", 0) == 0) {
+      rest.push_back(a);
+      // "--name value": keep the value with its flag.
+      if (a.find('=') == std::string::npos && a != "--quiet" && i + 1 < argc &&
+          argv[i + 1][0] != '-') {
+        rest.push_back(argv[++i]);
+      }
+    } else {
+      positional.push_back(a);
+    }
+  }
+  std::vector<const char*> cargv;
+  for (const std::string& s : rest) cargv.push_back(s.c_str());
+  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(static_cast<int>(cargv.size()), cargv.data(),
+                                           {{"namespace", &f.ns},
+                                            {"output", &f.output},
+                                            {"policy", &f.policy},
+                                            {"kubeconfig", &f.kubeconfig},
+                                            {"context", &f.context}},
+                                           {{"quiet", &f.quiet}}));
+  if (positional.empty()) return InvalidArgumentError("no command; use nodes, node or explain");
+  f.command = positional[0];
+  const size_t want = f.command == "nodes" ? 1 : 2;
+  if (f.command != "nodes" && f.command != "node" && f.command != "explain") {
+    return InvalidArgumentError("unknown command \"" + f.command +
+                                "\"; use nodes, node or explain");
+  }
+  if (positional.size() != want) {
+    return InvalidArgumentError(f.command == "nodes"
+                                    ? "nodes takes no argument"
+                                    : f.command + " takes one argument: " +
+                                          (f.command == "node" ? "the node's name" : "[NS/]POD"));
+  }
+  if (want == 2) f.target = positional[1];
+  if (f.output != "text" && f.output != "json") {
+    return InvalidArgumentError("--output must be text or json, not \"" + f.output + "\"");
+  }
+  return f;
+}
+
+StatusOr<kube::KubeConfig> Config(const Flags& f) {
+  std::string path = f.kubeconfig;
+  if (path.empty()) {
+    const char* env = std::getenv("KUBECONFIG");
+    const char* home = std::getenv("HOME");
+    if (env != nullptr && *env != '\0') {
+      path = env;
+      if (const size_t colon = path.find(':'); colon != std::string::npos) {
+        path = path.substr(0, colon);  // kubectl merges a list; the first file is taken
+      }
+    } else if (home != nullptr && std::filesystem::exists(std::string(home) + "/.kube/config")) {
+      path = std::string(home) + "/.kube/config";
+    }
+  }
+  if (!path.empty()) return kube::LoadKubeconfig(path, f.context);
+  return kube::LoadDefault("", kube::ProcessEnv());
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "kubectl-accelpool: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Run(const Flags& f) {
+  StatusOr<kube::KubeConfig> kc = Config(f);
+  if (!kc.ok()) return Fail(kc.status().WithPrefix("kubernetes config"));
+  StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::NewKubeClient(*kc);
+  if (!client.ok()) return Fail(client.status().WithPrefix("kubernetes client"));
+  auto progress = [&f](const std::string& line) {
+    if (!f.quiet) std::fprintf(stderr, "kubectl-accelpool: %s\n", line.c_str());
+  };
+  StatusOr<std::unique_ptr<ClusterView>> view = ClusterView::Load(**client, progress);
+  if (!view.ok()) return Fail(view.status());
+  auto make = [&]() -> StatusOr<Report> {
+    if (f.command == "nodes") return NodesReport(**view);
+    if (f.command == "node") return NodeReport(**view, f.target);
+    std::string ns = f.ns, name = f.target;
+    if (const size_t slash = name.find('/'); slash != std::string::npos) {
+      ns = name.substr(0, slash);
+      name = name.substr(slash + 1);
+    }
+    StatusOr<nlohmann::json> pod = (*client)->Get(kube::Pods(), ns, name);
+    if (!pod.ok()) return pod.status().WithPrefix("reading pod " + ns + "/" + name);
+    return ExplainReport(**view, *pod, f.policy);
+  };
+  StatusOr<Report> report = make();
+  if (!report.ok()) return Fail(report.status());
+  if (f.output == "json") {
+    std::printf("%s\n", report->json.dump(2).c_str());
+  } else {
+    std::fputs(report->text.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace accelpool::ctl
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  accelpool::http::DisableDefaultCaPaths();
+  auto flags = accelpool::ctl::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
+      std::fputs(accelpool::ctl::kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "kubectl-accelpool: %s\n%s", flags.status().message().c_str(),
+                 accelpool::ctl::kUsage);
+    return 2;
+  }
+  return accelpool::ctl::Run(*flags);
+}

@@ -1,0 +1,407 @@
+#include "ctl/cluster_view.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <set>
+#include <utility>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "core/reasons.h"
+#include "extender/convert.h"
+#include "extender/extender.h"
+#include "extender/kube_adapters.h"
+#include "kube/objects.h"
+
+namespace accelpool::ctl {
+namespace {
+
+using extender::NodeSnapshotPtr;
+using nlohmann::json;
+
+std::string Printf(const char* fmt, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), fmt, args...);
+  return buf;
+}
+
+std::string Percent(int64_t thousandths) {
+  return thousandths % 10 == 0 ? Printf("%" PRId64 "%%", thousandths / 10)
+                               : Printf("%.1f%%", static_cast<double>(thousandths) / 10.0);
+}
+
+std::string Gib(int64_t mib) {
+  return mib % 1024 == 0 ? Printf("%" PRId64, mib / 1024)
+                         : Printf("%.1f", static_cast<double>(mib) / 1024.0);
+}
+
+// Left-aligned columns, two blanks apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string Models(const core::NodeInventory& inv) {
+  std::set<std::string> models;
+  for (const core::Device& d : inv.devices) {
+    models.insert(d.partition.empty() ? d.model : d.model + " " + d.partition);
+  }
+  return models.empty() ? "-"
+                        : StrJoin(std::vector<std::string>(models.begin(), models.end()), ",");
+}
+
+std::string PodName(const extender::PodRef& ref) { return ref.ns + "/" + ref.name; }
+
+std::string DescribeAsk(const core::DeviceRequest& r) {
+  std::string s = std::string(core::VendorName(r.vendor)) + " x" + std::to_string(r.count);
+  if (!r.partition.empty()) return s + " (" + r.partition + " instance)";
+  if (!r.Fractional()) return s + " (whole)";
+  if (r.memory_mib > 0) s += ", " + std::to_string(r.memory_mib) + " MiB each";
+  if (r.memory_percent > 0) s += ", " + std::to_string(r.memory_percent) + "% of memory each";
+  if (r.compute > 0) s += ", " + Percent(r.compute) + " compute each";
+  return s;
+}
+
+}  // namespace
+
+void ClusterView::AddNode(const json& node) {
+  extender::CacheFeeder feeder(cache_, Logger());
+  feeder.OnNode(node);
+  const std::string name = kube::StringAt(node, json::json_pointer("/metadata/name"));
+  if (NodeSnapshotPtr snap = cache_.Node(name); snap != nullptr && !snap->inventory_status.ok()) {
+    bad_nodes_[name] = std::string(snap->inventory_status.message());
+  }
+}
+
+void ClusterView::AddPod(const json& pod) {
+  extender::ObservedPod o = extender::ObservePodJson(pod);
+  if (o.ref.uid.empty() || o.finished) return;
+  extender::CacheFeeder feeder(cache_, Logger());
+  feeder.OnPod(pod);
+  pods_[o.ref.uid] =
+      PodEntry{o.ref, o.node_name, kube::StringAt(pod, json::json_pointer("/status/phase"))};
+}
+
+std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& nodes,
+                                                      const std::vector<json>& pods) {
+  auto view = std::unique_ptr<ClusterView>(new ClusterView());
+  for (const json& n : nodes) view->AddNode(n);
+  for (const json& p : pods) view->AddPod(p);
+  return view;
+}
+
+StatusOr<std::unique_ptr<ClusterView>> ClusterView::Load(
+    kube::KubeClient& client, const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  say("listing nodes");
+  kube::ListOptions no;
+  StatusOr<kube::ListResult> nodes = client.List(kube::Nodes(), "", no);
+  if (!nodes.ok()) {
+    return nodes.status().WithPrefix(
+        "listing nodes (needs list on nodes; check the kubeconfig's context)");
+  }
+  say("listed " + std::to_string(nodes->items.size()) + " nodes; listing pods");
+  kube::ListOptions po;
+  po.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+  StatusOr<kube::ListResult> pods = client.List(kube::Pods(), "", po);
+  if (!pods.ok()) {
+    return pods.status().WithPrefix("listing pods (needs list on pods in every namespace)");
+  }
+  say("listed " + std::to_string(pods->items.size()) + " pods");
+  return FromObjects(nodes->items, pods->items);
+}
+
+std::vector<std::string> ClusterView::Nodes() const {
+  std::vector<std::string> names = cache_.NodeNames();
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Report NodesReport(const ClusterView& view) {
+  Report r;
+  r.json = {{"nodes", json::array()}};
+  std::vector<std::vector<std::string>> rows = {{"NODE", "VENDOR", "MODEL", "DEVICES", "UNHEALTHY",
+                                                 "CORDONED", "FREE", "MEMORY GiB", "COMPUTE",
+                                                 "PODS"}};
+  int64_t devices = 0, free_whole = 0, memory = 0, memory_used = 0;
+  for (const std::string& name : view.Nodes()) {
+    NodeSnapshotPtr snap = view.cache().Node(name);
+    if (snap == nullptr) continue;
+    json node = {{"name", name}, {"pods", snap->pods}, {"inventories", json::array()}};
+    if (!snap->inventory_status.ok()) {
+      node["inventory_error"] = std::string(snap->inventory_status.message());
+      rows.push_back({name, "-", "inventory does not parse", "-", "-", "-", "-", "-", "-", "-"});
+    }
+    for (const extender::InventoryState& st : snap->inventories) {
+      const core::NodeInventory& inv = *st.inventory;
+      int64_t unhealthy = 0, cordoned = 0, free = 0, mem = 0, mem_used = 0, compute_used = 0;
+      for (size_t i = 0; i < inv.devices.size(); ++i) {
+        const core::Device& d = inv.devices[i];
+        const core::DeviceUsage& u = st.usage.devices[i];
+        unhealthy += d.healthy ? 0 : 1;
+        cordoned += d.cordoned ? 1 : 0;
+        const bool idle = u.shares == 0 && !u.exclusive && u.memory_mib == 0;
+        free += idle && d.healthy && !d.cordoned ? 1 : 0;
+        mem += d.memory_mib;
+        mem_used += u.exclusive ? d.memory_mib : u.memory_mib;
+        compute_used += u.exclusive ? core::kComputeWhole : u.compute;
+      }
+      const int64_t n = static_cast<int64_t>(inv.devices.size());
+      devices += n;
+      free_whole += free;
+      memory += mem;
+      memory_used += mem_used;
+      node["inventories"].push_back({{"vendor", std::string(core::VendorName(inv.vendor))},
+                                     {"models", Models(inv)},
+                                     {"devices", n},
+                                     {"unhealthy", unhealthy},
+                                     {"cordoned", cordoned},
+                                     {"free_whole", free},
+                                     {"memory_mib", mem},
+                                     {"memory_assigned_mib", mem_used},
+                                     {"compute_assigned", compute_used},
+                                     {"compute_total", n * core::kComputeWhole}});
+      rows.push_back({name, std::string(core::VendorName(inv.vendor)), Models(inv),
+                      std::to_string(n), std::to_string(unhealthy), std::to_string(cordoned),
+                      std::to_string(free), Gib(mem_used) + "/" + Gib(mem),
+                      n > 0 ? Percent(compute_used / n) : "-", std::to_string(snap->pods)});
+    }
+    r.json["nodes"].push_back(std::move(node));
+  }
+  r.json["totals"] = {{"nodes", r.json["nodes"].size()},
+                      {"devices", devices},
+                      {"free_whole", free_whole},
+                      {"memory_mib", memory},
+                      {"memory_assigned_mib", memory_used}};
+  r.text = Table(rows);
+  r.text += Printf(
+      "%zu nodes, %" PRId64 " devices (%" PRId64 " free whole), %s of %s GiB assigned\n",
+      r.json["nodes"].size(), devices, free_whole, Gib(memory_used).c_str(), Gib(memory).c_str());
+  return r;
+}
+
+StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node) {
+  NodeSnapshotPtr snap = view.cache().Node(node);
+  if (snap == nullptr) {
+    return NotFoundError("node " + node +
+                         " has no accelpool inventory (no accelpool.io/inventory annotation: is "
+                         "the device plugin running there? `kubectl accelpool nodes` lists the "
+                         "nodes that have one)");
+  }
+  // Holders per (vendor, device index), from what the cache counts of each
+  // pod bound here.
+  struct Holder {
+    std::string pod, container;
+    core::Grant grant;
+  };
+  std::map<std::pair<core::Vendor, int32_t>, std::vector<Holder>> holders;
+  for (const auto& [uid, entry] : view.pods()) {
+    if (entry.node != node) continue;
+    std::optional<extender::PodAssignment> a = view.cache().AppliedAssignment(uid);
+    if (!a.has_value()) continue;
+    for (const extender::AssignmentPart& part : a->parts) {
+      for (const core::ContainerPlacement& c : part.placement.containers) {
+        for (const core::Grant& g : c.grants) {
+          holders[{part.vendor, g.device}].push_back(Holder{PodName(entry.ref), c.container, g});
+        }
+      }
+    }
+  }
+  Report r;
+  r.json = {{"name", node},
+            {"generation", snap->generation},
+            {"pods", snap->pods},
+            {"devices", json::array()}};
+  if (!snap->inventory_status.ok()) {
+    r.json["inventory_error"] = std::string(snap->inventory_status.message());
+  }
+  std::vector<std::vector<std::string>> rows = {{"VENDOR", "IDX", "ID", "MODEL", "NUMA", "STATE",
+                                                 "MEMORY MiB", "COMPUTE", "SHARES", "HELD BY"}};
+  for (const extender::InventoryState& st : snap->inventories) {
+    const core::NodeInventory& inv = *st.inventory;
+    for (size_t i = 0; i < inv.devices.size(); ++i) {
+      const core::Device& d = inv.devices[i];
+      const core::DeviceUsage& u = st.usage.devices[i];
+      const std::string state = !d.healthy ? "unhealthy" : d.cordoned ? "cordoned" : "ok";
+      json dj = {{"vendor", std::string(core::VendorName(inv.vendor))},
+                 {"index", d.index},
+                 {"id", d.id},
+                 {"model", d.model},
+                 {"partition", d.partition},
+                 {"numa", d.numa},
+                 {"state", state},
+                 {"memory_mib", d.memory_mib},
+                 {"memory_assigned_mib", u.exclusive ? d.memory_mib : u.memory_mib},
+                 {"compute_assigned", u.exclusive ? core::kComputeWhole : u.compute},
+                 {"shares", u.shares},
+                 {"max_shares", d.max_shares},
+                 {"exclusive", u.exclusive},
+                 {"holders", json::array()}};
+      std::vector<std::string> held;
+      for (const Holder& h : holders[{inv.vendor, static_cast<int32_t>(i)}]) {
+        dj["holders"].push_back({{"pod", h.pod},
+                                 {"container", h.container},
+                                 {"memory_mib", h.grant.memory_mib},
+                                 {"compute", h.grant.compute},
+                                 {"exclusive", h.grant.exclusive}});
+        held.push_back(h.pod + "[" + h.container + "]" +
+                       (h.grant.exclusive ? " whole"
+                                          : " " + std::to_string(h.grant.memory_mib) + " MiB " +
+                                                Percent(h.grant.compute)));
+      }
+      rows.push_back({std::string(core::VendorName(inv.vendor)), std::to_string(d.index),
+                      d.id.empty() ? "-" : d.id,
+                      d.partition.empty() ? d.model : d.model + " " + d.partition,
+                      d.numa < 0 ? "-" : std::to_string(d.numa), state,
+                      std::to_string(dj["memory_assigned_mib"].get<int64_t>()) + "/" +
+                          std::to_string(d.memory_mib),
+                      Percent(dj["compute_assigned"].get<int64_t>()),
+                      std::to_string(u.shares) + "/" + std::to_string(d.max_shares),
+                      held.empty() ? "-" : StrJoin(held, ", ")});
+      r.json["devices"].push_back(std::move(dj));
+    }
+  }
+  r.text = "node " + node + " (inventory generation " + std::to_string(snap->generation) + ", " +
+           std::to_string(snap->pods) + " pods holding devices)\n";
+  if (!snap->inventory_status.ok()) {
+    r.text += "inventory does not parse: " + std::string(snap->inventory_status.message()) + "\n";
+  }
+  r.text += Table(rows);
+  return r;
+}
+
+StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::string& policy) {
+  const std::string ns = kube::StringAt(pod, json::json_pointer("/metadata/namespace"));
+  const std::string name = kube::StringAt(pod, json::json_pointer("/metadata/name"));
+  Report r;
+  r.json = {{"pod", ns + "/" + name}};
+  r.text = "pod " + ns + "/" + name + "\n";
+  StatusOr<extender::PodInfo> info = extender::PodInfoFromJson(pod);
+  if (!info.ok()) {
+    r.json["request_error"] = std::string(info.status().message());
+    r.text += "  its request does not parse: " + std::string(info.status().message()) +
+              "\n  the webhook refuses such pods at creation; fix the resources and annotations "
+              "named above and create it again\n";
+    return r;
+  }
+  if (!info->Pooled()) {
+    r.json["asks"] = json::array();
+    r.text += "  asks for no accelerator accelpool manages: kube-scheduler places it alone\n";
+    return r;
+  }
+  r.json["asks"] = json::array();
+  r.text += "  asks:\n";
+  for (const core::DeviceRequest& d : info->request.containers) {
+    r.json["asks"].push_back({{"container", d.container}, {"ask", DescribeAsk(d)}});
+    r.text += "    " + d.container + ": " + DescribeAsk(d) + "\n";
+  }
+  const std::string node = kube::StringAt(pod, json::json_pointer("/spec/nodeName"));
+  if (!node.empty()) {
+    r.json["node"] = node;
+    std::optional<extender::PodAssignment> a = view.cache().Assignment(info->ref.uid);
+    r.text += "  bound to " + node + "\n";
+    if (!a.has_value()) {
+      r.json["assignment"] = nullptr;
+      r.text +=
+          "  it holds no accelpool devices there: bound without the extender (spec.nodeName set "
+          "by hand, or another scheduler), or its accelpool.io/assignment is missing or does not "
+          "parse; the device plugin refuses its containers (see its Events)\n";
+      return r;
+    }
+    json devices = json::array();
+    for (const extender::AssignmentPart& part : a->parts) {
+      for (const core::ContainerPlacement& c : part.placement.containers) {
+        for (const core::Grant& g : c.grants) {
+          auto id = part.device_ids.find(g.device);
+          const std::string dev =
+              id != part.device_ids.end() ? id->second : "#" + std::to_string(g.device);
+          devices.push_back({{"container", c.container},
+                             {"vendor", std::string(core::VendorName(part.vendor))},
+                             {"device", dev},
+                             {"memory_mib", g.memory_mib},
+                             {"compute", g.compute},
+                             {"exclusive", g.exclusive}});
+          r.text += "    " + c.container + ": " + std::string(core::VendorName(part.vendor)) + " " +
+                    dev +
+                    (g.exclusive ? " (whole)"
+                                 : " " + std::to_string(g.memory_mib) + " MiB, " +
+                                       Percent(g.compute) + " compute") +
+                    "\n";
+        }
+      }
+    }
+    r.json["assignment"] = devices;
+    return r;
+  }
+  extender::ExtenderOptions o;
+  o.policy = policy;
+  StatusOr<std::unique_ptr<extender::Extender>> ext =
+      extender::Extender::Create(view.cache(), o, nullptr, nullptr, nullptr, Logger());
+  if (!ext.ok()) return ext.status().WithPrefix("--policy");
+  const std::vector<std::string> nodes = view.Nodes();
+  extender::FilterDecision d = (*ext)->Filter(*info, nodes);
+  std::vector<extender::HostPriority> ranked;
+  if (!d.fits.empty()) ranked = (*ext)->Prioritize(*info, d.fits);
+  r.json["policy"] = info->policy.empty() ? policy : info->policy;
+  r.json["fits"] = json::array();
+  for (const extender::HostPriority& h : ranked) {
+    r.json["fits"].push_back({{"node", h.host}, {"score", h.score}});
+  }
+  // Nodes that do not fit, grouped by the extender's message.
+  std::map<std::string, std::vector<std::string>> why;
+  json rejected = json::object();
+  for (const auto* m : {&d.failed, &d.unresolvable}) {
+    for (const auto& [n, msg] : *m) {
+      why[msg].push_back(n);
+      rejected[n] = {{"reason", msg}, {"could_fit_later", m == &d.failed}};
+    }
+  }
+  r.json["rejected"] = rejected;
+  r.text += "  pending; with policy " + r.json["policy"].get<std::string>() + " it ";
+  if (ranked.empty()) {
+    r.text += "fits on none of the " + std::to_string(nodes.size()) + " accelpool nodes\n";
+  } else {
+    std::vector<std::string> best;
+    for (size_t i = 0; i < ranked.size() && i < 5; ++i) {
+      best.push_back(ranked[i].host + " (score " + std::to_string(ranked[i].score) + ")");
+    }
+    r.text += "fits on " + std::to_string(ranked.size()) + " of " + std::to_string(nodes.size()) +
+              " accelpool nodes, best first: " + StrJoin(best, ", ") +
+              (ranked.size() > best.size() ? ", ..." : "") + "\n";
+  }
+  if (!why.empty()) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> groups(why.begin(), why.end());
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+      return a.second.size() > b.second.size();
+    });
+    r.text += "  does not fit:\n";
+    for (const auto& [msg, ns_] : groups) {
+      std::vector<std::string> some(ns_.begin(), ns_.begin() + std::min<size_t>(ns_.size(), 3));
+      r.text += "    " + std::to_string(ns_.size()) + (ns_.size() == 1 ? " node" : " nodes") +
+                " (" + StrJoin(some, ", ") + (ns_.size() > some.size() ? ", ..." : "") +
+                "): " + msg + "\n";
+    }
+  }
+  r.text +=
+      "  (kube-scheduler's own filters, such as node selectors, affinity, taints and CPU and "
+      "memory, are not applied here; `kubectl describe pod` shows its last attempt)\n";
+  return r;
+}
+
+}  // namespace accelpool::ctl

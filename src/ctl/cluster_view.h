@@ -1,0 +1,89 @@
+// What `kubectl accelpool` shows: the pool as the apiserver holds it, read
+// once and rebuilt with the extender's own code.
+//
+// ClusterView lists every node and every pod that has not finished, and
+// feeds them through the extender's CacheFeeder into an extender Cache: node
+// inventories (accelpool.io/inventory), cordons, and each bound pod's
+// assignment (accelpool.io/assignment). So the usage it reports is what the
+// extender would rebuild after a restart, computed by the same code; a
+// difference from the running extender's metrics means that extender's
+// cache has drifted. The commands over it are pure functions of the view:
+//
+//   NodesReport   one row per node with an accelpool inventory
+//   NodeReport    one node's devices, and which pod holds what on each
+//   ExplainReport one pod: its request as the extender parses it, where it
+//                 is bound, or for each node why it does not fit
+//
+// Each returns JSON (for -o json) and text (for a person) built from it.
+//
+// Thread-safety: ClusterView is built once and then only read.
+#ifndef ACCELPOOL_CTL_CLUSTER_VIEW_H_
+#define ACCELPOOL_CTL_CLUSTER_VIEW_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "extender/cache.h"
+#include "kube/client.h"
+
+namespace accelpool::ctl {
+
+struct PodEntry {
+  extender::PodRef ref;
+  std::string node;   // spec.nodeName; "" when not bound yet
+  std::string phase;  // status.phase
+};
+
+class ClusterView {
+ public:
+  // Lists nodes and unfinished pods; `progress` (may be null) hears a line
+  // per page-sized step ("listed 1250 nodes").
+  static StatusOr<std::unique_ptr<ClusterView>> Load(
+      kube::KubeClient& client, const std::function<void(const std::string&)>& progress);
+  // From objects already at hand (tests, or a saved dump).
+  static std::unique_ptr<ClusterView> FromObjects(const std::vector<nlohmann::json>& nodes,
+                                                  const std::vector<nlohmann::json>& pods);
+
+  extender::Cache& cache() { return cache_; }
+  const extender::Cache& cache() const { return cache_; }
+  // Nodes with an accelpool inventory annotation, sorted.
+  std::vector<std::string> Nodes() const;
+  // Unfinished pods by uid.
+  const std::map<std::string, PodEntry>& pods() const { return pods_; }
+  // Nodes whose inventory annotation does not parse, with why.
+  const std::map<std::string, std::string>& bad_nodes() const { return bad_nodes_; }
+
+ private:
+  void AddNode(const nlohmann::json& node);
+  void AddPod(const nlohmann::json& pod);
+
+  extender::Cache cache_;
+  std::map<std::string, PodEntry> pods_;
+  std::map<std::string, std::string> bad_nodes_;
+};
+
+struct Report {
+  nlohmann::json json;
+  std::string text;
+};
+
+// Every node: vendor and model, devices (healthy, cordoned, free whole),
+// memory and compute assigned of the total, pods holding devices.
+Report NodesReport(const ClusterView& view);
+// One node's devices and their holders. kNotFound when the node has no
+// accelpool inventory.
+StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node);
+// One pod (the object as read from the apiserver). `policy` is the
+// extender's --policy (a pod's own accelpool.io/policy wins, as in the
+// extender).
+StatusOr<Report> ExplainReport(ClusterView& view, const nlohmann::json& pod,
+                               const std::string& policy);
+
+}  // namespace accelpool::ctl
+
+#endif  // ACCELPOOL_CTL_CLUSTER_VIEW_H_

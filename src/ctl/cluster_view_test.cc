@@ -1,0 +1,211 @@
+// kubectl accelpool's reports over nodes and pods built here, and its load
+// against an in-memory apiserver.
+#include "ctl/cluster_view.h"
+
+#include <gtest/gtest.h>
+
+#include "api/assignment_codec.h"
+#include "api/inventory_codec.h"
+#include "extender/convert.h"
+#include "extender/extender.h"
+#include "extender/test_util.h"
+#include "kube/fake_api_test.h"
+#include "kube/objects.h"
+
+namespace accelpool::ctl {
+namespace {
+
+using nlohmann::json;
+
+json Node(const std::string& name, bool one_unhealthy = false) {
+  api::InventoryDocument doc;
+  doc.generation = 3;
+  doc.inventories.push_back(extender::testing::GpuNode(name));
+  if (one_unhealthy) doc.inventories[0].devices[7].healthy = false;
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata",
+           {{"name", name},
+            {"annotations", {{"accelpool.io/inventory", api::SerializeInventory(doc)}}}}}};
+}
+
+json Pod(const std::string& name, const json& limits) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "ml"}, {"uid", "uid-" + name}}},
+          {"spec",
+           {{"schedulerName", "accelpool-scheduler"},
+            {"containers", {{{"name", "main"}, {"resources", {{"limits", limits}}}}}}}},
+          {"status", {{"phase", "Pending"}}}};
+}
+
+// Binds pods one after another on a cluster of its own, as the extender
+// would, and returns each pod with its assignment annotation.
+class Binder {
+ public:
+  explicit Binder(const std::vector<std::string>& nodes) {
+    for (const std::string& n : nodes) extender::testing::AddGpuNode(cache_, n);
+    ext_ = std::move(extender::Extender::Create(cache_, extender::ExtenderOptions{}, nullptr,
+                                                nullptr, nullptr, Logger()))
+               .value();
+  }
+  json Bind(json pod, const std::string& node) {
+    StatusOr<extender::PodInfo> info = extender::PodInfoFromJson(pod);
+    StatusOr<extender::PodAssignment> a = ext_->Bind(*info, node);
+    StatusOr<api::Assignment> doc = extender::ToApiAssignment(*a, *cache_.Node(node), *info);
+    pod["metadata"]["annotations"] = {{"accelpool.io/assignment", api::SerializeAssignment(*doc)}};
+    pod["spec"]["nodeName"] = node;
+    pod["status"]["phase"] = "Running";
+    return pod;
+  }
+
+ private:
+  extender::Cache cache_;
+  std::unique_ptr<extender::Extender> ext_;
+};
+
+json Bound(json pod, const std::string& node) { return Binder({node}).Bind(std::move(pod), node); }
+
+class ClusterViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    json bad = Node("node-c");
+    bad["metadata"]["annotations"]["accelpool.io/inventory"] = "{not json";
+    json cpu = {{"metadata", {{"name", "cpu-only"}}}};
+    json done = Bound(Pod("done", {{"nvidia.com/gpu", "8"}}), "node-b");
+    done["status"]["phase"] = "Succeeded";
+    Binder binder({"node-a"});
+    view_ = ClusterView::FromObjects(
+        {Node("node-a"), Node("node-b", true), bad, cpu},
+        {binder.Bind(Pod("train", {{"nvidia.com/gpu", "2"}}), "node-a"),
+         binder.Bind(Pod("infer", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}}),
+                     "node-a"),
+         done, Pod("waiting", {{"nvidia.com/gpu", "1"}})});
+  }
+  std::unique_ptr<ClusterView> view_;
+};
+
+TEST_F(ClusterViewTest, NodesReportCountsWhatTheAssignmentsHold) {
+  Report r = NodesReport(*view_);
+  ASSERT_EQ(r.json["nodes"].size(), 3u) << r.json.dump(2);  // cpu-only has no inventory
+  const json& a = r.json["nodes"][0];
+  EXPECT_EQ(a["name"], "node-a");
+  EXPECT_EQ(a["pods"], 2);
+  const json& inv = a["inventories"][0];
+  EXPECT_EQ(inv["vendor"], "nvidia");
+  EXPECT_EQ(inv["devices"], 8);
+  EXPECT_EQ(inv["free_whole"], 5);               // 2 whole for train, a share of one for infer
+  EXPECT_EQ(inv["compute_assigned"], 2000 + 0);  // infer asked memory only: no compute
+  // node-b: one unhealthy device, and the finished pod holds nothing.
+  const json& b = r.json["nodes"][1]["inventories"][0];
+  EXPECT_EQ(b["unhealthy"], 1);
+  EXPECT_EQ(b["free_whole"], 7);
+  EXPECT_EQ(r.json["nodes"][1]["pods"], 0);
+  EXPECT_TRUE(r.json["nodes"][2].contains("inventory_error"));
+  EXPECT_EQ(r.json["totals"]["devices"], 16);
+  EXPECT_NE(r.text.find("node-c  -       inventory does not parse"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("3 nodes, 16 devices (12 free whole)"), std::string::npos) << r.text;
+}
+
+TEST_F(ClusterViewTest, NodeReportNamesEachDevicesHolders) {
+  StatusOr<Report> r = NodeReport(*view_, "node-a");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int whole = 0, shared = 0;
+  for (const json& d : r->json["devices"]) {
+    for (const json& h : d["holders"]) {
+      if (h["pod"] == "ml/train") {
+        EXPECT_TRUE(h["exclusive"].get<bool>());
+        ++whole;
+      } else {
+        EXPECT_EQ(h["pod"], "ml/infer");
+        EXPECT_EQ(h["memory_mib"], 4096);
+        ++shared;
+      }
+    }
+  }
+  EXPECT_EQ(whole, 2);
+  EXPECT_EQ(shared, 1);
+  EXPECT_NE(r->text.find("ml/train[main] whole"), std::string::npos) << r->text;
+  EXPECT_NE(r->text.find("ml/infer[main] 4096 MiB"), std::string::npos) << r->text;
+  StatusOr<Report> b = NodeReport(*view_, "node-b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->json["devices"][7]["state"], "unhealthy");
+  StatusOr<Report> none = NodeReport(*view_, "cpu-only");
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("kubectl accelpool nodes"), std::string::npos);
+}
+
+TEST_F(ClusterViewTest, ExplainSaysWhereAPendingPodFitsAndWhyNot) {
+  // 7 cards: node-b has 7 healthy (one unhealthy), node-a has 5 free.
+  StatusOr<Report> r = ExplainReport(*view_, Pod("big", {{"nvidia.com/gpu", "7"}}), "accelpool");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->json["fits"].size(), 1u) << r->json.dump(2);
+  EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
+  EXPECT_TRUE(r->json["rejected"]["node-a"]["could_fit_later"].get<bool>());
+  EXPECT_NE(r->json["rejected"]["node-c"]["reason"].get<std::string>().find("inventory"),
+            std::string::npos)
+      << r->json.dump(2);
+  EXPECT_NE(r->text.find("fits on 1 of 3 accelpool nodes, best first: node-b"), std::string::npos)
+      << r->text;
+  EXPECT_NE(r->text.find("nvidia x7 (whole)"), std::string::npos) << r->text;
+  // 8 cards: nowhere.
+  r = ExplainReport(*view_, Pod("bigger", {{"nvidia.com/gpu", "8"}}), "binpack");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json["fits"].empty());
+  EXPECT_EQ(r->json["policy"], "binpack");
+  EXPECT_NE(r->text.find("fits on none of the 3 accelpool nodes"), std::string::npos) << r->text;
+  EXPECT_NE(r->text.find("does not fit:"), std::string::npos);
+  // An unknown policy is an error that names the flag.
+  EXPECT_FALSE(ExplainReport(*view_, Pod("p", {{"nvidia.com/gpu", "1"}}), "nonsense").ok());
+}
+
+TEST_F(ClusterViewTest, ExplainShowsABoundPodsDevicesAndRefusesNothing) {
+  json train = Bound(Pod("train", {{"nvidia.com/gpu", "2"}}), "node-a");
+  StatusOr<Report> r = ExplainReport(*view_, train, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["node"], "node-a");
+  ASSERT_EQ(r->json["assignment"].size(), 2u) << r->json.dump(2);
+  EXPECT_TRUE(r->json["assignment"][0]["exclusive"].get<bool>());
+  // Bound by hand, without an assignment.
+  json by_hand = Pod("by-hand", {{"nvidia.com/gpu", "1"}});
+  by_hand["spec"]["nodeName"] = "node-a";
+  r = ExplainReport(*view_, by_hand, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json["assignment"].is_null());
+  EXPECT_NE(r->text.find("holds no accelpool devices there"), std::string::npos) << r->text;
+  // A request that does not parse, and one for no accelerator.
+  r = ExplainReport(*view_, Pod("odd", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "x"}}),
+                    "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json.contains("request_error")) << r->json.dump(2);
+  r = ExplainReport(*view_, Pod("cpu", {{"cpu", "1"}}), "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json["asks"].empty());
+}
+
+class ClusterViewLoadTest : public kube::testing::FakeApiTest {};
+
+TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {
+  api_.Put("/api/v1/nodes", Node("node-a"));
+  api_.Put("/api/v1/namespaces/ml/pods", Bound(Pod("train", {{"nvidia.com/gpu", "2"}}), "node-a"));
+  json done = Bound(Pod("done", {{"nvidia.com/gpu", "4"}}), "node-a");
+  done["status"]["phase"] = "Failed";
+  api_.Put("/api/v1/namespaces/ml/pods", done);
+  std::vector<std::string> lines;
+  StatusOr<std::unique_ptr<ClusterView>> view =
+      ClusterView::Load(*client_, [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ((*view)->pods().size(), 1u);
+  EXPECT_EQ((*view)->cache().Node("node-a")->FreeWholeDevices(), 6);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "listed 1 nodes; listing pods");
+  // The apiserver refusing: the error says what access is needed.
+  api_.FailNext(1, 403);
+  StatusOr<std::unique_ptr<ClusterView>> refused = ClusterView::Load(*client_, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("needs list on nodes"), std::string::npos)
+      << refused.status().ToString();
+}
+
+}  // namespace
+}  // namespace accelpool::ctl
