@@ -191,6 +191,7 @@ TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {
   json done = Bound(Pod("done", {{"nvidia.com/gpu", "4"}}), "node-a");
   done["status"]["phase"] = "Failed";
   api_.Put("/api/v1/namespaces/ml/pods", done);
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("waiting", {{"nvidia.com/gpu", "1"}}));
   std::vector<std::string> lines;
   StatusOr<std::unique_ptr<ClusterView>> view =
       ClusterView::Load(*client_, [&](const std::string& l) { lines.push_back(l); });
@@ -199,6 +200,7 @@ TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {
   EXPECT_EQ((*view)->cache().Node("node-a")->FreeWholeDevices(), 6);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[1], "listed 1 nodes; listing pods");
+  EXPECT_EQ(lines[2], "listed 2 pods, 1 holding accelpool devices");  // the failed one not asked
   // The apiserver refusing: the error says what access is needed.
   api_.FailNext(1, 403);
   StatusOr<std::unique_ptr<ClusterView>> refused = ClusterView::Load(*client_, nullptr);

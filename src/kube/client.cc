@@ -299,7 +299,9 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
                            "(metadata only and full objects)");
     }
     if ((*j)["items"].is_array()) {
-      for (json& item : (*j)["items"]) out.items.push_back(std::move(item));
+      for (json& item : (*j)["items"]) {
+        if (!options.keep || options.keep(item)) out.items.push_back(std::move(item));
+      }
     }
     const json meta = j->value("metadata", json::object());
     out.resource_version = meta.value("resourceVersion", std::string());

@@ -67,6 +67,10 @@ struct ListOptions {
   // know the form answers full objects instead; ListResult::metadata_only
   // says which arrived.
   bool metadata_only = false;
+  // Called on each item as its page arrives, before the next page is read:
+  // it may trim the item in place, and false leaves it out of the result. So
+  // a caller that keeps little of a large list never holds all of it.
+  std::function<bool(nlohmann::json& item)> keep;
 };
 
 struct ListResult {

@@ -116,6 +116,28 @@ TEST_F(KubeClientTest, ListFollowsContinueTokensAndSelectors) {
   }
 }
 
+TEST_F(KubeClientTest, ListKeepsOnlyWhatItsCallerKeepsPageByPage) {
+  for (int i = 0; i < 7; ++i) {
+    api_.Put("/api/v1/namespaces/ml/pods", Pod("p" + std::to_string(i), i % 2 ? "node-a" : ""));
+  }
+  ListOptions lo;
+  lo.limit = 2;
+  int seen = 0;
+  lo.keep = [&seen](nlohmann::json& item) {
+    ++seen;
+    item.erase("spec");  // trimmed in place
+    return item["metadata"]["name"] != "p3";
+  };
+  auto kept = client_->List(Pods(), "ml", lo);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(seen, 7);
+  ASSERT_EQ(kept->items.size(), 6u);
+  for (const auto& item : kept->items) {
+    EXPECT_FALSE(item.contains("spec"));
+    EXPECT_NE(item["metadata"]["name"], "p3");
+  }
+}
+
 TEST_F(KubeClientTest, MetadataOnlyListsCarryOnlyMetadata) {
   for (int i = 0; i < 5; ++i) {
     json p = Pod("p" + std::to_string(i), i < 3 ? "node-a" : "node-b");

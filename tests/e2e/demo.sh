@@ -19,7 +19,7 @@
 #        DEMO_KEEP=1 tests/e2e/demo.sh   leave the cluster running; prints how to reach it
 #        tests/e2e/demo.sh stop     stop a cluster left running by DEMO_KEEP=1
 # Env: DEMO_OUT (default out/demo), DEMO_PROMETHEUS=1 (run tests/e2e/prometheus.sh against
-#      the cluster before teardown), E2E_CXX_BUILD / E2E_EXTENDER_BIN / E2E_PLUGIN_BIN (the C++
+#      the cluster before teardown), E2E_CXX_BUILD / E2E_EXTENDER_BIN / E2E_PLUGIN_BIN / E2E_CTL_BIN (the C++
 #      binaries, default build/), DEMO_SKIP_TOOLS=1 (do not call build-tools.sh).
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -68,6 +68,7 @@ The demo cluster keeps running. Reach it with kubectl:
   ${E2E_BIN}/kubectl get nodes -L accelpool.io/vendor
   ${E2E_BIN}/kubectl -n ${NS} get pods -o wide
   ${E2E_BIN}/kubectl -n ${NS} get pod finetune -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}'
+  PATH=$(dirname "${CTL_BIN}"):\$PATH ${E2E_BIN}/kubectl accelpool --kubeconfig=${AP_KUBECONFIG:-} explain -n ${NS} finetune
 Extender metrics: curl --cacert ${E2E_CA:-} ${EXTENDER_URL:-}/metrics
 Logs: ${E2E_WORK}/logs/ and ${E2E_WORK}/nodes/*/
 Stop it: tests/e2e/demo.sh stop
@@ -89,12 +90,13 @@ step "tools and binaries"
 if [ "${DEMO_SKIP_TOOLS:-0}" != 1 ]; then
   "${E2E_DIR}/build-tools.sh" || die "building the e2e tools failed (see above); rerun tests/e2e/build-tools.sh"
 fi
-if [ ! -x "${EXTENDER_BIN}" ] || [ ! -x "${PLUGIN_BIN}" ]; then
-  log "building accelpool-extender and accelpool-device-plugin in ${CXX_BUILD} (ninja shows progress)"
+if [ ! -x "${EXTENDER_BIN}" ] || [ ! -x "${PLUGIN_BIN}" ] || [ ! -x "${CTL_BIN}" ]; then
+  log "building accelpool-extender, accelpool-device-plugin and kubectl-accelpool in ${CXX_BUILD} (ninja shows progress)"
   cmake -S "${REPO}" -B "${CXX_BUILD}" -G Ninja -DACCELPOOL_WITH_CUDA_SHIM=OFF -DACCELPOOL_WITH_SIM=OFF \
     -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF >/dev/null ||
     die "cmake configure failed; run scripts/build.sh to see why"
-  nice -n 10 cmake --build "${CXX_BUILD}" -j2 --target accelpool-extender accelpool-device-plugin ||
+  nice -n 10 cmake --build "${CXX_BUILD}" -j2 --target accelpool-extender accelpool-device-plugin \
+    kubectl-accelpool ||
     die "building the extender and device plugin failed; see the compiler output above"
 fi
 for b in kubeletsim kubectl; do
@@ -239,6 +241,15 @@ plot() {
   (cd "${OUT}" && gnuplot "${E2E_DIR}/demo/utilisation.gp") && [ -s "${OUT}/utilisation.png" ]
 }
 check "utilisation chart written (${OUT}/utilisation.png)" plot
+ctl_nodes() { # the pool per node, as an operator sees it with the kubectl plugin
+  local want
+  want="$(kc get nodes -o json | jq '[.items[] | select(.metadata.annotations["accelpool.io/inventory"])] | length')"
+  PATH="$(dirname "${CTL_BIN}"):${PATH}" kc accelpool --kubeconfig="${AP_KUBECONFIG}" -q nodes \
+    > "${OUT}/kubectl-accelpool-nodes.txt" || return 1
+  cat "${OUT}/kubectl-accelpool-nodes.txt"
+  grep -q "^${want} nodes, " "${OUT}/kubectl-accelpool-nodes.txt"
+}
+check "kubectl accelpool nodes shows every node (${OUT}/kubectl-accelpool-nodes.txt)" ctl_nodes
 {
   echo "KUBECONFIG=${KUBECONFIG}"
   echo "EXTENDER_URL=${EXTENDER_URL}"
@@ -253,5 +264,5 @@ if [ "${DEMO_PROMETHEUS:-0}" = 1 ]; then
   DEMO_ENV="${E2E_WORK}/demo.env" "${E2E_DIR}/prometheus.sh" ||
     log "prometheus.sh failed (its own result line counts it)"
 fi
-log "outputs in ${OUT}: placement.txt, utilisation.json, utilisation.png"
+log "outputs in ${OUT}: placement.txt, utilisation.json, utilisation.png, kubectl-accelpool-nodes.txt"
 [ "${FAILED}" = 0 ]
