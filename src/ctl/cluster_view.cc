@@ -1,8 +1,8 @@
 #include "ctl/cluster_view.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <set>
 #include <utility>
 
@@ -21,20 +21,14 @@ namespace {
 using extender::NodeSnapshotPtr;
 using nlohmann::json;
 
-std::string Printf(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf), fmt, args...);
-  return buf;
-}
-
 std::string Percent(int64_t thousandths) {
-  return thousandths % 10 == 0 ? Printf("%" PRId64 "%%", thousandths / 10)
-                               : Printf("%.1f%%", static_cast<double>(thousandths) / 10.0);
+  return thousandths % 10 == 0 ? fmt::format("{}%", thousandths / 10)
+                               : fmt::format("{:.1f}%", static_cast<double>(thousandths) / 10.0);
 }
 
 std::string Gib(int64_t mib) {
-  return mib % 1024 == 0 ? Printf("%" PRId64, mib / 1024)
-                         : Printf("%.1f", static_cast<double>(mib) / 1024.0);
+  return mib % 1024 == 0 ? fmt::format("{}", mib / 1024)
+                         : fmt::format("{:.1f}", static_cast<double>(mib) / 1024.0);
 }
 
 // Left-aligned columns, two blanks apart.
@@ -208,9 +202,8 @@ Report NodesReport(const ClusterView& view) {
                       {"memory_mib", memory},
                       {"memory_assigned_mib", memory_used}};
   r.text = Table(rows);
-  r.text += Printf(
-      "%zu nodes, %" PRId64 " devices (%" PRId64 " free whole), %s of %s GiB assigned\n",
-      r.json["nodes"].size(), devices, free_whole, Gib(memory_used).c_str(), Gib(memory).c_str());
+  r.text += fmt::format("{} nodes, {} devices ({} free whole), {} of {} GiB assigned\n",
+                        r.json["nodes"].size(), devices, free_whole, Gib(memory_used), Gib(memory));
   return r;
 }
 
