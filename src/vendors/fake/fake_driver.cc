@@ -33,7 +33,7 @@ void FakeDriver::Refresh(const HealthSink& sink) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::map<std::string, bool> before;
-    for (const core::NodeInventory& inv : last_) {
+    for (const core::NodeInventory& inv : reported_) {
       for (const core::Device& d : inv.devices) {
         before[d.id] = d.healthy;
       }
@@ -48,7 +48,8 @@ void FakeDriver::Refresh(const HealthSink& sink) {
         }
       }
     }
-    last_ = std::move(invs).value();
+    last_ = *invs;
+    reported_ = std::move(invs).value();
   }
   for (const HealthEvent& e : events) {
     sink(e);
@@ -56,8 +57,14 @@ void FakeDriver::Refresh(const HealthSink& sink) {
 }
 
 Status FakeDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
+  {
+    // The plugin serves the discovery it started the watch after.
+    std::lock_guard<std::mutex> lock(mu_);
+    reported_ = last_;
+  }
   std::error_code ec;
   auto mtime = std::filesystem::last_write_time(options_.path, ec);
+  Refresh(sink);  // an edit between that discovery and now
   while (!stop.stop_requested()) {
     std::this_thread::sleep_for(options_.poll);
     std::error_code now_ec;

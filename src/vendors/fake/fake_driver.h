@@ -1,7 +1,8 @@
 // FakeDriver: a VendorDriver whose devices come from an inventory file
 // (inventory_file.h) instead of hardware. Serves any vendor and several at
 // once. Health changes are picked up when the file's modification time changes
-// or when Reload() is called (the binary calls it on SIGHUP).
+// or when Reload() is called (the binary calls it on SIGHUP), against what the
+// watch last reported, whatever discoveries ran meanwhile.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_VENDORS_FAKE_FAKE_DRIVER_H_
@@ -48,7 +49,12 @@ class FakeDriver : public VendorDriver {
   std::atomic<bool> reload_{false};
 
   mutable std::mutex mu_;
-  std::vector<core::NodeInventory> last_;  // guarded by mu_
+  std::vector<core::NodeInventory> last_;  // the file as last read; guarded by mu_
+  // The health the watch has reported, from the discovery it started after
+  // and its own reads since: a device check's Discover reads the file too,
+  // and must not take a change away before the watch reports it. Guarded by
+  // mu_.
+  std::vector<core::NodeInventory> reported_;
 };
 
 }  // namespace accelpool::vendors::fake

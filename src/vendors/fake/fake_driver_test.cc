@@ -213,6 +213,45 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// The device check reads the file too (Discover, every --rediscover-every):
+// reading it first must not take the change away from the health watch.
+// Seen in the end-to-end suite as a device marked unhealthy that stayed
+// healthy in kubelet.
+TEST(FakeDriverTest, ADiscoveryBetweenAnEditAndTheWatchKeepsTheHealthChange) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  auto doc = [](bool healthy) {
+    return std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)") +
+           R"("devices":[{"index":1,"healthy":)" + (healthy ? "true" : "false") + "}]}]}";
+  };
+  Write(path, doc(true));
+  FakeDriver d({path, "n", std::chrono::milliseconds(1000)});
+  ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Write(path, doc(false));
+  ASSERT_TRUE(d.Discover().ok());  // before the watch's next look at the file
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(5)));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].healthy);
+}
+
+// An edit made after the discovery a watch starts from, before the watch
+// looked at the file, is reported when it starts.
+TEST(FakeDriverTest, AWatchReportsAnEditMadeSinceItsDiscovery) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2}]})");
+  FakeDriver d({path, "n", std::chrono::milliseconds(1000)});
+  ASSERT_TRUE(d.Discover().ok());
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)"
+              R"("devices":[{"index":0,"healthy":false}]}]})");
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::milliseconds(500)));
+  EXPECT_EQ(health.Stop()[0].device_id, "NVIDIA-n-0");
+}
+
 TEST(FakeDriverTest, AnEditThatFailsValidationKeepsTheLastGoodInventory) {
   TempDir dir;
   const std::string path = dir.File("inv.json");
