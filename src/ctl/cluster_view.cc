@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "api/assignment_codec.h"
@@ -204,6 +205,74 @@ Report NodesReport(const ClusterView& view) {
   r.text = Table(rows);
   r.text += fmt::format("{} nodes, {} devices ({} free whole), {} of {} GiB assigned\n",
                         r.json["nodes"].size(), devices, free_whole, Gib(memory_used), Gib(memory));
+  return r;
+}
+
+Report PodsReport(const ClusterView& view, const std::string& ns) {
+  Report r;
+  r.json = {{"pods", json::array()}};
+  std::vector<std::vector<std::string>> rows = {
+      {"POD", "NODE", "PHASE", "VENDOR", "DEVICES", "WHOLE", "MEMORY MiB", "COMPUTE"}};
+  std::vector<const PodEntry*> entries;
+  for (const auto& [uid, entry] : view.pods()) {
+    if (ns.empty() || entry.ref.ns == ns) entries.push_back(&entry);
+  }
+  std::sort(entries.begin(), entries.end(), [](const PodEntry* a, const PodEntry* b) {
+    return std::tie(a->ref.ns, a->ref.name) < std::tie(b->ref.ns, b->ref.name);
+  });
+  for (const PodEntry* e : entries) {
+    // What is counted on the node, in its current device indices; a pod
+    // whose assignment is not counted there (its node or devices missing)
+    // is listed from the assignment itself.
+    std::optional<extender::PodAssignment> a = view.cache().AppliedAssignment(e->ref.uid);
+    const bool counted = a.has_value();
+    if (!counted) a = view.cache().Assignment(e->ref.uid);
+    if (!a.has_value()) continue;
+    NodeSnapshotPtr snap = view.cache().Node(e->node);
+    json pj = {{"pod", PodName(e->ref)},
+               {"node", e->node},
+               {"phase", e->phase},
+               {"counted", counted},
+               {"vendors", json::array()}};
+    for (const extender::AssignmentPart& part : a->parts) {
+      const extender::InventoryState* inv =
+          counted && snap != nullptr ? snap->Find(part.vendor) : nullptr;
+      std::set<int32_t> devices, whole;
+      int64_t memory = 0, compute = 0;
+      const std::vector<core::Device>* devs = inv != nullptr ? &inv->inventory->devices : nullptr;
+      for (const core::ContainerPlacement& c : part.placement.containers) {
+        for (const core::Grant& g : c.grants) {
+          devices.insert(g.device);
+          // Init containers run before the others, on devices the pod
+          // holds anyway: their grants are not added.
+          if (c.kind == core::ContainerKind::kInit) continue;
+          if (g.exclusive) {
+            if (!whole.insert(g.device).second) continue;
+            memory +=
+                devs != nullptr && g.device >= 0 && static_cast<size_t>(g.device) < devs->size()
+                    ? (*devs)[static_cast<size_t>(g.device)].memory_mib
+                    : g.memory_mib;
+            compute += core::kComputeWhole;
+          } else {
+            memory += g.memory_mib;
+            compute += g.compute;
+          }
+        }
+      }
+      const std::string vendor(core::VendorName(part.vendor));
+      pj["vendors"].push_back({{"vendor", vendor},
+                               {"devices", devices.size()},
+                               {"whole", whole.size()},
+                               {"memory_mib", memory},
+                               {"compute", compute}});
+      rows.push_back({PodName(e->ref), e->node, e->phase, vendor, std::to_string(devices.size()),
+                      std::to_string(whole.size()), std::to_string(memory), Percent(compute)});
+    }
+    r.json["pods"].push_back(std::move(pj));
+  }
+  r.text = Table(rows);
+  r.text += fmt::format("{} pods holding devices{}\n", r.json["pods"].size(),
+                        ns.empty() ? "" : " in namespace " + ns);
   return r;
 }
 

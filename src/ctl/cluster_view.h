@@ -10,6 +10,7 @@
 // cache has drifted. The commands over it are pure functions of the view:
 //
 //   NodesReport   one row per node with an accelpool inventory
+//   PodsReport    one row per pod holding devices
 //   NodeReport    one node's devices, and which pod holds what on each
 //   ExplainReport one pod: its request as the extender parses it, where it
 //                 is bound, or for each node why it does not fit
@@ -75,6 +76,9 @@ struct Report {
 // Every node: vendor and model, devices (healthy, cordoned, free whole),
 // memory and compute assigned of the total, pods holding devices.
 Report NodesReport(const ClusterView& view);
+// Every pod holding devices (in `ns` only, unless empty): its node, phase,
+// and per vendor the devices, whole cards, memory and compute it holds.
+Report PodsReport(const ClusterView& view, const std::string& ns);
 // One node's devices and their holders. kNotFound when the node has no
 // accelpool inventory.
 StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node);

@@ -135,6 +135,27 @@ TEST_F(ClusterViewTest, NodeReportNamesEachDevicesHolders) {
   EXPECT_NE(none.status().message().find("kubectl accelpool nodes"), std::string::npos);
 }
 
+TEST_F(ClusterViewTest, PodsReportSumsWhatEachPodHolds) {
+  Report r = PodsReport(*view_, "");
+  ASSERT_EQ(r.json["pods"].size(), 2u) << r.json.dump(2);  // done finished, waiting holds none
+  const json& infer = r.json["pods"][0];
+  EXPECT_EQ(infer["pod"], "ml/infer");
+  EXPECT_EQ(infer["node"], "node-a");
+  EXPECT_TRUE(infer["counted"].get<bool>());
+  EXPECT_EQ(infer["vendors"][0]["devices"], 1);
+  EXPECT_EQ(infer["vendors"][0]["whole"], 0);
+  EXPECT_EQ(infer["vendors"][0]["memory_mib"], 4096);
+  const json& train = r.json["pods"][1];
+  EXPECT_EQ(train["vendors"][0]["whole"], 2);
+  // Whole cards count their whole memory and compute.
+  EXPECT_EQ(train["vendors"][0]["memory_mib"],
+            2 * extender::testing::GpuNode("x").devices[0].memory_mib);
+  EXPECT_EQ(train["vendors"][0]["compute"], 2000);
+  EXPECT_NE(r.text.find("2 pods holding devices\n"), std::string::npos) << r.text;
+  EXPECT_TRUE(PodsReport(*view_, "other").json["pods"].empty());
+  EXPECT_NE(PodsReport(*view_, "ml").text.find("in namespace ml"), std::string::npos);
+}
+
 TEST_F(ClusterViewTest, ExplainSaysWhereAPendingPodFitsAndWhyNot) {
   // 7 cards: node-b has 7 healthy (one unhealthy), node-a has 5 free.
   StatusOr<Report> r = ExplainReport(*view_, Pod("big", {{"nvidia.com/gpu", "7"}}), "accelpool");

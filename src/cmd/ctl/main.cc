@@ -26,6 +26,8 @@ constexpr const char* kUsage = R"(usage: kubectl accelpool COMMAND [flags]
   nodes                 every node with an accelpool inventory: vendor and model, devices
                         (unhealthy, cordoned, free whole), memory and compute assigned, pods
   node NAME             one node's devices, and which pod and container holds what on each
+  pods                  every pod holding devices (in -n NS only, when given): node, phase,
+                        devices, whole cards, memory and compute
   explain [NS/]POD      one pod: what it asks for, where it is bound and on which devices,
                         or, pending, the nodes it fits (best first) and why the others refuse it
 
@@ -35,7 +37,7 @@ rebuilds after a restart. A difference from the running extender's metrics means
 its cache has drifted.
 
 flags:
-  -n, --namespace=NS    the pod's namespace for explain (default: default)
+  -n, --namespace=NS    explain: the pod's namespace (default: default); pods: only this one
   -o, --output=FORMAT   text (default) or json
   --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
                         accelpool.io/policy annotation wins, as in the extender
@@ -48,7 +50,7 @@ flags:
 struct Flags {
   std::string command;
   std::string target;
-  std::string ns = "default";
+  std::string ns;  // "" = not given
   std::string output = "text";
   std::string policy = "accelpool";
   std::string kubeconfig;
@@ -89,18 +91,20 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                             {"kubeconfig", &f.kubeconfig},
                                             {"context", &f.context}},
                                            {{"quiet", &f.quiet}}));
-  if (positional.empty()) return InvalidArgumentError("no command; use nodes, node or explain");
+  if (positional.empty()) {
+    return InvalidArgumentError("no command; use nodes, node, pods or explain");
+  }
   f.command = positional[0];
-  const size_t want = f.command == "nodes" ? 1 : 2;
-  if (f.command != "nodes" && f.command != "node" && f.command != "explain") {
+  const bool bare = f.command == "nodes" || f.command == "pods";
+  const size_t want = bare ? 1 : 2;
+  if (!bare && f.command != "node" && f.command != "explain") {
     return InvalidArgumentError("unknown command \"" + f.command +
-                                "\"; use nodes, node or explain");
+                                "\"; use nodes, node, pods or explain");
   }
   if (positional.size() != want) {
-    return InvalidArgumentError(f.command == "nodes"
-                                    ? "nodes takes no argument"
-                                    : f.command + " takes one argument: " +
-                                          (f.command == "node" ? "the node's name" : "[NS/]POD"));
+    return InvalidArgumentError(bare ? f.command + " takes no argument"
+                                     : f.command + " takes one argument: " +
+                                           (f.command == "node" ? "the node's name" : "[NS/]POD"));
   }
   if (want == 2) f.target = positional[1];
   if (f.output != "text" && f.output != "json") {
@@ -145,7 +149,8 @@ int Run(const Flags& f) {
   auto make = [&]() -> StatusOr<Report> {
     if (f.command == "nodes") return NodesReport(**view);
     if (f.command == "node") return NodeReport(**view, f.target);
-    std::string ns = f.ns, name = f.target;
+    if (f.command == "pods") return PodsReport(**view, f.ns);
+    std::string ns = f.ns.empty() ? "default" : f.ns, name = f.target;
     if (const size_t slash = name.find('/'); slash != std::string::npos) {
       ns = name.substr(0, slash);
       name = name.substr(slash + 1);

@@ -385,6 +385,8 @@ explain_busy() { # busy-8 is turned away on ${HG} for devices held (could fit la
 check "kubectl accelpool explain: busy-8 is pending, ${HG} turns it away for devices held" explain_busy
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
+pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
+check "kubectl accelpool pods -n ${NS}: busy-frac on ${HG} with 1024 MiB" pods_listed
 same_as_extender() { # the CLI's memory assigned on ${HG} equals the extender's metric
   local cli ext
   cli="$(ap nodes -o json | jq -r --arg n "${HG}" '.nodes[] | select(.name == $n) | .inventories[0].memory_assigned_mib')"
