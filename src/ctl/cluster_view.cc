@@ -75,8 +75,7 @@ std::string DescribeAsk(const core::DeviceRequest& r) {
 }  // namespace
 
 void ClusterView::AddNode(const json& node) {
-  extender::CacheFeeder feeder(cache_, Logger());
-  feeder.OnNode(node);
+  feeder_.OnNode(node);
   const std::string name = kube::StringAt(node, json::json_pointer("/metadata/name"));
   if (NodeSnapshotPtr snap = cache_.Node(name); snap != nullptr && !snap->inventory_status.ok()) {
     bad_nodes_[name] = std::string(snap->inventory_status.message());
@@ -86,8 +85,9 @@ void ClusterView::AddNode(const json& node) {
 void ClusterView::AddPod(const json& pod) {
   extender::ObservedPod o = extender::ObservePodJson(pod);
   if (o.ref.uid.empty() || o.finished) return;
-  extender::CacheFeeder feeder(cache_, Logger());
-  feeder.OnPod(pod);
+  // As CacheFeeder::OnPod, without parsing the pod a second time; what does
+  // not parse or fit is shown as such by the reports, not logged.
+  (void)cache_.ObservePod(o.ref, o.node_name, o.assignment);
   pods_[o.ref.uid] =
       PodEntry{o.ref, o.node_name, kube::StringAt(pod, json::json_pointer("/status/phase"))};
 }

@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "extender/cache.h"
+#include "extender/kube_adapters.h"
 #include "kube/client.h"
 
 namespace accelpool::ctl {
@@ -64,6 +65,7 @@ class ClusterView {
   void AddPod(const nlohmann::json& pod);
 
   extender::Cache cache_;
+  extender::CacheFeeder feeder_{cache_, Logger()};
   std::map<std::string, PodEntry> pods_;
   std::map<std::string, std::string> bad_nodes_;
 };
