@@ -276,12 +276,16 @@ bool NodeRefresher::Refresh(const std::string& node) {
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, first] = last_.try_emplace(node, now);
-    if (!first) {
-      if (now - it->second < min_interval_) {
-        return false;
-      }
-      it->second = now;
+    auto it = last_.find(node);
+    if (it != last_.end() && now - it->second < min_interval_) {
+      return false;
+    }
+    if (!bucket_.TryAcquire()) {
+      return false;
+    }
+    last_[node] = now;
+    if (last_.size() > 4096) {  // forget nodes read long ago
+      std::erase_if(last_, [&](const auto& e) { return now - e.second >= min_interval_; });
     }
   }
   StatusOr<nlohmann::json> got = client_.Get(kube::Nodes(), "", node);

@@ -20,6 +20,7 @@
 #ifndef ACCELPOOL_EXTENDER_KUBE_ADAPTERS_H_
 #define ACCELPOOL_EXTENDER_KUBE_ADAPTERS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -148,13 +149,18 @@ class CacheFeeder {
 };
 
 // Re-reads a node from the apiserver into the cache through the feeder
-// (ExtenderOptions::refresh_node), at most once per node per `min_interval`.
+// (ExtenderOptions::refresh_node), at most once per node per `min_interval`
+// and `qps` times a second over all nodes.
 // Thread-safety: Refresh may be called from any thread.
 class NodeRefresher {
  public:
   NodeRefresher(kube::KubeClient& client, CacheFeeder& feeder,
-                std::chrono::milliseconds min_interval, Logger log)
-      : client_(client), feeder_(feeder), min_interval_(min_interval), log_(std::move(log)) {}
+                std::chrono::milliseconds min_interval, Logger log, double qps = 5.0)
+      : client_(client),
+        feeder_(feeder),
+        min_interval_(min_interval),
+        bucket_(qps, std::max(1, static_cast<int>(qps))),
+        log_(std::move(log)) {}
 
   // True when the node was read and applied; false when it was read less
   // than `min_interval` ago, or the read failed (logged).
@@ -164,6 +170,7 @@ class NodeRefresher {
   kube::KubeClient& client_;
   CacheFeeder& feeder_;
   const std::chrono::milliseconds min_interval_;
+  kube::TokenBucket bucket_;
   const Logger log_;
   std::mutex mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_

@@ -87,6 +87,10 @@ TEST_F(KubeAdaptersTest, AFilterTurningAPodAwayForCordonedDevicesReReadsTheNode)
   // A node the apiserver does not have: no crash, the pod is turned away.
   NodeRefresher other(*client_, feeder, std::chrono::seconds(0), Logger());
   EXPECT_FALSE(other.Refresh("node-gone"));
+  // All nodes together: at most `qps` reads a second.
+  NodeRefresher slow(*client_, feeder, std::chrono::seconds(0), Logger(), 1.0);
+  EXPECT_TRUE(slow.Refresh("node-a"));
+  EXPECT_FALSE(slow.Refresh("node-a"));
 }
 
 // The same for a card that is healthy again, and for a node whose first

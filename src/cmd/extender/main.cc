@@ -384,9 +384,10 @@ int Run(const Flags& flags) {
   eo.pick_in_filter = flags.pick_in_filter;
   // Nodes first, so pods find their node's inventory when they arrive.
   CacheFeeder feeder(cache, log.Child("cache"));
-  // A pod turned away for cordoned devices re-reads that node (at most every
-  // 2 s): kube-scheduler retries it on the Node update a moment before the
-  // node informer below delivers the same update.
+  // A pod that finds no node re-reads the nodes that turned it away for
+  // cordoned or unhealthy devices, and nodes not cached yet (each at most
+  // every 2 s, 5 reads a second in all): kube-scheduler retries it on the
+  // Node update a moment before the node informer below delivers it.
   NodeRefresher refresher(**read_client, feeder, std::chrono::seconds(2), log.Child("cache"));
   eo.refresh_node = [&refresher](const std::string& node) { return refresher.Refresh(node); };
   // A pod that finds no node re-reads the pods of a few nodes that turned it

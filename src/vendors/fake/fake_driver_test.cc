@@ -184,26 +184,28 @@ TEST(FakeDriverTest, ServesSeveralVendorsAndBuildsVendorEnv) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
+// Two NVIDIA GPUs, GPU 1 healthy or not.
+std::string GpuOneHealthy(bool healthy) {
+  return std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)") +
+         R"("devices":[{"index":1,"healthy":)" + (healthy ? "true" : "false") + "}]}]}";
+}
+
 TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   TempDir dir;
   const std::string path = dir.File("inv.json");
-  auto doc = [](bool healthy) {
-    return std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)") +
-           R"("devices":[{"index":1,"healthy":)" + (healthy ? "true" : "false") + "}]}]}";
-  };
-  Write(path, doc(true));
+  Write(path, GpuOneHealthy(true));
   FakeDriver d({path, "n", std::chrono::milliseconds(10)});
   ASSERT_TRUE(d.Discover().ok());
 
   testing::HealthRecorder health(d);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  Write(path, doc(false));
+  Write(path, GpuOneHealthy(false));
   d.Reload();
   ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
   Write(path, "{ not json");  // a bad edit changes nothing
   d.Reload();
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  Write(path, doc(true));
+  Write(path, GpuOneHealthy(true));
   d.Reload();
   ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(3)));
   const std::vector<HealthEvent> events = health.Stop();
@@ -220,16 +222,12 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
 TEST(FakeDriverTest, ADiscoveryBetweenAnEditAndTheWatchKeepsTheHealthChange) {
   TempDir dir;
   const std::string path = dir.File("inv.json");
-  auto doc = [](bool healthy) {
-    return std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)") +
-           R"("devices":[{"index":1,"healthy":)" + (healthy ? "true" : "false") + "}]}]}";
-  };
-  Write(path, doc(true));
+  Write(path, GpuOneHealthy(true));
   FakeDriver d({path, "n", std::chrono::milliseconds(1000)});
   ASSERT_TRUE(d.Discover().ok());
   testing::HealthRecorder health(d);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  Write(path, doc(false));
+  Write(path, GpuOneHealthy(false));
   ASSERT_TRUE(d.Discover().ok());  // before the watch's next look at the file
   ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(5)));
   const std::vector<HealthEvent> events = health.Stop();
