@@ -272,21 +272,26 @@ void CacheFeeder::OnPodDeleted(const nlohmann::json& pod) {
   }
 }
 
-bool NodeRefresher::Refresh(const std::string& node) {
+bool ReadLimiter::Allow(const std::string& node) {
   const auto now = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = last_.find(node);
-    if (it != last_.end() && now - it->second < min_interval_) {
-      return false;
-    }
-    if (!bucket_.TryAcquire()) {
-      return false;
-    }
-    last_[node] = now;
-    if (last_.size() > 4096) {  // forget nodes read long ago
-      std::erase_if(last_, [&](const auto& e) { return now - e.second >= min_interval_; });
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = last_.find(node);
+  if (it != last_.end() && now - it->second < per_node_) {
+    return false;
+  }
+  if (!bucket_.TryAcquire()) {
+    return false;
+  }
+  last_[node] = now;
+  if (last_.size() > 4096) {  // forget nodes read long ago
+    std::erase_if(last_, [&](const auto& e) { return now - e.second >= per_node_; });
+  }
+  return true;
+}
+
+bool NodeRefresher::Refresh(const std::string& node) {
+  if (!limit_.Allow(node)) {
+    return false;
   }
   StatusOr<nlohmann::json> got = client_.Get(kube::Nodes(), "", node);
   if (!got.ok()) {
@@ -306,25 +311,12 @@ PodRechecker::PodRechecker(kube::KubeClient& client, Cache& cache, std::string s
     : client_(client),
       cache_(cache),
       scheduler_name_(std::move(scheduler_name)),
-      per_node_(per_node),
-      bucket_(qps, std::max(1, static_cast<int>(qps))),
+      limit_(per_node, qps),
       log_(std::move(log)) {}
 
 RecheckResult PodRechecker::Recheck(const std::string& node) {
-  const auto now = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = last_.find(node);
-    if (it != last_.end() && now - it->second < per_node_) {
-      return RecheckResult::kSkipped;
-    }
-    if (!bucket_.TryAcquire()) {
-      return RecheckResult::kSkipped;
-    }
-    last_[node] = now;
-    if (last_.size() > 4096) {  // forget nodes read long ago
-      std::erase_if(last_, [&](const auto& e) { return now - e.second >= per_node_; });
-    }
+  if (!limit_.Allow(node)) {
+    return RecheckResult::kSkipped;
   }
   // Taken before the read: a pod bound after this is not judged by it.
   const std::vector<std::string> held = cache_.BoundPods(node);

@@ -148,6 +148,23 @@ class CacheFeeder {
   std::map<std::string, std::string> cordon_logged_;  // node -> what was logged; by cordon_mu_
 };
 
+// How often a filter may read one node, and all nodes, from the apiserver:
+// at most once per node per `per_node`, and `qps` reads a second in all.
+// Thread-safety: Allow may be called from any thread.
+class ReadLimiter {
+ public:
+  ReadLimiter(std::chrono::milliseconds per_node, double qps)
+      : per_node_(per_node), bucket_(qps, std::max(1, static_cast<int>(qps))) {}
+  // True, and counted as a read of `node` now, when both limits allow one.
+  bool Allow(const std::string& node);
+
+ private:
+  const std::chrono::milliseconds per_node_;
+  kube::TokenBucket bucket_;
+  std::mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_
+};
+
 // Re-reads a node from the apiserver into the cache through the feeder
 // (ExtenderOptions::refresh_node), at most once per node per `min_interval`
 // and `qps` times a second over all nodes.
@@ -156,11 +173,7 @@ class NodeRefresher {
  public:
   NodeRefresher(kube::KubeClient& client, CacheFeeder& feeder,
                 std::chrono::milliseconds min_interval, Logger log, double qps = 5.0)
-      : client_(client),
-        feeder_(feeder),
-        min_interval_(min_interval),
-        bucket_(qps, std::max(1, static_cast<int>(qps))),
-        log_(std::move(log)) {}
+      : client_(client), feeder_(feeder), limit_(min_interval, qps), log_(std::move(log)) {}
 
   // True when the node was read and applied; false when it was read less
   // than `min_interval` ago, or the read failed (logged).
@@ -169,11 +182,8 @@ class NodeRefresher {
  private:
   kube::KubeClient& client_;
   CacheFeeder& feeder_;
-  const std::chrono::milliseconds min_interval_;
-  kube::TokenBucket bucket_;
+  ReadLimiter limit_;
   const Logger log_;
-  std::mutex mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_
 };
 
 // Reads the pods bound to one node from the apiserver and frees in the cache
@@ -195,11 +205,8 @@ class PodRechecker {
   kube::KubeClient& client_;
   Cache& cache_;
   const std::string scheduler_name_;
-  const std::chrono::milliseconds per_node_;
-  kube::TokenBucket bucket_;
+  ReadLimiter limit_;
   const Logger log_;
-  std::mutex mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_;  // guarded by mu_
 };
 
 }  // namespace accelpool::extender
