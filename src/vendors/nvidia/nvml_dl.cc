@@ -278,19 +278,27 @@ class DlNvml : public NvmlLibrary {
   // Answers a query, and has no memory rows waiting for a GPU reset: after an
   // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
   // rows for remapping, which only a reset applies, while it keeps answering.
+  // Two NVML calls, not DeviceInfo's eight: discovery runs it on every GPU
+  // right after reading DeviceInfo, and the health watch on every unhealthy
+  // GPU each turn.
   Status Probe(int32_t index) override {
-    StatusOr<NvmlDeviceInfo> info = DeviceInfo(index);
-    if (!info.ok()) {
-      return info.status();
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
     }
+    auto mem = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlMemory_t*)>(Sym("DeviceGetMemoryInfo"));
+    if (!mem.ok()) {
+      return mem.status();
+    }
+    nvmlMemory_t m{};
+    ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), Sym("DeviceGetMemoryInfo")));
     auto remapped = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*, unsigned*,
                                                       unsigned*)>(Sym("DeviceGetRemappedRows"));
-    StatusOr<nvmlDevice_t> h = Handle(index);
     unsigned corrected = 0;
     unsigned uncorrected = 0;
     unsigned pending = 0;
     unsigned failed = 0;
-    if (remapped != nullptr && h.ok() &&
+    if (remapped != nullptr &&
         remapped(*h, &corrected, &uncorrected, &pending, &failed) == kNvmlSuccess &&
         (pending != 0 || failed != 0)) {
       return FailedPreconditionError(

@@ -170,6 +170,22 @@ TEST(NvmlBindingTest, NumaIsTheNearestCpuNodeNotTheGpuMemoryNode) {
   EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1}));
 }
 
+// Discovery reads each GPU once in full; its health query (memory info and
+// row remapping) does not read the GPU again.
+TEST(NvmlBindingTest, DiscoveryReadsEachGpuOnce) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto calls = reinterpret_cast<int (*)()>(fake.Symbol("accelpool_fake_nvml_name_calls"));
+  ASSERT_NE(calls, nullptr);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  calls();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ(calls(), 8);
+}
+
 // nvmlEventSetWait_v2 answering NVML_ERROR_GPU_IS_LOST means a GPU fell off
 // the bus without naming it: every GPU is unhealthy until it answers again
 // (as NVIDIA's device plugin treats it), instead of a logged error.

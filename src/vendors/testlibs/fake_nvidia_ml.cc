@@ -88,6 +88,7 @@ int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 cohe
 bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
 int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
+int name_calls = 0;                 // nvmlDeviceGetName calls since the last reset
 
 bool ToMig(const void* h, unsigned* k) {
   const int* p = static_cast<const int*>(h);
@@ -127,6 +128,13 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_mig(i
   mig_gpu = gpu;
 }
 
+// How many times nvmlDeviceGetName ran since the last call (which resets it):
+// the full per-GPU read, as against the health query.
+extern "C" __attribute__((visibility("default"))) int accelpool_fake_nvml_name_calls() {
+  const int n = name_calls;
+  name_calls = 0;
+  return n;
+}
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
   wait_lost = lost != 0;
 }
@@ -184,6 +192,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetUUID(void* h, char* uuid
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetName(void* h, char* name, unsigned n) {
   unsigned i = 0;
+  ++name_calls;
   if (!ToIndex(h, &i)) return kInvalidArgument;
   CopyString(name, n, "NVIDIA H200");
   return kSuccess;
