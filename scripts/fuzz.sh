@@ -14,7 +14,9 @@
 #               GetPreferredAllocation calls)
 #   fake        inventory_file (the fake backend's  seeds: src/vendors/fuzz/corpus/inventory_file
 #               inventory file)
-#   kubeconfig  yaml (the YAML reader)              seeds: src/kube/fuzz/corpus/yaml
+#   kubeconfig  yaml (the YAML reader),             seeds: src/kube/fuzz/corpus/<name>
+#               exec_credential (an exec credential
+#               plugin's answer)
 #   http        http_response (the client's reader  seeds: src/http/fuzz/corpus/response
 #               of apiserver answers)
 #   cuda shim   shim_env (the env contract),        seeds: src/cuda/fuzz/corpus/<name>
@@ -56,12 +58,13 @@ declare -A target=(
   [node_pods]="src/plugin/plugin_node_pods_fuzzer src/plugin/fuzz/seeds/node_pods"
   [inventory_file]="src/vendors/inventory_file_fuzzer src/vendors/fuzz/corpus/inventory_file"
   [yaml]="src/kube/yaml_fuzzer src/kube/fuzz/corpus/yaml"
+  [exec_credential]="src/kube/exec_credential_fuzzer src/kube/fuzz/corpus/exec_credential"
   [http_response]="src/http/http_response_fuzzer src/http/fuzz/corpus/response"
   [shim_env]="src/cuda/shim_env_fuzzer src/cuda/fuzz/corpus/shim_env"
   [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
   [key_state]="src/keys/key_state_fuzzer src/keys/fuzz/corpus/key_state"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate watch workload_store node_pods inventory_file yaml http_response shim_env proc_stat key_state"
+order="inventory assignment pod_request filter prioritize bind preempt mutate watch workload_store node_pods inventory_file yaml exec_credential http_response shim_env proc_stat key_state"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then

@@ -135,7 +135,8 @@ class ClientImpl final : public KubeClient {
       : config_(std::move(config)),
         http_(std::move(http)),
         bucket_(config_.qps, config_.burst),
-        token_(config_.token) {}
+        token_(config_.token),
+        exec_expiry_(config_.token_expiry) {}
 
   StatusOr<ListResult> List(const Resource& r, const std::string& ns,
                             const ListOptions& options) override;
@@ -183,6 +184,17 @@ class ClientImpl final : public KubeClient {
   // Reads the token file again when token_reread has passed since the last
   // read; one caller reads, the others go on with the token they have.
   void MaybeRereadToken() {
+    if (config_.exec) {
+      uint64_t seen = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        const auto now = std::chrono::system_clock::now();
+        if (!exec_expiry_ || now + kExecEarly < *exec_expiry_ || now < exec_retry_) return;
+        seen = token_generation_;
+      }
+      RerunExec(seen);
+      return;
+    }
     if (config_.token_file.empty()) return;
     const auto now = std::chrono::steady_clock::now();
     {
@@ -191,6 +203,46 @@ class ClientImpl final : public KubeClient {
       token_read_ = now;
     }
     RefreshToken();
+  }
+
+  // Runs the exec plugin again, one caller at a time; a caller that waited
+  // for another's run takes its token. True when the token changed since the
+  // caller's generation `seen`. A failed run keeps the token and is not
+  // repeated for kExecRetry (the request goes on and fails on its own).
+  bool RerunExec(uint64_t seen) {
+    std::lock_guard<std::mutex> run(exec_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (token_generation_ != seen) return true;
+      if (std::chrono::system_clock::now() < exec_retry_) return false;
+    }
+    StatusOr<ExecCredential> cred = RunExecPlugin(*config_.exec);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!cred.ok() || cred->token.empty()) {
+      exec_retry_ = std::chrono::system_clock::now() + kExecRetry;
+      return false;
+    }
+    exec_expiry_ = cred->expiry;
+    // A token that is already (nearly) expired is not asked for again at
+    // every request.
+    const auto now = std::chrono::system_clock::now();
+    if (cred->expiry && *cred->expiry <= now + kExecEarly) exec_retry_ = now + kExecRetry;
+    if (cred->token == token_) return false;
+    token_ = cred->token;
+    ++token_generation_;
+    return true;
+  }
+
+  uint64_t TokenGeneration() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return token_generation_;
+  }
+
+  // After a 401: the exec plugin's next token (unless another request already
+  // got one since `seen`), or a rotated token file. True when the token changed.
+  bool RefreshToken(uint64_t seen) {
+    if (config_.exec) return RerunExec(seen);
+    return RefreshToken();
   }
 
   // Re-reads a rotated token file; true when the token changed.
@@ -214,6 +266,7 @@ class ClientImpl final : public KubeClient {
                                       const std::string& accept = "application/json") {
     for (int attempt = 0;; ++attempt) {
       bucket_.Acquire();
+      const uint64_t generation = TokenGeneration();
       http::ClientRequest req;
       req.method = method;
       req.path = path;
@@ -222,7 +275,7 @@ class ClientImpl final : public KubeClient {
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
       req.timeout = config_.timeout;
       auto resp = http_->Send(req);
-      if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken()) continue;
+      if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken(generation)) continue;
       return resp;
     }
   }
@@ -252,6 +305,14 @@ class ClientImpl final : public KubeClient {
   // When the token file was last read; guarded by mu_. Unset at first, so the
   // first request reads it (the token in the config may be older).
   std::optional<std::chrono::steady_clock::time_point> token_read_;
+  // The exec plugin's token: when it expires, and when a failed run may be
+  // retried; guarded by mu_. exec_mu_ lets one caller run the plugin.
+  static constexpr std::chrono::seconds kExecEarly{10};
+  static constexpr std::chrono::seconds kExecRetry{10};
+  std::mutex exec_mu_;
+  uint64_t token_generation_ = 0;
+  std::optional<std::chrono::system_clock::time_point> exec_expiry_;
+  std::chrono::system_clock::time_point exec_retry_{};
 };
 
 StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
@@ -322,8 +383,9 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
   // delivered, and the caller re-watches from the last version it saw.)
   for (int attempt = 0;; ++attempt) {
     int status = 0;
+    const uint64_t generation = TokenGeneration();
     Status st = WatchOnce(r, ns, options, on_event, stop, what, status);
-    if (status == 401 && attempt == 0 && RefreshToken()) continue;
+    if (status == 401 && attempt == 0 && RefreshToken(generation)) continue;
     return st;
   }
 }

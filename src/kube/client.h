@@ -14,7 +14,9 @@
 //
 // A KubeConfig::token_file is read again at most every token_reread and
 // after a 401 (the request, or a watch that has not started, goes once more
-// with the new token).
+// with the new token). A token from an exec plugin (KubeConfig::exec) is
+// fetched again 10 s before it expires and after a 401, by one caller while
+// the others wait for it.
 //
 // Thread-safety: every method may be called from many threads at once. All
 // requests pass one client-side token bucket (KubeConfig::qps / burst).

@@ -154,6 +154,69 @@ StatusOr<KubeConfig> LoadInCluster(const EnvLookup& env, std::string_view sa_dir
   return c;
 }
 
+namespace {
+
+// The user's `exec` entry (client-go's ExecConfig) and, for
+// provideClusterInfo, what the cluster entry says of the server.
+StatusOr<ExecPlugin> ReadExec(const json& user, const json& cluster,
+                              const std::filesystem::path& dir, const std::string& user_name,
+                              const KubeConfig& c, const std::string& uw) {
+  const json& e = user.at("exec");
+  const std::string ew = uw + ".exec";
+  if (!e.is_object()) return InvalidArgumentError(ew + ": want a mapping");
+  ExecPlugin p;
+  p.user = user_name;
+  ACCELPOOL_RETURN_IF_ERROR(Str(e, "apiVersion", p.api_version, ew));
+  ACCELPOOL_RETURN_IF_ERROR(Str(e, "command", p.command, ew));
+  ACCELPOOL_RETURN_IF_ERROR(Str(e, "installHint", p.install_hint, ew));
+  ACCELPOOL_RETURN_IF_ERROR(Str(e, "interactiveMode", p.interactive_mode, ew));
+  // A relative command with a '/' is relative to the kubeconfig's folder; a
+  // bare name is looked up in PATH.
+  if (p.command.find('/') != std::string::npos) p.command = Resolve(dir, p.command);
+  if (e.contains("args") && !e.at("args").is_null()) {
+    if (!e.at("args").is_array()) return InvalidArgumentError(ew + ".args: want a list");
+    for (const json& a : e.at("args")) {
+      if (!a.is_string()) return InvalidArgumentError(ew + ".args: want strings");
+      p.args.push_back(a.get<std::string>());
+    }
+  }
+  if (e.contains("env") && !e.at("env").is_null()) {
+    if (!e.at("env").is_array()) return InvalidArgumentError(ew + ".env: want a list");
+    for (const json& v : e.at("env")) {
+      std::string name, value;
+      if (!v.is_object()) return InvalidArgumentError(ew + ".env: want {name, value} entries");
+      ACCELPOOL_RETURN_IF_ERROR(Str(v, "name", name, ew + ".env"));
+      ACCELPOOL_RETURN_IF_ERROR(Str(v, "value", value, ew + ".env"));
+      p.env.emplace_back(std::move(name), std::move(value));
+    }
+  }
+  if (e.contains("provideClusterInfo")) {
+    const json& v = e.at("provideClusterInfo");
+    if (!v.is_boolean() && !v.is_null()) {
+      return InvalidArgumentError(ew + ".provideClusterInfo: want true or false");
+    }
+    p.provide_cluster_info = v.is_boolean() && v.get<bool>();
+  }
+  ACCELPOOL_RETURN_IF_ERROR(ValidateExecPlugin(p));
+  if (p.provide_cluster_info) {
+    p.server = c.server;
+    p.insecure_skip_verify = c.insecure_skip_verify;
+    ACCELPOOL_RETURN_IF_ERROR(Str(cluster, "tls-server-name", p.tls_server_name, ew));
+    p.ca_pem = c.ca_pem;
+    if (p.ca_pem.empty() && !c.ca_file.empty()) {
+      auto ca = ReadWholeFile(c.ca_file, "certificate-authority");
+      if (!ca.ok()) return ca.status();
+      p.ca_pem = *ca;
+    }
+    const json* ext =
+        Named(cluster, "extensions", "client.authentication.k8s.io/exec", "extension");
+    if (ext != nullptr) p.config_json = ext->dump();
+  }
+  return p;
+}
+
+}  // namespace
+
 StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context) {
   auto text = ReadWholeFile(path, "kubeconfig");
   if (!text.ok()) return text.status();
@@ -245,13 +308,24 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
     }
     const bool has_creds =
         !c.token.empty() || !c.client_cert_file.empty() || !c.client_cert_pem.empty();
-    if (!has_creds && (user->contains("exec") || user->contains("auth-provider"))) {
+    if (!has_creds && user->contains("exec") && !user->at("exec").is_null()) {
+      StatusOr<ExecPlugin> plugin = ReadExec(*user, *cluster, dir, user_name, c, uw);
+      if (!plugin.ok()) return plugin.status();
+      StatusOr<ExecCredential> cred = RunExecPlugin(*plugin);
+      if (!cred.ok()) return cred.status();
+      c.token = cred->token;
+      c.client_cert_pem = cred->client_cert_pem;
+      c.client_key_pem = cred->client_key_pem;
+      if (!c.token.empty()) {
+        c.exec = std::move(*plugin);
+        c.token_expiry = cred->expiry;
+      }
+    } else if (!has_creds && user->contains("auth-provider")) {
       return UnimplementedError(uw +
-                                " uses an exec or auth-provider plugin, which accelpool "
-                                "does not run; give the user a service-account token "
-                                "(token or tokenFile, e.g. from kubectl create token) or a "
-                                "client certificate (client-certificate-data and "
-                                "client-key-data), or run in-cluster");
+                                " uses an auth-provider plugin (removed from kubectl in 1.26), "
+                                "which accelpool does not run; switch the user to an exec "
+                                "plugin, a token (token or tokenFile, e.g. from kubectl create "
+                                "token) or a client certificate, or run in-cluster");
     }
   }
   return c;

@@ -6,8 +6,11 @@
 // block or flow style as kubectl, kind and other tools write it, see
 // yaml_subset.h) and takes its current-context: the cluster's
 // server, certificate-authority(-data), insecure-skip-tls-verify, and the
-// user's token / tokenFile, client-certificate(-data) and client-key(-data).
-// Relative file paths in a kubeconfig are relative to the file's folder.
+// user's token / tokenFile, client-certificate(-data) and client-key(-data),
+// or, for a user with none of these, its exec credential plugin (run at load,
+// and again by the client when the token it gave expires; see
+// exec_credential.h). Relative file paths in a kubeconfig (and an exec
+// command with a '/') are relative to the file's folder.
 //
 // Thread-safety: plain functions and values.
 #ifndef ACCELPOOL_KUBE_CONFIG_H_
@@ -20,6 +23,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "kube/exec_credential.h"
 
 namespace accelpool::kube {
 
@@ -37,6 +41,11 @@ struct KubeConfig {
   std::string client_cert_file, client_key_file;
   std::string client_cert_pem, client_key_pem;
   bool insecure_skip_verify = false;
+  // The user's exec credential plugin, when the token came from one: the
+  // client runs it again 10 s before token_expiry and after a 401. (A client
+  // certificate from a plugin is used as given, for the client's lifetime.)
+  std::optional<ExecPlugin> exec;
+  std::optional<std::chrono::system_clock::time_point> token_expiry;
 
   // Client-side rate limit (token bucket) and per-request timeout.
   double qps = 50;

@@ -175,7 +175,7 @@ TEST_F(ConfigTest, KubeconfigErrors) {
        "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: e\n"
        "clusters:\n- name: c\n  cluster:\n    server: https://h\nusers:\n- name: e\n  user:\n"
        "    exec:\n      command: x\n",
-       "exec or auth-provider"},
+       "exec.apiVersion \"\" is not supported"},
       {"bad base64",
        "current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\nclusters:\n- name: "
        "c\n"
@@ -313,8 +313,9 @@ users:
   }
 }
 
-// Exec and auth-provider users (EKS, GKE, OIDC shapes) are refused with what
-// to use instead; malformed flow style names the line and column.
+// An exec plugin that is not installed (EKS, GKE shapes) and an
+// auth-provider user (OIDC) are clear errors with what to do; malformed flow
+// style names the line and column. (Plugins that run: exec_credential_test.)
 TEST_F(KubeconfigShapesTest, ExecPluginsAndMalformedFlowAreClearErrors) {
   const std::string head =
       "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
@@ -327,21 +328,21 @@ TEST_F(KubeconfigShapesTest, ExecPluginsAndMalformedFlowAreClearErrors) {
   const std::vector<Case> cases = {
       {"eks exec",
        "users:\n- name: u\n  user:\n    exec:\n      apiVersion: "
-       "client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token, "
-       "--cluster-name, prod]\n      env: null\n",
-       StatusCode::kUnimplemented,
-       {"exec or auth-provider", "token", "client-certificate-data"}},
+       "client.authentication.k8s.io/v1beta1\n      command: accelpool-absent-aws\n      args: "
+       "[eks, get-token, --cluster-name, prod]\n      env: null\n",
+       StatusCode::kUnavailable,
+       {"user u: exec plugin accelpool-absent-aws cannot be started", "install it"}},
       {"gke exec flow",
        "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
-       "command: gke-gcloud-auth-plugin, installHint: \"Install it: gcloud components install\", "
-       "provideClusterInfo: true}}}]\n",
-       StatusCode::kUnimplemented,
-       {"exec or auth-provider", "kubectl create token"}},
+       "command: accelpool-absent-gke-plugin, installHint: \"Install it: gcloud components "
+       "install\", provideClusterInfo: true}}}]\n",
+       StatusCode::kUnavailable,
+       {"cannot be started", "; Install it: gcloud components install"}},
       {"oidc auth-provider",
        "users:\n- name: u\n  user:\n    auth-provider:\n      name: oidc\n      config: "
        "{client-id: k, idp-issuer-url: 'https://idp'}\n",
        StatusCode::kUnimplemented,
-       {"exec or auth-provider"}},
+       {"auth-provider plugin", "exec plugin", "kubectl create token"}},
       {"unclosed mapping",
        "users: [{name: u, user: {token: abc}]\n",
        StatusCode::kInvalidArgument,

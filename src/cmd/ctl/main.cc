@@ -42,7 +42,7 @@ flags:
   --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
                         accelpool.io/policy annotation wins, as in the extender
   --kubeconfig=FILE     kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else in-cluster);
-                        users with a token or a client certificate (exec plugins are not run)
+                        users with a token, a client certificate or an exec credential plugin
   --context=NAME        the kubeconfig context (default: its current-context)
   -q, --quiet           no progress lines on stderr
 )";
