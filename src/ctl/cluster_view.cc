@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "core/reasons.h"
+#include "ctl/node_filters.h"
 #include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/kube_adapters.h"
@@ -77,6 +78,7 @@ std::string DescribeAsk(const core::DeviceRequest& r) {
 void ClusterView::AddNode(const json& node) {
   feeder_.OnNode(node);
   const std::string name = kube::StringAt(node, json::json_pointer("/metadata/name"));
+  facts_[name] = NodeFactsFromJson(node);
   if (NodeSnapshotPtr snap = cache_.Node(name); snap != nullptr && !snap->inventory_status.ok()) {
     bad_nodes_[name] = std::string(snap->inventory_status.message());
   }
@@ -435,7 +437,22 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
       extender::Extender::Create(view.cache(), o, nullptr, nullptr, nullptr, Logger());
   if (!ext.ok()) return ext.status().WithPrefix("--policy");
   const std::vector<std::string> nodes = view.Nodes();
-  extender::FilterDecision d = (*ext)->Filter(*info, nodes);
+  // kube-scheduler's node filters run first; the extender sees what they pass.
+  std::vector<std::string> passed;
+  json rejected = json::object();
+  std::map<std::string, std::vector<std::string>> why;
+  for (const std::string& n : nodes) {
+    const NodeFacts* facts = view.Facts(n);
+    const std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts);
+    if (no.empty()) {
+      passed.push_back(n);
+      continue;
+    }
+    rejected[n] = {{"reason", no}, {"by", "kube-scheduler"}, {"could_fit_later", false}};
+    why["kube-scheduler: " + no].push_back(n);
+  }
+  extender::FilterDecision d;
+  if (!passed.empty()) d = (*ext)->Filter(*info, passed);
   std::vector<extender::HostPriority> ranked;
   if (!d.fits.empty()) ranked = (*ext)->Prioritize(*info, d.fits);
   r.json["policy"] = info->policy.empty() ? policy : info->policy;
@@ -443,13 +460,11 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   for (const extender::HostPriority& h : ranked) {
     r.json["fits"].push_back({{"node", h.host}, {"score", h.score}});
   }
-  // Nodes that do not fit, grouped by the extender's message.
-  std::map<std::string, std::vector<std::string>> why;
-  json rejected = json::object();
+  // Nodes that do not fit, grouped by the message.
   for (const auto* m : {&d.failed, &d.unresolvable}) {
     for (const auto& [n, msg] : *m) {
       why[msg].push_back(n);
-      rejected[n] = {{"reason", msg}, {"could_fit_later", m == &d.failed}};
+      rejected[n] = {{"reason", msg}, {"by", "accelpool"}, {"could_fit_later", m == &d.failed}};
     }
   }
   r.json["rejected"] = rejected;
@@ -479,8 +494,9 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.text +=
-      "  (kube-scheduler's own filters, such as node selectors, affinity, taints and CPU and "
-      "memory, are not applied here; `kubectl describe pod` shows its last attempt)\n";
+      "  (kube-scheduler's node selector, node affinity, taint and cordon filters are applied "
+      "here; its CPU and memory fit, ports, volumes, pod affinity and topology spread are not: "
+      "`kubectl describe pod` shows its last attempt)\n";
   return r;
 }
 

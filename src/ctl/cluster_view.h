@@ -13,7 +13,9 @@
 //   PodsReport    one row per pod holding devices
 //   NodeReport    one node's devices, and which pod holds what on each
 //   ExplainReport one pod: its request as the extender parses it, where it
-//                 is bound, or for each node why it does not fit
+//                 is bound, or for each node why it does not fit: by
+//                 kube-scheduler's node filters (node_filters.h), which run
+//                 first, or by the extender
 //
 // Each returns JSON (for -o json) and text (for a person) built from it.
 //
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ctl/node_filters.h"
 #include "extender/cache.h"
 #include "extender/kube_adapters.h"
 #include "kube/client.h"
@@ -59,6 +62,12 @@ class ClusterView {
   const std::map<std::string, PodEntry>& pods() const { return pods_; }
   // Nodes whose inventory annotation does not parse, with why.
   const std::map<std::string, std::string>& bad_nodes() const { return bad_nodes_; }
+  // What kube-scheduler's node filters read of each node (labels, taints,
+  // cordon); null for a node not listed.
+  const NodeFacts* Facts(const std::string& node) const {
+    auto it = facts_.find(node);
+    return it == facts_.end() ? nullptr : &it->second;
+  }
 
  private:
   void AddNode(const nlohmann::json& node);
@@ -68,6 +77,7 @@ class ClusterView {
   extender::CacheFeeder feeder_{cache_, Logger()};
   std::map<std::string, PodEntry> pods_;
   std::map<std::string, std::string> bad_nodes_;
+  std::map<std::string, NodeFacts> facts_;
 };
 
 struct Report {

@@ -204,6 +204,47 @@ TEST_F(ClusterViewTest, ExplainShowsABoundPodsDevicesAndRefusesNothing) {
   EXPECT_TRUE(r->json["asks"].empty());
 }
 
+// kube-scheduler's node filters run before the extender's: a node they turn
+// away is named with the selector or taint, never offered as a fit.
+TEST(ClusterViewExplainTest, KubeSchedulersNodeFiltersComeFirst) {
+  json a = Node("node-a");
+  a["metadata"]["labels"] = {{"accelpool.io/pool", "train"}};
+  json b = Node("node-b");
+  b["metadata"]["labels"] = {{"accelpool.io/pool", "infer"}};
+  json c = Node("node-c");
+  c["metadata"]["labels"] = {{"accelpool.io/pool", "train"}};
+  c["spec"]["taints"] = {{{"key", "maintenance"}, {"effect", "NoSchedule"}}};
+  json d = Node("node-d");
+  d["metadata"]["labels"] = {{"accelpool.io/pool", "train"}};
+  d["spec"]["unschedulable"] = true;
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({a, b, c, d}, {});
+  json pod = Pod("pinned", {{"nvidia.com/gpu", "1"}});
+  pod["spec"]["nodeSelector"] = {{"accelpool.io/pool", "train"}};
+  StatusOr<Report> r = ExplainReport(*view, pod, "accelpool");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->json["fits"].size(), 1u) << r->json.dump(2);
+  EXPECT_EQ(r->json["fits"][0]["node"], "node-a");
+  const json& no = r->json["rejected"];
+  EXPECT_EQ(no["node-b"]["by"], "kube-scheduler");
+  EXPECT_EQ(no["node-b"]["reason"],
+            "nodeSelector accelpool.io/pool=train: the node's label is accelpool.io/pool=infer");
+  EXPECT_EQ(no["node-c"]["reason"], "taint maintenance:NoSchedule is not tolerated");
+  EXPECT_NE(no["node-d"]["reason"].get<std::string>().find("cordoned"), std::string::npos);
+  EXPECT_FALSE(no["node-d"]["could_fit_later"].get<bool>());
+  EXPECT_NE(r->text.find("1 node (node-b): kube-scheduler: nodeSelector"), std::string::npos)
+      << r->text;
+  // Tolerating the taint opens node-c; the extender then turns a full
+  // node away in its own words.
+  pod["spec"]["tolerations"] = {{{"key", "maintenance"}, {"operator", "Exists"}}};
+  pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "9";
+  r = ExplainReport(*view, pod, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json["fits"].empty());
+  EXPECT_EQ(r->json["rejected"]["node-c"]["by"], "accelpool") << r->json.dump(2);
+  EXPECT_EQ(r->json["rejected"]["node-a"]["by"], "accelpool");
+  EXPECT_EQ(r->json["rejected"]["node-b"]["by"], "kube-scheduler");
+}
+
 class ClusterViewLoadTest : public kube::testing::FakeApiTest {};
 
 TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {

@@ -383,6 +383,14 @@ explain_busy() { # busy-8 is turned away on ${HG} for devices held (could fit la
     ap explain -n "${NS}" busy-8 | grep -q "^  pending; with policy"
 }
 check "kubectl accelpool explain: busy-8 is pending, ${HG} turns it away for devices held" explain_busy
+explain_selector() { # busy-8's nodeSelector (hostname ${HG}) rules out every other node before the extender, by kube-scheduler's rules
+  ap explain "${NS}/busy-8" -o json | jq -e --arg n "${HG}" '
+    [.rejected | to_entries[] | select(.key != $n)] as $others |
+    (.rejected[$n].by == "accelpool") and (.fits == []) and ($others | length > 0) and
+    ($others | all(.value.by == "kube-scheduler")) and
+    ($others | any(.value.reason | startswith("nodeSelector kubernetes.io/hostname=" + $n + ": the node'"'"'s label is")))' >/dev/null
+}
+check "kubectl accelpool explain: every node but ${HG} is ruled out by kube-scheduler's filters (busy-8's nodeSelector)" explain_selector
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
@@ -394,6 +402,61 @@ same_as_extender() { # the CLI's memory assigned on ${HG} equals the extender's 
   [ -n "${cli}" ] && [ "${cli}" = "${ext}" ] && [ "${cli}" = 1024 ]
 }
 check "kubectl accelpool nodes: ${HG}'s memory assigned matches the extender's metric (1024 MiB)" same_as_extender
+# The same through an exec credential plugin (the kubeconfig shape of EKS, AKS
+# and OIDC logins): the plugin asks the apiserver for a token of a service
+# account that may only read nodes and pods, and prints it as an ExecCredential.
+EXEC_DIR="${E2E_WORK}/exec-plugin"
+exec_setup() {
+  mkdir -p "${EXEC_DIR}" && rm -f "${EXEC_DIR}/runs" &&
+    cat > "${EXEC_DIR}/get-token.sh" <<EOF &&
+#!/bin/sh
+echo run >> "${EXEC_DIR}/runs"
+[ "\${1:-}" = --namespace ] || exit 2
+t=\$(KUBECONFIG="${E2E_WORK}/config/admin.kubeconfig" "${E2E_BIN}/kubectl" create token ap-viewer -n "\$2" --duration=10m) || exit 1
+printf '{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {"token": "%s"}}\n' "\$t"
+EOF
+    chmod +x "${EXEC_DIR}/get-token.sh" &&
+    cat > "${EXEC_DIR}/kubeconfig" <<EOF &&
+apiVersion: v1
+kind: Config
+current-context: viewer
+contexts:
+- name: viewer
+  context: {cluster: e2e, user: sso}
+clusters:
+- name: e2e
+  cluster:
+    server: $(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+    certificate-authority: $(kc config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')
+users:
+- name: sso
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ./get-token.sh
+      args: [--namespace, ${NS}]
+      interactiveMode: Never
+      installHint: the e2e writes get-token.sh next to this file
+EOF
+    { kc -n "${NS}" get serviceaccount ap-viewer >/dev/null 2>&1 || kc -n "${NS}" create serviceaccount ap-viewer >/dev/null; } &&
+    kc create clusterrole ap-viewer --verb=get,list --resource=nodes,pods --dry-run=client -o yaml | kc apply -f - >/dev/null &&
+    kc create clusterrolebinding ap-viewer --clusterrole=ap-viewer --serviceaccount="${NS}:ap-viewer" --dry-run=client -o yaml | kc apply -f - >/dev/null
+}
+ap_exec() { "${CTL_BIN}" --kubeconfig="${EXEC_DIR}/kubeconfig" -q "$@"; }
+exec_plugin_view() { # the service account's token, from the plugin, reads the pool: one plugin run
+  [ "$(ap_exec nodes -o json | jq -r --arg n "${HG}" '.nodes[] | select(.name == $n) | .inventories[0].memory_assigned_mib')" = 1024 ] &&
+    [ "$(wc -l < "${EXEC_DIR}/runs")" -eq 1 ]
+}
+exec_plugin_rbac() { # without its binding the same token is refused: the CLI names the 403 and what to check
+  local out
+  kc delete clusterrolebinding ap-viewer >/dev/null || return 1
+  out="$(ap_exec nodes 2>&1)" && return 1
+  grep -q "HTTP 403" <<< "${out}" && grep -q "RBAC" <<< "${out}"
+}
+check "exec credential plugin kubeconfig: written, with a read-only service account" exec_setup
+check "kubectl accelpool nodes through the exec plugin's token: ${HG} holds 1024 MiB, one plugin run" exec_plugin_view
+check "kubectl accelpool through the exec plugin, the account's binding removed: refused with HTTP 403" exec_plugin_rbac
+kc delete clusterrole ap-viewer >/dev/null 2>&1 || true
 kc -n "${NS}" delete pod busy-frac --wait=false >/dev/null; release busy-frac || true
 check "busy-8 binds once busy-frac is deleted" wait_for 90 "busy-8 bound" pod_bound busy-8
 check "busy-8: kubelet admission matches the assignment" admit busy-8
