@@ -94,11 +94,23 @@ void ClusterView::AddPod(const json& pod) {
       PodEntry{o.ref, o.node_name, kube::StringAt(pod, json::json_pointer("/status/phase"))};
 }
 
+void ClusterView::CountPod(const json& pod) {
+  const std::string node = kube::StringAt(pod, json::json_pointer("/spec/nodeName"));
+  const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
+  if (node.empty() || phase == "Succeeded" || phase == "Failed") return;
+  NodeUse& use = use_[node];
+  ++use.pods;
+  for (const auto& [name, milli] : PodRequests(pod)) use.requested[name] += milli;
+}
+
 std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& nodes,
                                                       const std::vector<json>& pods) {
   auto view = std::unique_ptr<ClusterView>(new ClusterView());
   for (const json& n : nodes) view->AddNode(n);
-  for (const json& p : pods) view->AddPod(p);
+  for (const json& p : pods) {
+    view->CountPod(p);
+    view->AddPod(p);
+  }
   return view;
 }
 
@@ -115,14 +127,20 @@ StatusOr<std::unique_ptr<ClusterView>> ClusterView::Load(
         "listing nodes (needs list on nodes; check the kubeconfig's context)");
   }
   say("listed " + std::to_string(nodes->items.size()) + " nodes; listing pods");
+  auto view = std::unique_ptr<ClusterView>(new ClusterView());
+  for (const json& n : nodes->items) view->AddNode(n);
+  nodes->items.clear();
   kube::ListOptions po;
   po.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
-  // Only pods holding an assignment count; what is kept of them drops the
-  // status (container statuses can be most of a pod) but its phase, so a
-  // cluster of many thousand pods is never held whole.
+  // Every bound pod's requests are summed on its node (kube-scheduler's
+  // resource fit); only pods holding an assignment are kept, and what is kept
+  // of them drops the status (container statuses can be most of a pod) but
+  // its phase, so a cluster of many thousand pods is never held whole.
   int64_t listed = 0;
-  po.keep = [&listed, &say](json& pod) {
+  ClusterView* v = view.get();
+  po.keep = [&listed, &say, v](json& pod) {
     if (++listed % 10000 == 0) say("read " + std::to_string(listed) + " pods");
+    v->CountPod(pod);
     const json* a = pod.contains("metadata") && pod["metadata"].is_object() &&
                             pod["metadata"].contains("annotations") &&
                             pod["metadata"]["annotations"].is_object()
@@ -139,7 +157,8 @@ StatusOr<std::unique_ptr<ClusterView>> ClusterView::Load(
   }
   say("listed " + std::to_string(listed) + " pods, " + std::to_string(pods->items.size()) +
       " holding accelpool devices");
-  return FromObjects(nodes->items, pods->items);
+  for (const json& p : pods->items) view->AddPod(p);
+  return view;
 }
 
 std::vector<std::string> ClusterView::Nodes() const {
@@ -443,7 +462,7 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::map<std::string, std::vector<std::string>> why;
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
-    const std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts);
+    const std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts, &view.Use(n));
     if (no.empty()) {
       passed.push_back(n);
       continue;
@@ -494,9 +513,9 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.text +=
-      "  (kube-scheduler's node selector, node affinity, taint and cordon filters are applied "
-      "here; its CPU and memory fit, ports, volumes, pod affinity and topology spread are not: "
-      "`kubectl describe pod` shows its last attempt)\n";
+      "  (kube-scheduler's cordon, taint, node affinity and resource filters are applied here; "
+      "its port, volume, pod affinity and topology spread filters are not: `kubectl describe "
+      "pod` shows its last attempt)\n";
   return r;
 }
 

@@ -14,8 +14,9 @@
 //   NodeReport    one node's devices, and which pod holds what on each
 //   ExplainReport one pod: its request as the extender parses it, where it
 //                 is bound, or for each node why it does not fit: by
-//                 kube-scheduler's node filters (node_filters.h), which run
-//                 first, or by the extender
+//                 kube-scheduler's node filters (node_filters.h: cordon,
+//                 taints, affinity, resources), which run first, or by the
+//                 extender
 //
 // Each returns JSON (for -o json) and text (for a person) built from it.
 //
@@ -68,16 +69,25 @@ class ClusterView {
     auto it = facts_.find(node);
     return it == facts_.end() ? nullptr : &it->second;
   }
+  // What the node's unfinished pods (every pod, not only accelpool's)
+  // request, and how many there are.
+  const NodeUse& Use(const std::string& node) const {
+    static const NodeUse kNone;
+    auto it = use_.find(node);
+    return it == use_.end() ? kNone : it->second;
+  }
 
  private:
   void AddNode(const nlohmann::json& node);
   void AddPod(const nlohmann::json& pod);
+  void CountPod(const nlohmann::json& pod);
 
   extender::Cache cache_;
   extender::CacheFeeder feeder_{cache_, Logger()};
   std::map<std::string, PodEntry> pods_;
   std::map<std::string, std::string> bad_nodes_;
   std::map<std::string, NodeFacts> facts_;
+  std::map<std::string, NodeUse> use_;
 };
 
 struct Report {

@@ -245,6 +245,30 @@ TEST(ClusterViewExplainTest, KubeSchedulersNodeFiltersComeFirst) {
   EXPECT_EQ(r->json["rejected"]["node-b"]["by"], "kube-scheduler");
 }
 
+// kube-scheduler's resource fit counts every pod bound to a node, accelpool's
+// or not, against the node's allocatable.
+TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {
+  json a = Node("node-a");
+  a["status"]["allocatable"] = {{"cpu", "8"}, {"pods", "110"}, {"nvidia.com/gpu", "8"}};
+  json b = Node("node-b");
+  b["status"]["allocatable"] = {{"cpu", "8"}, {"pods", "110"}, {"nvidia.com/gpu", "8"}};
+  json web = Pod("web", {{"cpu", "6"}});
+  web["spec"]["nodeName"] = "node-a";
+  json done = Pod("batch", {{"cpu", "8"}});
+  done["spec"]["nodeName"] = "node-b";
+  done["status"]["phase"] = "Succeeded";  // finished: holds nothing
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({a, b}, {web, done});
+  EXPECT_EQ(view->Use("node-a").pods, 1);
+  EXPECT_EQ(view->Use("node-b").pods, 0);
+  StatusOr<Report> r =
+      ExplainReport(*view, Pod("train", {{"nvidia.com/gpu", "1"}, {"cpu", "4"}}), "accelpool");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->json["fits"].size(), 1u) << r->json.dump(2);
+  EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
+  EXPECT_EQ(r->json["rejected"]["node-a"]["by"], "kube-scheduler");
+  EXPECT_EQ(r->json["rejected"]["node-a"]["reason"], "Insufficient cpu: asks 4, 2 of 8 free");
+}
+
 class ClusterViewLoadTest : public kube::testing::FakeApiTest {};
 
 TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {

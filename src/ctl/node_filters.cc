@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <optional>
+
+#include "api/resources.h"
 
 namespace accelpool::ctl {
 namespace {
 
 using nlohmann::json;
+// Wide enough for a 64-bit amount times a power of ten before the range check.
+__extension__ typedef __int128 Wide;
 
 std::string Str(const json& obj, const char* key) {
   if (!obj.is_object()) return "";
@@ -99,7 +104,196 @@ bool TermMatches(const json& term, const NodeFacts& node) {
   return true;
 }
 
+Resources ContainerRequests(const json& c) {
+  Resources out;
+  const json& res = c.is_object() ? c.value("resources", json()) : json();
+  for (const char* field : {"limits", "requests"}) {  // requests win over limits
+    const json& m = res.is_object() ? res.value(field, json()) : json();
+    if (!m.is_object()) continue;
+    for (const auto& [name, v] : m.items()) {
+      if (!v.is_string() && !v.is_number()) continue;
+      const std::optional<int64_t> q =
+          ParseMilliQuantity(v.is_string() ? v.get<std::string>() : v.dump());
+      if (q) out[name] = *q;
+    }
+  }
+  return out;
+}
+
+void Add(Resources& to, const Resources& r) {
+  for (const auto& [k, v] : r) {
+    int64_t& t = to[k];
+    t = v > std::numeric_limits<int64_t>::max() - t ? std::numeric_limits<int64_t>::max() : t + v;
+  }
+}
+
+void Max(Resources& to, const Resources& r) {
+  for (const auto& [k, v] : r) to[k] = std::max(to[k], v);
+}
+
+bool ByteSized(const std::string& name) {
+  return name == "memory" || name == "ephemeral-storage" || name.rfind("hugepages-", 0) == 0;
+}
+
+std::string Amount(const std::string& name, int64_t milli) {
+  char buf[64];
+  if (name == "cpu") {
+    if (milli % 1000 == 0) return std::to_string(milli / 1000);
+    return std::to_string(milli) + "m";
+  }
+  if (ByteSized(name)) {
+    const double bytes = static_cast<double>(milli) / 1000.0;
+    if (bytes >= 1024.0 * 1024 * 1024) {
+      std::snprintf(buf, sizeof(buf), "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+    } else {
+      std::snprintf(buf, sizeof(buf), "%.0f MiB", bytes / (1024.0 * 1024));
+    }
+    return buf;
+  }
+  if (milli % 1000 == 0) return std::to_string(milli / 1000);
+  std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(milli) / 1000.0);
+  return buf;
+}
+
+std::string ResourcesReject(const Resources& want, const NodeFacts& node, const NodeUse& use) {
+  if (node.allocatable.empty()) return "";
+  auto alloc = [&](const std::string& name) {
+    auto it = node.allocatable.find(name);
+    return it == node.allocatable.end() ? int64_t{0} : it->second;
+  };
+  const int64_t max_pods = alloc("pods") / 1000;
+  if (node.allocatable.contains("pods") && use.pods + 1 > max_pods) {
+    return "Too many pods: " + std::to_string(use.pods) + " of the node's " +
+           std::to_string(max_pods) + " run there";
+  }
+  for (const auto& [name, amount] : want) {
+    if (amount <= 0) continue;
+    // accelpool's memory and compute names: kube-scheduler ignores them.
+    std::optional<api::ResourceInfo> info = api::LookupResource(name);
+    if (info && info->role != api::ResourceRole::kCount) continue;
+    auto used = use.requested.find(name);
+    const int64_t taken = used == use.requested.end() ? 0 : used->second;
+    const int64_t free = std::max<int64_t>(0, alloc(name) - taken);
+    if (amount > free) {
+      if (!node.allocatable.contains(name)) {
+        return "Insufficient " + name + ": asks " + Amount(name, amount) +
+               ", the node advertises none";
+      }
+      return "Insufficient " + name + ": asks " + Amount(name, amount) + ", " + Amount(name, free) +
+             " of " + Amount(name, alloc(name)) + " free";
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::optional<int64_t> ParseMilliQuantity(const std::string& text) {
+  // <digits>[.<digits>][<suffix>], suffix one of n u m k M G T P E, Ki .. Ei,
+  // or e<int> / E<int>.
+  size_t i = 0;
+  if (i < text.size() && text[i] == '+') ++i;
+  Wide mantissa = 0;
+  int exp10 = 0;
+  size_t digits = 0;
+  bool point = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '.' && !point) {
+      point = true;
+      continue;
+    }
+    if (c < '0' || c > '9') break;
+    if (mantissa < (Wide{1} << 62)) {  // then << 60 (Ei) still fits
+      mantissa = mantissa * 10 + (c - '0');
+      if (point) --exp10;
+    } else if (!point) {
+      ++exp10;  // digits beyond what matters
+    }
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  int exp2 = 0;
+  const std::string suffix = text.substr(i);
+  static const std::pair<const char*, int> kDecimal[] = {{"", 0},   {"n", -9}, {"u", -6}, {"m", -3},
+                                                         {"k", 3},  {"M", 6},  {"G", 9},  {"T", 12},
+                                                         {"P", 15}, {"E", 18}};
+  static const std::pair<const char*, int> kBinary[] = {{"Ki", 10}, {"Mi", 20}, {"Gi", 30},
+                                                        {"Ti", 40}, {"Pi", 50}, {"Ei", 60}};
+  bool known = false;
+  for (const auto& [sfx, e] : kDecimal) {
+    if (suffix == sfx) {
+      exp10 += e;
+      known = true;
+    }
+  }
+  for (const auto& [sfx, e] : kBinary) {
+    if (suffix == sfx) {
+      exp2 = e;
+      known = true;
+    }
+  }
+  if (!known && (suffix[0] == 'e' || suffix[0] == 'E') && suffix.size() > 1) {
+    int e = 0;
+    const char* b = suffix.data() + 1;
+    if (*b == '+') ++b;
+    auto [p, ec] = std::from_chars(b, suffix.data() + suffix.size(), e);
+    if (ec != std::errc() || p != suffix.data() + suffix.size() || e > 30 || e < -30) {
+      return std::nullopt;
+    }
+    exp10 += e;
+    known = true;
+  }
+  if (!known) return std::nullopt;
+  exp10 += 3;  // thousandths
+  Wide v = mantissa << exp2;
+  const Wide kMax = std::numeric_limits<int64_t>::max();
+  for (; exp10 > 0; --exp10) {
+    if (v > kMax) return std::nullopt;
+    v *= 10;
+  }
+  bool rounded = false;
+  for (; exp10 < 0; ++exp10) {
+    rounded = rounded || v % 10 != 0;
+    v /= 10;
+  }
+  if (rounded) ++v;  // up, as kube-scheduler's MilliValue
+  if (v > kMax) return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+
+Resources PodRequests(const json& pod) {
+  const json& spec = At(pod, "/spec");
+  Resources sum;
+  const json& containers = spec.is_object() ? spec.value("containers", json()) : json();
+  if (containers.is_array()) {
+    for (const json& c : containers) Add(sum, ContainerRequests(c));
+  }
+  // Init containers run one at a time before them; sidecars (restartPolicy
+  // Always) start in order and keep running beside everything after them.
+  Resources init_peak;
+  Resources sidecars;
+  const json& inits = spec.is_object() ? spec.value("initContainers", json()) : json();
+  if (inits.is_array()) {
+    for (const json& c : inits) {
+      Resources r = ContainerRequests(c);
+      if (Str(c, "restartPolicy") == "Always") {
+        Add(sum, r);
+        Add(sidecars, r);
+        Max(init_peak, sidecars);
+      } else {
+        Add(r, sidecars);
+        Max(init_peak, r);
+      }
+    }
+  }
+  Max(sum, init_peak);
+  const json& overhead = spec.is_object() ? spec.value("overhead", json()) : json();
+  if (overhead.is_object()) {
+    Add(sum, ContainerRequests(json{{"resources", {{"requests", overhead}}}}));
+  }
+  return sum;
+}
 
 NodeFacts NodeFactsFromJson(const json& node) {
   NodeFacts f;
@@ -118,12 +312,21 @@ NodeFacts NodeFactsFromJson(const json& node) {
   }
   const json& u = At(node, "/spec/unschedulable");
   f.unschedulable = u.is_boolean() && u.get<bool>();
+  const json& alloc = At(node, "/status/allocatable");
+  if (alloc.is_object()) {
+    for (const auto& [name, v] : alloc.items()) {
+      if (!v.is_string()) continue;
+      if (std::optional<int64_t> q = ParseMilliQuantity(v.get<std::string>())) {
+        f.allocatable[name] = *q;
+      }
+    }
+  }
   return f;
 }
 
 // In kube-scheduler's filter order (NodeUnschedulable, TaintToleration,
 // NodeAffinity), so the reason is the one its own diagnosis would give.
-std::string SchedulerRejects(const json& pod, const NodeFacts& node) {
+std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeUse* use) {
   const json& tolerations = At(pod, "/spec/tolerations");
   if (node.unschedulable &&
       !Tolerates(tolerations, Taint{"node.kubernetes.io/unschedulable", "", "NoSchedule"})) {
@@ -163,6 +366,7 @@ std::string SchedulerRejects(const json& pod, const NodeFacts& node) {
              (n == 1 ? "" : "s") + " matches the node's labels";
     }
   }
+  if (use != nullptr) return ResourcesReject(PodRequests(pod), node, *use);
   return "";
 }
 

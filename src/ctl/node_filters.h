@@ -13,16 +13,26 @@
 //                      matchExpression (In, NotIn, Exists, DoesNotExist, Gt,
 //                      Lt) and matchField (metadata.name In / NotIn); a term
 //                      with neither matches nothing)
-// Not applied (they need every pod's requests, or other pods' placement):
-// CPU and memory fit, host ports, volumes, pod affinity and anti-affinity,
-// topology spread.
+//   NodeResourcesFit   each resource the pod requests (its effective
+//                      request: containers summed, init containers at their
+//                      peak, sidecars running beside both, plus overhead;
+//                      limits stand for missing requests, as the apiserver
+//                      defaults them) within the node's status.allocatable
+//                      less what the node's pods request, and the pod count
+//                      within allocatable pods. accelpool's memory and
+//                      compute names are skipped: kube-scheduler ignores them
+//                      (ignoredByScheduler), the extender checks them.
+// Not applied (they need other pods' placement or other objects): host
+// ports, volumes, pod affinity and anti-affinity, topology spread.
 //
 // Thread-safety: plain values and pure functions.
 #ifndef ACCELPOOL_CTL_NODE_FILTERS_H_
 #define ACCELPOOL_CTL_NODE_FILTERS_H_
 
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,23 +42,44 @@ struct Taint {
   std::string key, value, effect;
 };
 
+// Resource amounts by name, in thousandths of the unit ("500m" cpu -> 500,
+// "1Gi" memory -> 1073741824000).
+using Resources = std::map<std::string, int64_t>;
+
+// A Kubernetes quantity ("2", "500m", "1.5Gi", "4k", "1e3") in thousandths,
+// rounded up as kube-scheduler does; nullopt when it is not one or too large.
+std::optional<int64_t> ParseMilliQuantity(const std::string& text);
+
+// The pod's effective requests, as kube-scheduler counts them.
+Resources PodRequests(const nlohmann::json& pod);
+
+// What a node's pods take: their requests summed, and how many there are.
+struct NodeUse {
+  Resources requested;
+  int64_t pods = 0;
+};
+
 // What kube-scheduler's node filters read of a Node.
 struct NodeFacts {
   std::string name;
   std::map<std::string, std::string> labels;
   std::vector<Taint> taints;
   bool unschedulable = false;
+  // status.allocatable; no resource check when the node reports none.
+  Resources allocatable;
 };
 
 NodeFacts NodeFactsFromJson(const nlohmann::json& node);
 
 // Why kube-scheduler's node filters turn `pod` away from `node`, in words
 // that name the selector, term or taint, the first failing filter in
-// kube-scheduler's order (cordon, taints, affinity); "" when they let it
+// kube-scheduler's order (cordon, taints, affinity, resources); "" when they let it
 // through. A
 // malformed field in the pod (which the apiserver would have refused) reads
 // as not matching.
-std::string SchedulerRejects(const nlohmann::json& pod, const NodeFacts& node);
+// `use` (may be null: no resource check) is what the node's pods take.
+std::string SchedulerRejects(const nlohmann::json& pod, const NodeFacts& node,
+                             const NodeUse* use = nullptr);
 
 }  // namespace accelpool::ctl
 

@@ -165,5 +165,84 @@ TEST(NodeFiltersTest, RequiredNodeAffinityOrsTermsAndAndsRequirements) {
   EXPECT_EQ(SchedulerRejects(preferred, f), "");
 }
 
+TEST(NodeFiltersTest, QuantitiesInThousandths) {
+  const std::vector<std::pair<std::string, int64_t>> good = {
+      {"2", 2000},     {"500m", 500},    {"0.5", 500},     {"1.5Gi", (int64_t{3} << 29) * 1000},
+      {"4k", 4000000}, {"1e3", 1000000}, {"1E3", 1000000}, {"128Mi", (int64_t{128} << 20) * 1000},
+      {"1n", 1},                                                              // rounded up
+      {"100u", 1},     {"+7", 7000},     {"0", 0},         {"2.0001", 2001},  // rounded up
+  };
+  for (const auto& [text, want] : good) {
+    std::optional<int64_t> got = ParseMilliQuantity(text);
+    ASSERT_TRUE(got.has_value()) << text;
+    EXPECT_EQ(*got, want) << text;
+  }
+  for (const std::string bad :
+       {"", "-1", "abc", "1Xi", "1.2.3", "1e", "1e999", "99999999999999999999Ei",
+        "123456789012345678901234567890123456789Ei", "9223372036854775807", "m", "1 Gi"}) {
+    EXPECT_FALSE(ParseMilliQuantity(bad).has_value()) << bad;
+  }
+}
+
+TEST(NodeFiltersTest, PodRequestsCountInitContainersAtTheirPeakAndSidecarsBeside) {
+  auto ctr = [](const char* name, const json& requests, const json& limits = json::object()) {
+    return json{{"name", name}, {"resources", {{"requests", requests}, {"limits", limits}}}};
+  };
+  json pod = {{"spec",
+               {{"containers",
+                 {ctr("a", {{"cpu", "1"}, {"memory", "1Gi"}}),
+                  ctr("b", {{"cpu", "500m"}}, {{"nvidia.com/gpu", "2"}})}},
+                {"initContainers",
+                 {ctr("setup", {{"cpu", "3"}}),
+                  json{{"name", "proxy"},
+                       {"restartPolicy", "Always"},
+                       {"resources", {{"requests", {{"cpu", "250m"}, {"memory", "64Mi"}}}}}},
+                  ctr("late-init", {{"cpu", "2"}})}},
+                {"overhead", {{"cpu", "100m"}}}}}};
+  const Resources r = PodRequests(pod);
+  // Containers 1.5 cpu + the sidecar 0.25 = 1.75; the peak of the init phase
+  // is setup's 3 (the sidecar starts after it; late-init's 2 + 0.25 is less);
+  // then the overhead.
+  EXPECT_EQ(r.at("cpu"), 3100);
+  EXPECT_EQ(r.at("memory"), ((int64_t{1} << 30) + (int64_t{64} << 20)) * 1000);
+  EXPECT_EQ(r.at("nvidia.com/gpu"), 2000);  // a limit stands for the missing request
+  EXPECT_TRUE(PodRequests(json::object()).empty());
+}
+
+TEST(NodeFiltersTest, ResourceFitAgainstAllocatableLessTheNodesPods) {
+  json n = kNode;
+  n["status"]["allocatable"] = {
+      {"cpu", "8"}, {"memory", "64Gi"}, {"pods", "110"}, {"nvidia.com/gpu", "8"}};
+  const NodeFacts f = Facts(n);
+  NodeUse use;
+  use.pods = 3;
+  use.requested = {{"cpu", 6000}, {"nvidia.com/gpu", 7000}};
+  auto pod = [](const json& limits) {
+    return PodSpec({{"tolerations", kTolerateReserved},
+                    {"containers", {{{"name", "main"}, {"resources", {{"limits", limits}}}}}}});
+  };
+  EXPECT_EQ(SchedulerRejects(pod({{"cpu", "2"}, {"nvidia.com/gpu", "1"}}), f, &use), "");
+  EXPECT_EQ(SchedulerRejects(pod({{"cpu", "2500m"}}), f, &use),
+            "Insufficient cpu: asks 2500m, 2 of 8 free");
+  EXPECT_EQ(SchedulerRejects(pod({{"nvidia.com/gpu", "2"}}), f, &use),
+            "Insufficient nvidia.com/gpu: asks 2, 1 of 8 free");
+  EXPECT_EQ(SchedulerRejects(pod({{"memory", "65Gi"}}), f, &use),
+            "Insufficient memory: asks 65.0 GiB, 64.0 GiB of 64.0 GiB free");
+  EXPECT_EQ(SchedulerRejects(pod({{"huawei.com/Ascend910C", "1"}}), f, &use),
+            "Insufficient huawei.com/Ascend910C: asks 1, the node advertises none");
+  // accelpool's memory and compute names are the extender's to check.
+  EXPECT_EQ(SchedulerRejects(pod({{"nvidia.com/gpu", "1"},
+                                  {"nvidia.com/gpumem", "999999"},
+                                  {"nvidia.com/gpucores", "100"}}),
+                             f, &use),
+            "");
+  use.pods = 110;
+  EXPECT_EQ(SchedulerRejects(pod({{"cpu", "1"}}), f, &use),
+            "Too many pods: 110 of the node's 110 run there");
+  // No allocatable reported, or no use given: no resource check.
+  EXPECT_EQ(SchedulerRejects(pod({{"cpu", "100"}}), Facts(kNode), &use), "");
+  EXPECT_EQ(SchedulerRejects(pod({{"cpu", "100"}}), f), "");
+}
+
 }  // namespace
 }  // namespace accelpool::ctl

@@ -391,6 +391,19 @@ explain_selector() { # busy-8's nodeSelector (hostname ${HG}) rules out every ot
     ($others | any(.value.reason | startswith("nodeSelector kubernetes.io/hostname=" + $n + ": the node'"'"'s label is")))' >/dev/null
 }
 check "kubectl accelpool explain: every node but ${HG} is ruled out by kube-scheduler's filters (busy-8's nodeSelector)" explain_selector
+# kube-scheduler's resource fit, as explain applies it: a pod asking more CPU
+# than ${HG} has is turned away by kube-scheduler itself ("Insufficient cpu" in
+# its PodScheduled condition), and explain names the same filter and node.
+sched_message() { kc -n "${NS}" get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}'; }
+sched_says() { local m; m="$(sched_message "$1")"; [[ "${m}" == *"$2"* ]]; }
+explain_cpu() {
+  printf '%s\n' "$(pod_yaml huge-cpu '{}' "$S" "$(ctr main "{${G}: 1, cpu: 100k}")")" | kc create -f - >/dev/null &&
+    wait_for 60 "kube-scheduler's Insufficient cpu for huge-cpu" sched_says huge-cpu "Insufficient cpu" &&
+    ap explain "${NS}/huge-cpu" -o json | jq -e --arg n "${HG}" '
+      (.rejected[$n].by == "kube-scheduler") and (.rejected[$n].reason | startswith("Insufficient cpu: asks 100000,"))' >/dev/null
+}
+check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
+kc -n "${NS}" delete pod huge-cpu --wait=false >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }

@@ -32,9 +32,9 @@ wait_for() { # seconds description command...
 
 kc() { "${E2E_BIN}/kubectl" "$@"; }
 
-# block_kubeconfig: the admin kubeconfig with every mapping in block style
-# (the C++ kubeconfig reader refuses YAML flow mappings such as
-# "context: {cluster: e2e, user: admin}").
+# block_kubeconfig: the admin kubeconfig with every mapping in block style, so
+# the C++ components read the block form here (the exec-plugin kubeconfig of
+# the kubectl accelpool checks is in flow style).
 block_kubeconfig() {
   local out="${E2E_WORK}/config/accelpool.kubeconfig"
   sed -E 's/^( *)context: \{cluster: ([^,]+), user: ([^}]+)\}$/\1context:\n\1  cluster: \2\n\1  user: \3/' \
