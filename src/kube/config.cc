@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/strings.h"
 #include "kube/yaml_subset.h"
 
 namespace accelpool::kube {
@@ -217,7 +218,10 @@ StatusOr<ExecPlugin> ReadExec(const json& user, const json& cluster,
 
 }  // namespace
 
-StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context) {
+namespace {
+
+// One kubeconfig file's document.
+StatusOr<json> ReadKubeconfigRoot(const std::string& path) {
   auto text = ReadWholeFile(path, "kubeconfig");
   if (!text.ok()) return text.status();
   // JSON first when the file looks like it; a "{...}" that is not JSON is
@@ -233,6 +237,36 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
     root = std::move(*y);
   }
   if (!root.is_object()) return InvalidArgumentError("kubeconfig " + path + " is not a mapping");
+  return root;
+}
+
+// Rewrites the relative paths of a file's entries against its folder, before
+// the file is merged with others (each path is relative to its own file).
+void AbsolutePaths(json& root, const std::filesystem::path& dir) {
+  auto fix = [&](json& obj, const char* key, bool only_with_slash) {
+    if (!obj.is_object() || !obj.contains(key) || !obj.at(key).is_string()) return;
+    const std::string v = obj.at(key).get<std::string>();
+    if (only_with_slash && v.find('/') == std::string::npos) return;  // looked up in PATH
+    obj[key] = Resolve(dir, v);
+  };
+  for (const char* list : {"clusters", "users"}) {
+    if (!root.contains(list) || !root.at(list).is_array()) continue;
+    for (json& e : root.at(list)) {
+      if (!e.is_object()) continue;
+      if (e.contains("cluster")) fix(e["cluster"], "certificate-authority", false);
+      if (e.contains("user")) {
+        json& u = e["user"];
+        for (const char* key : {"client-certificate", "client-key", "tokenFile"}) {
+          fix(u, key, false);
+        }
+        if (u.is_object() && u.contains("exec")) fix(u["exec"], "command", true);
+      }
+    }
+  }
+}
+
+StatusOr<KubeConfig> FromRoot(const json& root, const std::string& path,
+                              const std::filesystem::path& dir, std::string_view context) {
   std::string ctx_name(context);
   if (ctx_name.empty()) {
     ACCELPOOL_RETURN_IF_ERROR(Str(root, "current-context", ctx_name, "kubeconfig " + path));
@@ -254,7 +288,6 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
     return InvalidArgumentError("kubeconfig " + path + ": cluster \"" + cluster_name +
                                 "\" of context \"" + ctx_name + "\" is not defined");
   }
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   KubeConfig c;
   const std::string cw = "kubeconfig " + path + ": cluster " + cluster_name;
   ACCELPOOL_RETURN_IF_ERROR(Str(*cluster, "server", c.server, cw));
@@ -331,11 +364,73 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view co
   return c;
 }
 
+}  // namespace
+
+StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context) {
+  StatusOr<json> root = ReadKubeconfigRoot(path);
+  if (!root.ok()) return root.status();
+  return FromRoot(*root, path, std::filesystem::path(path).parent_path(), context);
+}
+
+StatusOr<KubeConfig> LoadKubeconfigs(const std::vector<std::string>& paths,
+                                     std::string_view context) {
+  std::vector<std::string> present;
+  std::vector<std::string> missing;
+  for (const std::string& p : paths) {
+    if (p.empty()) continue;
+    (std::filesystem::exists(p) ? present : missing).push_back(p);
+  }
+  if (present.size() == 1) return LoadKubeconfig(present[0], context);
+  if (present.empty()) {
+    return InvalidArgumentError(
+        "none of the kubeconfig files exists (" +
+        (missing.empty() ? std::string("none given") : StrJoin(missing, ", ")) +
+        "); check KUBECONFIG or pass --kubeconfig");
+  }
+  // As kubectl merges them: the first file to set current-context, or to
+  // define a cluster, user or context of a given name, wins.
+  json merged = {
+      {"clusters", json::array()}, {"users", json::array()}, {"contexts", json::array()}};
+  std::string current;
+  for (const std::string& p : present) {
+    StatusOr<json> root = ReadKubeconfigRoot(p);
+    if (!root.ok()) return root.status();
+    AbsolutePaths(*root, std::filesystem::path(p).parent_path());
+    std::string cc;
+    ACCELPOOL_RETURN_IF_ERROR(Str(*root, "current-context", cc, "kubeconfig " + p));
+    if (current.empty()) current = cc;
+    for (const char* list : {"clusters", "users", "contexts"}) {
+      if (!root->contains(list) || !root->at(list).is_array()) continue;
+      for (const json& e : root->at(list)) {
+        if (!e.is_object() || !e.value("name", json()).is_string()) continue;
+        const std::string name = e.at("name").get<std::string>();
+        bool known = false;
+        for (const json& m : merged[list]) known = known || m.at("name") == name;
+        if (!known) merged[list].push_back(e);
+      }
+    }
+  }
+  merged["current-context"] = current;
+  return FromRoot(merged, StrJoin(present, ":"), std::filesystem::path(), context);
+}
+
+std::vector<std::string> SplitKubeconfigList(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t colon = list.find(':', start);
+    const size_t end = colon == std::string::npos ? list.size() : colon;
+    if (end > start) out.push_back(list.substr(start, end - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return out;
+}
+
 StatusOr<KubeConfig> LoadDefault(const std::string& kubeconfig, const EnvLookup& env) {
   if (!kubeconfig.empty()) return LoadKubeconfig(kubeconfig);
   if (auto k = env("KUBECONFIG"); k && !k->empty()) {
-    // KUBECONFIG may list several files; the first one is used.
-    return LoadKubeconfig(k->substr(0, k->find(':')));
+    return LoadKubeconfigs(SplitKubeconfigList(*k));
   }
   return LoadInCluster(env);
 }

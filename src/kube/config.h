@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "kube/exec_credential.h"
@@ -75,7 +76,17 @@ StatusOr<KubeConfig> LoadInCluster(
 // or user. `context` overrides current-context when not empty.
 StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, std::string_view context = "");
 
-// `kubeconfig` if not empty, else $KUBECONFIG, else in-cluster.
+// Several kubeconfig files merged as kubectl merges a KUBECONFIG list: files
+// that do not exist are skipped; the first file to set current-context, or
+// to define a cluster, user or context of a name, wins; each relative path
+// is relative to the file that holds it. kInvalidArgument when none exists,
+// or as LoadKubeconfig.
+StatusOr<KubeConfig> LoadKubeconfigs(const std::vector<std::string>& paths,
+                                     std::string_view context = "");
+// "a:b::c" -> {a, b, c}.
+std::vector<std::string> SplitKubeconfigList(const std::string& list);
+
+// `kubeconfig` if not empty, else the $KUBECONFIG list, else in-cluster.
 StatusOr<KubeConfig> LoadDefault(const std::string& kubeconfig, const EnvLookup& env);
 
 // Base64 decoding for *-data fields (and Secret data); kInvalidArgument on bad input.

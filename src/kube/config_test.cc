@@ -370,6 +370,48 @@ TEST_F(KubeconfigShapesTest, ExecPluginsAndMalformedFlowAreClearErrors) {
   }
 }
 
+// A KUBECONFIG list is merged as kubectl merges it: missing files skipped,
+// the first file to set current-context or define a name wins, and each
+// relative path is relative to its own file.
+TEST_F(ConfigTest, AKubeconfigListIsMergedAsKubectlMergesIt) {
+  std::filesystem::create_directories(dir_ + "/a");
+  std::filesystem::create_directories(dir_ + "/b");
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/a/config",
+                            "current-context: prod\n"
+                            "contexts:\n- name: prod\n  context: {cluster: prod, user: sso}\n"));
+  ASSERT_TRUE(ht::WriteFile(
+      dir_ + "/b/config",
+      "current-context: staging\n"
+      "contexts:\n- name: prod\n  context: {cluster: other, user: nobody}\n"
+      "- name: staging\n  context: {cluster: staging, user: sso}\n"
+      "clusters:\n- name: prod\n  cluster: {server: 'https://prod:6443', certificate-authority: "
+      "certs/ca.pem}\n- name: staging\n  cluster: {server: 'https://staging:6443'}\n"
+      "users:\n- name: sso\n  user: {tokenFile: token}\n"));
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/b/token", "from-b\n"));
+  const std::string list = dir_ + "/absent:" + dir_ + "/a/config::" + dir_ + "/b/config";
+  auto c = LoadDefault("", Env({{"KUBECONFIG", list}}));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server, "https://prod:6443");  // a's current-context and a's context prod
+  EXPECT_EQ(c->ca_file, dir_ + "/b/certs/ca.pem");
+  EXPECT_EQ(c->token, "from-b");
+  EXPECT_EQ(c->token_file, dir_ + "/b/token");
+  auto staging = LoadKubeconfigs(SplitKubeconfigList(list), "staging");
+  ASSERT_TRUE(staging.ok()) << staging.status().ToString();
+  EXPECT_EQ(staging->server, "https://staging:6443");
+  // Errors name the merged files.
+  auto missing = LoadKubeconfigs(SplitKubeconfigList(list), "dev");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(dir_ + "/a/config:" + dir_ +
+                                            "/b/config: context "
+                                            "\"dev\" is not defined"),
+            std::string::npos)
+      << missing.status().message();
+  EXPECT_EQ(SplitKubeconfigList("a::b:"), (std::vector<std::string>{"a", "b"}));
+  auto none = LoadKubeconfigs({dir_ + "/x", dir_ + "/y"});
+  EXPECT_NE(none.status().message().find("none of the kubeconfig files exists"), std::string::npos)
+      << none.status().message();
+}
+
 TEST_F(ConfigTest, KubeconfigDrivesATlsClient) {
   ht::TestCa ca(dir_, "cluster");
   ASSERT_TRUE(ca.ok());

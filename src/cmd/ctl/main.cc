@@ -43,7 +43,8 @@ flags:
   -o, --output=FORMAT   text (default) or json
   --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
                         accelpool.io/policy annotation wins, as in the extender
-  --kubeconfig=FILE     kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else in-cluster);
+  --kubeconfig=FILE     kubeconfig (default: the $KUBECONFIG list, merged as kubectl merges it,
+                        else ~/.kube/config, else in-cluster);
                         users with a token, a client certificate or an exec credential plugin
   --context=NAME        the kubeconfig context (default: its current-context)
   -q, --quiet           no progress lines on stderr
@@ -116,20 +117,16 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
 }
 
 StatusOr<kube::KubeConfig> Config(const Flags& f) {
-  std::string path = f.kubeconfig;
-  if (path.empty()) {
-    const char* env = std::getenv("KUBECONFIG");
-    const char* home = std::getenv("HOME");
-    if (env != nullptr && *env != '\0') {
-      path = env;
-      if (const size_t colon = path.find(':'); colon != std::string::npos) {
-        path = path.substr(0, colon);  // kubectl merges a list; the first file is taken
-      }
-    } else if (home != nullptr && std::filesystem::exists(std::string(home) + "/.kube/config")) {
-      path = std::string(home) + "/.kube/config";
-    }
+  if (!f.kubeconfig.empty()) return kube::LoadKubeconfig(f.kubeconfig, f.context);
+  const char* env = std::getenv("KUBECONFIG");
+  if (env != nullptr && *env != '\0') {
+    // A list is merged as kubectl merges it.
+    return kube::LoadKubeconfigs(kube::SplitKubeconfigList(env), f.context);
   }
-  if (!path.empty()) return kube::LoadKubeconfig(path, f.context);
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && std::filesystem::exists(std::string(home) + "/.kube/config")) {
+    return kube::LoadKubeconfig(std::string(home) + "/.kube/config", f.context);
+  }
   return kube::LoadDefault("", kube::ProcessEnv());
 }
 

@@ -49,7 +49,7 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --fake-inventory=FILE     inventory file for --backend=fake (see docs/device-plugin.md)
   --device-plugin-dir=DIR   kubelet's device-plugins dir (default /var/lib/kubelet/device-plugins)
   --node-name=NAME          this node (default $NODE_NAME)
-  --kubeconfig=FILE         kubeconfig; default: in-cluster service account, then $KUBECONFIG
+  --kubeconfig=FILE         kubeconfig; default: $KUBECONFIG (a list is merged), then in-cluster
   --metrics-listen=H:P      serve /metrics there (default 0.0.0.0:9402; "" disables)
   --max-shares=N            slots per shareable device (default: vendor split, 10 for NVIDIA)
   --mig-strategy=S          mixed|single: NVIDIA MIG devices as nvidia.com/mig-<profile>

@@ -39,7 +39,7 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --tls-cert=FILE           PEM certificate; with --tls-key serves HTTPS (reloaded on change)
   --tls-key=FILE            PEM private key
   --client-ca=FILE          require client certificates signed by this CA
-  --kubeconfig=FILE         kubeconfig; default: in-cluster service account, then $KUBECONFIG
+  --kubeconfig=FILE         kubeconfig; default: $KUBECONFIG (a list is merged), then in-cluster
   --policy=NAME             binpack|spread|topology|fragmentation|accelpool (default accelpool)
   --scheduler-name=NAME     scheduler pods are routed to (default accelpool-scheduler)
   --leader-elect            elect among replicas with Lease accelpool-extender; only the

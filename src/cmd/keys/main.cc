@@ -40,7 +40,7 @@ flags:
                             service account's namespace, else accelpool-system)
   --secret=NAME             the key Secret (default accelpool-assignment-key: the chart's
                             <release>-assignment-key for release "accelpool")
-  --kubeconfig=FILE         kubeconfig (default: $KUBECONFIG, else in-cluster)
+  --kubeconfig=FILE         kubeconfig (default: $KUBECONFIG, a list merged, else in-cluster)
   --node-timeout=DURATION   rotate: how long the new key may take to reach every node (15m)
   --settle=DURATION         rotate: the least time between the switch and dropping the old
                             keys, for the extender to re-read the Secret (5m)
