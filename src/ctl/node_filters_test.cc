@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace accelpool::ctl {
 namespace {
 
@@ -182,6 +184,24 @@ TEST(NodeFiltersTest, QuantitiesInThousandths) {
         "123456789012345678901234567890123456789Ei", "9223372036854775807", "m", "1 Gi"}) {
     EXPECT_FALSE(ParseMilliQuantity(bad).has_value()) << bad;
   }
+}
+
+// Random strings over the quantity alphabet: a value is never negative, and
+// a parsed value survives being written back in thousandths ("<n>m").
+TEST(NodeFiltersTest, RandomQuantitiesParseOrAreRefused) {
+  std::mt19937 rng(20261202);
+  const std::string alphabet = "0123456789.eE+-kMGTPEimnuK ";
+  int parsed = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string s(rng() % 12, ' ');
+    for (char& c : s) c = alphabet[rng() % alphabet.size()];
+    std::optional<int64_t> v = ParseMilliQuantity(s);
+    if (!v) continue;
+    ++parsed;
+    ASSERT_GE(*v, 0) << s;
+    EXPECT_EQ(ParseMilliQuantity(std::to_string(*v) + "m"), v) << s;
+  }
+  EXPECT_GT(parsed, 100);
 }
 
 TEST(NodeFiltersTest, PodRequestsCountInitContainersAtTheirPeakAndSidecarsBeside) {
