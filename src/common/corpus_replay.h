@@ -2,7 +2,8 @@
 // folder, and over prefixes of each seed (truncated inputs must be rejected
 // cleanly, never crash), so that the plain test suite walks the paths the
 // fuzzers start from; MutateLines, a mutation of event-per-line inputs for
-// short deterministic runs in the tests. Header-only: test binaries that link
+// short deterministic runs in the tests; SeedsCutAndMutated, the seeds with
+// their prefixes and one-byte changes. Header-only: test binaries that link
 // nothing of common/ use it too.
 #ifndef ACCELPOOL_COMMON_CORPUS_REPLAY_H_
 #define ACCELPOOL_COMMON_CORPUS_REPLAY_H_
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accelpool::testing {
 
@@ -65,6 +67,29 @@ inline std::string MutateLines(std::string seed, const std::string& other, std::
     default:
       return at == std::string::npos ? seed : seed.insert(at, line);
   }
+}
+
+// Every seed file of `dir`, each of its prefixes (the empty one and the
+// whole seed included), and `mutations` copies of it with one byte replaced
+// by a character of `alphabet`: the inputs a text reader's unit test walks
+// beside its fuzzer.
+inline std::vector<std::string> SeedsCutAndMutated(const std::filesystem::path& dir,
+                                                   std::mt19937& rng, std::string_view alphabet,
+                                                   int mutations) {
+  std::vector<std::string> inputs;
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(file.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string seed = ss.str();
+    for (size_t n = 0; n <= seed.size(); ++n) inputs.push_back(seed.substr(0, n));
+    for (int i = 0; i < mutations && !seed.empty(); ++i) {
+      std::string m = seed;
+      m[rng() % m.size()] = alphabet[rng() % alphabet.size()];
+      inputs.push_back(std::move(m));
+    }
+  }
+  return inputs;
 }
 
 }  // namespace accelpool::testing

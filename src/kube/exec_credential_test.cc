@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/corpus_replay.h"
 #include "http/test_certs.h"
 #include "kube/client.h"
 #include "kube/config.h"
@@ -93,30 +94,16 @@ TEST(ExecCredentialParseTest, FuzzSeedsAndTheirMutationsGiveCredentialsOrErrors)
   std::mt19937 rng(20261202);
   int parsed = 0;
   int rejected = 0;
-  for (const auto& f : std::filesystem::directory_iterator(ACCELPOOL_KUBE_EXEC_SEEDS)) {
-    std::ifstream in(f.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string seed = ss.str();
-    std::vector<std::string> inputs;
-    for (size_t n = 0; n <= seed.size(); ++n) inputs.push_back(seed.substr(0, n));
-    const std::string bytes = "{}[],:\"0Z+-.\\ ";
-    for (int i = 0; i < 300 && !seed.empty(); ++i) {
-      std::string m = seed;
-      m[rng() % m.size()] = bytes[rng() % bytes.size()];
-      inputs.push_back(m);
-    }
-    for (const std::string& text : inputs) {
-      auto c = ParseExecCredential(text, kV1);
-      if (c.ok()) {
-        ++parsed;
-        EXPECT_TRUE(!c->token.empty() ||
-                    (!c->client_cert_pem.empty() && !c->client_key_pem.empty()))
-            << text;
-      } else {
-        ++rejected;
-        EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << text;
-      }
+  for (const std::string& text : accelpool::testing::SeedsCutAndMutated(
+           ACCELPOOL_KUBE_EXEC_SEEDS, rng, "{}[],:\"0Z+-.\\ ", 300)) {
+    auto c = ParseExecCredential(text, kV1);
+    if (c.ok()) {
+      ++parsed;
+      EXPECT_TRUE(!c->token.empty() || (!c->client_cert_pem.empty() && !c->client_key_pem.empty()))
+          << text;
+    } else {
+      ++rejected;
+      EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << text;
     }
   }
   EXPECT_GT(parsed, 0);
