@@ -173,14 +173,21 @@ Report NodesReport(const ClusterView& view) {
   std::vector<std::vector<std::string>> rows = {{"NODE", "VENDOR", "MODEL", "DEVICES", "UNHEALTHY",
                                                  "CORDONED", "FREE", "MEMORY GiB", "COMPUTE",
                                                  "PODS"}};
-  int64_t devices = 0, free_whole = 0, memory = 0, memory_used = 0;
+  int64_t devices = 0, free_whole = 0, memory = 0, memory_used = 0, free_cordoned = 0;
   for (const std::string& name : view.Nodes()) {
     NodeSnapshotPtr snap = view.cache().Node(name);
     if (snap == nullptr) continue;
-    json node = {{"name", name}, {"pods", snap->pods}, {"inventories", json::array()}};
+    // A cordoned node (kubectl cordon) takes no new pod, whatever its devices.
+    const NodeFacts* facts = view.Facts(name);
+    const bool unschedulable = facts != nullptr && facts->unschedulable;
+    const std::string shown = unschedulable ? name + " (cordoned)" : name;
+    json node = {{"name", name},
+                 {"unschedulable", unschedulable},
+                 {"pods", snap->pods},
+                 {"inventories", json::array()}};
     if (!snap->inventory_status.ok()) {
       node["inventory_error"] = std::string(snap->inventory_status.message());
-      rows.push_back({name, "-", "inventory does not parse", "-", "-", "-", "-", "-", "-", "-"});
+      rows.push_back({shown, "-", "inventory does not parse", "-", "-", "-", "-", "-", "-", "-"});
     }
     for (const extender::InventoryState& st : snap->inventories) {
       const core::NodeInventory& inv = *st.inventory;
@@ -199,6 +206,7 @@ Report NodesReport(const ClusterView& view) {
       const int64_t n = static_cast<int64_t>(inv.devices.size());
       devices += n;
       free_whole += free;
+      free_cordoned += unschedulable ? free : 0;
       memory += mem;
       memory_used += mem_used;
       node["inventories"].push_back({{"vendor", std::string(core::VendorName(inv.vendor))},
@@ -211,7 +219,7 @@ Report NodesReport(const ClusterView& view) {
                                      {"memory_assigned_mib", mem_used},
                                      {"compute_assigned", compute_used},
                                      {"compute_total", n * core::kComputeWhole}});
-      rows.push_back({name, std::string(core::VendorName(inv.vendor)), Models(inv),
+      rows.push_back({shown, std::string(core::VendorName(inv.vendor)), Models(inv),
                       std::to_string(n), std::to_string(unhealthy), std::to_string(cordoned),
                       std::to_string(free), Gib(mem_used) + "/" + Gib(mem),
                       n > 0 ? Percent(compute_used / n) : "-", std::to_string(snap->pods)});
@@ -221,11 +229,15 @@ Report NodesReport(const ClusterView& view) {
   r.json["totals"] = {{"nodes", r.json["nodes"].size()},
                       {"devices", devices},
                       {"free_whole", free_whole},
+                      {"free_whole_on_cordoned_nodes", free_cordoned},
                       {"memory_mib", memory},
                       {"memory_assigned_mib", memory_used}};
   r.text = Table(rows);
-  r.text += fmt::format("{} nodes, {} devices ({} free whole), {} of {} GiB assigned\n",
-                        r.json["nodes"].size(), devices, free_whole, Gib(memory_used), Gib(memory));
+  r.text += fmt::format(
+      "{} nodes, {} devices ({} free whole{}), {} of {} GiB assigned\n", r.json["nodes"].size(),
+      devices, free_whole,
+      free_cordoned > 0 ? fmt::format(", {} of them on cordoned nodes", free_cordoned) : "",
+      Gib(memory_used), Gib(memory));
   return r;
 }
 

@@ -105,6 +105,20 @@ TEST_F(ClusterViewTest, NodesReportCountsWhatTheAssignmentsHold) {
   EXPECT_EQ(r.json["totals"]["devices"], 16);
   EXPECT_NE(r.text.find("node-c  -       inventory does not parse"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("3 nodes, 16 devices (12 free whole)"), std::string::npos) << r.text;
+  EXPECT_FALSE(a["unschedulable"].get<bool>());
+}
+
+TEST(ClusterViewNodesTest, ACordonedNodeIsMarkedAndItsFreeCardsCountedApart) {
+  json b = Node("node-b");
+  b["spec"]["unschedulable"] = true;
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({Node("node-a"), b}, {});
+  Report r = NodesReport(*view);
+  EXPECT_TRUE(r.json["nodes"][1]["unschedulable"].get<bool>());
+  EXPECT_EQ(r.json["totals"]["free_whole_on_cordoned_nodes"], 8);
+  EXPECT_NE(r.text.find("node-b (cordoned)"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("2 nodes, 16 devices (16 free whole, 8 of them on cordoned nodes)"),
+            std::string::npos)
+      << r.text;
 }
 
 TEST_F(ClusterViewTest, NodeReportNamesEachDevicesHolders) {
