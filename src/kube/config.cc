@@ -216,10 +216,6 @@ StatusOr<ExecPlugin> ReadExec(const json& user, const json& cluster,
   return p;
 }
 
-}  // namespace
-
-namespace {
-
 // One kubeconfig file's document.
 StatusOr<json> ReadKubeconfigRoot(const std::string& path) {
   auto text = ReadWholeFile(path, "kubeconfig");
