@@ -101,6 +101,7 @@ void ClusterView::CountPod(const json& pod) {
   NodeUse& use = use_[node];
   ++use.pods;
   for (const auto& [name, milli] : PodRequests(pod)) use.requested[name] += milli;
+  for (HostPort& h : PodHostPorts(pod)) use.host_ports.push_back(std::move(h));
 }
 
 std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& nodes,
@@ -525,9 +526,9 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.text +=
-      "  (kube-scheduler's cordon, taint, node affinity and resource filters are applied here; "
-      "its port, volume, pod affinity and topology spread filters are not: `kubectl describe "
-      "pod` shows its last attempt)\n";
+      "  (kube-scheduler's cordon, taint, node affinity, host port and resource filters are "
+      "applied here; its volume, pod affinity and topology spread filters are not: `kubectl "
+      "describe pod` shows its last attempt)\n";
   return r;
 }
 

@@ -186,7 +186,48 @@ std::string ResourcesReject(const Resources& want, const NodeFacts& node, const 
   return "";
 }
 
+std::string PortsReject(const std::vector<HostPort>& want, const NodeUse& use) {
+  for (const HostPort& w : want) {
+    for (const HostPort& h : use.host_ports) {
+      if (w.port != h.port || w.protocol != h.protocol) continue;
+      if (w.ip == h.ip || w.ip == "0.0.0.0" || h.ip == "0.0.0.0") {
+        return "host port " + w.protocol + " " + (w.ip == "0.0.0.0" ? "" : w.ip + ":") +
+               std::to_string(w.port) + " is held by a pod on the node";
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::vector<HostPort> PodHostPorts(const json& pod) {
+  std::vector<HostPort> out;
+  const json& spec = At(pod, "/spec");
+  if (!spec.is_object()) return out;
+  auto add = [&](const json& containers, bool sidecars_only) {
+    if (!containers.is_array()) return;
+    for (const json& c : containers) {
+      if (sidecars_only && Str(c, "restartPolicy") != "Always") continue;
+      const json& ports = c.is_object() ? c.value("ports", json()) : json();
+      if (!ports.is_array()) continue;
+      for (const json& p : ports) {
+        const json& hp = p.is_object() ? p.value("hostPort", json()) : json();
+        if (!hp.is_number_integer() || hp.get<int64_t>() <= 0 || hp.get<int64_t>() > 65535) {
+          continue;
+        }
+        HostPort h;
+        h.port = static_cast<int32_t>(hp.get<int64_t>());
+        h.ip = Str(p, "hostIP").empty() ? "0.0.0.0" : Str(p, "hostIP");
+        h.protocol = Str(p, "protocol").empty() ? "TCP" : Str(p, "protocol");
+        out.push_back(std::move(h));
+      }
+    }
+  };
+  add(spec.value("containers", json()), false);
+  add(spec.value("initContainers", json()), true);
+  return out;
+}
 
 std::optional<int64_t> ParseMilliQuantity(const std::string& text) {
   // <digits>[.<digits>][<suffix>], suffix one of n u m k M G T P E, Ki .. Ei,
@@ -325,7 +366,8 @@ NodeFacts NodeFactsFromJson(const json& node) {
 }
 
 // In kube-scheduler's filter order (NodeUnschedulable, TaintToleration,
-// NodeAffinity), so the reason is the one its own diagnosis would give.
+// NodeAffinity, NodePorts, NodeResourcesFit), so the reason is the one its
+// own diagnosis would give.
 std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeUse* use) {
   const json& tolerations = At(pod, "/spec/tolerations");
   if (node.unschedulable &&
@@ -366,8 +408,9 @@ std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeU
              (n == 1 ? "" : "s") + " matches the node's labels";
     }
   }
-  if (use != nullptr) return ResourcesReject(PodRequests(pod), node, *use);
-  return "";
+  if (use == nullptr) return "";
+  if (std::string no = PortsReject(PodHostPorts(pod), *use); !no.empty()) return no;
+  return ResourcesReject(PodRequests(pod), node, *use);
 }
 
 }  // namespace accelpool::ctl

@@ -13,6 +13,9 @@
 //                      matchExpression (In, NotIn, Exists, DoesNotExist, Gt,
 //                      Lt) and matchField (metadata.name In / NotIn); a term
 //                      with neither matches nothing)
+//   NodePorts          each host port the pod asks for free on the node (same
+//                      protocol and port, and the same address or 0.0.0.0 on
+//                      either side, is a conflict)
 //   NodeResourcesFit   each resource the pod requests (its effective
 //                      request: containers summed, init containers at their
 //                      peak, sidecars running beside both, plus overhead;
@@ -22,8 +25,8 @@
 //                      within allocatable pods. accelpool's memory and
 //                      compute names are skipped: kube-scheduler ignores them
 //                      (ignoredByScheduler), the extender checks them.
-// Not applied (they need other pods' placement or other objects): host
-// ports, volumes, pod affinity and anti-affinity, topology spread.
+// Not applied (they need other pods' labels and placement, or other
+// objects): volumes, pod affinity and anti-affinity, topology spread.
 //
 // Thread-safety: plain values and pure functions.
 #ifndef ACCELPOOL_CTL_NODE_FILTERS_H_
@@ -53,10 +56,22 @@ std::optional<int64_t> ParseMilliQuantity(const std::string& text);
 // The pod's effective requests, as kube-scheduler counts them.
 Resources PodRequests(const nlohmann::json& pod);
 
-// What a node's pods take: their requests summed, and how many there are.
+// A container port bound on the node (hostPort > 0); ip "0.0.0.0" for all.
+struct HostPort {
+  std::string ip, protocol;
+  int32_t port = 0;
+};
+
+// The host ports of the pod's containers and sidecars (restartable init
+// containers, which keep theirs while the pod runs).
+std::vector<HostPort> PodHostPorts(const nlohmann::json& pod);
+
+// What a node's pods take: their requests summed, how many there are, and
+// the host ports they hold.
 struct NodeUse {
   Resources requested;
   int64_t pods = 0;
+  std::vector<HostPort> host_ports;
 };
 
 // What kube-scheduler's node filters read of a Node.
@@ -73,7 +88,7 @@ NodeFacts NodeFactsFromJson(const nlohmann::json& node);
 
 // Why kube-scheduler's node filters turn `pod` away from `node`, in words
 // that name the selector, term or taint, the first failing filter in
-// kube-scheduler's order (cordon, taints, affinity, resources); "" when they let it
+// kube-scheduler's order (cordon, taints, affinity, ports, resources); "" when they let it
 // through. A
 // malformed field in the pod (which the apiserver would have refused) reads
 // as not matching.

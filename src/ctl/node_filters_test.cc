@@ -264,5 +264,36 @@ TEST(NodeFiltersTest, ResourceFitAgainstAllocatableLessTheNodesPods) {
   EXPECT_EQ(SchedulerRejects(pod({{"cpu", "100"}}), f), "");
 }
 
+TEST(NodeFiltersTest, HostPortsConflictOnProtocolPortAndAddress) {
+  auto pod = [](const json& ports, const char* where = "containers") {
+    return PodSpec({{"tolerations", kTolerateReserved},
+                    {where, {{{"name", "main"}, {"restartPolicy", "Always"}, {"ports", ports}}}}});
+  };
+  NodeUse use;
+  use.host_ports = PodHostPorts(
+      pod({{{"containerPort", 80}, {"hostPort", 8080}},
+           {{"containerPort", 53}, {"hostPort", 53}, {"protocol", "UDP"}, {"hostIP", "10.0.0.5"}},
+           {{"containerPort", 9000}}}));  // no host port
+  ASSERT_EQ(use.host_ports.size(), 2u);
+  EXPECT_EQ(use.host_ports[0].ip, "0.0.0.0");
+  EXPECT_EQ(use.host_ports[0].protocol, "TCP");
+  const NodeFacts f = Facts(kNode);
+  EXPECT_EQ(SchedulerRejects(pod({{{"hostPort", 8080}}}), f, &use),
+            "host port TCP 8080 is held by a pod on the node");
+  EXPECT_EQ(SchedulerRejects(pod({{{"hostPort", 8080}, {"hostIP", "10.0.0.9"}}}), f, &use),
+            "host port TCP 10.0.0.9:8080 is held by a pod on the node");  // 0.0.0.0 holds all
+  EXPECT_EQ(SchedulerRejects(pod({{{"hostPort", 8080}, {"protocol", "UDP"}}}), f, &use), "");
+  EXPECT_EQ(SchedulerRejects(pod({{{"hostPort", 53}, {"protocol", "UDP"}}}), f, &use),
+            "host port UDP 53 is held by a pod on the node");
+  EXPECT_EQ(SchedulerRejects(pod({{{"hostPort", 53}, {"protocol", "UDP"}, {"hostIP", "10.0.0.6"}}}),
+                             f, &use),
+            "");  // another address
+  // A sidecar's host port counts; a plain init container's does not (it has
+  // exited by the time the pod runs).
+  EXPECT_EQ(PodHostPorts(pod({{{"hostPort", 1}}}, "initContainers")).size(), 1u);
+  json init = PodSpec({{"initContainers", {{{"name", "i"}, {"ports", {{{"hostPort", 1}}}}}}}});
+  EXPECT_TRUE(PodHostPorts(init).empty());
+}
+
 }  // namespace
 }  // namespace accelpool::ctl
