@@ -102,6 +102,7 @@ void ClusterView::CountPod(const json& pod) {
   ++use.pods;
   for (const auto& [name, milli] : PodRequests(pod)) use.requested[name] += milli;
   for (HostPort& h : PodHostPorts(pod)) use.host_ports.push_back(std::move(h));
+  use.pod_labels.push_back(PodLabelsFromJson(pod));
 }
 
 std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& nodes,
@@ -473,9 +474,11 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::vector<std::string> passed;
   json rejected = json::object();
   std::map<std::string, std::vector<std::string>> why;
+  const InterPodAffinity affinity(pod, view.facts(), view.uses());
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
-    const std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts, &view.Use(n));
+    std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts, &view.Use(n));
+    if (no.empty() && facts != nullptr) no = affinity.Rejects(*facts);
     if (no.empty()) {
       passed.push_back(n);
       continue;
@@ -526,9 +529,14 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.text +=
-      "  (kube-scheduler's cordon, taint, node affinity, host port and resource filters are "
-      "applied here; its volume, pod affinity and topology spread filters are not: `kubectl "
-      "describe pod` shows its last attempt)\n";
+      "  (kube-scheduler's cordon, taint, node affinity, host port, resource and required "
+      "pod (anti-)affinity filters are applied here; its volume and topology spread filters, "
+      "and bound pods' anti-affinity against this one, are not: `kubectl describe pod` shows "
+      "its last attempt)\n";
+  if (affinity.skipped() > 0) {
+    r.text += "  (" + std::to_string(affinity.skipped()) +
+              " pod affinity term(s) with a namespaceSelector were not judged)\n";
+  }
   return r;
 }
 

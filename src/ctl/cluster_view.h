@@ -69,8 +69,10 @@ class ClusterView {
     auto it = facts_.find(node);
     return it == facts_.end() ? nullptr : &it->second;
   }
+  const std::map<std::string, NodeFacts>& facts() const { return facts_; }
+  const std::map<std::string, NodeUse>& uses() const { return use_; }
   // What the node's unfinished pods (every pod, not only accelpool's)
-  // request, and how many there are.
+  // request, how many there are, their host ports and labels.
   const NodeUse& Use(const std::string& node) const {
     static const NodeUse kNone;
     auto it = use_.find(node);

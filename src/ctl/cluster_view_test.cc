@@ -281,6 +281,23 @@ TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {
   EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
   EXPECT_EQ(r->json["rejected"]["node-a"]["by"], "kube-scheduler");
   EXPECT_EQ(r->json["rejected"]["node-a"]["reason"], "Insufficient cpu: asks 4, 2 of 8 free");
+  // Anti-affinity to the web pod's labels, per host: node-a is ruled out.
+  json spread = Pod("replica", {{"nvidia.com/gpu", "1"}});
+  spread["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+      {{{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+        {"topologyKey", "kubernetes.io/hostname"}}};
+  json a2 = a;
+  a2["metadata"]["labels"] = {{"kubernetes.io/hostname", "node-a"}};
+  json b2 = b;
+  b2["metadata"]["labels"] = {{"kubernetes.io/hostname", "node-b"}};
+  web["metadata"]["labels"] = {{"app", "web"}};
+  view = ClusterView::FromObjects({a2, b2}, {web});
+  r = ExplainReport(*view, spread, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["rejected"]["node-a"]["reason"],
+            "pod anti-affinity: 1 pod matching app=web in kubernetes.io/hostname=node-a")
+      << r->json.dump(2);
+  EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
 }
 
 class ClusterViewLoadTest : public kube::testing::FakeApiTest {};

@@ -199,7 +199,141 @@ std::string PortsReject(const std::vector<HostPort>& want, const NodeUse& use) {
   return "";
 }
 
+// A labelSelector over a pod's labels: null matches nothing, {} everything.
+bool SelectorMatches(const json& sel, const std::map<std::string, std::string>& labels) {
+  if (!sel.is_object()) return false;
+  const json& ml = sel.value("matchLabels", json());
+  if (ml.is_object()) {
+    for (const auto& [k, v] : ml.items()) {
+      auto it = labels.find(k);
+      if (it == labels.end() || !v.is_string() || it->second != v.get<std::string>()) return false;
+    }
+  }
+  const json& exprs = sel.value("matchExpressions", json());
+  if (exprs.is_array()) {
+    for (const json& e : exprs) {
+      const std::string op = Str(e, "operator");
+      if (op != "In" && op != "NotIn" && op != "Exists" && op != "DoesNotExist") return false;
+      auto it = labels.find(Str(e, "key"));
+      const std::optional<std::string> have =
+          it == labels.end() ? std::nullopt : std::optional<std::string>(it->second);
+      if (!Requirement(e, have, false)) return false;
+    }
+  }
+  return true;
+}
+
+std::string DescribeSelector(const json& sel) {
+  if (!sel.is_object()) return "nothing";
+  std::vector<std::string> parts;
+  const json& ml = sel.value("matchLabels", json());
+  if (ml.is_object()) {
+    for (const auto& [k, v] : ml.items()) {
+      parts.push_back(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+    }
+  }
+  const json& exprs = sel.value("matchExpressions", json());
+  if (exprs.is_array()) {
+    for (const json& e : exprs) {
+      std::string vals;
+      for (const std::string& v : Strings(e.is_object() ? e.value("values", json()) : json())) {
+        vals += (vals.empty() ? "" : ",") + v;
+      }
+      parts.push_back(Str(e, "key") + " " + Str(e, "operator") +
+                      (vals.empty() ? "" : " (" + vals + ")"));
+    }
+  }
+  if (parts.empty()) return "any labels";
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
 }  // namespace
+
+PodLabels PodLabelsFromJson(const json& pod) {
+  PodLabels p;
+  p.ns = Str(At(pod, "/metadata"), "namespace");
+  const json& labels = At(pod, "/metadata/labels");
+  if (labels.is_object()) {
+    for (const auto& [k, v] : labels.items()) {
+      if (v.is_string()) p.labels[k] = v.get<std::string>();
+    }
+  }
+  return p;
+}
+
+InterPodAffinity::InterPodAffinity(const json& pod, const std::map<std::string, NodeFacts>& facts,
+                                   const std::map<std::string, NodeUse>& use) {
+  const PodLabels self = PodLabelsFromJson(pod);
+  for (const auto& [field, anti] :
+       {std::pair<const char*, bool>{"/spec/affinity/podAffinity", false},
+        {"/spec/affinity/podAntiAffinity", true}}) {
+    const json& block = At(pod, field);
+    const json& required =
+        block.is_object() ? block.value("requiredDuringSchedulingIgnoredDuringExecution", json())
+                          : json();
+    if (!required.is_array()) continue;
+    for (const json& t : required) {
+      if (!t.is_object()) continue;
+      // The namespaces the term looks in: its list, all for an empty
+      // namespaceSelector, the pod's own by default.
+      const json& nss = t.value("namespaceSelector", json());
+      const bool all_ns = nss.is_object() && nss.empty();
+      if (nss.is_object() && !nss.empty()) {
+        ++skipped_;
+        continue;
+      }
+      std::vector<std::string> names = Strings(t.value("namespaces", json()));
+      if (names.empty() && !all_ns) names.push_back(self.ns);
+      auto in_scope = [&](const std::string& ns) {
+        return all_ns || std::find(names.begin(), names.end(), ns) != names.end();
+      };
+      const json& sel = t.value("labelSelector", json());
+      Term term;
+      term.anti = anti;
+      term.key = Str(t, "topologyKey");
+      term.text = DescribeSelector(sel);
+      term.self = in_scope(self.ns) && SelectorMatches(sel, self.labels);
+      for (const auto& [node, u] : use) {
+        auto f = facts.find(node);
+        if (f == facts.end()) continue;
+        auto domain = f->second.labels.find(term.key);
+        if (domain == f->second.labels.end()) continue;
+        for (const PodLabels& p : u.pod_labels) {
+          if (in_scope(p.ns) && SelectorMatches(sel, p.labels)) {
+            ++term.hits[domain->second];
+            term.any = true;
+          }
+        }
+      }
+      terms_.push_back(std::move(term));
+    }
+  }
+}
+
+std::string InterPodAffinity::Rejects(const NodeFacts& node) const {
+  for (const Term& t : terms_) {
+    auto domain = node.labels.find(t.key);
+    const int64_t hits = domain == node.labels.end() || !t.hits.contains(domain->second)
+                             ? 0
+                             : t.hits.at(domain->second);
+    if (t.anti) {
+      if (hits > 0) {
+        return "pod anti-affinity: " + std::to_string(hits) + " pod" + (hits == 1 ? "" : "s") +
+               " matching " + t.text + " in " + t.key + "=" + domain->second;
+      }
+      continue;
+    }
+    if (domain == node.labels.end()) {
+      return "pod affinity (" + t.text + "): the node has no " + t.key + " label";
+    }
+    if (hits == 0 && !(!t.any && t.self)) {
+      return "pod affinity: no pod matching " + t.text + " in " + t.key + "=" + domain->second;
+    }
+  }
+  return "";
+}
 
 std::vector<HostPort> PodHostPorts(const json& pod) {
   std::vector<HostPort> out;

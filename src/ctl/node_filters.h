@@ -25,8 +25,10 @@
 //                      within allocatable pods. accelpool's memory and
 //                      compute names are skipped: kube-scheduler ignores them
 //                      (ignoredByScheduler), the extender checks them.
-// Not applied (they need other pods' labels and placement, or other
-// objects): volumes, pod affinity and anti-affinity, topology spread.
+//   InterPodAffinity   the pod's required pod affinity and anti-affinity
+//                      (InterPodAffinity below)
+// Not applied: volumes, topology spread, and bound pods' anti-affinity
+// against the pending pod.
 //
 // Thread-safety: plain values and pure functions.
 #ifndef ACCELPOOL_CTL_NODE_FILTERS_H_
@@ -66,13 +68,22 @@ struct HostPort {
 // containers, which keep theirs while the pod runs).
 std::vector<HostPort> PodHostPorts(const nlohmann::json& pod);
 
-// What a node's pods take: their requests summed, how many there are, and
-// the host ports they hold.
+// A pod as inter-pod affinity sees it.
+struct PodLabels {
+  std::string ns;
+  std::map<std::string, std::string> labels;
+};
+
+// What a node's pods take: their requests summed, how many there are, the
+// host ports they hold, and their labels.
 struct NodeUse {
   Resources requested;
   int64_t pods = 0;
   std::vector<HostPort> host_ports;
+  std::vector<PodLabels> pod_labels;
 };
+
+PodLabels PodLabelsFromJson(const nlohmann::json& pod);
 
 // What kube-scheduler's node filters read of a Node.
 struct NodeFacts {
@@ -86,12 +97,44 @@ struct NodeFacts {
 
 NodeFacts NodeFactsFromJson(const nlohmann::json& node);
 
+// The pending pod's required inter-pod affinity and anti-affinity
+// (spec.affinity.podAffinity / podAntiAffinity,
+// requiredDuringSchedulingIgnoredDuringExecution), judged over every node's
+// pods once: a term's topologyKey groups nodes into domains by that label;
+// affinity needs a pod matching the term's labelSelector in the namespaces
+// it names (its own by default) somewhere in the node's domain (or, when no
+// pod matches anywhere, the pod matching its own term: the first of a
+// group); anti-affinity needs none there. A term whose namespaceSelector is
+// not empty is skipped (namespaces' labels are not read). The anti-affinity
+// of pods already bound, against this one, is not judged.
+class InterPodAffinity {
+ public:
+  InterPodAffinity(const nlohmann::json& pod, const std::map<std::string, NodeFacts>& facts,
+                   const std::map<std::string, NodeUse>& use);
+  // "" when the node passes, else the term that turns the pod away.
+  std::string Rejects(const NodeFacts& node) const;
+  // Terms skipped for a namespaceSelector.
+  int skipped() const { return skipped_; }
+
+ private:
+  struct Term {
+    bool anti = false;
+    std::string key;                      // topologyKey
+    std::string text;                     // the term in words
+    std::map<std::string, int64_t> hits;  // topology value -> matching pods
+    bool any = false;                     // a matching pod anywhere
+    bool self = false;                    // the pending pod matches it
+  };
+  std::vector<Term> terms_;
+  int skipped_ = 0;
+};
+
 // Why kube-scheduler's node filters turn `pod` away from `node`, in words
-// that name the selector, term or taint, the first failing filter in
-// kube-scheduler's order (cordon, taints, affinity, ports, resources); "" when they let it
-// through. A
-// malformed field in the pod (which the apiserver would have refused) reads
-// as not matching.
+// that name the selector, term, taint, port or resource: the first failing
+// filter in kube-scheduler's order (cordon, taints, node affinity, ports,
+// resources; inter-pod affinity is InterPodAffinity); "" when they let it
+// through. A malformed field in the pod (which the apiserver would have
+// refused) reads as not matching.
 // `use` (may be null: no resource check) is what the node's pods take.
 std::string SchedulerRejects(const nlohmann::json& pod, const NodeFacts& node,
                              const NodeUse* use = nullptr);

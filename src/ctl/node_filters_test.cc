@@ -295,5 +295,68 @@ TEST(NodeFiltersTest, HostPortsConflictOnProtocolPortAndAddress) {
   EXPECT_TRUE(PodHostPorts(init).empty());
 }
 
+// Required pod affinity and anti-affinity over topology domains: two racks,
+// a worker of job "a" on node r1-a, an inference pod in another namespace.
+TEST(NodeFiltersTest, InterPodAffinityJudgesEachTermPerTopologyDomain) {
+  auto node = [](const char* name, const char* rack) {
+    return Facts(
+        {{"metadata",
+          {{"name", name}, {"labels", {{"kubernetes.io/hostname", name}, {"rack", rack}}}}}});
+  };
+  std::map<std::string, NodeFacts> facts = {
+      {"r1-a", node("r1-a", "r1")}, {"r1-b", node("r1-b", "r1")}, {"r2-a", node("r2-a", "r2")}};
+  facts["bare"] = Facts({{"metadata", {{"name", "bare"}}}});  // no rack label
+  std::map<std::string, NodeUse> use;
+  use["r1-a"].pod_labels = {PodLabels{"ml", {{"job", "a"}, {"role", "worker"}}}};
+  use["r2-a"].pod_labels = {PodLabels{"serving", {{"job", "a"}}}};
+  auto pod = [](const char* kind, const json& term, const json& labels = json::object()) {
+    return json{
+        {"metadata", {{"namespace", "ml"}, {"labels", labels}}},
+        {"spec",
+         {{"affinity", {{kind, {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}}}}}}};
+  };
+  const json job_a = {{"labelSelector", {{"matchLabels", {{"job", "a"}}}}},
+                      {"topologyKey", "rack"}};
+
+  // Affinity to job a in the pod's own namespace: rack r1 only.
+  InterPodAffinity near(pod("podAffinity", job_a), facts, use);
+  EXPECT_EQ(near.Rejects(facts["r1-b"]), "");
+  EXPECT_EQ(near.Rejects(facts["r2-a"]), "pod affinity: no pod matching job=a in rack=r2");
+  EXPECT_EQ(near.Rejects(facts["bare"]), "pod affinity (job=a): the node has no rack label");
+  // Anti-affinity to the same: everywhere but rack r1 (and the bare node).
+  InterPodAffinity apart(pod("podAntiAffinity", job_a), facts, use);
+  EXPECT_EQ(apart.Rejects(facts["r1-b"]), "pod anti-affinity: 1 pod matching job=a in rack=r1");
+  EXPECT_EQ(apart.Rejects(facts["r2-a"]), "");
+  EXPECT_EQ(apart.Rejects(facts["bare"]), "");
+  // Namespaces named, or all of them with an empty namespaceSelector.
+  json all = job_a;
+  all["namespaceSelector"] = json::object();
+  EXPECT_NE(InterPodAffinity(pod("podAntiAffinity", all), facts, use).Rejects(facts["r2-a"]), "");
+  json serving = job_a;
+  serving["namespaces"] = {"serving"};
+  EXPECT_EQ(InterPodAffinity(pod("podAffinity", serving), facts, use).Rejects(facts["r1-b"]),
+            "pod affinity: no pod matching job=a in rack=r1");
+  // A namespaceSelector with labels is not judged, and counted as such.
+  json labelled = job_a;
+  labelled["namespaceSelector"] = {{"matchLabels", {{"team", "ml"}}}};
+  InterPodAffinity skipped(pod("podAffinity", labelled), facts, use);
+  EXPECT_EQ(skipped.skipped(), 1);
+  EXPECT_EQ(skipped.Rejects(facts["r2-a"]), "");
+  // The first pod of a group: nothing matches anywhere, but the pod matches
+  // its own term, so any node with the key will do.
+  const json job_b = {
+      {"labelSelector",
+       {{"matchExpressions", {{{"key", "job"}, {"operator", "In"}, {"values", {"b"}}}}}}},
+      {"topologyKey", "rack"}};
+  EXPECT_EQ(InterPodAffinity(pod("podAffinity", job_b, {{"job", "b"}}), facts, use)
+                .Rejects(facts["r2-a"]),
+            "");
+  EXPECT_EQ(InterPodAffinity(pod("podAffinity", job_b), facts, use).Rejects(facts["r2-a"]),
+            "pod affinity: no pod matching job In (b) in rack=r2");
+  // A null labelSelector matches no pod.
+  json none = {{"topologyKey", "rack"}};
+  EXPECT_EQ(InterPodAffinity(pod("podAntiAffinity", none), facts, use).Rejects(facts["r1-a"]), "");
+}
+
 }  // namespace
 }  // namespace accelpool::ctl

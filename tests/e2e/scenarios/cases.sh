@@ -404,6 +404,32 @@ explain_cpu() {
 }
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 kc -n "${NS}" delete pod huge-cpu --wait=false >/dev/null 2>&1 || true
+# Required pod anti-affinity, as explain applies it: a pod that must not share
+# a host with any app=scen pod, pinned to ${HG} where busy-frac (app=scen)
+# runs. kube-scheduler refuses it for anti-affinity, and explain says why.
+explain_anti() {
+  kc create -f - >/dev/null <<YAML &&
+apiVersion: v1
+kind: Pod
+metadata: {name: apart, namespace: ${NS}, labels: {app: apart}}
+spec:
+  schedulerName: accelpool-scheduler
+  nodeSelector: {kubernetes.io/hostname: ${HG}}
+  terminationGracePeriodSeconds: 0
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - {labelSelector: {matchLabels: {app: scen}}, topologyKey: kubernetes.io/hostname}
+  containers:
+  - {name: main, image: registry.invalid/none, resources: {limits: {${G}: 1}}}
+YAML
+    wait_for 60 "kube-scheduler's anti-affinity message for apart" sched_says apart "anti-affinity" &&
+    ap explain "${NS}/apart" -o json | jq -e --arg n "${HG}" '
+      (.rejected[$n].by == "kube-scheduler") and
+      (.rejected[$n].reason | startswith("pod anti-affinity: ") and endswith("matching app=scen in kubernetes.io/hostname=" + $n))' >/dev/null
+}
+check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
+kc -n "${NS}" delete pod apart --wait=false >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
