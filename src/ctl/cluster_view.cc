@@ -474,10 +474,12 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::vector<std::string> passed;
   json rejected = json::object();
   std::map<std::string, std::vector<std::string>> why;
+  const TopologySpread spread(pod, view.facts(), view.uses());
   const InterPodAffinity affinity(pod, view.facts(), view.uses());
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
     std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts, &view.Use(n));
+    if (no.empty() && facts != nullptr) no = spread.Rejects(*facts);
     if (no.empty() && facts != nullptr) no = affinity.Rejects(*facts);
     if (no.empty()) {
       passed.push_back(n);
@@ -529,10 +531,10 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.text +=
-      "  (kube-scheduler's cordon, taint, node affinity, host port, resource and required "
-      "pod (anti-)affinity filters are applied here; its volume and topology spread filters, "
-      "and bound pods' anti-affinity against this one, are not: `kubectl describe pod` shows "
-      "its last attempt)\n";
+      "  (kube-scheduler's cordon, taint, node affinity, host port, resource, topology spread "
+      "and required pod (anti-)affinity filters are applied here; its volume filters, and "
+      "bound pods' anti-affinity against this one, are not: `kubectl describe pod` shows its "
+      "last attempt)\n";
   if (affinity.skipped() > 0) {
     r.text += "  (" + std::to_string(affinity.skipped()) +
               " pod affinity term(s) with a namespaceSelector were not judged)\n";

@@ -502,12 +502,10 @@ NodeFacts NodeFactsFromJson(const json& node) {
 // In kube-scheduler's filter order (NodeUnschedulable, TaintToleration,
 // NodeAffinity, NodePorts, NodeResourcesFit), so the reason is the one its
 // own diagnosis would give.
-std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeUse* use) {
+namespace {
+
+std::string TaintReject(const json& pod, const NodeFacts& node) {
   const json& tolerations = At(pod, "/spec/tolerations");
-  if (node.unschedulable &&
-      !Tolerates(tolerations, Taint{"node.kubernetes.io/unschedulable", "", "NoSchedule"})) {
-    return "cordoned (spec.unschedulable): no new pod goes here until `kubectl uncordon`";
-  }
   for (const Taint& t : node.taints) {
     if (t.effect != "NoSchedule" && t.effect != "NoExecute") continue;
     if (!Tolerates(tolerations, t)) {
@@ -515,6 +513,10 @@ std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeU
              " is not tolerated";
     }
   }
+  return "";
+}
+
+std::string NodeAffinityReject(const json& pod, const NodeFacts& node) {
   const json& selector = At(pod, "/spec/nodeSelector");
   if (selector.is_object()) {
     for (const auto& [k, v] : selector.items()) {
@@ -542,9 +544,85 @@ std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeU
              (n == 1 ? "" : "s") + " matches the node's labels";
     }
   }
+  return "";
+}
+
+}  // namespace
+
+std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeUse* use) {
+  if (node.unschedulable &&
+      !Tolerates(At(pod, "/spec/tolerations"),
+                 Taint{"node.kubernetes.io/unschedulable", "", "NoSchedule"})) {
+    return "cordoned (spec.unschedulable): no new pod goes here until `kubectl uncordon`";
+  }
+  if (std::string no = TaintReject(pod, node); !no.empty()) return no;
+  if (std::string no = NodeAffinityReject(pod, node); !no.empty()) return no;
   if (use == nullptr) return "";
   if (std::string no = PortsReject(PodHostPorts(pod), *use); !no.empty()) return no;
   return ResourcesReject(PodRequests(pod), node, *use);
+}
+
+}  // namespace accelpool::ctl
+
+namespace accelpool::ctl {
+
+TopologySpread::TopologySpread(const json& pod, const std::map<std::string, NodeFacts>& facts,
+                               const std::map<std::string, NodeUse>& use) {
+  const PodLabels self = PodLabelsFromJson(pod);
+  const json& list = At(pod, "/spec/topologySpreadConstraints");
+  if (!list.is_array()) return;
+  for (const json& c : list) {
+    if (Str(c, "whenUnsatisfiable") != "DoNotSchedule") continue;  // ScheduleAnyway only scores
+    Constraint k;
+    k.key = Str(c, "topologyKey");
+    const json& skew = c.value("maxSkew", json());
+    k.max_skew = skew.is_number_integer() ? std::max<int64_t>(1, skew.get<int64_t>()) : 1;
+    const json& min_domains = c.value("minDomains", json());
+    k.min_domains = min_domains.is_number_integer() ? min_domains.get<int64_t>() : 1;
+    // matchLabelKeys: the pod's own values for those keys join the selector.
+    json sel = c.value("labelSelector", json());
+    for (const std::string& key : Strings(c.value("matchLabelKeys", json()))) {
+      auto it = self.labels.find(key);
+      if (sel.is_object() && it != self.labels.end()) sel["matchLabels"][key] = it->second;
+    }
+    k.text = DescribeSelector(sel);
+    k.self = SelectorMatches(sel, self.labels);
+    const bool honor_affinity = Str(c, "nodeAffinityPolicy") != "Ignore";
+    const bool honor_taints = Str(c, "nodeTaintsPolicy") == "Honor";
+    for (const auto& [name, f] : facts) {
+      auto domain = f.labels.find(k.key);
+      if (domain == f.labels.end()) continue;
+      if (honor_affinity && !NodeAffinityReject(pod, f).empty()) continue;
+      if (honor_taints && !TaintReject(pod, f).empty()) continue;
+      int64_t& n = k.counts[domain->second];
+      auto u = use.find(name);
+      if (u == use.end()) continue;
+      for (const PodLabels& p : u->second.pod_labels) {
+        if (p.ns == self.ns && SelectorMatches(sel, p.labels)) ++n;
+      }
+    }
+    constraints_.push_back(std::move(k));
+  }
+}
+
+std::string TopologySpread::Rejects(const NodeFacts& node) const {
+  for (const Constraint& k : constraints_) {
+    auto domain = node.labels.find(k.key);
+    if (domain == node.labels.end()) {
+      return "topology spread (" + k.text + "): the node has no " + k.key + " label";
+    }
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (const auto& [v, n] : k.counts) least = std::min(least, n);
+    if (k.counts.empty() || static_cast<int64_t>(k.counts.size()) < k.min_domains) least = 0;
+    auto here = k.counts.find(domain->second);
+    const int64_t with_pod = (here == k.counts.end() ? 0 : here->second) + (k.self ? 1 : 0);
+    if (with_pod - least > k.max_skew) {
+      return "topology spread: " + k.key + "=" + domain->second + " would hold " +
+             std::to_string(with_pod) + " pods matching " + k.text + ", the emptiest domain " +
+             std::to_string(least) + " (maxSkew " + std::to_string(k.max_skew) + ")";
+    }
+  }
+  return "";
 }
 
 }  // namespace accelpool::ctl

@@ -25,10 +25,11 @@
 //                      within allocatable pods. accelpool's memory and
 //                      compute names are skipped: kube-scheduler ignores them
 //                      (ignoredByScheduler), the extender checks them.
+//   PodTopologySpread  DoNotSchedule constraints (TopologySpread below)
 //   InterPodAffinity   the pod's required pod affinity and anti-affinity
 //                      (InterPodAffinity below)
-// Not applied: volumes, topology spread, and bound pods' anti-affinity
-// against the pending pod.
+// Not applied: volume filters, and bound pods' anti-affinity against the
+// pending pod.
 //
 // Thread-safety: plain values and pure functions.
 #ifndef ACCELPOOL_CTL_NODE_FILTERS_H_
@@ -127,6 +128,33 @@ class InterPodAffinity {
   };
   std::vector<Term> terms_;
   int skipped_ = 0;
+};
+
+// The pod's topology spread constraints with whenUnsatisfiable:
+// DoNotSchedule, judged as kube-scheduler's PodTopologySpread filter: per
+// topologyKey domain, the pods in the pod's namespace matching the
+// labelSelector (with matchLabelKeys' values from the pod's own labels) on
+// the eligible nodes (those passing the pod's node affinity unless
+// nodeAffinityPolicy is Ignore; with nodeTaintsPolicy Honor, also its
+// taints); placing the pod in a domain must not leave it more than maxSkew
+// above the emptiest domain (taken as 0 while there are fewer domains than
+// minDomains). A node without the topologyKey label is refused.
+class TopologySpread {
+ public:
+  TopologySpread(const nlohmann::json& pod, const std::map<std::string, NodeFacts>& facts,
+                 const std::map<std::string, NodeUse>& use);
+  std::string Rejects(const NodeFacts& node) const;
+
+ private:
+  struct Constraint {
+    std::string key;
+    int64_t max_skew = 1;
+    int64_t min_domains = 1;
+    std::string text;
+    std::map<std::string, int64_t> counts;  // domain -> matching pods
+    bool self = false;
+  };
+  std::vector<Constraint> constraints_;
 };
 
 // Why kube-scheduler's node filters turn `pod` away from `node`, in words

@@ -358,5 +358,67 @@ TEST(NodeFiltersTest, InterPodAffinityJudgesEachTermPerTopologyDomain) {
   EXPECT_EQ(InterPodAffinity(pod("podAntiAffinity", none), facts, use).Rejects(facts["r1-a"]), "");
 }
 
+// DoNotSchedule topology spread over three zones holding 2, 1 and 0
+// replicas of app=infer: with maxSkew 1 only the empty zone takes the next.
+TEST(NodeFiltersTest, TopologySpreadKeepsEachDomainWithinMaxSkew) {
+  auto node = [](const char* name, const char* zone, const char* pool = "gpu") {
+    return Facts({{"metadata", {{"name", name}, {"labels", {{"zone", zone}, {"pool", pool}}}}}});
+  };
+  std::map<std::string, NodeFacts> facts = {{"a1", node("a1", "a")},
+                                            {"b1", node("b1", "b")},
+                                            {"c1", node("c1", "c")},
+                                            {"d1", node("d1", "d", "cpu")}};
+  facts["bare"] = Facts({{"metadata", {{"name", "bare"}, {"labels", {{"pool", "gpu"}}}}}});
+  std::map<std::string, NodeUse> use;
+  const PodLabels replica{"ml", {{"app", "infer"}, {"rev", "7"}}};
+  use["a1"].pod_labels = {replica, replica};
+  use["b1"].pod_labels = {replica, PodLabels{"other", {{"app", "infer"}}}};  // other namespace
+  auto pod = [](const json& constraint, const json& extra = json::object()) {
+    json p = {{"metadata", {{"namespace", "ml"}, {"labels", {{"app", "infer"}, {"rev", "7"}}}}},
+              {"spec", {{"topologySpreadConstraints", {constraint}}}}};
+    p["spec"].update(extra);
+    return p;
+  };
+  json c = {{"maxSkew", 1},
+            {"topologyKey", "zone"},
+            {"whenUnsatisfiable", "DoNotSchedule"},
+            {"labelSelector", {{"matchLabels", {{"app", "infer"}}}}}};
+  // Zone d's node is in another pool: with the pod's nodeSelector on pool=gpu
+  // it is not a domain (nodeAffinityPolicy Honor), so the emptiest is c (0).
+  const json gpu_only = {{"nodeSelector", {{"pool", "gpu"}}}};
+  TopologySpread spread(pod(c, gpu_only), facts, use);
+  EXPECT_EQ(spread.Rejects(facts["c1"]), "");
+  EXPECT_EQ(spread.Rejects(facts["b1"]),
+            "topology spread: zone=b would hold 2 pods matching app=infer, the emptiest domain 0 "
+            "(maxSkew 1)");
+  EXPECT_NE(spread.Rejects(facts["a1"]), "");
+  EXPECT_EQ(spread.Rejects(facts["bare"]),
+            "topology spread (app=infer): the node has no zone label");
+  // maxSkew 2 lets zone b take one more.
+  c["maxSkew"] = 2;
+  EXPECT_EQ(TopologySpread(pod(c, gpu_only), facts, use).Rejects(facts["b1"]), "");
+  c["maxSkew"] = 1;
+  // ScheduleAnyway only scores: nothing refused.
+  json soft = c;
+  soft["whenUnsatisfiable"] = "ScheduleAnyway";
+  EXPECT_EQ(TopologySpread(pod(soft, gpu_only), facts, use).Rejects(facts["a1"]), "");
+  // matchLabelKeys narrows the selector to this pod's revision: rev=8 has no
+  // replicas anywhere, so every zone is even.
+  json by_rev = c;
+  by_rev["matchLabelKeys"] = {"rev"};
+  json rev8 = pod(by_rev, gpu_only);
+  rev8["metadata"]["labels"]["rev"] = "8";
+  EXPECT_EQ(TopologySpread(rev8, facts, use).Rejects(facts["a1"]), "");
+  // minDomains 5 with four domains: the emptiest counts as 0 even where all
+  // have replicas.
+  std::map<std::string, NodeUse> busy = use;
+  busy["c1"].pod_labels = {replica};
+  busy["d1"].pod_labels = {replica};
+  json min5 = c;
+  EXPECT_EQ(TopologySpread(pod(min5), facts, busy).Rejects(facts["b1"]), "");
+  min5["minDomains"] = 5;
+  EXPECT_NE(TopologySpread(pod(min5), facts, busy).Rejects(facts["b1"]), "");
+}
+
 }  // namespace
 }  // namespace accelpool::ctl

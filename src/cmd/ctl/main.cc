@@ -30,8 +30,9 @@ constexpr const char* kUsage = R"(usage: kubectl accelpool COMMAND [flags]
                         devices, whole cards, memory and compute
   explain [NS/]POD      one pod: what it asks for, where it is bound and on which devices,
                         or, pending, the nodes it fits (best first) and why the others refuse it:
-                        kube-scheduler's cordon, taint, node affinity, host port, resource and
-                        pod (anti-)affinity filters first, then the extender's
+                        kube-scheduler's cordon, taint, node affinity, host port, resource,
+                        topology spread and pod (anti-)affinity filters first, then the
+                        extender's
 
 Usage and reasons are computed from the nodes' accelpool.io/inventory and the pods'
 accelpool.io/assignment annotations by the extender's own code: what the extender
