@@ -430,6 +430,31 @@ YAML
 }
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 kc -n "${NS}" delete pod apart --wait=false >/dev/null 2>&1 || true
+# Topology spread (DoNotSchedule), as explain applies it: spread over hosts
+# against app=scen pods, every node a domain (nodeAffinityPolicy: Ignore), so
+# ${HG}, which holds busy-frac, is more than maxSkew 1 above the empty hosts.
+explain_spread() {
+  kc create -f - >/dev/null <<YAML &&
+apiVersion: v1
+kind: Pod
+metadata: {name: spread, namespace: ${NS}, labels: {app: scen}}
+spec:
+  schedulerName: accelpool-scheduler
+  nodeSelector: {kubernetes.io/hostname: ${HG}}
+  terminationGracePeriodSeconds: 0
+  topologySpreadConstraints:
+  - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+     nodeAffinityPolicy: Ignore, labelSelector: {matchLabels: {app: scen}}}
+  containers:
+  - {name: main, image: registry.invalid/none, resources: {limits: {${G}: 1}}}
+YAML
+    wait_for 60 "kube-scheduler's topology spread message for spread" sched_says spread "topology spread" &&
+    ap explain "${NS}/spread" -o json | jq -e --arg n "${HG}" '
+      (.rejected[$n].by == "kube-scheduler") and
+      (.rejected[$n].reason | startswith("topology spread: kubernetes.io/hostname=" + $n + " would hold "))' >/dev/null
+}
+check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
+kc -n "${NS}" delete pod spread --wait=false >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
