@@ -26,6 +26,18 @@ const json& At(const json& j, const char* pointer) {
   return j.contains(p) ? j.at(p) : kNull;
 }
 
+// An object's metadata.labels (string values only).
+std::map<std::string, std::string> Labels(const json& obj) {
+  std::map<std::string, std::string> out;
+  const json& labels = At(obj, "/metadata/labels");
+  if (labels.is_object()) {
+    for (const auto& [k, v] : labels.items()) {
+      if (v.is_string()) out[k] = v.get<std::string>();
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> Strings(const json& arr) {
   std::vector<std::string> out;
   if (!arr.is_array()) return out;
@@ -254,12 +266,7 @@ std::string DescribeSelector(const json& sel) {
 PodLabels PodLabelsFromJson(const json& pod) {
   PodLabels p;
   p.ns = Str(At(pod, "/metadata"), "namespace");
-  const json& labels = At(pod, "/metadata/labels");
-  if (labels.is_object()) {
-    for (const auto& [k, v] : labels.items()) {
-      if (v.is_string()) p.labels[k] = v.get<std::string>();
-    }
-  }
+  p.labels = Labels(pod);
   return p;
 }
 
@@ -473,12 +480,7 @@ Resources PodRequests(const json& pod) {
 NodeFacts NodeFactsFromJson(const json& node) {
   NodeFacts f;
   f.name = Str(At(node, "/metadata"), "name");
-  const json& labels = At(node, "/metadata/labels");
-  if (labels.is_object()) {
-    for (const auto& [k, v] : labels.items()) {
-      if (v.is_string()) f.labels[k] = v.get<std::string>();
-    }
-  }
+  f.labels = Labels(node);
   const json& taints = At(node, "/spec/taints");
   if (taints.is_array()) {
     for (const json& t : taints) {

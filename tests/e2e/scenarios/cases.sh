@@ -391,70 +391,53 @@ explain_selector() { # busy-8's nodeSelector (hostname ${HG}) rules out every ot
     ($others | any(.value.reason | startswith("nodeSelector kubernetes.io/hostname=" + $n + ": the node'"'"'s label is")))' >/dev/null
 }
 check "kubectl accelpool explain: every node but ${HG} is ruled out by kube-scheduler's filters (busy-8's nodeSelector)" explain_selector
-# kube-scheduler's resource fit, as explain applies it: a pod asking more CPU
-# than ${HG} has is turned away by kube-scheduler itself ("Insufficient cpu" in
-# its PodScheduled condition), and explain names the same filter and node.
+# kube-scheduler's own filters, as explain applies them: one-card pods pinned
+# to ${HG} that kube-scheduler itself refuses there, for CPU, for pod
+# anti-affinity and for topology spread. Its PodScheduled message and
+# explain's reason on ${HG} must name the same filter.
 sched_message() { kc -n "${NS}" get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}'; }
 sched_says() { local m; m="$(sched_message "$1")"; [[ "${m}" == *"$2"* ]]; }
-explain_cpu() {
-  printf '%s\n' "$(pod_yaml huge-cpu '{}' "$S" "$(ctr main "{${G}: 1, cpu: 100k}")")" | kc create -f - >/dev/null &&
-    wait_for 60 "kube-scheduler's Insufficient cpu for huge-cpu" sched_says huge-cpu "Insufficient cpu" &&
-    ap explain "${NS}/huge-cpu" -o json | jq -e --arg n "${HG}" '
-      (.rejected[$n].by == "kube-scheduler") and (.rejected[$n].reason | startswith("Insufficient cpu: asks 100000,"))' >/dev/null
-}
-check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
-kc -n "${NS}" delete pod huge-cpu --wait=false >/dev/null 2>&1 || true
-# Required pod anti-affinity, as explain applies it: a pod that must not share
-# a host with any app=scen pod, pinned to ${HG} where busy-frac (app=scen)
-# runs. kube-scheduler refuses it for anti-affinity, and explain says why.
-explain_anti() {
-  kc create -f - >/dev/null <<YAML &&
+probe_pod() { # NAME APP SPEC-LINES [LIMITS]
+  kc create -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
-metadata: {name: apart, namespace: ${NS}, labels: {app: apart}}
+metadata: {name: $1, namespace: ${NS}, labels: {app: $2}}
 spec:
   schedulerName: accelpool-scheduler
   nodeSelector: {kubernetes.io/hostname: ${HG}}
   terminationGracePeriodSeconds: 0
-  affinity:
+$3
+  containers:
+  - {name: main, image: registry.invalid/none, resources: {limits: ${4:-{${G}: 1\}}}}
+YAML
+}
+refused_on_hg() { # NAME SCHEDULER-WORDS EXPLAIN-REASON-REGEX
+  wait_for 60 "kube-scheduler's message for $1" sched_says "$1" "$2" &&
+    ap explain "${NS}/$1" -o json | jq -e --arg n "${HG}" --arg re "$3" \
+      '(.rejected[$n].by == "kube-scheduler") and (.rejected[$n].reason | test($re))' >/dev/null
+}
+explain_cpu() { # more CPU than ${HG} has
+  probe_pod huge-cpu scen "" "{${G}: 1, cpu: 100k}" &&
+    refused_on_hg huge-cpu "Insufficient cpu" "^Insufficient cpu: asks 100000, "
+}
+explain_anti() { # must not share a host with an app=scen pod; busy-frac (app=scen) runs on ${HG}
+  probe_pod apart apart "  affinity:
     podAntiAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
-      - {labelSelector: {matchLabels: {app: scen}}, topologyKey: kubernetes.io/hostname}
-  containers:
-  - {name: main, image: registry.invalid/none, resources: {limits: {${G}: 1}}}
-YAML
-    wait_for 60 "kube-scheduler's anti-affinity message for apart" sched_says apart "anti-affinity" &&
-    ap explain "${NS}/apart" -o json | jq -e --arg n "${HG}" '
-      (.rejected[$n].by == "kube-scheduler") and
-      (.rejected[$n].reason | startswith("pod anti-affinity: ") and endswith("matching app=scen in kubernetes.io/hostname=" + $n))' >/dev/null
+      - {labelSelector: {matchLabels: {app: scen}}, topologyKey: kubernetes.io/hostname}" &&
+    refused_on_hg apart "anti-affinity" \
+      "^pod anti-affinity: [0-9]+ pods? matching app=scen in kubernetes.io/hostname=${HG}\$"
 }
-check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
-kc -n "${NS}" delete pod apart --wait=false >/dev/null 2>&1 || true
-# Topology spread (DoNotSchedule), as explain applies it: spread over hosts
-# against app=scen pods, every node a domain (nodeAffinityPolicy: Ignore), so
-# ${HG}, which holds busy-frac, is more than maxSkew 1 above the empty hosts.
-explain_spread() {
-  kc create -f - >/dev/null <<YAML &&
-apiVersion: v1
-kind: Pod
-metadata: {name: spread, namespace: ${NS}, labels: {app: scen}}
-spec:
-  schedulerName: accelpool-scheduler
-  nodeSelector: {kubernetes.io/hostname: ${HG}}
-  terminationGracePeriodSeconds: 0
-  topologySpreadConstraints:
+explain_spread() { # spread over hosts against app=scen, every node a domain: ${HG} is maxSkew above the empty ones
+  probe_pod spread scen "  topologySpreadConstraints:
   - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
-     nodeAffinityPolicy: Ignore, labelSelector: {matchLabels: {app: scen}}}
-  containers:
-  - {name: main, image: registry.invalid/none, resources: {limits: {${G}: 1}}}
-YAML
-    wait_for 60 "kube-scheduler's topology spread message for spread" sched_says spread "topology spread" &&
-    ap explain "${NS}/spread" -o json | jq -e --arg n "${HG}" '
-      (.rejected[$n].by == "kube-scheduler") and
-      (.rejected[$n].reason | startswith("topology spread: kubernetes.io/hostname=" + $n + " would hold "))' >/dev/null
+     nodeAffinityPolicy: Ignore, labelSelector: {matchLabels: {app: scen}}}" &&
+    refused_on_hg spread "topology spread" "^topology spread: kubernetes.io/hostname=${HG} would hold "
 }
+check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
+check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
-kc -n "${NS}" delete pod spread --wait=false >/dev/null 2>&1 || true
+kc -n "${NS}" delete pod huge-cpu apart spread --wait=false >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
