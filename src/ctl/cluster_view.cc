@@ -474,11 +474,12 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::vector<std::string> passed;
   json rejected = json::object();
   std::map<std::string, std::vector<std::string>> why;
+  const PodAsks asks = PodAsksFromJson(pod);
   const TopologySpread spread(pod, view.facts(), view.uses());
   const InterPodAffinity affinity(pod, view.facts(), view.uses());
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
-    std::string no = facts == nullptr ? "" : SchedulerRejects(pod, *facts, &view.Use(n));
+    std::string no = facts == nullptr ? "" : SchedulerRejects(pod, asks, *facts, &view.Use(n));
     if (no.empty() && facts != nullptr) no = spread.Rejects(*facts);
     if (no.empty() && facts != nullptr) no = affinity.Rejects(*facts);
     if (no.empty()) {

@@ -551,7 +551,14 @@ std::string NodeAffinityReject(const json& pod, const NodeFacts& node) {
 
 }  // namespace
 
+PodAsks PodAsksFromJson(const json& pod) { return PodAsks{PodRequests(pod), PodHostPorts(pod)}; }
+
 std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeUse* use) {
+  return SchedulerRejects(pod, PodAsksFromJson(pod), node, use);
+}
+
+std::string SchedulerRejects(const json& pod, const PodAsks& asks, const NodeFacts& node,
+                             const NodeUse* use) {
   if (node.unschedulable &&
       !Tolerates(At(pod, "/spec/tolerations"),
                  Taint{"node.kubernetes.io/unschedulable", "", "NoSchedule"})) {
@@ -560,8 +567,8 @@ std::string SchedulerRejects(const json& pod, const NodeFacts& node, const NodeU
   if (std::string no = TaintReject(pod, node); !no.empty()) return no;
   if (std::string no = NodeAffinityReject(pod, node); !no.empty()) return no;
   if (use == nullptr) return "";
-  if (std::string no = PortsReject(PodHostPorts(pod), *use); !no.empty()) return no;
-  return ResourcesReject(PodRequests(pod), node, *use);
+  if (std::string no = PortsReject(asks.host_ports, *use); !no.empty()) return no;
+  return ResourcesReject(asks.requests, node, *use);
 }
 
 }  // namespace accelpool::ctl

@@ -163,9 +163,20 @@ class TopologySpread {
 // resources; inter-pod affinity is InterPodAffinity); "" when they let it
 // through. A malformed field in the pod (which the apiserver would have
 // refused) reads as not matching.
-// `use` (may be null: no resource check) is what the node's pods take.
+// `use` (may be null: no port or resource check) is what the node's pods
+// take.
 std::string SchedulerRejects(const nlohmann::json& pod, const NodeFacts& node,
                              const NodeUse* use = nullptr);
+
+// What the pod asks of every node, read once for a walk over many nodes.
+struct PodAsks {
+  Resources requests;
+  std::vector<HostPort> host_ports;
+};
+PodAsks PodAsksFromJson(const nlohmann::json& pod);
+// As above, with the pod's asks read beforehand.
+std::string SchedulerRejects(const nlohmann::json& pod, const PodAsks& asks, const NodeFacts& node,
+                             const NodeUse* use);
 
 }  // namespace accelpool::ctl
 
