@@ -145,7 +145,7 @@ class ClientImpl final : public KubeClient {
                std::stop_token stop) override;
   Status WatchOnce(const Resource& r, const std::string& ns, const WatchOptions& options,
                    const std::function<void(WatchEvent&)>& on_event, std::stop_token stop,
-                   const std::string& what, int& status);
+                   const std::string& what, int& status, uint64_t& generation);
   StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     return Call("GET", r.Path(ns, name), "", "", "get " + r.plural + " " + Key(ns, name));
   }
@@ -172,9 +172,13 @@ class ClientImpl final : public KubeClient {
     return ns.empty() ? name : ns + "/" + name;
   }
 
-  http::Headers AuthHeaders(const std::string& accept = "application/json") {
+  // `generation` (may be null) gets the generation of the token sent, for
+  // RefreshToken after a 401.
+  http::Headers AuthHeaders(const std::string& accept = "application/json",
+                            uint64_t* generation = nullptr) {
     MaybeRereadToken();
     std::lock_guard<std::mutex> lock(mu_);
+    if (generation != nullptr) *generation = token_generation_;
     http::Headers h;
     h["Accept"] = accept;
     if (!token_.empty()) h["Authorization"] = "Bearer " + token_;
@@ -233,11 +237,6 @@ class ClientImpl final : public KubeClient {
     return true;
   }
 
-  uint64_t TokenGeneration() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return token_generation_;
-  }
-
   // After a 401: the exec plugin's next token (unless another request already
   // got one since `seen`), or a rotated token file. True when the token changed.
   bool RefreshToken(uint64_t seen) {
@@ -266,12 +265,12 @@ class ClientImpl final : public KubeClient {
                                       const std::string& accept = "application/json") {
     for (int attempt = 0;; ++attempt) {
       bucket_.Acquire();
-      const uint64_t generation = TokenGeneration();
+      uint64_t generation = 0;
       http::ClientRequest req;
       req.method = method;
       req.path = path;
       req.body = body;
-      req.headers = AuthHeaders(accept);
+      req.headers = AuthHeaders(accept, &generation);
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
       req.timeout = config_.timeout;
       auto resp = http_->Send(req);
@@ -383,8 +382,8 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
   // delivered, and the caller re-watches from the last version it saw.)
   for (int attempt = 0;; ++attempt) {
     int status = 0;
-    const uint64_t generation = TokenGeneration();
-    Status st = WatchOnce(r, ns, options, on_event, stop, what, status);
+    uint64_t generation = 0;
+    Status st = WatchOnce(r, ns, options, on_event, stop, what, status, generation);
     if (status == 401 && attempt == 0 && RefreshToken(generation)) continue;
     return st;
   }
@@ -392,7 +391,7 @@ Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOp
 
 Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const WatchOptions& options,
                              const std::function<void(WatchEvent&)>& on_event, std::stop_token stop,
-                             const std::string& what, int& status) {
+                             const std::string& what, int& status, uint64_t& generation) {
   http::ClientRequest req;
   req.method = "GET";
   req.path = r.Path(ns) + Query({{"watch", "true"},
@@ -401,7 +400,7 @@ Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const Wat
                                  {"timeoutSeconds", std::to_string(options.server_timeout.count())},
                                  {"labelSelector", options.label_selector},
                                  {"fieldSelector", options.field_selector}});
-  req.headers = AuthHeaders();
+  req.headers = AuthHeaders("application/json", &generation);
   req.timeout = config_.timeout;
   status = 0;
   std::string error_body;
