@@ -1174,13 +1174,19 @@ TEST(ShimTest, OnlyAFewLaunchesAreMeasured) {
 TEST(ShimTest, AKernelThatGetsLongerIsRepricedWithinOneWindowTurnover) {
   SKIP_UNDER_SANITIZER();
   // 250 us kernels become 1 ms at half-time under the same key. Until the
-  // key's window turns over (unit-tested: at most ~110 launches) they run
-  // priced at the old length: up to 110 x 0.75 ms of extra device time on
-  // top of the ceiling's capacity and two kernels.
+  // key's window turns over they run priced at the old length, 0.75 ms short
+  // each. The cost table alone reprices within 110 launches (unit-tested,
+  // where each measurement is recorded at once). In the shim a measurement
+  // reaches the table when its pair is harvested, up to kHarvestEvery (8)
+  // launches later, and the sample interval only shrinks (32 -> 1, six
+  // steps) as measurements arrive: up to 6 x 8 launches more. Ceiling: the
+  // share, the bucket's capacity, two kernels and 158 x 0.75 ms.
+  // (Measured: 0.273-0.278 on x86-64 and under qemu-aarch64.)
   const int millis = 3000;
+  const int lagging_launches = 110 + 6 * 8;
   LaunchFigures f =
       RunLaunch("direct", "kernel", 250, millis, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}}, 1000);
-  EXPECT_LE(f.share, 0.25 + (12.5 + 2.0 + 110 * 0.75) / millis);
+  EXPECT_LE(f.share, 0.25 + (12.5 + 2.0 + lagging_launches * 0.75) / millis);
   EXPECT_GE(f.share, 0.22);
 }
 
