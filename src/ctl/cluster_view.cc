@@ -401,7 +401,31 @@ StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node) {
   return r;
 }
 
-StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::string& policy) {
+StatusOr<NamespaceLabels> ListNamespaceLabels(kube::KubeClient& client) {
+  NamespaceLabels out;
+  kube::ListOptions o;
+  o.metadata_only = true;
+  o.keep = [&out](json& ns) {
+    const std::string name = kube::StringAt(ns, json::json_pointer("/metadata/name"));
+    std::map<std::string, std::string>& labels = out[name];
+    const json* l =
+        ns.contains("metadata") && ns["metadata"].is_object() && ns["metadata"].contains("labels")
+            ? &ns["metadata"]["labels"]
+            : nullptr;
+    if (l != nullptr && l->is_object()) {
+      for (const auto& [k, v] : l->items()) {
+        if (v.is_string()) labels[k] = v.get<std::string>();
+      }
+    }
+    return false;
+  };
+  StatusOr<kube::ListResult> listed = client.List(kube::Namespaces(), "", o);
+  if (!listed.ok()) return listed.status().WithPrefix("listing namespaces");
+  return out;
+}
+
+StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::string& policy,
+                               const NamespaceLabels* ns_labels) {
   const std::string ns = kube::StringAt(pod, json::json_pointer("/metadata/namespace"));
   const std::string name = kube::StringAt(pod, json::json_pointer("/metadata/name"));
   Report r;
@@ -476,7 +500,7 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::map<std::string, std::vector<std::string>> why;
   const PodAsks asks = PodAsksFromJson(pod);
   const TopologySpread spread(pod, view.facts(), view.uses());
-  const InterPodAffinity affinity(pod, view.facts(), view.uses());
+  const InterPodAffinity affinity(pod, view.facts(), view.uses(), ns_labels);
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
     std::string no = facts == nullptr ? "" : SchedulerRejects(pod, asks, *facts, &view.Use(n));
@@ -533,12 +557,14 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   }
   r.text +=
       "  (kube-scheduler's cordon, taint, node affinity, host port, resource, topology spread "
-      "and required pod (anti-)affinity filters are applied here; its volume filters, and "
-      "bound pods' anti-affinity against this one, are not: `kubectl describe pod` shows its "
-      "last attempt)\n";
+      "and pod affinity filters are applied here, bound pods' anti-affinity included; its "
+      "volume filters are not: `kubectl describe pod` shows its last attempt)\n";
   if (affinity.skipped() > 0) {
+    r.json["affinity_terms_not_judged"] = affinity.skipped();
     r.text += "  (" + std::to_string(affinity.skipped()) +
-              " pod affinity term(s) with a namespaceSelector were not judged)\n";
+              " pod affinity term(s) select namespaces by label and were not judged: the "
+              "namespaces could not be read; grant list on namespaces, as the chart's viewer "
+              "role does)\n";
   }
   return r;
 }

@@ -109,8 +109,16 @@ StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node);
 // One pod (the object as read from the apiserver). `policy` is the
 // extender's --policy (a pod's own accelpool.io/policy wins, as in the
 // extender).
+// `ns_labels` (every namespace's labels; null when they could not be read)
+// judges pod affinity terms that select namespaces by label; without it
+// those terms are skipped and the report says so.
 StatusOr<Report> ExplainReport(ClusterView& view, const nlohmann::json& pod,
-                               const std::string& policy);
+                               const std::string& policy,
+                               const NamespaceLabels* ns_labels = nullptr);
+
+// Every namespace's labels (a metadata-only list). kPermissionDenied when
+// the user may not list namespaces.
+StatusOr<NamespaceLabels> ListNamespaceLabels(kube::KubeClient& client);
 
 }  // namespace accelpool::ctl
 

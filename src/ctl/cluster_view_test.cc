@@ -298,6 +298,36 @@ TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {
             "pod anti-affinity: 1 pod matching app=web in kubernetes.io/hostname=node-a")
       << r->json.dump(2);
   EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
+  // The bound web pod's own anti-affinity keeps other web pods off its host.
+  web["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = {
+      {{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+       {"topologyKey", "kubernetes.io/hostname"}}};
+  view = ClusterView::FromObjects({a2, b2}, {web});
+  json web2 = Pod("web2", {{"nvidia.com/gpu", "1"}});
+  web2["metadata"]["labels"] = {{"app", "web"}};
+  r = ExplainReport(*view, web2, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["rejected"]["node-a"]["reason"],
+            "anti-affinity of pods already there: 1 pod in kubernetes.io/hostname=node-a keeps "
+            "out pods matching app=web")
+      << r->json.dump(2);
+  // A term selecting namespaces by label: judged with the namespaces'
+  // labels, else skipped and said so.
+  json near = Pod("near", {{"nvidia.com/gpu", "1"}});
+  near["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = {
+      {{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+       {"namespaceSelector", {{"matchLabels", {{"tier", "front"}}}}},
+       {"topologyKey", "kubernetes.io/hostname"}}};
+  r = ExplainReport(*view, near, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["affinity_terms_not_judged"], 1);
+  EXPECT_NE(r->text.find("grant list on namespaces"), std::string::npos) << r->text;
+  const NamespaceLabels front = {{"ml", {{"tier", "front"}}}};
+  r = ExplainReport(*view, near, "accelpool", &front);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->json.contains("affinity_terms_not_judged"));
+  ASSERT_EQ(r->json["fits"].size(), 1u) << r->json.dump(2);
+  EXPECT_EQ(r->json["fits"][0]["node"], "node-a") << "next to the web pod in ml (tier=front)";
 }
 
 class ClusterViewLoadTest : public kube::testing::FakeApiTest {};
@@ -324,6 +354,20 @@ TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("needs list on nodes"), std::string::npos)
       << refused.status().ToString();
+}
+
+TEST_F(ClusterViewLoadTest, NamespaceLabelsAreListed) {
+  api_.Put("/api/v1/namespaces",
+           {{"metadata", {{"name", "ml"}, {"labels", {{"team", "research"}, {"n", 3}}}}}});
+  api_.Put("/api/v1/namespaces", {{"metadata", {{"name", "bare"}}}});
+  StatusOr<NamespaceLabels> labels = ListNamespaceLabels(*client_);
+  ASSERT_TRUE(labels.ok()) << labels.status().ToString();
+  const NamespaceLabels want = {{"bare", {}}, {"ml", {{"team", "research"}}}};
+  EXPECT_EQ(*labels, want);
+  api_.FailNext(1, 403);
+  StatusOr<NamespaceLabels> refused = ListNamespaceLabels(*client_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -261,83 +261,160 @@ std::string DescribeSelector(const json& sel) {
   return out;
 }
 
+std::vector<AffinityTerm> RequiredTerms(const json& pod, const char* field) {
+  std::vector<AffinityTerm> out;
+  const json& block = At(pod, field);
+  const json& required = block.is_object()
+                             ? block.value("requiredDuringSchedulingIgnoredDuringExecution", json())
+                             : json();
+  if (!required.is_array()) return out;
+  for (const json& t : required) {
+    if (!t.is_object()) continue;
+    AffinityTerm term;
+    term.topology_key = Str(t, "topologyKey");
+    term.selector = t.value("labelSelector", json());
+    term.namespaces = Strings(t.value("namespaces", json()));
+    if (const json& nss = t.value("namespaceSelector", json()); nss.is_object()) {
+      term.namespace_selector = nss;
+    }
+    out.push_back(std::move(term));
+  }
+  return out;
+}
+
+// Whether pods of namespace `ns` are in the term's scope: 1 yes, 0 no, -1
+// cannot tell (a namespaceSelector with labels, and no namespaces' labels).
+int InScope(const AffinityTerm& t, const std::string& owner_ns, const std::string& ns,
+            const NamespaceLabels* ns_labels) {
+  if (t.namespaces.empty() && t.namespace_selector.is_null()) return ns == owner_ns ? 1 : 0;
+  if (std::find(t.namespaces.begin(), t.namespaces.end(), ns) != t.namespaces.end()) return 1;
+  if (t.namespace_selector.is_null()) return 0;
+  if (t.namespace_selector.empty()) return 1;
+  if (ns_labels == nullptr) return -1;
+  static const std::map<std::string, std::string> kNoLabels;
+  auto it = ns_labels->find(ns);
+  return SelectorMatches(t.namespace_selector, it == ns_labels->end() ? kNoLabels : it->second) ? 1
+                                                                                                : 0;
+}
+
+// Whether the term needs namespaces' labels to be judged.
+bool SelectsNamespacesByLabel(const AffinityTerm& t) {
+  return t.namespace_selector.is_object() && !t.namespace_selector.empty();
+}
+
 }  // namespace
 
 PodLabels PodLabelsFromJson(const json& pod) {
   PodLabels p;
   p.ns = Str(At(pod, "/metadata"), "namespace");
   p.labels = Labels(pod);
+  p.anti_affinity = RequiredTerms(pod, "/spec/affinity/podAntiAffinity");
   return p;
 }
 
 InterPodAffinity::InterPodAffinity(const json& pod, const std::map<std::string, NodeFacts>& facts,
-                                   const std::map<std::string, NodeUse>& use) {
+                                   const std::map<std::string, NodeUse>& use,
+                                   const NamespaceLabels* ns_labels) {
   const PodLabels self = PodLabelsFromJson(pod);
-  for (const auto& [field, anti] :
-       {std::pair<const char*, bool>{"/spec/affinity/podAffinity", false},
-        {"/spec/affinity/podAntiAffinity", true}}) {
-    const json& block = At(pod, field);
-    const json& required =
-        block.is_object() ? block.value("requiredDuringSchedulingIgnoredDuringExecution", json())
-                          : json();
-    if (!required.is_array()) continue;
-    for (const json& t : required) {
-      if (!t.is_object()) continue;
-      // The namespaces the term looks in: its list, all for an empty
-      // namespaceSelector, the pod's own by default.
-      const json& nss = t.value("namespaceSelector", json());
-      const bool all_ns = nss.is_object() && nss.empty();
-      if (nss.is_object() && !nss.empty()) {
+  auto judged = [&](const std::vector<AffinityTerm>& terms) {
+    std::vector<AffinityTerm> out;
+    for (const AffinityTerm& t : terms) {
+      if (ns_labels == nullptr && SelectsNamespacesByLabel(t)) {
         ++skipped_;
         continue;
       }
-      std::vector<std::string> names = Strings(t.value("namespaces", json()));
-      if (names.empty() && !all_ns) names.push_back(self.ns);
-      auto in_scope = [&](const std::string& ns) {
-        return all_ns || std::find(names.begin(), names.end(), ns) != names.end();
-      };
-      const json& sel = t.value("labelSelector", json());
-      Term term;
-      term.anti = anti;
-      term.key = Str(t, "topologyKey");
-      term.text = DescribeSelector(sel);
-      term.self = in_scope(self.ns) && SelectorMatches(sel, self.labels);
-      for (const auto& [node, u] : use) {
-        auto f = facts.find(node);
-        if (f == facts.end()) continue;
-        auto domain = f->second.labels.find(term.key);
-        if (domain == f->second.labels.end()) continue;
-        for (const PodLabels& p : u.pod_labels) {
-          if (in_scope(p.ns) && SelectorMatches(sel, p.labels)) {
-            ++term.hits[domain->second];
-            term.any = true;
+      out.push_back(t);
+    }
+    return out;
+  };
+  const std::vector<AffinityTerm> affinity =
+      judged(RequiredTerms(pod, "/spec/affinity/podAffinity"));
+  const std::vector<AffinityTerm> anti = judged(self.anti_affinity);
+  auto matches = [&](const AffinityTerm& t, const std::string& owner_ns, const PodLabels& p) {
+    return InScope(t, owner_ns, p.ns, ns_labels) == 1 && SelectorMatches(t.selector, p.labels);
+  };
+  auto matches_all = [&](const PodLabels& p) {
+    return std::all_of(affinity.begin(), affinity.end(),
+                       [&](const AffinityTerm& t) { return matches(t, self.ns, p); });
+  };
+  for (const AffinityTerm& t : affinity)
+    affinity_.push_back({t.topology_key, DescribeSelector(t.selector), {}});
+  for (const AffinityTerm& t : anti)
+    anti_.push_back({t.topology_key, DescribeSelector(t.selector), {}});
+  self_matches_ = !affinity.empty() && matches_all(self);
+  for (const auto& [node, u] : use) {
+    auto f = facts.find(node);
+    if (f == facts.end()) continue;
+    const std::map<std::string, std::string>& labels = f->second.labels;
+    auto domain_of = [&](const std::string& key) -> const std::string* {
+      auto it = labels.find(key);
+      return it == labels.end() ? nullptr : &it->second;
+    };
+    for (const PodLabels& p : u.pod_labels) {
+      // A pod matching every affinity term counts in each term's domain.
+      if (!affinity.empty() && matches_all(p)) {
+        for (Term& t : affinity_) {
+          if (const std::string* d = domain_of(t.key)) {
+            ++t.hits[*d];
+            affinity_matched_ = true;
           }
         }
       }
-      terms_.push_back(std::move(term));
+      for (size_t i = 0; i < anti.size(); ++i) {
+        const std::string* d = domain_of(anti[i].topology_key);
+        if (d != nullptr && matches(anti[i], self.ns, p)) ++anti_[i].hits[*d];
+      }
+      // The bound pod's own anti-affinity, against the pending pod.
+      for (const AffinityTerm& t : p.anti_affinity) {
+        const int scope = InScope(t, p.ns, self.ns, ns_labels);
+        if (scope < 0) {
+          ++skipped_;
+          continue;
+        }
+        const std::string* d = domain_of(t.topology_key);
+        if (d == nullptr || scope == 0 || !SelectorMatches(t.selector, self.labels)) continue;
+        auto& [count, text] = existing_[t.topology_key][*d];
+        if (count++ == 0) text = DescribeSelector(t.selector);
+      }
     }
   }
 }
 
 std::string InterPodAffinity::Rejects(const NodeFacts& node) const {
-  for (const Term& t : terms_) {
-    auto domain = node.labels.find(t.key);
-    const int64_t hits = domain == node.labels.end() || !t.hits.contains(domain->second)
-                             ? 0
-                             : t.hits.at(domain->second);
-    if (t.anti) {
-      if (hits > 0) {
-        return "pod anti-affinity: " + std::to_string(hits) + " pod" + (hits == 1 ? "" : "s") +
-               " matching " + t.text + " in " + t.key + "=" + domain->second;
-      }
-      continue;
+  auto domain_of = [&](const std::string& key) -> const std::string* {
+    auto it = node.labels.find(key);
+    return it == node.labels.end() ? nullptr : &it->second;
+  };
+  auto hits_in = [](const Term& t, const std::string& d) {
+    auto it = t.hits.find(d);
+    return it == t.hits.end() ? int64_t{0} : it->second;
+  };
+  const Term* empty_domain = nullptr;
+  for (const Term& t : affinity_) {
+    const std::string* d = domain_of(t.key);
+    if (d == nullptr) return "pod affinity (" + t.text + "): the node has no " + t.key + " label";
+    if (empty_domain == nullptr && hits_in(t, *d) == 0) empty_domain = &t;
+  }
+  if (empty_domain != nullptr && (affinity_matched_ || !self_matches_)) {
+    return "pod affinity: no pod matching " + empty_domain->text + " in " + empty_domain->key +
+           "=" + *domain_of(empty_domain->key);
+  }
+  for (const Term& t : anti_) {
+    const std::string* d = domain_of(t.key);
+    const int64_t hits = d == nullptr ? 0 : hits_in(t, *d);
+    if (hits > 0) {
+      return "pod anti-affinity: " + std::to_string(hits) + " pod" + (hits == 1 ? "" : "s") +
+             " matching " + t.text + " in " + t.key + "=" + *d;
     }
-    if (domain == node.labels.end()) {
-      return "pod affinity (" + t.text + "): the node has no " + t.key + " label";
-    }
-    if (hits == 0 && !(!t.any && t.self)) {
-      return "pod affinity: no pod matching " + t.text + " in " + t.key + "=" + domain->second;
-    }
+  }
+  for (const auto& [key, by_value] : existing_) {
+    const std::string* d = domain_of(key);
+    auto it = d == nullptr ? by_value.end() : by_value.find(*d);
+    if (it == by_value.end()) continue;
+    const auto& [count, text] = it->second;
+    return "anti-affinity of pods already there: " + std::to_string(count) + " pod" +
+           (count == 1 ? "" : "s") + " in " + key + "=" + *d + " keep" + (count == 1 ? "s" : "") +
+           " out pods matching " + text;
   }
   return "";
 }

@@ -26,10 +26,10 @@
 //                      compute names are skipped: kube-scheduler ignores them
 //                      (ignoredByScheduler), the extender checks them.
 //   PodTopologySpread  DoNotSchedule constraints (TopologySpread below)
-//   InterPodAffinity   the pod's required pod affinity and anti-affinity
+//   InterPodAffinity   the pod's required pod affinity and anti-affinity,
+//                      and bound pods' required anti-affinity against it
 //                      (InterPodAffinity below)
-// Not applied: volume filters, and bound pods' anti-affinity against the
-// pending pod.
+// Not applied: volume filters.
 //
 // Thread-safety: plain values and pure functions.
 #ifndef ACCELPOOL_CTL_NODE_FILTERS_H_
@@ -69,10 +69,24 @@ struct HostPort {
 // containers, which keep theirs while the pod runs).
 std::vector<HostPort> PodHostPorts(const nlohmann::json& pod);
 
+// A required pod affinity or anti-affinity term, as written.
+struct AffinityTerm {
+  std::string topology_key;
+  nlohmann::json selector;  // labelSelector; null matches no pod
+  std::vector<std::string> namespaces;
+  nlohmann::json namespace_selector;  // null when the term has none
+};
+
+// Namespaces' labels, by namespace name.
+using NamespaceLabels = std::map<std::string, std::map<std::string, std::string>>;
+
 // A pod as inter-pod affinity sees it.
 struct PodLabels {
   std::string ns;
   std::map<std::string, std::string> labels;
+  // Its required anti-affinity terms (most pods have none): a bound pod keeps
+  // the pods they match out of its topology domain.
+  std::vector<AffinityTerm> anti_affinity = {};
 };
 
 // What a node's pods take: their requests summed, how many there are, the
@@ -98,35 +112,45 @@ struct NodeFacts {
 
 NodeFacts NodeFactsFromJson(const nlohmann::json& node);
 
-// The pending pod's required inter-pod affinity and anti-affinity
-// (spec.affinity.podAffinity / podAntiAffinity,
-// requiredDuringSchedulingIgnoredDuringExecution), judged over every node's
-// pods once: a term's topologyKey groups nodes into domains by that label;
-// affinity needs a pod matching the term's labelSelector in the namespaces
-// it names (its own by default) somewhere in the node's domain (or, when no
-// pod matches anywhere, the pod matching its own term: the first of a
-// group); anti-affinity needs none there. A term whose namespaceSelector is
-// not empty is skipped (namespaces' labels are not read). The anti-affinity
-// of pods already bound, against this one, is not judged.
+// kube-scheduler's InterPodAffinity filter, judged over every node's pods
+// once. A term's topologyKey groups nodes into domains by that label; a term
+// looks at the namespaces it lists, those whose labels its namespaceSelector
+// matches ({} is all), and its pod's own when it has neither. A node is
+// refused, in this order, when:
+//   - affinity (the pending pod's podAffinity, required terms): the node
+//     lacks a term's topologyKey label, or the node's domain of some term
+//     holds no pod matching all the terms; unless no pod anywhere matches
+//     them all and the pending pod does (the first of a group);
+//   - anti-affinity (its podAntiAffinity): a pod matching a term is in the
+//     node's domain of that term;
+//   - bound pods' anti-affinity: a bound pod whose required anti-affinity
+//     term matches the pending pod is in the node's domain of that term.
+// Without namespaces' labels (`ns_labels` null: they could not be read), a
+// term whose namespaceSelector has labels is not judged; skipped() counts
+// those.
 class InterPodAffinity {
  public:
   InterPodAffinity(const nlohmann::json& pod, const std::map<std::string, NodeFacts>& facts,
-                   const std::map<std::string, NodeUse>& use);
+                   const std::map<std::string, NodeUse>& use,
+                   const NamespaceLabels* ns_labels = nullptr);
   // "" when the node passes, else the term that turns the pod away.
   std::string Rejects(const NodeFacts& node) const;
-  // Terms skipped for a namespaceSelector.
+  // Terms not judged for want of namespaces' labels.
   int skipped() const { return skipped_; }
 
  private:
   struct Term {
-    bool anti = false;
     std::string key;                      // topologyKey
     std::string text;                     // the term in words
     std::map<std::string, int64_t> hits;  // topology value -> matching pods
-    bool any = false;                     // a matching pod anywhere
-    bool self = false;                    // the pending pod matches it
   };
-  std::vector<Term> terms_;
+  std::vector<Term> affinity_;
+  std::vector<Term> anti_;
+  bool affinity_matched_ = false;  // some pod matches all affinity terms
+  bool self_matches_ = false;      // the pending pod matches all of them
+  // Bound pods' anti-affinity against the pending pod: topologyKey -> value
+  // -> how many pods, and the first such term in words.
+  std::map<std::string, std::map<std::string, std::pair<int64_t, std::string>>> existing_;
   int skipped_ = 0;
 };
 

@@ -358,6 +358,133 @@ TEST(NodeFiltersTest, InterPodAffinityJudgesEachTermPerTopologyDomain) {
   EXPECT_EQ(InterPodAffinity(pod("podAntiAffinity", none), facts, use).Rejects(facts["r1-a"]), "");
 }
 
+// Several affinity terms: only a pod matching all of them counts, in each
+// term's domain; a namespaceSelector is judged on the namespaces' labels.
+TEST(NodeFiltersTest, AffinityTermsAreMetTogetherAndNamespacesSelectedByLabel) {
+  auto node = [](const char* name, const char* rack, const char* zone) {
+    return Facts({{"metadata", {{"name", name}, {"labels", {{"rack", rack}, {"zone", zone}}}}}});
+  };
+  std::map<std::string, NodeFacts> facts = {{"r1", node("r1", "r1", "z1")},
+                                            {"r2", node("r2", "r2", "z1")},
+                                            {"r3", node("r3", "r3", "z2")}};
+  std::map<std::string, NodeUse> use;
+  // r1: a cache pod; r2: a cache pod of job a; r3: a job-a pod that is no cache.
+  use["r1"].pod_labels = {PodLabels{"ml", {{"role", "cache"}}}};
+  use["r2"].pod_labels = {PodLabels{"ml", {{"role", "cache"}, {"job", "a"}}}};
+  use["r3"].pod_labels = {PodLabels{"research", {{"job", "a"}}}};
+  const json cache_in_zone = {{"labelSelector", {{"matchLabels", {{"role", "cache"}}}}},
+                              {"topologyKey", "zone"}};
+  const json job_a_in_rack = {{"labelSelector", {{"matchLabels", {{"job", "a"}}}}},
+                              {"topologyKey", "rack"}};
+  auto pod = [](const json& terms, const json& labels = json::object()) {
+    return json{
+        {"metadata", {{"namespace", "ml"}, {"labels", labels}}},
+        {"spec",
+         {{"affinity",
+           {{"podAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", terms}}}}}}}};
+  };
+  // Only r2's pod matches both terms: rack r2 (zone z1) passes; r1 is in
+  // zone z1 but its rack holds no pod of job a.
+  InterPodAffinity both(pod({cache_in_zone, job_a_in_rack}), facts, use);
+  EXPECT_EQ(both.Rejects(facts["r2"]), "");
+  EXPECT_EQ(both.Rejects(facts["r1"]), "pod affinity: no pod matching job=a in rack=r1");
+  EXPECT_EQ(both.Rejects(facts["r3"]), "pod affinity: no pod matching role=cache in zone=z2");
+  // The first of a group needs no pod anywhere to match all its terms: with
+  // r2's pod gone, the pod matching both itself may go anywhere.
+  std::map<std::string, NodeUse> no_r2 = use;
+  no_r2.erase("r2");
+  EXPECT_EQ(InterPodAffinity(pod({cache_in_zone, job_a_in_rack}, {{"role", "cache"}, {"job", "a"}}),
+                             facts, no_r2)
+                .Rejects(facts["r3"]),
+            "");
+  EXPECT_NE(
+      InterPodAffinity(pod({cache_in_zone, job_a_in_rack}), facts, no_r2).Rejects(facts["r3"]), "");
+
+  // namespaceSelector team=ml: with the namespaces' labels, job a's pod in
+  // "research" (team=ml) counts; without them the term is skipped.
+  json labelled = job_a_in_rack;
+  labelled["namespaceSelector"] = {{"matchLabels", {{"team", "ml"}}}};
+  const NamespaceLabels namespaces = {{"ml", {}}, {"research", {{"team", "ml"}}}};
+  InterPodAffinity selected(pod(json::array({labelled})), facts, use, &namespaces);
+  EXPECT_EQ(selected.skipped(), 0);
+  EXPECT_EQ(selected.Rejects(facts["r3"]), "");
+  EXPECT_EQ(selected.Rejects(facts["r2"]), "pod affinity: no pod matching job=a in rack=r2")
+      << "r2's pod is in ml, which has no team label";
+  // Listed namespaces and the selector are both in scope.
+  labelled["namespaces"] = {"ml"};
+  EXPECT_EQ(
+      InterPodAffinity(pod(json::array({labelled})), facts, use, &namespaces).Rejects(facts["r2"]),
+      "");
+  const NamespaceLabels other_team = {{"research", {{"team", "hpc"}}}};
+  labelled.erase("namespaces");
+  EXPECT_NE(
+      InterPodAffinity(pod(json::array({labelled})), facts, use, &other_team).Rejects(facts["r3"]),
+      "");
+}
+
+// kube-scheduler also keeps a pod out of the domain of any bound pod whose
+// required anti-affinity matches it: a web server on r1-a that wants no other
+// web server in its rack.
+TEST(NodeFiltersTest, BoundPodsAntiAffinityKeepsMatchingPodsOutOfTheirDomain) {
+  auto node = [](const char* name, const char* rack) {
+    return Facts({{"metadata", {{"name", name}, {"labels", {{"rack", rack}}}}}});
+  };
+  std::map<std::string, NodeFacts> facts = {
+      {"r1-a", node("r1-a", "r1")}, {"r1-b", node("r1-b", "r1")}, {"r2-a", node("r2-a", "r2")}};
+  facts["bare"] = Facts({{"metadata", {{"name", "bare"}}}});
+  auto bound = [](const char* ns, const json& term) {
+    return PodLabelsFromJson(
+        {{"metadata", {{"namespace", ns}, {"labels", {{"app", "web"}}}}},
+         {"spec",
+          {{"affinity",
+            {{"podAntiAffinity",
+              {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}}}}}}});
+  };
+  const json no_web = {{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+                       {"topologyKey", "rack"}};
+  std::map<std::string, NodeUse> use;
+  use["r1-a"].pod_labels = {bound("ml", no_web)};
+  ASSERT_EQ(use["r1-a"].pod_labels[0].anti_affinity.size(), 1u);
+  auto pending = [](const char* ns, const char* app) {
+    return json{{"metadata", {{"namespace", ns}, {"labels", {{"app", app}}}}}, {"spec", {}}};
+  };
+  InterPodAffinity web(pending("ml", "web"), facts, use);
+  EXPECT_EQ(web.Rejects(facts["r1-b"]),
+            "anti-affinity of pods already there: 1 pod in rack=r1 keeps out pods matching "
+            "app=web");
+  EXPECT_EQ(web.Rejects(facts["r1-a"]), web.Rejects(facts["r1-b"]));
+  EXPECT_EQ(web.Rejects(facts["r2-a"]), "");
+  EXPECT_EQ(web.Rejects(facts["bare"]), "");
+  // Another app, or a web server in another namespace (the term looks in
+  // its own pod's namespace), is not kept out.
+  EXPECT_EQ(InterPodAffinity(pending("ml", "db"), facts, use).Rejects(facts["r1-b"]), "");
+  EXPECT_EQ(InterPodAffinity(pending("shop", "web"), facts, use).Rejects(facts["r1-b"]), "");
+  // A term over every namespace keeps it out too; two such pods are counted.
+  json everywhere = no_web;
+  everywhere["namespaceSelector"] = json::object();
+  use["r1-b"].pod_labels = {bound("ml", everywhere)};
+  EXPECT_EQ(InterPodAffinity(pending("shop", "web"), facts, use).Rejects(facts["r1-a"]),
+            "anti-affinity of pods already there: 1 pod in rack=r1 keeps out pods matching "
+            "app=web");
+  use["r1-a"].pod_labels = {bound("ml", everywhere)};
+  EXPECT_EQ(InterPodAffinity(pending("shop", "web"), facts, use).Rejects(facts["r1-a"]),
+            "anti-affinity of pods already there: 2 pods in rack=r1 keep out pods matching "
+            "app=web");
+  // A namespaceSelector with labels needs the namespaces' labels.
+  json by_team = no_web;
+  by_team["namespaceSelector"] = {{"matchLabels", {{"team", "shop"}}}};
+  use["r1-a"].pod_labels = {bound("ml", by_team)};
+  use.erase("r1-b");
+  InterPodAffinity unknown(pending("shop", "web"), facts, use);
+  EXPECT_EQ(unknown.skipped(), 1);
+  EXPECT_EQ(unknown.Rejects(facts["r1-b"]), "");
+  const NamespaceLabels namespaces = {{"shop", {{"team", "shop"}}}};
+  EXPECT_NE(
+      InterPodAffinity(pending("shop", "web"), facts, use, &namespaces).Rejects(facts["r1-b"]), "");
+  EXPECT_EQ(InterPodAffinity(pending("ml", "web"), facts, use, &namespaces).Rejects(facts["r1-b"]),
+            "");
+}
+
 // DoNotSchedule topology spread over three zones holding 2, 1 and 0
 // replicas of app=infer: with maxSkew 1 only the empty zone takes the next.
 TEST(NodeFiltersTest, TopologySpreadKeepsEachDomainWithinMaxSkew) {

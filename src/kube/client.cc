@@ -30,6 +30,10 @@ const Resource& Nodes() {
   static const Resource kR{"/api/v1", "nodes", false};
   return kR;
 }
+const Resource& Namespaces() {
+  static const Resource kR{"/api/v1", "namespaces", false};
+  return kR;
+}
 const Resource& Leases() {
   static const Resource kR{"/apis/coordination.k8s.io/v1", "leases", true};
   return kR;

@@ -50,6 +50,7 @@ struct Resource {
 
 const Resource& Pods();
 const Resource& Nodes();
+const Resource& Namespaces();
 const Resource& Leases();      // coordination.k8s.io/v1
 const Resource& Events();      // events.k8s.io/v1
 const Resource& CoreEvents();  // v1 events

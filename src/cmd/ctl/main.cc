@@ -157,7 +157,13 @@ int Run(const Flags& f) {
     }
     StatusOr<nlohmann::json> pod = (*client)->Get(kube::Pods(), ns, name);
     if (!pod.ok()) return pod.status().WithPrefix("reading pod " + ns + "/" + name);
-    return ExplainReport(**view, *pod, f.policy);
+    // Pod affinity terms may select namespaces by label. Without the right
+    // to list namespaces those terms are skipped, and the report says so.
+    StatusOr<NamespaceLabels> namespaces = ListNamespaceLabels(**client);
+    if (!namespaces.ok() && namespaces.status().code() != StatusCode::kPermissionDenied) {
+      return namespaces.status();
+    }
+    return ExplainReport(**view, *pod, f.policy, namespaces.ok() ? &*namespaces : nullptr);
   };
   StatusOr<Report> report = make();
   if (!report.ok()) return Fail(report.status());

@@ -434,10 +434,22 @@ explain_spread() { # spread over hosts against app=scen, every node a domain: ${
      nodeAffinityPolicy: Ignore, labelSelector: {matchLabels: {app: scen}}}" &&
     refused_on_hg spread "topology spread" "^topology spread: kubernetes.io/hostname=${HG} would hold "
 }
+loner_bound() { [ "$(kc -n "${NS}" get pod loner -o jsonpath='{.spec.nodeName}')" = "${HG}" ]; }
+explain_existing_anti() { # loner (no devices) is bound on ${HG} and keeps app=crowd pods off its host
+  probe_pod loner loner "  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - {labelSelector: {matchLabels: {app: crowd}}, topologyKey: kubernetes.io/hostname}" "{cpu: 10m}" &&
+    wait_for 60 "loner bound to ${HG}" loner_bound &&
+    probe_pod crowd crowd "" &&
+    refused_on_hg crowd "existing pods anti-affinity" \
+      "^anti-affinity of pods already there: 1 pod in kubernetes.io/hostname=${HG} keeps out pods matching app=crowd\$"
+}
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
-kc -n "${NS}" delete pod huge-cpu apart spread --wait=false >/dev/null 2>&1 || true
+check "kubectl accelpool explain: an app=crowd pod is refused on ${HG}, where a bound pod's anti-affinity keeps app=crowd out, as kube-scheduler says" explain_existing_anti
+kc -n "${NS}" delete pod huge-cpu apart spread loner crowd --wait=false >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
