@@ -425,7 +425,7 @@ StatusOr<NamespaceLabels> ListNamespaceLabels(kube::KubeClient& client) {
 }
 
 StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::string& policy,
-                               const NamespaceLabels* ns_labels) {
+                               const ExplainInputs& inputs) {
   const std::string ns = kube::StringAt(pod, json::json_pointer("/metadata/namespace"));
   const std::string name = kube::StringAt(pod, json::json_pointer("/metadata/name"));
   Report r;
@@ -500,10 +500,13 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::map<std::string, std::vector<std::string>> why;
   const PodAsks asks = PodAsksFromJson(pod);
   const TopologySpread spread(pod, view.facts(), view.uses());
-  const InterPodAffinity affinity(pod, view.facts(), view.uses(), ns_labels);
+  const InterPodAffinity affinity(pod, view.facts(), view.uses(), inputs.ns_labels);
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
     std::string no = facts == nullptr ? "" : SchedulerRejects(pod, asks, *facts, &view.Use(n));
+    if (no.empty() && facts != nullptr && inputs.volumes != nullptr) {
+      no = inputs.volumes->Rejects(*facts);
+    }
     if (no.empty() && facts != nullptr) no = spread.Rejects(*facts);
     if (no.empty() && facts != nullptr) no = affinity.Rejects(*facts);
     if (no.empty()) {
@@ -556,9 +559,21 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.text +=
-      "  (kube-scheduler's cordon, taint, node affinity, host port, resource, topology spread "
-      "and pod affinity filters are applied here, bound pods' anti-affinity included; its "
-      "volume filters are not: `kubectl describe pod` shows its last attempt)\n";
+      "  (kube-scheduler's cordon, taint, node affinity, host port, resource, volume binding and "
+      "zone, topology spread and pod affinity filters are applied here, bound pods' "
+      "anti-affinity included; its volume attach limits and ReadWriteOncePod checks are not: "
+      "`kubectl describe pod` shows its last attempt)\n";
+  if (inputs.volumes == nullptr) {
+    r.json["volumes_not_judged"] = "not read";
+  } else if (!inputs.volumes->unjudged_reason().empty()) {
+    r.json["volumes_not_judged"] = inputs.volumes->unjudged_reason();
+    r.text += "  (its volumes were not judged: " + inputs.volumes->unjudged_reason() + ")\n";
+  } else if (inputs.volumes->waiting_claims() > 0) {
+    r.json["claims_waiting_for_first_consumer"] = inputs.volumes->waiting_claims();
+    r.text += "  (" + std::to_string(inputs.volumes->waiting_claims()) +
+              " claim(s) wait for their first consumer: where they can be provisioned or bound "
+              "is not judged here)\n";
+  }
   if (affinity.skipped() > 0) {
     r.json["affinity_terms_not_judged"] = affinity.skipped();
     r.text += "  (" + std::to_string(affinity.skipped()) +

@@ -33,6 +33,7 @@
 
 #include "common/status.h"
 #include "ctl/node_filters.h"
+#include "ctl/volume_filters.h"
 #include "extender/cache.h"
 #include "extender/kube_adapters.h"
 #include "kube/client.h"
@@ -109,12 +110,15 @@ StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node);
 // One pod (the object as read from the apiserver). `policy` is the
 // extender's --policy (a pod's own accelpool.io/policy wins, as in the
 // extender).
-// `ns_labels` (every namespace's labels; null when they could not be read)
-// judges pod affinity terms that select namespaces by label; without it
-// those terms are skipped and the report says so.
+// What explain reads besides the view. Null members were not read: pod
+// affinity terms that select namespaces by label, or the pod's volumes, are
+// then not judged, and the report says so.
+struct ExplainInputs {
+  const NamespaceLabels* ns_labels = nullptr;  // every namespace's labels
+  const PodVolumes* volumes = nullptr;         // the pod's claims and volumes
+};
 StatusOr<Report> ExplainReport(ClusterView& view, const nlohmann::json& pod,
-                               const std::string& policy,
-                               const NamespaceLabels* ns_labels = nullptr);
+                               const std::string& policy, const ExplainInputs& inputs = {});
 
 // Every namespace's labels (a metadata-only list). kPermissionDenied when
 // the user may not list namespaces.

@@ -259,6 +259,45 @@ TEST(ClusterViewExplainTest, KubeSchedulersNodeFiltersComeFirst) {
   EXPECT_EQ(r->json["rejected"]["node-b"]["by"], "kube-scheduler");
 }
 
+// A claim bound to a local volume on node-b: kube-scheduler's volume binding
+// rules out node-a before the extender sees it.
+TEST(ClusterViewExplainTest, ALocalVolumeRulesOutTheOtherNodes) {
+  json a = Node("node-a");
+  a["metadata"]["labels"] = {{"kubernetes.io/hostname", "node-a"}};
+  json b = Node("node-b");
+  b["metadata"]["labels"] = {{"kubernetes.io/hostname", "node-b"}};
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({a, b}, {});
+  json pod = Pod("reader", {{"nvidia.com/gpu", "1"}});
+  pod["spec"]["volumes"] = {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}};
+  const json requirement = {
+      {"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", json::array({"node-b"})}};
+  json pv = {{"metadata", {{"name", "local-b"}}}};
+  pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] =
+      json::array({json{{"matchExpressions", json::array({requirement})}}});
+  const json pvc = {
+      {"metadata",
+       {{"name", "data"}, {"annotations", {{"pv.kubernetes.io/bind-completed", "yes"}}}}},
+      {"spec", {{"volumeName", "local-b"}}}};
+  const PodVolumes volumes = PodVolumes::Read(
+      pod, [&](const std::string& kind, const std::string&, const std::string&) -> StatusOr<json> {
+        return kind == "persistentvolumeclaims" ? pvc : pv;
+      });
+  StatusOr<Report> r = ExplainReport(*view, pod, "accelpool", ExplainInputs{nullptr, &volumes});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->json["fits"].size(), 1u) << r->json.dump(2);
+  EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
+  EXPECT_EQ(r->json["rejected"]["node-a"]["by"], "kube-scheduler");
+  EXPECT_NE(r->json["rejected"]["node-a"]["reason"].get<std::string>().find(
+                "volume node affinity conflict: persistentvolume local-b"),
+            std::string::npos);
+  EXPECT_FALSE(r->json.contains("volumes_not_judged"));
+  // Volumes not read: judged by nobody, and said so.
+  r = ExplainReport(*view, pod, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["fits"].size(), 2u);
+  EXPECT_EQ(r->json["volumes_not_judged"], "not read");
+}
+
 // kube-scheduler's resource fit counts every pod bound to a node, accelpool's
 // or not, against the node's allocatable.
 TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {
@@ -323,7 +362,7 @@ TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {
   EXPECT_EQ(r->json["affinity_terms_not_judged"], 1);
   EXPECT_NE(r->text.find("grant list on namespaces"), std::string::npos) << r->text;
   const NamespaceLabels front = {{"ml", {{"tier", "front"}}}};
-  r = ExplainReport(*view, near, "accelpool", &front);
+  r = ExplainReport(*view, near, "accelpool", ExplainInputs{&front, nullptr});
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->json.contains("affinity_terms_not_judged"));
   ASSERT_EQ(r->json["fits"].size(), 1u) << r->json.dump(2);

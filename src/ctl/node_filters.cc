@@ -613,11 +613,7 @@ std::string NodeAffinityReject(const json& pod, const NodeFacts& node) {
       At(pod, "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution");
   if (required.is_object()) {
     const json& terms = required.value("nodeSelectorTerms", json());
-    bool any = false;
-    if (terms.is_array()) {
-      for (const json& t : terms) any = any || TermMatches(t, node);
-    }
-    if (!any) {
+    if (!NodeSelectorMatches(required, node)) {
       const size_t n = terms.is_array() ? terms.size() : 0;
       return "required node affinity: none of its " + std::to_string(n) + " nodeSelectorTerm" +
              (n == 1 ? "" : "s") + " matches the node's labels";
@@ -627,6 +623,13 @@ std::string NodeAffinityReject(const json& pod, const NodeFacts& node) {
 }
 
 }  // namespace
+
+bool NodeSelectorMatches(const json& selector, const NodeFacts& node) {
+  const json& terms = selector.is_object() ? selector.value("nodeSelectorTerms", json()) : json();
+  if (!terms.is_array()) return false;
+  return std::any_of(terms.begin(), terms.end(),
+                     [&](const json& t) { return TermMatches(t, node); });
+}
 
 PodAsks PodAsksFromJson(const json& pod) { return PodAsks{PodRequests(pod), PodHostPorts(pod)}; }
 

@@ -112,6 +112,12 @@ struct NodeFacts {
 
 NodeFacts NodeFactsFromJson(const nlohmann::json& node);
 
+// A v1 NodeSelector ({"nodeSelectorTerms": [...]}, as in required node
+// affinity and a PersistentVolume's spec.nodeAffinity.required): any term
+// matches, a term needs all its requirements, a term with none matches no
+// node.
+bool NodeSelectorMatches(const nlohmann::json& selector, const NodeFacts& node);
+
 // kube-scheduler's InterPodAffinity filter, judged over every node's pods
 // once. A term's topologyKey groups nodes into domains by that label; a term
 // looks at the namespaces it lists, those whose labels its namespaceSelector

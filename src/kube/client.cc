@@ -34,6 +34,18 @@ const Resource& Namespaces() {
   static const Resource kR{"/api/v1", "namespaces", false};
   return kR;
 }
+const Resource& PersistentVolumeClaims() {
+  static const Resource kR{"/api/v1", "persistentvolumeclaims", true};
+  return kR;
+}
+const Resource& PersistentVolumes() {
+  static const Resource kR{"/api/v1", "persistentvolumes", false};
+  return kR;
+}
+const Resource& StorageClasses() {
+  static const Resource kR{"/apis/storage.k8s.io/v1", "storageclasses", false};
+  return kR;
+}
 const Resource& Leases() {
   static const Resource kR{"/apis/coordination.k8s.io/v1", "leases", true};
   return kR;

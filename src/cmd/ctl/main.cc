@@ -31,8 +31,8 @@ constexpr const char* kUsage = R"(usage: kubectl accelpool COMMAND [flags]
   explain [NS/]POD      one pod: what it asks for, where it is bound and on which devices,
                         or, pending, the nodes it fits (best first) and why the others refuse it:
                         kube-scheduler's cordon, taint, node affinity, host port, resource,
-                        topology spread and pod (anti-)affinity filters first, then the
-                        extender's
+                        volume, topology spread and pod (anti-)affinity filters first, then
+                        the extender's
 
 Usage and reasons are computed from the nodes' accelpool.io/inventory and the pods'
 accelpool.io/assignment annotations by the extender's own code: what the extender
@@ -163,7 +163,23 @@ int Run(const Flags& f) {
     if (!namespaces.ok() && namespaces.status().code() != StatusCode::kPermissionDenied) {
       return namespaces.status();
     }
-    return ExplainReport(**view, *pod, f.policy, namespaces.ok() ? &*namespaces : nullptr);
+    // The pod's claims, their volumes and storage classes (a refusal leaves
+    // them unjudged, said in the report).
+    kube::KubeClient& api = **client;
+    const PodVolumes volumes =
+        PodVolumes::Read(*pod,
+                         [&api](const std::string& kind, const std::string& in,
+                                const std::string& obj) -> StatusOr<nlohmann::json> {
+                           if (kind == "persistentvolumeclaims")
+                             return api.Get(kube::PersistentVolumeClaims(), in, obj);
+                           if (kind == "persistentvolumes")
+                             return api.Get(kube::PersistentVolumes(), "", obj);
+                           return api.Get(kube::StorageClasses(), "", obj);
+                         });
+    ExplainInputs inputs;
+    inputs.ns_labels = namespaces.ok() ? &*namespaces : nullptr;
+    inputs.volumes = &volumes;
+    return ExplainReport(**view, *pod, f.policy, inputs);
   };
   StatusOr<Report> report = make();
   if (!report.ok()) return Fail(report.status());

@@ -445,11 +445,52 @@ explain_existing_anti() { # loner (no devices) is bound on ${HG} and keeps app=c
     refused_on_hg crowd "existing pods anti-affinity" \
       "^anti-affinity of pods already there: 1 pod in kubernetes.io/hostname=${HG} keeps out pods matching app=crowd\$"
 }
+explain_volume() { # a claim bound to a local volume on another node: ${HG} is ruled out by volume binding
+  local other
+  other="$(kc get nodes -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | grep -vx "${HG}" | head -1)"
+  [ -n "${other}" ] && kc create -f - >/dev/null <<YAML &&
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: scen-local-pv}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  local: {path: /mnt/none}
+  claimRef: {namespace: ${NS}, name: scen-local}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [${other}]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: scen-local
+  namespace: ${NS}
+  annotations: {pv.kubernetes.io/bind-completed: "yes"}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: scen-local-pv
+  resources: {requests: {storage: 1Gi}}
+YAML
+    probe_pod reader reader "  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: scen-local}}" &&
+    refused_on_hg reader "volume node affinity conflict" \
+      "^volume node affinity conflict: persistentvolume scen-local-pv [(]claim scen-local[)]"
+}
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
 check "kubectl accelpool explain: an app=crowd pod is refused on ${HG}, where a bound pod's anti-affinity keeps app=crowd out, as kube-scheduler says" explain_existing_anti
-kc -n "${NS}" delete pod huge-cpu apart spread loner crowd --wait=false >/dev/null 2>&1 || true
+check "kubectl accelpool explain: a pod whose claim is bound to a local volume on another node is refused on ${HG}, as kube-scheduler says" explain_volume
+kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader --wait=false >/dev/null 2>&1 || true
+# No pvc- or pv-protection controller runs here to lift their finalizers.
+kc -n "${NS}" patch pvc scen-local --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+kc patch pv scen-local-pv --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+kc -n "${NS}" delete pvc scen-local --wait=false >/dev/null 2>&1 || true
+kc delete pv scen-local-pv --wait=false >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
