@@ -672,7 +672,9 @@ TopologySpread::TopologySpread(const json& pod, const std::map<std::string, Node
     json sel = c.value("labelSelector", json());
     for (const std::string& key : Strings(c.value("matchLabelKeys", json()))) {
       auto it = self.labels.find(key);
-      if (sel.is_object() && it != self.labels.end()) sel["matchLabels"][key] = it->second;
+      if (!sel.is_object() || it == self.labels.end()) continue;
+      json& ml = sel["matchLabels"];
+      if (ml.is_null() || ml.is_object()) ml[key] = it->second;
     }
     k.text = DescribeSelector(sel);
     k.self = SelectorMatches(sel, self.labels);

@@ -60,9 +60,9 @@ std::vector<std::string> ZoneSet(const std::string& value) {
 bool OwnedBy(const json& claim, const std::string& pod_uid) {
   const json& owners = At(claim, "/metadata/ownerReferences");
   if (!owners.is_array()) return false;
-  return std::any_of(owners.begin(), owners.end(), [&](const json& o) {
-    return o.is_object() && o.value("controller", false) == true && o.value("uid", "") == pod_uid &&
-           !pod_uid.empty();
+  return !pod_uid.empty() && std::any_of(owners.begin(), owners.end(), [&](const json& o) {
+    return o.is_object() && o.contains("controller") && o["controller"].is_boolean() &&
+           o["controller"].get<bool>() && Str(o, "/uid") == pod_uid;
   });
 }
 

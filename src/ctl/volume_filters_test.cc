@@ -186,3 +186,130 @@ TEST(VolumeFiltersTest, UnreadableClaimsAreNotJudgedAndOtherVolumesReadNothing) 
 
 }  // namespace
 }  // namespace accelpool::ctl
+
+namespace accelpool::ctl {
+namespace {
+
+// Every JSON pointer of a document, leaves and subtrees.
+void Pointers(const json& j, const std::string& at, std::vector<std::string>& out) {
+  out.push_back(at);
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) Pointers(v, at + "/" + k, out);
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) Pointers(j[i], at + "/" + std::to_string(i), out);
+  }
+}
+
+// The apiserver validates what it stores, but explain reads whatever it is
+// handed: each part of a pod, node, claim or volume replaced by a value of
+// every JSON type must give an answer, never a crash or an exception.
+TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
+  const json term = {
+      {"labelSelector",
+       {{"matchLabels", {{"app", "web"}}},
+        {"matchExpressions", {{{"key", "tier"}, {"operator", "In"}, {"values", {"a"}}}}}}},
+      {"namespaces", {"ml"}},
+      {"namespaceSelector", {{"matchLabels", {{"team", "x"}}}}},
+      {"topologyKey", "rack"}};
+  json pod = {
+      {"metadata",
+       {{"name", "p"}, {"namespace", "ml"}, {"uid", "u"}, {"labels", {{"app", "web"}}}}},
+      {"spec",
+       {{"nodeSelector", {{"rack", "r1"}}},
+        {"tolerations", {{{"key", "k"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}}},
+        {"affinity",
+         {{"nodeAffinity",
+           {{"requiredDuringSchedulingIgnoredDuringExecution",
+             {{"nodeSelectorTerms",
+               {{{"matchExpressions", {{{"key", "n"}, {"operator", "Gt"}, {"values", {"3"}}}}},
+                 {"matchFields",
+                  {{{"key", "metadata.name"}, {"operator", "In"}, {"values", {"a"}}}}}}}}}}}},
+          {"podAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}},
+          {"podAntiAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}}}},
+        {"topologySpreadConstraints",
+         {{{"maxSkew", 1},
+           {"topologyKey", "rack"},
+           {"whenUnsatisfiable", "DoNotSchedule"},
+           {"minDomains", 2},
+           {"matchLabelKeys", {"app"}},
+           {"labelSelector", {{"matchLabels", {{"app", "web"}}}}}}}},
+        {"overhead", {{"cpu", "100m"}}},
+        {"initContainers",
+         {{{"name", "i"},
+           {"restartPolicy", "Always"},
+           {"resources", {{"requests", {{"cpu", "1"}}}}}}}},
+        {"containers",
+         {{{"name", "c"},
+           {"ports", {{{"hostPort", 80}, {"protocol", "TCP"}, {"hostIP", "1.2.3.4"}}}},
+           {"resources", {{"limits", {{"cpu", "2"}, {"memory", "1Gi"}}}}}}}},
+        {"volumes",
+         {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "d"}}}},
+          {{"name", "e"}, {"ephemeral", {{"volumeClaimTemplate", json::object()}}}}}}}}};
+  const json node = {
+      {"metadata", {{"name", "a"}, {"labels", {{"rack", "r1"}, {"n", "5"}}}}},
+      {"spec", {{"unschedulable", false}, {"taints", {{{"key", "k"}, {"effect", "NoSchedule"}}}}}},
+      {"status", {{"allocatable", {{"cpu", "8"}, {"memory", "64Gi"}, {"pods", "110"}}}}}};
+  const json pvc = {{"metadata",
+                     {{"name", "d"},
+                      {"annotations", {{"pv.kubernetes.io/bind-completed", "yes"}}},
+                      {"ownerReferences", {{{"uid", "u"}, {"controller", true}}}}}},
+                    {"spec", {{"volumeName", "v"}, {"storageClassName", "s"}}}};
+  json pv = {{"metadata", {{"name", "v"}, {"labels", {{"topology.kubernetes.io/zone", "z"}}}}}};
+  pv["spec"]["nodeAffinity"]["required"] =
+      pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  const std::vector<json> kinds = {json(),
+                                   json(7),
+                                   json(-1.5),
+                                   json(true),
+                                   json("x"),
+                                   json::array({1, "y"}),
+                                   json::object({{"z", nullptr}})};
+  const NamespaceLabels namespaces = {{"ml", {{"team", "x"}}}};
+
+  auto run = [&](const json& p, const json& n, const json& claim, const json& volume) {
+    NodeFacts facts = NodeFactsFromJson(n);
+    std::map<std::string, NodeFacts> all = {{facts.name, facts}};
+    std::map<std::string, NodeUse> use;
+    NodeUse& u = use[facts.name];
+    u.pods = 1;
+    u.requested = PodRequests(p);
+    u.host_ports = PodHostPorts(p);
+    u.pod_labels = {PodLabelsFromJson(p)};
+    std::string out = SchedulerRejects(p, facts, &u);
+    out += TopologySpread(p, all, use).Rejects(facts);
+    out += InterPodAffinity(p, all, use, &namespaces).Rejects(facts);
+    out += InterPodAffinity(p, all, use, nullptr).Rejects(facts);
+    PodVolumes v = PodVolumes::Read(
+        p, [&](const std::string& kind, const std::string&, const std::string&) -> StatusOr<json> {
+          if (kind == "persistentvolumeclaims") return claim;
+          if (kind == "persistentvolumes") return volume;
+          return json{{"volumeBindingMode", "WaitForFirstConsumer"}};
+        });
+    out += v.Rejects(facts);
+    return out;
+  };
+  int runs = 0;
+  for (const json* doc : std::vector<const json*>{&pod, &node, &pvc, &pv}) {
+    std::vector<std::string> pointers;
+    Pointers(*doc, "", pointers);
+    for (const std::string& ptr : pointers) {
+      for (const json& k : kinds) {
+        json mutated = *doc;
+        if (ptr.empty()) {
+          mutated = k;
+        } else {
+          mutated[json::json_pointer(ptr)] = k;
+        }
+        SCOPED_TRACE(ptr + " = " + k.dump());
+        EXPECT_NO_THROW(run(doc == &pod ? mutated : pod, doc == &node ? mutated : node,
+                            doc == &pvc ? mutated : pvc, doc == &pv ? mutated : pv));
+        ++runs;
+      }
+    }
+  }
+  EXPECT_GT(runs, 1000);
+  std::printf("%d mutated documents judged\n", runs);
+}
+
+}  // namespace
+}  // namespace accelpool::ctl

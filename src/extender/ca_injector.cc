@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kube/config.h"
+#include "kube/objects.h"
 
 namespace accelpool::extender {
 namespace {
@@ -72,10 +73,10 @@ StatusOr<int> CaInjector::SyncOnce() {
     hooks = &*it;
   }
   nlohmann::json patch = nlohmann::json::array();
-  const nlohmann::json meta = obj->value("metadata", nlohmann::json::object());
-  patch.push_back({{"op", "test"},
-                   {"path", "/metadata/resourceVersion"},
-                   {"value", meta.value("resourceVersion", std::string())}});
+  patch.push_back(
+      {{"op", "test"},
+       {"path", "/metadata/resourceVersion"},
+       {"value", kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/resourceVersion"))}});
   int stale = 0;
   for (size_t i = 0; hooks != nullptr && i < hooks->size(); ++i) {
     const nlohmann::json& h = (*hooks)[i];

@@ -17,9 +17,9 @@ namespace {
 StatusOr<std::pair<std::string, std::string>> BoundTo(kube::KubeClient& client, const PodRef& pod) {
   StatusOr<nlohmann::json> obj = client.Get(kube::Pods(), pod.ns, pod.name);
   if (!obj.ok()) return obj.status();
-  const nlohmann::json& meta = (*obj).value("metadata", nlohmann::json::object());
-  const nlohmann::json& spec = (*obj).value("spec", nlohmann::json::object());
-  return std::make_pair(meta.value("uid", std::string()), spec.value("nodeName", std::string()));
+  // Fields of another type read as absent (never an exception).
+  return std::make_pair(kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/uid")),
+                        kube::StringAt(*obj, nlohmann::json::json_pointer("/spec/nodeName")));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "http/http.h"
+#include "kube/objects.h"
 #include "kube/rate_limiter.h"
 
 namespace accelpool::kube {
@@ -379,9 +380,8 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
         if (!options.keep || options.keep(item)) out.items.push_back(std::move(item));
       }
     }
-    const json meta = j->value("metadata", json::object());
-    out.resource_version = meta.value("resourceVersion", std::string());
-    cont = meta.value("continue", std::string());
+    out.resource_version = StringAt(*j, json::json_pointer("/metadata/resourceVersion"));
+    cont = StringAt(*j, json::json_pointer("/metadata/continue"));
     if (cont.empty()) return out;
   }
   return InternalError(what + ": too many pages");

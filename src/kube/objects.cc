@@ -135,9 +135,9 @@ StatusOr<Lease> LeaseFromJson(const json& j) {
   const json meta = j.value("metadata", json::object());
   const json spec = j.value("spec", json::object());
   if (!meta.is_object() || !spec.is_object()) return InternalError("lease: malformed object");
-  l.ns = meta.value("namespace", std::string());
-  l.name = meta.value("name", std::string());
-  l.resource_version = meta.value("resourceVersion", std::string());
+  l.ns = StringAt(meta, json::json_pointer("/namespace"));
+  l.name = StringAt(meta, json::json_pointer("/name"));
+  l.resource_version = StringAt(meta, json::json_pointer("/resourceVersion"));
   if (meta.contains("annotations") && meta["annotations"].is_object()) {
     for (const auto& [k, v] : meta["annotations"].items()) {
       if (v.is_string()) l.annotations[k] = v.get<std::string>();
