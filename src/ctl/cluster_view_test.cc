@@ -288,7 +288,7 @@ TEST(ClusterViewExplainTest, ALocalVolumeRulesOutTheOtherNodes) {
   EXPECT_EQ(r->json["fits"][0]["node"], "node-b");
   EXPECT_EQ(r->json["rejected"]["node-a"]["by"], "kube-scheduler");
   EXPECT_NE(r->json["rejected"]["node-a"]["reason"].get<std::string>().find(
-                "volume node affinity conflict: persistentvolume local-b"),
+                "PersistentVolume's node affinity: local-b (claim data)"),
             std::string::npos);
   EXPECT_FALSE(r->json.contains("volumes_not_judged"));
   // Volumes not read: judged by nobody, and said so.

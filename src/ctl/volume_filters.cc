@@ -166,8 +166,8 @@ std::string PodVolumes::Rejects(const NodeFacts& node) const {
   if (!every_node_.empty()) return every_node_;
   for (const Bound& b : bound_) {
     if (!b.node_affinity.is_null() && !NodeSelectorMatches(b.node_affinity, node)) {
-      return "volume node affinity conflict: persistentvolume " + b.volume + " (claim " + b.claim +
-             ") is not reachable from this node (its spec.nodeAffinity)";
+      return "PersistentVolume's node affinity: " + b.volume + " (claim " + b.claim +
+             ") does not admit this node";
     }
   }
   for (const Bound& b : bound_) {

@@ -72,8 +72,7 @@ TEST(VolumeFiltersTest, ABoundLocalVolumePinsThePodToItsNode) {
   EXPECT_EQ(v.unjudged_reason(), "");
   EXPECT_EQ(v.Rejects(Node("hgx-1")), "");
   EXPECT_EQ(v.Rejects(Node("hgx-2")),
-            "volume node affinity conflict: persistentvolume local-pv-1 (claim data) is not "
-            "reachable from this node (its spec.nodeAffinity)");
+            "PersistentVolume's node affinity: local-pv-1 (claim data) does not admit this node");
   // A volume without node affinity goes anywhere.
   json anywhere = LocalVolume("local-pv-1", "hgx-1");
   anywhere["spec"].erase("nodeAffinity");

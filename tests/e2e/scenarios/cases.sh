@@ -412,9 +412,13 @@ $3
 YAML
 }
 refused_on_hg() { # NAME SCHEDULER-WORDS EXPLAIN-REASON-REGEX
-  wait_for 60 "kube-scheduler's message for $1" sched_says "$1" "$2" &&
-    ap explain "${NS}/$1" -o json | jq -e --arg n "${HG}" --arg re "$3" \
-      '(.rejected[$n].by == "kube-scheduler") and (.rejected[$n].reason | test($re))' >/dev/null
+  if ! wait_for 60 "kube-scheduler's message for $1" sched_says "$1" "$2"; then
+    log "kube-scheduler's last message for $1: $(sched_message "$1")"
+    return 1
+  fi
+  ap explain "${NS}/$1" -o json | jq -e --arg n "${HG}" --arg re "$3" \
+    '(.rejected[$n].by == "kube-scheduler") and (.rejected[$n].reason | test($re))' >/dev/null ||
+    { log "explain's reason on ${HG} for $1: $(ap explain "${NS}/$1" -o json | jq -c --arg n "${HG}" '.rejected[$n]')"; return 1; }
 }
 explain_cpu() { # more CPU than ${HG} has
   probe_pod huge-cpu scen "" "{${G}: 1, cpu: 100k}" &&
@@ -477,8 +481,8 @@ spec:
 YAML
     probe_pod reader reader "  volumes:
   - {name: data, persistentVolumeClaim: {claimName: scen-local}}" &&
-    refused_on_hg reader "volume node affinity conflict" \
-      "^volume node affinity conflict: persistentvolume scen-local-pv [(]claim scen-local[)]"
+    refused_on_hg reader "PersistentVolume's node affinity" \
+      "^PersistentVolume's node affinity: scen-local-pv [(]claim scen-local[)] does not admit this node\$"
 }
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
