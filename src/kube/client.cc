@@ -148,10 +148,16 @@ std::string NameOf(const json& obj) {
 
 class ClientImpl final : public KubeClient {
  public:
-  ClientImpl(KubeConfig config, std::unique_ptr<http::HttpClient> http)
+  // `make_http` builds a client for another certificate (PEM certificate and
+  // key), when an exec plugin hands out a new one.
+  using HttpFactory = std::function<StatusOr<std::unique_ptr<http::HttpClient>>(
+      const std::string& cert_pem, const std::string& key_pem)>;
+  ClientImpl(KubeConfig config, std::unique_ptr<http::HttpClient> http, HttpFactory make_http)
       : config_(std::move(config)),
-        http_(std::move(http)),
+        make_http_(std::move(make_http)),
         bucket_(config_.qps, config_.burst),
+        http_(std::move(http)),
+        cert_pem_(config_.client_cert_pem),
         token_(config_.token),
         exec_expiry_(config_.token_expiry) {}
 
@@ -189,13 +195,16 @@ class ClientImpl final : public KubeClient {
     return ns.empty() ? name : ns + "/" + name;
   }
 
-  // `generation` (may be null) gets the generation of the token sent, for
-  // RefreshToken after a 401.
+  // `generation` (may be null) gets the generation of the credentials sent,
+  // for RefreshToken after a 401; `http` (may be null) the client that holds
+  // the current client certificate.
   http::Headers AuthHeaders(const std::string& accept = "application/json",
-                            uint64_t* generation = nullptr) {
+                            uint64_t* generation = nullptr,
+                            std::shared_ptr<http::HttpClient>* http = nullptr) {
     MaybeRereadToken();
     std::lock_guard<std::mutex> lock(mu_);
     if (generation != nullptr) *generation = token_generation_;
+    if (http != nullptr) *http = http_;
     http::Headers h;
     h["Accept"] = accept;
     if (!token_.empty()) h["Authorization"] = "Bearer " + token_;
@@ -227,31 +236,50 @@ class ClientImpl final : public KubeClient {
   }
 
   // Runs the exec plugin again, one caller at a time; a caller that waited
-  // for another's run takes its token. True when the token changed since the
-  // caller's generation `seen`. A failed run keeps the token and is not
-  // repeated for kExecRetry (the request goes on and fails on its own).
+  // for another's run takes its credentials. True when they changed since
+  // the caller's generation `seen`. A failed run keeps the old ones and is not
+  // repeated for kExecRetry (the request goes on and fails on its own). A new
+  // client certificate gets a new HTTP client: requests from then on connect
+  // with it, while those in flight finish on the old one.
   bool RerunExec(uint64_t seen) {
     std::lock_guard<std::mutex> run(exec_mu_);
+    std::string cert;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (token_generation_ != seen) return true;
       if (std::chrono::system_clock::now() < exec_retry_) return false;
+      cert = cert_pem_;
     }
     StatusOr<ExecCredential> cred = RunExecPlugin(*config_.exec);
+    const bool usable = cred.ok() && (!cred->token.empty() || !cred->client_cert_pem.empty());
+    std::shared_ptr<http::HttpClient> renewed;
+    if (usable && !cred->client_cert_pem.empty() && cred->client_cert_pem != cert) {
+      StatusOr<std::unique_ptr<http::HttpClient>> made =
+          make_http_(cred->client_cert_pem, cred->client_key_pem);
+      if (made.ok()) renewed = std::move(*made);
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    if (!cred.ok() || cred->token.empty()) {
+    if (!usable || (!cred->client_cert_pem.empty() && cred->client_cert_pem != cert && !renewed)) {
       exec_retry_ = std::chrono::system_clock::now() + kExecRetry;
       return false;
     }
     exec_expiry_ = cred->expiry;
-    // A token that is already (nearly) expired is not asked for again at
-    // every request.
+    // Credentials that are already (nearly) expired are not asked for again
+    // at every request.
     const auto now = std::chrono::system_clock::now();
     if (cred->expiry && *cred->expiry <= now + kExecEarly) exec_retry_ = now + kExecRetry;
-    if (cred->token == token_) return false;
-    token_ = cred->token;
-    ++token_generation_;
-    return true;
+    bool changed = false;
+    if (cred->token != token_) {
+      token_ = cred->token;
+      changed = true;
+    }
+    if (renewed) {
+      http_ = std::move(renewed);
+      cert_pem_ = cred->client_cert_pem;
+      changed = true;
+    }
+    if (changed) ++token_generation_;
+    return changed;
   }
 
   // After a 401: the exec plugin's next token (unless another request already
@@ -283,14 +311,15 @@ class ClientImpl final : public KubeClient {
     for (int attempt = 0;; ++attempt) {
       bucket_.Acquire();
       uint64_t generation = 0;
+      std::shared_ptr<http::HttpClient> http;
       http::ClientRequest req;
       req.method = method;
       req.path = path;
       req.body = body;
-      req.headers = AuthHeaders(accept, &generation);
+      req.headers = AuthHeaders(accept, &generation, &http);
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
       req.timeout = config_.timeout;
-      auto resp = http_->Send(req);
+      auto resp = http->Send(req);
       if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken(generation)) continue;
       return resp;
     }
@@ -314,9 +343,13 @@ class ClientImpl final : public KubeClient {
   }
 
   const KubeConfig config_;
-  const std::unique_ptr<http::HttpClient> http_;
+  const HttpFactory make_http_;
   TokenBucket bucket_;
   std::mutex mu_;
+  // The client with the current client certificate, and that certificate;
+  // guarded by mu_ (replaced when an exec plugin renews the certificate).
+  std::shared_ptr<http::HttpClient> http_;
+  std::string cert_pem_;
   std::string token_;  // guarded by mu_
   // When the token file was last read; guarded by mu_. Unset at first, so the
   // first request reads it (the token in the config may be older).
@@ -416,13 +449,14 @@ Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const Wat
                                  {"timeoutSeconds", std::to_string(options.server_timeout.count())},
                                  {"labelSelector", options.label_selector},
                                  {"fieldSelector", options.field_selector}});
-  req.headers = AuthHeaders("application/json", &generation);
+  std::shared_ptr<http::HttpClient> http;
+  req.headers = AuthHeaders("application/json", &generation, &http);
   req.timeout = config_.timeout;
   status = 0;
   std::string error_body;
   Status result;
   const json::parser_callback_t drop_managed_fields = DropManagedFields(2);
-  Status st = http_->StreamLines(
+  Status st = http->StreamLines(
       req, [&](const http::ClientResponse& head) { status = head.status; },
       [&](std::string_view line) {
         if (status != 200) {
@@ -510,7 +544,16 @@ StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config) {
   o.transport = *transport;
   auto http = http::NewHttpClient(o);
   if (!http.ok()) return http.status();
-  return std::unique_ptr<KubeClient>(std::make_unique<ClientImpl>(config, std::move(*http)));
+  auto make_http = [o](const std::string& cert_pem, const std::string& key_pem) {
+    http::ClientOptions renewed = o;
+    renewed.client_cert_file.clear();
+    renewed.client_key_file.clear();
+    renewed.client_cert_pem = cert_pem;
+    renewed.client_key_pem = key_pem;
+    return http::NewHttpClient(renewed);
+  };
+  return std::unique_ptr<KubeClient>(
+      std::make_unique<ClientImpl>(config, std::move(*http), std::move(make_http)));
 }
 
 }  // namespace accelpool::kube

@@ -345,10 +345,8 @@ StatusOr<KubeConfig> FromRoot(const json& root, const std::string& path,
       c.token = cred->token;
       c.client_cert_pem = cred->client_cert_pem;
       c.client_key_pem = cred->client_key_pem;
-      if (!c.token.empty()) {
-        c.exec = std::move(*plugin);
-        c.token_expiry = cred->expiry;
-      }
+      c.exec = std::move(*plugin);
+      c.token_expiry = cred->expiry;
     } else if (!has_creds && user->contains("auth-provider")) {
       return UnimplementedError(uw +
                                 " uses an auth-provider plugin (removed from kubectl in 1.26), "

@@ -42,9 +42,10 @@ struct KubeConfig {
   std::string client_cert_file, client_key_file;
   std::string client_cert_pem, client_key_pem;
   bool insecure_skip_verify = false;
-  // The user's exec credential plugin, when the token came from one: the
-  // client runs it again 10 s before token_expiry and after a 401. (A client
-  // certificate from a plugin is used as given, for the client's lifetime.)
+  // The user's exec credential plugin, when the credentials came from one:
+  // the client runs it again 10 s before token_expiry (the credentials'
+  // expirationTimestamp) and after a 401, and takes its new token or client
+  // certificate.
   std::optional<ExecPlugin> exec;
   std::optional<std::chrono::system_clock::time_point> token_expiry;
 

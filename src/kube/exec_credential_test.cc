@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/corpus_replay.h"
+#include "http/http.h"
 #include "http/test_certs.h"
 #include "kube/client.h"
 #include "kube/config.h"
@@ -222,7 +223,75 @@ TEST_F(ExecPluginTest, APluginMayGiveAClientCertificate) {
   EXPECT_EQ(c->client_cert_pem, "CERT");
   EXPECT_EQ(c->client_key_pem, "KEY");
   EXPECT_TRUE(c->token.empty());
-  EXPECT_FALSE(c->exec.has_value());  // a certificate is not fetched again
+  EXPECT_TRUE(c->exec.has_value());  // the client asks again when it expires
+}
+
+// A plugin that hands out short-lived client certificates: the client runs it
+// again before the first one expires and connects with the second.
+TEST_F(ExecPluginTest, ARenewedClientCertificateIsUsedForTheNextConnections) {
+  ht::TestCa ca(dir_, "cluster");
+  ASSERT_TRUE(ca.ok());
+  const auto server_cert = ca.Issue("apiserver", "apiserver", true);
+  const auto now = std::chrono::system_clock::now();
+  int n = 0;
+  for (const auto& [cn, expiry] : {std::pair{"sso:alice-1", now + 5s},  // inside the 10 s margin
+                                   std::pair{"sso:alice-2", now + 1h}}) {
+    ++n;
+    const auto cert = ca.Issue(cn, "client-" + std::to_string(n), false);
+    const nlohmann::json answer = {{"apiVersion", "client.authentication.k8s.io/v1"},
+                                   {"kind", "ExecCredential"},
+                                   {"status",
+                                    {{"clientCertificateData", cert.cert_pem},
+                                     {"clientKeyData", cert.key_pem},
+                                     {"expirationTimestamp", FormatMicroTime(expiry)}}}};
+    ASSERT_TRUE(ht::WriteFile(dir_ + "/answer-" + std::to_string(n) + ".json", answer.dump()));
+  }
+  Script(R"sh(n=$(( $(cat "$DIR/count" 2>/dev/null || echo 0) + 1 ))
+echo $n > "$DIR/count"
+cat "$DIR/answer-$n.json"
+)sh");
+  http::ServerOptions so;
+  so.host = "127.0.0.1";
+  http::TlsOptions tls;
+  tls.cert_file = server_cert.cert_file;
+  tls.key_file = server_cert.key_file;
+  tls.client_ca_file = ca.ca_file();
+  so.tls = tls;
+  auto server = http::NewHttpServer(so);
+  server->Handle("GET", "/api/v1/nodes/n1", [](const http::Request& r) {
+    return http::Response::Json(
+        200, nlohmann::json{{"metadata",
+                             {{"name", "n1"}, {"annotations", {{"who", r.client_cert_subject}}}}}}
+                 .dump());
+  });
+  ASSERT_TRUE(server->Start().ok());
+  const std::string path = dir_ + "/kubeconfig";
+  ASSERT_TRUE(ht::WriteFile(path,
+                            "apiVersion: v1\nkind: Config\ncurrent-context: prod\n"
+                            "contexts:\n- name: prod\n  context: {cluster: prod, user: sso}\n"
+                            "clusters:\n- name: prod\n  cluster:\n    server: https://127.0.0.1:" +
+                                std::to_string(server->port()) +
+                                "\n    certificate-authority-data: " + Base64Encode(ca.ca_pem()) +
+                                "\nusers:\n- name: sso\n  user:\n    exec:\n"
+                                "      apiVersion: client.authentication.k8s.io/v1\n"
+                                "      command: ./bin/plugin.sh\n      interactiveMode: Never\n"
+                                "      env:\n      - {name: DIR, value: '" +
+                                dir_ + "'}\n"));
+  StatusOr<KubeConfig> cfg = LoadKubeconfig(path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(Runs(), 1);
+  cfg->qps = 0;
+  auto client = NewKubeClient(*cfg);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto who = [&]() -> std::string {
+    StatusOr<nlohmann::json> node = (*client)->Get(Nodes(), "", "n1");
+    return node.ok() ? (*node)["metadata"]["annotations"]["who"].get<std::string>()
+                     : node.status().ToString();
+  };
+  EXPECT_EQ(who(), "/CN=sso:alice-2") << "the first certificate was about to expire";
+  EXPECT_EQ(Runs(), 2);
+  EXPECT_EQ(who(), "/CN=sso:alice-2");
+  EXPECT_EQ(Runs(), 2) << "valid for an hour: not fetched again";
 }
 
 TEST_F(ExecPluginTest, PluginFailuresAreClearErrors) {
