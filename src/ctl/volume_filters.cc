@@ -74,9 +74,14 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get) {
   const std::string pod_name = Str(pod, "/metadata/name");
   const json& volumes = At(pod, "/spec/volumes");
   if (!volumes.is_array()) return out;
-  const std::string access =
-      "; grant get on persistentvolumeclaims, persistentvolumes and storageclasses (the chart's "
-      "viewer role does)";
+  // What could not be read leaves every claim unjudged.
+  auto unread = [](const std::string& what, const Status& st) {
+    PodVolumes none;
+    none.unjudged_ = "reading " + what + ": " + st.ToString() +
+                     "; grant get on persistentvolumeclaims, persistentvolumes and storageclasses "
+                     "(the chart's viewer role does)";
+    return none;
+  };
   auto first = [&out](std::string reason) {
     if (out.every_node_.empty()) out.every_node_ = std::move(reason);
   };
@@ -93,11 +98,7 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get) {
                       : quoted + " not found");
       continue;
     }
-    if (!pvc.ok()) {
-      PodVolumes unread;
-      unread.unjudged_ = "reading " + quoted + ": " + pvc.status().ToString() + access;
-      return unread;
-    }
+    if (!pvc.ok()) return unread(quoted, pvc.status());
     if (!At(*pvc, "/metadata/deletionTimestamp").is_null()) {
       first(quoted + " is being deleted");
       continue;
@@ -113,12 +114,7 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get) {
         first(quoted + " is bound to persistentvolume \"" + volume + "\", which does not exist");
         continue;
       }
-      if (!pv.ok()) {
-        PodVolumes unread;
-        unread.unjudged_ =
-            "reading persistentvolume \"" + volume + "\": " + pv.status().ToString() + access;
-        return unread;
-      }
+      if (!pv.ok()) return unread("persistentvolume \"" + volume + "\"", pv.status());
       Bound b;
       b.claim = claim;
       b.volume = volume;
@@ -143,12 +139,7 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get) {
         first(quoted + ": storageclass.storage.k8s.io \"" + cls + "\" not found");
         continue;
       }
-      if (!sc.ok()) {
-        PodVolumes unread;
-        unread.unjudged_ =
-            "reading storageclass \"" + cls + "\": " + sc.status().ToString() + access;
-        return unread;
-      }
+      if (!sc.ok()) return unread("storageclass \"" + cls + "\"", sc.status());
       waits = Str(*sc, "/volumeBindingMode") == "WaitForFirstConsumer";
     }
     if (waits) {

@@ -135,4 +135,15 @@ bool WriteFile(const std::string& path, const std::string& data) {
   return static_cast<bool>(out);
 }
 
+std::unique_ptr<HttpServer> TestCa::MutualTlsServer(const Issued& server) const {
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  TlsOptions tls;
+  tls.cert_file = server.cert_file;
+  tls.key_file = server.key_file;
+  tls.client_ca_file = ca_file_;
+  so.tls = tls;
+  return NewHttpServer(so);
+}
+
 }  // namespace accelpool::http::testing

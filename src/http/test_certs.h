@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "http/http.h"
+
 namespace accelpool::http::testing {
 
 class TestCa {
@@ -29,6 +31,9 @@ class TestCa {
   };
   // Issues a certificate with common name `cn` into <dir>/<file_stem>.{crt,key}.
   Issued Issue(const std::string& cn, const std::string& file_stem, bool server);
+  // An HTTPS server on 127.0.0.1 (not started yet) with `server`'s
+  // certificate, requiring client certificates signed by this CA.
+  std::unique_ptr<HttpServer> MutualTlsServer(const Issued& server) const;
 
  private:
   struct Impl;

@@ -417,14 +417,7 @@ TEST_F(ConfigTest, KubeconfigDrivesATlsClient) {
   ASSERT_TRUE(ca.ok());
   auto server_cert = ca.Issue("apiserver", "apiserver", true);
   auto client_cert = ca.Issue("system:node:n1", "client", false);
-  http::ServerOptions so;
-  so.host = "127.0.0.1";
-  http::TlsOptions tls;
-  tls.cert_file = server_cert.cert_file;
-  tls.key_file = server_cert.key_file;
-  tls.client_ca_file = ca.ca_file();
-  so.tls = tls;
-  auto server = http::NewHttpServer(so);
+  auto server = ca.MutualTlsServer(server_cert);
   server->Handle("GET", "/api/v1/nodes/n1", [](const http::Request& r) {
     return http::Response::Json(200,
                                 R"({"kind":"Node","metadata":{"name":"n1","annotations":{"who":")" +

@@ -250,14 +250,7 @@ TEST_F(ExecPluginTest, ARenewedClientCertificateIsUsedForTheNextConnections) {
 echo $n > "$DIR/count"
 cat "$DIR/answer-$n.json"
 )sh");
-  http::ServerOptions so;
-  so.host = "127.0.0.1";
-  http::TlsOptions tls;
-  tls.cert_file = server_cert.cert_file;
-  tls.key_file = server_cert.key_file;
-  tls.client_ca_file = ca.ca_file();
-  so.tls = tls;
-  auto server = http::NewHttpServer(so);
+  auto server = ca.MutualTlsServer(server_cert);
   server->Handle("GET", "/api/v1/nodes/n1", [](const http::Request& r) {
     return http::Response::Json(
         200, nlohmann::json{{"metadata",
