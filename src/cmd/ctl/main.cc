@@ -157,6 +157,10 @@ int Run(const Flags& f) {
     }
     StatusOr<nlohmann::json> pod = (*client)->Get(kube::Pods(), ns, name);
     if (!pod.ok()) return pod.status().WithPrefix("reading pod " + ns + "/" + name);
+    // A bound pod is shown with its devices; nothing more to read.
+    if (!kube::StringAt(*pod, nlohmann::json::json_pointer("/spec/nodeName")).empty()) {
+      return ExplainReport(**view, *pod, f.policy);
+    }
     // Pod affinity terms may select namespaces by label. Without the right
     // to list namespaces those terms are skipped, and the report says so.
     StatusOr<NamespaceLabels> namespaces = ListNamespaceLabels(**client);
