@@ -77,9 +77,12 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get) {
   // What could not be read leaves every claim unjudged.
   auto unread = [](const std::string& what, const Status& st) {
     PodVolumes none;
-    none.unjudged_ = "reading " + what + ": " + st.ToString() +
-                     "; grant get on persistentvolumeclaims, persistentvolumes and storageclasses "
-                     "(the chart's viewer role does)";
+    none.unjudged_ = "reading " + what + ": " + st.ToString();
+    if (st.code() == StatusCode::kPermissionDenied) {
+      none.unjudged_ +=
+          "; grant get on persistentvolumeclaims, persistentvolumes and storageclasses (the "
+          "chart's viewer role does)";
+    }
     return none;
   };
   auto first = [&out](std::string reason) {

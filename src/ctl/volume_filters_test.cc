@@ -172,6 +172,15 @@ TEST(VolumeFiltersTest, UnreadableClaimsAreNotJudgedAndOtherVolumesReadNothing) 
   EXPECT_EQ(v.Rejects(Node("a")), "");
   EXPECT_NE(v.unjudged_reason().find("grant get on persistentvolumeclaims"), std::string::npos)
       << v.unjudged_reason();
+  // Another failure (the apiserver unavailable) is said as it is.
+  ObjectGetter unavailable = [](const std::string&, const std::string&,
+                                const std::string&) -> StatusOr<json> {
+    return Status(StatusCode::kUnavailable, "connection refused");
+  };
+  PodVolumes down = PodVolumes::Read(Pod({ClaimVolume("data")}), unavailable);
+  EXPECT_EQ(down.Rejects(Node("a")), "");
+  EXPECT_NE(down.unjudged_reason().find("connection refused"), std::string::npos);
+  EXPECT_EQ(down.unjudged_reason().find("grant"), std::string::npos) << down.unjudged_reason();
   api.reads = 0;
   const std::vector<json> others = {{{"name", "cfg"}, {"configMap", {{"name", "cfg"}}}},
                                     {{"name", "tmp"}, {"emptyDir", json::object()}},

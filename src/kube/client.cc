@@ -252,14 +252,15 @@ class ClientImpl final : public KubeClient {
     }
     StatusOr<ExecCredential> cred = RunExecPlugin(*config_.exec);
     const bool usable = cred.ok() && (!cred->token.empty() || !cred->client_cert_pem.empty());
+    const bool new_cert = usable && !cred->client_cert_pem.empty() && cred->client_cert_pem != cert;
     std::shared_ptr<http::HttpClient> renewed;
-    if (usable && !cred->client_cert_pem.empty() && cred->client_cert_pem != cert) {
+    if (new_cert) {
       StatusOr<std::unique_ptr<http::HttpClient>> made =
           make_http_(cred->client_cert_pem, cred->client_key_pem);
       if (made.ok()) renewed = std::move(*made);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (!usable || (!cred->client_cert_pem.empty() && cred->client_cert_pem != cert && !renewed)) {
+    if (!usable || (new_cert && !renewed)) {
       exec_retry_ = std::chrono::system_clock::now() + kExecRetry;
       return false;
     }
