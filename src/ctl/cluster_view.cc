@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -103,6 +104,10 @@ void ClusterView::CountPod(const json& pod) {
   for (const auto& [name, milli] : PodRequests(pod)) use.requested[name] += milli;
   for (HostPort& h : PodHostPorts(pod)) use.host_ports.push_back(std::move(h));
   use.pod_labels.push_back(PodLabelsFromJson(pod));
+  const std::string self = kube::StringAt(pod, json::json_pointer("/metadata/namespace")) + "/" +
+                           kube::StringAt(pod, json::json_pointer("/metadata/name"));
+  for (std::string& claim : PodClaimKeys(pod)) use.claims.emplace(std::move(claim), self);
+  for (InlineDisk& d : PodInlineDisks(pod)) use.disks.push_back(std::move(d));
 }
 
 std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& nodes,
@@ -501,12 +506,19 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   const PodAsks asks = PodAsksFromJson(pod);
   const TopologySpread spread(pod, view.facts(), view.uses());
   const InterPodAffinity affinity(pod, view.facts(), view.uses(), inputs.ns_labels);
+  std::optional<PodVolumes> volumes;
+  if (inputs.volumes != nullptr) {
+    volumes = *inputs.volumes;
+    volumes->NoteClaimsInUse(view.uses());
+  }
+  // A volume reason of kube-scheduler's PreFilter is every node's.
+  const std::string every = volumes ? volumes->every_node() : "";
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
-    std::string no = facts == nullptr ? "" : SchedulerRejects(pod, asks, *facts, &view.Use(n));
-    if (no.empty() && facts != nullptr && inputs.volumes != nullptr) {
-      no = inputs.volumes->Rejects(*facts);
-    }
+    std::string no = facts == nullptr ? ""
+                     : !every.empty() ? every
+                                      : SchedulerRejects(pod, asks, *facts, &view.Use(n));
+    if (no.empty() && facts != nullptr && volumes) no = volumes->Rejects(*facts, view.Use(n));
     if (no.empty() && facts != nullptr) no = spread.Rejects(*facts);
     if (no.empty() && facts != nullptr) no = affinity.Rejects(*facts);
     if (no.empty()) {
@@ -560,8 +572,8 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   }
   r.text +=
       "  (kube-scheduler's cordon, taint, node affinity, host port, resource, volume binding and "
-      "zone, topology spread and pod affinity filters are applied here, bound pods' "
-      "anti-affinity included; its volume attach limits and ReadWriteOncePod checks are not: "
+      "zone, volume restriction, topology spread and pod affinity filters are applied here, "
+      "bound pods' anti-affinity included; its volume attach limits are not: "
       "`kubectl describe pod` shows its last attempt)\n";
   if (inputs.volumes == nullptr) {
     r.json["volumes_not_judged"] = "not read";
@@ -570,9 +582,12 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     r.text += "  (its volumes were not judged: " + inputs.volumes->unjudged_reason() + ")\n";
   } else if (inputs.volumes->waiting_claims() > 0) {
     r.json["claims_waiting_for_first_consumer"] = inputs.volumes->waiting_claims();
-    r.text += "  (" + std::to_string(inputs.volumes->waiting_claims()) +
-              " claim(s) wait for their first consumer: where they can be provisioned or bound "
-              "is not judged here)\n";
+    if (!inputs.volumes->waiting_unjudged_reason().empty()) {
+      r.json["waiting_claims_not_judged"] = inputs.volumes->waiting_unjudged_reason();
+      r.text += "  (" + std::to_string(inputs.volumes->waiting_claims()) +
+                " claim(s) wait for their first consumer and were not judged: " +
+                inputs.volumes->waiting_unjudged_reason() + ")\n";
+    }
   }
   if (affinity.skipped() > 0) {
     r.json["affinity_terms_not_judged"] = affinity.skipped();

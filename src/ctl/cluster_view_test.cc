@@ -298,6 +298,55 @@ TEST(ClusterViewExplainTest, ALocalVolumeRulesOutTheOtherNodes) {
   EXPECT_EQ(r->json["volumes_not_judged"], "not read");
 }
 
+// A ReadWriteOncePod claim mounted by a bound pod (any scheduler's) rules out
+// every node; a missing claim does too, before any node filter speaks.
+TEST(ClusterViewExplainTest, VolumeRestrictionsAndPreFilterReasonsReachEveryNode) {
+  json a = Node("node-a");
+  json b = Node("node-b");
+  b["spec"]["taints"] = {{{"key", "dedicated"}, {"value", "x"}, {"effect", "NoSchedule"}}};
+  json writer = Pod("writer", {{"cpu", "1"}});
+  writer["spec"]["nodeName"] = "node-a";
+  writer["spec"]["volumes"] = {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "solo"}}}}};
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({a, b}, {writer});
+  EXPECT_EQ(view->Use("node-a").claims.count(writer["metadata"]["namespace"].get<std::string>() +
+                                             "/solo"),
+            1u);
+  json pod = Pod("reader", {{"nvidia.com/gpu", "1"}});
+  pod["spec"]["volumes"] = writer["spec"]["volumes"];
+  const json pvc = {
+      {"metadata",
+       {{"name", "solo"}, {"annotations", {{"pv.kubernetes.io/bind-completed", "yes"}}}}},
+      {"spec", {{"volumeName", "pv-solo"}, {"accessModes", {"ReadWriteOncePod"}}}}};
+  const PodVolumes volumes = PodVolumes::Read(
+      pod, [&](const std::string& kind, const std::string&, const std::string&) -> StatusOr<json> {
+        if (kind == "persistentvolumeclaims") return pvc;
+        return json{{"metadata", {{"name", "pv-solo"}}}};
+      });
+  StatusOr<Report> r = ExplainReport(*view, pod, "accelpool", ExplainInputs{nullptr, &volumes});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json["fits"].empty()) << r->json.dump(2);
+  EXPECT_NE(r->json["rejected"]["node-a"]["reason"].get<std::string>().find(
+                "ReadWriteOncePod access mode already in-use by another pod: claim solo is "
+                "mounted by pod " +
+                writer["metadata"]["namespace"].get<std::string>() + "/writer on node-a"),
+            std::string::npos)
+      << r->json.dump(2);
+  // node-b's taint is kube-scheduler's first word there (a Filter runs after PreFilter).
+  EXPECT_NE(r->json["rejected"]["node-b"]["reason"].get<std::string>().find("taint"),
+            std::string::npos)
+      << r->json.dump(2);
+  // A missing claim: PreFilter's reason on both nodes, the tainted one too.
+  const PodVolumes missing = PodVolumes::Read(
+      pod, [](const std::string&, const std::string&, const std::string&) -> StatusOr<json> {
+        return Status(StatusCode::kNotFound, "none");
+      });
+  r = ExplainReport(*view, pod, "accelpool", ExplainInputs{nullptr, &missing});
+  ASSERT_TRUE(r.ok());
+  for (const char* n : {"node-a", "node-b"}) {
+    EXPECT_EQ(r->json["rejected"][n]["reason"], "persistentvolumeclaim \"solo\" not found") << n;
+  }
+}
+
 // kube-scheduler's resource fit counts every pod bound to a node, accelpool's
 // or not, against the node's allocatable.
 TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {

@@ -624,6 +624,10 @@ std::string NodeAffinityReject(const json& pod, const NodeFacts& node) {
 
 }  // namespace
 
+bool LabelSelectorMatches(const json& selector, const std::map<std::string, std::string>& labels) {
+  return SelectorMatches(selector, labels);
+}
+
 bool NodeSelectorMatches(const json& selector, const NodeFacts& node) {
   const json& terms = selector.is_object() ? selector.value("nodeSelectorTerms", json()) : json();
   if (!terms.is_array()) return false;

@@ -29,7 +29,7 @@
 //   InterPodAffinity   the pod's required pod affinity and anti-affinity,
 //                      and bound pods' required anti-affinity against it
 //                      (InterPodAffinity below)
-// Not applied: volume filters.
+// Volume filters are in volume_filters.h.
 //
 // Thread-safety: plain values and pure functions.
 #ifndef ACCELPOOL_CTL_NODE_FILTERS_H_
@@ -89,14 +89,32 @@ struct PodLabels {
   std::vector<AffinityTerm> anti_affinity = {};
 };
 
+// A disk a pod mounts inline (not through a claim), which kube-scheduler's
+// VolumeRestrictions keeps from being mounted twice on a node.
+struct InlineDisk {
+  std::string kind;                   // gcePersistentDisk, awsElasticBlockStore, iscsi, rbd
+  std::string id;                     // pdName, volumeID, iqn, or pool/image
+  std::vector<std::string> monitors;  // rbd: the Ceph monitors
+  bool read_only = false;
+};
+
 // What a node's pods take: their requests summed, how many there are, the
-// host ports they hold, and their labels.
+// host ports they hold, their labels, the claims they mount and their inline
+// disks.
 struct NodeUse {
   Resources requested;
   int64_t pods = 0;
   std::vector<HostPort> host_ports;
   std::vector<PodLabels> pod_labels;
+  // "ns/claim" -> "ns/pod" of a pod mounting it (spec.volumes[].persistentVolumeClaim).
+  std::map<std::string, std::string> claims = {};
+  std::vector<InlineDisk> disks = {};
 };
+
+// A labelSelector over labels: null (or not an object) matches nothing, {}
+// everything; an unknown operator matches nothing.
+bool LabelSelectorMatches(const nlohmann::json& selector,
+                          const std::map<std::string, std::string>& labels);
 
 PodLabels PodLabelsFromJson(const nlohmann::json& pod);
 

@@ -29,6 +29,8 @@ struct Objects {
   }
 };
 
+const NodeUse kNoUse;
+
 NodeFacts Node(const std::string& name, const std::string& zone = "") {
   json labels = {{"kubernetes.io/hostname", name}};
   if (!zone.empty()) labels["topology.kubernetes.io/zone"] = zone;
@@ -70,30 +72,34 @@ TEST(VolumeFiltersTest, ABoundLocalVolumePinsThePodToItsNode) {
   api.Put("persistentvolumes", "", LocalVolume("local-pv-1", "hgx-1"));
   PodVolumes v = PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter());
   EXPECT_EQ(v.unjudged_reason(), "");
-  EXPECT_EQ(v.Rejects(Node("hgx-1")), "");
-  EXPECT_EQ(v.Rejects(Node("hgx-2")),
+  EXPECT_EQ(v.Rejects(Node("hgx-1"), kNoUse), "");
+  EXPECT_EQ(v.Rejects(Node("hgx-2"), kNoUse),
             "PersistentVolume's node affinity: local-pv-1 (claim data) does not admit this node");
   // A volume without node affinity goes anywhere.
   json anywhere = LocalVolume("local-pv-1", "hgx-1");
   anywhere["spec"].erase("nodeAffinity");
   api.Put("persistentvolumes", "", anywhere);
-  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter()).Rejects(Node("hgx-2")), "");
+  EXPECT_EQ(
+      PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter()).Rejects(Node("hgx-2"), kNoUse),
+      "");
   // The volume gone: no node.
   api.by_key.erase("persistentvolumes//local-pv-1");
-  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter()).Rejects(Node("hgx-1")),
-            "persistentvolumeclaim \"data\" is bound to persistentvolume \"local-pv-1\", which "
-            "does not exist");
+  EXPECT_EQ(
+      PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter()).Rejects(Node("hgx-1"), kNoUse),
+      "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s): "
+      "persistentvolumeclaim \"data\" is bound to persistentvolume \"local-pv-1\", which "
+      "does not exist");
 }
 
 // Claims that rule out every node, as kube-scheduler's PreFilter does.
 TEST(VolumeFiltersTest, MissingDeletingAndUnboundImmediateClaimsRuleOutEveryNode) {
   Objects api;
-  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("gone")}), api.Getter()).Rejects(Node("a")),
+  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("gone")}), api.Getter()).Rejects(Node("a"), kNoUse),
             "persistentvolumeclaim \"gone\" not found");
   json deleting = BoundClaim("old", "pv-old");
   deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z";
   api.Put("persistentvolumeclaims", "ml", deleting);
-  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("old")}), api.Getter()).Rejects(Node("a")),
+  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("old")}), api.Getter()).Rejects(Node("a"), kNoUse),
             "persistentvolumeclaim \"old\" is being deleted");
   // Volume name set but the binding not completed: not bound yet. Its class
   // binds at once (Immediate is the default mode), so no node will do.
@@ -102,23 +108,33 @@ TEST(VolumeFiltersTest, MissingDeletingAndUnboundImmediateClaimsRuleOutEveryNode
   half["spec"]["storageClassName"] = "fast";
   api.Put("persistentvolumeclaims", "ml", half);
   api.Put("storageclasses", "", {{"metadata", {{"name", "fast"}}}});
-  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("half")}), api.Getter()).Rejects(Node("a")),
+  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("half")}), api.Getter()).Rejects(Node("a"), kNoUse),
             "pod has unbound immediate PersistentVolumeClaims (persistentvolumeclaim \"half\" is "
-            "not bound yet and its storage class binds at once)");
-  // A class that waits for the first consumer: not judged, and counted.
+            "not bound, and its storage class binds at once)");
+  // A class that waits for the first consumer, but the claim names its
+  // volume: the volume controller binds it, as for Immediate.
   api.Put("storageclasses", "",
           {{"metadata", {{"name", "fast"}}}, {"volumeBindingMode", "WaitForFirstConsumer"}});
+  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("half")}), api.Getter()).Rejects(Node("a"), kNoUse),
+            "pod has unbound immediate PersistentVolumeClaims (persistentvolumeclaim \"half\" "
+            "names persistentvolume \"pv-half\", but the binding is not complete)");
+  // Without a volume name it waits for its first consumer: counted, and not
+  // judged when what could serve it is not read.
+  half["spec"].erase("volumeName");
+  api.Put("persistentvolumeclaims", "ml", half);
   PodVolumes waits = PodVolumes::Read(Pod({ClaimVolume("half")}), api.Getter());
-  EXPECT_EQ(waits.Rejects(Node("a")), "");
+  EXPECT_EQ(waits.Rejects(Node("a"), kNoUse), "");
   EXPECT_EQ(waits.waiting_claims(), 1);
+  EXPECT_EQ(waits.waiting_unjudged_reason(), "the volumes that could serve them were not read");
   // A class that does not exist.
   half["spec"]["storageClassName"] = "nope";
   api.Put("persistentvolumeclaims", "ml", half);
-  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("half")}), api.Getter()).Rejects(Node("a")),
-            "persistentvolumeclaim \"half\": storageclass.storage.k8s.io \"nope\" not found");
+  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("half")}), api.Getter()).Rejects(Node("a"), kNoUse),
+            "pod has unbound immediate PersistentVolumeClaims (persistentvolumeclaim \"half\" is "
+            "not bound and names storageclass \"nope\", which does not exist)");
   // The first claim's reason is given, as kube-scheduler stops at it.
   EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("gone"), ClaimVolume("old")}), api.Getter())
-                .Rejects(Node("a")),
+                .Rejects(Node("a"), kNoUse),
             "persistentvolumeclaim \"gone\" not found");
 }
 
@@ -126,21 +142,21 @@ TEST(VolumeFiltersTest, MissingDeletingAndUnboundImmediateClaimsRuleOutEveryNode
 TEST(VolumeFiltersTest, EphemeralVolumesNeedTheirOwnClaim) {
   Objects api;
   const json eph = {{"name", "scratch"}, {"ephemeral", {{"volumeClaimTemplate", json::object()}}}};
-  EXPECT_EQ(PodVolumes::Read(Pod({eph}), api.Getter()).Rejects(Node("a")),
-            "waiting for the ephemeral volume controller to create persistentvolumeclaim "
+  EXPECT_EQ(PodVolumes::Read(Pod({eph}), api.Getter()).Rejects(Node("a"), kNoUse),
+            "waiting for ephemeral volume controller to create the persistentvolumeclaim "
             "\"train-0-scratch\"");
   json claim = BoundClaim("train-0-scratch", "pv-s");
   api.Put("persistentvolumeclaims", "ml", claim);
   api.Put("persistentvolumes", "", LocalVolume("pv-s", "a"));
-  EXPECT_EQ(PodVolumes::Read(Pod({eph}), api.Getter()).Rejects(Node("a")),
+  EXPECT_EQ(PodVolumes::Read(Pod({eph}), api.Getter()).Rejects(Node("a"), kNoUse),
             "persistentvolumeclaim \"train-0-scratch\" was not created for this pod (the pod is "
             "not its owner)");
   claim["metadata"]["ownerReferences"] = {
       {{"kind", "Pod"}, {"name", "train-0"}, {"uid", "u-1"}, {"controller", true}}};
   api.Put("persistentvolumeclaims", "ml", claim);
   PodVolumes v = PodVolumes::Read(Pod({eph}), api.Getter());
-  EXPECT_EQ(v.Rejects(Node("a")), "");
-  EXPECT_NE(v.Rejects(Node("b")), "");
+  EXPECT_EQ(v.Rejects(Node("a"), kNoUse), "");
+  EXPECT_NE(v.Rejects(Node("b"), kNoUse), "");
 }
 
 // VolumeZone: the node must be in one of the volume's zones ("a__b" is a
@@ -153,12 +169,12 @@ TEST(VolumeFiltersTest, AZonedVolumeNeedsANodeInOneOfItsZones) {
       {{"metadata",
         {{"name", "disk-1"}, {"labels", {{"failure-domain.beta.kubernetes.io/zone", "z1__z2"}}}}}});
   PodVolumes v = PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter());
-  EXPECT_EQ(v.Rejects(Node("a", "z1")), "");
-  EXPECT_EQ(v.Rejects(Node("b", "z2")), "");
-  EXPECT_EQ(v.Rejects(Node("c", "z3")),
+  EXPECT_EQ(v.Rejects(Node("a", "z1"), kNoUse), "");
+  EXPECT_EQ(v.Rejects(Node("b", "z2"), kNoUse), "");
+  EXPECT_EQ(v.Rejects(Node("c", "z3"), kNoUse),
             "no available volume zone: persistentvolume disk-1 is in "
             "failure-domain.beta.kubernetes.io/zone=z1__z2, the node is in z3");
-  EXPECT_EQ(v.Rejects(Node("d")),
+  EXPECT_EQ(v.Rejects(Node("d"), kNoUse),
             "no available volume zone: persistentvolume disk-1 is in "
             "failure-domain.beta.kubernetes.io/zone=z1__z2, the node has no such label");
 }
@@ -169,7 +185,7 @@ TEST(VolumeFiltersTest, UnreadableClaimsAreNotJudgedAndOtherVolumesReadNothing) 
   Objects api;
   api.refuse = true;
   PodVolumes v = PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter());
-  EXPECT_EQ(v.Rejects(Node("a")), "");
+  EXPECT_EQ(v.Rejects(Node("a"), kNoUse), "");
   EXPECT_NE(v.unjudged_reason().find("grant get on persistentvolumeclaims"), std::string::npos)
       << v.unjudged_reason();
   // Another failure (the apiserver unavailable) is said as it is.
@@ -178,7 +194,7 @@ TEST(VolumeFiltersTest, UnreadableClaimsAreNotJudgedAndOtherVolumesReadNothing) 
     return Status(StatusCode::kUnavailable, "connection refused");
   };
   PodVolumes down = PodVolumes::Read(Pod({ClaimVolume("data")}), unavailable);
-  EXPECT_EQ(down.Rejects(Node("a")), "");
+  EXPECT_EQ(down.Rejects(Node("a"), kNoUse), "");
   EXPECT_NE(down.unjudged_reason().find("connection refused"), std::string::npos);
   EXPECT_EQ(down.unjudged_reason().find("grant"), std::string::npos) << down.unjudged_reason();
   api.reads = 0;
@@ -187,9 +203,255 @@ TEST(VolumeFiltersTest, UnreadableClaimsAreNotJudgedAndOtherVolumesReadNothing) 
                                     "not an object"};
   PodVolumes none = PodVolumes::Read(Pod(others), api.Getter());
   EXPECT_EQ(api.reads, 0);
-  EXPECT_EQ(none.Rejects(Node("a")), "");
+  EXPECT_EQ(none.Rejects(Node("a"), kNoUse), "");
   EXPECT_EQ(none.unjudged_reason(), "");
-  EXPECT_EQ(PodVolumes::Read(json::object(), api.Getter()).Rejects(Node("a")), "");
+  EXPECT_EQ(PodVolumes::Read(json::object(), api.Getter()).Rejects(Node("a"), kNoUse), "");
+}
+
+// PreFilter's order: VolumeRestrictions looks for persistentVolumeClaim
+// claims before VolumeBinding judges any claim, and a Lost claim is refused.
+TEST(VolumeFiltersTest, PreFilterReasonsComeInKubeSchedulersOrder) {
+  Objects api;
+  const json eph = {{"name", "scratch"}, {"ephemeral", {{"volumeClaimTemplate", json::object()}}}};
+  PodVolumes both = PodVolumes::Read(Pod({eph, ClaimVolume("gone")}), api.Getter());
+  EXPECT_EQ(both.every_node(), "persistentvolumeclaim \"gone\" not found");
+  EXPECT_EQ(both.Rejects(Node("a"), kNoUse), both.every_node());
+  json lost = BoundClaim("lost", "pv-lost");
+  lost["status"]["phase"] = "Lost";
+  api.Put("persistentvolumeclaims", "ml", lost);
+  json immediate = BoundClaim("now", "");
+  immediate["metadata"].erase("annotations");
+  api.Put("persistentvolumeclaims", "ml", immediate);
+  api.Put("storageclasses", "", {{"metadata", {{"name", "local"}}}});
+  // The unbound immediate claim comes first, but a broken claim wins.
+  EXPECT_EQ(
+      PodVolumes::Read(Pod({ClaimVolume("now"), ClaimVolume("lost")}), api.Getter()).every_node(),
+      "persistentvolumeclaim \"lost\" bound to non-existent persistentvolume \"pv-lost\"");
+  // The beta annotation names the class before the field does.
+  immediate["metadata"]["annotations"] = {{"volume.beta.kubernetes.io/storage-class", "none"}};
+  api.Put("persistentvolumeclaims", "ml", immediate);
+  EXPECT_EQ(PodVolumes::Read(Pod({ClaimVolume("now")}), api.Getter()).every_node(),
+            "pod has unbound immediate PersistentVolumeClaims (persistentvolumeclaim \"now\" is "
+            "not bound and names storageclass \"none\", which does not exist)");
+}
+
+// A claim whose class waits for the first consumer, and the apiserver's
+// volumes, classes, CSI drivers and capacities to judge it with.
+struct WaitingSetup {
+  Objects api;
+  std::vector<json> volumes, capacities;
+  bool refuse_lists = false;
+  int lists = 0;
+
+  WaitingSetup() {
+    json claim = {{"metadata", {{"name", "data"}, {"namespace", "ml"}, {"uid", "c-1"}}},
+                  {"spec",
+                   {{"storageClassName", "local"},
+                    {"accessModes", {"ReadWriteOnce"}},
+                    {"resources", {{"requests", {{"storage", "50Gi"}}}}}}}};
+    api.Put("persistentvolumeclaims", "ml", claim);
+    api.Put("storageclasses", "",
+            {{"metadata", {{"name", "local"}}},
+             {"provisioner", "kubernetes.io/no-provisioner"},
+             {"volumeBindingMode", "WaitForFirstConsumer"}});
+  }
+  // An Available local volume of class `cls` on `node`.
+  json& AddVolume(const std::string& name, const std::string& node, const std::string& size,
+                  const std::string& cls = "local") {
+    json pv = LocalVolume(name, node);
+    pv["spec"]["storageClassName"] = cls;
+    pv["spec"]["capacity"]["storage"] = size;
+    pv["spec"]["accessModes"] = {"ReadWriteOnce"};
+    pv["status"]["phase"] = "Available";
+    volumes.push_back(pv);
+    return volumes.back();
+  }
+  ObjectLister Lister() {
+    return [this](const std::string& kind) -> StatusOr<std::vector<json>> {
+      ++lists;
+      if (refuse_lists) return Status(StatusCode::kPermissionDenied, "forbidden");
+      return kind == "persistentvolumes" ? volumes : capacities;
+    };
+  }
+  PodVolumes Read(const std::vector<json>& pod_volumes = {ClaimVolume("data")}) {
+    return PodVolumes::Read(Pod(pod_volumes), api.Getter(), Lister());
+  }
+};
+
+// Static volumes: the node needs an Available one of the class that fits the
+// claim (size, access modes, volume mode, selector, its node affinity).
+TEST(VolumeFiltersTest, AWaitingClaimNeedsAVolumeThatFitsItOnTheNode) {
+  WaitingSetup s;
+  s.AddVolume("pv-a", "a", "100Gi");
+  s.AddVolume("pv-b", "b", "20Gi");  // too small
+  s.AddVolume("pv-c", "c", "100Gi")["spec"]["accessModes"] = {"ReadOnlyMany"};
+  s.AddVolume("pv-d", "d", "100Gi")["spec"]["volumeMode"] = "Block";
+  s.AddVolume("pv-e", "e", "100Gi")["status"]["phase"] = "Released";
+  s.AddVolume("pv-f", "f", "100Gi", "other");
+  s.AddVolume("pv-g", "g", "100Gi")["spec"]["claimRef"] = {{"name", "else"}, {"namespace", "ml"}};
+  PodVolumes v = s.Read();
+  EXPECT_EQ(v.waiting_claims(), 1);
+  EXPECT_EQ(v.waiting_unjudged_reason(), "");
+  EXPECT_EQ(v.Rejects(Node("a"), kNoUse), "");
+  for (const char* n : {"b", "c", "d", "e", "f", "g", "h"}) {
+    EXPECT_EQ(v.Rejects(Node(n), kNoUse),
+              "node(s) didn't find available persistent volumes to bind: claim data (class local) "
+              "has no volume here that fits it, and its class provisions none")
+        << n;
+  }
+  // A selector on the claim: only volumes with those labels.
+  json claim = s.api.by_key["persistentvolumeclaims/ml/data"];
+  claim["spec"]["selector"] = {{"matchLabels", {{"disk", "nvme"}}}};
+  s.api.Put("persistentvolumeclaims", "ml", claim);
+  EXPECT_NE(s.Read().Rejects(Node("a"), kNoUse), "");
+  s.volumes[0]["metadata"]["labels"] = {{"disk", "nvme"}};
+  EXPECT_EQ(s.Read().Rejects(Node("a"), kNoUse), "");
+  // Two claims of the pod cannot share one volume.
+  json second = claim;
+  second["metadata"]["name"] = "more";
+  second["metadata"]["uid"] = "c-2";
+  s.api.Put("persistentvolumeclaims", "ml", second);
+  PodVolumes two = s.Read({ClaimVolume("data"), ClaimVolume("more")});
+  EXPECT_EQ(two.waiting_claims(), 2);
+  EXPECT_NE(two.Rejects(Node("a"), kNoUse), "");
+  json& extra = s.AddVolume("pv-a2", "a", "60Gi");
+  extra["metadata"]["labels"] = {{"disk", "nvme"}};
+  EXPECT_EQ(s.Read({ClaimVolume("data"), ClaimVolume("more")}).Rejects(Node("a"), kNoUse), "");
+}
+
+// A volume reserved for the claim (its claimRef names it) is the only one
+// it takes: on another node there is no match, even with a free volume.
+TEST(VolumeFiltersTest, AVolumeReservedForTheClaimIsTheOnlyOneItTakes) {
+  WaitingSetup s;
+  s.AddVolume("pv-a", "a", "100Gi");
+  s.AddVolume("pv-b", "b", "60Gi")["spec"]["claimRef"] = {
+      {"name", "data"}, {"namespace", "ml"}, {"uid", "c-1"}};
+  s.volumes.back()["status"]["phase"] = "Bound";  // reserved volumes need no Available phase
+  PodVolumes v = s.Read();
+  EXPECT_EQ(v.Rejects(Node("b"), kNoUse), "");
+  EXPECT_NE(v.Rejects(Node("a"), kNoUse), "");
+  // Reserved for an earlier claim of the same name (another uid): not this one's.
+  s.volumes.back()["spec"]["claimRef"]["uid"] = "c-0";
+  EXPECT_EQ(s.Read().Rejects(Node("a"), kNoUse), "");
+  EXPECT_NE(s.Read().Rejects(Node("b"), kNoUse), "");
+}
+
+// Dynamic provisioning: the class's allowedTopologies, and for a CSI driver
+// that tracks capacity, a CSIStorageCapacity the node reaches with room.
+TEST(VolumeFiltersTest, AProvisioningClassNeedsTheNodesTopologyAndRoom) {
+  WaitingSetup s;
+  s.api.Put("storageclasses", "",
+            {{"metadata", {{"name", "local"}}},
+             {"provisioner", "lvm.csi.example"},
+             {"volumeBindingMode", "WaitForFirstConsumer"},
+             {"allowedTopologies",
+              {{{"matchLabelExpressions",
+                 {{{"key", "topology.kubernetes.io/zone"}, {"values", {"z1", "z2"}}}}}}}}});
+  PodVolumes v = s.Read();
+  EXPECT_EQ(v.Rejects(Node("a", "z1"), kNoUse), "");
+  EXPECT_EQ(v.Rejects(Node("b", "z3"), kNoUse),
+            "node(s) didn't find available persistent volumes to bind: claim data (class local) "
+            "has no volume here that fits it, and its class provisions only where "
+            "topology.kubernetes.io/zone in (z1,z2)");
+  EXPECT_EQ(s.lists, 1) << "no CSIDriver tracks capacity: capacities are not listed";
+  // The driver tracks capacity: z1 has 40Gi, z2 1Ti but at most 30Gi per volume.
+  s.api.Put("csidrivers", "",
+            {{"metadata", {{"name", "lvm.csi.example"}}}, {"spec", {{"storageCapacity", true}}}});
+  auto capacity = [](const std::string& zone, const std::string& cap, const std::string& max) {
+    json c = {{"metadata", {{"name", "cap-" + zone}, {"namespace", "kube-system"}}},
+              {"storageClassName", "local"},
+              {"capacity", cap},
+              {"nodeTopology", {{"matchLabels", {{"topology.kubernetes.io/zone", zone}}}}}};
+    if (!max.empty()) c["maximumVolumeSize"] = max;
+    return c;
+  };
+  s.capacities = {capacity("z1", "40Gi", ""), capacity("z2", "1Ti", "30Gi")};
+  v = s.Read();
+  EXPECT_EQ(s.lists, 3);
+  const std::string no_room =
+      "node(s) did not have enough free storage: claim data asks 50 GiB of class local, and no "
+      "CSIStorageCapacity of that class that this node reaches has room for it";
+  EXPECT_EQ(v.Rejects(Node("a", "z1"), kNoUse), no_room);
+  EXPECT_EQ(v.Rejects(Node("c", "z2"), kNoUse), no_room);
+  s.capacities.push_back(capacity("z2", "60Gi", ""));
+  EXPECT_EQ(s.Read().Rejects(Node("c", "z2"), kNoUse), "");
+  // A free volume on the node comes before provisioning.
+  s.AddVolume("pv-a", "a", "100Gi");
+  EXPECT_EQ(s.Read().Rejects(Node("a", "z1"), kNoUse), "");
+  // A claim already given a node is provisioned there only.
+  json claim = s.api.by_key["persistentvolumeclaims/ml/data"];
+  claim["metadata"]["annotations"] = {{"volume.kubernetes.io/selected-node", "c"}};
+  s.api.Put("persistentvolumeclaims", "ml", claim);
+  v = s.Read();
+  EXPECT_EQ(v.Rejects(Node("c", "z2"), kNoUse), "");
+  EXPECT_EQ(v.Rejects(Node("a", "z1"), kNoUse),
+            "node(s) didn't find available persistent volumes to bind: claim data is being "
+            "provisioned for node c (volume.kubernetes.io/selected-node)");
+}
+
+// Without the right to list volumes, waiting claims are not judged and the
+// reason names the right; other claims still are.
+TEST(VolumeFiltersTest, WaitingClaimsAreNotJudgedWhenTheirVolumesCannotBeListed) {
+  WaitingSetup s;
+  s.refuse_lists = true;
+  PodVolumes v = s.Read();
+  EXPECT_EQ(v.Rejects(Node("a"), kNoUse), "");
+  EXPECT_EQ(v.unjudged_reason(), "");
+  EXPECT_NE(v.waiting_unjudged_reason().find("grant list on persistentvolumes"), std::string::npos)
+      << v.waiting_unjudged_reason();
+  // Nothing is listed for a pod without waiting claims.
+  s.lists = 0;
+  s.api.Put("persistentvolumeclaims", "ml", BoundClaim("bound", "pv-x"));
+  s.api.Put("persistentvolumes", "", LocalVolume("pv-x", "a"));
+  EXPECT_EQ(s.Read({ClaimVolume("bound")}).Rejects(Node("b"), kNoUse),
+            "PersistentVolume's node affinity: pv-x (claim bound) does not admit this node");
+  EXPECT_EQ(s.lists, 0);
+}
+
+// VolumeRestrictions: a ReadWriteOncePod claim mounted by a bound pod rules
+// out every node; an inline disk mounted on the node rules out that node
+// unless both mount it read-only (never for EBS; RBD needs a shared monitor).
+TEST(VolumeFiltersTest, ReadWriteOncePodClaimsAndInlineDisksAreNotMountedTwice) {
+  Objects api;
+  json claim = BoundClaim("solo", "pv-solo");
+  claim["spec"]["accessModes"] = {"ReadWriteOncePod"};
+  api.Put("persistentvolumeclaims", "ml", claim);
+  api.Put("persistentvolumes", "", {{"metadata", {{"name", "pv-solo"}}}});
+  PodVolumes v = PodVolumes::Read(Pod({ClaimVolume("solo")}), api.Getter());
+  std::map<std::string, NodeUse> uses;
+  uses["b"].claims["ml/other"] = "ml/x";
+  uses["b"].claims["team/solo"] = "team/y";  // same name, another namespace
+  v.NoteClaimsInUse(uses);
+  EXPECT_EQ(v.Rejects(Node("a"), kNoUse), "");
+  uses["c"].claims["ml/solo"] = "ml/writer-0";
+  v.NoteClaimsInUse(uses);
+  EXPECT_EQ(v.Rejects(Node("a"), kNoUse),
+            "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
+            "already in-use by another pod: claim solo is mounted by pod ml/writer-0 on c");
+
+  api.reads = 0;
+  auto disk = [](const std::string& kind, const json& spec) {
+    return json{{"name", "d-" + kind}, {kind, spec}};
+  };
+  const json pd_ro = disk("gcePersistentDisk", {{"pdName", "pd-1"}, {"readOnly", true}});
+  const json pd_rw = disk("gcePersistentDisk", {{"pdName", "pd-1"}});
+  const json ebs_ro = disk("awsElasticBlockStore", {{"volumeID", "vol-1"}, {"readOnly", true}});
+  const json rbd_a = disk("rbd", {{"monitors", {"m1", "m2"}}, {"image", "img"}});
+  const json rbd_b = disk("rbd", {{"monitors", {"m2"}}, {"pool", "rbd"}, {"image", "img"}});
+  const json rbd_c = disk("rbd", {{"monitors", {"m3"}}, {"image", "img"}});
+  auto on = [&](const json& mine, const json& theirs) {
+    NodeUse use;
+    use.disks = PodInlineDisks(Pod({theirs}));
+    return PodVolumes::Read(Pod({mine}), api.Getter()).Rejects(Node("a"), use);
+  };
+  EXPECT_EQ(on(pd_ro, pd_ro), "");
+  EXPECT_EQ(on(pd_ro, pd_rw),
+            "node(s) had no available disk: gcePersistentDisk pd-1 is mounted by a pod on this "
+            "node");
+  EXPECT_NE(on(ebs_ro, ebs_ro), "");
+  EXPECT_NE(on(rbd_a, rbd_b), "");
+  EXPECT_EQ(on(rbd_a, rbd_c), "");
+  EXPECT_EQ(api.reads, 0) << "inline disks read nothing";
 }
 
 }  // namespace
@@ -252,7 +514,10 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
            {"resources", {{"limits", {{"cpu", "2"}, {"memory", "1Gi"}}}}}}}},
         {"volumes",
          {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "d"}}}},
-          {{"name", "e"}, {"ephemeral", {{"volumeClaimTemplate", json::object()}}}}}}}}};
+          {{"name", "e"}, {"ephemeral", {{"volumeClaimTemplate", json::object()}}}},
+          {{"name", "g"}, {"gcePersistentDisk", {{"pdName", "pd"}, {"readOnly", true}}}},
+          {{"name", "r"},
+           {"rbd", {{"monitors", {"m1", "m2"}}, {"image", "i"}, {"readOnly", false}}}}}}}}};
   const json node = {
       {"metadata", {{"name", "a"}, {"labels", {{"rack", "r1"}, {"n", "5"}}}}},
       {"spec", {{"unschedulable", false}, {"taints", {{{"key", "k"}, {"effect", "NoSchedule"}}}}}},
@@ -265,6 +530,40 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
   json pv = {{"metadata", {{"name", "v"}, {"labels", {{"topology.kubernetes.io/zone", "z"}}}}}};
   pv["spec"]["nodeAffinity"]["required"] =
       pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  // The claim of the ephemeral volume waits for its first consumer: the
+  // volumes of its class, the class, its CSI driver and capacities are read.
+  const json waiting = {{"metadata",
+                         {{"name", "p-e"},
+                          {"uid", "c"},
+                          {"annotations", {{"volume.kubernetes.io/selected-node", "a"}}},
+                          {"ownerReferences", {{{"uid", "u"}, {"controller", true}}}}}},
+                        {"spec",
+                         {{"storageClassName", "w"},
+                          {"accessModes", {"ReadWriteOncePod"}},
+                          {"volumeMode", "Block"},
+                          {"selector", {{"matchLabels", {{"disk", "nvme"}}}}},
+                          {"resources", {{"requests", {{"storage", "10Gi"}}}}}}}};
+  json free_pv = {{"metadata", {{"name", "f"}, {"labels", {{"disk", "nvme"}}}}},
+                  {"spec",
+                   {{"storageClassName", "w"},
+                    {"capacity", {{"storage", "20Gi"}}},
+                    {"accessModes", {"ReadWriteOncePod"}},
+                    {"volumeMode", "Block"},
+                    {"claimRef", {{"name", "p-e"}, {"namespace", "ml"}, {"uid", "c"}}}}},
+                  {"status", {{"phase", "Available"}}}};
+  free_pv["spec"]["nodeAffinity"] = pv["spec"]["nodeAffinity"];
+  const json cls = {{"metadata", {{"name", "w"}}},
+                    {"provisioner", "csi.example"},
+                    {"volumeBindingMode", "WaitForFirstConsumer"},
+                    {"allowedTopologies",
+                     {{{"matchLabelExpressions", {{{"key", "rack"}, {"values", {"r1", "r2"}}}}}}}}};
+  const json driver = {{"metadata", {{"name", "csi.example"}}},
+                       {"spec", {{"storageCapacity", true}}}};
+  const json capacity = {{"metadata", {{"name", "cap"}, {"namespace", "csi"}}},
+                         {"storageClassName", "w"},
+                         {"capacity", "1Ti"},
+                         {"maximumVolumeSize", "100Gi"},
+                         {"nodeTopology", {{"matchLabels", {{"rack", "r1"}}}}}};
   const std::vector<json> kinds = {json(),
                                    json(7),
                                    json(-1.5),
@@ -274,8 +573,11 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
                                    json::object({{"z", nullptr}})};
   const NamespaceLabels namespaces = {{"ml", {{"team", "x"}}}};
 
-  auto run = [&](const json& p, const json& n, const json& claim, const json& volume) {
-    NodeFacts facts = NodeFactsFromJson(n);
+  // docs: pod, node, claim, volume, waiting claim, free volume, class,
+  // driver, capacity.
+  auto run = [&](const std::vector<json>& d) {
+    const json& p = d[0];
+    NodeFacts facts = NodeFactsFromJson(d[1]);
     std::map<std::string, NodeFacts> all = {{facts.name, facts}};
     std::map<std::string, NodeUse> use;
     NodeUse& u = use[facts.name];
@@ -283,34 +585,51 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
     u.requested = PodRequests(p);
     u.host_ports = PodHostPorts(p);
     u.pod_labels = {PodLabelsFromJson(p)};
+    for (const std::string& c : PodClaimKeys(p)) u.claims[c] = "ml/other";
+    u.disks = PodInlineDisks(p);
     std::string out = SchedulerRejects(p, facts, &u);
     out += TopologySpread(p, all, use).Rejects(facts);
     out += InterPodAffinity(p, all, use, &namespaces).Rejects(facts);
     out += InterPodAffinity(p, all, use, nullptr).Rejects(facts);
     PodVolumes v = PodVolumes::Read(
-        p, [&](const std::string& kind, const std::string&, const std::string&) -> StatusOr<json> {
-          if (kind == "persistentvolumeclaims") return claim;
-          if (kind == "persistentvolumes") return volume;
-          return json{{"volumeBindingMode", "WaitForFirstConsumer"}};
+        p,
+        [&](const std::string& kind, const std::string&,
+            const std::string& name) -> StatusOr<json> {
+          if (kind == "persistentvolumeclaims") return name == "d" ? d[2] : d[4];
+          if (kind == "persistentvolumes") return d[3];
+          if (kind == "csidrivers") return d[7];
+          return d[6];
+        },
+        [&](const std::string& kind) -> StatusOr<std::vector<json>> {
+          if (kind == "persistentvolumes") return std::vector<json>{d[3], d[5]};
+          return std::vector<json>{d[8], d[8]};
         });
-    out += v.Rejects(facts);
+    v.NoteClaimsInUse(use);
+    out += v.Rejects(facts, u);
     return out;
   };
+  const std::vector<json> base = {pod, node, pvc, pv, waiting, free_pv, cls, driver, capacity};
   int runs = 0;
-  for (const json* doc : std::vector<const json*>{&pod, &node, &pvc, &pv}) {
+  for (size_t i = 0; i < base.size(); ++i) {
     std::vector<std::string> pointers;
-    Pointers(*doc, "", pointers);
+    Pointers(base[i], "", pointers);
     for (const std::string& ptr : pointers) {
       for (const json& k : kinds) {
-        json mutated = *doc;
+        std::vector<json> docs = base;
         if (ptr.empty()) {
-          mutated = k;
+          docs[i] = k;
         } else {
-          mutated[json::json_pointer(ptr)] = k;
+          docs[i][json::json_pointer(ptr)] = k;
         }
-        SCOPED_TRACE(ptr + " = " + k.dump());
-        EXPECT_NO_THROW(run(doc == &pod ? mutated : pod, doc == &node ? mutated : node,
-                            doc == &pvc ? mutated : pvc, doc == &pv ? mutated : pv));
+        SCOPED_TRACE(std::to_string(i) + ptr + " = " + k.dump());
+        EXPECT_NO_THROW(run(docs));
+        // The same with the bound claim's binding undone: its own class is
+        // the waiting one's.
+        if (i != 2) {
+          docs[2]["metadata"].erase("annotations");
+          docs[2]["spec"]["storageClassName"] = "w";
+          EXPECT_NO_THROW(run(docs));
+        }
         ++runs;
       }
     }

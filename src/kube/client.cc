@@ -47,6 +47,14 @@ const Resource& StorageClasses() {
   static const Resource kR{"/apis/storage.k8s.io/v1", "storageclasses", false};
   return kR;
 }
+const Resource& CsiDrivers() {
+  static const Resource kR{"/apis/storage.k8s.io/v1", "csidrivers", false};
+  return kR;
+}
+const Resource& CsiStorageCapacities() {
+  static const Resource kR{"/apis/storage.k8s.io/v1", "csistoragecapacities", true};
+  return kR;
+}
 const Resource& Leases() {
   static const Resource kR{"/apis/coordination.k8s.io/v1", "leases", true};
   return kR;

@@ -171,14 +171,14 @@ install_cuda_library() { # the NVIDIA plugin's init container installs the libra
     grep -q 'devicePlugin.preloadFile must be an absolute file path, not "ld.so.preload"' <<<"${out}"
 }
 check "devicePlugin.installCudaLibrary: the NVIDIA plugin's init container installs the image's library and preload file (off: none); preloadFile reaches every plugin, a relative one fails" install_cuda_library
-viewer_role() { # read-only nodes, pods and namespaces, and an explained pod's claims, volumes and classes, for kubectl accelpool's users; off: none
+viewer_role() { # read-only nodes, pods and namespaces, an explained pod's claims, volumes and classes, and what could serve a waiting claim, for kubectl accelpool's users; off: none
   local role rules
   role="$(awk '/^---/ {p=0} /^  name: t-accelpool-viewer$/ {p=1} p' "${TMP}/default.yaml")"
   rules="$(sed -n '/^rules:/,$p' <<<"${role}" | grep -E 'apiGroups|resources|verbs' | tr '\n' ' ' | tr -s ' ')"
-  [ "${rules}" = ' - apiGroups: [""] resources: [nodes, pods, namespaces] verbs: [get, list] - apiGroups: [""] resources: [persistentvolumeclaims, persistentvolumes] verbs: [get] - apiGroups: [storage.k8s.io] resources: [storageclasses] verbs: [get] ' ] &&
+  [ "${rules}" = ' - apiGroups: [""] resources: [nodes, pods, namespaces] verbs: [get, list] - apiGroups: [""] resources: [persistentvolumes] verbs: [get, list] - apiGroups: [""] resources: [persistentvolumeclaims] verbs: [get] - apiGroups: [storage.k8s.io] resources: [storageclasses, csidrivers] verbs: [get] - apiGroups: [storage.k8s.io] resources: [csistoragecapacities] verbs: [list] ' ] &&
     ! grep -q 'accelpool-viewer' <<<"$(render --set viewerRole.enabled=false)"
 }
-check "viewerRole: ClusterRole t-accelpool-viewer gets and lists nodes, pods and namespaces, gets claims, volumes and storage classes, nothing else (off: none)" viewer_role
+check "viewerRole: ClusterRole t-accelpool-viewer gets and lists nodes, pods, namespaces and volumes, gets claims, storage classes and CSI drivers, lists CSI storage capacities, nothing else (off: none)" viewer_role
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \

@@ -167,19 +167,27 @@ int Run(const Flags& f) {
     if (!namespaces.ok() && namespaces.status().code() != StatusCode::kPermissionDenied) {
       return namespaces.status();
     }
-    // The pod's claims, their volumes and storage classes (a refusal leaves
-    // them unjudged, said in the report).
+    // The pod's claims, their volumes and storage classes, and for claims
+    // waiting for their first consumer what could serve them (a refusal
+    // leaves them unjudged, said in the report).
     kube::KubeClient& api = **client;
-    const PodVolumes volumes =
-        PodVolumes::Read(*pod,
-                         [&api](const std::string& kind, const std::string& in,
-                                const std::string& obj) -> StatusOr<nlohmann::json> {
-                           if (kind == "persistentvolumeclaims")
-                             return api.Get(kube::PersistentVolumeClaims(), in, obj);
-                           if (kind == "persistentvolumes")
-                             return api.Get(kube::PersistentVolumes(), "", obj);
-                           return api.Get(kube::StorageClasses(), "", obj);
-                         });
+    auto get = [&api](const std::string& kind, const std::string& in,
+                      const std::string& obj) -> StatusOr<nlohmann::json> {
+      if (kind == "persistentvolumeclaims") return api.Get(kube::PersistentVolumeClaims(), in, obj);
+      if (kind == "persistentvolumes") return api.Get(kube::PersistentVolumes(), "", obj);
+      if (kind == "csidrivers") return api.Get(kube::CsiDrivers(), "", obj);
+      return api.Get(kube::StorageClasses(), "", obj);
+    };
+    auto list = [&api,
+                 &progress](const std::string& kind) -> StatusOr<std::vector<nlohmann::json>> {
+      const kube::Resource& r =
+          kind == "persistentvolumes" ? kube::PersistentVolumes() : kube::CsiStorageCapacities();
+      progress("listing " + kind);
+      StatusOr<kube::ListResult> got = api.List(r, "", kube::ListOptions());
+      if (!got.ok()) return got.status();
+      return std::move(got->items);
+    };
+    const PodVolumes volumes = PodVolumes::Read(*pod, get, list);
     ExplainInputs inputs;
     inputs.ns_labels = namespaces.ok() ? &*namespaces : nullptr;
     inputs.volumes = &volumes;
