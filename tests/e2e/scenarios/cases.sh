@@ -484,17 +484,105 @@ YAML
     refused_on_hg reader "PersistentVolume's node affinity" \
       "^PersistentVolume's node affinity: scen-local-pv [(]claim scen-local[)] does not admit this node\$"
 }
+other_node() { kc get nodes -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | grep -vx "${HG}" | head -1; }
+explain_waiting() { # a claim waiting for its first consumer, whose only volume is on another node, and a class that provisions none
+  local other
+  other="$(other_node)"
+  [ -n "${other}" ] && kc create -f - >/dev/null <<YAML &&
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: scen-wait}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: scen-wait-pv}
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: scen-wait
+  local: {path: /mnt/none}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [${other}]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scen-wait, namespace: ${NS}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: scen-wait
+  resources: {requests: {storage: 1Gi}}
+YAML
+    # No volume controller runs here to mark the new volume Available.
+    kc patch pv scen-wait-pv --subresource=status --type=merge -p '{"status":{"phase":"Available"}}' >/dev/null &&
+    probe_pod waiter waiter "  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: scen-wait}}" &&
+    refused_on_hg waiter "didn't find available persistent volumes to bind" \
+      "^node[(]s[)] didn't find available persistent volumes to bind: claim scen-wait [(]class scen-wait[)] has no volume here that fits it, and its class provisions none\$"
+}
+explain_rwop() { # a ReadWriteOncePod claim that a pod on another node mounts already
+  local other
+  other="$(other_node)"
+  [ -n "${other}" ] && kc create -f - >/dev/null <<YAML &&
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: scen-solo-pv}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOncePod]
+  storageClassName: ""
+  hostPath: {path: /mnt/none}
+  claimRef: {namespace: ${NS}, name: scen-solo}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: scen-solo
+  namespace: ${NS}
+  annotations: {pv.kubernetes.io/bind-completed: "yes"}
+spec:
+  accessModes: [ReadWriteOncePod]
+  storageClassName: ""
+  volumeName: scen-solo-pv
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: solo-writer, namespace: ${NS}}
+spec:
+  nodeName: ${other}
+  terminationGracePeriodSeconds: 0
+  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: scen-solo}}
+  containers:
+  - {name: main, image: registry.invalid/none}
+YAML
+    probe_pod solo-reader solo "  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: scen-solo}}" &&
+    refused_on_hg solo-reader "ReadWriteOncePod access mode already in-use by another pod" \
+      "^node[(]s[)] unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod: claim scen-solo is mounted by pod ${NS}/solo-writer on ${other}\$"
+}
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
 check "kubectl accelpool explain: an app=crowd pod is refused on ${HG}, where a bound pod's anti-affinity keeps app=crowd out, as kube-scheduler says" explain_existing_anti
 check "kubectl accelpool explain: a pod whose claim is bound to a local volume on another node is refused on ${HG}, as kube-scheduler says" explain_volume
-kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader --wait=false >/dev/null 2>&1 || true
+check "kubectl accelpool explain: a pod whose waiting claim's only volume is on another node is refused on ${HG}, as kube-scheduler says" explain_waiting
+check "kubectl accelpool explain: a pod whose ReadWriteOncePod claim another pod mounts is refused on ${HG}, as kube-scheduler says" explain_rwop
+kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader waiter solo-reader solo-writer --wait=false >/dev/null 2>&1 || true
 # No pvc- or pv-protection controller runs here to lift their finalizers.
-kc -n "${NS}" patch pvc scen-local --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-kc patch pv scen-local-pv --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-kc -n "${NS}" delete pvc scen-local --wait=false >/dev/null 2>&1 || true
-kc delete pv scen-local-pv --wait=false >/dev/null 2>&1 || true
+for claim in scen-local scen-wait scen-solo; do
+  kc -n "${NS}" patch pvc "${claim}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  kc -n "${NS}" delete pvc "${claim}" --wait=false >/dev/null 2>&1 || true
+done
+for pv in scen-local-pv scen-wait-pv scen-solo-pv; do
+  kc patch pv "${pv}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  kc delete pv "${pv}" --wait=false >/dev/null 2>&1 || true
+done
+kc delete storageclass scen-wait >/dev/null 2>&1 || true
 holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
