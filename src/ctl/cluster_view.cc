@@ -107,6 +107,7 @@ void ClusterView::CountPod(const json& pod) {
   const std::string self = kube::StringAt(pod, json::json_pointer("/metadata/namespace")) + "/" +
                            kube::StringAt(pod, json::json_pointer("/metadata/name"));
   for (std::string& claim : PodClaimKeys(pod)) use.claims.emplace(std::move(claim), self);
+  for (std::string& claim : PodVolumeClaimKeys(pod)) use.volume_claims.push_back(std::move(claim));
   for (InlineDisk& d : PodInlineDisks(pod)) use.disks.push_back(std::move(d));
 }
 
@@ -572,15 +573,21 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   }
   r.text +=
       "  (kube-scheduler's cordon, taint, node affinity, host port, resource, volume binding and "
-      "zone, volume restriction, topology spread and pod affinity filters are applied here, "
-      "bound pods' anti-affinity included; its volume attach limits are not: "
-      "`kubectl describe pod` shows its last attempt)\n";
+      "zone, volume restriction, CSI volume limit, topology spread and pod affinity filters are "
+      "applied here, bound pods' anti-affinity included: `kubectl describe pod` shows its last "
+      "attempt)\n";
   if (inputs.volumes == nullptr) {
     r.json["volumes_not_judged"] = "not read";
   } else if (!inputs.volumes->unjudged_reason().empty()) {
     r.json["volumes_not_judged"] = inputs.volumes->unjudged_reason();
     r.text += "  (its volumes were not judged: " + inputs.volumes->unjudged_reason() + ")\n";
-  } else if (inputs.volumes->waiting_claims() > 0) {
+  } else if (!inputs.volumes->limits_unjudged_reason().empty()) {
+    r.json["volume_limits_not_judged"] = inputs.volumes->limits_unjudged_reason();
+    r.text +=
+        "  (its volume attach limits were not judged: " + inputs.volumes->limits_unjudged_reason() +
+        ")\n";
+  }
+  if (inputs.volumes != nullptr && inputs.volumes->waiting_claims() > 0) {
     r.json["claims_waiting_for_first_consumer"] = inputs.volumes->waiting_claims();
     if (!inputs.volumes->waiting_unjudged_reason().empty()) {
       r.json["waiting_claims_not_judged"] = inputs.volumes->waiting_unjudged_reason();

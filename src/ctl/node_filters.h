@@ -108,6 +108,8 @@ struct NodeUse {
   std::vector<PodLabels> pod_labels;
   // "ns/claim" -> "ns/pod" of a pod mounting it (spec.volumes[].persistentVolumeClaim).
   std::map<std::string, std::string> claims = {};
+  // "ns/claim" of every claim its pods mount, generic ephemeral ones too.
+  std::vector<std::string> volume_claims = {};
   std::vector<InlineDisk> disks = {};
 };
 

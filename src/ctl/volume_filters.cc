@@ -181,6 +181,22 @@ std::vector<InlineDisk> PodInlineDisks(const json& pod) {
   return out;
 }
 
+std::vector<std::string> PodVolumeClaimKeys(const json& pod) {
+  std::vector<std::string> out;
+  const json& volumes = At(pod, "/spec/volumes");
+  if (!volumes.is_array()) return out;
+  const std::string ns = Str(pod, "/metadata/namespace");
+  for (const json& v : volumes) {
+    if (!v.is_object()) continue;
+    std::string claim = Str(v, "/persistentVolumeClaim/claimName");
+    if (claim.empty() && At(v, "/ephemeral").is_object()) {
+      claim = Str(pod, "/metadata/name") + "-" + Str(v, "/name");
+    }
+    if (!claim.empty()) out.push_back(ns + "/" + claim);
+  }
+  return out;
+}
+
 std::vector<std::string> PodClaimKeys(const json& pod) {
   std::vector<std::string> out;
   const json& volumes = At(pod, "/spec/volumes");
@@ -267,6 +283,9 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get, const Obje
         continue;
       }
       if (!pv.ok()) return unread("persistentvolume \"" + volume + "\"", pv.status());
+      if (const std::string driver = Str(*pv, "/spec/csi/driver"); !driver.empty()) {
+        out.csi_volumes_[driver + "/" + Str(*pv, "/spec/csi/volumeHandle")] = driver;
+      }
       Bound b;
       b.claim = claim;
       b.volume = volume;
@@ -320,6 +339,10 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get, const Obje
     w.attributes_class = Str(*pvc, "/spec/volumeAttributesClassName");
     w.provisioner = Str(sc, "/provisioner");
     w.allowed_topologies = At(sc, "/allowedTopologies");
+    // A volume still to come counts as one more of its provisioner's.
+    if (!w.provisioner.empty()) {
+      out.csi_volumes_[w.provisioner + "/~" + out.ns_ + "/" + claim] = w.provisioner;
+    }
     out.waiting_.push_back(std::move(w));
   }
   out.every_node_ = !missing.empty() ? missing : !broken.empty() ? broken : immediate;
@@ -409,6 +432,115 @@ void PodVolumes::NoteClaimsInUse(const std::map<std::string, NodeUse>& uses) {
       return;
     }
   }
+}
+
+void PodVolumes::ReadVolumeLimits(const std::map<std::string, NodeUse>& uses,
+                                  const ObjectGetter& get, const ObjectLister& list) {
+  if (!unjudged_.empty() || !every_node_.empty() || csi_volumes_.empty() || !list) return;
+  auto refused = [this](const std::string& what, const Status& st) {
+    limits_.clear();
+    attached_.clear();
+    limits_unjudged_ = what + ": " + st.ToString();
+    if (st.code() == StatusCode::kPermissionDenied) {
+      limits_unjudged_ +=
+          "; grant list on csinodes, persistentvolumeclaims, persistentvolumes and "
+          "volumeattachments (the chart's viewer role does)";
+    }
+  };
+  std::set<std::string> drivers;
+  for (const auto& [volume, driver] : csi_volumes_) drivers.insert(driver);
+  StatusOr<std::vector<json>> csi_nodes = list("csinodes");
+  if (!csi_nodes.ok()) return refused("listing csinodes", csi_nodes.status());
+  for (const json& n : *csi_nodes) {
+    const json& entries = At(n, "/spec/drivers");
+    if (!entries.is_array()) continue;
+    for (const json& d : entries) {
+      const json& count = At(d, "/allocatable/count");
+      if (drivers.count(Str(d, "/name")) > 0 && count.is_number_integer()) {
+        limits_[Str(n, "/metadata/name")][Str(d, "/name")] = count.get<int64_t>();
+      }
+    }
+  }
+  if (limits_.empty()) return;
+  // What is attached to those nodes: the CSI volumes of their pods' claims
+  // (a claim not bound yet as a volume to come from its class's
+  // provisioner), then the VolumeAttachments.
+  StatusOr<std::vector<json>> claims = list("persistentvolumeclaims");
+  if (!claims.ok()) return refused("listing persistentvolumeclaims", claims.status());
+  StatusOr<std::vector<json>> volumes = list("persistentvolumes");
+  if (!volumes.ok()) return refused("listing persistentvolumes", volumes.status());
+  std::map<std::string, const json*> claim_by_key;
+  for (const json& c : *claims) {
+    claim_by_key[Str(c, "/metadata/namespace") + "/" + Str(c, "/metadata/name")] = &c;
+  }
+  std::map<std::string, std::pair<std::string, std::string>> csi_by_volume;  // driver, handle
+  std::set<std::string> volume_names;
+  for (const json& v : *volumes) {
+    volume_names.insert(Str(v, "/metadata/name"));
+    const std::string driver = Str(v, "/spec/csi/driver");
+    if (!driver.empty()) {
+      csi_by_volume[Str(v, "/metadata/name")] = {driver, Str(v, "/spec/csi/volumeHandle")};
+    }
+  }
+  std::map<std::string, std::string> provisioners;  // by class
+  auto provisioner_of = [&](const std::string& cls) -> std::string {
+    auto [it, added] = provisioners.emplace(cls, "");
+    if (added && !cls.empty()) {
+      StatusOr<json> sc = get("storageclasses", "", cls);
+      if (sc.ok()) it->second = Str(*sc, "/provisioner");
+    }
+    return it->second;
+  };
+  for (const auto& [node, limits] : limits_) {
+    std::map<std::string, std::string>& here = attached_[node];
+    auto use = uses.find(node);
+    if (use == uses.end()) continue;
+    for (const std::string& key : use->second.volume_claims) {
+      auto c = claim_by_key.find(key);
+      if (c == claim_by_key.end()) continue;  // not counted, as kube-scheduler does
+      const std::string volume = Str(*c->second, "/spec/volumeName");
+      if (!volume.empty()) {
+        if (auto v = csi_by_volume.find(volume); v != csi_by_volume.end()) {
+          here[v->second.first + "/" + v->second.second] = v->second.first;
+          continue;
+        }
+        if (volume_names.count(volume) > 0) continue;  // not a CSI volume
+      }
+      // Unbound, or its volume gone: one to come from its class's provisioner.
+      const std::string p = provisioner_of(ClassOf(*c->second));
+      if (!p.empty()) here[p + "/~" + key] = p;
+    }
+  }
+  StatusOr<std::vector<json>> attachments = list("volumeattachments");
+  if (!attachments.ok()) return refused("listing volumeattachments", attachments.status());
+  for (const json& va : *attachments) {
+    auto node = attached_.find(Str(va, "/spec/nodeName"));
+    const std::string attacher = Str(va, "/spec/attacher");
+    auto v = csi_by_volume.find(Str(va, "/spec/source/persistentVolumeName"));
+    if (node == attached_.end() || attacher.empty() || v == csi_by_volume.end()) continue;
+    node->second.emplace(attacher + "/" + v->second.second, attacher);
+  }
+}
+
+std::string PodVolumes::LimitsReject(const NodeFacts& node) const {
+  auto limits = limits_.find(node.name);
+  if (limits == limits_.end()) return "";
+  static const std::map<std::string, std::string> kNone;
+  auto found = attached_.find(node.name);
+  const std::map<std::string, std::string>& here = found == attached_.end() ? kNone : found->second;
+  std::map<std::string, int64_t> attached, adds;
+  for (const auto& [volume, driver] : here) ++attached[driver];
+  for (const auto& [volume, driver] : csi_volumes_) {
+    if (here.count(volume) == 0) ++adds[driver];
+  }
+  for (const auto& [driver, count] : adds) {
+    auto limit = limits->second.find(driver);
+    if (limit == limits->second.end() || attached[driver] + count <= limit->second) continue;
+    return "node(s) exceed max volume count: " + driver + " has " +
+           std::to_string(attached[driver]) + " of " + std::to_string(limit->second) +
+           " volumes attached here, the pod adds " + std::to_string(count);
+  }
+  return "";
 }
 
 bool PodVolumes::FitsUnclaimed(const Waiting& w, const Candidate& c) {
@@ -526,6 +658,7 @@ std::string PodVolumes::Rejects(const NodeFacts& node, const NodeUse& use) const
            "already in-use by another pod: " +
            rwop_in_use_;
   }
+  if (std::string no = LimitsReject(node); !no.empty()) return no;
   // VolumeBinding: bound claims, then the waiting ones.
   for (const Bound& b : bound_) {
     if (b.missing) {

@@ -36,8 +36,13 @@
 //                  (topology.kubernetes.io/{zone,region} and their
 //                  failure-domain.beta.kubernetes.io forms; "a__b" is a set):
 //                  the node needs one of the values under the same key.
-// Not judged: NodeVolumeLimits (attach limits); in-tree volumes translated to
-// CSI for their topology. What could not be read (a refusal) leaves claims
+//   NodeVolumeLimits  the CSI volumes of the pod's claims (a bound claim's
+//                  volume by driver and handle; an unbound one as a new volume
+//                  of its class's provisioner) that are not attached to the
+//                  node already, added to those that are, within the node's
+//                  CSINode limit per driver (ReadVolumeLimits).
+// Not judged: in-tree volumes that kube-scheduler translates to CSI (for
+// their topology and attach limits). What could not be read (a refusal) leaves claims
 // unjudged, and the report says which right to grant.
 //
 // Thread-safety: plain values and pure functions.
@@ -61,14 +66,18 @@ namespace accelpool::ctl {
 // is none.
 using ObjectGetter = std::function<StatusOr<nlohmann::json>(
     const std::string& kind, const std::string& ns, const std::string& name)>;
-// Lists every object of a kind: "persistentvolumes", or
-// "csistoragecapacities" (all namespaces).
+// Lists every object of a kind: "persistentvolumes", "csinodes",
+// "volumeattachments", or (all namespaces) "persistentvolumeclaims" and
+// "csistoragecapacities".
 using ObjectLister = std::function<StatusOr<std::vector<nlohmann::json>>(const std::string& kind)>;
 
 // The inline disks of a pod's volumes, and the claims its
 // persistentVolumeClaim volumes name ("ns/claim").
 std::vector<InlineDisk> PodInlineDisks(const nlohmann::json& pod);
 std::vector<std::string> PodClaimKeys(const nlohmann::json& pod);
+// Every claim of the pod's volumes ("ns/claim"), `<pod>-<volume>` for a
+// generic ephemeral volume too.
+std::vector<std::string> PodVolumeClaimKeys(const nlohmann::json& pod);
 
 // What the pod's volumes allow, read once for a walk over many nodes.
 class PodVolumes {
@@ -84,6 +93,16 @@ class PodVolumes {
   // Notes the claims mounted by pods bound to nodes (their NodeUse), for the
   // ReadWriteOncePod rule. Call once, before Rejects.
   void NoteClaimsInUse(const std::map<std::string, NodeUse>& uses);
+
+  // NodeVolumeLimits: when the pod's claims use CSI drivers, reads the nodes'
+  // attach limits for them (CSINode spec.drivers[].allocatable.count) and,
+  // on nodes that have one, the CSI volumes attached there: those of the
+  // claims the node's pods mount (`uses`) and the VolumeAttachments. Lists
+  // nothing when no claim of the pod uses a CSI driver. A refusal leaves the
+  // limits unjudged (limits_unjudged_reason()).
+  void ReadVolumeLimits(const std::map<std::string, NodeUse>& uses, const ObjectGetter& get,
+                        const ObjectLister& list);
+  const std::string& limits_unjudged_reason() const { return limits_unjudged_; }
 
   // The reason every node gets (kube-scheduler's PreFilter), "" if none.
   const std::string& every_node() const { return every_node_; }
@@ -135,6 +154,7 @@ class PodVolumes {
   };
 
   std::string WaitingRejects(const NodeFacts& node) const;
+  std::string LimitsReject(const NodeFacts& node) const;
   // The checks an Available volume not reserved for the claim must pass too.
   static bool FitsUnclaimed(const Waiting& w, const Candidate& c);
   std::string ProvisionRejects(const Waiting& w, const NodeFacts& node) const;
@@ -148,6 +168,13 @@ class PodVolumes {
   std::vector<std::string> rwop_claims_;  // ReadWriteOncePod claims of the pod
   std::string rwop_in_use_;               // "claim x is mounted by pod ns/p" when one is
   std::vector<InlineDisk> disks_;
+  // NodeVolumeLimits: the pod's CSI volumes ("driver/handle" -> driver), the
+  // limits of nodes that have one for their drivers, and the CSI volumes
+  // attached to those nodes.
+  std::map<std::string, std::string> csi_volumes_;
+  std::map<std::string, std::map<std::string, int64_t>> limits_;
+  std::map<std::string, std::map<std::string, std::string>> attached_;
+  std::string limits_unjudged_;
 };
 
 }  // namespace accelpool::ctl

@@ -408,6 +408,88 @@ TEST(VolumeFiltersTest, WaitingClaimsAreNotJudgedWhenTheirVolumesCannotBeListed)
   EXPECT_EQ(s.lists, 0);
 }
 
+// NodeVolumeLimits: a node's CSINode limit per driver against the CSI
+// volumes attached there (its pods' claims, VolumeAttachments) plus those of
+// the pod that are not attached there yet.
+TEST(VolumeFiltersTest, CsiVolumesBeyondTheNodesAttachLimitRuleItOut) {
+  Objects api;
+  std::map<std::string, std::vector<json>> lists;
+  int list_calls = 0;
+  bool refuse = false;
+  ObjectLister lister = [&](const std::string& kind) -> StatusOr<std::vector<json>> {
+    ++list_calls;
+    if (refuse) return Status(StatusCode::kPermissionDenied, "forbidden");
+    return lists[kind];
+  };
+  auto csi_volume = [](const std::string& name, const std::string& handle) {
+    return json{{"metadata", {{"name", name}}},
+                {"spec", {{"csi", {{"driver", "ebs.csi"}, {"volumeHandle", handle}}}}}};
+  };
+  auto bound = [](const std::string& name, const std::string& volume) {
+    json c = BoundClaim(name, volume);
+    c["spec"]["storageClassName"] = "gp3";
+    return c;
+  };
+  api.Put("persistentvolumeclaims", "ml", bound("data", "pv-new"));
+  api.Put("persistentvolumes", "", csi_volume("pv-new", "vol-new"));
+  api.Put("storageclasses", "", {{"metadata", {{"name", "gp3"}}}, {"provisioner", "ebs.csi"}});
+  lists["persistentvolumes"] = {
+      csi_volume("pv-new", "vol-new"),
+      csi_volume("pv-x", "vol-x"),
+      csi_volume("pv-y", "vol-y"),
+      {{"metadata", {{"name", "pv-nfs"}}}, {"spec", {{"nfs", json::object()}}}}};
+  json unbound = bound("later", "");
+  unbound["spec"].erase("volumeName");
+  lists["persistentvolumeclaims"] = {bound("data", "pv-new"), bound("x", "pv-x"),
+                                     bound("y", "pv-y"), bound("nfs", "pv-nfs"), unbound};
+  for (json& c : lists["persistentvolumeclaims"]) c["metadata"]["namespace"] = "ml";
+  auto csi_node = [](const std::string& node, int count) {
+    return json{{"metadata", {{"name", node}}},
+                {"spec",
+                 {{"drivers",
+                   {{{"name", "other.csi"}, {"allocatable", {{"count", 0}}}},
+                    {{"name", "ebs.csi"}, {"allocatable", {{"count", count}}}}}}}}};
+  };
+  lists["csinodes"] = {csi_node("a", 2), csi_node("b", 2), csi_node("d", 1), csi_node("e", 1),
+                       csi_node("f", 2)};
+  lists["volumeattachments"] = {{{"spec",
+                                  {{"nodeName", "d"},
+                                   {"attacher", "ebs.csi"},
+                                   {"source", {{"persistentVolumeName", "pv-y"}}}}}}};
+  std::map<std::string, NodeUse> uses;
+  uses["a"].volume_claims = {"ml/x", "ml/y"};               // 2 of 2: no room
+  uses["b"].volume_claims = {"ml/data", "ml/x"};            // the pod's volume is attached already
+  uses["e"].volume_claims = {"ml/later"};                   // a volume to come counts
+  uses["f"].volume_claims = {"ml/nfs", "ml/x", "ml/gone"};  // not CSI, or no claim: not counted
+  PodVolumes v = PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter(), lister);
+  v.ReadVolumeLimits(uses, api.Getter(), lister);
+  EXPECT_EQ(v.limits_unjudged_reason(), "");
+  EXPECT_EQ(v.Rejects(Node("a"), uses["a"]),
+            "node(s) exceed max volume count: ebs.csi has 2 of 2 volumes attached here, the pod "
+            "adds 1");
+  EXPECT_EQ(v.Rejects(Node("b"), uses["b"]), "");
+  EXPECT_EQ(v.Rejects(Node("c"), kNoUse), "") << "no CSINode: no limit";
+  EXPECT_EQ(v.Rejects(Node("d"), kNoUse),
+            "node(s) exceed max volume count: ebs.csi has 1 of 1 volumes attached here, the pod "
+            "adds 1");
+  EXPECT_NE(v.Rejects(Node("e"), uses["e"]), "");
+  EXPECT_EQ(v.Rejects(Node("f"), uses["f"]), "");
+
+  // Refused: not judged, and the rights are named.
+  refuse = true;
+  PodVolumes denied = PodVolumes::Read(Pod({ClaimVolume("data")}), api.Getter());
+  denied.ReadVolumeLimits(uses, api.Getter(), lister);
+  EXPECT_EQ(denied.Rejects(Node("a"), uses["a"]), "");
+  EXPECT_NE(denied.limits_unjudged_reason().find("grant list on csinodes"), std::string::npos)
+      << denied.limits_unjudged_reason();
+  // A pod without CSI volumes lists nothing.
+  refuse = false;
+  list_calls = 0;
+  PodVolumes none = PodVolumes::Read(Pod({}), api.Getter(), lister);
+  none.ReadVolumeLimits(uses, api.Getter(), lister);
+  EXPECT_EQ(list_calls, 0);
+}
+
 // VolumeRestrictions: a ReadWriteOncePod claim mounted by a bound pod rules
 // out every node; an inline disk mounted on the node rules out that node
 // unless both mount it read-only (never for EBS; RBD needs a shared monitor).
@@ -530,6 +612,7 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
   json pv = {{"metadata", {{"name", "v"}, {"labels", {{"topology.kubernetes.io/zone", "z"}}}}}};
   pv["spec"]["nodeAffinity"]["required"] =
       pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  pv["spec"]["csi"] = {{"driver", "csi.example"}, {"volumeHandle", "h"}};
   // The claim of the ephemeral volume waits for its first consumer: the
   // volumes of its class, the class, its CSI driver and capacities are read.
   const json waiting = {{"metadata",
@@ -574,7 +657,7 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
   const NamespaceLabels namespaces = {{"ml", {{"team", "x"}}}};
 
   // docs: pod, node, claim, volume, waiting claim, free volume, class,
-  // driver, capacity.
+  // driver, capacity, CSINode, VolumeAttachment.
   auto run = [&](const std::vector<json>& d) {
     const json& p = d[0];
     NodeFacts facts = NodeFactsFromJson(d[1]);
@@ -605,10 +688,30 @@ TEST(FiltersRobustnessTest, EveryFieldOfEveryTypeIsAnsweredWithoutACrash) {
           return std::vector<json>{d[8], d[8]};
         });
     v.NoteClaimsInUse(use);
+    u.volume_claims = PodVolumeClaimKeys(p);
+    v.ReadVolumeLimits(
+        use,
+        [&](const std::string&, const std::string&, const std::string&) -> StatusOr<json> {
+          return d[6];
+        },
+        [&](const std::string& kind) -> StatusOr<std::vector<json>> {
+          if (kind == "persistentvolumes") return std::vector<json>{d[3], d[5]};
+          if (kind == "persistentvolumeclaims") return std::vector<json>{d[2], d[4]};
+          if (kind == "csinodes") return std::vector<json>{d[9]};
+          return std::vector<json>{d[10]};
+        });
     out += v.Rejects(facts, u);
     return out;
   };
-  const std::vector<json> base = {pod, node, pvc, pv, waiting, free_pv, cls, driver, capacity};
+  const json csi_node = {
+      {"metadata", {{"name", "a"}}},
+      {"spec", {{"drivers", {{{"name", "csi.example"}, {"allocatable", {{"count", 1}}}}}}}}};
+  const json attachment = {{"spec",
+                            {{"nodeName", "a"},
+                             {"attacher", "csi.example"},
+                             {"source", {{"persistentVolumeName", "f"}}}}}};
+  const std::vector<json> base = {pod, node,   pvc,      pv,       waiting,   free_pv,
+                                  cls, driver, capacity, csi_node, attachment};
   int runs = 0;
   for (size_t i = 0; i < base.size(); ++i) {
     std::vector<std::string> pointers;

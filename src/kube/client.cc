@@ -55,6 +55,14 @@ const Resource& CsiStorageCapacities() {
   static const Resource kR{"/apis/storage.k8s.io/v1", "csistoragecapacities", true};
   return kR;
 }
+const Resource& CsiNodes() {
+  static const Resource kR{"/apis/storage.k8s.io/v1", "csinodes", false};
+  return kR;
+}
+const Resource& VolumeAttachments() {
+  static const Resource kR{"/apis/storage.k8s.io/v1", "volumeattachments", false};
+  return kR;
+}
 const Resource& Leases() {
   static const Resource kR{"/apis/coordination.k8s.io/v1", "leases", true};
   return kR;

@@ -56,6 +56,8 @@ const Resource& PersistentVolumes();
 const Resource& StorageClasses();        // storage.k8s.io/v1
 const Resource& CsiDrivers();            // storage.k8s.io/v1
 const Resource& CsiStorageCapacities();  // storage.k8s.io/v1
+const Resource& CsiNodes();              // storage.k8s.io/v1
+const Resource& VolumeAttachments();     // storage.k8s.io/v1
 const Resource& Leases();      // coordination.k8s.io/v1
 const Resource& Events();      // events.k8s.io/v1
 const Resource& CoreEvents();  // v1 events

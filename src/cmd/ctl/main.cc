@@ -180,14 +180,36 @@ int Run(const Flags& f) {
     };
     auto list = [&api,
                  &progress](const std::string& kind) -> StatusOr<std::vector<nlohmann::json>> {
-      const kube::Resource& r =
-          kind == "persistentvolumes" ? kube::PersistentVolumes() : kube::CsiStorageCapacities();
+      const kube::Resource& r = kind == "persistentvolumes"        ? kube::PersistentVolumes()
+                                : kind == "persistentvolumeclaims" ? kube::PersistentVolumeClaims()
+                                : kind == "csinodes"               ? kube::CsiNodes()
+                                : kind == "volumeattachments"      ? kube::VolumeAttachments()
+                                                                   : kube::CsiStorageCapacities();
       progress("listing " + kind);
-      StatusOr<kube::ListResult> got = api.List(r, "", kube::ListOptions());
+      kube::ListOptions o;
+      if (kind == "persistentvolumeclaims") {
+        // Every claim in the cluster: keep only what names its volume and class.
+        o.keep = [](nlohmann::json& c) {
+          nlohmann::json kept = {{"metadata", nlohmann::json::object()},
+                                 {"spec", nlohmann::json::object()}};
+          for (const char* field : {"name", "namespace", "annotations"}) {
+            const nlohmann::json::json_pointer at(std::string("/metadata/") + field);
+            if (c.contains(at)) kept["metadata"][field] = c[at];
+          }
+          for (const char* field : {"volumeName", "storageClassName"}) {
+            const nlohmann::json::json_pointer at(std::string("/spec/") + field);
+            if (c.contains(at)) kept["spec"][field] = c[at];
+          }
+          c = std::move(kept);
+          return true;
+        };
+      }
+      StatusOr<kube::ListResult> got = api.List(r, "", o);
       if (!got.ok()) return got.status();
       return std::move(got->items);
     };
-    const PodVolumes volumes = PodVolumes::Read(*pod, get, list);
+    PodVolumes volumes = PodVolumes::Read(*pod, get, list);
+    volumes.ReadVolumeLimits((*view)->uses(), get, list);
     ExplainInputs inputs;
     inputs.ns_labels = namespaces.ok() ? &*namespaces : nullptr;
     inputs.volumes = &volumes;

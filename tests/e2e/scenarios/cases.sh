@@ -565,6 +565,58 @@ YAML
     refused_on_hg solo-reader "ReadWriteOncePod access mode already in-use by another pod" \
       "^node[(]s[)] unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod: claim scen-solo is mounted by pod ${NS}/solo-writer on ${other}\$"
 }
+csi_pair() { # NAME: a CSI volume of driver csi.scen and its bound claim
+  cat <<YAML
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $1}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  csi: {driver: csi.scen, volumeHandle: handle-$1}
+  claimRef: {namespace: ${NS}, name: $1}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: $1
+  namespace: ${NS}
+  annotations: {pv.kubernetes.io/bind-completed: "yes"}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: $1
+  resources: {requests: {storage: 1Gi}}
+YAML
+}
+explain_csi_limit() { # ${HG}'s CSINode allows one csi.scen volume, and a pod there holds one
+  { csi_pair scen-csi-a; csi_pair scen-csi-b; cat <<YAML; } | kc apply -f - >/dev/null &&
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: ${HG}}
+spec:
+  drivers:
+  - {name: csi.scen, nodeID: ${HG}, allocatable: {count: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: csi-holder, namespace: ${NS}}
+spec:
+  nodeName: ${HG}
+  terminationGracePeriodSeconds: 0
+  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: scen-csi-a}}
+  containers:
+  - {name: main, image: registry.invalid/none}
+YAML
+    probe_pod csi-reader csi "  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: scen-csi-b}}" &&
+    refused_on_hg csi-reader "exceed max volume count" \
+      "^node[(]s[)] exceed max volume count: csi.scen has 1 of 1 volumes attached here, the pod adds 1\$"
+}
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
@@ -572,13 +624,15 @@ check "kubectl accelpool explain: an app=crowd pod is refused on ${HG}, where a 
 check "kubectl accelpool explain: a pod whose claim is bound to a local volume on another node is refused on ${HG}, as kube-scheduler says" explain_volume
 check "kubectl accelpool explain: a pod whose waiting claim's only volume is on another node is refused on ${HG}, as kube-scheduler says" explain_waiting
 check "kubectl accelpool explain: a pod whose ReadWriteOncePod claim another pod mounts is refused on ${HG}, as kube-scheduler says" explain_rwop
-kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader waiter solo-reader solo-writer --wait=false >/dev/null 2>&1 || true
+check "kubectl accelpool explain: a pod whose CSI volume would pass ${HG}'s attach limit is refused there, as kube-scheduler says" explain_csi_limit
+kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader waiter solo-reader solo-writer csi-reader csi-holder --wait=false >/dev/null 2>&1 || true
+kc delete csinode "${HG}" >/dev/null 2>&1 || true
 # No pvc- or pv-protection controller runs here to lift their finalizers.
-for claim in scen-local scen-wait scen-solo; do
+for claim in scen-local scen-wait scen-solo scen-csi-a scen-csi-b; do
   kc -n "${NS}" patch pvc "${claim}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
   kc -n "${NS}" delete pvc "${claim}" --wait=false >/dev/null 2>&1 || true
 done
-for pv in scen-local-pv scen-wait-pv scen-solo-pv; do
+for pv in scen-local-pv scen-wait-pv scen-solo-pv scen-csi-a scen-csi-b; do
   kc patch pv "${pv}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
   kc delete pv "${pv}" --wait=false >/dev/null 2>&1 || true
 done
