@@ -596,6 +596,19 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
                 inputs.volumes->waiting_unjudged_reason() + ")\n";
     }
   }
+  // Dynamic resource allocation is kube-scheduler's DynamicResources
+  // plugin's to judge: its claims are counted, not judged.
+  if (const json* claims = pod.contains("spec") && pod["spec"].is_object() &&
+                                   pod["spec"].contains("resourceClaims") &&
+                                   pod["spec"]["resourceClaims"].is_array()
+                               ? &pod["spec"]["resourceClaims"]
+                               : nullptr;
+      claims != nullptr && !claims->empty()) {
+    r.json["resource_claims_not_judged"] = claims->size();
+    r.text += "  (" + std::to_string(claims->size()) +
+              " resource claim(s) (dynamic resource allocation) were not judged: kube-scheduler's "
+              "DynamicResources filter decides where their devices are)\n";
+  }
   if (affinity.skipped() > 0) {
     r.json["affinity_terms_not_judged"] = affinity.skipped();
     r.text += "  (" + std::to_string(affinity.skipped()) +

@@ -335,6 +335,13 @@ TEST(ClusterViewExplainTest, VolumeRestrictionsAndPreFilterReasonsReachEveryNode
   EXPECT_NE(r->json["rejected"]["node-b"]["reason"].get<std::string>().find("taint"),
             std::string::npos)
       << r->json.dump(2);
+  // Resource claims (dynamic resource allocation) are counted, not judged.
+  json dra = Pod("dra", {{"nvidia.com/gpu", "1"}});
+  dra["spec"]["resourceClaims"] = {{{"name", "gpu"}, {"resourceClaimName", "gpu-claim"}}};
+  r = ExplainReport(*view, dra, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["resource_claims_not_judged"], 1);
+  EXPECT_NE(r->text.find("DynamicResources"), std::string::npos) << r->text;
   // A missing claim: PreFilter's reason on both nodes, the tainted one too.
   const PodVolumes missing = PodVolumes::Read(
       pod, [](const std::string&, const std::string&, const std::string&) -> StatusOr<json> {
