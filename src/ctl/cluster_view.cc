@@ -507,19 +507,25 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   const PodAsks asks = PodAsksFromJson(pod);
   const TopologySpread spread(pod, view.facts(), view.uses());
   const InterPodAffinity affinity(pod, view.facts(), view.uses(), inputs.ns_labels);
-  std::optional<PodVolumes> volumes;
-  if (inputs.volumes != nullptr) {
-    volumes = *inputs.volumes;
-    volumes->NoteClaimsInUse(view.uses());
+  // The claims the cluster's pods mount, noted once (a copy when the caller
+  // has not).
+  const PodVolumes* volumes = inputs.volumes;
+  std::optional<PodVolumes> noted;
+  if (volumes != nullptr && !volumes->claims_noted()) {
+    noted = *volumes;
+    noted->NoteClaimsInUse(view.uses());
+    volumes = &*noted;
   }
   // A volume reason of kube-scheduler's PreFilter is every node's.
-  const std::string every = volumes ? volumes->every_node() : "";
+  const std::string every = volumes != nullptr ? volumes->every_node() : "";
   for (const std::string& n : nodes) {
     const NodeFacts* facts = view.Facts(n);
     std::string no = facts == nullptr ? ""
                      : !every.empty() ? every
                                       : SchedulerRejects(pod, asks, *facts, &view.Use(n));
-    if (no.empty() && facts != nullptr && volumes) no = volumes->Rejects(*facts, view.Use(n));
+    if (no.empty() && facts != nullptr && volumes != nullptr) {
+      no = volumes->Rejects(*facts, view.Use(n));
+    }
     if (no.empty() && facts != nullptr) no = spread.Rejects(*facts);
     if (no.empty() && facts != nullptr) no = affinity.Rejects(*facts);
     if (no.empty()) {

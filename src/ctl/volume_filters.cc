@@ -3,16 +3,38 @@
 #include <algorithm>
 #include <optional>
 #include <set>
+#include <string_view>
 
 namespace accelpool::ctl {
 namespace {
 
 using nlohmann::json;
 
-const json& At(const json& j, const char* pointer) {
-  static const json kNull;
-  const json::json_pointer p(pointer);
-  return j.contains(p) ? j.at(p) : kNull;
+// The value at a JSON pointer of object keys ("/spec/csi/driver"), null when
+// a step is missing or not an object. Walked by hand: parsing a json_pointer
+// on every read was most of the cost of reading thousands of volumes.
+const json kNull;
+
+const json& At(const json& j, std::string_view pointer) {
+  const json* at = &j;
+  while (!pointer.empty() && pointer.front() == '/') {
+    pointer.remove_prefix(1);
+    const size_t end = pointer.find('/');
+    const std::string_view key = pointer.substr(0, end);
+    if (!at->is_object()) return kNull;
+    auto it = at->find(key);
+    if (it == at->end()) return kNull;
+    at = &*it;
+    pointer = end == std::string_view::npos ? std::string_view() : pointer.substr(end);
+  }
+  return *at;
+}
+
+// Moves the value at `pointer` out of `j` (null when there is none).
+json Take(json& j, std::string_view pointer) {
+  const json& at = At(j, pointer);
+  if (&at == &kNull) return json();
+  return std::move(const_cast<json&>(at));  // `at` lies inside `j`, which is not const
 }
 
 std::string Str(const json& j, const char* pointer) {
@@ -145,6 +167,24 @@ std::string DescribeTopology(const json& terms) {
 }
 
 constexpr char kBindConflict[] = "node(s) didn't find available persistent volumes to bind";
+constexpr char kHostnameKey[] = "kubernetes.io/hostname";
+
+// The one host a volume's node affinity admits when it has the form local
+// volumes carry (one term: kubernetes.io/hostname In [host]), else "".
+std::string OnlyHost(const json& affinity) {
+  const json& terms = At(affinity, "/nodeSelectorTerms");
+  if (!terms.is_array() || terms.size() != 1 || !terms[0].is_object()) return "";
+  const json& term = terms[0];
+  const json& exprs = At(term, "/matchExpressions");
+  if (term.size() != 1 || !exprs.is_array() || exprs.size() != 1) return "";
+  const json& e = exprs[0];
+  const json& values = At(e, "/values");
+  if (Str(e, "/key") != kHostnameKey || Str(e, "/operator") != "In" || !values.is_array() ||
+      values.size() != 1 || !values[0].is_string()) {
+    return "";
+  }
+  return values[0].get<std::string>();
+}
 constexpr char kNoProvisioner[] = "kubernetes.io/no-provisioner";
 
 std::string Gib(int64_t milli_bytes) {
@@ -367,21 +407,47 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get, const Obje
   }
   std::set<std::string> classes;
   for (const Waiting& w : out.waiting_) classes.insert(w.storage_class);
-  for (const json& pv : *pvs) {
+  for (json& pv : *pvs) {
     const std::string cls = ClassOf(pv);
     if (classes.count(cls) == 0) continue;
     Candidate c;
     c.name = Str(pv, "/metadata/name");
-    c.claim_ref = At(pv, "/spec/claimRef");
+    c.claim_ref = Take(pv, "/spec/claimRef");
     c.capacity = Bytes(pv, "/spec/capacity/storage");
     c.volume_mode = VolumeMode(pv);
     c.attributes_class = Str(pv, "/spec/volumeAttributesClassName");
     c.phase = Str(pv, "/status/phase");
     c.deleting = !At(pv, "/metadata/deletionTimestamp").is_null();
     c.labels = StringMap(At(pv, "/metadata/labels"));
-    c.node_affinity = At(pv, "/spec/nodeAffinity/required");
+    c.node_affinity = Take(pv, "/spec/nodeAffinity/required");
     c.access_modes = Strings(At(pv, "/spec/accessModes"));
     out.candidates_[cls].push_back(std::move(c));
+  }
+  // What each claim could take, found once rather than on every node.
+  for (Waiting& w : out.waiting_) {
+    if (w.has_selected_node) continue;
+    auto it = out.candidates_.find(w.storage_class);
+    if (it == out.candidates_.end()) continue;
+    for (size_t i = 0; i < it->second.size(); ++i) {
+      const Candidate& c = it->second[i];
+      const bool has_ref = c.claim_ref.is_object();
+      const bool ref_is_this =
+          has_ref && Str(c.claim_ref, "/name") == w.name &&
+          Str(c.claim_ref, "/namespace") == w.ns &&
+          (Str(c.claim_ref, "/uid").empty() || Str(c.claim_ref, "/uid") == w.uid);
+      if (has_ref && !ref_is_this) continue;
+      if (c.capacity < w.request || c.volume_mode != w.volume_mode ||
+          c.attributes_class != w.attributes_class || c.deleting) {
+        continue;
+      }
+      if (ref_is_this) {
+        // The first one reserved for the claim is the only one it takes.
+        w.reserved = static_cast<int>(i);
+        w.fitting.clear();
+        break;
+      }
+      if (FitsUnclaimed(w, c)) w.fitting[OnlyHost(c.node_affinity)].push_back(static_cast<int>(i));
+    }
   }
   std::map<std::string, std::optional<bool>> tracked;  // by provisioner
   std::optional<std::vector<json>> capacities;
@@ -423,6 +489,8 @@ PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get, const Obje
 }
 
 void PodVolumes::NoteClaimsInUse(const std::map<std::string, NodeUse>& uses) {
+  claims_noted_ = true;
+  rwop_in_use_.clear();
   for (const std::string& claim : rwop_claims_) {
     const std::string key = ns_ + "/" + claim;
     for (const auto& [node, use] : uses) {
@@ -594,30 +662,38 @@ std::string PodVolumes::WaitingRejects(const NodeFacts& node) const {
   std::stable_sort(to_match.begin(), to_match.end(),
                    [](const Waiting* a, const Waiting* b) { return a->request < b->request; });
   std::set<std::string> chosen;
+  const auto host = node.labels.find(kHostnameKey);
   for (const Waiting* w : to_match) {
     auto it = candidates_.find(w->storage_class);
     const Candidate* best = nullptr;
-    if (it != candidates_.end()) {
-      for (const Candidate& c : it->second) {
-        if (chosen.count(c.name) > 0) continue;
-        const bool has_ref = c.claim_ref.is_object();
-        const bool ref_is_this =
-            has_ref && Str(c.claim_ref, "/name") == w->name &&
-            Str(c.claim_ref, "/namespace") == w->ns &&
-            (Str(c.claim_ref, "/uid").empty() || Str(c.claim_ref, "/uid") == w->uid);
-        if (has_ref && !ref_is_this) continue;
-        if (c.capacity < w->request || c.volume_mode != w->volume_mode ||
-            c.attributes_class != w->attributes_class || c.deleting) {
-          continue;
+    if (it != candidates_.end() && w->reserved >= 0) {
+      // A volume made or reserved for this claim: that one or none.
+      const Candidate& c = it->second[w->reserved];
+      if (c.node_affinity.is_null() || NodeSelectorMatches(c.node_affinity, node)) best = &c;
+    } else if (it != candidates_.end()) {
+      // The smallest, the first listed of equals, as kube-scheduler picks.
+      int best_index = -1;
+      auto consider = [&](const std::vector<int>& indices, bool check_node) {
+        for (int i : indices) {
+          const Candidate& c = it->second[i];
+          if (chosen.count(c.name) > 0) continue;
+          if (best != nullptr &&
+              (c.capacity > best->capacity || (c.capacity == best->capacity && i > best_index))) {
+            continue;
+          }
+          if (check_node && !c.node_affinity.is_null() &&
+              !NodeSelectorMatches(c.node_affinity, node)) {
+            continue;
+          }
+          best = &c;
+          best_index = i;
         }
-        const bool here = c.node_affinity.is_null() || NodeSelectorMatches(c.node_affinity, node);
-        if (ref_is_this) {
-          // A volume made or reserved for this claim: that one or none.
-          best = here ? &c : nullptr;
-          break;
+      };
+      if (auto any = w->fitting.find(""); any != w->fitting.end()) consider(any->second, true);
+      if (host != node.labels.end() && !host->second.empty()) {
+        if (auto on = w->fitting.find(host->second); on != w->fitting.end()) {
+          consider(on->second, false);
         }
-        if (!here || !FitsUnclaimed(*w, c)) continue;
-        if (best == nullptr || c.capacity < best->capacity) best = &c;
       }
     }
     if (best == nullptr) {

@@ -93,6 +93,7 @@ class PodVolumes {
   // Notes the claims mounted by pods bound to nodes (their NodeUse), for the
   // ReadWriteOncePod rule. Call once, before Rejects.
   void NoteClaimsInUse(const std::map<std::string, NodeUse>& uses);
+  bool claims_noted() const { return claims_noted_; }
 
   // NodeVolumeLimits: when the pod's claims use CSI drivers, reads the nodes'
   // attach limits for them (CSINode spec.drivers[].allocatable.count) and,
@@ -151,6 +152,12 @@ class PodVolumes {
     nlohmann::json allowed_topologies;
     bool capacity_tracked = false;
     std::vector<Capacity> capacities;
+    // The volumes of its class it could take, found once for every node:
+    // the one reserved for it (an index into candidates_, -1 when none), or
+    // else those Available that fit it, by the one host their node affinity
+    // names (the local volume form; "" for any other affinity).
+    int reserved = -1;
+    std::map<std::string, std::vector<int>> fitting;
   };
 
   std::string WaitingRejects(const NodeFacts& node) const;
@@ -167,6 +174,7 @@ class PodVolumes {
   std::string ns_;
   std::vector<std::string> rwop_claims_;  // ReadWriteOncePod claims of the pod
   std::string rwop_in_use_;               // "claim x is mounted by pod ns/p" when one is
+  bool claims_noted_ = false;
   std::vector<InlineDisk> disks_;
   // NodeVolumeLimits: the pod's CSI volumes ("driver/handle" -> driver), the
   // limits of nodes that have one for their drivers, and the CSI volumes

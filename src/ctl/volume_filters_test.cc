@@ -319,6 +319,29 @@ TEST(VolumeFiltersTest, AWaitingClaimNeedsAVolumeThatFitsItOnTheNode) {
   EXPECT_EQ(s.Read({ClaimVolume("data"), ClaimVolume("more")}).Rejects(Node("a"), kNoUse), "");
 }
 
+// Volumes whose node affinity is not the one-host form local volumes carry
+// (a zone, several hosts) are judged on every node; one without any fits all.
+TEST(VolumeFiltersTest, AWaitingClaimFindsZonalAndUnpinnedVolumesToo) {
+  WaitingSetup s;
+  json& zonal = s.AddVolume("pv-zone", "x", "100Gi");
+  zonal["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0] = {
+      {"key", "topology.kubernetes.io/zone"}, {"operator", "In"}, {"values", {"z1"}}};
+  json& pair = s.AddVolume("pv-pair", "x", "100Gi");
+  pair["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+      ["values"] = {"p", "q"};
+  PodVolumes v = s.Read();
+  EXPECT_EQ(v.Rejects(Node("a", "z1"), kNoUse), "");
+  EXPECT_EQ(v.Rejects(Node("q", "z2"), kNoUse), "");
+  EXPECT_NE(v.Rejects(Node("x", "z2"), kNoUse), "") << "x is named only in a zonal volume's term";
+  s.volumes.push_back({{"metadata", {{"name", "pv-any"}}},
+                       {"spec",
+                        {{"storageClassName", "local"},
+                         {"capacity", {{"storage", "60Gi"}}},
+                         {"accessModes", {"ReadWriteOnce"}}}},
+                       {"status", {{"phase", "Available"}}}});
+  EXPECT_EQ(s.Read().Rejects(Node("x", "z2"), kNoUse), "");
+}
+
 // A volume reserved for the claim (its claimRef names it) is the only one
 // it takes: on another node there is no match, even with a free volume.
 TEST(VolumeFiltersTest, AVolumeReservedForTheClaimIsTheOnlyOneItTakes) {

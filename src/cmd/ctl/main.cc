@@ -210,6 +210,7 @@ int Run(const Flags& f) {
     };
     PodVolumes volumes = PodVolumes::Read(*pod, get, list);
     volumes.ReadVolumeLimits((*view)->uses(), get, list);
+    volumes.NoteClaimsInUse((*view)->uses());
     ExplainInputs inputs;
     inputs.ns_labels = namespaces.ok() ? &*namespaces : nullptr;
     inputs.volumes = &volumes;
