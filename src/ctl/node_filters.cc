@@ -38,14 +38,7 @@ std::map<std::string, std::string> Labels(const json& obj) {
   return out;
 }
 
-std::vector<std::string> Strings(const json& arr) {
-  std::vector<std::string> out;
-  if (!arr.is_array()) return out;
-  for (const json& v : arr) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
+std::vector<std::string> Strings(const json& arr) { return JsonStrings(arr); }
 
 std::optional<int64_t> Int(const std::string& s) {
   int64_t v = 0;
@@ -623,6 +616,15 @@ std::string NodeAffinityReject(const json& pod, const NodeFacts& node) {
 }
 
 }  // namespace
+
+std::vector<std::string> JsonStrings(const json& arr) {
+  std::vector<std::string> out;
+  if (!arr.is_array()) return out;
+  for (const json& v : arr) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
 
 bool LabelSelectorMatches(const json& selector, const std::map<std::string, std::string>& labels) {
   return SelectorMatches(selector, labels);

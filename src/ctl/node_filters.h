@@ -113,6 +113,9 @@ struct NodeUse {
   std::vector<InlineDisk> disks = {};
 };
 
+// The strings of a JSON array (other elements skipped; not an array: none).
+std::vector<std::string> JsonStrings(const nlohmann::json& arr);
+
 // A labelSelector over labels: null (or not an object) matches nothing, {}
 // everything; an unknown operator matches nothing.
 bool LabelSelectorMatches(const nlohmann::json& selector,

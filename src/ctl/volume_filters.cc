@@ -47,14 +47,7 @@ bool Bool(const json& j, const char* pointer) {
   return v.is_boolean() && v.get<bool>();
 }
 
-std::vector<std::string> Strings(const json& arr) {
-  std::vector<std::string> out;
-  if (!arr.is_array()) return out;
-  for (const json& v : arr) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
+std::vector<std::string> Strings(const json& arr) { return JsonStrings(arr); }
 
 std::map<std::string, std::string> StringMap(const json& obj) {
   std::map<std::string, std::string> out;
@@ -221,7 +214,11 @@ std::vector<InlineDisk> PodInlineDisks(const json& pod) {
   return out;
 }
 
-std::vector<std::string> PodVolumeClaimKeys(const json& pod) {
+namespace {
+
+// "ns/claim" of each claim of the pod's volumes; `ephemeral` adds the
+// generic ephemeral volumes' `<pod>-<volume>`.
+std::vector<std::string> ClaimKeys(const json& pod, bool ephemeral) {
   std::vector<std::string> out;
   const json& volumes = At(pod, "/spec/volumes");
   if (!volumes.is_array()) return out;
@@ -229,7 +226,7 @@ std::vector<std::string> PodVolumeClaimKeys(const json& pod) {
   for (const json& v : volumes) {
     if (!v.is_object()) continue;
     std::string claim = Str(v, "/persistentVolumeClaim/claimName");
-    if (claim.empty() && At(v, "/ephemeral").is_object()) {
+    if (ephemeral && claim.empty() && At(v, "/ephemeral").is_object()) {
       claim = Str(pod, "/metadata/name") + "-" + Str(v, "/name");
     }
     if (!claim.empty()) out.push_back(ns + "/" + claim);
@@ -237,18 +234,11 @@ std::vector<std::string> PodVolumeClaimKeys(const json& pod) {
   return out;
 }
 
-std::vector<std::string> PodClaimKeys(const json& pod) {
-  std::vector<std::string> out;
-  const json& volumes = At(pod, "/spec/volumes");
-  if (!volumes.is_array()) return out;
-  const std::string ns = Str(pod, "/metadata/namespace");
-  for (const json& v : volumes) {
-    if (!v.is_object()) continue;
-    const std::string claim = Str(v, "/persistentVolumeClaim/claimName");
-    if (!claim.empty()) out.push_back(ns + "/" + claim);
-  }
-  return out;
-}
+}  // namespace
+
+std::vector<std::string> PodVolumeClaimKeys(const json& pod) { return ClaimKeys(pod, true); }
+
+std::vector<std::string> PodClaimKeys(const json& pod) { return ClaimKeys(pod, false); }
 
 PodVolumes PodVolumes::Read(const json& pod, const ObjectGetter& get, const ObjectLister& list) {
   PodVolumes out;

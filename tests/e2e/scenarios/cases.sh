@@ -449,42 +449,51 @@ explain_existing_anti() { # loner (no devices) is bound on ${HG} and keeps app=c
     refused_on_hg crowd "existing pods anti-affinity" \
       "^anti-affinity of pods already there: 1 pod in kubernetes.io/hostname=${HG} keeps out pods matching app=crowd\$"
 }
-explain_volume() { # a claim bound to a local volume on another node: ${HG} is ruled out by volume binding
-  local other
-  other="$(kc get nodes -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | grep -vx "${HG}" | head -1)"
-  [ -n "${other}" ] && kc create -f - >/dev/null <<YAML &&
+other_node() { kc get nodes -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | grep -vx "${HG}" | head -1; }
+bound_pair() { # CLAIM VOLUME MODE SOURCE [NODE]: a volume and its claim, bound (NODE: the volume's only node)
+  cat <<YAML
+---
 apiVersion: v1
 kind: PersistentVolume
-metadata: {name: scen-local-pv}
+metadata: {name: $2}
 spec:
   capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
+  accessModes: [$3]
   storageClassName: ""
-  local: {path: /mnt/none}
-  claimRef: {namespace: ${NS}, name: scen-local}
+  $4
+  claimRef: {namespace: ${NS}, name: $1}
+YAML
+  [ -z "${5:-}" ] || cat <<YAML
   nodeAffinity:
     required:
       nodeSelectorTerms:
-      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [${other}]}]
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$5]}]
+YAML
+  cat <<YAML
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata:
-  name: scen-local
+  name: $1
   namespace: ${NS}
   annotations: {pv.kubernetes.io/bind-completed: "yes"}
 spec:
-  accessModes: [ReadWriteOnce]
+  accessModes: [$3]
   storageClassName: ""
-  volumeName: scen-local-pv
+  volumeName: $2
   resources: {requests: {storage: 1Gi}}
 YAML
+}
+explain_volume() { # a claim bound to a local volume on another node: ${HG} is ruled out by volume binding
+  local other
+  other="$(other_node)"
+  [ -n "${other}" ] &&
+    bound_pair scen-local scen-local-pv ReadWriteOnce "local: {path: /mnt/none}" "${other}" | kc create -f - >/dev/null &&
     probe_pod reader reader "  volumes:
   - {name: data, persistentVolumeClaim: {claimName: scen-local}}" &&
     refused_on_hg reader "PersistentVolume's node affinity" \
       "^PersistentVolume's node affinity: scen-local-pv [(]claim scen-local[)] does not admit this node\$"
 }
-other_node() { kc get nodes -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | grep -vx "${HG}" | head -1; }
 explain_waiting() { # a claim waiting for its first consumer, whose only volume is on another node, and a class that provisions none
   local other
   other="$(other_node)"
@@ -526,28 +535,8 @@ YAML
 explain_rwop() { # a ReadWriteOncePod claim that a pod on another node mounts already
   local other
   other="$(other_node)"
-  [ -n "${other}" ] && kc create -f - >/dev/null <<YAML &&
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: scen-solo-pv}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOncePod]
-  storageClassName: ""
-  hostPath: {path: /mnt/none}
-  claimRef: {namespace: ${NS}, name: scen-solo}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: scen-solo
-  namespace: ${NS}
-  annotations: {pv.kubernetes.io/bind-completed: "yes"}
-spec:
-  accessModes: [ReadWriteOncePod]
-  storageClassName: ""
-  volumeName: scen-solo-pv
-  resources: {requests: {storage: 1Gi}}
+  [ -n "${other}" ] &&
+    { bound_pair scen-solo scen-solo-pv ReadWriteOncePod "hostPath: {path: /mnt/none}"; cat <<YAML; } | kc create -f - >/dev/null &&
 ---
 apiVersion: v1
 kind: Pod
@@ -565,34 +554,9 @@ YAML
     refused_on_hg solo-reader "ReadWriteOncePod access mode already in-use by another pod" \
       "^node[(]s[)] unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod: claim scen-solo is mounted by pod ${NS}/solo-writer on ${other}\$"
 }
-csi_pair() { # NAME: a CSI volume of driver csi.scen and its bound claim
-  cat <<YAML
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: $1}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  csi: {driver: csi.scen, volumeHandle: handle-$1}
-  claimRef: {namespace: ${NS}, name: $1}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: $1
-  namespace: ${NS}
-  annotations: {pv.kubernetes.io/bind-completed: "yes"}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: $1
-  resources: {requests: {storage: 1Gi}}
-YAML
-}
 explain_csi_limit() { # ${HG}'s CSINode allows one csi.scen volume, and a pod there holds one
-  { csi_pair scen-csi-a; csi_pair scen-csi-b; cat <<YAML; } | kc apply -f - >/dev/null &&
+  { for v in scen-csi-a scen-csi-b; do bound_pair "${v}" "${v}" ReadWriteOnce "csi: {driver: csi.scen, volumeHandle: handle-${v}}"; done
+    cat <<YAML; } | kc apply -f - >/dev/null &&
 ---
 apiVersion: storage.k8s.io/v1
 kind: CSINode
