@@ -494,6 +494,24 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     r.json["assignment"] = devices;
     return r;
   }
+  // A gated pod (spec.schedulingGates, as Kueue holds a workload it has not
+  // admitted) is not tried by kube-scheduler at all: say so first; where it
+  // would fit once the gates are gone follows.
+  const json::json_pointer gates_at("/spec/schedulingGates");
+  if (const json gates = pod.contains(gates_at) ? pod.at(gates_at) : json();
+      gates.is_array() && !gates.empty()) {
+    std::vector<std::string> names;
+    for (const json& g : gates) {
+      names.push_back(g.is_object() ? kube::StringAt(g, json::json_pointer("/name")) : "");
+    }
+    r.json["scheduling_gates"] = names;
+    r.text +=
+        "  gated: kube-scheduler does not try to place it until its scheduling gates are "
+        "removed (" +
+        StrJoin(names, ", ") +
+        "; a kueue.x-k8s.io gate is Kueue's, lifted when it admits the workload). Once "
+        "they are:\n";
+  }
   extender::ExtenderOptions o;
   o.policy = policy;
   StatusOr<std::unique_ptr<extender::Extender>> ext =

@@ -335,6 +335,17 @@ TEST(ClusterViewExplainTest, VolumeRestrictionsAndPreFilterReasonsReachEveryNode
   EXPECT_NE(r->json["rejected"]["node-b"]["reason"].get<std::string>().find("taint"),
             std::string::npos)
       << r->json.dump(2);
+  // A gated pod: kube-scheduler does not try it until the gates are gone.
+  json gated = Pod("gated", {{"nvidia.com/gpu", "1"}});
+  gated["spec"]["schedulingGates"] = {{{"name", "kueue.x-k8s.io/admission"}}};
+  r = ExplainReport(*view, gated, "accelpool");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->json["scheduling_gates"], json::array({"kueue.x-k8s.io/admission"}));
+  EXPECT_NE(r->text.find("gated: kube-scheduler does not try to place it until its scheduling "
+                         "gates are removed (kueue.x-k8s.io/admission"),
+            std::string::npos)
+      << r->text;
+  EXPECT_TRUE(r->json.contains("fits")) << "where it would go once ungated is still shown";
   // Resource claims (dynamic resource allocation) are counted, not judged.
   json dra = Pod("dra", {{"nvidia.com/gpu", "1"}});
   dra["spec"]["resourceClaims"] = {{{"name", "gpu"}, {"resourceClaimName", "gpu-claim"}}};

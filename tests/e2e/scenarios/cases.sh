@@ -581,6 +581,16 @@ YAML
     refused_on_hg csi-reader "exceed max volume count" \
       "^node[(]s[)] exceed max volume count: csi.scen has 1 of 1 volumes attached here, the pod adds 1\$"
 }
+is_gated() { [ "$(kc -n "${NS}" get pod gated -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].reason}')" = SchedulingGated ]; }
+explain_gated() { # a pod held by a scheduling gate: kube-scheduler says SchedulingGated, explain names the gate
+  local out
+  probe_pod gated gated "  schedulingGates:
+  - {name: example.com/hold}" &&
+    wait_for 60 "gated's PodScheduled reason SchedulingGated" is_gated &&
+    ap explain "${NS}/gated" -o json | jq -e '.scheduling_gates == ["example.com/hold"] and (.fits | type == "array")' >/dev/null &&
+    out="$(ap explain "${NS}/gated")" &&
+    grep -q "gated: kube-scheduler does not try to place it until its scheduling gates are removed (example.com/hold" <<<"${out}"
+}
 check "kubectl accelpool explain: a pod asking 100k CPUs is refused on ${HG} for Insufficient cpu, as kube-scheduler says" explain_cpu
 check "kubectl accelpool explain: a pod kept off app=scen pods by anti-affinity is refused on ${HG}, as kube-scheduler says" explain_anti
 check "kubectl accelpool explain: a pod spread over hosts against app=scen is refused on ${HG}, as kube-scheduler says" explain_spread
@@ -589,7 +599,8 @@ check "kubectl accelpool explain: a pod whose claim is bound to a local volume o
 check "kubectl accelpool explain: a pod whose waiting claim's only volume is on another node is refused on ${HG}, as kube-scheduler says" explain_waiting
 check "kubectl accelpool explain: a pod whose ReadWriteOncePod claim another pod mounts is refused on ${HG}, as kube-scheduler says" explain_rwop
 check "kubectl accelpool explain: a pod whose CSI volume would pass ${HG}'s attach limit is refused there, as kube-scheduler says" explain_csi_limit
-kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader waiter solo-reader solo-writer csi-reader csi-holder --wait=false >/dev/null 2>&1 || true
+check "kubectl accelpool explain: a pod held by a scheduling gate is named gated (kube-scheduler: SchedulingGated)" explain_gated
+kc -n "${NS}" delete pod huge-cpu apart spread loner crowd reader waiter solo-reader solo-writer csi-reader csi-holder gated --wait=false >/dev/null 2>&1 || true
 kc delete csinode "${HG}" >/dev/null 2>&1 || true
 # No pvc- or pv-protection controller runs here to lift their finalizers.
 for claim in scen-local scen-wait scen-solo scen-csi-a scen-csi-b; do
