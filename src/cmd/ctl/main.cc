@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -178,8 +179,12 @@ int Run(const Flags& f) {
       if (kind == "csidrivers") return api.Get(kube::CsiDrivers(), "", obj);
       return api.Get(kube::StorageClasses(), "", obj);
     };
-    auto list = [&api,
-                 &progress](const std::string& kind) -> StatusOr<std::vector<nlohmann::json>> {
+    // Each kind is listed once per run (the volumes serve both the waiting
+    // claims and the attach limits); a failed list is not kept.
+    std::map<std::string, std::vector<nlohmann::json>> listed;
+    auto list = [&api, &progress,
+                 &listed](const std::string& kind) -> StatusOr<std::vector<nlohmann::json>> {
+      if (auto it = listed.find(kind); it != listed.end()) return it->second;
       const kube::Resource& r = kind == "persistentvolumes"        ? kube::PersistentVolumes()
                                 : kind == "persistentvolumeclaims" ? kube::PersistentVolumeClaims()
                                 : kind == "csinodes"               ? kube::CsiNodes()
@@ -206,7 +211,7 @@ int Run(const Flags& f) {
       }
       StatusOr<kube::ListResult> got = api.List(r, "", o);
       if (!got.ok()) return got.status();
-      return std::move(got->items);
+      return listed[kind] = std::move(got->items);
     };
     PodVolumes volumes = PodVolumes::Read(*pod, get, list);
     volumes.ReadVolumeLimits((*view)->uses(), get, list);
