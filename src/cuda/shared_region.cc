@@ -148,6 +148,24 @@ SharedRegion::~SharedRegion() {
   if (layout_ != nullptr) {
     munmap(layout_, mapped_size_);
   }
+  if (fd_ >= 0) {
+    close(fd_);  // Drops this process's liveness locks on the file.
+  }
+}
+
+bool SharedRegion::SetLivenessLock(int slot, short type) {
+  if (fd_ < 0) {
+    return false;
+  }
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = LivenessLockOffset(slot);
+  fl.l_len = 1;
+  // F_SETLK never waits: the byte of a free slot is unlocked (a dead owner's
+  // lock went with it), so a conflict means someone else took it on purpose;
+  // the slot then stays unmarked and is counted as live from outside.
+  return fcntl(fd_, F_SETLK, &fl) == 0;
 }
 
 bool SharedRegion::Map(int fd, bool create, char* error, size_t error_len) {
@@ -222,7 +240,11 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len) {
     ok = Map(fd, create, error, error_len);
   }
   flock(fd, LOCK_UN);
-  close(fd);
+  if (ok) {
+    fd_ = fd;  // Kept: the liveness locks live on it.
+  } else {
+    close(fd);
+  }
   return ok;
 }
 
@@ -279,9 +301,13 @@ int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
   ReclaimDeadLocked();
   // A slot with this very process's pid and start time was claimed by the
   // program it replaced by exec (a process claims once per image).
-  for (SlotRecord& s : layout_->slots) {
+  for (int i = 0; i < kMaxSlots; ++i) {
+    SlotRecord& s = layout_->slots[i];
     if (s.pid == pid && s.start_time == start_time) {
       std::memset(&s, 0, sizeof(s));
+      // The replaced image's lock went with its descriptor at exec; one this
+      // image took itself (a second claim) must not outlive the slot.
+      SetLivenessLock(i, F_UNLCK);
     }
   }
   int found = -1;
@@ -291,6 +317,9 @@ int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
       std::memset(&s, 0, sizeof(s));
       s.pid = pid;
       s.start_time = start_time;
+      if (SetLivenessLock(i, F_WRLCK)) {
+        s.ctx_charged_mask |= kSlotLockHeld;
+      }
       found = i;
       break;
     }
@@ -303,7 +332,12 @@ void SharedRegion::ReleaseSlot(int slot) {
   if (slot < 0 || slot >= kMaxSlots || !Lock()) {
     return;
   }
+  const bool marked = (layout_->slots[slot].ctx_charged_mask & kSlotLockHeld) != 0;
   std::memset(&layout_->slots[slot], 0, sizeof(SlotRecord));
+  if (marked) {
+    // Under the region mutex, so the next claimer of this slot finds it free.
+    SetLivenessLock(slot, F_UNLCK);
+  }
   Unlock();
 }
 

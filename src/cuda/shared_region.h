@@ -15,6 +15,14 @@
 // slot with its own PID and start time: that one belongs to the program it
 // replaced by exec, which ran no cleanup.
 //
+// A process that claims a slot of a file region also holds the slot's
+// liveness lock (region_format.h) until it releases the slot, dies or execs,
+// so the device plugin, outside the container's PID namespace, can leave a
+// dead process's bytes out of its usage metrics before anyone reclaims the
+// slot. The lock is a POSIX record lock, which a process loses when it closes
+// *any* descriptor of the file: the region keeps its one descriptor open for
+// its life, and a process should map one region per file (the shim does).
+//
 // Slot indices stay valid for the life of the owning process (no compaction);
 // callers keep the index, never a pointer into the mapping across calls.
 // When no state dir is configured the region lives in private anonymous
@@ -60,10 +68,12 @@ class SharedRegion {
 
   // Claims a slot for (pid, start_time), reclaiming dead slots and the slot
   // of the image this process replaced by exec (same pid and start time)
-  // first. Returns the slot index or -1 when all kMaxSlots are held by live
+  // first, and takes the slot's liveness lock (marking the slot when it has
+  // it). Returns the slot index or -1 when all kMaxSlots are held by live
   // processes.
   int ClaimSlot(int32_t pid, uint64_t start_time);
-  // Returns the slot's usage to zero and frees it (normal process exit).
+  // Returns the slot's usage to zero, frees it and drops its liveness lock
+  // (normal process exit).
   void ReleaseSlot(int slot);
 
   // Adds `bytes` (plus `context_reserve` the first time this slot charges
@@ -104,9 +114,12 @@ class SharedRegion {
  private:
   bool Map(int fd, bool create, char* error, size_t error_len);
   int ReclaimDeadLocked();
+  // Takes (F_WRLCK) or drops (F_UNLCK) the liveness lock of `slot`.
+  bool SetLivenessLock(int slot, short type);
 
   RegionLayout* layout_ = nullptr;
   size_t mapped_size_ = 0;
+  int fd_ = -1;  // The region file, open while mapped: its record locks live on it.
 };
 
 // Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat);

@@ -1,5 +1,6 @@
 #include "cuda/shared_region.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
@@ -441,6 +442,117 @@ TEST(RegionFormatTest, AnyBytesAreReadOrRefusedNeverOutOfRange) {
       for (int d = 0; d < kMaxDevices; ++d) ASSERT_GE(u.used_bytes[d], rec.used[d]);
     }
   }
+}
+
+// What the device plugin reads, from a process that holds no lock of its own.
+struct OutsideView {
+  RegionUsage raw;     // the bytes alone
+  RegionUsage probed;  // with the liveness locks tested
+};
+
+OutsideView ReadFromOutside(const std::string& dir) {
+  OutsideView v;
+  const std::string path = dir + "/" + kRegionFileName;
+  const std::string bytes = ReadAll(path);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  EXPECT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), &v.raw));
+  EXPECT_TRUE(ReadRegionUsage(
+      bytes.data(), bytes.size(), &v.probed,
+      [](int slot, void* ctx) { return ProbeSlotLock(*static_cast<int*>(ctx), slot); }, &fd));
+  close(fd);
+  return v;
+}
+
+TEST_F(SharedRegionTest, AKilledProcessLeavesTheOutsideViewAtOnceThoughItsBytesRemain) {
+  // One holder at a time: under qemu-user (the Arm64 run) a process's own
+  // /proc/self/stat is emulated, so a second holder would take the first
+  // one's start time for PID reuse and reclaim its slot.
+  pid_t holder = ForkHolder(dir_, 800 * kMiB, false, nullptr);
+  ASSERT_GT(holder, 0);
+  OutsideView live = ReadFromOutside(dir_);
+  EXPECT_EQ(live.probed.used_bytes[0], 800 * kMiB);
+  EXPECT_EQ(live.probed.processes, 1);
+  EXPECT_EQ(live.probed.gone, 0);
+
+  kill(holder, SIGKILL);
+  siginfo_t info;
+  // Dead but not reaped: its lock is already gone, and no process of the
+  // container has reclaimed its slot.
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(holder), &info, WEXITED | WNOWAIT), 0);
+  OutsideView after = ReadFromOutside(dir_);
+  EXPECT_EQ(after.raw.used_bytes[0], 800 * kMiB) << "the bytes still name the killed process";
+  EXPECT_EQ(after.raw.processes, 1);
+  EXPECT_EQ(after.probed.used_bytes[0], 0u);
+  EXPECT_EQ(after.probed.processes, 0);
+  EXPECT_EQ(after.probed.gone, 1);
+  waitpid(holder, nullptr, 0);
+}
+
+TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    SharedRegion r;
+    char error[256];
+    if (!r.OpenFile(dir_.c_str(), error, sizeof(error))) {
+      _exit(1);
+    }
+    int32_t pid = static_cast<int32_t>(getpid());
+    int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
+    r.TryCharge(slot, 0, 300 * kMiB, kGiB, 0);
+    char c = 'x';
+    (void)!write(ready[1], &c, 1);
+    // The write end closes at exec, which tells the parent the exec happened.
+    fcntl(ready[1], F_SETFD, FD_CLOEXEC);
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(2);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(read(ready[0], &c, 1), 0) << "exec closes the write end";
+  close(ready[0]);
+  OutsideView v = ReadFromOutside(dir_);
+  EXPECT_EQ(v.raw.processes, 1) << "the same PID still runs";
+  EXPECT_EQ(v.probed.processes, 0) << "but the image that charged is gone";
+  EXPECT_EQ(v.probed.gone, 1);
+  EXPECT_EQ(v.probed.used_bytes[0], 0u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // The slot is free to the next claimer, which takes the lock again.
+  pid_t next = ForkHolder(dir_, 50 * kMiB, false, nullptr);
+  ASSERT_GT(next, 0);
+  OutsideView again = ReadFromOutside(dir_);
+  EXPECT_EQ(again.probed.processes, 1);
+  EXPECT_EQ(again.probed.used_bytes[0], 50 * kMiB);
+  kill(next, SIGKILL);
+  waitpid(next, nullptr, 0);
+}
+
+TEST_F(SharedRegionTest, AReleasedSlotDropsItsLockForTheNextOwner) {
+  // This process claims and releases slot 0; a forked holder then claims the
+  // same slot and must get (and mark) its lock.
+  SharedRegion r;
+  Open(r);
+  const int slot = r.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  ASSERT_EQ(slot, 0);
+  r.ReleaseSlot(slot);
+  pid_t holder = ForkHolder(dir_, 10 * kMiB, false, nullptr);
+  ASSERT_GT(holder, 0);
+  RegionLayout layout;
+  const std::string bytes = ReadAll(dir_ + "/" + kRegionFileName);
+  ASSERT_EQ(bytes.size(), sizeof(layout));
+  std::memcpy(&layout, bytes.data(), sizeof(layout));
+  EXPECT_EQ(layout.slots[0].pid, holder);
+  EXPECT_NE(layout.slots[0].ctx_charged_mask & kSlotLockHeld, 0u);
+  EXPECT_EQ(ReadFromOutside(dir_).probed.processes, 1);
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_EQ(ReadFromOutside(dir_).probed.processes, 0);
 }
 
 }  // namespace

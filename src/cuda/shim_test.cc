@@ -2,6 +2,7 @@
 // preloaded against the fake driver, reaching it through every hook path.
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -943,11 +944,22 @@ TEST(ShimTest, TheRegionFileShowsWhatTheContainersProcessesHold) {
   Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
   env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
   env["LD_PRELOAD"] = ShimPreload();
-  auto read = [&] {
-    std::ifstream in(dir.path() + "/" + kRegionFileName, std::ios::binary);
+  // As the device plugin reads it: the bytes, and each marked slot's
+  // liveness lock tested on the file (this process holds none).
+  auto read = [&](RegionUsage* raw = nullptr) {
+    const std::string path = dir.path() + "/" + kRegionFileName;
+    std::ifstream in(path, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     RegionUsage u;
-    EXPECT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), &u)) << bytes.size() << " bytes";
+    EXPECT_TRUE(ReadRegionUsage(
+        bytes.data(), bytes.size(), &u,
+        [](int slot, void* ctx) { return ProbeSlotLock(*static_cast<int*>(ctx), slot); }, &fd))
+        << bytes.size() << " bytes";
+    if (raw != nullptr) {
+      EXPECT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), raw));
+    }
+    close(fd);
     return u;
   };
   ChildProcess holder;
@@ -956,11 +968,29 @@ TEST(ShimTest, TheRegionFileShowsWhatTheContainersProcessesHold) {
   ASSERT_EQ(U(held, "held"), 700 * kMiB);
   RegionUsage u = read();
   EXPECT_EQ(u.processes, 1);
+  EXPECT_EQ(u.gone, 0) << "the shim marks its slot and holds the slot's lock";
   // The charge is the allocation plus the context's own reserve, if any: at
   // least what the process holds, within the cap.
   EXPECT_GE(u.used_bytes[0], 700 * kMiB);
   EXPECT_LE(u.used_bytes[0], 1024 * kMiB);
   EXPECT_EQ(u.used_bytes[1], 0u);
+  const uint64_t first = u.used_bytes[0];
+  // A second process killed by SIGKILL runs no cleanup, and no process of
+  // the container touches the region after it: its bytes stay, the outside
+  // view leaves it out at once.
+  ChildProcess killed;
+  ASSERT_TRUE(killed.Start({ProbePath(), "direct", "hold", std::to_string(200 * kMiB)}, env));
+  ASSERT_EQ(U(ParseKeyValues(killed.ReadLine(30000)), "held"), 200 * kMiB);
+  EXPECT_EQ(read().processes, 2);
+  killed.Kill(SIGKILL);
+  killed.Wait(10000);
+  RegionUsage raw;
+  u = read(&raw);
+  EXPECT_EQ(raw.processes, 2) << "nothing reclaimed the killed process's slot yet";
+  EXPECT_GE(raw.used_bytes[0], first + 200 * kMiB);
+  EXPECT_EQ(u.processes, 1);
+  EXPECT_EQ(u.gone, 1);
+  EXPECT_EQ(u.used_bytes[0], first);
   holder.CloseStdin();
   EXPECT_EQ(holder.Wait(10000).exit_code, 0);
   u = read();

@@ -85,8 +85,16 @@ StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir, RegionR
     if (n == 0) break;  // truncated meanwhile
     got += static_cast<size_t>(n);
   }
+  // A slot whose owner died (SIGKILL, or an exec) keeps its bytes until
+  // another process of the container reclaims it; its dropped liveness lock
+  // leaves it out at once.
+  int probe_fd = fd.get();
+  const cuda::SlotProbe probe = [](int slot, void* ctx) {
+    return cuda::ProbeSlotLock(*static_cast<int*>(ctx), slot);
+  };
   cuda::RegionUsage usage;
-  if (got != kSize || !cuda::ReadRegionUsage(bytes.data(), bytes.size(), &usage)) {
+  if (got != kSize ||
+      !cuda::ReadRegionUsage(bytes.data(), bytes.size(), &usage, probe, &probe_fd)) {
     fail = RegionReadFailure::kLayout;
     return FailedPreconditionError(path +
                                    " is not an accounting region of this layout (another "

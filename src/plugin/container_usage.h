@@ -6,7 +6,10 @@
 // The region file lives in a dir the container writes: it may be missing (no
 // CUDA process yet), replaced by a symlink, a FIFO or a file of any size, or
 // hold any bytes. The reader never follows a link, never blocks on a FIFO,
-// reads exactly one layout's worth of bytes and takes no lock.
+// reads exactly one layout's worth of bytes and takes no lock. It tests each
+// marked slot's liveness lock (F_GETLK), so a process that died without
+// cleanup drops out of the figures at once, not when the container's other
+// processes next reclaim its slot.
 //
 // Thread-safety: pure functions.
 #ifndef ACCELPOOL_PLUGIN_CONTAINER_USAGE_H_

@@ -1,7 +1,10 @@
 #include "plugin/container_usage.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -85,6 +88,54 @@ TEST(ReadRegionFileTest, WhatTheContainerCanPutThereIsRefusedWithoutFollowingOrB
   u = ReadRegionFile(dir.path());
   EXPECT_EQ(u.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(u.status().message().find("layout"), std::string::npos) << u.status().ToString();
+}
+
+TEST(ReadRegionFileTest, ASlotWhoseOwnerDroppedItsLivenessLockIsLeftOut) {
+  TempDir dir;
+  const std::string region = dir.File("accelpool-cuda.region");
+  std::string bytes = RegionBytes(3 << 20, 1 << 20, 5 << 20);
+  auto* r = reinterpret_cast<cuda::RegionLayout*>(bytes.data());
+  r->slots[0].ctx_charged_mask |= cuda::kSlotLockHeld;  // its owner, below, holds the lock
+  r->slots[5].ctx_charged_mask |= cuda::kSlotLockHeld;  // its owner is gone
+  r->slots[9].pid = 11;                                 // no mark: counted as live
+  r->slots[9].used[0] = 2 << 20;
+  Write(region, bytes);
+  // The owner of slot 0: another process, as the container's processes are.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t owner = fork();
+  ASSERT_GE(owner, 0);
+  if (owner == 0) {
+    int fd = open(region.c_str(), O_RDWR | O_CLOEXEC);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = cuda::LivenessLockOffset(0);
+    fl.l_len = 1;
+    const char c = fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0 ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  close(ready[1]);
+  ASSERT_EQ(c, 'y') << "the owner could not lock its byte";
+  StatusOr<cuda::RegionUsage> u = ReadRegionFile(dir.path());
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->used_bytes[0], (3u << 20) + (2u << 20));
+  EXPECT_EQ(u->used_bytes[1], 5u << 20);
+  EXPECT_EQ(u->processes, 2);
+  EXPECT_EQ(u->gone, 1);
+  kill(owner, SIGKILL);
+  waitpid(owner, nullptr, 0);
+  u = ReadRegionFile(dir.path());
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->used_bytes[0], 2u << 20) << "only the unmarked slot is left";
+  EXPECT_EQ(u->used_bytes[1], 0u);
+  EXPECT_EQ(u->processes, 1);
+  EXPECT_EQ(u->gone, 2);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                                  &m->container_limit_));
   ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddGauge("accelpool_plugin_container_processes",
-                        "Processes of the container registered with libaccelpool-cuda.",
+                        "Live processes of the container registered with libaccelpool-cuda.",
                         {"namespace", "pod", "container"}),
            &m->container_processes_));
   ACCELPOOL_RETURN_IF_ERROR(
