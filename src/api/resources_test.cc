@@ -107,7 +107,8 @@ TEST(ResourcesTest, DefaultCountResourceIsKnown) {
 }
 
 TEST(ResourcesTest, MigProfileNamesAreCountsOfThatPartition) {
-  for (const char* profile : {"1g.18gb", "3g.71gb", "1c.3g.71gb", "7g.141gb"}) {
+  for (const char* profile :
+       {"1g.18gb", "3g.71gb", "1c.3g.71gb", "7g.141gb", "1g.18gb.me", "1g.24gb-me"}) {
     const std::string name = std::string("nvidia.com/mig-") + profile;
     auto r = LookupResource(name);
     ASSERT_TRUE(r.has_value()) << name;
@@ -119,8 +120,8 @@ TEST(ResourcesTest, MigProfileNamesAreCountsOfThatPartition) {
     EXPECT_EQ(DeviceResource(Vendor::kNvidia, "H200", profile), name);
   }
   for (const char* bad : {"nvidia.com/mig-", "nvidia.com/mig-1g", "nvidia.com/mig-0g.5gb",
-                          "nvidia.com/mig-1g.18gb-memory", "nvidia.com/mig-x",
-                          "nvidia.com/mig-1g.18gb+me"}) {
+                          "nvidia.com/mig-1g.18gb-memory1", "nvidia.com/mig-x",
+                          "nvidia.com/mig-1g.18gb+me", "nvidia.com/mig-1g.18gb.me."}) {
     EXPECT_FALSE(LookupResource(bad).has_value()) << bad;
   }
   EXPECT_EQ(LookupResource("nvidia.com/gpu")->partition, "");

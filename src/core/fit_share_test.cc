@@ -297,6 +297,32 @@ TEST(FitPartitions, MigRequestsLandOnlyOnTheirProfile) {
   EXPECT_EQ(Fit(Pod({Mig("1g.18gb", 1)}), inv, usage).code, FitCode::kUnschedulable);
 }
 
+// NVIDIA's 1g.18gb+me (advertised as nvidia.com/mig-1g.18gb.me) has the
+// slices and memory of 1g.18gb but the media engines too: a profile of its
+// own, never handed to a plain 1g.18gb request, nor a plain one to it.
+TEST(FitPartitions, AMediaExtensionInstanceIsItsOwnProfile) {
+  NodeInventory inv = MigNode();
+  inv.devices[5].partition = "1g.18gb.me";
+  const NodeUsage empty = NodeUsage::Empty(inv);
+  FitResult r = Fit(Pod({Mig("1g.18gb.me", 1)}), inv, empty);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{5});
+  r = Fit(Pod({Mig("1g.18gb", 1)}), inv, empty);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{4});
+  r = Fit(Pod({Mig("1g.18gb", 2)}), inv, empty);
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0], (FitReason{Reason::kPartitionMismatch, 2, 1}));
+  EXPECT_EQ(Fit(Pod({Mig("1g.18gb.me", 1)}), inv, testing::Busy(inv, {5})).code,
+            FitCode::kUnschedulable);
+  Placement on_me;
+  on_me.containers.push_back({"main", ContainerKind::kRegular, {{5, 16384, kComputeWhole, true}}});
+  EXPECT_EQ(CheckPlacement(Pod({Mig("1g.18gb", 1)}), inv, empty, on_me).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckPlacement(Pod({Mig("1g.18gb.me", 1)}), inv, empty, on_me).ok());
+}
+
 TEST(FitPartitions, ForgedPlacementsAcrossPartitionsAreRefused) {
   const NodeInventory inv = MigNode();
   const PodRequest whole = Pod({Whole(Vendor::kNvidia, 1)});
@@ -319,12 +345,32 @@ TEST(FitPartitions, AMigRequestIsWholeAndItsProfileIsChecked) {
   Status st = ValidateRequest(r);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("granted whole"), std::string::npos) << st.message();
-  for (const char* good : {"1g.18gb", "1c.3g.71gb", "7g.141gb", "4g.24gb", "1g.1gb"}) {
+  for (const char* good : {"1g.18gb", "1c.3g.71gb", "7g.141gb", "4g.24gb", "1g.1gb", "1g.18gb.me",
+                           "1g.24gb-me", "1g.24gb.me.all", "2g.48gb.gfx", "1c.2g.48gb-me"}) {
     EXPECT_TRUE(ValidMigProfile(good)) << good;
   }
-  for (const char* bad :
-       {"", "1g", "g.18gb", "0g.18gb", "1g.0gb", "1g.18", "1g.18gb+", "1g.18gb+Me", "1g.18gb+me.",
-        "1c.1c.1g.5gb", "1g.18gb ", "123g.1gb", "1g.18gb/x", "1g.12345gb"}) {
+  for (const char* bad : {"",
+                          "1g",
+                          "g.18gb",
+                          "0g.18gb",
+                          "1g.0gb",
+                          "1g.18",
+                          "1g.18gb+",
+                          "1g.18gb+Me",
+                          "1g.18gb+me",
+                          "1g.18gb+me.",
+                          "1g.18gb.",
+                          "1g.18gb.Me",
+                          "1g.18gb..me",
+                          "1g.18gb-",
+                          "1g.18gb.me1",
+                          "1g.18gb.a.b.c.d",
+                          "1g.18gb.abcdefghi",
+                          "1c.1c.1g.5gb",
+                          "1g.18gb ",
+                          "123g.1gb",
+                          "1g.18gb/x",
+                          "1g.12345gb"}) {
     EXPECT_FALSE(ValidMigProfile(bad)) << bad;
   }
 }

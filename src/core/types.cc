@@ -86,7 +86,18 @@ bool ValidMigProfile(std::string_view p) {
     std::string_view probe = s;
     if (SmallNumber(probe, 2) && Take(probe, "c.")) s = probe;
   }
-  return SmallNumber(s, 2) && Take(s, "g.") && SmallNumber(s, 4) && Take(s, "gb") && s.empty();
+  if (!(SmallNumber(s, 2) && Take(s, "g.") && SmallNumber(s, 4) && Take(s, "gb"))) return false;
+  // Attributes: up to three of '.' or '-' and 1..8 lower-case letters
+  // ("1g.18gb.me", "1g.24gb-me", "1g.24gb.me.all", "1g.24gb.gfx").
+  for (int attributes = 0; !s.empty(); ++attributes) {
+    if (attributes == 3 || (s[0] != '.' && s[0] != '-')) return false;
+    s.remove_prefix(1);
+    size_t n = 0;
+    while (n < s.size() && s[n] >= 'a' && s[n] <= 'z') ++n;
+    if (n == 0 || n > 8) return false;
+    s.remove_prefix(n);
+  }
+  return true;
 }
 
 }  // namespace accelpool::core

@@ -41,11 +41,13 @@ std::string_view VendorName(Vendor v);
 std::optional<Vendor> ParseVendor(std::string_view name);
 const std::vector<Vendor>& AllVendors();
 
-// True when `profile` is a MIG profile name as NVIDIA spells them: an
-// optional "<c>c." compute-instance prefix, then "<g>g.<m>gb" ("1g.18gb",
-// "1c.3g.71gb"). Attribute suffixes ("1g.18gb+me") are not: '+' cannot appear
-// in a Kubernetes resource name, and an instance with media extensions has
-// the slices and memory of its plain profile, so it is named by that.
+// True when `profile` is a MIG profile name as NVIDIA's device plugin spells
+// them in resource names: an optional "<c>c." compute-instance prefix,
+// "<g>g.<m>gb", then up to three attributes, each '.' or '-' and 1-8
+// lower-case letters ("1g.18gb", "1c.3g.71gb", "1g.18gb.me" for NVIDIA's
+// "1g.18gb+me", "1g.24gb-me", "1g.24gb.me.all"). '+' itself cannot appear in
+// a Kubernetes resource name. An instance with attributes has the slices and
+// memory of its plain profile but other engines, so it is its own profile.
 bool ValidMigProfile(std::string_view profile);
 
 // One accelerator (a GPU, an NPU die, an XPU ...).

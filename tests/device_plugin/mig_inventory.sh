@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `accelpool-device-plugin --backend=nvidia --print-inventory` on two GPUs, the
-# second in MIG mode with four MIG devices (3g.71gb, 2g.35gb, 1g.18gb x2), read
+# second in MIG mode with four MIG devices (3g.71gb, 2g.35gb, 1g.18gb, 1g.18gb+me), read
 # through the fake libnvidia-ml with dlopen as on a node:
 #   --mig-strategy=mixed (default): the MIG devices carry their profile;
 #   --mig-strategy=single: they carry none (advertised as nvidia.com/gpu).
@@ -31,7 +31,7 @@ inventory "${dir}/mixed.json"
 check "mixed: the plugin exited 0" test $? -eq 0
 check "mixed: GPU 0 whole, GPU 1 as its four MIG devices with their profiles" \
   test "$(profiles "${dir}/mixed.json")" = \
-  "GPU-:-:10 MIG-:3g.71gb:1 MIG-:2g.35gb:1 MIG-:1g.18gb:1 MIG-:1g.18gb:1"
+  "GPU-:-:10 MIG-:3g.71gb:1 MIG-:2g.35gb:1 MIG-:1g.18gb:1 MIG-:1g.18gb.me:1"
 check "mixed: each MIG device is logged with its profile" \
   test "$(grep -c 'MIG device MIG-.*profile' "${dir}/mixed.json.err")" = 4
 inventory "${dir}/single.json" --mig-strategy=single
@@ -39,7 +39,7 @@ check "single: the plugin exited 0" test $? -eq 0
 check "single: the MIG devices carry no profile (nvidia.com/gpu), still one slot each" \
   test "$(profiles "${dir}/single.json")" = "GPU-:-:10 MIG-:-:1 MIG-:-:1 MIG-:-:1 MIG-:-:1"
 check "single: mixed profiles and a whole GPU on one node are warned about" \
-  grep -q 'mig-strategy=single, but this node offers 3 MIG profile' "${dir}/single.json.err"
+  grep -q 'mig-strategy=single, but this node offers 4 MIG profile' "${dir}/single.json.err"
 if [[ ${fails} -ne 0 ]]; then
   for f in "${dir}"/*.json "${dir}"/*.err; do echo "--- ${f}"; cat "${f}"; done
 fi

@@ -128,7 +128,8 @@ check "the NVIDIA plugin has NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILIT
 mig_names() { # MIG profiles are count names kube-scheduler checks and the extender manages
   grep -A1 -- '- name: nvidia.com/mig-1g.18gb$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
     grep -A1 -- '- name: nvidia.com/mig-7g.141gb$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
-    [ "$(grep -c -- '- name: nvidia.com/mig-' "${TMP}/default.yaml")" = 35 ] &&
+    grep -A1 -- '- name: nvidia.com/mig-1g.18gb.me$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
+    [ "$(grep -c -- '- name: nvidia.com/mig-' "${TMP}/default.yaml")" = 41 ] &&
     grep -q '\["huawei.com/Ascend","nvidia.com/mig-"\].exists' "${TMP}/default.yaml" &&
     ! grep -q '"nvidia.com/mig-1g' "${TMP}/default.yaml"
 }

@@ -38,7 +38,17 @@ std::string NormalizeBus(std::string bus) {
 }  // namespace
 
 std::string MigProfileName(int32_t gpu_slices, int32_t compute_slices, int64_t memory_mib,
-                           int64_t gpu_memory_mib) {
+                           int64_t gpu_memory_mib, std::string_view nvml_name) {
+  std::string prefix;
+  if (compute_slices > 0 && compute_slices < gpu_slices) {
+    prefix = std::to_string(compute_slices) + "c.";
+  }
+  std::string named(nvml_name);
+  std::replace(named.begin(), named.end(), '+', '.');
+  const std::string slices = std::to_string(gpu_slices) + "g.";
+  if (!named.empty() && named.rfind(slices, 0) == 0 && core::ValidMigProfile(named)) {
+    return prefix + named;
+  }
   int64_t gb = 0;
   if (gpu_memory_mib > 0 && memory_mib > 0) {
     const double eighths =
@@ -46,11 +56,7 @@ std::string MigProfileName(int32_t gpu_slices, int32_t compute_slices, int64_t m
     const double gpu_gb = static_cast<double>((gpu_memory_mib + 1023) / 1024);
     gb = static_cast<int64_t>(std::round(eighths / 8.0 * gpu_gb));
   }
-  std::string name;
-  if (compute_slices > 0 && compute_slices < gpu_slices) {
-    name = std::to_string(compute_slices) + "c.";
-  }
-  return name + std::to_string(gpu_slices) + "g." + std::to_string(gb) + "gb";
+  return prefix + slices + std::to_string(gb) + "gb";
 }
 
 std::map<std::string, int32_t> ParseMigMinors(const std::string& text) {
@@ -239,7 +245,8 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     for (const NvmlMigInfo& m : *migs) {
       core::Device md = d;
       md.id = m.uuid;
-      md.partition = MigProfileName(m.gpu_slices, m.compute_slices, m.memory_mib, info.memory_mib);
+      md.partition = MigProfileName(m.gpu_slices, m.compute_slices, m.memory_mib, info.memory_mib,
+                                    m.profile_name);
       md.memory_mib = m.memory_mib;
       md.compute_units = m.multiprocessors;
       md.max_shares = 1;

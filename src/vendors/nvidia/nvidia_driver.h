@@ -34,6 +34,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vendors/discovery_log.h"
@@ -66,8 +67,13 @@ struct NvidiaOptions {
 // instance. <m> is the instance's share of the GPU's memory, rounded up to
 // eighths, times the GPU's memory in whole GB, rounded: an H200 (143771 MiB)
 // instance of 16384 MiB is "1g.18gb".
+// `nvml_name`, NVML's name of the GPU instance profile ("1g.18gb+me"), wins
+// when it names a profile of `gpu_slices` slices: it carries the attributes
+// the sizes cannot tell ("+me" media extensions, "-me" none, "+me.all",
+// "+gfx"), spelled as NVIDIA's device plugin spells them in resource names,
+// '+' as '.' ("1g.18gb.me"), since '+' cannot appear in one.
 std::string MigProfileName(int32_t gpu_slices, int32_t compute_slices, int64_t memory_mib,
-                           int64_t gpu_memory_mib);
+                           int64_t gpu_memory_mib, std::string_view nvml_name = {});
 
 // Reads the driver's mig-minors table: name -> capability minor
 // ("gpu0/gi1/ci0/access" -> 13). Lines that do not parse are skipped.

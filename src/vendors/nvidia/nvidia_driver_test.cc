@@ -193,6 +193,35 @@ TEST(NvidiaDriverTest, MigProfileNamesFollowNvidiasNaming) {
   EXPECT_FALSE(core::ValidMigProfile(MigProfileName(0, 0, 0, 143771)));  // "0g.0gb"
 }
 
+// NVML's own profile name wins: it carries the attributes the sizes cannot
+// tell, in NVIDIA's resource-name spelling. A name that is not a profile of
+// the instance's slices is not trusted.
+TEST(NvidiaDriverTest, MigProfileNamesFromNvmlKeepTheirAttributes) {
+  struct Case {
+    int32_t gi, ci;
+    int64_t mib, gpu_mib;
+    std::string nvml, want;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 16384, 143771, "1g.18gb+me", "1g.18gb.me"},
+      {1, 1, 16384, 143771, "1g.18gb", "1g.18gb"},
+      // RTX PRO 6000 Blackwell (97887 MiB): the media and graphics variants.
+      {1, 1, 24192, 97887, "1g.24gb-me", "1g.24gb-me"},
+      {1, 1, 24192, 97887, "1g.24gb+me.all", "1g.24gb.me.all"},
+      {2, 2, 48512, 97887, "2g.48gb+gfx", "2g.48gb.gfx"},
+      {2, 1, 48512, 97887, "2g.48gb-me", "1c.2g.48gb-me"},
+      // Not a profile of these slices, or not a profile name: the sizes decide.
+      {1, 1, 16384, 143771, "2g.35gb", "1g.18gb"},
+      {1, 1, 16384, 143771, "1g.18gb+ME", "1g.18gb"},
+      {1, 1, 16384, 143771, "MIG 1g.18gb", "1g.18gb"},
+      {1, 1, 16384, 143771, "garbage", "1g.18gb"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(MigProfileName(c.gi, c.ci, c.mib, c.gpu_mib, c.nvml), c.want) << c.nvml;
+    EXPECT_TRUE(core::ValidMigProfile(c.want)) << c.want;
+  }
+}
+
 TEST(NvidiaDriverTest, MigMinorsTableSkipsLinesItCannotRead) {
   const auto caps = ParseMigMinors(
       "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"

@@ -10,10 +10,12 @@ namespace accelpool::vendors::nvidia::abi {
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct NvmlDeviceOpaque*;
 using nvmlEventSet_t = struct NvmlEventSetOpaque*;
+using nvmlGpuInstance_t = struct NvmlGpuInstanceOpaque*;
 
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
 constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
+constexpr nvmlReturn_t kNvmlErrorNoPermission = 4;
 constexpr nvmlReturn_t kNvmlErrorNotFound = 6;
 constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
 constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
@@ -48,6 +50,47 @@ struct nvmlDeviceAttributes_t {
   unsigned gpuInstanceSliceCount;
   unsigned computeInstanceSliceCount;
   unsigned long long memorySizeMB;  // NOLINT(runtime/int)
+};
+
+// nvmlGpuInstanceProfileInfo_v2_t, as nvmlDeviceGetGpuInstanceProfileInfoV
+// fills it for one GPU instance profile (indexed 0 .. NVML's profile count:
+// NVML_GPU_INSTANCE_PROFILE_1_SLICE, ..._1_SLICE_REV1 (+me), ...). `version`
+// is set by the caller to kGpuInstanceProfileInfoV2. `name` is NVIDIA's
+// profile name, "MIG 1g.18gb+me".
+struct nvmlGpuInstanceProfileInfo_v2_t {
+  unsigned version;
+  unsigned id;  // the profile id nvmlGpuInstanceGetInfo reports
+  unsigned isP2pSupported;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned copyEngineCount;
+  unsigned decoderCount;
+  unsigned encoderCount;
+  unsigned jpegCount;
+  unsigned ofaCount;
+  unsigned long long memorySizeMB;  // NOLINT(runtime/int)
+  char name[96];
+};
+// NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): the size, and 2 in the top byte.
+constexpr unsigned kGpuInstanceProfileInfoV2 =
+    static_cast<unsigned>(sizeof(nvmlGpuInstanceProfileInfo_v2_t)) | (2U << 24);
+// Profile indices nvmlDeviceGetGpuInstanceProfileInfoV is asked for: NVML's
+// enum has grown with each architecture (17 in R575); higher ones answer
+// NVML_ERROR_INVALID_ARGUMENT and are skipped.
+constexpr unsigned kMaxGpuInstanceProfiles = 32;
+
+struct nvmlGpuInstancePlacement_t {
+  unsigned start;
+  unsigned size;
+};
+
+// nvmlGpuInstanceInfo_t, as nvmlGpuInstanceGetInfo fills it.
+struct nvmlGpuInstanceInfo_t {
+  nvmlDevice_t device;
+  unsigned id;
+  unsigned profileId;
+  nvmlGpuInstancePlacement_t placement;
 };
 
 struct nvmlEventData_t {

@@ -25,6 +25,9 @@ using abi::nvmlDevice_t;
 using abi::nvmlDeviceAttributes_t;
 using abi::nvmlEventData_t;
 using abi::nvmlEventSet_t;
+using abi::nvmlGpuInstance_t;
+using abi::nvmlGpuInstanceInfo_t;
+using abi::nvmlGpuInstanceProfileInfo_v2_t;
 using abi::nvmlMemory_t;
 using abi::nvmlPciInfo_t;
 using abi::nvmlReturn_t;
@@ -331,6 +334,11 @@ class DlNvml : public NvmlLibrary {
     }
     unsigned slots = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check(max_count(*h, &slots), Sym("DeviceGetMaxMigDeviceCount")));
+    const std::vector<GiProfile> profiles = GpuInstanceProfiles(*h);
+    auto gi_by_id = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, nvmlGpuInstance_t*)>(
+        Sym("DeviceGetGpuInstanceById"));
+    auto gi_info = lib_->OptionalSymbol<nvmlReturn_t(nvmlGpuInstance_t, nvmlGpuInstanceInfo_t*)>(
+        Sym("GpuInstanceGetInfo"));
     std::vector<NvmlMigInfo> out;
     for (unsigned i = 0; i < slots && i < 64; ++i) {
       nvmlDevice_t m = nullptr;
@@ -356,12 +364,68 @@ class DlNvml : public NvmlLibrary {
       info.compute_slices = static_cast<int32_t>(a.value.computeInstanceSliceCount);
       info.memory_mib = static_cast<int64_t>(a.value.memorySizeMB);
       info.multiprocessors = static_cast<int32_t>(a.value.multiprocessorCount);
+      // The profile of its GPU instance, by id (exact); else the one profile
+      // whose slices, memory and media engines match (a plain profile and its
+      // "+gfx" twin do not differ there: then no name, and the caller names
+      // the plain profile).
+      const GiProfile* profile = nullptr;
+      nvmlGpuInstance_t instance = nullptr;
+      Padded<nvmlGpuInstanceInfo_t> gi_data;
+      if (gi_by_id != nullptr && gi_info != nullptr && !profiles.empty() &&
+          gi_by_id(*h, g, &instance) == kNvmlSuccess &&
+          gi_info(instance, &gi_data.value) == kNvmlSuccess) {
+        for (const GiProfile& p : profiles) {
+          if (p.info.id == gi_data.value.profileId) profile = &p;
+        }
+      }
+      if (profile == nullptr) {
+        int matches = 0;
+        for (const GiProfile& p : profiles) {
+          if (p.info.sliceCount == a.value.gpuInstanceSliceCount &&
+              p.info.memorySizeMB == a.value.memorySizeMB &&
+              p.info.decoderCount == a.value.sharedDecoderCount &&
+              p.info.encoderCount == a.value.sharedEncoderCount &&
+              p.info.jpegCount == a.value.sharedJpegCount &&
+              p.info.ofaCount == a.value.sharedOfaCount) {
+            profile = ++matches == 1 ? &p : nullptr;
+          }
+        }
+      }
+      if (profile != nullptr && profile->info.sliceCount == a.value.gpuInstanceSliceCount) {
+        info.profile_name = profile->name;
+      }
       out.push_back(std::move(info));
     }
     return out;
   }
 
  private:
+  struct GiProfile {
+    nvmlGpuInstanceProfileInfo_v2_t info;
+    std::string name;  // without "MIG "
+  };
+
+  // The GPU instance profiles `parent` knows, with their names; empty when
+  // the driver has no nvmlDeviceGetGpuInstanceProfileInfoV (before R470).
+  std::vector<GiProfile> GpuInstanceProfiles(nvmlDevice_t parent) {
+    auto info_v = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned,
+                                                    nvmlGpuInstanceProfileInfo_v2_t*)>(
+        Sym("DeviceGetGpuInstanceProfileInfoV"));
+    std::vector<GiProfile> out;
+    for (unsigned i = 0; info_v != nullptr && i < abi::kMaxGpuInstanceProfiles; ++i) {
+      Padded<nvmlGpuInstanceProfileInfo_v2_t> p;
+      p.value.version = abi::kGpuInstanceProfileInfoV2;
+      if (info_v(parent, i, &p.value) != kNvmlSuccess) {
+        continue;  // not on this GPU, or past the driver's profile count
+      }
+      p.value.name[sizeof(p.value.name) - 1] = '\0';
+      std::string name = p.value.name;
+      if (name.rfind("MIG ", 0) == 0) name.erase(0, 4);
+      out.push_back(GiProfile{p.value, std::move(name)});
+    }
+    return out;
+  }
+
   Status Check(nvmlReturn_t r, const std::string& call) const {
     if (r == kNvmlSuccess) {
       return Status::Ok();

@@ -318,7 +318,9 @@ TEST(NvmlBindingTest, GpuInMigModeIsOfferedAsItsMigDevices) {
   ASSERT_EQ(inv.devices.size(), 5u);  // GPU 0 whole, GPU 1 as four MIG devices
   EXPECT_EQ(inv.devices[0].partition, "");
   EXPECT_EQ(inv.devices[0].max_shares, 10);
-  const std::vector<std::string> profiles = {"3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"};
+  // GPU instance 4's profile is 1g.18gb+me: named from NVML's profile, with
+  // '+' as '.' as in NVIDIA's resource names.
+  const std::vector<std::string> profiles = {"3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb.me"};
   for (size_t k = 0; k < 4; ++k) {
     const core::Device& d = inv.devices[k + 1];
     EXPECT_EQ(d.partition, profiles[k]) << k;
@@ -367,6 +369,39 @@ TEST(NvmlBindingTest, GpuInMigModeIsOfferedAsItsMigDevices) {
   }
 }
 
+// The profile of a MIG device comes from its GPU instance when the plugin may
+// open one (it runs privileged); else from the one profile of the parent whose
+// slices, memory and media engines match (1g.18gb+me has the OFA, 1g.18gb and
+// its +gfx twin do not and so cannot be told apart: the plain name); else, on
+// a driver without profile information, from the sizes alone, as before.
+TEST(NvmlBindingTest, MigProfilesWithAttributesAreNamedFromNvmlsProfiles) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(2, -1, -1, 0);
+  auto mig = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_mig"));
+  auto access = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_mig_access"));
+  ASSERT_NE(mig, nullptr);
+  ASSERT_NE(access, nullptr);
+  mig(1);
+  auto nvml = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML}, "/nonexistent");
+  ASSERT_TRUE(nvml.ok()) << nvml.status().ToString();
+  struct Case {
+    int access;
+    std::vector<std::string> names;
+  };
+  for (const Case& c : std::vector<Case>{{2, {"3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb+me"}},
+                                         {1, {"3g.71gb", "2g.35gb", "", "1g.18gb+me"}},
+                                         {0, {"", "", "", ""}}}) {
+    SCOPED_TRACE(c.access);
+    access(c.access);
+    auto migs = (*nvml)->MigDevices(1);
+    ASSERT_TRUE(migs.ok()) << migs.status().ToString();
+    ASSERT_EQ(migs->size(), 4u);
+    for (size_t k = 0; k < 4; ++k) EXPECT_EQ((*migs)[k].profile_name, c.names[k]) << k;
+  }
+  access(2);
+  mig(-1);
+}
 TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
   struct Case {
     std::string name;

@@ -48,6 +48,13 @@ struct NvmlMigInfo {
   int32_t compute_slices = 0;     // ::computeInstanceSliceCount
   int64_t memory_mib = 0;         // ::memorySizeMB
   int32_t multiprocessors = 0;    // ::multiprocessorCount
+  // NVIDIA's name of its GPU instance profile without "MIG " ("1g.18gb",
+  // "1g.18gb+me", "1g.24gb-me", "1g.24gb+me.all"); empty when NVML does not
+  // say. Read from the profile of its GPU instance (nvmlDeviceGetGpuInstanceById,
+  // nvmlGpuInstanceGetInfo: needs the privileges the plugin runs with), or else
+  // the one profile of its parent whose slices, memory and media engines are
+  // the device's.
+  std::string profile_name = {};
 };
 
 // One critical XID event; device is the NVML index (-1: not known). gpu_lost:

@@ -11,8 +11,16 @@
 // environment) puts one GPU in MIG mode with four MIG devices: GPU instances
 // 1 (3 slices), 2 (2 slices) and 3 and 4 (1 slice each), one compute instance
 // each, with memory inside each profile's share of the GPU (3g.71gb,
-// 2g.35gb, 1g.18gb, 1g.18gb on an H200). MIG handles point into a second
-// table.
+// 2g.35gb, 1g.18gb, 1g.18gb+me on an H200). MIG handles point into a second
+// table. The GPU instance profiles (nvmlDeviceGetGpuInstanceProfileInfoV,
+// indexed as NVML's enum) are an H200's (ids and names as `nvidia-smi mig
+// -lgip` lists them; media engines as NVIDIA's MIG guide gives them for
+// Hopper: +me adds the OFA), plus a "+gfx" twin of 1g.18gb at Blackwell's
+// index 10 whose engines equal the plain profile's, so that engines alone
+// cannot name it. accelpool_fake_nvml_mig_access(level) takes rights away:
+// 1, an unprivileged caller (nvmlDeviceGetGpuInstanceById answers
+// NVML_ERROR_NO_PERMISSION); 0, a driver before R470 (no profile
+// information either).
 //
 // NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
 // through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
@@ -39,12 +47,16 @@ namespace {
 using accelpool::vendors::nvidia::abi::nvmlDevice_t;
 using accelpool::vendors::nvidia::abi::nvmlDeviceAttributes_t;
 using accelpool::vendors::nvidia::abi::nvmlEventData_t;
+using accelpool::vendors::nvidia::abi::nvmlGpuInstanceInfo_t;
+using accelpool::vendors::nvidia::abi::nvmlGpuInstanceProfileInfo_v2_t;
 using accelpool::vendors::nvidia::abi::nvmlMemory_t;
 using accelpool::vendors::nvidia::abi::nvmlPciInfo_t;
 constexpr int kSuccess = accelpool::vendors::nvidia::abi::kNvmlSuccess;
 constexpr int kInvalidArgument = accelpool::vendors::nvidia::abi::kNvmlErrorInvalidArgument;
 constexpr int kNotSupported = accelpool::vendors::nvidia::abi::kNvmlErrorNotSupported;
 constexpr int kNotFound = accelpool::vendors::nvidia::abi::kNvmlErrorNotFound;
+constexpr int kNoPermission = accelpool::vendors::nvidia::abi::kNvmlErrorNoPermission;
+constexpr int kArgumentVersionMismatch = 25;  // NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 constexpr int kTimeout = accelpool::vendors::nvidia::abi::kNvmlErrorTimeout;
 constexpr int kGpuIsLost = accelpool::vendors::nvidia::abi::kNvmlErrorGpuIsLost;
 constexpr unsigned kMaxLinks = accelpool::vendors::nvidia::abi::kMaxNvLinks;
@@ -61,11 +73,31 @@ int mig_handles[4];  // the MIG devices of the GPU in MIG mode
 struct MigRow {
   unsigned gi, ci, gi_slices, ci_slices, sms;
   unsigned long long mib;  // NOLINT(runtime/int)
+  unsigned profile_id, decoders, jpegs, ofas;
 };
-const MigRow kMig[4] = {{1, 0, 3, 3, 60, 71424},
-                        {2, 0, 2, 2, 32, 33280},
-                        {3, 0, 1, 1, 16, 16384},
-                        {4, 0, 1, 1, 16, 16384}};
+const MigRow kMig[4] = {{1, 0, 3, 3, 60, 71424, 9, 3, 3, 0},
+                        {2, 0, 2, 2, 32, 33280, 14, 2, 2, 0},
+                        {3, 0, 1, 1, 16, 16384, 19, 1, 1, 0},
+                        {4, 0, 1, 1, 16, 16384, 20, 1, 1, 1}};
+struct GiProfileRow {
+  unsigned index, id, slices, sms;
+  unsigned long long mib;  // NOLINT(runtime/int)
+  unsigned decoders, jpegs, ofas;
+  const char* name;
+};
+const GiProfileRow kGiProfiles[] = {
+    {0, 19, 1, 16, 16384, 1, 1, 0, "MIG 1g.18gb"},
+    {1, 14, 2, 32, 33280, 2, 2, 0, "MIG 2g.35gb"},
+    {2, 9, 3, 60, 71424, 3, 3, 0, "MIG 3g.71gb"},
+    {3, 5, 4, 64, 71424, 4, 4, 0, "MIG 4g.71gb"},
+    {4, 0, 7, 132, 143360, 7, 7, 1, "MIG 7g.141gb"},
+    {7, 20, 1, 16, 16384, 1, 1, 1, "MIG 1g.18gb+me"},
+    {9, 15, 1, 16, 33280, 1, 1, 0, "MIG 1g.35gb"},
+    {10, 47, 1, 16, 16384, 1, 1, 0, "MIG 1g.18gb+gfx"},
+};
+constexpr unsigned kGiProfileCount = 17;  // NVML_GPU_INSTANCE_PROFILE_COUNT in R575
+int gi_handles[8];                        // GPU instance handles, by GPU instance id
+int mig_access = 2;
 int mig_gpu = [] {
   const char* g = std::getenv("ACCELPOOL_FAKE_NVML_MIG");
   return g != nullptr ? std::atoi(g) : -1;
@@ -126,6 +158,11 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(
 // The GPU in MIG mode (-1: none).
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_mig(int gpu) {
   mig_gpu = gpu;
+}
+
+// 2: every MIG query; 1: no GPU instance handles; 0: no profile information.
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_mig_access(int level) {
+  mig_access = level;
 }
 
 // How many times nvmlDeviceGetName ran since the last call (which resets it):
@@ -305,7 +342,70 @@ __attribute__((visibility("default"))) int nvmlDeviceGetAttributes_v2(void* h,
   a->gpuInstanceSliceCount = kMig[k].gi_slices;
   a->computeInstanceSliceCount = kMig[k].ci_slices;
   a->memorySizeMB = kMig[k].mib;
+  a->sharedCopyEngineCount = kMig[k].gi_slices;
+  a->sharedDecoderCount = kMig[k].decoders;
+  a->sharedJpegCount = kMig[k].jpegs;
+  a->sharedOfaCount = kMig[k].ofas;
   return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGpuInstanceProfileInfoV(
+    void* h, unsigned profile, nvmlGpuInstanceProfileInfo_v2_t* info) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || info == nullptr || profile >= kGiProfileCount) return kInvalidArgument;
+  if (mig_access < 1) return kNotSupported;
+  if (info->version != accelpool::vendors::nvidia::abi::kGpuInstanceProfileInfoV2) {
+    return kArgumentVersionMismatch;
+  }
+  for (const GiProfileRow& r : kGiProfiles) {
+    if (r.index != profile) continue;
+    const unsigned version = info->version;
+    std::memset(info, 0, sizeof(*info));
+    info->version = version;
+    info->id = r.id;
+    info->sliceCount = r.slices;
+    info->instanceCount = 7 / r.slices;
+    info->multiprocessorCount = r.sms;
+    info->copyEngineCount = r.slices;
+    info->decoderCount = r.decoders;
+    info->jpegCount = r.jpegs;
+    info->ofaCount = r.ofas;
+    info->memorySizeMB = r.mib;
+    CopyString(info->name, sizeof(info->name), r.name);
+    return kSuccess;
+  }
+  return kNotSupported;  // a profile this GPU does not have
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGpuInstanceById(void* h, unsigned id,
+                                                                        void** instance) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || instance == nullptr) return kInvalidArgument;
+  if (static_cast<int>(i) != mig_gpu) return kNotSupported;
+  if (mig_access < 2) return kNoPermission;
+  for (const MigRow& r : kMig) {
+    if (r.gi == id) {
+      *instance = &gi_handles[id];
+      return kSuccess;
+    }
+  }
+  return kNotFound;
+}
+__attribute__((visibility("default"))) int nvmlGpuInstanceGetInfo(void* instance,
+                                                                  nvmlGpuInstanceInfo_t* info) {
+  const int* p = static_cast<const int*>(instance);
+  if (p < gi_handles || p >= gi_handles + 8 || info == nullptr || mig_gpu < 0) {
+    return kInvalidArgument;
+  }
+  const unsigned id = static_cast<unsigned>(p - gi_handles);
+  for (const MigRow& r : kMig) {
+    if (r.gi != id) continue;
+    std::memset(info, 0, sizeof(*info));
+    info->device = reinterpret_cast<nvmlDevice_t>(&gpus[mig_gpu]);
+    info->id = id;
+    info->profileId = r.profile_id;
+    info->placement.size = r.gi_slices;
+    return kSuccess;
+  }
+  return kInvalidArgument;
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetGpuInstanceId(void* h, unsigned* id) {
   unsigned k = 0;

@@ -803,17 +803,20 @@ kc -n "${NS}" delete pod readmit-1 --grace-period=0 --force >/dev/null 2>&1 || t
 # NVIDIA MIG: a GPU in MIG mode is offered as its instances, one resource per
 # profile (nvidia.com/mig-<profile>, kube-scheduler counts them); a MIG pod
 # lands only on an instance of its profile, a whole-GPU pod only on whole GPUs.
-start_node mig-a '{"version":1,"inventories":[{"vendor":"nvidia","count":6,"model":"H200","memory_mib":143771,
+# MIG-mig-a-7 is a 1g.18gb+me instance (media extensions), advertised as
+# nvidia.com/mig-1g.18gb.me: never handed to a plain 1g.18gb pod.
+start_node mig-a '{"version":1,"inventories":[{"vendor":"nvidia","count":7,"model":"H200","memory_mib":143771,
   "devices":[{"index":1,"id":"MIG-mig-a-1","partition":"3g.71gb","memory_mib":71424},
              {"index":2,"id":"MIG-mig-a-2","partition":"2g.35gb","memory_mib":33280},
              {"index":3,"id":"MIG-mig-a-3","partition":"1g.18gb","memory_mib":16384},
-             {"index":4,"id":"MIG-mig-a-4","partition":"1g.18gb","memory_mib":16384}]}]}'
+             {"index":4,"id":"MIG-mig-a-4","partition":"1g.18gb","memory_mib":16384},
+             {"index":6,"id":"MIG-mig-a-7","partition":"1g.18gb.me","memory_mib":16384}]}]}'
 mig_node_ready() {
   registered mig-a && published mig-a && sync_capacity mig-a && node_has mig-a "${G}" 20 &&
     node_has mig-a nvidia.com/mig-1g.18gb 2 && node_has mig-a nvidia.com/mig-3g.71gb 1 &&
-    node_has mig-a nvidia.com/mig-2g.35gb 1
+    node_has mig-a nvidia.com/mig-2g.35gb 1 && node_has mig-a nvidia.com/mig-1g.18gb.me 1
 }
-check "mig-a serves nvidia.com/gpu (2 whole GPUs, 20 slots) and one resource per MIG profile" \
+check "mig-a serves nvidia.com/gpu (2 whole GPUs, 20 slots) and one resource per MIG profile, 1g.18gb.me apart" \
   wait_for 60 "mig-a" mig_node_ready
 on_1g() { # the pod holds one 1g.18gb instance, whole
   [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusive) | .id] | join(",")')" = "$2" ] ||
@@ -826,15 +829,22 @@ scenario mig-1 "$(pod_yaml mig-1 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb:
 scenario mig-2 "$(pod_yaml mig-2 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb: 1}')")" mig_1g
 check "mig-1 and mig-2 hold different 1g.18gb instances" \
   test "$(assigned mig-1 '.containers[0].devices[0].id')" != "$(assigned mig-2 '.containers[0].devices[0].id')"
-check "mig-3: a third 1g.18gb pod stays pending (the cluster has two such instances)" stays_pending mig-3 \
-  "$(pod_yaml mig-3 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb: 1}')")" 10
+check "mig-3: a third 1g.18gb pod stays pending (two such instances; the free 1g.18gb.me is not one)" \
+  stays_pending mig-3 "$(pod_yaml mig-3 '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb: 1}')")" 10
+mig_me() {
+  [ "$(assigned "$1" '[.containers[0].devices[].id] | join(",")')" = MIG-mig-a-7 ] &&
+    [ "$(assigned "$1" '.containers[0].resource')" = nvidia.com/mig-1g.18gb.me ]
+}
+scenario mig-me "$(pod_yaml mig-me '{}' '{}' "$(ctr main '{nvidia.com/mig-1g.18gb.me: 1}')")" mig_me
+mig_me_visible() { grep -q '"NVIDIA_VISIBLE_DEVICES": *"MIG-mig-a-7"' "${E2E_WORK}/admit/mig-me/admit.json"; }
+check "mig-me: Allocate hands the media-extension instance to the container" mig_me_visible
 scenario mig-3g "$(pod_yaml mig-3g '{}' '{}' "$(ctr main '{nvidia.com/mig-3g.71gb: 1}')")" mig_3g
 scenario mig-whole "$(pod_yaml mig-whole '{}' '{kubernetes.io/hostname: mig-a}' "$(ctr main "{${G}: 2}")")" whole_not_mig
 mig_visible() { # Allocate handed the MIG instance's id to the runtime hook
   grep -q '"NVIDIA_VISIBLE_DEVICES": *"MIG-mig-a-1"' "${E2E_WORK}/admit/mig-3g/admit.json"
 }
 check "mig-3g: Allocate sets NVIDIA_VISIBLE_DEVICES to the MIG instance" mig_visible
-for p in mig-1 mig-2 mig-3 mig-3g mig-whole; do
+for p in mig-1 mig-2 mig-3 mig-me mig-3g mig-whole; do
   release "$p" >/dev/null 2>&1 || true
   kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
 done
@@ -844,11 +854,12 @@ done
 # SIGHUP. Kubelet's device manager drops the instance that went and counts the
 # new one, the published inventory follows, and pods of the new count land on it.
 cat > "${E2E_WORK}/nodes/mig-a/inventory.json" <<'JSON'
-{"version":1,"inventories":[{"vendor":"nvidia","count":6,"model":"H200","memory_mib":143771,
+{"version":1,"inventories":[{"vendor":"nvidia","count":7,"model":"H200","memory_mib":143771,
   "devices":[{"index":1,"id":"MIG-mig-a-1","partition":"3g.71gb","memory_mib":71424},
              {"index":2,"id":"MIG-mig-a-2","partition":"2g.35gb","memory_mib":33280},
              {"index":3,"id":"MIG-mig-a-6","partition":"2g.35gb","memory_mib":33280},
-             {"index":4,"id":"MIG-mig-a-4","partition":"1g.18gb","memory_mib":16384}]}]}
+             {"index":4,"id":"MIG-mig-a-4","partition":"1g.18gb","memory_mib":16384},
+             {"index":6,"id":"MIG-mig-a-7","partition":"1g.18gb.me","memory_mib":16384}]}]}
 JSON
 kill -HUP "$(cat "${E2E_WORK}/nodes/mig-a/plugin.pid")"
 mig_relaid() {
