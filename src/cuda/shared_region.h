@@ -22,6 +22,9 @@
 // slot. The lock is a POSIX record lock, which a process loses when it closes
 // *any* descriptor of the file: the region keeps its one descriptor open for
 // its life, and a process should map one region per file (the shim does).
+// The container's own reclaim does not go by the lock: a process that closed
+// every descriptor it did not open itself would lose its lock while alive,
+// and freeing its slot would drop its charge from the cap.
 //
 // Slot indices stay valid for the life of the owning process (no compaction);
 // callers keep the index, never a pointer into the mapping across calls.

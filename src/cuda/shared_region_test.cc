@@ -174,6 +174,21 @@ TEST_F(SharedRegionTest, ConcurrentProcessesNeverExceedTheCap) {
   EXPECT_EQ(r.Used(0), 0u) << "exited processes' charges must be reclaimed";
 }
 
+// In a forked child: maps the region in `dir` into `r` (which the caller keeps
+// alive: it holds the slot's liveness lock), claims a slot, charges `bytes` on
+// device 0 and writes one byte to `ready_fd`. Exits 1 when the open fails.
+void ClaimAndChargeInChild(SharedRegion& r, const std::string& dir, uint64_t bytes, int ready_fd) {
+  char error[256];
+  if (!r.OpenFile(dir.c_str(), error, sizeof(error))) {
+    _exit(1);
+  }
+  int32_t pid = static_cast<int32_t>(getpid());
+  int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
+  r.TryCharge(slot, 0, bytes, kGiB, 0);
+  char c = 'x';
+  (void)!write(ready_fd, &c, 1);
+}
+
 TEST_F(SharedRegionTest, SigkilledHolderIsReclaimedOnTheNextCharge) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
@@ -181,15 +196,7 @@ TEST_F(SharedRegionTest, SigkilledHolderIsReclaimedOnTheNextCharge) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     SharedRegion r;
-    char error[256];
-    if (!r.OpenFile(dir_.c_str(), error, sizeof(error))) {
-      _exit(1);
-    }
-    int32_t pid = static_cast<int32_t>(getpid());
-    int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
-    r.TryCharge(slot, 0, 800 * kMiB, kGiB, 0);
-    char c = 'x';
-    (void)!write(ready[1], &c, 1);
+    ClaimAndChargeInChild(r, dir_, 800 * kMiB, ready[1]);
     pause();
     _exit(0);
   }
@@ -238,15 +245,7 @@ pid_t ForkHolder(const std::string& dir, uint64_t bytes, bool leader_exits, cons
   work = Work{dir, bytes, ready[1]};
   auto run = [](void*) -> void* {
     SharedRegion r;
-    char error[256];
-    if (!r.OpenFile(work.dir.c_str(), error, sizeof(error))) {
-      _exit(1);
-    }
-    int32_t pid = static_cast<int32_t>(getpid());
-    int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
-    r.TryCharge(slot, 0, work.bytes, kGiB, 0);
-    char c = 'x';
-    (void)!write(work.fd, &c, 1);
+    ClaimAndChargeInChild(r, work.dir, work.bytes, work.fd);
     for (;;) {
       pause();
     }
@@ -497,15 +496,7 @@ TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused
   if (child == 0) {
     close(ready[0]);
     SharedRegion r;
-    char error[256];
-    if (!r.OpenFile(dir_.c_str(), error, sizeof(error))) {
-      _exit(1);
-    }
-    int32_t pid = static_cast<int32_t>(getpid());
-    int slot = r.ClaimSlot(pid, ProcessStartTime(pid));
-    r.TryCharge(slot, 0, 300 * kMiB, kGiB, 0);
-    char c = 'x';
-    (void)!write(ready[1], &c, 1);
+    ClaimAndChargeInChild(r, dir_, 300 * kMiB, ready[1]);
     // The write end closes at exec, which tells the parent the exec happened.
     fcntl(ready[1], F_SETFD, FD_CLOEXEC);
     execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));

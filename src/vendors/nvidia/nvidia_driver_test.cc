@@ -6,6 +6,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <random>
+#include <string>
 #include <thread>
 
 #include "vendors/dl_library.h"
@@ -219,6 +221,18 @@ TEST(NvidiaDriverTest, MigProfileNamesFromNvmlKeepTheirAttributes) {
   for (const Case& c : cases) {
     EXPECT_EQ(MigProfileName(c.gi, c.ci, c.mib, c.gpu_mib, c.nvml), c.want) << c.nvml;
     EXPECT_TRUE(core::ValidMigProfile(c.want)) << c.want;
+  }
+  // The name comes from the vendor library: whatever it holds, the result is
+  // a valid profile of the instance's slices, or the name from the sizes.
+  std::mt19937 rng(20261202);
+  const std::string alphabet = "0123456789gbcmealfx.+- MIG";
+  for (int round = 0; round < 5000; ++round) {
+    std::string nvml(rng() % 20, ' ');
+    for (char& ch : nvml) ch = alphabet[rng() % alphabet.size()];
+    if (round % 3 == 0) nvml = "1g.18gb" + nvml.substr(0, rng() % 8);
+    const std::string got = MigProfileName(1, 1, 16384, 143771, nvml);
+    ASSERT_TRUE(core::ValidMigProfile(got)) << "\"" << nvml << "\" -> " << got;
+    ASSERT_EQ(got.rfind("1g.", 0), 0u) << "\"" << nvml << "\" -> " << got;
   }
 }
 
