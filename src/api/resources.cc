@@ -279,7 +279,7 @@ std::optional<std::string_view> DeviceControlledEnv(std::string_view name) {
                                                               "CUDA_DEVICE_MEMORY_LIMIT"};
   static constexpr std::string_view kEnforcement[] = {
       "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_PIPE_DIRECTORY"};
+      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_PIPE_DIRECTORY", "ASCEND_VNPU_SPECS"};
   static constexpr std::string_view kDeviceSelection[] = {
       "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES",   "XPU_VISIBLE_DEVICES",
       "MACA_VISIBLE_DEVICES",   "MTHREADS_VISIBLE_DEVICES", "CAMBRICON_VISIBLE_DEVICES"};

@@ -87,7 +87,9 @@ std::string DeviceResource(core::Vendor v, std::string_view model, std::string_v
 //   "enforcement": the libaccelpool-cuda contract and its HAMi and MPS
 //     counterparts (ACCELPOOL_CUDA_*, CUDA_DEVICE_MEMORY_LIMIT[_<i>],
 //     CUDA_DEVICE_SM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
-//     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_PIPE_DIRECTORY);
+//     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_PIPE_DIRECTORY) and the
+//     Ascend vNPU template (ASCEND_VNPU_SPECS: a pod's own would take a larger
+//     vNPU than it was granted);
 //   "device selection": the variables a container runtime hook reads to
 //     decide which devices to put into the container (NVIDIA_VISIBLE_DEVICES,
 //     ASCEND_VISIBLE_DEVICES, ...; the first entry of each vendor's

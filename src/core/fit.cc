@@ -306,6 +306,11 @@ int64_t EffectiveMemory(const DeviceRequest& r, const Device& d, const SliceRule
   } else {
     mem = (d.memory_mib * r.compute + kComputeWhole - 1) / kComputeWhole;
   }
+  // A slice whose compute follows its memory (Kunlunxin vXPU, Ascend vNPU
+  // templates) must also be large enough for the compute asked for.
+  if (s.compute_follows_memory && r.compute > 0) {
+    mem = std::max(mem, (d.memory_mib * r.compute + kComputeWhole - 1) / kComputeWhole);
+  }
   if (s.memory_step_mib > 1) mem = (mem + s.memory_step_mib - 1) / s.memory_step_mib * s.memory_step_mib;
   if (!s.memory_sizes.empty()) {
     const auto it = std::lower_bound(s.memory_sizes.begin(), s.memory_sizes.end(), mem);

@@ -160,11 +160,63 @@ TEST(FitShare, KunlunxinHandleBudget) {
   EXPECT_EQ(placed, 24);
 }
 
+// A slice whose compute follows its memory must hold the compute asked for
+// too: 40 % of the cores with little memory is the half slice / the 50 %
+// template, never a quarter that would give 25 %.
+TEST(FitShare, ComputeFollowingSlicesAreLargeEnoughForTheComputeAsked) {
+  struct Case {
+    const char* profile;
+    Vendor vendor;
+    int64_t memory;
+    int32_t compute;
+    int64_t want_mib;
+    int32_t want_compute;
+  };
+  const Case cases[] = {
+      {"kunlunxin-p800-x8", Vendor::kKunlunxin, 1000, 400, 49152, 500},
+      {"kunlunxin-p800-x8", Vendor::kKunlunxin, 1000, 200, 24576, 250},
+      {"kunlunxin-p800-x8", Vendor::kKunlunxin, 1000, 0, 24576, 250},
+      {"ascend-910b-x8", Vendor::kAscend, 4096, 400, 32768, 500},
+      {"ascend-910b-x8", Vendor::kAscend, 4096, 0, 16384, 250},
+      {"ascend-310p-duo", Vendor::kAscend, 0, 300, 12288, 500},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.profile) + " " + std::to_string(c.memory) + " MiB " +
+                 std::to_string(c.compute));
+    NodeInventory inv = MakeNode(c.profile);
+    for (Device& d : inv.devices) d.max_shares = std::max(d.max_shares, 4);  // vNPU slots
+    NodeUsage usage = NodeUsage::Empty(inv);
+    const Placement p = PlaceOrDie(Pod({Share(c.vendor, 1, c.memory, c.compute)}), inv, &usage);
+    EXPECT_EQ(p.containers[0].grants[0].memory_mib, c.want_mib);
+    EXPECT_EQ(p.containers[0].grants[0].compute, c.want_compute);
+  }
+}
+
+// Ascend vNPU: templates pack onto one chip until its memory (and so its
+// cores) is spent; a fifth quarter goes to another chip.
+TEST(FitShare, AscendTemplatesFillAChipBeforeTheNext) {
+  NodeInventory inv = MakeNode("ascend-910b-x8");
+  for (Device& d : inv.devices) d.max_shares = 4;
+  NodeUsage usage = NodeUsage::Empty(inv);
+  const Placement half = PlaceOrDie(Pod({Share(Vendor::kAscend, 1, 20000, 0)}), inv, &usage);
+  const int32_t chip = half.containers[0].grants[0].device;
+  for (int i = 0; i < 2; ++i) {
+    const Placement q = PlaceOrDie(Pod({Share(Vendor::kAscend, 1, 16384, 0)}), inv, &usage);
+    EXPECT_EQ(q.containers[0].grants[0].device, chip);
+  }
+  const Placement next = PlaceOrDie(Pod({Share(Vendor::kAscend, 1, 16384, 0)}), inv, &usage);
+  EXPECT_NE(next.containers[0].grants[0].device, chip);
+  const FitResult two = Fit(Pod({Share(Vendor::kAscend, 2, 16384, 0)}), inv, usage);
+  EXPECT_EQ(two.code, FitCode::kUnresolvable);
+}
+
 TEST(FitShare, SingleDeviceFractionVendorsRejectCountAboveOne) {
   const NodeInventory inv = MakeNode("mthreads-s4000-x8");
   const FitResult r = Fit(Pod({Share(Vendor::kMthreads, 2, 1024, 0)}), inv, NodeUsage::Empty(inv));
   EXPECT_EQ(r.code, FitCode::kUnresolvable);
   EXPECT_EQ(r.reasons[0].reason, Reason::kInvalidCount);
+  EXPECT_NE(DescribeReason(r.reasons[0]).find("a share takes one device"), std::string::npos)
+      << DescribeReason(r.reasons[0]);
 }
 
 TEST(FitFilters, ModelIncludeExcludeAndIds) {

@@ -37,6 +37,8 @@ std::vector<int32_t> Range(int32_t from, int32_t to) {
   return v;
 }
 
+// The table is laid out by hand, a few fields a line.
+// clang-format off
 const std::vector<ProfileRow>& Rows() {
   static const std::vector<ProfileRow>* const kRows = [] {
     auto* rows = new std::vector<ProfileRow>();
@@ -51,23 +53,25 @@ const std::vector<ProfileRow>& Rows() {
                       "PCIe + NVLink bridge pairs: keep bridged pairs, then P2P level (HAMi links)"},
                      10, 4, GroupRule::kPrefer, SpanRule::kAny, 2, ModuleRule::kPreferTogether, {},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {160, 0, 0, 40, 10}, {}});
+    // Ascend slices are vNPU templates, whose AI cores are the same share of
+    // the chip as their memory: compute follows memory.
     // Ascend 910A x8: two HCCS rings, 1/2/4 inside one ring, 8 whole node.
     rows->push_back({{"ascend-910a-x8", Vendor::kAscend, "Ascend910A", 8, 32768, 32,
                       "910A rings {0-3} {4-7}; counts 1,2,4,8; small requests in one ring (doc)"},
                      1, 4, GroupRule::kRequired, SpanRule::kAny, 0, ModuleRule::kNone, {1, 2, 4, 8},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 0, 0, 1},
-                     {1, {2184, 4369, 8738, 17476}, false, 0, false, true}});
+                     {1, {2184, 4369, 8738, 17476}, false, 0, true, true}});
     rows->push_back({{"ascend-910a-x4", Vendor::kAscend, "Ascend910A", 4, 32768, 32,
                       "910A half config: one ring; counts 1,2,4 (code)"},
                      1, 4, GroupRule::kRequired, SpanRule::kAny, 0, ModuleRule::kNone, {1, 2, 4},
-                     {0}, {0, 100, 0, 0, 1}, {1, {2184, 4369, 8738, 17476}, false, 0, false, true}});
+                     {0}, {0, 100, 0, 0, 1}, {1, {2184, 4369, 8738, 17476}, false, 0, true, true}});
     // 910B Atlas 800T A2: full HCCS mesh; any subset. NUMA from the documented
     // 910B2 sample (6,0,6,0,4,2,4,2): never derived from the index.
     rows->push_back({{"ascend-910b-x8", Vendor::kAscend, "Ascend910B3", 8, 65536, 20,
                       "910B x8 full HCCS mesh: any count 1-8 (doc)"},
                      1, 0, GroupRule::kNone, SpanRule::kAny, 0, ModuleRule::kNone, Range(1, 8),
                      {6, 0, 6, 0, 4, 2, 4, 2}, {0, 0, 0, 110, 100},
-                     {1, {16384, 32768}, false, 0, false, true}});
+                     {1, {16384, 32768}, false, 0, true, true}});
     // 910B Box16: rings {0-7} {8-15}; <=8 in one ring; 10/12/14 as mirrored pairs.
     {
       std::vector<int32_t> counts = Range(1, 8);
@@ -76,7 +80,7 @@ const std::vector<ProfileRow>& Rows() {
                         "910B Box16 rings of 8; 10/12/14 as pairs (i, i+8); 16 whole (doc+code)"},
                        1, 8, GroupRule::kRequired, SpanRule::kEvenMirrored, 0, ModuleRule::kNone,
                        counts, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-                       {0, 100, 50, 0, 1}, {1, {8192, 16384}, false, 0, false, true}});
+                       {0, 100, 50, 0, 1}, {1, {8192, 16384}, false, 0, true, true}});
     }
     // 910C / A3: 8 HiAM modules of 2 dies; even counts take whole modules.
     {
@@ -86,14 +90,14 @@ const std::vector<ProfileRow>& Rows() {
                         "910C dies 2k,2k+1 form a module; even counts take whole modules (doc)"},
                        1, 0, GroupRule::kNone, SpanRule::kAny, 2, ModuleRule::kWholeForEven, counts,
                        {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, {200, 0, 0, 100, 100},
-                       {1, {16384, 32768}, false, 0, false, true}});
+                       {1, {16384, 32768}, false, 0, true, true}});
     }
     // 310P Duo: 2 chips per card; a request of <= 2 stays on one card.
     rows->push_back({{"ascend-310p-duo", Vendor::kAscend, "Ascend310P3", 8, 24576, 8,
                       "310P Duo: <=2 chips on one card; odd remainder to a half-used card (doc)"},
                      1, 0, GroupRule::kNone, SpanRule::kAny, 2, ModuleRule::kStayInside, {},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {100, 0, 0, 10, 1},
-                     {1, {3072, 6144, 12288}, false, 0, false, true}});
+                     {1, {3072, 6144, 12288}, false, 0, true, true}});
     // Kunlunxin P800: wings {0-3} {4-7} (= NUMA); 1/2/4 must not span NUMA (doc).
     rows->push_back({{"kunlunxin-p800-x8", Vendor::kKunlunxin, "P800", 8, 98304, 0,
                       "P800 wings {0-3} {4-7}; counts 1,2,4,8; small requests in one wing (doc)"},
@@ -130,6 +134,7 @@ const std::vector<ProfileRow>& Rows() {
   }();
   return *kRows;
 }
+// clang-format on
 
 const ProfileRow* FindRow(std::string_view name) {
   for (const auto& r : Rows()) {

@@ -44,7 +44,13 @@ std::string DescribeReason(const FitReason& r) {
       out << "too few devices (need " << r.requested << ", node has " << r.available << ")";
       break;
     case Reason::kInvalidCount:
-      out << "count " << r.requested << " is not valid for this topology";
+      if (r.available == 1) {  // fraction_single_device
+        out << "count " << r.requested
+            << " is not valid for a share of these devices (a share takes one device; ask for "
+               "whole devices to use more)";
+      } else {
+        out << "count " << r.requested << " is not valid for this topology";
+      }
       break;
     case Reason::kModelMismatch:
       out << "no device of an allowed model";

@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "cuda/region_format.h"
 #include "plugin/test_util.h"
+#include "vendors/ascend/vnpu.h"
 #include "vendors/fake/fake_driver.h"
 
 namespace accelpool::plugin {
@@ -219,6 +220,27 @@ TEST_F(AllocatorTest, EveryVariableAGrantIsAppliedThroughIsGuardedByTheWebhook) 
     }
   }
   EXPECT_GE(guarded, 12u) << "the shim's and HAMi's contract, MPS's, and the hook variables";
+}
+
+TEST(DeviceControlledEnvTest, TheAscendVnpuTemplateIsGuarded) {
+  vendors::GrantedDevice g;
+  g.device.id = "NPU-0";
+  g.device.vendor = core::Vendor::kAscend;
+  g.device.model = "Ascend910B3";
+  g.device.compute_units = 20;
+  g.device.memory_mib = 65536;
+  g.memory_mib = 16384;
+  g.compute = 250;
+  g.exclusive = false;
+  StatusOr<vendors::ContainerSpec> spec = vendors::ascend::VnpuContainerSpec({g}, 3);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->env.size(), 3u);
+  for (const auto& [name, value] : spec->env) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(api::DeviceControlledEnv(name).has_value(), !InProcessSelector(name));
+  }
+  EXPECT_EQ(api::DeviceControlledEnv("ASCEND_VNPU_SPECS"),
+            std::optional<std::string_view>("enforcement"));
 }
 
 TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {

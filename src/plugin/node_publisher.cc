@@ -1,5 +1,6 @@
 #include "plugin/node_publisher.h"
 
+#include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -49,6 +50,13 @@ std::map<std::string, std::string> NodeLabels(const std::vector<core::NodeInvent
     std::string model = LabelValue(inv.devices.front().model);
     if (!model.empty()) {
       labels["accelpool.io/model." + vendor] = model;
+    }
+    // Devices that take more than one container: where shares of this
+    // vendor are served (NVIDIA's GPUs, Ascend chips with --ascend-vnpu), so
+    // a pod can be pinned to such nodes.
+    if (std::any_of(inv.devices.begin(), inv.devices.end(),
+                    [](const core::Device& d) { return d.max_shares > 1; })) {
+      labels["accelpool.io/shared." + vendor] = "true";
     }
     std::string sn = LabelValue(inv.topology.super_node);
     if (!sn.empty()) {

@@ -1,7 +1,9 @@
 // NodePublisher: writes the node's inventory (accelpool.io/inventory, the
 // versioned vendor-neutral document of docs/protocol.md) and the node labels
-// accelpool.io/vendor.<vendor>=true, accelpool.io/model.<vendor>=<model> and
-// accelpool.io/super-node=<id> (where the hardware reports one).
+// accelpool.io/vendor.<vendor>=true, accelpool.io/model.<vendor>=<model>,
+// accelpool.io/shared.<vendor>=true (a device of that vendor takes more than
+// one container: shares are served there) and accelpool.io/super-node=<id>
+// (where the hardware reports one).
 //
 // Only changes are written: the document is compared, without its
 // generation, with the last one written (or found on the Node at start), and

@@ -34,6 +34,11 @@ class NodePublisherTest : public kube::testing::FakeApiTest {
     return node.has_value() ? (*node)["metadata"]["labels"] : json::object();
   }
 
+  static core::NodeInventory VnpuNode(core::NodeInventory inv) {
+    for (core::Device& d : inv.devices) d.max_shares = 4;
+    return inv;
+  }
+
   static core::NodeInventory Node(const std::string& profile, const std::string& super_node = "") {
     auto inv = core::MakeProfileNode(profile, "node-a");
     EXPECT_TRUE(inv.ok()) << inv.status().ToString();
@@ -54,13 +59,19 @@ TEST_F(NodePublisherTest, RemovesLabelsOfWhatDisappeared) {
        {Node("ascend-910c-x16", "sp-3"), Node("nvidia-hgx-8")},
        {{"accelpool.io/vendor.ascend", "true"},
         {"accelpool.io/model.ascend", "Ascend910C"},
+        {"accelpool.io/shared.ascend", nullptr},  // one slot per die
         {"accelpool.io/super-node", "sp-3"},
         {"accelpool.io/vendor.nvidia", "true"},
-        {"accelpool.io/model.nvidia", "H200"}}},
-      {"the super node is gone",
+        {"accelpool.io/model.nvidia", "H200"},
+        {"accelpool.io/shared.nvidia", "true"}}},
+      {"the dies serve vNPU shares",
+       {VnpuNode(Node("ascend-910c-x16", "sp-3")), Node("nvidia-hgx-8")},
+       {{"accelpool.io/shared.ascend", "true"}, {"accelpool.io/shared.nvidia", "true"}}},
+      {"the super node is gone, and the vNPU shares (the plugin runs without --ascend-vnpu)",
        {Node("ascend-910c-x16"), Node("nvidia-hgx-8")},
        {{"accelpool.io/vendor.ascend", "true"},
         {"accelpool.io/model.ascend", "Ascend910C"},
+        {"accelpool.io/shared.ascend", nullptr},
         {"accelpool.io/super-node", nullptr},
         {"accelpool.io/vendor.nvidia", "true"}}},
       {"the Ascend NPUs are gone",

@@ -55,6 +55,7 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
     }
     ascend::AscendOptions ao;
     ao.node = o.node;
+    ao.vnpu = o.ascend_vnpu;
     return VendorDriverPtr(new ascend::AscendDriver(std::move(lib).value(), ao));
   }
   // The vendors served through a DeviceLibrary: how to load it, and the spec.

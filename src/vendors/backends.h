@@ -29,6 +29,7 @@ struct BackendOptions {
   std::string fake_inventory;  // required by "fake"
   int32_t max_shares = 0;      // 0: the vendor's default split count
   bool mig_single = false;     // NVIDIA MIG devices as nvidia.com/gpu (NvidiaOptions)
+  bool ascend_vnpu = false;    // Ascend shares as dynamic vNPUs (AscendOptions::vnpu)
 };
 
 // The names accepted besides "auto" and "fake".

@@ -145,6 +145,16 @@ mig_strategy() { # only the NVIDIA plugin takes --mig-strategy; mixed by default
     grep -q 'devicePlugin.migStrategy must be mixed or single, not "none"' <<<"${out}"
 }
 check "devicePlugin.migStrategy reaches the NVIDIA plugin only (mixed, single; anything else fails)" mig_strategy
+ascend_vnpu() { # off by default; on, only the Ascend plugin takes --ascend-vnpu; on another vendor it fails
+  local out on
+  ! grep -q -- '--ascend-vnpu' "${TMP}/all-vendors.yaml" &&
+    on="$(render "${all_vendors[@]}" --set devicePlugin.vendors.ascend.vnpu=true)" &&
+    [ "$(grep -c -- '- --ascend-vnpu$' <<<"${on}")" = 1 ] &&
+    awk '/^kind: DaemonSet$/ {ds = ""} /accelpool.io\/vendor: ascend$/ {ds = "ascend"} /- --ascend-vnpu$/ {print ds}' <<<"${on}" | grep -qx ascend &&
+    ! out="$(render --set devicePlugin.vendors.nvidia.vnpu=true 2>&1)" &&
+    grep -q 'devicePlugin.vendors.nvidia.vnpu is an Ascend setting' <<<"${out}"
+}
+check "devicePlugin.vendors.ascend.vnpu turns on --ascend-vnpu for the Ascend plugin only (off by default)" ascend_vnpu
 rediscover_every() { # every plugin checks its devices every 60s by default; a bad duration fails the render
   local out
   [ "$(grep -c -- '- --rediscover-every=60s$' "${TMP}/all-vendors.yaml")" = "$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")" ] &&

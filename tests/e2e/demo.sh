@@ -2,12 +2,14 @@
 # The accelpool demo on a local control plane: etcd, kube-apiserver, kwok and
 # kube-scheduler with the extender (tests/e2e/cluster.sh), six simulated
 # nodes of four accelerator kinds (2 NVIDIA HGX H200, 1 H200 node with two GPUs
-# split into MIG instances, 1 Ascend 910C, 1 Ascend 910B, 1 Kunlunxin P800),
+# split into MIG instances, 1 Ascend 910C, 1 Ascend 910B serving vNPU shares,
+# 1 Kunlunxin P800),
 # each with a fake-backend device plugin registered with its own kubeletsim,
 # and sample workloads: fractional inference (six pods at 4 GiB / 25%), two
 # pods on 1g.18gb MIG instances, a whole-card fine-tuning pod (4 H200), a
 # paired-module training job (two 910C workers of two modules each), a 910B
-# evaluation pod and a P800 pod. Every pod must bind through the extender and pass kubelet's
+# evaluation pod, a 910B inference pod on a vNPU (a 16 GiB template) and a P800
+# pod. Every pod must bind through the extender and pass kubelet's
 # admission (GetPreferredAllocation + Allocate) against its assignment, and
 # no device may be double-booked. Then it prints the placement table and the
 # pool's utilisation read back from the pods' accelpool.io/assignment, and
@@ -115,9 +117,10 @@ check "extender serves and is ready" start_extender
 check "webhook registered with the apiserver" register_webhook
 
 step "six nodes: fake device plugin + kubeletsim each"
-# name:vendor:profile (profile "mig": MIG_INVENTORY below)
+# name:vendor:profile[:slots] (profile "mig": MIG_INVENTORY below; slots: shares per device,
+# 4 on the 910B node as its plugin offers with --ascend-vnpu)
 NODES=(hgx-0:nvidia:nvidia-hgx-8 hgx-1:nvidia:nvidia-hgx-8 mig-0:nvidia:mig
-  a910c-0:ascend:ascend-910c-x16 a910b-0:ascend:ascend-910b-x8 p800-0:kunlunxin:kunlunxin-p800-x8)
+  a910c-0:ascend:ascend-910c-x16 a910b-0:ascend:ascend-910b-x8:4 p800-0:kunlunxin:kunlunxin-p800-x8)
 # GPUs 0 and 1 whole; GPU 2 as 3g.71gb + 2g.35gb + 2 x 1g.18gb; GPU 3 as 7 x 1g.18gb.
 MIG_INVENTORY='{"version":1,"inventories":[{"vendor":"nvidia","count":13,"model":"H200","memory_mib":143771,
   "devices":[{"index":2,"id":"MIG-mig-0-2","partition":"3g.71gb","memory_mib":71424},
@@ -134,7 +137,7 @@ MIG_INVENTORY='{"version":1,"inventories":[{"vendor":"nvidia","count":13,"model"
 
 TARGETS=()
 for n in "${NODES[@]}"; do
-  IFS=: read -r name vendor profile <<<"${n}"
+  IFS=: read -r name vendor profile slots <<<"${n}"
   mkdir -p "${E2E_WORK}/nodes/${name}"
   port="$(free_port "${EXTENDER_PORT}" "${APISERVER_PORT}")"
   echo "127.0.0.1:${port}" > "${E2E_WORK}/nodes/${name}/metrics-listen"
@@ -142,7 +145,7 @@ for n in "${NODES[@]}"; do
   if [ "${profile}" = mig ]; then
     start_node "${name}" "${MIG_INVENTORY}"
   else
-    start_node "${name}" "{\"version\":1,\"inventories\":[{\"vendor\":\"${vendor}\",\"profile\":\"${profile}\"}]}"
+    start_node "${name}" "{\"version\":1,\"inventories\":[{\"vendor\":\"${vendor}\",\"profile\":\"${profile}\"${slots:+,\"max_shares\":${slots}}}]}"
   fi
 done
 registered() { [ -s "${E2E_WORK}/nodes/$1/addr" ] && [ "$(node_resources "$1" | jq '[.[] | select(.connected)] | length')" -ge 1 ]; }
@@ -189,6 +192,7 @@ for i in 0 1; do submit "infer-mig-$i" '{nvidia.com/mig-1g.18gb: 1, cpu: "2", me
 submit train-910c-0 '{huawei.com/Ascend910C: 4}' '{accelpool.io/pod-group: train-910c}'
 submit train-910c-1 '{huawei.com/Ascend910C: 4}' '{accelpool.io/pod-group: train-910c}'
 submit eval-910b '{huawei.com/Ascend910B3: 2}'
+submit infer-910b '{huawei.com/Ascend910B3: 1, huawei.com/Ascend910B3-memory: 12000}'
 submit xpu-p800 '{kunlunxin.com/xpu: 4}'
 bound_count() { local p c=0; for p in "${PODS[@]}"; do pod_bound "$p" && c=$((c + 1)); done; echo "$c"; }
 all_bound() {
@@ -226,6 +230,11 @@ for i in 0 1; do check "infer-mig-$i: a 1g.18gb MIG instance" mig_1g "infer-mig-
 check "train-910c-0: two whole 910C modules" modules_whole train-910c-0
 check "train-910c-1: two whole 910C modules" modules_whole train-910c-1
 check "eval-910b: 2 whole 910B" whole_n eval-910b 2
+vnpu_16g() { # the share rounds up to the 910B3's vir05_1c_16g template, which Allocate names
+  mem_is "$1" 16384 && compute_is "$1" 250 &&
+    grep -q '"ASCEND_VNPU_SPECS": *"vir05_1c_16g"' "${E2E_WORK}/admit/$1/admit.json"
+}
+check "infer-910b: a vNPU of a 910B3 (vir05_1c_16g: 16 GiB, a quarter of the AI cores)" vnpu_16g infer-910b
 indexes_in() { [ "$(assigned "$1" "[.containers[0].devices[].index] | sort | IN($2[])")" = true ]; }
 check "xpu-p800: 4 P800 in one wing" indexes_in xpu-p800 '[[0,1,2,3],[4,5,6,7]]'
 check "no device double-booked, no vendor rule broken" ledger

@@ -65,7 +65,7 @@ if want smoke; then
   add_counts "${LOGS}/smoke.log" smoke "${PIPESTATUS[0]}"
 fi
 
-# The demo: five nodes of four kinds, sample workloads, the placement checks;
+# The demo: six nodes of four kinds, sample workloads, the placement checks;
 # then Prometheus scraping that cluster (tests/e2e/prometheus.sh).
 if want demo; then
   echo "== demo"

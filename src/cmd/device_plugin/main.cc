@@ -55,6 +55,9 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --mig-strategy=S          mixed|single: NVIDIA MIG devices as nvidia.com/mig-<profile>
                             (default mixed) or as nvidia.com/gpu (single: one MIG layout
                             on every GPU of the node)
+  --ascend-vnpu             serve shares of Ascend NPUs as dynamic vNPUs, made at container
+                            start by the Ascend Docker Runtime from a virtualization
+                            template (ASCEND_VNPU_SPECS); off: NPUs are granted whole
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
   --rediscover-every=DUR    check the node's device set this often and serve a change seen
                             twice in a row (MIG layout changed, a card added or gone);
@@ -114,6 +117,7 @@ struct Flags {
   bool no_preload = false;
   bool no_enforcement = false;
   bool cdi = false;
+  bool ascend_vnpu = false;
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -141,7 +145,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                         {"print-inventory", &f.print_inventory},
                                         {"no-preload", &f.no_preload},
                                         {"no-enforcement", &f.no_enforcement},
-                                        {"cdi", &f.cdi}};
+                                        {"cdi", &f.cdi},
+                                        {"ascend-vnpu", &f.ascend_vnpu}};
   ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc, argv, strings, bools));
   if (f.node.empty()) {
     if (const char* env = std::getenv("NODE_NAME"); env != nullptr) {
@@ -262,9 +267,12 @@ int Run(const Flags& flags) {
   }
   Logger log = *root;
   std::vector<std::string> skipped;
-  vendors::BackendOptions bo{flags.backend, flags.node, flags.fake_inventory,
+  vendors::BackendOptions bo{flags.backend,
+                             flags.node,
+                             flags.fake_inventory,
                              static_cast<int32_t>(std::stoi(flags.max_shares)),
-                             flags.mig_strategy == "single"};
+                             flags.mig_strategy == "single",
+                             flags.ascend_vnpu};
   if (!flags.install_cuda_library.empty()) {
     return InstallLibrary(flags, log);
   }

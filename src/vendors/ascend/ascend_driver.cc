@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/profiles.h"
+#include "vendors/ascend/vnpu.h"
 
 namespace accelpool::vendors::ascend {
 namespace {
@@ -51,6 +52,33 @@ std::string AscendProfile(const std::string& model, size_t count) {
     }
   }
   return "";
+}
+
+void AscendDriver::ServeVnpu(core::NodeInventory* inv, DiscoveryLog* notes) const {
+  // One model per node (checked above): the first chip's templates are every chip's.
+  const core::Device& first = inv->devices.front();
+  const std::vector<VnpuTemplate> templates =
+      VnpuTemplates(first.model, first.compute_units, first.memory_mib);
+  const int32_t slots = VnpuSlots(templates, first.memory_mib);
+  if (slots < 2) {
+    notes->Add(DiscoveryLog::Level::kWarn,
+               fmt::format("ascend: --ascend-vnpu is set, but {} ({} AI cores, {} MiB) has no "
+                           "dynamic vNPU templates; its chips are granted whole",
+                           first.model, first.compute_units, first.memory_mib));
+    return;
+  }
+  std::string names;
+  for (const VnpuTemplate& t : templates) {
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  notes->Add(DiscoveryLog::Level::kInfo,
+             fmt::format("ascend: dynamic vNPU on: {} slots per {} (templates {}); shares need "
+                         "the Ascend Docker Runtime",
+                         slots, first.model, names));
+  for (core::Device& d : inv->devices) {
+    d.max_shares = std::max(1, VnpuSlots(templates, d.memory_mib));
+  }
+  inv->topology.slices = VnpuSliceRule(templates);
 }
 
 AscendDriver::AscendDriver(DcmiLibraryPtr dcmi, AscendOptions options)
@@ -121,6 +149,9 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
     core::ApplyNumaDefault(&inv);
   }
   inv.topology.super_node = super_pod;
+  if (options_.vnpu) {
+    ServeVnpu(&inv, &notes);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   chips_ = std::move(chips);
   return std::vector<core::NodeInventory>{std::move(inv)};
@@ -167,11 +198,18 @@ StatusOr<ContainerSpec> AscendDriver::BuildContainerSpec(
       phy[c.id] = c.phy_id;
     }
   }
+  bool vnpu = false;
   for (const GrantedDevice& g : grants) {
     if (phy.find(g.device.id) == phy.end()) {
       return InvalidArgumentError("NPU " + g.device.id +
                                   " is not on this node; the assignment is stale or foreign");
     }
+    // A share of a chip served with vNPU slots. A chip with one slot (no
+    // --ascend-vnpu, or no templates) is held by its share alone: whole.
+    vnpu = vnpu || (options_.vnpu && IsVnpuGrant(g));
+  }
+  if (vnpu) {
+    return VnpuContainerSpec(grants, phy.at(grants.front().device.id));
   }
   return GenericContainerSpec(
       TraitsFor(core::Vendor::kAscend), grants,

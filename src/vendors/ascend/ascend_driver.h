@@ -5,6 +5,8 @@
 //           910_93xx (Atlas A3) -> Ascend910C; 910 / 910A / 910ProB -> Ascend910A
 //   profile by model and count: 910A x8/x4, 910B x8/x16, 910C x16, 310P x8
 //           (ascend-310p-duo); other shapes get NUMA groups
+//   slots   1 per chip; with AscendOptions::vnpu, one per smallest vNPU
+//           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads
 //           6,0,6,0,4,2,4,2), super-node from the super-pod query.
 // Health is polled (DCMI has no event stream): alarm levels 0 and 1 are
@@ -34,6 +36,10 @@ struct AscendOptions {
   // Prefix under which device nodes are checked (GenericContainerSpec); ""
   // checks /dev as this process sees it.
   std::string device_root;
+  // Dynamic vNPU (vnpu.h): each chip with templates offers as many slots as
+  // its smallest template fits, and a share of a chip is served as a vNPU the
+  // Ascend Docker Runtime creates. Off: chips are granted whole.
+  bool vnpu = false;
 };
 
 // "Ascend910B3" from DCMI's chip name (table in the header comment above).
@@ -58,6 +64,10 @@ class AscendDriver : public VendorDriver {
     std::string id;
     int32_t phy_id = -1;
   };
+
+  // Slots and slice sizes of dynamic vNPU (AscendOptions::vnpu), or a
+  // warning when the node's chips have no templates.
+  void ServeVnpu(core::NodeInventory* inv, DiscoveryLog* notes) const;
 
   const DcmiLibraryPtr dcmi_;
   const AscendOptions options_;

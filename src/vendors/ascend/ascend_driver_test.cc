@@ -133,6 +133,81 @@ TEST(AscendDriverTest, Maps910B2NodeWithRealNumaLayout) {
   EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/davinci_manager"), paths.end());
 }
 
+TEST(AscendDriverTest, DynamicVnpuOffersTemplateSlotsAndServesASharePerContainer) {
+  testing::FakeDevRoot host;
+  host.AddVendor(core::Vendor::kAscend, 8, 100);
+  AscendOptions o = Options("npu-node", std::chrono::seconds(5), host.root());
+  o.vnpu = true;
+  AscendDriver d(std::make_unique<FakeDcmi>("910B2", 8, std::vector<int>{0}), o);
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.topology.kind, "ascend-910b-x8");  // the topology rules stay
+  for (const core::Device& dev : inv.devices) {
+    EXPECT_EQ(dev.max_shares, 4) << "64 GiB holds four vir06_1c_16g";
+  }
+  EXPECT_EQ(inv.topology.slices.memory_sizes, (std::vector<int64_t>{16384, 32768}));
+  EXPECT_TRUE(inv.topology.slices.compute_follows_memory);
+  EXPECT_TRUE(inv.topology.slices.fraction_single_device);
+
+  GrantedDevice share{inv.devices[3], 32768, 500, false};
+  auto spec = d.BuildContainerSpec({share});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "103");  // the physical id
+  EXPECT_EQ(spec->env.at("ASCEND_VNPU_SPECS"), "vir12_3c_32g");
+  EXPECT_TRUE(spec->devices.empty());
+
+  // Whole chips are served as before, device nodes and all.
+  auto whole = d.BuildContainerSpec({{inv.devices[1], 0, 0, true}});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->env.count("ASCEND_VNPU_SPECS"), 0u);
+  EXPECT_FALSE(whole->devices.empty());
+
+  // A share on two chips, or a chip that is not on the node: refused.
+  auto two = d.BuildContainerSpec({share, {inv.devices[4], 16384, 250, false}});
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("takes one NPU"), std::string::npos);
+  GrantedDevice foreign = share;
+  foreign.device.id = "NPU-elsewhere";
+  EXPECT_EQ(d.BuildContainerSpec({foreign}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Without --ascend-vnpu a chip has one slot: a share planned on it holds it
+// alone and is served the chip whole, as before vNPU existed.
+TEST(AscendDriverTest, WithoutVnpuAShareHoldsItsChipWhole) {
+  testing::FakeDevRoot host;
+  host.AddVendor(core::Vendor::kAscend, 8, 100);
+  AscendDriver d(std::make_unique<FakeDcmi>("910B2", 8, std::vector<int>{0}),
+                 Options("n", std::chrono::seconds(5), host.root()));
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ((*invs)[0].devices[0].max_shares, 1);
+  auto spec = d.BuildContainerSpec({{(*invs)[0].devices[2], 16384, 250, false}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.count("ASCEND_VNPU_SPECS"), 0u);
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "102");
+  bool node = false;
+  for (const DeviceNode& n : spec->devices) node = node || n.host_path == "/dev/davinci102";
+  EXPECT_TRUE(node);
+}
+
+TEST(AscendDriverTest, VnpuOnAChipWithoutTemplatesServesItWhole) {
+  testing::FakeDevRoot host;
+  host.AddVendor(core::Vendor::kAscend, 8, 100);
+  AscendOptions o = Options("n", std::chrono::seconds(5), host.root());
+  o.vnpu = true;
+  AscendDriver d(std::make_unique<FakeDcmi>("950PR", 8, std::vector<int>{0}), o);
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  for (const core::Device& dev : (*invs)[0].devices) {
+    EXPECT_EQ(dev.max_shares, 1) << dev.model;
+  }
+  EXPECT_TRUE((*invs)[0].topology.slices.memory_sizes.empty());
+  auto spec = d.BuildContainerSpec({{(*invs)[0].devices[0], 16384, 250, false}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.count("ASCEND_VNPU_SPECS"), 0u) << "one slot: the share holds the chip";
+}
+
 TEST(AscendDriverTest, Maps910CSuperPodModules) {
   auto dcmi =
       std::make_unique<FakeDcmi>("910_9392", 16, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}, "3");

@@ -2,11 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <system_error>
 #include <thread>
 #include <utility>
 
+#include "vendors/ascend/vnpu.h"
 #include "vendors/fake/inventory_file.h"
 
 namespace accelpool::vendors::fake {
@@ -96,6 +98,14 @@ StatusOr<ContainerSpec> FakeDriver::BuildContainerSpec(
       return InvalidArgumentError("device " + g.device.id +
                                   " is not in the fake inventory; re-read the file");
     }
+  }
+  // An Ascend share of a chip with more than one slot is a dynamic vNPU, as
+  // the Ascend backend serves it with --ascend-vnpu (the device's index
+  // stands for its physical id); a chip with one slot is held whole.
+  const GrantedDevice& first = grants.front();
+  if (first.device.vendor == core::Vendor::kAscend &&
+      std::any_of(grants.begin(), grants.end(), ascend::IsVnpuGrant)) {
+    return ascend::VnpuContainerSpec(grants, first.device.index);
   }
   // The fake backend has no device nodes: only the env tells the container
   // which devices it got, in the vendor's own variables.

@@ -184,6 +184,34 @@ TEST(FakeDriverTest, ServesSeveralVendorsAndBuildsVendorEnv) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
+// A fake Ascend node with more than one slot per chip stands for one whose
+// plugin runs with --ascend-vnpu: a share is a vNPU, as the Ascend backend
+// serves it (the index stands for the physical id).
+TEST(FakeDriverTest, AnAscendShareIsServedAsADynamicVnpu) {
+  TempDir dir;
+  Write(dir.File("inv.json"),
+        R"({"version":1,"inventories":[{"vendor":"ascend","profile":"ascend-910b-x8",
+                                         "max_shares":4}]})");
+  FakeDriver d({dir.File("inv.json"), "n"});
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::Device& chip = (*invs)[0].devices[5];
+  EXPECT_EQ(chip.model, "Ascend910B3");
+  EXPECT_EQ((*invs)[0].topology.slices.memory_sizes, (std::vector<int64_t>{16384, 32768}));
+  auto spec = d.BuildContainerSpec({{chip, 16384, 250, false}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "5");
+  EXPECT_EQ(spec->env.at("ASCEND_VNPU_SPECS"), "vir05_1c_16g");
+  auto whole = d.BuildContainerSpec({{chip, 0, 0, true}});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->env.count("ASCEND_VNPU_SPECS"), 0u);
+  core::Device one_slot = chip;
+  one_slot.max_shares = 1;
+  auto alone = d.BuildContainerSpec({{one_slot, 16384, 250, false}});
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->env.count("ASCEND_VNPU_SPECS"), 0u) << "one slot: the share holds the chip";
+}
+
 // Two NVIDIA GPUs, GPU 1 healthy or not.
 std::string GpuOneHealthy(bool healthy) {
   return std::string(R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)") +

@@ -7,9 +7,43 @@
 #include <string_view>
 
 #include "core/fit.h"
+#include "vendors/ascend/vnpu.h"
 #include "vendors/fake/inventory_file.h"
 
 namespace accelpool::vendors::fuzz {
+
+namespace {
+
+// A share of any size on an Ascend device from the file is either refused with
+// a reason or served as one of the chip's own templates, large enough for it.
+void CheckVnpu(const core::Device& d, size_t salt) {
+  const std::vector<ascend::VnpuTemplate> templates =
+      ascend::VnpuTemplates(d.model, d.compute_units, d.memory_mib);
+  for (int64_t mib : {int64_t{1}, int64_t{8192}, int64_t{16384}, d.memory_mib / 3,
+                      static_cast<int64_t>(salt % 70000), d.memory_mib}) {
+    GrantedDevice g{d, mib, 0, false};
+    StatusOr<ContainerSpec> spec = ascend::VnpuContainerSpec({g}, d.index);
+    if (!spec.ok()) {
+      if (spec.status().message().empty()) {
+        std::fprintf(stderr, "inventory_file: a vNPU refusal without a reason\n");
+        std::abort();
+      }
+      continue;
+    }
+    const std::string& name = spec->env.at("ASCEND_VNPU_SPECS");
+    bool found = false;
+    for (const ascend::VnpuTemplate& t : templates) {
+      found = found || (t.name == name && t.memory_mib >= mib);
+    }
+    if (!found || !spec->devices.empty()) {
+      std::fprintf(stderr, "inventory_file: %s MiB on %s served as %s\n",
+                   std::to_string(mib).c_str(), d.model.c_str(), name.c_str());
+      std::abort();
+    }
+  }
+}
+
+}  // namespace
 
 int FuzzInventoryFile(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -32,6 +66,9 @@ int FuzzInventoryFile(const uint8_t* data, size_t size) {
       if (!ids.insert(d.id).second) {
         std::fprintf(stderr, "inventory_file: device id %s twice on the node\n", d.id.c_str());
         std::abort();
+      }
+      if (inv.vendor == core::Vendor::kAscend) {
+        CheckVnpu(d, size);
       }
     }
   }

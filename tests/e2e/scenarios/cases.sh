@@ -65,6 +65,8 @@ check "envset: the webhook refuses a pod that sets ACCELPOOL_CUDA_DISABLE itself
   env_override_refused ACCELPOOL_CUDA_DISABLE 1
 check "envset: the webhook refuses a pod that sets NVIDIA_VISIBLE_DEVICES itself" \
   env_override_refused NVIDIA_VISIBLE_DEVICES all
+check "envset: the webhook refuses a pod that sets ASCEND_VNPU_SPECS itself (a larger vNPU than granted)" \
+  env_override_refused ASCEND_VNPU_SPECS vir10_3c_32g
 # ...and a pod created with an annotation only accelpool writes: a forged or
 # copied assignment would bring devices and limits nobody granted.
 annotation_refused() { # KEY
@@ -898,6 +900,48 @@ check "mig-2g-a and mig-2g-b hold the two 2g.35gb instances, the new one among t
   test "$(printf '%s\n' "$(assigned mig-2g-a '.containers[0].devices[0].id')" \
     "$(assigned mig-2g-b '.containers[0].devices[0].id')" | sort | paste -sd,)" = MIG-mig-a-2,MIG-mig-a-6
 for p in mig-2g-a mig-2g-b; do
+  release "$p" >/dev/null 2>&1 || true
+  kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
+done
+
+# Ascend dynamic vNPU: a node whose plugin serves 910B3 shares as vNPUs (the
+# fake backend with 4 slots per chip stands for --ascend-vnpu). A share rounds
+# up to the smallest virtualization template holding its memory and its
+# compute, kubelet's Allocate hands the Ascend runtime the chip and the
+# template, and a share of two chips is refused.
+A3=huawei.com/Ascend910B3
+start_node a910b-v '{"version":1,"inventories":[{"vendor":"ascend","profile":"ascend-910b-x8","max_shares":4}]}'
+vnpu_node_ready() { registered a910b-v && published a910b-v && sync_capacity a910b-v && node_has a910b-v "${A3}" 32; }
+check "a910b-v serves ${A3} with 4 vNPU slots per chip (32)" wait_for 60 "a910b-v" vnpu_node_ready
+vnpu_spec() { # NAME TEMPLATE: Allocate named the template (absent: "-") for the Ascend runtime
+  local got
+  got="$(jq -r '[.containers[].resources[].allocate.envs.ASCEND_VNPU_SPECS // "-"] | join(",")'     "${E2E_WORK}/admit/$1/admit.json")" && [ "${got}" = "$2" ]
+}
+vnpu_16g() { mem_is "$1" 16384 && compute_is "$1" 250 && vnpu_spec "$1" vir05_1c_16g; }
+vnpu_32g() { mem_is "$1" 32768 && compute_is "$1" 500 && vnpu_spec "$1" vir10_3c_32g; }
+vnpu_whole() { exclusive_n "$1" 1 && vnpu_spec "$1" -; }
+exclusive_n() { [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusive)] | length')" = "$2" ]; }
+shared_label() { # NODE VALUE: the plugin's accelpool.io/shared.ascend label ("" when absent)
+  [ "$(kc get node "$1" -o jsonpath='{.metadata.labels.accelpool\.io/shared\.ascend}')" = "$2" ]
+}
+shared_labels() { shared_label a910b-v true && shared_label a910a-0 ''; }
+check "a910b-v is labelled accelpool.io/shared.ascend=true; a910a-0 (one slot per chip) is not" \
+  wait_for 30 "shared labels" shared_labels
+scenario vnpu-16g "$(pod_yaml vnpu-16g '{}' '{accelpool.io/shared.ascend: "true"}' "$(ctr main "{${A3}: 1, ${A3}-memory: 10000}")")" vnpu_16g
+scenario vnpu-core "$(pod_yaml vnpu-core '{}' '{}' "$(ctr main "{${A3}: 1, ${A3}-memory: 4096, ${A3}-core: 40}")")" vnpu_32g
+check "vnpu-16g and vnpu-core share one chip (a quarter and a half of it)" \
+  test "$(assigned vnpu-16g '.containers[0].devices[0].id')" = "$(assigned vnpu-core '.containers[0].devices[0].id')"
+scenario vnpu-whole "$(pod_yaml vnpu-whole '{}' '{}' "$(ctr main "{${A3}: 1}")")" vnpu_whole
+check "vnpu-whole holds a chip of its own" \
+  test "$(assigned vnpu-whole '.containers[0].devices[0].id')" != "$(assigned vnpu-16g '.containers[0].devices[0].id')"
+check "vnpu-two: a share of two chips stays pending (a vNPU is made from one chip)" \
+  stays_pending vnpu-two "$(pod_yaml vnpu-two '{}' '{}' "$(ctr main "{${A3}: 2, ${A3}-memory: 8192}")")" 10
+vnpu_reason() { # the extender says why, in the pod's FailedScheduling event
+  kc -n "${NS}" get events --field-selector involvedObject.name=vnpu-two -o jsonpath='{.items[*].message}' |
+    grep -q 'count 2 is not valid for a share of these devices'
+}
+check "vnpu-two: the scheduling event gives the reason" wait_for 30 "vnpu-two event" vnpu_reason
+for p in vnpu-16g vnpu-core vnpu-whole vnpu-two; do
   release "$p" >/dev/null 2>&1 || true
   kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
 done
