@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/fit.h"
+#include "core/policy.h"
 #include "core/test_util.h"
 
 namespace accelpool::core {
@@ -208,6 +209,50 @@ TEST(FitShare, AscendTemplatesFillAChipBeforeTheNext) {
   EXPECT_NE(next.containers[0].grants[0].device, chip);
   const FitResult two = Fit(Pod({Share(Vendor::kAscend, 2, 16384, 0)}), inv, usage);
   EXPECT_EQ(two.code, FitCode::kUnresolvable);
+}
+
+// A share of a one-slot chip holds all of it. Where chips with share slots
+// (Ascend vNPU) sit beside one-slot chips, every policy puts the share on a
+// chip with slots to spare, on the node and across nodes.
+TEST(FitShare, SharesPreferChipsWithSlotsOverOneSlotChips) {
+  NodeInventory mixed = MakeNode("ascend-910b-x8", "mixed");
+  for (size_t i = 0; i < mixed.devices.size(); ++i) mixed.devices[i].max_shares = i >= 6 ? 4 : 1;
+  NodeInventory one_slot = MakeNode("ascend-910b-x8", "one-slot");
+  for (Device& d : one_slot.devices) d.max_shares = 1;
+  NodeInventory slots = MakeNode("ascend-910b-x8", "slots");
+  for (Device& d : slots.devices) d.max_shares = 4;
+  const PodRequest pod = Pod({Share(Vendor::kAscend, 1, 16384, 0)});
+  for (const std::string& name : PolicyNames()) {
+    SCOPED_TRACE(name);
+    StatusOr<PolicyPtr> policy = MakePolicy(name);
+    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+    const FitResult on_mixed = Fit(pod, mixed, NodeUsage::Empty(mixed), policy->get());
+    ASSERT_EQ(on_mixed.code, FitCode::kFits);
+    EXPECT_GE(Devices(on_mixed)[0], 6);
+    const FitResult a = Fit(pod, one_slot, NodeUsage::Empty(one_slot), policy->get());
+    const FitResult b = Fit(pod, slots, NodeUsage::Empty(slots), policy->get());
+    ASSERT_EQ(a.code, FitCode::kFits);
+    ASSERT_EQ(b.code, FitCode::kFits);
+    if (name == "spread" || name == "topology") continue;
+    EXPECT_GT((*policy)->NodeScore(slots, NodeUsage::Empty(slots), b.placement),
+              (*policy)->NodeScore(one_slot, NodeUsage::Empty(one_slot), a.placement));
+  }
+  // Taking the last slot of a chip already shared ends its packing: binpack
+  // and the fragmentation-aware policies still fill it before opening a chip.
+  for (const std::string& name : {std::string("binpack"), std::string("accelpool")}) {
+    SCOPED_TRACE(name);
+    StatusOr<PolicyPtr> policy = MakePolicy(name);
+    ASSERT_TRUE(policy.ok());
+    NodeUsage usage = NodeUsage::Empty(slots);
+    int32_t chip = -1;
+    for (int i = 0; i < 4; ++i) {
+      const FitResult r = Fit(pod, slots, usage, policy->get());
+      ASSERT_EQ(r.code, FitCode::kFits);
+      if (chip < 0) chip = Devices(r)[0];
+      EXPECT_EQ(Devices(r)[0], chip) << "share " << i;
+      ASSERT_TRUE(ApplyPlacement(r.placement, slots, &usage).ok());
+    }
+  }
 }
 
 TEST(FitShare, SingleDeviceFractionVendorsRejectCountAboveOne) {

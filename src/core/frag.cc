@@ -176,6 +176,10 @@ struct FreeView {
   std::vector<int64_t> memory;
   int64_t cpu_milli = -1;
   int64_t host_memory_mib = -1;
+  // Free compute on devices at their share cap (max_shares containers hold a
+  // grant): no task can use it, so it is fragment for every task. Those
+  // devices show no free compute or memory above.
+  int64_t capped = 0;
 };
 
 // Fills *v (reusing its storage: the policies score thousands of candidates
@@ -187,20 +191,23 @@ void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement
   v->memory.assign(n, 0);
   v->cpu_milli = -1;
   v->host_memory_mib = -1;
+  v->capped = 0;
   if (usage.host_free.has_value()) {
     const HostResources taken = placement != nullptr ? placement->host : HostResources{};
     v->cpu_milli = std::max<int64_t>(0, usage.host_free->cpu_milli - taken.cpu_milli);
     v->host_memory_mib = std::max<int64_t>(0, usage.host_free->memory_mib - taken.memory_mib);
   }
-  thread_local std::vector<int32_t> used_compute, run_c, init_c;
+  thread_local std::vector<int32_t> used_compute, run_c, init_c, shares, run_s, init_s;
   thread_local std::vector<int64_t> used_memory, run_m, init_m;
   thread_local std::vector<bool> exclusive;
   used_compute.assign(n, 0);
   used_memory.assign(n, 0);
+  shares.assign(n, 0);
   exclusive.assign(n, false);
   for (size_t i = 0; i < n && i < usage.devices.size(); ++i) {
     used_compute[i] = usage.devices[i].compute;
     used_memory[i] = usage.devices[i].memory_mib;
+    shares[i] = usage.devices[i].shares;
     exclusive[i] = usage.devices[i].exclusive;
   }
   if (placement != nullptr) {
@@ -210,6 +217,8 @@ void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement
     init_c.assign(n, 0);
     run_m.assign(n, 0);
     init_m.assign(n, 0);
+    run_s.assign(n, 0);
+    init_s.assign(n, 0);
     for (const ContainerPlacement& c : placement->containers) {
       for (const Grant& g : c.grants) {
         if (g.device < 0 || static_cast<size_t>(g.device) >= n) continue;
@@ -220,21 +229,29 @@ void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement
         if (c.kind == ContainerKind::kInit) {
           init_c[d] = std::max(init_c[d], comp);
           init_m[d] = std::max(init_m[d], mem);
+          init_s[d] = 1;
         } else {
           run_c[d] += comp;
           run_m[d] += mem;
+          run_s[d] += 1;
         }
       }
     }
     for (size_t d = 0; d < n; ++d) {
       used_compute[d] += std::max(run_c[d], init_c[d]);
       used_memory[d] += std::max(run_m[d], init_m[d]);
+      shares[d] += std::max(run_s[d], init_s[d]);
     }
   }
   for (size_t d = 0; d < n; ++d) {
     const Device& dev = inv.devices[d];
     if (!dev.Schedulable() || exclusive[d]) continue;
-    v->compute[d] = std::max(0, kComputeWhole - used_compute[d]);
+    const int32_t free_compute = std::max(0, kComputeWhole - used_compute[d]);
+    if (shares[d] > 0 && shares[d] >= std::max(1, dev.max_shares)) {
+      v->capped += free_compute;
+      continue;
+    }
+    v->compute[d] = free_compute;
     v->memory[d] = std::max<int64_t>(0, dev.memory_mib - used_memory[d]);
   }
 }
@@ -258,6 +275,7 @@ double FragmentCached(const FreeView& v, uint64_t tasks_id, std::span<const Frag
     std::vector<std::pair<int32_t, int64_t>> devices;  // sorted (free compute, free memory)
     int64_t cpu_milli = -1;
     int64_t host_memory_mib = -1;
+    int64_t capped = 0;
     uint64_t tasks_id = 0;
     const FragTask* tasks = nullptr;
     size_t n = 0;
@@ -275,7 +293,7 @@ double FragmentCached(const FreeView& v, uint64_t tasks_id, std::span<const Frag
   for (const Entry& e : cache) {
     if (e.valid && e.tasks_id == tasks_id && e.tasks == tasks.data() && e.n == tasks.size() &&
         e.rule == rule && e.cpu_milli == v.cpu_milli && e.host_memory_mib == v.host_memory_mib &&
-        e.devices == key) {
+        e.capped == v.capped && e.devices == key) {
       return e.value;
     }
   }
@@ -285,6 +303,7 @@ double FragmentCached(const FreeView& v, uint64_t tasks_id, std::span<const Frag
   e.tasks_id = tasks_id;
   e.cpu_milli = v.cpu_milli;
   e.host_memory_mib = v.host_memory_mib;
+  e.capped = v.capped;
   e.tasks = tasks.data();
   e.n = tasks.size();
   e.rule = rule;
@@ -300,7 +319,7 @@ double FragmentOf(const FreeView& v, std::span<const FragTask> tasks, HostTaskRu
   node.cpu_free_milli = v.cpu_milli;
   node.host_memory_free_mib = v.host_memory_mib;
   node.model_id = 0;
-  return NodeFragment(node, tasks, rule);
+  return NodeFragment(node, tasks, rule) + static_cast<double>(v.capped);
 }
 
 // A workload's FragTasks, built once: per inventory only the model bits of

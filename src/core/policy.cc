@@ -23,23 +23,75 @@ double DeviceFill(const Device& d, const DeviceUsage& u) {
   return std::min(1.0, std::max({mem, cmp, share}));
 }
 
-// Binpack at device level: prefer the devices that are fullest after the
-// placement, so whole devices stay free for whole-device requests.
-double PackedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
+// The part of a device a placement strands: it took a device no one held and
+// every share slot of it (a share of a one-slot chip holds all of it), so what
+// its holders do not use is lost to everyone. Taking the last slot of a device
+// already shared is how packing ends, and costs nothing here.
+double Stranded(const Device& d, const DeviceUsage& before, const DeviceUsage& u) {
+  if (before.shares > 0 || u.exclusive || u.shares < std::max(1, d.max_shares)) return 0.0;
+  const double mem = d.memory_mib > 0 ? static_cast<double>(u.memory_mib) / d.memory_mib : 0.0;
+  const double cmp = static_cast<double>(u.compute) / kComputeWhole;
+  return 1.0 - std::min(1.0, std::max(mem, cmp));
+}
+
+double FillAfter(const Device& d, const DeviceUsage& /*before*/, const DeviceUsage& after) {
+  return DeviceFill(d, after);
+}
+
+// `value(device, usage before, usage after)` summed over the grants of `p`,
+// one grant at a time.
+template <typename F>
+double PerGrant(const NodeInventory& inv, const NodeUsage& usage, const Placement& p, F value) {
   double v = 0;
   for (const auto& c : p.containers) {
     for (const Grant& g : c.grants) {
       const size_t d = static_cast<size_t>(g.device);
       if (d >= inv.devices.size()) continue;
-      DeviceUsage u = d < usage.devices.size() ? usage.devices[d] : DeviceUsage{};
+      const DeviceUsage before = d < usage.devices.size() ? usage.devices[d] : DeviceUsage{};
+      DeviceUsage u = before;
       u.memory_mib += g.memory_mib;
       u.compute += g.compute;
       u.shares += 1;
       u.exclusive = u.exclusive || g.exclusive;
-      v += DeviceFill(inv.devices[d], u);
+      v += value(inv.devices[d], before, u);
     }
   }
   return v;
+}
+
+// `value(device, usage before, usage after)` averaged over the node's devices.
+template <typename F>
+double MeanAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement& placement,
+                 F value) {
+  if (inv.devices.empty()) return 0.0;
+  // No copy of the usage: only devices named by a grant change.
+  double sum = 0;
+  for (size_t i = 0; i < inv.devices.size(); ++i) {
+    const DeviceUsage before = i < usage.devices.size() ? usage.devices[i] : DeviceUsage{};
+    DeviceUsage u = before;
+    for (const auto& c : placement.containers) {
+      for (const Grant& g : c.grants) {
+        if (static_cast<size_t>(g.device) != i) continue;
+        u.memory_mib += g.memory_mib;
+        u.compute += g.compute;
+        u.shares += 1;
+        u.exclusive = u.exclusive || g.exclusive;
+      }
+    }
+    sum += value(inv.devices[i], before, u);
+  }
+  return sum / static_cast<double>(inv.devices.size());
+}
+
+// Binpack at device level: prefer the devices that are fullest after the
+// placement, so whole devices stay free for whole-device requests.
+double PackedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
+  return PerGrant(inv, usage, p, FillAfter);
+}
+
+// What a placement strands on the devices it fills to their share cap.
+double StrandedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
+  return PerGrant(inv, usage, p, Stranded);
 }
 
 int32_t ToScore(double x) {
@@ -50,13 +102,19 @@ class BinpackPolicy final : public Policy {
  public:
   // Policy:
   std::string_view Name() const override { return "binpack"; }
+  // A share that takes the last slot of a device counts what it uses and
+  // loses what it strands, so a share goes to a device with slots to spare
+  // before it takes a one-slot device whole.
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& p) const override {
-    return PackedDevices(inv, usage, p);
+    return PackedDevices(inv, usage, p) - 2.0 * StrandedDevices(inv, usage, p);
   }
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
-    return ToScore(UtilisationAfter(inv, usage, p));
+    return ToScore(MeanAfter(
+        inv, usage, p, [](const Device& d, const DeviceUsage& before, const DeviceUsage& after) {
+          return DeviceFill(d, after) - 2.0 * Stranded(d, before, after);
+        }));
   }
 };
 
@@ -66,7 +124,7 @@ class SpreadPolicy final : public Policy {
   std::string_view Name() const override { return "spread"; }
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& p) const override {
-    return -PackedDevices(inv, usage, p);
+    return -PackedDevices(inv, usage, p) - StrandedDevices(inv, usage, p);
   }
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
@@ -112,7 +170,8 @@ class TopologyPolicy final : public Policy {
   std::string_view Name() const override { return "topology"; }
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& p) const override {
-    return LinkQuality(inv, p) * 1000.0 + PackedDevices(inv, usage, p);
+    return LinkQuality(inv, p) * 1000.0 + PackedDevices(inv, usage, p) -
+           2.0 * StrandedDevices(inv, usage, p);
   }
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
@@ -124,23 +183,7 @@ class TopologyPolicy final : public Policy {
 
 double UtilisationAfter(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& placement) {
-  if (inv.devices.empty()) return 0.0;
-  // No copy of the usage: only devices named by a grant change.
-  double sum = 0;
-  for (size_t i = 0; i < inv.devices.size(); ++i) {
-    DeviceUsage u = i < usage.devices.size() ? usage.devices[i] : DeviceUsage{};
-    for (const auto& c : placement.containers) {
-      for (const Grant& g : c.grants) {
-        if (static_cast<size_t>(g.device) != i) continue;
-        u.memory_mib += g.memory_mib;
-        u.compute += g.compute;
-        u.shares += 1;
-        u.exclusive = u.exclusive || g.exclusive;
-      }
-    }
-    sum += DeviceFill(inv.devices[i], u);
-  }
-  return sum / static_cast<double>(inv.devices.size());
+  return MeanAfter(inv, usage, placement, FillAfter);
 }
 
 const Policy& DefaultPolicy() {

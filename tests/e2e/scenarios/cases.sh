@@ -908,11 +908,18 @@ done
 # fake backend with 4 slots per chip stands for --ascend-vnpu). A share rounds
 # up to the smallest virtualization template holding its memory and its
 # compute, kubelet's Allocate hands the Ascend runtime the chip and the
-# template, and a share of two chips is refused.
+# template, and a share of two chips is refused. Beside it a910b-1 serves the
+# same chips with one slot each (no vNPU): an unpinned share goes to a chip
+# with slots to spare, not to a one-slot chip it would hold whole.
 A3=huawei.com/Ascend910B3
 start_node a910b-v '{"version":1,"inventories":[{"vendor":"ascend","profile":"ascend-910b-x8","max_shares":4}]}'
-vnpu_node_ready() { registered a910b-v && published a910b-v && sync_capacity a910b-v && node_has a910b-v "${A3}" 32; }
-check "a910b-v serves ${A3} with 4 vNPU slots per chip (32)" wait_for 60 "a910b-v" vnpu_node_ready
+start_node a910b-1 '{"version":1,"inventories":[{"vendor":"ascend","profile":"ascend-910b-x8"}]}'
+vnpu_node_ready() {
+  registered a910b-v && published a910b-v && sync_capacity a910b-v && node_has a910b-v "${A3}" 32 &&
+    registered a910b-1 && published a910b-1 && sync_capacity a910b-1 && node_has a910b-1 "${A3}" 8
+}
+check "a910b-v serves ${A3} with 4 vNPU slots per chip (32), a910b-1 one per chip (8)" \
+  wait_for 60 "a910b-v, a910b-1" vnpu_node_ready
 vnpu_spec() { # NAME TEMPLATE: Allocate named the template (absent: "-") for the Ascend runtime
   local got
   got="$(jq -r '[.containers[].resources[].allocate.envs.ASCEND_VNPU_SPECS // "-"] | join(",")'     "${E2E_WORK}/admit/$1/admit.json")" && [ "${got}" = "$2" ]
@@ -924,14 +931,16 @@ exclusive_n() { [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusiv
 shared_label() { # NODE VALUE: the plugin's accelpool.io/shared.ascend label ("" when absent)
   [ "$(kc get node "$1" -o jsonpath='{.metadata.labels.accelpool\.io/shared\.ascend}')" = "$2" ]
 }
-shared_labels() { shared_label a910b-v true && shared_label a910a-0 ''; }
-check "a910b-v is labelled accelpool.io/shared.ascend=true; a910a-0 (one slot per chip) is not" \
+shared_labels() { shared_label a910b-v true && shared_label a910b-1 '' && shared_label a910a-0 ''; }
+check "a910b-v is labelled accelpool.io/shared.ascend=true; a910b-1 and a910a-0 (one slot per chip) are not" \
   wait_for 30 "shared labels" shared_labels
 scenario vnpu-16g "$(pod_yaml vnpu-16g '{}' '{accelpool.io/shared.ascend: "true"}' "$(ctr main "{${A3}: 1, ${A3}-memory: 10000}")")" vnpu_16g
 scenario vnpu-core "$(pod_yaml vnpu-core '{}' '{}' "$(ctr main "{${A3}: 1, ${A3}-memory: 4096, ${A3}-core: 40}")")" vnpu_32g
+on_node() { [ "$(kc -n "${NS}" get pod "$1" -o jsonpath='{.spec.nodeName}')" = "$2" ]; }
+check "vnpu-core (not pinned) goes to the vNPU node, not to a one-slot chip of a910b-1" on_node vnpu-core a910b-v
 check "vnpu-16g and vnpu-core share one chip (a quarter and a half of it)" \
   test "$(assigned vnpu-16g '.containers[0].devices[0].id')" = "$(assigned vnpu-core '.containers[0].devices[0].id')"
-scenario vnpu-whole "$(pod_yaml vnpu-whole '{}' '{}' "$(ctr main "{${A3}: 1}")")" vnpu_whole
+scenario vnpu-whole "$(pod_yaml vnpu-whole '{}' '{kubernetes.io/hostname: a910b-v}' "$(ctr main "{${A3}: 1}")")" vnpu_whole
 check "vnpu-whole holds a chip of its own" \
   test "$(assigned vnpu-whole '.containers[0].devices[0].id')" != "$(assigned vnpu-16g '.containers[0].devices[0].id')"
 check "vnpu-two: a share of two chips stays pending (a vNPU is made from one chip)" \
