@@ -3,10 +3,12 @@
 // request shape (NodeNames). Prints one JSON object per cluster size:
 //   {"nodes": 5000, "requests": 200, "filter_p50_ms": ..., "filter_p99_ms": ...,
 //    "prioritize_p50_ms": ..., "cycle_p50_ms": ..., "cycle_p99_ms": ...,
-//    "cycles_per_s": ..., "rss_mib": ...}
+//    "cycles_per_s": ..., "rss_mib": ..., "scrape_p50_ms": ...}
 // A "cycle" is one filter followed by one prioritize of the feasible nodes, as
 // kube-scheduler sends them. cycles_per_s is measured with --clients
 // concurrent clients. rss_mib is the whole process (server, cache and client).
+// scrape_p50_ms is one /metrics render: the per-node and per-device gauges
+// refreshed from the cache (fragmentation included) and the page serialised.
 //
 // usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2]
 //                       [--policy=accelpool] [--filter-threads=0 (one per core, at most 4)]
@@ -180,7 +182,13 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
   eo.policy_context.workload = SyntheticWorkload(workload_shapes);
   eo.policy = policy;
   eo.filter_threads = filter_threads;
-  auto ext = Extender::Create(cache, eo, nullptr, nullptr, nullptr, Logger());
+  MetricsRegistry registry;
+  StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "%s\n", metrics.status().ToString().c_str());
+    return 1;
+  }
+  auto ext = Extender::Create(cache, eo, nullptr, nullptr, &*metrics, Logger());
   if (!ext.ok()) {
     std::fprintf(stderr, "%s\n", ext.status().ToString().c_str());
     return 1;
@@ -237,6 +245,16 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double rss = RssMib();
   server->Stop();
+  // What Prometheus's scrape costs, with the cluster as the cycles left it.
+  std::vector<double> scrape;
+  size_t page_bytes = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto s0 = std::chrono::steady_clock::now();
+    (*ext)->UpdateGauges();
+    page_bytes = registry.Serialize().size();
+    scrape.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
+  }
   std::printf(
       "{\"nodes\": %d, \"devices_per_node\": 8, \"policy\": \"%s\", \"shapes\": %d, "
       "\"requests\": %d, "
@@ -244,12 +262,13 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
       "\"prioritize_p99_ms\": %.3f, \"cycle_p50_ms\": %.3f, \"cycle_p99_ms\": %.3f, "
       "\"clients\": %d, \"cycles_per_s\": %.1f, \"requests_per_s\": %.1f, \"rss_mib\": %.1f, "
       "\"cpus\": %u, \"filter_threads\": %zu, \"client\": \"%s\", \"workload_shapes\": %d, "
-      "\"host\": %s}\n",
+      "\"host\": %s, \"scrape_p50_ms\": %.3f, \"metrics_page_kib\": %.0f}\n",
       nodes, policy.c_str(), shapes.count, requests, Percentile(filter, 0.5),
       Percentile(filter, 0.99), Percentile(prio, 0.5), Percentile(prio, 0.99),
       Percentile(cycle, 0.5), Percentile(cycle, 0.99), clients, clients * per_client / secs,
       2.0 * clients * per_client / secs, rss, std::thread::hardware_concurrency(),
-      FilterThreads(filter_threads), client_kind.c_str(), workload_shapes, host ? "true" : "false");
+      FilterThreads(filter_threads), client_kind.c_str(), workload_shapes, host ? "true" : "false",
+      Percentile(scrape, 0.5), static_cast<double>(page_bytes) / 1024.0);
   std::fflush(stdout);
   return 0;
 }

@@ -428,6 +428,18 @@ class AccelpoolPolicy : public Policy {
 
 }  // namespace
 
+FragmentationNow MeasureFragmentation(const NodeInventory& inv, const NodeUsage& usage,
+                                      const std::vector<TaskShape>& workload) {
+  FreeView v;
+  FreeAfter(inv, usage, nullptr, &v);
+  const std::vector<FragTask> tasks = TasksForInventory(workload, inv);
+  FragmentationNow out;
+  out.fragment = FragmentOf(v, tasks, HostTaskRule::kHostShare);
+  out.idle = v.capped;
+  for (int32_t f : v.compute) out.idle += f;
+  return out;
+}
+
 PolicyPtr MakeFragmentationPolicy(const PolicyContext& ctx) {
   return std::make_unique<FragmentationPolicy>(ctx);
 }

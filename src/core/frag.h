@@ -87,6 +87,19 @@ int64_t IdleCompute(const FragNode& node);
 std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
                                         const NodeInventory& inv);
 
+// A node's fragmentation now, as the accelpool policy measures it with
+// `workload` (empty: the built-in mix): the idle compute of its schedulable
+// devices not held whole, and the part of it the workload's next pod is
+// expected not to be able to use (NodeFragment, kHostShare; a device whose
+// share slots are all taken is idle and all fragment). Thousandths of a
+// device. For monitoring: the extender exports it per node.
+struct FragmentationNow {
+  double fragment = 0;
+  int64_t idle = 0;
+};
+FragmentationNow MeasureFragmentation(const NodeInventory& inv, const NodeUsage& usage,
+                                      const std::vector<TaskShape>& workload);
+
 // The built-in mix used when PolicyContext::workload is empty.
 const std::vector<TaskShape>& DefaultWorkload();
 

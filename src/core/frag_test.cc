@@ -175,6 +175,38 @@ TEST(FragmentationPolicyTest, PrefersTheGpuThatLeavesNoSliver) {
   EXPECT_EQ(p->NodeScore(inv, usage, Share(0, 500)), 50);  // no change in fragmentation
 }
 
+TEST(MeasureFragmentationTest, CountsSliversAndCappedDevicesAsFragmentOfTheIdle) {
+  NodeInventory inv = Node(5, "H100");
+  inv.devices[2].max_shares = 1;
+  inv.devices[4].healthy = false;
+  NodeUsage usage = NodeUsage::Empty(inv);
+  usage.devices[1] = DeviceUsage{.memory_mib = 4096, .compute = 300, .shares = 1};  // 700 free
+  usage.devices[2] = DeviceUsage{.memory_mib = 4096, .compute = 250, .shares = 1};  // capped
+  usage.devices[3] =
+      DeviceUsage{.memory_mib = 16384, .compute = 1000, .shares = 1, .exclusive = true};
+  const std::vector<TaskShape> whole = {
+      TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1}};
+  FragmentationNow f = MeasureFragmentation(inv, usage, whole);
+  // Idle: GPU 0 (1000), GPU 1 (700), GPU 2's stranded 750; GPU 3 is held
+  // whole and GPU 4 is unhealthy. A whole-GPU pod can use GPU 0 only.
+  EXPECT_EQ(f.idle, 2450);
+  EXPECT_DOUBLE_EQ(f.fragment, 700 + 750);
+  // A half-GPU pod fits GPU 1 too: only the capped device is fragment.
+  const std::vector<TaskShape> half = {
+      TaskShape{.count = 1, .compute = 500, .memory_mib = 0, .model = "", .weight = 1}};
+  EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, usage, half).fragment, 750);
+  // An empty node of the built-in mix: only the pods that ask for no device
+  // leave its idle GPUs unused.
+  const NodeInventory empty = Node(8, "H100");
+  f = MeasureFragmentation(empty, NodeUsage::Empty(empty), {});
+  EXPECT_EQ(f.idle, 8000);
+  double hostless = 0;
+  for (const TaskShape& t : DefaultWorkload()) hostless += t.count == 0 ? t.weight : 0;
+  double total = 0;
+  for (const TaskShape& t : DefaultWorkload()) total += t.weight;
+  EXPECT_NEAR(f.fragment, 8000 * hostless / total, 1e-6);
+}
+
 TEST(FragmentationPolicyTest, ModelFilteredWorkloadSeesOtherModelsAsFragment) {
   PolicyContext ctx;
   ctx.workload = {TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "A100|H100", .weight = 1}};

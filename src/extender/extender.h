@@ -162,6 +162,8 @@ struct ExtenderMetrics {
   GaugeFamily* node_memory = nullptr;        // node
   GaugeFamily* node_compute = nullptr;       // node
   GaugeFamily* node_cordoned = nullptr;      // node: devices taken out of service
+  GaugeFamily* node_idle = nullptr;          // node: idle devices (fractional)
+  GaugeFamily* node_fragmented = nullptr;    // node: of them, expected unusable
   CounterFamily* bad_requests = nullptr;     // verb
   CounterFamily* assignment_edits = nullptr;  // edits of bound pods' assignments, ignored
   CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "core/frag.h"
 #include "extender/extender.h"
 
 namespace accelpool::extender {
@@ -41,6 +42,15 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   auto cordoned = r.AddGauge(
       "accelpool_extender_node_cordoned_devices",
       "Devices per node taken out of service by the accelpool.io/cordoned-devices annotation.",
+      {"node"});
+  auto idle = r.AddGauge("accelpool_extender_node_idle_devices",
+                         "Idle device capacity per node, in devices: the free compute of its "
+                         "schedulable devices that no pod holds whole.",
+                         {"node"});
+  auto fragmented = r.AddGauge(
+      "accelpool_extender_node_fragmented_devices",
+      "Of the node's idle device capacity, the part the workload's next pod is expected not to "
+      "be able to use, in devices (the fragmentation the accelpool policy minimises).",
       {"node"});
   auto bad = r.AddCounter("accelpool_extender_bad_requests_total",
                           "Requests refused as malformed, by verb.", {"verb"});
@@ -87,7 +97,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
         pods.status(),      uncounted.status(), age.status(),        dev_mem.status(),
         dev_cmp.status(),   node_mem.status(),  node_cmp.status(),   cordoned.status(),
         bad.status(),       edits.status(),     key_errors.status(), preemption_waits.status(),
-        rechecks.status()}) {
+        rechecks.status(),  idle.status(),      fragmented.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -104,6 +114,8 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.node_memory = *node_mem;
   m.node_compute = *node_cmp;
   m.node_cordoned = *cordoned;
+  m.node_idle = *idle;
+  m.node_fragmented = *fragmented;
   m.bad_requests = *bad;
   m.assignment_edits = *edits;
   m.key_reload_errors = *key_errors;
@@ -142,6 +154,7 @@ void Extender::UpdateGauges() const {
   }
   metrics_->host_pods->Get().Set(static_cast<double>(cache_.HostPods()));
   metrics_->workload_shapes->Get().Set(static_cast<double>(Policies()->workload.size()));
+  const std::shared_ptr<const PolicySet> policies = Policies();
   std::set<std::string> nodes;
   std::set<std::string> host_nodes;            // nodes whose host is scored
   std::set<std::vector<std::string>> devices;  // {node, device id}
@@ -154,10 +167,15 @@ void Extender::UpdateGauges() const {
     double mem = 0;
     double cmp = 0;
     double cordoned = 0;
+    core::FragmentationNow frag;
     for (const InventoryState& st : snap->inventories) {
       for (const core::Device& d : st.inventory->devices) {
         cordoned += d.cordoned ? 1 : 0;
       }
+      const core::FragmentationNow f =
+          core::MeasureFragmentation(*st.inventory, st.usage, policies->workload);
+      frag.fragment += f.fragment;
+      frag.idle += f.idle;
       for (size_t i = 0; i < st.usage.devices.size(); ++i) {
         const core::DeviceUsage& u = st.usage.devices[i];
         const core::Device& d = st.inventory->devices[i];
@@ -182,13 +200,17 @@ void Extender::UpdateGauges() const {
     metrics_->node_memory->WithLabels({name}).Set(mem);
     metrics_->node_compute->WithLabels({name}).Set(cmp);
     metrics_->node_cordoned->WithLabels({name}).Set(cordoned);
+    metrics_->node_idle->WithLabels({name}).Set(static_cast<double>(frag.idle) /
+                                                core::kComputeWhole);
+    metrics_->node_fragmented->WithLabels({name}).Set(frag.fragment / core::kComputeWhole);
   }
   // A deleted node (autoscaling) or a device gone from an inventory leaves
   // the exposition instead of staying at its last value for the process's
   // life.
   auto node_gone = [&](const std::vector<std::string>& v) { return !nodes.contains(v[0]); };
   auto device_gone = [&](const std::vector<std::string>& v) { return !devices.contains(v); };
-  for (GaugeFamily* f : {metrics_->node_memory, metrics_->node_compute, metrics_->node_cordoned}) {
+  for (GaugeFamily* f : {metrics_->node_memory, metrics_->node_compute, metrics_->node_cordoned,
+                         metrics_->node_idle, metrics_->node_fragmented}) {
     f->RemoveIf(node_gone);
   }
   for (GaugeFamily* f : {metrics_->device_memory, metrics_->device_compute}) {

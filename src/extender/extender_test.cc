@@ -402,6 +402,33 @@ TEST_F(ExtenderTest, GaugesOfADeletedNodeLeaveTheExposition) {
             std::string::npos);
 }
 
+// Per node: idle device capacity, and the part of it the workload cannot use
+// (what the fragmentation policies minimise), for dashboards and alerts.
+TEST_F(ExtenderTest, GaugesShowEachNodesIdleAndFragmentedDevices) {
+  ASSERT_TRUE(ext_->SetWorkload(
+      {core::TaskShape{.count = 1, .compute = 500, .memory_mib = 0, .model = "", .weight = 1}}));
+  AddGpuNode(cache_, "one-slot", /*shares=*/1);
+  AddGpuNode(cache_, "four-slots", /*shares=*/4);
+  for (const std::string node : {"one-slot", "four-slots"}) {
+    ASSERT_TRUE(ext_->Bind(MakePod("q-" + node, {Gpu(1, 8192, 250)}), node).ok());
+  }
+  ext_->UpdateGauges();
+  const std::string page = registry_.Serialize();
+  // Both keep 7.75 GPUs idle; on the one-slot node the share holds its GPU's
+  // last slot, so its 0.75 is idle that no half-GPU pod can take.
+  for (const std::string node : {"one-slot", "four-slots"}) {
+    EXPECT_NE(page.find("accelpool_extender_node_idle_devices{node=\"" + node + "\"} 7.75"),
+              std::string::npos)
+        << page;
+  }
+  EXPECT_NE(page.find("accelpool_extender_node_fragmented_devices{node=\"one-slot\"} 0.75"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("accelpool_extender_node_fragmented_devices{node=\"four-slots\"} 0\n"),
+            std::string::npos)
+      << page;
+}
+
 TEST_F(ExtenderTest, CordonedDevicesTakeNoNewGrantAndKeepTheirPods) {
   CacheFeeder feeder(cache_, Logger());
   api::InventoryDocument doc;

@@ -202,6 +202,37 @@ PY
 }
 check "the extender's host CPU and memory free per node equal allocatable less every bound pod's requests" \
   host_free_matches
+# Fragmentation per node: the idle device capacity plus what is allocated is
+# the node's devices (none is cordoned or unhealthy in the demo), and the
+# fragmented part is within the idle; the dashboard's pool ratio is a share.
+FRAG_RATIO="$(python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${REPO}/charts/accelpool/dashboards/accelpool.json" |
+  grep -F 'sum(accelpool_extender_node_fragmented_devices{node=~".*"}) / sum(accelpool_extender_node_idle_devices')"
+fragmentation_consistent() {
+  local i
+  for ((i = 0; i < ${PROM_WAIT_S:-100}; i += 2)); do
+    query 'accelpool_extender_node_idle_devices' > "${TMP}/idle.json" 2>/dev/null &&
+      query 'accelpool_extender_node_fragmented_devices' > "${TMP}/frag.json" &&
+      query 'accelpool_extender_node_compute_allocated' > "${TMP}/alloc.json" &&
+      query 'count by (node) (accelpool_extender_device_compute_allocated)' > "${TMP}/devs.json" &&
+      query "${FRAG_RATIO}" > "${TMP}/ratio.json" &&
+      python3 - "${TMP}"/{idle,frag,alloc,devs,ratio}.json <<'PY' && return 0
+import json, sys
+idle, frag, alloc, devs, ratio = ({r["metric"].get("node"): float(r["value"][1]) for r in json.load(open(p))["data"]["result"]}
+                                  for p in sys.argv[1:6])
+ok = bool(idle) and set(idle) == set(frag) == set(alloc) == set(devs) and len(ratio) == 1
+ok = ok and all(abs(idle[n] + alloc[n] / 1000 - devs[n]) < 1e-6 and -1e-9 <= frag[n] <= idle[n] + 1e-9 for n in idle)
+ok = ok and any(idle[n] > 0 for n in idle) and 0 <= list(ratio.values())[0] <= 1
+if not ok:
+    print("idle", idle, "fragmented", frag, "allocated", alloc, "devices", devs, "ratio", ratio)
+sys.exit(0 if ok else 1)
+PY
+    sleep 2
+  done
+  return 1
+}
+check "per node, idle devices + allocated compute = devices, fragmented within idle; the dashboard's pool ratio is a share" \
+  fragmentation_consistent
+log "pool fragmentation: $(query "${FRAG_RATIO}" | jq -r '.data.result[0].value[1] // "-"') of $(query 'sum(accelpool_extender_node_idle_devices)' | jq -r '.data.result[0].value[1] // "-"') idle devices"
 arrivals_counted() { # every demo pod arrived at the workload learner once
   local n want
   want="$(jq '[.items[] | select(.status.phase != "Succeeded" and .status.phase != "Failed")
