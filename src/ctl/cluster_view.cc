@@ -11,11 +11,15 @@
 #include "api/assignment_codec.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "core/frag.h"
 #include "core/reasons.h"
+#include "core/workload.h"
 #include "ctl/node_filters.h"
 #include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/kube_adapters.h"
+#include "extender/pod_load.h"
+#include "extender/workload_store.h"
 #include "kube/objects.h"
 
 namespace accelpool::ctl {
@@ -99,6 +103,11 @@ void ClusterView::CountPod(const json& pod) {
   const std::string node = kube::StringAt(pod, json::json_pointer("/spec/nodeName"));
   const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
   if (node.empty() || phase == "Succeeded" || phase == "Failed") return;
+  // The pod's host request on its node, read as the extender's pod watch reads it.
+  if (const extender::PodLoad::Summary s = extender::PodLoad::SummaryOf(pod);
+      s.host_ok && !s.uid.empty()) {
+    cache_.ObserveHostPod(s.uid, node, s.host);
+  }
   NodeUse& use = use_[node];
   ++use.pods;
   for (const auto& [name, milli] : PodRequests(pod)) use.requested[name] += milli;
@@ -175,13 +184,22 @@ std::vector<std::string> ClusterView::Nodes() const {
   return names;
 }
 
-Report NodesReport(const ClusterView& view) {
+// Devices with two decimals, trailing zeros dropped ("3.75", "0.5", "8").
+std::string Devices(double thousandths) {
+  std::string s = fmt::format("{:.2f}", thousandths / core::kComputeWhole);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
   Report r;
   r.json = {{"nodes", json::array()}};
   std::vector<std::vector<std::string>> rows = {{"NODE", "VENDOR", "MODEL", "DEVICES", "UNHEALTHY",
                                                  "CORDONED", "FREE", "MEMORY GiB", "COMPUTE",
-                                                 "PODS"}};
+                                                 "FRAGMENTED/IDLE", "PODS"}};
   int64_t devices = 0, free_whole = 0, memory = 0, memory_used = 0, free_cordoned = 0;
+  double idle_total = 0, fragmented_total = 0;
   for (const std::string& name : view.Nodes()) {
     NodeSnapshotPtr snap = view.cache().Node(name);
     if (snap == nullptr) continue;
@@ -195,7 +213,8 @@ Report NodesReport(const ClusterView& view) {
                  {"inventories", json::array()}};
     if (!snap->inventory_status.ok()) {
       node["inventory_error"] = std::string(snap->inventory_status.message());
-      rows.push_back({shown, "-", "inventory does not parse", "-", "-", "-", "-", "-", "-", "-"});
+      rows.push_back(
+          {shown, "-", "inventory does not parse", "-", "-", "-", "-", "-", "-", "-", "-"});
     }
     for (const extender::InventoryState& st : snap->inventories) {
       const core::NodeInventory& inv = *st.inventory;
@@ -211,26 +230,35 @@ Report NodesReport(const ClusterView& view) {
         mem_used += u.exclusive ? d.memory_mib : u.memory_mib;
         compute_used += u.exclusive ? core::kComputeWhole : u.compute;
       }
+      const core::FragmentationNow frag =
+          core::MeasureFragmentation(inv, st.usage, workload.shapes);
+      idle_total += static_cast<double>(frag.idle);
+      fragmented_total += frag.fragment;
       const int64_t n = static_cast<int64_t>(inv.devices.size());
       devices += n;
       free_whole += free;
       free_cordoned += unschedulable ? free : 0;
       memory += mem;
       memory_used += mem_used;
-      node["inventories"].push_back({{"vendor", std::string(core::VendorName(inv.vendor))},
-                                     {"models", Models(inv)},
-                                     {"devices", n},
-                                     {"unhealthy", unhealthy},
-                                     {"cordoned", cordoned},
-                                     {"free_whole", free},
-                                     {"memory_mib", mem},
-                                     {"memory_assigned_mib", mem_used},
-                                     {"compute_assigned", compute_used},
-                                     {"compute_total", n * core::kComputeWhole}});
+      node["inventories"].push_back(
+          {{"vendor", std::string(core::VendorName(inv.vendor))},
+           {"models", Models(inv)},
+           {"devices", n},
+           {"unhealthy", unhealthy},
+           {"cordoned", cordoned},
+           {"free_whole", free},
+           {"memory_mib", mem},
+           {"memory_assigned_mib", mem_used},
+           {"compute_assigned", compute_used},
+           {"compute_total", n * core::kComputeWhole},
+           {"idle_devices", static_cast<double>(frag.idle) / core::kComputeWhole},
+           {"fragmented_devices", frag.fragment / core::kComputeWhole}});
       rows.push_back({shown, std::string(core::VendorName(inv.vendor)), Models(inv),
                       std::to_string(n), std::to_string(unhealthy), std::to_string(cordoned),
                       std::to_string(free), Gib(mem_used) + "/" + Gib(mem),
-                      n > 0 ? Percent(compute_used / n) : "-", std::to_string(snap->pods)});
+                      n > 0 ? Percent(compute_used / n) : "-",
+                      Devices(frag.fragment) + "/" + Devices(static_cast<double>(frag.idle)),
+                      std::to_string(snap->pods)});
     }
     r.json["nodes"].push_back(std::move(node));
   }
@@ -239,14 +267,56 @@ Report NodesReport(const ClusterView& view) {
                       {"free_whole", free_whole},
                       {"free_whole_on_cordoned_nodes", free_cordoned},
                       {"memory_mib", memory},
-                      {"memory_assigned_mib", memory_used}};
+                      {"memory_assigned_mib", memory_used},
+                      {"idle_devices", idle_total / core::kComputeWhole},
+                      {"fragmented_devices", fragmented_total / core::kComputeWhole}};
+  const std::string source = !workload.source.empty() ? workload.source : "the built-in mix";
+  r.json["workload"] = {{"source", source}, {"shapes", workload.shapes.size()}};
   r.text = Table(rows);
   r.text += fmt::format(
       "{} nodes, {} devices ({} free whole{}), {} of {} GiB assigned\n", r.json["nodes"].size(),
       devices, free_whole,
       free_cordoned > 0 ? fmt::format(", {} of them on cordoned nodes", free_cordoned) : "",
       Gib(memory_used), Gib(memory));
+  r.text += fmt::format(
+      "{} of {} idle devices fragmented{} for {}\n", Devices(fragmented_total), Devices(idle_total),
+      idle_total > 0 ? fmt::format(" ({:.1f}%)", 100.0 * fragmented_total / idle_total) : "",
+      source);
   return r;
+}
+
+StatusOr<ReportWorkload> ReadWorkload(kube::KubeClient& client, const std::string& where) {
+  const size_t slash = where.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == where.size() ||
+      where.find('/', slash + 1) != std::string::npos) {
+    return InvalidArgumentError(
+        "--workload-configmap must be NAMESPACE/NAME (the chart's is "
+        "<release>-workload in the extender's namespace), not \"" +
+        where + "\"");
+  }
+  extender::WorkloadStore store(client, where.substr(0, slash), where.substr(slash + 1));
+  StatusOr<std::optional<extender::WorkloadState>> state = store.Load();
+  if (!state.ok()) {
+    return state.status().WithPrefix("reading the learned workload (needs get on configmaps in " +
+                                     where.substr(0, slash) + ")");
+  }
+  ReportWorkload out;
+  if (!state->has_value()) {
+    out.source = "the built-in mix (ConfigMap " + where + " holds no learned workload yet)";
+    return out;
+  }
+  // The whole stored window, as the extender that wrote it restores it.
+  core::WorkloadLearnerOptions opts;
+  opts.window = std::max(opts.window, (*state)->arrivals.size());
+  core::WorkloadLearner learner(opts);
+  learner.Restore((*state)->arrivals, (*state)->observed);
+  out.shapes = learner.Shapes();
+  out.source = out.shapes.empty()
+                   ? fmt::format("the built-in mix ({} arrivals in {}, fewer than the {} needed)",
+                                 learner.arrivals(), where, opts.min_arrivals)
+                   : fmt::format("the learned workload of {} ({} shapes from {} arrivals)", where,
+                                 out.shapes.size(), learner.arrivals());
+  return out;
 }
 
 Report PodsReport(const ClusterView& view, const std::string& ns) {

@@ -81,6 +81,10 @@ class ClusterView {
   }
 
  private:
+  // The host is tracked as the extender tracks it by default (--host-aware):
+  // each node's allocatable less its unfinished pods' requests, so policy
+  // scores and fragmentation are the extender's.
+  ClusterView() { cache_.TrackHost(true); }
   void AddNode(const nlohmann::json& node);
   void AddPod(const nlohmann::json& pod);
   void CountPod(const nlohmann::json& pod);
@@ -98,9 +102,26 @@ struct Report {
   std::string text;
 };
 
+// The workload fragmentation is measured against: the extender's learned mix
+// (read from its ConfigMap) or, with no shapes, the built-in one.
+struct ReportWorkload {
+  std::vector<core::TaskShape> shapes;  // empty: core::DefaultWorkload()
+  std::string source;                   // where they came from, for the report
+};
+
 // Every node: vendor and model, devices (healthy, cordoned, free whole),
-// memory and compute assigned of the total, pods holding devices.
-Report NodesReport(const ClusterView& view);
+// memory and compute assigned of the total, idle device capacity and the part
+// of it fragmented for `workload` (core::MeasureFragmentation: what the
+// extender's accelpool_extender_node_*_devices gauges show), pods holding
+// devices.
+Report NodesReport(const ClusterView& view, const ReportWorkload& workload = {});
+// The extender's learned workload from its ConfigMap `where` ("NS/NAME", the
+// chart's <release>-workload in the extender's namespace), as its policies
+// score with it. A ConfigMap that does not exist yet, or holds fewer arrivals
+// than the extender needs before it offers a mix, gives no shapes (the
+// built-in mix) and says so in `source`. An unreadable one is an error that
+// says why.
+StatusOr<ReportWorkload> ReadWorkload(kube::KubeClient& client, const std::string& where);
 // Every pod holding devices (in `ns` only, unless empty): its node, phase,
 // and per vendor the devices, whole cards, memory and compute it holds.
 Report PodsReport(const ClusterView& view, const std::string& ns);

@@ -9,6 +9,7 @@
 #include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/test_util.h"
+#include "extender/workload_store.h"
 #include "kube/fake_api_test.h"
 #include "kube/objects.h"
 
@@ -106,6 +107,26 @@ TEST_F(ClusterViewTest, NodesReportCountsWhatTheAssignmentsHold) {
   EXPECT_NE(r.text.find("node-c  -       inventory does not parse"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("3 nodes, 16 devices (12 free whole)"), std::string::npos) << r.text;
   EXPECT_FALSE(a["unschedulable"].get<bool>());
+  // Idle on node-a: six GPUs (infer holds memory, no compute). Of the built-in
+  // mix, the 8-GPU shape (4%) and the pods that ask for no GPU (10%) cannot
+  // use them: 0.14 x 6 fragmented, as the extender's gauges would say.
+  EXPECT_DOUBLE_EQ(inv["idle_devices"].get<double>(), 6.0);
+  EXPECT_NEAR(inv["fragmented_devices"].get<double>(), 0.84, 1e-9);
+  EXPECT_NE(r.text.find("0.84/6 "), std::string::npos) << r.text;
+  EXPECT_EQ(r.json["workload"]["source"], "the built-in mix");
+  EXPECT_NE(r.text.find("of 13 idle devices fragmented ("), std::string::npos) << r.text;
+}
+
+TEST_F(ClusterViewTest, NodesReportMeasuresFragmentationForTheWorkloadGiven) {
+  // Only whole single GPUs arrive: free whole GPUs are never fragment.
+  ReportWorkload whole{
+      {core::TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1}},
+      "test"};
+  Report r = NodesReport(*view_, whole);
+  EXPECT_DOUBLE_EQ(r.json["nodes"][0]["inventories"][0]["fragmented_devices"].get<double>(), 0);
+  EXPECT_EQ(r.json["workload"]["source"], "test");
+  EXPECT_NE(r.text.find("0 of 13 idle devices fragmented (0.0%) for test"), std::string::npos)
+      << r.text;
 }
 
 TEST(ClusterViewNodesTest, ACordonedNodeIsMarkedAndItsFreeCardsCountedApart) {
@@ -119,6 +140,29 @@ TEST(ClusterViewNodesTest, ACordonedNodeIsMarkedAndItsFreeCardsCountedApart) {
   EXPECT_NE(r.text.find("2 nodes, 16 devices (16 free whole, 8 of them on cordoned nodes)"),
             std::string::npos)
       << r.text;
+}
+
+// The host is tracked as by the extender (--host-aware, its default): a pod
+// that asks for no GPU takes its share of the node's free CPU, and the idle
+// GPUs count as fragment in that proportion.
+TEST(ClusterViewNodesTest, FragmentationCountsTheHostAsTheExtenderDoes) {
+  json node = Node("node-a");
+  node["status"]["allocatable"] = {{"cpu", "16"}, {"memory", "256Gi"}, {"pods", "110"}};
+  json web = Pod("web", json::object());
+  web["spec"]["containers"][0]["resources"] = {{"requests", {{"cpu", "8"}}}};
+  web["spec"]["nodeName"] = "node-a";
+  web["status"]["phase"] = "Running";
+  core::TaskShape cpu_only{.count = 0, .compute = 0, .memory_mib = 0, .model = "", .weight = 1};
+  cpu_only.cpu_milli = 4000;
+  const ReportWorkload workload{{cpu_only}, "test"};
+  auto fragmented = [&](const std::vector<json>& pods) {
+    std::unique_ptr<ClusterView> view = ClusterView::FromObjects({node}, pods);
+    return NodesReport(*view, workload)
+        .json["nodes"][0]["inventories"][0]["fragmented_devices"]
+        .get<double>();
+  };
+  EXPECT_DOUBLE_EQ(fragmented({}), 8 * 4.0 / 16);    // a quarter of 16 free cores
+  EXPECT_DOUBLE_EQ(fragmented({web}), 8 * 4.0 / 8);  // half of the 8 left
 }
 
 TEST_F(ClusterViewTest, NodeReportNamesEachDevicesHolders) {
@@ -459,6 +503,51 @@ TEST_F(ClusterViewLoadTest, LoadsNodesAndUnfinishedPodsWithProgress) {
   StatusOr<std::unique_ptr<ClusterView>> refused = ClusterView::Load(*client_, nullptr);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("needs list on nodes"), std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST_F(ClusterViewLoadTest, TheLearnedWorkloadIsReadFromTheExtendersConfigMap) {
+  const std::string where = "accelpool/accelpool-workload";
+  // Not written yet: the built-in mix, and the report says why.
+  StatusOr<ReportWorkload> none = ReadWorkload(*client_, where);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->shapes.empty());
+  EXPECT_NE(none->source.find("holds no learned workload yet"), std::string::npos);
+  extender::WorkloadState state;
+  auto shape = [](int32_t count, int32_t compute) {
+    core::TaskShape t;
+    t.count = count;
+    t.compute = compute;
+    return t;
+  };
+  for (int i = 0; i < 10; ++i) state.arrivals.push_back(shape(1, 500));
+  state.observed = 10;
+  extender::WorkloadStore store(*client_, "accelpool", "accelpool-workload");
+  ASSERT_TRUE(store.Save(state).ok());
+  StatusOr<ReportWorkload> few = ReadWorkload(*client_, where);
+  ASSERT_TRUE(few.ok()) << few.status().ToString();
+  EXPECT_TRUE(few->shapes.empty());
+  EXPECT_NE(few->source.find("10 arrivals"), std::string::npos) << few->source;
+  // 30 halves and 10 whole 8-GPU pods: the extender's two shapes, 3:1.
+  for (int i = 0; i < 20; ++i) state.arrivals.push_back(shape(1, 500));
+  for (int i = 0; i < 10; ++i) state.arrivals.push_back(shape(8, 1000));
+  state.observed = 40;
+  ASSERT_TRUE(store.Save(state).ok());
+  StatusOr<ReportWorkload> learned = ReadWorkload(*client_, where);
+  ASSERT_TRUE(learned.ok()) << learned.status().ToString();
+  ASSERT_EQ(learned->shapes.size(), 2u);
+  EXPECT_EQ(learned->shapes[0].count + learned->shapes[1].count, 9);
+  EXPECT_NE(learned->source.find("2 shapes from 40 arrivals"), std::string::npos)
+      << learned->source;
+  // Bad input: the name's form, and a refusal that says what access is needed.
+  StatusOr<ReportWorkload> bad = ReadWorkload(*client_, "accelpool-workload");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("NAMESPACE/NAME"), std::string::npos);
+  api_.FailNext(1, 403);
+  StatusOr<ReportWorkload> refused = ReadWorkload(*client_, where);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("needs get on configmaps in accelpool"),
+            std::string::npos)
       << refused.status().ToString();
 }
 

@@ -186,10 +186,11 @@ viewer_role() { # read-only nodes, pods and namespaces, an explained pod's claim
   local role rules
   role="$(awk '/^---/ {p=0} /^  name: t-accelpool-viewer$/ {p=1} p' "${TMP}/default.yaml")"
   rules="$(sed -n '/^rules:/,$p' <<<"${role}" | grep -E 'apiGroups|resources|verbs' | tr '\n' ' ' | tr -s ' ')"
-  [ "${rules}" = ' - apiGroups: [""] resources: [nodes, pods, namespaces] verbs: [get, list] - apiGroups: [""] resources: [persistentvolumeclaims, persistentvolumes] verbs: [get, list] - apiGroups: [storage.k8s.io] resources: [storageclasses, csidrivers] verbs: [get] - apiGroups: [storage.k8s.io] resources: [csistoragecapacities, csinodes, volumeattachments] verbs: [list] ' ] &&
+  [ "${rules}" = ' - apiGroups: [""] resources: [nodes, pods, namespaces] verbs: [get, list] - apiGroups: [""] resources: [persistentvolumeclaims, persistentvolumes] verbs: [get, list] - apiGroups: [storage.k8s.io] resources: [storageclasses, csidrivers] verbs: [get] - apiGroups: [storage.k8s.io] resources: [csistoragecapacities, csinodes, volumeattachments] verbs: [list] - apiGroups: [""] resources: [configmaps] verbs: [get] ' ] &&
+    grep -q 'resourceNames: \[t-accelpool-workload\]' <<<"${role}" &&
     ! grep -q 'accelpool-viewer' <<<"$(render --set viewerRole.enabled=false)"
 }
-check "viewerRole: ClusterRole t-accelpool-viewer gets and lists nodes, pods, namespaces, claims and volumes, gets storage classes and CSI drivers, lists CSI storage capacities, CSINodes and volume attachments, nothing else (off: none)" viewer_role
+check "viewerRole: ClusterRole t-accelpool-viewer gets and lists nodes, pods, namespaces, claims and volumes, gets storage classes and CSI drivers, lists CSI storage capacities, CSINodes and volume attachments, gets the learned workload's ConfigMap, nothing else (off: none)" viewer_role
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \

@@ -25,7 +25,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: kubectl accelpool COMMAND [flags]
 
   nodes                 every node with an accelpool inventory: vendor and model, devices
-                        (unhealthy, cordoned, free whole), memory and compute assigned, pods
+                        (unhealthy, cordoned, free whole), memory and compute assigned, idle
+                        device capacity and the part of it fragmented for the workload, pods
   node NAME             one node's devices, and which pod and container holds what on each
   pods                  every pod holding devices (in -n NS only, when given): node, phase,
                         devices, whole cards, memory and compute
@@ -45,6 +46,10 @@ flags:
   -o, --output=FORMAT   text (default) or json
   --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
                         accelpool.io/policy annotation wins, as in the extender
+  --workload-configmap=NS/NAME
+                        nodes: measure fragmentation against the extender's learned workload
+                        in this ConfigMap (the chart's <release>-workload in the extender's
+                        namespace) instead of the built-in mix
   --kubeconfig=FILE     kubeconfig (default: the $KUBECONFIG list, merged as kubectl merges it,
                         else ~/.kube/config, else in-cluster);
                         users with a token, a client certificate or an exec credential plugin
@@ -58,6 +63,7 @@ struct Flags {
   std::string ns;  // "" = not given
   std::string output = "text";
   std::string policy = "accelpool";
+  std::string workload_configmap;  // "" = the built-in mix
   std::string kubeconfig;
   std::string context;
   bool quiet = false;
@@ -93,6 +99,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                            {{"namespace", &f.ns},
                                             {"output", &f.output},
                                             {"policy", &f.policy},
+                                            {"workload-configmap", &f.workload_configmap},
                                             {"kubeconfig", &f.kubeconfig},
                                             {"context", &f.context}},
                                            {{"quiet", &f.quiet}}));
@@ -112,6 +119,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                            (f.command == "node" ? "the node's name" : "[NS/]POD"));
   }
   if (want == 2) f.target = positional[1];
+  if (!f.workload_configmap.empty() && f.command != "nodes") {
+    return InvalidArgumentError("--workload-configmap is for nodes only");
+  }
   if (f.output != "text" && f.output != "json") {
     return InvalidArgumentError("--output must be text or json, not \"" + f.output + "\"");
   }
@@ -148,7 +158,15 @@ int Run(const Flags& f) {
   StatusOr<std::unique_ptr<ClusterView>> view = ClusterView::Load(**client, progress);
   if (!view.ok()) return Fail(view.status());
   auto make = [&]() -> StatusOr<Report> {
-    if (f.command == "nodes") return NodesReport(**view);
+    if (f.command == "nodes") {
+      ReportWorkload workload;
+      if (!f.workload_configmap.empty()) {
+        StatusOr<ReportWorkload> read = ReadWorkload(**client, f.workload_configmap);
+        if (!read.ok()) return read.status();
+        workload = std::move(*read);
+      }
+      return NodesReport(**view, workload);
+    }
     if (f.command == "node") return NodeReport(**view, f.target);
     if (f.command == "pods") return PodsReport(**view, f.ns);
     std::string ns = f.ns.empty() ? "default" : f.ns, name = f.target;

@@ -625,6 +625,25 @@ same_as_extender() { # the CLI's memory assigned on ${HG} equals the extender's 
   [ -n "${cli}" ] && [ "${cli}" = "${ext}" ] && [ "${cli}" = 1024 ]
 }
 check "kubectl accelpool nodes: ${HG}'s memory assigned matches the extender's metric (1024 MiB)" same_as_extender
+# Fragmentation: with the learned workload read from the extender's ConfigMap,
+# the CLI's idle and fragmented devices on ${HG} are the extender's gauges.
+fragmentation_as_extender() {
+  local cli ext_idle ext_frag
+  cli="$(ap nodes -o json --workload-configmap=kube-system/accelpool-workload |
+    jq -r --arg n "${HG}" '(.workload.source | test("learned")) as $l | .nodes[] | select(.name == $n) |
+      "\($l) \([.inventories[].idle_devices] | add) \([.inventories[].fragmented_devices] | add)"')"
+  ext_idle="$(extender_metric "accelpool_extender_node_idle_devices{node=\"${HG}\"}")"
+  ext_frag="$(extender_metric "accelpool_extender_node_fragmented_devices{node=\"${HG}\"}")"
+  echo "cli (learned idle fragmented): ${cli}; extender: ${ext_idle} ${ext_frag}"
+  awk -v c="${cli}" -v i="${ext_idle}" -v f="${ext_frag}" 'BEGIN {
+    split(c, v, " "); d1 = v[2] - i; d2 = v[3] - f
+    exit !(v[1] == "true" && d1 * d1 < 1e-6 && d2 * d2 < 1e-6 && v[3] <= v[2] + 1e-6) }'
+}
+fragmentation_converges() { # the values, when they never agree
+  wait_for 30 "fragmentation as the extender" fragmentation_as_extender || { fragmentation_as_extender >&2; false; }
+}
+check "kubectl accelpool nodes --workload-configmap: ${HG}'s idle and fragmented devices match the extender's gauges" \
+  fragmentation_converges
 # The same through an exec credential plugin (the kubeconfig shape of EKS, AKS
 # and OIDC logins): the plugin asks the apiserver for a token of a service
 # account that may only read nodes and pods, and prints it as an ExecCredential.
