@@ -104,9 +104,9 @@ void ClusterView::CountPod(const json& pod) {
   const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
   if (node.empty() || phase == "Succeeded" || phase == "Failed") return;
   // The pod's host request on its node, read as the extender's pod watch reads it.
-  if (const extender::PodLoad::Summary s = extender::PodLoad::SummaryOf(pod);
-      s.host_ok && !s.uid.empty()) {
-    cache_.ObserveHostPod(s.uid, node, s.host);
+  if (cache_.tracking_host()) {
+    const extender::PodLoad::Summary s = extender::PodLoad::SummaryOf(pod);
+    if (s.host_ok && !s.uid.empty()) cache_.ObserveHostPod(s.uid, node, s.host);
   }
   NodeUse& use = use_[node];
   ++use.pods;
@@ -121,8 +121,9 @@ void ClusterView::CountPod(const json& pod) {
 }
 
 std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& nodes,
-                                                      const std::vector<json>& pods) {
-  auto view = std::unique_ptr<ClusterView>(new ClusterView());
+                                                      const std::vector<json>& pods,
+                                                      const ViewOptions& options) {
+  auto view = std::unique_ptr<ClusterView>(new ClusterView(options));
   for (const json& n : nodes) view->AddNode(n);
   for (const json& p : pods) {
     view->CountPod(p);
@@ -132,7 +133,8 @@ std::unique_ptr<ClusterView> ClusterView::FromObjects(const std::vector<json>& n
 }
 
 StatusOr<std::unique_ptr<ClusterView>> ClusterView::Load(
-    kube::KubeClient& client, const std::function<void(const std::string&)>& progress) {
+    kube::KubeClient& client, const std::function<void(const std::string&)>& progress,
+    const ViewOptions& options) {
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -144,7 +146,7 @@ StatusOr<std::unique_ptr<ClusterView>> ClusterView::Load(
         "listing nodes (needs list on nodes; check the kubeconfig's context)");
   }
   say("listed " + std::to_string(nodes->items.size()) + " nodes; listing pods");
-  auto view = std::unique_ptr<ClusterView>(new ClusterView());
+  auto view = std::unique_ptr<ClusterView>(new ClusterView(options));
   for (const json& n : nodes->items) view->AddNode(n);
   nodes->items.clear();
   kube::ListOptions po;

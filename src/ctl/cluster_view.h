@@ -46,15 +46,24 @@ struct PodEntry {
   std::string phase;  // status.phase
 };
 
+// How the view counts: `host_aware` as the extender's --host-aware (its
+// default on): each node's host CPU and memory (allocatable less the requests
+// of its unfinished pods) is scored and measured, as the extender does.
+struct ViewOptions {
+  bool host_aware = true;
+};
+
 class ClusterView {
  public:
   // Lists nodes and unfinished pods; `progress` (may be null) hears a line
   // per page-sized step ("listed 1250 nodes").
   static StatusOr<std::unique_ptr<ClusterView>> Load(
-      kube::KubeClient& client, const std::function<void(const std::string&)>& progress);
+      kube::KubeClient& client, const std::function<void(const std::string&)>& progress,
+      const ViewOptions& options = {});
   // From objects already at hand (tests, or a saved dump).
   static std::unique_ptr<ClusterView> FromObjects(const std::vector<nlohmann::json>& nodes,
-                                                  const std::vector<nlohmann::json>& pods);
+                                                  const std::vector<nlohmann::json>& pods,
+                                                  const ViewOptions& options = {});
 
   extender::Cache& cache() { return cache_; }
   const extender::Cache& cache() const { return cache_; }
@@ -81,10 +90,7 @@ class ClusterView {
   }
 
  private:
-  // The host is tracked as the extender tracks it by default (--host-aware):
-  // each node's allocatable less its unfinished pods' requests, so policy
-  // scores and fragmentation are the extender's.
-  ClusterView() { cache_.TrackHost(true); }
+  explicit ClusterView(const ViewOptions& options) { cache_.TrackHost(options.host_aware); }
   void AddNode(const nlohmann::json& node);
   void AddPod(const nlohmann::json& pod);
   void CountPod(const nlohmann::json& pod);

@@ -163,6 +163,14 @@ TEST(ClusterViewNodesTest, FragmentationCountsTheHostAsTheExtenderDoes) {
   };
   EXPECT_DOUBLE_EQ(fragmented({}), 8 * 4.0 / 16);    // a quarter of 16 free cores
   EXPECT_DOUBLE_EQ(fragmented({web}), 8 * 4.0 / 8);  // half of the 8 left
+  // As an extender run with --host-aware=false: the host is not known, and
+  // a pod that asks for no GPU leaves all of them idle.
+  std::unique_ptr<ClusterView> blind =
+      ClusterView::FromObjects({node}, {web}, ViewOptions{.host_aware = false});
+  EXPECT_DOUBLE_EQ(NodesReport(*blind, workload)
+                       .json["nodes"][0]["inventories"][0]["fragmented_devices"]
+                       .get<double>(),
+                   8.0);
 }
 
 TEST_F(ClusterViewTest, NodeReportNamesEachDevicesHolders) {

@@ -50,6 +50,8 @@ flags:
                         nodes: measure fragmentation against the extender's learned workload
                         in this ConfigMap (the chart's <release>-workload in the extender's
                         namespace) instead of the built-in mix
+  --host-aware=BOOL     as the extender's --host-aware (default true): score and measure
+                        each node's host CPU and memory left by its pods
   --kubeconfig=FILE     kubeconfig (default: the $KUBECONFIG list, merged as kubectl merges it,
                         else ~/.kube/config, else in-cluster);
                         users with a token, a client certificate or an exec credential plugin
@@ -67,6 +69,7 @@ struct Flags {
   std::string kubeconfig;
   std::string context;
   bool quiet = false;
+  bool host_aware = true;
 };
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -85,8 +88,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (a.rfind("-", 0) == 0) {
       rest.push_back(a);
       // "--name value": keep the value with its flag.
-      if (a.find('=') == std::string::npos && a != "--quiet" && i + 1 < argc &&
-          argv[i + 1][0] != '-') {
+      if (a.find('=') == std::string::npos && a != "--quiet" && a != "--host-aware" &&
+          i + 1 < argc && argv[i + 1][0] != '-') {
         rest.push_back(argv[++i]);
       }
     } else {
@@ -102,7 +105,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                             {"workload-configmap", &f.workload_configmap},
                                             {"kubeconfig", &f.kubeconfig},
                                             {"context", &f.context}},
-                                           {{"quiet", &f.quiet}}));
+                                           {{"quiet", &f.quiet}, {"host-aware", &f.host_aware}}));
   if (positional.empty()) {
     return InvalidArgumentError("no command; use nodes, node, pods or explain");
   }
@@ -155,7 +158,8 @@ int Run(const Flags& f) {
   auto progress = [&f](const std::string& line) {
     if (!f.quiet) std::fprintf(stderr, "kubectl-accelpool: %s\n", line.c_str());
   };
-  StatusOr<std::unique_ptr<ClusterView>> view = ClusterView::Load(**client, progress);
+  StatusOr<std::unique_ptr<ClusterView>> view =
+      ClusterView::Load(**client, progress, ViewOptions{.host_aware = f.host_aware});
   if (!view.ok()) return Fail(view.status());
   auto make = [&]() -> StatusOr<Report> {
     if (f.command == "nodes") {
