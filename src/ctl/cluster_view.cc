@@ -186,6 +186,8 @@ std::vector<std::string> ClusterView::Nodes() const {
   return names;
 }
 
+namespace {
+
 // Devices with two decimals, trailing zeros dropped ("3.75", "0.5", "8").
 std::string Devices(double thousandths) {
   std::string s = fmt::format("{:.2f}", thousandths / core::kComputeWhole);
@@ -193,6 +195,8 @@ std::string Devices(double thousandths) {
   if (s.back() == '.') s.pop_back();
   return s;
 }
+
+}  // namespace
 
 Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
   Report r;
