@@ -34,9 +34,13 @@ double Stranded(const Device& d, const DeviceUsage& before, const DeviceUsage& u
   return 1.0 - std::min(1.0, std::max(mem, cmp));
 }
 
-double FillAfter(const Device& d, const DeviceUsage& /*before*/, const DeviceUsage& after) {
-  return DeviceFill(d, after);
+// What binpack counts for one device: its fill after the placement, less
+// twice what the placement strands on it.
+double PackValue(const Device& d, const DeviceUsage& before, const DeviceUsage& after) {
+  return DeviceFill(d, after) - 2.0 * Stranded(d, before, after);
 }
+
+constexpr DeviceUsage kUnused{};
 
 // `value(device, usage before, usage after)` summed over the grants of `p`,
 // one grant at a time.
@@ -47,7 +51,7 @@ double PerGrant(const NodeInventory& inv, const NodeUsage& usage, const Placemen
     for (const Grant& g : c.grants) {
       const size_t d = static_cast<size_t>(g.device);
       if (d >= inv.devices.size()) continue;
-      const DeviceUsage before = d < usage.devices.size() ? usage.devices[d] : DeviceUsage{};
+      const DeviceUsage& before = d < usage.devices.size() ? usage.devices[d] : kUnused;
       DeviceUsage u = before;
       u.memory_mib += g.memory_mib;
       u.compute += g.compute;
@@ -67,7 +71,7 @@ double MeanAfter(const NodeInventory& inv, const NodeUsage& usage, const Placeme
   // No copy of the usage: only devices named by a grant change.
   double sum = 0;
   for (size_t i = 0; i < inv.devices.size(); ++i) {
-    const DeviceUsage before = i < usage.devices.size() ? usage.devices[i] : DeviceUsage{};
+    const DeviceUsage& before = i < usage.devices.size() ? usage.devices[i] : kUnused;
     DeviceUsage u = before;
     for (const auto& c : placement.containers) {
       for (const Grant& g : c.grants) {
@@ -84,14 +88,20 @@ double MeanAfter(const NodeInventory& inv, const NodeUsage& usage, const Placeme
 }
 
 // Binpack at device level: prefer the devices that are fullest after the
-// placement, so whole devices stay free for whole-device requests.
+// placement, so whole devices stay free for whole-device requests; a share
+// that takes the last slot of an untouched device loses what it strands.
 double PackedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
-  return PerGrant(inv, usage, p, FillAfter);
+  return PerGrant(inv, usage, p, [](const Device& d, const DeviceUsage& b, const DeviceUsage& a) {
+    return PackValue(d, b, a);
+  });
 }
 
-// What a placement strands on the devices it fills to their share cap.
-double StrandedDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
-  return PerGrant(inv, usage, p, Stranded);
+// Spread at device level: prefer the emptiest devices after the placement,
+// and those it strands nothing on.
+double SpreadDevices(const NodeInventory& inv, const NodeUsage& usage, const Placement& p) {
+  return PerGrant(inv, usage, p, [](const Device& d, const DeviceUsage& b, const DeviceUsage& a) {
+    return -DeviceFill(d, a) - Stranded(d, b, a);
+  });
 }
 
 int32_t ToScore(double x) {
@@ -107,13 +117,13 @@ class BinpackPolicy final : public Policy {
   // before it takes a one-slot device whole.
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& p) const override {
-    return PackedDevices(inv, usage, p) - 2.0 * StrandedDevices(inv, usage, p);
+    return PackedDevices(inv, usage, p);
   }
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
-    return ToScore(MeanAfter(
-        inv, usage, p, [](const Device& d, const DeviceUsage& before, const DeviceUsage& after) {
-          return DeviceFill(d, after) - 2.0 * Stranded(d, before, after);
+    return ToScore(
+        MeanAfter(inv, usage, p, [](const Device& d, const DeviceUsage& b, const DeviceUsage& a) {
+          return PackValue(d, b, a);
         }));
   }
 };
@@ -124,7 +134,7 @@ class SpreadPolicy final : public Policy {
   std::string_view Name() const override { return "spread"; }
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& p) const override {
-    return -PackedDevices(inv, usage, p) - StrandedDevices(inv, usage, p);
+    return SpreadDevices(inv, usage, p);
   }
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
@@ -170,8 +180,7 @@ class TopologyPolicy final : public Policy {
   std::string_view Name() const override { return "topology"; }
   double PlacementValue(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& p) const override {
-    return LinkQuality(inv, p) * 1000.0 + PackedDevices(inv, usage, p) -
-           2.0 * StrandedDevices(inv, usage, p);
+    return LinkQuality(inv, p) * 1000.0 + PackedDevices(inv, usage, p);
   }
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
@@ -183,7 +192,10 @@ class TopologyPolicy final : public Policy {
 
 double UtilisationAfter(const NodeInventory& inv, const NodeUsage& usage,
                         const Placement& placement) {
-  return MeanAfter(inv, usage, placement, FillAfter);
+  return MeanAfter(inv, usage, placement,
+                   [](const Device& d, const DeviceUsage& /*before*/, const DeviceUsage& after) {
+                     return DeviceFill(d, after);
+                   });
 }
 
 const Policy& DefaultPolicy() {
