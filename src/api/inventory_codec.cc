@@ -114,6 +114,13 @@ Status ParseDevice(const json& obj, const std::string& path, core::Vendor vendor
   ACCELPOOL_RETURN_IF_ERROR(ReadBool(obj, "healthy", path, false, d.healthy));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "module", path, false, -1, kMaxDevices - 1, d.module));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "max_shares", path, false, 1, 1 << 16, d.max_shares));
+  ACCELPOOL_RETURN_IF_ERROR(
+      ReadInt(obj, "foreign_mib", path, false, 0, kMaxInt64 / 2, d.foreign_mib));
+  if (d.foreign_mib > d.memory_mib) {
+    return InvalidArgumentError(Join(path, "foreign_mib") + ": " + std::to_string(d.foreign_mib) +
+                                " MiB is more than the device's memory_mib (" +
+                                std::to_string(d.memory_mib) + ")");
+  }
   ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "partition", path, false, d.partition));
   if (!d.partition.empty()) {
     if (vendor != core::Vendor::kNvidia || !core::ValidMigProfile(d.partition)) {
@@ -248,6 +255,7 @@ json InventoryToJson(const InventoryDocument& doc) {
                   {"module", d.module},
                   {"max_shares", d.max_shares}};
       if (!d.partition.empty()) dev["partition"] = d.partition;
+      if (d.foreign_mib > 0) dev["foreign_mib"] = d.foreign_mib;
       devs.push_back(std::move(dev));
     }
     invs.push_back(

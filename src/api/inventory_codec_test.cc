@@ -56,6 +56,7 @@ InventoryDocument Sample() {
     d.memory_mib = i == 0 ? 143771 : 16384;
     d.max_shares = i == 0 ? 10 : 1;
     d.partition = i == 0 ? "" : "1g.18gb";
+    d.foreign_mib = i == 0 ? 6144 : 0;
     n.devices.push_back(d);
   }
   doc.inventories.push_back(n);
@@ -70,7 +71,8 @@ bool SameInventory(const core::NodeInventory& x, const core::NodeInventory& y) {
     if (a.id != b.id || a.index != b.index || a.vendor != b.vendor || a.model != b.model ||
         a.memory_mib != b.memory_mib || a.compute_units != b.compute_units || a.numa != b.numa ||
         a.pci_bus != b.pci_bus || a.healthy != b.healthy || a.module != b.module ||
-        a.max_shares != b.max_shares || a.partition != b.partition) {
+        a.max_shares != b.max_shares || a.partition != b.partition ||
+        a.foreign_mib != b.foreign_mib) {
       return false;
     }
   }
@@ -185,6 +187,13 @@ TEST(InventoryCodecTest, SchemaErrorsNameTheJsonPath) {
        wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"partition":"1g.18gb",)"
             R"("max_shares":4}]})"),
        StatusCode::kInvalidArgument, "devices[0].max_shares: a MIG instance is granted whole"},
+      {"foreign memory above the device's",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"memory_mib":1024,)"
+            R"("foreign_mib":2048}]})"),
+       StatusCode::kInvalidArgument, "devices[0].foreign_mib: 2048 MiB is more than"},
+      {"negative foreign memory",
+       wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0,"foreign_mib":-1}]})"),
+       StatusCode::kInvalidArgument, "foreign_mib"},
       {"duplicate id",
        wrap(R"({"vendor":"nvidia","devices":[{"id":"G","index":0},{"id":"G","index":1}]})"),
        StatusCode::kInvalidArgument, "duplicate id"},

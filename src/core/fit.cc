@@ -147,7 +147,7 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
   free.clear();
   FitReason best_mem{Reason::kInsufficientMemory, 0, -1};
   FitReason best_cmp{Reason::kInsufficientCompute, 0, -1};
-  int32_t busy = 0, exclusive = 0, share_cap = 0, slice_mismatch = 0;
+  int32_t busy = 0, exclusive = 0, share_cap = 0, slice_mismatch = 0, foreign = 0;
   int32_t slices_used = 0;
   for (const auto& u : work.devices) slices_used += u.slices;
   const int32_t budget = inv.topology.slices.node_handle_budget;
@@ -161,6 +161,10 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
     if (Whole(r)) {
       if (u.shares > 0) {
         ++busy;
+        continue;
+      }
+      if (d.foreign_mib > 0) {
+        ++foreign;
         continue;
       }
       free.push_back(static_cast<int32_t>(i));
@@ -200,6 +204,7 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
     if (best_cmp.available >= 0) reasons->push_back(best_cmp);
     if (exclusive > 0) reasons->push_back({Reason::kExclusiveTaken, r.count, 0});
     if (share_cap > 0) reasons->push_back({Reason::kShareLimit, r.count, 0});
+    if (foreign > 0) reasons->push_back({Reason::kForeignMemory, r.count, foreign});
     if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, st.dev[0].mem, 0});
     if (reasons->empty()) reasons->push_back({Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())});
   }

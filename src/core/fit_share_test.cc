@@ -321,6 +321,42 @@ TEST(FitFilters, CordonedDevicesAreSkippedUntilTheOperatorReturnsThem) {
   EXPECT_TRUE(Fit(Pod({Whole(Vendor::kNvidia, 8)}), inv, NodeUsage::Empty(inv)).fits());
 }
 
+TEST(FitFilters, ForeignMemoryKeepsWholeRequestsOffAndSharesInTheRest) {
+  NodeInventory inv = MakeNode("nvidia-hgx-8");
+  const int64_t mem = inv.devices[0].memory_mib;
+  for (auto& d : inv.devices) d.foreign_mib = d.index == 6 ? 0 : 20480;
+  NodeUsage usage = NodeUsage::Empty(inv);
+  // A whole GPU: only the one without foreign memory.
+  FitResult r = Fit(Pod({Whole(Vendor::kNvidia, 1)}), inv, usage);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), std::vector<int32_t>{6});
+  // Two whole GPUs: refused for now, saying why and how many are affected;
+  // a pod leaving cannot help but the memory being freed can.
+  r = Fit(Pod({Whole(Vendor::kNvidia, 2)}), inv, usage);
+  EXPECT_EQ(r.code, FitCode::kUnschedulable);
+  ASSERT_FALSE(r.reasons.empty());
+  bool named = false;
+  for (const FitReason& why : r.reasons) {
+    if (why.reason == Reason::kForeignMemory) {
+      named = true;
+      EXPECT_EQ(why.available, 7);
+      EXPECT_NE(DescribeReason(why).find("no grant accounts for"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(named);
+  // Shares fit in what is left beside the foreign memory, and not beyond it.
+  inv.devices[6].foreign_mib = 20480;
+  EXPECT_TRUE(Fit(Pod({Share(Vendor::kNvidia, 1, mem - 20480, 500)}), inv, usage).fits());
+  r = Fit(Pod({Share(Vendor::kNvidia, 1, mem - 20479, 500)}), inv, usage);
+  EXPECT_FALSE(r.fits());
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0].reason, Reason::kInsufficientMemory);
+  EXPECT_EQ(r.reasons[0].available, mem - 20480);
+  // Freed again: whole requests fit every GPU.
+  for (auto& d : inv.devices) d.foreign_mib = 0;
+  EXPECT_TRUE(Fit(Pod({Whole(Vendor::kNvidia, 8)}), inv, usage).fits());
+}
+
 // A node with two whole GPUs and one GPU split into MIG instances
 // (3g.71gb, 2g.35gb, 1g.18gb, 1g.18gb): a MIG request lands only on an
 // instance of its profile, every other request only on whole GPUs.

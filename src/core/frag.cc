@@ -246,13 +246,17 @@ void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement
   for (size_t d = 0; d < n; ++d) {
     const Device& dev = inv.devices[d];
     if (!dev.Schedulable() || exclusive[d]) continue;
-    const int32_t free_compute = std::max(0, kComputeWhole - used_compute[d]);
+    int32_t free_compute = std::max(0, kComputeWhole - used_compute[d]);
+    // Memory in use outside every grant: no whole-device task can take the
+    // device (one thousandth short of whole says so to every task), shares
+    // fit in the memory beside it.
+    if (dev.foreign_mib > 0) free_compute = std::min(free_compute, kComputeWhole - 1);
     if (shares[d] > 0 && shares[d] >= std::max(1, dev.max_shares)) {
       v->capped += free_compute;
       continue;
     }
     v->compute[d] = free_compute;
-    v->memory[d] = std::max<int64_t>(0, dev.memory_mib - used_memory[d]);
+    v->memory[d] = std::max<int64_t>(0, dev.memory_mib - dev.foreign_mib - used_memory[d]);
   }
 }
 

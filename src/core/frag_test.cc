@@ -207,6 +207,22 @@ TEST(MeasureFragmentationTest, CountsSliversAndCappedDevicesAsFragmentOfTheIdle)
   EXPECT_NEAR(f.fragment, 8000 * hostless / total, 1e-6);
 }
 
+TEST(MeasureFragmentationTest, ForeignMemoryMakesAnIdleDeviceFragmentForWholeTasks) {
+  NodeInventory inv = Node(2, "H100");
+  inv.devices[1].foreign_mib = 4096;
+  const std::vector<TaskShape> whole = {
+      TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1}};
+  FragmentationNow f = MeasureFragmentation(inv, NodeUsage::Empty(inv), whole);
+  // GPU 1 has no grant but cannot be handed out whole: a whole-GPU pod can
+  // use GPU 0 only.
+  EXPECT_EQ(f.idle, 1999);
+  EXPECT_DOUBLE_EQ(f.fragment, 999);
+  // A half-GPU pod with memory that fits beside the foreign memory uses both.
+  const std::vector<TaskShape> half = {
+      TaskShape{.count = 1, .compute = 500, .memory_mib = 1024, .model = "", .weight = 1}};
+  EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, NodeUsage::Empty(inv), half).fragment, 0);
+}
+
 TEST(FragmentationPolicyTest, ModelFilteredWorkloadSeesOtherModelsAsFragment) {
   PolicyContext ctx;
   ctx.workload = {TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "A100|H100", .weight = 1}};

@@ -30,6 +30,8 @@ std::string_view ReasonName(Reason r) {
     case Reason::kNumaUnsatisfiable: return "NumaUnsatisfiable";
     case Reason::kPartitionMismatch:
       return "PartitionMismatch";
+    case Reason::kForeignMemory:
+      return "ForeignMemory";
   }
   return "Unknown";
 }
@@ -112,6 +114,11 @@ std::string DescribeReason(const FitReason& r) {
       out << "too few devices partitioned as requested (need " << r.requested << ", node has "
           << r.available << "): a MIG instance fits only its nvidia.com/mig-<profile> resource, "
           << "a whole GPU only nvidia.com/gpu";
+      break;
+    case Reason::kForeignMemory:
+      out << r.available << " otherwise free device(s) hold memory that no grant accounts for "
+          << "(a leftover process or a container that sets the visible devices itself); they "
+          << "take shares only until it is freed (see the node's ForeignMemory events)";
       break;
   }
   return out.str();

@@ -44,7 +44,8 @@ enum class Reason : uint8_t {
   kNoMirroredPairs,      // not enough free mirrored pairs across rings
   kNumaUnsatisfiable,    // no NUMA node has enough free devices
   kPartitionMismatch,    // too few devices of the requested partition (MIG profile, or whole)
-  kLast = kPartitionMismatch,
+  kForeignMemory,        // free devices hold memory no grant accounts for (Device::foreign_mib)
+  kLast = kForeignMemory,
 };
 
 std::string_view ReasonName(Reason r);  // "InsufficientMemory"

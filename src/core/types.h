@@ -55,6 +55,12 @@ struct Device {
   // The numbers fit reads for every device of every node come first, in one
   // cache line; the strings (read only for model or id filters) after them.
   int64_t memory_mib = 0;
+  // Memory in use on the device that no grant accounts for (a leftover
+  // process, a container that set NVIDIA_VISIBLE_DEVICES itself, a host
+  // daemon), as the node's plugin measured it; 0 when none or not measured.
+  // Shares fit in the memory left beside it; a whole-device request does not
+  // fit the device at all while it is there.
+  int64_t foreign_mib = 0;
   int32_t index = 0;            // position on the node == position in NodeInventory::devices
   int32_t max_shares = 1;       // containers that may share it; 1 = whole-device only
   int32_t module = -1;          // index into Topology::modules, -1 when none

@@ -177,7 +177,7 @@ bool UsageWithinCapacity(const NodeInventory& inv, const NodeUsage& usage) {
 
 int64_t FreeMemory(const Device& d, const DeviceUsage& u) {
   if (u.exclusive) return 0;
-  return std::max<int64_t>(0, d.memory_mib - u.memory_mib);
+  return std::max<int64_t>(0, d.memory_mib - d.foreign_mib - u.memory_mib);
 }
 
 int32_t FreeCompute(const Device& d, const DeviceUsage& u) {

@@ -231,7 +231,8 @@ Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
         unhealthy += d.healthy ? 0 : 1;
         cordoned += d.cordoned ? 1 : 0;
         const bool idle = u.shares == 0 && !u.exclusive && u.memory_mib == 0;
-        free += idle && d.healthy && !d.cordoned ? 1 : 0;
+        // A device holding memory no grant accounts for takes no whole pod.
+        free += idle && d.healthy && !d.cordoned && d.foreign_mib == 0 ? 1 : 0;
         mem += d.memory_mib;
         mem_used += u.exclusive ? d.memory_mib : u.memory_mib;
         compute_used += u.exclusive ? core::kComputeWhole : u.compute;
@@ -435,7 +436,11 @@ StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node) {
     for (size_t i = 0; i < inv.devices.size(); ++i) {
       const core::Device& d = inv.devices[i];
       const core::DeviceUsage& u = st.usage.devices[i];
-      const std::string state = !d.healthy ? "unhealthy" : d.cordoned ? "cordoned" : "ok";
+      const std::string state = !d.healthy   ? "unhealthy"
+                                : d.cordoned ? "cordoned"
+                                : d.foreign_mib
+                                    ? "foreign " + std::to_string(d.foreign_mib) + " MiB"
+                                    : "ok";
       json dj = {{"vendor", std::string(core::VendorName(inv.vendor))},
                  {"index", d.index},
                  {"id", d.id},
@@ -444,6 +449,7 @@ StatusOr<Report> NodeReport(const ClusterView& view, const std::string& node) {
                  {"numa", d.numa},
                  {"state", state},
                  {"memory_mib", d.memory_mib},
+                 {"foreign_mib", d.foreign_mib},
                  {"memory_assigned_mib", u.exclusive ? d.memory_mib : u.memory_mib},
                  {"compute_assigned", u.exclusive ? core::kComputeWhole : u.compute},
                  {"shares", u.shares},

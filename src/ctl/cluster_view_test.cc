@@ -142,6 +142,25 @@ TEST(ClusterViewNodesTest, ACordonedNodeIsMarkedAndItsFreeCardsCountedApart) {
       << r.text;
 }
 
+// A device whose plugin measured memory no grant accounts for is not free
+// whole, and the node's device list says why.
+TEST(ClusterViewNodesTest, ADeviceHoldingForeignMemoryIsNotFreeWhole) {
+  api::InventoryDocument doc;
+  doc.inventories.push_back(extender::testing::GpuNode("node-a"));
+  doc.inventories[0].devices[2].foreign_mib = 8192;
+  json n = Node("node-a");
+  n["metadata"]["annotations"]["accelpool.io/inventory"] = api::SerializeInventory(doc);
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({n}, {});
+  Report r = NodesReport(*view);
+  EXPECT_EQ(r.json["nodes"][0]["inventories"][0]["free_whole"], 7);
+  StatusOr<Report> one = NodeReport(*view, "node-a");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->json["devices"][2]["state"], "foreign 8192 MiB") << one->json.dump(2);
+  EXPECT_EQ(one->json["devices"][2]["foreign_mib"], 8192);
+  EXPECT_EQ(one->json["devices"][1]["state"], "ok");
+  EXPECT_NE(one->text.find("foreign 8192 MiB"), std::string::npos) << one->text;
+}
+
 // The host is tracked as by the extender (--host-aware, its default): a pod
 // that asks for no GPU takes its share of the node's free CPU, and the idle
 // GPUs count as fragment in that proportion.

@@ -58,6 +58,17 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                         {"node", "vendor", "model", "device"}),
            &m->capacity_));
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_device_memory_used_mib",
+                        "Memory processes hold on the device, MiB, as its library reports it.",
+                        {"vendor", "device"}),
+           &m->in_use_));
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_device_foreign_memory_mib",
+                        "Memory in use on the device that no grant accounts for, MiB, as "
+                        "published on the Node (0 below --foreign-memory-min-mib).",
+                        {"vendor", "device"}),
+           &m->foreign_));
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddCounter("accelpool_plugin_assignments_refused_total",
                           "Pod versions whose accelpool assignment was refused, by reason "
                           "(signature, unknown_key, other_node, malformed).",
@@ -151,6 +162,13 @@ void PluginMetrics::SetCapacity(const std::string& node, const std::string& vend
   capacity_->WithLabels({node, vendor, model, device}).Set(memory_mib);
 }
 
+void PluginMetrics::SetMemoryInUse(const std::string& vendor, const std::string& device,
+                                   double used_mib, double foreign_mib) {
+  std::lock_guard<std::mutex> lock(device_mu_);
+  in_use_->WithLabels({vendor, device}).Set(used_mib);
+  foreign_->WithLabels({vendor, device}).Set(foreign_mib);
+}
+
 void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
   std::lock_guard<std::mutex> lock(device_mu_);
   // {vendor, device}, and {node, vendor, model, device} for the capacity.
@@ -159,6 +177,8 @@ void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
   memory_->RemoveIf(gone);
   compute_->RemoveIf(gone);
   capacity_->RemoveIf(gone);
+  in_use_->RemoveIf(gone);
+  foreign_->RemoveIf(gone);
 }
 
 void PluginMetrics::DeviceChecked(const std::string& result) {

@@ -16,6 +16,12 @@
 //   accelpool_plugin_assignment_key_reload_errors_total       failed re-reads of the key dir
 //   accelpool_plugin_device_memory_mib{node,vendor,model,device}  device memory (capacity);
 //       joins the allocated series on (instance, device) for per-model and per-node pools
+//   accelpool_plugin_device_memory_used_mib{vendor,device}    memory processes hold on the
+//       device, as its library reports it (NVIDIA and the fake backend), read every
+//       --foreign-memory-every
+//   accelpool_plugin_device_foreign_memory_mib{vendor,device} of it, what no grant accounts
+//       for, as published on the Node (0 below --foreign-memory-min-mib): the scheduler
+//       keeps whole-device pods off the device and fits shares beside it
 //   accelpool_plugin_container_memory_used_mib{namespace,pod,container,device}
 //       memory a fractional NVIDIA container's processes hold on the device, as
 //       libaccelpool-cuda counts it (read from the container's accounting region)
@@ -65,6 +71,9 @@ class PluginMetrics {
   // Capacity of one device: its memory, labelled with the node and model.
   void SetCapacity(const std::string& node, const std::string& vendor, const std::string& model,
                    const std::string& device, double memory_mib);
+  // Memory in use on one device, and the foreign part of it as published.
+  void SetMemoryInUse(const std::string& vendor, const std::string& device, double used_mib,
+                      double foreign_mib);
   void Registered(const std::string& resource);
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
@@ -101,6 +110,8 @@ class PluginMetrics {
   CounterFamily* registrations_ = nullptr;
   GaugeFamily* pending_ = nullptr;
   GaugeFamily* capacity_ = nullptr;
+  GaugeFamily* in_use_ = nullptr;
+  GaugeFamily* foreign_ = nullptr;
   CounterFamily* refused_ = nullptr;
   CounterFamily* key_reload_errors_ = nullptr;
   GaugeFamily* container_used_ = nullptr;

@@ -116,6 +116,14 @@ class VendorDriver {
   // kInvalidArgument when a grant names a device this driver does not know.
   virtual StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const = 0;
+
+  // The device memory processes hold now, in MiB, by device id, for the
+  // devices whose library says (whole devices only: a partition's memory is
+  // its own). Devices that cannot be read are left out. kUnimplemented when
+  // the backend has no such query (foreign memory is then not measured).
+  virtual StatusOr<std::map<std::string, int64_t>> MemoryInUse() {
+    return UnimplementedError(std::string(Name()) + ": no device memory usage query");
+  }
 };
 using VendorDriverPtr = std::unique_ptr<VendorDriver>;
 

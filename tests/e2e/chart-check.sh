@@ -164,6 +164,21 @@ rediscover_every() { # every plugin checks its devices every 60s by default; a b
     ! render --set devicePlugin.rediscoverEvery= >/dev/null 2>&1
 }
 check "devicePlugin.rediscoverEvery reaches every plugin (60s by default; a bad duration fails)" rediscover_every
+foreign_memory() { # every plugin measures foreign memory with the chart's values; bad values fail the render
+  local out plugins
+  plugins="$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")"
+  [ "$(grep -c -- '- --foreign-memory-min-mib=2048$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    [ "$(grep -c -- '- --foreign-memory-share-mib=512$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    [ "$(grep -c -- '- --foreign-memory-every=30s$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    out="$(render --set devicePlugin.foreignMemory.minMiB=0 --set devicePlugin.foreignMemory.every=2m)" &&
+    grep -q -- '- --foreign-memory-min-mib=0$' <<<"${out}" && grep -q -- '- --foreign-memory-every=2m$' <<<"${out}" &&
+    ! out="$(render --set devicePlugin.foreignMemory.minMiB=2GiB 2>&1)" &&
+    grep -q 'devicePlugin.foreignMemory.minMiB must be a whole number of MiB (0 or more), not "2GiB"' <<<"${out}" &&
+    ! out="$(render --set devicePlugin.foreignMemory.every=2s 2>&1)" &&
+    grep -q 'devicePlugin.foreignMemory.every must be a duration of at least 5s' <<<"${out}" &&
+    ! render --set devicePlugin.foreignMemory.every= >/dev/null 2>&1
+}
+check "devicePlugin.foreignMemory reaches every plugin (2048 MiB, 512 MiB, 30s by default; bad values fail)" foreign_memory
 install_cuda_library() { # the NVIDIA plugin's init container installs the library the Dockerfile ships
   local out ds
   ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ids-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ids-*.yaml)"

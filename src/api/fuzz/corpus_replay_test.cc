@@ -27,7 +27,7 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
     int want_files, want_accepted;
   };
   const Case cases[] = {
-      {"inventory", &FuzzInventory, 6, 3},
+      {"inventory", &FuzzInventory, 8, 4},
       {"assignment", &FuzzAssignment, 5, 2},
       {"pod_request", &FuzzPodRequest, 9, 5},
   };

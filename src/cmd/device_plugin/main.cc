@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "http/http.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "plugin/foreign_memory.h"
 #include "plugin/health_events.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/library_install.h"
@@ -62,6 +64,17 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --rediscover-every=DUR    check the node's device set this often and serve a change seen
                             twice in a row (MIG layout changed, a card added or gone);
                             SIGHUP checks at once (default 60s; 0s: only at start and SIGHUP)
+  --foreign-memory-min-mib=N
+                            publish device memory in use that no grant accounts for (a
+                            leftover process, a pod that sets NVIDIA_VISIBLE_DEVICES itself)
+                            once it reaches N MiB: the scheduler then keeps whole-device pods
+                            off the device and fits shares beside it (default 2048; 0: off)
+  --foreign-memory-share-mib=N
+                            memory each container holding a share may use beyond its grant
+                            (its CUDA context; default 512)
+  --foreign-memory-every=DUR
+                            read the devices' memory in use this often (default 30s, at
+                            least 5s); a change is published when two readings agree
   --no-kube                 serve kubelet only: no pod lookup, no inventory publishing
   --print-inventory         discover, print the inventory JSON and exit
   --state-root=DIR          host dir for per-container enforcement state
@@ -102,6 +115,12 @@ struct Flags {
   std::string log_level = "info";
   std::string rediscover_every = "60s";
   std::chrono::seconds rediscover{60};
+  std::string foreign_min_mib = "2048";
+  std::string foreign_share_mib = "512";
+  std::string foreign_every = "30s";
+  int64_t foreign_min = 2048;
+  int64_t foreign_share = 512;
+  std::chrono::seconds foreign_period{30};
   std::string state_root = "/var/lib/accelpool/containers";
   std::string cuda_library = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
   std::string preload_file = "/usr/local/accelpool/ld.so.preload";
@@ -140,7 +159,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"mps-pipe-dir", &f.mps_pipe_dir},
                                                  {"mps-shm-dir", &f.mps_shm_dir},
                                                  {"assignment-key-dir", &f.assignment_key_dir},
-                                                 {"pod-resources-socket", &f.pod_resources_socket}};
+                                                 {"pod-resources-socket", &f.pod_resources_socket},
+                                                 {"foreign-memory-min-mib", &f.foreign_min_mib},
+                                                 {"foreign-memory-share-mib", &f.foreign_share_mib},
+                                                 {"foreign-memory-every", &f.foreign_every}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"no-preload", &f.no_preload},
@@ -193,6 +215,26 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return every.status();
   }
   f.rediscover = *every;
+  StatusOr<std::chrono::seconds> foreign_every =
+      ParseDurationFlag("foreign-memory-every", f.foreign_every);
+  if (!foreign_every.ok()) {
+    return foreign_every.status();
+  }
+  if (foreign_every->count() < 5) {
+    return InvalidArgumentError("--foreign-memory-every must be at least 5s (the plugin's tick)");
+  }
+  f.foreign_period = *foreign_every;
+  for (const auto& [text, value, flag] :
+       {std::tuple{&f.foreign_min_mib, &f.foreign_min, "--foreign-memory-min-mib"},
+        std::tuple{&f.foreign_share_mib, &f.foreign_share, "--foreign-memory-share-mib"}}) {
+    char* stop = nullptr;
+    const long long v = std::strtoll(text->c_str(), &stop, 10);  // NOLINT(runtime/int)
+    if (stop == text->c_str() || *stop != '\0' || v < 0 || v > (int64_t{1} << 30)) {
+      return InvalidArgumentError(std::string(flag) + " must be a whole number of MiB, 0.." +
+                                  std::to_string(int64_t{1} << 30) + ", not \"" + *text + "\"");
+    }
+    *value = v;
+  }
   char* end = nullptr;
   long shares = std::strtol(f.max_shares.c_str(), &end, 10);  // NOLINT(runtime/int)
   if (end == f.max_shares.c_str() || *end != '\0' || shares < 0 || shares > 100) {
@@ -213,6 +255,61 @@ std::string DescribeDeviceChange(const DeviceChange& c) {
            "; delete them so that their controllers place them again";
   }
   return msg;
+}
+
+// One round of the foreign memory check (plugin/foreign_memory.h): every
+// backend's memory in use, against the node's grants; a published change is
+// logged and, when a device gains or loses foreign memory, an Event on the
+// Node. `said` holds what was last logged per backend about its query, so a
+// backend without one, or failing the same way, says so once.
+void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, ForeignMemory& foreign,
+                        PluginMetrics* metrics, KubeReporter* reporter, const std::string& node,
+                        const Logger& log, std::map<std::string, std::string>* said) {
+  const SnapshotPtr snap = plugin.state().Get();
+  std::set<vendors::VendorDriver*> drivers(snap->drivers.begin(), snap->drivers.end());
+  std::map<std::string, int64_t> used;
+  for (vendors::VendorDriver* d : drivers) {
+    if (d == nullptr) continue;
+    const std::string name(d->Name());
+    StatusOr<std::map<std::string, int64_t>> in_use = d->MemoryInUse();
+    std::string now = in_use.ok() ? "" : in_use.status().ToString();
+    if (now != (*said)[name]) {
+      if (in_use.ok()) {
+        log.Info("reading device memory in use again", {{"backend", name}});
+      } else if (in_use.status().code() == StatusCode::kUnimplemented) {
+        log.Info("foreign device memory is not measured on this backend",
+                 {{"backend", name}, {"reason", now}});
+      } else {
+        log.Warn("reading device memory in use failed; the devices keep their last figures",
+                 {{"backend", name}, {"error", now}});
+      }
+      (*said)[name] = now;
+    }
+    if (in_use.ok()) used.merge(*in_use);
+  }
+  for (const ForeignChange& c : foreign.Observe(snap->inventories, used, store.All())) {
+    const std::string text = DescribeForeignChange(c);
+    log.Log(c.after_mib > 0 ? LogLevel::kWarn : LogLevel::kInfo,
+            c.after_mib > 0 ? "device memory in use that no grant accounts for"
+                            : "device memory no grant accounted for is freed",
+            {{"device", c.device},
+             {"foreign_mib", c.after_mib},
+             {"before_mib", c.before_mib},
+             {"used_mib", c.used_mib},
+             {"granted_mib", c.granted_mib}});
+    if (reporter != nullptr && (c.before_mib == 0 || c.after_mib == 0)) {
+      reporter->NodeEvent(node,
+                          c.after_mib > 0 ? kube::EventKind::kWarning : kube::EventKind::kNormal,
+                          c.after_mib > 0 ? kForeignMemoryReason : kForeignMemoryFreedReason, text,
+                          "ForeignMemory");
+    }
+  }
+  if (metrics != nullptr) {
+    for (const auto& [id, r] : foreign.Readings()) {
+      metrics->SetMemoryInUse(std::string(core::VendorName(r.vendor)), id,
+                              static_cast<double>(r.used_mib), static_cast<double>(r.foreign_mib));
+    }
+  }
 }
 
 int Fatal(const Logger& log, const std::string& what, const Status& st) {
@@ -460,12 +557,19 @@ int Run(const Flags& flags) {
   // minute (a flapping device's changes are folded; the tick below sends them).
   HealthEvents health_events(std::chrono::seconds(60));
   PodSync* pod_sync = pods.get();
+  // Memory in use outside every grant, published with the inventory.
+  const bool foreign_on = flags.foreign_min > 0;
+  ForeignMemory foreign({.min_mib = std::max<int64_t>(1, flags.foreign_min),
+                         .per_share_mib = flags.foreign_share,
+                         .confirm = 2});
+  std::map<std::string, std::string> foreign_said;
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
       pod_sync == nullptr ? std::function<Status()>() : [pod_sync] { return pod_sync->Refresh(); });
   NodePublisher* pub = publisher.get();
   if (pub != nullptr) {
-    plugin.OnInventory([pub, log](const std::vector<core::NodeInventory>& invs) {
+    plugin.OnInventory([pub, log, &foreign](std::vector<core::NodeInventory> invs) {
+      foreign.Apply(&invs);
       StatusOr<bool> wrote = pub->Publish(invs);
       if (!wrote.ok()) {
         log.Warn("publishing the inventory failed; retried on the next change",
@@ -531,8 +635,14 @@ int Run(const Flags& flags) {
   // 5 min, starting now: the state dirs of pods that went while the plugin
   // was not watching (deleted pods' dirs go at once).
   constexpr int kSweepEvery = 60;
+  const int foreign_every =
+      static_cast<int>(std::max<int64_t>(1, flags.foreign_period.count() / 5));
   int ticks = 0;
   while (true) {
+    if (foreign_on && ticks % foreign_every == 0) {
+      CheckForeignMemory(plugin, store, foreign, metrics->get(), reporter.get(), flags.node, log,
+                         &foreign_said);
+    }
     if (ticks++ % kSweepEvery == 0) {
       if (pods != nullptr) {
         static_cast<void>(pods->SweepStateDirs());  // logged there
@@ -549,7 +659,9 @@ int Run(const Flags& flags) {
       }
       plugin.allocator().RefreshUsageMetrics();
       if (pub != nullptr) {
-        StatusOr<bool> wrote = pub->Publish(plugin.state().Get()->inventories);
+        std::vector<core::NodeInventory> invs = plugin.state().Get()->inventories;
+        foreign.Apply(&invs);
+        StatusOr<bool> wrote = pub->Publish(invs);
         if (!wrote.ok()) {
           log.Warn("publishing the inventory failed", {{"error", wrote.status().ToString()}});
         }

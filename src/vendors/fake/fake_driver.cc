@@ -25,6 +25,16 @@ StatusOr<std::vector<core::NodeInventory>> FakeDriver::Discover() {
   return invs;
 }
 
+StatusOr<std::map<std::string, int64_t>> FakeDriver::MemoryInUse() {
+  std::map<std::string, int64_t> used;
+  StatusOr<std::vector<core::NodeInventory>> invs =
+      LoadInventoryFile(options_.path, options_.node, &used);
+  if (!invs.ok()) {
+    return invs.status();
+  }
+  return used;
+}
+
 void FakeDriver::Refresh(const HealthSink& sink) {
   StatusOr<std::vector<core::NodeInventory>> invs = LoadInventoryFile(options_.path, options_.node);
   if (!invs.ok()) {

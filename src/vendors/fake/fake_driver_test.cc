@@ -107,6 +107,14 @@ TEST(InventoryFileTest, BadInputIsAClearError) {
       {"duplicate vendor",
        R"({"version":1,"inventories":[{"vendor":"nvidia","count":1},{"vendor":"nvidia","count":1}]})",
        "a second inventory of vendor nvidia"},
+      {"used above the memory",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,"memory_mib":1024,)"
+       R"("devices":[{"index":0,"used_mib":2048}]}]})",
+       "devices[0].used_mib: 2048 is out of range 0..1024"},
+      {"negative used",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,)"
+       R"("devices":[{"index":0,"used_mib":-5}]}]})",
+       "used_mib: -5 is out of range"},
       // Integers that do not fit are refused, never truncated (99999999999 used to
       // become NUMA node 1215752191).
       {"numa beyond int32",
@@ -241,6 +249,30 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
   EXPECT_FALSE(events[0].healthy);
   EXPECT_TRUE(events[1].healthy);
+}
+
+// The memory usage query answers the file's "used_mib" of every whole
+// device as the file is now (0 where not given; a MIG instance reports
+// none), and an edit that does not parse is an error, not zeros.
+TEST(FakeDriverTest, MemoryInUseFollowsTheFile) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":3,"memory_mib":16384,)"
+              R"("devices":[{"index":1,"used_mib":4096},{"index":2,"partition":"1g.18gb"}]}]})");
+  FakeDriver d({path, "n", std::chrono::milliseconds(10)});
+  ASSERT_TRUE(d.Discover().ok());
+  StatusOr<std::map<std::string, int64_t>> used = d.MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  const std::map<std::string, int64_t> want = {{"NVIDIA-n-0", 0}, {"NVIDIA-n-1", 4096}};
+  EXPECT_EQ(*used, want);
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":3,"memory_mib":16384,)"
+              R"("devices":[{"index":0,"used_mib":100}]}]})");
+  used = d.MemoryInUse();
+  ASSERT_TRUE(used.ok());
+  EXPECT_EQ(used->at("NVIDIA-n-0"), 100);
+  EXPECT_EQ(used->at("NVIDIA-n-1"), 0);
+  Write(path, "{ not json");
+  EXPECT_FALSE(d.MemoryInUse().ok());
 }
 
 // The device check reads the file too (Discover, every --rediscover-every):

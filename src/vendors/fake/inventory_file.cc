@@ -62,7 +62,11 @@ Status ReadOpt(const json& obj, const char* key, const std::string& where, T* ou
   return Status::Ok();
 }
 
-Status ApplyOverride(const json& d, const std::string& where, core::NodeInventory* inv) {
+// A device's "used_mib" and where it was given, by device index.
+using UsedByIndex = std::map<size_t, std::pair<int64_t, std::string>>;
+
+Status ApplyOverride(const json& d, const std::string& where, core::NodeInventory* inv,
+                     UsedByIndex* used) {
   if (!d.is_object()) {
     return InvalidArgumentError(where + " must be an object");
   }
@@ -92,6 +96,11 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
   if (dev.memory_mib <= 0) {
     return InvalidArgumentError(where + ".memory_mib must be positive");
   }
+  if (d.contains("used_mib")) {
+    int64_t used_mib = 0;
+    ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "used_mib", where, &used_mib));
+    (*used)[static_cast<size_t>(index)] = {used_mib, where + ".used_mib"};
+  }
   if (dev.numa < -1 || dev.numa > 1023) {
     return InvalidArgumentError(where + ".numa: " + std::to_string(dev.numa) +
                                 " is out of range -1..1023 (-1: unknown)");
@@ -103,7 +112,8 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
 }
 
 StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
-                                       std::string_view node) {
+                                       std::string_view node,
+                                       std::map<std::string, int64_t>* used) {
   if (!j.is_object()) {
     return InvalidArgumentError(where + " must be an object");
   }
@@ -167,15 +177,27 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
     d.id = prefix + std::to_string(i);
     inv.devices.push_back(d);
   }
+  UsedByIndex used_by_index;
   auto devs = j.find("devices");
   if (devs != j.end()) {
     if (!devs->is_array()) {
       return InvalidArgumentError(where + ".devices must be an array");
     }
     for (size_t i = 0; i < devs->size(); ++i) {
-      ACCELPOOL_RETURN_IF_ERROR(
-          ApplyOverride((*devs)[i], where + ".devices[" + std::to_string(i) + "]", &inv));
+      ACCELPOOL_RETURN_IF_ERROR(ApplyOverride(
+          (*devs)[i], where + ".devices[" + std::to_string(i) + "]", &inv, &used_by_index));
     }
+  }
+  // Checked once every override applied (a later entry may change the memory).
+  for (const core::Device& d : inv.devices) {
+    const auto it = used_by_index.find(static_cast<size_t>(d.index));
+    const int64_t mib = it == used_by_index.end() ? 0 : it->second.first;
+    if (mib < 0 || mib > d.memory_mib) {
+      return InvalidArgumentError(it->second.second + ": " + std::to_string(mib) +
+                                  " is out of range 0.." + std::to_string(d.memory_mib) +
+                                  " (the device's memory_mib)");
+    }
+    if (d.partition.empty()) (*used)[d.id] = mib;
   }
   if (!profile.empty()) {
     Status st = core::ApplyProfile(profile, &inv);
@@ -191,7 +213,8 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
   return inv;
 }
 
-StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::string_view node) {
+StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::string_view node,
+                                                        std::map<std::string, int64_t>* used) {
   if (!doc.is_object()) {
     return InvalidArgumentError("the inventory file must hold a JSON object");
   }
@@ -208,7 +231,7 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
   std::map<std::string, std::string> owner;  // device id -> "inventories[i] device d"
   for (size_t i = 0; i < invs->size(); ++i) {
     StatusOr<core::NodeInventory> inv =
-        ParseOne((*invs)[i], "inventories[" + std::to_string(i) + "]", node);
+        ParseOne((*invs)[i], "inventories[" + std::to_string(i) + "]", node, used);
     if (!inv.ok()) {
       return inv.status();
     }
@@ -237,14 +260,18 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
 
 }  // namespace
 
-StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view text,
-                                                              std::string_view node) {
+StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(
+    std::string_view text, std::string_view node, std::map<std::string, int64_t>* used) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     return InvalidArgumentError("the inventory file is not valid JSON; fix its syntax");
   }
   try {
-    return ParseChecked(doc, node);
+    std::map<std::string, int64_t> scratch;
+    StatusOr<std::vector<core::NodeInventory>> out =
+        ParseChecked(doc, node, used != nullptr ? used : &scratch);
+    if (!out.ok() && used != nullptr) used->clear();
+    return out;
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("the inventory file has a value of the wrong type (") +
                                 e.what() + "); compare it with docs/device-plugin.md");
@@ -252,7 +279,8 @@ StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view t
 }
 
 StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& path,
-                                                             std::string_view node) {
+                                                             std::string_view node,
+                                                             std::map<std::string, int64_t>* used) {
   std::ifstream in(path);
   if (!in) {
     return NotFoundError("cannot read the inventory file " + path +
@@ -260,7 +288,7 @@ StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& 
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  StatusOr<std::vector<core::NodeInventory>> r = ParseInventoryFile(ss.str(), node);
+  StatusOr<std::vector<core::NodeInventory>> r = ParseInventoryFile(ss.str(), node, used);
   if (!r.ok()) {
     return r.status().WithPrefix(path);
   }

@@ -15,7 +15,10 @@
 // overrides single devices by "index": "id", "model", "memory_mib", "numa",
 // "pci_bus", "healthy", "partition" (NVIDIA only: the device is a MIG
 // instance of that profile, e.g. "1g.18gb", granted whole and advertised as
-// nvidia.com/mig-<profile>). Ids default to "<VENDOR>-<node>-<index>".
+// nvidia.com/mig-<profile>), "used_mib" (memory processes hold on the device
+// now, 0..memory_mib, default 0: what the backend's memory usage query
+// answers, for foreign memory; partitions report none). Ids default to
+// "<VENDOR>-<node>-<index>".
 // Device ids must be unique on the node, across vendors too; an integer that
 // does not fit its field (NUMA nodes are -1..1023) is refused, never
 // truncated.
@@ -24,6 +27,8 @@
 #ifndef ACCELPOOL_VENDORS_FAKE_INVENTORY_FILE_H_
 #define ACCELPOOL_VENDORS_FAKE_INVENTORY_FILE_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,12 +42,13 @@ namespace accelpool::vendors::fake {
 // problem (e.g. "inventories[0].devices[2].index: 17 is out of range 0..15",
 // "inventories[1] device 0: id \"ACC-7\" is already the id of inventories[0]
 // device 1; ...").
-StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view text,
-                                                              std::string_view node);
+// `used` (optional) receives each whole device's "used_mib" by id.
+StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(
+    std::string_view text, std::string_view node, std::map<std::string, int64_t>* used = nullptr);
 
 // Reads and parses `path`. kNotFound when it cannot be read.
-StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& path,
-                                                             std::string_view node);
+StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(
+    const std::string& path, std::string_view node, std::map<std::string, int64_t>* used = nullptr);
 
 }  // namespace accelpool::vendors::fake
 

@@ -47,13 +47,37 @@ void CheckVnpu(const core::Device& d, size_t salt) {
 
 int FuzzInventoryFile(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  StatusOr<std::vector<core::NodeInventory>> invs = fake::ParseInventoryFile(text, "node-a");
+  std::map<std::string, int64_t> used;
+  StatusOr<std::vector<core::NodeInventory>> invs = fake::ParseInventoryFile(text, "node-a", &used);
   if (!invs.ok()) {
     if (invs.status().message().empty()) {
       std::fprintf(stderr, "inventory_file: an error without a reason\n");
       std::abort();
     }
+    if (!used.empty()) {
+      std::fprintf(stderr, "inventory_file: memory in use reported for a file refused\n");
+      std::abort();
+    }
     return 0;
+  }
+  // Memory in use is reported for every whole device, within its memory, and
+  // for nothing else.
+  size_t whole = 0;
+  for (const core::NodeInventory& inv : *invs) {
+    for (const core::Device& d : inv.devices) {
+      if (!d.partition.empty()) continue;
+      ++whole;
+      const auto it = used.find(d.id);
+      if (it == used.end() || it->second < 0 || it->second > d.memory_mib) {
+        std::fprintf(stderr, "inventory_file: memory in use of %s missing or out of range\n",
+                     d.id.c_str());
+        std::abort();
+      }
+    }
+  }
+  if (used.size() != whole) {
+    std::fprintf(stderr, "inventory_file: memory in use reported for a partition\n");
+    std::abort();
   }
   std::set<std::string> ids;
   for (const core::NodeInventory& inv : *invs) {

@@ -345,6 +345,35 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   return std::vector<core::NodeInventory>{std::move(inv)};
 }
 
+StatusOr<std::map<std::string, int64_t>> NvidiaDriver::MemoryInUse() {
+  std::vector<std::pair<int32_t, std::string>> whole;  // NVML index, UUID
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!initialized_) {
+      return FailedPreconditionError("nvidia: memory usage read before discovery");
+    }
+    for (size_t i = 0; i < ids_.size() && i < gpu_uuids_.size(); ++i) {
+      if (ids_[i].size() == 1 && ids_[i][0] == gpu_uuids_[i]) {
+        whole.emplace_back(static_cast<int32_t>(i), gpu_uuids_[i]);
+      }
+    }
+  }
+  std::map<std::string, int64_t> out;
+  Status last = Status::Ok();
+  for (const auto& [i, uuid] : whole) {
+    StatusOr<int64_t> used = nvml_->MemoryUsedMib(i);
+    if (used.ok()) {
+      out[uuid] = *used;
+    } else if (used.status().code() == StatusCode::kUnimplemented) {
+      return used.status();
+    } else {
+      last = used.status();
+    }
+  }
+  if (out.empty() && !last.ok()) return last;
+  return out;
+}
+
 int32_t NvidiaDriver::IndexOfLocked(const std::string& gpu_uuid) const {
   for (size_t i = 0; i < gpu_uuids_.size(); ++i) {
     if (gpu_uuids_[i] == gpu_uuid) {

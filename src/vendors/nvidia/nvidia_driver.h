@@ -92,6 +92,8 @@ class NvidiaDriver : public VendorDriver {
   Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
   StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const override;
+  // Every GPU not in MIG mode, by UUID (nvmlDeviceGetMemoryInfo_v2's used).
+  StatusOr<std::map<std::string, int64_t>> MemoryInUse() override;
 
  private:
   Status EnsureInit();

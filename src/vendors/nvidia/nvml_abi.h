@@ -29,6 +29,20 @@ struct nvmlMemory_t {
   unsigned long long used;   // NOLINT(runtime/int)
 };
 
+// nvmlMemory_v2_t, as nvmlDeviceGetMemoryInfo_v2 fills it: `used` is what
+// processes hold, without the memory the driver reserves (which the first
+// call folds into its `used`). `version` is set by the caller.
+struct nvmlMemory_v2_t {
+  unsigned version;
+  unsigned long long total;     // NOLINT(runtime/int)
+  unsigned long long reserved;  // NOLINT(runtime/int)
+  unsigned long long free;      // NOLINT(runtime/int)
+  unsigned long long used;      // NOLINT(runtime/int)
+};
+// nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2), the struct's size with the
+// version in the top byte.
+constexpr unsigned kMemoryV2Version = static_cast<unsigned>(sizeof(nvmlMemory_v2_t)) | (2U << 24);
+
 struct nvmlPciInfo_t {
   char busIdLegacy[16];
   unsigned domain;

@@ -278,6 +278,32 @@ class DlNvml : public NvmlLibrary {
     return std::optional<XidEvent>(e);
   }
 
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    constexpr unsigned long long kMib = 1024ULL * 1024ULL;  // NOLINT(runtime/int)
+    auto v2 = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, abi::nvmlMemory_v2_t*)>(
+        Sym("DeviceGetMemoryInfo_v2"));
+    if (v2 != nullptr) {
+      abi::nvmlMemory_v2_t m{};
+      m.version = abi::kMemoryV2Version;
+      if (v2(*h, &m) == kNvmlSuccess) {
+        return static_cast<int64_t>(m.used / kMib);
+      }
+      // A library that has the symbol but not this struct version: the
+      // first call below still answers.
+    }
+    auto mem = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlMemory_t*)>(Sym("DeviceGetMemoryInfo"));
+    if (!mem.ok()) {
+      return mem.status();
+    }
+    nvmlMemory_t m{};
+    ACCELPOOL_RETURN_IF_ERROR(Check((*mem)(*h, &m), Sym("DeviceGetMemoryInfo")));
+    return static_cast<int64_t>(m.used / kMib);
+  }
+
   // Answers a query, and has no memory rows waiting for a GPU reset: after an
   // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
   // rows for remapping, which only a reset applies, while it keeps answering.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 
 #include "vendors/nvidia/nvidia_driver.h"
 #include "vendors/nvidia/nvml_library.h"
@@ -227,6 +228,59 @@ TEST(NvmlBindingTest, PciBusFromAnOldDriversFirstPciInfoCall) {
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
   EXPECT_EQ(invs->front().devices[0].pci_bus, "0000:1B:00.0");
   EXPECT_EQ(invs->front().devices[7].pci_bus, "0000:DF:00.0");
+}
+
+// Memory in use per whole GPU: nvmlDeviceGetMemoryInfo_v2's `used`, without
+// the driver's reserve; from an old driver without it, the first call's,
+// which includes it. A GPU in MIG mode reports none (its memory is its
+// instances'), and a GPU that fails its query is left out.
+TEST(NvmlBindingTest, MemoryInUseIsWhatProcessesHoldPerWholeGpu) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(3, -1, -1, 0);
+  auto used = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_used"));
+  auto mig = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_mig"));
+  ASSERT_NE(used, nullptr);
+  ASSERT_NE(mig, nullptr);
+  used(0, 20480);
+  used(1, 0);
+  mig(2);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  EXPECT_EQ((*driver)->MemoryInUse().status().code(), StatusCode::kFailedPrecondition);
+  auto invs = (*driver)->Discover();
+  mig(-1);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  StatusOr<std::map<std::string, int64_t>> in_use = (*driver)->MemoryInUse();
+  ASSERT_TRUE(in_use.ok()) << in_use.status().ToString();
+  const std::map<std::string, int64_t> want = {{invs->front().devices[0].id, 20480},
+                                               {invs->front().devices[1].id, 0}};
+  EXPECT_EQ(*in_use, want);
+  // A GPU whose query fails is left out; the others still answer.
+  fake.Configure(3, 0, -1, 0);
+  in_use = (*driver)->MemoryInUse();
+  ASSERT_TRUE(in_use.ok()) << in_use.status().ToString();
+  EXPECT_EQ(in_use->count(invs->front().devices[0].id), 0u);
+  EXPECT_EQ(in_use->size(), 1u);
+  used(0, 0);
+
+  FakeHandle old(ACCELPOOL_FAKE_NVIDIA_ML_V1);
+  ASSERT_TRUE(old.ok());
+  old.Configure(2, -1, -1, 0);
+  auto old_used = reinterpret_cast<void (*)(int, int)>(old.Symbol("accelpool_fake_nvml_used"));
+  ASSERT_NE(old_used, nullptr);
+  old_used(1, 1024);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML_V1}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  NvidiaDriver v1(std::move(lib).value(), Options());
+  auto v1_invs = v1.Discover();
+  ASSERT_TRUE(v1_invs.ok()) << v1_invs.status().ToString();
+  in_use = v1.MemoryInUse();
+  old_used(1, 0);
+  ASSERT_TRUE(in_use.ok()) << in_use.status().ToString();
+  const std::map<std::string, int64_t> with_reserve = {{v1_invs->front().devices[0].id, 512},
+                                                       {v1_invs->front().devices[1].id, 1536}};
+  EXPECT_EQ(*in_use, with_reserve);
 }
 
 // XID 48 (double-bit ECC) on a Hopper GPU marks rows for remapping, which

@@ -88,6 +88,12 @@ class NvmlLibrary {
   // Succeeds when the device answers a query (memory info) and has no memory
   // rows pending remapping or failed to remap (both need a GPU reset).
   virtual Status Probe(int32_t index) = 0;
+  // The device memory processes hold on a GPU now, in MiB:
+  // nvmlDeviceGetMemoryInfo_v2's `used` (without what the driver reserves),
+  // or, from a driver without it, the first call's (which includes it).
+  virtual StatusOr<int64_t> MemoryUsedMib(int32_t /*index*/) {
+    return UnimplementedError("this management library has no memory usage query");
+  }
   // The MIG devices of a GPU in MIG mode (empty when none are created).
   // kUnimplemented when the library has no MIG queries.
   virtual StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t /*index*/) {

@@ -22,6 +22,12 @@
 // NVML_ERROR_NO_PERMISSION); 0, a driver before R470 (no profile
 // information either).
 //
+// Memory: every GPU has 512 MiB reserved by the driver and what
+// accelpool_fake_nvml_used(gpu, mib) says processes hold (0 at first).
+// nvmlDeviceGetMemoryInfo folds the reserve into `used`;
+// nvmlDeviceGetMemoryInfo_v2 (absent from the old-driver build) reports it
+// apart, and refuses a struct version other than nvmlMemory_v2.
+//
 // NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
 // through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
 // "not supported" (the GPU is not a NUMA node itself). accelpool_fake_nvml_numa
@@ -151,6 +157,11 @@ void FillPci(nvmlPciInfo_t* p, unsigned bus, unsigned device_id) {
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
 
+static unsigned long long used_mib[64];  // NOLINT(runtime/int) by processes, per GPU
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_used(int gpu, int mib) {
+  if (gpu >= 0 && gpu < 64) used_mib[gpu] = static_cast<unsigned long long>(mib);  // NOLINT
+}
+
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int mode) {
   numa_mode = mode;
 }
@@ -239,10 +250,26 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void* h, nvml
   if (!ToIndex(h, &i)) return kInvalidArgument;
   if (Fails(i)) return kGpuIsLost;
   m->total = 143771ULL << 20;
-  m->used = 512ULL << 20;
+  m->used = (512ULL + used_mib[i]) << 20;
   m->free = m->total - m->used;
   return kSuccess;
 }
+#ifndef ACCELPOOL_FAKE_NVML_V1_PCI
+__attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo_v2(
+    void* h, accelpool::vendors::nvidia::abi::nvmlMemory_v2_t* m) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (Fails(i)) return kGpuIsLost;
+  if (m->version != accelpool::vendors::nvidia::abi::kMemoryV2Version) {
+    return kArgumentVersionMismatch;
+  }
+  m->total = 143771ULL << 20;
+  m->reserved = 512ULL << 20;
+  m->used = used_mib[i] << 20;
+  m->free = m->total - m->reserved - m->used;
+  return kSuccess;
+}
+#endif
 #ifndef ACCELPOOL_FAKE_NVML_V1_PCI
 __attribute__((visibility("default"))) int nvmlDeviceGetPciInfo_v3(void* h, nvmlPciInfo_t* p) {
   unsigned i = 0;

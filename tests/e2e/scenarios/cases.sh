@@ -974,6 +974,64 @@ for p in vnpu-16g vnpu-core vnpu-whole vnpu-two; do
   kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true
 done
 
+log "== foreign memory"
+# Something outside accelpool holds 8 GiB of GPU 0 of fm-0 (the fake backend's
+# used_mib stands for what NVML reports processes hold). The plugin publishes
+# it with the node's inventory once two readings agree, says so in a Node
+# Event and a metric, and the extender keeps whole-GPU pods off that GPU until
+# the memory is freed.
+FM=fm-0
+mkdir -p "${E2E_WORK}/nodes/${FM}"
+echo "127.0.0.1:$(free_port)" > "${E2E_WORK}/nodes/${FM}/metrics-listen"
+fm_inv() { # USED_MIB of GPU 0
+  printf '{"version":1,"inventories":[{"vendor":"nvidia","count":2,"model":"L4","memory_mib":24576,"devices":[{"index":0,"used_mib":%s}]}]}\n' "$1"
+}
+start_node "${FM}" "$(fm_inv 8192)"
+fm_ready() { registered "${FM}" && published "${FM}" && sync_capacity "${FM}" && node_has "${FM}" "${G}" 20; }
+check "${FM} registered and published" wait_for 60 "${FM}" fm_ready
+foreign_is() { # INDEX MIB: the published inventory's foreign_mib of the device
+  [ "$(kc get node "${FM}" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}' |
+    jq -r ".inventories[0].devices[$1].foreign_mib // 0")" = "$2" ]
+}
+check "${FM}: the published inventory holds GPU 0's 8 GiB that no grant accounts for" \
+  wait_for 45 "foreign memory published" foreign_is 0 8192
+check "${FM}: GPU 1 holds none" foreign_is 1 0
+fm_event() { # REASON TEXT: an Event on the Node
+  kc get events -n default --field-selector "reason=$1,involvedObject.name=${FM}" \
+    -o jsonpath='{.items[*].message}' | grep -qF "$2"
+}
+check "${FM}: a Warning Event AccelpoolForeignMemory on the Node says how much, and to look with nvidia-smi" \
+  wait_for 30 "foreign memory event" fm_event AccelpoolForeignMemory \
+  "8 GiB of its memory is in use and no grant on this node accounts for it"
+fm_metric() { # MIB: the plugin's gauge for GPU 0
+  curl -fsS --max-time 5 "http://$(cat "${E2E_WORK}/nodes/${FM}/metrics-listen")/metrics" |
+    awk -v want="$1" '$1 == "accelpool_plugin_device_foreign_memory_mib{vendor=\"nvidia\",device=\"NVIDIA-fm-0-0\"}" { n = $2 } END { exit !(n == want) }'
+}
+check "${FM}: accelpool_plugin_device_foreign_memory_mib shows it" wait_for 20 "foreign memory metric" fm_metric 8192
+sleep 2  # the extender's node watch delivers the new inventory
+scenario fm-one "$(pod_yaml fm-one '{}' "{kubernetes.io/hostname: ${FM}}" "$(ctr main "{${G}: 1}")")" not_index_0
+kc -n "${NS}" delete pod fm-one --wait=false >/dev/null; release fm-one || true
+check "fm-one (the whole GPU 1) is gone" wait_for 60 "fm-one gone" pod_gone fm-one
+check "fm-two (both GPUs whole) waits while GPU 0 holds foreign memory" stays_pending fm-two \
+  "$(pod_yaml fm-two '{}' "{kubernetes.io/hostname: ${FM}}" "$(ctr main "{${G}: 2}")")" 10
+check "fm-two: its event gives the reason" wait_for 30 "fm-two event" pod_event "${NS}" fm-two "no grant accounts for"
+fm_file="${E2E_WORK}/nodes/${FM}/inventory.json"
+fm_inv 0 > "${fm_file}.tmp" && mv "${fm_file}.tmp" "${fm_file}"
+check "${FM}: the freed memory leaves the published inventory" wait_for 45 "foreign memory freed" foreign_is 0 0
+check "${FM}: a Normal Event AccelpoolForeignMemoryFreed says GPU 0 takes whole-device pods again" \
+  wait_for 30 "freed event" fm_event AccelpoolForeignMemoryFreed "it takes whole-device pods again"
+check "${FM}: the metric is back to 0" wait_for 20 "foreign memory metric" fm_metric 0
+# As with an uncordon (above): a node read less than 2 s before kube-scheduler's
+# retry is not read again; the scenario then touches the node.
+if ! wait_for 15 "fm-two bound" pod_bound fm-two; then
+  log "fm-two: still waiting 15 s after the memory was freed; touching ${FM}"
+  kc label node "${FM}" --overwrite "accelpool.io/touched=$(date +%s)" >/dev/null
+fi
+check "fm-two binds once GPU 0's memory is freed" wait_for 90 "fm-two bound" pod_bound fm-two
+check "fm-two: kubelet admission matches the assignment" admit fm-two
+release fm-two || true
+kc -n "${NS}" delete pod fm-two --grace-period=0 --force >/dev/null 2>&1 || true
+
 # The device plugin restarts: it registers again and reads the pending assignments back.
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
 check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4

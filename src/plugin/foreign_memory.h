@@ -1,0 +1,112 @@
+// ForeignMemory: device memory in use that no grant on this node accounts
+// for, measured by the plugin and published with the node's inventory
+// (core::Device::foreign_mib), so that the scheduler stops treating a device
+// as idle when something outside accelpool holds part of it: a process left
+// over from a container that ended, a pod that sets NVIDIA_VISIBLE_DEVICES
+// itself and so reaches every GPU, a host daemon. Scheduling by grants alone
+// hands such a device whole to the next training pod, which then fails at
+// its first large allocation.
+//
+// Each round (Observe) takes the memory the vendor library says processes
+// hold on each whole device and the node's assignments. On a device a
+// container holds whole, everything in use is that container's: nothing is
+// foreign. Otherwise
+//
+//   foreign = used - granted - shares x per_share_mib
+//
+// where `granted` is the memory granted to the containers on the device that
+// were allocated (or are presumed so: their pod was admitted), and
+// `per_share_mib` is what each may use beyond its grant (its CUDA context and
+// the runtime's own buffers, which no cap counts). Below `min_mib` nothing is
+// reported; above it the figure is rounded down to whole GiB, so a few MiB
+// of drift never rewrites the Node.
+//
+// A change is published only when `confirm` readings in a row agree: the
+// published figure rises to the smallest of the last readings, or falls to
+// the largest of them. A process that exits a moment after its pod's grant
+// is gone, or a spike between two allocations, changes nothing.
+//
+// Thread-safety: all methods may be called from any thread.
+#ifndef ACCELPOOL_PLUGIN_FOREIGN_MEMORY_H_
+#define ACCELPOOL_PLUGIN_FOREIGN_MEMORY_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "plugin/assignment_store.h"
+
+namespace accelpool::plugin {
+
+// Node Event reasons: a device's memory in use outside every grant was
+// published (Warning), and freed again (Normal).
+inline constexpr const char* kForeignMemoryReason = "AccelpoolForeignMemory";
+inline constexpr const char* kForeignMemoryFreedReason = "AccelpoolForeignMemoryFreed";
+
+struct ForeignMemoryOptions {
+  int64_t min_mib = 2048;       // smaller foreign figures are not reported; > 0
+  int64_t per_share_mib = 512;  // allowance per container holding a share; >= 0
+  int32_t confirm = 2;          // readings in a row before a change is published; >= 1
+};
+
+// A change of one device's published figure.
+struct ForeignChange {
+  std::string device;
+  core::Vendor vendor = core::Vendor::kUnknown;
+  int64_t before_mib = 0;
+  int64_t after_mib = 0;
+  // The reading that confirmed it.
+  int64_t used_mib = 0;
+  int64_t granted_mib = 0;
+  int32_t shares = 0;
+  int64_t device_mib = 0;
+};
+
+// One device's figures after a round, for metrics.
+struct ForeignReading {
+  core::Vendor vendor = core::Vendor::kUnknown;
+  int64_t used_mib = 0;
+  int64_t foreign_mib = 0;  // published
+};
+
+class ForeignMemory {
+ public:
+  explicit ForeignMemory(ForeignMemoryOptions options);
+
+  // One round. `used`: memory in use by device id, for the devices whose
+  // library answered (the others keep their figures). Devices no longer in
+  // `inventories` are forgotten. Returns the published changes.
+  std::vector<ForeignChange> Observe(const std::vector<core::NodeInventory>& inventories,
+                                     const std::map<std::string, int64_t>& used,
+                                     const std::vector<PodAssignment>& assignments);
+
+  // Sets every device's foreign_mib to its published figure (0 when none).
+  void Apply(std::vector<core::NodeInventory>* inventories) const;
+
+  // The last reading and published figure of every device read so far.
+  std::map<std::string, ForeignReading> Readings() const;
+
+ private:
+  struct DeviceState {
+    core::Vendor vendor = core::Vendor::kUnknown;
+    std::deque<int64_t> recent;  // the last `confirm` levels, newest last
+    int64_t published = 0;
+    int64_t used = 0;
+  };
+
+  const ForeignMemoryOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, DeviceState> devices_;  // by device id; guarded by mu_
+};
+
+// The Node Event text for a change: what holds the memory, what the scheduler
+// now does about it, and what to do.
+std::string DescribeForeignChange(const ForeignChange& c);
+
+}  // namespace accelpool::plugin
+
+#endif  // ACCELPOOL_PLUGIN_FOREIGN_MEMORY_H_

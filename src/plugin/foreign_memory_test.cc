@@ -1,0 +1,161 @@
+#include "plugin/foreign_memory.h"
+
+#include <gtest/gtest.h>
+
+namespace accelpool::plugin {
+namespace {
+
+constexpr int64_t kGpuMib = 81920;
+
+std::vector<core::NodeInventory> Node(int gpus) {
+  core::NodeInventory inv;
+  inv.node = "n1";
+  inv.vendor = core::Vendor::kNvidia;
+  for (int i = 0; i < gpus; ++i) {
+    core::Device d;
+    d.index = i;
+    d.id = "GPU-" + std::to_string(i);
+    d.vendor = core::Vendor::kNvidia;
+    d.memory_mib = kGpuMib;
+    d.max_shares = 10;
+    inv.devices.push_back(d);
+  }
+  return {inv};
+}
+
+// A pod whose one container holds `mib` of device `id` (whole when `whole`),
+// allocated or only assigned.
+PodAssignment Pod(const std::string& name, const std::string& id, int64_t mib, bool whole,
+                  bool allocated = true) {
+  PodAssignment p;
+  p.pod = PodRef{"default", name, name + "-uid", ""};
+  api::AssignedContainer c;
+  c.name = "main";
+  c.vendor = core::Vendor::kNvidia;
+  c.resource = "nvidia.com/gpu";
+  c.devices.push_back(api::AssignedDevice{.id = id,
+                                          .index = 0,
+                                          .slot = id + "::0",
+                                          .memory_mib = whole ? kGpuMib : mib,
+                                          .compute = whole ? 1000 : 250,
+                                          .exclusive = whole});
+  p.assignment.node = "n1";
+  p.assignment.containers.push_back(c);
+  if (allocated) p.allocated.insert("main");
+  return p;
+}
+
+int64_t Published(const ForeignMemory& f, const std::string& id) {
+  std::vector<core::NodeInventory> invs = Node(4);
+  f.Apply(&invs);
+  for (const core::Device& d : invs[0].devices) {
+    if (d.id == id) return d.foreign_mib;
+  }
+  return -1;
+}
+
+TEST(ForeignMemoryTest, MemoryNoGrantAccountsForIsPublishedOnceConfirmed) {
+  ForeignMemory f({.min_mib = 2048, .per_share_mib = 512, .confirm = 2});
+  const auto invs = Node(4);
+  // GPU-0: 20 GiB + a little in use, nothing granted. GPU-1: two shares of
+  // 8 GiB using their grants and contexts. GPU-2 held whole by a pod using
+  // it all. GPU-3: 1.5 GiB in use (the driver's reserve on an old library),
+  // below the floor.
+  const std::vector<PodAssignment> pods = {
+      Pod("a", "GPU-1", 8192, false), Pod("b", "GPU-1", 8192, false), Pod("c", "GPU-2", 0, true)};
+  const std::map<std::string, int64_t> used = {
+      {"GPU-0", 20480 + 300}, {"GPU-1", 2 * 8192 + 2 * 500}, {"GPU-2", kGpuMib}, {"GPU-3", 1536}};
+  EXPECT_TRUE(f.Observe(invs, used, pods).empty()) << "published after one reading";
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+  const std::vector<ForeignChange> changes = f.Observe(invs, used, pods);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].device, "GPU-0");
+  EXPECT_EQ(changes[0].before_mib, 0);
+  EXPECT_EQ(changes[0].after_mib, 20480);  // rounded down to whole GiB
+  EXPECT_EQ(changes[0].used_mib, 20780);
+  EXPECT_EQ(Published(f, "GPU-0"), 20480);
+  for (const char* id : {"GPU-1", "GPU-2", "GPU-3"}) EXPECT_EQ(Published(f, id), 0) << id;
+  const std::string text = DescribeForeignChange(changes[0]);
+  EXPECT_NE(text.find("20 GiB of its memory is in use and no grant"), std::string::npos) << text;
+  EXPECT_NE(text.find("nvidia-smi"), std::string::npos) << text;
+  EXPECT_NE(text.find("60 GiB beside it"), std::string::npos) << text;
+  const std::map<std::string, ForeignReading> readings = f.Readings();
+  EXPECT_EQ(readings.at("GPU-0").used_mib, 20780);
+  EXPECT_EQ(readings.at("GPU-0").foreign_mib, 20480);
+  EXPECT_EQ(readings.at("GPU-2").used_mib, kGpuMib);
+  EXPECT_EQ(readings.at("GPU-2").foreign_mib, 0);
+}
+
+TEST(ForeignMemoryTest, ChangesNeedReadingsInARowThatAgree) {
+  ForeignMemory f({.min_mib = 2048, .per_share_mib = 512, .confirm = 2});
+  const auto invs = Node(1);
+  auto round = [&](int64_t used) { return f.Observe(invs, {{"GPU-0", used}}, {}); };
+  // A spike between two quiet readings publishes nothing.
+  EXPECT_TRUE(round(0).empty());
+  EXPECT_TRUE(round(30720).empty());
+  EXPECT_TRUE(round(0).empty());
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+  // Rising: to the smaller of the last two readings.
+  EXPECT_TRUE(round(30720).empty());
+  ASSERT_EQ(round(40960).size(), 1u);
+  EXPECT_EQ(Published(f, "GPU-0"), 30720);
+  // Between the last two: unchanged.
+  EXPECT_TRUE(round(30720).empty());
+  // A dip for one reading: unchanged; falling for two: to the larger.
+  EXPECT_TRUE(round(0).empty());
+  EXPECT_EQ(Published(f, "GPU-0"), 30720);
+  EXPECT_TRUE(round(30720).empty());
+  EXPECT_TRUE(round(4096).empty());
+  const std::vector<ForeignChange> down = round(0);
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].after_mib, 4096);
+  const std::vector<ForeignChange> freed = round(0);
+  ASSERT_EQ(freed.size(), 1u);
+  EXPECT_EQ(freed[0].after_mib, 0);
+  EXPECT_NE(DescribeForeignChange(freed[0]).find("freed"), std::string::npos);
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+}
+
+TEST(ForeignMemoryTest, OnlyAllocatedGrantsCountAndAPendingOneDoesNotHideMemory) {
+  ForeignMemory f({.min_mib = 2048, .per_share_mib = 0, .confirm = 1});
+  const auto invs = Node(1);
+  // Assigned but not yet allocated: its container has not started, so the
+  // memory in use is not its.
+  std::vector<PodAssignment> pods = {Pod("a", "GPU-0", 16384, false, /*allocated=*/false)};
+  ASSERT_EQ(f.Observe(invs, {{"GPU-0", 16384}}, pods).size(), 1u);
+  EXPECT_EQ(Published(f, "GPU-0"), 16384);
+  // Allocated: it is the container's.
+  pods[0].allocated.insert("main");
+  ASSERT_EQ(f.Observe(invs, {{"GPU-0", 16384}}, pods).size(), 1u);
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+  // Presumed allocated (an admitted pod whose record was lost): the same.
+  pods[0].allocated.clear();
+  pods[0].presumed.insert("main");
+  EXPECT_TRUE(f.Observe(invs, {{"GPU-0", 16384}}, pods).empty());
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+}
+
+TEST(ForeignMemoryTest, UnreadDevicesKeepTheirFigureAndGoneDevicesAreForgotten) {
+  ForeignMemory f({.min_mib = 1024, .per_share_mib = 512, .confirm = 1});
+  std::vector<core::NodeInventory> invs = Node(2);
+  ASSERT_EQ(f.Observe(invs, {{"GPU-0", 8192}, {"GPU-1", 8192}}, {}).size(), 2u);
+  // GPU-1's library did not answer this round: it keeps its figure.
+  ASSERT_EQ(f.Observe(invs, {{"GPU-0", 0}}, {}).size(), 1u);
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+  EXPECT_EQ(Published(f, "GPU-1"), 8192);
+  // GPU-1 left the node: forgotten, and a foreign figure never exceeds the
+  // device's memory.
+  invs[0].devices.pop_back();
+  EXPECT_TRUE(f.Observe(invs, {{"GPU-0", 0}}, {}).empty());
+  EXPECT_EQ(f.Readings().count("GPU-1"), 0u);
+  invs[0].devices[0].memory_mib = 4096;
+  ASSERT_EQ(f.Observe(invs, {{"GPU-0", 9000}}, {}).size(), 1u);
+  EXPECT_EQ(f.Readings().at("GPU-0").foreign_mib, 4096);
+  // A MIG instance is never read nor marked.
+  invs[0].devices[0].partition = "1g.18gb";
+  f.Apply(&invs);
+  EXPECT_EQ(invs[0].devices[0].foreign_mib, 0);
+}
+
+}  // namespace
+}  // namespace accelpool::plugin
