@@ -221,8 +221,11 @@ void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const core
     }
   }
   // Nodes that could fit once their pods leave: some may have left.
-  if (options_.recheck_pods &&
-      std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
+  auto none_fit = [&] {
+    return std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); });
+  };
+  std::vector<size_t> skipped;  // read too recently to read again
+  if (options_.recheck_pods && none_fit()) {
     for (size_t i = 0; i < nodes.size() && budget.Left(); ++i) {
       if (snaps[i] == nullptr || plans[i]->code != core::FitCode::kUnschedulable) {
         continue;
@@ -235,9 +238,52 @@ void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const core
       }
       if (r == RecheckResult::kFreed) {
         plan_again(i);
+      } else if (r == RecheckResult::kSkipped) {
+        skipped.push_back(i);
       }
     }
   }
+  // Those read a moment ago: their deletions may be on the watch's way.
+  if (skipped.empty() || options_.recheck_wait.count() <= 0 || !none_fit() || !AllowRecheckWait()) {
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options_.recheck_wait;
+  bool changed = false;
+  while (!changed && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (size_t i : skipped) {
+      const NodeSnapshotPtr now = cache_.Node(nodes[i]);
+      if (now != nullptr && now->version != snaps[i]->version) {
+        plan_again(i);
+        changed = true;
+      }
+    }
+  }
+  if (metrics_ != nullptr && metrics_->recheck_waits != nullptr) {
+    metrics_->recheck_waits->WithLabels({changed ? "changed" : "timeout"}).Inc();
+  }
+  audit_.Info(
+      "filter waited for the nodes it had just read",
+      {{"pod", PodName(pod.ref)},
+       {"nodes", static_cast<int64_t>(skipped.size())},
+       {"waited_ms", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count())},
+       {"changed", changed}});
+}
+
+bool Extender::AllowRecheckWait() {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!recheck_waits_.empty() && now - recheck_waits_.front() >= std::chrono::seconds(1)) {
+    recheck_waits_.pop_front();
+  }
+  if (static_cast<int>(recheck_waits_.size()) >= options_.recheck_waits_per_second) {
+    return false;
+  }
+  recheck_waits_.push_back(now);
+  return true;
 }
 
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {

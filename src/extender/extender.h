@@ -139,6 +139,17 @@ struct ExtenderOptions {
   // delivers it, and a filter answered from the older view would leave the pod
   // waiting for the next event (minutes on a quiet cluster). Empty: never.
   std::function<RecheckResult(const std::string& node)> recheck_pods;
+  // A filter that finds no node and whose recheck_pods was skipped (the node
+  // was read too recently) waits up to this long for the cache to change on
+  // those nodes, and plans them again if it does. kube-scheduler retries the
+  // pod on a deletion (or on the update that set its deletionTimestamp and
+  // then on the deletion, milliseconds apart): the second retry finds the node
+  // read a moment before, while this extender's watch is still delivering
+  // the deletion. At most `recheck_waits_per_second` filters wait, so a queue
+  // of pods that cannot fit costs kube-scheduler at most that many waits a
+  // second. 0: never wait.
+  std::chrono::milliseconds recheck_wait{100};
+  int recheck_waits_per_second = 2;
   // What one filter spends at most on those reads (refresh_node and
   // recheck_pods, at most kMaxFilterReads of them): no read starts after it,
   // so a slow apiserver cannot hold a filter past kube-scheduler's extender
@@ -169,6 +180,7 @@ struct ExtenderMetrics {
   CounterFamily* key_reload_errors = nullptr;  // failed re-reads of the assignment key dir
   CounterFamily* preemption_waits = nullptr;   // result (released|timeout)
   CounterFamily* pod_rechecks = nullptr;       // result (freed|unchanged|failed|skipped)
+  CounterFamily* recheck_waits = nullptr;      // result (changed|timeout)
   GaugeFamily* node_host_free = nullptr;       // node, resource (cpu|memory)
   GaugeFamily* host_pods = nullptr;
   GaugeFamily* workload_shapes = nullptr;
@@ -282,6 +294,8 @@ class Extender {
   void ReadBack(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
                 const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
                 std::vector<std::shared_ptr<const NodePlan>>& plans);
+  // Whether a filter may wait now (recheck_wait), counting it when so.
+  bool AllowRecheckWait();
 
   Cache& cache_;
   const ExtenderOptions options_;
@@ -323,6 +337,7 @@ class Extender {
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
   std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first
   std::map<std::string, Preemption> preemptions_;  // guarded by mu_; by preemptor uid
+  std::deque<std::chrono::steady_clock::time_point> recheck_waits_;  // guarded by mu_; last second
 };
 
 }  // namespace accelpool::extender

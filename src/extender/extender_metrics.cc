@@ -72,6 +72,11 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
       "(freed: pods gone or finished were freed before their watch events arrived; unchanged; "
       "failed; skipped: read too recently).",
       {"result"});
+  auto recheck_waits = r.AddCounter(
+      "accelpool_extender_recheck_waits_total",
+      "Filters that found no node and waited for nodes read a moment before to change in the "
+      "cache, by result (changed: a node changed and was planned again; timeout).",
+      {"result"});
   auto host_free =
       r.AddGauge("accelpool_extender_node_host_free",
                  "Host CPU (cores) and memory (MiB) per node not requested by its pods, as the "
@@ -97,7 +102,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
         pods.status(),      uncounted.status(), age.status(),        dev_mem.status(),
         dev_cmp.status(),   node_mem.status(),  node_cmp.status(),   cordoned.status(),
         bad.status(),       edits.status(),     key_errors.status(), preemption_waits.status(),
-        rechecks.status(),  idle.status(),      fragmented.status()}) {
+        rechecks.status(),  idle.status(),      fragmented.status(), recheck_waits.status()}) {
     ACCELPOOL_RETURN_IF_ERROR(s);
   }
   m.latency = *latency;
@@ -121,6 +126,7 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.key_reload_errors = *key_errors;
   m.preemption_waits = *preemption_waits;
   m.pod_rechecks = *rechecks;
+  m.recheck_waits = *recheck_waits;
   m.node_host_free = *host_free;
   m.host_pods = *host_pods;
   m.workload_shapes = *shapes;

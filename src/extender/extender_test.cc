@@ -342,6 +342,49 @@ TEST_F(ExtenderTest, AFilterBoundsItsReadsOfBusyNodes) {
   EXPECT_EQ(read.size(), 2u);
 }
 
+// kube-scheduler retries a waiting pod on the update that marks another pod
+// deleted and again on its deletion, milliseconds apart: the second filter
+// finds the node read a moment before (recheck skipped) while the watch is
+// still delivering the deletion. It waits briefly for the node to change.
+TEST_F(ExtenderTest, AFilterWaitsBrieflyForANodeItReadAMomentBefore) {
+  AddGpuNode(cache_, "a");
+  ASSERT_TRUE(ext_->Bind(MakePod("busy", {Gpu(8)}), "a").ok());
+  ExtenderOptions o;
+  int reads = 0;
+  o.recheck_pods = [&reads](const std::string&) {
+    ++reads;
+    return RecheckResult::kSkipped;
+  };
+  o.recheck_wait = std::chrono::milliseconds(2000);
+  o.recheck_waits_per_second = 1;
+  auto e = Extender::Create(cache_, o, &writer_, nullptr, nullptr, Logger());
+  ASSERT_TRUE(e.ok());
+  const PodInfo p = MakePod("p", {Gpu(2)});
+  {
+    std::jthread watch([this] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      cache_.Release("busy");  // the DELETE event arrives
+    });
+    EXPECT_EQ((*e)->Filter(p, {"a"}).fits, std::vector<std::string>{"a"});
+  }
+  EXPECT_EQ(reads, 1);
+  // The one wait of this second is spent: the next filter answers at once,
+  // before a release 300 ms later.
+  ASSERT_TRUE(ext_->Bind(MakePod("busy2", {Gpu(8)}), "a").ok());
+  std::jthread late([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cache_.Release("busy2");
+  });
+  EXPECT_TRUE((*e)->Filter(MakePod("q", {Gpu(2)}), {"a"}).fits.empty());
+  // A node that is not read at all (nothing could free it) is not waited for.
+  o.recheck_pods = nullptr;
+  auto none = Extender::Create(cache_, o, &writer_, nullptr, nullptr, Logger());
+  ASSERT_TRUE(none.ok());
+  late.join();
+  ASSERT_TRUE(ext_->Bind(MakePod("busy3", {Gpu(8)}), "a").ok());
+  EXPECT_TRUE((*none)->Filter(MakePod("r", {Gpu(2)}), {"a"}).fits.empty());
+}
+
 TEST_F(ExtenderTest, APreemptorWaitsForItsVictimsToLeaveTheCache) {
   // kube-scheduler sees the victims deleted a moment before this extender's
   // watch does, and filters the preemptor again at once: the filter waits for
