@@ -127,6 +127,8 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.preemption_waits = *preemption_waits;
   m.pod_rechecks = *rechecks;
   m.recheck_waits = *recheck_waits;
+  // Present from the start, so that rate() sees the first wait.
+  for (const char* result : {"changed", "timeout"}) m.recheck_waits->WithLabels({result});
   m.node_host_free = *host_free;
   m.host_pods = *host_pods;
   m.workload_shapes = *shapes;
