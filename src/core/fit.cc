@@ -44,6 +44,9 @@ struct PerDevice {
   int64_t mem = 0;        // effective memory on this device
   int32_t compute = 0;    // effective compute on this device
   bool eligible = false;  // static: model, id, memory size, health
+  // Holds memory no grant accounts for (Device::foreign_mib): no whole grant.
+  // Kept here so the whole-device path reads no Device.
+  bool foreign = false;
 };
 
 struct RequestState {
@@ -108,6 +111,7 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     if (d.cordoned) continue;
     ++in_service;
     st->dev[i].eligible = true;
+    st->dev[i].foreign = d.foreign_mib > 0;
   }
   if (partition_ok < r.count) {
     Fail(o, FitCode::kUnresolvable, {Reason::kPartitionMismatch, r.count, partition_ok});
@@ -156,20 +160,20 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
       static_cast<int32_t>(inv.devices.size()) + slices_used + r.count <= budget;
   for (size_t i = 0; i < inv.devices.size(); ++i) {
     if (!st.dev[i].eligible) continue;
-    const Device& d = inv.devices[i];
     const DeviceUsage& u = work.devices[i];
     if (Whole(r)) {
       if (u.shares > 0) {
         ++busy;
         continue;
       }
-      if (d.foreign_mib > 0) {
+      if (st.dev[i].foreign) {
         ++foreign;
         continue;
       }
       free.push_back(static_cast<int32_t>(i));
       continue;
     }
+    const Device& d = inv.devices[i];
     if (u.exclusive) {
       ++exclusive;
       continue;
