@@ -100,6 +100,18 @@ std::vector<ForeignChange> ForeignMemory::Observe(
   return changes;
 }
 
+void ForeignMemory::Restore(const std::vector<core::NodeInventory>& published) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const core::NodeInventory& inv : published) {
+    for (const core::Device& d : inv.devices) {
+      if (d.foreign_mib <= 0 || !d.partition.empty() || devices_.contains(d.id)) continue;
+      DeviceState& s = devices_[d.id];
+      s.vendor = inv.vendor;
+      s.published = d.foreign_mib;
+    }
+  }
+}
+
 void ForeignMemory::Apply(std::vector<core::NodeInventory>* inventories) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (core::NodeInventory& inv : *inventories) {

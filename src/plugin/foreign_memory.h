@@ -84,6 +84,12 @@ class ForeignMemory {
                                      const std::map<std::string, int64_t>& used,
                                      const std::vector<PodAssignment>& assignments);
 
+  // Takes the figures a previous run published (Device::foreign_mib of
+  // `published`) as published now, so that a restarted plugin does not clear
+  // them before it has read the devices twice; the readings then decide as
+  // usual. Devices already read are left alone.
+  void Restore(const std::vector<core::NodeInventory>& published);
+
   // Sets every device's foreign_mib to its published figure (0 when none).
   void Apply(std::vector<core::NodeInventory>* inventories) const;
 

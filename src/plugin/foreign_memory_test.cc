@@ -157,5 +157,32 @@ TEST(ForeignMemoryTest, UnreadDevicesKeepTheirFigureAndGoneDevicesAreForgotten) 
   EXPECT_EQ(invs[0].devices[0].foreign_mib, 0);
 }
 
+// A restarted plugin keeps what the previous run published until its own
+// readings agree otherwise: a rolling upgrade must not hand a busy GPU out
+// whole for the minute its first two readings take.
+TEST(ForeignMemoryTest, ARestartKeepsWhatWasPublishedUntilTwoReadingsAgree) {
+  std::vector<core::NodeInventory> before = Node(2);
+  before[0].devices[0].foreign_mib = 8192;
+  ForeignMemory f({.min_mib = 2048, .per_share_mib = 512, .confirm = 2});
+  f.Restore(before);
+  EXPECT_EQ(Published(f, "GPU-0"), 8192);
+  EXPECT_EQ(Published(f, "GPU-1"), 0);
+  const auto invs = Node(2);
+  // Still held: one reading, then a second that agrees, change nothing.
+  EXPECT_TRUE(f.Observe(invs, {{"GPU-0", 8192}, {"GPU-1", 0}}, {}).empty());
+  EXPECT_TRUE(f.Observe(invs, {{"GPU-0", 9000}, {"GPU-1", 0}}, {}).empty());
+  EXPECT_EQ(Published(f, "GPU-0"), 8192);
+  // Freed while the plugin was down: cleared after two readings, not one.
+  ForeignMemory g({.min_mib = 2048, .per_share_mib = 512, .confirm = 2});
+  g.Restore(before);
+  EXPECT_TRUE(g.Observe(invs, {{"GPU-0", 0}}, {}).empty());
+  EXPECT_EQ(Published(g, "GPU-0"), 8192);
+  ASSERT_EQ(g.Observe(invs, {{"GPU-0", 0}}, {}).size(), 1u);
+  EXPECT_EQ(Published(g, "GPU-0"), 0);
+  // A device already read is not overwritten by a later Restore.
+  g.Restore(before);
+  EXPECT_EQ(Published(g, "GPU-0"), 0);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

@@ -74,28 +74,41 @@ int64_t NodePublisher::generation() const {
   return generation_;
 }
 
+Status NodePublisher::LoadLocked() {
+  if (loaded_) {
+    return Status::Ok();
+  }
+  StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);
+  if (!obj.ok()) {
+    return obj.status().WithPrefix("reading node " + node_);
+  }
+  auto ptr = nlohmann::json::json_pointer("/metadata/annotations/accelpool.io~1inventory");
+  if (obj->contains(ptr) && obj->at(ptr).is_string()) {
+    StatusOr<api::InventoryDocument> prev =
+        api::ParseInventory(obj->at(ptr).get<std::string>(), node_);
+    if (prev.ok()) {
+      generation_ = prev->generation;
+      last_body_ = Body(prev->inventories);
+      last_labels_ = NodeLabels(prev->inventories);
+      found_ = std::move(prev->inventories);
+    } else {
+      log_.Warn("the node's inventory annotation does not parse; rewriting it",
+                {{"error", prev.status().ToString()}});
+    }
+  }
+  loaded_ = true;
+  return Status::Ok();
+}
+
+StatusOr<std::vector<core::NodeInventory>> NodePublisher::Found() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ACCELPOOL_RETURN_IF_ERROR(LoadLocked());
+  return found_;
+}
+
 StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& inventories) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!loaded_) {
-    StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);
-    if (!obj.ok()) {
-      return obj.status().WithPrefix("reading node " + node_);
-    }
-    auto ptr = nlohmann::json::json_pointer("/metadata/annotations/accelpool.io~1inventory");
-    if (obj->contains(ptr) && obj->at(ptr).is_string()) {
-      StatusOr<api::InventoryDocument> prev =
-          api::ParseInventory(obj->at(ptr).get<std::string>(), node_);
-      if (prev.ok()) {
-        generation_ = prev->generation;
-        last_body_ = Body(prev->inventories);
-        last_labels_ = NodeLabels(prev->inventories);
-      } else {
-        log_.Warn("the node's inventory annotation does not parse; rewriting it",
-                  {{"error", prev.status().ToString()}});
-      }
-    }
-    loaded_ = true;
-  }
+  ACCELPOOL_RETURN_IF_ERROR(LoadLocked());
   std::string body = Body(inventories);
   if (body == last_body_) {
     return false;

@@ -57,7 +57,15 @@ class NodePublisher {
 
   int64_t generation() const;
 
+  // The inventories found on the Node before this publisher first wrote
+  // (read now when not read yet): what a previous run of the plugin
+  // published. Empty when there were none or they did not parse.
+  StatusOr<std::vector<core::NodeInventory>> Found();
+
  private:
+  // Reads the Node's current document once (generation, body, labels).
+  // REQUIRES: mu_ held.
+  Status LoadLocked();
   kube::KubeClient* const client_;
   const std::string node_;
   const Logger log_;
@@ -66,6 +74,7 @@ class NodePublisher {
   int64_t generation_ = 0;  // guarded by mu_
   std::string last_body_;   // serialised inventories with generation 0; guarded by mu_
   std::map<std::string, std::string> last_labels_;  // NodeLabels of last_body_; guarded by mu_
+  std::vector<core::NodeInventory> found_;          // the document found at load; guarded by mu_
   bool keys_loaded_ = false;                        // guarded by mu_
   std::string last_keys_;  // the key ids annotation ("" when absent); guarded by mu_
 };

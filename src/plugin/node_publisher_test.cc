@@ -122,6 +122,35 @@ TEST_F(NodePublisherTest, ARestartedPluginRemovesWhatThePreviousRunLabelled) {
   EXPECT_EQ(labels.value("nvidia.com/gpu.present", ""), "true");
 }
 
+// A restarted plugin reads what the previous run published (its foreign
+// memory figures are kept until the new run has read the devices), and the
+// read counts as the load its first Publish would make.
+TEST_F(NodePublisherTest, ARestartedPluginFindsWhatThePreviousRunPublished) {
+  {
+    NodePublisher fresh(client_.get(), "node-a", Logger());
+    auto none = fresh.Found();
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_TRUE(none->empty());
+    core::NodeInventory inv = Node("nvidia-hgx-8");
+    inv.devices[3].foreign_mib = 8192;
+    ASSERT_TRUE(fresh.Publish({inv}).ok());
+  }
+  NodePublisher again(client_.get(), "node-a", Logger());
+  auto found = again.Found();
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].devices[3].foreign_mib, 8192);
+  EXPECT_EQ(again.generation(), 1);
+  core::NodeInventory same = Node("nvidia-hgx-8");
+  same.devices[3].foreign_mib = 8192;
+  auto wrote = again.Publish({same});
+  ASSERT_TRUE(wrote.ok());
+  EXPECT_FALSE(*wrote) << "an unchanged document is not written again";
+  // An unreachable Node is an error, not an empty answer.
+  NodePublisher other(client_.get(), "node-missing", Logger());
+  EXPECT_FALSE(other.Found().ok());
+}
+
 TEST_F(NodePublisherTest, AFailedWriteRemovesTheStaleLabelsOnTheRetry) {
   NodePublisher pub(client_.get(), "node-a", Logger());
   ASSERT_TRUE(pub.Publish({Node("ascend-910c-x16", "sp-3")}).ok());

@@ -563,6 +563,17 @@ int Run(const Flags& flags) {
                          .per_share_mib = flags.foreign_share,
                          .confirm = 2});
   std::map<std::string, std::string> foreign_said;
+  // What a previous run published stays until this run has read the devices
+  // twice: a restart (a rolling upgrade) must not hand a busy GPU out whole.
+  if (publisher != nullptr && foreign_on) {
+    StatusOr<std::vector<core::NodeInventory>> found = publisher->Found();
+    if (found.ok()) {
+      foreign.Restore(*found);
+    } else {
+      log.Warn("reading the node's published inventory failed; foreign memory is measured afresh",
+               {{"error", found.status().ToString()}});
+    }
+  }
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
       pod_sync == nullptr ? std::function<Status()>() : [pod_sync] { return pod_sync->Refresh(); });

@@ -1008,6 +1008,15 @@ fm_metric() { # MIB: the plugin's gauge for GPU 0
     awk -v want="$1" '$1 == "accelpool_plugin_device_foreign_memory_mib{vendor=\"nvidia\",device=\"NVIDIA-fm-0-0\"}" { n = $2 } END { exit !(n == want) }'
 }
 check "${FM}: accelpool_plugin_device_foreign_memory_mib shows it" wait_for 20 "foreign memory metric" fm_metric 8192
+# A restart (a rolling upgrade) keeps what the previous run published until
+# the new run has read the devices twice: the Node is not rewritten at all.
+fm_generation() { kc get node "${FM}" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}' | jq -r .generation; }
+fm_kept() { [ "$(fm_generation)" = "$1" ] && foreign_is 0 8192; }
+fm_gen="$(fm_generation)"
+stop_pidfile "${E2E_WORK}/nodes/${FM}/plugin.pid"; start_plugin "${FM}"
+check "${FM}: the restarted plugin registers again" wait_for 30 "${FM} registered" registered "${FM}"
+sleep 3
+check "${FM}: the restart rewrote nothing (generation ${fm_gen}); GPU 0's 8 GiB stays published" fm_kept "${fm_gen}"
 sleep 2  # the extender's node watch delivers the new inventory
 scenario fm-one "$(pod_yaml fm-one '{}' "{kubernetes.io/hostname: ${FM}}" "$(ctr main "{${G}: 1}")")" not_index_0
 kc -n "${NS}" delete pod fm-one --wait=false >/dev/null; release fm-one || true
