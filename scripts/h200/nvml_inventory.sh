@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the device plugin's NVML discovery on a machine with NVIDIA GPUs and
 # records what NVML reports: per GPU the UUID, memory, NUMA node, PCI bus,
-# MIG mode, and the measured link matrix (P2P level + NVLink), next to
-# nvidia-smi's own view for comparison.
+# MIG mode, the measured link matrix (P2P level + NVLink) and the memory in
+# use the foreign memory check reads, next to nvidia-smi's own view for
+# comparison.
 #
 #   scripts/h200/nvml_inventory.sh [build-dir]
 #
@@ -97,6 +98,17 @@ for inv in doc["inventories"]:
         row = [str(links[i * n + j]) if links else "-" for j in range(n)]
         print(f"| {i} | " + " | ".join(row) + " |")
 PY
+  echo
+  echo "## Memory in use, as the foreign memory check reads it"
+  echo
+  echo "\`--print-memory-use\` (NVML's \`nvmlDeviceGetMemoryInfo_v2\` used, without the driver's"
+  echo "reserve) beside nvidia-smi's memory.used; on idle GPUs both should be a few MiB."
+  echo
+  echo '```'
+  "${bin}" --backend=nvidia --print-memory-use 2>&1 || true
+  echo
+  nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv
+  echo '```'
   echo
   echo "## nvidia-smi for comparison"
   echo

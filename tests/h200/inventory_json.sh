@@ -40,6 +40,8 @@ ACCELPOOL_FAKE_COUNT=1 LD_LIBRARY_PATH="${dir}" ACCELPOOL_PLUGIN_BIN="${plugin}"
 check "nvml_inventory.sh exited 0" test $? -eq 0
 check "it wrote the report" grep -q "^| 0 | GPU-9c1e5b7a" "${dir}/report/nvml-inventory-h200.md"
 check "it wrote the raw JSON" test -s "${dir}/report/nvml-inventory-h200.json"
+check "the report shows the memory in use the foreign memory check reads (GPU 0: 0 MiB)" \
+  grep -qE '^    "GPU-9c1e5b7a[^"]*": 0$' "${dir}/report/nvml-inventory-h200.md"
 check "its files are named as \$OUT carries them back" \
   bash -c "! ls '${dir}/report' | grep -q '[^A-Za-z0-9._-]'"
 if [[ ${fails} -ne 0 ]]; then

@@ -77,6 +77,8 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             least 5s); a change is published when two readings agree
   --no-kube                 serve kubelet only: no pod lookup, no inventory publishing
   --print-inventory         discover, print the inventory JSON and exit
+  --print-memory-use        discover, print the memory processes hold on each device (the
+                            foreign memory check's input) as JSON and exit
   --state-root=DIR          host dir for per-container enforcement state
                             (default /var/lib/accelpool/containers)
   --cuda-library=FILE       host path of libaccelpool-cuda.so
@@ -133,6 +135,7 @@ struct Flags {
   std::string pod_resources_socket = kDefaultPodResourcesSocket;
   bool no_kube = false;
   bool print_inventory = false;
+  bool print_memory_use = false;
   bool no_preload = false;
   bool no_enforcement = false;
   bool cdi = false;
@@ -165,6 +168,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"foreign-memory-every", &f.foreign_every}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
+                                        {"print-memory-use", &f.print_memory_use},
                                         {"no-preload", &f.no_preload},
                                         {"no-enforcement", &f.no_enforcement},
                                         {"cdi", &f.cdi},
@@ -181,7 +185,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       return InvalidArgumentError(std::string(flag) + " must be an absolute host path");
     }
   }
-  if (f.node.empty() && !f.print_inventory && f.install_cuda_library.empty()) {
+  if (f.node.empty() && !f.print_inventory && !f.print_memory_use &&
+      f.install_cuda_library.empty()) {
     return InvalidArgumentError(
         "the node name is unknown; pass --node-name or set NODE_NAME "
         "from the downward API (spec.nodeName)");
@@ -337,6 +342,30 @@ int PrintInventory(std::vector<vendors::VendorDriverPtr>& drivers) {
   return doc.inventories.empty() ? 1 : rc;
 }
 
+// {"devices": {"<id>": MiB in use}, "not_measured": {"<backend>": "why"}}:
+// what the foreign memory check reads, for comparison with the vendor's tool.
+int PrintMemoryUse(std::vector<vendors::VendorDriverPtr>& drivers) {
+  nlohmann::json out = {{"devices", nlohmann::json::object()},
+                        {"not_measured", nlohmann::json::object()}};
+  int rc = 0;
+  for (auto& d : drivers) {
+    const std::string name(d->Name());
+    if (StatusOr<std::vector<core::NodeInventory>> invs = d->Discover(); !invs.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), invs.status().ToString().c_str());
+      rc = 1;
+      continue;
+    }
+    StatusOr<std::map<std::string, int64_t>> used = d->MemoryInUse();
+    if (!used.ok()) {
+      out["not_measured"][name] = used.status().ToString();
+      continue;
+    }
+    for (const auto& [id, mib] : *used) out["devices"][id] = mib;
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+  return rc;
+}
+
 // --install-cuda-library: the chart's init container on NVIDIA nodes.
 int InstallLibrary(const Flags& flags, const Logger& log) {
   LibraryInstall install{flags.install_cuda_library, flags.cuda_library, flags.preload_file,
@@ -379,6 +408,13 @@ int Run(const Flags& flags) {
       return Fatal(log, "backends", drivers.status());
     }
     return PrintInventory(*drivers);
+  }
+  if (flags.print_memory_use) {
+    StatusOr<std::vector<vendors::VendorDriverPtr>> drivers = vendors::MakeBackends(bo, &skipped);
+    if (!drivers.ok()) {
+      return Fatal(log, "backends", drivers.status());
+    }
+    return PrintMemoryUse(*drivers);
   }
 
   // /healthz and /metrics come up first: they are served while a named
