@@ -594,7 +594,9 @@ int Run(const Flags& flags) {
   HealthEvents health_events(std::chrono::seconds(60));
   PodSync* pod_sync = pods.get();
   // Memory in use outside every grant, published with the inventory.
-  const bool foreign_on = flags.foreign_min > 0;
+  // Only against the node's pods: without them (--no-kube) no grant is
+  // known, and every byte in use would look foreign.
+  const bool foreign_on = flags.foreign_min > 0 && pods != nullptr;
   ForeignMemory foreign({.min_mib = std::max<int64_t>(1, flags.foreign_min),
                          .per_share_mib = flags.foreign_share,
                          .confirm = 2});
@@ -686,7 +688,10 @@ int Run(const Flags& flags) {
       static_cast<int>(std::max<int64_t>(1, flags.foreign_period.count() / 5));
   int ticks = 0;
   while (true) {
-    if (foreign_on && ticks % foreign_every == 0) {
+    // Not before the node's pods are listed: a grant not read yet would
+    // make its container's memory look foreign.
+    if (foreign_on && ticks % foreign_every == 0 &&
+        pods->WaitForSync(std::chrono::milliseconds(0))) {
       CheckForeignMemory(plugin, store, foreign, metrics->get(), reporter.get(), flags.node, log,
                          &foreign_said);
     }
