@@ -52,6 +52,17 @@ std::string DescribeAssignment(const PodAssignment& a, const NodeSnapshot* snap)
   return out;
 }
 
+// Checks `done` every `step` until it holds or `deadline` passes; whether it
+// held. The filter's waits for the cache to catch up with the apiserver.
+bool PollUntil(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds step,
+               const std::function<bool()>& done) {
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(step);
+    if (done()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string CanonicalPolicy(std::string_view annotation) {
@@ -249,17 +260,17 @@ void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const core
   }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + options_.recheck_wait;
-  bool changed = false;
-  while (!changed && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool changed = PollUntil(deadline, std::chrono::milliseconds(5), [&] {
+    bool any = false;
     for (size_t i : skipped) {
       const NodeSnapshotPtr now = cache_.Node(nodes[i]);
       if (now != nullptr && now->version != snaps[i]->version) {
         plan_again(i);
-        changed = true;
+        any = true;
       }
     }
-  }
+    return any;
+  });
   if (metrics_ != nullptr && metrics_->recheck_waits != nullptr) {
     metrics_->recheck_waits->WithLabels({changed ? "changed" : "timeout"}).Inc();
   }
@@ -726,11 +737,7 @@ void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& 
   }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + options_.preemption_wait;
-  bool still = true;
-  while (still && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    still = held();
-  }
+  const bool still = !PollUntil(deadline, std::chrono::milliseconds(10), [&] { return !held(); });
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - start)
                           .count();

@@ -616,15 +616,18 @@ int Run(const Flags& flags) {
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
       pod_sync == nullptr ? std::function<Status()>() : [pod_sync] { return pod_sync->Refresh(); });
   NodePublisher* pub = publisher.get();
+  // The served inventories with the published foreign memory figures, on the
+  // Node (a no-op unless something changed); a failure is retried next tick.
+  auto publish = [pub, log, &foreign](std::vector<core::NodeInventory> invs) {
+    foreign.Apply(&invs);
+    StatusOr<bool> wrote = pub->Publish(invs);
+    if (!wrote.ok()) {
+      log.Warn("publishing the inventory failed; retried within 5 s",
+               {{"error", wrote.status().ToString()}});
+    }
+  };
   if (pub != nullptr) {
-    plugin.OnInventory([pub, log, &foreign](std::vector<core::NodeInventory> invs) {
-      foreign.Apply(&invs);
-      StatusOr<bool> wrote = pub->Publish(invs);
-      if (!wrote.ok()) {
-        log.Warn("publishing the inventory failed; retried on the next change",
-                 {{"error", wrote.status().ToString()}});
-      }
-    });
+    plugin.OnInventory(publish);
   }
   auto post_health = [rep = reporter.get(), node = flags.node](const HealthNotice& n) {
     rep->NodeEvent(node, n.healthy ? kube::EventKind::kNormal : kube::EventKind::kWarning,
@@ -711,15 +714,11 @@ int Run(const Flags& flags) {
       }
       plugin.allocator().RefreshUsageMetrics();
       if (pub != nullptr) {
-        std::vector<core::NodeInventory> invs = plugin.state().Get()->inventories;
-        foreign.Apply(&invs);
-        StatusOr<bool> wrote = pub->Publish(invs);
-        if (!wrote.ok()) {
-          log.Warn("publishing the inventory failed", {{"error", wrote.status().ToString()}});
-        }
+        publish(plugin.state().Get()->inventories);
         // The key ids this plugin verifies with (re-read every 30 s), for a
         // key rotation to see when a new key has reached this node.
-        wrote = pub->PublishKeyIds(keys != nullptr ? keys->KeyIds() : std::vector<std::string>());
+        StatusOr<bool> wrote =
+            pub->PublishKeyIds(keys != nullptr ? keys->KeyIds() : std::vector<std::string>());
         if (!wrote.ok()) {
           log.Warn("publishing the assignment key ids failed",
                    {{"error", wrote.status().ToString()}});
