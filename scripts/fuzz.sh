@@ -131,6 +131,19 @@ for name in $names; do
     failed=$((failed + 1))
     tail -40 "$log" >&2
     echo "fuzz.sh: $name fuzzer found a failure; reproducer in $crashes, log $log" >&2
+    # One digest per failure, repeated at the end of the test run: the
+    # sanitizer's or the target's own reason, and the reproducer itself
+    # (base64; decode it into a file and pass that file to the fuzzer binary).
+    reason=$(grep -m1 -E '^(SUMMARY: |==[0-9]+== ?ERROR: )|^[a-z_]+: |: runtime error: ' "$log" || true)
+    echo "fuzz failure: $name: ${reason:-see $log}"
+    for f in "$crashes"/*; do
+      [[ -f $f ]] || continue
+      if (($(stat -c %s "$f") <= 3072)); then
+        echo "fuzz failure: $name: reproducer $(basename "$f") (base64): $(base64 -w0 "$f")"
+      else
+        echo "fuzz failure: $name: reproducer $(basename "$f") is $(stat -c %s "$f") bytes; see $crashes"
+      fi
+    done
   fi
 done
 echo "fuzz: $passed passed, $failed failed"

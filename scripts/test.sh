@@ -101,6 +101,14 @@ fi
 echo
 if ((${#stage_failed[@]} > 0)); then
   echo "failed stages: ${stage_failed[*]}"
+  # What failed, repeated here so the end of the output names it: failed unit
+  # tests, fuzz failures with their reproducers, failed end-to-end checks.
+  for log in build/ctest.log build-asan/ctest.log; do
+    [[ -f $log ]] && grep -E '^[[:space:]]+[0-9]+ - .* \((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted)\)' "$log" |
+      sed "s|^[[:space:]]*|$log: |"
+  done
+  [[ -f build/fuzz.log ]] && grep -E '^fuzz(\.sh: .* did not build|: 0 passed, 1 failed| failure: )' build/fuzz.log
+  [[ -f build/e2e.log ]] && grep -E 'FAIL|printed no result line' build/e2e.log | head -40
 fi
 if ((skipped > 0)); then
   echo "skipped: $skipped (each says why in its stage's log; the ASan stage skips the shim's"

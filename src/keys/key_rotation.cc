@@ -61,7 +61,11 @@ bool NodeReady(const json& node) {
   const Ptr ptr("/status/conditions");
   if (!node.contains(ptr) || !node.at(ptr).is_array()) return true;
   for (const json& c : node.at(ptr)) {
-    if (c.is_object() && c.value("type", "") == "Ready") return c.value("status", "") == "True";
+    // A field of another type reads as absent; a status other than False or
+    // Unknown counts as Ready.
+    if (kube::StringAt(c, Ptr("/type")) != "Ready") continue;
+    const std::string status = kube::StringAt(c, Ptr("/status"));
+    return status != "False" && status != "Unknown";
   }
   return true;
 }

@@ -417,8 +417,8 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
     // Which form the server chose; a caller that reads more than metadata
     // must know, so one list never mixes the two.
     const bool partial = options.metadata_only &&
-                         j->value("kind", std::string()) == "PartialObjectMetadataList" &&
-                         j->value("apiVersion", std::string()) == "meta.k8s.io/v1";
+                         StringAt(*j, json::json_pointer("/kind")) == "PartialObjectMetadataList" &&
+                         StringAt(*j, json::json_pointer("/apiVersion")) == "meta.k8s.io/v1";
     if (page == 0) {
       out.metadata_only = partial;
     } else if (partial != out.metadata_only) {

@@ -19,9 +19,9 @@ namespace {
 TEST(KeyStateSeedsTest, EverySeedIsReadAndCheckedAndEveryPrefixRejected) {
   const accelpool::testing::ReplayedSeeds s = accelpool::testing::ReplayCorpus(
       std::filesystem::path(ACCELPOOL_KEYS_CORPUS_DIR) / "key_state", &FuzzKeyState, 11);
-  EXPECT_EQ(s.files, 6);
-  EXPECT_EQ(s.accepted, 4)
-      << "steady, added, switched and odd_shapes; broken and not_base64 are refused";
+  EXPECT_EQ(s.files, 7);
+  EXPECT_EQ(s.accepted, 5) << "steady, added, switched, odd_shapes and condition_types; broken "
+                              "and not_base64 are refused";
 }
 
 // What the seeds read as: the state accelpool-keys acts on.
@@ -54,6 +54,15 @@ TEST(KeyStateSeedsTest, SeedsReadAsTheStateTheyDescribe) {
   EXPECT_EQ(switched.switched_at, "2026-12-01T03:01:02Z");
   EXPECT_EQ(switched.pods_with_old_keys, std::vector<std::string>{"ml/waiting (key k1, node gpu-1)"})
       << "admitted, deleting, unsigned and k2-signed pods do not hold k1";
+
+  // Conditions whose fields have other types: read as absent, never thrown
+  // on; a Ready status that is not a string counts as Ready (the node is
+  // waited for).
+  RotationState odd = Seed("condition_types.json");
+  EXPECT_EQ(odd.phase, RotationPhase::kAdded);
+  EXPECT_EQ(odd.NodesWithout("k2"), (std::vector<std::string>{"gpu-2", "gpu-4"}))
+      << "gpu-3 is not Ready: not waited for";
+  EXPECT_EQ(odd.not_ready, std::vector<std::string>{"gpu-3"});
 
   for (const char* bad : {"broken.json", "not_base64.json"}) {
     std::ifstream in(std::filesystem::path(ACCELPOOL_KEYS_CORPUS_DIR) / "key_state" / bad);

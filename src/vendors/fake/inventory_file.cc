@@ -266,13 +266,14 @@ StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(
   if (doc.is_discarded()) {
     return InvalidArgumentError("the inventory file is not valid JSON; fix its syntax");
   }
+  std::map<std::string, int64_t> scratch;
   try {
-    std::map<std::string, int64_t> scratch;
     StatusOr<std::vector<core::NodeInventory>> out =
         ParseChecked(doc, node, used != nullptr ? used : &scratch);
     if (!out.ok() && used != nullptr) used->clear();
     return out;
   } catch (const std::exception& e) {
+    if (used != nullptr) used->clear();  // nothing of a refused file is reported
     return InvalidArgumentError(std::string("the inventory file has a value of the wrong type (") +
                                 e.what() + "); compare it with docs/device-plugin.md");
   }
