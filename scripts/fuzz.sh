@@ -134,7 +134,8 @@ for name in $names; do
     # One digest per failure, repeated at the end of the test run: the
     # sanitizer's or the target's own reason, and the reproducer itself
     # (base64; decode it into a file and pass that file to the fuzzer binary).
-    reason=$(grep -m1 -E '^(SUMMARY: |==[0-9]+== ?ERROR: )|^[a-z_]+: |: runtime error: ' "$log" || true)
+    reason=$(grep -m3 -E '^(SUMMARY: |==[0-9]+== ?ERROR: )|^[a-z_]+: |: runtime error: |what\(\): ' "$log" |
+      sed -E 's/^[[:space:]]+//' | paste -sd'|' - | sed 's/|/ | /g' || true)
     echo "fuzz failure: $name: ${reason:-see $log}"
     for f in "$crashes"/*; do
       [[ -f $f ]] || continue
