@@ -24,6 +24,9 @@
 #   keys        key_state (the key Secret, the      seeds: src/keys/fuzz/corpus/key_state
 #               nodes' reported keys and the
 #               pending pods accelpool-keys reads)
+#   ctl         explain (the nodes and pods         seeds: src/ctl/fuzz/corpus/explain
+#               kubectl accelpool reads, its
+#               reports and explain)
 #
 # New inputs go to $BUILD_DIR/corpus/<name>, crashes to $BUILD_DIR/crashes/<name>/,
 # each run's output to $BUILD_DIR/logs/<name>.log. Ends with one line
@@ -63,8 +66,9 @@ declare -A target=(
   [shim_env]="src/cuda/shim_env_fuzzer src/cuda/fuzz/corpus/shim_env"
   [proc_stat]="src/cuda/proc_stat_fuzzer src/cuda/fuzz/corpus/proc_stat"
   [key_state]="src/keys/key_state_fuzzer src/keys/fuzz/corpus/key_state"
+  [explain]="src/ctl/ctl_fuzzer src/ctl/fuzz/corpus/explain"
 )
-order="inventory assignment pod_request filter prioritize bind preempt mutate watch workload_store node_pods inventory_file yaml exec_credential http_response shim_env proc_stat key_state"
+order="inventory assignment pod_request filter prioritize bind preempt mutate watch workload_store node_pods inventory_file yaml exec_credential http_response shim_env proc_stat key_state explain"
 names="${FUZZ_TARGETS:-$order}"
 for name in $names; do
   if [[ -z ${target[$name]+x} ]]; then
