@@ -105,9 +105,10 @@ PY
   echo "reserve) beside nvidia-smi's memory.used; on idle GPUs both should be a few MiB."
   echo
   echo '```'
-  "${bin}" --backend=nvidia --print-memory-use 2>&1 || true
+  "${bin}" --backend=nvidia --print-memory-use --host-proc=/proc 2>&1 || true
   echo
   nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv
+  nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
   echo '```'
   echo
   echo "## nvidia-smi for comparison"

@@ -92,7 +92,9 @@ std::vector<ForeignChange> ForeignMemory::Observe(
                                       .used_mib = reading->second,
                                       .granted_mib = g.memory_mib,
                                       .shares = g.shares,
-                                      .device_mib = d.memory_mib});
+                                      .device_mib = d.memory_mib,
+                                      .holders = {},
+                                      .more_holders = 0});
       s.published = next;
     }
   }
@@ -133,6 +135,104 @@ std::map<std::string, ForeignReading> ForeignMemory::Readings() const {
   return out;
 }
 
+void NameHolders(const std::vector<vendors::ProcessMemory>& processes,
+                 const std::function<ProcessOwner(int64_t pid)>& owner_of,
+                 const std::function<std::string(const std::string& uid)>& pod_of,
+                 const std::vector<PodAssignment>& assignments, size_t limit, ForeignChange* c) {
+  std::vector<vendors::ProcessMemory> sorted = processes;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.used_mib > b.used_mib; });
+  c->holders.clear();
+  c->more_holders = sorted.size() > limit ? sorted.size() - limit : 0;
+  sorted.resize(std::min(sorted.size(), limit));
+  for (const vendors::ProcessMemory& p : sorted) {
+    const ProcessOwner o = owner_of(p.pid);
+    ForeignHolder h{.pid = p.pid,
+                    .used_mib = p.used_mib,
+                    .visible = o.visible,
+                    .command = o.command,
+                    .pod_uid = o.place.pod_uid,
+                    .pod = "",
+                    .granted = false};
+    if (!h.pod_uid.empty()) {
+      h.pod = pod_of(h.pod_uid);
+      for (const PodAssignment& a : assignments) {
+        if (a.pod.uid != h.pod_uid) continue;
+        for (const api::AssignedContainer& ctr : a.assignment.containers) {
+          for (const api::AssignedDevice& d : ctr.devices) {
+            h.granted = h.granted || d.id == c->device;
+          }
+        }
+      }
+    }
+    c->holders.push_back(std::move(h));
+  }
+}
+
+namespace {
+
+constexpr size_t kMaxPodText = 100;
+
+std::string Shorten(const std::string& s) {
+  return s.size() <= kMaxPodText ? s : s.substr(0, kMaxPodText - 3) + "...";
+}
+
+// "PID 4242 (python3) of pod team-a/nb-0, which has no grant on it: 8 GiB".
+std::string DescribeHolder(const ForeignHolder& h) {
+  std::ostringstream out;
+  out << "PID " << h.pid;
+  if (h.visible) {
+    out << " (" << h.command << ")";
+    if (h.pod_uid.empty()) {
+      out << ", not in a pod";
+    } else if (h.pod.empty()) {
+      out << " of a pod that ended or left this node (uid " << h.pod_uid << "), left over";
+    } else if (h.granted) {
+      out << " of pod " << Shorten(h.pod) << ", which shares it beyond its grant";
+    } else {
+      out << " of pod " << Shorten(h.pod) << ", which has no grant on it";
+    }
+  } else {
+    out << " (not found in the host's /proc)";
+  }
+  out << ": " << (h.used_mib < 0 ? std::string("memory not reported") : Gib(h.used_mib));
+  return out.str();
+}
+
+// What to do about the holders named, one sentence per kind found.
+std::string AdviseOnHolders(const std::vector<ForeignHolder>& holders) {
+  bool no_grant = false;
+  bool beyond = false;
+  bool left_over = false;
+  bool host = false;
+  bool unseen = false;
+  for (const ForeignHolder& h : holders) {
+    no_grant = no_grant || (h.visible && !h.pod.empty() && !h.granted);
+    beyond = beyond || (h.visible && !h.pod.empty() && h.granted);
+    left_over = left_over || (h.visible && !h.pod_uid.empty() && h.pod.empty());
+    host = host || (h.visible && h.pod_uid.empty());
+    unseen = unseen || !h.visible;
+  }
+  std::string out;
+  if (no_grant) {
+    out += " A pod without a grant on the device reaches it by setting the visible-devices "
+           "variable itself (NVIDIA_VISIBLE_DEVICES=all): give it a device request, or delete it.";
+  }
+  if (beyond) {
+    out += " A pod sharing the device uses more than its grant: check that the enforcement "
+           "library is loaded in it (docs/enforcement.md).";
+  }
+  if (left_over) out += " A process outlived its pod: stop it on the node.";
+  if (host) out += " A host process: stop it, or keep it off accelerator nodes.";
+  if (unseen) {
+    out += " For a PID not found (the plugin runs without --host-proc, or it exited), list "
+           "the device's processes with the vendor's tool on the node (nvidia-smi on NVIDIA).";
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string DescribeForeignChange(const ForeignChange& c) {
   std::ostringstream out;
   const std::string vendor(core::VendorName(c.vendor));
@@ -145,9 +245,23 @@ std::string DescribeForeignChange(const ForeignChange& c) {
   out << "device " << c.device << " (" << vendor << "): " << Gib(c.after_mib)
       << " of its memory is in use and no grant on this node accounts for it (" << Gib(c.used_mib)
       << " in use, " << Gib(c.granted_mib) << " granted to " << c.shares
-      << " container(s) sharing it). Until it is freed the device takes no whole-device pod, "
+      << " container(s) sharing it).";
+  if (!c.holders.empty()) {
+    out << " Held by ";
+    for (size_t i = 0; i < c.holders.size(); ++i) {
+      out << (i > 0 ? "; " : "") << DescribeHolder(c.holders[i]);
+    }
+    if (c.more_holders > 0) out << "; and " << c.more_holders << " more process(es)";
+    out << ".";
+  }
+  out << " Until it is freed the device takes no whole-device pod, "
       << "and shares only in the " << Gib(std::max<int64_t>(0, c.device_mib - c.after_mib))
-      << " beside it. List the device's processes with the vendor's tool on the node "
+      << " beside it.";
+  if (!c.holders.empty()) {
+    out << AdviseOnHolders(c.holders);
+    return out.str();
+  }
+  out << " List the device's processes with the vendor's tool on the node "
       << "(nvidia-smi on NVIDIA): a process left from a container that ended, a host "
       << "process, or a pod that sets the visible-devices variable itself (a pod that asks "
       << "for no device and sets NVIDIA_VISIBLE_DEVICES=all reaches every GPU of the node)";

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -39,6 +40,8 @@
 
 #include "core/types.h"
 #include "plugin/assignment_store.h"
+#include "plugin/process_owner.h"
+#include "vendors/driver.h"
 
 namespace accelpool::plugin {
 
@@ -53,6 +56,18 @@ struct ForeignMemoryOptions {
   int32_t confirm = 2;          // readings in a row before a change is published; >= 1
 };
 
+// A process holding memory on a device that gains foreign memory, as the
+// vendor library lists it and the node's /proc and pods name it.
+struct ForeignHolder {
+  int64_t pid = 0;
+  int64_t used_mib = -1;  // -1: the library does not say
+  bool visible = false;   // found under --host-proc
+  std::string command;    // its comm ("" when not visible)
+  std::string pod_uid;    // the pod its cgroup names ("" when in none)
+  std::string pod;        // "<ns>/<name>" of that pod on this node ("" when not on it)
+  bool granted = false;   // that pod holds a grant on this device
+};
+
 // A change of one device's published figure.
 struct ForeignChange {
   std::string device;
@@ -64,6 +79,10 @@ struct ForeignChange {
   int64_t granted_mib = 0;
   int32_t shares = 0;
   int64_t device_mib = 0;
+  // What holds the device's memory, largest first (NameHolders); empty when
+  // the backend cannot list processes or the figure falls.
+  std::vector<ForeignHolder> holders;
+  size_t more_holders = 0;  // listed by the library beyond `holders`
 };
 
 // One device's figures after a round, for metrics.
@@ -109,8 +128,19 @@ class ForeignMemory {
   std::map<std::string, DeviceState> devices_;  // by device id; guarded by mu_
 };
 
-// The Node Event text for a change: what holds the memory, what the scheduler
-// now does about it, and what to do.
+// Names the processes on `device` (as its library lists them) into
+// c->holders, largest first, at most `limit` (the rest counted in
+// more_holders): `owner_of` reads a process (ReadProcessOwner with the host's
+// /proc), `pod_of` names a pod of this node by UID ("" when none is known),
+// and `assignments` say whether that pod holds a grant on the device.
+void NameHolders(const std::vector<vendors::ProcessMemory>& processes,
+                 const std::function<ProcessOwner(int64_t pid)>& owner_of,
+                 const std::function<std::string(const std::string& uid)>& pod_of,
+                 const std::vector<PodAssignment>& assignments, size_t limit, ForeignChange* c);
+
+// The Node Event text for a change: how much, what holds it (when the
+// holders are named), what the scheduler now does about it, and what to do.
+// Under 1024 bytes (an Event's note) with up to 3 holders.
 std::string DescribeForeignChange(const ForeignChange& c);
 
 }  // namespace accelpool::plugin

@@ -184,5 +184,95 @@ TEST(ForeignMemoryTest, ARestartKeepsWhatWasPublishedUntilTwoReadingsAgree) {
   EXPECT_EQ(Published(g, "GPU-0"), 0);
 }
 
+// The processes on a device are named largest first, at most `limit`, each
+// with its command and pod from the host's /proc and the node's pods: a pod
+// without a grant on the device, a pod sharing it, a process whose pod is no
+// longer on the node, a host process and one not found. The Event names
+// them and says what to do about each kind, and stays under an Event's 1024
+// bytes with the longest names.
+TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
+  const std::vector<PodAssignment> pods = {Pod("sharer", "GPU-0", 8192, false)};
+  std::map<int64_t, ProcessOwner> procs;
+  procs[4242] = {4242, true, "python3", {"rogue-uid", ""}};
+  procs[4300] = {4300, true, "vllm", {"sharer-uid", ""}};
+  procs[17] = {17, true, "Xorg", {}};
+  procs[5000] = {5000, true, "train.py", {"gone-uid", ""}};
+  const auto owner_of = [&](int64_t pid) {
+    const auto it = procs.find(pid);
+    if (it != procs.end()) return it->second;
+    ProcessOwner unseen;
+    unseen.pid = pid;
+    return unseen;
+  };
+  const auto pod_of = [](const std::string& uid) {
+    return uid == "rogue-uid" ? std::string("team-a/notebook-0")
+           : uid == "sharer-uid" ? std::string("default/sharer")
+                                 : std::string();
+  };
+  ForeignChange c{.device = "GPU-0",
+                  .vendor = core::Vendor::kNvidia,
+                  .before_mib = 0,
+                  .after_mib = 20480,
+                  .used_mib = 30000,
+                  .granted_mib = 8192,
+                  .shares = 1,
+                  .device_mib = kGpuMib,
+                  .holders = {},
+                  .more_holders = 0};
+  const std::vector<vendors::ProcessMemory> listed = {
+      {17, 310}, {4242, 18000}, {4300, 9000}, {5000, -1}, {6000, 2000}};
+  NameHolders(listed, owner_of, pod_of, pods, 3, &c);
+  ASSERT_EQ(c.holders.size(), 3u);
+  EXPECT_EQ(c.more_holders, 2u);
+  EXPECT_EQ(c.holders[0].pid, 4242);
+  EXPECT_EQ(c.holders[0].pod, "team-a/notebook-0");
+  EXPECT_FALSE(c.holders[0].granted);
+  EXPECT_EQ(c.holders[1].pid, 4300);
+  EXPECT_TRUE(c.holders[1].granted);
+  EXPECT_EQ(c.holders[2].pid, 6000);
+  EXPECT_FALSE(c.holders[2].visible);
+  std::string text = DescribeForeignChange(c);
+  for (const char* want :
+       {"Held by PID 4242 (python3) of pod team-a/notebook-0, which has no grant on it: 18000 MiB",
+        "PID 4300 (vllm) of pod default/sharer, which shares it beyond its grant: 9000 MiB",
+        "PID 6000 (not found in the host's /proc): 2000 MiB", "and 2 more process(es)",
+        "give it a device request, or delete it", "docs/enforcement.md", "nvidia-smi"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  EXPECT_EQ(text.find("outlived its pod"), std::string::npos) << text;
+
+  NameHolders(listed, owner_of, pod_of, pods, 10, &c);
+  EXPECT_EQ(c.holders.size(), 5u);
+  EXPECT_EQ(c.more_holders, 0u);
+  text = DescribeForeignChange(c);
+  for (const char* want :
+       {"PID 17 (Xorg), not in a pod: 310 MiB",
+        "PID 5000 (train.py) of a pod that ended or left this node (uid gone-uid), left over: memory "
+        "not reported",
+        "A process outlived its pod", "A host process"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+
+  // The longest names Kubernetes allows, three holders of every kind: the
+  // text still fits an Event note.
+  const std::string long_pod = std::string(63, 'n') + "/" + std::string(253, 'p');
+  const auto long_pod_of = [&](const std::string& uid) {
+    return uid == "gone-uid" ? std::string() : long_pod;
+  };
+  c.device = "GPU-" + std::string(40, 'f');
+  procs[4242].command = std::string(15, 'c');
+  NameHolders(listed, owner_of, long_pod_of, pods, 3, &c);
+  c.holders[2] = {.pid = 4194304,
+                  .used_mib = 143771,
+                  .visible = true,
+                  .command = "x",
+                  .pod_uid = "0f6b4e1c-2a3d-4b5c-8d9e-0123456789ab",
+                  .pod = "",
+                  .granted = false};
+  text = DescribeForeignChange(c);
+  EXPECT_LT(text.size(), 1024u) << text;
+  EXPECT_NE(text.find("..."), std::string::npos) << "a long pod name is shortened: " << text;
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

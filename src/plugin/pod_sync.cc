@@ -227,6 +227,7 @@ PodSync::~PodSync() { Stop(); }
 void PodSync::Apply(const nlohmann::json& pod) {
   StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_, keys_);
   PodRef ref = RefOf(pod);
+  NoteName(pod, ref);
   const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
   std::vector<UnassignedRequest> unassigned =
       UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr);
@@ -275,8 +276,31 @@ void PodSync::Apply(const nlohmann::json& pod) {
   }
 }
 
+std::string PodSync::PodKeyOfUid(const std::string& uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = names_.find(uid);
+  return it == names_.end() ? std::string() : it->second;
+}
+
+void PodSync::NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone) {
+  const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
+  const std::string mirror = kube::StringAt(
+      pod, json::json_pointer("/metadata/annotations/kubernetes.io~1config.mirror"));
+  const bool ended = gone || phase == "Succeeded" || phase == "Failed";
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& uid : {ref.uid, mirror}) {
+    if (uid.empty()) continue;
+    if (ended) {
+      names_.erase(uid);
+    } else {
+      names_[uid] = ref.Key();
+    }
+  }
+}
+
 void PodSync::Forget(const nlohmann::json& pod) {
   const PodRef ref = RefOf(pod);
+  NoteName(pod, ref, /*gone=*/true);
   {
     std::lock_guard<std::mutex> lock(apply_mu_);
     store_->Remove(ref.uid);

@@ -117,6 +117,11 @@ class PodSync {
   // logged and returned.
   Status SweepStateDirs();
 
+  // "<ns>/<name>" of the pod of this node with that uid that has not ended
+  // (a static pod's cgroup names its own uid, found through its mirror
+  // pod); "" when none is known. For naming the holders of foreign memory.
+  std::string PodKeyOfUid(const std::string& uid) const;
+
   // Applies one pod object (add or update); public for tests.
   void Apply(const nlohmann::json& pod);
   // The pod is gone: forgets it and removes its state dirs.
@@ -131,6 +136,8 @@ class PodSync {
   // answers metadata-only pod lists in: operators (and the e2e demo) can
   // tell which refresh runs.
   void NoteListForm(bool metadata_only);
+  // Keeps names_ up to date with one pod object (gone: it was deleted).
+  void NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone = false);
 
   kube::KubeClient* const client_;
   const std::string node_;
@@ -142,8 +149,12 @@ class PodSync {
   std::function<void(const std::string&)> on_refused_;
   std::unique_ptr<kube::Informer> informer_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::set<std::string> reported_;  // "<uid>@<resourceVersion>" already reported; guarded by mu_
+  // uid -> "<ns>/<name>" of the node's pods that have not ended, and a static
+  // pod's own uid (its mirror's config.mirror annotation) -> its mirror's
+  // name; guarded by mu_.
+  std::map<std::string, std::string> names_;
 
   // uid -> metadata.resourceVersion of the pod object whose Apply the store
   // holds now. Updated together with the store (under apply_mu_), so that a

@@ -306,6 +306,33 @@ TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
   }
 }
 
+// The node's pods are named by uid for the foreign memory check, whatever
+// they ask for: a pod with no device request (one that reaches devices by
+// itself) too. A static pod is found by its own uid (its cgroup's) through
+// its mirror pod. A pod that ended, or was deleted, is no longer named.
+TEST(PodSyncNamesTest, ThePodsOfTheNodeAreNamedByUidUntilTheyEnd) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  json plain = PodJson("notebook", "node-a", json::object(), "Running");
+  plain["spec"]["containers"][0].erase("resources");
+  sync.Apply(plain);
+  sync.Apply(PodJson("etcd-node-a", "node-a", {{"kubernetes.io/config.mirror", "static-uid"}},
+                     "Running"));
+  sync.Apply(PodJson("broken", "node-a", {{"accelpool.io/assignment", "{"}}));
+  EXPECT_EQ(sync.PodKeyOfUid("uid-notebook"), "default/notebook");
+  EXPECT_EQ(sync.PodKeyOfUid("static-uid"), "default/etcd-node-a");
+  EXPECT_EQ(sync.PodKeyOfUid("uid-etcd-node-a"), "default/etcd-node-a");
+  EXPECT_EQ(sync.PodKeyOfUid("uid-broken"), "default/broken");
+  EXPECT_EQ(sync.PodKeyOfUid("uid-other"), "");
+  EXPECT_EQ(sync.PodKeyOfUid(""), "");
+  plain["status"]["phase"] = "Succeeded";
+  sync.Apply(plain);
+  EXPECT_EQ(sync.PodKeyOfUid("uid-notebook"), "");
+  sync.Forget(PodJson("etcd-node-a", "node-a", {{"kubernetes.io/config.mirror", "static-uid"}}));
+  EXPECT_EQ(sync.PodKeyOfUid("static-uid"), "");
+  EXPECT_EQ(sync.PodKeyOfUid("uid-etcd-node-a"), "");
+}
+
 // A pod whose assignment the extender signed, for pod uid-<name> on `node`.
 json SignedPodJson(api::AssignmentKeyRing& keys, const std::string& name, const std::string& node,
                    const std::string& text) {

@@ -33,6 +33,13 @@ enum class VisibleIdKind : uint8_t {
   kContainerOrdinal,  // 0..n-1 in grant order (in-process filters after the runtime hook)
 };
 
+// One process holding memory on a device, as the vendor library lists it.
+struct ProcessMemory {
+  int64_t pid = 0;        // in the host's PID namespace (> 0)
+  int64_t used_mib = -1;  // -1: the library does not say
+  friend bool operator==(const ProcessMemory&, const ProcessMemory&) = default;
+};
+
 struct VisibleEnv {
   std::string name;
   VisibleIdKind kind = VisibleIdKind::kHostIndex;
@@ -123,6 +130,14 @@ class VendorDriver {
   // the backend has no such query (foreign memory is then not measured).
   virtual StatusOr<std::map<std::string, int64_t>> MemoryInUse() {
     return UnimplementedError(std::string(Name()) + ": no device memory usage query");
+  }
+
+  // The processes that hold memory on each whole device now, by device id,
+  // for the devices whose library lists them (a device with none maps to an
+  // empty list). Asked only when a device gains foreign memory, to name what
+  // holds it. kUnimplemented when the backend cannot list processes.
+  virtual StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() {
+    return UnimplementedError(std::string(Name()) + ": no per-process memory query");
   }
 };
 using VendorDriverPtr = std::unique_ptr<VendorDriver>;

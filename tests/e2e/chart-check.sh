@@ -179,6 +179,16 @@ foreign_memory() { # every plugin measures foreign memory with the chart's value
     ! render --set devicePlugin.foreignMemory.every= >/dev/null 2>&1
 }
 check "devicePlugin.foreignMemory reaches every plugin (2048 MiB, 512 MiB, 30s by default; bad values fail)" foreign_memory
+host_proc() { # nameHolders (default): every plugin reads the host's /proc, read-only; off: none does
+  local out plugins
+  plugins="$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")"
+  [ "$(grep -c -- '- --host-proc=/host/proc$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    [ "$(grep -c -- '- {name: host-proc, mountPath: /host/proc, readOnly: true}$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    [ "$(grep -c -- 'hostPath: {path: /proc, type: Directory}$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    out="$(render --set devicePlugin.foreignMemory.nameHolders=false)" &&
+    ! grep -q -- 'host-proc' <<<"${out}" && ! grep -q -- 'path: /proc' <<<"${out}"
+}
+check "devicePlugin.foreignMemory.nameHolders mounts the host's /proc read-only in every plugin (off: none)" host_proc
 install_cuda_library() { # the NVIDIA plugin's init container installs the library the Dockerfile ships
   local out ds
   ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ids-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ids-*.yaml)"

@@ -38,6 +38,7 @@
 #include "plugin/node_publisher.h"
 #include "plugin/pod_resources.h"
 #include "plugin/pod_sync.h"
+#include "plugin/process_owner.h"
 #include "plugin/state_dirs.h"
 #include "vendors/backends.h"
 #include "vendors/fake/fake_driver.h"
@@ -75,6 +76,9 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --foreign-memory-every=DUR
                             read the devices' memory in use this often (default 30s, at
                             least 5s); a change is published when two readings agree
+  --host-proc=DIR           the host's /proc (the chart mounts it read-only at /host/proc):
+                            the Event for foreign memory then names each process holding
+                            it, with its command and pod (default: none; PIDs only)
   --no-kube                 serve kubelet only: no pod lookup, no inventory publishing
   --print-inventory         discover, print the inventory JSON and exit
   --print-memory-use        discover, print the memory processes hold on each device (the
@@ -120,6 +124,7 @@ struct Flags {
   std::string foreign_min_mib = "2048";
   std::string foreign_share_mib = "512";
   std::string foreign_every = "30s";
+  std::string host_proc;
   int64_t foreign_min = 2048;
   int64_t foreign_share = 512;
   std::chrono::seconds foreign_period{30};
@@ -165,7 +170,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"pod-resources-socket", &f.pod_resources_socket},
                                                  {"foreign-memory-min-mib", &f.foreign_min_mib},
                                                  {"foreign-memory-share-mib", &f.foreign_share_mib},
-                                                 {"foreign-memory-every", &f.foreign_every}};
+                                                 {"foreign-memory-every", &f.foreign_every},
+                                                 {"host-proc", &f.host_proc}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"print-memory-use", &f.print_memory_use},
@@ -229,6 +235,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return InvalidArgumentError("--foreign-memory-every must be at least 5s (the plugin's tick)");
   }
   f.foreign_period = *foreign_every;
+  if (!f.host_proc.empty() && f.host_proc.front() != '/') {
+    return InvalidArgumentError("--host-proc must be an absolute path (the host's /proc as "
+                                "mounted in this container, e.g. /host/proc), not \"" +
+                                f.host_proc + "\"");
+  }
   for (const auto& [text, value, flag] :
        {std::tuple{&f.foreign_min_mib, &f.foreign_min, "--foreign-memory-min-mib"},
         std::tuple{&f.foreign_share_mib, &f.foreign_share, "--foreign-memory-share-mib"}}) {
@@ -262,14 +273,39 @@ std::string DescribeDeviceChange(const DeviceChange& c) {
   return msg;
 }
 
+// The processes holding memory on each device whose backend lists them.
+std::map<std::string, std::vector<vendors::ProcessMemory>> MemoryHolders(
+    const std::set<vendors::VendorDriver*>& drivers, const Logger& log) {
+  std::map<std::string, std::vector<vendors::ProcessMemory>> out;
+  for (vendors::VendorDriver* d : drivers) {
+    if (d == nullptr) continue;
+    StatusOr<std::map<std::string, std::vector<vendors::ProcessMemory>>> held = d->MemoryHolders();
+    if (held.ok()) {
+      out.merge(*held);
+    } else if (held.status().code() != StatusCode::kUnimplemented) {
+      log.Warn("listing the processes that hold device memory failed; the Event names none",
+               {{"backend", std::string(d->Name())}, {"error", held.status().ToString()}});
+    }
+  }
+  return out;
+}
+
+// How the foreign memory check names what holds memory.
+struct HolderNaming {
+  std::string host_proc;  // --host-proc; "" reads no process
+  const PodSync* pods = nullptr;
+};
+
 // One round of the foreign memory check (plugin/foreign_memory.h): every
 // backend's memory in use, against the node's grants; a published change is
 // logged and, when a device gains or loses foreign memory, an Event on the
-// Node. `said` holds what was last logged per backend about its query, so a
-// backend without one, or failing the same way, says so once.
+// Node naming the processes that hold it. `said` holds what was last logged
+// per backend about its query, so a backend without one, or failing the same
+// way, says so once.
 void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, ForeignMemory& foreign,
                         PluginMetrics* metrics, KubeReporter* reporter, const std::string& node,
-                        const Logger& log, std::map<std::string, std::string>* said) {
+                        const HolderNaming& naming, const Logger& log,
+                        std::map<std::string, std::string>* said) {
   const SnapshotPtr snap = plugin.state().Get();
   std::set<vendors::VendorDriver*> drivers(snap->drivers.begin(), snap->drivers.end());
   std::map<std::string, int64_t> used;
@@ -292,8 +328,34 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
     }
     if (in_use.ok()) used.merge(*in_use);
   }
-  for (const ForeignChange& c : foreign.Observe(snap->inventories, used, store.All())) {
+  const std::vector<PodAssignment> assignments = store.All();
+  std::vector<ForeignChange> changes = foreign.Observe(snap->inventories, used, assignments);
+  // What holds the memory: asked only when a device's figure rises (rare),
+  // never on a quiet round.
+  const bool rising = std::any_of(changes.begin(), changes.end(),
+                                  [](const ForeignChange& c) { return c.after_mib > c.before_mib; });
+  const std::map<std::string, std::vector<vendors::ProcessMemory>> holders =
+      rising ? MemoryHolders(drivers, log)
+             : std::map<std::string, std::vector<vendors::ProcessMemory>>();
+  const auto owner_of = [&naming](int64_t pid) { return ReadProcessOwner(naming.host_proc, pid); };
+  const auto pod_of = [&naming](const std::string& uid) {
+    return naming.pods != nullptr ? naming.pods->PodKeyOfUid(uid) : std::string();
+  };
+  constexpr size_t kHoldersNamed = 3;
+  for (ForeignChange& c : changes) {
+    if (const auto it = holders.find(c.device); c.after_mib > c.before_mib && it != holders.end()) {
+      NameHolders(it->second, owner_of, pod_of, assignments, kHoldersNamed, &c);
+    }
     const std::string text = DescribeForeignChange(c);
+    nlohmann::json named = nlohmann::json::array();
+    for (const ForeignHolder& h : c.holders) {
+      named.push_back({{"pid", h.pid},
+                       {"used_mib", h.used_mib},
+                       {"command", h.command},
+                       {"pod", h.pod},
+                       {"pod_uid", h.pod_uid},
+                       {"granted", h.granted}});
+    }
     log.Log(c.after_mib > 0 ? LogLevel::kWarn : LogLevel::kInfo,
             c.after_mib > 0 ? "device memory in use that no grant accounts for"
                             : "device memory no grant accounted for is freed",
@@ -301,7 +363,8 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
              {"foreign_mib", c.after_mib},
              {"before_mib", c.before_mib},
              {"used_mib", c.used_mib},
-             {"granted_mib", c.granted_mib}});
+             {"granted_mib", c.granted_mib},
+             {"holders", named.dump()}});
     if (reporter != nullptr && (c.before_mib == 0 || c.after_mib == 0)) {
       reporter->NodeEvent(node,
                           c.after_mib > 0 ? kube::EventKind::kWarning : kube::EventKind::kNormal,
@@ -342,11 +405,14 @@ int PrintInventory(std::vector<vendors::VendorDriverPtr>& drivers) {
   return doc.inventories.empty() ? 1 : rc;
 }
 
-// {"devices": {"<id>": MiB in use}, "not_measured": {"<backend>": "why"}}:
-// what the foreign memory check reads, for comparison with the vendor's tool.
-int PrintMemoryUse(std::vector<vendors::VendorDriverPtr>& drivers) {
+// {"devices": {"<id>": MiB in use}, "not_measured": {"<backend>": "why"},
+//  "processes": {"<id>": [{"pid", "used_mib", "command", "pod_uid"}]}}: what
+// the foreign memory check reads, for comparison with the vendor's tool
+// (command and pod_uid with --host-proc).
+int PrintMemoryUse(std::vector<vendors::VendorDriverPtr>& drivers, const std::string& host_proc) {
   nlohmann::json out = {{"devices", nlohmann::json::object()},
-                        {"not_measured", nlohmann::json::object()}};
+                        {"not_measured", nlohmann::json::object()},
+                        {"processes", nlohmann::json::object()}};
   int rc = 0;
   for (auto& d : drivers) {
     const std::string name(d->Name());
@@ -361,6 +427,22 @@ int PrintMemoryUse(std::vector<vendors::VendorDriverPtr>& drivers) {
       continue;
     }
     for (const auto& [id, mib] : *used) out["devices"][id] = mib;
+    StatusOr<std::map<std::string, std::vector<vendors::ProcessMemory>>> held = d->MemoryHolders();
+    if (!held.ok()) {
+      out["processes_not_listed"][name] = held.status().ToString();
+      continue;
+    }
+    for (const auto& [id, procs] : *held) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const vendors::ProcessMemory& p : procs) {
+        const ProcessOwner o = ReadProcessOwner(host_proc, p.pid);
+        list.push_back({{"pid", p.pid},
+                        {"used_mib", p.used_mib},
+                        {"command", o.command},
+                        {"pod_uid", o.place.pod_uid}});
+      }
+      out["processes"][id] = std::move(list);
+    }
   }
   std::printf("%s\n", out.dump(2).c_str());
   return rc;
@@ -414,7 +496,7 @@ int Run(const Flags& flags) {
     if (!drivers.ok()) {
       return Fatal(log, "backends", drivers.status());
     }
-    return PrintMemoryUse(*drivers);
+    return PrintMemoryUse(*drivers, flags.host_proc);
   }
 
   // /healthz and /metrics come up first: they are served while a named
@@ -601,6 +683,7 @@ int Run(const Flags& flags) {
                          .per_share_mib = flags.foreign_share,
                          .confirm = 2});
   std::map<std::string, std::string> foreign_said;
+  const HolderNaming naming{flags.host_proc, pod_sync};
   // What a previous run published stays until this run has read the devices
   // twice: a restart (a rolling upgrade) must not hand a busy GPU out whole.
   if (publisher != nullptr && foreign_on) {
@@ -695,8 +778,8 @@ int Run(const Flags& flags) {
     // make its container's memory look foreign.
     if (foreign_on && ticks % foreign_every == 0 &&
         pods->WaitForSync(std::chrono::milliseconds(0))) {
-      CheckForeignMemory(plugin, store, foreign, metrics->get(), reporter.get(), flags.node, log,
-                         &foreign_said);
+      CheckForeignMemory(plugin, store, foreign, metrics->get(), reporter.get(), flags.node,
+                         naming, log, &foreign_said);
     }
     if (ticks++ % kSweepEvery == 0) {
       if (pods != nullptr) {

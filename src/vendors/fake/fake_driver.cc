@@ -26,13 +26,23 @@ StatusOr<std::vector<core::NodeInventory>> FakeDriver::Discover() {
 }
 
 StatusOr<std::map<std::string, int64_t>> FakeDriver::MemoryInUse() {
-  std::map<std::string, int64_t> used;
+  MemoryUse use;
   StatusOr<std::vector<core::NodeInventory>> invs =
-      LoadInventoryFile(options_.path, options_.node, &used);
+      LoadInventoryFile(options_.path, options_.node, &use);
   if (!invs.ok()) {
     return invs.status();
   }
-  return used;
+  return use.used;
+}
+
+StatusOr<std::map<std::string, std::vector<ProcessMemory>>> FakeDriver::MemoryHolders() {
+  MemoryUse use;
+  StatusOr<std::vector<core::NodeInventory>> invs =
+      LoadInventoryFile(options_.path, options_.node, &use);
+  if (!invs.ok()) {
+    return invs.status();
+  }
+  return use.processes;
 }
 
 void FakeDriver::Refresh(const HealthSink& sink) {

@@ -43,6 +43,8 @@ class FakeDriver : public VendorDriver {
   // The file's "used_mib" of every whole device (0 where not given), read
   // now: an edit of the file is the next answer.
   StatusOr<std::map<std::string, int64_t>> MemoryInUse() override;
+  // The file's "processes" of every whole device (empty where not given).
+  StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
   // Re-reads the file; on success emits the health differences from the last

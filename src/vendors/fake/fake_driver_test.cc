@@ -115,6 +115,26 @@ TEST(InventoryFileTest, BadInputIsAClearError) {
        R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,)"
        R"("devices":[{"index":0,"used_mib":-5}]}]})",
        "used_mib: -5 is out of range"},
+      {"processes not a list",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,)"
+       R"("devices":[{"index":0,"processes":{"pid":1}}]}]})",
+       "devices[0].processes must be an array of at most 64"},
+      {"pid zero",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,)"
+       R"("devices":[{"index":0,"processes":[{"pid":0,"used_mib":1}]}]}]})",
+       "devices[0].processes[0].pid: 0 is out of range 1..4194304"},
+      {"pid twice",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,)"
+       R"("devices":[{"index":0,"processes":[{"pid":7},{"pid":7}]}]}]})",
+       "processes[1].pid: 7 is listed twice"},
+      {"process above the memory",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,"memory_mib":1024,)"
+       R"("devices":[{"index":0,"processes":[{"pid":7,"used_mib":2048}]}]}]})",
+       "devices[0].processes: pid 7 holds 2048 MiB, more than the device's memory_mib 1024"},
+      {"process memory below -1",
+       R"({"version":1,"inventories":[{"vendor":"nvidia","count":1,)"
+       R"("devices":[{"index":0,"processes":[{"pid":7,"used_mib":-2}]}]}]})",
+       "processes[0].used_mib: -2 is below -1"},
       // Integers that do not fit are refused, never truncated (99999999999 used to
       // become NUMA node 1215752191).
       {"numa beyond int32",
@@ -273,6 +293,30 @@ TEST(FakeDriverTest, MemoryInUseFollowsTheFile) {
   EXPECT_EQ(used->at("NVIDIA-n-1"), 0);
   Write(path, "{ not json");
   EXPECT_FALSE(d.MemoryInUse().ok());
+}
+
+// The per-process query answers the file's "processes" of every whole device
+// (an empty list where not given; a MIG instance lists none), as the file is
+// now; an edit that does not parse is an error.
+TEST(FakeDriverTest, MemoryHoldersFollowTheFile) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":3,"memory_mib":16384,)"
+              R"("devices":[{"index":1,"used_mib":4096,"processes":[{"pid":4242,"used_mib":4000},)"
+              R"({"pid":17}]},{"index":2,"partition":"1g.18gb"}]}]})");
+  FakeDriver d({path, "n", std::chrono::milliseconds(10)});
+  ASSERT_TRUE(d.Discover().ok());
+  auto holders = d.MemoryHolders();
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  const std::map<std::string, std::vector<ProcessMemory>> want = {
+      {"NVIDIA-n-0", {}}, {"NVIDIA-n-1", {{4242, 4000}, {17, -1}}}};
+  EXPECT_EQ(*holders, want);
+  Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":3,"memory_mib":16384}]})");
+  holders = d.MemoryHolders();
+  ASSERT_TRUE(holders.ok());
+  EXPECT_TRUE(holders->at("NVIDIA-n-1").empty());
+  Write(path, "{ not json");
+  EXPECT_FALSE(d.MemoryHolders().ok());
 }
 
 // The device check reads the file too (Discover, every --rediscover-every):

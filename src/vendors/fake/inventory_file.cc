@@ -64,9 +64,50 @@ Status ReadOpt(const json& obj, const char* key, const std::string& where, T* ou
 
 // A device's "used_mib" and where it was given, by device index.
 using UsedByIndex = std::map<size_t, std::pair<int64_t, std::string>>;
+// A device's "processes" and where they were given, by device index.
+using ProcessesByIndex = std::map<size_t, std::pair<std::vector<ProcessMemory>, std::string>>;
+
+constexpr size_t kMaxProcesses = 64;
+constexpr int64_t kMaxPid = 4194304;  // Linux's largest pid_max
+
+// A device's "processes": [{"pid": P, "used_mib": M}, ...] (used_mib -1:
+// the library does not say). Memory is checked against the device later.
+StatusOr<std::vector<ProcessMemory>> ReadProcesses(const json& list, const std::string& where) {
+  if (!list.is_array() || list.size() > kMaxProcesses) {
+    return InvalidArgumentError(where + " must be an array of at most " +
+                                std::to_string(kMaxProcesses) +
+                                " {\"pid\": N, \"used_mib\": M} objects");
+  }
+  std::vector<ProcessMemory> out;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::string at = where + "[" + std::to_string(k) + "]";
+    if (!list[k].is_object()) {
+      return InvalidArgumentError(at + " must be an object {\"pid\": N, \"used_mib\": M}");
+    }
+    ProcessMemory p;
+    ACCELPOOL_RETURN_IF_ERROR(ReadOpt(list[k], "pid", at, &p.pid));
+    ACCELPOOL_RETURN_IF_ERROR(ReadOpt(list[k], "used_mib", at, &p.used_mib));
+    if (p.pid < 1 || p.pid > kMaxPid) {
+      return InvalidArgumentError(at + ".pid: " + std::to_string(p.pid) + " is out of range 1.." +
+                                  std::to_string(kMaxPid));
+    }
+    if (p.used_mib < -1) {
+      return InvalidArgumentError(at + ".used_mib: " + std::to_string(p.used_mib) +
+                                  " is below -1 (-1: not said)");
+    }
+    for (const ProcessMemory& q : out) {
+      if (q.pid == p.pid) {
+        return InvalidArgumentError(at + ".pid: " + std::to_string(p.pid) +
+                                    " is listed twice; give each process once");
+      }
+    }
+    out.push_back(p);
+  }
+  return out;
+}
 
 Status ApplyOverride(const json& d, const std::string& where, core::NodeInventory* inv,
-                     UsedByIndex* used) {
+                     UsedByIndex* used, ProcessesByIndex* processes) {
   if (!d.is_object()) {
     return InvalidArgumentError(where + " must be an object");
   }
@@ -101,6 +142,13 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
     ACCELPOOL_RETURN_IF_ERROR(ReadOpt(d, "used_mib", where, &used_mib));
     (*used)[static_cast<size_t>(index)] = {used_mib, where + ".used_mib"};
   }
+  if (auto it = d.find("processes"); it != d.end() && !it->is_null()) {
+    StatusOr<std::vector<ProcessMemory>> list = ReadProcesses(*it, where + ".processes");
+    if (!list.ok()) {
+      return list.status();
+    }
+    (*processes)[static_cast<size_t>(index)] = {std::move(list).value(), where + ".processes"};
+  }
   if (dev.numa < -1 || dev.numa > 1023) {
     return InvalidArgumentError(where + ".numa: " + std::to_string(dev.numa) +
                                 " is out of range -1..1023 (-1: unknown)");
@@ -112,8 +160,7 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
 }
 
 StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
-                                       std::string_view node,
-                                       std::map<std::string, int64_t>* used) {
+                                       std::string_view node, MemoryUse* use) {
   if (!j.is_object()) {
     return InvalidArgumentError(where + " must be an object");
   }
@@ -178,6 +225,7 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
     inv.devices.push_back(d);
   }
   UsedByIndex used_by_index;
+  ProcessesByIndex processes_by_index;
   auto devs = j.find("devices");
   if (devs != j.end()) {
     if (!devs->is_array()) {
@@ -185,7 +233,8 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
     }
     for (size_t i = 0; i < devs->size(); ++i) {
       ACCELPOOL_RETURN_IF_ERROR(ApplyOverride(
-          (*devs)[i], where + ".devices[" + std::to_string(i) + "]", &inv, &used_by_index));
+          (*devs)[i], where + ".devices[" + std::to_string(i) + "]", &inv, &used_by_index,
+          &processes_by_index));
     }
   }
   // Checked once every override applied (a later entry may change the memory).
@@ -197,7 +246,23 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
                                   " is out of range 0.." + std::to_string(d.memory_mib) +
                                   " (the device's memory_mib)");
     }
-    if (d.partition.empty()) (*used)[d.id] = mib;
+    std::vector<ProcessMemory> procs;
+    if (const auto p = processes_by_index.find(static_cast<size_t>(d.index));
+        p != processes_by_index.end()) {
+      for (const ProcessMemory& q : p->second.first) {
+        if (q.used_mib > d.memory_mib) {
+          return InvalidArgumentError(p->second.second + ": pid " + std::to_string(q.pid) +
+                                      " holds " + std::to_string(q.used_mib) +
+                                      " MiB, more than the device's memory_mib " +
+                                      std::to_string(d.memory_mib));
+        }
+      }
+      procs = p->second.first;
+    }
+    if (d.partition.empty()) {
+      use->used[d.id] = mib;
+      use->processes[d.id] = std::move(procs);
+    }
   }
   if (!profile.empty()) {
     Status st = core::ApplyProfile(profile, &inv);
@@ -214,7 +279,7 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
 }
 
 StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::string_view node,
-                                                        std::map<std::string, int64_t>* used) {
+                                                        MemoryUse* use) {
   if (!doc.is_object()) {
     return InvalidArgumentError("the inventory file must hold a JSON object");
   }
@@ -231,7 +296,7 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
   std::map<std::string, std::string> owner;  // device id -> "inventories[i] device d"
   for (size_t i = 0; i < invs->size(); ++i) {
     StatusOr<core::NodeInventory> inv =
-        ParseOne((*invs)[i], "inventories[" + std::to_string(i) + "]", node, used);
+        ParseOne((*invs)[i], "inventories[" + std::to_string(i) + "]", node, use);
     if (!inv.ok()) {
       return inv.status();
     }
@@ -260,20 +325,21 @@ StatusOr<std::vector<core::NodeInventory>> ParseChecked(const json& doc, std::st
 
 }  // namespace
 
-StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(
-    std::string_view text, std::string_view node, std::map<std::string, int64_t>* used) {
+StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(std::string_view text,
+                                                              std::string_view node,
+                                                              MemoryUse* use) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     return InvalidArgumentError("the inventory file is not valid JSON; fix its syntax");
   }
-  std::map<std::string, int64_t> scratch;
+  MemoryUse scratch;
   try {
     StatusOr<std::vector<core::NodeInventory>> out =
-        ParseChecked(doc, node, used != nullptr ? used : &scratch);
-    if (!out.ok() && used != nullptr) used->clear();
+        ParseChecked(doc, node, use != nullptr ? use : &scratch);
+    if (!out.ok() && use != nullptr) *use = MemoryUse();
     return out;
   } catch (const std::exception& e) {
-    if (used != nullptr) used->clear();  // nothing of a refused file is reported
+    if (use != nullptr) *use = MemoryUse();  // nothing of a refused file is reported
     return InvalidArgumentError(std::string("the inventory file has a value of the wrong type (") +
                                 e.what() + "); compare it with docs/device-plugin.md");
   }
@@ -281,7 +347,7 @@ StatusOr<std::vector<core::NodeInventory>> ParseInventoryFile(
 
 StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& path,
                                                              std::string_view node,
-                                                             std::map<std::string, int64_t>* used) {
+                                                             MemoryUse* use) {
   std::ifstream in(path);
   if (!in) {
     return NotFoundError("cannot read the inventory file " + path +
@@ -289,7 +355,7 @@ StatusOr<std::vector<core::NodeInventory>> LoadInventoryFile(const std::string& 
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  StatusOr<std::vector<core::NodeInventory>> r = ParseInventoryFile(ss.str(), node, used);
+  StatusOr<std::vector<core::NodeInventory>> r = ParseInventoryFile(ss.str(), node, use);
   if (!r.ok()) {
     return r.status().WithPrefix(path);
   }

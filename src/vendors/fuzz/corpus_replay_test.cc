@@ -13,8 +13,8 @@ namespace {
 TEST(InventoryFileCorpusTest, SeedsParseAsExpectedAndTruncationsAreRefusedCleanly) {
   const testing::ReplayedSeeds r = testing::ReplayCorpus(
       std::filesystem::path(ACCELPOOL_VENDORS_CORPUS) / "inventory_file", FuzzInventoryFile);
-  EXPECT_EQ(r.files, 10);
-  EXPECT_EQ(r.accepted, 8);  // bad_override.json and duplicate_id.json are refused
+  EXPECT_EQ(r.files, 11);
+  EXPECT_EQ(r.accepted, 9);  // bad_override.json and duplicate_id.json are refused
 }
 
 }  // namespace

@@ -47,14 +47,15 @@ void CheckVnpu(const core::Device& d, size_t salt) {
 
 int FuzzInventoryFile(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  std::map<std::string, int64_t> used;
-  StatusOr<std::vector<core::NodeInventory>> invs = fake::ParseInventoryFile(text, "node-a", &used);
+  fake::MemoryUse use;
+  StatusOr<std::vector<core::NodeInventory>> invs = fake::ParseInventoryFile(text, "node-a", &use);
+  const std::map<std::string, int64_t>& used = use.used;
   if (!invs.ok()) {
     if (invs.status().message().empty()) {
       std::fprintf(stderr, "inventory_file: an error without a reason\n");
       std::abort();
     }
-    if (!used.empty()) {
+    if (!used.empty() || !use.processes.empty()) {
       std::fprintf(stderr, "inventory_file: memory in use reported for a file refused\n");
       std::abort();
     }
@@ -73,9 +74,23 @@ int FuzzInventoryFile(const uint8_t* data, size_t size) {
                      d.id.c_str());
         std::abort();
       }
+      const auto procs = use.processes.find(d.id);
+      if (procs == use.processes.end()) {
+        std::fprintf(stderr, "inventory_file: no process list for %s\n", d.id.c_str());
+        std::abort();
+      }
+      std::set<int64_t> pids;
+      for (const ProcessMemory& p : procs->second) {
+        if (p.pid < 1 || !pids.insert(p.pid).second || p.used_mib < -1 ||
+            p.used_mib > d.memory_mib) {
+          std::fprintf(stderr, "inventory_file: a process of %s out of range or twice\n",
+                       d.id.c_str());
+          std::abort();
+        }
+      }
     }
   }
-  if (used.size() != whole) {
+  if (used.size() != whole || use.processes.size() != whole) {
     std::fprintf(stderr, "inventory_file: memory in use reported for a partition\n");
     std::abort();
   }

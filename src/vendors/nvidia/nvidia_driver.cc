@@ -345,22 +345,28 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   return std::vector<core::NodeInventory>{std::move(inv)};
 }
 
-StatusOr<std::map<std::string, int64_t>> NvidiaDriver::MemoryInUse() {
+StatusOr<std::vector<std::pair<int32_t, std::string>>> NvidiaDriver::WholeGpus() const {
   std::vector<std::pair<int32_t, std::string>> whole;  // NVML index, UUID
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!initialized_) {
-      return FailedPreconditionError("nvidia: memory usage read before discovery");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!initialized_) {
+    return FailedPreconditionError("nvidia: memory usage read before discovery");
+  }
+  for (size_t i = 0; i < ids_.size() && i < gpu_uuids_.size(); ++i) {
+    if (ids_[i].size() == 1 && ids_[i][0] == gpu_uuids_[i]) {
+      whole.emplace_back(static_cast<int32_t>(i), gpu_uuids_[i]);
     }
-    for (size_t i = 0; i < ids_.size() && i < gpu_uuids_.size(); ++i) {
-      if (ids_[i].size() == 1 && ids_[i][0] == gpu_uuids_[i]) {
-        whole.emplace_back(static_cast<int32_t>(i), gpu_uuids_[i]);
-      }
-    }
+  }
+  return whole;
+}
+
+StatusOr<std::map<std::string, int64_t>> NvidiaDriver::MemoryInUse() {
+  StatusOr<std::vector<std::pair<int32_t, std::string>>> whole = WholeGpus();
+  if (!whole.ok()) {
+    return whole.status();
   }
   std::map<std::string, int64_t> out;
   Status last = Status::Ok();
-  for (const auto& [i, uuid] : whole) {
+  for (const auto& [i, uuid] : *whole) {
     StatusOr<int64_t> used = nvml_->MemoryUsedMib(i);
     if (used.ok()) {
       out[uuid] = *used;
@@ -368,6 +374,31 @@ StatusOr<std::map<std::string, int64_t>> NvidiaDriver::MemoryInUse() {
       return used.status();
     } else {
       last = used.status();
+    }
+  }
+  if (out.empty() && !last.ok()) return last;
+  return out;
+}
+
+StatusOr<std::map<std::string, std::vector<ProcessMemory>>> NvidiaDriver::MemoryHolders() {
+  StatusOr<std::vector<std::pair<int32_t, std::string>>> whole = WholeGpus();
+  if (!whole.ok()) {
+    return whole.status();
+  }
+  std::map<std::string, std::vector<ProcessMemory>> out;
+  Status last = Status::Ok();
+  for (const auto& [i, uuid] : *whole) {
+    StatusOr<std::vector<NvmlProcess>> procs = nvml_->RunningProcesses(i);
+    if (!procs.ok()) {
+      if (procs.status().code() == StatusCode::kUnimplemented) {
+        return procs.status();
+      }
+      last = procs.status();
+      continue;
+    }
+    std::vector<ProcessMemory>& list = out[uuid];
+    for (const NvmlProcess& p : *procs) {
+      list.push_back({static_cast<int64_t>(p.pid), p.used_mib});
     }
   }
   if (out.empty() && !last.ok()) return last;

@@ -94,6 +94,7 @@ class NvidiaDriver : public VendorDriver {
       const std::vector<GrantedDevice>& grants) const override;
   // Every GPU not in MIG mode, by UUID (nvmlDeviceGetMemoryInfo_v2's used).
   StatusOr<std::map<std::string, int64_t>> MemoryInUse() override;
+  StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
   Status EnsureInit();
@@ -114,6 +115,9 @@ class NvidiaDriver : public VendorDriver {
   };
   // The NVML index of a GPU UUID now, or -1; mu_ held.
   int32_t IndexOfLocked(const std::string& gpu_uuid) const;
+  // The GPUs discovery serves whole (not in MIG mode): NVML index, UUID.
+  // kFailedPrecondition before the first discovery.
+  StatusOr<std::vector<std::pair<int32_t, std::string>>> WholeGpus() const;
 
   const NvmlLibraryPtr nvml_;
   const NvidiaOptions options_;

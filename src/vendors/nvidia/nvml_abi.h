@@ -17,6 +17,7 @@ constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
 constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
 constexpr nvmlReturn_t kNvmlErrorNoPermission = 4;
 constexpr nvmlReturn_t kNvmlErrorNotFound = 6;
+constexpr nvmlReturn_t kNvmlErrorInsufficientSize = 7;
 constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
 constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
 constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
@@ -42,6 +43,23 @@ struct nvmlMemory_v2_t {
 // nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2), the struct's size with the
 // version in the top byte.
 constexpr unsigned kMemoryV2Version = static_cast<unsigned>(sizeof(nvmlMemory_v2_t)) | (2U << 24);
+
+// A process on a GPU, as nvmlDeviceGet{Compute,Graphics}RunningProcesses
+// (the first calls, without suffix) fill it.
+struct nvmlProcessInfo_v1_t {
+  unsigned pid;
+  unsigned long long usedGpuMemory;  // NOLINT(runtime/int) bytes, or kValueNotAvailable
+};
+// As the _v2 and _v3 calls fill it (nvmlProcessInfo_t in nvml.h): the MIG
+// instance ids follow (not read: only whole GPUs are asked).
+struct nvmlProcessInfo_t {
+  unsigned pid;
+  unsigned long long usedGpuMemory;  // NOLINT(runtime/int)
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+// NVML_VALUE_NOT_AVAILABLE: the driver cannot say (usedGpuMemory).
+constexpr unsigned long long kValueNotAvailable = ~0ULL;  // NOLINT(runtime/int)
 
 struct nvmlPciInfo_t {
   char busIdLegacy[16];

@@ -1,6 +1,8 @@
 // NvmlLibrary over libnvidia-ml loaded with dlopen. The NVML types are in
 // nvml_abi.h, the functions are declared here from NVML's public API
 // reference; no NVIDIA header is needed to build.
+#include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -304,6 +306,32 @@ class DlNvml : public NvmlLibrary {
     return static_cast<int64_t>(m.used / kMib);
   }
 
+  // Compute and graphics processes: a process in both lists (nvidia-smi's
+  // type "C+G") is one process, with the larger figure of the two.
+  StatusOr<std::vector<NvmlProcess>> RunningProcesses(int32_t index) override {
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    std::map<uint32_t, int64_t> by_pid;
+    bool any = false;
+    for (const char* kind : {"Compute", "Graphics"}) {
+      StatusOr<bool> listed = ListProcesses(*h, kind, &by_pid);
+      if (!listed.ok()) {
+        return listed.status();
+      }
+      any = any || *listed;
+    }
+    if (!any) {
+      return UnimplementedError("this management library has no process queries");
+    }
+    std::vector<NvmlProcess> out;
+    for (const auto& [pid, mib] : by_pid) {
+      out.push_back({pid, mib});
+    }
+    return out;
+  }
+
   // Answers a query, and has no memory rows waiting for a GPU reset: after an
   // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
   // rows for remapping, which only a reset applies, while it keeps answering.
@@ -450,6 +478,60 @@ class DlNvml : public NvmlLibrary {
       out.push_back(GiProfile{p.value, std::move(name)});
     }
     return out;
+  }
+
+  // One of the running-process lists ("Compute" or "Graphics") into
+  // `by_pid`, from the newest call the library has. false when it has none.
+  StatusOr<bool> ListProcesses(nvmlDevice_t h, const char* kind,
+                               std::map<uint32_t, int64_t>* by_pid) {
+    const std::string base = std::string("DeviceGet") + kind + "RunningProcesses";
+    for (const char* suffix : {"_v3", "_v2"}) {
+      auto fn = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, abi::nvmlProcessInfo_t*)>(
+          Sym((base + suffix).c_str()));
+      if (fn != nullptr) {
+        ACCELPOOL_RETURN_IF_ERROR(FillProcesses(fn, h, Sym((base + suffix).c_str()), by_pid));
+        return true;
+      }
+    }
+    auto v1 = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*,
+                                                abi::nvmlProcessInfo_v1_t*)>(Sym(base.c_str()));
+    if (v1 == nullptr) {
+      return false;
+    }
+    ACCELPOOL_RETURN_IF_ERROR(FillProcesses(v1, h, Sym(base.c_str()), by_pid));
+    return true;
+  }
+
+  // Calls a process list with a buffer that grows while NVML answers
+  // NVML_ERROR_INSUFFICIENT_SIZE (processes may start between two calls).
+  template <typename Info>
+  Status FillProcesses(nvmlReturn_t (*fn)(nvmlDevice_t, unsigned*, Info*), nvmlDevice_t h,
+                       const std::string& call, std::map<uint32_t, int64_t>* by_pid) const {
+    constexpr unsigned long long kMib = 1024ULL * 1024ULL;  // NOLINT(runtime/int)
+    constexpr size_t kMaxProcesses = 4096;
+    std::vector<Info> buf(8);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      unsigned n = static_cast<unsigned>(buf.size());
+      const nvmlReturn_t r = fn(h, &n, buf.data());
+      if (r == abi::kNvmlErrorInsufficientSize) {
+        const size_t want = std::max<size_t>(static_cast<size_t>(n) + 16, buf.size() * 2);
+        buf.resize(std::min(want, kMaxProcesses));
+        continue;
+      }
+      ACCELPOOL_RETURN_IF_ERROR(Check(r, call));
+      for (size_t k = 0; k < std::min<size_t>(n, buf.size()); ++k) {
+        const Info& p = buf[k];
+        if (p.pid == 0) continue;
+        const int64_t mib = p.usedGpuMemory == abi::kValueNotAvailable
+                                ? -1
+                                : static_cast<int64_t>(p.usedGpuMemory / kMib);
+        auto [it, fresh] = by_pid->emplace(p.pid, mib);
+        if (!fresh) it->second = std::max(it->second, mib);
+      }
+      return Status::Ok();
+    }
+    return UnavailableError(call + ": the process list kept growing between calls (" +
+                            std::to_string(buf.size()) + " entries); it is read again next time");
   }
 
   Status Check(nvmlReturn_t r, const std::string& call) const {

@@ -283,6 +283,74 @@ TEST(NvmlBindingTest, MemoryInUseIsWhatProcessesHoldPerWholeGpu) {
   EXPECT_EQ(*in_use, with_reserve);
 }
 
+// The processes holding memory on each whole GPU, from the compute and the
+// graphics lists: a process in both is listed once with the larger figure,
+// NVML_VALUE_NOT_AVAILABLE reads as -1, a list longer than the first buffer
+// is read whole (the call answers NVML_ERROR_INSUFFICIENT_SIZE first), a GPU
+// in MIG mode is not asked, and an old driver's first calls (16-byte
+// entries) give the same answer.
+TEST(NvmlBindingTest, MemoryHoldersListEveryProcessOfEveryWholeGpu) {
+  using ProcessFn = void (*)(int, unsigned, int, int);
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(3, -1, -1, 0);
+  auto process = reinterpret_cast<ProcessFn>(fake.Symbol("accelpool_fake_nvml_process"));
+  auto mig = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_mig"));
+  ASSERT_NE(process, nullptr);
+  ASSERT_NE(mig, nullptr);
+  process(-1, 0, 0, 0);
+  process(0, 4242, 8192, 0);
+  process(0, 4242, 300, 1);  // the same process's graphics context
+  process(0, 17, 310, 1);
+  process(0, 5001, -1, 0);
+  for (unsigned k = 0; k < 10; ++k) process(1, 7000 + k, 100, 0);
+  process(2, 99, 1024, 0);
+  mig(2);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  EXPECT_EQ((*driver)->MemoryHolders().status().code(), StatusCode::kFailedPrecondition);
+  auto invs = (*driver)->Discover();
+  mig(-1);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  auto holders = (*driver)->MemoryHolders();
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  const std::string gpu0 = invs->front().devices[0].id;
+  const std::string gpu1 = invs->front().devices[1].id;
+  ASSERT_EQ(holders->size(), 2u);  // GPU 2 is in MIG mode
+  const std::vector<ProcessMemory> want0 = {{17, 310}, {4242, 8192}, {5001, -1}};
+  EXPECT_EQ(holders->at(gpu0), want0);
+  ASSERT_EQ(holders->at(gpu1).size(), 10u);
+  EXPECT_EQ(holders->at(gpu1).front(), (ProcessMemory{7000, 100}));
+  EXPECT_EQ(holders->at(gpu1).back(), (ProcessMemory{7009, 100}));
+  // A GPU whose query fails is left out; the others still answer.
+  fake.Configure(3, 0, -1, 0);
+  holders = (*driver)->MemoryHolders();
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  EXPECT_EQ(holders->count(gpu0), 0u);
+  EXPECT_EQ(holders->count(gpu1), 1u);
+  process(-1, 0, 0, 0);
+
+  FakeHandle old(ACCELPOOL_FAKE_NVIDIA_ML_V1);
+  ASSERT_TRUE(old.ok());
+  old.Configure(2, -1, -1, 0);
+  auto old_process = reinterpret_cast<ProcessFn>(old.Symbol("accelpool_fake_nvml_process"));
+  ASSERT_NE(old_process, nullptr);
+  old_process(-1, 0, 0, 0);
+  old_process(1, 31337, 2048, 0);
+  old_process(1, 31338, -1, 1);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML_V1}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  NvidiaDriver v1(std::move(lib).value(), Options());
+  auto v1_invs = v1.Discover();
+  ASSERT_TRUE(v1_invs.ok()) << v1_invs.status().ToString();
+  holders = v1.MemoryHolders();
+  old_process(-1, 0, 0, 0);
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  const std::vector<ProcessMemory> want_old = {{31337, 2048}, {31338, -1}};
+  EXPECT_EQ(holders->at(v1_invs->front().devices[1].id), want_old);
+  EXPECT_TRUE(holders->at(v1_invs->front().devices[0].id).empty());
+}
+
 // XID 48 (double-bit ECC) on a Hopper GPU marks rows for remapping, which
 // takes effect at the next GPU reset: the GPU keeps answering queries, but
 // must stay unhealthy until nvmlDeviceGetRemappedRows says nothing is pending.

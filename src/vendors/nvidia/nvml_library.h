@@ -40,6 +40,12 @@ struct NvmlDeviceInfo {
 // One MIG device (a compute instance inside a GPU instance) of a GPU in MIG
 // mode, as nvmlDeviceGetMigDeviceHandleByIndex and the queries on its handle
 // report it.
+// A process holding memory on a GPU.
+struct NvmlProcess {
+  uint32_t pid = 0;
+  int64_t used_mib = -1;  // -1: NVML does not say (NVML_VALUE_NOT_AVAILABLE)
+};
+
 struct NvmlMigInfo {
   std::string uuid;               // "MIG-..."
   int32_t gpu_instance = -1;      // nvmlDeviceGetGpuInstanceId
@@ -93,6 +99,12 @@ class NvmlLibrary {
   // or, from a driver without it, the first call's (which includes it).
   virtual StatusOr<int64_t> MemoryUsedMib(int32_t /*index*/) {
     return UnimplementedError("this management library has no memory usage query");
+  }
+  // The processes holding memory on a GPU now (compute and graphics, one
+  // entry per process), from the _v3, _v2 or first call, whichever the
+  // library has. kUnimplemented when it has none of them.
+  virtual StatusOr<std::vector<NvmlProcess>> RunningProcesses(int32_t /*index*/) {
+    return UnimplementedError("this management library has no process queries");
   }
   // The MIG devices of a GPU in MIG mode (empty when none are created).
   // kUnimplemented when the library has no MIG queries.

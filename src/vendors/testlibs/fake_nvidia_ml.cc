@@ -28,6 +28,12 @@
 // nvmlDeviceGetMemoryInfo_v2 (absent from the old-driver build) reports it
 // apart, and refuses a struct version other than nvmlMemory_v2.
 //
+// Processes: accelpool_fake_nvml_process(gpu, pid, mib, graphics) adds one
+// (mib -1: NVML_VALUE_NOT_AVAILABLE; gpu -1 clears them all), listed by
+// nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3 (24-byte entries) or,
+// in the old-driver build, only the first calls (16-byte entries); a buffer
+// too small gets NVML_ERROR_INSUFFICIENT_SIZE with the count needed.
+//
 // NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
 // through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
 // "not supported" (the GPU is not a NUMA node itself). accelpool_fake_nvml_numa
@@ -162,6 +168,49 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_used(
   if (gpu >= 0 && gpu < 64) used_mib[gpu] = static_cast<unsigned long long>(mib);  // NOLINT
 }
 
+struct FakeProcess {
+  int gpu;
+  unsigned pid;
+  int mib;
+  int graphics;
+};
+static FakeProcess processes[32];
+static int process_count = 0;
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_process(int gpu,
+                                                                                  unsigned pid,
+                                                                                  int mib,
+                                                                                  int graphics) {
+  if (gpu < 0) {
+    process_count = 0;
+  } else if (process_count < 32) {
+    processes[process_count++] = {gpu, pid, mib, graphics};
+  }
+}
+
+// Fills `infos` with GPU i's processes of one kind, as NVML does.
+template <typename Info>
+static int ListFakeProcesses(unsigned i, int graphics, unsigned* count, Info* infos) {
+  unsigned n = 0;
+  for (int k = 0; k < process_count; ++k) {
+    if (processes[k].gpu == static_cast<int>(i) && processes[k].graphics == graphics) ++n;
+  }
+  if (*count < n) {
+    *count = n;
+    return 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+  }
+  unsigned w = 0;
+  for (int k = 0; k < process_count; ++k) {
+    const FakeProcess& p = processes[k];
+    if (p.gpu != static_cast<int>(i) || p.graphics != graphics) continue;
+    std::memset(&infos[w], 0, sizeof(Info));
+    infos[w].pid = p.pid;
+    infos[w].usedGpuMemory = p.mib < 0 ? ~0ULL : static_cast<unsigned long long>(p.mib) << 20;  // NOLINT
+    ++w;
+  }
+  *count = n;
+  return 0;
+}
+
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int mode) {
   numa_mode = mode;
 }
@@ -254,6 +303,35 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void* h, nvml
   m->free = m->total - m->used;
   return kSuccess;
 }
+#ifndef ACCELPOOL_FAKE_NVML_V1_PCI
+__attribute__((visibility("default"))) int nvmlDeviceGetComputeRunningProcesses_v3(
+    void* h, unsigned* count, accelpool::vendors::nvidia::abi::nvmlProcessInfo_t* infos) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (Fails(i)) return kGpuIsLost;
+  return ListFakeProcesses(i, 0, count, infos);
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGraphicsRunningProcesses_v3(
+    void* h, unsigned* count, accelpool::vendors::nvidia::abi::nvmlProcessInfo_t* infos) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (Fails(i)) return kGpuIsLost;
+  return ListFakeProcesses(i, 1, count, infos);
+}
+#else
+__attribute__((visibility("default"))) int nvmlDeviceGetComputeRunningProcesses(
+    void* h, unsigned* count, accelpool::vendors::nvidia::abi::nvmlProcessInfo_v1_t* infos) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  return ListFakeProcesses(i, 0, count, infos);
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGraphicsRunningProcesses(
+    void* h, unsigned* count, accelpool::vendors::nvidia::abi::nvmlProcessInfo_v1_t* infos) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  return ListFakeProcesses(i, 1, count, infos);
+}
+#endif
 #ifndef ACCELPOOL_FAKE_NVML_V1_PCI
 __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo_v2(
     void* h, accelpool::vendors::nvidia::abi::nvmlMemory_v2_t* m) {

@@ -975,20 +975,38 @@ for p in vnpu-16g vnpu-core vnpu-whole vnpu-two; do
 done
 
 log "== foreign memory"
-# Something outside accelpool holds 8 GiB of GPU 0 of fm-0 (the fake backend's
-# used_mib stands for what NVML reports processes hold). The plugin publishes
-# it with the node's inventory once two readings agree, says so in a Node
-# Event and a metric, and the extender keeps whole-GPU pods off that GPU until
-# the memory is freed.
+# Something outside accelpool holds 8 GiB of GPU 0 of fm-0: a pod that asks
+# for no GPU (fm-rogue) and a host process (the fake backend's used_mib and
+# processes stand for what NVML reports; the node's /proc is a directory the
+# plugin reads through --host-proc). The plugin publishes it with the node's
+# inventory once two readings agree, says so in a Node Event naming the pod
+# and the process, and a metric, and the extender keeps whole-GPU pods off
+# that GPU until the memory is freed.
 FM=fm-0
+FM_PROC="${E2E_WORK}/nodes/${FM}/proc"
 mkdir -p "${E2E_WORK}/nodes/${FM}"
 echo "127.0.0.1:$(free_port)" > "${E2E_WORK}/nodes/${FM}/metrics-listen"
-fm_inv() { # USED_MIB of GPU 0
-  printf '{"version":1,"inventories":[{"vendor":"nvidia","count":2,"model":"L4","memory_mib":24576,"devices":[{"index":0,"used_mib":%s}]}]}\n' "$1"
+fm_inv() { # USED_MIB of GPU 0 [PROCESSES JSON]
+  printf '{"version":1,"inventories":[{"vendor":"nvidia","count":2,"model":"L4","memory_mib":24576,"devices":[{"index":0,"used_mib":%s,"processes":%s}]}]}\n' "$1" "${2:-[]}"
 }
-start_node "${FM}" "$(fm_inv 8192)"
+start_node "${FM}" "$(fm_inv 0)"
 fm_ready() { registered "${FM}" && published "${FM}" && sync_capacity "${FM}" && node_has "${FM}" "${G}" 20; }
 check "${FM} registered and published" wait_for 60 "${FM}" fm_ready
+printf '%s\n' "$(pod_yaml fm-rogue '{}' "{kubernetes.io/hostname: ${FM}}" "$(ctr main '{cpu: 100m}')")" |
+  kc create -f - >/dev/null
+check "fm-rogue (no GPU request) runs on ${FM}" wait_for 60 "fm-rogue bound" pod_bound fm-rogue
+fm_rogue_uid="$(kc -n "${NS}" get pod fm-rogue -o jsonpath='{.metadata.uid}')"
+# Its process as the host's /proc shows it (cgroup v2, systemd driver: the
+# uid with underscores), and a host service's.
+mkdir -p "${FM_PROC}/4242" "${FM_PROC}/17"
+printf 'python3\n' > "${FM_PROC}/4242/comm"
+printf '0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope\n' \
+  "${fm_rogue_uid//-/_}" "$(printf 'c%.0s' {1..64})" > "${FM_PROC}/4242/cgroup"
+printf 'Xorg\n' > "${FM_PROC}/17/comm"
+printf '0::/system.slice/display-manager.service\n' > "${FM_PROC}/17/cgroup"
+fm_file="${E2E_WORK}/nodes/${FM}/inventory.json"
+fm_inv 8492 '[{"pid":4242,"used_mib":8192},{"pid":17,"used_mib":300}]' > "${fm_file}.tmp" &&
+  mv "${fm_file}.tmp" "${fm_file}"
 foreign_is() { # INDEX MIB: the published inventory's foreign_mib of the device
   [ "$(kc get node "${FM}" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}' |
     jq -r ".inventories[0].devices[$1].foreign_mib // 0")" = "$2" ]
@@ -1000,9 +1018,15 @@ fm_event() { # REASON TEXT: an Event on the Node
   kc get events -n default --field-selector "reason=$1,involvedObject.name=${FM}" \
     -o jsonpath='{.items[*].message}' | grep -qF "$2"
 }
-check "${FM}: a Warning Event AccelpoolForeignMemory on the Node says how much, and to look with nvidia-smi" \
+check "${FM}: a Warning Event AccelpoolForeignMemory on the Node says how much" \
   wait_for 30 "foreign memory event" fm_event AccelpoolForeignMemory \
   "8 GiB of its memory is in use and no grant on this node accounts for it"
+check "${FM}: the Event names fm-rogue's process, the pod and what to do" \
+  fm_event AccelpoolForeignMemory \
+  "Held by PID 4242 (python3) of pod ${NS}/fm-rogue, which has no grant on it: 8 GiB"
+check "${FM}: ... and the host process" fm_event AccelpoolForeignMemory "PID 17 (Xorg), not in a pod: 300 MiB"
+check "${FM}: ... and what to do about a pod without a grant" fm_event AccelpoolForeignMemory \
+  "give it a device request, or delete it"
 fm_metric() { # MIB: the plugin's gauge for GPU 0
   curl -fsS --max-time 5 "http://$(cat "${E2E_WORK}/nodes/${FM}/metrics-listen")/metrics" |
     awk -v want="$1" '$1 == "accelpool_plugin_device_foreign_memory_mib{vendor=\"nvidia\",device=\"NVIDIA-fm-0-0\"}" { n = $2 } END { exit !(n == want) }'
@@ -1024,7 +1048,6 @@ check "fm-one (the whole GPU 1) is gone" wait_for 60 "fm-one gone" pod_gone fm-o
 check "fm-two (both GPUs whole) waits while GPU 0 holds foreign memory" stays_pending fm-two \
   "$(pod_yaml fm-two '{}' "{kubernetes.io/hostname: ${FM}}" "$(ctr main "{${G}: 2}")")" 10
 check "fm-two: its event gives the reason" wait_for 30 "fm-two event" pod_event "${NS}" fm-two "no grant accounts for"
-fm_file="${E2E_WORK}/nodes/${FM}/inventory.json"
 fm_inv 0 > "${fm_file}.tmp" && mv "${fm_file}.tmp" "${fm_file}"
 check "${FM}: the freed memory leaves the published inventory" wait_for 45 "foreign memory freed" foreign_is 0 0
 check "${FM}: a Normal Event AccelpoolForeignMemoryFreed says GPU 0 takes whole-device pods again" \
@@ -1039,7 +1062,7 @@ fi
 check "fm-two binds once GPU 0's memory is freed" wait_for 90 "fm-two bound" pod_bound fm-two
 check "fm-two: kubelet admission matches the assignment" admit fm-two
 release fm-two || true
-kc -n "${NS}" delete pod fm-two --grace-period=0 --force >/dev/null 2>&1 || true
+kc -n "${NS}" delete pod fm-two fm-rogue --grace-period=0 --force >/dev/null 2>&1 || true
 
 # The device plugin restarts: it registers again and reads the pending assignments back.
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
