@@ -173,8 +173,12 @@ namespace {
 
 constexpr size_t kMaxPodText = 100;
 
+// At most kMaxPodText bytes, cut before a UTF-8 continuation byte.
 std::string Shorten(const std::string& s) {
-  return s.size() <= kMaxPodText ? s : s.substr(0, kMaxPodText - 3) + "...";
+  if (s.size() <= kMaxPodText) return s;
+  size_t n = kMaxPodText - 3;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n) + "...";
 }
 
 // "PID 4242 (python3) of pod team-a/nb-0, which has no grant on it: 8 GiB".

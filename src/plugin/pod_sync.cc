@@ -287,14 +287,22 @@ void PodSync::NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone) 
   const std::string mirror = kube::StringAt(
       pod, json::json_pointer("/metadata/annotations/kubernetes.io~1config.mirror"));
   const bool ended = gone || phase == "Succeeded" || phase == "Failed";
+  if (ref.uid.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& uid : {ref.uid, mirror}) {
-    if (uid.empty()) continue;
-    if (ended) {
-      names_.erase(uid);
-    } else {
-      names_[uid] = ref.Key();
-    }
+  // The static pod's uid as last recorded goes with its mirror pod (a delete
+  // event may carry less of the object than the watch delivered before).
+  if (const auto m = mirrors_.find(ref.uid); m != mirrors_.end()) {
+    names_.erase(m->second);
+    mirrors_.erase(m);
+  }
+  if (ended) {
+    names_.erase(ref.uid);
+    return;
+  }
+  names_[ref.uid] = ref.Key();
+  if (!mirror.empty() && mirror != ref.uid) {
+    names_[mirror] = ref.Key();
+    mirrors_[ref.uid] = mirror;
   }
 }
 

@@ -155,6 +155,7 @@ class PodSync {
   // pod's own uid (its mirror's config.mirror annotation) -> its mirror's
   // name; guarded by mu_.
   std::map<std::string, std::string> names_;
+  std::map<std::string, std::string> mirrors_;  // mirror pod uid -> static pod uid; guarded by mu_
 
   // uid -> metadata.resourceVersion of the pod object whose Apply the store
   // holds now. Updated together with the store (under apply_mu_), so that a

@@ -364,7 +364,7 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
              {"before_mib", c.before_mib},
              {"used_mib", c.used_mib},
              {"granted_mib", c.granted_mib},
-             {"holders", named.dump()}});
+             {"holders", named.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}});
     if (reporter != nullptr && (c.before_mib == 0 || c.after_mib == 0)) {
       reporter->NodeEvent(node,
                           c.after_mib > 0 ? kube::EventKind::kWarning : kube::EventKind::kNormal,

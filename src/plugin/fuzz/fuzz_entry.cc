@@ -19,7 +19,9 @@
 #include "plugin/allocator.h"
 #include "plugin/assignment_store.h"
 #include "plugin/device_state.h"
+#include "plugin/foreign_memory.h"
 #include "plugin/pod_sync.h"
+#include "plugin/process_owner.h"
 #include "plugin/state_dirs.h"
 #include "vendors/fake/fake_driver.h"
 
@@ -202,6 +204,63 @@ KubeletView ViewFrom(const nlohmann::json& obj) {
   return v;
 }
 
+// An 'h' line: its processes written under the fixture's proc root, named and
+// described as the foreign memory check does for GPU-a.
+void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
+                   const PodSync& sync, const AssignmentStore& store) {
+  std::error_code ec;
+  std::filesystem::remove_all(proc, ec);
+  std::vector<vendors::ProcessMemory> listed;
+  if (const auto it = req.find("processes"); it != req.end() && it->is_array()) {
+    for (const nlohmann::json& p : *it) {
+      if (!p.is_object() || listed.size() >= 8) continue;
+      const nlohmann::json pid = p.value("pid", nlohmann::json());
+      const nlohmann::json mib = p.value("used_mib", nlohmann::json());
+      vendors::ProcessMemory m;
+      m.pid = pid.is_number_integer() ? pid.get<int64_t>() % 100000 : 1;
+      m.used_mib =
+          mib.is_number_integer() ? std::max<int64_t>(-1, mib.get<int64_t>() % 200000) : -1;
+      listed.push_back(m);
+      if (m.pid <= 0) continue;
+      const std::filesystem::path dir = proc / std::to_string(m.pid);
+      std::filesystem::create_directories(dir, ec);
+      std::ofstream(dir / "comm", std::ios::binary) << StringAt(p, "comm");
+      std::ofstream(dir / "cgroup", std::ios::binary) << StringAt(p, "cgroup");
+    }
+  }
+  ForeignChange c{.device = "GPU-a",
+                  .vendor = core::Vendor::kNvidia,
+                  .before_mib = 0,
+                  .after_mib = 8192,
+                  .used_mib = 9000,
+                  .granted_mib = 0,
+                  .shares = 0,
+                  .device_mib = 143771,
+                  .holders = {},
+                  .more_holders = 0};
+  NameHolders(
+      listed, [&](int64_t pid) { return ReadProcessOwner(proc.string(), pid); },
+      [&](const std::string& uid) { return sync.PodKeyOfUid(uid); }, store.All(), 3, &c);
+  for (const ForeignHolder& h : c.holders) {
+    for (char ch : h.command) {
+      if (ch < 0x20 || ch > 0x7e) Fail("a holder's command with a byte that is not printable");
+    }
+    if (!h.pod_uid.empty() &&
+        (h.pod_uid.size() != 36 ||
+         h.pod_uid.find_first_not_of("0123456789abcdef-") != std::string::npos)) {
+      Fail("a holder's pod uid that is not one: " + h.pod_uid);
+    }
+    if (!h.pod.empty() && h.pod_uid.empty()) Fail("a pod named for a process in no pod");
+  }
+  const std::string text = DescribeForeignChange(c);
+  if (text.size() >= 1024) Fail("a description longer than an Event note: " + text);
+  try {
+    static_cast<void>(nlohmann::json(text).dump());
+  } catch (const std::exception& e) {
+    Fail(std::string("a description that is not valid UTF-8: ") + e.what());
+  }
+}
+
 }  // namespace
 
 int FuzzNodePods(const uint8_t* data, size_t size) {
@@ -266,6 +325,9 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
       case 'v':
         if (obj.is_object()) view = ViewFrom(obj);
         break;
+      case 'h':
+        if (obj.is_object()) NameHoldersOf(obj, f.dir / "proc", sync, store);
+        break;
       default:
         break;
     }
@@ -275,6 +337,9 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
   }
   if (!store.All().empty() || store.PendingContainers() != 0) {
     Fail("the store still holds pods after every pod was deleted");
+  }
+  for (const std::string& uid : uids) {
+    if (!sync.PodKeyOfUid(uid).empty()) Fail("pod uid " + uid + " is still named once deleted");
   }
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(f.StateRoot(), ec)) {

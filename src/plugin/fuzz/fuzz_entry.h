@@ -15,6 +15,10 @@
 //   v  {"<ns>/<name>": {"<container>": [resources it holds devices of], ...}, ...}
 //      kubelet's pod-resources view from here on (before the first: the API
 //      cannot be read), asked when several pods could be calling
+//   h  {"processes": [{"pid": N, "used_mib": M, "comm": "...", "cgroup": "..."}, ...]}
+//      processes holding memory on GPU-a, as the host's /proc shows them: the
+//      foreign memory check names them (ReadProcessOwner, PodKeyOfUid,
+//      NameHolders) and describes the change
 // A line whose JSON does not parse, or an unknown op, is skipped.
 //
 // Aborts when an answer breaks the protocol: an Allocate answer for a
@@ -23,8 +27,11 @@
 // sent; a preferred set with ids kubelet did not offer, more than it asked
 // for, or without an id it must include; an Allocate answer for a pod whose
 // latest version was refused (with signatures on: unsigned, forged or
-// edited). After the events every pod seen is deleted, and it aborts
-// unless the store is empty and every state dir made for an Allocate is gone again. Returns the
+// edited); a holder whose command is not printable ASCII or whose pod uid
+// is not a lower-case uid, a description that is not valid UTF-8 or
+// longer than an Event's 1024 bytes. After the events every pod seen is
+// deleted, and it aborts unless the store is empty, no pod is named by its
+// uid any more, and every state dir made for an Allocate is gone again. Returns the
 // number of containers Allocate answered.
 //
 // Thread-safety: not thread-safe (one fixture per process, as libFuzzer runs).

@@ -25,24 +25,26 @@ StatusOr<std::vector<core::NodeInventory>> FakeDriver::Discover() {
   return invs;
 }
 
-StatusOr<std::map<std::string, int64_t>> FakeDriver::MemoryInUse() {
+StatusOr<MemoryUse> FakeDriver::ReadMemoryUse() const {
   MemoryUse use;
   StatusOr<std::vector<core::NodeInventory>> invs =
       LoadInventoryFile(options_.path, options_.node, &use);
   if (!invs.ok()) {
     return invs.status();
   }
-  return use.used;
+  return use;
+}
+
+StatusOr<std::map<std::string, int64_t>> FakeDriver::MemoryInUse() {
+  StatusOr<MemoryUse> use = ReadMemoryUse();
+  if (!use.ok()) return use.status();
+  return std::move(use->used);
 }
 
 StatusOr<std::map<std::string, std::vector<ProcessMemory>>> FakeDriver::MemoryHolders() {
-  MemoryUse use;
-  StatusOr<std::vector<core::NodeInventory>> invs =
-      LoadInventoryFile(options_.path, options_.node, &use);
-  if (!invs.ok()) {
-    return invs.status();
-  }
-  return use.processes;
+  StatusOr<MemoryUse> use = ReadMemoryUse();
+  if (!use.ok()) return use.status();
+  return std::move(use->processes);
 }
 
 void FakeDriver::Refresh(const HealthSink& sink) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "vendors/driver.h"
+#include "vendors/fake/inventory_file.h"
 
 namespace accelpool::vendors::fake {
 
@@ -47,6 +48,8 @@ class FakeDriver : public VendorDriver {
   StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
+  // The file's memory use as it is now.
+  StatusOr<MemoryUse> ReadMemoryUse() const;
   // Re-reads the file; on success emits the health differences from the last
   // good read. A file that does not parse is logged and leaves health as is.
   void Refresh(const HealthSink& sink);
