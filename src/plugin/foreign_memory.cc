@@ -205,18 +205,13 @@ std::string DescribeHolder(const ForeignHolder& h) {
 
 // What to do about the holders named, one sentence per kind found.
 std::string AdviseOnHolders(const std::vector<ForeignHolder>& holders) {
-  bool no_grant = false;
-  bool beyond = false;
-  bool left_over = false;
-  bool host = false;
-  bool unseen = false;
-  for (const ForeignHolder& h : holders) {
-    no_grant = no_grant || (h.visible && !h.pod.empty() && !h.granted);
-    beyond = beyond || (h.visible && !h.pod.empty() && h.granted);
-    left_over = left_over || (h.visible && !h.pod_uid.empty() && h.pod.empty());
-    host = host || (h.visible && h.pod_uid.empty());
-    unseen = unseen || !h.visible;
-  }
+  std::set<std::string> kinds;
+  for (const ForeignHolder& h : holders) kinds.insert(HolderKind(h));
+  const bool no_grant = kinds.contains("pod_without_grant");
+  const bool beyond = kinds.contains("pod_beyond_grant");
+  const bool left_over = kinds.contains("left_over");
+  const bool host = kinds.contains("host");
+  const bool unseen = kinds.contains("unknown");
   std::string out;
   if (no_grant) {
     out += " A pod without a grant on the device reaches it by setting the visible-devices "
@@ -236,6 +231,26 @@ std::string AdviseOnHolders(const std::vector<ForeignHolder>& holders) {
 }
 
 }  // namespace
+
+std::string HolderKind(const ForeignHolder& h) {
+  if (!h.visible) return "unknown";
+  if (h.pod_uid.empty()) return "host";
+  if (h.pod.empty()) return "left_over";
+  return h.granted ? "pod_beyond_grant" : "pod_without_grant";
+}
+
+std::string DescribeUngrantedUse(const ForeignChange& c, const ForeignHolder& h,
+                                 const std::string& node) {
+  std::ostringstream out;
+  out << "process " << h.pid << " (" << h.command << ") of this pod holds "
+      << (h.used_mib < 0 ? std::string("memory") : Gib(h.used_mib)) << " on device " << c.device
+      << " (" << core::VendorName(c.vendor) << ") of node " << node
+      << ", which the scheduler did not grant it: the device may be given whole to another pod, "
+      << "and this pod's memory on it is counted against nobody's quota. Ask for the device in "
+      << "the pod's resources (nvidia.com/gpu, or nvidia.com/gpumem and nvidia.com/gpucores "
+      << "for a share), or stop the pod from setting NVIDIA_VISIBLE_DEVICES itself";
+  return out.str();
+}
 
 std::string DescribeForeignChange(const ForeignChange& c) {
   std::ostringstream out;

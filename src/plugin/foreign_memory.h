@@ -49,6 +49,9 @@ namespace accelpool::plugin {
 // published (Warning), and freed again (Normal).
 inline constexpr const char* kForeignMemoryReason = "AccelpoolForeignMemory";
 inline constexpr const char* kForeignMemoryFreedReason = "AccelpoolForeignMemoryFreed";
+// Pod Event reason: a process of the pod holds memory on a device the pod
+// was not granted (Warning).
+inline constexpr const char* kUngrantedDeviceMemoryReason = "AccelpoolUngrantedDeviceMemory";
 
 struct ForeignMemoryOptions {
   int64_t min_mib = 2048;       // smaller foreign figures are not reported; > 0
@@ -137,6 +140,16 @@ void NameHolders(const std::vector<vendors::ProcessMemory>& processes,
                  const std::function<ProcessOwner(int64_t pid)>& owner_of,
                  const std::function<std::string(const std::string& uid)>& pod_of,
                  const std::vector<PodAssignment>& assignments, size_t limit, ForeignChange* c);
+
+// What kind of holder it is: "pod_without_grant", "pod_beyond_grant",
+// "left_over" (its pod ended or left the node), "host" (in no pod) or
+// "unknown" (not found under --host-proc).
+std::string HolderKind(const ForeignHolder& h);
+
+// The Warning Event text for a pod that holds memory on a device of this
+// node without a grant on it (a holder of kind pod_without_grant).
+std::string DescribeUngrantedUse(const ForeignChange& c, const ForeignHolder& h,
+                                 const std::string& node);
 
 // The Node Event text for a change: how much, what holds it (when the
 // holders are named), what the scheduler now does about it, and what to do.

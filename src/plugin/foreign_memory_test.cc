@@ -240,6 +240,18 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   }
   EXPECT_EQ(text.find("outlived its pod"), std::string::npos) << text;
+  EXPECT_EQ(HolderKind(c.holders[0]), "pod_without_grant");
+  EXPECT_EQ(HolderKind(c.holders[1]), "pod_beyond_grant");
+  EXPECT_EQ(HolderKind(c.holders[2]), "unknown");
+  // The pod without a grant is told, in an Event of its own, what it holds
+  // where and what to change.
+  const std::string told = DescribeUngrantedUse(c, c.holders[0], "gpu-node-7");
+  for (const char* want :
+       {"process 4242 (python3) of this pod holds 18000 MiB on device GPU-0 (nvidia) of node "
+        "gpu-node-7, which the scheduler did not grant it",
+        "Ask for the device in the pod's resources", "NVIDIA_VISIBLE_DEVICES"}) {
+    EXPECT_NE(told.find(want), std::string::npos) << want << "\n" << told;
+  }
 
   NameHolders(listed, owner_of, pod_of, pods, 10, &c);
   EXPECT_EQ(c.holders.size(), 5u);
@@ -252,6 +264,8 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
         "A process outlived its pod", "A host process"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   }
+  EXPECT_EQ(HolderKind(c.holders[3]), "host");
+  EXPECT_EQ(HolderKind(c.holders[4]), "left_over");
 
   // The longest names Kubernetes allows, three holders of every kind: the
   // text still fits an Event note.

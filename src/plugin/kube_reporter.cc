@@ -181,6 +181,18 @@ void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& r
   });
 }
 
+void KubeReporter::PodEvent(const PodRef& pod, kube::EventKind kind, const std::string& reason,
+                            const std::string& message, const std::string& action) {
+  Post("", "pod event", pod, [this, pod, kind, reason, message, action] {
+    kube::ObjectRef ref;
+    ref.kind = "Pod";
+    ref.ns = pod.ns;
+    ref.name = pod.name;
+    ref.uid = pod.uid;
+    return kube::CreateEvent(*client_, ref, kind, reason, message, kReporterName, action);
+  });
+}
+
 void KubeReporter::NodeEvent(const std::string& node, kube::EventKind kind,
                              const std::string& reason, const std::string& message,
                              const std::string& action) {

@@ -63,6 +63,11 @@ class KubeReporter : public PodReporter {
   void NodeEvent(const std::string& node, kube::EventKind kind, const std::string& reason,
                  const std::string& message, const std::string& action = "DeviceCheck");
 
+  // Queues an Event about pod `pod` (kUngrantedDeviceMemoryReason: a
+  // process of the pod holds memory on a device it was not granted).
+  void PodEvent(const PodRef& pod, kube::EventKind kind, const std::string& reason,
+                const std::string& message, const std::string& action);
+
   // PodReporter:
   void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override;
   void Failed(const std::optional<PodRef>& pod, const std::string& resource,

@@ -69,6 +69,13 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                         {"vendor", "device"}),
            &m->foreign_));
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_foreign_memory_holders_total",
+                          "Processes named as holding a device's foreign memory when its figure "
+                          "rose, by kind (pod_without_grant, pod_beyond_grant, left_over, host, "
+                          "unknown).",
+                          {"kind"}),
+           &m->holders_));
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddCounter("accelpool_plugin_assignments_refused_total",
                           "Pod versions whose accelpool assignment was refused, by reason "
                           "(signature, unknown_key, other_node, malformed).",
@@ -167,6 +174,10 @@ void PluginMetrics::SetMemoryInUse(const std::string& vendor, const std::string&
   std::lock_guard<std::mutex> lock(device_mu_);
   in_use_->WithLabels({vendor, device}).Set(used_mib);
   foreign_->WithLabels({vendor, device}).Set(foreign_mib);
+}
+
+void PluginMetrics::ForeignHolderNamed(const std::string& kind) {
+  holders_->WithLabels({kind}).Inc();
 }
 
 void PluginMetrics::RetainDevices(const std::set<std::string>& live) {

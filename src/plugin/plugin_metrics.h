@@ -22,6 +22,10 @@
 //   accelpool_plugin_device_foreign_memory_mib{vendor,device} of it, what no grant accounts
 //       for, as published on the Node (0 below --foreign-memory-min-mib): the scheduler
 //       keeps whole-device pods off the device and fits shares beside it
+//   accelpool_plugin_foreign_memory_holders_total{kind}    processes named as holding a
+//       device's foreign memory when its figure rose, by kind: pod_without_grant (a pod
+//       reaching a device it was not granted), pod_beyond_grant, left_over (its pod ended
+//       or left), host (in no pod), unknown (not found under --host-proc)
 //   accelpool_plugin_container_memory_used_mib{namespace,pod,container,device}
 //       memory a fractional NVIDIA container's processes hold on the device, as
 //       libaccelpool-cuda counts it (read from the container's accounting region)
@@ -74,6 +78,8 @@ class PluginMetrics {
   // Memory in use on one device, and the foreign part of it as published.
   void SetMemoryInUse(const std::string& vendor, const std::string& device, double used_mib,
                       double foreign_mib);
+  // One process named as holding foreign memory (`kind`: see the series above).
+  void ForeignHolderNamed(const std::string& kind);
   void Registered(const std::string& resource);
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
@@ -112,6 +118,7 @@ class PluginMetrics {
   GaugeFamily* capacity_ = nullptr;
   GaugeFamily* in_use_ = nullptr;
   GaugeFamily* foreign_ = nullptr;
+  CounterFamily* holders_ = nullptr;
   CounterFamily* refused_ = nullptr;
   CounterFamily* key_reload_errors_ = nullptr;
   GaugeFamily* container_used_ = nullptr;

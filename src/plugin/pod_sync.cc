@@ -277,9 +277,14 @@ void PodSync::Apply(const nlohmann::json& pod) {
 }
 
 std::string PodSync::PodKeyOfUid(const std::string& uid) const {
+  const std::optional<PodRef> ref = PodOfUid(uid);
+  return ref.has_value() ? ref->Key() : std::string();
+}
+
+std::optional<PodRef> PodSync::PodOfUid(const std::string& uid) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = names_.find(uid);
-  return it == names_.end() ? std::string() : it->second;
+  return it == names_.end() ? std::nullopt : std::optional<PodRef>(it->second);
 }
 
 void PodSync::NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone) {
@@ -299,9 +304,9 @@ void PodSync::NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone) 
     names_.erase(ref.uid);
     return;
   }
-  names_[ref.uid] = ref.Key();
+  names_[ref.uid] = ref;
   if (!mirror.empty() && mirror != ref.uid) {
-    names_[mirror] = ref.Key();
+    names_[mirror] = ref;
     mirrors_[ref.uid] = mirror;
   }
 }

@@ -121,6 +121,9 @@ class PodSync {
   // (a static pod's cgroup names its own uid, found through its mirror
   // pod); "" when none is known. For naming the holders of foreign memory.
   std::string PodKeyOfUid(const std::string& uid) const;
+  // The same pod (its own uid, the mirror's for a static pod); nullopt when
+  // none is known.
+  std::optional<PodRef> PodOfUid(const std::string& uid) const;
 
   // Applies one pod object (add or update); public for tests.
   void Apply(const nlohmann::json& pod);
@@ -154,7 +157,7 @@ class PodSync {
   // uid -> "<ns>/<name>" of the node's pods that have not ended, and a static
   // pod's own uid (its mirror's config.mirror annotation) -> its mirror's
   // name; guarded by mu_.
-  std::map<std::string, std::string> names_;
+  std::map<std::string, PodRef> names_;
   std::map<std::string, std::string> mirrors_;  // mirror pod uid -> static pod uid; guarded by mu_
 
   // uid -> metadata.resourceVersion of the pod object whose Apply the store

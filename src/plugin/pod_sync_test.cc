@@ -14,6 +14,7 @@
 #include "core/profiles.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
+#include "plugin/foreign_memory.h"
 #include "plugin/health_events.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/node_publisher.h"
@@ -322,6 +323,9 @@ TEST(PodSyncNamesTest, ThePodsOfTheNodeAreNamedByUidUntilTheyEnd) {
   EXPECT_EQ(sync.PodKeyOfUid("uid-notebook"), "default/notebook");
   EXPECT_EQ(sync.PodKeyOfUid("static-uid"), "default/etcd-node-a");
   EXPECT_EQ(sync.PodKeyOfUid("uid-etcd-node-a"), "default/etcd-node-a");
+  ASSERT_TRUE(sync.PodOfUid("static-uid").has_value());
+  EXPECT_EQ(sync.PodOfUid("static-uid")->uid, "uid-etcd-node-a");  // the mirror's, for Events
+  EXPECT_FALSE(sync.PodOfUid("uid-other").has_value());
   EXPECT_EQ(sync.PodKeyOfUid("uid-broken"), "default/broken");
   EXPECT_EQ(sync.PodKeyOfUid("uid-other"), "");
   EXPECT_EQ(sync.PodKeyOfUid(""), "");
@@ -819,6 +823,27 @@ TEST_F(KubeSideTest, ReporterWritesANodeEvent) {
   EXPECT_EQ(health["reason"], kDeviceUnhealthyReason);
   EXPECT_EQ(health["action"], "Health");
   EXPECT_EQ(health["note"], n.Message());
+}
+
+// A pod that holds memory on a device it was not granted gets a Warning
+// Event of its own, in its namespace, so `kubectl describe pod` shows it.
+TEST_F(KubeSideTest, ReporterWritesAPodEvent) {
+  KubeReporter reporter(client_.get(), Logger());
+  reporter.PodEvent(PodRef{"team-a", "notebook-0", "uid-nb", ""}, kube::EventKind::kWarning,
+                    kUngrantedDeviceMemoryReason, "process 4242 (python3) of this pod holds 8 GiB",
+                    "ForeignMemory");
+  reporter.Flush();
+  auto events = client_->List(kube::Events(), "team-a", {});
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  ASSERT_EQ(events->items.size(), 1u);
+  const json& ev = events->items[0];
+  EXPECT_EQ(ev["reason"], kUngrantedDeviceMemoryReason);
+  EXPECT_EQ(ev["type"], "Warning");
+  EXPECT_EQ(ev["regarding"]["kind"], "Pod");
+  EXPECT_EQ(ev["regarding"]["namespace"], "team-a");
+  EXPECT_EQ(ev["regarding"]["name"], "notebook-0");
+  EXPECT_EQ(ev["regarding"]["uid"], "uid-nb");
+  EXPECT_EQ(ev["action"], "ForeignMemory");
 }
 
 TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {

@@ -343,12 +343,27 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
   };
   constexpr size_t kHoldersNamed = 3;
   for (ForeignChange& c : changes) {
+    // Every holder for the log line, the metric and the pods' Events; the
+    // largest for the Node's.
+    std::vector<ForeignHolder> all;
     if (const auto it = holders.find(c.device); c.after_mib > c.before_mib && it != holders.end()) {
+      NameHolders(it->second, owner_of, pod_of, assignments, it->second.size(), &c);
+      all = c.holders;
       NameHolders(it->second, owner_of, pod_of, assignments, kHoldersNamed, &c);
+    }
+    for (const ForeignHolder& h : all) {
+      if (metrics != nullptr) metrics->ForeignHolderNamed(HolderKind(h));
+      if (reporter == nullptr || naming.pods == nullptr || HolderKind(h) != "pod_without_grant") {
+        continue;
+      }
+      if (const std::optional<PodRef> pod = naming.pods->PodOfUid(h.pod_uid); pod.has_value()) {
+        reporter->PodEvent(*pod, kube::EventKind::kWarning, kUngrantedDeviceMemoryReason,
+                           DescribeUngrantedUse(c, h, node), "ForeignMemory");
+      }
     }
     const std::string text = DescribeForeignChange(c);
     nlohmann::json named = nlohmann::json::array();
-    for (const ForeignHolder& h : c.holders) {
+    for (const ForeignHolder& h : all) {
       named.push_back({{"pid", h.pid},
                        {"used_mib", h.used_mib},
                        {"command", h.command},

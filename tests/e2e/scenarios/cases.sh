@@ -1032,6 +1032,17 @@ fm_metric() { # MIB: the plugin's gauge for GPU 0
     awk -v want="$1" '$1 == "accelpool_plugin_device_foreign_memory_mib{vendor=\"nvidia\",device=\"NVIDIA-fm-0-0\"}" { n = $2 } END { exit !(n == want) }'
 }
 check "${FM}: accelpool_plugin_device_foreign_memory_mib shows it" wait_for 20 "foreign memory metric" fm_metric 8192
+check "fm-rogue: a Warning Event AccelpoolUngrantedDeviceMemory on the pod says what it holds and what to change" \
+  wait_for 20 "fm-rogue event" pod_event "${NS}" fm-rogue \
+  "process 4242 (python3) of this pod holds 8 GiB on device NVIDIA-fm-0-0 (nvidia) of node ${FM}, which the scheduler did not grant it"
+fm_holders() { # KIND COUNT: the plugin's counter of holders named
+  curl -fsS --max-time 5 "http://$(cat "${E2E_WORK}/nodes/${FM}/metrics-listen")/metrics" |
+    awk -v want="$2" -v series="accelpool_plugin_foreign_memory_holders_total{kind=\"$1\"}" \
+      '$1 == series { n = $2 } END { exit !(n == want) }'
+}
+fm_holders_counted() { fm_holders pod_without_grant 1 && fm_holders host 1; }
+check "${FM}: accelpool_plugin_foreign_memory_holders_total counts the pod without a grant and the host process" \
+  fm_holders_counted
 # A restart (a rolling upgrade) keeps what the previous run published until
 # the new run has read the devices twice: the Node is not rewritten at all.
 fm_generation() { kc get node "${FM}" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}' | jq -r .generation; }
