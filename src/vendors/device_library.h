@@ -58,6 +58,12 @@ class DeviceLibrary {
   virtual StatusOr<LinkKind> Link(int32_t a, int32_t b) = 0;
   // False when the device reports a fault; an error means "does not answer".
   virtual StatusOr<bool> Healthy(int32_t index) = 0;
+  // The device memory in use now, MiB, as the library reports it (whatever
+  // the driver itself holds included, when the library does not report it
+  // apart). kUnimplemented when the library has no such query.
+  virtual StatusOr<int64_t> MemoryUsedMib(int32_t /*index*/) {
+    return UnimplementedError(std::string(LibraryName()) + " has no memory usage query");
+  }
 };
 using DeviceLibraryPtr = std::unique_ptr<DeviceLibrary>;
 

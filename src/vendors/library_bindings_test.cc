@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 
 #include "vendors/cambricon/cndev_library.h"
 #include "vendors/hygon/rocm_smi_library.h"
@@ -281,6 +282,40 @@ TEST(LibraryBindingsTest, HealthIsPolledBothWays) {
     EXPECT_FALSE(events[0].reason.empty());
     EXPECT_EQ(events[1].device_id, faulty);
     EXPECT_TRUE(events[1].healthy);
+  }
+}
+
+// Memory in use per device (the foreign memory check's input), as each
+// library reports it: the fakes' idle figures (what their drivers hold by
+// themselves), a figure set on device 3, and a device whose query fails left
+// out while the others answer. Before discovery: an error, not zeros.
+TEST(LibraryBindingsTest, MemoryInUseIsTheLibrarysFigurePerDevice) {
+  const std::map<std::string, int64_t> idle = {
+      {"XPU ML", 512}, {"MX-SML", 880}, {"MTML", 1}, {"CNDev", 311}, {"ROCm SMI", 150}};
+  for (const Binding& b : Bindings()) {
+    SCOPED_TRACE(b.name);
+    FakeHandle fake(b.fake_path);
+    ASSERT_TRUE(fake.ok());
+    fake.Configure(8, -1, -1, 0);
+    auto set_used = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_used"));
+    ASSERT_NE(set_used, nullptr);
+    auto driver = Driver(b, "/nonexistent");
+    ASSERT_TRUE(driver.ok());
+    EXPECT_EQ((*driver)->MemoryInUse().status().code(), StatusCode::kFailedPrecondition);
+    auto invs = (*driver)->Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    set_used(3, 20480);
+    auto used = (*driver)->MemoryInUse();
+    set_used(3, -1);
+    ASSERT_TRUE(used.ok()) << used.status().ToString();
+    ASSERT_EQ(used->size(), 8u);
+    EXPECT_EQ(used->at(invs->front().devices[3].id), 20480);
+    EXPECT_EQ(used->at(invs->front().devices[0].id), idle.at(b.name));
+    fake.Configure(8, 5, -1, 0);
+    used = (*driver)->MemoryInUse();
+    ASSERT_TRUE(used.ok()) << used.status().ToString();
+    EXPECT_EQ(used->count(invs->front().devices[5].id), 0u);
+    EXPECT_EQ(used->size(), 7u);
   }
 }
 

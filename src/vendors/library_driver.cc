@@ -157,6 +157,31 @@ Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) 
   return Status::Ok();
 }
 
+StatusOr<std::map<std::string, int64_t>> LibraryDriver::MemoryInUse() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!initialized_) {
+      return FailedPreconditionError(std::string(Name()) + ": memory usage read before discovery");
+    }
+    ids = ids_;
+  }
+  std::map<std::string, int64_t> out;
+  Status last = Status::Ok();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    StatusOr<int64_t> used = library_->MemoryUsedMib(static_cast<int32_t>(i));
+    if (used.ok()) {
+      out[ids[i]] = std::max<int64_t>(0, *used);
+    } else if (used.status().code() == StatusCode::kUnimplemented) {
+      return used.status();
+    } else {
+      last = used.status();
+    }
+  }
+  if (out.empty() && !last.ok()) return last;
+  return out;
+}
+
 StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(
     const std::vector<GrantedDevice>& grants) const {
   std::map<std::string, int32_t> minors;

@@ -55,6 +55,8 @@ class LibraryDriver : public VendorDriver {
   Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
   StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const override;
+  // The library's memory in use of every discovered device that answers.
+  StatusOr<std::map<std::string, int64_t>> MemoryInUse() override;
 
  private:
   const DeviceLibraryPtr library_;

@@ -189,6 +189,16 @@ host_proc() { # nameHolders (default): every plugin reads the host's /proc, read
     ! grep -q -- 'host-proc' <<<"${out}" && ! grep -q -- 'path: /proc' <<<"${out}"
 }
 check "devicePlugin.foreignMemory.nameHolders mounts the host's /proc read-only in every plugin (off: none)" host_proc
+foreign_vendors() { # NVIDIA measured by default; a list reaches every plugin; a vendor without the query fails
+  local out plugins
+  plugins="$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")"
+  [ "$(grep -c -- '- --foreign-memory-vendors=nvidia$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
+    out="$(render --set 'devicePlugin.foreignMemory.vendors={nvidia,hygon,metax}')" &&
+    grep -q -- '- --foreign-memory-vendors=nvidia,hygon,metax$' <<<"${out}" &&
+    ! out="$(render --set 'devicePlugin.foreignMemory.vendors={ascend}' 2>&1)" &&
+    grep -q 'devicePlugin.foreignMemory.vendors: "ascend" is not a backend that measures memory in use' <<<"${out}"
+}
+check "devicePlugin.foreignMemory.vendors reaches every plugin (nvidia by default; ascend fails)" foreign_vendors
 install_cuda_library() { # the NVIDIA plugin's init container installs the library the Dockerfile ships
   local out ds
   ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ids-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ids-*.yaml)"

@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -76,6 +77,11 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --foreign-memory-every=DUR
                             read the devices' memory in use this often (default 30s, at
                             least 5s); a change is published when two readings agree
+  --foreign-memory-vendors=LIST
+                            the backends whose devices' memory in use is measured, comma
+                            separated (default nvidia; the fake backend always is): check
+                            --print-memory-use on an idle node of another vendor before
+                            adding it, since what its driver holds by itself counts as used
   --host-proc=DIR           the host's /proc (the chart mounts it read-only at /host/proc):
                             the Event for foreign memory then names each process holding
                             it, with its command and pod (default: none; PIDs only)
@@ -125,6 +131,8 @@ struct Flags {
   std::string foreign_share_mib = "512";
   std::string foreign_every = "30s";
   std::string host_proc;
+  std::string foreign_vendors = "nvidia";
+  std::set<std::string> foreign_vendor_set;
   int64_t foreign_min = 2048;
   int64_t foreign_share = 512;
   std::chrono::seconds foreign_period{30};
@@ -171,7 +179,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"foreign-memory-min-mib", &f.foreign_min_mib},
                                                  {"foreign-memory-share-mib", &f.foreign_share_mib},
                                                  {"foreign-memory-every", &f.foreign_every},
-                                                 {"host-proc", &f.host_proc}};
+                                                 {"host-proc", &f.host_proc},
+                                                 {"foreign-memory-vendors", &f.foreign_vendors}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"print-memory-use", &f.print_memory_use},
@@ -235,6 +244,21 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return InvalidArgumentError("--foreign-memory-every must be at least 5s (the plugin's tick)");
   }
   f.foreign_period = *foreign_every;
+  for (size_t at = 0; at <= f.foreign_vendors.size();) {
+    const size_t comma = std::min(f.foreign_vendors.find(',', at), f.foreign_vendors.size());
+    const std::string name = f.foreign_vendors.substr(at, comma - at);
+    at = comma + 1;
+    if (name.empty()) continue;
+    const std::optional<core::Vendor> v = core::ParseVendor(name);
+    if (!v.has_value() || *v == core::Vendor::kIluvatar || *v == core::Vendor::kEnflame ||
+        *v == core::Vendor::kAscend) {
+      return InvalidArgumentError(
+          "--foreign-memory-vendors: \"" + name +
+          "\" is not a backend that measures memory in use; name some of nvidia, hygon, "
+          "kunlunxin, metax, mthreads, cambricon, thead");
+    }
+    f.foreign_vendor_set.insert(name);
+  }
   if (!f.host_proc.empty() && f.host_proc.front() != '/') {
     return InvalidArgumentError("--host-proc must be an absolute path (the host's /proc as "
                                 "mounted in this container, e.g. /host/proc), not \"" +
@@ -290,10 +314,11 @@ std::map<std::string, std::vector<vendors::ProcessMemory>> MemoryHolders(
   return out;
 }
 
-// How the foreign memory check names what holds memory.
+// What the foreign memory check measures, and how it names what holds memory.
 struct HolderNaming {
   std::string host_proc;  // --host-proc; "" reads no process
   const PodSync* pods = nullptr;
+  std::set<std::string> vendors;  // --foreign-memory-vendors (the fake backend always)
 };
 
 // One round of the foreign memory check (plugin/foreign_memory.h): every
@@ -312,7 +337,13 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
   for (vendors::VendorDriver* d : drivers) {
     if (d == nullptr) continue;
     const std::string name(d->Name());
-    StatusOr<std::map<std::string, int64_t>> in_use = d->MemoryInUse();
+    StatusOr<std::map<std::string, int64_t>> in_use =
+        name == "fake" || naming.vendors.contains(name)
+            ? d->MemoryInUse()
+            : StatusOr<std::map<std::string, int64_t>>(UnimplementedError(
+                  name + " is not in --foreign-memory-vendors (chart: "
+                         "devicePlugin.foreignMemory.vendors); its library's figure can be "
+                         "checked on an idle node with --print-memory-use before adding it"));
     std::string now = in_use.ok() ? "" : in_use.status().ToString();
     if (now != (*said)[name]) {
       if (in_use.ok()) {
@@ -698,7 +729,7 @@ int Run(const Flags& flags) {
                          .per_share_mib = flags.foreign_share,
                          .confirm = 2});
   std::map<std::string, std::string> foreign_said;
-  const HolderNaming naming{flags.host_proc, pod_sync};
+  const HolderNaming naming{flags.host_proc, pod_sync, flags.foreign_vendor_set};
   // What a previous run published stays until this run has read the devices
   // twice: a restart (a rolling upgrade) must not hand a busy GPU out whole.
   if (publisher != nullptr && foreign_on) {

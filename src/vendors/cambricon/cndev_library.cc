@@ -4,7 +4,8 @@
 // in every published version, are read:
 //   cndevInit(int reserved)
 //   cndevGetDeviceCount(cndevCardInfo_t*)              {version; unsigned number}
-//   cndevGetMemoryUsage(cndevMemoryInfo_t*, int dev)   {version; int64 physicalMemoryTotal MB; ...}
+//   cndevGetMemoryUsage(cndevMemoryInfo_t*, int dev)   {version; int64 physicalMemoryTotal MB;
+//                                                       int64 physicalMemoryUsed MB; ...}
 //   cndevGetPCIeInfo(cndevPCIeInfo_t*, int dev)        {version; subsystemId; deviceId;
 //                                                       u16 vendor; u16 subsystemVendor;
 //                                                       domain; bus; device; function; ...}
@@ -36,6 +37,7 @@ struct CardInfo {
 struct MemoryInfo {
   int version;
   int64_t physical_total_mb;
+  int64_t physical_used_mb;
 };
 struct PcieInfo {
   int version;
@@ -161,6 +163,20 @@ class Cndev : public BoundLibrary {
     Padded<HealthState> h = Versioned<HealthState>();
     ACCELPOOL_RETURN_IF_ERROR(Check(health_(&h.value, *dev), "cndevGetCardHealthState"));
     return h.value.health != 0;
+  }
+
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<int> dev = HandleOf(index);
+    if (!dev.ok()) {
+      return dev.status();
+    }
+    Padded<MemoryInfo> mem = Versioned<MemoryInfo>();
+    ACCELPOOL_RETURN_IF_ERROR(Check(memory_(&mem.value, *dev), "cndevGetMemoryUsage"));
+    if (mem.value.physical_used_mb < 0) {
+      return Broken("cndevGetMemoryUsage reported negative memory in use");
+    }
+    return mem.value.physical_used_mb;
   }
 
  private:

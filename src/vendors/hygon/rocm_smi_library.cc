@@ -9,7 +9,8 @@
 // rsmi_dev_unique_id_get(uint32_t dv, uint64_t* id),
 // rsmi_topo_get_numa_node_number(uint32_t dv, uint32_t* node) (else sysfs),
 // rsmi_dev_drm_render_minor_get(uint32_t dv, uint32_t* minor),
-// rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type)
+// rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type),
+// rsmi_dev_memory_usage_get(uint32_t dv, rsmi_memory_type_t type, uint64_t* bytes)  VRAM = 0
 // (1 PCIe, 2 XGMI).
 #include "vendors/hygon/rocm_smi_library.h"
 
@@ -51,6 +52,7 @@ class RocmSmi : public BoundLibrary {
     render_ = lib_->OptionalSymbol<Ret(uint32_t, uint32_t*)>("rsmi_dev_drm_render_minor_get");
     link_ =
         lib_->OptionalSymbol<Ret(uint32_t, uint32_t, uint64_t*, int*)>("rsmi_topo_get_link_type");
+    usage_ = lib_->OptionalSymbol<Ret(uint32_t, int, uint64_t*)>("rsmi_dev_memory_usage_get");
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(0), "rsmi_init"));
     ready_ = true;
     return Status::Ok();
@@ -132,6 +134,18 @@ class RocmSmi : public BoundLibrary {
     return true;
   }
 
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    if (usage_ == nullptr) {
+      return UnimplementedError("rsmi_dev_memory_usage_get is not exported");
+    }
+    uint64_t bytes = 0;
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check(usage_(static_cast<uint32_t>(index), kVram, &bytes), "rsmi_dev_memory_usage_get"));
+    return static_cast<int64_t>(bytes >> 20);
+  }
+
  private:
   Ret (*init_)(uint64_t) = nullptr;
   Ret (*count_)(uint32_t*) = nullptr;
@@ -143,6 +157,7 @@ class RocmSmi : public BoundLibrary {
   Ret (*numa_)(uint32_t, uint32_t*) = nullptr;
   Ret (*render_)(uint32_t, uint32_t*) = nullptr;
   Ret (*link_)(uint32_t, uint32_t, uint64_t*, int*) = nullptr;
+  Ret (*usage_)(uint32_t, int, uint64_t*) = nullptr;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 //   xpumlDeviceGetHandleByIndex(unsigned index, xpumlDevice_t* device)
 //   xpumlDeviceGetName(xpumlDevice_t, char* name, unsigned length)
 //   xpumlDeviceGetMemoryInfo(xpumlDevice_t, xpumlMemory_t*)   totalGlobalMemory in bytes
+//                                                             (usedGlobalMemory: in use)
 //   xpumlDeviceGetPciInfo(xpumlDevice_t, xpumlPciInfo_t*)     busId "%08X:%02X:%02X.%X"
 //   xpumlDeviceGetState(xpumlDevice_t, int* state)            0 unused, 201 running,
 //                                                             205 in reset, 207 error,
@@ -120,6 +121,17 @@ class Xpuml : public BoundLibrary {
     int state = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check(state_(*h, &state), "xpumlDeviceGetState"));
     return !Faulted(state);
+  }
+
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<Handle> h = HandleOf(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    Padded<MemoryInfo> mem;
+    ACCELPOOL_RETURN_IF_ERROR(Check(memory_(*h, &mem.value), "xpumlDeviceGetMemoryInfo"));
+    return static_cast<int64_t>(mem.value.used_global >> 20);
   }
 
  private:

@@ -5,7 +5,8 @@
 //   mxSmlGetDeviceInfo(unsigned, mxSmlDeviceInfo_t*) deviceId, type, bdfId[32], gpuId,
 //                                                    nodeId, uuid[96], brand, mode,
 //                                                    deviceName[32]
-//   mxSmlGetMemoryInfo(unsigned, mxSmlMemoryInfo_t*) six longs in KB; vramTotal third
+//   mxSmlGetMemoryInfo(unsigned, mxSmlMemoryInfo_t*) six longs in KB; vramTotal third,
+//                                                    vramUse (in use) fourth
 // Optional:
 //   mxSmlGetDeviceTopology(unsigned, unsigned, int* level): 0 internal, 1 single
 //     switch, 2 multiple switches, 3 host bridge, 4 NUMA node, 5 MetaXLink, 6 system
@@ -136,6 +137,18 @@ class Mxsml : public BoundLibrary {
     ACCELPOOL_RETURN_IF_ERROR(
         Check(memory_(static_cast<unsigned>(index), &mem.value), "mxSmlGetMemoryInfo"));
     return true;
+  }
+
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ACCELPOOL_RETURN_IF_ERROR(Ready());
+    Padded<MemoryInfo> mem;
+    ACCELPOOL_RETURN_IF_ERROR(
+        Check(memory_(static_cast<unsigned>(index), &mem.value), "mxSmlGetMemoryInfo"));
+    if (mem.value.vram_use < 0) {
+      return Broken("mxSmlGetMemoryInfo reported negative VRAM in use");
+    }
+    return static_cast<int64_t>(mem.value.vram_use / 1024);
   }
 
  private:

@@ -184,6 +184,21 @@ class Mtml : public BoundLibrary {
     return true;
   }
 
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<Dev> dev = DeviceAt(index);
+    if (!dev.ok()) {
+      return dev.status();
+    }
+    StatusOr<Mem> mem = MemoryOf(*dev);
+    if (!mem.ok()) {
+      return mem.status();
+    }
+    unsigned long long used = 0;  // NOLINT(runtime/int)
+    ACCELPOOL_RETURN_IF_ERROR(Check(used_(*mem, &used), "mtmlMemoryGetUsed"));
+    return static_cast<int64_t>(used >> 20);
+  }
+
  private:
   StatusOr<Dev> DeviceAt(int32_t index) {
     ACCELPOOL_RETURN_IF_ERROR(Ready());

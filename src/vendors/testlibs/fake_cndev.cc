@@ -10,6 +10,7 @@
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
 using accelpool_fake::State;
+using accelpool_fake::UsedOr;
 
 namespace {
 constexpr int kInvalidDeviceId = 6;
@@ -56,7 +57,7 @@ __attribute__((visibility("default"))) int cndevGetMemoryUsage(int* mem, int han
   if (Fails(i)) return 7;  // CNDEV_ERROR_UNKNOWN
   int64_t* fields = reinterpret_cast<int64_t*>(mem + 2);
   fields[0] = 24576;  // physical total, MB
-  fields[1] = 311;
+  fields[1] = UsedOr(i, 311);  // physical used, MB
   return 0;
 }
 __attribute__((visibility("default"))) int cndevGetPCIeInfo(int* pci, int handle) {

@@ -5,6 +5,7 @@
 #ifndef ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_
 #define ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +32,21 @@ inline Control& State() {
 }
 
 inline bool Fails(unsigned i) { return static_cast<int>(i) == State().fail_device; }
+
+// Memory processes hold on each device, MiB, as accelpool_fake_used set it;
+// -1 (the start): the fake's own idle figure.
+inline std::array<long long, 64>& UsedTable() {  // NOLINT(runtime/int)
+  static std::array<long long, 64> t = [] {      // NOLINT(runtime/int)
+    std::array<long long, 64> a{};               // NOLINT(runtime/int)
+    a.fill(-1);
+    return a;
+  }();
+  return t;
+}
+// The figure device i reports: the one set, else `idle`.
+inline long long UsedOr(unsigned i, long long idle) {  // NOLINT(runtime/int)
+  return i < 64 && UsedTable()[i] >= 0 ? UsedTable()[i] : idle;
+}
 inline bool Valid(unsigned i) { return static_cast<int>(i) < State().count; }
 
 inline void CopyString(char* dst, unsigned size, const char* src) {
@@ -43,10 +59,13 @@ inline void CopyString(char* dst, unsigned size, const char* src) {
 
 }  // namespace accelpool_fake
 
-#define ACCELPOOL_FAKE_CONTROL_EXPORT                                              \
-  extern "C" __attribute__((visibility("default"))) void accelpool_fake_configure( \
-      int count, int fail_device, int fault_device, int init_error) {              \
-    accelpool_fake::State() = {count, fail_device, fault_device, init_error};      \
+#define ACCELPOOL_FAKE_CONTROL_EXPORT                                                            \
+  extern "C" __attribute__((visibility("default"))) void accelpool_fake_configure(               \
+      int count, int fail_device, int fault_device, int init_error) {                            \
+    accelpool_fake::State() = {count, fail_device, fault_device, init_error};                    \
+  }                                                                                              \
+  extern "C" __attribute__((visibility("default"))) void accelpool_fake_used(int dev, int mib) { \
+    if (dev >= 0 && dev < 64) accelpool_fake::UsedTable()[dev] = mib;                            \
   }
 
 #endif  // ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_

@@ -9,6 +9,7 @@
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
 using accelpool_fake::State;
+using accelpool_fake::UsedOr;
 using accelpool_fake::Valid;
 
 namespace {
@@ -77,7 +78,7 @@ __attribute__((visibility("default"))) int mtmlMemoryGetTotal(const void*,
 __attribute__((visibility("default"))) int mtmlMemoryGetUsed(const void* mem,
                                                              unsigned long long* used) {
   if (static_cast<int>(MemIndex(mem)) == State().fault_device) return kDriverFailure;
-  *used = 1ull << 20;
+  *used = static_cast<unsigned long long>(UsedOr(MemIndex(mem), 1)) << 20;
   return 0;
 }
 __attribute__((visibility("default"))) int mtmlDeviceCountGpuCores(const void*, unsigned* n) {

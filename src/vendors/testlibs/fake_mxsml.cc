@@ -8,6 +8,7 @@
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
 using accelpool_fake::State;
+using accelpool_fake::UsedOr;
 using accelpool_fake::Valid;
 
 namespace {
@@ -41,7 +42,7 @@ __attribute__((visibility("default"))) unsigned mxSmlGetDeviceInfo(unsigned i, u
 __attribute__((visibility("default"))) unsigned mxSmlGetMemoryInfo(unsigned i, long* m) {
   if (!Valid(i) || Fails(i) || static_cast<int>(i) == State().fault_device) return kFailure;
   m[0] = m[2] = 64L * 1024 * 1024;  // KB
-  m[1] = m[3] = 880 * 1024;
+  m[1] = m[3] = static_cast<long>(UsedOr(i, 880)) * 1024;
   m[4] = m[5] = 0;
   return 0;
 }

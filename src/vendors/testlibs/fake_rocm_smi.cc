@@ -10,6 +10,7 @@
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
 using accelpool_fake::State;
+using accelpool_fake::UsedOr;
 using accelpool_fake::Valid;
 
 namespace {
@@ -42,6 +43,13 @@ __attribute__((visibility("default"))) int rsmi_dev_memory_total_get(uint32_t dv
   if (!Valid(dv) || type != 0) return kInvalidArgs;  // RSMI_MEM_TYPE_VRAM only
   if (Fails(dv)) return kFileError;
   *total = 64ULL << 30;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int rsmi_dev_memory_usage_get(uint32_t dv, int type,
+                                                                     uint64_t* used) {
+  if (!Valid(dv) || type != 0) return kInvalidArgs;
+  if (Fails(dv)) return kFileError;
+  *used = static_cast<uint64_t>(UsedOr(dv, 150)) << 20;
   return kSuccess;
 }
 __attribute__((visibility("default"))) int rsmi_dev_pci_id_get(uint32_t dv, uint64_t* bdfid) {

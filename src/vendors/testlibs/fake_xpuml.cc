@@ -9,6 +9,7 @@
 using accelpool_fake::CopyString;
 using accelpool_fake::Fails;
 using accelpool_fake::State;
+using accelpool_fake::UsedOr;
 using accelpool_fake::Valid;
 
 namespace {
@@ -37,9 +38,10 @@ __attribute__((visibility("default"))) int xpumlDeviceGetName(void* h, char* nam
 }
 __attribute__((visibility("default"))) int xpumlDeviceGetMemoryInfo(void* h, uint64_t* m) {
   if (Fails(Index(h))) return kUnknown;
+  const unsigned long long used = static_cast<unsigned long long>(UsedOr(Index(h), 512)) << 20;
   m[1] = 98304ull << 20;  // totalGlobalMemory
-  m[2] = m[1] - (512ull << 20);
-  m[3] = 512ull << 20;
+  m[2] = m[1] - used;
+  m[3] = used;
   return 0;
 }
 __attribute__((visibility("default"))) int xpumlDeviceGetPciInfo(void* h, unsigned* p) {

@@ -47,6 +47,11 @@ class Hgml : public DeviceLibrary {
     }
     return true;
   }
+  // As NVML: hgmlDeviceGetMemoryInfo_v2's used, else the first call's.
+  StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lib_->MemoryUsedMib(index);
+  }
 
  private:
   nvidia::NvmlLibraryPtr lib_;

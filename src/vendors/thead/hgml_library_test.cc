@@ -49,8 +49,31 @@ class FakeHgml : public nvidia::NvmlLibrary {
   Status Probe(int32_t i) override {
     return i == fail ? UnavailableError("PPU does not answer") : Status::Ok();
   }
+  StatusOr<int64_t> MemoryUsedMib(int32_t i) override {
+    if (i == fail) return UnavailableError("PPU does not answer");
+    return i == 2 ? 30720 : 0;
+  }
   int fail = -1;
 };
+
+// Memory in use comes from HGML's memory query (as NVML's), per PPU; a PPU
+// that does not answer is left out.
+TEST(HgmlLibraryTest, MemoryInUseIsHgmlsFigurePerPpu) {
+  auto fake = std::make_unique<FakeHgml>();
+  FakeHgml* hgml = fake.get();
+  LibraryDriver d(HgmlDeviceLibrary(std::move(fake)), TheadSpec(), "ppu-node");
+  ASSERT_TRUE(d.Discover().ok());
+  auto used = d.MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  ASSERT_EQ(used->size(), 16u);
+  EXPECT_EQ(used->at("PPU-7002"), 30720);
+  EXPECT_EQ(used->at("PPU-7003"), 0);
+  hgml->fail = 2;
+  used = d.MemoryInUse();
+  ASSERT_TRUE(used.ok());
+  EXPECT_EQ(used->count("PPU-7002"), 0u);
+  EXPECT_EQ(used->size(), 15u);
+}
 
 TEST(HgmlLibraryTest, MapsA16PpuNodeThroughTheSharedDriver) {
   vendors::testing::FakeDevRoot dev;
