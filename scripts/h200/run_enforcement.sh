@@ -288,6 +288,15 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     done
     echo "A: $(cat "$WORK/A.out")"
     echo "B: $(cat "$WORK/B.out")"
+    # What the device plugin's foreign memory check lists while A and B hold
+    # memory: both pids, their command, and what NVML says each holds.
+    if [[ -x "$ROOT/.h200/bin/accelpool-device-plugin" ]]; then
+      echo "plugin process lists (A pid $pid_a, B pid $pid_b):"
+      LD_LIBRARY_PATH="$ROOT/.h200/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        timeout --kill-after=5 "$(bounded 30)" "$ROOT/.h200/bin/accelpool-device-plugin" \
+        --backend=nvidia --print-memory-use --host-proc=/proc --node-name=h200 2>&1 || true
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv 2>&1 || true
+    fi
     run "third process wants 300 MiB while A and B hold 900 (expect OOM)" 60 \
       $in_c "$P" memcap alloc 314572800 "$MEMCAP_MAX"
     kill -KILL "$pid_a"

@@ -239,12 +239,39 @@ std::string HolderKind(const ForeignHolder& h) {
   return h.granted ? "pod_beyond_grant" : "pod_without_grant";
 }
 
-std::string DescribeUngrantedUse(const ForeignChange& c, const ForeignHolder& h,
-                                 const std::string& node) {
+std::vector<UngrantedUse> UngrantedUses::Observe(
+    const std::vector<core::NodeInventory>& inventories,
+    const std::map<std::string, std::vector<vendors::ProcessMemory>>& holders,
+    const std::function<ProcessOwner(int64_t pid)>& owner_of,
+    const std::function<std::string(const std::string& uid)>& pod_of,
+    const std::vector<PodAssignment>& assignments) {
+  std::vector<UngrantedUse> fresh;
+  std::set<std::string> now;
+  for (const core::NodeInventory& inv : inventories) {
+    for (const core::Device& d : inv.devices) {
+      const auto it = holders.find(d.id);
+      if (it == holders.end() || it->second.empty()) continue;
+      ForeignChange c;
+      c.device = d.id;
+      NameHolders(it->second, owner_of, pod_of, assignments, it->second.size(), &c);
+      for (const ForeignHolder& h : c.holders) {  // largest first
+        if (HolderKind(h) != "pod_without_grant") continue;
+        const std::string key = h.pod_uid + "/" + d.id;
+        if (!now.insert(key).second) continue;  // a smaller process of the same pod
+        if (!seen_.contains(key)) fresh.push_back({d.id, inv.vendor, h});
+      }
+    }
+  }
+  seen_ = std::move(now);
+  return fresh;
+}
+
+std::string DescribeUngrantedUse(const UngrantedUse& u, const std::string& node) {
+  const ForeignHolder& h = u.holder;
   std::ostringstream out;
   out << "process " << h.pid << " (" << h.command << ") of this pod holds "
-      << (h.used_mib < 0 ? std::string("memory") : Gib(h.used_mib)) << " on device " << c.device
-      << " (" << core::VendorName(c.vendor) << ") of node " << node
+      << (h.used_mib < 0 ? std::string("memory") : Gib(h.used_mib)) << " on device " << u.device
+      << " (" << core::VendorName(u.vendor) << ") of node " << node
       << ", which the scheduler did not grant it: the device may be given whole to another pod, "
       << "and this pod's memory on it is counted against nobody's quota. Ask for the device in "
       << "the pod's resources (nvidia.com/gpu, or nvidia.com/gpumem and nvidia.com/gpucores "

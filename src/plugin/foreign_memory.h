@@ -35,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -146,10 +147,41 @@ void NameHolders(const std::vector<vendors::ProcessMemory>& processes,
 // "unknown" (not found under --host-proc).
 std::string HolderKind(const ForeignHolder& h);
 
-// The Warning Event text for a pod that holds memory on a device of this
-// node without a grant on it (a holder of kind pod_without_grant).
-std::string DescribeUngrantedUse(const ForeignChange& c, const ForeignHolder& h,
-                                 const std::string& node);
+// A pod of this node using a device it holds no grant on: one of its
+// processes holds memory there, whatever the amount (a pod that asks for no
+// device and sets NVIDIA_VISIBLE_DEVICES=all reaches every GPU of the node;
+// its use escapes the scheduler and every quota).
+struct UngrantedUse {
+  std::string device;
+  core::Vendor vendor = core::Vendor::kUnknown;
+  ForeignHolder holder;  // of kind pod_without_grant
+};
+
+// Finds, each round, the pods using devices they were not granted, from the
+// processes on each whole device, and says which uses are new: each is
+// reported once while it lasts, and again if it stops and starts again.
+//
+// Thread-safety: not thread-safe (the plugin's one check thread calls it).
+class UngrantedUses {
+ public:
+  // `holders`: the processes on each device (VendorDriver::MemoryHolders);
+  // devices not in `inventories` are skipped. Returns the uses not seen in
+  // the previous round, one per pod and device (its largest process).
+  std::vector<UngrantedUse> Observe(
+      const std::vector<core::NodeInventory>& inventories,
+      const std::map<std::string, std::vector<vendors::ProcessMemory>>& holders,
+      const std::function<ProcessOwner(int64_t pid)>& owner_of,
+      const std::function<std::string(const std::string& uid)>& pod_of,
+      const std::vector<PodAssignment>& assignments);
+  // The pod-and-device uses seen in the last round.
+  size_t Current() const { return seen_.size(); }
+
+ private:
+  std::set<std::string> seen_;  // "<pod uid>/<device>"
+};
+
+// The Warning Event text for the pod of an ungranted use.
+std::string DescribeUngrantedUse(const UngrantedUse& u, const std::string& node);
 
 // The Node Event text for a change: how much, what holds it (when the
 // holders are named), what the scheduler now does about it, and what to do.

@@ -245,7 +245,8 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
   EXPECT_EQ(HolderKind(c.holders[2]), "unknown");
   // The pod without a grant is told, in an Event of its own, what it holds
   // where and what to change.
-  const std::string told = DescribeUngrantedUse(c, c.holders[0], "gpu-node-7");
+  const std::string told =
+      DescribeUngrantedUse({"GPU-0", core::Vendor::kNvidia, c.holders[0]}, "gpu-node-7");
   for (const char* want :
        {"process 4242 (python3) of this pod holds 18000 MiB on device GPU-0 (nvidia) of node "
         "gpu-node-7, which the scheduler did not grant it",
@@ -286,6 +287,55 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
   text = DescribeForeignChange(c);
   EXPECT_LT(text.size(), 1024u) << text;
   EXPECT_NE(text.find("..."), std::string::npos) << "a long pod name is shortened: " << text;
+}
+
+// Pods using a device they were not granted are found from the processes on
+// each device every round, whatever the amount: each use is new once (one
+// per pod and device, its largest process), stays known while it lasts, and
+// is new again after it stopped. A pod with a grant on the device, a pod
+// granted another device, a host process and a process whose pod is gone
+// are told apart.
+TEST(UngrantedUsesTest, EachPodUsingADeviceItWasNotGrantedIsNewOnceWhileItLasts) {
+  const auto invs = Node(3);
+  const std::vector<PodAssignment> pods = {Pod("sharer", "GPU-1", 8192, false),
+                                           Pod("other", "GPU-2", 0, true)};
+  std::map<int64_t, ProcessOwner> procs;
+  procs[10] = {10, true, "python3", {"rogue-uid", ""}};
+  procs[11] = {11, true, "python3", {"rogue-uid", ""}};
+  procs[20] = {20, true, "vllm", {"sharer-uid", ""}};
+  procs[30] = {30, true, "train", {"other-uid", ""}};
+  procs[40] = {40, true, "Xorg", {}};
+  procs[50] = {50, true, "old", {"gone-uid", ""}};
+  const auto owner_of = [&](int64_t pid) { return procs.at(pid); };
+  const auto pod_of = [](const std::string& uid) {
+    return uid == "gone-uid" ? std::string() : "default/" + uid.substr(0, uid.find('-'));
+  };
+  std::map<std::string, std::vector<vendors::ProcessMemory>> holders = {
+      {"GPU-0", {{10, 300}, {11, 900}, {40, 100}, {50, 700}}},
+      {"GPU-1", {{20, 9000}, {30, 500}}},
+      {"GPU-9", {{10, 100}}},  // not a device of this node
+  };
+  UngrantedUses uses;
+  std::vector<UngrantedUse> fresh = uses.Observe(invs, holders, owner_of, pod_of, pods);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_EQ(fresh[0].device, "GPU-0");
+  EXPECT_EQ(fresh[0].holder.pod, "default/rogue");
+  EXPECT_EQ(fresh[0].holder.pid, 11);  // its larger process
+  EXPECT_EQ(fresh[0].vendor, core::Vendor::kNvidia);
+  EXPECT_EQ(fresh[1].device, "GPU-1");
+  EXPECT_EQ(fresh[1].holder.pod, "default/other");  // granted GPU-2, not GPU-1
+  EXPECT_EQ(uses.Current(), 2u);
+  EXPECT_TRUE(uses.Observe(invs, holders, owner_of, pod_of, pods).empty()) << "reported twice";
+  EXPECT_EQ(uses.Current(), 2u);
+  holders["GPU-0"] = {{40, 100}};
+  EXPECT_TRUE(uses.Observe(invs, holders, owner_of, pod_of, pods).empty());
+  EXPECT_EQ(uses.Current(), 1u);
+  holders["GPU-0"] = {{10, 300}};
+  fresh = uses.Observe(invs, holders, owner_of, pod_of, pods);
+  ASSERT_EQ(fresh.size(), 1u) << "a use that stopped and started again is new again";
+  EXPECT_EQ(fresh[0].holder.pid, 10);
+  EXPECT_TRUE(uses.Observe(invs, {}, owner_of, pod_of, pods).empty());
+  EXPECT_EQ(uses.Current(), 0u);
 }
 
 }  // namespace

@@ -76,6 +76,12 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           {"kind"}),
            &m->holders_));
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_ungranted_device_uses",
+                        "Pods using a device of this node they were not granted (one of their "
+                        "processes holds memory there), by pod and device, as of the last check."),
+           &m->ungranted_));
+  m->ungranted_->Get().Set(0);
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddCounter("accelpool_plugin_assignments_refused_total",
                           "Pod versions whose accelpool assignment was refused, by reason "
                           "(signature, unknown_key, other_node, malformed).",
@@ -179,6 +185,8 @@ void PluginMetrics::SetMemoryInUse(const std::string& vendor, const std::string&
 void PluginMetrics::ForeignHolderNamed(const std::string& kind) {
   holders_->WithLabels({kind}).Inc();
 }
+
+void PluginMetrics::SetUngrantedUses(double n) { ungranted_->Get().Set(n); }
 
 void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
   std::lock_guard<std::mutex> lock(device_mu_);

@@ -26,6 +26,9 @@
 //       device's foreign memory when its figure rose, by kind: pod_without_grant (a pod
 //       reaching a device it was not granted), pod_beyond_grant, left_over (its pod ended
 //       or left), host (in no pod), unknown (not found under --host-proc)
+//   accelpool_plugin_ungranted_device_uses                   pods using a device of this node
+//       they were not granted (one of their processes holds memory there), by pod and
+//       device, as of the last foreign memory check
 //   accelpool_plugin_container_memory_used_mib{namespace,pod,container,device}
 //       memory a fractional NVIDIA container's processes hold on the device, as
 //       libaccelpool-cuda counts it (read from the container's accounting region)
@@ -80,6 +83,7 @@ class PluginMetrics {
                       double foreign_mib);
   // One process named as holding foreign memory (`kind`: see the series above).
   void ForeignHolderNamed(const std::string& kind);
+  void SetUngrantedUses(double n);
   void Registered(const std::string& resource);
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
@@ -119,6 +123,7 @@ class PluginMetrics {
   GaugeFamily* in_use_ = nullptr;
   GaugeFamily* foreign_ = nullptr;
   CounterFamily* holders_ = nullptr;
+  GaugeFamily* ungranted_ = nullptr;
   CounterFamily* refused_ = nullptr;
   CounterFamily* key_reload_errors_ = nullptr;
   GaugeFamily* container_used_ = nullptr;

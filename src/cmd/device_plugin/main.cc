@@ -297,29 +297,37 @@ std::string DescribeDeviceChange(const DeviceChange& c) {
   return msg;
 }
 
-// The processes holding memory on each device whose backend lists them.
-std::map<std::string, std::vector<vendors::ProcessMemory>> MemoryHolders(
-    const std::set<vendors::VendorDriver*>& drivers, const Logger& log) {
-  std::map<std::string, std::vector<vendors::ProcessMemory>> out;
-  for (vendors::VendorDriver* d : drivers) {
-    if (d == nullptr) continue;
-    StatusOr<std::map<std::string, std::vector<vendors::ProcessMemory>>> held = d->MemoryHolders();
-    if (held.ok()) {
-      out.merge(*held);
-    } else if (held.status().code() != StatusCode::kUnimplemented) {
-      log.Warn("listing the processes that hold device memory failed; the Event names none",
-               {{"backend", std::string(d->Name())}, {"error", held.status().ToString()}});
-    }
-  }
-  return out;
-}
-
 // What the foreign memory check measures, and how it names what holds memory.
 struct HolderNaming {
   std::string host_proc;  // --host-proc; "" reads no process
   const PodSync* pods = nullptr;
-  std::set<std::string> vendors;  // --foreign-memory-vendors (the fake backend always)
+  std::set<std::string> vendors;       // --foreign-memory-vendors (the fake backend always)
+  UngrantedUses* ungranted = nullptr;  // pods using devices they were not granted
 };
+
+// The processes holding memory on each device whose backend lists them (of
+// the measured backends). A failure is logged when it changes (`said`).
+std::map<std::string, std::vector<vendors::ProcessMemory>> MemoryHolders(
+    const std::set<vendors::VendorDriver*>& drivers, const HolderNaming& naming, const Logger& log,
+    std::map<std::string, std::string>* said) {
+  std::map<std::string, std::vector<vendors::ProcessMemory>> out;
+  for (vendors::VendorDriver* d : drivers) {
+    if (d == nullptr) continue;
+    const std::string name(d->Name());
+    if (name != "fake" && !naming.vendors.contains(name)) continue;
+    StatusOr<std::map<std::string, std::vector<vendors::ProcessMemory>>> held = d->MemoryHolders();
+    const std::string now = held.ok() || held.status().code() == StatusCode::kUnimplemented
+                                ? ""
+                                : held.status().ToString();
+    if (now != (*said)["processes/" + name] && !now.empty()) {
+      log.Warn("listing the processes that hold device memory failed; none are named",
+               {{"backend", name}, {"error", now}});
+    }
+    (*said)["processes/" + name] = now;
+    if (held.ok()) out.merge(*held);
+  }
+  return out;
+}
 
 // One round of the foreign memory check (plugin/foreign_memory.h): every
 // backend's memory in use, against the node's grants; a published change is
@@ -361,17 +369,35 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
   }
   const std::vector<PodAssignment> assignments = store.All();
   std::vector<ForeignChange> changes = foreign.Observe(snap->inventories, used, assignments);
-  // What holds the memory: asked only when a device's figure rises (rare),
-  // never on a quiet round.
-  const bool rising = std::any_of(changes.begin(), changes.end(),
-                                  [](const ForeignChange& c) { return c.after_mib > c.before_mib; });
+  // What holds memory on each device, every round: a pod using a device it
+  // was not granted is reported whatever the amount (two NVML calls per GPU
+  // and a few small /proc reads per process).
   const std::map<std::string, std::vector<vendors::ProcessMemory>> holders =
-      rising ? MemoryHolders(drivers, log)
-             : std::map<std::string, std::vector<vendors::ProcessMemory>>();
+      MemoryHolders(drivers, naming, log, said);
   const auto owner_of = [&naming](int64_t pid) { return ReadProcessOwner(naming.host_proc, pid); };
   const auto pod_of = [&naming](const std::string& uid) {
     return naming.pods != nullptr ? naming.pods->PodKeyOfUid(uid) : std::string();
   };
+  if (naming.ungranted != nullptr) {
+    for (const UngrantedUse& u :
+         naming.ungranted->Observe(snap->inventories, holders, owner_of, pod_of, assignments)) {
+      const std::string text = DescribeUngrantedUse(u, node);
+      log.Warn("a pod uses a device it was not granted", {{"pod", u.holder.pod},
+                                                          {"device", u.device},
+                                                          {"pid", u.holder.pid},
+                                                          {"command", u.holder.command},
+                                                          {"used_mib", u.holder.used_mib}});
+      const std::optional<PodRef> pod =
+          naming.pods != nullptr ? naming.pods->PodOfUid(u.holder.pod_uid) : std::nullopt;
+      if (reporter != nullptr && pod.has_value()) {
+        reporter->PodEvent(*pod, kube::EventKind::kWarning, kUngrantedDeviceMemoryReason, text,
+                           "DeviceUse");
+      }
+    }
+    if (metrics != nullptr) {
+      metrics->SetUngrantedUses(static_cast<double>(naming.ungranted->Current()));
+    }
+  }
   constexpr size_t kHoldersNamed = 3;
   for (ForeignChange& c : changes) {
     // Every holder for the log line, the metric and the pods' Events; the
@@ -384,13 +410,6 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
     }
     for (const ForeignHolder& h : all) {
       if (metrics != nullptr) metrics->ForeignHolderNamed(HolderKind(h));
-      if (reporter == nullptr || naming.pods == nullptr || HolderKind(h) != "pod_without_grant") {
-        continue;
-      }
-      if (const std::optional<PodRef> pod = naming.pods->PodOfUid(h.pod_uid); pod.has_value()) {
-        reporter->PodEvent(*pod, kube::EventKind::kWarning, kUngrantedDeviceMemoryReason,
-                           DescribeUngrantedUse(c, h, node), "ForeignMemory");
-      }
     }
     const std::string text = DescribeForeignChange(c);
     nlohmann::json named = nlohmann::json::array();
@@ -729,7 +748,8 @@ int Run(const Flags& flags) {
                          .per_share_mib = flags.foreign_share,
                          .confirm = 2});
   std::map<std::string, std::string> foreign_said;
-  const HolderNaming naming{flags.host_proc, pod_sync, flags.foreign_vendor_set};
+  UngrantedUses ungranted;
+  const HolderNaming naming{flags.host_proc, pod_sync, flags.foreign_vendor_set, &ungranted};
   // What a previous run published stays until this run has read the devices
   // twice: a restart (a rolling upgrade) must not hand a busy GPU out whole.
   if (publisher != nullptr && foreign_on) {

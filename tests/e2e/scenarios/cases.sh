@@ -1043,6 +1043,11 @@ fm_holders() { # KIND COUNT: the plugin's counter of holders named
 fm_holders_counted() { fm_holders pod_without_grant 1 && fm_holders host 1; }
 check "${FM}: accelpool_plugin_foreign_memory_holders_total counts the pod without a grant and the host process" \
   fm_holders_counted
+fm_ungranted() { # COUNT: the plugin's gauge of pods using devices they were not granted
+  curl -fsS --max-time 5 "http://$(cat "${E2E_WORK}/nodes/${FM}/metrics-listen")/metrics" |
+    awk -v want="$1" '$1 == "accelpool_plugin_ungranted_device_uses" { n = $2 } END { exit !(n == want) }'
+}
+check "${FM}: accelpool_plugin_ungranted_device_uses counts fm-rogue on GPU 0" wait_for 20 "ungranted gauge" fm_ungranted 1
 # A restart (a rolling upgrade) keeps what the previous run published until
 # the new run has read the devices twice: the Node is not rewritten at all.
 fm_generation() { kc get node "${FM}" -o jsonpath='{.metadata.annotations.accelpool\.io/inventory}' | jq -r .generation; }
@@ -1064,6 +1069,7 @@ check "${FM}: the freed memory leaves the published inventory" wait_for 45 "fore
 check "${FM}: a Normal Event AccelpoolForeignMemoryFreed says GPU 0 takes whole-device pods again" \
   wait_for 30 "freed event" fm_event AccelpoolForeignMemoryFreed "it takes whole-device pods again"
 check "${FM}: the metric is back to 0" wait_for 20 "foreign memory metric" fm_metric 0
+check "${FM}: ... and fm-rogue no longer uses GPU 0" wait_for 20 "ungranted gauge" fm_ungranted 0
 # As with an uncordon (above): a node read less than 2 s before kube-scheduler's
 # retry is not read again; the scenario then touches the node.
 if ! wait_for 15 "fm-two bound" pod_bound fm-two; then
