@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/profiles.h"
+#include "vendors/library_util.h"
 
 namespace accelpool::vendors {
 
@@ -158,28 +159,19 @@ Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) 
 }
 
 StatusOr<std::map<std::string, int64_t>> LibraryDriver::MemoryInUse() {
-  std::vector<std::string> ids;
+  std::vector<std::pair<int32_t, std::string>> devices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!initialized_) {
       return FailedPreconditionError(std::string(Name()) + ": memory usage read before discovery");
     }
-    ids = ids_;
+    for (size_t i = 0; i < ids_.size(); ++i) devices.emplace_back(static_cast<int32_t>(i), ids_[i]);
   }
-  std::map<std::string, int64_t> out;
-  Status last = Status::Ok();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    StatusOr<int64_t> used = library_->MemoryUsedMib(static_cast<int32_t>(i));
-    if (used.ok()) {
-      out[ids[i]] = std::max<int64_t>(0, *used);
-    } else if (used.status().code() == StatusCode::kUnimplemented) {
-      return used.status();
-    } else {
-      last = used.status();
-    }
-  }
-  if (out.empty() && !last.ok()) return last;
-  return out;
+  return ReadPerDevice<int64_t>(devices, [this](int32_t i) -> StatusOr<int64_t> {
+    StatusOr<int64_t> used = library_->MemoryUsedMib(i);
+    if (!used.ok()) return used.status();
+    return std::max<int64_t>(0, *used);
+  });
 }
 
 StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(

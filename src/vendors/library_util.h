@@ -11,10 +11,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -22,6 +24,28 @@
 #include "vendors/dl_library.h"
 
 namespace accelpool::vendors {
+
+// A per-device figure of every device that answers, by device id: `read`
+// is asked for each (library index, id). kUnimplemented from any stops at
+// once (the library has no such query); when none answers, the last error.
+template <typename T, typename Read>
+StatusOr<std::map<std::string, T>> ReadPerDevice(
+    const std::vector<std::pair<int32_t, std::string>>& devices, const Read& read) {
+  std::map<std::string, T> out;
+  Status last = Status::Ok();
+  for (const auto& [index, id] : devices) {
+    StatusOr<T> v = read(index);
+    if (v.ok()) {
+      out[id] = std::move(v).value();
+    } else if (v.status().code() == StatusCode::kUnimplemented) {
+      return v.status();
+    } else {
+      last = v.status();
+    }
+  }
+  if (out.empty() && !last.ok()) return last;
+  return out;
+}
 
 // "0000:3b:00.0" from any "domain:bus:device.function" spelling
 // ("00000000:3B:00.0", "3b:00.0"); "" when it does not parse.

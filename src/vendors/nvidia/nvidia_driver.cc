@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/profiles.h"
+#include "vendors/library_util.h"
 #include "vendors/nvidia/xid.h"
 
 namespace accelpool::vendors::nvidia {
@@ -364,20 +365,7 @@ StatusOr<std::map<std::string, int64_t>> NvidiaDriver::MemoryInUse() {
   if (!whole.ok()) {
     return whole.status();
   }
-  std::map<std::string, int64_t> out;
-  Status last = Status::Ok();
-  for (const auto& [i, uuid] : *whole) {
-    StatusOr<int64_t> used = nvml_->MemoryUsedMib(i);
-    if (used.ok()) {
-      out[uuid] = *used;
-    } else if (used.status().code() == StatusCode::kUnimplemented) {
-      return used.status();
-    } else {
-      last = used.status();
-    }
-  }
-  if (out.empty() && !last.ok()) return last;
-  return out;
+  return ReadPerDevice<int64_t>(*whole, [this](int32_t i) { return nvml_->MemoryUsedMib(i); });
 }
 
 StatusOr<std::map<std::string, std::vector<ProcessMemory>>> NvidiaDriver::MemoryHolders() {
@@ -385,24 +373,16 @@ StatusOr<std::map<std::string, std::vector<ProcessMemory>>> NvidiaDriver::Memory
   if (!whole.ok()) {
     return whole.status();
   }
-  std::map<std::string, std::vector<ProcessMemory>> out;
-  Status last = Status::Ok();
-  for (const auto& [i, uuid] : *whole) {
-    StatusOr<std::vector<NvmlProcess>> procs = nvml_->RunningProcesses(i);
-    if (!procs.ok()) {
-      if (procs.status().code() == StatusCode::kUnimplemented) {
-        return procs.status();
-      }
-      last = procs.status();
-      continue;
-    }
-    std::vector<ProcessMemory>& list = out[uuid];
-    for (const NvmlProcess& p : *procs) {
-      list.push_back({static_cast<int64_t>(p.pid), p.used_mib});
-    }
-  }
-  if (out.empty() && !last.ok()) return last;
-  return out;
+  return ReadPerDevice<std::vector<ProcessMemory>>(
+      *whole, [this](int32_t i) -> StatusOr<std::vector<ProcessMemory>> {
+        StatusOr<std::vector<NvmlProcess>> procs = nvml_->RunningProcesses(i);
+        if (!procs.ok()) return procs.status();
+        std::vector<ProcessMemory> list;
+        for (const NvmlProcess& p : *procs) {
+          list.push_back({static_cast<int64_t>(p.pid), p.used_mib});
+        }
+        return list;
+      });
 }
 
 int32_t NvidiaDriver::IndexOfLocked(const std::string& gpu_uuid) const {
