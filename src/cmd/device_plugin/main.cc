@@ -400,8 +400,8 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
   }
   constexpr size_t kHoldersNamed = 3;
   for (ForeignChange& c : changes) {
-    // Every holder for the log line, the metric and the pods' Events; the
-    // largest for the Node's.
+    // Every holder for the log line and the metric; the largest for the
+    // Node's Event.
     std::vector<ForeignHolder> all;
     if (const auto it = holders.find(c.device); c.after_mib > c.before_mib && it != holders.end()) {
       NameHolders(it->second, owner_of, pod_of, assignments, it->second.size(), &c);
