@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -48,6 +49,7 @@ struct Fixture {
         vendors::fake::FakeDriverOptions{(dir / "inv.json").string(), "node-a"});
     auto invs = driver->Discover();
     if (!invs.ok()) Fail("the fake inventory does not load: " + invs.status().ToString());
+    inventories = *invs;
     state.Reset(*invs, {driver.get(), driver.get()});
     std::filesystem::create_directories(dir / "keys");
     std::ofstream(dir / "keys" / "signing") << "k1";
@@ -68,6 +70,7 @@ struct Fixture {
 
   std::filesystem::path dir;
   std::unique_ptr<vendors::fake::FakeDriver> driver;
+  std::vector<core::NodeInventory> inventories;
   DeviceState state;
   std::unique_ptr<api::AssignmentKeyRing> keys;
 };
@@ -204,10 +207,25 @@ KubeletView ViewFrom(const nlohmann::json& obj) {
   return v;
 }
 
+// True when a pod of the store holds a grant on `device`.
+bool Granted(const AssignmentStore& store, const std::string& uid, const std::string& device) {
+  for (const PodAssignment& p : store.All()) {
+    if (p.pod.uid != uid) continue;
+    for (const api::AssignedContainer& c : p.assignment.containers) {
+      for (const api::AssignedDevice& d : c.devices) {
+        if (d.id == device) return true;
+      }
+    }
+  }
+  return false;
+}
+
 // An 'h' line: its processes written under the fixture's proc root, named and
-// described as the foreign memory check does for GPU-a.
+// described as the foreign memory check does for GPU-a, and looked through
+// for pods using GPU-a or GPU-b without a grant (the same processes on both).
 void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
-                   const PodSync& sync, const AssignmentStore& store) {
+                   const PodSync& sync, const AssignmentStore& store,
+                   const std::vector<core::NodeInventory>& inventories) {
   std::error_code ec;
   std::filesystem::remove_all(proc, ec);
   std::vector<vendors::ProcessMemory> listed;
@@ -258,6 +276,28 @@ void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
     static_cast<void>(nlohmann::json(text).dump());
   } catch (const std::exception& e) {
     Fail(std::string("a description that is not valid UTF-8: ") + e.what());
+  }
+  const std::map<std::string, std::vector<vendors::ProcessMemory>> holders = {{"GPU-a", listed},
+                                                                              {"GPU-b", listed}};
+  const auto owner_of = [&](int64_t pid) { return ReadProcessOwner(proc.string(), pid); };
+  const auto pod_of = [&](const std::string& uid) { return sync.PodKeyOfUid(uid); };
+  UngrantedUses uses;
+  const std::vector<PodAssignment> all = store.All();
+  const std::vector<UngrantedUse> fresh = uses.Observe(inventories, holders, owner_of, pod_of, all);
+  if (fresh.size() != uses.Current()) Fail("a first round whose uses are not all new");
+  for (const UngrantedUse& u : fresh) {
+    if (u.device != "GPU-a" && u.device != "GPU-b") Fail("an ungranted use of " + u.device);
+    if (u.holder.pod.empty() || Granted(store, u.holder.pod_uid, u.device)) {
+      Fail("an ungranted use by a pod not named, or granted the device: " + u.holder.pod_uid);
+    }
+    try {
+      static_cast<void>(nlohmann::json(DescribeUngrantedUse(u, "node-a")).dump());
+    } catch (const std::exception& e) {
+      Fail(std::string("an ungranted-use text that is not valid UTF-8: ") + e.what());
+    }
+  }
+  if (!uses.Observe(inventories, holders, owner_of, pod_of, all).empty()) {
+    Fail("an ungranted use reported twice while it lasts");
   }
 }
 
@@ -326,7 +366,7 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
         if (obj.is_object()) view = ViewFrom(obj);
         break;
       case 'h':
-        if (obj.is_object()) NameHoldersOf(obj, f.dir / "proc", sync, store);
+        if (obj.is_object()) NameHoldersOf(obj, f.dir / "proc", sync, store, f.inventories);
         break;
       default:
         break;

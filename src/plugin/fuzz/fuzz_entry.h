@@ -18,7 +18,9 @@
 //   h  {"processes": [{"pid": N, "used_mib": M, "comm": "...", "cgroup": "..."}, ...]}
 //      processes holding memory on GPU-a, as the host's /proc shows them: the
 //      foreign memory check names them (ReadProcessOwner, PodKeyOfUid,
-//      NameHolders) and describes the change
+//      NameHolders) and describes the change, and looks through them (on
+//      GPU-a and GPU-b) for pods using a device they were not granted
+//      (UngrantedUses)
 // A line whose JSON does not parse, or an unknown op, is skipped.
 //
 // Aborts when an answer breaks the protocol: an Allocate answer for a
@@ -29,7 +31,8 @@
 // latest version was refused (with signatures on: unsigned, forged or
 // edited); a holder whose command is not printable ASCII or whose pod uid
 // is not a lower-case uid, a description that is not valid UTF-8 or
-// longer than an Event's 1024 bytes. After the events every pod seen is
+// longer than an Event's 1024 bytes; an ungranted use by a pod not named or
+// granted the device, or one reported twice while it lasts. After the events every pod seen is
 // deleted, and it aborts unless the store is empty, no pod is named by its
 // uid any more, and every state dir made for an Allocate is gone again. Returns the
 // number of containers Allocate answered.
