@@ -5,6 +5,8 @@
 #include <sstream>
 #include <utility>
 
+#include "api/resources.h"
+
 namespace accelpool::plugin {
 namespace {
 
@@ -87,6 +89,7 @@ std::vector<ForeignChange> ForeignMemory::Observe(
       if (next == s.published) continue;
       changes.push_back(ForeignChange{.device = d.id,
                                       .vendor = inv.vendor,
+                                      .model = d.model,
                                       .before_mib = s.published,
                                       .after_mib = next,
                                       .used_mib = reading->second,
@@ -203,8 +206,43 @@ std::string DescribeHolder(const ForeignHolder& h) {
   return out.str();
 }
 
+// How a vendor's devices are looked at and reached, for the texts: its node
+// tool, how a pod without a grant reaches a device (the runtime hook's
+// variable, or the device nodes where the vendor's selector is in-process
+// only), and the resources a pod asks for one with.
+struct VendorWords {
+  std::string tool;      // "nvidia-smi"
+  std::string reaches;   // "sets NVIDIA_VISIBLE_DEVICES itself (...)"
+  std::string reaching;  // "setting NVIDIA_VISIBLE_DEVICES itself"
+  std::string request;   // "nvidia.com/gpu, or ..."
+  bool soft_enforcement = false;
+};
+
+VendorWords WordsFor(core::Vendor v, const std::string& model) {
+  const vendors::VendorTraits& t = vendors::TraitsFor(v);
+  VendorWords w;
+  w.tool = t.tool.empty() ? std::string("the vendor's tool") : t.tool;
+  if (!t.visible_env.empty() &&
+      t.visible_env.front().kind != vendors::VisibleIdKind::kContainerOrdinal) {
+    const std::string& env = t.visible_env.front().name;
+    w.reaches = "sets " + env + " itself";
+    if (v == core::Vendor::kNvidia) w.reaches += " (" + env + "=all reaches every GPU)";
+    w.reaching = "setting " + env + " itself";
+  } else {
+    w.reaches = "runs privileged or mounts the device nodes itself";
+    w.reaching = "running privileged or mounting the device nodes itself";
+  }
+  w.request = std::string(api::DeviceResource(v, model));
+  if (w.request.empty()) w.request = "the vendor's device resource";
+  if (v == core::Vendor::kNvidia) {
+    w.request += ", or nvidia.com/gpumem and nvidia.com/gpucores for a share";
+  }
+  w.soft_enforcement = t.soft_enforcement;
+  return w;
+}
+
 // What to do about the holders named, one sentence per kind found.
-std::string AdviseOnHolders(const std::vector<ForeignHolder>& holders) {
+std::string AdviseOnHolders(const std::vector<ForeignHolder>& holders, const VendorWords& w) {
   std::set<std::string> kinds;
   for (const ForeignHolder& h : holders) kinds.insert(HolderKind(h));
   const bool no_grant = kinds.contains("pod_without_grant");
@@ -214,18 +252,23 @@ std::string AdviseOnHolders(const std::vector<ForeignHolder>& holders) {
   const bool unseen = kinds.contains("unknown");
   std::string out;
   if (no_grant) {
-    out += " A pod without a grant on the device reaches it by setting the visible-devices "
-           "variable itself (NVIDIA_VISIBLE_DEVICES=all): give it a device request, or delete it.";
+    out += " A pod without a grant on the device reaches it when it " + w.reaches +
+           ": give it a device request, or delete it.";
   }
   if (beyond) {
-    out += " A pod sharing the device uses more than its grant: check that the enforcement "
-           "library is loaded in it (docs/enforcement.md).";
+    out += w.soft_enforcement
+               ? " A pod sharing the device uses more than its grant: check that the enforcement "
+                 "library is loaded in it (docs/enforcement.md)."
+               : " A pod sharing the device uses more than its grant: check that it is not " +
+                     w.reaching + ".";
   }
   if (left_over) out += " A process outlived its pod: stop it on the node.";
   if (host) out += " A host process: stop it, or keep it off accelerator nodes.";
   if (unseen) {
-    out += " For a PID not found (the plugin runs without --host-proc, or it exited), list "
-           "the device's processes with the vendor's tool on the node (nvidia-smi on NVIDIA).";
+    out +=
+        " For a PID not found (the plugin runs without --host-proc, or it exited), list "
+        "the device's processes with " +
+        w.tool + " on the node.";
   }
   return out;
 }
@@ -258,7 +301,7 @@ std::vector<UngrantedUse> UngrantedUses::Observe(
         if (HolderKind(h) != "pod_without_grant") continue;
         const std::string key = h.pod_uid + "/" + d.id;
         if (!now.insert(key).second) continue;  // a smaller process of the same pod
-        if (!seen_.contains(key)) fresh.push_back({d.id, inv.vendor, h});
+        if (!seen_.contains(key)) fresh.push_back({d.id, inv.vendor, d.model, h});
       }
     }
   }
@@ -268,18 +311,19 @@ std::vector<UngrantedUse> UngrantedUses::Observe(
 
 std::string DescribeUngrantedUse(const UngrantedUse& u, const std::string& node) {
   const ForeignHolder& h = u.holder;
+  const VendorWords w = WordsFor(u.vendor, u.model);
   std::ostringstream out;
   out << "process " << h.pid << " (" << h.command << ") of this pod holds "
       << (h.used_mib < 0 ? std::string("memory") : Gib(h.used_mib)) << " on device " << u.device
       << " (" << core::VendorName(u.vendor) << ") of node " << node
       << ", which the scheduler did not grant it: the device may be given whole to another pod, "
       << "and this pod's memory on it is counted against nobody's quota. Ask for the device in "
-      << "the pod's resources (nvidia.com/gpu, or nvidia.com/gpumem and nvidia.com/gpucores "
-      << "for a share), or stop the pod from setting NVIDIA_VISIBLE_DEVICES itself";
+      << "the pod's resources (" << w.request << "), or stop the pod from " << w.reaching;
   return out.str();
 }
 
 std::string DescribeForeignChange(const ForeignChange& c) {
+  const VendorWords w = WordsFor(c.vendor, c.model);
   std::ostringstream out;
   const std::string vendor(core::VendorName(c.vendor));
   if (c.after_mib == 0) {
@@ -304,13 +348,12 @@ std::string DescribeForeignChange(const ForeignChange& c) {
       << "and shares only in the " << Gib(std::max<int64_t>(0, c.device_mib - c.after_mib))
       << " beside it.";
   if (!c.holders.empty()) {
-    out << AdviseOnHolders(c.holders);
+    out << AdviseOnHolders(c.holders, w);
     return out.str();
   }
-  out << " List the device's processes with the vendor's tool on the node "
-      << "(nvidia-smi on NVIDIA): a process left from a container that ended, a host "
-      << "process, or a pod that sets the visible-devices variable itself (a pod that asks "
-      << "for no device and sets NVIDIA_VISIBLE_DEVICES=all reaches every GPU of the node)";
+  out << " List the device's processes with " << w.tool << " on the node: a process left from "
+      << "a container that ended, a host process, or a pod that asks for no device and "
+      << w.reaches;
   return out.str();
 }
 

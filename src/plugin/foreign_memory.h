@@ -76,6 +76,7 @@ struct ForeignHolder {
 struct ForeignChange {
   std::string device;
   core::Vendor vendor = core::Vendor::kUnknown;
+  std::string model;
   int64_t before_mib = 0;
   int64_t after_mib = 0;
   // The reading that confirmed it.
@@ -154,6 +155,7 @@ std::string HolderKind(const ForeignHolder& h);
 struct UngrantedUse {
   std::string device;
   core::Vendor vendor = core::Vendor::kUnknown;
+  std::string model;     // the device's, for the resource to ask for
   ForeignHolder holder;  // of kind pod_without_grant
 };
 

@@ -211,6 +211,7 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
   };
   ForeignChange c{.device = "GPU-0",
                   .vendor = core::Vendor::kNvidia,
+                  .model = "NVIDIA H200",
                   .before_mib = 0,
                   .after_mib = 20480,
                   .used_mib = 30000,
@@ -245,12 +246,13 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
   EXPECT_EQ(HolderKind(c.holders[2]), "unknown");
   // The pod without a grant is told, in an Event of its own, what it holds
   // where and what to change.
-  const std::string told =
-      DescribeUngrantedUse({"GPU-0", core::Vendor::kNvidia, c.holders[0]}, "gpu-node-7");
+  const std::string told = DescribeUngrantedUse(
+      {"GPU-0", core::Vendor::kNvidia, "NVIDIA H200", c.holders[0]}, "gpu-node-7");
   for (const char* want :
        {"process 4242 (python3) of this pod holds 18000 MiB on device GPU-0 (nvidia) of node "
         "gpu-node-7, which the scheduler did not grant it",
-        "Ask for the device in the pod's resources", "NVIDIA_VISIBLE_DEVICES"}) {
+        "Ask for the device in the pod's resources (nvidia.com/gpu, or nvidia.com/gpumem",
+        "stop the pod from setting NVIDIA_VISIBLE_DEVICES itself"}) {
     EXPECT_NE(told.find(want), std::string::npos) << want << "\n" << told;
   }
 
@@ -287,6 +289,82 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
   text = DescribeForeignChange(c);
   EXPECT_LT(text.size(), 1024u) << text;
   EXPECT_NE(text.find("..."), std::string::npos) << "a long pod name is shortened: " << text;
+  // The same on every vendor that measures, whose words differ in length.
+  for (core::Vendor v :
+       {core::Vendor::kAscend, core::Vendor::kHygon, core::Vendor::kKunlunxin, core::Vendor::kMetax,
+        core::Vendor::kMthreads, core::Vendor::kCambricon, core::Vendor::kThead}) {
+    c.vendor = v;
+    c.model = std::string(63, 'm');
+    text = DescribeForeignChange(c);
+    EXPECT_LT(text.size(), 1024u) << core::VendorName(v) << ": " << text;
+  }
+}
+
+// Each vendor's texts name its own tool, the way a pod without a grant
+// reaches its devices, and the resource to ask for: the NVIDIA words on an
+// Ascend node would send the operator to a tool that is not there.
+TEST(ForeignMemoryTest, TheTextsSpeakTheDevicesVendor) {
+  ForeignHolder rogue{.pid = 899293,
+                      .used_mib = 57280,
+                      .visible = true,
+                      .command = "VLLMWorker_TP",
+                      .pod_uid = "rogue-uid",
+                      .pod = "team-a/infer-0",
+                      .granted = false};
+  ForeignHolder gone{.pid = 6000,
+                     .used_mib = 2000,
+                     .visible = false,
+                     .command = "",
+                     .pod_uid = "",
+                     .pod = "",
+                     .granted = false};
+  struct Case {
+    core::Vendor vendor;
+    std::string model;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {core::Vendor::kAscend,
+       "Ascend910B3",
+       {"npu-smi on the node", "reaches it when it sets ASCEND_VISIBLE_DEVICES itself",
+        "resources (huawei.com/Ascend910B3)", "stop the pod from setting ASCEND_VISIBLE_DEVICES"}},
+      // HIP_VISIBLE_DEVICES only narrows what is mounted: the way in is the nodes.
+      {core::Vendor::kHygon,
+       "K100_AI",
+       {"hy-smi on the node", "reaches it when it runs privileged or mounts the device nodes",
+        "resources (hygon.com/dcu)", "stop the pod from running privileged or mounting"}},
+      {core::Vendor::kNvidia,
+       "NVIDIA H200",
+       {"nvidia-smi on the node", "NVIDIA_VISIBLE_DEVICES=all reaches every GPU",
+        "resources (nvidia.com/gpu, or nvidia.com/gpumem and nvidia.com/gpucores for a share)"}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(core::VendorName(k.vendor));
+    ForeignChange c{.device = "D-0",
+                    .vendor = k.vendor,
+                    .model = k.model,
+                    .before_mib = 0,
+                    .after_mib = 59392,
+                    .used_mib = 59392,
+                    .granted_mib = 0,
+                    .shares = 0,
+                    .device_mib = 65536,
+                    .holders = {rogue, gone},
+                    .more_holders = 0};
+    const std::string text = DescribeForeignChange(c) + " | " +
+                             DescribeUngrantedUse({"D-0", k.vendor, k.model, rogue}, "node-1");
+    for (const std::string& want : k.want) {
+      EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+    }
+    if (k.vendor != core::Vendor::kNvidia) {
+      EXPECT_EQ(text.find("NVIDIA"), std::string::npos) << text;
+      EXPECT_EQ(text.find("nvidia"), std::string::npos) << text;
+    }
+    // Without holders, the text says where to look, in the same words.
+    c.holders.clear();
+    const std::string bare = DescribeForeignChange(c);
+    EXPECT_NE(bare.find(k.want[0]), std::string::npos) << bare;
+  }
 }
 
 // Pods using a device they were not granted are found from the processes on

@@ -56,6 +56,7 @@ struct VendorTraits {
   bool soft_enforcement = false;          // shares enforced by libaccelpool-cuda
   int32_t default_max_shares = 1;         // slots per device when sharing is on
   std::string cdi_kind;                   // "nvidia.com/gpu" for CDI names; "" = none
+  std::string tool;                       // the vendor's node tool (nvidia-smi, npu-smi)
 };
 
 // The traits of every vendor with a backend; kUnknown yields empty traits.

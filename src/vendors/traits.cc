@@ -22,7 +22,8 @@ std::vector<VendorTraits> BuildTable() {
        true,
        true,
        10,
-       "nvidia.com/gpu"});
+       "nvidia.com/gpu",
+       "nvidia-smi"});
   t.push_back({core::Vendor::kAscend,
                {{"ASCEND_VISIBLE_DEVICES", K::kHostIndex},
                 {"ASCEND_RT_VISIBLE_DEVICES", K::kContainerOrdinal}},
@@ -32,7 +33,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "npu-smi"});
   t.push_back({core::Vendor::kKunlunxin,
                {{"XPU_VISIBLE_DEVICES", K::kHostIndex}},
                {"/dev/xpu{minor}"},
@@ -41,7 +43,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "xpu-smi"});
   t.push_back({core::Vendor::kMetax,
                {{"MACA_VISIBLE_DEVICES", K::kHostIndex}},
                {"/dev/dri/card{minor}"},
@@ -50,7 +53,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "mx-smi"});
   t.push_back({core::Vendor::kMthreads,
                {{"MTHREADS_VISIBLE_DEVICES", K::kHostIndex},
                 {"MUSA_VISIBLE_DEVICES", K::kContainerOrdinal}},
@@ -60,7 +64,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "mthreads-gmi"});
   t.push_back({core::Vendor::kThead,
                {{"CUDA_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/alixpu_ppu{minor}"},
@@ -69,7 +74,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "ppu-smi"});
   t.push_back({core::Vendor::kCambricon,
                {{"CAMBRICON_VISIBLE_DEVICES", K::kHostIndex},
                 {"MLU_VISIBLE_DEVICES", K::kContainerOrdinal}},
@@ -79,7 +85,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "cnmon"});
   t.push_back({core::Vendor::kHygon,
                {{"HIP_VISIBLE_DEVICES", K::kContainerOrdinal}},
                {"/dev/dri/renderD{minor}"},  // the DRM render minor (128 + n)
@@ -88,7 +95,8 @@ std::vector<VendorTraits> BuildTable() {
                false,
                false,
                1,
-               ""});
+               "",
+               "hy-smi"});
   return t;
 }
 

@@ -195,10 +195,12 @@ foreign_vendors() { # NVIDIA measured by default; a list reaches every plugin; a
   [ "$(grep -c -- '- --foreign-memory-vendors=nvidia$' "${TMP}/all-vendors.yaml")" = "${plugins}" ] &&
     out="$(render --set 'devicePlugin.foreignMemory.vendors={nvidia,hygon,metax}')" &&
     grep -q -- '- --foreign-memory-vendors=nvidia,hygon,metax$' <<<"${out}" &&
-    ! out="$(render --set 'devicePlugin.foreignMemory.vendors={ascend}' 2>&1)" &&
-    grep -q 'devicePlugin.foreignMemory.vendors: "ascend" is not a backend that measures memory in use' <<<"${out}"
+    out="$(render --set 'devicePlugin.foreignMemory.vendors={nvidia,ascend}')" &&
+    grep -q -- '- --foreign-memory-vendors=nvidia,ascend$' <<<"${out}" &&
+    ! out="$(render --set 'devicePlugin.foreignMemory.vendors={enflame}' 2>&1)" &&
+    grep -q 'devicePlugin.foreignMemory.vendors: "enflame" is not a backend that measures memory in use' <<<"${out}"
 }
-check "devicePlugin.foreignMemory.vendors reaches every plugin (nvidia by default; ascend fails)" foreign_vendors
+check "devicePlugin.foreignMemory.vendors reaches every plugin (nvidia by default; ascend may be added; enflame fails)" foreign_vendors
 install_cuda_library() { # the NVIDIA plugin's init container installs the library the Dockerfile ships
   local out ds
   ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ids-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ids-*.yaml)"

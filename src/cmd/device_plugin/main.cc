@@ -250,12 +250,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     at = comma + 1;
     if (name.empty()) continue;
     const std::optional<core::Vendor> v = core::ParseVendor(name);
-    if (!v.has_value() || *v == core::Vendor::kIluvatar || *v == core::Vendor::kEnflame ||
-        *v == core::Vendor::kAscend) {
+    if (!v.has_value() || *v == core::Vendor::kIluvatar || *v == core::Vendor::kEnflame) {
       return InvalidArgumentError(
           "--foreign-memory-vendors: \"" + name +
-          "\" is not a backend that measures memory in use; name some of nvidia, hygon, "
-          "kunlunxin, metax, mthreads, cambricon, thead");
+          "\" is not a backend that measures memory in use; name some of nvidia, ascend, "
+          "hygon, kunlunxin, metax, mthreads, cambricon, thead");
     }
     f.foreign_vendor_set.insert(name);
   }

@@ -248,6 +248,7 @@ void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
   }
   ForeignChange c{.device = "GPU-a",
                   .vendor = core::Vendor::kNvidia,
+                  .model = "NVIDIA H200",
                   .before_mib = 0,
                   .after_mib = 8192,
                   .used_mib = 9000,

@@ -8,6 +8,7 @@
 
 #include "core/profiles.h"
 #include "vendors/ascend/vnpu.h"
+#include "vendors/library_util.h"
 
 namespace accelpool::vendors::ascend {
 namespace {
@@ -187,6 +188,32 @@ Status AscendDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     }
   }
   return Status::Ok();
+}
+
+StatusOr<std::map<std::string, std::vector<ProcessMemory>>> AscendDriver::MemoryHolders() {
+  std::vector<std::pair<int32_t, std::string>> ids;
+  std::vector<DcmiChipId> where;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Chip& c : chips_) {
+      ids.emplace_back(static_cast<int32_t>(where.size()), c.id);
+      where.push_back(c.where);
+    }
+  }
+  return ReadPerDevice<std::vector<ProcessMemory>>(
+      ids, [&](int32_t i) { return dcmi_->Processes(where[static_cast<size_t>(i)]); });
+}
+
+StatusOr<std::map<std::string, int64_t>> AscendDriver::MemoryInUse() {
+  StatusOr<std::map<std::string, std::vector<ProcessMemory>>> held = MemoryHolders();
+  if (!held.ok()) return held.status();
+  std::map<std::string, int64_t> out;
+  for (const auto& [id, list] : *held) {
+    int64_t sum = 0;
+    for (const ProcessMemory& p : list) sum += std::max<int64_t>(0, p.used_mib);
+    out[id] = sum;
+  }
+  return out;
 }
 
 StatusOr<ContainerSpec> AscendDriver::BuildContainerSpec(

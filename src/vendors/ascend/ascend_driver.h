@@ -13,6 +13,8 @@
 // healthy, 2 (major) and 3 (critical) are not; a device whose level drops
 // back is reported healthy again. A DCMI error for one chip marks it
 // unhealthy until it answers again.
+// Memory in use (foreign memory, --foreign-memory-vendors=ascend): the sum of
+// what the processes dcmi_get_device_resource_info lists on a chip hold.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_ASCEND_ASCEND_DRIVER_H_
@@ -57,6 +59,10 @@ class AscendDriver : public VendorDriver {
   Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
   StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const override;
+  // The memory the processes DCMI lists on each chip hold, summed (not HBM in
+  // use, which counts what the chip's firmware reserves), and the processes.
+  StatusOr<std::map<std::string, int64_t>> MemoryInUse() override;
+  StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
   struct Chip {

@@ -39,6 +39,16 @@ struct dcmi_get_memory_info_stru {
   unsigned char reserve[60];
 };
 
+// One process using a chip, from dcmi_get_device_resource_info(card, device,
+// proc_info, &proc_num): its PID on the host, and the chip memory it holds in
+// bytes (what the chip's OS keeps for it and what it allocated). The caller
+// passes room for the documented most, 32 entries.
+struct dcmi_proc_mem_info {
+  int proc_id;
+  unsigned long proc_mem_usage;  // NOLINT(runtime/int) bytes
+};
+constexpr int kDcmiMaxProcesses = 32;
+
 struct dcmi_pcie_info_all {
   unsigned int venderid;
   unsigned int subvenderid;

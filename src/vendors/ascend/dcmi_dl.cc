@@ -13,7 +13,15 @@
 // Memory: HBM from dcmi_get_device_hbm_info. Chips without HBM (the 310P
 // series carries LPDDR) answer that call with DCMI_ERR_CODE_NOT_SUPPORT, or
 // with 0 MB; their memory then comes from dcmi_get_device_memory_info_v3.
+//
+// Processes: dcmi_get_device_resource_info lists the processes using a chip
+// (host PIDs, at most 32) and the memory each holds, in bytes: what the chip's
+// own OS keeps for the process and what it allocated. HBM in use
+// (dcmi_hbm_info::memory_usage) is not used for foreign memory: it includes
+// the memory the chip's firmware and OS reserve at boot, several GiB that no
+// process holds.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -31,9 +39,11 @@ using abi::dcmi_chip_info;
 using abi::dcmi_get_memory_info_stru;
 using abi::dcmi_hbm_info;
 using abi::dcmi_pcie_info_all;
+using abi::dcmi_proc_mem_info;
 using abi::dcmi_spod_info;
 using abi::kDcmiChipInfSubCmdSpodInfo;
 using abi::kDcmiMainCmdChipInf;
+using abi::kDcmiMaxProcesses;
 using abi::kDcmiNotSupport;
 
 std::string Text(const unsigned char* p, size_t n) {
@@ -128,6 +138,40 @@ class DlDcmi : public DcmiLibrary {
       info.super_pod_id = std::to_string(si.value.super_pod_id);
     }
     return info;
+  }
+
+  StatusOr<std::vector<ProcessMemory>> Processes(const DcmiChipId& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto fn = lib_->OptionalSymbol<int(int, int, dcmi_proc_mem_info*, int*)>(
+        "dcmi_get_device_resource_info");
+    if (fn == nullptr) {
+      return UnimplementedError(lib_->path() +
+                                ": dcmi_get_device_resource_info is not exported, so the "
+                                "processes on each NPU cannot be listed; update the NPU driver");
+    }
+    // Twice the documented most, so that a driver listing more cannot overrun.
+    std::array<dcmi_proc_mem_info, 2 * kDcmiMaxProcesses> list{};
+    int n = 0;
+    const int r = fn(c.card, c.device, list.data(), &n);
+    if (r == kDcmiNotSupport) {
+      return UnimplementedError(
+          "dcmi_get_device_resource_info is not supported on this NPU (DCMI code -8255), so its "
+          "processes cannot be listed; npu-smi info -t proc-mem lists them on the node");
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Check(r, "dcmi_get_device_resource_info"));
+    if (n < 0 || n > static_cast<int>(list.size())) {
+      return InternalError("dcmi_get_device_resource_info reports " + std::to_string(n) +
+                           " processes on one NPU (at most " + std::to_string(kDcmiMaxProcesses) +
+                           " are documented); check the NPU driver with npu-smi info");
+    }
+    constexpr unsigned long kMib = 1024UL * 1024UL;  // NOLINT(runtime/int)
+    std::vector<ProcessMemory> out;
+    for (int i = 0; i < n; ++i) {
+      if (list[static_cast<size_t>(i)].proc_id <= 0) continue;  // not a process
+      out.push_back({list[static_cast<size_t>(i)].proc_id,
+                     static_cast<int64_t>(list[static_cast<size_t>(i)].proc_mem_usage / kMib)});
+    }
+    return out;
   }
 
   StatusOr<uint32_t> Health(const DcmiChipId& c) override {

@@ -239,6 +239,61 @@ TEST(DcmiBindingTest, ErrorsAreClearAndNeverCrash) {
   }
 }
 
+// npu-smi info -t proc-mem -i <id> lists the same processes (PID, memory).
+TEST(DcmiBindingTest, ProcessesOnEachChipAreListedAndSummedAsMemoryInUse) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto add = reinterpret_cast<void (*)(int, int, int)>(fake.Symbol("accelpool_fake_dcmi_process"));
+  auto mode = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_resource_mode"));
+  ASSERT_NE(add, nullptr);
+  ASSERT_NE(mode, nullptr);
+  add(-1, 0, 0);
+  add(2, 899293, 57280);  // a vLLM worker
+  add(2, 899301, 3072);
+  add(5, 4242, 1024);
+  auto driver = Driver("/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::vector<core::Device>& devs = invs->front().devices;
+
+  auto held = (*driver)->MemoryHolders();
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 8u);  // every chip, most with none
+  EXPECT_TRUE(held->at(devs[0].id).empty());
+  EXPECT_EQ(held->at(devs[2].id), (std::vector<ProcessMemory>{{899293, 57280}, {899301, 3072}}));
+  EXPECT_EQ(held->at(devs[5].id), (std::vector<ProcessMemory>{{4242, 1024}}));
+  auto used = (*driver)->MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  EXPECT_EQ(used->at(devs[2].id), 60352);  // the processes' memory, not the HBM's 3378 MB
+  EXPECT_EQ(used->at(devs[5].id), 1024);
+  EXPECT_EQ(used->at(devs[0].id), 0);
+
+  // A chip whose query fails is left out; the others are read.
+  fake.Configure(8, 5, -1, 0);
+  used = (*driver)->MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  EXPECT_FALSE(used->contains(devs[5].id));
+  EXPECT_EQ(used->at(devs[2].id), 60352);
+  fake.Configure(8, -1, -1, 0);
+
+  // A driver whose DCMI does not support the query: not measured, and why.
+  mode(1);
+  used = (*driver)->MemoryInUse();
+  EXPECT_EQ(used.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(used.status().message().find("npu-smi info -t proc-mem"), std::string::npos)
+      << used.status().ToString();
+  // A count beyond the buffer is refused, not read past its end.
+  mode(2);
+  used = (*driver)->MemoryInUse();
+  ASSERT_FALSE(used.ok());
+  EXPECT_NE(used.status().message().find("reports 1000 processes"), std::string::npos)
+      << used.status().ToString();
+  mode(0);
+  add(-1, 0, 0);
+}
+
 TEST(DcmiBindingTest, AbsentOrForeignLibraryIsAClearError) {
   auto absent = NewDlDcmi({"/nonexistent/libdcmi.so"});
   EXPECT_EQ(absent.status().code(), StatusCode::kUnavailable);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vendors/driver.h"
 
 namespace accelpool::vendors::ascend {
 
@@ -42,6 +43,12 @@ class DcmiLibrary {
   virtual StatusOr<DcmiDeviceInfo> Info(const DcmiChipId& chip) = 0;
   // dcmi_get_device_health: 0 ok, 1 minor alarm, 2 major alarm, 3 critical.
   virtual StatusOr<uint32_t> Health(const DcmiChipId& chip) = 0;
+  // dcmi_get_device_resource_info: the processes holding memory on the chip
+  // (host PIDs, MiB). kUnimplemented when this DCMI has no such query.
+  virtual StatusOr<std::vector<ProcessMemory>> Processes(const DcmiChipId& chip) {
+    (void)chip;
+    return UnimplementedError("this DCMI lists no processes per NPU");
+  }
 };
 using DcmiLibraryPtr = std::unique_ptr<DcmiLibrary>;
 

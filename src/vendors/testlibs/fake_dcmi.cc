@@ -18,12 +18,21 @@
 // the public dcmi_interface_api.h; every call checks its card and device ids
 // the way DCMI does.
 //
+// Processes: dcmi_get_device_resource_info lists those added with
+// accelpool_fake_dcmi_process(chip, pid, mib) (chip -1 clears them), or given
+// in the environment as ACCELPOOL_FAKE_DCMI_PROCESSES="chip:pid:mib,..." for
+// a fake loaded into another process; memory in bytes, as DCMI reports it.
+// accelpool_fake_dcmi_resource_mode: 0 as documented, 1 "not supported",
+// 2 a process count beyond the documented 32.
+//
 // DCMI is called from one thread at a time by its users; every entry point
 // here notes when it is entered while another call is still inside the
 // library (accelpool_fake_dcmi_overlaps), so tests can check that a binding
 // serialises its calls.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -41,6 +50,7 @@ using abi::dcmi_chip_info;
 using abi::dcmi_get_memory_info_stru;
 using abi::dcmi_hbm_info;
 using abi::dcmi_pcie_info_all;
+using abi::dcmi_proc_mem_info;
 using abi::dcmi_spod_info;
 constexpr int kOk = abi::kDcmiOk;
 constexpr int kInvalidParameter = abi::kDcmiInvalidParameter;
@@ -135,6 +145,39 @@ void Text(unsigned char* dst, const char* src) {
   CopyString(reinterpret_cast<char*>(dst), 32, src);
 }
 
+struct FakeProcess {
+  int chip;
+  int pid;
+  long long mib;  // NOLINT(runtime/int)
+};
+FakeProcess processes[64];
+int process_count = 0;
+int resource_mode = 0;
+
+void AddProcess(int chip, int pid, long long mib) {  // NOLINT(runtime/int)
+  if (chip < 0) {
+    process_count = 0;
+  } else if (process_count < 64) {
+    processes[process_count++] = {chip, pid, mib};
+  }
+}
+
+// ACCELPOOL_FAKE_DCMI_PROCESSES, read once.
+void ProcessesFromEnv() {
+  static bool read = false;
+  if (read) return;
+  read = true;
+  const char* env = std::getenv("ACCELPOOL_FAKE_DCMI_PROCESSES");
+  for (const char* at = env; at != nullptr && *at != '\0';) {
+    int chip = 0;
+    int pid = 0;
+    long long mib = 0;  // NOLINT(runtime/int)
+    if (std::sscanf(at, "%d:%d:%lld", &chip, &pid, &mib) == 3) AddProcess(chip, pid, mib);
+    at = std::strchr(at, ',');
+    if (at != nullptr) ++at;
+  }
+}
+
 std::atomic<int> inside{0};
 std::atomic<int> overlaps{0};
 
@@ -156,6 +199,17 @@ class InCall {
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_process(int chip,
+                                                                                   int pid,
+                                                                                   int mib) {
+  ProcessesFromEnv();
+  AddProcess(chip, pid, mib);
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_resource_mode(int m) {
+  resource_mode = m;
+}
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_product(int p) {
   product = &kProducts[p >= 0 && p < kProductCount ? p : 0];
@@ -277,6 +331,26 @@ __attribute__((visibility("default"))) int dcmi_get_device_info(int card, int de
   info.server_index = 5;
   std::memcpy(buf, &info, sizeof(info));
   *size = sizeof(info);
+  return kOk;
+}
+__attribute__((visibility("default"))) int dcmi_get_device_resource_info(int card, int device,
+                                                                         dcmi_proc_mem_info* info,
+                                                                         int* num) {
+  InCall in_call;
+  ProcessesFromEnv();
+  const int i = ChipIndex(card, device);
+  if (i < 0) return kInvalidDeviceId;
+  if (info == nullptr || num == nullptr) return kInvalidParameter;
+  if (Fails(static_cast<unsigned>(i))) return kInnerError;
+  if (resource_mode == 1) return kNotSupport;
+  int n = 0;
+  for (int k = 0; k < process_count && n < abi::kDcmiMaxProcesses; ++k) {
+    if (processes[k].chip != i) continue;
+    info[n].proc_id = processes[k].pid;
+    info[n].proc_mem_usage = static_cast<unsigned long>(processes[k].mib) << 20;  // NOLINT
+    ++n;
+  }
+  *num = resource_mode == 2 ? 1000 : n;
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_health(int card, int device,
