@@ -12,6 +12,7 @@
 #include "api/resources.h"
 #include "common/metrics.h"
 #include "cuda/region_format.h"
+#include "plugin/foreign_memory.h"
 #include "plugin/test_util.h"
 #include "vendors/ascend/vnpu.h"
 #include "vendors/fake/fake_driver.h"
@@ -27,6 +28,29 @@ using testing::TempDir;
 
 constexpr const char* kGpu = "nvidia.com/gpu";
 constexpr const char* kNpu = "huawei.com/Ascend910C";
+
+// Every holder kind and the ungranted-use gauge are there at 0 before the
+// first foreign memory is seen, so that dashboards and alerts on them have a
+// series to read (and increase() sees the first one).
+TEST(PluginMetricsTest, ForeignMemorySeriesAreRenderedFromTheStartAndCount) {
+  MetricsRegistry registry;
+  StatusOr<std::unique_ptr<PluginMetrics>> m = PluginMetrics::New(registry);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::string page = registry.Serialize();
+  for (const char* kind : kHolderKinds) {
+    const std::string line =
+        std::string("accelpool_plugin_foreign_memory_holders_total{kind=\"") + kind + "\"} 0";
+    EXPECT_NE(page.find(line), std::string::npos) << line << "\n" << page;
+  }
+  EXPECT_NE(page.find("accelpool_plugin_ungranted_device_uses 0"), std::string::npos) << page;
+  (*m)->ForeignHolderNamed("left_over");
+  (*m)->SetUngrantedUses(2);
+  page = registry.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_plugin_foreign_memory_holders_total{kind="left_over"} 1)"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("accelpool_plugin_ungranted_device_uses 2"), std::string::npos) << page;
+}
 
 TEST(PluginMetricsTest, SignatureSeriesAreRenderedFromTheStartAndCount) {
   MetricsRegistry registry;

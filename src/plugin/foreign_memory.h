@@ -30,6 +30,7 @@
 #ifndef ACCELPOOL_PLUGIN_FOREIGN_MEMORY_H_
 #define ACCELPOOL_PLUGIN_FOREIGN_MEMORY_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -142,6 +143,11 @@ void NameHolders(const std::vector<vendors::ProcessMemory>& processes,
                  const std::function<ProcessOwner(int64_t pid)>& owner_of,
                  const std::function<std::string(const std::string& uid)>& pod_of,
                  const std::vector<PodAssignment>& assignments, size_t limit, ForeignChange* c);
+
+// Every kind HolderKind returns (the label values of
+// accelpool_plugin_foreign_memory_holders_total, exported at 0 from the start).
+inline constexpr std::array<const char*, 5> kHolderKinds = {"pod_without_grant", "pod_beyond_grant",
+                                                            "left_over", "host", "unknown"};
 
 // What kind of holder it is: "pod_without_grant", "pod_beyond_grant",
 // "left_over" (its pod ended or left the node), "host" (in no pod) or

@@ -1,5 +1,7 @@
 #include "plugin/plugin_metrics.h"
 
+#include "plugin/foreign_memory.h"
+
 namespace accelpool::plugin {
 namespace {
 
@@ -75,6 +77,7 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           "unknown).",
                           {"kind"}),
            &m->holders_));
+  for (const char* kind : kHolderKinds) m->holders_->WithLabels({kind});
   ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddGauge("accelpool_plugin_ungranted_device_uses",
                         "Pods using a device of this node they were not granted (one of their "

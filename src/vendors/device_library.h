@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vendors/driver.h"
 
 namespace accelpool::vendors {
 
@@ -63,6 +64,11 @@ class DeviceLibrary {
   // apart). kUnimplemented when the library has no such query.
   virtual StatusOr<int64_t> MemoryUsedMib(int32_t /*index*/) {
     return UnimplementedError(std::string(LibraryName()) + " has no memory usage query");
+  }
+  // The processes holding memory on the device now (host PIDs, MiB each).
+  // kUnimplemented when the library cannot list them.
+  virtual StatusOr<std::vector<ProcessMemory>> Processes(int32_t /*index*/) {
+    return UnimplementedError(std::string(LibraryName()) + " has no per-process memory query");
   }
 };
 using DeviceLibraryPtr = std::unique_ptr<DeviceLibrary>;

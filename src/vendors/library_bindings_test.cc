@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -289,10 +290,12 @@ TEST(LibraryBindingsTest, HealthIsPolledBothWays) {
 // library reports it: the fakes' idle figures (what their drivers hold by
 // themselves), a figure set on device 3, and a device whose query fails left
 // out while the others answer. Before discovery: an error, not zeros.
+// ROCm SMI is measured by its processes instead (the test below).
 TEST(LibraryBindingsTest, MemoryInUseIsTheLibrarysFigurePerDevice) {
   const std::map<std::string, int64_t> idle = {
-      {"XPU ML", 512}, {"MX-SML", 880}, {"MTML", 1}, {"CNDev", 311}, {"ROCm SMI", 150}};
+      {"XPU ML", 512}, {"MX-SML", 880}, {"MTML", 1}, {"CNDev", 311}};
   for (const Binding& b : Bindings()) {
+    if (b.name == "ROCm SMI") continue;
     SCOPED_TRACE(b.name);
     FakeHandle fake(b.fake_path);
     ASSERT_TRUE(fake.ok());
@@ -317,6 +320,66 @@ TEST(LibraryBindingsTest, MemoryInUseIsTheLibrarysFigurePerDevice) {
     EXPECT_EQ(used->count(invs->front().devices[5].id), 0u);
     EXPECT_EQ(used->size(), 7u);
   }
+}
+
+// On Hygon, rsmi_dev_memory_usage_get counts the HBM the driver reserves
+// (the fake: 94% of an idle DCU), so memory in use is the VRAM of the
+// processes the kernel's KFD lists (sysfs class/kfd/kfd/proc/<pid>), each
+// asked with rsmi_compute_process_info_by_device_get; they are also the
+// device's holders. No KFD folder: no process, 0.
+TEST(LibraryBindingsTest, RocmSmiMemoryInUseIsTheProcessesVramNotTheDriversReserve) {
+  const Binding& b = Find("ROCm SMI");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto add =
+      reinterpret_cast<void (*)(int, unsigned, int)>(fake.Symbol("accelpool_fake_rsmi_process"));
+  ASSERT_NE(add, nullptr);
+  add(-1, 0, 0);
+  add(3, 4242, 20480);
+  add(3, 4300, 1024);
+  add(6, 5000, 8192);
+  FakeSysfs sysfs;
+  for (const char* entry : {"4242", "4300", "5000", "99", "not-a-pid", "12345678"}) {
+    std::filesystem::create_directories(std::filesystem::path(sysfs.root()) / "class/kfd/kfd/proc" /
+                                        entry);
+  }
+  auto driver = Driver(b, sysfs.root());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::vector<core::Device>& devs = invs->front().devices;
+  auto used = (*driver)->MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  ASSERT_EQ(used->size(), 8u);
+  EXPECT_EQ(used->at(devs[3].id), 21504);
+  EXPECT_EQ(used->at(devs[6].id), 8192);
+  EXPECT_EQ(used->at(devs[0].id), 0);  // not the driver's 61604 MiB
+  auto held = (*driver)->MemoryHolders();
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->at(devs[3].id), (std::vector<ProcessMemory>{{4242, 20480}, {4300, 1024}}));
+  EXPECT_EQ(held->at(devs[6].id), (std::vector<ProcessMemory>{{5000, 8192}}));
+  EXPECT_TRUE(held->at(devs[0].id).empty());
+  // A DCU whose query fails for a process that is still there is not read.
+  fake.Configure(8, 6, -1, 0);
+  used = (*driver)->MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  EXPECT_EQ(used->count(devs[6].id), 0u);
+  EXPECT_EQ(used->at(devs[3].id), 21504);
+  fake.Configure(8, -1, -1, 0);
+  // A process that exited (its KFD folder gone) is skipped, whatever the library said.
+  std::filesystem::remove_all(std::filesystem::path(sysfs.root()) / "class/kfd/kfd/proc/4300");
+  used = (*driver)->MemoryInUse();
+  ASSERT_TRUE(used.ok());
+  EXPECT_EQ(used->at(devs[3].id), 20480);
+  // Without the KFD driver's folder no compute process exists.
+  auto bare = Driver(b, "/nonexistent");
+  ASSERT_TRUE(bare.ok());
+  ASSERT_TRUE((*bare)->Discover().ok());
+  used = (*bare)->MemoryInUse();
+  ASSERT_TRUE(used.ok());
+  EXPECT_EQ(used->at(devs[3].id), 0);
+  add(-1, 0, 0);
 }
 
 TEST(LibraryBindingsTest, ErrorsAreClearAndNeverCrash) {

@@ -158,20 +158,32 @@ Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) 
   return Status::Ok();
 }
 
-StatusOr<std::map<std::string, int64_t>> LibraryDriver::MemoryInUse() {
-  std::vector<std::pair<int32_t, std::string>> devices;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!initialized_) {
-      return FailedPreconditionError(std::string(Name()) + ": memory usage read before discovery");
-    }
-    for (size_t i = 0; i < ids_.size(); ++i) devices.emplace_back(static_cast<int32_t>(i), ids_[i]);
+StatusOr<std::vector<std::pair<int32_t, std::string>>> LibraryDriver::Discovered(
+    const char* what) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!initialized_) {
+    return FailedPreconditionError(std::string(Name()) + ": " + what + " read before discovery");
   }
-  return ReadPerDevice<int64_t>(devices, [this](int32_t i) -> StatusOr<int64_t> {
+  std::vector<std::pair<int32_t, std::string>> devices;
+  for (size_t i = 0; i < ids_.size(); ++i) devices.emplace_back(static_cast<int32_t>(i), ids_[i]);
+  return devices;
+}
+
+StatusOr<std::map<std::string, int64_t>> LibraryDriver::MemoryInUse() {
+  StatusOr<std::vector<std::pair<int32_t, std::string>>> devices = Discovered("memory usage");
+  if (!devices.ok()) return devices.status();
+  return ReadPerDevice<int64_t>(*devices, [this](int32_t i) -> StatusOr<int64_t> {
     StatusOr<int64_t> used = library_->MemoryUsedMib(i);
     if (!used.ok()) return used.status();
     return std::max<int64_t>(0, *used);
   });
+}
+
+StatusOr<std::map<std::string, std::vector<ProcessMemory>>> LibraryDriver::MemoryHolders() {
+  StatusOr<std::vector<std::pair<int32_t, std::string>>> devices = Discovered("process list");
+  if (!devices.ok()) return devices.status();
+  return ReadPerDevice<std::vector<ProcessMemory>>(
+      *devices, [this](int32_t i) { return library_->Processes(i); });
 }
 
 StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(

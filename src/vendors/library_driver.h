@@ -57,8 +57,14 @@ class LibraryDriver : public VendorDriver {
       const std::vector<GrantedDevice>& grants) const override;
   // The library's memory in use of every discovered device that answers.
   StatusOr<std::map<std::string, int64_t>> MemoryInUse() override;
+  // The library's process list of every discovered device that answers.
+  StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
+  // (library index, id) of every discovered device; kFailedPrecondition
+  // before the first discovery.
+  StatusOr<std::vector<std::pair<int32_t, std::string>>> Discovered(const char* what) const;
+
   const DeviceLibraryPtr library_;
   const LibraryDriverSpec spec_;
   const std::string node_;

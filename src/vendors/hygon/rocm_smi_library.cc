@@ -10,13 +10,29 @@
 // rsmi_topo_get_numa_node_number(uint32_t dv, uint32_t* node) (else sysfs),
 // rsmi_dev_drm_render_minor_get(uint32_t dv, uint32_t* minor),
 // rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type),
-// rsmi_dev_memory_usage_get(uint32_t dv, rsmi_memory_type_t type, uint64_t* bytes)  VRAM = 0
+// rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t dv, rsmi_process_info_t* p)
+//
+// Memory in use is the VRAM the processes using a DCU hold, summed, not
+// rsmi_dev_memory_usage_get: on Hygon DCUs that counts the HBM the driver
+// reserves (most of the device, on an idle one; hy-smi shows the same), so it
+// would mark every idle DCU as held. The processes are those the kernel's KFD
+// lists under <sysfs>/class/kfd/kfd/proc/<pid> (host PIDs; where ROCm SMI
+// itself finds them), each asked for its VRAM on the DCU with
+// rsmi_compute_process_info_by_device_get; "not found" means it does not use
+// that DCU. The enumerating call, rsmi_compute_process_info_get, is not used:
+// it fills an array of rsmi_process_info_t, a struct that grew across ROCm
+// releases (its rows would be read with the wrong stride), and a public
+// report has its rows carry 0 VRAM on Hygon. Only the first three fields
+// (process_id, pasid, vram_usage), the same in every release, are read.
 // (1 PCIe, 2 XGMI).
 #include "vendors/hygon/rocm_smi_library.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
+#include <vector>
 
 #include "vendors/dl_library.h"
 #include "vendors/driver.h"
@@ -33,6 +49,34 @@ constexpr int kVram = 0;               // RSMI_MEM_TYPE_VRAM
 constexpr int kLinkPcie = 1;           // RSMI_IOLINK_TYPE_PCIEXPRESS
 constexpr int kLinkXgmi = 2;           // RSMI_IOLINK_TYPE_XGMI
 constexpr uint32_t kRenderBase = 128;  // the first DRM render minor
+constexpr int kNotFound = 10;          // RSMI_STATUS_NOT_FOUND
+
+// The leading fields of rsmi_process_info_t, the same in every ROCm release
+// (later ones append sdma_usage and cu_occupancy); read through Padded.
+struct rsmi_process_info_head {
+  uint32_t process_id;
+  uint32_t pasid;
+  uint64_t vram_usage;  // bytes
+};
+
+// The PIDs under <sysfs_root>/class/kfd/kfd/proc, ascending; empty when the
+// directory is absent (no KFD driver: no compute process can exist).
+std::vector<uint32_t> KfdPids(const std::string& sysfs_root) {
+  std::vector<uint32_t> pids;
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(sysfs_root) / "class/kfd/kfd/proc";
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.size() > 7 ||
+        name.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const unsigned long pid = std::stoul(name);  // NOLINT(runtime/int) at most 7 digits
+    if (pid > 0 && pid <= 4194304) pids.push_back(static_cast<uint32_t>(pid));
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
 
 class RocmSmi : public BoundLibrary {
  public:
@@ -52,7 +96,8 @@ class RocmSmi : public BoundLibrary {
     render_ = lib_->OptionalSymbol<Ret(uint32_t, uint32_t*)>("rsmi_dev_drm_render_minor_get");
     link_ =
         lib_->OptionalSymbol<Ret(uint32_t, uint32_t, uint64_t*, int*)>("rsmi_topo_get_link_type");
-    usage_ = lib_->OptionalSymbol<Ret(uint32_t, int, uint64_t*)>("rsmi_dev_memory_usage_get");
+    by_device_ = lib_->OptionalSymbol<Ret(uint32_t, uint32_t, void*)>(
+        "rsmi_compute_process_info_by_device_get");
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(0), "rsmi_init"));
     ready_ = true;
     return Status::Ok();
@@ -134,16 +179,37 @@ class RocmSmi : public BoundLibrary {
     return true;
   }
 
+  // The processes' VRAM on the DCU, summed (see the top).
   StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
+    StatusOr<std::vector<ProcessMemory>> procs = Processes(index);
+    if (!procs.ok()) return procs.status();
+    int64_t sum = 0;
+    for (const ProcessMemory& p : *procs) sum += p.used_mib;
+    return sum;
+  }
+
+  StatusOr<std::vector<ProcessMemory>> Processes(int32_t index) override {
     std::lock_guard<std::mutex> lock(mu_);
     ACCELPOOL_RETURN_IF_ERROR(Ready());
-    if (usage_ == nullptr) {
-      return UnimplementedError("rsmi_dev_memory_usage_get is not exported");
+    if (by_device_ == nullptr) {
+      return UnimplementedError(
+          "rsmi_compute_process_info_by_device_get is not exported, so the processes on each "
+          "DCU cannot be listed; update the DCU driver (DTK)");
     }
-    uint64_t bytes = 0;
-    ACCELPOOL_RETURN_IF_ERROR(
-        Check(usage_(static_cast<uint32_t>(index), kVram, &bytes), "rsmi_dev_memory_usage_get"));
-    return static_cast<int64_t>(bytes >> 20);
+    std::vector<ProcessMemory> out;
+    for (uint32_t pid : KfdPids(sysfs_root_)) {
+      Padded<rsmi_process_info_head> p;
+      const int r = by_device_(pid, static_cast<uint32_t>(index), &p.value);
+      if (r == kNotFound) continue;  // not on this DCU
+      if (r != 0 && !std::filesystem::exists(std::filesystem::path(sysfs_root_) /
+                                             "class/kfd/kfd/proc" / std::to_string(pid))) {
+        continue;  // it exited while it was read
+      }
+      ACCELPOOL_RETURN_IF_ERROR(Check(r, "rsmi_compute_process_info_by_device_get"));
+      const int64_t mib = static_cast<int64_t>(p.value.vram_usage >> 20);
+      if (mib > 0) out.push_back({static_cast<int64_t>(pid), mib});
+    }
+    return out;
   }
 
  private:
@@ -157,7 +223,7 @@ class RocmSmi : public BoundLibrary {
   Ret (*numa_)(uint32_t, uint32_t*) = nullptr;
   Ret (*render_)(uint32_t, uint32_t*) = nullptr;
   Ret (*link_)(uint32_t, uint32_t, uint64_t*, int*) = nullptr;
-  Ret (*usage_)(uint32_t, int, uint64_t*) = nullptr;
+  Ret (*by_device_)(uint32_t, uint32_t, void*) = nullptr;
 };
 
 }  // namespace

@@ -3,7 +3,19 @@
 // the published K100-AI sample: every pair PCIe through switches (PXB, two
 // hops), all DCUs on NUMA node 0. DRM render minors are 128 + index. Bus ids
 // are illustrative. Prototypes as in the public rocm_smi.h.
+//
+// Memory: rsmi_dev_memory_usage_get reports what the driver reserves on an
+// idle DCU (94% of it, as hy-smi shows on Hygon) plus the processes' VRAM,
+// or what accelpool_fake_used set. Processes: rsmi_compute_process_info_by_device_get
+// answers for those added with accelpool_fake_rsmi_process(dcu, pid, mib)
+// (dcu -1 clears them) or given as ACCELPOOL_FAKE_RSMI_PROCESSES="dcu:pid:mib,...",
+// with the current rsmi_process_info_t (32 bytes); RSMI_STATUS_NOT_FOUND for
+// a process not on that DCU. The PIDs a caller finds are its KFD sysfs
+// folders, which the tests make.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "fake_control.h"
 
@@ -17,10 +29,67 @@ namespace {
 constexpr int kSuccess = 0;
 constexpr int kInvalidArgs = 1;
 constexpr int kFileError = 3;
+constexpr int kNotFound = 10;
+constexpr unsigned long long kReservedMib = 61604;  // NOLINT(runtime/int) 94% of 64 GiB
+
+struct ProcessInfo {  // rsmi_process_info_t as current rocm_smi.h lays it out
+  uint32_t process_id;
+  uint32_t pasid;
+  uint64_t vram_usage;
+  uint64_t sdma_usage;
+  uint32_t cu_occupancy;
+};
+static_assert(sizeof(ProcessInfo) == 32, "rsmi_process_info_t is 32 bytes");
+
+struct FakeProcess {
+  int dcu;
+  uint32_t pid;
+  long long mib;  // NOLINT(runtime/int)
+};
+FakeProcess processes[64];
+int process_count = 0;
+
+void AddProcess(int dcu, uint32_t pid, long long mib) {  // NOLINT(runtime/int)
+  if (dcu < 0) {
+    process_count = 0;
+  } else if (process_count < 64) {
+    processes[process_count++] = {dcu, pid, mib};
+  }
+}
+
+void ProcessesFromEnv() {
+  static bool read = false;
+  if (read) return;
+  read = true;
+  const char* env = std::getenv("ACCELPOOL_FAKE_RSMI_PROCESSES");
+  for (const char* at = env; at != nullptr && *at != '\0';) {
+    int dcu = 0;
+    unsigned pid = 0;
+    long long mib = 0;  // NOLINT(runtime/int)
+    if (std::sscanf(at, "%d:%u:%lld", &dcu, &pid, &mib) == 3) AddProcess(dcu, pid, mib);
+    at = std::strchr(at, ',');
+    if (at != nullptr) ++at;
+  }
+}
+
+long long ProcessMib(uint32_t dv) {  // NOLINT(runtime/int)
+  long long sum = 0;                 // NOLINT(runtime/int)
+  for (int k = 0; k < process_count; ++k) {
+    if (processes[k].dcu == static_cast<int>(dv)) sum += processes[k].mib;
+  }
+  return sum;
+}
 const unsigned kBus[] = {0x13, 0x33, 0x53, 0x73, 0x93, 0xb3, 0xd3, 0xf3};
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_process(int dcu,
+                                                                                   unsigned pid,
+                                                                                   int mib) {
+  ProcessesFromEnv();
+  AddProcess(dcu, pid, mib);
+}
 
 extern "C" {
 __attribute__((visibility("default"))) int rsmi_init(uint64_t flags) { return State().init_error; }
@@ -49,8 +118,28 @@ __attribute__((visibility("default"))) int rsmi_dev_memory_usage_get(uint32_t dv
                                                                      uint64_t* used) {
   if (!Valid(dv) || type != 0) return kInvalidArgs;
   if (Fails(dv)) return kFileError;
-  *used = static_cast<uint64_t>(UsedOr(dv, 150)) << 20;
+  ProcessesFromEnv();
+  *used = static_cast<uint64_t>(UsedOr(dv, static_cast<long long>(kReservedMib) +  // NOLINT
+                                               ProcessMib(dv)))
+          << 20;
   return kSuccess;
+}
+__attribute__((visibility("default"))) int rsmi_compute_process_info_by_device_get(
+    uint32_t pid, uint32_t dv, ProcessInfo* proc) {
+  ProcessesFromEnv();
+  if (!Valid(dv) || proc == nullptr) return kInvalidArgs;
+  if (Fails(dv)) return kFileError;
+  for (int k = 0; k < process_count; ++k) {
+    if (processes[k].dcu != static_cast<int>(dv) || processes[k].pid != pid) continue;
+    std::memset(proc, 0, sizeof(*proc));
+    proc->process_id = pid;
+    proc->pasid = 0x8000u + pid % 0x1000u;
+    proc->vram_usage = static_cast<uint64_t>(processes[k].mib) << 20;
+    proc->sdma_usage = 1200;
+    proc->cu_occupancy = 0xFFFFFFFFu;  // CU_OCCUPANCY_INVALID
+    return kSuccess;
+  }
+  return kNotFound;
 }
 __attribute__((visibility("default"))) int rsmi_dev_pci_id_get(uint32_t dv, uint64_t* bdfid) {
   if (!Valid(dv)) return kInvalidArgs;

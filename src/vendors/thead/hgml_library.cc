@@ -52,6 +52,17 @@ class Hgml : public DeviceLibrary {
     std::lock_guard<std::mutex> lock(mu_);
     return lib_->MemoryUsedMib(index);
   }
+  // As NVML: hgmlDevice{Compute,Graphics}RunningProcesses (_v3, _v2, first).
+  StatusOr<std::vector<ProcessMemory>> Processes(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<std::vector<nvidia::NvmlProcess>> procs = lib_->RunningProcesses(index);
+    if (!procs.ok()) return procs.status();
+    std::vector<ProcessMemory> out;
+    for (const nvidia::NvmlProcess& p : *procs) {
+      out.push_back({static_cast<int64_t>(p.pid), p.used_mib});
+    }
+    return out;
+  }
 
  private:
   nvidia::NvmlLibraryPtr lib_;

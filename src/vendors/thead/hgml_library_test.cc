@@ -53,6 +53,11 @@ class FakeHgml : public nvidia::NvmlLibrary {
     if (i == fail) return UnavailableError("PPU does not answer");
     return i == 2 ? 30720 : 0;
   }
+  StatusOr<std::vector<nvidia::NvmlProcess>> RunningProcesses(int32_t i) override {
+    if (i == fail) return UnavailableError("PPU does not answer");
+    if (i == 2) return std::vector<nvidia::NvmlProcess>{{4242, 28672}, {4300, -1}};
+    return std::vector<nvidia::NvmlProcess>{};
+  }
   int fail = -1;
 };
 
@@ -73,6 +78,25 @@ TEST(HgmlLibraryTest, MemoryInUseIsHgmlsFigurePerPpu) {
   ASSERT_TRUE(used.ok());
   EXPECT_EQ(used->count("PPU-7002"), 0u);
   EXPECT_EQ(used->size(), 15u);
+}
+
+// HGML lists each PPU's processes as NVML does (the NVML binding with the
+// hgml prefix), so the Event for foreign memory names them on T-Head too.
+TEST(HgmlLibraryTest, MemoryHoldersAreHgmlsProcessListsPerPpu) {
+  auto fake = std::make_unique<FakeHgml>();
+  FakeHgml* hgml = fake.get();
+  LibraryDriver d(HgmlDeviceLibrary(std::move(fake)), TheadSpec(), "ppu-node");
+  EXPECT_EQ(d.MemoryHolders().status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(d.Discover().ok());
+  auto held = d.MemoryHolders();
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 16u);
+  EXPECT_EQ(held->at("PPU-7002"), (std::vector<ProcessMemory>{{4242, 28672}, {4300, -1}}));
+  EXPECT_TRUE(held->at("PPU-7003").empty());
+  hgml->fail = 2;
+  held = d.MemoryHolders();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->count("PPU-7002"), 0u);
 }
 
 TEST(HgmlLibraryTest, MapsA16PpuNodeThroughTheSharedDriver) {
