@@ -382,6 +382,39 @@ TEST(LibraryBindingsTest, RocmSmiMemoryInUseIsTheProcessesVramNotTheDriversReser
   add(-1, 0, 0);
 }
 
+// CNDev lists each MLU's processes (cndevGetProcessInfo, KiB): more than the
+// first buffer holds is asked again with the count CNDev gave.
+TEST(LibraryBindingsTest, CndevMemoryHoldersAreItsProcessRows) {
+  const Binding& b = Find("CNDev");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto add =
+      reinterpret_cast<void (*)(int, unsigned, int)>(fake.Symbol("accelpool_fake_cndev_process"));
+  ASSERT_NE(add, nullptr);
+  add(-1, 0, 0);
+  for (unsigned k = 0; k < 20; ++k) add(2, 3000 + k, 512);
+  add(5, 4242, 12288);
+  auto driver = Driver(b, "/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::vector<core::Device>& devs = invs->front().devices;
+  auto held = (*driver)->MemoryHolders();
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 8u);
+  ASSERT_EQ(held->at(devs[2].id).size(), 20u);
+  EXPECT_EQ(held->at(devs[2].id)[19], (ProcessMemory{3019, 512}));
+  EXPECT_EQ(held->at(devs[5].id), (std::vector<ProcessMemory>{{4242, 12288}}));
+  EXPECT_TRUE(held->at(devs[0].id).empty());
+  fake.Configure(8, 5, -1, 0);
+  held = (*driver)->MemoryHolders();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->count(devs[5].id), 0u);
+  fake.Configure(8, -1, -1, 0);
+  add(-1, 0, 0);
+}
+
 TEST(LibraryBindingsTest, ErrorsAreClearAndNeverCrash) {
   struct Case {
     std::string binding;

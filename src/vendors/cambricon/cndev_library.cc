@@ -13,12 +13,19 @@
 // Optional: cndevGetDeviceHandleByIndex(int, int* handle), cndevGetUUID(cndevUUID_t*, dev)
 //   {version; uint8 uuid[37]}, cndevGetCardSN(cndevCardSN_t*, dev) {version; int64 sn},
 //   cndevGetCardNameStringByDevId(dev) -> const char*,
-//   cndevGetNUMANodeIdByDevId(cndevNUMANodeId_t*, dev) {version; int32 nodeId}.
+//   cndevGetNUMANodeIdByDevId(cndevNUMANodeId_t*, dev) {version; int32 nodeId},
+//   cndevGetProcessInfo(unsigned* count, cndevProcessInfo_t* rows, dev): rows of
+//   {int32 version; uint32 pid; uint64 physicalMemoryUsed KiB; uint64 virtual KiB}
+//   (24 bytes in every published cndev.h; each row's version is set); `count`
+//   is the room in, the processes out, CNDEV_ERROR_INSUFFICIENT_SPACE (9) when
+//   the room is short.
 #include "vendors/cambricon/cndev_library.h"
 
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "vendors/dl_library.h"
 #include "vendors/driver.h"
@@ -61,6 +68,15 @@ struct NumaNode {
   int version;
   int32_t node;
 };
+struct ProcessRow {
+  int32_t version;
+  uint32_t pid;
+  uint64_t physical_kib;
+  uint64_t virtual_kib;
+};
+static_assert(sizeof(ProcessRow) == 24, "cndevProcessInfo_t is 24 bytes");
+constexpr int kInsufficientSpace = 9;  // CNDEV_ERROR_INSUFFICIENT_SPACE
+constexpr unsigned kMaxProcesses = 4096;
 
 constexpr const char* kLib = "CNDev";
 constexpr const char* kHint = "check the MLU driver with cnmon";
@@ -89,6 +105,7 @@ class Cndev : public BoundLibrary {
     sn_ = lib_->OptionalSymbol<Ret(CardSn*, int)>("cndevGetCardSN");
     name_ = lib_->OptionalSymbol<const char*(int)>("cndevGetCardNameStringByDevId");
     numa_ = lib_->OptionalSymbol<Ret(NumaNode*, int)>("cndevGetNUMANodeIdByDevId");
+    process_ = lib_->OptionalSymbol<Ret(unsigned*, ProcessRow*, int)>("cndevGetProcessInfo");
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(0), "cndevInit"));
     ready_ = true;
     return Status::Ok();
@@ -179,6 +196,44 @@ class Cndev : public BoundLibrary {
     return mem.value.physical_used_mb;
   }
 
+  // cndevGetProcessInfo's rows: physical memory, KiB, as MiB.
+  StatusOr<std::vector<ProcessMemory>> Processes(int32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StatusOr<int> dev = HandleOf(index);
+    if (!dev.ok()) return dev.status();
+    if (process_ == nullptr) {
+      return UnimplementedError(
+          "cndevGetProcessInfo is not exported, so the processes on each "
+          "MLU cannot be listed; update the MLU driver");
+    }
+    unsigned room = 16;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      std::vector<ProcessRow> rows(room);
+      for (ProcessRow& r : rows) r.version = kVersion;
+      unsigned n = room;
+      const int r = process_(&n, rows.data(), *dev);
+      if (r == kInsufficientSpace && n > room && n <= kMaxProcesses) {
+        room = n + 4;  // processes may start between the two calls
+        continue;
+      }
+      ACCELPOOL_RETURN_IF_ERROR(Check(r, "cndevGetProcessInfo"));
+      if (n > room) {
+        return Broken("cndevGetProcessInfo reported " + std::to_string(n) +
+                      " processes in room for " + std::to_string(room));
+      }
+      std::vector<ProcessMemory> out;
+      for (unsigned i = 0; i < n; ++i) {
+        if (rows[i].pid == 0) continue;
+        out.push_back(
+            {static_cast<int64_t>(rows[i].pid), static_cast<int64_t>(rows[i].physical_kib / 1024)});
+      }
+      return out;
+    }
+    return Broken(
+        "cndevGetProcessInfo kept asking for more room (processes starting faster "
+        "than they are read)");
+  }
+
  private:
   // Newer CNDev addresses a card by a handle; older ones by its index.
   StatusOr<int> HandleOf(int32_t index) {
@@ -201,6 +256,7 @@ class Cndev : public BoundLibrary {
   Ret (*sn_)(CardSn*, int) = nullptr;
   const char* (*name_)(int) = nullptr;
   Ret (*numa_)(NumaNode*, int) = nullptr;
+  Ret (*process_)(unsigned*, ProcessRow*, int) = nullptr;
 };
 
 }  // namespace

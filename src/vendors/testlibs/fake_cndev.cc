@@ -2,6 +2,9 @@
 // cnmon shows them (24 GiB each), with card handles = index + 100 so a
 // binding that skips the handle lookup reads the wrong card, and NUMA 0 for
 // chips 0-3 and 1 for 4-7. Structs start with the caller's `int version`.
+// Processes: cndevGetProcessInfo lists those added with
+// accelpool_fake_cndev_process(chip, pid, mib) (chip -1 clears them), memory
+// in KiB; a short buffer gets CNDEV_ERROR_INSUFFICIENT_SPACE and the count.
 #include <cstdint>
 #include <cstdio>
 
@@ -17,6 +20,13 @@ constexpr int kInvalidDeviceId = 6;
 constexpr int kUnsupportedVersion = 3;
 constexpr int kHandleBase = 100;
 bool Bad(int version) { return version < 1 || version > 6; }
+struct FakeProcess {
+  int chip;
+  uint32_t pid;
+  uint64_t mib;
+};
+FakeProcess processes[64];
+int process_count = 0;
 bool ToIndex(int handle, unsigned* i) {
   const int idx = handle - kHandleBase;
   if (idx < 0 || idx >= State().count) return false;
@@ -26,6 +36,16 @@ bool ToIndex(int handle, unsigned* i) {
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_cndev_process(int chip,
+                                                                                    unsigned pid,
+                                                                                    int mib) {
+  if (chip < 0) {
+    process_count = 0;
+  } else if (process_count < 64) {
+    processes[process_count++] = {chip, pid, static_cast<uint64_t>(mib)};
+  }
+}
 
 extern "C" {
 __attribute__((visibility("default"))) int cndevInit(int) { return State().init_error; }
@@ -58,6 +78,30 @@ __attribute__((visibility("default"))) int cndevGetMemoryUsage(int* mem, int han
   int64_t* fields = reinterpret_cast<int64_t*>(mem + 2);
   fields[0] = 24576;  // physical total, MB
   fields[1] = UsedOr(i, 311);  // physical used, MB
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetProcessInfo(unsigned* count, int32_t* rows,
+                                                               int handle) {
+  unsigned i = 0;
+  if (count == nullptr || rows == nullptr || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  if (Fails(i)) return 7;  // CNDEV_ERROR_UNKNOWN
+  unsigned n = 0;
+  for (int k = 0; k < process_count; ++k) n += processes[k].chip == static_cast<int>(i) ? 1 : 0;
+  if (n > *count) {
+    *count = n;
+    return 9;  // CNDEV_ERROR_INSUFFICIENT_SPACE
+  }
+  unsigned w = 0;
+  for (int k = 0; k < process_count; ++k) {
+    if (processes[k].chip != static_cast<int>(i)) continue;
+    int32_t* row = rows + 6 * w;  // 24-byte rows
+    if (Bad(row[0])) return kUnsupportedVersion;
+    reinterpret_cast<uint32_t*>(row)[1] = processes[k].pid;
+    reinterpret_cast<uint64_t*>(row + 2)[0] = processes[k].mib * 1024;  // KiB
+    reinterpret_cast<uint64_t*>(row + 2)[1] = processes[k].mib * 2048;
+    ++w;
+  }
+  *count = n;
   return 0;
 }
 __attribute__((visibility("default"))) int cndevGetPCIeInfo(int* pci, int handle) {
