@@ -221,8 +221,10 @@ bool Granted(const AssignmentStore& store, const std::string& uid, const std::st
 }
 
 // An 'h' line: its processes written under the fixture's proc root, named and
-// described as the foreign memory check does for GPU-a, and looked through
-// for pods using GPU-a or GPU-b without a grant (the same processes on both).
+// described as the foreign memory check does for GPU-a (as a device of the
+// vendor its "vendor" index picks, whose words the texts use), and looked
+// through for pods using GPU-a or GPU-b without a grant (the same processes
+// on both).
 void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
                    const PodSync& sync, const AssignmentStore& store,
                    const std::vector<core::NodeInventory>& inventories) {
@@ -246,9 +248,26 @@ void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
       std::ofstream(dir / "cgroup", std::ios::binary) << StringAt(p, "cgroup");
     }
   }
+  // The device's vendor ("vendor": an index), whose words the texts use.
+  struct Kind {
+    core::Vendor vendor;
+    const char* model;
+  };
+  static const Kind kKinds[] = {{core::Vendor::kNvidia, "NVIDIA H200"},
+                                {core::Vendor::kAscend, "Ascend910B3"},
+                                {core::Vendor::kHygon, "K100-AI"},
+                                {core::Vendor::kKunlunxin, "P800"},
+                                {core::Vendor::kMetax, "C500"},
+                                {core::Vendor::kMthreads, "MTT S4000"},
+                                {core::Vendor::kCambricon, "MLU370-X8"},
+                                {core::Vendor::kThead, "PPU-ZW810E"},
+                                {core::Vendor::kUnknown, ""}};
+  const nlohmann::json vendor_at = req.value("vendor", nlohmann::json());
+  const Kind& kind =
+      kKinds[vendor_at.is_number_unsigned() ? vendor_at.get<uint64_t>() % std::size(kKinds) : 0];
   ForeignChange c{.device = "GPU-a",
-                  .vendor = core::Vendor::kNvidia,
-                  .model = "NVIDIA H200",
+                  .vendor = kind.vendor,
+                  .model = kind.model,
                   .before_mib = 0,
                   .after_mib = 8192,
                   .used_mib = 9000,
@@ -291,8 +310,11 @@ void NameHoldersOf(const nlohmann::json& req, const std::filesystem::path& proc,
     if (u.holder.pod.empty() || Granted(store, u.holder.pod_uid, u.device)) {
       Fail("an ungranted use by a pod not named, or granted the device: " + u.holder.pod_uid);
     }
+    UngrantedUse spoken = u;
+    spoken.vendor = kind.vendor;
+    spoken.model = kind.model;
     try {
-      static_cast<void>(nlohmann::json(DescribeUngrantedUse(u, "node-a")).dump());
+      static_cast<void>(nlohmann::json(DescribeUngrantedUse(spoken, "node-a")).dump());
     } catch (const std::exception& e) {
       Fail(std::string("an ungranted-use text that is not valid UTF-8: ") + e.what());
     }
