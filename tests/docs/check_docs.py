@@ -14,6 +14,10 @@ Each check prints what disagrees, with the file to fix:
            #anchor a heading of that file
   values   every chart value in values.yaml is in the chart's README (itself,
            a parent, or a <placeholder> row), and every README row is a value
+  alerts   every alert of charts/accelpool/alerts/accelpool.rules.yaml is a row
+           of the alerts table in docs/operations.md with the same expression
+           (and every row an alert), names only registered metrics, and has a
+           runbook that reaches a heading of docs/operations.md
 
 Exits 1 when any check finds something, 2 on bad arguments.
 """
@@ -39,13 +43,18 @@ def read(path):
         return f.read()
 
 
-def check_metrics(root):
+def registered_metrics(root):
     registered = set()
     for path in glob.glob(os.path.join(root, 'src', '**', '*.cc'), recursive=True):
         rel = os.path.relpath(path, root)
         if rel.endswith('_test.cc') or '/testing/' in rel or '/fuzz/' in rel:
             continue
         registered.update(REGISTER.findall(read(path)))
+    return registered
+
+
+def check_metrics(root):
+    registered = registered_metrics(root)
     rows = set(TABLE_ROW.findall(read(os.path.join(root, 'docs', 'operations.md'))))
     problems = []
     if len(registered) < 10:
@@ -146,6 +155,45 @@ def check_values(root):
     return problems, f'{len(keys)} chart values, {len(rows)} rows'
 
 
+ALERT_ROW = re.compile(r'^\| `(Accelpool\w+)` \| `(.+?)`(?: \([^)]*\))? \|', re.M)
+METRIC = re.compile(r'\baccelpool_[a-z0-9_]+')
+
+
+def one_line(expr):
+    return re.sub(r'\s+', ' ', expr.replace('\\|', '|')).strip()
+
+
+def check_alerts(root):
+    rules = yaml.safe_load(read(os.path.join(root, 'charts', 'accelpool', 'alerts',
+                                             'accelpool.rules.yaml')))
+    alerts = {r['alert']: r for g in rules['groups'] for r in g['rules'] if 'alert' in r}
+    page = read(os.path.join(root, 'docs', 'operations.md'))
+    headings = {anchor(h) for h in HEADING.findall(FENCE.sub('', page))}
+    rows = dict(ALERT_ROW.findall(page))
+    registered = registered_metrics(root)
+    problems = []
+    for name, rule in alerts.items():
+        if name not in rows:
+            problems.append(f'docs/operations.md: alert {name} has no row in the alerts table')
+        elif one_line(rows[name]) != one_line(rule['expr']):
+            problems.append(f'docs/operations.md: alert {name}: the row\'s expression is not the '
+                            f'rule\'s ({rule["expr"]})')
+        for metric in METRIC.findall(rule['expr']):
+            family = re.sub(r'_(bucket|sum|count)$', '', metric)
+            if metric not in registered and family not in registered:
+                problems.append(f'accelpool.rules.yaml: alert {name} names {metric}, which nothing '
+                                f'registers')
+        page_ref, _, frag = rule.get('annotations', {}).get('runbook', '').partition('#')
+        if page_ref != 'docs/operations.md' or frag not in headings:
+            problems.append(f'accelpool.rules.yaml: alert {name}: runbook '
+                            f'{rule.get("annotations", {}).get("runbook")} is not a heading of '
+                            f'docs/operations.md')
+    for name in rows:
+        if name not in alerts:
+            problems.append(f'docs/operations.md: alert row {name} is not in accelpool.rules.yaml')
+    return problems, f'{len(alerts)} alerts, {len(rows)} rows'
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--root', required=True)
@@ -162,7 +210,8 @@ def main():
     for name, run in (('metrics', lambda: check_metrics(args.root)),
                       ('flags', lambda: check_flags(args.root, binaries)),
                       ('links', lambda: check_links(args.root)),
-                      ('values', lambda: check_values(args.root))):
+                      ('values', lambda: check_values(args.root)),
+                      ('alerts', lambda: check_alerts(args.root))):
         problems, what = run()
         print(f'{name}: {what}: ' + ('ok' if not problems else f'{len(problems)} problems'))
         for p in problems:

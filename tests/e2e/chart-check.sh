@@ -231,7 +231,22 @@ check "viewerRole: ClusterRole t-accelpool-viewer gets and lists nodes, pods, na
 check "count names are managed but not ignored" \
   bash -c "grep -A1 'name: nvidia.com/gpu$' '${TMP}/default.yaml' | grep -q 'ignoredByScheduler: false'"
 check "default render has no CRD-based objects" \
-  bash -c "! grep -Eq '^kind: (ServiceMonitor|Certificate|Issuer)$' '${TMP}/default.yaml'"
+  bash -c "! grep -Eq '^kind: (ServiceMonitor|Certificate|Issuer|PrometheusRule)$' '${TMP}/default.yaml'"
+prometheus_rule() { # the rule file's groups, unchanged, in one PrometheusRule with the extra labels
+  render --set prometheusRule.enabled=true --set prometheusRule.labels.release=kps > "${TMP}/rules.yaml" &&
+    python3 - "${TMP}/rules.yaml" "${CHART}/alerts/accelpool.rules.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get('kind') == 'PrometheusRule']
+want = yaml.safe_load(open(sys.argv[2]))['groups']
+assert len(docs) == 1, f'{len(docs)} PrometheusRules'
+rule = docs[0]
+assert rule['apiVersion'] == 'monitoring.coreos.com/v1', rule['apiVersion']
+assert rule['metadata']['namespace'] == 'ns' and rule['metadata']['labels']['release'] == 'kps', rule['metadata']
+assert rule['spec']['groups'] == want, 'the groups differ from alerts/accelpool.rules.yaml'
+assert sum(len(g['rules']) for g in want) >= 20
+PY
+}
+check "prometheusRule.enabled: one PrometheusRule with the rule file's groups unchanged and the extra labels (off by default)" prometheus_rule
 certgen_steps() { grep -A1 -- '- accelpool-certgen$' "$1" | grep -v -- 'accelpool-certgen$' | grep -o '[a-z]*$' | sort | tr '\n' ' '; }
 check "cert-manager render has Certificate and ServiceMonitors, of the certgen Jobs only the key one" \
   bash -c "grep -q '^kind: Certificate$' '${TMP}/crds.yaml' && [ \$(grep -c '^kind: ServiceMonitor$' '${TMP}/crds.yaml') = 2 ] && [ \"\$(grep -A1 -- '- accelpool-certgen$' '${TMP}/crds.yaml' | grep -c -- '- key$')\" = 1 ] && ! grep -q -- '- --hosts=' '${TMP}/crds.yaml'"

@@ -52,11 +52,15 @@ trap finish EXIT
 [ -n "${PROM}" ] && [ -x "${PROM}" ] ||
   die "prometheus is not installed: run scripts/setup.sh (Debian package prometheus)"
 
+# The chart's alerting rules, loaded as a plain Prometheus would (rule_files).
+RULES="${REPO}/charts/accelpool/alerts/accelpool.rules.yaml"
+
 # --- config: the extender over HTTPS (the e2e CA), one job for the plugins with a node label ---
 read -ra targets <<<"${PLUGIN_TARGETS}"
 {
   cat <<YAML
 global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 2s}
+rule_files: ["${RULES}"]
 scrape_configs:
 - job_name: accelpool-extender
   scheme: https
@@ -284,4 +288,24 @@ dashboard_queries_run() { # every panel's PromQL evaluates without error against
     done
 }
 check "every dashboard query evaluates (variables at All)" dashboard_queries_run
+
+# The alerting rules: all loaded, and each evaluated without error against the
+# real series (a rule whose PromQL fails at run time, say a many-to-many
+# match, has health "err").
+RULES_WANT="$(python3 -c 'import sys, yaml; print(sum(len(g["rules"]) for g in yaml.safe_load(open(sys.argv[1]))["groups"]))' "${RULES}")"
+rules_evaluate() {
+  local i
+  for i in $(seq 1 30); do
+    curl -fsS --max-time 5 "${URL}/api/v1/rules?type=alert" > "${TMP}/rules.json" &&
+      jq -e --argjson n "${RULES_WANT}" '[.data.groups[].rules[]] |
+        length == $n and all(.health == "ok" and .lastEvaluation != "0001-01-01T00:00:00Z")' \
+        "${TMP}/rules.json" >/dev/null && return 0
+    sleep 1
+  done
+  jq -c '.data.groups[].rules[] | select(.health != "ok") | {name, health, lastError}' "${TMP}/rules.json"
+  return 1
+}
+check "all ${RULES_WANT} alerting rules of the chart load and evaluate without error" rules_evaluate
+firing="$(jq -r '[.data.groups[].rules[] | select(.state != "inactive") | "\(.name) (\(.state))"] | join(", ")' "${TMP}/rules.json" 2>/dev/null)"
+log "alerts pending or firing on the demo cluster: ${firing:-none}"
 [ "${FAILED}" = 0 ]
