@@ -20,13 +20,10 @@ constexpr int kInvalidDeviceId = 6;
 constexpr int kUnsupportedVersion = 3;
 constexpr int kHandleBase = 100;
 bool Bad(int version) { return version < 1 || version > 6; }
-struct FakeProcess {
-  int chip;
-  uint32_t pid;
-  uint64_t mib;
-};
-FakeProcess processes[64];
-int process_count = 0;
+accelpool_fake::ProcessTable& Processes() {
+  static accelpool_fake::ProcessTable table(nullptr);
+  return table;
+}
 bool ToIndex(int handle, unsigned* i) {
   const int idx = handle - kHandleBase;
   if (idx < 0 || idx >= State().count) return false;
@@ -40,11 +37,7 @@ ACCELPOOL_FAKE_CONTROL_EXPORT
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_cndev_process(int chip,
                                                                                     unsigned pid,
                                                                                     int mib) {
-  if (chip < 0) {
-    process_count = 0;
-  } else if (process_count < 64) {
-    processes[process_count++] = {chip, pid, static_cast<uint64_t>(mib)};
-  }
+  Processes().Add(chip, pid, mib);
 }
 
 extern "C" {
@@ -86,19 +79,19 @@ __attribute__((visibility("default"))) int cndevGetProcessInfo(unsigned* count, 
   if (count == nullptr || rows == nullptr || !ToIndex(handle, &i)) return kInvalidDeviceId;
   if (Fails(i)) return 7;  // CNDEV_ERROR_UNKNOWN
   unsigned n = 0;
-  for (int k = 0; k < process_count; ++k) n += processes[k].chip == static_cast<int>(i) ? 1 : 0;
+  for (const accelpool_fake::FakeProcess& p : Processes()) n += p.device == static_cast<int>(i);
   if (n > *count) {
     *count = n;
     return 9;  // CNDEV_ERROR_INSUFFICIENT_SPACE
   }
   unsigned w = 0;
-  for (int k = 0; k < process_count; ++k) {
-    if (processes[k].chip != static_cast<int>(i)) continue;
+  for (const accelpool_fake::FakeProcess& p : Processes()) {
+    if (p.device != static_cast<int>(i)) continue;
     int32_t* row = rows + 6 * w;  // 24-byte rows
     if (Bad(row[0])) return kUnsupportedVersion;
-    reinterpret_cast<uint32_t*>(row)[1] = processes[k].pid;
-    reinterpret_cast<uint64_t*>(row + 2)[0] = processes[k].mib * 1024;  // KiB
-    reinterpret_cast<uint64_t*>(row + 2)[1] = processes[k].mib * 2048;
+    reinterpret_cast<uint32_t*>(row)[1] = p.pid;
+    reinterpret_cast<uint64_t*>(row + 2)[0] = static_cast<uint64_t>(p.mib) * 1024;  // KiB
+    reinterpret_cast<uint64_t*>(row + 2)[1] = static_cast<uint64_t>(p.mib) * 2048;
     ++w;
   }
   *count = n;

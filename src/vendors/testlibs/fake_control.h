@@ -6,6 +6,7 @@
 #define ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -48,6 +49,44 @@ inline long long UsedOr(unsigned i, long long idle) {  // NOLINT(runtime/int)
   return i < 64 && UsedTable()[i] >= 0 ? UsedTable()[i] : idle;
 }
 inline bool Valid(unsigned i) { return static_cast<int>(i) < State().count; }
+
+// Processes holding memory on the fake's devices, for the libraries that list
+// them: added by the test (device -1 clears them), or listed once in the
+// environment variable a fake names, "device:pid:mib,...", for a fake loaded
+// into another process (the device plugin binary).
+struct FakeProcess {
+  int device;
+  unsigned pid;
+  long long mib;  // NOLINT(runtime/int)
+};
+class ProcessTable {
+ public:
+  static constexpr int kMax = 64;
+  explicit ProcessTable(const char* env) {
+    const char* list = env != nullptr ? std::getenv(env) : nullptr;
+    for (const char* at = list; at != nullptr && *at != '\0';) {
+      int device = 0;
+      unsigned pid = 0;
+      long long mib = 0;  // NOLINT(runtime/int)
+      if (std::sscanf(at, "%d:%u:%lld", &device, &pid, &mib) == 3) Add(device, pid, mib);
+      at = std::strchr(at, ',');
+      if (at != nullptr) ++at;
+    }
+  }
+  void Add(int device, unsigned pid, long long mib) {  // NOLINT(runtime/int)
+    if (device < 0) {
+      count_ = 0;
+    } else if (count_ < kMax) {
+      rows_[count_++] = {device, pid, mib};
+    }
+  }
+  const FakeProcess* begin() const { return rows_; }
+  const FakeProcess* end() const { return rows_ + count_; }
+
+ private:
+  FakeProcess rows_[kMax] = {};
+  int count_ = 0;
+};
 
 inline void CopyString(char* dst, unsigned size, const char* src) {
   if (size == 0) return;

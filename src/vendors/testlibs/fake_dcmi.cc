@@ -31,8 +31,6 @@
 // serialises its calls.
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -145,38 +143,11 @@ void Text(unsigned char* dst, const char* src) {
   CopyString(reinterpret_cast<char*>(dst), 32, src);
 }
 
-struct FakeProcess {
-  int chip;
-  int pid;
-  long long mib;  // NOLINT(runtime/int)
-};
-FakeProcess processes[64];
-int process_count = 0;
+accelpool_fake::ProcessTable& Processes() {
+  static accelpool_fake::ProcessTable table("ACCELPOOL_FAKE_DCMI_PROCESSES");
+  return table;
+}
 int resource_mode = 0;
-
-void AddProcess(int chip, int pid, long long mib) {  // NOLINT(runtime/int)
-  if (chip < 0) {
-    process_count = 0;
-  } else if (process_count < 64) {
-    processes[process_count++] = {chip, pid, mib};
-  }
-}
-
-// ACCELPOOL_FAKE_DCMI_PROCESSES, read once.
-void ProcessesFromEnv() {
-  static bool read = false;
-  if (read) return;
-  read = true;
-  const char* env = std::getenv("ACCELPOOL_FAKE_DCMI_PROCESSES");
-  for (const char* at = env; at != nullptr && *at != '\0';) {
-    int chip = 0;
-    int pid = 0;
-    long long mib = 0;  // NOLINT(runtime/int)
-    if (std::sscanf(at, "%d:%d:%lld", &chip, &pid, &mib) == 3) AddProcess(chip, pid, mib);
-    at = std::strchr(at, ',');
-    if (at != nullptr) ++at;
-  }
-}
 
 std::atomic<int> inside{0};
 std::atomic<int> overlaps{0};
@@ -203,8 +174,7 @@ ACCELPOOL_FAKE_CONTROL_EXPORT
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_process(int chip,
                                                                                    int pid,
                                                                                    int mib) {
-  ProcessesFromEnv();
-  AddProcess(chip, pid, mib);
+  Processes().Add(chip, static_cast<unsigned>(pid), mib);
 }
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_resource_mode(int m) {
@@ -337,17 +307,16 @@ __attribute__((visibility("default"))) int dcmi_get_device_resource_info(int car
                                                                          dcmi_proc_mem_info* info,
                                                                          int* num) {
   InCall in_call;
-  ProcessesFromEnv();
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   if (info == nullptr || num == nullptr) return kInvalidParameter;
   if (Fails(static_cast<unsigned>(i))) return kInnerError;
   if (resource_mode == 1) return kNotSupport;
   int n = 0;
-  for (int k = 0; k < process_count && n < abi::kDcmiMaxProcesses; ++k) {
-    if (processes[k].chip != i) continue;
-    info[n].proc_id = processes[k].pid;
-    info[n].proc_mem_usage = static_cast<unsigned long>(processes[k].mib) << 20;  // NOLINT
+  for (const accelpool_fake::FakeProcess& p : Processes()) {
+    if (p.device != i || n >= abi::kDcmiMaxProcesses) continue;
+    info[n].proc_id = static_cast<int>(p.pid);
+    info[n].proc_mem_usage = static_cast<unsigned long>(p.mib) << 20;  // NOLINT
     ++n;
   }
   *num = resource_mode == 2 ? 1000 : n;

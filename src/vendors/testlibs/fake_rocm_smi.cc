@@ -13,8 +13,6 @@
 // a process not on that DCU. The PIDs a caller finds are its KFD sysfs
 // folders, which the tests make.
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "fake_control.h"
@@ -41,41 +39,15 @@ struct ProcessInfo {  // rsmi_process_info_t as current rocm_smi.h lays it out
 };
 static_assert(sizeof(ProcessInfo) == 32, "rsmi_process_info_t is 32 bytes");
 
-struct FakeProcess {
-  int dcu;
-  uint32_t pid;
-  long long mib;  // NOLINT(runtime/int)
-};
-FakeProcess processes[64];
-int process_count = 0;
-
-void AddProcess(int dcu, uint32_t pid, long long mib) {  // NOLINT(runtime/int)
-  if (dcu < 0) {
-    process_count = 0;
-  } else if (process_count < 64) {
-    processes[process_count++] = {dcu, pid, mib};
-  }
-}
-
-void ProcessesFromEnv() {
-  static bool read = false;
-  if (read) return;
-  read = true;
-  const char* env = std::getenv("ACCELPOOL_FAKE_RSMI_PROCESSES");
-  for (const char* at = env; at != nullptr && *at != '\0';) {
-    int dcu = 0;
-    unsigned pid = 0;
-    long long mib = 0;  // NOLINT(runtime/int)
-    if (std::sscanf(at, "%d:%u:%lld", &dcu, &pid, &mib) == 3) AddProcess(dcu, pid, mib);
-    at = std::strchr(at, ',');
-    if (at != nullptr) ++at;
-  }
+accelpool_fake::ProcessTable& Processes() {
+  static accelpool_fake::ProcessTable table("ACCELPOOL_FAKE_RSMI_PROCESSES");
+  return table;
 }
 
 long long ProcessMib(uint32_t dv) {  // NOLINT(runtime/int)
   long long sum = 0;                 // NOLINT(runtime/int)
-  for (int k = 0; k < process_count; ++k) {
-    if (processes[k].dcu == static_cast<int>(dv)) sum += processes[k].mib;
+  for (const accelpool_fake::FakeProcess& p : Processes()) {
+    if (p.device == static_cast<int>(dv)) sum += p.mib;
   }
   return sum;
 }
@@ -87,8 +59,7 @@ ACCELPOOL_FAKE_CONTROL_EXPORT
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_process(int dcu,
                                                                                    unsigned pid,
                                                                                    int mib) {
-  ProcessesFromEnv();
-  AddProcess(dcu, pid, mib);
+  Processes().Add(dcu, pid, mib);
 }
 
 extern "C" {
@@ -118,7 +89,6 @@ __attribute__((visibility("default"))) int rsmi_dev_memory_usage_get(uint32_t dv
                                                                      uint64_t* used) {
   if (!Valid(dv) || type != 0) return kInvalidArgs;
   if (Fails(dv)) return kFileError;
-  ProcessesFromEnv();
   *used = static_cast<uint64_t>(UsedOr(dv, static_cast<long long>(kReservedMib) +  // NOLINT
                                                ProcessMib(dv)))
           << 20;
@@ -126,15 +96,14 @@ __attribute__((visibility("default"))) int rsmi_dev_memory_usage_get(uint32_t dv
 }
 __attribute__((visibility("default"))) int rsmi_compute_process_info_by_device_get(
     uint32_t pid, uint32_t dv, ProcessInfo* proc) {
-  ProcessesFromEnv();
   if (!Valid(dv) || proc == nullptr) return kInvalidArgs;
   if (Fails(dv)) return kFileError;
-  for (int k = 0; k < process_count; ++k) {
-    if (processes[k].dcu != static_cast<int>(dv) || processes[k].pid != pid) continue;
+  for (const accelpool_fake::FakeProcess& p : Processes()) {
+    if (p.device != static_cast<int>(dv) || p.pid != pid) continue;
     std::memset(proc, 0, sizeof(*proc));
     proc->process_id = pid;
     proc->pasid = 0x8000u + pid % 0x1000u;
-    proc->vram_usage = static_cast<uint64_t>(processes[k].mib) << 20;
+    proc->vram_usage = static_cast<uint64_t>(p.mib) << 20;
     proc->sdma_usage = 1200;
     proc->cu_occupancy = 0xFFFFFFFFu;  // CU_OCCUPANCY_INVALID
     return kSuccess;
