@@ -6,8 +6,9 @@
 # capacity, overall and per vendor) and checks it equals the value computed
 # independently from the pods' assignments and the nodes' inventories
 # (demo/report.py expect). Also: up == 1 for every target, the extender's
-# allocated memory matches, and every metric the Grafana dashboard names was
-# scraped. Ends with "prometheus: N passed, M failed"; non-zero exit on failure.
+# allocated memory matches, every metric the Grafana dashboard names was
+# scraped, the chart's alerting rules all load and evaluate, and one fires end
+# to end (a device reported unhealthy on a demo node, then healthy again). Ends with "prometheus: N passed, M failed"; non-zero exit on failure.
 #
 # Usage: DEMO_ENV=tests/e2e/.work/demo/demo.env tests/e2e/prometheus.sh   (a running demo cluster)
 #        tests/e2e/prometheus.sh      (no DEMO_ENV: runs tests/e2e/demo.sh with DEMO_PROMETHEUS=1)
@@ -308,4 +309,36 @@ rules_evaluate() {
 check "all ${RULES_WANT} alerting rules of the chart load and evaluate without error" rules_evaluate
 firing="$(jq -r '[.data.groups[].rules[] | select(.state != "inactive") | "\(.name) (\(.state))"] | join(", ")' "${TMP}/rules.json" 2>/dev/null)"
 log "alerts pending or firing on the demo cluster: ${firing:-none}"
+
+# One alert end to end: a device of the P800 node reported unhealthy (its
+# fake backend's inventory file, as a vendor library's health query would)
+# fires AccelpoolDeviceUnhealthy after its 1 minute, naming that device; the
+# device healthy again resolves it.
+P800_INV="$(dirname "${DEMO_ENV}")/nodes/p800-0/inventory.json"
+alert_state() { # ALERT VENDOR: "firing", "pending" or "" for the alert on a device of VENDOR
+  curl -fsS --max-time 5 "${URL}/api/v1/alerts" |
+    jq -r --arg a "$1" --arg v "$2" '[.data.alerts[] | select(.labels.alertname == $a and .labels.vendor == $v) | .state] | first // ""'
+}
+alert_becomes() { # ALERT VENDOR STATE SECONDS
+  local i
+  for ((i = 0; i < $4; i += 2)); do
+    [ "$(alert_state "$1" "$2")" = "$3" ] && return 0
+    sleep 2
+  done
+  echo "AccelpoolDeviceUnhealthy on $2: '$(alert_state "$1" "$2")', want '$3'"; return 1
+}
+device_alert_round_trip() {
+  [ -f "${P800_INV}" ] || { echo "no ${P800_INV}"; return 1; }
+  cp "${P800_INV}" "${TMP}/p800.json"
+  jq -c '.inventories[0].devices = [{"index": 3, "healthy": false}]' "${TMP}/p800.json" > "${P800_INV}.tmp" &&
+    mv "${P800_INV}.tmp" "${P800_INV}"
+  local fired=0
+  alert_becomes AccelpoolDeviceUnhealthy kunlunxin firing 150 && fired=1
+  curl -fsS --max-time 5 "${URL}/api/v1/alerts" |
+    jq -c '.data.alerts[] | select(.labels.alertname == "AccelpoolDeviceUnhealthy") | {labels, state}'
+  cp "${TMP}/p800.json" "${P800_INV}.tmp" && mv "${P800_INV}.tmp" "${P800_INV}"
+  [ "${fired}" = 1 ] && alert_becomes AccelpoolDeviceUnhealthy kunlunxin "" 60
+}
+check "a P800 device reported unhealthy fires AccelpoolDeviceUnhealthy after its 1 minute; healthy again, it resolves" \
+  device_alert_round_trip
 [ "${FAILED}" = 0 ]
