@@ -247,6 +247,22 @@ assert sum(len(g['rules']) for g in want) >= 20
 PY
 }
 check "prometheusRule.enabled: one PrometheusRule with the rule file's groups unchanged and the extra labels (off by default)" prometheus_rule
+runbook_urls() { # runbookBaseUrl adds runbook_url = base + runbook to every alert; a base that is not a URL ending in / fails
+  local out
+  render --set prometheusRule.enabled=true --set prometheusRule.runbookBaseUrl=https://git.example.com/p/accelpool/-/blob/v1/ > "${TMP}/runbooks.yaml" &&
+    python3 - "${TMP}/runbooks.yaml" <<'PY' &&
+import sys, yaml
+rule = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get('kind') == 'PrometheusRule'][0]
+alerts = [r for g in rule['spec']['groups'] for r in g['rules']]
+for r in alerts:
+    a = r['annotations']
+    assert a['runbook_url'] == 'https://git.example.com/p/accelpool/-/blob/v1/' + a['runbook'], r['alert']
+PY
+    ! grep -q runbook_url "${TMP}/rules.yaml" &&
+    ! out="$(render --set prometheusRule.enabled=true --set prometheusRule.runbookBaseUrl=git.example.com/docs 2>&1)" &&
+    grep -q 'prometheusRule.runbookBaseUrl must be an http(s) URL ending in /' <<<"${out}"
+}
+check "prometheusRule.runbookBaseUrl: every alert gets runbook_url = base + its runbook (none without it); a bad base fails" runbook_urls
 certgen_steps() { grep -A1 -- '- accelpool-certgen$' "$1" | grep -v -- 'accelpool-certgen$' | grep -o '[a-z]*$' | sort | tr '\n' ' '; }
 check "cert-manager render has Certificate and ServiceMonitors, of the certgen Jobs only the key one" \
   bash -c "grep -q '^kind: Certificate$' '${TMP}/crds.yaml' && [ \$(grep -c '^kind: ServiceMonitor$' '${TMP}/crds.yaml') = 2 ] && [ \"\$(grep -A1 -- '- accelpool-certgen$' '${TMP}/crds.yaml' | grep -c -- '- key$')\" = 1 ] && ! grep -q -- '- --hosts=' '${TMP}/crds.yaml'"
