@@ -1081,6 +1081,50 @@ check "fm-two: kubelet admission matches the assignment" admit fm-two
 release fm-two || true
 kc -n "${NS}" delete pod fm-two fm-rogue --grace-period=0 --force >/dev/null 2>&1 || true
 
+# The same on an Ascend node: the texts speak the device's vendor and model
+# from its inventory (npu-smi, ASCEND_VISIBLE_DEVICES, the chip's resource),
+# not NVIDIA's words. A pod asking for no NPU holds 8 GiB of chip 0, beside a
+# process the node's /proc does not have.
+FN=fm-npu-0
+FN_PROC="${E2E_WORK}/nodes/${FN}/proc"
+mkdir -p "${E2E_WORK}/nodes/${FN}"
+echo "127.0.0.1:$(free_port)" > "${E2E_WORK}/nodes/${FN}/metrics-listen"
+fn_inv() { # USED_MIB of chip 0 [PROCESSES JSON]
+  printf '{"version":1,"inventories":[{"vendor":"ascend","count":2,"model":"Ascend910B3","memory_mib":65536,"devices":[{"index":0,"used_mib":%s,"processes":%s}]}]}\n' "$1" "${2:-[]}"
+}
+start_node "${FN}" "$(fn_inv 0)"
+fn_ready() { registered "${FN}" && published "${FN}"; }
+check "${FN} registered and published" wait_for 60 "${FN}" fn_ready
+printf '%s\n' "$(pod_yaml fm-npu-rogue '{}' "{kubernetes.io/hostname: ${FN}}" "$(ctr main '{cpu: 100m}')")" |
+  kc create -f - >/dev/null
+check "fm-npu-rogue (no NPU request) runs on ${FN}" wait_for 60 "fm-npu-rogue bound" pod_bound fm-npu-rogue
+fn_rogue_uid="$(kc -n "${NS}" get pod fm-npu-rogue -o jsonpath='{.metadata.uid}')"
+mkdir -p "${FN_PROC}/5151"
+printf 'VLLMWorker_TP\n' > "${FN_PROC}/5151/comm"
+printf '0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope\n' \
+  "${fn_rogue_uid//-/_}" "$(printf 'd%.0s' {1..64})" > "${FN_PROC}/5151/cgroup"
+fn_file="${E2E_WORK}/nodes/${FN}/inventory.json"
+fn_inv 10240 '[{"pid":5151,"used_mib":8192},{"pid":6262,"used_mib":2048}]' > "${fn_file}.tmp" &&
+  mv "${fn_file}.tmp" "${fn_file}"
+fn_event() { # TEXT: in an AccelpoolForeignMemory Event on the Node
+  kc get events -n default --field-selector "reason=AccelpoolForeignMemory,involvedObject.name=${FN}" \
+    -o jsonpath='{.items[*].message}' | grep -qF "$1"
+}
+check "${FN}: the Node's AccelpoolForeignMemory Event names fm-npu-rogue's process on the chip" \
+  wait_for 45 "ascend foreign memory event" fn_event \
+  "Held by PID 5151 (VLLMWorker_TP) of pod ${NS}/fm-npu-rogue, which has no grant on it: 8 GiB"
+check "${FN}: ... says how a pod reaches an NPU it was not granted (ASCEND_VISIBLE_DEVICES)" fn_event \
+  "reaches it when it sets ASCEND_VISIBLE_DEVICES itself"
+check "${FN}: ... and to look with npu-smi for the PID it cannot place" fn_event "with npu-smi on the node"
+fn_no_nvidia() { ! kc get events -n default --field-selector "involvedObject.name=${FN}" \
+  -o jsonpath='{.items[*].message}' | grep -qi nvidia; }
+check "${FN}: no Event on the Ascend node speaks of NVIDIA" fn_no_nvidia
+check "fm-npu-rogue: its Event says to ask for huawei.com/Ascend910B3" \
+  wait_for 20 "fm-npu-rogue event" pod_event "${NS}" fm-npu-rogue \
+  "Ask for the device in the pod's resources (huawei.com/Ascend910B3), or stop the pod from setting ASCEND_VISIBLE_DEVICES itself"
+kc -n "${NS}" delete pod fm-npu-rogue --grace-period=0 --force >/dev/null 2>&1 || true
+fn_inv 0 > "${fn_file}.tmp" && mv "${fn_file}.tmp" "${fn_file}"
+
 # The device plugin restarts: it registers again and reads the pending assignments back.
 stop_pidfile "${E2E_WORK}/nodes/hgx-4/plugin.pid"; start_plugin hgx-4
 check "restarted device plugin registers again" wait_for 30 "hgx-4 registered" registered hgx-4
