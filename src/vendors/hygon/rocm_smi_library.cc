@@ -9,7 +9,8 @@
 // rsmi_dev_unique_id_get(uint32_t dv, uint64_t* id),
 // rsmi_topo_get_numa_node_number(uint32_t dv, uint32_t* node) (else sysfs),
 // rsmi_dev_drm_render_minor_get(uint32_t dv, uint32_t* minor),
-// rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type),
+// rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type)
+// (1 PCIe, 2 XGMI),
 // rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t dv, rsmi_process_info_t* p)
 //
 // Memory in use is the VRAM the processes using a DCU hold, summed, not
@@ -24,7 +25,6 @@
 // releases (its rows would be read with the wrong stride), and a public
 // report has its rows carry 0 VRAM on Hygon. Only the first three fields
 // (process_id, pasid, vram_usage), the same in every release, are read.
-// (1 PCIe, 2 XGMI).
 #include "vendors/hygon/rocm_smi_library.h"
 
 #include <algorithm>
