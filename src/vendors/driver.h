@@ -40,6 +40,14 @@ struct ProcessMemory {
   friend bool operator==(const ProcessMemory&, const ProcessMemory&) = default;
 };
 
+// The memory a process list holds, MiB (a process whose figure the library
+// does not give counts 0).
+inline int64_t HeldMib(const std::vector<ProcessMemory>& processes) {
+  int64_t sum = 0;
+  for (const ProcessMemory& p : processes) sum += p.used_mib > 0 ? p.used_mib : 0;
+  return sum;
+}
+
 struct VisibleEnv {
   std::string name;
   VisibleIdKind kind = VisibleIdKind::kHostIndex;

@@ -81,7 +81,8 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             the backends whose devices' memory in use is measured, comma
                             separated (default nvidia; the fake backend always is): check
                             --print-memory-use on an idle node of another vendor before
-                            adding it, since what its driver holds by itself counts as used
+                            adding it (its figures should be near 0; where a driver counts
+                            what it reserves as used, every idle device would look held)
   --host-proc=DIR           the host's /proc (the chart mounts it read-only at /host/proc):
                             the Event for foreign memory then names each process holding
                             it, with its command and pod (default: none; PIDs only)

@@ -208,11 +208,7 @@ StatusOr<std::map<std::string, int64_t>> AscendDriver::MemoryInUse() {
   StatusOr<std::map<std::string, std::vector<ProcessMemory>>> held = MemoryHolders();
   if (!held.ok()) return held.status();
   std::map<std::string, int64_t> out;
-  for (const auto& [id, list] : *held) {
-    int64_t sum = 0;
-    for (const ProcessMemory& p : list) sum += std::max<int64_t>(0, p.used_mib);
-    out[id] = sum;
-  }
+  for (const auto& [id, list] : *held) out[id] = HeldMib(list);
   return out;
 }
 

@@ -183,9 +183,7 @@ class RocmSmi : public BoundLibrary {
   StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
     StatusOr<std::vector<ProcessMemory>> procs = Processes(index);
     if (!procs.ok()) return procs.status();
-    int64_t sum = 0;
-    for (const ProcessMemory& p : *procs) sum += p.used_mib;
-    return sum;
+    return HeldMib(*procs);
   }
 
   StatusOr<std::vector<ProcessMemory>> Processes(int32_t index) override {
