@@ -227,7 +227,6 @@ PodSync::~PodSync() { Stop(); }
 void PodSync::Apply(const nlohmann::json& pod) {
   StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_, keys_);
   PodRef ref = RefOf(pod);
-  NoteName(pod, ref);
   const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
   std::vector<UnassignedRequest> unassigned =
       UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr);
@@ -238,6 +237,14 @@ void PodSync::Apply(const nlohmann::json& pod) {
     // The version is recorded with it: when the watch and a refresh apply
     // two versions at once, applied_ names the one the store kept.
     std::lock_guard<std::mutex> lock(apply_mu_);
+    if (forgotten_.count(ref.uid) != 0) {
+      // Deleted already: this object was read before the delete event came
+      // (a refresh racing the watch). Checked under the lock Forget holds,
+      // so that the pod cannot come back between the check and the store.
+      log_.Debug("not applying a pod that was deleted", {{"pod", ref.Key()}});
+      return;
+    }
+    NoteName(pod, ref);
     store_->Replace(
         entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
         entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned),
@@ -289,8 +296,8 @@ std::optional<PodRef> PodSync::PodOfUid(const std::string& uid) const {
 
 void PodSync::NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone) {
   const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
-  const std::string mirror = kube::StringAt(
-      pod, json::json_pointer("/metadata/annotations/kubernetes.io~1config.mirror"));
+  const std::string mirror =
+      kube::StringAt(pod, json::json_pointer("/metadata/annotations/kubernetes.io~1config.mirror"));
   const bool ended = gone || phase == "Succeeded" || phase == "Failed";
   if (ref.uid.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -311,13 +318,26 @@ void PodSync::NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone) 
   }
 }
 
+void PodSync::Update(const nlohmann::json& old, const nlohmann::json& now) {
+  const std::string was = RefOf(old).uid;
+  if (!was.empty() && was != RefOf(now).uid) {
+    Forget(old);
+  }
+  Apply(now);
+}
+
 void PodSync::Forget(const nlohmann::json& pod) {
   const PodRef ref = RefOf(pod);
-  NoteName(pod, ref, /*gone=*/true);
   {
     std::lock_guard<std::mutex> lock(apply_mu_);
+    NoteName(pod, ref, /*gone=*/true);
     store_->Remove(ref.uid);
     applied_.erase(ref.uid);
+    if (!ref.uid.empty()) {
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(forgotten_, [&](const auto& kv) { return now - kv.second > kForgottenFor; });
+      forgotten_[ref.uid] = now;
+    }
   }
   if (dirs_ == nullptr) {
     return;
@@ -339,7 +359,7 @@ void PodSync::Start() {
   o.field_selector = "spec.nodeName=" + node_;
   kube::InformerHandlers h;
   h.on_add = [this](const json& pod) { Apply(pod); };
-  h.on_update = [this](const json&, const json& pod) { Apply(pod); };
+  h.on_update = [this](const json& old, const json& pod) { Update(old, pod); };
   h.on_delete = [this](const json& pod) { Forget(pod); };
   informer_ = std::make_unique<kube::Informer>(*client_, o, h, log_.Child("informer"));
   informer_->Start();

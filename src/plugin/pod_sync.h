@@ -125,10 +125,21 @@ class PodSync {
   // none is known.
   std::optional<PodRef> PodOfUid(const std::string& uid) const;
 
-  // Applies one pod object (add or update); public for tests.
+  // Applies one pod object (add or update); public for tests. A pod whose
+  // uid was forgotten within kForgottenFor is not applied: a re-read that
+  // began before the delete event (Refresh's Get) must not bring it back.
   void Apply(const nlohmann::json& pod);
+  // The informer's update: `old` and `now` share namespace/name. When their
+  // uids differ (a relist after the watch expired finds the pod deleted and
+  // created again under its name), the old pod is gone: forgotten first.
+  void Update(const nlohmann::json& old, const nlohmann::json& now);
   // The pod is gone: forgets it and removes its state dirs.
   void Forget(const nlohmann::json& pod);
+
+  // How long a forgotten uid is refused by Apply. Far longer than a
+  // re-read's requests take; a uid is never reused, so this only bounds
+  // the memory the tombstones hold.
+  static constexpr std::chrono::minutes kForgottenFor{10};
 
  private:
   // Refresh from full pod objects: applies them all, then prunes.
@@ -165,9 +176,13 @@ class PodSync {
   // version recorded here is never older or newer than what the store holds
   // for the pod: Refresh skips re-reading such a pod (equal versions are
   // equal objects), and must not skip one whose entry the store lost.
+  //
+  // Lock order: apply_mu_, then mu_.
   std::mutex apply_mu_;
   std::map<std::string, std::string> applied_;  // guarded by apply_mu_
-  std::atomic<int> list_form_{-1};              // -1 not seen yet, 0 whole pods, 1 metadata only
+  // uid -> when it was forgotten, for kForgottenFor; guarded by apply_mu_.
+  std::map<std::string, std::chrono::steady_clock::time_point> forgotten_;
+  std::atomic<int> list_form_{-1};  // -1 not seen yet, 0 whole pods, 1 metadata only
 };
 
 }  // namespace accelpool::plugin

@@ -317,8 +317,8 @@ TEST(PodSyncNamesTest, ThePodsOfTheNodeAreNamedByUidUntilTheyEnd) {
   json plain = PodJson("notebook", "node-a", json::object(), "Running");
   plain["spec"]["containers"][0].erase("resources");
   sync.Apply(plain);
-  sync.Apply(PodJson("etcd-node-a", "node-a", {{"kubernetes.io/config.mirror", "static-uid"}},
-                     "Running"));
+  sync.Apply(
+      PodJson("etcd-node-a", "node-a", {{"kubernetes.io/config.mirror", "static-uid"}}, "Running"));
   sync.Apply(PodJson("broken", "node-a", {{"accelpool.io/assignment", "{"}}));
   EXPECT_EQ(sync.PodKeyOfUid("uid-notebook"), "default/notebook");
   EXPECT_EQ(sync.PodKeyOfUid("static-uid"), "default/etcd-node-a");
@@ -336,6 +336,65 @@ TEST(PodSyncNamesTest, ThePodsOfTheNodeAreNamedByUidUntilTheyEnd) {
   sync.Forget({{"metadata", {{"uid", "uid-etcd-node-a"}, {"namespace", "default"}}}});
   EXPECT_EQ(sync.PodKeyOfUid("static-uid"), "");
   EXPECT_EQ(sync.PodKeyOfUid("uid-etcd-node-a"), "");
+}
+
+// After a watch expiry the informer's relist keys pods by namespace/name: a
+// pod deleted and created again under its name while the watch was down comes
+// as an update from the old object to the new one. The old pod is gone: its
+// allocated containers, its name and its state dirs go with it.
+TEST(PodSyncUpdateTest, ANewUidUnderTheSameNameForgetsTheOldPod) {
+  testing::TempDir dir;
+  const StateDirs dirs(dir.File("containers"));
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
+  api::Allocation done;
+  done.containers = {"main"};
+  const json old = PodJson("p", "node-a",
+                           {{"accelpool.io/assignment", AssignmentText("node-a")},
+                            {"accelpool.io/allocation", api::SerializeAllocation(done)}},
+                           "Running");
+  sync.Apply(old);
+  ASSERT_TRUE(dirs.Create("uid-p", "main").ok());
+  json now =
+      PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}});
+  now["metadata"]["uid"] = "uid-p2";
+  sync.Update(old, now);
+  const std::vector<PodAssignment> all = store.All();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].pod.uid, "uid-p2");
+  EXPECT_TRUE(all[0].allocated.empty());
+  EXPECT_EQ(sync.PodKeyOfUid("uid-p"), "");
+  EXPECT_EQ(sync.PodKeyOfUid("uid-p2"), "default/p");
+  EXPECT_FALSE(std::filesystem::exists(dir.File("containers/uid-p_main")));
+  // The same pod changed: nothing is forgotten.
+  json later = now;
+  later["metadata"]["resourceVersion"] = "7";
+  ASSERT_TRUE(dirs.Create("uid-p2", "main").ok());
+  sync.Update(now, later);
+  EXPECT_EQ(store.All().size(), 1u);
+  EXPECT_TRUE(std::filesystem::exists(dir.File("containers/uid-p2_main")));
+}
+
+// A refresh reads a pod, the watch's delete event forgets it, then the
+// refresh applies what it read: the deleted pod must not come back (it would
+// stay a possible caller, and an allocated one would stay until the plugin
+// restarts).
+TEST(PodSyncUpdateTest, APodReadBeforeItsDeleteIsNotAppliedAfterIt) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  const json pod = PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+  sync.Apply(pod);
+  ASSERT_EQ(store.PendingContainers(), 1u);
+  sync.Forget(pod);
+  sync.Apply(pod);  // the refresh's late Apply
+  EXPECT_TRUE(store.All().empty());
+  EXPECT_EQ(store.PendingContainers(), 0u);
+  EXPECT_EQ(sync.PodKeyOfUid("uid-p"), "");
+  // Another pod under that name is another uid: applied.
+  json again = pod;
+  again["metadata"]["uid"] = "uid-p2";
+  sync.Apply(again);
+  EXPECT_EQ(store.PendingContainers(), 1u);
 }
 
 // A pod whose assignment the extender signed, for pod uid-<name> on `node`.
@@ -479,9 +538,9 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   // allocated pod it does not list.
   api_.Put(kPods,
            PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
-  api_.Put(kPods, PodJson("late-running", "node-a",
-                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-c")}},
-                          "Running"));
+  api_.Put(kPods,
+           PodJson("late-running", "node-a",
+                   {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-c")}}, "Running"));
   const size_t requests = api_.Requests().size();
   EXPECT_TRUE(sync.Refresh().ok());
   EXPECT_EQ(store.PendingContainers(), 1u);
