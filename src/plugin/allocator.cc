@@ -81,6 +81,7 @@ Status Allocator::Refresh() {
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
+                                         const AnsweredContainers& answered,
                                          std::optional<PodRef>* pod, MadeDirs* made) {
   if (ids.empty()) {
     return InvalidArgumentError("Allocate named no device ids for a container of " + resource);
@@ -104,7 +105,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     }
   }
   std::optional<PodRef> caller;
-  StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller);
+  StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller, nullptr, &answered);
   // A miss may be the informer lagging the binding. A fallback, and a repeat
   // of an earlier call, are judged on who else could be calling, so they must
   // see the node's pods as they are now (a pod bound a moment ago may be the
@@ -113,7 +114,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   if ((!match.ok() || match->by_fallback || match->repeat) && refresh_) {
     Status fresh = Refresh();
     caller.reset();
-    match = store_->Match(resource, ids, &caller);
+    match = store_->Match(resource, ids, &caller, nullptr, &answered);
     if (match.ok() && match->by_fallback && !fresh.ok()) {
       return AbortedError("slot ids [" +
                           [&] {
@@ -140,7 +141,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     StatusOr<KubeletView> view = kubelet_view_();
     if (view.ok()) {
       caller.reset();
-      match = store_->Match(resource, ids, &caller, &*view);
+      match = store_->Match(resource, ids, &caller, &*view, &answered);
     } else {
       log_.Warn(
           "kubelet's pod-resources API could not be read; who is calling goes by the slot "
@@ -316,6 +317,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
   std::vector<ContainerAnswer> answers;
   std::optional<PodRef> pod;
   MadeDirs made;
+  AnsweredContainers answered;  // the store is marked only after the whole call
   Status failure;
   if (requests.empty()) {
     failure = InvalidArgumentError("Allocate carried no container requests");
@@ -324,10 +326,11 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     if (!failure.ok()) {
       break;
     }
-    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, &pod, &made);
+    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, answered, &pod, &made);
     if (!a.ok()) {
       failure = a.status();
     } else {
+      answered.emplace(a->pod.uid, a->container);
       answers.push_back(std::move(a).value());
     }
   }

@@ -155,8 +155,11 @@ class Allocator {
 
   // refresh_, one at a time, waiting at most refresh_budget_ for it.
   Status Refresh();
+  // One container request of a call; `answered`: the containers the call's
+  // earlier requests were answered with (never matched again).
   StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
-                                const std::vector<std::string>& ids, std::optional<PodRef>* pod,
+                                const std::vector<std::string>& ids,
+                                const AnsweredContainers& answered, std::optional<PodRef>* pod,
                                 MadeDirs* made);
   Status Enforce(const PodRef& pod, const std::string& container,
                  const std::vector<vendors::GrantedDevice>& grants, vendors::ContainerSpec* spec,

@@ -274,9 +274,9 @@ TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {
   e.mps_pipe_dir = "/run/nvidia/mps";
   e.mps_shm_dir = "/run/nvidia/mps-shm";
   Allocator mps("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger());
-  Assign(Pod("infer"), {Ctr("main", kGpu, core::Vendor::kNvidia,
-                            {Dev("GPU-a", 0, 1, 4096, 250, false), Dev("GPU-b", 1, 1, 2048, 500,
-                                                                       false)})});
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia,
+              {Dev("GPU-a", 0, 1, 4096, 250, false), Dev("GPU-b", 1, 1, 2048, 500, false)})});
   Assign(Pod("train"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 0)})});
 
   auto frac = mps.Allocate(kGpu, {{"GPU-a::1", "GPU-b::1"}});
@@ -385,6 +385,28 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   auto entries = reporter_.entries();
   ASSERT_FALSE(entries.empty());
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
+}
+
+// Kubelet may ask for several containers in one Allocate call. The store is
+// marked only when the whole call succeeded, so each request must leave out
+// the containers the call's earlier requests were answered with: otherwise
+// two requests that both resolve to "the only candidate" get the same
+// pending container, and its grant is handed out twice.
+TEST_F(AllocatorTest, OneCallNeverAnswersTheSameContainerTwice) {
+  Assign(Pod("two"), {Ctr("first", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 0)}),
+                      Ctr("second", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 0)})});
+  // Ids that name no assignment: each request goes by the only candidate.
+  auto both = allocator_->Allocate(kGpu, {{"GPU-a::3"}, {"GPU-b::3"}});
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  ASSERT_EQ(both->size(), 2u);
+  EXPECT_EQ((*both)[0].container, "first");
+  EXPECT_EQ((*both)[1].container, "second");
+  EXPECT_EQ((*both)[1].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+  // A third request in one call has nobody left to be: refused, not a
+  // second copy of a grant.
+  Assign(Pod("one"), {Ctr("only", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1)})});
+  auto three = allocator_->Allocate(kGpu, {{"GPU-a::4"}, {"GPU-a::5"}});
+  EXPECT_FALSE(three.ok());
 }
 
 // Two pods of one Job, created in the same second, wait on the node with the
@@ -1071,8 +1093,8 @@ TEST(StateDirsTest, RemovesOnlyTheDirsOfPodsThatAreGone) {
     ASSERT_TRUE(dirs.Create(uid, name).ok());
   }
   testing::WriteFile(dir.File("root/uid-3_main/state/accelpool-cuda.region"),
-                     "x");                                     // the library's files
-  fs::create_directories(dir.File("root/not-ours"));           // entries we did not make
+                     "x");                            // the library's files
+  fs::create_directories(dir.File("root/not-ours"));  // entries we did not make
   fs::create_directories(dir.File("root/uid-4_Not_A_Label"));
   testing::WriteFile(dir.File("root/uid-5_file"), "x");
   const auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);

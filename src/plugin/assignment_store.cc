@@ -174,12 +174,12 @@ const PodAssignment* ReusedBy(const std::vector<const PodAssignment*>& pods,
 
 }  // namespace
 
-std::optional<AssignmentStore::Pods> AssignmentStore::WithPresumedAllocated() const {
-  if (std::none_of(pods_.begin(), pods_.end(),
+std::optional<AssignmentStore::Pods> AssignmentStore::WithPresumedAllocated(const Pods& pods) {
+  if (std::none_of(pods.begin(), pods.end(),
                    [](const auto& kv) { return !kv.second.presumed.empty(); })) {
     return std::nullopt;
   }
-  Pods merged = pods_;
+  Pods merged = pods;
   for (auto& [uid, p] : merged) {
     p.allocated.insert(p.presumed.begin(), p.presumed.end());
     p.presumed.clear();
@@ -260,11 +260,25 @@ bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const 
 StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
                                                 const std::vector<std::string>& slot_ids,
                                                 std::optional<PodRef>* caller,
-                                                const KubeletView* kubelet) const {
+                                                const KubeletView* kubelet,
+                                                const AnsweredContainers* answered) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::optional<Pods> merged = WithPresumedAllocated();
+  // The containers answered earlier in this call are left out altogether:
+  // counted as allocated they would still match as repeats.
+  std::optional<Pods> rest;
+  if (answered != nullptr && !answered->empty()) {
+    rest = pods_;
+    for (const auto& [uid, container] : *answered) {
+      auto it = rest->find(uid);
+      if (it == rest->end()) continue;
+      std::erase_if(it->second.assignment.containers,
+                    [&](const api::AssignedContainer& c) { return c.name == container; });
+    }
+  }
+  const Pods& pods = rest.has_value() ? *rest : pods_;
+  const std::optional<Pods> merged = WithPresumedAllocated(pods);
   if (!merged.has_value()) {
-    return MatchIn(pods_, resource, slot_ids, caller, kubelet);
+    return MatchIn(pods, resource, slot_ids, caller, kubelet);
   }
   StatusOr<ContainerMatch> m = MatchIn(*merged, resource, slot_ids, caller, kubelet);
   if ((m.ok() && !m->repeat) || !PresumedAsks(resource, slot_ids.size())) {
@@ -275,7 +289,7 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
   // init container's ids): an admitted pod's presumed container may be.
   std::optional<PodRef> first_caller = caller != nullptr ? *caller : std::nullopt;
   if (caller != nullptr) caller->reset();
-  StatusOr<ContainerMatch> again = MatchIn(pods_, resource, slot_ids, caller, kubelet);
+  StatusOr<ContainerMatch> again = MatchIn(pods, resource, slot_ids, caller, kubelet);
   if (again.ok() || !m.ok()) {
     return again;
   }
@@ -316,7 +330,7 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
       shape.push_back(p);
     }
   }
-  std::vector<std::string> unassigned;  // "<ns>/<name>/<container>"
+  std::vector<std::string> unassigned;            // "<ns>/<name>/<container>"
   std::map<std::string, PodRef> unassigned_pods;  // by uid
   for (const auto& [uid, u] : unassigned_) {
     for (const UnassignedRequest& r : u.requests) {
@@ -448,7 +462,7 @@ PreferredAnswer AssignmentStore::Preferred(const std::string& resource,
                                            const std::vector<std::string>& must_include,
                                            int32_t size, const KubeletView* kubelet) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::optional<Pods> merged = WithPresumedAllocated();
+  const std::optional<Pods> merged = WithPresumedAllocated(pods_);
   if (!merged.has_value()) {
     PreferredAnswer a = PreferredIn(pods_, resource, available, must_include, size, kubelet);
     return a.slots.has_value() ? a : Readmitted(resource, available, must_include, size, kubelet);

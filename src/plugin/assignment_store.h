@@ -68,6 +68,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/assignment_codec.h"
@@ -108,6 +109,11 @@ struct UnassignedRequest {
 // container -> the resources it holds devices of. Kubelet lists regular and
 // sidecar containers, not plain init containers.
 using KubeletView = std::map<std::string, std::map<std::string, std::set<std::string>>>;
+
+// (pod uid, container) pairs already answered earlier in the same Allocate
+// call: kubelet may ask for several containers in one call, and the store
+// is marked only once the whole call succeeded.
+using AnsweredContainers = std::set<std::pair<std::string, std::string>>;
 
 // One container's share of an Allocate answer.
 struct ContainerMatch {
@@ -161,10 +167,14 @@ class AssignmentStore {
   //              exactly one pod asks for it without an assignment, that pod
   //              is the caller and is stored in `*caller` (when not null).
   //   kAborted   several pods could be the caller; nothing tells them apart.
+  // The containers in `answered` (may be null) were answered earlier in the
+  // same call: none of them is matched again, neither as pending nor as a
+  // repeat, so that one call never hands out one grant twice.
   StatusOr<ContainerMatch> Match(const std::string& resource,
                                  const std::vector<std::string>& slot_ids,
                                  std::optional<PodRef>* caller = nullptr,
-                                 const KubeletView* kubelet = nullptr) const;
+                                 const KubeletView* kubelet = nullptr,
+                                 const AnsweredContainers* answered = nullptr) const;
 
   // The slot ids kubelet should pick for the caller's next container of
   // `resource` with `size` devices: the caller's own slots when they are in
@@ -211,9 +221,9 @@ class AssignmentStore {
                               const std::set<std::string>& available,
                               const std::vector<std::string>& must_include, int32_t size,
                               const KubeletView* kubelet) const;
-  // pods_ with every presumed container counted as allocated; nullopt when no
-  // pod has one. REQUIRES: mu_ held.
-  std::optional<Pods> WithPresumedAllocated() const;
+  // `pods` with every presumed container counted as allocated; nullopt when
+  // no pod has one. REQUIRES: mu_ held.
+  static std::optional<Pods> WithPresumedAllocated(const Pods& pods);
   // Preferred when no pending container can be asking: a kubelet that lost
   // its checkpoint admitting a pod again ("Admitted again" above).
   // REQUIRES: mu_ held.
