@@ -51,7 +51,10 @@ Status RemoveWhere(
                ? Status::Ok()
                : UnavailableError("cannot list the state root " + root + ": " + ec.message());
   }
-  for (const fs::directory_entry& entry : it) {
+  // increment(ec), not a range-for: a readdir that fails would throw, and
+  // this runs on the informer's thread (Forget) and in the main loop (Sweep).
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
     const std::string uid = UidOf(entry.path());
     std::error_code type_ec;
     if (uid.empty() || entry.symlink_status(type_ec).type() != fs::file_type::directory ||
@@ -68,6 +71,10 @@ Status RemoveWhere(
       continue;
     }
     ++n;
+  }
+  if (ec && first.ok()) {
+    // The iterator is at its end now; the next sweep lists the root again.
+    first = UnavailableError("cannot list the state root " + root + ": " + ec.message());
   }
   if (removed != nullptr) {
     *removed = n;
@@ -130,31 +137,41 @@ StatusOr<std::string> StateDirs::Create(const std::string& uid, const std::strin
   }
   std::error_code ec;
   const bool made = fs::create_directories(*path, ec);
+  // Said at once: when a later step fails, the caller removes the dir this
+  // call made, and only that (one that existed is an earlier call's).
+  if (created != nullptr) {
+    *created = made;
+  }
   if (ec) {
     return UnavailableError("cannot create the container state dir " + *path + ": " + ec.message() +
                             "; check that " + root_ + " is mounted writable into the plugin");
   }
   const std::string state = StateSubdir(*path);
-  const bool made_state = fs::create_directory(state, ec);
+  fs::create_directory(state, ec);
   if (ec) {
     return UnavailableError("cannot create the container state dir " + state + ": " + ec.message() +
                             "; check that " + root_ + " is mounted writable into the plugin");
   }
-  if (made_state) {
-    // The container's processes create the region file in it, and they may
-    // run as any user: a root-owned 0755 dir would make the shim fall back to
-    // per-process limits (N processes, N caps). The dir belongs to this one
-    // container, so it is world-writable, with the sticky bit. Its parent,
-    // which holds the read-only limits file, is not mounted.
-    fs::permissions(state, fs::perms::all | fs::perms::sticky_bit, fs::perm_options::replace, ec);
+  // The container's processes create the region file in it, and they may
+  // run as any user: a root-owned 0755 dir would make the shim fall back to
+  // per-process limits (N processes, N caps). The dir belongs to this one
+  // container, so it is world-writable, with the sticky bit. Its parent,
+  // which holds the read-only limits file, is not mounted. Checked on every
+  // call, not only when this call made it: an earlier call may have failed
+  // between the mkdir and the chmod.
+  constexpr fs::perms kOpen = fs::perms::all | fs::perms::sticky_bit;
+  const fs::file_status st = fs::symlink_status(state, ec);
+  if (ec || st.type() != fs::file_type::directory) {
+    return UnavailableError("the container state dir " + state + " is not a directory" +
+                            (ec ? ": " + ec.message() : std::string()) + "; remove it");
+  }
+  if ((st.permissions() & fs::perms::mask) != kOpen) {
+    fs::permissions(state, kOpen, fs::perm_options::replace, ec);
     if (ec) {
       return UnavailableError("cannot open up the container state dir " + state + ": " +
                               ec.message() + "; check that " + root_ +
                               " is mounted writable into the plugin");
     }
-  }
-  if (created != nullptr) {
-    *created = made;
   }
   return path;
 }

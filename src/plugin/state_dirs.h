@@ -48,10 +48,12 @@ class StateDirs {
   // is not plain or the path would not be a direct child of root.
   StatusOr<std::string> PathFor(const std::string& uid, const std::string& container) const;
 
-  // PathFor, then makes the dir and its state/ (1777). `*created` (optional)
-  // is set true when this call made the dir, false when it existed already
-  // or create is off.
-  // kInvalidArgument as PathFor; kUnavailable when it cannot be made.
+  // PathFor, then makes the dir and its state/, and gives state/ mode 1777
+  // (again when it exists with another mode). `*created` (optional) is set
+  // true when this call made the dir, also when a later step then failed
+  // (the caller removes it), and false when it existed already or create is
+  // off. kInvalidArgument as PathFor; kUnavailable when it cannot be made,
+  // or state/ is not a directory or cannot be given its mode.
   StatusOr<std::string> Create(const std::string& uid, const std::string& container,
                                bool* created = nullptr) const;
 
