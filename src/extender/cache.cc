@@ -386,11 +386,30 @@ Status Cache::Reserve(const PodRef& pod, const PodAssignment& a, uint64_t versio
   return Status::Ok();
 }
 
-void Cache::MarkBound(const std::string& uid) {
+void Cache::MarkBound(const std::string& uid, const PodAssignment& a) {
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
-  if (auto it = pods_.find(uid); it != pods_.end()) {
+  if (auto it = pods_.find(uid); it != pods_.end() && SameAssignment(it->second.assignment, a)) {
     it->second.bound = true;
   }
+}
+
+bool Cache::ReleaseReservation(const std::string& uid, const PodAssignment& a) {
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  auto it = pods_.find(uid);
+  if (it == pods_.end() || it->second.bound || !SameAssignment(it->second.assignment, a)) {
+    return false;
+  }
+  EraseRecordLocked(uid);
+  return true;
+}
+
+std::optional<bool> Cache::Bound(const std::string& uid) const {
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  auto it = pods_.find(uid);
+  if (it == pods_.end()) {
+    return std::nullopt;
+  }
+  return it->second.bound;
 }
 
 void Cache::Release(const std::string& uid) {

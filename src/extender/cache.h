@@ -104,8 +104,17 @@ class Cache {
   // gone, kAlreadyExists when the pod already holds devices (bound elsewhere
   // or another bind in flight).
   Status Reserve(const PodRef& pod, const PodAssignment& a, uint64_t version);
-  // Marks a reservation bound (after the Binding was created).
-  void MarkBound(const std::string& uid);
+  // Marks a reservation bound (after the Binding was created). A record of
+  // the pod with another assignment (the watch already showed it bound
+  // elsewhere) stays as it is.
+  void MarkBound(const std::string& uid, const PodAssignment& a);
+  // Gives back a reservation whose Binding was not written: only a record of
+  // the pod that is not bound and holds `a`, so a record the watch replaced
+  // (the pod shown bound, perhaps by another replica) stays. True when one
+  // was released.
+  bool ReleaseReservation(const std::string& uid, const PodAssignment& a);
+  // Whether the pod's record is bound; nullopt when there is none.
+  std::optional<bool> Bound(const std::string& uid) const;
   // Gives a pod's devices back (failed bind, deleted or finished pod). No-op
   // for an unknown uid.
   void Release(const std::string& uid);

@@ -121,7 +121,7 @@ TEST(CacheTest, BoundPodsKeepTheAssignmentTheyWereBoundWith) {
   AddGpuNode(c, "b");
   const PodAssignment bound = Shared("a", 2, 1000, 0);
   ASSERT_TRUE(c.Reserve(Ref("p1"), bound, 0).ok());
-  c.MarkBound("p1");
+  c.MarkBound("p1", *c.Assignment("p1"));
   struct Edit {
     const char* what;
     std::string node_name;
@@ -392,7 +392,7 @@ TEST(CacheTest, AReservationNeedsTheDevicesItWasPlannedOn) {
 
   // The bound pod's annotation (index 2) is the reservation (index 3 on the
   // node it was planned on): the same card, not an edit.
-  c.MarkBound("p1");
+  c.MarkBound("p1", *c.Assignment("p1"));
   StatusOr<PodAssignment> back = FromApiAssignment(*doc);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(c.ObservePod(Ref("p1"), "a", *back).ok());

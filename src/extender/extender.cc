@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -511,6 +512,14 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
   Status last;
   const std::shared_ptr<const PolicySet> policies = Policies();
   for (int attempt = 0; attempt < kMaxPlanAttempts; ++attempt) {
+    // A retried bind (kube-scheduler timed out waiting for an earlier one):
+    // the devices it reserved, or was bound with, on this node, without
+    // planning again on a node that already counts them.
+    if (std::optional<PodAssignment> held = cache_.Assignment(pod.ref.uid);
+        held.has_value() && held->node == node) {
+      *score = 0;
+      return *held;
+    }
     NodeSnapshotPtr snap = cache_.Node(node);
     if (snap == nullptr) {
       return NotFoundError("node " + node +
@@ -553,6 +562,17 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
       if (existing.has_value() && existing->node == node) {
         *score = plan.score;
         return *existing;  // a retried bind: finish the earlier one
+      }
+      // Reserved elsewhere by an earlier bind whose Binding's outcome was not
+      // known (no bind of the pod runs now): a fresh read that shows the pod
+      // unbound gives that reservation back, and this bind plans again.
+      if (existing.has_value() && writer_ != nullptr && cache_.Bound(pod.ref.uid) == false) {
+        StatusOr<std::string> on = writer_->BoundNode(pod);
+        if (on.ok() && on->empty() && cache_.ReleaseReservation(pod.ref.uid, *existing)) {
+          log_.Info("gave back the reservation of an earlier bind whose Binding did not land",
+                    {{"pod", PodName(pod.ref)}, {"node", existing->node}, {"now", node}});
+          continue;
+        }
       }
       return st;
     }
@@ -605,6 +625,23 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
                          {"devices", std::string("none asked")}});
     return none;
   }
+  // One bind of a pod at a time: a reservation is given back only by the
+  // bind that knows its Binding was not written.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!binding_.insert(pod.ref.uid).second) {
+      return fail("plan", AbortedError("an earlier bind of this pod is still running; the pod "
+                                       "is retried"));
+    }
+  }
+  struct Running {
+    Extender& e;
+    const std::string& uid;
+    ~Running() {
+      std::lock_guard<std::mutex> lock(e.mu_);
+      e.binding_.erase(uid);
+    }
+  } running{*this, pod.ref.uid};
   int32_t score = 0;
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score);
@@ -613,14 +650,31 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   }
   const auto t1 = std::chrono::steady_clock::now();
   if (writer_ != nullptr) {
+    // Whatever leaves this block other than a written Binding or an unknown
+    // outcome (an error, an exception) gives the reservation back.
+    struct Unwritten {
+      Cache& cache;
+      const std::string& uid;
+      const PodAssignment& a;
+      bool armed = true;
+      ~Unwritten() {
+        if (armed) (void)cache.ReleaseReservation(uid, a);
+      }
+    } unwritten{cache_, pod.ref.uid, *a};
     Status st = writer_->Bind(pod, *a);
     if (!st.ok()) {
-      cache_.Release(pod.ref.uid);
+      if (st.code() == StatusCode::kUnknown) {
+        // The Binding may have landed: giving the devices away now could
+        // book them twice. The watch confirms the pod, or a retry finds it
+        // unbound (PlanAndReserve), or its deletion frees them.
+        unwritten.armed = false;
+      }
       return fail("binding", st);
     }
+    unwritten.armed = false;
   }
   const auto t2 = std::chrono::steady_clock::now();
-  cache_.MarkBound(pod.ref.uid);
+  cache_.MarkBound(pod.ref.uid, *a);
   {
     std::lock_guard<std::mutex> lock(mu_);
     preemptions_.erase(pod.ref.uid);
@@ -666,7 +720,9 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     // violations. The node is dropped when even removing all of them leaves
     // too few devices for the pod.
     NodeSnapshot freed = *snap;
-    for (const std::string& uid : mv.pod_uids) {
+    // Each victim frees its devices once, however often the request names it.
+    const std::set<std::string> uids(mv.pod_uids.begin(), mv.pod_uids.end());
+    for (const std::string& uid : uids) {
       std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
       if (a.has_value() && a->node == node) {
         ReleaseAssignment(*a, &freed);

@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,8 +63,13 @@ class PodWriter {
   // assignment nor annotated without being bound. Guarded by the pod's uid.
   // A retried bind whose earlier Binding landed on the same node is Ok. An
   // empty `a` (the pod asks for no pooled device) binds without annotation.
-  // kNotFound / kAborted when the pod is gone, replaced or bound elsewhere.
+  // kNotFound / kAborted when the pod is gone, replaced or bound elsewhere;
+  // kUnknown when the write may have landed and the pod could not be read
+  // back to tell.
   virtual Status Bind(const PodInfo& pod, const PodAssignment& a) = 0;
+  // The node the apiserver shows the pod bound to, "" while it is not bound
+  // (a fresh read, not a cache); kNotFound when the pod is gone or replaced.
+  virtual StatusOr<std::string> BoundNode(const PodInfo& pod) = 0;
 };
 
 // Where operator-facing decisions are reported as pod Events. Implementations
@@ -337,6 +343,10 @@ class Extender {
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
   std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first
   std::map<std::string, Preemption> preemptions_;  // guarded by mu_; by preemptor uid
+  // Pods whose bind is running (planning or writing the Binding), by uid: a
+  // second bind of the same pod meanwhile is refused, so a reservation is
+  // never given back while its Binding may still land.
+  std::set<std::string> binding_;                                    // guarded by mu_
   std::deque<std::chrono::steady_clock::time_point> recheck_waits_;  // guarded by mu_; last second
 };
 

@@ -233,6 +233,87 @@ TEST_F(ExtenderTest, FailedBindGivesDevicesBack) {
   }
 }
 
+TEST_F(ExtenderTest, ABindWhoseOutcomeIsUnknownKeepsItsDevicesUntilAReadShowsThePodUnbound) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(8)}), "a");
+  ASSERT_FALSE(a.ok());
+  // The Binding may have landed: node a's devices are not given away.
+  EXPECT_FALSE(cache_.Node("a")->Idle());
+  EXPECT_TRUE(ext_->Filter(MakePod("other", {Gpu(8)}), {"a"}).fits.empty());
+  // kube-scheduler retries on node b. A fresh read shows the pod bound to a:
+  // it holds a's devices, b is refused.
+  writer_.FailBinding(Status::Ok());
+  writer_.SetBoundNode("a");
+  a = ext_->Bind(MakePod("p1", {Gpu(8)}), "b");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_FALSE(cache_.Node("a")->Idle());
+  EXPECT_TRUE(cache_.Node("b")->Idle());
+  // The read shows it unbound: a's reservation goes, b's is made and bound.
+  writer_.SetBoundNode("");
+  a = ext_->Bind(MakePod("p1", {Gpu(8)}), "b");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(cache_.Node("a")->Idle());
+  EXPECT_EQ(Used("b"), 8);
+  EXPECT_EQ(cache_.Bound("p1"), std::optional<bool>(true));
+}
+
+TEST_F(ExtenderTest, AFailedBindKeepsWhatTheWatchAlreadyShowedBound) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  // The Binding landed, the watch delivered the pod, and only then did the
+  // answer fail (a 5xx read as "not written" by a writer without read-back).
+  writer_.FailBinding(UnavailableError("connection reset"));
+  writer_.BeforeAnswer([this](const PodInfo& pod, const PodAssignment& planned) {
+    (void)cache_.ObservePod(pod.ref, planned.node, planned);
+  });
+  StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(8)}), "a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(Used("a"), 8);
+  EXPECT_EQ(cache_.Bound("p1"), std::optional<bool>(true));
+  // Another replica bound p2 to b while this one was binding it to c; the
+  // watch shows b. This bind's failure must not drop b's record.
+  AddGpuNode(cache_, "c");
+  writer_.BeforeAnswer([this](const PodInfo& pod, const PodAssignment& planned) {
+    PodAssignment there = planned;
+    there.node = "b";
+    for (AssignmentPart& part : there.parts) part.device_ids.clear();  // b's own cards
+    (void)cache_.ObservePod(pod.ref, "b", there);
+  });
+  writer_.FailBinding(AbortedError("pod p2 is already assigned to node b"));
+  a = ext_->Bind(MakePod("p2", {Gpu(4)}), "c");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(Used("b"), 4);
+  EXPECT_TRUE(cache_.Node("c")->Idle());
+  EXPECT_EQ(cache_.Bound("p2"), std::optional<bool>(true));
+}
+
+TEST_F(ExtenderTest, ARetriedBindOfABoundPodFinishesWithoutPlanningAgain) {
+  AddGpuNode(cache_, "a");
+  // A whole-node pod: planning again on a node that counts it would fail.
+  ASSERT_TRUE(ext_->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
+  StatusOr<PodAssignment> again = ext_->Bind(MakePod("p1", {Gpu(8)}), "a");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Used("a"), 8);
+  EXPECT_EQ(writer_.calls().size(), 2u);
+}
+
+TEST_F(ExtenderTest, ASecondBindOfAPodWhileTheFirstRunsIsRefused) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  Status nested;
+  writer_.BeforeAnswer([&](const PodInfo& pod, const PodAssignment&) {
+    if (pod.ref.uid == "p1") nested = ext_->Bind(MakePod("p1", {Gpu(8)}), "b").status();
+  });
+  ASSERT_TRUE(ext_->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
+  EXPECT_EQ(nested.code(), StatusCode::kAborted) << nested.ToString();
+  EXPECT_NE(nested.message().find("still running"), std::string::npos);
+  EXPECT_TRUE(cache_.Node("b")->Idle());
+  EXPECT_EQ(Used("a"), 8);
+}
+
 TEST_F(ExtenderTest, BindAfterAnotherPodTookTheDevicesReplansOrFails) {
   AddGpuNode(cache_, "a");
   PodInfo p1 = MakePod("p1", {Gpu(4)});
@@ -266,6 +347,33 @@ TEST_F(ExtenderTest, PlanMemoFollowsNodeChanges) {
   EXPECT_EQ(ext_->Filter(MakePod("s4", {Gpu(2)}), {"a"}).fits.size(), 1u);
   EXPECT_NE(RequestShape(MakePod("x", {Gpu(2)}).request),
             RequestShape(MakePod("x", {Gpu(2, 1024)}).request));
+}
+
+TEST_F(ExtenderTest, PlanMemoTellsAMigRequestFromAWholeCardOne) {
+  AddGpuNode(cache_, "a");  // whole GPUs only, no MIG instance
+  EXPECT_EQ(ext_->Filter(MakePod("whole", {Gpu(1)}), {"a"}).fits.size(), 1u);
+  // Same container, count and node version: the memo must not hand the MIG
+  // request the whole-card pod's plan.
+  core::DeviceRequest mig = Gpu(1);
+  mig.partition = "1g.18gb";
+  FilterDecision d = ext_->Filter(MakePod("mig", {mig}), {"a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_EQ(d.unresolvable.count("a") + d.failed.count("a"), 1u);
+  EXPECT_NE(RequestShape(MakePod("x", {Gpu(1)}).request),
+            RequestShape(MakePod("x", {mig}).request));
+}
+
+TEST_F(ExtenderTest, PreemptCountsAVictimNamedTwiceOnce) {
+  AddGpuNode(cache_, "a");
+  // Both pods hold a share of every GPU of the node.
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(8, 1024)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v2", {Gpu(8, 1024)}), "a").ok());
+  // Evicting v1 (named twice) leaves v2 on every GPU: 8 whole GPUs still do
+  // not fit, so the node must not be offered for preemption.
+  std::map<std::string, MetaVictims> proposed = {{"a", MetaVictims{{"v1", "v1"}, 0}}};
+  EXPECT_TRUE(ext_->Preempt(MakePod("big", {Gpu(8)}), proposed).empty());
+  proposed = {{"a", MetaVictims{{"v1", "v2"}, 0}}};
+  EXPECT_EQ(ext_->Preempt(MakePod("big", {Gpu(8)}), proposed).size(), 1u);
 }
 
 TEST_F(ExtenderTest, PreemptKeepsEveryVictimKubeSchedulerChose) {

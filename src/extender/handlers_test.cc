@@ -213,6 +213,11 @@ TEST_F(HandlersTest, BadInputGetsClearErrorsNeverACrash) {
       {"unknown fields are ignored", filter, Args(R"(["node-a"])").insert(1, R"("Future":1,)"), 200,
        "node-a"},
       {"prioritize missing pod", prio, R"({"NodeNames":["node-a"]})", 400, "no Pod"},
+      {"both node lists", filter,
+       R"({"Pod":{"metadata":{"name":"p","uid":"u"},"spec":{"containers":[{"name":"m",)"
+       R"("resources":{"limits":{"nvidia.com/gpu":"0"}}}]}},"NodeNames":["node-a"],)"
+       R"("Nodes":{"items":[]}})",
+       400, "both NodeNames and Nodes"},
       {"bind not an object", bind, "[]", 400, "JSON object"},
       {"bind missing node", bind, R"({"PodName":"p","PodNamespace":"ns"})", 400, "Node"},
       {"preempt bad victims", preempt, R"({"Pod":{},"NodeNameToMetaVictims":[]})", 400,
@@ -226,7 +231,7 @@ TEST_F(HandlersTest, BadInputGetsClearErrorsNeverACrash) {
     EXPECT_TRUE(nlohmann::json::accept(r.body)) << r.body;
   }
   const std::string page = registry_.Serialize();
-  EXPECT_NE(page.find(R"(accelpool_extender_bad_requests_total{verb="filter"} 4)"),
+  EXPECT_NE(page.find(R"(accelpool_extender_bad_requests_total{verb="filter"} 5)"),
             std::string::npos)
       << page;
 }

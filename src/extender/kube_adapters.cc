@@ -68,16 +68,42 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
   }
   Status st =
       kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, node, pod.ref.uid, annotations);
-  if (st.code() != StatusCode::kAborted && st.code() != StatusCode::kAlreadyExists) return st;
+  if (st.ok()) return st;
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
   // earlier attempt whose Binding did land (with this assignment: a retry
   // reuses the reservation). Bound to this node by that attempt is success;
   // bound elsewhere (or another pod of that name) is not.
+  const bool conflict =
+      st.code() == StatusCode::kAborted || st.code() == StatusCode::kAlreadyExists;
+  // An answer that does not say whether the Binding was written: a 5xx (a
+  // 504 may still commit), a timeout, a connection lost after the request
+  // went out. Whether the pod is bound decides whether its devices may go.
+  const bool unsure = st.code() == StatusCode::kUnavailable ||
+                      st.code() == StatusCode::kDeadlineExceeded ||
+                      st.code() == StatusCode::kInternal || st.code() == StatusCode::kUnknown;
+  if (!conflict && !unsure) return st;
   StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
   if (now.ok() && now->first == pod.ref.uid && now->second == node) {
     return Status::Ok();
   }
+  if (unsure && !now.ok()) {
+    return Status(StatusCode::kUnknown,
+                  st.message() + "; reading the pod back to see whether the Binding landed " +
+                      "failed too (" + now.status().message() +
+                      "): its devices stay reserved until the watch shows the pod, or a retry "
+                      "reads it unbound");
+  }
   return st;
+}
+
+StatusOr<std::string> KubePodWriter::BoundNode(const PodInfo& pod) {
+  StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
+  if (!now.ok()) return now.status();
+  if (!pod.ref.uid.empty() && now->first != pod.ref.uid) {
+    return NotFoundError("pod " + pod.ref.ns + "/" + pod.ref.name + " was replaced (uid " +
+                         now->first + ")");
+  }
+  return now->second;
 }
 
 StatusOr<nlohmann::json> KubePodSource::GetPod(const std::string& ns, const std::string& name) {

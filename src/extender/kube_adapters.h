@@ -55,6 +55,8 @@ class KubePodWriter : public PodWriter {
   // (kInvalidArgument: kube-scheduler always sends it). An empty `a` (a pod
   // that asks for no pooled device) is a Binding without annotations.
   Status Bind(const PodInfo& pod, const PodAssignment& a) override;
+  // A GET of the pod (never the informer's copy).
+  StatusOr<std::string> BoundNode(const PodInfo& pod) override;
 
   // Asked right before each Binding is written: a non-empty answer (why this
   // replica may not bind) fails the bind with kUnavailable instead. The bind
@@ -64,7 +66,9 @@ class KubePodWriter : public PodWriter {
 
  private:
   // Creates the Binding; a conflict from an earlier attempt that did bind
-  // the same pod to `node` is success.
+  // the same pod to `node` is success. An error that does not say whether
+  // the write landed (a 5xx, a timeout, a dropped connection) is settled by
+  // reading the pod back; kUnknown when that read fails too.
   Status BindPod(const PodInfo& pod, const std::string& node,
                  const std::map<std::string, std::string>& annotations);
 

@@ -385,6 +385,44 @@ TEST_F(KubeAdaptersTest, RetriedBindOfAnAlreadyBoundPodSucceeds) {
   EXPECT_FALSE(writer.Bind(other, *first).ok());
 }
 
+TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) {
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  KubePodWriter writer(*client_, cache);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodInfo pod = testing::MakePod("uid-p", {Gpu(1)});
+  pod.ref.name = "p";
+  // A 503 on the Binding, and the pod reads back unbound: not written, so
+  // the devices go back.
+  api_.FailNext(1, 503);
+  StatusOr<PodAssignment> a = (*ext)->Bind(pod, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status().ToString();
+  EXPECT_TRUE(cache.Node("node-a")->Idle());
+  ASSERT_TRUE(writer.BoundNode(pod).ok());
+  EXPECT_EQ(*writer.BoundNode(pod), "");
+  // The read fails too: whether the Binding landed is unknown, the devices
+  // stay reserved.
+  api_.FailNext(2, 503);
+  a = (*ext)->Bind(pod, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnknown) << a.status().ToString();
+  EXPECT_NE(a.status().message().find("stay reserved"), std::string::npos);
+  EXPECT_FALSE(cache.Node("node-a")->Idle());
+  // kube-scheduler retries: the Binding is written this time.
+  a = (*ext)->Bind(pod, "node-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(writer.BoundNode(pod).ok());
+  EXPECT_EQ(*writer.BoundNode(pod), "node-a");
+  // A 504 on a Binding that did land (the retry of a bound pod here): the
+  // read back shows the pod on the node, which is success.
+  api_.FailNext(1, 504);
+  EXPECT_TRUE((*ext)->Bind(pod, "node-a").ok());
+  EXPECT_EQ(cache.Stats().pods_bound, 1);
+}
+
 TEST_F(KubeAdaptersTest, WithAKeyTheBindingCarriesTheAssignmentsSignature) {
   api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
   api_.Put("/api/v1/namespaces/ns/pods", Pod("q", ""));

@@ -53,6 +53,9 @@ std::string RequestShape(const core::PodRequest& request) {
     list(r.model_exclude);
     list(r.id_include);
     list(r.id_exclude);
+    // A MIG profile picks other devices than a whole-card request of the
+    // same count ("" for whole devices).
+    out += "p:" + r.partition;
     out += '\n';
   }
   // The host request moves the fragmentation policies' scores.

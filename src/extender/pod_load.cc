@@ -145,7 +145,7 @@ void PodLoad::Trim(json& pod) {
 kube::InformerHandlers PodLoad::Handlers() {
   kube::InformerHandlers h;
   h.on_add = [this](const json& pod) { OnPodAdded(pod); };
-  h.on_update = [this](const json&, const json& pod) { OnPodUpdated(pod); };
+  h.on_update = [this](const json& old, const json& pod) { OnPodUpdated(old, pod); };
   h.on_delete = [this](const json& pod) { OnPodDeleted(pod); };
   return h;
 }
@@ -309,7 +309,13 @@ bool PodLoad::Persist() {
   return true;
 }
 
-void PodLoad::OnPodUpdated(const json& pod) { RecordHost(SummaryOf(pod)); }
+void PodLoad::OnPodUpdated(const json& old, const json& pod) {
+  // A relist reports a pod recreated under the same name (a StatefulSet's)
+  // as an update: the old uid's host requests leave with it.
+  const std::string old_uid = At(old, "/metadata/uid");
+  if (!old_uid.empty() && old_uid != At(pod, "/metadata/uid")) cache_.ForgetHostPod(old_uid);
+  RecordHost(SummaryOf(pod));
+}
 
 void PodLoad::OnPodDeleted(const json& pod) {
   const std::string uid = At(pod, "/metadata/uid");

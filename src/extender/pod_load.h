@@ -90,7 +90,7 @@ class PodLoad {
   static void Trim(nlohmann::json& pod);
 
   void OnPodAdded(const nlohmann::json& pod);
-  void OnPodUpdated(const nlohmann::json& pod);
+  void OnPodUpdated(const nlohmann::json& old, const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
 
   // Hands the learned workload to `extender` (the built-in mix while too few

@@ -109,20 +109,37 @@ TEST(PodLoadTest, BoundPodsTakeTheirNodesHostUntilTheyFinishOrGo) {
   json p = Pod("u1", "", "4", "8Gi");
   load.OnPodAdded(p);  // pending: counts nowhere
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
+  json before = p;
   p["spec"]["nodeName"] = "n1";
-  load.OnPodUpdated(p);
+  load.OnPodUpdated(before, p);
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{12000, 57344}));
   EXPECT_EQ(cache.Node("n1")->host_pods, 1);
-  load.OnPodUpdated(p);  // the same again changes nothing
+  load.OnPodUpdated(p, p);  // the same again changes nothing
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{12000, 57344}));
   load.OnPodAdded(Pod("u2", "n1", "20", "1Gi"));  // overcommitted: free stays at zero
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{0, 56320}));
+  before = p;
   p["status"]["phase"] = "Succeeded";
-  load.OnPodUpdated(p);
+  load.OnPodUpdated(before, p);
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{0, 64512}));
   load.OnPodDeleted(Pod("u2", "n1", "20", "1Gi"));
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
   EXPECT_EQ(cache.HostPods(), 0);
+}
+
+TEST(PodLoadTest, APodRecreatedUnderItsNameLeavesNoHostRequestsBehind) {
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "n1", 16000, 65536);
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  const json old = Pod("u1", "n1", "4", "8Gi");
+  load.OnPodAdded(old);
+  ASSERT_EQ(HostFree(cache, "n1"), (core::HostResources{12000, 57344}));
+  // A relist after a watch expiry reports web-0 deleted and created again
+  // (a new uid) as one update of the name: only the new pod counts.
+  load.OnPodUpdated(old, Pod("u1-new", "n1", "2", "1Gi"));
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{14000, 64512}));
+  EXPECT_EQ(cache.HostPods(), 1);
 }
 
 TEST(PodLoadTest, PodsSeenBeforeTheirNodeCountWhenItArrives) {

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -58,9 +59,33 @@ inline PodInfo MakePod(const std::string& uid, std::vector<core::DeviceRequest> 
 class FakeWriter : public PodWriter {
  public:
   Status Bind(const PodInfo& pod, const PodAssignment& a) override {
+    std::function<void(const PodInfo&, const PodAssignment&)> before;
+    Status answer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      calls_.push_back("bind " + pod.ref.uid + " " + a.node);
+      before = before_answer_;
+      answer = fail_binding_;
+    }
+    if (before) before(pod, a);
+    return answer;
+  }
+  StatusOr<std::string> BoundNode(const PodInfo& pod) override {
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back("bind " + pod.ref.uid + " " + a.node);
-    return fail_binding_;
+    calls_.push_back("read " + pod.ref.uid);
+    if (!bound_node_status_.ok()) return bound_node_status_;
+    return bound_node_;
+  }
+  // What BoundNode answers: a node ("" = not bound) or an error.
+  void SetBoundNode(std::string node, Status st = Status::Ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bound_node_ = std::move(node);
+    bound_node_status_ = std::move(st);
+  }
+  // Called inside Bind before it answers (e.g. the watch delivering the pod).
+  void BeforeAnswer(std::function<void(const PodInfo&, const PodAssignment&)> f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_answer_ = std::move(f);
   }
   std::vector<std::string> calls() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -72,6 +97,9 @@ class FakeWriter : public PodWriter {
   mutable std::mutex mu_;
   std::vector<std::string> calls_;
   Status fail_binding_;
+  std::string bound_node_;
+  Status bound_node_status_ = UnimplementedError("no BoundNode answer set");
+  std::function<void(const PodInfo&, const PodAssignment&)> before_answer_;
 };
 
 class FakeEvents : public EventSink {

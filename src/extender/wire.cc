@@ -262,6 +262,14 @@ StatusOr<ExtenderArgs> DecodeExtenderArgs(std::string_view body) {
     }
     args.nodes = std::move(list);
   }
+  if (args.nodes.has_value() && args.node_names.has_value()) {
+    // kube-scheduler sends one of them (NodeNames when the extender is
+    // nodeCacheCapable, else Nodes); with both, which one the answer should
+    // follow is not known.
+    return InvalidArgumentError(
+        "ExtenderArgs carries both NodeNames and Nodes; kube-scheduler sends one of them "
+        "(NodeNames when the extender is nodeCacheCapable): send only one");
+  }
   args.unknown_keys = UnknownKeys(*doc, {"Pod", "Nodes", "NodeNames"});
   return args;
 }

@@ -136,7 +136,7 @@ int FuzzWatch(const uint8_t* data, size_t size) {
         } else if (seen.insert(load_uid).second) {
           load.OnPodAdded(trimmed);
         } else {
-          load.OnPodUpdated(trimmed);
+          load.OnPodUpdated(trimmed, trimmed);
         }
         break;
       }
