@@ -46,6 +46,8 @@ using abi::kDcmiMainCmdChipInf;
 using abi::kDcmiMaxProcesses;
 using abi::kDcmiNotSupport;
 
+constexpr int kMaxChipsPerCard = 64;  // a count above this is garbage
+
 std::string Text(const unsigned char* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p),
                      strnlen(reinterpret_cast<const char*>(p), n));
@@ -83,6 +85,13 @@ class DlDcmi : public DcmiLibrary {
       int devices = 0;
       ACCELPOOL_RETURN_IF_ERROR(
           Check((*per_card)(list[i], &devices), "dcmi_get_device_num_in_card"));
+      // A card carries a few chips (two on a 300I Duo); a garbage count would
+      // make millions of chip ids, each queried in turn.
+      if (devices > kMaxChipsPerCard) {
+        return InternalError("dcmi_get_device_num_in_card reported " + std::to_string(devices) +
+                             " chips on card " + std::to_string(list[i]) +
+                             "; check the NPU driver with npu-smi info");
+      }
       for (int d = 0; d < devices; ++d) {
         out.push_back({list[i], d});
       }

@@ -11,8 +11,8 @@
 namespace accelpool::vendors::ascend {
 namespace {
 
-using vendors::testing::FakeDevRoot;
 using vendors::testing::ExpectDiscoveryFails;
+using vendors::testing::FakeDevRoot;
 using vendors::testing::FakeHandle;
 using vendors::testing::FakeSysfs;
 using vendors::testing::HealthRecorder;
@@ -236,6 +236,27 @@ TEST(DcmiBindingTest, ErrorsAreClearAndNeverCrash) {
     auto driver = Driver("/nonexistent");
     ASSERT_TRUE(driver.ok());
     ExpectDiscoveryFails(**driver, c.want);
+  }
+}
+
+// A driver that reports a garbage chip count for a card is refused, rather
+// than making (and querying) a chip id for each.
+TEST(DcmiBindingTest, AGarbageChipCountPerCardIsRefused) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto chips_in_card =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_chips_in_card"));
+  ASSERT_NE(chips_in_card, nullptr);
+  chips_in_card(1 << 30);
+  auto driver = Driver("/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  chips_in_card(-1);
+  ASSERT_FALSE(invs.ok());
+  EXPECT_EQ(invs.status().code(), StatusCode::kInternal);  // a broken library, as CheckedCount
+  for (const char* want : {"dcmi_get_device_num_in_card", "1073741824 chips", "npu-smi"}) {
+    EXPECT_NE(invs.status().message().find(want), std::string::npos) << invs.status().message();
   }
 }
 

@@ -35,6 +35,7 @@ using abi::nvmlPciInfo_t;
 using abi::nvmlReturn_t;
 
 constexpr unsigned kAffinityWords = 16;  // 1024 NUMA nodes
+constexpr unsigned kMaxDevices = 1024;   // a count above this is garbage
 
 int32_t LowestSetBit(const unsigned long* words, unsigned count) {  // NOLINT(runtime/int)
   constexpr unsigned kBits = 8 * sizeof(words[0]);
@@ -85,6 +86,12 @@ class DlNvml : public NvmlLibrary {
     }
     unsigned n = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check((*fn)(&n), Sym("DeviceGetCount_v2")));
+    // A garbage count would size the handle table and every loop over the
+    // GPUs; the other bindings refuse the same (BoundLibrary::CheckedCount).
+    if (n > kMaxDevices) {
+      return InternalError(Sym("DeviceGetCount_v2") + " reported " + std::to_string(n) +
+                           " GPUs; check the driver with " + smi_);
+    }
     return static_cast<int32_t>(n);
   }
 
@@ -100,12 +107,12 @@ class DlNvml : public NvmlLibrary {
       return uuid.status();
     }
     ACCELPOOL_RETURN_IF_ERROR(Check((*uuid)(*h, buf, sizeof(buf)), Sym("DeviceGetUUID")));
-    info.uuid = buf;
+    info.uuid = FixedString(buf, sizeof(buf));  // NVML's docs promise a NUL; do not rely on it
     auto name =
         lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, char*, unsigned)>(Sym("DeviceGetName"));
     char nbuf[96] = {};
     if (name != nullptr && name(*h, nbuf, sizeof(nbuf)) == kNvmlSuccess) {
-      info.name = nbuf;
+      info.name = FixedString(nbuf, sizeof(nbuf));
     }
     auto mem = lib_->Symbol<nvmlReturn_t(nvmlDevice_t, nvmlMemory_t*)>(Sym("DeviceGetMemoryInfo"));
     if (!mem.ok()) {
@@ -405,7 +412,7 @@ class DlNvml : public NvmlLibrary {
       char buf[96] = {};
       ACCELPOOL_RETURN_IF_ERROR(Check(uuid(m, buf, sizeof(buf)), Sym("DeviceGetUUID")));
       buf[sizeof(buf) - 1] = '\0';
-      info.uuid = buf;
+      info.uuid = FixedString(buf, sizeof(buf));  // NVML's docs promise a NUL; do not rely on it
       Padded<nvmlDeviceAttributes_t> a;
       ACCELPOOL_RETURN_IF_ERROR(Check(attributes(m, &a.value), Sym("DeviceGetAttributes_v2")));
       unsigned g = 0;
@@ -486,15 +493,17 @@ class DlNvml : public NvmlLibrary {
                                std::map<uint32_t, int64_t>* by_pid) {
     const std::string base = std::string("DeviceGet") + kind + "RunningProcesses";
     for (const char* suffix : {"_v3", "_v2"}) {
-      auto fn = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, abi::nvmlProcessInfo_t*)>(
-          Sym((base + suffix).c_str()));
+      auto fn =
+          lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, abi::nvmlProcessInfo_t*)>(
+              Sym((base + suffix).c_str()));
       if (fn != nullptr) {
         ACCELPOOL_RETURN_IF_ERROR(FillProcesses(fn, h, Sym((base + suffix).c_str()), by_pid));
         return true;
       }
     }
-    auto v1 = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*,
-                                                abi::nvmlProcessInfo_v1_t*)>(Sym(base.c_str()));
+    auto v1 =
+        lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned*, abi::nvmlProcessInfo_v1_t*)>(
+            Sym(base.c_str()));
     if (v1 == nullptr) {
       return false;
     }

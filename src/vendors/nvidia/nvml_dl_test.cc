@@ -15,8 +15,8 @@
 namespace accelpool::vendors::nvidia {
 namespace {
 
-using vendors::testing::FakeDevRoot;
 using vendors::testing::ExpectDiscoveryFails;
+using vendors::testing::FakeDevRoot;
 using vendors::testing::FakeHandle;
 using vendors::testing::FakeSysfs;
 using vendors::testing::HealthRecorder;
@@ -547,6 +547,35 @@ TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
     ASSERT_TRUE(driver.ok());
     ExpectDiscoveryFails(**driver, c.want);
   }
+}
+
+// NVML's buffers are read only up to their size: a UUID or a name that
+// fills its buffer with no NUL is cut there, not read past its end. A garbage
+// GPU count is refused, as the other bindings refuse it.
+TEST(NvmlBindingTest, StringsAndCountsFromTheLibraryAreBounded) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(2, -1, -1, 0);
+  auto unterminated =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_unterminated"));
+  ASSERT_NE(unterminated, nullptr);
+  unterminated(1);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  ASSERT_TRUE((*lib)->Init().ok());
+  StatusOr<NvmlDeviceInfo> info = (*lib)->DeviceInfo(1);
+  unterminated(0);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  const std::string uuid = "GPU-9c1e5b7a-2d4f-4a8e-b6c3-1f0e8d2a4001";
+  EXPECT_EQ(info->uuid, uuid + std::string(96 - uuid.size(), 'x'));
+  EXPECT_EQ(info->name, "NVIDIA H200" + std::string(96 - 11, 'x'));
+
+  fake.Configure(1 << 20, -1, -1, 0);
+  StatusOr<int32_t> count = (*lib)->DeviceCount();
+  EXPECT_EQ(count.status().code(), StatusCode::kInternal) << count.status().ToString();
+  EXPECT_NE(count.status().message().find("1048576 GPUs"), std::string::npos)
+      << count.status().message();
+  fake.Configure(8, -1, -1, 0);
 }
 
 TEST(NvmlBindingTest, AbsentOrForeignLibraryIsAClearError) {

@@ -181,6 +181,13 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_resou
   resource_mode = m;
 }
 
+// What dcmi_get_device_num_in_card answers for every card (-1: the
+// product's chips per card), for a driver that reports garbage.
+int chips_in_card = -1;
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_chips_in_card(int n) {
+  chips_in_card = n;
+}
+
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_product(int p) {
   product = &kProducts[p >= 0 && p < kProductCount ? p : 0];
 }
@@ -209,7 +216,7 @@ __attribute__((visibility("default"))) int dcmi_get_card_num_list(int* n, int* l
 __attribute__((visibility("default"))) int dcmi_get_device_num_in_card(int card, int* n) {
   InCall in_call;
   if (ChipIndex(card, 0) < 0) return kInvalidDeviceId;
-  *n = product->chips_per_card;
+  *n = chips_in_card >= 0 ? chips_in_card : product->chips_per_card;
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_logic_id(int* logic, int card,

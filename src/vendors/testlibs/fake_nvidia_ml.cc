@@ -128,11 +128,22 @@ FakeEventSet* LiveSet(void* set) {
   }
   return nullptr;
 }
-int numa_mode = 1;       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
-bool wait_lost = false;  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
+int numa_mode = 1;                  // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
+bool wait_lost = false;             // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
 int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
 int name_calls = 0;                 // nvmlDeviceGetName calls since the last reset
+bool unterminated = false;          // the UUID and the name fill the buffer with no NUL
+
+// What GetUUID and GetName write: `s`, or with `unterminated` `s` and then
+// 'x' up to the very end of the buffer, with no NUL anywhere.
+void WriteText(char* dst, unsigned n, const char* s) {
+  CopyString(dst, n, s);
+  if (unterminated && n > 0) {
+    const size_t len = std::strlen(dst);
+    std::memset(dst + len, 'x', n - len);
+  }
+}
 
 bool ToMig(const void* h, unsigned* k) {
   const int* p = static_cast<const int*>(h);
@@ -177,9 +188,9 @@ struct FakeProcess {
 static FakeProcess processes[32];
 static int process_count = 0;
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_process(int gpu,
-                                                                                  unsigned pid,
-                                                                                  int mib,
-                                                                                  int graphics) {
+                                                                                   unsigned pid,
+                                                                                   int mib,
+                                                                                   int graphics) {
   if (gpu < 0) {
     process_count = 0;
   } else if (process_count < 32) {
@@ -204,7 +215,8 @@ static int ListFakeProcesses(unsigned i, int graphics, unsigned* count, Info* in
     if (p.gpu != static_cast<int>(i) || p.graphics != graphics) continue;
     std::memset(&infos[w], 0, sizeof(Info));
     infos[w].pid = p.pid;
-    infos[w].usedGpuMemory = p.mib < 0 ? ~0ULL : static_cast<unsigned long long>(p.mib) << 20;  // NOLINT
+    infos[w].usedGpuMemory =
+        p.mib < 0 ? ~0ULL : static_cast<unsigned long long>(p.mib) << 20;  // NOLINT
     ++w;
   }
   *count = n;
@@ -231,6 +243,11 @@ extern "C" __attribute__((visibility("default"))) int accelpool_fake_nvml_name_c
   const int n = name_calls;
   name_calls = 0;
   return n;
+}
+// 1: nvmlDeviceGetUUID and nvmlDeviceGetName fill the caller's buffer whole,
+// with no terminating NUL.
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_unterminated(int on) {
+  unterminated = on != 0;
 }
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
   wait_lost = lost != 0;
@@ -284,14 +301,14 @@ __attribute__((visibility("default"))) int nvmlDeviceGetUUID(void* h, char* uuid
   }
   if (!ToIndex(h, &i)) return kInvalidArgument;
   std::snprintf(s, sizeof(s), "GPU-9c1e5b7a-2d4f-4a8e-b6c3-1f0e8d2a40%02x", i);
-  CopyString(uuid, n, s);
+  WriteText(uuid, n, s);
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetName(void* h, char* name, unsigned n) {
   unsigned i = 0;
   ++name_calls;
   if (!ToIndex(h, &i)) return kInvalidArgument;
-  CopyString(name, n, "NVIDIA H200");
+  WriteText(name, n, "NVIDIA H200");
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void* h, nvmlMemory_t* m) {
