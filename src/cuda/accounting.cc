@@ -210,8 +210,7 @@ int PoolLocation(ShimState& s, CUmemoryPool pool, int fallback) {
   if (s.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, &type) != CUDA_SUCCESS) {
     return fallback;
   }
-  if (type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
-      type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+  if (HostLocation(type)) {
     return -1;
   }
   if (type == CU_MEM_LOCATION_TYPE_DEVICE &&
@@ -222,6 +221,22 @@ int PoolLocation(ShimState& s, CUmemoryPool pool, int fallback) {
 }
 
 }  // namespace
+
+bool HostLocation(int type) {
+  return type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+         type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+}
+
+int LocationDevice(const CUmemLocation& location) {
+  if (HostLocation(location.type)) {
+    return -1;
+  }
+  if (location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    return location.id;
+  }
+  int device = -1;
+  return CurrentDevice(&device) ? device : -1;
+}
 
 PoolTrack TrackPool(CUmemoryPool pool, int* device) {
   ShimState& s = State();
@@ -333,9 +348,7 @@ void RememberPoolHome(CUmemoryPool pool, const CUmemLocation& location) {
   AllocRecord r;
   if (location.type == CU_MEM_LOCATION_TYPE_DEVICE && location.id >= 0) {
     r.device = location.id;
-  } else if (location.type == CU_MEM_LOCATION_TYPE_HOST ||
-             location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
-             location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+  } else if (HostLocation(location.type)) {
     r.device = -1;
   } else {
     return;  // Unknown to the shim: charged to the caller's device, as before.

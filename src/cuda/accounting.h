@@ -100,6 +100,16 @@ void RememberPoolHome(CUmemoryPool pool, const CUmemLocation& location);
 bool ForgetPoolHome(CUmemoryPool pool, AllocRecord* out);
 void RestorePoolHome(CUmemoryPool pool, const AllocRecord& record);
 
+// True for a host location (host, host NUMA node, the thread's NUMA node):
+// memory there never counts against a device cap.
+bool HostLocation(int type);
+// The device that memory at `location` (cuMemCreate, graph memory nodes) is
+// charged to, or -1 for host memory. A device location names its device; a
+// location type newer than the shim (CUDA 13 adds device-side ones such as
+// a device's locality domain) is the caller's current device's, as for pools
+// (PoolLocation); -1 also when there is none.
+int LocationDevice(const CUmemLocation& location);
+
 // Charges memory that already exists on the device (the driver mapped it
 // before the shim could refuse), even past the cap; logs when it goes past.
 void ForceChargeBytes(int device, uint64_t bytes);

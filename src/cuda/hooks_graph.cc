@@ -53,10 +53,10 @@ bool AddNeed(CUgraph graph, int depth, GraphNeed* need) {
         ok = false;
         continue;
       }
-      if (p.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+      int dev = LocationDevice(p.poolProps.location);
+      if (dev < 0) {
         continue;  // Host-resident graph allocations never count.
       }
-      int dev = p.poolProps.location.id;
       uint64_t bytes = RoundToGranularity(p.bytesize);
       need->bytes = need->bytes > UINT64_MAX - bytes ? UINT64_MAX : need->bytes + bytes;
       need->device = need->device == -1 || need->device == dev ? dev : kGraphMultiDevice;

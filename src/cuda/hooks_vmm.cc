@@ -36,11 +36,10 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     return CUDA_ERROR_NOT_FOUND;
   }
   ShimState& s = State();
-  if (!s.mem_on || handle == nullptr || prop == nullptr ||
-      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+  int dev = s.mem_on && handle != nullptr && prop != nullptr ? LocationDevice(prop->location) : -1;
+  if (dev < 0) {
     return real(handle, size, prop, flags);  // Host and NUMA locations never count.
   }
-  int dev = prop->location.id;
   uint64_t bytes = RoundToGranularity(size);
   Charge c = ChargeBytes(dev, bytes);
   if (c == Charge::kOverLimit) {

@@ -666,6 +666,25 @@ TEST(ShimTest, APoolIsChargedWhereItsMemoryLives) {
   EXPECT_EQ(U(kv, "free0"), 64 * kMiB);
 }
 
+// Only host locations are host memory: device memory of a location type
+// newer than the shim, from cuMemCreate or a graph memory node, is charged
+// to the current device like a pool of such a type. It went uncharged.
+TEST(ShimTest, DeviceMemoryOfANewerLocationTypeIsCharged) {
+  for (const char* how : {"vmm", "graph"}) {
+    SCOPED_TRACE(how);
+    auto kv = MustRun({"procaddr", "newlocation", how, std::to_string(128 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    EXPECT_EQ(U(kv, "rc"), 2u) << "128 MiB of device memory under a 64 MiB cap";
+    EXPECT_EQ(U(kv, "free"), 64 * kMiB);
+    EXPECT_EQ(U(kv, "device_used"), 0u);
+    kv = MustRun({"procaddr", "newlocation", how, std::to_string(32 * kMiB)},
+                 {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "free"), 32 * kMiB) << "charged";
+    EXPECT_EQ(U(kv, "after_free"), 64 * kMiB) << "and returned";
+  }
+}
+
 TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
   auto kv = MustRun({"dlsym", "poolcustom", std::to_string(100 * kMiB)},
                     {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});

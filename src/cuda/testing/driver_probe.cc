@@ -78,6 +78,9 @@
 //   forkalloc <bytes>        allocate, fork (a DataLoader worker); the child
 //                            allocates and frees <bytes> and exits normally;
 //                            the parent's view of free memory at each step
+//   newlocation vmm|graph <bytes>  <bytes> of device 0's memory at a location
+//                            type newer than the shim (6): a cuMemCreate handle
+//                            (mapped) or a graph memory node (launched)
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
@@ -1273,6 +1276,54 @@ int ReleaseFail(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and later are device memory
+// of location types the shim does not know; the fake keeps them in device id.
+constexpr int kNewerLocationType = 6;
+
+int NewLocation(const Api& a, const std::string& how, uint64_t bytes) {
+  const uint64_t size = (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+  if (how == "vmm") {
+    CUmemAllocationProp prop{};
+    prop.type = 1;
+    prop.location.type = kNewerLocationType;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    rc = a.create(&h, size, &prop, 0);
+    const CUdeviceptr va = 1ULL << 45;
+    if (rc == CUDA_SUCCESS) {
+      a.map(va, size, 0, h, 0);
+      a.release(h);
+    }
+    std::printf("rc=%d free=%zu\n", rc, FreeBytes(a));
+    if (rc == CUDA_SUCCESS) {
+      a.unmap(va, size);
+    }
+  } else if (how == "graph") {
+    CUgraph graph = nullptr;
+    cuGraphCreate(&graph, 0);
+    CUgraphNode node = nullptr;
+    CUDA_MEM_ALLOC_NODE_PARAMS p = AllocNodeParams(size);
+    p.poolProps.location.type = kNewerLocationType;
+    cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &p);
+    cuGraphAddMemFreeNode(&node, graph, &node, 1, p.dptr);
+    CUgraphExec exec = nullptr;
+    rc = a.graph_instantiate(&exec, graph, 0);
+    if (rc == CUDA_SUCCESS) {
+      rc = a.graph_launch(exec, nullptr);
+    }
+    std::printf("rc=%d free=%zu\n", rc, FreeBytes(a));
+    if (exec != nullptr) {
+      a.graph_exec_destroy(exec);
+    }
+    cuGraphDestroy(graph);
+    a.graph_trim(0);
+  }
+  std::printf("after_free=%zu device_used=%llu\n", FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
 int Nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -1448,6 +1499,9 @@ int main(int argc, char** argv) {
   }
   if (command == "relfail" && argc == 4) {
     return ReleaseFail(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "newlocation" && argc == 5) {
+    return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));

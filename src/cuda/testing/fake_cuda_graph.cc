@@ -299,6 +299,7 @@ FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, co
   GraphNode n{CU_GRAPH_NODE_TYPE_MEM_ALLOC};
   n.bytes = p->bytesize;
   n.device = p->poolProps.location.id;
+  n.location_type = p->poolProps.location.type;
   {
     State& s = S();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -359,7 +360,7 @@ FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALL
     return CUDA_ERROR_INVALID_VALUE;
   }
   std::memset(p, 0, sizeof(*p));
-  p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p->poolProps.location.type = it->second.location_type;
   p->poolProps.location.id = it->second.device;
   p->bytesize = it->second.bytes;
   p->dptr = it->second.dptr;

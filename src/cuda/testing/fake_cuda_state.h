@@ -44,6 +44,7 @@ struct GraphNode {
   int device = 0;
   CUdeviceptr dptr = 0;   // Memory nodes: the allocation's address.
   uintptr_t child = 0;    // Child graph nodes: the graph.
+  int location_type = CU_MEM_LOCATION_TYPE_DEVICE;  // Memory nodes: as added.
 };
 struct GraphExec {
   int device = 0;
