@@ -102,6 +102,12 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
   unsigned int NumChannels;
   unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
+// CUDA_ARRAY3D_DESCRIPTOR::Flags of arrays whose memory is mapped into them
+// later (cuMemMapArrayAsync) from cuMemCreate handles.
+enum : unsigned int {
+  CUDA_ARRAY3D_SPARSE = 0x40,
+  CUDA_ARRAY3D_DEFERRED_MAPPING = 0x80,
+};
 
 // Virtual memory management.
 enum : int {  // CUmemLocationType; newer drivers add further (device) types.

@@ -33,6 +33,11 @@ uint64_t ArrayBytes(size_t w, size_t h, size_t d, int format, unsigned channels)
   return RoundToGranularity(bytes);
 }
 
+// A sparse or deferred-mapping array has no memory of its own: what backs it
+// is mapped in from cuMemCreate handles, charged there.
+bool BackedLater(const CUDA_ARRAY3D_DESCRIPTOR& desc) {
+  return (desc.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) != 0;
+}
 
 template <int S>
 CUresult HookMemAlloc(CUdeviceptr* dptr, size_t bytes) {
@@ -233,7 +238,8 @@ template <int S>
 CUresult HookArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   ACCELPOOL_REAL_OR_FAIL(cuArray3DCreateFn, kHookArray3DCreate);
   int dev = 0;
-  if (!s.mem_on || array == nullptr || desc == nullptr || !CurrentDevice(&dev)) {
+  if (!s.mem_on || array == nullptr || desc == nullptr || BackedLater(*desc) ||
+      !CurrentDevice(&dev)) {
     return real(array, desc);
   }
   uint64_t bytes =
@@ -264,7 +270,8 @@ CUresult HookMipmappedArrayCreate(CUmipmappedArray* array, const CUDA_ARRAY3D_DE
                                   unsigned int levels) {
   ACCELPOOL_REAL_OR_FAIL(cuMipmappedArrayCreateFn, kHookMipmappedArrayCreate);
   int dev = 0;
-  if (!s.mem_on || array == nullptr || desc == nullptr || !CurrentDevice(&dev)) {
+  if (!s.mem_on || array == nullptr || desc == nullptr || BackedLater(*desc) ||
+      !CurrentDevice(&dev)) {
     return real(array, desc, levels);
   }
   return ChargeAndCall(

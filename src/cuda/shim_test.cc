@@ -761,6 +761,23 @@ TEST(ShimTest, AMipmappedArrayIsChargedEveryLevel) {
   }
 }
 
+// A sparse or deferred-mapping array is backed by cuMemCreate handles mapped
+// into it later, charged there: the array itself is not charged.
+TEST(ShimTest, ArraysBackedLaterByHandlesAreNotChargedThemselves) {
+  auto kv = MustRun({"direct", "backedlater", std::to_string(128 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+  for (const char* kind : {"sparse", "deferred"}) {
+    SCOPED_TRACE(kind);
+    EXPECT_EQ(U(kv, std::string(kind) + "_rc"), 0u) << "refused at the cap";
+    EXPECT_EQ(U(kv, std::string(kind) + "_free"), 64 * kMiB);
+    EXPECT_EQ(U(kv, std::string(kind) + "_mip_rc"), 0u);
+    EXPECT_EQ(U(kv, std::string(kind) + "_mip_free"), 64 * kMiB);
+  }
+  EXPECT_EQ(U(kv, "plain_rc"), 2u) << "an ordinary array is still charged";
+  EXPECT_EQ(U(kv, "plain_mip_rc"), 2u);
+  EXPECT_EQ(U(kv, "after_free"), 64 * kMiB);
+}
+
 TEST(ShimTest, AFailedReleaseKeepsTheHandleCharged) {
   auto kv = MustRun({"direct", "relfail", std::to_string(32 * kMiB)},
                     {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});

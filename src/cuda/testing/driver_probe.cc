@@ -81,6 +81,9 @@
 //   newlocation vmm|graph <bytes>  <bytes> of device 0's memory at a location
 //                            type newer than the shim (6): a cuMemCreate handle
 //                            (mapped) or a graph memory node (launched)
+//   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
+//                            <bytes> with CUDA_ARRAY3D_SPARSE, with
+//                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
@@ -1324,6 +1327,33 @@ int NewLocation(const Api& a, const std::string& how, uint64_t bytes) {
   return 0;
 }
 
+int BackedLater(const Api& a, uint64_t bytes) {
+  const struct {
+    const char* name;
+    unsigned flags;
+  } kinds[] = {
+      {"sparse", CUDA_ARRAY3D_SPARSE}, {"deferred", CUDA_ARRAY3D_DEFERRED_MAPPING}, {"plain", 0}};
+  for (const auto& kind : kinds) {
+    CUDA_ARRAY3D_DESCRIPTOR d{bytes, 0, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, kind.flags};
+    CUarray arr = nullptr;
+    CUresult rc = cuArray3DCreate_v2(&arr, &d);
+    size_t free_array = FreeBytes(a);
+    if (rc == CUDA_SUCCESS) {
+      cuArrayDestroy(arr);
+    }
+    CUmipmappedArray mip = nullptr;
+    CUresult mip_rc = a.mipmap_create(&mip, &d, 1);
+    size_t free_mip = FreeBytes(a);
+    if (mip_rc == CUDA_SUCCESS) {
+      a.mipmap_destroy(mip);
+    }
+    std::printf("%s_rc=%d %s_free=%zu %s_mip_rc=%d %s_mip_free=%zu\n", kind.name, rc, kind.name,
+                free_array, kind.name, mip_rc, kind.name, free_mip);
+  }
+  std::printf("after_free=%zu\n", FreeBytes(a));
+  return 0;
+}
+
 int Nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -1502,6 +1532,9 @@ int main(int argc, char** argv) {
   }
   if (command == "newlocation" && argc == 5) {
     return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "backedlater" && argc == 4) {
+    return BackedLater(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));

@@ -468,20 +468,23 @@ FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d
   *a = reinterpret_cast<CUarray>(p);
   return rc;
 }
+// A sparse or deferred-mapping array takes no memory of its own.
 FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   CUdeviceptr p = 0;
   uint64_t elem = d->Format == CU_AD_FORMAT_UNSIGNED_INT8 ? 1 : 4;
+  bool backed = (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) == 0;
   CUresult rc = Allocate(&p,
-                         d->Width * std::max<size_t>(d->Height, 1) *
-                             std::max<size_t>(d->Depth, 1) * elem * d->NumChannels,
-                         CurrentDevice(), true);
+                         d->Width * std::max<size_t>(d->Height, 1) * std::max<size_t>(d->Depth, 1) *
+                             elem * d->NumChannels,
+                         CurrentDevice(), backed);
   *a = reinterpret_cast<CUarray>(p);
   return rc;
 }
 FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
   return Free(reinterpret_cast<CUdeviceptr>(a), "cuArrayDestroy");
 }
-// Every level at once: level l is the extent halved l times (at least 1).
+// Every level at once: level l is the extent halved l times (at least 1);
+// nothing for a sparse or deferred-mapping one.
 FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d,
                                             unsigned levels) {
   uint64_t elem = d->Format == CU_AD_FORMAT_UNSIGNED_INT8 ? 1 : 4;
@@ -492,7 +495,8 @@ FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRA
              (d->Depth == 0 ? 1 : std::max<size_t>(d->Depth >> l, 1));
   }
   CUdeviceptr p = 0;
-  CUresult rc = Allocate(&p, bytes, CurrentDevice(), true);
+  bool backed = (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) == 0;
+  CUresult rc = Allocate(&p, bytes, CurrentDevice(), backed);
   *a = reinterpret_cast<CUmipmappedArray>(p);
   return rc;
 }
