@@ -124,6 +124,34 @@ bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out) {
   return found;
 }
 
+bool RetainRecord(AllocTable* table, uint64_t key) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  AllocRecord* r = table->Find(key);
+  if (r != nullptr) {
+    ++r->refs;
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return r != nullptr;
+}
+
+Drop DropReference(AllocTable* table, uint64_t key, AllocRecord* out) {
+  ShimState& s = State();
+  Drop result = Drop::kUntracked;
+  pthread_mutex_lock(&s.mem_mu);
+  if (AllocRecord* r = table->Find(key)) {
+    if (r->refs > 0) {
+      --r->refs;
+      result = Drop::kOneOfMany;
+    } else {
+      table->Take(key, out);
+      result = Drop::kLast;
+    }
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return result;
+}
+
 void ReleaseRecord(const AllocRecord& record) {
   if (record.link != 0) {
     SyncPool(reinterpret_cast<CUmemoryPool>(record.link));

@@ -42,6 +42,19 @@ void ReleaseRecord(const AllocRecord& record);
 // Puts a taken record back (its free failed); uncharges it if it cannot be.
 void RestoreRecord(AllocTable* table, uint64_t key, const AllocRecord& record);
 
+// Reference-counted records (IPC imports: the driver returns the pointer
+// already open for a handle, with one more reference, and unmaps it at the
+// last close). RetainRecord adds a reference to a recorded key; false for
+// an untracked key.
+bool RetainRecord(AllocTable* table, uint64_t key);
+enum class Drop {
+  kUntracked,  // No record.
+  kOneOfMany,  // One reference dropped; the record and its charge stay.
+  kLast,       // The last reference: the record was taken into *out.
+};
+// Drops one reference of `key`'s record, taking the record at the last.
+Drop DropReference(AllocTable* table, uint64_t key, AllocRecord* out);
+
 // Frees `key` through `call` (the real free). The record is taken *before*
 // the call: the moment the driver frees the address another thread may get
 // it from an allocation, whose record must not meet this one. The charge is

@@ -55,6 +55,11 @@ CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned
   if (rc != CUDA_SUCCESS || !s.mem_on || dptr == nullptr || s.mem_get_address_range == nullptr) {
     return rc;
   }
+  // A handle already open in this context: the driver returns the same
+  // pointer with one more reference, mapping nothing new.
+  if (RetainRecord(s.ipc, *dptr)) {
+    return rc;
+  }
   // Exported by a process of this container: its allocation already counts.
   if (s.region->ExportedHere(HandleKey(handle))) {
     return rc;
@@ -91,7 +96,21 @@ CUresult HookIpcCloseMemHandle(CUdeviceptr ptr) {
   if (!s.mem_on) {
     return real(ptr);
   }
-  return ForgetAndCall(s.ipc, ptr, [&] { return real(ptr); });
+  // The driver unmaps at the last close of the pointer; the record (taken
+  // before the call, as in ForgetAndCall) returns its charge only then.
+  AllocRecord record;
+  Drop drop = DropReference(s.ipc, ptr, &record);
+  CUresult rc = real(ptr);
+  if (drop == Drop::kLast) {
+    if (rc == CUDA_SUCCESS) {
+      ReleaseRecord(record);
+    } else {
+      RestoreRecord(s.ipc, ptr, record);
+    }
+  } else if (drop == Drop::kOneOfMany && rc != CUDA_SUCCESS) {
+    RetainRecord(s.ipc, ptr);
+  }
+  return rc;
 }
 
 template <int S>

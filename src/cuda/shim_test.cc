@@ -750,6 +750,29 @@ TEST(ShimTest, AnImportOfMemoryExportedInTheSameContainerIsNotChargedTwice) {
   }
 }
 
+// The driver counts opens of a handle already open in the context and
+// returns the same pointer: the second open maps nothing (and must not be
+// refused near the cap), the first close unmaps nothing.
+TEST(ShimTest, AHandleOpenedTwiceIsChargedOnceUntilItsLastClose) {
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    ProcessResult r = Probe({path, "ipctwice", std::to_string(48 * kMiB)},
+                            {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto kv = ParseKeyValues(r.out);
+    EXPECT_EQ(U(kv, "rc1"), 0u);
+    EXPECT_EQ(U(kv, "free1"), 16 * kMiB);
+    EXPECT_EQ(U(kv, "rc2"), 0u) << "the second open costs nothing";
+    EXPECT_EQ(U(kv, "same"), 1u);
+    EXPECT_EQ(U(kv, "free2"), 16 * kMiB);
+    EXPECT_EQ(U(kv, "close1_rc"), 0u);
+    EXPECT_EQ(U(kv, "closed_once"), 16 * kMiB) << "still mapped, still charged";
+    EXPECT_EQ(U(kv, "close2_rc"), 0u);
+    EXPECT_EQ(U(kv, "closed_twice"), 64 * kMiB);
+    EXPECT_EQ(r.err.find("handed out again"), std::string::npos) << r.err;
+  }
+}
+
 TEST(ShimTest, AMipmappedArrayIsChargedEveryLevel) {
   for (const char* path : {"direct", "dlsym", "procaddr"}) {
     SCOPED_TRACE(path);

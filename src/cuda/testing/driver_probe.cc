@@ -81,6 +81,9 @@
 //   newlocation vmm|graph <bytes>  <bytes> of device 0's memory at a location
 //                            type newer than the shim (6): a cuMemCreate handle
 //                            (mapped) or a graph memory node (launched)
+//   ipctwice <bytes>         the same handle of <bytes> opened twice (the fake
+//                            counts the opens, as a real driver does), then
+//                            closed twice
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
@@ -1239,6 +1242,28 @@ int IpcSelf(const Api& a, uint64_t bytes, bool print) {
   return 0;
 }
 
+// A handle already open in the context: the driver returns the same pointer
+// with one more reference, and unmaps it at the last close.
+int IpcTwice(const Api& a, uint64_t bytes) {
+  fakecuda_IpcRefcounted(1);
+  CUipcMemHandle h{};
+  std::memcpy(h.reserved, &bytes, sizeof(bytes));
+  CUdeviceptr p1 = 0;
+  CUdeviceptr p2 = 0;
+  CUresult rc1 = a.ipc_open(&p1, h, 1);
+  size_t free1 = FreeBytes(a);
+  CUresult rc2 = a.ipc_open(&p2, h, 1);
+  size_t free2 = FreeBytes(a);
+  std::printf("rc1=%d free1=%zu rc2=%d same=%d free2=%zu\n", rc1, free1, rc2, p1 == p2 ? 1 : 0,
+              free2);
+  CUresult close1 = a.ipc_close(p1);
+  size_t closed_once = FreeBytes(a);
+  CUresult close2 = a.ipc_close(p2);
+  std::printf("close1_rc=%d closed_once=%zu close2_rc=%d closed_twice=%zu\n", close1, closed_once,
+              close2, FreeBytes(a));
+  return 0;
+}
+
 // A 4096 x 4096 8-bit mipmapped array with 3 levels holds 16 + 4 + 1 MiB.
 int MipmapLevels(const Api& a) {
   size_t before = FreeBytes(a);
@@ -1532,6 +1557,9 @@ int main(int argc, char** argv) {
   }
   if (command == "newlocation" && argc == 5) {
     return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "ipctwice" && argc == 4) {
+    return IpcTwice(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "backedlater" && argc == 4) {
     return BackedLater(a, std::strtoull(argv[3], nullptr, 10));

@@ -584,9 +584,55 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handle
   if (device_plus_one < 0 || device_plus_one > kDevices) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return Allocate(p, bytes, device_plus_one == 0 ? CurrentDevice() : device_plus_one - 1, false);
+  State& s = S();
+  std::string key(handle.reserved, sizeof(handle.reserved));
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.ipc_refcounted && p != nullptr ? s.ipc_open.find(key) : s.ipc_open.end();
+    if (it != s.ipc_open.end()) {
+      ++s.ipc_refs[it->second];
+      *p = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  CUresult rc =
+      Allocate(p, bytes, device_plus_one == 0 ? CurrentDevice() : device_plus_one - 1, false);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (rc == CUDA_SUCCESS && s.ipc_refcounted) {
+    s.ipc_open[key] = *p;
+    s.ipc_refs[*p] = 1;
+  }
+  return rc;
 }
-FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return Free(p, "cuIpcCloseMemHandle"); }
+FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  State& s = S();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.ipc_refs.find(p);
+    if (it != s.ipc_refs.end()) {
+      if (FailingLocked(s, "cuIpcCloseMemHandle")) {
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      if (--it->second > 0) {
+        return CUDA_SUCCESS;
+      }
+      s.ipc_refs.erase(it);
+      for (auto open = s.ipc_open.begin(); open != s.ipc_open.end(); ++open) {
+        if (open->second == p) {
+          s.ipc_open.erase(open);
+          break;
+        }
+      }
+    }
+  }
+  return Free(p, "cuIpcCloseMemHandle");
+}
+// Makes IPC opens reference-counted per handle, as the real driver's are.
+FAKE_EXPORT void fakecuda_IpcRefcounted(int on) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.ipc_refcounted = on != 0;
+}
 // Exports an allocation in the layout cuIpcOpenMemHandle_v2 reads, plus its
 // address in bytes 16-23, so that two exports have different handles.
 FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr p) {

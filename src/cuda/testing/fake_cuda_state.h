@@ -123,6 +123,12 @@ struct State {
   void (*on_free)(void*) = nullptr;
   void* on_free_ctx = nullptr;
   CUdeviceptr reuse_address = 0;
+  // IPC opens as the real driver counts them (fakecuda_IpcRefcounted): a
+  // handle already open returns its pointer with one more reference, and
+  // the last close unmaps it. Off by default: tests open one handle many times.
+  bool ipc_refcounted = false;
+  std::map<std::string, CUdeviceptr> ipc_open;  // Handle bytes -> pointer.
+  std::map<CUdeviceptr, int> ipc_refs;
   // A callback run once inside the next upload or launch of an instantiated
   // graph, before (0) or after (1) it maps its memory (fakecuda_OnNextGraphMap).
   void (*on_graph_map)(void*) = nullptr;
