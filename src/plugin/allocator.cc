@@ -207,7 +207,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     g.device = device;
     g.memory_mib = a.memory_mib;
     g.compute = a.compute;
-    g.exclusive = a.exclusive || (a.memory_mib == 0 && a.compute == 0);
+    g.exclusive = GrantsWholeDevice(a);
     grants.push_back(std::move(g));
   }
   vendors::VendorDriver* driver = snap.drivers[*inventory];
@@ -458,7 +458,7 @@ void Allocator::RefreshUsageMetrics() {
       }
       for (const api::AssignedDevice& d : c.devices) {
         const core::Device* dev = snap->Find(d.id);
-        bool whole = d.exclusive || (d.memory_mib == 0 && d.compute == 0);
+        const bool whole = GrantsWholeDevice(d);
         auto& u = usage[d.id];
         u.first += whole && dev != nullptr ? dev->memory_mib : d.memory_mib;
         u.second += whole ? core::kComputeWhole : d.compute;
@@ -488,9 +488,10 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
   const bool shim = options_.enabled && options_.sharing != NvidiaSharing::kMps;
   for (const PodAssignment& p : shim ? store_->All() : std::vector<PodAssignment>{}) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
+      // As Enforce decides: only a fractional grant gets a state dir.
       const bool fractional =
           std::any_of(c.devices.begin(), c.devices.end(),
-                      [](const api::AssignedDevice& d) { return !d.exclusive; });
+                      [](const api::AssignedDevice& d) { return !GrantsWholeDevice(d); });
       if (!p.allocated.contains(c.name) || !fractional ||
           !vendors::TraitsFor(c.vendor).soft_enforcement) {
         continue;  // no enforcement state: kubelet has not started it, or it is not shimmed

@@ -1252,6 +1252,26 @@ TEST_F(AllocatorTest, CapacityMetricNamesNodeVendorModelAndMemory) {
 namespace accelpool::plugin {
 namespace {
 
+// A grant that names no memory and no compute share is a whole device: it
+// gets no limits and no state dir, so it has no container usage series to
+// report (one would say it holds 0 of a limit it does not have).
+TEST_F(AllocatorTest, AGrantWithNoSharesNamedIsWholeEverywhere) {
+  Assign(Pod("plain"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 0, 0, false)})});
+  auto r = allocator_->Allocate(kGpu, {{"GPU-b::1"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].spec.env.count("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), 0u);
+  allocator_->RefreshUsageMetrics();
+  const std::string page = registry_.Serialize();
+  EXPECT_EQ(
+      page.find(R"(accelpool_plugin_container_memory_limit_mib{namespace="default",pod="plain")"),
+      std::string::npos)
+      << page;
+  EXPECT_NE(page.find(R"(accelpool_plugin_allocated_compute{vendor="nvidia",device="GPU-b"} 1000)"),
+            std::string::npos)
+      << page;
+}
+
 TEST_F(AllocatorTest, ContainerUsageComesFromTheContainersAccountingRegion) {
   Assign(Pod("infer"),
          {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});

@@ -95,6 +95,14 @@ struct PodAssignment {
   std::set<std::string> presumed;
 };
 
+// Whether the grant holds its device whole: marked exclusive, or with no
+// memory and no compute share named (an assignment written without them
+// grants the whole device). Enforcement, the usage metrics and the foreign
+// memory check all go by this one rule.
+inline bool GrantsWholeDevice(const api::AssignedDevice& d) {
+  return d.exclusive || (d.memory_mib == 0 && d.compute == 0);
+}
+
 // A container of a pod on this node that asks for a device resource with no
 // accelpool assignment for it. Only pods kubelet may still admit (Pending and
 // not yet admitted) are recorded: those are the possible Allocate callers.

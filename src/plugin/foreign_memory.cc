@@ -26,7 +26,7 @@ std::map<std::string, Granted> GrantedByDevice(const std::vector<PodAssignment>&
       if (!p.allocated.contains(c.name) && !p.presumed.contains(c.name)) continue;
       for (const api::AssignedDevice& d : c.devices) {
         Granted& g = out[d.id];
-        if (d.exclusive) {
+        if (GrantsWholeDevice(d)) {
           g.whole = true;
         } else {
           g.memory_mib += d.memory_mib;

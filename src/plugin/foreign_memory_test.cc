@@ -135,6 +135,19 @@ TEST(ForeignMemoryTest, OnlyAllocatedGrantsCountAndAPendingOneDoesNotHideMemory)
   EXPECT_EQ(Published(f, "GPU-0"), 0);
 }
 
+// A grant that names no memory and no compute share holds the whole device
+// (as Allocate enforces it: no limits), even when not marked exclusive: the
+// memory its container uses is not foreign.
+TEST(ForeignMemoryTest, AGrantWithNoSharesNamedHoldsTheWholeDevice) {
+  ForeignMemory f({.min_mib = 2048, .per_share_mib = 512, .confirm = 1});
+  const auto invs = Node(1);
+  PodAssignment p = Pod("a", "GPU-0", 0, false);
+  p.assignment.containers[0].devices[0].memory_mib = 0;
+  p.assignment.containers[0].devices[0].compute = 0;
+  EXPECT_TRUE(f.Observe(invs, {{"GPU-0", 40960}}, {p}).empty());
+  EXPECT_EQ(Published(f, "GPU-0"), 0);
+}
+
 TEST(ForeignMemoryTest, UnreadDevicesKeepTheirFigureAndGoneDevicesAreForgotten) {
   ForeignMemory f({.min_mib = 1024, .per_share_mib = 512, .confirm = 1});
   std::vector<core::NodeInventory> invs = Node(2);
@@ -205,7 +218,7 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
     return unseen;
   };
   const auto pod_of = [](const std::string& uid) {
-    return uid == "rogue-uid" ? std::string("team-a/notebook-0")
+    return uid == "rogue-uid"    ? std::string("team-a/notebook-0")
            : uid == "sharer-uid" ? std::string("default/sharer")
                                  : std::string();
   };
@@ -260,11 +273,11 @@ TEST(ForeignMemoryTest, HoldersAreNamedWithTheirPodsAndTheEventSaysWhatToDo) {
   EXPECT_EQ(c.holders.size(), 5u);
   EXPECT_EQ(c.more_holders, 0u);
   text = DescribeForeignChange(c);
-  for (const char* want :
-       {"PID 17 (Xorg), not in a pod: 310 MiB",
-        "PID 5000 (train.py) of a pod that ended or left this node (uid gone-uid), left over: memory "
-        "not reported",
-        "A process outlived its pod", "A host process"}) {
+  for (const char* want : {"PID 17 (Xorg), not in a pod: 310 MiB",
+                           "PID 5000 (train.py) of a pod that ended or left this node (uid "
+                           "gone-uid), left over: memory "
+                           "not reported",
+                           "A process outlived its pod", "A host process"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   }
   EXPECT_EQ(HolderKind(c.holders[3]), "host");
