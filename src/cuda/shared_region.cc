@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -230,7 +231,13 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len) {
   // The size through lseek: fstat is a GLIBC_2.33 symbol (glibc_compat.h).
   off_t size = lseek(fd, 0, SEEK_END);
   bool ok = size >= 0;
-  bool create = ok && size == 0;
+  // The magic is stored last, under this flock: a file without it is one
+  // whose creator was killed part way (after ftruncate, say), never one in
+  // use. It is created afresh; it was refused as another layout for good.
+  uint64_t magic = 1;
+  bool create = ok && (size == 0 || (pread(fd, &magic, sizeof(magic),
+                                           offsetof(RegionLayout, magic)) == sizeof(magic) &&
+                                     magic == 0));
   if (create && ftruncate(fd, static_cast<off_t>(sizeof(RegionLayout))) != 0) {
     ok = false;
   }

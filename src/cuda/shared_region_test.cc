@@ -100,6 +100,31 @@ TEST_F(SharedRegionTest, OpenFailuresExplainTheFix) {
   EXPECT_NE(std::string(error).find("layout"), std::string::npos) << error;
 }
 
+// A process killed between sizing the new file and storing its magic leaves
+// it all zero (or initialised but for the magic): the next process creates
+// the region afresh instead of refusing it as another layout for good.
+TEST_F(SharedRegionTest, AFileWhoseCreatorDiedBeforeItsMagicIsCreatedAfresh) {
+  const std::string path = dir_ + "/" + kRegionFileName;
+  for (uint32_t version : {0u, kRegionLayoutVersion}) {
+    SCOPED_TRACE(version);
+    {
+      std::string bytes(sizeof(RegionLayout), '\0');
+      std::memcpy(bytes.data() + offsetof(RegionLayout, version), &version, sizeof(version));
+      std::ofstream f(path, std::ios::binary | std::ios::trunc);
+      f << bytes;
+    }
+    SharedRegion a;
+    SharedRegion b;
+    Open(a);
+    Open(b);
+    int slot = a.ClaimSlot(Pid(), 0);
+    ASSERT_GE(slot, 0);
+    ASSERT_EQ(a.TryCharge(slot, 1, 64 * kMiB, kGiB, 0), ChargeResult::kOk);
+    EXPECT_EQ(b.Used(1), 64 * kMiB);
+    a.ReleaseSlot(slot);
+  }
+}
+
 TEST_F(SharedRegionTest, ExportsAreKnownWhileTheirExporterLives) {
   SharedRegion exporter;
   Open(exporter);
