@@ -161,7 +161,7 @@ StatusOr<Assignment> AssignmentFromJson(const json& doc) {
                                     "\" does not belong to device \"" + dev.id + "\"");
       }
       ACCELPOOL_RETURN_IF_ERROR(
-          ReadInt(ds[d], "memory_mib", p, false, 0, kMaxInt64 / 2, dev.memory_mib));
+          ReadInt(ds[d], "memory_mib", p, false, 0, kMaxMemoryMib, dev.memory_mib));
       ACCELPOOL_RETURN_IF_ERROR(
           ReadInt32(ds[d], "compute", p, false, 0, core::kComputeWhole, dev.compute));
       ACCELPOOL_RETURN_IF_ERROR(ReadBool(ds[d], "exclusive", p, false, dev.exclusive));

@@ -60,7 +60,7 @@ Status ParseSlices(const json& obj, const std::string& path, core::SliceRule& s)
   ACCELPOOL_RETURN_IF_ERROR(
       ReadInt(obj, "memory_step_mib", path, false, 1, kMaxInt32, s.memory_step_mib));
   ACCELPOOL_RETURN_IF_ERROR(
-      ReadIntList(obj, "memory_sizes", path, 1, kMaxInt64 / 2, s.memory_sizes));
+      ReadIntList(obj, "memory_sizes", path, 1, kMaxMemoryMib, s.memory_sizes));
   ACCELPOOL_RETURN_IF_ERROR(
       ReadBool(obj, "one_size_per_device", path, false, s.one_size_per_device));
   ACCELPOOL_RETURN_IF_ERROR(
@@ -106,7 +106,7 @@ Status ParseDevice(const json& obj, const std::string& path, core::Vendor vendor
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "index", path, true, 0, kMaxDevices - 1, d.index));
   ACCELPOOL_RETURN_IF_ERROR(ReadString(obj, "model", path, false, d.model));
   ACCELPOOL_RETURN_IF_ERROR(
-      ReadInt(obj, "memory_mib", path, false, 0, kMaxInt64 / 2, d.memory_mib));
+      ReadInt(obj, "memory_mib", path, false, 0, kMaxMemoryMib, d.memory_mib));
   ACCELPOOL_RETURN_IF_ERROR(
       ReadInt32(obj, "compute_units", path, false, 0, kMaxInt32, d.compute_units));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "numa", path, false, -1, kMaxInt32, d.numa));
@@ -115,7 +115,7 @@ Status ParseDevice(const json& obj, const std::string& path, core::Vendor vendor
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "module", path, false, -1, kMaxDevices - 1, d.module));
   ACCELPOOL_RETURN_IF_ERROR(ReadInt32(obj, "max_shares", path, false, 1, 1 << 16, d.max_shares));
   ACCELPOOL_RETURN_IF_ERROR(
-      ReadInt(obj, "foreign_mib", path, false, 0, kMaxInt64 / 2, d.foreign_mib));
+      ReadInt(obj, "foreign_mib", path, false, 0, kMaxMemoryMib, d.foreign_mib));
   if (d.foreign_mib > d.memory_mib) {
     return InvalidArgumentError(Join(path, "foreign_mib") + ": " + std::to_string(d.foreign_mib) +
                                 " MiB is more than the device's memory_mib (" +

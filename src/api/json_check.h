@@ -45,6 +45,10 @@ Status RequireObject(const nlohmann::json& v, const std::string& path);
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
 
 inline constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+// The most memory one device, grant or slice may name, in MiB (1 EiB): far
+// beyond any device, and low enough that sums over a node's grants and the
+// percent arithmetic of the fit stay clear of int64 overflow.
+inline constexpr int64_t kMaxMemoryMib = int64_t{1} << 40;
 inline constexpr int32_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
 }  // namespace accelpool::api::internal

@@ -139,6 +139,23 @@ Status ApplyPlacement(const Placement& p, const NodeInventory& inv, NodeUsage* u
   return Status::Ok();
 }
 
+Status ForcePlacement(const Placement& p, const NodeInventory& inv, NodeUsage* usage) {
+  ACCELPOOL_RETURN_IF_ERROR(CheckIndices(p, inv));
+  if (usage->devices.size() != inv.devices.size()) usage->devices.resize(inv.devices.size());
+  const std::vector<DeviceUsage> fp = Footprint(p, inv);
+  for (size_t i = 0; i < fp.size(); ++i) {
+    if (fp[i].shares == 0) continue;
+    DeviceUsage& u = usage->devices[i];
+    u.memory_mib += fp[i].memory_mib;
+    u.compute += fp[i].compute;
+    u.shares += fp[i].shares;
+    u.slices += fp[i].slices;
+    u.exclusive = u.exclusive || fp[i].exclusive;
+    if (fp[i].slice_mib != 0) u.slice_mib = fp[i].slice_mib;
+  }
+  return Status::Ok();
+}
+
 Status ReleasePlacement(const Placement& p, const NodeInventory& inv, NodeUsage* usage) {
   ACCELPOOL_RETURN_IF_ERROR(CheckIndices(p, inv));
   if (usage->devices.size() != inv.devices.size()) {

@@ -24,6 +24,12 @@ std::vector<DeviceUsage> Footprint(const Placement& p, const NodeInventory& inv)
 // below zero; kInvalidArgument for an index outside the inventory.
 Status ApplyPlacement(const Placement& p, const NodeInventory& inv, NodeUsage* usage);
 Status ReleasePlacement(const Placement& p, const NodeInventory& inv, NodeUsage* usage);
+// Adds a placement's footprint as it is, even past a device's capacity or
+// onto one held exclusively: for placements that already run (a bound pod's
+// assignment that overlaps another's), so that the device shows no room
+// rather than room that is not there. ReleasePlacement takes exactly that
+// back. kInvalidArgument (nothing changed) for an index outside the inventory.
+Status ForcePlacement(const Placement& p, const NodeInventory& inv, NodeUsage* usage);
 
 // True when usage holds no device beyond its capacity or share cap.
 bool UsageWithinCapacity(const NodeInventory& inv, const NodeUsage& usage);

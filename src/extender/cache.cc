@@ -240,23 +240,26 @@ Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
     rec.applied_as = all.ok() ? std::move(now) : PodAssignment{};
     return all;
   }
-  // Device by device: each device's grants (all containers) count when they
-  // fit; a device that is full as cached keeps its other holders and leaves
-  // this pod's grants there out.
+  // Device by device: each device's grants (all containers) count as they
+  // would for a new pod where they fit. Where they do not (the device is held
+  // as cached: assignments overlap), they count all the same, past its
+  // capacity (rec.conflicting): the pod runs there, and a device shown with
+  // room it does not have would take yet another pod.
   PodAssignment kept{now.node, now.policy, {}};
   for (const AssignmentPart& part : now.parts) {
     InventoryState* st = s->Find(part.vendor);
-    AssignmentPart out{part.vendor, {}, {}, part.device_ids};
+    AssignmentPart empty{part.vendor, {}, {}, part.device_ids};
     std::set<int32_t> devices;
     for (const core::ContainerPlacement& cp : part.placement.containers) {
-      out.placement.containers.push_back(core::ContainerPlacement{cp.container, cp.kind, {}});
-      out.slots.emplace_back();
+      empty.placement.containers.push_back(core::ContainerPlacement{cp.container, cp.kind, {}});
+      empty.slots.emplace_back();
       for (const core::Grant& g : cp.grants) {
         devices.insert(g.device);
       }
     }
+    AssignmentPart out = empty;
     for (int32_t dev : devices) {
-      AssignmentPart one = out;
+      AssignmentPart one = empty;  // this device's grants only
       int32_t grants = 0;
       for (size_t c = 0; c < part.placement.containers.size(); ++c) {
         const core::ContainerPlacement& cp = part.placement.containers[c];
@@ -269,10 +272,23 @@ Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
           }
         }
       }
-      if (st != nullptr && ApplyPart(one, st).ok()) {
-        out = std::move(one);
-      } else {
+      if (st == nullptr) {
         rec.conflicting += grants;
+        continue;
+      }
+      if (!ApplyPart(one, st).ok()) {
+        rec.conflicting += grants;
+        StatusOr<AssignmentPart> forced = ForcePart(one, st);
+        if (!forced.ok()) {
+          continue;  // an index the inventory does not have: nothing added
+        }
+        one = std::move(forced).value();
+      }
+      for (size_t c = 0; c < one.placement.containers.size(); ++c) {
+        auto& to = out.placement.containers[c].grants;
+        const auto& from = one.placement.containers[c].grants;
+        to.insert(to.end(), from.begin(), from.end());
+        out.slots[c].insert(out.slots[c].end(), one.slots[c].begin(), one.slots[c].end());
       }
     }
     kept.parts.push_back(std::move(out));
@@ -329,6 +345,10 @@ void Cache::EraseRecordLocked(const std::string& uid) {
   }
   PodRecord& rec = it->second;
   const std::string node = rec.assignment.node;
+  // Counted past a device's capacity: whatever it overlapped is counted
+  // again below (releasing it may have cleared another holder's exclusive
+  // mark).
+  const bool overlapped = rec.conflicting > 0;
   ReleaseRecordLocked(rec);
   if (!rec.ref.job.empty()) {
     auto job = jobs_.find(rec.ref.job);
@@ -351,7 +371,7 @@ void Cache::EraseRecordLocked(const std::string& uid) {
   if (by_node = pods_by_node_.find(node); by_node != pods_by_node_.end()) {
     for (const std::string& other : by_node->second) {
       PodRecord& waiting = pods_[other];
-      if (!waiting.applied || waiting.conflicting > 0) {
+      if (overlapped || !waiting.applied || waiting.conflicting > 0) {
         ReleaseRecordLocked(waiting);
         (void)ApplyRecordLocked(waiting, /*partial=*/true);
       }

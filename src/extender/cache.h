@@ -64,8 +64,9 @@ struct CacheStats {
   // Observations of a bound pod whose assignment had changed, gone or no
   // longer parsed, since start; each kept the assignment it was bound with.
   int64_t assignment_changes_ignored = 0;
-  // Grants of recorded pods not counted in usage now: on devices missing
-  // from the node's inventory, or on devices full as cached (see ObservePod).
+  // Grants of recorded pods not counted as planned now: on devices missing
+  // from the node's inventory (not counted), or counted past the capacity of
+  // devices other pods' assignments already fill (see ObservePod).
   int64_t grants_absent = 0;
   int64_t grants_conflicting = 0;
   double seconds_since_update = 0;  // since the last change of any kind
@@ -135,12 +136,13 @@ class Cache {
   // would free devices the pod still uses or charge ones it never got; that
   // returns kPermissionDenied and counts in Stats(). Returns
   // kFailedPrecondition when the assignment overcommits the node as cached
-  // (the caller logs it): it is still recorded and counted device by device,
-  // each device's grants where they fit, the others (Stats().
-  // grants_conflicting) in full once devices free up, so usage is
-  // under-counted only on devices already full and never counted twice; and
-  // kNotFound when the node is unknown (kept pending and applied when the
-  // node arrives). An assignment without devices counts as none.
+  // (the caller logs it): it is still recorded and counted, device by device:
+  // where a device's grants do not fit (Stats().grants_conflicting) they are
+  // counted past its capacity, since the pod runs there, so the device takes
+  // nothing new until enough of its holders leave; a slot another grant holds
+  // stays with that holder, and nothing is counted twice. kNotFound when the
+  // node is unknown (kept pending and applied when the node arrives). An
+  // assignment without devices counts as none.
   Status ObservePod(const PodRef& pod, const std::string& node_name,
                     const std::optional<PodAssignment>& a);
 
@@ -183,7 +185,7 @@ class Cache {
     std::vector<std::map<int32_t, std::string>> ids;
     PodAssignment applied_as;  // `assignment` in the node's current indices
     int32_t absent = 0;        // grants left out of `applied_as` (device missing)
-    int32_t conflicting = 0;   // grants left out of `applied_as` (device full as cached)
+    int32_t conflicting = 0;   // grants counted past a device's capacity (overlapping holders)
   };
   struct Shard {
     mutable std::mutex mu;
@@ -198,9 +200,10 @@ class Cache {
   static PodAssignment Resolve(PodRecord& rec, const NodeSnapshot& snap);
   // Counts `rec` on `s` (sets applied, applied_as, absent, conflicting): all
   // of it when it fits. When it does not, with `partial` each device's grants
-  // that fit are counted and the others left out (rec.conflicting), so a pod
-  // the apiserver shows bound is never left uncounted and no slot or share is
-  // counted twice; without `partial` nothing is counted and `s` is unchanged.
+  // are counted, those that do not fit past the device's capacity
+  // (rec.conflicting, ForcePart), so a pod the apiserver shows bound is never
+  // left uncounted and no slot is counted twice; without `partial` nothing is
+  // counted and `s` is unchanged.
   // Returns why it did not all fit, else Ok.
   static Status CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial);
   // Applies or releases a record on its node under the shard lock; returns

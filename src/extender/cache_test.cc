@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/fit.h"
+#include "core/usage.h"
 #include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/test_util.h"
@@ -285,25 +286,31 @@ TEST(CacheTest, DeviceThatLeavesAndReturnsKeepsItsHolder) {
   EXPECT_EQ(BusyDevices(c, "a"), 7);
 }
 
-TEST(CacheTest, ABoundPodThatOvercommitsIsCountedWhereItFits) {
+TEST(CacheTest, ABoundPodThatOvercommitsIsCountedPastTheDevicesCapacity) {
   // After a restart the watch shows two bound pods whose assignments
   // overlap on device 1 (an edit by hand before the guard, a lost update):
-  // p2's grant on device 2 must still count, or a new pod lands there.
+  // p2's grant on device 2 must count, and so must its grant on device 1,
+  // past the device's memory: both pods run there, and a device shown with
+  // 100 MiB free would take a third.
   Cache c;
   AddGpuNode(c, "a");
-  const int64_t cap = GpuNode("a").devices[1].memory_mib;
+  const core::Device dev1 = GpuNode("a").devices[1];
+  const int64_t cap = dev1.memory_mib;
   ASSERT_TRUE(c.ObservePod(Ref("p1"), "a", Shared("a", 1, cap - 100, 0)).ok());
   PodAssignment two = Shared("a", 1, 200, 1);
   two.parts[0].placement.containers[0].grants.push_back(core::Grant{2, 500, 250, false});
   two.parts[0].slots[0].push_back(0);
   EXPECT_EQ(c.ObservePod(Ref("p2"), "a", two).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(UsedMemory(c, "a", 1), cap - 100);
+  EXPECT_EQ(UsedMemory(c, "a", 1), cap + 100);
   EXPECT_EQ(UsedMemory(c, "a", 2), 500);
+  EXPECT_EQ(core::FreeMemory(dev1, c.Node("a")->inventories.at(0).usage.devices.at(1)), 0);
   EXPECT_EQ(c.Stats().grants_conflicting, 1);
   EXPECT_EQ(c.Node("a")->pods, 2);
-  // An inventory update keeps that (p2 stays partly counted, nothing twice).
+  // A 100 MiB pod finds no room on device 1.
+  EXPECT_EQ(c.Reserve(Ref("p3"), Shared("a", 1, 100, 2), 0).code(), StatusCode::kAborted);
+  // An inventory update keeps that (nothing counted twice).
   c.UpsertNode("a", std::vector<core::NodeInventory>{GpuNode("a")}, 2, {});
-  EXPECT_EQ(UsedMemory(c, "a", 1), cap - 100);
+  EXPECT_EQ(UsedMemory(c, "a", 1), cap + 100);
   EXPECT_EQ(UsedMemory(c, "a", 2), 500);
   // p1 leaves: p2 is counted in full.
   c.Release("p1");
@@ -314,6 +321,43 @@ TEST(CacheTest, ABoundPodThatOvercommitsIsCountedWhereItFits) {
   EXPECT_EQ(UsedMemory(c, "a", 1), 0);
   EXPECT_EQ(UsedMemory(c, "a", 2), 0);
   EXPECT_TRUE(c.Node("a")->Idle());
+}
+
+TEST(CacheTest, TwoPodsBoundToOneSlotAndOneWholeCardGiveItBackOnlyWhenBothLeave) {
+  // Two bound pods name the same slot of device 3, one of them whole (its
+  // grant exclusive): both count, the slot stays with the first, and the
+  // device stays taken until both have left, whichever leaves first.
+  for (const int order : {0, 1, 2, 3}) {
+    const bool whole_first = order < 2;          // which is observed first
+    const bool first_leaves_first = order % 2 == 0;
+    SCOPED_TRACE(std::string(whole_first ? "whole card observed first" : "share observed first") +
+                 (first_leaves_first ? ", leaves first" : ", leaves last"));
+    Cache c;
+    AddGpuNode(c, "a");
+    PodAssignment whole = Shared("a", 3, 0, 0);
+    whole.parts[0].placement.containers[0].grants[0] = core::Grant{3, 0, 1000, true};
+    const PodAssignment share = Shared("a", 3, 1024, 0);
+    const std::string first = whole_first ? "whole" : "share";
+    const std::string second = whole_first ? "share" : "whole";
+    ASSERT_TRUE(c.ObservePod(Ref(first), "a", whole_first ? whole : share).ok());
+    EXPECT_FALSE(c.ObservePod(Ref(second), "a", whole_first ? share : whole).ok());
+    const auto usage = [&] { return c.Node("a")->inventories.at(0).usage.devices.at(3); };
+    EXPECT_TRUE(usage().exclusive);
+    EXPECT_EQ(usage().shares, 2);
+    // One holder leaves: the other is all that is counted, exclusive mark
+    // included.
+    const std::string leaving = first_leaves_first ? first : second;
+    const std::string staying = first_leaves_first ? second : first;
+    c.Release(leaving);
+    EXPECT_EQ(usage().exclusive, staying == "whole");
+    EXPECT_EQ(usage().shares, 1);
+    EXPECT_EQ(usage().memory_mib, staying == "share" ? 1024 : 0);
+    EXPECT_EQ(c.Stats().grants_conflicting, 0);
+    EXPECT_EQ(c.Reserve(Ref("p3"), Shared("a", 3, 100, 0), 0).code(), StatusCode::kAborted);
+    c.Release(staying);
+    EXPECT_TRUE(c.Node("a")->Idle());
+    EXPECT_EQ(c.Reserve(Ref("p3"), Shared("a", 3, 100, 0), 0).code(), StatusCode::kOk);
+  }
 }
 
 TEST(CacheTest, UnparsableInventoryKeepsNodeVisible) {

@@ -26,8 +26,9 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
                          {"state"});
   auto uncounted = r.AddGauge(
       "accelpool_extender_cache_grants_uncounted",
-      "Grants of pods' assignments not counted in usage now, by why: absent (the device is "
-      "missing from the node's inventory) or conflict (it is full as cached).",
+      "Grants of pods' assignments not counted as planned now, by why: absent (not counted: "
+      "the device is missing from the node's inventory) or conflict (counted past the "
+      "device's capacity: assignments overlap, nothing new lands there).",
       {"why"});
   auto age = r.AddGauge("accelpool_extender_cache_age_seconds",
                         "Seconds since the cache last changed.");

@@ -156,6 +156,11 @@ StatusOr<std::vector<std::vector<int32_t>>> AssignSlots(const InventoryState& st
 // Adds `part` (usage and slots) to `state`; changes nothing and returns
 // kFailedPrecondition when it would overcommit a device or take a taken slot.
 Status ApplyPart(const AssignmentPart& part, InventoryState* state);
+// Adds `part` as it is (core::ForcePlacement): for a bound pod whose grants
+// overlap another's. A slot another grant holds (or one that does not exist)
+// is left to its holder: the part returned, which is what was added and what
+// ReleasePart must be given, names slot -1 there.
+StatusOr<AssignmentPart> ForcePart(const AssignmentPart& part, InventoryState* state);
 // Removes `part`; tolerant of slots already free.
 Status ReleasePart(const AssignmentPart& part, InventoryState* state);
 
