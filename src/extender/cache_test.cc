@@ -323,6 +323,30 @@ TEST(CacheTest, ABoundPodThatOvercommitsIsCountedPastTheDevicesCapacity) {
   EXPECT_TRUE(c.Node("a")->Idle());
 }
 
+TEST(CacheTest, AnOverlappingPodIsCountedOnceOnEachOfItsDevices) {
+  // p2's grants on devices 1 and 2 fit, the one on device 3 overlaps p1's:
+  // each device counts p2 once (counting device by device must not apply
+  // the devices already counted again).
+  Cache c;
+  AddGpuNode(c, "a");
+  const int64_t cap = GpuNode("a").devices[3].memory_mib;
+  ASSERT_TRUE(c.ObservePod(Ref("p1"), "a", Shared("a", 3, cap - 100, 0)).ok());
+  PodAssignment two = Shared("a", 1, 300, 0);
+  auto& grants = two.parts[0].placement.containers[0].grants;
+  grants.push_back(core::Grant{2, 400, 250, false});
+  grants.push_back(core::Grant{3, 500, 250, false});
+  two.parts[0].slots[0] = {0, 0, 1};
+  EXPECT_EQ(c.ObservePod(Ref("p2"), "a", two).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(UsedMemory(c, "a", 1), 300);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 400);
+  EXPECT_EQ(UsedMemory(c, "a", 3), cap + 400);
+  EXPECT_EQ(c.Stats().grants_conflicting, 1);
+  c.Release("p2");
+  EXPECT_EQ(UsedMemory(c, "a", 1), 0);
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+  EXPECT_EQ(UsedMemory(c, "a", 3), cap - 100);
+}
+
 TEST(CacheTest, TwoPodsBoundToOneSlotAndOneWholeCardGiveItBackOnlyWhenBothLeave) {
   // Two bound pods name the same slot of device 3, one of them whole (its
   // grant exclusive): both count, the slot stays with the first, and the
