@@ -149,6 +149,9 @@ void WarnAboutOverriddenEnv(const char* path) {
 void ChildAfterFork() {
   ShimState& s = g_state;
   // A child owns no device memory of its parent and no events: start clean.
+  // Its locks may have been held by threads the fork left behind (slot_mu:
+  // a cuGetProcAddress binding a hook); no thread of the child holds them.
+  pthread_mutex_init(&s.slot_mu, nullptr);
   pthread_mutex_init(&s.mem_mu, nullptr);
   pthread_mutex_init(&s.pool_mu, nullptr);
   for (PoolAccount& p : s.pools) {

@@ -1140,6 +1140,16 @@ TEST(ShimTest, AForkedChildGetsItsOwnSlotAndLeavesTheParentsCharge) {
   }
 }
 
+// A fork while another thread holds the hook-slot lock (inside a
+// cuGetProcAddress) left the child's copy of the lock held by no thread: the
+// child's first lookup hung. Each child here looks up once while the
+// parent's other thread looks up without pause.
+TEST(ShimTest, AForkWhileAnotherThreadBindsAHookLeavesTheChildUsable) {
+  auto kv = MustRun({"procaddr", "forkbind", "1000"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  EXPECT_EQ(U(kv, "hung"), 0u) << "after " << U(kv, "forks") << " forks";
+  EXPECT_EQ(U(kv, "forks"), 1000u);
+}
+
 TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());

@@ -84,6 +84,9 @@
 //   ipctwice <bytes>         the same handle of <bytes> opened twice (the fake
 //                            counts the opens, as a real driver does), then
 //                            closed twice
+//   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
+//                            over while this one forks; each child looks it
+//                            up once; how many children hung
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
@@ -91,6 +94,7 @@
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1242,6 +1246,44 @@ int IpcSelf(const Api& a, uint64_t bytes, bool print) {
   return 0;
 }
 
+// A fork while another thread binds a hook (cuGetProcAddress): the child's
+// own lookup must not wait for a lock that thread held at the fork.
+int ForkBind(int forks) {
+  auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
+  std::atomic<bool> stop{false};
+  std::thread binder([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      void* p = nullptr;
+      gpa("cuMemAlloc", &p, 12080, CU_GET_PROC_ADDRESS_DEFAULT, nullptr);
+    }
+  });
+  int hung = 0;
+  int done = 0;
+  for (; done < forks && hung == 0; ++done) {
+    pid_t child = fork();
+    if (child == 0) {
+      void* p = nullptr;
+      _exit(gpa("cuMemAlloc", &p, 12080, CU_GET_PROC_ADDRESS_DEFAULT, nullptr) == CUDA_SUCCESS ? 0
+                                                                                               : 1);
+    }
+    int status = 0;
+    int64_t deadline = NowNs() + 5'000'000'000;
+    while (waitpid(child, &status, WNOHANG) == 0) {
+      if (NowNs() > deadline) {
+        ++hung;
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  stop.store(true);
+  binder.join();
+  std::printf("forks=%d hung=%d\n", done, hung);
+  return 0;
+}
+
 // A handle already open in the context: the driver returns the same pointer
 // with one more reference, and unmaps it at the last close.
 int IpcTwice(const Api& a, uint64_t bytes) {
@@ -1557,6 +1599,9 @@ int main(int argc, char** argv) {
   }
   if (command == "newlocation" && argc == 5) {
     return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "forkbind" && argc == 4) {
+    return ForkBind(std::atoi(argv[3]));
   }
   if (command == "ipctwice" && argc == 4) {
     return IpcTwice(a, std::strtoull(argv[3], nullptr, 10));
