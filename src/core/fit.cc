@@ -440,6 +440,17 @@ Status ValidateInventory(const NodeInventory& inv) {
   };
   ACCELPOOL_RETURN_IF_ERROR(check_sets(inv.topology.groups, "group"));
   ACCELPOOL_RETURN_IF_ERROR(check_sets(inv.topology.modules, "module"));
+  if (inv.topology.module_rule == ModuleRule::kWholeForEven) {
+    // Whole modules are taken count / size at a time: a module of another
+    // size would hand a request more (or fewer) devices than it asked for.
+    for (const auto& m : inv.topology.modules) {
+      if (m.size() != inv.topology.modules.front().size()) {
+        return InvalidArgumentError(who + "modules taken whole must all be of one size (" +
+                                    std::to_string(inv.topology.modules.front().size()) + " and " +
+                                    std::to_string(m.size()) + ")");
+      }
+    }
+  }
   if (!inv.topology.links.empty() && inv.topology.links.size() != n * n) {
     return InvalidArgumentError(who + "link matrix must be N x N");
   }

@@ -78,6 +78,13 @@ TEST(Validate, BrokenInventories) {
   NodeInventory e = inv;
   e.topology.groups = {{0, 1}, {1, 2}};
   EXPECT_NE(ValidateInventory(e).message().find("two group"), std::string::npos);
+  // Die pairs taken whole: a lone die as a module of its own would let an
+  // even request take 3 dies.
+  NodeInventory f = inv;
+  f.topology.modules.back() = {14};
+  f.topology.modules.push_back({15});
+  f.devices[15].module = static_cast<int32_t>(f.topology.modules.size()) - 1;
+  EXPECT_NE(ValidateInventory(f).message().find("of one size"), std::string::npos);
 }
 
 TEST(Validate, ReleaseOfUnknownPlacementChangesNothing) {
