@@ -43,7 +43,8 @@ template <int S>
 CUresult HookMemAlloc(CUdeviceptr* dptr, size_t bytes) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFn, kHookMemAlloc);
   int dev = 0;
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev)) {
+  // Zero bytes: the driver's CUDA_ERROR_INVALID_VALUE, never an OOM at the cap.
+  if (!s.mem_on || dptr == nullptr || bytes == 0 || !CurrentDevice(&dev)) {
     return real(dptr, bytes);
   }
   return ChargeAndCall(
@@ -55,7 +56,7 @@ template <int S>
 CUresult HookMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocManagedFn, kHookMemAllocManaged);
   int dev = 0;
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev)) {
+  if (!s.mem_on || dptr == nullptr || bytes == 0 || !CurrentDevice(&dev)) {
     return real(dptr, bytes, flags);
   }
   return ChargeAndCall(

@@ -321,6 +321,19 @@ TEST(ShimTest, EveryAllocationApiAndSizeIsChargedAtPageGranularity) {
   }
 }
 
+// cuMemAlloc and cuMemAllocManaged of zero bytes fail with the driver's
+// CUDA_ERROR_INVALID_VALUE; at the cap they got CUDA_ERROR_OUT_OF_MEMORY,
+// the shim having charged a page first.
+TEST(ShimTest, AZeroByteAllocationGetsTheDriversErrorEvenAtTheCap) {
+  for (const char* fill : {"0", "67108864"}) {
+    SCOPED_TRACE(fill);
+    auto kv = MustRun({"procaddr", "zeroalloc", fill}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    EXPECT_EQ(U(kv, "zero_rc"), 1u) << "CUDA_ERROR_INVALID_VALUE";
+    EXPECT_EQ(U(kv, "managed_zero_rc"), 1u);
+    EXPECT_EQ(U(kv, "free"), 64 * kMiB - std::stoull(fill)) << "nothing charged for them";
+  }
+}
+
 // The fake pool reserves 32 MiB segments shared by requests up to 32 MiB
 // (512-byte aligned) and a 2 MiB-rounded segment per larger request.
 TEST(ShimTest, StreamOrderedAllocationsAreChargedWhatThePoolReserves) {

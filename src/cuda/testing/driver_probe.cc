@@ -87,6 +87,8 @@
 //   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
 //                            over while this one forks; each child looks it
 //                            up once; how many children hung
+//   zeroalloc <bytes>        after cuMemAlloc of <bytes>, cuMemAlloc and
+//                            cuMemAllocManaged of 0 bytes
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
@@ -1599,6 +1601,16 @@ int main(int argc, char** argv) {
   }
   if (command == "newlocation" && argc == 5) {
     return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "zeroalloc" && argc == 4) {
+    CUdeviceptr p = 0;
+    CUresult rc = a.alloc(&p, std::strtoull(argv[3], nullptr, 10));
+    CUdeviceptr z = 0;
+    CUresult zero_rc = a.alloc(&z, 0);
+    CUresult managed_rc = a.managed(&z, 0, 1);
+    std::printf("rc=%d zero_rc=%d managed_zero_rc=%d free=%zu\n", rc, zero_rc, managed_rc,
+                FreeBytes(a));
+    return 0;
   }
   if (command == "forkbind" && argc == 4) {
     return ForkBind(std::atoi(argv[3]));

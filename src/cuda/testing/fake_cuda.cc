@@ -292,9 +292,12 @@ FAKE_EXPORT CUresult cuMemAlloc(unsigned* dptr, unsigned bytes) {
   *dptr = static_cast<unsigned>(p);
   return rc;
 }
-FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return Allocate(p, n, CurrentDevice(), true); }
+// Zero bytes is CUDA_ERROR_INVALID_VALUE, as documented for both.
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+  return n == 0 ? CUDA_ERROR_INVALID_VALUE : Allocate(p, n, CurrentDevice(), true);
+}
 FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned) {
-  return Allocate(p, n, CurrentDevice(), true);
+  return n == 0 ? CUDA_ERROR_INVALID_VALUE : Allocate(p, n, CurrentDevice(), true);
 }
 FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h,
                                         unsigned) {
