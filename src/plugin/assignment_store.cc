@@ -28,11 +28,12 @@ std::string List(const std::vector<std::string>& items) {
   return s;
 }
 
-// Pods oldest first (creation time, then namespace/name).
+// Pods oldest first (creation time, then namespace/name), leaving out pods
+// being deleted: every lookup starts here, and such a pod is no caller.
 std::vector<const PodAssignment*> Oldest(const std::map<std::string, PodAssignment>& pods) {
   std::vector<const PodAssignment*> v;
   for (const auto& [uid, p] : pods) {
-    v.push_back(&p);
+    if (!p.terminating) v.push_back(&p);
   }
   std::sort(v.begin(), v.end(), [](const PodAssignment* a, const PodAssignment* b) {
     return std::tie(a->pod.created, a->pod.ns, a->pod.name) <
@@ -56,10 +57,11 @@ std::vector<std::string> InAssignmentOrder(const PodAssignment& p) {
 
 void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
                                    const std::set<std::string>& allocated,
-                                   const std::set<std::string>& presumed) {
+                                   const std::set<std::string>& presumed, bool terminating) {
   PodAssignment& p = pods_[pod.uid];
   p.pod = pod;
   p.assignment = assignment;
+  p.terminating = terminating;
   p.allocated.insert(allocated.begin(), allocated.end());
   p.presumed.clear();
   for (const std::string& c : presumed) {
@@ -91,10 +93,10 @@ void AssignmentStore::SetUnassigned(const PodRef& pod, std::vector<UnassignedReq
 void AssignmentStore::Replace(const PodRef& pod, const api::Assignment* assignment,
                               const std::set<std::string>& allocated,
                               std::vector<UnassignedRequest> unassigned,
-                              const std::set<std::string>& presumed) {
+                              const std::set<std::string>& presumed, bool terminating) {
   std::lock_guard<std::mutex> lock(mu_);
   if (assignment != nullptr) {
-    UpsertLocked(pod, *assignment, allocated, presumed);
+    UpsertLocked(pod, *assignment, allocated, presumed, terminating);
   } else {
     pods_.erase(pod.uid);
   }
@@ -248,6 +250,7 @@ const api::AssignedContainer* OneListed(const Candidates& again, const std::stri
 
 bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const {
   for (const auto& [uid, p] : pods_) {
+    if (p.terminating) continue;
     for (const api::AssignedContainer& c : p.assignment.containers) {
       if (p.presumed.count(c.name) && c.resource == resource && c.devices.size() == n) {
         return true;

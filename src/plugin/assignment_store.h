@@ -58,6 +58,10 @@
 // only those it has reached: the pod admitted again, its container without
 // devices); without the view the waiting pod is preferred.
 //
+// Pods being deleted. An admitted pod with a deletionTimestamp still runs
+// through its grace period: it stays in All() (its grants still count for
+// usage and foreign memory) but, marked terminating, no lookup sees it.
+//
 // Thread-safety: all methods may be called from any thread (one mutex, never
 // held across I/O). Lookups copy what they return.
 #ifndef ACCELPOOL_PLUGIN_ASSIGNMENT_STORE_H_
@@ -93,6 +97,10 @@ struct PodAssignment {
   // Allocate nor the pod's allocation record says so (a record lost to a
   // plugin restart). See "Presumed allocations" above.
   std::set<std::string> presumed;
+  // The pod is being deleted while its containers still run (their grace
+  // period): its grants count for usage and foreign memory, but Match and
+  // Preferred never take it for a caller, a repeat or a pod admitted again.
+  bool terminating = false;
 };
 
 // Whether the grant holds its device whole: marked exclusive, or with no
@@ -154,10 +162,10 @@ class AssignmentStore {
   void SetUnassigned(const PodRef& pod, std::vector<UnassignedRequest> requests);
   // Both at once, so that a concurrent Match never sees the pod half updated:
   // Upsert when `assignment` is set, else drops the pod's assignment; then
-  // SetUnassigned.
+  // SetUnassigned. `terminating`: see PodAssignment.
   void Replace(const PodRef& pod, const api::Assignment* assignment,
                const std::set<std::string>& allocated, std::vector<UnassignedRequest> unassigned,
-               const std::set<std::string>& presumed = {});
+               const std::set<std::string>& presumed = {}, bool terminating = false);
   // Forgets the pod: its assignment and its unassigned requests.
   void Remove(const std::string& uid);
   // After a list of the node's Pending pods (their uids in `pending`): drops
@@ -219,7 +227,8 @@ class AssignmentStore {
   using Pods = std::map<std::string, PodAssignment>;
   // REQUIRES: mu_ held.
   void UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                    const std::set<std::string>& allocated, const std::set<std::string>& presumed);
+                    const std::set<std::string>& allocated, const std::set<std::string>& presumed,
+                    bool terminating = false);
   // Match and Preferred over `pods` (pods_, or pods_ with presumed
   // containers counted as allocated). REQUIRES: mu_ held.
   StatusOr<ContainerMatch> MatchIn(const Pods& pods, const std::string& resource,

@@ -43,9 +43,20 @@ PodRef RefOf(const json& pod) {
 StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
                                                api::AssignmentKeyRing* keys) {
   const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
-  if (phase == "Succeeded" || phase == "Failed" ||
-      pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+  if (phase == "Succeeded" || phase == "Failed") {
     return std::optional<PodEntry>();
+  }
+  // Being deleted: its containers run on through the grace period, holding
+  // what they were granted, so the foreign memory check must still count it
+  // (else its own use of its devices reads as ungranted). A pod kubelet never
+  // admitted runs nothing and holds nothing.
+  const bool terminating = pod.contains(json::json_pointer("/metadata/deletionTimestamp"));
+  if (terminating) {
+    json live = pod;
+    live["metadata"].erase("deletionTimestamp");
+    if (api::AwaitsAdmission(live)) {
+      return std::optional<PodEntry>();
+    }
   }
   const std::string text = kube::StringAt(
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1assignment"));
@@ -54,6 +65,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   }
   PodEntry e;
   e.pod = RefOf(pod);
+  e.terminating = terminating;
   StatusOr<api::Assignment> a = api::ParseAssignment(text);
   if (!a.ok()) {
     return InvalidArgumentError("pod " + e.pod.Key() + " has an unreadable " +
@@ -248,7 +260,8 @@ void PodSync::Apply(const nlohmann::json& pod) {
     store_->Replace(
         entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
         entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned),
-        entry != nullptr ? entry->presumed : std::set<std::string>());
+        entry != nullptr ? entry->presumed : std::set<std::string>(),
+        entry != nullptr && entry->terminating);
     // A pod refused for a key this node does not hold yet keeps no version,
     // so the next refresh reads it again (by then the key may be here).
     const bool retry = !e.ok() && e.status().code() == StatusCode::kNotFound;

@@ -58,10 +58,16 @@ struct PodEntry {
   // An admitted pod's containers its allocation record does not list
   // (AssignmentStore: "Presumed allocations").
   std::set<std::string> presumed;
+  // Being deleted (deletionTimestamp) after kubelet admitted it: its
+  // containers still run through their grace period, so their grants still
+  // count (usage, foreign memory), but it is never an Allocate caller.
+  bool terminating = false;
 };
 
-// The entry of a pod object. nullopt when the pod carries no assignment or is
-// finished (Succeeded, Failed, being deleted). kInvalidArgument when the
+// The entry of a pod object. nullopt when the pod carries no assignment, is
+// finished (Succeeded, Failed), or is being deleted before kubelet admitted
+// it (nothing of it runs). An admitted pod being deleted keeps its entry,
+// marked terminating, until it finishes or its delete event comes. kInvalidArgument when the
 // assignment does not parse, names a container that is not in the pod's spec,
 // or the uid is not plain; kFailedPrecondition when it names another node;
 // kPermissionDenied when `keys` is given, kubelet may still admit the pod and

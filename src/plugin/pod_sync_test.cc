@@ -397,6 +397,64 @@ TEST(PodSyncUpdateTest, APodReadBeforeItsDeleteIsNotAppliedAfterIt) {
   EXPECT_EQ(store.PendingContainers(), 1u);
 }
 
+// A pod being deleted keeps running through its grace period: its grants
+// still count, so the memory its containers hold on their devices is neither
+// foreign memory nor an ungranted use (no Warning Event on a pod that is
+// merely shutting down). It is never an Allocate caller, a repeat or a pod
+// admitted again; it leaves the store when it finishes or is deleted.
+TEST(PodSyncTerminatingTest, APodBeingDeletedKeepsItsGrantsButIsNoCaller) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  api::Allocation done;
+  done.containers = {"main"};
+  json pod = PodJson("p", "node-a",
+                     {{"accelpool.io/assignment", AssignmentText("node-a")},
+                      {"accelpool.io/allocation", api::SerializeAllocation(done)}},
+                     "Running");
+  pod["metadata"]["deletionTimestamp"] = "2026-11-30T03:00:00Z";
+  sync.Apply(pod);
+  const std::vector<PodAssignment> all = store.All();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_TRUE(all[0].terminating);
+  EXPECT_EQ(all[0].allocated, std::set<std::string>{"main"});
+  EXPECT_EQ(store.PendingContainers(), 0u);
+
+  core::NodeInventory inv;
+  inv.node = "node-a";
+  inv.vendor = core::Vendor::kNvidia;
+  core::Device gpu;
+  gpu.id = "GPU-a";
+  gpu.vendor = core::Vendor::kNvidia;
+  gpu.memory_mib = 81920;
+  gpu.max_shares = 10;
+  inv.devices.push_back(gpu);
+  // Its 1 GiB grant, its context and a little more: within the allowance.
+  ForeignMemory foreign({.min_mib = 2048, .per_share_mib = 512, .confirm = 1});
+  EXPECT_TRUE(foreign.Observe({inv}, {{"GPU-a", 3000}}, all).empty());
+  UngrantedUses uses;
+  const auto owner_of = [](int64_t pid) {
+    return ProcessOwner{pid, true, "python3", {"uid-p", ""}};
+  };
+  const auto pod_of = [&](const std::string& uid) { return sync.PodKeyOfUid(uid); };
+  EXPECT_TRUE(uses.Observe({inv}, {{"GPU-a", {{10, 1000}}}}, owner_of, pod_of, all).empty());
+
+  // Kubelet reports its slot free: not offered as a pod admitted again, and
+  // not matched as a repeat.
+  EXPECT_FALSE(store.Preferred("nvidia.com/gpu", {"GPU-a::1"}, {}, 1).slots.has_value());
+  EXPECT_FALSE(store.Match("nvidia.com/gpu", {"GPU-a::1"}).ok());
+
+  // Finished: gone from the store.
+  pod["status"]["phase"] = "Succeeded";
+  sync.Apply(pod);
+  EXPECT_TRUE(store.All().empty());
+  // A pod deleted before kubelet admitted it runs nothing: no entry.
+  json waiting = PodJson("w", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+  waiting["metadata"]["deletionTimestamp"] = "2026-11-30T03:00:00Z";
+  auto e = EntryFromPod(waiting, "node-a");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_FALSE(e->has_value());
+}
+
 // A pod whose assignment the extender signed, for pod uid-<name> on `node`.
 json SignedPodJson(api::AssignmentKeyRing& keys, const std::string& name, const std::string& node,
                    const std::string& text) {
