@@ -101,15 +101,21 @@ void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device) {
   AllocRecord r;
   r.bytes = bytes;
   r.device = device;
+  // Every free the shim sees takes the record before the driver frees the
+  // address (ForgetAndCall), so a record still here is stale: its memory
+  // went where the shim did not see (a device reset, a destroyed context).
+  // The new allocation takes its place; the stale charge is returned.
+  AllocRecord stale;
   pthread_mutex_lock(&s.mem_mu);
+  bool replaced = table->Take(key, &stale);
   bool ok = table->Put(key, r);
-  bool duplicate = !ok && table->Find(key) != nullptr;
   pthread_mutex_unlock(&s.mem_mu);
-  if (duplicate) {
+  if (replaced) {
     Logf(LogLevel::kWarn,
-         "handle 0x%llx handed out again while still recorded (freed outside the shim?); "
-         "the new allocation is not charged",
+         "handle 0x%llx handed out again while still recorded (freed outside the shim: a "
+         "device reset?); its old charge is returned, the new allocation charged",
          static_cast<unsigned long long>(key));
+    ReleaseRecord(stale);
   }
   if (!ok) {
     UnchargeBytes(device, bytes);  // Cannot track it: never charge what we cannot free.
@@ -365,11 +371,16 @@ void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device) {
   r.bytes = 0;
   r.device = device;
   r.link = reinterpret_cast<uint64_t>(pool);
+  AllocRecord stale;
   pthread_mutex_lock(&s.mem_mu);
+  bool replaced = s.pointers->Take(key, &stale);  // Stale, as in Remember.
   // If it cannot be recorded, its free does not re-read the pool; the pool's
   // next allocation, trim or a memory query does.
   s.pointers->Put(key, r);
   pthread_mutex_unlock(&s.mem_mu);
+  if (replaced) {
+    ReleaseRecord(stale);
+  }
 }
 
 void RememberPoolHome(CUmemoryPool pool, const CUmemLocation& location) {

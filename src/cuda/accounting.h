@@ -31,8 +31,9 @@ bool CurrentSlot(int* slot);
 // kMaxSlots held by live processes) is refused with an error log.
 Charge ChargeBytes(int device, uint64_t bytes);
 void UnchargeBytes(int device, uint64_t bytes);
-// Records key -> (bytes, device); uncharges at once if it cannot be recorded
-// (a key already recorded is reported and keeps its record).
+// Records key -> (bytes, device); uncharges at once if it cannot be recorded.
+// A key still recorded is stale (every free takes its record before the
+// driver frees): it is reported, uncharged and replaced.
 void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device);
 // Removes `key` from `table` into `out`; false for untracked keys.
 bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out);

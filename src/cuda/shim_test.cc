@@ -731,6 +731,24 @@ TEST(ShimTest, AnAddressReusedDuringItsFreeKeepsBothChargesRight) {
   }
 }
 
+// Memory freed where the shim does not see it (cudaDeviceReset; the reset is
+// not hooked) leaves its record behind. An allocation the driver then gives
+// the same address replaces the stale record: it is charged and the stale
+// charge returned. It went uncharged, and its free returned the stale charge.
+TEST(ShimTest, AnAllocationAtTheAddressOfAStaleRecordIsCharged) {
+  ProcessResult r =
+      Probe({"direct", "resetalloc", std::to_string(32 * kMiB), std::to_string(96 * kMiB)},
+            {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto kv = ParseKeyValues(r.out);
+  EXPECT_EQ(U(kv, "reset_rc"), 0u);
+  EXPECT_EQ(U(kv, "rc2"), 0u);
+  EXPECT_EQ(U(kv, "same_address"), 1u) << "the interleaving happened";
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB - 96 * kMiB) << "the new block is charged, the stale not";
+  EXPECT_EQ(U(kv, "freed_free"), 1024 * kMiB);
+  EXPECT_EQ(CountLines(r.err, "handed out again"), 1) << r.err;
+}
+
 TEST(ShimTest, AFailedFreeKeepsItsCharge) {
   struct Case {
     const char* api;

@@ -23,6 +23,7 @@ CUresult cuCtxGetDevice(CUdevice*);
 CUresult cuCtxGetCurrent(CUcontext*);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize();
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuMemGetInfo_v2(size_t*, size_t*);
 CUresult cuMemAlloc(unsigned*, unsigned);  // The CUDA 3.1-era ABI.
 CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);

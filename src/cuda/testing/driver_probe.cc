@@ -87,6 +87,9 @@
 //   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
 //                            over while this one forks; each child looks it
 //                            up once; how many children hung
+//   resetalloc <a> <b>       cuMemAlloc <a>, reset the device (unhooked, as
+//                            cudaDeviceReset), cuMemAlloc <b> (the fake gives
+//                            it the address of <a>), free it
 //   zeroalloc <bytes>        after cuMemAlloc of <bytes>, cuMemAlloc and
 //                            cuMemAllocManaged of 0 bytes
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
@@ -1601,6 +1604,18 @@ int main(int argc, char** argv) {
   }
   if (command == "newlocation" && argc == 5) {
     return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "resetalloc" && argc == 5) {
+    CUdeviceptr p = 0;
+    CUresult rc = a.alloc(&p, std::strtoull(argv[3], nullptr, 10));
+    CUresult reset_rc = cuDevicePrimaryCtxReset_v2(0);
+    CUdeviceptr q = 0;
+    CUresult rc2 = a.alloc(&q, std::strtoull(argv[4], nullptr, 10));
+    std::printf("rc=%d reset_rc=%d rc2=%d same_address=%d free=%zu\n", rc, reset_rc, rc2,
+                p == q ? 1 : 0, FreeBytes(a));
+    a.free(q);
+    std::printf("freed_free=%zu\n", FreeBytes(a));
+    return 0;
   }
   if (command == "zeroalloc" && argc == 4) {
     CUdeviceptr p = 0;

@@ -630,6 +630,29 @@ FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   }
   return Free(p, "cuIpcCloseMemHandle");
 }
+// Like cudaDeviceReset: every allocation and pool of the device is gone. The
+// next allocations get the addresses of the first ones again.
+FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (auto it = s.allocations.begin(); it != s.allocations.end();) {
+    it = it->second.device == dev ? s.allocations.erase(it) : std::next(it);
+  }
+  for (auto it = s.pools.begin(); it != s.pools.end();) {
+    it = it->second.device == dev && !it->second.host ? s.pools.erase(it) : std::next(it);
+  }
+  s.default_pool[dev] = nullptr;
+  s.current_pool[dev] = nullptr;
+  s.used[dev] = 0;
+  if (s.allocations.empty()) {
+    s.next_address = 1ULL << 40;
+  }
+  return CUDA_SUCCESS;
+}
+
 // Makes IPC opens reference-counted per handle, as the real driver's are.
 FAKE_EXPORT void fakecuda_IpcRefcounted(int on) {
   State& s = S();
