@@ -175,7 +175,9 @@ CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call,
 // A stream-ordered allocation from a pool tracked by reserve: runs the real
 // call, then charges the pool's growth. A growth past the cap is undone (the
 // block is freed on its stream and the pool trimmed) and OUT_OF_MEMORY
-// returned. `free_async(ptr)` frees on the allocation's stream.
+// returned. `free_async(ptr)` frees on the allocation's stream and waits
+// for the free to complete (the trim releases only memory whose free the
+// host has seen complete).
 template <typename Call, typename FreeAsync>
 CUresult PoolAllocAndCharge(CUmemoryPool pool, int device, CUdeviceptr* dptr, Call call,
                             FreeAsync free_async) {

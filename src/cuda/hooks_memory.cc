@@ -99,13 +99,31 @@ CUresult HookMemFree(CUdeviceptr ptr) {
   return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr); });
 }
 
-// Frees a stream-ordered allocation on `stream` through the real driver;
-// stream 0 of a _ptsz entry point is the per-thread stream.
+// Frees a refused stream-ordered allocation on `stream` through the real
+// driver and waits for the stream: a pool trim does not release memory
+// whose free the host has not yet seen complete, so without the wait the
+// refused growth stayed reserved (uncharged) and, with a release threshold
+// of UINT64_MAX, every later allocation of that pool was refused as if it
+// grew past the cap. Stream 0 of a _ptsz entry point is the per-thread
+// stream. The wait is made in relaxed capture mode: another thread's global
+// capture must not be invalidated by it.
 void FreeOnStream(CUdeviceptr ptr, CUstream stream, bool per_thread) {
+  ShimState& s = State();
+  CUstream target = stream == nullptr && per_thread ? ACCELPOOL_CU_STREAM_PER_THREAD : stream;
   if (auto free_fn = Real<cuMemFreeAsyncFn>(kHookMemFreeAsync, 0)) {
-    free_fn(ptr, stream == nullptr && per_thread ? ACCELPOOL_CU_STREAM_PER_THREAD : stream);
+    free_fn(ptr, target);
   } else if (auto free_ptsz = Real<cuMemFreeAsyncFn>(kHookMemFreeAsync, 1)) {
     free_ptsz(ptr, stream);
+  }
+  if (s.stream_synchronize == nullptr) {
+    return;
+  }
+  int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool swapped =
+      s.exchange_capture_mode != nullptr && s.exchange_capture_mode(&mode) == CUDA_SUCCESS;
+  s.stream_synchronize(target);
+  if (swapped) {
+    s.exchange_capture_mode(&mode);  // Back to the thread's own mode.
   }
 }
 

@@ -275,6 +275,7 @@ void CudaOnce() {
   }
   s.stream_is_capturing[0] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing");
   s.stream_is_capturing[1] = Resolve<cuStreamIsCapturingFn>(s.cuda, "cuStreamIsCapturing_ptsz");
+  s.stream_synchronize = Resolve<cuStreamSynchronizeFn>(s.cuda, "cuStreamSynchronize");
   s.exchange_capture_mode =
       Resolve<cuThreadExchangeStreamCaptureModeFn>(s.cuda, "cuThreadExchangeStreamCaptureMode");
   s.graph_get_nodes = Resolve<cuGraphGetNodesFn>(s.cuda, "cuGraphGetNodes");

@@ -56,6 +56,7 @@ inline constexpr int kSlots = 6;
 inline constexpr uint64_t kAllocGranularity = 2ULL << 20;
 
 typedef CUresult (*cuStreamIsCapturingFn)(CUstream, int*);
+typedef CUresult (*cuStreamSynchronizeFn)(CUstream);
 
 // Stream-ordered pools are charged what they physically reserve
 // (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), tracked per pool (accounting.h).
@@ -87,6 +88,7 @@ struct ShimState {
   cuEventQueryFn event_query = nullptr;
   cuEventElapsedTimeFn event_elapsed = nullptr;
   cuStreamIsCapturingFn stream_is_capturing[2] = {};
+  cuStreamSynchronizeFn stream_synchronize = nullptr;
   cuThreadExchangeStreamCaptureModeFn exchange_capture_mode = nullptr;
   cuGraphGetNodesFn graph_get_nodes = nullptr;
   cuGraphNodeGetTypeFn graph_node_get_type = nullptr;

@@ -449,6 +449,24 @@ TEST(ShimTest, AsyncGrowthPastTheCapIsUndoneAndReturnsOutOfMemory) {
 // Graph memory nodes are backed by the device's graph pool, which maps
 // memory when a graph is uploaded or first launched. The fake's graph here
 // allocates the given size in two halves inside a child graph.
+// A real driver completes a stream-ordered free when the host synchronises;
+// until then a trim keeps its memory. The refused growth was freed and the
+// pool trimmed at once: the growth stayed reserved and uncharged, and with
+// the threshold at UINT64_MAX every later allocation, even one served from
+// memory the pool held, was refused until the host synchronised.
+TEST(ShimTest, AfterARefusedGrowthThePoolServesWhatItHolds) {
+  for (const char* path : {"direct", "procaddr_ptds"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "pooldefer", std::to_string(20 * kMiB), "3"},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
+    EXPECT_EQ(U(kv, "held"), 2u) << "two 32 MiB segments fit";
+    EXPECT_EQ(U(kv, "refused_rc"), 2u);
+    EXPECT_EQ(U(kv, "reserved"), 64 * kMiB) << "the refused growth was released";
+    EXPECT_EQ(U(kv, "again_rc"), 0u) << "10 MiB from a segment the pool holds";
+    EXPECT_EQ(U(kv, "free"), 0u);
+  }
+}
+
 TEST(ShimTest, GraphMemoryIsChargedWhenMappedAndRefusedPastTheCap) {
   const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
   for (const char* path : {"direct", "dlsym", "procaddr"}) {

@@ -114,6 +114,7 @@ uint64_t fakecuda_DeviceUsedBytes(int device);
 void fakecuda_Fail(const char* name, int fail);
 void fakecuda_OnNextFree(void (*fn)(void*), void* ctx);
 void fakecuda_IpcRefcounted(int on);
+void fakecuda_DeferAsyncFrees(int on);
 int64_t fakecuda_BusyNs();
 int64_t fakecuda_EventRecords();
 int64_t fakecuda_ForeignNs();

@@ -90,6 +90,10 @@
 //   resetalloc <a> <b>       cuMemAlloc <a>, reset the device (unhooked, as
 //                            cudaDeviceReset), cuMemAlloc <b> (the fake gives
 //                            it the address of <a>), free it
+//   pooldefer <chunk> <n>    (threshold max; frees complete at the next
+//                            synchronisation, as the host sees them) <n>
+//                            async allocations of <chunk> until one is
+//                            refused; one freed; then <chunk> / 2 again
 //   zeroalloc <bytes>        after cuMemAlloc of <bytes>, cuMemAlloc and
 //                            cuMemAllocManaged of 0 bytes
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
@@ -1615,6 +1619,26 @@ int main(int argc, char** argv) {
                 p == q ? 1 : 0, FreeBytes(a));
     a.free(q);
     std::printf("freed_free=%zu\n", FreeBytes(a));
+    return 0;
+  }
+  if (command == "pooldefer" && argc == 5) {
+    CUmemoryPool pool = CurrentPool("max");
+    fakecuda_DeferAsyncFrees(1);
+    uint64_t chunk = std::strtoull(argv[3], nullptr, 10);
+    std::vector<CUdeviceptr> held;
+    CUresult rc = CUDA_SUCCESS;
+    for (int i = 0; i < std::atoi(argv[4]) && rc == CUDA_SUCCESS; ++i) {
+      CUdeviceptr p = 0;
+      rc = a.alloc_async(&p, chunk, nullptr);
+      if (rc == CUDA_SUCCESS) {
+        held.push_back(p);
+      }
+    }
+    std::printf("held=%zu refused_rc=%d reserved=%llu\n", held.size(), rc, Reserved(pool));
+    a.free_async(held.front(), nullptr);
+    CUdeviceptr q = 0;
+    CUresult again_rc = a.alloc_async(&q, chunk / 2, nullptr);
+    std::printf("again_rc=%d reserved=%llu free=%zu\n", again_rc, Reserved(pool), FreeBytes(a));
     return 0;
   }
   if (command == "zeroalloc" && argc == 4) {

@@ -198,6 +198,21 @@ void PoolFreeLocked(State& s, const Allocation& a) {
   }
 }
 
+}  // namespace
+
+namespace accelpool::cuda::fake {
+
+void CompletePendingFreesLocked(State& s) {
+  for (const Allocation& a : s.pending_frees) {
+    PoolFreeLocked(s, a);
+  }
+  s.pending_frees.clear();
+}
+
+}  // namespace accelpool::cuda::fake
+
+namespace {
+
 // `entry` names the calling entry point for fakecuda_Fail.
 CUresult Free(CUdeviceptr ptr, const char* entry) {
   State& s = S();
@@ -218,7 +233,10 @@ CUresult Free(CUdeviceptr ptr, const char* entry) {
     if (it->second.graph) {
       s.graph_used[it->second.device] -= it->second.bytes;
     }
-    if (it->second.pool != nullptr) {
+    if (it->second.pool != nullptr && s.defer_async_frees &&
+        std::strncmp(entry, "cuMemFreeAsync", 14) == 0) {
+      s.pending_frees.push_back(it->second);
+    } else if (it->second.pool != nullptr) {
       PoolFreeLocked(s, it->second);
     }
     s.allocations.erase(it);
@@ -651,6 +669,12 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
     s.next_address = 1ULL << 40;
   }
   return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT void fakecuda_DeferAsyncFrees(int on) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.defer_async_frees = on != 0;
 }
 
 // Makes IPC opens reference-counted per handle, as the real driver's are.

@@ -249,6 +249,7 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream st) {
     State& s = S();
     std::lock_guard<std::mutex> lock(s.mu);
     tail = s.stream_tail[StreamKey(st, false)];
+    CompletePendingFreesLocked(s);
   }
   SleepUntil(tail);
   return CUDA_SUCCESS;
@@ -261,6 +262,7 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
     for (const auto& [key, t] : s.stream_tail) {
       tail = std::max(tail, t);
     }
+    CompletePendingFreesLocked(s);
   }
   SleepUntil(tail);
   return CUDA_SUCCESS;

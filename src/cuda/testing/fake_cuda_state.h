@@ -127,6 +127,11 @@ struct State {
   // handle already open returns its pointer with one more reference, and
   // the last close unmaps it. Off by default: tests open one handle many times.
   bool ipc_refcounted = false;
+  // Stream-ordered frees of pool blocks completing only at the next
+  // cuStreamSynchronize / cuCtxSynchronize (fakecuda_DeferAsyncFrees), as
+  // the host sees them on a real driver: until then a trim keeps them.
+  bool defer_async_frees = false;
+  std::vector<Allocation> pending_frees;
   std::map<std::string, CUdeviceptr> ipc_open;  // Handle bytes -> pointer.
   std::map<CUdeviceptr, int> ipc_refs;
   // A callback run once inside the next upload or launch of an instantiated
@@ -150,6 +155,9 @@ bool Capturing(CUstream stream);
 // A fresh device address range of `bytes` (fake_cuda.cc). REQUIRES: S().mu held.
 CUdeviceptr NextAddressLocked(State& s, uint64_t bytes);
 uint64_t Pages(uint64_t bytes);
+// Completes the deferred stream-ordered frees (fakecuda_DeferAsyncFrees).
+// REQUIRES: S().mu held.
+void CompletePendingFreesLocked(State& s);
 // Stream-ordered allocation and free on the capturing stream: recorded as
 // memory nodes of the graph cuStreamEndCapture returns (fake_cuda_graph.cc).
 CUresult CaptureAlloc(CUdeviceptr* out, uint64_t bytes);
