@@ -134,6 +134,36 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     if (!match.ok() && fresh.code() == StatusCode::kDeadlineExceeded) {
       return fresh;  // the store may just be behind: say so, not "no assignment"
     }
+    // A repeat, or a container presumed allocated, answers with a grant
+    // handed out before. Unconfirmed it may be a finished pod's the watch has
+    // not reported, handed to a pod bound a moment ago: its devices, limits
+    // and state dir would go to the new pod. Kubelet's own view confirms it
+    // when it lists that pod as being admitted (a kubelet that lost its
+    // checkpoint while the apiserver is unreachable).
+    if (match.ok() && (match->repeat || match->presumed) && !fresh.ok()) {
+      std::string why = "kubelet's pod-resources API is not configured";
+      if (kubelet_view_) {
+        StatusOr<KubeletView> view = kubelet_view_();
+        why = !view.ok() ? "kubelet's pod-resources API could not be read (" +
+                               view.status().message() + ")"
+              : KubeletAdmitting(*view, match->pod, match->container, resource)
+                  ? std::string()
+                  : "kubelet's pod-resources API does not list the pod as being admitted";
+      }
+      if (!why.empty()) {
+        // Not reported on that pod: the caller may well be another one.
+        return AbortedError(
+            "slot ids name container " + match->container.name + " of pod " + match->pod.Key() +
+            ", allocated before, and the node's pods could not be re-read (" + fresh.message() +
+            ") to confirm that it is being admitted again; " + why +
+            ". Kubelet fails the pod's admission and does not call again for it "
+            "(its controller creates it again, or delete it and create it again)");
+      }
+      log_.Info(
+          "the node's pods could not be re-read; kubelet's pod-resources API confirms the "
+          "pod is being admitted again",
+          {{"pod", match->pod.Key()}, {"container", match->container.name}});
+    }
   }
   // Several pods could be asking: kubelet's own view settles it.
   if (kubelet_view_ && ((match.ok() && match->ambiguous) ||

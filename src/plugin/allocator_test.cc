@@ -519,6 +519,51 @@ TEST_F(AllocatorTest, AKubeletThatLostItsCheckpointIsAnsweredTheSameAgain) {
   EXPECT_EQ(refreshes, 1);  // q was found pending by its slots: nothing to confirm
 }
 
+// A repeat answers with a grant handed out before, so it must be confirmed:
+// when the node's pods cannot be re-read, only kubelet's view can tell a pod
+// kubelet admits again (listed, its container without devices) from a
+// finished pod the watch has not reported whose slots kubelet now hands to a
+// pod bound a moment ago. Unconfirmed, the call is refused and no state dir
+// is made for anyone.
+TEST_F(AllocatorTest, ARepeatIsRefusedWhenNeitherThePodsNorKubeletConfirmIt) {
+  Assign(Pod("p"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
+  store_.MarkAllocated("uid-p", {"c"});
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  Allocator unread("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(),
+                   [] { return UnavailableError("the apiserver is unreachable"); });
+  // No view at all, a view that cannot be read, a view without p, a view
+  // listing p's container with its devices (p still runs as it was): refused.
+  const std::vector<std::optional<StatusOr<KubeletView>>> refused = {
+      std::nullopt,
+      StatusOr<KubeletView>(UnavailableError("no socket")),
+      StatusOr<KubeletView>(KubeletView{{"default/q", {{"c", {}}}}}),
+      StatusOr<KubeletView>(KubeletView{{"default/p", {{"c", {kGpu}}}}}),
+  };
+  for (size_t i = 0; i < refused.size(); ++i) {
+    SCOPED_TRACE(i);
+    if (refused[i].has_value()) {
+      const StatusOr<KubeletView> view = *refused[i];
+      unread.SetKubeletView([view] { return view; });
+    }
+    auto r = unread.Allocate(kGpu, {{"GPU-a::7"}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("could not be re-read"), std::string::npos)
+        << r.status().message();
+    EXPECT_FALSE(std::filesystem::exists(dir_.File("containers/uid-p_c")));
+  }
+  // Kubelet lists p, its container without devices: it admits p again.
+  unread.SetKubeletView([] {
+    return StatusOr<KubeletView>(KubeletView{{"default/p", {{"c", {}}}}});
+  });
+  auto again = unread.Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)[0].pod.name, "p");
+  EXPECT_TRUE((*again)[0].repeat);
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("containers/uid-p_c")));
+}
+
 // The same crash while another pod of the shape waits to be admitted.
 // Kubelet admits the older pod first, and lists only the pods it has reached:
 // p (its container without devices), not q. Its view sends p to its own slots

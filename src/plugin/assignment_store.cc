@@ -55,6 +55,19 @@ std::vector<std::string> InAssignmentOrder(const PodAssignment& p) {
 
 }  // namespace
 
+bool KubeletAdmitting(const KubeletView& kubelet, const PodRef& pod,
+                      const api::AssignedContainer& container, const std::string& resource) {
+  auto listed = kubelet.find(pod.Key());
+  if (listed == kubelet.end()) {
+    return false;
+  }
+  if (container.kind == core::ContainerKind::kInit) {
+    return true;
+  }
+  auto c = listed->second.find(container.name);
+  return c == listed->second.end() || c->second.count(resource) == 0;
+}
+
 void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
                                    const std::set<std::string>& allocated,
                                    const std::set<std::string>& presumed, bool terminating) {
@@ -143,15 +156,7 @@ const api::AssignedContainer* PendingOf(const PodAssignment& p, const std::strin
 // `resource` was allocated before.
 bool Admitting(const PodAssignment& p, const api::AssignedContainer& pending,
                const std::string& resource, const KubeletView& kubelet) {
-  auto pod = kubelet.find(p.pod.Key());
-  if (pod == kubelet.end()) {
-    return false;
-  }
-  if (pending.kind == core::ContainerKind::kInit) {
-    return true;
-  }
-  auto c = pod->second.find(pending.name);
-  return c == pod->second.end() || c->second.count(resource) == 0;
+  return KubeletAdmitting(kubelet, p.pod, pending, resource);
 }
 
 // The pod whose allocated plain init container holds one of `ids`: kubelet
@@ -293,6 +298,10 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
   std::optional<PodRef> first_caller = caller != nullptr ? *caller : std::nullopt;
   if (caller != nullptr) caller->reset();
   StatusOr<ContainerMatch> again = MatchIn(pods, resource, slot_ids, caller, kubelet);
+  if (again.ok()) {
+    const auto p = pods.find(again->pod.uid);
+    again->presumed = p != pods.end() && p->second.presumed.count(again->container.name) > 0;
+  }
   if (again.ok() || !m.ok()) {
     return again;
   }

@@ -141,7 +141,17 @@ struct ContainerMatch {
   How how = How::kSlots;
   // By the slot ids while other pods wait with the same shape (rule 3).
   bool ambiguous = false;
+  // A container presumed allocated ("Presumed allocations"), answered as if
+  // pending because nobody else could be asking.
+  bool presumed = false;
 };
+
+// Whether kubelet's view lists `pod` as being admitted now, with `container`
+// still to be allocated devices of `resource`: the pod is listed, and the
+// container is a plain init container (kubelet does not list those), is not
+// listed, or is listed without devices of `resource`.
+bool KubeletAdmitting(const KubeletView& kubelet, const PodRef& pod,
+                      const api::AssignedContainer& container, const std::string& resource);
 
 struct PreferredAnswer {
   std::optional<std::vector<std::string>> slots;  // none: no preference
