@@ -396,7 +396,28 @@ int32_t NvidiaDriver::IndexOfLocked(const std::string& gpu_uuid) const {
 
 Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   ACCELPOOL_RETURN_IF_ERROR(EnsureInit());
-  ACCELPOOL_RETURN_IF_ERROR(nvml_->RegisterXidEvents());
+  // Without XID events (none of the GPUs, or the driver, supports them) the
+  // watch still runs: it announces what discovery's probes found unhealthy
+  // and brings GPUs back once they answer; the device check's discoveries
+  // find GPUs that start failing.
+  StatusOr<std::vector<int32_t>> registered = nvml_->RegisterXidEvents();
+  if (!registered.ok() && registered.status().code() != StatusCode::kUnimplemented) {
+    return registered.status();
+  }
+  const bool events = registered.ok();
+  if (!events) {
+    spdlog::warn(
+        "nvidia: {}; a failing GPU is found by the plugin's device checks (its health "
+        "query), not at its XID",
+        registered.status().message());
+  } else if (!registered->empty()) {
+    std::string which;
+    for (int32_t i : *registered) which += (which.empty() ? "" : ",") + std::to_string(i);
+    spdlog::warn(
+        "nvidia: GPU(s) {} do not support XID events; a failure there is found by the "
+        "plugin's device checks (its health query), not at its XID",
+        which);
+  }
   std::string last_error;
   // A GPU's devices: the GPU, or every MIG device on it.
   auto ids_of = [this](int32_t i) {
@@ -432,53 +453,57 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   announce(true);
   while (!stop.stop_requested()) {
     announce(false);
-    StatusOr<std::optional<XidEvent>> ev =
-        nvml_->WaitXid(static_cast<int32_t>(options_.event_wait.count()));
-    if (!ev.ok()) {
-      if (ev.status().message() != last_error) {
-        spdlog::error("nvidia: waiting for XID events failed: {}", ev.status().ToString());
-        last_error = ev.status().message();
-      }
+    if (!events) {
       std::this_thread::sleep_for(options_.event_wait);
-    } else if (ev->has_value()) {
-      last_error.clear();
-      const XidEvent& x = **ev;
-      const std::string what = x.gpu_lost
-                                   ? std::string("NVML reports a GPU is lost (fell off the bus)")
-                                   : DescribeXid(x.xid);
-      if (x.gpu_lost) {
-        // NVML may answer every wait this way: do not spin.
-        std::this_thread::sleep_for(options_.event_wait);
-      }
-      if (!x.gpu_lost && IsIgnoredXid(x.xid, options_.extra_ignored_xids)) {
-        spdlog::info("nvidia: GPU {} reported application {}; device stays healthy", x.device,
-                     DescribeXid(x.xid));
-      } else {
-        std::vector<int32_t> hit;
-        if (x.device >= 0) {
-          hit.push_back(x.device);
-        } else {
-          for (int32_t i = 0; i < all(); ++i) {
-            hit.push_back(i);
-          }
+    } else {
+      StatusOr<std::optional<XidEvent>> ev =
+          nvml_->WaitXid(static_cast<int32_t>(options_.event_wait.count()));
+      if (!ev.ok()) {
+        if (ev.status().message() != last_error) {
+          spdlog::error("nvidia: waiting for XID events failed: {}", ev.status().ToString());
+          last_error = ev.status().message();
         }
-        for (int32_t i : hit) {
-          bool was_healthy = false;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size()) {
-              continue;  // not a GPU this node's discovery knows
+        std::this_thread::sleep_for(options_.event_wait);
+      } else if (ev->has_value()) {
+        last_error.clear();
+        const XidEvent& x = **ev;
+        const std::string what = x.gpu_lost
+                                     ? std::string("NVML reports a GPU is lost (fell off the bus)")
+                                     : DescribeXid(x.xid);
+        if (x.gpu_lost) {
+          // NVML may answer every wait this way: do not spin.
+          std::this_thread::sleep_for(options_.event_wait);
+        }
+        if (!x.gpu_lost && IsIgnoredXid(x.xid, options_.extra_ignored_xids)) {
+          spdlog::info("nvidia: GPU {} reported application {}; device stays healthy", x.device,
+                       DescribeXid(x.xid));
+        } else {
+          std::vector<int32_t> hit;
+          if (x.device >= 0) {
+            hit.push_back(x.device);
+          } else {
+            for (int32_t i = 0; i < all(); ++i) {
+              hit.push_back(i);
             }
-            auto [it, inserted] = unhealthy_.try_emplace(gpu_uuids_[static_cast<size_t>(i)]);
-            it->second.last_xid = Clock::now();
-            if (inserted) {
-              it->second.reason = what;
-            }
-            was_healthy = inserted;
           }
-          for (const std::string& id : was_healthy ? ids_of(i) : std::vector<std::string>()) {
-            spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, what);
-            sink({core::Vendor::kNvidia, id, false, what});
+          for (int32_t i : hit) {
+            bool was_healthy = false;
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size()) {
+                continue;  // not a GPU this node's discovery knows
+              }
+              auto [it, inserted] = unhealthy_.try_emplace(gpu_uuids_[static_cast<size_t>(i)]);
+              it->second.last_xid = Clock::now();
+              if (inserted) {
+                it->second.reason = what;
+              }
+              was_healthy = inserted;
+            }
+            for (const std::string& id : was_healthy ? ids_of(i) : std::vector<std::string>()) {
+              spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, what);
+              sink({core::Vendor::kNvidia, id, false, what});
+            }
           }
         }
       }

@@ -55,7 +55,7 @@ class FakeNvml : public NvmlLibrary {
   StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t i) override {
     return links.at(static_cast<size_t>(i));
   }
-  Status RegisterXidEvents() override { return Status::Ok(); }
+  StatusOr<std::vector<int32_t>> RegisterXidEvents() override { return register_result; }
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
     std::unique_lock<std::mutex> lock(mu);
     if (!queue.empty()) {
@@ -96,6 +96,7 @@ class FakeNvml : public NvmlLibrary {
   int32_t fail_info_index = -1;
   std::atomic<bool> probe_ok{true};
   std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
+  StatusOr<std::vector<int32_t>> register_result = std::vector<int32_t>();
   std::mutex mu;
   std::deque<StatusOr<std::optional<XidEvent>>> queue;
 };
@@ -525,6 +526,31 @@ TEST(NvidiaDriverTest, AGpuFailingItsProbeAtDiscoveryStartsUnhealthy) {
   EXPECT_TRUE(events[1].healthy);
   EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
   EXPECT_FALSE(events[2].healthy);
+}
+
+// Without XID events the watch still runs: a GPU that failed its health
+// query at discovery is announced and comes back when it answers.
+TEST(NvidiaDriverTest, WithoutXidEventsTheWatchStillAnnouncesAndRecovers) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  lib->register_result = UnimplementedError("no GPU supports XID events");
+  lib->probe_fail_mask = 0b01;
+  NvidiaDriver d(std::move(owned), Options());
+  auto first = d.Discover();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE((*first)[0].devices[0].healthy);
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(1));
+  lib->probe_fail_mask = 0;
+  ASSERT_TRUE(health.WaitFor(2));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, "GPU-1000-h200");
+  EXPECT_TRUE(events[1].healthy);
 }
 
 TEST(NvidiaDriverTest, XidClassification) {

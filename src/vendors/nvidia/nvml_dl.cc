@@ -217,7 +217,7 @@ class DlNvml : public NvmlLibrary {
     return out;
   }
 
-  Status RegisterXidEvents() override {
+  StatusOr<std::vector<int32_t>> RegisterXidEvents() override {
     auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>(Sym("EventSetCreate"));
     auto reg =
         lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
@@ -243,6 +243,9 @@ class DlNvml : public NvmlLibrary {
     if (!n.ok()) {
       return n.status();
     }
+    // A GPU without event support is left out; the others are still
+    // watched (one such GPU used to leave every GPU unwatched).
+    std::vector<int32_t> without;
     for (int32_t i = 0; i < *n; ++i) {
       StatusOr<nvmlDevice_t> h = Handle(i);
       if (!h.ok()) {
@@ -250,12 +253,15 @@ class DlNvml : public NvmlLibrary {
       }
       nvmlReturn_t r = (*reg)(*h, kEventXidCritical, events_);
       if (r == kNvmlErrorNotSupported) {
-        return UnimplementedError("GPU " + std::to_string(i) +
-                                  " does not support XID events; health is not watched");
+        without.push_back(i);
+        continue;
       }
       ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceRegisterEvents")));
     }
-    return Status::Ok();
+    if (*n > 0 && static_cast<int32_t>(without.size()) == *n) {
+      return UnimplementedError("no GPU supports XID events");
+    }
+    return without;
   }
 
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {

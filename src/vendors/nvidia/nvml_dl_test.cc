@@ -124,6 +124,31 @@ TEST(NvmlBindingTest, XidHealthIsTwoWay) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// A GPU whose driver refuses event registration (NOT_SUPPORTED) is left out;
+// the others are still watched (one such GPU used to leave all unwatched).
+TEST(NvmlBindingTest, AGpuWithoutEventSupportLeavesTheOthersWatched) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto unsupported =
+      reinterpret_cast<void (*)(unsigned)>(fake.Symbol("accelpool_fake_nvml_events_unsupported"));
+  ASSERT_NE(unsupported, nullptr);
+  unsupported(0b10);  // GPU 1
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  fake.Configure(8, -1, 3, 0);  // GPU 3 falls off the bus
+  const bool seen = health.WaitFor(1);
+  fake.Configure(8, -1, -1, 0);
+  const std::vector<HealthEvent> events = health.Stop();
+  unsupported(0);
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(events[0].device_id, invs->front().devices[3].id);
+  EXPECT_FALSE(events[0].healthy);
+}
+
 // The device plugin starts a backend's health watch again after its device
 // set changed. Each watch registers the GPUs on a fresh event set (the fake
 // refuses a GPU registered twice on one set), and the later watch still sees

@@ -85,9 +85,10 @@ class NvmlLibrary {
   // PCI bus ids at the far end of every active NVLink of the device (another
   // GPU, or an NVSwitch). Empty when the device has no NVLink.
   virtual StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) = 0;
-  // Registers every device for critical XID events. kUnimplemented when the
-  // driver or device does not support events.
-  virtual Status RegisterXidEvents() = 0;
+  // Registers every device that supports them for critical XID events and
+  // returns the indices of those that do not (nothing is watched there).
+  // kUnimplemented when the driver, or no device, supports events.
+  virtual StatusOr<std::vector<int32_t>> RegisterXidEvents() = 0;
   // Waits up to timeout_ms for a critical XID. nullopt on timeout; an event
   // with gpu_lost when NVML reports a lost GPU instead of an event.
   virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;

@@ -134,6 +134,7 @@ unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU r
 int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
 int name_calls = 0;                 // nvmlDeviceGetName calls since the last reset
 bool unterminated = false;          // the UUID and the name fill the buffer with no NUL
+unsigned events_unsupported = 0;    // bit per GPU: nvmlDeviceRegisterEvents says NOT_SUPPORTED
 
 // What GetUUID and GetName write: `s`, or with `unterminated` `s` and then
 // 'x' up to the very end of the buffer, with no NUL anywhere.
@@ -248,6 +249,11 @@ extern "C" __attribute__((visibility("default"))) int accelpool_fake_nvml_name_c
 // with no terminating NUL.
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_unterminated(int on) {
   unterminated = on != 0;
+}
+// GPUs (a bit each) whose event registration answers NVML_ERROR_NOT_SUPPORTED.
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_events_unsupported(
+    unsigned mask) {
+  events_unsupported = mask;
 }
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
   wait_lost = lost != 0;
@@ -579,7 +585,7 @@ __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
   unsigned i = 0;
   FakeEventSet* s = LiveSet(set);
   if (!ToIndex(h, &i) || s == nullptr || (s->registered >> i & 1) != 0) return kInvalidArgument;
-  if ((types & kXidCritical) == 0) return kNotSupported;
+  if ((types & kXidCritical) == 0 || (events_unsupported >> i & 1u) != 0) return kNotSupported;
   s->registered |= 1ULL << i;
   return kSuccess;
 }
@@ -593,7 +599,9 @@ __attribute__((visibility("default"))) int nvmlEventSetWait_v2(void* set, nvmlEv
     return kGpuIsLost;
   }
   const int fault = State().fault_device;
-  if (fault >= 0 && Valid(static_cast<unsigned>(fault))) {
+  // Events come only from GPUs registered on the set.
+  if (fault >= 0 && Valid(static_cast<unsigned>(fault)) &&
+      (LiveSet(set)->registered >> fault & 1) != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::memset(data, 0, sizeof(*data));
     data->device = reinterpret_cast<nvmlDevice_t>(&gpus[fault]);

@@ -42,7 +42,9 @@ class FakeHgml : public nvidia::NvmlLibrary {
   StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t) override {
     return std::vector<std::string>{};
   }
-  Status RegisterXidEvents() override { return UnimplementedError("no events"); }
+  StatusOr<std::vector<int32_t>> RegisterXidEvents() override {
+    return UnimplementedError("no events");
+  }
   StatusOr<std::optional<nvidia::XidEvent>> WaitXid(int32_t) override {
     return std::optional<nvidia::XidEvent>();
   }
