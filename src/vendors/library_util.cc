@@ -57,9 +57,13 @@ std::vector<std::string> PciDrmNodes(const std::string& pci_bus, const std::stri
   }
   std::vector<std::pair<int, std::string>> found;  // (order, path)
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(
-           std::filesystem::path(sysfs_root) / "bus/pci/devices" / bus / "drm", ec)) {
-    const std::string name = entry.path().filename().string();
+  // Stepped with an error code: a readdir that fails part way ends the
+  // listing (what was read is used) instead of throwing out of discovery.
+  for (std::filesystem::directory_iterator it(
+           std::filesystem::path(sysfs_root) / "bus/pci/devices" / bus / "drm", ec),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     for (const auto& [prefix, order] : {std::pair<std::string_view, int>{"card", 0},
                                         std::pair<std::string_view, int>{"renderD", 1}}) {
       if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
