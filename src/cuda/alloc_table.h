@@ -20,6 +20,7 @@ struct AllocRecord {
   uint64_t bytes = 0;   // Charged bytes (already rounded).
   int32_t device = -1;  // Device the bytes were charged to.
   int32_t refs = 0;     // VMM: live mappings of a handle. IPC: opens beyond the first.
+  int32_t retains = 0;  // VMM: cuMemRetainAllocationHandle references not yet released.
   uint64_t link = 0;    // VMM: handle of a mapping; released flag of a handle.
 };
 

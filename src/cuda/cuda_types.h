@@ -232,6 +232,7 @@ typedef CUresult (*cuMemReleaseFn)(CUmemGenericAllocationHandle);
 typedef CUresult (*cuMemMapFn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                                unsigned long long);  // NOLINT
 typedef CUresult (*cuMemUnmapFn)(CUdeviceptr, size_t);
+typedef CUresult (*cuMemRetainAllocationHandleFn)(CUmemGenericAllocationHandle*, void*);
 typedef CUresult (*cuIpcOpenMemHandleFn)(CUdeviceptr*, CUipcMemHandle, unsigned int);
 typedef CUresult (*cuIpcCloseMemHandleFn)(CUdeviceptr);
 typedef CUresult (*cuIpcGetMemHandleFn)(CUipcMemHandle*, CUdeviceptr);

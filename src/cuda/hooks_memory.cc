@@ -347,7 +347,7 @@ void* MemoryHook(HookId id, int slot) {
   if (id >= kHookMemAlloc && id <= kHookMemPoolCreate) {
     return kTable[id - kHookMemAlloc][slot];
   }
-  if (id >= kHookMemCreate && id <= kHookMemUnmap) {
+  if (id >= kHookMemCreate && id <= kHookMemRetainAllocationHandle) {
     return VmmHook(id, slot);
   }
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {

@@ -3,7 +3,10 @@
 // (cuMemMap) allocates nothing and is not charged again (charging both is
 // the double count behind false OOMs seen with VMM elsewhere). The charge is
 // returned when the handle has been released *and* its last mapping is gone,
-// which is when the driver frees the memory. See shim.h.
+// which is when the driver frees the memory. cuMemRetainAllocationHandle
+// hands out one more reference to a mapped handle, which a cuMemRelease
+// then drops: the handle counts as released only once every reference the
+// application holds is. See shim.h.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
@@ -82,10 +85,14 @@ CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
   AllocRecord freed;
   bool took = false;
   bool marked = false;
+  bool unretained = false;
   uint64_t old_link = 0;
   pthread_mutex_lock(&s.mem_mu);
   if (AllocRecord* r = s.vmm_handles->Find(handle)) {
-    if (r->refs <= 0) {
+    if (r->retains > 0) {
+      --r->retains;  // A retained reference: the creator's (or another) stays.
+      unretained = true;
+    } else if (r->refs <= 0) {
       took = s.vmm_handles->Take(handle, &freed);
     } else {
       old_link = r->link;
@@ -99,6 +106,10 @@ CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
     pthread_mutex_lock(&s.mem_mu);
     if (took) {
       s.vmm_handles->Put(handle, freed);
+    } else if (unretained) {
+      if (AllocRecord* r = s.vmm_handles->Find(handle)) {
+        ++r->retains;
+      }
     } else if (marked) {
       if (AllocRecord* r = s.vmm_handles->Find(handle)) {
         r->link = old_link;
@@ -186,13 +197,44 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
   return rc;
 }
 
+// The handle backing a mapped address, with one more reference held by the
+// application (the driver counts it; each reference takes a cuMemRelease).
+// The retained handle is the one that was mapped, so its record is found by
+// value. A retain of a handle whose creator already released it (it lives on
+// through its mappings) makes it unreleased again; otherwise it adds to the
+// record's retains, which cuMemRelease consumes first.
+template <int S>
+CUresult HookMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  EnsureCuda();
+  auto real = Real<cuMemRetainAllocationHandleFn>(kHookMemRetainAllocationHandle, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  CUresult rc = real(handle, addr);
+  if (rc != CUDA_SUCCESS || !s.mem_on || handle == nullptr) {
+    return rc;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  if (AllocRecord* r = s.vmm_handles->Find(*handle)) {
+    if (r->link == kReleased) {
+      r->link = 0;
+    } else {
+      ++r->retains;
+    }
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return rc;
+}
+
 }  // namespace
 
 void* VmmHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {
       ACCELPOOL_HOOK_SLOTS(HookMemCreate), ACCELPOOL_HOOK_SLOTS(HookMemRelease),
-      ACCELPOOL_HOOK_SLOTS(HookMemMap), ACCELPOOL_HOOK_SLOTS(HookMemUnmap)};
-  if (id < kHookMemCreate || id > kHookMemUnmap || slot < 0 || slot >= kSlots) {
+      ACCELPOOL_HOOK_SLOTS(HookMemMap), ACCELPOOL_HOOK_SLOTS(HookMemUnmap),
+      ACCELPOOL_HOOK_SLOTS(HookMemRetainAllocationHandle)};
+  if (id < kHookMemCreate || id > kHookMemRetainAllocationHandle || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookMemCreate][slot];
@@ -216,3 +258,6 @@ ACCELPOOL_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t o,
   return HookMemMap<0>(p, n, o, h, f);
 }
 ACCELPOOL_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return HookMemUnmap<0>(p, n); }
+ACCELPOOL_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* a) {
+  return HookMemRetainAllocationHandle<0>(h, a);
+}

@@ -1167,6 +1167,33 @@ TEST(ShimTest, AHandleMappedTwiceIsChargedOnceAndReturnedWhenGone) {
   }
 }
 
+// UCX, mscclpp and SGLang look up the handle of a mapped address with
+// cuMemRetainAllocationHandle and release it again. That release drops the
+// retained reference only: the application still owns the handle, so
+// unmapping it frees nothing, and mapped again it is still charged. (The
+// release was taken for the creator's: the unmap uncharged the handle, and
+// it was used again uncounted.)
+TEST(ShimTest, ARetainedHandleReleasedAgainStaysChargedUntilItsOwnRelease) {
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "vmmretain", std::to_string(64 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "mapped"), 896 * kMiB);
+    EXPECT_EQ(U(kv, "retain_rc"), 0u);
+    EXPECT_EQ(U(kv, "same"), 1u);
+    EXPECT_EQ(U(kv, "query_release_rc"), 0u);
+    EXPECT_EQ(U(kv, "queried"), 896 * kMiB);
+    EXPECT_EQ(U(kv, "unmapped"), 896 * kMiB) << "the application still owns the handle";
+    EXPECT_EQ(U(kv, "remap_rc"), 0u);
+    EXPECT_EQ(U(kv, "remapped"), 896 * kMiB);
+    EXPECT_EQ(U(kv, "release_rc"), 0u);
+    EXPECT_EQ(U(kv, "released"), 960 * kMiB) << "returned once: the other handle still counts";
+    EXPECT_EQ(U(kv, "device_used"), 64 * kMiB) << "the driver freed it too";
+    EXPECT_EQ(U(kv, "all_released"), 1024 * kMiB);
+  }
+}
+
 // PyTorch's DataLoader forks workers from a process that holds device
 // memory. A forked child starts with no charges and a slot of its own; its
 // normal exit returns what it charged and leaves the parent's charge alone.

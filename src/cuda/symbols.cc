@@ -36,6 +36,9 @@ constexpr SymbolInfo kSymbols[] = {
     {"cuMemRelease", "cuMemRelease", 10020, kNoMax, kHookMemRelease, false, kCu},
     {"cuMemMap", "cuMemMap", 10020, kNoMax, kHookMemMap, false, kCu},
     {"cuMemUnmap", "cuMemUnmap", 10020, kNoMax, kHookMemUnmap, false, kCu},
+    // A retained handle is one more reference that cuMemRelease drops.
+    {"cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000, kNoMax,
+     kHookMemRetainAllocationHandle, false, kCu},
     {"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 11000, kNoMax, kHookIpcOpenMemHandle, false,
      kCu},
     {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, kNoMax, kHookIpcCloseMemHandle, false,

@@ -43,6 +43,7 @@ enum HookId : int {
   kHookMemRelease,
   kHookMemMap,
   kHookMemUnmap,
+  kHookMemRetainAllocationHandle,
   kHookIpcOpenMemHandle,
   kHookIpcCloseMemHandle,
   kHookIpcGetMemHandle,

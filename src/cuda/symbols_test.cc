@@ -40,6 +40,7 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuLaunchCooperativeKernel", 12000, 0, "cuLaunchCooperativeKernel"},
       {"cuMemAllocAsync", 12000, kPtds, "cuMemAllocAsync_ptsz"},
       {"cuMemCreate", 12000, 0, "cuMemCreate"},
+      {"cuMemRetainAllocationHandle", 12000, 0, "cuMemRetainAllocationHandle"},
       {"cuMemPoolTrimTo", 12000, 0, "cuMemPoolTrimTo"},
       {"cuMemPoolDestroy", 13000, 0, "cuMemPoolDestroy"},
       {"cuIpcOpenMemHandle", 12000, 0, "cuIpcOpenMemHandle_v2"},

@@ -56,6 +56,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                   unsigned long long);  // NOLINT
 CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*, void*);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr*, size_t*, CUdeviceptr);

@@ -75,6 +75,10 @@
 //   vmmtwice <bytes>         one cuMemCreate handle mapped at two addresses;
 //                            free memory after each map, unmap and release,
 //                            then PyTorch's order (unmap before release)
+//   vmmretain <bytes>        two mapped cuMemCreate handles; one's handle is
+//                            retained from its address and released (the
+//                            query pattern of UCX, mscclpp), unmapped, mapped
+//                            again; then unmapped and released for good
 //   forkalloc <bytes>        allocate, fork (a DataLoader worker); the child
 //                            allocates and frees <bytes> and exits normally;
 //                            the parent's view of free memory at each step
@@ -162,6 +166,7 @@ struct Api {
   cuGraphExecDestroyFn graph_exec_destroy;
   cuDeviceGraphMemTrimFn graph_trim;
   cuMemPoolCreateFn pool_create;
+  cuMemRetainAllocationHandleFn retain;
 };
 
 void* g_driver = nullptr;
@@ -244,7 +249,8 @@ Api Load(const std::string& mode) {
             &cuGraphUpload,
             &cuGraphExecDestroy,
             &cuDeviceGraphMemTrim,
-            &cuMemPoolCreate};
+            &cuMemPoolCreate,
+            &cuMemRetainAllocationHandle};
     return a;
   }
   const int v = 12080;
@@ -286,6 +292,7 @@ Api Load(const std::string& mode) {
   Get(&a.graph_exec_destroy, mode, "cuGraphExecDestroy", "cuGraphExecDestroy", v, 10000);
   Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v, 11040);
   Get(&a.pool_create, mode, "cuMemPoolCreate", "cuMemPoolCreate", v, 11020);
+  Get(&a.retain, mode, "cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", v, 11000);
   return a;
 }
 
@@ -741,6 +748,43 @@ int VmmTwice(const Api& a, uint64_t bytes) {
   std::printf("segment_unmapped=%zu\n", FreeBytes(a));
   a.release(h);
   std::printf("segment_released=%zu\n", FreeBytes(a));
+  return 0;
+}
+
+// The handle of a mapped address, retained and released again (to export it
+// or read its properties), leaves the handle the application's: unmapping
+// it frees nothing, and it stays charged while mapped again. A second
+// handle stays mapped throughout, so a double uncharge would show.
+int VmmRetain(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const CUdeviceptr va = 1ULL << 45;
+  const CUdeviceptr other_va = va + bytes;
+  CUmemGenericAllocationHandle h = 0;
+  CUmemGenericAllocationHandle other = 0;
+  CUresult rc = a.create(&h, bytes, &prop, 0);
+  CUresult other_rc = a.create(&other, bytes, &prop, 0);
+  a.map(va, bytes, 0, h, 0);
+  a.map(other_va, bytes, 0, other, 0);
+  std::printf("create_rc=%d,%d mapped=%zu\n", rc, other_rc, FreeBytes(a));
+  CUmemGenericAllocationHandle retained = 0;
+  CUresult retain_rc = a.retain(&retained, reinterpret_cast<void*>(va + 4096));
+  CUresult query_release_rc = a.release(retained);
+  std::printf("retain_rc=%d same=%d query_release_rc=%d queried=%zu\n", retain_rc,
+              retained == h ? 1 : 0, query_release_rc, FreeBytes(a));
+  a.unmap(va, bytes);
+  std::printf("unmapped=%zu\n", FreeBytes(a));
+  CUresult remap_rc = a.map(va, bytes, 0, h, 0);
+  std::printf("remap_rc=%d remapped=%zu\n", remap_rc, FreeBytes(a));
+  a.unmap(va, bytes);
+  CUresult release_rc = a.release(h);
+  std::printf("release_rc=%d released=%zu device_used=%llu\n", release_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  a.unmap(other_va, bytes);
+  a.release(other);
+  std::printf("all_released=%zu\n", FreeBytes(a));
   return 0;
 }
 
@@ -1596,6 +1640,9 @@ int main(int argc, char** argv) {
   }
   if (command == "capturerace" && argc == 4) {
     return CaptureRace(a, std::atoll(argv[3]));
+  }
+  if (command == "vmmretain" && argc == 4) {
+    return VmmRetain(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "vmmtwice" && argc == 4) {
     return VmmTwice(a, std::strtoull(argv[3], nullptr, 10));

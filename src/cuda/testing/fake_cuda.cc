@@ -538,7 +538,7 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n,
   }
   s.used[dev] += n;
   *h = s.next_handle++;
-  s.handles[*h] = Handle{n, dev, 0, false};
+  s.handles[*h] = Handle{n, dev, 0, false, 0};
   return CUDA_SUCCESS;
 }
 
@@ -563,8 +563,35 @@ FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   if (it == s.handles.end() || it->second.released) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (it->second.retains > 0) {
+    --it->second.retains;  // One of several references.
+    return CUDA_SUCCESS;
+  }
   it->second.released = true;
   MaybeFreeHandle(s, h);
+  return CUDA_SUCCESS;
+}
+// The handle mapped at (or over) `addr`, with one more reference: as the
+// real driver, each retain takes a cuMemRelease of its own.
+FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* addr) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.mappings.upper_bound(reinterpret_cast<CUdeviceptr>(addr));
+  if (h == nullptr || it == s.mappings.begin()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  --it;
+  auto handle = s.handles.find(it->second);
+  if (handle == s.handles.end() ||
+      reinterpret_cast<CUdeviceptr>(addr) >= it->first + handle->second.bytes) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (handle->second.released) {
+    handle->second.released = false;  // Its mappings kept it alive; now a reference does.
+  } else {
+    ++handle->second.retains;
+  }
+  *h = it->second;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t, size_t, CUmemGenericAllocationHandle h,

@@ -340,6 +340,7 @@ const ProcEntry kProcs[] = {
     E(cuMemRelease, "cuMemRelease", 10020, false),
     E(cuMemMap, "cuMemMap", 10020, false),
     E(cuMemUnmap, "cuMemUnmap", 10020, false),
+    E(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, false),
     E(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, false),
     E(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, false),
     E(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, false),

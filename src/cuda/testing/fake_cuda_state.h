@@ -81,7 +81,8 @@ struct Handle {
   uint64_t bytes;
   int device;
   int maps;
-  bool released;
+  bool released;  // Every reference released (the creator's and each retain's).
+  int retains;    // cuMemRetainAllocationHandle references not yet released.
 };
 
 struct State {
