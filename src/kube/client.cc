@@ -1,5 +1,6 @@
 #include "kube/client.h"
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,35 @@ std::string Resource::Path(const std::string& ns, const std::string& name,
   if (!subresource.empty()) p += "/" + subresource;
   return p;
 }
+
+namespace {
+
+// A namespace, name or subresource becomes one segment of the request's
+// path: one that could step out of it ('/', "..", a query or fragment, an
+// escape) would send the request, with this client's credentials, to
+// another API path. Kubernetes names never need those characters.
+Status CheckSegment(std::string_view what, const std::string& s) {
+  if (s.empty()) return Status::Ok();
+  const bool dots = s == "." || s == "..";
+  const bool bad = dots || std::any_of(s.begin(), s.end(), [](char c) {
+                     const auto u = static_cast<unsigned char>(c);
+                     return u <= 0x20 || u >= 0x7f || c == '/' || c == '?' || c == '#' ||
+                            c == '%' || c == '\\';
+                   });
+  if (!bad) return Status::Ok();
+  return InvalidArgumentError(std::string(what) + " \"" + s.substr(0, 64) +
+                              "\" is not a Kubernetes object name (it would change the request's "
+                              "path); nothing was sent");
+}
+
+Status CheckSegments(const std::string& ns, const std::string& name,
+                     const std::string& subresource = "") {
+  ACCELPOOL_RETURN_IF_ERROR(CheckSegment("namespace", ns));
+  ACCELPOOL_RETURN_IF_ERROR(CheckSegment("name", name));
+  return CheckSegment("subresource", subresource);
+}
+
+}  // namespace
 
 const Resource& Pods() {
   static const Resource kR{"/api/v1", "pods", true};
@@ -186,22 +216,26 @@ class ClientImpl final : public KubeClient {
                    const std::function<void(WatchEvent&)>& on_event, std::stop_token stop,
                    const std::string& what, int& status, uint64_t& generation);
   StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name));
     return Call("GET", r.Path(ns, name), "", "", "get " + r.plural + " " + Key(ns, name));
   }
   StatusOr<json> Create(const Resource& r, const std::string& ns, const json& object,
                         const std::string& name, const std::string& subresource) override {
+    ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name, subresource));
     return Call("POST", r.Path(ns, name, subresource), Dump(object), "application/json",
                 "create " + r.plural + (subresource.empty() ? "" : "/" + subresource) + " " +
                     Key(ns, name.empty() ? NameOf(object) : name));
   }
   StatusOr<json> Update(const Resource& r, const std::string& ns, const std::string& name,
                         const json& object) override {
+    ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name));
     return Call("PUT", r.Path(ns, name), Dump(object), "application/json",
                 "update " + r.plural + " " + Key(ns, name));
   }
   StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
                        PatchType type, const json& patch, const std::string& subresource) override;
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override {
+    ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name));
     auto res = Call("DELETE", r.Path(ns, name), "", "", "delete " + r.plural + " " + Key(ns, name));
     return res.ok() ? Status::Ok() : res.status();
   }
@@ -383,6 +417,7 @@ class ClientImpl final : public KubeClient {
 
 StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
                                       const ListOptions& options) {
+  ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, ""));
   ListResult out;
   std::string cont;
   // A continue token expires when its version is compacted (410 Expired on a
@@ -440,6 +475,7 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
 Status ClientImpl::Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                          const std::function<void(WatchEvent&)>& on_event,
                          std::stop_token stop) {
+  ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, ""));
   const std::string what = "watch " + r.plural + (ns.empty() ? "" : " in " + ns);
   if (!bucket_.Acquire(stop)) return Status(StatusCode::kCancelled, what + ": stopped");
   // A 401 before the stream starts: read a rotated token file and try once
@@ -524,6 +560,7 @@ StatusOr<json> ClientImpl::Patch(const Resource& r, const std::string& ns, const
                    : type == PatchType::kJson ? "application/json-patch+json"
                                               : "application/strategic-merge-patch+json";
   const std::string what = "patch " + r.plural + " " + Key(ns, name);
+  ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name, subresource));
   auto resp = Send("PATCH", r.Path(ns, name, subresource), Dump(patch), ct);
   if (!resp.ok()) return resp.status().WithPrefix(what);
   if (resp->status == 422 && type == PatchType::kJson &&

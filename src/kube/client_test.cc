@@ -312,6 +312,31 @@ TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {
   }
 }
 
+TEST_F(KubeClientTest, NamesThatWouldChangeTheRequestsPathAreRefusedUnsent) {
+  // The extender's bind takes a pod's namespace and name from the request
+  // body: neither may step out of the object's path.
+  const size_t before = api_.Requests().size();
+  for (const std::string bad : {"a/../b", "..", ".", "a?watch=1", "a#x", "a%2Fb", "a b", "a\\b"}) {
+    SCOPED_TRACE(bad);
+    const StatusOr<json> got = client_->Get(Pods(), bad, "x");
+    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("not a Kubernetes object name"), std::string::npos);
+    EXPECT_EQ(client_->Get(Pods(), "ml", bad).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(client_->Delete(Pods(), "ml", bad).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(client_->Create(Pods(), "ml", Pod("p"), bad).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(client_->Patch(Pods(), "ml", bad, PatchType::kMerge, json::object()).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(client_->List(Pods(), bad, ListOptions{}).status().code(),
+              StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(api_.Requests().size(), before);
+  // Ordinary names (dots, dashes, colons as in system:... names) still go.
+  EXPECT_EQ(client_->Get(Pods(), "ml", "web-0.v1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->Get(Pods(), "kube-system", "system:node-a").status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST_F(KubeClientTest, PatchesWithPreconditions) {
   json pod = api_.Put("/api/v1/namespaces/ml/pods", Pod("p"));
   const std::string rv = pod["metadata"]["resourceVersion"];

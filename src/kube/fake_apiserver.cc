@@ -190,6 +190,7 @@ struct FakeApiServer::Impl {
   std::string required_token;                                // guarded by mu
   int64_t unauthorized = 0;                                  // guarded by mu
   bool full_lists_only = false;                              // guarded by mu
+  bool expire_every_watch = false;                           // guarded by mu
   std::vector<std::string> requests;                         // guarded by mu
   int64_t uid_seq = 0;                                       // guarded by mu
   std::atomic<int64_t> open_watches{0};
@@ -275,7 +276,7 @@ Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
     ++open_watches;
     std::unique_lock<std::mutex> lock(mu);
     int64_t from = from_s.empty() || from_s == "0" ? rv : std::stoll(from_s);
-    if (from < compacted) {
+    if (from < compacted || expire_every_watch) {
       lock.unlock();
       json s = {{"kind", "Status"},    {"apiVersion", "v1"},
                 {"status", "Failure"}, {"message", "too old resource version"},
@@ -517,6 +518,11 @@ std::optional<json> FakeApiServer::Object(const std::string& collection,
 void FakeApiServer::Compact() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->compacted = impl_->rv;
+}
+
+void FakeApiServer::ExpireEveryWatch(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->expire_every_watch = on;
 }
 
 void FakeApiServer::DropWatches() {

@@ -51,6 +51,9 @@ class FakeApiServer {
   void Compact();
   // Ends every open watch stream abruptly.
   void DropWatches();
+  // Every watch answers 410 Expired at once, whatever version it starts
+  // from (an apiserver whose watch cache lags behind its lists).
+  void ExpireEveryWatch(bool on);
   // The next `n` requests (any path) get HTTP `status`.
   void FailNext(int n, int status);
   // The next list request that carries a continue token gets 410 Expired,

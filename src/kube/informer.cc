@@ -128,15 +128,34 @@ Status Informer::ListAndReplace() {
     rv_ = list->resource_version;
   }
   for (const Ptr& o : added) {
-    if (handlers_.on_add) handlers_.on_add(*o);
+    Guarded("add", [&] {
+      if (handlers_.on_add) handlers_.on_add(*o);
+    });
   }
   for (const auto& [o, n] : updated) {
-    if (handlers_.on_update) handlers_.on_update(*o, *n);
+    Guarded("update", [&] {
+      if (handlers_.on_update) handlers_.on_update(*o, *n);
+    });
   }
   for (const Ptr& o : deleted) {
-    if (handlers_.on_delete) handlers_.on_delete(*o);
+    Guarded("delete", [&] {
+      if (handlers_.on_delete) handlers_.on_delete(*o);
+    });
   }
   return Status::Ok();
+}
+
+void Informer::Guarded(const char* what, const std::function<void()>& call) {
+  // A handler that throws on an object it did not expect (a JSON type error)
+  // loses that one event, not the process: this runs on the informer's own
+  // thread, where an escaping exception is std::terminate.
+  try {
+    call();
+  } catch (const std::exception& e) {
+    ++handler_errors_;
+    log_.Error("a handler failed on an object; the event is skipped",
+               {{"resource", options_.resource.plural}, {"event", what}, {"error", e.what()}});
+  }
 }
 
 void Informer::Apply(WatchEvent& ev) {
@@ -161,18 +180,24 @@ void Informer::Apply(WatchEvent& ev) {
     }
     if (!rv.empty()) rv_ = rv;
   }
-  if (ev.type == WatchEventType::kDeleted) {
-    if (handlers_.on_delete) handlers_.on_delete(old ? *old : ev.object);
-  } else if (old) {
-    if (handlers_.on_update) handlers_.on_update(*old, *now);
-  } else {
-    if (handlers_.on_add) handlers_.on_add(*now);
-  }
+  Guarded(ev.type == WatchEventType::kDeleted ? "delete" : old ? "update" : "add", [&] {
+    if (ev.type == WatchEventType::kDeleted) {
+      if (handlers_.on_delete) handlers_.on_delete(old ? *old : ev.object);
+    } else if (old) {
+      if (handlers_.on_update) handlers_.on_update(*old, *now);
+    } else {
+      if (handlers_.on_add) handlers_.on_add(*now);
+    }
+  });
 }
 
 void Informer::Run(std::stop_token stop) {
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   bool need_list = true;
+  // The last watch expired (410) at once, from the version the list just
+  // gave: the next list keeps the backoff growing rather than resetting it,
+  // so an apiserver whose watch cache lags is not listed in a tight loop.
+  bool expired_at_once = false;
   while (!stop.stop_requested()) {
     if (need_list) {
       Status st = ListAndReplace();
@@ -186,7 +211,7 @@ void Informer::Run(std::stop_token stop) {
       }
       need_list = false;
       synced_ = true;
-      backoff.Reset();
+      if (!expired_at_once) backoff.Reset();
     }
     WatchOptions wo;
     wo.label_selector = options_.label_selector;
@@ -215,10 +240,20 @@ void Informer::Run(std::stop_token stop) {
       continue;
     }
     if (st.code() == StatusCode::kOutOfRange) {
-      log_.Info("watch expired; relisting", {{"resource", options_.resource.plural}});
       need_list = true;
+      expired_at_once = events == 0 && std::chrono::steady_clock::now() - began < kShortWatch;
+      if (!expired_at_once) {
+        log_.Info("watch expired; relisting", {{"resource", options_.resource.plural}});
+        continue;
+      }
+      const auto wait = backoff.Next();
+      log_.Warn("watch expired at once from the version just listed; relisting after a pause",
+                {{"resource", options_.resource.plural},
+                 {"retry_ms", static_cast<int64_t>(wait.count())}});
+      if (!SleepFor(wait, stop)) return;
       continue;
     }
+    expired_at_once = false;
     if (events > 0) backoff.Reset();
     const auto wait = backoff.Next();
     log_.Warn("watch failed; reconnecting", {{"resource", options_.resource.plural},

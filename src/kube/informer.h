@@ -76,6 +76,8 @@ class Informer {
   // Counters for tests and metrics.
   int64_t lists() const { return lists_.load(); }
   int64_t watches() const { return watches_.load(); }
+  // Events a handler threw on (each skipped, with an error log).
+  int64_t handler_errors() const { return handler_errors_.load(); }
   std::string last_resource_version() const;
 
   static std::string KeyOf(const nlohmann::json& obj);
@@ -84,6 +86,9 @@ class Informer {
   void Run(std::stop_token stop);
   Status ListAndReplace();
   void Apply(WatchEvent& ev);  // moves ev.object into the store
+  // Runs a handler; an exception it throws is logged and counted, not let
+  // out of the informer's thread.
+  void Guarded(const char* what, const std::function<void()>& call);
 
   KubeClient& client_;
   const InformerOptions options_;
@@ -93,6 +98,7 @@ class Informer {
   std::atomic<bool> synced_{false};
   std::atomic<int64_t> lists_{0};
   std::atomic<int64_t> watches_{0};
+  std::atomic<int64_t> handler_errors_{0};
   mutable std::mutex mu_;
   // Objects are shared, immutable and kept without metadata.managedFields
   // (field-ownership bookkeeping no handler reads, often the largest part of

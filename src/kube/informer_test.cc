@@ -252,6 +252,47 @@ TEST_F(InformerTest, AWatchEndedAtOnceBacksOff) {
   EXPECT_EQ(inf.lists(), 1);
 }
 
+// An apiserver that expires every watch at once, even from the version its
+// list just gave: relisting right away would list everything in a loop.
+TEST_F(InformerTest, AWatchThatExpiresAtOnceRelistsAfterABackoff) {
+  api_.Put("/api/v1/nodes", Node("a"));
+  api_.ExpireEveryWatch(true);
+  InformerOptions o = Options();
+  o.backoff_initial = 100ms;
+  o.backoff_max = 100ms;
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  std::this_thread::sleep_for(1s);
+  inf.Stop();
+  // One list per 100 ms pause at most (plus the first); without the pause,
+  // hundreds.
+  EXPECT_GE(inf.lists(), 2);
+  EXPECT_LE(inf.lists(), 12);
+  EXPECT_EQ(rec.Snapshot(), (std::vector<std::string>{"add:a"}));
+}
+
+// A handler that throws on an object loses that event, not the process.
+TEST_F(InformerTest, AHandlerThatThrowsSkipsTheEvent) {
+  InformerHandlers h;
+  std::atomic<int> added{0};
+  h.on_add = [&](const json& o) {
+    if (Informer::KeyOf(o) == "bad") (void)o.at("no such field");  // json::out_of_range
+    ++added;
+  };
+  api_.Put("/api/v1/nodes", Node("bad"));
+  Informer inf(*client_, Options(), h);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/nodes", Node("good"));
+  for (int i = 0; i < 1000 && added.load() < 1; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(added.load(), 1);
+  EXPECT_EQ(inf.handler_errors(), 1);
+  EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"bad", "good"}));
+}
+
 TEST_F(InformerTest, ApiserverDownAtStartRetriesWithBackoff) {
   api_.FailNext(3, 500);
   api_.Put("/api/v1/nodes", Node("late"));
