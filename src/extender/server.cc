@@ -1,5 +1,7 @@
 #include "extender/server.h"
 
+#include <nlohmann/json.hpp>
+#include <string_view>
 #include <utility>
 
 namespace accelpool::extender {
@@ -9,16 +11,42 @@ http::Response ToResponse(const Reply& r) { return http::Response::Json(r.status
 
 }  // namespace
 
+bool FromLoopback(std::string_view peer) {
+  const size_t colon = peer.rfind(':');
+  const std::string_view host = colon == std::string_view::npos ? peer : peer.substr(0, colon);
+  return host.starts_with("127.") || host == "::1" || host == "[::1]" ||
+         host.starts_with("::ffff:127.");
+}
+
+std::function<std::string(const http::Request&)> SchedulerVerbGate(bool any) {
+  if (any) return {};
+  return [](const http::Request& req) -> std::string {
+    if (FromLoopback(req.peer) || !req.client_cert_subject.empty()) return "";
+    return "kube-scheduler's extender verbs are served here only to a kube-scheduler in this "
+           "pod (loopback) or to a client with a certificate signed by --client-ca; " +
+           req.peer + " has neither. Point kube-scheduler at --scheduler-listen, give it a "
+           "client certificate (tlsConfig.certFile/keyFile), or start the extender with "
+           "--scheduler-verbs-from-any if a network policy already keeps others out";
+  };
+}
+
 void RegisterRoutes(http::HttpServer& server, const Routes& routes) {
   Handlers* h = routes.handlers;
-  server.Handle("POST", "/filter",
-                [h](const http::Request& req) { return ToResponse(h->Filter(req.body)); });
-  server.Handle("POST", "/prioritize",
-                [h](const http::Request& req) { return ToResponse(h->Prioritize(req.body)); });
-  server.Handle("POST", "/bind",
-                [h](const http::Request& req) { return ToResponse(h->Bind(req.body)); });
-  server.Handle("POST", "/preempt",
-                [h](const http::Request& req) { return ToResponse(h->Preempt(req.body)); });
+  auto gate = routes.scheduler_gate;
+  auto verb = [gate](Reply (Handlers::*call)(std::string_view), Handlers* handlers) {
+    return [gate, call, handlers](const http::Request& req) {
+      if (gate) {
+        if (std::string why = gate(req); !why.empty()) {
+          return ToResponse(Reply{403, nlohmann::json{{"Error", why}}.dump()});
+        }
+      }
+      return ToResponse((handlers->*call)(req.body));
+    };
+  };
+  server.Handle("POST", "/filter", verb(&Handlers::Filter, h));
+  server.Handle("POST", "/prioritize", verb(&Handlers::Prioritize, h));
+  server.Handle("POST", "/bind", verb(&Handlers::Bind, h));
+  server.Handle("POST", "/preempt", verb(&Handlers::Preempt, h));
   if (routes.webhook != nullptr) {
     const Webhook* w = routes.webhook;
     server.Handle("POST", "/mutate",

@@ -30,9 +30,23 @@ struct Routes {
   std::function<void()> before_metrics;
   // Readiness; empty means always ready. Returns "" when ready, else why not.
   std::function<std::string()> not_ready;
+  // Who may call filter/prioritize/bind/preempt: "" to serve the request,
+  // else why not (answered 403). Empty: everyone (a loopback-only server).
+  std::function<std::string(const http::Request&)> scheduler_gate;
 };
 
 void RegisterRoutes(http::HttpServer& server, const Routes& routes);
+
+// True when `peer` ("host:port" as the server gives it) is a loopback
+// address: 127.0.0.0/8, ::1, or 127.x mapped into IPv6.
+bool FromLoopback(std::string_view peer);
+
+// The gate of a listener that other hosts reach: kube-scheduler's verbs are
+// served to a loopback peer (a kube-scheduler in the same pod) or a peer that
+// presented a client certificate the server verified (--client-ca); to any
+// peer only with `any`. Bind writes Bindings with the extender's own
+// credentials, so without this anyone who reaches the port could place pods.
+std::function<std::string(const http::Request&)> SchedulerVerbGate(bool any);
 
 }  // namespace accelpool::extender
 

@@ -71,6 +71,11 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             also serve filter/prioritize/bind/preempt (and /healthz, /readyz,
                             /metrics) over plain HTTP on this loopback address, for a
                             kube-scheduler in the same pod (default off)
+  --scheduler-verbs-from-any
+                            serve filter/prioritize/bind/preempt on --listen to any peer; by
+                            default only to loopback peers and clients with a certificate
+                            signed by --client-ca (bind writes Bindings with the extender's
+                            own credentials) (default off)
   --webhook-allow-device-env
                             admit pods that set, in their own env, the variables the device
                             plugin applies a grant through (ACCELPOOL_CUDA_*, HAMi's and MPS's
@@ -115,6 +120,7 @@ struct Flags {
   bool leader_elect = false;
   std::string scheduler_lease;  // "[NS/]NAME" of kube-scheduler's Lease; "" = off
   bool pick_in_filter = false;
+  bool scheduler_verbs_from_any = false;
   bool webhook_allow_device_env = false;
   bool host_aware = true;
   bool learn_workload = true;
@@ -171,6 +177,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       ParseFlagTable(argc, argv, strings,
                      {{"leader-elect", &f.leader_elect},
                       {"pick-in-filter", &f.pick_in_filter},
+                      {"scheduler-verbs-from-any", &f.scheduler_verbs_from_any},
                       {"host-aware", &f.host_aware},
                       {"learn-workload", &f.learn_workload},
                       {"webhook-allow-device-env", &f.webhook_allow_device_env}}));
@@ -533,7 +540,15 @@ int Run(const Flags& flags) {
     return "";
   };
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
-  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry, update_gauges, not_ready});
+  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry, update_gauges, not_ready,
+                                 SchedulerVerbGate(flags.scheduler_verbs_from_any)});
+  if (flags.scheduler_verbs_from_any && flags.client_ca.empty()) {
+    log.Warn("filter/prioritize/bind/preempt are served on --listen to any peer, without client "
+             "certificates: whoever reaches the port can bind pods with this extender's "
+             "credentials; keep others out with a network policy, or drop "
+             "--scheduler-verbs-from-any",
+             {{"listen", flags.listen}});
+  }
   if (Status st = server->Start(); !st.ok()) return fatal("cannot serve", st);
   // kube-scheduler's calls over loopback HTTP: the same handlers, no webhook.
   // Inside one pod the hop never leaves the network namespace, and it saves
@@ -545,7 +560,8 @@ int Run(const Flags& flags) {
     loopback.port = sched_addr->second;
     loopback.tls.reset();
     sched_server = http::NewHttpServer(loopback);
-    RegisterRoutes(*sched_server, Routes{&handlers, nullptr, &registry, update_gauges, not_ready});
+    RegisterRoutes(*sched_server,
+                   Routes{&handlers, nullptr, &registry, update_gauges, not_ready, {}});
     if (Status st = sched_server->Start(); !st.ok()) {
       return fatal("cannot serve --scheduler-listen", st);
     }
