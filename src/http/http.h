@@ -109,8 +109,10 @@ struct ServerOptions {
   // When set (it must outlive the server), every request is counted in
   // <metrics_prefix>_requests_total{method,route,code} and timed in
   // <metrics_prefix>_request_duration_seconds{method,route}. `route` is the
-  // registered path or prefix ("unmatched" otherwise), so raw paths never
-  // become label values.
+  // registered path or prefix ("unmatched" otherwise) and `method` one of
+  // GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS or "other", so raw paths and
+  // invented methods never become label values. A method that is not an HTTP
+  // token gets 400.
   MetricsRegistry* metrics = nullptr;
   std::string metrics_prefix = "accelpool_http";
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -365,6 +366,111 @@ std::string OneShot(uint16_t port, const std::string& path) {
   ::close(fd);
   const size_t body = in.find("\r\n\r\n");
   return body == std::string::npos ? "" : in.substr(body + 4);
+}
+
+// A raw TCP client of a local port: it sends and reads bytes as the test says.
+class RawConn {
+ public:
+  explicit RawConn(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) Close();
+  }
+  ~RawConn() { Close(); }
+  RawConn(const RawConn&) = delete;
+  RawConn& operator=(const RawConn&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool Send(std::string_view bytes) {
+    return ok() && ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+                       static_cast<ssize_t>(bytes.size());
+  }
+  // Reads until `want` is among the bytes read, the peer closes or `wait`
+  // passes; returns what was read (also kept in received()).
+  std::string ReadUntil(std::string_view want, std::chrono::milliseconds wait) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while (ok() && !closed_ && in_.find(want) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[16384];
+      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        closed_ = true;  // end of stream or reset
+        break;
+      }
+      in_.append(buf, static_cast<size_t>(n));
+    }
+    return in_;
+  }
+  // True when the server ended the connection within `wait`.
+  bool ClosedWithin(std::chrono::milliseconds wait) {
+    ReadUntil("\xff\xfe never sent \xfd", wait);
+    return closed_;
+  }
+  const std::string& received() const { return in_; }
+
+ private:
+  int fd_;
+  bool closed_ = false;
+  std::string in_;
+};
+
+TEST(HttpServerTest, MethodLabelsAreBoundedAndBadMethodsRefused) {
+  MetricsRegistry reg;
+  ServerOptions o = LocalServer();
+  o.metrics = &reg;
+  auto s = NewHttpServer(o);
+  s->HandlePrefix("GET", "/api/", [](const Request&) { return Response::Json(200, "{}"); });
+  ServeMetrics(*s, reg);
+  ASSERT_TRUE(s->Start().ok());
+  auto c = ClientFor(Local(s->port()));
+  ClientRequest req;
+  req.path = "/api/x";
+  for (int i = 0; i < 200; ++i) {
+    req.method = "M" + std::to_string(i);
+    auto r = c->Send(req);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 405) << req.method;
+  }
+  for (const std::string m : {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "get"}) {
+    req.method = m;
+    ASSERT_TRUE(c->Send(req).ok()) << m;
+  }
+  // Not a token: refused with 400 and not counted.
+  for (const std::string line :
+       {"G{T /api/x HTTP/1.1", "G\x01T /api/x HTTP/1.1", " /api/x HTTP/1.1"}) {
+    RawConn raw(s->port());
+    ASSERT_TRUE(raw.Send(line + "\r\nHost: x\r\n\r\n"));
+    EXPECT_EQ(raw.ReadUntil("\r\n", 5s).rfind("HTTP/1.1 400 ", 0), 0u) << raw.received();
+  }
+  req.method = "GET";
+  req.path = "/metrics";
+  auto page = c->Send(req);
+  ASSERT_TRUE(page.ok());
+  std::set<std::string> methods;
+  std::istringstream lines(page->body);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("method=\"");
+    if (line.rfind("accelpool_http_", 0) != 0 || at == std::string::npos) continue;
+    methods.insert(line.substr(at + 8, line.find('"', at + 8) - at - 8));
+  }
+  EXPECT_EQ(methods, (std::set<std::string>{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
+                                            "OPTIONS", "other"}))
+      << page->body;
+  EXPECT_NE(page->body.find("accelpool_http_requests_total{method=\"other\",route=\"unmatched\","
+                            "code=\"405\"} 201"),
+            std::string::npos)
+      << page->body;
 }
 
 TEST(HttpServerTest, ConnectionThreadsServeTheNextConnection) {

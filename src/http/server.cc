@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -75,6 +77,24 @@ void ParseQuery(std::string_view q, std::map<std::string, std::string>& out) {
     std::string value = eq == std::string_view::npos ? "" : UrlDecode(part.substr(eq + 1), true);
     out[std::move(key)] = std::move(value);
   }
+}
+
+// A method is an RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~.
+bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
+// The method as a metric label: the standard methods by name, every other one
+// "other", so that clients cannot add series by inventing methods.
+std::string MethodLabel(std::string_view method) {
+  for (std::string_view known : {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}) {
+    if (method == known) return std::string(known);
+  }
+  return "other";
 }
 
 std::string SerializeHead(int status, const Headers& headers) {
@@ -150,8 +170,9 @@ class ServerImpl final : public HttpServer {
 void ServerImpl::Record(const Request& req, const std::string& route, int status,
                         std::chrono::steady_clock::time_point start) {
   if (requests_ == nullptr) return;
-  requests_->WithLabels({req.method, route, std::to_string(status)}).Inc();
-  durations_->WithLabels({req.method, route})
+  const std::string method = MethodLabel(req.method);
+  requests_->WithLabels({method, route, std::to_string(status)}).Inc();
+  durations_->WithLabels({method, route})
       .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
@@ -409,7 +430,8 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     const std::string first = internal::ParseHeaders(*head, req.headers);
     const size_t sp1 = first.find(' ');
     const size_t sp2 = first.find(' ', sp1 == std::string::npos ? 0 : sp1 + 1);
-    if (sp1 == std::string::npos || sp2 == std::string::npos) {
+    if (sp1 == std::string::npos || sp2 == std::string::npos ||
+        !IsToken(std::string_view(first).substr(0, sp1))) {
       Response bad = Response::Error(400, "malformed request line");
       bad.headers["connection"] = "close";
       bad.headers["content-length"] = std::to_string(bad.body.size());
