@@ -311,9 +311,12 @@ int64_t EffectiveMemory(const DeviceRequest& r, const Device& d, const SliceRule
   if (r.memory_mib > 0) {
     mem = r.memory_mib;
   } else if (r.memory_percent > 0) {
-    mem = (d.memory_mib * r.memory_percent + 99) / 100;
+    // Rounded down (at least 1 MiB), so N shares of 100/N percent fit one
+    // device: rounded up, four 25% shares of an H200's 143771 MiB need
+    // 143772 and the fourth goes elsewhere.
+    mem = std::max<int64_t>(1, d.memory_mib * r.memory_percent / 100);
   } else {
-    mem = (d.memory_mib * r.compute + kComputeWhole - 1) / kComputeWhole;
+    mem = std::max<int64_t>(1, d.memory_mib * r.compute / kComputeWhole);
   }
   // A slice whose compute follows its memory (Kunlunxin vXPU, Ascend vNPU
   // templates) must also be large enough for the compute asked for.

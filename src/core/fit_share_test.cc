@@ -78,11 +78,31 @@ TEST(FitShare, MemoryPercentAndComputeOnlyDefaults) {
   const NodeInventory inv = MakeNode("nvidia-hgx-8");
   DeviceRequest pct = Share(Vendor::kNvidia, 1, 0, 0);
   pct.memory_percent = 25;
-  EXPECT_EQ(EffectiveMemory(pct, inv.devices[0], inv.topology.slices), (143771 * 25 + 99) / 100);
+  // Rounded down, so that shares of 100/N percent fit N to a device.
+  EXPECT_EQ(EffectiveMemory(pct, inv.devices[0], inv.topology.slices), 143771 * 25 / 100);
   EXPECT_EQ(EffectiveCompute(pct, inv.devices[0], inv.topology.slices), 0);
   // Compute only: memory in proportion, so every share carries a memory cap.
   const DeviceRequest cmp = Share(Vendor::kNvidia, 1, 0, 500);
-  EXPECT_EQ(EffectiveMemory(cmp, inv.devices[0], inv.topology.slices), (143771 + 1) / 2);
+  EXPECT_EQ(EffectiveMemory(cmp, inv.devices[0], inv.topology.slices), 143771 / 2);
+}
+
+TEST(FitShare, SharesOfAQuarterFitFourToADevice) {
+  // An H200's 143771 MiB is not a multiple of 4: four 25% shares (by
+  // percent of memory, or by compute only) must still share one GPU.
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  for (const bool by_percent : {true, false}) {
+    SCOPED_TRACE(by_percent ? "gpumem-percentage: 25" : "gpucores: 25");
+    NodeUsage usage = NodeUsage::Empty(inv);
+    for (int i = 0; i < 4; ++i) {
+      DeviceRequest r = Share(Vendor::kNvidia, 1, 0, by_percent ? 0 : 250);
+      r.memory_percent = by_percent ? 25 : 0;
+      r.id_include = {inv.devices[0].id};  // all four on GPU 0
+      const FitResult res = Fit(Pod({r}), inv, usage);
+      ASSERT_TRUE(res.fits()) << i;
+      ASSERT_EQ(res.placement.containers[0].grants[0].device, 0) << i;
+      ASSERT_TRUE(ApplyPlacement(res.placement, inv, &usage).ok());
+    }
+  }
 }
 
 TEST(FitShare, MemoryLargerThanAnyDeviceIsUnresolvable) {
