@@ -473,6 +473,33 @@ TEST(HttpServerTest, MethodLabelsAreBoundedAndBadMethodsRefused) {
       << page->body;
 }
 
+TEST(HttpServerTest, ConnectionAndExpectTokensIgnoreCase) {
+  auto s = NewHttpServer(LocalServer());
+  s->Handle("POST", "/echo", [](const Request& r) { return Response::Json(201, r.body); });
+  ASSERT_TRUE(s->Start().ok());
+  {
+    // Connection: Close ends the connection after the answer (the idle
+    // timeout is 60 s, far past the wait).
+    RawConn raw(s->port());
+    ASSERT_TRUE(
+        raw.Send("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: Keep-Alive, Close\r\n"
+                 "Content-Length: 2\r\n\r\n{}"));
+    EXPECT_TRUE(raw.ClosedWithin(5s)) << raw.received();
+    EXPECT_EQ(raw.received().rfind("HTTP/1.1 201 ", 0), 0u) << raw.received();
+    EXPECT_NE(raw.received().find("connection: close\r\n"), std::string::npos) << raw.received();
+  }
+  {
+    // Expect: 100-Continue gets its interim answer before the body is sent.
+    RawConn raw(s->port());
+    ASSERT_TRUE(
+        raw.Send("POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\n"
+                 "Content-Length: 2\r\n\r\n"));
+    EXPECT_EQ(raw.ReadUntil("\r\n\r\n", 5s), "HTTP/1.1 100 Continue\r\n\r\n");
+    ASSERT_TRUE(raw.Send("[]"));
+    EXPECT_NE(raw.ReadUntil("[]", 5s).find("HTTP/1.1 201 "), std::string::npos) << raw.received();
+  }
+}
+
 TEST(HttpServerTest, ConnectionThreadsServeTheNextConnection) {
   // A thread whose connection ended waits for the next one instead of
   // exiting: sequential short connections are served by one thread.

@@ -97,6 +97,26 @@ std::string MethodLabel(std::string_view method) {
   return "other";
 }
 
+// Whether a comma-separated header value (Connection, Expect) lists `token`;
+// tokens compare without regard to case.
+bool HasToken(std::string_view value, std::string_view token) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (item.size() == token.size() &&
+        std::equal(item.begin(), item.end(), token.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) ==
+                 std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string SerializeHead(int status, const Headers& headers) {
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
                     std::string(internal::ReasonPhrase(status)) + "\r\n";
@@ -444,7 +464,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     const size_t q = target.find('?');
     req.path = UrlDecode(target.substr(0, q), false);
     if (q != std::string::npos) ParseQuery(std::string_view(target).substr(q + 1), req.query);
-    bool keep_alive = version == "HTTP/1.1" && req.Header("connection") != "close";
+    bool keep_alive = version == "HTTP/1.1" && !HasToken(req.Header("connection"), "close");
 
     const auto started = std::chrono::steady_clock::now();
     std::string route = "unmatched";
@@ -470,7 +490,9 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
         keep_alive = false;
         have_resp = true;
       } else {
-        if (req.Header("expect") == "100-continue") stream->Write("HTTP/1.1 100 Continue\r\n\r\n");
+        if (HasToken(req.Header("expect"), "100-continue")) {
+          stream->Write("HTTP/1.1 100 Continue\r\n\r\n");
+        }
         if (!reader.ReadExact(length, req.body, opts_.idle_timeout).ok()) break;
       }
     }
