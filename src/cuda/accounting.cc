@@ -412,6 +412,79 @@ void RestorePoolHome(CUmemoryPool pool, const AllocRecord& record) {
   pthread_mutex_unlock(&s.mem_mu);
 }
 
+namespace {
+
+constexpr int kDropBatch = 64;
+
+struct DeviceCollector {
+  int device;
+  uint64_t keys[kDropBatch];
+  int count;
+};
+
+void CollectOfDevice(void* ctx, uint64_t key, const AllocRecord& record) {
+  auto* c = static_cast<DeviceCollector*>(ctx);
+  if (record.device == c->device && c->count < kDropBatch) {
+    c->keys[c->count++] = key;
+  }
+}
+
+// Takes the records of `device` from `table`, a batch per lock hold; returns
+// the bytes they were charged when `charged` (not so for VMM mappings,
+// executable graphs and pool homes, charged elsewhere or not at all).
+uint64_t TakeDeviceRecords(ShimState& s, AllocTable* table, int device, bool charged) {
+  uint64_t bytes = 0;
+  for (;;) {
+    DeviceCollector c{device, {}, 0};
+    pthread_mutex_lock(&s.mem_mu);
+    table->ForEach(CollectOfDevice, &c);
+    for (int i = 0; i < c.count; ++i) {
+      AllocRecord r;
+      if (table->Take(c.keys[i], &r) && charged) {
+        bytes += r.bytes;
+      }
+    }
+    pthread_mutex_unlock(&s.mem_mu);
+    if (c.count < kDropBatch) {
+      return bytes;
+    }
+  }
+}
+
+}  // namespace
+
+void DropDeviceRecords(int device) {
+  ShimState& s = State();
+  if (device < 0 || device >= kMaxDevices || s.pointers == nullptr) {
+    return;
+  }
+  uint64_t bytes = 0;
+  pthread_mutex_lock(&s.pool_mu);
+  for (PoolAccount& a : s.pools) {
+    if (a.pool != 0 && a.device == device) {
+      bytes += a.charged;
+      a = PoolAccount();
+    }
+  }
+  bytes += s.graph_charged[device];  // The graph pool went with the context.
+  s.graph_charged[device] = 0;
+  s.graph_seen[device] = false;
+  pthread_mutex_unlock(&s.pool_mu);
+  pthread_mutex_lock(&s.mem_mu);
+  ++s.graph_epoch[device];  // No graph of the device is mapped any more.
+  pthread_mutex_unlock(&s.mem_mu);
+  bytes += TakeDeviceRecords(s, s.pointers, device, true);  // Pool pointers carry 0 bytes.
+  bytes += TakeDeviceRecords(s, s.arrays, device, true);
+  bytes += TakeDeviceRecords(s, s.vmm_handles, device, true);
+  bytes += TakeDeviceRecords(s, s.ipc, device, true);
+  TakeDeviceRecords(s, s.vmm_maps, device, false);
+  TakeDeviceRecords(s, s.graph_execs, device, false);
+  TakeDeviceRecords(s, s.pool_homes, device, false);
+  if (bytes > 0) {
+    UnchargeBytes(device, bytes);
+  }
+}
+
 uint64_t RoundToGranularity(uint64_t bytes) {
   if (bytes == 0) {
     return kAllocGranularity;  // The driver still hands out a page.

@@ -124,6 +124,12 @@ bool HostLocation(int type);
 // (PoolLocation); -1 also when there is none.
 int LocationDevice(const CUmemLocation& location);
 
+// Drops every record of `device` from every table (pointers, arrays, VMM
+// handles and mappings, IPC imports, executable graphs, pools and their
+// homes) and returns their charges, pools' reserves and the graph pool's
+// included: the device's primary context was reset, which freed them all.
+void DropDeviceRecords(int device);
+
 // Charges memory that already exists on the device (the driver mapped it
 // before the shim could refuse), even past the cap; logs when it goes past.
 void ForceChargeBytes(int device, uint64_t bytes);

@@ -268,6 +268,8 @@ typedef CUresult (*cuGraphNodeGetTypeFn)(CUgraphNode, int*);
 typedef CUresult (*cuGraphMemAllocNodeGetParamsFn)(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS*);
 typedef CUresult (*cuGraphChildGraphNodeGetGraphFn)(CUgraphNode, CUgraph*);
 typedef CUresult (*cuCtxGetDeviceFn)(CUdevice*);
+typedef CUresult (*cuDevicePrimaryCtxResetFn)(CUdevice);
+typedef CUresult (*cuCtxDestroyFn)(CUcontext);
 typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
 typedef CUresult (*cuEventCreateFn)(CUevent*, unsigned int);
 typedef CUresult (*cuEventDestroyFn)(CUevent);

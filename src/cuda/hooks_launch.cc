@@ -61,7 +61,8 @@ constexpr int64_t kInFlightPollNs = 50'000;
 constexpr uint32_t kContextRecheckEvery = 256;
 
 struct EventPair {
-  CUcontext ctx;
+  CUcontext ctx;  // nullptr in the ring: the context is gone (ForgetContextEvents).
+  int device;     // The context's device.
   CUevent start;
   CUevent end;
 };
@@ -203,12 +204,15 @@ void Harvest() {
   pthread_mutex_lock(&g_launch.mu);
   while (g_launch.count > 0 && n < kHarvestBatch) {
     Pending& p = g_launch.ring[g_launch.head];
-    CUresult q = s.event_query(p.events.end);
+    // The events of a destroyed context are gone with it: not one call on them.
+    CUresult q = p.events.ctx != nullptr ? s.event_query(p.events.end) : CUDA_ERROR_INVALID_CONTEXT;
     if (q == CUDA_ERROR_NOT_READY) {
       break;
     }
     int64_t measured = -1;
-    if (q == CUDA_SUCCESS) {
+    if (p.events.ctx == nullptr) {
+      --g_launch.created;
+    } else if (q == CUDA_SUCCESS) {
       float ms = 0;
       if (s.event_elapsed(&ms, p.events.start, p.events.end) == CUDA_SUCCESS && ms >= 0) {
         measured = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
@@ -255,7 +259,7 @@ void HarvestIfPending() {
   }
 }
 
-bool AcquirePair(CUcontext ctx, EventPair* out) {
+bool AcquirePair(CUcontext ctx, int device, EventPair* out) {
   ShimState& s = State();
   if (ctx == nullptr || s.event_create == nullptr || s.event_query == nullptr ||
       s.event_elapsed == nullptr) {
@@ -273,6 +277,7 @@ bool AcquirePair(CUcontext ctx, EventPair* out) {
   }
   if (!ok && g_launch.created < kMaxPairs) {
     out->ctx = ctx;
+    out->device = device;
     if (s.event_create(&out->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
       if (s.event_create(&out->end, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
         ++g_launch.created;
@@ -357,7 +362,7 @@ class Admission {
       Sleep(wait < kMaxSleepNs ? wait : kMaxSleepNs);
       HarvestIfPending();
     }
-    if (!d.sample || !AcquirePair(ctx, &events_)) {
+    if (!d.sample || !AcquirePair(ctx, device_, &events_)) {
       return;
     }
     if (RecordOn(events_.start, stream_, per_thread_) != CUDA_SUCCESS) {
@@ -512,6 +517,25 @@ void* LaunchHook(HookId id, int slot) {
     return nullptr;
   }
   return kTable[id - kHookLaunchKernel][slot];
+}
+
+void ForgetContextEvents(CUcontext ctx, int device) {
+  pthread_mutex_lock(&g_launch.mu);
+  for (int i = g_launch.free_count - 1; i >= 0; --i) {
+    const EventPair& p = g_launch.free_pairs[i];
+    if (ctx != nullptr ? p.ctx == ctx : p.device == device) {
+      g_launch.free_pairs[i] = g_launch.free_pairs[--g_launch.free_count];
+      --g_launch.created;  // Not destroyed: the driver already has.
+    }
+  }
+  for (int i = 0; i < g_launch.count; ++i) {
+    EventPair& p = g_launch.ring[(g_launch.head + i) % kMaxPairs].events;
+    if (p.ctx != nullptr && (ctx != nullptr ? p.ctx == ctx : p.device == device)) {
+      p.ctx = nullptr;  // Harvest settles it unmeasured, without a call.
+    }
+  }
+  pthread_mutex_unlock(&g_launch.mu);
+  ForgetContext();
 }
 
 void ResetLaunchStateAfterFork() {

@@ -321,6 +321,7 @@ CUresult HookArrayDestroy(CUarray array) {
 // VMM hooks live in hooks_vmm.cc, IPC and memory queries in hooks_info.cc.
 void* VmmHook(HookId id, int slot);
 void* InfoHook(HookId id, int slot);
+void* ContextHook(HookId id, int slot);
 
 
 void* MemoryHook(HookId id, int slot) {
@@ -352,6 +353,9 @@ void* MemoryHook(HookId id, int slot) {
   }
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {
     return InfoHook(id, slot);
+  }
+  if (id >= kHookDevicePrimaryCtxReset && id <= kHookCtxDestroyV2) {
+    return ContextHook(id, slot);
   }
   return nullptr;
 }

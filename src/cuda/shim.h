@@ -171,6 +171,12 @@ uint64_t ContainerUsed(int device);
 
 // Compute controller (hooks_launch.cc): resets per-process state in a child.
 void ResetLaunchStateAfterFork();
+// Forgets, without a driver call, the measurement events of a context the
+// driver destroyed: those of `ctx`, or with ctx == nullptr those of every
+// context of `device` (a primary context reset, whose handle the shim does
+// not know; events of other contexts of the device are leaked, not
+// destroyed on dangling handles). Launches in flight settle unmeasured.
+void ForgetContextEvents(CUcontext ctx, int device);
 
 int64_t MonotonicNs();
 

@@ -749,10 +749,11 @@ TEST(ShimTest, AnAddressReusedDuringItsFreeKeepsBothChargesRight) {
   }
 }
 
-// Memory freed where the shim does not see it (cudaDeviceReset; the reset is
-// not hooked) leaves its record behind. An allocation the driver then gives
-// the same address replaces the stale record: it is charged and the stale
-// charge returned. It went uncharged, and its free returned the stale charge.
+// Memory freed where the shim does not see it (a reset that bypasses the
+// hooks; cudaDeviceReset is seen, see below) leaves its record behind. An
+// allocation the driver then gives the same address replaces the stale
+// record: it is charged and the stale charge returned. It went uncharged,
+// and its free returned the stale charge.
 TEST(ShimTest, AnAllocationAtTheAddressOfAStaleRecordIsCharged) {
   ProcessResult r =
       Probe({"direct", "resetalloc", std::to_string(32 * kMiB), std::to_string(96 * kMiB)},
@@ -765,6 +766,46 @@ TEST(ShimTest, AnAllocationAtTheAddressOfAStaleRecordIsCharged) {
   EXPECT_EQ(U(kv, "free"), 1024 * kMiB - 96 * kMiB) << "the new block is charged, the stale not";
   EXPECT_EQ(U(kv, "freed_free"), 1024 * kMiB);
   EXPECT_EQ(CountLines(r.err, "handed out again"), 1) << r.err;
+}
+
+// cudaDeviceReset (cuDevicePrimaryCtxReset) frees every allocation of the
+// device: their records and charges go with them, so the container can
+// allocate up to its cap again. (They stayed charged until the process
+// exited unless an allocation got the same address again.)
+TEST(ShimTest, ADeviceResetReturnsTheChargesOfEverythingItFreed) {
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "resetcap", std::to_string(256 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "256"}});
+    EXPECT_EQ(U(kv, "alloc_rc"), 0u);
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "map_rc"), 0u);
+    EXPECT_EQ(U(kv, "ipc_rc"), 0u);
+    EXPECT_EQ(U(kv, "async_rc"), 0u);
+    EXPECT_LT(U(kv, "held"), 64 * kMiB) << "all four are charged";
+    EXPECT_EQ(U(kv, "reset_rc"), 0u);
+    EXPECT_EQ(U(kv, "reset_free"), 256 * kMiB);
+    EXPECT_EQ(U(kv, "all_rc"), 0u) << "the whole cap is free again";
+    EXPECT_EQ(U(kv, "all_free"), 0u);
+  }
+}
+
+// The measurement events of a context die with it (cuCtxDestroy, or the
+// primary context's reset): the shim makes no call on them afterwards, even
+// on launches still measured when the context ended, or when a new context
+// gets the dead one's handle. (They were queried and destroyed on dangling
+// handles.)
+TEST(ShimTest, AnEndedContextsEventsAreNeverUsedAgain) {
+  for (const char* how : {"destroy", "reset"}) {
+    SCOPED_TRACE(how);
+    auto kv =
+        MustRun({"direct", "ctxevents", how, "100"}, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+    EXPECT_EQ(U(kv, "end_rc"), 0u);
+    if (std::string(how) == "destroy") {
+      EXPECT_EQ(U(kv, "same_handle"), 1u) << "the fake reuses the handle";
+    }
+    EXPECT_EQ(U(kv, "unknown_event_calls"), 0u);
+  }
 }
 
 TEST(ShimTest, AFailedFreeKeepsItsCharge) {

@@ -46,6 +46,15 @@ constexpr SymbolInfo kSymbols[] = {
     {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, kNoMax, kHookIpcGetMemHandle, false, kCu},
     {"cuMemGetInfo_v2", "cuMemGetInfo", 3020, kNoMax, kHookMemGetInfo, false, kCu},
     {"cuDeviceTotalMem_v2", "cuDeviceTotalMem", 3020, kNoMax, kHookDeviceTotalMem, false, kCu},
+    // Context ends (cudaDeviceReset, cuCtxDestroy) free what was made in the
+    // context: its records go. The two ABIs of each share a signature but
+    // not an implementation, so each has a hook of its own.
+    {"cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset", 7000, 11000, kHookDevicePrimaryCtxReset,
+     false, kCu},
+    {"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", 11000, kNoMax,
+     kHookDevicePrimaryCtxResetV2, false, kCu},
+    {"cuCtxDestroy", "cuCtxDestroy", 2000, 4000, kHookCtxDestroy, false, kCu},
+    {"cuCtxDestroy_v2", "cuCtxDestroy", 4000, kNoMax, kHookCtxDestroyV2, false, kCu},
     {"cuLaunchKernel", "cuLaunchKernel", 4000, kNoMax, kHookLaunchKernel, false, kCu},
     {"cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, kNoMax, kHookLaunchKernel, true, kCu},
     {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, kNoMax, kHookLaunchKernelEx, false, kCu},

@@ -23,6 +23,10 @@ CUresult cuCtxGetDevice(CUdevice*);
 CUresult cuCtxGetCurrent(CUcontext*);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize();
+CUresult cuCtxCreate_v2(CUcontext*, unsigned, CUdevice);
+CUresult cuCtxDestroy(CUcontext);
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuDevicePrimaryCtxReset(CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuMemGetInfo_v2(size_t*, size_t*);
 CUresult cuMemAlloc(unsigned*, unsigned);  // The CUDA 3.1-era ABI.
@@ -118,6 +122,7 @@ void fakecuda_IpcRefcounted(int on);
 void fakecuda_DeferAsyncFrees(int on);
 int64_t fakecuda_BusyNs();
 int64_t fakecuda_EventRecords();
+int64_t fakecuda_UnknownEventCalls();
 int64_t fakecuda_ForeignNs();
 void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);

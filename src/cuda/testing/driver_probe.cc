@@ -91,9 +91,20 @@
 //   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
 //                            over while this one forks; each child looks it
 //                            up once; how many children hung
-//   resetalloc <a> <b>       cuMemAlloc <a>, reset the device (unhooked, as
-//                            cudaDeviceReset), cuMemAlloc <b> (the fake gives
-//                            it the address of <a>), free it
+//   resetalloc <a> <b>       cuMemAlloc <a>, reset the device where the shim
+//                            does not see it (the fake's own entry point),
+//                            cuMemAlloc <b> (the fake gives it the address of
+//                            <a>), free it
+//   resetcap <bytes>         device 0 holds <bytes> / 4 each by cuMemAlloc, a
+//                            mapped cuMemCreate handle, an IPC import and a
+//                            stream-ordered allocation; reset (as
+//                            cudaDeviceReset); then <bytes> by cuMemAlloc
+//   ctxevents destroy|reset <ms>  measured launches for <ms> in a created
+//                            context (destroyed, then one created again: the
+//                            fake hands out the same handle) or in device
+//                            0's primary context (reset), ending with longer
+//                            kernels still running at the end; then <ms> of
+//                            launches more; the fake's calls on unknown events
 //   pooldefer <chunk> <n>    (threshold max; frees complete at the next
 //                            synchronisation, as the host sees them) <n>
 //                            async allocations of <chunk> until one is
@@ -167,6 +178,8 @@ struct Api {
   cuDeviceGraphMemTrimFn graph_trim;
   cuMemPoolCreateFn pool_create;
   cuMemRetainAllocationHandleFn retain;
+  cuDevicePrimaryCtxResetFn reset;
+  cuCtxDestroyFn ctx_destroy;
 };
 
 void* g_driver = nullptr;
@@ -250,7 +263,9 @@ Api Load(const std::string& mode) {
             &cuGraphExecDestroy,
             &cuDeviceGraphMemTrim,
             &cuMemPoolCreate,
-            &cuMemRetainAllocationHandle};
+            &cuMemRetainAllocationHandle,
+            &cuDevicePrimaryCtxReset_v2,
+            &cuCtxDestroy_v2};
     return a;
   }
   const int v = 12080;
@@ -293,6 +308,8 @@ Api Load(const std::string& mode) {
   Get(&a.graph_trim, mode, "cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", v, 11040);
   Get(&a.pool_create, mode, "cuMemPoolCreate", "cuMemPoolCreate", v, 11020);
   Get(&a.retain, mode, "cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", v, 11000);
+  Get(&a.reset, mode, "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", v, 11000);
+  Get(&a.ctx_destroy, mode, "cuCtxDestroy_v2", "cuCtxDestroy", v, 4000);
   return a;
 }
 
@@ -785,6 +802,74 @@ int VmmRetain(const Api& a, uint64_t bytes) {
   a.unmap(other_va, bytes);
   a.release(other);
   std::printf("all_released=%zu\n", FreeBytes(a));
+  return 0;
+}
+
+// Every kind of device memory the shim records, then the device's primary
+// context reset: all of it is gone, and so is its charge.
+int ResetCap(const Api& a, uint64_t bytes) {
+  uint64_t quarter = bytes / 4;
+  CUdeviceptr p = 0;
+  CUresult alloc_rc = a.alloc(&p, quarter);
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult create_rc = a.create(&h, quarter, &prop, 0);
+  CUresult map_rc = a.map(1ULL << 45, quarter, 0, h, 0);
+  CUipcMemHandle ipc{};
+  std::memcpy(ipc.reserved, &quarter, sizeof(quarter));
+  CUdeviceptr imported = 0;
+  CUresult ipc_rc = a.ipc_open(&imported, ipc, 1);
+  CUdeviceptr q = 0;
+  CUresult async_rc = a.alloc_async(&q, quarter, nullptr);
+  std::printf("alloc_rc=%d create_rc=%d map_rc=%d ipc_rc=%d async_rc=%d held=%zu\n", alloc_rc,
+              create_rc, map_rc, ipc_rc, async_rc, FreeBytes(a));
+  CUresult reset_rc = a.reset(0);
+  std::printf("reset_rc=%d reset_free=%zu\n", reset_rc, FreeBytes(a));
+  CUdeviceptr all = 0;
+  CUresult all_rc = a.alloc(&all, bytes);
+  std::printf("all_rc=%d all_free=%zu\n", all_rc, FreeBytes(a));
+  return 0;
+}
+
+// Measured launches in a context that then ends (cuCtxDestroy of a created
+// context, or a primary context reset) while some are still running; more
+// launches after. The shim must make no call on the dead context's events.
+int CtxEvents(const Api& a, const std::string& how, int64_t millis) {
+  auto unknown = reinterpret_cast<BusyFn>(dlsym(Driver(), "fakecuda_UnknownEventCalls"));
+  CUcontext created = nullptr;
+  if (how == "destroy" && cuCtxCreate_v2(&created, 0, 0) != CUDA_SUCCESS) {
+    return 2;
+  }
+  int64_t kernel_ns = 20'000;
+  void* params[] = {&kernel_ns};
+  auto run = [&](int64_t ms) {
+    int64_t end = NowNs() + ms * 1'000'000;
+    while (NowNs() < end) {
+      a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    }
+  };
+  run(millis);
+  kernel_ns = 20'000'000;  // Still running when the context ends.
+  for (int i = 0; i < 16; ++i) {
+    a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+  }
+  kernel_ns = 20'000;
+  CUresult end_rc = CUDA_SUCCESS;
+  CUcontext again = nullptr;
+  if (how == "destroy") {
+    end_rc = a.ctx_destroy(created);
+    cuCtxCreate_v2(&again, 0, 0);
+  } else {
+    end_rc = a.reset(0);
+  }
+  run(millis);
+  a.ctx_sync();
+  run(millis / 4);
+  std::printf("end_rc=%d same_handle=%d unknown_event_calls=%lld\n", end_rc,
+              again == created ? 1 : 0, static_cast<long long>(unknown()));
   return 0;
 }
 
@@ -1656,10 +1741,18 @@ int main(int argc, char** argv) {
   if (command == "newlocation" && argc == 5) {
     return NewLocation(a, argv[3], std::strtoull(argv[4], nullptr, 10));
   }
+  if (command == "resetcap" && argc == 4) {
+    return ResetCap(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "ctxevents" && argc == 5) {
+    return CtxEvents(a, argv[3], std::strtoll(argv[4], nullptr, 10));
+  }
   if (command == "resetalloc" && argc == 5) {
     CUdeviceptr p = 0;
     CUresult rc = a.alloc(&p, std::strtoull(argv[3], nullptr, 10));
-    CUresult reset_rc = cuDevicePrimaryCtxReset_v2(0);
+    auto unseen_reset = reinterpret_cast<cuDevicePrimaryCtxResetFn>(reinterpret_cast<LookupFn>(
+        dlsym(Driver(), "fakecuda_Lookup"))("cuDevicePrimaryCtxReset_v2"));
+    CUresult reset_rc = unseen_reset(0);
     CUdeviceptr q = 0;
     CUresult rc2 = a.alloc(&q, std::strtoull(argv[4], nullptr, 10));
     std::printf("rc=%d reset_rc=%d rc2=%d same_address=%d free=%zu\n", rc, reset_rc, rc2,

@@ -46,6 +46,15 @@ int& CurrentDevice() {
   return device;
 }
 
+uintptr_t& CurrentContext() {
+  thread_local uintptr_t context = 0;
+  return context;
+}
+
+uintptr_t CurrentContextHandle() {
+  return CurrentContext() != 0 ? CurrentContext() : static_cast<uintptr_t>(CurrentDevice() + 1);
+}
+
 int64_t Now() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -281,17 +290,75 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
-  *ctx = reinterpret_cast<CUcontext>(static_cast<uintptr_t>(CurrentDevice() + 1));
+  *ctx = reinterpret_cast<CUcontext>(CurrentContextHandle());
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   auto v = reinterpret_cast<uintptr_t>(ctx);
+  {
+    State& s = S();
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.contexts.find(v);
+    if (it != s.contexts.end()) {
+      CurrentContext() = v;
+      CurrentDevice() = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
   if (v < 1 || v > kDevices) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
+  CurrentContext() = 0;
   CurrentDevice() = static_cast<int>(v - 1);
   return CUDA_SUCCESS;
 }
+// A context of its own on `dev`, made current. Handles start at 0x1000; the
+// lowest free one is taken, so a destroyed context's handle comes back.
+FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned, CUdevice dev) {
+  if (ctx == nullptr || dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  uintptr_t v = 0x1000;
+  while (s.contexts.count(v) != 0) {
+    ++v;
+  }
+  s.contexts[v] = dev;
+  CurrentContext() = v;
+  CurrentDevice() = dev;
+  *ctx = reinterpret_cast<CUcontext>(v);
+  return CUDA_SUCCESS;
+}
+namespace {
+// Events die with their context. REQUIRES: s.mu held.
+void DestroyContextEventsLocked(State& s, uintptr_t ctx) {
+  for (auto it = s.event_context.begin(); it != s.event_context.end();) {
+    if (it->second == ctx) {
+      s.events.erase(it->first);
+      it = s.event_context.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+}  // namespace
+// Destroys a context made by cuCtxCreate_v2 and its events; a primary
+// context cannot be destroyed so (cuDevicePrimaryCtxReset does that).
+FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  auto v = reinterpret_cast<uintptr_t>(ctx);
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.contexts.erase(v) == 0) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  DestroyContextEventsLocked(s, v);
+  if (CurrentContext() == v) {
+    CurrentContext() = 0;
+  }
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   if (free_bytes == nullptr || total == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -675,8 +742,9 @@ FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   }
   return Free(p, "cuIpcCloseMemHandle");
 }
-// Like cudaDeviceReset: every allocation and pool of the device is gone. The
-// next allocations get the addresses of the first ones again.
+// Like cudaDeviceReset: every allocation, VMM handle, pool and event of
+// the device's primary context is gone. The next allocations get the
+// addresses of the first ones again.
 FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -686,6 +754,14 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   for (auto it = s.allocations.begin(); it != s.allocations.end();) {
     it = it->second.device == dev ? s.allocations.erase(it) : std::next(it);
   }
+  for (auto it = s.mappings.begin(); it != s.mappings.end();) {
+    auto h = s.handles.find(it->second);
+    it = h != s.handles.end() && h->second.device == dev ? s.mappings.erase(it) : std::next(it);
+  }
+  for (auto it = s.handles.begin(); it != s.handles.end();) {
+    it = it->second.device == dev ? s.handles.erase(it) : std::next(it);
+  }
+  DestroyContextEventsLocked(s, static_cast<uintptr_t>(dev + 1));
   for (auto it = s.pools.begin(); it != s.pools.end();) {
     it = it->second.device == dev && !it->second.host ? s.pools.erase(it) : std::next(it);
   }
@@ -696,6 +772,10 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
     s.next_address = 1ULL << 40;
   }
   return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return cuDevicePrimaryCtxReset_v2(dev);
 }
 
 FAKE_EXPORT void fakecuda_DeferAsyncFrees(int on) {

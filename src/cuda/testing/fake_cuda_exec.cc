@@ -147,6 +147,7 @@ CUresult Record(CUevent event, CUstream stream, bool per_thread) {
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.events.find(event);
   if (it == s.events.end()) {
+    ++s.unknown_event_calls;
     return CUDA_ERROR_INVALID_HANDLE;
   }
   it->second = std::max(Now(), s.stream_tail[StreamKey(stream, per_thread)]);
@@ -190,12 +191,18 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned) {
   std::lock_guard<std::mutex> lock(s.mu);
   *e = reinterpret_cast<CUevent>(s.next_event++);
   s.events[*e] = -1;
+  s.event_context[*e] = CurrentContextHandle();
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  return s.events.erase(e) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  s.event_context.erase(e);
+  if (s.events.erase(e) == 1) {
+    return CUDA_SUCCESS;
+  }
+  ++s.unknown_event_calls;
+  return CUDA_ERROR_INVALID_HANDLE;
 }
 FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream st) { return Record(e, st, false); }
 FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream st) { return Record(e, st, true); }
@@ -224,6 +231,7 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
   }
   auto it = s.events.find(e);
   if (it == s.events.end()) {
+    ++s.unknown_event_calls;
     return CUDA_ERROR_INVALID_HANDLE;
   }
   return it->second >= 0 && Now() >= it->second ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -279,6 +287,12 @@ FAKE_EXPORT int64_t fakecuda_EventRecords() {
   Knobs& k = K();
   std::lock_guard<std::mutex> lock(k.mu);
   return k.event_records;
+}
+// Record, query and destroy calls on event handles that do not exist.
+FAKE_EXPORT int64_t fakecuda_UnknownEventCalls() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.unknown_event_calls;
 }
 // Device time given to the simulated foreign context so far.
 FAKE_EXPORT int64_t fakecuda_ForeignNs() {
@@ -370,6 +384,10 @@ const ProcEntry kProcs[] = {
     E(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 10010, false),
     E(cuEventElapsedTime, "cuEventElapsedTime", 2000, false),
     E(cuCtxSynchronize, "cuCtxSynchronize", 2000, false),
+    E(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 7000, false),
+    E(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, false),
+    E(cuCtxDestroy, "cuCtxDestroy", 2000, false),
+    E(cuCtxDestroy_v2, "cuCtxDestroy", 4000, false),
     E(cuGetProcAddress, "cuGetProcAddress", 11030, false),
     E(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false),
 };

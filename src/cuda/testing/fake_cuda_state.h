@@ -95,6 +95,13 @@ struct State {
   uint64_t next_handle = 1;
   std::map<uintptr_t, int64_t> stream_tail;
   std::map<CUevent, int64_t> events;  // Position; -1 = never recorded.
+  std::map<CUevent, uintptr_t> event_context;  // The context each event was created in.
+  // Record, query and destroy calls on event handles that do not exist (a
+  // destroyed context took them): a real driver may crash on them.
+  int64_t unknown_event_calls = 0;
+  // Contexts made by cuCtxCreate_v2 (handle -> device); primary contexts
+  // are the handles 1 .. kDevices. A destroyed handle is handed out again.
+  std::map<uintptr_t, int> contexts;
   uint64_t next_event = 1;
   int64_t busy_ns = 0;
   // Pools (fake_cuda.cc).
@@ -145,6 +152,11 @@ struct State {
 State& S();
 // Device of the calling thread's current context (cuCtxSetCurrent).
 int& CurrentDevice();
+// The calling thread's current context: one of State::contexts, or 0 for
+// the primary context of CurrentDevice().
+uintptr_t& CurrentContext();
+// The handle of the calling thread's current context.
+uintptr_t CurrentContextHandle();
 int64_t Now();
 // Stream 0 of a _ptsz entry point is the per-thread stream (key 2).
 uintptr_t StreamKey(CUstream stream, bool per_thread);
