@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "common/status.h"
 
 namespace accelpool {
@@ -115,6 +116,9 @@ struct ServerOptions {
   // token gets 400.
   MetricsRegistry* metrics = nullptr;
   std::string metrics_prefix = "accelpool_http";
+  // Where the server reports trouble of its own (out of descriptors); the
+  // default drops the lines.
+  Logger log;
 };
 
 class HttpServer {

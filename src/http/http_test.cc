@@ -1,18 +1,22 @@
 #include "http/http.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -529,6 +533,88 @@ TEST(HttpServerTest, ConnectionThreadsServeTheNextConnection) {
   for (auto& f : many) EXPECT_FALSE(f.get().empty());
   s->Stop();
   EXPECT_TRUE(OneShot(s->port(), "/who").empty());  // no longer served
+}
+
+// Collects the lines of a Logger.
+struct LogLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  Logger logger() {
+    auto log = NewLogger("test", {.level = "info", .sink = [this](std::string_view line) {
+                                    std::lock_guard<std::mutex> lock(mu);
+                                    lines.emplace_back(line);
+                                  }});
+    EXPECT_TRUE(log.ok());
+    return log.ok() ? *log : Logger();
+  }
+  int Count(std::string_view what) {
+    std::lock_guard<std::mutex> lock(mu);
+    return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(what) != std::string::npos;
+    }));
+  }
+};
+
+TEST(HttpServerTest, OutOfDescriptorsTheAcceptorWaitsInsteadOfSpinning) {
+  LogLines log;
+  ServerOptions o = LocalServer();
+  o.log = log.logger();
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/who", [](const Request&) { return Response::Json(200, "\"me\""); });
+  ASSERT_TRUE(s->Start().ok());
+  // The client's socket first: out of descriptors, the test cannot make one either.
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  struct Limit {
+    rlimit old{};
+    std::vector<int> fillers;
+    ~Limit() {
+      for (int f : fillers) ::close(f);
+      ::setrlimit(RLIMIT_NOFILE, &old);
+    }
+  } limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit.old), 0);
+  int highest = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    highest = std::max(highest, std::atoi(e.path().filename().c_str()));
+  }
+  rlimit low = limit.old;
+  low.rlim_cur = static_cast<rlim_t>(highest) + 16;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (int f; (f = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) limit.fillers.push_back(f);
+  ASSERT_EQ(errno, EMFILE);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(s->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  // The connection waits in the listen queue; the acceptor cannot take it.
+  auto cpu = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double cpu_before = cpu();
+  std::this_thread::sleep_for(1s);
+  const double used = cpu() - cpu_before;
+  for (int f : limit.fillers) ::close(f);
+  limit.fillers.clear();
+  ::setrlimit(RLIMIT_NOFILE, &limit.old);
+  EXPECT_LT(used, 0.25) << "CPU seconds spent in one second out of descriptors";
+  EXPECT_EQ(log.Count("cannot accept connections"), 1);
+  // Descriptors free again: the queued connection is served.
+  const std::string req = "GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(client, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  timeval tv{5, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string in;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(client, buf, sizeof(buf), 0)) > 0;)
+    in.append(buf, static_cast<size_t>(n));
+  ::close(client);
+  EXPECT_EQ(in.rfind("HTTP/1.1 200 ", 0), 0u) << in;
+  EXPECT_EQ(log.Count("accepting connections again"), 1);
 }
 
 class TlsTest : public ::testing::Test {

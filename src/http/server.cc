@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -177,6 +178,10 @@ class ServerImpl final : public HttpServer {
   std::list<std::unique_ptr<Conn>> conns_;  // guarded by conns_mu_ (acceptor thread adds)
 
   static constexpr std::chrono::seconds kWorkerIdle{10};
+  // The acceptor's pause after it could not take a connection (out of
+  // descriptors or memory): the connection stays queued, or the next
+  // one comes at once, and retrying without a pause spins a core.
+  static constexpr Ms kAcceptBackoff{100};
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
   std::deque<std::pair<int, std::string>> pending_;  // guarded by pending_mu_: accepted, not taken
@@ -318,6 +323,7 @@ SslCtxPtr ServerImpl::CurrentTls() {
 }
 
 void ServerImpl::AcceptLoop() {
+  bool accept_failing = false;  // logged once per run of failures
   while (!stopping_.load()) {
     pollfd p{listen_fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, 100);
@@ -326,7 +332,20 @@ void ServerImpl::AcceptLoop() {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        if (!accept_failing) {
+          opts_.log.Warn("cannot accept connections; retrying every 100 ms",
+                         {{"error", std::strerror(err)}, {"port", static_cast<int>(port_.load())}});
+        }
+        accept_failing = true;
+        std::this_thread::sleep_for(kAcceptBackoff);
+      }
+      continue;
+    }
+    if (accept_failing) opts_.log.Info("accepting connections again");
+    accept_failing = false;
     // Answers are whole messages written at once: send them now. Without this
     // a write that follows another unacknowledged one (a TLS 1.3 session
     // ticket, a second TLS record) waits for the peer's delayed ACK, up to
