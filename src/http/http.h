@@ -36,6 +36,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -116,9 +117,14 @@ struct ServerOptions {
   // token gets 400.
   MetricsRegistry* metrics = nullptr;
   std::string metrics_prefix = "accelpool_http";
-  // Where the server reports trouble of its own (out of descriptors); the
-  // default drops the lines.
+  // Where the server reports trouble of its own (out of descriptors, no
+  // thread for a connection); the default drops the lines.
   Logger log;
+  // Starts a connection thread running `body`; null: std::thread. A starter
+  // that throws (std::system_error at the process's or the pod's thread
+  // limit) turns that connection away (503 on plain HTTP) and the server
+  // goes on; tests inject one.
+  std::function<std::thread(std::function<void()> body)> start_thread;
 };
 
 class HttpServer {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "common/metrics.h"
@@ -554,6 +555,34 @@ struct LogLines {
     }));
   }
 };
+
+TEST(HttpServerTest, AConnectionWithoutAThreadIsTurnedAway) {
+  LogLines log;
+  ServerOptions o = LocalServer();
+  o.max_connections = 1;
+  o.log = log.logger();
+  std::atomic<int> refusals{3};
+  o.start_thread = [&refusals](std::function<void()> body) {
+    if (refusals.fetch_sub(1) > 0) {
+      throw std::system_error(EAGAIN, std::generic_category(), "thread limit");
+    }
+    return std::thread(std::move(body));
+  };
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/who", [](const Request&) { return Response::Json(200, "\"me\""); });
+  ASSERT_TRUE(s->Start().ok());
+  for (int i = 0; i < 3; ++i) {
+    RawConn raw(s->port());
+    ASSERT_TRUE(raw.Send("GET /who HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_EQ(raw.ReadUntil("\r\n", 5s).rfind("HTTP/1.1 503 ", 0), 0u) << raw.received();
+    EXPECT_TRUE(raw.ClosedWithin(5s)) << i;
+  }
+  // Threads start again, and the refused connections hold none of the one slot.
+  EXPECT_EQ(OneShot(s->port(), "/who"), "\"me\"");
+  EXPECT_EQ(log.Count("cannot start a connection thread"), 1);
+  EXPECT_EQ(log.Count("connection threads start again"), 1);
+  s->Stop();
+}
 
 TEST(HttpServerTest, OutOfDescriptorsTheAcceptorWaitsInsteadOfSpinning) {
   LogLines log;

@@ -23,6 +23,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -179,8 +181,8 @@ class ServerImpl final : public HttpServer {
 
   static constexpr std::chrono::seconds kWorkerIdle{10};
   // The acceptor's pause after it could not take a connection (out of
-  // descriptors or memory): the connection stays queued, or the next
-  // one comes at once, and retrying without a pause spins a core.
+  // descriptors, memory or threads): the connection stays queued, or the
+  // next one comes at once, and retrying without a pause spins a core.
   static constexpr Ms kAcceptBackoff{100};
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
@@ -324,6 +326,7 @@ SslCtxPtr ServerImpl::CurrentTls() {
 
 void ServerImpl::AcceptLoop() {
   bool accept_failing = false;  // logged once per run of failures
+  bool thread_failing = false;
   while (!stopping_.load()) {
     pollfd p{listen_fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, 100);
@@ -366,22 +369,45 @@ void ServerImpl::AcceptLoop() {
         continue;
       }
     }
-    std::lock_guard<std::mutex> lock(conns_mu_);
-    if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
-      const std::string busy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-          "Connection: close\r\n\r\n";
-      if (!opts_.tls) (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
-      ::close(fd);
-      continue;
+    const std::string busy =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+        "Connection: close\r\n\r\n";
+    std::string thread_error;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
+        if (!opts_.tls) (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+        ::close(fd);
+        continue;
+      }
+      auto conn = std::make_unique<Conn>();
+      Conn* raw = conn.get();
+      conns_.push_back(std::move(conn));
+      std::function<void()> body = [this, fd, peer = std::move(peer), raw]() mutable {
+        Work(fd, std::move(peer), raw);
+        raw->done = true;
+      };
+      try {
+        raw->thread =
+            opts_.start_thread ? opts_.start_thread(std::move(body)) : std::thread(std::move(body));
+        if (thread_failing) opts_.log.Info("connection threads start again");
+        thread_failing = false;
+        continue;
+      } catch (const std::exception& e) {
+        conns_.pop_back();  // the one just added: only this thread adds
+        thread_error = e.what();
+      }
     }
-    auto conn = std::make_unique<Conn>();
-    Conn* raw = conn.get();
-    conns_.push_back(std::move(conn));
-    raw->thread = std::thread([this, fd, peer = std::move(peer), raw]() mutable {
-      Work(fd, std::move(peer), raw);
-      raw->done = true;
-    });
+    // No thread for it (the process's or the pod's limit): turn it away and
+    // pause, as threads may be freed soon.
+    if (!opts_.tls) (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+    ::close(fd);
+    if (!thread_failing) {
+      opts_.log.Warn("cannot start a connection thread; turning connections away",
+                     {{"error", thread_error}, {"port", static_cast<int>(port_.load())}});
+    }
+    thread_failing = true;
+    std::this_thread::sleep_for(kAcceptBackoff);
   }
 }
 
