@@ -518,7 +518,17 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
     AddGrants(o.placement, inv, &work);
     planned[i] = std::move(o.placement);
   }
-  // Each init container alone, beside the sidecars declared before it.
+  // Each init container alone, beside the sidecars declared before it. Where
+  // a device hosts one slice size only, the pod keeps to one size on each
+  // device over all its phases: the sizes of the steady state and of the
+  // init containers before are seen as in use (a slice of another size
+  // would share the device with them, or with a later pod of their size).
+  const bool one_size = inv.topology.slices.one_size_per_device;
+  std::vector<int64_t> pod_slice;
+  if (one_size) {
+    pod_slice.resize(inv.devices.size());
+    for (size_t d = 0; d < pod_slice.size(); ++d) pod_slice[d] = work.devices[d].slice_mib;
+  }
   for (size_t i = 0; i < nc; ++i) {
     const DeviceRequest& r = pod.containers[i];
     if (!relevant[i] || r.kind != ContainerKind::kInit) continue;
@@ -528,8 +538,18 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
         AddGrants(planned[j], inv, &phase);
       }
     }
+    for (size_t d = 0; d < pod_slice.size(); ++d) {
+      if (phase.devices[d].slice_mib == 0) phase.devices[d].slice_mib = pod_slice[d];
+    }
     ContainerOutcome o = PlanContainer(r, pod.host, inv, phase, policy);
     if (o.code != FitCode::kFits) return fail(o);
+    if (one_size) {
+      for (const Grant& g : o.placement.grants) {
+        if (!g.exclusive && pod_slice[static_cast<size_t>(g.device)] == 0) {
+          pod_slice[static_cast<size_t>(g.device)] = g.memory_mib;
+        }
+      }
+    }
     planned[i] = std::move(o.placement);
   }
   for (size_t i = 0; i < nc; ++i) {

@@ -570,6 +570,65 @@ TEST(FitPods, SidecarRunsBesideInitAndRegular) {
   EXPECT_FALSE(Fit(too_big, inv, NodeUsage::Empty(inv)).fits());
 }
 
+TEST(FitPods, KunlunxinInitSliceKeepsTheDeviceToOneSize) {
+  // A device hosts slices of one size (VENDORS.md 3), across a pod's phases
+  // too: the footprint keeps the steady size, so an init container of
+  // another size goes elsewhere and a later pod of its size never joins the
+  // regular container's slice.
+  const NodeInventory inv = MakeNode("kunlunxin-p800-x8");
+  for (const bool init_larger : {true, false}) {
+    const int64_t init_mib = init_larger ? 40000 : 20000;
+    const int64_t main_mib = init_larger ? 20000 : 40000;
+    DeviceRequest init = Share(Vendor::kKunlunxin, 1, init_mib, 0, "setup");
+    init.kind = ContainerKind::kInit;
+    NodeUsage usage = NodeUsage::Empty(inv);
+    const Placement p =
+        PlaceOrDie(Pod({init, Share(Vendor::kKunlunxin, 1, main_mib, 0, "main")}), inv, &usage);
+    ASSERT_EQ(p.containers.size(), 2u);
+    const int32_t steady = p.containers[1].grants[0].device;
+    EXPECT_NE(p.containers[0].grants[0].device, steady) << init_larger;
+    EXPECT_EQ(usage.devices[static_cast<size_t>(steady)].slice_mib, init_larger ? 24576 : 49152);
+    const FitResult later = Fit(Pod({Share(Vendor::kKunlunxin, 1, init_mib, 0)}), inv, usage);
+    ASSERT_TRUE(later.fits());
+    EXPECT_NE(Devices(later), std::vector<int32_t>{steady}) << init_larger;
+    // A placement whose phases mix sizes on one device is refused.
+    Placement mixed = p;
+    mixed.containers[0].grants[0].device = steady;
+    NodeUsage empty = NodeUsage::Empty(inv);
+    EXPECT_EQ(ApplyPlacement(mixed, inv, &empty).code(), StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST(FitPods, WholeInitContainerBesideSharesOfTheSameDevice) {
+  // The init container holds the device alone while it runs, the two shares
+  // hold it together afterwards: the pod holds it whole, one holder.
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  DeviceRequest init = Whole(Vendor::kNvidia, 1, "setup");
+  init.kind = ContainerKind::kInit;
+  const PodRequest pod = Pod(
+      {init, Share(Vendor::kNvidia, 1, 4096, 100, "a"), Share(Vendor::kNvidia, 1, 4096, 100, "b")});
+  const FitResult r = Fit(pod, inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits()) << (r.reasons.empty() ? "" : DescribeReason(r.reasons[0]));
+  EXPECT_TRUE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), r.placement).ok());
+  NodeUsage usage = NodeUsage::Empty(inv);
+  ASSERT_TRUE(ApplyPlacement(r.placement, inv, &usage).ok());
+  EXPECT_TRUE(UsageWithinCapacity(inv, usage));
+  // Binpack puts all three on the first GPU.
+  const size_t d = static_cast<size_t>(r.placement.containers[0].grants[0].device);
+  ASSERT_EQ(Devices(r, 1), std::vector<int32_t>{static_cast<int32_t>(d)});
+  ASSERT_EQ(Devices(r, 2), std::vector<int32_t>{static_cast<int32_t>(d)});
+  EXPECT_TRUE(usage.devices[d].exclusive);
+  EXPECT_EQ(usage.devices[d].shares, 1);
+  // Nothing else lands on a device the pod holds whole.
+  EXPECT_FALSE(ApplyPlacement(r.placement, inv, &usage).ok());
+  ASSERT_TRUE(ReleasePlacement(r.placement, inv, &usage).ok());
+  EXPECT_EQ(usage, NodeUsage::Empty(inv));
+  // A whole grant beside shares of one device in one phase is still refused.
+  Placement forged = r.placement;
+  forged.containers[0].kind = ContainerKind::kRegular;
+  EXPECT_EQ(ApplyPlacement(forged, inv, &usage).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(FitPods, OtherVendorsContainersAreIgnored) {
   const NodeInventory inv = MakeNode("nvidia-hgx-8");
   const PodRequest pod = Pod({Whole(Vendor::kAscend, 2, "npu"), Whole(Vendor::kNvidia, 1, "gpu")});

@@ -18,13 +18,32 @@ void AddGrant(const Grant& g, int64_t slice_mib, bool fractional, DeviceUsage* u
   }
 }
 
-void MaxInto(const DeviceUsage& phase, DeviceUsage* acc) {
+// Merges one phase's use of a device into the pod's footprint so far. A
+// device held whole in some phase is held whole by the pod, by one holder:
+// the shares of another phase run while the whole grant does not, so they
+// count as that one holder (an exclusive phase keeps its own shares, so a
+// whole grant beside another grant in one phase still shows). The slice size
+// of the phases before wins; a phase of another size makes *mixed true.
+void MaxInto(const DeviceUsage& phase, DeviceUsage* acc, bool* mixed) {
+  if (phase.shares == 0) return;
+  if (acc->shares == 0) {
+    *acc = phase;
+    return;
+  }
+  if (acc->exclusive || phase.exclusive) {
+    acc->shares = std::max(acc->exclusive ? acc->shares : 1, phase.exclusive ? phase.shares : 1);
+  } else {
+    acc->shares = std::max(acc->shares, phase.shares);
+  }
   acc->memory_mib = std::max(acc->memory_mib, phase.memory_mib);
   acc->compute = std::max(acc->compute, phase.compute);
-  acc->shares = std::max(acc->shares, phase.shares);
   acc->slices = std::max(acc->slices, phase.slices);
   acc->exclusive = acc->exclusive || phase.exclusive;
-  if (phase.slice_mib != 0) acc->slice_mib = phase.slice_mib;
+  if (acc->slice_mib == 0) {
+    acc->slice_mib = phase.slice_mib;
+  } else if (phase.slice_mib != 0 && phase.slice_mib != acc->slice_mib) {
+    *mixed = true;
+  }
 }
 
 // The slice size a fractional grant occupies: its memory when the inventory
@@ -68,9 +87,10 @@ bool DeviceWithin(const Device& d, const DeviceUsage& u, int32_t budget_unused) 
   return u.memory_mib >= 0 && u.compute >= 0 && u.shares >= 0;
 }
 
-}  // namespace
-
-std::vector<DeviceUsage> Footprint(const Placement& p, const NodeInventory& inv) {
+// The footprint, and whether some device would host slices of two sizes
+// over the pod's phases (the steady phases' size is the one kept).
+std::vector<DeviceUsage> MergedFootprint(const Placement& p, const NodeInventory& inv,
+                                         bool* mixed) {
   std::vector<const ContainerPlacement*> steady;
   std::vector<const ContainerPlacement*> sidecars_so_far;
   std::vector<std::vector<const ContainerPlacement*>> init_phases;
@@ -91,18 +111,31 @@ std::vector<DeviceUsage> Footprint(const Placement& p, const NodeInventory& inv)
       }
     }
   }
+  *mixed = false;
   std::vector<DeviceUsage> acc = PhaseUsage(steady, inv);
   for (const auto& phase : init_phases) {
     const std::vector<DeviceUsage> u = PhaseUsage(phase, inv);
-    for (size_t i = 0; i < acc.size(); ++i) MaxInto(u[i], &acc[i]);
+    for (size_t i = 0; i < acc.size(); ++i) MaxInto(u[i], &acc[i], mixed);
   }
   return acc;
+}
+
+}  // namespace
+
+std::vector<DeviceUsage> Footprint(const Placement& p, const NodeInventory& inv) {
+  bool mixed = false;
+  return MergedFootprint(p, inv, &mixed);
 }
 
 Status ApplyPlacement(const Placement& p, const NodeInventory& inv, NodeUsage* usage) {
   ACCELPOOL_RETURN_IF_ERROR(CheckIndices(p, inv));
   if (usage->devices.size() != inv.devices.size()) usage->devices.resize(inv.devices.size());
-  const std::vector<DeviceUsage> fp = Footprint(p, inv);
+  bool mixed = false;
+  const std::vector<DeviceUsage> fp = MergedFootprint(p, inv, &mixed);
+  if (mixed) {
+    return FailedPreconditionError("a device on " + inv.node +
+                                   " would host slices of two sizes over the pod's containers");
+  }
   std::vector<DeviceUsage> next = usage->devices;
   for (size_t i = 0; i < fp.size(); ++i) {
     if (fp[i].shares == 0) continue;

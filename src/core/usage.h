@@ -4,7 +4,10 @@
 // counting containers the way kubelet runs them: each non-restartable init
 // container runs alone beside the sidecars declared before it; then all
 // regular containers run beside all sidecars. Example: init 8 GiB on gpu0,
-// regular 4 GiB + 2 GiB on gpu0 -> footprint 8 GiB on gpu0, not 14.
+// regular 4 GiB + 2 GiB on gpu0 -> footprint 8 GiB on gpu0, not 14. A device
+// held whole in one phase and shared in another is held whole by the pod (one
+// holder). Where a device hosts one slice size only, the pod's phases keep to
+// one size on it (ApplyPlacement refuses a placement that mixes them).
 //
 // Thread-safety: pure functions over values.
 #ifndef ACCELPOOL_CORE_USAGE_H_
