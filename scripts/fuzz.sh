@@ -38,6 +38,8 @@
 #   FUZZ_SECONDS=5 scripts/fuzz.sh
 #   FUZZ_SECONDS_filter=120 scripts/fuzz.sh   # one target longer (or shorter)
 #   FUZZ_TARGETS="yaml bind" scripts/fuzz.sh  # a subset
+#   FUZZ_SEED=1 scripts/fuzz.sh         # the same inputs in the same order on every run
+#   FUZZ_TIMEOUT=30 scripts/fuzz.sh     # seconds one input may run before it counts as a hang
 #   BUILD_DIR=/tmp/f JOBS=4 scripts/fuzz.sh 30
 set -euo pipefail
 
@@ -126,9 +128,11 @@ for name in $names; do
   log="$build/logs/$name.log"
   mkdir -p "$corpus" "$crashes"
   echo "== $name: ${secs}s"
-  # -timeout: an input running over 10 s counts as a hang (a failure).
-  if "$build/$bin" -max_total_time="$secs" -max_len=65536 -timeout=10 \
-      -artifact_prefix="$crashes/" "$corpus" "$root/$seeds" >"$log" 2>&1; then
+  # -timeout: an input running longer counts as a hang (a failure).
+  seed_arg=()
+  [[ -n ${FUZZ_SEED:-} ]] && seed_arg=(-seed="$FUZZ_SEED")
+  if "$build/$bin" -max_total_time="$secs" -max_len=65536 -timeout="${FUZZ_TIMEOUT:-10}" \
+      "${seed_arg[@]}" -artifact_prefix="$crashes/" "$corpus" "$root/$seeds" >"$log" 2>&1; then
     passed=$((passed + 1))
     grep -E '^(#[0-9]+ +DONE|Done [0-9]+ runs)' "$log" | tail -1 || true
   else

@@ -132,9 +132,9 @@ Status Informer::ListAndReplace() {
       if (handlers_.on_add) handlers_.on_add(*o);
     });
   }
-  for (const auto& [o, n] : updated) {
+  for (const auto& change : updated) {  // not a structured binding: lambdas capture it
     Guarded("update", [&] {
-      if (handlers_.on_update) handlers_.on_update(*o, *n);
+      if (handlers_.on_update) handlers_.on_update(*change.first, *change.second);
     });
   }
   for (const Ptr& o : deleted) {
