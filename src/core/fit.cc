@@ -91,6 +91,7 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
   st->dev.assign(n, PerDevice{});
   int32_t partition_ok = 0, model_ok = 0, id_ok = 0, healthy = 0, in_service = 0, mem_ok = 0;
   int64_t largest = 0;
+  int64_t least_need = -1;  // the smallest effective memory of a matching device
   for (size_t i = 0; i < n; ++i) {
     const Device& d = inv.devices[i];
     if (d.partition != r.partition) continue;
@@ -104,6 +105,7 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     st->dev[i].mem = EffectiveMemory(r, d, inv.topology.slices);
     st->dev[i].compute = EffectiveCompute(r, d, inv.topology.slices);
     largest = std::max(largest, d.memory_mib);
+    if (least_need < 0 || st->dev[i].mem < least_need) least_need = st->dev[i].mem;
     if (st->dev[i].mem > d.memory_mib) continue;
     ++mem_ok;
     if (!d.healthy) continue;
@@ -117,8 +119,8 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     Fail(o, FitCode::kUnresolvable, {Reason::kPartitionMismatch, r.count, partition_ok});
     return false;
   }
-  if (model_ok == 0) {
-    Fail(o, FitCode::kUnresolvable, {Reason::kModelMismatch, r.count, 0});
+  if (model_ok < r.count) {
+    Fail(o, FitCode::kUnresolvable, {Reason::kModelMismatch, r.count, model_ok});
     return false;
   }
   if (id_ok < r.count) {
@@ -126,8 +128,9 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     return false;
   }
   if (mem_ok < r.count) {
-    const int64_t need = r.memory_mib > 0 ? r.memory_mib : 0;
-    Fail(o, FitCode::kUnresolvable, {Reason::kMemoryTooLarge, need, largest});
+    // The memory after percent, compute share and slice rounding (what a
+    // device would have to give), not the request's MiB (0 for those).
+    Fail(o, FitCode::kUnresolvable, {Reason::kMemoryTooLarge, least_need, largest});
     return false;
   }
   if (healthy < r.count) {

@@ -113,6 +113,19 @@ TEST(FitShare, MemoryLargerThanAnyDeviceIsUnresolvable) {
   EXPECT_NE(DescribeReason(r.reasons[0]).find("200000"), std::string::npos);
 }
 
+TEST(FitShare, MemoryTooLargeNamesTheMemoryAfterRounding) {
+  // 100% of a 49000 MiB card rounds up to 49152 in 512 MiB steps: more
+  // than the card; the reason gives the rounded memory, not 0.
+  NodeInventory inv = MakeNode("mthreads-s4000-x8");
+  for (auto& d : inv.devices) d.memory_mib = 49000;
+  DeviceRequest all = Whole(Vendor::kMthreads, 1);
+  all.memory_percent = 100;
+  const FitResult r = Fit(Pod({all}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0], (FitReason{Reason::kMemoryTooLarge, 49152, 49000}));
+}
+
 struct SliceCase {
   const char* name;
   const char* cite;
@@ -297,6 +310,16 @@ TEST(FitFilters, ModelIncludeExcludeAndIds) {
   r = Fit(Pod({no_h200}), inv, NodeUsage::Empty(inv));
   EXPECT_EQ(r.code, FitCode::kUnresolvable);
   EXPECT_EQ(r.reasons[0].reason, Reason::kModelMismatch);
+  // One matching device for a count of 2 is the model's fault, not the ids'
+  // (no ids were given).
+  DeviceRequest two_h100 = Whole(Vendor::kNvidia, 2);
+  inv.devices[3].model = "NVIDIA H100 80GB HBM3";
+  two_h100.model_include = {"h100"};
+  r = Fit(Pod({two_h100}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0], (FitReason{Reason::kModelMismatch, 2, 1}));
+  EXPECT_NE(DescribeReason(r.reasons[0]).find("allowed model"), std::string::npos);
   DeviceRequest by_id = Whole(Vendor::kNvidia, 1);
   by_id.id_include = {inv.devices[6].id};
   r = Fit(Pod({by_id}), inv, NodeUsage::Empty(inv));

@@ -55,10 +55,20 @@ std::string DescribeReason(const FitReason& r) {
       }
       break;
     case Reason::kModelMismatch:
-      out << "no device of an allowed model";
+      if (r.available > 0) {
+        out << "too few devices of an allowed model (need " << r.requested << ", node has "
+            << r.available << ")";
+      } else {
+        out << "no device of an allowed model";
+      }
       break;
     case Reason::kIdMismatch:
-      out << "no device with an allowed id";
+      if (r.available > 0) {
+        out << "too few devices with an allowed id (need " << r.requested << ", node has "
+            << r.available << ")";
+      } else {
+        out << "no device with an allowed id";
+      }
       break;
     case Reason::kUnhealthy:
       out << "matching devices are unhealthy (" << r.available << " healthy, need "
