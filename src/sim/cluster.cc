@@ -50,6 +50,12 @@ StatusOr<Cluster> BuildCluster(const std::vector<TraceNode>& nodes,
     n.mem_free = n.mem_cap = t.memory_mib;
     n.gpus = t.gpus;
     n.model_id = intern_model(t.model);
+    if (n.model_id >= 63) {
+      // Model ids are bits of a pod's 64-bit model mask (Fits shifts by them).
+      return InvalidArgumentError(
+          "more than 63 GPU models in the trace; the simulator "
+          "supports up to 63");
+    }
     for (int32_t i = 0; i < t.gpus; ++i) n.free[i] = kMilli;
     c.gpu_milli += static_cast<int64_t>(t.gpus) * kMilli;
     c.nodes.push_back(n);

@@ -89,7 +89,9 @@ class ClusteringPolicy : public SimPolicy {
     } else {
       base = kinds == 0 ? kMaxScore / 4 : 0;
     }
-    c.score = static_cast<int32_t>(fill + base);
+    // Nodes past the paper's 8 GPUs have a negative fill; a negative score
+    // would read as "does not fit" (NodePicker::Pick).
+    c.score = static_cast<int32_t>(std::clamp<int64_t>(fill + base, 0, kMaxScore));
     return c;
   }
 };
@@ -137,7 +139,10 @@ class BestFitPolicy : public SimPolicy {
   Choice Evaluate(const SimNode& n, const PodShape& p, EvalContext&) const override {
     const double left = static_cast<double>(n.cpu_free - p.cpu) / kMaxSpecCpu * 0.5 +
                         static_cast<double>(n.GpuLeft() - p.GpuMilli()) / kMaxSpecGpu * 0.5;
-    return Choice{static_cast<int32_t>((1.0 - left) * kMaxScore), DefaultMask(n, p)};
+    // Past 8 GPUs or 128 cores `left` passes 1; clamped, as a negative score
+    // would read as "does not fit" (NodePicker::Pick).
+    const double score = std::clamp((1.0 - left) * kMaxScore, 0.0, double{kMaxScore});
+    return Choice{static_cast<int32_t>(score), DefaultMask(n, p)};
   }
 };
 

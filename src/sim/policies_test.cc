@@ -63,9 +63,15 @@ TEST(PolicyTest, EveryPolicyReturnsALegalChoice) {
   FragCache ext_frag(&c.tasks, false, core::HostTaskRule::kHostShare, /*host_blind=*/true);
   FragCache ext_fgd(&c.tasks, false, core::HostTaskRule::kAllIdle, /*host_blind=*/true);
   EvalContext ctx{&c, &frag, &mem_frag, &ext_frag, &ext_fgd, &rng};
-  const std::vector<SimNode> nodes = {Node({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}),
-                                      Node({190, 0, 1000, 500, 1000, 1000, 30, 1000}),
-                                      Node({600, 1000})};
+  std::vector<SimNode> nodes = {Node({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}),
+                                Node({190, 0, 1000, 500, 1000, 1000, 30, 1000}), Node({600, 1000}),
+                                // Past the paper's 8 GPUs / 128 cores: still 0-100.
+                                Node(std::vector<int32_t>(16, 1000), 256000),
+                                Node(std::vector<int32_t>(12, 1000), 64000)};
+  // A 16-GPU node that hosts pods of another kind (clustering's lowest base).
+  nodes.push_back(Node(std::vector<int32_t>(16, 1000), 64000));
+  nodes.back().free[0] = 500;
+  nodes.back().tags[static_cast<size_t>(Tag::kEight)] = 1;
   const std::vector<PodShape> pods = {Pod(1, 810), Pod(1, 470), Pod(1, 1000), Pod(2, 1000),
                                       Pod(0, 0)};
   for (const std::string& name : SimPolicyNames()) {

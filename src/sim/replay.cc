@@ -66,6 +66,8 @@ std::vector<int32_t> ArrivalOrder(const std::vector<TracePod>& pods, const Clust
     }
     return order;
   }
+  // Pods that ask for no GPU bring no clone nearer the target.
+  if (total <= 0) return order;
   const size_t originals = order.size();
   while (true) {
     const int32_t clone = order[Uniform(originals, &state)];

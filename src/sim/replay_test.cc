@@ -58,6 +58,32 @@ TEST(ArrivalOrderTest, SeededShuffleAndInflation) {
   EXPECT_LT(ArrivalOrder(s.pods, s.cluster, 42, 0.5).size(), s.pods.size());
 }
 
+TEST(ArrivalOrderTest, CpuOnlyPodsAreNotInflatedForever) {
+  // No pod asks for a GPU: no clone brings the request nearer the target.
+  std::vector<TracePod> pods(3);
+  for (size_t i = 0; i < pods.size(); ++i) pods[i].name = "cpu-" + std::to_string(i);
+  StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 8, "T4"}}, pods);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(ArrivalOrder(pods, *c, 42, 1.3).size(), pods.size());
+}
+
+TEST(BuildClusterTest, NodeModelsPastTheMaskAreRefused) {
+  // Model ids are bits of a 64-bit mask: a node model id of 64 or more
+  // cannot be tested against a pod's mask.
+  std::vector<TraceNode> nodes;
+  for (int i = 0; i < 70; ++i) {
+    nodes.push_back(TraceNode{"n" + std::to_string(i), 64000, 262144, 1, "M" + std::to_string(i)});
+  }
+  TracePod pod;
+  pod.name = "p";
+  pod.num_gpu = 1;
+  pod.gpu_milli = 1000;
+  const StatusOr<Cluster> c = BuildCluster(nodes, {pod});
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  nodes.resize(63);
+  EXPECT_TRUE(BuildCluster(nodes, {pod}).ok());
+}
+
 TEST(ReplayTest, EveryPolicyAndModeKeepsTheBooks) {
   const Slice& s = TestSlice();
   const std::vector<int32_t> order = ArrivalOrder(s.pods, s.cluster, 42, 1.3);
