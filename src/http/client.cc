@@ -304,7 +304,9 @@ ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire
     }
     return Try::kFailed;
   };
-  if (!c.stream->Write(wire)) {
+  const Ms left =
+      std::max(Ms(0), std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now()));
+  if (!c.stream->Write(wire, left)) {
     if (reused) return Try::kRetry;
     return failed(UnavailableError("connection lost while sending"));
   }
@@ -394,13 +396,14 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
                                std::stop_token stop, Ms idle_timeout) {
   ACCELPOOL_RETURN_IF_ERROR(CheckRequest(request));
   const Ms connect_timeout = request.timeout.value_or(opts_.timeout);
-  auto conn =
-      internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, connect_timeout);
+  // `stop` ends the connection attempt too (kCancelled).
+  auto conn = internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify,
+                                connect_timeout, stop);
   if (!conn.ok()) return conn.status();
   internal::Stream& s = **conn;
   // Wake the blocked read when the caller stops.
   std::stop_callback on_stop(stop, [&s] { s.Shutdown(); });
-  if (!s.Write(Head(request, /*close=*/true) + request.body)) {
+  if (!s.Write(Head(request, /*close=*/true) + request.body, connect_timeout)) {
     return stop.stop_requested() ? Status(StatusCode::kCancelled, "stopped")
                                  : UnavailableError("connection lost sending " + request.path);
   }

@@ -108,6 +108,10 @@ struct ServerOptions {
   int max_connections = 256;           // more get 503
   // A connection idle this long between requests is closed.
   std::chrono::milliseconds idle_timeout{60000};
+  // With TLS: a client that has not completed the handshake this long after
+  // its connection was accepted is dropped (one that sends nothing, or half a
+  // ClientHello, would otherwise hold a connection thread).
+  std::chrono::milliseconds handshake_timeout{10000};
   // When set (it must outlive the server), every request is counted in
   // <metrics_prefix>_requests_total{method,route,code} and timed in
   // <metrics_prefix>_request_duration_seconds{method,route}. `route` is the

@@ -430,6 +430,10 @@ class RawConn {
   std::string in_;
 };
 
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 TEST(HttpServerTest, MethodLabelsAreBoundedAndBadMethodsRefused) {
   MetricsRegistry reg;
   ServerOptions o = LocalServer();
@@ -761,7 +765,7 @@ TEST_F(TlsTest, ReconnectionResumesTheSessionAndKeepsTheClientIdentity) {
   auto request = [&](const internal::SslCtxPtr& ctx) -> std::pair<bool, std::string> {
     auto conn = internal::Connect("127.0.0.1", s->port(), ctx, true, 2s);
     if (!conn.ok()) return {false, conn.status().ToString()};
-    (*conn)->Write("GET /who HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    (*conn)->Write("GET /who HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 2s);
     std::string got;
     char buf[4096];
     for (long n; (n = (*conn)->Read(buf, sizeof(buf), 2s)) > 0;) got.append(buf, n);
@@ -833,6 +837,136 @@ TEST_F(TlsTest, TrustIsUnchangedWhenOpenSslDefaultPathsAreDisabled) {
       EXPECT_EQ(resp.ok(), c.want_ok) << c.name << ": " << resp.status().ToString();
     }
   }
+}
+
+TEST_F(TlsTest, AClientThatNeverFinishesTheHandshakeIsDropped) {
+  auto cert = ca_->Issue("server", "server", true);
+  ServerOptions o = LocalServer();
+  o.tls = Tls(cert.cert_file, cert.key_file);
+  o.handshake_timeout = 500ms;
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/who", [](const Request&) { return Response::Json(200, "{}"); });
+  ASSERT_TRUE(s->Start().ok());
+  const auto start = std::chrono::steady_clock::now();
+  RawConn silent(s->port());
+  RawConn half(s->port());
+  // A TLS record header and the first bytes of a ClientHello, then nothing.
+  ASSERT_TRUE(half.Send(std::string("\x16\x03\x01\x02\x00\x01\x00", 7)));
+  EXPECT_TRUE(silent.ClosedWithin(5s));
+  EXPECT_TRUE(half.ClosedWithin(5s));
+  EXPECT_GE(SecondsSince(start), 0.45);
+  // The server still serves a client that completes the handshake.
+  auto c = ClientFor(Local(s->port(), true), CaFile(ca_->ca_file()));
+  ClientRequest req;
+  req.path = "/who";
+  auto r = c->Send(req);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(TlsTest, StopEndsAHandshakeInProgress) {
+  auto cert = ca_->Issue("server", "server", true);
+  ServerOptions o = LocalServer();
+  o.tls = Tls(cert.cert_file, cert.key_file);
+  o.handshake_timeout = 600s;
+  auto s = NewHttpServer(o);
+  ASSERT_TRUE(s->Start().ok());
+  RawConn silent(s->port());
+  ASSERT_TRUE(silent.ok());
+  std::this_thread::sleep_for(200ms);  // accepted: a thread waits for the ClientHello
+  const auto start = std::chrono::steady_clock::now();
+  auto stopped = std::async(std::launch::async, [&s] { s->Stop(); });
+  const bool prompt = stopped.wait_for(5s) == std::future_status::ready;
+  silent.Close();  // what ends the handshake when Stop cannot
+  stopped.wait();
+  EXPECT_TRUE(prompt);
+  EXPECT_LT(SecondsSince(start), 5.0);
+}
+
+// A listening socket that never accepts: the kernel completes the TCP
+// handshake of a client, and nothing ever answers it.
+class SilentListener {
+ public:
+  SilentListener() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        ::listen(fd_, 8) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      Close();
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() { Close(); }
+  // Resets the connections waiting in the queue.
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
+
+TEST(HttpClientTest, AServerThatNeverAnswersTheTlsHandshakeTimesOut) {
+  SilentListener silent;
+  ASSERT_NE(silent.port(), 0);
+  auto c = ClientFor(Local(silent.port(), true), Insecure());
+  ClientRequest req;
+  req.path = "/";
+  req.timeout = 200ms;
+  auto start = std::chrono::steady_clock::now();
+  auto sent = std::async(std::launch::async, [&] { return c->Send(req); });
+  bool prompt = sent.wait_for(5s) == std::future_status::ready;
+  if (!prompt) silent.Close();  // the reset ends the call
+  const StatusOr<ClientResponse> r = sent.get();
+  EXPECT_TRUE(prompt);
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_LT(SecondsSince(start), 3.0);
+
+  // A watch being set up ends when its caller stops, before its own timeout.
+  req.timeout = 60s;
+  std::stop_source stop;
+  auto watched = std::async(std::launch::async, [&] {
+    return c->StreamLines(
+        req, nullptr, [](std::string_view) { return true; }, stop.get_token(), 60s);
+  });
+  std::this_thread::sleep_for(200ms);
+  start = std::chrono::steady_clock::now();
+  stop.request_stop();
+  prompt = watched.wait_for(5s) == std::future_status::ready;
+  if (!prompt) silent.Close();
+  const Status st = watched.get();
+  EXPECT_TRUE(prompt);
+  EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
+  EXPECT_LT(SecondsSince(start), 3.0);
+}
+
+TEST_F(TlsTest, ASlowAnswerTimesOutOverTls) {
+  // As HttpTest.TimeoutIsDeadlineExceeded, over TLS: the session tickets the
+  // server sends after the handshake must not make the client wait for the
+  // answer past its deadline.
+  auto cert = ca_->Issue("server", "server", true);
+  ServerOptions o = LocalServer();
+  o.tls = Tls(cert.cert_file, cert.key_file);
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/slow", [](const Request&) {
+    std::this_thread::sleep_for(2s);
+    return Response::Json(200, "{}");
+  });
+  ASSERT_TRUE(s->Start().ok());
+  auto c = ClientFor(Local(s->port(), true), CaFile(ca_->ca_file()));
+  ClientRequest req;
+  req.path = "/slow";
+  req.timeout = 500ms;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = c->Send(req);
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_LT(SecondsSince(start), 1.5);
 }
 
 TEST(SocketOptionsTest, ClientConnectionsProbeAnIdlePeer) {

@@ -334,7 +334,8 @@ void ServerImpl::AcceptLoop() {
     if (r <= 0) continue;
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       const int err = errno;
       if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
@@ -467,25 +468,35 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
   sigemptyset(&pipe_signal);
   sigaddset(&pipe_signal, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
-  std::unique_ptr<Stream> stream;
-  if (opts_.tls) {
-    stream = internal::AcceptTls(fd, CurrentTls(), Ms(10000));
-    if (!stream) return;  // handshake failed (e.g. no or untrusted client certificate)
-  } else {
-    stream = internal::PlainStream(fd);
-  }
+  std::unique_ptr<Stream> stream =
+      opts_.tls ? internal::ServerTls(fd, CurrentTls()) : internal::PlainStream(fd);
+  if (!stream) return;
+  // Registered before the handshake, so that Stop() can end a client that
+  // never finishes it; unregistered (guard destroyed first) before the
+  // stream closes the descriptor.
   {
     std::lock_guard<std::mutex> lock(conn->mu);
     conn->stream = stream.get();
   }
+  struct Unregister {
+    Conn* conn;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(conn->mu);
+      conn->stream = nullptr;
+    }
+  } unregister{conn};
   if (stopping_.load()) stream->Shutdown();
+  // Fails for a client that sends no or an untrusted certificate, or that
+  // does not finish within the handshake timeout.
+  if (!stream->Handshake(opts_.handshake_timeout)) return;
   Reader reader(*stream);
   const std::string cert_subject = stream->PeerCertSubject();
   for (;;) {
     auto head = reader.ReadHead(opts_.max_header_bytes, opts_.idle_timeout);
     if (!head.ok()) {
       if (head.status().code() == StatusCode::kResourceExhausted) {
-        stream->Write(SerializeHead(431, {{"content-length", "0"}, {"connection", "close"}}));
+        stream->Write(SerializeHead(431, {{"content-length", "0"}, {"connection", "close"}}),
+                      opts_.idle_timeout);
       }
       break;
     }
@@ -500,7 +511,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       Response bad = Response::Error(400, "malformed request line");
       bad.headers["connection"] = "close";
       bad.headers["content-length"] = std::to_string(bad.body.size());
-      stream->Write(SerializeHead(400, bad.headers) + bad.body);
+      stream->Write(SerializeHead(400, bad.headers) + bad.body, opts_.idle_timeout);
       break;
     }
     req.method = first.substr(0, sp1);
@@ -536,7 +547,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
         have_resp = true;
       } else {
         if (HasToken(req.Header("expect"), "100-continue")) {
-          stream->Write("HTTP/1.1 100 Continue\r\n\r\n");
+          stream->Write("HTTP/1.1 100 Continue\r\n\r\n", opts_.idle_timeout);
         }
         if (!reader.ReadExact(length, req.body, opts_.idle_timeout).ok()) break;
       }
@@ -546,35 +557,34 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     if (resp.stream) {
       resp.headers["transfer-encoding"] = "chunked";
       resp.headers["connection"] = "close";
-      if (!stream->Write(SerializeHead(resp.status, resp.headers))) break;
+      if (!stream->Write(SerializeHead(resp.status, resp.headers), opts_.idle_timeout)) break;
       Stream* s = stream.get();
-      const ChunkWriter write = [s](std::string_view chunk) {
+      const ChunkWriter write = [s, timeout = opts_.idle_timeout](std::string_view chunk) {
         if (chunk.empty()) return true;
         char size[32];
         std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
         std::string frame = size;
         frame.append(chunk);
         frame += "\r\n";
-        return s->Write(frame);
+        return s->Write(frame, timeout);
       };
       try {
         resp.stream(write);
       } catch (...) {
         // A failing stream ends the response; the client sees it end early.
       }
-      stream->Write("0\r\n\r\n");
+      stream->Write("0\r\n\r\n", opts_.idle_timeout);
       break;
     }
     resp.headers["content-length"] = std::to_string(resp.body.size());
     if (!keep_alive) resp.headers["connection"] = "close";
     const bool head_only = req.method == "HEAD";
-    if (!stream->Write(SerializeHead(resp.status, resp.headers) + (head_only ? "" : resp.body))) {
+    if (!stream->Write(SerializeHead(resp.status, resp.headers) + (head_only ? "" : resp.body),
+                       opts_.idle_timeout)) {
       break;
     }
     if (!keep_alive || stopping_.load()) break;
   }
-  std::lock_guard<std::mutex> lock(conn->mu);
-  conn->stream = nullptr;
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ namespace accelpool::http::internal {
 namespace {
 
 using Ms = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
 // Waits for `events` on fd. 1 ready, 0 timeout, -1 error.
 int WaitFd(int fd, short events, Ms timeout) {
@@ -36,26 +37,75 @@ int WaitFd(int fd, short events, Ms timeout) {
   }
 }
 
-class PlainImpl final : public Stream {
- public:
-  explicit PlainImpl(int fd) : fd_(fd) {}
-  ~PlainImpl() override { ::close(fd_); }
-  long Read(char* buf, size_t n, Ms timeout) override {
-    const int w = WaitFd(fd_, POLLIN, timeout);
-    if (w == 0) return -2;
-    if (w < 0) return -1;
+// The time left until `deadline`, rounded up to whole milliseconds (a wait
+// never ends just before it); zero once it passed.
+Ms Left(Clock::time_point deadline) {
+  const auto left = deadline - Clock::now();
+  return left <= Clock::duration::zero() ? Ms(0) : std::chrono::ceil<Ms>(left);
+}
+
+// WaitFd until `deadline`.
+int WaitUntil(int fd, short events, Clock::time_point deadline) {
+  return WaitFd(fd, events, Left(deadline));
+}
+
+void SetNonBlocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags >= 0 && (flags & O_NONBLOCK) == 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+bool WouldBlock() { return errno == EAGAIN || errno == EWOULDBLOCK; }
+
+// Runs a TLS handshake step (SSL_accept or SSL_connect) until it completes,
+// waiting for the socket by `deadline`. `stop`, when requested, ends it
+// (checked at least every 50 ms). 1 done, 0 timed out, -2 stopped, -1 failed.
+template <typename Step>
+int DriveHandshake(SSL* ssl, int fd, Step step, Clock::time_point deadline,
+                   const std::stop_token& stop) {
+  for (;;) {
+    ERR_clear_error();
+    const int r = step(ssl);
+    if (r == 1) return 1;
+    const int err = SSL_get_error(ssl, r);
+    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return -1;
+    const short events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
     for (;;) {
-      const ssize_t r = ::recv(fd_, buf, n, 0);
-      if (r < 0 && errno == EINTR) continue;
-      return r < 0 ? -1 : static_cast<long>(r);
+      if (stop.stop_requested()) return -2;
+      const Ms left = Left(deadline);
+      if (left == Ms(0)) return 0;
+      const int w = WaitFd(fd, events, stop.stop_possible() ? std::min(left, Ms(50)) : left);
+      if (w < 0) return -1;
+      if (w == 1) break;
     }
   }
-  bool Write(std::string_view data) override {
+}
+
+class PlainImpl final : public Stream {
+ public:
+  explicit PlainImpl(int fd) : fd_(fd) { SetNonBlocking(fd_); }
+  ~PlainImpl() override { ::close(fd_); }
+  long Read(char* buf, size_t n, Ms timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      const ssize_t r = ::recv(fd_, buf, n, 0);
+      if (r >= 0) return static_cast<long>(r);
+      if (errno == EINTR) continue;
+      if (!WouldBlock()) return -1;
+      const int w = WaitUntil(fd_, POLLIN, deadline);
+      if (w == 0) return -2;
+      if (w < 0) return -1;
+    }
+  }
+  bool Write(std::string_view data, Ms timeout) override {
+    const auto deadline = Clock::now() + timeout;
     while (!data.empty()) {
       const ssize_t r = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (r > 0) {
+        data.remove_prefix(static_cast<size_t>(r));
+        continue;
+      }
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      data.remove_prefix(static_cast<size_t>(r));
+      if (r == 0 || !WouldBlock() || WaitUntil(fd_, POLLOUT, deadline) != 1) return false;
     }
     return true;
   }
@@ -69,7 +119,9 @@ class PlainImpl final : public Stream {
 class TlsImpl final : public Stream {
  public:
   TlsImpl(int fd, SSL* ssl, SslCtxPtr ctx, std::string peer = "")
-      : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)), peer_(std::move(peer)) {}
+      : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)), peer_(std::move(peer)) {
+    SetNonBlocking(fd_);
+  }
   ~TlsImpl() override {
     // Closing without a close_notify would mark the connection's session as
     // not resumable (OpenSSL's truncation guard); HTTP framing already tells
@@ -79,24 +131,32 @@ class TlsImpl final : public Stream {
     SSL_free(ssl_);
     ::close(fd_);
   }
+  // A record that carries no application data (a TLS 1.3 session ticket,
+  // part of a record) makes SSL_read ask for more: that wait is against the
+  // same deadline.
   long Read(char* buf, size_t n, Ms timeout) override {
+    const auto deadline = Clock::now() + timeout;
     for (;;) {
-      if (SSL_pending(ssl_) == 0) {
-        const int w = WaitFd(fd_, POLLIN, timeout);
-        if (w == 0) return -2;
-        if (w < 0) return -1;
-      }
+      ERR_clear_error();
       const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 20)));
       if (r > 0) return r;
       const int err = SSL_get_error(ssl_, r);
-      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) continue;
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        const int w = WaitUntil(fd_, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+        if (w == 0) return -2;
+        if (w < 0) return -1;
+        continue;
+      }
       if (err == SSL_ERROR_ZERO_RETURN) return 0;
       ERR_clear_error();
       return err == SSL_ERROR_SYSCALL && r == 0 ? 0 : -1;
     }
   }
-  bool Write(std::string_view data) override {
+  bool Write(std::string_view data, Ms timeout) override {
+    const auto deadline = Clock::now() + timeout;
     while (!data.empty()) {
+      // A retry after a wait passes the same bytes, as OpenSSL requires.
+      ERR_clear_error();
       const int r =
           SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 20)));
       if (r > 0) {
@@ -104,11 +164,19 @@ class TlsImpl final : public Stream {
         continue;
       }
       const int err = SSL_get_error(ssl_, r);
-      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) continue;
+      if ((err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) &&
+          WaitUntil(fd_, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline) == 1) {
+        continue;
+      }
       ERR_clear_error();
       return false;
     }
     return true;
+  }
+  bool Handshake(Ms timeout) override {
+    const int r = DriveHandshake(ssl_, fd_, SSL_accept, Clock::now() + timeout, {});
+    ERR_clear_error();
+    return r == 1;
   }
   void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
   bool Readable() override { return SSL_pending(ssl_) > 0 || WaitFd(fd_, POLLIN, Ms(0)) != 0; }
@@ -135,23 +203,15 @@ class TlsImpl final : public Stream {
 
 std::unique_ptr<Stream> PlainStream(int fd) { return std::make_unique<PlainImpl>(fd); }
 
-std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx, Ms timeout) {
+std::unique_ptr<Stream> ServerTls(int fd, const SslCtxPtr& ctx) {
   SSL* ssl = SSL_new(ctx.get());
   if (ssl == nullptr) {
+    ERR_clear_error();
     ::close(fd);
     return nullptr;
   }
   SSL_set_fd(ssl, fd);
-  auto stream = std::make_unique<TlsImpl>(fd, ssl, ctx);
-  for (;;) {
-    const int r = SSL_accept(ssl);
-    if (r == 1) return stream;
-    const int err = SSL_get_error(ssl, r);
-    ERR_clear_error();
-    if (err == SSL_ERROR_WANT_READ && WaitFd(fd, POLLIN, timeout) == 1) continue;
-    if (err == SSL_ERROR_WANT_WRITE && WaitFd(fd, POLLOUT, timeout) == 1) continue;
-    return nullptr;
-  }
+  return std::make_unique<TlsImpl>(fd, ssl, ctx);
 }
 
 // A dead peer is given up on well inside a watch's own idle timeout (330 s).
@@ -168,26 +228,48 @@ bool SetClientSocketOptions(int fd) {
 }
 
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
-                                          const SslCtxPtr& tls, bool verify_host, Ms timeout) {
+                                          const SslCtxPtr& tls, bool verify_host, Ms timeout,
+                                          std::stop_token stop) {
+  const auto deadline = Clock::now() + timeout;
+  const std::string port_s = std::to_string(port);
+  const std::string where = host + ":" + port_s;
+  const auto timed_out = [&](std::string_view what) {
+    return DeadlineExceededError(std::string(what) + " " + where + " took longer than " +
+                                 std::to_string(timeout.count()) +
+                                 " ms; check that the server is up and answers");
+  };
+  const auto stopped = [] { return Status(StatusCode::kCancelled, "stopped"); };
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  const std::string port_s = std::to_string(port);
   if (int rc = ::getaddrinfo(host.c_str(), port_s.c_str(), &hints, &res); rc != 0) {
     return UnavailableError("cannot resolve " + host + ": " + gai_strerror(rc) +
                             "; check the server address");
   }
+  int addresses = 0;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) ++addresses;
   int fd = -1;
+  bool out_of_time = false, was_stopped = false;
   std::string last = "no address";
-  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next, --addresses) {
+    // Each address gets its share of the time left, so one that drops
+    // packets leaves time for the next (at least 2 s, as Go's dialer).
+    const Ms left = Left(deadline);
+    if (left == Ms(0)) {
+      out_of_time = true;
+      break;
+    }
+    const auto until = Clock::now() + std::max(std::min(left, Ms(2000)), left / addresses);
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
-    const int flags = ::fcntl(fd, F_GETFL, 0);
-    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
-      if (WaitFd(fd, POLLOUT, timeout) == 1) {
+      int w = 0;
+      while (w == 0 && !(was_stopped = stop.stop_requested()) && Left(until) > Ms(0)) {
+        w = WaitFd(fd, POLLOUT, stop.stop_possible() ? std::min(Left(until), Ms(50)) : Left(until));
+      }
+      if (w == 1) {
         int soerr = 0;
         socklen_t len = sizeof(soerr);
         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
@@ -195,20 +277,23 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
         errno = soerr;
       } else {
         errno = ETIMEDOUT;
+        out_of_time = Left(deadline) == Ms(0);
       }
     }
     if (rc != 0) {
       last = std::strerror(errno);
       ::close(fd);
       fd = -1;
+      if (was_stopped) break;
       continue;
     }
-    ::fcntl(fd, F_SETFL, flags);
     (void)SetClientSocketOptions(fd);  // best effort: the connection works without
   }
   ::freeaddrinfo(res);
   if (fd < 0) {
-    return UnavailableError("cannot connect to " + host + ":" + port_s + ": " + last +
+    if (was_stopped) return stopped();
+    if (out_of_time) return timed_out("connecting to");
+    return UnavailableError("cannot connect to " + where + ": " + last +
                             "; check that the server is up and reachable");
   }
   if (!tls) return PlainStream(fd);
@@ -220,24 +305,22 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
   SSL_set_fd(ssl, fd);
   SSL_set_tlsext_host_name(ssl, host.c_str());
   if (verify_host) SSL_set1_host(ssl, host.c_str());
-  auto stream = std::make_unique<TlsImpl>(fd, ssl, tls, host + ":" + port_s);
+  auto stream = std::make_unique<TlsImpl>(fd, ssl, tls, where);
   OfferSession(ssl, stream->peer());
-  for (;;) {
-    const int r = SSL_connect(ssl);
-    if (r == 1) break;
-    const int err = SSL_get_error(ssl, r);
-    if (err == SSL_ERROR_WANT_READ && WaitFd(fd, POLLIN, timeout) == 1) continue;
-    if (err == SSL_ERROR_WANT_WRITE && WaitFd(fd, POLLOUT, timeout) == 1) continue;
-    ForgetSession(ssl);
-    const long verify = SSL_get_verify_result(ssl);
-    std::string msg = SslError("TLS handshake with " + host + ":" + port_s + " failed");
-    if (verify != X509_V_OK) {
-      msg += std::string(" (certificate: ") + X509_verify_cert_error_string(verify) +
-             "); check the CA bundle and the server name";
-    }
-    return UnavailableError(msg);
+  const int r = DriveHandshake(ssl, fd, SSL_connect, deadline, stop);
+  if (r == 1) return std::unique_ptr<Stream>(std::move(stream));
+  if (r == 0 || r == -2) {
+    ERR_clear_error();
+    return r == 0 ? timed_out("the TLS handshake with") : stopped();
   }
-  return std::unique_ptr<Stream>(std::move(stream));
+  ForgetSession(ssl);
+  const long verify = SSL_get_verify_result(ssl);
+  std::string msg = SslError("TLS handshake with " + where + " failed");
+  if (verify != X509_V_OK) {
+    msg += std::string(" (certificate: ") + X509_verify_cert_error_string(verify) +
+           "); check the CA bundle and the server name";
+  }
+  return UnavailableError(msg);
 }
 
 Status Reader::Fill(Ms timeout) {

@@ -1,6 +1,9 @@
-// Internal to src/http: blocking sockets with optional TLS (OpenSSL), read
-// timeouts through poll(), and HTTP/1.1 message framing shared by the server
-// and the client. Not a public interface; include only from src/http.
+// Internal to src/http: sockets with optional TLS (OpenSSL), and HTTP/1.1
+// message framing shared by the server and the client. Every socket is
+// non-blocking for its whole life: reads, writes and TLS handshakes wait in
+// poll() against a deadline, so no peer can hold a thread past its timeout
+// (a blocking socket would leave OpenSSL waiting inside read()). Not a
+// public interface; include only from src/http.
 //
 // Thread-safety: a Stream is used by one thread at a time, except Shutdown(),
 // which may be called from any thread to wake a blocked reader.
@@ -10,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
@@ -30,7 +34,9 @@ class Stream {
   // Reads up to n bytes, waiting at most `timeout`. Returns bytes read, 0 at
   // end of stream, -1 on error, -2 on timeout.
   virtual long Read(char* buf, size_t n, std::chrono::milliseconds timeout) = 0;
-  virtual bool Write(std::string_view data) = 0;
+  // Writes all of `data` within `timeout`; false on error or timeout (the
+  // stream is then unusable: part of `data` may have gone).
+  virtual bool Write(std::string_view data, std::chrono::milliseconds timeout) = 0;
   // Wakes any blocked Read/Write; later calls fail.
   virtual void Shutdown() = 0;
   virtual std::string PeerCertSubject() const { return ""; }
@@ -40,12 +46,18 @@ class Stream {
   virtual bool Readable() = 0;
   // True for a TLS connection whose handshake resumed an earlier session.
   virtual bool TlsResumed() const { return false; }
+  // A server-side stream from ServerTls: does the TLS handshake within
+  // `timeout`; false when it failed, timed out or Shutdown() was called.
+  // Other streams: true at once.
+  virtual bool Handshake(std::chrono::milliseconds timeout) { return true; }
 };
 
-// Takes ownership of `fd`.
+// Take ownership of `fd` and make it non-blocking.
 std::unique_ptr<Stream> PlainStream(int fd);
-// Server side TLS handshake on `fd` (owned). Null when the handshake fails.
-std::unique_ptr<Stream> AcceptTls(int fd, const SslCtxPtr& ctx, std::chrono::milliseconds timeout);
+// A server-side TLS stream before its handshake (see Stream::Handshake),
+// which may be shut down from another thread while it waits. Null (and `fd`
+// closed) when OpenSSL cannot make the connection object.
+std::unique_ptr<Stream> ServerTls(int fd, const SslCtxPtr& ctx);
 
 // Client socket options, set on every connection Connect makes: no Nagle
 // delay, and TCP keepalive (first probe after kKeepAliveIdle idle, then every
@@ -60,10 +72,16 @@ inline constexpr int kKeepAliveProbes = 3;
 bool SetClientSocketOptions(int fd);
 
 // Connects to host:port within `timeout`; with `tls` set does the client
-// handshake with SNI and host-name verification (unless insecure).
+// handshake with SNI and host-name verification (unless insecure), within
+// the same timeout. The addresses of `host` are tried in turn, each with a
+// share of the time left (at least 2 s, when that much is left).
+// kDeadlineExceeded when the timeout passed (a server that accepts TCP but
+// never answers the handshake), kCancelled when `stop` was requested,
+// kUnavailable for other failures.
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
                                           const SslCtxPtr& tls, bool verify_host,
-                                          std::chrono::milliseconds timeout);
+                                          std::chrono::milliseconds timeout,
+                                          std::stop_token stop = {});
 
 // `what` followed by every queued OpenSSL error (the queue is emptied).
 std::string SslError(std::string_view what);

@@ -27,7 +27,7 @@ class MemoryStream final : public accelpool::http::internal::Stream {
     data_.remove_prefix(take);
     return static_cast<long>(take);
   }
-  bool Write(std::string_view) override { return true; }
+  bool Write(std::string_view, std::chrono::milliseconds) override { return true; }
   void Shutdown() override {}
   bool Readable() override { return !data_.empty(); }
 
