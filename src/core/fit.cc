@@ -23,12 +23,10 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-// Model filters match case-insensitively as substrings, so "A100" selects
-// "NVIDIA A100-SXM4-80GB" the way users of HAMi's use-gputype expect.
-bool ModelMatches(const std::string& model, const std::vector<std::string>& patterns) {
-  const std::string m = Lower(model);
+// Model filters match case-insensitively as substrings (ModelMatches).
+bool AnyModelMatches(const std::string& model, const std::vector<std::string>& patterns) {
   for (const auto& p : patterns) {
-    if (!p.empty() && m.find(Lower(p)) != std::string::npos) return true;
+    if (ModelMatches(model, p)) return true;
   }
   return false;
 }
@@ -96,8 +94,8 @@ bool StaticFilter(const DeviceRequest& r, const NodeInventory& inv, RequestState
     const Device& d = inv.devices[i];
     if (d.partition != r.partition) continue;
     ++partition_ok;
-    if (!r.model_include.empty() && !ModelMatches(d.model, r.model_include)) continue;
-    if (!r.model_exclude.empty() && ModelMatches(d.model, r.model_exclude)) continue;
+    if (!r.model_include.empty() && !AnyModelMatches(d.model, r.model_include)) continue;
+    if (!r.model_exclude.empty() && AnyModelMatches(d.model, r.model_exclude)) continue;
     ++model_ok;
     if (!r.id_include.empty() && !IdListed(d.id, r.id_include)) continue;
     if (!r.id_exclude.empty() && IdListed(d.id, r.id_exclude)) continue;

@@ -14,25 +14,14 @@
 namespace accelpool::core {
 namespace {
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// True when `model` is one of the '|'-separated names in `spec`.
-bool ModelMatches(std::string_view spec, std::string_view model) {
+// True when `model` matches one of the '|'-separated names in `spec`, as a
+// request's model filter would (ModelMatches).
+bool SpecMatches(std::string_view spec, std::string_view model) {
   size_t start = 0;
   while (start <= spec.size()) {
     size_t end = spec.find('|', start);
     if (end == std::string_view::npos) end = spec.size();
-    std::string_view name = spec.substr(start, end - start);
-    if (!name.empty() && EqualsIgnoreCase(name, model)) return true;
+    if (ModelMatches(model, spec.substr(start, end - start))) return true;
     start = end + 1;
   }
   return false;
@@ -137,6 +126,7 @@ std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
                                         const NodeInventory& inv) {
   const std::vector<TaskShape>& shapes = workload.empty() ? DefaultWorkload() : workload;
   const std::string_view model = inv.devices.empty() ? std::string_view() : inv.devices[0].model;
+  const int64_t device_mib = inv.devices.empty() ? 0 : inv.devices[0].memory_mib;
   std::vector<FragTask> out;
   out.reserve(shapes.size());
   for (const TaskShape& s : shapes) {
@@ -147,7 +137,11 @@ std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
     t.cpu_milli = s.cpu_milli;
     t.host_memory_mib = s.host_memory_mib;
     t.weight = s.weight;
-    if (!s.model.empty()) t.model_mask = ModelMatches(s.model, model) ? 1U : 2U;
+    if (t.memory_mib == 0 && s.memory_percent > 0 && device_mib > 0) {
+      // Resolved as Fit resolves it (EffectiveMemory): rounded down, >= 1 MiB.
+      t.memory_mib = std::max<int64_t>(1, device_mib * s.memory_percent / 100);
+    }
+    if (!s.model.empty()) t.model_mask = SpecMatches(s.model, model) ? 1U : 2U;
     out.push_back(t);
   }
   return NormalizeTasks(std::move(out));
@@ -335,16 +329,19 @@ class PreparedTasks {
         workload_(workload.empty() ? DefaultWorkload() : workload),
         any_model_(TasksForInventory(workload_, NodeInventory{})) {
     for (const TaskShape& t : workload_) {
-      if (!t.model.empty()) has_models_ = true;
+      if (!t.model.empty() || t.memory_percent > 0) per_inventory_ = true;
     }
   }
   // Unique per object over the process's life (a key for FragmentCached).
   uint64_t id() const { return id_; }
-  // The tasks as seen from `inv`, built once per device model (the span
-  // stays valid for the object's life).
+  // The tasks as seen from `inv`, built once per device model and memory
+  // (percent shares resolve against it; the span stays valid for the
+  // object's life).
   std::span<const FragTask> For(const NodeInventory& inv) const {
-    if (!has_models_) return any_model_;
-    const std::string model = inv.devices.empty() ? std::string() : inv.devices[0].model;
+    if (!per_inventory_) return any_model_;
+    const std::string model = inv.devices.empty() ? std::string()
+                                                  : inv.devices[0].model + '\x1f' +
+                                                        std::to_string(inv.devices[0].memory_mib);
     {
       std::shared_lock<std::shared_mutex> lock(mu_);
       if (auto it = by_model_.find(model); it != by_model_.end()) return it->second;
@@ -360,7 +357,7 @@ class PreparedTasks {
   const uint64_t id_;
   std::vector<TaskShape> workload_;
   std::vector<FragTask> any_model_;
-  bool has_models_ = false;
+  bool per_inventory_ = false;  // some shape names models or memory in percent
   mutable std::shared_mutex mu_;
   mutable std::map<std::string, std::vector<FragTask>> by_model_;  // guarded by mu_
 };

@@ -82,8 +82,10 @@ int32_t FgdScore(double f_before, double f_after);
 int64_t IdleCompute(const FragNode& node);
 
 // FragTasks for `workload` as seen from one inventory: model bit 0 means
-// "this inventory's model", bit 1 "another model". An empty workload gives a
-// built-in mix of common shapes.
+// "this inventory's model", bit 1 "another model" (a shape's '|'-separated
+// names match as request filters do, ModelMatches). Memory in percent is
+// resolved against the inventory's devices, rounded down as Fit does. An
+// empty workload gives a built-in mix of common shapes.
 std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
                                         const NodeInventory& inv);
 

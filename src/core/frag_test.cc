@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/fit.h"
+#include "core/workload.h"
 
 namespace accelpool::core {
 namespace {
@@ -230,6 +231,47 @@ TEST(FragmentationPolicyTest, ModelFilteredWorkloadSeesOtherModelsAsFragment) {
   NodeInventory h100 = Node(1, "h100");  // model names match case-insensitively
   EXPECT_EQ(TasksForInventory(ctx.workload, t4)[0].model_mask, 2u);
   EXPECT_EQ(TasksForInventory(ctx.workload, h100)[0].model_mask, 1u);
+}
+
+TEST(FragmentationPolicyTest, ShapeModelsMatchAsRequestFiltersDo) {
+  // A learned shape keeps the model names the pod asked for; they select
+  // devices the way Fit's filters do (case-insensitive substrings).
+  const std::vector<TaskShape> a100 = {TaskShape{.count = 1,
+                                                 .compute = 1000,
+                                                 .memory_mib = 0,
+                                                 .model = "a100",
+                                                 .weight = 1,
+                                                 .cpu_milli = 0,
+                                                 .host_memory_mib = 0,
+                                                 .memory_percent = 0}};
+  EXPECT_EQ(TasksForInventory(a100, Node(1, "NVIDIA A100-SXM4-80GB"))[0].model_mask, 1u);
+  EXPECT_EQ(TasksForInventory(a100, Node(1, "NVIDIA H100 80GB HBM3"))[0].model_mask, 2u);
+  // So a node of that model counts its idle device as usable, not fragment.
+  const NodeInventory inv = Node(1, "NVIDIA A100-SXM4-80GB");
+  EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, NodeUsage::Empty(inv), a100).fragment, 0);
+}
+
+TEST(FragmentationPolicyTest, PercentOnlySharesCountMemory) {
+  // 50% of a 16384 MiB device is 8192 MiB: a device with 4096 MiB free
+  // cannot take it (its idle compute is fragment for that task).
+  DeviceRequest half;
+  half.container = "main";
+  half.vendor = Vendor::kNvidia;
+  half.count = 1;
+  half.memory_percent = 50;
+  const TaskShape shape = ShapeOfRequest(PodRequest{{half}, {}});
+  EXPECT_EQ(shape.memory_percent, 50);
+  const NodeInventory inv = Node(1, "T4");
+  const std::vector<FragTask> tasks = TasksForInventory({shape}, inv);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].memory_mib, 8192);
+  NodeUsage usage = NodeUsage::Empty(inv);
+  usage.devices[0].shares = 1;
+  usage.devices[0].memory_mib = 12288;
+  usage.devices[0].compute = 0;
+  EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, usage, {shape}).fragment, 1000);
+  usage.devices[0].memory_mib = 8192;
+  EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, usage, {shape}).fragment, 0);
 }
 
 TEST(AccelpoolPolicyTest, ScoresWithinRangeAndPacks) {

@@ -33,6 +33,9 @@ struct TaskShape {
   double weight = 1.0;
   int64_t cpu_milli = 0;         // host CPU, 0 = not constrained
   int64_t host_memory_mib = 0;   // host memory, 0 = not constrained
+  // Memory per device in percent of the device (1-100) when memory_mib is 0;
+  // resolved against each inventory's devices (TasksForInventory).
+  int32_t memory_percent = 0;
   friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
 

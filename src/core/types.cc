@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 
 namespace accelpool::core {
 
@@ -24,6 +25,16 @@ constexpr std::array<VendorRow, 11> kVendors = {{
     {Vendor::kEnflame, "enflame"},
 }};
 }  // namespace
+
+bool ModelMatches(std::string_view model, std::string_view pattern) {
+  if (pattern.empty()) return false;
+  const auto lower_eq = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  };
+  return std::search(model.begin(), model.end(), pattern.begin(), pattern.end(), lower_eq) !=
+         model.end();
+}
 
 std::string_view VendorName(Vendor v) {
   for (const auto& row : kVendors) {

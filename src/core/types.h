@@ -50,6 +50,13 @@ const std::vector<Vendor>& AllVendors();
 // memory of its plain profile but other engines, so it is its own profile.
 bool ValidMigProfile(std::string_view profile);
 
+// True when the device model `model` contains `pattern`, ignoring case, so
+// "a100" selects "NVIDIA A100-SXM4-80GB" the way users of HAMi's
+// use-gputype expect; an empty pattern matches nothing. Request filters
+// (Fit) and model-limited workload shapes (TasksForInventory) both match
+// through it.
+bool ModelMatches(std::string_view model, std::string_view pattern);
+
 // One accelerator (a GPU, an NPU die, an XPU ...).
 struct Device {
   // The numbers fit reads for every device of every node come first, in one

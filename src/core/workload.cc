@@ -33,6 +33,7 @@ TaskShape ShapeOfRequest(const PodRequest& request) {
   if (first->Fractional()) {
     t.compute = first->compute;
     t.memory_mib = first->memory_mib;
+    t.memory_percent = first->memory_percent;
   } else {
     t.compute = kComputeWhole;
   }
@@ -48,6 +49,7 @@ TaskShape WorkloadLearner::Key::Shape(double weight) const {
   t.model = model;
   t.cpu_milli = cpu_milli;
   t.host_memory_mib = host_memory_mib;
+  t.memory_percent = memory_percent;
   t.weight = weight;
   return t;
 }
@@ -61,7 +63,8 @@ void WorkloadLearner::Observe(const TaskShape& s) {
     ring_.pop_front();
     if (--oldest->second == 0) counts_.erase(oldest);
   }
-  const Key key{s.count, s.compute, s.memory_mib, s.cpu_milli, s.host_memory_mib, s.model};
+  const Key key{s.count,           s.compute,        s.memory_mib, s.cpu_milli,
+                s.host_memory_mib, s.memory_percent, s.model};
   auto [it, inserted] = counts_.try_emplace(key, 0);
   ++it->second;
   ring_.push_back(it);

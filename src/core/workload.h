@@ -73,6 +73,7 @@ class WorkloadLearner {
     int64_t memory_mib;
     int64_t cpu_milli;
     int64_t host_memory_mib;
+    int32_t memory_percent;
     std::string model;
     auto operator<=>(const Key&) const = default;
     TaskShape Shape(double weight) const;
