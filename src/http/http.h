@@ -108,6 +108,14 @@ struct ServerOptions {
   int max_connections = 256;           // more get 503
   // A connection idle this long between requests is closed.
   std::chrono::milliseconds idle_timeout{60000};
+  // Once the first byte of a request came, its whole head must arrive within
+  // this, and its body within this plus 1 s per 64 kB of Content-Length; a
+  // client that sends more slowly is disconnected (one byte a minute would
+  // hold a connection thread for weeks otherwise).
+  std::chrono::milliseconds header_timeout{10000};
+  // Each response (each chunk of a streamed one) must be taken by the client
+  // within this; a client that stops reading is disconnected.
+  std::chrono::milliseconds send_timeout{30000};
   // With TLS: a client that has not completed the handshake this long after
   // its connection was accepted is dropped (one that sends nothing, or half a
   // ClientHello, would otherwise hold a connection thread).

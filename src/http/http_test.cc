@@ -540,6 +540,84 @@ TEST(HttpServerTest, ConnectionThreadsServeTheNextConnection) {
   EXPECT_TRUE(OneShot(s->port(), "/who").empty());  // no longer served
 }
 
+TEST(HttpServerTest, ARequestTrickledInIsCutAtItsDeadline) {
+  ServerOptions o = LocalServer();
+  o.header_timeout = 1s;
+  auto s = NewHttpServer(o);
+  s->Handle("POST", "/echo", [](const Request& r) { return Response::Json(201, r.body); });
+  ASSERT_TRUE(s->Start().ok());
+  // A byte of head every 100 ms: each comes well inside the idle timeout
+  // (60 s), the whole head never within the header timeout.
+  {
+    RawConn raw(s->port());
+    ASSERT_TRUE(raw.Send("POST /echo HTTP/1.1\r\n"));
+    const auto start = std::chrono::steady_clock::now();
+    bool closed = false;
+    while (!closed && SecondsSince(start) < 8) closed = !raw.Send("X") || raw.ClosedWithin(100ms);
+    EXPECT_TRUE(closed);
+    EXPECT_GE(SecondsSince(start), 0.9);
+    EXPECT_LT(SecondsSince(start), 4.0);
+  }
+  // The same for a body: 100 bytes are due within about 1 s.
+  {
+    RawConn raw(s->port());
+    ASSERT_TRUE(raw.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"));
+    const auto start = std::chrono::steady_clock::now();
+    bool closed = false;
+    while (!closed && SecondsSince(start) < 8) closed = !raw.Send("x") || raw.ClosedWithin(100ms);
+    EXPECT_TRUE(closed);
+    EXPECT_GE(SecondsSince(start), 0.9);
+    EXPECT_LT(SecondsSince(start), 4.0);
+    EXPECT_EQ(raw.received(), "");  // never answered
+  }
+  // A head and body sent at once are served.
+  RawConn raw(s->port());
+  ASSERT_TRUE(raw.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"));
+  EXPECT_EQ(raw.ReadUntil("{}", 5s).rfind("HTTP/1.1 201 ", 0), 0u) << raw.received();
+}
+
+TEST(HttpServerTest, AClientThatStopsReadingIsDisconnectedAfterTheSendTimeout) {
+  ServerOptions o = LocalServer();
+  o.max_connections = 1;  // the reader's thread must be freed for anyone else to be served
+  o.send_timeout = 500ms;
+  auto s = NewHttpServer(o);
+  std::atomic<bool> answered{false};
+  s->Handle("GET", "/big", [&answered](const Request&) {
+    Response r;
+    r.body.assign(size_t{16} << 20, 'x');  // past what the socket buffers hold
+    answered = true;
+    return r;
+  });
+  s->Handle("GET", "/who", [](const Request&) { return Response::Json(200, "\"me\""); });
+  ASSERT_TRUE(s->Start().ok());
+  const int small = 4096;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(s->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string req = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!answered.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(answered.load());
+  const auto start = std::chrono::steady_clock::now();
+  // Turned away (503) while the thread writes; served once it gave up.
+  std::string who;
+  while (who.empty() && SecondsSince(start) < 8) {
+    who = OneShot(s->port(), "/who");
+    if (who.empty()) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(who, "\"me\"");
+  EXPECT_LT(SecondsSince(start), 4.0);
+  ::close(fd);
+}
+
 // Collects the lines of a Logger.
 struct LogLines {
   std::mutex mu;

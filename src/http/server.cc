@@ -184,6 +184,8 @@ class ServerImpl final : public HttpServer {
   // descriptors, memory or threads): the connection stays queued, or the
   // next one comes at once, and retrying without a pause spins a core.
   static constexpr Ms kAcceptBackoff{100};
+  // The slowest a request body may come (64 kB/s) beyond header_timeout.
+  static constexpr uint64_t kMinBodyBytesPerMs = 64;
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
   std::deque<std::pair<int, std::string>> pending_;  // guarded by pending_mu_: accepted, not taken
@@ -492,11 +494,14 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
   Reader reader(*stream);
   const std::string cert_subject = stream->PeerCertSubject();
   for (;;) {
-    auto head = reader.ReadHead(opts_.max_header_bytes, opts_.idle_timeout);
+    // Idle up to idle_timeout between requests; from a request's first byte,
+    // its head within header_timeout.
+    if (!reader.Await(opts_.idle_timeout).ok()) break;
+    auto head = reader.ReadHead(opts_.max_header_bytes, opts_.header_timeout);
     if (!head.ok()) {
       if (head.status().code() == StatusCode::kResourceExhausted) {
         stream->Write(SerializeHead(431, {{"content-length", "0"}, {"connection", "close"}}),
-                      opts_.idle_timeout);
+                      opts_.send_timeout);
       }
       break;
     }
@@ -511,7 +516,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       Response bad = Response::Error(400, "malformed request line");
       bad.headers["connection"] = "close";
       bad.headers["content-length"] = std::to_string(bad.body.size());
-      stream->Write(SerializeHead(400, bad.headers) + bad.body, opts_.idle_timeout);
+      stream->Write(SerializeHead(400, bad.headers) + bad.body, opts_.send_timeout);
       break;
     }
     req.method = first.substr(0, sp1);
@@ -547,9 +552,11 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
         have_resp = true;
       } else {
         if (HasToken(req.Header("expect"), "100-continue")) {
-          stream->Write("HTTP/1.1 100 Continue\r\n\r\n", opts_.idle_timeout);
+          stream->Write("HTTP/1.1 100 Continue\r\n\r\n", opts_.send_timeout);
         }
-        if (!reader.ReadExact(length, req.body, opts_.idle_timeout).ok()) break;
+        const Ms body_timeout =
+            opts_.header_timeout + Ms(static_cast<int64_t>(length / kMinBodyBytesPerMs));
+        if (!reader.ReadExact(length, req.body, body_timeout).ok()) break;
       }
     }
     if (!have_resp) resp = Dispatch(req, route);
@@ -557,9 +564,9 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     if (resp.stream) {
       resp.headers["transfer-encoding"] = "chunked";
       resp.headers["connection"] = "close";
-      if (!stream->Write(SerializeHead(resp.status, resp.headers), opts_.idle_timeout)) break;
+      if (!stream->Write(SerializeHead(resp.status, resp.headers), opts_.send_timeout)) break;
       Stream* s = stream.get();
-      const ChunkWriter write = [s, timeout = opts_.idle_timeout](std::string_view chunk) {
+      const ChunkWriter write = [s, timeout = opts_.send_timeout](std::string_view chunk) {
         if (chunk.empty()) return true;
         char size[32];
         std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
@@ -573,14 +580,14 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       } catch (...) {
         // A failing stream ends the response; the client sees it end early.
       }
-      stream->Write("0\r\n\r\n", opts_.idle_timeout);
+      stream->Write("0\r\n\r\n", opts_.send_timeout);
       break;
     }
     resp.headers["content-length"] = std::to_string(resp.body.size());
     if (!keep_alive) resp.headers["connection"] = "close";
     const bool head_only = req.method == "HEAD";
     if (!stream->Write(SerializeHead(resp.status, resp.headers) + (head_only ? "" : resp.body),
-                       opts_.idle_timeout)) {
+                       opts_.send_timeout)) {
       break;
     }
     if (!keep_alive || stopping_.load()) break;

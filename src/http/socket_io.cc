@@ -337,7 +337,15 @@ Status Reader::Fill(Ms timeout) {
   return Status::Ok();
 }
 
+Status Reader::Await(Ms timeout) {
+  if (!buf_.empty()) return Status::Ok();
+  Status st = Fill(timeout);
+  if (!st.ok() && eof_) return OutOfRangeError("connection closed");
+  return st;
+}
+
 StatusOr<std::string> Reader::ReadHead(size_t max, Ms timeout) {
+  const auto deadline = Clock::now() + timeout;
   for (;;) {
     size_t pos = buf_.find("\r\n\r\n");
     size_t skip = 4;
@@ -352,7 +360,7 @@ StatusOr<std::string> Reader::ReadHead(size_t max, Ms timeout) {
     }
     if (buf_.size() > max) return ResourceExhaustedError("header too large");
     const bool empty = buf_.empty();
-    Status st = Fill(timeout);
+    Status st = Fill(Left(deadline));
     if (!st.ok()) {
       if (empty && eof_) return OutOfRangeError("connection closed");
       return st;
@@ -361,13 +369,15 @@ StatusOr<std::string> Reader::ReadHead(size_t max, Ms timeout) {
 }
 
 Status Reader::ReadExact(size_t n, std::string& out, Ms timeout) {
-  while (buf_.size() < n) ACCELPOOL_RETURN_IF_ERROR(Fill(timeout));
+  const auto deadline = Clock::now() + timeout;
+  while (buf_.size() < n) ACCELPOOL_RETURN_IF_ERROR(Fill(Left(deadline)));
   out.append(buf_, 0, n);
   buf_.erase(0, n);
   return Status::Ok();
 }
 
 StatusOr<std::string> Reader::ReadLine(size_t max, Ms timeout) {
+  const auto deadline = Clock::now() + timeout;
   for (;;) {
     const size_t pos = buf_.find('\n');
     if (pos != std::string::npos) {
@@ -377,7 +387,7 @@ StatusOr<std::string> Reader::ReadLine(size_t max, Ms timeout) {
       return line;
     }
     if (buf_.size() > max) return ResourceExhaustedError("line too long");
-    ACCELPOOL_RETURN_IF_ERROR(Fill(timeout));
+    ACCELPOOL_RETURN_IF_ERROR(Fill(Left(deadline)));
   }
 }
 

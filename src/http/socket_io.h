@@ -110,10 +110,16 @@ const DefaultCaPaths* SavedDefaultCaPaths();
 // PEM parsed. Every new connection of the cpprestsdk client calls this.
 void ShareClientContext(SSL_CTX* from, SSL_CTX* to);
 
-// Buffered reading of HTTP/1.1 framing.
+// Buffered reading of HTTP/1.1 framing. Each call's timeout bounds the whole
+// call, however the peer spreads its bytes (one byte at a time does not
+// extend it).
 class Reader {
  public:
   explicit Reader(Stream& s) : s_(s) {}
+  // Returns once at least one byte is buffered (at once when one is).
+  // kDeadlineExceeded on timeout, kOutOfRange on a clean EOF, kUnavailable
+  // on error.
+  Status Await(std::chrono::milliseconds timeout);
   // Reads through the blank line ending a head; returns the head without it.
   // kResourceExhausted past max bytes, kDeadlineExceeded on timeout,
   // kUnavailable on EOF/error (kOutOfRange on a clean EOF before any byte).
