@@ -572,7 +572,13 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
 
 Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& usage,
                       const Placement& placement) {
-  std::set<std::string> expected;
+  std::set<std::string> expected, named;
+  for (const auto& c : placement.containers) {
+    // Every entry is booked, but only one would be checked below.
+    if (!named.insert(c.container).second) {
+      return FailedPreconditionError("placement names container \"" + c.container + "\" twice");
+    }
+  }
   for (const DeviceRequest& r : pod.containers) {
     if (r.vendor != inv.vendor || r.count <= 0) continue;
     expected.insert(r.container);
@@ -582,6 +588,10 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
     }
     const std::string who = "container \"" + r.container + "\" on " + inv.node + ": ";
     if (cp == nullptr) return FailedPreconditionError(who + "has no placement");
+    if (cp->kind != r.kind) {
+      // The kind decides the phase its grants are counted in.
+      return FailedPreconditionError(who + "placed as another kind of container");
+    }
     if (static_cast<int32_t>(cp->grants.size()) != r.count) {
       return FailedPreconditionError(who + "placement has " + std::to_string(cp->grants.size()) +
                                      " devices, request " + std::to_string(r.count));
@@ -626,7 +636,26 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
     }
   }
   NodeUsage copy = usage;
-  return ApplyPlacement(placement, inv, &copy);
+  ACCELPOOL_RETURN_IF_ERROR(ApplyPlacement(placement, inv, &copy));
+  // Memory no grant accounts for (Device::foreign_mib) is refused as Fit
+  // refuses it: no whole grant on such a device, shares only in the memory
+  // left beside it.
+  const std::vector<DeviceUsage> fp = Footprint(placement, inv);
+  for (size_t i = 0; i < fp.size(); ++i) {
+    const Device& d = inv.devices[i];
+    if (fp[i].shares == 0 || d.foreign_mib <= 0) continue;
+    if (fp[i].exclusive) {
+      return FailedPreconditionError("device " + d.id + " on " + inv.node + " holds " +
+                                     std::to_string(d.foreign_mib) +
+                                     " MiB no grant accounts for: it is not granted whole");
+    }
+    if (copy.devices[i].memory_mib > d.memory_mib - d.foreign_mib) {
+      return FailedPreconditionError("device " + d.id + " on " + inv.node +
+                                     " has too little memory left beside " +
+                                     std::to_string(d.foreign_mib) + " MiB no grant accounts for");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace accelpool::core

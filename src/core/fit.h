@@ -55,8 +55,10 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
               const Policy* policy = nullptr);
 
 // Checks that a placement is legal on inv (devices exist, counts valid,
-// topology respected, amounts match the request) and fits usage. Used by
-// the extender at bind and by the device plugin at Allocate.
+// topology respected, amounts match the request, each container once and of
+// its request's kind) and fits usage as Fit would plan it (no whole grant on
+// a device with foreign memory, shares within the memory left beside it).
+// Used by the simulator to count violations and by the tests.
 Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& usage,
                       const Placement& placement);
 

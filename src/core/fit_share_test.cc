@@ -683,5 +683,49 @@ TEST(CheckPlacement, RejectsForgedPlacements) {
   EXPECT_EQ(CheckPlacement(pod, inv, usage, good).code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(CheckPlacement, RefusesWhatFitRefuses) {
+  NodeInventory inv = MakeNode("nvidia-hgx-8");
+  inv.devices[0].foreign_mib = 10000;
+  const int64_t gpu_mib = inv.devices[0].memory_mib;
+  const PodRequest whole = Pod({Whole(Vendor::kNvidia, 1)});
+  const Placement on_foreign{
+      {{"main", ContainerKind::kRegular, {{0, gpu_mib, kComputeWhole, true}}}}, {}};
+  Placement elsewhere = on_foreign;
+  elsewhere.containers[0].grants[0].device = 1;
+  const NodeUsage empty = NodeUsage::Empty(inv);
+  EXPECT_TRUE(CheckPlacement(whole, inv, empty, elsewhere).ok());
+  // A whole device that holds foreign memory.
+  EXPECT_EQ(CheckPlacement(whole, inv, empty, on_foreign).code(), StatusCode::kFailedPrecondition);
+  // A share larger than the memory left beside the foreign memory and the
+  // grants: 2048 MiB left, 4096 asked.
+  const PodRequest share = Pod({Share(Vendor::kNvidia, 1, 4096, 100)});
+  const Placement share_on_0{{{"main", ContainerKind::kRegular, {{0, 4096, 100, false}}}}, {}};
+  NodeUsage used = empty;
+  used.devices[0] = {.memory_mib = gpu_mib - 10000 - 2048,
+                     .compute = 100,
+                     .shares = 1,
+                     .exclusive = false,
+                     .slice_mib = 0,
+                     .slices = 1};
+  EXPECT_TRUE(CheckPlacement(share, inv, empty, share_on_0).ok());
+  EXPECT_EQ(CheckPlacement(share, inv, used, share_on_0).code(), StatusCode::kFailedPrecondition);
+  used.devices[0].memory_mib -= 2048;
+  EXPECT_TRUE(CheckPlacement(share, inv, used, share_on_0).ok());
+  // The same container twice: every entry would be booked.
+  Placement twice = elsewhere;
+  twice.containers.push_back(twice.containers[0]);
+  twice.containers[1].grants[0].device = 2;
+  EXPECT_EQ(CheckPlacement(whole, inv, empty, twice).code(), StatusCode::kFailedPrecondition);
+  // A container of another kind than the request's (an init container
+  // booked as a regular one is counted in another phase).
+  DeviceRequest init = Whole(Vendor::kNvidia, 1);
+  init.kind = ContainerKind::kInit;
+  EXPECT_EQ(CheckPlacement(Pod({init}), inv, empty, elsewhere).code(),
+            StatusCode::kFailedPrecondition);
+  Placement as_init = elsewhere;
+  as_init.containers[0].kind = ContainerKind::kInit;
+  EXPECT_TRUE(CheckPlacement(Pod({init}), inv, empty, as_init).ok());
+}
+
 }  // namespace
 }  // namespace accelpool::core
