@@ -105,6 +105,8 @@ const Case kCases[] = {
      "ascend-310p-duo", {0}, 1, false, FitCode::kFits, {1}, {}},
     {"a310p_two_never_split_cards", "11: 310P Duo <=2 on one card", "ascend-310p-duo",
      {0, 2, 4, 6}, 2, false, FitCode::kUnschedulable, {}, Reason::kNoWholeModule},
+    {"a310p_three_fills_the_half_used_card", "11: 310P odd remainder to a card with 1 free",
+     "ascend-310p-duo", {7}, 3, false, FitCode::kFits, {4, 5, 6}, {}},
     // --- Kunlunxin P800 wings.
     {"p800_two_in_one_wing", "11: P800 1,2,4 inside a wing (doc)", "kunlunxin-p800-x8",
      {0, 1, 4}, 2, false, FitCode::kFits, {2, 3}, {}},

@@ -246,6 +246,23 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
   }
 
   GenericSets(inv, pool, count, used, 0, &out);
+  if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty()) {
+    // Larger than a module (310P: distributed jobs take whole cards, an odd
+    // remainder a card with one free chip): each module the set leaves with
+    // no free device outranks any affinity, so no card is left half used
+    // that a set of equal links would have filled.
+    for (CandidateSet& c : out) {
+      for (const auto& mod : t.modules) {
+        bool touched = false, closed = true;
+        for (int32_t d : mod) {
+          const bool in_set = Contains(c.devices, d);
+          touched = touched || in_set;
+          closed = closed && (in_set || !in_pool[static_cast<size_t>(d)]);
+        }
+        if (touched && closed) c.rank += kBestFitScale;
+      }
+    }
+  }
   return out;
 }
 
