@@ -16,13 +16,24 @@ using json = nlohmann::json;
 constexpr int64_t kMaxQuantity = int64_t{1} << 40;  // MiB or millicores
 constexpr int64_t kMaxCount = 4096;
 
-// The fields of one stored shape, in order.
-enum ShapeField { kCount, kCompute, kDeviceMemory, kCpu, kHostMemory, kModel, kShapeFields };
+// The fields of one stored shape, in order. The memory in percent came
+// later: a shape of six fields (a ConfigMap an older extender wrote) has none.
+enum ShapeField {
+  kCount,
+  kCompute,
+  kDeviceMemory,
+  kCpu,
+  kHostMemory,
+  kModel,
+  kMemoryPercent,
+  kShapeFields
+};
 
-using ShapeKey = std::tuple<int32_t, int32_t, int64_t, int64_t, int64_t, std::string>;
+using ShapeKey = std::tuple<int32_t, int32_t, int64_t, int64_t, int64_t, std::string, int32_t>;
 
 ShapeKey KeyOf(const core::TaskShape& t) {
-  return {t.count, t.compute, t.memory_mib, t.cpu_milli, t.host_memory_mib, t.model};
+  return {t.count, t.compute, t.memory_mib, t.cpu_milli, t.host_memory_mib, t.model,
+          t.memory_percent};
 }
 
 std::string EncodeFrom(const WorkloadState& state, size_t first) {
@@ -33,8 +44,8 @@ std::string EncodeFrom(const WorkloadState& state, size_t first) {
     const core::TaskShape& t = state.arrivals[i];
     auto [it, inserted] = index.try_emplace(KeyOf(t), index.size());
     if (inserted) {
-      shapes.push_back(
-          json::array({t.count, t.compute, t.memory_mib, t.cpu_milli, t.host_memory_mib, t.model}));
+      shapes.push_back(json::array({t.count, t.compute, t.memory_mib, t.cpu_milli,
+                                    t.host_memory_mib, t.model, t.memory_percent}));
     }
     arrivals.push_back(it->second);
   }
@@ -134,8 +145,8 @@ StatusOr<WorkloadState> DecodeWorkload(std::string_view text) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     const json& a = shapes[i];
     const std::string at = "shape " + std::to_string(i);
-    if (!a.is_array() || a.size() != kShapeFields) {
-      return Bad(at + " is not [count, compute, memory, cpu, host memory, models]");
+    if (!a.is_array() || (a.size() != kShapeFields && a.size() != kMemoryPercent)) {
+      return Bad(at + " is not [count, compute, memory, cpu, host memory, models, memory percent]");
     }
     core::TaskShape t;
     StatusOr<int64_t> count = Integer(a[kCount], at + " count", 0, kMaxCount);
@@ -158,6 +169,11 @@ StatusOr<WorkloadState> DecodeWorkload(std::string_view text) {
     t.cpu_milli = *cpu;
     t.host_memory_mib = *host_memory;
     t.model = a[kModel].get<std::string>();
+    if (a.size() > kMemoryPercent) {
+      StatusOr<int64_t> percent = Integer(a[kMemoryPercent], at + " memory percent", 0, 100);
+      ACCELPOOL_RETURN_IF_ERROR(percent.status());
+      t.memory_percent = static_cast<int32_t>(*percent);
+    }
     table.push_back(std::move(t));
   }
 

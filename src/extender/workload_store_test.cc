@@ -30,6 +30,9 @@ WorkloadState Example() {
   for (int i = 0; i < 30; ++i) s.arrivals.push_back(Shape(1, 1000, 0, 8000, 16384));
   for (int i = 0; i < 20; ++i) s.arrivals.push_back(Shape(1, 300, 12288, 2000, 8192, "A10|L4"));
   s.arrivals.push_back(Shape(0, 0, 0, 500, 512));
+  core::TaskShape quarter = Shape(1, 0, 0, 1000, 2048);  // gpumem-percentage: 25
+  quarter.memory_percent = 25;
+  s.arrivals.push_back(quarter);
   s.observed = 5000;
   s.watermark = "2026-12-01T12:00:05Z";
   s.watermark_uids = {"u-1", "u-2"};
@@ -43,11 +46,20 @@ TEST(WorkloadStoreTest, ADocumentReadsBackAsWritten) {
   EXPECT_EQ(kept, s.arrivals.size());
   // Each shape once, the window as indices.
   const json doc = json::parse(text);
-  EXPECT_EQ(doc["shapes"].size(), 3u);
-  EXPECT_EQ(doc["arrivals"].size(), 51u);
+  EXPECT_EQ(doc["shapes"].size(), 4u);
+  EXPECT_EQ(doc["arrivals"].size(), 52u);
   StatusOr<WorkloadState> back = DecodeWorkload(text);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, s);
+  // A document an older extender wrote (shapes of six fields, no memory in
+  // percent) still reads.
+  json old = doc;
+  for (json& shape : old["shapes"]) shape.erase(shape.size() - 1);
+  old["shapes"][3][2] = 4096;  // the quarter, as it was stored then
+  StatusOr<WorkloadState> older = DecodeWorkload(old.dump());
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_EQ(older->arrivals.back().memory_percent, 0);
+  EXPECT_EQ(older->arrivals.back().memory_mib, 4096);
   // An empty window is a document too.
   StatusOr<WorkloadState> empty = DecodeWorkload(EncodeWorkload(WorkloadState{}));
   ASSERT_TRUE(empty.ok()) << empty.status().ToString();
@@ -118,9 +130,11 @@ TEST(WorkloadStoreTest, MalformedDocumentsAreRefusedWithTheReason) {
        "shape 0 compute is 1001"},
       {with("shapes", json::array({json::array({-1, 1000, 0, 0, 0, ""})})), "shape 0 count is -1"},
       {with("shapes", json::array({json::array({1, 1000, 0, 0, 0, 7})})), "shape 0 models"},
+      {with("shapes", json::array({json::array({1, 0, 0, 0, 0, "", 101})})),
+       "shape 0 memory percent is 101"},
       {with("shapes", json::array({json::array({1, 1000, 0, 18446744073709551615ull, 0, ""})})),
        "shape 0 cpu is 18446744073709551615"},
-      {with("arrivals", json::array({0, 1, 3})), "an arrival's shape index is 3, outside 0..2"},
+      {with("arrivals", json::array({0, 1, 4})), "an arrival's shape index is 4, outside 0..3"},
       {with("arrivals", json::array({0, 1.5})), "an arrival's shape index is not an integer"},
       {with("arrivals", "0,1"), "arrivals is not an array"},
   };
