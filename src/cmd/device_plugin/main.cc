@@ -581,6 +581,7 @@ int Run(const Flags& flags) {
     http::ServerOptions so;
     so.host = flags.metrics_listen.substr(0, colon);
     so.port = static_cast<uint16_t>(std::atoi(flags.metrics_listen.c_str() + colon + 1));
+    so.log = log.Child("http");
     metrics_server = http::NewHttpServer(so);
     metrics_server->Handle("GET", "/metrics", [&registry](const http::Request&) {
       http::Response r;

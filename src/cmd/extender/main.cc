@@ -521,6 +521,7 @@ int Run(const Flags& flags) {
   so.max_connections = flags.max_connections;
   so.metrics = &registry;  // accelpool_extender_http_*: requests, latency, connections
   so.metrics_prefix = "accelpool_extender_http";
+  so.log = log.Child("http");  // descriptors or threads running out, said once
   if (!flags.tls_cert.empty()) {
     http::TlsOptions tls;
     tls.cert_file = flags.tls_cert;
