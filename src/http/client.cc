@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "http/http.h"
@@ -423,9 +424,15 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
   const bool chunked = Lower(h.headers["transfer-encoding"]).find("chunked") != std::string::npos;
   int64_t remaining = -1;  // content-length body
   if (!chunked && h.headers.count("content-length") != 0) {
-    remaining = std::atoll(h.headers["content-length"].c_str());
+    StatusOr<uint64_t> length = internal::ParseContentLength(h.headers["content-length"]);
+    if (!length.ok()) return fail(length.status());
+    remaining = static_cast<int64_t>(std::min<uint64_t>(*length, uint64_t{INT64_MAX}));
   }
+  // One line (one watch event) may be as large as one chunk: a stream that
+  // never ends its line is refused rather than held in memory without end.
+  constexpr size_t kMaxLine = size_t{64} << 20;
   std::string pending;  // partial line
+  Status line_error;
   auto deliver = [&](std::string_view data) {
     pending.append(data);
     size_t start = 0;
@@ -438,7 +445,17 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
       if (!on_line(line)) return false;
     }
     pending.erase(0, start);
+    if (pending.size() > kMaxLine) {
+      line_error = Status(StatusCode::kResourceExhausted,
+                          "a line of the answer runs past " + std::to_string(kMaxLine >> 20) +
+                              " MiB without ending");
+      return false;
+    }
     return true;
+  };
+  auto delivered = [&](std::string_view data) -> std::optional<Status> {
+    if (deliver(data)) return std::nullopt;
+    return line_error.ok() ? Status::Ok() : fail(line_error);
   };
   std::string chunk;  // one buffer for every chunk (a fresh large one per event was costly)
   for (;;) {
@@ -446,17 +463,22 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
     if (chunked) {
       auto size_line = reader.ReadLine(1024, idle_timeout);
       if (!size_line.ok()) return fail(size_line.status());
-      const size_t n = std::strtoull(size_line->c_str(), nullptr, 16);
+      StatusOr<uint64_t> size = internal::ParseChunkSize(*size_line);
+      if (!size.ok()) return fail(size.status());  // garbage is not the end of the stream
+      const uint64_t n = *size;
       if (n == 0) break;
-      if (n > (size_t{64} << 20)) {
+      if (n > (uint64_t{64} << 20)) {
         return UnavailableError(request.path + ": a response chunk of " + std::to_string(n) +
                                 " bytes exceeds the 64 MiB limit");
       }
       chunk.clear();
       Status st = reader.ReadExact(n + 2, chunk, idle_timeout);  // data + CRLF
       if (!st.ok()) return fail(st);
+      if (chunk[n] != '\r' || chunk[n + 1] != '\n') {
+        return fail(UnavailableError("malformed chunk (no CRLF after its data)"));
+      }
       chunk.resize(n);
-      if (!deliver(chunk)) return Status::Ok();
+      if (auto end = delivered(chunk)) return *end;
     } else {
       if (remaining == 0) break;
       auto some = reader.ReadSome(idle_timeout);
@@ -466,7 +488,7 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
         break;
       }
       if (remaining > 0) remaining -= static_cast<int64_t>(some->size());
-      if (!deliver(*some)) return Status::Ok();
+      if (auto end = delivered(*some)) return *end;
     }
   }
   if (!pending.empty()) on_line(pending);

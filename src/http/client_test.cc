@@ -161,6 +161,48 @@ TEST(HttpClientPoolTest, SequentialRequestsShareOneConnection) {
   EXPECT_EQ(s.connections(), after_burst);
 }
 
+// A streamed answer (a watch) with broken framing is an error, never the end
+// of the stream, and a line that never ends is refused, not kept in memory.
+TEST(HttpClientStreamTest, BrokenFramingIsAnErrorNotTheEnd) {
+  struct Case {
+    const char* name;
+    std::string answer;
+    StatusCode want;
+    size_t lines;  // delivered before the error
+  };
+  const std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const Case cases[] = {
+      {"good", chunked + "4\r\nab\nc\r\n2\r\nd\n\r\n0\r\n\r\n", StatusCode::kOk, 2},
+      {"size not hex", chunked + "4\r\nab\nc\r\nzz\r\n", StatusCode::kUnavailable, 1},
+      {"no CRLF after data", chunked + "3\r\nab\nXY", StatusCode::kUnavailable, 0},
+      {"content-length not a number",
+       "HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\nab\n", StatusCode::kUnavailable, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ScriptedServer s([&](int, int, const std::string&) { return Answer{c.answer, true}; });
+    auto client = Client(s.url());
+    ClientRequest r;
+    r.path = "/watch";
+    size_t lines = 0;
+    const Status st = client->StreamLines(
+        r, nullptr, [&](std::string_view) { return ++lines, true; }, std::stop_token(), 2s);
+    EXPECT_EQ(st.code(), c.want) << st.ToString();
+    EXPECT_EQ(lines, c.lines);
+  }
+  // 65 MiB without a newline, in 1 MiB chunks.
+  std::string endless = chunked;
+  const std::string mib(size_t{1} << 20, 'x');
+  for (int i = 0; i < 65; ++i) endless += "100000\r\n" + mib + "\r\n";
+  ScriptedServer s([&](int, int, const std::string&) { return Answer{endless, true}; });
+  auto client = Client(s.url());
+  ClientRequest r;
+  r.path = "/watch";
+  const Status st = client->StreamLines(
+      r, nullptr, [](std::string_view) { return true; }, std::stop_token(), 5s);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+}
+
 TEST(HttpClientPoolTest, AConnectionTheServerClosedIsReplaced) {
   // Connection 0 answers one request, then reads the next and closes without
   // an answer (a server's idle timeout racing the request): the client sends

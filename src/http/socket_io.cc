@@ -454,9 +454,9 @@ StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
     for (;;) {
       auto size_line = r.ReadLine(1024, left());
       if (!size_line.ok()) return size_line.status();
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(size_line->c_str(), &end, 16);
-      if (end == size_line->c_str()) return UnavailableError("malformed chunk size");
+      StatusOr<uint64_t> size = ParseChunkSize(*size_line);
+      if (!size.ok()) return size.status();
+      const uint64_t n = *size;
       if (n > kMaxResponseBody || resp.body.size() + n > kMaxResponseBody) {
         return UnavailableError("answer larger than 1 GiB");
       }
@@ -473,11 +473,9 @@ StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
       if (!crlf.ok() || !crlf->empty()) return UnavailableError("malformed chunk");
     }
   } else if (cl != resp.headers.end()) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(cl->second.c_str(), &end, 10);
-    if (end == cl->second.c_str() || *end != '\0' || cl->second[0] == '-') {
-      return UnavailableError("malformed content-length \"" + cl->second.substr(0, 40) + "\"");
-    }
+    StatusOr<uint64_t> length = ParseContentLength(cl->second);
+    if (!length.ok()) return length.status();
+    const uint64_t n = *length;
     if (n > kMaxResponseBody) return UnavailableError("answer larger than 1 GiB");
     ACCELPOOL_RETURN_IF_ERROR(r.ReadExact(n, resp.body, left()));
   } else {
@@ -493,6 +491,32 @@ StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
     }
   }
   return resp;
+}
+
+StatusOr<uint64_t> ParseChunkSize(const std::string& line) {
+  uint64_t n = 0;
+  size_t i = 0;
+  for (; i < line.size() && std::isxdigit(static_cast<unsigned char>(line[i])) != 0; ++i) {
+    if (i == 15) return UnavailableError("chunk size \"" + line.substr(0, 40) + "\" is too long");
+    const char ch = static_cast<char>(std::tolower(static_cast<unsigned char>(line[i])));
+    n = n * 16 + static_cast<uint64_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+  }
+  if (i == 0 || (i < line.size() && line[i] != ';' && line[i] != ' ' && line[i] != '\t')) {
+    return UnavailableError("malformed chunk size \"" + line.substr(0, 40) + "\"");
+  }
+  return n;
+}
+
+StatusOr<uint64_t> ParseContentLength(const std::string& value) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (i == 18 || std::isdigit(static_cast<unsigned char>(value[i])) == 0) {
+      return UnavailableError("malformed content-length \"" + value.substr(0, 40) + "\"");
+    }
+    n = n * 10 + static_cast<uint64_t>(value[i] - '0');
+  }
+  if (value.empty()) return UnavailableError("malformed content-length \"\"");
+  return n;
 }
 
 std::string ParseHeaders(const std::string& head, Headers& out) {

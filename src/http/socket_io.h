@@ -155,6 +155,14 @@ StatusOr<ClientResponse> ReadResponse(Reader& r, bool head_request,
                                       std::chrono::steady_clock::time_point deadline,
                                       bool* keep_alive);
 
+// The size on a chunked body's size line: hex digits, then nothing, a ';'
+// extension or blanks. kUnavailable for anything else (no digits, garbage,
+// more than 15 digits).
+StatusOr<uint64_t> ParseChunkSize(const std::string& line);
+// A Content-Length value: decimal digits only (at most 18). kUnavailable
+// otherwise, quoting it.
+StatusOr<uint64_t> ParseContentLength(const std::string& value);
+
 // The status code of an "HTTP/1.x NNN reason" line; kUnavailable, quoting the
 // line, when it is not one.
 StatusOr<int> ParseStatusLine(const std::string& line);
