@@ -198,7 +198,7 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
   so.host = "127.0.0.1";
   so.max_body_bytes = 64 << 20;
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
-  RegisterRoutes(*server, Routes{&handlers, nullptr, nullptr, {}, {}});
+  RegisterRoutes(*server, Routes{&handlers, nullptr, nullptr, {}, {}, {}});
   if (Status st = server->Start(); !st.ok()) {
     std::fprintf(stderr, "%s\n", st.ToString().c_str());
     return 1;

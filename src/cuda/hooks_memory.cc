@@ -323,7 +323,6 @@ void* VmmHook(HookId id, int slot);
 void* InfoHook(HookId id, int slot);
 void* ContextHook(HookId id, int slot);
 
-
 void* MemoryHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {
       ACCELPOOL_HOOK_SLOTS(HookMemAlloc),

@@ -352,7 +352,7 @@ TEST(CacheTest, TwoPodsBoundToOneSlotAndOneWholeCardGiveItBackOnlyWhenBothLeave)
   // grant exclusive): both count, the slot stays with the first, and the
   // device stays taken until both have left, whichever leaves first.
   for (const int order : {0, 1, 2, 3}) {
-    const bool whole_first = order < 2;          // which is observed first
+    const bool whole_first = order < 2;  // which is observed first
     const bool first_leaves_first = order % 2 == 0;
     SCOPED_TRACE(std::string(whole_first ? "whole card observed first" : "share observed first") +
                  (first_leaves_first ? ", leaves first" : ", leaves last"));

@@ -267,16 +267,14 @@ Status ApplyPart(const AssignmentPart& part, InventoryState* state) {
 }
 
 StatusOr<AssignmentPart> ForcePart(const AssignmentPart& part, InventoryState* state) {
-  ACCELPOOL_RETURN_IF_ERROR(
-      core::ForcePlacement(part.placement, *state->inventory, &state->usage));
+  ACCELPOOL_RETURN_IF_ERROR(core::ForcePlacement(part.placement, *state->inventory, &state->usage));
   AssignmentPart added = part;
   for (size_t c = 0; c < added.placement.containers.size() && c < added.slots.size(); ++c) {
     const auto& grants = added.placement.containers[c].grants;
     for (size_t g = 0; g < grants.size() && g < added.slots[c].size(); ++g) {
       const int32_t dev = grants[g].device;
       int32_t& slot = added.slots[c][g];
-      const bool exists = dev >= 0 && static_cast<size_t>(dev) < state->slots.size() &&
-                          slot >= 0 &&
+      const bool exists = dev >= 0 && static_cast<size_t>(dev) < state->slots.size() && slot >= 0 &&
                           static_cast<size_t>(slot) < state->slots[static_cast<size_t>(dev)].size();
       if (!exists || state->slots[static_cast<size_t>(dev)][static_cast<size_t>(slot)]) {
         slot = -1;

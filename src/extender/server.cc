@@ -24,7 +24,8 @@ std::function<std::string(const http::Request&)> SchedulerVerbGate(bool any) {
     if (FromLoopback(req.peer) || !req.client_cert_subject.empty()) return "";
     return "kube-scheduler's extender verbs are served here only to a kube-scheduler in this "
            "pod (loopback) or to a client with a certificate signed by --client-ca; " +
-           req.peer + " has neither. Point kube-scheduler at --scheduler-listen, give it a "
+           req.peer +
+           " has neither. Point kube-scheduler at --scheduler-listen, give it a "
            "client certificate (tlsConfig.certFile/keyFile), or start the extender with "
            "--scheduler-verbs-from-any if a network policy already keeps others out";
   };

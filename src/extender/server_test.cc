@@ -24,8 +24,7 @@ TEST(ServerTest, ServesVerbsHealthAndMetrics) {
   http::ServerOptions so;
   so.host = "127.0.0.1";
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
-  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry,
-                                 [&] { (*ext)->UpdateGauges(); },
+  RegisterRoutes(*server, Routes{&handlers, &webhook, &registry, [&] { (*ext)->UpdateGauges(); },
                                  [&] { return ready ? std::string() : std::string("syncing"); },
                                  SchedulerVerbGate(false)});
   ASSERT_TRUE(server->Start().ok());
@@ -111,8 +110,9 @@ TEST(ServerTest, SchedulerVerbsAreServedOnlyToLoopbackOrCertifiedPeers) {
   http::ServerOptions so;
   so.host = "127.0.0.1";
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
-  RegisterRoutes(*server, Routes{&handlers, nullptr, nullptr, {}, {},
-                                 [](const http::Request&) { return std::string("not you"); }});
+  RegisterRoutes(*server, Routes{&handlers, nullptr, nullptr, {}, {}, [](const http::Request&) {
+                                   return std::string("not you");
+                                 }});
   ASSERT_TRUE(server->Start().ok());
   http::ClientOptions co;
   co.base_url = "http://127.0.0.1:" + std::to_string(server->port());

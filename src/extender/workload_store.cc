@@ -32,8 +32,8 @@ enum ShapeField {
 using ShapeKey = std::tuple<int32_t, int32_t, int64_t, int64_t, int64_t, std::string, int32_t>;
 
 ShapeKey KeyOf(const core::TaskShape& t) {
-  return {t.count, t.compute, t.memory_mib, t.cpu_milli, t.host_memory_mib, t.model,
-          t.memory_percent};
+  return {t.count,           t.compute, t.memory_mib,    t.cpu_milli,
+          t.host_memory_mib, t.model,   t.memory_percent};
 }
 
 std::string EncodeFrom(const WorkloadState& state, size_t first) {

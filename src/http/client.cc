@@ -446,9 +446,9 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
     }
     pending.erase(0, start);
     if (pending.size() > kMaxLine) {
-      line_error = Status(StatusCode::kResourceExhausted,
-                          "a line of the answer runs past " + std::to_string(kMaxLine >> 20) +
-                              " MiB without ending");
+      line_error = Status(StatusCode::kResourceExhausted, "a line of the answer runs past " +
+                                                              std::to_string(kMaxLine >> 20) +
+                                                              " MiB without ending");
       return false;
     }
     return true;

@@ -175,8 +175,8 @@ TEST(HttpClientStreamTest, BrokenFramingIsAnErrorNotTheEnd) {
       {"good", chunked + "4\r\nab\nc\r\n2\r\nd\n\r\n0\r\n\r\n", StatusCode::kOk, 2},
       {"size not hex", chunked + "4\r\nab\nc\r\nzz\r\n", StatusCode::kUnavailable, 1},
       {"no CRLF after data", chunked + "3\r\nab\nXY", StatusCode::kUnavailable, 0},
-      {"content-length not a number",
-       "HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\nab\n", StatusCode::kUnavailable, 0},
+      {"content-length not a number", "HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\nab\n",
+       StatusCode::kUnavailable, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

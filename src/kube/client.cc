@@ -33,11 +33,11 @@ namespace {
 Status CheckSegment(std::string_view what, const std::string& s) {
   if (s.empty()) return Status::Ok();
   const bool dots = s == "." || s == "..";
-  const bool bad = dots || std::any_of(s.begin(), s.end(), [](char c) {
-                     const auto u = static_cast<unsigned char>(c);
-                     return u <= 0x20 || u >= 0x7f || c == '/' || c == '?' || c == '#' ||
-                            c == '%' || c == '\\';
-                   });
+  const bool bad =
+      dots || std::any_of(s.begin(), s.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u <= 0x20 || u >= 0x7f || c == '/' || c == '?' || c == '#' || c == '%' || c == '\\';
+      });
   if (!bad) return Status::Ok();
   return InvalidArgumentError(std::string(what) + " \"" + s.substr(0, 64) +
                               "\" is not a Kubernetes object name (it would change the request's "

@@ -180,15 +180,18 @@ void Informer::Apply(WatchEvent& ev) {
     }
     if (!rv.empty()) rv_ = rv;
   }
-  Guarded(ev.type == WatchEventType::kDeleted ? "delete" : old ? "update" : "add", [&] {
-    if (ev.type == WatchEventType::kDeleted) {
-      if (handlers_.on_delete) handlers_.on_delete(old ? *old : ev.object);
-    } else if (old) {
-      if (handlers_.on_update) handlers_.on_update(*old, *now);
-    } else {
-      if (handlers_.on_add) handlers_.on_add(*now);
-    }
-  });
+  Guarded(ev.type == WatchEventType::kDeleted ? "delete"
+          : old                               ? "update"
+                                              : "add",
+          [&] {
+            if (ev.type == WatchEventType::kDeleted) {
+              if (handlers_.on_delete) handlers_.on_delete(old ? *old : ev.object);
+            } else if (old) {
+              if (handlers_.on_update) handlers_.on_update(*old, *now);
+            } else {
+              if (handlers_.on_add) handlers_.on_add(*now);
+            }
+          });
 }
 
 void Informer::Run(std::stop_token stop) {

@@ -59,8 +59,8 @@ std::vector<std::string> PciDrmNodes(const std::string& pci_bus, const std::stri
   std::error_code ec;
   // Stepped with an error code: a readdir that fails part way ends the
   // listing (what was read is used) instead of throwing out of discovery.
-  for (std::filesystem::directory_iterator it(
-           std::filesystem::path(sysfs_root) / "bus/pci/devices" / bus / "drm", ec),
+  for (std::filesystem::directory_iterator
+           it(std::filesystem::path(sysfs_root) / "bus/pci/devices" / bus / "drm", ec),
        end;
        !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();

@@ -544,11 +544,12 @@ int Run(const Flags& flags) {
   RegisterRoutes(*server, Routes{&handlers, &webhook, &registry, update_gauges, not_ready,
                                  SchedulerVerbGate(flags.scheduler_verbs_from_any)});
   if (flags.scheduler_verbs_from_any && flags.client_ca.empty()) {
-    log.Warn("filter/prioritize/bind/preempt are served on --listen to any peer, without client "
-             "certificates: whoever reaches the port can bind pods with this extender's "
-             "credentials; keep others out with a network policy, or drop "
-             "--scheduler-verbs-from-any",
-             {{"listen", flags.listen}});
+    log.Warn(
+        "filter/prioritize/bind/preempt are served on --listen to any peer, without client "
+        "certificates: whoever reaches the port can bind pods with this extender's "
+        "credentials; keep others out with a network policy, or drop "
+        "--scheduler-verbs-from-any",
+        {{"listen", flags.listen}});
   }
   if (Status st = server->Start(); !st.ok()) return fatal("cannot serve", st);
   // kube-scheduler's calls over loopback HTTP: the same handlers, no webhook.
