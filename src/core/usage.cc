@@ -120,6 +120,16 @@ std::vector<DeviceUsage> MergedFootprint(const Placement& p, const NodeInventory
   return acc;
 }
 
+// One device's footprint added to its usage (ReleasePlacement subtracts it).
+void AddFootprint(const DeviceUsage& fp, DeviceUsage* u) {
+  u->memory_mib += fp.memory_mib;
+  u->compute += fp.compute;
+  u->shares += fp.shares;
+  u->slices += fp.slices;
+  u->exclusive = u->exclusive || fp.exclusive;
+  if (fp.slice_mib != 0) u->slice_mib = fp.slice_mib;
+}
+
 }  // namespace
 
 std::vector<DeviceUsage> Footprint(const Placement& p, const NodeInventory& inv) {
@@ -149,12 +159,7 @@ Status ApplyPlacement(const Placement& p, const NodeInventory& inv, NodeUsage* u
         u.slice_mib != fp[i].slice_mib) {
       return FailedPreconditionError("device " + d.id + " hosts slices of another size");
     }
-    u.memory_mib += fp[i].memory_mib;
-    u.compute += fp[i].compute;
-    u.shares += fp[i].shares;
-    u.slices += fp[i].slices;
-    u.exclusive = u.exclusive || fp[i].exclusive;
-    if (fp[i].slice_mib != 0) u.slice_mib = fp[i].slice_mib;
+    AddFootprint(fp[i], &u);
     if (!DeviceWithin(d, u, 0)) {
       return FailedPreconditionError("device " + d.id + " on " + inv.node +
                                      " would be overcommitted; re-plan the pod");
@@ -178,13 +183,7 @@ Status ForcePlacement(const Placement& p, const NodeInventory& inv, NodeUsage* u
   const std::vector<DeviceUsage> fp = Footprint(p, inv);
   for (size_t i = 0; i < fp.size(); ++i) {
     if (fp[i].shares == 0) continue;
-    DeviceUsage& u = usage->devices[i];
-    u.memory_mib += fp[i].memory_mib;
-    u.compute += fp[i].compute;
-    u.shares += fp[i].shares;
-    u.slices += fp[i].slices;
-    u.exclusive = u.exclusive || fp[i].exclusive;
-    if (fp[i].slice_mib != 0) u.slice_mib = fp[i].slice_mib;
+    AddFootprint(fp[i], &usage->devices[i]);
   }
   return Status::Ok();
 }

@@ -509,8 +509,8 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
     return FailedPreconditionError("assignment of pod " + pod.ns + "/" + pod.name +
                                    " does not fit node " + node_name + " as cached (" +
                                    applied.message() +
-                                   "); it is counted on the devices where it fits, and in "
-                                   "full when the others free up");
+                                   "); it is counted in full, past the capacity of the devices "
+                                   "it overlaps, which take no new pod until they free up");
   }
   return applied;
 }

@@ -276,7 +276,8 @@ StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms
       const Ms left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
       if (left <= Ms(0)) break;
       auto stream =
-          internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, left);
+          internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, left, {},
+                            opts_.tls_server_name);
       if (!stream.ok()) return stream.status().WithPrefix(request.method + " " + request.path);
       c.emplace();
       c->stream = std::move(*stream);
@@ -399,7 +400,7 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
   const Ms connect_timeout = request.timeout.value_or(opts_.timeout);
   // `stop` ends the connection attempt too (kCancelled).
   auto conn = internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify,
-                                connect_timeout, stop);
+                                connect_timeout, stop, opts_.tls_server_name);
   if (!conn.ok()) return conn.status();
   internal::Stream& s = **conn;
   // Wake the blocked read when the caller stops.
@@ -507,6 +508,10 @@ StatusOr<ClientOptions::Transport> ParseTransport(std::string_view name) {
 StatusOr<std::unique_ptr<HttpClient>> NewHttpClient(ClientOptions options) {
   auto url = ParseBaseUrl(options.base_url);
   if (!url.ok()) return url.status();
+  if (!options.tls_server_name.empty() && options.transport != ClientOptions::Transport::kSockets) {
+    return InvalidArgumentError("a TLS server name (" + options.tls_server_name +
+                                ", a kubeconfig's tls-server-name) needs the sockets transport");
+  }
   internal::SslCtxPtr tls;
   if (url->tls) {
     auto ctx = internal::ClientContext(options);

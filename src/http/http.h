@@ -176,6 +176,10 @@ struct ClientOptions {
   std::string client_cert_file, client_key_file;  // PEM client certificate
   std::string client_cert_pem, client_key_pem;    // inline alternatives
   bool insecure_skip_verify = false;
+  // The name sent as SNI and checked against the server's certificate, when
+  // it is not the URL's host (a kubeconfig's tls-server-name: an apiserver
+  // reached by an address its certificate does not name). Sockets only.
+  std::string tls_server_name;
   std::chrono::milliseconds timeout{30000};  // per request, default for Send()
   std::string user_agent = "accelpool";
   // How Send() reaches the server:

@@ -764,12 +764,18 @@ TEST_F(TlsTest, ServerCertVerifiedByCa) {
     ClientOptions opts;
     bool want_ok;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"ca file", CaFile(ca_->ca_file()), true},
       {"ca pem", CaPem(ca_->ca_pem()), true},
       {"system store only", ClientOptions(), false},
       {"insecure", Insecure(), true},
+      // A kubeconfig's tls-server-name: the certificate (SANs 127.0.0.1 and
+      // localhost) is checked against that name, not the URL's host.
+      {"server name it names", CaFile(ca_->ca_file()), true},
+      {"server name it does not name", CaFile(ca_->ca_file()), false},
   };
+  cases[cases.size() - 2].opts.tls_server_name = "localhost";
+  cases[cases.size() - 1].opts.tls_server_name = "apiserver.example";
   for (auto c : cases) {
     c.opts.base_url = Local(s->port(), true);
     auto client = NewHttpClient(c.opts);

@@ -229,7 +229,7 @@ bool SetClientSocketOptions(int fd) {
 
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
                                           const SslCtxPtr& tls, bool verify_host, Ms timeout,
-                                          std::stop_token stop) {
+                                          std::stop_token stop, const std::string& tls_name) {
   const auto deadline = Clock::now() + timeout;
   const std::string port_s = std::to_string(port);
   const std::string where = host + ":" + port_s;
@@ -303,8 +303,9 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
     return InternalError(SslError("SSL_new failed"));
   }
   SSL_set_fd(ssl, fd);
-  SSL_set_tlsext_host_name(ssl, host.c_str());
-  if (verify_host) SSL_set1_host(ssl, host.c_str());
+  const std::string& name = tls_name.empty() ? host : tls_name;
+  SSL_set_tlsext_host_name(ssl, name.c_str());
+  if (verify_host) SSL_set1_host(ssl, name.c_str());
   auto stream = std::make_unique<TlsImpl>(fd, ssl, tls, where);
   OfferSession(ssl, stream->peer());
   const int r = DriveHandshake(ssl, fd, SSL_connect, deadline, stop);

@@ -77,11 +77,13 @@ bool SetClientSocketOptions(int fd);
 // share of the time left (at least 2 s, when that much is left).
 // kDeadlineExceeded when the timeout passed (a server that accepts TCP but
 // never answers the handshake), kCancelled when `stop` was requested,
-// kUnavailable for other failures.
+// kUnavailable for other failures. `tls_name`, when set, is the name sent as
+// SNI and verified instead of `host`.
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
                                           const SslCtxPtr& tls, bool verify_host,
                                           std::chrono::milliseconds timeout,
-                                          std::stop_token stop = {});
+                                          std::stop_token stop = {},
+                                          const std::string& tls_name = "");
 
 // `what` followed by every queued OpenSSL error (the queue is emptied).
 std::string SslError(std::string_view what);

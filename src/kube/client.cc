@@ -588,6 +588,7 @@ StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config) {
   o.client_cert_pem = config.client_cert_pem;
   o.client_key_pem = config.client_key_pem;
   o.insecure_skip_verify = config.insecure_skip_verify;
+  o.tls_server_name = config.tls_server_name;
   o.timeout = config.timeout;
   o.user_agent = "accelpool/0.1";
   o.max_connections = config.max_connections;

@@ -301,6 +301,7 @@ StatusOr<KubeConfig> FromRoot(const json& root, const std::string& path,
     const json& v = cluster->at("insecure-skip-tls-verify");
     c.insecure_skip_verify = v.is_boolean() ? v.get<bool>() : (v.is_string() && v == "true");
   }
+  ACCELPOOL_RETURN_IF_ERROR(Str(*cluster, "tls-server-name", c.tls_server_name, cw));
   if (!user_name.empty()) {
     const json* user = Named(root, "users", user_name, "user");
     if (user == nullptr) {

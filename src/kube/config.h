@@ -42,6 +42,9 @@ struct KubeConfig {
   std::string client_cert_file, client_key_file;
   std::string client_cert_pem, client_key_pem;
   bool insecure_skip_verify = false;
+  // The cluster's tls-server-name: the name the apiserver's certificate is
+  // checked against (and sent as SNI) instead of the server URL's host.
+  std::string tls_server_name;
   // The user's exec credential plugin, when the credentials came from one:
   // the client runs it again 10 s before token_expiry (the credentials'
   // expirationTimestamp) and after a 401, and takes its new token or client

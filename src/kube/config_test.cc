@@ -111,6 +111,7 @@ clusters:
     server: https://two:6443
     certificate-authority: certs/ca.pem
     insecure-skip-tls-verify: true
+    tls-server-name: apiserver.internal
 contexts:
 - name: a
   context: {cluster: one, user: u}
@@ -153,6 +154,8 @@ users:
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->ca_file, dir_ + "/certs/ca.pem");
   EXPECT_TRUE(c->insecure_skip_verify);
+  EXPECT_EQ(c->tls_server_name, "apiserver.internal");
+  EXPECT_EQ(b->tls_server_name, "");
   EXPECT_EQ(c->client_cert_file, dir_ + "/certs/client.crt");
   EXPECT_EQ(c->client_key_file, "/abs/client.key");
   EXPECT_EQ(c->token, "from-file");

@@ -395,9 +395,18 @@ kueue_example_valid() {
   local dir crd
   dir="$(cd "${TMP}" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | jq -r .Dir)" ||
     { echo "could not fetch sigs.k8s.io/kueue@${KUEUE_VERSION} through the Go module proxy"; return 1; }
+  local i
   for crd in resourceflavors clusterqueues localqueues; do
-    "${K}" create -f "${dir}/config/components/crd/bases/kueue.x-k8s.io_${crd}.yaml" >/dev/null &&
-      "${K}" wait --for condition=established --timeout=60s "crd/${crd}.kueue.x-k8s.io" || return 1
+    "${K}" create -f "${dir}/config/components/crd/bases/kueue.x-k8s.io_${crd}.yaml" >/dev/null ||
+      return 1
+    # kubectl wait fails at once ("status.conditions accessor error") when it
+    # reads the CRD before the apiserver has set any condition: ask again.
+    for i in $(seq 1 60); do
+      "${K}" wait --for condition=established --timeout=60s "crd/${crd}.kueue.x-k8s.io" \
+        >/dev/null 2>&1 && break
+      sleep 1
+    done
+    "${K}" wait --for condition=established --timeout=5s "crd/${crd}.kueue.x-k8s.io" || return 1
   done
   "${K}" create namespace ml-team --save-config >/dev/null 2>&1 || true
   "${K}" apply --dry-run=server -f "${REPO}/examples/kueue/" &&
