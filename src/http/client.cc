@@ -275,9 +275,8 @@ StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms
     if (!reused) {
       const Ms left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
       if (left <= Ms(0)) break;
-      auto stream =
-          internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, left, {},
-                            opts_.tls_server_name);
+      auto stream = internal::Connect(url_.host, url_.port, tls_, !opts_.insecure_skip_verify, left,
+                                      {}, opts_.tls_server_name);
       if (!stream.ok()) return stream.status().WithPrefix(request.method + " " + request.path);
       c.emplace();
       c->stream = std::move(*stream);
