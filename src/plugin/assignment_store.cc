@@ -276,11 +276,11 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
   std::optional<Pods> rest;
   if (answered != nullptr && !answered->empty()) {
     rest = pods_;
-    for (const auto& [uid, container] : *answered) {
-      auto it = rest->find(uid);
+    for (const auto& done : *answered) {  // not a structured binding: the lambda captures it
+      auto it = rest->find(done.first);
       if (it == rest->end()) continue;
       std::erase_if(it->second.assignment.containers,
-                    [&](const api::AssignedContainer& c) { return c.name == container; });
+                    [&](const api::AssignedContainer& c) { return c.name == done.second; });
     }
   }
   const Pods& pods = rest.has_value() ? *rest : pods_;
