@@ -2,9 +2,9 @@
 // bytes: keep-alive reuse, a server closing a kept-alive connection, the
 // body framings of HTTP/1.1, malformed answers and unsafe request input.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "http/http.h"
+#include "http/socket_io.h"
 
 namespace accelpool::http {
 namespace {
@@ -347,6 +348,104 @@ TEST(HttpClientPoolTest, TransportNames) {
   auto bad = ParseTransport("curl");
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("sockets or cpprestsdk"), std::string::npos);
+}
+
+// A system resolver that hangs until released, and one that counts calls.
+std::atomic<bool> g_release_lookups{false};
+std::atomic<int> g_lookups{0};
+
+int HangingLookup(const char*, const char* port, const addrinfo* hints, addrinfo** res) {
+  g_lookups.fetch_add(1);
+  while (!g_release_lookups.load()) std::this_thread::sleep_for(5ms);
+  return ::getaddrinfo("127.0.0.1", port, hints, res);
+}
+
+int LoopbackLookup(const char*, const char* port, const addrinfo* hints, addrinfo** res) {
+  g_lookups.fetch_add(1);
+  return ::getaddrinfo("127.0.0.1", port, hints, res);
+}
+
+class ResolveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_release_lookups = false;
+    g_lookups = 0;
+  }
+  void TearDown() override {
+    g_release_lookups = true;
+    for (int i = 0; i < 400 && internal::AbandonedLookups() > 0; ++i) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(internal::AbandonedLookups(), 0) << "a lookup given up on never finished";
+    internal::SetLookupForTest(nullptr);
+  }
+};
+
+TEST_F(ResolveTest, AHangingLookupEndsAtTheDeadline) {
+  internal::SetLookupForTest(HangingLookup);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = internal::Resolve("dns.example", "443", start + 100ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("resolv.conf"), std::string::npos) << r.status().message();
+  EXPECT_LT(took, 2s);
+  EXPECT_EQ(internal::AbandonedLookups(), 1);
+}
+
+TEST_F(ResolveTest, AStopEndsTheWait) {
+  internal::SetLookupForTest(HangingLookup);
+  std::stop_source stop;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(50ms);
+    stop.request_stop();
+  });
+  auto r = internal::Resolve("dns.example", "443", std::chrono::steady_clock::now() + 30s,
+                             stop.get_token());
+  stopper.join();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+}
+
+TEST_F(ResolveTest, LookupsGivenUpOnAreBoundedThenRefused) {
+  internal::SetLookupForTest(HangingLookup);
+  for (int i = 0; i < internal::kMaxAbandonedLookups; ++i) {
+    auto r = internal::Resolve("dns.example", "443", std::chrono::steady_clock::now() + 5ms);
+    ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << i;
+  }
+  auto refused = internal::Resolve("dns.example", "443", std::chrono::steady_clock::now() + 5s);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("still waiting"), std::string::npos);
+  EXPECT_EQ(g_lookups.load(), internal::kMaxAbandonedLookups) << "the refused one started a lookup";
+}
+
+TEST_F(ResolveTest, AddressLiteralsNeedNoLookupAndNamesGetTheirAnswer) {
+  internal::SetLookupForTest(LoopbackLookup);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (const char* literal : {"127.0.0.1", "::1"}) {
+    auto r = internal::Resolve(literal, "80", deadline);
+    ASSERT_TRUE(r.ok()) << literal << ": " << r.status().ToString();
+    EXPECT_NE(r->get(), nullptr);
+  }
+  EXPECT_EQ(g_lookups.load(), 0);
+  auto named = internal::Resolve("apiserver.example", "6443", deadline);
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  ASSERT_NE(named->get(), nullptr);
+  EXPECT_EQ(named->get()->ai_family, AF_INET);
+  EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(named->get()->ai_addr)->sin_port), 6443);
+  EXPECT_EQ(g_lookups.load(), 1);
+}
+
+TEST_F(ResolveTest, AClientRequestToAHostWhoseLookupHangsEndsAtItsTimeout) {
+  internal::SetLookupForTest(HangingLookup);
+  std::unique_ptr<HttpClient> c = Client("http://dns.example:8080");
+  ASSERT_NE(c, nullptr);
+  ClientRequest req;
+  req.method = "GET";
+  req.path = "/";
+  req.timeout = 150ms;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = c->Send(req);
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.status().ToString();
 }
 
 }  // namespace

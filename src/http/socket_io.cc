@@ -17,7 +17,12 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
 
 namespace accelpool::http::internal {
 
@@ -227,6 +232,92 @@ bool SetClientSocketOptions(int fd) {
   return ok;
 }
 
+namespace {
+
+std::atomic<LookupFn> g_lookup{nullptr};
+std::atomic<int> g_abandoned{0};
+
+// One lookup on its own thread; the last of it and its waiter frees it.
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  bool abandoned = false;
+  int rc = 0;
+  addrinfo* res = nullptr;
+  ~Lookup() {
+    if (res != nullptr) ::freeaddrinfo(res);
+  }
+};
+
+void FreeAddrInfo(addrinfo* ai) {
+  if (ai != nullptr) ::freeaddrinfo(ai);
+}
+
+}  // namespace
+
+void SetLookupForTest(LookupFn fn) { g_lookup.store(fn); }
+int AbandonedLookups() { return g_abandoned.load(); }
+
+StatusOr<AddrInfoPtr> Resolve(const std::string& host, const std::string& port,
+                              Clock::time_point deadline, std::stop_token stop) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  const auto failed = [&](int rc) {
+    return UnavailableError("cannot resolve " + host + ": " + gai_strerror(rc) +
+                            "; check the server address");
+  };
+  // An address literal (the in-cluster apiserver, most kubeconfigs) needs
+  // no lookup and no thread.
+  {
+    addrinfo numeric = hints;
+    numeric.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(host.c_str(), port.c_str(), &numeric, &res) == 0) {
+      return AddrInfoPtr(res, FreeAddrInfo);
+    }
+  }
+  if (g_abandoned.load() >= kMaxAbandonedLookups) {
+    return UnavailableError("cannot resolve " + host + ": " + std::to_string(kMaxAbandonedLookups) +
+                            " earlier lookups are still waiting on the system resolver; check "
+                            "the node's DNS (resolv.conf) or give the server as an address");
+  }
+  auto lookup = std::make_shared<Lookup>();
+  try {
+    std::thread([lookup, host, port, hints, fn = g_lookup.load()] {
+      addrinfo* res = nullptr;
+      const int rc = fn != nullptr ? fn(host.c_str(), port.c_str(), &hints, &res)
+                                   : ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+      std::lock_guard<std::mutex> lock(lookup->mu);
+      lookup->rc = rc;
+      lookup->res = rc == 0 ? res : nullptr;
+      lookup->done = true;
+      if (lookup->abandoned) g_abandoned.fetch_sub(1);
+      lookup->done_cv.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    return UnavailableError("cannot resolve " + host + ": no thread for the lookup (" + e.what() +
+                            "); the request is retried");
+  }
+  std::unique_lock<std::mutex> lock(lookup->mu);
+  while (!lookup->done) {
+    const Ms left = Left(deadline);
+    if (left == Ms(0) || stop.stop_requested()) {
+      lookup->abandoned = true;
+      g_abandoned.fetch_add(1);
+      if (stop.stop_requested()) return Status(StatusCode::kCancelled, "stopped");
+      return DeadlineExceededError("resolving " + host +
+                                   " took longer than the request's time; check the node's DNS "
+                                   "(resolv.conf) or give the server as an address");
+    }
+    lookup->done_cv.wait_for(lock, stop.stop_possible() ? std::min(left, Ms(50)) : left);
+  }
+  if (lookup->rc != 0) return failed(lookup->rc);
+  addrinfo* res = std::exchange(lookup->res, nullptr);
+  return AddrInfoPtr(res, FreeAddrInfo);
+}
+
 StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port,
                                           const SslCtxPtr& tls, bool verify_host, Ms timeout,
                                           std::stop_token stop, const std::string& tls_name) {
@@ -239,14 +330,9 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
                                  " ms; check that the server is up and answers");
   };
   const auto stopped = [] { return Status(StatusCode::kCancelled, "stopped"); };
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), port_s.c_str(), &hints, &res); rc != 0) {
-    return UnavailableError("cannot resolve " + host + ": " + gai_strerror(rc) +
-                            "; check the server address");
-  }
+  StatusOr<AddrInfoPtr> resolved = Resolve(host, port_s, deadline, stop);
+  if (!resolved.ok()) return resolved.status();
+  addrinfo* const res = resolved->get();
   int addresses = 0;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) ++addresses;
   int fd = -1;
@@ -289,7 +375,6 @@ StatusOr<std::unique_ptr<Stream>> Connect(const std::string& host, uint16_t port
     }
     (void)SetClientSocketOptions(fd);  // best effort: the connection works without
   }
-  ::freeaddrinfo(res);
   if (fd < 0) {
     if (was_stopped) return stopped();
     if (out_of_time) return timed_out("connecting to");

@@ -10,6 +10,8 @@
 #ifndef ACCELPOOL_HTTP_SOCKET_IO_H_
 #define ACCELPOOL_HTTP_SOCKET_IO_H_
 
+#include <netdb.h>
+
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -70,6 +72,24 @@ inline constexpr int kKeepAliveIdleS = 30;
 inline constexpr int kKeepAliveIntervalS = 15;
 inline constexpr int kKeepAliveProbes = 3;
 bool SetClientSocketOptions(int fd);
+
+// Looks `host` up as getaddrinfo does (numeric addresses at once, without a
+// lookup), but gives up at `deadline` or when `stop` is requested: the
+// system resolver's own retries (resolv.conf's timeout and attempts, for
+// every search domain) can take far longer than a request may. A lookup
+// given up on finishes on its own thread, which frees its answer; at most
+// kMaxAbandonedLookups of them run at once, past which a lookup is refused
+// (kUnavailable) instead of piling up threads behind a resolver that hangs.
+inline constexpr int kMaxAbandonedLookups = 8;
+using AddrInfoPtr = std::unique_ptr<addrinfo, void (*)(addrinfo*)>;
+StatusOr<AddrInfoPtr> Resolve(const std::string& host, const std::string& port,
+                              std::chrono::steady_clock::time_point deadline,
+                              std::stop_token stop = {});
+// Tests: replaces the system lookup Resolve runs on its thread (null puts
+// getaddrinfo back), and counts the lookups given up on still running.
+using LookupFn = int (*)(const char* host, const char* port, const addrinfo* hints, addrinfo** res);
+void SetLookupForTest(LookupFn fn);
+int AbandonedLookups();
 
 // Connects to host:port within `timeout`; with `tls` set does the client
 // handshake with SNI and host-name verification (unless insecure), within
