@@ -234,6 +234,32 @@ Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
     return FailedPreconditionError(std::to_string(rec.absent) +
                                    " of its grants are on devices no longer in the inventory");
   }
+  if (!partial) {
+    // A reservation takes only devices that may take new grants now: one
+    // that turned unhealthy or was cordoned since planning is refused (a
+    // bound pod's record keeps counting there, see ObservePod).
+    for (const AssignmentPart& part : now.parts) {
+      const InventoryState* st = s->Find(part.vendor);
+      if (st == nullptr) {
+        continue;  // ApplyAssignment below refuses it
+      }
+      const std::vector<core::Device>& devices = st->inventory->devices;
+      for (const core::ContainerPlacement& cp : part.placement.containers) {
+        for (const core::Grant& g : cp.grants) {
+          if (g.device < 0 || static_cast<size_t>(g.device) >= devices.size()) {
+            continue;  // ApplyAssignment below refuses it
+          }
+          const core::Device& d = devices[static_cast<size_t>(g.device)];
+          if (!d.Schedulable()) {
+            rec.applied = false;
+            rec.applied_as = PodAssignment{};
+            return FailedPreconditionError("device " + d.id + " is " +
+                                           (d.healthy ? "cordoned" : "unhealthy"));
+          }
+        }
+      }
+    }
+  }
   Status all = ApplyAssignment(now, s);
   if (all.ok() || !partial) {
     rec.applied = all.ok();

@@ -100,7 +100,8 @@ class Cache {
 
   // --- pods --------------------------------------------------------------
   // Reserves `a` for `pod` on a.node if the node is still at `version`, or,
-  // when it moved on, if `a` still fits the node's current usage.
+  // when it moved on, if `a` still fits the node's current usage and every
+  // device it names is still healthy and not cordoned.
   // kAborted when it no longer fits (re-plan), kNotFound when the node is
   // gone, kAlreadyExists when the pod already holds devices (bound elsewhere
   // or another bind in flight).
@@ -202,8 +203,9 @@ class Cache {
   // of it when it fits. When it does not, with `partial` each device's grants
   // are counted, those that do not fit past the device's capacity
   // (rec.conflicting, ForcePart), so a pod the apiserver shows bound is never
-  // left uncounted and no slot is counted twice; without `partial` nothing is
-  // counted and `s` is unchanged.
+  // left uncounted and no slot is counted twice; without `partial` (a
+  // reservation) nothing is counted and `s` is unchanged, and a device that
+  // is unhealthy or cordoned does not fit either.
   // Returns why it did not all fit, else Ok.
   static Status CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial);
   // Applies or releases a record on its node under the shard lock; returns

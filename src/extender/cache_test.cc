@@ -475,6 +475,38 @@ TEST(CacheTest, AReservationNeedsTheDevicesItWasPlannedOn) {
       << gone.status().ToString();
 }
 
+TEST(CacheTest, AReservationRefusesDevicesThatTurnedUnhealthyOrCordonedSincePlanning) {
+  Cache c;
+  AddGpuNode(c, "a");
+  const uint64_t planned_at = c.Node("a")->version;
+  // GPU 0 turns unhealthy and GPU 1 is cordoned after the plan was made.
+  core::NodeInventory inv = GpuNode("a");
+  inv.devices[0].healthy = false;
+  inv.devices[1].cordoned = true;
+  c.UpsertNode("a", std::vector<core::NodeInventory>{inv}, 2, {});
+  for (int32_t dev : {0, 1}) {
+    Status st = c.Reserve(Ref("p" + std::to_string(dev)), Shared("a", dev, 4096, 0), planned_at);
+    EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+    EXPECT_NE(st.message().find(dev == 0 ? "unhealthy" : "cordoned"), std::string::npos)
+        << st.ToString();
+    EXPECT_EQ(UsedMemory(c, "a", dev), 0);
+    EXPECT_FALSE(c.Assignment("p" + std::to_string(dev)).has_value());
+  }
+  EXPECT_TRUE(c.Node("a")->Idle());
+  EXPECT_EQ(c.Stats().pods_reserved, 0);
+  // A healthy device in service still takes the reservation.
+  ASSERT_TRUE(c.Reserve(Ref("p2"), Shared("a", 2, 4096, 0), planned_at).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 2), 4096);
+  // A pod the apiserver shows bound there keeps counting on it.
+  EXPECT_TRUE(c.ObservePod(Ref("b0"), "a", Shared("a", 0, 4096, 0)).ok());
+  EXPECT_EQ(UsedMemory(c, "a", 0), 4096);
+  // So does a reservation made before its device turned unhealthy.
+  inv.devices[2].healthy = false;
+  c.UpsertNode("a", std::vector<core::NodeInventory>{inv}, 3, {});
+  EXPECT_EQ(UsedMemory(c, "a", 2), 4096);
+  EXPECT_EQ(c.Stats().pods_reserved, 1);
+}
+
 TEST(CacheTest, SameAssignmentComparesDevicesById) {
   PodAssignment a = Planned("a", 3, 700, 0);
   PodAssignment moved = a;
