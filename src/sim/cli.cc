@@ -95,7 +95,8 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
       return InvalidArgumentError("--seeds range \"" + part + "\" must be low-high with at most "
                                   "10000 seeds");
     }
-    for (int64_t s = *a; s <= *b; ++s) seeds.push_back(static_cast<uint64_t>(s));
+    // Counted, not compared: a range ending at INT64_MAX has no s past it.
+    for (int64_t k = 0; k <= *b - *a; ++k) seeds.push_back(static_cast<uint64_t>(*a + k));
   }
   if (seeds.empty()) return InvalidArgumentError("--seeds is empty; write e.g. 42-51");
   return seeds;
@@ -159,7 +160,8 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       char* end = nullptr;
       o.inflation = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || o.inflation < 0 || o.inflation > 10) {
+      // Written so that NaN fails too.
+      if (end == v.c_str() || *end != '\0' || !(o.inflation >= 0 && o.inflation <= 10)) {
         return InvalidArgumentError("--inflation must be a number in 0..10 (0 = off), got \"" +
                                     v + "\"");
       }

@@ -299,6 +299,10 @@ TEST(CliTest, SeedsAndNames) {
   EXPECT_EQ(*s, (std::vector<uint64_t>{42, 43, 44, 50}));
   EXPECT_FALSE(ParseSeeds("9-3").ok());
   EXPECT_FALSE(ParseSeeds("x").ok());
+  // A range that ends at the largest seed stops there.
+  s = ParseSeeds("9223372036854775806-9223372036854775807");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (std::vector<uint64_t>{9223372036854775806ULL, 9223372036854775807ULL}));
   EXPECT_EQ(TraceNameOf("a/b/openb_pod_list_gpushare40.csv"), "gpushare40");
   EXPECT_EQ(TraceNameOf("mine.csv"), "mine");
 }
@@ -331,6 +335,26 @@ TEST(CliTest, ExtenderInputsAreChosenByFlags) {
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("learned, builtin or trace"), std::string::npos);
   EXPECT_FALSE(parse({"--extender-refresh", "0"}).ok());
+}
+
+TEST(CliTest, InflationMustBeANumberInRange) {
+  auto parse = [](std::string value) {
+    std::vector<std::string> args = {"accelpool-sim", "--nodes", "n.csv", "--pods", "p.csv",
+                                     "--inflation", value};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return ParseCli(static_cast<int>(argv.size()), argv.data());
+  };
+  StatusOr<CliOptions> o = parse("1.5");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->inflation, 1.5);
+  for (const char* bad : {"nan", "NAN", "-nan", "inf", "-1", "11", "1.3x", ""}) {
+    o = parse(bad);
+    ASSERT_FALSE(o.ok()) << bad;
+    EXPECT_NE(o.status().message().find("--inflation must be a number in 0..10"),
+              std::string::npos)
+        << o.status().message();
+  }
 }
 
 }  // namespace

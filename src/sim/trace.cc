@@ -1,6 +1,7 @@
 #include "sim/trace.h"
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -100,14 +101,22 @@ class Table {
       *out = 0;
       return Status::Ok();
     }
+    const auto outside = [&] {
+      return Error(r, "column " + col + " is " + std::string(s) + ", outside " +
+                          std::to_string(min) + ".." + std::to_string(max));
+    };
     // Integral values written as floats ("12.0") appear in some exports.
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range) return outside();
     if (ec == std::errc() && ptr != s.data() + s.size()) {
       double d = 0;
       auto [p2, e2] = std::from_chars(s.data(), s.data() + s.size(), d);
-      if (e2 == std::errc() && p2 == s.data() + s.size() && d == static_cast<double>(
-                                                                   static_cast<int64_t>(d))) {
+      if (e2 == std::errc() && p2 == s.data() + s.size() && std::isfinite(d) &&
+          d == std::trunc(d)) {
+        // Checked as a double: one past int64_t's range ("1e300") has no
+        // int64_t to convert to. min and max are exact as doubles.
+        if (d < static_cast<double>(min) || d > static_cast<double>(max)) return outside();
         v = static_cast<int64_t>(d);
         ptr = p2;
       }
@@ -116,10 +125,7 @@ class Table {
       return Error(r, "column " + col + " is \"" + std::string(s) +
                           "\", not an integer; write a whole number");
     }
-    if (v < min || v > max) {
-      return Error(r, "column " + col + " is " + std::to_string(v) + ", outside " +
-                          std::to_string(min) + ".." + std::to_string(max));
-    }
+    if (v < min || v > max) return outside();
     *out = v;
     return Status::Ok();
   }

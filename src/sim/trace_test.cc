@@ -61,6 +61,13 @@ TEST(ParsePodCsvTest, MalformedLinesNameFileLineAndProblem) {
       {"p0,1000,1024,1,0\n", "pods.csv:2: num_gpu is 1 but gpu_milli is 0"},
       {",1000,1024,1,100\n", "pods.csv:2: column name (pod name) is empty"},
       {"\n\np0,1000,1024,x,100\n", "pods.csv:4: column num_gpu"},
+      // Past int64_t, as an integer or as a float: a range error, never a
+      // conversion of a double no int64_t holds.
+      {"p0,1e300,1024,1,100\n", "pods.csv:2: column cpu_milli is 1e300, outside 0.."},
+      {"p0,1000,-9.3e18,1,100\n", "pods.csv:2: column memory_mib is -9.3e18, outside 0.."},
+      {"p0,99999999999999999999,1024,1,100\n",
+       "pods.csv:2: column cpu_milli is 99999999999999999999, outside 0.."},
+      {"p0,1000,1024,1,1e3.5\n", "pods.csv:2: column gpu_milli is \"1e3.5\", not an integer"},
   };
   for (const Case& c : cases) {
     StatusOr<std::vector<TracePod>> p = ParsePodCsv(header + c.body, "pods.csv");
@@ -69,6 +76,15 @@ TEST(ParsePodCsvTest, MalformedLinesNameFileLineAndProblem) {
     EXPECT_NE(p.status().message().find(c.want), std::string::npos)
         << "got: " << p.status().message() << "\nwant: " << c.want;
   }
+}
+
+TEST(ParsePodCsvTest, IntegralFloatsAreWholeNumbers) {
+  StatusOr<std::vector<TracePod>> p = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2.5e3,1024.0,1,1e3\n", "f.csv");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)[0].cpu_milli, 2500);
+  EXPECT_EQ((*p)[0].memory_mib, 1024);
+  EXPECT_EQ((*p)[0].gpu_milli, 1000);
 }
 
 TEST(ParseCsvTest, HeaderProblems) {
