@@ -339,8 +339,8 @@ TEST(CliTest, ExtenderInputsAreChosenByFlags) {
 
 TEST(CliTest, InflationMustBeANumberInRange) {
   auto parse = [](std::string value) {
-    std::vector<std::string> args = {"accelpool-sim", "--nodes", "n.csv", "--pods", "p.csv",
-                                     "--inflation", value};
+    std::vector<std::string> args = {"accelpool-sim", "--nodes",     "n.csv", "--pods",
+                                     "p.csv",         "--inflation", value};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     return ParseCli(static_cast<int>(argv.size()), argv.data());
@@ -351,8 +351,7 @@ TEST(CliTest, InflationMustBeANumberInRange) {
   for (const char* bad : {"nan", "NAN", "-nan", "inf", "-1", "11", "1.3x", ""}) {
     o = parse(bad);
     ASSERT_FALSE(o.ok()) << bad;
-    EXPECT_NE(o.status().message().find("--inflation must be a number in 0..10"),
-              std::string::npos)
+    EXPECT_NE(o.status().message().find("--inflation must be a number in 0..10"), std::string::npos)
         << o.status().message();
   }
 }

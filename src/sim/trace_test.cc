@@ -79,8 +79,8 @@ TEST(ParsePodCsvTest, MalformedLinesNameFileLineAndProblem) {
 }
 
 TEST(ParsePodCsvTest, IntegralFloatsAreWholeNumbers) {
-  StatusOr<std::vector<TracePod>> p = ParsePodCsv(
-      "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2.5e3,1024.0,1,1e3\n", "f.csv");
+  StatusOr<std::vector<TracePod>> p =
+      ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2.5e3,1024.0,1,1e3\n", "f.csv");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ((*p)[0].cpu_milli, 2500);
   EXPECT_EQ((*p)[0].memory_mib, 1024);
