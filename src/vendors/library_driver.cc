@@ -110,6 +110,12 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
         continue;
       }
       StatusOr<LinkKind> k = library_->Link(static_cast<int32_t>(a), static_cast<int32_t>(b));
+      if (!k.ok() && k.status().code() != StatusCode::kUnimplemented) {
+        // A pair that could not be read would score 0 beside pairs that
+        // were, and the half-measured matrix would replace the profile's.
+        return k.status().WithPrefix(std::string(library_->LibraryName()) + " link of devices " +
+                                     std::to_string(a) + " and " + std::to_string(b));
+      }
       if (k.ok() && *k != LinkKind::kUnknown) {
         links[a * n + b] = LinkKindScore(*k);
         any = true;

@@ -4,8 +4,9 @@
 // map to. Discovery maps each device (id = UUID, else "<PREFIX>-<pci bus>"),
 // applies the profile (or NUMA groups when none fits), and overwrites the
 // link matrix with the library's pairwise links where it reports them
-// (LinkKindScore). Health is polled and two-way; a device that stops
-// answering is unhealthy until it answers again.
+// (LinkKindScore); a link query that fails (other than kUnimplemented, "the
+// library cannot say") fails the discovery. Health is polled and two-way; a
+// device that stops answering is unhealthy until it answers again.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_

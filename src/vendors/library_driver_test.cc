@@ -43,6 +43,9 @@ class FakeLibrary : public DeviceLibrary {
     return d;
   }
   StatusOr<LinkKind> Link(int32_t a, int32_t b) override {
+    if (a == link_fails_from && b == link_fails_to) {
+      return UnavailableError("link query failed; check the driver with the vendor smi tool");
+    }
     if (!link_) {
       return UnimplementedError("no link query");
     }
@@ -59,6 +62,8 @@ class FakeLibrary : public DeviceLibrary {
   std::array<std::atomic<int>, 16> health{};  // 0 ok, 1 fault, -1 no answer
   int fail_index = -1;
   bool uuid_empty = false;
+  int link_fails_from = -1;  // the link query of this pair fails
+  int link_fails_to = -1;
 
  private:
   std::string name_;
@@ -235,6 +240,32 @@ TEST(LibraryDriverTest, LibraryErrorsAndMissingIdsAreClear) {
     ASSERT_TRUE(invs.ok());
     EXPECT_EQ((*invs)[0].devices[1].id, "XPU-0000-11-00.0");
   }
+}
+
+// A link query failing for one pair partway through the matrix fails the
+// discovery: that pair would score 0 beside the pairs that were read, and
+// the half-measured matrix would replace the profile's links.
+TEST(LibraryDriverTest, ALinkQueryFailingMidMatrixFailsTheDiscovery) {
+  auto lib = std::make_unique<FakeLibrary>(
+      "MetaX C500", 8, 65536, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1},
+      [](int a, int b) { return SameQuad(a, b) ? LinkKind::kVendorLink : LinkKind::kCrossNuma; });
+  lib->link_fails_from = 5;
+  lib->link_fails_to = 6;
+  LibraryDriver d(std::move(lib), MetaxSpec(), "n");
+  auto invs = d.Discover();
+  ASSERT_FALSE(invs.ok());
+  EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(invs.status().message().find("link of devices 5 and 6"), std::string::npos)
+      << invs.status().message();
+  EXPECT_NE(invs.status().message().find("smi tool"), std::string::npos);
+
+  // A library that cannot say (kUnimplemented) keeps the profile's links.
+  LibraryDriver none(
+      std::make_unique<FakeLibrary>("MetaX C500", 8, 65536, std::vector<int>{0}, nullptr),
+      MetaxSpec(), "n");
+  auto found = none.Discover();
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ((*found)[0].topology.kind, "metax-c500-x8");
 }
 
 TEST(LibraryDriverTest, PolledHealthIsTwoWay) {
