@@ -133,7 +133,17 @@ StatusOr<std::chrono::system_clock::time_point> ParseTime(const std::string& tex
   }
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
-  return std::chrono::system_clock::from_time_t(timegm(&tm));
+  const std::time_t secs = timegm(&tm);
+  // system_clock counts nanoseconds in 64 bits (years 1678..2262): a time
+  // outside that would overflow from_time_t and every difference with it.
+  constexpr int64_t kLimit =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::duration::max())
+          .count();
+  if (secs < -kLimit || secs > kLimit) {
+    return InvalidArgumentError("\"" + text + "\" is outside the times this clock holds " +
+                                "(years 1678 to 2262)");
+  }
+  return std::chrono::system_clock::from_time_t(secs);
 }
 
 KeyRotation::KeyRotation(kube::KubeClient* client, RotationOptions options, Logger log, Clock clock)
@@ -368,9 +378,11 @@ StatusOr<bool> KeyRotation::Step(const RotationState& s) {
     }
     case RotationPhase::kSwitched: {
       StatusOr<std::chrono::system_clock::time_point> since = ParseTime(s.switched_at);
-      if (!since.ok()) {
+      if (!since.ok() || *since > now) {
         // Switched by hand, or the note was lost: the settling time counts
-        // from now.
+        // from now. So it does from a time still to come (edited by hand,
+        // or the clock of the run that switched was ahead): the switch was
+        // no later than now, and waiting for that time could take years.
         ACCELPOOL_RETURN_IF_ERROR(Write(s, {}, {}, FormatTime(now)));
         log_.Info("the signing key was switched without a time on record; waiting from now",
                   {{"signing", signing}});

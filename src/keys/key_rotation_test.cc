@@ -135,8 +135,14 @@ TEST(KeyIdsTest, NumbersAndTimes) {
   EXPECT_EQ(FormatTime(t), "2026-11-18T11:06:40Z");
   EXPECT_EQ(*ParseTime("2026-11-18T11:06:40Z"), t);
   for (const char* bad : {"", "2026-11-18", "2026-11-18T07:33:20", "2026-11-18T07:33:20+01:00",
-                          "2026-13-18T07:33:20Z", "2026-11-18T11:06:40Zjunk"}) {
+                          "2026-13-18T07:33:20Z", "2026-11-18T11:06:40Zjunk",
+                          // Past what system_clock holds in 64-bit nanoseconds.
+                          "2500-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z",
+                          "-999-01-01T00:00:00Z"}) {
     EXPECT_EQ(ParseTime(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  for (const char* good : {"1970-01-01T00:00:00Z", "2200-01-01T00:00:00Z"}) {
+    EXPECT_TRUE(ParseTime(good).ok()) << good;
   }
 }
 
@@ -358,6 +364,32 @@ TEST_F(KeyRotationTest, AHandMadeSwitchSettlesFromWhenItIsSeen) {
   ASSERT_TRUE(rotation.Rotate().ok());
   EXPECT_GE(now_ - start, options_.settle);
   EXPECT_EQ(Files().count("k1"), 0u);
+}
+
+// A switch time on record that is still to come, or that the clock cannot
+// hold, counts as none: the settling time counts from when it is seen,
+// neither skipped (a time past 2262 read back as one long gone) nor waited
+// for until that far day.
+TEST_F(KeyRotationTest, ASwitchTimeStillToComeSettlesFromWhenItIsSeen) {
+  for (const char* when : {"2500-01-01T00:00:00Z", "2100-01-01T00:00:00Z"}) {
+    json secret = SecretJson({{"signing", "k2"}, {"k1", kKey1}, {"k2", kKey1 + "-2"}});
+    secret["metadata"]["annotations"] = {{"accelpool.io/assignment-key-switched-at", when}};
+    api_.Put(kSecrets, secret);
+    bool runaway = false;
+    sleeps_ = 0;
+    on_sleep_ = [&] {
+      if (sleeps_ > 100 && !runaway) {  // waiting for that day: end the run
+        runaway = true;
+        api_.Put(kSecrets, SecretJson({{"signing", "k2"}, {"k2", kKey1 + "-2"}}));
+      }
+    };
+    KeyRotation rotation = Rotation();
+    const auto start = now_;
+    ASSERT_TRUE(rotation.Rotate().ok()) << when;
+    EXPECT_FALSE(runaway) << when << ": waited for that time";
+    EXPECT_GE(now_ - start, options_.settle) << when << ": the old key went without settling";
+    EXPECT_EQ(Files().count("k1"), 0u) << when;
+  }
 }
 
 TEST_F(KeyRotationTest, ABrokenOrMissingSecretIsRefusedAndLeftAlone) {
