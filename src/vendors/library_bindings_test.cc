@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "vendors/cambricon/cndev_library.h"
 #include "vendors/hygon/rocm_smi_library.h"
@@ -237,6 +238,34 @@ INSTANTIATE_TEST_SUITE_P(
       return i.param.vendor == core::Vendor::kMetax ? std::string("Metax")
                                                     : std::string("Mthreads");
     });
+
+// MTML allocates a device or memory object at every init call (until the
+// library shuts down): the binding makes each once per device, so that the
+// health poll and the memory queries, asked every few seconds for the life
+// of the plugin, allocate nothing more.
+TEST(LibraryBindingsTest, MtmlObjectsAreMadeOncePerDevice) {
+  const Binding& b = Find("MTML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto inits = reinterpret_cast<int (*)()>(fake.Symbol("accelpool_fake_mtml_inits"));
+  ASSERT_NE(inits, nullptr);
+  auto driver = Driver(b, "/nonexistent", std::chrono::milliseconds(1));
+  ASSERT_TRUE(driver.ok());
+  inits();
+  ASSERT_TRUE((*driver)->Discover().ok());
+  EXPECT_EQ(inits(), 16) << "one device and one memory object per GPU";
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*driver)->MemoryInUse().ok());
+  }
+  {
+    HealthRecorder health(**driver);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(health.Stop().empty());
+  }
+  ASSERT_TRUE((*driver)->Discover().ok());
+  EXPECT_EQ(inits(), 0) << "queries after the first discovery made new objects";
+}
 
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
   const Binding& b = Find("MTML");

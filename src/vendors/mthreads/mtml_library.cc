@@ -9,6 +9,9 @@
 //   mtmlDeviceInitMemory(const MtmlDevice*, MtmlMemory**)
 //   mtmlMemoryGetTotal(const MtmlMemory*, unsigned long long* bytes)
 //   mtmlMemoryGetUsed(const MtmlMemory*, unsigned long long* bytes)
+// The device and memory objects the two Init calls allocate (re-initialising
+// one leaks, per the MTML reference) are made once per device index and kept
+// until mtmlLibraryShutDown.
 // Optional: mtmlLibraryShutDown(MtmlLibrary*) on destruction, mtmlDeviceCountGpuCores(const
 // MtmlDevice*, unsigned*),
 //   mtmlDeviceGetTopologyLevel(const MtmlDevice*, const MtmlDevice*, int* level):
@@ -119,7 +122,7 @@ class Mtml : public BoundLibrary {
       return Broken("mtmlDeviceGetPciInfo returned an unreadable SBDF \"" +
                            FixedString(pci.value.sbdf, sizeof(pci.value.sbdf)) + "\"");
     }
-    StatusOr<Mem> mem = MemoryOf(*dev);
+    StatusOr<Mem> mem = MemoryOf(index, *dev);
     if (!mem.ok()) {
       return mem.status();
     }
@@ -184,7 +187,7 @@ class Mtml : public BoundLibrary {
     if (!dev.ok()) {
       return dev.status();
     }
-    StatusOr<Mem> mem = MemoryOf(*dev);
+    StatusOr<Mem> mem = MemoryOf(index, *dev);
     if (!mem.ok()) {
       return mem.status();
     }
@@ -194,14 +197,28 @@ class Mtml : public BoundLibrary {
   }
 
  private:
+  // The device object of `index`, made once: every mtmlLibraryInitDeviceByIndex
+  // (and mtmlDeviceInitMemory) makes a new object that lives until the library
+  // shuts down, and the health poll asks every few seconds.
   StatusOr<Dev> DeviceAt(int32_t index) {
     ACCELPOOL_RETURN_IF_ERROR(Ready());
+    if (index < 0 || index >= kMaxDevices) {
+      return Broken("device index " + std::to_string(index) + " is out of range");
+    }
+    const auto i = static_cast<size_t>(index);
+    if (i < devices_.size() && devices_[i] != nullptr) {
+      return devices_[i];
+    }
     Dev dev = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(device_(lib_handle_, static_cast<unsigned>(index), &dev),
                                     "mtmlLibraryInitDeviceByIndex"));
     if (dev == nullptr) {
       return Broken("mtmlLibraryInitDeviceByIndex returned no device");
     }
+    if (devices_.size() <= i) {
+      devices_.resize(i + 1, nullptr);
+    }
+    devices_[i] = dev;
     return dev;
   }
 
@@ -244,16 +261,28 @@ class Mtml : public BoundLibrary {
     return FixedString(uuid, sizeof(uuid));
   }
 
-  StatusOr<Mem> MemoryOf(Dev dev) {
+  // The memory object of device `index` (`dev`), made once as DeviceAt's.
+  StatusOr<Mem> MemoryOf(int32_t index, Dev dev) {
+    const auto i = static_cast<size_t>(index);  // DeviceAt checked it
+    if (i < memories_.size() && memories_[i] != nullptr) {
+      return memories_[i];
+    }
     Mem mem = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(memory_(dev, &mem), "mtmlDeviceInitMemory"));
     if (mem == nullptr) {
       return Broken("mtmlDeviceInitMemory returned no handle");
     }
+    if (memories_.size() <= i) {
+      memories_.resize(i + 1, nullptr);
+    }
+    memories_[i] = mem;
     return mem;
   }
 
+  static constexpr int32_t kMaxDevices = 1024;  // as CheckedCount
   Lib lib_handle_ = nullptr;
+  std::vector<Dev> devices_;   // by index; guarded by mu_
+  std::vector<Mem> memories_;  // by index; guarded by mu_
   Ret (*init_)(Lib*) = nullptr;
   Ret (*count_)(Lib, unsigned*) = nullptr;
   Ret (*device_)(Lib, unsigned, Dev*) = nullptr;

@@ -1,7 +1,10 @@
 // A stand-in for Moore Threads' libmtml.so: an 8 x MTT S4000 node as
 // mthreads-gmi shows it (48 GiB, 128 MUSA cores each), NODE inside {0-3} and
 // {4-7}, SYSTEM between them. Library, device and memory handles are
-// pointers into static tables.
+// pointers into static tables. MTML allocates a new device or memory object
+// at every mtmlLibraryInitDeviceByIndex and mtmlDeviceInitMemory;
+// accelpool_fake_mtml_inits() says how many such calls were made since it
+// was last asked.
 #include <cstdio>
 
 #include "fake_control.h"
@@ -19,6 +22,7 @@ int library_token = 0;
 bool mtlink_pairs = false;  // MtLink bridges 0-1, 2-3, 4-5, 6-7 (off: as the published sample)
 int devices[64];
 int memories[64];
+int inits = 0;  // device and memory objects made
 unsigned DevIndex(const void* d) {
   return static_cast<unsigned>(static_cast<const int*>(d) - devices);
 }
@@ -31,6 +35,12 @@ ACCELPOOL_FAKE_CONTROL_EXPORT
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtlink_pairs(int on) {
   mtlink_pairs = on != 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int accelpool_fake_mtml_inits() {
+  const int n = inits;
+  inits = 0;
+  return n;
 }
 
 extern "C" {
@@ -47,6 +57,7 @@ __attribute__((visibility("default"))) int mtmlLibraryCountDevice(const void* li
 __attribute__((visibility("default"))) int mtmlLibraryInitDeviceByIndex(const void* lib, unsigned i,
                                                                         void** dev) {
   if (lib != &library_token || !Valid(i) || i >= 64) return kInvalidArgument;
+  ++inits;
   *dev = &devices[i];
   return 0;
 }
@@ -67,17 +78,21 @@ __attribute__((visibility("default"))) int mtmlDeviceGetPciInfo(const void* dev,
 }
 __attribute__((visibility("default"))) int mtmlDeviceInitMemory(const void* dev, void** mem) {
   if (Fails(DevIndex(dev))) return kDriverFailure;
+  ++inits;
   *mem = &memories[DevIndex(dev)];
   return 0;
 }
-__attribute__((visibility("default"))) int mtmlMemoryGetTotal(const void*,
+__attribute__((visibility("default"))) int mtmlMemoryGetTotal(const void* mem,
                                                               unsigned long long* total) {
+  if (Fails(MemIndex(mem))) return kDriverFailure;
   *total = 49152ull << 20;
   return 0;
 }
 __attribute__((visibility("default"))) int mtmlMemoryGetUsed(const void* mem,
                                                              unsigned long long* used) {
-  if (static_cast<int>(MemIndex(mem)) == State().fault_device) return kDriverFailure;
+  if (Fails(MemIndex(mem)) || static_cast<int>(MemIndex(mem)) == State().fault_device) {
+    return kDriverFailure;
+  }
   *used = static_cast<unsigned long long>(UsedOr(MemIndex(mem), 1)) << 20;
   return 0;
 }
