@@ -92,6 +92,12 @@ struct TlsOptions {
   std::string key_file;   // PEM private key
   // When set, clients must present a certificate signed by this CA bundle.
   std::string client_ca_file;
+  // With client_ca_file: a client may also come without a certificate (its
+  // Request::client_cert_subject is then empty); one it presents must still
+  // be signed by the bundle, or the handshake fails. For endpoints that serve
+  // both clients with certificates and callers without (an admission
+  // webhook called by an apiserver that has no client certificate for it).
+  bool client_cert_optional = false;
   // How often the three files are checked for a change (inode, size,
   // modification or change time) that reloads them. A pair that does not load
   // (half written) keeps the old context until it does; open connections keep

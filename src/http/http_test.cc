@@ -813,6 +813,37 @@ TEST_F(TlsTest, ClientCertificateRequired) {
   EXPECT_EQ(resp->status, 200);
 }
 
+// An optional client certificate: a client without one is served (and named
+// by no subject), one with a certificate of the bundle is named by it, and
+// one with a certificate of another CA is refused in the handshake.
+TEST_F(TlsTest, ClientCertificateOptional) {
+  auto server_cert = ca_->Issue("server", "server", true);
+  auto client_cert = ca_->Issue("scheduler", "client", false);
+  testing::TestCa other(dir_, "two");
+  ASSERT_TRUE(other.ok());
+  auto stranger = other.Issue("stranger", "stranger", false);
+  TlsOptions tls = Tls(server_cert.cert_file, server_cert.key_file, ca_->ca_file());
+  tls.client_cert_optional = true;
+  auto s = Serve(tls);
+  ClientRequest req;
+  req.path = "/who";
+  auto without = ClientFor(Local(s->port(), true), CaFile(ca_->ca_file()));
+  auto resp = without->Send(req);
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_EQ(resp->body, "{\"subject\":\"\"}");
+  ClientOptions with = CaFile(ca_->ca_file());
+  with.client_cert_file = client_cert.cert_file;
+  with.client_key_file = client_cert.key_file;
+  resp = ClientFor(Local(s->port(), true), with)->Send(req);
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_NE(resp->body.find("CN=scheduler"), std::string::npos) << resp->body;
+  ClientOptions foreign = CaFile(ca_->ca_file());
+  foreign.client_cert_file = stranger.cert_file;
+  foreign.client_key_file = stranger.key_file;
+  resp = ClientFor(Local(s->port(), true), foreign)->Send(req);
+  EXPECT_FALSE(resp.ok()) << "a certificate of another CA was let in: " << resp->body;
+}
+
 TEST_F(TlsTest, CertificateReloadedWhenFilesChange) {
   auto first = ca_->Issue("server", "server", true);
   auto s = Serve(Tls(first.cert_file, first.key_file, "", std::chrono::milliseconds(0)));

@@ -189,6 +189,8 @@ class TlsImpl final : public Stream {
   // The peer key OfferSession records on ssl_ (stable: the object is on the heap).
   const std::string* peer() const { return &peer_; }
   std::string PeerCertSubject() const override {
+    // Only a certificate the handshake verified names the client.
+    if (SSL_get_verify_result(ssl_) != X509_V_OK) return "";
     X509* cert = SSL_get1_peer_certificate(ssl_);
     if (cert == nullptr) return "";
     char buf[512];

@@ -136,7 +136,9 @@ StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls) {
       return InvalidArgumentError(SslError("cannot load client CA " + tls.client_ca_file) +
                                   "; pass a readable PEM CA bundle");
     }
-    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    const int mode = tls.client_cert_optional ? SSL_VERIFY_PEER
+                                              : SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+    SSL_CTX_set_verify(ctx.get(), mode, nullptr);
   }
   // Sessions (and the client certificate they carry) resume only within
   // this context: a reload builds a new one, with new ticket keys.

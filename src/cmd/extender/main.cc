@@ -39,6 +39,10 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --tls-cert=FILE           PEM certificate; with --tls-key serves HTTPS (reloaded on change)
   --tls-key=FILE            PEM private key
   --client-ca=FILE          require client certificates signed by this CA
+  --client-cert-optional    with --client-ca: also serve clients without a certificate (the
+                            apiserver calling the webhook, Prometheus); one they present must
+                            still be signed by --client-ca, and the scheduler verbs still need
+                            loopback or a verified certificate (default off)
   --kubeconfig=FILE         kubeconfig; default: $KUBECONFIG (a list is merged), then in-cluster
   --policy=NAME             binpack|spread|topology|fragmentation|accelpool (default accelpool)
   --scheduler-name=NAME     scheduler pods are routed to (default accelpool-scheduler)
@@ -121,6 +125,7 @@ struct Flags {
   std::string scheduler_lease;  // "[NS/]NAME" of kube-scheduler's Lease; "" = off
   bool pick_in_filter = false;
   bool scheduler_verbs_from_any = false;
+  bool client_cert_optional = false;
   bool webhook_allow_device_env = false;
   bool host_aware = true;
   bool learn_workload = true;
@@ -178,13 +183,16 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                      {{"leader-elect", &f.leader_elect},
                       {"pick-in-filter", &f.pick_in_filter},
                       {"scheduler-verbs-from-any", &f.scheduler_verbs_from_any},
+                      {"client-cert-optional", &f.client_cert_optional},
                       {"host-aware", &f.host_aware},
                       {"learn-workload", &f.learn_workload},
                       {"webhook-allow-device-env", &f.webhook_allow_device_env}}));
   auto positive = [](const std::string& name, const std::string& value) -> StatusOr<long long> {
     char* end = nullptr;
+    errno = 0;
     const long long n = std::strtoll(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0' || n <= 0) {
+    // ERANGE: past long long, which strtoll would clamp to its largest.
+    if (end == value.c_str() || *end != '\0' || n <= 0 || errno == ERANGE) {
       return InvalidArgumentError("--" + name + " must be a positive integer, got " + value);
     }
     return n;
@@ -249,6 +257,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (!f.client_ca.empty() && f.tls_cert.empty()) {
     return InvalidArgumentError("--client-ca needs --tls-cert and --tls-key");
+  }
+  if (f.client_cert_optional && f.client_ca.empty()) {
+    return InvalidArgumentError(
+        "--client-cert-optional needs --client-ca (the CA a certificate, when given, is checked "
+        "against)");
   }
   if (f.webhook_ca_bundle.empty() != f.webhook_ca_file.empty()) {
     return InvalidArgumentError(
@@ -527,6 +540,7 @@ int Run(const Flags& flags) {
     tls.cert_file = flags.tls_cert;
     tls.key_file = flags.tls_key;
     tls.client_ca_file = flags.client_ca;
+    tls.client_cert_optional = flags.client_cert_optional;
     so.tls = tls;
   }
   auto not_ready = [&]() -> std::string {
