@@ -1,10 +1,10 @@
 #include "vendors/fake/fake_driver.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <map>
-#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -47,11 +47,10 @@ StatusOr<std::map<std::string, std::vector<ProcessMemory>>> FakeDriver::MemoryHo
   return std::move(use->processes);
 }
 
-void FakeDriver::Refresh(const HealthSink& sink) {
+Status FakeDriver::Refresh(const HealthSink& sink) {
   StatusOr<std::vector<core::NodeInventory>> invs = LoadInventoryFile(options_.path, options_.node);
   if (!invs.ok()) {
-    spdlog::error("fake backend: {}; device health stays as last read", invs.status().ToString());
-    return;
+    return invs.status();
   }
   std::vector<HealthEvent> events;
   {
@@ -78,6 +77,17 @@ void FakeDriver::Refresh(const HealthSink& sink) {
   for (const HealthEvent& e : events) {
     sink(e);
   }
+  return Status::Ok();
+}
+
+FakeDriver::FileStamp FakeDriver::Stamp() const {
+  struct stat st {};
+  if (::stat(options_.path.c_str(), &st) != 0) {
+    return FileStamp{};
+  }
+  return FileStamp{true, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                   static_cast<int64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
 Status FakeDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
@@ -86,18 +96,28 @@ Status FakeDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     std::lock_guard<std::mutex> lock(mu_);
     reported_ = last_;
   }
-  std::error_code ec;
-  auto mtime = std::filesystem::last_write_time(options_.path, ec);
-  Refresh(sink);  // an edit between that discovery and now
+  // A read that fails (a file caught half written, or an edit that does not
+  // pass the checks) is tried again at every poll until one succeeds: the
+  // edit that completes it may leave the same stamp (its modification time
+  // falls in the same clock tick). Each new error is logged once.
+  std::string failed;
+  auto refresh = [&]() {
+    Status st = Refresh(sink);
+    if (!st.ok() && st.message() != failed) {
+      spdlog::error("fake backend: {}; device health stays as last read", st.ToString());
+    }
+    failed = st.ok() ? std::string() : st.message();
+    return st.ok();
+  };
+  FileStamp seen = Stamp();
+  bool retry = !refresh();  // an edit between that discovery and now
   while (!stop.stop_requested()) {
     std::this_thread::sleep_for(options_.poll);
-    std::error_code now_ec;
-    auto now = std::filesystem::last_write_time(options_.path, now_ec);
-    bool changed = !now_ec && (ec || now != mtime);
-    if (changed || reload_.exchange(false)) {
-      mtime = now;
-      ec = now_ec;
-      Refresh(sink);
+    const FileStamp now = Stamp();
+    const bool changed = now.exists && !(now == seen);
+    if (changed || retry || reload_.exchange(false)) {
+      seen = now;
+      retry = !refresh();
     }
   }
   return Status::Ok();

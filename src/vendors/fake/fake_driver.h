@@ -1,8 +1,10 @@
 // FakeDriver: a VendorDriver whose devices come from an inventory file
 // (inventory_file.h) instead of hardware. Serves any vendor and several at
-// once. Health changes are picked up when the file's modification time changes
-// or when Reload() is called (the binary calls it on SIGHUP), against what the
-// watch last reported, whatever discoveries ran meanwhile.
+// once. Health changes are picked up when the file changes (its modification
+// time, size or inode: a replaced file counts even within one clock tick) or
+// when Reload() is called (the binary calls it on SIGHUP), against what the
+// watch last reported, whatever discoveries ran meanwhile. A read that fails
+// is tried again at every poll until one succeeds.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef ACCELPOOL_VENDORS_FAKE_FAKE_DRIVER_H_
@@ -10,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -51,8 +54,20 @@ class FakeDriver : public VendorDriver {
   // The file's memory use as it is now.
   StatusOr<MemoryUse> ReadMemoryUse() const;
   // Re-reads the file; on success emits the health differences from the last
-  // good read. A file that does not parse is logged and leaves health as is.
-  void Refresh(const HealthSink& sink);
+  // good read. A file that does not parse is the error, and leaves health as
+  // is.
+  Status Refresh(const HealthSink& sink);
+
+  // What the watch compares between polls to see that the file changed.
+  struct FileStamp {
+    bool exists = false;
+    uint64_t device = 0;
+    uint64_t inode = 0;
+    int64_t size = -1;
+    int64_t mtime_ns = 0;
+    friend bool operator==(const FileStamp&, const FileStamp&) = default;
+  };
+  FileStamp Stamp() const;
 
   const FakeDriverOptions options_;
   std::atomic<bool> reload_{false};

@@ -271,6 +271,66 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// Writes `text` over the file in place (same inode) and sets its
+// modification time to `mtime`: an editor's save, or a writer caught half
+// way, within one tick of the file system's clock.
+void WriteInPlace(const std::string& path, const std::string& text, fs::file_time_type mtime) {
+  std::ofstream(path, std::ios::trunc) << text;
+  fs::last_write_time(path, mtime);
+}
+
+// A read that fails is tried again at the next poll: the edit that completes
+// a file caught half written can carry the same modification time (one clock
+// tick), size and inode as the half, and must not be missed.
+TEST(FakeDriverTest, AReadThatFailsIsTriedAgainUntilTheFileParses) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  Write(path, GpuOneHealthy(true));
+  FakeDriver d({path, "n", std::chrono::milliseconds(10)});
+  ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+
+  const fs::file_time_type tick = fs::last_write_time(path) + std::chrono::seconds(5);
+  std::string done = GpuOneHealthy(false);
+  std::string half = done;
+  half.back() = ' ';  // the closing brace not written yet: same size, no JSON
+  WriteInPlace(path, half, tick);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // read, and refused
+  EXPECT_EQ(health.Count(), 0u);
+  WriteInPlace(path, done, tick);
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
+  EXPECT_FALSE(events[0].healthy);
+}
+
+// A file replaced (a new inode, as an atomic rename or a ConfigMap update
+// makes it) within the same clock tick as the version before is a change,
+// even at the same size.
+TEST(FakeDriverTest, AFileReplacedWithinOneClockTickIsReadAgain) {
+  TempDir dir;
+  const std::string path = dir.File("inv.json");
+  const std::string done = GpuOneHealthy(false);
+  std::string before = GpuOneHealthy(true);
+  before.insert(1, " ");  // as long as `done`
+  ASSERT_EQ(before.size(), done.size());
+  Write(path, before);
+  const fs::file_time_type tick = fs::last_write_time(path);
+  FakeDriver d({path, "n", std::chrono::milliseconds(10)});
+  ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Write(path, done);
+  fs::last_write_time(path, tick);
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
+  EXPECT_FALSE(events[0].healthy);
+}
+
 // The memory usage query answers the file's "used_mib" of every whole
 // device as the file is now (0 where not given; a MIG instance reports
 // none), and an edit that does not parse is an error, not zeros.
