@@ -122,6 +122,20 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                            (f.command == "node" ? "the node's name" : "[NS/]POD"));
   }
   if (want == 2) f.target = positional[1];
+  if (f.command == "explain") {
+    // An empty name would read the namespace's pod list as if it were a pod.
+    const size_t slash = f.target.find('/');
+    const bool ok = slash == std::string::npos
+                        ? !f.target.empty()
+                        : slash > 0 && slash + 1 < f.target.size() &&
+                              f.target.find('/', slash + 1) == std::string::npos;
+    if (!ok) {
+      return InvalidArgumentError(
+          "explain takes one argument: [NS/]POD, a pod's name with its "
+          "namespace before a slash or in -n; not \"" +
+          f.target + "\"");
+    }
+  }
   if (!f.workload_configmap.empty() && f.command != "nodes") {
     return InvalidArgumentError("--workload-configmap is for nodes only");
   }

@@ -124,6 +124,8 @@ struct Flags {
   std::string node;
   std::string kubeconfig;
   std::string metrics_listen = "0.0.0.0:9402";
+  std::string metrics_host;   // of --metrics-listen
+  uint16_t metrics_port = 0;  // of --metrics-listen
   std::string max_shares = "0";
   std::string log_level = "info";
   std::string rediscover_every = "60s";
@@ -274,6 +276,21 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                   std::to_string(int64_t{1} << 30) + ", not \"" + *text + "\"");
     }
     *value = v;
+  }
+  if (!f.metrics_listen.empty()) {
+    // The port in full: a typo must not serve /metrics on a port nobody scrapes.
+    const size_t colon = f.metrics_listen.rfind(':');
+    const std::string port =
+        colon == std::string::npos ? std::string() : f.metrics_listen.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
+      return InvalidArgumentError(
+          "--metrics-listen must be HOST:PORT with a port 0..65535 (\"\" "
+          "disables it), not \"" +
+          f.metrics_listen + "\"");
+    }
+    f.metrics_host = f.metrics_listen.substr(0, colon);
+    f.metrics_port = static_cast<uint16_t>(std::stoi(port));
   }
   char* end = nullptr;
   long shares = std::strtol(f.max_shares.c_str(), &end, 10);  // NOLINT(runtime/int)
@@ -574,13 +591,9 @@ int Run(const Flags& flags) {
   }
   std::unique_ptr<http::HttpServer> metrics_server;
   if (!flags.metrics_listen.empty()) {
-    size_t colon = flags.metrics_listen.rfind(':');
-    if (colon == std::string::npos) {
-      return Fatal(log, "flags", InvalidArgumentError("--metrics-listen must be HOST:PORT"));
-    }
     http::ServerOptions so;
-    so.host = flags.metrics_listen.substr(0, colon);
-    so.port = static_cast<uint16_t>(std::atoi(flags.metrics_listen.c_str() + colon + 1));
+    so.host = flags.metrics_host;
+    so.port = flags.metrics_port;
     so.log = log.Child("http");
     metrics_server = http::NewHttpServer(so);
     metrics_server->Handle("GET", "/metrics", [&registry](const http::Request&) {

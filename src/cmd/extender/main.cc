@@ -4,6 +4,7 @@
 // stops serving gracefully (in-flight requests finish, watches close).
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -56,8 +57,8 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             writes Lease accelpool-extender (the key it signs with) (default off)
   --lease-namespace=NS      namespace of the Lease (default kube-system)
   --log-level=LEVEL         trace|debug|info|warn|error (default info)
-  --filter-threads=N        threads per filter call of 512+ nodes (default: 1 on up to two
-                            cores, else one per core, at most 4)
+  --filter-threads=N        threads per filter call of 512+ nodes, at most 64 (default: 1 on
+                            up to two cores, else one per core, at most 4)
   --max-body-bytes=N        largest request body (default 67108864)
   --max-connections=N       open client connections per listener; more get 503 (default 1024:
                             kube-scheduler holds one per bind in flight)
@@ -114,6 +115,9 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             kube-scheduler skips scoring and the prioritize call; use it with a
                             profile whose score plugins are off (the chart's) (default off)
 )";
+
+// The most threads one filter call may start (--filter-threads).
+constexpr long long kMaxFilterThreads = 64;
 
 struct Flags {
   std::string listen = "0.0.0.0:8888";
@@ -218,6 +222,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (!filter_threads.empty()) {
     StatusOr<long long> n = positive("filter-threads", filter_threads);
     ACCELPOOL_RETURN_IF_ERROR(n.status());
+    // Every filter call of 512+ nodes starts this many threads.
+    if (*n > kMaxFilterThreads) {
+      return InvalidArgumentError("--filter-threads must be at most " +
+                                  std::to_string(kMaxFilterThreads) + ", got " + filter_threads);
+    }
     f.filter_threads = static_cast<int>(*n);
   }
   for (auto [name, text, out] : {std::tuple{"kube-api-qps", &api_qps, &f.kube_api_qps},
@@ -246,8 +255,12 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (!tie_salt.empty()) {
     char* end = nullptr;
+    errno = 0;
     const unsigned long long n = std::strtoull(tie_salt.c_str(), &end, 10);
-    if (tie_salt[0] == '-' || end == tie_salt.c_str() || *end != '\0') {
+    // Digits only: strtoull would take " -1" as its largest value, and clamp
+    // one past it to the same.
+    if (tie_salt.find_first_not_of("0123456789") != std::string::npos || end == tie_salt.c_str() ||
+        *end != '\0' || errno == ERANGE) {
       return InvalidArgumentError("--tie-break-salt must be a non-negative integer, got " + tie_salt);
     }
     f.tie_salt = n;
