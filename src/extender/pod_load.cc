@@ -50,6 +50,7 @@ enum SummaryField {
   kDeviceMemory,
   kModel,
   kError,
+  kMemoryPercent,
   kFields
 };
 enum SummaryFlag { kFinished = 1, kFixture = 2, kHostOk = 4, kShapeOk = 8 };
@@ -118,6 +119,7 @@ PodLoad::Summary PodLoad::SummaryOf(const json& pod) {
   s.shape.compute = static_cast<int32_t>(num(kCompute));
   s.shape.memory_mib = num(kDeviceMemory);
   s.shape.model = str(kModel);
+  s.shape.memory_percent = static_cast<int32_t>(num(kMemoryPercent));
   s.shape.cpu_milli = s.host.cpu_milli;
   s.shape.host_memory_mib = s.host.memory_mib;
   s.error = str(kError);
@@ -136,7 +138,8 @@ void PodLoad::Trim(json& pod) {
   const int64_t flags = (s.finished ? kFinished : 0) | (s.fixture ? kFixture : 0) |
                         (s.host_ok ? kHostOk : 0) | (s.shape_ok ? kShapeOk : 0);
   json packed = json::array({s.node, flags, s.host.cpu_milli, s.host.memory_mib, s.shape.count,
-                             s.shape.compute, s.shape.memory_mib, s.shape.model, s.error});
+                             s.shape.compute, s.shape.memory_mib, s.shape.model, s.error,
+                             s.shape.memory_percent});
   pod = json::object();
   pod["metadata"] = std::move(meta);
   pod[kSummaryKey] = std::move(packed);
@@ -311,9 +314,14 @@ bool PodLoad::Persist() {
 
 void PodLoad::OnPodUpdated(const json& old, const json& pod) {
   // A relist reports a pod recreated under the same name (a StatefulSet's)
-  // as an update: the old uid's host requests leave with it.
+  // as an update: the old uid's host requests leave with it, and the new pod
+  // is an arrival like any other pod seen for the first time.
   const std::string old_uid = At(old, "/metadata/uid");
-  if (!old_uid.empty() && old_uid != At(pod, "/metadata/uid")) cache_.ForgetHostPod(old_uid);
+  if (!old_uid.empty() && old_uid != At(pod, "/metadata/uid")) {
+    cache_.ForgetHostPod(old_uid);
+    OnPodAdded(pod);
+    return;
+  }
   RecordHost(SummaryOf(pod));
 }
 

@@ -99,6 +99,22 @@ TEST(PodLoadTest, TrimKeepsTheSummaryAndTheMetadataTheInformerNeeds) {
   EXPECT_NE(PodLoad::SummaryOf(bad).error.find("1.5"), std::string::npos);
 }
 
+TEST(PodLoadTest, TrimKeepsAShareAskedInPercentOfTheDevicesMemory) {
+  json p = Pod("u1", "n1", "1", "1Gi");
+  p["spec"]["containers"][0]["resources"]["limits"] = {{"nvidia.com/gpu", "1"},
+                                                       {"nvidia.com/gpumem-percentage", "25"},
+                                                       {"nvidia.com/gpucores", "30"}};
+  const PodLoad::Summary whole = PodLoad::Summarize(p);
+  ASSERT_TRUE(whole.shape_ok) << whole.error;
+  ASSERT_EQ(whole.shape.memory_percent, 25);
+  PodLoad::Trim(p);
+  // The informer hands the learner trimmed pods: the share is learned as 25%
+  // of a device's memory, not as a share that needs no memory.
+  const PodLoad::Summary back = PodLoad::SummaryOf(p);
+  EXPECT_EQ(back.shape.memory_percent, 25);
+  EXPECT_EQ(back.shape, whole.shape);
+}
+
 TEST(PodLoadTest, BoundPodsTakeTheirNodesHostUntilTheyFinishOrGo) {
   Cache cache;
   cache.TrackHost(true);
@@ -140,6 +156,11 @@ TEST(PodLoadTest, APodRecreatedUnderItsNameLeavesNoHostRequestsBehind) {
   load.OnPodUpdated(old, Pod("u1-new", "n1", "2", "1Gi"));
   EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{14000, 64512}));
   EXPECT_EQ(cache.HostPods(), 1);
+  // The new pod is an arrival of its own, as a new name in the relist is.
+  EXPECT_EQ(load.arrivals(), 2u);
+  // An update of the same pod is none.
+  load.OnPodUpdated(Pod("u1-new", "n1", "2", "1Gi"), Pod("u1-new", "n1", "2", "1Gi"));
+  EXPECT_EQ(load.arrivals(), 2u);
 }
 
 TEST(PodLoadTest, PodsSeenBeforeTheirNodeCountWhenItArrives) {
