@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -22,6 +23,10 @@ std::string IdFromBus(const std::string& bus, int32_t phy_id) {
   std::string id = "NPU-" + bus;
   std::replace(id.begin(), id.end(), ':', '-');
   return id;
+}
+
+std::string ChipName(const DcmiChipId& c) {
+  return "NPU card " + std::to_string(c.card) + " device " + std::to_string(c.device);
 }
 
 }  // namespace
@@ -102,8 +107,7 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   for (const DcmiChipId& c : *ids) {
     StatusOr<DcmiDeviceInfo> info = dcmi_->Info(c);
     if (!info.ok()) {
-      return info.status().WithPrefix("NPU card " + std::to_string(c.card) + " device " +
-                                      std::to_string(c.device));
+      return info.status().WithPrefix(ChipName(c));
     }
     found.emplace_back(std::move(info).value(), c);
   }
@@ -117,6 +121,27 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   inv.vendor = core::Vendor::kAscend;
   std::vector<Chip> chips;
   std::string super_pod;
+  // DCMI's answers for two chips must not collide: the id keys a chip's
+  // grants and health, and the physical id names its /dev/davinci node.
+  std::map<std::string, DcmiChipId> by_id;
+  std::map<int32_t, DcmiChipId> by_phy;
+  for (const auto& [info, where] : found) {
+    const std::string id = IdFromBus(info.pci_bus, info.phy_id);
+    std::string clash;
+    if (info.phy_id < 0) {
+      clash = "physical id " + std::to_string(info.phy_id);
+    } else if (auto it = by_id.find(id); it != by_id.end()) {
+      clash = "the id " + id + " of " + ChipName(it->second);
+    } else if (auto p = by_phy.find(info.phy_id); p != by_phy.end()) {
+      clash = "the physical id " + std::to_string(info.phy_id) + " of " + ChipName(p->second);
+    }
+    if (!clash.empty()) {
+      return InternalError(ChipName(where) + " reports " + clash +
+                           "; check the NPU driver with npu-smi info");
+    }
+    by_id.emplace(id, where);
+    by_phy.emplace(info.phy_id, where);
+  }
   for (size_t i = 0; i < found.size(); ++i) {
     const DcmiDeviceInfo& info = found[i].first;
     core::Device d;

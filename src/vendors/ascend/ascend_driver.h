@@ -9,6 +9,9 @@
 //           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads
 //           6,0,6,0,4,2,4,2), super-node from the super-pod query.
+// Two chips whose ids or physical ids DCMI reports the same (or a physical id
+// out of range) fail the discovery: one chip's grants, health and device node
+// would be the other's.
 // Health is polled (DCMI has no event stream): alarm levels 0 and 1 are
 // healthy, 2 (major) and 3 (critical) are not; a device whose level drops
 // back is reported healthy again. A DCMI error for one chip marks it

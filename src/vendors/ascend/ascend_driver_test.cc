@@ -48,12 +48,13 @@ class FakeDcmi : public DcmiLibrary {
     }
     DcmiDeviceInfo d;
     d.logic_id = i;
-    d.phy_id = i + 100;  // physical ids differ from logic ids on real boards
+    const int as = i == echo_chip ? echo_of : i;  // a driver repeating another chip's answer
+    d.phy_id = (echo_phy ? as : i) + 100;         // physical ids differ from logic ids
     d.chip_name = chip_;
     d.aicore = 24;
     d.memory_mib = 65536;
     char bus[32];
-    snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0xc1 + i);
+    snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0xc1 + (echo_bus ? as : i));
     d.pci_bus = bus;
     d.numa = numa_[static_cast<size_t>(i) % numa_.size()];
     d.super_pod_id = super_pod_;
@@ -70,6 +71,10 @@ class FakeDcmi : public DcmiLibrary {
 
   std::array<std::atomic<int>, 16> health{};  // alarm level per chip; -1: DCMI error
   int fail_info = -1;
+  int echo_chip = -1;  // this chip answers with chip echo_of's bus and/or physical id
+  int echo_of = -1;
+  bool echo_bus = false;
+  bool echo_phy = false;
 
  private:
   std::string chip_;
@@ -230,6 +235,39 @@ TEST(AscendDriverTest, DcmiErrorMidDiscoveryIsClear) {
   ASSERT_FALSE(invs.ok());
   EXPECT_NE(invs.status().message().find("NPU card 2 device 1"), std::string::npos);
   EXPECT_NE(invs.status().message().find("npu-smi"), std::string::npos);
+}
+
+// Two chips for which DCMI reports the same PCI bus (the device id) or the
+// same physical id (the /dev/davinci node, ASCEND_VISIBLE_DEVICES) are
+// refused: the inventory would hold one chip twice, and one chip's grants and
+// health would land on the other.
+TEST(AscendDriverTest, ChipsReportingTheSameIdOrPhysicalIdAreRefused) {
+  struct Case {
+    std::string name;
+    bool bus;
+    bool phy;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"same bus", true, false, "the id NPU-0000-c4-00.0 of NPU card 1 device 1"},
+      {"same physical id", false, true, "the physical id 103 of NPU card 1 device 1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto dcmi = std::make_unique<FakeDcmi>("910B3", 8, std::vector<int>{0});
+    dcmi->echo_chip = 6;
+    dcmi->echo_of = 3;
+    dcmi->echo_bus = c.bus;
+    dcmi->echo_phy = c.phy;
+    AscendDriver d(std::move(dcmi), Options("n"));
+    auto invs = d.Discover();
+    ASSERT_FALSE(invs.ok());
+    EXPECT_EQ(invs.status().code(), StatusCode::kInternal);
+    EXPECT_NE(invs.status().message().find("NPU card 3 device 0 reports " + c.want),
+              std::string::npos)
+        << invs.status().message();
+    EXPECT_NE(invs.status().message().find("npu-smi"), std::string::npos);
+  }
 }
 
 TEST(AscendDriverTest, PolledHealthIsTwoWay) {
