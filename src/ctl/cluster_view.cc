@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -110,7 +111,12 @@ void ClusterView::CountPod(const json& pod) {
   }
   NodeUse& use = use_[node];
   ++use.pods;
-  for (const auto& [name, milli] : PodRequests(pod)) use.requested[name] += milli;
+  for (const auto& [name, milli] : PodRequests(pod)) {
+    // Saturating: each pod's request may be as large as an int64 holds.
+    int64_t& sum = use.requested[name];
+    sum = milli > std::numeric_limits<int64_t>::max() - sum ? std::numeric_limits<int64_t>::max()
+                                                            : sum + milli;
+  }
   for (HostPort& h : PodHostPorts(pod)) use.host_ports.push_back(std::move(h));
   use.pod_labels.push_back(PodLabelsFromJson(pod));
   const std::string self = kube::StringAt(pod, json::json_pointer("/metadata/namespace")) + "/" +

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "api/assignment_codec.h"
 #include "api/inventory_codec.h"
 #include "extender/convert.h"
@@ -438,6 +440,27 @@ TEST(ClusterViewExplainTest, VolumeRestrictionsAndPreFilterReasonsReachEveryNode
 
 // kube-scheduler's resource fit counts every pod bound to a node, accelpool's
 // or not, against the node's allocatable.
+// Pods whose requests together pass what an int64 holds fill the node; the
+// sum neither wraps round to a negative (room for anything) nor is undefined.
+TEST(ClusterViewExplainTest, HugeRequestsOnANodeSaturate) {
+  json a = Node("node-a");
+  a["status"]["allocatable"] = {{"cpu", "8"}, {"pods", "110"}, {"nvidia.com/gpu", "8"}};
+  std::vector<json> pods;
+  for (const char* name : {"big-1", "big-2", "big-3"}) {
+    json p = Pod(name, {{"cpu", "9000000000000000"}});  // 9e18 milli-CPU each
+    p["spec"]["nodeName"] = "node-a";
+    p["status"]["phase"] = "Running";
+    pods.push_back(p);
+  }
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({a}, pods);
+  EXPECT_EQ(view->Use("node-a").requested.at("cpu"), std::numeric_limits<int64_t>::max());
+  StatusOr<Report> r =
+      ExplainReport(*view, Pod("train", {{"nvidia.com/gpu", "1"}, {"cpu", "1"}}), "accelpool");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->json["fits"].empty()) << r->json.dump(2);
+  EXPECT_EQ(r->json["rejected"]["node-a"]["reason"], "Insufficient cpu: asks 1, 0 of 8 free");
+}
+
 TEST(ClusterViewExplainTest, ResourceFitCountsEveryPodOnTheNode) {
   json a = Node("node-a");
   a["status"]["allocatable"] = {{"cpu", "8"}, {"pods", "110"}, {"nvidia.com/gpu", "8"}};
