@@ -15,9 +15,50 @@ namespace accelpool {
 
 namespace {
 
+// The length of the well-formed UTF-8 sequence at the start of `s` (RFC
+// 3629: no overlong forms, no surrogates, nothing past U+10FFFF); 0 when
+// there is none. REQUIRES: s[0] >= 0x80.
+size_t Utf8Sequence(std::string_view s) {
+  const auto at = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = at(0);
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || at(1) < lo || at(1) > hi) return 0;
+  for (size_t i = 2; i < n; ++i) {
+    if (at(i) < 0x80 || at(i) > 0xBF) return 0;
+  }
+  return n;
+}
+
+// A JSON string of `s`. Bytes that are not UTF-8 (a name cut mid-character,
+// bytes a library or a peer sent) become U+FFFD: a log line must stay JSON
+// that collectors accept.
 void AppendJsonString(std::string& out, std::string_view s) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      if (const size_t n = Utf8Sequence(s.substr(i)); n > 0) {
+        out.append(s.substr(i, n));
+        i += n - 1;
+      } else {
+        out += "\\ufffd";
+      }
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";

@@ -69,6 +69,29 @@ TEST(LogTest, FormatIsStable) {
             "\"msg\":\"x\",\"a\":\"b\\tc\"}");
 }
 
+// Bytes that are not UTF-8 become U+FFFD, so every line stays JSON; UTF-8
+// passes as it is.
+TEST(LogTest, BytesThatAreNotUtf8AreReplaced) {
+  const std::string bad[] = {
+      "\xff",              // never in UTF-8
+      "ab\xc3",            // cut before its continuation byte
+      "\xc0\xaf",          // overlong '/'
+      "\xed\xa0\x80",      // a surrogate
+      "\xf4\x90\x80\x80",  // past U+10FFFF
+      "\x80",              // a continuation byte alone
+  };
+  for (const std::string& b : bad) {
+    const std::string line = FormatLogLine(0, LogLevel::kInfo, "c", b, {{"f", b}});
+    EXPECT_NE(line.find("\\ufffd"), std::string::npos) << line;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    EXPECT_NO_THROW((void)j.dump()) << line;
+  }
+  const std::string good = "gpu \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  const std::string line = FormatLogLine(0, LogLevel::kInfo, "c", good, {});
+  EXPECT_EQ(nlohmann::json::parse(line)["msg"], good);
+}
+
 TEST(LogTest, BadLevelIsAnError) {
   LogOptions opts;
   opts.level = "verbose";
