@@ -2,6 +2,7 @@
 // nvml_abi.h, the functions are declared here from NVML's public API
 // reference; no NVIDIA header is needed to build.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -36,6 +37,7 @@ using abi::nvmlReturn_t;
 
 constexpr unsigned kAffinityWords = 16;  // 1024 NUMA nodes
 constexpr unsigned kMaxDevices = 1024;   // a count above this is garbage
+constexpr size_t kMaxErrorText = 256;    // of nvmlErrorString's text
 
 int32_t LowestSetBit(const unsigned long* words, unsigned count) {  // NOLINT(runtime/int)
   constexpr unsigned kBits = 8 * sizeof(words[0]);
@@ -553,7 +555,12 @@ class DlNvml : public NvmlLibrary {
     if (r == kNvmlSuccess) {
       return Status::Ok();
     }
-    std::string text = error_string_ != nullptr ? error_string_(r) : "error";
+    // The library's text, trusted no further than the rest of its output:
+    // a null pointer (an NVML-shaped library without text for this code) or
+    // a text with no NUL must not take the process down.
+    const char* said = error_string_ != nullptr ? error_string_(r) : nullptr;
+    const std::string text =
+        said != nullptr ? std::string(said, strnlen(said, kMaxErrorText)) : "error";
     return UnavailableError(call + " failed: " + text + " (code " + std::to_string(r) +
                             "); check the driver with " + smi_);
   }

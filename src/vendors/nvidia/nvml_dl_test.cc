@@ -574,6 +574,22 @@ TEST(NvmlBindingTest, ErrorsAreClearAndNeverCrash) {
   }
 }
 
+// An error whose code the library has no text for (nvmlErrorString answers
+// a null pointer) is still a clear error, not a crash.
+TEST(NvmlBindingTest, AnErrorWithoutTextIsStillAClearError) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 999);
+  auto null_text =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_null_error_text"));
+  ASSERT_NE(null_text, nullptr);
+  null_text(1);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  ExpectDiscoveryFails(**driver, {"nvmlInit_v2", "code 999", "nvidia-smi"});
+  null_text(0);
+}
+
 // NVML's buffers are read only up to their size: a UUID or a name that
 // fills its buffer with no NUL is cut there, not read past its end. A garbage
 // GPU count is refused, as the other bindings refuse it.

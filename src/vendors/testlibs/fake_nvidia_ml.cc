@@ -134,6 +134,7 @@ unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU r
 int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
 int name_calls = 0;                 // nvmlDeviceGetName calls since the last reset
 bool unterminated = false;          // the UUID and the name fill the buffer with no NUL
+bool null_error_text = false;       // nvmlErrorString of an unknown code is a null pointer
 unsigned events_unsupported = 0;    // bit per GPU: nvmlDeviceRegisterEvents says NOT_SUPPORTED
 
 // What GetUUID and GetName write: `s`, or with `unterminated` `s` and then
@@ -250,6 +251,11 @@ extern "C" __attribute__((visibility("default"))) int accelpool_fake_nvml_name_c
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_unterminated(int on) {
   unterminated = on != 0;
 }
+// 1: nvmlErrorString has no text for the codes it does not know (a null
+// pointer, as an NVML-shaped library may answer).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_null_error_text(int on) {
+  null_error_text = on != 0;
+}
 // GPUs (a bit each) whose event registration answers NVML_ERROR_NOT_SUPPORTED.
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_events_unsupported(
     unsigned mask) {
@@ -285,7 +291,7 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(int r) {
     case kGpuIsLost:
       return "GPU is lost";
     default:
-      return "Unknown Error";
+      return null_error_text ? nullptr : "Unknown Error";
   }
 }
 __attribute__((visibility("default"))) int nvmlDeviceGetCount_v2(unsigned* n) {
