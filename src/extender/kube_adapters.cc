@@ -13,13 +13,31 @@
 namespace accelpool::extender {
 namespace {
 
-// The pod's uid and nodeName as the apiserver has them now.
-StatusOr<std::pair<std::string, std::string>> BoundTo(kube::KubeClient& client, const PodRef& pod) {
+// The pod as the apiserver has it now: uid, nodeName and assignment annotation.
+struct PodNow {
+  std::string uid;
+  std::string node;
+  std::string assignment;  // "" when none
+};
+
+StatusOr<PodNow> ReadPodNow(kube::KubeClient& client, const PodRef& pod) {
   StatusOr<nlohmann::json> obj = client.Get(kube::Pods(), pod.ns, pod.name);
   if (!obj.ok()) return obj.status();
   // Fields of another type read as absent (never an exception).
-  return std::make_pair(kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/uid")),
-                        kube::StringAt(*obj, nlohmann::json::json_pointer("/spec/nodeName")));
+  nlohmann::json::json_pointer annotation("/metadata/annotations");
+  annotation.push_back(api::kAssignmentAnnotation);
+  return PodNow{kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/uid")),
+                kube::StringAt(*obj, nlohmann::json::json_pointer("/spec/nodeName")),
+                kube::StringAt(*obj, annotation)};
+}
+
+// Whether the annotation `text` a bound pod carries is assignment `a` (the
+// same grants on the same devices, as Cache::ObservePod judges it).
+bool CarriesAssignment(const std::string& text, const PodAssignment& a) {
+  StatusOr<api::Assignment> doc = api::ParseAssignment(text);
+  if (!doc.ok()) return false;
+  StatusOr<PodAssignment> bound = FromApiAssignment(*doc);
+  return bound.ok() && SameAssignment(*bound, a);
 }
 
 }  // namespace
@@ -33,7 +51,7 @@ Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
       return InvalidArgumentError("pod " + pod.ref.ns + "/" + pod.ref.name +
                                   " has no uid; kube-scheduler always sends it, not binding");
     }
-    return BindPod(pod, a.node, {});
+    return BindPod(pod, a, {});
   }
   NodeSnapshotPtr snap = cache_.Node(a.node);
   if (snap == nullptr) {
@@ -55,11 +73,12 @@ Status KubePodWriter::Bind(const PodInfo& pod, const PodAssignment& a) {
                                      pod.ref.name);
     annotations[api::kAssignmentSignatureAnnotation] = std::move(sig).value();
   }
-  return BindPod(pod, a.node, annotations);
+  return BindPod(pod, a, annotations);
 }
 
-Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
+Status KubePodWriter::BindPod(const PodInfo& pod, const PodAssignment& a,
                               const std::map<std::string, std::string>& annotations) {
+  const std::string& node = a.node;
   if (write_gate_) {
     if (std::string why = write_gate_(); !why.empty()) {
       return UnavailableError("this replica stopped leading before the Binding was written (" +
@@ -72,7 +91,11 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
   // earlier attempt whose Binding did land (with this assignment: a retry
   // reuses the reservation). Bound to this node by that attempt is success;
-  // bound elsewhere (or another pod of that name) is not.
+  // bound elsewhere (or another pod of that name) is not, nor bound here with
+  // other devices (an earlier bind by another replica, whose Binding this
+  // replica's watch had not shown yet): taking that as success would mark
+  // this reservation bound and keep it counted instead of the devices the
+  // pod holds.
   const bool conflict =
       st.code() == StatusCode::kAborted || st.code() == StatusCode::kAlreadyExists;
   // An answer that does not say whether the Binding was written: a 5xx (a
@@ -82,9 +105,15 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
                       st.code() == StatusCode::kDeadlineExceeded ||
                       st.code() == StatusCode::kInternal || st.code() == StatusCode::kUnknown;
   if (!conflict && !unsure) return st;
-  StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
-  if (now.ok() && now->first == pod.ref.uid && now->second == node) {
-    return Status::Ok();
+  StatusOr<PodNow> now = ReadPodNow(client_, pod.ref);
+  if (now.ok() && now->uid == pod.ref.uid && now->node == node) {
+    if (a.empty() || CarriesAssignment(now->assignment, a)) {
+      return Status::Ok();
+    }
+    return AlreadyExistsError("pod " + pod.ref.ns + "/" + pod.ref.name + " is already bound to " +
+                              node +
+                              " with other devices than this bind planned (an earlier bind "
+                              "wrote it); its devices are counted as the pod shows them");
   }
   if (unsure && !now.ok()) {
     return Status(StatusCode::kUnknown,
@@ -97,13 +126,13 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const std::string& node,
 }
 
 StatusOr<std::string> KubePodWriter::BoundNode(const PodInfo& pod) {
-  StatusOr<std::pair<std::string, std::string>> now = BoundTo(client_, pod.ref);
+  StatusOr<PodNow> now = ReadPodNow(client_, pod.ref);
   if (!now.ok()) return now.status();
-  if (!pod.ref.uid.empty() && now->first != pod.ref.uid) {
+  if (!pod.ref.uid.empty() && now->uid != pod.ref.uid) {
     return NotFoundError("pod " + pod.ref.ns + "/" + pod.ref.name + " was replaced (uid " +
-                         now->first + ")");
+                         now->uid + ")");
   }
-  return now->second;
+  return now->node;
 }
 
 StatusOr<nlohmann::json> KubePodSource::GetPod(const std::string& ns, const std::string& name) {

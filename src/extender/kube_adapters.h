@@ -65,11 +65,12 @@ class KubePodWriter : public PodWriter {
   void SetWriteGate(std::function<std::string()> gate) { write_gate_ = std::move(gate); }
 
  private:
-  // Creates the Binding; a conflict from an earlier attempt that did bind
-  // the same pod to `node` is success. An error that does not say whether
-  // the write landed (a 5xx, a timeout, a dropped connection) is settled by
+  // Creates the Binding to a.node; a conflict from an earlier attempt that
+  // did bind the same pod to a.node with `a` is success (kAlreadyExists when
+  // it carries another assignment). An error that does not say whether the
+  // write landed (a 5xx, a timeout, a dropped connection) is settled by
   // reading the pod back; kUnknown when that read fails too.
-  Status BindPod(const PodInfo& pod, const std::string& node,
+  Status BindPod(const PodInfo& pod, const PodAssignment& a,
                  const std::map<std::string, std::string>& annotations);
 
   kube::KubeClient& client_;

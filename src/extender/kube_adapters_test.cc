@@ -385,6 +385,52 @@ TEST_F(KubeAdaptersTest, RetriedBindOfAnAlreadyBoundPodSucceeds) {
   EXPECT_FALSE(writer.Bind(other, *first).ok());
 }
 
+TEST_F(KubeAdaptersTest, ABindOfAPodBoundMeanwhileWithOtherDevicesIsNotASuccess) {
+  // Another replica's Binding landed (the pod on node-a with GPU 7) before
+  // this replica's watch showed it; this replica plans other devices, and the
+  // apiserver answers 409.
+  PodInfo pod = testing::MakePod("uid-p", {Gpu(1)});
+  pod.ref.name = "p";
+  Cache scratch;
+  testing::AddGpuNode(scratch, "node-a");
+  auto planner = Extender::Create(scratch, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(planner.ok());
+  StatusOr<PodAssignment> planned = (*planner)->Bind(pod, "node-a");
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  ASSERT_EQ(planned->parts.size(), 1u);
+  ASSERT_EQ(planned->parts[0].placement.containers.at(0).grants.size(), 1u);
+  const int32_t mine = planned->parts[0].placement.containers[0].grants[0].device;
+  const int32_t theirs = mine == 7 ? 6 : 7;
+  PodAssignment other = *planned;
+  other.parts[0].placement.containers[0].grants[0].device = theirs;
+  other.parts[0].device_ids = {{theirs, testing::GpuNode("node-a").devices[theirs].id}};
+  StatusOr<api::Assignment> doc = ToApiAssignment(other, *scratch.Node("node-a"), pod);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  nlohmann::json bound = Pod("p", "uid-p");
+  bound["spec"]["nodeName"] = "node-a";
+  bound["metadata"]["annotations"] = {{api::kAssignmentAnnotation, api::SerializeAssignment(*doc)}};
+  api_.Put("/api/v1/namespaces/ns/pods", bound);
+
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  KubePodWriter writer(*client_, cache);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  StatusOr<PodAssignment> a = (*ext)->Bind(pod, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kAlreadyExists) << a.status().ToString();
+  // The reservation of devices the pod does not hold is given back ...
+  EXPECT_TRUE(cache.Node("node-a")->Idle());
+  EXPECT_FALSE(cache.Assignment("uid-p").has_value());
+  // ... and the watch counts the ones it does.
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnPod(bound);
+  EXPECT_EQ(cache.Stats().assignment_changes_ignored, 0);
+  std::optional<PodAssignment> counted = cache.AppliedAssignment("uid-p");
+  ASSERT_TRUE(counted.has_value());
+  EXPECT_EQ(counted->parts.at(0).placement.containers.at(0).grants.at(0).device, theirs);
+}
+
 TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) {
   api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
   Cache cache;
