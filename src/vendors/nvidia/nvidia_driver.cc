@@ -557,7 +557,17 @@ StatusOr<ContainerSpec> NvidiaDriver::BuildContainerSpec(
                                   " is not on this node; the assignment is stale or foreign");
     }
     auto place = mig.find(g.device.id);
-    if (place == mig.end()) continue;
+    if (place == mig.end()) {
+      // Its node is /dev/nvidia<minor>; the inventory index is no stand-in
+      // (MIG devices before it shift it), and a guess can be another GPU's.
+      if (minors.at(g.device.id) < 0) {
+        return FailedPreconditionError(
+            "GPU " + g.device.id +
+            ": NVML did not report its minor number, so its device node is unknown; check the "
+            "driver with nvidia-smi");
+      }
+      continue;
+    }
     // A MIG device: its GPU's node and the capability nodes that open its
     // GPU instance and compute instance.
     if (!caps.has_value()) {

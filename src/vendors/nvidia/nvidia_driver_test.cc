@@ -604,6 +604,35 @@ TEST(NvidiaDriverTest, ContainerSpecUsesMinorsAndUuids) {
             StatusCode::kInvalidArgument);
 }
 
+// A whole GPU whose minor number NVML did not report has no known device
+// node: it is refused, not given /dev/nvidia<its inventory index>, which MIG
+// devices before it shift onto another GPU's node.
+TEST(NvidiaDriverTest, AGpuWithoutAMinorNumberIsNotGivenAnotherGpusNode) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->devices[0].mig_enabled = true;
+  lib->migs.insert_or_assign(
+      0, StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>{
+             {"MIG-a", 1, 0, 1, 1, 16384, 16}, {"MIG-b", 2, 0, 1, 1, 16384, 16}}));
+  lib->devices[1].minor = -1;
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kNvidia, 8);
+  NvidiaOptions o = Options();
+  o.device_root = dev.root();
+  NvidiaDriver d(std::move(lib), o);
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const auto& devs = (*invs)[0].devices;
+  ASSERT_EQ(devs[2].id, "GPU-1001-h200");
+  auto spec = d.BuildContainerSpec({{devs[2], 0, 0, true}});
+  ASSERT_FALSE(spec.ok()) << "given " << spec->devices.back().host_path;
+  EXPECT_EQ(spec.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(spec.status().message().find("minor number"), std::string::npos);
+  // The others keep their own nodes.
+  auto other = d.BuildContainerSpec({{devs[3], 0, 0, true}});
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(other->devices.back().host_path, "/dev/nvidia2");
+}
+
 TEST(DlLibraryTest, AbsentLibraryIsUnavailableWithAHint) {
   auto lib = DlLibrary::Open({"libaccelpool-does-not-exist.so.7"});
   ASSERT_FALSE(lib.ok());
