@@ -77,9 +77,10 @@ class WorkloadStore {
 
   // The stored state; nullopt when the ConfigMap or its key does not exist.
   StatusOr<std::optional<WorkloadState>> Load();
-  // Writes `state` (creating the ConfigMap when it does not exist; a
-  // conflicting write is retried once on the re-read object). `*kept` as for
-  // EncodeWorkload.
+  // Writes `state` with a merge patch of the data key, which needs no
+  // resourceVersion (only the active replica writes); creates the ConfigMap
+  // when it does not exist, and patches once more when another writer
+  // created it meanwhile. `*kept` as for EncodeWorkload.
   Status Save(const WorkloadState& state, size_t* kept = nullptr);
 
   std::string where() const { return ns_ + "/" + name_; }
