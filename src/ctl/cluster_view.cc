@@ -204,6 +204,10 @@ std::string Devices(double thousandths) {
 
 }  // namespace
 
+std::string ReportJsonText(const Report& r) {
+  return r.json.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
 Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
   Report r;
   r.json = {{"nodes", json::array()}};

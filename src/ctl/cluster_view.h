@@ -108,6 +108,11 @@ struct Report {
   std::string text;
 };
 
+// The report's JSON as -o json prints it, indented. A string that is not
+// UTF-8 (a message quoting a node's annotation, cut mid-character) prints
+// with U+FFFD in its place instead of failing the dump.
+std::string ReportJsonText(const Report& r);
+
 // The workload fragmentation is measured against: the extender's learned mix
 // (read from its ConfigMap) or, with no shapes, the built-in one.
 struct ReportWorkload {

@@ -119,6 +119,29 @@ TEST_F(ClusterViewTest, NodesReportCountsWhatTheAssignmentsHold) {
   EXPECT_NE(r.text.find("of 13 idle devices fragmented ("), std::string::npos) << r.text;
 }
 
+// A node's inventory annotation is written by whoever controls the node: the
+// reason it does not parse quotes it, cut where it may split a character,
+// and -o json still prints (the dump once threw on such a string).
+TEST(ClusterViewNodesTest, AnInventoryErrorCutMidCharacterStillPrintsAsJson) {
+  std::string text = "a";
+  for (int i = 0; i < 40; ++i) text += "\xc3\xa9";  // é
+  json n = Node("node-a");
+  n["metadata"]["annotations"]["accelpool.io/inventory"] =
+      json({{"version", 1}, {"generation", 1}, {"inventories", text}}).dump();
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({n}, {});
+  ASSERT_EQ(view->bad_nodes().count("node-a"), 1u);
+  for (const StatusOr<Report>& r :
+       {StatusOr<Report>(NodesReport(*view)), NodeReport(*view, "node-a")}) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::string out;
+    EXPECT_ANY_THROW((void)r->json.dump(2)) << "the plain dump -o json used to print with";
+    ASSERT_NO_THROW(out = ReportJsonText(*r));
+    const json back = json::parse(out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(back.is_discarded()) << out;
+    EXPECT_NE(out.find("\xef\xbf\xbd"), std::string::npos) << "U+FFFD where the cut is: " << out;
+  }
+}
+
 TEST_F(ClusterViewTest, NodesReportMeasuresFragmentationForTheWorkloadGiven) {
   // Only whole single GPUs arrive: free whole GPUs are never fragment.
   ReportWorkload whole{

@@ -260,7 +260,7 @@ int Run(const Flags& f) {
   StatusOr<Report> report = make();
   if (!report.ok()) return Fail(report.status());
   if (f.output == "json") {
-    std::printf("%s\n", report->json.dump(2).c_str());
+    std::printf("%s\n", ReportJsonText(*report).c_str());
   } else {
     std::fputs(report->text.c_str(), stdout);
   }
