@@ -265,6 +265,15 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
     f.tie_salt = n;
   }
+  // "--scheduler-name=" would select no pod (every pod has a scheduler name)
+  // and the webhook would route pods to none.
+  for (auto [name, value] : {std::pair{"scheduler-name", &f.scheduler_name},
+                             std::pair{"lease-namespace", &f.lease_namespace}}) {
+    if (value->empty()) {
+      return InvalidArgumentError(std::string("--") + name + " must not be empty; leave it out " +
+                                  "for its default");
+    }
+  }
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     return InvalidArgumentError("--tls-cert and --tls-key go together; give both or neither");
   }
