@@ -5,7 +5,8 @@
 #   deploy/accelpool-ha.yaml   two scheduler replicas (leader election),
 #                              webhook failurePolicy Fail
 # Both install into namespace accelpool-system (created by the manifest, labelled for Pod
-# Security Admission "privileged": the device plugins are privileged and mount host paths).
+# Security Admission "privileged": the device plugins mount host paths and run privileged by
+# default; the scheduler pod and the Jobs meet "restricted").
 # The kube-scheduler image is rendered for Kubernetes v1.37.2; on an older cluster edit it to the
 # cluster's version (or install the chart, which takes the cluster's version).
 #

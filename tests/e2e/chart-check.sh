@@ -12,6 +12,9 @@
 #   accelpool-keys rotating a key Secret as the rotation CronJob's service account,
 #   and two scheduler pods (kube-scheduler + extender, as the scheduler's service
 #   account): the active extender is the one beside the leading kube-scheduler.
+#   Hardening: each pod's security settings (tests/e2e/chart_security.py), the values
+#   schema's refusals, image digests, NetworkPolicies, and every pod template created
+#   under Pod Security restricted (scheduler, Jobs) or privileged (device plugins).
 # Prints "N passed, M failed"; exits non-zero on any failure.
 #
 # Usage: tests/e2e/chart-check.sh   (starts its own control plane under .work/chart)
@@ -208,8 +211,8 @@ install_cuda_library() { # the NVIDIA plugin's init container installs the libra
     grep -q -- '- name: install-cuda-library$' "${ds}" &&
     grep -q -- '- --install-cuda-library=/usr/local/lib/accelpool/libaccelpool-cuda.so$' "${ds}" &&
     grep -q 'COPY --from=build /out/lib/ /usr/local/lib/accelpool/' "${REPO}/Dockerfile" &&
-    [ "$(grep -c -- '- --preload-file=/usr/local/accelpool/ld.so.preload$' "${TMP}/all-vendors.yaml")" = \
-      "$(( $(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml") + 1 ))" ] &&
+    [ "$(grep -c -- '- --preload-file=/usr/local/accelpool/ld.so.preload$' "${TMP}/all-vendors.yaml")" = 2 ] &&
+    [ "$(grep -c -- '- --preload-file=/usr/local/accelpool/ld.so.preload$' "${ds}")" = 2 ] &&
     grep -q -- '- {name: preload-dir, mountPath: /usr/local/accelpool, readOnly: true}' "${ds}" &&
     ! grep -q -- '- --install-cuda-library=' <<<"$(render --set devicePlugin.vendors.nvidia.enabled=true --set devicePlugin.installCudaLibrary=false)" &&
     out="$(render --set devicePlugin.preloadFile=/usr/local/accelpool/lib/ld.so.preload)" &&
@@ -218,7 +221,69 @@ install_cuda_library() { # the NVIDIA plugin's init container installs the libra
     ! out="$(render --set devicePlugin.preloadFile=ld.so.preload 2>&1)" &&
     grep -q 'devicePlugin.preloadFile must be an absolute file path, not "ld.so.preload"' <<<"${out}"
 }
-check "devicePlugin.installCudaLibrary: the NVIDIA plugin's init container installs the image's library and preload file (off: none); preloadFile reaches every plugin, a relative one fails" install_cuda_library
+check "devicePlugin.installCudaLibrary: the NVIDIA plugin's init container installs the image's library and preload file (off: none); preloadFile reaches the NVIDIA plugin, a relative one fails" install_cuda_library
+# Hardening of the rendered pods, checked as objects (tests/e2e/chart_security.py).
+SEC="${E2E_DIR}/chart_security.py"
+check "only the NVIDIA plugin (backend nvidia) gets the CUDA library, the preload file and the state root; every other plugin runs --no-enforcement without those host paths" \
+  python3 "${SEC}" shim-only-nvidia "${TMP}/all-vendors.yaml"
+render "${all_vendors[@]}" --set devicePlugin.vendors.nvidia.privileged=false \
+  --set devicePlugin.vendors.ascend.privileged=false > "${TMP}/unprivileged.yaml"
+check "device plugins: read-only root filesystem, /tmp an emptyDir, seccomp RuntimeDefault, root; privileged by default (every vendor)" \
+  python3 "${SEC}" plugins "${TMP}/all-vendors.yaml"
+check "devicePlugin.vendors.<v>.privileged=false: no privilege, no escalation, capabilities ALL dropped (NVIDIA keeps DAC_OVERRIDE), no NVIDIA_MIG_MONITOR_DEVICES" \
+  python3 "${SEC}" plugins-unprivileged "${TMP}/unprivileged.yaml"
+privileged_must_be_bool() {
+  local out
+  ! out="$(render --set devicePlugin.vendors.nvidia.privileged=maybe 2>&1)" &&
+    grep -q "/devicePlugin/vendors/nvidia/privileged': got string, want boolean" <<<"${out}"
+}
+check "devicePlugin.vendors.<v>.privileged other than true or false fails the render" privileged_must_be_bool
+check "scheduler pod: non-root, seccomp RuntimeDefault, read-only root, no escalation, no capability, resources, a token by opt-in only; no PDB or spread with one replica; certgen and rotation pods the same, with memory limits" \
+  python3 "${SEC}" scheduler "${TMP}/default.yaml" 1
+check "two scheduler replicas: a PodDisruptionBudget, a preferred anti-affinity on hostname and a zone spread" \
+  python3 "${SEC}" scheduler "${TMP}/ha.yaml" 2
+render --set priorityClassName= --set-json 'topologySpreadConstraints=[{"maxSkew":2,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"DoNotSchedule","labelSelector":{"matchLabels":{"app.kubernetes.io/component":"scheduler"}}}]' \
+  --set scheduler.replicas=2 > "${TMP}/sched-custom.yaml"
+sched_custom() {
+  ! grep -q 'priorityClassName: *$' "${TMP}/sched-custom.yaml" &&
+    [ "$(grep -c '^      priorityClassName: ' "${TMP}/sched-custom.yaml")" = 2 ] &&  # the plugins' only
+    grep -q 'whenUnsatisfiable: DoNotSchedule' "${TMP}/sched-custom.yaml" &&
+    ! grep -q 'topology.kubernetes.io/zone' "${TMP}/sched-custom.yaml" &&
+    grep -q '^      priorityClassName: system-cluster-critical$' "${TMP}/default.yaml"
+}
+check "priorityClassName system-cluster-critical by default, \"\" leaves it out; topologySpreadConstraints replace the default spread" sched_custom
+image_digests() {
+  local d=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef out
+  render --set image.digest="${d}" --set scheduler.image.digest="${d}" > "${TMP}/digest.yaml" &&
+    [ "$(grep -c "image: accelpool/accelpool@${d}$" "${TMP}/digest.yaml")" -ge 6 ] &&
+    ! grep -q 'image: accelpool/accelpool:' "${TMP}/digest.yaml" &&
+    grep -q "image: \"registry.k8s.io/kube-scheduler@${d}\"$" "${TMP}/digest.yaml" &&
+    ! out="$(render --set image.digest=latest 2>&1)" && grep -q "/image/digest': .*does not match pattern" <<<"${out}"
+}
+check "image.digest and scheduler.image.digest pin every image by digest; a digest not of the form sha256:<64 hex> fails" image_digests
+schema_refuses() { # SET WANT: helm template with --set SET fails, its message containing WANT
+  local out
+  if out="$(render --set "$1" 2>&1)"; then echo "rendered with $1"; return 1; fi
+  grep -qF -- "$2" <<<"${out}" || { echo "with $1: ${out}"; return 1; }
+}
+schema_table() {
+  local rc=0
+  schema_refuses scheduler.replicas=0 "/scheduler/replicas': minimum: got 0, want 1" || rc=1
+  schema_refuses devicePlugins.vendors.nvidia.enabled=false "additional properties 'devicePlugins' not allowed" || rc=1
+  schema_refuses devicePlugin.vendors.nvidia.enable=false "additional properties 'enable' not allowed" || rc=1
+  schema_refuses extender.policy=packing "/extender/policy': value must be one of" || rc=1
+  schema_refuses extender.logLevel=verbose "/extender/logLevel': value must be one of" || rc=1
+  schema_refuses image.pullPolicy=Sometimes "/image/pullPolicy': value must be one of" || rc=1
+  schema_refuses webhook.failurePolicy=fail "/webhook/failurePolicy': value must be one of" || rc=1
+  schema_refuses extender.port=70000 "/extender/port': maximum: got 70,000, want 65,535" || rc=1
+  schema_refuses webhook.enabled=yes "/webhook/enabled': got string, want boolean" || rc=1
+  schema_refuses devicePlugin.kubeletDir=var/lib/kubelet "/devicePlugin/kubeletDir': " || rc=1
+  schema_refuses devicePlugin.vendors.nvidia.backend=cuda "/devicePlugin/vendors/nvidia/backend': value must be one of" || rc=1
+  return "${rc}"
+}
+check "RBAC: no wildcard in any rule, no Secret read without its name" \
+  python3 "${SEC}" rbac "${TMP}/default.yaml"
+check "values.schema.json refuses bad values at render/install time, naming the value (11 cases)" schema_table
 viewer_role() { # read-only nodes, pods and namespaces, an explained pod's claims, volumes and classes, and what could serve a waiting claim, for kubectl accelpool's users; off: none
   local role rules
   role="$(awk '/^---/ {p=0} /^  name: t-accelpool-viewer$/ {p=1} p' "${TMP}/default.yaml")"
@@ -385,6 +450,97 @@ for f in "${REPO}"/deploy/*.yaml; do
   check "kubectl apply --dry-run=server -f deploy/$(basename "$f")" \
     "${K}" apply --dry-run=server -f "$f"
 done
+
+# Pod Security Admission (the apiserver's built-in PodSecurity plugin): the scheduler pod, the
+# certgen Jobs and the rotation CronJob are admitted where "restricted" is enforced; the device
+# plugins (host paths: kubelet's sockets, /dev, driver libraries) are admitted only where
+# "privileged" is, and refused under "baseline", whether privileged or not. Each workload's pod
+# template is created as a Pod with --dry-run=server in a namespace of that level.
+psa_ns() { # NAME LEVEL: a namespace enforcing LEVEL, with the chart's service accounts
+  "${K}" create namespace "$1" >/dev/null 2>&1 || true
+  "${K}" label --overwrite namespace "$1" "pod-security.kubernetes.io/enforce=$2" \
+    pod-security.kubernetes.io/enforce-version=latest >/dev/null &&
+    for sa in accelpool-scheduler accelpool-certgen accelpool-assignment-key-rotation accelpool-device-plugin; do
+      "${K}" -n "$1" create serviceaccount "${sa}" >/dev/null 2>&1 || true
+    done
+}
+psa_pods() { # RENDERED NAMESPACE KINDS...: the pod templates of those kinds, as Pods in NAMESPACE
+  python3 - "$@" <<'PY'
+import json, sys, yaml
+src, ns, kinds = sys.argv[1], sys.argv[2], sys.argv[3:]
+for o in yaml.safe_load_all(open(src)):
+    if not o or o.get("kind") not in kinds:
+        continue
+    t = o["spec"]["jobTemplate"]["spec"]["template"] if o["kind"] == "CronJob" else o["spec"]["template"]
+    name = (o["kind"] + "-" + o["metadata"]["name"]).lower()[:63]
+    print(json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns,
+                      "labels": t["metadata"].get("labels", {})}, "spec": t["spec"]}))
+PY
+}
+psa_admits() { # RENDERED NAMESPACE KINDS...: every such pod is admitted (and there is one)
+  local f="${TMP}/psa-$2.json" n
+  psa_pods "$@" > "${f}" || return 1
+  n="$(grep -c . "${f}")"
+  [ "${n}" -gt 0 ] || { echo "no pods of $*"; return 1; }
+  [ "$("${K}" create --dry-run=server -o name -f "${f}" | grep -c '^pod/')" = "${n}" ]
+}
+psa_refuses() { # RENDERED NAMESPACE KINDS...: every such pod is refused by PodSecurity
+  local f="${TMP}/psa-$2.json" n out
+  psa_pods "$@" > "${f}" || return 1
+  n="$(grep -c . "${f}")"
+  out="$("${K}" create --dry-run=server -o name -f "${f}" 2>&1)"
+  [ "${n}" -gt 0 ] && [ "$(grep -c 'violates PodSecurity' <<<"${out}")" = "${n}" ] || { echo "${out}"; return 1; }
+}
+psa_ns psa-restricted restricted && psa_ns psa-baseline baseline && psa_ns psa-privileged privileged
+for ns in psa-restricted psa-baseline psa-privileged; do
+  "${HELM}" template accelpool "${CHART}" --namespace "${ns}" --kube-version v1.37.2 \
+    --set assignmentSigning.rotation.enabled=true "${all_vendors[@]}" > "${TMP}/${ns}.yaml"
+done
+"${HELM}" template accelpool "${CHART}" --namespace psa-baseline --kube-version v1.37.2 \
+  --set devicePlugin.vendors.nvidia.privileged=false --set devicePlugin.vendors.ascend.privileged=false \
+  > "${TMP}/psa-baseline-unpriv.yaml"
+check "Pod Security restricted admits the scheduler pod, the certgen Jobs and the key rotation" \
+  psa_admits "${TMP}/psa-restricted.yaml" psa-restricted Deployment Job CronJob
+check "Pod Security privileged admits the device plugins of every vendor" \
+  psa_admits "${TMP}/psa-privileged.yaml" psa-privileged DaemonSet
+psa_baseline_refuses() {
+  psa_refuses "${TMP}/psa-baseline.yaml" psa-baseline DaemonSet &&
+    psa_refuses "${TMP}/psa-baseline-unpriv.yaml" psa-baseline DaemonSet
+}
+check "Pod Security baseline refuses the device plugins (host paths), privileged or not" psa_baseline_refuses
+netpol() { # off by default; on: the extender's port from the apiserver and Prometheus, the plugins' from Prometheus
+  "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 --set networkPolicy.enabled=true \
+    --set-json 'networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]' \
+    --set-json 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]' \
+    --show-only templates/networkpolicy.yaml > "${TMP}/netpol.yaml" &&
+    ! grep -q '^kind: NetworkPolicy$' "${TMP}/default.yaml" &&
+    "${K}" apply --dry-run=server -f "${TMP}/netpol.yaml" >/dev/null &&
+    python3 - "${TMP}/netpol.yaml" <<'PY'
+import sys, yaml
+pols = {p["metadata"]["name"]: p["spec"] for p in yaml.safe_load_all(open(sys.argv[1])) if p}
+s, d = pols["accelpool-scheduler"], pols["accelpool-device-plugin"]
+assert s["policyTypes"] == ["Ingress"] and d["policyTypes"] == ["Ingress"], pols
+assert s["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
+assert d["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "device-plugin"
+assert [r["ports"] for r in s["ingress"]] == [[{"protocol": "TCP", "port": 8443}]], s
+assert [list(p) for p in s["ingress"][0]["from"]] == [["ipBlock"], ["namespaceSelector"]], s
+assert [r["ports"] for r in d["ingress"]] == [[{"protocol": "TCP", "port": 9402}]], d
+assert [list(p) for p in d["ingress"][0]["from"]] == [["namespaceSelector"]], d
+PY
+  local closed; closed="$(render --set networkPolicy.enabled=true --show-only templates/networkpolicy.yaml)" &&
+    grep -q '^  ingress: \[\]$' <<<"${closed}" && [ "$(grep -c 'port: 8443' <<<"${closed}")" = 1 ]
+}
+notes_security() { # helm install --dry-run=server: the schema and the templates against this apiserver; NOTES name the privilege
+  local out
+  out="$("${HELM}" install accelpool "${CHART}" --namespace accelpool-system --dry-run=server \
+    --set devicePlugin.vendors.nvidia.privileged=false --set networkPolicy.enabled=true 2>&1)" || { echo "${out}"; return 1; }
+  grep -q 'kubectl label namespace accelpool-system pod-security.kubernetes.io/enforce=privileged' <<<"${out}" &&
+    grep -q '^Device plugins running privileged: ascend ' <<<"${out}" &&
+    grep -q '^Device plugins running unprivileged: nvidia (NVIDIA: no MIG devices are listed)' <<<"${out}" &&
+    grep -q '^networkPolicy.metricsFrom is empty' <<<"${out}" || { echo "${out}" | sed -n '/^NOTES/,$p'; return 1; }
+}
+check "helm install --dry-run=server passes; NOTES say the namespace's Pod Security label and which plugins run privileged" notes_security
+check "networkPolicy (off by default): ingress to the extender's HTTPS port from webhookFrom and metricsFrom, to the plugins' metrics port from metricsFrom (none when empty); applies" netpol
 
 # examples/kueue/ against Kueue's own CRDs: the pinned Kueue module is fetched
 # through the Go module proxy for its CRD files only (Kueue itself is not built
@@ -818,6 +974,44 @@ certgen_rejects() {
 }
 check "certgen rejects a bad argument with a hint" certgen_rejects
 "${K}" delete mutatingwebhookconfiguration certgen-check >/dev/null
+
+# The device plugin under a read-only root filesystem, as the chart runs it: in a mount namespace
+# where every mount but a tmpfs standing for its writable volumes (kubelet's device-plugin dir, the
+# state root, /tmp) is remounted read-only, the plugin (fake backend, no apiserver) registers its
+# socket and reports itself healthy.
+DP_BIN="${E2E_DEVICE_PLUGIN_BIN:-${REPO}/build/src/cmd/device_plugin/accelpool-device-plugin}"
+plugin_read_only_root() {
+  [ -x "${DP_BIN}" ] || { echo "no ${DP_BIN}: build the project first (scripts/build.sh)"; return 1; }
+  local port; port="$(free_port)"
+  unshare -m bash -s "${DP_BIN}" "${port}" <<'RO'
+set -eu
+bin="$1" port="$2" w=/run/accelpool-ro-check
+mount --make-rprivate /
+mkdir -p "${w}" && mount -t tmpfs tmpfs "${w}"
+mkdir -p "${w}/kubelet" "${w}/state" "${w}/tmp"
+cp "${bin}" "${w}/accelpool-device-plugin"
+echo '{"version":1,"inventories":[{"vendor":"nvidia","profile":"nvidia-pcie-8","model":"A10"}]}' > "${w}/inventory.json"
+findmnt -rn -o TARGET | grep -Ev "^(${w}|/proc|/sys|/dev)(/|$)" | while read -r m; do
+  mount -o remount,bind,ro "${m}" 2>/dev/null || true
+done
+if touch /etc/accelpool-ro-check 2>/dev/null; then rm -f /etc/accelpool-ro-check; echo "/etc is still writable"; exit 1; fi
+HOME="${w}/tmp" TMPDIR="${w}/tmp" "${w}/accelpool-device-plugin" --backend=fake --fake-inventory="${w}/inventory.json" \
+  --node-name=ro-check --no-kube --device-plugin-dir="${w}/kubelet" --metrics-listen="127.0.0.1:${port}" \
+  --state-root="${w}/state" --cuda-library="${w}/lib/libaccelpool-cuda.so" --preload-file="${w}/ld.so.preload" \
+  > "${w}/log" 2>&1 &
+pid=$!
+ok=0
+for _ in $(seq 1 50); do
+  if curl -fsS --max-time 1 "http://127.0.0.1:${port}/healthz" 2>/dev/null | grep -q '"serving":true' &&
+     [ -S "${w}/kubelet/accelpool-nvidia.com_gpu.sock" ]; then ok=1; break; fi
+  sleep 0.2
+done
+kill "${pid}" 2>/dev/null || true
+wait "${pid}" 2>/dev/null || true
+[ "${ok}" = 1 ] || { tail -20 "${w}/log"; exit 1; }
+RO
+}
+check "the device plugin serves with a read-only root filesystem (writable: kubelet's dir, the state root, /tmp)" plugin_read_only_root
 
 # Two scheduler pods of the chart, each a kube-scheduler with the chart's
 # configuration (leader election on, lease timings shortened) and an extender

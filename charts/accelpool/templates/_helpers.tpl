@@ -27,20 +27,29 @@ app.kubernetes.io/name: {{ include "accelpool.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The accelpool image: repository@digest when image.digest is set, else repository:tag. */}}
 {{- define "accelpool.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* kube-scheduler image: an explicit scheduler.image.tag wins; "" takes the cluster's own version
 (.Capabilities.KubeVersion, vMAJOR.MINOR.PATCH with any "-eks-..." or "+k3s1" suffix removed), so the
-scheduler is never newer than the apiserver it talks to. */}}
+scheduler is never newer than the apiserver it talks to. scheduler.image.digest pins it by digest instead. */}}
 {{- define "accelpool.schedulerImage" -}}
 {{- $tag := .Values.scheduler.image.tag | toString -}}
 {{- if not .Values.scheduler.image.tag -}}
 {{- $v := semver .Capabilities.KubeVersion.Version -}}
 {{- $tag = printf "v%d.%d.%d" $v.Major $v.Minor $v.Patch -}}
 {{- end -}}
+{{- if .Values.scheduler.image.digest -}}
+{{- printf "%s@%s" .Values.scheduler.image.repository .Values.scheduler.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.scheduler.image.repository $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{/* extender.tieBreakSalt as an integer string. A number from a values file is a float64 to Helm
