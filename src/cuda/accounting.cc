@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <initializer_list>
+
 #include "cuda/log.h"
 
 namespace accelpool::cuda {
@@ -96,14 +98,15 @@ void UnchargeBytes(int device, uint64_t bytes) {
   s.region->Uncharge(slot, device, bytes);
 }
 
-void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device) {
+void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device, uint64_t context) {
   ShimState& s = State();
   AllocRecord r;
   r.bytes = bytes;
   r.device = device;
+  r.context = context;
   // Every free the shim sees takes the record before the driver frees the
   // address (ForgetAndCall), so a record still here is stale: its memory
-  // went where the shim did not see (a device reset, a destroyed context).
+  // went where the shim did not see (a device reset that bypassed the hooks).
   // The new allocation takes its place; the stale charge is returned.
   AllocRecord stale;
   pthread_mutex_lock(&s.mem_mu);
@@ -451,7 +454,77 @@ uint64_t TakeDeviceRecords(ShimState& s, AllocTable* table, int device, bool cha
   }
 }
 
+// A mark is never a context handle: those are user-space addresses.
+constexpr uint64_t kMarkBit = 1ULL << 63;
+
+struct Relabel {
+  uint64_t from;
+  uint64_t to;
+  size_t count;
+};
+
+void RelabelContext(void* ctx, uint64_t, AllocRecord* record) {
+  auto* r = static_cast<Relabel*>(ctx);
+  if (record->context == r->from) {
+    record->context = r->to;
+    ++r->count;
+  }
+}
+
+struct MarkedBytes {
+  uint64_t mark;
+  uint64_t bytes[kMaxDevices];
+};
+
+bool TakeMarked(void* ctx, uint64_t, const AllocRecord& record) {
+  auto* m = static_cast<MarkedBytes*>(ctx);
+  if (record.context != m->mark) {
+    return false;
+  }
+  if (record.device >= 0 && record.device < kMaxDevices) {
+    m->bytes[record.device] += record.bytes;
+  }
+  return true;
+}
+
 }  // namespace
+
+uint64_t MarkContextRecords(uint64_t context) {
+  ShimState& s = State();
+  if (context == 0 || s.pointers == nullptr) {
+    return 0;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  Relabel relabel{context, kMarkBit | ++s.context_marks, 0};
+  for (AllocTable* table : {s.pointers, s.arrays, s.ipc}) {  // Those of Owner::kContext.
+    table->ForEachMutable(RelabelContext, &relabel);
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return relabel.count > 0 ? relabel.to : 0;
+}
+
+void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed) {
+  ShimState& s = State();
+  if (mark == 0) {
+    return;
+  }
+  MarkedBytes taken{mark, {}};
+  Relabel relabel{mark, context, 0};
+  pthread_mutex_lock(&s.mem_mu);
+  for (AllocTable* table : {s.pointers, s.arrays, s.ipc}) {
+    if (destroyed) {
+      table->TakeIf(TakeMarked, &taken);
+    } else {
+      table->ForEachMutable(RelabelContext, &relabel);
+    }
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (taken.bytes[d] > 0) {
+      UnchargeBytes(d, taken.bytes[d]);
+    }
+  }
+}
 
 void DropDeviceRecords(int device) {
   ShimState& s = State();
@@ -509,6 +582,15 @@ bool CurrentDevice(int* device) {
   }
   *device = d;
   return true;
+}
+
+uint64_t CurrentContext() {
+  ShimState& s = State();
+  CUcontext ctx = nullptr;
+  if (s.ctx_get_current == nullptr || s.ctx_get_current(&ctx) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return reinterpret_cast<uint64_t>(ctx);
 }
 
 uint64_t ContainerUsed(int device) {

@@ -31,10 +31,21 @@ bool CurrentSlot(int* slot);
 // kMaxSlots held by live processes) is refused with an error log.
 Charge ChargeBytes(int device, uint64_t bytes);
 void UnchargeBytes(int device, uint64_t bytes);
-// Records key -> (bytes, device); uncharges at once if it cannot be recorded.
-// A key still recorded is stale (every free takes its record before the
-// driver frees): it is reported, uncharged and replaced.
-void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device);
+// Who frees an allocation besides its own free. The driver frees the
+// memory a context owns when the context is destroyed (cuCtxDestroy):
+// cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, arrays and IPC imports.
+// Stream-ordered (pool) memory and cuMemCreate handles belong to no context
+// and stay until freed (cuda.h, cuCtxDestroy).
+enum class Owner {
+  kContext,  // Recorded with the calling thread's current context.
+  kNone,     // Recorded without one: only its own free (or a device reset) ends it.
+};
+
+// Records key -> (bytes, device, context); uncharges at once if it cannot be
+// recorded. A key still recorded is stale (every free takes its record
+// before the driver frees): it is reported, uncharged and replaced.
+// `context`: the CUcontext that frees the memory when destroyed, 0 for none.
+void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device, uint64_t context);
 // Removes `key` from `table` into `out`; false for untracked keys.
 bool TakeRecord(AllocTable* table, uint64_t key, AllocRecord* out);
 // Returns a taken record's charge: uncharges it, or, when its link names a
@@ -124,6 +135,18 @@ bool HostLocation(int type);
 // (PoolLocation); -1 also when there is none.
 int LocationDevice(const CUmemLocation& location);
 
+// A context's end (cuCtxDestroy), in two steps around the driver's call, so
+// that only memory the destroyed context owned goes: a context created after
+// the destroy may get the same handle, and its allocations must keep their
+// charges. MarkContextRecords, before the call, tags the records of `context`
+// (pointers, arrays, IPC imports) with a mark of their own and returns it, or
+// 0 when the context has none. SettleContextRecords, after it, takes the
+// marked records and returns their charges when the destroy succeeded, and
+// gives them their context back when it failed. A marked record that a free
+// takes meanwhile is settled by that free, as any other.
+uint64_t MarkContextRecords(uint64_t context);
+void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed);
+
 // Drops every record of `device` from every table (pointers, arrays, VMM
 // handles and mappings, IPC imports, executable graphs, pools and their
 // homes) and returns their charges, pools' reserves and the graph pool's
@@ -160,9 +183,12 @@ void SettleGraphExec(CUgraphExec exec, const GraphHold& hold, CUresult rc);
 // Brings a device's graph-pool charge to its reserve (memory queries).
 void SyncGraphMemory(int device);
 
-// Charges `bytes` on `device`, runs the real call, records key() on success.
+// Charges `bytes` on `device`, runs the real call, records key() on success
+// (with the current context when the context owns the memory: read only
+// then, one driver call per counted allocation).
 template <typename Call, typename Key>
-CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call, Key key) {
+CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Owner owner, Call call,
+                       Key key) {
   Charge c = ChargeBytes(device, bytes);
   if (c == Charge::kOverLimit) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -170,7 +196,7 @@ CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Call call,
   CUresult rc = call();
   if (c == Charge::kCharged) {
     if (rc == CUDA_SUCCESS) {
-      Remember(table, key(), bytes, device);
+      Remember(table, key(), bytes, device, owner == Owner::kContext ? CurrentContext() : 0);
     } else {
       UnchargeBytes(device, bytes);
     }

@@ -105,6 +105,28 @@ void AllocTable::ForEach(void (*fn)(void*, uint64_t, const AllocRecord&), void* 
   }
 }
 
+void AllocTable::ForEachMutable(void (*fn)(void*, uint64_t, AllocRecord*), void* ctx) {
+  for (size_t i = 0; i < capacity_; ++i) {
+    if (entries_[i].key != 0 && entries_[i].key != kTombstone) {
+      fn(ctx, entries_[i].key, &entries_[i].record);
+    }
+  }
+}
+
+size_t AllocTable::TakeIf(bool (*fn)(void*, uint64_t, const AllocRecord&), void* ctx) {
+  size_t taken = 0;
+  for (size_t i = 0; i < capacity_; ++i) {
+    // A tombstone keeps every probe chain intact: no entry moves.
+    if (entries_[i].key != 0 && entries_[i].key != kTombstone &&
+        fn(ctx, entries_[i].key, entries_[i].record)) {
+      entries_[i].key = kTombstone;
+      --size_;
+      ++taken;
+    }
+  }
+  return taken;
+}
+
 void AllocTable::Clear() {
   if (entries_ != nullptr) {
     for (size_t i = 0; i < capacity_; ++i) {

@@ -22,6 +22,8 @@ struct AllocRecord {
   int32_t refs = 0;     // VMM: live mappings of a handle. IPC: opens beyond the first.
   int32_t retains = 0;  // VMM: cuMemRetainAllocationHandle references not yet released.
   uint64_t link = 0;    // VMM: handle of a mapping; released flag of a handle.
+  uint64_t context = 0;  // Memory its context frees (cuCtxDestroy): the CUcontext current at
+                         // allocation; 0 for memory no context owns, or one not known.
 };
 
 class AllocTable {
@@ -41,6 +43,13 @@ class AllocTable {
   size_t size() const { return size_; }
   // Calls fn(ctx, key, record) for every entry; fn must not modify the table.
   void ForEach(void (*fn)(void* ctx, uint64_t key, const AllocRecord& record), void* ctx) const;
+  // Calls fn(ctx, key, &record) for every entry; fn may change the record,
+  // not the table.
+  void ForEachMutable(void (*fn)(void* ctx, uint64_t key, AllocRecord* record), void* ctx);
+  // Removes, in one pass, every entry for which fn(ctx, key, record) returns
+  // true (fn sees the record before it goes and must not modify the table).
+  // Returns how many were removed.
+  size_t TakeIf(bool (*fn)(void* ctx, uint64_t key, const AllocRecord& record), void* ctx);
   // Forgets everything without uncharging (a forked child owns nothing).
   void Clear();
 

@@ -69,5 +69,44 @@ TEST(AllocTableTest, MatchesAMapUnderRandomChurn) {
   EXPECT_EQ(t.Find(model.begin()->first), nullptr);
 }
 
+TEST(AllocTableTest, TakeIfRemovesInOnePassAndKeepsTheRestFindable) {
+  AllocTable t;
+  for (uint64_t i = 1; i <= 500; ++i) {
+    AllocRecord r;
+    r.bytes = i;
+    r.context = i % 3 == 0 ? 0x1000 : 0x2000;
+    ASSERT_TRUE(t.Put(i << 21, r));
+  }
+  t.ForEachMutable(
+      [](void*, uint64_t, AllocRecord* r) {
+        if (r->context == 0x1000) {
+          r->context = 0x3000;
+        }
+      },
+      nullptr);
+  uint64_t bytes = 0;
+  size_t taken = t.TakeIf(
+      [](void* ctx, uint64_t, const AllocRecord& r) {
+        if (r.context != 0x3000) {
+          return false;
+        }
+        *static_cast<uint64_t*>(ctx) += r.bytes;
+        return true;
+      },
+      &bytes);
+  EXPECT_EQ(taken, 166u);
+  EXPECT_EQ(bytes, 3u * (166u * 167u / 2u)) << "the sum of the multiples of 3";
+  EXPECT_EQ(t.size(), 500u - 166u);
+  for (uint64_t i = 1; i <= 500; ++i) {
+    AllocRecord* r = t.Find(i << 21);
+    if (i % 3 == 0) {
+      EXPECT_EQ(r, nullptr) << i;
+    } else {
+      ASSERT_NE(r, nullptr) << "a probe chain survives the tombstones: " << i;
+      EXPECT_EQ(r->context, 0x2000u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace accelpool::cuda

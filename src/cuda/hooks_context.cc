@@ -1,16 +1,17 @@
 // Context lifetime hooks: a primary context reset (cudaDeviceReset) and
 // cuCtxDestroy free what was made in the context without a free the shim
 // sees. Their records go once the driver has done so: otherwise the
-// charges of a reset device stay until the process exits, and measurement
-// events of a dead context are later queried and destroyed on dangling
-// handles. See shim.h.
+// charges stay until the process exits (a process that creates and destroys
+// contexts in a loop is refused well under its cap), and measurement events
+// of a dead context are later queried and destroyed on dangling handles.
+// See shim.h.
 //
-// Records carry their device, not their context. A primary context reset
-// drops every record of its device; cuCtxDestroy drops the context's
-// measurement events only, and its memory records stay charged: dropping the
-// device's records would return the charges of memory that other contexts
-// of the device (the runtime's primary one) still hold, and let the
-// container past its cap. docs/enforcement.md says more.
+// A primary context reset drops every record of its device. cuCtxDestroy
+// drops the records of the memory the destroyed context owned: each record
+// of such memory carries the context current at its allocation (Owner,
+// accounting.h). Memory that no context owns (stream-ordered pools,
+// cuMemCreate handles, graph memory) stays charged until its own free, as
+// the driver keeps it. docs/enforcement.md says more.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
@@ -46,7 +47,13 @@ CUresult CtxDestroy(HookId id, int slot, CUcontext ctx) {
     return CUDA_ERROR_NOT_FOUND;
   }
   ShimState& s = State();
+  // Marked before the call: once the driver has destroyed the context, a
+  // new one may get its handle, and that one's allocations are not dropped.
+  // The driver refuses some handles (a primary context's, a dead one): then
+  // nothing goes.
+  uint64_t mark = s.mem_on ? MarkContextRecords(reinterpret_cast<uint64_t>(ctx)) : 0;
   CUresult rc = real(ctx);
+  SettleContextRecords(mark, reinterpret_cast<uint64_t>(ctx), rc == CUDA_SUCCESS);
   if (rc == CUDA_SUCCESS && s.compute_on && ctx != nullptr) {
     ForgetContextEvents(ctx, -1);
   }

@@ -85,7 +85,7 @@ CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (c == Charge::kCharged) {
-    Remember(s.ipc, *dptr, bytes, dev);
+    Remember(s.ipc, *dptr, bytes, dev, CurrentContext());  // The context's mapping.
   }
   return rc;
 }

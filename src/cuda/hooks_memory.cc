@@ -48,8 +48,8 @@ CUresult HookMemAlloc(CUdeviceptr* dptr, size_t bytes) {
     return real(dptr, bytes);
   }
   return ChargeAndCall(
-      s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes); },
-      [&] { return *dptr; });
+      s.pointers, dev, RoundToGranularity(bytes), Owner::kContext,
+      [&] { return real(dptr, bytes); }, [&] { return *dptr; });
 }
 
 template <int S>
@@ -60,8 +60,8 @@ CUresult HookMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags
     return real(dptr, bytes, flags);
   }
   return ChargeAndCall(
-      s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes, flags); },
-      [&] { return *dptr; });
+      s.pointers, dev, RoundToGranularity(bytes), Owner::kContext,
+      [&] { return real(dptr, bytes, flags); }, [&] { return *dptr; });
 }
 
 template <int S>
@@ -85,7 +85,7 @@ CUresult HookMemAllocPitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (c == Charge::kCharged) {
-    Remember(s.pointers, *dptr, bytes, dev);
+    Remember(s.pointers, *dptr, bytes, dev, CurrentContext());
   }
   return rc;
 }
@@ -151,8 +151,8 @@ CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   }
   if (track == PoolTrack::kPerAllocation) {
     return ChargeAndCall(
-        s.pointers, dev, RoundToGranularity(bytes), [&] { return real(dptr, bytes, stream); },
-        [&] { return *dptr; });
+        s.pointers, dev, RoundToGranularity(bytes), Owner::kNone,
+        [&] { return real(dptr, bytes, stream); }, [&] { return *dptr; });
   }
   return PoolAllocAndCharge(
       pool, dev, dptr, [&] { return real(dptr, bytes, stream); },
@@ -176,7 +176,7 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
   }
   if (track == PoolTrack::kPerAllocation) {
     return ChargeAndCall(
-        s.pointers, dev, RoundToGranularity(bytes),
+        s.pointers, dev, RoundToGranularity(bytes), Owner::kNone,
         [&] { return real(dptr, bytes, pool, stream); }, [&] { return *dptr; });
   }
   return PoolAllocAndCharge(
@@ -249,7 +249,7 @@ CUresult HookArrayCreate(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
   }
   uint64_t bytes = ArrayBytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
   return ChargeAndCall(
-      s.arrays, dev, bytes, [&] { return real(array, desc); },
+      s.arrays, dev, bytes, Owner::kContext, [&] { return real(array, desc); },
       [&] { return reinterpret_cast<uint64_t>(*array); });
 }
 
@@ -264,7 +264,7 @@ CUresult HookArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) 
   uint64_t bytes =
       ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
   return ChargeAndCall(
-      s.arrays, dev, bytes, [&] { return real(array, desc); },
+      s.arrays, dev, bytes, Owner::kContext, [&] { return real(array, desc); },
       [&] { return reinterpret_cast<uint64_t>(*array); });
 }
 
@@ -294,7 +294,8 @@ CUresult HookMipmappedArrayCreate(CUmipmappedArray* array, const CUDA_ARRAY3D_DE
     return real(array, desc, levels);
   }
   return ChargeAndCall(
-      s.arrays, dev, MipmappedBytes(*desc, levels), [&] { return real(array, desc, levels); },
+      s.arrays, dev, MipmappedBytes(*desc, levels), Owner::kContext,
+      [&] { return real(array, desc, levels); },
       [&] { return reinterpret_cast<uint64_t>(*array); });
 }
 

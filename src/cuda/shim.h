@@ -110,8 +110,9 @@ struct ShimState {
   pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;  // Guards the fields below.
   int slot = -1;                                       // Region slot of this process.
   AllocTable* pointers = nullptr;  // cuMemAlloc*, managed, async, pool allocations
-                                   // (record.link: pool charged by reserve, else 0).
-  AllocTable* arrays = nullptr;    // CUarray handles.
+                                   // (record.link: pool charged by reserve, else 0;
+                                   // record.context: see Owner, accounting.h).
+  AllocTable* arrays = nullptr;    // CUarray and CUmipmappedArray handles.
   AllocTable* vmm_handles = nullptr;
   AllocTable* vmm_maps = nullptr;  // Mapped address -> handle (record.link).
   AllocTable* ipc = nullptr;       // Imported IPC pointers.
@@ -121,6 +122,7 @@ struct ShimState {
   AllocTable* pool_homes = nullptr;   // Pools created through the shim: device = where the
                                       // pool's memory lives, -1 for host memory.
   uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
+  uint64_t context_marks = 0;              // Marks handed out by MarkContextRecords (accounting.h).
   bool warned_unaccounted = false;
 
   // --- Stream-ordered pools charged by reserve. pool_mu is taken before
@@ -163,6 +165,9 @@ void* GraphHook(HookId id, int slot);
 uint64_t RoundToGranularity(uint64_t bytes);
 // Device of the calling thread's current context; false without one.
 bool CurrentDevice(int* device);
+// The calling thread's current context (cuCtxGetCurrent of the real
+// driver), as a record's context; 0 without one or when it cannot be read.
+uint64_t CurrentContext();
 // True when work issued to `stream` is being captured into a graph rather
 // than run (per_thread: stream 0 is the per-thread default stream).
 bool StreamCapturing(CUstream stream, bool per_thread);

@@ -808,6 +808,64 @@ TEST(ShimTest, AnEndedContextsEventsAreNeverUsedAgain) {
   }
 }
 
+// cuCtxDestroy of a created context frees the memory the context owned
+// (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, arrays, IPC imports)
+// without a free the shim sees: its charges are returned once the driver
+// has destroyed it, also where it is not the current context, so that the
+// container can allocate up to its cap again. Stream-ordered and cuMemCreate memory
+// belong to no context and stay charged, as does the primary context's; a
+// destroy the driver refuses returns nothing, and a later free of a freed
+// block returns nothing twice. (All of it stayed charged until the process
+// exited: a process creating and destroying contexts in a loop ran out.)
+TEST(ShimTest, ADestroyedContextsMemoryIsUncharged) {
+  const uint64_t unit = 64 * kMiB;
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv =
+        MustRun({path, "ctxmem", std::to_string(unit)}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "kept_rc"), 0u);
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(U(kv, "rc" + std::to_string(i)), 0u) << i;
+    }
+    EXPECT_EQ(U(kv, "held_free"), 1024 * kMiB - 2 * unit - 8 * unit) << "all of it is charged";
+    EXPECT_EQ(U(kv, "failed_rc"), 801u);
+    EXPECT_EQ(U(kv, "failed_free"), U(kv, "held_free")) << "a refused destroy frees nothing";
+    EXPECT_NE(U(kv, "primary_rc"), 0u) << "the fake refuses a primary context's handle";
+    EXPECT_EQ(U(kv, "primary_free"), U(kv, "held_free"));
+    EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+    EXPECT_EQ(U(kv, "destroyed_free"), 1024 * kMiB - 2 * unit - 2 * unit)
+        << "the primary context's memory, the pool's and the cuMemCreate handle stay charged";
+    EXPECT_EQ(U(kv, "device_used"), 4 * unit) << "as the driver keeps them";
+    EXPECT_NE(U(kv, "stale_free_rc"), 0u);
+    EXPECT_NE(U(kv, "stale_array_rc"), 0u);
+    EXPECT_NE(U(kv, "stale_close_rc"), 0u);
+    EXPECT_EQ(U(kv, "stale_free"), U(kv, "destroyed_free")) << "nothing is returned twice";
+    EXPECT_EQ(U(kv, "rest_rc"), 0u) << "the rest of the cap can be allocated";
+    EXPECT_EQ(U(kv, "full_free"), 0u);
+    EXPECT_EQ(U(kv, "kept_free_rc"), 0u);
+    EXPECT_EQ(U(kv, "kept_freed"), 2 * unit);
+  }
+}
+
+// A context created while another is being destroyed may get its handle
+// (the driver is done with it before the destroy returns): what the new
+// context allocates meanwhile keeps its charge, and goes when it is
+// destroyed in turn.
+TEST(ShimTest, AContextGivenADestroyedOnesHandleKeepsItsCharges) {
+  const uint64_t unit = 64 * kMiB;
+  auto kv = MustRun({"direct", "ctxreuse", std::to_string(unit)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  EXPECT_EQ(U(kv, "create_rc"), 0u);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "held_free"), 1024 * kMiB - unit);
+  EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+  EXPECT_EQ(U(kv, "same_handle"), 1u) << "the interleaving happened";
+  EXPECT_EQ(U(kv, "inner_rc"), 0u);
+  EXPECT_EQ(U(kv, "after_free"), 1024 * kMiB - 2 * unit) << "only the destroyed one's goes";
+  EXPECT_EQ(U(kv, "again_rc"), 0u);
+  EXPECT_EQ(U(kv, "final_free"), 1024 * kMiB);
+}
+
 TEST(ShimTest, AFailedFreeKeepsItsCharge) {
   struct Case {
     const char* api;

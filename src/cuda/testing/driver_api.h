@@ -118,6 +118,7 @@ CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
 uint64_t fakecuda_DeviceUsedBytes(int device);
 void fakecuda_Fail(const char* name, int fail);
 void fakecuda_OnNextFree(void (*fn)(void*), void* ctx);
+void fakecuda_OnNextCtxDestroy(void (*fn)(void*), void* ctx);
 void fakecuda_IpcRefcounted(int on);
 void fakecuda_DeferAsyncFrees(int on);
 int64_t fakecuda_BusyNs();

@@ -99,6 +99,14 @@
 //                            mapped cuMemCreate handle, an IPC import and a
 //                            stream-ordered allocation; reset (as
 //                            cudaDeviceReset); then <bytes> by cuMemAlloc
+//   ctxmem <unit>            <unit> of each kind the shim records, made in a
+//                            created context; the primary context made
+//                            current again, the created one destroyed (a
+//                            refused try first); the freed blocks freed
+//                            again; the rest of the cap allocated
+//   ctxreuse <unit>          a context holding <unit> is destroyed while (inside
+//                            the driver's destroy) a new context gets its
+//                            handle and allocates 2 x <unit>
 //   ctxevents destroy|reset <ms>  measured launches for <ms> in a created
 //                            context (destroyed, then one created again: the
 //                            fake hands out the same handle) or in device
@@ -870,6 +878,108 @@ int CtxEvents(const Api& a, const std::string& how, int64_t millis) {
   run(millis / 4);
   std::printf("end_rc=%d same_handle=%d unknown_event_calls=%lld\n", end_rc,
               again == created ? 1 : 0, static_cast<long long>(unknown()));
+  return 0;
+}
+
+// Memory of every kind the shim records, made in a context created on
+// device 0; then device 0's primary context (holding 2 x <unit> of its own)
+// is made current again, and the created context, current nowhere, is
+// destroyed: once refused by the driver (told to fail), once by handle of
+// the primary context (refused), then for good. Then the freed blocks are
+// freed again, and what is left of the cap is allocated. (One thread: under
+// qemu-user, the tests' Arm run, a second thread sees another start time
+// of the process and takes its accounting slot for a dead process's.)
+int CtxMem(const Api& a, uint64_t unit) {
+  CUcontext primary = nullptr;
+  cuCtxGetCurrent(&primary);
+  CUdeviceptr kept = 0;
+  CUresult kept_rc = a.alloc(&kept, 2 * unit);
+  CUcontext created = nullptr;
+  CUdeviceptr p = 0;
+  CUdeviceptr pitched = 0;
+  CUdeviceptr managed = 0;
+  CUdeviceptr imported = 0;
+  CUdeviceptr async = 0;
+  CUarray array = nullptr;
+  CUmipmappedArray mipmap = nullptr;
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult rcs[10] = {};
+  rcs[0] = cuCtxCreate_v2(&created, 0, 0);
+  rcs[1] = a.alloc(&p, unit);
+  size_t pitch = 0;
+  rcs[2] = a.pitch(&pitched, &pitch, unit / 64, 64, 4);  // A pitch of unit / 64.
+  rcs[3] = a.managed(&managed, unit, 1);
+  CUDA_ARRAY_DESCRIPTOR desc{unit / 64, 64, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+  rcs[4] = a.array_create(&array, &desc);
+  CUDA_ARRAY3D_DESCRIPTOR desc3{unit / 64, 64, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+  rcs[5] = a.mipmap_create(&mipmap, &desc3, 1);
+  CUipcMemHandle ipc{};
+  std::memcpy(ipc.reserved, &unit, sizeof(unit));
+  rcs[6] = a.ipc_open(&imported, ipc, 1);
+  rcs[7] = a.alloc_async(&async, unit, nullptr);
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  rcs[8] = a.create(&handle, unit, &prop, 0);
+  rcs[9] = cuCtxSetCurrent(primary);
+  std::printf("kept_rc=%d", kept_rc);
+  for (int i = 0; i < 10; ++i) {
+    std::printf(" rc%d=%d", i, rcs[i]);
+  }
+  std::printf(" held_free=%zu\n", FreeBytes(a));
+  fakecuda_Fail("cuCtxDestroy_v2", 1);
+  CUresult failed_rc = a.ctx_destroy(created);
+  fakecuda_Fail("cuCtxDestroy_v2", 0);
+  std::printf("failed_rc=%d failed_free=%zu\n", failed_rc, FreeBytes(a));
+  CUresult primary_rc = a.ctx_destroy(primary);
+  std::printf("primary_rc=%d primary_free=%zu\n", primary_rc, FreeBytes(a));
+  CUresult destroy_rc = a.ctx_destroy(created);
+  std::printf("destroy_rc=%d destroyed_free=%zu device_used=%llu\n", destroy_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  CUresult stale_free_rc = a.free(p);
+  CUresult stale_array_rc = a.array_destroy(array);
+  CUresult stale_close_rc = a.ipc_close(imported);
+  std::printf("stale_free_rc=%d stale_array_rc=%d stale_close_rc=%d stale_free=%zu\n",
+              stale_free_rc, stale_array_rc, stale_close_rc, FreeBytes(a));
+  CUdeviceptr rest = 0;
+  CUresult rest_rc = a.alloc(&rest, FreeBytes(a));
+  std::printf("rest_rc=%d full_free=%zu\n", rest_rc, FreeBytes(a));
+  CUresult kept_free_rc = a.free(kept);
+  std::printf("kept_free_rc=%d kept_freed=%zu\n", kept_free_rc, FreeBytes(a));
+  return 0;
+}
+
+struct ReuseContext {
+  const Api* api;
+  uint64_t bytes;
+  CUcontext again = nullptr;
+  CUdeviceptr p = 0;
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+};
+
+void AllocateInNewContext(void* ctx) {
+  auto* c = static_cast<ReuseContext*>(ctx);
+  cuCtxCreate_v2(&c->again, 0, 0);
+  c->rc = c->api->alloc(&c->p, c->bytes);
+}
+
+// A context holding <unit> is destroyed; inside the driver's destroy, after
+// the context is gone, a new context gets its handle and allocates
+// 2 x <unit>, as another thread could. Then that one is destroyed too.
+int CtxReuse(const Api& a, uint64_t unit) {
+  CUcontext created = nullptr;
+  CUresult create_rc = cuCtxCreate_v2(&created, 0, 0);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc(&p, unit);
+  std::printf("create_rc=%d rc=%d held_free=%zu\n", create_rc, rc, FreeBytes(a));
+  ReuseContext inner{&a, 2 * unit};
+  fakecuda_OnNextCtxDestroy(&AllocateInNewContext, &inner);
+  CUresult destroy_rc = a.ctx_destroy(created);
+  std::printf("destroy_rc=%d same_handle=%d inner_rc=%d after_free=%zu\n", destroy_rc,
+              inner.again == created ? 1 : 0, inner.rc, FreeBytes(a));
+  CUresult again_rc = a.ctx_destroy(inner.again);
+  std::printf("again_rc=%d final_free=%zu\n", again_rc, FreeBytes(a));
   return 0;
 }
 
@@ -1743,6 +1853,12 @@ int main(int argc, char** argv) {
   }
   if (command == "resetcap" && argc == 4) {
     return ResetCap(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "ctxmem" && argc == 4) {
+    return CtxMem(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "ctxreuse" && argc == 4) {
+    return CtxReuse(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "ctxevents" && argc == 5) {
     return CtxEvents(a, argv[3], std::strtoll(argv[4], nullptr, 10));

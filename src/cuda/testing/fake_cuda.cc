@@ -106,7 +106,9 @@ CUresult Allocate(CUdeviceptr* out, uint64_t bytes, int device, bool physical) {
     s.used[device] += need;
   }
   *out = NextAddressLocked(s, need);
-  s.allocations[*out] = Allocation{need, device, physical};
+  Allocation a{need, device, physical};
+  a.context = CurrentContextHandle();
+  s.allocations[*out] = a;
   return CUDA_SUCCESS;
 }
 
@@ -342,19 +344,54 @@ void DestroyContextEventsLocked(State& s, uintptr_t ctx) {
     }
   }
 }
+// The memory a destroyed context owned goes with it (cuMemAlloc*, arrays,
+// IPC imports); pool blocks and graph memory stay. REQUIRES: s.mu held.
+void FreeContextMemoryLocked(State& s, uintptr_t ctx) {
+  for (auto it = s.allocations.begin(); it != s.allocations.end();) {
+    if (it->second.context != ctx) {
+      ++it;
+      continue;
+    }
+    if (it->second.physical) {
+      s.used[it->second.device] -= it->second.bytes;
+    }
+    s.ipc_refs.erase(it->first);
+    for (auto open = s.ipc_open.begin(); open != s.ipc_open.end(); ++open) {
+      if (open->second == it->first) {
+        s.ipc_open.erase(open);
+        break;
+      }
+    }
+    it = s.allocations.erase(it);
+  }
+}
 }  // namespace
-// Destroys a context made by cuCtxCreate_v2 and its events; a primary
-// context cannot be destroyed so (cuDevicePrimaryCtxReset does that).
+// Destroys a context made by cuCtxCreate_v2, its events and the memory it
+// owns, as the real driver does. A primary context cannot be destroyed so
+// (cuDevicePrimaryCtxReset does that).
 FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   auto v = reinterpret_cast<uintptr_t>(ctx);
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.contexts.erase(v) == 0) {
-    return CUDA_ERROR_INVALID_CONTEXT;
+  void (*on_destroy)(void*) = nullptr;
+  void* on_destroy_ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (FailingLocked(s, "cuCtxDestroy_v2")) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (s.contexts.erase(v) == 0) {
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    DestroyContextEventsLocked(s, v);
+    FreeContextMemoryLocked(s, v);
+    if (CurrentContext() == v) {
+      CurrentContext() = 0;
+    }
+    std::swap(on_destroy, s.on_ctx_destroy);
+    std::swap(on_destroy_ctx, s.on_ctx_destroy_ctx);
   }
-  DestroyContextEventsLocked(s, v);
-  if (CurrentContext() == v) {
-    CurrentContext() = 0;
+  if (on_destroy != nullptr) {
+    on_destroy(on_destroy_ctx);  // Another thread, as it were, before the destroy returns.
   }
   return CUDA_SUCCESS;
 }
@@ -861,6 +898,17 @@ FAKE_EXPORT void fakecuda_OnNextFree(void (*fn)(void*), void* ctx) {
   std::lock_guard<std::mutex> lock(s.mu);
   s.on_free = fn;
   s.on_free_ctx = ctx;
+}
+
+// Runs fn(ctx) once, inside the next successful cuCtxDestroy, after the
+// driver has destroyed the context and before the call returns: replays
+// another thread creating a context (which gets the destroyed one's handle)
+// and allocating in it meanwhile.
+FAKE_EXPORT void fakecuda_OnNextCtxDestroy(void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_ctx_destroy = fn;
+  s.on_ctx_destroy_ctx = ctx;
 }
 
 FAKE_EXPORT uint64_t fakecuda_DeviceUsedBytes(int device) {

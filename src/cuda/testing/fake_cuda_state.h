@@ -30,6 +30,9 @@ struct Allocation {
   CUmemoryPool pool = nullptr;  // Stream-ordered: the pool it was carved from.
   uint64_t segment = 0;         // ... and the segment of that pool.
   bool graph = false;           // A graph allocation that outlived its launch.
+  // The context it was made in, which frees it when destroyed (cuMemAlloc*,
+  // arrays, IPC imports); 0 for memory no context owns (pools, graphs).
+  uintptr_t context = 0;
 };
 
 // Graphs (fake_cuda_graph.cc). A graph pool per device reserves physical
@@ -100,7 +103,8 @@ struct State {
   // destroyed context took them): a real driver may crash on them.
   int64_t unknown_event_calls = 0;
   // Contexts made by cuCtxCreate_v2 (handle -> device); primary contexts
-  // are the handles 1 .. kDevices. A destroyed handle is handed out again.
+  // are the handles 1 .. kDevices. A destroyed handle is handed out again;
+  // the memory the context owned goes with it.
   std::map<uintptr_t, int> contexts;
   uint64_t next_event = 1;
   int64_t busy_ns = 0;
@@ -130,6 +134,10 @@ struct State {
   std::set<std::string> failing;
   void (*on_free)(void*) = nullptr;
   void* on_free_ctx = nullptr;
+  // A callback run once inside the next successful cuCtxDestroy, after the
+  // driver has destroyed the context (fakecuda_OnNextCtxDestroy).
+  void (*on_ctx_destroy)(void*) = nullptr;
+  void* on_ctx_destroy_ctx = nullptr;
   CUdeviceptr reuse_address = 0;
   // IPC opens as the real driver counts them (fakecuda_IpcRefcounted): a
   // handle already open returns its pointer with one more reference, and
