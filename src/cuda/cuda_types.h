@@ -269,6 +269,9 @@ typedef CUresult (*cuGraphMemAllocNodeGetParamsFn)(CUgraphNode, CUDA_MEM_ALLOC_N
 typedef CUresult (*cuGraphChildGraphNodeGetGraphFn)(CUgraphNode, CUgraph*);
 typedef CUresult (*cuCtxGetDeviceFn)(CUdevice*);
 typedef CUresult (*cuDevicePrimaryCtxResetFn)(CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxRetainFn)(CUcontext*, CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxReleaseFn)(CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxGetStateFn)(CUdevice, unsigned int*, int*);
 typedef CUresult (*cuCtxDestroyFn)(CUcontext);
 typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
 typedef CUresult (*cuEventCreateFn)(CUevent*, unsigned int);

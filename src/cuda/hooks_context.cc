@@ -1,18 +1,24 @@
-// Context lifetime hooks: a primary context reset (cudaDeviceReset) and
-// cuCtxDestroy free what was made in the context without a free the shim
-// sees. Their records go once the driver has done so: otherwise the
-// charges stay until the process exits (a process that creates and destroys
-// contexts in a loop is refused well under its cap), and measurement events
-// of a dead context are later queried and destroyed on dangling handles.
-// See shim.h.
+// Context lifetime hooks: a primary context reset (cudaDeviceReset), the
+// last release of a primary context (which resets it) and cuCtxDestroy free
+// what was made in the context without a free the shim sees. Their records
+// go once the driver has done so: otherwise the charges stay until the
+// process exits (a process that creates and destroys contexts, or retains
+// and releases a primary context, in a loop is refused well under its cap),
+// and measurement events of a dead context are later queried and destroyed
+// on dangling handles. See shim.h.
 //
-// A primary context reset drops every record of its device. cuCtxDestroy
-// drops the records of the memory the destroyed context owned: each record
-// of such memory carries the context current at its allocation (Owner,
-// accounting.h). Memory that no context owns (stream-ordered pools,
-// cuMemCreate handles, graph memory) stays charged until its own free, as
-// the driver keeps it. docs/enforcement.md says more.
+// A primary context reset drops every record of its device. cuCtxDestroy,
+// and a cuDevicePrimaryCtxRelease after which the driver reports the primary
+// context inactive, drop the records of the memory that context owned: each
+// record of such memory carries the context current at its allocation
+// (Owner, accounting.h); the primary context's handle is the one its last
+// cuDevicePrimaryCtxRetain returned. Memory that no context owns
+// (stream-ordered pools, cuMemCreate handles, graph memory) stays charged
+// until its own free. Green contexts (cuGreenCtxDestroy) are not hooked:
+// the memory allocated in one is the primary context's, and goes with it.
+// docs/enforcement.md says more.
 #include "cuda/accounting.h"
+#include "cuda/log.h"
 #include "cuda/shim.h"
 
 namespace accelpool::cuda {
@@ -60,6 +66,68 @@ CUresult CtxDestroy(HookId id, int slot, CUcontext ctx) {
   return rc;
 }
 
+// Passes through; learns the handle of the device's primary context.
+CUresult PrimaryCtxRetain(HookId id, int slot, CUcontext* ctx, CUdevice device) {
+  EnsureCuda();
+  auto real = Real<cuDevicePrimaryCtxRetainFn>(id, slot);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  CUresult rc = real(ctx, device);
+  if (rc == CUDA_SUCCESS && ctx != nullptr && device >= 0 && device < kMaxDevices) {
+    State().primary_ctx[device].store(reinterpret_cast<uint64_t>(*ctx), std::memory_order_relaxed);
+  }
+  return rc;
+}
+
+// True when the driver reports `device`'s primary context inactive. A query
+// that fails (or a driver without it) says active: the charges stay.
+bool PrimaryCtxInactive(CUdevice device) {
+  ShimState& s = State();
+  unsigned int flags = 0;
+  int active = 1;
+  CUresult rc = s.primary_ctx_get_state != nullptr
+                    ? s.primary_ctx_get_state(device, &flags, &active)
+                    : CUDA_ERROR_NOT_FOUND;
+  if (rc != CUDA_SUCCESS) {
+    if (!s.logged_primary_state.exchange(true, std::memory_order_relaxed)) {
+      Logf(LogLevel::kDebug,
+           "cuDevicePrimaryCtxGetState(%d) failed (%d) after a release; the primary context's "
+           "charges stay",
+           static_cast<int>(device), static_cast<int>(rc));
+    }
+    return false;
+  }
+  return active == 0;
+}
+
+// The release that drops the last reference resets the primary context,
+// freeing the memory it owned (cuDevicePrimaryCtxRelease's documentation);
+// whether this one did, only the driver's state says afterwards.
+CUresult PrimaryCtxRelease(HookId id, int slot, CUdevice device) {
+  EnsureCuda();
+  auto real = Real<cuDevicePrimaryCtxReleaseFn>(id, slot);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  uint64_t primary = device >= 0 && device < kMaxDevices
+                         ? s.primary_ctx[device].load(std::memory_order_relaxed)
+                         : 0;
+  // Marked before the call, as for cuCtxDestroy: once the context is reset,
+  // another thread may retain it again (the same handle) and allocate.
+  uint64_t mark = s.mem_on ? MarkContextRecords(primary) : 0;
+  CUresult rc = real(device);
+  bool reset = rc == CUDA_SUCCESS && (mark != 0 || s.compute_on) && PrimaryCtxInactive(device);
+  SettleContextRecords(mark, primary, reset);
+  if (reset && s.compute_on) {
+    // A primary context the shim saw no retain of (so no handle): the
+    // device's events go, as at a reset.
+    ForgetContextEvents(reinterpret_cast<CUcontext>(primary), primary != 0 ? -1 : device);
+  }
+  return rc;
+}
+
 template <int S>
 CUresult HookDevicePrimaryCtxReset(CUdevice device) {
   return PrimaryCtxReset(kHookDevicePrimaryCtxReset, S, device);
@@ -80,14 +148,33 @@ CUresult HookCtxDestroyV2(CUcontext ctx) {
   return CtxDestroy(kHookCtxDestroyV2, S, ctx);
 }
 
+template <int S>
+CUresult HookDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
+  return PrimaryCtxRetain(kHookDevicePrimaryCtxRetain, S, ctx, device);
+}
+
+template <int S>
+CUresult HookDevicePrimaryCtxRelease(CUdevice device) {
+  return PrimaryCtxRelease(kHookDevicePrimaryCtxRelease, S, device);
+}
+
+template <int S>
+CUresult HookDevicePrimaryCtxReleaseV2(CUdevice device) {
+  return PrimaryCtxRelease(kHookDevicePrimaryCtxReleaseV2, S, device);
+}
+
 }  // namespace
 
 void* ContextHook(HookId id, int slot) {
   static void* const kTable[][kSlots] = {ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxReset),
                                          ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxResetV2),
                                          ACCELPOOL_HOOK_SLOTS(HookCtxDestroy),
-                                         ACCELPOOL_HOOK_SLOTS(HookCtxDestroyV2)};
-  if (id < kHookDevicePrimaryCtxReset || id > kHookCtxDestroyV2 || slot < 0 || slot >= kSlots) {
+                                         ACCELPOOL_HOOK_SLOTS(HookCtxDestroyV2),
+                                         ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxRetain),
+                                         ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxRelease),
+                                         ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxReleaseV2)};
+  if (id < kHookDevicePrimaryCtxReset || id > kHookDevicePrimaryCtxReleaseV2 || slot < 0 ||
+      slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookDevicePrimaryCtxReset][slot];
@@ -105,3 +192,12 @@ ACCELPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
 }
 ACCELPOOL_EXPORT CUresult cuCtxDestroy(CUcontext c) { return HookCtxDestroy<0>(c); }
 ACCELPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return HookCtxDestroyV2<0>(c); }
+ACCELPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  return HookDevicePrimaryCtxRetain<0>(c, d);
+}
+ACCELPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
+  return HookDevicePrimaryCtxRelease<0>(d);
+}
+ACCELPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  return HookDevicePrimaryCtxReleaseV2<0>(d);
+}

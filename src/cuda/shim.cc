@@ -259,6 +259,8 @@ void CudaOnce() {
   }
   s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
   s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
+  s.primary_ctx_get_state =
+      Resolve<cuDevicePrimaryCtxGetStateFn>(s.cuda, "cuDevicePrimaryCtxGetState");
   s.mem_get_address_range = Resolve<cuMemGetAddressRangeFn>(s.cuda, "cuMemGetAddressRange_v2");
   s.pointer_get_attribute = Resolve<cuPointerGetAttributeFn>(s.cuda, "cuPointerGetAttribute");
   s.device_get_mem_pool = Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetMemPool");

@@ -77,6 +77,7 @@ struct ShimState {
   void* nvml = nullptr;
   cuCtxGetDeviceFn ctx_get_device = nullptr;
   cuCtxGetCurrentFn ctx_get_current = nullptr;
+  cuDevicePrimaryCtxGetStateFn primary_ctx_get_state = nullptr;
   cuMemGetAddressRangeFn mem_get_address_range = nullptr;
   cuPointerGetAttributeFn pointer_get_attribute = nullptr;
   cuDeviceGetMemPoolFn device_get_mem_pool = nullptr;
@@ -99,6 +100,12 @@ struct ShimState {
   std::atomic<bool> ready{false};
   std::atomic<bool> cuda_ready{false};
   std::atomic<bool> nvml_ready{false};
+
+  // --- The handle of each device's primary context, as the last
+  // cuDevicePrimaryCtxRetain returned it (0: none seen); its release takes
+  // the records of that context (hooks_context.cc). Relaxed atomics.
+  std::atomic<uint64_t> primary_ctx[kMaxDevices] = {};
+  std::atomic<bool> logged_primary_state{false};  // The state query failed once (logged).
 
   // --- Real entry points per hook slot; written under slot_mu, read lock-free.
   std::atomic<void*> real[kHookCount][kSlots] = {};

@@ -847,6 +847,51 @@ TEST(ShimTest, ADestroyedContextsMemoryIsUncharged) {
   }
 }
 
+// The last release of a primary context resets it, and the memory it owned
+// goes (cuDevicePrimaryCtxRelease). Retain/allocate/release cycles, many
+// times over the cap in all, keep nothing charged but what is still held:
+// the memory of a created context, a pool's and a cuMemCreate handle's.
+TEST(ShimTest, APrimaryContextsLastReleaseUnchargesItsMemory) {
+  const uint64_t unit = 64 * kMiB;
+  const uint64_t cap = 1024 * kMiB;
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "primaryrelease", std::to_string(unit)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(U(kv, "base_rc" + std::to_string(i)), 0u) << i;
+    }
+    const uint64_t base_free = cap - 3 * unit;
+    EXPECT_EQ(U(kv, "base_free"), base_free);
+    EXPECT_NE(U(kv, "unretained_rc"), 0u) << "the fake refuses a release without a retain";
+    EXPECT_EQ(U(kv, "unretained_free"), base_free);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(U(kv, "rc" + std::to_string(i)), 0u) << i;
+    }
+    EXPECT_EQ(U(kv, "same_handle"), 1u);
+    EXPECT_EQ(U(kv, "held_free"), base_free - 6 * unit);
+    EXPECT_EQ(U(kv, "first_rc"), 0u);
+    EXPECT_EQ(U(kv, "kept_free"), base_free - 6 * unit) << "a reference is left: all stays";
+    EXPECT_EQ(U(kv, "refused_rc"), 801u);
+    EXPECT_EQ(U(kv, "refused_free"), base_free - 6 * unit) << "a refused release frees nothing";
+    EXPECT_EQ(U(kv, "last_rc"), 0u);
+    EXPECT_EQ(U(kv, "released_free"), base_free)
+        << "the created context's, the pool's and the cuMemCreate handle's memory stay charged";
+    EXPECT_EQ(U(kv, "device_used"), 3 * unit) << "as the driver keeps them";
+    EXPECT_NE(U(kv, "stale_free_rc"), 0u);
+    EXPECT_NE(U(kv, "stale_array_rc"), 0u);
+    EXPECT_NE(U(kv, "stale_close_rc"), 0u);
+    EXPECT_EQ(U(kv, "stale_free"), base_free) << "nothing is returned twice";
+    EXPECT_EQ(U(kv, "cycles_ok"), 40u) << "80 x 64 MiB through a 1 GiB cap";
+    EXPECT_EQ(U(kv, "cycles_free"), base_free);
+    EXPECT_EQ(U(kv, "unknown_retain_rc"), 0u);
+    EXPECT_EQ(U(kv, "unknown_alloc_rc"), 0u);
+    EXPECT_EQ(U(kv, "unknown_rc"), 0u);
+    EXPECT_EQ(U(kv, "unknown_free"), base_free - unit)
+        << "the state cannot be read: the charges stay (the safe side)";
+  }
+}
+
 // A context created while another is being destroyed may get its handle
 // (the driver is done with it before the destroy returns): what the new
 // context allocates meanwhile keeps its charge, and goes when it is

@@ -55,6 +55,15 @@ constexpr SymbolInfo kSymbols[] = {
      kHookDevicePrimaryCtxResetV2, false, kCu},
     {"cuCtxDestroy", "cuCtxDestroy", 2000, 4000, kHookCtxDestroy, false, kCu},
     {"cuCtxDestroy_v2", "cuCtxDestroy", 4000, kNoMax, kHookCtxDestroyV2, false, kCu},
+    // The last release of a primary context resets it, freeing its memory.
+    // A retain returns the primary context's handle, which the release needs
+    // (records carry the context current at allocation); it changes nothing.
+    {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 7000, kNoMax,
+     kHookDevicePrimaryCtxRetain, false, kCu},
+    {"cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease", 7000, 11000,
+     kHookDevicePrimaryCtxRelease, false, kCu},
+    {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 11000, kNoMax,
+     kHookDevicePrimaryCtxReleaseV2, false, kCu},
     {"cuLaunchKernel", "cuLaunchKernel", 4000, kNoMax, kHookLaunchKernel, false, kCu},
     {"cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, kNoMax, kHookLaunchKernel, true, kCu},
     {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, kNoMax, kHookLaunchKernelEx, false, kCu},

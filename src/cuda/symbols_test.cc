@@ -44,6 +44,10 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuDevicePrimaryCtxReset", 12000, 0, "cuDevicePrimaryCtxReset_v2"},
       {"cuDevicePrimaryCtxReset", 7000, 0, "cuDevicePrimaryCtxReset"},
       {"cuCtxDestroy", 13000, 0, "cuCtxDestroy_v2"},
+      {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2"},
+      {"cuDevicePrimaryCtxRelease", 7000, 0, "cuDevicePrimaryCtxRelease"},
+      {"cuDevicePrimaryCtxRetain", 13000, 0, "cuDevicePrimaryCtxRetain"},
+      {"cuDevicePrimaryCtxGetState", 12000, 0, nullptr},  // Called by the shim, not hooked.
       {"cuMemPoolTrimTo", 12000, 0, "cuMemPoolTrimTo"},
       {"cuMemPoolDestroy", 13000, 0, "cuMemPoolDestroy"},
       {"cuIpcOpenMemHandle", 12000, 0, "cuIpcOpenMemHandle_v2"},

@@ -28,6 +28,10 @@ CUresult cuCtxDestroy(CUcontext);
 CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuDevicePrimaryCtxReset(CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+CUresult cuDevicePrimaryCtxRetain(CUcontext*, CUdevice);
+CUresult cuDevicePrimaryCtxRelease(CUdevice);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuDevicePrimaryCtxGetState(CUdevice, unsigned*, int*);
 CUresult cuMemGetInfo_v2(size_t*, size_t*);
 CUresult cuMemAlloc(unsigned*, unsigned);  // The CUDA 3.1-era ABI.
 CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);

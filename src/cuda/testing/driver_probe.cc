@@ -104,6 +104,13 @@
 //                            current again, the created one destroyed (a
 //                            refused try first); the freed blocks freed
 //                            again; the rest of the cap allocated
+//   primaryrelease <unit>    retain/allocate/release cycles of device 0's
+//                            primary context: the first with <unit> of each
+//                            kind the shim records and two references, then
+//                            many with 2 x <unit>; a created context, a pool
+//                            and a cuMemCreate handle hold <unit> each beside
+//                            it; a release refused, one before any retain,
+//                            one whose state query fails
 //   ctxreuse <unit>          a context holding <unit> is destroyed while (inside
 //                            the driver's destroy) a new context gets its
 //                            handle and allocates 2 x <unit>
@@ -188,6 +195,8 @@ struct Api {
   cuMemRetainAllocationHandleFn retain;
   cuDevicePrimaryCtxResetFn reset;
   cuCtxDestroyFn ctx_destroy;
+  cuDevicePrimaryCtxRetainFn primary_retain;
+  cuDevicePrimaryCtxReleaseFn primary_release;
 };
 
 void* g_driver = nullptr;
@@ -273,7 +282,9 @@ Api Load(const std::string& mode) {
             &cuMemPoolCreate,
             &cuMemRetainAllocationHandle,
             &cuDevicePrimaryCtxReset_v2,
-            &cuCtxDestroy_v2};
+            &cuCtxDestroy_v2,
+            &cuDevicePrimaryCtxRetain,
+            &cuDevicePrimaryCtxRelease_v2};
     return a;
   }
   const int v = 12080;
@@ -318,6 +329,9 @@ Api Load(const std::string& mode) {
   Get(&a.retain, mode, "cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", v, 11000);
   Get(&a.reset, mode, "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", v, 11000);
   Get(&a.ctx_destroy, mode, "cuCtxDestroy_v2", "cuCtxDestroy", v, 4000);
+  Get(&a.primary_retain, mode, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", v, 7000);
+  Get(&a.primary_release, mode, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", v,
+      11000);
   return a;
 }
 
@@ -947,6 +961,106 @@ int CtxMem(const Api& a, uint64_t unit) {
   std::printf("rest_rc=%d full_free=%zu\n", rest_rc, FreeBytes(a));
   CUresult kept_free_rc = a.free(kept);
   std::printf("kept_free_rc=%d kept_freed=%zu\n", kept_free_rc, FreeBytes(a));
+  return 0;
+}
+
+// Device 0's primary context (the current one) retained, allocated in and
+// released, as PyCUDA's retain_primary_context and detach do: the first
+// cycle with <unit> of each kind the shim records and two references (the
+// first release keeps the context), then many cycles of 2 x <unit>, far
+// more in all than the cap. Beside it a created context, a pool and a
+// cuMemCreate handle hold <unit> each. Also: a release before any retain, a
+// release the driver refuses, and a last release whose state query fails.
+int PrimaryRelease(const Api& a, uint64_t unit) {
+  CUcontext primary = nullptr;
+  cuCtxGetCurrent(&primary);
+  CUcontext created = nullptr;
+  CUdeviceptr other = 0;
+  CUdeviceptr async = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUresult base_rcs[5] = {};
+  base_rcs[0] = cuCtxCreate_v2(&created, 0, 0);
+  base_rcs[1] = a.alloc(&other, unit);
+  base_rcs[2] = cuCtxSetCurrent(primary);
+  base_rcs[3] = a.alloc_async(&async, unit, nullptr);
+  base_rcs[4] = a.create(&handle, unit, &prop, 0);
+  for (int i = 0; i < 5; ++i) {
+    std::printf("base_rc%d=%d ", i, base_rcs[i]);
+  }
+  std::printf("base_free=%zu\n", FreeBytes(a));
+  CUresult unretained_rc = a.primary_release(0);
+  std::printf("unretained_rc=%d unretained_free=%zu\n", unretained_rc, FreeBytes(a));
+
+  CUcontext retained[2] = {};
+  CUresult rcs[8] = {};
+  rcs[0] = a.primary_retain(&retained[0], 0);
+  rcs[1] = a.primary_retain(&retained[1], 0);
+  CUdeviceptr p = 0;
+  CUdeviceptr pitched = 0;
+  CUdeviceptr managed = 0;
+  CUdeviceptr imported = 0;
+  CUarray array = nullptr;
+  CUmipmappedArray mipmap = nullptr;
+  rcs[2] = a.alloc(&p, unit);
+  size_t pitch = 0;
+  rcs[3] = a.pitch(&pitched, &pitch, unit / 64, 64, 4);  // A pitch of unit / 64.
+  rcs[4] = a.managed(&managed, unit, 1);
+  CUDA_ARRAY_DESCRIPTOR desc{unit / 64, 64, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+  rcs[5] = a.array_create(&array, &desc);
+  CUDA_ARRAY3D_DESCRIPTOR desc3{unit / 64, 64, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+  rcs[6] = a.mipmap_create(&mipmap, &desc3, 1);
+  CUipcMemHandle ipc{};
+  std::memcpy(ipc.reserved, &unit, sizeof(unit));
+  rcs[7] = a.ipc_open(&imported, ipc, 1);
+  for (int i = 0; i < 8; ++i) {
+    std::printf("rc%d=%d ", i, rcs[i]);
+  }
+  std::printf("same_handle=%d held_free=%zu\n",
+              retained[0] == primary && retained[1] == primary ? 1 : 0, FreeBytes(a));
+  CUresult first_rc = a.primary_release(0);
+  std::printf("first_rc=%d kept_free=%zu\n", first_rc, FreeBytes(a));
+  fakecuda_Fail("cuDevicePrimaryCtxRelease_v2", 1);
+  CUresult refused_rc = a.primary_release(0);
+  fakecuda_Fail("cuDevicePrimaryCtxRelease_v2", 0);
+  std::printf("refused_rc=%d refused_free=%zu\n", refused_rc, FreeBytes(a));
+  CUresult last_rc = a.primary_release(0);
+  std::printf("last_rc=%d released_free=%zu device_used=%llu\n", last_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  CUresult stale_free_rc = a.free(p);
+  CUresult stale_array_rc = a.array_destroy(array);
+  CUresult stale_close_rc = a.ipc_close(imported);
+  std::printf("stale_free_rc=%d stale_array_rc=%d stale_close_rc=%d stale_free=%zu\n",
+              stale_free_rc, stale_array_rc, stale_close_rc, FreeBytes(a));
+
+  int cycles_ok = 0;
+  for (int i = 0; i < 40; ++i) {
+    CUcontext ctx = nullptr;
+    CUdeviceptr block = 0;
+    CUresult retain_rc = a.primary_retain(&ctx, 0);
+    CUresult alloc_rc = a.alloc(&block, 2 * unit);
+    CUresult release_rc = a.primary_release(0);
+    if (retain_rc == CUDA_SUCCESS && alloc_rc == CUDA_SUCCESS && release_rc == CUDA_SUCCESS) {
+      ++cycles_ok;
+    } else {
+      std::printf("cycle%d retain_rc=%d alloc_rc=%d release_rc=%d\n", i, retain_rc, alloc_rc,
+                  release_rc);
+    }
+  }
+  std::printf("cycles_ok=%d cycles_free=%zu\n", cycles_ok, FreeBytes(a));
+
+  CUcontext ctx = nullptr;
+  CUdeviceptr block = 0;
+  CUresult unknown_retain_rc = a.primary_retain(&ctx, 0);
+  CUresult unknown_alloc_rc = a.alloc(&block, unit);
+  fakecuda_Fail("cuDevicePrimaryCtxGetState", 1);
+  CUresult unknown_rc = a.primary_release(0);
+  fakecuda_Fail("cuDevicePrimaryCtxGetState", 0);
+  std::printf("unknown_retain_rc=%d unknown_alloc_rc=%d unknown_rc=%d unknown_free=%zu\n",
+              unknown_retain_rc, unknown_alloc_rc, unknown_rc, FreeBytes(a));
   return 0;
 }
 
@@ -1856,6 +1970,9 @@ int main(int argc, char** argv) {
   }
   if (command == "ctxmem" && argc == 4) {
     return CtxMem(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "primaryrelease" && argc == 4) {
+    return PrimaryRelease(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "ctxreuse" && argc == 4) {
     return CtxReuse(a, std::strtoull(argv[3], nullptr, 10));

@@ -396,6 +396,59 @@ FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+// A device's primary context is the handle device + 1, usable without a
+// retain (the tests allocate in it directly); retains and releases count
+// references, as the driver does: the release of the last one resets the
+// context, which frees the memory and events it owns (pool blocks, VMM
+// handles and graph memory stay), and leaves it inactive.
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
+  if (ctx == nullptr || dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.primary_refs[dev];
+  *ctx = reinterpret_cast<CUcontext>(static_cast<uintptr_t>(dev + 1));
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuDevicePrimaryCtxRelease_v2")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (s.primary_refs[dev] == 0) {
+    return CUDA_ERROR_INVALID_CONTEXT;  // Not retained.
+  }
+  if (--s.primary_refs[dev] == 0) {
+    auto v = static_cast<uintptr_t>(dev + 1);
+    DestroyContextEventsLocked(s, v);
+    FreeContextMemoryLocked(s, v);
+  }
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return cuDevicePrimaryCtxRelease_v2(dev);
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned* flags, int* active) {
+  if (flags == nullptr || active == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (dev < 0 || dev >= kDevices) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (FailingLocked(s, "cuDevicePrimaryCtxGetState")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  *flags = 0;
+  *active = s.primary_refs[dev] > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   if (free_bytes == nullptr || total == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;

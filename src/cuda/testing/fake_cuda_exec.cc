@@ -388,6 +388,10 @@ const ProcEntry kProcs[] = {
     E(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, false),
     E(cuCtxDestroy, "cuCtxDestroy", 2000, false),
     E(cuCtxDestroy_v2, "cuCtxDestroy", 4000, false),
+    E(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, false),
+    E(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, false),
+    E(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, false),
+    E(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 7000, false),
     E(cuGetProcAddress, "cuGetProcAddress", 11030, false),
     E(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false),
 };

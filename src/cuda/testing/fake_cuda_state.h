@@ -106,6 +106,9 @@ struct State {
   // are the handles 1 .. kDevices. A destroyed handle is handed out again;
   // the memory the context owned goes with it.
   std::map<uintptr_t, int> contexts;
+  // References to each device's primary context (cuDevicePrimaryCtxRetain);
+  // active while above zero.
+  int primary_refs[kDevices] = {};
   uint64_t next_event = 1;
   int64_t busy_ns = 0;
   // Pools (fake_cuda.cc).
