@@ -40,17 +40,20 @@ bool LeaderElector::IsLeader() const {
 void LeaderElector::Settle(Round round, TimePoint start) {
   const int64_t margin = std::chrono::nanoseconds(options_.lease_duration - options_.retry).count();
   const int64_t start_ns = NanosOf(start);
-  int64_t cur = lead_until_ns_.load();
+  std::lock_guard<std::mutex> lock(settle_mu_);
+  const int64_t cur = lead_until_ns_.load();
   if (round == Round::kLeads) {
+    // A bind's read (IsLeaderNow) that found this replica leading but
+    // started before a round that found another holder is out of date.
+    if (start_ns < follows_since_ns_) return;
     // The later of two deadlines: IsLeaderNow may have set one from a later read.
     const int64_t until = start_ns + margin;
-    while ((cur == 0 || cur < until) && !lead_until_ns_.compare_exchange_weak(cur, until)) {
-    }
+    if (cur == 0 || cur < until) lead_until_ns_.store(until);
   } else if (round == Round::kFollows) {
+    follows_since_ns_ = std::max(follows_since_ns_, start_ns);
     // Another holder: stop at once, unless a read that started after this
     // round's (IsLeaderNow's) found this replica leading.
-    while (cur != 0 && cur - margin <= start_ns && !lead_until_ns_.compare_exchange_weak(cur, 0)) {
-    }
+    if (cur != 0 && cur - margin <= start_ns) lead_until_ns_.store(0);
   }
   // kUnknown (a failed read or write): the deadline stands and runs out by itself.
 }

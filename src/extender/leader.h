@@ -40,6 +40,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -120,6 +121,10 @@ class LeaderElector {
   const Logger log_;
   // Leads while Now() is before this (nanoseconds of the clock; 0: never).
   std::atomic<int64_t> lead_until_ns_{0};
+  // Start of the latest round that found another holder (nanoseconds; 0:
+  // none): a read that started before it, finishing later, does not lead.
+  int64_t follows_since_ns_ = 0;           // guarded by settle_mu_
+  std::mutex settle_mu_;                   // Settle runs on the thread and on binds
   std::atomic<int64_t> last_check_ms_{0};  // IsLeaderNow's rate limit
   std::string last_holder_;                // used by the thread only
   std::string observed_;                   // the last Lease record read; thread only

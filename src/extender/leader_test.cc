@@ -39,7 +39,7 @@ class ManualClock {
 class HookedClient final : public kube::KubeClient {
  public:
   explicit HookedClient(kube::KubeClient& inner) : inner_(inner) {}
-  std::function<void()> before_get, before_update;
+  std::function<void()> before_get, before_update, after_get;
 
   StatusOr<kube::ListResult> List(const kube::Resource& r, const std::string& ns,
                                   const kube::ListOptions& o) override {
@@ -53,7 +53,9 @@ class HookedClient final : public kube::KubeClient {
   StatusOr<nlohmann::json> Get(const kube::Resource& r, const std::string& ns,
                                const std::string& name) override {
     if (std::function<void()> hook = before_get) hook();
-    return inner_.Get(r, ns, name);
+    StatusOr<nlohmann::json> got = inner_.Get(r, ns, name);
+    if (std::function<void()> hook = after_get) hook();
+    return got;
   }
   StatusOr<nlohmann::json> Create(const kube::Resource& r, const std::string& ns,
                                   const nlohmann::json& object, const std::string& name,
@@ -293,5 +295,75 @@ TEST_F(LeaderTest, StopReleasesTheLeaseAndAContenderTakesItAtOnce) {
   EXPECT_EQ(l->holder, "replica-2");
 }
 
+// kube-scheduler's Lease in the extender's namespace, held by `holder` and
+// renewed now (the wall clock, as kube-scheduler writes it).
+void PutSchedulerLease(kube::KubeClient& client, const std::string& holder) {
+  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now());
+  StatusOr<kube::Lease> l = kube::GetLease(client, "kube-system", "kube-scheduler-x");
+  kube::Lease next;
+  if (l.ok()) {
+    next = *l;
+  } else {
+    next.ns = "kube-system";
+    next.name = "kube-scheduler-x";
+  }
+  next.holder = holder;
+  next.lease_duration_s = 15;
+  next.acquire_time = stamp;
+  next.renew_time = stamp;
+  StatusOr<kube::Lease> w =
+      l.ok() ? kube::UpdateLease(client, next) : kube::CreateLease(client, next);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+}
+
+// A bind's read of kube-scheduler's Lease (IsLeaderNow) that found this pod's
+// kube-scheduler holding it, but answered after a newer round of the thread
+// found another holder, is out of date: it does not make this replica lead
+// (it did, until the thread's next round, beside the new leader).
+TEST_F(LeaderTest, ABindsReadOlderThanARoundThatFoundAnotherHolderDoesNotLead) {
+  HookedClient hooked(*client_);
+  PutSchedulerLease(*client_, "pod-b_1");
+  LeaderOptions o = Options("pod-a-1");
+  o.scheduler_lease_ns = "kube-system";
+  o.scheduler_lease_name = "kube-scheduler-x";
+  o.host = "pod-a";
+  o.retry = std::chrono::seconds(1);
+  std::atomic<int> thread_reads{0};
+  std::atomic<std::thread::id> bind_thread{};
+  Gate gate;
+  hooked.after_get = [&] {
+    if (std::this_thread::get_id() == bind_thread.load()) {
+      gate.Pass();
+    } else {
+      ++thread_reads;
+    }
+  };
+  LeaderElector a(hooked, o, Logger());
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return thread_reads.load() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past IsLeaderNow's rate limit
+  EXPECT_FALSE(a.IsLeader());
+
+  // kube-scheduler in pod-a acquires; a bind reads that, and its answer is
+  // held back while kube-scheduler in pod-b takes over and the thread's next
+  // round (started later) reads pod-b.
+  PutSchedulerLease(*client_, "pod-a_2");
+  std::atomic<bool> bind_led{true};
+  std::thread bind([&] {
+    bind_thread.store(std::this_thread::get_id());
+    bind_led.store(a.IsLeaderNow());
+  });
+  gate.WaitHeld();
+  clock_.Advance(std::chrono::milliseconds(500));
+  PutSchedulerLease(*client_, "pod-b_3");
+  const int before = thread_reads.load();
+  ASSERT_TRUE(Eventually([&] { return thread_reads.load() > before; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the round settles
+  gate.Open();
+  bind.join();
+  EXPECT_FALSE(bind_led.load());
+  EXPECT_FALSE(a.IsLeader());
+  a.Stop();
+}
 }  // namespace
 }  // namespace accelpool::extender
