@@ -18,15 +18,29 @@ Each check prints what disagrees, with the file to fix:
            of the alerts table in docs/operations.md with the same expression
            (and every row an alert), names only registered metrics, and has a
            runbook that reaches a heading of docs/operations.md
+  examples every pod in a YAML example of the Markdown pages and of examples/
+           (a Pod, a workload's pod template, or a fragment: a container's
+           `resources:`, a pod's `spec:`, a pod's `metadata:`) is admitted by
+           the extender's admission webhook, which runs the pod parser
+           (api::ParsePodRequest) and the webhook's own checks, and is routed
+           to accelpool's scheduler (so it names a resource the webhook knows;
+           a misspelt name would leave the pod to the default scheduler). The
+           extender runs on a loopback port with a kubeconfig that reaches no
+           apiserver: no node is known, so only the pod itself is judged
 
 Exits 1 when any check finds something, 2 on bad arguments.
 """
 import argparse
 import glob
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 
 import yaml
 
@@ -194,6 +208,157 @@ def check_alerts(root):
     return problems, f'{len(alerts)} alerts, {len(rows)} rows'
 
 
+YAML_FENCE = re.compile(r'^```ya?ml\n(.*?)^```', re.S | re.M)
+
+
+def example_pods(doc):
+    """The pods a YAML example stands for, as (what, pod) pairs."""
+    if not isinstance(doc, dict):
+        return []
+    if 'kind' not in doc:
+        # Fragments: a container's resources, a pod's spec, a pod's metadata.
+        if 'resources' in doc:
+            return [('container fragment', {'spec': {'containers': [dict(doc, name='main')]}})]
+        if isinstance(doc.get('spec'), dict) and 'containers' in doc['spec']:
+            return [('pod spec fragment', {'metadata': doc.get('metadata', {}), 'spec': doc['spec']})]
+        if set(doc) == {'metadata'}:
+            container = {'name': 'main', 'resources': {'limits': {'nvidia.com/gpu': 1}}}
+            return [('pod metadata fragment', {'metadata': doc['metadata'],
+                                               'spec': {'containers': [container]}})]
+        return []
+    pods = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            spec = node.get('spec')
+            if isinstance(spec, dict) and isinstance(spec.get('containers'), list):
+                pods.append((f'{doc["kind"]} {path or "."}',
+                             {'metadata': node.get('metadata') or {}, 'spec': spec}))
+                return
+            for key, value in node.items():
+                walk(value, f'{path}.{key}')
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f'{path}[{i}]')
+
+    walk(doc, '')
+    return pods
+
+
+def example_sources(root):
+    """(file, line, YAML text) of every YAML example."""
+    pages = (glob.glob(os.path.join(root, 'docs', '**', '*.md'), recursive=True) +
+             [os.path.join(root, 'README.md')])
+    for page in sorted(pages):
+        text = read(page)
+        for m in YAML_FENCE.finditer(text):
+            yield os.path.relpath(page, root), text.count('\n', 0, m.start(1)) + 1, m.group(1)
+    for path in sorted(glob.glob(os.path.join(root, 'examples', '**', '*.yaml'), recursive=True)):
+        yield os.path.relpath(path, root), 1, read(path)
+
+
+def as_apiserver_sends(pod):
+    """Quantities as strings, as kube-apiserver sends them (YAML 1 -> "1")."""
+    for group in ('initContainers', 'containers'):
+        for c in pod['spec'].get(group) or []:
+            for section in ('limits', 'requests'):
+                values = (c.get('resources') or {}).get(section) or {}
+                for name, value in values.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        values[name] = str(value)
+
+
+def start_extender(extender, workdir):
+    """Starts the extender on a loopback port; returns (process, port)."""
+    with socket.socket() as s:  # a port nothing listens on: every apiserver call fails at once
+        s.bind(('127.0.0.1', 0))
+        dead = s.getsockname()[1]
+    kubeconfig = os.path.join(workdir, 'kubeconfig')
+    with open(kubeconfig, 'w', encoding='utf-8') as f:
+        f.write(f'''apiVersion: v1
+kind: Config
+clusters: [{{name: none, cluster: {{server: "http://127.0.0.1:{dead}"}}}}]
+users: [{{name: none, user: {{token: none}}}}]
+contexts: [{{name: none, context: {{cluster: none, user: none}}}}]
+current-context: none
+''')
+    log_path = os.path.join(workdir, 'extender.log')
+    log = open(log_path, 'w', encoding='utf-8')
+    proc = subprocess.Popen([extender, f'--kubeconfig={kubeconfig}', '--listen=127.0.0.1:0',
+                             '--learn-workload=false', '--host-aware=false'],
+                            stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        for line in read(log_path).splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get('msg') == 'serving' and entry.get('port'):
+                return proc, entry['port']
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f'the extender did not start serving: {read(log_path)[-2000:]}')
+
+
+def admit(port, pod):
+    review = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
+              'request': {'uid': 'docs', 'operation': 'CREATE',
+                          'kind': {'group': '', 'version': 'v1', 'kind': 'Pod'}, 'object': pod}}
+    req = urllib.request.Request(f'http://127.0.0.1:{port}/mutate', data=json.dumps(review).encode(),
+                                 headers={'Content-Type': 'application/json'}, method='POST')
+    with urllib.request.urlopen(req, timeout=10) as r:
+        response = json.load(r)['response']
+    # A pod the webhook routes carries a patch (spec.schedulerName at least); one it
+    # lets through untouched names no accelerator resource it knows.
+    return (response.get('allowed') is True, 'patch' in response,
+            response.get('status', {}).get('message', ''))
+
+
+def check_examples(root, extender):
+    examples = []
+    problems = []
+    for rel, line, text in example_sources(root):
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as e:
+            if rel.startswith('examples'):
+                problems.append(f'{rel}: does not parse as YAML: {e}')
+            continue  # a page's YAML may hold placeholders; only pods are checked
+        for n, doc in enumerate(docs):
+            where = f'{rel}:{line}' + (f' (document {n + 1})' if len(docs) > 1 else '')
+            for what, pod in example_pods(doc):
+                pod = json.loads(json.dumps(pod))
+                pod['metadata'] = pod.get('metadata') or {}
+                pod['metadata'].setdefault('name', 'example')
+                pod['metadata'].setdefault('namespace', 'default')
+                as_apiserver_sends(pod)
+                examples.append((where, what, pod))
+    if len(examples) < 15:
+        problems.append(f'only {len(examples)} pod examples found: the extraction is stale')
+    with tempfile.TemporaryDirectory() as workdir:
+        proc, port = start_extender(extender, workdir)
+        try:
+            for where, what, pod in examples:
+                pod['spec'].pop('schedulerName', None)  # so that a routed pod is patched
+                allowed, routed, message = admit(port, pod)
+                if not allowed:
+                    problems.append(f'{where}: the example ({what}) is refused: {message}')
+                elif not routed:
+                    problems.append(f'{where}: the example ({what}) names no accelerator resource '
+                                    f'the webhook knows (a misspelt name?)')
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return problems, f'{len(examples)} pod examples'
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--root', required=True)
@@ -211,7 +376,8 @@ def main():
                       ('flags', lambda: check_flags(args.root, binaries)),
                       ('links', lambda: check_links(args.root)),
                       ('values', lambda: check_values(args.root)),
-                      ('alerts', lambda: check_alerts(args.root))):
+                      ('alerts', lambda: check_alerts(args.root)),
+                      ('examples', lambda: check_examples(args.root, args.extender))):
         problems, what = run()
         print(f'{name}: {what}: ' + ('ok' if not problems else f'{len(problems)} problems'))
         for p in problems:
