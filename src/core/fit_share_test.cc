@@ -384,6 +384,9 @@ TEST(FitFilters, ForeignMemoryKeepsWholeRequestsOffAndSharesInTheRest) {
       named = true;
       EXPECT_EQ(why.available, 7);
       EXPECT_NE(DescribeReason(why).find("no grant accounts for"), std::string::npos);
+      // Names the Node Event the device plugin records (its reason, as kubectl shows it).
+      EXPECT_NE(DescribeReason(why).find("the node's AccelpoolForeignMemory events"),
+                std::string::npos);
     }
   }
   EXPECT_TRUE(named);

@@ -128,7 +128,7 @@ std::string DescribeReason(const FitReason& r) {
     case Reason::kForeignMemory:
       out << r.available << " otherwise free device(s) hold memory that no grant accounts for "
           << "(a leftover process or a container that sets the visible devices itself); they "
-          << "take shares only until it is freed (see the node's ForeignMemory events)";
+          << "take shares only until it is freed (see the node's AccelpoolForeignMemory events)";
       break;
   }
   return out.str();
