@@ -58,6 +58,12 @@ StatusOr<ContainerSpec> GenericContainerSpec(
       }
       spec.devices.push_back({path, path, "rw"});
     }
+    for (const std::string& pattern : traits.optional_device_nodes) {
+      const std::string path = ReplaceMinor(pattern, minor);
+      if (NodeExists(device_root, path)) {
+        spec.devices.push_back({path, path, "rw"});
+      }
+    }
     if (!traits.cdi_kind.empty()) {
       spec.cdi_devices.push_back(traits.cdi_kind + "=" + g.device.id);
     }

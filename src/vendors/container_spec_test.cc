@@ -108,5 +108,49 @@ TEST(GenericContainerSpecTest, NoNodesOnAnEmptyHost) {
   EXPECT_EQ(one.status().code(), StatusCode::kFailedPrecondition);
 }
 
+// Kunlunxin's own plugin answers with /dev/xpuctrl and /dev/xpu<N> and no
+// variable; XPU_VISIBLE_DEVICES and MACA_VISIBLE_DEVICES are read by the
+// runtime inside the container. A host number there (5) could name no
+// device among the mounted ones and hide the only GPU the pod was granted:
+// the nodes alone select the devices.
+TEST(GenericContainerSpecTest, NoHostNumberReachesAnInContainerSelector) {
+  for (core::Vendor v : {core::Vendor::kKunlunxin, core::Vendor::kMetax}) {
+    SCOPED_TRACE(core::VendorName(v));
+    FakeDevRoot dev;
+    dev.AddVendor(v, 1, 5);
+    auto spec = GenericContainerSpec(
+        TraitsFor(v), {Grant(v, "D-5", 0)}, [](const core::Device&) { return 5; }, dev.root());
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_TRUE(spec->env.empty()) << spec->env.begin()->first << "=" << spec->env.begin()->second;
+    std::string node = TraitsFor(v).device_nodes.front();
+    node.replace(node.find("{minor}"), 7, "5");
+    const std::vector<std::string> paths = Paths(*spec);
+    EXPECT_NE(std::find(paths.begin(), paths.end(), node), paths.end()) << node;
+  }
+}
+
+// Cambricon's plugin hands each MLU's IPC and MLULink communication nodes
+// (and GPUDirect RDMA's) over with it where the driver created them; a board
+// or driver without them still gets its MLU.
+TEST(GenericContainerSpecTest, CambriconCompanionNodesGoWithTheirMluWhereTheyExist) {
+  FakeDevRoot dev;
+  dev.Add("/dev/cambricon_ctl");
+  dev.Add("/dev/cambricon_gdr");
+  for (const char* p : {"/dev/cambricon_dev1", "/dev/cambricon_dev3", "/dev/cambricon_ipcm3",
+                        "/dev/commu3", "/dev/cmsg_ctrl3", "/dev/cambricon_ipcm2"}) {
+    dev.Add(p);
+  }
+  const core::Vendor v = core::Vendor::kCambricon;
+  auto spec = GenericContainerSpec(TraitsFor(v), {Grant(v, "MLU-a", 1), Grant(v, "MLU-b", 3)},
+                                   nullptr, dev.root());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(Paths(*spec),
+            (std::vector<std::string>{"/dev/cambricon_ctl", "/dev/cambricon_gdr",
+                                      "/dev/cambricon_dev1", "/dev/cambricon_dev3",
+                                      "/dev/cambricon_ipcm3", "/dev/commu3", "/dev/cmsg_ctrl3"}));
+  EXPECT_EQ(spec->env.at("CAMBRICON_VISIBLE_DEVICES"), "1,3");  // the runtime hook's: host slots
+  EXPECT_EQ(spec->env.at("MLU_VISIBLE_DEVICES"), "0,1");
+}
+
 }  // namespace
 }  // namespace accelpool::vendors

@@ -59,6 +59,9 @@ struct VendorTraits {
   std::vector<VisibleEnv> visible_env;    // runtime-hook name first, in-process names after
   std::vector<std::string> device_nodes;  // per device; "{minor}" is replaced
   std::vector<std::string> shared_nodes;  // control nodes every container needs
+  // Per-device companion nodes ("{minor}" replaced) handed over only where
+  // they exist: not every driver release or board creates them.
+  std::vector<std::string> optional_device_nodes;
   std::vector<std::string> libraries;     // management library names tried in order
   bool fractional = false;                // memory/compute shares can be granted
   bool soft_enforcement = false;          // shares enforced by libaccelpool-cuda
@@ -154,7 +157,9 @@ using VendorDriverPtr = std::unique_ptr<VendorDriver>;
 // The spec every vendor shares: the traits' device nodes (with "{minor}"
 // replaced by the device's minor number from `minor_of`, or its index when
 // that returns -1; or, where `nodes_of` names a device's own nodes, those
-// instead), the shared control nodes that exist, and the visible devices env.
+// instead), the device's optional companion nodes and the shared control
+// nodes that exist, and the visible devices env (none for a vendor whose
+// traits list no variable: the mounted nodes are the selection).
 // Used by drivers; vendors add their own extras.
 //
 // Existence is checked at `device_root` + path ("" checks the paths as this
