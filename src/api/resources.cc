@@ -280,9 +280,13 @@ std::optional<std::string_view> DeviceControlledEnv(std::string_view name) {
   static constexpr std::string_view kEnforcement[] = {
       "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_PIPE_DIRECTORY", "ASCEND_VNPU_SPECS"};
+  // Read by the vendors' container runtime hooks, which mount what they name.
+  // Kunlunxin's XPU_VISIBLE_DEVICES and MetaX's MACA_VISIBLE_DEVICES are read
+  // in the process, over the nodes the plugin mounted: a pod's own value
+  // only narrows those (docs/vendors.md).
   static constexpr std::string_view kDeviceSelection[] = {
-      "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES",   "XPU_VISIBLE_DEVICES",
-      "MACA_VISIBLE_DEVICES",   "MTHREADS_VISIBLE_DEVICES", "CAMBRICON_VISIBLE_DEVICES"};
+      "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES", "MTHREADS_VISIBLE_DEVICES",
+      "CAMBRICON_VISIBLE_DEVICES"};
   for (std::string_view prefix : kEnforcementPrefixes) {
     if (name.substr(0, prefix.size()) == prefix) {
       return "enforcement";

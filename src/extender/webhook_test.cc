@@ -129,6 +129,11 @@ TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
       // In-process selectors only narrow what is mounted; other names are the pod's own.
       {"containers", {{{"name", "CUDA_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
       {"containers", {{{"name", "ASCEND_RT_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
+      {"containers", {{{"name", "XPU_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
+      {"containers", {{{"name", "MACA_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
+      {"containers",
+       {{{"name", "MTHREADS_VISIBLE_DEVICES"}, {"value", "all"}}},
+       "device selection"},
       {"containers", {{{"name", "ACCELPOOL"}, {"value", "x"}}, {{"name", 5}}, 7}, nullptr},
   };
   for (const Case& c : cases) {
