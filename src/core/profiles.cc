@@ -29,6 +29,7 @@ struct ProfileRow {
   std::vector<int32_t> numa;  // default NUMA per device, repeated if shorter
   LinkLevels links;
   SliceRule slices;
+  GroupFit group_fit;  // which group a request inside one group takes
 };
 
 std::vector<int32_t> Range(int32_t from, int32_t to) {
@@ -47,12 +48,14 @@ const std::vector<ProfileRow>& Rows() {
     rows->push_back({{"nvidia-hgx-8", Vendor::kNvidia, "H200", 8, 143771, 132,
                       "HGX NVSwitch: any subset; prefer one NUMA half (VENDORS 11, inferred)"},
                      10, 4, GroupRule::kPrefer, SpanRule::kAny, 0, ModuleRule::kNone, {},
-                     {0, 0, 0, 0, 1, 1, 1, 1}, {0, 0, 0, 1010, 1000}, {}});
+                     {0, 0, 0, 0, 1, 1, 1, 1}, {0, 0, 0, 1010, 1000}, {},
+                     GroupFit::kEvenRemainder});
     // PCIe cards with NVLink bridges on pairs (0,1) (2,3) ...: bridged pairs first.
     rows->push_back({{"nvidia-pcie-8", Vendor::kNvidia, "L40S", 8, 46068, 142,
                       "PCIe + NVLink bridge pairs: keep bridged pairs, then P2P level (HAMi links)"},
                      10, 4, GroupRule::kPrefer, SpanRule::kAny, 2, ModuleRule::kPreferTogether, {},
-                     {0, 0, 0, 0, 1, 1, 1, 1}, {160, 0, 0, 40, 10}, {}});
+                     {0, 0, 0, 0, 1, 1, 1, 1}, {160, 0, 0, 40, 10}, {},
+                     GroupFit::kEvenRemainder});
     // Ascend slices are vNPU templates, whose AI cores are the same share of
     // the chip as their memory: compute follows memory.
     // Ascend 910A x8: two HCCS rings, 1/2/4 inside one ring, 8 whole node.
@@ -60,19 +63,23 @@ const std::vector<ProfileRow>& Rows() {
                       "910A rings {0-3} {4-7}; counts 1,2,4,8; small requests in one ring (doc)"},
                      1, 4, GroupRule::kRequired, SpanRule::kAny, 0, ModuleRule::kNone, {1, 2, 4, 8},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 0, 0, 1},
-                     {1, {2184, 4369, 8738, 17476}, false, 0, true, true}});
+                     {1, {2184, 4369, 8738, 17476}, false, 0, true, true},
+                     GroupFit::kEvenRemainder});
     rows->push_back({{"ascend-910a-x4", Vendor::kAscend, "Ascend910A", 4, 32768, 32,
                       "910A half config: one ring; counts 1,2,4 (code)"},
                      1, 4, GroupRule::kRequired, SpanRule::kAny, 0, ModuleRule::kNone, {1, 2, 4},
-                     {0}, {0, 100, 0, 0, 1}, {1, {2184, 4369, 8738, 17476}, false, 0, true, true}});
+                     {0}, {0, 100, 0, 0, 1}, {1, {2184, 4369, 8738, 17476}, false, 0, true, true},
+                     GroupFit::kEvenRemainder});
     // 910B Atlas 800T A2: full HCCS mesh; any subset. NUMA from the documented
     // 910B2 sample (6,0,6,0,4,2,4,2): never derived from the index.
     rows->push_back({{"ascend-910b-x8", Vendor::kAscend, "Ascend910B3", 8, 65536, 20,
                       "910B x8 full HCCS mesh: any count 1-8 (doc)"},
                      1, 0, GroupRule::kNone, SpanRule::kAny, 0, ModuleRule::kNone, Range(1, 8),
                      {6, 0, 6, 0, 4, 2, 4, 2}, {0, 0, 0, 110, 100},
-                     {1, {16384, 32768}, false, 0, true, true}});
-    // 910B Box16: rings {0-7} {8-15}; <=8 in one ring; 10/12/14 as mirrored pairs.
+                     {1, {16384, 32768}, false, 0, true, true},
+                     GroupFit::kEvenRemainder});
+    // 910B Box16: rings {0-7} {8-15}; <=8 in one ring; 10/12/14 as mirrored pairs;
+    // <=8 takes the ring with the fewest free NPUs that fits (ascend910b/base.go).
     {
       std::vector<int32_t> counts = Range(1, 8);
       for (int32_t c : {10, 12, 14, 16}) counts.push_back(c);
@@ -80,7 +87,8 @@ const std::vector<ProfileRow>& Rows() {
                         "910B Box16 rings of 8; 10/12/14 as pairs (i, i+8); 16 whole (doc+code)"},
                        1, 8, GroupRule::kRequired, SpanRule::kEvenMirrored, 0, ModuleRule::kNone,
                        counts, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-                       {0, 100, 50, 0, 1}, {1, {8192, 16384}, false, 0, true, true}});
+                       {0, 100, 50, 0, 1}, {1, {8192, 16384}, false, 0, true, true},
+                       GroupFit::kFewestFree});
     }
     // 910C / A3: 8 HiAM modules of 2 dies; even counts take whole modules.
     {
@@ -90,46 +98,55 @@ const std::vector<ProfileRow>& Rows() {
                         "910C dies 2k,2k+1 form a module; even counts take whole modules (doc)"},
                        1, 0, GroupRule::kNone, SpanRule::kAny, 2, ModuleRule::kWholeForEven, counts,
                        {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, {200, 0, 0, 100, 100},
-                       {1, {16384, 32768}, false, 0, true, true}});
+                       {1, {16384, 32768}, false, 0, true, true},
+                       GroupFit::kEvenRemainder});
     }
     // 310P Duo: 2 chips per card; a request of <= 2 stays on one card.
     rows->push_back({{"ascend-310p-duo", Vendor::kAscend, "Ascend310P3", 8, 24576, 8,
                       "310P Duo: <=2 chips on one card; odd remainder to a half-used card (doc)"},
                      1, 0, GroupRule::kNone, SpanRule::kAny, 2, ModuleRule::kStayInside, {},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {100, 0, 0, 10, 1},
-                     {1, {3072, 6144, 12288}, false, 0, true, true}});
+                     {1, {3072, 6144, 12288}, false, 0, true, true},
+                     GroupFit::kEvenRemainder});
     // Kunlunxin P800: wings {0-3} {4-7} (= NUMA); 1/2/4 must not span NUMA (doc).
+    // Wing order by free count: 1 -> 1,3,2,4; 2 -> 2,3,4; 4 -> 4 (HAMi kunlun/topo.go).
     rows->push_back({{"kunlunxin-p800-x8", Vendor::kKunlunxin, "P800", 8, 98304, 0,
                       "P800 wings {0-3} {4-7}; counts 1,2,4,8; small requests in one wing (doc)"},
                      4, 4, GroupRule::kRequired, SpanRule::kAny, 0, ModuleRule::kNone, {1, 2, 4, 8},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 50, 0, 0},
-                     {1, {24576, 49152}, true, 32, true, false}});
+                     {1, {24576, 49152}, true, 32, true, false},
+                     GroupFit::kEvenRemainderForOdd});
     // MetaX C500: MetaXLink zones {0-3} {4-7}; staying inside one is preferred.
     rows->push_back({{"metax-c500-x8", Vendor::kMetax, "C500", 8, 65536, 104,
                       "C500 MetaXLink zones {0-3} {4-7}: keep within one zone (doc+sample)"},
                      10, 4, GroupRule::kPrefer, SpanRule::kAny, 0, ModuleRule::kNone, {},
-                     {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 0, 0, 10}, {1, {}, false, 0, false, true}});
+                     {0, 0, 0, 0, 1, 1, 1, 1}, {0, 100, 0, 0, 10}, {1, {}, false, 0, false, true},
+                     GroupFit::kEvenRemainder});
     // Moore Threads S4000: no documented rule; NUMA halves; 512 MiB steps.
     rows->push_back({{"mthreads-s4000-x8", Vendor::kMthreads, "MTT S4000", 8, 49152, 128,
                       "S4000: no documented rule, NUMA halves preferred; 512 MiB slices (unsure)"},
                      16, 4, GroupRule::kPrefer, SpanRule::kAny, 0, ModuleRule::kNone, {},
-                     {0, 0, 0, 0, 1, 1, 1, 1}, {}, {512, {}, false, 0, false, true}});
+                     {0, 0, 0, 0, 1, 1, 1, 1}, {}, {512, {}, false, 0, false, true},
+                     GroupFit::kEvenRemainder});
     // Cambricon MLU370-X8: 2 chips per board kept together; ring counts 1/2/4/8.
     rows->push_back({{"cambricon-mlu370-x8", Vendor::kCambricon, "MLU370-X8", 8, 24576, 0,
                       "MLU370-X8 boards of 2 chips kept together; ring counts 1,2,4,8 (doc+code)"},
                      10, 4, GroupRule::kPrefer, SpanRule::kAny, 2, ModuleRule::kPreferTogether,
                      {1, 2, 4, 8}, {0, 0, 0, 0, 1, 1, 1, 1}, {200, 100, 0, 0, 10},
-                     {256, {}, false, 0, false, true}});
+                     {256, {}, false, 0, false, true},
+                     GroupFit::kEvenRemainder});
     // T-Head PPU: ICN all-to-all; prefer one NUMA node (groups of 4: 4,2,6,0).
     rows->push_back({{"thead-ppu-x16", Vendor::kThead, "PPU-ZW810E", 16, 98304, 0,
                       "PPU ICN all-to-all; prefer the same NUMA node (sample, unsure)"},
                      1, 4, GroupRule::kPrefer, SpanRule::kAny, 0, ModuleRule::kNone, {},
-                     {4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6, 0, 0, 0, 0}, {0, 0, 0, 110, 100}, {}});
+                     {4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6, 0, 0, 0, 0}, {0, 0, 0, 110, 100}, {},
+                     GroupFit::kEvenRemainder});
     // Hygon K100: no rule found (PCIe, all NUMA 0 in the sample).
     rows->push_back({{"hygon-k100-x8", Vendor::kHygon, "K100-AI", 8, 65536, 120,
                       "K100: no documented rule; NUMA default (unsure)"},
                      10, 0, GroupRule::kNone, SpanRule::kAny, 0, ModuleRule::kNone, {}, {0}, {},
-                     {1, {}, false, 0, false, true}});
+                     {1, {}, false, 0, false, true},
+                     GroupFit::kEvenRemainder});
     return rows;
   }();
   return *kRows;
@@ -144,6 +161,11 @@ const ProfileRow* FindRow(std::string_view name) {
 }
 
 }  // namespace
+
+GroupFit GroupFitOf(std::string_view kind) {
+  const ProfileRow* row = FindRow(kind);
+  return row == nullptr ? GroupFit::kEvenRemainder : row->group_fit;
+}
 
 const std::vector<ProfileInfo>& Profiles() {
   static const std::vector<ProfileInfo>* const kInfos = [] {

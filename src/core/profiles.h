@@ -7,6 +7,7 @@
 #ifndef ACCELPOOL_CORE_PROFILES_H_
 #define ACCELPOOL_CORE_PROFILES_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,26 @@ struct ProfileInfo {
 };
 
 const std::vector<ProfileInfo>& Profiles();
+
+// Which group a request that fits inside one group takes, by the free
+// devices each group has, as each vendor's scheduler orders them.
+enum class GroupFit : uint8_t {
+  // Remainder 0 first, then even remainders ascending, then odd ones
+  // (MindCluster 910A: a request of 1 takes a ring with 1, 3, 2, 4 free; of 2,
+  // one with 2, 4, 3 free).
+  kEvenRemainder,
+  // The group with the fewest free devices that fits (910B Box16: a request
+  // of 1 takes a ring with 2 free before one with 3, keeping 3 for a 3).
+  kFewestFree,
+  // kEvenRemainder for odd counts, kFewestFree for even ones (Kunlunxin P800:
+  // 1 -> 1, 3, 2, 4 free; 2 -> 2, 3, 4, so a 2 beside a 3-free wing leaves
+  // the other wing whole for a 4).
+  kEvenRemainderForOdd,
+};
+
+// The group order of the profile named `kind` (Topology::kind, which travels
+// with an inventory); kEvenRemainder for a kind that is no profile.
+GroupFit GroupFitOf(std::string_view kind);
 
 // Builds the topology of a profile for inv.devices (groups, modules, valid
 // counts, links, slice rules). Devices keep their own NUMA ids; when a device

@@ -4,16 +4,21 @@
 #include <map>
 #include <numeric>
 
+#include "core/profiles.h"
+
 namespace accelpool::core::internal {
 
 namespace {
 
-// Best-fit key for a group (or module) with `free` devices taking `count`:
-// remainder 0 first, then even remainders ascending, then odd ascending
-// (VENDORS.md 2.2: 910A ring order for 1 is 1, 3, 2, 4 free; for 2: 2, 4, 3).
-int64_t BestFitRank(int32_t free, int32_t count) {
+// Best-fit key for a group (or module) with `free` devices taking `count`,
+// higher first, in the order `fit` names (profiles.h): by default remainder 0
+// first, then even remainders ascending, then odd ascending (VENDORS.md 2.2:
+// 910A ring order for 1 is 1, 3, 2, 4 free; for 2: 2, 4, 3).
+int64_t BestFitRank(int32_t free, int32_t count, GroupFit fit = GroupFit::kEvenRemainder) {
   const int32_t rem = free - count;
-  return -(static_cast<int64_t>(rem % 2) * 100 + rem);
+  const bool by_parity =
+      fit == GroupFit::kEvenRemainder || (fit == GroupFit::kEvenRemainderForOdd && count % 2 != 0);
+  return -((by_parity ? static_cast<int64_t>(rem % 2) * 100 : 0) + rem);
 }
 
 // Rank scales, from most to least important. A candidate's rank is a sum of
@@ -195,6 +200,7 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
   const size_t gmax = MaxSize(t.groups);
   const bool grouped = !t.groups.empty() && t.group_rule != GroupRule::kNone;
   if (grouped && static_cast<size_t>(count) <= gmax) {
+    const GroupFit order = GroupFitOf(t.kind);
     int32_t best_free = 0;
     for (const auto& g : t.groups) {
       std::vector<int32_t> sub;
@@ -204,7 +210,8 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
       best_free = std::max(best_free, static_cast<int32_t>(sub.size()));
       if (static_cast<int32_t>(sub.size()) < count) continue;
       const int64_t fit =
-          kInGroupScale + BestFitRank(static_cast<int32_t>(sub.size()), count) * kBestFitScale;
+          kInGroupScale +
+          BestFitRank(static_cast<int32_t>(sub.size()), count, order) * kBestFitScale;
       GenericSets(inv, sub, count, used, fit, &out);
     }
     if (t.group_rule == GroupRule::kRequired) {
