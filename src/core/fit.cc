@@ -304,6 +304,82 @@ void AddGrants(const ContainerPlacement& cp, const NodeInventory& inv, NodeUsage
   }
 }
 
+// The containers whose whole devices a vendor's rules govern as one set: the
+// whole-device requests of the steady state (regular containers and
+// sidecars). The rules count devices per pod (VENDORS.md section 11): two
+// containers of a 910A pod asking 1 chip each must share a ring, as a pod
+// asking 2 must; 1 + 2 chips is a pod of 3, which 910A refuses.
+std::vector<size_t> PodSetMembers(const PodRequest& pod, Vendor v) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < pod.containers.size(); ++i) {
+    const DeviceRequest& r = pod.containers[i];
+    if (r.vendor == v && r.count > 0 && r.kind != ContainerKind::kInit && Whole(r)) {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+// The devices of `members`, ascending, read from each member's placement.
+std::vector<int32_t> PodSet(const std::vector<const ContainerPlacement*>& members) {
+  std::vector<int32_t> devs;
+  for (const ContainerPlacement* cp : members) {
+    for (const Grant& g : cp->grants) devs.push_back(g.device);
+  }
+  std::sort(devs.begin(), devs.end());
+  return devs;
+}
+
+bool SameDevicesAllowed(const DeviceRequest& a, const DeviceRequest& b) {
+  return a.model_include == b.model_include && a.model_exclude == b.model_exclude &&
+         a.id_include == b.id_include && a.id_exclude == b.id_exclude &&
+         a.partition == b.partition && a.numa_bind == b.numa_bind;
+}
+
+// Plans `members` (PodSetMembers, at least two) as one request of their
+// total count on `base`, and hands the set out in container order, lowest
+// devices first, so that each container's part is a legal set of its own as
+// well. Fails when the members allow different devices or the parts break a
+// rule of their own (a Box16 pod of 8 + 2 chips: 10 chips are mirrored pairs,
+// 5 in each ring, so the 8 cannot stay in one ring).
+ContainerOutcome PlanPodSet(const PodRequest& pod, const std::vector<size_t>& members,
+                            const NodeInventory& inv, const NodeUsage& base, const Policy* policy,
+                            std::vector<ContainerPlacement>* planned) {
+  const DeviceRequest& first = pod.containers[members.front()];
+  DeviceRequest merged = first;
+  merged.count = 0;
+  for (size_t m : members) merged.count += pod.containers[m].count;
+  ContainerOutcome o;
+  for (size_t m : members) {
+    if (!SameDevicesAllowed(first, pod.containers[m])) {
+      Fail(&o, FitCode::kUnschedulable, {Reason::kNoTopologyGroup, merged.count, 0});
+      return o;
+    }
+  }
+  o = PlanContainer(merged, pod.host, inv, base, policy);
+  if (o.code != FitCode::kFits) return o;
+  std::vector<Grant> grants = o.placement.grants;
+  std::sort(grants.begin(), grants.end(),
+            [](const Grant& a, const Grant& b) { return a.device < b.device; });
+  size_t next = 0;
+  for (size_t m : members) {
+    const DeviceRequest& r = pod.containers[m];
+    ContainerPlacement cp{r.container, r.kind, {}};
+    std::vector<int32_t> devs;
+    for (int32_t k = 0; k < r.count; ++k, ++next) {
+      cp.grants.push_back(grants[next]);
+      devs.push_back(grants[next].device);
+    }
+    if (!internal::IsLegalSet(inv, devs, SetQuery{r.count, r.numa_bind, false})) {
+      o = ContainerOutcome{};
+      Fail(&o, FitCode::kUnschedulable, {Reason::kNoTopologyGroup, merged.count, 0});
+      return o;
+    }
+    (*planned)[m] = std::move(cp);
+  }
+  return o;
+}
+
 }  // namespace
 
 int64_t EffectiveMemory(const DeviceRequest& r, const Device& d, const SliceRule& s) {
@@ -519,6 +595,31 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
     AddGrants(o.placement, inv, &work);
     planned[i] = std::move(o.placement);
   }
+  // The vendor's rules hold for the pod's whole devices together. Planned
+  // one container at a time they may break them (1 + 1 chips in two 910A
+  // rings); then the whole-device containers are planned as one set, and the
+  // shares after them.
+  const std::vector<size_t> members = PodSetMembers(pod, inv.vendor);
+  if (members.size() >= 2) {
+    std::vector<const ContainerPlacement*> parts;
+    for (size_t m : members) parts.push_back(&planned[m]);
+    const std::vector<int32_t> devs = PodSet(parts);
+    if (!internal::IsLegalSet(inv, devs,
+                              SetQuery{static_cast<int32_t>(devs.size()), false, false})) {
+      ContainerOutcome o = PlanPodSet(pod, members, inv, base, policy, &planned);
+      if (o.code != FitCode::kFits) return fail(o);
+      work = base;
+      for (size_t m : members) AddGrants(planned[m], inv, &work);
+      for (size_t i = 0; i < nc; ++i) {
+        const DeviceRequest& r = pod.containers[i];
+        if (!relevant[i] || r.kind == ContainerKind::kInit || !r.Fractional()) continue;
+        ContainerOutcome share = PlanContainer(r, pod.host, inv, work, policy);
+        if (share.code != FitCode::kFits) return fail(share);
+        AddGrants(share.placement, inv, &work);
+        planned[i] = std::move(share.placement);
+      }
+    }
+  }
   // Each init container alone, beside the sidecars declared before it. Where
   // a device hosts one slice size only, the pod keeps to one size on each
   // device over all its phases: the sizes of the steady state and of the
@@ -626,6 +727,23 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
     if (!internal::IsLegalSet(inv, devs, SetQuery{r.count, r.numa_bind, r.Fractional()})) {
       return FailedPreconditionError(who + "device set breaks the node's topology rules (" +
                                      inv.topology.kind + ")");
+    }
+  }
+  // The rules count the pod's whole devices of the steady state together.
+  std::vector<const ContainerPlacement*> parts;
+  for (size_t m : PodSetMembers(pod, inv.vendor)) {
+    for (const auto& c : placement.containers) {
+      if (c.container == pod.containers[m].container) parts.push_back(&c);
+    }
+  }
+  if (parts.size() >= 2) {
+    const std::vector<int32_t> devs = PodSet(parts);
+    if (!internal::IsLegalSet(inv, devs,
+                              SetQuery{static_cast<int32_t>(devs.size()), false, false})) {
+      return FailedPreconditionError("pod's " + std::to_string(devs.size()) + " whole devices on " +
+                                     inv.node + " break the node's topology rules (" +
+                                     inv.topology.kind +
+                                     "), which count the devices of all its containers together");
     }
   }
   for (const auto& c : placement.containers) {

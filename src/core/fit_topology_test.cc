@@ -154,5 +154,79 @@ const Case kCases[] = {
 INSTANTIATE_TEST_SUITE_P(Vendors, TopologyRules, ::testing::ValuesIn(kCases),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// The rules count a pod's whole devices together (VENDORS.md 11: counts are
+// per pod), however many containers ask for them.
+struct PodCase {
+  const char* name;
+  const char* cite;
+  const char* profile;
+  std::vector<int32_t> busy;
+  std::vector<int32_t> counts;  // one whole-device container each
+  FitCode want_code;
+  std::vector<std::vector<int32_t>> want_devices;  // per container, when fits
+  Reason want_reason;
+};
+
+class PodTopologyRules : public ::testing::TestWithParam<PodCase> {};
+
+TEST_P(PodTopologyRules, Fit) {
+  const PodCase& c = GetParam();
+  const NodeInventory inv = MakeNode(c.profile);
+  const NodeUsage usage = Busy(inv, c.busy);
+  std::vector<DeviceRequest> containers;
+  for (size_t i = 0; i < c.counts.size(); ++i) {
+    containers.push_back(Whole(inv.vendor, c.counts[i], "c" + std::to_string(i)));
+  }
+  const PodRequest pod = Pod(containers);
+  const FitResult r = Fit(pod, inv, usage);
+  ASSERT_EQ(r.code, c.want_code) << c.cite << "\n"
+                                 << (r.reasons.empty() ? "" : DescribeReason(r.reasons[0]));
+  if (c.want_code == FitCode::kFits) {
+    for (size_t i = 0; i < c.want_devices.size(); ++i) {
+      EXPECT_EQ(Devices(r, i), c.want_devices[i]) << c.cite << ", container " << i;
+    }
+    EXPECT_TRUE(CheckPlacement(pod, inv, usage, r.placement).ok()) << c.cite;
+  } else {
+    ASSERT_FALSE(r.reasons.empty());
+    EXPECT_EQ(r.reasons[0].reason, c.want_reason)
+        << c.cite << ": " << DescribeReason(r.reasons[0]);
+  }
+}
+
+const PodCase kPodCases[] = {
+    {"a910a_one_plus_one_share_a_ring", "11: 910A a pod of 2 inside one ring", "ascend-910a-x8",
+     {0, 1, 2, 4, 5}, {1, 1}, FitCode::kFits, {{6}, {7}}, {}},
+    {"a910a_one_plus_one_never_span_rings", "11: 910A a pod of 2 inside one ring",
+     "ascend-910a-x8", {0, 1, 2, 4, 5, 6}, {1, 1}, FitCode::kUnschedulable, {},
+     Reason::kNoTopologyGroup},
+    {"a910a_pod_of_three_invalid", "11: 910A per-pod counts 1,2,4,8", "ascend-910a-x8", {},
+     {2, 1}, FitCode::kUnresolvable, {}, Reason::kInvalidCount},
+    {"a910c_one_plus_one_take_a_module", "11: 910C an even pod takes whole modules",
+     "ascend-910c-x16", {1, 3}, {1, 1}, FitCode::kFits, {{4}, {5}}, {}},
+    {"a910c_two_plus_two_take_two_modules", "11: 910C an even pod takes whole modules",
+     "ascend-910c-x16", {1}, {2, 2}, FitCode::kFits, {{2, 3}, {4, 5}}, {}},
+    {"a910b16_eight_plus_two_not_mirrored", "11: Box16 a pod of 10 as pairs (i, i+8)",
+     "ascend-910b-x16", {}, {8, 2}, FitCode::kUnschedulable, {}, Reason::kNoTopologyGroup},
+    {"a310p_one_plus_one_on_one_card", "11: 310P a pod of <=2 on one Duo card",
+     "ascend-310p-duo", {0, 2}, {1, 1}, FitCode::kFits, {{4}, {5}}, {}},
+    {"p800_two_plus_two_in_one_wing", "11: P800 a pod of 4 inside one wing", "kunlunxin-p800-x8",
+     {0}, {2, 2}, FitCode::kFits, {{4, 5}, {6, 7}}, {}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Vendors, PodTopologyRules, ::testing::ValuesIn(kPodCases),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+TEST(PodTopologyRules, CheckPlacementCountsThePodsDevicesTogether) {
+  const NodeInventory inv = MakeNode("ascend-910a-x8");
+  const NodeUsage usage = NodeUsage::Empty(inv);
+  const PodRequest pod = Pod({Whole(inv.vendor, 1, "a"), Whole(inv.vendor, 1, "b")});
+  Placement p;
+  p.containers.push_back({"a", ContainerKind::kRegular, {{3, 32768, kComputeWhole, true}}});
+  p.containers.push_back({"b", ContainerKind::kRegular, {{4, 32768, kComputeWhole, true}}});
+  EXPECT_FALSE(CheckPlacement(pod, inv, usage, p).ok()) << "chips 3 and 4 are in two rings";
+  p.containers[1].grants[0].device = 2;
+  EXPECT_TRUE(CheckPlacement(pod, inv, usage, p).ok());
+}
+
 }  // namespace
 }  // namespace accelpool::core
