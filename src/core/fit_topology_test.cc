@@ -111,6 +111,28 @@ const Case kCases[] = {
      {0, 2, 4, 6}, 2, false, FitCode::kUnschedulable, {}, Reason::kNoWholeModule},
     {"a310p_three_fills_the_half_used_card", "11: 310P odd remainder to a card with 1 free",
      "ascend-310p-duo", {7}, 3, false, FitCode::kFits, {4, 5, 6}, {}},
+    // --- Ascend 310, Atlas 300I cards {0-3} {4-7} {8-11} {12-15}: <=4 on one card, card
+    // order 1 -> 1,3,2,4; 2 -> 2,3,4 free; above 4 the cards with the fewest free first.
+    {"a310_one_prefers_card_with_one_free", "11: 310 best-fit card by free count: 1, 3, 2, 4",
+     "ascend-310-cards", {0, 1, 2, 4, 8, 9}, 1, false, FitCode::kFits, {3}, {}},
+    {"a310_one_order_three_before_two", "11: 310 best-fit card by free count: 1, 3, 2, 4",
+     "ascend-310-cards", {0, 1, 2, 3, 4, 8, 9}, 1, false, FitCode::kFits, {5}, {}},
+    {"a310_two_order_2_3_4", "2.2: 310 card order for 2 is 2, 3, 4 free (card310x4)",
+     "ascend-310-cards", {0, 1, 2, 3, 4, 12, 13, 14, 15}, 2, false, FitCode::kFits, {5, 6}, {}},
+    {"a310_three_order_3_4", "2.2: 310 card order for 3 is 3, 4 free (card310x4)",
+     "ascend-310-cards", {0, 4, 5}, 3, false, FitCode::kFits, {1, 2, 3}, {}},
+    {"a310_four_takes_a_whole_card", "11: 310 <=4 on one card", "ascend-310-cards", {0, 5}, 4,
+     false, FitCode::kFits, {8, 9, 10, 11}, {}},
+    {"a310_four_never_spans_cards", "11: 310 <=4 on one card", "ascend-310-cards",
+     {0, 4, 8, 12}, 4, false, FitCode::kUnschedulable, {}, Reason::kNoWholeModule},
+    {"a310_six_fills_fewest_free_cards_first", "2.2: 310 above 4: cards by 1,2,3,4 free",
+     "ascend-310-cards", {0, 1, 2, 4, 8, 9}, 6, false, FitCode::kFits, {3, 5, 6, 7, 10, 11}, {}},
+    {"a310_five_leaves_a_whole_card", "2.2: 310 above 4: cards by 1,2,3,4 free (chip310x4)",
+     "ascend-310-cards", {0, 5, 13}, 5, false, FitCode::kFits, {1, 2, 3, 4, 6}, {}},
+    {"a310_seven_takes_the_last_card_in_part", "2.2: 310 above 4 fills card by card (chip310x4)",
+     "ascend-310-cards", {0, 1, 2}, 7, false, FitCode::kFits, {3, 4, 5, 6, 7, 8, 9}, {}},
+    {"a310_sixteen_whole_node", "2.2: 310 chip mode any count", "ascend-310-cards", {}, 16, false,
+     FitCode::kFits, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {}},
     // --- Kunlunxin P800 wings.
     {"p800_two_in_one_wing", "11: P800 1,2,4 inside a wing (doc)", "kunlunxin-p800-x8",
      {0, 1, 4}, 2, false, FitCode::kFits, {2, 3}, {}},
@@ -209,6 +231,8 @@ const PodCase kPodCases[] = {
      "ascend-910b-x16", {}, {8, 2}, FitCode::kUnschedulable, {}, Reason::kNoTopologyGroup},
     {"a310p_one_plus_one_on_one_card", "11: 310P a pod of <=2 on one Duo card",
      "ascend-310p-duo", {0, 2}, {1, 1}, FitCode::kFits, {{4}, {5}}, {}},
+    {"a310_two_plus_two_on_one_card", "11: 310 a pod of <=4 on one card", "ascend-310-cards",
+     {0}, {2, 2}, FitCode::kFits, {{4, 5}, {6, 7}}, {}},
     {"p800_two_plus_two_in_one_wing", "11: P800 a pod of 4 inside one wing", "kunlunxin-p800-x8",
      {0}, {2, 2}, FitCode::kFits, {{4, 5}, {6, 7}}, {}},
 };
@@ -226,6 +250,73 @@ TEST(PodTopologyRules, CheckPlacementCountsThePodsDevicesTogether) {
   EXPECT_FALSE(CheckPlacement(pod, inv, usage, p).ok()) << "chips 3 and 4 are in two rings";
   p.containers[1].grants[0].device = 2;
   EXPECT_TRUE(CheckPlacement(pod, inv, usage, p).ok());
+}
+
+TEST(PodTopologyRules, CheckPlacementKeepsFour310ChipsOnOneCard) {
+  const NodeInventory inv = MakeNode("ascend-310-cards");
+  const NodeUsage usage = NodeUsage::Empty(inv);
+  const PodRequest pod = Pod({Whole(inv.vendor, 4)});
+  Placement p;
+  p.containers.push_back({"main", ContainerKind::kRegular, {}});
+  for (int32_t d : {2, 3, 4, 5}) p.containers[0].grants.push_back({d, 8192, kComputeWhole, true});
+  EXPECT_FALSE(CheckPlacement(pod, inv, usage, p).ok()) << "chips 2, 3 and 4, 5 are on two cards";
+  for (int32_t i = 0; i < 4; ++i) p.containers[0].grants[static_cast<size_t>(i)].device = 4 + i;
+  EXPECT_TRUE(CheckPlacement(pod, inv, usage, p).ok());
+}
+
+// Cards as the hardware reports them (DCMI card ids), not from the index.
+TEST(Profiles, ModulesGivenByTheBackendAreTheCards) {
+  NodeInventory inv = MakeNode("ascend-310-cards");
+  inv.devices.resize(8);
+  const std::vector<std::vector<int32_t>> cards = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+  ASSERT_TRUE(ApplyProfile("ascend-310-cards", &inv, cards).ok());
+  ASSERT_TRUE(ValidateInventory(inv).ok()) << ValidateInventory(inv).ToString();
+  EXPECT_EQ(inv.topology.kind, "ascend-310-cards");
+  EXPECT_EQ(inv.topology.modules, cards);
+  EXPECT_EQ(inv.devices[3].module, 1);
+  const NodeUsage usage = Busy(inv, {0});
+  const PodRequest pod = Pod({Whole(inv.vendor, 4)});
+  const FitResult r = Fit(pod, inv, usage);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), (std::vector<int32_t>{1, 3, 5, 7}));
+  Placement p;
+  p.containers.push_back({"main", ContainerKind::kRegular, {}});
+  for (int32_t d : {4, 5, 6, 7}) p.containers[0].grants.push_back({d, 8192, kComputeWhole, true});
+  EXPECT_FALSE(CheckPlacement(pod, inv, usage, p).ok()) << "chips 4-7 are on two cards";
+
+  // Any number of cards; without the backend's cards, whole cards of 4.
+  NodeInventory twelve = MakeNode("ascend-310-cards");
+  twelve.devices.resize(12);
+  ASSERT_TRUE(ApplyProfile("ascend-310-cards", &twelve).ok());
+  EXPECT_EQ(twelve.topology.modules.size(), 3u);
+  NodeInventory ten = MakeNode("ascend-310-cards");
+  ten.devices.resize(10);
+  EXPECT_EQ(ApplyProfile("ascend-310-cards", &ten).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ApplyProfile("ascend-310-cards", &ten, {{0, 1, 2, 3}, {4, 5, 6}, {7, 8, 9}}).ok());
+
+  // Cards the profile does not allow are refused and leave the inventory as it was.
+  struct Bad {
+    const char* profile;
+    std::vector<std::vector<int32_t>> modules;
+  };
+  const Bad bad[] = {
+      {"ascend-310-cards", {{0, 1, 2, 3, 4}, {5, 6, 7}}},  // 5 chips on a card
+      {"ascend-310-cards", {{0, 1, 2, 3}, {4, 5, 6}}},     // chip 7 on no card
+      {"ascend-310-cards", {{0, 1, 2, 3}, {3, 4, 5, 6}}},  // chip 3 on two cards
+      {"ascend-310-cards", {{0, 1, 2, 3}, {4, 5, 6, 8}}},  // no chip 8
+  };
+  for (const Bad& b : bad) {
+    NodeInventory copy = inv;
+    EXPECT_EQ(ApplyProfile(b.profile, &copy, b.modules).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(copy.topology.modules, inv.topology.modules);
+    EXPECT_EQ(copy.devices[3].module, 1);
+  }
+  NodeInventory a3 = MakeNode("ascend-910c-x16");
+  std::vector<std::vector<int32_t>> uneven = {{0, 1, 2}};
+  for (int32_t d = 3; d < 16; d += 2) uneven.push_back({d, d + 1});
+  uneven.back().pop_back();  // {15}
+  EXPECT_EQ(ApplyProfile("ascend-910c-x16", &a3, uneven).code(), StatusCode::kInvalidArgument)
+      << "910C modules are taken whole: all of 2 dies";
 }
 
 }  // namespace

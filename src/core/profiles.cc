@@ -29,7 +29,11 @@ struct ProfileRow {
   std::vector<int32_t> numa;  // default NUMA per device, repeated if shorter
   LinkLevels links;
   SliceRule slices;
-  GroupFit group_fit;  // which group a request inside one group takes
+  GroupFit group_fit;  // which group (or module) a request inside one takes
+  // A node holds any number of modules (cards); info.devices is the size of
+  // the node MakeProfileNode builds.
+  bool any_module_count = false;
+  ModuleSpan module_span = ModuleSpan::kCloseModules;  // a request larger than a module
 };
 
 std::vector<int32_t> Range(int32_t from, int32_t to) {
@@ -108,6 +112,16 @@ const std::vector<ProfileRow>& Rows() {
                      {0, 0, 0, 0, 1, 1, 1, 1}, {100, 0, 0, 10, 1},
                      {1, {3072, 6144, 12288}, false, 0, true, true},
                      GroupFit::kEvenRemainder});
+    // Ascend 310, Atlas 300I cards of 4 chips, any number of cards a node
+    // (MindCluster allows 64 chips): <= 4 on one card, the card by free count
+    // 1 -> 1,3,2,4; 2 -> 2,3,4; 3 -> 3,4 (card310x4/task.go); more than 4 take
+    // the chips of the cards with the fewest free first (chip310x4/frame.go).
+    rows->push_back({{"ascend-310-cards", Vendor::kAscend, "Ascend310", 16, 8192, 2,
+                      "310 Atlas 300I cards of 4: <=4 on one card, best fit 1,3,2,4 (doc+code)"},
+                     1, 0, GroupRule::kNone, SpanRule::kAny, 4, ModuleRule::kStayInside, {},
+                     {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, {100, 0, 0, 10, 1},
+                     {1, {}, false, 0, false, true},
+                     GroupFit::kEvenRemainderForOdd, true, ModuleSpan::kFewestFreeFirst});
     // Kunlunxin P800: wings {0-3} {4-7} (= NUMA); 1/2/4 must not span NUMA (doc).
     // Wing order by free count: 1 -> 1,3,2,4; 2 -> 2,3,4; 4 -> 4 (HAMi kunlun/topo.go).
     rows->push_back({{"kunlunxin-p800-x8", Vendor::kKunlunxin, "P800", 8, 98304, 0,
@@ -167,6 +181,11 @@ GroupFit GroupFitOf(std::string_view kind) {
   return row == nullptr ? GroupFit::kEvenRemainder : row->group_fit;
 }
 
+ModuleSpan ModuleSpanOf(std::string_view kind) {
+  const ProfileRow* row = FindRow(kind);
+  return row == nullptr ? ModuleSpan::kCloseModules : row->module_span;
+}
+
 const std::vector<ProfileInfo>& Profiles() {
   static const std::vector<ProfileInfo>* const kInfos = [] {
     auto* v = new std::vector<ProfileInfo>();
@@ -176,7 +195,8 @@ const std::vector<ProfileInfo>& Profiles() {
   return *kInfos;
 }
 
-Status ApplyProfile(std::string_view profile, NodeInventory* inv) {
+Status ApplyProfile(std::string_view profile, NodeInventory* inv,
+                    std::vector<std::vector<int32_t>> modules) {
   const ProfileRow* row = FindRow(profile);
   if (row == nullptr) {
     std::string names;
@@ -185,10 +205,46 @@ Status ApplyProfile(std::string_view profile, NodeInventory* inv) {
                          "\"; known profiles: " + names);
   }
   const int32_t n = static_cast<int32_t>(inv->devices.size());
-  if (n != row->info.devices) {
+  const int32_t msize = row->module_size;
+  if (msize == 0) modules.clear();
+  if (row->any_module_count) {
+    if (n == 0 || (modules.empty() && msize > 0 && n % msize != 0)) {
+      return InvalidArgumentError("profile " + row->info.name + " needs whole modules of " +
+                                  std::to_string(msize) + " devices, node " + inv->node + " has " +
+                                  std::to_string(n));
+    }
+  } else if (n != row->info.devices) {
     return InvalidArgumentError("profile " + row->info.name + " needs " +
                                 std::to_string(row->info.devices) + " devices, node " + inv->node +
                                 " has " + std::to_string(n));
+  }
+  if (msize > 0 && modules.empty()) {
+    for (int32_t m = 0; m < n; m += msize) modules.push_back(Range(m, std::min(n, m + msize) - 1));
+  }
+  // Each device's module, checked before *inv changes.
+  std::vector<int32_t> module_of(static_cast<size_t>(n), -1);
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const size_t size = modules[m].size();
+    if (size == 0 || size > static_cast<size_t>(msize) ||
+        (row->module_rule == ModuleRule::kWholeForEven && size != static_cast<size_t>(msize))) {
+      return InvalidArgumentError("profile " + row->info.name + " takes modules of " +
+                                  (row->module_rule == ModuleRule::kWholeForEven ? "" : "up to ") +
+                                  std::to_string(msize) + " devices, node " + inv->node +
+                                  " has one of " + std::to_string(size));
+    }
+    for (int32_t d : modules[m]) {
+      if (d < 0 || d >= n || module_of[static_cast<size_t>(d)] >= 0) {
+        return InvalidArgumentError("node " + inv->node + ": device " + std::to_string(d) +
+                                    " is out of range or in two modules");
+      }
+      module_of[static_cast<size_t>(d)] = static_cast<int32_t>(m);
+    }
+  }
+  for (int32_t d = 0; d < n && !modules.empty(); ++d) {
+    if (module_of[static_cast<size_t>(d)] < 0) {
+      return InvalidArgumentError("node " + inv->node + ": device " + std::to_string(d) +
+                                  " is in no module");
+    }
   }
   Topology t;
   t.kind = row->info.name;
@@ -205,15 +261,8 @@ Status ApplyProfile(std::string_view profile, NodeInventory* inv) {
       t.groups.push_back(Range(g, std::min(n, g + row->group_size) - 1));
     }
   }
-  for (auto& d : inv->devices) d.module = -1;
-  if (row->module_size > 0) {
-    for (int32_t m = 0; m < n; m += row->module_size) {
-      t.modules.push_back(Range(m, std::min(n, m + row->module_size) - 1));
-      for (int32_t d = m; d < std::min(n, m + row->module_size); ++d) {
-        inv->devices[static_cast<size_t>(d)].module = static_cast<int32_t>(t.modules.size() - 1);
-      }
-    }
-  }
+  for (size_t i = 0; i < module_of.size(); ++i) inv->devices[i].module = module_of[i];
+  t.modules = std::move(modules);
   for (int32_t i = 0; i < n; ++i) {
     Device& d = inv->devices[static_cast<size_t>(i)];
     if (d.numa < 0 && !row->numa.empty()) d.numa = row->numa[static_cast<size_t>(i) % row->numa.size()];

@@ -41,20 +41,48 @@ enum class GroupFit : uint8_t {
   kFewestFree,
   // kEvenRemainder for odd counts, kFewestFree for even ones (Kunlunxin P800:
   // 1 -> 1, 3, 2, 4 free; 2 -> 2, 3, 4, so a 2 beside a 3-free wing leaves
-  // the other wing whole for a 4).
+  // the other wing whole for a 4; Ascend 310 cards, MindCluster card310x4:
+  // 1 -> 1, 3, 2, 4; 2 -> 2, 3, 4; 3 -> 3, 4).
   kEvenRemainderForOdd,
 };
 
 // The group order of the profile named `kind` (Topology::kind, which travels
-// with an inventory); kEvenRemainder for a kind that is no profile.
+// with an inventory); kEvenRemainder for a kind that is no profile. Under
+// ModuleRule::kStayInside it orders the modules a request inside one takes.
 GroupFit GroupFitOf(std::string_view kind);
+
+// Which devices a request larger than every module takes under
+// ModuleRule::kStayInside.
+enum class ModuleSpan : uint8_t {
+  // Each module the set leaves with no free device outranks link quality
+  // (310P Duo: whole cards, an odd remainder a card with one free chip).
+  kCloseModules,
+  // The free devices of the module with the fewest free first, then the
+  // next fewest, each module's all, the last one in part; ties in module
+  // order (MindCluster chip310x4: cards with 1, 2, 3, then 4 free chips).
+  // Worked example, cards of 4 with 1, 3, 2, 4 free, a request of 6: the
+  // 1 free chip, the 2 of the third card, the 3 of the second card.
+  kFewestFreeFirst,
+};
+
+// The module span of the profile named `kind`; kCloseModules for a kind that
+// is no profile.
+ModuleSpan ModuleSpanOf(std::string_view kind);
 
 // Builds the topology of a profile for inv.devices (groups, modules, valid
 // counts, links, slice rules). Devices keep their own NUMA ids; when a device
 // has numa < 0 the profile's documented default is used.
+// `modules` are the node's modules (cards) as the hardware reports them, by
+// device index: a profile with modules uses them (each of at most its module
+// size; of exactly that size when whole modules are taken), one without
+// ignores them; empty: modules of the profile's size in index order.
+// A profile whose node holds any number of modules (ascend-310-cards) takes
+// any device count when `modules` is given, else a multiple of its module size.
 // kNotFound for an unknown profile; kInvalidArgument when the device count
-// does not match the profile.
-Status ApplyProfile(std::string_view profile, NodeInventory* inv);
+// does not match the profile, or `modules` do not hold every device exactly
+// once in modules the profile allows. On error *inv is unchanged.
+Status ApplyProfile(std::string_view profile, NodeInventory* inv,
+                    std::vector<std::vector<int32_t>> modules = {});
 
 // A whole node of a profile with synthetic ids "<node>-<index>".
 StatusOr<NodeInventory> MakeProfileNode(std::string_view profile, std::string_view node);

@@ -181,16 +181,19 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
     return out;
   }
 
-  // Small requests stay on one module (310P Duo, 310 cards), best-fit order.
+  // Small requests stay on one module (310P Duo, 310 cards), in the
+  // profile's best-fit order.
   if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty() &&
       static_cast<size_t>(count) <= MaxSize(t.modules)) {
+    const GroupFit order = GroupFitOf(t.kind);
     for (const auto& mod : t.modules) {
       std::vector<int32_t> sub;
       for (int32_t d : mod) {
         if (in_pool[static_cast<size_t>(d)]) sub.push_back(d);
       }
       if (static_cast<int32_t>(sub.size()) < count) continue;
-      const int64_t fit = BestFitRank(static_cast<int32_t>(sub.size()), count) * kBestFitScale;
+      const int64_t fit =
+          BestFitRank(static_cast<int32_t>(sub.size()), count, order) * kBestFitScale;
       GenericSets(inv, sub, count, used, fit, &out);
     }
     if (out.empty()) *why = {Reason::kNoWholeModule, count, 0};
@@ -252,6 +255,31 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
     return out;
   }
 
+  if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty() &&
+      ModuleSpanOf(t.kind) == ModuleSpan::kFewestFreeFirst) {
+    // Larger than a module (310 cards, MindCluster chip310x4): the free
+    // devices of the modules with the fewest free first, the last in part.
+    std::vector<std::pair<size_t, size_t>> by_free;  // (free devices, module)
+    for (size_t m = 0; m < t.modules.size(); ++m) {
+      size_t k = 0;
+      for (int32_t d : t.modules[m]) k += in_pool[static_cast<size_t>(d)] ? 1 : 0;
+      if (k > 0) by_free.emplace_back(k, m);
+    }
+    std::sort(by_free.begin(), by_free.end());
+    CandidateSet c;
+    for (const auto& entry : by_free) {
+      for (int32_t d : t.modules[entry.second]) {
+        if (in_pool[static_cast<size_t>(d)] && static_cast<int32_t>(c.devices.size()) < count) {
+          c.devices.push_back(d);
+        }
+      }
+    }
+    if (static_cast<int32_t>(c.devices.size()) == count) {
+      std::sort(c.devices.begin(), c.devices.end());
+      out.push_back(std::move(c));
+      return out;
+    }
+  }
   GenericSets(inv, pool, count, used, 0, &out);
   if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty()) {
     // Larger than a module (310P: distributed jobs take whole cards, an odd

@@ -110,7 +110,7 @@ enum class ModuleRule : uint8_t {
   kNone,
   kWholeForEven,    // even counts take whole modules (Ascend 910C die pairs); a single die
                     // prefers a module whose sibling is already in use
-  kStayInside,      // a request of count <= module size stays on one module (310P Duo card)
+  kStayInside,      // a request of count <= module size stays on one module (310P Duo, 310 card)
   kPreferTogether,  // keep a module's devices together when possible (Cambricon X8 boards)
 };
 

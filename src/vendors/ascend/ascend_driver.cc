@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <thread>
 #include <utility>
@@ -15,6 +16,14 @@ namespace accelpool::vendors::ascend {
 namespace {
 
 bool StartsWith(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+// True when `model` is `family` or a numbered variant of it: Ascend910B3 and
+// Ascend910B4-1 are of Ascend910B, Ascend310P3 of Ascend310P, but not of Ascend310.
+bool OfFamily(const std::string& model, const std::string& family) {
+  return StartsWith(model, family) &&
+         (model.size() == family.size() ||
+          std::isdigit(static_cast<unsigned char>(model[family.size()])) != 0);
+}
 
 std::string IdFromBus(const std::string& bus, int32_t phy_id) {
   if (bus.empty()) {
@@ -43,17 +52,18 @@ std::string AscendModel(const std::string& chip_name) {
 
 std::string AscendProfile(const std::string& model, size_t count) {
   struct Row {
-    const char* prefix;
-    size_t count;
+    const char* family;
+    size_t count;  // 0: any (the profile checks the node's cards)
     const char* profile;
   };
   static const Row kRows[] = {
       {"Ascend910A", 8, "ascend-910a-x8"},   {"Ascend910A", 4, "ascend-910a-x4"},
       {"Ascend910B", 8, "ascend-910b-x8"},   {"Ascend910B", 16, "ascend-910b-x16"},
       {"Ascend910C", 16, "ascend-910c-x16"}, {"Ascend310P", 8, "ascend-310p-duo"},
+      {"Ascend310", 0, "ascend-310-cards"},
   };
   for (const Row& r : kRows) {
-    if (StartsWith(model, r.prefix) && count == r.count) {
+    if (OfFamily(model, r.family) && (r.count == 0 || count == r.count)) {
       return r.profile;
     }
   }
@@ -165,9 +175,20 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
     chips.push_back({found[i].second, d.id, info.phy_id});
   }
   inv.topology.super_node = super_pod;
+  // The chips DCMI reports on one card are one module (a 300I card's 4 chips,
+  // a Duo's 2, an A3 module's 2 dies), whatever their logic ids.
+  std::vector<std::vector<int32_t>> cards;
+  std::map<int32_t, size_t> card_module;
+  for (size_t i = 0; i < found.size(); ++i) {
+    const auto it = card_module.emplace(found[i].second.card, cards.size()).first;
+    if (it->second == cards.size()) {
+      cards.emplace_back();
+    }
+    cards[it->second].push_back(static_cast<int32_t>(i));
+  }
   const std::string profile = AscendProfile(inv.devices.front().model, inv.devices.size());
   Status st = profile.empty() ? NotFoundError("no profile for this shape")
-                              : core::ApplyProfile(profile, &inv);
+                              : core::ApplyProfile(profile, &inv, std::move(cards));
   if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups",

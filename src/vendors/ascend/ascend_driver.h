@@ -4,7 +4,12 @@
 //   model   "Ascend" + chip name: 910B3 -> Ascend910B3, 310P3 -> Ascend310P3;
 //           910_93xx (Atlas A3) -> Ascend910C; 910 / 910A / 910ProB -> Ascend910A
 //   profile by model and count: 910A x8/x4, 910B x8/x16, 910C x16, 310P x8
-//           (ascend-310p-duo); other shapes get NUMA groups
+//           (ascend-310p-duo), 310 any count (ascend-310-cards); other shapes
+//           get NUMA groups
+//   cards   the chips DCMI reports under one card id form one module (a 300I
+//           card's 4 chips, a 300I Duo's 2, an A3 module's 2 dies), never
+//           derived from the index; a card the profile does not allow (5
+//           chips on a 310 card) leaves the node to NUMA groups
 //   slots   1 per chip; with AscendOptions::vnpu, one per smallest vNPU
 //           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads
@@ -49,7 +54,8 @@ struct AscendOptions {
 
 // "Ascend910B3" from DCMI's chip name (table in the header comment above).
 std::string AscendModel(const std::string& chip_name);
-// The topology profile for `count` chips of `model`; "" when none fits.
+// The topology profile for `count` chips of `model` (Ascend310P3 is no
+// Ascend310); "" when none fits.
 std::string AscendProfile(const std::string& model, size_t count);
 
 class AscendDriver : public VendorDriver {

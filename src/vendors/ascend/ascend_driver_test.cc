@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 
+#include "core/fit.h"
 #include "vendors/test_util.h"
 
 namespace accelpool::vendors::ascend {
@@ -35,19 +37,19 @@ class FakeDcmi : public DcmiLibrary {
     std::vector<DcmiChipId> out;
     // Cards are listed in reverse to check that logic ids decide the order.
     for (int i = count_ - 1; i >= 0; --i) {
-      out.push_back({i / 2, i % 2});
+      out.push_back({i / per_card, i % per_card});
     }
     return out;
   }
   StatusOr<DcmiDeviceInfo> Info(const DcmiChipId& c) override {
-    int i = c.card * 2 + c.device;
+    int i = c.card * per_card + c.device;
     if (i == fail_info) {
       return UnavailableError(
           "dcmi_get_device_hbm_info failed with DCMI code -8005; check the NPU driver with "
           "npu-smi info");
     }
     DcmiDeviceInfo d;
-    d.logic_id = i;
+    d.logic_id = logic_across_cards ? c.device * (count_ / per_card) + c.card : i;
     const int as = i == echo_chip ? echo_of : i;  // a driver repeating another chip's answer
     d.phy_id = (echo_phy ? as : i) + 100;         // physical ids differ from logic ids
     d.chip_name = chip_;
@@ -61,7 +63,7 @@ class FakeDcmi : public DcmiLibrary {
     return d;
   }
   StatusOr<uint32_t> Health(const DcmiChipId& c) override {
-    int i = c.card * 2 + c.device;
+    int i = c.card * per_card + c.device;
     int h = health[static_cast<size_t>(i)].load();
     if (h < 0) {
       return UnavailableError("dcmi_get_device_health failed with DCMI code -8020");
@@ -75,6 +77,8 @@ class FakeDcmi : public DcmiLibrary {
   int echo_of = -1;
   bool echo_bus = false;
   bool echo_phy = false;
+  int per_card = 2;                 // chips DCMI reports on each card
+  bool logic_across_cards = false;  // logic ids go round the cards: card 0 holds 0, 2, 4, ...
 
  private:
   std::string chip_;
@@ -97,6 +101,10 @@ TEST(AscendDriverTest, ModelAndProfileTables) {
       {"910", 8, "Ascend910A", "ascend-910a-x8"},
       {"910ProB", 4, "Ascend910A", "ascend-910a-x4"},
       {"310P3", 8, "Ascend310P3", "ascend-310p-duo"},
+      {"310", 8, "Ascend310", "ascend-310-cards"},
+      {"310", 12, "Ascend310", "ascend-310-cards"},
+      {"310P3", 4, "Ascend310P3", ""},
+      {"310B1", 4, "Ascend310B1", ""},
       {"910B3", 6, "Ascend910B3", ""},
   };
   for (const Case& c : cases) {
@@ -225,6 +233,58 @@ TEST(AscendDriverTest, Maps910CSuperPodModules) {
   EXPECT_EQ(inv.devices[0].model, "Ascend910C");
   ASSERT_EQ(inv.topology.modules.size(), 8u);
   EXPECT_EQ(inv.topology.modules[1], (std::vector<int32_t>{2, 3}));
+}
+
+// Two Atlas 300I cards of four 310 chips whose logic ids go round the cards:
+// the cards are the chips DCMI reports under one card id, not runs of four
+// inventory indices, and a request of 4 takes one card.
+TEST(AscendDriverTest, Maps310CardsFromDcmiCardIds) {
+  auto dcmi = std::make_unique<FakeDcmi>("310", 8, std::vector<int>{0});
+  dcmi->per_card = 4;
+  dcmi->logic_across_cards = true;
+  AscendDriver d(std::move(dcmi), Options("infer-node"));
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
+  EXPECT_EQ(inv.topology.kind, "ascend-310-cards");
+  EXPECT_EQ(inv.topology.module_rule, core::ModuleRule::kStayInside);
+  EXPECT_EQ(inv.devices[0].model, "Ascend310");
+  EXPECT_EQ(inv.topology.modules, (std::vector<std::vector<int32_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(inv.devices[3].module, 1);
+
+  core::NodeUsage usage = core::NodeUsage::Empty(inv);
+  usage.devices[0] = {65536, core::kComputeWhole, 1, true, 0, 0};  // chip 0 held whole
+  core::DeviceRequest four;
+  four.container = "main";
+  four.vendor = core::Vendor::kAscend;
+  four.count = 4;
+  const core::PodRequest pod{{four}, {}};
+  const core::FitResult r = core::Fit(pod, inv, usage);
+  ASSERT_TRUE(r.fits());
+  std::vector<int32_t> chips;
+  for (const core::Grant& g : r.placement.containers[0].grants) chips.push_back(g.device);
+  std::sort(chips.begin(), chips.end());
+  EXPECT_EQ(chips, (std::vector<int32_t>{1, 3, 5, 7}));
+  core::Placement split = r.placement;
+  for (int32_t i = 0; i < 4; ++i) {
+    split.containers[0].grants[static_cast<size_t>(i)].device = 4 + i;  // chips of two cards
+  }
+  EXPECT_FALSE(core::CheckPlacement(pod, inv, usage, split).ok());
+}
+
+// A card the 310 profile does not allow (DCMI reporting 5 chips on it) leaves
+// the node to NUMA groups rather than to cards made up from the index.
+TEST(AscendDriverTest, A310CardOfFiveChipsGetsNoCardProfile) {
+  auto dcmi = std::make_unique<FakeDcmi>("310", 10, std::vector<int>{0});
+  dcmi->per_card = 5;
+  AscendDriver d(std::move(dcmi), Options("infer-node"));
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.topology.kind, "");
+  EXPECT_TRUE(inv.topology.modules.empty());
+  ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
 }
 
 TEST(AscendDriverTest, DcmiErrorMidDiscoveryIsClear) {

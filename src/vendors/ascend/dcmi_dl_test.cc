@@ -151,6 +151,31 @@ TEST(DcmiBindingTest, MapsAnA3SuperPodNodeWithItsSuperPodId) {
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "14,15");
 }
 
+// Two Atlas 300I cards of four 310 chips: the Ascend 310 card profile, with
+// each card's chips (by DCMI card id) one module.
+TEST(DcmiBindingTest, Maps310ChipsOfTwoAtlas300ICards) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  Product cards(fake, 4);
+  ASSERT_TRUE(cards.ok());
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.devices[0].model, "Ascend310");
+  EXPECT_EQ(inv.devices[0].memory_mib, 8192);  // LPDDR4X, from the memory-info query
+  EXPECT_EQ(inv.topology.kind, "ascend-310-cards");
+  EXPECT_EQ(inv.topology.modules, (std::vector<std::vector<int32_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  auto spec = (*driver)->BuildContainerSpec({{inv.devices[5], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "5");
+}
+
 // DCMI is not documented as safe to call from two threads at once; the
 // binding serialises discovery and the health poller.
 TEST(DcmiBindingTest, DiscoveryAndHealthPollingDoNotOverlapInTheLibrary) {

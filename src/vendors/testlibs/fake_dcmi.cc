@@ -10,7 +10,9 @@
 //  2  the 300I Duo on a driver whose memory-info query is not supported
 //     either;
 //  3  an Atlas 900 A3 SuperPoD node: 8 NPU ids, two 910C dies each ("910_9392",
-//     64 GB HBM per die), in super pod 7 of 48 nodes.
+//     64 GB HBM per die), in super pod 7 of 48 nodes;
+//  4  two Atlas 300I inference cards (NPU ids 2 and 5, four 310 chips each,
+//     2 AI cores and 8 GB LPDDR4X per chip, no HBM); bus ids illustrative.
 // Logic id = physical id = chip position. Super-pod membership answers the
 // generic dcmi_get_device_info(DCMI_MAIN_CMD_CHIP_INF, SPOD_INFO) query, as in
 // DCMI (there is no dcmi_get_spod_info); products 0-2 are in no super pod
@@ -122,6 +124,18 @@ const Product kProducts[] = {
       0x37},
      48,
      7},
+    {{2, 5},
+     2,
+     4,
+     "310",
+     2,
+     0,
+     8192,
+     kOk,
+     0xd100,
+     {0x03, 0x04, 0x05, 0x06, 0x83, 0x84, 0x85, 0x86},
+     0,
+     0},
 };
 constexpr int kProductCount = sizeof(kProducts) / sizeof(kProducts[0]);
 
