@@ -556,26 +556,10 @@ TEST_F(KubeAdaptersTest, TheLeaderReportsItsSigningKeyOnTheLease) {
   EXPECT_EQ(reported(), "k2");
 }
 
-// kube-scheduler's Lease as kube-scheduler writes it: holder "<host>_<uuid>",
-// renewed `age` ago.
+// kube-scheduler's Lease of the tests, held by `holder` and renewed `age` ago.
 void PutSchedulerLease(kube::KubeClient& client, const std::string& holder,
                        std::chrono::seconds age = std::chrono::seconds(0)) {
-  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now() - age);
-  StatusOr<kube::Lease> l = kube::GetLease(client, "sched-ns", "accelpool-scheduler");
-  kube::Lease next;
-  if (l.ok()) {
-    next = *l;
-  } else {
-    next.ns = "sched-ns";
-    next.name = "accelpool-scheduler";
-  }
-  next.holder = holder;
-  next.lease_duration_s = 15;
-  next.acquire_time = stamp;
-  next.renew_time = stamp;
-  StatusOr<kube::Lease> w =
-      l.ok() ? kube::UpdateLease(client, next) : kube::CreateLease(client, next);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_TRUE(testing::PutSchedulerLease(client, "sched-ns", "accelpool-scheduler", holder, age));
 }
 
 LeaderOptions Follower(const std::string& host) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "extender/test_util.h"
 #include "kube/fake_api_test.h"
 #include "kube/objects.h"
 
@@ -296,24 +297,9 @@ TEST_F(LeaderTest, StopReleasesTheLeaseAndAContenderTakesItAtOnce) {
 }
 
 // kube-scheduler's Lease in the extender's namespace, held by `holder` and
-// renewed now (the wall clock, as kube-scheduler writes it).
+// renewed now.
 void PutSchedulerLease(kube::KubeClient& client, const std::string& holder) {
-  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now());
-  StatusOr<kube::Lease> l = kube::GetLease(client, "kube-system", "kube-scheduler-x");
-  kube::Lease next;
-  if (l.ok()) {
-    next = *l;
-  } else {
-    next.ns = "kube-system";
-    next.name = "kube-scheduler-x";
-  }
-  next.holder = holder;
-  next.lease_duration_s = 15;
-  next.acquire_time = stamp;
-  next.renew_time = stamp;
-  StatusOr<kube::Lease> w =
-      l.ok() ? kube::UpdateLease(client, next) : kube::CreateLease(client, next);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_TRUE(testing::PutSchedulerLease(client, "kube-system", "kube-scheduler-x", holder));
 }
 
 // A bind's read of kube-scheduler's Lease (IsLeaderNow) that found this pod's

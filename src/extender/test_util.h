@@ -2,6 +2,7 @@
 #ifndef ACCELPOOL_EXTENDER_TEST_UTIL_H_
 #define ACCELPOOL_EXTENDER_TEST_UTIL_H_
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -14,8 +15,35 @@
 #include "extender/cache.h"
 #include "extender/extender.h"
 #include "extender/planner.h"
+#include "kube/client.h"
+#include "kube/objects.h"
 
 namespace accelpool::extender::testing {
+
+// Writes Lease NS/NAME as kube-scheduler keeps it: held by `holder`, renewed
+// `age` ago by the wall clock, for 15 s; created when it does not exist.
+// False (with the reason on stderr) when the write failed.
+inline bool PutSchedulerLease(kube::KubeClient& client, const std::string& ns,
+                              const std::string& name, const std::string& holder,
+                              std::chrono::seconds age = std::chrono::seconds(0)) {
+  const std::string stamp = kube::FormatMicroTime(std::chrono::system_clock::now() - age);
+  StatusOr<kube::Lease> l = kube::GetLease(client, ns, name);
+  kube::Lease next;
+  if (l.ok()) {
+    next = *l;
+  } else {
+    next.ns = ns;
+    next.name = name;
+  }
+  next.holder = holder;
+  next.lease_duration_s = 15;
+  next.acquire_time = stamp;
+  next.renew_time = stamp;
+  StatusOr<kube::Lease> w =
+      l.ok() ? kube::UpdateLease(client, next) : kube::CreateLease(client, next);
+  if (!w.ok()) std::fprintf(stderr, "PutSchedulerLease: %s\n", w.status().ToString().c_str());
+  return w.ok();
+}
 
 // An 8-GPU NVIDIA node (profile nvidia-hgx-8) whose devices take up to
 // `shares` containers each.
