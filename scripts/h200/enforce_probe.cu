@@ -18,6 +18,10 @@
 //   allocbench <rounds>            cuMemAlloc/cuMemFree 256 MB latency
 //   startup                        process start to first kernel done, ms
 //   hold <MiB>                     allocate and wait for stdin to close
+//   contexts <cycles> <chunk_bytes> create a context, allocate, destroy it, and
+//                                  retain, allocate, release the primary one,
+//                                  <cycles> times each; the driver facts the
+//                                  shim's context accounting assumes
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -622,6 +626,78 @@ int GraphAttrs(size_t bytes) {
   return 0;
 }
 
+// Driver API only (no runtime call first: the runtime would hold the primary
+// context). Under a cap the loops pass only if a destroyed context's memory
+// and a released primary context's memory stop being charged.
+int Contexts(int cycles, size_t chunk) {
+  if (cuInit(0) != CUDA_SUCCESS) {
+    std::printf("contexts error=cuInit\n");
+    return 1;
+  }
+  CUdevice dev = 0;
+  cuDeviceGet(&dev, 0);
+  int created_ok = 0, first_created_fail = -1;
+  CUresult created_rc = CUDA_SUCCESS;
+  for (int i = 0; i < cycles; ++i) {
+    CUcontext c = nullptr;
+#if CUDA_VERSION >= 13000
+    CUresult rc = cuCtxCreate(&c, nullptr, 0, dev);
+#else
+    CUresult rc = cuCtxCreate(&c, 0, dev);
+#endif
+    if (rc == CUDA_SUCCESS) {
+      CUdeviceptr p = 0;
+      rc = cuMemAlloc(&p, chunk);
+      cuCtxDestroy(c);  // frees p with the context
+    }
+    if (rc == CUDA_SUCCESS) {
+      ++created_ok;
+    } else if (first_created_fail < 0) {
+      first_created_fail = i;
+      created_rc = rc;
+    }
+  }
+  int primary_ok = 0, first_primary_fail = -1, same_handle = 1, inactive_after = 1;
+  CUresult primary_rc = CUDA_SUCCESS;
+  for (int i = 0; i < cycles; ++i) {
+    CUcontext p = nullptr, cur = nullptr;
+    CUresult rc = cuDevicePrimaryCtxRetain(&p, dev);
+    if (rc == CUDA_SUCCESS) {
+      cuCtxSetCurrent(p);
+      cuCtxGetCurrent(&cur);
+      same_handle &= cur == p ? 1 : 0;
+      CUdeviceptr m = 0;
+      rc = cuMemAlloc(&m, chunk);
+      cuCtxSetCurrent(nullptr);
+      cuDevicePrimaryCtxRelease(dev);  // the last reference: the context resets
+      unsigned int flags = 0;
+      int active = -1;
+      cuDevicePrimaryCtxGetState(dev, &flags, &active);
+      inactive_after &= active == 0 ? 1 : 0;
+    }
+    if (rc == CUDA_SUCCESS) {
+      ++primary_ok;
+    } else if (first_primary_fail < 0) {
+      first_primary_fail = i;
+      primary_rc = rc;
+    }
+  }
+  // What cuCtxDestroy answers for the primary context's handle (the shim acts
+  // only on success).
+  CUcontext p = nullptr;
+  CUresult destroy_primary_rc = CUDA_ERROR_UNKNOWN;
+  if (cuDevicePrimaryCtxRetain(&p, dev) == CUDA_SUCCESS) {
+    destroy_primary_rc = cuCtxDestroy(p);
+    cuDevicePrimaryCtxRelease(dev);
+  }
+  std::printf("contexts cycles=%d chunk=%zu created_ok=%d first_created_fail=%d created_rc=%d "
+              "primary_ok=%d first_primary_fail=%d primary_rc=%d same_handle=%d "
+              "inactive_after_release=%d destroy_primary_rc=%d\n",
+              cycles, chunk, created_ok, first_created_fail, created_rc, primary_ok,
+              first_primary_fail, primary_rc, same_handle, inactive_after, destroy_primary_rc);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "info") return Info();
@@ -640,6 +716,9 @@ int main(int argc, char** argv) {
   if (cmd == "allocbench" && argc == 3) return AllocBench(std::atoi(argv[2]));
   if (cmd == "startup") return Startup();
   if (cmd == "hold" && argc == 3) return Hold(std::strtoull(argv[2], nullptr, 10));
+  if (cmd == "contexts" && argc == 4) {
+    return Contexts(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10));
+  }
   std::fprintf(stderr, "usage: see the header of enforce_probe.cu\n");
   return 2;
 }

@@ -211,6 +211,13 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     for api in pitch managed async pool vmm array mipmap graph host; do
       run "memcap $api 64MiB" 120 $(ON) $cap_on "$P" memcap "$api" 67108864 "$MEMCAP_MAX"
     done
+    # Contexts created and destroyed, and the primary one retained and
+    # released, 20 times with 256 MiB each: under the cap every cycle must
+    # pass (the driver frees a destroyed context's memory); native, the facts
+    # the shim assumes (same handle, inactive after the last release, a
+    # primary handle's destroy refused).
+    run "contexts native" 60 $NATIVE "$P" contexts 20 268435456
+    run "contexts shim-on" 60 $(ON) $cap_on "$P" contexts 20 268435456
     # The graph pool between launches, native and under the shim (a 256 MiB
     # graph under a 1 GiB cap).
     run "graph pool attributes native" 60 $NATIVE "$P" graphattrs 268435456

@@ -38,6 +38,8 @@ check "the measured context size reached the PyTorch memory cases" \
 check "14 memcap cases at a 1 GiB cap, each in its own container" \
   test "$(grep -E '^cmd=memcap .* mem=1024$' "${log}" | grep -v 'alloc 3145728\|alloc 629145' \
     | sed 's/.*state=\([^ ]*\).*/\1/' | sort -u | wc -l)" -eq 14
+check "contexts cycle natively and under the 1 GiB cap" \
+  test "$(grep -cE '^cmd=contexts 20 268435456 ' "${log}")" -eq 2
 check "the graph pool is read natively and under the shim" \
   test "$(grep -cE '^cmd=graphattrs 268435456 ' "${log}")" -eq 2
 check "the 30/70 pair ran in two containers" test "$(grep -E '^(A\(30\)|B\(70\)):' "${log}" \
