@@ -110,7 +110,7 @@ const Case kCases[] = {
     {"a310p_two_never_split_cards", "11: 310P Duo <=2 on one card", "ascend-310p-duo",
      {0, 2, 4, 6}, 2, false, FitCode::kUnschedulable, {}, Reason::kNoWholeModule},
     {"a310p_three_fills_the_half_used_card", "11: 310P odd remainder to a card with 1 free",
-     "ascend-310p-duo", {7}, 3, false, FitCode::kFits, {4, 5, 6}, {}},
+     "ascend-310p-duo", {7}, 3, false, FitCode::kFits, {0, 1, 6}, {}},
     // --- Ascend 310, Atlas 300I cards {0-3} {4-7} {8-11} {12-15}: <=4 on one card, card
     // order 1 -> 1,3,2,4; 2 -> 2,3,4 free; above 4 the cards with the fewest free first.
     {"a310_one_prefers_card_with_one_free", "11: 310 best-fit card by free count: 1, 3, 2, 4",
@@ -175,6 +175,124 @@ const Case kCases[] = {
 
 INSTANTIATE_TEST_SUITE_P(Vendors, TopologyRules, ::testing::ValuesIn(kCases),
                          [](const auto& p) { return std::string(p.param.name); });
+
+// Atlas 300I Duo nodes of any number of cards (cards {0, 1} {2, 3} ...):
+// <= 2 on one card, 1 -> a card with 1 free, then 2 (MindCluster
+// card310px2); more than 2 take whole cards in card order, an odd remainder
+// the first card with 1 free, else the next free card in part (chip310px2,
+// distributed=true).
+struct DuoCase {
+  const char* name;
+  int32_t chips;
+  std::vector<int32_t> busy;
+  int32_t count;
+  FitCode want_code;
+  std::vector<int32_t> want_devices;
+  Reason want_reason;
+};
+
+NodeInventory DuoNode(int32_t chips) {
+  NodeInventory inv = MakeNode("ascend-310p-duo");
+  const std::vector<Device> eight = inv.devices;
+  inv.devices.clear();
+  for (int32_t i = 0; i < chips; ++i) {
+    Device d = eight[static_cast<size_t>(i) % eight.size()];
+    d.id = "n1-" + std::to_string(i);
+    d.index = i;
+    inv.devices.push_back(std::move(d));
+  }
+  EXPECT_TRUE(ApplyProfile("ascend-310p-duo", &inv).ok()) << chips << " chips";
+  return inv;
+}
+
+class DuoRules : public ::testing::TestWithParam<DuoCase> {};
+
+TEST_P(DuoRules, Fit) {
+  const DuoCase& c = GetParam();
+  const NodeInventory inv = DuoNode(c.chips);
+  ASSERT_TRUE(ValidateInventory(inv).ok()) << ValidateInventory(inv).ToString();
+  ASSERT_EQ(inv.topology.modules.size(), static_cast<size_t>(c.chips / 2));
+  const NodeUsage usage = Busy(inv, c.busy);
+  const PodRequest pod = Pod({Whole(inv.vendor, c.count)});
+  const FitResult r = Fit(pod, inv, usage);
+  ASSERT_EQ(r.code, c.want_code) << (r.reasons.empty() ? "" : DescribeReason(r.reasons[0]));
+  if (c.want_code == FitCode::kFits) {
+    EXPECT_EQ(Devices(r), c.want_devices);
+    EXPECT_TRUE(CheckPlacement(pod, inv, usage, r.placement).ok());
+  } else {
+    ASSERT_FALSE(r.reasons.empty());
+    EXPECT_EQ(r.reasons[0].reason, c.want_reason) << DescribeReason(r.reasons[0]);
+  }
+}
+
+const DuoCase kDuoCases[] = {
+    // 16 chips, 8 cards.
+    {"x16_one_first_half_used_card", 16, {5, 12}, 1, FitCode::kFits, {4}, {}},
+    {"x16_two_takes_a_whole_card", 16, {0, 3}, 2, FitCode::kFits, {4, 5}, {}},
+    {"x16_three_no_half_card_splits_the_next", 16, {}, 3, FitCode::kFits, {0, 1, 2}, {}},
+    {"x16_five_half_card_then_whole_cards", 16, {3, 9}, 5, FitCode::kFits, {0, 1, 2, 4, 5}, {}},
+    {"x16_six_three_whole_cards", 16, {3}, 6, FitCode::kFits, {0, 1, 4, 5, 6, 7}, {}},
+    {"x16_three_half_card_and_last_card", 16, {0, 2, 4, 6, 8, 10, 12}, 3, FitCode::kFits,
+     {1, 14, 15}, {}},
+    {"x16_four_needs_two_whole_cards", 16, {0, 2, 4, 6, 8, 10, 12}, 4, FitCode::kUnschedulable,
+     {}, Reason::kNoWholeModule},
+    {"x16_five_needs_two_whole_cards", 16, {0, 2, 4, 6, 8, 10, 12}, 5, FitCode::kUnschedulable,
+     {}, Reason::kNoWholeModule},
+    {"x16_sixteen_whole_node", 16, {}, 16, FitCode::kFits,
+     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {}},
+    // 12 chips, 6 cards.
+    {"x12_seven_half_card_then_whole_cards", 12, {11}, 7, FitCode::kFits,
+     {0, 1, 2, 3, 4, 5, 10}, {}},
+    // 4 chips, 2 cards.
+    {"x4_one_half_used_card", 4, {0}, 1, FitCode::kFits, {1}, {}},
+    {"x4_two_whole_card", 4, {0}, 2, FitCode::kFits, {2, 3}, {}},
+    {"x4_two_never_split_cards", 4, {0, 2}, 2, FitCode::kUnschedulable, {},
+     Reason::kNoWholeModule},
+    {"x4_three_fills_the_half_used_card", 4, {0}, 3, FitCode::kFits, {1, 2, 3}, {}},
+    {"x4_three_on_a_free_node", 4, {}, 3, FitCode::kFits, {0, 1, 2}, {}},
+    // 2 chips, 1 card.
+    {"x2_two_one_card", 2, {}, 2, FitCode::kFits, {0, 1}, {}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Ascend310PDuo, DuoRules, ::testing::ValuesIn(kDuoCases),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// Duo cards are of exactly 2 chips: one-chip cards (an Atlas 300I Pro) are
+// refused and leave the inventory as it was.
+TEST(Profiles, DuoCardsAreOfTwoChips) {
+  NodeInventory inv = DuoNode(6);
+  EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
+  const std::vector<std::vector<int32_t>> cards = {{0, 3}, {1, 4}, {2, 5}};
+  ASSERT_TRUE(ApplyProfile("ascend-310p-duo", &inv, cards).ok());
+  EXPECT_EQ(inv.topology.modules, cards);
+  const FitResult r = Fit(Pod({Whole(inv.vendor, 2)}), inv, Busy(inv, {0}));
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(Devices(r), (std::vector<int32_t>{1, 4}));
+  NodeInventory pro = inv;
+  EXPECT_EQ(ApplyProfile("ascend-310p-duo", &pro, {{0}, {1}, {2}, {3}, {4}, {5}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pro.topology.modules, cards);
+  NodeInventory seven = DuoNode(8);
+  seven.devices.pop_back();
+  EXPECT_EQ(ApplyProfile("ascend-310p-duo", &seven).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PodTopologyRules, CheckPlacementKeepsDuoCardsWhole) {
+  const NodeInventory inv = DuoNode(8);
+  const NodeUsage usage = NodeUsage::Empty(inv);
+  auto placed = [&](std::vector<int32_t> chips) {
+    Placement p;
+    p.containers.push_back({"main", ContainerKind::kRegular, {}});
+    for (int32_t d : chips) p.containers[0].grants.push_back({d, 24576, kComputeWhole, true});
+    return CheckPlacement(Pod({Whole(inv.vendor, static_cast<int32_t>(chips.size()))}), inv,
+                          usage, p)
+        .ok();
+  };
+  EXPECT_TRUE(placed({0, 1, 4, 5}));
+  EXPECT_FALSE(placed({0, 1, 2, 4})) << "an even count takes whole cards";
+  EXPECT_TRUE(placed({0, 1, 6}));
+  EXPECT_FALSE(placed({0, 2, 4})) << "an odd count leaves one card in part";
+}
 
 // The rules count a pod's whole devices together (VENDORS.md 11: counts are
 // per pod), however many containers ask for them.

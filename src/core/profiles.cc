@@ -33,7 +33,7 @@ struct ProfileRow {
   // A node holds any number of modules (cards); info.devices is the size of
   // the node MakeProfileNode builds.
   bool any_module_count = false;
-  ModuleSpan module_span = ModuleSpan::kCloseModules;  // a request larger than a module
+  ModuleSpan module_span = ModuleSpan::kWholeModules;  // a request larger than a module
 };
 
 std::vector<int32_t> Range(int32_t from, int32_t to) {
@@ -105,13 +105,16 @@ const std::vector<ProfileRow>& Rows() {
                        {1, {16384, 32768}, false, 0, true, true},
                        GroupFit::kEvenRemainder});
     }
-    // 310P Duo: 2 chips per card; a request of <= 2 stays on one card.
+    // 310P Duo: Atlas 300I Duo cards of 2 chips, any number of cards a node;
+    // a request of <= 2 stays on one card, 1 -> a card with 1 free, then 2
+    // (MindCluster card310px2/task.go); more than 2 take whole cards, an odd
+    // remainder a card with 1 free (chip310px2/frame.go, distributed=true).
     rows->push_back({{"ascend-310p-duo", Vendor::kAscend, "Ascend310P3", 8, 24576, 8,
                       "310P Duo: <=2 chips on one card; odd remainder to a half-used card (doc)"},
                      1, 0, GroupRule::kNone, SpanRule::kAny, 2, ModuleRule::kStayInside, {},
                      {0, 0, 0, 0, 1, 1, 1, 1}, {100, 0, 0, 10, 1},
                      {1, {3072, 6144, 12288}, false, 0, true, true},
-                     GroupFit::kEvenRemainder});
+                     GroupFit::kEvenRemainder, true, ModuleSpan::kWholeModules});
     // Ascend 310, Atlas 300I cards of 4 chips, any number of cards a node
     // (MindCluster allows 64 chips): <= 4 on one card, the card by free count
     // 1 -> 1,3,2,4; 2 -> 2,3,4; 3 -> 3,4 (card310x4/task.go); more than 4 take
@@ -183,7 +186,7 @@ GroupFit GroupFitOf(std::string_view kind) {
 
 ModuleSpan ModuleSpanOf(std::string_view kind) {
   const ProfileRow* row = FindRow(kind);
-  return row == nullptr ? ModuleSpan::kCloseModules : row->module_span;
+  return row == nullptr ? ModuleSpan::kWholeModules : row->module_span;
 }
 
 const std::vector<ProfileInfo>& Profiles() {
@@ -221,16 +224,20 @@ Status ApplyProfile(std::string_view profile, NodeInventory* inv,
   if (msize > 0 && modules.empty()) {
     for (int32_t m = 0; m < n; m += msize) modules.push_back(Range(m, std::min(n, m + msize) - 1));
   }
-  // Each device's module, checked before *inv changes.
+  // Each device's module, checked before *inv changes. Modules taken whole
+  // (910C die pairs, 310P Duo cards) are of exactly the profile's size.
+  const bool whole = row->module_rule == ModuleRule::kWholeForEven ||
+                     (row->module_rule == ModuleRule::kStayInside &&
+                      row->module_span == ModuleSpan::kWholeModules);
   std::vector<int32_t> module_of(static_cast<size_t>(n), -1);
   for (size_t m = 0; m < modules.size(); ++m) {
     const size_t size = modules[m].size();
     if (size == 0 || size > static_cast<size_t>(msize) ||
-        (row->module_rule == ModuleRule::kWholeForEven && size != static_cast<size_t>(msize))) {
+        (whole && size != static_cast<size_t>(msize))) {
       return InvalidArgumentError("profile " + row->info.name + " takes modules of " +
-                                  (row->module_rule == ModuleRule::kWholeForEven ? "" : "up to ") +
-                                  std::to_string(msize) + " devices, node " + inv->node +
-                                  " has one of " + std::to_string(size));
+                                  (whole ? "" : "up to ") + std::to_string(msize) +
+                                  " devices, node " + inv->node + " has one of " +
+                                  std::to_string(size));
     }
     for (int32_t d : modules[m]) {
       if (d < 0 || d >= n || module_of[static_cast<size_t>(d)] >= 0) {

@@ -54,9 +54,14 @@ GroupFit GroupFitOf(std::string_view kind);
 // Which devices a request larger than every module takes under
 // ModuleRule::kStayInside.
 enum class ModuleSpan : uint8_t {
-  // Each module the set leaves with no free device outranks link quality
-  // (310P Duo: whole cards, an odd remainder a card with one free chip).
-  kCloseModules,
+  // Whole free modules, in module order, for count / size of them; the
+  // remainder from one module: the first with exactly the remainder free
+  // (a half-used card), else the next free module in part. Modules are of
+  // exactly the profile's size. 310P Duo, MindCluster chip310px2 with
+  // distributed=true (frame.go getSelectNpu, judgeNodeByTaskNPU): even counts
+  // take whole cards; an odd count one chip of the first card with one free,
+  // else the chips of the first free cards, the last in part.
+  kWholeModules,
   // The free devices of the module with the fewest free first, then the
   // next fewest, each module's all, the last one in part; ties in module
   // order (MindCluster chip310x4: cards with 1, 2, 3, then 4 free chips).
@@ -65,7 +70,7 @@ enum class ModuleSpan : uint8_t {
   kFewestFreeFirst,
 };
 
-// The module span of the profile named `kind`; kCloseModules for a kind that
+// The module span of the profile named `kind`; kWholeModules for a kind that
 // is no profile.
 ModuleSpan ModuleSpanOf(std::string_view kind);
 
@@ -74,9 +79,11 @@ ModuleSpan ModuleSpanOf(std::string_view kind);
 // has numa < 0 the profile's documented default is used.
 // `modules` are the node's modules (cards) as the hardware reports them, by
 // device index: a profile with modules uses them (each of at most its module
-// size; of exactly that size when whole modules are taken), one without
+// size; of exactly that size when whole modules are taken, ModuleRule::
+// kWholeForEven or ModuleSpan::kWholeModules), one without
 // ignores them; empty: modules of the profile's size in index order.
-// A profile whose node holds any number of modules (ascend-310-cards) takes
+// A profile whose node holds any number of modules (ascend-310-cards,
+// ascend-310p-duo) takes
 // any device count when `modules` is given, else a multiple of its module size.
 // kNotFound for an unknown profile; kInvalidArgument when the device count
 // does not match the profile, or `modules` do not hold every device exactly

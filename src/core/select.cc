@@ -280,24 +280,45 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
       return out;
     }
   }
-  GenericSets(inv, pool, count, used, 0, &out);
-  if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty()) {
-    // Larger than a module (310P: distributed jobs take whole cards, an odd
-    // remainder a card with one free chip): each module the set leaves with
-    // no free device outranks any affinity, so no card is left half used
-    // that a set of equal links would have filled.
-    for (CandidateSet& c : out) {
-      for (const auto& mod : t.modules) {
-        bool touched = false, closed = true;
-        for (int32_t d : mod) {
-          const bool in_set = Contains(c.devices, d);
-          touched = touched || in_set;
-          closed = closed && (in_set || !in_pool[static_cast<size_t>(d)]);
-        }
-        if (touched && closed) c.rank += kBestFitScale;
+  if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty() &&
+      ModuleSpanOf(t.kind) == ModuleSpan::kWholeModules) {
+    // Larger than a module (310P Duo, MindCluster chip310px2 for distributed
+    // inference): count / size whole free modules in module order; the
+    // remainder from the first module with exactly that many free (a
+    // half-used card), else from the next whole free module, in part.
+    const size_t msize = t.modules.front().size();
+    const size_t rem = static_cast<size_t>(count) % msize;
+    const size_t need = static_cast<size_t>(count) / msize;
+    std::vector<size_t> whole;
+    size_t part = t.modules.size();
+    for (size_t m = 0; m < t.modules.size(); ++m) {
+      size_t k = 0;
+      for (int32_t d : t.modules[m]) k += in_pool[static_cast<size_t>(d)] ? 1 : 0;
+      if (k == t.modules[m].size()) whole.push_back(m);
+      if (rem > 0 && k == rem && k < t.modules[m].size() && part == t.modules.size()) part = m;
+    }
+    const size_t whole_needed = need + (rem > 0 && part == t.modules.size() ? 1 : 0);
+    if (whole.size() < whole_needed) {
+      *why = {Reason::kNoWholeModule, static_cast<int32_t>(whole_needed),
+              static_cast<int64_t>(whole.size())};
+      return out;
+    }
+    CandidateSet c;
+    for (size_t i = 0; i < whole_needed; ++i) {
+      for (int32_t d : t.modules[whole[i]]) {
+        if (static_cast<int32_t>(c.devices.size()) < count) c.devices.push_back(d);
       }
     }
+    if (part < t.modules.size()) {
+      for (int32_t d : t.modules[part]) {
+        if (in_pool[static_cast<size_t>(d)]) c.devices.push_back(d);
+      }
+    }
+    std::sort(c.devices.begin(), c.devices.end());
+    out.push_back(std::move(c));
+    return out;
   }
+  GenericSets(inv, pool, count, used, 0, &out);
   return out;
 }
 
@@ -385,6 +406,19 @@ bool IsLegalSet(const NodeInventory& inv, std::span<const int32_t> devices, cons
   if (t.module_rule == ModuleRule::kStayInside && static_cast<size_t>(count) <= MaxSize(t.modules) &&
       !inside_one(t.modules)) {
     return false;
+  }
+  if (t.module_rule == ModuleRule::kStayInside && !t.modules.empty() &&
+      static_cast<size_t>(count) > MaxSize(t.modules) &&
+      ModuleSpanOf(t.kind) == ModuleSpan::kWholeModules) {
+    // Whole modules, the remainder (count % size devices) from one module.
+    const int32_t rem = count % static_cast<int32_t>(t.modules.front().size());
+    int32_t parts = 0;
+    for (const auto& mod : t.modules) {
+      int32_t k = 0;
+      for (int32_t d : mod) k += in[static_cast<size_t>(d)] ? 1 : 0;
+      if (k == 0 || k == static_cast<int32_t>(mod.size())) continue;
+      if (k != rem || ++parts > 1) return false;
+    }
   }
   if (t.group_rule == GroupRule::kRequired && !t.groups.empty()) {
     const size_t gmax = MaxSize(t.groups);

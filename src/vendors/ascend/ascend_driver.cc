@@ -59,7 +59,7 @@ std::string AscendProfile(const std::string& model, size_t count) {
   static const Row kRows[] = {
       {"Ascend910A", 8, "ascend-910a-x8"},   {"Ascend910A", 4, "ascend-910a-x4"},
       {"Ascend910B", 8, "ascend-910b-x8"},   {"Ascend910B", 16, "ascend-910b-x16"},
-      {"Ascend910C", 16, "ascend-910c-x16"}, {"Ascend310P", 8, "ascend-310p-duo"},
+      {"Ascend910C", 16, "ascend-910c-x16"}, {"Ascend310P", 0, "ascend-310p-duo"},
       {"Ascend310", 0, "ascend-310-cards"},
   };
   for (const Row& r : kRows) {

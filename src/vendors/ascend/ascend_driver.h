@@ -3,13 +3,15 @@
 //   id      "NPU-<pci bus with ':' as '-'>" (stable across reboots)
 //   model   "Ascend" + chip name: 910B3 -> Ascend910B3, 310P3 -> Ascend310P3;
 //           910_93xx (Atlas A3) -> Ascend910C; 910 / 910A / 910ProB -> Ascend910A
-//   profile by model and count: 910A x8/x4, 910B x8/x16, 910C x16, 310P x8
-//           (ascend-310p-duo), 310 any count (ascend-310-cards); other shapes
-//           get NUMA groups
+//   profile by model and count: 910A x8/x4, 910B x8/x16, 910C x16, 310P any
+//           count (ascend-310p-duo, 300I Duo cards of 2), 310 any count
+//           (ascend-310-cards); other shapes get NUMA groups, and so does a
+//           300I Pro (one 310P chip a card: no Duo pairing)
 //   cards   the chips DCMI reports under one card id form one module (a 300I
 //           card's 4 chips, a 300I Duo's 2, an A3 module's 2 dies), never
 //           derived from the index; a card the profile does not allow (5
-//           chips on a 310 card) leaves the node to NUMA groups
+//           chips on a 310 card, 1 on a 310P card) leaves the node to NUMA
+//           groups
 //   slots   1 per chip; with AscendOptions::vnpu, one per smallest vNPU
 //           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads

@@ -103,7 +103,8 @@ TEST(AscendDriverTest, ModelAndProfileTables) {
       {"310P3", 8, "Ascend310P3", "ascend-310p-duo"},
       {"310", 8, "Ascend310", "ascend-310-cards"},
       {"310", 12, "Ascend310", "ascend-310-cards"},
-      {"310P3", 4, "Ascend310P3", ""},
+      {"310P3", 4, "Ascend310P3", "ascend-310p-duo"},
+      {"310P3", 16, "Ascend310P3", "ascend-310p-duo"},
       {"310B1", 4, "Ascend310B1", ""},
       {"910B3", 6, "Ascend910B3", ""},
   };
@@ -284,6 +285,52 @@ TEST(AscendDriverTest, A310CardOfFiveChipsGetsNoCardProfile) {
   const core::NodeInventory& inv = (*invs)[0];
   EXPECT_EQ(inv.topology.kind, "");
   EXPECT_TRUE(inv.topology.modules.empty());
+  ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
+}
+
+// Eight Atlas 300I Duo cards (16 x 310P3) whose logic ids go round the
+// cards: the Duo profile with the cards DCMI reports, and an odd request takes
+// the free chip of the half-used card, then a whole card.
+TEST(AscendDriverTest, Maps310PDuoCardsOfAnyCount) {
+  auto dcmi = std::make_unique<FakeDcmi>("310P3", 16, std::vector<int>{0});
+  dcmi->logic_across_cards = true;  // card k holds chips k and k + 8
+  AscendDriver d(std::move(dcmi), Options("duo-node"));
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
+  EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
+  ASSERT_EQ(inv.topology.modules.size(), 8u);
+  EXPECT_EQ(inv.topology.modules[0], (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(inv.topology.modules[7], (std::vector<int32_t>{7, 15}));
+
+  core::NodeUsage usage = core::NodeUsage::Empty(inv);
+  usage.devices[0] = {65536, core::kComputeWhole, 1, true, 0, 0};  // chip 0 held whole
+  core::DeviceRequest three;
+  three.container = "main";
+  three.vendor = core::Vendor::kAscend;
+  three.count = 3;
+  const core::PodRequest pod{{three}, {}};
+  const core::FitResult r = core::Fit(pod, inv, usage);
+  ASSERT_TRUE(r.fits());
+  std::vector<int32_t> chips;
+  for (const core::Grant& g : r.placement.containers[0].grants) chips.push_back(g.device);
+  std::sort(chips.begin(), chips.end());
+  EXPECT_EQ(chips, (std::vector<int32_t>{1, 8, 9}));
+}
+
+// Atlas 300I Pro cards carry one 310P chip each: no Duo pairing, NUMA groups.
+TEST(AscendDriverTest, A300IProGetsNoDuoPairing) {
+  auto dcmi = std::make_unique<FakeDcmi>("310P3", 8, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1});
+  dcmi->per_card = 1;
+  AscendDriver d(std::move(dcmi), Options("pro-node"));
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.devices[0].model, "Ascend310P3");
+  EXPECT_EQ(inv.topology.kind, "");
+  EXPECT_TRUE(inv.topology.modules.empty());
+  EXPECT_EQ(inv.devices[1].module, -1);
   ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
 }
 

@@ -124,6 +124,53 @@ TEST(DcmiBindingTest, Maps310PDuoCardsThroughTheMemoryInfoFallback) {
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "2,3");
 }
 
+// One and two Atlas 300I Duo cards (2 and 4 x 310P3): the Duo profile, a
+// module per card; two chips on one card, an odd three a whole card and the
+// half-used one.
+TEST(DcmiBindingTest, Maps310PDuoNodesOfOneAndTwoCards) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  for (int chips : {2, 4}) {
+    SCOPED_TRACE(chips);
+    fake.Configure(chips, -1, -1, 0);
+    Product duo(fake, 1);
+    ASSERT_TRUE(duo.ok());
+    FakeDevRoot dev;
+    dev.AddVendor(core::Vendor::kAscend, chips);
+    auto driver = Driver("/nonexistent", dev.root());
+    ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+    auto invs = (*driver)->Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    const core::NodeInventory& inv = invs->front();
+    ASSERT_EQ(inv.devices.size(), static_cast<size_t>(chips));
+    EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
+    ASSERT_EQ(inv.topology.modules.size(), static_cast<size_t>(chips / 2));
+    EXPECT_EQ(inv.topology.modules.back(), (std::vector<int32_t>{chips - 2, chips - 1}));
+  }
+  fake.Configure(8, -1, -1, 0);
+}
+
+// Atlas 300I Pro cards (one 310P3 a card): no Duo pairing, NUMA groups.
+TEST(DcmiBindingTest, A300IProCardsGetNoDuoPairing) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  Product pro(fake, 5);
+  ASSERT_TRUE(pro.ok());
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = invs->front();
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.devices[0].model, "Ascend310P3");
+  EXPECT_EQ(inv.devices[0].memory_mib, 24576);
+  EXPECT_EQ(inv.topology.kind, "");
+  EXPECT_TRUE(inv.topology.modules.empty());
+}
+
 // An A3 super-pod node: 16 dies in 8 modules, and the super-pod id that
 // DCMI reports through dcmi_get_device_info(DCMI_MAIN_CMD_CHIP_INF,
 // DCMI_CHIP_INF_SUB_CMD_SPOD_INFO), the only way DCMI publishes it.

@@ -12,7 +12,11 @@
 //  3  an Atlas 900 A3 SuperPoD node: 8 NPU ids, two 910C dies each ("910_9392",
 //     64 GB HBM per die), in super pod 7 of 48 nodes;
 //  4  two Atlas 300I inference cards (NPU ids 2 and 5, four 310 chips each,
-//     2 AI cores and 8 GB LPDDR4X per chip, no HBM); bus ids illustrative.
+//     2 AI cores and 8 GB LPDDR4X per chip, no HBM); bus ids illustrative;
+//  5  Atlas 300I Pro cards (NPU ids 0-7, one 310P3 chip each, 8 AI cores and
+//     24 GB LPDDR4X, no HBM); bus ids illustrative.
+// The configured chip count (accelpool_fake_configure) decides how many of a
+// product's cards are present: 4 chips of product 1 are two Duo cards.
 // Logic id = physical id = chip position. Super-pod membership answers the
 // generic dcmi_get_device_info(DCMI_MAIN_CMD_CHIP_INF, SPOD_INFO) query, as in
 // DCMI (there is no dcmi_get_spod_info); products 0-2 are in no super pod
@@ -134,6 +138,18 @@ const Product kProducts[] = {
      kOk,
      0xd100,
      {0x03, 0x04, 0x05, 0x06, 0x83, 0x84, 0x85, 0x86},
+     0,
+     0},
+    {{0, 1, 2, 3, 4, 5, 6, 7},
+     8,
+     1,
+     "310P3",
+     8,
+     0,
+     24576,
+     kOk,
+     0xd500,
+     {0x03, 0x04, 0x43, 0x44, 0x83, 0x84, 0xc3, 0xc4},
      0,
      0},
 };
