@@ -526,6 +526,20 @@ void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed) {
   }
 }
 
+size_t DisownContextRecords(uint64_t context) {
+  ShimState& s = State();
+  if (context == 0 || s.pointers == nullptr) {
+    return 0;
+  }
+  Relabel relabel{context, 0, 0};
+  pthread_mutex_lock(&s.mem_mu);
+  for (AllocTable* table : {s.pointers, s.arrays, s.ipc}) {  // Those of Owner::kContext.
+    table->ForEachMutable(RelabelContext, &relabel);
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return relabel.count;
+}
+
 void DropDeviceRecords(int device) {
   ShimState& s = State();
   if (device < 0 || device >= kMaxDevices || s.pointers == nullptr) {

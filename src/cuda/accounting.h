@@ -146,6 +146,13 @@ int LocationDevice(const CUmemLocation& location);
 // takes meanwhile is settled by that free, as any other.
 uint64_t MarkContextRecords(uint64_t context);
 void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed);
+// A context's birth (cuCtxCreate*): no
+// memory recorded before it can be its own, yet records may carry its handle
+// value (a green context's CUcontext, whose memory is the primary context's;
+// one whose end the shim could not settle). Such records lose their context
+// (as Owner::kNone): the new context's end leaves them charged until their
+// own free, the safe side. Returns how many there were.
+size_t DisownContextRecords(uint64_t context);
 
 // Drops every record of `device` from every table (pointers, arrays, VMM
 // handles and mappings, IPC imports, executable graphs, pools and their

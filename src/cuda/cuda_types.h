@@ -273,6 +273,13 @@ typedef CUresult (*cuDevicePrimaryCtxRetainFn)(CUcontext*, CUdevice);
 typedef CUresult (*cuDevicePrimaryCtxReleaseFn)(CUdevice);
 typedef CUresult (*cuDevicePrimaryCtxGetStateFn)(CUdevice, unsigned int*, int*);
 typedef CUresult (*cuCtxDestroyFn)(CUcontext);
+// cuCtxCreate's three ABIs (cudaTypedefs.h: PFN_cuCtxCreate_v3020, _v11040,
+// _v12050); the shim passes their parameter blocks through unread.
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
+typedef CUresult (*cuCtxCreateFn)(CUcontext*, unsigned int, CUdevice);
+typedef CUresult (*cuCtxCreateV3Fn)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
+typedef CUresult (*cuCtxCreateV4Fn)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);
 typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
 typedef CUresult (*cuEventCreateFn)(CUevent*, unsigned int);
 typedef CUresult (*cuEventDestroyFn)(CUevent);

@@ -16,6 +16,17 @@
 // (stream-ordered pools, cuMemCreate handles, graph memory) stays charged
 // until its own free. Green contexts (cuGreenCtxDestroy) are not hooked:
 // the memory allocated in one is the primary context's, and goes with it.
+//
+// A record's context is a handle value, and the driver hands a value out
+// again once its context is gone. Records whose context ended without the
+// shim settling them (a green context's CUcontext, whose memory lives on in
+// the primary context; a release whose state query failed) would be taken
+// by the end of a new context that got their value, and their charges
+// returned while the memory is still held. So a context's birth disowns
+// them (DisownContextRecords) at a successful cuCtxCreate_v2/_v3/_v4: they
+// stay charged until their own free. Only context creation pays: one pass
+// over the tables, with memory limits on. (A primary context made anew
+// under a handle value with such records is not covered.)
 // docs/enforcement.md says more.
 #include "cuda/accounting.h"
 #include "cuda/log.h"
@@ -78,6 +89,43 @@ CUresult PrimaryCtxRetain(HookId id, int slot, CUcontext* ctx, CUdevice device) 
     State().primary_ctx[device].store(reinterpret_cast<uint64_t>(*ctx), std::memory_order_relaxed);
   }
   return rc;
+}
+
+// After a successful create (any ABI): the new context owns nothing yet.
+CUresult CtxCreated(CUresult rc, CUcontext* ctx) {
+  if (rc == CUDA_SUCCESS && ctx != nullptr && State().mem_on) {
+    DisownContextRecords(reinterpret_cast<uint64_t>(*ctx));
+  }
+  return rc;
+}
+
+CUresult CtxCreateV2(HookId id, int slot, CUcontext* ctx, unsigned int flags, CUdevice device) {
+  EnsureCuda();
+  auto real = Real<cuCtxCreateFn>(id, slot);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  return CtxCreated(real(ctx, flags, device), ctx);
+}
+
+CUresult CtxCreateV3(HookId id, int slot, CUcontext* ctx, CUexecAffinityParam* params,
+                     int num_params, unsigned int flags, CUdevice device) {
+  EnsureCuda();
+  auto real = Real<cuCtxCreateV3Fn>(id, slot);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  return CtxCreated(real(ctx, params, num_params, flags, device), ctx);
+}
+
+CUresult CtxCreateV4(HookId id, int slot, CUcontext* ctx, CUctxCreateParams* params,
+                     unsigned int flags, CUdevice device) {
+  EnsureCuda();
+  auto real = Real<cuCtxCreateV4Fn>(id, slot);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  return CtxCreated(real(ctx, params, flags, device), ctx);
 }
 
 // True when the driver reports `device`'s primary context inactive. A query
@@ -163,6 +211,23 @@ CUresult HookDevicePrimaryCtxReleaseV2(CUdevice device) {
   return PrimaryCtxRelease(kHookDevicePrimaryCtxReleaseV2, S, device);
 }
 
+template <int S>
+CUresult HookCtxCreateV2(CUcontext* ctx, unsigned int flags, CUdevice device) {
+  return CtxCreateV2(kHookCtxCreateV2, S, ctx, flags, device);
+}
+
+template <int S>
+CUresult HookCtxCreateV3(CUcontext* ctx, CUexecAffinityParam* params, int num_params,
+                         unsigned int flags, CUdevice device) {
+  return CtxCreateV3(kHookCtxCreateV3, S, ctx, params, num_params, flags, device);
+}
+
+template <int S>
+CUresult HookCtxCreateV4(CUcontext* ctx, CUctxCreateParams* params, unsigned int flags,
+                         CUdevice device) {
+  return CtxCreateV4(kHookCtxCreateV4, S, ctx, params, flags, device);
+}
+
 }  // namespace
 
 void* ContextHook(HookId id, int slot) {
@@ -172,9 +237,11 @@ void* ContextHook(HookId id, int slot) {
                                          ACCELPOOL_HOOK_SLOTS(HookCtxDestroyV2),
                                          ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxRetain),
                                          ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxRelease),
-                                         ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxReleaseV2)};
-  if (id < kHookDevicePrimaryCtxReset || id > kHookDevicePrimaryCtxReleaseV2 || slot < 0 ||
-      slot >= kSlots) {
+                                         ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxReleaseV2),
+                                         ACCELPOOL_HOOK_SLOTS(HookCtxCreateV2),
+                                         ACCELPOOL_HOOK_SLOTS(HookCtxCreateV3),
+                                         ACCELPOOL_HOOK_SLOTS(HookCtxCreateV4)};
+  if (id < kHookDevicePrimaryCtxReset || id > kHookCtxCreateV4 || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookDevicePrimaryCtxReset][slot];
@@ -200,4 +267,15 @@ ACCELPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
 }
 ACCELPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
   return HookDevicePrimaryCtxReleaseV2<0>(d);
+}
+ACCELPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* c, unsigned int f, CUdevice d) {
+  return HookCtxCreateV2<0>(c, f, d);
+}
+ACCELPOOL_EXPORT CUresult cuCtxCreate_v3(CUcontext* c, CUexecAffinityParam* p, int n,
+                                         unsigned int f, CUdevice d) {
+  return HookCtxCreateV3<0>(c, p, n, f, d);
+}
+ACCELPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* c, CUctxCreateParams* p, unsigned int f,
+                                         CUdevice d) {
+  return HookCtxCreateV4<0>(c, p, f, d);
 }

@@ -354,7 +354,7 @@ void* MemoryHook(HookId id, int slot) {
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {
     return InfoHook(id, slot);
   }
-  if (id >= kHookDevicePrimaryCtxReset && id <= kHookDevicePrimaryCtxReleaseV2) {
+  if (id >= kHookDevicePrimaryCtxReset && id <= kHookCtxCreateV4) {
     return ContextHook(id, slot);
   }
   return nullptr;

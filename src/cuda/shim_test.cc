@@ -911,6 +911,39 @@ TEST(ShimTest, AContextGivenADestroyedOnesHandleKeepsItsCharges) {
   EXPECT_EQ(U(kv, "final_free"), 1024 * kMiB);
 }
 
+// Memory allocated while a green context's CUcontext is current is the
+// primary context's and outlives the green context, yet its record carries
+// the green context's handle. A context created later with that handle
+// value, through any of cuCtxCreate's ABIs and hook paths, owns none of it:
+// its destroy returns its own memory's charge only. (The first such destroy
+// returned the green block's charge too, and the container could exceed
+// its cap.)
+TEST(ShimTest, ANewContextDoesNotTakeRecordsCarryingItsHandle) {
+  const uint64_t unit = 64 * kMiB;
+  const uint64_t cap = 1024 * kMiB;
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "ctxbirth", std::to_string(unit)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "green_current"), 1u);
+    EXPECT_EQ(U(kv, "green_rc"), 0u);
+    EXPECT_EQ(U(kv, "green_free"), cap - unit);
+    for (int abi = 2; abi <= 4; ++abi) {
+      SCOPED_TRACE(abi);
+      std::string v = "v" + std::to_string(abi) + "_";
+      EXPECT_EQ(U(kv, v + "create_rc"), 0u);
+      EXPECT_EQ(U(kv, v + "same_handle"), 1u) << "the fake gave the green context's handle";
+      EXPECT_EQ(U(kv, v + "alloc_rc"), 0u);
+      EXPECT_EQ(U(kv, v + "held_free"), cap - 2 * unit);
+      EXPECT_EQ(U(kv, v + "destroy_rc"), 0u);
+      EXPECT_EQ(U(kv, v + "free"), cap - unit) << "the green context's block stays charged";
+    }
+    EXPECT_EQ(U(kv, "kept_free_rc"), 0u);
+    EXPECT_EQ(U(kv, "final_free"), cap) << "its own free returns it, once";
+    EXPECT_EQ(U(kv, "device_used"), 0u);
+  }
+}
+
 TEST(ShimTest, AFailedFreeKeepsItsCharge) {
   struct Case {
     const char* api;

@@ -64,6 +64,14 @@ constexpr SymbolInfo kSymbols[] = {
      kHookDevicePrimaryCtxRelease, false, kCu},
     {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 11000, kNoMax,
      kHookDevicePrimaryCtxReleaseV2, false, kCu},
+    // A new context cannot own memory recorded before it: records that
+    // carry its handle (an ended green context's, say) lose their context.
+    // cuGetProcAddress("cuCtxCreate") hands out the ABI of the version asked
+    // for: _v2 from 3020, _v3 (affinity parameters) from 11040, _v4
+    // (CUctxCreateParams) from 12050; cuda.h calls _v4 cuCtxCreate from 13.0.
+    {"cuCtxCreate_v2", "cuCtxCreate", 3020, 11040, kHookCtxCreateV2, false, kCu},
+    {"cuCtxCreate_v3", "cuCtxCreate", 11040, 12050, kHookCtxCreateV3, false, kCu},
+    {"cuCtxCreate_v4", "cuCtxCreate", 12050, kNoMax, kHookCtxCreateV4, false, kCu},
     {"cuLaunchKernel", "cuLaunchKernel", 4000, kNoMax, kHookLaunchKernel, false, kCu},
     {"cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, kNoMax, kHookLaunchKernel, true, kCu},
     {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, kNoMax, kHookLaunchKernelEx, false, kCu},

@@ -47,6 +47,13 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2"},
       {"cuDevicePrimaryCtxRelease", 7000, 0, "cuDevicePrimaryCtxRelease"},
       {"cuDevicePrimaryCtxRetain", 13000, 0, "cuDevicePrimaryCtxRetain"},
+      {"cuCtxCreate", 2000, 0, nullptr},  // The CUDA 3.1-era ABI passes through.
+      {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 11000, 0, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 11040, 0, "cuCtxCreate_v3"},
+      {"cuCtxCreate", 12040, 0, "cuCtxCreate_v3"},
+      {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+      {"cuCtxCreate", 13000, 0, "cuCtxCreate_v4"},
       {"cuDevicePrimaryCtxGetState", 12000, 0, nullptr},  // Called by the shim, not hooked.
       {"cuMemPoolTrimTo", 12000, 0, "cuMemPoolTrimTo"},
       {"cuMemPoolDestroy", 13000, 0, "cuMemPoolDestroy"},

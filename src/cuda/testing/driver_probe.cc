@@ -1097,6 +1097,59 @@ int CtxReuse(const Api& a, uint64_t unit) {
   return 0;
 }
 
+// A green context's CUcontext (handle <green>) is current while <unit> is
+// allocated; that memory is the primary context's and outlives the green
+// context. Then, through each of cuCtxCreate's three ABIs in turn (_v2,
+// _v3, _v4, reached by `mode`), a new context gets the same handle value,
+// allocates <unit> and is destroyed. Last, the green block is freed.
+int CtxBirth(const Api& a, const std::string& mode, uint64_t unit) {
+  const uintptr_t green = 0x5000;
+  CUcontext primary = nullptr;
+  cuCtxGetCurrent(&primary);
+  cuCtxCreateFn create_v2 = &cuCtxCreate_v2;
+  cuCtxCreateV3Fn create_v3 = &cuCtxCreate_v3;
+  cuCtxCreateV4Fn create_v4 = &cuCtxCreate_v4;
+  if (mode != "direct") {
+    Get(&create_v2, mode, "cuCtxCreate_v2", "cuCtxCreate", 3020, 3020);
+    Get(&create_v3, mode, "cuCtxCreate_v3", "cuCtxCreate", 11040, 11040);
+    Get(&create_v4, mode, "cuCtxCreate_v4", "cuCtxCreate", 12050, 12050);
+  }
+  fakecuda_GreenCurrent(green);
+  CUcontext current = nullptr;
+  cuCtxGetCurrent(&current);
+  CUdeviceptr kept = 0;
+  CUresult green_rc = a.alloc(&kept, unit);
+  fakecuda_GreenCurrent(0);  // cuGreenCtxDestroy: the block stays, the primary context's.
+  std::printf("green_current=%d green_rc=%d green_free=%zu\n",
+              current == reinterpret_cast<CUcontext>(green) ? 1 : 0, green_rc, FreeBytes(a));
+  for (int abi = 2; abi <= 4; ++abi) {
+    CUcontext created = nullptr;
+    fakecuda_NextCtxHandle(green);
+    CUresult create_rc = CUDA_ERROR_NOT_FOUND;
+    if (abi == 2 && create_v2 != nullptr) {
+      create_rc = create_v2(&created, 0, 0);
+    } else if (abi == 3 && create_v3 != nullptr) {
+      create_rc = create_v3(&created, nullptr, 0, 0, 0);
+    } else if (abi == 4 && create_v4 != nullptr) {
+      create_rc = create_v4(&created, nullptr, 0, 0);
+    }
+    CUdeviceptr p = 0;
+    CUresult alloc_rc = a.alloc(&p, unit);
+    size_t held = FreeBytes(a);
+    CUresult destroy_rc = a.ctx_destroy(created);
+    std::printf(
+        "v%d_create_rc=%d v%d_same_handle=%d v%d_alloc_rc=%d v%d_held_free=%zu "
+        "v%d_destroy_rc=%d v%d_free=%zu\n",
+        abi, create_rc, abi, created == reinterpret_cast<CUcontext>(green) ? 1 : 0, abi, alloc_rc,
+        abi, held, abi, destroy_rc, abi, FreeBytes(a));
+    cuCtxSetCurrent(primary);
+  }
+  CUresult kept_free_rc = a.free(kept);
+  std::printf("kept_free_rc=%d final_free=%zu device_used=%llu\n", kept_free_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  return 0;
+}
+
 // A process holding memory forks; the child uses the driver too (the fake
 // allows it) and exits through its destructors. The child must get its own
 // accounting slot, and its exit must not take the parent's charge with it.
@@ -1973,6 +2026,9 @@ int main(int argc, char** argv) {
   }
   if (command == "primaryrelease" && argc == 4) {
     return PrimaryRelease(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "ctxbirth" && argc == 4) {
+    return CtxBirth(a, mode, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "ctxreuse" && argc == 4) {
     return CtxReuse(a, std::strtoull(argv[3], nullptr, 10));

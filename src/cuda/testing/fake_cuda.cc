@@ -51,6 +51,14 @@ uintptr_t& CurrentContext() {
   return context;
 }
 
+// A green context's CUcontext made current by the test (fakecuda_GreenCurrent):
+// cuCtxGetCurrent reports it, while memory allocated meanwhile is the
+// primary context's, as the driver documents (cuCtxFromGreenCtx).
+uintptr_t& GreenCurrent() {
+  thread_local uintptr_t green = 0;
+  return green;
+}
+
 uintptr_t CurrentContextHandle() {
   return CurrentContext() != 0 ? CurrentContext() : static_cast<uintptr_t>(CurrentDevice() + 1);
 }
@@ -292,11 +300,12 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
-  *ctx = reinterpret_cast<CUcontext>(CurrentContextHandle());
+  *ctx = reinterpret_cast<CUcontext>(GreenCurrent() != 0 ? GreenCurrent() : CurrentContextHandle());
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   auto v = reinterpret_cast<uintptr_t>(ctx);
+  GreenCurrent() = 0;
   {
     State& s = S();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -315,7 +324,8 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 // A context of its own on `dev`, made current. Handles start at 0x1000; the
-// lowest free one is taken, so a destroyed context's handle comes back.
+// lowest free one is taken, so a destroyed context's handle comes back; or
+// the one fakecuda_NextCtxHandle chose, when free. All three ABIs.
 FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned, CUdevice dev) {
   if (ctx == nullptr || dev < 0 || dev >= kDevices) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -323,14 +333,28 @@ FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned, CUdevice dev) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   uintptr_t v = 0x1000;
+  if (s.next_ctx_handle > static_cast<uintptr_t>(kDevices) &&
+      s.contexts.count(s.next_ctx_handle) == 0) {
+    v = s.next_ctx_handle;
+  }
+  s.next_ctx_handle = 0;
   while (s.contexts.count(v) != 0) {
     ++v;
   }
   s.contexts[v] = dev;
   CurrentContext() = v;
   CurrentDevice() = dev;
+  GreenCurrent() = 0;
   *ctx = reinterpret_cast<CUcontext>(v);
   return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam*, int, unsigned flags,
+                                    CUdevice dev) {
+  return cuCtxCreate_v2(ctx, flags, dev);
+}
+FAKE_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams*, unsigned flags,
+                                    CUdevice dev) {
+  return cuCtxCreate_v2(ctx, flags, dev);
 }
 namespace {
 // Events die with their context. REQUIRES: s.mu held.
@@ -963,6 +987,20 @@ FAKE_EXPORT void fakecuda_OnNextCtxDestroy(void (*fn)(void*), void* ctx) {
   s.on_ctx_destroy = fn;
   s.on_ctx_destroy_ctx = ctx;
 }
+
+// The next cuCtxCreate* returns `handle` (above the primary contexts' and
+// not in use), as a driver may hand out any value that is free again.
+FAKE_EXPORT void fakecuda_NextCtxHandle(uintptr_t handle) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.next_ctx_handle = handle;
+}
+
+// Makes `green` the calling thread's current context as a green context's
+// CUcontext is (cuCtxFromGreenCtx, cuCtxSetCurrent): cuCtxGetCurrent reports
+// it, and what is allocated meanwhile is the current primary context's.
+// 0: back to that primary context, as cuGreenCtxDestroy leaves it.
+FAKE_EXPORT void fakecuda_GreenCurrent(uintptr_t green) { GreenCurrent() = green; }
 
 FAKE_EXPORT uint64_t fakecuda_DeviceUsedBytes(int device) {
   State& s = S();

@@ -106,6 +106,7 @@ struct State {
   // are the handles 1 .. kDevices. A destroyed handle is handed out again;
   // the memory the context owned goes with it.
   std::map<uintptr_t, int> contexts;
+  uintptr_t next_ctx_handle = 0;  // The next create's handle (fakecuda_NextCtxHandle); 0: lowest.
   // References to each device's primary context (cuDevicePrimaryCtxRetain);
   // active while above zero.
   int primary_refs[kDevices] = {};
