@@ -599,7 +599,9 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
   // one container at a time they may break them (1 + 1 chips in two 910A
   // rings); then the whole-device containers are planned as one set, and the
   // shares after them.
-  const std::vector<size_t> members = PodSetMembers(pod, inv.vendor);
+  // A single-container pod (most) has no set to check, and allocates nothing.
+  const std::vector<size_t> members =
+      nc >= 2 ? PodSetMembers(pod, inv.vendor) : std::vector<size_t>{};
   if (members.size() >= 2) {
     std::vector<const ContainerPlacement*> parts;
     for (size_t m : members) parts.push_back(&planned[m]);
