@@ -8,15 +8,17 @@ namespace {
 
 constexpr uint64_t kMiB = 1ULL << 20;
 
-void Warn(WarnSink warn, void* ctx, const char* name, const char* value, const char* expected) {
+// `without` names what the process runs without: "this limit" for a limit.
+void Warn(WarnSink warn, void* ctx, const char* name, const char* value, const char* expected,
+          const char* without = "this limit") {
   if (warn == nullptr) {
     return;
   }
   char line[640];
   std::snprintf(line, sizeof(line),
-                "ignoring %s=\"%.64s\": expected %s; running without this limit "
+                "ignoring %s=\"%.64s\": expected %s; running without %s "
                 "(fix the value or unset it)",
-                name, value, expected);
+                name, value, expected, without);
   warn(ctx, line);
 }
 
@@ -194,6 +196,29 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
       config.context_reserve_bytes = *v * kMiB;
     } else {
       Warn(warn, wctx, "ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB", r, "a number of MiB such as 512");
+    }
+  }
+
+  // Task priority: ours by name, HAMi's by number; HAMi's only where ours is
+  // unset, as for the compute limit.
+  constexpr const char* kWithoutPriority = "task priority";
+  if (const char* p = lookup(lctx, "ACCELPOOL_CUDA_PRIORITY"); !IsUnset(p)) {
+    std::string_view v(p);
+    if (v == "high") {
+      config.priority = Priority::kHigh;
+    } else if (v == "low") {
+      config.priority = Priority::kLow;
+    } else {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_PRIORITY", p, "high or low", kWithoutPriority);
+    }
+  } else if (const char* h = lookup(lctx, "CUDA_TASK_PRIORITY"); !IsUnset(h)) {
+    std::string_view v(h);
+    if (v == "0") {
+      config.priority = Priority::kHigh;
+    } else if (v == "1") {
+      config.priority = Priority::kLow;
+    } else {
+      Warn(warn, wctx, "CUDA_TASK_PRIORITY", h, "0 (high) or 1 (low)", kWithoutPriority);
     }
   }
 

@@ -9,10 +9,13 @@
 //   ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB  MiB charged once per process and device
 //   ACCELPOOL_CUDA_DISABLE=1          the shim forwards everything untouched
 //   ACCELPOOL_CUDA_LOG_LEVEL          error|warn|info|debug (default warn)
-// HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes, or with a k/m/g suffix) and
-// CUDA_DEVICE_SM_LIMIT (percent, 0 = none) are accepted as lower-priority
-// aliases. A missing value means "no limit"; a malformed one also means "no
-// limit" and produces exactly one warning naming the variable and the fix.
+//   ACCELPOOL_CUDA_PRIORITY           high|low: task priority (priority_format.h)
+// HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes, or with a k/m/g suffix),
+// CUDA_DEVICE_SM_LIMIT (percent, 0 = none) and CUDA_TASK_PRIORITY (0 = high,
+// 1 = low) are accepted as lower-precedence aliases. A missing value means
+// "no limit"; a malformed one also means "no limit" (no task priority, for
+// the priority) and produces exactly one warning naming the variable and the
+// fix.
 //
 // The parser is a pure function over an env lookup callback so that tests can
 // feed tables of environments. It never allocates: the shim calls it inside
@@ -34,6 +37,11 @@ inline constexpr size_t kMaxPathLen = 512;
 
 enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
+// Task priority (HAMi's nvidia.com/priority). kNone: no priority behaviour.
+// kHigh: launches are counted in the priority file; kLow: launches wait
+// while the device plugin holds them there.
+enum class Priority : int { kNone = 0, kHigh = 1, kLow = 2 };
+
 struct ShimConfig {
   // ACCELPOOL_CUDA_DISABLE=1: no accounting, no throttling, hooks forward.
   bool disabled = false;
@@ -47,6 +55,9 @@ struct ShimConfig {
   // by the shim when a limit is active).
   char state_dir[kMaxPathLen] = {};
   LogLevel log_level = LogLevel::kWarn;
+  // ACCELPOOL_CUDA_PRIORITY (or CUDA_TASK_PRIORITY); kNone when unset or
+  // malformed.
+  Priority priority = Priority::kNone;
 
   bool AnyMemoryLimit() const;
   bool ComputeLimited() const { return !disabled && compute_percent > 0 && compute_percent < 100; }

@@ -101,6 +101,80 @@ TEST(ConfigTest, StateDirContextReserveAndPredicates) {
   EXPECT_FALSE(config.ComputeLimited()) << "100% means no throttling";
 }
 
+TEST(ConfigTest, TaskPriority) {
+  struct Case {
+    std::string name;
+    std::map<std::string, std::string> vars;
+    Priority want;
+    const char* warned;  // The variable the one warning names; nullptr: none.
+  };
+  const std::vector<Case> cases = {
+      {"unset", {}, Priority::kNone, nullptr},
+      {"empty is unset", {{"ACCELPOOL_CUDA_PRIORITY", ""}}, Priority::kNone, nullptr},
+      {"high", {{"ACCELPOOL_CUDA_PRIORITY", "high"}}, Priority::kHigh, nullptr},
+      {"low", {{"ACCELPOOL_CUDA_PRIORITY", "low"}}, Priority::kLow, nullptr},
+      {"upper case",
+       {{"ACCELPOOL_CUDA_PRIORITY", "HIGH"}},
+       Priority::kNone,
+       "ACCELPOOL_CUDA_PRIORITY"},
+      {"trailing space",
+       {{"ACCELPOOL_CUDA_PRIORITY", "low "}},
+       Priority::kNone,
+       "ACCELPOOL_CUDA_PRIORITY"},
+      {"HAMi's number in ours",
+       {{"ACCELPOOL_CUDA_PRIORITY", "0"}},
+       Priority::kNone,
+       "ACCELPOOL_CUDA_PRIORITY"},
+      {"unknown word",
+       {{"ACCELPOOL_CUDA_PRIORITY", "urgent"}},
+       Priority::kNone,
+       "ACCELPOOL_CUDA_PRIORITY"},
+      {"HAMi 0 is high", {{"CUDA_TASK_PRIORITY", "0"}}, Priority::kHigh, nullptr},
+      {"HAMi 1 is low", {{"CUDA_TASK_PRIORITY", "1"}}, Priority::kLow, nullptr},
+      {"HAMi 2", {{"CUDA_TASK_PRIORITY", "2"}}, Priority::kNone, "CUDA_TASK_PRIORITY"},
+      {"HAMi by name", {{"CUDA_TASK_PRIORITY", "high"}}, Priority::kNone, "CUDA_TASK_PRIORITY"},
+      {"HAMi 01", {{"CUDA_TASK_PRIORITY", "01"}}, Priority::kNone, "CUDA_TASK_PRIORITY"},
+      {"ours wins over the alias",
+       {{"ACCELPOOL_CUDA_PRIORITY", "low"}, {"CUDA_TASK_PRIORITY", "0"}},
+       Priority::kLow,
+       nullptr},
+      {"a malformed one of ours hides the alias",
+       {{"ACCELPOOL_CUDA_PRIORITY", "top"}, {"CUDA_TASK_PRIORITY", "0"}},
+       Priority::kNone,
+       "ACCELPOOL_CUDA_PRIORITY"},
+      {"disable wins",
+       {{"ACCELPOOL_CUDA_DISABLE", "1"}, {"ACCELPOOL_CUDA_PRIORITY", "high"}},
+       Priority::kNone,
+       nullptr},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Env env{c.vars, {}};
+    ShimConfig config = Parse(env);
+    EXPECT_EQ(config.priority, c.want);
+    if (c.warned == nullptr) {
+      EXPECT_TRUE(env.warnings.empty()) << env.warnings.front();
+      continue;
+    }
+    ASSERT_EQ(env.warnings.size(), 1u);
+    const std::string& w = env.warnings.front();
+    EXPECT_EQ(w.rfind(std::string("ignoring ") + c.warned + "=\"", 0), 0u) << w;
+    EXPECT_NE(w.find("running without task priority (fix the value or unset it)"),
+              std::string::npos)
+        << w;
+    EXPECT_NE(w.find(c.warned == std::string("CUDA_TASK_PRIORITY") ? "0 (high) or 1 (low)"
+                                                                   : "high or low"),
+              std::string::npos)
+        << w;
+  }
+  // The device plugin's limits file carries it like any other variable.
+  LimitsFile f;
+  const char text[] = "ACCELPOOL_CUDA_MEMORY_LIMIT=1024\nACCELPOOL_CUDA_PRIORITY=low\n";
+  std::memcpy(f.text, text, sizeof(text) - 1);
+  ParseLimitsFile(&f, sizeof(text) - 1);
+  EXPECT_EQ(ParseShimConfig(&LimitsFileLookup, &f, nullptr, nullptr).priority, Priority::kLow);
+}
+
 TEST(ConfigTest, ParseMemoryBytesUnits) {
   struct Case {
     const char* text;

@@ -29,16 +29,31 @@
 // launches before it on its own stream only; on other streams the bound is
 // approximate.
 //
-// With the share off (0 or 100%), the hooks forward after one load and one
-// branch. Thread-safety: the key table, event pool and pending ring under
-// g_launch.mu (taken before a bucket lock, never while holding one);
-// counters atomic; the context cache is per thread.
+// Task priority (priority_format.h), on the same paths and whether or not
+// the share is on: a launch on CUDA ordinal d of a high-priority container
+// adds one to launches[d] of the priority file; one of a low-priority
+// container first waits while hold_until_ns[d] holds (HoldsAt), sleeping at
+// most 10 ms at a time and re-reading the deadline after each sleep. Both
+// take the launch's device from the same per-thread context cache as the
+// controller, and skip launches into a capturing stream.
+//
+// With the share off (0 or 100%) and no task priority, the hooks forward
+// after one load and one branch (launch_on). Task priority adds the device
+// lookup (cuCtxGetCurrent; the device is cached per thread) and then, for
+// high, cuStreamIsCapturing and one relaxed atomic add; for low, one relaxed
+// load and a branch while no hold is set (the stream is asked only when a
+// deadline holds the launch). Thread-safety: the key table, event pool and
+// pending ring under g_launch.mu (taken before a bucket lock, never while
+// holding one); counters atomic; the context cache is per thread; the
+// priority file's fields are accessed with relaxed 8-byte atomics and no
+// lock is held while a launch waits on them.
 #include <time.h>
 
 #include <atomic>
 
 #include "cuda/accounting.h"
 #include "cuda/log.h"
+#include "cuda/priority_file.h"
 #include "cuda/shim.h"
 
 namespace accelpool::cuda {
@@ -319,18 +334,93 @@ void Sleep(int64_t ns) {
   nanosleep(&ts, nullptr);
 }
 
+// Where a launch goes, resolved once for the priority step and admission.
+struct LaunchSite {
+  CUcontext ctx = nullptr;
+  int device = -1;
+  int capturing = -1;  // -1: not asked yet; else whether the stream captures.
+};
+
+bool Capturing(CUstream stream, bool per_thread, LaunchSite* site) {
+  if (site->capturing < 0) {
+    site->capturing = StreamCapturing(stream, per_thread) ? 1 : 0;
+  }
+  return site->capturing != 0;
+}
+
+constinit std::atomic<bool> g_logged_hold{false};  // The first hold was logged.
+
+// A low-priority launch on `device`, held by `hold` at `now`: sleeps until
+// the deadline, re-read after each step, no longer holds.
+void WaitWhileHeld(PriorityLayout* p, int device, uint64_t hold, uint64_t now) {
+  if (!g_logged_hold.exchange(true, std::memory_order_relaxed)) {
+    Logf(LogLevel::kInfo,
+         "a launch on device %d waits: a high-priority container on the same GPU is busy "
+         "(task priority low; logged once per process)",
+         device);
+  }
+  for (int64_t step = HoldStepNs(hold, now); step > 0; step = HoldStepNs(hold, now)) {
+    Sleep(step);
+    hold = __atomic_load_n(&p->hold_until_ns[device], __ATOMIC_RELAXED);
+    now = static_cast<uint64_t>(MonotonicNs());
+  }
+}
+
+// The priority step of a launch whose device is known. Returns false when
+// the launch goes into a capturing stream: it runs nothing, so it is
+// neither counted nor held, and passes through.
+bool ApplyPriority(CUstream stream, bool per_thread, LaunchSite* site) {
+  ShimState& s = State();
+  PriorityLayout* p = s.priority;
+  const int d = site->device;
+  if (s.config.priority == Priority::kHigh) {
+    if (Capturing(stream, per_thread, site)) {
+      return false;
+    }
+    __atomic_fetch_add(&p->launches[d], 1, __ATOMIC_RELAXED);
+    return true;
+  }
+  uint64_t hold = __atomic_load_n(&p->hold_until_ns[d], __ATOMIC_RELAXED);
+  if (hold == 0) {
+    return true;  // The common case: no high-priority container is busy.
+  }
+  const uint64_t now = static_cast<uint64_t>(MonotonicNs());
+  if (!HoldsAt(hold, now)) {
+    return true;
+  }
+  if (Capturing(stream, per_thread, site)) {
+    return false;
+  }
+  WaitWhileHeld(p, d, hold, now);
+  return true;
+}
+
+// Resolves the launch's device and applies task priority. Returns false
+// when the launch passes through untouched from here on: no current context
+// (the driver refuses it), a device past kMaxDevices, or a capturing stream
+// seen by the priority step. REQUIRES: State().launch_on.
+bool GateLaunch(CUstream stream, bool per_thread, LaunchSite* site) {
+  if (!LaunchContext(&site->ctx, &site->device) || site->device < 0 ||
+      site->device >= kMaxDevices) {
+    site->device = -1;
+    return false;
+  }
+  if (State().priority != nullptr && !ApplyPriority(stream, per_thread, site)) {
+    site->device = -1;
+    return false;
+  }
+  return true;
+}
+
 class Admission {
  public:
-  // Blocks until the device's bucket admits this launch.
-  Admission(CUstream stream, bool per_thread, const LaunchKey& key)
-      : stream_(stream), per_thread_(per_thread), kind_(key.kind) {
+  // Blocks until the device's bucket admits this launch. `site` is what
+  // GateLaunch resolved (it returned true).
+  Admission(LaunchSite* site, CUstream stream, bool per_thread, const LaunchKey& key)
+      : stream_(stream), per_thread_(per_thread), kind_(key.kind), device_(site->device) {
     ShimState& s = State();
-    CUcontext ctx = nullptr;
-    if (!LaunchContext(&ctx, &device_) || device_ < 0 || device_ >= kMaxDevices) {
-      device_ = -1;
-      return;
-    }
-    if (StreamCapturing(stream, per_thread)) {
+    const CUcontext ctx = site->ctx;
+    if (Capturing(stream, per_thread, site)) {
       device_ = -1;  // Captured, not executed.
       return;
     }
@@ -413,7 +503,7 @@ class Admission {
   CUstream stream_;
   bool per_thread_;
   int kind_;
-  int device_ = -1;
+  int device_;
   int64_t charged_ = 0;
   bool measuring_ = false;
   EventPair events_ = {};
@@ -440,11 +530,15 @@ CUresult HookLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
                           unsigned by, unsigned bz, unsigned shmem, CUstream stream,
                           void** params, void** extra) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchKernelFn, kHookLaunchKernel);
-  if (!s.compute_on) {
+  if (!s.launch_on) {
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   }
-  Admission admission(stream, s.per_thread_stream[kHookLaunchKernel][S],
-                      KernelKey(f, gx, gy, gz, bx, by, bz));
+  const bool per_thread = s.per_thread_stream[kHookLaunchKernel][S];
+  LaunchSite site;
+  if (!GateLaunch(stream, per_thread, &site) || !s.compute_on) {
+    return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+  }
+  Admission admission(&site, stream, per_thread, KernelKey(f, gx, gy, gz, bx, by, bz));
   CUresult rc = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   admission.Done(rc);
   return rc;
@@ -454,10 +548,15 @@ template <int S>
 CUresult HookLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                             void** extra) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchKernelExFn, kHookLaunchKernelEx);
-  if (!s.compute_on || config == nullptr) {
+  if (!s.launch_on || config == nullptr) {
     return real(config, f, params, extra);
   }
-  Admission admission(config->hStream, s.per_thread_stream[kHookLaunchKernelEx][S],
+  const bool per_thread = s.per_thread_stream[kHookLaunchKernelEx][S];
+  LaunchSite site;
+  if (!GateLaunch(config->hStream, per_thread, &site) || !s.compute_on) {
+    return real(config, f, params, extra);
+  }
+  Admission admission(&site, config->hStream, per_thread,
                       KernelKey(f, config->gridDimX, config->gridDimY, config->gridDimZ,
                                 config->blockDimX, config->blockDimY, config->blockDimZ));
   CUresult rc = real(config, f, params, extra);
@@ -470,11 +569,15 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
                                      unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                      CUstream stream, void** params) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchCooperativeKernelFn, kHookLaunchCooperativeKernel);
-  if (!s.compute_on) {
+  if (!s.launch_on) {
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   }
-  Admission admission(stream, s.per_thread_stream[kHookLaunchCooperativeKernel][S],
-                      KernelKey(f, gx, gy, gz, bx, by, bz));
+  const bool per_thread = s.per_thread_stream[kHookLaunchCooperativeKernel][S];
+  LaunchSite site;
+  if (!GateLaunch(stream, per_thread, &site) || !s.compute_on) {
+    return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
+  }
+  Admission admission(&site, stream, per_thread, KernelKey(f, gx, gy, gz, bx, by, bz));
   CUresult rc = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   admission.Done(rc);
   return rc;
@@ -482,21 +585,25 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
 
 // A graph's first launch maps its memory nodes: with a memory cap the growth
 // is held first (accounting.h) and a launch that would pass the cap returns
-// CUDA_ERROR_OUT_OF_MEMORY before admission, having run nothing.
+// CUDA_ERROR_OUT_OF_MEMORY before admission, having run nothing. Task
+// priority comes before that hold, so a held launch holds no memory while it
+// waits.
 template <int S>
 CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuGraphLaunchFn, kHookGraphLaunch);
-  if (!s.compute_on && !s.mem_on) {
+  if (!s.launch_on && !s.mem_on) {
     return real(graph, stream);
   }
   const bool per_thread = s.per_thread_stream[kHookGraphLaunch][S];
+  LaunchSite site;
+  const bool admit = s.launch_on && GateLaunch(stream, per_thread, &site) && s.compute_on;
   GraphHold hold;
   if (s.mem_on && !HoldForGraphExec(graph, stream, per_thread, &hold)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUresult rc = CUDA_SUCCESS;
-  if (s.compute_on) {
-    Admission admission(stream, per_thread,
+  if (admit) {
+    Admission admission(&site, stream, per_thread,
                         LaunchKey{reinterpret_cast<uintptr_t>(graph), 0, 0, kGraphKind});
     rc = real(graph, stream);
     admission.Done(rc);

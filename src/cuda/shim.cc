@@ -16,6 +16,7 @@
 
 #include "cuda/elf_lookup.h"
 #include "cuda/log.h"
+#include "cuda/priority_file.h"
 
 namespace accelpool::cuda {
 namespace {
@@ -123,7 +124,8 @@ void WarnAboutOverriddenEnv(const char* path) {
     const char* entry = *e;
     bool contract = std::strncmp(entry, "ACCELPOOL_CUDA_", 15) == 0 ||
                     std::strncmp(entry, "CUDA_DEVICE_MEMORY_LIMIT", 24) == 0 ||
-                    std::strncmp(entry, "CUDA_DEVICE_SM_LIMIT=", 21) == 0;
+                    std::strncmp(entry, "CUDA_DEVICE_SM_LIMIT=", 21) == 0 ||
+                    std::strncmp(entry, "CUDA_TASK_PRIORITY=", 19) == 0;
     const char* eq = std::strchr(entry, '=');
     if (!contract || eq == nullptr || std::strncmp(entry, "ACCELPOOL_CUDA_LOG_LEVEL=", 25) == 0) {
       continue;
@@ -173,6 +175,37 @@ void ChildAfterFork() {
   ResetLaunchStateAfterFork();
 }
 
+// Maps the priority file the device plugin made for this container, when
+// the contract asks for task priority. Anything wrong: one warning, and the
+// container runs without priority (its launches are neither counted nor
+// held), which is what it would get without the variable.
+void OpenPriority(ShimState& s) {
+  if (s.config.priority == Priority::kNone) {
+    return;  // The file is not even looked at.
+  }
+  const char* level = s.config.priority == Priority::kHigh ? "high" : "low";
+  if (s.config.state_dir[0] == '\0') {
+    Logf(LogLevel::kWarn,
+         "task priority %s is set but ACCELPOOL_CUDA_STATE_DIR is not: the container runs "
+         "without task priority (the device plugin sets both; restart the pod)",
+         level);
+    return;
+  }
+  char error[kMaxPathLen + 256] = {};
+  s.priority = MapPriorityFile(s.config.state_dir, error, sizeof(error));
+  if (s.priority == nullptr) {
+    Logf(LogLevel::kWarn,
+         "%s; the container runs without task priority (restart the pod; if this persists, "
+         "check that the device plugin's version creates priority files)",
+         error);
+    return;
+  }
+  Logf(LogLevel::kInfo, "task priority %s: %s", level,
+       s.config.priority == Priority::kHigh
+           ? "launches are counted for the device plugin"
+           : "launches wait while a high-priority container on the same GPU is busy");
+}
+
 void InitOnce() {
   t_in_init = true;
   ShimState& s = g_state;
@@ -219,6 +252,8 @@ void InitOnce() {
       s.compute_on = false;
     }
   }
+  OpenPriority(s);
+  s.launch_on = s.compute_on || s.priority != nullptr;
   if (s.mem_on || s.compute_on) {
     Logf(LogLevel::kInfo, "limits on: memory=%s compute=%d%% state_dir=%s",
          s.mem_on ? "yes" : "no", s.compute_on ? s.config.compute_percent : 100,
@@ -474,7 +509,7 @@ void SwapProcAddress(const char* symbol, void** pfn, int version, cuuint64_t fla
     return;
   }
   auto& s = State();
-  if (!s.mem_on && !s.compute_on) {
+  if (!s.mem_on && !s.launch_on) {
     return;  // Nothing to enforce: hand out the driver's own function.
   }
   if (accelpool::cuda::IsOurs(*pfn)) {
@@ -514,7 +549,7 @@ ACCELPOOL_EXPORT ACCELPOOL_UNINSTRUMENTED void* dlsym(void* handle, const char* 
   if (sym->id == kHookGetProcAddress) {
     return reinterpret_cast<void*>(&cuGetProcAddress);
   }
-  if (!s.mem_on && !s.compute_on) {
+  if (!s.mem_on && !s.launch_on) {
     return found;
   }
   if (sym->library == HookLibrary::kNvml) {

@@ -35,6 +35,7 @@
 #include "cuda/alloc_table.h"
 #include "cuda/config.h"
 #include "cuda/cuda_types.h"
+#include "cuda/priority_format.h"
 #include "cuda/shared_region.h"
 #include "cuda/symbols.h"
 #include "cuda/throttle.h"
@@ -72,6 +73,12 @@ struct ShimState {
   ShimConfig config;
   bool mem_on = false;      // Some device has a memory cap.
   bool compute_on = false;  // Compute share below 100%.
+  // The priority file, mapped when config.priority is set and the file is
+  // sound (priority_file.h); nullptr otherwise. Never unmapped.
+  PriorityLayout* priority = nullptr;
+  // The launch hooks do more than forward: compute_on, or `priority` mapped.
+  // The one flag a launch hook tests before forwarding.
+  bool launch_on = false;
   TokenBucketParams bucket;
   void* cuda = nullptr;
   void* nvml = nullptr;

@@ -16,9 +16,13 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
+#include "cuda/priority_format.h"
 #include "cuda/shared_region.h"
+#include "cuda/testing/priority_testing.h"
 #include "cuda/testing/subprocess.h"
 
 namespace accelpool::cuda {
@@ -109,8 +113,10 @@ class TempDir {
     path_ = mkdtemp(tmpl) != nullptr ? tmpl : "";
   }
   ~TempDir() {
-    std::remove((path_ + "/accelpool-cuda.region").c_str());
-    rmdir(path_.c_str());
+    if (!path_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(path_, ignored);
+    }
   }
   const std::string& path() const { return path_; }
 
@@ -1597,6 +1603,314 @@ TEST(ShimTest, TwoProcessesOfOneContainerShareOneComputeBucket) {
   EXPECT_LE(busy / window, 0.30 + (0.30 * 50e6 + 4 * 1e6) / window) << "one cap for both";
   EXPECT_GT(U(ra, "launches"), 0u);
   EXPECT_GT(U(rb, "launches"), 0u);
+}
+
+// --- Task priority (priority_format.h). The tests play the device plugin:
+// they create the priority file, write deadlines and read counters.
+
+using testing::MonotonicNowNs;
+using testing::PreadU64;
+using testing::PriorityPath;
+using testing::PwriteU64;
+using testing::WritePriorityFile;
+
+constexpr uint64_t kMsNs = 1'000'000;
+constexpr char kHeldLine[] = "waits: a high-priority container on the same GPU is busy";
+constexpr char kNoPriorityLine[] = "the container runs without task priority";
+
+Env PriorityEnv(const TempDir& dir, const char* priority, const Env& extra = {}) {
+  Env env = extra;
+  env["ACCELPOOL_CUDA_PRIORITY"] = priority;
+  env["ACCELPOOL_CUDA_STATE_DIR"] = dir.path();
+  return env;
+}
+
+// A high-priority container adds each launch to its device's counter, on
+// every hook path and launch API, whether or not a share or a cap is on.
+TEST(ShimTest, AHighPriorityContainerCountsItsLaunchesPerDevice) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string file = PriorityPath(dir.path());
+  ASSERT_TRUE(WritePriorityFile(file));
+  const Env env = PriorityEnv(dir, "high");
+  uint64_t want = 0;
+  for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds", "procaddr_abi_ptds"}) {
+    for (const char* api : {"kernel", "ex", "coop", "graph"}) {
+      SCOPED_TRACE(::testing::Message() << path << " " << api);
+      MustRun({path, "prilaunch", "0", api, "5"}, env);
+      want += 5;
+      EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), want);
+    }
+  }
+  EXPECT_EQ(PreadU64(file, LaunchesOffset(1)), 0u) << "nothing ran on device 1";
+  MustRun({"procaddr", "prilaunch", "1", "kernel", "7"}, env);
+  EXPECT_EQ(PreadU64(file, LaunchesOffset(1)), 7u) << "counted for the current context's device";
+  EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), want);
+
+  // Launches into a capturing stream run nothing: not counted.
+  MustRun({"direct", "prilaunch", "0", "capture", "9"}, env);
+  MustRun({"procaddr", "prilaunch", "0", "capturegraph", "9"}, env);
+  EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), want);
+
+  // With a compute share, or a memory cap (a graph launch's memory path).
+  for (const Env& extra : {Env{{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}},
+                           Env{{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}}}) {
+    SCOPED_TRACE(extra.begin()->first);
+    for (const char* api : {"kernel", "graph"}) {
+      MustRun({"procaddr", "prilaunch", "0", api, "3"}, PriorityEnv(dir, "high", extra));
+      want += 3;
+      EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), want) << api;
+    }
+  }
+  // HAMi's variable, 0 = high.
+  MustRun({"direct", "prilaunch", "0", "kernel", "2"},
+          {{"CUDA_TASK_PRIORITY", "0"}, {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}});
+  EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), want + 2);
+}
+
+// A low-priority container's launch waits while the plugin's deadline for
+// its device holds, re-reading it as it waits, and only then. Timing is
+// checked from below only: a launch returns after the deadline it waited
+// for, and one that must not wait does not log that it did.
+TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string file = PriorityPath(dir.path());
+  ASSERT_TRUE(WritePriorityFile(file));
+  const Env env = PriorityEnv(dir, "low", {{"ACCELPOOL_CUDA_LOG_LEVEL", "info"}});
+
+  // Every launch API waits for a deadline 300 ms ahead; so it does with a
+  // compute share or a memory cap on; and it says so once.
+  struct Held {
+    const char* path;
+    const char* api;
+    Env extra;
+  };
+  for (const Held& h : {Held{"direct", "kernel", {}}, Held{"dlsym", "ex", {}},
+                        Held{"procaddr_ptds", "coop", {}}, Held{"procaddr", "graph", {}},
+                        Held{"direct", "kernel", {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}}},
+                        Held{"procaddr", "graph", {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}}}}) {
+    SCOPED_TRACE(::testing::Message() << h.path << " " << h.api << " " << h.extra.size());
+    Env e = env;
+    e.insert(h.extra.begin(), h.extra.end());
+    const uint64_t written = MonotonicNowNs();
+    const uint64_t deadline = written + 300 * kMsNs;
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), deadline));
+    ProcessResult r = Probe({h.path, "prilaunch", "0", h.api, "3"}, e);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    auto kv = ParseKeyValues(r.out);
+    EXPECT_GE(U(kv, "end_ns"), deadline) << "returned before the deadline passed";
+    EXPECT_GE(U(kv, "end_ns") - written, 200 * kMsNs);
+    EXPECT_EQ(CountLines(r.err, kHeldLine), 1) << r.err;
+    EXPECT_NE(r.err.find("a launch on device 0 waits"), std::string::npos) << r.err;
+  }
+
+  // The plugin renews the deadline while the launch waits: it waits for the
+  // new one. (The first deadline leaves the renewal 350 ms of slack.)
+  {
+    const uint64_t first = MonotonicNowNs() + 500 * kMsNs;
+    const uint64_t renewed = first + 300 * kMsNs;
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), first));
+    ChildProcess child;
+    Env e = env;
+    e["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+    e["LD_PRELOAD"] = ShimPreload();
+    ASSERT_TRUE(child.Start({ProbePath(), "direct", "prilaunch", "0", "kernel", "1"}, e));
+    child.CloseStdin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), renewed));
+    ProcessResult r = child.Wait(30000);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_GE(U(ParseKeyValues(r.out), "end_ns"), renewed) << "the renewed deadline holds";
+  }
+  // The plugin clears a deadline 30 s ahead once the high-priority container
+  // is idle: the launch goes then, long before that deadline.
+  {
+    const uint64_t far = MonotonicNowNs() + 30'000 * kMsNs;
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), far));
+    ChildProcess child;
+    Env e = env;
+    e["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+    e["LD_PRELOAD"] = ShimPreload();
+    ASSERT_TRUE(child.Start({ProbePath(), "direct", "prilaunch", "0", "kernel", "1"}, e));
+    child.CloseStdin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), 0));
+    ProcessResult r = child.Wait(40000);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LT(U(ParseKeyValues(r.out), "end_ns"), far);
+    EXPECT_EQ(CountLines(r.err, kHeldLine), 1) << "it was held until then: " << r.err;
+  }
+
+  // What does not hold a launch on device 0: no deadline, one in the past,
+  // one further ahead than kMaxHoldAheadNs, another device's deadline, and
+  // any deadline for a launch into a capturing stream.
+  struct Free {
+    const char* name;
+    uint64_t hold0_from_now_ms;  // 0: write 0.
+    bool past;
+    uint64_t hold1_from_now_ms;
+    const char* api;
+  };
+  for (const Free& f :
+       {Free{"no deadline", 0, false, 0, "kernel"}, Free{"in the past", 1000, true, 0, "kernel"},
+        Free{"more than 60 s ahead", 61'000, false, 0, "kernel"},
+        Free{"far past 60 s", 3'600'000, false, 0, "graph"},
+        Free{"device 1 held", 0, false, 30'000, "kernel"},
+        Free{"captured kernel", 30'000, false, 0, "capture"},
+        Free{"captured graph", 30'000, false, 0, "capturegraph"}}) {
+    SCOPED_TRACE(f.name);
+    const uint64_t now = MonotonicNowNs();
+    uint64_t hold0 = 0;
+    if (f.hold0_from_now_ms != 0) {
+      hold0 = f.past ? now - f.hold0_from_now_ms * kMsNs : now + f.hold0_from_now_ms * kMsNs;
+    }
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), hold0));
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(1),
+                          f.hold1_from_now_ms != 0 ? now + f.hold1_from_now_ms * kMsNs : 0));
+    ProcessResult r = Probe({"procaddr", "prilaunch", "0", f.api, "3"}, env);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(CountLines(r.err, kHeldLine), 0) << r.err;
+    EXPECT_LT(U(ParseKeyValues(r.out), "end_ns") - now, 10'000 * kMsNs);
+  }
+  // Device 1's own deadline holds a launch on device 1.
+  ASSERT_TRUE(PwriteU64(file, HoldOffset(0), 0));
+  const uint64_t deadline1 = MonotonicNowNs() + 300 * kMsNs;
+  ASSERT_TRUE(PwriteU64(file, HoldOffset(1), deadline1));
+  ProcessResult r = Probe({"direct", "prilaunch", "1", "kernel", "1"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GE(U(ParseKeyValues(r.out), "end_ns"), deadline1);
+  EXPECT_NE(r.err.find("a launch on device 1 waits"), std::string::npos) << r.err;
+}
+
+// A busy device held twice during one run: each hold stops the launches
+// (the fake device idles), and the process says so once.
+TEST(ShimTest, ALowPriorityProcessIsHeldEachTimeAndLogsOnce) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string file = PriorityPath(dir.path());
+  ASSERT_TRUE(WritePriorityFile(file));
+  Env env = PriorityEnv(dir, "low", {{"ACCELPOOL_CUDA_LOG_LEVEL", "info"}});
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  env["LD_PRELOAD"] = ShimPreload();
+  ChildProcess child;
+  ASSERT_TRUE(child.Start({ProbePath(), "direct", "launch", "kernel", "1000", "1500"}, env));
+  child.CloseStdin();
+  for (int hold = 0; hold < 2; ++hold) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), MonotonicNowNs() + 200 * kMsNs));
+  }
+  ProcessResult r = child.Wait(30000);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto kv = ParseKeyValues(r.out);
+  EXPECT_EQ(CountLines(r.err, kHeldLine), 1) << r.err;
+  // Two holds of 200 ms inside the run: the device was idle for most of them.
+  EXPECT_LE(U(kv, "busy_ns") + 250 * kMsNs, U(kv, "elapsed_ns"))
+      << "busy " << kv["busy_ns"] << " of " << kv["elapsed_ns"];
+}
+
+// A priority file that is missing or not the plugin's (wrong size, another
+// header, a link, a directory) is reported once, and the container runs
+// without task priority: launches are neither counted nor held.
+TEST(ShimTest, AMissingOrMalformedPriorityFileIsReportedOnceAndLaunchesRun) {
+  struct Case {
+    const char* name;
+    const char* reason;
+  };
+  for (const Case& c : {Case{"missing", "is missing"}, Case{"short", "has 100 bytes, not 272"},
+                        Case{"magic", "has another header"}, Case{"symlink", "is a symbolic link"},
+                        Case{"directory", "cannot open the priority file"}}) {
+    for (const char* priority : {"high", "low"}) {
+      SCOPED_TRACE(::testing::Message() << c.name << " " << priority);
+      TempDir dir;
+      ASSERT_FALSE(dir.path().empty());
+      const std::string file = PriorityPath(dir.path());
+      const std::string name = c.name;
+      // A sound file elsewhere, holding device 0, that a link points to.
+      const std::string target = dir.path() + "/elsewhere";
+      ASSERT_TRUE(WritePriorityFile(target));
+      ASSERT_TRUE(PwriteU64(target, HoldOffset(0), MonotonicNowNs() + 30'000 * kMsNs));
+      if (name == "short") {
+        ASSERT_TRUE(WritePriorityFile(file, kPriorityMagic, kPriorityLayoutVersion,
+                                      kPriorityFileSize, 100));
+      } else if (name == "magic") {
+        ASSERT_TRUE(WritePriorityFile(file, kPriorityMagic + 1));
+      } else if (name == "symlink") {
+        ASSERT_EQ(symlink(target.c_str(), file.c_str()), 0);
+      } else if (name == "directory") {
+        ASSERT_TRUE(std::filesystem::create_directory(file));
+      }
+      ProcessResult r = Probe({"direct", "prilaunch", "0", "kernel", "3"},
+                              PriorityEnv(dir, priority, {{"ACCELPOOL_CUDA_LOG_LEVEL", "info"}}));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(CountLines(r.err, kNoPriorityLine), 1) << r.err;
+      EXPECT_NE(r.err.find(c.reason), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("restart the pod"), std::string::npos) << r.err;
+      EXPECT_EQ(CountLines(r.err, kHeldLine), 0) << r.err;
+      EXPECT_EQ(PreadU64(target, LaunchesOffset(0)), 0u) << "the link's target is not counted";
+    }
+  }
+  // Task priority without a state dir: nowhere to find the file.
+  ProcessResult r =
+      Probe({"direct", "prilaunch", "0", "kernel", "3"}, {{"ACCELPOOL_CUDA_PRIORITY", "low"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountLines(r.err, kNoPriorityLine), 1) << r.err;
+  EXPECT_NE(r.err.find("ACCELPOOL_CUDA_STATE_DIR is not"), std::string::npos) << r.err;
+}
+
+// Without task priority (unset, or a malformed value) the priority file is
+// not looked at: a malformed one draws no warning, a sound one's deadline
+// holds nothing and its counters do not move.
+TEST(ShimTest, WithoutTaskPriorityThePriorityFileIsNotOpened) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string file = PriorityPath(dir.path());
+  ASSERT_TRUE(WritePriorityFile(file, kPriorityMagic + 1));
+  const Env limits = {{"ACCELPOOL_CUDA_STATE_DIR", dir.path()},
+                      {"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                      {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"},
+                      {"ACCELPOOL_CUDA_LOG_LEVEL", "info"}};
+  ProcessResult r = Probe({"procaddr", "prilaunch", "0", "graph", "3"}, limits);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("priority"), std::string::npos) << r.err;
+
+  ASSERT_TRUE(WritePriorityFile(file));
+  const uint64_t far = MonotonicNowNs() + 30'000 * kMsNs;
+  ASSERT_TRUE(PwriteU64(file, HoldOffset(0), far));
+  Env malformed = limits;
+  malformed["ACCELPOOL_CUDA_PRIORITY"] = "urgent";
+  for (const Env& env : {limits, Env{{"ACCELPOOL_CUDA_STATE_DIR", dir.path()}}, malformed}) {
+    SCOPED_TRACE(env.size());
+    r = Probe({"direct", "prilaunch", "0", "kernel", "3"}, env);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LT(U(ParseKeyValues(r.out), "end_ns"), far);
+    EXPECT_EQ(CountLines(r.err, kHeldLine), 0) << r.err;
+    EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), 0u);
+  }
+  EXPECT_EQ(CountLines(r.err, "ignoring ACCELPOOL_CUDA_PRIORITY=\"urgent\""), 1) << r.err;
+  EXPECT_EQ(r.err.find(kNoPriorityLine), std::string::npos) << r.err;
+}
+
+// The device plugin's limits file carries the priority too, and HAMi's
+// variable in the pod's own env does not change it.
+TEST(ShimTest, ThePriorityInTheLimitsFileWinsOverTheEnvironment) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string file = PriorityPath(dir.path());
+  ASSERT_TRUE(WritePriorityFile(file));
+  const std::string shim = dir.path() + "/libaccelpool-cuda.so";
+  std::filesystem::copy_file(ACCELPOOL_SHIM_PATH, shim);
+  {
+    std::ofstream limits(shim + ".limits");
+    limits << "ACCELPOOL_CUDA_PRIORITY=high\nACCELPOOL_CUDA_STATE_DIR=" << dir.path() << "\n";
+  }
+  Env env = {{"CUDA_TASK_PRIORITY", "1"},
+             {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+             {"LD_PRELOAD", ShimPreload(shim)}};
+  ProcessResult r = testing::Run({ProbePath(), "direct", "prilaunch", "0", "kernel", "4"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(PreadU64(file, LaunchesOffset(0)), 4u) << "high, as the file says";
+  EXPECT_EQ(CountLines(r.err, "ignoring CUDA_TASK_PRIORITY from the environment"), 1) << r.err;
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ accelpool::testing::ReplayedSeeds Replay(const std::string& sub, EntryFn fn) {
 
 TEST(ShimCorpusReplayTest, EnvironmentsAreParsedWithOneWarningPerBadVariable) {
   accelpool::testing::ReplayedSeeds s = Replay("shim_env", &FuzzShimEnv);
-  EXPECT_EQ(s.files, 5);
-  EXPECT_EQ(s.accepted, 4) << "every seed but malformed.env parses without a warning";
+  EXPECT_EQ(s.files, 6);
+  EXPECT_EQ(s.accepted, 5) << "every seed but malformed.env parses without a warning";
 }
 
 TEST(ShimCorpusReplayTest, ProcStatLinesAreParsedFromTheLastParenthesis) {

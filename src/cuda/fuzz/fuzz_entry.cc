@@ -44,7 +44,8 @@ void Warn(void* ctx, const char* message) {
 
 bool SameConfig(const ShimConfig& a, const ShimConfig& b) {
   return a.disabled == b.disabled && a.compute_percent == b.compute_percent &&
-         a.context_reserve_bytes == b.context_reserve_bytes && a.log_level == b.log_level &&
+         a.priority == b.priority && a.context_reserve_bytes == b.context_reserve_bytes &&
+         a.log_level == b.log_level &&
          std::memcmp(a.memory_limit_bytes, b.memory_limit_bytes, sizeof(a.memory_limit_bytes)) ==
              0 &&
          std::strcmp(a.state_dir, b.state_dir) == 0;
@@ -69,6 +70,9 @@ int FuzzShimEnv(const uint8_t* data, size_t size) {
   ShimConfig c = ParseShimConfig(&Lookup, &env, &Warn, &warnings);
   Check(c.compute_percent >= 0 && c.compute_percent <= 100);
   Check(c.log_level >= LogLevel::kError && c.log_level <= LogLevel::kDebug);
+  Check(c.priority == Priority::kNone || c.priority == Priority::kHigh ||
+        c.priority == Priority::kLow);
+  Check(!c.disabled || c.priority == Priority::kNone);
   Check(std::memchr(c.state_dir, '\0', sizeof(c.state_dir)) != nullptr);
   // At most one warning per variable, each one line naming a variable that
   // is set ("ignoring NAME=...").

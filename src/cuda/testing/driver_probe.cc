@@ -23,6 +23,13 @@
 //                            (into the fake's always-capturing stream) or
 //                            twoctx (alternating the current context between
 //                            the fake's two devices before every launch)
+//   prilaunch <device> <api> <count>
+//                            <count> launches of 1 us kernels on device
+//                            <device>'s primary context; <api>: kernel, ex,
+//                            coop, graph, capture or capturegraph (a kernel
+//                            or a graph launched into the fake's always-
+//                            capturing stream); prints start_ns and end_ns
+//                            (CLOCK_MONOTONIC) around them
 //   symbols                  which lookups returned hooks vs driver functions
 //   libc                     the C library this process runs on, and the file
 //                            its dlsym comes from (the shim, when preloaded)
@@ -538,6 +545,43 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
   std::printf("event_records=%lld foreign_ns=%lld\n",
               static_cast<long long>(records != nullptr ? records() : -1),  // NOLINT
               static_cast<long long>(foreign != nullptr ? foreign() : -1));  // NOLINT
+  return 0;
+}
+
+int PriorityLaunch(const Api& a, int device, const std::string& api, long count) {  // NOLINT
+  int64_t kernel_ns = 1000;
+  void* params[] = {&kernel_ns};
+  CUlaunchConfig cfg{};
+  const auto capturing = reinterpret_cast<CUstream>(0xCA97);
+  if (cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1 + device))) !=
+      CUDA_SUCCESS) {
+    std::printf("set_current_error=1\n");
+    return 1;
+  }
+  int64_t start = NowNs();
+  for (long i = 0; i < count; ++i) {  // NOLINT
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (api == "kernel") {
+      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    } else if (api == "ex") {
+      rc = a.launch_ex(&cfg, nullptr, params, nullptr);
+    } else if (api == "coop") {
+      rc = a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
+    } else if (api == "graph") {
+      rc = a.graph_launch(reinterpret_cast<CUgraphExec>(kernel_ns), nullptr);
+    } else if (api == "capture") {
+      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, capturing, params, nullptr);
+    } else if (api == "capturegraph") {
+      rc = a.graph_launch(reinterpret_cast<CUgraphExec>(kernel_ns), capturing);
+    }
+    if (rc != CUDA_SUCCESS) {
+      std::printf("launch_error=%d\n", rc);
+      return 1;
+    }
+  }
+  a.ctx_sync();
+  std::printf("start_ns=%lld end_ns=%lld launches=%ld\n", static_cast<long long>(start),  // NOLINT
+              static_cast<long long>(NowNs()), count);                                    // NOLINT
   return 0;
 }
 
@@ -2091,6 +2135,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
+  }
+  if (command == "prilaunch" && argc == 6) {
+    return PriorityLaunch(a, std::atoi(argv[3]), argv[4], std::atol(argv[5]));
   }
   if (command == "launch" && (argc == 6 || argc == 7)) {
     return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]),

@@ -18,7 +18,8 @@ namespace accelpool::cuda::testing {
 namespace {
 
 bool Dropped(const std::string& entry) {
-  for (const char* prefix : {"ACCELPOOL_CUDA_", "CUDA_DEVICE_", "LD_PRELOAD="}) {
+  for (const char* prefix :
+       {"ACCELPOOL_CUDA_", "CUDA_DEVICE_", "CUDA_TASK_PRIORITY=", "LD_PRELOAD="}) {
     if (entry.rfind(prefix, 0) == 0) {
       return true;
     }
