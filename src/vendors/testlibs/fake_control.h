@@ -6,47 +6,51 @@
 #define ACCELPOOL_VENDORS_TESTLIBS_FAKE_CONTROL_H_
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 namespace accelpool_fake {
 
+// Atomic: a test changes it while the driver's health thread reads it.
 struct Control {
-  int count = 8;          // devices the library reports
-  int fail_device = -1;   // per-device queries of this index fail
-  int fault_device = -1;  // this device reports a fault in its health query
-  int init_error = 0;     // status the init call returns
+  std::atomic<int> count{8};          // devices the library reports
+  std::atomic<int> fail_device{-1};   // per-device queries of this index fail
+  std::atomic<int> fault_device{-1};  // this device reports a fault in its health query
+  std::atomic<int> init_error{0};     // status the init call returns
 };
 
 // ACCELPOOL_FAKE_COUNT in the environment sets the starting device count, for
 // tests that load a fake into another process (the device plugin binary).
 inline Control& State() {
-  static Control c = [] {
-    Control init;
+  static Control* const c = [] {
+    auto* init = new Control();
     if (const char* n = std::getenv("ACCELPOOL_FAKE_COUNT"); n != nullptr) {
-      init.count = std::atoi(n);
+      init->count = std::atoi(n);
     }
     return init;
   }();
-  return c;
+  return *c;
 }
 
 inline bool Fails(unsigned i) { return static_cast<int>(i) == State().fail_device; }
 
 // Memory processes hold on each device, MiB, as accelpool_fake_used set it;
 // -1 (the start): the fake's own idle figure.
-inline std::array<long long, 64>& UsedTable() {  // NOLINT(runtime/int)
-  static std::array<long long, 64> t = [] {      // NOLINT(runtime/int)
-    std::array<long long, 64> a{};               // NOLINT(runtime/int)
-    a.fill(-1);
+inline std::array<std::atomic<long long>, 64>& UsedTable() {     // NOLINT(runtime/int)
+  static std::array<std::atomic<long long>, 64>* const t = [] {  // NOLINT(runtime/int)
+    auto* a = new std::array<std::atomic<long long>, 64>();      // NOLINT(runtime/int)
+    for (auto& v : *a) v = -1;
     return a;
   }();
-  return t;
+  return *t;
 }
 // The figure device i reports: the one set, else `idle`.
 inline long long UsedOr(unsigned i, long long idle) {  // NOLINT(runtime/int)
-  return i < 64 && UsedTable()[i] >= 0 ? UsedTable()[i] : idle;
+  if (i >= 64) return idle;
+  const long long v = UsedTable()[i];  // NOLINT(runtime/int)
+  return v >= 0 ? v : idle;
 }
 inline bool Valid(unsigned i) { return static_cast<int>(i) < State().count; }
 
@@ -101,7 +105,11 @@ inline void CopyString(char* dst, unsigned size, const char* src) {
 #define ACCELPOOL_FAKE_CONTROL_EXPORT                                                            \
   extern "C" __attribute__((visibility("default"))) void accelpool_fake_configure(               \
       int count, int fail_device, int fault_device, int init_error) {                            \
-    accelpool_fake::State() = {count, fail_device, fault_device, init_error};                    \
+    accelpool_fake::Control& c = accelpool_fake::State();                                        \
+    c.count = count;                                                                             \
+    c.fail_device = fail_device;                                                                 \
+    c.fault_device = fault_device;                                                               \
+    c.init_error = init_error;                                                                   \
   }                                                                                              \
   extern "C" __attribute__((visibility("default"))) void accelpool_fake_used(int dev, int mib) { \
     if (dev >= 0 && dev < 64) accelpool_fake::UsedTable()[dev] = mib;                            \

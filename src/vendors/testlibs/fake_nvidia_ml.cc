@@ -40,6 +40,7 @@
 // switches to a driver that says neither (0), or to a coherent platform (2,
 // Grace Hopper style) where nvmlDeviceGetNumaNodeId names the GPU's own memory
 // node (8 + index), which holds no CPUs.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -109,7 +110,7 @@ const GiProfileRow kGiProfiles[] = {
 };
 constexpr unsigned kGiProfileCount = 17;  // NVML_GPU_INSTANCE_PROFILE_COUNT in R575
 int gi_handles[8];                        // GPU instance handles, by GPU instance id
-int mig_access = 2;
+std::atomic<int> mig_access{2};
 int mig_gpu = [] {
   const char* g = std::getenv("ACCELPOOL_FAKE_NVML_MIG");
   return g != nullptr ? std::atoi(g) : -1;
@@ -128,14 +129,15 @@ FakeEventSet* LiveSet(void* set) {
   }
   return nullptr;
 }
-int numa_mode = 1;                  // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
-bool wait_lost = false;             // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
-unsigned long long fault_xid = 79;  // NOLINT(runtime/int) what the faulty GPU reports
-int remap_pending = -1;             // this GPU has rows pending remapping (needs a reset)
-int name_calls = 0;                 // nvmlDeviceGetName calls since the last reset
-bool unterminated = false;          // the UUID and the name fill the buffer with no NUL
-bool null_error_text = false;       // nvmlErrorString of an unknown code is a null pointer
-unsigned events_unsupported = 0;    // bit per GPU: nvmlDeviceRegisterEvents says NOT_SUPPORTED
+std::atomic<int> numa_mode{1};       // 0 driver says nothing, 1 x86 (affinity only), 2 coherent
+std::atomic<bool> wait_lost{false};  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
+std::atomic<unsigned long long> fault_xid{79};  // NOLINT(runtime/int) what the faulty GPU reports
+std::atomic<int> remap_pending{-1};        // this GPU has rows pending remapping (needs a reset)
+std::atomic<int> name_calls{0};            // nvmlDeviceGetName calls since the last reset
+std::atomic<bool> unterminated{false};     // the UUID and the name fill the buffer with no NUL
+std::atomic<bool> null_error_text{false};  // nvmlErrorString of an unknown code is a null pointer
+std::atomic<unsigned> events_unsupported{
+    0};  // bit per GPU: nvmlDeviceRegisterEvents says NOT_SUPPORTED
 
 // What GetUUID and GetName write: `s`, or with `unterminated` `s` and then
 // 'x' up to the very end of the buffer, with no NUL anywhere.
@@ -242,9 +244,7 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_mig_a
 // How many times nvmlDeviceGetName ran since the last call (which resets it):
 // the full per-GPU read, as against the health query.
 extern "C" __attribute__((visibility("default"))) int accelpool_fake_nvml_name_calls() {
-  const int n = name_calls;
-  name_calls = 0;
-  return n;
+  return name_calls.exchange(0);
 }
 // 1: nvmlDeviceGetUUID and nvmlDeviceGetName fill the caller's buffer whole,
 // with no terminating NUL.
