@@ -148,6 +148,20 @@ Status CheckDisjoint(const std::vector<std::string>& inc, const std::vector<std:
   return Status::Ok();
 }
 
+// One value of nvidia.com/priority: true for 0 (high), false for 1 (low).
+StatusOr<bool> TaskPriorityOf(const json& v) {
+  std::string text;
+  if (v.is_string()) {
+    text = v.get<std::string>();
+  } else if (v.is_number_integer() || v.is_number_unsigned()) {
+    text = v.dump();
+  }
+  if (text == "0") return true;
+  if (text == "1") return false;
+  return InvalidArgumentError("want 0 (high priority) or 1 (low priority), got " +
+                              internal::Describe(v));
+}
+
 // Collects a container's resources by vendor.
 Status CollectContainer(const json& c, const std::string& where,
                         std::map<core::Vendor, VendorAsk>& asks) {
@@ -169,6 +183,9 @@ Status CollectContainer(const json& c, const std::string& where,
   }
   for (const auto& [name, v] : merged) {
     auto info = LookupResource(name);
+    if (info && info->role == ResourceRole::kIgnored && name == kTaskPriorityResource) {
+      ACCELPOOL_RETURN_IF_ERROR(TaskPriorityOf(v).status().WithPrefix(where + ": " + name));
+    }
     if (!info || info->role == ResourceRole::kIgnored) continue;
     std::string text;
     if (v.is_string()) {
@@ -467,6 +484,20 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
   if (!host.ok()) return host.status();
   out.request.host = *host;
   return out;
+}
+
+bool HighTaskPriority(const nlohmann::json& container) {
+  if (!container.is_object()) return false;
+  const json* found = nullptr;
+  for (const char* section : {"requests", "limits"}) {  // limits win, as for every resource
+    const json::json_pointer at("/resources/" + std::string(section));
+    if (!container.contains(at) || !container.at(at).is_object()) continue;
+    const json& m = container.at(at);
+    if (m.contains(kTaskPriorityResource)) found = &m.at(kTaskPriorityResource);
+  }
+  if (found == nullptr) return false;
+  StatusOr<bool> high = TaskPriorityOf(*found);
+  return high.ok() && *high;
 }
 
 }  // namespace accelpool::api

@@ -69,6 +69,17 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const nlohmann::json& pod);
 // True when any container of the pod names an accelerator resource.
 bool RequestsAccelerators(const nlohmann::json& pod);
 
+// HAMi's task priority of a container: nvidia.com/priority 0 (high) or 1
+// (low, as when it is not set). A fractional NVIDIA container of low priority
+// has its kernel launches held while a high-priority one on the same GPU is
+// busy (docs/device-plugin.md, "Task priority"). ParsePodRequest refuses any
+// other value.
+inline constexpr char kTaskPriorityResource[] = "nvidia.com/priority";
+// True when `container` (a pod spec container object) asks for high priority
+// (nvidia.com/priority 0 in resources.limits, else resources.requests).
+// False for low, none, or a malformed value (admission refuses those).
+bool HighTaskPriority(const nlohmann::json& container);
+
 // Parses a Kubernetes quantity that must be a whole non-negative number:
 // digits with an optional leading '+', then optionally a decimal suffix
 // (k, M, G, T, P, E) or a non-negative decimal exponent ("3e3"), giving the

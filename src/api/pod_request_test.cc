@@ -259,6 +259,10 @@ TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
       {{{"nvidia.com/gpu", "1"}},
        {{"accelpool.io/policy", 3}},
        "metadata.annotations.accelpool.io/policy: want a string"},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "2"}},
+       none,
+       "nvidia.com/priority: want 0 (high priority) or 1 (low priority), got string \"2\""},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "high"}}, none, "want 0 (high"},
   };
   for (const Case& c : cases) {
     auto r = ParsePodRequest(PodWithLimits(c.limits, c.annotations));
@@ -267,6 +271,25 @@ TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
     EXPECT_NE(r.status().message().find(c.want), std::string::npos)
         << c.limits.dump() << ": " << r.status().message();
   }
+}
+
+// HAMi's nvidia.com/priority: 0 high, 1 (or none) low; limits win over
+// requests as for every resource.
+TEST(PodRequestTest, TaskPriorityOfAContainer) {
+  EXPECT_TRUE(HighTaskPriority({{"resources", {{"limits", {{"nvidia.com/priority", "0"}}}}}}));
+  EXPECT_TRUE(HighTaskPriority({{"resources", {{"limits", {{"nvidia.com/priority", 0}}}}}}));
+  EXPECT_FALSE(HighTaskPriority({{"resources", {{"limits", {{"nvidia.com/priority", "1"}}}}}}));
+  EXPECT_FALSE(HighTaskPriority({{"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}));
+  EXPECT_FALSE(HighTaskPriority({{"resources", {{"limits", {{"nvidia.com/priority", "7"}}}}}}));
+  EXPECT_FALSE(HighTaskPriority(json::array()));
+  EXPECT_FALSE(HighTaskPriority({{"resources", "none"}}));
+  EXPECT_TRUE(HighTaskPriority({{"resources", {{"requests", {{"nvidia.com/priority", "0"}}}}}}));
+  EXPECT_FALSE(HighTaskPriority({{"resources",
+                                  {{"requests", {{"nvidia.com/priority", "0"}}},
+                                   {"limits", {{"nvidia.com/priority", "1"}}}}}}));
+  // Accepted at admission (a whole-number request, not an allocation).
+  EXPECT_TRUE(
+      ParsePodRequest(PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "0"}})).ok());
 }
 
 // The apiserver serialises a quantity in canonical form (largest suffix, no

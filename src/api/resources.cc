@@ -277,9 +277,12 @@ std::string DeviceResource(core::Vendor v, std::string_view model, std::string_v
 std::optional<std::string_view> DeviceControlledEnv(std::string_view name) {
   static constexpr std::string_view kEnforcementPrefixes[] = {"ACCELPOOL_CUDA_",
                                                               "CUDA_DEVICE_MEMORY_LIMIT"};
-  static constexpr std::string_view kEnforcement[] = {
-      "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_PIPE_DIRECTORY", "ASCEND_VNPU_SPECS"};
+  static constexpr std::string_view kEnforcement[] = {"CUDA_DEVICE_SM_LIMIT",
+                                                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                                                      "CUDA_MPS_PIPE_DIRECTORY",
+                                                      "ASCEND_VNPU_SPECS",
+                                                      "CUDA_TASK_PRIORITY"};
   // Read by the vendors' container runtime hooks, which mount what they name.
   // Kunlunxin's XPU_VISIBLE_DEVICES and MetaX's MACA_VISIBLE_DEVICES are read
   // in the process, over the nodes the plugin mounted: a pod's own value

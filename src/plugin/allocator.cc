@@ -9,6 +9,7 @@
 #include "api/assignment_codec.h"
 #include "api/resources.h"
 #include "plugin/container_usage.h"
+#include "plugin/priority_file.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -315,6 +316,14 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
     made->emplace_back(pod.uid, container);
   }
   spec->env["ACCELPOOL_CUDA_STATE_DIR"] = options_.state_mount;
+  if (options_.create_state_dirs && options_.priority) {
+    // Task priority (PriorityWatch): the file through which a low-priority
+    // container's launches are held while a high-priority one on its GPU
+    // is busy, and which a high-priority one counts its launches in.
+    ACCELPOOL_RETURN_IF_ERROR(EnsurePriorityFile(StateDirs::StateSubdir(*host_dir))
+                                  .WithPrefix("pod " + pod.Key() + " container " + container));
+    spec->env["ACCELPOOL_CUDA_PRIORITY"] = pod.high_priority.contains(container) ? "high" : "low";
+  }
   if (options_.create_state_dirs) {
     // The contract again, read-only beside the library, where the shim takes
     // it from: the pod's own env comes after this one and would win, and

@@ -72,6 +72,9 @@ struct EnforcementOptions {
   bool preload = true;      // mount preload_host; false leaves preloading to the image
   bool hami_compat = true;  // also write CUDA_DEVICE_MEMORY_LIMIT_<i> / CUDA_DEVICE_SM_LIMIT
   bool cdi = false;         // answer CDI device names as well
+  // Task priority (PriorityWatch): make each fractional container's priority
+  // file and set ACCELPOOL_CUDA_PRIORITY. Needs create_state_dirs.
+  bool priority = true;
 };
 
 // Side effects on the pod, done off kubelet's path by the implementation.

@@ -12,7 +12,9 @@
 #include "api/resources.h"
 #include "common/metrics.h"
 #include "cuda/region_format.h"
+#include "plugin/file_replace.h"
 #include "plugin/foreign_memory.h"
+#include "plugin/priority_file.h"
 #include "plugin/test_util.h"
 #include "vendors/ascend/vnpu.h"
 #include "vendors/fake/fake_driver.h"
@@ -140,7 +142,8 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
         {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"},
         {"CUDA_DEVICE_MEMORY_LIMIT_0", "4096m"},
         {"CUDA_DEVICE_SM_LIMIT", "25"},
-        {"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool"}},
+        {"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool"},
+        {"ACCELPOOL_CUDA_PRIORITY", "low"}},
        {},
        4},
       {"whole cards",
@@ -148,7 +151,7 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
        {"GPU-b::0", "GPU-a::0"},
        "default/train",
        {{"NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b"}},
-       {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT"},
+       {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT", "ACCELPOOL_CUDA_PRIORITY"},
        0},
       {"paired module",
        kNpu,
@@ -267,6 +270,24 @@ TEST(DeviceControlledEnvTest, TheAscendVnpuTemplateIsGuarded) {
             std::optional<std::string_view>("enforcement"));
 }
 
+// nvidia.com/priority 0 on the container: high; the priority file is made in
+// its state dir, and the priority is in the limits file the shim reads.
+TEST_F(AllocatorTest, AHighPriorityContainerIsToldSoAndGetsItsPriorityFile) {
+  PodRef infer = Pod("infer");
+  infer.high_priority.insert("main");
+  Assign(infer, {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  auto answers = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+  EXPECT_EQ((*answers)[0].spec.env.at("ACCELPOOL_CUDA_PRIORITY"), "high");
+  const std::string dir = dir_.File("containers/uid-infer_main");
+  StatusOr<uint64_t> launches = ReadLaunches(StateDirs::StateSubdir(dir), 0);
+  ASSERT_TRUE(launches.ok()) << launches.status().ToString();
+  EXPECT_EQ(*launches, 0u);
+  StatusOr<std::string> limits = ReadRegularFile(StateDirs::LimitsFile(dir), 1 << 16);
+  ASSERT_TRUE(limits.ok());
+  EXPECT_NE(limits->find("ACCELPOOL_CUDA_PRIORITY=high\n"), std::string::npos) << *limits;
+}
+
 TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {
   EnforcementOptions e;
   e.state_root = dir_.File("containers");
@@ -286,8 +307,9 @@ TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {
   EXPECT_EQ(spec.env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=4096M,1=2048M");
   EXPECT_EQ(spec.env.at("CUDA_MPS_PIPE_DIRECTORY"), "/run/nvidia/mps");
   EXPECT_EQ(spec.env.at("ACCELPOOL_CUDA_DISABLE"), "1");
-  for (const char* k : {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT",
-                        "ACCELPOOL_CUDA_STATE_DIR", "CUDA_DEVICE_SM_LIMIT"}) {
+  for (const char* k :
+       {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "ACCELPOOL_CUDA_COMPUTE_LIMIT", "ACCELPOOL_CUDA_STATE_DIR",
+        "CUDA_DEVICE_SM_LIMIT", "ACCELPOOL_CUDA_PRIORITY"}) {
     EXPECT_EQ(spec.env.count(k), 0u) << k;
   }
   ASSERT_EQ(spec.mounts.size(), 2u) << "the pipe dir and /dev/shm; no shim, no preload";

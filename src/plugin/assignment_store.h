@@ -85,6 +85,9 @@ struct PodRef {
   std::string name;
   std::string uid;
   std::string created;  // metadata.creationTimestamp (RFC 3339 sorts as text)
+  // Containers (init ones included) that ask for high task priority
+  // (nvidia.com/priority 0, api::HighTaskPriority); the others are low.
+  std::set<std::string> high_priority = {};
   std::string Key() const { return ns + "/" + name; }
 };
 

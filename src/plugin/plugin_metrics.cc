@@ -124,6 +124,17 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           {"result"}),
            &m->device_checks_));
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_priority_held_containers",
+                        "Low-priority fractional NVIDIA containers whose kernel launches are held "
+                        "now, while a high-priority container on the same GPU is busy."),
+           &m->priority_held_));
+  m->priority_held_->Get().Set(0);
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_priority_holds_total",
+                          "Holds started on low-priority containers (one per container and GPU)."),
+           &m->priority_holds_));
+  m->priority_holds_->Get();
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddGauge("accelpool_plugin_enforcement_files_missing",
                         "1 while libaccelpool-cuda.so or the preload file that fractional NVIDIA "
                         "containers mount is missing on the node (they cannot start)."),
@@ -190,6 +201,10 @@ void PluginMetrics::ForeignHolderNamed(const std::string& kind) {
 }
 
 void PluginMetrics::SetUngrantedUses(double n) { ungranted_->Get().Set(n); }
+
+void PluginMetrics::SetPriorityHeld(double n) { priority_held_->Get().Set(n); }
+
+void PluginMetrics::PriorityHoldStarted() { priority_holds_->Get().Inc(); }
 
 void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
   std::lock_guard<std::mutex> lock(device_mu_);

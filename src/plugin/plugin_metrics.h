@@ -84,6 +84,8 @@ class PluginMetrics {
   // One process named as holding foreign memory (`kind`: see the series above).
   void ForeignHolderNamed(const std::string& kind);
   void SetUngrantedUses(double n);
+  void SetPriorityHeld(double n);
+  void PriorityHoldStarted();
   void Registered(const std::string& resource);
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
@@ -124,6 +126,8 @@ class PluginMetrics {
   GaugeFamily* foreign_ = nullptr;
   CounterFamily* holders_ = nullptr;
   GaugeFamily* ungranted_ = nullptr;
+  GaugeFamily* priority_held_ = nullptr;
+  CounterFamily* priority_holds_ = nullptr;
   CounterFamily* refused_ = nullptr;
   CounterFamily* key_reload_errors_ = nullptr;
   GaugeFamily* container_used_ = nullptr;

@@ -37,6 +37,15 @@ PodRef RefOf(const json& pod) {
   r.name = kube::StringAt(pod, json::json_pointer("/metadata/name"));
   r.uid = kube::StringAt(pod, json::json_pointer("/metadata/uid"));
   r.created = kube::StringAt(pod, json::json_pointer("/metadata/creationTimestamp"));
+  for (const char* list : {"/spec/containers", "/spec/initContainers"}) {
+    const json::json_pointer at(list);
+    if (!pod.contains(at) || !pod.at(at).is_array()) continue;
+    for (const json& c : pod.at(at)) {
+      if (api::HighTaskPriority(c) && c.contains("name") && c.at("name").is_string()) {
+        r.high_priority.insert(c.at("name").get<std::string>());
+      }
+    }
+  }
   return r;
 }
 

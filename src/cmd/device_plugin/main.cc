@@ -39,6 +39,7 @@
 #include "plugin/node_publisher.h"
 #include "plugin/pod_resources.h"
 #include "plugin/pod_sync.h"
+#include "plugin/priority_watch.h"
 #include "plugin/process_owner.h"
 #include "plugin/state_dirs.h"
 #include "vendors/backends.h"
@@ -108,6 +109,13 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default /tmp/nvidia-mps)
   --mps-shm-dir=DIR         host dir mounted at /dev/shm in MPS clients (default: none)
   --cdi                     also answer CDI device names
+  --priority-every=DUR      task priority between fractional NVIDIA containers sharing a GPU
+                            (nvidia.com/priority 0 high, 1 low): read the high-priority
+                            containers' launch counters this often, and hold the launches of
+                            the low-priority ones on a GPU where a high-priority one is busy
+                            (default 1s; 0s: off, every container runs unheld)
+  --priority-busy-for=DUR   how long a GPU stays busy after the last launch of a
+                            high-priority container seen on it (default 5s)
   --pod-resources-socket=PATH
                             kubelet's pod-resources API, asked which pod kubelet is admitting
                             when several wait with the same request (default
@@ -133,6 +141,10 @@ struct Flags {
   std::string foreign_min_mib = "2048";
   std::string foreign_share_mib = "512";
   std::string foreign_every = "30s";
+  std::string priority_every = "1s";
+  std::string priority_busy_for = "5s";
+  std::chrono::seconds priority_period{1};
+  std::chrono::seconds priority_busy{5};
   std::string host_proc;
   std::string foreign_vendors = "nvidia";
   std::set<std::string> foreign_vendor_set;
@@ -182,6 +194,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"foreign-memory-min-mib", &f.foreign_min_mib},
                                                  {"foreign-memory-share-mib", &f.foreign_share_mib},
                                                  {"foreign-memory-every", &f.foreign_every},
+                                                 {"priority-every", &f.priority_every},
+                                                 {"priority-busy-for", &f.priority_busy_for},
                                                  {"host-proc", &f.host_proc},
                                                  {"foreign-memory-vendors", &f.foreign_vendors}};
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
@@ -247,6 +261,21 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return InvalidArgumentError("--foreign-memory-every must be at least 5s (the plugin's tick)");
   }
   f.foreign_period = *foreign_every;
+  StatusOr<std::chrono::seconds> priority_every =
+      ParseDurationFlag("priority-every", f.priority_every);
+  if (!priority_every.ok()) {
+    return priority_every.status();
+  }
+  f.priority_period = *priority_every;
+  StatusOr<std::chrono::seconds> priority_busy =
+      ParseDurationFlag("priority-busy-for", f.priority_busy_for);
+  if (!priority_busy.ok()) {
+    return priority_busy.status();
+  }
+  if (priority_busy->count() < 1) {
+    return InvalidArgumentError("--priority-busy-for must be at least 1s");
+  }
+  f.priority_busy = *priority_busy;
   for (size_t at = 0; at <= f.foreign_vendors.size();) {
     const size_t comma = std::min(f.foreign_vendors.find(',', at), f.foreign_vendors.size());
     const std::string name = f.foreign_vendors.substr(at, comma - at);
@@ -750,6 +779,7 @@ int Run(const Flags& flags) {
       flags.nvidia_sharing == "mps" ? NvidiaSharing::kMps : NvidiaSharing::kShim;
   po.enforcement.mps_pipe_dir = flags.mps_pipe_dir;
   po.enforcement.mps_shm_dir = flags.mps_shm_dir;
+  po.enforcement.priority = flags.priority_period.count() > 0;
   // Health changes become Events on the Node, at most one per device a
   // minute (a flapping device's changes are folded; the tick below sends them).
   HealthEvents health_events(std::chrono::seconds(60));
@@ -837,6 +867,23 @@ int Run(const Flags& flags) {
   serving.store(true);
   log.Info("serving",
            {{"node", flags.node}, {"resources", static_cast<int64_t>(plugin.Resources().size())}});
+  // Task priority between the fractional NVIDIA containers of a GPU
+  // (docs/device-plugin.md, "Task priority"); the thread stops, and releases
+  // its holds, before the watch and the dirs go.
+  StateDirs priority_dirs(flags.state_root);
+  std::unique_ptr<PriorityWatch> priority;
+  std::jthread priority_thread;
+  if (po.enforcement.enabled && po.enforcement.priority &&
+      po.enforcement.sharing == NvidiaSharing::kShim) {
+    const std::chrono::milliseconds every = flags.priority_period;
+    priority = std::make_unique<PriorityWatch>(
+        PriorityWatchOptions{
+            .every = every,
+            .busy_for = flags.priority_busy,
+            .hold_ahead = std::max<std::chrono::milliseconds>(std::chrono::seconds(3), 3 * every)},
+        &store, &priority_dirs, metrics->get(), log.Child("priority"));
+    priority_thread = std::jthread([w = priority.get()](std::stop_token st) { w->Run(st); });
+  }
 
   sigset_t set;
   sigemptyset(&set);

@@ -185,6 +185,74 @@ release same-a || true
 release same-b || true
 check "no device double-booked, no vendor rule broken (all pods)" no_double_booking
 
+log "== task priority"
+# Two shares pinned to one GPU: nvidia.com/priority 0 and the default (low).
+# The test plays the high-priority container's libaccelpool-cuda (it counts
+# launches in its priority file); the plugin must then hold the low one's
+# launches on that GPU (a deadline in its file), and release it once the
+# high-priority container is idle (--priority-busy-for, 5 s).
+PRIO_GPU=NVIDIA-hgx-5-7
+prio_file() { # NAME: the pod's priority file on its node
+  local uid
+  uid="$(kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.uid}')"
+  echo "${E2E_WORK}/nodes/$(pod_node "$1")/state/${uid}_main/state/accelpool-cuda.priority"
+}
+alloc_env_is() { # NAME VAR VALUE: the Allocate answer of the pod's container set VAR=VALUE
+  [ "$(jq -r --arg v "$2" '.containers[0].resources[0].allocate.envs[$v]' "${E2E_WORK}/admit/$1/admit.json")" = "$3" ]
+}
+prio_high() { alloc_env_is "$1" ACCELPOOL_CUDA_PRIORITY high && test -f "$(prio_file "$1")"; }
+prio_low() { alloc_env_is "$1" ACCELPOOL_CUDA_PRIORITY low && test -f "$(prio_file "$1")"; }
+# launches_then_hold HIGH LOW: count launches in HIGH's file until LOW's file
+# holds a deadline (at most 20 s).
+launches_then_hold() {
+  python3 - "$(prio_file "$1")" "$(prio_file "$2")" <<'PY'
+import struct, sys, time
+high, low = sys.argv[1], sys.argv[2]
+end = time.time() + 20
+while time.time() < end:
+    with open(high, "r+b") as f:
+        f.seek(16)
+        n = struct.unpack("<Q", f.read(8))[0]
+        f.seek(16)
+        f.write(struct.pack("<Q", n + 1))
+    with open(low, "rb") as f:
+        f.seek(16 + 8 * 16)
+        if struct.unpack("<Q", f.read(8))[0] != 0:
+            sys.exit(0)
+    time.sleep(0.3)
+sys.exit(1)
+PY
+}
+hold_is_zero() { # NAME
+  python3 - "$(prio_file "$1")" <<'PY'
+import struct, sys
+with open(sys.argv[1], "rb") as f:
+    f.seek(16 + 8 * 16)
+    sys.exit(0 if struct.unpack("<Q", f.read(8))[0] == 0 else 1)
+PY
+}
+held_metric_is() { # N: the node's accelpool_plugin_priority_held_containers
+  curl -fsS --max-time 5 "http://$(cat "${E2E_WORK}/nodes/hgx-5/metrics-listen")/metrics" |
+    awk -v n="$1" '$1 == "accelpool_plugin_priority_held_containers" { v = $2 } END { exit !(v == n) }'
+}
+scenario prio-hi "$(pod_yaml prio-hi "{nvidia.com/use-gpuuuid: ${PRIO_GPU}}" '{}' \
+  "$(ctr main "{${G}: 1, nvidia.com/gpumem: 2048, nvidia.com/gpucores: 20, nvidia.com/priority: 0}")")" prio_high
+scenario prio-lo "$(pod_yaml prio-lo "{nvidia.com/use-gpuuuid: ${PRIO_GPU}}" '{}' \
+  "$(ctr main "{${G}: 1, nvidia.com/gpumem: 2048, nvidia.com/gpucores: 20}")")" prio_low
+check "priority: launches of prio-hi hold prio-lo on the same GPU" launches_then_hold prio-hi prio-lo
+if [ -s "${E2E_WORK}/nodes/hgx-5/metrics-listen" ]; then
+  check "priority: accelpool_plugin_priority_held_containers is 1" wait_for 10 "the held gauge" held_metric_is 1
+fi
+check "priority: prio-hi idle, prio-lo is released" wait_for 20 "the release" hold_is_zero prio-lo
+prio_bad_refused() {
+  ! pod_yaml prio-bad '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 2048, nvidia.com/priority: 2}")" |
+    kc create -f - >/dev/null 2>&1
+}
+check "priority: a value other than 0 or 1 is refused at admission" prio_bad_refused
+for p in prio-hi prio-lo; do kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true; done
+release prio-hi || true
+release prio-lo || true
+
 if [ "${E2E_SIGNING:-1}" = 1 ]; then
 log "== assignment key rotation"
 # The key Secret the chart would hold, made from the key dir every component
