@@ -167,6 +167,19 @@ rediscover_every() { # every plugin checks its devices every 60s by default; a b
     ! render --set devicePlugin.rediscoverEvery= >/dev/null 2>&1
 }
 check "devicePlugin.rediscoverEvery reaches every plugin (60s by default; a bad duration fails)" rediscover_every
+task_priority() { # the NVIDIA plugin alone gets the priority flags; bad durations fail the render
+  local out
+  [ "$(grep -c -- '- --priority-every=1s$' "${TMP}/all-vendors.yaml")" = 1 ] &&
+    [ "$(grep -c -- '- --priority-busy-for=5s$' "${TMP}/all-vendors.yaml")" = 1 ] &&
+    awk '/^kind: DaemonSet$/ {ds = ""} /accelpool.io\/vendor: nvidia$/ {ds = "nvidia"} /- --priority-every=/ {print ds}' \
+      "${TMP}/all-vendors.yaml" | grep -qx nvidia &&
+    grep -q -- '- --priority-every=0s$' <<<"$(render --set devicePlugin.priority.every=0s)" &&
+    ! out="$(render --set devicePlugin.priority.every=often 2>&1)" &&
+    grep -q 'devicePlugin.priority.every must be a duration' <<<"${out}" &&
+    ! out="$(render --set devicePlugin.priority.busyFor=0m 2>&1)" &&
+    grep -q 'devicePlugin.priority.busyFor must be a duration of at least 1s' <<<"${out}"
+}
+check "devicePlugin.priority reaches the NVIDIA plugin only (1s, 5s by default; bad durations fail)" task_priority
 foreign_memory() { # every plugin measures foreign memory with the chart's values; bad values fail the render
   local out plugins
   plugins="$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")"
