@@ -521,18 +521,22 @@ void Allocator::RefreshUsageMetrics() {
   RefreshContainerUsage(*snap);
 }
 
+bool HasShimState(const PodAssignment& p, const api::AssignedContainer& c) {
+  // As Enforce decides: only a fractional grant gets a state dir.
+  const bool fractional =
+      std::any_of(c.devices.begin(), c.devices.end(),
+                  [](const api::AssignedDevice& d) { return !GrantsWholeDevice(d); });
+  return p.allocated.contains(c.name) && fractional &&
+         vendors::TraitsFor(c.vendor).soft_enforcement;
+}
+
 void Allocator::RefreshContainerUsage(const Snapshot& snap) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   std::set<std::vector<std::string>> live;
   const bool shim = options_.enabled && options_.sharing != NvidiaSharing::kMps;
   for (const PodAssignment& p : shim ? store_->All() : std::vector<PodAssignment>{}) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      // As Enforce decides: only a fractional grant gets a state dir.
-      const bool fractional =
-          std::any_of(c.devices.begin(), c.devices.end(),
-                      [](const api::AssignedDevice& d) { return !GrantsWholeDevice(d); });
-      if (!p.allocated.contains(c.name) || !fractional ||
-          !vendors::TraitsFor(c.vendor).soft_enforcement) {
+      if (!HasShimState(p, c)) {
         continue;  // no enforcement state: kubelet has not started it, or it is not shimmed
       }
       StatusOr<std::string> dir = dirs_.PathFor(p.pod.uid, c.name);

@@ -77,6 +77,11 @@ struct EnforcementOptions {
   bool priority = true;
 };
 
+// Whether container `c` of `p` has libaccelpool-cuda state on this node, as
+// Allocator::Enforce makes it: kubelet has allocated it, its grant is
+// fractional, and its vendor is enforced by the shim (NVIDIA).
+bool HasShimState(const PodAssignment& p, const api::AssignedContainer& c);
+
 // Side effects on the pod, done off kubelet's path by the implementation.
 class PodReporter {
  public:

@@ -8,24 +8,12 @@
 #include <cstring>
 #include <vector>
 
+#include "plugin/unique_fd.h"
+
 namespace accelpool::plugin {
 namespace {
 
 constexpr char kRegionFile[] = "accelpool-cuda.region";
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -34,7 +22,7 @@ StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir, RegionR
   RegionReadFailure& fail = why != nullptr ? *why : ignored;
   fail = RegionReadFailure::kNone;
   const std::string path = state_dir + "/" + kRegionFile;
-  Fd dir(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd dir(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() < 0) {
     if (errno == ENOENT) {
       fail = RegionReadFailure::kMissing;
@@ -44,7 +32,8 @@ StatusOr<cuda::RegionUsage> ReadRegionFile(const std::string& state_dir, RegionR
     return UnavailableError("cannot open " + state_dir + ": " + std::strerror(errno));
   }
   // O_NONBLOCK: a FIFO put there by the container must not hang the caller.
-  Fd fd(openat(dir.get(), kRegionFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  UniqueFd fd(
+      openat(dir.get(), kRegionFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) {
       fail = RegionReadFailure::kMissing;

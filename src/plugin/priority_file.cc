@@ -9,28 +9,10 @@
 #include <random>
 
 #include "cuda/priority_format.h"
+#include "plugin/unique_fd.h"
 
 namespace accelpool::plugin {
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -80,7 +62,7 @@ StatusOr<int> OpenChecked(const std::string& state_dir, int flags) {
     if (errno == ELOOP) return FailedPreconditionError(path + " is a symbolic link; not used");
     return UnavailableError(Errno("cannot open " + path));
   }
-  Fd guard(fd);
+  UniqueFd guard(fd);
   struct stat st = {};
   if (fstat(fd, &st) != 0) return UnavailableError(Errno("cannot stat " + path));
   if (!S_ISREG(st.st_mode)) return FailedPreconditionError(path + " is not a regular file");
@@ -107,6 +89,19 @@ Status CheckOrdinal(int ordinal) {
   return Status::Ok();
 }
 
+// The 8-byte field of `ordinal` at offset(ordinal).
+StatusOr<uint64_t> ReadField(const std::string& state_dir, int ordinal, size_t (*offset)(int)) {
+  ACCELPOOL_RETURN_IF_ERROR(CheckOrdinal(ordinal));
+  StatusOr<int> fd = OpenChecked(state_dir, O_RDONLY);
+  if (!fd.ok()) return fd.status();
+  UniqueFd guard(*fd);
+  uint64_t v = 0;
+  if (!FullPread(*fd, &v, sizeof(v), static_cast<off_t>(offset(ordinal)))) {
+    return UnavailableError(Errno("cannot read " + state_dir + "/" + cuda::kPriorityFileName));
+  }
+  return v;
+}
+
 }  // namespace
 
 std::string PriorityFilePath(const std::string& state_dir) {
@@ -120,7 +115,7 @@ Status EnsurePriorityFile(const std::string& state_dir) {
     return Status::Ok();  // a running container may map it: kept
   }
   const std::string path = PriorityFilePath(state_dir);
-  Fd dir(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd dir(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() < 0) return UnavailableError(Errno("cannot open " + state_dir));
   // The dir is writable by the container: a fresh name, created exclusively
   // (O_EXCL never follows a link put there), then renamed over the path.
@@ -133,7 +128,7 @@ Status EnsurePriorityFile(const std::string& state_dir) {
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) return UnavailableError(Errno("cannot create a file in " + state_dir));
-  Fd file(fd);
+  UniqueFd file(fd);
   const cuda::PriorityLayout fresh = FreshLayout();
   // fchmod: the container may run as any user, and umask must not narrow it.
   if (fchmod(fd, 0666) != 0 || !FullPwrite(fd, &fresh, sizeof(fresh), 0) ||
@@ -146,34 +141,18 @@ Status EnsurePriorityFile(const std::string& state_dir) {
 }
 
 StatusOr<uint64_t> ReadLaunches(const std::string& state_dir, int ordinal) {
-  ACCELPOOL_RETURN_IF_ERROR(CheckOrdinal(ordinal));
-  StatusOr<int> fd = OpenChecked(state_dir, O_RDONLY);
-  if (!fd.ok()) return fd.status();
-  Fd guard(*fd);
-  uint64_t v = 0;
-  if (!FullPread(*fd, &v, sizeof(v), static_cast<off_t>(cuda::LaunchesOffset(ordinal)))) {
-    return UnavailableError(Errno("cannot read " + PriorityFilePath(state_dir)));
-  }
-  return v;
+  return ReadField(state_dir, ordinal, cuda::LaunchesOffset);
 }
 
 StatusOr<uint64_t> ReadHold(const std::string& state_dir, int ordinal) {
-  ACCELPOOL_RETURN_IF_ERROR(CheckOrdinal(ordinal));
-  StatusOr<int> fd = OpenChecked(state_dir, O_RDONLY);
-  if (!fd.ok()) return fd.status();
-  Fd guard(*fd);
-  uint64_t v = 0;
-  if (!FullPread(*fd, &v, sizeof(v), static_cast<off_t>(cuda::HoldOffset(ordinal)))) {
-    return UnavailableError(Errno("cannot read " + PriorityFilePath(state_dir)));
-  }
-  return v;
+  return ReadField(state_dir, ordinal, cuda::HoldOffset);
 }
 
 Status WriteHold(const std::string& state_dir, int ordinal, uint64_t hold_until_ns) {
   ACCELPOOL_RETURN_IF_ERROR(CheckOrdinal(ordinal));
   StatusOr<int> fd = OpenChecked(state_dir, O_RDWR);
   if (!fd.ok()) return fd.status();
-  Fd guard(*fd);
+  UniqueFd guard(*fd);
   if (!FullPwrite(*fd, &hold_until_ns, sizeof(hold_until_ns),
                   static_cast<off_t>(cuda::HoldOffset(ordinal)))) {
     return UnavailableError(Errno("cannot write " + PriorityFilePath(state_dir)));

@@ -10,7 +10,6 @@
 #include "plugin/allocator.h"
 #include "plugin/plugin_metrics.h"
 #include "plugin/priority_file.h"
-#include "vendors/driver.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -45,13 +44,7 @@ void PriorityWatch::Poll(std::chrono::steady_clock::time_point now, uint64_t mon
   std::map<std::string, Seats> by_device;
   for (const PodAssignment& p : store_->All()) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      const bool fractional =
-          std::any_of(c.devices.begin(), c.devices.end(),
-                      [](const api::AssignedDevice& d) { return !GrantsWholeDevice(d); });
-      if (!p.allocated.contains(c.name) || !fractional ||
-          !vendors::TraitsFor(c.vendor).soft_enforcement) {
-        continue;
-      }
+      if (!HasShimState(p, c)) continue;
       StatusOr<std::string> dir = dirs_->PathFor(p.pod.uid, c.name);
       if (!dir.ok()) continue;
       const bool high = p.pod.high_priority.contains(c.name);
