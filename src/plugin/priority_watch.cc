@@ -2,7 +2,6 @@
 
 #include <time.h>
 
-#include <algorithm>
 #include <condition_variable>
 #include <vector>
 
@@ -59,8 +58,8 @@ void PriorityWatch::Poll(std::chrono::steady_clock::time_point now, uint64_t mon
   std::map<Seat, uint64_t> counts;
   std::set<Seat> held;
   for (const auto& [device, seats] : by_device) {
-    if (seats.high.empty()) {
-      busy_until_.erase(device);  // its high-priority containers left: no window
+    if (seats.high.empty() || seats.low.empty()) {
+      busy_until_.erase(device);  // one priority alone on the GPU: nobody to hold
       continue;
     }
     // Busy: a high-priority counter moved since the last poll. A counter
@@ -84,7 +83,7 @@ void PriorityWatch::Poll(std::chrono::steady_clock::time_point now, uint64_t mon
     if (!busy_by.empty()) {
       const bool was_busy = busy_until_.contains(device) && now < busy_until_[device];
       busy_until_[device] = now + options_.busy_for;
-      if (!was_busy && !seats.low.empty()) {
+      if (!was_busy) {
         log_.Info("holding low-priority containers: a high-priority container is busy on the GPU",
                   {{"device", device},
                    {"high", busy_by},
@@ -95,9 +94,8 @@ void PriorityWatch::Poll(std::chrono::steady_clock::time_point now, uint64_t mon
     if (until == busy_until_.end() || now >= until->second) {
       if (until != busy_until_.end()) {
         busy_until_.erase(until);
-        if (!seats.low.empty())
-          log_.Info("releasing low-priority containers: the GPU's high-priority work is idle",
-                    {{"device", device}});
+        log_.Info("releasing low-priority containers: the GPU's high-priority work is idle",
+                  {{"device", device}});
       }
       continue;  // holds left from before are released below
     }
