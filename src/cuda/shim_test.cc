@@ -1705,6 +1705,16 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
     EXPECT_NE(r.err.find("a launch on device 0 waits"), std::string::npos) << r.err;
   }
 
+  // One kernel launch on device 0 in a child the test keeps running while it
+  // moves the deadline.
+  const auto start_held_launch = [&env](ChildProcess& child) {
+    Env e = env;
+    e["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+    e["LD_PRELOAD"] = ShimPreload();
+    if (!child.Start({ProbePath(), "direct", "prilaunch", "0", "kernel", "1"}, e)) return false;
+    child.CloseStdin();
+    return true;
+  };
   // The plugin renews the deadline while the launch waits: it waits for the
   // new one. (The first deadline leaves the renewal 350 ms of slack.)
   {
@@ -1712,11 +1722,7 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
     const uint64_t renewed = first + 300 * kMsNs;
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), first));
     ChildProcess child;
-    Env e = env;
-    e["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
-    e["LD_PRELOAD"] = ShimPreload();
-    ASSERT_TRUE(child.Start({ProbePath(), "direct", "prilaunch", "0", "kernel", "1"}, e));
-    child.CloseStdin();
+    ASSERT_TRUE(start_held_launch(child));
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), renewed));
     ProcessResult r = child.Wait(30000);
@@ -1729,11 +1735,7 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
     const uint64_t far = MonotonicNowNs() + 30'000 * kMsNs;
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), far));
     ChildProcess child;
-    Env e = env;
-    e["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
-    e["LD_PRELOAD"] = ShimPreload();
-    ASSERT_TRUE(child.Start({ProbePath(), "direct", "prilaunch", "0", "kernel", "1"}, e));
-    child.CloseStdin();
+    ASSERT_TRUE(start_held_launch(child));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), 0));
     ProcessResult r = child.Wait(40000);

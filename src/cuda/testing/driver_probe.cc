@@ -492,6 +492,24 @@ int MemInfo(const Api& a) {
   return 0;
 }
 
+// One launch of a 132x128 kernel through `api`: kernel, ex, coop, graph, or
+// capture / capturegraph (a kernel / graph launch into a capturing stream).
+// params[0] points at the kernel's length in ns, which is also the fake
+// driver's CUgraphExec handle.
+CUresult LaunchBy(const Api& a, const std::string& api, CUlaunchConfig* cfg, void** params) {
+  const auto capturing = reinterpret_cast<CUstream>(0xCA97);
+  const auto graph = reinterpret_cast<CUgraphExec>(*static_cast<int64_t*>(params[0]));
+  if (api == "kernel") return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+  if (api == "ex") return a.launch_ex(cfg, nullptr, params, nullptr);
+  if (api == "coop") return a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
+  if (api == "graph") return a.graph_launch(graph, nullptr);
+  if (api == "capture") {
+    return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, capturing, params, nullptr);
+  }
+  if (api == "capturegraph") return a.graph_launch(graph, capturing);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t millis,
            int64_t kernel_us_after_half) {
   int64_t kernel_ns = kernel_us * 1000;
@@ -510,25 +528,16 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
       kernel_ns = kernel_us_after_half * 1000;
     }
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
-    if (api == "kernel") {
-      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
-    } else if (api == "ex") {
-      rc = a.launch_ex(&cfg, nullptr, params, nullptr);
-    } else if (api == "coop") {
-      rc = a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
-    } else if (api == "graph") {
-      rc = a.graph_launch(reinterpret_cast<CUgraphExec>(kernel_ns), nullptr);
-    } else if (api == "sync") {
-      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    if (api == "sync") {
+      rc = LaunchBy(a, "kernel", &cfg, params);
       a.ctx_sync();
-    } else if (api == "capture") {
-      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, reinterpret_cast<CUstream>(0xCA97), params,
-                    nullptr);
     } else if (api == "twoctx") {
       rc = cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1 + launches % 2)));
       if (rc == CUDA_SUCCESS) {
-        rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+        rc = LaunchBy(a, "kernel", &cfg, params);
       }
+    } else {
+      rc = LaunchBy(a, api, &cfg, params);
     }
     if (rc != CUDA_SUCCESS) {
       std::printf("launch_error=%d\n", rc);
@@ -552,7 +561,6 @@ int PriorityLaunch(const Api& a, int device, const std::string& api, long count)
   int64_t kernel_ns = 1000;
   void* params[] = {&kernel_ns};
   CUlaunchConfig cfg{};
-  const auto capturing = reinterpret_cast<CUstream>(0xCA97);
   if (cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1 + device))) !=
       CUDA_SUCCESS) {
     std::printf("set_current_error=1\n");
@@ -560,20 +568,7 @@ int PriorityLaunch(const Api& a, int device, const std::string& api, long count)
   }
   int64_t start = NowNs();
   for (long i = 0; i < count; ++i) {  // NOLINT
-    CUresult rc = CUDA_ERROR_INVALID_VALUE;
-    if (api == "kernel") {
-      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
-    } else if (api == "ex") {
-      rc = a.launch_ex(&cfg, nullptr, params, nullptr);
-    } else if (api == "coop") {
-      rc = a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
-    } else if (api == "graph") {
-      rc = a.graph_launch(reinterpret_cast<CUgraphExec>(kernel_ns), nullptr);
-    } else if (api == "capture") {
-      rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, capturing, params, nullptr);
-    } else if (api == "capturegraph") {
-      rc = a.graph_launch(reinterpret_cast<CUgraphExec>(kernel_ns), capturing);
-    }
+    const CUresult rc = LaunchBy(a, api, &cfg, params);
     if (rc != CUDA_SUCCESS) {
       std::printf("launch_error=%d\n", rc);
       return 1;
