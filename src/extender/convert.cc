@@ -123,6 +123,9 @@ StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
     return InvalidArgumentError("node object without metadata.name");
   }
   e.domains.super_node = StringAt(node, {"metadata", "labels", kSuperNodeLabel});
+  if (e.domains.super_node.empty()) {
+    e.domains.super_node = StringAt(node, {"metadata", "labels", kNvidiaCliqueLabel});
+  }
   e.domains.rack = StringAt(node, {"metadata", "labels", kRackLabel});
   e.domains.block = StringAt(node, {"metadata", "labels", kBlockLabel});
   e.domains.prefer_no_schedule = HasPreferNoScheduleTaint(node);

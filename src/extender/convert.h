@@ -23,6 +23,10 @@ namespace accelpool::extender {
 // Node labels that name a node's network domains (a value in the inventory's
 // topology wins when set).
 inline constexpr const char* kSuperNodeLabel = "accelpool.io/super-node";
+// NVIDIA's label for a node's multi-node NVLink domain (GPU feature
+// discovery: "<cluster uuid>.<clique id>"), read as the super node when
+// accelpool.io/super-node is not set and the inventory names none.
+inline constexpr const char* kNvidiaCliqueLabel = "nvidia.com/gpu.clique";
 inline constexpr const char* kRackLabel = "accelpool.io/rack";
 inline constexpr const char* kBlockLabel = "accelpool.io/block";
 

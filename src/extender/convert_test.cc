@@ -154,6 +154,22 @@ TEST(ConvertTest, NodeEntries) {
   EXPECT_EQ(e->domains, (NodeDomains{"sp-3", "r1", ""}));
   ASSERT_EQ(e->inventories->size(), 1u);
   EXPECT_EQ((*e->inventories)[0].devices.size(), 8u);
+
+  // The super node: the inventory's, else accelpool.io/super-node, else
+  // NVIDIA's multi-node NVLink clique label.
+  const std::string clique = "00112233-4455-6677-8899-aabbccddeeff.7";
+  auto labelled = [](nlohmann::json labels) {
+    return nlohmann::json{{"metadata", {{"name", "n"}, {"labels", std::move(labels)}}}};
+  };
+  EXPECT_EQ(NodeEntryFromJson(labelled({{"nvidia.com/gpu.clique", clique}}))->domains.super_node,
+            clique);
+  EXPECT_EQ(NodeEntryFromJson(
+                labelled({{"nvidia.com/gpu.clique", clique}, {"accelpool.io/super-node", "sn-1"}}))
+                ->domains.super_node,
+            "sn-1");
+  nlohmann::json both = cases[0].node;
+  both["metadata"]["labels"]["nvidia.com/gpu.clique"] = clique;
+  EXPECT_EQ(NodeEntryFromJson(both)->domains.super_node, "sp-3");
 }
 
 TEST(ConvertTest, TheCordonAnnotationTakesNamedDevicesOutOfService) {

@@ -4,6 +4,9 @@
 # through the fake libnvidia-ml with dlopen as on a node:
 #   --mig-strategy=mixed (default): the MIG devices carry their profile;
 #   --mig-strategy=single: they carry none (advertised as nvidia.com/gpu).
+# Then the NVLink domain of a multi-node NVLink tray (ACCELPOOL_FAKE_NVML_FABRIC):
+# registered GPUs in one clique make the inventory's super node; a registration
+# still in progress makes none, with a warning that says what to check.
 #   tests/device_plugin/mig_inventory.sh <accelpool-device-plugin> <fake libnvidia-ml>
 set -uo pipefail
 plugin="$1"
@@ -40,6 +43,22 @@ check "single: the MIG devices carry no profile (nvidia.com/gpu), still one slot
   test "$(profiles "${dir}/single.json")" = "GPU-:-:10 MIG-:-:1 MIG-:-:1 MIG-:-:1 MIG-:-:1"
 check "single: mixed profiles and a whole GPU on one node are warned about" \
   grep -q 'mig-strategy=single, but this node offers 4 MIG profile' "${dir}/single.json.err"
+super_node() {  # super_node <json>
+  python3 -c '
+import json, sys
+print(json.load(open(sys.argv[1]))["inventories"][0]["topology"]["super_node"])' "$1"
+}
+ACCELPOOL_FAKE_NVML_FABRIC=3,0,7,-1 inventory "${dir}/fabric.json"
+check "fabric: the plugin exited 0" test $? -eq 0
+check "fabric: the NVLink domain is the super node" \
+  test "$(super_node "${dir}/fabric.json")" = "00112233-4455-6677-8899-aabbccddeeff.7"
+check "fabric: the domain is logged" grep -q 'NVLink domain 00112233-.*\.7' "${dir}/fabric.json.err"
+ACCELPOOL_FAKE_NVML_FABRIC=2,0,7,-1 inventory "${dir}/pending.json"
+check "fabric in progress: the plugin exited 0" test $? -eq 0
+check "fabric in progress: no super node" test "$(super_node "${dir}/pending.json")" = ""
+check "fabric in progress: a warning says what to check" \
+  grep -q 'has not finished registering with the NVLink fabric.*nvidia-fabricmanager' \
+  "${dir}/pending.json.err"
 if [[ ${fails} -ne 0 ]]; then
   for f in "${dir}"/*.json "${dir}"/*.err; do echo "--- ${f}"; cat "${f}"; done
 fi

@@ -159,6 +159,69 @@ StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<Nvml
   return links;
 }
 
+std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
+  std::string domain;
+  for (size_t i = 0; i < gpus; ++i) {
+    StatusOr<NvmlFabric> f = nvml_->FabricInfo(static_cast<int32_t>(i));
+    if (!f.ok()) {
+      if (f.status().code() != StatusCode::kUnimplemented) {
+        notes->Add(DiscoveryLog::Level::kWarn,
+                   fmt::format("nvidia: GPU {} does not say which NVLink domain it is in ({}); "
+                               "the node is published without one (accelpool.io/super-node)",
+                               i, f.status().message()));
+      }
+      return "";
+    }
+    switch (f->state) {
+      case NvmlFabric::State::kNotSupported:
+        return "";  // no fabric registration: PCIe cards, HGX boards before Blackwell
+      case NvmlFabric::State::kNotStarted:
+      case NvmlFabric::State::kInProgress:
+        notes->Add(
+            DiscoveryLog::Level::kWarn,
+            fmt::format(
+                "nvidia: GPU {} has not finished registering with the NVLink "
+                "fabric ({}); the node is published without its NVLink domain "
+                "until a later device check finds it registered (check "
+                "nvidia-fabricmanager and nvidia-imex on the node, and "
+                "nvidia-smi -q | grep -A4 Fabric)",
+                i, f->state == NvmlFabric::State::kNotStarted ? "not started" : "in progress"));
+        return "";
+      case NvmlFabric::State::kCompleted:
+        break;
+    }
+    if (!f->ok) {
+      notes->Add(DiscoveryLog::Level::kWarn,
+                 fmt::format("nvidia: GPU {} failed to register with the NVLink fabric ({}); the "
+                             "node is published without its NVLink domain. Check "
+                             "nvidia-fabricmanager on the NVSwitch trays and nvidia-smi -q",
+                             i, f->error));
+      return "";
+    }
+    if (f->cluster_uuid.empty()) {
+      return "";  // a single-node NVSwitch board: the node is the whole domain
+    }
+    // As NVIDIA's GPU feature discovery labels it (nvidia.com/gpu.clique).
+    const std::string id = f->cluster_uuid + "." + std::to_string(f->clique);
+    if (i == 0) {
+      domain = id;
+    } else if (id != domain) {
+      notes->Add(DiscoveryLog::Level::kError,
+                 fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
+                             "(GPU 0: {}, GPU {}: {}); the node is published without one. Check "
+                             "the NVLink partition configuration of the fabric manager",
+                             domain, i, id));
+      return "";
+    }
+  }
+  if (!domain.empty()) {
+    notes->Add(
+        DiscoveryLog::Level::kInfo,
+        fmt::format("nvidia: NVLink domain {} (published as the node's super node)", domain));
+  }
+  return domain;
+}
+
 StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   ACCELPOOL_RETURN_IF_ERROR(EnsureInit());
   StatusOr<int32_t> count = nvml_->DeviceCount();
@@ -307,6 +370,10 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
                                           : (*links)[parent[a] * n + parent[b]];
     }
   }
+
+  // Multi-node NVLink (GB200/GB300 NVL72): the node's NVLink domain is its
+  // super node, so the extender keeps a job's pods inside one domain.
+  inv.topology.super_node = NvlinkDomain(infos.size(), &notes);
 
   // The recovery query, on every GPU: one that fails it starts unhealthy.
   std::vector<std::string> probe_failed(infos.size());

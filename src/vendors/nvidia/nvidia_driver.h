@@ -13,6 +13,11 @@
 // /dev/nvidia-caps nodes of its GPU and compute instance (from
 // /proc/driver/nvidia-caps/mig-minors). MIG devices keep their parent's NUMA
 // node and PCI bus; a node with any GPU in MIG mode uses NUMA groups.
+// On multi-node NVLink systems (GB200/GB300 NVL72) the node's NVLink domain,
+// "<cluster uuid>.<clique id>" from nvmlDeviceGetGpuFabricInfoV (the value
+// NVIDIA's feature discovery puts in nvidia.com/gpu.clique), becomes the
+// inventory's super node when every GPU has registered with the fabric and
+// all name the same domain; otherwise there is none, with the reason logged.
 // Health comes from critical XID events; application XIDs (xid.h) are
 // ignored. A wait that answers NVML_ERROR_GPU_IS_LOST (a GPU fell off the
 // bus, NVML does not say which) makes every GPU unhealthy. A device that had an XID becomes healthy
@@ -100,6 +105,8 @@ class NvidiaDriver : public VendorDriver {
   Status EnsureInit();
   StatusOr<std::vector<int32_t>> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
                                               bool* all_switched);
+  // The NVLink domain of GPUs 0 .. gpus-1, "" when there is none.
+  std::string NvlinkDomain(size_t gpus, DiscoveryLog* notes);
   // Where a MIG device lives: its GPU's minor and its instance ids.
   struct MigPlace {
     int32_t gpu_minor = -1;

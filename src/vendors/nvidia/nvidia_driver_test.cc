@@ -84,6 +84,12 @@ class FakeNvml : public NvmlLibrary {
                             : it->second;
   }
 
+  StatusOr<NvmlFabric> FabricInfo(int32_t i) override {
+    auto it = fabric.find(i);
+    return it == fabric.end() ? StatusOr<NvmlFabric>(UnimplementedError("no fabric query"))
+                              : it->second;
+  }
+
   void Push(StatusOr<std::optional<XidEvent>> e) {
     std::lock_guard<std::mutex> lock(mu);
     queue.push_back(std::move(e));
@@ -92,6 +98,7 @@ class FakeNvml : public NvmlLibrary {
   std::vector<NvmlDeviceInfo> devices;
   std::vector<std::vector<std::string>> links;
   std::map<int32_t, StatusOr<std::vector<NvmlMigInfo>>> migs;
+  std::map<int32_t, StatusOr<NvmlFabric>> fabric;
   Status init_status;
   int32_t fail_info_index = -1;
   std::atomic<bool> probe_ok{true};
@@ -130,6 +137,38 @@ TEST(NvidiaDriverTest, MapsHgxH200IntoTheInventory) {
   EXPECT_EQ(inv.LinkScore(0, 1), 20 + 1800);
   EXPECT_EQ(inv.LinkScore(0, 4), 10 + 1800);
   EXPECT_EQ(inv.LinkScore(3, 3), 0);
+}
+
+// The node's NVLink domain: only when every GPU registered with the fabric
+// and all name the same one; a GPU whose query fails leaves the node without
+// one (logged), never fails discovery.
+TEST(NvidiaDriverTest, NvlinkDomainNeedsEveryGpuRegisteredInOneDomain) {
+  auto lib = std::make_unique<FakeNvml>();
+  FakeNvml* fake = lib.get();
+  NvmlFabric f;
+  f.state = NvmlFabric::State::kCompleted;
+  f.ok = true;
+  f.cluster_uuid = "0a0b0c0d-0000-1111-2222-333344445555";
+  f.clique = 32766;
+  for (int32_t i = 0; i < 8; ++i) fake->fabric.insert_or_assign(i, f);
+  NvidiaDriver d(std::move(lib), Options());
+  auto domain = [&]() -> std::string {
+    auto invs = d.Discover();
+    EXPECT_TRUE(invs.ok()) << invs.status().ToString();
+    return invs.ok() ? invs->front().topology.super_node : "<none>";
+  };
+  EXPECT_EQ(domain(), "0a0b0c0d-0000-1111-2222-333344445555.32766");
+  fake->fabric.insert_or_assign(
+      5, UnavailableError("nvmlDeviceGetGpuFabricInfoV failed: Unknown Error"));
+  EXPECT_EQ(domain(), "");
+  fake->fabric.erase(5);  // the library has no such query for GPU 5: nothing to join
+  EXPECT_EQ(domain(), "");
+  NvmlFabric pending = f;
+  pending.state = NvmlFabric::State::kInProgress;
+  fake->fabric.insert_or_assign(5, pending);
+  EXPECT_EQ(domain(), "");
+  fake->fabric.insert_or_assign(5, f);
+  EXPECT_EQ(domain(), "0a0b0c0d-0000-1111-2222-333344445555.32766");
 }
 
 TEST(NvidiaDriverTest, LinkScoreTable) {

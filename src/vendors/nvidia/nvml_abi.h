@@ -125,6 +125,36 @@ struct nvmlGpuInstanceInfo_t {
   nvmlGpuInstancePlacement_t placement;
 };
 
+// NVML_GPU_FABRIC_STATE_*: how far a GPU's registration with the NVLink
+// fabric (multi-node NVLink: GB200/GB300 NVL72) has come.
+constexpr unsigned char kFabricStateNotSupported = 0;
+constexpr unsigned char kFabricStateNotStarted = 1;
+constexpr unsigned char kFabricStateInProgress = 2;
+constexpr unsigned char kFabricStateCompleted = 3;
+
+// nvmlGpuFabricInfo_t, as the first call (nvmlDeviceGetGpuFabricInfo) fills it.
+struct nvmlGpuFabricInfo_t {
+  unsigned char clusterUuid[16];  // NVML_GPU_FABRIC_UUID_LEN
+  nvmlReturn_t status;            // meaningful only when state is "completed"
+  unsigned cliqueId;
+  unsigned char state;  // nvmlGpuFabricState_t
+};
+
+// nvmlGpuFabricInfo_v2_t, as nvmlDeviceGetGpuFabricInfoV fills it; the
+// caller sets `version` to kGpuFabricInfoV2.
+struct nvmlGpuFabricInfo_v2_t {
+  unsigned version;
+  unsigned char clusterUuid[16];
+  nvmlReturn_t status;
+  unsigned cliqueId;
+  unsigned char state;
+  unsigned healthMask;
+};
+// NVML_STRUCT_VERSION(GpuFabricInfo, 2): 0x02000024.
+constexpr unsigned kGpuFabricInfoV2 =
+    static_cast<unsigned>(sizeof(nvmlGpuFabricInfo_v2_t)) | (2U << 24);
+static_assert(kGpuFabricInfoV2 == 0x02000024U, "nvmlGpuFabricInfo_v2_t is 36 bytes in nvml.h");
+
 struct nvmlEventData_t {
   nvmlDevice_t device;
   unsigned long long eventType;  // NOLINT(runtime/int)

@@ -321,6 +321,80 @@ class DlNvml : public NvmlLibrary {
     return static_cast<int64_t>(m.used / kMib);
   }
 
+  StatusOr<NvmlFabric> FabricInfo(int32_t index) override {
+    auto v2 = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, abi::nvmlGpuFabricInfo_v2_t*)>(
+        Sym("DeviceGetGpuFabricInfoV"));
+    auto v1 = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, abi::nvmlGpuFabricInfo_t*)>(
+        Sym("DeviceGetGpuFabricInfo"));
+    if (v2 == nullptr && v1 == nullptr) {
+      return UnimplementedError(Sym("DeviceGetGpuFabricInfoV") + " is not in this library");
+    }
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    unsigned char uuid[16] = {};
+    nvmlReturn_t status = kNvmlSuccess;
+    unsigned clique = 0;
+    unsigned char state = abi::kFabricStateNotSupported;
+    nvmlReturn_t r = abi::kNvmlErrorNotSupported;
+    if (v2 != nullptr) {
+      abi::nvmlGpuFabricInfo_v2_t f{};
+      f.version = abi::kGpuFabricInfoV2;
+      r = v2(*h, &f);
+      if (r == kNvmlSuccess) {
+        std::memcpy(uuid, f.clusterUuid, sizeof(uuid));
+        status = f.status;
+        clique = f.cliqueId;
+        state = f.state;
+      }
+    }
+    // A library whose V call does not take struct v2 still has the first one.
+    if (r != kNvmlSuccess && v1 != nullptr) {
+      abi::nvmlGpuFabricInfo_t f{};
+      r = v1(*h, &f);
+      if (r == kNvmlSuccess) {
+        std::memcpy(uuid, f.clusterUuid, sizeof(uuid));
+        status = f.status;
+        clique = f.cliqueId;
+        state = f.state;
+      }
+    }
+    NvmlFabric out;
+    if (r == kNvmlErrorNotSupported) {
+      return out;  // a GPU without fabric registration
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceGetGpuFabricInfoV")));
+    switch (state) {
+      case abi::kFabricStateNotStarted:
+        out.state = NvmlFabric::State::kNotStarted;
+        break;
+      case abi::kFabricStateInProgress:
+        out.state = NvmlFabric::State::kInProgress;
+        break;
+      case abi::kFabricStateCompleted:
+        out.state = NvmlFabric::State::kCompleted;
+        break;
+      default:
+        out.state = NvmlFabric::State::kNotSupported;
+        return out;
+    }
+    out.ok = status == kNvmlSuccess;
+    if (!out.ok) {
+      out.error = Check(status, "fabric registration").message();
+    }
+    out.clique = clique;
+    if (std::any_of(std::begin(uuid), std::end(uuid), [](unsigned char b) { return b != 0; })) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      for (size_t k = 0; k < sizeof(uuid); ++k) {
+        if (k == 4 || k == 6 || k == 8 || k == 10) out.cluster_uuid += '-';
+        out.cluster_uuid += kHex[uuid[k] >> 4];
+        out.cluster_uuid += kHex[uuid[k] & 0xf];
+      }
+    }
+    return out;
+  }
+
   // Compute and graphics processes: a process in both lists (nvidia-smi's
   // type "C+G") is one process, with the larger figure of the two.
   StatusOr<std::vector<NvmlProcess>> RunningProcesses(int32_t index) override {

@@ -255,6 +255,58 @@ TEST(NvmlBindingTest, PciBusFromAnOldDriversFirstPciInfoCall) {
   EXPECT_EQ(invs->front().devices[7].pci_bus, "0000:DF:00.0");
 }
 
+// The NVLink domain of a multi-node NVLink tray (GB200 NVL72) becomes the
+// node's super node, as "<cluster uuid>.<clique>" (the value of NVIDIA's
+// nvidia.com/gpu.clique label); a board that registers with a zero cluster
+// UUID (single-node NVSwitch), a registration not finished or failed, GPUs
+// that disagree, and a driver without the query give none.
+TEST(NvmlBindingTest, TheNvlinkDomainOfAMultiNodeNvlinkTrayIsTheSuperNode) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(4, -1, -1, 0);
+  auto fabric =
+      reinterpret_cast<void (*)(int, int, int, int)>(fake.Symbol("accelpool_fake_nvml_fabric"));
+  auto v1_only = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_fabric_v1_only"));
+  ASSERT_NE(fabric, nullptr);
+  ASSERT_NE(v1_only, nullptr);
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+  auto super_node = [&]() -> std::string {
+    auto invs = (*driver)->Discover();
+    EXPECT_TRUE(invs.ok()) << invs.status().ToString();
+    return invs.ok() && !invs->empty() ? invs->front().topology.super_node : "<none>";
+  };
+  EXPECT_EQ(super_node(), "");  // completed, zero cluster UUID: the node is the domain
+  fabric(3, 0, 7, -1);
+  EXPECT_EQ(super_node(), "00112233-4455-6677-8899-aabbccddeeff.7");
+  v1_only(1);  // the V call refuses struct v2: the first call answers
+  EXPECT_EQ(super_node(), "00112233-4455-6677-8899-aabbccddeeff.7");
+  v1_only(0);
+  fabric(3, 0, 7, 2);  // GPU 2 in another clique
+  EXPECT_EQ(super_node(), "");
+  fabric(2, 0, 7, -1);  // registration in progress
+  EXPECT_EQ(super_node(), "");
+  fabric(1, 0, 7, -1);  // not started
+  EXPECT_EQ(super_node(), "");
+  fabric(3, 999, 7, -1);  // completed with an error
+  EXPECT_EQ(super_node(), "");
+  fabric(0, 0, 7, -1);  // not supported
+  EXPECT_EQ(super_node(), "");
+  fabric(3, 0, 7, -1);
+  EXPECT_EQ(super_node(), "00112233-4455-6677-8899-aabbccddeeff.7");  // and back
+  fabric(3, 0, -1, -1);
+
+  FakeHandle old(ACCELPOOL_FAKE_NVIDIA_ML_V1);  // a driver without the query
+  ASSERT_TRUE(old.ok());
+  old.Configure(4, -1, -1, 0);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML_V1}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  NvidiaDriver old_driver(std::move(lib).value(), Options());
+  auto invs = old_driver.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_EQ(invs->front().topology.super_node, "");
+}
+
 // Memory in use per whole GPU: nvmlDeviceGetMemoryInfo_v2's `used`, without
 // the driver's reserve; from an old driver without it, the first call's,
 // which includes it. A GPU in MIG mode reports none (its memory is its

@@ -63,6 +63,22 @@ struct NvmlMigInfo {
   std::string profile_name = {};
 };
 
+// A GPU's place in an NVLink fabric that spans nodes (GB200/GB300 NVL72 and
+// other multi-node NVLink systems), as nvmlDeviceGetGpuFabricInfoV reports it.
+struct NvmlFabric {
+  enum class State : uint8_t { kNotSupported, kNotStarted, kInProgress, kCompleted };
+  State state = State::kNotSupported;
+  // The registration's outcome ("Success", or NVML's error text); read only
+  // when state is kCompleted.
+  bool ok = false;
+  std::string error = {};
+  // The fabric's cluster UUID as text ("8-4-4-4-12" lowercase hex), "" when
+  // NVML reports all zeroes (single-node NVSwitch boards such as HGX H100
+  // report "completed" with a zero UUID: no domain beyond the node).
+  std::string cluster_uuid = {};
+  uint32_t clique = 0;  // the NVLink partition (clique) inside the cluster
+};
+
 // One critical XID event; device is the NVML index (-1: not known). gpu_lost:
 // the wait itself answered NVML_ERROR_GPU_IS_LOST (a GPU fell off the bus and
 // NVML does not say which); xid is 0 then.
@@ -111,6 +127,12 @@ class NvmlLibrary {
   // kUnimplemented when the library has no MIG queries.
   virtual StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t /*index*/) {
     return UnimplementedError("this management library has no MIG device queries");
+  }
+  // The GPU's NVLink fabric registration: nvmlDeviceGetGpuFabricInfoV (struct
+  // v2), else the first call. kUnimplemented when the library has neither
+  // (drivers before R550, NVML-shaped libraries of other vendors).
+  virtual StatusOr<NvmlFabric> FabricInfo(int32_t /*index*/) {
+    return UnimplementedError("this management library has no NVLink fabric query");
   }
 };
 using NvmlLibraryPtr = std::unique_ptr<NvmlLibrary>;

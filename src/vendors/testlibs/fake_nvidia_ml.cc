@@ -34,6 +34,17 @@
 // in the old-driver build, only the first calls (16-byte entries); a buffer
 // too small gets NVML_ERROR_INSUFFICIENT_SIZE with the count needed.
 //
+// NVLink fabric: nvmlDeviceGetGpuFabricInfoV and the first call (absent
+// from the old-driver build) answer as a single-node NVSwitch board does:
+// registration "completed", status success, an all-zero cluster UUID, clique
+// 0. accelpool_fake_nvml_fabric(state, status, clique, odd_gpu) makes it a
+// multi-node NVLink tray instead: a cluster UUID of 00 11 22 ... ff when
+// clique >= 0, every GPU in that clique but `odd_gpu` (-1: none), which is in
+// clique + 1 (or ACCELPOOL_FAKE_NVML_FABRIC="state,status,clique,odd_gpu" in
+// the environment). accelpool_fake_nvml_fabric_v1_only(1) makes the V call refuse
+// struct v2 (NVML_ERROR_ARGUMENT_VERSION_MISMATCH), as a library built for
+// another struct version would.
+//
 // NUMA: on an x86 HGX board the driver names each GPU's nearest memory node
 // through nvmlDeviceGetMemoryAffinity, and nvmlDeviceGetNumaNodeId answers
 // "not supported" (the GPU is not a NUMA node itself). accelpool_fake_nvml_numa
@@ -225,6 +236,45 @@ static int ListFakeProcesses(unsigned i, int graphics, unsigned* count, Info* in
   }
   *count = n;
   return 0;
+}
+
+// ACCELPOOL_FAKE_NVML_FABRIC="<state>,<status>,<clique>,<odd_gpu>" sets the
+// same at load, for a plugin binary run on the fake.
+struct FabricSetting {
+  int state = 3;    // NVML_GPU_FABRIC_STATE_COMPLETED
+  int status = 0;   // NVML_SUCCESS
+  int clique = -1;  // -1: zero cluster UUID, clique 0
+  int odd_gpu = -1;
+};
+static FabricSetting FabricFromEnv() {
+  FabricSetting f;
+  const char* e = std::getenv("ACCELPOOL_FAKE_NVML_FABRIC");
+  if (e != nullptr) {
+    FabricSetting read;
+    if (std::sscanf(e, "%d,%d,%d,%d", &read.state, &read.status, &read.clique, &read.odd_gpu) ==
+        4) {
+      f = read;
+    }
+  }
+  return f;
+}
+static const FabricSetting kFabricAtLoad = FabricFromEnv();
+static std::atomic<int> fabric_state{kFabricAtLoad.state};
+static std::atomic<int> fabric_status{kFabricAtLoad.status};
+static std::atomic<int> fabric_clique{kFabricAtLoad.clique};
+static std::atomic<int> fabric_odd_gpu{kFabricAtLoad.odd_gpu};
+static std::atomic<bool> fabric_v1_only{false};
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_fabric(int state,
+                                                                                  int status,
+                                                                                  int clique,
+                                                                                  int odd_gpu) {
+  fabric_state = state;
+  fabric_status = status;
+  fabric_clique = clique;
+  fabric_odd_gpu = odd_gpu;
+}
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_fabric_v1_only(int on) {
+  fabric_v1_only = on != 0;
 }
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_numa(int mode) {
@@ -442,6 +492,41 @@ __attribute__((visibility("default"))) int nvmlDeviceGetRemappedRows(void* h, un
   *failure = 0;
   return kSuccess;
 }
+#ifndef ACCELPOOL_FAKE_NVML_V1_PCI
+// Fills the fabric fields of GPU i (both struct versions share them).
+static void FakeFabric(unsigned i, unsigned char* uuid, int* status, unsigned* clique,
+                       unsigned char* state) {
+  const int c = fabric_clique;
+  std::memset(uuid, 0, 16);
+  if (c >= 0) {
+    for (unsigned k = 0; k < 16; ++k) uuid[k] = static_cast<unsigned char>(k * 0x11);
+  }
+  *status = fabric_status;
+  *clique = c < 0 ? 0 : static_cast<unsigned>(c) + (static_cast<int>(i) == fabric_odd_gpu ? 1 : 0);
+  *state = static_cast<unsigned char>(fabric_state.load());
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGpuFabricInfo(
+    void* h, accelpool::vendors::nvidia::abi::nvmlGpuFabricInfo_t* f) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || f == nullptr) return kInvalidArgument;
+  std::memset(f, 0, sizeof(*f));
+  FakeFabric(i, f->clusterUuid, &f->status, &f->cliqueId, &f->state);
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetGpuFabricInfoV(
+    void* h, accelpool::vendors::nvidia::abi::nvmlGpuFabricInfo_v2_t* f) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || f == nullptr) return kInvalidArgument;
+  if (fabric_v1_only || f->version != accelpool::vendors::nvidia::abi::kGpuFabricInfoV2) {
+    return kArgumentVersionMismatch;
+  }
+  const unsigned version = f->version;
+  std::memset(f, 0, sizeof(*f));
+  f->version = version;
+  FakeFabric(i, f->clusterUuid, &f->status, &f->cliqueId, &f->state);
+  return kSuccess;
+}
+#endif
 __attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* h, unsigned* current,
                                                                 unsigned* pending) {
   unsigned i = 0;
