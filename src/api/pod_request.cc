@@ -407,6 +407,12 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
     out.policy = *p;
   } else if (auto h = Lookup(ann, "hami.io/gpu-scheduler-policy")) {
     out.policy = *h;
+    out.policy_devices_only = true;
+  }
+  if (auto p = Lookup(ann, "accelpool.io/node-policy")) {
+    out.node_policy = *p;
+  } else if (auto h = Lookup(ann, "hami.io/node-scheduler-policy")) {
+    out.node_policy = *h;
   }
   FindGroup(ann, labels, out.ns, out);
 

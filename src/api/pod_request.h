@@ -21,7 +21,9 @@
 //   UUID include/exclude  : nvidia.com/use-gpuuuid, nvidia.com/nouse-gpuuuid,
 //                           accelpool.io/uuid-include, accelpool.io/uuid-exclude
 //   NUMA binding          : nvidia.com/numa-bind, accelpool.io/numa-bind ("true")
-//   policy                : accelpool.io/policy, hami.io/gpu-scheduler-policy
+//   policy                : accelpool.io/policy, hami.io/gpu-scheduler-policy (HAMi's
+//                           picks the devices only: policy_devices_only)
+//   node policy           : accelpool.io/node-policy, hami.io/node-scheduler-policy
 //   exclusive             : accelpool.io/exclusive ("true")
 // Lists are comma-separated. accelpool.io/* keys apply to every vendor; the
 // nvidia.com/* spellings apply to NVIDIA requests only, and only when the
@@ -58,6 +60,10 @@ struct PodDeviceRequest {
   core::PodRequest request;            // empty when the pod asks for no accelerator
   std::vector<RequestOrigin> origins;  // parallel to request.containers
   std::string policy;                  // "" when not set
+  std::string node_policy;             // "" when not set
+  // `policy` came from hami.io/gpu-scheduler-policy: in HAMi it picks the
+  // devices inside a node, not the node.
+  bool policy_devices_only = false;
   std::string group;                   // job identity "<ns>/<name>", "" when none
   std::string group_source;            // which key gave it, e.g. "kueue.x-k8s.io/workload"
 };

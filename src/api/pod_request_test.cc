@@ -391,6 +391,16 @@ TEST(PodRequestTest, AnnotationsSelectorsPolicyAndVendorScope) {
   json both = PodWithLimits({{"nvidia.com/gpu", "1"}}, {{"hami.io/gpu-scheduler-policy", "spread"},
                                                         {"accelpool.io/policy", "binpack"}});
   EXPECT_EQ(ParsePodRequest(both)->policy, "binpack");
+  EXPECT_FALSE(ParsePodRequest(both)->policy_devices_only);
+  // HAMi's gpu-scheduler-policy picks devices only; the node policy is its own.
+  EXPECT_TRUE(r->policy_devices_only);
+  EXPECT_EQ(r->node_policy, "");
+  json nodes =
+      PodWithLimits({{"nvidia.com/gpu", "1"}}, {{"hami.io/node-scheduler-policy", "spread"}});
+  EXPECT_EQ(ParsePodRequest(nodes)->node_policy, "spread");
+  EXPECT_EQ(ParsePodRequest(nodes)->policy, "");
+  nodes["metadata"]["annotations"]["accelpool.io/node-policy"] = "binpack";
+  EXPECT_EQ(ParsePodRequest(nodes)->node_policy, "binpack");
 }
 
 TEST(PodRequestTest, JobIdentityForGangLocality) {

@@ -650,6 +650,11 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
   std::vector<extender::HostPriority> ranked;
   if (!d.fits.empty()) ranked = (*ext)->Prioritize(*info, d.fits);
   r.json["policy"] = info->policy.empty() ? policy : info->policy;
+  // The nodes are scored by the pod's node policy, by the cluster's when its
+  // own policy is HAMi's gpu-scheduler-policy (devices only), else by its own.
+  r.json["node_policy"] = !info->node_policy.empty()  ? info->node_policy
+                          : info->policy_devices_only ? policy
+                                                      : r.json["policy"].get<std::string>();
   r.json["fits"] = json::array();
   for (const extender::HostPriority& h : ranked) {
     r.json["fits"].push_back({{"node", h.host}, {"score", h.score}});
@@ -662,7 +667,11 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     }
   }
   r.json["rejected"] = rejected;
-  r.text += "  pending; with policy " + r.json["policy"].get<std::string>() + " it ";
+  r.text += "  pending; with policy " + r.json["policy"].get<std::string>();
+  if (r.json["node_policy"] != r.json["policy"]) {
+    r.text += " (nodes scored by " + r.json["node_policy"].get<std::string>() + ")";
+  }
+  r.text += " it ";
   if (ranked.empty()) {
     r.text += "fits on none of the " + std::to_string(nodes.size()) + " accelpool nodes\n";
   } else {

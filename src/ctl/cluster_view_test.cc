@@ -284,7 +284,17 @@ TEST_F(ClusterViewTest, ExplainSaysWhereAPendingPodFitsAndWhyNot) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->json["fits"].empty());
   EXPECT_EQ(r->json["policy"], "binpack");
+  EXPECT_EQ(r->json["node_policy"], "binpack");
   EXPECT_NE(r->text.find("fits on none of the 3 accelpool nodes"), std::string::npos) << r->text;
+  // HAMi's gpu-scheduler-policy picks the devices; the nodes keep the cluster's.
+  json hami = Pod("hami", {{"nvidia.com/gpu", "1"}});
+  hami["metadata"]["annotations"]["hami.io/gpu-scheduler-policy"] = "spread";
+  r = ExplainReport(*view_, hami, "binpack");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->json["policy"], "spread");
+  EXPECT_EQ(r->json["node_policy"], "binpack");
+  EXPECT_NE(r->text.find("with policy spread (nodes scored by binpack)"), std::string::npos)
+      << r->text;
   EXPECT_NE(r->text.find("does not fit:"), std::string::npos);
   // An unknown policy is an error that names the flag.
   EXPECT_FALSE(ExplainReport(*view_, Pod("p", {{"nvidia.com/gpu", "1"}}), "nonsense").ok());

@@ -112,6 +112,8 @@ StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
     info.resources.push_back(o.resource);
   }
   info.policy = req->policy;
+  info.node_policy = req->node_policy;
+  info.policy_devices_only = req->policy_devices_only;
   info.soft_preferences = HasSoftPreferences(pod);
   return info;
 }

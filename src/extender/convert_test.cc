@@ -69,7 +69,20 @@ TEST(ConvertTest, PodPolicyAnnotationReachesThePlan) {
     StatusOr<PodInfo> info = PodInfoFromJson(pod);
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->policy, "spread");
+    EXPECT_EQ(info->policy_devices_only, std::string(key) == "hami.io/gpu-scheduler-policy");
   }
+  nlohmann::json pod = {
+      {"metadata",
+       {{"name", "p"},
+        {"namespace", "ns"},
+        {"uid", "u"},
+        {"annotations", {{"hami.io/node-scheduler-policy", "spread"}}}}},
+      {"spec",
+       {{"containers",
+         {{{"name", "main"}, {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}}}}}};
+  StatusOr<PodInfo> info = PodInfoFromJson(pod);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->node_policy, "spread");
 }
 
 TEST(ConvertTest, SoftPreferencesAndPreferNoScheduleTaintsAreSeen) {

@@ -158,9 +158,28 @@ std::string Extender::PolicyName(const PodInfo& pod) const {
   return std::find(known.begin(), known.end(), name) != known.end() ? name : options_.policy;
 }
 
-const core::Policy& Extender::PolicyFor(const PodInfo& pod, const PolicySet& set) const {
+std::string Extender::NodePolicyName(const PodInfo& pod) const {
+  if (!pod.node_policy.empty()) {
+    const std::string name = CanonicalPolicy(pod.node_policy);
+    const std::vector<std::string>& known = core::PolicyNames();
+    if (std::find(known.begin(), known.end(), name) != known.end()) {
+      return name;
+    }
+    return options_.policy;
+  }
+  return pod.policy_devices_only ? options_.policy : PolicyName(pod);
+}
+
+PlanPolicies Extender::PolicyFor(const PodInfo& pod, const PolicySet& set) const {
   const auto* own = PodPolicy(pod, set);
-  return own != nullptr ? *own->second : *set.main;
+  const core::Policy& devices = own != nullptr ? *own->second : *set.main;
+  if (pod.node_policy.empty() && !pod.policy_devices_only) {
+    return PlanPolicies{devices, devices};
+  }
+  const std::string name = NodePolicyName(pod);
+  auto it = set.by_name.find(name);
+  return PlanPolicies{devices,
+                      name == options_.policy || it == set.by_name.end() ? *set.main : *it->second};
 }
 
 std::string Extender::PlanKey(const PodInfo& pod, const PolicySet& set) const {
@@ -168,6 +187,9 @@ std::string Extender::PlanKey(const PodInfo& pod, const PolicySet& set) const {
   key += "@" + std::to_string(set.generation);
   if (!pod.policy.empty()) {
     key += "#" + PolicyName(pod);
+  }
+  if (!pod.node_policy.empty() || pod.policy_devices_only) {
+    key += "/n:" + NodePolicyName(pod);
   }
   return key;
 }
@@ -195,7 +217,7 @@ size_t FilterThreads(int configured) {
 
 std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
                                                      const NodeSnapshot* snap,
-                                                     const core::Policy& policy) {
+                                                     const PlanPolicies& policy) {
   if (snap == nullptr) {
     return std::make_shared<const NodePlan>(PlanNode(pod, snap, policy));
   }
@@ -207,7 +229,7 @@ std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const s
   return plan;
 }
 
-void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
+void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const PlanPolicies& policy,
                         const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
                         std::vector<std::shared_ptr<const NodePlan>>& plans) {
   ReadBudget budget{0, std::chrono::steady_clock::now() + options_.read_budget};
@@ -303,7 +325,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<NodeSnapshotPtr> snaps(nodes.size());
   const std::shared_ptr<const PolicySet> policies = Policies();
-  const core::Policy& policy = PolicyFor(pod, *policies);
+  const PlanPolicies policy = PolicyFor(pod, *policies);
   const std::string shape = PlanKey(pod, *policies);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
@@ -483,7 +505,7 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
     return &list[it->second];
   };
   const std::shared_ptr<const PolicySet> policies = Policies();
-  const core::Policy& policy = PolicyFor(pod, *policies);
+  const PlanPolicies policy = PolicyFor(pod, *policies);
   const std::string shape = PlanKey(pod, *policies);
   std::vector<RankInput> inputs;
   inputs.reserve(nodes.size());

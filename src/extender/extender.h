@@ -284,7 +284,8 @@ class Extender {
   // kept per (node, version, shape) and reused until the node changes.
   // Shared with the memo: a plan is never copied on a hit.
   std::shared_ptr<const NodePlan> CachedPlan(const PodInfo& pod, const std::string& shape,
-                                             const NodeSnapshot* snap, const core::Policy& policy);
+                                             const NodeSnapshot* snap,
+                                             const PlanPolicies& policies);
   // What one filter may still spend on reads from the apiserver
   // (kMaxFilterReads reads, ExtenderOptions::read_budget of time).
   struct ReadBudget {
@@ -297,7 +298,7 @@ class Extender {
   // A filter that found no node reads back from the apiserver, while the
   // budget lasts, the nodes it may have judged from an older view
   // (refresh_node, then recheck_pods), and plans again those that changed.
-  void ReadBack(const PodInfo& pod, const std::string& shape, const core::Policy& policy,
+  void ReadBack(const PodInfo& pod, const std::string& shape, const PlanPolicies& policy,
                 const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
                 std::vector<std::shared_ptr<const NodePlan>>& plans);
   // Whether a filter may wait now (recheck_wait), counting it when so.
@@ -325,12 +326,16 @@ class Extender {
   // this extender does not know (the extender's --policy applies).
   const std::pair<const std::string, core::PolicyPtr>* PodPolicy(const PodInfo& pod,
                                                                  const PolicySet& set) const;
-  // The policy name and object a pod is planned with: its own when it names
-  // a known one, else the extender's --policy.
+  // The policy name and objects a pod is planned with: its own when it names
+  // a known one, else the extender's --policy; nodes are scored by its node
+  // policy when it names a known one, else by the extender's --policy when
+  // its policy is for devices only (HAMi's gpu-scheduler-policy), else by
+  // the same policy.
   std::string PolicyName(const PodInfo& pod) const;
-  const core::Policy& PolicyFor(const PodInfo& pod, const PolicySet& set) const;
+  std::string NodePolicyName(const PodInfo& pod) const;
+  PlanPolicies PolicyFor(const PodInfo& pod, const PolicySet& set) const;
   // The memo key of a pod: its request shape, the policy set's generation
-  // and, when it has its own, the policy it chose.
+  // and, when it has its own, the policies it chose.
   std::string PlanKey(const PodInfo& pod, const PolicySet& set) const;
   PodWriter* const writer_;
   EventSink* const events_;

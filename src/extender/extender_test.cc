@@ -200,6 +200,46 @@ TEST_F(ExtenderTest, APodsOwnPolicyDecidesItsDevices) {
   EXPECT_EQ(device_of(*fallback), used);
 }
 
+// HAMi's two annotations: gpu-scheduler-policy picks the devices inside a
+// node and leaves the node to the cluster's policy (binpack here);
+// node-scheduler-policy (or accelpool.io/node-policy) scores the nodes.
+// accelpool.io/policy alone does both.
+TEST_F(ExtenderTest, ANodePolicyScoresTheNodesAndAGpuPolicyOnlyTheDevices) {
+  AddGpuNode(cache_, "busy");
+  AddGpuNode(cache_, "idle");
+  core::DeviceRequest share = Gpu(1);
+  share.memory_mib = 1024;
+  share.compute = 100;
+  ASSERT_TRUE(ext_->Bind(MakePod("first", {share}), "busy").ok());
+  auto first_choice = [&](const PodInfo& pod) {
+    std::vector<HostPriority> ranked = ext_->Prioritize(pod, {"busy", "idle"});
+    return ranked.empty() ? std::string() : ranked.front().host;
+  };
+  PodInfo plain = MakePod("plain", {share});
+  EXPECT_EQ(first_choice(plain), "busy");  // --policy binpack
+  PodInfo both = MakePod("both", {share});
+  both.policy = "spread";  // accelpool.io/policy: devices and nodes
+  EXPECT_EQ(first_choice(both), "idle");
+  PodInfo gpu_only = MakePod("gpu-only", {share});
+  gpu_only.policy = "spread";  // hami.io/gpu-scheduler-policy
+  gpu_only.policy_devices_only = true;
+  EXPECT_EQ(first_choice(gpu_only), "busy");
+  StatusOr<PodAssignment> spread_inside = ext_->Bind(gpu_only, "busy");
+  ASSERT_TRUE(spread_inside.ok());
+  EXPECT_NE(spread_inside->parts.at(0).placement.containers.at(0).grants.at(0).device,
+            cache_.Assignment("first")->parts.at(0).placement.containers.at(0).grants.at(0).device);
+  PodInfo node_spread = MakePod("node-spread", {share});
+  node_spread.policy = "spread";
+  node_spread.policy_devices_only = true;
+  node_spread.node_policy = "Spread";  // hami.io/node-scheduler-policy
+  EXPECT_EQ(first_choice(node_spread), "idle");
+  PodInfo node_only = MakePod("node-only", {share});
+  node_only.node_policy = "spread";  // accelpool.io/node-policy, devices by --policy
+  EXPECT_EQ(first_choice(node_only), "idle");
+  node_only.node_policy = "fastest";  // no policy: --policy (the webhook refuses it)
+  EXPECT_EQ(first_choice(node_only), "busy");
+}
+
 TEST_F(ExtenderTest, BindIsOneBindingCarryingTheAssignment) {
   AddGpuNode(cache_, "a");
   StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(2)}), "a");

@@ -78,7 +78,7 @@ std::string NodePlan::Describe() const {
   return out.empty() ? "does not fit" : out;
 }
 
-NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Policy& policy) {
+NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolicies& policies) {
   NodePlan plan;
   if (!pod.Pooled()) {
     // Asks for no pooled device (e.g. an explicit nvidia.com/gpu: 0): any
@@ -108,7 +108,7 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Poli
       plan.reasons.push_back(core::FitReason{core::Reason::kNoDevices, 1, 0});
       continue;
     }
-    core::FitResult r = core::Fit(pod.request, *st->inventory, st->usage, &policy);
+    core::FitResult r = core::Fit(pod.request, *st->inventory, st->usage, &policies.devices);
     if (!r.fits()) {
       if (r.code == core::FitCode::kUnresolvable || plan.code == core::FitCode::kFits) {
         plan.code = r.code;
@@ -117,7 +117,7 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Poli
       continue;
     }
     if (plan.fits()) {
-      score_sum += policy.NodeScore(*st->inventory, st->usage, r.placement);
+      score_sum += policies.nodes.NodeScore(*st->inventory, st->usage, r.placement);
       // The host request was for the score; an assignment names devices only
       // (the annotation carries none, and a bound pod's must match it).
       r.placement.host = {};

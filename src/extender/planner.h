@@ -51,6 +51,14 @@ struct PodInfo {
   // The pod's own policy (annotation accelpool.io/policy, or HAMi's
   // hami.io/gpu-scheduler-policy); "" = the extender's --policy.
   std::string policy;
+  // The pod's own node policy (accelpool.io/node-policy, or HAMi's
+  // hami.io/node-scheduler-policy), which scores nodes while `policy` picks
+  // the devices; "" = nodes are scored by `policy`, or by the extender's
+  // --policy when policy_devices_only.
+  std::string node_policy;
+  // `policy` came from hami.io/gpu-scheduler-policy, which in HAMi chooses
+  // the devices inside a node and not the node.
+  bool policy_devices_only = false;
   // The pod states preferences kube-scheduler scores (preferred node affinity,
   // preferred pod affinity or anti-affinity): filter must not pick one node.
   bool soft_preferences = false;
@@ -75,7 +83,16 @@ struct NodePlan {
 };
 
 // REQUIRES: pod.request validated. `snap` may be null (unknown node).
-NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Policy& policy);
+// The policies a pod is planned with: one picks the devices on a node, the
+// other scores the node (the same one unless the pod names a node policy).
+struct PlanPolicies {
+  const core::Policy& devices;
+  const core::Policy& nodes;
+};
+NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolicies& policies);
+inline NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const core::Policy& policy) {
+  return PlanNode(pod, snap, PlanPolicies{policy, policy});
+}
 
 struct RankOptions {
   int locality_node = 30;

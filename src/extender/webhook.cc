@@ -301,17 +301,22 @@ Reply Webhook::Mutate(std::string_view body) const {
     if (verdict.ok() && !info.ok()) {
       verdict = info.status();
     }
-    if (verdict.ok() && !info->policy.empty()) {
-      const std::string name = CanonicalPolicy(info->policy);
+    // The pod's policies must name ones the extender has.
+    auto check_policy = [&](const std::string& value, const char* keys) {
+      if (!verdict.ok() || value.empty()) return;
+      const std::string name = CanonicalPolicy(value);
       const auto& names = core::PolicyNames();
       if (std::find(names.begin(), names.end(), name) == names.end()) {
         std::string valid;
         for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
-        verdict = InvalidArgumentError("policy annotation \"" + info->policy +
-                                       "\" names no policy; use one of " + valid +
-                                       " (accelpool.io/policy or hami.io/gpu-scheduler-policy), "
-                                       "or remove it to use the cluster's default");
+        verdict = InvalidArgumentError("policy annotation \"" + value +
+                                       "\" names no policy; use one of " + valid + " (" + keys +
+                                       "), or remove it to use the cluster's default");
       }
+    };
+    if (verdict.ok()) {
+      check_policy(info->policy, "accelpool.io/policy or hami.io/gpu-scheduler-policy");
+      check_policy(info->node_policy, "accelpool.io/node-policy or hami.io/node-scheduler-policy");
     }
     if (verdict.ok()) {
       verdict = CheckWrittenAnnotations(pod);

@@ -87,6 +87,10 @@ TEST(WebhookTest, PolicyAnnotationMustNameAPolicy) {
       {"accelpool.io/policy", " Topology ", true},
       {"accelpool.io/policy", "fastest", false},
       {"hami.io/gpu-scheduler-policy", "topology-aware", false},
+      {"hami.io/node-scheduler-policy", "spread", true},
+      {"accelpool.io/node-policy", "binpack", true},
+      {"hami.io/node-scheduler-policy", "least-loaded", false},
+      {"accelpool.io/node-policy", "fastest", false},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.key) + "=" + c.value);
