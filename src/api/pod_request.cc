@@ -35,6 +35,37 @@ std::vector<std::string> SplitList(const std::string& s) {
   return out;
 }
 
+// HAMi's hami.io/gpu-scheduler-policy: one of binpack, spread,
+// topology-aware, numa, mutex, or (HAMi 2.10) an ordered comma-separated list
+// of them. In accelpool terms: topology-aware is the topology policy (best
+// links, then binpack); else the first of binpack and spread; numa adds
+// nothing (every policy prefers one NUMA group already); mutex asks for
+// devices nobody else uses (exclusive). A value with any other word is kept
+// as it is, names no policy, and is refused at admission.
+struct HamiGpuPolicy {
+  std::string policy;  // "" = the cluster's
+  bool mutex = false;
+};
+HamiGpuPolicy TranslateHamiGpuPolicy(const std::string& value) {
+  HamiGpuPolicy out;
+  bool topology = false;
+  std::string order;  // the first of binpack and spread
+  for (std::string word : SplitList(value)) {
+    for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (word == "topology-aware") {
+      topology = true;
+    } else if (word == "binpack" || word == "spread") {
+      if (order.empty()) order = word;
+    } else if (word == "mutex") {
+      out.mutex = true;
+    } else if (word != "numa") {
+      return HamiGpuPolicy{value, false};
+    }
+  }
+  out.policy = topology ? "topology" : order;
+  return out;
+}
+
 // Reads a string-to-string map (annotations, labels); a non-string value is an error.
 Status ReadStringMap(const json& meta, const char* key, std::map<std::string, std::string>& out) {
   if (!meta.is_object() || !meta.contains(key)) return Status::Ok();
@@ -88,7 +119,7 @@ struct VendorAsk {
 // Pod-wide selectors from annotations.
 struct Selectors {
   std::vector<std::string> model_include, model_exclude, id_include, id_exclude;
-  bool numa = false, exclusive = false;
+  bool numa = false, exclusive = false, has_exclusive = false;
   // NVIDIA-specific spellings, used for NVIDIA requests when the accelpool.io/* key is absent.
   std::vector<std::string> nv_model_include, nv_model_exclude, nv_id_include, nv_id_exclude;
   bool nv_numa = false;
@@ -126,6 +157,7 @@ Status ReadSelectors(const std::map<std::string, std::string>& ann, Selectors& s
     auto b = ParseBoolAnnotation("accelpool.io/exclusive", *v);
     if (!b.ok()) return b.status();
     s.exclusive = *b;
+    s.has_exclusive = true;
   }
   return Status::Ok();
 }
@@ -406,8 +438,10 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
   if (auto p = Lookup(ann, "accelpool.io/policy")) {
     out.policy = *p;
   } else if (auto h = Lookup(ann, "hami.io/gpu-scheduler-policy")) {
-    out.policy = *h;
+    const HamiGpuPolicy hami = TranslateHamiGpuPolicy(*h);
+    out.policy = hami.policy;
     out.policy_devices_only = true;
+    if (hami.mutex && !sel.has_exclusive) sel.exclusive = true;
   }
   if (auto p = Lookup(ann, "accelpool.io/node-policy")) {
     out.node_policy = *p;

@@ -22,7 +22,10 @@
 //                           accelpool.io/uuid-include, accelpool.io/uuid-exclude
 //   NUMA binding          : nvidia.com/numa-bind, accelpool.io/numa-bind ("true")
 //   policy                : accelpool.io/policy, hami.io/gpu-scheduler-policy (HAMi's
-//                           picks the devices only: policy_devices_only)
+//                           picks the devices only: policy_devices_only; its values
+//                           binpack, spread, topology-aware (-> topology), numa (no
+//                           change) and mutex (-> exclusive), or a comma-separated
+//                           list of them, as HAMi 2.10 takes it)
 //   node policy           : accelpool.io/node-policy, hami.io/node-scheduler-policy
 //   exclusive             : accelpool.io/exclusive ("true")
 // Lists are comma-separated. accelpool.io/* keys apply to every vendor; the

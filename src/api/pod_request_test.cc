@@ -395,6 +395,36 @@ TEST(PodRequestTest, AnnotationsSelectorsPolicyAndVendorScope) {
   // HAMi's gpu-scheduler-policy picks devices only; the node policy is its own.
   EXPECT_TRUE(r->policy_devices_only);
   EXPECT_EQ(r->node_policy, "");
+  // HAMi 2.10's values and lists of them.
+  struct HamiCase {
+    const char* value;
+    const char* policy;
+    bool exclusive;
+  };
+  const HamiCase hami_cases[] = {
+      {"topology-aware", "topology", false},
+      {"Spread, NUMA", "spread", false},
+      {"numa", "", false},
+      {"mutex", "", true},
+      {"mutex,binpack", "binpack", true},
+      {"spread,topology-aware", "topology", false},
+      {"binpack,fastest", "binpack,fastest", false},
+  };
+  for (const HamiCase& c : hami_cases) {
+    SCOPED_TRACE(c.value);
+    auto h = ParsePodRequest(PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}},
+                                           {{"hami.io/gpu-scheduler-policy", c.value}}));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->policy, c.policy);
+    EXPECT_TRUE(h->policy_devices_only);
+    EXPECT_EQ(h->request.containers.at(0).exclusive, c.exclusive);
+  }
+  // accelpool.io/exclusive, when given, wins over mutex.
+  auto kept = ParsePodRequest(PodWithLimits(
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}},
+      {{"hami.io/gpu-scheduler-policy", "mutex"}, {"accelpool.io/exclusive", "false"}}));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->request.containers.at(0).exclusive);
   json nodes =
       PodWithLimits({{"nvidia.com/gpu", "1"}}, {{"hami.io/node-scheduler-policy", "spread"}});
   EXPECT_EQ(ParsePodRequest(nodes)->node_policy, "spread");

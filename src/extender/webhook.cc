@@ -315,7 +315,9 @@ Reply Webhook::Mutate(std::string_view body) const {
       }
     };
     if (verdict.ok()) {
-      check_policy(info->policy, "accelpool.io/policy or hami.io/gpu-scheduler-policy");
+      check_policy(info->policy,
+                   "accelpool.io/policy; hami.io/gpu-scheduler-policy takes binpack, spread, "
+                   "topology-aware, numa, mutex or a comma-separated list of them");
       check_policy(info->node_policy, "accelpool.io/node-policy or hami.io/node-scheduler-policy");
     }
     if (verdict.ok()) {
