@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -216,6 +217,9 @@ Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
                                                  "FRAGMENTED/IDLE", "PODS"}};
   int64_t devices = 0, free_whole = 0, memory = 0, memory_used = 0, free_cordoned = 0;
   double idle_total = 0, fragmented_total = 0;
+  // Per super node (an Ascend super pod, a multi-node NVLink domain): its
+  // nodes, and those a multi-node job could take whole now.
+  std::map<std::string, std::pair<int64_t, int64_t>> supers;
   for (const std::string& name : view.Nodes()) {
     NodeSnapshotPtr snap = view.cache().Node(name);
     if (snap == nullptr) continue;
@@ -227,6 +231,8 @@ Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
                  {"unschedulable", unschedulable},
                  {"pods", snap->pods},
                  {"inventories", json::array()}};
+    if (!snap->domains.super_node.empty()) node["super_node"] = snap->domains.super_node;
+    bool whole_node_free = !unschedulable && snap->inventory_status.ok();
     if (!snap->inventory_status.ok()) {
       node["inventory_error"] = std::string(snap->inventory_status.message());
       rows.push_back(
@@ -252,6 +258,7 @@ Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
       idle_total += static_cast<double>(frag.idle);
       fragmented_total += frag.fragment;
       const int64_t n = static_cast<int64_t>(inv.devices.size());
+      whole_node_free = whole_node_free && free == n;
       devices += n;
       free_whole += free;
       free_cordoned += unschedulable ? free : 0;
@@ -277,7 +284,22 @@ Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
                       Devices(frag.fragment) + "/" + Devices(static_cast<double>(frag.idle)),
                       std::to_string(snap->pods)});
     }
+    if (!snap->domains.super_node.empty()) {
+      auto& [nodes, idle] = supers[snap->domains.super_node];
+      nodes += 1;
+      idle += whole_node_free ? 1 : 0;
+    }
     r.json["nodes"].push_back(std::move(node));
+  }
+  // Most idle nodes first: where the next multi-node job fits.
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> by_idle(supers.begin(),
+                                                                           supers.end());
+  std::stable_sort(by_idle.begin(), by_idle.end(),
+                   [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  r.json["super_nodes"] = json::array();
+  for (const auto& [sn, counts] : by_idle) {
+    r.json["super_nodes"].push_back(
+        {{"name", sn}, {"nodes", counts.first}, {"idle_nodes", counts.second}});
   }
   r.json["totals"] = {{"nodes", r.json["nodes"].size()},
                       {"devices", devices},
@@ -299,6 +321,16 @@ Report NodesReport(const ClusterView& view, const ReportWorkload& workload) {
       "{} of {} idle devices fragmented{} for {}\n", Devices(fragmented_total), Devices(idle_total),
       idle_total > 0 ? fmt::format(" ({:.1f}%)", 100.0 * fragmented_total / idle_total) : "",
       source);
+  if (!by_idle.empty()) {
+    constexpr size_t kShown = 8;
+    std::string line = "super nodes, idle nodes/nodes:";
+    for (size_t i = 0; i < by_idle.size() && i < kShown; ++i) {
+      line += fmt::format(" {} {}/{}", by_idle[i].first, by_idle[i].second.second,
+                          by_idle[i].second.first);
+    }
+    if (by_idle.size() > kShown) line += fmt::format(" (and {} more)", by_idle.size() - kShown);
+    r.text += line + "\n";
+  }
   return r;
 }
 

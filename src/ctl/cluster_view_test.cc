@@ -142,6 +142,29 @@ TEST(ClusterViewNodesTest, AnInventoryErrorCutMidCharacterStillPrintsAsJson) {
   }
 }
 
+// Nodes grouped by super node (an NVLink domain here, read from NVIDIA's
+// clique label or accelpool's): how many of each a multi-node job could take
+// whole now, most idle first.
+TEST(ClusterViewNodes, SuperNodesShowTheirIdleNodes) {
+  const std::string nvl = "00112233-4455-6677-8899-aabbccddeeff.7";
+  json a = Node("tray-a"), b = Node("tray-b"), c = Node("tray-c"), d = Node("tray-d");
+  a["metadata"]["labels"] = {{"nvidia.com/gpu.clique", nvl}};
+  b["metadata"]["labels"] = {{"nvidia.com/gpu.clique", nvl}};
+  c["metadata"]["labels"] = {{"accelpool.io/super-node", "rack-2"}};
+  Binder binder({"tray-a"});
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects(
+      {a, b, c, d}, {binder.Bind(Pod("small", {{"nvidia.com/gpu", "1"}}), "tray-a")});
+  Report r = NodesReport(*view);
+  ASSERT_EQ(r.json["super_nodes"].size(), 2u) << r.json.dump(2);
+  EXPECT_EQ(r.json["super_nodes"][0], (json{{"name", nvl}, {"nodes", 2}, {"idle_nodes", 1}}));
+  EXPECT_EQ(r.json["super_nodes"][1], (json{{"name", "rack-2"}, {"nodes", 1}, {"idle_nodes", 1}}));
+  EXPECT_EQ(r.json["nodes"][0]["super_node"], nvl);
+  EXPECT_FALSE(r.json["nodes"][3].contains("super_node"));
+  EXPECT_NE(r.text.find("super nodes, idle nodes/nodes: " + nvl + " 1/2 rack-2 1/1"),
+            std::string::npos)
+      << r.text;
+}
+
 TEST_F(ClusterViewTest, NodesReportMeasuresFragmentationForTheWorkloadGiven) {
   // Only whole single GPUs arrive: free whole GPUs are never fragment.
   ReportWorkload whole{
