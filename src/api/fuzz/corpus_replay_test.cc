@@ -27,9 +27,9 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
     int want_files, want_accepted;
   };
   const Case cases[] = {
-      {"inventory", &FuzzInventory, 8, 4},
+      {"inventory", &FuzzInventory, 9, 5},
       {"assignment", &FuzzAssignment, 5, 2},
-      {"pod_request", &FuzzPodRequest, 9, 5},
+      {"pod_request", &FuzzPodRequest, 10, 6},
   };
   for (const Case& c : cases) {
     const accelpool::testing::ReplayedSeeds s = Replay(c.dir, c.fn);

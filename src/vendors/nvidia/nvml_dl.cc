@@ -337,28 +337,25 @@ class DlNvml : public NvmlLibrary {
     nvmlReturn_t status = kNvmlSuccess;
     unsigned clique = 0;
     unsigned char state = abi::kFabricStateNotSupported;
+    // Both struct versions carry the same fields under the same names.
+    auto take = [&](const auto& f) {
+      std::memcpy(uuid, f.clusterUuid, sizeof(uuid));
+      status = f.status;
+      clique = f.cliqueId;
+      state = f.state;
+    };
     nvmlReturn_t r = abi::kNvmlErrorNotSupported;
     if (v2 != nullptr) {
       abi::nvmlGpuFabricInfo_v2_t f{};
       f.version = abi::kGpuFabricInfoV2;
       r = v2(*h, &f);
-      if (r == kNvmlSuccess) {
-        std::memcpy(uuid, f.clusterUuid, sizeof(uuid));
-        status = f.status;
-        clique = f.cliqueId;
-        state = f.state;
-      }
+      if (r == kNvmlSuccess) take(f);
     }
     // A library whose V call does not take struct v2 still has the first one.
     if (r != kNvmlSuccess && v1 != nullptr) {
       abi::nvmlGpuFabricInfo_t f{};
       r = v1(*h, &f);
-      if (r == kNvmlSuccess) {
-        std::memcpy(uuid, f.clusterUuid, sizeof(uuid));
-        status = f.status;
-        clique = f.cliqueId;
-        state = f.state;
-      }
+      if (r == kNvmlSuccess) take(f);
     }
     NvmlFabric out;
     if (r == kNvmlErrorNotSupported) {

@@ -43,6 +43,17 @@ scenario model-in "$(pod_yaml model-in '{accelpool.io/model-include: "L40S"}' '{
 scenario model-out "$(pod_yaml model-out '{accelpool.io/model-exclude: "L40S"}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" on_h200
 check "model-none: a pod whose models are all excluded stays pending" stays_pending model-none \
   "$(pod_yaml model-none '{accelpool.io/model-include: "A100"}' '{}' "$(ctr main "{${G}: 1}")")" 10
+# HAMi's policy annotations as HAMi 2.10 writes them: admitted (mutex and
+# topology-aware were refused before), the devices planned with topology and
+# held exclusive, the node scored by the node policy.
+hami_policies() {
+  [ "$(assigned "$1" '.policy')" = topology ] &&
+    [ "$(assigned "$1" '[.containers[0].devices[] | select(.exclusive)] | length')" = 1 ]
+}
+scenario hami-policy "$(pod_yaml hami-policy '{hami.io/gpu-scheduler-policy: "mutex, topology-aware", hami.io/node-scheduler-policy: spread}' '{}' \
+  "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" hami_policies
+kc -n "${NS}" delete pod hami-policy --grace-period=0 --force >/dev/null 2>&1 || true
+release hami-policy || true
 # The webhook routes a pod that names no scheduler.
 printf '%s\n' "$(pod_yaml hooked '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" |
   sed '/schedulerName:/d' | kc create -f - >/dev/null || true
