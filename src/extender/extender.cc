@@ -99,6 +99,14 @@ StatusOr<std::shared_ptr<const Extender::PolicySet>> Extender::MakePolicySet(
 StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptions options,
                                                      PodWriter* writer, EventSink* events,
                                                      const ExtenderMetrics* metrics, Logger log) {
+  if (!options.node_policy.empty()) {
+    const std::vector<std::string>& known = core::PolicyNames();
+    if (std::find(known.begin(), known.end(), options.node_policy) == known.end()) {
+      StatusOr<core::PolicyPtr> bad = core::MakePolicy(options.node_policy);
+      return bad.ok() ? InvalidArgumentError("--node-policy: unknown policy " + options.node_policy)
+                      : bad.status().WithPrefix("--node-policy");
+    }
+  }
   StatusOr<std::shared_ptr<const PolicySet>> set =
       MakePolicySet(options.policy, options.policy_context.workload, 0);
   if (!set.ok()) {
@@ -158,28 +166,32 @@ std::string Extender::PolicyName(const PodInfo& pod) const {
   return std::find(known.begin(), known.end(), name) != known.end() ? name : options_.policy;
 }
 
+const std::string& Extender::DefaultNodePolicy() const {
+  return options_.node_policy.empty() ? options_.policy : options_.node_policy;
+}
+
 std::string Extender::NodePolicyName(const PodInfo& pod) const {
   if (!pod.node_policy.empty()) {
     const std::string name = CanonicalPolicy(pod.node_policy);
     const std::vector<std::string>& known = core::PolicyNames();
-    if (std::find(known.begin(), known.end(), name) != known.end()) {
-      return name;
-    }
-    return options_.policy;
+    return std::find(known.begin(), known.end(), name) != known.end() ? name : DefaultNodePolicy();
   }
-  return pod.policy_devices_only ? options_.policy : PolicyName(pod);
+  // accelpool.io/policy scores the nodes too; HAMi's gpu-scheduler-policy does not.
+  return pod.policy.empty() || pod.policy_devices_only ? DefaultNodePolicy() : PolicyName(pod);
 }
 
 PlanPolicies Extender::PolicyFor(const PodInfo& pod, const PolicySet& set) const {
   const auto* own = PodPolicy(pod, set);
   const core::Policy& devices = own != nullptr ? *own->second : *set.main;
-  if (pod.node_policy.empty() && !pod.policy_devices_only) {
+  const std::string nodes = NodePolicyName(pod);
+  if (nodes == PolicyName(pod)) {
     return PlanPolicies{devices, devices};
   }
-  const std::string name = NodePolicyName(pod);
-  auto it = set.by_name.find(name);
-  return PlanPolicies{devices,
-                      name == options_.policy || it == set.by_name.end() ? *set.main : *it->second};
+  if (nodes == options_.policy) {
+    return PlanPolicies{devices, *set.main};
+  }
+  auto it = set.by_name.find(nodes);
+  return PlanPolicies{devices, it != set.by_name.end() ? *it->second : *set.main};
 }
 
 std::string Extender::PlanKey(const PodInfo& pod, const PolicySet& set) const {
@@ -188,8 +200,8 @@ std::string Extender::PlanKey(const PodInfo& pod, const PolicySet& set) const {
   if (!pod.policy.empty()) {
     key += "#" + PolicyName(pod);
   }
-  if (!pod.node_policy.empty() || pod.policy_devices_only) {
-    key += "/n:" + NodePolicyName(pod);
+  if (const std::string nodes = NodePolicyName(pod); nodes != PolicyName(pod)) {
+    key += "/n:" + nodes;
   }
   return key;
 }

@@ -102,6 +102,9 @@ inline constexpr int kMaxFilterReads = 8;
 
 struct ExtenderOptions {
   std::string policy = "accelpool";  // a core::PolicyNames() entry
+  // The policy that scores nodes for pods that name none of their own (a
+  // core::PolicyNames() entry); "" = `policy`, which then does both.
+  std::string node_policy;
   core::PolicyContext policy_context;
   RankOptions rank;
   // Threads that evaluate nodes in one filter call of 512 nodes or more;
@@ -333,6 +336,8 @@ class Extender {
   // the same policy.
   std::string PolicyName(const PodInfo& pod) const;
   std::string NodePolicyName(const PodInfo& pod) const;
+  // --node-policy, else --policy.
+  const std::string& DefaultNodePolicy() const;
   PlanPolicies PolicyFor(const PodInfo& pod, const PolicySet& set) const;
   // The memo key of a pod: its request shape, the policy set's generation
   // and, when it has its own, the policies it chose.

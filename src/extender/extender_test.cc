@@ -240,6 +240,37 @@ TEST_F(ExtenderTest, ANodePolicyScoresTheNodesAndAGpuPolicyOnlyTheDevices) {
   EXPECT_EQ(first_choice(node_only), "busy");
 }
 
+// --node-policy: nodes scored by it for pods that name no policy of their
+// own, devices still picked by --policy; a pod's accelpool.io/policy does both.
+TEST_F(ExtenderTest, TheClusterNodePolicyScoresNodesForPodsWithoutTheirOwn) {
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.node_policy = "spread";
+  auto split = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  AddGpuNode(cache_, "busy");
+  AddGpuNode(cache_, "idle");
+  core::DeviceRequest share = Gpu(1);
+  share.memory_mib = 1024;
+  share.compute = 100;
+  ASSERT_TRUE((*split)->Bind(MakePod("first", {share}), "busy").ok());
+  auto first_choice = [&](const PodInfo& pod) {
+    std::vector<HostPriority> ranked = (*split)->Prioritize(pod, {"busy", "idle"});
+    return ranked.empty() ? std::string() : ranked.front().host;
+  };
+  EXPECT_EQ(first_choice(MakePod("plain", {share})), "idle");
+  PodInfo own = MakePod("own", {share});
+  own.policy = "binpack";
+  EXPECT_EQ(first_choice(own), "busy");
+  // On the busy node, the plain pod's share still packs onto the used GPU.
+  StatusOr<PodAssignment> packed = (*split)->Bind(MakePod("packed", {share}), "busy");
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(packed->parts.at(0).placement.containers.at(0).grants.at(0).device,
+            cache_.Assignment("first")->parts.at(0).placement.containers.at(0).grants.at(0).device);
+  o.node_policy = "fastest";
+  EXPECT_FALSE(Extender::Create(cache_, o, nullptr, nullptr, nullptr, Logger()).ok());
+}
+
 TEST_F(ExtenderTest, BindIsOneBindingCarryingTheAssignment) {
   AddGpuNode(cache_, "a");
   StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(2)}), "a");

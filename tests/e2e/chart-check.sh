@@ -65,6 +65,12 @@ check "every managed resource is ignoredByScheduler" \
   bash -c "[ \$(grep -c 'ignoredByScheduler: true' '${TMP}/default.yaml') -ge 20 ] && grep -q 'name: nvidia.com/gpumem$' '${TMP}/default.yaml'"
 check "the measured profile: four score plugins off, every node scored, accelpool policy" \
   bash -c "grep -q 'name: NodeResourcesFit$' '${TMP}/default.yaml' && grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'name: PodTopologySpread' '${TMP}/default.yaml' && grep -q 'percentageOfNodesToScore: 100' '${TMP}/default.yaml' && grep -q -- '--policy=accelpool' '${TMP}/default.yaml' && grep -q -- '--tie-break-salt=0' '${TMP}/default.yaml'"
+node_policy_flag() { # none by default; extender.nodePolicy passes one; a value naming no policy is refused
+  ! grep -q -- '--node-policy' "${TMP}/default.yaml" &&
+    render --set extender.nodePolicy=binpack | grep -q -- '- --node-policy=binpack$' &&
+    ! render --set extender.nodePolicy=fastest >/dev/null 2>&1
+}
+check "no --node-policy by default; extender.nodePolicy passes one, a name that is no policy is refused" node_policy_flag
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
   bash -c "grep -q 'urlPrefix: http://127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q 'enableHTTPS: false' '${TMP}/default.yaml' && grep -q -- '--scheduler-listen=127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q -- '--pick-in-filter$' '${TMP}/default.yaml'"
 follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the replica count

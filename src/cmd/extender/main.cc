@@ -4,6 +4,7 @@
 // stops serving gracefully (in-flight requests finish, watches close).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -14,10 +15,12 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "core/policy.h"
 #include "extender/ca_injector.h"
 #include "extender/cache.h"
 #include "extender/extender.h"
@@ -46,6 +49,8 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             loopback or a verified certificate (default off)
   --kubeconfig=FILE         kubeconfig; default: $KUBECONFIG (a list is merged), then in-cluster
   --policy=NAME             binpack|spread|topology|fragmentation|accelpool (default accelpool)
+  --node-policy=NAME        the policy that scores nodes for pods naming none of their own,
+                            while --policy picks their devices (default: --policy does both)
   --scheduler-name=NAME     scheduler pods are routed to (default accelpool-scheduler)
   --leader-elect            elect among replicas with Lease accelpool-extender; only the
                             leader binds, followers report not ready (a standalone extender
@@ -124,6 +129,7 @@ struct Flags {
   std::string scheduler_listen;  // "" = off
   std::string tls_cert, tls_key, client_ca, kubeconfig;
   std::string policy = "accelpool";
+  std::string node_policy;
   std::string scheduler_name = "accelpool-scheduler";
   bool leader_elect = false;
   std::string scheduler_lease;  // "[NS/]NAME" of kube-scheduler's Lease; "" = off
@@ -161,6 +167,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"client-ca", &f.client_ca},
                                                  {"kubeconfig", &f.kubeconfig},
                                                  {"policy", &f.policy},
+                                                 {"node-policy", &f.node_policy},
                                                  {"scheduler-name", &f.scheduler_name},
                                                  {"lease-namespace", &f.lease_namespace},
                                                  {"scheduler-lease", &f.scheduler_lease},
@@ -272,6 +279,19 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     if (value->empty()) {
       return InvalidArgumentError(std::string("--") + name + " must not be empty; leave it out " +
                                   "for its default");
+    }
+  }
+  // A policy name is checked before anything starts (the extender checks
+  // them again when it builds them).
+  for (auto [name, value] :
+       {std::pair{"policy", &f.policy}, std::pair{"node-policy", &f.node_policy}}) {
+    const std::vector<std::string>& known = core::PolicyNames();
+    if ((name == std::string("policy") || !value->empty()) &&
+        std::find(known.begin(), known.end(), *value) == known.end()) {
+      std::string valid;
+      for (const std::string& k : known) valid += (valid.empty() ? "" : ", ") + k;
+      return InvalidArgumentError(std::string("--") + name + "=" + *value +
+                                  " names no policy; use one of " + valid);
     }
   }
   if (f.tls_cert.empty() != f.tls_key.empty()) {
@@ -422,6 +442,7 @@ int Run(const Flags& flags) {
   ExtenderOptions eo;
   eo.rank.tie_salt = flags.tie_salt;
   eo.policy = flags.policy;
+  eo.node_policy = flags.node_policy;
   eo.filter_threads = flags.filter_threads;
   eo.pick_in_filter = flags.pick_in_filter;
   // Nodes first, so pods find their node's inventory when they arrive.
@@ -441,7 +462,7 @@ int Run(const Flags& flags) {
   eo.recheck_pods = [&rechecker](const std::string& node) { return rechecker.Recheck(node); };
   StatusOr<std::unique_ptr<Extender>> ext =
       Extender::Create(cache, eo, &writer, &events, &*metrics, log.Child("extender"));
-  if (!ext.ok()) return fatal("bad --policy", ext.status());
+  if (!ext.ok()) return fatal("bad --policy or --node-policy", ext.status());
 
   kube::InformerOptions node_options;
   node_options.resource = kube::Nodes();
@@ -609,6 +630,7 @@ int Run(const Flags& flags) {
             {"port", static_cast<int64_t>(server->port())},
             {"tls", !flags.tls_cert.empty()},
             {"policy", flags.policy},
+            {"node_policy", flags.node_policy.empty() ? flags.policy : flags.node_policy},
             {"scheduler_name", flags.scheduler_name},
             {"leader_elect", flags.leader_elect},
             {"scheduler_lease", flags.scheduler_lease},
