@@ -211,6 +211,33 @@ bool IsPodCreate(const Json& req) {
   return true;
 }
 
+// Admission warnings (kubectl prints them) for HAMi annotations accelpool
+// does not honour, so that a pod moved over unchanged does not silently get
+// something else than it asked for.
+std::vector<std::string> HamiWarnings(const Json& pod) {
+  std::vector<std::string> out;
+  if (!pod.contains("metadata") || !pod["metadata"].is_object() ||
+      !pod["metadata"].contains("annotations") || !pod["metadata"]["annotations"].is_object()) {
+    return out;
+  }
+  const Json& ann = pod["metadata"]["annotations"];
+  auto value = [&](const char* key) -> std::string {
+    return ann.contains(key) && ann[key].is_string() ? ann[key].get<std::string>() : "";
+  };
+  const std::string vgpu = value("nvidia.com/vgpu-mode");
+  if (!vgpu.empty() && vgpu != "hami-core") {
+    out.push_back("nvidia.com/vgpu-mode=" + vgpu.substr(0, 32) +
+                  " is not read: NVIDIA shares are capped by libaccelpool-cuda; for a MIG instance "
+                  "ask for nvidia.com/mig-<profile>");
+  }
+  const std::string vnpu = value("huawei.com/vnpu-mode");
+  if (!vnpu.empty()) {
+    out.push_back("huawei.com/vnpu-mode=" + vnpu.substr(0, 32) +
+                  " is not read: Ascend shares are vNPUs made from the chip's templates");
+  }
+  return out;
+}
+
 Json Review(const std::string& uid, Json response) {
   response["uid"] = uid;
   return Json{{"apiVersion", "admission.k8s.io/v1"},
@@ -344,6 +371,9 @@ Reply Webhook::Mutate(std::string_view body) const {
     if (spec != nullptr && (current.empty() || current == "default-scheduler")) {
       patch.push_back(
           Json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}});
+    }
+    if (std::vector<std::string> warnings = HamiWarnings(pod); !warnings.empty()) {
+      allowed["warnings"] = warnings;
     }
     if (!patch.empty()) {
       allowed["patchType"] = "JSONPatch";

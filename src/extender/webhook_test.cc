@@ -109,6 +109,28 @@ TEST(WebhookTest, PolicyAnnotationMustNameAPolicy) {
   }
 }
 
+// HAMi annotations accelpool does not honour are admitted with a warning
+// (kubectl prints it) that says what the pod gets instead.
+TEST(WebhookTest, HamiModesItDoesNotReadAreAdmittedWithAWarning) {
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  auto warnings = [&](const nlohmann::json& annotations) {
+    nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}});
+    pod["metadata"]["annotations"] = annotations;
+    const nlohmann::json got = nlohmann::json::parse(w.Mutate(Review(pod).dump()).body);
+    EXPECT_TRUE(got["response"]["allowed"].get<bool>()) << got.dump();
+    return got["response"].value("warnings", nlohmann::json::array());
+  };
+  EXPECT_TRUE(warnings(nlohmann::json::object()).empty());
+  EXPECT_TRUE(warnings({{"nvidia.com/vgpu-mode", "hami-core"}}).empty());  // what it gets anyway
+  const nlohmann::json mig = warnings({{"nvidia.com/vgpu-mode", "mig"}});
+  ASSERT_EQ(mig.size(), 1u);
+  EXPECT_NE(mig[0].get<std::string>().find("nvidia.com/mig-<profile>"), std::string::npos) << mig;
+  const nlohmann::json both =
+      warnings({{"nvidia.com/vgpu-mode", "mig"}, {"huawei.com/vnpu-mode", "hami-core"}});
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_NE(both[1].get<std::string>().find("templates"), std::string::npos) << both;
+}
+
 TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
   Cache cache;
   testing::AddGpuNode(cache, "a");

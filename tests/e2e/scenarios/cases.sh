@@ -54,6 +54,16 @@ scenario hami-policy "$(pod_yaml hami-policy '{hami.io/gpu-scheduler-policy: "mu
   "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" hami_policies
 kc -n "${NS}" delete pod hami-policy --grace-period=0 --force >/dev/null 2>&1 || true
 release hami-policy || true
+# A HAMi mode accelpool does not read: admitted, and the apiserver hands the
+# webhook's warning to kubectl.
+vgpu_mode_warned() {
+  local out
+  out="$(pod_yaml vgpu-mig '{nvidia.com/vgpu-mode: mig}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")" |
+    kc create -f - 2>&1)" || { echo "refused: ${out}"; return 1; }
+  kc -n "${NS}" delete pod vgpu-mig --grace-period=0 --force >/dev/null 2>&1 || true
+  grep -q 'Warning: nvidia.com/vgpu-mode=mig is not read' <<<"${out}" || { echo "no warning: ${out}"; return 1; }
+}
+check "vgpu-mode: a HAMi mode accelpool does not read is admitted with kubectl's warning" vgpu_mode_warned
 # The webhook routes a pod that names no scheduler.
 printf '%s\n' "$(pod_yaml hooked '{}' '{}' "$(ctr main "{${G}: 1, nvidia.com/gpumem: 1024}")")" |
   sed '/schedulerName:/d' | kc create -f - >/dev/null || true
