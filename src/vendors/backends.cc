@@ -46,6 +46,7 @@ StatusOr<VendorDriverPtr> MakeHardware(const std::string& name, const BackendOpt
       no.max_shares = o.max_shares;
     }
     no.mig_single = o.mig_single;
+    no.imex_channel = o.imex_channel;
     return VendorDriverPtr(new nvidia::NvidiaDriver(std::move(lib).value(), no));
   }
   if (name == "ascend") {

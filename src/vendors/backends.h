@@ -30,6 +30,7 @@ struct BackendOptions {
   int32_t max_shares = 0;      // 0: the vendor's default split count
   bool mig_single = false;     // NVIDIA MIG devices as nvidia.com/gpu (NvidiaOptions)
   bool ascend_vnpu = false;    // Ascend shares as dynamic vNPUs (AscendOptions::vnpu)
+  int32_t imex_channel = -1;   // NVIDIA IMEX channel for every container (NvidiaOptions)
 };
 
 // The names accepted besides "auto" and "fake".

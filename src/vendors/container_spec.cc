@@ -18,12 +18,12 @@ std::string ReplaceMinor(const std::string& pattern, int32_t minor) {
   return out;
 }
 
-bool NodeExists(const std::string& device_root, const std::string& path) {
+}  // namespace
+
+bool DeviceNodeExists(const std::string& device_root, const std::string& path) {
   std::error_code ec;
   return std::filesystem::exists(device_root + path, ec) && !ec;
 }
-
-}  // namespace
 
 StatusOr<ContainerSpec> GenericContainerSpec(
     const VendorTraits& traits, const std::vector<GrantedDevice>& grants,
@@ -31,7 +31,7 @@ StatusOr<ContainerSpec> GenericContainerSpec(
     const std::function<std::vector<std::string>(const core::Device&)>& nodes_of) {
   ContainerSpec spec;
   for (const std::string& node : traits.shared_nodes) {
-    if (NodeExists(device_root, node)) {
+    if (DeviceNodeExists(device_root, node)) {
       spec.devices.push_back({node, node, "rw"});
     }
   }
@@ -49,7 +49,7 @@ StatusOr<ContainerSpec> GenericContainerSpec(
       }
     }
     for (const std::string& path : paths) {
-      if (!NodeExists(device_root, path)) {
+      if (!DeviceNodeExists(device_root, path)) {
         return FailedPreconditionError(
             "device node " + path + " of device " + g.device.id + " does not exist" +
             (device_root.empty() ? "" : " under " + device_root) +
@@ -60,7 +60,7 @@ StatusOr<ContainerSpec> GenericContainerSpec(
     }
     for (const std::string& pattern : traits.optional_device_nodes) {
       const std::string path = ReplaceMinor(pattern, minor);
-      if (NodeExists(device_root, path)) {
+      if (DeviceNodeExists(device_root, path)) {
         spec.devices.push_back({path, path, "rw"});
       }
     }

@@ -174,6 +174,9 @@ StatusOr<ContainerSpec> GenericContainerSpec(
     const std::function<int32_t(const core::Device&)>& minor_of, const std::string& device_root,
     const std::function<std::vector<std::string>(const core::Device&)>& nodes_of = nullptr);
 
+// True when `path` exists under `device_root` ("" = as this process sees it).
+bool DeviceNodeExists(const std::string& device_root, const std::string& path);
+
 }  // namespace accelpool::vendors
 
 #endif  // ACCELPOOL_VENDORS_DRIVER_H_

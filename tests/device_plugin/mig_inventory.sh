@@ -6,7 +6,8 @@
 #   --mig-strategy=single: they carry none (advertised as nvidia.com/gpu).
 # Then the NVLink domain of a multi-node NVLink tray (ACCELPOOL_FAKE_NVML_FABRIC):
 # registered GPUs in one clique make the inventory's super node; a registration
-# still in progress makes none, with a warning that says what to check.
+# still in progress makes none, with a warning that says what to check. And
+# --imex-channel on a node without the channel: logged with how to create it.
 #   tests/device_plugin/mig_inventory.sh <accelpool-device-plugin> <fake libnvidia-ml>
 set -uo pipefail
 plugin="$1"
@@ -59,6 +60,11 @@ check "fabric in progress: no super node" test "$(super_node "${dir}/pending.jso
 check "fabric in progress: a warning says what to check" \
   grep -q 'has not finished registering with the NVLink fabric.*nvidia-fabricmanager' \
   "${dir}/pending.json.err"
+inventory "${dir}/imex.json" --imex-channel=0
+check "imex: the plugin exited 0" test $? -eq 0
+check "imex: a channel missing on the node is logged with how to create it" \
+  grep -q 'imex-channel=0 but /dev/nvidia-caps-imex-channels/channel0 is not on this node.*mknod' \
+  "${dir}/imex.json.err"
 if [[ ${fails} -ne 0 ]]; then
   for f in "${dir}"/*.json "${dir}"/*.err; do echo "--- ${f}"; cat "${f}"; done
 fi

@@ -71,6 +71,12 @@ node_policy_flag() { # none by default; extender.nodePolicy passes one; a value 
     ! render --set extender.nodePolicy=fastest >/dev/null 2>&1
 }
 check "no --node-policy by default; extender.nodePolicy passes one, a name that is no policy is refused" node_policy_flag
+imex_channel_flag() { # none by default; devicePlugin.imexChannel passes one to the NVIDIA plugin only
+  ! grep -q -- '--imex-channel' "${TMP}/default.yaml" &&
+    [ "$(render --set devicePlugin.imexChannel=0 | grep -c -- '- --imex-channel=0$')" = 1 ] &&
+    ! render --set devicePlugin.imexChannel=2048 >/dev/null 2>&1
+}
+check "no --imex-channel by default; devicePlugin.imexChannel passes one to the NVIDIA plugin, 2048 is refused" imex_channel_flag
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
   bash -c "grep -q 'urlPrefix: http://127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q 'enableHTTPS: false' '${TMP}/default.yaml' && grep -q -- '--scheduler-listen=127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q -- '--pick-in-filter$' '${TMP}/default.yaml'"
 follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the replica count

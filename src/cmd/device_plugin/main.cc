@@ -60,6 +60,9 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --mig-strategy=S          mixed|single: NVIDIA MIG devices as nvidia.com/mig-<profile>
                             (default mixed) or as nvidia.com/gpu (single: one MIG layout
                             on every GPU of the node)
+  --imex-channel=N          hand IMEX channel N (/dev/nvidia-caps-imex-channels/channelN) to
+                            every container granted NVIDIA GPUs, for memory shared across the
+                            nodes of a multi-node NVLink domain (default: none)
   --ascend-vnpu             serve shares of Ascend NPUs as dynamic vNPUs, made at container
                             start by the Ascend Docker Runtime from a virtualization
                             template (ASCEND_VNPU_SPECS); off: NPUs are granted whole
@@ -157,6 +160,8 @@ struct Flags {
   std::string install_cuda_library;
   std::string nvidia_sharing = "shim";
   std::string mig_strategy = "mixed";
+  std::string imex_channel;  // "" = none
+  int32_t imex_channel_number = -1;
   std::string mps_pipe_dir = "/tmp/nvidia-mps";
   std::string mps_shm_dir;
   std::string assignment_key_dir;
@@ -187,6 +192,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"install-cuda-library", &f.install_cuda_library},
                                                  {"nvidia-sharing", &f.nvidia_sharing},
                                                  {"mig-strategy", &f.mig_strategy},
+                                                 {"imex-channel", &f.imex_channel},
                                                  {"mps-pipe-dir", &f.mps_pipe_dir},
                                                  {"mps-shm-dir", &f.mps_shm_dir},
                                                  {"assignment-key-dir", &f.assignment_key_dir},
@@ -233,6 +239,16 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (f.mig_strategy != "mixed" && f.mig_strategy != "single") {
     return InvalidArgumentError("--mig-strategy must be mixed or single, not \"" + f.mig_strategy +
                                 "\"");
+  }
+  if (!f.imex_channel.empty()) {
+    // NVIDIA's driver makes 2048 channels (NVreg_ImexChannelCount's default).
+    if (f.imex_channel.size() > 4 ||
+        f.imex_channel.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(f.imex_channel) > 2047) {
+      return InvalidArgumentError("--imex-channel must be a channel number 0..2047, not \"" +
+                                  f.imex_channel + "\"");
+    }
+    f.imex_channel_number = std::stoi(f.imex_channel);
   }
   if (f.nvidia_sharing == "mps" && (f.mps_pipe_dir.empty() || f.mps_pipe_dir[0] != '/')) {
     return InvalidArgumentError(
@@ -591,7 +607,8 @@ int Run(const Flags& flags) {
                              flags.fake_inventory,
                              static_cast<int32_t>(std::stoi(flags.max_shares)),
                              flags.mig_strategy == "single",
-                             flags.ascend_vnpu};
+                             flags.ascend_vnpu,
+                             flags.imex_channel_number};
   if (!flags.install_cuda_library.empty()) {
     return InstallLibrary(flags, log);
   }

@@ -60,6 +60,10 @@ std::string MigProfileName(int32_t gpu_slices, int32_t compute_slices, int64_t m
   return prefix + slices + std::to_string(gb) + "gb";
 }
 
+std::string ImexChannelPath(int32_t channel) {
+  return "/dev/nvidia-caps-imex-channels/channel" + std::to_string(channel);
+}
+
 std::map<std::string, int32_t> ParseMigMinors(const std::string& text) {
   std::map<std::string, int32_t> out;
   std::istringstream in(text);
@@ -374,6 +378,16 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   // Multi-node NVLink (GB200/GB300 NVL72): the node's NVLink domain is its
   // super node, so the extender keeps a job's pods inside one domain.
   inv.topology.super_node = NvlinkDomain(infos.size(), &notes);
+  if (options_.imex_channel >= 0 &&
+      !DeviceNodeExists(options_.device_root, ImexChannelPath(options_.imex_channel))) {
+    notes.Add(DiscoveryLog::Level::kWarn,
+              fmt::format("nvidia: --imex-channel={} but {} is not on this node, so containers "
+                          "start without it; create it (mknod with the major number of "
+                          "nvidia-caps-imex-channels in /proc/devices, minor {}), or load the "
+                          "driver with NVreg_CreateImexChannel0=1 for channel 0",
+                          options_.imex_channel, ImexChannelPath(options_.imex_channel),
+                          options_.imex_channel));
+  }
 
   // The recovery query, on every GPU: one that fails it starts unhealthy.
   std::vector<std::string> probe_failed(infos.size());
@@ -665,13 +679,22 @@ StatusOr<ContainerSpec> NvidiaDriver::BuildContainerSpec(
     }
     mig_nodes[g.device.id] = std::move(nodes);
   }
-  return GenericContainerSpec(
+  StatusOr<ContainerSpec> spec = GenericContainerSpec(
       TraitsFor(core::Vendor::kNvidia), grants,
       [&minors](const core::Device& d) { return minors.at(d.id); }, options_.device_root,
       [&mig_nodes](const core::Device& d) {
         auto it = mig_nodes.find(d.id);
         return it == mig_nodes.end() ? std::vector<std::string>() : it->second;
       });
+  if (spec.ok() && options_.imex_channel >= 0 && !grants.empty()) {
+    // A node without the channel (not an NVLink domain, or not created yet:
+    // discovery logs it) starts its containers without.
+    const std::string channel = ImexChannelPath(options_.imex_channel);
+    if (DeviceNodeExists(options_.device_root, channel)) {
+      spec->devices.push_back(DeviceNode{channel, channel, "rw"});
+    }
+  }
+  return spec;
 }
 
 }  // namespace accelpool::vendors::nvidia

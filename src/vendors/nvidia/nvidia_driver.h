@@ -64,7 +64,14 @@ struct NvidiaOptions {
   // name) as nvidia.com/gpu, for nodes whose MIG devices all share one
   // profile, so pods written for it ask for nvidia.com/gpu.
   bool mig_single = false;
+  // The IMEX channel (/dev/nvidia-caps-imex-channels/channel<N>) handed to
+  // every container granted GPUs, for CUDA memory shared across the nodes of
+  // a multi-node NVLink domain; -1: none. Left out where the node lacks it.
+  int32_t imex_channel = -1;
 };
+
+// The device node of IMEX channel `channel`.
+std::string ImexChannelPath(int32_t channel);
 
 // The MIG profile name of a MIG device, as NVIDIA names the profiles (and the
 // k8s-device-plugin's nvidia.com/mig-<profile> resources): "<g>g.<m>gb", with a

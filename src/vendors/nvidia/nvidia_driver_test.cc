@@ -643,6 +643,43 @@ TEST(NvidiaDriverTest, ContainerSpecUsesMinorsAndUuids) {
             StatusCode::kInvalidArgument);
 }
 
+// --imex-channel: every container granted GPUs gets the channel's node where
+// the node has it, and starts without it where it does not.
+TEST(NvidiaDriverTest, ContainersGetTheImexChannelWhereTheNodeHasIt) {
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kNvidia, 8);
+  NvidiaOptions o = Options();
+  o.device_root = dev.root();
+  o.imex_channel = 0;
+  NvidiaDriver d(std::make_unique<FakeNvml>(), o);
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok());
+  const auto& devs = (*invs)[0].devices;
+  auto has_channel = [&](const std::vector<GrantedDevice>& grants) {
+    auto spec = d.BuildContainerSpec(grants);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    bool found = false;
+    for (const DeviceNode& n : spec->devices) {
+      found = found || (n.host_path == "/dev/nvidia-caps-imex-channels/channel0" &&
+                        n.container_path == n.host_path);
+    }
+    return found;
+  };
+  EXPECT_FALSE(has_channel({{devs[0], 0, 0, true}}));  // not created on this node
+  dev.Add("/dev/nvidia-caps-imex-channels/channel0");
+  EXPECT_TRUE(has_channel({{devs[0], 0, 0, true}}));
+  EXPECT_TRUE(has_channel({{devs[1], 4096, 250, false}}));
+  EXPECT_EQ(ImexChannelPath(7), "/dev/nvidia-caps-imex-channels/channel7");
+  o.imex_channel = -1;  // off: never, also where the node has it
+  NvidiaDriver off(std::make_unique<FakeNvml>(), o);
+  ASSERT_TRUE(off.Discover().ok());
+  auto spec = off.BuildContainerSpec({{devs[0], 0, 0, true}});
+  ASSERT_TRUE(spec.ok());
+  for (const DeviceNode& n : spec->devices) {
+    EXPECT_EQ(n.host_path.find("imex"), std::string::npos) << n.host_path;
+  }
+}
+
 // A whole GPU whose minor number NVML did not report has no known device
 // node: it is refused, not given /dev/nvidia<its inventory index>, which MIG
 // devices before it shift onto another GPU's node.
