@@ -100,11 +100,9 @@ StatusOr<std::unique_ptr<Extender>> Extender::Create(Cache& cache, ExtenderOptio
                                                      PodWriter* writer, EventSink* events,
                                                      const ExtenderMetrics* metrics, Logger log) {
   if (!options.node_policy.empty()) {
-    const std::vector<std::string>& known = core::PolicyNames();
-    if (std::find(known.begin(), known.end(), options.node_policy) == known.end()) {
-      StatusOr<core::PolicyPtr> bad = core::MakePolicy(options.node_policy);
-      return bad.ok() ? InvalidArgumentError("--node-policy: unknown policy " + options.node_policy)
-                      : bad.status().WithPrefix("--node-policy");
+    // The policy itself is built in the policy set, with the workload.
+    if (StatusOr<core::PolicyPtr> p = core::MakePolicy(options.node_policy); !p.ok()) {
+      return p.status().WithPrefix("--node-policy");
     }
   }
   StatusOr<std::shared_ptr<const PolicySet>> set =

@@ -178,7 +178,7 @@ std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
     }
     switch (f->state) {
       case NvmlFabric::State::kNotSupported:
-        return "";  // no fabric registration: PCIe cards, HGX boards before Blackwell
+        return "";  // no fabric registration (PCIe cards, older GPUs and drivers)
       case NvmlFabric::State::kNotStarted:
       case NvmlFabric::State::kInProgress:
         notes->Add(
