@@ -221,18 +221,25 @@ std::vector<std::string> HamiWarnings(const Json& pod) {
     return out;
   }
   const Json& ann = pod["metadata"]["annotations"];
+  // The value as the warning quotes it: at most 32 characters, printable
+  // ASCII only (the apiserver drops a warning with control characters).
   auto value = [&](const char* key) -> std::string {
-    return ann.contains(key) && ann[key].is_string() ? ann[key].get<std::string>() : "";
+    std::string v = ann.contains(key) && ann[key].is_string() ? ann[key].get<std::string>() : "";
+    if (v.size() > 32) v.resize(32);
+    for (char& c : v) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    return v;
   };
   const std::string vgpu = value("nvidia.com/vgpu-mode");
   if (!vgpu.empty() && vgpu != "hami-core") {
-    out.push_back("nvidia.com/vgpu-mode=" + vgpu.substr(0, 32) +
+    out.push_back("nvidia.com/vgpu-mode=" + vgpu +
                   " is not read: NVIDIA shares are capped by libaccelpool-cuda; for a MIG instance "
                   "ask for nvidia.com/mig-<profile>");
   }
   const std::string vnpu = value("huawei.com/vnpu-mode");
   if (!vnpu.empty()) {
-    out.push_back("huawei.com/vnpu-mode=" + vnpu.substr(0, 32) +
+    out.push_back("huawei.com/vnpu-mode=" + vnpu +
                   " is not read: Ascend shares are vNPUs made from the chip's templates");
   }
   return out;

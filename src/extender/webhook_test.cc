@@ -129,6 +129,13 @@ TEST(WebhookTest, HamiModesItDoesNotReadAreAdmittedWithAWarning) {
       warnings({{"nvidia.com/vgpu-mode", "mig"}, {"huawei.com/vnpu-mode", "hami-core"}});
   ASSERT_EQ(both.size(), 2u);
   EXPECT_NE(both[1].get<std::string>().find("templates"), std::string::npos) << both;
+  // The quoted value is cut and kept printable.
+  const nlohmann::json odd = warnings({{"nvidia.com/vgpu-mode", "x\ny" + std::string(100, 'z')}});
+  ASSERT_EQ(odd.size(), 1u);
+  const std::string text = odd[0].get<std::string>();
+  EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  EXPECT_NE(text.find("vgpu-mode=x?y" + std::string(29, 'z') + " is not read"), std::string::npos)
+      << text;
 }
 
 TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
