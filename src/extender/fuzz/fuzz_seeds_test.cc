@@ -62,6 +62,7 @@ TEST(FuzzSeedsTest, SeedsGiveTheExpectedStatus) {
       {"mutate", "too_many", 200},
       {"mutate", "node_name_canonical", 200},
       {"mutate", "update_subresource", 200},
+      {"mutate", "hami_modes", 200},
       {"preempt", "meta", 200},
       {"prioritize", "names", 200},
   };
