@@ -16,10 +16,12 @@ namespace {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-bool FullPread(int fd, void* buf, size_t len, off_t at) {
-  auto* p = static_cast<unsigned char*>(buf);
+// pread or pwrite of all `len` bytes at `at`, resumed after EINTR and short
+// counts; false at end of file or on an error.
+template <typename Byte, typename Io>
+bool FullIo(Io io, int fd, Byte* p, size_t len, off_t at) {
   while (len > 0) {
-    const ssize_t n = pread(fd, p, len, at);
+    const ssize_t n = io(fd, p, len, at);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     p += n;
@@ -29,17 +31,12 @@ bool FullPread(int fd, void* buf, size_t len, off_t at) {
   return true;
 }
 
+bool FullPread(int fd, void* buf, size_t len, off_t at) {
+  return FullIo(pread, fd, static_cast<unsigned char*>(buf), len, at);
+}
+
 bool FullPwrite(int fd, const void* buf, size_t len, off_t at) {
-  const auto* p = static_cast<const unsigned char*>(buf);
-  while (len > 0) {
-    const ssize_t n = pwrite(fd, p, len, at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-    at += n;
-  }
-  return true;
+  return FullIo(pwrite, fd, static_cast<const unsigned char*>(buf), len, at);
 }
 
 cuda::PriorityLayout FreshLayout() {
