@@ -317,6 +317,35 @@ void Extender::ReadBack(const PodInfo& pod, const std::string& shape, const Plan
        {"changed", changed}});
 }
 
+void Extender::PlanOwnReservation(const PodInfo& pod, const PlanPolicies& policy,
+                                  const std::vector<std::string>& nodes,
+                                  const std::vector<NodeSnapshotPtr>& snaps,
+                                  std::vector<std::shared_ptr<const NodePlan>>& plans) {
+  if (!pod.Pooled() || cache_.Bound(pod.ref.uid) != std::optional<bool>(false)) {
+    return;
+  }
+  const std::optional<PodAssignment> held = cache_.AppliedAssignment(pod.ref.uid);
+  if (!held.has_value()) {
+    return;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i] != held->node || snaps[i] == nullptr || plans[i]->fits()) {
+      continue;
+    }
+    // Planned without the devices the pod itself holds: Bind on this node
+    // takes the reservation as it is (PlanAndReserve), so the node fits
+    // whenever the pod fits beside the other pods there.
+    NodeSnapshot freed = *snaps[i];
+    ReleaseAssignment(*held, &freed);
+    auto plan = std::make_shared<const NodePlan>(PlanNode(pod, &freed, policy));
+    if (plan->fits()) {
+      audit_.Info("filter counts the pod's own reservation as free",
+                  {{"pod", PodName(pod.ref)}, {"node", nodes[i]}});
+      plans[i] = std::move(plan);
+    }
+  }
+}
+
 bool Extender::AllowRecheckWait() {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -355,6 +384,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     }
     work(0, std::min(nodes.size(), chunk));
   }
+  PlanOwnReservation(pod, policy, nodes, snaps, plans);
   if (std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
     ReadBack(pod, shape, policy, nodes, snaps, plans);
   }

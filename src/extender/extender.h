@@ -304,6 +304,15 @@ class Extender {
   void ReadBack(const PodInfo& pod, const std::string& shape, const PlanPolicies& policy,
                 const std::vector<std::string>& nodes, std::vector<NodeSnapshotPtr>& snaps,
                 std::vector<std::shared_ptr<const NodePlan>>& plans);
+  // A pod whose earlier bind ended without knowing whether its Binding
+  // landed keeps that reservation (kUnknown). Planned against usage that
+  // counts it, the node it holds would turn the pod itself away, and with it
+  // the only retry that could finish the bind there: that node is planned
+  // again without the pod's own devices.
+  void PlanOwnReservation(const PodInfo& pod, const PlanPolicies& policy,
+                          const std::vector<std::string>& nodes,
+                          const std::vector<NodeSnapshotPtr>& snaps,
+                          std::vector<std::shared_ptr<const NodePlan>>& plans);
   // Whether a filter may wait now (recheck_wait), counting it when so.
   bool AllowRecheckWait();
 

@@ -331,6 +331,34 @@ TEST_F(ExtenderTest, ABindWhoseOutcomeIsUnknownKeepsItsDevicesUntilAReadShowsThe
   EXPECT_EQ(cache_.Bound("p1"), std::optional<bool>(true));
 }
 
+// The reservation an unknown outcome keeps must not turn its own pod away:
+// kube-scheduler's retry filters first, and the node it holds (perhaps the
+// only one with room) is planned without the pod's own devices.
+TEST_F(ExtenderTest, APodWhoseBindOutcomeWasUnknownStillFitsTheNodeItHolds) {
+  AddGpuNode(cache_, "a");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE(ext_->Bind(MakePod("p1", {Gpu(6)}), "a").ok());
+  EXPECT_EQ(Used("a"), 6);
+  EXPECT_TRUE(ext_->Filter(MakePod("p2", {Gpu(6)}), {"a"}).fits.empty());
+  EXPECT_EQ(ext_->Filter(MakePod("p2", {Gpu(2)}), {"a"}).fits, std::vector<std::string>{"a"});
+  FilterDecision d = ext_->Filter(MakePod("p1", {Gpu(6)}), {"a"});
+  EXPECT_EQ(d.fits, std::vector<std::string>{"a"}) << d.failed["a"];
+  // Only its own devices count as free: with two more taken, six do not fit
+  // beside them, and the pod is told so.
+  writer_.FailBinding(Status::Ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("p3", {Gpu(2)}), "a").ok());
+  EXPECT_EQ(Used("a"), 8);
+  EXPECT_EQ(ext_->Filter(MakePod("p1", {Gpu(6)}), {"a"}).fits, std::vector<std::string>{"a"});
+  EXPECT_TRUE(ext_->Filter(MakePod("p1", {Gpu(7)}), {"a"}).fits.empty());
+  // The retry binds with the reservation it holds.
+  StatusOr<PodAssignment> a = ext_->Bind(MakePod("p1", {Gpu(6)}), "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(Used("a"), 8);
+  EXPECT_EQ(cache_.Bound("p1"), std::optional<bool>(true));
+  // Bound, the pod's devices are its own no more to plan with.
+  EXPECT_TRUE(ext_->Filter(MakePod("p1", {Gpu(6)}), {"a"}).fits.empty());
+}
+
 TEST_F(ExtenderTest, AFailedBindKeepsWhatTheWatchAlreadyShowedBound) {
   AddGpuNode(cache_, "a");
   AddGpuNode(cache_, "b");

@@ -115,12 +115,26 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const PodAssignment& a,
                               " with other devices than this bind planned (an earlier bind "
                               "wrote it); its devices are counted as the pod shows them");
   }
-  if (unsure && !now.ok()) {
+  // Gone (404): a pod that does not exist holds nothing, and had the Binding
+  // landed, its deletion on the watch would free what it held anyway.
+  if (unsure && !now.ok() && now.status().code() != StatusCode::kNotFound) {
     return Status(StatusCode::kUnknown,
                   st.message() + "; reading the pod back to see whether the Binding landed " +
                       "failed too (" + now.status().message() +
                       "): its devices stay reserved until the watch shows the pod, or a retry "
                       "reads it unbound");
+  }
+  // Shown unbound after an answer that timed out (the client's timeout, or
+  // the apiserver's own 504): the request may still be on its way to the
+  // store and commit after this read. Keeping the devices costs the pod
+  // nothing (its retry reuses them on this node, Extender::Filter plans it
+  // there without them); giving them away could book them twice.
+  if (st.code() == StatusCode::kDeadlineExceeded && now.ok() && now->uid == pod.ref.uid &&
+      now->node.empty()) {
+    return Status(StatusCode::kUnknown,
+                  st.message() +
+                      "; the pod read back unbound, but a Binding that timed out may still "
+                      "land: its devices stay reserved for the pod's retry");
   }
   return st;
 }

@@ -469,6 +469,49 @@ TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) 
   EXPECT_EQ(cache.Stats().pods_bound, 1);
 }
 
+// A Binding whose answer timed out (the apiserver's 504) may still commit
+// after the read back showed the pod unbound: the devices stay with the pod,
+// its retry filters onto that node (planned without its own devices) and
+// finishes the bind there. A pod the read back finds gone (404) holds nothing.
+TEST_F(KubeAdaptersTest, ATimedOutBindingKeepsItsDevicesForThePodsRetryAndAGonePodFreesThem) {
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  KubePodWriter writer(*client_, cache);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodInfo pod = testing::MakePod("uid-p", {Gpu(8)});
+  pod.ref.name = "p";
+  api_.FailNext(1, 504);
+  StatusOr<PodAssignment> a = (*ext)->Bind(pod, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnknown) << a.status().ToString();
+  EXPECT_NE(a.status().message().find("may still land"), std::string::npos);
+  EXPECT_FALSE(cache.Node("node-a")->Idle());
+  // Another pod cannot have those devices; the pod itself still fits there.
+  PodInfo other = testing::MakePod("uid-q", {Gpu(8)});
+  EXPECT_TRUE((*ext)->Filter(other, {"node-a"}).fits.empty());
+  EXPECT_EQ((*ext)->Filter(pod, {"node-a"}).fits, std::vector<std::string>{"node-a"});
+  a = (*ext)->Bind(pod, "node-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(writer.BoundNode(pod).ok());
+  EXPECT_EQ(*writer.BoundNode(pod), "node-a");
+  EXPECT_EQ(cache.Stats().pods_bound, 1);
+
+  // Deleted while kube-scheduler was binding it: the Binding fails with a
+  // 503 and the read back finds no pod. Its devices go back at once: no
+  // deletion will come on the watch to free them.
+  PodInfo gone = testing::MakePod("uid-gone", {Gpu(8)});
+  gone.ref.name = "gone";
+  testing::AddGpuNode(cache, "node-b");
+  api_.FailNext(1, 503);
+  a = (*ext)->Bind(gone, "node-b");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status().ToString();
+  EXPECT_TRUE(cache.Node("node-b")->Idle());
+  EXPECT_FALSE(cache.Assignment("uid-gone").has_value());
+}
+
 TEST_F(KubeAdaptersTest, WithAKeyTheBindingCarriesTheAssignmentsSignature) {
   api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
   api_.Put("/api/v1/namespaces/ns/pods", Pod("q", ""));

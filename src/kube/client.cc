@@ -142,6 +142,9 @@ Status StatusFromHttp(int http_status, const std::string& body, const std::strin
       return AbortedError(m + "; re-read the object and retry");
     case 410:
       return OutOfRangeError(m + "; relist");
+    case 504:
+      // The apiserver's own timeout: the request may still complete.
+      return DeadlineExceededError(m + "; the apiserver timed out, the request may still complete");
     case 429:
       return UnavailableError(m + "; the apiserver is throttling, retry later");
     default:
@@ -292,11 +295,20 @@ class ClientImpl final : public KubeClient {
   // client certificate gets a new HTTP client: requests from then on connect
   // with it, while those in flight finish on the old one.
   bool RerunExec(uint64_t seen) {
+    uint64_t runs = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      runs = exec_runs_;
+    }
     std::lock_guard<std::mutex> run(exec_mu_);
     std::string cert;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (token_generation_ != seen) return true;
+      // A run that ended while this caller waited answered for it too, even
+      // when it handed back the same credentials (a plugin that caches its
+      // token): running it again, once per waiting request, gets no other.
+      if (exec_runs_ != runs) return false;
       if (std::chrono::system_clock::now() < exec_retry_) return false;
       cert = cert_pem_;
     }
@@ -310,6 +322,7 @@ class ClientImpl final : public KubeClient {
       if (made.ok()) renewed = std::move(*made);
     }
     std::lock_guard<std::mutex> lock(mu_);
+    ++exec_runs_;
     if (!usable || (new_cert && !renewed)) {
       exec_retry_ = std::chrono::system_clock::now() + kExecRetry;
       return false;
@@ -337,7 +350,11 @@ class ClientImpl final : public KubeClient {
   // got one since `seen`), or a rotated token file. True when the token changed.
   bool RefreshToken(uint64_t seen) {
     if (config_.exec) return RerunExec(seen);
-    return RefreshToken();
+    const bool changed = RefreshToken();
+    // Read by another request (its 401, or the periodic re-read) since this
+    // one was sent: the token it was sent with is still stale, retry it.
+    std::lock_guard<std::mutex> lock(mu_);
+    return changed || token_generation_ != seen;
   }
 
   // Re-reads a rotated token file; true when the token changed.
@@ -352,6 +369,7 @@ class ClientImpl final : public KubeClient {
     token_read_ = std::chrono::steady_clock::now();
     if (t.empty() || t == token_) return false;
     token_ = t;
+    ++token_generation_;
     return true;
   }
 
@@ -410,7 +428,8 @@ class ClientImpl final : public KubeClient {
   static constexpr std::chrono::seconds kExecEarly{10};
   static constexpr std::chrono::seconds kExecRetry{10};
   std::mutex exec_mu_;
-  uint64_t token_generation_ = 0;
+  uint64_t token_generation_ = 0;  // counts token (and client cert) changes
+  uint64_t exec_runs_ = 0;         // exec plugin runs finished
   std::optional<std::chrono::system_clock::time_point> exec_expiry_;
   std::chrono::system_clock::time_point exec_retry_{};
 };

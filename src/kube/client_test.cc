@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -302,6 +304,7 @@ TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {
   };
   for (const Case& c : std::vector<Case>{{500, StatusCode::kUnavailable},
                                          {503, StatusCode::kUnavailable},
+                                         {504, StatusCode::kDeadlineExceeded},
                                          {429, StatusCode::kUnavailable},
                                          {403, StatusCode::kPermissionDenied},
                                          {401, StatusCode::kUnauthenticated},
@@ -631,6 +634,59 @@ TEST_F(KubeClientTokenFileTest, TheTokenFileIsReadAgainBeforeTheOldTokenIsRefuse
   // A file that cannot be read (being swapped) keeps the last token.
   std::filesystem::remove(path_);
   EXPECT_TRUE(client->Get(Pods(), "ml", "p0").ok());
+}
+
+// Two requests in flight with the old token when the file rotates: the one
+// refused second finds the token already read again by the first, and is
+// sent again with it too, not failed.
+TEST_F(KubeClientTokenFileTest, EveryRequestRefusedWithTheOldTokenIsSentAgain) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int slow_seen = 0;
+  http::ServerOptions so;
+  so.host = "127.0.0.1";
+  auto server = http::NewHttpServer(so);
+  const json pod = Pod("p");
+  server->HandlePrefix("GET", "/api/", [&](const http::Request& req) {
+    const bool fresh = req.Header("authorization") == "Bearer new-token";
+    if (req.path.ends_with("/slow") && !fresh) {
+      std::unique_lock<std::mutex> lock(mu);
+      ++slow_seen;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+    }
+    return fresh || req.path.ends_with("/first")
+               ? http::Response::Json(200, pod.dump())
+               : http::Response::Json(401, R"({"kind":"Status","reason":"Unauthorized"})");
+  });
+  ASSERT_TRUE(server->Start().ok());
+  KubeConfig cfg;
+  cfg.server = "http://127.0.0.1:" + std::to_string(server->port());
+  cfg.token = "old-token";
+  cfg.token_file = path_.string();
+  cfg.token_reread = std::chrono::hours(1);
+  cfg.qps = 0;
+  cfg.timeout = 5000ms;
+  auto client = NewKubeClient(cfg);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->Get(Pods(), "ml", "first").ok());  // reads the file: old-token
+  StatusOr<json> slow = UnavailableError("not run");
+  std::thread a([&] { slow = (*client)->Get(Pods(), "ml", "slow"); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return slow_seen == 1; });
+  }
+  Write("new-token\n");
+  EXPECT_TRUE((*client)->Get(Pods(), "ml", "fast").ok());  // refused, reads new-token, retried
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  a.join();
+  EXPECT_TRUE(slow.ok()) << slow.status().ToString();
+  server->Stop();
 }
 
 // Objects from the apiserver are read leniently: a field of another type is

@@ -436,5 +436,38 @@ TEST_F(ExecPluginClientTest, ConcurrentRequestsShareOneRun) {
   EXPECT_EQ(Runs(), 2);
 }
 
+// A plugin that caches its token hands the refused one back: the requests
+// refused while it ran take its answer, and it is not run again once per
+// waiting request (each run may take seconds, before the request's timeout
+// even starts).
+TEST_F(ExecPluginClientTest, ACachedTokenHandedBackIsNotFetchedOncePerWaitingRequest) {
+  SetExpiry(std::chrono::system_clock::now() + 1h);
+  Script(R"sh(n=$(( $(cat "$DIR/count" 2>/dev/null || echo 0) + 1 ))
+echo $n > "$DIR/count"
+sleep 0.5
+printf '{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", '
+printf '"status": {"token": "cached", "expirationTimestamp": "%s"}}\n' "$(cat "$DIR/expiry")"
+)sh");
+  std::unique_ptr<KubeClient> client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(Runs(), 1);
+  api_.RequireToken("revoked-everywhere");
+  std::vector<std::thread> threads;
+  std::atomic<int> refused{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      if (client->List(Pods(), "ml", ListOptions()).status().code() ==
+          StatusCode::kUnauthenticated) {
+        ++refused;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(refused.load(), 8);
+  // One run for the eight (two should a request be refused only after that
+  // run ended), not eight.
+  EXPECT_LE(Runs(), 3);
+}
+
 }  // namespace
 }  // namespace accelpool::kube
