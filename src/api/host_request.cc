@@ -164,9 +164,11 @@ StatusOr<core::HostResources> ParseHostRequest(const json& pod) {
     return InvalidArgumentError("pod: spec: want an object");
   }
   const json& spec = pod.at("spec");
-  int64_t run_cpu = 0, run_mem = 0;        // regular containers and sidecars
-  int64_t init_cpu = 0, init_mem = 0;      // the largest init container phase
-  int64_t side_cpu = 0, side_mem = 0;      // sidecars declared so far
+  // Summed in 128 bits: each quantity is at most kLimit, but a pod may ask
+  // for many, and the sums are checked against kLimit once at the end.
+  int128 run_cpu = 0, run_mem = 0;    // regular containers and sidecars
+  int128 init_cpu = 0, init_mem = 0;  // the largest init container phase
+  int128 side_cpu = 0, side_mem = 0;  // sidecars declared so far
   for (const char* list : {"initContainers", "containers"}) {
     if (!spec.contains(list) || spec.at(list).is_null()) continue;
     const json& cs = spec.at(list);
@@ -199,22 +201,27 @@ StatusOr<core::HostResources> ParseHostRequest(const json& pod) {
       run_mem += a->memory;
     }
   }
-  core::HostResources out{std::max(run_cpu, init_cpu), std::max(run_mem, init_mem)};
+  int128 cpu = std::max(run_cpu, init_cpu), mem = std::max(run_mem, init_mem);
   // Pod-level resources, where given, are the pod's request.
   if (spec.contains("resources") && spec.at("resources").is_object()) {
     StatusOr<Ask> pod_level = ReadResources(spec, "spec");
     if (!pod_level.ok()) return pod_level.status();
-    if (pod_level->cpu > 0) out.cpu_milli = pod_level->cpu;
-    if (pod_level->memory > 0) out.memory_mib = pod_level->memory;
+    if (pod_level->cpu > 0) cpu = pod_level->cpu;
+    if (pod_level->memory > 0) mem = pod_level->memory;
   }
   if (spec.contains("overhead") && !spec.at("overhead").is_null()) {
     const json wrapped = {{"resources", {{"requests", spec.at("overhead")}}}};
     StatusOr<Ask> over = ReadResources(wrapped, "spec.overhead");
     if (!over.ok()) return over.status();
-    out.cpu_milli += over->cpu;
-    out.memory_mib += over->memory;
+    cpu += over->cpu;
+    mem += over->memory;
   }
-  return out;
+  if (cpu > kLimit || mem > kLimit) {
+    return InvalidArgumentError(std::string("pod: the ") + (cpu > kLimit ? "CPU" : "memory") +
+                                " its containers request adds up to more than any node has "
+                                "(2^62 units); lower the containers' requests");
+  }
+  return core::HostResources{static_cast<int64_t>(cpu), static_cast<int64_t>(mem)};
 }
 
 StatusOr<core::HostResources> ParseNodeAllocatable(const json& node) {

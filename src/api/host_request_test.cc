@@ -119,6 +119,28 @@ TEST(HostRequestTest, MalformedRequestsNameTheContainerAndTheResource) {
   EXPECT_FALSE(ParseHostRequest(json::array()).ok());
 }
 
+// Each quantity is bounded, their sum is too: three containers each asking
+// for 4e15 cores would wrap a 64-bit sum negative and make a full node look
+// free.
+TEST(HostRequestTest, ASumPastTheLimitIsRefused) {
+  const json three = {{"spec",
+                       {{"containers",
+                         {Container("a", "4e15", nullptr), Container("b", "4e15", nullptr),
+                          Container("c", "4e15", nullptr)}}}}};
+  StatusOr<core::HostResources> r = ParseHostRequest(three);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("CPU"), std::string::npos) << r.status().message();
+  const json overhead = {
+      {"spec",
+       {{"containers", {Container("a", nullptr, "4e24")}}, {"overhead", {{"memory", "4e24"}}}}}};
+  EXPECT_FALSE(ParseHostRequest(overhead).ok());
+  // One of them alone is a (large) request like any other.
+  const json one = {{"spec", {{"containers", {Container("a", "4e15", nullptr)}}}}};
+  ASSERT_TRUE(ParseHostRequest(one).ok());
+  EXPECT_EQ(ParseHostRequest(one)->cpu_milli, int64_t{4'000'000'000'000'000'000});
+}
+
 TEST(NodeAllocatableTest, ReadsCpuAndMemory) {
   json node = {{"status", {{"allocatable", {{"cpu", "95500m"}, {"memory", "1056768Ki"}}}}}};
   StatusOr<core::HostResources> a = ParseNodeAllocatable(node);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -59,7 +60,7 @@ int Cache::UpsertNode(const std::string& name,
   }
   next->host_allocatable = allocatable;
   if (auto it = host_sums_.find(name); it != host_sums_.end()) {
-    next->host_requested = it->second.requested;
+    next->host_requested = it->second.Requested();
     next->host_pods = it->second.pods;
   }
   next->SetHostFree(track_host_.load());
@@ -91,10 +92,17 @@ void Cache::RefreshHostLocked(const std::string& node) {
   auto next = std::make_shared<NodeSnapshot>(*it->second);
   next->version = next_version_.fetch_add(1);
   const auto sum = host_sums_.find(node);
-  next->host_requested = sum == host_sums_.end() ? core::HostResources{} : sum->second.requested;
+  next->host_requested = sum == host_sums_.end() ? core::HostResources{} : sum->second.Requested();
   next->host_pods = sum == host_sums_.end() ? 0 : sum->second.pods;
   next->SetHostFree(track_host_.load());
   it->second = std::move(next);
+}
+
+core::HostResources Cache::HostSum::Requested() const {
+  __extension__ typedef __int128 int128;
+  constexpr int128 kMax = std::numeric_limits<int64_t>::max();
+  return core::HostResources{static_cast<int64_t>(std::clamp<int128>(cpu_milli, 0, kMax)),
+                             static_cast<int64_t>(std::clamp<int128>(memory_mib, 0, kMax))};
 }
 
 void Cache::ObserveHostPod(const std::string& uid, const std::string& node,
@@ -107,8 +115,9 @@ void Cache::ObserveHostPod(const std::string& uid, const std::string& node,
   }
   auto add = [this](const std::string& n, const core::HostResources& r, int sign) {
     HostSum& sum = host_sums_[n];
-    sum.requested.cpu_milli += sign * r.cpu_milli;
-    sum.requested.memory_mib += sign * r.memory_mib;
+    __extension__ typedef __int128 int128;
+    sum.cpu_milli += sign * static_cast<int128>(r.cpu_milli);
+    sum.memory_mib += sign * static_cast<int128>(r.memory_mib);
     sum.pods += sign;
     if (sum.pods <= 0) host_sums_.erase(n);
   };

@@ -227,8 +227,12 @@ class Cache {
     core::HostResources request;
   };
   struct HostSum {
-    core::HostResources requested;
+    // In 128 bits: each pod's request is at most 2^62 (api::ParseHostRequest),
+    // a node's sum of them is not; read out saturated (Requested()).
+    __extension__ __int128 cpu_milli = 0;
+    __extension__ __int128 memory_mib = 0;
     int32_t pods = 0;
+    core::HostResources Requested() const;
   };
   std::unordered_map<std::string, HostPod> host_pods_;  // by uid; guarded by host_mu_
   std::unordered_map<std::string, HostSum> host_sums_;  // by node; guarded by host_mu_

@@ -143,6 +143,24 @@ TEST(PodLoadTest, BoundPodsTakeTheirNodesHostUntilTheyFinishOrGo) {
   EXPECT_EQ(cache.HostPods(), 0);
 }
 
+// Two pods each asking for the most one request may (2^62 milli-cores) sum
+// past 64 bits: the node reads as full, never as free, and comes back whole
+// when they go.
+TEST(PodLoadTest, HugeRequestsOnOneNodeSaturateInsteadOfWrapping) {
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "n1", 16000, 65536);
+  PodLoad load(cache, PodLoadOptions{}, nullptr, Logger());
+  for (const char* uid : {"u1", "u2", "u3"}) {
+    load.OnPodAdded(Pod(uid, "n1", "4e15", "1Gi"));
+  }
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{0, 62464}));
+  for (const char* uid : {"u1", "u2", "u3"}) {
+    load.OnPodDeleted(Pod(uid, "n1", "4e15", "1Gi"));
+  }
+  EXPECT_EQ(HostFree(cache, "n1"), (core::HostResources{16000, 65536}));
+}
+
 TEST(PodLoadTest, APodRecreatedUnderItsNameLeavesNoHostRequestsBehind) {
   Cache cache;
   cache.TrackHost(true);
