@@ -355,8 +355,13 @@ ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint6
   }
   SlotRecord& mine = layout_->slots[slot];
   uint32_t bit = 1U << device;
-  uint64_t add = bytes + ((mine.ctx_charged_mask & bit) ? 0 : context_reserve);
+  const uint64_t reserve = (mine.ctx_charged_mask & bit) ? 0 : context_reserve;
   ChargeResult result = ChargeResult::kOverLimit;
+  if (bytes > limit || reserve > limit - bytes) {
+    Unlock();  // more than the cap alone (and a sum that would wrap)
+    return result;
+  }
+  const uint64_t add = bytes + reserve;
   for (int attempt = 0; attempt < 2; ++attempt) {
     uint64_t total = 0;
     for (const SlotRecord& s : layout_->slots) {

@@ -65,6 +65,23 @@ TEST_F(SharedRegionTest, ChargesUpToTheCapExactly) {
   r.ReleaseSlot(slot);
 }
 
+// A request near 2^64 bytes plus the context reserve must not wrap into a
+// small charge that fits (and then lose the reserve when the driver fails
+// the allocation and the bytes are given back).
+TEST_F(SharedRegionTest, AHugeRequestWithTheContextReserveIsOverTheCap) {
+  SharedRegion r;
+  Open(r);
+  int slot = r.ClaimSlot(Pid(), 0);
+  EXPECT_EQ(r.TryCharge(slot, 0, UINT64_MAX, kGiB, 512 * kMiB), ChargeResult::kOverLimit);
+  EXPECT_EQ(r.TryCharge(slot, 0, UINT64_MAX - 100 * kMiB, kGiB, 512 * kMiB),
+            ChargeResult::kOverLimit);
+  EXPECT_EQ(r.SlotUsed(slot, 0), 0u);
+  EXPECT_EQ(r.TryCharge(slot, 0, 600 * kMiB, kGiB, 512 * kMiB), ChargeResult::kOverLimit);
+  ASSERT_EQ(r.TryCharge(slot, 0, 2 * kMiB, kGiB, 512 * kMiB), ChargeResult::kOk);
+  EXPECT_EQ(r.SlotUsed(slot, 0), 514 * kMiB);
+  r.ReleaseSlot(slot);
+}
+
 TEST_F(SharedRegionTest, ContextReserveIsChargedOncePerDevice) {
   SharedRegion r;
   Open(r);

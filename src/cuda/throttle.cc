@@ -33,8 +33,17 @@ void Refill(TokenBucketState& state, const TokenBucketParams& params, int64_t no
     return;
   }
   int64_t dt = now_ns - state.last_refill_ns;
-  if (dt <= 0) {
+  if (dt < -kClockBackNs) {
+    // The clock is far behind the bucket's last refill: the state outlived
+    // a reboot (it lives in the container's state dir, which a pod keeps
+    // across one, CLOCK_MONOTONIC does not). Waiting for the clock to catch
+    // up would hold every launch for the previous uptime: start over, full.
+    state.last_refill_ns = now_ns;
+    state.tokens_ns = params.capacity_ns;
     return;
+  }
+  if (dt <= 0) {
+    return;  // another process refilled at a later time a moment ago
   }
   state.last_refill_ns = now_ns;
   // Cap dt so that the product cannot overflow; a full bucket needs at most

@@ -35,6 +35,10 @@ namespace accelpool::cuda {
 inline constexpr int64_t kBurstWindowNs = 50'000'000;
 // Floor of the running estimate: an unmeasured launch is never free.
 inline constexpr int64_t kMinEstimateNs = 1'000;
+// A refill whose clock reads this far before the last one restarts the
+// bucket (the state outlived a reboot); closer, it is another process's
+// refill that read the clock a moment later.
+inline constexpr int64_t kClockBackNs = 1'000'000'000;
 // Launch kinds keep separate estimates: a graph costs far more than a kernel.
 inline constexpr int kLaunchKinds = 2;
 

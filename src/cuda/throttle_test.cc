@@ -38,6 +38,32 @@ TEST(ThrottleTest, FirstRefillStartsFullAndRefillIsCapped) {
   EXPECT_EQ(s.tokens_ns, before);
 }
 
+// The bucket lives in the container's state dir, which outlives a node
+// reboot when kubelet restarts the same pod; CLOCK_MONOTONIC starts again
+// near zero. Launches must not wait for the new uptime to pass the old one.
+TEST(ThrottleTest, ABucketFromBeforeARebootStartsOverInsteadOfWaitingForTheClock) {
+  TokenBucketParams p = TokenBucketParams::ForPercent(25);
+  TokenBucketState s;
+  constexpr int64_t kDays = 5LL * 24 * 3600 * 1000 * kMs;
+  Refill(s, p, kDays);
+  s.tokens_ns = -kMs;  // in debt when the node went down
+  int64_t charged = 0;
+  // After the reboot: a moment of uptime.
+  EXPECT_EQ(AdmitCost(s, p, 30'000 * kMs, 0, kMs, &charged), 0);
+  EXPECT_EQ(charged, kMs);
+  EXPECT_EQ(s.last_refill_ns, 30'000 * kMs);
+  // And the bucket refills with the new clock from then on.
+  s.tokens_ns = -kMs;
+  EXPECT_GT(AdmitCost(s, p, 30'000 * kMs + kMs, 0, kMs, &charged), 0);
+  EXPECT_EQ(AdmitCost(s, p, 30'000 * kMs + 10 * kMs, 0, kMs, &charged), 0);
+  // Another process's refill that read the clock a little earlier (a
+  // moment, not a reboot) neither adds nor restarts.
+  s.tokens_ns = 0;
+  Refill(s, p, 30'000 * kMs + 9 * kMs);
+  EXPECT_EQ(s.tokens_ns, 0);
+  EXPECT_EQ(s.last_refill_ns, 30'000 * kMs + 10 * kMs);
+}
+
 TEST(ThrottleTest, AdmitDebitsEstimateThenAsksToWait) {
   TokenBucketParams p = TokenBucketParams::ForPercent(25);
   TokenBucketState s;
