@@ -179,6 +179,28 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
           "ids",
           {{"resource", resource}, {"error", view.status().ToString()}});
     }
+  } else if (kubelet_view_ && match.ok() && match->how == ContainerMatch::How::kSlots &&
+             !match->repeat && !match->presumed) {
+    // The slot ids name the one pod waiting with that shape that the store
+    // knows. The store may lag kubelet: a pod bound a moment before it, not
+    // on this plugin's watch yet, is admitted first and GetPreferredAllocation
+    // steered it to the other pod's slots. Kubelet's view must list the named
+    // pod as being admitted; when it does not, the node's pods are read again
+    // and the view decides among them.
+    StatusOr<KubeletView> view = kubelet_view_();
+    if (view.ok() && !KubeletAdmitting(*view, match->pod, match->container, resource)) {
+      log_.Warn(
+          "kubelet is not admitting the pod the slot ids name; re-reading the node's pods to "
+          "find the caller",
+          {{"pod", match->pod.Key()},
+           {"container", match->container.name},
+           {"resource", resource}});
+      if (refresh_) {
+        static_cast<void>(Refresh());
+      }
+      caller.reset();
+      match = store_->Match(resource, ids, &caller, &*view, &answered);
+    }
   }
   if (!match.ok()) {
     *pod = caller;

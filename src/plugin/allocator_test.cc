@@ -944,6 +944,51 @@ TEST_F(AllocatorTest, FallbackIsJudgedOnFreshlyReadPods) {
   EXPECT_EQ(refreshes, 0);
 }
 
+// The plugin's watch lags kubelet's: pod x, bound a moment before y, is
+// admitted first while the store knows only y, so the slot ids kubelet sends
+// are y's. Kubelet's view lists x, not y: the pods are read again, and x is
+// answered with its own grant, y keeps its own.
+TEST_F(AllocatorTest, SlotIdsOfAPodKubeletIsNotAdmittingAreCheckedOnFreshPods) {
+  Assign(Pod("y"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 20480, 500, false)})});
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  int refreshes = 0;
+  Allocator lagging("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    Assign(Pod("x"),
+           {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+    return Status::Ok();
+  });
+  KubeletView view = {{"default/x", {{"main", {}}}}};
+  lagging.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  auto x = lagging.Allocate(kGpu, {{"GPU-b::3"}});
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ((*x)[0].pod.name, "x");
+  EXPECT_EQ((*x)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-a");
+  EXPECT_EQ((*x)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "4096");
+  EXPECT_EQ(refreshes, 1);
+  // Then y, which kubelet now lists (kubelet gave its slot to x: the ids
+  // name nobody, y is the only container waiting).
+  view["default/x"]["main"] = {kGpu};
+  view["default/y"]["main"] = {};
+  auto y = lagging.Allocate(kGpu, {{"GPU-b::7"}});
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ((*y)[0].pod.name, "y");
+  EXPECT_EQ((*y)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  // A view that lists nobody waiting (a kubelet that lists pods only once
+  // they run) costs a re-read and changes nothing.
+  Assign(Pod("z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 4, 1024, 100, false)})});
+  view.clear();
+  refreshes = 0;
+  auto z = lagging.Allocate(kGpu, {{"GPU-b::4"}});
+  ASSERT_TRUE(z.ok()) << z.status().ToString();
+  EXPECT_EQ((*z)[0].pod.name, "z");
+  EXPECT_EQ(refreshes, 1);
+}
+
 TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
   Assign(Pod("first", "2026-11-30T01:00:00Z"),
          {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 1024, 100, false)})});

@@ -8,6 +8,7 @@
 #include "api/assignment_signature.h"
 #include "api/inventory_codec.h"
 #include "common/strings.h"
+#include "kube/objects.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -66,8 +67,15 @@ std::map<std::string, std::string> NodeLabels(const std::vector<core::NodeInvent
   return labels;
 }
 
-NodePublisher::NodePublisher(kube::KubeClient* client, std::string node, Logger log)
-    : client_(client), node_(std::move(node)), log_(std::move(log)) {}
+NodePublisher::NodePublisher(kube::KubeClient* client, std::string node, Logger log,
+                             std::set<core::Vendor> owned)
+    : client_(client), node_(std::move(node)), log_(std::move(log)), owned_(std::move(owned)) {}
+
+std::vector<core::NodeInventory> NodePublisher::OwnedOf(
+    std::vector<core::NodeInventory> invs) const {
+  std::erase_if(invs, [this](const core::NodeInventory& inv) { return !Owns(inv.vendor); });
+  return invs;
+}
 
 int64_t NodePublisher::generation() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -88,9 +96,9 @@ Status NodePublisher::LoadLocked() {
         api::ParseInventory(obj->at(ptr).get<std::string>(), node_);
     if (prev.ok()) {
       generation_ = prev->generation;
-      last_body_ = Body(prev->inventories);
-      last_labels_ = NodeLabels(prev->inventories);
-      found_ = std::move(prev->inventories);
+      found_ = OwnedOf(std::move(prev->inventories));
+      last_body_ = Body(found_);
+      last_labels_ = NodeLabels(found_);
     } else {
       log_.Warn("the node's inventory annotation does not parse; rewriting it",
                 {{"error", prev.status().ToString()}});
@@ -113,35 +121,100 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   if (body == last_body_) {
     return false;
   }
-  api::InventoryDocument doc;
-  doc.generation = generation_ + 1;
-  doc.inventories = inventories;
-  nlohmann::json patch;
-  patch["metadata"]["annotations"][api::kInventoryAnnotation] = api::SerializeInventory(doc);
-  std::map<std::string, std::string> labels = NodeLabels(inventories);
-  for (const auto& [k, v] : labels) {
-    patch["metadata"]["labels"][k] = v;
-  }
-  std::vector<std::string> stale;
-  for (const auto& [k, v] : last_labels_) {
-    if (labels.find(k) == labels.end()) {
-      patch["metadata"]["labels"][k] = nullptr;
-      stale.push_back(k);
+  // Each try reads the Node, merges, and writes on condition that the Node
+  // has not changed since: a concurrent write of another vendor's plugin
+  // (409) makes the next try merge with it.
+  constexpr int kTries = 5;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);
+    if (!obj.ok()) {
+      return obj.status().WithPrefix("reading node " + node_ + " to publish its inventory");
     }
+    const std::string rv =
+        kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/resourceVersion"));
+    const std::string text = kube::StringAt(
+        *obj, nlohmann::json::json_pointer("/metadata/annotations/accelpool.io~1inventory"));
+    std::vector<core::NodeInventory> on_node;
+    int64_t on_node_generation = 0;
+    bool on_node_parsed = false;
+    if (!text.empty()) {
+      StatusOr<api::InventoryDocument> doc = api::ParseInventory(text, node_);
+      if (doc.ok()) {
+        on_node = std::move(doc->inventories);
+        on_node_generation = doc->generation;
+        on_node_parsed = true;
+      } else {
+        log_.Warn(
+            "the node's inventory annotation does not parse; rewriting it with this "
+            "plugin's vendors only",
+            {{"error", doc.status().ToString()}});
+      }
+    }
+    // Another plugin's vendors as the Node has them, then this one's.
+    std::vector<core::NodeInventory> merged;
+    for (const core::NodeInventory& inv : on_node) {
+      const bool given =
+          std::any_of(inventories.begin(), inventories.end(),
+                      [&](const core::NodeInventory& o) { return o.vendor == inv.vendor; });
+      if (!Owns(inv.vendor) && !given) merged.push_back(inv);
+    }
+    merged.insert(merged.end(), inventories.begin(), inventories.end());
+    std::stable_sort(merged.begin(), merged.end(),
+                     [](const core::NodeInventory& a, const core::NodeInventory& b) {
+                       return a.vendor < b.vendor;
+                     });
+    if (on_node_parsed && Body(merged) == Body(on_node)) {
+      // Already there (written by an earlier run, or by this one before an
+      // answer was lost).
+      generation_ = on_node_generation;
+      last_body_ = std::move(body);
+      last_labels_ = NodeLabels(inventories);
+      return false;
+    }
+    api::InventoryDocument doc;
+    doc.generation = std::max(generation_, on_node_generation) + 1;
+    doc.inventories = merged;
+    nlohmann::json patch;
+    if (!rv.empty()) {
+      patch["metadata"]["resourceVersion"] = rv;
+    }
+    patch["metadata"]["annotations"][api::kInventoryAnnotation] = api::SerializeInventory(doc);
+    std::map<std::string, std::string> labels = NodeLabels(merged);
+    for (const auto& [k, v] : labels) {
+      patch["metadata"]["labels"][k] = v;
+    }
+    std::map<std::string, std::string> before = NodeLabels(on_node);
+    before.insert(last_labels_.begin(), last_labels_.end());
+    std::vector<std::string> stale;
+    for (const auto& [k, v] : before) {
+      if (labels.find(k) == labels.end()) {
+        patch["metadata"]["labels"][k] = nullptr;
+        stale.push_back(k);
+      }
+    }
+    StatusOr<nlohmann::json> r =
+        client_->Patch(kube::Nodes(), "", node_, kube::PatchType::kMerge, patch);
+    if (!r.ok() && r.status().code() == StatusCode::kAborted && attempt + 1 < kTries) {
+      log_.Debug("the node changed while its inventory was merged; merging again",
+                 {{"attempt", attempt + 1}});
+      continue;
+    }
+    if (!r.ok()) {
+      return r.status().WithPrefix("publishing the inventory of node " + node_);
+    }
+    generation_ = doc.generation;
+    last_body_ = std::move(body);
+    last_labels_ = NodeLabels(inventories);
+    for (const std::string& k : stale) {
+      log_.Info("removed a stale node label", {{"label", k}});
+    }
+    log_.Info("published the node inventory",
+              {{"generation", generation_}, {"vendors", static_cast<int64_t>(merged.size())}});
+    return true;
   }
-  StatusOr<nlohmann::json> r =
-      client_->Patch(kube::Nodes(), "", node_, kube::PatchType::kMerge, patch);
-  if (!r.ok()) {
-    return r.status().WithPrefix("publishing the inventory of node " + node_);
-  }
-  generation_ = doc.generation;
-  last_body_ = std::move(body);
-  last_labels_ = std::move(labels);
-  for (const std::string& k : stale) {
-    log_.Info("removed a stale node label", {{"label", k}});
-  }
-  log_.Info("published the node inventory", {{"generation", generation_}});
-  return true;
+  return AbortedError("publishing the inventory of node " + node_ +
+                      ": the node kept changing under " + std::to_string(kTries) +
+                      " tries; retried on the next publish");
 }
 
 StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids) {

@@ -7,13 +7,21 @@
 //
 // Only changes are written: the document is compared, without its
 // generation, with the last one written (or found on the Node at start), and
-// the generation is bumped only when it differs. Model label values are
+// the generation is bumped only when it differs.
+//
+// A node with accelerators of two vendors runs one plugin per vendor (the
+// chart's per-vendor DaemonSets), each publishing into the same annotation.
+// A publisher owns the vendors it is given (all when none are): a write reads
+// the Node, keeps the inventories of vendors it does not own as they are
+// there, replaces its own, and is conditional on the Node's resourceVersion
+// (a concurrent write by the other plugin makes it read and merge again). Model label values are
 // sanitised to the label-value alphabet ("MTT S4000" -> "MTT_S4000").
 //
 // Labels of a vendor, model or super node that is no longer in the inventory
 // are removed in the same merge patch (a null value deletes a key): exactly
-// the labels NodeLabels() gave for the previous document (the last one
-// written, or the one found on the Node at start) that it no longer gives.
+// the labels NodeLabels() gave for the previous document (the one on the
+// Node, and the last one this publisher wrote) that it no longer gives for
+// the merged one.
 // Labels this publisher never derived are left alone, accelpool.io/ ones
 // included (a hand-set accelpool.io/vendor.<v> of another DaemonSet).
 //
@@ -30,6 +38,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,7 +54,9 @@ std::map<std::string, std::string> NodeLabels(const std::vector<core::NodeInvent
 
 class NodePublisher {
  public:
-  NodePublisher(kube::KubeClient* client, std::string node, Logger log);
+  // `owned`: the vendors this plugin serves (empty: every vendor).
+  NodePublisher(kube::KubeClient* client, std::string node, Logger log,
+                std::set<core::Vendor> owned = {});
 
   // Writes the document and labels when they changed. Returns whether it
   // wrote. Errors from the apiserver are returned (the caller retries on the
@@ -57,22 +68,25 @@ class NodePublisher {
 
   int64_t generation() const;
 
-  // The inventories found on the Node before this publisher first wrote
-  // (read now when not read yet): what a previous run of the plugin
-  // published. Empty when there were none or they did not parse.
+  // The inventories of owned vendors found on the Node before this publisher
+  // first wrote (read now when not read yet): what a previous run of the
+  // plugin published. Empty when there were none or they did not parse.
   StatusOr<std::vector<core::NodeInventory>> Found();
 
  private:
   // Reads the Node's current document once (generation, body, labels).
   // REQUIRES: mu_ held.
   Status LoadLocked();
+  bool Owns(core::Vendor v) const { return owned_.empty() || owned_.count(v) > 0; }
+  std::vector<core::NodeInventory> OwnedOf(std::vector<core::NodeInventory> invs) const;
   kube::KubeClient* const client_;
   const std::string node_;
   const Logger log_;
+  const std::set<core::Vendor> owned_;
   mutable std::mutex mu_;
   bool loaded_ = false;     // guarded by mu_
   int64_t generation_ = 0;  // guarded by mu_
-  std::string last_body_;   // serialised inventories with generation 0; guarded by mu_
+  std::string last_body_;   // owned inventories serialised with generation 0; guarded by mu_
   std::map<std::string, std::string> last_labels_;  // NodeLabels of last_body_; guarded by mu_
   std::vector<core::NodeInventory> found_;          // the document found at load; guarded by mu_
   bool keys_loaded_ = false;                        // guarded by mu_

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "api/inventory_codec.h"
 #include "core/profiles.h"
-#include "kube/fake_apiserver.h"
 #include "kube/fake_api_test.h"
+#include "kube/fake_apiserver.h"
 
 namespace accelpool::plugin {
 namespace {
@@ -149,6 +152,88 @@ TEST_F(NodePublisherTest, ARestartedPluginFindsWhatThePreviousRunPublished) {
   // An unreachable Node is an error, not an empty answer.
   NodePublisher other(client_.get(), "node-missing", Logger());
   EXPECT_FALSE(other.Found().ok());
+}
+
+// Two vendors on one node: one plugin each (the chart's per-vendor
+// DaemonSets), both writing the one annotation. Each keeps the other's
+// inventory and labels, and removes only what left its own.
+TEST_F(NodePublisherTest, PluginsOfTwoVendorsOnOneNodeKeepEachOthersInventory) {
+  NodePublisher nvidia(client_.get(), "node-a", Logger(), {core::Vendor::kNvidia});
+  NodePublisher ascend(client_.get(), "node-a", Logger(), {core::Vendor::kAscend});
+  ASSERT_TRUE(nvidia.Publish({Node("nvidia-hgx-8")}).ok());
+  auto wrote = ascend.Publish({Node("ascend-910c-x16", "sp-3")});
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+  EXPECT_TRUE(*wrote);
+  auto vendors_on_node = [this] {
+    std::vector<std::string> out;
+    auto node = api_.Object(kNodes, "node-a");
+    const std::string text = (*node)["metadata"]["annotations"]["accelpool.io/inventory"];
+    auto doc = api::ParseInventory(text, "node-a");
+    EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+    if (doc.ok()) {
+      for (const core::NodeInventory& inv : doc->inventories) {
+        out.emplace_back(core::VendorName(inv.vendor));
+      }
+    }
+    return out;
+  };
+  EXPECT_EQ(vendors_on_node(), (std::vector<std::string>{"nvidia", "ascend"}));
+  json labels = Labels();
+  EXPECT_EQ(labels.value("accelpool.io/vendor.nvidia", ""), "true");
+  EXPECT_EQ(labels.value("accelpool.io/model.nvidia", ""), "H200");
+  EXPECT_EQ(labels.value("accelpool.io/vendor.ascend", ""), "true");
+  EXPECT_EQ(labels.value("accelpool.io/super-node", ""), "sp-3");
+  // The NVIDIA plugin's next change keeps the Ascend half and its labels.
+  core::NodeInventory busy = Node("nvidia-hgx-8");
+  busy.devices[0].foreign_mib = 1024;
+  wrote = nvidia.Publish({busy});
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+  EXPECT_TRUE(*wrote);
+  EXPECT_EQ(vendors_on_node(), (std::vector<std::string>{"nvidia", "ascend"}));
+  EXPECT_EQ(Labels().value("accelpool.io/super-node", ""), "sp-3");
+  EXPECT_EQ(nvidia.generation(), 3);
+  // The NPUs go: only the Ascend labels go with them.
+  ASSERT_TRUE(ascend.Publish({}).ok());
+  EXPECT_EQ(vendors_on_node(), (std::vector<std::string>{"nvidia"}));
+  labels = Labels();
+  EXPECT_FALSE(labels.contains("accelpool.io/vendor.ascend"));
+  EXPECT_FALSE(labels.contains("accelpool.io/super-node"));
+  EXPECT_EQ(labels.value("accelpool.io/vendor.nvidia", ""), "true");
+  EXPECT_EQ(labels.value("accelpool.io/shared.nvidia", ""), "true");
+  // A restarted Ascend plugin finds none of its own, and not NVIDIA's.
+  NodePublisher again(client_.get(), "node-a", Logger(), {core::Vendor::kAscend});
+  auto found = again.Found();
+  ASSERT_TRUE(found.ok());
+  EXPECT_TRUE(found->empty());
+}
+
+// Both plugins write at once: every write is conditional on the Node's
+// version, so neither loses the other's last inventory.
+TEST_F(NodePublisherTest, ConcurrentWritesOfTwoVendorsLoseNothing) {
+  NodePublisher nvidia(client_.get(), "node-a", Logger(), {core::Vendor::kNvidia});
+  NodePublisher ascend(client_.get(), "node-a", Logger(), {core::Vendor::kAscend});
+  constexpr int kRounds = 25;
+  auto run = [](NodePublisher& pub, core::NodeInventory inv) {
+    for (int i = 1; i <= kRounds; ++i) {
+      inv.devices[0].foreign_mib = i;
+      // A publish that lost every try is retried, as the plugin's timer does.
+      while (!pub.Publish({inv}).ok()) {
+      }
+    }
+  };
+  std::thread a(run, std::ref(nvidia), Node("nvidia-hgx-8"));
+  std::thread b(run, std::ref(ascend), Node("ascend-910c-x16"));
+  a.join();
+  b.join();
+  auto node = api_.Object(kNodes, "node-a");
+  ASSERT_TRUE(node.has_value());
+  auto doc = api::ParseInventory(
+      (*node)["metadata"]["annotations"]["accelpool.io/inventory"].get<std::string>(), "node-a");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  ASSERT_EQ(doc->inventories.size(), 2u);
+  for (const core::NodeInventory& inv : doc->inventories) {
+    EXPECT_EQ(inv.devices[0].foreign_mib, kRounds) << core::VendorName(inv.vendor);
+  }
 }
 
 TEST_F(NodePublisherTest, AFailedWriteRemovesTheStaleLabelsOnTheRetry) {

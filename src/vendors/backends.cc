@@ -94,6 +94,15 @@ const std::vector<std::string>& HardwareBackends() {
   return kNames;
 }
 
+std::set<core::Vendor> BackendVendors(const std::string& backends) {
+  std::set<core::Vendor> out;
+  for (const std::string& name : Split(backends)) {
+    if (name == "auto" || name == "fake") return {};
+    if (std::optional<core::Vendor> v = core::ParseVendor(name)) out.insert(*v);
+  }
+  return out;
+}
+
 StatusOr<std::vector<VendorDriverPtr>> MakeBackends(const BackendOptions& options,
                                                     std::vector<std::string>* skipped) {
   std::vector<VendorDriverPtr> out;

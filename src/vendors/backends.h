@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct BackendOptions {
 
 // The names accepted besides "auto" and "fake".
 const std::vector<std::string>& HardwareBackends();
+
+// The vendors a --backend list serves, for the node inventory each plugin
+// owns (plugin::NodePublisher): empty, meaning every vendor, when the list
+// has "auto" or "fake" (either may find devices of any vendor).
+std::set<core::Vendor> BackendVendors(const std::string& backends);
 
 // kInvalidArgument for an unknown name or "fake" without an inventory;
 // kUnavailable when an explicitly named backend's library does not load.

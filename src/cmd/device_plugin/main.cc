@@ -775,7 +775,8 @@ int Run(const Flags& flags) {
     if (PluginMetrics* m = metrics->get(); m != nullptr) {
       pods->OnRefused([m](const std::string& reason) { m->AssignmentRefused(reason); });
     }
-    publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"));
+    publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"),
+                                                vendors::BackendVendors(flags.backend));
     pods->Start();
     if (!pods->WaitForSync(std::chrono::seconds(30))) {
       log.Warn("pods not listed within 30 s; serving anyway, lookups refresh on demand");
