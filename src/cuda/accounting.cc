@@ -68,6 +68,16 @@ Charge ChargeBytes(int device, uint64_t bytes) {
   return Charge::kNotLimited;
 }
 
+Charge ChargeBytesAfterSync(int device, uint64_t bytes) {
+  Charge c = ChargeBytes(device, bytes);
+  if (c != Charge::kOverLimit) {
+    return c;
+  }
+  SyncPools(device);
+  SyncGraphMemory(device);
+  return ChargeBytes(device, bytes);
+}
+
 void ForceChargeBytes(int device, uint64_t bytes) {
   ShimState& s = State();
   if (bytes == 0 || !s.config.MemoryLimited(device)) {

@@ -30,6 +30,12 @@ bool CurrentSlot(int* slot);
 // the process's slot on first use. A process that cannot get a slot (all
 // kMaxSlots held by live processes) is refused with an error log.
 Charge ChargeBytes(int device, uint64_t bytes);
+// ChargeBytes, and when refused at the cap, once more after bringing the
+// device's pool and graph-pool charges to what the driver holds now: a pool
+// releases what it kept at a synchronisation the shim does not see, and an
+// allocation of another kind must not be refused for it. The hooks' path;
+// never with pool_mu held (SyncPools takes it).
+Charge ChargeBytesAfterSync(int device, uint64_t bytes);
 void UnchargeBytes(int device, uint64_t bytes);
 // Who frees an allocation besides its own free. The driver frees the
 // memory a context owns when the context is destroyed (cuCtxDestroy):
@@ -196,7 +202,7 @@ void SyncGraphMemory(int device);
 template <typename Call, typename Key>
 CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Owner owner, Call call,
                        Key key) {
-  Charge c = ChargeBytes(device, bytes);
+  Charge c = ChargeBytesAfterSync(device, bytes);
   if (c == Charge::kOverLimit) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -76,7 +76,7 @@ CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned
     return rc;
   }
   uint64_t bytes = RoundToGranularity(size);
-  Charge c = ChargeBytes(dev, bytes);
+  Charge c = ChargeBytesAfterSync(dev, bytes);
   if (c == Charge::kOverLimit) {
     if (auto close_fn = Real<cuIpcCloseMemHandleFn>(kHookIpcCloseMemHandle, 0)) {
       close_fn(*dptr);

@@ -76,7 +76,7 @@ CUresult HookMemAllocPitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_
   }
   // The pitch is chosen by the driver, so the size is known only now.
   uint64_t bytes = RoundToGranularity(static_cast<uint64_t>(*pitch) * height);
-  Charge c = ChargeBytes(dev, bytes);
+  Charge c = ChargeBytesAfterSync(dev, bytes);
   if (c == Charge::kOverLimit) {
     if (auto free_fn = Real<cuMemFreeFn>(kHookMemFree, 0)) {
       free_fn(*dptr);

@@ -44,7 +44,7 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     return real(handle, size, prop, flags);  // Host and NUMA locations never count.
   }
   uint64_t bytes = RoundToGranularity(size);
-  Charge c = ChargeBytes(dev, bytes);
+  Charge c = ChargeBytesAfterSync(dev, bytes);
   if (c == Charge::kOverLimit) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

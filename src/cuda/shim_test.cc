@@ -427,6 +427,21 @@ TEST(ShimTest, MemoryAPoolKeepsStaysChargedForTheContainerUntilTrimmed) {
   lowering.CloseStdin();
   EXPECT_EQ(lowering.Wait(10000).exit_code, 0);
 
+  // Nor does that release stand in the way of the next allocation of
+  // another kind: refused at the cap, the charge is tried again on the pool
+  // re-read.
+  ChildProcess allocating;
+  ASSERT_TRUE(allocating.Start(
+      {ProbePath(), "direct", "poolhold", std::to_string(512 * kMiB), "max"}, env));
+  held = ParseKeyValues(allocating.ReadLine(30000));
+  ASSERT_EQ(U(held, "free"), 512 * kMiB);
+  ASSERT_TRUE(allocating.Write("lower_alloc " + std::to_string(600 * kMiB) + "\n"));
+  auto after = ParseKeyValues(allocating.ReadLine(30000));
+  EXPECT_EQ(U(after, "set_rc"), 0u);
+  EXPECT_EQ(U(after, "alloc_rc"), 0u) << "512 released + 600 fits under 1024";
+  allocating.CloseStdin();
+  EXPECT_EQ(allocating.Wait(10000).exit_code, 0);
+
   // With the default threshold (0) the pool gives freed memory back.
   kv = MustRun({"direct", "poolhold", std::to_string(512 * kMiB), "0"}, shared);
   EXPECT_EQ(U(kv, "reserved"), 0u);

@@ -39,7 +39,8 @@
 //   poolhold <bytes> <thr>   device 0's current pool with release threshold
 //                            <thr> ("max" = UINT64_MAX): allocate and free
 //                            <bytes> async, print; on each stdin line "trim"
-//                            trim the pool, on "lower" set the threshold to 0
+//                            trim the pool, on "lower" set the threshold to 0,
+//                            on "lower_alloc <bytes>" set it to 0 and cuMemAlloc
 //                            (not hooked), and print again; exit at EOF
 //   poolover <first> <next>  (threshold max) hold <first>, try <next> too
 //   poolwhere host|dev1|newtype <bytes> [<fillers>]  from device 0, <bytes>
@@ -1241,6 +1242,18 @@ int PoolHold(const Api& a, uint64_t bytes, const char* threshold) {
     if (std::string(line) == "trim\n") {
       CUresult trim_rc = a.pool_trim(pool, 0);
       std::printf("trim_rc=%d reserved=%llu free=%zu\n", trim_rc, Reserved(pool), FreeBytes(a));
+      std::fflush(stdout);
+    } else if (std::strncmp(line, "lower_alloc ", 12) == 0) {
+      // The release happens unseen, and the next thing is an allocation
+      // of another kind (no memory query between).
+      cuuint64_t zero = 0;
+      CUresult set_rc = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero);
+      CUdeviceptr q = 0;
+      CUresult alloc_rc = a.alloc(&q, std::strtoull(line + 12, nullptr, 10));
+      if (alloc_rc == CUDA_SUCCESS) {
+        a.free(q);
+      }
+      std::printf("set_rc=%d alloc_rc=%d\n", set_rc, alloc_rc);
       std::fflush(stdout);
     } else if (std::string(line) == "lower\n") {
       cuuint64_t zero = 0;
