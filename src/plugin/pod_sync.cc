@@ -279,6 +279,9 @@ void PodSync::Apply(const nlohmann::json& pod) {
     } else {
       applied_.erase(ref.uid);
     }
+    if (!ref.uid.empty()) {
+      applied_seq_[ref.uid] = ++apply_seq_;
+    }
   }
   if (e.ok()) {
     return;
@@ -355,6 +358,7 @@ void PodSync::Forget(const nlohmann::json& pod) {
     NoteName(pod, ref, /*gone=*/true);
     store_->Remove(ref.uid);
     applied_.erase(ref.uid);
+    applied_seq_.erase(ref.uid);
     if (!ref.uid.empty()) {
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(forgotten_, [&](const auto& kv) { return now - kv.second > kForgottenFor; });
@@ -411,21 +415,33 @@ void PodSync::NoteListForm(bool metadata_only) {
   }
 }
 
-void PodSync::RetainPending(const std::set<std::string>& pending) {
+void PodSync::RetainPending(std::set<std::string> pending, uint64_t since) {
   std::lock_guard<std::mutex> lock(apply_mu_);
+  // Pods the watch applied after the list began (bound since): the list
+  // could not show them, and dropping them would lose a pod kubelet may be
+  // admitting now.
+  for (const auto& [uid, seq] : applied_seq_) {
+    if (seq > since) pending.insert(uid);
+  }
   store_->RetainPending(pending);
   // The store may have dropped what it held for these pods (their
   // unassigned requests at least), so their versions no longer describe it.
   std::erase_if(applied_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
+  std::erase_if(applied_seq_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
 }
 
-void PodSync::ApplyPending(const std::vector<nlohmann::json>& pods) {
+uint64_t PodSync::ApplySeq() {
+  std::lock_guard<std::mutex> lock(apply_mu_);
+  return apply_seq_;
+}
+
+void PodSync::ApplyPending(const std::vector<nlohmann::json>& pods, uint64_t since) {
   std::set<std::string> pending;
   for (const json& pod : pods) {
     pending.insert(RefOf(pod).uid);
     Apply(pod);
   }
-  RetainPending(pending);
+  RetainPending(std::move(pending), since);
 }
 
 Status PodSync::Refresh() {
@@ -451,6 +467,7 @@ Status PodSync::Refresh() {
     }
     return r;
   };
+  const uint64_t since = ApplySeq();  // before the list: see RetainPending
   StatusOr<kube::ListResult> pods = list(true);
   if (!pods.ok()) {
     return pods.status();
@@ -459,7 +476,7 @@ Status PodSync::Refresh() {
   if (!pods->metadata_only) {
     // A server that cannot transform lists (an aggregated apiserver or a
     // proxy in the way) answered whole pods: use them as they are.
-    ApplyPending(pods->items);
+    ApplyPending(pods->items, since);
     return Status::Ok();
   }
   // The listed pods, and those of them the store does not hold at the listed
@@ -488,7 +505,7 @@ Status PodSync::Refresh() {
     if (!full.ok()) {
       return full.status();
     }
-    ApplyPending(full->items);
+    ApplyPending(full->items, since);
     return Status::Ok();
   }
   for (const PodRef& ref : stale) {
@@ -507,7 +524,7 @@ Status PodSync::Refresh() {
     }
     Apply(*pod);
   }
-  RetainPending(pending);
+  RetainPending(std::move(pending), since);
   return Status::Ok();
 }
 

@@ -149,9 +149,11 @@ class PodSync {
 
  private:
   // Refresh from full pod objects: applies them all, then prunes.
-  void ApplyPending(const std::vector<nlohmann::json>& pods);
-  // Drops what the store (and applied_) holds for pods not in `pending`.
-  void RetainPending(const std::set<std::string>& pending);
+  void ApplyPending(const std::vector<nlohmann::json>& pods, uint64_t since);
+  // Drops what the store (and applied_) holds for pods not in `pending` and
+  // not applied after ApplySeq() was `since` (taken before the list).
+  void RetainPending(std::set<std::string> pending, uint64_t since);
+  uint64_t ApplySeq();
   // Logs (once, and again whenever it changes) which form the apiserver
   // answers metadata-only pod lists in: operators (and the e2e demo) can
   // tell which refresh runs.
@@ -186,6 +188,10 @@ class PodSync {
   // Lock order: apply_mu_, then mu_.
   std::mutex apply_mu_;
   std::map<std::string, std::string> applied_;  // guarded by apply_mu_
+  // uid -> the count of Apply calls when the pod was last applied (kept as
+  // long as the pod is); guarded by apply_mu_.
+  uint64_t apply_seq_ = 0;
+  std::map<std::string, uint64_t> applied_seq_;
   // uid -> when it was forgotten, for kForgottenFor; guarded by apply_mu_.
   std::map<std::string, std::chrono::steady_clock::time_point> forgotten_;
   std::atomic<int> list_form_{-1};  // -1 not seen yet, 0 whole pods, 1 metadata only

@@ -807,6 +807,81 @@ TEST_F(KubeSideTest, RefreshReadsInFullOnlyThePodsTheStoreDoesNotHold) {
   EXPECT_EQ(store.PendingContainers(), 0u);
 }
 
+// Forwards to a KubeClient; `after_list` runs once a List has answered.
+class ListHookClient final : public kube::KubeClient {
+ public:
+  explicit ListHookClient(kube::KubeClient& inner) : inner_(inner) {}
+  std::function<void()> after_list;
+
+  StatusOr<kube::ListResult> List(const kube::Resource& r, const std::string& ns,
+                                  const kube::ListOptions& o) override {
+    StatusOr<kube::ListResult> got = inner_.List(r, ns, o);
+    if (std::function<void()> hook = after_list) hook();
+    return got;
+  }
+  Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
+               const std::function<void(kube::WatchEvent&)>& on_event,
+               std::stop_token stop) override {
+    return inner_.Watch(r, ns, o, on_event, stop);
+  }
+  StatusOr<json> Get(const kube::Resource& r, const std::string& ns,
+                     const std::string& name) override {
+    return inner_.Get(r, ns, name);
+  }
+  StatusOr<json> Create(const kube::Resource& r, const std::string& ns, const json& object,
+                        const std::string& name, const std::string& subresource) override {
+    return inner_.Create(r, ns, object, name, subresource);
+  }
+  StatusOr<json> Update(const kube::Resource& r, const std::string& ns, const std::string& name,
+                        const json& object) override {
+    return inner_.Update(r, ns, name, object);
+  }
+  StatusOr<json> Patch(const kube::Resource& r, const std::string& ns, const std::string& name,
+                       kube::PatchType type, const json& patch,
+                       const std::string& subresource) override {
+    return inner_.Patch(r, ns, name, type, patch, subresource);
+  }
+  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name) override {
+    return inner_.Delete(r, ns, name);
+  }
+
+ private:
+  kube::KubeClient& inner_;
+};
+
+// A pod bound after a refresh's list began reaches the store on the watch
+// while the refresh is still reading: the list cannot show it, and the
+// refresh must not drop it (kubelet may be admitting it right then).
+TEST_F(KubeSideTest, ARefreshKeepsPodsTheWatchAppliedAfterItsList) {
+  api_.Put(kPods, PodJson("listed", "node-a",
+                          {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-a")}}));
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  ListHookClient hooked(*client_);
+  PodSync sync(&hooked, "node-a", &store, &reporter, Logger());
+  const json late =
+      PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}});
+  for (const bool whole : {false, true}) {
+    SCOPED_TRACE(whole ? "whole pods" : "metadata list");
+    api_.ServeFullListsOnly(whole);
+    hooked.after_list = [&] {
+      hooked.after_list = nullptr;
+      sync.Apply(late);  // the watch, while the refresh goes on
+    };
+    ASSERT_TRUE(sync.Refresh().ok());
+    for (const char* name : {"listed", "late"}) {
+      auto m = store.Match("nvidia.com/gpu",
+                           {api::SlotId(name == std::string("late") ? "GPU-b" : "GPU-a", 1)});
+      ASSERT_TRUE(m.ok()) << name << ": " << m.status().ToString();
+      EXPECT_EQ(m->pod.name, name);
+    }
+    // The next refresh, whose list does not show it either, may drop it:
+    // it was applied before that list began.
+    ASSERT_TRUE(sync.Refresh().ok());
+    EXPECT_EQ(store.PendingContainers(), 1u);
+  }
+}
+
 // More changed pods than PodSync::kMaxFetches: one list of whole pods
 // instead of their reads, with the same result.
 TEST_F(KubeSideTest, RefreshRelistsWholePodsWhenManyChanged) {
