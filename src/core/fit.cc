@@ -336,12 +336,55 @@ bool SameDevicesAllowed(const DeviceRequest& a, const DeviceRequest& b) {
          a.partition == b.partition && a.numa_bind == b.numa_bind;
 }
 
+// Splits `devs` among the containers `reqs` so that each one's part is a
+// legal set of its own: largest parts first, depth first over the subsets of
+// what is left, at most kMaxSplitChecks legality checks. `parts[i]` gets
+// reqs[i]->count devices.
+constexpr int kMaxSplitChecks = 20000;
+
+bool SplitLegally(const NodeInventory& inv, const std::vector<const DeviceRequest*>& reqs,
+                  const std::vector<size_t>& order, size_t k, std::vector<int32_t>& left,
+                  std::vector<std::vector<int32_t>>* parts, int* checks) {
+  if (k == order.size()) return true;
+  const DeviceRequest& r = *reqs[order[k]];
+  const size_t n = left.size(), want = static_cast<size_t>(r.count);
+  if (want > n) return false;
+  std::vector<size_t> pick(want);
+  for (size_t i = 0; i < want; ++i) pick[i] = i;
+  while (true) {
+    std::vector<int32_t> part;
+    for (size_t i : pick) part.push_back(left[i]);
+    if (++*checks > kMaxSplitChecks) return false;
+    if (internal::IsLegalSet(inv, part, SetQuery{r.count, r.numa_bind, false})) {
+      std::vector<int32_t> rest;
+      for (size_t i = 0, p = 0; i < n; ++i) {
+        if (p < want && pick[p] == i) {
+          ++p;
+        } else {
+          rest.push_back(left[i]);
+        }
+      }
+      std::swap(left, rest);
+      (*parts)[order[k]] = part;
+      if (SplitLegally(inv, reqs, order, k + 1, left, parts, checks)) return true;
+      std::swap(left, rest);
+    }
+    // The next combination of `want` out of `n`, in lexicographic order.
+    size_t i = want;
+    while (i > 0 && pick[i - 1] == n - want + i - 1) --i;
+    if (i == 0) return false;
+    ++pick[i - 1];
+    for (size_t j = i; j < want; ++j) pick[j] = pick[j - 1] + 1;
+  }
+}
+
 // Plans `members` (PodSetMembers, at least two) as one request of their
-// total count on `base`, and hands the set out in container order, lowest
-// devices first, so that each container's part is a legal set of its own as
-// well. Fails when the members allow different devices or the parts break a
-// rule of their own (a Box16 pod of 8 + 2 chips: 10 chips are mirrored pairs,
-// 5 in each ring, so the 8 cannot stay in one ring).
+// total count on `base`, and hands the set out so that each container's part
+// is a legal set of its own as well: in container order, lowest devices
+// first, else by SplitLegally. Fails when the members allow different
+// devices or no split keeps every part legal (a Box16 pod of 8 + 2 chips: 10
+// chips are mirrored pairs, 5 in each ring, so the 8 cannot stay in one
+// ring).
 ContainerOutcome PlanPodSet(const PodRequest& pod, const std::vector<size_t>& members,
                             const NodeInventory& inv, const NodeUsage& base, const Policy* policy,
                             std::vector<ContainerPlacement>* planned) {
@@ -361,21 +404,40 @@ ContainerOutcome PlanPodSet(const PodRequest& pod, const std::vector<size_t>& me
   std::vector<Grant> grants = o.placement.grants;
   std::sort(grants.begin(), grants.end(),
             [](const Grant& a, const Grant& b) { return a.device < b.device; });
+  std::vector<const DeviceRequest*> reqs;
+  std::vector<std::vector<int32_t>> parts(members.size());
+  bool legal = true;
   size_t next = 0;
-  for (size_t m : members) {
-    const DeviceRequest& r = pod.containers[m];
-    ContainerPlacement cp{r.container, r.kind, {}};
-    std::vector<int32_t> devs;
-    for (int32_t k = 0; k < r.count; ++k, ++next) {
-      cp.grants.push_back(grants[next]);
-      devs.push_back(grants[next].device);
-    }
-    if (!internal::IsLegalSet(inv, devs, SetQuery{r.count, r.numa_bind, false})) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    const DeviceRequest& r = pod.containers[members[i]];
+    reqs.push_back(&r);
+    for (int32_t k = 0; k < r.count; ++k, ++next) parts[i].push_back(grants[next].device);
+    legal = legal && internal::IsLegalSet(inv, parts[i], SetQuery{r.count, r.numa_bind, false});
+  }
+  if (!legal) {
+    // Lowest first broke a rule (a pair across two modules): another split
+    // of the same devices may keep every part legal.
+    std::vector<size_t> order(members.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return reqs[a]->count > reqs[b]->count; });
+    std::vector<int32_t> left;
+    for (const Grant& g : grants) left.push_back(g.device);
+    int checks = 0;
+    if (!SplitLegally(inv, reqs, order, 0, left, &parts, &checks)) {
       o = ContainerOutcome{};
       Fail(&o, FitCode::kUnschedulable, {Reason::kNoTopologyGroup, merged.count, 0});
       return o;
     }
-    (*planned)[m] = std::move(cp);
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    const DeviceRequest& r = *reqs[i];
+    ContainerPlacement cp{r.container, r.kind, {}};
+    for (int32_t d : parts[i]) {
+      cp.grants.push_back(*std::find_if(grants.begin(), grants.end(),
+                                        [d](const Grant& g) { return g.device == d; }));
+    }
+    (*planned)[members[i]] = std::move(cp);
   }
   return o;
 }
@@ -403,7 +465,9 @@ int64_t EffectiveMemory(const DeviceRequest& r, const Device& d, const SliceRule
   if (s.memory_step_mib > 1) mem = (mem + s.memory_step_mib - 1) / s.memory_step_mib * s.memory_step_mib;
   if (!s.memory_sizes.empty()) {
     const auto it = std::lower_bound(s.memory_sizes.begin(), s.memory_sizes.end(), mem);
-    mem = it == s.memory_sizes.end() ? d.memory_mib : *it;
+    // Past the largest size: the whole device, or more than it has (then
+    // the device does not fit, below).
+    mem = it == s.memory_sizes.end() ? std::max(mem, d.memory_mib) : *it;
   }
   return mem;
 }

@@ -113,6 +113,18 @@ TEST(FitShare, MemoryLargerThanAnyDeviceIsUnresolvable) {
   EXPECT_NE(DescribeReason(r.reasons[0]).find("200000"), std::string::npos);
 }
 
+// Past the largest vNPU template and past the chip itself: refused, not
+// served as the whole chip (a mixed cluster's webhook check goes by its
+// largest device, so such a pod reaches smaller chips' nodes).
+TEST(FitShare, AShareLargerThanTheChipIsNotRoundedDownToIt) {
+  const NodeInventory inv = MakeNode("ascend-910b-x16");
+  ASSERT_LT(inv.devices[0].memory_mib, 40000);
+  const FitResult r = Fit(Pod({Share(Vendor::kAscend, 1, 40000, 0)}), inv, NodeUsage::Empty(inv));
+  EXPECT_EQ(r.code, FitCode::kUnresolvable);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0].reason, Reason::kMemoryTooLarge);
+}
+
 TEST(FitShare, MemoryTooLargeNamesTheMemoryAfterRounding) {
   // 100% of a 49000 MiB card rounds up to 49152 in 512 MiB steps: more
   // than the card; the reason gives the rounded memory, not 0.
@@ -153,11 +165,13 @@ const SliceCase kSlices[] = {
     {"kunlun_whole", "3: vXPU above half -> whole card", "kunlunxin-p800-x8", 60000, 98304, 1000},
     {"mthreads_512_steps", "5: sgpu-memory in 512 MiB units", "mthreads-s4000-x8", 1000, 1024, -1},
     {"mthreads_exact_step", "5: sgpu-memory in 512 MiB units", "mthreads-s4000-x8", 2048, 2048, -1},
-    {"ascend_910b_template_16g", "2.3: vNPU rounds up to the smallest template",
-     "ascend-910b-x8", 9000, 16384, -1},
+    {"ascend_910b_template_16g", "2.3: vNPU rounds up to the smallest template", "ascend-910b-x8",
+     9000, 16384, -1},
     {"ascend_910b_template_32g", "2.3: vNPU 910B3 vir10_3c_32g", "ascend-910b-x8", 20000, 32768,
      -1},
     {"ascend_910a_vir04", "2.3: 910A vir04 4369 MiB", "ascend-910a-x8", 3000, 4369, -1},
+    {"ascend_910b_past_the_chip", "2.3: no template holds more than the chip (refused in Fit)",
+     "ascend-910b-x16", 40000, 40000, -1},
     {"cambricon_256_steps", "7: vmemory in 256 MiB units", "cambricon-mlu370-x8", 300, 512, -1},
 };
 
