@@ -81,6 +81,26 @@ std::map<core::Vendor, Limits> ClusterLimits(const Cache& cache) {
 }
 
 Status CheckAgainstCluster(const PodInfo& pod, const std::map<core::Vendor, Limits>& limits) {
+  // Whole devices of the containers that run together (regular and sidecar:
+  // each holds its own) add up on one node; init containers run one at a
+  // time and are checked alone below.
+  std::map<core::Vendor, int64_t> together;
+  for (const core::DeviceRequest& r : pod.request.containers) {
+    if (r.kind != core::ContainerKind::kInit && !r.Fractional() && r.partition.empty()) {
+      together[r.vendor] += r.count;
+    }
+  }
+  for (const auto& [v, n] : together) {
+    auto it = limits.find(v);
+    if (it != limits.end() && n > it->second.devices) {
+      const std::string vendor(core::VendorName(v));
+      return InvalidArgumentError("the pod's containers together ask for " + std::to_string(n) +
+                                  " whole " + vendor + " devices but the largest node has " +
+                                  std::to_string(it->second.devices) + "; ask for at most " +
+                                  std::to_string(it->second.devices) +
+                                  " per pod and run more pods for a larger job");
+    }
+  }
   for (const core::DeviceRequest& r : pod.request.containers) {
     auto it = limits.find(r.vendor);
     if (it == limits.end()) {

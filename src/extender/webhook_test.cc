@@ -47,6 +47,25 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
       {"more devices than any node", PodWithLimits({{"nvidia.com/gpu", "9"}}), false, "",
        "largest node has 8"},
       {"fractional count", PodWithLimits({{"nvidia.com/gpu", "1.5"}}), false, "", "1.5"},
+      {"more whole devices than any node, over two containers",
+       [] {
+         nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "5"}});
+         pod["spec"]["containers"].push_back(
+             {{"name", "side"}, {"resources", {{"limits", {{"nvidia.com/gpu", "5"}}}}}});
+         return pod;
+       }(),
+       false, "", "together ask for 10 whole nvidia devices but the largest node has 8"},
+      {"two containers sharing devices fit where their counts add past the node",
+       [] {
+         nlohmann::json pod = PodWithLimits(
+             {{"nvidia.com/gpu", "5"}, {"nvidia.com/gpumem", "1024"}}, "default-scheduler");
+         pod["spec"]["containers"].push_back(
+             {{"name", "side"},
+              {"resources",
+               {{"limits", {{"nvidia.com/gpu", "5"}, {"nvidia.com/gpumem", "1024"}}}}}});
+         return pod;
+       }(),
+       true, R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])", ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
