@@ -163,6 +163,34 @@ StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<Nvml
   return links;
 }
 
+void BridgedPairs(const std::vector<int32_t>& links, core::NodeInventory* inv) {
+  const size_t n = inv->devices.size();
+  if (links.size() != n * n) return;
+  // A pair's score is at most 60 without NVLink, 100 more per NVLink.
+  constexpr int32_t kNvlinked = 100;
+  std::vector<int32_t> peer(n, -1), peers(n, 0);
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      if (a != b && links[a * n + b] >= kNvlinked) {
+        ++peers[a];
+        peer[a] = static_cast<int32_t>(b);
+      }
+    }
+  }
+  inv->topology.modules.clear();
+  for (core::Device& d : inv->devices) d.module = -1;
+  for (size_t a = 0; a < n; ++a) {
+    const int32_t b = peer[a];
+    if (peers[a] == 1 && b > static_cast<int32_t>(a) && peers[static_cast<size_t>(b)] == 1 &&
+        peer[static_cast<size_t>(b)] == static_cast<int32_t>(a)) {
+      const auto m = static_cast<int32_t>(inv->topology.modules.size());
+      inv->topology.modules.push_back({static_cast<int32_t>(a), b});
+      inv->devices[a].module = m;
+      inv->devices[static_cast<size_t>(b)].module = m;
+    }
+  }
+}
+
 std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
   std::string domain;
   for (size_t i = 0; i < gpus; ++i) {
@@ -356,6 +384,15 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
       (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
       any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
+  if (st.ok()) {
+    // The profile's halves and pairs go by index; NVML says where each GPU
+    // sits: the groups follow its NUMA nodes, and on PCIe boards the pairs
+    // kept together are those its NVLinks bridge.
+    core::ApplyNumaDefault(&inv);
+    if (!all_switched) {
+      BridgedPairs(*links, &inv);
+    }
+  }
   if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups",

@@ -94,6 +94,11 @@ std::map<std::string, int32_t> ParseMigMinors(const std::string& text);
 // Link score of a pair from its PCIe level and NVLink count (see above).
 int32_t NvidiaLinkScore(P2PLevel level, int32_t nvlinks);
 
+// Sets `inv`'s modules to the NVLink-bridged pairs of the measured link
+// scores (n x n, NvidiaLinkScore): two GPUs that are each other's only NVLink
+// peer. A GPU in no pair is in no module.
+void BridgedPairs(const std::vector<int32_t>& links, core::NodeInventory* inv);
+
 class NvidiaDriver : public VendorDriver {
  public:
   NvidiaDriver(NvmlLibraryPtr nvml, NvidiaOptions options);

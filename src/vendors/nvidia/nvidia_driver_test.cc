@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -10,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "core/fit.h"
 #include "vendors/dl_library.h"
 #include "vendors/nvidia/xid.h"
 #include "vendors/test_util.h"
@@ -196,6 +198,55 @@ TEST(NvidiaDriverTest, BridgedPcieCardsScoreTheirPartner) {
   const core::NodeInventory& inv = (*invs)[0];
   EXPECT_EQ(inv.LinkScore(0, 1), 20 + 100);
   EXPECT_EQ(inv.LinkScore(0, 2), 20);
+}
+
+// The profile's halves and pairs go by index; what NVML measures wins: a
+// PCIe board whose NVLink bridges join GPUs 0-2, 1-3, 4-6 and 5-7, with
+// GPUs alternating between two NUMA nodes, keeps those pairs together and
+// prefers one NUMA node, and a request for two GPUs takes a bridged pair.
+TEST(NvidiaDriverTest, GroupsAndBridgedPairsFollowWhatNvmlMeasured) {
+  auto lib = std::make_unique<FakeNvml>();
+  const int partner[] = {2, 3, 0, 1, 6, 7, 4, 5};
+  for (int i = 0; i < 8; ++i) {
+    lib->devices[i].numa = i % 2;
+    lib->links[i] = {lib->devices[partner[i]].pci_bus};
+  }
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.topology.kind, "nvidia-pcie-8");
+  EXPECT_EQ(inv.topology.modules,
+            (std::vector<std::vector<int32_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(inv.devices[5].module, 3);
+  EXPECT_EQ(inv.topology.groups, (std::vector<std::vector<int32_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  core::NodeUsage usage = core::NodeUsage::Empty(inv);
+  core::DeviceRequest two;
+  two.container = "main";
+  two.vendor = core::Vendor::kNvidia;
+  two.count = 2;
+  core::PodRequest pod;
+  pod.containers = {two};
+  core::FitResult r = core::Fit(pod, inv, usage);
+  ASSERT_EQ(r.code, core::FitCode::kFits);
+  std::vector<int32_t> got;
+  for (const core::Grant& g : r.placement.containers[0].grants) got.push_back(g.device);
+  std::sort(got.begin(), got.end());
+  EXPECT_TRUE(got == (std::vector<int32_t>{0, 2}) || got == (std::vector<int32_t>{1, 3}) ||
+              got == (std::vector<int32_t>{4, 6}) || got == (std::vector<int32_t>{5, 7}))
+      << got[0] << "," << got[1];
+
+  // On an HGX board (every pair through the NVSwitches) only the groups
+  // change: no pairs.
+  auto hgx = std::make_unique<FakeNvml>();
+  for (int i = 0; i < 8; ++i) hgx->devices[i].numa = i % 2;
+  NvidiaDriver h(std::move(hgx), Options());
+  auto hinv = h.Discover();
+  ASSERT_TRUE(hinv.ok()) << hinv.status().ToString();
+  EXPECT_EQ((*hinv)[0].topology.kind, "nvidia-hgx-8");
+  EXPECT_TRUE((*hinv)[0].topology.modules.empty());
+  EXPECT_EQ((*hinv)[0].topology.groups,
+            (std::vector<std::vector<int32_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
 }
 
 // Profile names from an instance's memory (close to what NVIDIA's MIG user
