@@ -475,8 +475,12 @@ int64_t EffectiveMemory(const DeviceRequest& r, const Device& d, const SliceRule
 int32_t EffectiveCompute(const DeviceRequest& r, const Device& d, const SliceRule& s) {
   if (!r.Fractional()) return kComputeWhole;
   if (s.compute_follows_memory && d.memory_mib > 0) {
+    // Rounded down: still at least the compute asked for (the memory was
+    // made large enough for it, above), and a chip's templates add up to no
+    // more than the whole chip (15 x 2184 MiB of a 32768 MiB 910A, each
+    // 66.6 thousandths: rounded up, the 15th would not fit).
     const int64_t mem = EffectiveMemory(r, d, s);
-    const int64_t c = (mem * kComputeWhole + d.memory_mib - 1) / d.memory_mib;
+    const int64_t c = mem * kComputeWhole / d.memory_mib;
     return static_cast<int32_t>(std::min<int64_t>(c, kComputeWhole));
   }
   return r.compute;

@@ -258,6 +258,23 @@ TEST(FitShare, AscendTemplatesFillAChipBeforeTheNext) {
   EXPECT_EQ(two.code, FitCode::kUnresolvable);
 }
 
+// The smallest 910A template (vir02, 2184 MiB, 2 of 30 cores) fifteen times
+// fills a 32768 MiB chip: its compute, rounded down, adds up to no more than
+// the chip (rounded up, 15 x 67 thousandths, the 15th was refused).
+TEST(FitShare, FifteenOfTheSmallest910ATemplatesFillOneChip) {
+  NodeInventory inv = MakeNode("ascend-910a-x8");
+  for (Device& d : inv.devices) d.max_shares = 15;
+  NodeUsage usage = testing::Busy(inv, {1, 2, 3, 4, 5, 6, 7});
+  for (int i = 0; i < 15; ++i) {
+    SCOPED_TRACE(i);
+    const Placement p = PlaceOrDie(Pod({Share(Vendor::kAscend, 1, 2000, 0)}), inv, &usage);
+    EXPECT_EQ(p.containers[0].grants[0].device, 0);
+    EXPECT_EQ(p.containers[0].grants[0].memory_mib, 2184);
+    EXPECT_GE(p.containers[0].grants[0].compute * 32768, 2184 * 1000 - 32768);
+  }
+  EXPECT_NE(Fit(Pod({Share(Vendor::kAscend, 1, 2000, 0)}), inv, usage).code, FitCode::kFits);
+}
+
 // A share of a one-slot chip holds all of it. Where chips with share slots
 // (Ascend vNPU) sit beside one-slot chips, every policy puts the share on a
 // chip with slots to spare, on the node and across nodes.
