@@ -13,6 +13,7 @@
 
 #include "extender/test_util.h"
 #include "kube/fake_api_test.h"
+#include "kube/hooked_client.h"
 #include "kube/objects.h"
 
 namespace accelpool::extender {
@@ -35,53 +36,7 @@ class ManualClock {
   std::atomic<int64_t> ns_{std::chrono::nanoseconds(std::chrono::hours(1)).count()};
 };
 
-// Forwards to a KubeClient; a hook runs before each Get and each Update (to
-// move the clock, or to hold the request as a hung apiserver would).
-class HookedClient final : public kube::KubeClient {
- public:
-  explicit HookedClient(kube::KubeClient& inner) : inner_(inner) {}
-  std::function<void()> before_get, before_update, after_get;
-
-  StatusOr<kube::ListResult> List(const kube::Resource& r, const std::string& ns,
-                                  const kube::ListOptions& o) override {
-    return inner_.List(r, ns, o);
-  }
-  Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
-               const std::function<void(kube::WatchEvent&)>& on_event,
-               std::stop_token stop) override {
-    return inner_.Watch(r, ns, o, on_event, stop);
-  }
-  StatusOr<nlohmann::json> Get(const kube::Resource& r, const std::string& ns,
-                               const std::string& name) override {
-    if (std::function<void()> hook = before_get) hook();
-    StatusOr<nlohmann::json> got = inner_.Get(r, ns, name);
-    if (std::function<void()> hook = after_get) hook();
-    return got;
-  }
-  StatusOr<nlohmann::json> Create(const kube::Resource& r, const std::string& ns,
-                                  const nlohmann::json& object, const std::string& name,
-                                  const std::string& subresource) override {
-    return inner_.Create(r, ns, object, name, subresource);
-  }
-  StatusOr<nlohmann::json> Update(const kube::Resource& r, const std::string& ns,
-                                  const std::string& name, const nlohmann::json& object) override {
-    // A hook may clear itself: run a copy, not the std::function it resets.
-    if (std::function<void()> hook = before_update) hook();
-    return inner_.Update(r, ns, name, object);
-  }
-  StatusOr<nlohmann::json> Patch(const kube::Resource& r, const std::string& ns,
-                                 const std::string& name, kube::PatchType type,
-                                 const nlohmann::json& patch,
-                                 const std::string& subresource) override {
-    return inner_.Patch(r, ns, name, type, patch, subresource);
-  }
-  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name) override {
-    return inner_.Delete(r, ns, name);
-  }
-
- private:
-  kube::KubeClient& inner_;
-};
+using kube::testing::HookedClient;
 
 // Holds the calls that pass it until opened; says when one is held.
 class Gate {

@@ -14,6 +14,7 @@
 #include "core/profiles.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
+#include "kube/hooked_client.h"
 #include "plugin/foreign_memory.h"
 #include "plugin/health_events.h"
 #include "plugin/kube_reporter.h"
@@ -807,48 +808,6 @@ TEST_F(KubeSideTest, RefreshReadsInFullOnlyThePodsTheStoreDoesNotHold) {
   EXPECT_EQ(store.PendingContainers(), 0u);
 }
 
-// Forwards to a KubeClient; `after_list` runs once a List has answered.
-class ListHookClient final : public kube::KubeClient {
- public:
-  explicit ListHookClient(kube::KubeClient& inner) : inner_(inner) {}
-  std::function<void()> after_list;
-
-  StatusOr<kube::ListResult> List(const kube::Resource& r, const std::string& ns,
-                                  const kube::ListOptions& o) override {
-    StatusOr<kube::ListResult> got = inner_.List(r, ns, o);
-    if (std::function<void()> hook = after_list) hook();
-    return got;
-  }
-  Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
-               const std::function<void(kube::WatchEvent&)>& on_event,
-               std::stop_token stop) override {
-    return inner_.Watch(r, ns, o, on_event, stop);
-  }
-  StatusOr<json> Get(const kube::Resource& r, const std::string& ns,
-                     const std::string& name) override {
-    return inner_.Get(r, ns, name);
-  }
-  StatusOr<json> Create(const kube::Resource& r, const std::string& ns, const json& object,
-                        const std::string& name, const std::string& subresource) override {
-    return inner_.Create(r, ns, object, name, subresource);
-  }
-  StatusOr<json> Update(const kube::Resource& r, const std::string& ns, const std::string& name,
-                        const json& object) override {
-    return inner_.Update(r, ns, name, object);
-  }
-  StatusOr<json> Patch(const kube::Resource& r, const std::string& ns, const std::string& name,
-                       kube::PatchType type, const json& patch,
-                       const std::string& subresource) override {
-    return inner_.Patch(r, ns, name, type, patch, subresource);
-  }
-  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name) override {
-    return inner_.Delete(r, ns, name);
-  }
-
- private:
-  kube::KubeClient& inner_;
-};
-
 // A pod bound after a refresh's list began reaches the store on the watch
 // while the refresh is still reading: the list cannot show it, and the
 // refresh must not drop it (kubelet may be admitting it right then).
@@ -857,7 +816,7 @@ TEST_F(KubeSideTest, ARefreshKeepsPodsTheWatchAppliedAfterItsList) {
                           {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-a")}}));
   AssignmentStore store;
   testing::RecordingReporter reporter;
-  ListHookClient hooked(*client_);
+  kube::testing::HookedClient hooked(*client_);
   PodSync sync(&hooked, "node-a", &store, &reporter, Logger());
   const json late =
       PodJson("late", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}});
