@@ -47,6 +47,15 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
       {"more devices than any node", PodWithLimits({{"nvidia.com/gpu", "9"}}), false, "",
        "largest node has 8"},
       {"fractional count", PodWithLimits({{"nvidia.com/gpu", "1.5"}}), false, "", "1.5"},
+      {"a count of zero is no accelerator pod, whatever else it sets",
+       [] {
+         nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "0"}});
+         pod["spec"]["nodeName"] = "n1";
+         pod["spec"]["containers"][0]["env"] = {
+             {{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}}};
+         return pod;
+       }(),
+       true, "", ""},
       {"more whole devices than any node, over two containers",
        [] {
          nlohmann::json pod = PodWithLimits({{"nvidia.com/gpu", "5"}});
