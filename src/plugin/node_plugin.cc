@@ -212,9 +212,12 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
   auto result = [this](const char* r) {
     if (metrics_ != nullptr) metrics_->DeviceChecked(r);
   };
+  bool any_failed = false;
+  SnapshotPtr served = state_.Get();
   for (size_t i = 0; i < drivers_.size(); ++i) {
     if (found.failed[i] && !served_keys_[i].empty()) {
-      // A driver that fails now says nothing about its devices: keep them.
+      // A driver that fails now says nothing about its devices: keep them,
+      // as served, and judge the other backends' devices on their own.
       // Said once per reason: a library that keeps failing is one warning.
       if (found.reasons != last_check_failure_) {
         log_.Warn(
@@ -223,15 +226,23 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
             {{"backend", std::string(drivers_[i]->Name())}, {"reason", found.reasons}});
         last_check_failure_ = found.reasons;
       }
-      candidate_keys_.clear();
-      result("failed");
-      return;
+      any_failed = true;
+      for (size_t k = 0; k < served->inventories.size(); ++k) {
+        if (served->drivers[k] == drivers_[i].get()) {
+          found.inventories.push_back(served->inventories[k]);
+          found.owners.push_back(drivers_[i].get());
+          found.devices += served->inventories[k].devices.size();
+        }
+      }
+      found.keys[i] = served_keys_[i];
     }
   }
-  last_check_failure_.clear();
+  if (!any_failed) {
+    last_check_failure_.clear();
+  }
   if (found.keys == served_keys_) {
     candidate_keys_.clear();
-    result("unchanged");
+    result(any_failed ? "failed" : "unchanged");
     return;
   }
   if (found.devices == 0) {

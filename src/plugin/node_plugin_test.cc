@@ -658,5 +658,32 @@ TEST(NodePluginDeviceCheckTest, CheckNowServesAtOnceAndKeepsTheOtherBackendsHeal
   EXPECT_EQ(snap->by_id.size(), 4u + 16u);
 }
 
+// One backend that starts failing keeps what it serves, and does not hold
+// back the others: a new MIG layout on the GPUs is served while the NPUs'
+// library fails, and the NPUs stay served, with the health they had.
+TEST(NodePluginDeviceCheckTest, AFailingBackendDoesNotHoldBackTheOthersChanges) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
+  testing::WriteFile(dir.File("npu.json"), R"({"version":1,"inventories":[
+      {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})");
+  AssignmentStore store;
+  std::vector<vendors::VendorDriverPtr> drivers = FakeDrivers(dir);
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("npu.json"), "n"}));
+  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  const std::string npu = p.state().Get()->inventories[1].devices[0].id;
+  ASSERT_TRUE(p.state().SetHealth(npu, false));
+
+  testing::WriteFile(dir.File("npu.json"), "{not json");
+  testing::WriteFile(dir.File("inv.json"), MigLayout(true));
+  p.CheckDevicesNow();
+  ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).contains("MIG-p"); }));
+  SnapshotPtr snap = p.state().Get();
+  EXPECT_EQ(snap->by_id.size(), 4u + 16u);
+  ASSERT_NE(snap->Find(npu), nullptr);
+  EXPECT_FALSE(snap->Find(npu)->healthy);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin
