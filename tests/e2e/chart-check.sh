@@ -77,6 +77,15 @@ imex_channel_flag() { # none by default; devicePlugin.imexChannel passes one to 
     ! render --set devicePlugin.imexChannel=2048 >/dev/null 2>&1
 }
 check "no --imex-channel by default; devicePlugin.imexChannel passes one to the NVIDIA plugin, 2048 is refused" imex_channel_flag
+flag_values() { # what the binaries would refuse at start is refused at install
+  render --set extender.workloadRefresh=1m30s | grep -q -- '- --workload-refresh=1m30s$' &&
+    ! render --set extender.workloadRefresh=500ms >/dev/null 2>&1 &&
+    ! render --set extender.workloadRefresh=0s >/dev/null 2>&1 &&
+    ! render --set extender.kubeApiQps=2.5 >/dev/null 2>&1 &&
+    ! render --set extender.eventQps=0 >/dev/null 2>&1 &&
+    ! render --set assignmentSigning.rotation.settle=1.5m >/dev/null 2>&1
+}
+check "durations and rates the extender and key rotation cannot read are refused at install" flag_values
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
   bash -c "grep -q 'urlPrefix: http://127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q 'enableHTTPS: false' '${TMP}/default.yaml' && grep -q -- '--scheduler-listen=127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q -- '--pick-in-filter$' '${TMP}/default.yaml'"
 follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the replica count
@@ -796,6 +805,11 @@ check "RBAC grants each part what it uses and no more (25 cases)" rbac_table
 "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
   --show-only templates/annotation-guard.yaml > "${TMP}/guard.yaml"
 check "the annotation guard policy applies" "${K}" apply -f "${TMP}/guard.yaml"
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --set annotationGuard.exemptUsers=null --set annotationGuard.exemptGroups=null \
+  --show-only templates/annotation-guard.yaml > "${TMP}/guard-null.yaml"
+check "the annotation guard with null exempt lists compiles in the apiserver" \
+  "${K}" apply --dry-run=server -f "${TMP}/guard-null.yaml"
 "${K}" -n default create role tenant-pods --resource=pods \
   --verb=get,list,watch,create,update,patch,delete >/dev/null
 "${K}" -n default create rolebinding tenant-pods --role=tenant-pods --user=tenant >/dev/null
