@@ -86,6 +86,12 @@ flag_values() { # what the binaries would refuse at start is refused at install
     ! render --set assignmentSigning.rotation.settle=1.5m >/dev/null 2>&1
 }
 check "durations and rates the extender and key rotation cannot read are refused at install" flag_values
+plugin_priority() { # system-node-critical by default on every plugin DaemonSet; "" sets none
+  [ "$(grep -c '^      priorityClassName: system-node-critical$' "${TMP}/default.yaml")" -ge 2 ] &&
+    ! render --set devicePlugin.priorityClassName= | grep -q 'system-node-critical' &&
+    render --set devicePlugin.priorityClassName=gpu-critical | grep -q '^      priorityClassName: gpu-critical$'
+}
+check "device plugins run at system-node-critical unless devicePlugin.priorityClassName says otherwise" plugin_priority
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
   bash -c "grep -q 'urlPrefix: http://127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q 'enableHTTPS: false' '${TMP}/default.yaml' && grep -q -- '--scheduler-listen=127.0.0.1:8889$' '${TMP}/default.yaml' && grep -q -- '--pick-in-filter$' '${TMP}/default.yaml'"
 follows_scheduler() { # the extender follows kube-scheduler's Lease whatever the replica count
