@@ -217,8 +217,21 @@ void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole) {
 void AddPods(RotationState& s, const std::vector<json>& pods) {
   const Ptr sig_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-signature");
   for (const json& pod : pods) {
-    const std::string kid = api::SignatureKeyId(kube::StringAt(pod, sig_ptr));
+    const std::string signature = kube::StringAt(pod, sig_ptr);
+    const std::string kid = api::SignatureKeyId(signature);
     if (kid.empty() || kid == s.keys.signing || !api::AwaitsAdmission(pod)) continue;
+    // Only a signature a node would accept holds the old key: one the
+    // extender made at a bind (the pod is bound, and it verifies). Anyone
+    // who may annotate a pod could otherwise keep a retired key alive by
+    // naming it on a pod that never leaves Pending.
+    const std::string node = kube::StringAt(pod, Ptr("/spec/nodeName"));
+    const std::string uid = kube::StringAt(pod, Ptr("/metadata/uid"));
+    const Ptr assignment_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment");
+    if (node.empty() ||
+        !api::VerifyAssignment(s.keys, uid, node, kube::StringAt(pod, assignment_ptr), signature)
+             .ok()) {
+      continue;
+    }
     s.pods_with_old_keys.push_back(kube::StringAt(pod, Ptr("/metadata/namespace")) + "/" +
                                    kube::StringAt(pod, Ptr("/metadata/name")) + " (key " + kid +
                                    ", node " + kube::StringAt(pod, Ptr("/spec/nodeName")) + ")");

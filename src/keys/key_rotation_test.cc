@@ -45,14 +45,29 @@ json NodeJson(const std::string& name, const json& keys, bool ready = true, bool
        {{"conditions", json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
-json PodJson(const std::string& name, const std::string& signature, bool admitted = false) {
+constexpr const char* kAssignmentText = R"({"version":1,"node":"node-a","containers":[]})";
+
+// A pod bound to node-a whose assignment is signed as the extender signs it,
+// with key `kid` (bytes `key`); `signature` given instead is used as it is.
+json PodJson(const std::string& name, const std::string& kid, const std::string& key,
+             bool admitted = false, const std::string& signature = "") {
+  const std::string uid = "uid-" + name;
+  std::string sig = signature;
+  if (sig.empty()) {
+    api::SigningKeys keys{kid, {{kid, key}}};
+    StatusOr<std::string> signed_text = api::SignAssignment(keys, uid, "node-a", kAssignmentText);
+    EXPECT_TRUE(signed_text.ok()) << signed_text.status().ToString();
+    sig = signed_text.ok() ? *signed_text : "";
+  }
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata",
                {{"name", name},
                 {"namespace", "ml"},
-                {"uid", "uid-" + name},
-                {"annotations", {{"accelpool.io/assignment-signature", signature}}}}},
+                {"uid", uid},
+                {"annotations",
+                 {{"accelpool.io/assignment", kAssignmentText},
+                  {"accelpool.io/assignment-signature", sig}}}}},
               {"spec", {{"nodeName", "node-a"}}},
               {"status", {{"phase", "Pending"}}}};
   if (admitted) pod["status"]["containerStatuses"] = json::array({{{"name", "main"}}});
@@ -155,9 +170,8 @@ TEST_F(KeyRotationTest, RotatesOnlyAsFastAsTheClusterAllows) {
   api_.Put(kNodes, NodeJson("node-down", "k1", /*ready=*/false));
   api_.Put(kNodes, NodeJson("node-old", nullptr));  // a plugin that reports no keys
   api_.Put(kNodes, NodeJson("cpu-node", nullptr, true, /*inventory=*/false));
-  const std::string sig1 = "v1.k1.AAAA";
-  api_.Put(kPods, PodJson("waiting", sig1));
-  api_.Put(kPods, PodJson("running", sig1, /*admitted=*/true));
+  api_.Put(kPods, PodJson("waiting", "k1", kKey1));
+  api_.Put(kPods, PodJson("running", "k1", kKey1, /*admitted=*/true));
 
   std::vector<std::string> violations;
   std::string switched_when;
@@ -172,7 +186,7 @@ TEST_F(KeyRotationTest, RotatesOnlyAsFastAsTheClusterAllows) {
     }
     // The waiting pod is admitted well after the settling time.
     if (!switched_when.empty() && now_ - *ParseTime(switched_when) > seconds(200)) {
-      api_.Put(kPods, PodJson("waiting", sig1, /*admitted=*/true));
+      api_.Put(kPods, PodJson("waiting", "k1", kKey1, /*admitted=*/true));
     }
   };
   KeyRotation rotation = Rotation();
@@ -266,13 +280,22 @@ TEST_F(KeyRotationTest, ANodeWithoutTheNewKeyStopsTheRotationAtStepOne) {
 TEST_F(KeyRotationTest, APodStuckBeforeAdmissionStopsTheRotationAtStepTwo) {
   api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
   api_.Put(kSecrets, SecretJson({{"signing", "k1"}, {"k1", kKey1}, {"k2", kKey1 + "-2"}}));
-  api_.Put(kPods, PodJson("stuck", "v1.k1.AAAA"));
-  api_.Put(kPods, PodJson("fresh", "v1.k2.AAAA"));  // signed with the new key: no reason to wait
+  api_.Put(kPods, PodJson("stuck", "k1", kKey1));
+  api_.Put(kPods, PodJson("fresh", "k2", kKey1 + "-2"));  // the new key: no reason to wait
+  // Naming the old key is not enough: a signature no node would accept (made
+  // up by someone who may annotate pods), or one on a pod never bound, holds
+  // nothing.
+  api_.Put(kPods, PodJson("forged", "k1", kKey1, false, "v1.k1.AAAA"));
+  json unbound = PodJson("unbound", "k1", kKey1);
+  unbound["spec"].erase("nodeName");
+  api_.Put(kPods, unbound);
   KeyRotation rotation = Rotation();
   Status st = rotation.Rotate();
   ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
   EXPECT_NE(st.message().find("ml/stuck (key k1, node node-a)"), std::string::npos) << st.message();
   EXPECT_EQ(st.message().find("fresh"), std::string::npos);
+  EXPECT_EQ(st.message().find("forged"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("unbound"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("stays at step 2"), std::string::npos);
   EXPECT_EQ(Files().at("signing"), "k2");
   EXPECT_EQ(Files().count("k1"), 1u);

@@ -78,16 +78,25 @@ int FuzzKeyState(const uint8_t* data, size_t size) {
   }
   if (!whole) Check(s->not_ready.empty());
   for (const std::string& node : s->NodesWithout(s->newest)) Check(s->node_keys.count(node) == 1);
-  // Pods: exactly those awaiting admission whose signature names another key
-  // (counted here from the objects themselves), sorted.
+  // Pods: exactly those awaiting admission, bound, whose signature names
+  // another key and verifies (counted here from the objects themselves),
+  // sorted.
   Check(std::is_sorted(s->pods_with_old_keys.begin(), s->pods_with_old_keys.end()));
   size_t old_keys = 0;
-  const json::json_pointer sig_ptr("/metadata/annotations/accelpool.io~1assignment-signature");
+  auto text = [](const json& pod, const char* ptr) {
+    const json::json_pointer p(ptr);
+    return pod.contains(p) && pod.at(p).is_string() ? pod.at(p).get<std::string>() : std::string();
+  };
   for (const json& pod : Items(doc, "pods")) {
-    const json* sig = pod.contains(sig_ptr) ? &pod.at(sig_ptr) : nullptr;
-    const std::string kid =
-        sig != nullptr && sig->is_string() ? api::SignatureKeyId(sig->get<std::string>()) : "";
-    if (!kid.empty() && kid != s->keys.signing && api::AwaitsAdmission(pod)) ++old_keys;
+    const std::string sig = text(pod, "/metadata/annotations/accelpool.io~1assignment-signature");
+    const std::string kid = api::SignatureKeyId(sig);
+    const std::string node = text(pod, "/spec/nodeName");
+    if (!kid.empty() && kid != s->keys.signing && api::AwaitsAdmission(pod) && !node.empty() &&
+        api::VerifyAssignment(s->keys, text(pod, "/metadata/uid"), node,
+                              text(pod, "/metadata/annotations/accelpool.io~1assignment"), sig)
+            .ok()) {
+      ++old_keys;
+    }
   }
   Check(s->pods_with_old_keys.size() == old_keys);
   return 1;
