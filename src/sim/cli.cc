@@ -64,6 +64,11 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       (default on, as shipped; off: devices only)
     --idle-node-penalty P  kube mode: the extender's penalty for breaking an
                       idle node with a smaller pod (default: the extender's, 0)
+    --cpu-pods policy|default-scheduler
+                      kube and stock modes: who places a pod that asks for no GPU
+                      (default policy, as the trace protocol assumes;
+                      default-scheduler: kube-scheduler's default scores, as the
+                      shipped chart leaves such pods to the default scheduler)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON
@@ -203,6 +208,13 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> pen = ParseInt(a, v, 0, 100);
       if (!pen.ok()) return pen.status();
       o.penalties.idle_node = static_cast<int32_t>(*pen);
+    } else if (a == "--cpu-pods") {
+      ACCELPOOL_RETURN_IF_ERROR(value(&v));
+      if (v != "default-scheduler" && v != "policy") {
+        return InvalidArgumentError("--cpu-pods must be default-scheduler or policy, got \"" + v +
+                                    "\"");
+      }
+      o.cpu_pods_by_policy = v == "policy";
     } else if (a == "--jobs") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       StatusOr<int64_t> j = ParseInt(a, v, 1, 256);

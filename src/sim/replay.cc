@@ -1,6 +1,7 @@
 #include "sim/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/node_order.h"
@@ -150,11 +151,53 @@ void NodePicker::Learn(const PodShape& shape) {
   ++workload_rebuilds_;
 }
 
+size_t NodePicker::PickByDefaultScheduler(const std::vector<SimNode>& nodes,
+                                          const PodShape& shape) {
+  // kube-scheduler's scores, 0-100 each, integers as it computes them: the
+  // free share of each resource after the pod, averaged (LeastAllocated),
+  // and 100 x (1 - the spread of the two requested fractions)
+  // (BalancedAllocation), both at weight 1.
+  constexpr int64_t kMax = 100;
+  int64_t best_key = -1;
+  size_t best = nodes.size();
+  uint64_t ties = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const SimNode& n = nodes[i];
+    if (!Fits(n, shape)) continue;
+    int64_t least = 0;
+    double fraction[2] = {0, 0};
+    const int64_t cap[2] = {n.cpu_cap, n.mem_cap};
+    const int64_t requested[2] = {n.cpu_cap - n.cpu_free + shape.cpu,
+                                  n.mem_cap - n.mem_free + shape.mem};
+    for (int r = 0; r < 2; ++r) {
+      if (cap[r] <= 0) continue;
+      least += std::max<int64_t>(0, cap[r] - requested[r]) * kMax / cap[r];
+      fraction[r] = std::min(1.0, static_cast<double>(requested[r]) / static_cast<double>(cap[r]));
+    }
+    least /= 2;
+    const double spread = std::abs(fraction[0] - fraction[1]) / 2;
+    const auto balanced = static_cast<int64_t>((1 - spread) * kMax);
+    const int64_t key = least + balanced;
+    if (key > best_key) {
+      best_key = key;
+      best = i;
+      ties = 1;
+    } else if (key == best_key && Uniform(++ties, &tie_state_) == 0) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t* mask) {
   const size_t n_nodes = nodes.size();
   const size_t n_shapes = c_.shapes.size();
   const PodShape& shape = c_.shapes[sid];
   if (opt_.extender.workload == ExtenderWorkload::kLearned && policy_.ExtenderView()) Learn(shape);
+  if (shape.num_gpu == 0 && opt_.mode != TieMode::kPaper && !opt_.cpu_pods_by_policy) {
+    *mask = 0;
+    return PickByDefaultScheduler(nodes, shape);
+  }
   int64_t best_key = -1;
   size_t best = n_nodes;
   uint32_t best_mask = 0;

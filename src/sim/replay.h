@@ -69,6 +69,14 @@ struct ReplayOptions {
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kKube: the extender's keep-whole penalties
   ExtenderInputs extender;        // accelpool-extender, fgd-extender
+  // kKube, kStock: who places a pod that asks for no GPU. True (the trace
+  // protocol's assumption, and the published tables'): the policy, as every
+  // pod. False: the cluster's default scheduler, as the shipped chart does
+  // it (kube-scheduler calls the extender only for pods naming a managed
+  // resource, and the webhook routes only those to accelpool's scheduler):
+  // NodeResourcesFit LeastAllocated plus NodeResourcesBalancedAllocation on
+  // CPU and memory, ties at random.
+  bool cpu_pods_by_policy = true;
 };
 
 struct StepPoint {
@@ -117,6 +125,9 @@ class NodePicker {
   std::mt19937_64 rng_;
   FragCache frag_;
   FragCache memory_frag_;
+  // A pod asking for no GPU, placed by kube-scheduler's default scores
+  // (ReplayOptions::cpu_pods_by_policy).
+  size_t PickByDefaultScheduler(const std::vector<SimNode>& nodes, const PodShape& shape);
   // Learns arrivals (ExtenderWorkload::kLearned) and rebuilds extender_tasks_
   // from it every opt_.extender.refresh arrivals.
   void Learn(const PodShape& shape);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 #include <string>
@@ -233,6 +234,7 @@ TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
     opt.mode = TieMode::kKube;
     opt.seed = 7;
     opt.penalties = tc.penalties;
+    opt.cpu_pods_by_policy = true;  // every pod through the extender's rule
     NodePicker picker(c, **p, opt);
     FragCache frag(&c.tasks);
     FragCache memory_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
@@ -271,6 +273,53 @@ TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
     }
     EXPECT_GT(checked, 100);
     EXPECT_GT(penalised, 0);  // the penalty was in play
+  }
+}
+
+// In a cluster a pod that asks for no GPU never reaches the extender: the
+// kube and stock modes place it by kube-scheduler's default scores
+// (LeastAllocated + BalancedAllocation on CPU and memory), whatever the
+// policy; the paper's mode keeps the policy for every pod.
+TEST(ReplayTest, PodsAskingForNoGpuArePlacedByTheDefaultScheduler) {
+  const Slice& s = TestSlice();
+  const Cluster& c = s.cluster;
+  const std::vector<int32_t> order = ArrivalOrder(s.pods, c, 42, 1.3);
+  auto default_score = [](const SimNode& n, const PodShape& p) {
+    const double cpu = static_cast<double>(n.cpu_cap - n.cpu_free + p.cpu) / n.cpu_cap;
+    const double mem = static_cast<double>(n.mem_cap - n.mem_free + p.mem) / n.mem_cap;
+    const int64_t least =
+        ((n.cpu_free - p.cpu) * 100 / n.cpu_cap + (n.mem_free - p.mem) * 100 / n.mem_cap) / 2;
+    return least +
+           static_cast<int64_t>((1 - std::abs(std::min(1.0, cpu) - std::min(1.0, mem)) / 2) * 100);
+  };
+  for (const TieMode mode : {TieMode::kKube, TieMode::kStock}) {
+    StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy("accelpool");
+    ASSERT_TRUE(p.ok());
+    ReplayOptions opt;
+    opt.mode = mode;
+    opt.seed = 7;
+    opt.cpu_pods_by_policy = false;
+    NodePicker picker(c, **p, opt);
+    std::vector<SimNode> nodes = c.nodes;
+    int cpu_only = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t sid = static_cast<size_t>(c.pod_shape[static_cast<size_t>(order[k])]);
+      const PodShape& shape = c.shapes[sid];
+      uint32_t mask = 0;
+      const size_t got = picker.Pick(nodes, sid, &mask);
+      if (got == nodes.size()) continue;
+      if (shape.num_gpu == 0) {
+        ++cpu_only;
+        EXPECT_EQ(mask, 0u);
+        int64_t best = -1;
+        for (const SimNode& n : nodes) {
+          if (Fits(n, shape)) best = std::max(best, default_score(n, shape));
+        }
+        EXPECT_EQ(default_score(nodes[got], shape), best) << "pod " << k;
+      }
+      Place(&nodes[got], shape, mask);
+    }
+    EXPECT_GT(cpu_only, 10);
   }
 }
 
