@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "core/frag.h"
 #include "core/reasons.h"
+#include "core/usage.h"
 #include "core/workload.h"
 #include "ctl/node_filters.h"
 #include "extender/convert.h"
@@ -400,22 +401,68 @@ Report PodsReport(const ClusterView& view, const std::string& ns) {
       std::set<int32_t> devices, whole;
       int64_t memory = 0, compute = 0;
       const std::vector<core::Device>* devs = inv != nullptr ? &inv->inventory->devices : nullptr;
+      auto device_memory = [&](int32_t d, int64_t fallback) {
+        return devs != nullptr && d >= 0 && static_cast<size_t>(d) < devs->size()
+                   ? (*devs)[static_cast<size_t>(d)].memory_mib
+                   : fallback;
+      };
+      bool in_range = devs != nullptr;
       for (const core::ContainerPlacement& c : part.placement.containers) {
         for (const core::Grant& g : c.grants) {
           devices.insert(g.device);
-          // Init containers run before the others, on devices the pod
-          // holds anyway: their grants are not added.
-          if (c.kind == core::ContainerKind::kInit) continue;
-          if (g.exclusive) {
-            if (!whole.insert(g.device).second) continue;
-            memory +=
-                devs != nullptr && g.device >= 0 && static_cast<size_t>(g.device) < devs->size()
-                    ? (*devs)[static_cast<size_t>(g.device)].memory_mib
-                    : g.memory_mib;
+          in_range = in_range && g.device >= 0 && static_cast<size_t>(g.device) < devs->size();
+        }
+      }
+      if (in_range) {
+        // What the node counts: on each device the most the pod holds at
+        // any moment, its init containers' phases included (core::Footprint).
+        const std::vector<core::DeviceUsage> fp = core::Footprint(part.placement, *inv->inventory);
+        for (size_t d = 0; d < fp.size(); ++d) {
+          if (fp[d].exclusive) {
+            whole.insert(static_cast<int32_t>(d));
+            memory += device_memory(static_cast<int32_t>(d), fp[d].memory_mib);
             compute += core::kComputeWhole;
           } else {
-            memory += g.memory_mib;
-            compute += g.compute;
+            memory += fp[d].memory_mib;
+            compute += fp[d].compute;
+          }
+        }
+      } else {
+        // Listed from the assignment alone: per device, the larger of the
+        // steady state and each init container's grant.
+        struct Held {
+          int64_t memory = 0;
+          int64_t compute = 0;
+          bool whole = false;
+        };
+        std::map<int32_t, Held> steady, init;
+        for (const core::ContainerPlacement& c : part.placement.containers) {
+          for (const core::Grant& g : c.grants) {
+            const Held now{g.memory_mib, g.exclusive ? core::kComputeWhole : g.compute,
+                           g.exclusive};
+            if (c.kind == core::ContainerKind::kInit) {
+              Held& h = init[g.device];
+              h.memory = std::max(h.memory, now.memory);
+              h.compute = std::max(h.compute, now.compute);
+              h.whole = h.whole || now.whole;
+            } else {
+              Held& h = steady[g.device];
+              h.memory += now.memory;
+              h.compute += now.compute;
+              h.whole = h.whole || now.whole;
+            }
+          }
+        }
+        for (int32_t d : devices) {
+          const Held s = steady.count(d) ? steady[d] : Held{};
+          const Held i = init.count(d) ? init[d] : Held{};
+          if (s.whole || i.whole) {
+            whole.insert(d);
+            memory += std::max(s.memory, i.memory);
+            compute += core::kComputeWhole;
+          } else {
+            memory += std::max(s.memory, i.memory);
+            compute += std::max(s.compute, i.compute);
           }
         }
       }

@@ -289,6 +289,34 @@ TEST_F(ClusterViewTest, PodsReportSumsWhatEachPodHolds) {
   EXPECT_NE(PodsReport(*view_, "ml").text.find("in namespace ml"), std::string::npos);
 }
 
+// An init container's devices count as the node counts them: the most the
+// pod holds on each device at any moment (an init container alone on a card
+// holds it whole; a larger init share wins over the main container's).
+TEST(ClusterViewPodsTest, InitContainersCountAsTheNodeCountsThem) {
+  auto with_init = [](const std::string& name, const json& init, const json& main) {
+    json pod = Pod(name, main);
+    pod["spec"]["initContainers"] = {{{"name", "prep"}, {"resources", {{"limits", init}}}}};
+    return pod;
+  };
+  Binder binder({"node-a"});
+  json whole = binder.Bind(with_init("whole", {{"nvidia.com/gpu", "1"}}, json::object()), "node-a");
+  json larger =
+      binder.Bind(with_init("larger", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}},
+                            {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}}),
+                  "node-a");
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({Node("node-a")}, {whole, larger});
+  Report r = PodsReport(*view, "");
+  ASSERT_EQ(r.json["pods"].size(), 2u) << r.json.dump(2);
+  const json& l = r.json["pods"][0];
+  EXPECT_EQ(l["pod"], "ml/larger");
+  EXPECT_GE(l["vendors"][0]["memory_mib"].get<int64_t>(), 8000) << l.dump();
+  const json& w = r.json["pods"][1];
+  EXPECT_EQ(w["pod"], "ml/whole");
+  EXPECT_EQ(w["vendors"][0]["whole"], 1) << w.dump();
+  EXPECT_EQ(w["vendors"][0]["compute"], 1000);
+  EXPECT_EQ(w["vendors"][0]["memory_mib"], extender::testing::GpuNode("x").devices[0].memory_mib);
+}
+
 TEST_F(ClusterViewTest, ExplainSaysWhereAPendingPodFitsAndWhyNot) {
   // 7 cards: node-b has 7 healthy (one unhealthy), node-a has 5 free.
   StatusOr<Report> r = ExplainReport(*view_, Pod("big", {{"nvidia.com/gpu", "7"}}), "accelpool");
