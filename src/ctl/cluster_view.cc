@@ -632,6 +632,15 @@ StatusOr<Report> ExplainReport(ClusterView& view, const json& pod, const std::st
     r.json["node"] = node;
     std::optional<extender::PodAssignment> a = view.cache().Assignment(info->ref.uid);
     r.text += "  bound to " + node + "\n";
+    const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
+    if (phase == "Succeeded" || phase == "Failed") {
+      // Finished: its devices went back when it ended (the view counts only
+      // pods that run).
+      r.json["phase"] = phase;
+      r.json["assignment"] = nullptr;
+      r.text += "  finished (" + phase + "): its devices were released when it ended\n";
+      return r;
+    }
     if (!a.has_value()) {
       r.json["assignment"] = nullptr;
       r.text +=

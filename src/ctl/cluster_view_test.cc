@@ -289,6 +289,20 @@ TEST_F(ClusterViewTest, PodsReportSumsWhatEachPodHolds) {
   EXPECT_NE(PodsReport(*view_, "ml").text.find("in namespace ml"), std::string::npos);
 }
 
+// A finished pod holds nothing: explain says so, not that it was bound
+// without the extender.
+TEST(ClusterViewExplainTest, AFinishedPodIsSaidToHaveReleasedItsDevices) {
+  json done = Bound(Pod("done", {{"nvidia.com/gpu", "2"}}), "node-a");
+  done["status"]["phase"] = "Succeeded";
+  std::unique_ptr<ClusterView> view = ClusterView::FromObjects({Node("node-a")}, {done});
+  StatusOr<Report> r = ExplainReport(*view, done, "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->text.find("finished (Succeeded): its devices were released"), std::string::npos)
+      << r->text;
+  EXPECT_EQ(r->text.find("bound without the extender"), std::string::npos) << r->text;
+  EXPECT_EQ(r->json["phase"], "Succeeded");
+}
+
 // An init container's devices count as the node counts them: the most the
 // pod holds on each device at any moment (an init container alone on a card
 // holds it whole; a larger init share wins over the main container's).
