@@ -9,19 +9,38 @@
 namespace accelpool::sim {
 namespace {
 
-std::vector<std::string_view> SplitCsvLine(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
+// Splits one CSV line. A field may be quoted ("V100M16|V100M32", as
+// spreadsheet and Python exports write it, commas inside kept): the quotes
+// are taken off. False when a quote is left open or a field holds an escaped
+// quote (""), which the trace's columns never need.
+bool SplitCsvLine(std::string_view line, std::vector<std::string_view>* out) {
+  out->clear();
+  size_t i = 0;
   while (true) {
-    size_t comma = line.find(',', start);
-    if (comma == std::string_view::npos) {
-      out.push_back(line.substr(start));
-      break;
+    size_t start = i;
+    while (start < line.size() && (line[start] == ' ' || line[start] == '\t')) ++start;
+    if (start < line.size() && line[start] == '"') {
+      const size_t close = line.find('"', start + 1);
+      if (close == std::string_view::npos) return false;
+      size_t after = close + 1;
+      while (after < line.size() &&
+             (line[after] == ' ' || line[after] == '\t' || line[after] == '\r')) {
+        ++after;
+      }
+      if (after < line.size() && line[after] != ',') return false;  // "a""b", "a"b
+      out->push_back(line.substr(start + 1, close - start - 1));
+      if (after >= line.size()) return true;
+      i = after + 1;
+      continue;
     }
-    out.push_back(line.substr(start, comma - start));
-    start = comma + 1;
+    const size_t comma = line.find(',', i);
+    const std::string_view cell =
+        line.substr(i, comma == std::string_view::npos ? std::string_view::npos : comma - i);
+    if (cell.find('"') != std::string_view::npos) return false;
+    out->push_back(cell);
+    if (comma == std::string_view::npos) return true;
+    i = comma + 1;
   }
-  return out;
 }
 
 std::string_view Trim(std::string_view s) {
@@ -59,11 +78,19 @@ class Table {
                               const std::vector<std::string>& required) {
     Table t;
     t.source_ = std::string(source);
+    // A byte-order mark (spreadsheet "CSV UTF-8" exports) is not part of the
+    // first column's name.
+    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
     t.lines_ = Lines(text);
     if (t.lines_.empty()) {
       return InvalidArgumentError(t.source_ + ": the file is empty; expected a CSV header row");
     }
-    std::vector<std::string_view> header = SplitCsvLine(t.lines_[0].text);
+    std::vector<std::string_view> header;
+    if (!SplitCsvLine(t.lines_[0].text, &header)) {
+      return InvalidArgumentError(t.source_ + ":" + std::to_string(t.lines_[0].number) +
+                                  ": a quote is left open or escaped (\"\"); write the header "
+                                  "without quotes inside fields");
+    }
     for (size_t i = 0; i < header.size(); ++i) t.column_[std::string(Trim(header[i]))] = i;
     for (const std::string& r : required) {
       if (!t.column_.count(r)) {
@@ -81,7 +108,11 @@ class Table {
 
   Status Row(size_t r, std::vector<std::string_view>* cells) const {
     const Line& line = lines_[r + 1];
-    *cells = SplitCsvLine(line.text);
+    if (!SplitCsvLine(line.text, cells)) {
+      return Error(r,
+                   "a quote is left open or escaped (\"\"); quote a field whole, without "
+                   "quotes inside it");
+    }
     if (cells->size() != width_) {
       return Error(r, "has " + std::to_string(cells->size()) + " fields, the header has " +
                           std::to_string(width_) + "; fix the line or the header");

@@ -45,6 +45,37 @@ TEST(ParsePodCsvTest, ReadsFullAndShortSchemas) {
   EXPECT_EQ(PodGpuMilli((*s)[0]), 8000);
 }
 
+// Exports quote fields (Python's csv.QUOTE_NONNUMERIC, spreadsheets) and
+// start with a byte-order mark: the quotes come off, commas inside them stay,
+// the mark is no part of the first column's name. A quote left open or
+// escaped inside a field is refused with the line.
+TEST(ParsePodCsvTest, QuotedFieldsAndAByteOrderMarkAreRead) {
+  StatusOr<std::vector<TracePod>> p = ParsePodCsv(
+      "\xEF\xBB\xBF\"name\",\"cpu_milli\",memory_mib,num_gpu,gpu_milli,gpu_spec\r\n"
+      "\"p0\",6000,12288,1,460,\"V100M16|V100M32\"\r\n"
+      "p1,1000,1024,0,0,\"\"\n",
+      "pods.csv");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].name, "p0");
+  EXPECT_EQ((*p)[0].gpu_models, (std::vector<std::string>{"V100M16", "V100M32"}));
+  EXPECT_TRUE((*p)[1].gpu_models.empty());
+  StatusOr<std::vector<TraceNode>> n =
+      ParseNodeCsv("\xEF\xBB\xBFsn,gpu,cpu_milli,memory_mib,model\nnode-a,4,96000,393216,V100M16\n",
+                   "nodes.csv");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ((*n)[0].name, "node-a");
+  for (const char* bad : {"p0,6000,12288,1,460,\"V100M16\n", "p0,6000,12288,1,460,\"a\"\"b\"\n",
+                          "p0,6000,12288,1,460,a\"b\n"}) {
+    SCOPED_TRACE(bad);
+    StatusOr<std::vector<TracePod>> q = ParsePodCsv(
+        std::string("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n") + bad, "pods.csv");
+    ASSERT_FALSE(q.ok());
+    EXPECT_NE(q.status().message().find("pods.csv:2: a quote"), std::string::npos)
+        << q.status().message();
+  }
+}
+
 TEST(ParsePodCsvTest, MalformedLinesNameFileLineAndProblem) {
   const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
   struct Case {
