@@ -30,7 +30,10 @@ bool Eventually(F f) {
 }
 
 class KubeAdaptersTest : public kube::testing::FakeApiTest {
- protected:
+ public:
+  kube::FakeApiServer& api() { return api_; }
+  kube::KubeClient& client() { return *client_; }
+
   nlohmann::json Node(const std::string& name) {
     api::InventoryDocument doc;
     doc.generation = 3;
@@ -50,6 +53,27 @@ class KubeAdaptersTest : public kube::testing::FakeApiTest {
               {"containers",
                {{{"name", "main"}, {"resources", {{"limits", {{"nvidia.com/gpu", "2"}}}}}}}}}}};
   }
+};
+
+// An extender binding through the fake apiserver, with node-a in its cache
+// and pod ns/p (uid-p) stored there.
+struct BindRig {
+  explicit BindRig(KubeAdaptersTest& t) {
+    t.api().Put("/api/v1/namespaces/ns/pods", t.Pod("p", "uid-p"));
+    testing::AddGpuNode(cache, "node-a");
+    writer = std::make_unique<KubePodWriter>(t.client(), cache);
+    auto made =
+        Extender::Create(cache, ExtenderOptions{}, writer.get(), nullptr, nullptr, Logger());
+    if (made.ok()) ext = std::move(made).value();
+  }
+  PodInfo Pod(int32_t gpus) const {
+    PodInfo pod = testing::MakePod("uid-p", {Gpu(gpus)});
+    pod.ref.name = "p";
+    return pod;
+  }
+  Cache cache;
+  std::unique_ptr<KubePodWriter> writer;
+  std::unique_ptr<Extender> ext;
 };
 
 // kube-scheduler retries a pod on the Node update that takes a card out of
@@ -432,14 +456,12 @@ TEST_F(KubeAdaptersTest, ABindOfAPodBoundMeanwhileWithOtherDevicesIsNotASuccess)
 }
 
 TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) {
-  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
-  Cache cache;
-  testing::AddGpuNode(cache, "node-a");
-  KubePodWriter writer(*client_, cache);
-  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
-  ASSERT_TRUE(ext.ok());
-  PodInfo pod = testing::MakePod("uid-p", {Gpu(1)});
-  pod.ref.name = "p";
+  BindRig rig(*this);
+  ASSERT_NE(rig.ext, nullptr);
+  Cache& cache = rig.cache;
+  KubePodWriter& writer = *rig.writer;
+  const std::unique_ptr<Extender>* ext = &rig.ext;
+  PodInfo pod = rig.Pod(1);
   // A 503 on the Binding, and the pod reads back unbound: not written, so
   // the devices go back.
   api_.FailNext(1, 503);
@@ -474,14 +496,12 @@ TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) 
 // its retry filters onto that node (planned without its own devices) and
 // finishes the bind there. A pod the read back finds gone (404) holds nothing.
 TEST_F(KubeAdaptersTest, ATimedOutBindingKeepsItsDevicesForThePodsRetryAndAGonePodFreesThem) {
-  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
-  Cache cache;
-  testing::AddGpuNode(cache, "node-a");
-  KubePodWriter writer(*client_, cache);
-  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
-  ASSERT_TRUE(ext.ok());
-  PodInfo pod = testing::MakePod("uid-p", {Gpu(8)});
-  pod.ref.name = "p";
+  BindRig rig(*this);
+  ASSERT_NE(rig.ext, nullptr);
+  Cache& cache = rig.cache;
+  KubePodWriter& writer = *rig.writer;
+  const std::unique_ptr<Extender>* ext = &rig.ext;
+  PodInfo pod = rig.Pod(8);
   api_.FailNext(1, 504);
   StatusOr<PodAssignment> a = (*ext)->Bind(pod, "node-a");
   ASSERT_FALSE(a.ok());

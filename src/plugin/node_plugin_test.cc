@@ -628,20 +628,26 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
   EXPECT_EQ(checks("changed"), 0);
 }
 
+// Two backends from files in `dir`: the GPUs of inv.json (MIG layout off)
+// and a 910C node's NPUs from npu.json.
+std::vector<vendors::VendorDriverPtr> GpuAndNpuDrivers(const TempDir& dir) {
+  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
+  testing::WriteFile(dir.File("npu.json"), R"({"version":1,"inventories":[
+      {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})");
+  std::vector<vendors::VendorDriverPtr> drivers = FakeDrivers(dir);
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("npu.json"), "n"}));
+  return drivers;
+}
+
 // SIGHUP (CheckDevicesNow) serves a change at once, without a second look or
 // a periodic check. Only the changed backend's devices take the health its
 // discovery reads; the other backend's devices keep the health their watch
 // gave them.
 TEST(NodePluginDeviceCheckTest, CheckNowServesAtOnceAndKeepsTheOtherBackendsHealth) {
   TempDir dir;
-  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
-  testing::WriteFile(dir.File("npu.json"), R"({"version":1,"inventories":[
-      {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})");
   AssignmentStore store;
-  std::vector<vendors::VendorDriverPtr> drivers = FakeDrivers(dir);
-  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("npu.json"), "n"}));
-  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+  NodePlugin p(StartOptions(dir), GpuAndNpuDrivers(dir), &store, nullptr, nullptr, Logger());
   ASSERT_TRUE(p.Start().ok());
   const std::string npu = p.state().Get()->inventories[1].devices[0].id;
   ASSERT_TRUE(p.state().SetHealth(npu, false));      // as its health watch would
@@ -663,14 +669,8 @@ TEST(NodePluginDeviceCheckTest, CheckNowServesAtOnceAndKeepsTheOtherBackendsHeal
 // library fails, and the NPUs stay served, with the health they had.
 TEST(NodePluginDeviceCheckTest, AFailingBackendDoesNotHoldBackTheOthersChanges) {
   TempDir dir;
-  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
-  testing::WriteFile(dir.File("npu.json"), R"({"version":1,"inventories":[
-      {"vendor":"ascend","profile":"ascend-910c-x16","super_node":"sp-3"}]})");
   AssignmentStore store;
-  std::vector<vendors::VendorDriverPtr> drivers = FakeDrivers(dir);
-  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("npu.json"), "n"}));
-  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+  NodePlugin p(StartOptions(dir), GpuAndNpuDrivers(dir), &store, nullptr, nullptr, Logger());
   ASSERT_TRUE(p.Start().ok());
   const std::string npu = p.state().Get()->inventories[1].devices[0].id;
   ASSERT_TRUE(p.state().SetHealth(npu, false));
