@@ -53,7 +53,7 @@ TEST(KeyStateSeedsTest, SeedsReadAsTheStateTheyDescribe) {
   EXPECT_EQ(switched.phase, RotationPhase::kSwitched);
   EXPECT_EQ(switched.switched_at, "2026-12-01T03:01:02Z");
   EXPECT_EQ(switched.pods_with_old_keys, std::vector<std::string>{"ml/waiting (key k1, node gpu-1)"})
-      << "admitted, deleting, unsigned and k2-signed pods do not hold k1";
+      << "admitted, deleting, unsigned, k2-signed and forged pods do not hold k1";
 
   // Conditions whose fields have other types: read as absent, never thrown
   // on; a Ready status that is not a string counts as Ready (the node is
