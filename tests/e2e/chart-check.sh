@@ -938,8 +938,9 @@ check "certgen keeps an existing key secret (upgrades never rotate the key)" key
 # but is not Ready: accelpool-keys lists nodes as metadata and then GETs each node still without the
 # new key (50 or fewer) for its Ready condition, so this exercises that read (a ClusterRole with only
 # list fails it with 403); a node that is not Ready is not waited for, so the switch happens.
-# guard-a (bound above with a k1 signature, never admitted: no kubelet runs here) holds the old key:
-# the first run stops at step 2 naming it, and once it is deleted the next run resumes and drops k1.
+# rot-held (bound below with an assignment signed by k1, never admitted: no kubelet runs here) holds
+# the old key: the first run stops at step 2 naming it, and once it is deleted the next run resumes
+# and drops k1. guard-a (bound above with a made-up k1 signature) holds nothing.
 # Reading another Secret is refused.
 KEYS_BIN="${E2E_KEYS_BIN:-${REPO}/build/src/cmd/accelpool-keys}"
 "${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
@@ -987,25 +988,41 @@ np_b_reports_k1_not_ready() { # as an admin: np-b's plugin reported k1, then its
     [ "$("${K}" get node np-b -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ]
 }
 check "node np-b reports assignment key k1 and is not Ready" np_b_reports_k1_not_ready
+signed_binding() { # POD: bound to np-a by the scheduler, ANN_A signed with key-check's k1
+  as_tenant create -f - <<<"$(guard_pod "$1")" >/dev/null || return 1
+  local uid hexkey sig
+  uid="$("${K}" -n default get pod "$1" -o jsonpath='{.metadata.uid}')" || return 1
+  hexkey="$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}' | base64 -d |
+    od -An -v -tx1 | tr -d ' \n')" || return 1
+  sig="v1.k1.$(printf 'accelpool.io/assignment v1\n%s\n%s\n%s' "${uid}" np-a "${ANN_A}" |
+    openssl dgst -sha256 -mac HMAC -macopt "hexkey:${hexkey}" -binary | base64 -w0 | tr '+/' '-_' |
+    tr -d '=')" || return 1
+  as_scheduler create --raw "/api/v1/namespaces/default/pods/$1/binding" -f - >/dev/null <<JSON
+{"apiVersion":"v1","kind":"Binding","metadata":{"name":"$1","annotations":{"accelpool.io/assignment":$(jq -Rc . <<<"${ANN_A}"),"accelpool.io/assignment-signature":"${sig}"}},
+ "target":{"apiVersion":"v1","kind":"Node","name":"np-a"}}
+JSON
+}
+check "rot-held is bound to np-a with an assignment signed by key-check's k1" signed_binding rot-held
 rotation_held() {
   local out
   if out="$(keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=3s 2>&1)"; then
-    echo "rotate finished while guard-a holds k1: ${out}"; return 1
+    echo "rotate finished while rot-held holds k1: ${out}"; return 1
   fi
   if grep -q 'reading node np-b' <<<"${out}"; then echo "the rotation could not GET node np-b: ${out}"; return 1; fi
   grep -q '"msg":"step 2 of 3: [^}]*"not_ready":1' <<<"${out}" &&
-    grep -q 'default/guard-a (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
+    grep -q 'default/rot-held (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
     key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep -q 'step 2 of 3 done' &&
     keys_as_cronjob status --output=json | jq -e '.phase == "switched" and .signing == "k2" and
-      .keys == ["k1","k2"] and .pods_with_old_keys == ["default/guard-a (key k1, node np-a)"]' >/dev/null
+      .keys == ["k1","k2"] and .pods_with_old_keys == ["default/rot-held (key k1, node np-a)"]' >/dev/null
 }
-check "rotate stops at step 2 while guard-a (signed with k1) awaits admission, naming it" rotation_held
+check "rotate stops at step 2 while rot-held (signed with k1) awaits admission, naming it and not guard-a" \
+  rotation_held
 rotation_resumed() {
-  "${K}" -n default delete pod guard-a --grace-period=0 --force >/dev/null 2>&1
+  "${K}" -n default delete pod rot-held guard-a --grace-period=0 --force >/dev/null 2>&1
   keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
     key_secret_is k2 '["k2"]' && keys_as_cronjob status | grep -q 'rotation: none under way'
 }
-check "with guard-a gone, a second run resumes and drops k1 (no third key)" rotation_resumed
+check "with rot-held gone, a second run resumes and drops k1 (no third key)" rotation_resumed
 check "the rotation's service account may read the extender's leader Lease, and no other" \
   bash -c "[ \"\$('${K}' auth can-i --as system:serviceaccount:accelpool-system:accelpool-assignment-key-rotation -n accelpool-system get leases.coordination.k8s.io/accelpool-extender 2>/dev/null)\" = yes ] && [ \"\$('${K}' auth can-i --as system:serviceaccount:accelpool-system:accelpool-assignment-key-rotation -n accelpool-system get leases.coordination.k8s.io/other 2>/dev/null)\" = no ]"
 check "the rotation's service account may not read another Secret" \
