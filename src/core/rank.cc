@@ -22,6 +22,11 @@ int64_t ExtenderScore(size_t position, int64_t combined, int64_t best_combined) 
 
 std::vector<RankedNode> Rank(std::span<const RankCandidate> candidates,
                              const RankPenalties& penalties) {
+  return Rank(candidates, RankRule{penalties, false});
+}
+
+std::vector<RankedNode> Rank(std::span<const RankCandidate> candidates, const RankRule& rule) {
+  const RankPenalties& penalties = rule.penalties;
   // Sort keys inline (combined, order, index) so that comparisons read one
   // contiguous array; names are read only when both keys tie.
   struct Key {
@@ -40,7 +45,9 @@ std::vector<RankedNode> Rank(std::span<const RankCandidate> candidates,
   std::vector<RankedNode> out(keys.size());
   const int64_t best = keys.empty() ? 0 : keys.front().combined;
   for (size_t i = 0; i < keys.size(); ++i) {
-    out[i] = RankedNode{keys[i].index, keys[i].combined, ExtenderScore(i, keys[i].combined, best)};
+    const size_t position = rule.tied_best && keys[i].combined == best ? 0 : i;
+    out[i] = RankedNode{keys[i].index, keys[i].combined,
+                        ExtenderScore(position, keys[i].combined, best)};
   }
   return out;
 }

@@ -16,6 +16,11 @@
 // best is 0). Example: combined {a: 80, b: 80, c: 40} -> a 10, b 9, c 4.
 // Because exactly one node gets 10 and the profile we ship adds nothing else,
 // kube-scheduler places the pod on the first node of the order.
+// A pod that asks for no device is ranked with `tied_best` (RankRule): every
+// node with the best combined score gets 10, so kube-scheduler picks one of
+// them at random. Its score is the host share it takes from nodes whose
+// devices would need it, and nodes where it strands nothing (no accelerator,
+// or none idle) all tie: a fixed order would fill one of them after another.
 //
 // Thread-safety: pure functions.
 #ifndef ACCELPOOL_CORE_RANK_H_
@@ -76,9 +81,15 @@ struct RankedNode {
   int64_t score = 0;  // 0..10
 };
 
+struct RankRule {
+  RankPenalties penalties;
+  bool tied_best = false;  // every node with the best combined score gets 10
+};
+
 // The whole rule: candidates in rank order with their 0..10 scores.
 std::vector<RankedNode> Rank(std::span<const RankCandidate> candidates,
                              const RankPenalties& penalties = {});
+std::vector<RankedNode> Rank(std::span<const RankCandidate> candidates, const RankRule& rule);
 
 }  // namespace accelpool::core
 

@@ -80,6 +80,30 @@ TEST(RankTest, OrdersByCombinedThenStableOrderThenName) {
   EXPECT_TRUE(Rank({}).empty());
 }
 
+// RankRule::tied_best (a pod that asks for no device): every node with the
+// best combined score gets 10, in the same order; the rest are scaled as
+// before. With all scores 0 every node ties.
+TEST(RankTest, TiedBestGivesTenToEveryNodeWithTheBestScore) {
+  const std::vector<RankCandidate> in = {Cand("c", 40, 1), Cand("b", 80, 7), Cand("a", 80, 3),
+                                         Cand("d", 80, 3)};
+  const std::vector<RankedNode> out = Rank(in, RankRule{RankPenalties{}, true});
+  ASSERT_EQ(out.size(), 4u);
+  const std::vector<std::string> want_names = {"a", "d", "b", "c"};
+  const std::vector<int64_t> want_scores = {10, 10, 10, 4};
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(in[out[i].index].node, want_names[i]) << i;
+    EXPECT_EQ(out[i].score, want_scores[i]) << i;
+  }
+  const std::vector<RankCandidate> zeros = {Cand("x", 0, 2), Cand("y", 0, 1)};
+  for (const RankedNode& r : Rank(zeros, RankRule{RankPenalties{}, true})) {
+    EXPECT_EQ(r.score, kMaxRankScore);
+  }
+  // Without it, the rule is Rank's.
+  const std::vector<RankedNode> plain = Rank(in, RankRule{});
+  ASSERT_EQ(plain.size(), out.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i].score, Rank(in)[i].score);
+}
+
 TEST(RankTest, PenaltyMovesSmallPodsOffIdleNodes) {
   // The idle node leads by 10 policy points; the 15-point penalty hands the
   // pod to the busy node, unless the pod needs the whole node.

@@ -64,11 +64,13 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       (default on, as shipped; off: devices only)
     --idle-node-penalty P  kube mode: the extender's penalty for breaking an
                       idle node with a smaller pod (default: the extender's, 0)
-    --cpu-pods policy|default-scheduler
+    --cpu-pods policy|default-scheduler|extender
                       kube and stock modes: who places a pod that asks for no GPU
                       (default policy, as the trace protocol assumes;
                       default-scheduler: kube-scheduler's default scores, as the
-                      shipped chart leaves such pods to the default scheduler)
+                      shipped chart leaves such pods unless routed; extender:
+                      accelpool's scheduler with extender.hostPods on, the
+                      policy's score and a random pick among the best nodes)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON
@@ -210,11 +212,16 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       o.penalties.idle_node = static_cast<int32_t>(*pen);
     } else if (a == "--cpu-pods") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
-      if (v != "default-scheduler" && v != "policy") {
-        return InvalidArgumentError("--cpu-pods must be default-scheduler or policy, got \"" + v +
-                                    "\"");
+      if (v == "policy") {
+        o.cpu_pods = CpuPods::kPolicy;
+      } else if (v == "default-scheduler") {
+        o.cpu_pods = CpuPods::kDefaultScheduler;
+      } else if (v == "extender") {
+        o.cpu_pods = CpuPods::kExtender;
+      } else {
+        return InvalidArgumentError(
+            "--cpu-pods must be policy, default-scheduler or extender, got \"" + v + "\"");
       }
-      o.cpu_pods_by_policy = v == "policy";
     } else if (a == "--jobs") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       StatusOr<int64_t> j = ParseInt(a, v, 1, 256);

@@ -31,7 +31,7 @@ struct CliOptions {
   double inflation = 1.3;
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kube mode
-  bool cpu_pods_by_policy = true;  // kube and stock modes: --cpu-pods
+  CpuPods cpu_pods = CpuPods::kPolicy;  // kube and stock modes: --cpu-pods
   ExtenderInputs extender;        // --extender-workload, --extender-host
   int32_t jobs = 1;
   bool json = false;

@@ -76,7 +76,7 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
       opt.mode = spec.modes[j.mode];
       opt.extender_weight = spec.extender_weight;
       opt.penalties = spec.penalties;
-      opt.cpu_pods_by_policy = spec.cpu_pods_by_policy;
+      opt.cpu_pods = spec.cpu_pods;
       opt.extender = spec.extender;
       results[k] = Replay(in.cluster, order, *policies[j.policy], opt);
       seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

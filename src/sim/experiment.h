@@ -30,7 +30,7 @@ struct ExperimentSpec {
   double inflation = 1.3;
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kube mode
-  bool cpu_pods_by_policy = true;  // kube and stock modes (ReplayOptions)
+  CpuPods cpu_pods = CpuPods::kPolicy;  // kube and stock modes (ReplayOptions)
   ExtenderInputs extender;        // accelpool-extender, fgd-extender
   int32_t jobs = 1;
 };

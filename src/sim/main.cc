@@ -76,7 +76,7 @@ int RunTrace(const sim::CliOptions& o) {
   spec.inflation = o.inflation;
   spec.extender_weight = o.extender_weight;
   spec.penalties = o.penalties;
-  spec.cpu_pods_by_policy = o.cpu_pods_by_policy;
+  spec.cpu_pods = o.cpu_pods;
   spec.extender = o.extender;
   spec.jobs = o.jobs;
   const bool bar = o.progress || isatty(STDERR_FILENO);

@@ -194,7 +194,8 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
   const size_t n_shapes = c_.shapes.size();
   const PodShape& shape = c_.shapes[sid];
   if (opt_.extender.workload == ExtenderWorkload::kLearned && policy_.ExtenderView()) Learn(shape);
-  if (shape.num_gpu == 0 && opt_.mode != TieMode::kPaper && !opt_.cpu_pods_by_policy) {
+  if (shape.num_gpu == 0 && opt_.mode != TieMode::kPaper &&
+      opt_.cpu_pods == CpuPods::kDefaultScheduler) {
     *mask = 0;
     return PickByDefaultScheduler(nodes, shape);
   }
@@ -202,6 +203,10 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
   size_t best = n_nodes;
   uint32_t best_mask = 0;
   uint64_t ties = 0;
+  // The extender's rule for a pod that asks for no device (core::RankRule::
+  // tied_best): kube-scheduler's random choice among the nodes ranked 10.
+  const bool tied_best_at_random =
+      shape.num_gpu == 0 && opt_.mode == TieMode::kKube && opt_.cpu_pods == CpuPods::kExtender;
   for (size_t i = 0; i < n_nodes; ++i) {
     const SimNode& n = nodes[i];
     Choice ch;
@@ -246,8 +251,18 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
       rc.node_idle = n.FullyFree() == n.gpus;
       rc.order = name_rank_[i];
       const int64_t key = core::CombinedScore(rc, opt_.penalties);
-      if (best == n_nodes || core::RanksBefore(key, rc.order, rc.node, best_key, name_rank_[best],
-                                               c_.node_names[best])) {
+      if (tied_best_at_random) {
+        if (best == n_nodes || key > best_key) {
+          best_key = key;
+          best = i;
+          best_mask = ch.mask;
+          ties = 1;
+        } else if (key == best_key && Uniform(++ties, &tie_state_) == 0) {
+          best = i;
+          best_mask = ch.mask;
+        }
+      } else if (best == n_nodes || core::RanksBefore(key, rc.order, rc.node, best_key,
+                                                      name_rank_[best], c_.node_names[best])) {
         best_key = key;
         best = i;
         best_mask = ch.mask;

@@ -62,6 +62,25 @@ struct ExtenderInputs {
   core::WorkloadLearnerOptions learner;
 };
 
+// Who places a pod that asks for no GPU (kube and stock modes).
+enum class CpuPods {
+  // The policy, as every pod, with the mode's own tie rule (the trace
+  // protocol's assumption, and the published tables').
+  kPolicy,
+  // The cluster's default scheduler, as the shipped chart does it unless
+  // extender.hostPods routes them: kube-scheduler calls the extender only for
+  // pods naming a managed resource, and the webhook routes only those to
+  // accelpool's scheduler. NodeResourcesFit LeastAllocated plus
+  // NodeResourcesBalancedAllocation on CPU and memory, ties at random.
+  kDefaultScheduler,
+  // accelpool's scheduler with the chart's host-pod routing on: the
+  // extender's rule for a pod that asks for no device (core::Rank with
+  // RankOptions::tied_best_all): the policy's score of the host it takes,
+  // every node with the best combined score ranked 10, and kube-scheduler's
+  // random choice among them.
+  kExtender,
+};
+
 struct ReplayOptions {
   uint64_t seed = 42;
   double inflation = 1.3;
@@ -69,14 +88,8 @@ struct ReplayOptions {
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kKube: the extender's keep-whole penalties
   ExtenderInputs extender;        // accelpool-extender, fgd-extender
-  // kKube, kStock: who places a pod that asks for no GPU. True (the trace
-  // protocol's assumption, and the published tables'): the policy, as every
-  // pod. False: the cluster's default scheduler, as the shipped chart does
-  // it (kube-scheduler calls the extender only for pods naming a managed
-  // resource, and the webhook routes only those to accelpool's scheduler):
-  // NodeResourcesFit LeastAllocated plus NodeResourcesBalancedAllocation on
-  // CPU and memory, ties at random.
-  bool cpu_pods_by_policy = true;
+  // kKube, kStock: who places a pod that asks for no GPU (CpuPods).
+  CpuPods cpu_pods = CpuPods::kPolicy;
 };
 
 struct StepPoint {
@@ -126,7 +139,7 @@ class NodePicker {
   FragCache frag_;
   FragCache memory_frag_;
   // A pod asking for no GPU, placed by kube-scheduler's default scores
-  // (ReplayOptions::cpu_pods_by_policy).
+  // (CpuPods::kDefaultScheduler).
   size_t PickByDefaultScheduler(const std::vector<SimNode>& nodes, const PodShape& shape);
   // Learns arrivals (ExtenderWorkload::kLearned) and rebuilds extender_tasks_
   // from it every opt_.extender.refresh arrivals.

@@ -234,7 +234,7 @@ TEST(ReplayTest, KubeModePicksTheNodeTheExtenderRuleRanksFirst) {
     opt.mode = TieMode::kKube;
     opt.seed = 7;
     opt.penalties = tc.penalties;
-    opt.cpu_pods_by_policy = true;  // every pod through the extender's rule
+    opt.cpu_pods = CpuPods::kPolicy;  // every pod through the extender's rule
     NodePicker picker(c, **p, opt);
     FragCache frag(&c.tasks);
     FragCache memory_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
@@ -298,7 +298,7 @@ TEST(ReplayTest, PodsAskingForNoGpuArePlacedByTheDefaultScheduler) {
     ReplayOptions opt;
     opt.mode = mode;
     opt.seed = 7;
-    opt.cpu_pods_by_policy = false;
+    opt.cpu_pods = CpuPods::kDefaultScheduler;
     NodePicker picker(c, **p, opt);
     std::vector<SimNode> nodes = c.nodes;
     int cpu_only = 0;
@@ -321,6 +321,68 @@ TEST(ReplayTest, PodsAskingForNoGpuArePlacedByTheDefaultScheduler) {
     }
     EXPECT_GT(cpu_only, 10);
   }
+}
+
+// With the chart's host-pod routing a pod that asks for no GPU goes through
+// the extender: core::Rank with RankRule::tied_best ranks every node with the
+// best combined score 10, and kube-scheduler picks one of them at random. The
+// kube mode's CpuPods::kExtender places each such pod on one of those nodes,
+// and not always the first of the stable order.
+TEST(ReplayTest, PodsAskingForNoGpuGoToOneOfTheExtendersBestNodes) {
+  const Slice& s = TestSlice();
+  const Cluster& c = s.cluster;
+  const std::vector<int32_t> order = ArrivalOrder(s.pods, c, 42, 1.3);
+  StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy("accelpool");
+  ASSERT_TRUE(p.ok());
+  ReplayOptions opt;
+  opt.mode = TieMode::kKube;
+  opt.seed = 7;
+  opt.cpu_pods = CpuPods::kExtender;
+  NodePicker picker(c, **p, opt);
+  FragCache frag(&c.tasks);
+  FragCache memory_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
+  std::mt19937_64 rng(1);
+  EvalContext ctx{&c, &frag, &memory_frag, nullptr, nullptr, &rng};
+  std::vector<SimNode> nodes = c.nodes;
+  int cpu_only = 0, tied = 0, not_first = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t sid = static_cast<size_t>(c.pod_shape[static_cast<size_t>(order[k])]);
+    const PodShape& shape = c.shapes[sid];
+    uint32_t mask = 0;
+    const size_t got = picker.Pick(nodes, sid, &mask);
+    if (got == nodes.size()) continue;
+    if (shape.num_gpu == 0) {
+      ++cpu_only;
+      EXPECT_EQ(mask, 0u);
+      std::vector<core::RankCandidate> cands;
+      std::vector<size_t> index;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (!Fits(nodes[i], shape)) continue;
+        core::RankCandidate rc;
+        rc.node = c.node_names[i];
+        rc.policy_score = (*p)->Evaluate(nodes[i], shape, ctx).score;
+        rc.order = core::StableNodeOrder(opt.seed, c.node_names[i]);
+        cands.push_back(rc);
+        index.push_back(i);
+      }
+      const std::vector<core::RankedNode> ranked =
+          core::Rank(cands, core::RankRule{opt.penalties, /*tied_best=*/true});
+      size_t tens = 0;
+      bool among_tens = false;
+      for (const core::RankedNode& r : ranked) {
+        if (r.score != core::kMaxRankScore) continue;
+        ++tens;
+        among_tens = among_tens || index[r.index] == got;
+      }
+      EXPECT_TRUE(among_tens) << "pod " << k;
+      tied += tens > 1;
+      not_first += index[ranked.front().index] != got;
+    }
+    Place(&nodes[got], shape, mask);
+  }
+  EXPECT_GT(cpu_only, 10);
+  EXPECT_GT(tied, 0);
+  EXPECT_GT(not_first, 0);
 }
 
 TEST(TimedTest, ArrivalsAndDeparturesBalance) {
