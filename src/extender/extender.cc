@@ -430,9 +430,15 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       inputs.push_back(RankInput{f.snap->name, f.score, f.snap});
     }
     if (!soft_taint) {
+      // Every node Prioritize would rank 10: one for a pod that asks for
+      // devices, all that tie for the best for one that asks for none.
       std::vector<HostPriority> ranked = RankNodes(pod, inputs, JobDomains(pod), options_.rank);
-      picked = std::move(ranked.front().host);
-      d.fits.assign(1, picked);
+      picked = ranked.front().host;
+      d.fits.clear();
+      for (HostPriority& h : ranked) {
+        if (h.score != ranked.front().score) break;
+        d.fits.push_back(std::move(h.host));
+      }
     }
   }
   const size_t rejected = d.failed.size() + d.unresolvable.size();
@@ -555,10 +561,8 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
       continue;
     }
     RankInput in{n, 0, cache_.Node(n)};
-    if (pod.Pooled()) {
-      std::shared_ptr<const NodePlan> p = CachedPlan(pod, shape, in.snap.get(), policy);
-      in.policy_score = p->fits() ? p->score : 0;
-    }
+    std::shared_ptr<const NodePlan> p = CachedPlan(pod, shape, in.snap.get(), policy);
+    in.policy_score = p->fits() ? p->score : 0;
     inputs.push_back(std::move(in));
   }
   std::vector<HostPriority> out = RankNodes(pod, inputs, JobDomains(pod), options_.rank);

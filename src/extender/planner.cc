@@ -81,9 +81,31 @@ std::string NodePlan::Describe() const {
 NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolicies& policies) {
   NodePlan plan;
   if (!pod.Pooled()) {
-    // Asks for no pooled device (e.g. an explicit nvidia.com/gpu: 0): any
-    // node fits, with or without an inventory.
+    // Asks for no pooled device (a pod routed by the host-pod webhook, or an
+    // explicit nvidia.com/gpu: 0): any node fits, with or without an
+    // inventory (kube-scheduler's own filters check CPU and memory). Its
+    // score is what the node policy makes of the host it takes there: with
+    // the fragmentation policies, the idle device compute its CPU and memory
+    // would strand. A node without a usable inventory has no devices to
+    // strand; it is scored as an empty inventory is.
     plan.code = core::FitCode::kFits;
+    core::Placement host_only;
+    host_only.host = pod.request.host;
+    int64_t sum = 0;
+    size_t parts = 0;
+    if (snap != nullptr && snap->inventory_status.ok()) {
+      for (const InventoryState& st : snap->inventories) {
+        if (st.inventory == nullptr) continue;
+        sum += policies.nodes.NodeScore(*st.inventory, st.usage, host_only);
+        ++parts;
+      }
+    }
+    if (parts == 0) {
+      const core::NodeInventory none;
+      sum = policies.nodes.NodeScore(none, core::NodeUsage::Empty(none), host_only);
+      parts = 1;
+    }
+    plan.score = std::clamp(static_cast<int32_t>(sum / static_cast<int64_t>(parts)), 0, 100);
     return plan;
   }
   if (snap == nullptr) {
@@ -205,7 +227,10 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
   const core::RankPenalties penalties{options.idle_node_penalty, options.idle_super_node_penalty};
   std::vector<HostPriority> out;
   out.reserve(nodes.size());
-  for (const core::RankedNode& r : core::Rank(candidates, penalties)) {
+  // A pod that asks for no device: every node with the best score gets 10
+  // and kube-scheduler picks among them at random (core::RankRule).
+  for (const core::RankedNode& r :
+       core::Rank(candidates, core::RankRule{penalties, /*tied_best=*/!pod.Pooled()})) {
     out.push_back(HostPriority{std::string(nodes[r.index].node), r.score});
   }
   return out;

@@ -90,7 +90,7 @@ std::vector<HostPriority> Rank(const PodInfo& pod, const std::vector<RankInput>&
 }
 
 TEST(PlannerTest, RankFoldsStableTieBreak) {
-  PodInfo pod = MakePod("p", {});
+  PodInfo pod = MakePod("p", {Gpu(1)});
   auto out = Rank(pod, {{"c", 40, nullptr}, {"b", 80, nullptr}, {"a", 80, nullptr}});
   EXPECT_EQ(out, (std::vector<HostPriority>{{"a", 10}, {"b", 9}, {"c", 4}}));
   // Exactly one node gets the maximum; among equal scores the salted stable
@@ -116,6 +116,12 @@ TEST(PlannerTest, RankFoldsStableTieBreak) {
   EXPECT_EQ(Rank(pod, {}).size(), 0u);
   auto zeros = Rank(pod, {{"b", 0, nullptr}, {"a", 0, nullptr}});
   EXPECT_EQ(zeros, (std::vector<HostPriority>{{"a", 10}, {"b", 0}}));
+  // A pod that asks for no device: every node tied for the best gets 10, and
+  // kube-scheduler picks one of them at random.
+  const PodInfo host_pod = MakePod("h", {});
+  ASSERT_FALSE(host_pod.Pooled());
+  auto host = Rank(host_pod, {{"c", 40, nullptr}, {"b", 80, nullptr}, {"a", 80, nullptr}});
+  EXPECT_EQ(host, (std::vector<HostPriority>{{"a", 10}, {"b", 10}, {"c", 4}}));
 }
 
 TEST(PlannerTest, JobSiblingsPullTowardTheirDomain) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "api/pod_request.h"
@@ -303,6 +304,80 @@ TEST(PodLoadTest, AHostWithoutCpuLeftIsWhereTheNextGpuPodGoes) {
   cache.TrackHost(false);
   EXPECT_EQ(PlanNode(pod, cache.Node("n1").get(), **policy).score,
             PlanNode(pod, cache.Node("n2").get(), **policy).score);
+}
+
+// A pod that asks for no device (routed by the host-pod webhook) is scored by
+// the host it takes: where its CPU would leave idle GPUs without the 8 cores
+// the workload's tasks need, the policy scores it low; a node without
+// devices, or one with CPU to spare, strands nothing and ties for the best.
+// Every node tied for the best gets 10 (kube-scheduler picks among them at
+// random), and with pick-in-filter the filter answers all of them.
+TEST(PodLoadTest, APodThatAsksForNoDeviceGoesWhereItStrandsNoDevice) {
+  Cache cache;
+  cache.TrackHost(true);
+  AddNode(cache, "small", 16000, 262144);  // 10 cores of the pod leave 6: GPUs stranded
+  AddNode(cache, "big-1", 64000, 262144);
+  AddNode(cache, "big-2", 64000, 262144);
+  ExtenderOptions eo;
+  eo.pick_in_filter = true;
+  StatusOr<std::unique_ptr<Extender>> ext =
+      Extender::Create(cache, eo, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  PodLoadOptions o;
+  o.learner.min_arrivals = 1;
+  PodLoad load(cache, o, nullptr, Logger());
+  for (int i = 0; i < 20; ++i) load.OnPodAdded(Pod("a" + std::to_string(i), "", "8", "32Gi", 1));
+  ASSERT_TRUE(load.Refresh(**ext));
+
+  PodInfo pod = MakePodInfo(PodRef{"cpu", "ns", "cpu", ""}, core::PodRequest{{}, {10000, 16384}});
+  ASSERT_FALSE(pod.Pooled());
+  // Nodes with devices only: the filter picks the two that tie for the best.
+  FilterDecision d = (*ext)->Filter(pod, {"small", "big-1", "big-2"});
+  EXPECT_EQ(std::set<std::string>(d.fits.begin(), d.fits.end()),
+            (std::set<std::string>{"big-1", "big-2"}));
+  // With a node the cache does not know (no accelpool inventory: a CPU
+  // node), every node fits and the scores decide.
+  d = (*ext)->Filter(pod, {"small", "big-1", "cpu-node"});
+  EXPECT_EQ(d.fits.size(), 3u);
+  std::map<std::string, int64_t> score;
+  for (const HostPriority& h : (*ext)->Prioritize(pod, {"small", "big-1", "big-2", "cpu-node"})) {
+    score[h.host] = h.score;
+  }
+  EXPECT_EQ(score["big-1"], core::kMaxRankScore);
+  EXPECT_EQ(score["big-2"], core::kMaxRankScore);
+  EXPECT_EQ(score["cpu-node"], core::kMaxRankScore);
+  EXPECT_LT(score["small"], core::kMaxRankScore);
+
+  // The policy scores behind them: on "small" the pod strands the idle GPUs.
+  core::PolicyContext ctx;
+  ctx.workload = (*ext)->Workload();
+  StatusOr<core::PolicyPtr> policy = core::MakePolicy("accelpool", ctx);
+  ASSERT_TRUE(policy.ok());
+  const NodePlan on_small = PlanNode(pod, cache.Node("small").get(), **policy);
+  const NodePlan on_big = PlanNode(pod, cache.Node("big-1").get(), **policy);
+  const NodePlan on_cpu_node = PlanNode(pod, nullptr, **policy);
+  EXPECT_TRUE(on_small.fits() && on_big.fits() && on_cpu_node.fits());
+  EXPECT_TRUE(on_small.parts.empty());
+  EXPECT_LT(on_small.score, on_big.score);
+  EXPECT_EQ(on_big.score, on_cpu_node.score);
+  // Blind to the host, nothing tells the nodes apart.
+  cache.TrackHost(false);
+  EXPECT_EQ(PlanNode(pod, cache.Node("small").get(), **policy).score,
+            PlanNode(pod, cache.Node("big-1").get(), **policy).score);
+  // Every policy scores such a pod without devices to place, on a node with
+  // an inventory and one without.
+  const NodeSnapshotPtr small = cache.Node("small");
+  for (const std::string& name : core::PolicyNames()) {
+    SCOPED_TRACE(name);
+    StatusOr<core::PolicyPtr> p = core::MakePolicy(name, ctx);
+    ASSERT_TRUE(p.ok());
+    for (const NodeSnapshot* snap : {small.get(), static_cast<const NodeSnapshot*>(nullptr)}) {
+      const NodePlan plan = PlanNode(pod, snap, **p);
+      EXPECT_TRUE(plan.fits());
+      EXPECT_GE(plan.score, 0);
+      EXPECT_LE(plan.score, 100);
+    }
+  }
 }
 
 class PodLoadInformerTest : public kube::testing::FakeApiTest {};

@@ -52,6 +52,8 @@ void RegisterRoutes(http::HttpServer& server, const Routes& routes) {
     const Webhook* w = routes.webhook;
     server.Handle("POST", "/mutate",
                   [w](const http::Request& req) { return ToResponse(w->Mutate(req.body)); });
+    server.Handle("POST", "/mutate-host-pods",
+                  [w](const http::Request& req) { return ToResponse(w->MutateHostPod(req.body)); });
   }
   server.Handle("GET", "/healthz", [](const http::Request&) {
     http::Response r;

@@ -1,6 +1,7 @@
 // Routes of accelpool-extender on an http::HttpServer:
 //   POST /filter /prioritize /bind /preempt   kube-scheduler extender v1
 //   POST /mutate                              admission webhook (AdmissionReview v1)
+//   POST /mutate-host-pods                    its host-pod route (Webhook::MutateHostPod)
 //   GET  /healthz                             200 while the process serves
 //   GET  /readyz                              200 once caches synced (and, with
 //                                             leader election, while leading)
@@ -24,7 +25,7 @@ namespace accelpool::extender {
 
 struct Routes {
   Handlers* handlers = nullptr;
-  const Webhook* webhook = nullptr;  // null: no /mutate
+  const Webhook* webhook = nullptr;  // null: no /mutate, /mutate-host-pods
   const MetricsRegistry* metrics = nullptr;
   // Called before /metrics renders (refreshes gauges); may be empty.
   std::function<void()> before_metrics;

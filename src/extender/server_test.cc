@@ -53,6 +53,7 @@ TEST(ServerTest, ServesVerbsHealthAndMetrics) {
        R"({"Error":""})"},
       {"POST", "/filter", "{", 400, "malformed"},
       {"POST", "/mutate", "{}", 400, "AdmissionReview"},
+      {"POST", "/mutate-host-pods", "{}", 400, "AdmissionReview"},
       {"GET", "/metrics", "", 200, "accelpool_extender_request_seconds_bucket"},
   };
   for (const Case& c : cases) {

@@ -231,6 +231,36 @@ bool IsPodCreate(const Json& req) {
   return true;
 }
 
+// Why a pod that asks for no device is left to its own scheduler by the
+// host-pod route ("" = it is routed). Fixtures of nodes and of the cluster
+// must not wait on accelpool's scheduler: DaemonSet pods (the DaemonSet
+// controller pins each to its node) and pods of the two system-critical
+// priority classes.
+std::string HostPodExemption(const Json& pod) {
+  auto str = [](const Json& obj, const char* key) {
+    return obj.is_object() && obj.contains(key) && obj[key].is_string()
+               ? obj[key].get<std::string>()
+               : std::string();
+  };
+  const Json& spec = pod.contains("spec") ? pod["spec"] : Json();
+  if (!spec.is_object()) return "no spec";
+  if (!str(spec, "nodeName").empty()) return "spec.nodeName is set";
+  const std::string scheduler = str(spec, "schedulerName");
+  if (!scheduler.empty() && scheduler != "default-scheduler") return "names another scheduler";
+  const std::string priority = str(spec, "priorityClassName");
+  if (priority == "system-node-critical" || priority == "system-cluster-critical") {
+    return "system-critical";
+  }
+  if (pod.contains("metadata") && pod["metadata"].is_object() &&
+      pod["metadata"].contains("ownerReferences") &&
+      pod["metadata"]["ownerReferences"].is_array()) {
+    for (const Json& o : pod["metadata"]["ownerReferences"]) {
+      if (str(o, "kind") == "DaemonSet") return "DaemonSet pod";
+    }
+  }
+  return "";
+}
+
 // Admission warnings (kubectl prints them) for HAMi annotations accelpool
 // does not honour, so that a pod moved over unchanged does not silently get
 // something else than it asked for.
@@ -272,32 +302,80 @@ Json Review(const std::string& uid, Json response) {
               {"response", std::move(response)}};
 }
 
+// The AdmissionReview in `body`, or the HTTP 400 reply that refuses it.
+StatusOr<Json> ParseReview(std::string_view body, const Logger& log, Reply* refusal) {
+  StatusOr<Json> doc = ParseJson(body);
+  std::string why;
+  if (!doc.ok()) {
+    why = doc.status().message();
+  } else if (!doc->is_object() || !doc->contains("request") || !(*doc)["request"].is_object()) {
+    why = "no request object";
+  } else if (doc->value("apiVersion", Json()) != "admission.k8s.io/v1" ||
+             doc->value("kind", Json()) != "AdmissionReview") {
+    why =
+        "apiVersion and kind must be admission.k8s.io/v1 AdmissionReview, the only version "
+        "the webhook configuration names";
+  } else if (!(*doc)["request"].contains("uid") || !(*doc)["request"]["uid"].is_string() ||
+             (*doc)["request"]["uid"].get<std::string>().empty()) {
+    why = "request.uid must be a non-empty string";
+  }
+  if (!why.empty()) {
+    log.Warn("bad admission review", {{"error", why}});
+    *refusal =
+        Reply{400, EncodeErrorBody("not an admission.k8s.io/v1 AdmissionReview (" + why + ")")};
+    return InvalidArgumentError(why);
+  }
+  return doc;
+}
+
 }  // namespace
 
 Webhook::Webhook(WebhookOptions options, const Cache* cache, Logger log)
     : options_(std::move(options)), cache_(cache), log_(std::move(log)) {}
 
+Reply Webhook::MutateHostPod(std::string_view body) const {
+  try {
+    Reply refusal;
+    StatusOr<Json> doc = ParseReview(body, log_, &refusal);
+    if (!doc.ok()) return refusal;
+    const Json& req = (*doc)["request"];
+    const std::string uid = req["uid"].get<std::string>();
+    Json allowed = Json{{"allowed", true}};
+    auto reply = [&] {
+      return Reply{200, Review(uid, allowed).dump(-1, ' ', false, Json::error_handler_t::replace)};
+    };
+    if (!IsPodCreate(req) || !req.contains("object") || !req["object"].is_object() ||
+        IsMirrorPod(req["object"])) {
+      return reply();
+    }
+    const Json& pod = req["object"];
+    // A pod that asks for devices is the main route's (Mutate); one whose
+    // requests do not parse is left for it to refuse.
+    if (api::RequestsAccelerators(pod)) {
+      StatusOr<PodInfo> info = PodInfoFromJson(pod);
+      if (!info.ok() || info->Pooled()) return reply();
+    }
+    if (const std::string why = HostPodExemption(pod); !why.empty()) {
+      log_.Debug("host pod not routed", {{"uid", uid}, {"reason", why}});
+      return reply();
+    }
+    const Json patch = Json::array(
+        {Json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}}});
+    allowed["patchType"] = "JSONPatch";
+    allowed["patch"] =
+        kube::Base64Encode(patch.dump(-1, ' ', false, Json::error_handler_t::replace));
+    return reply();
+  } catch (const std::exception& e) {
+    log_.Error("webhook failed", {{"error", e.what()}});
+    return Reply{500, EncodeErrorBody(std::string("internal error: ") + e.what())};
+  }
+}
+
 Reply Webhook::Mutate(std::string_view body) const {
   try {
-    StatusOr<Json> doc = ParseJson(body);
-    std::string why;
-    if (!doc.ok()) {
-      why = doc.status().message();
-    } else if (!doc->is_object() || !doc->contains("request") || !(*doc)["request"].is_object()) {
-      why = "no request object";
-    } else if (doc->value("apiVersion", Json()) != "admission.k8s.io/v1" ||
-               doc->value("kind", Json()) != "AdmissionReview") {
-      why =
-          "apiVersion and kind must be admission.k8s.io/v1 AdmissionReview, the only version "
-          "the webhook configuration names";
-    } else if (!(*doc)["request"].contains("uid") || !(*doc)["request"]["uid"].is_string() ||
-               (*doc)["request"]["uid"].get<std::string>().empty()) {
-      why = "request.uid must be a non-empty string";
-    }
-    if (!why.empty()) {
-      log_.Warn("bad admission review", {{"error", why}});
-      return Reply{400, EncodeErrorBody("not an admission.k8s.io/v1 AdmissionReview (" + why + ")")};
-    }
+    Reply refusal;
+    StatusOr<Json> doc = ParseReview(body, log_, &refusal);
+    if (!doc.ok()) return refusal;
     const Json& req = (*doc)["request"];
     const std::string uid = req["uid"].get<std::string>();
     Json allowed = Json{{"allowed", true}};

@@ -19,7 +19,15 @@
 // It also refuses a pod created with spec.nodeName (it skips the scheduler and
 // would get no assignment), except a mirror pod.
 // Pods that ask for no accelerator, and anything but CREATE of a Pod (another
-// operation, a subresource, another kind), are allowed unchanged. The answer
+// operation, a subresource, another kind), are allowed unchanged by Mutate.
+//
+// MutateHostPod is the host-pod route (chart: extender.hostPods): a pod that
+// asks for no device (names no accelerator resource, or only counts of 0) is
+// routed to accelpool's scheduler, where the extender places it on a node
+// whose idle devices need its CPU and memory least (docs/extender.md, "Pods
+// that ask for no device"). Left alone: pods that ask for devices (Mutate's),
+// mirror pods, pods with spec.nodeName or another scheduler, DaemonSet pods
+// and pods of the system-critical priority classes. The answer
 // carries a base64 JSONPatch. A body that is not an admission.k8s.io/v1
 // AdmissionReview with a request.uid gets HTTP 400.
 //
@@ -49,6 +57,7 @@ class Webhook {
   // impossible-request check.
   Webhook(WebhookOptions options, const Cache* cache, Logger log);
   Reply Mutate(std::string_view body) const;
+  Reply MutateHostPod(std::string_view body) const;
 
  private:
   const WebhookOptions options_;

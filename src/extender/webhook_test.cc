@@ -368,10 +368,78 @@ TEST(WebhookTest, BadReviewIs400) {
        R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}})",
        R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}})"}) {
     SCOPED_TRACE(body);
-    Reply r = w.Mutate(body);
-    EXPECT_EQ(r.status, 400);
-    EXPECT_NE(r.body.find("AdmissionReview"), std::string::npos) << r.body;
+    for (const Reply& r : {w.Mutate(body), w.MutateHostPod(body)}) {
+      EXPECT_EQ(r.status, 400);
+      EXPECT_NE(r.body.find("AdmissionReview"), std::string::npos) << r.body;
+    }
   }
+}
+
+// The host-pod route: a pod that asks for no device is sent to accelpool's
+// scheduler, unless it is a fixture of its node or the cluster, is already
+// placed or names another scheduler; a pod that asks for devices is the main
+// route's, and this one leaves it alone.
+TEST(WebhookTest, TheHostPodRouteSendsPodsThatAskForNoDeviceToAccelpool) {
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  auto cpu_pod = [] {
+    nlohmann::json pod = PodWithLimits({{"cpu", "4"}, {"memory", "8Gi"}});
+    pod["metadata"]["ownerReferences"] = {{{"kind", "ReplicaSet"}, {"name", "web"}}};
+    return pod;
+  };
+  struct Case {
+    const char* name;
+    nlohmann::json pod;
+    bool routed;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"cpu only", cpu_pod(), true});
+  cases.push_back({"no resources at all", {{"spec", {{"containers", {{{"name", "c"}}}}}}}, true});
+  nlohmann::json zero = PodWithLimits({{"nvidia.com/gpu", "0"}, {"cpu", "1"}});
+  cases.push_back({"a count of 0", zero, true});
+  nlohmann::json named_default = cpu_pod();
+  named_default["spec"]["schedulerName"] = "default-scheduler";
+  cases.push_back({"default-scheduler by name", named_default, true});
+  cases.push_back({"asks for a GPU", PodWithLimits({{"nvidia.com/gpu", "1"}}), false});
+  cases.push_back({"asks for GPU memory", PodWithLimits({{"nvidia.com/gpumem", "4096"}}), false});
+  cases.push_back({"does not parse", PodWithLimits({{"nvidia.com/gpu", "1.5"}}), false});
+  nlohmann::json other = cpu_pod();
+  other["spec"]["schedulerName"] = "volcano";
+  cases.push_back({"another scheduler", other, false});
+  nlohmann::json placed = cpu_pod();
+  placed["spec"]["nodeName"] = "n1";
+  cases.push_back({"spec.nodeName", placed, false});
+  nlohmann::json ds = cpu_pod();
+  ds["metadata"]["ownerReferences"] = {{{"kind", "DaemonSet"}, {"name", "cni"}}};
+  cases.push_back({"DaemonSet pod", ds, false});
+  for (const char* pc : {"system-node-critical", "system-cluster-critical"}) {
+    nlohmann::json critical = cpu_pod();
+    critical["spec"]["priorityClassName"] = pc;
+    cases.push_back({pc, critical, false});
+  }
+  nlohmann::json mirror = cpu_pod();
+  mirror["metadata"]["annotations"] = {{"kubernetes.io/config.mirror", "x"}};
+  cases.push_back({"mirror pod", mirror, false});
+  cases.push_back({"no spec", {{"metadata", {{"name", "p"}}}}, false});
+  cases.push_back({"spec not an object", {{"spec", 5}}, false});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const nlohmann::json resp = Response(w.MutateHostPod(Review(c.pod).dump()));
+    EXPECT_EQ(resp["allowed"], true) << resp.dump();
+    ASSERT_EQ(resp.contains("patch"), c.routed) << resp.dump();
+    if (c.routed) {
+      EXPECT_EQ(resp["patchType"], "JSONPatch");
+      EXPECT_EQ(
+          nlohmann::json::parse(kube::Base64Decode(resp["patch"].get<std::string>()).value()),
+          nlohmann::json::parse(
+              R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])"));
+    }
+  }
+  // Only CREATE of a pod.
+  nlohmann::json update = Review(cpu_pod());
+  update["request"]["operation"] = "UPDATE";
+  EXPECT_FALSE(Response(w.MutateHostPod(update.dump())).contains("patch"));
+  // The main route lets such a pod through unchanged.
+  EXPECT_FALSE(Response(w.Mutate(Review(cpu_pod()).dump())).contains("patch"));
 }
 
 }  // namespace
