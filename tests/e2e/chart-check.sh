@@ -89,7 +89,7 @@ check "durations and rates the extender and key rotation cannot read are refused
 plugin_priority() { # system-node-critical by default on every plugin DaemonSet; "" sets none
   [ "$(grep -c '^      priorityClassName: system-node-critical$' "${TMP}/default.yaml")" -ge 2 ] &&
     ! render --set devicePlugin.priorityClassName= | grep -q 'system-node-critical' &&
-    render --set devicePlugin.priorityClassName=gpu-critical | grep -q '^      priorityClassName: gpu-critical$'
+    [ "$(render --set devicePlugin.priorityClassName=gpu-critical | grep -c '^      priorityClassName: gpu-critical$')" -ge 2 ]
 }
 check "device plugins run at system-node-critical unless devicePlugin.priorityClassName says otherwise" plugin_priority
 check "kube-scheduler calls the extender over loopback HTTP; the extender serves it there and picks in filter" \
@@ -613,9 +613,9 @@ check "examples/kueue applies against Kueue ${KUEUE_VERSION}'s CRDs (dry-run=ser
 # The chart's KubeSchedulerConfiguration must be accepted by the pinned
 # kube-scheduler: decode, default and validate it (--write-config-to exits
 # after loading the configuration).
-sched_config_accepted() {
+sched_config_accepted() { # [rendered chart]
   awk '/^  config.yaml: \|/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
-    "${TMP}/default.yaml" |
+    "${1:-${TMP}/default.yaml}" |
     sed -e "s|caFile: /etc/accelpool/tls/ca.crt|caFile: ${E2E_CA}|" \
         -e "s|^clientConnection:|clientConnection:\n  kubeconfig: ${E2E_WORK}/config/scheduler.kubeconfig|" \
         -e "s|leaderElect: true|leaderElect: false|" > "${TMP}/chart-scheduler.yaml"
@@ -624,6 +624,29 @@ sched_config_accepted() {
     grep -q 'schedulerName: accelpool-scheduler' "${TMP}/effective.yaml"
 }
 check "kube-scheduler accepts the chart's scheduler configuration" sched_config_accepted
+
+# The host-pod route (webhook.hostPods): off by default; on, a second webhook
+# entry (always Ignore) sends pods that ask for no accelerator to the extender's
+# /mutate-host-pods, and the extender has no managedResources (kube-scheduler
+# then calls it for every pod) while NodeResourcesFit ignores the pooled names.
+render --set webhook.hostPods.route=true --set webhook.hostPods.namespaceSelector.matchLabels.team=ml \
+  > "${TMP}/host-pods.yaml"
+host_pods_route() {
+  ! grep -q 'host-pods.mutate.accelpool.io' "${TMP}/default.yaml" &&
+    ! grep -q 'ignoredResources:' "${TMP}/default.yaml" &&
+    grep -q '^    path: /mutate-host-pods$\|^        path: /mutate-host-pods$' "${TMP}/host-pods.yaml" &&
+    [ "$(grep -c '^    failurePolicy: ' "${TMP}/host-pods.yaml")" = 2 ] &&
+    awk '/- name: host-pods.mutate.accelpool.io/ {on=1} on' "${TMP}/host-pods.yaml" |
+      grep -q '^    failurePolicy: Ignore$' &&
+    awk '/- name: host-pods.mutate.accelpool.io/ {on=1} on' "${TMP}/host-pods.yaml" |
+      grep -q '^        team: ml$' &&
+    ! grep -q 'managedResources:' "${TMP}/host-pods.yaml" &&
+    grep -q '^              ignoredResources:$' "${TMP}/host-pods.yaml" &&
+    grep -q '^                - nvidia.com/gpumem$' "${TMP}/host-pods.yaml" &&
+    sched_config_accepted "${TMP}/host-pods.yaml" &&
+    ! render --set webhook.hostPods.rout=true >/dev/null 2>&1
+}
+check "webhook.hostPods.route adds the host-pod webhook (Ignore) and drops managedResources for ignoredResources; kube-scheduler accepts it" host_pods_route
 
 # The webhook's matchCondition decides which pods reach the extender. Its CEL
 # is checked hermetically: the same expression as the matchCondition of a
