@@ -59,16 +59,26 @@ Allocator::~Allocator() {
 }
 
 Status Allocator::Refresh() {
+  const auto entered = std::chrono::steady_clock::now();
+  const auto deadline = entered + refresh_budget_;
   std::shared_future<Status> f;
-  {
-    std::lock_guard<std::mutex> lock(refresh_mu_);
-    if (!refresh_inflight_.valid() ||
-        refresh_inflight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      refresh_inflight_ = std::async(std::launch::async, refresh_).share();
+  for (;;) {
+    bool read_after_entry = true;
+    {
+      std::lock_guard<std::mutex> lock(refresh_mu_);
+      if (!refresh_inflight_.valid() ||
+          refresh_inflight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        refresh_started_ = std::chrono::steady_clock::now();
+        refresh_inflight_ = std::async(std::launch::async, refresh_).share();
+      } else {
+        read_after_entry = refresh_started_ >= entered;
+      }
+      f = refresh_inflight_;
     }
-    f = refresh_inflight_;
+    if (read_after_entry || f.wait_until(deadline) != std::future_status::ready) break;
+    // It began before this call: wait for it to end (above), then read again.
   }
-  if (f.wait_for(refresh_budget_) != std::future_status::ready) {
+  if (f.wait_until(deadline) != std::future_status::ready) {
     // Kubelet waits on this call with no deadline while it admits the node's
     // pods one at a time; the re-read goes on and serves the next call.
     return DeadlineExceededError(

@@ -161,7 +161,11 @@ class Allocator {
   // (pod uid, container) of a state dir made during one Allocate call.
   using MadeDirs = std::vector<std::pair<std::string, std::string>>;
 
-  // refresh_, one at a time, waiting at most refresh_budget_ for it.
+  // refresh_, one at a time, waiting at most refresh_budget_ for it. A call
+  // joins a re-read that began after it did; one that began before may have
+  // listed the pods before the caller's pod was bound, so the call waits for
+  // it to end and then reads again (kubelet's next call after a slow one
+  // would otherwise miss a pod bound meanwhile and fail its admission).
   Status Refresh();
   // One container request of a call; `answered`: the containers the call's
   // earlier requests were answered with (never matched again).
@@ -185,6 +189,7 @@ class Allocator {
   std::chrono::milliseconds refresh_budget_{2000};
   std::mutex refresh_mu_;
   std::shared_future<Status> refresh_inflight_;  // guarded by refresh_mu_
+  std::chrono::steady_clock::time_point refresh_started_;  // of refresh_inflight_; by refresh_mu_
   const StateDirs dirs_;
   std::mutex usage_mu_;                 // serialises RefreshUsageMetrics's container series
   std::set<std::string> usage_unread_;  // containers whose region failed to read; by usage_mu_

@@ -1312,6 +1312,42 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   EXPECT_EQ(reads.load(), 1);
 }
 
+// A re-read of the pods that began before a call lists the pods as they were
+// then: a pod bound meanwhile is not in it. A call that misses its pod while
+// such a re-read runs (left over from a slow call before it) waits for it to
+// end and reads again, instead of taking its answer and failing the pod's
+// admission.
+TEST_F(AllocatorTest, ACallDoesNotTakeTheAnswerOfAReReadBegunBeforeIt) {
+  std::atomic<int> reads{0};
+  std::atomic<bool> y_bound{false};
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  Allocator a("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
+    const bool with_y = y_bound.load();  // the list is read when the re-read begins
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Assign(Pod("x"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 6)})});
+    if (with_y) {
+      Assign(Pod("y"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2)})});
+    }
+    ++reads;
+    return Status::Ok();
+  });
+  StatusOr<std::vector<ContainerAnswer>> first = InternalError("not called"),
+                                         second = InternalError("not called");
+  std::thread ta([&] { first = a.Allocate(kGpu, {{"GPU-a::6"}}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  y_bound = true;  // y is bound after the first re-read listed the pods
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread tb([&] { second = a.Allocate(kGpu, {{"GPU-b::2"}}); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)[0].pod.name, "x");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ((*second)[0].pod.name, "y");
+  EXPECT_EQ(reads.load(), 2);
+}
+
 // The assigned device broke after the bind: kubelet leaves its slots out and
 // picks another device's, but the container would still be given the broken
 // one. It does not start; its controller creates it again elsewhere.
