@@ -387,6 +387,13 @@ class FragmentationPolicy : public Policy {
                     FragmentCached(after, tasks_.id(), tasks, HostTaskRule::kAllIdle));
   }
 
+  int32_t HostScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const HostResources& host) const override {
+    Placement p;
+    p.host = host;
+    return NodeScore(inv, usage, p);
+  }
+
  private:
   PreparedTasks tasks_;
 };
@@ -404,6 +411,23 @@ class AccelpoolPolicy : public Policy {
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& placement) const override {
     return Score(inv, usage, placement);
+  }
+
+  // The fragmentation change alone: the packing step is about where device
+  // pods go, and would send a pod that asks for none to the busiest
+  // accelerator nodes before nodes without accelerators.
+  int32_t HostScore(const NodeInventory& inv, const NodeUsage& usage,
+                    const HostResources& host) const override {
+    Placement p;
+    p.host = host;
+    const std::span<const FragTask> tasks = tasks_.For(inv);
+    thread_local FreeView before, after;
+    FreeAfter(inv, usage, nullptr, &before);
+    FreeAfter(inv, usage, &p, &after);
+    AccelpoolInputs in;
+    in.f_before = FragmentCached(before, tasks_.id(), tasks, HostTaskRule::kHostShare);
+    in.f_after = FragmentCached(after, tasks_.id(), tasks, HostTaskRule::kHostShare);
+    return AccelpoolScore(in);  // node_capacity 0: no packing step
   }
 
  private:

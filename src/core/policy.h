@@ -56,6 +56,17 @@ class Policy {
   // The node's score for the chosen placement, 0..100 (kube-scheduler's range).
   virtual int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                             const Placement& placement) const = 0;
+
+  // The score of a pod that asks for no device and takes `host` on the node
+  // (its CPU and memory), 0..100; 50 where it makes no difference. Only the
+  // policies that weigh the host against the devices (the fragmentation
+  // measures) tell nodes apart; the others leave such a pod to kube-scheduler's
+  // own scores.
+  virtual int32_t HostScore(const NodeInventory& /*inv*/, const NodeUsage& /*usage*/,
+                            const HostResources& /*host*/) const {
+    return kNeutralHostScore;
+  }
+  static constexpr int32_t kNeutralHostScore = 50;
 };
 
 using PolicyPtr = std::unique_ptr<Policy>;

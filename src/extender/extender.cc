@@ -228,7 +228,9 @@ size_t FilterThreads(int configured) {
 std::shared_ptr<const NodePlan> Extender::CachedPlan(const PodInfo& pod, const std::string& shape,
                                                      const NodeSnapshot* snap,
                                                      const PlanPolicies& policy) {
-  if (snap == nullptr) {
+  // A pod that asks for no device is planned afresh: its plan is a score, and
+  // its many host shapes would push device pods' plans out of the memo.
+  if (snap == nullptr || !pod.Pooled()) {
     return std::make_shared<const NodePlan>(PlanNode(pod, snap, policy));
   }
   if (std::shared_ptr<const NodePlan> hit = snap->memo.Find(shape)) {
@@ -418,10 +420,12 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   }
   // Pick in filter: keep only the node Prioritize would put first, unless
   // kube-scheduler's own scores could prefer another (the pod's soft
-  // preferences, a PreferNoSchedule taint on a candidate).
+  // preferences, a PreferNoSchedule taint on a candidate, or a pod that asks
+  // for no device: the host-pod profile keeps kube-scheduler's scores on to
+  // spread such pods among the nodes the extender ranks alike).
   std::string picked;
-  if (options_.pick_in_filter && fitted.size() > 1 && fitted.size() == d.fits.size() &&
-      !pod.soft_preferences) {
+  if (options_.pick_in_filter && pod.Pooled() && fitted.size() > 1 &&
+      fitted.size() == d.fits.size() && !pod.soft_preferences) {
     std::vector<RankInput> inputs;
     inputs.reserve(fitted.size());
     bool soft_taint = false;
@@ -430,15 +434,9 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       inputs.push_back(RankInput{f.snap->name, f.score, f.snap});
     }
     if (!soft_taint) {
-      // Every node Prioritize would rank 10: one for a pod that asks for
-      // devices, all that tie for the best for one that asks for none.
       std::vector<HostPriority> ranked = RankNodes(pod, inputs, JobDomains(pod), options_.rank);
-      picked = ranked.front().host;
-      d.fits.clear();
-      for (HostPriority& h : ranked) {
-        if (h.score != ranked.front().score) break;
-        d.fits.push_back(std::move(h.host));
-      }
+      picked = std::move(ranked.front().host);
+      d.fits.assign(1, picked);
     }
   }
   const size_t rejected = d.failed.size() + d.unresolvable.size();

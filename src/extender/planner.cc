@@ -84,25 +84,24 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolici
     // Asks for no pooled device (a pod routed by the host-pod webhook, or an
     // explicit nvidia.com/gpu: 0): any node fits, with or without an
     // inventory (kube-scheduler's own filters check CPU and memory). Its
-    // score is what the node policy makes of the host it takes there: with
+    // score is the node policy's HostScore of the host it takes there: with
     // the fragmentation policies, the idle device compute its CPU and memory
-    // would strand. A node without a usable inventory has no devices to
-    // strand; it is scored as an empty inventory is.
+    // would strand; the others give every node the same score. A node
+    // without a usable inventory has no devices to strand; it is scored as
+    // an empty inventory is.
     plan.code = core::FitCode::kFits;
-    core::Placement host_only;
-    host_only.host = pod.request.host;
     int64_t sum = 0;
     size_t parts = 0;
     if (snap != nullptr && snap->inventory_status.ok()) {
       for (const InventoryState& st : snap->inventories) {
         if (st.inventory == nullptr) continue;
-        sum += policies.nodes.NodeScore(*st.inventory, st.usage, host_only);
+        sum += policies.nodes.HostScore(*st.inventory, st.usage, pod.request.host);
         ++parts;
       }
     }
     if (parts == 0) {
       const core::NodeInventory none;
-      sum = policies.nodes.NodeScore(none, core::NodeUsage::Empty(none), host_only);
+      sum = policies.nodes.HostScore(none, core::NodeUsage::Empty(none), pod.request.host);
       parts = 1;
     }
     plan.score = std::clamp(static_cast<int32_t>(sum / static_cast<int64_t>(parts)), 0, 100);

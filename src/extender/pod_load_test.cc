@@ -309,15 +309,17 @@ TEST(PodLoadTest, AHostWithoutCpuLeftIsWhereTheNextGpuPodGoes) {
 // A pod that asks for no device (routed by the host-pod webhook) is scored by
 // the host it takes: where its CPU would leave idle GPUs without the 8 cores
 // the workload's tasks need, the policy scores it low; a node without
-// devices, or one with CPU to spare, strands nothing and ties for the best.
-// Every node tied for the best gets 10 (kube-scheduler picks among them at
-// random), and with pick-in-filter the filter answers all of them.
+// devices, one with CPU to spare, or one whose GPUs are all taken strands
+// nothing and ties for the best. Every node tied for the best gets 10
+// (kube-scheduler's own scores, on in the host-pod profile, choose among
+// them), and the filter answers every node, picking none.
 TEST(PodLoadTest, APodThatAsksForNoDeviceGoesWhereItStrandsNoDevice) {
   Cache cache;
   cache.TrackHost(true);
   AddNode(cache, "small", 16000, 262144);  // 10 cores of the pod leave 6: GPUs stranded
   AddNode(cache, "big-1", 64000, 262144);
   AddNode(cache, "big-2", 64000, 262144);
+  AddNode(cache, "busy", 64000, 262144);  // all 8 GPUs taken below
   ExtenderOptions eo;
   eo.pick_in_filter = true;
   StatusOr<std::unique_ptr<Extender>> ext =
@@ -329,22 +331,22 @@ TEST(PodLoadTest, APodThatAsksForNoDeviceGoesWhereItStrandsNoDevice) {
   for (int i = 0; i < 20; ++i) load.OnPodAdded(Pod("a" + std::to_string(i), "", "8", "32Gi", 1));
   ASSERT_TRUE(load.Refresh(**ext));
 
+  PodInfo busy = MakePodInfo(PodRef{"busy", "ns", "busy", ""},
+                             core::PodRequest{{Gpu(8)}, core::HostResources{8000, 32768}});
+  ASSERT_TRUE((*ext)->Bind(busy, "busy").ok());
+
   PodInfo pod = MakePodInfo(PodRef{"cpu", "ns", "cpu", ""}, core::PodRequest{{}, {10000, 16384}});
   ASSERT_FALSE(pod.Pooled());
-  // Nodes with devices only: the filter picks the two that tie for the best.
-  FilterDecision d = (*ext)->Filter(pod, {"small", "big-1", "big-2"});
-  EXPECT_EQ(std::set<std::string>(d.fits.begin(), d.fits.end()),
-            (std::set<std::string>{"big-1", "big-2"}));
-  // With a node the cache does not know (no accelpool inventory: a CPU
-  // node), every node fits and the scores decide.
-  d = (*ext)->Filter(pod, {"small", "big-1", "cpu-node"});
-  EXPECT_EQ(d.fits.size(), 3u);
+  // Every node fits, known to the cache or not (no accelpool inventory: a
+  // CPU node), and the filter picks none of them.
+  const std::vector<std::string> all = {"small", "big-1", "big-2", "busy", "cpu-node"};
+  FilterDecision d = (*ext)->Filter(pod, all);
+  EXPECT_EQ(d.fits, all);
   std::map<std::string, int64_t> score;
-  for (const HostPriority& h : (*ext)->Prioritize(pod, {"small", "big-1", "big-2", "cpu-node"})) {
-    score[h.host] = h.score;
-  }
+  for (const HostPriority& h : (*ext)->Prioritize(pod, all)) score[h.host] = h.score;
   EXPECT_EQ(score["big-1"], core::kMaxRankScore);
   EXPECT_EQ(score["big-2"], core::kMaxRankScore);
+  EXPECT_EQ(score["busy"], core::kMaxRankScore);  // no packing step for such a pod
   EXPECT_EQ(score["cpu-node"], core::kMaxRankScore);
   EXPECT_LT(score["small"], core::kMaxRankScore);
 
@@ -360,22 +362,34 @@ TEST(PodLoadTest, APodThatAsksForNoDeviceGoesWhereItStrandsNoDevice) {
   EXPECT_TRUE(on_small.parts.empty());
   EXPECT_LT(on_small.score, on_big.score);
   EXPECT_EQ(on_big.score, on_cpu_node.score);
+  EXPECT_EQ(PlanNode(pod, cache.Node("busy").get(), **policy).score, on_cpu_node.score);
   // Blind to the host, nothing tells the nodes apart.
   cache.TrackHost(false);
   EXPECT_EQ(PlanNode(pod, cache.Node("small").get(), **policy).score,
             PlanNode(pod, cache.Node("big-1").get(), **policy).score);
-  // Every policy scores such a pod without devices to place, on a node with
-  // an inventory and one without.
+  // Every policy scores such a pod; those that do not weigh the host against
+  // the devices give every node the same score, leaving the choice to
+  // kube-scheduler's own scores.
+  cache.TrackHost(true);
   const NodeSnapshotPtr small = cache.Node("small");
+  const NodeSnapshotPtr busy_node = cache.Node("busy");
   for (const std::string& name : core::PolicyNames()) {
     SCOPED_TRACE(name);
     StatusOr<core::PolicyPtr> p = core::MakePolicy(name, ctx);
     ASSERT_TRUE(p.ok());
-    for (const NodeSnapshot* snap : {small.get(), static_cast<const NodeSnapshot*>(nullptr)}) {
+    const bool weighs_host = name == "accelpool" || name == "fragmentation";
+    for (const NodeSnapshot* snap :
+         {small.get(), busy_node.get(), static_cast<const NodeSnapshot*>(nullptr)}) {
       const NodePlan plan = PlanNode(pod, snap, **p);
       EXPECT_TRUE(plan.fits());
       EXPECT_GE(plan.score, 0);
       EXPECT_LE(plan.score, 100);
+      if (!weighs_host) {
+        EXPECT_EQ(plan.score, core::Policy::kNeutralHostScore);
+      }
+    }
+    if (weighs_host) {
+      EXPECT_LT(PlanNode(pod, small.get(), **p).score, PlanNode(pod, nullptr, **p).score);
     }
   }
 }

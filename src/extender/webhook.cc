@@ -355,12 +355,17 @@ Reply Webhook::MutateHostPod(std::string_view body) const {
       StatusOr<PodInfo> info = PodInfoFromJson(pod);
       if (!info.ok() || info->Pooled()) return reply();
     }
-    if (const std::string why = HostPodExemption(pod); !why.empty()) {
+    std::string why = HostPodExemption(pod);
+    if (why.empty() && !CheckWrittenAnnotations(pod).ok()) {
+      why = "carries an annotation only accelpool writes";
+    }
+    if (!why.empty()) {
       log_.Debug("host pod not routed", {{"uid", uid}, {"reason", why}});
       return reply();
     }
-    const Json patch = Json::array(
-        {Json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}}});
+    const Json patch = Json::array({Json{{"op", "add"},
+                                         {"path", "/spec/schedulerName"},
+                                         {"value", options_.host_pods_scheduler_name}}});
     allowed["patchType"] = "JSONPatch";
     allowed["patch"] =
         kube::Base64Encode(patch.dump(-1, ' ', false, Json::error_handler_t::replace));

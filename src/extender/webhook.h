@@ -21,13 +21,15 @@
 // Pods that ask for no accelerator, and anything but CREATE of a Pod (another
 // operation, a subresource, another kind), are allowed unchanged by Mutate.
 //
-// MutateHostPod is the host-pod route (chart: extender.hostPods): a pod that
+// MutateHostPod is the host-pod route (chart: webhook.hostPods): a pod that
 // asks for no device (names no accelerator resource, or only counts of 0) is
-// routed to accelpool's scheduler, where the extender places it on a node
-// whose idle devices need its CPU and memory least (docs/extender.md, "Pods
-// that ask for no device"). Left alone: pods that ask for devices (Mutate's),
-// mirror pods, pods with spec.nodeName or another scheduler, DaemonSet pods
-// and pods of the system-critical priority classes. The answer
+// routed to the host-pod profile of accelpool's scheduler
+// (host_pods_scheduler_name), where the extender ranks first the nodes whose
+// idle devices need its CPU and memory least (docs/extender.md, "Pods that ask
+// for no device"). Left alone: pods that ask for devices (Mutate's), mirror
+// pods, pods with spec.nodeName or another scheduler, DaemonSet pods, pods of
+// the system-critical priority classes, and pods created with an annotation
+// only accelpool writes (the annotation guard's to refuse). The answer
 // carries a base64 JSONPatch. A body that is not an admission.k8s.io/v1
 // AdmissionReview with a request.uid gets HTTP 400.
 //
@@ -49,6 +51,10 @@ struct WebhookOptions {
   // Admit pods that set the device plugin's variables themselves (they can
   // then lift their own caps or pick other devices): for trusted clusters.
   bool allow_device_env = false;
+  // The scheduler profile MutateHostPod routes pods that ask for no device to:
+  // accelpool's scheduler with kube-scheduler's own scores on, so that they
+  // spread among the nodes the extender ranks alike.
+  std::string host_pods_scheduler_name = "accelpool-scheduler-hosts";
 };
 
 class Webhook {

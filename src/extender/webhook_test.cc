@@ -380,7 +380,8 @@ TEST(WebhookTest, BadReviewIs400) {
 // placed or names another scheduler; a pod that asks for devices is the main
 // route's, and this one leaves it alone.
 TEST(WebhookTest, TheHostPodRouteSendsPodsThatAskForNoDeviceToAccelpool) {
-  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  Webhook w(WebhookOptions{"accelpool-scheduler", false, "accelpool-scheduler-hosts"}, nullptr,
+            Logger());
   auto cpu_pod = [] {
     nlohmann::json pod = PodWithLimits({{"cpu", "4"}, {"memory", "8Gi"}});
     pod["metadata"]["ownerReferences"] = {{{"kind", "ReplicaSet"}, {"name", "web"}}};
@@ -419,6 +420,9 @@ TEST(WebhookTest, TheHostPodRouteSendsPodsThatAskForNoDeviceToAccelpool) {
   nlohmann::json mirror = cpu_pod();
   mirror["metadata"]["annotations"] = {{"kubernetes.io/config.mirror", "x"}};
   cases.push_back({"mirror pod", mirror, false});
+  nlohmann::json forged = cpu_pod();
+  forged["metadata"]["annotations"] = {{"accelpool.io/assignment", "{}"}};
+  cases.push_back({"an annotation only accelpool writes", forged, false});
   cases.push_back({"no spec", {{"metadata", {{"name", "p"}}}}, false});
   cases.push_back({"spec not an object", {{"spec", 5}}, false});
   for (const Case& c : cases) {
@@ -431,7 +435,7 @@ TEST(WebhookTest, TheHostPodRouteSendsPodsThatAskForNoDeviceToAccelpool) {
       EXPECT_EQ(
           nlohmann::json::parse(kube::Base64Decode(resp["patch"].get<std::string>()).value()),
           nlohmann::json::parse(
-              R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])"));
+              R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler-hosts"}])"));
     }
   }
   // Only CREATE of a pod.

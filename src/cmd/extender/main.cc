@@ -52,6 +52,10 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --node-policy=NAME        the policy that scores nodes for pods naming none of their own,
                             while --policy picks their devices (default: --policy does both)
   --scheduler-name=NAME     scheduler pods are routed to (default accelpool-scheduler)
+  --host-pods-scheduler-name=NAME
+                            scheduler profile /mutate-host-pods routes pods that ask for no
+                            device to (default accelpool-scheduler-hosts; the chart's
+                            webhook.hostPods profile, with kube-scheduler's scores on)
   --leader-elect            elect among replicas with Lease accelpool-extender; only the
                             leader binds, followers report not ready (a standalone extender
                             behind a Service) (default off)
@@ -131,6 +135,7 @@ struct Flags {
   std::string policy = "accelpool";
   std::string node_policy;
   std::string scheduler_name = "accelpool-scheduler";
+  std::string host_pods_scheduler_name = "accelpool-scheduler-hosts";
   bool leader_elect = false;
   std::string scheduler_lease;  // "[NS/]NAME" of kube-scheduler's Lease; "" = off
   bool pick_in_filter = false;
@@ -160,23 +165,25 @@ struct Flags {
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  std::map<std::string, std::string*> strings = {{"listen", &f.listen},
-                                                 {"scheduler-listen", &f.scheduler_listen},
-                                                 {"tls-cert", &f.tls_cert},
-                                                 {"tls-key", &f.tls_key},
-                                                 {"client-ca", &f.client_ca},
-                                                 {"kubeconfig", &f.kubeconfig},
-                                                 {"policy", &f.policy},
-                                                 {"node-policy", &f.node_policy},
-                                                 {"scheduler-name", &f.scheduler_name},
-                                                 {"lease-namespace", &f.lease_namespace},
-                                                 {"scheduler-lease", &f.scheduler_lease},
-                                                 {"log-level", &f.log_level},
-                                                 {"kube-api-transport", &f.kube_api_transport},
-                                                 {"assignment-key-dir", &f.assignment_key_dir},
-                                                 {"webhook-ca-bundle", &f.webhook_ca_bundle},
-                                                 {"webhook-ca-file", &f.webhook_ca_file},
-                                                 {"workload-configmap", &f.workload_configmap}};
+  std::map<std::string, std::string*> strings = {
+      {"listen", &f.listen},
+      {"scheduler-listen", &f.scheduler_listen},
+      {"tls-cert", &f.tls_cert},
+      {"tls-key", &f.tls_key},
+      {"client-ca", &f.client_ca},
+      {"kubeconfig", &f.kubeconfig},
+      {"policy", &f.policy},
+      {"node-policy", &f.node_policy},
+      {"scheduler-name", &f.scheduler_name},
+      {"host-pods-scheduler-name", &f.host_pods_scheduler_name},
+      {"lease-namespace", &f.lease_namespace},
+      {"scheduler-lease", &f.scheduler_lease},
+      {"log-level", &f.log_level},
+      {"kube-api-transport", &f.kube_api_transport},
+      {"assignment-key-dir", &f.assignment_key_dir},
+      {"webhook-ca-bundle", &f.webhook_ca_bundle},
+      {"webhook-ca-file", &f.webhook_ca_file},
+      {"workload-configmap", &f.workload_configmap}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
       api_connections, max_connections, workload_window, workload_refresh;
   strings["workload-window"] = &workload_window;
@@ -275,6 +282,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   // "--scheduler-name=" would select no pod (every pod has a scheduler name)
   // and the webhook would route pods to none.
   for (auto [name, value] : {std::pair{"scheduler-name", &f.scheduler_name},
+                             std::pair{"host-pods-scheduler-name", &f.host_pods_scheduler_name},
                              std::pair{"lease-namespace", &f.lease_namespace}}) {
     if (value->empty()) {
       return InvalidArgumentError(std::string("--") + name + " must not be empty; leave it out " +
@@ -567,8 +575,9 @@ int Run(const Flags& flags) {
     handlers.SetBindGate(gate);
     writer.SetWriteGate(gate);
   }
-  Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env}, &cache,
-                  log.Child("webhook"));
+  Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env,
+                                 flags.host_pods_scheduler_name},
+                  &cache, log.Child("webhook"));
 
   http::ServerOptions so;
   so.host = addr->first;
