@@ -68,9 +68,9 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       kube and stock modes: who places a pod that asks for no GPU
                       (default policy, as the trace protocol assumes;
                       default-scheduler: kube-scheduler's default scores, as the
-                      shipped chart leaves such pods unless routed; extender:
-                      accelpool's scheduler with extender.hostPods on, the
-                      policy's score and a random pick among the best nodes)
+                      shipped chart leaves such pods unless routed; extender
+                      (kube mode): the chart's webhook.hostPods profile, the
+                      extender's host score ranked, plus kube-scheduler's own)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON

@@ -188,7 +188,8 @@ class AccelpoolSimPolicy : public SimPolicy {
     FragCache& frag = as_extender_ ? *ctx.extender_frag : *ctx.memory_frag;
     core::AccelpoolInputs in;
     in.f_before = frag.Get(n);
-    in.node_capacity = static_cast<int64_t>(n.gpus) * kMilli;
+    // No packing step for a pod that asks for no GPU, as the extender scores it.
+    in.node_capacity = p.num_gpu == 0 && ctx.host_only_scores ? 0 : int64_t{n.gpus} * kMilli;
     auto score = [&](uint32_t mask) {
       in.f_after = frag.After(n, p, mask);
       in.node_idle_after = n.GpuLeft() - p.GpuMilli();

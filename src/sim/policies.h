@@ -74,6 +74,9 @@ struct EvalContext {
                                            // (ReplayOptions::extender)
   FragCache* extender_fgd_frag = nullptr;  // FGD's measure on the same information
   std::mt19937_64* rng = nullptr;
+  // CpuPods::kExtender: a pod that asks for no GPU is scored as the extender
+  // scores it (core::Policy::HostScore: accelpool without its packing step).
+  bool host_only_scores = false;
 };
 
 class SimPolicy {

@@ -99,6 +99,7 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
                                                                           : &extender_tasks_,
                          false, core::HostTaskRule::kAllIdle, !opt.extender.host),
       ctx_{&c, &frag_, &memory_frag_, &extender_frag_, &extender_fgd_frag_, &rng_} {
+  ctx_.host_only_scores = opt.cpu_pods == CpuPods::kExtender;
   const size_t n_nodes = c.nodes.size();
   if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());
   uint64_t rank_state = opt.seed ^ 0x5EEDULL;
@@ -151,33 +152,41 @@ void NodePicker::Learn(const PodShape& shape) {
   ++workload_rebuilds_;
 }
 
+namespace {
+
+// kube-scheduler's default scores of a pod on a node, 0-100 each, integers as
+// it computes them: the free share of each resource after the pod, averaged
+// (LeastAllocated), and 100 x (1 - the spread of the two requested fractions)
+// (BalancedAllocation), both at weight 1.
+int64_t DefaultSchedulerScores(const SimNode& n, const PodShape& shape) {
+  constexpr int64_t kMax = 100;
+  int64_t least = 0;
+  double fraction[2] = {0, 0};
+  const int64_t cap[2] = {n.cpu_cap, n.mem_cap};
+  const int64_t requested[2] = {n.cpu_cap - n.cpu_free + shape.cpu,
+                                n.mem_cap - n.mem_free + shape.mem};
+  for (int r = 0; r < 2; ++r) {
+    if (cap[r] <= 0) continue;
+    least += std::max<int64_t>(0, cap[r] - requested[r]) * kMax / cap[r];
+    fraction[r] = std::min(1.0, static_cast<double>(requested[r]) / static_cast<double>(cap[r]));
+  }
+  least /= 2;
+  const double spread = std::abs(fraction[0] - fraction[1]) / 2;
+  const auto balanced = static_cast<int64_t>((1 - spread) * kMax);
+  return least + balanced;
+}
+
+}  // namespace
+
 size_t NodePicker::PickByDefaultScheduler(const std::vector<SimNode>& nodes,
                                           const PodShape& shape) {
-  // kube-scheduler's scores, 0-100 each, integers as it computes them: the
-  // free share of each resource after the pod, averaged (LeastAllocated),
-  // and 100 x (1 - the spread of the two requested fractions)
-  // (BalancedAllocation), both at weight 1.
-  constexpr int64_t kMax = 100;
   int64_t best_key = -1;
   size_t best = nodes.size();
   uint64_t ties = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const SimNode& n = nodes[i];
     if (!Fits(n, shape)) continue;
-    int64_t least = 0;
-    double fraction[2] = {0, 0};
-    const int64_t cap[2] = {n.cpu_cap, n.mem_cap};
-    const int64_t requested[2] = {n.cpu_cap - n.cpu_free + shape.cpu,
-                                  n.mem_cap - n.mem_free + shape.mem};
-    for (int r = 0; r < 2; ++r) {
-      if (cap[r] <= 0) continue;
-      least += std::max<int64_t>(0, cap[r] - requested[r]) * kMax / cap[r];
-      fraction[r] = std::min(1.0, static_cast<double>(requested[r]) / static_cast<double>(cap[r]));
-    }
-    least /= 2;
-    const double spread = std::abs(fraction[0] - fraction[1]) / 2;
-    const auto balanced = static_cast<int64_t>((1 - spread) * kMax);
-    const int64_t key = least + balanced;
+    const int64_t key = DefaultSchedulerScores(n, shape);
     if (key > best_key) {
       best_key = key;
       best = i;
@@ -203,10 +212,16 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
   size_t best = n_nodes;
   uint32_t best_mask = 0;
   uint64_t ties = 0;
-  // The extender's rule for a pod that asks for no device (core::RankRule::
-  // tied_best): kube-scheduler's random choice among the nodes ranked 10.
-  const bool tied_best_at_random =
+  // The extender's rule for a pod that asks for no device, in the host-pod
+  // profile (CpuPods::kExtender): core::Rank with RankRule::tied_best gives
+  // every node with the best combined score 10 and the rest at most 9, times
+  // 10 x weight. The profile's remaining scores (PodTopologySpread,
+  // InterPodAffinity, NodeAffinity, TaintToleration) weigh preferences the
+  // trace's pods do not have, so kube-scheduler picks at random among the
+  // nodes ranked 10.
+  const bool host_pod_profile =
       shape.num_gpu == 0 && opt_.mode == TieMode::kKube && opt_.cpu_pods == CpuPods::kExtender;
+  host_candidates_.clear();
   for (size_t i = 0; i < n_nodes; ++i) {
     const SimNode& n = nodes[i];
     Choice ch;
@@ -251,16 +266,9 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
       rc.node_idle = n.FullyFree() == n.gpus;
       rc.order = name_rank_[i];
       const int64_t key = core::CombinedScore(rc, opt_.penalties);
-      if (tied_best_at_random) {
-        if (best == n_nodes || key > best_key) {
-          best_key = key;
-          best = i;
-          best_mask = ch.mask;
-          ties = 1;
-        } else if (key == best_key && Uniform(++ties, &tie_state_) == 0) {
-          best = i;
-          best_mask = ch.mask;
-        }
+      if (host_pod_profile) {
+        host_candidates_.emplace_back(i, key);
+        best_key = std::max(best_key, key);
       } else if (best == n_nodes || core::RanksBefore(key, rc.order, rc.node, best_key,
                                                       name_rank_[best], c_.node_names[best])) {
         best_key = key;
@@ -279,6 +287,22 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
         best_mask = ch.mask;
       }
     }
+  }
+  if (host_pod_profile) {
+    int64_t best_total = -1;
+    for (const auto& [i, key] : host_candidates_) {
+      const int64_t extender =
+          key == best_key ? core::kMaxRankScore : core::ExtenderScore(1, key, best_key);
+      const int64_t total = extender * core::kMaxRankScore * opt_.extender_weight;
+      if (total > best_total) {
+        best_total = total;
+        best = i;
+        ties = 1;
+      } else if (total == best_total && Uniform(++ties, &tie_state_) == 0) {
+        best = i;
+      }
+    }
+    best_mask = 0;
   }
   *mask = best_mask;
   return best;

@@ -73,11 +73,14 @@ enum class CpuPods {
   // accelpool's scheduler. NodeResourcesFit LeastAllocated plus
   // NodeResourcesBalancedAllocation on CPU and memory, ties at random.
   kDefaultScheduler,
-  // accelpool's scheduler with the chart's host-pod routing on: the
-  // extender's rule for a pod that asks for no device (core::Rank with
-  // RankOptions::tied_best_all): the policy's score of the host it takes,
-  // every node with the best combined score ranked 10, and kube-scheduler's
-  // random choice among them.
+  // The chart's host-pod route (webhook.hostPods): the host-pod profile of
+  // accelpool's scheduler. The extender scores the pod as
+  // core::Policy::HostScore does (accelpool: no packing step) and ranks it
+  // with core::RankRule::tied_best (every node with the best combined score
+  // 10, the rest at most 9). The profile keeps kube-scheduler's scores for
+  // preferences (topology spread, affinities, taints), which the trace's pods
+  // do not have: kube-scheduler picks at random among the nodes ranked 10.
+  // Kube mode only (stock mode places such pods as kPolicy does).
   kExtender,
 };
 
@@ -138,6 +141,7 @@ class NodePicker {
   std::mt19937_64 rng_;
   FragCache frag_;
   FragCache memory_frag_;
+  std::vector<std::pair<size_t, int64_t>> host_candidates_;  // (node, combined): kExtender
   // A pod asking for no GPU, placed by kube-scheduler's default scores
   // (CpuPods::kDefaultScheduler).
   size_t PickByDefaultScheduler(const std::vector<SimNode>& nodes, const PodShape& shape);

@@ -323,12 +323,14 @@ TEST(ReplayTest, PodsAskingForNoGpuArePlacedByTheDefaultScheduler) {
   }
 }
 
-// With the chart's host-pod routing a pod that asks for no GPU goes through
-// the extender: core::Rank with RankRule::tied_best ranks every node with the
-// best combined score 10, and kube-scheduler picks one of them at random. The
-// kube mode's CpuPods::kExtender places each such pod on one of those nodes,
-// and not always the first of the stable order.
-TEST(ReplayTest, PodsAskingForNoGpuGoToOneOfTheExtendersBestNodes) {
+// With the chart's host-pod route a pod that asks for no GPU goes to the
+// host-pod profile: the extender scores it without the packing step, and
+// core::Rank with RankRule::tied_best gives every node with the best combined
+// score 10; kube-scheduler picks among them (the trace's pods have none of the
+// preferences the profile's remaining scores weigh). The kube mode's
+// CpuPods::kExtender places each such pod on one of those nodes, and not
+// always the first of the stable order.
+TEST(ReplayTest, PodsAskingForNoGpuGoWhereTheHostPodProfileRanksThemFirst) {
   const Slice& s = TestSlice();
   const Cluster& c = s.cluster;
   const std::vector<int32_t> order = ArrivalOrder(s.pods, c, 42, 1.3);
@@ -343,8 +345,11 @@ TEST(ReplayTest, PodsAskingForNoGpuGoToOneOfTheExtendersBestNodes) {
   FragCache memory_frag(&c.memory_tasks, true, core::HostTaskRule::kHostShare);
   std::mt19937_64 rng(1);
   EvalContext ctx{&c, &frag, &memory_frag, nullptr, nullptr, &rng};
+  ctx.host_only_scores = true;
+  EvalContext packing_ctx = ctx;
+  packing_ctx.host_only_scores = false;
   std::vector<SimNode> nodes = c.nodes;
-  int cpu_only = 0, tied = 0, not_first = 0;
+  int cpu_only = 0, tied = 0, not_first = 0, pack_differs = 0;
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t sid = static_cast<size_t>(c.pod_shape[static_cast<size_t>(order[k])]);
     const PodShape& shape = c.shapes[sid];
@@ -361,20 +366,22 @@ TEST(ReplayTest, PodsAskingForNoGpuGoToOneOfTheExtendersBestNodes) {
         core::RankCandidate rc;
         rc.node = c.node_names[i];
         rc.policy_score = (*p)->Evaluate(nodes[i], shape, ctx).score;
+        pack_differs += rc.policy_score != (*p)->Evaluate(nodes[i], shape, packing_ctx).score;
         rc.order = core::StableNodeOrder(opt.seed, c.node_names[i]);
         cands.push_back(rc);
         index.push_back(i);
       }
       const std::vector<core::RankedNode> ranked =
           core::Rank(cands, core::RankRule{opt.penalties, /*tied_best=*/true});
+      int64_t best_total = -1, got_total = -1;
       size_t tens = 0;
-      bool among_tens = false;
       for (const core::RankedNode& r : ranked) {
-        if (r.score != core::kMaxRankScore) continue;
-        ++tens;
-        among_tens = among_tens || index[r.index] == got;
+        const int64_t total = r.score * 10 * opt.extender_weight;
+        best_total = std::max(best_total, total);
+        if (index[r.index] == got) got_total = total;
+        tens += r.score == core::kMaxRankScore;
       }
-      EXPECT_TRUE(among_tens) << "pod " << k;
+      EXPECT_EQ(got_total, best_total) << "pod " << k;
       tied += tens > 1;
       not_first += index[ranked.front().index] != got;
     }
@@ -383,6 +390,7 @@ TEST(ReplayTest, PodsAskingForNoGpuGoToOneOfTheExtendersBestNodes) {
   EXPECT_GT(cpu_only, 10);
   EXPECT_GT(tied, 0);
   EXPECT_GT(not_first, 0);
+  EXPECT_GT(pack_differs, 0);  // the packing step would have been in play
 }
 
 TEST(TimedTest, ArrivalsAndDeparturesBalance) {
