@@ -196,6 +196,7 @@ struct ExtenderMetrics {
   CounterFamily* workload_arrivals = nullptr;  // incremented by PodLoad
   CounterFamily* workload_rebuilds = nullptr;
   CounterFamily* workload_store = nullptr;  // {op=load|save, result=ok|missing|failed}; PodLoad
+  CounterFamily* admissions = nullptr;      // route (devices|host-pods), result; Webhook
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };

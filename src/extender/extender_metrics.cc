@@ -96,6 +96,12 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
                             "Reads (at start) and writes of the learned workload's ConfigMap, by "
                             "op (load|save) and result (ok|missing|failed).",
                             {"op", "result"});
+  auto admissions = r.AddCounter(
+      "accelpool_extender_admissions_total",
+      "Pod admission reviews answered by the webhook, by route (devices: /mutate, host-pods: "
+      "/mutate-host-pods) and result (mutated|unchanged|refused|bad_request|error).",
+      {"route", "result"});
+  ACCELPOOL_RETURN_IF_ERROR(admissions.status());
   for (const Status& s :
        {host_free.status(), host_pods.status(), shapes.status(),     arrivals.status(),
         rebuilds.status(),  store.status(),     latency.status(),    requests.status(),
@@ -136,6 +142,13 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
   m.workload_arrivals = *arrivals;
   m.workload_rebuilds = *rebuilds;
   m.workload_store = *store;
+  m.admissions = *admissions;
+  // Present from the start, so that increase() sees the first refusal.
+  for (const char* route : {"devices", "host-pods"}) {
+    for (const char* result : {"mutated", "unchanged", "refused", "bad_request", "error"}) {
+      m.admissions->WithLabels({route, result});
+    }
+  }
   m.key_reload_errors->Get();  // rendered from the start, for increase()
   m.workload_arrivals->Get();
   m.workload_rebuilds->Get();

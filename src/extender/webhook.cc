@@ -330,10 +330,42 @@ StatusOr<Json> ParseReview(std::string_view body, const Logger& log, Reply* refu
 
 }  // namespace
 
-Webhook::Webhook(WebhookOptions options, const Cache* cache, Logger log)
-    : options_(std::move(options)), cache_(cache), log_(std::move(log)) {}
+Webhook::Webhook(WebhookOptions options, const Cache* cache, Logger log,
+                 const ExtenderMetrics* metrics)
+    : options_(std::move(options)), cache_(cache), log_(std::move(log)), metrics_(metrics) {}
+
+Reply Webhook::Counted(const char* route, Reply r) const {
+  if (metrics_ == nullptr || metrics_->admissions == nullptr) return r;
+  const char* result = "error";
+  if (r.status == 400) {
+    result = "bad_request";
+  } else if (r.status == 200) {
+    // The answer is ours: the JSON of Review(). Decided from its fields, not
+    // by the path that built it, so every return counts alike.
+    StatusOr<Json> doc = ParseJson(r.body);
+    const Json* resp =
+        doc.ok() && doc->is_object() && doc->contains("response") ? &(*doc)["response"] : nullptr;
+    if (resp != nullptr && resp->is_object()) {
+      if (!resp->value("allowed", false)) {
+        result = "refused";
+      } else {
+        result = resp->contains("patch") ? "mutated" : "unchanged";
+      }
+    }
+  }
+  metrics_->admissions->WithLabels({route, result}).Inc();
+  return r;
+}
+
+Reply Webhook::Mutate(std::string_view body) const {
+  return Counted("devices", MutateDevices(body));
+}
 
 Reply Webhook::MutateHostPod(std::string_view body) const {
+  return Counted("host-pods", RouteHostPod(body));
+}
+
+Reply Webhook::RouteHostPod(std::string_view body) const {
   try {
     Reply refusal;
     StatusOr<Json> doc = ParseReview(body, log_, &refusal);
@@ -376,7 +408,7 @@ Reply Webhook::MutateHostPod(std::string_view body) const {
   }
 }
 
-Reply Webhook::Mutate(std::string_view body) const {
+Reply Webhook::MutateDevices(std::string_view body) const {
   try {
     Reply refusal;
     StatusOr<Json> doc = ParseReview(body, log_, &refusal);

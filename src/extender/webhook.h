@@ -42,6 +42,7 @@
 
 #include "common/log.h"
 #include "extender/cache.h"
+#include "extender/extender.h"
 #include "extender/handlers.h"
 
 namespace accelpool::extender {
@@ -60,15 +61,23 @@ struct WebhookOptions {
 class Webhook {
  public:
   // `cache` (may be null) supplies the cluster's largest devices for the
-  // impossible-request check.
-  Webhook(WebhookOptions options, const Cache* cache, Logger log);
+  // impossible-request check; `metrics` (may be null) counts the answers
+  // (accelpool_extender_admissions_total).
+  Webhook(WebhookOptions options, const Cache* cache, Logger log,
+          const ExtenderMetrics* metrics = nullptr);
   Reply Mutate(std::string_view body) const;
   Reply MutateHostPod(std::string_view body) const;
 
  private:
+  Reply MutateDevices(std::string_view body) const;
+  Reply RouteHostPod(std::string_view body) const;
+  // Counts `r` under `route` and returns it.
+  Reply Counted(const char* route, Reply r) const;
+
   const WebhookOptions options_;
   const Cache* const cache_;
   const Logger log_;
+  const ExtenderMetrics* const metrics_;
 };
 
 }  // namespace accelpool::extender

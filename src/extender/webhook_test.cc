@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/metrics.h"
 #include "extender/test_util.h"
 #include "kube/config.h"
 
@@ -373,6 +374,35 @@ TEST(WebhookTest, BadReviewIs400) {
       EXPECT_NE(r.body.find("AdmissionReview"), std::string::npos) << r.body;
     }
   }
+}
+
+// Every answer is counted by route and result
+// (accelpool_extender_admissions_total).
+TEST(WebhookTest, EveryAnswerIsCountedByRouteAndResult) {
+  MetricsRegistry registry;
+  StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  Webhook w(WebhookOptions{}, nullptr, Logger(), &*metrics);
+  const nlohmann::json cpu = PodWithLimits({{"cpu", "1"}});
+  w.Mutate(Review(PodWithLimits({{"nvidia.com/gpu", "1"}})).dump());    // routed
+  w.Mutate(Review(PodWithLimits({{"nvidia.com/gpu", "1.5"}})).dump());  // refused
+  w.Mutate(Review(cpu).dump());                                         // not ours
+  w.Mutate("{");
+  w.MutateHostPod(Review(cpu).dump());
+  w.MutateHostPod(Review(PodWithLimits({{"nvidia.com/gpu", "1"}})).dump());
+  auto count = [&](const char* route, const char* result) {
+    return metrics->admissions->WithLabels({route, result}).Value();
+  };
+  EXPECT_EQ(count("devices", "mutated"), 1);
+  EXPECT_EQ(count("devices", "refused"), 1);
+  EXPECT_EQ(count("devices", "unchanged"), 1);
+  EXPECT_EQ(count("devices", "bad_request"), 1);
+  EXPECT_EQ(count("devices", "error"), 0);
+  EXPECT_EQ(count("host-pods", "mutated"), 1);
+  EXPECT_EQ(count("host-pods", "unchanged"), 1);
+  EXPECT_NE(registry.Serialize().find(
+                "accelpool_extender_admissions_total{route=\"host-pods\",result=\"refused\"} 0"),
+            std::string::npos);
 }
 
 // The host-pod route: a pod that asks for no device is sent to accelpool's

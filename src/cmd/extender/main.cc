@@ -577,7 +577,7 @@ int Run(const Flags& flags) {
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env,
                                  flags.host_pods_scheduler_name},
-                  &cache, log.Child("webhook"));
+                  &cache, log.Child("webhook"), &*metrics);
 
   http::ServerOptions so;
   so.host = addr->first;
