@@ -627,8 +627,11 @@ check "kube-scheduler accepts the chart's scheduler configuration" sched_config_
 
 # The host-pod route (webhook.hostPods): off by default; on, a second webhook
 # entry (always Ignore) sends pods that ask for no accelerator to the extender's
-# /mutate-host-pods, and the extender has no managedResources (kube-scheduler
-# then calls it for every pod) while NodeResourcesFit ignores the pooled names.
+# /mutate-host-pods, which routes them to the profile accelpool-scheduler-hosts
+# (kube-scheduler's preference scores on, NodeResourcesFit, BalancedAllocation
+# and ImageLocality scoring off), and the extender has no managedResources
+# (kube-scheduler then calls it for every pod) while NodeResourcesFit ignores
+# the pooled names in both profiles.
 render --set webhook.hostPods.route=true --set webhook.hostPods.namespaceSelector.matchLabels.team=ml \
   > "${TMP}/host-pods.yaml"
 host_pods_route() {
@@ -641,12 +644,21 @@ host_pods_route() {
     awk '/- name: host-pods.mutate.accelpool.io/ {on=1} on' "${TMP}/host-pods.yaml" |
       grep -q '^        team: ml$' &&
     ! grep -q 'managedResources:' "${TMP}/host-pods.yaml" &&
-    grep -q '^              ignoredResources:$' "${TMP}/host-pods.yaml" &&
+    [ "$(grep -c '^              ignoredResources:$' "${TMP}/host-pods.yaml")" = 2 ] &&
     grep -q '^                - nvidia.com/gpumem$' "${TMP}/host-pods.yaml" &&
+    grep -q '^      - schedulerName: accelpool-scheduler-hosts$' "${TMP}/host-pods.yaml" &&
+    ! grep -q 'schedulerName: accelpool-scheduler-hosts' "${TMP}/default.yaml" &&
+    grep -q -- '- --host-pods-scheduler-name=accelpool-scheduler-hosts$' "${TMP}/default.yaml" &&
     sched_config_accepted "${TMP}/host-pods.yaml" &&
+    grep -q 'schedulerName: accelpool-scheduler-hosts' "${TMP}/effective.yaml" &&
+    [ "$(render --set webhook.hostPods.route=true \
+      --set-string 'webhook.hostPods.namespaceSelector.matchLabels.accelpool\.io/host-pods=true' |
+      grep -c '^        accelpool.io/host-pods: "true"$')" = 1 ] &&
+    ! render --set webhook.hostPods.route=true \
+      --set 'webhook.hostPods.namespaceSelector.matchLabels.accelpool\.io/host-pods=true' >/dev/null 2>&1 &&
     ! render --set webhook.hostPods.rout=true >/dev/null 2>&1
 }
-check "webhook.hostPods.route adds the host-pod webhook (Ignore) and drops managedResources for ignoredResources; kube-scheduler accepts it" host_pods_route
+check "webhook.hostPods.route adds the host-pod webhook (Ignore), the profile accelpool-scheduler-hosts and ignoredResources for managedResources; kube-scheduler accepts it" host_pods_route
 
 # The webhook's matchCondition decides which pods reach the extender. Its CEL
 # is checked hermetically: the same expression as the matchCondition of a
