@@ -5,6 +5,11 @@
 //
 //   build-<you>/bench/plugin/plugin_bench
 //
+// BM_AllocateGrpcKubeletView is the same call with kubelet's pod-resources
+// API wired (an in-process server on a unix socket listing every pending pod),
+// which Allocate reads to confirm the pod its slot ids name is the one kubelet
+// admits.
+//
 // Counters: p50_us / p99_us / mean_us per Allocate (client-observed), rss_mib
 // of this process after the plugin started (includes the benchmark harness).
 // The same call when the pod is not yet in the plugin's store (the lookup
@@ -25,6 +30,8 @@
 #include "api/assignment_codec.h"
 #include "deviceplugin/api.grpc.pb.h"
 #include "plugin/node_plugin.h"
+#include "plugin/pod_resources.h"
+#include "podresources/podresources.grpc.pb.h"
 #include "vendors/fake/fake_driver.h"
 
 namespace accelpool::plugin {
@@ -101,9 +108,7 @@ struct Fixture {
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
 };
 
-void BM_AllocateGrpc(benchmark::State& state) {
-  const int pods = static_cast<int>(state.range(0));
-  Fixture f(pods);
+void AllocateLoop(benchmark::State& state, Fixture& f, int pods) {
   std::vector<double> us;
   int64_t n = 0;
   for (auto _ : state) {
@@ -134,7 +139,65 @@ void BM_AllocateGrpc(benchmark::State& state) {
   }
   state.counters["rss_mib"] = RssMib();
 }
+
+void BM_AllocateGrpc(benchmark::State& state) {
+  const int pods = static_cast<int>(state.range(0));
+  Fixture f(pods);
+  AllocateLoop(state, f, pods);
+}
 BENCHMARK(BM_AllocateGrpc)
+    ->Arg(16)
+    ->Arg(160)
+    ->Arg(1600)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// kubelet's pod-resources List, as a node with --pod-resources-socket serves
+// it: every pending pod listed as being admitted (its container holds no ids
+// yet). Allocate asks it on every hit whose slot ids name one waiting pod, to
+// confirm kubelet admits that pod (docs/device-plugin.md).
+class ListEveryPod final : public v1::PodResourcesLister::Service {
+ public:
+  explicit ListEveryPod(int pods) {
+    for (int i = 0; i < pods; ++i) {
+      v1::PodResources* p = answer_.add_pod_resources();
+      p->set_namespace_("bench");
+      p->set_name("pod-" + std::to_string(i));
+      p->add_containers()->set_name("main");
+    }
+  }
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* resp) override {
+    *resp = answer_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  v1::ListPodResourcesResponse answer_;
+};
+
+// BM_AllocateGrpc with the plugin reading kubelet's pod-resources API over a
+// real unix socket (an in-process server listing every pending pod).
+void BM_AllocateGrpcKubeletView(benchmark::State& state) {
+  const int pods = static_cast<int>(state.range(0));
+  Fixture f(pods);
+  ListEveryPod lister(pods);
+  const std::string socket = f.dir + "/pod-resources.sock";
+  grpc::ServerBuilder b;
+  b.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials());
+  b.RegisterService(&lister);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  if (server == nullptr) {
+    state.SkipWithError("the pod-resources server did not start");
+    return;
+  }
+  PodResourcesClient client(socket, std::chrono::milliseconds(1000));
+  f.plugin->allocator().SetKubeletView([&client] { return client.List(); });
+  AllocateLoop(state, f, pods);
+  f.plugin->allocator().SetKubeletView(nullptr);
+  server->Shutdown(std::chrono::system_clock::now());
+}
+BENCHMARK(BM_AllocateGrpcKubeletView)
     ->Arg(16)
     ->Arg(160)
     ->Arg(1600)
