@@ -17,10 +17,13 @@
 // Because exactly one node gets 10 and the profile we ship adds nothing else,
 // kube-scheduler places the pod on the first node of the order.
 // A pod that asks for no device is ranked with `tied_best` (RankRule): every
-// node with the best combined score gets 10, so kube-scheduler picks one of
-// them at random. Its score is the host share it takes from nodes whose
-// devices would need it, and nodes where it strands nothing (no accelerator,
-// or none idle) all tie: a fixed order would fill one of them after another.
+// node with the best combined score gets 10. Its score is the host share it
+// takes from nodes whose devices would need it, and nodes where it strands
+// nothing (no accelerator, or none idle) all tie: a fixed order would fill
+// one of them after another. Such pods go to the chart's host-pod profile,
+// where kube-scheduler's preference scores (topology spread, affinities,
+// taints) are added and choose among the 10s (they can also outweigh a step
+// or two of ours), with a random pick among equal totals.
 //
 // Thread-safety: pure functions.
 #ifndef ACCELPOOL_CORE_RANK_H_

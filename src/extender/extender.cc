@@ -472,8 +472,12 @@ void Extender::Remember(const PodInfo& pod, FitList fitted) {
     for (auto it = remembered_.begin(); it != remembered_.end();) {
       it = now - it->second.at > options_.score_ttl ? remembered_.erase(it) : std::next(it);
     }
+    // Still full: pods that ask for no device go first (their bind reads the
+    // pod back at the cost of one GET; a device pod's needs its plans).
     while (remembered_.size() >= options_.max_remembered_pods) {
-      remembered_.erase(remembered_.begin());
+      auto victim = std::find_if(remembered_.begin(), remembered_.end(),
+                                 [](const auto& e) { return !e.second.pod.Pooled(); });
+      remembered_.erase(victim != remembered_.end() ? victim : remembered_.begin());
     }
   }
   remembered_[pod.ref.uid] = Remembered{

@@ -1,6 +1,7 @@
 #include "extender/planner.h"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -89,22 +90,25 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolici
     // would strand; the others give every node the same score. A node
     // without a usable inventory has no devices to strand; it is scored as
     // an empty inventory is.
+    // On a node with devices of several vendors the pod takes the host from
+    // all of them: the vendor whose devices it strands most sets the score.
+    // A node whose inventory does not parse may well have devices: one step
+    // below a node known to have none.
     plan.code = core::FitCode::kFits;
-    int64_t sum = 0;
-    size_t parts = 0;
+    std::optional<int32_t> worst;
     if (snap != nullptr && snap->inventory_status.ok()) {
       for (const InventoryState& st : snap->inventories) {
         if (st.inventory == nullptr) continue;
-        sum += policies.nodes.HostScore(*st.inventory, st.usage, pod.request.host);
-        ++parts;
+        const int32_t s = policies.nodes.HostScore(*st.inventory, st.usage, pod.request.host);
+        worst = std::min(worst.value_or(s), s);
       }
     }
-    if (parts == 0) {
+    if (!worst.has_value()) {
       const core::NodeInventory none;
-      sum = policies.nodes.HostScore(none, core::NodeUsage::Empty(none), pod.request.host);
-      parts = 1;
+      worst = policies.nodes.HostScore(none, core::NodeUsage::Empty(none), pod.request.host);
+      if (snap != nullptr && !snap->inventory_status.ok()) *worst -= 1;
     }
-    plan.score = std::clamp(static_cast<int32_t>(sum / static_cast<int64_t>(parts)), 0, 100);
+    plan.score = std::clamp(*worst, 0, 100);
     return plan;
   }
   if (snap == nullptr) {
@@ -226,8 +230,8 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
   const core::RankPenalties penalties{options.idle_node_penalty, options.idle_super_node_penalty};
   std::vector<HostPriority> out;
   out.reserve(nodes.size());
-  // A pod that asks for no device: every node with the best score gets 10
-  // and kube-scheduler picks among them at random (core::RankRule).
+  // A pod that asks for no device: every node with the best score gets 10,
+  // and the host-pod profile's own scores choose among them (core::RankRule).
   for (const core::RankedNode& r :
        core::Rank(candidates, core::RankRule{penalties, /*tied_best=*/!pod.Pooled()})) {
     out.push_back(HostPriority{std::string(nodes[r.index].node), r.score});

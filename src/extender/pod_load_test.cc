@@ -367,6 +367,11 @@ TEST(PodLoadTest, APodThatAsksForNoDeviceGoesWhereItStrandsNoDevice) {
   cache.TrackHost(false);
   EXPECT_EQ(PlanNode(pod, cache.Node("small").get(), **policy).score,
             PlanNode(pod, cache.Node("big-1").get(), **policy).score);
+  // A node whose inventory does not parse may have devices: one below a node
+  // known to have none, so it is not among the best.
+  cache.UpsertNode("unparsable", InvalidArgumentError("not an inventory"), 1, {},
+                   core::HostResources{64000, 262144});
+  EXPECT_EQ(PlanNode(pod, cache.Node("unparsable").get(), **policy).score, on_cpu_node.score - 1);
   // Every policy scores such a pod; those that do not weigh the host against
   // the devices give every node the same score, leaving the choice to
   // kube-scheduler's own scores.

@@ -381,11 +381,14 @@ Reply Webhook::RouteHostPod(std::string_view body) const {
       return reply();
     }
     const Json& pod = req["object"];
-    // A pod that asks for devices is the main route's (Mutate); one whose
-    // requests do not parse is left for it to refuse.
-    if (api::RequestsAccelerators(pod)) {
-      StatusOr<PodInfo> info = PodInfoFromJson(pod);
-      if (!info.ok() || info->Pooled()) return reply();
+    // A pod that asks for devices is the main route's (Mutate). One whose
+    // requests or annotations do not parse is not routed either: the extender
+    // would refuse it on every filter, where the default scheduler places it.
+    if (StatusOr<PodInfo> info = PodInfoFromJson(pod); !info.ok() || info->Pooled()) {
+      log_.Debug(
+          "host pod not routed",
+          {{"uid", uid}, {"reason", info.ok() ? "asks for devices" : info.status().message()}});
+      return reply();
     }
     std::string why = HostPodExemption(pod);
     if (why.empty() && !CheckWrittenAnnotations(pod).ok()) {

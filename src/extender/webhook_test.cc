@@ -453,6 +453,9 @@ TEST(WebhookTest, TheHostPodRouteSendsPodsThatAskForNoDeviceToAccelpool) {
   nlohmann::json forged = cpu_pod();
   forged["metadata"]["annotations"] = {{"accelpool.io/assignment", "{}"}};
   cases.push_back({"an annotation only accelpool writes", forged, false});
+  nlohmann::json bad_annotation = cpu_pod();
+  bad_annotation["metadata"]["annotations"] = {{"accelpool.io/exclusive", "maybe"}};
+  cases.push_back({"an annotation the extender cannot read", bad_annotation, false});
   cases.push_back({"no spec", {{"metadata", {{"name", "p"}}}}, false});
   cases.push_back({"spec not an object", {{"spec", 5}}, false});
   for (const Case& c : cases) {

@@ -99,7 +99,7 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
                                                                           : &extender_tasks_,
                          false, core::HostTaskRule::kAllIdle, !opt.extender.host),
       ctx_{&c, &frag_, &memory_frag_, &extender_frag_, &extender_fgd_frag_, &rng_} {
-  ctx_.host_only_scores = opt.cpu_pods == CpuPods::kExtender;
+  ctx_.host_only_scores = opt.cpu_pods == CpuPods::kExtender && opt.mode == TieMode::kKube;
   const size_t n_nodes = c.nodes.size();
   if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());
   uint64_t rank_state = opt.seed ^ 0x5EEDULL;
