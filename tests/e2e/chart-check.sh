@@ -656,7 +656,8 @@ host_pods_route() {
       grep -c '^        accelpool.io/host-pods: "true"$')" = 1 ] &&
     ! render --set webhook.hostPods.route=true \
       --set 'webhook.hostPods.namespaceSelector.matchLabels.accelpool\.io/host-pods=true' >/dev/null 2>&1 &&
-    ! render --set webhook.hostPods.rout=true >/dev/null 2>&1
+    ! render --set webhook.hostPods.rout=true >/dev/null 2>&1 &&
+    ! render --set webhook.enabled=false --set webhook.hostPods.route=true >/dev/null 2>&1
 }
 check "webhook.hostPods.route adds the host-pod webhook (Ignore), the profile accelpool-scheduler-hosts and ignoredResources for managedResources; kube-scheduler accepts it" host_pods_route
 
