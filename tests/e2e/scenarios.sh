@@ -38,6 +38,7 @@ flock -n 9 || die "another scenarios.sh is running on ${E2E_WORK}: wait for it o
 finish() {
   set +e
   stop_pidfile "${E2E_WORK}/run/extender.pid"
+  stop_pidfile "${E2E_WORK}/run/hosts-scheduler.pid"
   stop_nodes
   "${E2E_DIR}/cluster.sh" stop >/dev/null 2>&1
   echo "scenarios: ${PASSED} passed, ${FAILED} failed"

@@ -431,6 +431,139 @@ release host-probe-2 || true
 kc -n "${NS}" delete pod host-probe-1 host-probe-2 host-probe-3 host-hog --grace-period=0 --force >/dev/null 2>&1 || true
 kc -n "${NS}" delete pod -l app=teach --grace-period=0 --force >/dev/null 2>&1 || true
 
+log "== pods that ask for no device"
+# The host-pod route end to end: the webhook entry the chart adds with
+# webhook.hostPods.route (on namespaces labelled e2e/host-pods here) sends a
+# pod that asks for no device to the profile accelpool-scheduler-hosts, served
+# by a kube-scheduler whose extender has no managedResources (kube-scheduler
+# then calls it for every pod), as the chart renders it. The extender scores
+# the pod by the host it takes: on host-a (8 idle A10s, 64 cores, a learned
+# workload of 1 GPU + 8 cores) a 58-core pod leaves 6 cores and strands every
+# GPU; on cpu-1 (a node without accelerators, 60 cores) it strands nothing.
+# The default scheduler's LeastAllocated prefers host-a (more CPU left).
+kc apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Node
+metadata:
+  name: cpu-1
+  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
+  labels: {type: kwok, kubernetes.io/hostname: cpu-1, kubernetes.io/os: linux, e2e/host-pool: "yes"}
+status:
+  allocatable: {cpu: "60", memory: 512Gi, pods: "110"}
+  capacity: {cpu: "60", memory: 512Gi, pods: "110"}
+YAML
+kc label node host-a e2e/host-pool=yes --overwrite >/dev/null
+HOSTS_PORT="$(free_port "${APISERVER_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${EXTENDER_PORT}" \
+  "${EXTENDER_SCHED_PORT}" "${KCM_PORT}")"
+{
+  cat <<YAML
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: ${E2E_WORK}/config/scheduler.kubeconfig, qps: 200, burst: 400}
+leaderElection: {leaderElect: false}
+percentageOfNodesToScore: 100
+profiles:
+- schedulerName: accelpool-scheduler-hosts
+  plugins:
+    score:
+      disabled: [{name: NodeResourcesFit}, {name: NodeResourcesBalancedAllocation}, {name: ImageLocality}]
+YAML
+  # The extender as the e2e scheduler calls it, without managedResources.
+  awk '/^extenders:/ {on=1} /^  managedResources:/ {exit} on' "${E2E_WORK}/config/accelpool-scheduler.yaml"
+} > "${E2E_WORK}/config/hosts-scheduler.yaml"
+setsid "${E2E_BIN}/kube-scheduler" --config "${E2E_WORK}/config/hosts-scheduler.yaml" \
+  --bind-address 127.0.0.1 --secure-port "${HOSTS_PORT}" \
+  --authentication-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" \
+  --authorization-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" \
+  >> "${E2E_WORK}/logs/hosts-scheduler.log" 2>&1 < /dev/null &
+echo $! > "${E2E_WORK}/run/hosts-scheduler.pid"
+check "a kube-scheduler serves profile accelpool-scheduler-hosts (extender without managedResources)" \
+  wait_for 60 "hosts scheduler healthy" curl -fsSk --max-time 2 "https://127.0.0.1:${HOSTS_PORT}/healthz"
+ca="$(base64 -w0 < "${E2E_CA}")"
+kc apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: accelpool-e2e-host-pods}
+webhooks:
+- name: host-pods.mutate.accelpool.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Ignore
+  timeoutSeconds: 5
+  reinvocationPolicy: Never
+  clientConfig: {url: "${EXTENDER_URL}/mutate-host-pods", caBundle: "${ca}"}
+  rules:
+  - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  namespaceSelector: {matchLabels: {e2e/host-pods: "yes"}}
+  matchConditions:
+  - name: left-to-the-default-scheduler
+    expression: >-
+      (!has(object.spec.schedulerName) || object.spec.schedulerName == '' ||
+      object.spec.schedulerName == 'default-scheduler') &&
+      (!has(object.spec.nodeName) || object.spec.nodeName == '')
+YAML
+HP=host-pods-e2e
+kc create namespace "${HP}" >/dev/null 2>&1 || true
+kc label namespace "${HP}" e2e/host-pods=yes --overwrite >/dev/null
+host_pod() { # NAME CPU [NAMESPACE]: a pod that asks for no device, on host-a or cpu-1
+  cat <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: ${3:-${HP}}, labels: {app: host-pods}}
+spec:
+  nodeSelector: {e2e/host-pool: "yes"}
+  terminationGracePeriodSeconds: 0
+  tolerations: [{operator: Exists}]
+  containers:
+  - {name: main, image: registry.invalid/none, resources: {limits: {cpu: "$2", memory: 4Gi}}}
+YAML
+}
+hp_node() { kc -n "${3:-${HP}}" get pod "$1" -o jsonpath='{.spec.nodeName}' 2>/dev/null; }
+hp_scheduler() { kc -n "${HP}" get pod "$1" -o jsonpath='{.spec.schedulerName}' 2>/dev/null; }
+hp_on() { [ "$(hp_node "$1" "$2" "${3:-}")" = "$2" ]; } # NAME NODE [NAMESPACE]
+route_ready() { # the webhook answers once the apiserver has it: a dry run shows the route
+  [ "$(host_pod route-probe 1 | kc create --dry-run=server -f - -o jsonpath='{.spec.schedulerName}')" = \
+    accelpool-scheduler-hosts ]
+}
+check "the apiserver calls the host-pod route" wait_for 30 "host-pod webhook" route_ready
+host_pod host-big 58 | kc create -f - >/dev/null
+check "host-big (58 cores, no device) is routed to accelpool-scheduler-hosts" \
+  [ "$(hp_scheduler host-big)" = accelpool-scheduler-hosts ]
+check "host-big binds on cpu-1, where it strands no GPU (on host-a it would strand all 8)" \
+  wait_for 60 "host-big on cpu-1" hp_on host-big cpu-1
+bound_by_extender() {
+  grep -q '"bind".*"pod":"'"${HP}"'/host-big".*"devices":"none asked"' "${E2E_WORK}/logs/extender.log" &&
+    [ -z "$(kc -n "${HP}" get pod host-big -o jsonpath='{.metadata.annotations.accelpool\.io/assignment}')" ]
+}
+check "the extender wrote host-big's Binding (audit: devices none asked), no assignment" bound_by_extender
+kc -n "${HP}" delete pod host-big --grace-period=0 --force >/dev/null 2>&1 || true
+# The same pod where the route does not apply (the scenario namespace).
+host_pod host-big-default 58 "${NS}" | kc create -f - >/dev/null
+check "the same pod left to the default scheduler goes to host-a (its GPUs then stranded)" \
+  wait_for 60 "host-big-default on host-a" hp_on host-big-default host-a "${NS}"
+kc -n "${NS}" delete pod host-big-default --grace-period=0 --force >/dev/null 2>&1 || true
+routed_to() { # NAMESPACE WANT [json merged into the pod]: the dry-run pod's scheduler
+  local got extra="${3:-}"
+  [ -n "${extra}" ] || extra='{}'
+  got="$(jq -c --argjson extra "${extra}" '. * $extra' <<'JSON' | kc -n "$1" create --dry-run=server -f - -o jsonpath='{.spec.schedulerName}'
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"route-probe"},
+ "spec":{"containers":[{"name":"main","image":"registry.invalid/none","resources":{"requests":{"cpu":"1"}}}]}}
+JSON
+)" || return 1
+  [ "${got}" = "$2" ] || { log "routed to '${got}', want '$2'"; return 1; }
+}
+check "a namespace the route does not select keeps the default scheduler" routed_to "${NS}" default-scheduler
+check "a DaemonSet pod keeps the default scheduler" routed_to "${HP}" default-scheduler \
+  '{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"ds","uid":"4a1e0f7c-0000-4000-8000-000000000001"}]}}'
+check "a pod that names another scheduler keeps it" routed_to "${HP}" volcano '{"spec":{"schedulerName":"volcano"}}'
+check "a pod that asks for a GPU goes the main route (accelpool-scheduler)" routed_to "${HP}" \
+  accelpool-scheduler '{"spec":{"containers":[{"name":"main","image":"registry.invalid/none","resources":{"limits":{"'"${G}"'":"1"}}}]}}'
+kc delete mutatingwebhookconfiguration accelpool-e2e-host-pods >/dev/null 2>&1 || true
+stop_pidfile "${E2E_WORK}/run/hosts-scheduler.pid"
+kc delete namespace "${HP}" --wait=false >/dev/null 2>&1 || true
+kc label node host-a e2e/host-pool- >/dev/null 2>&1 || true
+kc delete node cpu-1 >/dev/null 2>&1 || true
+
 log "== faults"
 # Fault targets are nodes of a kind that hold no pod yet: where the earlier pods
 # landed depends on the policy and the deployment's tie-break salt.
