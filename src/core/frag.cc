@@ -420,19 +420,19 @@ class AccelpoolPolicy : public Policy {
                     const HostResources& host) const override {
     Placement p;
     p.host = host;
-    const std::span<const FragTask> tasks = tasks_.For(inv);
-    thread_local FreeView before, after;
-    FreeAfter(inv, usage, nullptr, &before);
-    FreeAfter(inv, usage, &p, &after);
-    AccelpoolInputs in;
-    in.f_before = FragmentCached(before, tasks_.id(), tasks, HostTaskRule::kHostShare);
-    in.f_after = FragmentCached(after, tasks_.id(), tasks, HostTaskRule::kHostShare);
-    return AccelpoolScore(in);  // node_capacity 0: no packing step
+    AccelpoolInputs in = Inputs(inv, usage, p);
+    in.node_capacity = 0;  // no packing step
+    return AccelpoolScore(in);
   }
 
  private:
   int32_t Score(const NodeInventory& inv, const NodeUsage& usage,
                 const Placement& placement) const {
+    return AccelpoolScore(Inputs(inv, usage, placement));
+  }
+
+  AccelpoolInputs Inputs(const NodeInventory& inv, const NodeUsage& usage,
+                         const Placement& placement) const {
     const std::span<const FragTask> tasks = tasks_.For(inv);
     thread_local FreeView before, after;
     FreeAfter(inv, usage, nullptr, &before);
@@ -445,7 +445,7 @@ class AccelpoolPolicy : public Policy {
       in.node_capacity += kComputeWhole;
       in.node_idle_after += after.compute[d];
     }
-    return AccelpoolScore(in);
+    return in;
   }
 
   PreparedTasks tasks_;
