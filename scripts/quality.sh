@@ -65,7 +65,7 @@ echo "== time-based replay of the default trace (kube mode)"
 "$SIM" --nodes "$NODES" --pods "$TRACE_DIR/openb_pod_list_default.csv" --timed --mode kube \
   --policy bestfit,fgd,accelpool --out "$OUT_DIR/timed" --json >"$OUT_DIR/timed.json"
 
-if "$SIM" --help | grep -q -- --topology; then
+if grep -q -- --topology <<<"$("$SIM" --help)"; then
   echo "== topology workloads"
   "$SIM" --topology --out "$OUT_DIR/topo" >"$OUT_DIR/topo.json"
 fi

@@ -67,7 +67,7 @@ check "the measured profile: four score plugins off, every node scored, accelpoo
   bash -c "grep -q 'name: NodeResourcesFit$' '${TMP}/default.yaml' && grep -q 'name: NodeResourcesBalancedAllocation' '${TMP}/default.yaml' && grep -q 'name: ImageLocality' '${TMP}/default.yaml' && grep -q 'name: PodTopologySpread' '${TMP}/default.yaml' && grep -q 'percentageOfNodesToScore: 100' '${TMP}/default.yaml' && grep -q -- '--policy=accelpool' '${TMP}/default.yaml' && grep -q -- '--tie-break-salt=0' '${TMP}/default.yaml'"
 node_policy_flag() { # none by default; extender.nodePolicy passes one; a value naming no policy is refused
   ! grep -q -- '--node-policy' "${TMP}/default.yaml" &&
-    render --set extender.nodePolicy=binpack | grep -q -- '- --node-policy=binpack$' &&
+    render --set extender.nodePolicy=binpack | grep_output -q -- '- --node-policy=binpack$' &&
     ! render --set extender.nodePolicy=fastest >/dev/null 2>&1
 }
 check "no --node-policy by default; extender.nodePolicy passes one, a name that is no policy is refused" node_policy_flag
@@ -78,7 +78,7 @@ imex_channel_flag() { # none by default; devicePlugin.imexChannel passes one to 
 }
 check "no --imex-channel by default; devicePlugin.imexChannel passes one to the NVIDIA plugin, 2048 is refused" imex_channel_flag
 flag_values() { # what the binaries would refuse at start is refused at install
-  render --set extender.workloadRefresh=1m30s | grep -q -- '- --workload-refresh=1m30s$' &&
+  render --set extender.workloadRefresh=1m30s | grep_output -q -- '- --workload-refresh=1m30s$' &&
     ! render --set extender.workloadRefresh=500ms >/dev/null 2>&1 &&
     ! render --set extender.workloadRefresh=0s >/dev/null 2>&1 &&
     ! render --set extender.kubeApiQps=2.5 >/dev/null 2>&1 &&
@@ -88,7 +88,7 @@ flag_values() { # what the binaries would refuse at start is refused at install
 check "durations and rates the extender and key rotation cannot read are refused at install" flag_values
 plugin_priority() { # system-node-critical by default on every plugin DaemonSet; "" sets none
   [ "$(grep -c '^      priorityClassName: system-node-critical$' "${TMP}/default.yaml")" -ge 2 ] &&
-    ! render --set devicePlugin.priorityClassName= | grep -q 'system-node-critical' &&
+    ! render --set devicePlugin.priorityClassName= | grep_output -q 'system-node-critical' &&
     [ "$(render --set devicePlugin.priorityClassName=gpu-critical | grep -c '^      priorityClassName: gpu-critical$')" -ge 2 ]
 }
 check "device plugins run at system-node-critical unless devicePlugin.priorityClassName says otherwise" plugin_priority
@@ -156,9 +156,9 @@ nvidia_env() { # the NVIDIA plugin asks the NVIDIA container runtime for NVML; n
 }
 check "the NVIDIA plugin has NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility, NVIDIA_MIG_MONITOR_DEVICES=all; no other plugin" nvidia_env
 mig_names() { # MIG profiles are count names kube-scheduler checks and the extender manages
-  grep -A1 -- '- name: nvidia.com/mig-1g.18gb$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
-    grep -A1 -- '- name: nvidia.com/mig-7g.141gb$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
-    grep -A1 -- '- name: nvidia.com/mig-1g.18gb.me$' "${TMP}/default.yaml" | grep -q 'ignoredByScheduler: false' &&
+  grep -A1 -- '- name: nvidia.com/mig-1g.18gb$' "${TMP}/default.yaml" | grep_output -q 'ignoredByScheduler: false' &&
+    grep -A1 -- '- name: nvidia.com/mig-7g.141gb$' "${TMP}/default.yaml" | grep_output -q 'ignoredByScheduler: false' &&
+    grep -A1 -- '- name: nvidia.com/mig-1g.18gb.me$' "${TMP}/default.yaml" | grep_output -q 'ignoredByScheduler: false' &&
     [ "$(grep -c -- '- name: nvidia.com/mig-' "${TMP}/default.yaml")" = 41 ] &&
     grep -q '\["huawei.com/Ascend","nvidia.com/mig-"\].exists' "${TMP}/default.yaml" &&
     ! grep -q '"nvidia.com/mig-1g' "${TMP}/default.yaml"
@@ -180,7 +180,7 @@ ascend_vnpu() { # off by default; on, only the Ascend plugin takes --ascend-vnpu
   ! grep -q -- '--ascend-vnpu' "${TMP}/all-vendors.yaml" &&
     on="$(render "${all_vendors[@]}" --set devicePlugin.vendors.ascend.vnpu=true)" &&
     [ "$(grep -c -- '- --ascend-vnpu$' <<<"${on}")" = 1 ] &&
-    awk '/^kind: DaemonSet$/ {ds = ""} /accelpool.io\/vendor: ascend$/ {ds = "ascend"} /- --ascend-vnpu$/ {print ds}' <<<"${on}" | grep -qx ascend &&
+    awk '/^kind: DaemonSet$/ {ds = ""} /accelpool.io\/vendor: ascend$/ {ds = "ascend"} /- --ascend-vnpu$/ {print ds}' <<<"${on}" | grep_output -qx ascend &&
     ! out="$(render --set devicePlugin.vendors.nvidia.vnpu=true 2>&1)" &&
     grep -q 'devicePlugin.vendors.nvidia.vnpu is an Ascend setting' <<<"${out}"
 }
@@ -199,7 +199,7 @@ task_priority() { # the NVIDIA plugin alone gets the priority flags; bad duratio
   [ "$(grep -c -- '- --priority-every=1s$' "${TMP}/all-vendors.yaml")" = 1 ] &&
     [ "$(grep -c -- '- --priority-busy-for=5s$' "${TMP}/all-vendors.yaml")" = 1 ] &&
     awk '/^kind: DaemonSet$/ {ds = ""} /accelpool.io\/vendor: nvidia$/ {ds = "nvidia"} /- --priority-every=/ {print ds}' \
-      "${TMP}/all-vendors.yaml" | grep -qx nvidia &&
+      "${TMP}/all-vendors.yaml" | grep_output -qx nvidia &&
     grep -q -- '- --priority-every=0s$' <<<"$(render --set devicePlugin.priority.every=0s)" &&
     ! out="$(render --set devicePlugin.priority.every=often 2>&1)" &&
     grep -q 'devicePlugin.priority.every must be a duration' <<<"${out}" &&
@@ -387,8 +387,8 @@ rotation_cronjob() { # FILE SUSPEND: the rotation CronJob, its command, and RBAC
   local f="$1"
   grep -q '^  name: t-accelpool-assignment-key-rotation$' "$f" &&
     grep -q "^  suspend: $2\$" "$f" && grep -q '^  concurrencyPolicy: Forbid$' "$f" &&
-    grep -A3 -- '- accelpool-keys$' "$f" | grep -q -- '- --secret=t-accelpool-assignment-key$' &&
-    grep -B1 -A1 'resourceNames: \[t-accelpool-assignment-key\]' "$f" | grep -q 'verbs: \[get, patch\]'
+    grep -A3 -- '- accelpool-keys$' "$f" | grep_output -q -- '- --secret=t-accelpool-assignment-key$' &&
+    grep -B1 -A1 'resourceNames: \[t-accelpool-assignment-key\]' "$f" | grep_output -q 'verbs: \[get, patch\]'
 }
 check "assignmentSigning.rotation (default): a suspended CronJob runs accelpool-keys rotate" \
   rotation_cronjob "${TMP}/default.yaml" true
@@ -446,7 +446,7 @@ empty_resource_lists() { # helm lint renders NOTES.txt too (helm template does n
 check "empty or null countResources/managedResources render (NOTES and webhook included)" empty_resource_lists
 ca_bundle_hooks() { # the caBundle patch (and its service account) also runs after a rollback; no
   # caBundle is rendered without a cluster (lookup answers nothing), none with cert-manager
-  grep -A2 -- '- accelpool-certgen$' "${TMP}/default.yaml" | grep -q -- '- patch$' &&
+  grep -A2 -- '- accelpool-certgen$' "${TMP}/default.yaml" | grep_output -q -- '- patch$' &&
     [ "$(grep -c '^    helm.sh/hook: post-install,post-upgrade,post-rollback$' "${TMP}/default.yaml")" = 1 ] &&
     [ "$(grep -c '^    helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade,post-rollback$' "${TMP}/default.yaml")" = 5 ] &&
     ! grep -q 'caBundle:' "${TMP}/default.yaml" && ! grep -q 'caBundle:' "${TMP}/crds.yaml" &&
@@ -612,7 +612,8 @@ check "examples/kueue applies against Kueue ${KUEUE_VERSION}'s CRDs (dry-run=ser
 
 # The chart's KubeSchedulerConfiguration must be accepted by the pinned
 # kube-scheduler: decode, default and validate it (--write-config-to exits
-# after loading the configuration).
+# after loading the configuration; --secure-port 0, or it would first bind
+# 0.0.0.0:10259 and fail when anything on the machine holds that port).
 sched_config_accepted() { # [rendered chart]
   awk '/^  config.yaml: \|/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
     "${1:-${TMP}/default.yaml}" |
@@ -620,7 +621,8 @@ sched_config_accepted() { # [rendered chart]
         -e "s|^clientConnection:|clientConnection:\n  kubeconfig: ${E2E_WORK}/config/scheduler.kubeconfig|" \
         -e "s|leaderElect: true|leaderElect: false|" > "${TMP}/chart-scheduler.yaml"
   grep -q 'nodeCacheCapable: true' "${TMP}/chart-scheduler.yaml" &&
-    "${BIN}/kube-scheduler" --config "${TMP}/chart-scheduler.yaml" --write-config-to "${TMP}/effective.yaml" &&
+    "${BIN}/kube-scheduler" --config "${TMP}/chart-scheduler.yaml" --secure-port 0 \
+      --write-config-to "${TMP}/effective.yaml" &&
     grep -q 'schedulerName: accelpool-scheduler' "${TMP}/effective.yaml"
 }
 check "kube-scheduler accepts the chart's scheduler configuration" sched_config_accepted
@@ -640,9 +642,9 @@ host_pods_route() {
     grep -q '^    path: /mutate-host-pods$\|^        path: /mutate-host-pods$' "${TMP}/host-pods.yaml" &&
     [ "$(grep -c '^    failurePolicy: ' "${TMP}/host-pods.yaml")" = 2 ] &&
     awk '/- name: host-pods.mutate.accelpool.io/ {on=1} on' "${TMP}/host-pods.yaml" |
-      grep -q '^    failurePolicy: Ignore$' &&
+      grep_output -q '^    failurePolicy: Ignore$' &&
     awk '/- name: host-pods.mutate.accelpool.io/ {on=1} on' "${TMP}/host-pods.yaml" |
-      grep -q '^        team: ml$' &&
+      grep_output -q '^        team: ml$' &&
     ! grep -q 'managedResources:' "${TMP}/host-pods.yaml" &&
     [ "$(grep -c '^              ignoredResources:$' "${TMP}/host-pods.yaml")" = 2 ] &&
     grep -q '^                - nvidia.com/gpumem$' "${TMP}/host-pods.yaml" &&
@@ -932,13 +934,13 @@ YAML
 idle_webhook certgen-check
 check "certgen creates the TLS secret" certgen create --namespace=accelpool-system --secret=tls-check \
   --hosts=svc,svc.accelpool-system.svc,localhost,127.0.0.1 --days=30
-certgen_keeps() { certgen create --namespace=accelpool-system --secret=tls-check --hosts=x | grep -q 'keeping it'; }
+certgen_keeps() { certgen create --namespace=accelpool-system --secret=tls-check --hosts=x | grep_output -q 'keeping it'; }
 check "certgen keeps an existing secret" certgen_keeps
 cert_valid() {
   "${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.tls\.crt}' | base64 -d > "${TMP}/tls.crt"
   "${K}" -n accelpool-system get secret tls-check -o jsonpath='{.data.ca\.crt}' | base64 -d > "${TMP}/ca.crt"
   openssl verify -CAfile "${TMP}/ca.crt" "${TMP}/tls.crt" &&
-    openssl x509 -in "${TMP}/tls.crt" -noout -ext subjectAltName | grep -q 'IP Address:127.0.0.1'
+    openssl x509 -in "${TMP}/tls.crt" -noout -ext subjectAltName | grep_output -q 'IP Address:127.0.0.1'
 }
 check "the certificate chains to its CA and names 127.0.0.1" cert_valid
 check "certgen patches the webhook caBundle" certgen patch --namespace=accelpool-system --secret=tls-check --webhook=certgen-check
@@ -965,7 +967,7 @@ key_form() { # "signing" names k1; k1 is 64 characters of base64 (48 random byte
 check "the key secret holds signing=k1 and a 64-character k1" key_form
 key_kept() {
   local before; before="$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}')"
-  certgen key --namespace=accelpool-system --secret=key-check | grep -q 'keeping it' &&
+  certgen key --namespace=accelpool-system --secret=key-check | grep_output -q 'keeping it' &&
     [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.k1}')" = "${before}" ]
 }
 check "certgen keeps an existing key secret (upgrades never rotate the key)" key_kept
@@ -1047,7 +1049,7 @@ rotation_held() {
   if grep -q 'reading node np-b' <<<"${out}"; then echo "the rotation could not GET node np-b: ${out}"; return 1; fi
   grep -q '"msg":"step 2 of 3: [^}]*"not_ready":1' <<<"${out}" &&
     grep -q 'default/rot-held (key k1, node np-a)' <<<"${out}" && grep -q 'stays at step 2' <<<"${out}" &&
-    key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep -q 'step 2 of 3 done' &&
+    key_secret_is k2 '["k1","k2"]' && keys_as_cronjob status | grep_output -q 'step 2 of 3 done' &&
     keys_as_cronjob status --output=json | jq -e '.phase == "switched" and .signing == "k2" and
       .keys == ["k1","k2"] and .pods_with_old_keys == ["default/rot-held (key k1, node np-a)"]' >/dev/null
 }
@@ -1056,7 +1058,7 @@ check "rotate stops at step 2 while rot-held (signed with k1) awaits admission, 
 rotation_resumed() {
   "${K}" -n default delete pod rot-held guard-a --grace-period=0 --force >/dev/null 2>&1
   keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
-    key_secret_is k2 '["k2"]' && keys_as_cronjob status | grep -q 'rotation: none under way'
+    key_secret_is k2 '["k2"]' && keys_as_cronjob status | grep_output -q 'rotation: none under way'
 }
 check "with rot-held gone, a second run resumes and drops k1 (no third key)" rotation_resumed
 check "the rotation's service account may read the extender's leader Lease, and no other" \

@@ -21,5 +21,12 @@ free_port() {
   die "no free loopback port found"
 }
 
+# grep_output [grep options] PATTERN: grep all of stdin, read to its end first.
+# Written as `cmd | grep_output -q P`, not `cmd | grep -q P`: grep -q exits at
+# its first match and closes the pipe, and a cmd still writing then dies of
+# SIGPIPE, which fails the pipeline under pipefail although the line was there
+# (tests/e2e/check_pipes.py finds the second form).
+grep_output() { local all; all="$(cat)"; grep "$@" <<<"${all}"; }
+
 # now_ms: wall clock in milliseconds.
 now_ms() { date +%s%3N; }

@@ -67,7 +67,7 @@ check "accelpool-scheduler is running with the extender config" "${E2E_DIR}/clus
 check "the accelpool-scheduler config names the extender" \
   grep -q "urlPrefix: ${SCHED_EXTENDER_URL:-${EXTENDER_URL}}" "${E2E_WORK}/config/accelpool-scheduler.yaml"
 apiserver_has_webhook_admission() {
-  tr '\0' ' ' < "/proc/$(cat "${E2E_WORK}/run/kube-apiserver.pid")/cmdline" | grep -q MutatingAdmissionWebhook
+  tr '\0' ' ' < "/proc/$(cat "${E2E_WORK}/run/kube-apiserver.pid")/cmdline" | grep_output -q MutatingAdmissionWebhook
 }
 check "the apiserver enables MutatingAdmissionWebhook" apiserver_has_webhook_admission
 

@@ -125,7 +125,7 @@ hold_pod() { # NAME: one 1 GiB share on hold-0
 }
 pod_event() { # NAMESPACE POD TEXT: a Warning event on the pod whose message contains TEXT
   kc -n "$1" get events --field-selector "involvedObject.name=$2,type=Warning" \
-    -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -qF "$3"
+    -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep_output -qF "$3"
 }
 admit_refused() { # NAME: kubeletsim's admission of the bound pod must fail
   [ -n "$(pod_node "$1")" ] || { echo "$1 is not bound"; return 1; }
@@ -137,7 +137,7 @@ held() { # NAME: bound to hold-0, Pending, no container status (not admitted)
   [ "$(kc -n "${NS}" get pod "$1" -o jsonpath='{.spec.nodeName}/{.status.phase}/{.status.containerStatuses}')" = hold-0/Pending/ ]
 }
 has_signature() {
-  kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}' | grep -q '^v1\.k1\.'
+  kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}' | grep_output -q '^v1\.k1\.'
 }
 check "signed: bound to hold-0, still Pending with no container status" wait_for 90 "signed held" held signed
 check "signed: carries accelpool.io/assignment-signature" has_signature signed
@@ -297,7 +297,7 @@ secret_is() { # SIGNING KEYS: the Secret's "signing" and its key ids (comma-sepa
     '(.data.signing | @base64d) == $s and ([.data | keys[] | select(. != "signing")] | join(",")) == $k' >/dev/null
 }
 signed_with() { # POD KEY
-  kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}' | grep -q "^v1\.$2\."
+  kc -n "${NS}" get pod "$1" -o jsonpath='{.metadata.annotations.accelpool\.io/assignment-signature}' | grep_output -q "^v1\.$2\."
 }
 check "rotation: every node's device plugin reports key k1 on its Node" wait_for 30 "k1 reports" nodes_report k1
 hold_pod rot-before | kc create -f - >/dev/null
@@ -336,7 +336,7 @@ check "rotation: a pod bound after the rotation is signed with k2" \
 check "rotation: rot-after passes kubelet admission" admit rot-after
 kubelet_status rot-after || true
 rot_status() {
-  "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" | grep -q 'rotation: none under way' &&
+  "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" | grep_output -q 'rotation: none under way' &&
     "${KEYS_BIN}" status --kubeconfig="${AP_KUBECONFIG}" --namespace="${ROT_NS}" --output=json |
     jq -e '.phase == "steady" and .keys == ["k2"] and .nodes_reporting > 20 and .nodes_without_newest == []' >/dev/null
 }
@@ -467,7 +467,20 @@ profiles:
   plugins:
     score:
       disabled: [{name: NodeResourcesFit}, {name: NodeResourcesBalancedAllocation}, {name: ImageLocality}]
+- schedulerName: accelpool-scheduler-routed
+  plugins:
+    score:
+      disabled:
 YAML
+  # The main profile as the chart renders it with the route on: the main
+  # profile's disabled score plugins, and NodeResourcesFit ignoring the names
+  # the extender accounts (managedResources with ignoredByScheduler: true in
+  # the e2e scheduler's config), since no extender entry lists them now.
+  sed -n '/^      disabled:$/,/^extenders:/ s/^      - name: /        - name: /p' \
+    "${E2E_WORK}/config/accelpool-scheduler.yaml"
+  printf '  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      ignoredResources:\n'
+  sed -n 's/^  - {name: \([^,]*\), ignoredByScheduler: true}$/      - \1/p' \
+    "${E2E_WORK}/config/accelpool-scheduler.yaml"
   # The extender as the e2e scheduler calls it, without managedResources.
   awk '/^extenders:/ {on=1} /^  managedResources:/ {exit} on' "${E2E_WORK}/config/accelpool-scheduler.yaml"
 } > "${E2E_WORK}/config/hosts-scheduler.yaml"
@@ -477,7 +490,7 @@ setsid "${E2E_BIN}/kube-scheduler" --config "${E2E_WORK}/config/hosts-scheduler.
   --authorization-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" \
   >> "${E2E_WORK}/logs/hosts-scheduler.log" 2>&1 < /dev/null &
 echo $! > "${E2E_WORK}/run/hosts-scheduler.pid"
-check "a kube-scheduler serves profile accelpool-scheduler-hosts (extender without managedResources)" \
+check "a kube-scheduler serves profiles accelpool-scheduler-hosts and -routed (extender without managedResources)" \
   wait_for 60 "hosts scheduler healthy" curl -fsSk --max-time 2 "https://127.0.0.1:${HOSTS_PORT}/healthz"
 ca="$(base64 -w0 < "${E2E_CA}")"
 kc apply -f - >/dev/null <<YAML
@@ -542,6 +555,19 @@ host_pod host-big-default 58 "${NS}" | kc create -f - >/dev/null
 check "the same pod left to the default scheduler goes to host-a (its GPUs then stranded)" \
   wait_for 60 "host-big-default on host-a" hp_on host-big-default host-a "${NS}"
 kc -n "${NS}" delete pod host-big-default --grace-period=0 --force >/dev/null 2>&1 || true
+# A device pod through the main profile as the route renders it: kube-scheduler
+# calls the extender although no managedResources names the pod's resources,
+# and NodeResourcesFit passes nvidia.com/gpumem and gpucores, which no Node
+# advertises, because ignoredResources lists them.
+routed_yaml() {
+  pod_yaml "$1" '{}' '{kubernetes.io/hostname: host-a}' \
+    "$(ctr main "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 25}")" |
+    sed 's/^  schedulerName: accelpool-scheduler$/  schedulerName: accelpool-scheduler-routed/'
+}
+routed_share() { mem_is "$1" 4096 && compute_is "$1" 250; }
+scenario routed-frac "$(routed_yaml routed-frac)" routed_share
+release routed-frac || true
+kc -n "${NS}" delete pod routed-frac --grace-period=0 --force >/dev/null 2>&1 || true
 routed_to() { # NAMESPACE WANT [json merged into the pod]: the dry-run pod's scheduler
   local got extra="${3:-}"
   [ -n "${extra}" ] || extra='{}'
@@ -604,7 +630,7 @@ check "the extender read ${HG}'s pods before turning busy-8 away (pod_rechecks_t
 ap() { PATH="$(dirname "${CTL_BIN}"):${PATH}" kc accelpool --kubeconfig="${AP_KUBECONFIG}" -q "$@"; }
 explain_busy() { # busy-8 is turned away on ${HG} for devices held (could fit later)
   [ "$(ap explain "${NS}/busy-8" -o json | jq -r --arg n "${HG}" '.rejected[$n].could_fit_later')" = true ] &&
-    ap explain -n "${NS}" busy-8 | grep -q "^  pending; with policy"
+    ap explain -n "${NS}" busy-8 | grep_output -q "^  pending; with policy"
 }
 check "kubectl accelpool explain: busy-8 is pending, ${HG} turns it away for devices held" explain_busy
 explain_selector() { # busy-8's nodeSelector (hostname ${HG}) rules out every other node before the extender, by kube-scheduler's rules
@@ -836,7 +862,7 @@ for pv in scen-local-pv scen-wait-pv scen-solo-pv scen-csi-a scen-csi-b; do
   kc delete pv "${pv}" --wait=false >/dev/null 2>&1 || true
 done
 kc delete storageclass scen-wait >/dev/null 2>&1 || true
-holder_shown() { ap node "${HG}" | grep -q "${NS}/busy-frac\[main\] 1024 MiB"; }
+holder_shown() { ap node "${HG}" | grep_output -q "${NS}/busy-frac\[main\] 1024 MiB"; }
 check "kubectl accelpool node ${HG}: busy-frac holds 1024 MiB of one card" holder_shown
 pods_listed() { ap pods -n "${NS}" -o json | jq -e --arg p "${NS}/busy-frac" --arg n "${HG}" '[.pods[] | select(.pod == $p and .node == $n) | .vendors[0].memory_mib] == [1024]' >/dev/null; }
 check "kubectl accelpool pods -n ${NS}: busy-frac on ${HG} with 1024 MiB" pods_listed
@@ -1134,7 +1160,7 @@ check "mig-a: an Event AccelpoolDevicesChanged on the Node names the instances a
 check "${P8}: the recovery is a Normal Event AccelpoolDeviceHealthy, sent a minute after the first" \
   wait_for 90 "healthy event" health_event "${P8}" AccelpoolDeviceHealthy \
   "^Normal device [^ ]* (kunlunxin) is healthy again (marked healthy in the inventory file)"
-on_2g() { assigned "$1" '.containers[0].devices[0].id' | grep -Eq '^MIG-mig-a-(2|6)$'; }
+on_2g() { assigned "$1" '.containers[0].devices[0].id' | grep_output -Eq '^MIG-mig-a-(2|6)$'; }
 scenario mig-2g-a "$(pod_yaml mig-2g-a '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
 scenario mig-2g-b "$(pod_yaml mig-2g-b '{}' '{}' "$(ctr main '{nvidia.com/mig-2g.35gb: 1}')")" on_2g
 check "mig-2g-a and mig-2g-b hold the two 2g.35gb instances, the new one among them" \
@@ -1188,7 +1214,7 @@ check "vnpu-two: a share of two chips stays pending (a vNPU is made from one chi
   stays_pending vnpu-two "$(pod_yaml vnpu-two '{}' '{}' "$(ctr main "{${A3}: 2, ${A3}-memory: 8192}")")" 10
 vnpu_reason() { # the extender says why, in the pod's FailedScheduling event
   kc -n "${NS}" get events --field-selector involvedObject.name=vnpu-two -o jsonpath='{.items[*].message}' |
-    grep -q 'count 2 is not valid for a share of these devices'
+    grep_output -q 'count 2 is not valid for a share of these devices'
 }
 check "vnpu-two: the scheduling event gives the reason" wait_for 30 "vnpu-two event" vnpu_reason
 for p in vnpu-16g vnpu-core vnpu-whole vnpu-two; do
@@ -1238,7 +1264,7 @@ check "${FM}: the published inventory holds GPU 0's 8 GiB that no grant accounts
 check "${FM}: GPU 1 holds none" foreign_is 1 0
 fm_event() { # REASON TEXT: an Event on the Node
   kc get events -n default --field-selector "reason=$1,involvedObject.name=${FM}" \
-    -o jsonpath='{.items[*].message}' | grep -qF "$2"
+    -o jsonpath='{.items[*].message}' | grep_output -qF "$2"
 }
 check "${FM}: a Warning Event AccelpoolForeignMemory on the Node says how much" \
   wait_for 30 "foreign memory event" fm_event AccelpoolForeignMemory \
@@ -1330,7 +1356,7 @@ fn_inv 10240 '[{"pid":5151,"used_mib":8192},{"pid":6262,"used_mib":2048}]' > "${
   mv "${fn_file}.tmp" "${fn_file}"
 fn_event() { # TEXT: in an AccelpoolForeignMemory Event on the Node
   kc get events -n default --field-selector "reason=AccelpoolForeignMemory,involvedObject.name=${FN}" \
-    -o jsonpath='{.items[*].message}' | grep -qF "$1"
+    -o jsonpath='{.items[*].message}' | grep_output -qF "$1"
 }
 check "${FN}: the Node's AccelpoolForeignMemory Event names fm-npu-rogue's process on the chip" \
   wait_for 45 "ascend foreign memory event" fn_event \
@@ -1339,7 +1365,7 @@ check "${FN}: ... says how a pod reaches an NPU it was not granted (ASCEND_VISIB
   "reaches it when it sets ASCEND_VISIBLE_DEVICES itself"
 check "${FN}: ... and to look with npu-smi for the PID it cannot place" fn_event "with npu-smi on the node"
 fn_no_nvidia() { ! kc get events -n default --field-selector "involvedObject.name=${FN}" \
-  -o jsonpath='{.items[*].message}' | grep -qi nvidia; }
+  -o jsonpath='{.items[*].message}' | grep_output -qi nvidia; }
 check "${FN}: no Event on the Ascend node speaks of NVIDIA" fn_no_nvidia
 check "fm-npu-rogue: its Event says to ask for huawei.com/Ascend910B3" \
   wait_for 20 "fm-npu-rogue event" pod_event "${NS}" fm-npu-rogue \

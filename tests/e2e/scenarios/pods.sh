@@ -92,5 +92,5 @@ assigned() {
     jq -r '.metadata.annotations["accelpool.io/assignment"] | fromjson | '"$2"
 }
 node_of_model() { # NAME MODEL: the pod's node carries the model label
-  kc get node "$(pod_node "$1")" -o jsonpath='{.metadata.labels}' | grep -q "\"$2\""
+  kc get node "$(pod_node "$1")" -o jsonpath='{.metadata.labels}' | grep_output -q "\"$2\""
 }
