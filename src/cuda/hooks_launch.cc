@@ -27,7 +27,17 @@
 // schedule when kForceSampleEvery launches have passed without one, so that
 // progress stays observable. Completion of a measured launch vouches for the
 // launches before it on its own stream only; on other streams the bound is
-// approximate.
+// approximate. Harvest settles every completed measured launch, not only
+// those ahead of the oldest one still running: a measured kernel may only
+// finish after later launches of the same process (one thread driving two
+// GPUs through an all-reduce, a spin-wait released by a later kernel,
+// cuStreamWaitValue32), and the launches on other streams must not wait
+// for it. Nor do those queued behind it on its own stream, forever: a
+// launch waits for the bound at most kInFlightWaitNs, then goes ahead and
+// raises the bound's base to its own sequence number, so that the next
+// kMaxInFlight launches go too (without any completion, a stuck process
+// gets kMaxInFlight launches per kInFlightWaitNs). The bucket still charges
+// each of them.
 //
 // Task priority (priority_format.h), on the same paths and whether or not
 // the share is on: a launch on CUDA ordinal d of a high-priority container
@@ -70,6 +80,11 @@ constexpr uint64_t kForceSampleEvery = kMaxInFlight / 2;
 constexpr uint64_t kHarvestEvery = 8;
 constexpr int kHarvestBatch = 64;
 constexpr int64_t kInFlightPollNs = 50'000;
+// The longest one launch waits for the in-flight bound. Far longer than the
+// device time of kMaxInFlight ordinary kernels, so that the bound holds in
+// the normal case; short enough that a measured kernel waiting on a later
+// launch delays that launch only this long.
+constexpr int64_t kInFlightWaitNs = 200'000'000;
 // A cached (context -> device) answer is re-read this often even when the
 // context handle is unchanged: a destroyed context's handle may be reused by
 // a new context on another device.
@@ -119,6 +134,13 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadContext t_context 
                                                                                   0};
 
 uint64_t Behind(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+// Raises `v` to `to`, never lowers it (threads race to raise it).
+void RaiseTo(std::atomic<uint64_t>& v, uint64_t to) {
+  uint64_t seen = v.load(std::memory_order_relaxed);
+  while (seen < to && !v.compare_exchange_weak(seen, to, std::memory_order_relaxed)) {
+  }
+}
 
 // Current context and its device. The device is cached per thread against
 // the context handle: cuCtxSetCurrent, cuCtxPushCurrent/PopCurrent and
@@ -209,20 +231,30 @@ class RelaxedCaptureMode {
   bool swapped_;
 };
 
-// Settles the completed measured launches at the head of the ring: the key
-// table under g_launch.mu, then the buckets, one lock per run of a device.
+// Settles up to kHarvestBatch completed measured launches, wherever they
+// are in the ring (a launch still running does not hold up those behind
+// it); the rest keep their order. The key table under g_launch.mu, then the
+// buckets, one lock per run of a device.
 void Harvest() {
   ShimState& s = State();
   Settlement done[kHarvestBatch];
   int n = 0;
   RelaxedCaptureMode relaxed;  // The queries below must not break a capture.
   pthread_mutex_lock(&g_launch.mu);
-  while (g_launch.count > 0 && n < kHarvestBatch) {
-    Pending& p = g_launch.ring[g_launch.head];
+  const int count = g_launch.count;
+  int kept = 0;  // Entries kept so far, moved up to ring[head, head + kept).
+  for (int i = 0; i < count; ++i) {
+    Pending& p = g_launch.ring[(g_launch.head + i) % kMaxPairs];
     // The events of a destroyed context are gone with it: not one call on them.
-    CUresult q = p.events.ctx != nullptr ? s.event_query(p.events.end) : CUDA_ERROR_INVALID_CONTEXT;
+    CUresult q = n == kHarvestBatch        ? CUDA_ERROR_NOT_READY
+                 : p.events.ctx != nullptr ? s.event_query(p.events.end)
+                                           : CUDA_ERROR_INVALID_CONTEXT;
     if (q == CUDA_ERROR_NOT_READY) {
-      break;
+      if (kept != i) {
+        g_launch.ring[(g_launch.head + kept) % kMaxPairs] = p;
+      }
+      ++kept;
+      continue;
     }
     int64_t measured = -1;
     if (p.events.ctx == nullptr) {
@@ -236,14 +268,10 @@ void Harvest() {
     } else {
       DropPairLocked(p.events);  // Its context is gone; so is its work.
     }
-    uint64_t seen = g_launch.completed.load(std::memory_order_relaxed);
-    if (p.seq > seen) {
-      g_launch.completed.store(p.seq, std::memory_order_relaxed);
-    }
+    RaiseTo(g_launch.completed, p.seq);
     done[n++] = {p.device, p.kind, p.charged, g_launch.costs.Record(p.slot, p.tag, measured)};
-    g_launch.head = (g_launch.head + 1) % kMaxPairs;
-    --g_launch.count;
   }
+  g_launch.count = kept;
   g_launch.pending.store(g_launch.count, std::memory_order_relaxed);
   pthread_mutex_unlock(&g_launch.mu);
   int locked = -1;
@@ -412,6 +440,24 @@ bool GateLaunch(CUstream stream, bool per_thread, LaunchSite* site) {
   return true;
 }
 
+// Waits while `seq` is more than kMaxInFlight launches past the newest
+// measured launch known complete, at most kInFlightWaitNs (see the top).
+void WaitInFlight(uint64_t seq) {
+  int64_t give_up = -1;
+  while (g_launch.pending.load(std::memory_order_relaxed) > 0 &&
+         Behind(seq, g_launch.completed.load(std::memory_order_relaxed)) > kMaxInFlight) {
+    const int64_t now = MonotonicNs();
+    if (give_up < 0) {
+      give_up = now + kInFlightWaitNs;
+    } else if (now >= give_up) {
+      RaiseTo(g_launch.completed, seq);  // The measured launches in flight are stuck.
+      return;
+    }
+    Sleep(kInFlightPollNs);
+    Harvest();
+  }
+}
+
 class Admission {
  public:
   // Blocks until the device's bucket admits this launch. `site` is what
@@ -428,11 +474,7 @@ class Admission {
     if (seq % kHarvestEvery == 0) {
       HarvestIfPending();
     }
-    while (g_launch.pending.load(std::memory_order_relaxed) > 0 &&
-           Behind(seq, g_launch.completed.load(std::memory_order_relaxed)) > kMaxInFlight) {
-      Sleep(kInFlightPollNs);
-      Harvest();
-    }
+    WaitInFlight(seq);
     bool force =
         Behind(seq, g_launch.last_sample.load(std::memory_order_relaxed)) >= kForceSampleEvery;
     pthread_mutex_lock(&g_launch.mu);

@@ -1579,6 +1579,29 @@ TEST(ShimTest, LaunchesIntoACapturingStreamPassThrough) {
   EXPECT_EQ(f.event_records, 0u);
 }
 
+// A measured kernel that can only finish after a later launch of the same
+// process: one thread driving two GPUs through an all-reduce, a spin-wait
+// released by a later kernel, cuStreamWaitValue32. The launches after it
+// must get through to the one that releases it: those on another stream
+// because their own measurements complete, those queued behind it on its
+// stream because the in-flight wait gives up. They hung for good once 64
+// launches were past it. The probe runs under a watchdog (the timeout).
+TEST(ShimTest, AMeasuredKernelWaitingOnALaterLaunchDoesNotHangTheProcess) {
+  const Env env = {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"},
+                   {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+                   {"LD_PRELOAD", ShimPreload()}};
+  for (const char* where : {"other", "same"}) {
+    SCOPED_TRACE(where);
+    ProcessResult r = testing::Run({ProbePath(), "direct", "gate", where, "200"}, env, 20000);
+    ASSERT_EQ(r.exit_code, 0) << "hung (killed by the watchdog: signal " << r.signal
+                              << ")\nstderr: " << r.err << "\nstdout: " << r.out;
+    auto kv = ParseKeyValues(r.out);
+    EXPECT_EQ(U(kv, "gate_rc"), 0u);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "release_rc"), 0u);
+  }
+}
+
 TEST(ShimTest, EachLaunchIsChargedToTheDeviceOfTheCurrentContext) {
   SKIP_UNDER_SANITIZER();
   // One thread alternates cuCtxSetCurrent between the fake's two devices:

@@ -12,6 +12,15 @@
 
 #include "cuda/cuda_types.h"
 
+// Kernel lengths (the int64_t that params[0] of a fake launch points at)
+// with a meaning of their own. A gate kernel never finishes until a release
+// kernel is launched (on any stream): it stands for a kernel that waits on
+// work launched after it (a spin-wait released by a later kernel, one side
+// of a collective, cuStreamWaitValue32). Work queued behind a gate on its
+// stream runs once it is released; the release kernel itself runs nothing.
+inline constexpr int64_t kFakeGateKernelNs = -1;
+inline constexpr int64_t kFakeReleaseKernelNs = -2;
+
 extern "C" {
 
 CUresult cuInit(unsigned);

@@ -137,6 +137,12 @@
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
+//   gate same|other <n>      after 64 1 us kernels on one stream, a gate
+//                            kernel (driver_api.h) on another, then <n>
+//                            more 1 us kernels on the same stream (queued
+//                            behind it) or on another one, then the release
+//                            kernel on the other stream; the launch rcs and
+//                            the wall ns all took
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
@@ -555,6 +561,36 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
   std::printf("event_records=%lld foreign_ns=%lld\n",
               static_cast<long long>(records != nullptr ? records() : -1),  // NOLINT
               static_cast<long long>(foreign != nullptr ? foreign() : -1));  // NOLINT
+  return 0;
+}
+
+// A measured kernel that only finishes after a later launch of the same
+// process (a spin-wait released by a later kernel, one side of a
+// collective): the later launches, the release included, must get through.
+int Gate(const Api& a, const std::string& where, long count) {  // NOLINT
+  const auto gated = reinterpret_cast<CUstream>(0x6A7E);
+  const auto other = reinterpret_cast<CUstream>(0x07E5);
+  int64_t gate_ns = kFakeGateKernelNs;
+  int64_t kernel_ns = 1000;
+  int64_t release_ns = kFakeReleaseKernelNs;
+  void* gate[] = {&gate_ns};
+  void* kernel[] = {&kernel_ns};
+  void* release[] = {&release_ns};
+  CUresult rc = CUDA_SUCCESS;
+  for (int i = 0; i < 64 && rc == CUDA_SUCCESS; ++i) {  // The kernel's price, learned.
+    rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, other, kernel, nullptr);
+  }
+  a.ctx_sync();
+  const int64_t start = NowNs();
+  CUresult gate_rc = a.launch(nullptr, 1, 1, 1, 32, 1, 1, 0, gated, gate, nullptr);
+  for (long i = 0; i < count && rc == CUDA_SUCCESS; ++i) {  // NOLINT
+    rc = a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, where == "same" ? gated : other, kernel,
+                  nullptr);
+  }
+  CUresult release_rc = a.launch(nullptr, 1, 1, 1, 1, 1, 1, 0, other, release, nullptr);
+  a.ctx_sync();
+  std::printf("gate_rc=%d rc=%d release_rc=%d elapsed_ns=%lld\n", gate_rc, rc, release_rc,
+              static_cast<long long>(NowNs() - start));  // NOLINT
   return 0;
 }
 
@@ -2143,6 +2179,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
+  }
+  if (command == "gate" && argc == 5) {
+    return Gate(a, argv[3], std::atol(argv[4]));
   }
   if (command == "prilaunch" && argc == 6) {
     return PriorityLaunch(a, std::atoi(argv[3]), argv[4], std::atol(argv[5]));

@@ -111,18 +111,46 @@ CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns) {
     return CUDA_SUCCESS;
   }
   State& s = S();
+  if (duration_ns == kFakeReleaseKernelNs) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ReleaseGatesLocked(s);
+    return CUDA_SUCCESS;
+  }
+  const bool gate = duration_ns == kFakeGateKernelNs;
+  if (gate) {
+    duration_ns = 0;
+  }
   int64_t foreign = ForeignNs(duration_ns);
   int64_t queued_until = 0;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     int64_t& tail = s.stream_tail[StreamKey(stream, per_thread)];
     int64_t start = std::max(Now(), tail) + foreign;
+    if (gate && start < kGatedBase) {
+      start = kGatedBase;  // Runs when released (ReleaseGatesLocked).
+    }
     tail = start + duration_ns;
     s.busy_ns += duration_ns;
     queued_until = tail;
   }
-  SleepUntil(queued_until - kQueueNs);
+  if (queued_until < kGatedBase) {
+    SleepUntil(queued_until - kQueueNs);  // A gated stream's queue is not modelled as full.
+  }
   return CUDA_SUCCESS;
+}
+
+void ReleaseGatesLocked(State& s) {
+  const int64_t shift = Now() - kGatedBase;
+  for (auto& [key, tail] : s.stream_tail) {
+    if (tail >= kGatedBase) {
+      tail += shift;
+    }
+  }
+  for (auto& [event, position] : s.events) {
+    if (position >= kGatedBase) {
+      position += shift;
+    }
+  }
 }
 
 }  // namespace accelpool::cuda::fake

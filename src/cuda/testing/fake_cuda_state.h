@@ -173,8 +173,15 @@ int64_t Now();
 // Stream 0 of a _ptsz entry point is the per-thread stream (key 2).
 uintptr_t StreamKey(CUstream stream, bool per_thread);
 // Runs `duration_ns` of work on the stream's simulated timeline
-// (fake_cuda_exec.cc); a capturing stream records instead.
+// (fake_cuda_exec.cc); a capturing stream records instead. The lengths
+// kFakeGateKernelNs and kFakeReleaseKernelNs (driver_api.h) gate the stream
+// until the next release: its timeline from the gate on sits at kGatedBase
+// and beyond (never reached), and a release moves it to the present.
 CUresult Launch(CUstream stream, bool per_thread, int64_t duration_ns);
+constexpr int64_t kGatedBase = INT64_MAX / 4;
+// Moves every gated stream tail and event position to the present.
+// REQUIRES: S().mu held.
+void ReleaseGatesLocked(State& s);
 // Test convention: this stream handle is always capturing.
 bool Capturing(CUstream stream);
 // A fresh device address range of `bytes` (fake_cuda.cc). REQUIRES: S().mu held.
