@@ -26,7 +26,9 @@ uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
 
 // Rewrites what the real query answered for a capped device. Both structs
 // carry total, free and used; _v2 adds reserved (the driver's own share), which
-// the capped view reports as 0.
+// the capped view reports as 0. Free is what is left of the cap, but never
+// more than the card has free (other tenants may hold the rest), like
+// cuMemGetInfo; used is the rest of the cap, so that used + free = total.
 template <typename Memory>
 nvmlReturn_t ReportCap(nvmlReturn_t rc, nvmlDevice_t device, Memory* memory) {
   unsigned index = 0;
@@ -38,12 +40,16 @@ nvmlReturn_t ReportCap(nvmlReturn_t rc, nvmlDevice_t device, Memory* memory) {
     cap = memory->total;
   }
   uint64_t used = ContainerUsed(static_cast<int>(index));
+  uint64_t avail = used < cap ? cap - used : 0;
+  if (avail > memory->free) {
+    avail = memory->free;
+  }
   memory->total = cap;
   if constexpr (requires { memory->reserved; }) {
     memory->reserved = 0;
   }
-  memory->used = used < cap ? used : cap;
-  memory->free = cap - memory->used;
+  memory->free = avail;
+  memory->used = cap - avail;
   return rc;
 }
 

@@ -1126,6 +1126,27 @@ TEST(ShimTest, NvmlReportsTheCap) {
   EXPECT_EQ(U(kv, "total"), kFakeDeviceBytes) << "unlimited: untouched";
 }
 
+// Like cuMemGetInfo: what is left of the cap, but never more than the card
+// has free. It reported the whole cap while other tenants held all but 1 GiB.
+TEST(ShimTest, NvmlFreeMemoryNeverExceedsWhatTheCardHasFree) {
+  const uint64_t card_used = kFakeDeviceBytes - 1024 * kMiB;
+  auto kv = MustRun({"dlsym", "nvml"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "2048"},
+                                        {"FAKENVML_USED_MIB", std::to_string(card_used / kMiB)}});
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "total"), 2048 * kMiB);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "the card's free memory";
+  EXPECT_EQ(U(kv, "used"), 1024 * kMiB) << "used + free = total";
+  EXPECT_EQ(U(kv, "rc2"), 0u);
+  EXPECT_EQ(U(kv, "total2"), 2048 * kMiB);
+  EXPECT_EQ(U(kv, "free2"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "used2"), 1024 * kMiB);
+  // With room on the card, the cap's figures as before.
+  kv = MustRun({"dlsym", "nvml"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "2048"},
+                                   {"FAKENVML_USED_MIB", std::to_string(70 * 1024)}});
+  EXPECT_EQ(U(kv, "free"), 2048 * kMiB);
+  EXPECT_EQ(U(kv, "used"), 0u);
+}
+
 TEST(ShimTest, SymbolResolutionThroughBothHookPaths) {
   auto on = MustRun({"dlsym", "symbols"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
   for (const char* key :

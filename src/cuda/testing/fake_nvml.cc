@@ -1,9 +1,12 @@
 // A fake libnvidia-ml.so.1: two devices of 80 GiB with a settable used
 // figure, enough to check that the shim's NVML hooks report the cap.
+// FAKENVML_USED_MIB=<n>: the card's used figure (default 1 GiB), as other
+// tenants' memory would make it.
 //
 // Thread-safety: the used figure is atomic; everything else is constant.
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "cuda/cuda_types.h"
 
@@ -13,6 +16,10 @@ namespace {
 constexpr unsigned long long kTotal = 80ULL << 30;  // NOLINT
 std::atomic<unsigned long long> g_used{1ULL << 30};  // NOLINT
 nvmlDevice_t Handle(unsigned i) { return reinterpret_cast<nvmlDevice_t>(uintptr_t{i} + 0x100); }
+unsigned long long Used() {  // NOLINT
+  const char* mib = std::getenv("FAKENVML_USED_MIB");
+  return mib != nullptr ? std::strtoull(mib, nullptr, 10) << 20 : g_used.load();
+}
 }  // namespace
 
 FAKE_EXPORT nvmlReturn_t nvmlInit_v2() { return NVML_SUCCESS; }
@@ -32,7 +39,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t* m) 
     return NVML_ERROR_INVALID_ARGUMENT;
   }
   m->total = kTotal;
-  m->used = g_used.load();
+  m->used = Used();
   m->free = kTotal - m->used;
   return NVML_SUCCESS;
 }
@@ -42,7 +49,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_
   }
   m->total = kTotal;
   m->reserved = 0;
-  m->used = g_used.load();
+  m->used = Used();
   m->free = kTotal - m->used;
   return NVML_SUCCESS;
 }
