@@ -102,9 +102,13 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
   unsigned int NumChannels;
   unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
-// CUDA_ARRAY3D_DESCRIPTOR::Flags of arrays whose memory is mapped into them
-// later (cuMemMapArrayAsync) from cuMemCreate handles.
+// CUDA_ARRAY3D_DESCRIPTOR::Flags. With LAYERED or CUBEMAP, Depth counts
+// layers (or faces), which mipmap levels do not shrink. SPARSE and
+// DEFERRED_MAPPING: arrays whose memory is mapped into them later
+// (cuMemMapArrayAsync) from cuMemCreate handles.
 enum : unsigned int {
+  CUDA_ARRAY3D_LAYERED = 0x01,
+  CUDA_ARRAY3D_CUBEMAP = 0x04,
   CUDA_ARRAY3D_SPARSE = 0x40,
   CUDA_ARRAY3D_DEFERRED_MAPPING = 0x80,
 };

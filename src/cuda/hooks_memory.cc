@@ -270,13 +270,15 @@ CUresult HookArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) 
 
 // A mipmapped array holds every level: level l is the base extent halved l
 // times (at least 1 in each used dimension). The driver rejects more levels
-// than the extent allows, after the charge has been returned.
+// than the extent allows, after the charge has been returned. A layered or
+// cubemap array's Depth is its layer (face) count: every level has them all.
 uint64_t MipmappedBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
+  const bool layers = (d.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
   uint64_t total = 0;
   for (unsigned l = 0; l < levels && l < 64; ++l) {
     size_t w = d.Width >> l;
     size_t h = d.Height >> l;
-    size_t z = d.Depth >> l;
+    size_t z = layers ? d.Depth : d.Depth >> l;
     total += static_cast<uint64_t>(w == 0 ? 1 : w) * ElementBytes(d.Format) *
              (d.NumChannels == 0 ? 1 : d.NumChannels) * (d.Height == 0 ? 1 : (h == 0 ? 1 : h)) *
              (d.Depth == 0 ? 1 : (z == 0 ? 1 : z));

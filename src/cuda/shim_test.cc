@@ -1031,6 +1031,19 @@ TEST(ShimTest, AMipmappedArrayIsChargedEveryLevel) {
   }
 }
 
+// Depth is the layer count of a layered array and the face count of a
+// cubemap: every level has all of them. Halving it too charged 146 MiB of
+// the 168 a layered array takes, and 110 of a cubemap's 126.
+TEST(ShimTest, ALayeredOrCubemapMipmappedArrayIsChargedEveryLayerAtEveryLevel) {
+  auto kv = MustRun({"direct", "mipmaplevels"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+  EXPECT_EQ(U(kv, "layered_rc"), 0u);
+  EXPECT_EQ(U(kv, "layered_charged"), 168 * kMiB) << "8 layers of 16 + 4 + 1 MiB";
+  EXPECT_EQ(U(kv, "layered_returned"), 1u);
+  EXPECT_EQ(U(kv, "cubemap_rc"), 0u);
+  EXPECT_EQ(U(kv, "cubemap_charged"), 126 * kMiB) << "6 faces of 16 + 4 + 1 MiB";
+  EXPECT_EQ(U(kv, "cubemap_returned"), 1u);
+}
+
 // A sparse or deferred-mapping array is backed by cuMemCreate handles mapped
 // into it later, charged there: the array itself is not charged.
 TEST(ShimTest, ArraysBackedLaterByHandlesAreNotChargedThemselves) {

@@ -160,6 +160,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_types.h"
@@ -1819,6 +1820,18 @@ int MipmapLevels(const Api& a) {
   CUresult destroy_rc = a.mipmap_destroy(arr);
   std::printf("rc=%d charged=%zu destroy_rc=%d returned=%d\n", rc, before - mid, destroy_rc,
               FreeBytes(a) == before ? 1 : 0);
+  // Depth counts layers (8) or faces (6): every level has them all.
+  for (const auto& [name, depth, flags] : {std::tuple{"layered", 8, CUDA_ARRAY3D_LAYERED},
+                                           std::tuple{"cubemap", 6, CUDA_ARRAY3D_CUBEMAP}}) {
+    CUDA_ARRAY3D_DESCRIPTOR l = d;
+    l.Depth = static_cast<size_t>(depth);
+    l.Flags = flags;
+    CUresult layered_rc = a.mipmap_create(&arr, &l, 3);
+    size_t charged = before - FreeBytes(a);
+    CUresult layered_destroy_rc = a.mipmap_destroy(arr);
+    std::printf("%s_rc=%d %s_charged=%zu %s_destroy_rc=%d %s_returned=%d\n", name, layered_rc, name,
+                charged, name, layered_destroy_rc, name, FreeBytes(a) == before ? 1 : 0);
+  }
   return 0;
 }
 

@@ -690,11 +690,13 @@ FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
 FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d,
                                             unsigned levels) {
   uint64_t elem = d->Format == CU_AD_FORMAT_UNSIGNED_INT8 ? 1 : 4;
+  // Layered and cubemap arrays: Depth counts layers, every level has them all.
+  const bool layers = (d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
   uint64_t bytes = 0;
   for (unsigned l = 0; l < levels; ++l) {
     bytes += std::max<size_t>(d->Width >> l, 1) * elem * d->NumChannels *
              (d->Height == 0 ? 1 : std::max<size_t>(d->Height >> l, 1)) *
-             (d->Depth == 0 ? 1 : std::max<size_t>(d->Depth >> l, 1));
+             (d->Depth == 0 ? 1 : std::max<size_t>(layers ? d->Depth : d->Depth >> l, 1));
   }
   CUdeviceptr p = 0;
   bool backed = (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) == 0;
