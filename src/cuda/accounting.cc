@@ -617,6 +617,30 @@ uint64_t CurrentContext() {
   return reinterpret_cast<uint64_t>(ctx);
 }
 
+bool StreamDevice(CUstream stream, int* device) {
+  ShimState& s = State();
+  if (stream == nullptr || stream == ACCELPOOL_CU_STREAM_LEGACY ||
+      stream == ACCELPOOL_CU_STREAM_PER_THREAD) {
+    return CurrentDevice(device);  // The current context's own default stream.
+  }
+  CUdevice d = 0;
+  if (s.stream_get_device != nullptr && s.stream_get_device(stream, &d) == CUDA_SUCCESS) {
+    *device = d;
+    return true;
+  }
+  CUcontext ctx = nullptr;
+  if (s.stream_get_ctx == nullptr || s.stream_get_ctx(stream, &ctx) != CUDA_SUCCESS ||
+      ctx == nullptr || reinterpret_cast<uint64_t>(ctx) == CurrentContext() ||
+      s.ctx_push_current == nullptr || s.ctx_pop_current == nullptr ||
+      s.ctx_push_current(ctx) != CUDA_SUCCESS) {
+    return CurrentDevice(device);
+  }
+  bool known = CurrentDevice(device);
+  CUcontext popped = nullptr;
+  s.ctx_pop_current(&popped);  // The caller's context is current again.
+  return known || CurrentDevice(device);
+}
+
 uint64_t ContainerUsed(int device) {
   ShimState& s = State();
   return s.region == nullptr ? 0 : s.region->Used(device);

@@ -285,6 +285,10 @@ typedef CUresult (*cuCtxCreateFn)(CUcontext*, unsigned int, CUdevice);
 typedef CUresult (*cuCtxCreateV3Fn)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
 typedef CUresult (*cuCtxCreateV4Fn)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);
 typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
+typedef CUresult (*cuCtxPushCurrentFn)(CUcontext);
+typedef CUresult (*cuCtxPopCurrentFn)(CUcontext*);
+typedef CUresult (*cuStreamGetCtxFn)(CUstream, CUcontext*);
+typedef CUresult (*cuStreamGetDeviceFn)(CUstream, CUdevice*);  // CUDA 12.8 on.
 typedef CUresult (*cuEventCreateFn)(CUevent*, unsigned int);
 typedef CUresult (*cuEventDestroyFn)(CUevent);
 typedef CUresult (*cuEventRecordFn)(CUevent, CUstream);

@@ -128,16 +128,17 @@ void FreeOnStream(CUdeviceptr ptr, CUstream stream, bool per_thread) {
 }
 
 // Stream-ordered allocations are charged by pool reserve (accounting.h);
-// a pool whose reserve cannot be read is charged per allocation. On a
-// capturing stream an allocation becomes a memory node of the graph being
-// captured: nothing is allocated now; the graph's upload or first launch is
-// charged for it (hooks_graph.cc).
+// a pool whose reserve cannot be read is charged per allocation. The pool is
+// the current pool of the stream's device, which need not be the current
+// context's (StreamDevice). On a capturing stream an allocation becomes a
+// memory node of the graph being captured: nothing is allocated now; the
+// graph's upload or first launch is charged for it (hooks_graph.cc).
 template <int S>
 CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocAsyncFn, kHookMemAllocAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocAsync][S];
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev) ||
+  if (!s.mem_on || dptr == nullptr || !StreamDevice(stream, &dev) || !s.config.MemoryLimited(dev) ||
       StreamCapturing(stream, per_thread)) {
     return real(dptr, bytes, stream);
   }

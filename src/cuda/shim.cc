@@ -294,6 +294,10 @@ void CudaOnce() {
   }
   s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
   s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
+  s.ctx_push_current = Resolve<cuCtxPushCurrentFn>(s.cuda, "cuCtxPushCurrent_v2");
+  s.ctx_pop_current = Resolve<cuCtxPopCurrentFn>(s.cuda, "cuCtxPopCurrent_v2");
+  s.stream_get_ctx = Resolve<cuStreamGetCtxFn>(s.cuda, "cuStreamGetCtx");
+  s.stream_get_device = Resolve<cuStreamGetDeviceFn>(s.cuda, "cuStreamGetDevice");
   s.primary_ctx_get_state =
       Resolve<cuDevicePrimaryCtxGetStateFn>(s.cuda, "cuDevicePrimaryCtxGetState");
   s.mem_get_address_range = Resolve<cuMemGetAddressRangeFn>(s.cuda, "cuMemGetAddressRange_v2");

@@ -84,6 +84,10 @@ struct ShimState {
   void* nvml = nullptr;
   cuCtxGetDeviceFn ctx_get_device = nullptr;
   cuCtxGetCurrentFn ctx_get_current = nullptr;
+  cuCtxPushCurrentFn ctx_push_current = nullptr;
+  cuCtxPopCurrentFn ctx_pop_current = nullptr;
+  cuStreamGetCtxFn stream_get_ctx = nullptr;
+  cuStreamGetDeviceFn stream_get_device = nullptr;  // nullptr before CUDA 12.8.
   cuDevicePrimaryCtxGetStateFn primary_ctx_get_state = nullptr;
   cuMemGetAddressRangeFn mem_get_address_range = nullptr;
   cuPointerGetAttributeFn pointer_get_attribute = nullptr;
@@ -182,6 +186,12 @@ bool CurrentDevice(int* device);
 // The calling thread's current context (cuCtxGetCurrent of the real
 // driver), as a record's context; 0 without one or when it cannot be read.
 uint64_t CurrentContext();
+// Device of the context `stream` belongs to: the current device for the
+// default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), else
+// cuStreamGetDevice, else the device of cuStreamGetCtx's context (read with
+// that context pushed, when it is not the current one), else the current
+// device. False only when there is no current device either.
+bool StreamDevice(CUstream stream, int* device);
 // True when work issued to `stream` is being captured into a graph rather
 // than run (per_thread: stream 0 is the per-thread default stream).
 bool StreamCapturing(CUstream stream, bool per_thread);

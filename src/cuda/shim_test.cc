@@ -1094,6 +1094,35 @@ TEST(ShimTest, IpcImportIsChargedToTheDeviceThatHoldsIt) {
   EXPECT_EQ(U(kv, "closed_free0"), 1024 * kMiB);
 }
 
+// The driver allocates from the current pool of the stream's device, not
+// the current context's: that pool is charged, by cuStreamGetDevice or, on
+// drivers before 12.8, by the device of cuStreamGetCtx's context. Charging
+// the current device's pool charged nothing at all (its reserve never grew).
+TEST(ShimTest, AStreamOrderedAllocationIsChargedToTheStreamsDevice) {
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* fail : {"", "cuStreamGetDevice"}) {
+    SCOPED_TRACE(fail);
+    env["FAKECUDA_FAIL"] = fail;
+    for (const char* path : {"direct", "procaddr", "procaddr_ptds"}) {
+      SCOPED_TRACE(path);
+      auto kv = MustRun({path, "asyncdev", std::to_string(256 * kMiB)}, env);
+      EXPECT_EQ(U(kv, "create_rc"), 0u);
+      EXPECT_EQ(U(kv, "rc"), 0u);
+      EXPECT_EQ(U(kv, "free0"), 1024 * kMiB) << "not the current context's device";
+      EXPECT_EQ(U(kv, "free1"), 768 * kMiB) << "the stream's device";
+      EXPECT_EQ(U(kv, "free_rc"), 0u);
+      EXPECT_EQ(U(kv, "freed_free0"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "freed_free1"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "current"), 1u) << "the caller's context stays current";
+    }
+  }
+  // Past the cap of the stream's device: refused.
+  env["FAKECUDA_FAIL"] = "";
+  auto kv = MustRun({"direct", "asyncdev", std::to_string(2048 * kMiB)}, env);
+  EXPECT_EQ(U(kv, "rc"), 2u);
+  EXPECT_EQ(U(kv, "free1"), 1024 * kMiB);
+}
+
 TEST(ShimTest, ConcurrentThreadsNeverExceedTheCapAndLeaveNothingCharged) {
   // 8 threads each holding 64 MiB for a moment against a 128 MiB cap.
   auto kv = MustRun({"procaddr", "threads", "8", "500"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "128"}});

@@ -137,6 +137,9 @@
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
+//   asyncdev <bytes>         from device 0's primary context, cuMemAllocAsync of
+//                            <bytes> on a stream of device 1's, then freed:
+//                            each device's free memory after each step
 //   gate same|other <n>      after 64 1 us kernels on one stream, a gate
 //                            kernel (driver_api.h) on another, then <n>
 //                            more 1 us kernels on the same stream (queued
@@ -1654,6 +1657,26 @@ size_t FreeOn(const Api& a, int device) {
   return free_bytes;
 }
 
+// cuMemAllocAsync allocates from the current pool of the stream's device,
+// whichever context is current.
+int AsyncOnStreamDevice(const Api& a, uint64_t bytes) {
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(2)));
+  CUstream stream = nullptr;
+  CUresult create_rc = cuStreamCreate(&stream, 0);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, bytes, stream);
+  std::printf("create_rc=%d rc=%d free0=%zu free1=%zu\n", create_rc, rc, FreeOn(a, 0),
+              FreeOn(a, 1));
+  CUresult free_rc = a.free_async(p, stream);
+  std::printf("free_rc=%d freed_free0=%zu freed_free1=%zu\n", free_rc, FreeOn(a, 0), FreeOn(a, 1));
+  CUcontext current = nullptr;
+  cuCtxGetCurrent(&current);
+  std::printf("current=%zu\n", reinterpret_cast<size_t>(current));
+  cuStreamDestroy_v2(stream);
+  return 0;
+}
+
 int IpcFromDevice(const Api& a, uint64_t bytes, int device) {
   CUipcMemHandle h{};
   int32_t device_plus_one = device + 1;
@@ -2192,6 +2215,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
+  }
+  if (command == "asyncdev" && argc == 4) {
+    return AsyncOnStreamDevice(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "gate" && argc == 5) {
     return Gate(a, argv[3], std::atol(argv[4]));

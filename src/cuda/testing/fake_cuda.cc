@@ -159,14 +159,17 @@ CUmemoryPool CurrentPoolLocked(State& s, int device) {
   return s.current_pool[device];
 }
 
-CUresult PoolAllocate(CUdeviceptr* out, uint64_t bytes, CUmemoryPool handle, bool current) {
+// From `handle`, or with handle == nullptr from the current pool of the
+// device of `stream` (cuMemAllocAsync).
+CUresult PoolAllocate(CUdeviceptr* out, uint64_t bytes, CUmemoryPool handle, CUstream stream) {
   if (out == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (current) {
-    handle = CurrentPoolLocked(s, CurrentDevice());
+  if (handle == nullptr) {
+    auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+    handle = CurrentPoolLocked(s, it != s.streams.end() ? it->second.device : CurrentDevice());
   }
   auto pit = s.pools.find(handle);
   if (pit == s.pools.end() || pit->second.destroyed) {
@@ -321,6 +324,79 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   }
   CurrentContext() = 0;
   CurrentDevice() = static_cast<int>(v - 1);
+  return CUDA_SUCCESS;
+}
+// The context stack of cuCtxPushCurrent / cuCtxPopCurrent: what was current
+// before each push.
+struct Saved {
+  uintptr_t context;
+  int device;
+  uintptr_t green;
+};
+std::vector<Saved>& ContextStack() {
+  thread_local std::vector<Saved> stack;
+  return stack;
+}
+FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  Saved saved{CurrentContext(), CurrentDevice(), GreenCurrent()};
+  CUresult rc = cuCtxSetCurrent(ctx);
+  if (rc == CUDA_SUCCESS) {
+    ContextStack().push_back(saved);
+  }
+  return rc;
+}
+FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
+  if (ContextStack().empty()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  if (ctx != nullptr) {
+    *ctx = reinterpret_cast<CUcontext>(CurrentContextHandle());
+  }
+  const Saved saved = ContextStack().back();
+  ContextStack().pop_back();
+  CurrentContext() = saved.context;
+  CurrentDevice() = saved.device;
+  GreenCurrent() = saved.green;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned) {
+  if (stream == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  uintptr_t v = s.next_stream;
+  s.next_stream += 0x10;
+  s.streams[v] = Stream{CurrentContextHandle(), CurrentDevice()};
+  *stream = reinterpret_cast<CUstream>(v);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.streams.erase(reinterpret_cast<uintptr_t>(stream)) == 1 ? CUDA_SUCCESS
+                                                                   : CUDA_ERROR_INVALID_HANDLE;
+}
+// Both fail when told to (fakecuda_Fail), as on drivers without them.
+FAKE_EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (ctx == nullptr || FailingLocked(s, "cuStreamGetCtx")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  *ctx = reinterpret_cast<CUcontext>(it != s.streams.end() ? it->second.context
+                                                           : CurrentContextHandle());
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamGetDevice(CUstream stream, CUdevice* device) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (device == nullptr || FailingLocked(s, "cuStreamGetDevice")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  *device = it != s.streams.end() ? it->second.device : CurrentDevice();
   return CUDA_SUCCESS;
 }
 // A context of its own on `dev`, made current. Handles start at 0x1000; the
@@ -510,18 +586,18 @@ FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return Free(p, "cuMemFree_v2"
 // On a capturing stream an allocation becomes a memory node of the graph
 // being captured: an address, no memory until the graph runs.
 FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream st) {
-  return Capturing(st) ? CaptureAlloc(p, n) : PoolAllocate(p, n, nullptr, true);
+  return Capturing(st) ? CaptureAlloc(p, n) : PoolAllocate(p, n, nullptr, st);
 }
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream st) {
-  return Capturing(st) ? CaptureAlloc(p, n) : PoolAllocate(p, n, nullptr, true);
+  return Capturing(st) ? CaptureAlloc(p, n) : PoolAllocate(p, n, nullptr, st);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool pool,
-                                             CUstream) {
-  return PoolAllocate(p, n, pool, false);
+                                             CUstream st) {
+  return pool == nullptr ? CUDA_ERROR_INVALID_VALUE : PoolAllocate(p, n, pool, st);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t n, CUmemoryPool pool,
-                                                  CUstream) {
-  return PoolAllocate(p, n, pool, false);
+                                                  CUstream st) {
+  return pool == nullptr ? CUDA_ERROR_INVALID_VALUE : PoolAllocate(p, n, pool, st);
 }
 
 FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {

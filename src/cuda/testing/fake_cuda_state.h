@@ -88,6 +88,15 @@ struct Handle {
   int retains;    // cuMemRetainAllocationHandle references not yet released.
 };
 
+// A stream made by cuStreamCreate: it belongs to the context current then.
+// Other handles (0, the legacy and per-thread handles, and the arbitrary
+// values tests launch into) are streams of the calling thread's current
+// context.
+struct Stream {
+  uintptr_t context;
+  int device;
+};
+
 struct State {
   std::mutex mu;
   uint64_t used[kDevices] = {};
@@ -97,6 +106,8 @@ struct State {
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> mappings;
   uint64_t next_handle = 1;
   std::map<uintptr_t, int64_t> stream_tail;
+  std::map<uintptr_t, Stream> streams;  // cuStreamCreate's.
+  uintptr_t next_stream = 0x57000;
   std::map<CUevent, int64_t> events;  // Position; -1 = never recorded.
   std::map<CUevent, uintptr_t> event_context;  // The context each event was created in.
   // Record, query and destroy calls on event handles that do not exist (a
