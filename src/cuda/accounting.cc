@@ -506,7 +506,7 @@ uint64_t MarkContextRecords(uint64_t context) {
   }
   pthread_mutex_lock(&s.mem_mu);
   Relabel relabel{context, kMarkBit | ++s.context_marks, 0};
-  for (AllocTable* table : {s.pointers, s.arrays, s.ipc}) {  // Those of Owner::kContext.
+  for (AllocTable* table : {s.pointers, s.arrays, s.ipc, s.heaps}) {  // Owner::kContext.
     table->ForEachMutable(RelabelContext, &relabel);
   }
   pthread_mutex_unlock(&s.mem_mu);
@@ -521,7 +521,7 @@ void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed) {
   MarkedBytes taken{mark, {}};
   Relabel relabel{mark, context, 0};
   pthread_mutex_lock(&s.mem_mu);
-  for (AllocTable* table : {s.pointers, s.arrays, s.ipc}) {
+  for (AllocTable* table : {s.pointers, s.arrays, s.ipc, s.heaps}) {
     if (destroyed) {
       table->TakeIf(TakeMarked, &taken);
     } else {
@@ -574,6 +574,7 @@ void DropDeviceRecords(int device) {
   bytes += TakeDeviceRecords(s, s.arrays, device, true);
   bytes += TakeDeviceRecords(s, s.vmm_handles, device, true);
   bytes += TakeDeviceRecords(s, s.ipc, device, true);
+  bytes += TakeDeviceRecords(s, s.heaps, device, true);
   TakeDeviceRecords(s, s.vmm_maps, device, false);
   TakeDeviceRecords(s, s.graph_execs, device, false);
   TakeDeviceRecords(s, s.pool_homes, device, false);

@@ -285,6 +285,13 @@ typedef CUresult (*cuCtxCreateFn)(CUcontext*, unsigned int, CUdevice);
 typedef CUresult (*cuCtxCreateV3Fn)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
 typedef CUresult (*cuCtxCreateV4Fn)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);
 typedef CUresult (*cuCtxGetCurrentFn)(CUcontext*);
+// CUlimit values of cuCtxSetLimit / cuCtxGetLimit (cudaDeviceSetLimit).
+enum : int {
+  CU_LIMIT_STACK_SIZE = 0x00,
+  CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+};
+typedef CUresult (*cuCtxSetLimitFn)(int, size_t);  // (CUlimit, value)
+typedef CUresult (*cuCtxGetLimitFn)(size_t*, int);
 typedef CUresult (*cuCtxPushCurrentFn)(CUcontext);
 typedef CUresult (*cuCtxPopCurrentFn)(CUcontext*);
 typedef CUresult (*cuStreamGetCtxFn)(CUstream, CUcontext*);

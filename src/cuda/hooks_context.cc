@@ -27,6 +27,9 @@
 // stay charged until their own free. Only context creation pays: one pass
 // over the tables, with memory limits on. (A primary context made anew
 // under a handle value with such records is not covered.)
+// cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE) is hooked here too: the device
+// malloc heap is memory of its context, reserved when the limit is raised,
+// and goes with the context (its record is one of the context's).
 // docs/enforcement.md says more.
 #include "cuda/accounting.h"
 #include "cuda/log.h"
@@ -176,6 +179,83 @@ CUresult PrimaryCtxRelease(HookId id, int slot, CUdevice device) {
   return rc;
 }
 
+// Puts a heap record back; uncharges it when it cannot be kept.
+void KeepHeap(ShimState& s, uint64_t ctx, const AllocRecord& heap) {
+  pthread_mutex_lock(&s.mem_mu);
+  bool ok = s.heaps->Put(ctx, heap);
+  pthread_mutex_unlock(&s.mem_mu);
+  if (!ok && heap.bytes > 0) {
+    UnchargeBytes(heap.device, heap.bytes);
+  }
+}
+
+// cudaDeviceSetLimit(cudaLimitMallocHeapSize, n) resizes the current
+// context's device malloc heap, which the driver reserves on the device.
+// Charged: its growth past the size it had when the shim first saw it
+// resized (cuCtxGetLimit then; the default 8 MiB is part of the context,
+// like the rest of its overhead), at the page granularity, before the call:
+// past the cap the call returns CUDA_ERROR_OUT_OF_MEMORY and the heap keeps
+// its size. A shrink returns the difference, the context's end the rest.
+// Other limits pass through (the stack size is a known gap,
+// docs/enforcement.md).
+CUresult CtxSetLimit(HookId id, int slot, int limit, size_t value) {
+  EnsureCuda();
+  auto real = Real<cuCtxSetLimitFn>(id, slot);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  int dev = 0;
+  const uint64_t ctx =
+      limit == CU_LIMIT_MALLOC_HEAP_SIZE && s.mem_on && s.heaps != nullptr ? CurrentContext() : 0;
+  if (ctx == 0 || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
+    return real(limit, value);
+  }
+  AllocRecord heap;
+  if (TakeRecord(s.heaps, ctx, &heap) && heap.device != dev) {
+    // The handle of a context that ended unseen, now another device's.
+    UnchargeBytes(heap.device, heap.bytes);
+    heap = AllocRecord();
+  }
+  if (heap.device < 0) {  // First seen: the size to charge growth from.
+    size_t before = 0;
+    heap.device = dev;
+    heap.link = s.ctx_get_limit != nullptr &&
+                        s.ctx_get_limit(&before, CU_LIMIT_MALLOC_HEAP_SIZE) == CUDA_SUCCESS
+                    ? before
+                    : 0;
+  }
+  heap.context = ctx;
+  const uint64_t target = value > heap.link ? RoundToGranularity(value - heap.link) : 0;
+  const uint64_t grow = target > heap.bytes ? target - heap.bytes : 0;
+  if (grow > 0) {
+    Charge c = ChargeBytesAfterSync(dev, grow);
+    if (c != Charge::kCharged) {
+      KeepHeap(s, ctx, heap);
+      return c == Charge::kOverLimit ? CUDA_ERROR_OUT_OF_MEMORY : real(limit, value);
+    }
+  }
+  CUresult rc = real(limit, value);
+  if (rc != CUDA_SUCCESS) {
+    if (grow > 0) {
+      UnchargeBytes(dev, grow);
+    }
+    KeepHeap(s, ctx, heap);
+    return rc;
+  }
+  if (target < heap.bytes) {
+    UnchargeBytes(dev, heap.bytes - target);
+  }
+  heap.bytes = target;
+  KeepHeap(s, ctx, heap);
+  return rc;
+}
+
+template <int S>
+CUresult HookCtxSetLimit(int limit, size_t value) {
+  return CtxSetLimit(kHookCtxSetLimit, S, limit, value);
+}
+
 template <int S>
 CUresult HookDevicePrimaryCtxReset(CUdevice device) {
   return PrimaryCtxReset(kHookDevicePrimaryCtxReset, S, device);
@@ -240,8 +320,9 @@ void* ContextHook(HookId id, int slot) {
                                          ACCELPOOL_HOOK_SLOTS(HookDevicePrimaryCtxReleaseV2),
                                          ACCELPOOL_HOOK_SLOTS(HookCtxCreateV2),
                                          ACCELPOOL_HOOK_SLOTS(HookCtxCreateV3),
-                                         ACCELPOOL_HOOK_SLOTS(HookCtxCreateV4)};
-  if (id < kHookDevicePrimaryCtxReset || id > kHookCtxCreateV4 || slot < 0 || slot >= kSlots) {
+                                         ACCELPOOL_HOOK_SLOTS(HookCtxCreateV4),
+                                         ACCELPOOL_HOOK_SLOTS(HookCtxSetLimit)};
+  if (id < kHookDevicePrimaryCtxReset || id > kHookCtxSetLimit || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookDevicePrimaryCtxReset][slot];
@@ -278,4 +359,7 @@ ACCELPOOL_EXPORT CUresult cuCtxCreate_v3(CUcontext* c, CUexecAffinityParam* p, i
 ACCELPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* c, CUctxCreateParams* p, unsigned int f,
                                          CUdevice d) {
   return HookCtxCreateV4<0>(c, p, f, d);
+}
+ACCELPOOL_EXPORT CUresult cuCtxSetLimit(int limit, size_t value) {
+  return HookCtxSetLimit<0>(limit, value);
 }

@@ -357,7 +357,7 @@ void* MemoryHook(HookId id, int slot) {
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {
     return InfoHook(id, slot);
   }
-  if (id >= kHookDevicePrimaryCtxReset && id <= kHookCtxCreateV4) {
+  if (id >= kHookDevicePrimaryCtxReset && id <= kHookCtxSetLimit) {
     return ContextHook(id, slot);
   }
   return nullptr;

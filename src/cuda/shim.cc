@@ -39,7 +39,7 @@ __attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
 alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
-constexpr int kTables = 7;
+constexpr int kTables = 8;
 alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
 ACCELPOOL_UNINSTRUMENTED void ResolveRealDlsym() {
@@ -166,8 +166,8 @@ void ChildAfterFork() {
     s.graph_idle_claimed[d] = 0;
   }
   s.slot = -1;
-  for (AllocTable* t :
-       {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs, s.pool_homes}) {
+  for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs,
+                        s.pool_homes, s.heaps}) {
     if (t != nullptr) {
       t->Clear();
     }
@@ -241,7 +241,7 @@ void InitOnce() {
     if (ok) {
       s.region = region;
       AllocTable** tables[kTables] = {&s.pointers, &s.arrays,      &s.vmm_handles, &s.vmm_maps,
-                                      &s.ipc,      &s.graph_execs, &s.pool_homes};
+                                      &s.ipc,      &s.graph_execs, &s.pool_homes,  &s.heaps};
       for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }
@@ -294,6 +294,7 @@ void CudaOnce() {
   }
   s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
   s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
+  s.ctx_get_limit = Resolve<cuCtxGetLimitFn>(s.cuda, "cuCtxGetLimit");
   s.ctx_push_current = Resolve<cuCtxPushCurrentFn>(s.cuda, "cuCtxPushCurrent_v2");
   s.ctx_pop_current = Resolve<cuCtxPopCurrentFn>(s.cuda, "cuCtxPopCurrent_v2");
   s.stream_get_ctx = Resolve<cuStreamGetCtxFn>(s.cuda, "cuStreamGetCtx");

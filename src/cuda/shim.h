@@ -84,6 +84,7 @@ struct ShimState {
   void* nvml = nullptr;
   cuCtxGetDeviceFn ctx_get_device = nullptr;
   cuCtxGetCurrentFn ctx_get_current = nullptr;
+  cuCtxGetLimitFn ctx_get_limit = nullptr;
   cuCtxPushCurrentFn ctx_push_current = nullptr;
   cuCtxPopCurrentFn ctx_pop_current = nullptr;
   cuStreamGetCtxFn stream_get_ctx = nullptr;
@@ -139,6 +140,8 @@ struct ShimState {
                                       // kGraphMultiDevice), link = graph_epoch when mapped.
   AllocTable* pool_homes = nullptr;   // Pools created through the shim: device = where the
                                       // pool's memory lives, -1 for host memory.
+  AllocTable* heaps = nullptr;        // Malloc heaps resized (cuCtxSetLimit), by context: bytes =
+                                      // the growth charged, link = the size charged from.
   uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
   uint64_t context_marks = 0;              // Marks handed out by MarkContextRecords (accounting.h).
   bool warned_unaccounted = false;

@@ -1123,6 +1123,40 @@ TEST(ShimTest, AStreamOrderedAllocationIsChargedToTheStreamsDevice) {
   EXPECT_EQ(U(kv, "free1"), 1024 * kMiB);
 }
 
+// cudaDeviceSetLimit(cudaLimitMallocHeapSize, n) makes the driver reserve
+// the device malloc heap: its growth is charged, refused past the cap, and
+// returned when it shrinks or its context ends. It was not hooked: a heap
+// of any size went past the cap.
+TEST(ShimTest, TheMallocHeapIsChargedAndReturned) {
+  for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_abi"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "heaplimit", std::to_string(256 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    const uint64_t before = U(kv, "before");
+    EXPECT_EQ(before, 8 * kMiB) << "the fake's default heap";
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "grown_free"), 768 * kMiB) << "the growth, not the default heap";
+    EXPECT_EQ(U(kv, "over_rc"), 2u) << "CUDA_ERROR_OUT_OF_MEMORY past the cap";
+    EXPECT_EQ(U(kv, "over_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "over_heap"), before + 256 * kMiB) << "the refused call changed nothing";
+    EXPECT_EQ(U(kv, "shrink_rc"), 0u);
+    EXPECT_EQ(U(kv, "shrunk_free"), 896 * kMiB);
+    EXPECT_EQ(U(kv, "back_rc"), 0u);
+    EXPECT_EQ(U(kv, "back_free"), 1024 * kMiB);
+    EXPECT_EQ(U(kv, "stack_rc"), 0u);
+    EXPECT_EQ(U(kv, "stack_free"), 1024 * kMiB) << "the stack size is not charged";
+    EXPECT_EQ(U(kv, "ctx_rc"), 0u);
+    EXPECT_EQ(U(kv, "ctx_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+    EXPECT_EQ(U(kv, "destroyed_free"), 1024 * kMiB) << "the heap went with its context";
+    EXPECT_EQ(U(kv, "primary_rc"), 0u);
+    EXPECT_EQ(U(kv, "primary_free"), 768 * kMiB);
+    EXPECT_EQ(U(kv, "reset_rc"), 0u);
+    EXPECT_EQ(U(kv, "reset_free"), 1024 * kMiB) << "a reset restores the default heap";
+    EXPECT_EQ(U(kv, "reset_heap"), before);
+  }
+}
+
 TEST(ShimTest, ConcurrentThreadsNeverExceedTheCapAndLeaveNothingCharged) {
   // 8 threads each holding 64 MiB for a moment against a 128 MiB cap.
   auto kv = MustRun({"procaddr", "threads", "8", "500"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "128"}});

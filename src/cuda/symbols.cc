@@ -72,6 +72,9 @@ constexpr SymbolInfo kSymbols[] = {
     {"cuCtxCreate_v2", "cuCtxCreate", 3020, 11040, kHookCtxCreateV2, false, kCu},
     {"cuCtxCreate_v3", "cuCtxCreate", 11040, 12050, kHookCtxCreateV3, false, kCu},
     {"cuCtxCreate_v4", "cuCtxCreate", 12050, kNoMax, kHookCtxCreateV4, false, kCu},
+    // The device malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE) is device memory
+    // the driver reserves when the limit is raised: its growth is charged.
+    {"cuCtxSetLimit", "cuCtxSetLimit", 3010, kNoMax, kHookCtxSetLimit, false, kCu},
     {"cuLaunchKernel", "cuLaunchKernel", 4000, kNoMax, kHookLaunchKernel, false, kCu},
     {"cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, kNoMax, kHookLaunchKernel, true, kCu},
     {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, kNoMax, kHookLaunchKernelEx, false, kCu},

@@ -59,6 +59,7 @@ enum HookId : int {
   kHookCtxCreateV2,
   kHookCtxCreateV3,
   kHookCtxCreateV4,
+  kHookCtxSetLimit,
   kHookLaunchKernel,
   kHookLaunchKernelEx,
   kHookLaunchCooperativeKernel,

@@ -54,6 +54,9 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuCtxCreate", 12040, 0, "cuCtxCreate_v3"},
       {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
       {"cuCtxCreate", 13000, 0, "cuCtxCreate_v4"},
+      {"cuCtxSetLimit", 12000, 0, "cuCtxSetLimit"},
+      {"cuCtxSetLimit", 13000, kPtds, "cuCtxSetLimit"},   // No _ptsz variant exists.
+      {"cuCtxGetLimit", 12000, 0, nullptr},               // Called by the shim, not hooked.
       {"cuDevicePrimaryCtxGetState", 12000, 0, nullptr},  // Called by the shim, not hooked.
       {"cuMemPoolTrimTo", 12000, 0, "cuMemPoolTrimTo"},
       {"cuMemPoolDestroy", 13000, 0, "cuMemPoolDestroy"},

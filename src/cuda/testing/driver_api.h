@@ -123,6 +123,8 @@ CUresult cuStreamDestroy_v2(CUstream);
 CUresult cuStreamGetCtx(CUstream, CUcontext*);
 CUresult cuStreamGetDevice(CUstream, CUdevice*);
 CUresult cuCtxPushCurrent_v2(CUcontext);
+CUresult cuCtxSetLimit(int, size_t);  // (CUlimit, value)
+CUresult cuCtxGetLimit(size_t*, int);
 CUresult cuCtxPopCurrent_v2(CUcontext*);
 CUresult cuEventCreate(CUevent*, unsigned);
 CUresult cuEventDestroy_v2(CUevent);

@@ -140,6 +140,12 @@
 //   asyncdev <bytes>         from device 0's primary context, cuMemAllocAsync of
 //                            <bytes> on a stream of device 1's, then freed:
 //                            each device's free memory after each step
+//   heaplimit <unit>         the malloc heap (cuCtxSetLimit) grown by <unit>,
+//                            then past the cap, shrunk by <unit> / 2, back to
+//                            its size; the stack size set; a created context's
+//                            heap grown, the context destroyed; the primary
+//                            context's grown, the device reset: free memory
+//                            and the heap's size after each step
 //   gate same|other <n>      after 64 1 us kernels on one stream, a gate
 //                            kernel (driver_api.h) on another, then <n>
 //                            more 1 us kernels on the same stream (queued
@@ -215,6 +221,7 @@ struct Api {
   cuCtxDestroyFn ctx_destroy;
   cuDevicePrimaryCtxRetainFn primary_retain;
   cuDevicePrimaryCtxReleaseFn primary_release;
+  cuCtxSetLimitFn set_limit;
 };
 
 void* g_driver = nullptr;
@@ -302,7 +309,8 @@ Api Load(const std::string& mode) {
             &cuDevicePrimaryCtxReset_v2,
             &cuCtxDestroy_v2,
             &cuDevicePrimaryCtxRetain,
-            &cuDevicePrimaryCtxRelease_v2};
+            &cuDevicePrimaryCtxRelease_v2,
+            &cuCtxSetLimit};
     return a;
   }
   const int v = 12080;
@@ -350,6 +358,7 @@ Api Load(const std::string& mode) {
   Get(&a.primary_retain, mode, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", v, 7000);
   Get(&a.primary_release, mode, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", v,
       11000);
+  Get(&a.set_limit, mode, "cuCtxSetLimit", "cuCtxSetLimit", v, 3010);
   return a;
 }
 
@@ -1657,6 +1666,39 @@ size_t FreeOn(const Api& a, int device) {
   return free_bytes;
 }
 
+// cudaDeviceSetLimit(cudaLimitMallocHeapSize) reserves device memory.
+int HeapLimit(const Api& a, uint64_t unit) {
+  auto heap = [] {
+    size_t v = 0;
+    cuCtxGetLimit(&v, CU_LIMIT_MALLOC_HEAP_SIZE);
+    return v;
+  };
+  const size_t before = heap();
+  CUresult rc = a.set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, before + unit);
+  std::printf("before=%zu rc=%d grown_free=%zu\n", before, rc, FreeBytes(a));
+  CUresult over_rc = a.set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, before + 100 * unit);
+  std::printf("over_rc=%d over_free=%zu over_heap=%zu\n", over_rc, FreeBytes(a), heap());
+  CUresult shrink_rc = a.set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, before + unit / 2);
+  std::printf("shrink_rc=%d shrunk_free=%zu\n", shrink_rc, FreeBytes(a));
+  CUresult back_rc = a.set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, before);
+  std::printf("back_rc=%d back_free=%zu\n", back_rc, FreeBytes(a));
+  CUresult stack_rc = a.set_limit(CU_LIMIT_STACK_SIZE, 1 << 20);
+  std::printf("stack_rc=%d stack_free=%zu\n", stack_rc, FreeBytes(a));
+  CUcontext ctx = nullptr;
+  cuCtxCreate_v2(&ctx, 0, 0);
+  CUresult ctx_rc = a.set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, before + unit);
+  std::printf("ctx_rc=%d ctx_free=%zu\n", ctx_rc, FreeBytes(a));
+  CUresult destroy_rc = a.ctx_destroy(ctx);
+  std::printf("destroy_rc=%d destroyed_free=%zu\n", destroy_rc, FreeBytes(a));
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  CUresult primary_rc = a.set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, before + unit);
+  size_t primary_free = FreeBytes(a);
+  CUresult reset_rc = a.reset(0);
+  std::printf("primary_rc=%d primary_free=%zu reset_rc=%d reset_free=%zu reset_heap=%zu\n",
+              primary_rc, primary_free, reset_rc, FreeBytes(a), heap());
+  return 0;
+}
+
 // cuMemAllocAsync allocates from the current pool of the stream's device,
 // whichever context is current.
 int AsyncOnStreamDevice(const Api& a, uint64_t bytes) {
@@ -2215,6 +2257,9 @@ int main(int argc, char** argv) {
   }
   if (command == "freefail" && argc == 6) {
     return FreeFail(a, argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
+  }
+  if (command == "heaplimit" && argc == 4) {
+    return HeapLimit(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "asyncdev" && argc == 4) {
     return AsyncOnStreamDevice(a, std::strtoull(argv[3], nullptr, 10));

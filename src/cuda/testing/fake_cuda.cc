@@ -326,6 +326,50 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   CurrentDevice() = static_cast<int>(v - 1);
   return CUDA_SUCCESS;
 }
+namespace {
+
+constexpr uint64_t kDefaultHeap = 8ULL << 20;
+
+// Device memory a malloc heap of `size` holds past the default one.
+uint64_t HeapExtra(uint64_t size) { return size > kDefaultHeap ? Pages(size - kDefaultHeap) : 0; }
+
+}  // namespace
+
+// The current context's malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE; 8 MiB by
+// default): resized at once, the growth past the default taken from the
+// device. Other limits are accepted and not modelled.
+FAKE_EXPORT CUresult cuCtxSetLimit(int limit, size_t value) {
+  if (limit != CU_LIMIT_MALLOC_HEAP_SIZE) {
+    return CUDA_SUCCESS;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const uintptr_t ctx = CurrentContextHandle();
+  auto it = s.heaps.find(ctx);
+  const uint64_t extra = HeapExtra(it != s.heaps.end() ? it->second : kDefaultHeap);
+  const uint64_t want = HeapExtra(value);
+  uint64_t& used = s.used[CurrentDevice()];
+  if (used - extra + want > kDeviceBytes) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  used = used - extra + want;
+  s.heaps[ctx] = value;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxGetLimit(size_t* value, int limit) {
+  if (value == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (limit != CU_LIMIT_MALLOC_HEAP_SIZE) {
+    *value = 1024;
+    return CUDA_SUCCESS;
+  }
+  auto it = s.heaps.find(CurrentContextHandle());
+  *value = it != s.heaps.end() ? it->second : kDefaultHeap;
+  return CUDA_SUCCESS;
+}
 // The context stack of cuCtxPushCurrent / cuCtxPopCurrent: what was current
 // before each push.
 struct Saved {
@@ -445,8 +489,16 @@ void DestroyContextEventsLocked(State& s, uintptr_t ctx) {
   }
 }
 // The memory a destroyed context owned goes with it (cuMemAlloc*, arrays,
-// IPC imports); pool blocks and graph memory stay. REQUIRES: s.mu held.
+// IPC imports, its malloc heap); pool blocks and graph memory stay.
+// REQUIRES: s.mu held.
 void FreeContextMemoryLocked(State& s, uintptr_t ctx) {
+  auto heap = s.heaps.find(ctx);
+  if (heap != s.heaps.end()) {
+    auto owner = s.contexts.find(ctx);
+    const int device = owner != s.contexts.end() ? owner->second : static_cast<int>(ctx) - 1;
+    s.used[device] -= HeapExtra(heap->second);
+    s.heaps.erase(heap);
+  }
   for (auto it = s.allocations.begin(); it != s.allocations.end();) {
     if (it->second.context != ctx) {
       ++it;
@@ -479,11 +531,12 @@ FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (FailingLocked(s, "cuCtxDestroy_v2")) {
       return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (s.contexts.erase(v) == 0) {
+    if (s.contexts.count(v) == 0) {
       return CUDA_ERROR_INVALID_CONTEXT;
     }
     DestroyContextEventsLocked(s, v);
     FreeContextMemoryLocked(s, v);
+    s.contexts.erase(v);
     if (CurrentContext() == v) {
       CurrentContext() = 0;
     }
@@ -959,6 +1012,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   }
   s.default_pool[dev] = nullptr;
   s.current_pool[dev] = nullptr;
+  s.heaps.erase(static_cast<uintptr_t>(dev + 1));
   s.used[dev] = 0;
   if (s.allocations.empty()) {
     s.next_address = 1ULL << 40;

@@ -412,6 +412,8 @@ const ProcEntry kProcs[] = {
     E(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 10010, false),
     E(cuEventElapsedTime, "cuEventElapsedTime", 2000, false),
     E(cuCtxSynchronize, "cuCtxSynchronize", 2000, false),
+    E(cuCtxSetLimit, "cuCtxSetLimit", 3010, false),
+    E(cuCtxGetLimit, "cuCtxGetLimit", 3010, false),
     E(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 7000, false),
     E(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, false),
     E(cuCtxCreate_v2, "cuCtxCreate", 3020, false),

@@ -107,6 +107,9 @@ struct State {
   uint64_t next_handle = 1;
   std::map<uintptr_t, int64_t> stream_tail;
   std::map<uintptr_t, Stream> streams;  // cuStreamCreate's.
+  // Malloc heap sizes set by cuCtxSetLimit, by context handle (absent: the
+  // default). What a heap holds past the default is device memory in use.
+  std::map<uintptr_t, uint64_t> heaps;
   uintptr_t next_stream = 0x57000;
   std::map<CUevent, int64_t> events;  // Position; -1 = never recorded.
   std::map<CUevent, uintptr_t> event_context;  // The context each event was created in.
