@@ -1,6 +1,7 @@
 #include "extender/server.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -33,54 +34,73 @@ std::function<std::string(const http::Request&)> SchedulerVerbGate(bool any) {
 
 void RegisterRoutes(http::HttpServer& server, const Routes& routes) {
   Handlers* h = routes.handlers;
-  auto gate = routes.scheduler_gate;
-  auto verb = [gate](Reply (Handlers::*call)(std::string_view), Handlers* handlers) {
-    return [gate, call, handlers](const http::Request& req) {
-      if (gate) {
-        if (std::string why = gate(req); !why.empty()) {
-          return ToResponse(Reply{403, nlohmann::json{{"Error", why}}.dump()});
-        }
+  // The verbs' gate looks at the caller only (peer, client certificate), so
+  // it runs on the request's head: a refused caller's body is never read.
+  http::RouteOptions verb_options;
+  if (auto gate = routes.scheduler_gate) {
+    verb_options.admit = [gate](const http::Request& head) -> std::optional<http::Response> {
+      if (std::string why = gate(head); !why.empty()) {
+        return ToResponse(Reply{403, nlohmann::json{{"Error", why}}.dump()});
       }
+      return std::nullopt;
+    };
+  }
+  auto verb = [](Reply (Handlers::*call)(std::string_view), Handlers* handlers) {
+    return [call, handlers](const http::Request& req) {
       return ToResponse((handlers->*call)(req.body));
     };
   };
-  server.Handle("POST", "/filter", verb(&Handlers::Filter, h));
-  server.Handle("POST", "/prioritize", verb(&Handlers::Prioritize, h));
-  server.Handle("POST", "/bind", verb(&Handlers::Bind, h));
-  server.Handle("POST", "/preempt", verb(&Handlers::Preempt, h));
+  server.Handle("POST", "/filter", verb(&Handlers::Filter, h), verb_options);
+  server.Handle("POST", "/prioritize", verb(&Handlers::Prioritize, h), verb_options);
+  server.Handle("POST", "/bind", verb(&Handlers::Bind, h), verb_options);
+  server.Handle("POST", "/preempt", verb(&Handlers::Preempt, h), verb_options);
+  const http::RouteOptions webhook_options{kWebhookMaxBodyBytes, {}};
+  const http::RouteOptions get_options{kGetMaxBodyBytes, {}};
   if (routes.webhook != nullptr) {
     const Webhook* w = routes.webhook;
-    server.Handle("POST", "/mutate",
-                  [w](const http::Request& req) { return ToResponse(w->Mutate(req.body)); });
-    server.Handle("POST", "/mutate-host-pods",
-                  [w](const http::Request& req) { return ToResponse(w->MutateHostPod(req.body)); });
+    server.Handle(
+        "POST", "/mutate",
+        [w](const http::Request& req) { return ToResponse(w->Mutate(req.body)); }, webhook_options);
+    server.Handle(
+        "POST", "/mutate-host-pods",
+        [w](const http::Request& req) { return ToResponse(w->MutateHostPod(req.body)); },
+        webhook_options);
   }
-  server.Handle("GET", "/healthz", [](const http::Request&) {
-    http::Response r;
-    r.headers["content-type"] = "text/plain";
-    r.body = "ok\n";
-    return r;
-  });
+  server.Handle(
+      "GET", "/healthz",
+      [](const http::Request&) {
+        http::Response r;
+        r.headers["content-type"] = "text/plain";
+        r.body = "ok\n";
+        return r;
+      },
+      get_options);
   auto not_ready = routes.not_ready;
-  server.Handle("GET", "/readyz", [not_ready](const http::Request&) {
-    http::Response r;
-    r.headers["content-type"] = "text/plain";
-    const std::string why = not_ready ? not_ready() : "";
-    r.status = why.empty() ? 200 : 503;
-    r.body = why.empty() ? "ok\n" : why + "\n";
-    return r;
-  });
+  server.Handle(
+      "GET", "/readyz",
+      [not_ready](const http::Request&) {
+        http::Response r;
+        r.headers["content-type"] = "text/plain";
+        const std::string why = not_ready ? not_ready() : "";
+        r.status = why.empty() ? 200 : 503;
+        r.body = why.empty() ? "ok\n" : why + "\n";
+        return r;
+      },
+      get_options);
   const MetricsRegistry* metrics = routes.metrics;
   auto before = routes.before_metrics;
-  server.Handle("GET", "/metrics", [metrics, before](const http::Request&) {
-    if (before) {
-      before();
-    }
-    http::Response r;
-    r.headers["content-type"] = kMetricsContentType;
-    r.body = metrics != nullptr ? metrics->Serialize() : "";
-    return r;
-  });
+  server.Handle(
+      "GET", "/metrics",
+      [metrics, before](const http::Request&) {
+        if (before) {
+          before();
+        }
+        http::Response r;
+        r.headers["content-type"] = kMetricsContentType;
+        r.body = metrics != nullptr ? metrics->Serialize() : "";
+        return r;
+      },
+      get_options);
 }
 
 }  // namespace accelpool::extender

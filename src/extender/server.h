@@ -7,12 +7,20 @@
 //                                             leader election, while leading)
 //   GET  /metrics                             Prometheus text format
 //
+// Bodies: the scheduler verbs take up to the server's max_body_bytes
+// (--max-body-bytes) and are refused by scheduler_gate before their body is
+// read; the webhook routes take up to kWebhookMaxBodyBytes (an apiserver
+// accepts no request over 3 MiB, so no AdmissionReview of a pod comes near
+// it), the GET routes up to kGetMaxBodyBytes: a caller that reaches the port
+// cannot make the extender hold more.
+//
 // Thread-safety: RegisterRoutes is called once before the server starts; the
 // routes may then run concurrently. Everything referenced must outlive the
 // server.
 #ifndef ACCELPOOL_EXTENDER_SERVER_H_
 #define ACCELPOOL_EXTENDER_SERVER_H_
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -22,6 +30,9 @@
 #include "http/http.h"
 
 namespace accelpool::extender {
+
+inline constexpr size_t kWebhookMaxBodyBytes = size_t{8} << 20;
+inline constexpr size_t kGetMaxBodyBytes = size_t{64} << 10;
 
 struct Routes {
   Handlers* handlers = nullptr;

@@ -1,9 +1,16 @@
 // The routes over real loopback HTTP (port 0).
 #include "extender/server.h"
 
-#include <atomic>
-
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
 
 #include "extender/test_util.h"
 
@@ -131,6 +138,77 @@ TEST(ServerTest, SchedulerVerbsAreServedOnlyToLoopbackOrCertifiedPeers) {
     EXPECT_NE(resp->body.find("not you"), std::string::npos) << resp->body;
   }
   EXPECT_TRUE(writer.calls().empty());
+  server->Stop();
+}
+
+// Sends only a request's head (no body) and returns all the server says
+// before it closes the connection (or 5 s pass).
+std::string HeadOnly(uint16_t port, const std::string& head) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size())) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+// Whoever reaches the listener cannot make the extender hold a large body:
+// the webhook takes at most kWebhookMaxBodyBytes, the GET routes
+// kGetMaxBodyBytes, and a verb from a caller the gate refuses is answered
+// 403 from its head, whatever its Content-Length. Each is answered without
+// the body being sent.
+TEST(ServerTest, BodiesAreRefusedFromTheirHead) {
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  auto ext = Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  Handlers handlers(**ext, nullptr, nullptr, Logger());
+  Webhook webhook(WebhookOptions{}, &cache, Logger());
+  http::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.max_body_bytes = size_t{64} << 20;  // --max-body-bytes' default
+  std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
+  RegisterRoutes(*server, Routes{&handlers, &webhook, nullptr, {}, {}, [](const http::Request&) {
+                                   return std::string("not you");
+                                 }});
+  ASSERT_TRUE(server->Start().ok());
+  const std::string webhook_over = std::to_string(kWebhookMaxBodyBytes + 1);
+  struct Case {
+    std::string head;
+    const char* status;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"POST /mutate HTTP/1.1\r\nContent-Length: " + webhook_over + "\r\n\r\n", "413",
+       "exceeds the limit of " + std::to_string(kWebhookMaxBodyBytes) + " on /mutate"},
+      {"POST /mutate-host-pods HTTP/1.1\r\nContent-Length: " + webhook_over + "\r\n\r\n", "413",
+       "on /mutate-host-pods"},
+      {"GET /metrics HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n", "413", "on /metrics"},
+      {"POST /filter HTTP/1.1\r\nContent-Length: 60000000\r\n\r\n", "403", "not you"},
+      {"POST /bind HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n", "403",
+       "not you"},  // the gate first: over any limit, a refused caller hears why
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.head);
+    const std::string got = HeadOnly(server->port(), c.head);
+    EXPECT_EQ(got.rfind(std::string("HTTP/1.1 ") + c.status + " ", 0), 0u) << got;
+    EXPECT_NE(got.find(c.says), std::string::npos) << got;
+  }
   server->Stop();
 }
 

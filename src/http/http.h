@@ -11,14 +11,18 @@
 // options the server serves HTTPS, reloads the certificate and key when the
 // files change (checked at most every TlsOptions::reload_check), and, when a
 // client CA is given, requires and verifies client certificates. Bodies over
-// ServerOptions::max_body_bytes get 413. A handler that throws gets a 500
-// with a JSON error body; no exception leaves the server.
+// ServerOptions::max_body_bytes (or the route's RouteOptions::max_body_bytes)
+// get 413 without being read; a request without a route, or refused by its
+// route's admit check, is answered before its body is read too; and bodies
+// being read at once are held to ServerOptions::max_body_bytes_in_flight
+// (503 past it). A handler that throws gets a 500 with a JSON error body; no
+// exception leaves the server.
 //
 // Client: blocking requests with headers, bearer token, CA bundle, client
 // certificate and a per-request timeout, over a pool of kept-alive
-// connections (or cpprestsdk's client, ClientOptions::transport), plus a streaming GET that hands the
-// body to a callback line by line (for Kubernetes watches) and stops when the
-// callback returns false or the stop token fires.
+// connections (or cpprestsdk's client, ClientOptions::transport), plus a streaming GET that hands
+// the body to a callback line by line (for Kubernetes watches) and stops when the callback returns
+// false or the stop token fires.
 //
 // Thread-safety: HttpServer::Handle must be called before Start(); handlers
 // run concurrently on the server's threads. An HttpClient may be used from
@@ -87,6 +91,21 @@ struct Response {
 
 using Handler = std::function<Response(const Request&)>;
 
+// How a route takes its requests' bodies. Checked on the request's head,
+// before a byte of its body is read: a client never makes the server hold a
+// body the route would refuse.
+struct RouteOptions {
+  // Larger bodies get 413; 0, or more than ServerOptions::max_body_bytes:
+  // the server's limit.
+  size_t max_body_bytes = 0;
+  // Asked with the request's head (method, path, query, headers, peer,
+  // client certificate; the body empty): a response it returns is sent as the
+  // answer, and a body that came with the request is not read (the
+  // connection then closes). Null or nullopt: the body is read and the
+  // handler called.
+  std::function<std::optional<Response>(const Request& head)> admit;
+};
+
 struct TlsOptions {
   std::string cert_file;  // PEM server certificate chain
   std::string key_file;   // PEM private key
@@ -109,7 +128,13 @@ struct ServerOptions {
   std::string host = "0.0.0.0";  // "127.0.0.1" in tests
   uint16_t port = 0;             // 0: an ephemeral port, see HttpServer::port()
   std::optional<TlsOptions> tls;
-  size_t max_body_bytes = 8 << 20;     // larger bodies get 413
+  size_t max_body_bytes = 8 << 20;  // larger bodies get 413 (a route may set less)
+  // The bodies of the requests being read and handled at once, all
+  // connections together, at most this many bytes (each counted by its
+  // Content-Length until its handler returns); a request that would pass it
+  // gets 503 with Retry-After, unread. 0: twice max_body_bytes. Never less
+  // than max_body_bytes.
+  size_t max_body_bytes_in_flight = 0;
   size_t max_header_bytes = 64 << 10;  // larger headers get 431
   int max_connections = 256;           // more get 503
   // A connection idle this long between requests is closed.
@@ -152,7 +177,11 @@ class HttpServer {
   // Routes `method` + exact `path` to `handler`. A later registration for the
   // same route replaces the earlier one. Unknown paths get 404, a known path
   // with another method 405.
-  virtual void Handle(std::string method, std::string path, Handler handler) = 0;
+  virtual void Handle(std::string method, std::string path, Handler handler,
+                      RouteOptions options) = 0;
+  void Handle(std::string method, std::string path, Handler handler) {
+    Handle(std::move(method), std::move(path), std::move(handler), RouteOptions{});
+  }
   // Routes every path starting with `prefix` (longest prefix wins; exact
   // routes win over prefixes).
   virtual void HandlePrefix(std::string method, std::string prefix, Handler handler) = 0;

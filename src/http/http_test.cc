@@ -18,6 +18,7 @@
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -168,22 +169,22 @@ TEST_F(HttpTest, MethodsHeadersQueryAndRouting) {
   via_cpprest.transport = ClientOptions::Transport::kCpprestsdk;
   auto cpprest = ClientFor(Local(server_->port()), via_cpprest);
   for (HttpClient* client : {client_.get(), cpprest.get()}) {
-  for (const auto& c : cases) {
-    ClientRequest req;
-    req.method = c.method;
-    req.path = c.path;
-    req.body = c.body;
-    req.headers["X-Test"] = "hello";
-    auto resp = client->Send(req);
-    ASSERT_TRUE(resp.ok()) << c.method << " " << c.path << ": " << resp.status().ToString();
-    EXPECT_EQ(resp->status, c.want_status) << c.method << " " << c.path << " " << resp->body;
-    EXPECT_NE(resp->body.find(c.want_substr), std::string::npos)
-        << c.method << " " << c.path << " " << resp->body;
-    if (c.want_status >= 400) {
-      auto j = nlohmann::json::parse(resp->body, nullptr, false);
-      EXPECT_EQ(j["error"]["code"], c.want_status) << resp->body;
+    for (const auto& c : cases) {
+      ClientRequest req;
+      req.method = c.method;
+      req.path = c.path;
+      req.body = c.body;
+      req.headers["X-Test"] = "hello";
+      auto resp = client->Send(req);
+      ASSERT_TRUE(resp.ok()) << c.method << " " << c.path << ": " << resp.status().ToString();
+      EXPECT_EQ(resp->status, c.want_status) << c.method << " " << c.path << " " << resp->body;
+      EXPECT_NE(resp->body.find(c.want_substr), std::string::npos)
+          << c.method << " " << c.path << " " << resp->body;
+      if (c.want_status >= 400) {
+        auto j = nlohmann::json::parse(resp->body, nullptr, false);
+        EXPECT_EQ(j["error"]["code"], c.want_status) << resp->body;
+      }
     }
-  }
   }
 }
 
@@ -346,7 +347,8 @@ TEST(HttpServerTest, MetricsCountRequestsByRoute) {
   // Four requests from one keep-alive client: fewer connections than requests.
   const size_t at = page->body.find("\naccelpool_http_connections_total ");
   ASSERT_NE(at, std::string::npos) << page->body;
-  const int conns = std::atoi(page->body.c_str() + at + std::strlen("\naccelpool_http_connections_total "));
+  const int conns =
+      std::atoi(page->body.c_str() + at + std::strlen("\naccelpool_http_connections_total "));
   EXPECT_GE(conns, 1);
   EXPECT_LT(conns, 4);
 }
@@ -367,7 +369,8 @@ std::string OneShot(uint16_t port, const std::string& path) {
   (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string in;
   char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) in.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+    in.append(buf, static_cast<size_t>(n));
   ::close(fd);
   const size_t body = in.find("\r\n\r\n");
   return body == std::string::npos ? "" : in.substr(body + 4);
@@ -1084,6 +1087,128 @@ TEST_F(TlsTest, ASlowAnswerTimesOutOverTls) {
   auto r = c->Send(req);
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
   EXPECT_LT(SecondsSince(start), 1.5);
+}
+
+// A request without a route, refused by its route's admit check, or over its
+// route's limit is answered from its head: the test sends only the head, and
+// the answer comes (so nothing waited for the body), then the connection ends.
+TEST(HttpServerTest, RefusedBodiesAreAnsweredWithoutBeingRead) {
+  ServerOptions o = LocalServer();
+  o.max_body_bytes = 1 << 20;
+  auto s = NewHttpServer(o);
+  std::atomic<int> handled{0};
+  auto echo = [&handled](const Request& r) {
+    ++handled;
+    return Response::Json(200, std::to_string(r.body.size()));
+  };
+  RouteOptions small;
+  small.max_body_bytes = 1024;
+  s->Handle("POST", "/small", echo, small);
+  RouteOptions big;
+  big.max_body_bytes = size_t{64} << 20;  // above the server's limit: the server's holds
+  s->Handle("POST", "/big", echo, big);
+  RouteOptions gated;
+  gated.admit = [](const Request& head) -> std::optional<Response> {
+    EXPECT_TRUE(head.body.empty());
+    if (head.Header("x-allow") == "yes") return std::nullopt;
+    return Response::Error(403, "not you, " + head.peer);
+  };
+  s->Handle("POST", "/gated", echo, gated);
+  ASSERT_TRUE(s->Start().ok());
+  struct Case {
+    std::string head;
+    std::string status;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"POST /nowhere HTTP/1.1\r\nContent-Length: 900000\r\n\r\n", "404", "no handler"},
+      {"GET /small HTTP/1.1\r\nContent-Length: 900000\r\n\r\n", "405", "not allowed"},
+      {"POST /small HTTP/1.1\r\nContent-Length: 4096\r\n\r\n", "413",
+       "exceeds the limit of 1024 on /small"},
+      {"POST /big HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n", "413",
+       "exceeds the limit of 1048576 on /big"},
+      {"POST /gated HTTP/1.1\r\nContent-Length: 900000\r\n\r\n", "403", "not you, 127.0.0.1:"},
+  };
+  for (const Case& c : cases) {
+    RawConn raw(s->port());
+    ASSERT_TRUE(raw.Send(c.head));
+    EXPECT_NE(raw.ReadUntil(c.says, 5s).find(c.says), std::string::npos) << raw.received();
+    EXPECT_EQ(raw.received().rfind("HTTP/1.1 " + c.status + " ", 0), 0u) << raw.received();
+    EXPECT_NE(raw.received().find("connection: close\r\n"), std::string::npos) << raw.received();
+    EXPECT_TRUE(raw.ClosedWithin(5s)) << c.head;
+  }
+  EXPECT_EQ(handled.load(), 0);
+  // Admitted, the body is read and handled; a small body with a refusal is
+  // drained, so the answer is not lost to a reset.
+  auto client = ClientFor(Local(s->port()));
+  ClientRequest req;
+  req.method = "POST";
+  req.path = "/gated";
+  req.headers["x-allow"] = "yes";
+  req.body = std::string(300000, 'b');
+  auto ok = client->Send(req);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->body, "300000");
+  req.headers.clear();
+  auto refused = client->Send(req);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_EQ(refused->status, 403);
+  EXPECT_EQ(handled.load(), 1);
+}
+
+// Bodies read at once stay within max_body_bytes_in_flight: past it a request
+// gets 503 with Retry-After before its body is read; one body alone always
+// fits; the budget comes back when the handler is done.
+TEST(HttpServerTest, BodiesInFlightAreHeldToTheBudget) {
+  ServerOptions o = LocalServer();
+  o.max_body_bytes = 1 << 20;
+  o.max_body_bytes_in_flight = (1 << 20) + (1 << 19);
+  auto s = NewHttpServer(o);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> holding{0};
+  s->Handle("POST", "/hold", [&](const Request& r) {
+    if (r.Header("x-hold") == "yes") {
+      ++holding;
+      released.wait_for(10s);
+    }
+    return Response::Json(200, std::to_string(r.body.size()));
+  });
+  ASSERT_TRUE(s->Start().ok());
+  const std::string mib(1 << 20, 'm');
+  RawConn first(s->port());
+  ASSERT_TRUE(first.Send("POST /hold HTTP/1.1\r\nX-Hold: yes\r\nContent-Length: " +
+                         std::to_string(mib.size()) + "\r\n\r\n" + mib));
+  for (int i = 0; i < 500 && holding.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(holding.load(), 1);
+  {
+    RawConn second(s->port());
+    ASSERT_TRUE(second.Send("POST /hold HTTP/1.1\r\nContent-Length: 1048576\r\n\r\n"));
+    second.ReadUntil("retry shortly", 5s);
+    EXPECT_EQ(second.received().rfind("HTTP/1.1 503 ", 0), 0u) << second.received();
+    EXPECT_NE(second.received().find("retry-after: 1\r\n"), std::string::npos) << second.received();
+    EXPECT_TRUE(second.ClosedWithin(5s));
+  }
+  // Within what is left of the budget: read and answered while the first waits.
+  auto client = ClientFor(Local(s->port()));
+  ClientRequest req;
+  req.method = "POST";
+  req.path = "/hold";
+  req.body = std::string(400000, 'x');
+  auto fits = client->Send(req);
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_EQ(fits->status, 200);
+  EXPECT_EQ(fits->body, "400000");
+  release.set_value();
+  EXPECT_NE(first.ReadUntil("1048576", 5s).find("HTTP/1.1 200 "), std::string::npos)
+      << first.received();
+  // The first body's share came back: a full-size body is taken again.
+  req.body = mib;
+  auto again = client->Send(req);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(again->body, "1048576");
 }
 
 TEST(SocketOptionsTest, ClientConnectionsProbeAnIdlePeer) {

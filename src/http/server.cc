@@ -28,6 +28,7 @@
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/metrics.h"
@@ -48,6 +49,7 @@ struct Route {
   std::string path;
   bool prefix = false;
   Handler handler;
+  RouteOptions options;
 };
 
 // A file's version: inode, size, modification and change time. The change
@@ -133,11 +135,14 @@ class ServerImpl final : public HttpServer {
   explicit ServerImpl(ServerOptions o) : opts_(std::move(o)) {}
   ~ServerImpl() override { Stop(); }
 
-  void Handle(std::string method, std::string path, Handler handler) override {
-    routes_.push_back({std::move(method), std::move(path), false, std::move(handler)});
+  using HttpServer::Handle;
+  void Handle(std::string method, std::string path, Handler handler,
+              RouteOptions options) override {
+    routes_.push_back(
+        {std::move(method), std::move(path), false, std::move(handler), std::move(options)});
   }
   void HandlePrefix(std::string method, std::string prefix, Handler handler) override {
-    routes_.push_back({std::move(method), std::move(prefix), true, std::move(handler)});
+    routes_.push_back({std::move(method), std::move(prefix), true, std::move(handler), {}});
   }
 
   Status Start() override;
@@ -158,7 +163,21 @@ class ServerImpl final : public HttpServer {
   // connections at a high rate does not cost a thread start and exit each.
   void Work(int fd, std::string peer, Conn* conn);
   void Serve(int fd, std::string peer, Conn* conn);
-  Response Dispatch(const Request& req, std::string& route) const;
+  // The route of `req`: the last exact route registered for its method and
+  // path, else the longest prefix; null when none (*missing then 404, or 405
+  // for a known path with another method).
+  const Route* FindRoute(const Request& req, int* missing) const;
+  // The route's handler, and its admit check, with every exception turned
+  // into an error response.
+  static Response Call(const Route& route, const Request& req);
+  static std::optional<Response> Admit(const Route& route, const Request& head);
+  // Takes `n` bytes of the in-flight body budget; false when they would pass
+  // it while another body is in flight (one body alone always fits).
+  bool ReserveBody(size_t n);
+  // Reads and drops what is left of a refused request's body (at most
+  // kDrainBytes, within kDrainTime) so that closing the connection does not
+  // reset it before the client has read the answer.
+  static void Drain(Reader& reader, uint64_t left);
   void Record(const Request& req, const std::string& route, int status,
               std::chrono::steady_clock::time_point start);
   SslCtxPtr CurrentTls();
@@ -186,10 +205,14 @@ class ServerImpl final : public HttpServer {
   static constexpr Ms kAcceptBackoff{100};
   // The slowest a request body may come (64 kB/s) beyond header_timeout.
   static constexpr uint64_t kMinBodyBytesPerMs = 64;
+  static constexpr uint64_t kDrainBytes = 1 << 20;
+  static constexpr Ms kDrainTime{1000};
+  size_t body_budget_ = 0;                 // set in Start
+  std::atomic<size_t> body_in_flight_{0};  // bytes of the bodies read or handled now
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
   std::deque<std::pair<int, std::string>> pending_;  // guarded by pending_mu_: accepted, not taken
-  int idle_workers_ = 0;                              // guarded by pending_mu_
+  int idle_workers_ = 0;                             // guarded by pending_mu_
 
   CounterFamily* requests_ = nullptr;     // set in Start when metrics are on
   HistogramFamily* durations_ = nullptr;  // set in Start when metrics are on
@@ -224,6 +247,9 @@ Status ServerImpl::Start() {
     durations_ = *h;
     connections_ = *conns;
   }
+  body_budget_ = std::max(opts_.max_body_bytes_in_flight != 0 ? opts_.max_body_bytes_in_flight
+                                                              : 2 * opts_.max_body_bytes,
+                          opts_.max_body_bytes);
   if (opts_.tls) {
     auto ctx = internal::ServerContext(*opts_.tls);
     if (!ctx.ok()) return ctx.status();
@@ -414,7 +440,7 @@ void ServerImpl::AcceptLoop() {
   }
 }
 
-Response ServerImpl::Dispatch(const Request& req, std::string& route_name) const {
+const Route* ServerImpl::FindRoute(const Request& req, int* missing) const {
   const Route* exact = nullptr;
   const Route* best_prefix = nullptr;
   bool path_known = false;
@@ -430,14 +456,45 @@ Response ServerImpl::Dispatch(const Request& req, std::string& route_name) const
     }
   }
   const Route* route = exact != nullptr ? exact : best_prefix;
-  route_name = route != nullptr ? route->path : "unmatched";
-  if (route == nullptr) {
-    return path_known
-               ? Response::Error(405, "method " + req.method + " is not allowed on " + req.path)
-               : Response::Error(404, "no handler for " + req.path);
-  }
+  if (route == nullptr) *missing = path_known ? 405 : 404;
+  return route;
+}
+
+std::optional<Response> ServerImpl::Admit(const Route& route, const Request& head) {
+  if (!route.options.admit) return std::nullopt;
   try {
-    return route->handler(req);
+    return route.options.admit(head);
+  } catch (const std::exception& e) {
+    return Response::Error(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Response::Error(500, "internal error");
+  }
+}
+
+bool ServerImpl::ReserveBody(size_t n) {
+  if (n == 0) return true;
+  size_t now = body_in_flight_.load();
+  do {
+    if (now != 0 && now + n > body_budget_) return false;
+  } while (!body_in_flight_.compare_exchange_weak(now, now + n));
+  return true;
+}
+
+void ServerImpl::Drain(Reader& reader, uint64_t left) {
+  const auto deadline = std::chrono::steady_clock::now() + kDrainTime;
+  left = std::min(left, kDrainBytes);
+  while (left > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return;
+    auto chunk = reader.ReadSome(std::chrono::duration_cast<Ms>(deadline - now));
+    if (!chunk.ok() || chunk->empty()) return;
+    left -= std::min<uint64_t>(left, chunk->size());
+  }
+}
+
+Response ServerImpl::Call(const Route& route, const Request& req) {
+  try {
+    return route.handler(req);
   } catch (const nlohmann::json::exception& e) {
     return Response::Error(400, std::string("bad JSON in request: ") + e.what());
   } catch (const std::exception& e) {
@@ -452,7 +509,8 @@ void ServerImpl::Work(int fd, std::string peer, Conn* conn) {
     Serve(fd, std::move(peer), conn);
     std::unique_lock<std::mutex> lock(pending_mu_);
     ++idle_workers_;
-    pending_cv_.wait_for(lock, kWorkerIdle, [this] { return !pending_.empty() || stopping_.load(); });
+    pending_cv_.wait_for(lock, kWorkerIdle,
+                         [this] { return !pending_.empty() || stopping_.load(); });
     --idle_workers_;
     if (pending_.empty()) return;  // idle too long, or stopping
     fd = pending_.front().first;
@@ -528,9 +586,20 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     bool keep_alive = version == "HTTP/1.1" && !HasToken(req.Header("connection"), "close");
 
     const auto started = std::chrono::steady_clock::now();
-    std::string route = "unmatched";
+    std::string route_name = "unmatched";
+    const Route* route = nullptr;
     Response resp;
     bool have_resp = false;
+    uint64_t unread = 0;  // body bytes of a request answered without reading them
+    // The body's share of the in-flight budget, given back once the handler
+    // has answered (or when the body could not be read).
+    struct BodyReservation {
+      std::atomic<size_t>* in_flight = nullptr;
+      size_t bytes = 0;
+      ~BodyReservation() {
+        if (bytes != 0) in_flight->fetch_sub(bytes);
+      }
+    } reservation{&body_in_flight_, 0};
     if (req.headers.count("transfer-encoding") != 0) {
       resp = Response::Error(411, "chunked request bodies are not accepted; send Content-Length");
       keep_alive = false;
@@ -541,16 +610,41 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       bool bad_length = cl.empty() || cl.size() > 18;
       for (char c : cl) bad_length |= c < '0' || c > '9';
       if (!bad_length) length = std::stoull(cl);
+      int missing = 404;
+      if (!bad_length) route = FindRoute(req, &missing);
+      if (route != nullptr) route_name = route->path;
+      const size_t limit = route != nullptr && route->options.max_body_bytes != 0
+                               ? std::min(route->options.max_body_bytes, opts_.max_body_bytes)
+                               : opts_.max_body_bytes;
+      std::optional<Response> refused;
       if (bad_length) {
         resp = Response::Error(400, "invalid Content-Length");
         keep_alive = false;
         have_resp = true;
-      } else if (length > opts_.max_body_bytes) {
-        resp = Response::Error(413, "request body of " + cl + " bytes exceeds the limit of " +
-                                        std::to_string(opts_.max_body_bytes));
-        keep_alive = false;
+      } else if (route == nullptr) {
+        resp = missing == 405
+                   ? Response::Error(405, "method " + req.method + " is not allowed on " + req.path)
+                   : Response::Error(404, "no handler for " + req.path);
         have_resp = true;
+        unread = length;
+      } else if (refused = Admit(*route, req); refused.has_value()) {
+        resp = std::move(*refused);
+        have_resp = true;
+        unread = length;
+      } else if (length > limit) {
+        resp = Response::Error(413, "request body of " + cl + " bytes exceeds the limit of " +
+                                        std::to_string(limit) + " on " + route->path);
+        have_resp = true;
+        unread = length;
+      } else if (!ReserveBody(length)) {
+        resp = Response::Error(503, "too many request bodies being read at once (" +
+                                        std::to_string(body_budget_) +
+                                        " bytes in all); retry shortly");
+        resp.headers["retry-after"] = "1";
+        have_resp = true;
+        unread = length;
       } else {
+        reservation.bytes = length;
         if (HasToken(req.Header("expect"), "100-continue")) {
           stream->Write("HTTP/1.1 100 Continue\r\n\r\n", opts_.send_timeout);
         }
@@ -559,8 +653,18 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
         if (!reader.ReadExact(length, req.body, body_timeout).ok()) break;
       }
     }
-    if (!have_resp) resp = Dispatch(req, route);
-    Record(req, route, resp.status, started);
+    // A body left unread cannot be told from the next request: the connection
+    // ends after the answer.
+    if (unread != 0) keep_alive = false;
+    if (!have_resp) resp = Call(*route, req);
+    // The body is done with: its memory and its share of the budget go back
+    // before the answer is sent (a slow reader of the answer holds neither).
+    std::string().swap(req.body);
+    if (reservation.bytes != 0) {
+      body_in_flight_.fetch_sub(reservation.bytes);
+      reservation.bytes = 0;
+    }
+    Record(req, route_name, resp.status, started);
     if (resp.stream) {
       resp.headers["transfer-encoding"] = "chunked";
       resp.headers["connection"] = "close";
@@ -590,6 +694,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
                        opts_.send_timeout)) {
       break;
     }
+    if (unread != 0) Drain(reader, unread);
     if (!keep_alive || stopping_.load()) break;
   }
 }

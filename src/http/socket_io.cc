@@ -458,9 +458,28 @@ StatusOr<std::string> Reader::ReadHead(size_t max, Ms timeout) {
 
 Status Reader::ReadExact(size_t n, std::string& out, Ms timeout) {
   const auto deadline = Clock::now() + timeout;
-  while (buf_.size() < n) ACCELPOOL_RETURN_IF_ERROR(Fill(Left(deadline)));
-  out.append(buf_, 0, n);
-  buf_.erase(0, n);
+  // What is buffered first, then straight into `out`, sized once: a large
+  // body costs its own size, not that again in a buffer grown to hold it
+  // (and kept as long as the connection).
+  const size_t buffered = std::min(n, buf_.size());
+  out.reserve(out.size() + n);
+  out.append(buf_, 0, buffered);
+  buf_.erase(0, buffered);
+  for (size_t left = n - buffered; left > 0;) {
+    if (eof_) return UnavailableError("connection closed");
+    const size_t at = out.size();
+    const size_t want = std::min<size_t>(left, 65536);
+    out.resize(at + want);
+    const long r = s_.Read(out.data() + at, want, Left(deadline));
+    out.resize(at + (r > 0 ? static_cast<size_t>(r) : 0));
+    if (r == -2) return DeadlineExceededError("timed out waiting for data");
+    if (r < 0) return UnavailableError("connection error");
+    if (r == 0) {
+      eof_ = true;
+      return UnavailableError("connection closed");
+    }
+    left -= static_cast<size_t>(r);
+  }
   return Status::Ok();
 }
 
