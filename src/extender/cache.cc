@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "core/usage.h"
+
 namespace accelpool::extender {
 namespace {
 
@@ -233,6 +235,38 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
   return out;
 }
 
+namespace {
+
+// Whether `a`, counted in `s`, leaves every device it uses within its memory
+// beside the foreign memory there: no whole grant on a device holding any, and
+// shares only in what is left beside it (core::CheckPlacement's rule).
+Status ForeignRoom(const PodAssignment& a, const NodeSnapshot& s) {
+  for (const AssignmentPart& part : a.parts) {
+    const InventoryState* st = s.Find(part.vendor);
+    if (st == nullptr) continue;
+    const core::NodeInventory& inv = *st->inventory;
+    const std::vector<core::DeviceUsage> fp = core::Footprint(part.placement, inv);
+    for (size_t i = 0; i < fp.size() && i < inv.devices.size(); ++i) {
+      const core::Device& d = inv.devices[i];
+      if (fp[i].shares == 0 || d.foreign_mib <= 0) continue;
+      if (fp[i].exclusive) {
+        return FailedPreconditionError("device " + d.id + " holds " +
+                                       std::to_string(d.foreign_mib) +
+                                       " MiB no grant accounts for: it is not granted whole");
+      }
+      if (i < st->usage.devices.size() &&
+          st->usage.devices[i].memory_mib > d.memory_mib - d.foreign_mib) {
+        return FailedPreconditionError("device " + d.id + " has too little memory left beside " +
+                                       std::to_string(d.foreign_mib) +
+                                       " MiB no grant accounts for");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
   PodAssignment now = Resolve(rec, *s);
   rec.conflicting = 0;
@@ -270,6 +304,13 @@ Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
     }
   }
   Status all = ApplyAssignment(now, s);
+  if (all.ok() && !partial) {
+    // Memory no grant accounts for (Device::foreign_mib) is held to as Fit
+    // holds it: two pods planned on one snapshot both passed Fit, and only
+    // this count, under the lock, sees the first one's memory.
+    all = ForeignRoom(now, *s);
+    if (!all.ok()) ReleaseAssignment(now, s);
+  }
   if (all.ok() || !partial) {
     rec.applied = all.ok();
     rec.applied_as = all.ok() ? std::move(now) : PodAssignment{};

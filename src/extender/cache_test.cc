@@ -20,8 +20,8 @@ PodAssignment Shared(const std::string& node, int32_t device, int64_t mem, int32
   a.node = node;
   a.policy = "binpack";
   core::Placement p;
-  p.containers.push_back(core::ContainerPlacement{container, core::ContainerKind::kRegular,
-                                                  {core::Grant{device, mem, 250, false}}});
+  p.containers.push_back(core::ContainerPlacement{
+      container, core::ContainerKind::kRegular, {core::Grant{device, mem, 250, false}}});
   a.parts.push_back(AssignmentPart{core::Vendor::kNvidia, p, {{slot}}, {}});
   return a;
 }
@@ -53,6 +53,45 @@ TEST(CacheTest, ReserveReleaseAndVersions) {
   EXPECT_EQ(UsedMemory(c, "a", 0), 0);
   EXPECT_EQ(c.Stats().pods_reserved, 0);
   EXPECT_EQ(c.Reserve(Ref("p3"), Shared("missing", 0, 1, 0), 0).code(), StatusCode::kNotFound);
+}
+
+// Two pods planned on one snapshot both pass Fit beside a device's foreign
+// memory; the second reservation, counted under the lock after the first,
+// must see the memory the first took (and a whole grant is never taken on
+// such a device), or the device is overbooked.
+TEST(CacheTest, AReservationKeepsBesideForeignMemory) {
+  Cache c;
+  core::NodeInventory inv = GpuNode("a");
+  core::Device& d0 = inv.devices.at(0);
+  const int64_t total = d0.memory_mib;
+  d0.foreign_mib = total / 4;
+  const int64_t half_of_rest = (total - d0.foreign_mib) * 3 / 5;  // two do not fit beside it
+  inv.devices.at(2).foreign_mib = 1024;
+  c.UpsertNode("a", std::vector<core::NodeInventory>{inv}, 1, {});
+  const uint64_t v0 = c.Node("a")->version;
+  ASSERT_TRUE(c.Reserve(Ref("p1"), Shared("a", 0, half_of_rest, 0), v0).ok());
+  const Status second = c.Reserve(Ref("p2"), Shared("a", 0, half_of_rest, 1), v0);
+  EXPECT_EQ(second.code(), StatusCode::kAborted) << second.ToString();  // re-plan
+  EXPECT_NE(second.message().find("too little memory left beside"), std::string::npos)
+      << second.ToString();
+  EXPECT_EQ(UsedMemory(c, "a", 0), half_of_rest);  // the refused one left nothing behind
+  EXPECT_EQ(c.Stats().pods_reserved, 1);
+  // What is left beside it still goes (and both would fit the device without
+  // the foreign memory).
+  ASSERT_LE(2 * half_of_rest, total);
+  EXPECT_TRUE(
+      c.Reserve(Ref("p3"), Shared("a", 0, total - d0.foreign_mib - half_of_rest, 2), v0).ok());
+  // A whole grant on a device holding foreign memory (device 2: 1 GiB) is
+  // refused.
+  PodAssignment whole = Shared("a", 2, total, 0);
+  whole.parts[0].placement.containers[0].grants[0] = core::Grant{2, total, 1000, true};
+  const Status whole_status = c.Reserve(Ref("p4"), whole, v0);
+  EXPECT_EQ(whole_status.code(), StatusCode::kAborted) << whole_status.ToString();
+  EXPECT_NE(whole_status.message().find("not granted whole"), std::string::npos)
+      << whole_status.ToString();
+  EXPECT_EQ(UsedMemory(c, "a", 2), 0);
+  // Device 1 holds none: a share as large goes there.
+  EXPECT_TRUE(c.Reserve(Ref("p5"), Shared("a", 1, half_of_rest, 0), v0).ok());
 }
 
 TEST(CacheTest, APodReleasedAsGoneIgnoresItsOlderEventsUntilItsDeletion) {

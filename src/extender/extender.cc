@@ -636,7 +636,25 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
       // unbound gives that reservation back, and this bind plans again.
       if (existing.has_value() && writer_ != nullptr && cache_.Bound(pod.ref.uid) == false) {
         StatusOr<std::string> on = writer_->BoundNode(pod);
+        std::chrono::milliseconds left{0};
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (auto it = unknown_bindings_.find(pod.ref.uid); it != unknown_bindings_.end()) {
+            left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                it->second + options_.unknown_binding_hold - std::chrono::steady_clock::now());
+          }
+        }
+        if (on.ok() && on->empty() && left.count() > 0) {
+          return UnavailableError("an earlier Binding of this pod to " + existing->node +
+                                  " has an unknown outcome and may still be written for up to " +
+                                  std::to_string((left.count() + 999) / 1000) +
+                                  " s: its devices there stay reserved, and the pod is retried");
+        }
         if (on.ok() && on->empty() && cache_.ReleaseReservation(pod.ref.uid, *existing)) {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            unknown_bindings_.erase(pod.ref.uid);
+          }
           log_.Info("gave back the reservation of an earlier bind whose Binding did not land",
                     {{"pod", PodName(pod.ref)}, {"node", existing->node}, {"now", node}});
           continue;
@@ -732,10 +750,17 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     Status st = writer_->Bind(pod, *a);
     if (!st.ok()) {
       if (st.code() == StatusCode::kUnknown) {
-        // The Binding may have landed: giving the devices away now could
-        // book them twice. The watch confirms the pod, or a retry finds it
-        // unbound (PlanAndReserve), or its deletion frees them.
+        // The Binding may have landed, or may land yet: giving the devices
+        // away now could book them twice. The watch confirms the pod, or a
+        // retry past unknown_binding_hold finds it unbound (PlanAndReserve),
+        // or its deletion frees them.
         unwritten.armed = false;
+        const auto now = std::chrono::steady_clock::now();
+        std::lock_guard<std::mutex> lock(mu_);
+        std::erase_if(unknown_bindings_, [&](const auto& e) {
+          return e.second + options_.unknown_binding_hold < now;
+        });
+        unknown_bindings_[pod.ref.uid] = now;
       }
       return fail("binding", st);
     }
@@ -746,6 +771,7 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   {
     std::lock_guard<std::mutex> lock(mu_);
     preemptions_.erase(pod.ref.uid);
+    unknown_bindings_.erase(pod.ref.uid);
   }
   NodeSnapshotPtr snap = cache_.Node(node);
   const std::string devices = DescribeAssignment(*a, snap.get());

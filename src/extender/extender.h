@@ -131,6 +131,13 @@ struct ExtenderOptions {
   // fails the pod in preemption ("expected at least one victim pod"), and it
   // then waits in kube-scheduler's unschedulable queue for minutes.
   std::chrono::milliseconds preemption_wait{1000};
+  // A Binding whose outcome is unknown (no answer, and no read settled it)
+  // may still be written by the apiserver for a while: its reservation is
+  // kept this long before a bind of the pod on another node, finding the pod
+  // unbound, gives it back (kube-apiserver's default --request-timeout, past
+  // which a request still running is ended). Until then such a bind is
+  // refused, and kube-scheduler retries the pod.
+  std::chrono::milliseconds unknown_binding_hold{60000};
   // Re-reads one node from the apiserver into the cache, and says whether it
   // did (NodeRefresher limits how often). Called by a filter that finds no
   // node, for the nodes it does not know yet and those that turned the pod
@@ -367,6 +374,9 @@ class Extender {
   // second bind of the same pod meanwhile is refused, so a reservation is
   // never given back while its Binding may still land.
   std::set<std::string> binding_;                                    // guarded by mu_
+  // When each pod's last Binding with an unknown outcome was sent (see
+  // ExtenderOptions::unknown_binding_hold). Guarded by mu_.
+  std::map<std::string, std::chrono::steady_clock::time_point> unknown_bindings_;
   std::deque<std::chrono::steady_clock::time_point> recheck_waits_;  // guarded by mu_; last second
 };
 

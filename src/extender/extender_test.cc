@@ -58,8 +58,8 @@ TEST_F(ExtenderTest, UnknownPolicyIsRejectedWithTheList) {
 TEST_F(ExtenderTest, FilterAnswersEveryNodeWithReasons) {
   AddGpuNode(cache_, "free");
   AddGpuNode(cache_, "full");
-  cache_.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("x")),
-                    0, {});
+  cache_.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("x")), 0,
+                    {});
   ASSERT_TRUE(ext_->Bind(MakePod("filler", {Gpu(8)}), "full").ok());
   FilterDecision d = ext_->Filter(MakePod("p", {Gpu(2)}), {"free", "full", "bad", "unknown"});
   EXPECT_EQ(d.fits, std::vector<std::string>{"free"});
@@ -322,9 +322,38 @@ TEST_F(ExtenderTest, ABindWhoseOutcomeIsUnknownKeepsItsDevicesUntilAReadShowsThe
   EXPECT_EQ(a.status().code(), StatusCode::kAlreadyExists);
   EXPECT_FALSE(cache_.Node("a")->Idle());
   EXPECT_TRUE(cache_.Node("b")->Idle());
-  // The read shows it unbound: a's reservation goes, b's is made and bound.
+  // The read shows it unbound, but the Binding may still be written (the
+  // apiserver can still be running it): a keeps the devices, b is refused
+  // for now with why.
   writer_.SetBoundNode("");
   a = ext_->Bind(MakePod("p1", {Gpu(8)}), "b");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(a.status().message().find("may still be written"), std::string::npos)
+      << a.status().ToString();
+  EXPECT_FALSE(cache_.Node("a")->Idle());
+  EXPECT_TRUE(cache_.Node("b")->Idle());
+}
+
+// Past ExtenderOptions::unknown_binding_hold a Binding with an unknown outcome
+// can no longer be written: a read that shows the pod unbound gives its
+// reservation back, and the bind on the other node goes ahead.
+TEST_F(ExtenderTest, AnUnknownBindingsReservationGoesOnceItCanNoLongerLand) {
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.unknown_binding_hold = std::chrono::milliseconds(300);
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(e.ok());
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
+  writer_.FailBinding(Status::Ok());
+  writer_.SetBoundNode("");
+  EXPECT_EQ((*e)->Bind(MakePod("p1", {Gpu(8)}), "b").status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(cache_.Node("a")->Idle());
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  StatusOr<PodAssignment> a = (*e)->Bind(MakePod("p1", {Gpu(8)}), "b");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(cache_.Node("a")->Idle());
   EXPECT_EQ(Used("b"), 8);

@@ -54,7 +54,24 @@ StatusOr<PodInfo> Handlers::PodFromArgs(const Json& pod) const {
         "the request has no Pod; kube-scheduler always sends one, check the extender "
         "configuration");
   }
-  return PodInfoFromJson(pod);
+  StatusOr<PodInfo> info = PodInfoFromJson(pod);
+  if (!info.ok() || !info->Pooled() || options_.scheduler_name.empty()) return info;
+  std::string name = "default-scheduler";  // what the apiserver defaults an empty name to
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    if (auto n = spec->find("schedulerName");
+        n != spec->end() && n->is_string() && !n->get_ref<const std::string&>().empty()) {
+      name = n->get<std::string>();
+    }
+  }
+  if (name != options_.scheduler_name) {
+    auto Quote = [](const std::string& s) { return "\"" + s + "\""; };
+    return FailedPreconditionError(
+        "pod " + info->ref.ns + "/" + info->ref.name + " asks for accelerators under scheduler " +
+        Quote(name) + ", but accelpool places and tracks them only for pods of " +
+        Quote(options_.scheduler_name) + ": set spec.schedulerName to " +
+        Quote(options_.scheduler_name) + " (or leave it empty where the accelpool webhook is on)");
+  }
+  return info;
 }
 
 Reply Handlers::Filter(std::string_view body) {

@@ -21,10 +21,9 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -53,6 +52,12 @@ class PodSource {
 struct HandlerOptions {
   // Larger bodies get 400 (the HTTP server also enforces its own limit).
   size_t max_body_bytes = 64 << 20;
+  // The scheduler name whose pods the extender's pod cache watches
+  // (--scheduler-name). A pod asking for devices under another name (a
+  // second profile of the same kube-scheduler, such as the host-pod one) is
+  // refused by filter with what to set: its grant would be in no watched
+  // pod, so its deletion would never free the devices. "": no check.
+  std::string scheduler_name;
 };
 
 class Handlers {

@@ -44,7 +44,8 @@ class HandlersTest : public ::testing::Test {
     ASSERT_TRUE(e.ok());
     ext_ = std::move(e).value();
     ASSERT_TRUE(ext_->Bind(testing::MakePod("filler", {testing::Gpu(8)}), "node-full").ok());
-    h_ = std::make_unique<Handlers>(*ext_, &pods_, &metrics_, Logger(), HandlerOptions{1 << 20});
+    h_ =
+        std::make_unique<Handlers>(*ext_, &pods_, &metrics_, Logger(), HandlerOptions{1 << 20, ""});
   }
   static std::string Args(const std::string& names) {
     return std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":)" + names + "}";
@@ -78,6 +79,44 @@ TEST_F(HandlersTest, FilterAnswersInKubeSchedulerFormat) {
             std::string::npos);
 }
 
+// With --scheduler-name set, a pod asking for devices under another
+// scheduler name (the host-pod profile of the same kube-scheduler) is refused
+// with what to set: the pod cache watches only --scheduler-name's pods, so
+// its grant would never be freed. Pods asking for none pass.
+TEST_F(HandlersTest, DevicePodsOfAnotherSchedulerNameAreRefused) {
+  Handlers h(*ext_, &pods_, &metrics_, Logger(), HandlerOptions{1 << 20, "accelpool-scheduler"});
+  auto args = [](const std::string& pod) {
+    return R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["node-a"]})";
+  };
+  auto with_scheduler = [](std::string pod, const std::string& name) {
+    nlohmann::json j = nlohmann::json::parse(pod);
+    j["spec"]["schedulerName"] = name;
+    return j.dump();
+  };
+  const nlohmann::json refused =
+      nlohmann::json::parse(h.Filter(args(with_scheduler(kPod, "accelpool-scheduler-hosts"))).body);
+  EXPECT_TRUE(refused["NodeNames"].is_null() || refused["NodeNames"].empty()) << refused;
+  EXPECT_NE(refused["Error"].get<std::string>().find(
+                "asks for accelerators under scheduler \"accelpool-scheduler-hosts\""),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(
+      refused["Error"].get<std::string>().find("set spec.schedulerName to \"accelpool-scheduler\""),
+      std::string::npos)
+      << refused;
+  // No name at all reads as the apiserver's default-scheduler.
+  EXPECT_NE(nlohmann::json::parse(h.Filter(args(kPod)).body)["Error"].get<std::string>().find(
+                "\"default-scheduler\""),
+            std::string::npos);
+  const nlohmann::json served =
+      nlohmann::json::parse(h.Filter(args(with_scheduler(kPod, "accelpool-scheduler"))).body);
+  EXPECT_EQ(served["Error"], "") << served;
+  EXPECT_EQ(served["NodeNames"], nlohmann::json::parse(R"(["node-a"])"));
+  const nlohmann::json host_pod = nlohmann::json::parse(
+      h.Filter(args(with_scheduler(kZeroPod, "accelpool-scheduler-hosts"))).body);
+  EXPECT_EQ(host_pod["Error"], "") << host_pod;
+}
+
 TEST_F(HandlersTest, FilterWithFullNodesAnswersNodes) {
   const std::string body =
       std::string(R"({"Pod":)") + kPod +
@@ -105,13 +144,16 @@ TEST_F(HandlersTest, BindGoldenAndLookupOfUnfilteredPods) {
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.body, R"({"Error":""})");
   EXPECT_TRUE(cache_.Assignment("u-1").has_value());
-  Reply missing = h_->Bind(R"({"PodName":"gone","PodNamespace":"ns","PodUID":"u-9","Node":"node-a"})");
+  Reply missing =
+      h_->Bind(R"({"PodName":"gone","PodNamespace":"ns","PodUID":"u-9","Node":"node-a"})");
   ASSERT_EQ(missing.status, 200);
   EXPECT_NE(missing.body.find("not found"), std::string::npos) << missing.body;
-  Reply recreated = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"other","Node":"node-a"})");
+  Reply recreated =
+      h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"other","Node":"node-a"})");
   EXPECT_NE(recreated.body.find("uid changed"), std::string::npos) << recreated.body;
   h_->SetBindGate([] { return std::string("another replica holds Lease ns/l"); });
-  Reply follower = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
+  Reply follower =
+      h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
   EXPECT_NE(follower.body.find("not the leader (another replica holds Lease ns/l)"),
             std::string::npos)
       << follower.body;
@@ -121,10 +163,11 @@ TEST_F(HandlersTest, BindGoldenAndLookupOfUnfilteredPods) {
 }
 
 TEST_F(HandlersTest, PreemptGolden) {
-  const std::string body = std::string(R"({"Pod":)") + kPod +
-                           R"(,"NodeNameToVictims":null,"NodeNameToMetaVictims":)"
-                           R"({"node-full":{"Pods":[{"UID":"filler"},{"UID":"x"}],"NumPDBViolations":0},)"
-                           R"("node-x":{"Pods":[{"UID":"y"}],"NumPDBViolations":0}}})";
+  const std::string body =
+      std::string(R"({"Pod":)") + kPod +
+      R"(,"NodeNameToVictims":null,"NodeNameToMetaVictims":)"
+      R"({"node-full":{"Pods":[{"UID":"filler"},{"UID":"x"}],"NumPDBViolations":0},)"
+      R"("node-x":{"Pods":[{"UID":"y"}],"NumPDBViolations":0}}})";
   Reply r = h_->Preempt(body);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(

@@ -562,7 +562,7 @@ int Run(const Flags& flags) {
 
   KubePodSource pod_source(**client, &pods);
   Handlers handlers(**ext, &pod_source, &*metrics, log.Child("http"),
-                    HandlerOptions{flags.max_body_bytes});
+                    HandlerOptions{flags.max_body_bytes, flags.scheduler_name});
   // kube-scheduler calls the extender whether it is ready or not: nothing is
   // decided before both caches have listed everything once (double booking).
   handlers.SetSyncGate([&nodes, &pods, &all_pods] {

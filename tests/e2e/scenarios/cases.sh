@@ -456,6 +456,13 @@ kc label node host-a e2e/host-pool=yes --overwrite >/dev/null
 HOSTS_PORT="$(free_port "${APISERVER_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${EXTENDER_PORT}" \
   "${EXTENDER_SCHED_PORT}" "${KCM_PORT}")"
 {
+  # One kube-scheduler with both profiles, as the chart renders them with the
+  # route on (it stands in for the plane's accelpool-scheduler meanwhile):
+  # accelpool-scheduler with the main profile's disabled score plugins and
+  # NodeResourcesFit ignoring the names the extender accounts (those of
+  # managedResources with ignoredByScheduler: true in the plane's config),
+  # since no extender entry lists them now; accelpool-scheduler-hosts with
+  # kube-scheduler's preference scores.
   cat <<YAML
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -467,15 +474,11 @@ profiles:
   plugins:
     score:
       disabled: [{name: NodeResourcesFit}, {name: NodeResourcesBalancedAllocation}, {name: ImageLocality}]
-- schedulerName: accelpool-scheduler-routed
+- schedulerName: accelpool-scheduler
   plugins:
     score:
       disabled:
 YAML
-  # The main profile as the chart renders it with the route on: the main
-  # profile's disabled score plugins, and NodeResourcesFit ignoring the names
-  # the extender accounts (managedResources with ignoredByScheduler: true in
-  # the e2e scheduler's config), since no extender entry lists them now.
   sed -n '/^      disabled:$/,/^extenders:/ s/^      - name: /        - name: /p' \
     "${E2E_WORK}/config/accelpool-scheduler.yaml"
   printf '  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      ignoredResources:\n'
@@ -484,13 +487,14 @@ YAML
   # The extender as the e2e scheduler calls it, without managedResources.
   awk '/^extenders:/ {on=1} /^  managedResources:/ {exit} on' "${E2E_WORK}/config/accelpool-scheduler.yaml"
 } > "${E2E_WORK}/config/hosts-scheduler.yaml"
+"${E2E_DIR}/cluster.sh" stop-proc accelpool-scheduler >/dev/null 2>&1
 setsid "${E2E_BIN}/kube-scheduler" --config "${E2E_WORK}/config/hosts-scheduler.yaml" \
   --bind-address 127.0.0.1 --secure-port "${HOSTS_PORT}" \
   --authentication-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" \
   --authorization-kubeconfig "${E2E_WORK}/config/scheduler.kubeconfig" \
   >> "${E2E_WORK}/logs/hosts-scheduler.log" 2>&1 < /dev/null &
 echo $! > "${E2E_WORK}/run/hosts-scheduler.pid"
-check "a kube-scheduler serves profiles accelpool-scheduler-hosts and -routed (extender without managedResources)" \
+check "one kube-scheduler serves profiles accelpool-scheduler and accelpool-scheduler-hosts (extender without managedResources)" \
   wait_for 60 "hosts scheduler healthy" curl -fsSk --max-time 2 "https://127.0.0.1:${HOSTS_PORT}/healthz"
 ca="$(base64 -w0 < "${E2E_CA}")"
 kc apply -f - >/dev/null <<YAML
@@ -559,15 +563,24 @@ kc -n "${NS}" delete pod host-big-default --grace-period=0 --force >/dev/null 2>
 # calls the extender although no managedResources names the pod's resources,
 # and NodeResourcesFit passes nvidia.com/gpumem and gpucores, which no Node
 # advertises, because ignoredResources lists them.
-routed_yaml() {
+routed_yaml() { # NAME [SCHEDULER]
   pod_yaml "$1" '{}' '{kubernetes.io/hostname: host-a}' \
     "$(ctr main "{${G}: 1, nvidia.com/gpumem: 4096, nvidia.com/gpucores: 25}")" |
-    sed 's/^  schedulerName: accelpool-scheduler$/  schedulerName: accelpool-scheduler-routed/'
+    sed "s/^  schedulerName: accelpool-scheduler\$/  schedulerName: ${2:-accelpool-scheduler}/"
 }
 routed_share() { mem_is "$1" 4096 && compute_is "$1" 250; }
 scenario routed-frac "$(routed_yaml routed-frac)" routed_share
 release routed-frac || true
 kc -n "${NS}" delete pod routed-frac --grace-period=0 --force >/dev/null 2>&1 || true
+# The extender is called for the host-pod profile's pods too: a device pod
+# that names that profile is refused with what to set (the extender tracks
+# the grants of accelpool-scheduler's pods only, so it could never free one).
+routed_yaml wrong-profile accelpool-scheduler-hosts | kc create -f - >/dev/null
+check "a device pod naming accelpool-scheduler-hosts stays pending; its event says to set accelpool-scheduler" \
+  wait_for 30 "wrong-profile refused" pod_event "${NS}" wrong-profile \
+  'set spec.schedulerName to "accelpool-scheduler"'
+check "wrong-profile is not bound" [ -z "$(pod_node wrong-profile)" ]
+kc -n "${NS}" delete pod wrong-profile --grace-period=0 --force >/dev/null 2>&1 || true
 routed_to() { # NAMESPACE WANT [json merged into the pod]: the dry-run pod's scheduler
   local got extra="${3:-}"
   [ -n "${extra}" ] || extra='{}'
@@ -586,6 +599,9 @@ check "a pod that asks for a GPU goes the main route (accelpool-scheduler)" rout
   accelpool-scheduler '{"spec":{"containers":[{"name":"main","image":"registry.invalid/none","resources":{"limits":{"'"${G}"'":"1"}}}]}}'
 kc delete mutatingwebhookconfiguration accelpool-e2e-host-pods >/dev/null 2>&1 || true
 stop_pidfile "${E2E_WORK}/run/hosts-scheduler.pid"
+"${E2E_DIR}/cluster.sh" start >/dev/null 2>&1
+check "the plane's accelpool-scheduler serves again" \
+  wait_for 60 "accelpool-scheduler healthy" curl -fsSk --max-time 2 "https://127.0.0.1:${ASCHED_PORT}/healthz"
 kc delete namespace "${HP}" --wait=false >/dev/null 2>&1 || true
 kc label node host-a e2e/host-pool- >/dev/null 2>&1 || true
 kc delete node cpu-1 >/dev/null 2>&1 || true
