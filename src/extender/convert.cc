@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -115,6 +116,14 @@ StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
   info.node_policy = req->node_policy;
   info.policy_devices_only = req->policy_devices_only;
   info.soft_preferences = HasSoftPreferences(pod);
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    if (auto p = spec->find("priority"); p != spec->end() && p->is_number_integer()) {
+      const int64_t v = p->get<int64_t>();
+      if (v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max()) {
+        info.priority = static_cast<int32_t>(v);
+      }
+    }
+  }
   return info;
 }
 

@@ -120,6 +120,16 @@ TEST(ConvertTest, SoftPreferencesAndPreferNoScheduleTaintsAreSeen) {
     ASSERT_TRUE(info.ok()) << tc.name << ": " << info.status().ToString();
     EXPECT_EQ(info->soft_preferences, tc.want) << tc.name;
   }
+  // spec.priority (set by the priority admission plugin) is kept for the
+  // preemption hold; absent, not an integer or out of int32: 0.
+  for (const auto& [value, want] : std::vector<std::pair<nlohmann::json, int32_t>>{
+           {1000000, 1000000}, {-5, -5}, {nullptr, 0}, {"7", 0}, {int64_t{1} << 40, 0}}) {
+    nlohmann::json pod = pod_with(nullptr);
+    if (!value.is_null()) pod["spec"]["priority"] = value;
+    StatusOr<PodInfo> info = PodInfoFromJson(pod);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->priority, want) << value;
+  }
   auto node_with = [](nlohmann::json taints) {
     return nlohmann::json{{"metadata", {{"name", "n"}}}, {"spec", {{"taints", std::move(taints)}}}};
   };

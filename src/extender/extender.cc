@@ -387,6 +387,17 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     work(0, std::min(nodes.size(), chunk));
   }
   PlanOwnReservation(pod, policy, nodes, snaps, plans);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (snaps[i] == nullptr || !plans[i]->fits()) {
+      continue;
+    }
+    if (std::optional<std::string> why = HeldForPreemptors(pod, *snaps[i], policy)) {
+      NodePlan held;
+      held.code = core::FitCode::kUnschedulable;
+      held.message = *why;
+      plans[i] = std::make_shared<const NodePlan>(std::move(held));
+    }
+  }
   if (std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
     ReadBack(pod, shape, policy, nodes, snaps, plans);
   }
@@ -595,6 +606,13 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
                            "is retried on another node");
     }
     NodePlan plan = PlanNode(pod, snap.get(), PolicyFor(pod, *policies));
+    if (plan.fits()) {
+      if (std::optional<std::string> why =
+              HeldForPreemptors(pod, *snap, PolicyFor(pod, *policies))) {
+        return FailedPreconditionError("pod no longer fits node " + node + ": " + *why +
+                                       "; the pod is retried");
+      }
+    }
     if (!plan.fits()) {
       return FailedPreconditionError("pod no longer fits node " + node + ": " + plan.Describe() +
                                      "; the pod is retried");
@@ -853,10 +871,74 @@ void Extender::RecordPreemption(const PodInfo& pod,
   }
   Preemption& p = preemptions_[pod.ref.uid];
   p.at = now;
+  p.preemptor = pod;
   p.victims.clear();
   for (const auto& [node, mv] : kept) {
     p.victims[node] = mv.pod_uids;
   }
+}
+
+std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
+                                                       const PlanPolicies& policy) {
+  if (!pod.Pooled()) {
+    return std::nullopt;
+  }
+  std::vector<std::pair<PodInfo, std::vector<std::string>>>
+      candidates;  // preemptor, its victims here
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [uid, p] : preemptions_) {
+      if (uid == pod.ref.uid || now - p.at > kPreemptionMemory ||
+          p.preemptor.priority < pod.priority) {
+        continue;
+      }
+      if (auto v = p.victims.find(snap.name); v != p.victims.end() && !v->second.empty()) {
+        candidates.emplace_back(p.preemptor, v->second);
+      }
+    }
+  }
+  if (candidates.empty()) {
+    return std::nullopt;
+  }
+  const std::shared_ptr<const PolicySet> policies = Policies();
+  std::optional<NodeSnapshot> held;
+  std::string names;
+  for (const auto& [preemptor, victims] : candidates) {
+    // Held only where the preemption took effect (kube-scheduler picked this
+    // node: a victim here is gone) and the preemptor is not bound yet.
+    const bool evicted = std::any_of(victims.begin(), victims.end(), [&](const std::string& uid) {
+      return !cache_.AppliedAssignment(uid).has_value();
+    });
+    if (!evicted || cache_.Assignment(preemptor.ref.uid).has_value()) {
+      continue;
+    }
+    if (!held.has_value()) {
+      held = snap;
+    }
+    const NodePlan plan = PlanNode(preemptor, &*held, PolicyFor(preemptor, *policies));
+    if (!plan.fits()) {
+      continue;  // what was freed does not make room for it here: nothing to hold
+    }
+    bool placed = true;
+    for (const AssignmentPart& part : plan.parts) {
+      InventoryState* st = held->Find(part.vendor);
+      placed = placed && st != nullptr && ApplyPart(part, st).ok();
+    }
+    if (placed) {
+      names += (names.empty() ? "" : ", ") + PodName(preemptor.ref) + " (priority " +
+               std::to_string(preemptor.priority) + ")";
+    }
+  }
+  if (names.empty()) {
+    return std::nullopt;
+  }
+  NodePlan beside = PlanNode(pod, &*held, policy);
+  if (beside.fits()) {
+    return std::nullopt;
+  }
+  return "the devices preemption freed here are held for " + names +
+         ", which evicted pods for them and binds first (" + beside.Describe() + " beside it)";
 }
 
 void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& nodes) {

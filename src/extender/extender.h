@@ -280,6 +280,7 @@ class Extender {
   struct Preemption {
     std::map<std::string, std::vector<std::string>> victims;  // node -> pod uids
     std::chrono::steady_clock::time_point at;
+    PodInfo preemptor;
   };
   void RecordPreemption(const PodInfo& pod, const std::map<std::string, MetaVictims>& kept);
   // Waits (up to preemption_wait) until the cache has let go of the victims
@@ -317,6 +318,16 @@ class Extender {
   // counts it, the node it holds would turn the pod itself away, and with it
   // the only retry that could finish the bind there: that node is planned
   // again without the pod's own devices.
+  // Devices a preemption freed are held for its preemptor until it binds
+  // (or kPreemptionMemory passes): kube-scheduler holds a nominated pod's
+  // resources in its own filters only, and the pooled memory and compute are
+  // not among them, so a lower-priority pod filtered meanwhile would take
+  // them and be evicted in turn. On a node where a preemptor of at least
+  // `pod`'s priority evicted victims (one of them gone from the cache), `pod`
+  // is planned with the preemptor's plan placed first; the text says why it
+  // does not fit then, nullopt when it still does.
+  std::optional<std::string> HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
+                                               const PlanPolicies& policy);
   void PlanOwnReservation(const PodInfo& pod, const PlanPolicies& policy,
                           const std::vector<std::string>& nodes,
                           const std::vector<NodeSnapshotPtr>& snaps,

@@ -661,6 +661,46 @@ TEST_F(ExtenderTest, APreemptorWaitsForItsVictimsToLeaveTheCache) {
   EXPECT_EQ(registry_.Serialize().find(R"(result="timeout"} 2)"), std::string::npos);
 }
 
+// Devices a preemption freed are held for the preemptor until it binds:
+// kube-scheduler holds a nominated pod's resources in its own filters only,
+// and pooled devices are not among them. A pod of lower or equal priority
+// filtered meanwhile is turned away from them with why (and bind refuses it
+// too); what is left beside the preemptor's plan still goes; a pod of higher
+// priority is not held back; the hold ends when the preemptor binds.
+TEST_F(ExtenderTest, DevicesAPreemptionFreedAreHeldForThePreemptor) {
+  AddGpuNode(cache_, "a");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v2", {Gpu(2)}), "a").ok());
+  PodInfo preemptor = MakePod("p", {Gpu(4)});
+  preemptor.priority = 100;
+  ASSERT_EQ(ext_->Preempt(preemptor, {{"a", MetaVictims{{"v1"}, 0}}}).size(), 1u);
+  PodInfo low = MakePod("low", {Gpu(4)});
+  low.priority = 10;
+  EXPECT_TRUE(ext_->Filter(low, {"a"}).fits.empty());  // 2 free: no room anyway
+  cache_.Release("v1");                                // the eviction's DELETE event: 6 free
+  FilterDecision d = ext_->Filter(low, {"a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_NE(d.failed["a"].find("held for ns/pod-p (priority 100)"), std::string::npos)
+      << d.failed["a"];
+  StatusOr<PodAssignment> bound = ext_->Bind(low, "a");
+  EXPECT_EQ(bound.status().code(), StatusCode::kFailedPrecondition) << bound.status().ToString();
+  EXPECT_TRUE(cache_.Assignment("low") == std::nullopt);
+  PodInfo equal = MakePod("equal", {Gpu(4)});
+  equal.priority = 100;
+  EXPECT_TRUE(ext_->Filter(equal, {"a"}).fits.empty());
+  PodInfo small = MakePod("small", {Gpu(2)});
+  small.priority = 10;
+  EXPECT_EQ(ext_->Filter(small, {"a"}).fits, std::vector<std::string>{"a"});  // beside the 4
+  PodInfo urgent = MakePod("urgent", {Gpu(4)});
+  urgent.priority = 1000;
+  EXPECT_EQ(ext_->Filter(urgent, {"a"}).fits, std::vector<std::string>{"a"});
+  // The preemptor itself is never held back by its own preemption.
+  EXPECT_EQ(ext_->Filter(preemptor, {"a"}).fits, std::vector<std::string>{"a"});
+  ASSERT_TRUE(ext_->Bind(preemptor, "a").ok());
+  cache_.Release("v2");  // 2 free beside the preemptor's 4 ... and v2's 2: 4
+  EXPECT_EQ(ext_->Filter(low, {"a"}).fits, std::vector<std::string>{"a"});
+}
+
 TEST_F(ExtenderTest, GaugesOfADeletedNodeLeaveTheExposition) {
   AddGpuNode(cache_, "stays");
   AddGpuNode(cache_, "goes");

@@ -48,6 +48,7 @@ struct PodInfo {
   std::vector<std::string> resources;
   std::vector<core::Vendor> vendors;  // distinct vendors asked for, in first-use order
   int32_t devices = 0;                // most devices the pod holds at once (per vendor, summed)
+  int32_t priority = 0;               // spec.priority (0 when unset)
   // The pod's own policy (annotation accelpool.io/policy, or HAMi's
   // hami.io/gpu-scheduler-policy); "" = the extender's --policy.
   std::string policy;
