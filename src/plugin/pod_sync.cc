@@ -49,6 +49,18 @@ PodRef RefOf(const json& pod) {
   return r;
 }
 
+// The pod as admission sees it: a pod deleted before kubelet admitted it
+// (deletionTimestamp, no container status) without its deletionTimestamp, in
+// `scratch`, since kubelet may still admit it; any other pod as it is.
+const json& AdmissionView(const json& pod, json& scratch) {
+  if (!pod.contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+    return pod;
+  }
+  scratch = pod;
+  scratch["metadata"].erase("deletionTimestamp");
+  return api::AwaitsAdmission(scratch) ? scratch : pod;
+}
+
 StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
                                                api::AssignmentKeyRing* keys) {
   const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
@@ -57,16 +69,15 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   }
   // Being deleted: its containers run on through the grace period, holding
   // what they were granted, so the foreign memory check must still count it
-  // (else its own use of its devices reads as ungranted). A pod kubelet never
-  // admitted runs nothing and holds nothing.
-  const bool terminating = pod.contains(json::json_pointer("/metadata/deletionTimestamp"));
-  if (terminating) {
-    json live = pod;
-    live["metadata"].erase("deletionTimestamp");
-    if (api::AwaitsAdmission(live)) {
-      return std::optional<PodEntry>();
-    }
-  }
+  // (else its own use of its devices reads as ungranted). A pod deleted
+  // before kubelet admitted it is still a waiting pod: kubelet admits a pod
+  // it first sees already deleted (and calls Allocate for it) before its
+  // worker stops it, and that Allocate must find the pod's own grant, not
+  // another waiting pod's of the same shape. It holds nothing until then.
+  json live;
+  const json& view = AdmissionView(pod, live);
+  const bool terminating =
+      pod.contains(json::json_pointer("/metadata/deletionTimestamp")) && &view == &pod;
   const std::string text = kube::StringAt(
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1assignment"));
   if (text.empty()) {
@@ -104,7 +115,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   // Signed assignments: one that kubelet may still allocate from must be the
   // extender's own. An admitted pod's is no longer used for an Allocate (and
   // may predate signing), so it is not checked.
-  if (keys != nullptr && api::AwaitsAdmission(pod)) {
+  if (keys != nullptr && api::AwaitsAdmission(view)) {
     const std::string sig =
         kube::StringAt(pod, json::json_pointer(std::string("/metadata/annotations/") +
                                                "accelpool.io~1assignment-signature"));
@@ -142,7 +153,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   // write failed past its retries). Its other containers are presumed
   // allocated, so it does not stay a possible caller for every later pod of
   // the same shape.
-  if (!api::AwaitsAdmission(pod)) {
+  if (!api::AwaitsAdmission(view)) {
     for (const api::AssignedContainer& c : e.assignment.containers) {
       if (!e.allocated.count(c.name)) e.presumed.insert(c.name);
     }
@@ -173,7 +184,8 @@ std::map<std::string, std::string> ExtendedResources(const json& container) {
 
 std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
                                                  const api::Assignment* assignment) {
-  if (!api::AwaitsAdmission(pod)) {
+  json live;
+  if (!api::AwaitsAdmission(AdmissionView(pod, live))) {
     return {};
   }
   std::vector<UnassignedRequest> out;
@@ -286,11 +298,16 @@ void PodSync::Apply(const nlohmann::json& pod) {
   if (e.ok()) {
     return;
   }
-  const std::string key = ref.uid + "@" + version;
   bool first = false;
   {
+    const std::string why = e.status().ToString();
     std::lock_guard<std::mutex> lock(mu_);
-    first = reported_.insert(key).second;
+    if (ref.uid.empty()) {
+      first = true;
+    } else if (auto [it, added] = reported_.try_emplace(ref.uid, why); added || it->second != why) {
+      it->second = why;
+      first = true;
+    }
   }
   if (first) {
     log_.Error("ignoring the pod's assignment",
@@ -359,6 +376,10 @@ void PodSync::Forget(const nlohmann::json& pod) {
     store_->Remove(ref.uid);
     applied_.erase(ref.uid);
     applied_seq_.erase(ref.uid);
+    {
+      std::lock_guard<std::mutex> reported_lock(mu_);
+      reported_.erase(ref.uid);
+    }
     if (!ref.uid.empty()) {
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(forgotten_, [&](const auto& kv) { return now - kv.second > kForgottenFor; });
@@ -428,6 +449,8 @@ void PodSync::RetainPending(std::set<std::string> pending, uint64_t since) {
   // unassigned requests at least), so their versions no longer describe it.
   std::erase_if(applied_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
   std::erase_if(applied_seq_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
+  std::lock_guard<std::mutex> reported_lock(mu_);
+  std::erase_if(reported_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
 }
 
 uint64_t PodSync::ApplySeq() {

@@ -172,7 +172,9 @@ class PodSync {
   std::unique_ptr<kube::Informer> informer_;
 
   mutable std::mutex mu_;
-  std::set<std::string> reported_;  // "<uid>@<resourceVersion>" already reported; guarded by mu_
+  // The refusal last reported per pod uid (reported again only when it
+  // changes, not on every status update of a running pod); guarded by mu_.
+  std::map<std::string, std::string> reported_;
   // uid -> "<ns>/<name>" of the node's pods that have not ended, and a static
   // pod's own uid (its mirror's config.mirror annotation) -> its mirror's
   // name; guarded by mu_.

@@ -253,8 +253,13 @@ TEST(UnassignedRequestsTest, WhatAPodKubeletMayStillAdmitAsksForWithoutAnAssignm
        with(plain, "/status/containerStatuses", json::array({{{"name", "main"}}})),
        nullptr,
        {}},
-      {"being deleted",
+      {"deleted before kubelet admitted it (it may still)",
        with(plain, "/metadata/deletionTimestamp", "2026-11-30T03:00:00Z"),
+       nullptr,
+       {{"main", "nvidia.com/gpu", 1}}},
+      {"deleted after kubelet admitted it",
+       with(with(plain, "/metadata/deletionTimestamp", "2026-11-30T03:00:00Z"),
+            "/status/containerStatuses", json::array({{{"name", "main"}}})),
        nullptr,
        {}},
       {"an init container beside a covered one",
@@ -448,12 +453,25 @@ TEST(PodSyncTerminatingTest, APodBeingDeletedKeepsItsGrantsButIsNoCaller) {
   pod["status"]["phase"] = "Succeeded";
   sync.Apply(pod);
   EXPECT_TRUE(store.All().empty());
-  // A pod deleted before kubelet admitted it runs nothing: no entry.
+  // A pod deleted before kubelet admitted it may still be admitted (kubelet
+  // admits a pod it first sees already deleted): it stays a waiting pod,
+  // not a terminating one, so its own Allocate finds its own grant.
   json waiting = PodJson("w", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
   waiting["metadata"]["deletionTimestamp"] = "2026-11-30T03:00:00Z";
   auto e = EntryFromPod(waiting, "node-a");
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  EXPECT_FALSE(e->has_value());
+  ASSERT_TRUE(e->has_value());
+  EXPECT_FALSE((*e)->terminating);
+  EXPECT_TRUE((*e)->presumed.empty());
+  sync.Apply(waiting);
+  auto w = store.Match("nvidia.com/gpu", {"GPU-a::1"});
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->pod.name, "w");
+  // Admitted and then deleted, it is terminating: counted, never matched.
+  waiting["status"]["containerStatuses"] = json::array({{{"name", "main"}}});
+  e = EntryFromPod(waiting, "node-a");
+  ASSERT_TRUE(e.ok() && e->has_value());
+  EXPECT_TRUE((*e)->terminating);
 }
 
 // A pod whose assignment the extender signed, for pod uid-<name> on `node`.
@@ -541,6 +559,9 @@ TEST(SignedAssignmentTest, AForgedAssignmentIsReportedCountedAndBooksNothing) {
       PodJson("forged", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a", "GPU-b")}});
   sync.Apply(forged);
   sync.Apply(forged);  // the same version again: reported once
+  json newer = forged;
+  newer["metadata"]["resourceVersion"] = "999";  // a status update of the same pod: not again
+  sync.Apply(newer);
   ASSERT_EQ(refused, std::vector<std::string>{"signature"});
   auto entries = reporter.entries();
   ASSERT_EQ(entries.size(), 1u);
