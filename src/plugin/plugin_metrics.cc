@@ -86,8 +86,9 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
   m->ungranted_->Get().Set(0);
   ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddCounter("accelpool_plugin_assignments_refused_total",
-                          "Pod versions whose accelpool assignment was refused, by reason "
-                          "(signature, unknown_key, other_node, malformed).",
+                          "Pods whose accelpool assignment was refused, by reason "
+                          "(signature, unknown_key, other_node, malformed); once per pod "
+                          "and reason.",
                           {"reason"}),
            &m->refused_));
   ACCELPOOL_RETURN_IF_ERROR(
