@@ -457,6 +457,10 @@ void Cache::EraseRecordLocked(const std::string& uid) {
 
 Status Cache::Reserve(const PodRef& pod, const PodAssignment& a, uint64_t version) {
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  if (released_.contains(pod.uid)) {
+    return NotFoundError("pod " + pod.ns + "/" + pod.name +
+                         " was deleted or has finished; there is nothing to bind");
+  }
   if (auto it = pods_.find(pod.uid); it != pods_.end()) {
     if (SameAssignment(it->second.assignment, a)) {
       return Status::Ok();
@@ -512,6 +516,14 @@ void Cache::Release(const std::string& uid) {
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   EraseRecordLocked(uid);
   gone_.erase(uid);
+  const auto now = std::chrono::steady_clock::now();
+  while (!released_order_.empty() && now - released_order_.front().first > kReleasedMemory) {
+    released_.erase(released_order_.front().second);
+    released_order_.pop_front();
+  }
+  if (released_.insert(uid).second) {
+    released_order_.emplace_back(now, uid);
+  }
 }
 
 std::vector<std::string> Cache::BoundPods(const std::string& node) const {

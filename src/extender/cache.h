@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,8 +119,12 @@ class Cache {
   // Whether the pod's record is bound; nullopt when there is none.
   std::optional<bool> Bound(const std::string& uid) const;
   // Gives a pod's devices back (failed bind, deleted or finished pod). No-op
-  // for an unknown uid.
+  // for an unknown uid. The uid is remembered for kReleasedMemory: a
+  // Reserve for it then is refused (kNotFound), since a bind that began
+  // before the pod's deletion or end arrived would otherwise book devices
+  // that no later event of the pod ever frees.
   void Release(const std::string& uid);
+  static constexpr std::chrono::minutes kReleasedMemory{2};
   // Uids of the pods recorded bound to `node` (MarkBound, or observed bound).
   std::vector<std::string> BoundPods(const std::string& node) const;
   // Releases a pod that a fresh read of the apiserver shows gone or finished
@@ -248,6 +253,10 @@ class Cache {
   std::map<std::string, std::map<std::string, int>> jobs_;       // guarded by pods_mu_
   // ReleaseGone's pods, by uid: when each was released.
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;  // guarded by pods_mu_
+  // Release's pods (deleted or finished), oldest first, and their uids;
+  // guarded by pods_mu_.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> released_order_;
+  std::set<std::string> released_;
 };
 
 }  // namespace accelpool::extender

@@ -94,6 +94,22 @@ TEST(CacheTest, AReservationKeepsBesideForeignMemory) {
   EXPECT_TRUE(c.Reserve(Ref("p5"), Shared("a", 1, half_of_rest, 0), v0).ok());
 }
 
+// A bind that began before the pod's deletion (or end) reached the cache
+// would book devices no later event of the pod frees: a Reserve for a uid
+// Release saw go is refused, and books nothing.
+TEST(CacheTest, ADeletedPodCannotReserveAfterwards) {
+  Cache c;
+  AddGpuNode(c, "a");
+  const uint64_t v0 = c.Node("a")->version;
+  c.Release("late");  // its DELETE event, before the bind's reservation
+  const Status st = c.Reserve(Ref("late"), Shared("a", 0, 4096, 0), v0);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  EXPECT_NE(st.message().find("was deleted or has finished"), std::string::npos);
+  EXPECT_EQ(UsedMemory(c, "a", 0), 0);
+  EXPECT_EQ(c.Stats().pods_reserved, 0);
+  EXPECT_TRUE(c.Reserve(Ref("other"), Shared("a", 0, 4096, 0), v0).ok());
+}
+
 TEST(CacheTest, APodReleasedAsGoneIgnoresItsOlderEventsUntilItsDeletion) {
   Cache c;
   AddGpuNode(c, "a");
