@@ -93,7 +93,8 @@ Status Allocator::Refresh() {
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
                                          const AnsweredContainers& answered,
-                                         std::optional<PodRef>* pod, MadeDirs* made) {
+                                         std::optional<PodRef>* pod, MadeDirs* made, bool* sure) {
+  *sure = false;
   if (ids.empty()) {
     return InvalidArgumentError("Allocate named no device ids for a container of " + resource);
   }
@@ -217,6 +218,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     return match.status();
   }
   *pod = match->pod;
+  *sure = !match->ambiguous && !match->by_fallback;
   const api::AssignedContainer& c = match->container;
   if (match->by_fallback) {
     log_.Warn("slot ids identify no container; the only pending container that asks for them",
@@ -387,6 +389,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
   SnapshotPtr snap = state_->Get();
   std::vector<ContainerAnswer> answers;
   std::optional<PodRef> pod;
+  bool caller_sure = false;
   MadeDirs made;
   AnsweredContainers answered;  // the store is marked only after the whole call
   Status failure;
@@ -397,7 +400,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     if (!failure.ok()) {
       break;
     }
-    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, answered, &pod, &made);
+    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, answered, &pod, &made, &caller_sure);
     if (!a.ok()) {
       failure = a.status();
     } else {
@@ -421,10 +424,16 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
         log_.Warn("removing a state dir failed; the sweep tries again", {{"error", st.ToString()}});
       }
     }
+    const std::vector<std::string> allocated =
+        pod.has_value() ? store_->AllocatedContainers(pod->uid) : std::vector<std::string>();
+    // kubelet turns the pod away: it is no caller of a later Allocate (when
+    // the call was surely its; a guess among pods of one shape may have
+    // named another pod, which still waits).
+    if (pod.has_value() && caller_sure && store_->RejectAdmission(pod->uid)) {
+      log_.Info("forgot a pod kubelet turns away at admission", {{"pod", pod->Key()}});
+    }
     if (reporter_ != nullptr) {
-      reporter_->Failed(
-          pod, resource, failure.message(),
-          pod.has_value() ? store_->AllocatedContainers(pod->uid) : std::vector<std::string>());
+      reporter_->Failed(pod, resource, failure.message(), allocated);
     }
     return failure;
   }

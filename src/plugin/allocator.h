@@ -168,11 +168,13 @@ class Allocator {
   // would otherwise miss a pod bound meanwhile and fail its admission).
   Status Refresh();
   // One container request of a call; `answered`: the containers the call's
-  // earlier requests were answered with (never matched again).
+  // earlier requests were answered with (never matched again). `*sure` says
+  // whether `*pod` is the caller for certain (matched, not by a guess among
+  // pods of one shape).
   StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
                                 const std::vector<std::string>& ids,
                                 const AnsweredContainers& answered, std::optional<PodRef>* pod,
-                                MadeDirs* made);
+                                MadeDirs* made, bool* sure);
   Status Enforce(const PodRef& pod, const std::string& container,
                  const std::vector<vendors::GrantedDevice>& grants, vendors::ContainerSpec* spec,
                  MadeDirs* made) const;

@@ -1263,6 +1263,52 @@ TEST_F(AllocatorTest, AFailedAllocateRemovesTheStateDirsItMade) {
   EXPECT_EQ(store_.PendingContainers(), 2u);
 }
 
+// kubelet turns a pod away when its Allocate fails and admits the next pod at
+// once, before the first one's Failed status comes back (and its pod-resources
+// List may still show the rejected pod): the store forgets the pod the failed
+// call was surely for, so the next pod of the same shape is steered to its
+// own slots and answered with its own grant, not the rejected pod's (whose
+// devices the extender frees once that status comes).
+TEST_F(AllocatorTest, APodWhoseAllocateFailedIsNoCallerOfTheNext) {
+  Assign(Pod("rejected", "2026-11-30T01:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 1024, 100, false)})});
+  Assign(Pod("next", "2026-11-30T01:05:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 1024, 100, false)})});
+  KubeletView view = {{"default/rejected", {{"c", {}}}}};
+  auto kubelet = [&]() -> StatusOr<KubeletView> { return view; };
+  // The rejected pod's call, matched for certain by kubelet's view, fails (its
+  // state dir cannot be made).
+  testing::WriteFile(dir_.File("not-a-dir"), "x");
+  EnforcementOptions broken;
+  broken.state_root = dir_.File("not-a-dir") + "/containers";
+  Allocator failing("node-a", &state_, &store_, metrics_.get(), &reporter_, broken, Logger());
+  failing.SetKubeletView(kubelet);
+  allocator_->SetKubeletView(kubelet);
+  auto failed = failing.Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+  // kubelet admits "next" and still lists the rejected pod beside it.
+  view["default/next"]["c"] = {};
+  std::vector<std::string> all;
+  for (const std::string d : {"GPU-a", "GPU-b"}) {
+    for (int s = 0; s < 10; ++s) all.push_back(api::SlotId(d, s));
+  }
+  EXPECT_EQ(allocator_->Preferred(kGpu, {{all, {}, 1}})[0], std::vector<std::string>{"GPU-b::2"});
+  auto next = allocator_->Allocate(kGpu, {{"GPU-b::2"}});
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ((*next)[0].pod.name, "next");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  // Without kubelet's view, two pods of one shape make the caller a guess:
+  // a failure then forgets neither.
+  failing.SetKubeletView(nullptr);
+  Assign(Pod("next2", "2026-11-30T01:06:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 3, 1024, 100, false)})});
+  Assign(Pod("next3", "2026-11-30T01:07:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 4, 1024, 100, false)})});
+  EXPECT_FALSE(failing.Allocate(kGpu, {{"GPU-a::3"}}).ok());
+  EXPECT_EQ(store_.PendingContainers(), 2u);
+}
+
 TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
   int refreshes = 0;
   Allocator a("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(), [&] {

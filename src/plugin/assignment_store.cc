@@ -122,6 +122,17 @@ void AssignmentStore::Remove(const std::string& uid) {
   unassigned_.erase(uid);
 }
 
+bool AssignmentStore::RejectAdmission(const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(uid);
+  if (it == pods_.end() || it->second.terminating || !it->second.presumed.empty()) {
+    return false;
+  }
+  pods_.erase(it);
+  unassigned_.erase(uid);
+  return true;
+}
+
 void AssignmentStore::RetainPending(const std::set<std::string>& pending) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = pods_.begin(); it != pods_.end();) {

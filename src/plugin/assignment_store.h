@@ -181,6 +181,12 @@ class AssignmentStore {
                const std::set<std::string>& presumed = {}, bool terminating = false);
   // Forgets the pod: its assignment and its unassigned requests.
   void Remove(const std::string& uid);
+  // An Allocate for the pod failed: kubelet turns it away and never admits
+  // it again, so a pod not admitted yet (nothing presumed, not terminating)
+  // is forgotten at once, before kubelet's Failed status comes back, and the
+  // next pod kubelet admits cannot be matched to its grant. Returns whether
+  // it was.
+  bool RejectAdmission(const std::string& uid);
   // After a list of the node's Pending pods (their uids in `pending`): drops
   // the pods not in it that have no allocated container (deleted, or done,
   // while the watch lagged) and the unassigned requests of pods not in it

@@ -61,6 +61,20 @@ const json& AdmissionView(const json& pod, json& scratch) {
   return api::AwaitsAdmission(scratch) ? scratch : pod;
 }
 
+// Whether kubelet turned the pod away at admission: this plugin's Allocate
+// for it failed (its accelpool.io/allocation says Failed) and kubelet never
+// admitted it. kubelet does not admit a pod it rejected again, so the pod
+// waits for nothing: it is no caller, and its grant is no one's.
+bool RejectedAtAdmission(const json& pod, const json& view) {
+  const std::string alloc = kube::StringAt(
+      pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
+  if (alloc.empty() || !api::AwaitsAdmission(view)) {
+    return false;
+  }
+  StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
+  return al.ok() && al->phase == api::AllocationPhase::kFailed;
+}
+
 StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
                                                api::AssignmentKeyRing* keys) {
   const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
@@ -78,6 +92,9 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   const json& view = AdmissionView(pod, live);
   const bool terminating =
       pod.contains(json::json_pointer("/metadata/deletionTimestamp")) && &view == &pod;
+  if (RejectedAtAdmission(pod, view)) {
+    return std::optional<PodEntry>();
+  }
   const std::string text = kube::StringAt(
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1assignment"));
   if (text.empty()) {
@@ -185,7 +202,8 @@ std::map<std::string, std::string> ExtendedResources(const json& container) {
 std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
                                                  const api::Assignment* assignment) {
   json live;
-  if (!api::AwaitsAdmission(AdmissionView(pod, live))) {
+  const json& view = AdmissionView(pod, live);
+  if (!api::AwaitsAdmission(view) || RejectedAtAdmission(pod, view)) {
     return {};
   }
   std::vector<UnassignedRequest> out;

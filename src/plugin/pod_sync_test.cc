@@ -78,11 +78,23 @@ TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
                {{"accelpool.io/assignment", AssignmentText("node-a")},
                 {"accelpool.io/allocation", api::SerializeAllocation(done)}}),
        StatusCode::kOk, true, 1},
-      {"allocated before a failed Allocate",
+      // An Allocate failed and the pod was never admitted: kubelet turned it
+      // away, so it is no entry at all (nothing pending, nothing held).
+      {"a failed Allocate, never admitted",
        PodJson("p", "node-a",
                {{"accelpool.io/assignment", AssignmentText("node-a")},
                 {"accelpool.io/allocation",
                  R"({"version":1,"phase":"Failed","containers":["main"],"message":"x"})"}}),
+       StatusCode::kOk, false, 0},
+      // Admitted (a container restarted after kubelet lost its checkpoint,
+      // and that Allocate failed): the containers allocated before keep
+      // their place.
+      {"allocated before a failed Allocate of an admitted pod",
+       PodJson("p", "node-a",
+               {{"accelpool.io/assignment", AssignmentText("node-a")},
+                {"accelpool.io/allocation",
+                 R"({"version":1,"phase":"Failed","containers":["main"],"message":"x"})"}},
+               "Running"),
        StatusCode::kOk, true, 1},
       // Kubelet makes every Allocate of a pod at admission, before it reports
       // any container status: an admitted pod whose allocation record was
@@ -467,6 +479,15 @@ TEST(PodSyncTerminatingTest, APodBeingDeletedKeepsItsGrantsButIsNoCaller) {
   auto w = store.Match("nvidia.com/gpu", {"GPU-a::1"});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->pod.name, "w");
+  // Turned away at admission (this plugin's Allocate failed, the pod never
+  // ran): no caller of anything, not even by its requests.
+  json rejected = PodJson("r", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+  rejected["metadata"]["annotations"]["accelpool.io/allocation"] =
+      api::SerializeAllocation(api::Allocation{api::AllocationPhase::kFailed, {}, "no state dir"});
+  e = EntryFromPod(rejected, "node-a");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_FALSE(e->has_value());
+  EXPECT_TRUE(UnassignedRequestsOf(rejected, nullptr).empty());
   // Admitted and then deleted, it is terminating: counted, never matched.
   waiting["status"]["containerStatuses"] = json::array({{{"name", "main"}}});
   e = EntryFromPod(waiting, "node-a");
@@ -951,12 +972,13 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
       (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
   ASSERT_TRUE(alloc.ok());
   EXPECT_EQ(alloc->phase, api::AllocationPhase::kFailed);
-  // The container allocated before keeps its place: a restarted plugin must
-  // not take it for a pending one.
+  // The container allocated before keeps its place in the record; the pod,
+  // never admitted, was turned away by kubelet: a restarted plugin takes
+  // none of its containers for pending ones.
   EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
   auto entry = EntryFromPod(*pod, "node-a");
-  ASSERT_TRUE(entry.ok() && entry->has_value());
-  EXPECT_EQ((*entry)->allocated, (std::set<std::string>{"main"}));
+  ASSERT_TRUE(entry.ok());
+  EXPECT_FALSE(entry->has_value());
   int events = 0;
   for (const std::string& r : api_.Requests()) {
     events += r.rfind("POST", 0) == 0 && r.find("/events") != std::string::npos;
