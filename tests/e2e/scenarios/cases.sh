@@ -458,11 +458,14 @@ HOSTS_PORT="$(free_port "${APISERVER_PORT}" "${SCHED_PORT}" "${ASCHED_PORT}" "${
 {
   # One kube-scheduler with both profiles, as the chart renders them with the
   # route on (it stands in for the plane's accelpool-scheduler meanwhile):
-  # accelpool-scheduler with the main profile's disabled score plugins and
-  # NodeResourcesFit ignoring the names the extender accounts (those of
+  # accelpool-scheduler with the main profile's disabled score plugins,
+  # accelpool-scheduler-hosts with kube-scheduler's preference scores, and in
+  # both NodeResourcesFit ignoring the names the extender accounts (those of
   # managedResources with ignoredByScheduler: true in the plane's config),
-  # since no extender entry lists them now; accelpool-scheduler-hosts with
-  # kube-scheduler's preference scores.
+  # since no extender entry lists them now.
+  ignored="$(printf '  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      ignoredResources:\n'
+    sed -n 's/^  - {name: \([^,]*\), ignoredByScheduler: true}$/      - \1/p' \
+      "${E2E_WORK}/config/accelpool-scheduler.yaml")"
   cat <<YAML
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -474,6 +477,7 @@ profiles:
   plugins:
     score:
       disabled: [{name: NodeResourcesFit}, {name: NodeResourcesBalancedAllocation}, {name: ImageLocality}]
+${ignored}
 - schedulerName: accelpool-scheduler
   plugins:
     score:
@@ -481,9 +485,7 @@ profiles:
 YAML
   sed -n '/^      disabled:$/,/^extenders:/ s/^      - name: /        - name: /p' \
     "${E2E_WORK}/config/accelpool-scheduler.yaml"
-  printf '  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      ignoredResources:\n'
-  sed -n 's/^  - {name: \([^,]*\), ignoredByScheduler: true}$/      - \1/p' \
-    "${E2E_WORK}/config/accelpool-scheduler.yaml"
+  printf '%s\n' "${ignored}"
   # The extender as the e2e scheduler calls it, without managedResources.
   awk '/^extenders:/ {on=1} /^  managedResources:/ {exit} on' "${E2E_WORK}/config/accelpool-scheduler.yaml"
 } > "${E2E_WORK}/config/hosts-scheduler.yaml"
