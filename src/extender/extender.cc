@@ -387,7 +387,12 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     work(0, std::min(nodes.size(), chunk));
   }
   PlanOwnReservation(pod, policy, nodes, snaps, plans);
-  for (size_t i = 0; i < nodes.size(); ++i) {
+  bool preempting = false;  // any preemption recorded: else no node is held
+  if (pod.Pooled()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    preempting = !preemptions_.empty();
+  }
+  for (size_t i = 0; preempting && i < nodes.size(); ++i) {
     if (snaps[i] == nullptr || !plans[i]->fits()) {
       continue;
     }
