@@ -195,9 +195,7 @@ void Informer::Apply(WatchEvent& ev) {
 }
 
 void Informer::Run(std::stop_token stop) {
-  // Jitter 1 (waits in [b, 2b)), as client-go's reflectors: the informers of
-  // every node's plugin that one apiserver restart stopped retry spread out.
-  Backoff backoff(options_.backoff_initial, options_.backoff_max, 1.0);
+  Backoff backoff(options_.backoff_initial, options_.backoff_max);
   bool need_list = true;
   // The last watch expired (410) at once, from the version the list just
   // gave: the next list keeps the backoff growing rather than resetting it,
@@ -223,10 +221,7 @@ void Informer::Run(std::stop_token stop) {
     wo.field_selector = options_.field_selector;
     wo.resource_version = last_resource_version();
     wo.allow_bookmarks = true;
-    // In [T, 2T), as client-go's reflectors: watches begun together (after
-    // an apiserver restart) do not all end, and relist, together again.
-    wo.server_timeout = std::chrono::duration_cast<std::chrono::seconds>(Jittered(
-        std::chrono::duration_cast<std::chrono::milliseconds>(options_.watch_timeout), 1.0));
+    wo.server_timeout = options_.watch_timeout;
     ++watches_;
     int64_t events = 0;
     const auto began = std::chrono::steady_clock::now();

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <random>
 #include <thread>
 
 namespace accelpool::kube {
@@ -52,35 +51,10 @@ bool TokenBucket::Acquire(std::stop_token stop) {
   }
 }
 
-namespace {
-
-double Uniform01(std::minstd_rand& rng) {
-  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-}
-
-std::minstd_rand SeededRng() {
-  std::random_device seed;
-  return std::minstd_rand(seed());
-}
-
-}  // namespace
-
-Backoff::Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, double jitter)
-    : initial_(initial), max_(max), next_(initial), jitter_(jitter), rng_(SeededRng()) {}
-
 std::chrono::milliseconds Backoff::Next() {
   const auto out = next_;
   next_ = std::min(max_, next_ * 2);
-  if (jitter_ <= 0) return out;
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(static_cast<double>(out.count()) * (1.0 + jitter_ * Uniform01(rng_))));
-}
-
-std::chrono::milliseconds Jittered(std::chrono::milliseconds d, double jitter) {
-  if (jitter <= 0 || d.count() <= 0) return d;
-  thread_local std::minstd_rand rng = SeededRng();
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(static_cast<double>(d.count()) * (1.0 + jitter * Uniform01(rng))));
+  return out;
 }
 
 }  // namespace accelpool::kube

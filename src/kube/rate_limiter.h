@@ -7,7 +7,6 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <stop_token>
 
 namespace accelpool::kube {
@@ -36,24 +35,18 @@ class TokenBucket {
   std::chrono::steady_clock::time_point last_;  // guarded by mu_
 };
 
-// Exponential backoff with a cap: Next() returns initial, 2x, 4x ... max,
-// each stretched by a random factor in [1, 1 + jitter) so that the many
-// clients an outage stopped at once (a DaemonSet's plugins) do not come back
-// in step. Reset() after a success. Not thread-safe (one per loop).
+// Exponential backoff with a cap: Next() returns initial, 2x, 4x ... max.
+// Reset() after a success. Not thread-safe (one per loop).
 class Backoff {
  public:
-  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, double jitter = 0);
+  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max)
+      : initial_(initial), max_(max), next_(initial) {}
   std::chrono::milliseconds Next();
   void Reset() { next_ = initial_; }
 
  private:
   std::chrono::milliseconds initial_, max_, next_;
-  double jitter_;
-  std::minstd_rand rng_;
 };
-
-// `d` stretched by a random factor in [1, 1 + jitter).
-std::chrono::milliseconds Jittered(std::chrono::milliseconds d, double jitter);
 
 }  // namespace accelpool::kube
 
