@@ -825,11 +825,15 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
   }
   NodeUsage copy = usage;
   ACCELPOOL_RETURN_IF_ERROR(ApplyPlacement(placement, inv, &copy));
-  // Memory no grant accounts for (Device::foreign_mib) is refused as Fit
-  // refuses it: no whole grant on such a device, shares only in the memory
-  // left beside it.
+  return CheckForeignRoom(placement, inv, copy);
+}
+
+Status CheckForeignRoom(const Placement& placement, const NodeInventory& inv,
+                        const NodeUsage& counted) {
+  // Refused as Fit refuses it: no whole grant on such a device, shares only in
+  // the memory left beside it.
   const std::vector<DeviceUsage> fp = Footprint(placement, inv);
-  for (size_t i = 0; i < fp.size(); ++i) {
+  for (size_t i = 0; i < fp.size() && i < inv.devices.size(); ++i) {
     const Device& d = inv.devices[i];
     if (fp[i].shares == 0 || d.foreign_mib <= 0) continue;
     if (fp[i].exclusive) {
@@ -837,7 +841,8 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
                                      std::to_string(d.foreign_mib) +
                                      " MiB no grant accounts for: it is not granted whole");
     }
-    if (copy.devices[i].memory_mib > d.memory_mib - d.foreign_mib) {
+    if (i < counted.devices.size() &&
+        counted.devices[i].memory_mib > d.memory_mib - d.foreign_mib) {
       return FailedPreconditionError("device " + d.id + " on " + inv.node +
                                      " has too little memory left beside " +
                                      std::to_string(d.foreign_mib) + " MiB no grant accounts for");

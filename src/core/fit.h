@@ -62,6 +62,14 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
 Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& usage,
                       const Placement& placement);
 
+// The foreign-memory part of CheckPlacement, for callers that count the
+// placement themselves (the extender's cache, under its lock): on every device
+// the placement uses that holds memory no grant accounts for
+// (Device::foreign_mib), no whole grant, and `counted` (usage with the
+// placement applied) within the memory left beside the foreign memory.
+Status CheckForeignRoom(const Placement& placement, const NodeInventory& inv,
+                        const NodeUsage& counted);
+
 }  // namespace accelpool::core
 
 #endif  // ACCELPOOL_CORE_FIT_H_

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/fit.h"
 #include "core/usage.h"
 
 namespace accelpool::extender {
@@ -238,29 +239,13 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
 namespace {
 
 // Whether `a`, counted in `s`, leaves every device it uses within its memory
-// beside the foreign memory there: no whole grant on a device holding any, and
-// shares only in what is left beside it (core::CheckPlacement's rule).
+// beside the foreign memory there (core::CheckForeignRoom, CheckPlacement's
+// rule).
 Status ForeignRoom(const PodAssignment& a, const NodeSnapshot& s) {
   for (const AssignmentPart& part : a.parts) {
     const InventoryState* st = s.Find(part.vendor);
     if (st == nullptr) continue;
-    const core::NodeInventory& inv = *st->inventory;
-    const std::vector<core::DeviceUsage> fp = core::Footprint(part.placement, inv);
-    for (size_t i = 0; i < fp.size() && i < inv.devices.size(); ++i) {
-      const core::Device& d = inv.devices[i];
-      if (fp[i].shares == 0 || d.foreign_mib <= 0) continue;
-      if (fp[i].exclusive) {
-        return FailedPreconditionError("device " + d.id + " holds " +
-                                       std::to_string(d.foreign_mib) +
-                                       " MiB no grant accounts for: it is not granted whole");
-      }
-      if (i < st->usage.devices.size() &&
-          st->usage.devices[i].memory_mib > d.memory_mib - d.foreign_mib) {
-        return FailedPreconditionError("device " + d.id + " has too little memory left beside " +
-                                       std::to_string(d.foreign_mib) +
-                                       " MiB no grant accounts for");
-      }
-    }
+    ACCELPOOL_RETURN_IF_ERROR(core::CheckForeignRoom(part.placement, *st->inventory, st->usage));
   }
   return Status::Ok();
 }
