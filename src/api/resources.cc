@@ -1,5 +1,6 @@
 #include "api/resources.h"
 
+#include <algorithm>
 #include <array>
 
 namespace accelpool::api {
@@ -261,6 +262,14 @@ std::string DeviceResource(core::Vendor v, std::string_view model, std::string_v
     return "nvidia.com/mig-" + std::string(partition);
   }
   if (v == Vendor::kAscend && model.substr(0, 6) == "Ascend") {
+    // 310P chips (310P1, 310P3 ...) go by their family's name, as in
+    // Huawei's device plugin and HAMi: pods ask huawei.com/Ascend310P.
+    constexpr std::string_view k310P = "Ascend310P";
+    if (model.size() > k310P.size() && model.substr(0, k310P.size()) == k310P &&
+        std::all_of(model.begin() + k310P.size(), model.end(),
+                    [](char c) { return c >= '0' && c <= '9'; })) {
+      return "huawei.com/Ascend310P";
+    }
     std::optional<ResourceInfo> r = LookupResource("huawei.com/" + std::string(model));
     if (r && r->vendor == Vendor::kAscend && r->role == ResourceRole::kCount) {
       return r->name;
@@ -272,6 +281,34 @@ std::string DeviceResource(core::Vendor v, std::string_view model, std::string_v
     }
   }
   return "";
+}
+
+std::optional<std::string> UnadvertisedCountHint(std::string_view name) {
+  std::optional<ResourceInfo> r = LookupResource(name);
+  if (!r.has_value() || r->role != ResourceRole::kCount) return std::nullopt;
+  switch (r->vendor) {
+    case Vendor::kNvidia:
+      return std::nullopt;  // nvidia.com/gpu and nvidia.com/mig-<profile>
+    case Vendor::kAscend: {
+      constexpr std::string_view kChips =
+          "the chip's own name, as the node advertises it (huawei.com/Ascend910A, "
+          "huawei.com/Ascend910B3, huawei.com/Ascend910C, huawei.com/Ascend310P ...; see the "
+          "node's allocatable resources)";
+      const std::string_view chip = name.substr(std::string_view("huawei.com/").size());
+      if (name == "huawei.com/npu" || chip == "Ascend910" || chip == "Ascend910B") {
+        return std::string(kChips);
+      }
+      const std::string advertised = DeviceResource(Vendor::kAscend, chip);
+      if (advertised != name) return advertised;
+      return std::nullopt;
+    }
+    default: {
+      const std::string whole = DeviceResource(r->vendor, "");
+      if (whole.empty() || whole == name) return std::nullopt;
+      return whole + " (whole devices: shares of " + std::string(core::VendorName(r->vendor)) +
+             " devices are not offered)";
+    }
+  }
 }
 
 std::optional<std::string_view> DeviceControlledEnv(std::string_view name) {

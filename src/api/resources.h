@@ -82,6 +82,17 @@ std::string_view DefaultCountResource(core::Vendor v);
 // partition.
 std::string DeviceResource(core::Vendor v, std::string_view model, std::string_view partition = "");
 
+// For a count name that no accelpool device plugin advertises, so that
+// kube-scheduler finds no node with it: what to ask for instead, in words
+// ("huawei.com/Ascend310P", "the chip's own name, ..."). nullopt for a name
+// that is advertised (DeviceResource of a real model) or is no count name.
+// Unadvertised: the Ascend family names huawei.com/Ascend910 and
+// huawei.com/Ascend910B (nodes advertise the chip: Ascend910A, Ascend910B3
+// ...), huawei.com/npu, a 310P chip's own name (huawei.com/Ascend310P3:
+// advertised as huawei.com/Ascend310P), and the sharing count names of the
+// vendors whose shares are not offered (mthreads.com/vgpu ...).
+std::optional<std::string> UnadvertisedCountHint(std::string_view name);
+
 // What the device plugin decides through a container's environment, when
 // `name` is one of those variables; nullopt otherwise:
 //   "enforcement": the libaccelpool-cuda contract and its HAMi and MPS

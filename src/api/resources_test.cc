@@ -127,6 +127,35 @@ TEST(ResourcesTest, MigProfileNamesAreCountsOfThatPartition) {
   EXPECT_EQ(LookupResource("nvidia.com/gpu")->partition, "");
 }
 
+// Every name DeviceResource gives is advertised; the count names it never
+// gives get a hint of what to ask for instead.
+TEST(ResourcesTest, UnadvertisedCountNamesSayWhatToAskFor) {
+  for (const char* model :
+       {"Ascend910A", "Ascend910B3", "Ascend910C", "Ascend310P3", "Ascend310", "Ascend950"}) {
+    EXPECT_FALSE(UnadvertisedCountHint(DeviceResource(Vendor::kAscend, model)).has_value())
+        << model;
+  }
+  for (Vendor v : core::AllVendors()) {
+    // Ascend devices are advertised by chip; huawei.com/npu only names one
+    // whose model is no chip name (a fake inventory's), which real chips
+    // never are.
+    if (v == Vendor::kAscend) continue;
+    EXPECT_FALSE(UnadvertisedCountHint(DeviceResource(v, "")).has_value()) << core::VendorName(v);
+  }
+  EXPECT_FALSE(UnadvertisedCountHint("nvidia.com/mig-3g.71gb").has_value());
+  EXPECT_FALSE(UnadvertisedCountHint("nvidia.com/gpumem").has_value());  // no count name
+  EXPECT_FALSE(UnadvertisedCountHint("example.com/foo").has_value());
+  EXPECT_EQ(UnadvertisedCountHint("huawei.com/Ascend310P3"), "huawei.com/Ascend310P");
+  for (const char* family : {"huawei.com/Ascend910", "huawei.com/Ascend910B", "huawei.com/npu"}) {
+    std::optional<std::string> hint = UnadvertisedCountHint(family);
+    ASSERT_TRUE(hint.has_value()) << family;
+    EXPECT_NE(hint->find("chip's own name"), std::string::npos) << *hint;
+  }
+  std::optional<std::string> hint = UnadvertisedCountHint("cambricon.com/vmlu");
+  ASSERT_TRUE(hint.has_value());
+  EXPECT_EQ(hint->rfind("cambricon.com/mlu (whole devices", 0), 0u) << *hint;
+}
+
 TEST(ResourcesTest, DeviceResourceIsTheWholeDeviceCountName) {
   struct Case {
     Vendor vendor;
@@ -138,6 +167,11 @@ TEST(ResourcesTest, DeviceResourceIsTheWholeDeviceCountName) {
       {Vendor::kAscend, "Ascend910B3", "huawei.com/Ascend910B3"},
       {Vendor::kAscend, "Ascend910C", "huawei.com/Ascend910C"},
       {Vendor::kAscend, "Ascend950", "huawei.com/Ascend950"},  // pattern, not in the fixed list
+      // 310P chips go by the family's name, the one pods ask (HAMi, Huawei).
+      {Vendor::kAscend, "Ascend310P3", "huawei.com/Ascend310P"},
+      {Vendor::kAscend, "Ascend310P1", "huawei.com/Ascend310P"},
+      {Vendor::kAscend, "Ascend310P", "huawei.com/Ascend310P"},
+      {Vendor::kAscend, "Ascend310", "huawei.com/Ascend310"},
       {Vendor::kAscend, "Ascend910B-bad/name", "huawei.com/npu"},
       {Vendor::kAscend, "", "huawei.com/npu"},
       {Vendor::kKunlunxin, "P800", "kunlunxin.com/xpu"},

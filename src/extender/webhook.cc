@@ -295,6 +295,36 @@ std::vector<std::string> HamiWarnings(const Json& pod) {
   return out;
 }
 
+// Admission warnings for count names no accelpool device plugin advertises
+// (huawei.com/Ascend910, mthreads.com/vgpu ...): kube-scheduler finds no node
+// with them, and the pod would wait with only "Insufficient <name>" to go by.
+std::vector<std::string> UnadvertisedWarnings(const Json& pod) {
+  std::set<std::string> names;
+  if (pod.contains("spec") && pod["spec"].is_object()) {
+    for (const char* list : {"initContainers", "containers"}) {
+      if (!pod["spec"].contains(list) || !pod["spec"][list].is_array()) continue;
+      for (const Json& c : pod["spec"][list]) {
+        if (!c.is_object() || !c.contains("resources") || !c["resources"].is_object()) continue;
+        for (const char* part : {"limits", "requests"}) {
+          const Json& res = c["resources"];
+          if (!res.contains(part) || !res[part].is_object()) continue;
+          for (const auto& item : res[part].items()) names.insert(item.key());
+        }
+      }
+    }
+  }
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    if (std::optional<std::string> hint = api::UnadvertisedCountHint(n); hint.has_value()) {
+      out.push_back(n +
+                    " is not advertised by accelpool's device plugin, so no node offers it "
+                    "and the pod stays Pending; ask for " +
+                    *hint);
+    }
+  }
+  return out;
+}
+
 Json Review(const std::string& uid, Json response) {
   response["uid"] = uid;
   return Json{{"apiVersion", "admission.k8s.io/v1"},
@@ -523,7 +553,9 @@ Reply Webhook::MutateDevices(std::string_view body) const {
       patch.push_back(
           Json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}});
     }
-    if (std::vector<std::string> warnings = HamiWarnings(pod); !warnings.empty()) {
+    std::vector<std::string> warnings = HamiWarnings(pod);
+    for (std::string& w : UnadvertisedWarnings(pod)) warnings.push_back(std::move(w));
+    if (!warnings.empty()) {
       allowed["warnings"] = warnings;
     }
     if (!patch.empty()) {

@@ -167,6 +167,43 @@ TEST(WebhookTest, HamiModesItDoesNotReadAreAdmittedWithAWarning) {
       << text;
 }
 
+// A count name no accelpool device plugin advertises is admitted (another
+// plugin may serve it) with a warning that says what nodes do advertise.
+TEST(WebhookTest, CountNamesNoNodeAdvertisesAreAdmittedWithAWarning) {
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, nullptr, Logger());
+  auto warnings = [&](const std::map<std::string, std::string>& limits) {
+    const nlohmann::json got =
+        nlohmann::json::parse(w.Mutate(Review(PodWithLimits(limits)).dump()).body);
+    EXPECT_TRUE(got["response"]["allowed"].get<bool>()) << got.dump();
+    return got["response"].value("warnings", nlohmann::json::array());
+  };
+  for (const char* served :
+       {"nvidia.com/gpu", "huawei.com/Ascend910B3", "huawei.com/Ascend310P",
+        "huawei.com/Ascend910C", "mthreads.com/gpu", "nvidia.com/mig-1g.18gb"}) {
+    EXPECT_TRUE(warnings({{served, "1"}}).empty()) << served;
+  }
+  struct Case {
+    const char* name;
+    const char* hint;
+  };
+  const Case cases[] = {
+      {"huawei.com/Ascend910", "the chip's own name"},
+      {"huawei.com/Ascend910B", "huawei.com/Ascend910B3"},
+      {"huawei.com/npu", "huawei.com/Ascend910A"},
+      {"huawei.com/Ascend310P3", "ask for huawei.com/Ascend310P"},
+      {"mthreads.com/vgpu", "ask for mthreads.com/gpu (whole devices"},
+      {"kunlunxin.com/vxpu", "ask for kunlunxin.com/xpu"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const nlohmann::json got = warnings({{c.name, "1"}});
+    ASSERT_EQ(got.size(), 1u) << got;
+    const std::string text = got[0].get<std::string>();
+    EXPECT_EQ(text.rfind(std::string(c.name) + " is not advertised", 0), 0u) << text;
+    EXPECT_NE(text.find(c.hint), std::string::npos) << text;
+  }
+}
+
 TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
   Cache cache;
   testing::AddGpuNode(cache, "a");

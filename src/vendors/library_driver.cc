@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -102,9 +103,11 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
     core::ApplyNumaDefault(&inv);
   }
   const size_t n = inv.devices.size();
+  DiscoveryLog notes(&discovery_lines_);
   std::vector<int32_t> links(n * n, 0);
   bool any = false;
-  for (size_t a = 0; a < n; ++a) {
+  std::optional<std::string> unread;
+  for (size_t a = 0; a < n && !unread; ++a) {
     for (size_t b = 0; b < n; ++b) {
       if (a == b) {
         continue;
@@ -112,9 +115,10 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
       StatusOr<LinkKind> k = library_->Link(static_cast<int32_t>(a), static_cast<int32_t>(b));
       if (!k.ok() && k.status().code() != StatusCode::kUnimplemented) {
         // A pair that could not be read would score 0 beside pairs that
-        // were, and the half-measured matrix would replace the profile's.
-        return k.status().WithPrefix(std::string(library_->LibraryName()) + " link of devices " +
-                                     std::to_string(a) + " and " + std::to_string(b));
+        // were: the half-measured matrix does not replace the profile's.
+        unread = "devices " + std::to_string(a) + " and " + std::to_string(b) + ": " +
+                 k.status().message();
+        break;
       }
       if (k.ok() && *k != LinkKind::kUnknown) {
         links[a * n + b] = LinkKindScore(*k);
@@ -122,7 +126,14 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
       }
     }
   }
-  if (any) {
+  if (unread) {
+    notes.Add(DiscoveryLog::Level::kError,
+              std::string(library_->LibraryName()) + ": a link between two devices could not be " +
+                  "read (" + *unread + "); the devices are placed by " +
+                  (inv.topology.kind.empty() ? std::string("their NUMA nodes")
+                                             : "profile " + inv.topology.kind) +
+                  " without measured links. Check the topology with the vendor's smi tool");
+  } else if (any) {
     inv.topology.links = std::move(links);
   }
   std::lock_guard<std::mutex> lock(mu_);

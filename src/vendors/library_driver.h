@@ -4,8 +4,10 @@
 // map to. Discovery maps each device (id = UUID, else "<PREFIX>-<pci bus>"),
 // applies the profile (or NUMA groups when none fits), and overwrites the
 // link matrix with the library's pairwise links where it reports them
-// (LinkKindScore); a link query that fails (other than kUnimplemented, "the
-// library cannot say") fails the discovery. Health is polled and two-way; a
+// (LinkKindScore). A link query that fails (other than kUnimplemented, "the
+// library cannot say") keeps the profile's links, with one error line: a
+// half-measured matrix would score the unread pairs 0, and no device of the
+// node would be served were the discovery failed for it. Health is polled and two-way; a
 // device that stops answering is unhealthy until it answers again.
 //
 // Thread-safety: see VendorDriver.
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "vendors/device_library.h"
+#include "vendors/discovery_log.h"
 #include "vendors/driver.h"
 
 namespace accelpool::vendors {
@@ -75,6 +78,7 @@ class LibraryDriver : public VendorDriver {
   std::vector<std::string> ids_;           // by library index; guarded by mu_
   std::map<std::string, int32_t> minors_;  // guarded by mu_
   std::map<std::string, std::vector<std::string>> nodes_;  // LibraryDevice::nodes; by mu_
+  LoggedLines discovery_lines_;                            // what the last Discover logged
 };
 
 }  // namespace accelpool::vendors

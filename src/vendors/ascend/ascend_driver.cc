@@ -44,7 +44,10 @@ std::string AscendModel(const std::string& chip_name) {
   if (StartsWith(chip_name, "910_93") || chip_name == "910C") {
     return "Ascend910C";
   }
-  if (chip_name == "910" || chip_name == "910A" || StartsWith(chip_name, "910Pro")) {
+  // The first generation: DCMI names its variants 910, 910A, 910B (not the
+  // A2 chips, which are 910B1 .. 910B4-1), 910ProA/B and 910PremiumA.
+  if (chip_name == "910" || chip_name == "910A" || chip_name == "910B" ||
+      StartsWith(chip_name, "910Pro") || StartsWith(chip_name, "910Premium")) {
     return "Ascend910A";
   }
   return "Ascend" + chip_name;

@@ -100,6 +100,13 @@ TEST(AscendDriverTest, ModelAndProfileTables) {
       {"910_9392", 16, "Ascend910C", "ascend-910c-x16"},
       {"910", 8, "Ascend910A", "ascend-910a-x8"},
       {"910ProB", 4, "Ascend910A", "ascend-910a-x4"},
+      // First-generation names DCMI reports: "910B" is not an A2 chip.
+      {"910B", 8, "Ascend910A", "ascend-910a-x8"},
+      {"910A", 8, "Ascend910A", "ascend-910a-x8"},
+      {"910ProA", 8, "Ascend910A", "ascend-910a-x8"},
+      {"910PremiumA", 8, "Ascend910A", "ascend-910a-x8"},
+      {"910B1", 8, "Ascend910B1", "ascend-910b-x8"},
+      {"910B4-1", 16, "Ascend910B4-1", "ascend-910b-x16"},
       {"310P3", 8, "Ascend310P3", "ascend-310p-duo"},
       {"310", 8, "Ascend310", "ascend-310-cards"},
       {"310", 12, "Ascend310", "ascend-310-cards"},

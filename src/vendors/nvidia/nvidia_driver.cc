@@ -117,8 +117,8 @@ Status NvidiaDriver::EnsureInit() {
   return Status::Ok();
 }
 
-StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
-                                                          bool* all_switched) {
+std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
+                                                bool* all_switched, DiscoveryLog* notes) {
   const size_t n = infos.size();
   std::map<std::string, size_t> by_bus;
   for (size_t i = 0; i < n; ++i) {
@@ -127,10 +127,19 @@ StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<Nvml
   // direct[i][j]: NVLinks from i that end on GPU j; switched[i]: links to NVSwitches.
   std::vector<std::vector<int32_t>> direct(n, std::vector<int32_t>(n, 0));
   std::vector<int32_t> switched(n, 0);
+  std::vector<bool> unread_remotes(n, false);
   for (size_t i = 0; i < n; ++i) {
     StatusOr<std::vector<std::string>> remotes = nvml_->NvLinkRemotes(static_cast<int32_t>(i));
     if (!remotes.ok()) {
-      return remotes.status();
+      // The GPU is served all the same, as one without NVLinks: a link
+      // query that fails (some boards and VMs answer errors where others
+      // answer "not supported") must not take every GPU of the node away.
+      notes->Add(DiscoveryLog::Level::kError,
+                 fmt::format("nvidia: GPU {} ({}): its NVLinks could not be read ({}); it is "
+                             "placed as a GPU without NVLink. Check nvidia-smi nvlink -s",
+                             i, infos[i].uuid, remotes.status().message()));
+      unread_remotes[i] = true;
+      continue;
     }
     for (const std::string& r : *remotes) {
       auto it = by_bus.find(NormalizeBus(r));
@@ -141,11 +150,18 @@ StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<Nvml
       }
     }
   }
-  *all_switched = n > 0;
+  // Switched when every GPU whose NVLinks were read reaches NVSwitches.
+  size_t read = 0;
+  *all_switched = true;
   for (size_t i = 0; i < n; ++i) {
+    if (unread_remotes[i]) continue;
+    ++read;
     *all_switched = *all_switched && switched[i] > 0;
   }
+  *all_switched = *all_switched && read > 0;
   std::vector<int32_t> links(n * n, 0);
+  size_t unread = 0;
+  std::string first_unread;
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
       if (i == j) {
@@ -154,11 +170,25 @@ StatusOr<std::vector<int32_t>> NvidiaDriver::MeasureLinks(const std::vector<Nvml
       StatusOr<P2PLevel> level =
           nvml_->CommonAncestor(static_cast<int32_t>(i), static_cast<int32_t>(j));
       if (!level.ok()) {
-        return level.status();
+        // Scored from the NUMA nodes instead (the PCIe path is at best the
+        // node's, at worst across the interconnect), so the pair is neither
+        // preferred nor shunned by a path nobody measured.
+        const bool same_numa = infos[i].numa >= 0 && infos[i].numa == infos[j].numa;
+        if (unread++ == 0) {
+          first_unread = fmt::format("GPU {} and GPU {}: {}", i, j, level.status().message());
+        }
+        level = same_numa ? P2PLevel::kNode : P2PLevel::kSystem;
       }
       int32_t nv = std::max(direct[i][j], direct[j][i]) + std::min(switched[i], switched[j]);
       links[i * n + j] = NvidiaLinkScore(*level, nv);
     }
+  }
+  if (unread > 0) {
+    notes->Add(DiscoveryLog::Level::kError,
+               fmt::format("nvidia: the PCIe path of {} GPU pair(s) could not be read (first, {}); "
+                           "those pairs are scored by their NUMA nodes instead. Check "
+                           "nvidia-smi topo -m",
+                           unread, first_unread));
   }
   return links;
 }
@@ -271,16 +301,13 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     }
     infos.push_back(std::move(info).value());
   }
+  DiscoveryLog notes(&discovery_lines_);
   bool all_switched = false;
-  StatusOr<std::vector<int32_t>> links = MeasureLinks(infos, &all_switched);
-  if (!links.ok()) {
-    return links.status();
-  }
+  const std::vector<int32_t> links = MeasureLinks(infos, &all_switched, &notes);
 
   core::NodeInventory inv;
   inv.node = options_.node;
   inv.vendor = core::Vendor::kNvidia;
-  DiscoveryLog notes(&discovery_lines_);
   std::set<std::string> seen;
   std::vector<size_t> parent;  // per inventory device: its GPU's NVML index
   std::vector<std::vector<std::string>> ids(infos.size());
@@ -390,7 +417,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     // kept together are those its NVLinks bridge.
     core::ApplyNumaDefault(&inv);
     if (!all_switched) {
-      BridgedPairs(*links, &inv);
+      BridgedPairs(links, &inv);
     }
   }
   if (!st.ok()) {
@@ -408,7 +435,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
       if (a == b) continue;
       inv.topology.links[a * m + b] = parent[a] == parent[b]
                                           ? NvidiaLinkScore(P2PLevel::kInternal, 0)
-                                          : (*links)[parent[a] * n + parent[b]];
+                                          : links[parent[a] * n + parent[b]];
     }
   }
 

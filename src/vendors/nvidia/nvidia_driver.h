@@ -115,8 +115,11 @@ class NvidiaDriver : public VendorDriver {
 
  private:
   Status EnsureInit();
-  StatusOr<std::vector<int32_t>> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
-                                              bool* all_switched);
+  // The pairwise link scores of the GPUs (n x n). A query that fails is
+  // logged in `notes` and scored from what else is known, never failing
+  // discovery.
+  std::vector<int32_t> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos, bool* all_switched,
+                                    DiscoveryLog* notes);
   // The NVLink domain of GPUs 0 .. gpus-1, "" when there is none.
   std::string NvlinkDomain(size_t gpus, DiscoveryLog* notes);
   // Where a MIG device lives: its GPU's minor and its instance ids.

@@ -52,9 +52,15 @@ class FakeNvml : public NvmlLibrary {
     return devices.at(static_cast<size_t>(i));
   }
   StatusOr<P2PLevel> CommonAncestor(int32_t a, int32_t b) override {
-    return devices[a].numa == devices[b].numa ? P2PLevel::kNode : P2PLevel::kSystem;
+    if (a == ancestor_fails || b == ancestor_fails) {
+      return UnavailableError("nvmlDeviceGetTopologyCommonAncestor failed: Unknown Error");
+    }
+    return devices[a].numa == devices[b].numa ? same_numa_level : P2PLevel::kSystem;
   }
   StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t i) override {
+    if (i == remotes_fail) {
+      return UnavailableError("nvmlDeviceGetNvLinkRemotePciInfo_v2 failed: Unknown Error");
+    }
     return links.at(static_cast<size_t>(i));
   }
   StatusOr<std::vector<int32_t>> RegisterXidEvents() override { return register_result; }
@@ -103,6 +109,9 @@ class FakeNvml : public NvmlLibrary {
   std::map<int32_t, StatusOr<NvmlFabric>> fabric;
   Status init_status;
   int32_t fail_info_index = -1;
+  P2PLevel same_numa_level = P2PLevel::kNode;  // the path of two GPUs on one NUMA node
+  int32_t ancestor_fails = -1;                 // the path query of every pair with this GPU fails
+  int32_t remotes_fail = -1;                   // the NVLink query of this GPU fails
   std::atomic<bool> probe_ok{true};
   std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
   StatusOr<std::vector<int32_t>> register_result = std::vector<int32_t>();
@@ -139,6 +148,30 @@ TEST(NvidiaDriverTest, MapsHgxH200IntoTheInventory) {
   EXPECT_EQ(inv.LinkScore(0, 1), 20 + 1800);
   EXPECT_EQ(inv.LinkScore(0, 4), 10 + 1800);
   EXPECT_EQ(inv.LinkScore(3, 3), 0);
+}
+
+// A link query that fails (some boards and VMs answer errors for the PCIe
+// path or the NVLink remotes) costs only that measurement: the pair is scored
+// by its NUMA nodes, the GPU as one without NVLinks, and every GPU is served.
+TEST(NvidiaDriverTest, FailingLinkQueriesAreScoredFromWhatIsKnownNotFatal) {
+  auto lib = std::make_unique<FakeNvml>();
+  lib->same_numa_level = P2PLevel::kHostBridge;  // measured: PHB, told apart from NODE
+  lib->ancestor_fails = 2;
+  lib->remotes_fail = 6;
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  ASSERT_EQ(inv.devices.size(), 8u);
+  EXPECT_EQ(inv.topology.kind, "nvidia-hgx-8") << "the other seven reach the NVSwitches";
+  // Measured: PHB (30) + 18 NVLinks. GPU 2's path unread: NODE (20) beside
+  // GPU 1 (same NUMA node), SYS (10) beside GPU 5; its NVLinks still count.
+  EXPECT_EQ(inv.LinkScore(0, 1), 30 + 1800);
+  EXPECT_EQ(inv.LinkScore(2, 1), 20 + 1800);
+  EXPECT_EQ(inv.LinkScore(2, 5), 10 + 1800);
+  // GPU 6's NVLinks unread: no NVLink to any other GPU, the PCIe path kept.
+  EXPECT_EQ(inv.LinkScore(6, 7), 30);
+  EXPECT_EQ(inv.LinkScore(4, 6), 30);
 }
 
 // The node's NVLink domain: only when every GPU registered with the fabric
