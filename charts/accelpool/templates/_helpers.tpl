@@ -76,9 +76,48 @@ scheduler is never newer than the apiserver it talks to. scheduler.image.digest 
 {{- $s -}}
 {{- end -}}
 
+{{/* <fullname>-<suffix> in at most <max> characters: the fullname is cut, never the suffix, so names
+that differ only in their suffix (a vendor, a certgen step) stay apart. Called with
+(list $ "suffix" max). The limits: 63 for Services, workloads and Jobs (a Job's name becomes a label
+value of its pods), 52 for CronJobs (whose Jobs add 11 characters). Every name keeps the whole
+fullname while it has at most 28 characters (the key rotation CronJob's limit; 39 for every vendor's
+DaemonSet, 48 for the certgen Jobs, 49 for the device plugins' Service, 53 for the scheduler's). */}}
+{{- define "accelpool.suffixedName" -}}
+{{- $root := index . 0 -}}
+{{- $suffix := index . 1 -}}
+{{- $keep := int (sub (index . 2) (add1 (len $suffix))) -}}
+{{- printf "%s-%s" (include "accelpool.fullname" $root | trunc $keep | trimSuffix "-") $suffix -}}
+{{- end -}}
+
 {{/* Name of the scheduler+extender Deployment, Service, ServiceAccount. */}}
 {{- define "accelpool.schedulerName" -}}
-{{- printf "%s-scheduler" (include "accelpool.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "accelpool.suffixedName" (list . "scheduler" 63) -}}
+{{- end -}}
+
+{{/* Name of the device plugins' Service, ServiceAccount, RBAC and NetworkPolicy. */}}
+{{- define "accelpool.devicePluginName" -}}
+{{- include "accelpool.suffixedName" (list . "device-plugin" 63) -}}
+{{- end -}}
+
+{{/* Name of vendor <v>'s device plugin DaemonSet: (list $ "nvidia"). */}}
+{{- define "accelpool.devicePluginDaemonSet" -}}
+{{- include "accelpool.suffixedName" (list (index . 0) (printf "device-plugin-%s" (index . 1)) 63) -}}
+{{- end -}}
+
+{{/* Name of the key rotation CronJob and of its ServiceAccount and RBAC. */}}
+{{- define "accelpool.keyRotationName" -}}
+{{- include "accelpool.suffixedName" (list . "assignment-key-rotation" 52) -}}
+{{- end -}}
+
+{{/* A whole number as digits, for flags and config fields. Numbers from a values file reach the
+templates as float64, which prints 1000000 as 1e+06 (refused by the binaries); this prints it as
+1000000. Anything else (an int from --set, a string) prints as it is, for the caller to check. */}}
+{{- define "accelpool.digits" -}}
+{{- if and (kindIs "float64" .) (eq (floor .) .) -}}
+{{- printf "%.0f" . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "accelpool.tlsSecret" -}}
