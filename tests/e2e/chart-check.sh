@@ -12,6 +12,9 @@
 #   accelpool-keys rotating a key Secret as the rotation CronJob's service account,
 #   and two scheduler pods (kube-scheduler + extender, as the scheduler's service
 #   account): the active extender is the one beside the leading kube-scheduler.
+#   Names: the longest fullnames render names within Kubernetes' limits that the apiserver
+#   accepts; numbers from a values file render as digits; the dashboard and alerts count each
+#   node once with several extender replicas.
 #   Hardening: each pod's security settings (tests/e2e/chart_security.py), the values
 #   schema's refusals, image digests, NetworkPolicies, and every pod template created
 #   under Pod Security restricted (scheduler, Jobs) or privileged (device plugins).
@@ -147,6 +150,112 @@ all_vendors=()
 for v in kunlunxin metax mthreads thead cambricon hygon; do all_vendors+=(--set "devicePlugin.vendors.${v}.enabled=true"); done
 render "${all_vendors[@]}" > "${TMP}/all-vendors.yaml"
 check "one device-plugin DaemonSet per vendor when all are on (8)" count_is "${TMP}/all-vendors.yaml" '^kind: DaemonSet$' 8
+# Numbers from a values file reach the templates as float64, which prints 1000000 as 1e+06: every
+# whole number rendered into a flag or kube-scheduler's config is printed as digits, and the schema
+# refuses what the binaries would (--workload-window at most 1000000, --kube-api-burst 100000).
+printf 'extender:\n  workloadWindow: 1000000\n  kubeApiBurst: 100000\n  kubeApiQps: 100000\n  eventQps: 100000\nscheduler:\n  burst: 2000000\n  extenderWeight: 1000000\ncertgen:\n  validityDays: 1000000\ndevicePlugin:\n  foreignMemory:\n    minMiB: 1048576\n    shareMiB: 2000000\n' > "${TMP}/big-numbers.yaml"
+printf 'extender:\n  workloadWindow: 1000001\n' > "${TMP}/window-too-big.yaml"
+large_integers() {
+  local out
+  render -f "${TMP}/big-numbers.yaml" > "${TMP}/big-numbers.out" &&
+    ! grep -q 'e+0' "${TMP}/big-numbers.out" &&
+    grep -q -- '- --workload-window=1000000$' "${TMP}/big-numbers.out" &&
+    grep -q -- '- --kube-api-burst=100000$' "${TMP}/big-numbers.out" &&
+    grep -q -- '- --kube-api-qps=100000$' "${TMP}/big-numbers.out" &&
+    grep -q -- '- --event-qps=100000$' "${TMP}/big-numbers.out" &&
+    grep -q '^      burst: 2000000$' "${TMP}/big-numbers.out" &&
+    grep -q '^        weight: 1000000$' "${TMP}/big-numbers.out" &&
+    grep -q -- '- --days=1000000$' "${TMP}/big-numbers.out" &&
+    [ "$(grep -c -- '- --foreign-memory-min-mib=1048576$' "${TMP}/big-numbers.out")" = 2 ] &&
+    [ "$(grep -c -- '- --foreign-memory-share-mib=2000000$' "${TMP}/big-numbers.out")" = 2 ] &&
+    ! out="$(render -f "${TMP}/window-too-big.yaml" 2>&1)" &&
+    grep -q "/extender/workloadWindow': maximum" <<<"${out}" &&
+    ! out="$(render --set extender.kubeApiBurst=100001 2>&1)" &&
+    grep -q "/extender/kubeApiBurst': maximum: got 100,001, want 100,000" <<<"${out}" &&
+    ! out="$(render --set devicePlugin.foreignMemory.minMiB=1073741825 2>&1)" &&
+    grep -q "/devicePlugin/foreignMemory/minMiB': maximum" <<<"${out}"
+}
+check "whole numbers from a values file render as digits (1000000, not 1e+06); workloadWindow over 1000000 and kubeApiBurst over 100000 are refused" large_integers
+# Object names within Kubernetes' limits for the longest fullnames Helm allows (a 53-character
+# release name plus -accelpool, or a 63-character fullnameOverride): the fullname part is cut, the
+# suffix kept, so the names stay apart and every reference still finds its object.
+LONG_RELEASE=ml-platform-staging-gpu-pool-europe-west4-production
+LONG_OVERRIDE=ml-platform-staging-gpu-pool-europe-west4-production-accelpool1
+long_render() { # RELEASE [helm args]: every vendor, NetworkPolicies, rotation on
+  local rel="$1"; shift
+  "${HELM}" template "${rel}" "${CHART}" --namespace accelpool-system --kube-version v1.37.2 "${all_vendors[@]}" \
+    --set networkPolicy.enabled=true --set assignmentSigning.rotation.enabled=true "$@"
+}
+names_fit() { # FILE: the names' lengths and the references between the objects
+  python3 - "$1" <<'PY'
+import re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+label = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
+limits = {'CronJob': 52, 'Service': 63, 'DaemonSet': 63, 'Deployment': 63, 'Job': 63}
+names, bad = {}, []
+for d in docs:
+    kind, name = d['kind'], d['metadata']['name']
+    if name in names.setdefault(kind, set()):
+        bad.append(f'two {kind}s named {name}')
+    names[kind].add(name)
+    if kind in limits and (len(name) > limits[kind] or not label.match(name)):
+        bad.append(f'{kind} {name}: {len(name)} characters, at most {limits[kind]}')
+    elif len(name) > 253:
+        bad.append(f'{kind} {name}: {len(name)} characters')
+vendors = ['ascend', 'cambricon', 'hygon', 'kunlunxin', 'metax', 'mthreads', 'nvidia', 'thead']
+ds = {d['metadata']['labels']['accelpool.io/vendor']: d['metadata']['name'] for d in docs if d['kind'] == 'DaemonSet'}
+if sorted(ds) != vendors:
+    bad.append(f'DaemonSets for {sorted(ds)}')
+bad += [f'DaemonSet {n} does not end in -device-plugin-{v}' for v, n in ds.items() if not n.endswith('-device-plugin-' + v)]
+sas = names.get('ServiceAccount', set())
+external = {'system:kube-scheduler', 'system:volume-scheduler', 'extension-apiserver-authentication-reader'}
+for d in docs:
+    spec = d.get('spec') or {}
+    tmpl = spec.get('template') or spec.get('jobTemplate', {}).get('spec', {}).get('template')
+    sa = tmpl and tmpl['spec'].get('serviceAccountName')
+    if sa and sa not in sas:
+        bad.append(f'{d["kind"]} {d["metadata"]["name"]} runs as {sa}, which is not rendered')
+    for subj in d.get('subjects') or []:
+        if subj['kind'] == 'ServiceAccount' and subj['name'] not in sas:
+            bad.append(f'{d["kind"]} {d["metadata"]["name"]} binds {subj["name"]}, which is not rendered')
+    ref = d.get('roleRef')
+    if ref and ref['name'] not in names.get(ref['kind'], set()) | external:
+        bad.append(f'{d["kind"]} {d["metadata"]["name"]} refers to {ref["kind"]} {ref["name"]}, which is not rendered')
+    for hook in d.get('webhooks') or []:
+        svc = hook['clientConfig'].get('service', {}).get('name')
+        if svc and svc not in names.get('Service', set()):
+            bad.append(f'webhook {hook["name"]} calls Service {svc}, which is not rendered')
+plugin_sa = [(d['metadata']['namespace'], d['metadata']['name']) for d in docs
+             if d['kind'] == 'ServiceAccount' and d['metadata']['name'].endswith('-device-plugin')]
+text = open(sys.argv[1]).read()
+if len(plugin_sa) != 1 or text.count('system:serviceaccount:%s:%s"' % plugin_sa[0]) != 2:
+    bad.append(f'the admission policies do not name the device plugins\' service account {plugin_sa}')
+print('\n'.join(bad))
+sys.exit(1 if bad else 0)
+PY
+}
+long_names() {
+  long_render "${LONG_RELEASE}" > "${TMP}/long-release.yaml" &&
+    long_render t --set fullnameOverride="${LONG_OVERRIDE}" > "${TMP}/long-override.yaml" &&
+    names_fit "${TMP}/long-release.yaml" && names_fit "${TMP}/long-override.yaml" && names_fit "${TMP}/all-vendors.yaml" &&
+    grep -q '^  name: ml-platform-staging-accelpoo-assignment-key-rotation$' <<<"$(long_render ml-platform-staging)" &&
+    grep -q '^  name: t-accelpool-device-plugin-nvidia$' "${TMP}/default.yaml" &&
+    grep -q '^  name: t-accelpool-assignment-key-rotation$' "${TMP}/default.yaml"
+}
+check "names within Kubernetes' limits for the longest fullnames (CronJob 52, Services, DaemonSets, Jobs 63), suffixes kept, references intact" long_names
+replicas_counted_once() { # every extender replica exports every node's gauges and counts every arrival
+  python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${CHART}/dashboards/accelpool.json" > "${TMP}/dashboard-exprs.txt" &&
+    python3 - "${CHART}/alerts/accelpool.rules.yaml" "${TMP}/dashboard-exprs.txt" <<'PY'
+import re, sys, yaml
+exprs = [l for l in open(sys.argv[2]).read().splitlines() if l.strip()]
+exprs += [r['expr'] for g in yaml.safe_load(open(sys.argv[1]))['groups'] for r in g['rules']]
+summed = re.compile(r'\bsum(?: by \([^)]*\))? ?\((?:rate|increase)?\(?accelpool_extender_(?:node_|device_|workload_arrivals|workload_rebuilds)')
+bad = [e for e in exprs if summed.search(e)]
+print('\n'.join(bad))
+sys.exit(1 if bad else 0)
+PY
+}
+check "the dashboard and the alerts count each node and arrival once with several extender replicas (no sum over the replicas' per-node gauges)" replicas_counted_once
 nvidia_env() { # the NVIDIA plugin asks the NVIDIA container runtime for NVML; no other plugin does
   local ds; ds="$(awk '/^kind: DaemonSet$/ {n++} {print > ("'"${TMP}"'/ds-" n ".yaml")}' "${TMP}/all-vendors.yaml"; grep -l 'accelpool.io/vendor: nvidia$' "${TMP}"/ds-*.yaml)"
   grep -q '{name: NVIDIA_VISIBLE_DEVICES, value: "all"}' "${ds}" &&
@@ -490,6 +599,11 @@ for f in "${REPO}"/deploy/*.yaml; do
   check "kubectl apply --dry-run=server -f deploy/$(basename "$f")" \
     "${K}" apply --dry-run=server -f "$f"
 done
+long_names_apply() { # the renders of long_names above, every vendor, against the apiserver's own checks
+  "${K}" apply --dry-run=server -f "${TMP}/long-release.yaml" >/dev/null &&
+    "${K}" apply --dry-run=server -f "${TMP}/long-override.yaml" >/dev/null
+}
+check "the longest fullnames apply (kubectl apply --dry-run=server: CronJob, Jobs, Services, DaemonSets)" long_names_apply
 
 # Pod Security Admission (the apiserver's built-in PodSecurity plugin): the scheduler pod, the
 # certgen Jobs and the rotation CronJob are admitted where "restricted" is enforced; the device
@@ -577,9 +691,15 @@ notes_security() { # helm install --dry-run=server: the schema and the templates
   grep -q 'kubectl label namespace accelpool-system pod-security.kubernetes.io/enforce=privileged' <<<"${out}" &&
     grep -q '^Device plugins running privileged: ascend ' <<<"${out}" &&
     grep -q '^Device plugins running unprivileged: nvidia (NVIDIA: no MIG devices are listed)' <<<"${out}" &&
-    grep -q '^networkPolicy.metricsFrom is empty' <<<"${out}" || { echo "${out}" | sed -n '/^NOTES/,$p'; return 1; }
+    grep -q '^networkPolicy.metricsFrom is empty: Prometheus cannot scrape the device plugins. The extender' <<<"${out}" &&
+    grep -q '^HTTPS port (webhook and /metrics) admits every source while networkPolicy.webhookFrom is empty.$' <<<"${out}" ||
+    { echo "${out}" | sed -n '/^NOTES/,$p'; return 1; }
+  out="$("${HELM}" install accelpool "${CHART}" --namespace accelpool-system --dry-run=server --set networkPolicy.enabled=true \
+    --set-json 'networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]' 2>&1)" || { echo "${out}"; return 1; }
+  grep -q '^networkPolicy.metricsFrom is empty: Prometheus cannot scrape the device plugins or the extender.$' <<<"${out}" ||
+    { echo "${out}" | sed -n '/^NOTES/,$p'; return 1; }
 }
-check "helm install --dry-run=server passes; NOTES say the namespace's Pod Security label and which plugins run privileged" notes_security
+check "helm install --dry-run=server passes; NOTES say the namespace's Pod Security label, which plugins run privileged, and who may scrape what" notes_security
 check "networkPolicy (off by default): ingress to the extender's HTTPS port from webhookFrom and metricsFrom, to the plugins' metrics port from metricsFrom (none when empty); applies" netpol
 
 # examples/kueue/ against Kueue's own CRDs: the pinned Kueue module is fetched

@@ -115,7 +115,7 @@ log "expected from the assignments: $(cat "${TMP}/expect.json")"
 
 OVERALL='sum(accelpool_plugin_allocated_memory_mib) / sum(accelpool_plugin_device_memory_mib)'
 BY_VENDOR='sum by (vendor) (accelpool_plugin_allocated_memory_mib) / sum by (vendor) (accelpool_plugin_device_memory_mib)'
-EXT_ALLOC='sum(accelpool_extender_node_memory_allocated_mib)'
+EXT_ALLOC='sum(max by (node) (accelpool_extender_node_memory_allocated_mib))'
 # converges KIND EXPR: polls EXPR until it equals the expected figure (the plugins
 # refresh their gauges every 5 s), then prints the answer.
 converges() {
@@ -211,7 +211,7 @@ check "the extender's host CPU and memory free per node equal allocatable less e
 # the node's devices (none is cordoned or unhealthy in the demo), and the
 # fragmented part is within the idle; the dashboard's pool ratio is a share.
 FRAG_RATIO="$(python3 "${E2E_DIR}/dashboard_metrics.py" --exprs "${REPO}/charts/accelpool/dashboards/accelpool.json" |
-  grep -F 'sum(accelpool_extender_node_fragmented_devices{node=~".*"}) / sum(accelpool_extender_node_idle_devices')"
+  grep -F 'sum(max by (node) (accelpool_extender_node_fragmented_devices{node=~".*"})) / sum(max by (node) (accelpool_extender_node_idle_devices')"
 fragmentation_consistent() {
   local i
   for ((i = 0; i < ${PROM_WAIT_S:-100}; i += 2)); do
@@ -237,12 +237,12 @@ PY
 }
 check "per node, idle devices + allocated compute = devices, fragmented within idle; the dashboard's pool ratio is a share" \
   fragmentation_consistent
-log "pool fragmentation: $(query "${FRAG_RATIO}" | jq -r '.data.result[0].value[1] // "-"') of $(query 'sum(accelpool_extender_node_idle_devices)' | jq -r '.data.result[0].value[1] // "-"') idle devices"
+log "pool fragmentation: $(query "${FRAG_RATIO}" | jq -r '.data.result[0].value[1] // "-"') of $(query 'sum(max by (node) (accelpool_extender_node_idle_devices))' | jq -r '.data.result[0].value[1] // "-"') idle devices"
 arrivals_counted() { # every demo pod arrived at the workload learner once
   local n want
   want="$(jq '[.items[] | select(.status.phase != "Succeeded" and .status.phase != "Failed")
     | select(.metadata.ownerReferences // [] | map(.kind) | index("DaemonSet") | not)] | length' "${TMP}/all-pods.json")"
-  n="$(query 'sum(accelpool_extender_workload_arrivals_total)' | jq -r '.data.result[0].value[1] // "0"')"
+  n="$(query 'max(accelpool_extender_workload_arrivals_total)' | jq -r '.data.result[0].value[1] // "0"')"
   [ "${n}" -ge "${want}" ] || { echo "arrivals ${n}, want at least ${want}"; return 1; }
 }
 check "the workload learner saw every pod of the cluster arrive" arrivals_counted
