@@ -17,30 +17,41 @@ constexpr int128 kLimit = int128{1} << 62;
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 // ceil(digits x 10^exp10 x 2^exp2), exactly; kInvalidArgument above kLimit.
+// REQUIRES: digits < 10^20 (ParseScaled keeps 20 significant digits).
 StatusOr<int64_t> ScaleUp(std::string_view text, int128 digits, int exp10, int exp2) {
-  int128 num = digits, den = 1;
-  auto mul = [](int128* v, int128 by) {
-    if (*v > kLimit * 1000 / by) return false;  // keeps every step inside 127 bits
-    *v *= by;
-    return true;
-  };
-  for (; exp10 > 0; --exp10) {
-    if (num != 0 && !mul(&num, 10)) {
-      return InvalidArgumentError("quantity " + Quote(text) + " is too large");
-    }
+  if (digits == 0) return int64_t{0};
+  const int128 kFar = int128{1} << 100;  // a denominator past every numerator left
+  // 10 = 2 x 5: a power of two cancels against a negative power of ten first
+  // ("0.01Ei"), so that what remains either only multiplies or only divides,
+  // but for the few powers of two of the unit (exp2 >= -20).
+  int128 den = 1;
+  for (; exp2 > 0 && exp10 < 0; --exp2, ++exp10) {
+    den *= 5;
+    // digits x 2^exp2 < 2^67 x 2^16 here (5^44 > 2^100): far below one.
+    if (den > kFar) return int64_t{1};
   }
   for (; exp10 < 0; ++exp10) {
-    if (!mul(&den, 10)) return int64_t{num == 0 ? 0 : 1};  // far below one unit: rounds up to 1
-  }
-  for (; exp2 > 0; --exp2) {
-    if (num != 0 && !mul(&num, 2)) {
-      return InvalidArgumentError("quantity " + Quote(text) + " is too large");
-    }
+    den *= 10;
+    if (den > kFar) return int64_t{1};  // nothing multiplies after this
   }
   for (; exp2 < 0; ++exp2) {
-    if (!mul(&den, 2)) return int64_t{num == 0 ? 0 : 1};
+    den *= 2;
+    if (den > kFar) return int64_t{1};
   }
-  const int128 v = (num + den - 1) / den;
+  // value = q + r / den; each remaining factor scales both.
+  int128 q = digits / den, r = digits % den;
+  auto scale = [&](int by) {
+    q = q * by + (r * by) / den;
+    r = (r * by) % den;
+    return q <= kLimit;
+  };
+  for (; exp10 > 0; --exp10) {
+    if (!scale(10)) return InvalidArgumentError("quantity " + Quote(text) + " is too large");
+  }
+  for (; exp2 > 0; --exp2) {
+    if (!scale(2)) return InvalidArgumentError("quantity " + Quote(text) + " is too large");
+  }
+  const int128 v = q + (r > 0 ? 1 : 0);
   if (v > kLimit) return InvalidArgumentError("quantity " + Quote(text) + " is too large");
   return static_cast<int64_t>(v);
 }

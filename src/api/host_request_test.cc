@@ -27,9 +27,27 @@ TEST(QuantityTest, MemoryRoundsUpToMiB) {
   struct Case {
     const char* in;
     int64_t want;
-  } cases[] = {{"1Gi", 1024},      {"512Mi", 512},         {"1G", 954},     {"100", 1},
-               {"1048576", 1},     {"1048577", 2},         {"1.5Gi", 1536}, {"64Ti", 64 << 20},
-               {"129e6", 124},     {"0", 0},               {"4096Ki", 4},   {"1Ei", int64_t{1} << 40}};
+  } cases[] = {{"1Gi", 1024},
+               {"512Mi", 512},
+               {"1G", 954},
+               {"100", 1},
+               {"1048576", 1},
+               {"1048577", 2},
+               {"1.5Gi", 1536},
+               {"64Ti", 64 << 20},
+               {"129e6", 124},
+               {"0", 0},
+               {"4096Ki", 4},
+               {"1Ei", int64_t{1} << 40},
+               // Long fractions of a binary unit: the powers of two and ten cancel
+               // before either is applied (0.01 Ei is 10995116277.76 MiB).
+               {"0.01Ei", 10995116278},
+               {"0.0099999999999999999999Ei", 10995116278},
+               {"0.00999999999999999999Ei", 10995116278},
+               {"1e-30", 1},
+               {"0.5Ki", 1},
+               {"1.0000000000000000001Mi", 2},
+               {"0.000000000000000000001Gi", 1}};
   for (const Case& c : cases) {
     StatusOr<int64_t> v = ParseMemoryMiB(c.in);
     ASSERT_TRUE(v.ok()) << c.in << ": " << v.status().ToString();

@@ -231,6 +231,12 @@ Status CollectContainer(const json& c, const std::string& where,
     const bool bytes = info->role == ResourceRole::kMemory && info->suffix_means_bytes;
     auto q = ParseWholeQuantity(text, bytes);
     if (!q.ok()) return q.status().WithPrefix(where + ": " + name);
+    if (*q == 0 && info->role != ResourceRole::kCount) {
+      // A memory or compute amount of 0 is not given, as in HAMi (whose
+      // gpucores: 0 means "no compute limit"): the container asks what the
+      // rest of its resources say, and for nothing of this vendor alone.
+      continue;
+    }
     VendorAsk& ask = asks[info->vendor];
     if (ask.first_name.empty()) ask.first_name = name;
     if (!info->model_family.empty()) {

@@ -179,6 +179,43 @@ TEST(PodRequestTest, EveryResourceNameMapsToUnits) {
   }
 }
 
+// A memory or compute amount of 0 is not given, as in HAMi (gpucores: 0 is
+// "no compute limit" there): the rest of the container's resources decide.
+TEST(PodRequestTest, ZeroAmountsAreNotGiven) {
+  struct Case {
+    json limits;
+    size_t containers;
+    int64_t memory_mib;
+    int32_t compute;
+  };
+  const std::vector<Case> cases = {
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}, {"nvidia.com/gpucores", "0"}},
+       1,
+       4096,
+       0},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "0"}, {"nvidia.com/gpucores", "30"}},
+       1,
+       0,
+       300},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", 0}}, 1, 0, 0},  // a whole GPU
+      {{{"nvidia.com/gpumem", "0"}}, 0, 0, 0},                         // asks for nothing
+      {{{"nvidia.com/gpumem-percentage", "0"}, {"nvidia.com/gpucores", "0"}}, 0, 0, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.limits.dump());
+    auto r = ParsePodRequest(PodWithLimits(c.limits));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->request.containers.size(), c.containers);
+    if (c.containers == 0) continue;
+    const core::DeviceRequest& d = r->request.containers[0];
+    EXPECT_EQ(d.count, 1);
+    EXPECT_EQ(d.memory_mib, c.memory_mib);
+    EXPECT_EQ(d.memory_percent, 0);
+    EXPECT_EQ(d.compute, c.compute);
+    EXPECT_EQ(d.Fractional(), c.memory_mib > 0 || c.compute > 0);
+  }
+}
+
 TEST(PodRequestTest, MigNamesAskForInstancesOfOneProfile) {
   auto r = ParsePodRequest(PodWithLimits({{"nvidia.com/mig-1g.18gb", "2"}}));
   ASSERT_TRUE(r.ok()) << r.status().ToString();

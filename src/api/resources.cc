@@ -323,10 +323,14 @@ std::optional<std::string_view> DeviceControlledEnv(std::string_view name) {
   // Read by the vendors' container runtime hooks, which mount what they name.
   // Kunlunxin's XPU_VISIBLE_DEVICES and MetaX's MACA_VISIBLE_DEVICES are read
   // in the process, over the nodes the plugin mounted: a pod's own value
-  // only narrows those (docs/vendors.md).
+  // only narrows those (docs/vendors.md). NVIDIA_IMEX_CHANNELS=all has the
+  // NVIDIA toolkit mount every IMEX channel (the plugin mounts the node's
+  // own, --imex-channel); ASCEND_RUNTIME_OPTIONS=VIRTUAL has the Ascend
+  // runtime mount the vNPU /dev/vdavinci<N> of the chip number it was
+  // given, which may be another pod's.
   static constexpr std::string_view kDeviceSelection[] = {
-      "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES", "MTHREADS_VISIBLE_DEVICES",
-      "CAMBRICON_VISIBLE_DEVICES"};
+      "NVIDIA_VISIBLE_DEVICES",    "ASCEND_VISIBLE_DEVICES", "MTHREADS_VISIBLE_DEVICES",
+      "CAMBRICON_VISIBLE_DEVICES", "NVIDIA_IMEX_CHANNELS",   "ASCEND_RUNTIME_OPTIONS"};
   for (std::string_view prefix : kEnforcementPrefixes) {
     if (name.substr(0, prefix.size()) == prefix) {
       return "enforcement";

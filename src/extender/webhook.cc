@@ -33,6 +33,21 @@ std::string PointerEscape(std::string_view s) {
   return out;
 }
 
+// Whether the container's resources give `name` as 0 (limits win over
+// requests, as for the parser).
+bool IsZeroAmount(const Json& res, const std::string& name) {
+  for (const char* part : {"limits", "requests"}) {
+    if (!res.contains(part) || !res[part].is_object() || !res[part].contains(name)) continue;
+    const Json& v = res[part][name];
+    const std::string text = v.is_string() ? v.get<std::string>()
+                             : v.is_number_unsigned() || v.is_number_integer() ? v.dump()
+                                                                               : std::string();
+    StatusOr<int64_t> q = api::ParseWholeQuantity(text, false);
+    return q.ok() && *q == 0;
+  }
+  return false;
+}
+
 // The count resource that goes with a memory/compute resource name.
 std::string CountNameFor(const api::ResourceInfo& info) {
   for (const api::ResourceInfo& r : api::KnownResources()) {
@@ -477,6 +492,9 @@ Reply Webhook::MutateDevices(std::string_view body) const {
         for (const std::string& n : names) {
           std::optional<api::ResourceInfo> info = api::LookupResource(n);
           if (!info.has_value()) continue;
+          if (info->role != api::ResourceRole::kCount && IsZeroAmount(res, n)) {
+            continue;  // an amount of 0 is not given (api::ParsePodRequest)
+          }
           if (info->role == api::ResourceRole::kCount) {
             has_count.insert(info->vendor);
           } else if (info->role != api::ResourceRole::kIgnored) {

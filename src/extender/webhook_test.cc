@@ -40,6 +40,13 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
        R"([{"op":"add","path":"/spec/containers/0/resources/limits/nvidia.com~1gpu","value":"1"},)"
        R"({"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])",
        ""},
+      {"a memory amount of 0 is not given: no count for it",
+       PodWithLimits({{"nvidia.com/gpumem", "0"}}), true, "", ""},
+      {"compute beside a memory amount of 0 still gets its count",
+       PodWithLimits({{"nvidia.com/gpumem", "0"}, {"nvidia.com/gpucores", "30"}}), true,
+       R"([{"op":"add","path":"/spec/containers/0/resources/limits/nvidia.com~1gpu","value":"1"},)"
+       R"({"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])",
+       ""},
       {"count only is just routed", PodWithLimits({{"nvidia.com/gpu", "2"}}, "default-scheduler"),
        true, R"([{"op":"add","path":"/spec/schedulerName","value":"accelpool-scheduler"}])", ""},
       {"another scheduler is left alone", PodWithLimits({{"nvidia.com/gpu", "2"}}, "volcano"), true,
@@ -228,6 +235,10 @@ TEST(WebhookTest, APodCannotSetTheVariablesThePluginAppliesItsGrantThrough) {
        "enforcement"},
       {"containers", {{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}}}, "device selection"},
       {"containers", {{{"name", "ASCEND_VISIBLE_DEVICES"}, {"value", "0-7"}}}, "device selection"},
+      {"containers", {{{"name", "NVIDIA_IMEX_CHANNELS"}, {"value", "all"}}}, "device selection"},
+      {"containers",
+       {{{"name", "ASCEND_RUNTIME_OPTIONS"}, {"value", "VIRTUAL"}}},
+       "device selection"},
       // In-process selectors only narrow what is mounted; other names are the pod's own.
       {"containers", {{{"name", "CUDA_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
       {"containers", {{{"name", "ASCEND_RT_VISIBLE_DEVICES"}, {"value", "0"}}}, nullptr},
