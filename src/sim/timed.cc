@@ -16,6 +16,11 @@ struct Event {
   int32_t pod;
 };
 
+// Deleted the second it was created (deletion_time 0 means not deleted).
+bool StaysNoTime(const TracePod& p) {
+  return p.deletion_time > 0 && p.deletion_time == p.creation_time;
+}
+
 }  // namespace
 
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, TieMode mode,
@@ -32,6 +37,7 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, 
                                      "mode needs them (the multigpu lists have none)");
     }
     events.push_back({pod.creation_time, true, static_cast<int32_t>(i)});
+    // A pod deleted the second it was created leaves with its arrival (below).
     if (pod.deletion_time > pod.creation_time) {
       events.push_back({pod.deletion_time, false, static_cast<int32_t>(i)});
     }
@@ -78,6 +84,8 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, 
       if (best == nodes.size()) {
         ++r.failed_pods;
         r.failed_gpu_milli += shape.GpuMilli();
+      } else if (StaysNoTime(in.pods[static_cast<size_t>(e.pod)])) {
+        ++r.zero_stay_pods;  // placed and gone at once: holds nothing over time
       } else {
         Place(&nodes[best], shape, mask);
         h = Held{best, mask};
@@ -129,6 +137,7 @@ Status WriteTimed(const std::string& trace, const std::string& policy, const Tim
                         {"pods", r.pods},
                         {"failed_pods", r.failed_pods},
                         {"failed_gpus", static_cast<double>(r.failed_gpu_milli) / 1000.0},
+                        {"zero_stay_pods", r.zero_stay_pods},
                         {"mean_allocated_pct", r.mean_allocated_pct},
                         {"peak_allocated_pct", r.peak_allocated_pct}};
     std::cout << j.dump() << "\n";

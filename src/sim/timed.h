@@ -1,6 +1,8 @@
 // Time-based replay: pods arrive at their creation time and leave at their
 // deletion time (trace seconds), placed by a policy under one tie mode. A pod
-// that fits nowhere when it arrives is counted as failed and not retried.
+// that fits nowhere when it arrives is counted as failed and not retried. A
+// pod deleted the second it was created must still fit, then leaves at once
+// (a zero-length stay); one without a deletion time (0) never leaves.
 // Reports pool utilisation over time.
 //
 // Thread-safety: RunTimed is reentrant.
@@ -30,6 +32,7 @@ struct TimedResult {
   int64_t pods = 0;
   int64_t failed_pods = 0;
   int64_t failed_gpu_milli = 0;
+  int64_t zero_stay_pods = 0;  // placed, deleted the second they were created
 };
 
 // kFailedPrecondition when the pod list has no creation/deletion times.

@@ -1,0 +1,55 @@
+#include "sim/timed.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace accelpool::sim {
+namespace {
+
+TracePod TimedPod(std::string name, int64_t created, int64_t deleted) {
+  TracePod p;
+  p.name = std::move(name);
+  p.cpu_milli = 1000;
+  p.memory_mib = 1024;
+  p.num_gpu = 1;
+  p.gpu_milli = 1000;
+  p.has_times = true;
+  p.creation_time = created;
+  p.deletion_time = deleted;
+  return p;
+}
+
+TEST(TimedTest, APodDeletedWhenCreatedStaysForNoTime) {
+  // One GPU. The first pod is deleted the second it is created: it must not
+  // hold the GPU for the rest of the replay and refuse the second pod.
+  const std::vector<TracePod> pods = {TimedPod("a", 10, 10), TimedPod("b", 20, 30)};
+  StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 1, "T4"}}, pods);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const TraceInput in{"zero", pods, *c};
+  for (const char* policy : {"bestfit", "fgd", "accelpool"}) {
+    StatusOr<TimedResult> r = RunTimed(in, policy, TieMode::kKube, 42, 10);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->failed_pods, 0) << policy;
+    EXPECT_DOUBLE_EQ(r->peak_allocated_pct, 100) << policy;
+    // Nothing held over 10-20 s, the GPU over 20-30 s.
+    EXPECT_DOUBLE_EQ(r->mean_allocated_pct, 50) << policy;
+    ASSERT_FALSE(r->samples.empty());
+    EXPECT_EQ(r->samples.back().running, 0) << policy;
+    EXPECT_EQ(r->zero_stay_pods, 1) << policy;
+  }
+}
+
+TEST(TimedTest, APodWithoutADeletionTimeNeverLeaves) {
+  const std::vector<TracePod> pods = {TimedPod("a", 10, 0), TimedPod("b", 20, 30)};
+  StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 1, "T4"}}, pods);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  StatusOr<TimedResult> r = RunTimed(TraceInput{"open", pods, *c}, "fgd", TieMode::kKube, 42, 10);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failed_pods, 1);
+  EXPECT_DOUBLE_EQ(r->mean_allocated_pct, 100);
+}
+
+}  // namespace
+}  // namespace accelpool::sim
