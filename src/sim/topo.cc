@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <queue>
 #include <random>
 #include <set>
@@ -10,6 +11,7 @@
 #include "core/fit.h"
 #include "core/policy.h"
 #include "core/profiles.h"
+#include "core/select.h"
 #include "core/usage.h"
 
 namespace accelpool::sim {
@@ -22,14 +24,7 @@ struct TopoNode {
   int32_t super = 0;
 };
 
-// One arrival: a single-node pod, or a gang of `gang` pods of `count` devices.
-struct Job {
-  double arrive = 0, leave = 0;
-  size_t profile = 0;
-  int32_t count = 1;
-  int32_t compute = 0;  // thousandths; 0 = whole devices
-  int32_t gang = 0;     // 0 = single pod
-};
+using Job = TopoJob;
 
 core::PodRequest Request(const TopoNode& n, const Job& j) {
   core::DeviceRequest r;
@@ -124,10 +119,22 @@ class Sim {
     return best;
   }
 
+  // Counts a placement that breaks the real topology's rules as a violation.
+  void Check(size_t i, const Job& j, const core::Placement& p, TopoMetrics* m) const {
+    const TopoNode& n = nodes_[i];
+    if (!core::CheckPlacement(Request(n, j), n.inv, n.usage, p).ok()) ++m->violations;
+  }
+
+  // True when the node would take the placement (no device overcommitted);
+  // the blind policy's choices on the stripped inventory may not be.
+  bool Applies(size_t i, const core::Placement& p) const {
+    core::NodeUsage copy = nodes_[i].usage;
+    return core::ApplyPlacement(p, nodes_[i].inv, &copy).ok();
+  }
+
+  // Applies a placement that Applies() accepted and holds it until j.leave.
   void Commit(size_t i, const Job& j, const core::Placement& p, TopoMetrics* m) {
     TopoNode& n = nodes_[i];
-    const core::PodRequest req = Request(n, j);
-    if (!core::CheckPlacement(req, n.inv, n.usage, p).ok()) ++m->violations;
     if (j.count > 1 && j.gang == 0) {
       ++m->multi_card;
       if (GroupsSpanned(n, p) > 1 && RoomInOneGroup(n) >= j.count) ++m->cross_group_with_room;
@@ -146,62 +153,98 @@ class Sim {
     return d;
   }
 
+  // Adds devices in use x time up to t to the utilisation integral.
+  void Integrate(double t) {
+    weighted_ += in_use_ * (t - last_t_);
+    last_t_ = t;
+  }
+
+  // Releases every placement that leaves by t, integrating up to each departure.
   void ReleaseUntil(double t) {
     while (!held_.empty() && held_.top().leave <= t) {
       const Held h = held_.top();
       held_.pop();
+      Integrate(std::max(h.leave, last_t_));
       if (core::ReleasePlacement(h.placement, nodes_[h.node].inv, &nodes_[h.node].usage).ok()) {
         in_use_ -= Footprint(h.placement);
       }
     }
+    Integrate(std::max(t, last_t_));
   }
 
-  // Share of free devices that no shape of the mix could use.
-  double StrandedPct(const std::vector<Job>& shapes) {
-    int64_t free = 0, stranded = 0;
-    for (TopoNode& n : nodes_) {
-      for (size_t d = 0; d < n.inv.devices.size(); ++d) {
-        if (!Free(n.usage.devices[d])) continue;
-        ++free;
-        bool usable = false;
-        for (const Job& s : shapes) {
-          if (s.profile != static_cast<size_t>(&n - nodes_.data()) % cfg_.profiles.size()) continue;
-          core::PodRequest req = Request(n, s);
-          const core::FitResult fit = core::Fit(req, n.inv, n.usage, nullptr);
-          if (!fit.fits()) continue;
-          for (const core::Grant& g : fit.placement.containers[0].grants) {
-            usable = usable || g.device == static_cast<int32_t>(d);
-          }
-          if (usable) break;
-          // Another legal set may include d: ask again with d required.
-          req.containers[0].id_include = {n.inv.devices[d].id};
-          for (const auto& other : fit.placement.containers[0].grants) {
-            req.containers[0].id_include.push_back(n.inv.devices[static_cast<size_t>(other.device)].id);
-          }
-          req.containers[0].id_include.erase(req.containers[0].id_include.end() - 1);
-          usable = core::Fit(req, n.inv, n.usage, nullptr).fits();
-          if (usable) break;
-        }
-        stranded += !usable;
-      }
+  // True when some legal set of `count` devices drawn from `free` includes d;
+  // marks the members of the set found in *usable.
+  static bool InLegalSet(const core::NodeInventory& inv, const std::vector<int32_t>& free,
+                         int32_t d, int32_t count, std::vector<bool>* usable) {
+    std::vector<int32_t> others;
+    for (int32_t f : free) {
+      if (f != d) others.push_back(f);
     }
-    return free == 0 ? 0 : 100.0 * static_cast<double>(stranded) / static_cast<double>(free);
+    const size_t r = static_cast<size_t>(count) - 1;  // count >= 2
+    if (others.size() < r) return false;
+    const core::internal::SetQuery q{count, false, false};
+    std::vector<size_t> pick(r);
+    std::iota(pick.begin(), pick.end(), size_t{0});
+    std::vector<int32_t> set(static_cast<size_t>(count));
+    for (;;) {
+      set[0] = d;
+      for (size_t k = 0; k < r; ++k) set[k + 1] = others[pick[k]];
+      std::sort(set.begin(), set.end());
+      if (core::internal::IsLegalSet(inv, set, q)) {
+        for (int32_t x : set) (*usable)[static_cast<size_t>(x)] = true;
+        return true;
+      }
+      size_t k = r;  // next combination of r of others, in lexicographic order
+      while (k > 0 && pick[k - 1] == others.size() - r + k - 1) --k;
+      if (k == 0) return false;
+      ++pick[k - 1];
+      for (size_t t = k; t < r; ++t) pick[t] = pick[t - 1] + 1;
+    }
+  }
+
+  // Share of free devices that no multi-device shape of the mix can use
+  // (TopoMetrics::stranded_pct): every free device either joins a legal set
+  // of free devices of some whole-device count above one the mix asks of its
+  // profile, or is stranded. Sets are checked with core's own rule, the one
+  // CheckPlacement applies, over every combination that includes the device.
+  double StrandedPct(const std::vector<Job>& shapes) const {
+    int64_t free_total = 0, stranded = 0;
+    std::vector<int32_t> free;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const TopoNode& n = nodes_[i];
+      free.clear();
+      for (size_t d = 0; d < n.inv.devices.size(); ++d) {
+        if (Free(n.usage.devices[d])) free.push_back(static_cast<int32_t>(d));
+      }
+      free_total += static_cast<int64_t>(free.size());
+      std::vector<bool> usable(n.inv.devices.size(), false);
+      for (const Job& s : shapes) {
+        if (s.profile != i % cfg_.profiles.size() || s.compute != 0 || s.count < 2) continue;
+        for (int32_t d : free) {
+          if (!usable[static_cast<size_t>(d)]) InLegalSet(n.inv, free, d, s.count, &usable);
+        }
+      }
+      for (int32_t d : free) stranded += !usable[static_cast<size_t>(d)];
+    }
+    return free_total == 0
+               ? 0
+               : 100.0 * static_cast<double>(stranded) / static_cast<double>(free_total);
   }
 
   TopoMetrics Run(const std::vector<Job>& jobs, const std::vector<Job>& shapes) {
     TopoMetrics m;
     m.policy = aware_ ? "accelpool" : "topology-blind";
-    double last_t = 0, weighted = 0, stranded_sum = 0;
+    double stranded_sum = 0;
     int64_t samples = 0;
+    const size_t every = static_cast<size_t>(std::max(1, cfg_.sample_every));
     for (size_t k = 0; k < jobs.size(); ++k) {
       const Job& j = jobs[k];
       ReleaseUntil(j.arrive);
-      weighted += in_use_ * (j.arrive - last_t);
-      last_t = j.arrive;
       if (j.gang == 0) {
         core::Placement p;
         const int64_t i = PlaceOne(j, {}, -1, &p);
-        if (i < 0) {
+        if (i >= 0) Check(static_cast<size_t>(i), j, p, &m);
+        if (i < 0 || !Applies(static_cast<size_t>(i), p)) {
           ++m.failed;
         } else {
           ++m.pods;
@@ -210,12 +253,13 @@ class Sim {
       } else {
         PlaceGang(j, &m);
       }
-      if (k % 200 == 199) {
+      if (k % every == every - 1) {
         stranded_sum += StrandedPct(shapes);
         ++samples;
       }
     }
-    m.utilisation_pct = last_t > 0 ? 100.0 * weighted / last_t / static_cast<double>(devices_) : 0;
+    m.utilisation_pct =
+        last_t_ > 0 ? 100.0 * weighted_ / last_t_ / static_cast<double>(devices_) : 0;
     m.stranded_pct = samples > 0 ? stranded_sum / static_cast<double>(samples) : 0;
     return m;
   }
@@ -254,6 +298,16 @@ class Sim {
       ++m->failed;
       return;
     }
+    // All or nothing: a member's node that refuses its placement fails the gang.
+    bool applies = true;
+    for (const auto& [i, p] : members) {
+      Check(i, j, p, m);
+      applies = applies && Applies(i, p);
+    }
+    if (!applies) {
+      ++m->failed;
+      return;
+    }
     std::set<int32_t> spanned;
     for (const auto& [i, p] : members) {
       spanned.insert(nodes_[i].super);
@@ -278,6 +332,8 @@ class Sim {
   std::vector<TopoNode> nodes_;
   std::priority_queue<Held> held_;
   double in_use_ = 0;
+  double weighted_ = 0;  // devices in use x time, up to last_t_
+  double last_t_ = 0;
   int64_t devices_ = 0;
 };
 
@@ -322,10 +378,25 @@ StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg) {
   if (cfg.profiles.empty() || cfg.super_nodes < 1 || cfg.nodes_per_super < 1) {
     return InvalidArgumentError("topology run needs profiles and at least one node");
   }
-  StatusOr<core::PolicyPtr> policy = core::MakePolicy("accelpool");
-  if (!policy.ok()) return policy.status();
   std::vector<Job> shapes;
   const std::vector<Job> jobs = Workload(cfg, &shapes);
+  return RunTopologyJobs(cfg, jobs, shapes);
+}
+
+StatusOr<std::vector<TopoMetrics>> RunTopologyJobs(const TopoConfig& cfg,
+                                                   const std::vector<TopoJob>& jobs,
+                                                   const std::vector<TopoJob>& shapes) {
+  if (cfg.profiles.empty() || cfg.super_nodes < 1 || cfg.nodes_per_super < 1) {
+    return InvalidArgumentError("topology run needs profiles and at least one node");
+  }
+  for (const TopoJob& j : jobs) {
+    if (j.profile >= cfg.profiles.size()) {
+      return InvalidArgumentError("a job names profile " + std::to_string(j.profile) + " of " +
+                                  std::to_string(cfg.profiles.size()));
+    }
+  }
+  StatusOr<core::PolicyPtr> policy = core::MakePolicy("accelpool");
+  if (!policy.ok()) return policy.status();
   std::vector<TopoMetrics> out;
   for (bool aware : {true, false}) {
     Sim sim(cfg, aware, policy->get());

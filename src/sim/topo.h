@@ -19,6 +19,17 @@
 
 namespace accelpool::sim {
 
+// One arrival: a single-node pod, or a gang of `gang` pods of `count` devices
+// each on distinct nodes (all or nothing), for nodes of profile `profile` (an
+// index into TopoConfig::profiles).
+struct TopoJob {
+  double arrive = 0, leave = 0;
+  size_t profile = 0;
+  int32_t count = 1;
+  int32_t compute = 0;  // thousandths; 0 = whole devices
+  int32_t gang = 0;     // 0 = single pod
+};
+
 struct TopoConfig {
   std::vector<std::string> profiles = {"nvidia-hgx-8", "ascend-910c-x16", "ascend-910a-x8",
                                        "kunlunxin-p800-x8", "metax-c500-x8"};
@@ -26,22 +37,38 @@ struct TopoConfig {
   int32_t nodes_per_super = 48;
   int32_t arrivals = 4000;
   uint64_t seed = 42;
+  int32_t sample_every = 200;  // arrivals between samples of the stranded share
 };
 
 struct TopoMetrics {
   std::string policy;                // "accelpool" or "topology-blind"
   int64_t pods = 0;                  // single-node pods placed
-  int64_t failed = 0;                // pods and gangs that found no room
+  // Pods and gangs that found no room, or whose chosen node refused the
+  // placement (the blind policy's overcommits: counted as violations too).
+  int64_t failed = 0;
   int64_t violations = 0;            // placements that break a vendor rule
   int64_t multi_card = 0;            // multi-card single-node pods placed
   int64_t cross_group_with_room = 0;  // of those, spanning groups when one group had room
   int64_t gangs = 0;                 // gangs placed
   int64_t gangs_spread = 0;          // over more super-nodes than needed
-  double stranded_pct = 0;  // mean share of free devices no shape of the mix can use
+  // Mean share of free devices that no multi-device shape of the mix can use:
+  // a free device is stranded when no legal set (core's topology rules) of
+  // free devices on its node, of any whole-device count above one the mix
+  // asks of its profile, includes it (one die of a 910C module whose sibling
+  // is held; the last free card of a 910A ring). Single-device and fractional
+  // shapes are left out: every profile takes them on any free device.
+  double stranded_pct = 0;
   double utilisation_pct = 0;  // time-weighted mean of devices in use
 };
 
+// The generated workload (cfg.arrivals arrivals) and the mix's shapes.
 StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg);
+
+// Both policies over the given arrivals (in arrival order); `shapes` are the
+// mix's request shapes, which the stranded share tests.
+StatusOr<std::vector<TopoMetrics>> RunTopologyJobs(const TopoConfig& cfg,
+                                                   const std::vector<TopoJob>& jobs,
+                                                   const std::vector<TopoJob>& shapes);
 
 // Runs both policies, writes <out>/topo.csv when out is set, returns JSON.
 StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o);

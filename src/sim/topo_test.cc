@@ -28,6 +28,85 @@ TEST(TopologyTest, AwarePlacementKeepsVendorRulesAndGangsTogether) {
   EXPECT_GE(aware.stranded_pct, 0);
 }
 
+// One node of one profile, sampling the stranded share after every arrival.
+TopoConfig OneNode(const std::string& profile) {
+  TopoConfig cfg;
+  cfg.profiles = {profile};
+  cfg.super_nodes = 1;
+  cfg.nodes_per_super = 1;
+  cfg.sample_every = 1;
+  return cfg;
+}
+
+std::vector<TopoJob> MixShapes() {
+  std::vector<TopoJob> shapes;
+  for (int32_t c : {1, 2, 4, 8}) shapes.push_back(TopoJob{0, 0, 0, c, 0, 0});
+  shapes.push_back(TopoJob{0, 0, 0, 1, 250, 0});
+  return shapes;
+}
+
+TEST(TopologyTest, TheOtherDieOfAHeldModuleIsStranded) {
+  // 910C: dies 2k, 2k+1 form a module and even counts take whole modules. One
+  // single-die pod leaves its module's other die free, which only another
+  // single-die request could use: 1 of the 15 free dies is stranded.
+  const TopoConfig cfg = OneNode("ascend-910c-x16");
+  StatusOr<std::vector<TopoMetrics>> r =
+      RunTopologyJobs(cfg, {TopoJob{1, 100, 0, 1, 0, 0}}, MixShapes());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const TopoMetrics& m : *r) {
+    EXPECT_EQ(m.pods, 1) << m.policy;
+    EXPECT_NEAR(m.stranded_pct, 100.0 / 15, 1e-9) << m.policy;
+  }
+  // Two single dies in one module strand nothing.
+  r = RunTopologyJobs(cfg, {TopoJob{1, 100, 0, 2, 0, 0}}, MixShapes());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ((*r)[0].stranded_pct, 0);
+}
+
+TEST(TopologyTest, TheLastFreeCardOfARingIsStranded) {
+  // 910A: rings {0-3} {4-7}; 2 and 4 cards stay inside one ring, 8 take both.
+  // A 2-card and a single-card pod in one ring leave one card there that no
+  // multi-card request can join: 1 of 5 free cards.
+  const TopoConfig cfg = OneNode("ascend-910a-x8");
+  StatusOr<std::vector<TopoMetrics>> r =
+      RunTopologyJobs(cfg, {TopoJob{1, 100, 0, 2, 0, 0}, TopoJob{2, 100, 0, 1, 0, 0}}, MixShapes());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const TopoMetrics& aware = (*r)[0];
+  EXPECT_EQ(aware.pods, 2);
+  // Samples after each arrival: 0 of 6 free, then 1 of 5.
+  EXPECT_NEAR(aware.stranded_pct, (0 + 100.0 / 5) / 2, 1e-9);
+}
+
+TEST(TopologyTest, UtilisationCountsPodsUntilTheyLeave) {
+  // 8 cards held over 1-2 s, then nothing until the last arrival at 10 s:
+  // 8 device-seconds of 80.
+  const TopoConfig cfg = OneNode("metax-c500-x8");
+  StatusOr<std::vector<TopoMetrics>> r =
+      RunTopologyJobs(cfg, {TopoJob{1, 2, 0, 8, 0, 0}, TopoJob{10, 100, 0, 1, 0, 0}}, MixShapes());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const TopoMetrics& m : *r) EXPECT_NEAR(m.utilisation_pct, 10, 1e-9) << m.policy;
+}
+
+TEST(TopologyTest, ABlindPlacementTheNodeRefusesFails) {
+  // A P800 card hosts slices of one size. Without the slice rule the blind
+  // policy puts a quarter next to a half on card 0; the node refuses it: a
+  // violation and a failed pod, which holds nothing.
+  const TopoConfig cfg = OneNode("kunlunxin-p800-x8");
+  StatusOr<std::vector<TopoMetrics>> r = RunTopologyJobs(
+      cfg, {TopoJob{1, 100, 0, 1, 500, 0}, TopoJob{2, 100, 0, 1, 250, 0}}, MixShapes());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const TopoMetrics& aware = (*r)[0];
+  const TopoMetrics& blind = (*r)[1];
+  EXPECT_EQ(aware.pods, 2);
+  EXPECT_EQ(aware.failed, 0);
+  EXPECT_EQ(aware.violations, 0);
+  EXPECT_EQ(blind.pods, 1);
+  EXPECT_EQ(blind.failed, 1);
+  EXPECT_EQ(blind.violations, 1);
+  // The half alone, 1-2 s: half a card of 8 over 2 s.
+  EXPECT_NEAR(blind.utilisation_pct, 100.0 * 0.5 / 2 / 8, 1e-9);
+}
+
 TEST(TopologyTest, UnknownProfileIsAnError) {
   TopoConfig cfg;
   cfg.profiles = {"no-such-profile"};
