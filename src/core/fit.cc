@@ -253,6 +253,7 @@ ContainerOutcome PlanContainer(const DeviceRequest& r, const HostResources& host
   thread_local std::vector<int32_t> free;
   thread_local std::vector<bool> used;
   thread_local Placement probe;
+  thread_local std::vector<bool> rejected;
   if (!StaticFilter(r, inv, &st, &o)) return o;
   std::vector<FitReason> reasons;
   FreeDevices(st, inv, work, &reasons, &free);
@@ -271,23 +272,41 @@ ContainerOutcome PlanContainer(const DeviceRequest& r, const HostResources& host
     return o;
   }
   // Topology rank first, then the policy's value, then the lowest indices.
-  const CandidateSet* best = nullptr;
-  double best_value = 0;
   probe.containers.resize(1);
   probe.containers[0].kind = r.kind;
   probe.host = host;
-  for (const CandidateSet& c : sets) {
-    if (best != nullptr && c.rank < best->rank) continue;
-    FillGrants(st, inv, c.devices, &probe.containers[0]);
-    const double value = policy != nullptr ? policy->PlacementValue(inv, work, probe) : 0.0;
-    if (best == nullptr || c.rank > best->rank || value > best_value ||
-        (value == best_value && c.devices < best->devices)) {
-      best = &c;
-      best_value = value;
+  rejected.assign(sets.size(), false);
+  for (;;) {
+    const CandidateSet* best = nullptr;
+    size_t best_index = 0;
+    double best_value = 0;
+    for (size_t k = 0; k < sets.size(); ++k) {
+      const CandidateSet& c = sets[k];
+      if (rejected[k] || (best != nullptr && c.rank < best->rank)) continue;
+      FillGrants(st, inv, c.devices, &probe.containers[0]);
+      const double value = policy != nullptr ? policy->PlacementValue(inv, work, probe) : 0.0;
+      if (best == nullptr || c.rank > best->rank || value > best_value ||
+          (value == best_value && c.devices < best->devices)) {
+        best = &c;
+        best_index = k;
+        best_value = value;
+      }
     }
+    if (best == nullptr) {
+      Fail(&o, FitCode::kUnschedulable, why);
+      return o;
+    }
+    // The sets are legal by construction on inventories the profiles build;
+    // the one chosen is checked all the same (an inventory the validation
+    // lets through, but no profile makes, must not get a short or illegal
+    // set), and the next best is taken where it fails.
+    if (static_cast<int32_t>(best->devices.size()) == r.count &&
+        internal::IsLegalSet(inv, best->devices, q)) {
+      o.placement = MakeContainerPlacement(st, inv, best->devices);
+      return o;
+    }
+    rejected[best_index] = true;
   }
-  o.placement = MakeContainerPlacement(st, inv, best->devices);
-  return o;
 }
 
 void AddGrants(const ContainerPlacement& cp, const NodeInventory& inv, NodeUsage* work) {
@@ -500,6 +519,10 @@ Status ValidateRequest(const DeviceRequest& r) {
     return InvalidArgumentError(who + "memory must not be negative, got " +
                                 std::to_string(r.memory_mib) + " MiB");
   }
+  if (r.memory_mib > kMaxMemoryMib) {
+    return InvalidArgumentError(who + "memory of " + std::to_string(r.memory_mib) +
+                                " MiB is more than any device has (at most 2^40 MiB)");
+  }
   if (r.memory_percent < 0 || r.memory_percent > 100) {
     return InvalidArgumentError(who + "memory percentage must be 1-100, got " +
                                 std::to_string(r.memory_percent));
@@ -561,8 +584,9 @@ Status ValidateInventory(const NodeInventory& inv) {
     if (d.id.empty() || !ids.insert(d.id).second) {
       return InvalidArgumentError(who + "device " + std::to_string(i) + " has an empty or duplicate id");
     }
-    if (d.memory_mib < 0 || d.max_shares < 1) {
-      return InvalidArgumentError(who + "device " + d.id + " has negative memory or max_shares < 1");
+    if (d.memory_mib < 0 || d.memory_mib > kMaxMemoryMib || d.max_shares < 1) {
+      return InvalidArgumentError(who + "device " + d.id +
+                                  " has negative memory, more than 2^40 MiB, or max_shares < 1");
     }
     if (d.vendor != inv.vendor) {
       return InvalidArgumentError(who + "device " + d.id + " is of another vendor");
@@ -607,6 +631,61 @@ Status ValidateInventory(const NodeInventory& inv) {
   }
   return Status::Ok();
 }
+
+namespace {
+
+// The steady state planned again in another order: the whole-device
+// containers first (as one set when there are several, PlanPodSet; else in
+// pod order), then the shares, the largest memory first (then compute).
+// Fills `planned` and `work` (base plus every grant); false when something
+// still does not fit.
+bool PlanWholeFirst(const PodRequest& pod, const std::vector<bool>& relevant,
+                    const NodeInventory& inv, const NodeUsage& base, const Policy* policy,
+                    std::vector<ContainerPlacement>* planned, NodeUsage* work) {
+  const size_t nc = pod.containers.size();
+  planned->assign(nc, ContainerPlacement{});
+  *work = base;
+  const std::vector<size_t> members = PodSetMembers(pod, inv.vendor);
+  bool as_set = false;
+  if (members.size() >= 2) {
+    std::vector<ContainerPlacement> trial(nc);
+    if (PlanPodSet(pod, members, inv, base, policy, &trial).code == FitCode::kFits) {
+      for (size_t m : members) {
+        AddGrants(trial[m], inv, work);
+        (*planned)[m] = std::move(trial[m]);
+      }
+      as_set = true;
+    }
+  }
+  if (!as_set) {
+    for (size_t m : members) {
+      ContainerOutcome o = PlanContainer(pod.containers[m], pod.host, inv, *work, policy);
+      if (o.code != FitCode::kFits) return false;
+      AddGrants(o.placement, inv, work);
+      (*planned)[m] = std::move(o.placement);
+    }
+  }
+  std::vector<size_t> shares;
+  for (size_t i = 0; i < nc; ++i) {
+    const DeviceRequest& r = pod.containers[i];
+    if (relevant[i] && r.kind != ContainerKind::kInit && r.Fractional()) shares.push_back(i);
+  }
+  std::stable_sort(shares.begin(), shares.end(), [&](size_t a, size_t b) {
+    const DeviceRequest& x = pod.containers[a];
+    const DeviceRequest& y = pod.containers[b];
+    return std::tie(x.memory_mib, x.memory_percent, x.compute) >
+           std::tie(y.memory_mib, y.memory_percent, y.compute);
+  });
+  for (size_t i : shares) {
+    ContainerOutcome o = PlanContainer(pod.containers[i], pod.host, inv, *work, policy);
+    if (o.code != FitCode::kFits) return false;
+    AddGrants(o.placement, inv, work);
+    (*planned)[i] = std::move(o.placement);
+  }
+  return true;
+}
+
+}  // namespace
 
 FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& usage,
               const Policy* policy) {
@@ -653,13 +732,20 @@ FitResult Fit(const PodRequest& pod, const NodeInventory& inv, const NodeUsage& 
     res.placement = {};
     return res;
   };
-  // Steady state: regular containers beside every sidecar.
+  // Steady state: regular containers beside every sidecar, in pod order.
   NodeUsage work = base;
   for (size_t i = 0; i < nc; ++i) {
     const DeviceRequest& r = pod.containers[i];
     if (!relevant[i] || r.kind == ContainerKind::kInit) continue;
     ContainerOutcome o = PlanContainer(r, pod.host, inv, work, policy);
-    if (o.code != FitCode::kFits) return fail(o);
+    if (o.code != FitCode::kFits) {
+      // In pod order a share may take the one device a whole-device
+      // container after it needed (the share's best rank was there), or
+      // a small share the room a larger one needed. Planned again: the
+      // whole-device containers first, then the shares, largest first.
+      if (!PlanWholeFirst(pod, relevant, inv, base, policy, &planned, &work)) return fail(o);
+      break;
+    }
     AddGrants(o.placement, inv, &work);
     planned[i] = std::move(o.placement);
   }

@@ -20,6 +20,10 @@ namespace accelpool::core {
 
 class Policy;
 
+// The most memory a request or a device may name, MiB (1 EiB): sums of
+// grants stay far inside int64_t.
+inline constexpr int64_t kMaxMemoryMib = int64_t{1} << 40;
+
 struct FitResult {
   FitCode code = FitCode::kUnschedulable;
   std::vector<FitReason> reasons;  // empty when code == kFits

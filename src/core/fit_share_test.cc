@@ -686,6 +686,79 @@ TEST(FitPods, WholeInitContainerBesideSharesOfTheSameDevice) {
   EXPECT_EQ(ApplyPlacement(forged, inv, &usage).code(), StatusCode::kFailedPrecondition);
 }
 
+// In pod order the share would take the one device the whole-device
+// container after it needs (its best rank is there); the pod fits all the
+// same, whole-device containers planned first, under every policy.
+TEST(FitPods, AShareBeforeAWholeDeviceContainerDoesNotTakeItsDevice) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  NodeUsage u = testing::Busy(inv, {2, 3, 5, 6, 7});
+  for (size_t d : {0u, 1u}) {
+    u.devices[d].shares = 1;
+    u.devices[d].memory_mib = 1000;
+    u.devices[d].compute = 100;
+  }
+  const PodRequest pod =
+      Pod({Share(Vendor::kNvidia, 1, 1000, 100, "side"), Whole(Vendor::kNvidia, 1, "main")});
+  for (const std::string& name : PolicyNames()) {
+    SCOPED_TRACE(name);
+    auto policy = MakePolicy(name);
+    ASSERT_TRUE(policy.ok());
+    const FitResult r = Fit(pod, inv, u, policy->get());
+    ASSERT_TRUE(r.fits()) << (r.reasons.empty() ? "" : DescribeReason(r.reasons[0]));
+    ASSERT_EQ(r.placement.containers.size(), 2u);
+    EXPECT_EQ(r.placement.containers[0].container, "side");  // pod order kept
+    EXPECT_EQ(Devices(r, 1), std::vector<int32_t>{4});
+    EXPECT_NE(Devices(r, 0), std::vector<int32_t>{4});
+    EXPECT_TRUE(CheckPlacement(pod, inv, u, r.placement).ok());
+  }
+  // Two shares: a small one first must not take the room the large one needs.
+  NodeUsage v = testing::Busy(inv, {1, 2, 3, 4, 5, 6, 7});
+  v.devices[0].exclusive = false;
+  v.devices[0].shares = 1;
+  v.devices[0].memory_mib = inv.devices[0].memory_mib - 60000;
+  v.devices[0].compute = 100;
+  NodeUsage w = v;
+  w.devices[1] = NodeUsage::Empty(inv).devices[1];
+  w.devices[1].shares = 1;
+  w.devices[1].memory_mib = inv.devices[1].memory_mib - 30000;
+  w.devices[1].compute = 100;
+  const PodRequest two = Pod({Share(Vendor::kNvidia, 1, 20000, 100, "small"),
+                              Share(Vendor::kNvidia, 1, 50000, 100, "large")});
+  const FitResult t = Fit(two, inv, w);
+  ASSERT_TRUE(t.fits()) << (t.reasons.empty() ? "" : DescribeReason(t.reasons[0]));
+  EXPECT_EQ(Devices(t, 1), std::vector<int32_t>{0});
+  EXPECT_EQ(Devices(t, 0), std::vector<int32_t>{1});
+  EXPECT_TRUE(CheckPlacement(two, inv, w, t.placement).ok());
+}
+
+// The steady state's own shares count against the device's cap also where
+// an init container holds the device whole (the merge counts the pod as one
+// holder there): three shares on a device that takes two are refused.
+TEST(CheckPlacement, SharesPastTheCapBesideAWholeInitContainerAreRefused) {
+  NodeInventory inv = MakeNode("nvidia-hgx-8");
+  inv.devices[0].max_shares = 2;
+  DeviceRequest init = Whole(Vendor::kNvidia, 1, "setup");
+  init.kind = ContainerKind::kInit;
+  std::vector<DeviceRequest> containers = {init};
+  Placement p;
+  p.containers.push_back(
+      {"setup", ContainerKind::kInit, {{0, inv.devices[0].memory_mib, kComputeWhole, true}}});
+  for (const char* name : {"a", "b", "c"}) {
+    containers.push_back(Share(Vendor::kNvidia, 1, 1024, 100, name));
+    p.containers.push_back({name, ContainerKind::kRegular, {{0, 1024, 100, false}}});
+  }
+  const PodRequest pod = Pod(containers);
+  NodeUsage usage = NodeUsage::Empty(inv);
+  const Status applied = ApplyPlacement(p, inv, &usage);
+  EXPECT_EQ(applied.code(), StatusCode::kFailedPrecondition) << applied.ToString();
+  EXPECT_EQ(usage, NodeUsage::Empty(inv));
+  EXPECT_FALSE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), p).ok());
+  // Two shares are within the cap.
+  containers.pop_back();
+  p.containers.pop_back();
+  EXPECT_TRUE(ApplyPlacement(p, inv, &usage).ok());
+}
+
 TEST(FitPods, OtherVendorsContainersAreIgnored) {
   const NodeInventory inv = MakeNode("nvidia-hgx-8");
   const PodRequest pod = Pod({Whole(Vendor::kAscend, 2, "npu"), Whole(Vendor::kNvidia, 1, "gpu")});

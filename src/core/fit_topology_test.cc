@@ -501,5 +501,26 @@ TEST(Profiles, ModulesGivenByTheBackendAreTheCards) {
       << "910C modules are taken whole: all of 2 dies";
 }
 
+// An inventory the validation accepts but no profile builds (Duo cards of
+// two chips beside single-chip cards, under the Duo rule): the planner's
+// chosen set is checked, so Fit never grants fewer devices than asked or a
+// set the rules refuse.
+TEST(PodTopologyRules, UnevenCardsNeverGetAShortOrIllegalSet) {
+  NodeInventory inv = MakeNode("ascend-310p-duo");
+  inv.topology.modules = {{0, 1}, {2}, {3}, {4, 5}, {6, 7}};
+  for (int32_t d = 0; d < 8; ++d) {
+    inv.devices[static_cast<size_t>(d)].module = d < 2 ? 0 : d < 4 ? d - 1 : 3 + (d - 4) / 2;
+  }
+  ASSERT_TRUE(ValidateInventory(inv).ok());
+  for (int32_t count = 1; count <= 8; ++count) {
+    SCOPED_TRACE(count);
+    const PodRequest pod = Pod({Whole(Vendor::kAscend, count)});
+    const FitResult r = Fit(pod, inv, NodeUsage::Empty(inv));
+    if (!r.fits()) continue;
+    EXPECT_EQ(Devices(r).size(), static_cast<size_t>(count));
+    EXPECT_TRUE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), r.placement).ok());
+  }
+}
+
 }  // namespace
 }  // namespace accelpool::core

@@ -88,9 +88,12 @@ bool DeviceWithin(const Device& d, const DeviceUsage& u, int32_t budget_unused) 
 }
 
 // The footprint, and whether some device would host slices of two sizes
-// over the pod's phases (the steady phases' size is the one kept).
-std::vector<DeviceUsage> MergedFootprint(const Placement& p, const NodeInventory& inv,
-                                         bool* mixed) {
+// over the pod's phases (the steady phases' size is the one kept). When
+// `over` is given, it names a device that one phase alone overcommits (its
+// own shares past the device's cap, say, which the merge hides where
+// another phase holds the device whole), or stays empty.
+std::vector<DeviceUsage> MergedFootprint(const Placement& p, const NodeInventory& inv, bool* mixed,
+                                         std::string* over = nullptr) {
   std::vector<const ContainerPlacement*> steady;
   std::vector<const ContainerPlacement*> sidecars_so_far;
   std::vector<std::vector<const ContainerPlacement*>> init_phases;
@@ -112,9 +115,18 @@ std::vector<DeviceUsage> MergedFootprint(const Placement& p, const NodeInventory
     }
   }
   *mixed = false;
+  auto check = [&](const std::vector<DeviceUsage>& phase) {
+    for (size_t i = 0; over != nullptr && over->empty() && i < phase.size(); ++i) {
+      if (phase[i].shares > 0 && !DeviceWithin(inv.devices[i], phase[i], 0)) {
+        *over = inv.devices[i].id;
+      }
+    }
+  };
   std::vector<DeviceUsage> acc = PhaseUsage(steady, inv);
+  check(acc);
   for (const auto& phase : init_phases) {
     const std::vector<DeviceUsage> u = PhaseUsage(phase, inv);
+    check(u);
     for (size_t i = 0; i < acc.size(); ++i) MaxInto(u[i], &acc[i], mixed);
   }
   return acc;
@@ -141,10 +153,16 @@ Status ApplyPlacement(const Placement& p, const NodeInventory& inv, NodeUsage* u
   ACCELPOOL_RETURN_IF_ERROR(CheckIndices(p, inv));
   if (usage->devices.size() != inv.devices.size()) usage->devices.resize(inv.devices.size());
   bool mixed = false;
-  const std::vector<DeviceUsage> fp = MergedFootprint(p, inv, &mixed);
+  std::string over;
+  const std::vector<DeviceUsage> fp = MergedFootprint(p, inv, &mixed, &over);
   if (mixed) {
     return FailedPreconditionError("a device on " + inv.node +
                                    " would host slices of two sizes over the pod's containers");
+  }
+  if (!over.empty()) {
+    return FailedPreconditionError("device " + over + " on " + inv.node +
+                                   " would be overcommitted by the pod's own containers while "
+                                   "they run together; re-plan the pod");
   }
   std::vector<DeviceUsage> next = usage->devices;
   for (size_t i = 0; i < fp.size(); ++i) {

@@ -38,17 +38,32 @@ const BadRequest kBad[] = {
     {"negative_count", Whole(Vendor::kNvidia, -1), "at least 1"},
     {"zero_count", Whole(Vendor::kNvidia, 0), "at least 1"},
     {"negative_memory", Share(Vendor::kNvidia, 1, -5, 0), "negative"},
-    {"percent_over_100", With(Whole(Vendor::kNvidia, 1), [](DeviceRequest& r) { r.memory_percent = 120; }), "1-100"},
+    {"memory_past_any_device", Share(Vendor::kNvidia, 1, (int64_t{1} << 40) + 1, 0),
+     "at most 2^40 MiB"},
+    {"memory_near_int64_max", Share(Vendor::kNvidia, 1, INT64_MAX - 10, 0), "more than any device"},
+    {"percent_over_100",
+     With(Whole(Vendor::kNvidia, 1), [](DeviceRequest& r) { r.memory_percent = 120; }), "1-100"},
     {"compute_over_100", Share(Vendor::kNvidia, 1, 0, 1500), "1-100%"},
-    {"memory_twice", With(Share(Vendor::kNvidia, 1, 1024, 0), [](DeviceRequest& r) { r.memory_percent = 10; }), "not both"},
+    {"memory_twice",
+     With(Share(Vendor::kNvidia, 1, 1024, 0), [](DeviceRequest& r) { r.memory_percent = 10; }),
+     "not both"},
     {"model_in_and_out",
-     With(Whole(Vendor::kNvidia, 1), [](DeviceRequest& r) { r.model_include = {"A100"}; r.model_exclude = {"a100"}; }),
+     With(Whole(Vendor::kNvidia, 1),
+          [](DeviceRequest& r) {
+            r.model_include = {"A100"};
+            r.model_exclude = {"a100"};
+          }),
      "both included and excluded"},
     {"id_in_and_out",
-     With(Whole(Vendor::kNvidia, 1), [](DeviceRequest& r) { r.id_include = {"GPU-1"}; r.id_exclude = {"GPU-1"}; }),
+     With(Whole(Vendor::kNvidia, 1),
+          [](DeviceRequest& r) {
+            r.id_include = {"GPU-1"};
+            r.id_exclude = {"GPU-1"};
+          }),
      "both included and excluded"},
     {"too_few_ids",
-     With(Whole(Vendor::kNvidia, 2), [](DeviceRequest& r) { r.id_include = {"GPU-1"}; }), "allows only 1"},
+     With(Whole(Vendor::kNvidia, 2), [](DeviceRequest& r) { r.id_include = {"GPU-1"}; }),
+     "allows only 1"},
     {"unknown_vendor", Whole(Vendor::kUnknown, 1), "unknown accelerator vendor"},
 };
 
