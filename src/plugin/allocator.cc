@@ -433,7 +433,21 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
       log_.Info("forgot a pod kubelet turns away at admission", {{"pod", pod->Key()}});
     }
     if (reporter_ != nullptr) {
-      reporter_->Failed(pod, resource, failure.message(), allocated);
+      // The pod's allocation state says Failed only when the call was surely
+      // its, or it is the one pod asking without an assignment (kNotFound):
+      // a Failed state makes the plugin stop waiting for the pod (kubelet
+      // does not admit a pod it turned away), and a guess among pods of one
+      // shape may have named another pod, which still waits. A guess gets
+      // the Event alone, saying it is one.
+      if (caller_sure || failure.code() == StatusCode::kNotFound) {
+        reporter_->Failed(pod, resource, failure.message(), allocated);
+      } else {
+        reporter_->Failed(pod, "",
+                          "kubelet's Allocate call did not name its pod for sure, and this pod is "
+                          "the likeliest of those waiting with the same devices: " +
+                              failure.message(),
+                          allocated);
+      }
     }
     return failure;
   }

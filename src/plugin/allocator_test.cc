@@ -1413,6 +1413,41 @@ TEST_F(AllocatorTest, AnAssignedDeviceThatTurnedUnhealthyIsNotHandedOut) {
   EXPECT_EQ(store_.PendingContainers(), 1u);  // nothing booked
 }
 
+// A failure of a call whose pod was a guess among pods of one shape marks no
+// pod Failed (the plugin would stop waiting for it, and it may be another
+// pod, which still waits): only the Event, which says it is a guess. A call
+// surely the pod's marks it.
+TEST_F(AllocatorTest, AFailureOfAGuessedCallerMarksNoPodFailed) {
+  Assign(Pod("p"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
+  Assign(Pod("q", "2026-11-30T03:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 2048, 100, false)})});
+  testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(false));
+  auto invs = driver_->Discover();
+  ASSERT_TRUE(invs.ok());
+  state_.Reset(*invs, {driver_.get(), driver_.get()});
+  auto guessed = allocator_->Allocate(kGpu, {{"GPU-b::2"}});
+  ASSERT_FALSE(guessed.ok());
+  auto entries = reporter_.entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_FALSE(entries[0].ok);
+  EXPECT_EQ(entries[0].pod, "default/p");
+  EXPECT_EQ(entries[0].resource, "") << "no Failed state for a guess";
+  EXPECT_NE(entries[0].message.find("did not name its pod for sure"), std::string::npos)
+      << entries[0].message;
+  EXPECT_EQ(store_.PendingContainers(), 2u);
+
+  // With q gone, the ids name p alone: p is surely the caller.
+  store_.Remove("uid-q");
+  auto sure = allocator_->Allocate(kGpu, {{"GPU-b::2"}});
+  ASSERT_FALSE(sure.ok());
+  entries = reporter_.entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[1].pod, "default/p");
+  EXPECT_EQ(entries[1].resource, kGpu);
+  EXPECT_NE(entries[1].message.find("unhealthy now"), std::string::npos) << entries[1].message;
+}
+
 TEST_F(AllocatorTest, UsageMetricsSumAssignedShares) {
   Assign(Pod("p1"),
          {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});

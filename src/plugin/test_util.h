@@ -73,15 +73,16 @@ class RecordingReporter : public PodReporter {
     std::string pod;
     std::vector<std::string> containers;  // allocated so far (Allocated and Failed)
     std::string message;
+    std::string resource;  // Failed: "" when only an Event is written
   };
   void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_back({true, pod.Key(), containers, ""});
+    entries_.push_back({true, pod.Key(), containers, "", ""});
   }
-  void Failed(const std::optional<PodRef>& pod, const std::string&, const std::string& message,
-              const std::vector<std::string>& allocated) override {
+  void Failed(const std::optional<PodRef>& pod, const std::string& resource,
+              const std::string& message, const std::vector<std::string>& allocated) override {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_back({false, pod.has_value() ? pod->Key() : "", allocated, message});
+    entries_.push_back({false, pod.has_value() ? pod->Key() : "", allocated, message, resource});
   }
   std::vector<Entry> entries() const {
     std::lock_guard<std::mutex> lock(mu_);
