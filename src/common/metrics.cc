@@ -217,9 +217,11 @@ StatusOr<HistogramFamily*> MetricsRegistry::AddHistogram(
     const std::vector<double>& bounds) {
   ACCELPOOL_RETURN_IF_ERROR(CheckNames(name, label_names, true));
   for (size_t i = 0; i < bounds.size(); ++i) {
-    if (std::isnan(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
+      // +Inf is the bucket every histogram has already (a second one would
+      // repeat the series), -Inf none a value can fall in.
       return InvalidArgumentError("histogram " + name +
-                                  ": bucket bounds must be strictly ascending numbers");
+                                  ": bucket bounds must be strictly ascending finite numbers");
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

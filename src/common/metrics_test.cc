@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -105,6 +106,12 @@ TEST(MetricsTest, RegistrationErrors) {
   EXPECT_EQ(reg.AddCounter("x_total", "h", {"b"}).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(reg.AddHistogram("h_le", "h", {"le"}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reg.AddHistogram("h_bounds", "h", {}, {1, 1}).status().code(),
+            StatusCode::kInvalidArgument);
+  // +Inf is every histogram's last bucket already; -Inf holds nothing.
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(reg.AddHistogram("h_inf", "h", {}, {1, inf}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.AddHistogram("h_minus_inf", "h", {}, {-inf, 1}).status().code(),
             StatusCode::kInvalidArgument);
 }
 

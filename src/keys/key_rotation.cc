@@ -134,14 +134,13 @@ StatusOr<std::chrono::system_clock::time_point> ParseTime(const std::string& tex
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   const std::time_t secs = timegm(&tm);
-  // system_clock counts nanoseconds in 64 bits (years 1678..2262): a time
-  // outside that would overflow from_time_t and every difference with it.
-  constexpr int64_t kLimit =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::duration::max())
-          .count();
-  if (secs < -kLimit || secs > kLimit) {
-    return InvalidArgumentError("\"" + text + "\" is outside the times this clock holds " +
-                                "(years 1678 to 2262)");
+  // system_clock counts nanoseconds in 64 bits (years 1678..2262), and the
+  // difference of two such times must fit as well: a time is taken from 1970
+  // to 2199 only (an old time near 1700 would overflow now - time).
+  constexpr int64_t kLast = 7258118399;  // 2199-12-31T23:59:59Z
+  if (secs < 0 || secs > kLast) {
+    return InvalidArgumentError("\"" + text + "\" is outside the times taken here " +
+                                "(years 1970 to 2199)");
   }
   return std::chrono::system_clock::from_time_t(secs);
 }

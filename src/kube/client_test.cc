@@ -421,6 +421,10 @@ TEST_F(KubeClientTest, BindingEventsAndLeases) {
   ASSERT_TRUE(t.ok()) << got->renew_time;
   EXPECT_EQ(FormatMicroTime(*t), got->renew_time);
   EXPECT_FALSE(ParseMicroTime("yesterday").ok());
+  // Years the clock or a difference with now cannot hold.
+  EXPECT_FALSE(ParseMicroTime("9999-12-31T23:59:59.000000Z").ok());
+  EXPECT_FALSE(ParseMicroTime("1700-01-01T00:00:00.000000Z").ok());
+  EXPECT_TRUE(ParseMicroTime("2199-12-31T23:59:59.000000Z").ok());
 }
 
 TEST_F(KubeClientTest, ALeaseUpdateKeepsTheFieldsItDoesNotOwn) {

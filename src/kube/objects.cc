@@ -82,6 +82,12 @@ StatusOr<std::chrono::system_clock::time_point> ParseMicroTime(const std::string
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   const std::time_t secs = timegm(&tm);
+  // Years 1970 to 2199 only: the nanosecond clock holds 1678..2262, and a
+  // Lease's renewTime plus its duration, or now minus it, must fit too.
+  constexpr int64_t kLast = 7258118399;  // 2199-12-31T23:59:59Z
+  if (secs < 0 || secs > kLast) {
+    return InvalidArgumentError("time \"" + s + "\" is outside the years 1970 to 2199");
+  }
   return std::chrono::system_clock::time_point(std::chrono::seconds(secs)) +
          std::chrono::microseconds(frac);
 }

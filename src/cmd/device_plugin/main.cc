@@ -335,6 +335,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
           f.metrics_listen + "\"");
     }
     f.metrics_host = f.metrics_listen.substr(0, colon);
+    if (f.metrics_host.size() >= 2 && f.metrics_host.front() == '[' &&
+        f.metrics_host.back() == ']') {
+      f.metrics_host = f.metrics_host.substr(1, f.metrics_host.size() - 2);  // [::]:9402
+    }
     f.metrics_port = static_cast<uint16_t>(std::stoi(port));
   }
   char* end = nullptr;

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -358,6 +359,9 @@ StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& list
     return InvalidArgumentError("--listen port must be 0..65535, got " + port);
   }
   std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::1]:8889: the resolver takes the bare address
+  }
   return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(p));
 }
 
@@ -554,6 +558,21 @@ int Run(const Flags& flags) {
     ca_injector = std::make_unique<CaInjector>(**client, co, log.Child("webhook-ca"), writes);
     ca_injector->Start();
   }
+  // The background work stops in its order on every way out, a server that
+  // cannot start included: pod_load's last save asks the leader, which must
+  // still exist, and the objects above are destroyed in the reverse order of
+  // their declaration, pod_load last.
+  struct StopAll {
+    std::function<void()> run;
+    ~StopAll() { run(); }
+  } stop_all{[&] {
+    if (ca_injector) ca_injector->Stop();
+    pod_load.Stop();  // its last save, while this replica still leads
+    if (leader) leader->Stop();
+    if (all_pods) all_pods->Stop();
+    pods.Stop();
+    nodes.Stop();
+  }};
   auto update_gauges = [&] {
     (*ext)->UpdateGauges();
     leading->Get().Set(leader == nullptr || leader->IsLeader() ? 1 : 0);
@@ -660,13 +679,7 @@ int Run(const Flags& flags) {
   log.Info("shutting down", {{"signal", sig}});
   if (sched_server) sched_server->Stop();
   server->Stop();
-  if (ca_injector) ca_injector->Stop();
-  pod_load.Stop();  // its last save, while this replica still leads
-  if (leader) leader->Stop();
-  if (all_pods) all_pods->Stop();
-  pods.Stop();
-  nodes.Stop();
-  return 0;
+  return 0;  // stop_all stops the rest
 }
 
 }  // namespace
