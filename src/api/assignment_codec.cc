@@ -1,5 +1,6 @@
 #include "api/assignment_codec.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "api/json_check.h"
@@ -238,6 +239,20 @@ StatusOr<Allocation> ParseAllocation(std::string_view text) {
   st = ReadString(*j, "message", "", false, a.message);
   if (!st.ok()) return st.WithPrefix(kAllocationAnnotation);
   return a;
+}
+
+Allocation MergeAllocation(const Allocation& on_pod, const Allocation& ours) {
+  Allocation out = on_pod;
+  for (const std::string& c : ours.containers) {
+    if (std::find(out.containers.begin(), out.containers.end(), c) == out.containers.end()) {
+      out.containers.push_back(c);
+    }
+  }
+  if (ours.phase == AllocationPhase::kFailed) {
+    out.phase = AllocationPhase::kFailed;
+    out.message = ours.message;
+  }
+  return out;
 }
 
 std::string SerializeAllocation(const Allocation& a) {

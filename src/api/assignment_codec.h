@@ -81,6 +81,12 @@ std::string SerializeAssignment(const Assignment& a);
 
 StatusOr<Allocation> ParseAllocation(std::string_view text);
 std::string SerializeAllocation(const Allocation& a);
+// The state a pod's accelpool.io/allocation holds once `ours` (one device
+// plugin's state of the pod) is written over `on_pod` (what is there, which
+// another vendor's plugin may have written for its own containers): the
+// containers of both, in that order, each once; Failed when either is, with
+// the message of ours when ours failed.
+Allocation MergeAllocation(const Allocation& on_pod, const Allocation& ours);
 
 std::string_view ContainerKindName(core::ContainerKind k);  // regular|init|sidecar
 std::optional<core::ContainerKind> ParseContainerKind(std::string_view s);

@@ -26,6 +26,41 @@ bool Transient(StatusCode code) {
   }
 }
 
+// Writes `ours` into the pod's accelpool.io/allocation, merged with what is
+// there (api::MergeAllocation): on a node with two vendors each vendor's
+// plugin writes the state of its own containers of the pod. Read, merge,
+// write on the condition that the pod has not changed since, up to five
+// times; the pod must still be the one meant (its uid), not another created
+// under its name since.
+Status WriteAllocation(kube::KubeClient& client, const PodRef& pod, const api::Allocation& ours) {
+  constexpr int kTries = 5;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    StatusOr<nlohmann::json> obj = client.Get(kube::Pods(), pod.ns, pod.name);
+    if (!obj.ok()) return obj.status();
+    using Ptr = nlohmann::json::json_pointer;
+    if (kube::StringAt(*obj, Ptr("/metadata/uid")) != pod.uid) {
+      return NotFoundError("pod " + pod.Key() + " is gone; another pod has its name now");
+    }
+    const std::string rv = kube::StringAt(*obj, Ptr("/metadata/resourceVersion"));
+    const std::string text = kube::StringAt(
+        *obj, Ptr(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
+    api::Allocation merged = ours;
+    if (!text.empty()) {
+      // One that does not parse is overwritten: nothing there can be kept.
+      if (StatusOr<api::Allocation> on_pod = api::ParseAllocation(text); on_pod.ok()) {
+        merged = api::MergeAllocation(*on_pod, ours);
+      }
+    }
+    const std::string doc = api::SerializeAllocation(merged);
+    if (doc == text) return Status::Ok();
+    const Status st = kube::PatchAnnotations(client, kube::Pods(), pod.ns, pod.name,
+                                             {{api::kAllocationAnnotation, doc}}, rv);
+    if (st.code() != StatusCode::kAborted) return st;
+  }
+  return AbortedError("pod " + pod.Key() + " changed under each of " + std::to_string(kTries) +
+                      " writes of its allocation state");
+}
+
 }  // namespace
 
 KubeReporter::KubeReporter(kube::KubeClient* client, Logger log, KubeReporterOptions options)
@@ -143,11 +178,8 @@ void KubeReporter::Allocated(const PodRef& pod, const std::vector<std::string>& 
   api::Allocation a;
   a.phase = api::AllocationPhase::kAllocated;
   a.containers = containers;
-  std::string doc = api::SerializeAllocation(a);
-  Post("allocation/" + pod.uid, "allocation state", pod, [this, pod, doc] {
-    return kube::PatchAnnotations(*client_, kube::Pods(), pod.ns, pod.name,
-                                  {{api::kAllocationAnnotation, doc}});
-  });
+  Post("allocation/" + pod.uid, "allocation state", pod,
+       [this, pod, a] { return WriteAllocation(*client_, pod, a); });
 }
 
 void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& resource,
@@ -164,11 +196,8 @@ void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& r
     a.phase = api::AllocationPhase::kFailed;
     a.containers = allocated;
     a.message = message;
-    std::string doc = api::SerializeAllocation(a);
-    Post("allocation/" + p.uid, "failed allocation state", p, [this, p, doc] {
-      return kube::PatchAnnotations(*client_, kube::Pods(), p.ns, p.name,
-                                    {{api::kAllocationAnnotation, doc}});
-    });
+    Post("allocation/" + p.uid, "failed allocation state", p,
+         [this, p, a] { return WriteAllocation(*client_, p, a); });
   }
   Post("", "event", p, [this, p, message] {
     kube::ObjectRef ref;

@@ -2,7 +2,10 @@
 // path. Allocated -> accelpool.io/allocation {"phase":"Allocated",...};
 // Failed -> accelpool.io/allocation {"phase":"Failed","message":...} keeping
 // the containers allocated so far, and a Warning Event with reason
-// AccelpoolAllocateFailed on the pod.
+// AccelpoolAllocateFailed on the pod. The allocation state is merged with the
+// one on the pod (api::MergeAllocation: another vendor's plugin writes its
+// own containers of a pod that asks both) and written on the condition that
+// the pod, the same uid, has not changed since.
 //
 // Allocated and Failed only queue the write: kubelet's Allocate never waits
 // for the apiserver. One worker thread tries the writes; a write that fails

@@ -986,6 +986,50 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
   EXPECT_EQ(events, 1);
 }
 
+// On a node with two vendors each vendor's plugin writes the state of its
+// own containers of a pod asking both: neither write loses the other's, a
+// failure keeps both lists, and a pod created again under the name (another
+// uid) is not written.
+TEST_F(KubeSideTest, TwoVendorsPluginsWriteOneAllocationStateWithoutLosingEachOthers) {
+  api_.Put(kPods, PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
+  KubeReporter nvidia(client_.get(), Logger());
+  KubeReporter ascend(client_.get(), Logger());
+  PodRef ref{"default", "p", "uid-p", ""};
+  auto state = [&] {
+    auto pod = api_.Object(kPods, "p");
+    EXPECT_TRUE(pod.has_value());
+    auto a = api::ParseAllocation(
+        (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? *a : api::Allocation{};
+  };
+  nvidia.Allocated(ref, {"gpu"});
+  nvidia.Flush();
+  ascend.Allocated(ref, {"npu"});
+  ascend.Flush();
+  EXPECT_EQ(state().containers, (std::vector<std::string>{"gpu", "npu"}));
+  EXPECT_EQ(state().phase, api::AllocationPhase::kAllocated);
+  nvidia.Allocated(ref, {"gpu", "gpu-side"});
+  nvidia.Flush();
+  EXPECT_EQ(state().containers, (std::vector<std::string>{"gpu", "npu", "gpu-side"}));
+
+  ascend.Failed(ref, "huawei.com/Ascend910C", "unknown slot id", {"npu"});
+  ascend.Flush();
+  EXPECT_EQ(state().phase, api::AllocationPhase::kFailed);
+  EXPECT_EQ(state().message, "unknown slot id");
+  EXPECT_EQ(state().containers, (std::vector<std::string>{"gpu", "npu", "gpu-side"}));
+
+  // Another pod under the name: the write is refused, not retried.
+  json again = PodJson("p", "node-a", json::object());
+  again["metadata"]["uid"] = "uid-p-2";
+  api_.Put(kPods, again);
+  nvidia.Allocated(ref, {"gpu"});
+  nvidia.Flush();
+  auto pod = api_.Object(kPods, "p");
+  ASSERT_TRUE(pod.has_value());
+  EXPECT_FALSE((*pod)["metadata"]["annotations"].contains("accelpool.io/allocation"));
+}
+
 // The device check's change becomes an Event on the Node, in namespace
 // default, with the node's name as uid as kubelet's node events have.
 TEST_F(KubeSideTest, ReporterWritesANodeEvent) {
@@ -1094,10 +1138,12 @@ TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {
   o.backoff_max = std::chrono::milliseconds(20);
   KubeReporter reporter(client_.get(), Logger(), o);
   const PodRef ref{"default", "p", "uid-p", ""};
+  // Each try of a write reads the pod first (the state is merged with what
+  // is there), so a failing apiserver fails the read: tries are the reads.
   auto patches = [&] {
     int n = 0;
     for (const std::string& r : api_.Requests()) {
-      n += r.rfind("PATCH", 0) == 0;
+      n += r.rfind("GET", 0) == 0 && r.find("/pods/") != std::string::npos;
     }
     return n;
   };
