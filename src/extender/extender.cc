@@ -389,22 +389,34 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
   PlanOwnReservation(pod, policy, nodes, snaps, plans);
   bool preempting = false;  // any preemption recorded: else no node is held
   if (pod.Pooled()) {
+    const auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(preemptions_, [&](const auto& kv) { return Expired(kv.second, now); });
     preempting = !preemptions_.empty();
   }
-  for (size_t i = 0; preempting && i < nodes.size(); ++i) {
-    if (snaps[i] == nullptr || !plans[i]->fits()) {
-      continue;
+  // Devices preemption freed for a preemptor: a node where the pod would take
+  // them turns it away, or plans it beside them (never memoised: the plan
+  // holds for this moment's preemptions only).
+  auto hold = [&] {
+    for (size_t i = 0; preempting && i < nodes.size(); ++i) {
+      if (snaps[i] == nullptr || !plans[i]->fits()) {
+        continue;
+      }
+      std::optional<NodePlan> beside;
+      if (std::optional<std::string> why = HeldForPreemptors(pod, *snaps[i], policy, &beside)) {
+        NodePlan held;
+        held.code = core::FitCode::kUnschedulable;
+        held.message = *why;
+        plans[i] = std::make_shared<const NodePlan>(std::move(held));
+      } else if (beside.has_value()) {
+        plans[i] = std::make_shared<const NodePlan>(std::move(*beside));
+      }
     }
-    if (std::optional<std::string> why = HeldForPreemptors(pod, *snaps[i], policy)) {
-      NodePlan held;
-      held.code = core::FitCode::kUnschedulable;
-      held.message = *why;
-      plans[i] = std::make_shared<const NodePlan>(std::move(held));
-    }
-  }
+  };
+  hold();
   if (std::none_of(plans.begin(), plans.end(), [](const auto& p) { return p->fits(); })) {
     ReadBack(pod, shape, policy, nodes, snaps, plans);
+    hold();  // nodes read back are held as well
   }
 
   FilterDecision d;
@@ -612,11 +624,13 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
     }
     NodePlan plan = PlanNode(pod, snap.get(), PolicyFor(pod, *policies));
     if (plan.fits()) {
+      std::optional<NodePlan> beside;
       if (std::optional<std::string> why =
-              HeldForPreemptors(pod, *snap, PolicyFor(pod, *policies))) {
+              HeldForPreemptors(pod, *snap, PolicyFor(pod, *policies), &beside)) {
         return FailedPreconditionError("pod no longer fits node " + node + ": " + *why +
                                        "; the pod is retried");
       }
+      if (beside.has_value()) plan = std::move(*beside);  // clear of the devices held
     }
     if (!plan.fits()) {
       return FailedPreconditionError("pod no longer fits node " + node + ": " + plan.Describe() +
@@ -859,71 +873,111 @@ std::map<std::string, MetaVictims> Extender::Preempt(
 
 namespace {
 constexpr auto kPreemptionMemory = std::chrono::seconds(60);
+constexpr auto kPreemptionCap = std::chrono::minutes(10);
 constexpr size_t kMaxPreemptions = 1024;
 }  // namespace
+
+bool Extender::Expired(const Preemption& p, std::chrono::steady_clock::time_point now) {
+  return now - p.at > kPreemptionMemory || now - p.first > kPreemptionCap;
+}
 
 void Extender::RecordPreemption(const PodInfo& pod,
                                 const std::map<std::string, MetaVictims>& kept) {
   if (pod.ref.uid.empty() || kept.empty() || !pod.Pooled()) {
     return;
   }
+  // Only victims that hold devices there: one kube-scheduler evicts for CPU,
+  // memory or ports frees nothing of ours, and its going must not read as
+  // "the preemption took effect here" on every node proposed.
+  std::map<std::string, std::vector<std::string>> victims;
+  for (const auto& [node, mv] : kept) {
+    for (const std::string& uid : mv.pod_uids) {
+      if (std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
+          a.has_value() && a->node == node) {
+        victims[node].push_back(uid);
+      }
+    }
+  }
+  if (victims.empty()) {
+    return;
+  }
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(preemptions_,
-                [&](const auto& kv) { return now - kv.second.at > kPreemptionMemory; });
+  std::erase_if(preemptions_, [&](const auto& kv) { return Expired(kv.second, now); });
   if (preemptions_.size() >= kMaxPreemptions) {
     return;  // a flood of preemptions: the wait is an optimisation, not needed for correctness
   }
   Preemption& p = preemptions_[pod.ref.uid];
   p.at = now;
+  p.first = now;
   p.preemptor = pod;
-  p.victims.clear();
-  for (const auto& [node, mv] : kept) {
-    p.victims[node] = mv.pod_uids;
-  }
+  p.victims = std::move(victims);
 }
 
 std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
-                                                       const PlanPolicies& policy) {
+                                                       const PlanPolicies& policy,
+                                                       std::optional<NodePlan>* replan) {
   if (!pod.Pooled()) {
     return std::nullopt;
   }
-  std::vector<std::pair<PodInfo, std::vector<std::string>>>
-      candidates;  // preemptor, its victims here
+  struct Candidate {
+    std::string uid;
+    PodInfo preemptor;
+    std::vector<std::string> victims;  // here
+  };
+  std::vector<Candidate> candidates;
+  std::vector<std::string> own;  // the victims `pod` itself evicted here
+  const auto now = std::chrono::steady_clock::now();
   {
-    const auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [uid, p] : preemptions_) {
-      if (uid == pod.ref.uid || now - p.at > kPreemptionMemory ||
-          p.preemptor.priority < pod.priority) {
-        continue;
-      }
-      if (auto v = p.victims.find(snap.name); v != p.victims.end() && !v->second.empty()) {
-        candidates.emplace_back(p.preemptor, v->second);
+      if (Expired(p, now)) continue;
+      const auto v = p.victims.find(snap.name);
+      if (v == p.victims.end() || v->second.empty()) continue;
+      if (uid == pod.ref.uid) {
+        own = v->second;
+      } else if (p.preemptor.priority >= pod.priority) {
+        candidates.push_back({uid, p.preemptor, v->second});
       }
     }
   }
   if (candidates.empty()) {
     return std::nullopt;
   }
+  auto holding = [&](const std::string& uid) {
+    std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
+    return a.has_value() && a->node == snap.name ? a : std::nullopt;
+  };
+  // A pod whose own eviction took effect here (two preemptors of one
+  // priority, one job's pods say) is not held back by its peers.
+  const bool evicted_here_itself =
+      std::any_of(own.begin(), own.end(), [&](const std::string& uid) { return !holding(uid); });
   const std::shared_ptr<const PolicySet> policies = Policies();
   std::optional<NodeSnapshot> held;
   std::string names;
-  for (const auto& [preemptor, victims] : candidates) {
+  std::vector<std::string> still_evicting;  // records to keep alive
+  for (const Candidate& c : candidates) {
+    if (evicted_here_itself && c.preemptor.priority <= pod.priority) continue;
     // Held only where the preemption took effect (kube-scheduler picked this
     // node: a victim here is gone) and the preemptor is not bound yet.
-    const bool evicted = std::any_of(victims.begin(), victims.end(), [&](const std::string& uid) {
-      return !cache_.AppliedAssignment(uid).has_value();
-    });
-    if (!evicted || cache_.Assignment(preemptor.ref.uid).has_value()) {
+    std::vector<PodAssignment> remaining;
+    for (const std::string& uid : c.victims) {
+      if (std::optional<PodAssignment> a = holding(uid)) remaining.push_back(std::move(*a));
+    }
+    if (!remaining.empty()) still_evicting.push_back(c.uid);
+    if (remaining.size() == c.victims.size() ||
+        cache_.Assignment(c.preemptor.ref.uid).has_value()) {
       continue;
     }
     if (!held.has_value()) {
       held = snap;
     }
-    const NodePlan plan = PlanNode(preemptor, &*held, PolicyFor(preemptor, *policies));
+    // The preemptor as it will be planned once all its victims here are
+    // gone: the devices of those still leaving count as free for it.
+    for (const PodAssignment& a : remaining) ReleaseAssignment(a, &*held);
+    const NodePlan plan = PlanNode(c.preemptor, &*held, PolicyFor(c.preemptor, *policies));
     if (!plan.fits()) {
-      continue;  // what was freed does not make room for it here: nothing to hold
+      continue;  // what is freed does not make room for it here: nothing to hold
     }
     bool placed = true;
     for (const AssignmentPart& part : plan.parts) {
@@ -931,19 +985,36 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
       placed = placed && st != nullptr && ApplyPart(part, st).ok();
     }
     if (placed) {
-      names += (names.empty() ? "" : ", ") + PodName(preemptor.ref) + " (priority " +
-               std::to_string(preemptor.priority) + ")";
+      names += (names.empty() ? "" : ", ") + PodName(c.preemptor.ref) + " (priority " +
+               std::to_string(c.preemptor.priority) + ")";
+    }
+  }
+  if (!still_evicting.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& uid : still_evicting) {
+      if (auto it = preemptions_.find(uid); it != preemptions_.end()) it->second.at = now;
     }
   }
   if (names.empty()) {
     return std::nullopt;
   }
   NodePlan beside = PlanNode(pod, &*held, policy);
-  if (beside.fits()) {
-    return std::nullopt;
+  const std::string why = "the devices preemption freed here are held for " + names +
+                          ", which evicted pods for them and binds first";
+  if (!beside.fits()) {
+    return why + " (" + beside.Describe() + " beside it)";
   }
-  return "the devices preemption freed here are held for " + names +
-         ", which evicted pods for them and binds first (" + beside.Describe() + " beside it)";
+  // The plan beside the held devices must fit the node as it is, too: it may
+  // not take devices victims still hold.
+  NodeSnapshot now_copy = snap;
+  for (const AssignmentPart& part : beside.parts) {
+    InventoryState* st = now_copy.Find(part.vendor);
+    if (st == nullptr || !ApplyPart(part, st).ok()) {
+      return why + " (beside it, only devices evicted pods still hold would do)";
+    }
+  }
+  if (replan != nullptr) *replan = std::move(beside);
+  return std::nullopt;
 }
 
 void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& nodes) {
@@ -954,7 +1025,7 @@ void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& 
     if (it == preemptions_.end()) {
       return;
     }
-    if (std::chrono::steady_clock::now() - it->second.at > kPreemptionMemory) {
+    if (Expired(it->second, std::chrono::steady_clock::now())) {
       preemptions_.erase(it);
       return;
     }

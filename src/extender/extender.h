@@ -278,10 +278,16 @@ class Extender {
   void Remember(const PodInfo& pod, FitList fitted);
   // Victims a preempt answer named, by preemptor uid (see preemption_wait).
   struct Preemption {
-    std::map<std::string, std::vector<std::string>> victims;  // node -> pod uids
-    std::chrono::steady_clock::time_point at;
+    // node -> the victims there that held devices when it was recorded
+    std::map<std::string, std::vector<std::string>> victims;
+    std::chrono::steady_clock::time_point at;     // recorded, or a victim last seen holding
+    std::chrono::steady_clock::time_point first;  // recorded
     PodInfo preemptor;
   };
+  // Whether a record is past use: kPreemptionMemory since a victim was last
+  // seen holding its devices (victims with a long grace period keep it), and
+  // never past kPreemptionCap since it was made.
+  static bool Expired(const Preemption& p, std::chrono::steady_clock::time_point now);
   void RecordPreemption(const PodInfo& pod, const std::map<std::string, MetaVictims>& kept);
   // Waits (up to preemption_wait) until the cache has let go of the victims
   // of `pod`'s preemption on `nodes`.
@@ -323,11 +329,16 @@ class Extender {
   // resources in its own filters only, and the pooled memory and compute are
   // not among them, so a lower-priority pod filtered meanwhile would take
   // them and be evicted in turn. On a node where a preemptor of at least
-  // `pod`'s priority evicted victims (one of them gone from the cache), `pod`
-  // is planned with the preemptor's plan placed first; the text says why it
-  // does not fit then, nullopt when it still does.
+  // `pod`'s priority evicted victims (one of them gone from the cache), the
+  // preemptor is planned as if all its victims there were gone, and `pod`
+  // beside that plan; the text says why it does not fit then. When it does,
+  // nullopt, and `*replan` (when given) is set to that plan where a hold
+  // applies: the pod's own plan on the node as it is could take the devices
+  // held. A pod that evicted victims on the node itself is held back there
+  // only for preemptors of higher priority.
   std::optional<std::string> HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
-                                               const PlanPolicies& policy);
+                                               const PlanPolicies& policy,
+                                               std::optional<NodePlan>* replan = nullptr);
   void PlanOwnReservation(const PodInfo& pod, const PlanPolicies& policy,
                           const std::vector<std::string>& nodes,
                           const std::vector<NodeSnapshotPtr>& snaps,

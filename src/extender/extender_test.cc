@@ -701,6 +701,76 @@ TEST_F(ExtenderTest, DevicesAPreemptionFreedAreHeldForThePreemptor) {
   EXPECT_EQ(ext_->Filter(low, {"a"}).fits, std::vector<std::string>{"a"});
 }
 
+// A pod that fits beside the held devices is planned beside them, so binding
+// it leaves the preemptor its room; victims leaving one at a time hold what
+// the first freed; a victim that held no device frees nothing to hold; a
+// preemptor whose own eviction took effect on the node is not held back by
+// a peer of its priority.
+TEST_F(ExtenderTest, HeldDevicesStayFreeForThePreemptorWhateverBindsBeside) {
+  AddGpuNode(cache_, "a");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(2)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v2", {Gpu(2)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("stay", {Gpu(4)}), "a").ok());  // none free
+  PodInfo preemptor = MakePod("p", {Gpu(4)});
+  preemptor.priority = 100;
+  ASSERT_EQ(ext_->Preempt(preemptor, {{"a", MetaVictims{{"v1", "v2"}, 0}}}).size(), 1u);
+  PodInfo low = MakePod("low", {Gpu(2)});
+  low.priority = 10;
+  // The first victim gone, the second still leaving: 2 free, too few for the
+  // preemptor yet, but held for it all the same.
+  cache_.Release("v1");
+  FilterDecision d = ext_->Filter(low, {"a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_NE(d.failed["a"].find("held for ns/pod-p"), std::string::npos) << d.failed["a"];
+  EXPECT_EQ(ext_->Bind(low, "a").status().code(), StatusCode::kFailedPrecondition);
+  cache_.Release("v2");
+  EXPECT_TRUE(ext_->Filter(low, {"a"}).fits.empty());
+  ASSERT_EQ(ext_->Filter(preemptor, {"a"}).fits, std::vector<std::string>{"a"});
+  ASSERT_TRUE(ext_->Bind(preemptor, "a").ok());
+
+  // Room beside the held devices: a pod planned there is given GPUs the
+  // preemptor's plan does not take, so the preemptor still fits after it.
+  AddGpuNode(cache_, "d");
+  ASSERT_TRUE(ext_->Bind(MakePod("d-v", {Gpu(4)}), "d").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("d-stay", {Gpu(2)}), "d").ok());  // 2 free
+  PodInfo pd = MakePod("pd", {Gpu(4)});
+  pd.priority = 100;
+  ASSERT_EQ(ext_->Preempt(pd, {{"d", MetaVictims{{"d-v"}, 0}}}).size(), 1u);
+  cache_.Release("d-v");  // 6 free: 4 held, 2 beside
+  PodInfo low_d = MakePod("low-d", {Gpu(2)});
+  low_d.priority = 10;
+  ASSERT_EQ(ext_->Filter(low_d, {"d"}).fits, std::vector<std::string>{"d"});
+  ASSERT_TRUE(ext_->Bind(low_d, "d").ok());
+  EXPECT_EQ(ext_->Filter(pd, {"d"}).fits, std::vector<std::string>{"d"});
+  ASSERT_TRUE(ext_->Bind(pd, "d").ok());
+
+  // A victim that held no device (evicted for CPU, memory, ports) frees
+  // nothing: no record, no hold.
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE(ext_->Bind(MakePod("b-fill", {Gpu(6)}), "b").ok());
+  PodInfo other = MakePod("q", {Gpu(2)});
+  other.priority = 100;
+  ASSERT_EQ(ext_->Preempt(other, {{"b", MetaVictims{{"cpu-only"}, 0}}}).size(), 1u);
+  EXPECT_EQ(ext_->Filter(MakePod("low-b", {Gpu(2)}), {"b"}).fits, std::vector<std::string>{"b"});
+
+  // Two preemptors of one priority, each evicting on the node: neither is
+  // held back by the other's record.
+  AddGpuNode(cache_, "c");
+  ASSERT_TRUE(ext_->Bind(MakePod("w1", {Gpu(4)}), "c").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("w2", {Gpu(4)}), "c").ok());
+  PodInfo p1 = MakePod("p1", {Gpu(4)});
+  PodInfo p2 = MakePod("p2", {Gpu(4)});
+  p1.priority = p2.priority = 50;
+  ASSERT_EQ(ext_->Preempt(p1, {{"c", MetaVictims{{"w1"}, 0}}}).size(), 1u);
+  ASSERT_EQ(ext_->Preempt(p2, {{"c", MetaVictims{{"w2"}, 0}}}).size(), 1u);
+  cache_.Release("w1");
+  cache_.Release("w2");
+  EXPECT_EQ(ext_->Filter(p1, {"c"}).fits, std::vector<std::string>{"c"});
+  EXPECT_EQ(ext_->Filter(p2, {"c"}).fits, std::vector<std::string>{"c"});
+  ASSERT_TRUE(ext_->Bind(p2, "c").ok());
+  ASSERT_TRUE(ext_->Bind(p1, "c").ok());
+}
+
 TEST_F(ExtenderTest, GaugesOfADeletedNodeLeaveTheExposition) {
   AddGpuNode(cache_, "stays");
   AddGpuNode(cache_, "goes");
