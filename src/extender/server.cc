@@ -36,15 +36,18 @@ void RegisterRoutes(http::HttpServer& server, const Routes& routes) {
   Handlers* h = routes.handlers;
   // The verbs' gate looks at the caller only (peer, client certificate), so
   // it runs on the request's head: a refused caller's body is never read.
+  // Every verb has an admit check, an empty one where any caller is served:
+  // the routes with one have a body budget of their own (ServerOptions::
+  // max_body_bytes_in_flight), which the webhook's requests cannot take.
   http::RouteOptions verb_options;
-  if (auto gate = routes.scheduler_gate) {
-    verb_options.admit = [gate](const http::Request& head) -> std::optional<http::Response> {
-      if (std::string why = gate(head); !why.empty()) {
-        return ToResponse(Reply{403, nlohmann::json{{"Error", why}}.dump()});
-      }
-      return std::nullopt;
-    };
-  }
+  verb_options.admit =
+      [gate = routes.scheduler_gate](const http::Request& head) -> std::optional<http::Response> {
+    if (!gate) return std::nullopt;
+    if (std::string why = gate(head); !why.empty()) {
+      return ToResponse(Reply{403, nlohmann::json{{"Error", why}}.dump()});
+    }
+    return std::nullopt;
+  };
   auto verb = [](Reply (Handlers::*call)(std::string_view), Handlers* handlers) {
     return [call, handlers](const http::Request& req) {
       return ToResponse((handlers->*call)(req.body));

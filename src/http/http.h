@@ -133,7 +133,9 @@ struct ServerOptions {
   // connections together, at most this many bytes (each counted by its
   // Content-Length until its handler returns); a request that would pass it
   // gets 503 with Retry-After, unread. 0: twice max_body_bytes. Never less
-  // than max_body_bytes.
+  // than max_body_bytes. The routes with an admit check (RouteOptions::admit)
+  // have this budget to themselves, and the other routes another of the
+  // same size: requests nobody vouched for cannot hold the admitted ones'.
   size_t max_body_bytes_in_flight = 0;
   size_t max_header_bytes = 64 << 10;  // larger headers get 431
   int max_connections = 256;           // more get 503

@@ -1211,6 +1211,54 @@ TEST(HttpServerTest, BodiesInFlightAreHeldToTheBudget) {
   EXPECT_EQ(again->body, "1048576");
 }
 
+// Routes with an admit check have the budget to themselves: bodies of the
+// other routes (a webhook's, open to anyone who reaches the port) that fill
+// theirs do not turn away an admitted route's body.
+TEST(HttpServerTest, OpenRoutesCannotTakeTheAdmittedRoutesBodyBudget) {
+  ServerOptions o = LocalServer();
+  o.max_body_bytes = 1 << 20;
+  o.max_body_bytes_in_flight = 1 << 20;
+  auto s = NewHttpServer(o);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> holding{0};
+  auto handler = [&](const Request& r) {
+    if (r.Header("x-hold") == "yes") {
+      ++holding;
+      released.wait_for(10s);
+    }
+    return Response::Json(200, std::to_string(r.body.size()));
+  };
+  s->Handle("POST", "/open", handler);
+  RouteOptions admitted;
+  admitted.admit = [](const Request&) { return std::optional<Response>(); };
+  s->Handle("POST", "/verb", handler, admitted);
+  ASSERT_TRUE(s->Start().ok());
+  const std::string mib(1 << 20, 'm');
+  RawConn open(s->port());
+  ASSERT_TRUE(open.Send("POST /open HTTP/1.1\r\nX-Hold: yes\r\nContent-Length: " +
+                        std::to_string(mib.size()) + "\r\n\r\n" + mib));
+  for (int i = 0; i < 500 && holding.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(holding.load(), 1);
+  auto client = ClientFor(Local(s->port()));
+  ClientRequest req;
+  req.method = "POST";
+  req.path = "/open";
+  req.body = std::string(1000, 'x');
+  auto refused = client->Send(req);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_EQ(refused->status, 503) << "the open routes' budget is full";
+  req.path = "/verb";
+  req.body = mib;
+  auto verb = client->Send(req);
+  ASSERT_TRUE(verb.ok()) << verb.status().ToString();
+  EXPECT_EQ(verb->status, 200);
+  EXPECT_EQ(verb->body, "1048576");
+  release.set_value();
+  EXPECT_NE(open.ReadUntil("1048576", 5s).find("HTTP/1.1 200 "), std::string::npos)
+      << open.received();
+}
+
 TEST(SocketOptionsTest, ClientConnectionsProbeAnIdlePeer) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);

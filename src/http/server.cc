@@ -173,7 +173,11 @@ class ServerImpl final : public HttpServer {
   static std::optional<Response> Admit(const Route& route, const Request& head);
   // Takes `n` bytes of the in-flight body budget; false when they would pass
   // it while another body is in flight (one body alone always fits).
-  bool ReserveBody(size_t n);
+  bool ReserveBody(std::atomic<size_t>& pool, size_t n);
+  // The in-flight count a route's bodies are held to.
+  std::atomic<size_t>& BodyPool(const Route& route) {
+    return route.options.admit ? body_in_flight_ : open_body_in_flight_;
+  }
   // Reads and drops what is left of a refused request's body (at most
   // kDrainBytes, within kDrainTime) so that closing the connection does not
   // reset it before the client has read the answer.
@@ -208,7 +212,12 @@ class ServerImpl final : public HttpServer {
   static constexpr uint64_t kDrainBytes = 1 << 20;
   static constexpr Ms kDrainTime{1000};
   size_t body_budget_ = 0;                 // set in Start
-  std::atomic<size_t> body_in_flight_{0};  // bytes of the bodies read or handled now
+  // Bytes of the bodies read or handled now: of routes with an admit check,
+  // and of the others, each held to the budget on its own, so that requests
+  // nobody vouched for (a webhook's, anyone's) cannot take it from those the
+  // check let through (kube-scheduler's).
+  std::atomic<size_t> body_in_flight_{0};
+  std::atomic<size_t> open_body_in_flight_{0};
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
   std::deque<std::pair<int, std::string>> pending_;  // guarded by pending_mu_: accepted, not taken
@@ -471,12 +480,12 @@ std::optional<Response> ServerImpl::Admit(const Route& route, const Request& hea
   }
 }
 
-bool ServerImpl::ReserveBody(size_t n) {
+bool ServerImpl::ReserveBody(std::atomic<size_t>& pool, size_t n) {
   if (n == 0) return true;
-  size_t now = body_in_flight_.load();
+  size_t now = pool.load();
   do {
     if (now != 0 && now + n > body_budget_) return false;
-  } while (!body_in_flight_.compare_exchange_weak(now, now + n));
+  } while (!pool.compare_exchange_weak(now, now + n));
   return true;
 }
 
@@ -636,7 +645,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
                                         std::to_string(limit) + " on " + route->path);
         have_resp = true;
         unread = length;
-      } else if (!ReserveBody(length)) {
+      } else if (!ReserveBody(BodyPool(*route), length)) {
         resp = Response::Error(503, "too many request bodies being read at once (" +
                                         std::to_string(body_budget_) +
                                         " bytes in all); retry shortly");
@@ -644,6 +653,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
         have_resp = true;
         unread = length;
       } else {
+        reservation.in_flight = &BodyPool(*route);
         reservation.bytes = length;
         if (HasToken(req.Header("expect"), "100-continue")) {
           stream->Write("HTTP/1.1 100 Continue\r\n\r\n", opts_.send_timeout);
@@ -661,7 +671,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     // before the answer is sent (a slow reader of the answer holds neither).
     std::string().swap(req.body);
     if (reservation.bytes != 0) {
-      body_in_flight_.fetch_sub(reservation.bytes);
+      reservation.in_flight->fetch_sub(reservation.bytes);
       reservation.bytes = 0;
     }
     Record(req, route_name, resp.status, started);
