@@ -511,6 +511,11 @@ void Cache::Release(const std::string& uid) {
   }
 }
 
+bool Cache::Released(const std::string& uid) const {
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  return released_.contains(uid);
+}
+
 std::vector<std::string> Cache::BoundPods(const std::string& node) const {
   std::lock_guard<std::mutex> pods_lock(pods_mu_);
   std::vector<std::string> uids;

@@ -124,6 +124,8 @@ class Cache {
   // before the pod's deletion or end arrived would otherwise book devices
   // that no later event of the pod ever frees.
   void Release(const std::string& uid);
+  // Whether `uid` was released (deleted or finished) within kReleasedMemory.
+  bool Released(const std::string& uid) const;
   static constexpr std::chrono::minutes kReleasedMemory{2};
   // Uids of the pods recorded bound to `node` (MarkBound, or observed bound).
   std::vector<std::string> BoundPods(const std::string& node) const;

@@ -965,8 +965,10 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
       if (std::optional<PodAssignment> a = holding(uid)) remaining.push_back(std::move(*a));
     }
     if (!remaining.empty()) still_evicting.push_back(c.uid);
+    // Not held for a preemptor that is bound already, or deleted.
     if (remaining.size() == c.victims.size() ||
-        cache_.Assignment(c.preemptor.ref.uid).has_value()) {
+        cache_.Assignment(c.preemptor.ref.uid).has_value() ||
+        cache_.Released(c.preemptor.ref.uid)) {
       continue;
     }
     if (!held.has_value()) {

@@ -728,6 +728,20 @@ TEST_F(ExtenderTest, HeldDevicesStayFreeForThePreemptorWhateverBindsBeside) {
   ASSERT_EQ(ext_->Filter(preemptor, {"a"}).fits, std::vector<std::string>{"a"});
   ASSERT_TRUE(ext_->Bind(preemptor, "a").ok());
 
+  // A preemptor deleted before it bound holds nothing.
+  AddGpuNode(cache_, "e");
+  ASSERT_TRUE(ext_->Bind(MakePod("e-v", {Gpu(4)}), "e").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("e-stay", {Gpu(4)}), "e").ok());
+  PodInfo gone = MakePod("gone", {Gpu(4)});
+  gone.priority = 100;
+  ASSERT_EQ(ext_->Preempt(gone, {{"e", MetaVictims{{"e-v"}, 0}}}).size(), 1u);
+  cache_.Release("e-v");
+  PodInfo low_e = MakePod("low-e", {Gpu(4)});
+  low_e.priority = 10;
+  EXPECT_TRUE(ext_->Filter(low_e, {"e"}).fits.empty());
+  cache_.Release("gone");  // deleted while its victim was leaving
+  EXPECT_EQ(ext_->Filter(low_e, {"e"}).fits, std::vector<std::string>{"e"});
+
   // Room beside the held devices: a pod planned there is given GPUs the
   // preemptor's plan does not take, so the preemptor still fits after it.
   AddGpuNode(cache_, "d");
