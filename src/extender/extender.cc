@@ -948,6 +948,10 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
     std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
     return a.has_value() && a->node == snap.name ? a : std::nullopt;
   };
+  // The pod's own devices here (a reservation whose bind outcome is unknown)
+  // are planned again, as PlanOwnReservation does: they are not counted
+  // against it.
+  const std::optional<PodAssignment> own_reservation = holding(pod.ref.uid);
   // A pod whose own eviction took effect here (two preemptors of one
   // priority, one job's pods say) is not held back by its peers.
   const bool evicted_here_itself =
@@ -973,6 +977,7 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
     }
     if (!held.has_value()) {
       held = snap;
+      if (own_reservation.has_value()) ReleaseAssignment(*own_reservation, &*held);
     }
     // The preemptor as it will be planned once all its victims here are
     // gone: the devices of those still leaving count as free for it.
@@ -1009,6 +1014,7 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
   // The plan beside the held devices must fit the node as it is, too: it may
   // not take devices victims still hold.
   NodeSnapshot now_copy = snap;
+  if (own_reservation.has_value()) ReleaseAssignment(*own_reservation, &now_copy);
   for (const AssignmentPart& part : beside.parts) {
     InventoryState* st = now_copy.Find(part.vendor);
     if (st == nullptr || !ApplyPart(part, st).ok()) {

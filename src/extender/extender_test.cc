@@ -742,6 +742,24 @@ TEST_F(ExtenderTest, HeldDevicesStayFreeForThePreemptorWhateverBindsBeside) {
   cache_.Release("gone");  // deleted while its victim was leaving
   EXPECT_EQ(ext_->Filter(low_e, {"e"}).fits, std::vector<std::string>{"e"});
 
+  // A pod whose bind outcome is unknown keeps its own devices under a hold:
+  // they are not counted against it.
+  AddGpuNode(cache_, "f");
+  ASSERT_TRUE(ext_->Bind(MakePod("f-v", {Gpu(4)}), "f").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("f-stay", {Gpu(2)}), "f").ok());
+  PodInfo r = MakePod("r", {Gpu(2)});
+  r.priority = 10;
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE(ext_->Bind(r, "f").ok());
+  writer_.FailBinding(Status::Ok());
+  PodInfo pf = MakePod("pf", {Gpu(4)});
+  pf.priority = 100;
+  ASSERT_EQ(ext_->Preempt(pf, {{"f", MetaVictims{{"f-v"}, 0}}}).size(), 1u);
+  cache_.Release("f-v");
+  FilterDecision fr = ext_->Filter(r, {"f"});
+  EXPECT_EQ(fr.fits, std::vector<std::string>{"f"}) << fr.failed["f"];
+  EXPECT_EQ(ext_->Filter(pf, {"f"}).fits, std::vector<std::string>{"f"});
+
   // Room beside the held devices: a pod planned there is given GPUs the
   // preemptor's plan does not take, so the preemptor still fits after it.
   AddGpuNode(cache_, "d");
