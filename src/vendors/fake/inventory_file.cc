@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "core/fit.h"
 #include "core/profiles.h"
 #include "vendors/driver.h"
 
@@ -134,8 +135,8 @@ Status ApplyOverride(const json& d, const std::string& where, core::NodeInventor
     }
     dev.max_shares = 1;  // a MIG instance is granted whole
   }
-  if (dev.memory_mib <= 0) {
-    return InvalidArgumentError(where + ".memory_mib must be positive");
+  if (dev.memory_mib <= 0 || dev.memory_mib > core::kMaxMemoryMib) {
+    return InvalidArgumentError(where + ".memory_mib must be positive and at most 2^40 MiB");
   }
   if (d.contains("used_mib")) {
     int64_t used_mib = 0;
@@ -208,8 +209,8 @@ StatusOr<core::NodeInventory> ParseOne(const json& j, const std::string& where,
   if (defaults.max_shares < 1 || defaults.max_shares > 100) {
     return InvalidArgumentError(where + ".max_shares must be 1..100");
   }
-  if (defaults.memory_mib <= 0) {
-    return InvalidArgumentError(where + ".memory_mib must be positive");
+  if (defaults.memory_mib <= 0 || defaults.memory_mib > core::kMaxMemoryMib) {
+    return InvalidArgumentError(where + ".memory_mib must be positive and at most 2^40 MiB");
   }
   if (defaults.compute_units < 0) {
     return InvalidArgumentError(where + ".compute_units must not be negative");
