@@ -260,6 +260,12 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_v
           t.Int(r, cells, "creation_time", 0, int64_t{1} << 50, false, &p.creation_time));
       ACCELPOOL_RETURN_IF_ERROR(
           t.Int(r, cells, "deletion_time", 0, int64_t{1} << 50, true, &p.deletion_time));
+      if (p.deletion_time > 0 && p.deletion_time < p.creation_time) {
+        return t.Error(r, "deletion_time " + std::to_string(p.deletion_time) +
+                              " is before creation_time " + std::to_string(p.creation_time) +
+                              "; fix the row, or leave deletion_time empty for a pod that never "
+                              "leaves");
+      }
       p.has_times = true;
     }
     pods.push_back(std::move(p));

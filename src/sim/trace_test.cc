@@ -45,6 +45,25 @@ TEST(ParsePodCsvTest, ReadsFullAndShortSchemas) {
   EXPECT_EQ(PodGpuMilli((*s)[0]), 8000);
 }
 
+// A pod deleted before it was created is a broken row, not a pod that stays
+// for ever: it is refused with its line.
+TEST(ParsePodCsvTest, DeletionBeforeCreationIsRefusedWithTheRow) {
+  const std::string head =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+      "p0,1000,1024,1,500,10,20\n";
+  StatusOr<std::vector<TracePod>> bad = ParsePodCsv(head + "p1,1000,1024,1,500,30,29\n", "t.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("deletion_time 29 is before creation_time 30"),
+            std::string::npos)
+      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("t.csv"), std::string::npos) << bad.status().ToString();
+  StatusOr<std::vector<TracePod>> good =
+      ParsePodCsv(head + "p1,1000,1024,1,500,30,\np2,1000,1024,1,500,40,40\n", "t.csv");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ((*good)[1].deletion_time, 0);
+  EXPECT_EQ((*good)[2].deletion_time, 40);
+}
+
 // Exports quote fields (Python's csv.QUOTE_NONNUMERIC, spreadsheets) and
 // start with a byte-order mark: the quotes come off, commas inside them stay,
 // the mark is no part of the first column's name. A quote left open or
