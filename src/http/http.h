@@ -153,6 +153,10 @@ struct ServerOptions {
   // its connection was accepted is dropped (one that sends nothing, or half a
   // ClientHello, would otherwise hold a connection thread).
   std::chrono::milliseconds handshake_timeout{10000};
+  // Stop() closes idle connections at once and gives requests being answered
+  // up to this long to send their answers (with `Connection: close`) before
+  // it closes those too. Streamed responses end at once.
+  std::chrono::milliseconds stop_grace{10000};
   // When set (it must outlive the server), every request is counted in
   // <metrics_prefix>_requests_total{method,route,code} and timed in
   // <metrics_prefix>_request_duration_seconds{method,route}. `route` is the
@@ -193,8 +197,10 @@ class HttpServer {
   virtual Status Start() = 0;
   // The bound port (the ephemeral one when ServerOptions::port was 0); 0 before Start.
   virtual uint16_t port() const = 0;
-  // Stops accepting, closes every connection (streams see their writer fail)
-  // and joins the server's threads. Idempotent; also done by the destructor.
+  // Stops accepting, closes idle connections, lets requests being answered
+  // finish (up to ServerOptions::stop_grace), closes every connection
+  // (streams see their writer fail at once) and joins the server's threads.
+  // Idempotent; also done by the destructor.
   virtual void Stop() = 0;
 };
 

@@ -543,6 +543,62 @@ TEST(HttpServerTest, ConnectionThreadsServeTheNextConnection) {
   EXPECT_TRUE(OneShot(s->port(), "/who").empty());  // no longer served
 }
 
+// Stop() during a request: the handler's answer still reaches the client
+// (with Connection: close), an idle kept-alive connection is closed at once,
+// and a handler that outlives stop_grace is cut at the grace.
+TEST(HttpServerTest, StopLetsARequestBeingAnsweredFinish) {
+  ServerOptions o = LocalServer();
+  o.stop_grace = 5s;
+  auto s = NewHttpServer(o);
+  std::atomic<bool> entered{false};
+  s->Handle("POST", "/bind", [&entered](const Request&) {
+    entered = true;
+    std::this_thread::sleep_for(400ms);
+    return Response::Json(200, "{\"bound\":true}");
+  });
+  s->Handle("GET", "/ping", [](const Request&) { return Response::Json(200, "{}"); });
+  ASSERT_TRUE(s->Start().ok());
+  RawConn idle(s->port());
+  ASSERT_TRUE(idle.Send("GET /ping HTTP/1.1\r\nHost: a\r\n\r\n"));
+  ASSERT_NE(idle.ReadUntil("{}", 5s).find("200 OK"), std::string::npos);
+  RawConn busy(s->port());
+  ASSERT_TRUE(busy.Send("POST /bind HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}"));
+  for (int i = 0; i < 500 && !entered; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_TRUE(entered);
+  const auto start = std::chrono::steady_clock::now();
+  auto stopped = std::async(std::launch::async, [&s] { s->Stop(); });
+  EXPECT_TRUE(idle.ClosedWithin(200ms));
+  const std::string answer = busy.ReadUntil("{\"bound\":true}", 5s);
+  EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("{\"bound\":true}"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("onnection: close"), std::string::npos) << answer;
+  EXPECT_TRUE(busy.ClosedWithin(2s));
+  ASSERT_EQ(stopped.wait_for(5s), std::future_status::ready);
+  EXPECT_LT(SecondsSince(start), 2.0);
+
+  // A handler longer than the grace: Stop() returns after the grace, and the
+  // client sees its connection end without an answer.
+  o.stop_grace = 100ms;
+  auto slow = NewHttpServer(o);
+  std::atomic<bool> release{false};
+  entered = false;
+  slow->Handle("POST", "/bind", [&](const Request&) {
+    entered = true;
+    for (int i = 0; i < 1000 && !release; ++i) std::this_thread::sleep_for(2ms);
+    return Response::Json(200, "{}");
+  });
+  ASSERT_TRUE(slow->Start().ok());
+  RawConn late(slow->port());
+  ASSERT_TRUE(late.Send("POST /bind HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"));
+  for (int i = 0; i < 500 && !entered; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_TRUE(entered);
+  auto cut = std::async(std::launch::async, [&slow] { slow->Stop(); });
+  EXPECT_TRUE(late.ClosedWithin(2s));
+  EXPECT_EQ(late.received(), "");
+  release = true;
+  ASSERT_EQ(cut.wait_for(5s), std::future_status::ready);
+}
+
 TEST(HttpServerTest, ARequestTrickledInIsCutAtItsDeadline) {
   ServerOptions o = LocalServer();
   o.header_timeout = 1s;

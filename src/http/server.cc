@@ -155,6 +155,9 @@ class ServerImpl final : public HttpServer {
     std::atomic<bool> done{false};
     std::mutex mu;
     Stream* stream = nullptr;  // guarded by mu; set while serving
+    // Guarded by mu: a request's first byte came and its answer is not yet
+    // sent (Stop() lets it finish). False while a response streams.
+    bool busy = false;
   };
 
   void AcceptLoop();
@@ -309,16 +312,30 @@ void ServerImpl::Stop() {
   if (acceptor_.joinable()) acceptor_.join();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
-  {
-    std::lock_guard<std::mutex> lock(conns_mu_);
-    for (auto& c : conns_) {
-      std::lock_guard<std::mutex> cl(c->mu);
-      if (c->stream != nullptr) c->stream->Shutdown();
+  // Idle connections end now; those answering a request send the answer
+  // (with Connection: close) first, within stop_grace.
+  const auto deadline = std::chrono::steady_clock::now() + opts_.stop_grace;
+  for (;;) {
+    const bool past = std::chrono::steady_clock::now() >= deadline;
+    bool answering = false;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      for (auto& c : conns_) {
+        std::lock_guard<std::mutex> cl(c->mu);
+        if (c->stream == nullptr) continue;
+        if (c->busy && !past) {
+          answering = true;
+        } else {
+          c->stream->Shutdown();
+        }
+      }
     }
-  }
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    pending_cv_.notify_all();  // idle connection threads end (stopping_ is set)
+    {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      pending_cv_.notify_all();  // idle connection threads end (stopping_ is set)
+    }
+    if (!answering) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   Reap(true);
   // Accepted but never taken (the threads ended first): close them.
@@ -564,6 +581,16 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     // Idle up to idle_timeout between requests; from a request's first byte,
     // its head within header_timeout.
     if (!reader.Await(opts_.idle_timeout).ok()) break;
+    // Busy from the request's first byte until its answer is sent.
+    struct Busy {
+      Conn* conn;
+      explicit Busy(Conn* c) : conn(c) { Set(true); }
+      ~Busy() { Set(false); }
+      void Set(bool v) {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        conn->busy = v;
+      }
+    } busy{conn};
     auto head = reader.ReadHead(opts_.max_header_bytes, opts_.header_timeout);
     if (!head.ok()) {
       if (head.status().code() == StatusCode::kResourceExhausted) {
@@ -676,6 +703,8 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     }
     Record(req, route_name, resp.status, started);
     if (resp.stream) {
+      busy.Set(false);  // a stream has no end to wait for: Stop() ends it
+      if (stopping_.load()) break;
       resp.headers["transfer-encoding"] = "chunked";
       resp.headers["connection"] = "close";
       if (!stream->Write(SerializeHead(resp.status, resp.headers), opts_.send_timeout)) break;
@@ -698,6 +727,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       break;
     }
     resp.headers["content-length"] = std::to_string(resp.body.size());
+    if (stopping_.load()) keep_alive = false;
     if (!keep_alive) resp.headers["connection"] = "close";
     const bool head_only = req.method == "HEAD";
     if (!stream->Write(SerializeHead(resp.status, resp.headers) + (head_only ? "" : resp.body),
