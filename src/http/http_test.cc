@@ -850,6 +850,36 @@ TEST_F(TlsTest, ServerCertVerifiedByCa) {
   }
 }
 
+// A bundle holding only an intermediate CA trusts what that CA issued (as
+// kubectl does with such a kubeconfig), in both directions: the client
+// verifying the server, and the server verifying a client certificate.
+TEST_F(TlsTest, AnIntermediateCaInTheBundleIsATrustAnchor) {
+  testing::TestCa mid(dir_, "mid", *ca_);
+  ASSERT_TRUE(mid.ok());
+  auto server_cert = mid.Issue("server", "mid-server", true);
+  auto client_cert = mid.Issue("scheduler", "mid-client", false);
+  auto s = Serve(Tls(server_cert.cert_file, server_cert.key_file, mid.ca_file()));
+  ClientRequest req;
+  req.path = "/who";
+  ClientOptions o = CaFile(mid.ca_file());
+  o.client_cert_file = client_cert.cert_file;
+  o.client_key_file = client_cert.key_file;
+  auto resp = ClientFor(Local(s->port(), true), o)->Send(req);
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_NE(resp->body.find("CN=scheduler"), std::string::npos) << resp->body;
+  ClientOptions pem = CaPem(mid.ca_pem());
+  pem.client_cert_pem = client_cert.cert_pem;
+  pem.client_key_pem = client_cert.key_pem;
+  EXPECT_TRUE(ClientFor(Local(s->port(), true), pem)->Send(req).ok());
+  // Anchors are still what the bundle holds: another CA verifies nothing.
+  testing::TestCa other(dir_, "other");
+  ASSERT_TRUE(other.ok());
+  ClientOptions foreign = CaFile(other.ca_file());
+  foreign.client_cert_file = client_cert.cert_file;
+  foreign.client_key_file = client_cert.key_file;
+  EXPECT_FALSE(ClientFor(Local(s->port(), true), foreign)->Send(req).ok());
+}
+
 TEST_F(TlsTest, ClientCertificateRequired) {
   auto server_cert = ca_->Issue("server", "server", true);
   auto client_cert = ca_->Issue("scheduler", "client", false);

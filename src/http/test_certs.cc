@@ -85,6 +85,19 @@ TestCa::TestCa(std::string dir, std::string name) : impl_(std::make_unique<Impl>
   ok_ = WriteFile(ca_file_, PemOf(impl_->cert));
 }
 
+TestCa::TestCa(std::string dir, std::string name, const TestCa& parent)
+    : impl_(std::make_unique<Impl>()), dir_(dir) {
+  impl_->key = NewKey();
+  if (impl_->key == nullptr || !parent.ok()) return;
+  impl_->cert = NewCert(name + " intermediate CA", impl_->key, parent.impl_->serial++);
+  X509_set_issuer_name(impl_->cert, X509_get_subject_name(parent.impl_->cert));
+  AddExt(impl_->cert, parent.impl_->cert, NID_basic_constraints, "critical,CA:TRUE");
+  AddExt(impl_->cert, parent.impl_->cert, NID_key_usage, "critical,keyCertSign,cRLSign");
+  X509_sign(impl_->cert, parent.impl_->key, EVP_sha256());
+  ca_file_ = dir_ + "/" + name + "-ca.pem";
+  ok_ = WriteFile(ca_file_, PemOf(impl_->cert));
+}
+
 TestCa::~TestCa() = default;
 
 std::string TestCa::ca_pem() const { return PemOf(impl_->cert); }

@@ -17,6 +17,9 @@ class TestCa {
  public:
   // Creates the CA key and certificate; writes <dir>/<name>-ca.pem.
   TestCa(std::string dir, std::string name);
+  // An intermediate CA signed by `parent`: its ca_file() holds only its own
+  // certificate, and what it issues chains to `parent` through it.
+  TestCa(std::string dir, std::string name, const TestCa& parent);
   ~TestCa();
   TestCa(const TestCa&) = delete;
   TestCa& operator=(const TestCa&) = delete;

@@ -136,6 +136,9 @@ StatusOr<SslCtxPtr> ServerContext(const TlsOptions& tls) {
       return InvalidArgumentError(SslError("cannot load client CA " + tls.client_ca_file) +
                                   "; pass a readable PEM CA bundle");
     }
+    // Every certificate in the bundle is a trust anchor, an intermediate
+    // one too (as Go's crypto/x509 and so kube-apiserver treat a CA pool).
+    X509_VERIFY_PARAM_set_flags(SSL_CTX_get0_param(ctx.get()), X509_V_FLAG_PARTIAL_CHAIN);
     const int mode = tls.client_cert_optional ? SSL_VERIFY_PEER
                                               : SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
     SSL_CTX_set_verify(ctx.get(), mode, nullptr);
@@ -191,6 +194,10 @@ StatusOr<SslCtxPtr> ClientContext(const ClientOptions& o) {
   if (!o.client_cert_pem.empty() || !o.client_key_pem.empty()) {
     ACCELPOOL_RETURN_IF_ERROR(UseCertPem(ctx.get(), o.client_cert_pem, o.client_key_pem));
   }
+  // A kubeconfig's certificate-authority may be an intermediate CA: every
+  // certificate in the bundle is a trust anchor, as kubectl (Go's
+  // crypto/x509) treats it, without the chain having to reach a root.
+  X509_VERIFY_PARAM_set_flags(SSL_CTX_get0_param(ctx.get()), X509_V_FLAG_PARTIAL_CHAIN);
   SSL_CTX_set_verify(ctx.get(), o.insecure_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                      nullptr);
   // Session resumption: a new connection to a server this context has
