@@ -11,6 +11,10 @@
 namespace accelpool::cuda {
 namespace {
 
+// A mark (of a destroyed context's records, of a destroyed pool) is never a
+// handle: those are user-space addresses.
+constexpr uint64_t kMarkBit = 1ULL << 63;
+
 // REQUIRES: s.mem_mu held.
 bool EnsureSlotLocked(ShimState& s) {
   if (s.slot >= 0) {
@@ -220,6 +224,9 @@ Charge SyncLocked(ShimState& s, PoolAccount& a) {
   if (a.device < 0) {
     return Charge::kNotLimited;  // Host memory.
   }
+  if (a.live != 0) {
+    return Charge::kCharged;  // Destroyed: no handle to read; its blocks' frees settle it.
+  }
   if (!ReadReserve(s, a.pool, &reserve)) {
     return Charge::kCharged;  // Keep the last known charge.
   }
@@ -326,11 +333,21 @@ Charge SyncPool(CUmemoryPool pool) {
   ShimState& s = State();
   auto key = reinterpret_cast<uint64_t>(pool);
   Charge c = Charge::kNotLimited;
+  PoolAccount gone;
   pthread_mutex_lock(&s.pool_mu);
   if (PoolAccount* a = key != 0 ? FindPoolLocked(s, key) : nullptr) {
-    c = SyncLocked(s, *a);
+    if (a->live == 0) {
+      c = SyncLocked(s, *a);
+    } else if (--a->live == 0) {
+      // The last block of a destroyed pool: the driver frees the pool's memory now.
+      gone = *a;
+      *a = PoolAccount();
+    }
   }
   pthread_mutex_unlock(&s.pool_mu);
+  if (gone.charged != 0) {
+    UnchargeBytes(gone.device, gone.charged);
+  }
   return c;
 }
 
@@ -374,6 +391,49 @@ void RestorePool(const PoolAccount& account) {
   }
   pthread_mutex_unlock(&s.pool_mu);
   if (!restored) {
+    UnchargeBytes(account.device, account.charged);
+  }
+}
+
+namespace {
+
+struct Relink {
+  uint64_t from;
+  uint64_t to;
+  uint64_t count;
+};
+
+void RelinkPool(void* ctx, uint64_t, AllocRecord* record) {
+  auto* r = static_cast<Relink*>(ctx);
+  if (record->link == r->from) {
+    record->link = r->to;
+    ++r->count;
+  }
+}
+
+}  // namespace
+
+void RetirePool(const PoolAccount& account) {
+  ShimState& s = State();
+  bool kept = false;
+  pthread_mutex_lock(&s.pool_mu);
+  PoolAccount* entry = account.device >= 0 && account.charged != 0 ? FindPoolLocked(s, 0) : nullptr;
+  if (entry != nullptr) {
+    // The pointers' records link to a mark from now on: a pool created later
+    // may get the dead handle, and its blocks are not these.
+    pthread_mutex_lock(&s.mem_mu);
+    Relink relink{account.pool, kMarkBit | ++s.context_marks, 0};
+    s.pointers->ForEachMutable(RelinkPool, &relink);
+    pthread_mutex_unlock(&s.mem_mu);
+    if (relink.count != 0) {
+      *entry = account;
+      entry->pool = relink.to;
+      entry->live = relink.count;
+      kept = true;
+    }
+  }
+  pthread_mutex_unlock(&s.pool_mu);
+  if (!kept) {
     UnchargeBytes(account.device, account.charged);
   }
 }
@@ -463,9 +523,6 @@ uint64_t TakeDeviceRecords(ShimState& s, AllocTable* table, int device, bool cha
     }
   }
 }
-
-// A mark is never a context handle: those are user-space addresses.
-constexpr uint64_t kMarkBit = 1ULL << 63;
 
 struct Relabel {
   uint64_t from;

@@ -112,7 +112,8 @@ enum class PoolTrack {
 PoolTrack TrackPool(CUmemoryPool pool, int* device);
 // Re-reads a tracked pool's reserve: uncharges a shrink, charges a growth.
 // Returns kOverLimit when a growth did not fit under the cap (it stays
-// uncharged), kCharged otherwise, kNotLimited for an untracked pool.
+// uncharged), kCharged otherwise, kNotLimited for an untracked pool. Given
+// a destroyed pool's mark (RetirePool), counts one of its blocks freed.
 Charge SyncPool(CUmemoryPool pool);
 // SyncPool for every tracked pool charged to `device` (memory queries).
 void SyncPools(int device);
@@ -121,6 +122,12 @@ bool TakePool(CUmemoryPool pool, PoolAccount* out);
 // Undoes TakePool (the driver refused to destroy the pool); uncharges the
 // account if it can no longer be tracked.
 void RestorePool(const PoolAccount& account);
+// After the driver destroyed a pool taken by TakePool: a pool with blocks
+// still allocated keeps its memory until they are freed (cuMemPoolDestroy
+// returns at once and frees it then), so the account keeps its charge,
+// without a handle, until the last recorded block's free; a pool with none
+// is uncharged at once.
+void RetirePool(const PoolAccount& account);
 // Records a pointer of a pool charged by reserve, so its free re-reads the pool.
 void RememberPoolPointer(uint64_t key, CUmemoryPool pool, int device);
 // Records where a pool created through the shim lives (cuMemPoolCreate's

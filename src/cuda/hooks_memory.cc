@@ -222,7 +222,7 @@ CUresult HookMemPoolDestroy(CUmemoryPool pool) {
   }
   if (tracked) {
     if (rc == CUDA_SUCCESS) {
-      UnchargeBytes(account.device, account.charged);
+      RetirePool(account);  // Its blocks still allocated keep its memory until freed.
     } else {
       RestorePool(account);
     }

@@ -66,6 +66,11 @@ struct PoolAccount {
   uint64_t pool = 0;     // CUmemoryPool; 0 = free entry.
   int32_t device = -1;   // Device the reserve is charged to; -1: host memory, never charged.
   uint64_t charged = 0;  // Reserve currently charged to the region.
+  // A pool destroyed while blocks of it were still allocated: the driver
+  // frees its memory only once they are freed (cuMemPoolDestroy). `pool` is
+  // then a mark its pointers' records link to instead of the dead handle,
+  // and `live` counts those records; the last one's free uncharges `charged`.
+  uint64_t live = 0;
 };
 
 struct ShimState {
@@ -143,7 +148,7 @@ struct ShimState {
   AllocTable* heaps = nullptr;        // Malloc heaps resized (cuCtxSetLimit), by context: bytes =
                                       // the growth charged, link = the size charged from.
   uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
-  uint64_t context_marks = 0;              // Marks handed out by MarkContextRecords (accounting.h).
+  uint64_t context_marks = 0;              // Marks handed out by MarkContextRecords and RetirePool.
   bool warned_unaccounted = false;
 
   // --- Stream-ordered pools charged by reserve. pool_mu is taken before

@@ -748,6 +748,37 @@ TEST(ShimTest, DestroyingAPoolReturnsItsCharge) {
   EXPECT_EQ(U(kv, "device_used"), 0u);
 }
 
+// cuMemPoolDestroy of a pool whose blocks are still allocated returns at
+// once; the driver frees the pool's memory, what it kept included, once
+// they are freed. Its charge stays until then. (It was returned at the
+// destroy, and the container could allocate past its cap.)
+TEST(ShimTest, APoolDestroyedWithLiveBlocksStaysChargedUntilTheyAreFreed) {
+  const uint64_t cap = 1024 * kMiB;
+  struct Case {
+    const char* path;
+    uint64_t kept;
+  };
+  for (const Case& c :
+       {Case{"direct", 0}, Case{"dlsym", 0}, Case{"procaddr", 0}, Case{"direct", 100 * kMiB}}) {
+    SCOPED_TRACE(::testing::Message() << c.path << " " << c.kept);
+    auto kv =
+        MustRun({c.path, "pooldestroylive", std::to_string(800 * kMiB), std::to_string(c.kept)},
+                {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    const uint64_t held = 800 * kMiB + c.kept;
+    EXPECT_EQ(U(kv, "held_free"), cap - held);
+    EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+    EXPECT_EQ(U(kv, "destroyed_used"), held) << "the driver keeps the pool's memory";
+    EXPECT_EQ(U(kv, "destroyed_free"), cap - held) << "and it stays charged";
+    EXPECT_EQ(U(kv, "over_rc"), 2u) << "800 MiB more would pass the cap";
+    EXPECT_EQ(U(kv, "free_rc"), 0u);
+    EXPECT_EQ(U(kv, "freed_used"), 0u) << "the last block's free frees the pool";
+    EXPECT_EQ(U(kv, "freed_free"), cap);
+    EXPECT_EQ(U(kv, "again_rc"), 0u);
+  }
+}
+
 // The fake runs an allocation inside the real free, after the address is
 // released: the interleaving of two threads racing for one address.
 TEST(ShimTest, AnAddressReusedDuringItsFreeKeepsBothChargesRight) {

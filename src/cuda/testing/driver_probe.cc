@@ -61,6 +61,9 @@
 //                            (freed inside it or kept past the launch),
 //                            instantiated through that ABI and launched
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
+//   pooldestroylive <bytes> <kept>  a created pool (keeping <kept> freed) is
+//                            destroyed while a block of <bytes> is allocated;
+//                            cuMemAlloc <bytes>; the block freed; again
 //   reexec <bytes>           allocate <bytes>, then exec this program as
 //                            "<mode> hold <bytes>" (same pid and start time)
 //   ipcdev <bytes> <device>  from device 0, import <bytes> exported by <device>
@@ -1659,6 +1662,41 @@ int PoolCustom(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// A created pool destroyed while a block of it is still allocated (with
+// <kept> bytes freed and kept beside it): the driver frees the pool's
+// memory only once that block is freed.
+int PoolDestroyLive(const Api& a, uint64_t bytes, uint64_t kept) {
+  CUmemPoolProps props{};
+  props.allocType = 1;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  CUresult create_rc = a.pool_create(&pool, &props);
+  cuuint64_t max = ~0ULL;
+  cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max);
+  CUdeviceptr k = 0;
+  if (kept != 0 && a.alloc_pool(&k, kept, pool, nullptr) == CUDA_SUCCESS) {
+    a.free_async(k, nullptr);
+  }
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_pool(&p, bytes, pool, nullptr);
+  std::printf("create_rc=%d rc=%d held_free=%zu\n", create_rc, rc, FreeBytes(a));
+  CUresult destroy_rc = a.pool_destroy(pool);
+  std::printf("destroy_rc=%d destroyed_free=%zu destroyed_used=%llu\n", destroy_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  CUdeviceptr q = 0;
+  CUresult over_rc = a.alloc(&q, bytes);
+  if (over_rc == CUDA_SUCCESS) {
+    a.free(q);
+  }
+  CUresult free_rc = a.free_async(p, nullptr);
+  std::printf("over_rc=%d free_rc=%d freed_free=%zu freed_used=%llu\n", over_rc, free_rc,
+              FreeBytes(a), static_cast<unsigned long long>(DeviceUsed()));
+  CUresult again_rc = a.alloc(&q, bytes);
+  std::printf("again_rc=%d\n", again_rc);
+  return 0;
+}
+
 size_t FreeOn(const Api& a, int device) {
   cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(device + 1)));
   size_t free_bytes = FreeBytes(a);
@@ -2141,6 +2179,10 @@ int main(int argc, char** argv) {
   }
   if (command == "poolcustom" && argc == 4) {
     return PoolCustom(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "pooldestroylive" && argc == 5) {
+    return PoolDestroyLive(a, std::strtoull(argv[3], nullptr, 10),
+                           std::strtoull(argv[4], nullptr, 10));
   }
   if (command == "reexec" && argc == 4) {
     CUdeviceptr p = 0;

@@ -214,8 +214,10 @@ void PoolFreeLocked(State& s, const Allocation& a) {
   Pool& p = pit->second;
   p.segments[a.segment].used -= a.bytes;
   p.used -= a.bytes;
-  ReleaseSegmentsLocked(s, p, p.destroyed ? 0 : p.release_threshold);
-  if (p.destroyed && p.reserved == 0) {
+  if (!p.destroyed) {
+    ReleaseSegmentsLocked(s, p, p.release_threshold);
+  } else if (p.used == 0) {
+    ReleaseSegmentsLocked(s, p, 0);  // Its last block: the destroyed pool goes.
     s.pools.erase(pit);
   }
 }
@@ -707,7 +709,9 @@ FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* p
   s.pools[*pool].location_type = type;
   return CUDA_SUCCESS;
 }
-// Like the real driver: a pool destroyed with live blocks goes once they do.
+// Like the real driver: a pool destroyed with live blocks (or frees not yet
+// completed) returns at once, and all of its memory, what it kept besides
+// them included, goes once they do (cuMemPoolDestroy).
 FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -719,8 +723,8 @@ FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     s.current_pool[it->second.device] = s.default_pool[it->second.device];
   }
   it->second.destroyed = true;
-  ReleaseSegmentsLocked(s, it->second, 0);
-  if (it->second.reserved == 0) {
+  if (it->second.used == 0) {
+    ReleaseSegmentsLocked(s, it->second, 0);
     s.pools.erase(it);
   }
   return CUDA_SUCCESS;
