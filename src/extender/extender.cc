@@ -604,7 +604,8 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
 }
 
 StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::string& node,
-                                                 int32_t* score) {
+                                                 int32_t* score, bool* reused) {
+  *reused = false;
   Status last;
   const std::shared_ptr<const PolicySet> policies = Policies();
   for (int attempt = 0; attempt < kMaxPlanAttempts; ++attempt) {
@@ -614,6 +615,7 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
     if (std::optional<PodAssignment> held = cache_.Assignment(pod.ref.uid);
         held.has_value() && held->node == node) {
       *score = 0;
+      *reused = true;
       return *held;
     }
     NodeSnapshotPtr snap = cache_.Node(node);
@@ -666,6 +668,7 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
       std::optional<PodAssignment> existing = cache_.Assignment(pod.ref.uid);
       if (existing.has_value() && existing->node == node) {
         *score = plan.score;
+        *reused = true;
         return *existing;  // a retried bind: finish the earlier one
       }
       // Reserved elsewhere by an earlier bind whose Binding's outcome was not
@@ -766,15 +769,29 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     }
   } running{*this, pod.ref.uid};
   int32_t score = 0;
+  bool reused = false;
   const auto t0 = std::chrono::steady_clock::now();
-  StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score);
+  StatusOr<PodAssignment> a = PlanAndReserve(pod, node, &score, &reused);
   if (!a.ok()) {
     return fail("plan", a.status());
   }
   const auto t1 = std::chrono::steady_clock::now();
+  // A retry that reuses the reservation of an earlier bind whose Binding's
+  // outcome is unknown: that Binding may still land (within
+  // unknown_binding_hold), so this bind failing does not give the devices
+  // back; only the hold's end, a read showing the pod unbound, or the pod's
+  // deletion does.
+  bool earlier_may_land = false;
+  if (reused) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = unknown_bindings_.find(pod.ref.uid);
+    earlier_may_land = it != unknown_bindings_.end() && it->second + options_.unknown_binding_hold >
+                                                            std::chrono::steady_clock::now();
+  }
   if (writer_ != nullptr) {
     // Whatever leaves this block other than a written Binding or an unknown
-    // outcome (an error, an exception) gives the reservation back.
+    // outcome (an error, an exception) gives the reservation back, unless an
+    // earlier Binding with it may still land.
     struct Unwritten {
       Cache& cache;
       const std::string& uid;
@@ -783,8 +800,14 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
       ~Unwritten() {
         if (armed) (void)cache.ReleaseReservation(uid, a);
       }
-    } unwritten{cache_, pod.ref.uid, *a};
+    } unwritten{cache_, pod.ref.uid, *a, !earlier_may_land};
     Status st = writer_->Bind(pod, *a);
+    if (!st.ok() && earlier_may_land && st.code() != StatusCode::kUnknown) {
+      return fail("binding",
+                  Status(st.code(), st.message() + "; an earlier Binding of this pod to " + node +
+                                        " has an unknown outcome and may still land: its devices "
+                                        "there stay reserved for the pod's retry"));
+    }
     if (!st.ok()) {
       if (st.code() == StatusCode::kUnknown) {
         // The Binding may have landed, or may land yet: giving the devices

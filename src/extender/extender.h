@@ -295,8 +295,10 @@ class Extender {
   // The domains of the nodes holding the pod's job siblings (empty when the
   // pod belongs to no job).
   std::map<std::string, NodeDomains> JobDomains(const PodInfo& pod) const;
+  // Plans `pod` on `node` and reserves the devices. *reused: the answer is a
+  // reservation an earlier bind of the pod made (a retried bind).
   StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,
-                                         int32_t* score);
+                                         int32_t* score, bool* reused);
   // PlanNode through the plan memo: a node's plan depends only on the request
   // shape, the node's version (inventory + usage) and the policy, so plans are
   // kept per (node, version, shape) and reused until the node changes.

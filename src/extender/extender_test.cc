@@ -388,6 +388,40 @@ TEST_F(ExtenderTest, APodWhoseBindOutcomeWasUnknownStillFitsTheNodeItHolds) {
   EXPECT_TRUE(ext_->Filter(MakePod("p1", {Gpu(6)}), {"a"}).fits.empty());
 }
 
+// A retry on the node an unknown Binding holds reuses that reservation. The
+// retry's own Binding failing plainly (throttled, the replica stopped
+// leading) says nothing of the earlier one, which may still land: the
+// devices stay reserved, no other pod gets them. Past the hold, the same
+// failure gives them back.
+TEST_F(ExtenderTest, AFailedRetryKeepsTheDevicesAnEarlierUnknownBindingMayStillTake) {
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.unknown_binding_hold = std::chrono::milliseconds(400);
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(e.ok());
+  AddGpuNode(cache_, "a");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
+  writer_.FailBinding(UnavailableError("HTTP 429: the apiserver is throttling"));
+  StatusOr<PodAssignment> retry = (*e)->Bind(MakePod("p1", {Gpu(8)}), "a");
+  ASSERT_FALSE(retry.ok());
+  EXPECT_EQ(retry.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(retry.status().message().find("may still land"), std::string::npos)
+      << retry.status().ToString();
+  EXPECT_EQ(Used("a"), 8);
+  ASSERT_TRUE(cache_.Assignment("p1").has_value());
+  writer_.FailBinding(Status::Ok());
+  EXPECT_FALSE((*e)->Bind(MakePod("p2", {Gpu(8)}), "a").ok());
+  EXPECT_TRUE((*e)->Filter(MakePod("p2", {Gpu(8)}), {"a"}).fits.empty());
+  // Past the hold the earlier Binding can no longer land: a plain failure of
+  // the retry gives the devices back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  writer_.FailBinding(UnavailableError("HTTP 429: the apiserver is throttling"));
+  ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
+  EXPECT_TRUE(cache_.Node("a")->Idle());
+  EXPECT_FALSE(cache_.Assignment("p1").has_value());
+}
+
 TEST_F(ExtenderTest, AFailedBindKeepsWhatTheWatchAlreadyShowedBound) {
   AddGpuNode(cache_, "a");
   AddGpuNode(cache_, "b");

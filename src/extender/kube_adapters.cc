@@ -124,17 +124,22 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const PodAssignment& a,
                       "): its devices stay reserved until the watch shows the pod, or a retry "
                       "reads it unbound");
   }
-  // Shown unbound after an answer that timed out (the client's timeout, or
-  // the apiserver's own 504): the request may still be on its way to the
-  // store and commit after this read. Keeping the devices costs the pod
-  // nothing (its retry reuses them on this node, Extender::Filter plans it
-  // there without them); giving them away could book them twice.
-  if (st.code() == StatusCode::kDeadlineExceeded && now.ok() && now->uid == pod.ref.uid &&
-      now->node.empty()) {
+  // Shown unbound after an answer that does not say the Binding was refused
+  // (a timeout, the apiserver's 504, a 500 such as "etcdserver: request
+  // timed out", a connection lost after the request went out): the write may
+  // still be on its way to the store and commit after this read. Keeping the
+  // devices costs the pod little (its retry reuses them on this node,
+  // Extender::Filter plans it there without them; another node waits for
+  // unknown_binding_hold); giving them away could book them twice. Only a
+  // 429 (API priority and fairness turns the request away before any
+  // handler) is known unwritten.
+  const bool throttled =
+      st.code() == StatusCode::kUnavailable && st.message().find(": HTTP 429") != std::string::npos;
+  if (unsure && !throttled && now.ok() && now->uid == pod.ref.uid && now->node.empty()) {
     return Status(StatusCode::kUnknown,
                   st.message() +
-                      "; the pod read back unbound, but a Binding that timed out may still "
-                      "land: its devices stay reserved for the pod's retry");
+                      "; the pod read back unbound, but a Binding without a clear answer may "
+                      "still land: its devices stay reserved for the pod's retry");
   }
   return st;
 }

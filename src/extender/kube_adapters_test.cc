@@ -462,15 +462,28 @@ TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) 
   KubePodWriter& writer = *rig.writer;
   const std::unique_ptr<Extender>* ext = &rig.ext;
   PodInfo pod = rig.Pod(1);
-  // A 503 on the Binding, and the pod reads back unbound: not written, so
-  // the devices go back.
-  api_.FailNext(1, 503);
+  // A 429 on the Binding (turned away before any handler), and the pod
+  // reads back unbound: not written, so the devices go back.
+  api_.FailNext(1, 429);
   StatusOr<PodAssignment> a = (*ext)->Bind(pod, "node-a");
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status().ToString();
   EXPECT_TRUE(cache.Node("node-a")->Idle());
   ASSERT_TRUE(writer.BoundNode(pod).ok());
   EXPECT_EQ(*writer.BoundNode(pod), "");
+  // A 500 or 503 (an etcd timeout, a proxy losing the apiserver mid-request)
+  // may still commit: shown unbound, the devices stay reserved.
+  for (int code : {500, 503}) {
+    SCOPED_TRACE(code);
+    BindRig fresh(*this);
+    ASSERT_NE(fresh.ext, nullptr);
+    api_.FailNext(1, code);
+    StatusOr<PodAssignment> kept = fresh.ext->Bind(fresh.Pod(1), "node-a");
+    ASSERT_FALSE(kept.ok());
+    EXPECT_EQ(kept.status().code(), StatusCode::kUnknown) << kept.status().ToString();
+    EXPECT_NE(kept.status().message().find("stay reserved"), std::string::npos);
+    EXPECT_FALSE(fresh.cache.Node("node-a")->Idle());
+  }
   // The read fails too: whether the Binding landed is unknown, the devices
   // stay reserved.
   api_.FailNext(2, 503);
