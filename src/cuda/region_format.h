@@ -35,7 +35,8 @@
 namespace accelpool::cuda {
 
 inline constexpr uint64_t kRegionMagic = 0x4150434455415247ULL;  // "APCDUARG"
-inline constexpr uint32_t kRegionLayoutVersion = 2;
+// 3: the header holds the boot id of the boot that created the region.
+inline constexpr uint32_t kRegionLayoutVersion = 3;
 inline constexpr int kMaxSlots = 256;
 inline constexpr int kMaxExports = 256;
 
@@ -61,10 +62,19 @@ struct DeviceBucket {
   TokenBucketState state;
 };
 
+// /proc/sys/kernel/random/boot_id: 36 characters and a NUL.
+inline constexpr size_t kBootIdLen = 40;
+
 struct RegionLayout {
   uint64_t magic;
   uint32_t version;
   uint32_t size;
+  // The boot that created the region (empty when unreadable then). The state
+  // dir outlives a reboot, and its locks would not: a robust mutex held when
+  // the node went down keeps a dead owner that no kernel will ever mark as
+  // died, and every lock of it would wait for ever. A region of another boot
+  // is created afresh (SharedRegion::OpenFile).
+  char boot_id[kBootIdLen];
   pthread_mutex_t mu;
   SlotRecord slots[kMaxSlots];
   DeviceBucket buckets[kMaxDevices];

@@ -104,6 +104,65 @@ bool IsAlive(int32_t pid, uint64_t start_time) {
 
 bool ValidDevice(int device) { return device >= 0 && device < kMaxDevices; }
 
+// The first line of `path` (the kernel's boot id), NUL-terminated in `out`;
+// empty when it cannot be read.
+void ReadBootId(const char* path, char (&out)[kBootIdLen]) {
+  std::memset(out, 0, sizeof(out));
+  int fd = path != nullptr ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0) {
+    return;
+  }
+  ssize_t n = read(fd, out, sizeof(out) - 1);
+  close(fd);
+  size_t len = n > 0 ? static_cast<size_t>(n) : 0;
+  for (size_t i = 0; i < len; ++i) {
+    if (out[i] == '\n') {
+      len = i;
+      break;
+    }
+  }
+  std::memset(out + len, 0, sizeof(out) - len);
+}
+
+// Whether any process holds a record lock on the file (the liveness locks of
+// region_format.h are the only ones taken on it). Takes none. A filesystem
+// that cannot say answers no.
+bool AnyRecordLock(int fd) {
+  struct flock fl = {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;  // The whole file and past its end.
+  return fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+// Whether the region in `fd` (its magic known valid) must be created afresh:
+// it was made in an earlier boot, or by an older library without a boot id,
+// and no live process marks a slot of it. Its mutexes may then be held by
+// threads that died with the node: the kernel marks a robust mutex's owner
+// dead only when it sees that thread exit, so a lock would wait for ever.
+// REQUIRES: the file's flock held.
+bool LeftByAnotherBoot(int fd, const char (&boot_id)[kBootIdLen]) {
+  uint32_t version = 0;
+  char stored[kBootIdLen] = {};
+  if (pread(fd, &version, sizeof(version), offsetof(RegionLayout, version)) != sizeof(version)) {
+    return false;
+  }
+  if (version == kLayoutVersion) {
+    if (pread(fd, stored, sizeof(stored), offsetof(RegionLayout, boot_id)) != sizeof(stored)) {
+      return false;
+    }
+    stored[kBootIdLen - 1] = '\0';
+    // Either one unknown: nothing to tell by, keep the region.
+    if (stored[0] == '\0' || boot_id[0] == '\0' || std::strcmp(stored, boot_id) == 0) {
+      return false;
+    }
+  } else if (version > kLayoutVersion || version == 0) {
+    return false;  // A newer library's: refused as another layout.
+  }
+  return !AnyRecordLock(fd);
+}
+
 }  // namespace
 
 bool ParseProcStat(const char* line, ProcStat* out) {
@@ -169,7 +228,7 @@ bool SharedRegion::SetLivenessLock(int slot, short type) {
   return fcntl(fd_, F_SETLK, &fl) == 0;
 }
 
-bool SharedRegion::Map(int fd, bool create, char* error, size_t error_len) {
+bool SharedRegion::Map(int fd, bool create, const char* boot_id, char* error, size_t error_len) {
   size_t size = sizeof(RegionLayout);
   void* mem = fd >= 0 ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                       : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -195,6 +254,9 @@ bool SharedRegion::Map(int fd, bool create, char* error, size_t error_len) {
     }
     layout->version = kLayoutVersion;
     layout->size = static_cast<uint32_t>(size);
+    if (boot_id != nullptr) {
+      std::memcpy(layout->boot_id, boot_id, kBootIdLen);
+    }
     __atomic_store_n(&layout->magic, kMagic, __ATOMIC_RELEASE);
   } else if (__atomic_load_n(&layout->magic, __ATOMIC_ACQUIRE) != kMagic ||
              layout->version != kLayoutVersion || layout->size != size) {
@@ -210,10 +272,11 @@ bool SharedRegion::Map(int fd, bool create, char* error, size_t error_len) {
 }
 
 bool SharedRegion::OpenPrivate(char* error, size_t error_len) {
-  return Map(-1, true, error, error_len);
+  return Map(-1, true, nullptr, error, error_len);
 }
 
-bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len) {
+bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len,
+                            const char* boot_id_path) {
   char path[kMaxPathLen + 32];
   std::snprintf(path, sizeof(path), "%s/%s", dir, kRegionFileName);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
@@ -238,13 +301,24 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len) {
   bool create = ok && (size == 0 || (pread(fd, &magic, sizeof(magic),
                                            offsetof(RegionLayout, magic)) == sizeof(magic) &&
                                      magic == 0));
-  if (create && ftruncate(fd, static_cast<off_t>(sizeof(RegionLayout))) != 0) {
+  char boot_id[kBootIdLen];
+  ReadBootId(boot_id_path, boot_id);
+  if (ok && !create && magic == kMagic && LeftByAnotherBoot(fd, boot_id)) {
+    Logf(LogLevel::kInfo,
+         "%s was left by an earlier boot or an older library, and no process uses it; "
+         "starting it afresh",
+         path);
+    // Zeroed whole, as a new file: no stale lock word or slot is kept.
+    create = true;
+    ok = ftruncate(fd, 0) == 0;
+  }
+  if (ok && create && ftruncate(fd, static_cast<off_t>(sizeof(RegionLayout))) != 0) {
     ok = false;
   }
   if (!ok) {
     std::snprintf(error, error_len, "cannot size %s: %s", path, std::strerror(errno));
   } else {
-    ok = Map(fd, create, error, error_len);
+    ok = Map(fd, create, boot_id, error, error_len);
   }
   flock(fd, LOCK_UN);
   if (ok) {

@@ -51,6 +51,7 @@
 namespace accelpool::cuda {
 
 inline constexpr char kRegionFileName[] = "accelpool-cuda.region";
+inline constexpr char kBootIdPath[] = "/proc/sys/kernel/random/boot_id";
 
 enum class ChargeResult { kOk, kOverLimit, kUnavailable };
 
@@ -63,8 +64,12 @@ class SharedRegion {
 
   // Maps (creating and initialising if needed) the region file in `dir`.
   // Returns false and writes a one-line reason to `error` on failure (missing
-  // or unwritable dir, a file of another layout version).
-  bool OpenFile(const char* dir, char* error, size_t error_len);
+  // or unwritable dir, a file of a newer layout version). A file left by an
+  // earlier boot (its boot id is not the one `boot_id_path` holds now), or
+  // one of an older layout, that no live process holds a liveness lock on is
+  // created afresh: its locks may name owners that died with the node.
+  bool OpenFile(const char* dir, char* error, size_t error_len,
+                const char* boot_id_path = kBootIdPath);
   // Maps private anonymous memory with the same layout.
   bool OpenPrivate(char* error, size_t error_len);
   bool is_open() const { return layout_ != nullptr; }
@@ -115,7 +120,8 @@ class SharedRegion {
   void Unlock();
 
  private:
-  bool Map(int fd, bool create, char* error, size_t error_len);
+  // `boot_id`: stored in a region it creates (nullptr: none).
+  bool Map(int fd, bool create, const char* boot_id, char* error, size_t error_len);
   int ReclaimDeadLocked();
   // Takes (F_WRLCK) or drops (F_UNLCK) the liveness lock of `slot`.
   bool SetLivenessLock(int slot, short type);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -35,6 +36,7 @@ class SharedRegionTest : public ::testing::Test {
   }
   void TearDown() override {
     std::remove((dir_ + "/" + kRegionFileName).c_str());
+    std::remove((dir_ + "/boot_id").c_str());
     rmdir(dir_.c_str());
   }
   void Open(SharedRegion& r) {
@@ -392,6 +394,143 @@ TEST_F(SharedRegionTest, LockHolderKilledLeavesAUsableRegion) {
   ASSERT_NE(bucket, nullptr);
   r.UnlockBucket(0);
   r.ReleaseSlot(slot);
+}
+
+// Writes `boot_id` as the kernel's boot id file would hold it.
+void WriteBootId(const std::string& path, const char* boot_id) {
+  std::ofstream f(path, std::ios::trunc);
+  f << boot_id << "\n";
+}
+
+// A pid no process has any more: a child that exited and was reaped.
+pid_t DeadTid() {
+  pid_t child = fork();
+  if (child == 0) {
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return child;
+}
+
+// Makes every mutex of the region file at `path` look held by `tid` without
+// the owner-died bit, as a node that went down with them held leaves them:
+// only the kernel sets that bit, when it sees the owner exit.
+void StaleLocks(const std::string& path, pid_t tid) {
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* mem = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* layout = static_cast<RegionLayout*>(mem);
+  layout->mu.__data.__lock = tid;
+  layout->mu.__data.__owner = tid;
+  for (DeviceBucket& b : layout->buckets) {
+    b.mu.__data.__lock = tid;
+    b.mu.__data.__owner = tid;
+  }
+  munmap(mem, sizeof(RegionLayout));
+}
+
+// In a child with a deadline: opens the region in `dir` with the boot id at
+// `boot_path`, takes and drops its mutex and device 0's bucket, and exits 0
+// when the region holds no charge on device 0 (fresh), 3 when it does, 1
+// when it cannot be opened; killed by SIGALRM when a lock waits.
+int OpenAndLockInChild(const std::string& dir, const std::string& boot_path) {
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(10);
+    SharedRegion r;
+    char error[256];
+    if (!r.OpenFile(dir.c_str(), error, sizeof(error), boot_path.c_str()) || !r.Lock()) {
+      _exit(1);
+    }
+    r.Unlock();
+    if (r.LockBucket(0) == nullptr) {
+      _exit(1);
+    }
+    r.UnlockBucket(0);
+    _exit(r.Used(0) == 0 ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The state dir outlives a reboot. A region whose locks were held when the
+// node went down names owners that no kernel will report dead, and every
+// process of the container waited for ever on its first lock. A region of
+// another boot is created afresh; one of this boot is kept.
+TEST_F(SharedRegionTest, ARegionLeftByAnEarlierBootIsCreatedAfresh) {
+  const std::string boot = dir_ + "/boot_id";
+  const std::string path = dir_ + "/" + kRegionFileName;
+  WriteBootId(boot, "11111111-2222-3333-4444-555555555555");
+  {
+    SharedRegion r;
+    char error[256] = {};
+    ASSERT_TRUE(r.OpenFile(dir_.c_str(), error, sizeof(error), boot.c_str())) << error;
+    int slot = r.ClaimSlot(Pid(), 0);  // This (live) process: its slot is kept in this boot.
+    ASSERT_EQ(r.TryCharge(slot, 0, 64 * kMiB, kGiB, 0), ChargeResult::kOk);
+  }  // No release: the node goes down.
+  EXPECT_EQ(OpenAndLockInChild(dir_, boot), 3) << "the same boot keeps the region";
+
+  StaleLocks(path, DeadTid());
+  WriteBootId(boot, "66666666-7777-8888-9999-000000000000");
+  EXPECT_EQ(OpenAndLockInChild(dir_, boot), 0) << "fresh, and no lock waits (SIGALRM is 142)";
+  std::ifstream f(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  RegionUsage u;
+  ASSERT_TRUE(ReadRegionUsage(bytes.data(), bytes.size(), &u));  // Read without its locks.
+  EXPECT_EQ(u.processes, 0) << "the old boot's slot is gone";
+  EXPECT_EQ(u.used_bytes[0], 0u);
+}
+
+// A region of the layout before the boot id (version 2) cannot say which
+// boot made it: it is created afresh unless a live process holds a liveness
+// lock on it (a process of an older library still using it, which is refused
+// as before rather than pulled from under it).
+TEST_F(SharedRegionTest, AnOlderRegionIsCreatedAfreshUnlessAProcessStillUsesIt) {
+  const std::string boot = dir_ + "/boot_id";
+  const std::string path = dir_ + "/" + kRegionFileName;
+  WriteBootId(boot, "11111111-2222-3333-4444-555555555555");
+  auto write_old = [&] {
+    std::string bytes(sizeof(RegionLayout) - kBootIdLen, '\0');
+    const uint64_t magic = kRegionMagic;
+    const uint32_t version = 2;
+    std::memcpy(bytes.data() + offsetof(RegionLayout, magic), &magic, sizeof(magic));
+    std::memcpy(bytes.data() + offsetof(RegionLayout, version), &version, sizeof(version));
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  };
+  write_old();
+  EXPECT_EQ(OpenAndLockInChild(dir_, boot), 0);
+
+  write_old();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    int fd = open(path.c_str(), O_RDWR);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(sizeof(RegionLayout) - kBootIdLen);  // Its slot 0.
+    fl.l_len = 1;
+    char c = fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0 ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
+  EXPECT_EQ(OpenAndLockInChild(dir_, boot), 1) << "refused as another layout";
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_EQ(OpenAndLockInChild(dir_, boot), 0) << "its user gone, it is made afresh";
 }
 
 TEST(ProcessStartTimeTest, ParsesFieldsAfterTheLastParenthesis) {
