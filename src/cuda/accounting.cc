@@ -489,26 +489,60 @@ namespace {
 
 constexpr int kDropBatch = 64;
 
-struct DeviceCollector {
+// Which records of a device a primary context reset freed (DropDeviceRecords).
+struct ResetScope {
   int device;
+  AllocTable* created;    // Live contexts created through the shim: their memory stays.
+  const uint64_t* pools;  // The pools the reset freed (the default pool).
+  int pool_count;
+};
+
+enum class ResetRule {
+  kAll,            // Every record of the device.
+  kByContext,      // Those of no created context: the primary context's, or of none known.
+  kPoolOrContext,  // Pointers: a pool block by its pool, any other as kByContext.
+};
+
+struct DeviceCollector {
+  const ResetScope* scope;
+  ResetRule rule;
   uint64_t keys[kDropBatch];
   int count;
 };
 
+bool FreedByReset(const ResetScope& r, ResetRule rule, const AllocRecord& record) {
+  if (record.device != r.device) {
+    return false;
+  }
+  if (rule == ResetRule::kAll) {
+    return true;
+  }
+  if (rule == ResetRule::kPoolOrContext && record.link != 0) {
+    for (int i = 0; i < r.pool_count; ++i) {
+      if (record.link == r.pools[i]) {
+        return true;
+      }
+    }
+    return false;  // A created pool's block (or a destroyed pool's): it survives.
+  }
+  return record.context == 0 || r.created == nullptr || r.created->Find(record.context) == nullptr;
+}
+
 void CollectOfDevice(void* ctx, uint64_t key, const AllocRecord& record) {
   auto* c = static_cast<DeviceCollector*>(ctx);
-  if (record.device == c->device && c->count < kDropBatch) {
+  if (c->count < kDropBatch && FreedByReset(*c->scope, c->rule, record)) {
     c->keys[c->count++] = key;
   }
 }
 
-// Takes the records of `device` from `table`, a batch per lock hold; returns
-// the bytes they were charged when `charged` (not so for VMM mappings,
-// executable graphs and pool homes, charged elsewhere or not at all).
-uint64_t TakeDeviceRecords(ShimState& s, AllocTable* table, int device, bool charged) {
+// Takes the records `rule` picks from `table`, a batch per lock hold;
+// returns the bytes they were charged when `charged` (not so for executable
+// graphs, charged elsewhere).
+uint64_t TakeDeviceRecords(ShimState& s, AllocTable* table, const ResetScope& scope, ResetRule rule,
+                           bool charged) {
   uint64_t bytes = 0;
   for (;;) {
-    DeviceCollector c{device, {}, 0};
+    DeviceCollector c{&scope, rule, {}, 0};
     pthread_mutex_lock(&s.mem_mu);
     table->ForEach(CollectOfDevice, &c);
     for (int i = 0; i < c.count; ++i) {
@@ -607,16 +641,57 @@ size_t DisownContextRecords(uint64_t context) {
   return relabel.count;
 }
 
-void DropDeviceRecords(int device) {
+void RememberCreatedContext(uint64_t context, int device) {
+  ShimState& s = State();
+  if (context == 0 || s.contexts == nullptr) {
+    return;
+  }
+  AllocRecord r;
+  r.device = device;
+  r.context = context;
+  pthread_mutex_lock(&s.mem_mu);
+  AllocRecord stale;
+  s.contexts->Take(context, &stale);  // A handle whose context ended unseen.
+  // Unrecorded (out of memory), a reset takes its memory for the primary
+  // context's: its charges go early, as before this table.
+  s.contexts->Put(context, r);
+  pthread_mutex_unlock(&s.mem_mu);
+}
+
+void ForgetCreatedContext(uint64_t context) {
+  ShimState& s = State();
+  AllocRecord gone;
+  if (context != 0 && s.contexts != nullptr) {
+    TakeRecord(s.contexts, context, &gone);
+  }
+}
+
+void DropDeviceRecords(int device, CUmemoryPool default_pool) {
   ShimState& s = State();
   if (device < 0 || device >= kMaxDevices || s.pointers == nullptr) {
     return;
   }
   uint64_t bytes = 0;
+  uint64_t freed_pools[kMaxPools];
+  int freed_count = 0;
   pthread_mutex_lock(&s.pool_mu);
   for (PoolAccount& a : s.pools) {
-    if (a.pool != 0 && a.device == device) {
+    if (a.pool == 0 || a.device != device || a.live != 0) {
+      continue;  // A destroyed pool's blocks are no context's: they stay, and its charge.
+    }
+    bool freed = false;
+    if (default_pool != nullptr) {
+      freed = a.pool == reinterpret_cast<uint64_t>(default_pool);
+    } else {
+      // The driver did not name the default pool: a pool not created
+      // through the shim is taken for it (the default or current pool).
+      pthread_mutex_lock(&s.mem_mu);
+      freed = s.pool_homes->Find(a.pool) == nullptr;
+      pthread_mutex_unlock(&s.mem_mu);
+    }
+    if (freed) {
       bytes += a.charged;
+      freed_pools[freed_count++] = a.pool;
       a = PoolAccount();
     }
   }
@@ -627,17 +702,19 @@ void DropDeviceRecords(int device) {
   pthread_mutex_lock(&s.mem_mu);
   ++s.graph_epoch[device];  // No graph of the device is mapped any more.
   pthread_mutex_unlock(&s.mem_mu);
-  bytes += TakeDeviceRecords(s, s.pointers, device, true);  // Pool pointers carry 0 bytes.
-  bytes += TakeDeviceRecords(s, s.arrays, device, true);
-  bytes += TakeDeviceRecords(s, s.vmm_handles, device, true);
-  bytes += TakeDeviceRecords(s, s.ipc, device, true);
-  bytes += TakeDeviceRecords(s, s.heaps, device, true);
-  TakeDeviceRecords(s, s.vmm_maps, device, false);
-  TakeDeviceRecords(s, s.graph_execs, device, false);
-  TakeDeviceRecords(s, s.pool_homes, device, false);
+  const ResetScope scope{device, s.contexts, freed_pools, freed_count};
+  // Pool pointers carry 0 bytes.
+  bytes += TakeDeviceRecords(s, s.pointers, scope, ResetRule::kPoolOrContext, true);
+  bytes += TakeDeviceRecords(s, s.arrays, scope, ResetRule::kByContext, true);
+  bytes += TakeDeviceRecords(s, s.ipc, scope, ResetRule::kByContext, true);
+  bytes += TakeDeviceRecords(s, s.heaps, scope, ResetRule::kByContext, true);
+  TakeDeviceRecords(s, s.graph_execs, scope, ResetRule::kAll, false);
   if (bytes > 0) {
     UnchargeBytes(device, bytes);
   }
+  // The pools that stay hold what they held; re-read, they settle anything
+  // the driver changed (a pool on another device is untouched).
+  SyncPools(device);
 }
 
 uint64_t RoundToGranularity(uint64_t bytes) {

@@ -166,12 +166,23 @@ void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed);
 // (as Owner::kNone): the new context's end leaves them charged until their
 // own free, the safe side. Returns how many there were.
 size_t DisownContextRecords(uint64_t context);
+// Contexts made with cuCtxCreate* and not yet destroyed: a primary context
+// reset frees none of their memory (DropDeviceRecords).
+void RememberCreatedContext(uint64_t context, int device);
+void ForgetCreatedContext(uint64_t context);
 
-// Drops every record of `device` from every table (pointers, arrays, VMM
-// handles and mappings, IPC imports, executable graphs, pools and their
-// homes) and returns their charges, pools' reserves and the graph pool's
-// included: the device's primary context was reset, which freed them all.
-void DropDeviceRecords(int device);
+// The device's primary context was reset (cuDevicePrimaryCtxReset), which
+// frees what that context owned and the device's default pool and graph
+// pool, and nothing that belongs to no context or to a context made with
+// cuCtxCreate (cuMemCreate handles and their mappings, pools made with
+// cuMemPoolCreate and their blocks, created contexts' memory). Drops the
+// records of `device` that the reset freed and returns their charges:
+// pointers, arrays, IPC imports and malloc heaps of no live created context
+// (the primary context's, a green context's, or of none known), the
+// default pool `default_pool` (read before the reset; nullptr when unknown:
+// every pool not created through the shim) with its blocks, the graph
+// pool's charge and executable graphs. Pools that stay are re-read.
+void DropDeviceRecords(int device, CUmemoryPool default_pool);
 
 // Charges memory that already exists on the device (the driver mapped it
 // before the shim could refuse), even past the cap; logs when it goes past.

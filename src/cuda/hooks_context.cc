@@ -7,7 +7,9 @@
 // and measurement events of a dead context are later queried and destroyed
 // on dangling handles. See shim.h.
 //
-// A primary context reset drops every record of its device. cuCtxDestroy,
+// A primary context reset drops the records of what it freed: the memory
+// of its device that no created context owns, the default pool's and the
+// graph pool's (DropDeviceRecords). cuCtxDestroy,
 // and a cuDevicePrimaryCtxRelease after which the driver reports the primary
 // context inactive, drop the records of the memory that context owned: each
 // record of such memory carries the context current at its allocation
@@ -47,12 +49,19 @@ CUresult PrimaryCtxReset(HookId id, int slot, CUdevice device) {
     return CUDA_ERROR_NOT_FOUND;
   }
   ShimState& s = State();
+  // The reset frees the device's default pool (and makes it the current
+  // one again); its handle is read before, while it is sure to be valid.
+  CUmemoryPool default_pool = nullptr;
+  if (s.mem_on && (s.device_get_default_mem_pool == nullptr ||
+                   s.device_get_default_mem_pool(&default_pool, device) != CUDA_SUCCESS)) {
+    default_pool = nullptr;
+  }
   CUresult rc = real(device);
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
   if (s.mem_on) {
-    DropDeviceRecords(device);
+    DropDeviceRecords(device, default_pool);
   }
   if (s.compute_on) {
     ForgetContextEvents(nullptr, device);
@@ -74,6 +83,9 @@ CUresult CtxDestroy(HookId id, int slot, CUcontext ctx) {
   uint64_t mark = s.mem_on ? MarkContextRecords(reinterpret_cast<uint64_t>(ctx)) : 0;
   CUresult rc = real(ctx);
   SettleContextRecords(mark, reinterpret_cast<uint64_t>(ctx), rc == CUDA_SUCCESS);
+  if (rc == CUDA_SUCCESS && s.mem_on) {
+    ForgetCreatedContext(reinterpret_cast<uint64_t>(ctx));
+  }
   if (rc == CUDA_SUCCESS && s.compute_on && ctx != nullptr) {
     ForgetContextEvents(ctx, -1);
   }
@@ -94,10 +106,12 @@ CUresult PrimaryCtxRetain(HookId id, int slot, CUcontext* ctx, CUdevice device) 
   return rc;
 }
 
-// After a successful create (any ABI): the new context owns nothing yet.
-CUresult CtxCreated(CUresult rc, CUcontext* ctx) {
+// After a successful create (any ABI): the new context owns nothing yet,
+// and a reset of the device's primary context will leave its memory alone.
+CUresult CtxCreated(CUresult rc, CUcontext* ctx, CUdevice device) {
   if (rc == CUDA_SUCCESS && ctx != nullptr && State().mem_on) {
     DisownContextRecords(reinterpret_cast<uint64_t>(*ctx));
+    RememberCreatedContext(reinterpret_cast<uint64_t>(*ctx), device);
   }
   return rc;
 }
@@ -108,7 +122,7 @@ CUresult CtxCreateV2(HookId id, int slot, CUcontext* ctx, unsigned int flags, CU
   if (real == nullptr) {
     return CUDA_ERROR_NOT_FOUND;
   }
-  return CtxCreated(real(ctx, flags, device), ctx);
+  return CtxCreated(real(ctx, flags, device), ctx, device);
 }
 
 CUresult CtxCreateV3(HookId id, int slot, CUcontext* ctx, CUexecAffinityParam* params,
@@ -118,7 +132,7 @@ CUresult CtxCreateV3(HookId id, int slot, CUcontext* ctx, CUexecAffinityParam* p
   if (real == nullptr) {
     return CUDA_ERROR_NOT_FOUND;
   }
-  return CtxCreated(real(ctx, params, num_params, flags, device), ctx);
+  return CtxCreated(real(ctx, params, num_params, flags, device), ctx, device);
 }
 
 CUresult CtxCreateV4(HookId id, int slot, CUcontext* ctx, CUctxCreateParams* params,
@@ -128,7 +142,7 @@ CUresult CtxCreateV4(HookId id, int slot, CUcontext* ctx, CUctxCreateParams* par
   if (real == nullptr) {
     return CUDA_ERROR_NOT_FOUND;
   }
-  return CtxCreated(real(ctx, params, flags, device), ctx);
+  return CtxCreated(real(ctx, params, flags, device), ctx, device);
 }
 
 // True when the driver reports `device`'s primary context inactive. A query

@@ -39,7 +39,7 @@ __attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
 alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
-constexpr int kTables = 8;
+constexpr int kTables = 9;
 alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
 ACCELPOOL_UNINSTRUMENTED void ResolveRealDlsym() {
@@ -167,7 +167,7 @@ void ChildAfterFork() {
   }
   s.slot = -1;
   for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs,
-                        s.pool_homes, s.heaps}) {
+                        s.pool_homes, s.heaps, s.contexts}) {
     if (t != nullptr) {
       t->Clear();
     }
@@ -240,8 +240,9 @@ void InitOnce() {
     }
     if (ok) {
       s.region = region;
-      AllocTable** tables[kTables] = {&s.pointers, &s.arrays,      &s.vmm_handles, &s.vmm_maps,
-                                      &s.ipc,      &s.graph_execs, &s.pool_homes,  &s.heaps};
+      AllocTable** tables[kTables] = {&s.pointers,   &s.arrays, &s.vmm_handles,
+                                      &s.vmm_maps,   &s.ipc,    &s.graph_execs,
+                                      &s.pool_homes, &s.heaps,  &s.contexts};
       for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }
@@ -304,6 +305,8 @@ void CudaOnce() {
   s.mem_get_address_range = Resolve<cuMemGetAddressRangeFn>(s.cuda, "cuMemGetAddressRange_v2");
   s.pointer_get_attribute = Resolve<cuPointerGetAttributeFn>(s.cuda, "cuPointerGetAttribute");
   s.device_get_mem_pool = Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetMemPool");
+  s.device_get_default_mem_pool =
+      Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetDefaultMemPool");
   s.mem_pool_get_attribute = Resolve<cuMemPoolGetAttributeFn>(s.cuda, "cuMemPoolGetAttribute");
   s.mem_pool_trim_to = Resolve<cuMemPoolTrimToFn>(s.cuda, "cuMemPoolTrimTo");
   s.event_create = Resolve<cuEventCreateFn>(s.cuda, "cuEventCreate");

@@ -98,6 +98,7 @@ struct ShimState {
   cuMemGetAddressRangeFn mem_get_address_range = nullptr;
   cuPointerGetAttributeFn pointer_get_attribute = nullptr;
   cuDeviceGetMemPoolFn device_get_mem_pool = nullptr;
+  cuDeviceGetMemPoolFn device_get_default_mem_pool = nullptr;  // cuDeviceGetDefaultMemPool.
   cuMemPoolGetAttributeFn mem_pool_get_attribute = nullptr;
   cuMemPoolTrimToFn mem_pool_trim_to = nullptr;
   cuEventCreateFn event_create = nullptr;
@@ -147,6 +148,9 @@ struct ShimState {
                                       // pool's memory lives, -1 for host memory.
   AllocTable* heaps = nullptr;        // Malloc heaps resized (cuCtxSetLimit), by context: bytes =
                                       // the growth charged, link = the size charged from.
+  AllocTable* contexts = nullptr;     // Contexts created through the shim (cuCtxCreate*) and
+                                      // not destroyed, by handle: device. A primary context
+                                      // reset leaves their memory alone.
   uint64_t graph_epoch[kMaxDevices] = {};  // Bumped by cuDeviceGraphMemTrim.
   uint64_t context_marks = 0;              // Marks handed out by MarkContextRecords and RetirePool.
   bool warned_unaccounted = false;

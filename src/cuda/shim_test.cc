@@ -820,10 +820,11 @@ TEST(ShimTest, AnAllocationAtTheAddressOfAStaleRecordIsCharged) {
   EXPECT_EQ(CountLines(r.err, "handed out again"), 1) << r.err;
 }
 
-// cudaDeviceReset (cuDevicePrimaryCtxReset) frees every allocation of the
-// device: their records and charges go with them, so the container can
-// allocate up to its cap again. (They stayed charged until the process
-// exited unless an allocation got the same address again.)
+// cudaDeviceReset (cuDevicePrimaryCtxReset) frees what the device's primary
+// context holds: its records and charges go with it, so the container can
+// allocate up to its cap again but for what the reset leaves (here a mapped
+// cuMemCreate handle, which belongs to no context). (They stayed charged
+// until the process exited unless an allocation got the same address again.)
 TEST(ShimTest, ADeviceResetReturnsTheChargesOfEverythingItFreed) {
   for (const char* path : {"direct", "dlsym", "procaddr"}) {
     SCOPED_TRACE(path);
@@ -836,9 +837,48 @@ TEST(ShimTest, ADeviceResetReturnsTheChargesOfEverythingItFreed) {
     EXPECT_EQ(U(kv, "async_rc"), 0u);
     EXPECT_LT(U(kv, "held"), 64 * kMiB) << "all four are charged";
     EXPECT_EQ(U(kv, "reset_rc"), 0u);
-    EXPECT_EQ(U(kv, "reset_free"), 256 * kMiB);
-    EXPECT_EQ(U(kv, "all_rc"), 0u) << "the whole cap is free again";
+    EXPECT_EQ(U(kv, "reset_used"), 64 * kMiB) << "the fake keeps the cuMemCreate handle";
+    EXPECT_EQ(U(kv, "reset_free"), 192 * kMiB) << "and the shim its charge, only that";
+    EXPECT_EQ(U(kv, "all_rc"), 0u) << "the rest of the cap is free again";
     EXPECT_EQ(U(kv, "all_free"), 0u);
+  }
+}
+
+// A primary context reset frees neither the memory of a context made with
+// cuCtxCreate, nor a pool made with cuMemPoolCreate and its blocks, nor a
+// cuMemCreate handle: they keep their charges until their own frees. (The
+// reset returned every charge of the device, and the container could
+// allocate past its cap by what those still held.)
+TEST(ShimTest, ACreatedContextAndPoolKeepTheirChargesThroughAReset) {
+  const uint64_t unit = 64 * kMiB;
+  const uint64_t cap = 1024 * kMiB;
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "resetkeeps", std::to_string(unit)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    for (int i = 0; i < 9; ++i) {
+      EXPECT_EQ(U(kv, "rc" + std::to_string(i)), 0u) << i;
+    }
+    EXPECT_EQ(U(kv, "map_rc"), 0u);
+    EXPECT_EQ(U(kv, "held_free"), cap - 7 * unit);
+    EXPECT_EQ(U(kv, "reset_rc"), 0u);
+    EXPECT_EQ(U(kv, "reset_used"), 4 * unit) << "the fake frees the primary context's three";
+    EXPECT_EQ(U(kv, "reset_free"), cap - 4 * unit) << "the survivors stay charged";
+    EXPECT_NE(U(kv, "stale_rc"), 0u);
+    EXPECT_NE(U(kv, "stale_async_rc"), 0u);
+    EXPECT_NE(U(kv, "stale_array_rc"), 0u);
+    EXPECT_EQ(U(kv, "stale_free"), cap - 4 * unit) << "nothing is returned twice";
+    EXPECT_EQ(U(kv, "over_rc"), 2u);
+    EXPECT_EQ(U(kv, "rest_rc"), 0u);
+    EXPECT_EQ(U(kv, "rest_free"), 0u);
+    EXPECT_EQ(U(kv, "mine_rc"), 0u);
+    EXPECT_EQ(U(kv, "mine_array_rc"), 0u);
+    EXPECT_EQ(U(kv, "mine_freed"), 2 * unit) << "the created context's memory, at its frees";
+    EXPECT_EQ(U(kv, "pooled_rc"), 0u);
+    EXPECT_EQ(U(kv, "pooled_freed"), 3 * unit) << "the created pool's, at its block's free";
+    EXPECT_EQ(U(kv, "release_rc"), 0u);
+    EXPECT_EQ(U(kv, "handle_freed"), 4 * unit) << "the handle's, at its release";
+    EXPECT_EQ(U(kv, "final_used"), 0u);
   }
 }
 

@@ -109,7 +109,10 @@
 //   resetcap <bytes>         device 0 holds <bytes> / 4 each by cuMemAlloc, a
 //                            mapped cuMemCreate handle, an IPC import and a
 //                            stream-ordered allocation; reset (as
-//                            cudaDeviceReset); then <bytes> by cuMemAlloc
+//                            cudaDeviceReset); then the rest by cuMemAlloc
+//   resetkeeps <unit>        a reset beside what it does not free: a created
+//                            context's memory, a created pool's block and a
+//                            mapped cuMemCreate handle; see ResetKeeps
 //   ctxmem <unit>            <unit> of each kind the shim records, made in a
 //                            created context; the primary context made
 //                            current again, the created one destroyed (a
@@ -941,10 +944,83 @@ int ResetCap(const Api& a, uint64_t bytes) {
   std::printf("alloc_rc=%d create_rc=%d map_rc=%d ipc_rc=%d async_rc=%d held=%zu\n", alloc_rc,
               create_rc, map_rc, ipc_rc, async_rc, FreeBytes(a));
   CUresult reset_rc = a.reset(0);
-  std::printf("reset_rc=%d reset_free=%zu\n", reset_rc, FreeBytes(a));
+  std::printf("reset_rc=%d reset_free=%zu reset_used=%llu\n", reset_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
   CUdeviceptr all = 0;
-  CUresult all_rc = a.alloc(&all, bytes);
+  CUresult all_rc = a.alloc(&all, FreeBytes(a));
   std::printf("all_rc=%d all_free=%zu\n", all_rc, FreeBytes(a));
+  return 0;
+}
+
+// A primary context reset beside memory it does not free: <unit> each by
+// cuMemAlloc and cuArrayCreate in a created context, from a created pool,
+// and by a mapped cuMemCreate handle; in the primary context <unit> by
+// cuMemAlloc, cuArrayCreate and from the default pool. After the reset the
+// rest of the cap is allocated, then the survivors are freed one by one.
+int ResetKeeps(const Api& a, uint64_t unit) {
+  CUcontext primary = nullptr;
+  cuCtxGetCurrent(&primary);
+  CUresult rcs[9] = {};
+  CUdeviceptr prim = 0;
+  CUdeviceptr def = 0;
+  CUarray prim_array = nullptr;
+  rcs[0] = a.alloc(&prim, unit);
+  rcs[1] = a.alloc_async(&def, unit, nullptr);
+  CUDA_ARRAY_DESCRIPTOR desc{unit / 64, 64, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+  rcs[2] = a.array_create(&prim_array, &desc);
+  CUcontext created = nullptr;
+  CUdeviceptr mine = 0;
+  CUarray mine_array = nullptr;
+  rcs[3] = cuCtxCreate_v2(&created, 0, 0);
+  rcs[4] = a.alloc(&mine, unit);
+  rcs[5] = a.array_create(&mine_array, &desc);
+  cuCtxSetCurrent(primary);
+  CUmemPoolProps props{};
+  props.allocType = 1;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  CUdeviceptr pooled = 0;
+  rcs[6] = a.pool_create(&pool, &props);
+  rcs[7] = a.alloc_pool(&pooled, unit, pool, nullptr);
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  rcs[8] = a.create(&handle, unit, &prop, 0);
+  CUresult map_rc = a.map(1ULL << 45, unit, 0, handle, 0);
+  for (int i = 0; i < 9; ++i) {
+    std::printf("rc%d=%d ", i, rcs[i]);
+  }
+  std::printf("map_rc=%d held_free=%zu\n", map_rc, FreeBytes(a));
+  CUresult reset_rc = a.reset(0);
+  std::printf("reset_rc=%d reset_free=%zu reset_used=%llu\n", reset_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  CUresult stale_rc = a.free(prim);
+  CUresult stale_async_rc = a.free_async(def, nullptr);
+  CUresult stale_array_rc = a.array_destroy(prim_array);
+  std::printf("stale_rc=%d stale_async_rc=%d stale_array_rc=%d stale_free=%zu\n", stale_rc,
+              stale_async_rc, stale_array_rc, FreeBytes(a));
+  CUdeviceptr rest = 0;
+  const size_t free_now = FreeBytes(a);
+  CUresult over_rc = a.alloc(&rest, free_now + unit);
+  CUresult rest_rc = a.alloc(&rest, free_now);
+  std::printf("over_rc=%d rest_rc=%d rest_free=%zu\n", over_rc, rest_rc, FreeBytes(a));
+  a.free(rest);
+  const size_t base = FreeBytes(a);
+  CUresult mine_rc = a.free(mine);
+  CUresult mine_array_rc = a.array_destroy(mine_array);
+  std::printf("mine_rc=%d mine_array_rc=%d mine_freed=%zu\n", mine_rc, mine_array_rc,
+              FreeBytes(a) - base);
+  CUresult pooled_rc = a.free_async(pooled, nullptr);
+  std::printf("pooled_rc=%d pooled_freed=%zu\n", pooled_rc, FreeBytes(a) - base);
+  a.unmap(1ULL << 45, unit);
+  CUresult release_rc = a.release(handle);
+  std::printf("release_rc=%d handle_freed=%zu final_used=%llu\n", release_rc, FreeBytes(a) - base,
+              static_cast<unsigned long long>(DeviceUsed()));
+  a.ctx_destroy(created);
+  a.pool_destroy(pool);
   return 0;
 }
 
@@ -2228,6 +2304,9 @@ int main(int argc, char** argv) {
   }
   if (command == "resetcap" && argc == 4) {
     return ResetCap(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "resetkeeps" && argc == 4) {
+    return ResetKeeps(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "ctxmem" && argc == 4) {
     return CtxMem(a, std::strtoull(argv[3], nullptr, 10));

@@ -991,33 +991,40 @@ FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   }
   return Free(p, "cuIpcCloseMemHandle");
 }
-// Like cudaDeviceReset: every allocation, VMM handle, pool and event of
-// the device's primary context is gone. The next allocations get the
-// addresses of the first ones again.
+// Like cudaDeviceReset: what the device's primary context holds goes (the
+// memory it owns, as at a last release, and its events), with the device's
+// default pool (its blocks and reserve) and its graph pool. What belongs to
+// no context or to another one stays: the memory of contexts made with
+// cuCtxCreate, cuMemCreate handles and their mappings, pools made with
+// cuMemPoolCreate and their blocks. The device's current pool is its
+// default one again. The next allocations get the addresses of the first
+// ones again when nothing else is left.
 FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (dev < 0 || dev >= kDevices) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  const auto primary = static_cast<uintptr_t>(dev + 1);
+  DestroyContextEventsLocked(s, primary);
+  FreeContextMemoryLocked(s, primary);
+  const CUmemoryPool default_pool = s.default_pool[dev];
   for (auto it = s.allocations.begin(); it != s.allocations.end();) {
-    it = it->second.device == dev ? s.allocations.erase(it) : std::next(it);
+    const Allocation& a = it->second;
+    bool freed = a.device == dev && ((default_pool != nullptr && a.pool == default_pool) ||
+                                     (a.graph && a.pool == nullptr));
+    it = freed ? s.allocations.erase(it) : std::next(it);
   }
-  for (auto it = s.mappings.begin(); it != s.mappings.end();) {
-    auto h = s.handles.find(it->second);
-    it = h != s.handles.end() && h->second.device == dev ? s.mappings.erase(it) : std::next(it);
-  }
-  for (auto it = s.handles.begin(); it != s.handles.end();) {
-    it = it->second.device == dev ? s.handles.erase(it) : std::next(it);
-  }
-  DestroyContextEventsLocked(s, static_cast<uintptr_t>(dev + 1));
-  for (auto it = s.pools.begin(); it != s.pools.end();) {
-    it = it->second.device == dev && !it->second.host ? s.pools.erase(it) : std::next(it);
+  auto pool = s.pools.find(default_pool);
+  if (pool != s.pools.end()) {
+    s.used[dev] -= pool->second.reserved;
+    s.pools.erase(pool);
   }
   s.default_pool[dev] = nullptr;
   s.current_pool[dev] = nullptr;
-  s.heaps.erase(static_cast<uintptr_t>(dev + 1));
-  s.used[dev] = 0;
+  s.used[dev] -= s.graph_reserved[dev];
+  s.graph_reserved[dev] = 0;
+  s.graph_used[dev] = 0;
   if (s.allocations.empty()) {
     s.next_address = 1ULL << 40;
   }
