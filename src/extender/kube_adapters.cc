@@ -85,8 +85,17 @@ Status KubePodWriter::BindPod(const PodInfo& pod, const PodAssignment& a,
                               why + "); kube-scheduler retries the pod");
     }
   }
-  Status st =
-      kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, node, pod.ref.uid, annotations);
+  std::optional<std::chrono::milliseconds> within;
+  if (write_left_) {
+    within = write_left_();
+    if (*within < kMinWriteTime) {
+      return UnavailableError("this replica's leadership ends in " +
+                              std::to_string(std::max<int64_t>(0, within->count())) +
+                              " ms, too soon to write a Binding; kube-scheduler retries the pod");
+    }
+  }
+  Status st = kube::CreatePodBinding(client_, pod.ref.ns, pod.ref.name, node, pod.ref.uid,
+                                     annotations, within);
   if (st.ok()) return st;
   // A conflict after a retried bind: kube-scheduler timed out waiting for an
   // earlier attempt whose Binding did land (with this assignment: a retry

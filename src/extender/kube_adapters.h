@@ -63,6 +63,14 @@ class KubePodWriter : public PodWriter {
   // verb's own gate runs when the request arrives; a leadership that ends
   // during the pod read and the signing then writes nothing.
   void SetWriteGate(std::function<std::string()> gate) { write_gate_ = std::move(gate); }
+  // How long this replica still leads for certain (LeaderElector::LeadLeft).
+  // A Binding is sent bounded by it (client and apiserver side), so one sent
+  // just before leadership ends cannot commit long after another replica
+  // started binding; with under kMinWriteTime left none is sent.
+  void SetWriteTimeLeft(std::function<std::chrono::milliseconds()> left) {
+    write_left_ = std::move(left);
+  }
+  static constexpr std::chrono::milliseconds kMinWriteTime{1000};
 
  private:
   // Creates the Binding to a.node; a conflict from an earlier attempt that
@@ -76,7 +84,8 @@ class KubePodWriter : public PodWriter {
   kube::KubeClient& client_;
   const Cache& cache_;
   api::AssignmentKeyRing* const keys_;
-  std::function<std::string()> write_gate_;  // set before serving
+  std::function<std::string()> write_gate_;                // set before serving
+  std::function<std::chrono::milliseconds()> write_left_;  // set before serving
 };
 
 class KubePodSource : public PodSource {

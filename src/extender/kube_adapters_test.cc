@@ -351,6 +351,43 @@ TEST_F(KubeAdaptersTest, AReplicaThatStopsLeadingDuringABindWritesNoBinding) {
   EXPECT_EQ((*stored)["spec"]["nodeName"], "node-a");
 }
 
+// A Binding is bounded by how long this replica still leads: sent with that
+// as the apiserver's timeout (so it cannot commit long after another replica
+// took over), and not sent at all with under a second left.
+TEST_F(KubeAdaptersTest, ABindingIsBoundedByTheLeadershipLeft) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnNode(Node("node-a"));
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-p"));
+  KubePodWriter writer(*client_, cache);
+  std::chrono::milliseconds left{500};
+  writer.SetWriteTimeLeft([&left] { return left; });
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  StatusOr<PodInfo> info = PodInfoFromJson(Pod("p", "uid-p"));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  StatusOr<PodAssignment> a = (*ext)->Bind(*info, "node-a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(a.status().message().find("leadership ends in 500 ms"), std::string::npos)
+      << a.status().ToString();
+  EXPECT_TRUE(cache.Node("node-a")->Idle());
+  for (const std::string& r : api_.Requests()) EXPECT_EQ(r.find("binding"), std::string::npos) << r;
+  left = std::chrono::milliseconds(7250);
+  a = (*ext)->Bind(*info, "node-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  bool sent = false;
+  for (const std::string& r : api_.Requests()) {
+    if (r.find("/pods/p/binding") == std::string::npos) continue;
+    sent = true;
+    EXPECT_NE(r.find("timeout=7250ms"), std::string::npos) << r;
+  }
+  EXPECT_TRUE(sent);
+  std::optional<nlohmann::json> stored = api_.Object("/api/v1/namespaces/ns/pods", "p");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ((*stored)["spec"]["nodeName"], "node-a");
+}
+
 TEST_F(KubeAdaptersTest, APodReCreatedUnderItsNameDuringARelistFreesTheOldOnesDevices) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());

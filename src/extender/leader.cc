@@ -37,6 +37,14 @@ bool LeaderElector::IsLeader() const {
   return until != 0 && NanosOf(Now()) < until;
 }
 
+std::chrono::milliseconds LeaderElector::LeadLeft() const {
+  const int64_t until = lead_until_ns_.load();
+  const int64_t now = NanosOf(Now());
+  if (until == 0 || now >= until) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(until - now));
+}
+
 void LeaderElector::Settle(Round round, TimePoint start) {
   const int64_t margin = std::chrono::nanoseconds(options_.lease_duration - options_.retry).count();
   const int64_t start_ns = NanosOf(start);

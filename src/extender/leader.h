@@ -87,6 +87,9 @@ class LeaderElector {
   // Whether this replica leads now: before the deadline of its last
   // successful round (see above).
   bool IsLeader() const;
+  // How long this replica still leads for certain (0 when it does not):
+  // until the deadline of its last successful round.
+  std::chrono::milliseconds LeadLeft() const;
   // IsLeader(), and when following kube-scheduler and not leading, one fresh
   // read of its Lease (at most every 200 ms): kube-scheduler starts
   // scheduling the moment it acquires, which may be just before this

@@ -121,6 +121,13 @@ TEST_F(LeaderTest, AContenderTimesExpiryFromWhenItSawTheRecordNotFromRenewTime) 
   clock_.Advance(seconds(2));
   EXPECT_TRUE(two.TryAcquireOrRenew());
   EXPECT_TRUE(two.IsLeader());
+  // It leads for certain until lease_duration - retry after the round.
+  EXPECT_EQ(two.LeadLeft(), seconds(13));
+  clock_.Advance(seconds(12));
+  EXPECT_EQ(two.LeadLeft(), seconds(1));
+  clock_.Advance(seconds(2));
+  EXPECT_EQ(two.LeadLeft(), std::chrono::milliseconds(0));
+  EXPECT_FALSE(two.IsLeader());
   StatusOr<kube::Lease> taken = Lease();
   ASSERT_TRUE(taken.ok());
   EXPECT_EQ(taken->holder, "replica-2");

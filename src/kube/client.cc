@@ -223,11 +223,18 @@ class ClientImpl final : public KubeClient {
     return Call("GET", r.Path(ns, name), "", "", "get " + r.plural + " " + Key(ns, name));
   }
   StatusOr<json> Create(const Resource& r, const std::string& ns, const json& object,
-                        const std::string& name, const std::string& subresource) override {
+                        const std::string& name, const std::string& subresource,
+                        std::optional<std::chrono::milliseconds> within) override {
     ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name, subresource));
-    return Call("POST", r.Path(ns, name, subresource), Dump(object), "application/json",
+    std::string path = r.Path(ns, name, subresource);
+    if (within.has_value()) {
+      within = std::max(*within, std::chrono::milliseconds(1));
+      path += "?timeout=" + std::to_string(within->count()) + "ms";
+    }
+    return Call("POST", path, Dump(object), "application/json",
                 "create " + r.plural + (subresource.empty() ? "" : "/" + subresource) + " " +
-                    Key(ns, name.empty() ? NameOf(object) : name));
+                    Key(ns, name.empty() ? NameOf(object) : name),
+                "application/json", nullptr, within);
   }
   StatusOr<json> Update(const Resource& r, const std::string& ns, const std::string& name,
                         const json& object) override {
@@ -374,9 +381,10 @@ class ClientImpl final : public KubeClient {
   }
 
   // Sends with the rate limit and one retry after a token refresh on 401.
-  StatusOr<http::ClientResponse> Send(const std::string& method, const std::string& path,
-                                      const std::string& body, const std::string& content_type,
-                                      const std::string& accept = "application/json") {
+  StatusOr<http::ClientResponse> Send(
+      const std::string& method, const std::string& path, const std::string& body,
+      const std::string& content_type, const std::string& accept = "application/json",
+      std::optional<std::chrono::milliseconds> within = std::nullopt) {
     for (int attempt = 0;; ++attempt) {
       bucket_.Acquire();
       uint64_t generation = 0;
@@ -387,7 +395,7 @@ class ClientImpl final : public KubeClient {
       req.body = body;
       req.headers = AuthHeaders(accept, &generation, &http);
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
-      req.timeout = config_.timeout;
+      req.timeout = within.has_value() ? std::min(config_.timeout, *within) : config_.timeout;
       auto resp = http->Send(req);
       if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken(generation)) continue;
       return resp;
@@ -398,8 +406,9 @@ class ClientImpl final : public KubeClient {
   StatusOr<json> Call(const std::string& method, const std::string& path, const std::string& body,
                       const std::string& content_type, const std::string& what,
                       const std::string& accept = "application/json",
-                      const json::parser_callback_t& parse_cb = nullptr) {
-    auto resp = Send(method, path, body, content_type, accept);
+                      const json::parser_callback_t& parse_cb = nullptr,
+                      std::optional<std::chrono::milliseconds> within = std::nullopt) {
+    auto resp = Send(method, path, body, content_type, accept, within);
     if (!resp.ok()) return resp.status().WithPrefix(what);
     if (resp->status < 200 || resp->status >= 300)
       return StatusFromHttp(resp->status, resp->body, what);

@@ -143,10 +143,13 @@ class KubeClient {
   virtual StatusOr<nlohmann::json> Get(const Resource& r, const std::string& ns,
                                        const std::string& name) = 0;
   // POST to the collection (or to `subresource` of `name`, e.g. pods/binding).
-  virtual StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
-                                          const nlohmann::json& object,
-                                          const std::string& name = "",
-                                          const std::string& subresource = "") = 0;
+  // `within`, when set, bounds the request: the client waits no longer, and
+  // the apiserver is told the same (the `timeout` query parameter), so it
+  // gives the request up past it instead of finishing it much later.
+  virtual StatusOr<nlohmann::json> Create(
+      const Resource& r, const std::string& ns, const nlohmann::json& object,
+      const std::string& name = "", const std::string& subresource = "",
+      std::optional<std::chrono::milliseconds> within = std::nullopt) = 0;
   // PUT; object.metadata.resourceVersion, when set, is a precondition (kAborted).
   virtual StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns,
                                           const std::string& name,

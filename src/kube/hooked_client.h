@@ -39,10 +39,11 @@ class HookedClient final : public KubeClient {
     if (std::function<void()> hook = after_get) hook();
     return got;
   }
-  StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
-                                  const nlohmann::json& object, const std::string& name,
-                                  const std::string& subresource) override {
-    return inner_.Create(r, ns, object, name, subresource);
+  StatusOr<nlohmann::json> Create(
+      const Resource& r, const std::string& ns, const nlohmann::json& object,
+      const std::string& name = "", const std::string& subresource = "",
+      std::optional<std::chrono::milliseconds> within = std::nullopt) override {
+    return inner_.Create(r, ns, object, name, subresource, within);
   }
   StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns, const std::string& name,
                                   const nlohmann::json& object) override {

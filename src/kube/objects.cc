@@ -15,14 +15,15 @@ std::string StringAt(const json& obj, const json::json_pointer& ptr) {
 
 Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::string& pod,
                         const std::string& node, const std::string& uid,
-                        const std::map<std::string, std::string>& annotations) {
+                        const std::map<std::string, std::string>& annotations,
+                        std::optional<std::chrono::milliseconds> within) {
   json binding = {{"apiVersion", "v1"},
                   {"kind", "Binding"},
                   {"metadata", {{"name", pod}, {"namespace", ns}}},
                   {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
   if (!uid.empty()) binding["metadata"]["uid"] = uid;
   if (!annotations.empty()) binding["metadata"]["annotations"] = annotations;
-  auto r = client.Create(Pods(), ns, binding, pod, "binding");
+  auto r = client.Create(Pods(), ns, binding, pod, "binding", within);
   return r.ok() ? Status::Ok() : r.status();
 }
 

@@ -22,9 +22,11 @@ namespace accelpool::kube {
 // `annotations` ride on the Binding's metadata: the apiserver adds them to the
 // pod in the same write that sets spec.nodeName.
 // kAborted on conflict (already bound or uid changed), kNotFound when gone.
+// `within` bounds the request on both sides (KubeClient::Create).
 Status CreatePodBinding(KubeClient& client, const std::string& ns, const std::string& pod,
                         const std::string& node, const std::string& uid,
-                        const std::map<std::string, std::string>& annotations = {});
+                        const std::map<std::string, std::string>& annotations = {},
+                        std::optional<std::chrono::milliseconds> within = std::nullopt);
 
 // Merge-patches metadata.annotations of a pod or node. A value of nullopt
 // removes the key. When `resource_version` is set it is a precondition:

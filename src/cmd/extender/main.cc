@@ -593,6 +593,7 @@ int Run(const Flags& flags) {
     };
     handlers.SetBindGate(gate);
     writer.SetWriteGate(gate);
+    writer.SetWriteTimeLeft([&leader] { return leader->LeadLeft(); });
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env,
                                  flags.host_pods_scheduler_name},
