@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <random>
 #include <thread>
 
 namespace accelpool::kube {
@@ -52,8 +53,14 @@ bool TokenBucket::Acquire(std::stop_token stop) {
 }
 
 std::chrono::milliseconds Backoff::Next() {
-  const auto out = next_;
+  auto out = next_;
   next_ = std::min(max_, next_ * 2);
+  if (jitter_ > 0 && out.count() > 0) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_real_distribution<double> part(0.0, jitter_);
+    out += std::chrono::milliseconds(
+        static_cast<int64_t>(static_cast<double>(out.count()) * part(rng)));
+  }
   return out;
 }
 

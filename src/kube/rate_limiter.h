@@ -35,17 +35,21 @@ class TokenBucket {
   std::chrono::steady_clock::time_point last_;  // guarded by mu_
 };
 
-// Exponential backoff with a cap: Next() returns initial, 2x, 4x ... max.
-// Reset() after a success. Not thread-safe (one per loop).
+// Exponential backoff with a cap and jitter: Next() returns initial, 2x,
+// 4x ... max, each stretched by a random part of up to `jitter` of itself
+// (so up to max * (1 + jitter)), so that the informers of a DaemonSet's
+// thousands of pods, cut off by one apiserver restart, do not all come back
+// in the same instant. Reset() after a success. Not thread-safe (one per loop).
 class Backoff {
  public:
-  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max)
-      : initial_(initial), max_(max), next_(initial) {}
+  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, double jitter = 0.5)
+      : initial_(initial), max_(max), next_(initial), jitter_(jitter) {}
   std::chrono::milliseconds Next();
   void Reset() { next_ = initial_; }
 
  private:
   std::chrono::milliseconds initial_, max_, next_;
+  double jitter_;
 };
 
 }  // namespace accelpool::kube

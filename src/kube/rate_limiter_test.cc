@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace accelpool::kube {
 namespace {
 
@@ -36,7 +38,7 @@ TEST(TokenBucketTest, DisabledAndStoppable) {
 }
 
 TEST(BackoffTest, DoublesUpToTheCap) {
-  Backoff b(100ms, 500ms);
+  Backoff b(100ms, 500ms, /*jitter=*/0);
   EXPECT_EQ(b.Next(), 100ms);
   EXPECT_EQ(b.Next(), 200ms);
   EXPECT_EQ(b.Next(), 400ms);
@@ -44,6 +46,25 @@ TEST(BackoffTest, DoublesUpToTheCap) {
   EXPECT_EQ(b.Next(), 500ms);
   b.Reset();
   EXPECT_EQ(b.Next(), 100ms);
+}
+
+// With jitter each wait is stretched by a random part of up to half itself:
+// never shorter, never past max * 1.5, and not the same in every loop.
+TEST(BackoffTest, JitterStretchesEachWaitByUpToHalf) {
+  std::set<int64_t> firsts;
+  for (int i = 0; i < 50; ++i) {
+    Backoff b(100ms, 400ms);
+    const auto first = b.Next();
+    EXPECT_GE(first, 100ms);
+    EXPECT_LT(first, 150ms);
+    firsts.insert(first.count());
+    EXPECT_GE(b.Next(), 200ms);
+    EXPECT_GE(b.Next(), 400ms);
+    const auto capped = b.Next();
+    EXPECT_GE(capped, 400ms);
+    EXPECT_LT(capped, 600ms);
+  }
+  EXPECT_GT(firsts.size(), 5u);
 }
 
 }  // namespace
