@@ -67,11 +67,24 @@ bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
 
 namespace {
 
-std::shared_ptr<const json> Stored(json obj, const std::function<void(json&)>& transform) {
+// `failed` is told when the transform throws: the object is then kept as the
+// transform left it (a transform trims what nothing reads, so that is the
+// object with less or nothing trimmed; dropping it instead would hide it
+// from every handler, and copying every object first costs too much).
+std::shared_ptr<const json> Stored(json obj, const std::function<void(json&)>& transform,
+                                   const std::function<void(const std::string&)>& failed) {
   if (auto m = obj.find("metadata"); m != obj.end() && m->is_object()) {
     m->erase("managedFields");
   }
-  if (transform) transform(obj);
+  if (transform) {
+    try {
+      transform(obj);
+    } catch (const std::exception& e) {
+      failed(e.what());
+    } catch (...) {
+      failed("unknown exception");
+    }
+  }
   return std::make_shared<const json>(std::move(obj));
 }
 
@@ -107,7 +120,7 @@ Status Informer::ListAndReplace() {
   std::map<std::string, Ptr> fresh;
   for (json& item : list->items) {
     std::string key = KeyOf(item);
-    fresh[key] = Stored(std::move(item), options_.transform);
+    fresh[key] = Stored(std::move(item), options_.transform, TransformFailed());
   }
   std::vector<Ptr> added, deleted;
   std::vector<std::pair<Ptr, Ptr>> updated;
@@ -155,7 +168,21 @@ void Informer::Guarded(const char* what, const std::function<void()>& call) {
     ++handler_errors_;
     log_.Error("a handler failed on an object; the event is skipped",
                {{"resource", options_.resource.plural}, {"event", what}, {"error", e.what()}});
+  } catch (...) {
+    ++handler_errors_;
+    log_.Error("a handler failed on an object; the event is skipped",
+               {{"resource", options_.resource.plural},
+                {"event", what},
+                {"error", std::string("unknown exception")}});
   }
+}
+
+std::function<void(const std::string&)> Informer::TransformFailed() {
+  return [this](const std::string& error) {
+    ++handler_errors_;
+    log_.Error("the transform failed on an object; it is stored whole",
+               {{"resource", options_.resource.plural}, {"error", error}});
+  };
 }
 
 void Informer::Apply(WatchEvent& ev) {
@@ -168,7 +195,9 @@ void Informer::Apply(WatchEvent& ev) {
   const std::string key = KeyOf(ev.object);
   std::shared_ptr<const json> old;
   std::shared_ptr<const json> now;
-  if (ev.type != WatchEventType::kDeleted) now = Stored(std::move(ev.object), options_.transform);
+  if (ev.type != WatchEventType::kDeleted) {
+    now = Stored(std::move(ev.object), options_.transform, TransformFailed());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = store_.find(key);

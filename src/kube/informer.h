@@ -51,7 +51,8 @@ struct InformerOptions {
   // Applied to every object before it is stored and handed to the handlers,
   // to keep a cache of many objects small (keep only the fields the handlers
   // read). It must keep metadata.name, metadata.namespace and
-  // metadata.resourceVersion. Empty: objects are kept whole.
+  // metadata.resourceVersion. Empty: objects are kept whole. One that throws
+  // leaves the object as it left it (logged, counted in handler_errors()).
   std::function<void(nlohmann::json& obj)> transform;
 };
 
@@ -76,7 +77,8 @@ class Informer {
   // Counters for tests and metrics.
   int64_t lists() const { return lists_.load(); }
   int64_t watches() const { return watches_.load(); }
-  // Events a handler threw on (each skipped, with an error log).
+  // Events a handler threw on (each skipped, with an error log), and objects
+  // the transform threw on.
   int64_t handler_errors() const { return handler_errors_.load(); }
   std::string last_resource_version() const;
 
@@ -89,6 +91,9 @@ class Informer {
   // Runs a handler; an exception it throws is logged and counted, not let
   // out of the informer's thread.
   void Guarded(const char* what, const std::function<void()>& call);
+  // What Stored() tells when options_.transform throws: counted in
+  // handler_errors() and logged.
+  std::function<void(const std::string&)> TransformFailed();
 
   KubeClient& client_;
   const InformerOptions options_;

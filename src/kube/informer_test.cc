@@ -293,6 +293,34 @@ TEST_F(InformerTest, AHandlerThatThrowsSkipsTheEvent) {
   EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"bad", "good"}));
 }
 
+// A transform that throws (on a listed object and on a watched one) keeps the
+// informer running and the object stored, as the transform left it.
+TEST_F(InformerTest, ATransformThatThrowsKeepsTheObject) {
+  api_.Put("/api/v1/nodes", Node("odd-listed"));
+  api_.Put("/api/v1/nodes", Node("plain"));
+  InformerOptions o = Options();
+  o.transform = [](json& obj) {
+    const std::string name = obj["metadata"]["name"];
+    if (name.rfind("odd", 0) == 0) throw 42;  // not even a std::exception
+    obj["metadata"]["labels"]["trimmed"] = "yes";
+  };
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.Put("/api/v1/nodes", Node("odd-watched"));
+  for (int i = 0; i < 1000 && inf.Keys().size() < 3; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"odd-listed", "odd-watched", "plain"}));
+  EXPECT_EQ(inf.handler_errors(), 2);
+  ASSERT_TRUE(inf.Get("plain").has_value());
+  EXPECT_EQ((*inf.Get("plain"))["metadata"]["labels"]["trimmed"], "yes");
+  ASSERT_TRUE(inf.Get("odd-watched").has_value());
+  EXPECT_FALSE((*inf.Get("odd-watched"))["metadata"].contains("labels") &&
+               (*inf.Get("odd-watched"))["metadata"]["labels"].contains("trimmed"));
+  inf.Stop();
+}
+
 TEST_F(InformerTest, ApiserverDownAtStartRetriesWithBackoff) {
   api_.FailNext(3, 500);
   api_.Put("/api/v1/nodes", Node("late"));
