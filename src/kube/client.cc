@@ -591,11 +591,23 @@ StatusOr<json> ClientImpl::Patch(const Resource& r, const std::string& ns, const
   ACCELPOOL_RETURN_IF_ERROR(CheckSegments(ns, name, subresource));
   auto resp = Send("PATCH", r.Path(ns, name, subresource), Dump(patch), ct);
   if (!resp.ok()) return resp.status().WithPrefix(what);
-  if (resp->status == 422 && type == PatchType::kJson &&
-      resp->body.find("test") != std::string::npos) {
-    // A failed "test" operation is a precondition failure, like a 409.
-    return AbortedError(what +
-                        ": a JSON-patch test failed (the object changed); re-read and retry");
+  if (resp->status == 422 && type == PatchType::kJson) {
+    // A failed "test" operation is a precondition failure, like a 409. It is
+    // told by the Status message kube-apiserver's JSON-patch library writes
+    // ("testing value <path> failed: test failed"), not by "test" anywhere in
+    // the body: an object named "...-test" failing validation is no conflict.
+    const json status = json::parse(resp->body, nullptr, false);
+    std::string message =
+        status.is_object() && status.contains("message") && status["message"].is_string()
+            ? status["message"].get<std::string>()
+            : std::string();
+    std::transform(message.begin(), message.end(), message.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (message.find("test failed") != std::string::npos ||
+        message.find("testing value") != std::string::npos) {
+      return AbortedError(what + ": a JSON-patch test failed (the object changed); re-read and " +
+                          "retry");
+    }
   }
   if (resp->status < 200 || resp->status >= 300)
     return StatusFromHttp(resp->status, resp->body, what);

@@ -353,6 +353,13 @@ TEST_F(KubeClientTest, PatchesWithPreconditions) {
   EXPECT_EQ((*ok)["metadata"]["annotations"]["a"], "1");
   auto again = client_->Patch(Pods(), "ml", "p", PatchType::kJson, jp);
   EXPECT_EQ(again.status().code(), StatusCode::kAborted) << again.status().ToString();
+  // Another 422 that merely has "test" in it (here the key it names) is no
+  // failed test: it keeps the apiserver's message, as invalid.
+  json bad = json::array({{{"op", "remove"}, {"path", "/metadata/annotations/attest"}}});
+  auto invalid = client_->Patch(Pods(), "ml", "p", PatchType::kJson, bad);
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument) << invalid.status().ToString();
+  EXPECT_NE(invalid.status().message().find("attest"), std::string::npos)
+      << invalid.status().ToString();
 
   // Merge patch with a stale resourceVersion: 409 -> kAborted.
   Status st = PatchAnnotations(*client_, Pods(), "ml", "p", {{"b", "2"}}, rv);
