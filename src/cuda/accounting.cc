@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <initializer_list>
 
 #include "cuda/log.h"
@@ -44,7 +45,7 @@ bool CurrentSlot(int* slot) {
 
 Charge ChargeBytes(int device, uint64_t bytes) {
   ShimState& s = State();
-  if (!s.config.MemoryLimited(device)) {
+  if (!DeviceMemoryLimited(device)) {
     return Charge::kNotLimited;
   }
   pthread_mutex_lock(&s.mem_mu);
@@ -54,7 +55,7 @@ Charge ChargeBytes(int device, uint64_t bytes) {
   if (!have_slot) {
     return Charge::kOverLimit;
   }
-  switch (s.region->TryCharge(slot, device, bytes, s.config.memory_limit_bytes[device],
+  switch (s.region->TryCharge(slot, ContainerIndex(device), bytes, DeviceMemoryCap(device),
                               s.config.context_reserve_bytes)) {
     case ChargeResult::kOk:
       return Charge::kCharged;
@@ -84,19 +85,19 @@ Charge ChargeBytesAfterSync(int device, uint64_t bytes) {
 
 void ForceChargeBytes(int device, uint64_t bytes) {
   ShimState& s = State();
-  if (bytes == 0 || !s.config.MemoryLimited(device)) {
+  if (bytes == 0 || !DeviceMemoryLimited(device)) {
     return;
   }
   pthread_mutex_lock(&s.mem_mu);
   bool have_slot = EnsureSlotLocked(s);
   int slot = s.slot;
   pthread_mutex_unlock(&s.mem_mu);
-  if (!have_slot ||
-      s.region->TryCharge(slot, device, bytes, UINT64_MAX, s.config.context_reserve_bytes) !=
-          ChargeResult::kOk) {
+  const int index = ContainerIndex(device);
+  if (!have_slot || s.region->TryCharge(slot, index, bytes, UINT64_MAX,
+                                        s.config.context_reserve_bytes) != ChargeResult::kOk) {
     return;
   }
-  if (s.region->Used(device) > s.config.memory_limit_bytes[device]) {
+  if (s.region->Used(index) > DeviceMemoryCap(device)) {
     Logf(LogLevel::kWarn,
          "device %d: the driver mapped %llu bytes of graph memory past the container's cap; "
          "further allocations fail until graphs are destroyed and cuDeviceGraphMemTrim runs",
@@ -109,7 +110,7 @@ void UnchargeBytes(int device, uint64_t bytes) {
   pthread_mutex_lock(&s.mem_mu);
   int slot = s.slot;
   pthread_mutex_unlock(&s.mem_mu);
-  s.region->Uncharge(slot, device, bytes);
+  s.region->Uncharge(slot, ContainerIndex(device), bytes);
 }
 
 void Remember(AllocTable* table, uint64_t key, uint64_t bytes, int device, uint64_t context) {
@@ -776,9 +777,93 @@ bool StreamDevice(CUstream stream, int* device) {
   return known || CurrentDevice(device);
 }
 
-uint64_t ContainerUsed(int device) {
+namespace {
+
+// "GPU-" and the 16 bytes as NVIDIA prints a UUID (8-4-4-4-12 hex digits).
+void FormatUuid(const CUuuid& uuid, char (&out)[kDeviceIdLen]) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char* p = out;
+  std::memcpy(p, "GPU-", 4);
+  p += 4;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) {
+      *p++ = '-';
+    }
+    const auto b = static_cast<unsigned char>(uuid.bytes[i]);
+    *p++ = kHex[b >> 4];
+    *p++ = kHex[b & 15];
+  }
+  *p = '\0';
+}
+
+}  // namespace
+
+void WarnUnmappedDevice(const char* uuid, const char* what, int number) {
   ShimState& s = State();
-  return s.region == nullptr ? 0 : s.region->Used(device);
+  if (!s.warned_device_map.exchange(true, std::memory_order_relaxed)) {
+    Logf(LogLevel::kWarn,
+         "%s %d (%s) is not among the container's devices (ACCELPOOL_CUDA_DEVICE_UUIDS); its "
+         "limits and usage are taken to be those of the container's device %d",
+         what, number, uuid[0] != '\0' ? uuid : "UUID unreadable", number);
+  }
+}
+
+int ContainerIndex(int ordinal) {
+  ShimState& s = State();
+  if (ordinal < 0 || ordinal >= kMaxDevices || s.config.device_uuid_count == 0) {
+    return ordinal;
+  }
+  const int known = s.container_index[ordinal].load(std::memory_order_relaxed);
+  if (known != 0) {
+    return known - 1;
+  }
+  CUuuid uuid{};
+  const CUresult rc =
+      s.device_get_uuid != nullptr ? s.device_get_uuid(&uuid, ordinal) : CUDA_ERROR_NOT_FOUND;
+  if (rc == CUDA_ERROR_NOT_INITIALIZED) {
+    return ordinal;  // Asked again once the process has initialised the driver.
+  }
+  char text[kDeviceIdLen] = {};
+  int index = -1;
+  if (rc == CUDA_SUCCESS) {
+    FormatUuid(uuid, text);
+    index = s.config.DeviceIndexOf(text);
+  }
+  if (index < 0) {
+    WarnUnmappedDevice(text, "CUDA device", ordinal);
+    index = ordinal;
+  }
+  s.container_index[ordinal].store(index + 1, std::memory_order_relaxed);
+  return index;
+}
+
+bool DeviceMemoryLimited(int ordinal) {
+  return State().config.MemoryLimited(ContainerIndex(ordinal));
+}
+
+uint64_t DeviceMemoryCap(int ordinal) {
+  const int index = ContainerIndex(ordinal);
+  return index >= 0 && index < kMaxDevices ? State().config.memory_limit_bytes[index] : 0;
+}
+
+uint64_t IndexUsed(int index) {
+  ShimState& s = State();
+  return s.region == nullptr ? 0 : s.region->Used(index);
+}
+
+uint64_t ContainerUsed(int device) { return IndexUsed(ContainerIndex(device)); }
+
+void SyncIndex(int index) {
+  ShimState& s = State();
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const int known = s.config.device_uuid_count == 0
+                          ? d + 1
+                          : s.container_index[d].load(std::memory_order_relaxed);
+    if (known == index + 1) {
+      SyncPools(d);
+      SyncGraphMemory(d);
+    }
+  }
 }
 
 }  // namespace accelpool::cuda

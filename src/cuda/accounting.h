@@ -117,6 +117,12 @@ PoolTrack TrackPool(CUmemoryPool pool, int* device);
 Charge SyncPool(CUmemoryPool pool);
 // SyncPool for every tracked pool charged to `device` (memory queries).
 void SyncPools(int device);
+// SyncPools and SyncGraphMemory for each CUDA ordinal of this process known
+// to be the container's device `index` (NVML's memory queries).
+void SyncIndex(int index);
+// Logs once that a device (`what` `number`, of UUID `uuid`, "" when
+// unreadable) is not among the container's listed devices.
+void WarnUnmappedDevice(const char* uuid, const char* what, int number);
 // Stops tracking `pool` without uncharging; false if it was not tracked.
 bool TakePool(CUmemoryPool pool, PoolAccount* out);
 // Undoes TakePool (the driver refused to destroy the pool); uncharges the

@@ -68,6 +68,70 @@ bool ShimConfig::AnyMemoryLimit() const {
   return false;
 }
 
+namespace {
+
+// A device id without its "GPU-" or "MIG-" prefix: a MIG instance's UUID
+// is listed as "MIG-<uuid>", and cuDeviceGetUuid gives only the 16 bytes.
+const char* UuidBody(const char* id) {
+  return std::strncmp(id, "GPU-", 4) == 0 || std::strncmp(id, "MIG-", 4) == 0 ? id + 4 : id;
+}
+
+bool SameIgnoringCase(const char* a, const char* b) {
+  for (; *a != '\0' && *b != '\0'; ++a, ++b) {
+    char x = *a >= 'A' && *a <= 'Z' ? static_cast<char>(*a - 'A' + 'a') : *a;
+    char y = *b >= 'A' && *b <= 'Z' ? static_cast<char>(*b - 'A' + 'a') : *b;
+    if (x != y) {
+      return false;
+    }
+  }
+  return *a == *b;
+}
+
+// Fills config.device_uuids from a comma-separated list. False (nothing
+// kept) for an empty entry, one too long, or more than kMaxDevices.
+bool ParseDeviceUuids(const char* list, ShimConfig* config) {
+  int count = 0;
+  for (const char* p = list;; ++p) {
+    while (*p == ' ') {
+      ++p;
+    }
+    const char* end = p;
+    while (*end != ',' && *end != '\0') {
+      ++end;
+    }
+    const char* last = end;
+    while (last > p && last[-1] == ' ') {
+      --last;
+    }
+    const size_t len = static_cast<size_t>(last - p);
+    if (len == 0 || len >= kDeviceIdLen || count == kMaxDevices) {
+      std::memset(config->device_uuids, 0, sizeof(config->device_uuids));
+      config->device_uuid_count = 0;
+      return false;
+    }
+    std::memcpy(config->device_uuids[count], p, len);
+    config->device_uuids[count][len] = '\0';
+    ++count;
+    if (*end == '\0') {
+      break;
+    }
+    p = end;
+  }
+  config->device_uuid_count = count;
+  return true;
+}
+
+}  // namespace
+
+int ShimConfig::DeviceIndexOf(const char* id) const {
+  for (int i = 0; i < device_uuid_count; ++i) {
+    if (SameIgnoringCase(UuidBody(device_uuids[i]), UuidBody(id))) {
+      return i;
+    }
+  }
+  return -1;
+}
+
 bool ShimConfig::MemoryLimited(int device) const {
   return !disabled && device >= 0 && device < kMaxDevices && memory_limit_bytes[device] != 0;
 }
@@ -219,6 +283,15 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
       config.priority = Priority::kLow;
     } else {
       Warn(warn, wctx, "CUDA_TASK_PRIORITY", h, "0 (high) or 1 (low)", kWithoutPriority);
+    }
+  }
+
+  if (const char* uuids = lookup(lctx, "ACCELPOOL_CUDA_DEVICE_UUIDS"); !IsUnset(uuids)) {
+    if (!ParseDeviceUuids(uuids, &config)) {
+      Warn(warn, wctx, "ACCELPOOL_CUDA_DEVICE_UUIDS", uuids,
+           "at most 16 comma-separated device UUIDs such as GPU-<uuid>,GPU-<uuid>",
+           "the device map (each process's CUDA ordinals are taken for the container's "
+           "device indices)");
     }
   }
 

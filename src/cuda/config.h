@@ -10,6 +10,7 @@
 //   ACCELPOOL_CUDA_DISABLE=1          the shim forwards everything untouched
 //   ACCELPOOL_CUDA_LOG_LEVEL          error|warn|info|debug (default warn)
 //   ACCELPOOL_CUDA_PRIORITY           high|low: task priority (priority_format.h)
+//   ACCELPOOL_CUDA_DEVICE_UUIDS       the container's devices' UUIDs, in index order
 // HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes, or with a k/m/g suffix),
 // CUDA_DEVICE_SM_LIMIT (percent, 0 = none) and CUDA_TASK_PRIORITY (0 = high,
 // 1 = low) are accepted as lower-precedence aliases. A missing value means
@@ -34,6 +35,9 @@ namespace accelpool::cuda {
 
 inline constexpr int kMaxDevices = 16;
 inline constexpr size_t kMaxPathLen = 512;
+// Room for one device id: "GPU-<uuid>" is 40 bytes, an older driver's MIG id
+// ("MIG-GPU-<uuid>/<gi>/<ci>") about 50.
+inline constexpr size_t kDeviceIdLen = 64;
 
 enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
@@ -58,8 +62,19 @@ struct ShimConfig {
   // ACCELPOOL_CUDA_PRIORITY (or CUDA_TASK_PRIORITY); kNone when unset or
   // malformed.
   Priority priority = Priority::kNone;
+  // ACCELPOOL_CUDA_DEVICE_UUIDS: the UUID of the container's device i, in the
+  // order of its grant (NVIDIA_VISIBLE_DEVICES), by which its caps, compute
+  // bucket and region figures are numbered. A process numbers its devices
+  // after its own CUDA_VISIBLE_DEVICES, so the shim maps each of its CUDA
+  // ordinals (and NVML devices) to an index by UUID. Empty: a CUDA ordinal
+  // is taken for the index, as before the list.
+  char device_uuids[kMaxDevices][kDeviceIdLen] = {};
+  int device_uuid_count = 0;
 
   bool AnyMemoryLimit() const;
+  // The container index of the device `id` ("GPU-..." or "MIG-...",
+  // compared without that prefix and case), or -1 when it is not listed.
+  int DeviceIndexOf(const char* id) const;
   bool ComputeLimited() const { return !disabled && compute_percent > 0 && compute_percent < 100; }
   bool MemoryLimited(int device) const;
 };

@@ -175,6 +175,42 @@ TEST(ConfigTest, TaskPriority) {
   EXPECT_EQ(ParseShimConfig(&LimitsFileLookup, &f, nullptr, nullptr).priority, Priority::kLow);
 }
 
+// The plugin lists the container's devices in grant order; a process maps
+// its CUDA ordinals to those indices by UUID, a MIG instance's included.
+TEST(ConfigTest, DeviceUuidsNumberTheContainersDevices) {
+  Env env;
+  env.vars["ACCELPOOL_CUDA_DEVICE_UUIDS"] =
+      "GPU-aaaaaaaa-0000-0000-0000-000000000001, MIG-bbbbbbbb-0000-0000-0000-000000000002";
+  ShimConfig c = Parse(env);
+  EXPECT_TRUE(env.warnings.empty());
+  ASSERT_EQ(c.device_uuid_count, 2);
+  EXPECT_EQ(c.DeviceIndexOf("GPU-aaaaaaaa-0000-0000-0000-000000000001"), 0);
+  EXPECT_EQ(c.DeviceIndexOf("GPU-AAAAAAAA-0000-0000-0000-000000000001"), 0) << "hex in any case";
+  EXPECT_EQ(c.DeviceIndexOf("GPU-bbbbbbbb-0000-0000-0000-000000000002"), 1)
+      << "cuDeviceGetUuid gives a MIG instance's bytes, without the MIG- prefix";
+  EXPECT_EQ(c.DeviceIndexOf("MIG-bbbbbbbb-0000-0000-0000-000000000002"), 1);
+  EXPECT_EQ(c.DeviceIndexOf("GPU-cccccccc-0000-0000-0000-000000000003"), -1);
+
+  const std::string too_long(80, 'x');
+  for (const char* bad : {"GPU-a,,GPU-b", "GPU-a,", ",", too_long.c_str()}) {
+    SCOPED_TRACE(bad);
+    Env e;
+    e.vars["ACCELPOOL_CUDA_DEVICE_UUIDS"] = bad;
+    ShimConfig b = Parse(e);
+    EXPECT_EQ(b.device_uuid_count, 0);
+    ASSERT_EQ(e.warnings.size(), 1u);
+    EXPECT_NE(e.warnings[0].find("ACCELPOOL_CUDA_DEVICE_UUIDS"), std::string::npos);
+  }
+  std::string seventeen;
+  for (int i = 0; i < 17; ++i) {
+    seventeen += (i == 0 ? "GPU-" : ",GPU-") + std::to_string(i);
+  }
+  Env many;
+  many.vars["ACCELPOOL_CUDA_DEVICE_UUIDS"] = seventeen;
+  EXPECT_EQ(Parse(many).device_uuid_count, 0);
+  EXPECT_EQ(many.warnings.size(), 1u);
+}
+
 TEST(ConfigTest, ParseMemoryBytesUnits) {
   struct Case {
     const char* text;

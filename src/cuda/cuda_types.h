@@ -245,6 +245,11 @@ typedef CUresult (*cuDeviceTotalMemFn)(size_t*, CUdevice);
 typedef CUresult (*cuMemGetAddressRangeFn)(CUdeviceptr*, size_t*, CUdeviceptr);
 typedef CUresult (*cuPointerGetAttributeFn)(void*, int, CUdeviceptr);
 typedef CUresult (*cuDeviceGetMemPoolFn)(CUmemoryPool*, CUdevice);
+// A device's UUID: 16 bytes (cuDeviceGetUuid[_v2]); a MIG instance's own UUID.
+typedef struct CUuuid_st {
+  char bytes[16];
+} CUuuid;
+typedef CUresult (*cuDeviceGetUuidFn)(CUuuid*, CUdevice);
 typedef CUresult (*cuMemPoolGetAttributeFn)(CUmemoryPool, int, void*);
 typedef CUresult (*cuMemPoolTrimToFn)(CUmemoryPool, size_t);
 typedef CUresult (*cuMemPoolDestroyFn)(CUmemoryPool);
@@ -303,7 +308,7 @@ typedef CUresult (*cuEventQueryFn)(CUevent);
 typedef CUresult (*cuEventElapsedTimeFn)(float*, CUevent, CUevent);
 typedef CUresult (*cuThreadExchangeStreamCaptureModeFn)(int*);  // CUstreamCaptureMode*
 
-// NVML: only the memory query and the index lookup.
+// NVML: only the memory query and the index and UUID lookups.
 typedef struct nvmlDevice_st* nvmlDevice_t;
 typedef int nvmlReturn_t;
 enum : int { NVML_SUCCESS = 0, NVML_ERROR_INVALID_ARGUMENT = 2 };
@@ -322,6 +327,8 @@ typedef struct nvmlMemory_v2_st {
 typedef nvmlReturn_t (*nvmlDeviceGetMemoryInfoFn)(nvmlDevice_t, nvmlMemory_t*);
 typedef nvmlReturn_t (*nvmlDeviceGetMemoryInfo_v2Fn)(nvmlDevice_t, nvmlMemory_v2_t*);
 typedef nvmlReturn_t (*nvmlDeviceGetIndexFn)(nvmlDevice_t, unsigned int*);
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" ("MIG-..." for a MIG instance).
+typedef nvmlReturn_t (*nvmlDeviceGetUUIDFn)(nvmlDevice_t, char*, unsigned int);
 
 }  // extern "C"
 

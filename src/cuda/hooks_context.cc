@@ -222,7 +222,7 @@ CUresult CtxSetLimit(HookId id, int slot, int limit, size_t value) {
   int dev = 0;
   const uint64_t ctx =
       limit == CU_LIMIT_MALLOC_HEAP_SIZE && s.mem_on && s.heaps != nullptr ? CurrentContext() : 0;
-  if (ctx == 0 || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
+  if (ctx == 0 || !CurrentDevice(&dev) || !DeviceMemoryLimited(dev)) {
     return real(limit, value);
   }
   AllocRecord heap;

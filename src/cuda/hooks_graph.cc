@@ -118,7 +118,7 @@ void SyncGraphLocked(ShimState& s, int device, uint64_t reserve) {
 uint64_t Less(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 bool Accountable(int device) {
-  return device >= 0 && device < kMaxDevices && State().config.MemoryLimited(device);
+  return device >= 0 && device < kMaxDevices && DeviceMemoryLimited(device);
 }
 
 // The device's trim epoch (0 where the device is not accounted for).

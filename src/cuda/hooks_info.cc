@@ -117,7 +117,7 @@ template <int S>
 CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   ACCELPOOL_REAL_OR_FAIL(cuMemGetInfoFn, kHookMemGetInfo);
   int dev = 0;
-  if (!s.mem_on || !CurrentDevice(&dev) || !s.config.MemoryLimited(dev)) {
+  if (!s.mem_on || !CurrentDevice(&dev) || !DeviceMemoryLimited(dev)) {
     return real(free_bytes, total_bytes);
   }
   size_t phys_free = 0;
@@ -128,7 +128,7 @@ CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   }
   SyncPools(dev);  // Pools may have released memory since their last allocation.
   SyncGraphMemory(dev);
-  uint64_t cap = s.config.memory_limit_bytes[dev];
+  uint64_t cap = DeviceMemoryCap(dev);
   if (cap > phys_total) {
     cap = phys_total;
   }
@@ -150,9 +150,9 @@ template <int S>
 CUresult HookDeviceTotalMem(size_t* bytes, CUdevice device) {
   ACCELPOOL_REAL_OR_FAIL(cuDeviceTotalMemFn, kHookDeviceTotalMem);
   CUresult rc = real(bytes, device);
-  if (rc == CUDA_SUCCESS && bytes != nullptr && s.config.MemoryLimited(device) &&
-      *bytes > s.config.memory_limit_bytes[device]) {
-    *bytes = static_cast<size_t>(s.config.memory_limit_bytes[device]);
+  if (rc == CUDA_SUCCESS && bytes != nullptr && DeviceMemoryLimited(device) &&
+      *bytes > DeviceMemoryCap(device)) {
+    *bytes = static_cast<size_t>(DeviceMemoryCap(device));
   }
   return rc;
 }

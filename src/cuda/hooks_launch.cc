@@ -172,11 +172,14 @@ bool LaunchContext(CUcontext* ctx, int* device) {
 
 void ForgetContext() { t_context.ctx = nullptr; }
 
+// The shared buckets are the container's devices' (ContainerIndex); a
+// launch's device is the process's CUDA ordinal.
 void RefundShared(int device, int64_t charged) {
   ShimState& s = State();
-  if (TokenBucketState* st = s.region->LockBucket(device)) {
+  const int bucket = ContainerIndex(device);
+  if (TokenBucketState* st = s.region->LockBucket(bucket)) {
     Refund(*st, s.bucket, charged);
-    s.region->UnlockBucket(device);
+    s.region->UnlockBucket(bucket);
   }
 }
 
@@ -280,11 +283,11 @@ void Harvest() {
     if (done[i].settled < 0) {
       continue;  // Not measured: the charge stands.
     }
-    if (done[i].device != locked) {
+    if (ContainerIndex(done[i].device) != locked) {
       if (st != nullptr) {
         s.region->UnlockBucket(locked);
       }
-      locked = done[i].device;
+      locked = ContainerIndex(done[i].device);
       st = s.region->LockBucket(locked);
     }
     if (st != nullptr) {
@@ -400,7 +403,10 @@ void WaitWhileHeld(PriorityLayout* p, int device, uint64_t hold, uint64_t now) {
 bool ApplyPriority(CUstream stream, bool per_thread, LaunchSite* site) {
   ShimState& s = State();
   PriorityLayout* p = s.priority;
-  const int d = site->device;
+  const int d = ContainerIndex(site->device);  // The file numbers the container's devices.
+  if (d < 0 || d >= kMaxDevices) {
+    return true;
+  }
   if (s.config.priority == Priority::kHigh) {
     if (Capturing(stream, per_thread, site)) {
       return false;
@@ -480,14 +486,15 @@ class Admission {
     pthread_mutex_lock(&g_launch.mu);
     CostDecision d = g_launch.costs.Lookup(key, force);
     pthread_mutex_unlock(&g_launch.mu);
+    const int bucket = ContainerIndex(device_);
     for (;;) {
-      TokenBucketState* st = s.region->LockBucket(device_);
+      TokenBucketState* st = s.region->LockBucket(bucket);
       if (st == nullptr) {
         device_ = -1;
         return;
       }
       int64_t wait = AdmitCost(*st, s.bucket, MonotonicNs(), kind_, d.charge_ns, &charged_);
-      s.region->UnlockBucket(device_);
+      s.region->UnlockBucket(bucket);
       if (wait == 0) {
         break;
       }

@@ -138,7 +138,7 @@ CUresult HookMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocAsyncFn, kHookMemAllocAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocAsync][S];
-  if (!s.mem_on || dptr == nullptr || !StreamDevice(stream, &dev) || !s.config.MemoryLimited(dev) ||
+  if (!s.mem_on || dptr == nullptr || !StreamDevice(stream, &dev) || !DeviceMemoryLimited(dev) ||
       StreamCapturing(stream, per_thread)) {
     return real(dptr, bytes, stream);
   }
@@ -172,7 +172,7 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
   // The pool names its location: charged to its device, whatever the
   // current one; a host pool is never charged.
   PoolTrack track = TrackPool(pool, &dev);
-  if (track == PoolTrack::kHostMemory || !s.config.MemoryLimited(dev)) {
+  if (track == PoolTrack::kHostMemory || !DeviceMemoryLimited(dev)) {
     return real(dptr, bytes, pool, stream);
   }
   if (track == PoolTrack::kPerAllocation) {

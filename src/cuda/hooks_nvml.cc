@@ -1,8 +1,10 @@
 // NVML memory hooks: nvmlDeviceGetMemoryInfo[_v2] report the container's cap
 // and usage for capped devices, so in-container nvidia-smi and libraries that
-// size themselves from NVML see the slice, not the card. The NVML index is
-// taken as the visible device index (true when the device plugin exposes only
-// the assigned GPUs, which it does). Never underflows. See shim.h.
+// size themselves from NVML see the slice, not the card. NVML numbers the
+// devices the container sees in its own order, not the grant's: a device is
+// the container's device whose UUID the plugin listed
+// (ACCELPOOL_CUDA_DEVICE_UUIDS), or, without the list, the one of its NVML
+// index. Never underflows. See shim.h.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
@@ -11,16 +13,39 @@ namespace {
 
 constexpr nvmlReturn_t kNvmlFunctionNotFound = 13;
 
-// Returns the cap for the NVML device, or 0 when it is not capped.
-uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
+// The container index of an NVML device, or its NVML index where the
+// plugin listed no UUIDs or its UUID is not listed (warned once).
+int NvmlContainerIndex(nvmlDevice_t device, unsigned nvml_index) {
   ShimState& s = State();
+  if (s.config.device_uuid_count == 0) {
+    return static_cast<int>(nvml_index);
+  }
+  char uuid[kDeviceIdLen] = {};
+  if (s.nvml_get_uuid != nullptr && s.nvml_get_uuid(device, uuid, sizeof(uuid)) == NVML_SUCCESS) {
+    uuid[sizeof(uuid) - 1] = '\0';
+    int index = s.config.DeviceIndexOf(uuid);
+    if (index >= 0) {
+      return index;
+    }
+  }
+  WarnUnmappedDevice(uuid, "NVML device", static_cast<int>(nvml_index));
+  return static_cast<int>(nvml_index);
+}
+
+// Returns the cap for the NVML device, or 0 when it is not capped; *index
+// is its container index.
+uint64_t CapFor(nvmlDevice_t device, int* index) {
+  ShimState& s = State();
+  unsigned nvml_index = 0;
   if (!s.mem_on || s.nvml_get_index == nullptr ||
-      s.nvml_get_index(device, index) != NVML_SUCCESS ||
-      !s.config.MemoryLimited(static_cast<int>(*index))) {
+      s.nvml_get_index(device, &nvml_index) != NVML_SUCCESS) {
     return 0;
   }
-  SyncPools(static_cast<int>(*index));  // Pools may have released memory meanwhile.
-  SyncGraphMemory(static_cast<int>(*index));
+  *index = NvmlContainerIndex(device, nvml_index);
+  if (!s.config.MemoryLimited(*index)) {
+    return 0;
+  }
+  SyncIndex(*index);  // Pools may have released memory meanwhile.
   return s.config.memory_limit_bytes[*index];
 }
 
@@ -31,7 +56,7 @@ uint64_t CapFor(nvmlDevice_t device, unsigned* index) {
 // cuMemGetInfo; used is the rest of the cap, so that used + free = total.
 template <typename Memory>
 nvmlReturn_t ReportCap(nvmlReturn_t rc, nvmlDevice_t device, Memory* memory) {
-  unsigned index = 0;
+  int index = 0;
   uint64_t cap = rc == NVML_SUCCESS && memory != nullptr ? CapFor(device, &index) : 0;
   if (cap == 0) {
     return rc;
@@ -39,7 +64,7 @@ nvmlReturn_t ReportCap(nvmlReturn_t rc, nvmlDevice_t device, Memory* memory) {
   if (cap > memory->total) {
     cap = memory->total;
   }
-  uint64_t used = ContainerUsed(static_cast<int>(index));
+  uint64_t used = IndexUsed(index);
   uint64_t avail = used < cap ? cap - used : 0;
   if (avail > memory->free) {
     avail = memory->free;

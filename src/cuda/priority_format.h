@@ -8,7 +8,7 @@
 //   Allocate (header filled, counters and deadlines 0, mode 0666), for every
 //   fractional NVIDIA grant, and sets ACCELPOOL_CUDA_PRIORITY=high|low.
 // - The shim of a high-priority container adds one to launches[d] (relaxed
-//   atomic) for every kernel or graph launch on CUDA ordinal d.
+//   atomic) for every kernel or graph launch on device d (below).
 // - The plugin polls the high-priority containers' counters; while one of
 //   them moved recently on a GPU, it writes hold_until_ns[d] (a
 //   CLOCK_MONOTONIC deadline a few seconds ahead, renewed each poll) into
@@ -21,8 +21,10 @@
 //   hold it for ever); so a plugin that stops renewing lets the container
 //   run again within seconds.
 //
-// CUDA ordinal d is the container's d-th granted device, as its memory caps
-// (ACCELPOOL_CUDA_MEMORY_LIMIT_<d>) are numbered. Every field is 8-byte
+// Index d is the container's d-th granted device, as its memory caps
+// (ACCELPOOL_CUDA_MEMORY_LIMIT_<d>) are numbered; a process whose own
+// CUDA_VISIBLE_DEVICES renumbers its GPUs is mapped back by UUID
+// (ACCELPOOL_CUDA_DEVICE_UUIDS, ContainerIndex in shim.h). Every field is 8-byte
 // aligned and accessed with 8-byte atomics on both sides. The file is
 // untrusted on the plugin's side: ReadPriorityFile-style readers must accept
 // any bytes.

@@ -307,6 +307,10 @@ void CudaOnce() {
   s.device_get_mem_pool = Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetMemPool");
   s.device_get_default_mem_pool =
       Resolve<cuDeviceGetMemPoolFn>(s.cuda, "cuDeviceGetDefaultMemPool");
+  s.device_get_uuid = Resolve<cuDeviceGetUuidFn>(s.cuda, "cuDeviceGetUuid_v2");
+  if (s.device_get_uuid == nullptr) {
+    s.device_get_uuid = Resolve<cuDeviceGetUuidFn>(s.cuda, "cuDeviceGetUuid");
+  }
   s.mem_pool_get_attribute = Resolve<cuMemPoolGetAttributeFn>(s.cuda, "cuMemPoolGetAttribute");
   s.mem_pool_trim_to = Resolve<cuMemPoolTrimToFn>(s.cuda, "cuMemPoolTrimTo");
   s.event_create = Resolve<cuEventCreateFn>(s.cuda, "cuEventCreate");
@@ -346,6 +350,7 @@ void NvmlOnce() {
   s.real[kHookNvmlMemoryInfo][0].store(Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo"));
   s.real[kHookNvmlMemoryInfoV2][0].store(Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo_v2"));
   s.nvml_get_index = Resolve<nvmlDeviceGetIndexFn>(s.nvml, "nvmlDeviceGetIndex");
+  s.nvml_get_uuid = Resolve<nvmlDeviceGetUUIDFn>(s.nvml, "nvmlDeviceGetUUID");
   s.nvml_ready.store(true, std::memory_order_release);
   t_in_init = false;
 }

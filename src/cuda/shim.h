@@ -99,6 +99,7 @@ struct ShimState {
   cuPointerGetAttributeFn pointer_get_attribute = nullptr;
   cuDeviceGetMemPoolFn device_get_mem_pool = nullptr;
   cuDeviceGetMemPoolFn device_get_default_mem_pool = nullptr;  // cuDeviceGetDefaultMemPool.
+  cuDeviceGetUuidFn device_get_uuid = nullptr;                 // cuDeviceGetUuid[_v2].
   cuMemPoolGetAttributeFn mem_pool_get_attribute = nullptr;
   cuMemPoolTrimToFn mem_pool_trim_to = nullptr;
   cuEventCreateFn event_create = nullptr;
@@ -115,6 +116,7 @@ struct ShimState {
   cuGraphChildGraphNodeGetGraphFn graph_child_graph = nullptr;
   cuDeviceGetGraphMemAttributeFn device_get_graph_mem_attribute = nullptr;
   nvmlDeviceGetIndexFn nvml_get_index = nullptr;
+  nvmlDeviceGetUUIDFn nvml_get_uuid = nullptr;
   std::atomic<bool> ready{false};
   std::atomic<bool> cuda_ready{false};
   std::atomic<bool> nvml_ready{false};
@@ -124,6 +126,12 @@ struct ShimState {
   // the records of that context (hooks_context.cc). Relaxed atomics.
   std::atomic<uint64_t> primary_ctx[kMaxDevices] = {};
   std::atomic<bool> logged_primary_state{false};  // The state query failed once (logged).
+
+  // --- The container index (ContainerIndex) of each CUDA ordinal of this
+  // process, plus one; 0 until first asked. Relaxed atomics: every thread
+  // that resolves an ordinal finds the same index.
+  std::atomic<int> container_index[kMaxDevices] = {};
+  std::atomic<bool> warned_device_map{false};  // A device not in the plugin's list (logged).
 
   // --- Real entry points per hook slot; written under slot_mu, read lock-free.
   std::atomic<void*> real[kHookCount][kSlots] = {};
@@ -207,8 +215,26 @@ bool StreamDevice(CUstream stream, int* device);
 // True when work issued to `stream` is being captured into a graph rather
 // than run (per_thread: stream 0 is the per-thread default stream).
 bool StreamCapturing(CUstream stream, bool per_thread);
-// Container usage on a device (after reclaiming dead processes), 0 if off.
+// The container's devices and this process's. The caps, the compute
+// buckets, the region's figures and the priority file are numbered by the
+// container's device index: the order of the plugin's grant, in which it
+// lists their UUIDs (ACCELPOOL_CUDA_DEVICE_UUIDS). A process numbers its
+// CUDA devices after its own CUDA_VISIBLE_DEVICES, so everything else the
+// shim keeps (records, pools, events) is by CUDA ordinal, and crosses over
+// through ContainerIndex. Without the list, or for a device not in it
+// (warned once), the ordinal is taken for the index.
+//
+// The container index of CUDA ordinal `ordinal`: resolved once per ordinal
+// by cuDeviceGetUuid (not before the driver is initialised: until then the
+// ordinal, uncached), then one relaxed load.
+int ContainerIndex(int ordinal);
+// The cap of the container device of CUDA ordinal `ordinal`.
+bool DeviceMemoryLimited(int ordinal);
+uint64_t DeviceMemoryCap(int ordinal);
+// Container usage on the device of CUDA ordinal `device` (after reclaiming
+// dead processes), 0 if off; IndexUsed by container index.
 uint64_t ContainerUsed(int device);
+uint64_t IndexUsed(int index);
 
 // Compute controller (hooks_launch.cc): resets per-process state in a child.
 void ResetLaunchStateAfterFork();

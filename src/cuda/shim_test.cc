@@ -22,6 +22,7 @@
 
 #include "cuda/priority_format.h"
 #include "cuda/shared_region.h"
+#include "cuda/testing/driver_api.h"
 #include "cuda/testing/priority_testing.h"
 #include "cuda/testing/subprocess.h"
 
@@ -1271,6 +1272,75 @@ TEST(ShimTest, NvmlReportsTheCap) {
   EXPECT_EQ(U(kv, "free2"), 2048 * kMiB);
   kv = MustRun({"dlsym", "nvml"}, {});
   EXPECT_EQ(U(kv, "total"), kFakeDeviceBytes) << "unlimited: untouched";
+}
+
+// A launcher that gives each worker one GPU (CUDA_VISIBLE_DEVICES=$LOCAL_RANK)
+// makes every worker's GPU its device 0, while the container's caps, compute
+// buckets and usage are numbered by the plugin's grant, whose UUIDs it
+// lists. The shim maps each CUDA ordinal, and each NVML device, to the
+// container's index by UUID. (Both GPUs were charged to the container's
+// device 0, against its cap and its bucket, and NVML went by its own index.)
+TEST(ShimTest, AProcessesDevicesAreTheContainersDevicesOfTheSameUuid) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  // The container's device 0 is the fake's device 1, its device 1 the fake's device 0.
+  const Env shared = {
+      {"ACCELPOOL_CUDA_DEVICE_UUIDS", std::string(kFakeDeviceUuids[1]) + "," + kFakeDeviceUuids[0]},
+      {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "1024"},
+      {"ACCELPOOL_CUDA_MEMORY_LIMIT_1", "256"},
+      {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
+  Env worker = shared;  // Sees only the container's device 1, as its device 0.
+  worker["CUDA_VISIBLE_DEVICES"] = kFakeDeviceUuids[0];
+  Env other = shared;  // Sees only the container's device 0.
+  other["CUDA_VISIBLE_DEVICES"] = kFakeDeviceUuids[1];
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "alloc", std::to_string(512 * kMiB)}, worker);
+    EXPECT_EQ(U(kv, "rc"), 2u) << "its device's cap is 256 MiB";
+    EXPECT_EQ(U(kv, "total"), 256 * kMiB);
+    kv = MustRun({path, "alloc", std::to_string(512 * kMiB)}, other);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "total"), 1024 * kMiB);
+  }
+
+  Env held = worker;
+  held["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  held["LD_PRELOAD"] = ShimPreload();
+  ChildProcess holder;
+  ASSERT_TRUE(holder.Start({ProbePath(), "direct", "hold", std::to_string(128 * kMiB)}, held));
+  ASSERT_EQ(U(ParseKeyValues(holder.ReadLine(30000)), "rc"), 0u);
+  auto kv = MustRun({"direct", "meminfo"}, worker);
+  EXPECT_EQ(U(kv, "free"), 128 * kMiB) << "the holder's device";
+  kv = MustRun({"direct", "meminfo"}, other);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "the container's other device is untouched";
+  // NVML numbers the devices its own way (here the fake's order).
+  kv = MustRun({"dlsym", "nvml", "0"}, shared);
+  EXPECT_EQ(U(kv, "total"), 256 * kMiB) << "NVML device 0 is the container's device 1";
+  EXPECT_EQ(U(kv, "used"), 128 * kMiB);
+  kv = MustRun({"dlsym", "nvml", "1"}, shared);
+  EXPECT_EQ(U(kv, "total"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "used"), 0u);
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait(10000).exit_code, 0);
+
+  // The worker's launches draw from its device's compute bucket.
+  Env computing = worker;
+  computing["ACCELPOOL_CUDA_COMPUTE_LIMIT"] = "50";
+  MustRun({"direct", "prilaunch", "0", "kernel", "5"}, computing);
+  std::ifstream f(dir.path() + "/" + kRegionFileName, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes.size(), sizeof(RegionLayout));
+  const auto* layout = reinterpret_cast<const RegionLayout*>(bytes.data());
+  EXPECT_TRUE(layout->buckets[1].state.initialized);
+  EXPECT_FALSE(layout->buckets[0].state.initialized);
+
+  // A device the list does not name keeps its ordinal, with one warning.
+  Env unlisted = worker;
+  unlisted["ACCELPOOL_CUDA_DEVICE_UUIDS"] = kFakeDeviceUuids[1];
+  ProcessResult r = Probe({"direct", "alloc", std::to_string(512 * kMiB)}, unlisted);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(U(ParseKeyValues(r.out), "rc"), 0u) << "device 0's cap, 1024 MiB";
+  EXPECT_EQ(CountLines(r.err, "is not among the container's devices"), 1) << r.err;
 }
 
 // Like cuMemGetInfo: what is left of the cap, but never more than the card

@@ -336,6 +336,16 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
     return Status::Ok();
   }
   spec->env["ACCELPOOL_CUDA_COMPUTE_LIMIT"] = percent;
+  // The caps, the compute bucket and the region's figures are numbered by
+  // the grant's order (NVIDIA_VISIBLE_DEVICES), but each process numbers its
+  // devices after its own CUDA_VISIBLE_DEVICES (a launcher giving each
+  // worker one GPU makes every GPU its device 0): the shim maps them back by
+  // UUID (docs/enforcement.md).
+  std::string uuids;
+  for (size_t i = 0; i < grants.size(); ++i) {
+    uuids += (i == 0 ? "" : ",") + grants[i].device.id;
+  }
+  spec->env["ACCELPOOL_CUDA_DEVICE_UUIDS"] = uuids;
   if (options_.hami_compat) {
     spec->env["CUDA_DEVICE_SM_LIMIT"] = percent;
   }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -143,7 +144,8 @@ TEST_F(AllocatorTest, AnswersEachShapeFromItsAssignment) {
         {"CUDA_DEVICE_MEMORY_LIMIT_0", "4096m"},
         {"CUDA_DEVICE_SM_LIMIT", "25"},
         {"ACCELPOOL_CUDA_STATE_DIR", "/var/run/accelpool"},
-        {"ACCELPOOL_CUDA_PRIORITY", "low"}},
+        {"ACCELPOOL_CUDA_PRIORITY", "low"},
+        {"ACCELPOOL_CUDA_DEVICE_UUIDS", "GPU-a"}},
        {},
        4},
       {"whole cards",
@@ -326,6 +328,29 @@ TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
   EXPECT_EQ((*whole)[0].spec.env.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), 0u);
   EXPECT_TRUE((*whole)[0].spec.mounts.empty());
+}
+
+// Caps are numbered by the grant's order; a process whose launcher set its
+// CUDA_VISIBLE_DEVICES to one of the GPUs numbers it 0. The contract names
+// each index's device by UUID, in the order of NVIDIA_VISIBLE_DEVICES, so
+// the shim can map the process's ordinals back; in the limits file too.
+TEST_F(AllocatorTest, TheContractNamesEachDeviceIndexByUuid) {
+  Assign(Pod("infer"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia,
+              {Dev("GPU-b", 1, 1, 2048, 500, false), Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  auto answers = allocator_->Allocate(kGpu, {{"GPU-b::1", "GPU-a::1"}});
+  ASSERT_TRUE(answers.ok()) << answers.status().ToString();
+  const vendors::ContainerSpec& spec = (*answers)[0].spec;
+  const std::string visible = spec.env.at("NVIDIA_VISIBLE_DEVICES");
+  EXPECT_EQ(spec.env.at("ACCELPOOL_CUDA_DEVICE_UUIDS"), visible);
+  EXPECT_EQ(spec.env.at("CUDA_VISIBLE_DEVICES"), visible);
+  const bool a_first = visible.rfind("GPU-a", 0) == 0;
+  EXPECT_EQ(spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), a_first ? "4096" : "2048")
+      << "index i's cap is the i-th listed device's";
+  EXPECT_EQ(spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_1"), a_first ? "2048" : "4096");
+  std::ifstream in(dir_.File("containers/uid-infer_main/limits"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("ACCELPOOL_CUDA_DEVICE_UUIDS=" + visible + "\n"), std::string::npos) << text;
 }
 
 TEST_F(AllocatorTest, StateDirsAreWritableByAnyUserOfTheContainer) {

@@ -21,6 +21,14 @@
 inline constexpr int64_t kFakeGateKernelNs = -1;
 inline constexpr int64_t kFakeReleaseKernelNs = -2;
 
+// The UUIDs of the fake's two physical devices, as both fakes report them:
+// cuDeviceGetUuid gives kFakeUuidPrefix and the device's number as the 16th
+// byte, nvmlDeviceGetUUID the text; CUDA_VISIBLE_DEVICES may name them.
+inline constexpr unsigned char kFakeUuidPrefix[15] = {
+    0xfa, 0x4e, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+inline constexpr const char* kFakeDeviceUuids[2] = {"GPU-fa4e0000-0000-4000-8000-000000000000",
+                                                    "GPU-fa4e0000-0000-4000-8000-000000000001"};
+
 extern "C" {
 
 CUresult cuInit(unsigned);
@@ -28,6 +36,8 @@ CUresult cuDriverGetVersion(int*);
 CUresult cuDeviceGetCount(int*);
 CUresult cuDeviceGet(CUdevice*, int);
 CUresult cuDeviceTotalMem_v2(size_t*, CUdevice);
+CUresult cuDeviceGetUuid(CUuuid*, CUdevice);
+CUresult cuDeviceGetUuid_v2(CUuuid*, CUdevice);
 CUresult cuCtxGetDevice(CUdevice*);
 CUresult cuCtxGetCurrent(CUcontext*);
 CUresult cuCtxSetCurrent(CUcontext);

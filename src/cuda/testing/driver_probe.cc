@@ -33,7 +33,8 @@
 //   symbols                  which lookups returned hooks vs driver functions
 //   libc                     the C library this process runs on, and the file
 //                            its dlsym comes from (the shim, when preloaded)
-//   nvml                     nvmlDeviceGetMemoryInfo[_v2] through dlsym
+//   nvml [<index>]           nvmlDeviceGetMemoryInfo[_v2] of NVML device <index>
+//                            (default 0) through dlsym
 //   overhead <n>             host ns per zero-length launch and per alloc+free
 //   threads <n> <rounds>     n threads allocate/free 64 MiB concurrently
 //   poolhold <bytes> <thr>   device 0's current pool with release threshold
@@ -2116,7 +2117,7 @@ int BackedLater(const Api& a, uint64_t bytes) {
   return 0;
 }
 
-int Nvml() {
+int Nvml(unsigned index) {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
     std::printf("nvml_missing=1\n");
@@ -2126,7 +2127,7 @@ int Nvml() {
   using HandleFn = nvmlReturn_t (*)(unsigned, nvmlDevice_t*);
   reinterpret_cast<InitFn>(dlsym(h, "nvmlInit_v2"))();
   nvmlDevice_t dev = nullptr;
-  reinterpret_cast<HandleFn>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"))(0, &dev);
+  reinterpret_cast<HandleFn>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"))(index, &dev);
   nvmlMemory_t m{};
   auto v1 = reinterpret_cast<nvmlDeviceGetMemoryInfoFn>(dlsym(h, "nvmlDeviceGetMemoryInfo"));
   nvmlReturn_t rc = v1(dev, &m);
@@ -2178,7 +2179,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "nvml") {
-    return Nvml();
+    return Nvml(argc == 4 ? static_cast<unsigned>(std::atoi(argv[3])) : 0);
   }
   if (command == "initrace" && argc == 4) {
     return InitRace(std::atoi(argv[3]));

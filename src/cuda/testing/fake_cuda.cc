@@ -29,9 +29,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "cuda/testing/driver_api.h"
 #include "cuda/testing/fake_cuda_state.h"
 
 namespace accelpool::cuda::fake {
@@ -280,21 +282,86 @@ CUresult Free(CUdeviceptr ptr, const char* entry) {
 
 using namespace accelpool::cuda::fake;  // NOLINT: test fake.
 
+namespace {
+
+// The physical devices this process sees, in its ordinal order, after
+// CUDA_VISIBLE_DEVICES as CUDA reads it: indices or UUIDs (kFakeDeviceUuids),
+// the list ending at the first that names no device. Only the UUIDs follow
+// it; the rest of the fake keeps its state by ordinal.
+struct Visible {
+  int count = kDevices;
+  int physical[kDevices] = {0, 1};
+};
+
+const Visible& VisibleDevices() {
+  static const Visible visible = [] {
+    Visible v;
+    const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (env == nullptr) {
+      return v;
+    }
+    v.count = 0;
+    std::string list = env;
+    for (size_t start = 0; start <= list.size() && v.count < kDevices;) {
+      size_t comma = list.find(',', start);
+      std::string token = list.substr(start, comma == std::string::npos ? comma : comma - start);
+      int found = -1;
+      for (int d = 0; d < kDevices; ++d) {
+        if (token == std::to_string(d) || token == kFakeDeviceUuids[d]) {
+          found = d;
+        }
+      }
+      if (found < 0) {
+        break;
+      }
+      v.physical[v.count++] = found;
+      if (comma == std::string::npos) {
+        break;
+      }
+      start = comma + 1;
+    }
+    return v;
+  }();
+  return visible;
+}
+
+}  // namespace
+
 FAKE_EXPORT CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
 FAKE_EXPORT CUresult cuDriverGetVersion(int* v) {
   *v = 13000;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetCount(int* n) {
-  *n = kDevices;
+  *n = VisibleDevices().count;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice* d, int ordinal) {
-  if (ordinal < 0 || ordinal >= kDevices) {
+  if (ordinal < 0 || ordinal >= VisibleDevices().count) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   *d = ordinal;
   return CUDA_SUCCESS;
+}
+// The UUID of the physical device behind the ordinal; fails when told to
+// (fakecuda_Fail "cuDeviceGetUuid").
+FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  if (uuid == nullptr || dev < 0 || dev >= VisibleDevices().count) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  {
+    State& s = S();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (FailingLocked(s, "cuDeviceGetUuid")) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  std::memcpy(uuid->bytes, kFakeUuidPrefix, sizeof(kFakeUuidPrefix));
+  uuid->bytes[15] = static_cast<char>(VisibleDevices().physical[dev]);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  return cuDeviceGetUuid_v2(uuid, dev);
 }
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
   *bytes = kDeviceBytes;

@@ -1,5 +1,7 @@
 // A fake libnvidia-ml.so.1: two devices of 80 GiB with a settable used
-// figure, enough to check that the shim's NVML hooks report the cap.
+// figure, enough to check that the shim's NVML hooks report the cap. Their
+// UUIDs are those of the fake driver's devices (kFakeDeviceUuids); NVML sees
+// both whatever CUDA_VISIBLE_DEVICES says, as it does in a container.
 // FAKENVML_USED_MIB=<n>: the card's used figure (default 1 GiB), as other
 // tenants' memory would make it.
 //
@@ -7,8 +9,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda/cuda_types.h"
+#include "cuda/testing/driver_api.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -32,6 +36,14 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t*
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned* i) {
   *i = static_cast<unsigned>(reinterpret_cast<uintptr_t>(d) - 0x100);
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned int length) {
+  auto i = static_cast<unsigned>(reinterpret_cast<uintptr_t>(d) - 0x100);
+  if (uuid == nullptr || i > 1 || length <= std::strlen(kFakeDeviceUuids[i])) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  std::strcpy(uuid, kFakeDeviceUuids[i]);  // NOLINT: the length was checked.
   return NVML_SUCCESS;
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t* m) {
