@@ -485,6 +485,67 @@ TEST(HttpServerTest, MethodLabelsAreBoundedAndBadMethodsRefused) {
       << page->body;
 }
 
+// Header lines a proxy in front could read otherwise (RFC 9112 5.1, 5.2)
+// are refused with 400 and the connection closed, so a body can never be
+// served as a second request; an unknown version is refused too.
+TEST(HttpServerTest, AmbiguousHeaderLinesAreRefused) {
+  auto s = NewHttpServer(LocalServer());
+  std::atomic<int> served{0};
+  s->Handle("GET", "/echo", [&served](const Request&) {
+    ++served;
+    return Response::Json(200, "{}");
+  });
+  s->Handle("POST", "/echo", [&served](const Request& r) {
+    ++served;
+    return Response::Json(200, r.body);
+  });
+  ASSERT_TRUE(s->Start().ok());
+  const std::string smuggled = "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length : " + std::to_string(smuggled.size()) +
+           "\r\n\r\n" + smuggled,
+       "before its colon"},
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+       "before its colon"},
+      {"GET /echo HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n", "obs-fold"},
+      {"GET /echo HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", "without a name"},
+      {"GET /echo FOO/9\r\nHost: x\r\n\r\n", "unsupported HTTP version"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    SCOPED_TRACE(bytes);
+    RawConn raw(s->port());
+    ASSERT_TRUE(raw.Send(bytes));
+    EXPECT_TRUE(raw.ClosedWithin(5s));
+    EXPECT_EQ(raw.received().rfind("HTTP/1.1 400 ", 0), 0u) << raw.received();
+    EXPECT_NE(raw.received().find(why), std::string::npos) << raw.received();
+    EXPECT_EQ(raw.received().find("HTTP/1.1 200"), std::string::npos) << raw.received();
+  }
+  EXPECT_EQ(served.load(), 0);
+
+  // Two pipelined requests, the first ending in bare "\n\n": two answers.
+  RawConn two(s->port());
+  ASSERT_TRUE(
+      two.Send("GET /echo HTTP/1.1\nHost: a\n\nGET /echo HTTP/1.1\r\nX-Second: 1\r\n"
+               "Connection: close\r\n\r\n"));
+  EXPECT_TRUE(two.ClosedWithin(5s));
+  size_t answers = 0;
+  for (size_t at = two.received().find("HTTP/1.1 200"); at != std::string::npos;
+       at = two.received().find("HTTP/1.1 200", at + 1)) {
+    ++answers;
+  }
+  EXPECT_EQ(answers, 2u) << two.received();
+
+  // An empty line before a request (a CRLF a client sent after a POST body)
+  // is skipped.
+  RawConn lead(s->port());
+  ASSERT_TRUE(
+      lead.Send("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}\r\n"
+                "GET /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+  EXPECT_TRUE(lead.ClosedWithin(5s));
+  EXPECT_EQ(lead.received().find("400"), std::string::npos) << lead.received();
+  EXPECT_EQ(served.load(), 4);
+}
+
 TEST(HttpServerTest, ConnectionAndExpectTokensIgnoreCase) {
   auto s = NewHttpServer(LocalServer());
   s->Handle("POST", "/echo", [](const Request& r) { return Response::Json(201, r.body); });
@@ -960,6 +1021,46 @@ TEST_F(TlsTest, CertificateReloadedWhenFilesChange) {
 // A client context resumes the session of a server it already verified: the
 // second connection skips the certificate exchange, and the server still sees
 // the client's certificate. A context of its own starts from a full handshake.
+// A rotation that leaves files that do not load keeps the old certificate
+// and says so once (not at every check), and says when the files load again.
+TEST_F(TlsTest, ACertificateThatDoesNotLoadIsLoggedOnceAndTheOldOneServed) {
+  auto first = ca_->Issue("server", "server", true);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  LogOptions lo;
+  lo.sink = [&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(line);
+  };
+  StatusOr<Logger> log = NewLogger("test", lo);
+  ASSERT_TRUE(log.ok());
+  ServerOptions o = LocalServer();
+  o.tls = Tls(first.cert_file, first.key_file, "", std::chrono::milliseconds(0));
+  o.log = *log;
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/who", [](const Request&) { return Response::Json(200, "{}"); });
+  ASSERT_TRUE(s->Start().ok());
+  ClientRequest req;
+  req.path = "/who";
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(testing::WriteFile(first.key_file, "not a key"));
+  for (int i = 0; i < 3; ++i) {
+    auto c = ClientFor(Local(s->port(), true), CaFile(ca_->ca_file()));
+    EXPECT_TRUE(c->Send(req).ok());  // the old pair still serves
+  }
+  auto count = [&](std::string_view what) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(count("does not load"), 1);
+  std::this_thread::sleep_for(20ms);
+  ca_->Issue("server", "server", true);
+  auto c = ClientFor(Local(s->port(), true), CaFile(ca_->ca_file()));
+  EXPECT_TRUE(c->Send(req).ok());
+  EXPECT_EQ(count("TLS certificate reloaded"), 1);
+}
+
 TEST_F(TlsTest, ReconnectionResumesTheSessionAndKeepsTheClientIdentity) {
   auto server_cert = ca_->Issue("server", "server", true);
   auto client_cert = ca_->Issue("scheduler", "client", false);

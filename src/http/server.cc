@@ -200,6 +200,7 @@ class ServerImpl final : public HttpServer {
   std::mutex tls_mu_;
   SslCtxPtr tls_;                                     // guarded by tls_mu_
   std::string tls_stamp_;                             // guarded by tls_mu_; TlsFilesStamp
+  std::string failed_stamp_;  // guarded by tls_mu_; the stamp of files that did not load
   std::chrono::steady_clock::time_point last_check_;  // guarded by tls_mu_
 
   std::mutex conns_mu_;
@@ -372,6 +373,18 @@ SslCtxPtr ServerImpl::CurrentTls() {
       if (fresh.ok()) {  // a half-written pair keeps the old context until it loads
         tls_ = *fresh;
         tls_stamp_ = std::move(stamp);
+        if (!failed_stamp_.empty()) opts_.log.Info("TLS certificate reloaded");
+        failed_stamp_.clear();
+      } else if (stamp != failed_stamp_) {
+        // Said once per new state of the files: a rotation that left a bad
+        // pair is seen before the old certificate expires.
+        opts_.log.Warn(
+            "the changed TLS certificate or key does not load; the old one is served "
+            "until they do",
+            {{"cert", opts_.tls->cert_file},
+             {"key", opts_.tls->key_file},
+             {"error", fresh.status().message()}});
+        failed_stamp_ = std::move(stamp);
       }
     }
   }
@@ -602,12 +615,25 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     Request req;
     req.peer = peer;
     req.client_cert_subject = cert_subject;
-    const std::string first = internal::ParseHeaders(*head, req.headers);
+    std::string malformed;
+    const std::string first = internal::ParseHeaders(*head, req.headers, &malformed);
     const size_t sp1 = first.find(' ');
     const size_t sp2 = first.find(' ', sp1 == std::string::npos ? 0 : sp1 + 1);
+    const std::string_view line_version =
+        sp2 == std::string::npos ? std::string_view() : std::string_view(first).substr(sp2 + 1);
     if (sp1 == std::string::npos || sp2 == std::string::npos ||
         !IsToken(std::string_view(first).substr(0, sp1))) {
-      Response bad = Response::Error(400, "malformed request line");
+      malformed = "malformed request line";
+    } else if (line_version != "HTTP/1.1" && line_version != "HTTP/1.0") {
+      malformed = "unsupported HTTP version \"" + std::string(line_version.substr(0, 20)) +
+                  "\" (HTTP/1.1 or HTTP/1.0 only)";
+    } else if (!malformed.empty()) {
+      malformed = "malformed request header: " + malformed;
+    }
+    if (!malformed.empty()) {
+      // Refused, and the connection ends: what follows cannot be trusted to
+      // start where this request ends.
+      Response bad = Response::Error(400, malformed);
       bad.headers["connection"] = "close";
       bad.headers["content-length"] = std::to_string(bad.body.size());
       stream->Write(SerializeHead(400, bad.headers) + bad.body, opts_.send_timeout);

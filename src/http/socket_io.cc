@@ -435,14 +435,31 @@ Status Reader::Await(Ms timeout) {
 StatusOr<std::string> Reader::ReadHead(size_t max, Ms timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    size_t pos = buf_.find("\r\n\r\n");
-    size_t skip = 4;
-    if (pos == std::string::npos) {
-      pos = buf_.find("\n\n");
-      skip = 2;
+    // Empty lines before a message are skipped (RFC 9112 2.2: a client may
+    // send a CRLF after a POST body).
+    size_t lead = 0;
+    while (lead < buf_.size() && lead < 64 && (buf_[lead] == '\r' || buf_[lead] == '\n')) ++lead;
+    if (lead == buf_.size() && lead < 64) lead = 0;  // only line ends so far: wait for more
+    if (lead != 0) buf_.erase(0, lead);
+    // The head ends at its first empty line, "\r\n" or a bare "\n" alike
+    // (whichever comes first: a request ending "\n\n" followed by one ending
+    // "\r\n\r\n" is two requests).
+    size_t pos = std::string::npos;
+    size_t skip = 0;
+    for (size_t nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n', nl + 1)) {
+      if (nl + 1 < buf_.size() && buf_[nl + 1] == '\n') {
+        pos = nl;
+        skip = 2;
+        break;
+      }
+      if (nl + 2 < buf_.size() && buf_[nl + 1] == '\r' && buf_[nl + 2] == '\n') {
+        pos = nl;
+        skip = 3;
+        break;
+      }
     }
     if (pos != std::string::npos) {
-      std::string head = buf_.substr(0, pos);
+      std::string head = buf_.substr(0, pos > 0 && buf_[pos - 1] == '\r' ? pos - 1 : pos);
       buf_.erase(0, pos + skip);
       return head;
     }
@@ -626,7 +643,7 @@ StatusOr<uint64_t> ParseContentLength(const std::string& value) {
   return n;
 }
 
-std::string ParseHeaders(const std::string& head, Headers& out) {
+std::string ParseHeaders(const std::string& head, Headers& out, std::string* malformed) {
   size_t start = 0;
   std::string first;
   bool is_first = true;
@@ -641,8 +658,21 @@ std::string ParseHeaders(const std::string& head, Headers& out) {
       is_first = false;
       continue;
     }
+    if (line.empty()) continue;
     const size_t colon = line.find(':');
-    if (colon == std::string::npos || colon == 0) continue;
+    const char* bad = nullptr;
+    if (line[0] == ' ' || line[0] == '\t') {
+      bad = "a folded header line (obs-fold)";
+    } else if (colon == std::string::npos || colon == 0) {
+      bad = "a header line without a name and colon";
+    } else if (std::string_view(line).substr(0, colon).find_first_of(" \t") !=
+               std::string_view::npos) {
+      bad = "whitespace in a header name or before its colon";
+    }
+    if (bad != nullptr) {
+      if (malformed != nullptr && malformed->empty()) *malformed = bad;
+      continue;
+    }
     std::string name = line.substr(0, colon);
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

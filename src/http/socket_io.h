@@ -190,7 +190,11 @@ StatusOr<uint64_t> ParseContentLength(const std::string& value);
 StatusOr<int> ParseStatusLine(const std::string& line);
 
 // Splits "Name: value" lines into lower-case header names; returns the first line.
-std::string ParseHeaders(const std::string& head, Headers& out);
+// `malformed`, when given, is set to why the head breaks RFC 9112's field
+// syntax (a line without a colon, whitespace before the colon, a folded
+// line), which a server must refuse: a proxy in front may read such a line
+// differently (request smuggling). The lines are skipped either way.
+std::string ParseHeaders(const std::string& head, Headers& out, std::string* malformed = nullptr);
 std::string_view ReasonPhrase(int status);
 
 }  // namespace accelpool::http::internal
