@@ -241,7 +241,39 @@ kube::InformerHandlers CacheFeeder::PodHandlers() {
       [this](const nlohmann::json& p) { OnPodDeleted(p); }};
 }
 
+namespace {
+std::string NodeName(const nlohmann::json& node) {
+  return kube::StringAt(node, nlohmann::json::json_pointer("/metadata/name"));
+}
+}  // namespace
+
 void CacheFeeder::OnNode(const nlohmann::json& node) {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  ++node_events_[NodeName(node)];
+  ApplyNode(node);
+}
+
+void CacheFeeder::OnNodeDeleted(const nlohmann::json& node) {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  ++node_events_[NodeName(node)];
+  ApplyNodeDeleted(node);
+}
+
+uint64_t CacheFeeder::NodeEvents(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  auto it = node_events_.find(node);
+  return it == node_events_.end() ? 0 : it->second;
+}
+
+bool CacheFeeder::OnNodeRead(const nlohmann::json& node, uint64_t events_before) {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  auto it = node_events_.find(NodeName(node));
+  if ((it == node_events_.end() ? 0 : it->second) != events_before) return false;
+  ApplyNode(node);
+  return true;
+}
+
+void CacheFeeder::ApplyNode(const nlohmann::json& node) {
   StatusOr<NodeEntry> e = NodeEntryFromJson(node);
   if (!e.ok()) {
     log_.Warn("node skipped", {{"error", e.status().message()}});
@@ -271,7 +303,7 @@ void CacheFeeder::OnNode(const nlohmann::json& node) {
   }
 }
 
-void CacheFeeder::OnNodeDeleted(const nlohmann::json& node) {
+void CacheFeeder::ApplyNodeDeleted(const nlohmann::json& node) {
   StatusOr<NodeEntry> e = NodeEntryFromJson(node);
   if (e.ok()) {
     cache_.RemoveNode(e->name);
@@ -376,6 +408,7 @@ bool NodeRefresher::Refresh(const std::string& node) {
   if (!limit_.Allow(node)) {
     return false;
   }
+  const uint64_t events_before = feeder_.NodeEvents(node);
   StatusOr<nlohmann::json> got = client_.Get(kube::Nodes(), "", node);
   if (!got.ok()) {
     log_.Warn(
@@ -384,7 +417,12 @@ bool NodeRefresher::Refresh(const std::string& node) {
         {{"node", node}, {"error", got.status().ToString()}});
     return false;
   }
-  feeder_.OnNode(*got);
+  if (!feeder_.OnNodeRead(*got, events_before)) {
+    // The watch delivered the node (or its deletion) during the read: that
+    // is as fresh, and the cache changed, so the pod is planned again anyway.
+    log_.Debug("node re-read overtaken by its watch", {{"node", node}});
+    return true;
+  }
   log_.Debug("node re-read for a pod that found no node", {{"node", node}});
   return true;
 }

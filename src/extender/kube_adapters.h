@@ -141,9 +141,16 @@ class CacheFeeder {
   kube::InformerHandlers NodeHandlers();
   kube::InformerHandlers PodHandlers();
 
-  // Applies one node / pod object (exposed for tests).
+  // Applies one node / pod object from the watch (exposed for tests).
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
+  // How many watch events of `node` (updates and deletions) were applied.
+  uint64_t NodeEvents(const std::string& node) const;
+  // Applies a node read from the apiserver (NodeRefresher) unless a watch
+  // event of that node was applied since NodeEvents() answered
+  // `events_before` (read before the GET): that event is newer, or the node's
+  // deletion, and the read must not undo it. False when dropped.
+  bool OnNodeRead(const nlohmann::json& node, uint64_t events_before);
   void OnPod(const nlohmann::json& pod);
   // A change of uid (deleted and re-created under the same name during a
   // relist) releases the old pod first.
@@ -155,9 +162,16 @@ class CacheFeeder {
   // change (a node object is updated often; the log is not).
   void ReportCordon(const NodeEntry& e);
   void ForgetCordon(const std::string& node);
+  void ApplyNode(const nlohmann::json& node);
+  void ApplyNodeDeleted(const nlohmann::json& node);
 
   Cache& cache_;
   const Logger log_;
+  // Watch events applied per node name (deleted nodes keep their count, so a
+  // late read cannot bring one back); node_mu_ also orders a read's apply
+  // against the watch's.
+  mutable std::mutex node_mu_;
+  std::map<std::string, uint64_t> node_events_;  // guarded by node_mu_
   std::mutex cordon_mu_;
   std::map<std::string, std::string> cordon_logged_;  // node -> what was logged; by cordon_mu_
 };
@@ -189,8 +203,9 @@ class NodeRefresher {
                 std::chrono::milliseconds min_interval, Logger log, double qps = 5.0)
       : client_(client), feeder_(feeder), limit_(min_interval, qps), log_(std::move(log)) {}
 
-  // True when the node was read and applied; false when it was read less
-  // than `min_interval` ago, or the read failed (logged).
+  // True when the node was read and applied, or its watch delivered a newer
+  // state (or its deletion) during the read, which is kept; false when it was
+  // read less than `min_interval` ago, or the read failed (logged).
   bool Refresh(const std::string& node);
 
  private:

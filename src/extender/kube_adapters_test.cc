@@ -13,6 +13,7 @@
 #include "extender/test_util.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
+#include "kube/hooked_client.h"
 #include "kube/objects.h"
 
 namespace accelpool::extender {
@@ -115,6 +116,46 @@ TEST_F(KubeAdaptersTest, AFilterTurningAPodAwayForCordonedDevicesReReadsTheNode)
   NodeRefresher slow(*client_, feeder, std::chrono::seconds(0), Logger(), 1.0);
   EXPECT_TRUE(slow.Refresh("node-a"));
   EXPECT_FALSE(slow.Refresh("node-a"));
+}
+
+// A watch event of the node that lands while the re-read is in flight is
+// newer than what the read brings: the read does not undo it, and a node
+// deleted meanwhile does not come back.
+TEST_F(KubeAdaptersTest, ANodeReReadDoesNotUndoAWatchEventDuringTheRead) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  nlohmann::json cordoned = Node("node-a");
+  std::string ids;
+  for (const auto& d : testing::GpuNode("node-a").devices) ids += (ids.empty() ? "" : ",") + d.id;
+  cordoned["metadata"]["annotations"][kCordonedDevicesAnnotation] = ids;
+  feeder.OnNode(Node("node-a"));
+  api_.Put("/api/v1/nodes", Node("node-a"));  // what the read will bring: all in service
+  kube::testing::HookedClient hooked(*client_);
+  hooked.after_get = [&] {
+    feeder.OnNode(cordoned);  // the watch: cordoned since
+    hooked.after_get = nullptr;
+  };
+  NodeRefresher refresher(hooked, feeder, std::chrono::seconds(0), Logger());
+  EXPECT_TRUE(refresher.Refresh("node-a"));
+  ExtenderOptions o;
+  auto ext = Extender::Create(cache, o, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  FilterDecision d = (*ext)->Filter(testing::MakePod("p", {Gpu(2)}), {"node-a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_NE(d.unresolvable["node-a"].find("cordoned"), std::string::npos)
+      << d.unresolvable["node-a"];
+  // Deleted by the watch during the read: it stays deleted.
+  hooked.after_get = [&] {
+    feeder.OnNodeDeleted(cordoned);
+    hooked.after_get = nullptr;
+  };
+  EXPECT_TRUE(refresher.Refresh("node-a"));
+  EXPECT_EQ(cache.Node("node-a"), nullptr);
+  // With no event in between, the read applies.
+  EXPECT_TRUE(refresher.Refresh("node-a"));
+  ASSERT_NE(cache.Node("node-a"), nullptr);
+  EXPECT_EQ((*ext)->Filter(testing::MakePod("q", {Gpu(2)}), {"node-a"}).fits,
+            std::vector<std::string>{"node-a"});
 }
 
 // The same for a card that is healthy again, and for a node whose first
