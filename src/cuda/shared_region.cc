@@ -104,6 +104,55 @@ bool IsAlive(int32_t pid, uint64_t start_time) {
 
 bool ValidDevice(int device) { return device >= 0 && device < kMaxDevices; }
 
+// Whether process `pid` maps the file at `path` (a line of /proc/<pid>/maps
+// ending in " <path>"); true when that cannot be read (another user's
+// process): the safe side, its slot is kept.
+bool MapsFile(int32_t pid, const char* path) {
+  char maps[64];
+  std::snprintf(maps, sizeof(maps), "/proc/%d/maps", static_cast<int>(pid));
+  int fd = open(maps, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return true;
+  }
+  const size_t plen = std::strlen(path);
+  char buf[8192];
+  size_t len = 0;
+  bool found = false;
+  bool readable = false;
+  for (;;) {
+    ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    readable = true;
+    len += static_cast<size_t>(n);
+    size_t start = 0;
+    for (size_t i = 0; i < len && !found; ++i) {
+      if (buf[i] != '\n') {
+        continue;
+      }
+      const size_t line = i - start;
+      found =
+          line > plen && buf[i - plen - 1] == ' ' && std::memcmp(buf + i - plen, path, plen) == 0;
+      start = i + 1;
+    }
+    if (found) {
+      break;
+    }
+    if (start == 0 && len == sizeof(buf) - 1) {
+      len = 0;  // A line longer than the buffer (a longer path than ours): skipped.
+    } else {
+      std::memmove(buf, buf + start, len - start);
+      len -= start;
+    }
+  }
+  close(fd);
+  return found || !readable;
+}
+
 // The first line of `path` (the kernel's boot id), NUL-terminated in `out`;
 // empty when it cannot be read.
 void ReadBootId(const char* path, char (&out)[kBootIdLen]) {
@@ -322,6 +371,7 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len,
   }
   flock(fd, LOCK_UN);
   if (ok) {
+    std::snprintf(path_, sizeof(path_), "%s", path);
     fd_ = fd;  // Kept: the liveness locks live on it.
   } else {
     close(fd);
@@ -342,15 +392,44 @@ bool SharedRegion::Lock() {
 
 void SharedRegion::Unlock() { pthread_mutex_unlock(&layout_->mu); }
 
+bool SharedRegion::LeftByExec(int slot, const SlotRecord& s, int32_t self) const {
+  // A process's own locks never conflict with its own probe: its slots are
+  // not probed (its replaced image's are freed at its init, ForgetReplacedImage).
+  if ((s.ctx_charged_mask & kSlotLockHeld) == 0 || fd_ < 0 || s.pid == self ||
+      ProbeSlotLock(fd_, slot) != SlotOwner::kGone) {
+    return false;
+  }
+  // The lock goes when the process execs (the descriptor is close-on-exec),
+  // and when it closes every descriptor it did not open itself. Only the
+  // second still maps the region: its slot stays, and its charges with it.
+  return !MapsFile(s.pid, path_);
+}
+
 int SharedRegion::ReclaimDeadLocked() {
   int reclaimed = 0;
-  for (SlotRecord& s : layout_->slots) {
-    if (s.pid != 0 && !IsAlive(s.pid, s.start_time)) {
+  const auto self = static_cast<int32_t>(getpid());
+  for (int i = 0; i < kMaxSlots; ++i) {
+    SlotRecord& s = layout_->slots[i];
+    if (s.pid != 0 && (!IsAlive(s.pid, s.start_time) || LeftByExec(i, s, self))) {
       std::memset(&s, 0, sizeof(s));
       ++reclaimed;
     }
   }
   return reclaimed;
+}
+
+void SharedRegion::ForgetReplacedImage(int32_t pid, uint64_t start_time) {
+  if (!Lock()) {
+    return;
+  }
+  for (int i = 0; i < kMaxSlots; ++i) {
+    SlotRecord& s = layout_->slots[i];
+    if (s.pid == pid && s.start_time == start_time) {
+      std::memset(&s, 0, sizeof(s));
+      SetLivenessLock(i, F_UNLCK);  // One this image took itself (a claim before).
+    }
+  }
+  Unlock();
 }
 
 int SharedRegion::ReclaimDead() {

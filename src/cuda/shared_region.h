@@ -22,9 +22,13 @@
 // slot. The lock is a POSIX record lock, which a process loses when it closes
 // *any* descriptor of the file: the region keeps its one descriptor open for
 // its life, and a process should map one region per file (the shim does).
-// The container's own reclaim does not go by the lock: a process that closed
-// every descriptor it did not open itself would lose its lock while alive,
-// and freeing its slot would drop its charge from the cap.
+// The container's own reclaim goes by the lock only with the mapping: a
+// process that closed every descriptor it did not open itself loses its lock
+// while alive, and freeing its slot would drop its charge from the cap. A
+// marked slot whose lock is gone is freed only when its live owner no
+// longer maps the region file (/proc/<pid>/maps): it execed into an image
+// that does not use the region (one that does frees it at its start).
+// Where the maps cannot be read, the slot stays.
 //
 // Slot indices stay valid for the life of the owning process (no compaction);
 // callers keep the index, never a pointer into the mapping across calls.
@@ -83,6 +87,11 @@ class SharedRegion {
   // Returns the slot's usage to zero, frees it and drops its liveness lock
   // (normal process exit).
   void ReleaseSlot(int slot);
+  // Frees the slots of (pid, start_time): called once per image at its
+  // start, they are the slots of the image this process replaced by exec,
+  // which ran no cleanup (ClaimSlot does the same, for an image that never
+  // claims).
+  void ForgetReplacedImage(int32_t pid, uint64_t start_time);
 
   // Adds `bytes` (plus `context_reserve` the first time this slot charges
   // `device`) to the slot if the container total stays <= `limit`. On a would-
@@ -123,12 +132,17 @@ class SharedRegion {
   // `boot_id`: stored in a region it creates (nullptr: none).
   bool Map(int fd, bool create, const char* boot_id, char* error, size_t error_len);
   int ReclaimDeadLocked();
+  // A slot whose owner lives but execed into an image that does not use the
+  // region: its liveness lock is gone and the process no longer maps the
+  // region file.
+  bool LeftByExec(int slot, const SlotRecord& s, int32_t self) const;
   // Takes (F_WRLCK) or drops (F_UNLCK) the liveness lock of `slot`.
   bool SetLivenessLock(int slot, short type);
 
   RegionLayout* layout_ = nullptr;
   size_t mapped_size_ = 0;
   int fd_ = -1;  // The region file, open while mapped: its record locks live on it.
+  char path_[kMaxPathLen + 32] = {};  // The region file's path ("" for private memory).
 };
 
 // Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat);

@@ -471,8 +471,8 @@ TEST_F(SharedRegionTest, ARegionLeftByAnEarlierBootIsCreatedAfresh) {
     ASSERT_TRUE(r.OpenFile(dir_.c_str(), error, sizeof(error), boot.c_str())) << error;
     int slot = r.ClaimSlot(Pid(), 0);  // This (live) process: its slot is kept in this boot.
     ASSERT_EQ(r.TryCharge(slot, 0, 64 * kMiB, kGiB, 0), ChargeResult::kOk);
+    EXPECT_EQ(OpenAndLockInChild(dir_, boot), 3) << "the same boot keeps the region";
   }  // No release: the node goes down.
-  EXPECT_EQ(OpenAndLockInChild(dir_, boot), 3) << "the same boot keeps the region";
 
   StaleLocks(path, DeadTid());
   WriteBootId(boot, "66666666-7777-8888-9999-000000000000");
@@ -703,6 +703,78 @@ TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused
   EXPECT_EQ(again.probed.used_bytes[0], 50 * kMiB);
   kill(next, SIGKILL);
   waitpid(next, nullptr, 0);
+}
+
+// The container's own reclaim frees the slot of a process that execed into
+// an image that does not use the region: its lock went at the exec, and it
+// no longer maps the region. (Its charges stayed until the process exited.)
+// A process that merely closed its descriptors still maps the region and
+// keeps its slot.
+TEST_F(SharedRegionTest, AnExecedImageThatDoesNotUseTheRegionLeavesItsSlotFree) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    SharedRegion r;
+    ClaimAndChargeInChild(r, dir_, 300 * kMiB, ready[1]);
+    fcntl(ready[1], F_SETFD, FD_CLOEXEC);
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(2);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(read(ready[0], &c, 1), 0) << "exec closes the write end";
+  close(ready[0]);
+  SharedRegion r;
+  Open(r);
+  EXPECT_EQ(r.Used(0), 0u) << "the execed image's charge is reclaimed while the PID runs";
+  EXPECT_EQ(r.SlotsInUse(), 0);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+
+  int closed[2];
+  ASSERT_EQ(pipe(closed), 0);
+  pid_t closer = fork();
+  ASSERT_GE(closer, 0);
+  if (closer == 0) {
+    close(closed[0]);
+    SharedRegion mine;
+    ClaimAndChargeInChild(mine, dir_, 300 * kMiB, closed[1]);
+    for (int fd = 3; fd < 1024; ++fd) {
+      if (fd != closed[1]) {
+        close(fd);  // The region's descriptor too: its lock goes, its mapping stays.
+      }
+    }
+    char done = 'y';
+    (void)!write(closed[1], &done, 1);
+    pause();
+    _exit(0);
+  }
+  close(closed[1]);
+  ASSERT_EQ(read(closed[0], &c, 1), 1);
+  ASSERT_EQ(read(closed[0], &c, 1), 1);
+  EXPECT_EQ(r.Used(0), 300 * kMiB) << "alive and still mapping the region: kept";
+  kill(closer, SIGKILL);
+  waitpid(closer, nullptr, 0);
+  close(closed[0]);
+}
+
+// A process that starts again by exec frees its replaced image's slot when
+// it opens the region, whether or not it ever claims one.
+TEST_F(SharedRegionTest, AReplacedImagesSlotIsFreedAtTheNextImagesStart) {
+  SharedRegion r;
+  Open(r);
+  const uint64_t start = ProcessStartTime(Pid());
+  int slot = r.ClaimSlot(Pid(), start);
+  ASSERT_EQ(r.TryCharge(slot, 0, 64 * kMiB, kGiB, 0), ChargeResult::kOk);
+  r.ForgetReplacedImage(Pid(), start + 1);
+  EXPECT_EQ(r.Used(0), 64 * kMiB) << "another start time: another process";
+  r.ForgetReplacedImage(Pid(), start);
+  EXPECT_EQ(r.Used(0), 0u);
+  EXPECT_EQ(r.SlotsInUse(), 0);
 }
 
 TEST_F(SharedRegionTest, AReleasedSlotDropsItsLockForTheNextOwner) {

@@ -229,6 +229,12 @@ void InitOnce() {
       ok = region->OpenFile(s.config.state_dir, error, sizeof(error));
       if (!ok) {
         Logf(LogLevel::kWarn, "%s; limits now apply per process, not per container", error);
+      } else {
+        // This image's start: a slot of this pid and start time is the one of
+        // the image it replaced by exec, which ran no cleanup, and this one
+        // may never claim (and so free) it.
+        const auto pid = static_cast<int32_t>(getpid());
+        region->ForgetReplacedImage(pid, ProcessStartTime(pid));
       }
     } else {
       Logf(LogLevel::kWarn,

@@ -1683,6 +1683,43 @@ TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   EXPECT_EQ(region.SlotsInUse(), 0);
 }
 
+// A process that allocates and then execs into a program that never
+// allocates: the old image's charge goes, whether the new image uses CUDA
+// (it frees the slot at its start) or not at all (its lock went at the exec
+// and it does not map the region: the others reclaim it). (It stayed until
+// the process exited.)
+TEST(ShimTest, AnImageReplacedByExecLeavesNoChargeBehind) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const Env shared = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                      {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}};
+  Env env = shared;
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  env["LD_PRELOAD"] = ShimPreload();
+
+  // Into a program that never touches CUDA: cat, which echoes stdin.
+  ChildProcess cat;
+  ASSERT_TRUE(
+      cat.Start({ProbePath(), "direct", "execinto", std::to_string(300 * kMiB), "/bin/cat"}, env));
+  auto allocated = ParseKeyValues(cat.ReadLine(30000));
+  ASSERT_EQ(U(allocated, "rc"), 0u);
+  EXPECT_EQ(U(allocated, "free"), 1024 * kMiB - 300 * kMiB);
+  ASSERT_TRUE(cat.Write("execed\n"));
+  ASSERT_EQ(cat.ReadLine(30000), "execed") << "cat runs in the same process";
+  auto kv = MustRun({"direct", "meminfo"}, shared);
+  EXPECT_EQ(U(kv, "free"), 1024 * kMiB) << "the replaced image's charge is reclaimed";
+  cat.CloseStdin();
+  EXPECT_EQ(cat.Wait(10000).exit_code, 0);
+
+  // Into one that starts the shim but never allocates (it only asks).
+  ProcessResult r = Probe(
+      {"direct", "execinto", std::to_string(300 * kMiB), ProbePath(), "direct", "meminfo"}, shared);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string after = r.out.substr(r.out.find('\n') + 1);
+  EXPECT_EQ(U(ParseKeyValues(after), "free"), 1024 * kMiB)
+      << "the new image frees the old one's slot at its start";
+}
+
 struct LaunchFigures {
   double share;
   uint64_t launches;

@@ -65,6 +65,8 @@
 //   pooldestroylive <bytes> <kept>  a created pool (keeping <kept> freed) is
 //                            destroyed while a block of <bytes> is allocated;
 //                            cuMemAlloc <bytes>; the block freed; again
+//   execinto <bytes> <program> [<args>]  allocate <bytes>, print, then exec
+//                            <program> (same pid and start time)
 //   reexec <bytes>           allocate <bytes>, then exec this program as
 //                            "<mode> hold <bytes>" (same pid and start time)
 //   ipcdev <bytes> <device>  from device 0, import <bytes> exported by <device>
@@ -2260,6 +2262,15 @@ int main(int argc, char** argv) {
   if (command == "pooldestroylive" && argc == 5) {
     return PoolDestroyLive(a, std::strtoull(argv[3], nullptr, 10),
                            std::strtoull(argv[4], nullptr, 10));
+  }
+  if (command == "execinto" && argc >= 5) {
+    CUdeviceptr p = 0;
+    CUresult rc = a.alloc(&p, std::strtoull(argv[3], nullptr, 10));
+    std::printf("rc=%d free=%zu\n", rc, FreeBytes(a));
+    std::fflush(stdout);
+    execv(argv[4], argv + 4);  // The slot is left behind, and its lock goes.
+    std::perror("execv");
+    return 1;
   }
   if (command == "reexec" && argc == 4) {
     CUdeviceptr p = 0;
