@@ -67,7 +67,9 @@ int Cache::UpsertNode(const std::string& name,
     next->host_pods = it->second.pods;
   }
   next->SetHostFree(track_host_.load());
-  shard.nodes[name] = std::move(next);
+  NodeSnapshotPtr& slot = shard.nodes[name];
+  NoteSnapshot(slot.get(), next.get());
+  slot = std::move(next);
   Touch();
   return newly_absent;
 }
@@ -98,6 +100,7 @@ void Cache::RefreshHostLocked(const std::string& node) {
   next->host_requested = sum == host_sums_.end() ? core::HostResources{} : sum->second.Requested();
   next->host_pods = sum == host_sums_.end() ? 0 : sum->second.pods;
   next->SetHostFree(track_host_.load());
+  NoteSnapshot(it->second.get(), next.get());
   it->second = std::move(next);
 }
 
@@ -157,8 +160,33 @@ void Cache::RemoveNode(const std::string& name) {
   }
   Shard& shard = ShardOf(name);
   std::lock_guard<std::mutex> lock(shard.mu);
-  shard.nodes.erase(name);
+  if (auto it = shard.nodes.find(name); it != shard.nodes.end()) {
+    NoteSnapshot(it->second.get(), nullptr);
+    shard.nodes.erase(it);
+  }
   Touch();
+}
+
+void Cache::NoteSnapshot(const NodeSnapshot* before, const NodeSnapshot* after) {
+  auto busy = [](const NodeSnapshot* s) {
+    return s != nullptr && !s->domains.super_node.empty() && !s->Idle();
+  };
+  if (busy(before) == busy(after) &&
+      (!busy(before) || before->domains.super_node == after->domains.super_node)) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(super_mu_);
+  if (busy(before)) {
+    auto it = super_busy_.find(before->domains.super_node);
+    if (it != super_busy_.end() && --it->second <= 0) super_busy_.erase(it);
+  }
+  if (busy(after)) ++super_busy_[after->domains.super_node];
+}
+
+int Cache::BusyInSuperNode(const std::string& super_node) const {
+  std::lock_guard<std::mutex> lock(super_mu_);
+  auto it = super_busy_.find(super_node);
+  return it == super_busy_.end() ? 0 : it->second;
 }
 
 NodeSnapshotPtr Cache::Node(const std::string& name) const {
@@ -374,6 +402,7 @@ Status Cache::ApplyRecordLocked(PodRecord& rec, bool partial) {
   }
   next->version = next_version_.fetch_add(1);
   next->updated = std::chrono::steady_clock::now();
+  NoteSnapshot(it->second.get(), next.get());
   it->second = std::move(next);
   Touch();
   return st;
@@ -395,6 +424,7 @@ void Cache::ReleaseRecordLocked(PodRecord& rec) {
   rec.applied_as = PodAssignment{};
   next->version = next_version_.fetch_add(1);
   next->updated = std::chrono::steady_clock::now();
+  NoteSnapshot(it->second.get(), next.get());
   it->second = std::move(next);
   Touch();
 }

@@ -98,6 +98,11 @@ class Cache {
   // nullptr when unknown.
   NodeSnapshotPtr Node(const std::string& name) const;
   std::vector<std::string> NodeNames() const;
+  // Nodes of `super_node` in the cache that hold pods (NodeSnapshot::Idle
+  // false), whether or not a filter passed them: ranking keeps a super-node
+  // whole only while none of its nodes holds anything, and the nodes that
+  // are busy are exactly those a filter drops first.
+  int BusyInSuperNode(const std::string& super_node) const;
 
   // --- pods --------------------------------------------------------------
   // Reserves `a` for `pod` on a.node if the node is still at `version`, or,
@@ -226,6 +231,12 @@ class Cache {
   // Re-derives the snapshot of `node` with its current host sums.
   // REQUIRES: host_mu_ held.
   void RefreshHostLocked(const std::string& node);
+
+  // Keeps super_busy_ in step with a node's snapshot being replaced
+  // (`before` or `after` null: the node arrives or goes). Under the shard's lock.
+  void NoteSnapshot(const NodeSnapshot* before, const NodeSnapshot* after);
+  mutable std::mutex super_mu_;
+  std::unordered_map<std::string, int> super_busy_;  // guarded by super_mu_
 
   mutable std::mutex host_mu_;
   std::atomic<bool> track_host_{false};

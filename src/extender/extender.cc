@@ -462,7 +462,8 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       inputs.push_back(RankInput{f.snap->name, f.score, f.snap});
     }
     if (!soft_taint) {
-      std::vector<HostPriority> ranked = RankNodes(pod, inputs, JobDomains(pod), options_.rank);
+      std::vector<HostPriority> ranked =
+          RankNodes(pod, inputs, JobDomains(pod), options_.rank, SuperNodeBusy());
       picked = std::move(ranked.front().host);
       d.fits.assign(1, picked);
     }
@@ -595,7 +596,8 @@ std::vector<HostPriority> Extender::Prioritize(const PodInfo& pod,
     in.policy_score = p->fits() ? p->score : 0;
     inputs.push_back(std::move(in));
   }
-  std::vector<HostPriority> out = RankNodes(pod, inputs, JobDomains(pod), options_.rank);
+  std::vector<HostPriority> out =
+      RankNodes(pod, inputs, JobDomains(pod), options_.rank, SuperNodeBusy());
   audit_.Debug("prioritize", {{"pod", PodName(pod.ref)},
                               {"policy", PolicyName(pod)},
                               {"nodes", static_cast<int64_t>(nodes.size())},

@@ -295,6 +295,10 @@ class Extender {
   // The domains of the nodes holding the pod's job siblings (empty when the
   // pod belongs to no job).
   std::map<std::string, NodeDomains> JobDomains(const PodInfo& pod) const;
+  // Busy nodes per super-node, over the cache (for RankNodes).
+  std::function<int(const std::string&)> SuperNodeBusy() const {
+    return [this](const std::string& sn) { return cache_.BusyInSuperNode(sn); };
+  }
   // Plans `pod` on `node` and reserves the devices. *reused: the answer is a
   // reservation an earlier bind of the pod made (a retried bind).
   StatusOr<PodAssignment> PlanAndReserve(const PodInfo& pod, const std::string& node,

@@ -189,20 +189,26 @@ int Locality(const NodeSnapshot* snap, std::string_view node,
 
 }  // namespace
 
-std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankInput>& nodes,
-                                    const std::map<std::string, NodeDomains>& job_domains,
-                                    const RankOptions& options) {
+std::vector<HostPriority> RankNodes(
+    const PodInfo& pod, const std::vector<RankInput>& nodes,
+    const std::map<std::string, NodeDomains>& job_domains, const RankOptions& options,
+    const std::function<int(const std::string& super_node)>& busy_in_super_node) {
   // The keep-whole term needs a node's devices and idleness only when a
   // penalty can apply to it, and its super-node's idleness only when the node
   // itself is idle: skip the lookups otherwise.
   const bool node_penalty = options.idle_node_penalty != 0;
   const bool super_node_penalty = options.idle_super_node_penalty != 0;
-  // Busy nodes per super-node among the candidates.
-  std::unordered_map<std::string_view, int> busy_in_super_node;
+  // Busy nodes per super-node: the cluster's when given, else among the
+  // candidates. Asked once per super-node.
+  std::unordered_map<std::string_view, int> busy_in;
   if (super_node_penalty) {
     for (const RankInput& n : nodes) {
-      if (n.snap != nullptr && !n.snap->domains.super_node.empty()) {
-        busy_in_super_node[n.snap->domains.super_node] += n.snap->Idle() ? 0 : 1;
+      if (n.snap == nullptr || n.snap->domains.super_node.empty()) continue;
+      const std::string& sn = n.snap->domains.super_node;
+      if (busy_in_super_node) {
+        if (busy_in.find(sn) == busy_in.end()) busy_in[sn] = busy_in_super_node(sn);
+      } else {
+        busy_in[sn] += n.snap->Idle() ? 0 : 1;
       }
     }
   }
@@ -222,7 +228,7 @@ std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankIn
       if (c.node_idle) {
         c.node_devices = n.snap->devices;
         const std::string& sn = n.snap->domains.super_node;
-        c.super_node_idle = !sn.empty() && busy_in_super_node[sn] == 0;
+        c.super_node_idle = !sn.empty() && busy_in[sn] == 0;
       }
     }
     candidates.push_back(c);

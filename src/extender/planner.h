@@ -117,9 +117,13 @@ struct RankInput {
 
 // `job_domains`: the domains of the nodes holding the pod's job siblings, with
 // their pod counts (empty when the pod has no job or no sibling is placed).
-std::vector<HostPriority> RankNodes(const PodInfo& pod, const std::vector<RankInput>& nodes,
-                                    const std::map<std::string, NodeDomains>& job_domains,
-                                    const RankOptions& options = {});
+// `busy_in_super_node` answers how many nodes of a super-node hold pods,
+// over the whole cluster (Cache::BusyInSuperNode): the candidates alone miss
+// the busy nodes a filter dropped. Empty: counted among the candidates.
+std::vector<HostPriority> RankNodes(
+    const PodInfo& pod, const std::vector<RankInput>& nodes,
+    const std::map<std::string, NodeDomains>& job_domains, const RankOptions& options = {},
+    const std::function<int(const std::string& super_node)>& busy_in_super_node = {});
 
 }  // namespace accelpool::extender
 

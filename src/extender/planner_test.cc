@@ -171,5 +171,32 @@ TEST(PlannerTest, SmallPodsKeepIdleSuperNodesWhole) {
   EXPECT_EQ(Rank(MakePod("big", {Gpu(8)}), in).front().host, "idle-sn");
 }
 
+// The busy node a filter drops (full) still makes its super-node busy: with
+// the cluster's count (Cache::BusyInSuperNode), a small pod goes beside it
+// and not into the idle super-node. Counted among the candidates alone, both
+// super-nodes looked idle.
+TEST(PlannerTest, ABusyNodeTheFilterDroppedStillMakesItsSuperNodeBusy) {
+  Cache c;
+  AddGpuNode(c, "idle-sn", 8, {"sn-1", "", ""});
+  AddGpuNode(c, "busy-sn", 8, {"sn-2", "", ""});
+  AddGpuNode(c, "full", 8, {"sn-2", "", ""});
+  ASSERT_TRUE(TakeOneGpu(c, "full").ok());
+  EXPECT_EQ(c.BusyInSuperNode("sn-2"), 1);
+  EXPECT_EQ(c.BusyInSuperNode("sn-1"), 0);
+  std::vector<RankInput> in = {{"idle-sn", 55, c.Node("idle-sn")},
+                               {"busy-sn", 50, c.Node("busy-sn")}};
+  auto busy = [&c](const std::string& sn) { return c.BusyInSuperNode(sn); };
+  EXPECT_EQ(RankNodes(MakePod("small", {Gpu(1)}), in, {}, {}, busy).front().host, "busy-sn");
+  EXPECT_EQ(Rank(MakePod("small", {Gpu(1)}), in).front().host, "idle-sn");
+  // The count follows the cache: the node going, coming back with its pod,
+  // and the pod going.
+  c.RemoveNode("full");
+  EXPECT_EQ(c.BusyInSuperNode("sn-2"), 0);
+  AddGpuNode(c, "full", 8, {"sn-2", "", ""});
+  EXPECT_EQ(c.BusyInSuperNode("sn-2"), 1);
+  c.Release("x");
+  EXPECT_EQ(c.BusyInSuperNode("sn-2"), 0);
+}
+
 }  // namespace
 }  // namespace accelpool::extender
