@@ -112,7 +112,7 @@ inline SlotOwner ProbeSlotLock(int fd, int slot) {
 
 // What the region's bytes say a container holds.
 struct RegionUsage {
-  uint64_t used_bytes[kMaxDevices] = {};  // per CUDA ordinal, summed over live slots
+  uint64_t used_bytes[kMaxDevices] = {};  // per container device index, over live slots
   int32_t processes = 0;                  // slots with a live owner (or one not known gone)
   int32_t gone = 0;                       // slots whose owner dropped its liveness lock
 };

@@ -631,8 +631,9 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
       const cuda::RegionUsage u = usage.ok() ? *usage : cuda::RegionUsage();
       live.insert(who);
       metrics_->SetContainerProcesses(who, u.processes);
-      // CUDA ordinal i is the container's i-th granted device, as its caps
-      // (ACCELPOOL_CUDA_MEMORY_LIMIT_<i>) are numbered.
+      // Index i is the container's i-th granted device, as its caps
+      // (ACCELPOOL_CUDA_MEMORY_LIMIT_<i>) are numbered: the shim maps each
+      // process's CUDA ordinals to it (ACCELPOOL_CUDA_DEVICE_UUIDS).
       for (size_t i = 0; i < c.devices.size() && i < static_cast<size_t>(cuda::kMaxDevices); ++i) {
         const api::AssignedDevice& d = c.devices[i];
         const core::Device* dev = snap.Find(d.id);
