@@ -199,17 +199,15 @@ StatusOr<std::vector<std::vector<int32_t>>> AssignSlots(const InventoryState& st
         return InvalidArgumentError("placement names device index " + std::to_string(g.device) +
                                     " outside the inventory of node " + inv.node);
       }
+      // Every container reuses a slot of an earlier plain init container,
+      // as kubelet reuses their devices; never one a sidecar or a regular
+      // container keeps (kubelet does not hand those out again: an init
+      // container after a sidecar runs beside it).
       int32_t slot = -1;
-      if (cp.kind == core::ContainerKind::kInit) {
-        if (!held[g.device].empty()) {
-          slot = held[g.device].front();
-        }
-      } else {
-        for (int32_t k : held[g.device]) {
-          if (!held_by_long_running[g.device].count(k)) {
-            slot = k;
-            break;
-          }
+      for (int32_t k : held[g.device]) {
+        if (!held_by_long_running[g.device].count(k)) {
+          slot = k;
+          break;
         }
       }
       if (slot < 0) {

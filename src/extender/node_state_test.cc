@@ -31,12 +31,28 @@ TEST(NodeStateTest, AssignSlotsReusesPodSlotsLikeKubelet) {
   const Case cases[] = {
       {"one regular", {{"main", K::kRegular}}, {false, false, false, false}, {0}},
       {"skips taken", {{"main", K::kRegular}}, {true, false, false, false}, {1}},
-      {"init then main share", {{"init", K::kInit}, {"main", K::kRegular}},
-       {true, false, false, false}, {1, 1}},
-      {"two regulars differ", {{"a", K::kRegular}, {"b", K::kRegular}},
-       {false, false, false, false}, {0, 1}},
-      {"sidecar and main differ", {{"side", K::kSidecar}, {"main", K::kRegular}},
-       {false, true, false, false}, {0, 2}},
+      {"init then main share",
+       {{"init", K::kInit}, {"main", K::kRegular}},
+       {true, false, false, false},
+       {1, 1}},
+      {"two regulars differ",
+       {{"a", K::kRegular}, {"b", K::kRegular}},
+       {false, false, false, false},
+       {0, 1}},
+      {"sidecar and main differ",
+       {{"side", K::kSidecar}, {"main", K::kRegular}},
+       {false, true, false, false},
+       {0, 2}},
+      // An init container after a sidecar runs beside it: its own slot, which
+      // main then reuses (kubelet reuses init devices, never a sidecar's).
+      {"init after a sidecar",
+       {{"side", K::kSidecar}, {"init", K::kInit}, {"main", K::kRegular}},
+       {false, false, false, false},
+       {0, 1, 1}},
+      {"init, sidecar, init",
+       {{"i1", K::kInit}, {"side", K::kSidecar}, {"i2", K::kInit}, {"main", K::kRegular}},
+       {false, false, false, false},
+       {0, 0, 1, 1}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
