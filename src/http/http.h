@@ -138,7 +138,9 @@ struct ServerOptions {
   // same size: requests nobody vouched for cannot hold the admitted ones'.
   size_t max_body_bytes_in_flight = 0;
   size_t max_header_bytes = 64 << 10;  // larger headers get 431
-  int max_connections = 256;           // more get 503
+  // At the cap, the connection idle longest between requests is closed and
+  // its thread takes the new one; with none idle, the new one gets 503.
+  int max_connections = 256;
   // A connection idle this long between requests is closed.
   std::chrono::milliseconds idle_timeout{60000};
   // Once the first byte of a request came, its whole head must arrive within

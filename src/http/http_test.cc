@@ -660,6 +660,57 @@ TEST(HttpServerTest, StopLetsARequestBeingAnsweredFinish) {
   ASSERT_EQ(cut.wait_for(5s), std::future_status::ready);
 }
 
+// At the connection cap, kept-alive connections that send nothing make room:
+// the one idle longest is closed and the new one served. One with a request
+// in flight is never closed for it; with every connection busy the new one
+// gets 503.
+TEST(HttpServerTest, AtTheCapTheConnectionIdleLongestMakesRoom) {
+  MetricsRegistry reg;
+  ServerOptions o = LocalServer();
+  o.max_connections = 2;
+  o.metrics = &reg;
+  auto s = NewHttpServer(o);
+  std::atomic<bool> release{false};
+  s->Handle("GET", "/ping", [](const Request&) { return Response::Json(200, "{}"); });
+  s->Handle("GET", "/slow", [&release](const Request&) {
+    for (int i = 0; i < 2500 && !release; ++i) std::this_thread::sleep_for(2ms);
+    return Response::Json(200, "{}");
+  });
+  ServeMetrics(*s, reg);
+  ASSERT_TRUE(s->Start().ok());
+  const std::string ping = "GET /ping HTTP/1.1\r\nHost: a\r\n\r\n";
+  RawConn first(s->port());
+  ASSERT_TRUE(first.Send(ping));
+  ASSERT_NE(first.ReadUntil("{}", 5s).find("200 OK"), std::string::npos);
+  std::this_thread::sleep_for(20ms);
+  RawConn second(s->port());
+  ASSERT_TRUE(second.Send(ping));
+  ASSERT_NE(second.ReadUntil("{}", 5s).find("200 OK"), std::string::npos);
+  RawConn third(s->port());
+  ASSERT_TRUE(third.Send(ping));
+  EXPECT_NE(third.ReadUntil("{}", 5s).find("200 OK"), std::string::npos) << third.received();
+  EXPECT_TRUE(first.ClosedWithin(2s));  // idle longest
+  EXPECT_FALSE(second.ClosedWithin(200ms));
+  // Both connections busy: nothing to evict, the next one is turned away.
+  ASSERT_TRUE(second.Send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"));
+  ASSERT_TRUE(third.Send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"));
+  std::this_thread::sleep_for(100ms);
+  RawConn fourth(s->port());
+  ASSERT_TRUE(fourth.Send(ping));
+  EXPECT_NE(fourth.ReadUntil("\r\n\r\n", 5s).find("503"), std::string::npos) << fourth.received();
+  release = true;
+  EXPECT_NE(second.ReadUntil("{}", 5s).find("200 OK"), std::string::npos);
+  for (int i = 0; i < 250 && third.received().find("200 OK", third.received().find("200 OK") + 1) ==
+                                 std::string::npos;
+       ++i) {
+    third.ReadUntil("\xff never sent", 20ms);
+  }
+  EXPECT_NE(third.received().find("200 OK", third.received().find("200 OK") + 1), std::string::npos)
+      << third.received();
+  EXPECT_NE(reg.Serialize().find("accelpool_http_connections_evicted_total 1"), std::string::npos)
+      << reg.Serialize();
+}
+
 TEST(HttpServerTest, ARequestTrickledInIsCutAtItsDeadline) {
   ServerOptions o = LocalServer();
   o.header_timeout = 1s;

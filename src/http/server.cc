@@ -158,6 +158,10 @@ class ServerImpl final : public HttpServer {
     // Guarded by mu: a request's first byte came and its answer is not yet
     // sent (Stop() lets it finish). False while a response streams.
     bool busy = false;
+    // Guarded by mu: since when the connection waits for a request (set
+    // when it starts and after each answer).
+    std::chrono::steady_clock::time_point idle_since{};
+    bool streaming = false;  // guarded by mu: a streamed response is being sent
   };
 
   void AcceptLoop();
@@ -230,6 +234,7 @@ class ServerImpl final : public HttpServer {
   CounterFamily* requests_ = nullptr;     // set in Start when metrics are on
   HistogramFamily* durations_ = nullptr;  // set in Start when metrics are on
   CounterFamily* connections_ = nullptr;  // set in Start when metrics are on
+  CounterFamily* evicted_ = nullptr;      // set in Start when metrics are on
 };
 
 void ServerImpl::Record(const Request& req, const std::string& route, int status,
@@ -256,9 +261,14 @@ Status ServerImpl::Start() {
         "Connections accepted; a count close to the request count means clients do not keep "
         "connections alive (a TLS handshake per request).");
     if (!conns.ok()) return conns.status();
+    auto evicted = opts_.metrics->AddCounter(
+        opts_.metrics_prefix + "_connections_evicted_total",
+        "Idle kept-alive connections closed to make room for a new one at the connection cap.");
+    if (!evicted.ok()) return evicted.status();
     requests_ = *c;
     durations_ = *h;
     connections_ = *conns;
+    evicted_ = *evicted;
   }
   body_budget_ = std::max(opts_.max_body_bytes_in_flight != 0 ? opts_.max_body_bytes_in_flight
                                                               : 2 * opts_.max_body_bytes,
@@ -444,6 +454,30 @@ void ServerImpl::AcceptLoop() {
     {
       std::lock_guard<std::mutex> lock(conns_mu_);
       if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
+        // Full: the connection idle longest between requests makes room, and
+        // its thread takes this one. Kept-alive connections that send nothing
+        // (a client opening many, or one a minute to stay under the idle
+        // timeout) cannot lock kube-scheduler or the apiserver out.
+        Conn* oldest = nullptr;
+        auto since = std::chrono::steady_clock::time_point::max();
+        for (auto& c : conns_) {
+          std::lock_guard<std::mutex> cl(c->mu);
+          if (c->stream != nullptr && !c->busy && !c->streaming && c->idle_since < since) {
+            since = c->idle_since;
+            oldest = c.get();
+          }
+        }
+        if (oldest != nullptr) {
+          {
+            std::lock_guard<std::mutex> cl(oldest->mu);
+            if (oldest->stream != nullptr) oldest->stream->Shutdown();
+          }
+          if (evicted_ != nullptr) evicted_->WithLabels({}).Inc();
+          std::lock_guard<std::mutex> pl(pending_mu_);
+          pending_.emplace_back(fd, std::move(peer));
+          pending_cv_.notify_one();
+          continue;
+        }
         if (!opts_.tls) (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
         ::close(fd);
         continue;
@@ -576,6 +610,9 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
   {
     std::lock_guard<std::mutex> lock(conn->mu);
     conn->stream = stream.get();
+    conn->busy = false;
+    conn->streaming = false;
+    conn->idle_since = std::chrono::steady_clock::now();
   }
   struct Unregister {
     Conn* conn;
@@ -602,6 +639,7 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       void Set(bool v) {
         std::lock_guard<std::mutex> lock(conn->mu);
         conn->busy = v;
+        if (!v) conn->idle_since = std::chrono::steady_clock::now();
       }
     } busy{conn};
     auto head = reader.ReadHead(opts_.max_header_bytes, opts_.header_timeout);
@@ -730,6 +768,10 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     Record(req, route_name, resp.status, started);
     if (resp.stream) {
       busy.Set(false);  // a stream has no end to wait for: Stop() ends it
+      {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        conn->streaming = true;  // but it is no idle connection to evict
+      }
       if (stopping_.load()) break;
       resp.headers["transfer-encoding"] = "chunked";
       resp.headers["connection"] = "close";

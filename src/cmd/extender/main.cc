@@ -70,8 +70,9 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
   --filter-threads=N        threads per filter call of 512+ nodes, at most 64 (default: 1 on
                             up to two cores, else one per core, at most 4)
   --max-body-bytes=N        largest request body (default 67108864)
-  --max-connections=N       open client connections per listener; more get 503 (default 1024:
-                            kube-scheduler holds one per bind in flight)
+  --max-connections=N       open client connections per listener; at the cap the one idle
+                            longest is closed for a new one, and with none idle the new one
+                            gets 503 (default 1024: kube-scheduler holds one per bind in flight)
   --tie-break-salt=N        salt of the stable order among equal scores; choose once per
                             deployment and keep it (default 0)
   --kube-api-qps=N          apiserver requests per second for watches and bindings (default 100)
