@@ -190,14 +190,18 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
           "ids",
           {{"resource", resource}, {"error", view.status().ToString()}});
     }
-  } else if (kubelet_view_ && match.ok() && match->how == ContainerMatch::How::kSlots &&
+  } else if (kubelet_view_ && match.ok() &&
+             (match->how == ContainerMatch::How::kSlots ||
+              match->how == ContainerMatch::How::kOnlyCandidate) &&
              !match->repeat && !match->presumed) {
-    // The slot ids name the one pod waiting with that shape that the store
-    // knows. The store may lag kubelet: a pod bound a moment before it, not
-    // on this plugin's watch yet, is admitted first and GetPreferredAllocation
-    // steered it to the other pod's slots. Kubelet's view must list the named
-    // pod as being admitted; when it does not, the node's pods are read again
-    // and the view decides among them.
+    // The slot ids, or being the only one, name the one pod waiting with that
+    // shape that the store knows. The store may lag kubelet: a pod bound a
+    // moment before it, not on this plugin's watch yet, is admitted first and
+    // GetPreferredAllocation steered it to the other pod's slots; and a
+    // static pod has no mirror pod, so no record here, until kubelet has
+    // admitted it. Kubelet's view must list the named pod as being admitted;
+    // when it does not, the node's pods are read again and the view decides
+    // among them (the store answers for no pod the view does not list).
     StatusOr<KubeletView> view = kubelet_view_();
     if (view.ok() && !KubeletAdmitting(*view, match->pod, match->container, resource)) {
       log_.Warn(
@@ -206,7 +210,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
           {{"pod", match->pod.Key()},
            {"container", match->container.name},
            {"resource", resource}});
-      if (refresh_) {
+      if (refresh_ && !match->by_fallback) {  // a fallback has just re-read them
         static_cast<void>(Refresh());
       }
       caller.reset();
@@ -500,17 +504,32 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     }
     std::set<std::string> available(r.available.begin(), r.available.end());
     PreferredAnswer answer = store_->Preferred(resource, available, r.must_include, r.size);
+    bool refreshed = false;
     if (((!answer.slots.has_value() && !answer.ambiguous) || answer.readmitted) && refresh_) {
       // No caller, or a pod admitted again (the pod may have finished, and a
       // pod bound a moment ago may be the caller): re-read the node's pods.
       // A failed re-read leaves the store as it was; it is logged there.
       static_cast<void>(Refresh());
+      refreshed = true;
       answer = store_->Preferred(resource, available, r.must_include, r.size);
     }
-    if (answer.ambiguous && kubelet_view_) {
+    // Several pods wait with the shape, or one does and the caller may be a
+    // pod this plugin does not know (a static pod has no mirror pod before
+    // kubelet admits it): kubelet's view says whom it admits.
+    if ((answer.ambiguous || answer.unchecked) && kubelet_view_) {
       StatusOr<KubeletView> view = kubelet_view_();
       if (view.ok()) {
         answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
+        if (answer.foreign && refresh_ && !refreshed) {
+          // The pod kubelet lists may be one bound a moment ago.
+          static_cast<void>(Refresh());
+          answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
+        }
+      } else if (!answer.ambiguous) {
+        log_.Warn(
+            "kubelet's pod-resources API could not be read; preferring the slots of the "
+            "one pod waiting with that shape",
+            {{"resource", resource}, {"error", view.status().ToString()}});
       } else {
         log_.Warn(
             "kubelet's pod-resources API could not be read; preferring the oldest pod's "

@@ -989,6 +989,57 @@ TEST_F(AllocatorTest, SlotIdsOfAPodKubeletIsNotAdmittingAreCheckedOnFreshPods) {
   EXPECT_EQ(refreshes, 1);
 }
 
+// A static pod asking nvidia.com/gpu: 1 has no mirror pod (so no record in
+// the store) until kubelet has admitted it. With one accelpool pod p waiting
+// with the same request, neither GetPreferredAllocation nor Allocate may
+// take the static pod for p once kubelet's view, which lists the static pod
+// and not p, has been read.
+TEST_F(AllocatorTest, AStaticPodKubeletAdmitsIsNeverAnsweredAsTheWaitingPod) {
+  Assign(Pod("p"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 20480, 500, false)})});
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  int refreshes = 0;
+  Allocator allocator("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    return Status::Ok();
+  });
+  KubeletView view = {{"kube-system/static-node-a", {{"main", {}}}},
+                      {"default/running", {{"main", {kGpu}}}}};
+  allocator.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  std::vector<std::string> all;
+  for (const std::string d : {"GPU-a", "GPU-b"}) {
+    for (int s = 0; s < 10; ++s) all.push_back(api::SlotId(d, s));
+  }
+  // Preferred steers the static pod away from p's slot.
+  auto preferred = allocator.Preferred(kGpu, {{all, {}, 1}});
+  ASSERT_EQ(preferred.size(), 1u);
+  ASSERT_EQ(preferred[0].size(), 1u);
+  EXPECT_NE(preferred[0][0], "GPU-b::3");
+  // Whatever ids kubelet sends, the static pod is told it has no assignment.
+  for (const std::string ids : {preferred[0][0], std::string("GPU-b::3")}) {
+    SCOPED_TRACE(ids);
+    auto s = allocator.Allocate(kGpu, {{ids}});
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("kube-system/static-node-a"), std::string::npos)
+        << s.status().ToString();
+  }
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+  // Then p's own call, which kubelet lists: p's own grant.
+  view.erase("kube-system/static-node-a");
+  view["kube-system/static-node-a"]["main"] = {};  // it ran without devices
+  view["kube-system/static-node-a"]["main"].insert("example.com/other");
+  view["default/p"]["main"] = {};
+  auto got = allocator.Preferred(kGpu, {{all, {}, 1}});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], std::vector<std::string>{"GPU-b::3"});
+  auto p = allocator.Allocate(kGpu, {{"GPU-b::3"}});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)[0].pod.name, "p");
+  EXPECT_EQ((*p)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "20480");
+}
+
 TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
   Assign(Pod("first", "2026-11-30T01:00:00Z"),
          {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 1024, 100, false)})});

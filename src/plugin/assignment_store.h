@@ -11,10 +11,17 @@
 //   1. init reuse: an id an allocated plain init container of pod P held.
 //      Kubelet hands such devices only to later containers of the same pod.
 //   2. kubelet's own view (KubeletView, from its pod-resources API), asked
-//      only when several pods could be calling: kubelet adds a pod to its pod
-//      manager just before admitting it, one pod at a time, so among the pods
-//      waiting with this shape the one kubelet lists (without devices yet for
-//      the pending container) is the caller.
+//      when several pods could be calling and to confirm a pod rules 3 and 4
+//      name: kubelet adds a pod to its pod manager just before admitting it,
+//      one pod at a time, so among the pods waiting with this shape the one
+//      kubelet lists (without devices yet for the pending container) is the
+//      caller. Once the view is read, a pod it does not list is nobody's
+//      caller, and a pod it lists that this plugin does not know (a static
+//      pod: its mirror pod is created only after kubelet admitted it) counts
+//      as a pod asking without an assignment. One exception: a view that
+//      lists no pod that may be waiting at all (a kubelet that lists pods
+//      only once they run) says nothing about the caller, and rules 3 and 4
+//      decide as without it.
 //   3. the slot ids: the container whose assigned slots are exactly the ids
 //      (GetPreferredAllocation steered kubelet to them). When other pods wait
 //      with the same shape this is right only if the steering was for the
@@ -163,6 +170,15 @@ struct PreferredAnswer {
   // No pending container could be asking; the answer is a pod admitted again
   // ("Admitted again"): worth confirming on the node's pods as they are now.
   bool readmitted = false;
+  // The only pod waiting with that shape, chosen without kubelet's view: the
+  // caller may be a pod this plugin does not know (a static pod, whose mirror
+  // pod is created only after kubelet admitted it), so the view is worth
+  // asking.
+  bool unchecked = false;
+  // Kubelet's view lists no pod waiting with that shape but a pod that has no
+  // assignment here (a pod of another scheduler, or one the plugin does not
+  // know yet): the answer avoids every pending container's slots.
+  bool foreign = false;
 };
 
 class AssignmentStore {
@@ -266,6 +282,15 @@ class AssignmentStore {
   PreferredAnswer Readmitted(const std::string& resource, const std::set<std::string>& available,
                              const std::vector<std::string>& must_include, int32_t size,
                              const KubeletView* kubelet) const;
+  // The pods kubelet's view lists that may be waiting for `n` devices of
+  // `resource` without an assignment for them: pods that ask for them
+  // without one (`known`), and pods this plugin has not seen (`unknown`): a
+  // static pod, whose mirror pod the apiserver gets only after kubelet
+  // admitted it, or a pod bound a moment ago. A pod whose listed containers
+  // all hold devices of `resource` already is not waiting for them.
+  // REQUIRES: mu_ held.
+  void ListedWithoutAssignment(const std::string& resource, size_t n, const KubeletView& kubelet,
+                               std::vector<PodRef>* known, std::vector<PodRef>* unknown) const;
   // PreferredIn's answer among the pods waiting with the shape (`shape`,
   // oldest first). REQUIRES: mu_ held.
   PreferredAnswer PreferredForPending(const std::vector<const PodAssignment*>& oldest,
@@ -282,6 +307,10 @@ class AssignmentStore {
   mutable std::mutex mu_;
   std::map<std::string, PodAssignment> pods_;     // by uid; guarded by mu_
   std::map<std::string, Unassigned> unassigned_;  // by uid; guarded by mu_
+  // "<ns>/<name>" of every pod the store was told about (with or without an
+  // assignment), by uid, until Remove: a pod kubelet's view lists that is
+  // not here is one the apiserver has not shown this plugin. Guarded by mu_.
+  std::map<std::string, std::string> known_;
 };
 
 }  // namespace accelpool::plugin
