@@ -607,6 +607,7 @@ bool HasShimState(const PodAssignment& p, const api::AssignedContainer& c) {
 void Allocator::RefreshContainerUsage(const Snapshot& snap) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   std::set<std::vector<std::string>> live;
+  std::set<std::string> shimmed;  // keys of the containers with state now
   const bool shim = options_.enabled && options_.sharing != NvidiaSharing::kMps;
   for (const PodAssignment& p : shim ? store_->All() : std::vector<PodAssignment>{}) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
@@ -618,6 +619,7 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
         continue;
       }
       const std::string key = p.pod.Key() + "/" + c.name;
+      shimmed.insert(key);
       const std::vector<std::string> who = {p.pod.ns, p.pod.name, c.name};
       RegionReadFailure why = RegionReadFailure::kNone;
       StatusOr<cuda::RegionUsage> usage =
@@ -652,6 +654,14 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
     }
   }
   metrics_->RetainContainers(live);
+  // A container that went is forgotten with its warning: pods come and go,
+  // and this must not grow with them.
+  std::erase_if(usage_unread_, [&](const std::string& key) { return !shimmed.contains(key); });
+}
+
+size_t Allocator::UnreadUsageContainers() {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  return usage_unread_.size();
 }
 
 }  // namespace accelpool::plugin

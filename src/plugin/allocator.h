@@ -151,6 +151,9 @@ class Allocator {
   // fractional container under libaccelpool-cuda, the memory its processes
   // hold per device (read from its accounting region) and its cap.
   void RefreshContainerUsage(const Snapshot& snap);
+  // How many containers are remembered as having an unreadable accounting
+  // region (for tests: only those still allocated are kept).
+  size_t UnreadUsageContainers();
 
   // How long a kubelet call waits for a re-read of the node's pods (default
   // 2 s); one that takes longer goes on in the background for the next call.

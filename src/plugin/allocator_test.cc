@@ -1612,5 +1612,25 @@ TEST_F(AllocatorTest, ContainerUsageComesFromTheContainersAccountingRegion) {
   EXPECT_EQ(page.find(R"(pod="infer")"), std::string::npos) << page;
 }
 
+// A container whose accounting region cannot be read is remembered (to warn
+// once) only while it is allocated: with pods coming and going, the set must
+// not grow with those that went while unreadable.
+TEST_F(AllocatorTest, UnreadableRegionsOfContainersThatWentAreForgotten) {
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "churn-" + std::to_string(i);
+    Assign(Pod(name),
+           {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+    ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::1"}}).ok());
+    std::ofstream(dir_.File("containers/uid-" + name + "_main/state/accelpool-cuda.region"),
+                  std::ios::binary | std::ios::trunc)
+        << "junk";
+    allocator_->RefreshUsageMetrics();
+    EXPECT_EQ(allocator_->UnreadUsageContainers(), 1u);
+    store_.Remove("uid-" + name);
+  }
+  allocator_->RefreshUsageMetrics();
+  EXPECT_EQ(allocator_->UnreadUsageContainers(), 0u);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin
