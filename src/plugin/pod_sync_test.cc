@@ -325,6 +325,97 @@ TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
   }
 }
 
+// An assignment must be what kubelet will ask for: each entry names the
+// resource its container asks through, with one device per device asked
+// for. One that does not (fewer devices, no resource, another resource) is
+// refused as malformed, with an Event, and the pod's requests count as asked
+// without an assignment: the pod's own Allocate must not be steered to the
+// only other pod waiting with its shape.
+TEST(UnassignedRequestsTest, AnAssignmentThatDoesNotMatchThePodsRequestsIsRefused) {
+  const auto pod = [](const std::string& name, const std::string& count, const std::string& text) {
+    json p = PodJson(name, "node-a", {{"accelpool.io/assignment", text}});
+    p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = count;
+    return p;
+  };
+  const auto text = [](const std::string& resource, std::vector<api::AssignedDevice> devices) {
+    api::Assignment a;
+    a.node = "node-a";
+    a.containers = {Ctr("main", resource, core::Vendor::kNvidia, std::move(devices))};
+    return api::SerializeAssignment(a);
+  };
+  const std::vector<api::AssignedDevice> two = {Dev("GPU-a", 0, 1, 1024, 100, false),
+                                                Dev("GPU-b", 1, 1, 1024, 100, false)};
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(nullptr, "node-a", &store, &reporter, Logger());
+  sync.Apply(pod("victim", "2", text("nvidia.com/gpu", two)));
+  const std::vector<std::string> ids = {"GPU-a::8", "GPU-b::8"};
+  ASSERT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  struct Case {
+    std::string name;
+    json pod;
+  };
+  const std::vector<Case> strangers = {
+      {"fewer devices than asked for",
+       pod("fewer", "2", text("nvidia.com/gpu", {Dev("GPU-a", 0, 2, 1024, 100, false)}))},
+      {"no resource", pod("unnamed", "2", text("", two))},
+      {"a resource the container does not ask for",
+       pod("other", "2", text("nvidia.com/mig-1g.18gb", two))},
+  };
+  for (const Case& c : strangers) {
+    SCOPED_TRACE(c.name);
+    const size_t events = reporter.entries().size();
+    sync.Apply(c.pod);
+    EXPECT_TRUE(store.All().size() == 1) << "the stranger's assignment is not stored";
+    auto m = store.Match("nvidia.com/gpu", ids);
+    EXPECT_EQ(m.status().code(), StatusCode::kAborted) << m.status().ToString();
+    ASSERT_EQ(reporter.entries().size(), events + 1);
+    EXPECT_EQ(reporter.entries().back().pod,
+              "default/" + c.pod["metadata"]["name"].get<std::string>());
+    EXPECT_NE(reporter.entries().back().message.find("delete the pod"), std::string::npos);
+    sync.Forget(c.pod);
+    EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  }
+  // An admitted pod's entries are not checked: its grants go on counting.
+  json admitted = strangers[0].pod;
+  admitted["status"]["phase"] = "Running";
+  auto e = EntryFromPod(admitted, "node-a");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(e->has_value());
+}
+
+// What the extender writes passes: a fractional share (one device), several
+// devices, an init container and a sidecar with their own entries, and a
+// 910C module (both dies for a count of 2).
+TEST(EntryFromPodTest, AssignmentsAsTheExtenderWritesThemPass) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("warm", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-a", 0, 3, 2048, 200, false)},
+          core::ContainerKind::kInit),
+      Ctr("proxy", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)},
+          core::ContainerKind::kSidecar),
+      Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+          {Dev("GPU-a", 0, 1, 4096, 250, false), Dev("GPU-b", 1, 1, 4096, 250, false)}),
+      Ctr("main", "huawei.com/Ascend910C", core::Vendor::kAscend,
+          {Dev("NPU-0", 2, 0), Dev("NPU-1", 3, 0)}),
+  };
+  json p = PodJson("p", "node-a", {{"accelpool.io/assignment", api::SerializeAssignment(a)}});
+  p["spec"]["containers"][0]["resources"] = {
+      {"limits",
+       {{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "4096"}, {"huawei.com/Ascend910C", "2"}}}};
+  p["spec"]["initContainers"] = json::array(
+      {{{"name", "warm"},
+        {"resources", {{"limits", {{"nvidia.com/gpu", 1}, {"nvidia.com/gpumem", "2048"}}}}}},
+       {{"name", "proxy"},
+        {"restartPolicy", "Always"},
+        {"resources", {{"requests", {{"nvidia.com/gpu", "1"}}}}}}});
+  auto e = EntryFromPod(p, "node-a");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE(e->has_value());
+  EXPECT_EQ((*e)->assignment.containers.size(), 4u);
+}
+
 // The node's pods are named by uid for the foreign memory check, whatever
 // they ask for: a pod with no device request (one that reaches devices by
 // itself) too. A static pod is found by its own uid (its cgroup's) through
