@@ -428,8 +428,9 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
         log_.Warn("removing a state dir failed; the sweep tries again", {{"error", st.ToString()}});
       }
     }
-    const std::vector<std::string> allocated =
-        pod.has_value() ? store_->AllocatedContainers(pod->uid) : std::vector<std::string>();
+    const std::vector<api::AllocatedResource> allocated =
+        pod.has_value() ? store_->AllocatedContainers(pod->uid)
+                        : std::vector<api::AllocatedResource>();
     // kubelet turns the pod away: it is no caller of a later Allocate (when
     // the call was surely its; a guess among pods of one shape may have
     // named another pod, which still waits).
@@ -462,7 +463,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     entry.second.push_back(a.container);
   }
   for (auto& [uid, entry] : by_pod) {
-    std::vector<std::string> all = store_->MarkAllocated(uid, entry.second);
+    std::vector<api::AllocatedResource> all = store_->MarkAllocated(uid, resource, entry.second);
     if (reporter_ != nullptr) {
       reporter_->Allocated(entry.first, all);
     }
@@ -600,8 +601,7 @@ bool HasShimState(const PodAssignment& p, const api::AssignedContainer& c) {
   const bool fractional =
       std::any_of(c.devices.begin(), c.devices.end(),
                   [](const api::AssignedDevice& d) { return !GrantsWholeDevice(d); });
-  return p.allocated.contains(c.name) && fractional &&
-         vendors::TraitsFor(c.vendor).soft_enforcement;
+  return Holds(p.allocated, c) && fractional && vendors::TraitsFor(c.vendor).soft_enforcement;
 }
 
 void Allocator::RefreshContainerUsage(const Snapshot& snap) {

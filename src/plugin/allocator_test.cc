@@ -409,6 +409,41 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
 }
 
+// A container asking for the devices of two vendors has one assignment
+// entry per resource, and kubelet allocates each on its own. Once its NVIDIA
+// entry is allocated, its Ascend entry still waits: another pod waiting with
+// the same Ascend request must not take its place, nor it the other's.
+TEST_F(AllocatorTest, AContainerOfTwoVendorsIsAllocatedPerResource) {
+  Assign(Pod("a", "2026-11-30T01:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)}),
+          Ctr("main", kNpu, core::Vendor::kAscend, {Dev(Npu(2), 2, 0)})});
+  Assign(Pod("b", "2026-11-30T01:05:00Z"),
+         {Ctr("main", kNpu, core::Vendor::kAscend, {Dev(Npu(5), 5, 0)})});
+  auto gpu = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ((*gpu)[0].pod.name, "a");
+  EXPECT_EQ(store_.PendingContainers(), 2u) << "a's Ascend entry and b's";
+  EXPECT_EQ(reporter_.entries().back().allocated,
+            (std::vector<api::AllocatedResource>{{"main", kGpu}}));
+  // Kubelet admits a: its Ascend call is steered to a's own die.
+  std::vector<std::string> dies;
+  for (int i = 0; i < 16; ++i) dies.push_back(Npu(i) + "::0");
+  auto preferred = allocator_->Preferred(kNpu, {{dies, {}, 1}});
+  ASSERT_EQ(preferred.size(), 1u);
+  EXPECT_EQ(preferred[0], std::vector<std::string>{Npu(2) + "::0"});
+  auto npu = allocator_->Allocate(kNpu, {preferred[0]});
+  ASSERT_TRUE(npu.ok()) << npu.status().ToString();
+  EXPECT_EQ((*npu)[0].pod.name, "a");
+  EXPECT_EQ((*npu)[0].spec.env.at("ASCEND_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(reporter_.entries().back().allocated,
+            (std::vector<api::AllocatedResource>{{"main", kGpu}, {"main", kNpu}}));
+  // Then b, with its own.
+  auto b = allocator_->Allocate(kNpu, {{Npu(5) + "::0"}});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)[0].pod.name, "b");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+}
+
 // Kubelet may ask for several containers in one Allocate call. The store is
 // marked only when the whole call succeeded, so each request must leave out
 // the containers the call's earlier requests were answered with: otherwise
@@ -549,7 +584,7 @@ TEST_F(AllocatorTest, AKubeletThatLostItsCheckpointIsAnsweredTheSameAgain) {
 // is made for anyone.
 TEST_F(AllocatorTest, ARepeatIsRefusedWhenNeitherThePodsNorKubeletConfirmIt) {
   Assign(Pod("p"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
-  store_.MarkAllocated("uid-p", {"c"});
+  store_.MarkAllocated("uid-p", kGpu, {"c"});
   EnforcementOptions e;
   e.state_root = dir_.File("containers");
   Allocator unread("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(),

@@ -42,13 +42,15 @@ std::vector<const PodAssignment*> Oldest(const std::map<std::string, PodAssignme
   return v;
 }
 
-// The allocated containers of `p`, in assignment order, each once.
-std::vector<std::string> InAssignmentOrder(const PodAssignment& p) {
-  std::vector<std::string> out;
+// The allocated entries of `p`, in assignment order, then the keys of a
+// record that named containers only (whatever their resources).
+std::vector<api::AllocatedResource> InAssignmentOrder(const PodAssignment& p) {
+  std::vector<api::AllocatedResource> out;
   for (const api::AssignedContainer& c : p.assignment.containers) {
-    if (p.allocated.count(c.name) && std::find(out.begin(), out.end(), c.name) == out.end()) {
-      out.push_back(c.name);
-    }
+    if (p.allocated.contains({c.name, c.resource})) out.push_back({c.name, c.resource});
+  }
+  for (const api::AllocatedResource& r : p.allocated) {
+    if (r.resource.empty()) out.push_back(r);
   }
   return out;
 }
@@ -69,8 +71,8 @@ bool KubeletAdmitting(const KubeletView& kubelet, const PodRef& pod,
 }
 
 void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                                   const std::set<std::string>& allocated,
-                                   const std::set<std::string>& presumed, bool terminating) {
+                                   const AllocatedSet& allocated, const AllocatedSet& presumed,
+                                   bool terminating) {
   known_[pod.uid] = pod.Key();
   PodAssignment& p = pods_[pod.uid];
   p.pod = pod;
@@ -78,8 +80,8 @@ void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& ass
   p.terminating = terminating;
   p.allocated.insert(allocated.begin(), allocated.end());
   p.presumed.clear();
-  for (const std::string& c : presumed) {
-    if (!p.allocated.count(c)) p.presumed.insert(c);
+  for (const api::AllocatedResource& r : presumed) {
+    if (!p.allocated.contains(r) && !p.allocated.contains({r.container, ""})) p.presumed.insert(r);
   }
 }
 
@@ -94,8 +96,7 @@ void AssignmentStore::SetUnassignedLocked(const PodRef& pod,
 }
 
 void AssignmentStore::Upsert(const PodRef& pod, const api::Assignment& assignment,
-                             const std::set<std::string>& allocated,
-                             const std::set<std::string>& presumed) {
+                             const AllocatedSet& allocated, const AllocatedSet& presumed) {
   std::lock_guard<std::mutex> lock(mu_);
   UpsertLocked(pod, assignment, allocated, presumed);
 }
@@ -106,9 +107,9 @@ void AssignmentStore::SetUnassigned(const PodRef& pod, std::vector<UnassignedReq
 }
 
 void AssignmentStore::Replace(const PodRef& pod, const api::Assignment* assignment,
-                              const std::set<std::string>& allocated,
+                              const AllocatedSet& allocated,
                               std::vector<UnassignedRequest> unassigned,
-                              const std::set<std::string>& presumed, bool terminating) {
+                              const AllocatedSet& presumed, bool terminating) {
   std::lock_guard<std::mutex> lock(mu_);
   if (assignment != nullptr) {
     UpsertLocked(pod, *assignment, allocated, presumed, terminating);
@@ -156,7 +157,7 @@ namespace {
 const api::AssignedContainer* PendingOf(const PodAssignment& p, const std::string& resource,
                                         size_t n) {
   for (const api::AssignedContainer& c : p.assignment.containers) {
-    if (c.resource == resource && c.devices.size() == n && p.allocated.count(c.name) == 0) {
+    if (c.resource == resource && c.devices.size() == n && !Holds(p.allocated, c)) {
       return &c;
     }
   }
@@ -180,7 +181,7 @@ const PodAssignment* ReusedBy(const std::vector<const PodAssignment*>& pods,
   for (const PodAssignment* p : pods) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
       if (c.kind != core::ContainerKind::kInit || c.resource != resource ||
-          p->allocated.count(c.name) == 0) {
+          !Holds(p->allocated, c)) {
         continue;
       }
       for (const api::AssignedDevice& d : c.devices) {
@@ -244,7 +245,7 @@ Candidates ReadmissionCandidates(const std::vector<const PodAssignment*>& pods,
   for (const PodAssignment* p : pods) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
       if (c.resource == resource && c.devices.size() == n && n > 0 &&
-          (p->allocated.count(c.name) > 0 || p->presumed.count(c.name) > 0) &&
+          (Holds(p->allocated, c) || Holds(p->presumed, c)) &&
           FitsPreferred(c, available, must_include)) {
         again.emplace_back(p, &c);
         break;
@@ -271,7 +272,7 @@ bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const 
   for (const auto& [uid, p] : pods_) {
     if (p.terminating) continue;
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      if (p.presumed.count(c.name) && c.resource == resource && c.devices.size() == n) {
+      if (Holds(p.presumed, c) && c.resource == resource && c.devices.size() == n) {
         return true;
       }
     }
@@ -342,7 +343,7 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
   StatusOr<ContainerMatch> again = MatchIn(pods, resource, slot_ids, caller, kubelet);
   if (again.ok()) {
     const auto p = pods.find(again->pod.uid);
-    again->presumed = p != pods.end() && p->second.presumed.count(again->container.name) > 0;
+    again->presumed = p != pods.end() && Holds(p->second.presumed, again->container);
   }
   if (again.ok() || !m.ok()) {
     return again;
@@ -368,14 +369,14 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
       if (c.resource != resource || SortedSlots(c) != want) {
         continue;
       }
-      const bool pending = p->allocated.count(c.name) == 0;
-      if (exact == nullptr || (pending && exact_pod->allocated.count(exact->name) > 0)) {
+      const bool pending = !Holds(p->allocated, c);
+      if (exact == nullptr || (pending && Holds(exact_pod->allocated, *exact))) {
         exact_pod = p;
         exact = &c;
       }
     }
   }
-  const bool exact_pending = exact != nullptr && exact_pod->allocated.count(exact->name) == 0;
+  const bool exact_pending = exact != nullptr && !Holds(exact_pod->allocated, *exact);
 
   // Everyone who could be asking for n devices of `resource`.
   std::vector<const PodAssignment*> shape;
@@ -692,7 +693,7 @@ PreferredAnswer AssignmentStore::PreferredForPending(
   std::set<std::string> promised;
   for (const PodAssignment* p : oldest) {
     for (const api::AssignedContainer& other : p->assignment.containers) {
-      if (p->allocated.count(other.name) == 0) {
+      if (!Holds(p->allocated, other)) {
         for (const api::AssignedDevice& d : other.devices) {
           promised.insert(d.slot);
         }
@@ -742,24 +743,28 @@ PreferredAnswer AssignmentStore::PreferredForPending(
   return answer;
 }
 
-std::vector<std::string> AssignmentStore::MarkAllocated(
-    const std::string& uid, const std::vector<std::string>& containers) {
+std::vector<api::AllocatedResource> AssignmentStore::MarkAllocated(
+    const std::string& uid, const std::string& resource,
+    const std::vector<std::string>& containers) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pods_.find(uid);
   if (it == pods_.end()) {
-    return containers;
+    std::vector<api::AllocatedResource> out;
+    for (const std::string& c : containers) out.push_back({c, resource});
+    return out;
   }
-  it->second.allocated.insert(containers.begin(), containers.end());
   for (const std::string& c : containers) {
-    it->second.presumed.erase(c);
+    it->second.allocated.insert({c, resource});
+    it->second.presumed.erase({c, resource});
   }
   return InAssignmentOrder(it->second);
 }
 
-std::vector<std::string> AssignmentStore::AllocatedContainers(const std::string& uid) const {
+std::vector<api::AllocatedResource> AssignmentStore::AllocatedContainers(
+    const std::string& uid) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pods_.find(uid);
-  return it == pods_.end() ? std::vector<std::string>() : InAssignmentOrder(it->second);
+  return it == pods_.end() ? std::vector<api::AllocatedResource>() : InAssignmentOrder(it->second);
 }
 
 std::vector<PodAssignment> AssignmentStore::All() const {
@@ -776,7 +781,7 @@ size_t AssignmentStore::PendingContainers() const {
   size_t n = 0;
   for (const auto& [uid, p] : pods_) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      n += p.allocated.count(c.name) || p.presumed.count(c.name) ? 0 : 1;
+      n += Holds(p.allocated, c) || Holds(p.presumed, c) ? 0 : 1;
     }
   }
   return n;

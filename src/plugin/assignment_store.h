@@ -1,8 +1,8 @@
 // AssignmentStore: the assignments of the pods on this node, as the extender
-// recorded them (accelpool.io/assignment), and which of their containers the
-// plugin has already allocated. It answers the two questions kubelet's calls
-// raise: "which pending container do these slot ids belong to?" (Allocate)
-// and "which slot ids should kubelet pick for the next container?"
+// recorded them (accelpool.io/assignment), and which of their entries (a
+// container's devices of one resource) the plugin has already allocated. It answers the two
+// questions kubelet's calls raise: "which pending container do these slot ids belong to?"
+// (Allocate) and "which slot ids should kubelet pick for the next container?"
 // (GetPreferredAllocation).
 //
 // Kubelet's calls do not say which pod is asking, only device ids and a
@@ -98,15 +98,27 @@ struct PodRef {
   std::string Key() const { return ns + "/" + name; }
 };
 
+// What of a pod is allocated, by (container, resource): an assignment has
+// one entry per resource a container asks through (a container asking for
+// the devices of two vendors has two), and kubelet allocates each on its own.
+// A key with an empty resource (from a record that named containers only)
+// stands for every entry of the container.
+using AllocatedSet = std::set<api::AllocatedResource>;
+
+// Whether `set` holds the assignment entry `c`.
+inline bool Holds(const AllocatedSet& set, const api::AssignedContainer& c) {
+  return set.contains({c.name, c.resource}) || set.contains({c.name, ""});
+}
+
 struct PodAssignment {
   PodRef pod;
   api::Assignment assignment;
-  std::set<std::string> allocated;  // containers already allocated
-  // Containers presumed allocated: the pod was admitted (kubelet makes every
+  AllocatedSet allocated;  // entries already allocated
+  // Entries presumed allocated: the pod was admitted (kubelet makes every
   // Allocate call of a pod before it reports any status) but neither an
   // Allocate nor the pod's allocation record says so (a record lost to a
   // plugin restart). See "Presumed allocations" above.
-  std::set<std::string> presumed;
+  AllocatedSet presumed;
   // The pod is being deleted while its containers still run (their grace
   // period): its grants count for usage and foreign memory, but Match and
   // Preferred never take it for a caller, a repeat or a pod admitted again.
@@ -185,16 +197,16 @@ class AssignmentStore {
  public:
   // Adds or replaces the pod's assignment, keeping what was allocated when the
   // pod (uid) is the same; `presumed` replaces the pod's presumed containers.
-  void Upsert(const PodRef& pod, const api::Assignment& assignment,
-              const std::set<std::string>& allocated, const std::set<std::string>& presumed = {});
+  void Upsert(const PodRef& pod, const api::Assignment& assignment, const AllocatedSet& allocated,
+              const AllocatedSet& presumed = {});
   // Replaces what the pod asks for without an assignment (empty: nothing).
   void SetUnassigned(const PodRef& pod, std::vector<UnassignedRequest> requests);
   // Both at once, so that a concurrent Match never sees the pod half updated:
   // Upsert when `assignment` is set, else drops the pod's assignment; then
   // SetUnassigned. `terminating`: see PodAssignment.
-  void Replace(const PodRef& pod, const api::Assignment* assignment,
-               const std::set<std::string>& allocated, std::vector<UnassignedRequest> unassigned,
-               const std::set<std::string>& presumed = {}, bool terminating = false);
+  void Replace(const PodRef& pod, const api::Assignment* assignment, const AllocatedSet& allocated,
+               std::vector<UnassignedRequest> unassigned, const AllocatedSet& presumed = {},
+               bool terminating = false);
   // Forgets the pod: its assignment and its unassigned requests.
   void Remove(const std::string& uid);
   // An Allocate for the pod failed: kubelet turns it away and never admits
@@ -239,14 +251,16 @@ class AssignmentStore {
                             const std::vector<std::string>& must_include, int32_t size,
                             const KubeletView* kubelet = nullptr) const;
 
-  // Marks containers of the pod allocated; returns every allocated container
-  // of the pod afterwards (for the allocation annotation).
-  std::vector<std::string> MarkAllocated(const std::string& uid,
-                                         const std::vector<std::string>& containers);
+  // Marks the entries of `resource` of the pod's `containers` allocated;
+  // returns every allocated entry of the pod afterwards (for the allocation
+  // annotation).
+  std::vector<api::AllocatedResource> MarkAllocated(const std::string& uid,
+                                                    const std::string& resource,
+                                                    const std::vector<std::string>& containers);
 
-  // The allocated containers of the pod, in assignment order (empty when the
+  // The allocated entries of the pod, in assignment order (empty when the
   // pod is unknown).
-  std::vector<std::string> AllocatedContainers(const std::string& uid) const;
+  std::vector<api::AllocatedResource> AllocatedContainers(const std::string& uid) const;
 
   // Every assignment (for usage metrics) and the number of pending containers
   // (presumed ones are not pending).
@@ -262,7 +276,7 @@ class AssignmentStore {
   using Pods = std::map<std::string, PodAssignment>;
   // REQUIRES: mu_ held.
   void UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                    const std::set<std::string>& allocated, const std::set<std::string>& presumed,
+                    const AllocatedSet& allocated, const AllocatedSet& presumed,
                     bool terminating = false);
   // Match and Preferred over `pods` (pods_, or pods_ with presumed
   // containers counted as allocated). REQUIRES: mu_ held.

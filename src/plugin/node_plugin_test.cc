@@ -484,7 +484,7 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
   a.node = "n";
   a.containers = {Ctr("main", "nvidia.com/mig-1g.18gb", core::Vendor::kNvidia,
                       {Dev("MIG-y", 2, 0, 16384, 1000, true)})};
-  store.Upsert(Pod("on-mig-y"), a, {"main"});
+  store.Upsert(Pod("on-mig-y"), a, {{"main", "nvidia.com/mig-1g.18gb"}});
   NodePluginOptions o = StartOptions(dir);
   o.rediscover_every = std::chrono::milliseconds(50);
   NodePlugin p(o, FakeDrivers(dir), &store, metrics->get(), nullptr, Logger());

@@ -205,10 +205,13 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
   if (!alloc.empty()) {
     StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
-    // Both phases list the containers allocated so far: a failed Allocate of
-    // one container leaves the others running with their devices.
+    // Both phases list what is allocated so far: a failed Allocate of one
+    // container leaves the others running with their devices. By container
+    // and resource: another vendor's plugin allocating the container's
+    // devices of its own resource leaves this plugin's entry pending (a name
+    // an older plugin wrote stands for every resource, api::Allocation).
     if (al.ok()) {
-      e.allocated.insert(al->containers.begin(), al->containers.end());
+      e.allocated.insert(al->allocated.begin(), al->allocated.end());
     }
   }
   // Kubelet makes every Allocate call of a pod while admitting it, before it
@@ -219,7 +222,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   // the same shape.
   if (!api::AwaitsAdmission(view)) {
     for (const api::AssignedContainer& c : e.assignment.containers) {
-      if (!e.allocated.count(c.name)) e.presumed.insert(c.name);
+      if (!Holds(e.allocated, c)) e.presumed.insert({c.name, c.resource});
     }
   }
   return std::optional<PodEntry>(std::move(e));
@@ -343,11 +346,11 @@ void PodSync::Apply(const nlohmann::json& pod) {
       return;
     }
     NoteName(pod, ref);
-    store_->Replace(
-        entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
-        entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned),
-        entry != nullptr ? entry->presumed : std::set<std::string>(),
-        entry != nullptr && entry->terminating);
+    store_->Replace(entry != nullptr ? entry->pod : ref,
+                    entry != nullptr ? &entry->assignment : nullptr,
+                    entry != nullptr ? entry->allocated : AllocatedSet(), std::move(unassigned),
+                    entry != nullptr ? entry->presumed : AllocatedSet(),
+                    entry != nullptr && entry->terminating);
     // A pod refused for a key this node does not hold yet keeps no version,
     // so the next refresh reads it again (by then the key may be here).
     const bool retry = !e.ok() && e.status().code() == StatusCode::kNotFound;

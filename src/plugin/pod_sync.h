@@ -57,10 +57,10 @@ namespace accelpool::plugin {
 struct PodEntry {
   PodRef pod;
   api::Assignment assignment;
-  std::set<std::string> allocated;
+  AllocatedSet allocated;
   // An admitted pod's containers its allocation record does not list
   // (AssignmentStore: "Presumed allocations").
-  std::set<std::string> presumed;
+  AllocatedSet presumed;
   // Being deleted (deletionTimestamp) after kubelet admitted it: its
   // containers still run through their grace period, so their grants still
   // count (usage, foreign memory), but it is never an Allocate caller.

@@ -57,7 +57,7 @@ class PriorityWatchTest : public ::testing::Test {
     api::Assignment a;
     a.node = "node-a";
     a.containers.push_back(Ctr("main", kGpu, core::Vendor::kNvidia, std::move(devices)));
-    store_.Upsert(ref, a, {"main"});
+    store_.Upsert(ref, a, {{"main", kGpu}});
     StatusOr<std::string> dir = dirs_.Create(ref.uid, "main");
     EXPECT_TRUE(dir.ok()) << dir.status().ToString();
     const std::string state = StateDirs::StateSubdir(*dir);
