@@ -516,7 +516,9 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     }
     // Several pods wait with the shape, or one does and the caller may be a
     // pod this plugin does not know (a static pod has no mirror pod before
-    // kubelet admits it): kubelet's view says whom it admits.
+    // kubelet admits it): kubelet's view says whom it admits. Unread, the one
+    // pod's slots are offered as before, without a warning: Allocate checks
+    // the view again.
     if ((answer.ambiguous || answer.unchecked) && kubelet_view_) {
       StatusOr<KubeletView> view = kubelet_view_();
       if (view.ok()) {
@@ -526,12 +528,7 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
           static_cast<void>(Refresh());
           answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
         }
-      } else if (!answer.ambiguous) {
-        log_.Warn(
-            "kubelet's pod-resources API could not be read; preferring the slots of the "
-            "one pod waiting with that shape",
-            {{"resource", resource}, {"error", view.status().ToString()}});
-      } else {
+      } else if (answer.ambiguous) {
         log_.Warn(
             "kubelet's pod-resources API could not be read; preferring the oldest pod's "
             "slots",
