@@ -113,6 +113,11 @@ class NodePlugin {
   // waiting for a second check (SIGHUP: the operator changed the devices).
   void CheckDevicesNow() { check_now_.store(true); }
 
+  // Hands the inventories served now to the OnInventory callback again, on
+  // its thread (the owner's periodic retry of a publish that failed); never
+  // waits for it.
+  void PublishAgain() { Publish(state_.Get()->inventories); }
+
   DeviceState& state() { return state_; }
   Allocator& allocator() { return *allocator_; }
   std::vector<std::string> Resources() const;
