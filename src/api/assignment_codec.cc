@@ -221,6 +221,7 @@ StatusOr<Allocation> ParseAllocation(std::string_view text) {
     return InvalidArgumentError(std::string(kAllocationAnnotation) +
                                 ": phase: want Allocated|Failed, got \"" + phase + "\"");
   }
+  std::vector<std::string> names;
   if (j->contains("containers")) {
     const json& cs = j->at("containers");
     if (!cs.is_array()) {
@@ -233,7 +234,32 @@ StatusOr<Allocation> ParseAllocation(std::string_view text) {
                                     Index("containers", i) + ": want a string, got " +
                                     Describe(cs[i]));
       }
-      a.containers.push_back(cs[i].get<std::string>());
+      names.push_back(cs[i].get<std::string>());
+    }
+  }
+  if (j->contains("allocated")) {
+    const json& as = j->at("allocated");
+    if (!as.is_array()) {
+      return InvalidArgumentError(std::string(kAllocationAnnotation) +
+                                  ": allocated: want an array of objects, got " + Describe(as));
+    }
+    for (size_t i = 0; i < as.size(); ++i) {
+      const std::string path = Index("allocated", i);
+      AllocatedResource r;
+      st = RequireObject(as[i], path);
+      if (st.ok()) st = ReadString(as[i], "container", path, true, r.container);
+      if (st.ok()) st = ReadString(as[i], "resource", path, false, r.resource);
+      if (!st.ok()) return st.WithPrefix(kAllocationAnnotation);
+      if (std::find(a.allocated.begin(), a.allocated.end(), r) == a.allocated.end()) {
+        a.allocated.push_back(std::move(r));
+      }
+    }
+  }
+  // A name no entry names: an older plugin's record, for every resource.
+  for (const std::string& name : names) {
+    if (std::none_of(a.allocated.begin(), a.allocated.end(),
+                     [&](const AllocatedResource& r) { return r.container == name; })) {
+      a.allocated.push_back({name, ""});
     }
   }
   st = ReadString(*j, "message", "", false, a.message);
@@ -243,9 +269,9 @@ StatusOr<Allocation> ParseAllocation(std::string_view text) {
 
 Allocation MergeAllocation(const Allocation& on_pod, const Allocation& ours) {
   Allocation out = on_pod;
-  for (const std::string& c : ours.containers) {
-    if (std::find(out.containers.begin(), out.containers.end(), c) == out.containers.end()) {
-      out.containers.push_back(c);
+  for (const AllocatedResource& r : ours.allocated) {
+    if (std::find(out.allocated.begin(), out.allocated.end(), r) == out.allocated.end()) {
+      out.allocated.push_back(r);
     }
   }
   if (ours.phase == AllocationPhase::kFailed) {
@@ -256,9 +282,22 @@ Allocation MergeAllocation(const Allocation& on_pod, const Allocation& ours) {
 }
 
 std::string SerializeAllocation(const Allocation& a) {
+  // The names too, for readers that know only them (a plugin not upgraded
+  // yet takes a listed name for every resource of the container).
+  std::vector<std::string> names;
+  json allocated = json::array();
+  for (const AllocatedResource& r : a.allocated) {
+    if (std::find(names.begin(), names.end(), r.container) == names.end()) {
+      names.push_back(r.container);
+    }
+    json entry = {{"container", r.container}};
+    if (!r.resource.empty()) entry["resource"] = r.resource;
+    allocated.push_back(std::move(entry));
+  }
   return Dump({{"version", kVersion},
                {"phase", a.phase == AllocationPhase::kAllocated ? "Allocated" : "Failed"},
-               {"containers", a.containers},
+               {"containers", names},
+               {"allocated", allocated},
                {"message", a.message}});
 }
 

@@ -56,9 +56,26 @@ struct Assignment {
 
 enum class AllocationPhase : uint8_t { kAllocated, kFailed };
 
+// A container's devices of one resource, allocated. The extender writes one
+// assignment entry per resource a container asks through (a container asking
+// for the devices of two vendors has two), and kubelet allocates each on its
+// own, so what is allocated is recorded by both. `resource` empty: every
+// resource of the container (a record written before resources were
+// recorded, which named the container only).
+struct AllocatedResource {
+  std::string container;
+  std::string resource;
+  friend auto operator<=>(const AllocatedResource&, const AllocatedResource&) = default;
+};
+
 struct Allocation {
   AllocationPhase phase = AllocationPhase::kAllocated;
-  std::vector<std::string> containers;
+  // On the wire as "allocated" ([{"container","resource"}]) and, for readers
+  // that know names only, the containers' names in "containers". A record
+  // without "allocated" (an older plugin's), or a name of "containers" that
+  // no entry of "allocated" names, reads as {name, ""}: every resource of
+  // that container, which is what the older plugin meant by it.
+  std::vector<AllocatedResource> allocated;
   std::string message;
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };
@@ -84,7 +101,7 @@ std::string SerializeAllocation(const Allocation& a);
 // The state a pod's accelpool.io/allocation holds once `ours` (one device
 // plugin's state of the pod) is written over `on_pod` (what is there, which
 // another vendor's plugin may have written for its own containers): the
-// containers of both, in that order, each once; Failed when either is, with
+// entries of both, in that order, each once; Failed when either is, with
 // the message of ours when ours failed.
 Allocation MergeAllocation(const Allocation& on_pod, const Allocation& ours);
 

@@ -125,15 +125,46 @@ TEST(AssignmentCodecTest, ContainerNamesAreDns1123LabelsAndUidsArePlain) {
 TEST(AssignmentCodecTest, AllocationRoundTripAndErrors) {
   Allocation a;
   a.phase = AllocationPhase::kFailed;
-  a.containers = {"main"};
+  a.allocated = {{"main", "nvidia.com/gpu"}, {"main", "huawei.com/Ascend910C"}, {"init", ""}};
   a.message = "device GPU-1 vanished";
   auto back = ParseAllocation(SerializeAllocation(a));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, a);
+  // The names are written too, for a plugin that reads only them.
+  auto doc = nlohmann::json::parse(SerializeAllocation(a));
+  EXPECT_EQ(doc["containers"], nlohmann::json::array({"main", "init"}));
   EXPECT_FALSE(ParseAllocation(R"({"version":1,"phase":"Pending"})").ok());
   EXPECT_FALSE(ParseAllocation(R"({"version":1,"phase":"Allocated","containers":[1]})").ok());
+  EXPECT_FALSE(ParseAllocation(R"({"version":1,"phase":"Allocated","allocated":["main"]})").ok());
+  EXPECT_FALSE(
+      ParseAllocation(R"({"version":1,"phase":"Allocated","allocated":[{"resource":"x/y"}]})")
+          .ok());
   EXPECT_EQ(ParseAllocation(R"({"version":3,"phase":"Allocated"})").status().code(),
             StatusCode::kUnimplemented);
+}
+
+// A record of a plugin that wrote container names only (before resources
+// were recorded) still reads, each name standing for every resource of its
+// container, and survives a newer plugin's merge.
+TEST(AssignmentCodecTest, AnOlderPluginsAllocationRecordStillReads) {
+  auto old = ParseAllocation(R"({"version":1,"phase":"Allocated","containers":["init","main"]})");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->allocated, (std::vector<AllocatedResource>{{"init", ""}, {"main", ""}}));
+  // A newer record lists its names too; they add nothing of their own.
+  auto now = ParseAllocation(R"({"version":1,"phase":"Allocated","containers":["main"],)"
+                             R"("allocated":[{"container":"main","resource":"nvidia.com/gpu"}]})");
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(now->allocated, (std::vector<AllocatedResource>{{"main", "nvidia.com/gpu"}}));
+  // Another vendor's plugin, upgraded, merges its own over the old record:
+  // the old entries keep their meaning.
+  Allocation ours;
+  ours.allocated = {{"main", "huawei.com/Ascend910C"}};
+  Allocation merged = MergeAllocation(*old, ours);
+  auto back = ParseAllocation(SerializeAllocation(merged));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->allocated, (std::vector<AllocatedResource>{
+                                 {"init", ""}, {"main", ""}, {"main", "huawei.com/Ascend910C"}}));
+  EXPECT_EQ(back->phase, AllocationPhase::kAllocated);
 }
 
 TEST(AssignmentCodecTest, SlotIds) {

@@ -190,14 +190,18 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
           "ids",
           {{"resource", resource}, {"error", view.status().ToString()}});
     }
-  } else if (kubelet_view_ && match.ok() && match->how == ContainerMatch::How::kSlots &&
+  } else if (kubelet_view_ && match.ok() &&
+             (match->how == ContainerMatch::How::kSlots ||
+              match->how == ContainerMatch::How::kOnlyCandidate) &&
              !match->repeat && !match->presumed) {
-    // The slot ids name the one pod waiting with that shape that the store
-    // knows. The store may lag kubelet: a pod bound a moment before it, not
-    // on this plugin's watch yet, is admitted first and GetPreferredAllocation
-    // steered it to the other pod's slots. Kubelet's view must list the named
-    // pod as being admitted; when it does not, the node's pods are read again
-    // and the view decides among them.
+    // The slot ids, or being the only one, name the one pod waiting with that
+    // shape that the store knows. The store may lag kubelet: a pod bound a
+    // moment before it, not on this plugin's watch yet, is admitted first and
+    // GetPreferredAllocation steered it to the other pod's slots; and a
+    // static pod has no mirror pod, so no record here, until kubelet has
+    // admitted it. Kubelet's view must list the named pod as being admitted;
+    // when it does not, the node's pods are read again and the view decides
+    // among them (the store answers for no pod the view does not list).
     StatusOr<KubeletView> view = kubelet_view_();
     if (view.ok() && !KubeletAdmitting(*view, match->pod, match->container, resource)) {
       log_.Warn(
@@ -206,7 +210,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
           {{"pod", match->pod.Key()},
            {"container", match->container.name},
            {"resource", resource}});
-      if (refresh_) {
+      if (refresh_ && !match->by_fallback) {  // a fallback has just re-read them
         static_cast<void>(Refresh());
       }
       caller.reset();
@@ -434,8 +438,9 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
         log_.Warn("removing a state dir failed; the sweep tries again", {{"error", st.ToString()}});
       }
     }
-    const std::vector<std::string> allocated =
-        pod.has_value() ? store_->AllocatedContainers(pod->uid) : std::vector<std::string>();
+    const std::vector<api::AllocatedResource> allocated =
+        pod.has_value() ? store_->AllocatedContainers(pod->uid)
+                        : std::vector<api::AllocatedResource>();
     // kubelet turns the pod away: it is no caller of a later Allocate (when
     // the call was surely its; a guess among pods of one shape may have
     // named another pod, which still waits).
@@ -468,7 +473,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     entry.second.push_back(a.container);
   }
   for (auto& [uid, entry] : by_pod) {
-    std::vector<std::string> all = store_->MarkAllocated(uid, entry.second);
+    std::vector<api::AllocatedResource> all = store_->MarkAllocated(uid, resource, entry.second);
     if (reporter_ != nullptr) {
       reporter_->Allocated(entry.first, all);
     }
@@ -510,18 +515,30 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
     }
     std::set<std::string> available(r.available.begin(), r.available.end());
     PreferredAnswer answer = store_->Preferred(resource, available, r.must_include, r.size);
+    bool refreshed = false;
     if (((!answer.slots.has_value() && !answer.ambiguous) || answer.readmitted) && refresh_) {
       // No caller, or a pod admitted again (the pod may have finished, and a
       // pod bound a moment ago may be the caller): re-read the node's pods.
       // A failed re-read leaves the store as it was; it is logged there.
       static_cast<void>(Refresh());
+      refreshed = true;
       answer = store_->Preferred(resource, available, r.must_include, r.size);
     }
-    if (answer.ambiguous && kubelet_view_) {
+    // Several pods wait with the shape, or one does and the caller may be a
+    // pod this plugin does not know (a static pod has no mirror pod before
+    // kubelet admits it): kubelet's view says whom it admits. Unread, the one
+    // pod's slots are offered as before, without a warning: Allocate checks
+    // the view again.
+    if ((answer.ambiguous || answer.unchecked) && kubelet_view_) {
       StatusOr<KubeletView> view = kubelet_view_();
       if (view.ok()) {
         answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
-      } else {
+        if (answer.foreign && refresh_ && !refreshed) {
+          // The pod kubelet lists may be one bound a moment ago.
+          static_cast<void>(Refresh());
+          answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
+        }
+      } else if (answer.ambiguous) {
         log_.Warn(
             "kubelet's pod-resources API could not be read; preferring the oldest pod's "
             "slots",
@@ -591,13 +608,13 @@ bool HasShimState(const PodAssignment& p, const api::AssignedContainer& c) {
   const bool fractional =
       std::any_of(c.devices.begin(), c.devices.end(),
                   [](const api::AssignedDevice& d) { return !GrantsWholeDevice(d); });
-  return p.allocated.contains(c.name) && fractional &&
-         vendors::TraitsFor(c.vendor).soft_enforcement;
+  return Holds(p.allocated, c) && fractional && vendors::TraitsFor(c.vendor).soft_enforcement;
 }
 
 void Allocator::RefreshContainerUsage(const Snapshot& snap) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   std::set<std::vector<std::string>> live;
+  std::set<std::string> shimmed;  // keys of the containers with state now
   const bool shim = options_.enabled && options_.sharing != NvidiaSharing::kMps;
   for (const PodAssignment& p : shim ? store_->All() : std::vector<PodAssignment>{}) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
@@ -609,6 +626,7 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
         continue;
       }
       const std::string key = p.pod.Key() + "/" + c.name;
+      shimmed.insert(key);
       const std::vector<std::string> who = {p.pod.ns, p.pod.name, c.name};
       RegionReadFailure why = RegionReadFailure::kNone;
       StatusOr<cuda::RegionUsage> usage =
@@ -644,6 +662,14 @@ void Allocator::RefreshContainerUsage(const Snapshot& snap) {
     }
   }
   metrics_->RetainContainers(live);
+  // A container that went is forgotten with its warning: pods come and go,
+  // and this must not grow with them.
+  std::erase_if(usage_unread_, [&](const std::string& key) { return !shimmed.contains(key); });
+}
+
+size_t Allocator::UnreadUsageContainers() {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  return usage_unread_.size();
 }
 
 }  // namespace accelpool::plugin

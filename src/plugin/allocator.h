@@ -86,14 +86,17 @@ bool HasShimState(const PodAssignment& p, const api::AssignedContainer& c);
 class PodReporter {
  public:
   virtual ~PodReporter() = default;
-  // `containers`: every container of the pod allocated so far.
-  virtual void Allocated(const PodRef& pod, const std::vector<std::string>& containers) = 0;
+  // `allocated`: every entry (container, resource) of the pod allocated so
+  // far.
+  virtual void Allocated(const PodRef& pod,
+                         const std::vector<api::AllocatedResource>& allocated) = 0;
   // `pod`: nullopt when no pod was identified. `resource`: "" when the
   // failure is not an Allocate (a pod's assignment was refused).
-  // `allocated`: every container of the pod allocated so far (they keep
-  // their devices; the state written must not lose them).
+  // `allocated`: every entry of the pod allocated so far (they keep their
+  // devices; the state written must not lose them).
   virtual void Failed(const std::optional<PodRef>& pod, const std::string& resource,
-                      const std::string& message, const std::vector<std::string>& allocated) = 0;
+                      const std::string& message,
+                      const std::vector<api::AllocatedResource>& allocated) = 0;
 };
 
 struct ContainerAnswer {
@@ -151,6 +154,9 @@ class Allocator {
   // fractional container under libaccelpool-cuda, the memory its processes
   // hold per device (read from its accounting region) and its cap.
   void RefreshContainerUsage(const Snapshot& snap);
+  // How many containers are remembered as having an unreadable accounting
+  // region (for tests: only those still allocated are kept).
+  size_t UnreadUsageContainers();
 
   // How long a kubelet call waits for a re-read of the node's pods (default
   // 2 s); one that takes longer goes on in the background for the next call.

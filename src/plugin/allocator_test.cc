@@ -434,6 +434,41 @@ TEST_F(AllocatorTest, MultiContainerPodsAreAnsweredPerContainer) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"warmup", "main", "side"}));
 }
 
+// A container asking for the devices of two vendors has one assignment
+// entry per resource, and kubelet allocates each on its own. Once its NVIDIA
+// entry is allocated, its Ascend entry still waits: another pod waiting with
+// the same Ascend request must not take its place, nor it the other's.
+TEST_F(AllocatorTest, AContainerOfTwoVendorsIsAllocatedPerResource) {
+  Assign(Pod("a", "2026-11-30T01:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)}),
+          Ctr("main", kNpu, core::Vendor::kAscend, {Dev(Npu(2), 2, 0)})});
+  Assign(Pod("b", "2026-11-30T01:05:00Z"),
+         {Ctr("main", kNpu, core::Vendor::kAscend, {Dev(Npu(5), 5, 0)})});
+  auto gpu = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ((*gpu)[0].pod.name, "a");
+  EXPECT_EQ(store_.PendingContainers(), 2u) << "a's Ascend entry and b's";
+  EXPECT_EQ(reporter_.entries().back().allocated,
+            (std::vector<api::AllocatedResource>{{"main", kGpu}}));
+  // Kubelet admits a: its Ascend call is steered to a's own die.
+  std::vector<std::string> dies;
+  for (int i = 0; i < 16; ++i) dies.push_back(Npu(i) + "::0");
+  auto preferred = allocator_->Preferred(kNpu, {{dies, {}, 1}});
+  ASSERT_EQ(preferred.size(), 1u);
+  EXPECT_EQ(preferred[0], std::vector<std::string>{Npu(2) + "::0"});
+  auto npu = allocator_->Allocate(kNpu, {preferred[0]});
+  ASSERT_TRUE(npu.ok()) << npu.status().ToString();
+  EXPECT_EQ((*npu)[0].pod.name, "a");
+  EXPECT_EQ((*npu)[0].spec.env.at("ASCEND_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(reporter_.entries().back().allocated,
+            (std::vector<api::AllocatedResource>{{"main", kGpu}, {"main", kNpu}}));
+  // Then b, with its own.
+  auto b = allocator_->Allocate(kNpu, {{Npu(5) + "::0"}});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)[0].pod.name, "b");
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+}
+
 // Kubelet may ask for several containers in one Allocate call. The store is
 // marked only when the whole call succeeded, so each request must leave out
 // the containers the call's earlier requests were answered with: otherwise
@@ -574,7 +609,7 @@ TEST_F(AllocatorTest, AKubeletThatLostItsCheckpointIsAnsweredTheSameAgain) {
 // is made for anyone.
 TEST_F(AllocatorTest, ARepeatIsRefusedWhenNeitherThePodsNorKubeletConfirmIt) {
   Assign(Pod("p"), {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
-  store_.MarkAllocated("uid-p", {"c"});
+  store_.MarkAllocated("uid-p", kGpu, {"c"});
   EnforcementOptions e;
   e.state_root = dir_.File("containers");
   Allocator unread("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(),
@@ -1012,6 +1047,57 @@ TEST_F(AllocatorTest, SlotIdsOfAPodKubeletIsNotAdmittingAreCheckedOnFreshPods) {
   ASSERT_TRUE(z.ok()) << z.status().ToString();
   EXPECT_EQ((*z)[0].pod.name, "z");
   EXPECT_EQ(refreshes, 1);
+}
+
+// A static pod asking nvidia.com/gpu: 1 has no mirror pod (so no record in
+// the store) until kubelet has admitted it. With one accelpool pod p waiting
+// with the same request, neither GetPreferredAllocation nor Allocate may
+// take the static pod for p once kubelet's view, which lists the static pod
+// and not p, has been read.
+TEST_F(AllocatorTest, AStaticPodKubeletAdmitsIsNeverAnsweredAsTheWaitingPod) {
+  Assign(Pod("p"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 20480, 500, false)})});
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  int refreshes = 0;
+  Allocator allocator("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(), [&] {
+    ++refreshes;
+    return Status::Ok();
+  });
+  KubeletView view = {{"kube-system/static-node-a", {{"main", {}}}},
+                      {"default/running", {{"main", {kGpu}}}}};
+  allocator.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  std::vector<std::string> all;
+  for (const std::string d : {"GPU-a", "GPU-b"}) {
+    for (int s = 0; s < 10; ++s) all.push_back(api::SlotId(d, s));
+  }
+  // Preferred steers the static pod away from p's slot.
+  auto preferred = allocator.Preferred(kGpu, {{all, {}, 1}});
+  ASSERT_EQ(preferred.size(), 1u);
+  ASSERT_EQ(preferred[0].size(), 1u);
+  EXPECT_NE(preferred[0][0], "GPU-b::3");
+  // Whatever ids kubelet sends, the static pod is told it has no assignment.
+  for (const std::string ids : {preferred[0][0], std::string("GPU-b::3")}) {
+    SCOPED_TRACE(ids);
+    auto s = allocator.Allocate(kGpu, {{ids}});
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("kube-system/static-node-a"), std::string::npos)
+        << s.status().ToString();
+  }
+  EXPECT_EQ(store_.PendingContainers(), 1u);
+  // Then p's own call, which kubelet lists: p's own grant.
+  view.erase("kube-system/static-node-a");
+  view["kube-system/static-node-a"]["main"] = {};  // it ran without devices
+  view["kube-system/static-node-a"]["main"].insert("example.com/other");
+  view["default/p"]["main"] = {};
+  auto got = allocator.Preferred(kGpu, {{all, {}, 1}});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], std::vector<std::string>{"GPU-b::3"});
+  auto p = allocator.Allocate(kGpu, {{"GPU-b::3"}});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)[0].pod.name, "p");
+  EXPECT_EQ((*p)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "20480");
 }
 
 TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
@@ -1584,6 +1670,26 @@ TEST_F(AllocatorTest, ContainerUsageComesFromTheContainersAccountingRegion) {
   allocator_->RefreshUsageMetrics();
   page = registry_.Serialize();
   EXPECT_EQ(page.find(R"(pod="infer")"), std::string::npos) << page;
+}
+
+// A container whose accounting region cannot be read is remembered (to warn
+// once) only while it is allocated: with pods coming and going, the set must
+// not grow with those that went while unreadable.
+TEST_F(AllocatorTest, UnreadableRegionsOfContainersThatWentAreForgotten) {
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "churn-" + std::to_string(i);
+    Assign(Pod(name),
+           {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+    ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::1"}}).ok());
+    std::ofstream(dir_.File("containers/uid-" + name + "_main/state/accelpool-cuda.region"),
+                  std::ios::binary | std::ios::trunc)
+        << "junk";
+    allocator_->RefreshUsageMetrics();
+    EXPECT_EQ(allocator_->UnreadUsageContainers(), 1u);
+    store_.Remove("uid-" + name);
+  }
+  allocator_->RefreshUsageMetrics();
+  EXPECT_EQ(allocator_->UnreadUsageContainers(), 0u);
 }
 
 }  // namespace

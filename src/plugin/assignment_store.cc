@@ -42,13 +42,15 @@ std::vector<const PodAssignment*> Oldest(const std::map<std::string, PodAssignme
   return v;
 }
 
-// The allocated containers of `p`, in assignment order, each once.
-std::vector<std::string> InAssignmentOrder(const PodAssignment& p) {
-  std::vector<std::string> out;
+// The allocated entries of `p`, in assignment order, then the keys of a
+// record that named containers only (whatever their resources).
+std::vector<api::AllocatedResource> InAssignmentOrder(const PodAssignment& p) {
+  std::vector<api::AllocatedResource> out;
   for (const api::AssignedContainer& c : p.assignment.containers) {
-    if (p.allocated.count(c.name) && std::find(out.begin(), out.end(), c.name) == out.end()) {
-      out.push_back(c.name);
-    }
+    if (p.allocated.contains({c.name, c.resource})) out.push_back({c.name, c.resource});
+  }
+  for (const api::AllocatedResource& r : p.allocated) {
+    if (r.resource.empty()) out.push_back(r);
   }
   return out;
 }
@@ -69,21 +71,23 @@ bool KubeletAdmitting(const KubeletView& kubelet, const PodRef& pod,
 }
 
 void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                                   const std::set<std::string>& allocated,
-                                   const std::set<std::string>& presumed, bool terminating) {
+                                   const AllocatedSet& allocated, const AllocatedSet& presumed,
+                                   bool terminating) {
+  known_[pod.uid] = pod.Key();
   PodAssignment& p = pods_[pod.uid];
   p.pod = pod;
   p.assignment = assignment;
   p.terminating = terminating;
   p.allocated.insert(allocated.begin(), allocated.end());
   p.presumed.clear();
-  for (const std::string& c : presumed) {
-    if (!p.allocated.count(c)) p.presumed.insert(c);
+  for (const api::AllocatedResource& r : presumed) {
+    if (!p.allocated.contains(r) && !p.allocated.contains({r.container, ""})) p.presumed.insert(r);
   }
 }
 
 void AssignmentStore::SetUnassignedLocked(const PodRef& pod,
                                           std::vector<UnassignedRequest> requests) {
+  known_[pod.uid] = pod.Key();
   if (requests.empty()) {
     unassigned_.erase(pod.uid);
     return;
@@ -92,8 +96,7 @@ void AssignmentStore::SetUnassignedLocked(const PodRef& pod,
 }
 
 void AssignmentStore::Upsert(const PodRef& pod, const api::Assignment& assignment,
-                             const std::set<std::string>& allocated,
-                             const std::set<std::string>& presumed) {
+                             const AllocatedSet& allocated, const AllocatedSet& presumed) {
   std::lock_guard<std::mutex> lock(mu_);
   UpsertLocked(pod, assignment, allocated, presumed);
 }
@@ -104,9 +107,9 @@ void AssignmentStore::SetUnassigned(const PodRef& pod, std::vector<UnassignedReq
 }
 
 void AssignmentStore::Replace(const PodRef& pod, const api::Assignment* assignment,
-                              const std::set<std::string>& allocated,
+                              const AllocatedSet& allocated,
                               std::vector<UnassignedRequest> unassigned,
-                              const std::set<std::string>& presumed, bool terminating) {
+                              const AllocatedSet& presumed, bool terminating) {
   std::lock_guard<std::mutex> lock(mu_);
   if (assignment != nullptr) {
     UpsertLocked(pod, *assignment, allocated, presumed, terminating);
@@ -120,6 +123,7 @@ void AssignmentStore::Remove(const std::string& uid) {
   std::lock_guard<std::mutex> lock(mu_);
   pods_.erase(uid);
   unassigned_.erase(uid);
+  known_.erase(uid);
 }
 
 bool AssignmentStore::RejectAdmission(const std::string& uid) {
@@ -153,7 +157,7 @@ namespace {
 const api::AssignedContainer* PendingOf(const PodAssignment& p, const std::string& resource,
                                         size_t n) {
   for (const api::AssignedContainer& c : p.assignment.containers) {
-    if (c.resource == resource && c.devices.size() == n && p.allocated.count(c.name) == 0) {
+    if (c.resource == resource && c.devices.size() == n && !Holds(p.allocated, c)) {
       return &c;
     }
   }
@@ -177,7 +181,7 @@ const PodAssignment* ReusedBy(const std::vector<const PodAssignment*>& pods,
   for (const PodAssignment* p : pods) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
       if (c.kind != core::ContainerKind::kInit || c.resource != resource ||
-          p->allocated.count(c.name) == 0) {
+          !Holds(p->allocated, c)) {
         continue;
       }
       for (const api::AssignedDevice& d : c.devices) {
@@ -241,7 +245,7 @@ Candidates ReadmissionCandidates(const std::vector<const PodAssignment*>& pods,
   for (const PodAssignment* p : pods) {
     for (const api::AssignedContainer& c : p->assignment.containers) {
       if (c.resource == resource && c.devices.size() == n && n > 0 &&
-          (p->allocated.count(c.name) > 0 || p->presumed.count(c.name) > 0) &&
+          (Holds(p->allocated, c) || Holds(p->presumed, c)) &&
           FitsPreferred(c, available, must_include)) {
         again.emplace_back(p, &c);
         break;
@@ -268,12 +272,40 @@ bool AssignmentStore::PresumedAsks(const std::string& resource, size_t n) const 
   for (const auto& [uid, p] : pods_) {
     if (p.terminating) continue;
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      if (p.presumed.count(c.name) && c.resource == resource && c.devices.size() == n) {
+      if (Holds(p.presumed, c) && c.resource == resource && c.devices.size() == n) {
         return true;
       }
     }
   }
   return false;
+}
+
+void AssignmentStore::ListedWithoutAssignment(const std::string& resource, size_t n,
+                                              const KubeletView& kubelet,
+                                              std::vector<PodRef>* known,
+                                              std::vector<PodRef>* unknown) const {
+  std::set<std::string> seen;
+  for (const auto& [uid, key] : known_) seen.insert(key);
+  for (const auto& [uid, u] : unassigned_) {
+    if (!kubelet.count(u.pod.Key())) continue;
+    if (std::any_of(u.requests.begin(), u.requests.end(), [&](const UnassignedRequest& r) {
+          return r.resource == resource && (r.count < 0 || r.count == static_cast<int64_t>(n));
+        })) {
+      known->push_back(u.pod);
+    }
+  }
+  for (const auto& [key, containers] : kubelet) {
+    if (seen.count(key)) continue;
+    const bool holds_all = !containers.empty() &&
+                           std::all_of(containers.begin(), containers.end(),
+                                       [&](const auto& c) { return c.second.count(resource) > 0; });
+    if (holds_all) continue;
+    const size_t slash = key.find('/');
+    PodRef pod;
+    pod.ns = key.substr(0, slash);
+    pod.name = slash == std::string::npos ? std::string() : key.substr(slash + 1);
+    unknown->push_back(std::move(pod));
+  }
 }
 
 StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
@@ -311,7 +343,7 @@ StatusOr<ContainerMatch> AssignmentStore::Match(const std::string& resource,
   StatusOr<ContainerMatch> again = MatchIn(pods, resource, slot_ids, caller, kubelet);
   if (again.ok()) {
     const auto p = pods.find(again->pod.uid);
-    again->presumed = p != pods.end() && p->second.presumed.count(again->container.name) > 0;
+    again->presumed = p != pods.end() && Holds(p->second.presumed, again->container);
   }
   if (again.ok() || !m.ok()) {
     return again;
@@ -337,14 +369,14 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
       if (c.resource != resource || SortedSlots(c) != want) {
         continue;
       }
-      const bool pending = p->allocated.count(c.name) == 0;
-      if (exact == nullptr || (pending && exact_pod->allocated.count(exact->name) > 0)) {
+      const bool pending = !Holds(p->allocated, c);
+      if (exact == nullptr || (pending && Holds(exact_pod->allocated, *exact))) {
         exact_pod = p;
         exact = &c;
       }
     }
   }
-  const bool exact_pending = exact != nullptr && exact_pod->allocated.count(exact->name) == 0;
+  const bool exact_pending = exact != nullptr && !Holds(exact_pod->allocated, *exact);
 
   // Everyone who could be asking for n devices of `resource`.
   std::vector<const PodAssignment*> shape;
@@ -398,11 +430,17 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
   // Who is calling, most certain first.
   const PodAssignment* who = nullptr;
   ContainerMatch::How how = ContainerMatch::How::kSlots;
+  // Once kubelet's view is read, only a pod it lists may be answered (it
+  // adds a pod to its pod manager before admitting it). Null: no view, or one
+  // that lists no pod that may be waiting (a kubelet that lists pods only
+  // once they run), which tells nothing; the slot ids and the only candidate
+  // decide as without it.
+  std::optional<std::vector<const PodAssignment*>> listed;
   if (const PodAssignment* reuse = ReusedBy(oldest, resource, slot_ids);
       reuse != nullptr && PendingOf(*reuse, resource, n) != nullptr) {
     who = reuse;
     how = ContainerMatch::How::kInitReuse;
-  } else if (shape.size() + unassigned_pods.size() > 1 && kubelet != nullptr) {
+  } else if (kubelet != nullptr) {
     std::vector<const PodAssignment*> admitting;
     for (const PodAssignment* p : shape) {
       if (Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet)) {
@@ -410,23 +448,43 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
       }
     }
     std::vector<PodRef> admitting_unassigned;
-    for (const auto& [uid, pod] : unassigned_pods) {
-      if (kubelet->count(pod.Key())) {
-        admitting_unassigned.push_back(pod);
-      }
-    }
+    std::vector<PodRef> admitting_unknown;
+    ListedWithoutAssignment(resource, n, *kubelet, &admitting_unassigned, &admitting_unknown);
     if (admitting.size() == 1 && admitting_unassigned.empty()) {
       who = admitting.front();
       how = ContainerMatch::How::kKubelet;
-    } else if (admitting.empty() && admitting_unassigned.size() == 1) {
-      return no_assignment(admitting_unassigned.front());
+    } else if (admitting.empty()) {
+      // None of the pods waiting with the shape is listed: the caller is a
+      // listed pod without an assignment. A pod the plugin does not know
+      // counts only here: while a pod of the shape is listed, it is the one
+      // kubelet admits, and an unknown pod listed beside it is a running one
+      // (a static pod whose mirror pod is missing).
+      admitting_unassigned.insert(admitting_unassigned.end(), admitting_unknown.begin(),
+                                  admitting_unknown.end());
+      if (admitting_unassigned.size() == 1) {
+        return no_assignment(admitting_unassigned.front());
+      }
+      if (admitting_unassigned.size() > 1) {
+        std::vector<std::string> keys;
+        for (const PodRef& p : admitting_unassigned) keys.push_back(p.Key());
+        return AbortedError("kubelet's pod-resources API lists " + std::to_string(keys.size()) +
+                            " pods that could be asking for " + asks +
+                            " without an accelpool assignment ([" + List(keys) +
+                            "]) and none of the pods assigned that shape here; " + schedule);
+      }
+    }
+    if (!admitting.empty() || !admitting_unassigned.empty()) {
+      listed = std::move(admitting);
     }
   }
-  if (who == nullptr && exact_pending) {
+  const auto is_listed = [&](const PodAssignment* p) {
+    return !listed.has_value() || std::find(listed->begin(), listed->end(), p) != listed->end();
+  };
+  if (who == nullptr && exact_pending && is_listed(exact_pod)) {
     who = exact_pod;
     how = ContainerMatch::How::kSlots;
   }
-  if (who == nullptr && shape.size() == 1 && unassigned.empty()) {
+  if (who == nullptr && shape.size() == 1 && unassigned.empty() && is_listed(shape.front())) {
     who = shape.front();
     how = ContainerMatch::How::kOnlyCandidate;
   }
@@ -578,21 +636,32 @@ PreferredAnswer AssignmentStore::PreferredForPending(
   if (const PodAssignment* reuse = ReusedBy(oldest, resource, must_include);
       reuse != nullptr && PendingOf(*reuse, resource, n) != nullptr) {
     who = reuse;  // kubelet must include devices an init container of this pod held
-  } else if (shape.size() == 1) {
-    who = shape.front();
-  } else if (shape.size() > 1) {
+  } else if (!shape.empty()) {
     if (kubelet != nullptr) {
+      // As in MatchIn: once the view is read, a pod it does not list is not
+      // the caller, unless it lists no pod that may be waiting at all.
       std::vector<const PodAssignment*> admitting;
       for (const PodAssignment* p : shape) {
         if (Admitting(*p, *PendingOf(*p, resource, n), resource, *kubelet)) {
           admitting.push_back(p);
         }
       }
+      std::vector<PodRef> known;
+      std::vector<PodRef> unknown;
+      ListedWithoutAssignment(resource, n, *kubelet, &known, &unknown);
       if (admitting.size() == 1) {
         who = admitting.front();
+      } else if (admitting.empty() && (!known.empty() || !unknown.empty())) {
+        answer.foreign = true;  // a pod without an assignment: nobody's slots
       }
+    } else if (shape.size() == 1) {
+      who = shape.front();
+      answer.unchecked = true;
     }
-    if (who == nullptr) {
+    if (who == nullptr && shape.size() == 1 && !answer.foreign) {
+      who = shape.front();
+    }
+    if (who == nullptr && !answer.foreign) {
       // Several pods wait with this shape and nothing here says which one
       // kubelet is admitting: the oldest whose slots are free, as kubelet
       // orders the pods it receives together. The caller may ask kubelet and
@@ -608,22 +677,23 @@ PreferredAnswer AssignmentStore::PreferredForPending(
       return answer;
     }
   }
-  if (who == nullptr) {
+  if (who == nullptr && !answer.foreign) {
     return answer;
   }
-  const api::AssignedContainer* c = PendingOf(*who, resource, n);
-  if (fits(*c)) {
+  const api::AssignedContainer* c = who != nullptr ? PendingOf(*who, resource, n) : nullptr;
+  if (c != nullptr && fits(*c)) {
     answer.slots = SlotsOf(*c);
     return answer;
   }
   // Its own slots are not free (kubelet keeps a sidecar's devices, or gave
-  // them to a container whose ids named nobody): offer slots no pending
-  // container is assigned, so that kubelet takes nobody else's; Allocate
-  // answers with the caller's own assignment whatever the ids.
+  // them to a container whose ids named nobody), or the caller has no
+  // assignment here (`foreign`): offer slots no pending container is
+  // assigned, so that kubelet takes nobody else's; Allocate answers with the
+  // caller's own assignment whatever the ids.
   std::set<std::string> promised;
   for (const PodAssignment* p : oldest) {
     for (const api::AssignedContainer& other : p->assignment.containers) {
-      if (p->allocated.count(other.name) == 0) {
+      if (!Holds(p->allocated, other)) {
         for (const api::AssignedDevice& d : other.devices) {
           promised.insert(d.slot);
         }
@@ -645,7 +715,8 @@ PreferredAnswer AssignmentStore::PreferredForPending(
   for (const std::string& id : spare) {
     on_device.insert(device_of(id));
   }
-  for (const api::AssignedDevice& d : c->devices) {
+  for (const api::AssignedDevice& d :
+       c != nullptr ? c->devices : std::vector<api::AssignedDevice>{}) {
     if (spare.size() >= n || on_device.count(d.id)) {
       continue;
     }
@@ -672,24 +743,28 @@ PreferredAnswer AssignmentStore::PreferredForPending(
   return answer;
 }
 
-std::vector<std::string> AssignmentStore::MarkAllocated(
-    const std::string& uid, const std::vector<std::string>& containers) {
+std::vector<api::AllocatedResource> AssignmentStore::MarkAllocated(
+    const std::string& uid, const std::string& resource,
+    const std::vector<std::string>& containers) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pods_.find(uid);
   if (it == pods_.end()) {
-    return containers;
+    std::vector<api::AllocatedResource> out;
+    for (const std::string& c : containers) out.push_back({c, resource});
+    return out;
   }
-  it->second.allocated.insert(containers.begin(), containers.end());
   for (const std::string& c : containers) {
-    it->second.presumed.erase(c);
+    it->second.allocated.insert({c, resource});
+    it->second.presumed.erase({c, resource});
   }
   return InAssignmentOrder(it->second);
 }
 
-std::vector<std::string> AssignmentStore::AllocatedContainers(const std::string& uid) const {
+std::vector<api::AllocatedResource> AssignmentStore::AllocatedContainers(
+    const std::string& uid) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pods_.find(uid);
-  return it == pods_.end() ? std::vector<std::string>() : InAssignmentOrder(it->second);
+  return it == pods_.end() ? std::vector<api::AllocatedResource>() : InAssignmentOrder(it->second);
 }
 
 std::vector<PodAssignment> AssignmentStore::All() const {
@@ -706,7 +781,7 @@ size_t AssignmentStore::PendingContainers() const {
   size_t n = 0;
   for (const auto& [uid, p] : pods_) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      n += p.allocated.count(c.name) || p.presumed.count(c.name) ? 0 : 1;
+      n += Holds(p.allocated, c) || Holds(p.presumed, c) ? 0 : 1;
     }
   }
   return n;

@@ -1,8 +1,8 @@
 // AssignmentStore: the assignments of the pods on this node, as the extender
-// recorded them (accelpool.io/assignment), and which of their containers the
-// plugin has already allocated. It answers the two questions kubelet's calls
-// raise: "which pending container do these slot ids belong to?" (Allocate)
-// and "which slot ids should kubelet pick for the next container?"
+// recorded them (accelpool.io/assignment), and which of their entries (a
+// container's devices of one resource) the plugin has already allocated. It answers the two
+// questions kubelet's calls raise: "which pending container do these slot ids belong to?"
+// (Allocate) and "which slot ids should kubelet pick for the next container?"
 // (GetPreferredAllocation).
 //
 // Kubelet's calls do not say which pod is asking, only device ids and a
@@ -11,10 +11,17 @@
 //   1. init reuse: an id an allocated plain init container of pod P held.
 //      Kubelet hands such devices only to later containers of the same pod.
 //   2. kubelet's own view (KubeletView, from its pod-resources API), asked
-//      only when several pods could be calling: kubelet adds a pod to its pod
-//      manager just before admitting it, one pod at a time, so among the pods
-//      waiting with this shape the one kubelet lists (without devices yet for
-//      the pending container) is the caller.
+//      when several pods could be calling and to confirm a pod rules 3 and 4
+//      name: kubelet adds a pod to its pod manager just before admitting it,
+//      one pod at a time, so among the pods waiting with this shape the one
+//      kubelet lists (without devices yet for the pending container) is the
+//      caller. Once the view is read, a pod it does not list is nobody's
+//      caller, and a pod it lists that this plugin does not know (a static
+//      pod: its mirror pod is created only after kubelet admitted it) counts
+//      as a pod asking without an assignment. One exception: a view that
+//      lists no pod that may be waiting at all (a kubelet that lists pods
+//      only once they run) says nothing about the caller, and rules 3 and 4
+//      decide as without it.
 //   3. the slot ids: the container whose assigned slots are exactly the ids
 //      (GetPreferredAllocation steered kubelet to them). When other pods wait
 //      with the same shape this is right only if the steering was for the
@@ -91,15 +98,27 @@ struct PodRef {
   std::string Key() const { return ns + "/" + name; }
 };
 
+// What of a pod is allocated, by (container, resource): an assignment has
+// one entry per resource a container asks through (a container asking for
+// the devices of two vendors has two), and kubelet allocates each on its own.
+// A key with an empty resource (from a record that named containers only)
+// stands for every entry of the container.
+using AllocatedSet = std::set<api::AllocatedResource>;
+
+// Whether `set` holds the assignment entry `c`.
+inline bool Holds(const AllocatedSet& set, const api::AssignedContainer& c) {
+  return set.contains({c.name, c.resource}) || set.contains({c.name, ""});
+}
+
 struct PodAssignment {
   PodRef pod;
   api::Assignment assignment;
-  std::set<std::string> allocated;  // containers already allocated
-  // Containers presumed allocated: the pod was admitted (kubelet makes every
+  AllocatedSet allocated;  // entries already allocated
+  // Entries presumed allocated: the pod was admitted (kubelet makes every
   // Allocate call of a pod before it reports any status) but neither an
   // Allocate nor the pod's allocation record says so (a record lost to a
   // plugin restart). See "Presumed allocations" above.
-  std::set<std::string> presumed;
+  AllocatedSet presumed;
   // The pod is being deleted while its containers still run (their grace
   // period): its grants count for usage and foreign memory, but Match and
   // Preferred never take it for a caller, a repeat or a pod admitted again.
@@ -163,22 +182,31 @@ struct PreferredAnswer {
   // No pending container could be asking; the answer is a pod admitted again
   // ("Admitted again"): worth confirming on the node's pods as they are now.
   bool readmitted = false;
+  // The only pod waiting with that shape, chosen without kubelet's view: the
+  // caller may be a pod this plugin does not know (a static pod, whose mirror
+  // pod is created only after kubelet admitted it), so the view is worth
+  // asking.
+  bool unchecked = false;
+  // Kubelet's view lists no pod waiting with that shape but a pod that has no
+  // assignment here (a pod of another scheduler, or one the plugin does not
+  // know yet): the answer avoids every pending container's slots.
+  bool foreign = false;
 };
 
 class AssignmentStore {
  public:
   // Adds or replaces the pod's assignment, keeping what was allocated when the
   // pod (uid) is the same; `presumed` replaces the pod's presumed containers.
-  void Upsert(const PodRef& pod, const api::Assignment& assignment,
-              const std::set<std::string>& allocated, const std::set<std::string>& presumed = {});
+  void Upsert(const PodRef& pod, const api::Assignment& assignment, const AllocatedSet& allocated,
+              const AllocatedSet& presumed = {});
   // Replaces what the pod asks for without an assignment (empty: nothing).
   void SetUnassigned(const PodRef& pod, std::vector<UnassignedRequest> requests);
   // Both at once, so that a concurrent Match never sees the pod half updated:
   // Upsert when `assignment` is set, else drops the pod's assignment; then
   // SetUnassigned. `terminating`: see PodAssignment.
-  void Replace(const PodRef& pod, const api::Assignment* assignment,
-               const std::set<std::string>& allocated, std::vector<UnassignedRequest> unassigned,
-               const std::set<std::string>& presumed = {}, bool terminating = false);
+  void Replace(const PodRef& pod, const api::Assignment* assignment, const AllocatedSet& allocated,
+               std::vector<UnassignedRequest> unassigned, const AllocatedSet& presumed = {},
+               bool terminating = false);
   // Forgets the pod: its assignment and its unassigned requests.
   void Remove(const std::string& uid);
   // An Allocate for the pod failed: kubelet turns it away and never admits
@@ -223,14 +251,16 @@ class AssignmentStore {
                             const std::vector<std::string>& must_include, int32_t size,
                             const KubeletView* kubelet = nullptr) const;
 
-  // Marks containers of the pod allocated; returns every allocated container
-  // of the pod afterwards (for the allocation annotation).
-  std::vector<std::string> MarkAllocated(const std::string& uid,
-                                         const std::vector<std::string>& containers);
+  // Marks the entries of `resource` of the pod's `containers` allocated;
+  // returns every allocated entry of the pod afterwards (for the allocation
+  // annotation).
+  std::vector<api::AllocatedResource> MarkAllocated(const std::string& uid,
+                                                    const std::string& resource,
+                                                    const std::vector<std::string>& containers);
 
-  // The allocated containers of the pod, in assignment order (empty when the
+  // The allocated entries of the pod, in assignment order (empty when the
   // pod is unknown).
-  std::vector<std::string> AllocatedContainers(const std::string& uid) const;
+  std::vector<api::AllocatedResource> AllocatedContainers(const std::string& uid) const;
 
   // Every assignment (for usage metrics) and the number of pending containers
   // (presumed ones are not pending).
@@ -246,7 +276,7 @@ class AssignmentStore {
   using Pods = std::map<std::string, PodAssignment>;
   // REQUIRES: mu_ held.
   void UpsertLocked(const PodRef& pod, const api::Assignment& assignment,
-                    const std::set<std::string>& allocated, const std::set<std::string>& presumed,
+                    const AllocatedSet& allocated, const AllocatedSet& presumed,
                     bool terminating = false);
   // Match and Preferred over `pods` (pods_, or pods_ with presumed
   // containers counted as allocated). REQUIRES: mu_ held.
@@ -266,6 +296,15 @@ class AssignmentStore {
   PreferredAnswer Readmitted(const std::string& resource, const std::set<std::string>& available,
                              const std::vector<std::string>& must_include, int32_t size,
                              const KubeletView* kubelet) const;
+  // The pods kubelet's view lists that may be waiting for `n` devices of
+  // `resource` without an assignment for them: pods that ask for them
+  // without one (`known`), and pods this plugin has not seen (`unknown`): a
+  // static pod, whose mirror pod the apiserver gets only after kubelet
+  // admitted it, or a pod bound a moment ago. A pod whose listed containers
+  // all hold devices of `resource` already is not waiting for them.
+  // REQUIRES: mu_ held.
+  void ListedWithoutAssignment(const std::string& resource, size_t n, const KubeletView& kubelet,
+                               std::vector<PodRef>* known, std::vector<PodRef>* unknown) const;
   // PreferredIn's answer among the pods waiting with the shape (`shape`,
   // oldest first). REQUIRES: mu_ held.
   PreferredAnswer PreferredForPending(const std::vector<const PodAssignment*>& oldest,
@@ -282,6 +321,10 @@ class AssignmentStore {
   mutable std::mutex mu_;
   std::map<std::string, PodAssignment> pods_;     // by uid; guarded by mu_
   std::map<std::string, Unassigned> unassigned_;  // by uid; guarded by mu_
+  // "<ns>/<name>" of every pod the store was told about (with or without an
+  // assignment), by uid, until Remove: a pod kubelet's view lists that is
+  // not here is one the apiserver has not shown this plugin. Guarded by mu_.
+  std::map<std::string, std::string> known_;
 };
 
 }  // namespace accelpool::plugin

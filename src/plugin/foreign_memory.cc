@@ -23,7 +23,7 @@ std::map<std::string, Granted> GrantedByDevice(const std::vector<PodAssignment>&
   std::map<std::string, Granted> out;
   for (const PodAssignment& p : assignments) {
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      if (!p.allocated.contains(c.name) && !p.presumed.contains(c.name)) continue;
+      if (!Holds(p.allocated, c) && !Holds(p.presumed, c)) continue;
       for (const api::AssignedDevice& d : c.devices) {
         Granted& g = out[d.id];
         if (GrantsWholeDevice(d)) {

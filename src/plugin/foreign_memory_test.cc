@@ -41,7 +41,7 @@ PodAssignment Pod(const std::string& name, const std::string& id, int64_t mib, b
                                           .exclusive = whole});
   p.assignment.node = "n1";
   p.assignment.containers.push_back(c);
-  if (allocated) p.allocated.insert("main");
+  if (allocated) p.allocated.insert({"main", "nvidia.com/gpu"});
   return p;
 }
 
@@ -125,12 +125,12 @@ TEST(ForeignMemoryTest, OnlyAllocatedGrantsCountAndAPendingOneDoesNotHideMemory)
   ASSERT_EQ(f.Observe(invs, {{"GPU-0", 16384}}, pods).size(), 1u);
   EXPECT_EQ(Published(f, "GPU-0"), 16384);
   // Allocated: it is the container's.
-  pods[0].allocated.insert("main");
+  pods[0].allocated.insert({"main", "nvidia.com/gpu"});
   ASSERT_EQ(f.Observe(invs, {{"GPU-0", 16384}}, pods).size(), 1u);
   EXPECT_EQ(Published(f, "GPU-0"), 0);
   // Presumed allocated (an admitted pod whose record was lost): the same.
   pods[0].allocated.clear();
-  pods[0].presumed.insert("main");
+  pods[0].presumed.insert({"main", "nvidia.com/gpu"});
   EXPECT_TRUE(f.Observe(invs, {{"GPU-0", 16384}}, pods).empty());
   EXPECT_EQ(Published(f, "GPU-0"), 0);
 }

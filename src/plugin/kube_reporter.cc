@@ -174,16 +174,18 @@ void KubeReporter::Run(std::stop_token stop) {
   }
 }
 
-void KubeReporter::Allocated(const PodRef& pod, const std::vector<std::string>& containers) {
+void KubeReporter::Allocated(const PodRef& pod,
+                             const std::vector<api::AllocatedResource>& allocated) {
   api::Allocation a;
   a.phase = api::AllocationPhase::kAllocated;
-  a.containers = containers;
+  a.allocated = allocated;
   Post("allocation/" + pod.uid, "allocation state", pod,
        [this, pod, a] { return WriteAllocation(*client_, pod, a); });
 }
 
 void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& resource,
-                          const std::string& message, const std::vector<std::string>& allocated) {
+                          const std::string& message,
+                          const std::vector<api::AllocatedResource>& allocated) {
   if (!pod.has_value()) {
     return;  // nothing identifies a pod; the log line and the metric carry it
   }
@@ -194,7 +196,7 @@ void KubeReporter::Failed(const std::optional<PodRef>& pod, const std::string& r
     // pending ones.
     api::Allocation a;
     a.phase = api::AllocationPhase::kFailed;
-    a.containers = allocated;
+    a.allocated = allocated;
     a.message = message;
     Post("allocation/" + p.uid, "failed allocation state", p,
          [this, p, a] { return WriteAllocation(*client_, p, a); });

@@ -72,9 +72,10 @@ class KubeReporter : public PodReporter {
                 const std::string& message, const std::string& action);
 
   // PodReporter:
-  void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override;
+  void Allocated(const PodRef& pod, const std::vector<api::AllocatedResource>& allocated) override;
   void Failed(const std::optional<PodRef>& pod, const std::string& resource,
-              const std::string& message, const std::vector<std::string>& allocated) override;
+              const std::string& message,
+              const std::vector<api::AllocatedResource>& allocated) override;
 
  private:
   struct Write {

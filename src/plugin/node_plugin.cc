@@ -152,9 +152,10 @@ Status NodePlugin::Start() {
     servers_ = std::move(servers);
   }
   allocator_->RefreshUsageMetrics();
-  if (on_inventory_) {
-    on_inventory_(snap->inventories);
+  if (on_inventory_ && !publisher_.joinable()) {
+    publisher_ = std::jthread([this](std::stop_token stop) { PublishLoop(stop); });
   }
+  Publish(snap->inventories);
   health_threads_.resize(drivers_.size());
   for (size_t i = 0; i < drivers_.size(); ++i) {
     WatchHealth(i);
@@ -329,9 +330,7 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
     }
   }
   allocator_->RefreshUsageMetrics();
-  if (on_inventory_) {
-    on_inventory_(snap->inventories);
-  }
+  Publish(snap->inventories);
   if (on_devices_changed_) {
     on_devices_changed_(change);
   }
@@ -346,11 +345,31 @@ void NodePlugin::HealthChanged(const vendors::HealthEvent& e) {
   if (metrics_ != nullptr) {
     metrics_->SetHealth(std::string(core::VendorName(e.vendor)), e.device_id, e.healthy);
   }
-  if (on_inventory_) {
-    on_inventory_(state_.Get()->inventories);
-  }
+  Publish(state_.Get()->inventories);
   if (on_health_changed_) {
     on_health_changed_(e);
+  }
+}
+
+void NodePlugin::Publish(std::vector<core::NodeInventory> inventories) {
+  if (!on_inventory_) {
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(publish_mu_);
+    to_publish_ = std::move(inventories);
+  }
+  publish_cv_.notify_one();
+}
+
+void NodePlugin::PublishLoop(std::stop_token stop) {
+  std::unique_lock<std::mutex> lock(publish_mu_);
+  while (publish_cv_.wait(lock, stop, [this] { return to_publish_.has_value(); })) {
+    std::vector<core::NodeInventory> inventories = std::move(*to_publish_);
+    to_publish_.reset();
+    lock.unlock();
+    on_inventory_(inventories);
+    lock.lock();
   }
 }
 
@@ -431,6 +450,9 @@ void NodePlugin::Stop() {
     t.request_stop();
   }
   health_threads_.clear();  // joins
+  // A publish under way ends first (its apiserver calls have timeouts); one
+  // still waiting is dropped: the next run publishes what it serves.
+  publisher_ = std::jthread();
   std::lock_guard<std::mutex> lock(servers_mu_);
   for (auto& s : servers_) {
     s->Stop();

@@ -25,9 +25,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -85,7 +87,12 @@ class NodePlugin {
   void Stop();
 
   // Calls `fn` with the inventories after discovery and after every health
-  // change (for publishing on the Node). Set before Start().
+  // change (for publishing on the Node), from a thread of its own: `fn` may
+  // wait on the apiserver (a publish holds its lock across a Get and a Patch
+  // of up to 30 s each), and neither a health thread's next change nor the
+  // supervisor's re-registration may wait for it. Changes made while `fn`
+  // runs are folded: the next call gets the latest inventories. Set before
+  // Start().
   void OnInventory(std::function<void(const std::vector<core::NodeInventory>&)> fn) {
     on_inventory_ = std::move(fn);
   }
@@ -105,6 +112,11 @@ class NodePlugin {
   // Asks the supervisor to discover again now and to serve a change without
   // waiting for a second check (SIGHUP: the operator changed the devices).
   void CheckDevicesNow() { check_now_.store(true); }
+
+  // Hands the inventories served now to the OnInventory callback again, on
+  // its thread (the owner's periodic retry of a publish that failed); never
+  // waits for it.
+  void PublishAgain() { Publish(state_.Get()->inventories); }
 
   DeviceState& state() { return state_; }
   Allocator& allocator() { return *allocator_; }
@@ -132,6 +144,9 @@ class NodePlugin {
   void CheckDevices(bool at_once, std::set<std::string>* pending);
   void Supervise(std::stop_token stop);
   void HealthChanged(const vendors::HealthEvent& e);
+  // Hands the inventories to the publisher thread (no wait; see OnInventory).
+  void Publish(std::vector<core::NodeInventory> inventories);
+  void PublishLoop(std::stop_token stop);
 
   const NodePluginOptions options_;
   std::vector<vendors::VendorDriverPtr> drivers_;
@@ -152,6 +167,12 @@ class NodePlugin {
   std::vector<std::string> candidate_keys_;
   std::string last_check_failure_;  // the reasons last warned about
   std::atomic<bool> check_now_{false};
+  std::mutex publish_mu_;
+  std::condition_variable_any publish_cv_;
+  // The latest inventories not handed to on_inventory_ yet; guarded by
+  // publish_mu_.
+  std::optional<std::vector<core::NodeInventory>> to_publish_;
+  std::jthread publisher_;  // runs on_inventory_ (PublishLoop)
   std::jthread supervisor_;
 };
 

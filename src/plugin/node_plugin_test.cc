@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -345,9 +347,21 @@ TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
   testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
   AssignmentStore store;
   NodePlugin p(StartOptions(dir), FakeDrivers(dir, 2), &store, nullptr, nullptr, Logger());
+  std::mutex mu;
   std::vector<core::NodeInventory> published;
-  p.OnInventory([&](const std::vector<core::NodeInventory>& invs) { published = invs; });
+  p.OnInventory([&](const std::vector<core::NodeInventory>& invs) {
+    std::lock_guard<std::mutex> lock(mu);
+    published = invs;
+  });
   ASSERT_TRUE(p.Start().ok());
+  // Published from the plugin's publisher thread.
+  for (auto until = std::chrono::steady_clock::now() + kWait;
+       std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!published.empty()) break;
+  }
+  std::lock_guard<std::mutex> lock(mu);
   std::vector<std::string> ids;
   for (const core::NodeInventory& inv : published) {
     for (const core::Device& d : inv.devices) {
@@ -470,7 +484,7 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
   a.node = "n";
   a.containers = {Ctr("main", "nvidia.com/mig-1g.18gb", core::Vendor::kNvidia,
                       {Dev("MIG-y", 2, 0, 16384, 1000, true)})};
-  store.Upsert(Pod("on-mig-y"), a, {"main"});
+  store.Upsert(Pod("on-mig-y"), a, {{"main", "nvidia.com/mig-1g.18gb"}});
   NodePluginOptions o = StartOptions(dir);
   o.rediscover_every = std::chrono::milliseconds(50);
   NodePlugin p(o, FakeDrivers(dir), &store, metrics->get(), nullptr, Logger());
@@ -519,6 +533,10 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
   std::set<std::string> slots;
   for (const auto& d : list.devices()) slots.insert(d.id());
   EXPECT_EQ(slots, (std::set<std::string>{"MIG-p::0", "MIG-q::0"}));
+  ASSERT_TRUE(WaitFor([&] {  // published from the plugin's publisher thread
+    std::lock_guard<std::mutex> lock(mu);
+    return published.size() == 1 && published[0].devices.size() == 4;
+  }));
   {
     std::lock_guard<std::mutex> lock(mu);
     ASSERT_EQ(published.size(), 1u);
@@ -683,6 +701,77 @@ TEST(NodePluginDeviceCheckTest, AFailingBackendDoesNotHoldBackTheOthersChanges) 
   EXPECT_EQ(snap->by_id.size(), 4u + 16u);
   ASSERT_NE(snap->Find(npu), nullptr);
   EXPECT_FALSE(snap->Find(npu)->healthy);
+}
+
+// The inventory is published on the Node from a thread of its own: with the
+// apiserver not answering (a publish that waits), the plugin still starts and
+// registers, and each health change reaches ListAndWatch at once. What
+// changed meanwhile is published afterwards, folded into the latest.
+TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  TestKubelet kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  AssignmentStore store;
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto fake = std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n", std::chrono::milliseconds(20)});
+  vendors::fake::FakeDriver* f = fake.get();
+  drivers.push_back(std::move(fake));
+  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool answer = false;
+  int calls = 0;
+  std::vector<core::NodeInventory> published;
+  p.OnInventory([&](const std::vector<core::NodeInventory>& invs) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++calls;
+    cv.wait_for(lock, std::chrono::seconds(20), [&] { return answer; });  // the apiserver hangs
+    published = invs;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(p.Start().ok());
+  ASSERT_EQ(kubelet.WaitRegistrations(2, kWait).size(), 2u);
+  auto stub = kubelet.Dial(EndpointFor("nvidia.com/gpu"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(4));
+  auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  const auto unhealthy = [](const v1beta1::ListAndWatchResponse& r) {
+    return std::count_if(r.devices().begin(), r.devices().end(),
+                         [](const auto& d) { return d.health() == "Unhealthy"; });
+  };
+  EXPECT_EQ(unhealthy(resp), 0);
+  // GPU-b fails, recovers and fails again: every change streams at once.
+  for (bool healthy : {false, true, false}) {
+    testing::WriteFile(dir.File("inv.json"), testing::MixedInventory(healthy));
+    f->Reload();
+    ASSERT_TRUE(reader->Read(&resp)) << "a health change waited on the publish";
+    EXPECT_EQ(unhealthy(resp), healthy ? 0 : 10);
+  }
+  ctx.TryCancel();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(calls, 1) << "one publish under way; the changes wait, folded";
+    answer = true;
+  }
+  cv.notify_all();
+  // Then the latest inventory is published: GPU-b unhealthy.
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    if (published.empty() || calls < 2) return false;
+    for (const core::NodeInventory& inv : published) {
+      for (const core::Device& d : inv.devices) {
+        if (d.id == "GPU-b") return !d.healthy;
+      }
+    }
+    return false;
+  }));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(calls, 2);
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ Status NodePublisher::LoadLocked() {
     }
   }
   loaded_ = true;
+  checked_ = std::chrono::steady_clock::now();
   return Status::Ok();
 }
 
@@ -118,7 +119,8 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   std::lock_guard<std::mutex> lock(mu_);
   ACCELPOOL_RETURN_IF_ERROR(LoadLocked());
   std::string body = Body(inventories);
-  if (body == last_body_) {
+  const auto now = std::chrono::steady_clock::now();
+  if (body == last_body_ && now - checked_ < check_every_) {
     return false;
   }
   // Each try reads the Node, merges, and writes on condition that the Node
@@ -130,6 +132,7 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
     if (!obj.ok()) {
       return obj.status().WithPrefix("reading node " + node_ + " to publish its inventory");
     }
+    checked_ = now;
     const std::string rv =
         kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/resourceVersion"));
     const std::string text = kube::StringAt(
@@ -163,9 +166,14 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
                      [](const core::NodeInventory& a, const core::NodeInventory& b) {
                        return a.vendor < b.vendor;
                      });
-    if (on_node_parsed && Body(merged) == Body(on_node)) {
+    std::map<std::string, std::string> labels = NodeLabels(merged);
+    const bool labelled = std::all_of(labels.begin(), labels.end(), [&](const auto& kv) {
+      return kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/labels") / kv.first) ==
+             kv.second;
+    });
+    if (on_node_parsed && Body(merged) == Body(on_node) && labelled) {
       // Already there (written by an earlier run, or by this one before an
-      // answer was lost).
+      // answer was lost, or unchanged since the last check).
       generation_ = on_node_generation;
       last_body_ = std::move(body);
       last_labels_ = NodeLabels(inventories);
@@ -179,7 +187,6 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
       patch["metadata"]["resourceVersion"] = rv;
     }
     patch["metadata"]["annotations"][api::kInventoryAnnotation] = api::SerializeInventory(doc);
-    std::map<std::string, std::string> labels = NodeLabels(merged);
     for (const auto& [k, v] : labels) {
       patch["metadata"]["labels"][k] = v;
     }
@@ -220,7 +227,8 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
 StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids) {
   const std::string value = StrJoin(ids, ",");
   std::lock_guard<std::mutex> lock(mu_);
-  if (!keys_loaded_) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!keys_loaded_ || now - keys_checked_ >= check_every_) {
     StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);
     if (!obj.ok()) {
       return obj.status().WithPrefix("reading node " + node_);
@@ -230,6 +238,7 @@ StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids)
     last_keys_ = obj->contains(ptr) && obj->at(ptr).is_string() ? obj->at(ptr).get<std::string>()
                                                                 : std::string();
     keys_loaded_ = true;
+    keys_checked_ = now;
   }
   if (value == last_keys_) {
     return false;

@@ -7,7 +7,12 @@
 //
 // Only changes are written: the document is compared, without its
 // generation, with the last one written (or found on the Node at start), and
-// the generation is bumped only when it differs.
+// the generation is bumped only when it differs. What was written may be
+// removed from outside (the Node deleted and registered again by kubelet, an
+// operator removing the annotation or a label), so at most every
+// `check_every` (a minute) a Publish of an unchanged document reads the Node
+// anyway and writes again when the document or a label it derives is not
+// there as written; the key ids annotation is checked the same way.
 //
 // A node with accelerators of two vendors runs one plugin per vendor (the
 // chart's per-vendor DaemonSets), each publishing into the same annotation.
@@ -36,6 +41,7 @@
 #ifndef ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
 #define ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -68,6 +74,10 @@ class NodePublisher {
 
   int64_t generation() const;
 
+  // How often an unchanged document or key id list is checked against the
+  // Node (default a minute; 0: at every call). Set before the first call.
+  void SetCheckEvery(std::chrono::milliseconds every) { check_every_ = every; }
+
   // The inventories of owned vendors found on the Node before this publisher
   // first wrote (read now when not read yet): what a previous run of the
   // plugin published. Empty when there were none or they did not parse.
@@ -91,6 +101,11 @@ class NodePublisher {
   std::vector<core::NodeInventory> found_;          // the document found at load; guarded by mu_
   bool keys_loaded_ = false;                        // guarded by mu_
   std::string last_keys_;  // the key ids annotation ("" when absent); guarded by mu_
+  std::chrono::milliseconds check_every_{std::chrono::minutes(1)};
+  // When the Node was last read for the document and for the key ids;
+  // guarded by mu_.
+  std::chrono::steady_clock::time_point checked_{};
+  std::chrono::steady_clock::time_point keys_checked_{};
 };
 
 }  // namespace accelpool::plugin

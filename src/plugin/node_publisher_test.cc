@@ -248,6 +248,65 @@ TEST_F(NodePublisherTest, AFailedWriteRemovesTheStaleLabelsOnTheRetry) {
   EXPECT_FALSE(Labels().contains("accelpool.io/super-node"));
 }
 
+// What the plugin wrote may be removed from outside: an operator removes the
+// annotation or a label, or the Node is deleted and kubelet registers it
+// again. An unchanged document is checked against the Node now and then and
+// written again when it is not there.
+TEST_F(NodePublisherTest, WhatWasRemovedFromOutsideIsWrittenAgain) {
+  const auto annotation = [&](const char* key) -> json {
+    auto node = api_.Object(kNodes, "node-a");
+    const json::json_pointer ptr(std::string("/metadata/annotations/") + key);
+    return node.has_value() && node->contains(ptr) ? node->at(ptr) : json();
+  };
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  pub.SetCheckEvery(std::chrono::milliseconds(0));
+  const std::vector<core::NodeInventory> invs = {Node("nvidia-hgx-8")};
+  ASSERT_TRUE(*pub.Publish(invs));
+  ASSERT_TRUE(*pub.PublishKeyIds({"k1"}));
+  // In place: read, not written.
+  size_t before = api_.Requests().size();
+  EXPECT_FALSE(*pub.Publish(invs));
+  EXPECT_FALSE(*pub.PublishKeyIds({"k1"}));
+  EXPECT_EQ(api_.Requests().size(), before + 2);
+  // An operator removes the annotations and a label.
+  json node = *api_.Object(kNodes, "node-a");
+  node["metadata"]["annotations"].erase("accelpool.io/inventory");
+  node["metadata"]["annotations"].erase("accelpool.io/assignment-keys");
+  node["metadata"]["labels"].erase("accelpool.io/vendor.nvidia");
+  api_.Put(kNodes, node);
+  EXPECT_TRUE(*pub.Publish(invs));
+  EXPECT_TRUE(*pub.PublishKeyIds({"k1"}));
+  EXPECT_FALSE(annotation("accelpool.io~1inventory").is_null());
+  EXPECT_EQ(annotation("accelpool.io~1assignment-keys"), "k1");
+  EXPECT_EQ(Labels().value("accelpool.io/vendor.nvidia", ""), "true");
+  EXPECT_EQ(pub.generation(), 2);
+  // A label alone.
+  node = *api_.Object(kNodes, "node-a");
+  node["metadata"]["labels"].erase("accelpool.io/model.nvidia");
+  api_.Put(kNodes, node);
+  EXPECT_TRUE(*pub.Publish(invs));
+  EXPECT_EQ(Labels().value("accelpool.io/model.nvidia", ""), "H200");
+  // The Node is deleted; kubelet registers it again, bare.
+  api_.Remove(kNodes, "node-a");
+  EXPECT_FALSE(pub.Publish(invs).ok());
+  api_.Put(kNodes, {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
+  EXPECT_TRUE(*pub.Publish(invs));
+  EXPECT_TRUE(*pub.PublishKeyIds({"k1"}));
+  auto doc =
+      api::ParseInventory(annotation("accelpool.io~1inventory").get<std::string>(), "node-a");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_EQ(doc->inventories.size(), 1u);
+  EXPECT_GT(doc->generation, 2) << "generations only grow";
+  EXPECT_EQ(Labels().value("accelpool.io/vendor.nvidia", ""), "true");
+  EXPECT_EQ(annotation("accelpool.io~1assignment-keys"), "k1");
+  // Between checks (a minute by default) an unchanged document costs nothing.
+  NodePublisher lazy(client_.get(), "node-a", Logger());
+  ASSERT_FALSE(*lazy.Publish(invs));
+  before = api_.Requests().size();
+  EXPECT_FALSE(*lazy.Publish(invs));
+  EXPECT_EQ(api_.Requests().size(), before);
+}
+
 TEST_F(NodePublisherTest, PublishesTheAssignmentKeyIdsOnlyWhenTheyChange) {
   const auto annotation = [&]() -> json {
     auto node = api_.Object(kNodes, "node-a");

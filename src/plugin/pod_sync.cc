@@ -13,10 +13,10 @@ namespace {
 
 using nlohmann::json;
 
-// The names of the pod's containers and init containers (sidecars are init
+// The pod's containers and init containers by name (sidecars are init
 // containers); ephemeral containers get no devices.
-std::set<std::string> ContainerNames(const json& pod) {
-  std::set<std::string> names;
+std::map<std::string, const json*> ContainersByName(const json& pod) {
+  std::map<std::string, const json*> out;
   for (const char* list : {"/spec/containers", "/spec/initContainers"}) {
     const json::json_pointer ptr(list);
     if (!pod.contains(ptr) || !pod.at(ptr).is_array()) {
@@ -24,11 +24,11 @@ std::set<std::string> ContainerNames(const json& pod) {
     }
     for (const json& c : pod.at(ptr)) {
       if (c.is_object() && c.contains("name") && c.at("name").is_string()) {
-        names.insert(c.at("name").get<std::string>());
+        out.emplace(c.at("name").get<std::string>(), &c);
       }
     }
   }
-  return names;
+  return out;
 }
 
 PodRef RefOf(const json& pod) {
@@ -73,6 +73,46 @@ bool RejectedAtAdmission(const json& pod, const json& view) {
   }
   StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
   return al.ok() && al->phase == api::AllocationPhase::kFailed;
+}
+
+std::map<std::string, std::string> ExtendedResources(const json& container);
+
+// Whether each entry of `a` is what kubelet will ask for: kubelet calls
+// Allocate for a container with as many ids as the container asks for of the
+// count resource, so the extender writes the resource the container asked
+// through and one device per device asked for (a fraction is one device with
+// its share; each die of a 910C module is a device of its own; init
+// containers and sidecars have entries of their own). An entry without a
+// resource, or with another count, is matched by no call of its container:
+// the pod would be neither a pending caller nor a pod without an assignment,
+// and its own Allocate could be steered to another pod's grant.
+Status CheckRequests(const std::map<std::string, const json*>& containers, const PodRef& ref,
+                     const api::Assignment& a) {
+  for (const api::AssignedContainer& c : a.containers) {
+    if (c.resource.empty()) {
+      return InvalidArgumentError("pod " + ref.Key() + " has an " + api::kAssignmentAnnotation +
+                                  " entry for container \"" + c.name +
+                                  "\" that names no resource; delete the pod so the scheduler "
+                                  "assigns it again");
+    }
+    auto spec = containers.find(c.name);
+    const std::map<std::string, std::string> asked = spec == containers.end()
+                                                         ? std::map<std::string, std::string>()
+                                                         : ExtendedResources(*spec->second);
+    auto quantity = asked.find(c.resource);
+    StatusOr<int64_t> n = quantity == asked.end()
+                              ? StatusOr<int64_t>(int64_t{0})
+                              : api::ParseWholeQuantity(quantity->second, false);
+    if (!n.ok() || *n != static_cast<int64_t>(c.devices.size())) {
+      return InvalidArgumentError(
+          "pod " + ref.Key() + " has an " + api::kAssignmentAnnotation + " of " +
+          std::to_string(c.devices.size()) + " devices of " + c.resource + " for container \"" +
+          c.name + "\", which asks for " +
+          (quantity == asked.end() ? std::string("none") : quantity->second) +
+          "; delete the pod so the scheduler assigns it again");
+    }
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::string& node,
@@ -120,14 +160,21 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   if (Status st = api::CheckPodUid(e.pod.uid); !st.ok()) {
     return InvalidArgumentError("pod " + e.pod.Key() + ": " + st.message() + "; delete the pod");
   }
-  const std::set<std::string> names = ContainerNames(pod);
+  const std::map<std::string, const json*> containers = ContainersByName(pod);
   for (const api::AssignedContainer& c : a->containers) {
-    if (names.count(c.name) == 0) {
+    if (containers.count(c.name) == 0) {
       return InvalidArgumentError("pod " + e.pod.Key() + " has an " + api::kAssignmentAnnotation +
                                   " for container \"" + c.name +
                                   "\", which the pod does not have; delete the pod so the "
                                   "scheduler assigns it again");
     }
+  }
+  // What kubelet may still allocate from must match what the pod asks for.
+  // An admitted pod's entries are not checked: its Allocate calls are done,
+  // and its grants must go on counting (usage, foreign memory) whatever an
+  // older extender wrote.
+  if (api::AwaitsAdmission(view)) {
+    ACCELPOOL_RETURN_IF_ERROR(CheckRequests(containers, e.pod, *a));
   }
   // Signed assignments: one that kubelet may still allocate from must be the
   // extender's own. An admitted pod's is no longer used for an Allocate (and
@@ -158,10 +205,13 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
       pod, json::json_pointer(std::string("/metadata/annotations/") + "accelpool.io~1allocation"));
   if (!alloc.empty()) {
     StatusOr<api::Allocation> al = api::ParseAllocation(alloc);
-    // Both phases list the containers allocated so far: a failed Allocate of
-    // one container leaves the others running with their devices.
+    // Both phases list what is allocated so far: a failed Allocate of one
+    // container leaves the others running with their devices. By container
+    // and resource: another vendor's plugin allocating the container's
+    // devices of its own resource leaves this plugin's entry pending (a name
+    // an older plugin wrote stands for every resource, api::Allocation).
     if (al.ok()) {
-      e.allocated.insert(al->containers.begin(), al->containers.end());
+      e.allocated.insert(al->allocated.begin(), al->allocated.end());
     }
   }
   // Kubelet makes every Allocate call of a pod while admitting it, before it
@@ -172,7 +222,7 @@ StatusOr<std::optional<PodEntry>> EntryChecked(const json& pod, const std::strin
   // the same shape.
   if (!api::AwaitsAdmission(view)) {
     for (const api::AssignedContainer& c : e.assignment.containers) {
-      if (!e.allocated.count(c.name)) e.presumed.insert(c.name);
+      if (!Holds(e.allocated, c)) e.presumed.insert({c.name, c.resource});
     }
   }
   return std::optional<PodEntry>(std::move(e));
@@ -222,7 +272,7 @@ std::vector<UnassignedRequest> UnassignedChecked(const json& pod,
         for (const api::AssignedContainer& a : assignment != nullptr
                                                    ? assignment->containers
                                                    : std::vector<api::AssignedContainer>{}) {
-          covered = covered || (a.name == name && (a.resource == resource || a.resource.empty()));
+          covered = covered || (a.name == name && a.resource == resource);
         }
         if (covered) {
           continue;
@@ -296,11 +346,11 @@ void PodSync::Apply(const nlohmann::json& pod) {
       return;
     }
     NoteName(pod, ref);
-    store_->Replace(
-        entry != nullptr ? entry->pod : ref, entry != nullptr ? &entry->assignment : nullptr,
-        entry != nullptr ? entry->allocated : std::set<std::string>(), std::move(unassigned),
-        entry != nullptr ? entry->presumed : std::set<std::string>(),
-        entry != nullptr && entry->terminating);
+    store_->Replace(entry != nullptr ? entry->pod : ref,
+                    entry != nullptr ? &entry->assignment : nullptr,
+                    entry != nullptr ? entry->allocated : AllocatedSet(), std::move(unassigned),
+                    entry != nullptr ? entry->presumed : AllocatedSet(),
+                    entry != nullptr && entry->terminating);
     // A pod refused for a key this node does not hold yet keeps no version,
     // so the next refresh reads it again (by then the key may be here).
     const bool retry = !e.ok() && e.status().code() == StatusCode::kNotFound;

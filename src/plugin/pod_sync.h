@@ -18,7 +18,10 @@
 // Bad input never crashes and never books anything: a pod whose
 // accelpool.io/assignment does not parse (container names must be DNS-1123
 // labels), names another node or a container the pod does not have, or whose
-// uid is not plain, is left out of the store, logged, and reported on the pod
+// uid is not plain, or, while kubelet may still admit the pod, has an entry
+// without a resource or with another number of devices than its container
+// asks for of that resource, is left out of the store (its requests count as
+// asked without an assignment), logged, and reported on the pod
 // once per pod version (PodReporter::Failed -> an Event). With a key ring
 // (SetAssignmentKeys) so is the assignment of a pod kubelet may still admit
 // whose accelpool.io/assignment-signature does not verify: it was forged or
@@ -54,10 +57,10 @@ namespace accelpool::plugin {
 struct PodEntry {
   PodRef pod;
   api::Assignment assignment;
-  std::set<std::string> allocated;
+  AllocatedSet allocated;
   // An admitted pod's containers its allocation record does not list
   // (AssignmentStore: "Presumed allocations").
-  std::set<std::string> presumed;
+  AllocatedSet presumed;
   // Being deleted (deletionTimestamp) after kubelet admitted it: its
   // containers still run through their grace period, so their grants still
   // count (usage, foreign memory), but it is never an Allocate caller.
@@ -69,9 +72,10 @@ struct PodEntry {
 // it (nothing of it runs). An admitted pod being deleted keeps its entry,
 // marked terminating, until it finishes or its delete event comes. kInvalidArgument when the
 // assignment does not parse, names a container that is not in the pod's spec,
-// or the uid is not plain; kFailedPrecondition when it names another node;
-// kPermissionDenied when `keys` is given, kubelet may still admit the pod and
-// the assignment's signature does not verify.
+// or the uid is not plain, or kubelet may still admit the pod and an entry
+// names no resource or not as many devices as its container asks for of it; kFailedPrecondition
+// when it names another node; kPermissionDenied when `keys` is given, kubelet may still admit the
+// pod and the assignment's signature does not verify.
 StatusOr<std::optional<PodEntry>> EntryFromPod(const nlohmann::json& pod, const std::string& node,
                                                api::AssignmentKeyRing* keys = nullptr);
 

@@ -40,6 +40,19 @@ std::string AssignmentText(const std::string& node, const std::string& slot_devi
   return api::SerializeAssignment(a);
 }
 
+// Entries of `resource` for the containers `names` (what a reporter writes).
+std::vector<api::AllocatedResource> Of(const std::vector<std::string>& names,
+                                       const std::string& resource = "nvidia.com/gpu") {
+  std::vector<api::AllocatedResource> out;
+  for (const std::string& n : names) out.push_back({n, resource});
+  return out;
+}
+
+// The containers an allocation record names, each once.
+std::vector<std::string> Names(const api::Allocation& a) {
+  return testing::RecordingReporter::Names(a.allocated);
+}
+
 // A pod with one container "main" asking for one nvidia.com/gpu.
 json PodJson(const std::string& name, const std::string& node, json annotations,
              const std::string& phase = "Pending") {
@@ -61,7 +74,7 @@ json PodJson(const std::string& name, const std::string& node, json annotations,
 
 TEST(EntryFromPodTest, ReadsAssignmentsAndRejectsBadOnes) {
   api::Allocation done;
-  done.containers = {"main"};
+  done.allocated = Of({"main"});
   struct Case {
     std::string name;
     json pod;
@@ -196,8 +209,8 @@ TEST(EntryFromPodTest, APresumedContainerAnswersWhenNobodyElseCouldBeCalling) {
   auto m = store.Match("nvidia.com/gpu", {"GPU-b::3"});  // ids that name nobody
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->pod.name, "admitted");
-  store.MarkAllocated(m->pod.uid, {m->container.name});
-  EXPECT_EQ(store.AllocatedContainers(m->pod.uid), std::vector<std::string>{"main"});
+  store.MarkAllocated(m->pod.uid, m->container.resource, {m->container.name});
+  EXPECT_EQ(store.AllocatedContainers(m->pod.uid), Of({"main"}));
   EXPECT_EQ(store.All().front().presumed.size(), 0u);
 }
 
@@ -234,7 +247,7 @@ TEST(EntryFromPodTest, PresumedContainersAreFoundInKubeletsOrder) {
     auto m = store.Match("nvidia.com/gpu", *pref.slots);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     EXPECT_EQ(m->container.name, container);
-    store.MarkAllocated(m->pod.uid, {m->container.name});
+    store.MarkAllocated(m->pod.uid, m->container.resource, {m->container.name});
   }
   EXPECT_EQ(store.PendingContainers(), 0u);
 }
@@ -325,6 +338,141 @@ TEST(UnassignedRequestsTest, PodsWithoutAValidAssignmentBlockTheFallback) {
   }
 }
 
+// An assignment must be what kubelet will ask for: each entry names the
+// resource its container asks through, with one device per device asked
+// for. One that does not (fewer devices, no resource, another resource) is
+// refused as malformed, with an Event, and the pod's requests count as asked
+// without an assignment: the pod's own Allocate must not be steered to the
+// only other pod waiting with its shape.
+TEST(UnassignedRequestsTest, AnAssignmentThatDoesNotMatchThePodsRequestsIsRefused) {
+  const auto pod = [](const std::string& name, const std::string& count, const std::string& text) {
+    json p = PodJson(name, "node-a", {{"accelpool.io/assignment", text}});
+    p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = count;
+    return p;
+  };
+  const auto text = [](const std::string& resource, std::vector<api::AssignedDevice> devices) {
+    api::Assignment a;
+    a.node = "node-a";
+    a.containers = {Ctr("main", resource, core::Vendor::kNvidia, std::move(devices))};
+    return api::SerializeAssignment(a);
+  };
+  const std::vector<api::AssignedDevice> two = {Dev("GPU-a", 0, 1, 1024, 100, false),
+                                                Dev("GPU-b", 1, 1, 1024, 100, false)};
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(nullptr, "node-a", &store, &reporter, Logger());
+  sync.Apply(pod("victim", "2", text("nvidia.com/gpu", two)));
+  const std::vector<std::string> ids = {"GPU-a::8", "GPU-b::8"};
+  ASSERT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  struct Case {
+    std::string name;
+    json pod;
+  };
+  const std::vector<Case> strangers = {
+      {"fewer devices than asked for",
+       pod("fewer", "2", text("nvidia.com/gpu", {Dev("GPU-a", 0, 2, 1024, 100, false)}))},
+      {"no resource", pod("unnamed", "2", text("", two))},
+      {"a resource the container does not ask for",
+       pod("other", "2", text("nvidia.com/mig-1g.18gb", two))},
+  };
+  for (const Case& c : strangers) {
+    SCOPED_TRACE(c.name);
+    const size_t events = reporter.entries().size();
+    sync.Apply(c.pod);
+    EXPECT_TRUE(store.All().size() == 1) << "the stranger's assignment is not stored";
+    auto m = store.Match("nvidia.com/gpu", ids);
+    EXPECT_EQ(m.status().code(), StatusCode::kAborted) << m.status().ToString();
+    ASSERT_EQ(reporter.entries().size(), events + 1);
+    EXPECT_EQ(reporter.entries().back().pod,
+              "default/" + c.pod["metadata"]["name"].get<std::string>());
+    EXPECT_NE(reporter.entries().back().message.find("delete the pod"), std::string::npos);
+    sync.Forget(c.pod);
+    EXPECT_TRUE(store.Match("nvidia.com/gpu", ids).ok());
+  }
+  // An admitted pod's entries are not checked: its grants go on counting.
+  json admitted = strangers[0].pod;
+  admitted["status"]["phase"] = "Running";
+  auto e = EntryFromPod(admitted, "node-a");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(e->has_value());
+}
+
+// On a node with a plugin per vendor, the NVIDIA plugin's record of a
+// container that also asks for an Ascend die says nothing of the die: the
+// Ascend plugin still waits for that Allocate. A record of an older plugin
+// (names only) stands for every resource of the container, as it meant.
+TEST(EntryFromPodTest, WhatIsAllocatedIsReadPerResource) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 1024, 100, false)}),
+      Ctr("main", "huawei.com/Ascend910C", core::Vendor::kAscend, {Dev("NPU-2", 2, 0)})};
+  const auto pod = [&](const std::string& record) {
+    json p = PodJson("p", "node-a",
+                     {{"accelpool.io/assignment", api::SerializeAssignment(a)},
+                      {"accelpool.io/allocation", record}});
+    p["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910C"] = "1";
+    return p;
+  };
+  const auto pending = [](const json& p) {
+    auto e = EntryFromPod(p, "node-a");
+    EXPECT_TRUE(e.ok() && e->has_value()) << e.status().ToString();
+    if (!e.ok() || !e->has_value()) return size_t{0};
+    AssignmentStore store;
+    store.Upsert((*e)->pod, (*e)->assignment, (*e)->allocated, (*e)->presumed);
+    return store.PendingContainers();
+  };
+  api::Allocation nvidia;
+  nvidia.allocated = Of({"main"});
+  EXPECT_EQ(pending(pod(api::SerializeAllocation(nvidia))), 1u);
+  AssignmentStore store;
+  auto e = EntryFromPod(pod(api::SerializeAllocation(nvidia)), "node-a");
+  ASSERT_TRUE(e.ok() && e->has_value());
+  store.Upsert((*e)->pod, (*e)->assignment, (*e)->allocated, (*e)->presumed);
+  auto m = store.Match("huawei.com/Ascend910C", {"NPU-9::0"});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->container.resource, "huawei.com/Ascend910C");
+  EXPECT_FALSE(m->repeat);
+  // Both written: nothing waits.
+  api::Allocation both = nvidia;
+  both.allocated.push_back({"main", "huawei.com/Ascend910C"});
+  EXPECT_EQ(pending(pod(api::SerializeAllocation(both))), 0u);
+  // An older plugin's record.
+  EXPECT_EQ(pending(pod(R"({"version":1,"phase":"Allocated","containers":["main"]})")), 0u);
+}
+
+// What the extender writes passes: a fractional share (one device), several
+// devices, an init container and a sidecar with their own entries, and a
+// 910C module (both dies for a count of 2).
+TEST(EntryFromPodTest, AssignmentsAsTheExtenderWritesThemPass) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.containers = {
+      Ctr("warm", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-a", 0, 3, 2048, 200, false)},
+          core::ContainerKind::kInit),
+      Ctr("proxy", "nvidia.com/gpu", core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)},
+          core::ContainerKind::kSidecar),
+      Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+          {Dev("GPU-a", 0, 1, 4096, 250, false), Dev("GPU-b", 1, 1, 4096, 250, false)}),
+      Ctr("main", "huawei.com/Ascend910C", core::Vendor::kAscend,
+          {Dev("NPU-0", 2, 0), Dev("NPU-1", 3, 0)}),
+  };
+  json p = PodJson("p", "node-a", {{"accelpool.io/assignment", api::SerializeAssignment(a)}});
+  p["spec"]["containers"][0]["resources"] = {
+      {"limits",
+       {{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "4096"}, {"huawei.com/Ascend910C", "2"}}}};
+  p["spec"]["initContainers"] = json::array(
+      {{{"name", "warm"},
+        {"resources", {{"limits", {{"nvidia.com/gpu", 1}, {"nvidia.com/gpumem", "2048"}}}}}},
+       {{"name", "proxy"},
+        {"restartPolicy", "Always"},
+        {"resources", {{"requests", {{"nvidia.com/gpu", "1"}}}}}}});
+  auto e = EntryFromPod(p, "node-a");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE(e->has_value());
+  EXPECT_EQ((*e)->assignment.containers.size(), 4u);
+}
+
 // The node's pods are named by uid for the foreign memory check, whatever
 // they ask for: a pod with no device request (one that reaches devices by
 // itself) too. A static pod is found by its own uid (its cgroup's) through
@@ -366,7 +514,7 @@ TEST(PodSyncUpdateTest, ANewUidUnderTheSameNameForgetsTheOldPod) {
   AssignmentStore store;
   PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
   api::Allocation done;
-  done.containers = {"main"};
+  done.allocated = Of({"main"});
   const json old = PodJson("p", "node-a",
                            {{"accelpool.io/assignment", AssignmentText("node-a")},
                             {"accelpool.io/allocation", api::SerializeAllocation(done)}},
@@ -424,7 +572,7 @@ TEST(PodSyncTerminatingTest, APodBeingDeletedKeepsItsGrantsButIsNoCaller) {
   AssignmentStore store;
   PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
   api::Allocation done;
-  done.containers = {"main"};
+  done.allocated = Of({"main"});
   json pod = PodJson("p", "node-a",
                      {{"accelpool.io/assignment", AssignmentText("node-a")},
                       {"accelpool.io/allocation", api::SerializeAllocation(done)}},
@@ -434,7 +582,7 @@ TEST(PodSyncTerminatingTest, APodBeingDeletedKeepsItsGrantsButIsNoCaller) {
   const std::vector<PodAssignment> all = store.All();
   ASSERT_EQ(all.size(), 1u);
   EXPECT_TRUE(all[0].terminating);
-  EXPECT_EQ(all[0].allocated, std::set<std::string>{"main"});
+  EXPECT_EQ(all[0].allocated, AllocatedSet({{"main", "nvidia.com/gpu"}}));
   EXPECT_EQ(store.PendingContainers(), 0u);
 
   core::NodeInventory inv;
@@ -606,7 +754,7 @@ using KubeSideTest = kube::testing::FakeApiTest;
 
 TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   api::Allocation done;
-  done.containers = {"main"};
+  done.allocated = Of({"main"});
   api_.Put(kPods,
            PodJson("pending", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
   api_.Put(kPods, PodJson("running", "node-a",
@@ -954,7 +1102,7 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
   api_.Put(kPods, PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
   KubeReporter reporter(client_.get(), Logger());
   PodRef ref{"default", "p", "uid-p", ""};
-  reporter.Allocated(ref, {"main"});
+  reporter.Allocated(ref, Of({"main"}));
   reporter.Flush();
   auto pod = api_.Object(kPods, "p");
   ASSERT_TRUE(pod.has_value());
@@ -962,9 +1110,9 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
       (*pod)["metadata"]["annotations"]["accelpool.io/allocation"].get<std::string>());
   ASSERT_TRUE(alloc.ok());
   EXPECT_EQ(alloc->phase, api::AllocationPhase::kAllocated);
-  EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
+  EXPECT_EQ(Names(*alloc), (std::vector<std::string>{"main"}));
 
-  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"", {"main"});
+  reporter.Failed(ref, "nvidia.com/gpu", "unknown slot id \"GPU-x::0\"", Of({"main"}));
   reporter.Failed(std::nullopt, "nvidia.com/gpu", "nothing to attach an event to", {});
   reporter.Flush();
   pod = api_.Object(kPods, "p");
@@ -975,7 +1123,7 @@ TEST_F(KubeSideTest, ReporterWritesAllocationStateAndEvents) {
   // The container allocated before keeps its place in the record; the pod,
   // never admitted, was turned away by kubelet: a restarted plugin takes
   // none of its containers for pending ones.
-  EXPECT_EQ(alloc->containers, (std::vector<std::string>{"main"}));
+  EXPECT_EQ(Names(*alloc), (std::vector<std::string>{"main"}));
   auto entry = EntryFromPod(*pod, "node-a");
   ASSERT_TRUE(entry.ok());
   EXPECT_FALSE(entry->has_value());
@@ -1003,27 +1151,28 @@ TEST_F(KubeSideTest, TwoVendorsPluginsWriteOneAllocationStateWithoutLosingEachOt
     EXPECT_TRUE(a.ok()) << a.status().ToString();
     return a.ok() ? *a : api::Allocation{};
   };
-  nvidia.Allocated(ref, {"gpu"});
+  nvidia.Allocated(ref, Of({"gpu"}));
   nvidia.Flush();
-  ascend.Allocated(ref, {"npu"});
+  ascend.Allocated(ref, Of({"npu"}, "huawei.com/Ascend910C"));
   ascend.Flush();
-  EXPECT_EQ(state().containers, (std::vector<std::string>{"gpu", "npu"}));
+  EXPECT_EQ(Names(state()), (std::vector<std::string>{"gpu", "npu"}));
   EXPECT_EQ(state().phase, api::AllocationPhase::kAllocated);
-  nvidia.Allocated(ref, {"gpu", "gpu-side"});
+  nvidia.Allocated(ref, Of({"gpu", "gpu-side"}));
   nvidia.Flush();
-  EXPECT_EQ(state().containers, (std::vector<std::string>{"gpu", "npu", "gpu-side"}));
+  EXPECT_EQ(Names(state()), (std::vector<std::string>{"gpu", "npu", "gpu-side"}));
 
-  ascend.Failed(ref, "huawei.com/Ascend910C", "unknown slot id", {"npu"});
+  ascend.Failed(ref, "huawei.com/Ascend910C", "unknown slot id",
+                Of({"npu"}, "huawei.com/Ascend910C"));
   ascend.Flush();
   EXPECT_EQ(state().phase, api::AllocationPhase::kFailed);
   EXPECT_EQ(state().message, "unknown slot id");
-  EXPECT_EQ(state().containers, (std::vector<std::string>{"gpu", "npu", "gpu-side"}));
+  EXPECT_EQ(Names(state()), (std::vector<std::string>{"gpu", "npu", "gpu-side"}));
 
   // Another pod under the name: the write is refused, not retried.
   json again = PodJson("p", "node-a", json::object());
   again["metadata"]["uid"] = "uid-p-2";
   api_.Put(kPods, again);
-  nvidia.Allocated(ref, {"gpu"});
+  nvidia.Allocated(ref, Of({"gpu"}));
   nvidia.Flush();
   auto pod = api_.Object(kPods, "p");
   ASSERT_TRUE(pod.has_value());
@@ -1151,32 +1300,32 @@ TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {
     auto pod = api_.Object(kPods, "p");
     auto a = api::ParseAllocation(
         (*pod)["metadata"]["annotations"].value("accelpool.io/allocation", "{}"));
-    return a.ok() ? a->containers : std::vector<std::string>{"<none>"};
+    return a.ok() ? Names(*a) : std::vector<std::string>{"<none>"};
   };
 
   // Two failures (503), then the write goes through.
   api_.FailNext(2, 503);
-  reporter.Allocated(ref, {"main"});
+  reporter.Allocated(ref, Of({"main"}));
   reporter.Flush();
   EXPECT_EQ(patches(), 3);
   EXPECT_EQ(written(), (std::vector<std::string>{"main"}));
 
   // Bounded: after max_attempts failures the write is given up.
   api_.FailNext(3, 503);
-  reporter.Allocated(ref, {"main", "side"});
+  reporter.Allocated(ref, Of({"main", "side"}));
   reporter.Flush();
   EXPECT_EQ(patches(), 6);
   EXPECT_EQ(written(), (std::vector<std::string>{"main"}));
 
   // A pod that is gone is not retried.
-  reporter.Allocated({"default", "gone", "uid-gone", ""}, {"main"});
+  reporter.Allocated({"default", "gone", "uid-gone", ""}, Of({"main"}));
   reporter.Flush();
   EXPECT_EQ(patches(), 7);
 
   // A newer state supersedes a retrying older one: the older never lands last.
   api_.FailNext(1, 503);
-  reporter.Allocated(ref, {"main"});
-  reporter.Allocated(ref, {"main", "side"});
+  reporter.Allocated(ref, Of({"main"}));
+  reporter.Allocated(ref, Of({"main", "side"}));
   reporter.Flush();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   reporter.Flush();
@@ -1186,7 +1335,7 @@ TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {
   api_.FailNext(1000, 503);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i) {
-    reporter.Failed(ref, "nvidia.com/gpu", "boom", {"main"});
+    reporter.Failed(ref, "nvidia.com/gpu", "boom", Of({"main"}));
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
   reporter.Flush();

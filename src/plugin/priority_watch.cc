@@ -122,8 +122,16 @@ void PriorityWatch::Poll(std::chrono::steady_clock::time_point now, uint64_t mon
   for (const Seat& s : held_) {
     if (!held.contains(s)) Release(s);
   }
-  // Devices gone from every grant keep no busy window.
+  // Devices gone from every grant keep no busy window, and containers that
+  // are gone no warning: a file is reported again only under a new path.
   std::erase_if(busy_until_, [&](const auto& kv) { return !by_device.contains(kv.first); });
+  std::set<std::string> live;
+  for (const auto& [device, seats] : by_device) {
+    for (const std::vector<Seat>* v : {&seats.high, &seats.low}) {
+      for (const Seat& s : *v) live.insert(s.state_dir);
+    }
+  }
+  std::erase_if(warned_, [&](const std::string& dir) { return !live.contains(dir); });
   counts_ = std::move(counts);
   held_ = std::move(held);
   if (metrics_ != nullptr) {
@@ -145,6 +153,11 @@ void PriorityWatch::Run(std::stop_token stop) {
   for (const Seat& s : held_) Release(s);
   held_.clear();
   if (metrics_ != nullptr) metrics_->SetPriorityHeld(0);
+}
+
+size_t PriorityWatch::WarnedFiles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warned_.size();
 }
 
 std::set<std::string> PriorityWatch::Held() const {

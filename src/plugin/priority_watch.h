@@ -66,6 +66,9 @@ class PriorityWatch {
 
   // Low-priority containers held now, as "<ns>/<pod>/<container>".
   std::set<std::string> Held() const;
+  // How many priority files are remembered as reported unreadable (for
+  // tests: only those of live containers are kept).
+  size_t WarnedFiles() const;
 
  private:
   // One container's ordinal of one GPU.
@@ -88,7 +91,9 @@ class PriorityWatch {
   std::map<Seat, uint64_t> counts_;  // high seats: the counter at the previous poll
   std::map<std::string, std::chrono::steady_clock::time_point> busy_until_;  // by device id
   std::set<Seat> held_;           // low seats holding a deadline this watch wrote
-  std::set<std::string> warned_;  // files reported unreadable, by path
+  // Files reported unreadable, by path; only those of the containers of the
+  // last poll, so that pod churn does not grow it.
+  std::set<std::string> warned_;
 };
 
 }  // namespace accelpool::plugin

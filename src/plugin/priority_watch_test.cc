@@ -57,7 +57,7 @@ class PriorityWatchTest : public ::testing::Test {
     api::Assignment a;
     a.node = "node-a";
     a.containers.push_back(Ctr("main", kGpu, core::Vendor::kNvidia, std::move(devices)));
-    store_.Upsert(ref, a, {"main"});
+    store_.Upsert(ref, a, {{"main", kGpu}});
     StatusOr<std::string> dir = dirs_.Create(ref.uid, "main");
     EXPECT_TRUE(dir.ok()) << dir.status().ToString();
     const std::string state = StateDirs::StateSubdir(*dir);
@@ -197,6 +197,28 @@ TEST_F(PriorityWatchTest, AFileTheContainerBrokeIsSkippedNotFollowed) {
   StatusOr<std::string> after = ReadRegularFile(victim, 1 << 20);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(*after, content);
+}
+
+// A file reported unreadable is remembered (to say it once) only while its
+// container is there: pods come and go, and the set must not grow with them.
+TEST_F(PriorityWatchTest, UnreadableFilesOfContainersThatWentAreForgotten) {
+  PriorityWatch w({}, &store_, &dirs_, nullptr, Logger());
+  for (int i = 0; i < 3; ++i) {
+    const std::string pod = "infer-" + std::to_string(i);
+    const std::string high = Add(pod, true, {Dev("GPU-a", 0, 1, 4096, 300, false)});
+    const std::string low =
+        Add("train-" + std::to_string(i), false, {Dev("GPU-a", 0, 2, 4096, 300, false)});
+    std::filesystem::remove(PriorityFilePath(high));
+    testing::WriteFile(PriorityFilePath(high), "short");
+    std::filesystem::remove(PriorityFilePath(low));
+    testing::WriteFile(PriorityFilePath(low), "short");
+    w.Poll(t0_ + milliseconds(1000 * i), (100 + i) * kSecond);
+    EXPECT_EQ(w.WarnedFiles(), 1u);  // the high one's; nobody is held, so the low one is not read
+    store_.Remove("uid-" + pod);
+    store_.Remove("uid-train-" + std::to_string(i));
+  }
+  w.Poll(t0_ + milliseconds(5000), 105 * kSecond);
+  EXPECT_EQ(w.WarnedFiles(), 0u);
 }
 
 TEST_F(PriorityWatchTest, EnsureKeepsAGoodFileAndMakesItWritableByAnyone) {

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -71,22 +72,35 @@ class RecordingReporter : public PodReporter {
   struct Entry {
     bool ok;
     std::string pod;
-    std::vector<std::string> containers;  // allocated so far (Allocated and Failed)
+    // Allocated so far (Allocated and Failed): the containers' names, each
+    // once, and the entries by resource.
+    std::vector<std::string> containers;
     std::string message;
     std::string resource;  // Failed: "" when only an Event is written
+    std::vector<api::AllocatedResource> allocated = {};
   };
-  void Allocated(const PodRef& pod, const std::vector<std::string>& containers) override {
+  void Allocated(const PodRef& pod, const std::vector<api::AllocatedResource>& allocated) override {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_back({true, pod.Key(), containers, "", ""});
+    entries_.push_back({true, pod.Key(), Names(allocated), "", "", allocated});
   }
   void Failed(const std::optional<PodRef>& pod, const std::string& resource,
-              const std::string& message, const std::vector<std::string>& allocated) override {
+              const std::string& message,
+              const std::vector<api::AllocatedResource>& allocated) override {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_back({false, pod.has_value() ? pod->Key() : "", allocated, message, resource});
+    entries_.push_back(
+        {false, pod.has_value() ? pod->Key() : "", Names(allocated), message, resource, allocated});
   }
   std::vector<Entry> entries() const {
     std::lock_guard<std::mutex> lock(mu_);
     return entries_;
+  }
+
+  static std::vector<std::string> Names(const std::vector<api::AllocatedResource>& allocated) {
+    std::vector<std::string> out;
+    for (const api::AllocatedResource& r : allocated) {
+      if (std::find(out.begin(), out.end(), r.container) == out.end()) out.push_back(r.container);
+    }
+    return out;
   }
 
  private:

@@ -946,7 +946,9 @@ int Run(const Flags& flags) {
       }
       plugin.allocator().RefreshUsageMetrics();
       if (pub != nullptr) {
-        publish(plugin.state().Get()->inventories);
+        // On the plugin's publisher thread: an apiserver that does not
+        // answer holds up neither this loop nor kubelet's side.
+        plugin.PublishAgain();
         // The key ids this plugin verifies with (re-read every 30 s), for a
         // key rotation to see when a new key has reached this node.
         StatusOr<bool> wrote =

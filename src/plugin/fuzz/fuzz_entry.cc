@@ -123,9 +123,9 @@ std::string UidOf(const nlohmann::json& pod) {
 int64_t AllocatedDevices(const AssignmentStore& store, const ContainerAnswer& a,
                          const std::string& resource) {
   for (const PodAssignment& p : store.All()) {
-    if (p.pod.uid != a.pod.uid || p.allocated.count(a.container) == 0) continue;
+    if (p.pod.uid != a.pod.uid) continue;
     for (const api::AssignedContainer& c : p.assignment.containers) {
-      if (c.name == a.container && c.resource == resource) {
+      if (c.name == a.container && c.resource == resource && Holds(p.allocated, c)) {
         return static_cast<int64_t>(c.devices.size());
       }
     }
