@@ -45,7 +45,7 @@ inline nlohmann::json SharePod(const std::string& name, const std::string& node,
       {"status", {{"phase", running ? "Running" : "Pending"}}}};
   if (running) {
     api::Allocation done;
-    done.containers = {"main"};
+    done.allocated = {{"main", "nvidia.com/gpu"}};
     pod["metadata"]["annotations"]["accelpool.io/allocation"] = api::SerializeAllocation(done);
   }
   return pod;

@@ -1077,7 +1077,7 @@ TEST_F(AllocatorTest, AStaticPodKubeletAdmitsIsNeverAnsweredAsTheWaitingPod) {
   ASSERT_EQ(preferred[0].size(), 1u);
   EXPECT_NE(preferred[0][0], "GPU-b::3");
   // Whatever ids kubelet sends, the static pod is told it has no assignment.
-  for (const std::string ids : {preferred[0][0], std::string("GPU-b::3")}) {
+  for (const std::string& ids : {preferred[0][0], std::string("GPU-b::3")}) {
     SCOPED_TRACE(ids);
     auto s = allocator.Allocate(kGpu, {{ids}});
     ASSERT_FALSE(s.ok());
