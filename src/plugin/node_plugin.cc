@@ -364,7 +364,10 @@ void NodePlugin::Publish(std::vector<core::NodeInventory> inventories) {
 
 void NodePlugin::PublishLoop(std::stop_token stop) {
   std::unique_lock<std::mutex> lock(publish_mu_);
-  while (publish_cv_.wait(lock, stop, [this] { return to_publish_.has_value(); })) {
+  // wait() answers the predicate once stop is requested: a publish still
+  // waiting then is dropped, not run (the next run publishes what it serves).
+  while (publish_cv_.wait(lock, stop, [this] { return to_publish_.has_value(); }) &&
+         !stop.stop_requested()) {
     std::vector<core::NodeInventory> inventories = std::move(*to_publish_);
     to_publish_.reset();
     lock.unlock();

@@ -774,5 +774,42 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
   EXPECT_EQ(calls, 2);
 }
 
+// Stop() while a publish hangs and another waits: the one under way ends
+// (its apiserver calls time out), the waiting one is dropped, not run.
+TEST(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  TestKubelet kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  AssignmentStore store;
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto fake = std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n", std::chrono::milliseconds(20)});
+  vendors::fake::FakeDriver* f = fake.get();
+  drivers.push_back(std::move(fake));
+  auto p = std::make_unique<NodePlugin>(StartOptions(dir), std::move(drivers), &store, nullptr,
+                                        nullptr, Logger());
+  std::atomic<int> calls{0};
+  std::atomic<bool> answer{false};
+  p->OnInventory([&](const std::vector<core::NodeInventory>&) {
+    ++calls;
+    for (int i = 0; i < 2000 && !answer; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  ASSERT_TRUE(p->Start().ok());
+  ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  // A change while the first publish hangs: it waits.
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory(false));
+  f->Reload();
+  p->PublishAgain();
+  std::thread answerer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    answer = true;  // the hung publish's call ends
+  });
+  p->Stop();
+  answerer.join();
+  EXPECT_EQ(calls.load(), 1);
+}
+
 }  // namespace
 }  // namespace accelpool::plugin

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <utility>
 
 #include "api/assignment_signature.h"
@@ -67,9 +68,29 @@ std::map<std::string, std::string> NodeLabels(const std::vector<core::NodeInvent
   return labels;
 }
 
+namespace {
+// The key ids annotation of a Node object ("" when absent).
+std::string KeyIdsOn(const nlohmann::json& node) {
+  auto ptr = nlohmann::json::json_pointer(std::string("/metadata/annotations/") +
+                                          "accelpool.io~1assignment-keys");
+  return node.contains(ptr) && node.at(ptr).is_string() ? node.at(ptr).get<std::string>()
+                                                        : std::string();
+}
+}  // namespace
+
 NodePublisher::NodePublisher(kube::KubeClient* client, std::string node, Logger log,
                              std::set<core::Vendor> owned)
-    : client_(client), node_(std::move(node)), log_(std::move(log)), owned_(std::move(owned)) {}
+    : client_(client), node_(std::move(node)), log_(std::move(log)), owned_(std::move(owned)) {
+  SetCheckEvery(std::chrono::minutes(5));
+}
+
+void NodePublisher::SetCheckEvery(std::chrono::milliseconds every) {
+  // A part of up to a quarter more, drawn once per publisher: ten thousand
+  // nodes started together do not read their Nodes in the same second.
+  std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_int_distribution<int64_t> part(0, every.count() / 4);
+  check_every_ = every + std::chrono::milliseconds(part(rng));
+}
 
 std::vector<core::NodeInventory> NodePublisher::OwnedOf(
     std::vector<core::NodeInventory> invs) const {
@@ -132,7 +153,10 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
     if (!obj.ok()) {
       return obj.status().WithPrefix("reading node " + node_ + " to publish its inventory");
     }
-    checked_ = now;
+    // The key ids as the Node has them: PublishKeyIds need not read it again.
+    last_keys_ = KeyIdsOn(*obj);
+    keys_loaded_ = true;
+    keys_checked_ = now;
     const std::string rv =
         kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/resourceVersion"));
     const std::string text = kube::StringAt(
@@ -177,6 +201,7 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
       generation_ = on_node_generation;
       last_body_ = std::move(body);
       last_labels_ = NodeLabels(inventories);
+      checked_ = now;
       return false;
     }
     api::InventoryDocument doc;
@@ -212,6 +237,7 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
     generation_ = doc.generation;
     last_body_ = std::move(body);
     last_labels_ = NodeLabels(inventories);
+    checked_ = now;
     for (const std::string& k : stale) {
       log_.Info("removed a stale node label", {{"label", k}});
     }
@@ -233,10 +259,7 @@ StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids)
     if (!obj.ok()) {
       return obj.status().WithPrefix("reading node " + node_);
     }
-    auto ptr = nlohmann::json::json_pointer(std::string("/metadata/annotations/") +
-                                            "accelpool.io~1assignment-keys");
-    last_keys_ = obj->contains(ptr) && obj->at(ptr).is_string() ? obj->at(ptr).get<std::string>()
-                                                                : std::string();
+    last_keys_ = KeyIdsOn(*obj);
     keys_loaded_ = true;
     keys_checked_ = now;
   }

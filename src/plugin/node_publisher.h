@@ -9,10 +9,13 @@
 // generation, with the last one written (or found on the Node at start), and
 // the generation is bumped only when it differs. What was written may be
 // removed from outside (the Node deleted and registered again by kubelet, an
-// operator removing the annotation or a label), so at most every
-// `check_every` (a minute) a Publish of an unchanged document reads the Node
-// anyway and writes again when the document or a label it derives is not
-// there as written; the key ids annotation is checked the same way.
+// operator removing the annotation or a label), so every `check_every` (five
+// minutes, plus a part of up to a quarter of it drawn per publisher so that
+// the nodes of a cluster do not all read at once) a Publish of an unchanged
+// document reads the Node anyway and writes again when the document or a
+// label it derives is not there as written; that read also refreshes the key
+// ids annotation PublishKeyIds compares with. A failed read or write is
+// tried again at the next call.
 //
 // A node with accelerators of two vendors runs one plugin per vendor (the
 // chart's per-vendor DaemonSets), each publishing into the same annotation.
@@ -75,8 +78,9 @@ class NodePublisher {
   int64_t generation() const;
 
   // How often an unchanged document or key id list is checked against the
-  // Node (default a minute; 0: at every call). Set before the first call.
-  void SetCheckEvery(std::chrono::milliseconds every) { check_every_ = every; }
+  // Node (default five minutes, plus this publisher's jitter of up to a
+  // quarter of it; 0: at every call). Set before the first call.
+  void SetCheckEvery(std::chrono::milliseconds every);
 
   // The inventories of owned vendors found on the Node before this publisher
   // first wrote (read now when not read yet): what a previous run of the
@@ -101,7 +105,7 @@ class NodePublisher {
   std::vector<core::NodeInventory> found_;          // the document found at load; guarded by mu_
   bool keys_loaded_ = false;                        // guarded by mu_
   std::string last_keys_;  // the key ids annotation ("" when absent); guarded by mu_
-  std::chrono::milliseconds check_every_{std::chrono::minutes(1)};
+  std::chrono::milliseconds check_every_{std::chrono::minutes(5)};  // jitter included
   // When the Node was last read for the document and for the key ids;
   // guarded by mu_.
   std::chrono::steady_clock::time_point checked_{};

@@ -833,12 +833,21 @@ int Run(const Flags& flags) {
   NodePublisher* pub = publisher.get();
   // The served inventories with the published foreign memory figures, on the
   // Node (a no-op unless something changed); a failure is retried next tick.
-  auto publish = [pub, log, &foreign](std::vector<core::NodeInventory> invs) {
+  // On the plugin's publisher thread (a device change, and the 5 s tick's
+  // PublishAgain): an apiserver that does not answer holds up neither the
+  // main loop nor kubelet's side.
+  auto publish = [pub, log, &foreign, &keys](std::vector<core::NodeInventory> invs) {
     foreign.Apply(&invs);
     StatusOr<bool> wrote = pub->Publish(invs);
     if (!wrote.ok()) {
       log.Warn("publishing the inventory failed; retried within 5 s",
                {{"error", wrote.status().ToString()}});
+    }
+    // The key ids this plugin verifies with, for a key rotation to see when
+    // a new key has reached this node.
+    wrote = pub->PublishKeyIds(keys != nullptr ? keys->KeyIds() : std::vector<std::string>());
+    if (!wrote.ok()) {
+      log.Warn("publishing the assignment key ids failed", {{"error", wrote.status().ToString()}});
     }
   };
   if (pub != nullptr) {
@@ -946,17 +955,9 @@ int Run(const Flags& flags) {
       }
       plugin.allocator().RefreshUsageMetrics();
       if (pub != nullptr) {
-        // On the plugin's publisher thread: an apiserver that does not
-        // answer holds up neither this loop nor kubelet's side.
+        // The inventory and the key ids, on the plugin's publisher thread
+        // (`publish` above).
         plugin.PublishAgain();
-        // The key ids this plugin verifies with (re-read every 30 s), for a
-        // key rotation to see when a new key has reached this node.
-        StatusOr<bool> wrote =
-            pub->PublishKeyIds(keys != nullptr ? keys->KeyIds() : std::vector<std::string>());
-        if (!wrote.ok()) {
-          log.Warn("publishing the assignment key ids failed",
-                   {{"error", wrote.status().ToString()}});
-        }
       }
       continue;
     }
