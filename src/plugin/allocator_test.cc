@@ -1100,6 +1100,47 @@ TEST_F(AllocatorTest, AStaticPodKubeletAdmitsIsNeverAnsweredAsTheWaitingPod) {
   EXPECT_EQ((*p)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "20480");
 }
 
+// A stranger in kubelet's view is only one the node's pod list lacks: before
+// that list is read every pod is unknown, and a pod removed a moment ago
+// (force-deleted while its containers stop) is still known. On a kubelet
+// whose view lists nobody waiting, p's own call is then answered with p's
+// grant.
+TEST_F(AllocatorTest, NoPodIsAStrangerBeforeThePodsAreListedOrJustAfterItWent) {
+  Assign(Pod("p"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 20480, 500, false)})});
+  Assign(Pod("leaving"),
+         {Ctr("main", "example.com/other", core::Vendor::kNvidia, {Dev("GPU-a", 0, 0)})});
+  store_.Remove("uid-leaving");
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  Allocator allocator("node-a", &state_, &store_, nullptr, &reporter_, e, Logger(),
+                      [] { return Status::Ok(); });
+  KubeletView view = {{"default/leaving", {{"main", {}}}}};
+  allocator.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  auto gone = allocator.Allocate(kGpu, {{"GPU-b::3"}});
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_EQ((*gone)[0].pod.name, "p");
+  // Not listed yet: a pod the store does not know is no stranger either.
+  Assign(Pod("q"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 4, 20480, 500, false)})});
+  bool listed = false;
+  store_.SetPodsListed([&listed] { return listed; });
+  view = {{"kube-system/static-node-a", {{"main", {}}}}};
+  auto early = allocator.Allocate(kGpu, {{"GPU-b::4"}});
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_EQ((*early)[0].pod.name, "q");
+  // Listed: the same view's static pod is a stranger asking without an
+  // assignment, and a call with r's ids is refused rather than answered as r.
+  Assign(Pod("r"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 5, 20480, 500, false)})});
+  listed = true;
+  auto late = allocator.Allocate(kGpu, {{"GPU-b::5"}});
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("kube-system/static-node-a"), std::string::npos)
+      << late.status().ToString();
+  store_.SetPodsListed(nullptr);
+}
+
 TEST_F(AllocatorTest, PreferredReturnsTheAssignedSlotsOfTheOldestFittingContainer) {
   Assign(Pod("first", "2026-11-30T01:00:00Z"),
          {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 1024, 100, false)})});

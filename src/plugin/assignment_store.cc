@@ -123,7 +123,17 @@ void AssignmentStore::Remove(const std::string& uid) {
   std::lock_guard<std::mutex> lock(mu_);
   pods_.erase(uid);
   unassigned_.erase(uid);
-  known_.erase(uid);
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(gone_, [&](const auto& g) { return now - g.second > kGoneMemory; });
+  if (auto it = known_.find(uid); it != known_.end()) {
+    gone_[it->second] = now;
+    known_.erase(it);
+  }
+}
+
+void AssignmentStore::SetPodsListed(std::function<bool()> listed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pods_listed_ = std::move(listed);
 }
 
 bool AssignmentStore::RejectAdmission(const std::string& uid) {
@@ -286,6 +296,7 @@ void AssignmentStore::ListedWithoutAssignment(const std::string& resource, size_
                                               std::vector<PodRef>* unknown) const {
   std::set<std::string> seen;
   for (const auto& [uid, key] : known_) seen.insert(key);
+  for (const auto& [key, when] : gone_) seen.insert(key);
   for (const auto& [uid, u] : unassigned_) {
     if (!kubelet.count(u.pod.Key())) continue;
     if (std::any_of(u.requests.begin(), u.requests.end(), [&](const UnassignedRequest& r) {
@@ -294,6 +305,8 @@ void AssignmentStore::ListedWithoutAssignment(const std::string& resource, size_
       known->push_back(u.pod);
     }
   }
+  // Until the node's pods are listed, every pod is unknown: none is a stranger.
+  if (pods_listed_ && !pods_listed_()) return;
   for (const auto& [key, containers] : kubelet) {
     if (seen.count(key)) continue;
     const bool holds_all = !containers.empty() &&

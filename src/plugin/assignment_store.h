@@ -74,6 +74,8 @@
 #ifndef ACCELPOOL_PLUGIN_ASSIGNMENT_STORE_H_
 #define ACCELPOOL_PLUGIN_ASSIGNMENT_STORE_H_
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -207,8 +209,15 @@ class AssignmentStore {
   void Replace(const PodRef& pod, const api::Assignment* assignment, const AllocatedSet& allocated,
                std::vector<UnassignedRequest> unassigned, const AllocatedSet& presumed = {},
                bool terminating = false);
-  // Forgets the pod: its assignment and its unassigned requests.
+  // Forgets the pod: its assignment and its unassigned requests. Its name is
+  // kept as known for kGoneMemory (a pod force-deleted while its containers
+  // still stop is no stranger in kubelet's view).
   void Remove(const std::string& uid);
+  static constexpr std::chrono::minutes kGoneMemory{10};
+  // Whether the apiserver's pods of the node have been listed (PodSync's
+  // informer synced): before, every pod kubelet's view lists is unknown here
+  // and none may be taken for a stranger. Null (the default): listed.
+  void SetPodsListed(std::function<bool()> listed);
   // An Allocate for the pod failed: kubelet turns it away and never admits
   // it again, so a pod not admitted yet (nothing presumed, not terminating)
   // is forgotten at once, before kubelet's Failed status comes back, and the
@@ -325,6 +334,10 @@ class AssignmentStore {
   // assignment), by uid, until Remove: a pod kubelet's view lists that is
   // not here is one the apiserver has not shown this plugin. Guarded by mu_.
   std::map<std::string, std::string> known_;
+  // "<ns>/<name>" of pods removed, and when; pruned past kGoneMemory.
+  // Guarded by mu_.
+  std::map<std::string, std::chrono::steady_clock::time_point> gone_;
+  std::function<bool()> pods_listed_;  // guarded by mu_
 };
 
 }  // namespace accelpool::plugin

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "api/pod_request.h"
+#include "api/resources.h"
 #include "kube/objects.h"
 
 namespace accelpool::plugin {
@@ -94,6 +95,12 @@ Status CheckRequests(const std::map<std::string, const json*>& containers, const
                                   " entry for container \"" + c.name +
                                   "\" that names no resource; delete the pod so the scheduler "
                                   "assigns it again");
+    }
+    // An entry under a memory or compute name (a container that asked for no
+    // count, read as one device) is no count kubelet asks ids for: no check.
+    if (std::optional<api::ResourceInfo> info = api::LookupResource(c.resource);
+        info.has_value() && info->role != api::ResourceRole::kCount) {
+      continue;
     }
     auto spec = containers.find(c.name);
     const std::map<std::string, std::string> asked = spec == containers.end()
@@ -477,11 +484,14 @@ void PodSync::Start() {
   h.on_update = [this](const json& old, const json& pod) { Update(old, pod); };
   h.on_delete = [this](const json& pod) { Forget(pod); };
   informer_ = std::make_unique<kube::Informer>(*client_, o, h, log_.Child("informer"));
+  store_->SetPodsListed(
+      [inf = informer_.get()] { return inf->WaitForSync(std::chrono::milliseconds(0)); });
   informer_->Start();
 }
 
 void PodSync::Stop() {
   if (informer_ != nullptr) {
+    store_->SetPodsListed(nullptr);
     informer_->Stop();
     informer_.reset();
   }

@@ -471,6 +471,18 @@ TEST(EntryFromPodTest, AssignmentsAsTheExtenderWritesThemPass) {
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   ASSERT_TRUE(e->has_value());
   EXPECT_EQ((*e)->assignment.containers.size(), 4u);
+
+  // A container that asked for memory alone (no webhook to add the count):
+  // its entry is under the memory name, which is no count, and passes.
+  api::Assignment mem;
+  mem.node = "node-a";
+  mem.containers = {Ctr("main", "nvidia.com/gpumem", core::Vendor::kNvidia,
+                        {Dev("GPU-a", 0, 2, 8000, 0, false)})};
+  json q = PodJson("q", "node-a", {{"accelpool.io/assignment", api::SerializeAssignment(mem)}});
+  q["spec"]["containers"][0]["resources"] = {{"limits", {{"nvidia.com/gpumem", "8000"}}}};
+  auto m = EntryFromPod(q, "node-a");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->has_value());
 }
 
 // The node's pods are named by uid for the foreign memory check, whatever
