@@ -78,7 +78,7 @@ if [[ ${SKIP_TSAN:-0} != 1 ]]; then
   # else with threads runs here: the extender, the HTTP and Kubernetes
   # layers, the plugin's pod sync, reporters and health watches, and the
   # vendor backends' health threads against their fake libraries.
-  tsan_skip='^(NodePlugin(Start|DeviceCheck)?Test|PodResourcesTest)\.|^DevicePluginInstallsTheCudaLibrary$|H200'
+  tsan_skip='^(NodePlugin(Start|DeviceCheck|Publish)?Test|PodResourcesTest)\.|^DevicePluginInstallsTheCudaLibrary$|H200'
   if BUILD_DIR=build-tsan bash scripts/build.sh -DACCELPOOL_TSAN=ON -DACCELPOOL_WITH_CUDA_SHIM=OFF \
       -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_BENCH=OFF; then
     # A kernel whose address-space randomisation ThreadSanitizer cannot work
