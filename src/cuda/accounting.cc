@@ -398,16 +398,20 @@ void RestorePool(const PoolAccount& account) {
 
 namespace {
 
-struct Relink {
+// Renames every record whose `field` (its pool link or its context) is
+// `from` to `to`, counting them: the pools' and the contexts' bookkeeping
+// both move records onto a mark this way.
+struct Relabel {
+  uint64_t AllocRecord::*field;
   uint64_t from;
   uint64_t to;
-  uint64_t count;
+  size_t count;
 };
 
-void RelinkPool(void* ctx, uint64_t, AllocRecord* record) {
-  auto* r = static_cast<Relink*>(ctx);
-  if (record->link == r->from) {
-    record->link = r->to;
+void RelabelRecord(void* ctx, uint64_t, AllocRecord* record) {
+  auto* r = static_cast<Relabel*>(ctx);
+  if (record->*r->field == r->from) {
+    record->*r->field = r->to;
     ++r->count;
   }
 }
@@ -423,8 +427,8 @@ void RetirePool(const PoolAccount& account) {
     // The pointers' records link to a mark from now on: a pool created later
     // may get the dead handle, and its blocks are not these.
     pthread_mutex_lock(&s.mem_mu);
-    Relink relink{account.pool, kMarkBit | ++s.context_marks, 0};
-    s.pointers->ForEachMutable(RelinkPool, &relink);
+    Relabel relink{&AllocRecord::link, account.pool, kMarkBit | ++s.context_marks, 0};
+    s.pointers->ForEachMutable(RelabelRecord, &relink);
     pthread_mutex_unlock(&s.mem_mu);
     if (relink.count != 0) {
       *entry = account;
@@ -559,20 +563,6 @@ uint64_t TakeDeviceRecords(ShimState& s, AllocTable* table, const ResetScope& sc
   }
 }
 
-struct Relabel {
-  uint64_t from;
-  uint64_t to;
-  size_t count;
-};
-
-void RelabelContext(void* ctx, uint64_t, AllocRecord* record) {
-  auto* r = static_cast<Relabel*>(ctx);
-  if (record->context == r->from) {
-    record->context = r->to;
-    ++r->count;
-  }
-}
-
 struct MarkedBytes {
   uint64_t mark;
   uint64_t bytes[kMaxDevices];
@@ -597,9 +587,9 @@ uint64_t MarkContextRecords(uint64_t context) {
     return 0;
   }
   pthread_mutex_lock(&s.mem_mu);
-  Relabel relabel{context, kMarkBit | ++s.context_marks, 0};
+  Relabel relabel{&AllocRecord::context, context, kMarkBit | ++s.context_marks, 0};
   for (AllocTable* table : {s.pointers, s.arrays, s.ipc, s.heaps}) {  // Owner::kContext.
-    table->ForEachMutable(RelabelContext, &relabel);
+    table->ForEachMutable(RelabelRecord, &relabel);
   }
   pthread_mutex_unlock(&s.mem_mu);
   return relabel.count > 0 ? relabel.to : 0;
@@ -611,13 +601,13 @@ void SettleContextRecords(uint64_t mark, uint64_t context, bool destroyed) {
     return;
   }
   MarkedBytes taken{mark, {}};
-  Relabel relabel{mark, context, 0};
+  Relabel relabel{&AllocRecord::context, mark, context, 0};
   pthread_mutex_lock(&s.mem_mu);
   for (AllocTable* table : {s.pointers, s.arrays, s.ipc, s.heaps}) {
     if (destroyed) {
       table->TakeIf(TakeMarked, &taken);
     } else {
-      table->ForEachMutable(RelabelContext, &relabel);
+      table->ForEachMutable(RelabelRecord, &relabel);
     }
   }
   pthread_mutex_unlock(&s.mem_mu);
@@ -633,10 +623,10 @@ size_t DisownContextRecords(uint64_t context) {
   if (context == 0 || s.pointers == nullptr) {
     return 0;
   }
-  Relabel relabel{context, 0, 0};
+  Relabel relabel{&AllocRecord::context, context, 0, 0};
   pthread_mutex_lock(&s.mem_mu);
   for (AllocTable* table : {s.pointers, s.arrays, s.ipc}) {  // Those of Owner::kContext.
-    table->ForEachMutable(RelabelContext, &relabel);
+    table->ForEachMutable(RelabelRecord, &relabel);
   }
   pthread_mutex_unlock(&s.mem_mu);
   return relabel.count;
