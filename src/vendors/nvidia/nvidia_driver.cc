@@ -564,6 +564,7 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
         which);
   }
   std::string last_error;
+  bool lost_unplaced = false;  // the last "GPU lost" found no GPU failing: said once
   // A GPU's devices: the GPU, or every MIG device on it.
   auto ids_of = [this](int32_t i) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -627,9 +628,23 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
           if (x.device >= 0) {
             hit.push_back(x.device);
           } else {
+            // The wait does not say which GPU. For a lost GPU, those that
+            // still answer their health query are not it: NVML may keep
+            // answering every wait this way until the driver is reloaded,
+            // and marking (and re-stamping) every GPU would hold the
+            // healthy ones out of service all that time.
             for (int32_t i = 0; i < all(); ++i) {
-              hit.push_back(i);
+              if (!x.gpu_lost || !nvml_->Probe(i).ok()) {
+                hit.push_back(i);
+              }
             }
+            if (hit.empty() && !lost_unplaced) {
+              spdlog::warn(
+                  "nvidia: NVML reports a GPU is lost but every GPU answers its health query; "
+                  "none is marked. Check `nvidia-smi` and the kernel log for the GPU that fell "
+                  "off the bus");
+            }
+            lost_unplaced = x.gpu_lost && hit.empty();
           }
           for (int32_t i : hit) {
             bool was_healthy = false;

@@ -509,6 +509,37 @@ TEST(NvidiaDriverTest, XidHealthIsTwoWayAndIgnoresApplicationErrors) {
   EXPECT_TRUE(events[1].healthy);
 }
 
+// NVML's event wait answers "GPU is lost" without naming the GPU, and may do
+// so on every wait until the driver is reloaded: only the GPU that fails its
+// health query is marked, the others stay in service, and the lost one comes
+// back once it answers again, even while the wait still says "lost".
+TEST(NvidiaDriverTest, ALostGpuDoesNotHoldBackGpusThatAnswer) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
+  lib->probe_fail_mask = 1u << 1;
+  XidEvent lost;
+  lost.gpu_lost = true;
+  for (int i = 0; i < 400; ++i) {  // about 2 s of waits at 5 ms each
+    lib->Push(std::optional<XidEvent>(lost));
+  }
+  testing::HealthRecorder health(d);
+  health.WaitFor(1, std::chrono::seconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
+  ASSERT_EQ(health.Count(), 1u) << "only GPU 1 fails its health query";
+  lib->probe_fail_mask = 0;
+  health.WaitFor(2, std::chrono::seconds(1));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
+  EXPECT_TRUE(events[1].healthy);
+  std::lock_guard<std::mutex> lock(lib->mu);
+  EXPECT_FALSE(lib->queue.empty()) << "it came back while the waits still said lost";
+}
+
 // The device plugin discovers again while the health watch runs (its device
 // check): a new MIG layout on GPU 1 is read, and an XID on GPU 1 afterwards
 // names the instances it has now.
