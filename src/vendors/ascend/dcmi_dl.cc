@@ -80,14 +80,22 @@ class DlDcmi : public DcmiLibrary {
     int n = 0;
     int list[64] = {};
     ACCELPOOL_RETURN_IF_ERROR(Check((*cards)(&n, list, 64), "dcmi_get_card_num_list"));
+    // A count past the list it filled, or below zero, is not a node's cards:
+    // answering with fewer (or no) NPUs would withdraw them from service as
+    // if they had gone.
+    if (n < 0 || n > 64) {
+      return InternalError("dcmi_get_card_num_list reported " + std::to_string(n) +
+                           " cards; check the NPU driver with npu-smi info");
+    }
     std::vector<DcmiChipId> out;
-    for (int i = 0; i < std::min(n, 64); ++i) {
+    for (int i = 0; i < n; ++i) {
       int devices = 0;
       ACCELPOOL_RETURN_IF_ERROR(
           Check((*per_card)(list[i], &devices), "dcmi_get_device_num_in_card"));
       // A card carries a few chips (two on a 300I Duo); a garbage count would
-      // make millions of chip ids, each queried in turn.
-      if (devices > kMaxChipsPerCard) {
+      // make millions of chip ids, each queried in turn, and a negative one
+      // would drop the card's chips.
+      if (devices < 0 || devices > kMaxChipsPerCard) {
         return InternalError("dcmi_get_device_num_in_card reported " + std::to_string(devices) +
                              " chips on card " + std::to_string(list[i]) +
                              "; check the NPU driver with npu-smi info");

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <climits>
+#include <tuple>
 
 #include "vendors/ascend/ascend_driver.h"
 #include "vendors/ascend/dcmi_library.h"
@@ -324,12 +326,44 @@ TEST(DcmiBindingTest, AGarbageChipCountPerCardIsRefused) {
   auto driver = Driver("/nonexistent");
   ASSERT_TRUE(driver.ok());
   auto invs = (*driver)->Discover();
-  chips_in_card(-1);
+  chips_in_card(INT_MIN);
   ASSERT_FALSE(invs.ok());
   EXPECT_EQ(invs.status().code(), StatusCode::kInternal);  // a broken library, as CheckedCount
   for (const char* want : {"dcmi_get_device_num_in_card", "1073741824 chips", "npu-smi"}) {
     EXPECT_NE(invs.status().message().find(want), std::string::npos) << invs.status().message();
   }
+}
+
+// A negative count is not "no NPUs" or "no chips on this card": answering
+// with fewer devices would withdraw the others from service as if they had
+// gone (the plugin keeps a failing backend's devices, not a shorter list).
+TEST(DcmiBindingTest, NegativeCardOrChipCountsFailDiscovery) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto chips_in_card =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_chips_in_card"));
+  auto cards_listed =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_cards_listed"));
+  ASSERT_NE(chips_in_card, nullptr);
+  ASSERT_NE(cards_listed, nullptr);
+  auto driver = Driver("/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  ASSERT_TRUE((*driver)->Discover().ok());
+  for (const auto& [cards, chips, want] :
+       {std::tuple{-1, INT_MIN, "-1 cards"}, std::tuple{65, INT_MIN, "65 cards"},
+        std::tuple{INT_MIN, -1, "-1 chips"}}) {
+    cards_listed(cards);
+    chips_in_card(chips);
+    auto invs = (*driver)->Discover();
+    cards_listed(INT_MIN);
+    chips_in_card(INT_MIN);
+    ASSERT_FALSE(invs.ok()) << want;
+    EXPECT_EQ(invs.status().code(), StatusCode::kInternal);
+    EXPECT_NE(invs.status().message().find(want), std::string::npos) << invs.status().message();
+    EXPECT_NE(invs.status().message().find("npu-smi"), std::string::npos);
+  }
+  ASSERT_TRUE((*driver)->Discover().ok());
 }
 
 // npu-smi info -t proc-mem -i <id> lists the same processes (PID, memory).

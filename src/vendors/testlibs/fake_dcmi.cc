@@ -37,6 +37,7 @@
 // serialises its calls.
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <thread>
 
@@ -211,11 +212,17 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_resou
   resource_mode = m;
 }
 
-// What dcmi_get_device_num_in_card answers for every card (-1: the
-// product's chips per card), for a driver that reports garbage.
-int chips_in_card = -1;
+// What dcmi_get_device_num_in_card answers for every card, and what
+// dcmi_get_card_num_list answers as the count, for a driver that reports
+// garbage (kAsTheProduct: the product's own figures).
+constexpr int kAsTheProduct = INT_MIN;
+int chips_in_card = kAsTheProduct;
+int cards_listed = kAsTheProduct;
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_chips_in_card(int n) {
   chips_in_card = n;
+}
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_cards_listed(int n) {
+  cards_listed = n;
 }
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_product(int p) {
@@ -241,12 +248,13 @@ __attribute__((visibility("default"))) int dcmi_get_card_num_list(int* n, int* l
   for (int p = 0; p < *n && p < len; ++p) {
     list[p] = product->cards[p];
   }
+  if (cards_listed != kAsTheProduct) *n = cards_listed;
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_num_in_card(int card, int* n) {
   InCall in_call;
   if (ChipIndex(card, 0) < 0) return kInvalidDeviceId;
-  *n = chips_in_card >= 0 ? chips_in_card : product->chips_per_card;
+  *n = chips_in_card != kAsTheProduct ? chips_in_card : product->chips_per_card;
   return kOk;
 }
 __attribute__((visibility("default"))) int dcmi_get_device_logic_id(int* logic, int card,
