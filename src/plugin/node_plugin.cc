@@ -31,6 +31,56 @@ SocketId Identify(const std::string& path) {
           static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
 }
 
+// `text` with every byte outside printable ASCII as \xNN, for a log line.
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// What a backend found, checked as the extender will read it. A figure out of
+// the protocol's range (a library's sentinel, such as ~0 for a memory size
+// read as MiB, or -1 for a core count) would make the extender refuse the
+// node's whole published inventory, every vendor's devices with it; an id
+// with a separator or a byte outside printable ASCII would split in a
+// comma-separated visible-devices list, or not reach kubelet as a protobuf
+// string. The backend is taken as failed instead, naming the field: the
+// devices it served before are kept, as for a library that errors.
+Status CheckDiscovered(const std::vector<core::NodeInventory>& found, const std::string& node) {
+  api::InventoryDocument doc;
+  doc.inventories = found;
+  StatusOr<api::InventoryDocument> back = api::InventoryFromJson(api::InventoryToJson(doc), node);
+  if (!back.ok()) {
+    return FailedPreconditionError("the vendor library reported a figure the inventory cannot " +
+                                   std::string("carry (") + back.status().message() +
+                                   "); check the driver with the vendor's node tool");
+  }
+  for (const core::NodeInventory& inv : found) {
+    for (const core::Device& dev : inv.devices) {
+      for (char c : dev.id) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u <= 0x20 || u >= 0x7f || c == ',' || c == ';' || c == '"' || c == '\\') {
+          return FailedPreconditionError("device " + std::to_string(dev.index) +
+                                         " has an id with a character a " +
+                                         "visible-devices list cannot carry (" + Printable(dev.id) +
+                                         "); check the driver with the vendor's node tool");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 NodePlugin::NodePlugin(NodePluginOptions options, std::vector<vendors::VendorDriverPtr> drivers,
@@ -65,6 +115,11 @@ NodePlugin::Discovery NodePlugin::DiscoverAll(bool quiet) {
   for (size_t i = 0; i < drivers_.size(); ++i) {
     vendors::VendorDriver* d = drivers_[i].get();
     StatusOr<std::vector<core::NodeInventory>> found = d->Discover();
+    if (found.ok()) {
+      if (Status checked = CheckDiscovered(*found, options_.node); !checked.ok()) {
+        found = checked;
+      }
+    }
     if (!found.ok()) {
       out.failed[i] = true;
       if (!quiet) {

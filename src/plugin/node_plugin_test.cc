@@ -646,6 +646,101 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
   EXPECT_EQ(checks("changed"), 0);
 }
 
+// A backend whose library, on demand, reports a figure out of the
+// protocol's range or an id that would split in a visible-devices list.
+class GarbledDriver : public vendors::VendorDriver {
+ public:
+  enum Garble { kNone, kMemory, kUnits, kComma, kNonAscii };
+  explicit GarbledDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  std::string_view Name() const override { return "garbled"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override {
+    auto found = inner_.Discover();
+    ++calls_;
+    if (found.ok() && !found->empty() && !found->front().devices.empty()) {
+      core::Device& dev = found->front().devices.back();
+      switch (garble.load()) {
+        case kMemory:
+          dev.memory_mib = int64_t{1} << 44;
+          break;  // ~0 bytes read as MiB
+        case kUnits:
+          dev.compute_units = -1;
+          break;  // 0xFFFFFFFF as a count
+        case kComma:
+          dev.id = "GPU-a,GPU-b";
+          break;
+        case kNonAscii:
+          dev.id = "GPU-\xff\x01";
+          break;
+        case kNone:
+          break;
+      }
+    }
+    return found;
+  }
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+  int calls() const { return calls_.load(); }
+  std::atomic<Garble> garble{kNone};
+
+ private:
+  vendors::fake::FakeDriver inner_;
+  std::atomic<int> calls_{0};
+};
+
+// A figure out of the inventory's range would make the extender refuse the
+// node's whole published inventory: the backend is taken as failed, with
+// the field named, at start (nothing served from it) and at a device check
+// (what it served is kept, unchanged).
+TEST(NodePluginDeviceCheckTest, AFigureOrIdTheInventoryCannotCarryFailsTheBackend) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), MigLayout(false));
+  const std::pair<GarbledDriver::Garble, const char*> cases[] = {
+      {GarbledDriver::kMemory, "memory_mib"},
+      {GarbledDriver::kUnits, "compute_units"},
+      {GarbledDriver::kComma, "GPU-a,GPU-b"},
+      {GarbledDriver::kNonAscii, "GPU-\\xff\\x01"}};
+  for (const auto& [garble, named] : cases) {
+    SCOPED_TRACE(named);
+    AssignmentStore store;
+    std::vector<vendors::VendorDriverPtr> drivers;
+    auto owned = std::make_unique<GarbledDriver>(dir.File("inv.json"));
+    owned->garble = garble;
+    drivers.push_back(std::move(owned));
+    NodePlugin refused(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+    Status st = refused.Start();
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(named), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find("vendor's node tool"), std::string::npos) << st.ToString();
+  }
+
+  AssignmentStore store;
+  NodePluginOptions o = StartOptions(dir);
+  o.rediscover_every = std::chrono::milliseconds(20);
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto owned = std::make_unique<GarbledDriver>(dir.File("inv.json"));
+  GarbledDriver* g = owned.get();
+  drivers.push_back(std::move(owned));
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  const std::set<std::string> served = Ids(*p.state().Get());
+  const int64_t version = p.state().Get()->version;
+  g->garble = GarbledDriver::kMemory;
+  const int seen = g->calls();
+  ASSERT_TRUE(WaitFor([&] { return g->calls() >= seen + 6; }));
+  EXPECT_EQ(Ids(*p.state().Get()), served);
+  EXPECT_EQ(p.state().Get()->version, version);
+  for (const core::NodeInventory& inv : p.state().Get()->inventories) {
+    for (const core::Device& dev : inv.devices) {
+      EXPECT_LT(dev.memory_mib, int64_t{1} << 40) << dev.id;
+    }
+  }
+}
+
 // Two backends from files in `dir`: the GPUs of inv.json (MIG layout off)
 // and a 910C node's NPUs from npu.json.
 std::vector<vendors::VendorDriverPtr> GpuAndNpuDrivers(const TempDir& dir) {
