@@ -102,7 +102,7 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
       {"XPU ML", core::Vendor::kKunlunxin, "kunlunxin-p800-x8", "XPU-0000-1d-00.0", "P800", 98304,
        "0000:1d:00.0", 6, -1, -1, "/dev/xpu3", 0},
       {"MX-SML", core::Vendor::kMetax, "metax-c500-x8", "GPU-7c1a0000-51d2-4f0e-9a3b-000000000000",
-       "C500", 65536, "0000:0f:00.0", 1, 100, 10, "/dev/dri/card3", 0},
+       "C500", 65536, "0000:0f:00.0", 1, 100, 10, "/dev/dri/card4", 0},
       {"MTML", core::Vendor::kMthreads, "mthreads-s4000-x8", "a1b2c3d4-0000-4000-8000-000000000000",
        "MTT S4000", 49152, "0000:18:00.0", -1, 20, 10, "/dev/mtgpu.3", 128},
       {"CNDev", core::Vendor::kCambricon, "cambricon-mlu370-x8",
@@ -130,6 +130,14 @@ TEST(LibraryBindingsTest, MapsEachVendorsEightDeviceNode) {
     auto invs = (*driver)->Discover();
     ASSERT_TRUE(invs.ok()) << invs.status().ToString();
     ASSERT_EQ(invs->size(), 1u);
+    if (c.vendor == core::Vendor::kMetax) {
+      // A MetaX GPU's DRM nodes are only those sysfs lists (DrmNodesTest);
+      // card0 is the BMC's here.
+      sysfs.Drm(invs->front().devices[3].pci_bus, {"card4", "renderD131"});
+      dev.Add("/dev/dri/renderD131");
+      invs = (*driver)->Discover();
+      ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    }
     const core::NodeInventory& inv = invs->front();
     EXPECT_EQ(inv.vendor, c.vendor);
     EXPECT_EQ(inv.topology.kind, c.profile);
@@ -167,6 +175,7 @@ struct DrmCase {
   core::Vendor vendor;
   std::string env;                   // the visible-devices variable; "": none
   std::vector<std::string> before3;  // device 3's DRM nodes without sysfs entries
+  bool refused_without_sysfs = false;  // no entries: refused, not given a node by index
   std::vector<std::string> own3;     // its own non-DRM nodes, kept
 };
 
@@ -208,9 +217,18 @@ TEST_P(DrmNodesTest, DeviceNodesComeFromSysfsNotTheIndex) {
     }
     return true;
   };
-  // Without sysfs entries: the index, as before.
-  EXPECT_EQ(drm(nodes(devices[3])), c.before3);
-  EXPECT_TRUE(has_all(nodes(devices[3]), c.own3));
+  // Without sysfs entries: the index where the node is numbered by it, or a
+  // refusal where that number would name another device's node.
+  if (c.refused_without_sysfs) {
+    auto refused = (*driver)->BuildContainerSpec({{devices[3], 0, 0, true}});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.status().message().find("/sys"), std::string::npos)
+        << refused.status().message();
+  } else {
+    EXPECT_EQ(drm(nodes(devices[3])), c.before3);
+    EXPECT_TRUE(has_all(nodes(devices[3]), c.own3));
+  }
 
   for (size_t i = 0; i < devices.size(); ++i) {
     sysfs.Drm(devices[i].pci_bus,
@@ -235,9 +253,13 @@ TEST_P(DrmNodesTest, DeviceNodesComeFromSysfsNotTheIndex) {
 
 INSTANTIATE_TEST_SUITE_P(
     Vendors, DrmNodesTest,
-    ::testing::Values(
-        DrmCase{"MX-SML", core::Vendor::kMetax, "", {"/dev/dri/card3"}, {}},
-        DrmCase{"MTML", core::Vendor::kMthreads, "MTHREADS_VISIBLE_DEVICES", {}, {"/dev/mtgpu.3"}}),
+    ::testing::Values(DrmCase{"MX-SML", core::Vendor::kMetax, "", {}, true, {}},
+                      DrmCase{"MTML",
+                              core::Vendor::kMthreads,
+                              "MTHREADS_VISIBLE_DEVICES",
+                              {},
+                              false,
+                              {"/dev/mtgpu.3"}}),
     [](const ::testing::TestParamInfo<DrmCase>& i) {
       return i.param.vendor == core::Vendor::kMetax ? std::string("Metax")
                                                     : std::string("Mthreads");

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -40,6 +41,64 @@ std::string PickProfile(const std::vector<ProfileRule>& rules, const std::string
   }
   return "";
 }
+
+namespace {
+
+// A profile's groups (a P800's wings, a C500's link zones) and its link
+// scores go by index; a library may number the devices across the sockets
+// alternately. Where it says which NUMA node each device sits on, and those
+// nodes split the devices into groups of the profile's sizes, the groups
+// follow the NUMA nodes and the profile's link scores follow the devices
+// they are mapped to (the k-th NUMA node's j-th device stands where the
+// profile's k-th group has its j-th). Profiles with modules keep their
+// layout: a module's members are placed by the board, not the socket.
+void GroupsFollowNuma(core::NodeInventory* inv) {
+  core::Topology& t = inv->topology;
+  const size_t n = inv->devices.size();
+  if (t.groups.size() < 2 || !t.modules.empty()) {
+    return;
+  }
+  std::map<int32_t, std::vector<int32_t>> by_numa;
+  for (const core::Device& d : inv->devices) {
+    if (d.numa < 0) {
+      return;
+    }
+    by_numa[d.numa].push_back(d.index);
+  }
+  if (by_numa.size() != t.groups.size()) {
+    return;
+  }
+  std::vector<int32_t> position(n, -1);  // device index -> the profile's index it stands for
+  size_t k = 0;
+  for (const auto& [numa, members] : by_numa) {
+    const std::vector<int32_t>& group = t.groups[k++];
+    if (group.size() != members.size()) {
+      return;
+    }
+    for (size_t j = 0; j < members.size(); ++j) {
+      position[static_cast<size_t>(members[j])] = group[j];
+    }
+  }
+  if (std::find(position.begin(), position.end(), -1) != position.end()) {
+    return;  // the profile's groups do not hold every device once
+  }
+  t.groups.clear();
+  for (auto& [numa, members] : by_numa) {
+    t.groups.push_back(std::move(members));
+  }
+  if (t.links.size() == n * n) {
+    std::vector<int32_t> links(n * n, 0);
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = 0; b < n; ++b) {
+        links[a * n + b] =
+            t.links[static_cast<size_t>(position[a]) * n + static_cast<size_t>(position[b])];
+      }
+    }
+    t.links = std::move(links);
+  }
+}
+
+}  // namespace
 
 LibraryDriver::LibraryDriver(DeviceLibraryPtr library, LibraryDriverSpec spec, std::string node)
     : library_(std::move(library)), spec_(std::move(spec)), node_(std::move(node)) {}
@@ -101,6 +160,8 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
                               : core::ApplyProfile(profile, &inv);
   if (!st.ok()) {
     core::ApplyNumaDefault(&inv);
+  } else {
+    GroupsFollowNuma(&inv);
   }
   const size_t n = inv.devices.size();
   DiscoveryLog notes(&discovery_lines_);
@@ -216,6 +277,13 @@ StatusOr<ContainerSpec> LibraryDriver::BuildContainerSpec(
     if (minors.find(g.device.id) == minors.end()) {
       return InvalidArgumentError("device " + g.device.id +
                                   " is not on this node; the assignment is stale or foreign");
+    }
+    if (spec_.nodes_from_sysfs_only && nodes.find(g.device.id) == nodes.end()) {
+      return FailedPreconditionError(
+          std::string(Name()) + " device " + g.device.id + " (PCI " + g.device.pci_bus +
+          "): its device nodes are not listed under /sys/bus/pci/devices/<address>/drm, and a " +
+          "node numbered by the device's index could be another device's (a BMC's VGA counts " +
+          "too). Check that the vendor driver is loaded and that the plugin sees the host's /sys");
     }
   }
   return GenericContainerSpec(

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "core/fit.h"
 #include "vendors/hygon/rocm_smi_library.h"
 #include "vendors/library_specs.h"
 #include "vendors/test_util.h"
@@ -201,6 +202,7 @@ TEST(LibraryDriverTest, ContainerSpecUsesVendorNodesAndEnv) {
   testing::FakeDevRoot dev;
   dev.AddVendor(core::Vendor::kMetax, 8, 20);
   LibraryDriverSpec spec_in = MetaxSpec();
+  spec_in.nodes_from_sysfs_only = false;  // the fake library lists no sysfs nodes
   spec_in.device_root = dev.root();
   LibraryDriver d(
       std::make_unique<FakeLibrary>("MetaX C500", 8, 65536, std::vector<int>{0}, nullptr), spec_in,
@@ -277,6 +279,37 @@ TEST(LibraryDriverTest, ALinkQueryFailingMidMatrixKeepsTheProfilesLinks) {
   ASSERT_EQ((*invs)[0].devices.size(), 8u);
   EXPECT_EQ((*invs)[0].topology.kind, "metax-c500-x8");
   EXPECT_EQ((*invs)[0].topology.links, (*profile_only)[0].topology.links);
+}
+
+// A library that numbers the XPUs across the sockets alternately: a P800's
+// wings (required groups) follow the NUMA nodes it reports, never one that
+// spans both, and the profile's link scores follow the devices: the two
+// XPUs of one wing score as one wing, the direct cross-wing partners as such.
+TEST(LibraryDriverTest, WingsFollowNumaNotIndex) {
+  LibraryDriver d(std::make_unique<FakeLibrary>("P800 OAM", 8, 98304,
+                                                std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1}, nullptr),
+                  KunlunxinSpec(), "n");
+  auto invs = d.Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  EXPECT_EQ(inv.topology.kind, "kunlunxin-p800-x8");
+  EXPECT_EQ(inv.topology.group_rule, core::GroupRule::kRequired);
+  const std::vector<std::vector<int32_t>> want = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+  EXPECT_EQ(inv.topology.groups, want);
+  ASSERT_TRUE(core::ValidateInventory(inv).ok());
+  // XPU 2 stands where the profile's 1 does (same wing as 0); XPU 1 where its 4 does.
+  EXPECT_EQ(inv.LinkScore(0, 2), inv.LinkScore(0, 6));
+  EXPECT_GT(inv.LinkScore(0, 2), inv.LinkScore(0, 3));
+  EXPECT_GT(inv.LinkScore(0, 1), inv.LinkScore(0, 3)) << "0 and 1 are direct cross-wing partners";
+
+  // NUMA nodes that do not split the XPUs four and four leave the profile's wings.
+  LibraryDriver uneven(std::make_unique<FakeLibrary>(
+                           "P800 OAM", 8, 98304, std::vector<int>{0, 0, 0, 0, 0, 1, 1, 1}, nullptr),
+                       KunlunxinSpec(), "n");
+  auto kept = uneven.Discover();
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  const std::vector<std::vector<int32_t>> index_wings = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  EXPECT_EQ((*kept)[0].topology.groups, index_wings);
 }
 
 TEST(LibraryDriverTest, PolledHealthIsTwoWay) {

@@ -13,6 +13,7 @@ LibraryDriverSpec MetaxSpec() {
     return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
   };
   s.profiles = {{"C500", 8, "metax-c500-x8"}};
+  s.nodes_from_sysfs_only = true;  // /dev/dri/card<N> is numbered over every DRM device
   return s;
 }
 
