@@ -114,6 +114,10 @@ struct VendorAsk {
   std::string model_family;
   std::string partition;  // from nvidia.com/mig-<profile>
   std::string first_name;
+  // A count name given as 0: asks for nothing, names no family or partition,
+  // and leaves the count to another count name of the vendor (a chart's
+  // default nvidia.com/gpu: 0 beside a MIG profile's name).
+  std::string zero_count_name;
 };
 
 // Pod-wide selectors from annotations.
@@ -194,6 +198,42 @@ StatusOr<bool> TaskPriorityOf(const json& v) {
                               internal::Describe(v));
 }
 
+// The count name that `name` (a memory, percent or compute name) belongs to,
+// or "".
+std::string OwnerOf(const std::string& name) {
+  for (const ResourceInfo& r : KnownResources()) {
+    if (r.role == ResourceRole::kCount &&
+        (r.memory_name == name || r.memory_percent_name == name || r.compute_name == name)) {
+      return r.name;
+    }
+  }
+  return "";
+}
+
+// A memory, percent or compute name goes with one count name (its sibling in
+// the resource table). Through another, such as a vendor's whole-device name
+// (kunlunxin.com/xpu with kunlunxin.com/vxpu-memory), the container would be
+// booked a share of a device that is handed over whole and uncapped.
+Status CheckShareNames(const VendorAsk& ask) {
+  // A MIG profile's name: the request check says that an instance is granted whole.
+  if (ask.count_name.empty() || !ask.partition.empty()) return Status::Ok();
+  const std::optional<ResourceInfo> count = LookupResource(ask.count_name);
+  if (!count) return Status::Ok();
+  const std::pair<const std::string*, const std::string*> pairs[] = {
+      {&ask.memory_name, &count->memory_name},
+      {&ask.percent_name, &count->memory_percent_name},
+      {&ask.compute_name, &count->compute_name}};
+  for (const auto& [given, sibling] : pairs) {
+    if (given->empty() || *given == *sibling) continue;
+    const std::string owner = OwnerOf(*given);
+    return InvalidArgumentError(
+        *given + " does not go with " + ask.count_name + "; " +
+        (owner.empty() ? std::string() : "ask through " + owner + " for a share of a device, or ") +
+        "drop " + *given + " to get whole devices");
+  }
+  return Status::Ok();
+}
+
 // Collects a container's resources by vendor.
 Status CollectContainer(const json& c, const std::string& where,
                         std::map<core::Vendor, VendorAsk>& asks) {
@@ -235,6 +275,11 @@ Status CollectContainer(const json& c, const std::string& where,
       // A memory or compute amount of 0 is not given, as in HAMi (whose
       // gpucores: 0 means "no compute limit"): the container asks what the
       // rest of its resources say, and for nothing of this vendor alone.
+      continue;
+    }
+    if (*q == 0) {  // a count: see VendorAsk::zero_count_name
+      VendorAsk& ask = asks[info->vendor];
+      if (ask.zero_count_name.empty()) ask.zero_count_name = name;
       continue;
     }
     VendorAsk& ask = asks[info->vendor];
@@ -480,14 +525,15 @@ StatusOr<PodDeviceRequest> ParsePodRequest(const json& pod) {
       ACCELPOOL_RETURN_IF_ERROR(CollectContainer(c, where, asks));
       for (const auto& [vendor, ask] : asks) {
         const bool shares = ask.memory_mib || ask.memory_percent || ask.compute;
-        if (ask.count && *ask.count == 0) {
+        if (!ask.count && !ask.zero_count_name.empty()) {
           if (shares) {
-            return InvalidArgumentError(where + ": " + ask.count_name +
+            return InvalidArgumentError(where + ": " + ask.zero_count_name +
                                         " is 0 but memory or compute is requested; ask for at "
                                         "least 1 device or drop the memory/compute resources");
           }
           continue;  // an explicit zero asks for nothing
         }
+        ACCELPOOL_RETURN_IF_ERROR(CheckShareNames(ask).WithPrefix(where));
         if (ask.memory_mib && ask.memory_percent) {
           return InvalidArgumentError(where + ": both " + ask.memory_name + " and " +
                                       ask.percent_name + " are set; give memory one way");

@@ -18,6 +18,55 @@ json PodWithLimits(const json& limits, const json& annotations = json::object(),
                            {"resources", {{"limits", limits}, {"requests", requests}}}}})}}}};
 }
 
+// An explicit zero asks for nothing: a chart's default nvidia.com/gpu: 0 beside
+// the count the container really asks through (a MIG profile's name, an
+// Ascend chip's) neither clashes with it nor names a family or partition.
+TEST(PodRequestTest, AZeroCountOfAnotherNameDoesNotBlockTheRealOne) {
+  struct Case {
+    json limits;
+    Vendor vendor;
+    std::string family, partition, resource;
+  };
+  const std::vector<Case> cases = {
+      {{{"nvidia.com/gpu", "0"}, {"nvidia.com/mig-2g.35gb", "1"}},
+       Vendor::kNvidia,
+       "",
+       "2g.35gb",
+       "nvidia.com/mig-2g.35gb"},
+      {{{"nvidia.com/mig-1g.18gb", "0"}, {"nvidia.com/mig-2g.35gb", "1"}},
+       Vendor::kNvidia,
+       "",
+       "2g.35gb",
+       "nvidia.com/mig-2g.35gb"},
+      {{{"huawei.com/Ascend310P", "0"}, {"huawei.com/Ascend910B3", "1"}},
+       Vendor::kAscend,
+       "Ascend910B3",
+       "",
+       "huawei.com/Ascend910B3"},
+      {{{"nvidia.com/mig-1g.18gb", "0"}, {"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}},
+       Vendor::kNvidia,
+       "",
+       "",
+       "nvidia.com/gpu"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParsePodRequest(PodWithLimits(c.limits));
+    ASSERT_TRUE(r.ok()) << c.limits.dump() << ": " << r.status().ToString();
+    ASSERT_EQ(r->request.containers.size(), 1u) << c.limits.dump();
+    const core::DeviceRequest& d = r->request.containers[0];
+    EXPECT_EQ(d.vendor, c.vendor);
+    EXPECT_EQ(d.count, 1);
+    EXPECT_EQ(d.partition, c.partition) << c.limits.dump();
+    EXPECT_EQ(r->origins[0].resource, c.resource) << c.limits.dump();
+    EXPECT_EQ(r->origins[0].model_family, c.family) << c.limits.dump();
+  }
+  // Zero alone still asks for nothing.
+  auto none =
+      ParsePodRequest(PodWithLimits({{"nvidia.com/gpu", "0"}, {"nvidia.com/mig-1g.18gb", 0}}));
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->request.containers.empty());
+}
+
 TEST(PodRequestTest, EveryResourceNameMapsToUnits) {
   struct Case {
     json limits;
@@ -300,6 +349,25 @@ TEST(PodRequestTest, BadValuesSayWhatIsWrong) {
        none,
        "nvidia.com/priority: want 0 (high priority) or 1 (low priority), got string \"2\""},
       {{{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "high"}}, none, "want 0 (high"},
+      // A share name through a count name it does not go with: a whole device,
+      // handed over uncapped, would be booked as a share.
+      {{{"kunlunxin.com/xpu", "1"}, {"kunlunxin.com/vxpu-memory", "1024"}},
+       none,
+       "kunlunxin.com/vxpu-memory does not go with kunlunxin.com/xpu; ask through "
+       "kunlunxin.com/vxpu for a share of a device, or drop kunlunxin.com/vxpu-memory"},
+      {{{"metax-tech.com/gpu", "1"}, {"metax-tech.com/vmemory", "8"}},
+       none,
+       "ask through metax-tech.com/sgpu"},
+      {{{"mthreads.com/gpu", "1"}, {"mthreads.com/sgpu-core", "4"}},
+       none,
+       "mthreads.com/sgpu-core does not go with mthreads.com/gpu"},
+      {{{"huawei.com/npu", "1"}, {"huawei.com/Ascend910B3-memory", "16384"}},
+       none,
+       "huawei.com/Ascend910B3-memory does not go with huawei.com/npu; ask through "
+       "huawei.com/Ascend910B3"},
+      {{{"nvidia.com/gpu", "0"}, {"nvidia.com/mig-1g.18gb", "0"}, {"nvidia.com/gpucores", "10"}},
+       none,
+       "is 0 but memory or compute"},
   };
   for (const Case& c : cases) {
     auto r = ParsePodRequest(PodWithLimits(c.limits, c.annotations));
