@@ -161,6 +161,19 @@ StatusOr<Assignment> AssignmentFromJson(const json& doc) {
         return InvalidArgumentError(Join(p, "slot") + ": slot \"" + dev.slot +
                                     "\" does not belong to device \"" + dev.id + "\"");
       }
+      // kubelet's ids are compared as text ("G::01" is no slot it knows)
+      // and the extender reads the number: both must name the same slot.
+      if (SlotId(slot->first, slot->second) != dev.slot) {
+        return InvalidArgumentError(Join(p, "slot") + ": \"" + dev.slot +
+                                    "\" is not written as \"" + SlotId(slot->first, slot->second) +
+                                    "\"");
+      }
+      for (const AssignedDevice& earlier : out.devices) {
+        if (earlier.id == dev.id) {
+          return InvalidArgumentError(Join(p, "id") + ": device \"" + dev.id +
+                                      "\" is given to this container twice");
+        }
+      }
       ACCELPOOL_RETURN_IF_ERROR(
           ReadInt(ds[d], "memory_mib", p, false, 0, kMaxMemoryMib, dev.memory_mib));
       ACCELPOOL_RETURN_IF_ERROR(

@@ -75,6 +75,18 @@ TEST(AssignmentCodecTest, BadDocumentsNameThePath) {
       {"empty container name",
        R"({"version":1,"node":"n","containers":[{"name":"","vendor":"nvidia","devices":[]}]})",
        "containers[0].name:"},
+      // The plugin matches slot ids with kubelet's as text, the extender reads
+      // the number: a slot written two ways would be two slots to one and one
+      // to the other.
+      {"slot with a leading zero",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"G::01"}]}]})",
+       "containers[0].devices[0].slot: \"G::01\" is not written as \"G::1\""},
+      {"slot with a sign",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"G::-0"}]}]})",
+       "containers[0].devices[0].slot"},
+      {"one device twice in a container",
+       R"({"version":1,"node":"n","containers":[{"name":"m","vendor":"nvidia","devices":[{"id":"G","index":0,"slot":"G::0"},{"id":"G","index":0,"slot":"G::1"}]}]})",
+       "containers[0].devices[1].id: device \"G\" is given to this container twice"},
   };
   for (const Case& c : cases) {
     auto r = ParseAssignment(c.text);
