@@ -230,6 +230,21 @@ bool IsMirrorPod(const Json& pod) {
          pod["metadata"]["annotations"].contains("kubernetes.io/config.mirror");
 }
 
+// A mirror pod as kubelet creates it: the apiserver's record of a static pod,
+// written by a node (NodeRestriction lets a node create mirror pods only, and
+// only for itself). Anyone who may create pods can set the annotation; from
+// another user it exempts nothing.
+bool IsMirrorPodFromKubelet(const Json& req) {
+  if (!IsMirrorPod(req["object"])) return false;
+  const Json* user =
+      req.contains("userInfo") && req["userInfo"].is_object() ? &req["userInfo"] : nullptr;
+  const std::string name =
+      user != nullptr && user->contains("username") && (*user)["username"].is_string()
+          ? (*user)["username"].get<std::string>()
+          : "";
+  return name.rfind("system:node:", 0) == 0;
+}
+
 // What the webhook acts on: CREATE of a pod itself (the chart registers
 // only that). Anything else is allowed as it is: an UPDATE could not change
 // spec.schedulerName, and a subresource carries no pod to route.
@@ -465,7 +480,7 @@ Reply Webhook::MutateDevices(std::string_view body) const {
     const std::string uid = req["uid"].get<std::string>();
     Json allowed = Json{{"allowed", true}};
     if (!IsPodCreate(req) || !req.contains("object") || !req["object"].is_object() ||
-        IsMirrorPod(req["object"]) || !api::RequestsAccelerators(req["object"])) {
+        IsMirrorPodFromKubelet(req) || !api::RequestsAccelerators(req["object"])) {
       return Reply{200, Review(uid, allowed).dump(-1, ' ', false, Json::error_handler_t::replace)};
     }
     Json pod = req["object"];

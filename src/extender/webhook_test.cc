@@ -371,9 +371,23 @@ TEST(WebhookTest, APodCreatedOnANodeIsRefused) {
   EXPECT_NE(msg.find("kubernetes.io/hostname: node-a"), std::string::npos) << msg;
 
   pod["metadata"]["annotations"] = {{"kubernetes.io/config.mirror", "abc"}};
-  resp = Response(w.Mutate(Review(pod).dump()));
+  nlohmann::json review = Review(pod);
+  review["request"]["userInfo"] = {{"username", "system:node:node-a"}};
+  resp = Response(w.Mutate(review.dump()));
   EXPECT_EQ(resp["allowed"], true);
   EXPECT_FALSE(resp.contains("patch")) << resp.dump();
+  // The annotation from anyone but a node exempts nothing: a forged
+  // assignment beside it would otherwise reach the device plugin unchecked.
+  pod["metadata"]["annotations"]["accelpool.io/assignment"] = "{}";
+  for (const nlohmann::json& user :
+       {nlohmann::json{{"username", "alice"}}, nlohmann::json{{"username", "system:nodes"}},
+        nlohmann::json()}) {
+    SCOPED_TRACE(user.dump());
+    review = Review(pod);
+    if (!user.is_null()) review["request"]["userInfo"] = user;
+    resp = Response(w.Mutate(review.dump()));
+    EXPECT_EQ(resp["allowed"], false) << resp.dump();
+  }
 }
 
 // A memory or compute name of an Ascend or Iluvatar chip that is matched as a

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <utility>
 
 namespace accelpool::extender {
@@ -149,8 +150,10 @@ StatusOr<int64_t> Int64Field(const Json& obj, std::string_view key, std::string_
   if (f == nullptr || f->is_null()) {
     return int64_t{0};
   }
-  if (!f->is_number_integer()) {
-    return TypeError(path, "an integer");
+  if (!f->is_number_integer() ||
+      (f->is_number_unsigned() &&
+       f->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    return TypeError(path, "an integer");  // past int64 it would read back negative
   }
   return f->get<int64_t>();
 }

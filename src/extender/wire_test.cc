@@ -1,8 +1,9 @@
 #include "extender/wire.h"
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
 
 namespace accelpool::extender {
 namespace {
@@ -209,6 +210,17 @@ TEST(WireTest, PreemptionMetaAndFullVictims) {
       DecodePreemptionArgs(R"({"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":5}]}}})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("a pod with a UID"), std::string::npos);
+  // Past int64 a count would read back negative (and be echoed so): refused.
+  StatusOr<PreemptionArgs> huge = DecodePreemptionArgs(
+      R"({"NodeNameToMetaVictims":{"n":{"Pods":[],"NumPDBViolations":18446744073709551615}}})");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("NumPDBViolations"), std::string::npos)
+      << huge.status().message();
+  StatusOr<PreemptionArgs> top = DecodePreemptionArgs(
+      R"({"NodeNameToMetaVictims":{"n":{"Pods":[],"NumPDBViolations":9223372036854775807}}})");
+  ASSERT_TRUE(top.ok()) << top.status().ToString();
+  EXPECT_EQ(top->victims["n"].num_pdb_violations, std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(DecodeHostPriorityList(R"([{"Host":"a","Score":9223372036854775808}])").ok());
 }
 
 }  // namespace
