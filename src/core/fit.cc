@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -588,6 +589,12 @@ Status ValidateInventory(const NodeInventory& inv) {
       return InvalidArgumentError(who + "device " + d.id +
                                   " has negative memory, more than 2^40 MiB, or max_shares < 1");
     }
+    if (d.foreign_mib < 0 || d.foreign_mib > kMaxMemoryMib) {
+      // Negative, it would add room that FreeMemory hands out and the usage
+      // checks then refuse.
+      return InvalidArgumentError(who + "device " + d.id +
+                                  " has negative foreign memory or more than 2^40 MiB of it");
+    }
     if (d.vendor != inv.vendor) {
       return InvalidArgumentError(who + "device " + d.id + " is of another vendor");
     }
@@ -834,6 +841,26 @@ Status CheckPlacement(const PodRequest& pod, const NodeInventory& inv, const Nod
     // Every entry is booked, but only one would be checked below.
     if (!named.insert(c.container).second) {
       return FailedPreconditionError("placement names container \"" + c.container + "\" twice");
+    }
+  }
+  {
+    // ApplyPlacement counts the pod's phases (each init container beside the
+    // sidecars started before it) in the placement's order: it must be the
+    // pod's, or an init container listed before a sidecar would be counted
+    // without it.
+    std::map<std::string, size_t> at;
+    for (size_t i = 0; i < pod.containers.size(); ++i) at.emplace(pod.containers[i].container, i);
+    const ContainerPlacement* prev = nullptr;
+    for (const auto& c : placement.containers) {
+      auto it = at.find(c.container);
+      if (it == at.end()) continue;  // refused below: it asks for nothing here
+      if (prev != nullptr && it->second < at.at(prev->container)) {
+        return FailedPreconditionError("placement lists container \"" + c.container +
+                                       "\" after \"" + prev->container +
+                                       "\", against the pod's order, in which its init and "
+                                       "sidecar phases are counted");
+      }
+      prev = &c;
     }
   }
   for (const DeviceRequest& r : pod.containers) {

@@ -627,6 +627,32 @@ TEST(FitPods, SidecarRunsBesideInitAndRegular) {
   EXPECT_FALSE(Fit(too_big, inv, NodeUsage::Empty(inv)).fits());
 }
 
+// The phases are counted in the placement's order: one rebuilt in another
+// order than the pod's (an init container listed before the sidecar that
+// runs beside it) would be counted without the sidecar's share.
+TEST(FitPods, CheckPlacementRefusesContainersOutOfThePodsOrder) {
+  const NodeInventory inv = MakeNode("nvidia-hgx-8");
+  DeviceRequest sidecar = Share(Vendor::kNvidia, 1, 4096, 600, "proxy");
+  sidecar.kind = ContainerKind::kSidecar;
+  DeviceRequest init = Share(Vendor::kNvidia, 1, 4096, 600, "setup");
+  init.kind = ContainerKind::kInit;
+  const PodRequest pod = Pod({sidecar, init});
+  const FitResult r = Fit(pod, inv, NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  ASSERT_EQ(r.placement.containers.size(), 2u);
+  EXPECT_TRUE(CheckPlacement(pod, inv, NodeUsage::Empty(inv), r.placement).ok());
+  // Both on one GPU: 120% while setup runs beside proxy; refused in the pod's order.
+  Placement same = r.placement;
+  same.containers[1].grants[0].device = same.containers[0].grants[0].device;
+  EXPECT_EQ(CheckPlacement(pod, inv, NodeUsage::Empty(inv), same).code(),
+            StatusCode::kFailedPrecondition);
+  Placement reordered = same;
+  std::swap(reordered.containers[0], reordered.containers[1]);
+  const Status st = CheckPlacement(pod, inv, NodeUsage::Empty(inv), reordered);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("against the pod's order"), std::string::npos) << st.message();
+}
+
 TEST(FitPods, KunlunxinInitSliceKeepsTheDeviceToOneSize) {
   // A device hosts slices of one size (VENDORS.md 3), across a pod's phases
   // too: the footprint keeps the steady size, so an init container of

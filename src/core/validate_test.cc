@@ -90,6 +90,12 @@ TEST(Validate, BrokenInventories) {
   NodeInventory d = inv;
   d.devices[1].id = d.devices[0].id;
   EXPECT_NE(ValidateInventory(d).message().find("duplicate"), std::string::npos);
+  // Negative foreign memory would be room Fit hands out and ApplyPlacement refuses.
+  NodeInventory g = inv;
+  g.devices[2].foreign_mib = -8192;
+  EXPECT_NE(ValidateInventory(g).message().find("foreign memory"), std::string::npos);
+  g.devices[2].foreign_mib = (int64_t{1} << 40) + 1;
+  EXPECT_NE(ValidateInventory(g).message().find("foreign memory"), std::string::npos);
   NodeInventory e = inv;
   e.topology.groups = {{0, 1}, {1, 2}};
   EXPECT_NE(ValidateInventory(e).message().find("two group"), std::string::npos);
