@@ -297,7 +297,7 @@ TEST(FitShare, SharesPreferChipsWithSlotsOverOneSlotChips) {
     const FitResult b = Fit(pod, slots, NodeUsage::Empty(slots), policy->get());
     ASSERT_EQ(a.code, FitCode::kFits);
     ASSERT_EQ(b.code, FitCode::kFits);
-    if (name == "spread" || name == "topology") continue;
+    if (name == "spread") continue;
     EXPECT_GT((*policy)->NodeScore(slots, NodeUsage::Empty(slots), b.placement),
               (*policy)->NodeScore(one_slot, NodeUsage::Empty(one_slot), a.placement));
   }

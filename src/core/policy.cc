@@ -182,9 +182,16 @@ class TopologyPolicy final : public Policy {
                         const Placement& p) const override {
     return LinkQuality(inv, p) * 1000.0 + PackedDevices(inv, usage, p);
   }
+  // The fill part is binpack's: a share that takes an untouched device's
+  // only slot is charged what it strands, so it goes to a node with a device
+  // that has slots to spare first (as binpack and spread do).
   int32_t NodeScore(const NodeInventory& inv, const NodeUsage& usage,
                     const Placement& p) const override {
-    return ToScore(0.6 * LinkQuality(inv, p) + 0.4 * UtilisationAfter(inv, usage, p));
+    const double fill =
+        MeanAfter(inv, usage, p, [](const Device& d, const DeviceUsage& b, const DeviceUsage& a) {
+          return PackValue(d, b, a);
+        });
+    return ToScore(0.6 * LinkQuality(inv, p) + 0.4 * fill);
   }
 };
 
