@@ -293,6 +293,36 @@ TEST(LibraryBindingsTest, MtmlObjectsAreMadeOncePerDevice) {
   EXPECT_EQ(inits(), 0) << "queries after the first discovery made new objects";
 }
 
+// MxSml.h's ETH level (7) is the slowest path, not "unknown": scored as
+// SYSTEM beside the measured pairs. UNDEFINED (8) or a newer level leaves the
+// matrix unread, so the profile's scores stay, instead of pairs scored 0
+// below cross-socket ones.
+TEST(LibraryBindingsTest, MetaxEthLevelIsScoredAndAnUndefinedOneKeepsTheProfile) {
+  const Binding& b = Find("MX-SML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto far = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_mxsml_far_level"));
+  ASSERT_NE(far, nullptr);
+  auto driver = Driver(b, "/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto system = (*driver)->Discover();
+  ASSERT_TRUE(system.ok()) << system.status().ToString();
+  far(7);
+  auto eth = (*driver)->Discover();
+  far(8);
+  auto undefined = (*driver)->Discover();
+  far(6);
+  ASSERT_TRUE(eth.ok()) << eth.status().ToString();
+  ASSERT_TRUE(undefined.ok()) << undefined.status().ToString();
+  EXPECT_EQ(eth->front().LinkScore(0, 4), system->front().LinkScore(0, 4));
+  EXPECT_GT(eth->front().LinkScore(0, 4), 0);
+  EXPECT_EQ(eth->front().LinkScore(0, 1), 100);
+  // Not read: the profile's scores (the same as a library without the query).
+  EXPECT_EQ(undefined->front().topology.kind, "metax-c500-x8");
+  EXPECT_GT(undefined->front().LinkScore(0, 4), 0) << "not 0 beside measured pairs";
+}
+
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
   const Binding& b = Find("MTML");
   FakeHandle fake(b.fake_path);

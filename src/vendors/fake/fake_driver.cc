@@ -154,6 +154,7 @@ StatusOr<ContainerSpec> FakeDriver::BuildContainerSpec(
   VendorTraits traits = TraitsFor(grants.front().device.vendor);
   traits.device_nodes.clear();
   traits.shared_nodes.clear();
+  traits.optional_device_nodes.clear();  // handed over where they exist: not the host's
   return GenericContainerSpec(traits, grants, nullptr, "");
 }
 

@@ -125,8 +125,15 @@ class Mxsml : public BoundLibrary {
         return LinkKind::kVendorLink;  // MetaXLink
       case 6:
         return LinkKindForLevel(PcieLevel::kSystem);
+      case 7:  // MXSML_TOPOLOGY_ETH: through the network, the slowest path
+        return LinkKindForLevel(PcieLevel::kSystem);
       default:
-        return LinkKind::kUnknown;
+        // MXSML_TOPOLOGY_UNDEFINED (8) or a level of a newer library: a pair
+        // scored 0 beside measured ones would rank below cross-socket, so the
+        // matrix is taken as not read (the profile's scores stay).
+        return UnavailableError("mxSmlGetDeviceTopology reported level " + std::to_string(level) +
+                                " (undefined) for GPUs " + std::to_string(a) + " and " +
+                                std::to_string(b) + "; check the topology with mx-smi");
     }
   }
 

@@ -14,7 +14,14 @@ using accelpool_fake::Valid;
 namespace {
 constexpr unsigned kFailure = 1;
 constexpr unsigned kInvalidDevice = 6;
+int far_level = 6;  // the level of two GPUs in different halves (6: SYSTEM)
 }  // namespace
+
+// Sets the level mxSmlGetDeviceTopology answers for GPUs in different halves
+// (7: ETH, 8: UNDEFINED in MxSml.h).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_mxsml_far_level(int level) {
+  far_level = level;
+}
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
 
@@ -49,7 +56,7 @@ __attribute__((visibility("default"))) unsigned mxSmlGetMemoryInfo(unsigned i, l
 __attribute__((visibility("default"))) unsigned mxSmlGetDeviceTopology(unsigned a, unsigned b,
                                                                        int* level) {
   if (!Valid(a) || !Valid(b)) return kInvalidDevice;
-  *level = a == b ? 0 : (a / 4 == b / 4 ? 5 : 6);
+  *level = a == b ? 0 : (a / 4 == b / 4 ? 5 : far_level);
   return 0;
 }
 __attribute__((visibility("default"))) unsigned mxSmlGetNodeAffinity(unsigned i, unsigned words,
