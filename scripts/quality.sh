@@ -129,6 +129,8 @@ def cell(table, t, p, m, bold=False):
     if r is None:
         return "-"
     u = r["unallocated_pct_at_100"]
+    if u["mean"] is None:  # the arrivals stopped short of 100 %
+        return "n/a"
     s = "%.2f ±%.2f" % (u["mean"], u["sd"])
     return "**%s**" % s if bold else s
 print("| trace | " + " | ".join(policies) + " |")
@@ -147,7 +149,7 @@ print("| policy | paper | kube |")
 print("|---|---|---|")
 for p in policies:
     f = [main.get(("default", p, m), {}).get("first_failure_arrived_pct", -1) for m in ("paper", "kube")]
-    print("| %s | %.2f | %.2f |" % (p, f[0], f[1]))
+    print("| %s | %s | %s |" % (p, *("-" if x is None else "%.2f" % x for x in f)))
 print()
 print("| trace | published FGD | our FGD (paper) | accelpool paper | accelpool kube | FGD kube "
       "| kube, penalty 15: FGD | kube, penalty 15: accelpool | FGD stock | accelpool stock |")

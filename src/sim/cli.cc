@@ -1,7 +1,9 @@
 #include "sim/cli.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "sim/policies.h"
@@ -76,7 +78,9 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     --json            print the summary as JSON
     --progress        draw a progress bar on stderr (default when stderr is a tty)
     --timed           replay by creation/deletion time instead (pods arrive and
-                      depart); writes utilisation over time to --out
+                      depart); writes utilisation over time to --out. One tie
+                      mode (--mode paper, kube or stock) and one seed (--seed S,
+                      default 42); --inflation and --jobs do not apply
     -v                log progress details
 
 Topology workloads (docs/benchmarks/quality.md section 2):
@@ -120,6 +124,7 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
   CliOptions o;
   o.policies = TraceProtocolPolicies();
   o.seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
+  bool seeds_given = false, inflation_given = false, jobs_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string* out) -> Status {
@@ -138,9 +143,19 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
     } else if (a == "--policy") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       o.policies = SplitComma(v);
-      for (const std::string& p : o.policies) {
+      if (o.policies.empty()) {
+        return InvalidArgumentError(
+            "--policy is empty; name one or more policies, e.g. "
+            "--policy fgd,accelpool (see --help)");
+      }
+      for (size_t k = 0; k < o.policies.size(); ++k) {
+        const std::string& p = o.policies[k];
         StatusOr<std::unique_ptr<SimPolicy>> check = MakeSimPolicy(p);
         if (!check.ok()) return check.status();
+        if (std::find(o.policies.begin(), o.policies.begin() + static_cast<std::ptrdiff_t>(k), p) !=
+            o.policies.begin() + static_cast<std::ptrdiff_t>(k)) {
+          return InvalidArgumentError("--policy names " + p + " twice; name each policy once");
+        }
       }
     } else if (a == "--mode") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
@@ -163,10 +178,12 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       if (!s.ok()) return s.status();
       o.seeds = *s;
       o.topo.seed = o.seeds.front();
+      seeds_given = true;
     } else if (a == "--inflation") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       char* end = nullptr;
       o.inflation = std::strtod(v.c_str(), &end);
+      inflation_given = true;
       // Written so that NaN fails too.
       if (end == v.c_str() || *end != '\0' || !(o.inflation >= 0 && o.inflation <= 10)) {
         return InvalidArgumentError("--inflation must be a number in 0..10 (0 = off), got \"" +
@@ -227,6 +244,7 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> j = ParseInt(a, v, 1, 256);
       if (!j.ok()) return j.status();
       o.jobs = static_cast<int32_t>(*j);
+      jobs_given = true;
     } else if (a == "--out") {
       ACCELPOOL_RETURN_IF_ERROR(value(&o.out_dir));
       o.topo.out_dir = o.out_dir;
@@ -258,7 +276,60 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
   if (o.nodes.empty() || o.pods.empty()) {
     return InvalidArgumentError("--nodes and --pods are required; see --help");
   }
+  // Output is labelled, and its files named, by trace name (the file's stem):
+  // two pod lists with one name would share rows and overwrite files.
+  std::map<std::string, std::string> names;  // trace name -> pod list
+  for (const std::string& path : o.pods) {
+    const std::string name = TraceNameOf(path);
+    if (name.empty()) {
+      return InvalidArgumentError("--pods " + path +
+                                  " gives an empty trace name (the file name without "
+                                  "openb_pod_list_ and .csv); rename the file");
+    }
+    auto [it, inserted] = names.emplace(name, path);
+    if (!inserted) {
+      return InvalidArgumentError("--pods " + it->second + " and " + path +
+                                  " both give the trace name \"" + name +
+                                  "\" (the file name without openb_pod_list_ and .csv); "
+                                  "rename one of the files");
+    }
+  }
+  if (o.timed) {
+    if (o.mode_list.size() != 1) {
+      return InvalidArgumentError(
+          "--timed replays in one tie mode; --mode both and all do not apply: give --mode "
+          "paper, kube or stock");
+    }
+    if (o.seeds.size() != 1) {
+      if (seeds_given) {
+        return InvalidArgumentError(
+            "--timed replays one seed in time order; --seeds with several seeds does not "
+            "apply: give one, e.g. --seed 42");
+      }
+      o.seeds = {o.seeds.front()};  // the default list's first, 42
+    }
+    if (inflation_given) {
+      return InvalidArgumentError(
+          "--timed replays the trace's own pods at their own times; --inflation does not "
+          "apply: leave it out");
+    }
+    if (jobs_given) {
+      return InvalidArgumentError(
+          "--timed runs its replays one after another; --jobs does not apply: leave it out");
+    }
+  }
   return o;
+}
+
+ReplayOptions TimedReplayOptions(const CliOptions& o) {
+  ReplayOptions opt;
+  opt.seed = o.seeds.front();
+  opt.mode = o.mode_list.front();
+  opt.extender_weight = o.extender_weight;
+  opt.penalties = o.penalties;
+  opt.cpu_pods = o.cpu_pods;
+  opt.extender = o.extender;
+  return opt;
 }
 
 }  // namespace accelpool::sim

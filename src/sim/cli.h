@@ -44,7 +44,14 @@ struct CliOptions {
 };
 
 std::string Usage();
+// Also refuses what would mislabel or overwrite output (two pod lists with
+// one trace name, a policy named twice, an empty --policy) and, with
+// --timed, the flags it does not honour (--mode both/all, several --seeds,
+// --inflation, --jobs); --timed without --seeds replays seed 42.
 StatusOr<CliOptions> ParseCli(int argc, char** argv);
+// The options of a --timed replay: its one mode and seed, --weight,
+// --idle-node-penalty, --cpu-pods and the --extender-* inputs.
+ReplayOptions TimedReplayOptions(const CliOptions& o);
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);  // "42-51" or "1,5,9"
 std::string TraceNameOf(const std::string& pod_path);  // openb_pod_list_default.csv -> default
 

@@ -1,5 +1,6 @@
 #include "sim/experiment.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -40,9 +41,25 @@ std::string_view ModeName(TieMode m) {
   return "?";
 }
 
+Status CheckTraceHasGpuPods(const TraceInput& in) {
+  if (in.pods.empty()) {
+    return InvalidArgumentError("trace \"" + in.name +
+                                "\" has no pods (the pod list has only its header row); give a "
+                                "pod list with pods that ask for GPUs");
+  }
+  for (const TracePod& p : in.pods) {
+    if (PodGpuMilli(p) > 0) return Status::Ok();
+  }
+  return InvalidArgumentError("trace \"" + in.name +
+                              "\" has no pod that asks for a GPU (num_gpu is 0 "
+                              "on every row); the figures are % of the cluster's GPUs: give a "
+                              "pod list with GPU pods");
+}
+
 StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& traces,
                                               const ExperimentSpec& spec,
                                               const Progress& progress) {
+  for (const TraceInput& in : traces) ACCELPOOL_RETURN_IF_ERROR(CheckTraceHasGpuPods(in));
   std::vector<std::unique_ptr<SimPolicy>> policies;
   for (const std::string& name : spec.policies) {
     StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy(name);
@@ -101,21 +118,38 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
     s.trace = traces[j0.trace].name;
     s.policy = spec.policies[j0.policy];
     s.mode = spec.modes[j0.mode];
-    std::vector<double> fails, frags, failed_pods;
+    std::vector<double> unallocated, fails, frags, failed_pods;
     double secs = 0;
+    bool reached_100 = true;
+    s.arrived_pct_end = 1e300;
     for (size_t k = g * per_group; k < (g + 1) * per_group; ++k) {
       s.unallocated.push_back(results[k].unallocated_at_100);
+      s.arrived_pct_end = std::min(s.arrived_pct_end,
+                                   results[k].curve.empty()
+                                       ? 0.0
+                                       : static_cast<double>(results[k].curve.back().arrived_pct));
       if (results[k].first_failure_arrived_pct >= 0) {
         fails.push_back(results[k].first_failure_arrived_pct);
       }
-      frags.push_back(results[k].frag_at_100);
+      if (results[k].unallocated_at_100 && results[k].frag_at_100) {
+        unallocated.push_back(*results[k].unallocated_at_100);
+        frags.push_back(*results[k].frag_at_100);
+      } else {
+        reached_100 = false;
+      }
       failed_pods.push_back(static_cast<double>(results[k].failed_pods));
       secs += seconds[k];
     }
     double unused = 0;
-    MeanSd(s.unallocated, &s.unallocated_mean, &s.unallocated_sd);
+    if (reached_100) {
+      double mean = 0, sd = 0, frag = 0;
+      MeanSd(unallocated, &mean, &sd);
+      MeanSd(frags, &frag, &unused);
+      s.unallocated_mean = mean;
+      s.unallocated_sd = sd;
+      s.frag_mean = frag;
+    }
     if (!fails.empty()) MeanSd(fails, &s.first_failure_mean, &unused);
-    MeanSd(frags, &s.frag_mean, &unused);
     MeanSd(failed_pods, &s.failed_pods_mean, &unused);
     s.seconds_per_replay = secs / static_cast<double>(per_group);
     for (int step = 0; step <= 260; ++step) {

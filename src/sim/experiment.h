@@ -9,6 +9,7 @@
 #define ACCELPOOL_SIM_EXPERIMENT_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,13 @@ struct CurvePoint {
 struct Summary {
   std::string trace, policy;
   TieMode mode = TieMode::kPaper;
-  std::vector<double> unallocated;  // per seed
-  double unallocated_mean = 0, unallocated_sd = 0;
+  // Per seed; unset for a seed whose arrivals stopped short of 100 %.
+  std::vector<std::optional<double>> unallocated;
+  // Unset unless every seed's arrivals reached 100 % (ReplayResult).
+  std::optional<double> unallocated_mean, unallocated_sd;
   double first_failure_mean = -1;  // mean over seeds that failed at all
-  double frag_mean = 0;             // fragmentation % at 100 % arrived
+  std::optional<double> frag_mean;  // fragmentation % at 100 % arrived; unset as above
+  double arrived_pct_end = 0;       // where the arrivals stopped: the lowest over seeds
   double failed_pods_mean = 0;
   double seconds_per_replay = 0;    // mean wall time of one replay
   std::vector<CurvePoint> curve;    // arrived 0..130 % in steps of 0.5
@@ -57,6 +61,11 @@ std::string_view ModeName(TieMode m);  // "paper", "kube", "stock"
 
 using Progress = std::function<void(size_t done, size_t total)>;
 
+// kInvalidArgument when no pod of the trace asks for a GPU (a pod list with
+// only its header, or only CPU pods): the figures are % of the cluster's GPUs.
+Status CheckTraceHasGpuPods(const TraceInput& in);
+
+// kInvalidArgument for a trace CheckTraceHasGpuPods refuses.
 StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& traces,
                                               const ExperimentSpec& spec,
                                               const Progress& progress);

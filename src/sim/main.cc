@@ -52,16 +52,18 @@ int RunTrace(const sim::CliOptions& o) {
     in.name = sim::TraceNameOf(path);
     in.pods = std::move(*pods);
     in.cluster = std::move(*cluster);
+    Status gpu_pods = sim::CheckTraceHasGpuPods(in);
+    if (!gpu_pods.ok()) return Fail(gpu_pods.WithPrefix(path));
     spdlog::info("trace={} pods={} gpu_nodes={} gpus={} shapes={} typical_shapes={}", in.name,
                  in.pods.size(), in.cluster.nodes.size(), in.cluster.gpu_milli / 1000,
                  in.cluster.shapes.size(), in.cluster.tasks.size());
     traces.push_back(std::move(in));
   }
   if (o.timed) {
+    const sim::ReplayOptions opt = sim::TimedReplayOptions(o);
     for (const sim::TraceInput& in : traces) {
       for (const std::string& policy : o.policies) {
-        StatusOr<sim::TimedResult> r = sim::RunTimed(in, policy, o.mode_list.front(),
-                                                     o.seeds.front(), o.extender_weight);
+        StatusOr<sim::TimedResult> r = sim::RunTimed(in, policy, opt);
         if (!r.ok()) return Fail(r.status());
         Status st = sim::WriteTimed(in.name, policy, *r, o.out_dir, o.json);
         if (!st.ok()) return Fail(st);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace accelpool::sim {
@@ -13,6 +14,15 @@ std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
+}
+
+// `unset` where a figure was not measured.
+std::string Fixed(const std::optional<double>& v, int digits, const std::string& unset) {
+  return v ? Fixed(*v, digits) : unset;
+}
+
+nlohmann::json JsonOf(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
 }  // namespace
@@ -25,15 +35,19 @@ nlohmann::json SummariesJson(const std::vector<Summary>& list) {
     j["policy"] = s.policy;
     j["mode"] = std::string(ModeName(s.mode));
     j["seeds"] = s.unallocated.size();
-    j["unallocated_pct_at_100"] = {{"mean", s.unallocated_mean},
-                                   {"sd", s.unallocated_sd},
-                                   {"per_seed", s.unallocated}};
+    nlohmann::json per_seed = nlohmann::json::array();
+    for (const std::optional<double>& u : s.unallocated) per_seed.push_back(JsonOf(u));
+    // null where the arrivals stopped short of 100 % (arrived_pct_end).
+    j["unallocated_pct_at_100"] = {{"mean", JsonOf(s.unallocated_mean)},
+                                   {"sd", JsonOf(s.unallocated_sd)},
+                                   {"per_seed", std::move(per_seed)}};
+    j["arrived_pct_end"] = s.arrived_pct_end;
     if (s.first_failure_mean >= 0) {
       j["first_failure_arrived_pct"] = s.first_failure_mean;
     } else {
       j["first_failure_arrived_pct"] = nullptr;
     }
-    j["frag_pct_at_100"] = s.frag_mean;
+    j["frag_pct_at_100"] = JsonOf(s.frag_mean);
     j["failed_pods"] = s.failed_pods_mean;
     j["seconds_per_replay"] = s.seconds_per_replay;
     out.push_back(std::move(j));
@@ -47,13 +61,26 @@ std::string SummaryTable(const std::vector<Summary>& list) {
   std::snprintf(line, sizeof(line), "%-12s %-11s %-6s %16s %12s %9s %8s\n", "trace", "policy",
                 "mode", "unalloc@100 (sd)", "first_fail%", "frag@100", "s/replay");
   o << line;
+  double short_of_100 = -1;  // the lowest end of arrivals short of 100 %
   for (const Summary& s : list) {
-    const std::string un = Fixed(s.unallocated_mean, 2) + " (" + Fixed(s.unallocated_sd, 2) + ")";
+    const std::string un = s.unallocated_mean ? Fixed(*s.unallocated_mean, 2) + " (" +
+                                                    Fixed(s.unallocated_sd, 2, "-") + ")"
+                                              : "-";
+    if (!s.unallocated_mean && (short_of_100 < 0 || s.arrived_pct_end < short_of_100)) {
+      short_of_100 = s.arrived_pct_end;
+    }
     std::snprintf(line, sizeof(line), "%-12s %-11s %-6s %16s %12s %9s %8s\n", s.trace.c_str(),
                   s.policy.c_str(), std::string(ModeName(s.mode)).c_str(), un.c_str(),
                   s.first_failure_mean >= 0 ? Fixed(s.first_failure_mean, 1).c_str() : "-",
-                  Fixed(s.frag_mean, 2).c_str(), Fixed(s.seconds_per_replay, 2).c_str());
+                  Fixed(s.frag_mean, 2, "-").c_str(), Fixed(s.seconds_per_replay, 2).c_str());
     o << line;
+  }
+  if (short_of_100 >= 0) {
+    o << "unalloc@100 and frag@100 \"-\": the arrivals stopped short of 100 % of the cluster's "
+         "GPUs (at "
+      << Fixed(short_of_100, 1)
+      << " %), so there is nothing to measure there; use an --inflation above 1 "
+         "(the protocol's 1.3)\n";
   }
   return o.str();
 }
@@ -69,9 +96,9 @@ Status WriteOutputs(const std::vector<Summary>& list, const std::string& dir) {
          "first_failure_arrived_pct,frag_pct_at_100,failed_pods,seconds_per_replay\n";
     for (const Summary& s : list) {
       f << s.trace << "," << s.policy << "," << ModeName(s.mode) << "," << s.unallocated.size()
-        << "," << Fixed(s.unallocated_mean, 3) << "," << Fixed(s.unallocated_sd, 3) << ","
+        << "," << Fixed(s.unallocated_mean, 3, "") << "," << Fixed(s.unallocated_sd, 3, "") << ","
         << (s.first_failure_mean >= 0 ? Fixed(s.first_failure_mean, 2) : "") << ","
-        << Fixed(s.frag_mean, 3) << "," << Fixed(s.failed_pods_mean, 1) << ","
+        << Fixed(s.frag_mean, 3, "") << "," << Fixed(s.failed_pods_mean, 1) << ","
         << Fixed(s.seconds_per_replay, 3) << "\n";
     }
   }

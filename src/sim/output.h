@@ -18,6 +18,10 @@ namespace accelpool::sim {
 nlohmann::json SummariesJson(const std::vector<Summary>& s);
 std::string SummaryTable(const std::vector<Summary>& s);
 
+// Figures at 100 % arrived that were not measured (the arrivals stopped short
+// of it) are null in JSON, empty in CSV and "-" in the table, which then says
+// why in a line below it.
+//
 // Writes <dir>/summary.csv and <dir>/curve-<trace>-<mode>.csv (one column
 // group per policy). Creates dir.
 Status WriteOutputs(const std::vector<Summary>& s, const std::string& dir);

@@ -349,8 +349,10 @@ ReplayResult Replay(const Cluster& c, const std::vector<int32_t>& order, const S
     }
   }
   r.pods = static_cast<int64_t>(order.size());
-  r.unallocated_at_100 = 100.0 - AllocatedAt(r.curve, 100.0);
-  r.frag_at_100 = FragAt(r.curve, 100.0);
+  if (!r.curve.empty() && r.curve.back().arrived_pct >= 100.0f) {
+    r.unallocated_at_100 = 100.0 - AllocatedAt(r.curve, 100.0);
+    r.frag_at_100 = FragAt(r.curve, 100.0);
+  }
   return r;
 }
 

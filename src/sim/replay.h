@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,9 +104,12 @@ struct StepPoint {
 
 struct ReplayResult {
   std::vector<StepPoint> curve;       // one point per pod, in arrival order
-  double unallocated_at_100 = 0;      // 100 - allocated % at arrived = 100 %
+  // 100 - allocated % at arrived = 100 %; unset when the arrivals stop short
+  // of 100 % of the cluster's GPUs (--inflation below 1, a small trace with
+  // none), since nothing was measured there.
+  std::optional<double> unallocated_at_100;
   double first_failure_arrived_pct = -1;  // arrived % when 1 % of GPUs were refused; -1 never
-  double frag_at_100 = 0;             // fragmentation % at arrived = 100 %
+  std::optional<double> frag_at_100;      // fragmentation % at arrived = 100 %; unset as above
   int64_t pods = 0;
   int64_t failed_pods = 0;
 };
@@ -166,7 +170,8 @@ class NodePicker {
 };
 
 // The value of a curve (allocated or fragmentation %) at an arrived %,
-// interpolated linearly between pods; the last point beyond the end.
+// interpolated linearly between pods; the last point beyond the end (callers
+// that report a figure check the curve reaches it, as Replay does).
 double AllocatedAt(const std::vector<StepPoint>& curve, double arrived_pct);
 double FragAt(const std::vector<StepPoint>& curve, double arrived_pct);
 

@@ -11,6 +11,7 @@
 #include "core/rank.h"
 #include "sim/cli.h"
 #include "sim/experiment.h"
+#include "sim/output.h"
 #include "sim/timed.h"
 
 namespace accelpool::sim {
@@ -104,8 +105,9 @@ TEST(ReplayTest, EveryPolicyAndModeKeepsTheBooks) {
         last_arrived = pt.arrived_pct;
       }
       EXPECT_NEAR(r.curve.back().arrived_pct, 130.0, 1.5) << name;
-      EXPECT_GE(r.unallocated_at_100, 0) << name;
-      EXPECT_LT(r.unallocated_at_100, 60) << name;
+      ASSERT_TRUE(r.unallocated_at_100.has_value()) << name;
+      EXPECT_GE(*r.unallocated_at_100, 0) << name;
+      EXPECT_LT(*r.unallocated_at_100, 60) << name;
       EXPECT_GT(r.failed_pods, 0) << name;  // 130 % cannot all fit
       EXPECT_GE(r.first_failure_arrived_pct, 0) << name;
       // Deterministic for a seed.
@@ -135,8 +137,94 @@ TEST(ReplayTest, FragmentationAwarePoliciesBeatRandomOnTheSlice) {
   const Summary& random = (*out)[0];
   EXPECT_EQ(random.unallocated.size(), 3u);
   EXPECT_FALSE(random.curve.empty());
-  EXPECT_LT((*out)[1].unallocated_mean, random.unallocated_mean);
-  EXPECT_LT((*out)[2].unallocated_mean, random.unallocated_mean);
+  ASSERT_TRUE(random.unallocated_mean.has_value());
+  ASSERT_TRUE((*out)[1].unallocated_mean.has_value());
+  ASSERT_TRUE((*out)[2].unallocated_mean.has_value());
+  EXPECT_LT(*(*out)[1].unallocated_mean, *random.unallocated_mean);
+  EXPECT_LT(*(*out)[2].unallocated_mean, *random.unallocated_mean);
+}
+
+// The KPI is read at 100 % arrived. Arrivals that stop short of it (an
+// inflation below the trace's reach) have no value there: it is unset, not
+// the last pod's value carried on, and the outputs say so.
+TEST(ReplayTest, UnallocatedAt100IsUnsetWhenArrivalsStopShort) {
+  const Slice& s = TestSlice();
+  StatusOr<std::unique_ptr<SimPolicy>> fgd = MakeSimPolicy("fgd");
+  ASSERT_TRUE(fgd.ok());
+  const ReplayResult full = Replay(s.cluster, ArrivalOrder(s.pods, s.cluster, 42, 1.3), **fgd, {});
+  EXPECT_TRUE(full.unallocated_at_100.has_value());
+  EXPECT_TRUE(full.frag_at_100.has_value());
+  const ReplayResult part = Replay(s.cluster, ArrivalOrder(s.pods, s.cluster, 42, 0.5), **fgd, {});
+  ASSERT_FALSE(part.curve.empty());
+  EXPECT_LT(part.curve.back().arrived_pct, 100.0f);
+  EXPECT_FALSE(part.unallocated_at_100.has_value());
+  EXPECT_FALSE(part.frag_at_100.has_value());
+
+  TraceInput in{"slice", s.pods, s.cluster};
+  ExperimentSpec spec;
+  spec.policies = {"fgd"};
+  spec.modes = {TieMode::kPaper};
+  spec.seeds = {42, 43};
+  spec.inflation = 0.5;
+  StatusOr<std::vector<Summary>> out = RunExperiments({in}, spec, Progress());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->size(), 1u);
+  const Summary& sum = (*out)[0];
+  EXPECT_FALSE(sum.unallocated_mean.has_value());
+  EXPECT_FALSE(sum.unallocated_sd.has_value());
+  EXPECT_FALSE(sum.frag_mean.has_value());
+  ASSERT_EQ(sum.unallocated.size(), 2u);
+  EXPECT_FALSE(sum.unallocated[0].has_value());
+  EXPECT_LT(sum.arrived_pct_end, 100);
+  EXPECT_GT(sum.arrived_pct_end, 0);
+  const nlohmann::json j = SummariesJson(*out);
+  EXPECT_TRUE(j[0]["unallocated_pct_at_100"]["mean"].is_null()) << j.dump();
+  EXPECT_TRUE(j[0]["unallocated_pct_at_100"]["sd"].is_null()) << j.dump();
+  EXPECT_TRUE(j[0]["unallocated_pct_at_100"]["per_seed"][0].is_null()) << j.dump();
+  EXPECT_TRUE(j[0]["frag_pct_at_100"].is_null()) << j.dump();
+  const std::string table = SummaryTable(*out);
+  EXPECT_NE(table.find("stopped short of 100 %"), std::string::npos) << table;
+  EXPECT_EQ(table.find("nan"), std::string::npos) << table;
+
+  // The protocol's inflation reaches 100 %: every figure is there.
+  spec.inflation = 1.3;
+  out = RunExperiments({in}, spec, Progress());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE((*out)[0].unallocated_mean.has_value());
+  EXPECT_TRUE((*out)[0].frag_mean.has_value());
+  EXPECT_GT((*out)[0].arrived_pct_end, 100);
+  EXPECT_EQ(SummaryTable(*out).find("stopped short"), std::string::npos);
+}
+
+// A pod list with no pod that asks for a GPU (only its header, or only CPU
+// pods) has no GPU figure to give: refused, not reported as 100 % unallocated.
+TEST(ReplayTest, ATraceWithoutGpuPodsIsRefused) {
+  const Slice& s = TestSlice();
+  std::vector<TracePod> cpu_only;
+  for (const TracePod& p : s.pods) {
+    if (p.num_gpu == 0) cpu_only.push_back(p);
+  }
+  ASSERT_FALSE(cpu_only.empty());
+  ExperimentSpec spec;
+  spec.policies = {"fgd"};
+  spec.modes = {TieMode::kPaper};
+  spec.seeds = {42};
+  for (const std::vector<TracePod>& pods : {cpu_only, std::vector<TracePod>{}}) {
+    StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 8, "T4"}}, pods);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const TraceInput in{"cpu", pods, *c};
+    const Status st = CheckTraceHasGpuPods(in);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("trace \"cpu\" has no pod"), std::string::npos) << st.message();
+    StatusOr<std::vector<Summary>> out = RunExperiments({in}, spec, Progress());
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    StatusOr<TimedResult> timed = RunTimed(in, "fgd", TieMode::kKube, 42, 10);
+    ASSERT_FALSE(timed.ok());
+    EXPECT_EQ(timed.status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(CheckTraceHasGpuPods(TraceInput{"slice", s.pods, s.cluster}).ok());
 }
 
 TEST(ReplayTest, TheExtenderVariantsWithFullInformationAreThePoliciesThemselves) {
@@ -454,6 +542,106 @@ TEST(CliTest, ExtenderInputsAreChosenByFlags) {
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("learned, builtin or trace"), std::string::npos);
   EXPECT_FALSE(parse({"--extender-refresh", "0"}).ok());
+}
+
+StatusOr<CliOptions> ParseArgs(std::vector<std::string> args) {
+  args.insert(args.begin(), "accelpool-sim");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return ParseCli(static_cast<int>(argv.size()), argv.data());
+}
+
+// --timed replays one seed in one tie mode and takes the trace's own pods:
+// the flags it cannot honour are refused rather than ignored, and those it
+// can (weight, penalty, CPU pods, extender inputs) reach its replay.
+TEST(CliTest, TimedRefusesTheFlagsItDoesNotHonour) {
+  const std::vector<std::string> base = {"--nodes", "n.csv", "--pods", "p.csv", "--timed"};
+  auto parse = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return ParseArgs(args);
+  };
+  struct Case {
+    std::vector<std::string> flags;
+    std::string want;
+  };
+  const std::vector<Case> refused = {
+      {{"--mode", "both"}, "--timed replays in one tie mode"},
+      {{"--mode", "all"}, "--mode both and all do not apply"},
+      {{"--seeds", "1-3"}, "--timed replays one seed in time order"},
+      {{"--seeds", "42,43"}, "give one, e.g. --seed 42"},
+      {{"--inflation", "1.3"}, "--inflation does not apply"},
+      {{"--jobs", "2"}, "--jobs does not apply"},
+  };
+  for (const Case& c : refused) {
+    StatusOr<CliOptions> o = parse(c.flags);
+    ASSERT_FALSE(o.ok()) << c.flags[0] << " " << c.flags[1];
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(c.want), std::string::npos) << o.status().message();
+    // Flags before --timed are refused alike.
+    std::vector<std::string> before = c.flags;
+    before.insert(before.end(), base.begin(), base.end());
+    EXPECT_FALSE(ParseArgs(before).ok()) << c.flags[0];
+    // Without --timed they are fine.
+    std::vector<std::string> untimed = {"--nodes", "n.csv", "--pods", "p.csv"};
+    untimed.insert(untimed.end(), c.flags.begin(), c.flags.end());
+    EXPECT_TRUE(ParseArgs(untimed).ok()) << c.flags[0];
+  }
+
+  // Without --seeds: seed 42, the first of the default list, alone.
+  StatusOr<CliOptions> o = parse({});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->seeds, (std::vector<uint64_t>{42}));
+  ReplayOptions opt = TimedReplayOptions(*o);
+  EXPECT_EQ(opt.seed, 42u);
+  EXPECT_EQ(opt.mode, TieMode::kPaper);
+
+  o = parse({"--mode", "kube", "--seed", "7", "--weight", "5", "--idle-node-penalty", "15",
+             "--cpu-pods", "default-scheduler", "--extender-workload", "builtin", "--extender-host",
+             "off", "--extender-refresh", "8", "--extender-shapes", "16"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  opt = TimedReplayOptions(*o);
+  EXPECT_EQ(opt.seed, 7u);
+  EXPECT_EQ(opt.mode, TieMode::kKube);
+  EXPECT_EQ(opt.extender_weight, 5);
+  EXPECT_EQ(opt.penalties.idle_node, 15);
+  EXPECT_EQ(opt.cpu_pods, CpuPods::kDefaultScheduler);
+  EXPECT_EQ(opt.extender.workload, ExtenderWorkload::kBuiltin);
+  EXPECT_FALSE(opt.extender.host);
+  EXPECT_EQ(opt.extender.refresh, 8);
+  EXPECT_EQ(opt.extender.learner.max_shapes, 16u);
+}
+
+// Output rows are labelled, and files named, by trace name and policy: two
+// pod lists with one name, a policy named twice or none at all are refused.
+TEST(CliTest, DuplicateTraceNamesAndPoliciesAreRefused) {
+  StatusOr<CliOptions> o = ParseArgs({"--nodes", "n.csv", "--pods", "a/x.csv,b/x.csv"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("a/x.csv and b/x.csv both give the trace name \"x\""),
+            std::string::npos)
+      << o.status().message();
+  EXPECT_NE(o.status().message().find("rename one of the files"), std::string::npos);
+  // The openb_pod_list_ prefix is not part of the name.
+  EXPECT_FALSE(
+      ParseArgs({"--nodes", "n.csv", "--pods", "a/openb_pod_list_x.csv", "--pods", "b/x.csv"})
+          .ok());
+  EXPECT_FALSE(ParseArgs({"--nodes", "n.csv", "--pods", "a/openb_pod_list_.csv"}).ok());
+  EXPECT_TRUE(ParseArgs({"--nodes", "n.csv", "--pods", "a/x.csv,a/y.csv"}).ok());
+
+  o = ParseArgs({"--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd,accelpool,fgd"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("--policy names fgd twice"), std::string::npos)
+      << o.status().message();
+  for (const char* empty : {"", ","}) {
+    o = ParseArgs({"--nodes", "n.csv", "--pods", "p.csv", "--policy", empty});
+    ASSERT_FALSE(o.ok()) << empty;
+    EXPECT_NE(o.status().message().find("--policy is empty"), std::string::npos)
+        << o.status().message();
+  }
+  o = ParseArgs({"--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd,accelpool"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->policies, (std::vector<std::string>{"fgd", "accelpool"}));
 }
 
 TEST(CliTest, InflationMustBeANumberInRange) {

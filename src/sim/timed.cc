@@ -25,6 +25,15 @@ bool StaysNoTime(const TracePod& p) {
 
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, TieMode mode,
                                uint64_t seed, int32_t extender_weight) {
+  ReplayOptions opt;
+  opt.seed = seed;
+  opt.mode = mode;
+  opt.extender_weight = extender_weight;
+  return RunTimed(in, policy, opt);
+}
+
+StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
+                               const ReplayOptions& opt) {
   StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy(policy);
   if (!p.ok()) return p.status();
   const Cluster& c = in.cluster;
@@ -42,14 +51,11 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, 
       events.push_back({pod.deletion_time, false, static_cast<int32_t>(i)});
     }
   }
+  ACCELPOOL_RETURN_IF_ERROR(CheckTraceHasGpuPods(in));
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.time != b.time) return a.time < b.time;
     return !a.arrival && b.arrival;
   });
-  ReplayOptions opt;
-  opt.seed = seed;
-  opt.mode = mode;
-  opt.extender_weight = extender_weight;
   NodePicker picker(c, **p, opt);
   std::vector<SimNode> nodes = c.nodes;
   std::vector<double> node_frag(nodes.size());
@@ -64,6 +70,8 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, 
   };
   std::vector<Held> held(in.pods.size());
   TimedResult r;
+  r.mode = opt.mode;
+  r.seed = opt.seed;
   r.pods = static_cast<int64_t>(in.pods.size());
   const double cap = static_cast<double>(c.gpu_milli);
   int64_t allocated = 0, running = 0;
@@ -134,6 +142,8 @@ Status WriteTimed(const std::string& trace, const std::string& policy, const Tim
     nlohmann::json j = {{"trace", trace},
                         {"policy", policy},
                         {"mode", "timed"},
+                        {"tie_mode", std::string(ModeName(r.mode))},
+                        {"seed", r.seed},
                         {"pods", r.pods},
                         {"failed_pods", r.failed_pods},
                         {"failed_gpus", static_cast<double>(r.failed_gpu_milli) / 1000.0},
@@ -142,11 +152,12 @@ Status WriteTimed(const std::string& trace, const std::string& policy, const Tim
                         {"peak_allocated_pct", r.peak_allocated_pct}};
     std::cout << j.dump() << "\n";
   } else {
-    std::printf("%-12s %-11s timed  mean_alloc=%.2f%% peak_alloc=%.2f%% failed_pods=%lld "
-                "failed_gpus=%.1f\n",
-                trace.c_str(), policy.c_str(), r.mean_allocated_pct, r.peak_allocated_pct,
-                static_cast<long long>(r.failed_pods),
-                static_cast<double>(r.failed_gpu_milli) / 1000.0);
+    std::printf(
+        "%-12s %-11s timed  %s seed=%llu mean_alloc=%.2f%% peak_alloc=%.2f%% "
+        "failed_pods=%lld failed_gpus=%.1f\n",
+        trace.c_str(), policy.c_str(), std::string(ModeName(r.mode)).c_str(),
+        static_cast<unsigned long long>(r.seed), r.mean_allocated_pct, r.peak_allocated_pct,
+        static_cast<long long>(r.failed_pods), static_cast<double>(r.failed_gpu_milli) / 1000.0);
   }
   return Status::Ok();
 }

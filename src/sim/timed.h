@@ -26,6 +26,8 @@ struct TimedPoint {
 };
 
 struct TimedResult {
+  TieMode mode = TieMode::kPaper;  // the tie mode and seed it ran under
+  uint64_t seed = 0;
   std::vector<TimedPoint> samples;  // at most ~1000 points, evenly over the events
   double mean_allocated_pct = 0;    // time-weighted
   double peak_allocated_pct = 0;
@@ -35,12 +37,18 @@ struct TimedResult {
   int64_t zero_stay_pods = 0;  // placed, deleted the second they were created
 };
 
-// kFailedPrecondition when the pod list has no creation/deletion times.
+// kFailedPrecondition when the pod list has no creation/deletion times,
+// kInvalidArgument when no pod asks for a GPU (CheckTraceHasGpuPods).
+// opt.inflation is not used: the trace's own pods arrive, once each.
+StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
+                               const ReplayOptions& opt);
+// The same with ReplayOptions' defaults but for the mode, seed and weight.
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, TieMode mode,
                                uint64_t seed, int32_t extender_weight);
 
 // Writes <dir>/timed-<trace>-<policy>.csv (when dir is set) and prints a
-// summary line or JSON to stdout.
+// summary line or JSON to stdout ("mode": "timed", "tie_mode" and "seed" the
+// ones it ran under).
 Status WriteTimed(const std::string& trace, const std::string& policy, const TimedResult& r,
                   const std::string& dir, bool json);
 

@@ -70,7 +70,7 @@ StatusOr<std::vector<TopoMetrics>> RunTopologyJobs(const TopoConfig& cfg,
                                                    const std::vector<TopoJob>& jobs,
                                                    const std::vector<TopoJob>& shapes);
 
-// Runs both policies, writes <out>/topo.csv when out is set, returns JSON.
+// Runs both policies, writes <out>/topo.json when out is set, returns JSON.
 StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o);
 
 }  // namespace accelpool::sim

@@ -1,7 +1,7 @@
 #include "sim/trace.h"
 
+#include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -72,6 +72,67 @@ std::vector<Line> Lines(std::string_view text) {
   return out;
 }
 
+enum class Whole { kOk, kOutOfRange, kNotWhole };
+
+// A whole number, read exactly: an optional '-', digits with an optional
+// fraction, an optional exponent ("12", "12.0", "2.5e3", as some exports
+// write integral values). Its value must be an integer: "999.9999999999999999"
+// is not 1000, whatever a double rounds it to. kOutOfRange past int64_t.
+Whole ParseWholeNumber(std::string_view s, int64_t* out) {
+  size_t i = 0;
+  const bool negative = i < s.size() && s[i] == '-';
+  if (negative) ++i;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return s.substr(start, i - start);
+  };
+  const std::string_view whole = digits();
+  std::string_view fraction;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    fraction = digits();
+  }
+  if (whole.empty() && fraction.empty()) return Whole::kNotWhole;
+  int64_t exponent = 0;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    bool exp_negative = false;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) exp_negative = s[i++] == '-';
+    const std::string_view e = digits();
+    if (e.empty()) return Whole::kNotWhole;
+    for (char c : e) exponent = std::min<int64_t>(exponent * 10 + (c - '0'), 100000);
+    if (exp_negative) exponent = -exponent;
+  }
+  if (i != s.size()) return Whole::kNotWhole;
+  // The value is digits x 10^scale.
+  std::string d = std::string(whole) + std::string(fraction);
+  const int64_t scale = exponent - static_cast<int64_t>(fraction.size());
+  d.erase(0, std::min(d.find_first_not_of('0'), d.size()));
+  if (d.empty()) {
+    *out = 0;
+    return Whole::kOk;
+  }
+  if (scale < 0) {
+    // The digits below the units must all be zeros (d starts with a non-zero).
+    const int64_t below = -scale;
+    if (below >= static_cast<int64_t>(d.size())) return Whole::kNotWhole;
+    const size_t units = d.size() - static_cast<size_t>(below);
+    if (d.find_first_not_of('0', units) != std::string::npos) return Whole::kNotWhole;
+    d.resize(units);
+  } else {
+    if (static_cast<int64_t>(d.size()) + scale > 19) return Whole::kOutOfRange;  // >= 1e19
+    d.append(static_cast<size_t>(scale), '0');
+  }
+  if (negative) d.insert(0, 1, '-');
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+  if (ec == std::errc::result_out_of_range) return Whole::kOutOfRange;
+  if (ec != std::errc() || ptr != d.data() + d.size()) return Whole::kNotWhole;
+  *out = v;
+  return Whole::kOk;
+}
+
 class Table {
  public:
   static StatusOr<Table> Make(std::string_view text, std::string_view source,
@@ -91,7 +152,17 @@ class Table {
                                   ": a quote is left open or escaped (\"\"); write the header "
                                   "without quotes inside fields");
     }
-    for (size_t i = 0; i < header.size(); ++i) t.column_[std::string(Trim(header[i]))] = i;
+    for (size_t i = 0; i < header.size(); ++i) {
+      const std::string name(Trim(header[i]));
+      if (name.empty()) continue;  // an unnamed column (an exported index) is never read
+      auto [it, inserted] = t.column_.emplace(name, i);
+      if (!inserted) {
+        return InvalidArgumentError(t.source_ + ":" + std::to_string(t.lines_[0].number) +
+                                    ": header names column \"" + name + "\" twice (fields " +
+                                    std::to_string(it->second + 1) + " and " +
+                                    std::to_string(i + 1) + "); remove or rename one");
+      }
+    }
     for (const std::string& r : required) {
       if (!t.column_.count(r)) {
         return InvalidArgumentError(t.source_ + ":" + std::to_string(t.lines_[0].number) +
@@ -136,25 +207,15 @@ class Table {
       return Error(r, "column " + col + " is " + std::string(s) + ", outside " +
                           std::to_string(min) + ".." + std::to_string(max));
     };
-    // Integral values written as floats ("12.0") appear in some exports.
     int64_t v = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec == std::errc::result_out_of_range) return outside();
-    if (ec == std::errc() && ptr != s.data() + s.size()) {
-      double d = 0;
-      auto [p2, e2] = std::from_chars(s.data(), s.data() + s.size(), d);
-      if (e2 == std::errc() && p2 == s.data() + s.size() && std::isfinite(d) &&
-          d == std::trunc(d)) {
-        // Checked as a double: one past int64_t's range ("1e300") has no
-        // int64_t to convert to. min and max are exact as doubles.
-        if (d < static_cast<double>(min) || d > static_cast<double>(max)) return outside();
-        v = static_cast<int64_t>(d);
-        ptr = p2;
-      }
-    }
-    if (ec != std::errc() || ptr != s.data() + s.size()) {
-      return Error(r, "column " + col + " is \"" + std::string(s) +
-                          "\", not an integer; write a whole number");
+    switch (ParseWholeNumber(s, &v)) {
+      case Whole::kOk:
+        break;
+      case Whole::kOutOfRange:
+        return outside();
+      case Whole::kNotWhole:
+        return Error(r, "column " + col + " is \"" + std::string(s) +
+                            "\", not an integer; write a whole number");
     }
     if (v < min || v > max) return outside();
     *out = v;

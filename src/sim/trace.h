@@ -4,7 +4,9 @@
 // Node list columns: sn, cpu_milli, memory_mib, gpu, model.
 // Pod list columns : name, cpu_milli, memory_mib, num_gpu, gpu_milli and,
 // optionally, gpu_spec, qos, pod_phase, creation_time, deletion_time,
-// scheduled_time. Columns are found by name, in any order.
+// scheduled_time. Columns are found by name, in any order; a header naming
+// one twice is refused. Numbers are whole numbers, read exactly ("12", "12.0"
+// and "1.2e1" are 12; "999.9999999999999999" is refused, not rounded).
 //
 // A malformed line stops parsing with "<file>:<line>: <what was wrong>".
 //

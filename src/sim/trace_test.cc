@@ -137,6 +137,89 @@ TEST(ParsePodCsvTest, IntegralFloatsAreWholeNumbers) {
   EXPECT_EQ((*p)[0].gpu_milli, 1000);
 }
 
+// Whole numbers are read exactly: a float that a double would round to an
+// integer is not one.
+TEST(ParsePodCsvTest, InexactFloatsAreNotIntegers) {
+  const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+  for (const char* bad : {"999.9999999999999999", "1.00000000000000001", "0.5", "1e-1", "100e-3",
+                          "1.25e1", ".", "-", "1e", "1.0.0", "+5", " 5x"}) {
+    SCOPED_TRACE(bad);
+    StatusOr<std::vector<TracePod>> p =
+        ParsePodCsv(header + "p0,1000,1024,1," + bad + "\n", "pods.csv");
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("pods.csv:2: column gpu_milli is \""), std::string::npos)
+        << p.status().message();
+    EXPECT_NE(p.status().message().find("not an integer"), std::string::npos)
+        << p.status().message();
+  }
+  struct Good {
+    const char* text;
+    int64_t want;
+  };
+  for (const Good& g : std::vector<Good>{{"1000", 1000},
+                                         {"1000.", 1000},
+                                         {"1000.000", 1000},
+                                         {"0001000", 1000},
+                                         {"1e3", 1000},
+                                         {"1E+3", 1000},
+                                         {"10000e-1", 1000},
+                                         {"0.1e4", 1000},
+                                         {"0", 0},
+                                         {"0.0", 0},
+                                         {"-0", 0}}) {
+    SCOPED_TRACE(g.text);
+    StatusOr<std::vector<TracePod>> p =
+        ParsePodCsv(header + "p0,1000,1024,1," + g.text + "\n", "pods.csv");
+    if (g.want == 0) {  // num_gpu 1 with gpu_milli 0 is refused for another reason
+      ASSERT_FALSE(p.ok());
+      EXPECT_NE(p.status().message().find("gpu_milli is 0"), std::string::npos)
+          << p.status().message();
+      continue;
+    }
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ((*p)[0].gpu_milli, g.want);
+  }
+  // The edges of a column's range and of int64_t, exactly.
+  StatusOr<std::vector<TraceNode>> n = ParseNodeCsv(
+      "sn,cpu_milli,memory_mib,gpu,model\nn0,1099511627776.0,1099511627776,1,T4\n", "n.csv");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ((*n)[0].cpu_milli, int64_t{1} << 40);
+  n = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model\nn0,1099511627777,1024,1,T4\n", "n.csv");
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("outside 0..1099511627776"), std::string::npos)
+      << n.status().message();
+  n = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model\nn0,9223372036854775808,1024,1,T4\n",
+                   "n.csv");
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("outside"), std::string::npos) << n.status().message();
+}
+
+// A header naming a column twice is refused with the column, not read from
+// whichever came last.
+TEST(ParsePodCsvTest, DuplicateColumnsAreRefused) {
+  StatusOr<std::vector<TracePod>> p = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_milli\np0,1000,1024,1,500,1000\n",
+      "pods.csv");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find(
+                "pods.csv:1: header names column \"gpu_milli\" twice (fields 5 and 6)"),
+            std::string::npos)
+      << p.status().message();
+  // Also a column the parser does not read, and across a trimmed blank.
+  EXPECT_FALSE(ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos, qos\n", "p.csv").ok());
+  StatusOr<std::vector<TraceNode>> n =
+      ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model,sn\nn0,1,1,1,T4,n1\n", "n.csv");
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("column \"sn\" twice"), std::string::npos)
+      << n.status().message();
+  // Unnamed columns (an exported index) are never read: several are fine.
+  p = ParsePodCsv(",name,cpu_milli,memory_mib,num_gpu,gpu_milli,\n0,p0,1000,1024,1,500,\n",
+                  "pods.csv");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)[0].gpu_milli, 500);
+}
+
 TEST(ParseCsvTest, HeaderProblems) {
   StatusOr<std::vector<TracePod>> empty = ParsePodCsv("", "e.csv");
   ASSERT_FALSE(empty.ok());
