@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -181,21 +182,29 @@ StatusOr<RotationState> StateFromSecret(const json& secret, const std::string& w
     return keys.status().WithPrefix(where + " is not a usable key set (fix it before rotating)");
   }
   s.keys = std::move(keys).value();
-  int64_t top = -1;
+  const int64_t signing = KeyNumber(s.keys.signing);
+  int64_t top = signing;
   s.newest = s.keys.signing;
+  // Switched: "signing" is a k<N> above every other key, as a rotation
+  // leaves it. Ids of another form count below every k<N>, so a set such as
+  // {signing: primary, primary, backup} is not mistaken for one.
+  bool signing_above_all = signing >= 0;
   for (const auto& [id, key] : s.keys.keys) {
-    if (KeyNumber(id) > top && KeyNumber(id) > KeyNumber(s.keys.signing)) {
+    if (id == s.keys.signing) continue;
+    if (KeyNumber(id) >= signing) signing_above_all = false;
+    if (KeyNumber(id) > top) {
       top = KeyNumber(id);
       s.newest = id;
     }
   }
   s.phase = s.keys.keys.size() == 1      ? RotationPhase::kSteady
             : s.newest != s.keys.signing ? RotationPhase::kAdded
-                                         : RotationPhase::kSwitched;
+            : signing_above_all          ? RotationPhase::kSwitched
+                                         : RotationPhase::kSteady;
   return s;
 }
 
-void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole) {
+void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole, bool skip_not_ready) {
   const Ptr keys_ptr(std::string("/metadata/annotations/") + "accelpool.io~1assignment-keys");
   const Ptr inventory_ptr(std::string("/metadata/annotations/") + "accelpool.io~1inventory");
   for (const json& node : nodes) {
@@ -205,11 +214,35 @@ void AddNodes(RotationState& s, const std::vector<json>& nodes, bool whole) {
       if (node.contains(inventory_ptr)) s.unreported.push_back(name);
       continue;
     }
-    if (whole && !NodeReady(node)) {
+    std::vector<std::string> ids = Split(node.at(keys_ptr).get<std::string>());
+    if (whole && !NodeReady(node) && std::find(ids.begin(), ids.end(), s.newest) == ids.end()) {
       s.not_ready.push_back(name);
+      if (skip_not_ready) continue;
+    }
+    s.node_keys[name] = std::move(ids);
+  }
+}
+
+void KeepNodesWithPlugin(RotationState& s, const std::vector<json>& plugin_pods) {
+  std::set<std::string> running;
+  for (const json& pod : plugin_pods) {
+    const std::string node = kube::StringAt(pod, Ptr("/spec/nodeName"));
+    const std::string phase = kube::StringAt(pod, Ptr("/status/phase"));
+    if (!node.empty() && phase != "Succeeded" && phase != "Failed") running.insert(node);
+  }
+  if (running.empty()) {
+    s.plugins_unseen = !s.node_keys.empty();
+    return;
+  }
+  for (auto it = s.node_keys.begin(); it != s.node_keys.end();) {
+    if (running.count(it->first) != 0) {
+      ++it;
       continue;
     }
-    s.node_keys[name] = Split(node.at(keys_ptr).get<std::string>());
+    s.no_plugin.push_back(it->first);
+    s.not_ready.erase(std::remove(s.not_ready.begin(), s.not_ready.end(), it->first),
+                      s.not_ready.end());
+    it = s.node_keys.erase(it);
   }
 }
 
@@ -261,7 +294,26 @@ StatusOr<RotationState> KeyRotation::Read() {
   meta.metadata_only = true;
   StatusOr<kube::ListResult> nodes = client_->List(kube::Nodes(), "", meta);
   if (!nodes.ok()) return nodes.status().WithPrefix("listing the nodes");
-  AddNodes(*s, nodes->items, /*whole=*/!nodes->metadata_only);
+  AddNodes(*s, nodes->items, /*whole=*/!nodes->metadata_only, options_.skip_not_ready);
+  // Only a node with a device plugin on it checks signatures: the plugin pods
+  // of the Secret's namespace (a pod mounts a Secret of its own namespace),
+  // the node each is bound to and its phase kept.
+  kube::ListOptions plugins;
+  plugins.label_selector = kPluginPodSelector;
+  plugins.keep = [](json& pod) {
+    json kept = {{"spec", json::object()}, {"status", json::object()}};
+    kept["spec"]["nodeName"] = kube::StringAt(pod, Ptr("/spec/nodeName"));
+    kept["status"]["phase"] = kube::StringAt(pod, Ptr("/status/phase"));
+    pod = std::move(kept);
+    return true;
+  };
+  StatusOr<kube::ListResult> plugin_pods = client_->List(kube::Pods(), options_.ns, plugins);
+  if (!plugin_pods.ok()) {
+    return plugin_pods.status().WithPrefix("listing the device-plugin pods (" +
+                                           std::string(kPluginPodSelector) + ") in namespace " +
+                                           options_.ns);
+  }
+  KeepNodesWithPlugin(*s, plugin_pods->items);
   const std::vector<std::string> missing = s->NodesWithout(s->newest);
   if (nodes->metadata_only && missing.size() <= kReadyChecks) {
     for (const std::string& name : missing) {
@@ -271,7 +323,7 @@ StatusOr<RotationState> KeyRotation::Read() {
       } else if (!node.ok()) {
         return node.status().WithPrefix("reading node " + name);
       } else if (!NodeReady(*node)) {
-        s->node_keys.erase(name);
+        if (options_.skip_not_ready) s->node_keys.erase(name);
         s->not_ready.push_back(name);
       }
     }
@@ -353,15 +405,25 @@ StatusOr<bool> KeyRotation::Step(const RotationState& s) {
       const std::vector<std::string> missing = s.NodesWithout(s.newest);
       if (missing.empty()) {
         if (s.node_keys.empty()) {
-          log_.Warn("no Ready node reports its assignment keys; switching without waiting",
-                    {{"key", s.newest}});
+          log_.Warn(
+              "no node with a device plugin reports its assignment keys; switching without "
+              "waiting",
+              {{"key", s.newest}});
+        }
+        if (!s.not_ready.empty()) {
+          log_.Warn(
+              "switching without these nodes, which are not Ready and lack the new key "
+              "(--skip-not-ready): a pod placed on one in the first minutes after it is "
+              "back may be refused with unknown_key, and must be deleted to be placed again",
+              {{"key", s.newest}, {"nodes", Listed(s.not_ready)}});
         }
         ACCELPOOL_RETURN_IF_ERROR(Write(s, {{"signing", s.newest}}, {}, FormatTime(now)));
         started_ = true;
         log_.Info("step 2 of 3: the new key signs; the old ones are still accepted",
                   {{"signing", s.newest},
                    {"nodes", static_cast<int64_t>(s.node_keys.size())},
-                   {"not_ready", static_cast<int64_t>(s.not_ready.size())}});
+                   {"not_ready", static_cast<int64_t>(s.not_ready.size())},
+                   {"no_plugin", static_cast<int64_t>(s.no_plugin.size())}});
         return false;
       }
       const std::string waiting = "nodes:" + s.newest;
@@ -371,10 +433,25 @@ StatusOr<bool> KeyRotation::Step(const RotationState& s) {
       }
       const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - waiting_since_);
       if (waited >= options_.node_timeout) {
+        std::string why;
+        if (!s.not_ready.empty()) {
+          why = " Not Ready among them: " + Listed(s.not_ready) +
+                "; bring them back, or delete the Node objects of nodes that are gone, or rotate "
+                "with --skip-not-ready to switch without them (a pod placed on one in the first "
+                "minutes after it is back may then be refused and must be deleted).";
+        }
+        if (s.plugins_unseen) {
+          why += std::string(" No pod labelled ") + kPluginPodSelector + " runs in namespace " +
+                 options_.ns +
+                 ", so every node that reports keys is waited for; on a node whose device "
+                 "plugin no longer runs, remove the report: kubectl annotate node NAME "
+                 "accelpool.io/assignment-keys-.";
+        }
         return DeadlineExceededError(
             "key " + s.newest + " has not reached " + std::to_string(missing.size()) + " of " +
             std::to_string(s.node_keys.size()) + " nodes in " + Secs(waited) + ": " +
-            Listed(missing) + ". The rotation stays at step 1 (every key is accepted, " + signing +
+            Listed(missing) + "." + why + " The rotation stays at step 1 (every key is accepted, " +
+            signing +
             " still signs). Check the device plugin on those nodes (its log, and "
             "accelpool_plugin_assignment_key_reload_errors_total), then run accelpool-keys "
             "rotate again to resume");
@@ -479,6 +556,17 @@ Status KeyRotation::Rotate() {
                 {{"phase", RotationPhaseName(s->phase)},
                  {"signing", s->keys.signing},
                  {"keys", static_cast<int64_t>(s->keys.keys.size())}});
+      if (s->phase == RotationPhase::kSteady && s->keys.keys.size() > 1) {
+        log_.Info(
+            "the Secret holds keys no rotation left (\"signing\" is not a k<N> above the "
+            "others): a new key is added, and all the others are dropped at step 3",
+            {{"signing", s->keys.signing}, {"next", NextKeyId(s->keys)}});
+      }
+      if (s->plugins_unseen) {
+        log_.Warn("no device-plugin pod found (label " + std::string(kPluginPodSelector) +
+                  ", namespace " + options_.ns +
+                  "): every node that reports assignment keys is waited for");
+      }
       if (!s->unreported.empty()) {
         log_.Warn(
             "these nodes have an accelpool inventory but report no assignment keys: their device "
@@ -486,6 +574,26 @@ Status KeyRotation::Rotate() {
             {{"nodes", Listed(s->unreported)}});
       }
     }
+    // The nodes left out of the wait, or waited for though not Ready, each
+    // time they change.
+    if (s->no_plugin != logged_no_plugin_ && !s->no_plugin.empty()) {
+      log_.Warn(
+          "these nodes report assignment keys but run no device-plugin pod (its DaemonSet "
+          "left them, or their vendor was turned off): not waited for. To clear the stale "
+          "report: kubectl annotate node NAME accelpool.io/assignment-keys-",
+          {{"nodes", Listed(s->no_plugin)}});
+    }
+    logged_no_plugin_ = s->no_plugin;
+    if (s->phase == RotationPhase::kAdded && s->not_ready != logged_not_ready_ &&
+        !s->not_ready.empty()) {
+      log_.Info(options_.skip_not_ready
+                    ? "these nodes are not Ready and lack the new key: not waited for "
+                      "(--skip-not-ready)"
+                    : "these nodes are not Ready and lack the new key: waited for like the others, "
+                      "up to --node-timeout (--skip-not-ready switches without them)",
+                {{"key", s->newest}, {"nodes", Listed(s->not_ready)}});
+    }
+    if (s->phase == RotationPhase::kAdded) logged_not_ready_ = s->not_ready;
     StatusOr<bool> done = Step(*s);
     if (!done.ok()) {
       if (done.status().code() == StatusCode::kAborted) {

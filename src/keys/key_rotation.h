@@ -3,10 +3,13 @@
 // cluster shows it is safe, so no pod is refused for a key its node lacks.
 //
 //   1. add     a new key to the key Secret; the extender keeps signing with
-//              the old one. Done when every Ready node whose device plugin
-//              checks signatures lists the new key in its
+//              the old one. Done when every node whose device plugin checks
+//              signatures lists the new key in its
 //              accelpool.io/assignment-keys annotation (the plugin writes it
-//              from its mounted Secret, api/assignment_signature.h).
+//              from its mounted Secret, api/assignment_signature.h). A node
+//              counts while a device-plugin pod is bound to it (a stale
+//              annotation outlives the plugin), and, unless
+//              RotationOptions::skip_not_ready, also while it is not Ready.
 //   2. switch  "signing" to the new key, and note the time on the Secret
 //              (annotation accelpool.io/assignment-key-switched-at).
 //   3. drop    the old keys, once the extender has surely re-read the Secret
@@ -17,9 +20,11 @@
 //              signature by an old key.
 //
 // The state lives in the Secret alone, so a rotation that stops (a timeout, a
-// killed Job) is resumed where it stands by the next run: a Secret with keys
-// besides "signing" that are older than it is at step 3, one with a newer key
-// than "signing" at step 2. Every write is a PUT with the Secret's
+// killed Job) is resumed where it stands by the next run: one with a newer
+// key than "signing" is at step 2; one whose "signing" is a k<N> newer than
+// every other key, at step 3. Other key sets of more than one key (ids not of
+// the form k<N>, as in a Secret made by hand) are no rotation under way: a
+// rotation starts from them, and drops them all at step 3. Every write is a PUT with the Secret's
 // resourceVersion: a concurrent edit makes the step re-read and start over.
 //
 // Thread-safety: a KeyRotation is used from one thread.
@@ -44,7 +49,7 @@ namespace accelpool::keys {
 inline constexpr const char* kSwitchedAtAnnotation = "accelpool.io/assignment-key-switched-at";
 
 enum class RotationPhase {
-  kSteady,    // one key: nothing under way
+  kSteady,    // nothing under way: one key, or keys no rotation left (see above)
   kAdded,     // a key newer than "signing" waits to reach every node (step 1 done)
   kSwitched,  // "signing" is the newest; older keys wait to be dropped (step 2 done)
 };
@@ -55,19 +60,30 @@ struct RotationState {
   api::SigningKeys keys;  // the Secret's key set, checked as the components check it
   std::string resource_version;
   RotationPhase phase = RotationPhase::kSteady;
-  std::string newest;       // the key id with the highest number ("k<N>")
+  std::string newest;       // the key id with the highest number ("k<N>"); else "signing"
   std::string switched_at;  // RFC 3339, from the annotation; "" when absent
 
-  // Nodes whose device plugin checks signatures (accelpool.io/assignment-keys
-  // present): node -> its key ids. Ready ones only (a node without a Ready
-  // condition counts as Ready); those whose Ready condition is False or
-  // Unknown are listed in not_ready (their kubelet admits nothing until it
-  // is back, and it refreshes the Secret volume first). The nodes are listed
-  // metadata only; the Ready condition is read only for the nodes without
-  // the newest key, when they are at most 50 (so not_ready lists only such
-  // nodes, and while more lack the key every one of them is waited for).
+  // The nodes step 1 waits for: those whose device plugin checks signatures
+  // (accelpool.io/assignment-keys present) and, as Read finds them, runs
+  // there (no_plugin below): node -> its key ids.
   std::map<std::string, std::vector<std::string>> node_keys;
+  // Nodes without the newest key whose Ready condition is False or Unknown (a
+  // node without the condition counts as Ready). They are in node_keys too,
+  // and waited for, unless the nodes are read with skip_not_ready. The nodes
+  // are listed metadata only; the Ready condition is read only for the nodes
+  // without the newest key, when they are at most 50 (while more lack the
+  // key, this stays empty).
   std::vector<std::string> not_ready;
+  // Nodes that report key ids but run no device-plugin pod (one bound to the
+  // node and not ended, labelled kPluginPodSelector in the Secret's
+  // namespace): the annotation outlived the plugin (its DaemonSet left the
+  // node, or its vendor was turned off), and nothing there checks a
+  // signature. Not in node_keys. Empty when no such pod runs anywhere: then
+  // the plugins are not told apart (deployed otherwise), and every
+  // reporting node is waited for.
+  std::vector<std::string> no_plugin;
+  // No device-plugin pod was found at all while nodes report keys.
+  bool plugins_unseen = false;
   // Nodes with an accelpool inventory but no key ids: their plugin checks no
   // signature (signing off there) or predates the annotation; a rotation
   // cannot see them and says so.
@@ -84,7 +100,7 @@ struct RotationState {
   // (--scheduler-lease, extender/leader.h).
   std::string leader_signs;
 
-  // Ready reporting nodes that lack `key`.
+  // The nodes waited for that lack `key`.
   std::vector<std::string> NodesWithout(const std::string& key) const;
 };
 
@@ -96,8 +112,16 @@ struct RotationState {
 // not an object, a data value is not base64 text, or the key set is broken.
 StatusOr<RotationState> StateFromSecret(const nlohmann::json& secret, const std::string& where);
 // Adds the nodes' reported key ids (and the unreported nodes). `whole`: the
-// objects carry their status, and nodes that are not Ready go to not_ready.
-void AddNodes(RotationState& s, const std::vector<nlohmann::json>& nodes, bool whole);
+// objects carry their status, and nodes without the newest key that are not
+// Ready go to not_ready (and out of node_keys, with `skip_not_ready`).
+void AddNodes(RotationState& s, const std::vector<nlohmann::json>& nodes, bool whole,
+              bool skip_not_ready);
+// Moves the nodes that report keys but run none of `plugin_pods` (device-plugin
+// pods, as listed) from node_keys to no_plugin. A pod counts when it is bound
+// to a node and has not ended (Pending or Running: a plugin starting, or
+// being deleted, may still check signatures). With no such pod at all,
+// nothing moves and plugins_unseen is set.
+void KeepNodesWithPlugin(RotationState& s, const std::vector<nlohmann::json>& plugin_pods);
 // Adds the pods awaiting admission whose signature names a key other than
 // the signing one.
 void AddPods(RotationState& s, const std::vector<nlohmann::json>& pods);
@@ -108,11 +132,20 @@ std::string NextKeyId(const api::SigningKeys& keys);
 // The number of a "k<N>" id (N of 1-18 digits), or -1.
 int64_t KeyNumber(const std::string& id);
 
+// The label of the device-plugin pods (the chart's DaemonSets), listed in the
+// key Secret's namespace: a pod mounts a Secret of its own namespace only.
+inline constexpr const char* kPluginPodSelector = "app.kubernetes.io/component=device-plugin";
+
 struct RotationOptions {
   std::string ns;      // the key Secret's namespace
   std::string secret;  // and name
   // Step 1 fails when the new key has not reached every node in this long.
   std::chrono::seconds node_timeout{std::chrono::minutes(15)};
+  // Step 1 does not wait for nodes that are not Ready. Off, it does (up to
+  // node_timeout): a node back from NotReady admits pods before kubelet has
+  // refreshed its plugin's Secret volume (the pod's next sync, a minute or
+  // two), and a pod signed with a key its plugin lacks fails admission.
+  bool skip_not_ready = false;
   // Step 3 waits at least this long after the switch (the extender may sign
   // with the old key until kubelet has updated its Secret volume, up to
   // about a minute and a half, and it has re-read it, 30 s).
@@ -170,6 +203,8 @@ class KeyRotation {
   bool started_ = false;  // this run added a key or resumed a rotation (kSteady then means done)
   std::chrono::system_clock::time_point waiting_since_{};
   std::string waiting_for_;  // what waiting_since_ is for
+  // The node lists last logged (logged again when they change).
+  std::vector<std::string> logged_no_plugin_, logged_not_ready_;
 };
 
 }  // namespace accelpool::keys

@@ -45,6 +45,24 @@ json NodeJson(const std::string& name, const json& keys, bool ready = true, bool
        {{"conditions", json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
+constexpr const char* kPluginPods = "/api/v1/namespaces/accelpool-system/pods";
+
+// A device-plugin pod of the chart's DaemonSet on `node`.
+json PluginPodJson(const std::string& node, const std::string& phase = "Running",
+                   const std::string& component = "device-plugin") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", "accelpool-device-plugin-" + node},
+            {"namespace", "accelpool-system"},
+            {"labels",
+             {{"app.kubernetes.io/name", "accelpool"},
+              {"app.kubernetes.io/component", component},
+              {"accelpool.io/vendor", "nvidia"}}}}},
+          {"spec", {{"nodeName", node}}},
+          {"status", {{"phase", phase}}}};
+}
+
 constexpr const char* kAssignmentText = R"({"version":1,"node":"node-a","containers":[]})";
 
 // A pod bound to node-a whose assignment is signed as the extender signs it,
@@ -167,6 +185,7 @@ TEST(KeyIdsTest, NumbersAndTimes) {
 // point does the extender sign with a key a Ready node lacks, nor is a key
 // dropped that a pod awaiting admission is signed with.
 TEST_F(KeyRotationTest, RotatesOnlyAsFastAsTheClusterAllows) {
+  options_.skip_not_ready = true;  // node-down is not waited for
   api_.Put(kNodes, NodeJson("node-a", "k1"));
   api_.Put(kNodes, NodeJson("node-b", "k1"));
   api_.Put(kNodes, NodeJson("node-down", "k1", /*ready=*/false));
@@ -254,8 +273,8 @@ TEST_F(KeyRotationTest, ANodeWithoutTheNewKeyStopsTheRotationAtStepOne) {
   EXPECT_EQ(s->phase, RotationPhase::kAdded);
   EXPECT_EQ(s->newest, "k2");
   EXPECT_EQ(s->NodesWithout("k2"), std::vector<std::string>{"node-stuck"});
-  // A node without a Ready condition yet is waited for; one whose kubelet
-  // stopped reporting (Unknown) is not.
+  // A node without a Ready condition yet is waited for; so is one whose
+  // kubelet stopped reporting (Unknown), listed as not Ready.
   json fresh = NodeJson("node-fresh", "k1");
   fresh.erase("status");
   api_.Put(kNodes, fresh);
@@ -264,9 +283,11 @@ TEST_F(KeyRotationTest, ANodeWithoutTheNewKeyStopsTheRotationAtStepOne) {
   api_.Put(kNodes, gone);
   s = rotation.Read();
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->NodesWithout("k2"), (std::vector<std::string>{"node-fresh", "node-stuck"}));
+  EXPECT_EQ(s->NodesWithout("k2"),
+            (std::vector<std::string>{"node-fresh", "node-gone", "node-stuck"}));
   EXPECT_EQ(s->not_ready, std::vector<std::string>{"node-gone"});
   api_.Remove(kNodes, "node-fresh");
+  api_.Remove(kNodes, "node-gone");
 
   api_.Put(kNodes, NodeJson("node-stuck", "k1,k2"));
   on_sleep_ = nullptr;
@@ -275,6 +296,113 @@ TEST_F(KeyRotationTest, ANodeWithoutTheNewKeyStopsTheRotationAtStepOne) {
   f = Files();
   EXPECT_EQ(f.at("signing"), "k2");
   EXPECT_EQ(f.size(), 2u) << "k1 dropped, no k3 added";
+}
+
+// A node whose device plugin is gone (its DaemonSet left it) keeps its last
+// accelpool.io/assignment-keys report: it is not waited for, and the
+// rotation switches. A node whose plugin pod runs and lacks the key still
+// stops it at step 1.
+TEST_F(KeyRotationTest, AStaleReportOfANodeWithoutAPluginIsNotWaitedFor) {
+  api_.Put(kNodes, NodeJson("node-a", "k1"));
+  api_.Put(kNodes, NodeJson("node-b", "k1"));
+  api_.Put(kNodes, NodeJson("node-stale", "k1"));
+  api_.Put(kNodes, NodeJson("node-ended", "k1"));
+  api_.Put(kPluginPods, PluginPodJson("node-a"));
+  api_.Put(kPluginPods, PluginPodJson("node-b", "Pending"));  // starting: it will check
+  // Neither another component's pod nor an ended plugin pod is a plugin.
+  api_.Put(kPluginPods, PluginPodJson("node-stale", "Running", "scheduler"));
+  json ended = PluginPodJson("node-ended", "Failed");
+  ended["metadata"]["name"] = "accelpool-device-plugin-old";
+  api_.Put(kPluginPods, ended);
+  on_sleep_ = [&] {
+    if (Files().count("k2") != 0) api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+  };
+  KeyRotation rotation = Rotation();
+  Status st = rotation.Rotate();
+  ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("node-b"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("node-stale"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("node-ended"), std::string::npos) << st.message();
+  EXPECT_EQ(Files().at("signing"), "k1");
+
+  StatusOr<RotationState> s = rotation.Read();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->no_plugin, (std::vector<std::string>{"node-ended", "node-stale"}));
+  EXPECT_FALSE(s->plugins_unseen);
+
+  // node-b's plugin gone as well: nothing left lacks the key.
+  api_.Remove(kPluginPods, "accelpool-device-plugin-node-b");
+  KeyRotation resumed = Rotation();
+  st = resumed.Rotate();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(Files().at("signing"), "k2");
+  EXPECT_EQ(Files().count("k1"), 0u);
+}
+
+// A node that is not Ready and lacks the new key is waited for, up to
+// --node-timeout (back, its kubelet admits pods before it refreshes the
+// plugin's Secret volume); --skip-not-ready switches without it.
+TEST_F(KeyRotationTest, ANotReadyNodeIsWaitedForUnlessSkipped) {
+  api_.Put(kNodes, NodeJson("node-a", "k1"));
+  api_.Put(kNodes, NodeJson("node-down", "k1", /*ready=*/false));
+  api_.Put(kPluginPods, PluginPodJson("node-a"));
+  api_.Put(kPluginPods, PluginPodJson("node-down"));
+  on_sleep_ = [&] {
+    if (Files().count("k2") != 0) api_.Put(kNodes, NodeJson("node-a", "k1,k2"));
+  };
+  KeyRotation rotation = Rotation();
+  Status st = rotation.Rotate();
+  ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("Not Ready among them: node-down"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("--skip-not-ready"), std::string::npos) << st.message();
+  EXPECT_EQ(Files().at("signing"), "k1");
+
+  options_.skip_not_ready = true;
+  KeyRotation skipping = Rotation();
+  st = skipping.Rotate();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(Files().at("signing"), "k2");
+}
+
+// Keys not named k<N> (a Secret made by hand) are no rotation under way, even
+// with more than one: rotate starts one (k1, the first k<N>) and drops them
+// at its end, instead of dropping all but "signing" and calling that done.
+TEST_F(KeyRotationTest, HandNamedKeysStartARotation) {
+  api_.Put(kSecrets,
+           SecretJson({{"signing", "primary"}, {"primary", kKey1}, {"backup", kKey1 + "-backup"}}));
+  api_.Put(kNodes, NodeJson("node-a", "backup,primary"));
+  KeyRotation rotation = Rotation();
+  StatusOr<RotationState> s = rotation.Read();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->phase, RotationPhase::kSteady);
+  EXPECT_EQ(s->newest, "primary");
+
+  bool switched_early = false;
+  on_sleep_ = [&] {
+    const std::map<std::string, std::string> f = Files();
+    if (f.at("signing") == "k1" && sleeps_ < 3) switched_early = true;
+    if (f.count("k1") != 0 && sleeps_ == 3)
+      api_.Put(kNodes, NodeJson("node-a", "backup,k1,primary"));
+  };
+  Status st = rotation.Rotate();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_FALSE(switched_early);
+  const std::map<std::string, std::string> f = Files();
+  EXPECT_EQ(f.at("signing"), "k1");
+  EXPECT_EQ(f.size(), 2u) << "primary and backup dropped at step 3";
+  EXPECT_NE(f.at("k1"), kKey1);
+
+  // With "signing" a k<N> above the others, it is step 2 of a rotation.
+  api_.Put(kSecrets, SecretJson({{"signing", "k1"}, {"k1", kKey1}, {"backup", kKey1 + "-b"}}));
+  s = rotation.Read();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->phase, RotationPhase::kSwitched);
+  // Not when another key ranks as high (k01 is number 1 as well).
+  api_.Put(kSecrets, SecretJson({{"signing", "k1"}, {"k1", kKey1}, {"k01", kKey1 + "-b"}}));
+  s = rotation.Read();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->phase, RotationPhase::kSteady);
 }
 
 // A pod signed with the old key that is never admitted stops the rotation

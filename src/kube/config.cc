@@ -147,6 +147,11 @@ StatusOr<KubeConfig> LoadInCluster(const EnvLookup& env, std::string_view sa_dir
   auto token = ReadWholeFile(c.token_file, "service account token");
   if (!token.ok()) return token.status();
   c.token = TrimSpace(*token);
+  // The pod's namespace, as kubectl takes it in a pod; optional.
+  if (std::ifstream ns(dir + "/namespace"); ns) {
+    std::string text((std::istreambuf_iterator<char>(ns)), std::istreambuf_iterator<char>());
+    c.ns = TrimSpace(text);
+  }
   c.ca_file = dir + "/ca.crt";
   if (!std::filesystem::exists(c.ca_file)) {
     return InvalidArgumentError("service account CA " + c.ca_file +
@@ -285,6 +290,7 @@ StatusOr<KubeConfig> FromRoot(const json& root, const std::string& path,
                                 "\" of context \"" + ctx_name + "\" is not defined");
   }
   KubeConfig c;
+  ACCELPOOL_RETURN_IF_ERROR(Str(*ctx, "namespace", c.ns, "context " + ctx_name));
   const std::string cw = "kubeconfig " + path + ": cluster " + cluster_name;
   ACCELPOOL_RETURN_IF_ERROR(Str(*cluster, "server", c.server, cw));
   if (c.server.empty()) return InvalidArgumentError(cw + " has no server");

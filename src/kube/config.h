@@ -2,9 +2,10 @@
 //
 // LoadInCluster reads the pod's service account (KUBERNETES_SERVICE_HOST /
 // KUBERNETES_SERVICE_PORT and /var/run/secrets/kubernetes.io/serviceaccount/
-// {token,ca.crt}); LoadKubeconfig reads a kubeconfig file (JSON, or YAML in
-// block or flow style as kubectl, kind and other tools write it, see
-// yaml_subset.h) and takes its current-context: the cluster's
+// {token,ca.crt}, and namespace when present); LoadKubeconfig reads a
+// kubeconfig file (JSON, or YAML in block or flow style as kubectl, kind and
+// other tools write it, see yaml_subset.h) and takes its current-context:
+// the context's namespace, the cluster's
 // server, certificate-authority(-data), insecure-skip-tls-verify, and the
 // user's token / tokenFile, client-certificate(-data) and client-key(-data),
 // or, for a user with none of these, its exec credential plugin (run at load,
@@ -45,6 +46,10 @@ struct KubeConfig {
   // The cluster's tls-server-name: the name the apiserver's certificate is
   // checked against (and sent as SNI) instead of the server URL's host.
   std::string tls_server_name;
+  // The namespace a command works in when it is given none, as kubectl
+  // takes it: the kubeconfig context's `namespace`, or in a pod its service
+  // account's namespace file; "" when there is neither.
+  std::string ns;
   // The user's exec credential plugin, when the credentials came from one:
   // the client runs it again 10 s before token_expiry (the credentials'
   // expirationTimestamp) and after a 401, and takes its new token or client

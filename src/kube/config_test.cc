@@ -96,6 +96,52 @@ TEST_F(ConfigTest, InCluster) {
   EXPECT_EQ(no_token.status().code(), StatusCode::kInvalidArgument);
 }
 
+// The namespace a command works in when given none, as kubectl takes it:
+// the context's, else (in a pod) the service account's.
+TEST_F(ConfigTest, TheDefaultNamespaceIsTheContextsOrThePods) {
+  const std::string yaml = R"(apiVersion: v1
+kind: Config
+current-context: team
+clusters:
+- name: one
+  cluster: {server: "https://one:6443"}
+contexts:
+- name: team
+  context:
+    cluster: one
+    user: u
+    namespace: ml-team
+- name: bare
+  context: {cluster: one, user: u}
+users:
+- name: u
+  user: {token: t}
+)";
+  const std::string path = dir_ + "/config";
+  ASSERT_TRUE(ht::WriteFile(path, yaml));
+  auto team = LoadKubeconfig(path);
+  ASSERT_TRUE(team.ok()) << team.status().ToString();
+  EXPECT_EQ(team->ns, "ml-team");
+  auto bare = LoadKubeconfig(path, "bare");
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->ns, "");
+  auto merged = LoadKubeconfigs({dir_ + "/absent", path});
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_EQ(merged->ns, "ml-team");
+
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/token", "tok"));
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/ca.crt", "pem"));
+  const EnvLookup env =
+      Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}});
+  auto no_file = LoadInCluster(env, dir_);
+  ASSERT_TRUE(no_file.ok()) << no_file.status().ToString();
+  EXPECT_EQ(no_file->ns, "");
+  ASSERT_TRUE(ht::WriteFile(dir_ + "/namespace", "accelpool-system\n"));
+  auto in_pod = LoadInCluster(env, dir_);
+  ASSERT_TRUE(in_pod.ok()) << in_pod.status().ToString();
+  EXPECT_EQ(in_pod->ns, "accelpool-system");
+}
+
 TEST_F(ConfigTest, KubeconfigYamlWithDataAndFiles) {
   const std::string yaml = R"(apiVersion: v1
 kind: Config

@@ -42,8 +42,10 @@ rebuilds after a restart. A difference from the running extender's metrics means
 its cache has drifted.
 
 flags:
-  -n, --namespace=NS    explain: the pod's namespace (default: default); pods: only this one
+  -n, --namespace=NS    explain: the pod's namespace (default: the kubeconfig context's
+                        namespace, in a pod its own, else default); pods: only this one
   -o, --output=FORMAT   text (default) or json
+                        (-n and -o as kubectl takes them: -n NS, -nNS, -n=NS)
   --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
                         accelpool.io/policy annotation wins, as in the extender
   --workload-configmap=NS/NAME
@@ -80,9 +82,26 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return Status(StatusCode::kCancelled, "");
-    if (a == "-n" || a == "-o") {
-      if (i + 1 >= argc) return InvalidArgumentError(a + " needs a value");
-      (a == "-n" ? f.ns : f.output) = argv[++i];
+    // A boolean flag takes its value after '=' only: "--host-aware false"
+    // would read "false" as the command's argument.
+    if ((a == "-q" || a == "--quiet" || a == "--host-aware") && i + 1 < argc &&
+        (std::string(argv[i + 1]) == "true" || std::string(argv[i + 1]) == "false")) {
+      const std::string name = a == "-q" ? "--quiet" : a;
+      return InvalidArgumentError(a + " " + argv[i + 1] + ": a true/false flag takes its value " +
+                                  "after '=': write " + name + "=" + argv[i + 1]);
+    }
+    if (a.size() >= 2 && a[0] == '-' && (a[1] == 'n' || a[1] == 'o')) {
+      // kubectl's forms: -n NS, -nNS, -n=NS (and -o the same).
+      const std::string flag = a.substr(0, 2);
+      std::string value = a.substr(2);
+      if (value.empty()) {
+        if (i + 1 >= argc) return InvalidArgumentError(flag + " needs a value");
+        value = argv[++i];
+      } else if (value[0] == '=') {
+        value = value.substr(1);
+      }
+      if (value.empty()) return InvalidArgumentError(flag + " needs a value");
+      (flag == "-n" ? f.ns : f.output) = value;
     } else if (a == "-q") {
       f.quiet = true;
     } else if (a.rfind("-", 0) == 0) {
@@ -172,6 +191,21 @@ int Run(const Flags& f) {
   auto progress = [&f](const std::string& line) {
     if (!f.quiet) std::fprintf(stderr, "kubectl-accelpool: %s\n", line.c_str());
   };
+  // explain: the pod first, so a mistyped name fails before the whole
+  // cluster is read. Its namespace: NS/ in the argument, else -n, else the
+  // kubeconfig context's (in a pod, its own), else default, as kubectl.
+  nlohmann::json pod;
+  if (f.command == "explain") {
+    std::string ns = !f.ns.empty() ? f.ns : !kc->ns.empty() ? kc->ns : "default";
+    std::string name = f.target;
+    if (const size_t slash = name.find('/'); slash != std::string::npos) {
+      ns = name.substr(0, slash);
+      name = name.substr(slash + 1);
+    }
+    StatusOr<nlohmann::json> got = (*client)->Get(kube::Pods(), ns, name);
+    if (!got.ok()) return Fail(got.status().WithPrefix("reading pod " + ns + "/" + name));
+    pod = std::move(*got);
+  }
   StatusOr<std::unique_ptr<ClusterView>> view =
       ClusterView::Load(**client, progress, ViewOptions{.host_aware = f.host_aware});
   if (!view.ok()) return Fail(view.status());
@@ -187,16 +221,9 @@ int Run(const Flags& f) {
     }
     if (f.command == "node") return NodeReport(**view, f.target);
     if (f.command == "pods") return PodsReport(**view, f.ns);
-    std::string ns = f.ns.empty() ? "default" : f.ns, name = f.target;
-    if (const size_t slash = name.find('/'); slash != std::string::npos) {
-      ns = name.substr(0, slash);
-      name = name.substr(slash + 1);
-    }
-    StatusOr<nlohmann::json> pod = (*client)->Get(kube::Pods(), ns, name);
-    if (!pod.ok()) return pod.status().WithPrefix("reading pod " + ns + "/" + name);
     // A bound pod is shown with its devices; nothing more to read.
-    if (!kube::StringAt(*pod, nlohmann::json::json_pointer("/spec/nodeName")).empty()) {
-      return ExplainReport(**view, *pod, f.policy);
+    if (!kube::StringAt(pod, nlohmann::json::json_pointer("/spec/nodeName")).empty()) {
+      return ExplainReport(**view, pod, f.policy);
     }
     // Pod affinity terms may select namespaces by label. Without the right
     // to list namespaces those terms are skipped, and the report says so.
@@ -249,13 +276,13 @@ int Run(const Flags& f) {
       if (!got.ok()) return got.status();
       return listed[kind] = std::move(got->items);
     };
-    PodVolumes volumes = PodVolumes::Read(*pod, get, list);
+    PodVolumes volumes = PodVolumes::Read(pod, get, list);
     volumes.ReadVolumeLimits((*view)->uses(), get, list);
     volumes.NoteClaimsInUse((*view)->uses());
     ExplainInputs inputs;
     inputs.ns_labels = namespaces.ok() ? &*namespaces : nullptr;
     inputs.volumes = &volumes;
-    return ExplainReport(**view, *pod, f.policy, inputs);
+    return ExplainReport(**view, pod, f.policy, inputs);
   };
   StatusOr<Report> report = make();
   if (!report.ok()) return Fail(report.status());

@@ -42,6 +42,9 @@ flags:
                             <release>-assignment-key for release "accelpool")
   --kubeconfig=FILE         kubeconfig (default: $KUBECONFIG, a list merged, else in-cluster)
   --node-timeout=DURATION   rotate: how long the new key may take to reach every node (15m)
+  --skip-not-ready          rotate: do not wait for nodes that are not Ready (by default they
+                            are waited for like the others: a pod placed on one in the first
+                            minutes after it is back may be refused for a key it lacks)
   --settle=DURATION         rotate: the least time between the switch and dropping the old
                             keys, for the extender to re-read the Secret (5m)
   --drain-timeout=DURATION  rotate: how long pods signed with an old key may wait for
@@ -83,7 +86,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"drain-timeout", &drain_timeout}, {"poll", &poll}, {"output", &f.output},
       {"extender-lease", &f.extender_lease}};
   // The command takes argv[0]'s place: ParseFlagTable starts after it.
-  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc - 1, argv + 1, strings, {}));
+  ACCELPOOL_RETURN_IF_ERROR(ParseFlagTable(argc - 1, argv + 1, strings,
+                                           {{"skip-not-ready", &f.rotation.skip_not_ready}}));
   const std::pair<const char*, std::pair<std::string*, std::chrono::seconds*>> durations[] = {
       {"node-timeout", {&node_timeout, &f.rotation.node_timeout}},
       {"settle", {&settle, &f.rotation.settle}},
@@ -152,10 +156,24 @@ void PrintStatus(const RotationState& s, const Flags& f) {
                   s.switched_at.empty() ? "an unrecorded time" : s.switched_at.c_str());
       break;
   }
-  std::printf("nodes whose device plugin reports its keys: %zu Ready", s.node_keys.size());
-  if (!s.not_ready.empty()) std::printf(", %zu not Ready (%s)", s.not_ready.size(),
-                                        Join(s.not_ready).c_str());
+  std::printf("nodes whose device plugin reports its keys: %zu", s.node_keys.size());
+  if (!s.not_ready.empty()) {
+    std::printf(", not Ready without key %s: %s (%s)", s.newest.c_str(), Join(s.not_ready).c_str(),
+                f.rotation.skip_not_ready ? "not waited for" : "waited for");
+  }
   std::printf("\n");
+  if (!s.no_plugin.empty()) {
+    std::printf(
+        "nodes that report keys but run no device-plugin pod (not waited for; clear with "
+        "kubectl annotate node NAME accelpool.io/assignment-keys-): %s\n",
+        Join(s.no_plugin).c_str());
+  }
+  if (s.plugins_unseen) {
+    std::printf(
+        "no device-plugin pod (%s) in namespace %s: every node that reports keys is "
+        "waited for\n",
+        kPluginPodSelector, f.ns.c_str());
+  }
   const std::vector<std::string> missing = s.NodesWithout(s.newest);
   std::printf("  without key %s: %s\n", s.newest.c_str(), Join(missing).c_str());
   if (!s.unreported.empty()) {
@@ -186,6 +204,8 @@ void PrintStatusJson(const RotationState& s, const Flags& f) {
   j["nodes_without_newest"] = s.NodesWithout(s.newest);
   j["nodes_not_ready"] = s.not_ready;
   j["nodes_unreported"] = s.unreported;
+  j["nodes_no_plugin"] = s.no_plugin;
+  j["plugins_unseen"] = s.plugins_unseen;
   j["pods_with_old_keys"] = s.pods_with_old_keys;
   j["leader_signs"] = s.leader_signs;
   std::printf("%s\n", j.dump().c_str());

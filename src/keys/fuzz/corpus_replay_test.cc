@@ -31,7 +31,9 @@ RotationState Seed(const std::string& name) {
   StatusOr<RotationState> s = StateFromSecret(doc.at("secret"), name);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (!s.ok()) return {};
-  AddNodes(*s, doc.value("nodes", std::vector<nlohmann::json>()), doc.value("whole", false));
+  AddNodes(*s, doc.value("nodes", std::vector<nlohmann::json>()), doc.value("whole", false),
+           doc.value("skip_not_ready", false));
+  KeepNodesWithPlugin(*s, doc.value("plugin_pods", std::vector<nlohmann::json>()));
   AddPods(*s, doc.value("pods", std::vector<nlohmann::json>()));
   return *s;
 }
@@ -45,8 +47,11 @@ TEST(KeyStateSeedsTest, SeedsReadAsTheStateTheyDescribe) {
   RotationState added = Seed("added.json");
   EXPECT_EQ(added.phase, RotationPhase::kAdded);
   EXPECT_EQ(added.newest, "k2");
-  EXPECT_EQ(added.NodesWithout("k2"), std::vector<std::string>{"gpu-2"});
+  // gpu-3 is not Ready, and waited for all the same; gpu-gone's plugin pod
+  // has ended, so its report is stale and not waited for.
+  EXPECT_EQ(added.NodesWithout("k2"), (std::vector<std::string>{"gpu-2", "gpu-3"}));
   EXPECT_EQ(added.not_ready, std::vector<std::string>{"gpu-3"});
+  EXPECT_EQ(added.no_plugin, std::vector<std::string>{"gpu-gone"});
   EXPECT_EQ(added.unreported, std::vector<std::string>{"gpu-old"});
 
   RotationState switched = Seed("switched.json");
@@ -61,7 +66,7 @@ TEST(KeyStateSeedsTest, SeedsReadAsTheStateTheyDescribe) {
   RotationState odd = Seed("condition_types.json");
   EXPECT_EQ(odd.phase, RotationPhase::kAdded);
   EXPECT_EQ(odd.NodesWithout("k2"), (std::vector<std::string>{"gpu-2", "gpu-4"}))
-      << "gpu-3 is not Ready: not waited for";
+      << "gpu-3 is not Ready: not waited for (skip_not_ready)";
   EXPECT_EQ(odd.not_ready, std::vector<std::string>{"gpu-3"});
 
   for (const char* bad : {"broken.json", "not_base64.json"}) {

@@ -36,7 +36,11 @@ int FuzzKeyState(const uint8_t* data, size_t size) {
     return 0;
   }
   const bool whole = doc.contains("whole") && doc.at("whole").is_boolean() && doc.at("whole").get<bool>();
-  AddNodes(*s, Items(doc, "nodes"), whole);
+  const bool skip = doc.contains("skip_not_ready") && doc.at("skip_not_ready").is_boolean() &&
+                    doc.at("skip_not_ready").get<bool>();
+  AddNodes(*s, Items(doc, "nodes"), whole, skip);
+  const size_t reporting = s->node_keys.size();
+  KeepNodesWithPlugin(*s, Items(doc, "plugin_pods"));
   AddPods(*s, Items(doc, "pods"));
 
   // The key set: what signs and the newest are held; the phase follows.
@@ -48,14 +52,28 @@ int FuzzKeyState(const uint8_t* data, size_t size) {
   }
   switch (s->phase) {
     case RotationPhase::kSteady:
-      Check(s->keys.keys.size() == 1 && s->newest == s->keys.signing);
+      // One key, or none above "signing" while it is no k<N> above them all.
+      Check(s->newest == s->keys.signing);
+      if (s->keys.keys.size() > 1) {
+        bool above_all = KeyNumber(s->keys.signing) >= 0;
+        for (const auto& [id, key] : s->keys.keys) {
+          if (id != s->keys.signing && KeyNumber(id) >= KeyNumber(s->keys.signing)) {
+            above_all = false;
+          }
+        }
+        Check(!above_all);
+      }
       break;
     case RotationPhase::kAdded:
       Check(s->keys.keys.size() > 1 && s->newest != s->keys.signing &&
             KeyNumber(s->newest) > KeyNumber(s->keys.signing));
       break;
     case RotationPhase::kSwitched:
-      Check(s->keys.keys.size() > 1 && s->newest == s->keys.signing);
+      Check(s->keys.keys.size() > 1 && s->newest == s->keys.signing &&
+            KeyNumber(s->keys.signing) >= 0);
+      for (const auto& [id, key] : s->keys.keys) {
+        Check(id == s->keys.signing || KeyNumber(id) < KeyNumber(s->keys.signing));
+      }
       break;
   }
   // The next key id is new and ranks above every key held (or there is none).
@@ -66,15 +84,27 @@ int FuzzKeyState(const uint8_t* data, size_t size) {
   }
 
   // Nodes: each listed once, under one heading; reported ids never empty.
-  std::vector<std::string> all = s->unreported;
-  all.insert(all.end(), s->not_ready.begin(), s->not_ready.end());
+  // A node without a plugin pod is left out of the wait (unless no plugin
+  // pod is seen at all), and is neither waited for nor listed not Ready.
+  Check(s->node_keys.size() + s->no_plugin.size() == reporting);
+  Check(!s->plugins_unseen || s->no_plugin.empty());
+  for (const std::string& node : s->no_plugin) {
+    Check(s->node_keys.count(node) == 0);
+    Check(std::find(s->not_ready.begin(), s->not_ready.end(), node) == s->not_ready.end());
+  }
   for (const auto& [node, ids] : s->node_keys) {
     Check(!node.empty());
     for (const std::string& id : ids) Check(!id.empty() && id.find(',') == std::string::npos);
     if (std::find(s->not_ready.begin(), s->not_ready.end(), node) != s->not_ready.end()) {
-      // A node named twice in the list may be both; only whole objects say Ready.
+      // Only whole objects say Ready; waited for unless skipped (a node
+      // named twice in the list may be both).
       Check(whole);
     }
+  }
+  for (const std::string& node : s->not_ready) {
+    // Not Ready nodes lack the newest key, and are waited for unless skipped.
+    Check(whole);
+    if (!skip) Check(s->node_keys.count(node) == 1);
   }
   if (!whole) Check(s->not_ready.empty());
   for (const std::string& node : s->NodesWithout(s->newest)) Check(s->node_keys.count(node) == 1);
