@@ -141,6 +141,12 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                         "containers mount is missing on the node (they cannot start)."),
            &m->enforcement_missing_));
   m->enforcement_missing_->Get().Set(0);
+  ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_serving",
+                        "1 once the plugin serves kubelet (its resources registered), 0 while it "
+                        "waits for a backend's library or for a device to serve."),
+           &m->serving_));
+  m->serving_->Get().Set(0);
   for (const char* result : {"unchanged", "pending", "changed", "failed", "empty"}) {
     m->device_checks_->WithLabels({result});
   }
@@ -226,6 +232,8 @@ void PluginMetrics::DeviceChecked(const std::string& result) {
 void PluginMetrics::SetEnforcementFilesMissing(bool missing) {
   enforcement_missing_->Get().Set(missing ? 1 : 0);
 }
+
+void PluginMetrics::SetServing(bool serving) { serving_->Get().Set(serving ? 1 : 0); }
 
 void PluginMetrics::Registered(const std::string& resource) {
   registrations_->WithLabels({resource}).Inc();

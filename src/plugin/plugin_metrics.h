@@ -101,6 +101,8 @@ class PluginMetrics {
   // One device check and its result (see the series above).
   void DeviceChecked(const std::string& result);
   void SetEnforcementFilesMissing(bool missing);
+  // 1 once the plugin serves kubelet (its sockets registered), 0 before.
+  void SetServing(bool serving);
   // Drops the container series whose {namespace, pod, container} is not in
   // `live`. REQUIRES: called from the one thread that sets them.
   void RetainContainers(const std::set<std::vector<std::string>>& live);
@@ -136,6 +138,7 @@ class PluginMetrics {
   CounterFamily* container_read_errors_ = nullptr;
   CounterFamily* device_checks_ = nullptr;
   GaugeFamily* enforcement_missing_ = nullptr;
+  GaugeFamily* serving_ = nullptr;
 };
 
 }  // namespace accelpool::plugin

@@ -217,8 +217,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.node = env;
     }
   }
-  for (const auto& [value, flag] : {std::pair{&f.cuda_library, "--cuda-library"},
-                                    std::pair{&f.preload_file, "--preload-file"}}) {
+  for (const auto& [value, flag] :
+       {std::pair{&f.cuda_library, "--cuda-library"}, std::pair{&f.preload_file, "--preload-file"},
+        std::pair{&f.plugin_dir, "--device-plugin-dir"},
+        std::pair{&f.state_root, "--state-root"}}) {
     if (value->empty() || (*value)[0] != '/') {
       return InvalidArgumentError(std::string(flag) + " must be an absolute host path");
     }
@@ -511,6 +513,17 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
   }
 }
 
+// True when SIGTERM or SIGINT is pending (main blocks them in every thread),
+// which it then takes.
+bool StopPending() {
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGTERM);
+  sigaddset(&stop_set, SIGINT);
+  timespec none{0, 0};
+  return sigtimedwait(&stop_set, nullptr, &none) > 0;
+}
+
 int Fatal(const Logger& log, const std::string& what, const Status& st) {
   log.Error(what, {{"error", st.ToString()}});
   std::fprintf(stderr, "accelpool-device-plugin: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -605,6 +618,9 @@ int Run(const Flags& flags) {
     return 2;
   }
   Logger log = *root;
+  // The vendor backends write through spdlog's default logger: their lines
+  // take --log-level and the JSON format too.
+  RouteDefaultLogTo(log.Child("vendor"));
   std::vector<std::string> skipped;
   vendors::BackendOptions bo{flags.backend,
                              flags.node,
@@ -652,9 +668,19 @@ int Run(const Flags& flags) {
       r.body = registry.Serialize();
       return r;
     });
+    // Live as long as the process runs (a plugin waiting for a library or a
+    // device is not restarted for it); ready only once it serves kubelet, so
+    // that a rollout of a plugin that cannot serve stops, and the DaemonSet's
+    // unavailable count shows it.
     metrics_server->Handle("GET", "/healthz", [&serving](const http::Request&) {
       return http::Response::Json(
           200, serving.load() ? R"({"ok":true,"serving":true})" : R"({"ok":true,"serving":false})");
+    });
+    metrics_server->Handle("GET", "/readyz", [&serving](const http::Request&) {
+      return serving.load()
+                 ? http::Response::Json(200, R"({"ready":true})")
+                 : http::Response::Json(
+                       503, R"({"ready":false,"reason":"not serving kubelet yet: see the log"})");
     });
     Status st = metrics_server->Start();
     if (!st.ok()) {
@@ -782,7 +808,21 @@ int Run(const Flags& flags) {
     publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"),
                                                 vendors::BackendVendors(flags.backend));
     pods->Start();
-    if (!pods->WaitForSync(std::chrono::seconds(30))) {
+    // In one-second slices: a SIGTERM meanwhile ends the plugin before it
+    // registers a socket kubelet would then find gone.
+    bool synced = false;
+    for (int s = 0; s < 30 && !synced; ++s) {
+      synced = pods->WaitForSync(std::chrono::seconds(1));
+      if (!synced && StopPending()) {
+        log.Info("shutting down before serving", {{"waited_for", "the node's pods"}});
+        pods->Stop();
+        if (metrics_server != nullptr) {
+          metrics_server->Stop();
+        }
+        return 0;
+      }
+    }
+    if (!synced) {
       log.Warn("pods not listed within 30 s; serving anyway, lookups refresh on demand");
     }
   }
@@ -891,11 +931,19 @@ int Run(const Flags& flags) {
     sigaddset(&stop_set, SIGINT);
     timespec wait{60, 0};
     if (sigtimedwait(&stop_set, nullptr, &wait) > 0) {
+      log.Info("shutting down before serving", {{"waited_for", "a device to serve"}});
+      if (pods != nullptr) {
+        pods->Stop();
+      }
+      if (metrics_server != nullptr) {
+        metrics_server->Stop();
+      }
       return 0;
     }
     started = plugin.Start();
   }
   serving.store(true);
+  metrics->get()->SetServing(true);
   log.Info("serving",
            {{"node", flags.node}, {"resources", static_cast<int64_t>(plugin.Resources().size())}});
   // Task priority between the fractional NVIDIA containers of a GPU
