@@ -30,6 +30,12 @@ Status ParseFlagTable(int argc, const char* const* argv,
     if (s == strings.end()) return InvalidArgumentError("unknown flag --" + name + "; see --help");
     if (!has_value) {
       if (i + 1 >= argc) return InvalidArgumentError("flag --" + name + " needs a value");
+      // `--lease-namespace --leader-elect` is a value forgotten, not a
+      // namespace called "--leader-elect" (and leader election left off).
+      if (std::string_view(argv[i + 1]).rfind("--", 0) == 0) {
+        return InvalidArgumentError("flag --" + name + " needs a value, not the next flag " +
+                                    argv[i + 1] + "; write --" + name + "=VALUE");
+      }
       value = argv[++i];
     }
     *s->second = value;

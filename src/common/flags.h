@@ -2,8 +2,9 @@
 // boolean "--name" / "--name=true|false|1|0", written into caller-owned tables.
 //
 // Returns kCancelled for -h/--help (print usage, exit 0), kInvalidArgument with
-// a message for a positional argument, an unknown flag, a missing value or a
-// boolean that is not true/false/1/0.
+// a message for a positional argument, an unknown flag, a missing value (a
+// space-separated value that starts with "--" is taken as one: write
+// --name=VALUE for such a value) or a boolean that is not true/false/1/0.
 //
 // Thread-safety: pure function over its arguments.
 #ifndef ACCELPOOL_COMMON_FLAGS_H_

@@ -37,6 +37,22 @@ TEST(FlagsTest, BadInputIsRejectedWithAReason) {
   EXPECT_NE(Parse({"--quiet=maybe"}, &p).message().find("true or false"), std::string::npos);
 }
 
+// A value forgotten before the next flag: `--listen --quiet` would set the
+// address to "--quiet" and leave quiet off.
+TEST(FlagsTest, ASpaceSeparatedValueThatIsTheNextFlagIsRefused) {
+  Parsed p;
+  const Status st = Parse({"--listen", "--quiet"}, &p);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("flag --listen needs a value, not the next flag --quiet"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("--listen=VALUE"), std::string::npos);
+  // Given with '=', a value may start with dashes; "-x" alone is a value.
+  ASSERT_TRUE(Parse({"--policy=--odd", "--listen", "-1"}, &p).ok());
+  EXPECT_EQ(p.policy, "--odd");
+  EXPECT_EQ(p.listen, "-1");
+}
+
 TEST(FlagsTest, Durations) {
   using std::chrono::seconds;
   const std::pair<const char*, int64_t> good[] = {{"90s", 90},  {"15m", 900},     {"1h30m", 5400},

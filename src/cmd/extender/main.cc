@@ -381,6 +381,9 @@ int Run(const Flags& flags) {
   Logger log = *root;
   auto fatal = [&](std::string_view what, const Status& st) {
     log.Error(what, {{"error", st.ToString()}});
+    // Said on stderr too: with --log-level=off the exit would be silent.
+    std::fprintf(stderr, "accelpool-extender: %.*s: %s\n", static_cast<int>(what.size()),
+                 what.data(), st.ToString().c_str());
     return 1;
   };
   StatusOr<std::pair<std::string, uint16_t>> addr = SplitHostPort(flags.listen);
@@ -676,8 +679,14 @@ int Run(const Flags& flags) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   int sig = 0;
-  sigwait(&set, &sig);
+  // SIGHUP (which the device plugin takes as "check the devices") changes
+  // nothing here: the TLS files and the key Secret are re-read as they
+  // change. It is said and ignored, never the end of the process.
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    log.Info("SIGHUP ignored: the extender re-reads its files as they change; SIGTERM stops it");
+  }
   log.Info("shutting down", {{"signal", sig}});
   if (sched_server) sched_server->Stop();
   server->Stop();
@@ -693,6 +702,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // A peer that closed its connection (kube-scheduler after its timeout, a
   // scraper) must cost one failed write, never the process.

@@ -101,6 +101,15 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (f.rotation.poll.count() < 1) {
     return InvalidArgumentError("--poll must be at least 1s");
   }
+  // A wait shorter than what it waits for fails at its first look.
+  if (f.rotation.node_timeout < f.rotation.poll) {
+    return InvalidArgumentError("--node-timeout=" + node_timeout + " is shorter than --poll=" +
+                                poll + "; give the nodes at least one look");
+  }
+  if (f.rotation.drain_timeout < f.rotation.settle) {
+    return InvalidArgumentError("--drain-timeout=" + drain_timeout + " is shorter than --settle=" +
+                                settle + ": step 3 could never drop the old key; make it longer");
+  }
   if (f.output != "text" && f.output != "json") {
     return InvalidArgumentError("--output must be text or json, not \"" + f.output + "\"");
   }
