@@ -121,6 +121,43 @@ class FunctionSink final : public spdlog::sinks::base_sink<std::mutex> {
   std::function<void(std::string_view)> fn_;
 };
 
+// Lines written through spdlog's default logger, re-logged through a
+// Logger: its level, its JSON format, its component.
+class LoggerSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit LoggerSink(Logger log) : log_(std::move(log)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    LogLevel level = LogLevel::kInfo;
+    switch (msg.level) {
+      case spdlog::level::trace:
+        level = LogLevel::kTrace;
+        break;
+      case spdlog::level::debug:
+        level = LogLevel::kDebug;
+        break;
+      case spdlog::level::info:
+        level = LogLevel::kInfo;
+        break;
+      case spdlog::level::warn:
+        level = LogLevel::kWarn;
+        break;
+      case spdlog::level::err:
+      case spdlog::level::critical:
+        level = LogLevel::kError;
+        break;
+      default:
+        return;
+    }
+    log_.Log(level, std::string_view(msg.payload.data(), msg.payload.size()));
+  }
+  void flush_() override {}
+
+ private:
+  Logger log_;
+};
+
 }  // namespace
 
 StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
@@ -228,6 +265,13 @@ void RouteDefaultLogToStderr() {
   auto logger =
       std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_level(spdlog::default_logger()->level());
+  spdlog::set_default_logger(std::move(logger));
+}
+
+void RouteDefaultLogTo(const Logger& log) {
+  auto logger = std::make_shared<spdlog::logger>("", std::make_shared<LoggerSink>(log));
+  logger->set_level(spdlog::level::trace);  // `log` filters by its own level
+  logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(std::move(logger));
 }
 

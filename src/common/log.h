@@ -111,6 +111,12 @@ StatusOr<Logger> NewLogger(std::string_view component, const LogOptions& options
 // (the device plugin's --print-inventory JSON). Call once at start-up.
 void RouteDefaultLogToStderr();
 
+// Sends spdlog's default logger through `log` from now on: the library code's
+// lines take its level (--log-level), its JSON format and its component (the
+// device plugin passes its root's child "vendor"). `log` must outlive every
+// later write to the default logger, or be replaced first.
+void RouteDefaultLogTo(const Logger& log);
+
 // The JSON line a Logger writes (exposed for tests and for callers that
 // format elsewhere). `ts_ms` is milliseconds since the Unix epoch.
 std::string FormatLogLine(int64_t ts_ms, LogLevel level, std::string_view component,

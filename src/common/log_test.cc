@@ -1,7 +1,9 @@
 #include "common/log.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -61,6 +63,30 @@ TEST(LogTest, LinesAreJsonWithFields) {
   EXPECT_EQ(j["ok"], true);
   EXPECT_DOUBLE_EQ(j["ratio"].get<double>(), 0.5);
   EXPECT_EQ(j["ts"].get<std::string>().size(), 24u);
+}
+
+// Library code (the vendor backends) writes through spdlog's default logger:
+// routed to a Logger, its lines take that logger's level and JSON format.
+TEST(LogTest, TheDefaultLoggerFollowsTheRoutedLoggersLevelAndFormat) {
+  auto lines = std::make_shared<std::vector<std::string>>();
+  LogOptions opts;
+  opts.level = "warn";
+  opts.sink = [lines](std::string_view l) { lines->emplace_back(l); };
+  auto root = NewLogger("accelpool-device-plugin", opts);
+  ASSERT_TRUE(root.ok());
+  RouteDefaultLogTo(root->Child("vendor"));
+  spdlog::info("nvidia: GPU {} found", 0);
+  spdlog::warn("nvidia: GPU {} is unhealthy: {}", 1, "XID 79");
+  spdlog::error("fake backend: \"{}\" does not parse", "inv.json");
+  RouteDefaultLogToStderr();  // the sink above goes with this test
+  ASSERT_EQ(lines->size(), 2u) << "info is below warn";
+  const auto warn = nlohmann::json::parse((*lines)[0]);
+  EXPECT_EQ(warn["level"], "warn");
+  EXPECT_EQ(warn["component"], "accelpool-device-plugin.vendor");
+  EXPECT_EQ(warn["msg"], "nvidia: GPU 1 is unhealthy: XID 79");
+  const auto error = nlohmann::json::parse((*lines)[1]);
+  EXPECT_EQ(error["level"], "error");
+  EXPECT_EQ(error["msg"], "fake backend: \"inv.json\" does not parse");
 }
 
 TEST(LogTest, FormatIsStable) {
