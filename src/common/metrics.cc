@@ -1,5 +1,6 @@
 #include "common/metrics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -50,10 +51,57 @@ const std::vector<double>& DefaultLatencyBuckets() {
   return kBuckets;
 }
 
+namespace {
+
+// The length of the valid UTF-8 sequence at s[i], or 0 when there is none.
+size_t Utf8Length(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = 0;
+  uint32_t min = 0;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+    min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+}  // namespace
+
 std::string EscapeLabelValue(const std::string& v) {
   std::string out;
   out.reserve(v.size());
-  for (char c : v) {
+  for (size_t i = 0; i < v.size();) {
+    // Prometheus refuses a whole scrape for one label value that is not
+    // UTF-8: such bytes become U+FFFD, as in the JSON logs.
+    const size_t n = Utf8Length(v, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      out.append(v, i, n);
+      i += n;
+      continue;
+    }
+    const char c = v[i++];
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '"') {
@@ -110,6 +158,15 @@ std::string EscapeHelp(const std::string& h) {
   return out;
 }
 
+// A bucket bound as other client libraries write `le` (0.0005, 100000),
+// never in exponent form, so that a rule matching le="0.0005" finds it.
+std::string FormatBound(double v) {
+  char buf[400];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed);
+  if (ec != std::errc()) return "NaN";
+  return std::string(buf, end);
+}
+
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
@@ -151,9 +208,16 @@ MetricsRegistry::~MetricsRegistry() = default;
 namespace {
 
 Status CheckNames(const std::string& name, const std::vector<std::string>& labels, bool histogram) {
-  if (!ValidName(name, true)) {
+  if (!ValidName(name, true) || name.rfind("__", 0) == 0) {
     return InvalidArgumentError("metric name \"" + name +
-                                "\" is not a Prometheus name; use [a-zA-Z_:][a-zA-Z0-9_:]*");
+                                "\" is not a Prometheus name; use [a-zA-Z_:][a-zA-Z0-9_:]*, "
+                                "without a leading \"__\" (reserved)");
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (std::find(labels.begin(), labels.begin() + static_cast<std::ptrdiff_t>(i), labels[i]) !=
+        labels.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return InvalidArgumentError("metric " + name + " names label \"" + labels[i] + "\" twice");
+    }
   }
   for (const auto& l : labels) {
     if (!ValidName(l, false) || l.rfind("__", 0) == 0 || (histogram && l == "le")) {
@@ -166,6 +230,29 @@ Status CheckNames(const std::string& name, const std::vector<std::string>& label
 }
 
 }  // namespace
+
+namespace {
+
+// The series names a family writes.
+std::vector<std::string> SeriesNames(const std::string& name, bool histogram) {
+  if (!histogram) return {name};
+  return {name, name + "_bucket", name + "_sum", name + "_count"};
+}
+
+}  // namespace
+
+Status MetricsRegistry::CheckSeriesFree(const std::string& name, bool histogram) const {
+  const std::vector<std::string> mine = SeriesNames(name, histogram);
+  for (const auto& [other, entry] : families_) {
+    for (const std::string& theirs : SeriesNames(other, entry->kind == Kind::kHistogram)) {
+      if (std::find(mine.begin(), mine.end(), theirs) != mine.end()) {
+        return AlreadyExistsError("metric " + name + " would write series " + theirs +
+                                  ", which metric " + other + " writes; pick another name");
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 StatusOr<CounterFamily*> MetricsRegistry::AddCounter(const std::string& name,
                                                      const std::string& help,
@@ -180,6 +267,7 @@ StatusOr<CounterFamily*> MetricsRegistry::AddCounter(const std::string& name,
     }
     return std::get<std::unique_ptr<CounterFamily>>(it->second->family).get();
   }
+  ACCELPOOL_RETURN_IF_ERROR(CheckSeriesFree(name, false));
   auto e = std::make_unique<Entry>();
   e->kind = Kind::kCounter;
   e->labels = label_names;
@@ -202,6 +290,7 @@ StatusOr<GaugeFamily*> MetricsRegistry::AddGauge(const std::string& name, const 
     }
     return std::get<std::unique_ptr<GaugeFamily>>(it->second->family).get();
   }
+  ACCELPOOL_RETURN_IF_ERROR(CheckSeriesFree(name, false));
   auto e = std::make_unique<Entry>();
   e->kind = Kind::kGauge;
   e->labels = label_names;
@@ -233,6 +322,7 @@ StatusOr<HistogramFamily*> MetricsRegistry::AddHistogram(
     }
     return std::get<std::unique_ptr<HistogramFamily>>(it->second->family).get();
   }
+  ACCELPOOL_RETURN_IF_ERROR(CheckSeriesFree(name, true));
   auto e = std::make_unique<Entry>();
   e->kind = Kind::kHistogram;
   e->labels = label_names;
@@ -269,7 +359,7 @@ std::string MetricsRegistry::Serialize() const {
       for (const auto& [values, h] : f.children_) {
         const Histogram::Snapshot s = h->Read();
         for (size_t i = 0; i < s.cumulative.size(); ++i) {
-          const std::string le = i < s.bounds.size() ? FormatValue(s.bounds[i]) : "+Inf";
+          const std::string le = i < s.bounds.size() ? FormatBound(s.bounds[i]) : "+Inf";
           out << name << "_bucket" << LabelText(f.labels_, values, "le", le) << " "
               << s.cumulative[i] << "\n";
         }

@@ -139,7 +139,10 @@ class MetricsRegistry {
   // kInvalidArgument: the name or a label name is not a valid Prometheus
   //   identifier ([a-zA-Z_:][a-zA-Z0-9_:]*, labels without ':' and not "le"
   //   for histograms), or histogram bounds are not strictly ascending.
-  // kAlreadyExists: `name` is taken by a family of another type or labels.
+  // kAlreadyExists: `name` is taken by a family of another type or labels,
+  // or one family's series would carry another's name (a histogram "foo"
+  // writes foo_bucket, foo_sum and foo_count: a counter "foo_count" beside it
+  // would make the page one that Prometheus refuses).
   // The pointer stays valid for the registry's lifetime.
   StatusOr<CounterFamily*> AddCounter(const std::string& name, const std::string& help,
                                       const std::vector<std::string>& label_names = {});
@@ -155,11 +158,15 @@ class MetricsRegistry {
 
  private:
   struct Entry;
+  // kAlreadyExists when a new family `name` would write a series another
+  // family writes too. REQUIRES: mu_ held, `name` not registered.
+  Status CheckSeriesFree(const std::string& name, bool histogram) const;
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>> families_;  // guarded by mu_
 };
 
-// Escapes a label value for the exposition format: \ -> \\, " -> \", newline -> \n.
+// Escapes a label value for the exposition format: \ -> \\, " -> \", newline -> \n;
+// bytes that are not UTF-8 become U+FFFD.
 std::string EscapeLabelValue(const std::string& v);
 
 // --- implementation of the template -------------------------------------

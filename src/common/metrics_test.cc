@@ -115,6 +115,51 @@ TEST(MetricsTest, RegistrationErrors) {
             StatusCode::kInvalidArgument);
 }
 
+// What Prometheus would refuse the whole page for is refused at registration:
+// a reserved name, a label named twice, one family's series carrying
+// another's name (a histogram writes <name>_bucket, _sum and _count).
+TEST(MetricsTest, RegistrationRefusesWhatWouldBreakThePage) {
+  MetricsRegistry reg;
+  EXPECT_EQ(reg.AddGauge("__reserved", "h").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.AddCounter("twice_total", "h", {"a", "b", "a"}).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(reg.AddHistogram("op_seconds", "h").ok());
+  for (const char* series : {"op_seconds_count", "op_seconds_sum", "op_seconds_bucket"}) {
+    const Status st = reg.AddCounter(series, "h").status();
+    EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << series;
+    EXPECT_NE(st.message().find("which metric op_seconds writes"), std::string::npos)
+        << st.message();
+  }
+  ASSERT_TRUE(reg.AddGauge("queue_count", "h").ok());
+  EXPECT_EQ(reg.AddHistogram("queue", "h").status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(reg.AddGauge("queue_counts", "h").ok());
+}
+
+// A label value that is not UTF-8 (a device id from a library, a pod name
+// read raw) would make Prometheus refuse the whole scrape: such bytes become
+// U+FFFD, valid multi-byte characters stay.
+TEST(MetricsTest, LabelValuesThatAreNotUtf8AreReplaced) {
+  EXPECT_EQ(EscapeLabelValue("GPU-\xff\x01"), "GPU-\xEF\xBF\xBD\x01");
+  EXPECT_EQ(EscapeLabelValue("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(EscapeLabelValue("\xC3"), "\xEF\xBF\xBD");  // cut short
+  EXPECT_EQ(EscapeLabelValue("\xED\xA0\x80"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\n"), "a\\\"b\\\\c\\n");
+}
+
+// Bucket bounds print as other client libraries print `le`: 0.0005 and
+// 100000, never 5e-04 or 1e+05, so that a rule on le="0.0005" matches.
+TEST(MetricsTest, BucketBoundsPrintInFixedNotation) {
+  MetricsRegistry reg;
+  auto h = reg.AddHistogram("span_seconds", "h", {}, {0.0005, 2.5, 100000});
+  ASSERT_TRUE(h.ok());
+  (*h)->Get().Observe(1);
+  const std::string page = reg.Serialize();
+  for (const char* le : {"le=\"0.0005\"", "le=\"2.5\"", "le=\"100000\"", "le=\"+Inf\""}) {
+    EXPECT_NE(page.find(le), std::string::npos) << le << "\n" << page;
+  }
+}
+
 TEST(MetricsTest, WrongLabelCountNeverCrashes) {
   MetricsRegistry reg;
   auto c = reg.AddCounter("c_total", "h", {"a", "b"});
