@@ -23,6 +23,9 @@ namespace accelpool::testing {
 struct ReplayedSeeds {
   int files = 0;
   int accepted = 0;  // the sum of the entry point's answers on whole seeds
+  // Prefixes accepted although cut inside the seed's content (before its
+  // trailing white space): a reader of whole documents accepts none.
+  int prefixes_accepted = 0;
 };
 
 // `entry` returns 1 for an accepted input, 0 otherwise. Prefixes are cut
@@ -38,8 +41,12 @@ inline ReplayedSeeds ReplayCorpus(const std::filesystem::path& dir,
     const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
     ++s.files;
     s.accepted += entry(bytes, data.size());
+    const size_t content = data.find_last_not_of(" \t\r\n") + 1;  // 0 for a blank seed
     for (size_t cut = 0; cut < data.size(); cut += prefix_step) {
-      entry(bytes, cut);
+      const int answer = entry(bytes, cut);
+      if (cut < content) {
+        s.prefixes_accepted += answer;
+      }
     }
   }
   return s;

@@ -191,6 +191,8 @@ struct FakeApiServer::Impl {
   int64_t unauthorized = 0;                                  // guarded by mu
   bool full_lists_only = false;                              // guarded by mu
   bool expire_every_watch = false;                           // guarded by mu
+  bool holding = false;                                      // guarded by mu
+  int64_t held = 0;                                          // guarded by mu
   std::vector<std::string> requests;                         // guarded by mu
   int64_t uid_seq = 0;                                       // guarded by mu
   std::atomic<int64_t> open_watches{0};
@@ -430,7 +432,12 @@ Response FakeApiServer::Impl::Mutate(const Target& t, const Request& req) {
 
 Response FakeApiServer::Impl::Handle(const Request& req) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
+    if (holding) {
+      ++held;
+      cv.notify_all();
+      cv.wait(lock, [&] { return !holding || stopping; });
+    }
     std::string q;
     for (const auto& [k, v] : req.query) q += (q.empty() ? "?" : "&") + k + "=" + v;
     requests.push_back(req.method + " " + req.path + q);
@@ -529,6 +536,17 @@ void FakeApiServer::DropWatches() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   ++impl_->drop_gen;
   impl_->cv.notify_all();
+}
+
+void FakeApiServer::HoldRequests(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->holding = on;
+  impl_->cv.notify_all();
+}
+
+int64_t FakeApiServer::Held() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->held;
 }
 
 void FakeApiServer::FailNext(int n, int status) {

@@ -56,6 +56,10 @@ class FakeApiServer {
   void ExpireEveryWatch(bool on);
   // The next `n` requests (any path) get HTTP `status`.
   void FailNext(int n, int status);
+  // While on, every request waits (unanswered) until it is turned off, as
+  // an apiserver that does not answer; Held() counts those that waited.
+  void HoldRequests(bool on);
+  int64_t Held() const;
   // The next list request that carries a continue token gets 410 Expired,
   // as kube-apiserver answers a token whose version was compacted.
   void ExpireContinueTokens();

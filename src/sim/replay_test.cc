@@ -492,6 +492,15 @@ TEST(TimedTest, ArrivalsAndDeparturesBalance) {
   EXPECT_GE(r->mean_allocated_pct, 0);
   EXPECT_LE(r->mean_allocated_pct, r->peak_allocated_pct);
   for (const TimedPoint& p : r->samples) EXPECT_GE(p.running, 0);
+  // Every pod arrives once, refusals only add up, and once the last pod has
+  // left nothing runs and nothing is held.
+  EXPECT_EQ(r->pods, static_cast<int64_t>(s.pods.size()));
+  for (size_t i = 1; i < r->samples.size(); ++i) {
+    EXPECT_GE(r->samples[i].failed, r->samples[i - 1].failed) << i;
+  }
+  EXPECT_EQ(r->samples.back().failed, r->failed_pods);
+  EXPECT_EQ(r->samples.back().running, 0);
+  EXPECT_DOUBLE_EQ(r->samples.back().allocated_pct, 0);
 
   TraceInput no_times = in;
   for (TracePod& p : no_times.pods) p.has_times = false;

@@ -39,7 +39,8 @@ check "a source that is not a shared object is refused (exit 1)" test $? -eq 1
 check "... with the reason" grep -q 'is not an ELF file' "${dir}/bad.log"
 check "... and the installed library is left as it was" cmp -s "${fake}" "${lib}"
 install "${dir}/nothing.so" "${dir}/missing.log"
-check "a missing source says the image does not ship it" \
+check "a missing source is refused (exit 1)" test $? -eq 1
+check "... saying the image does not ship it" \
   grep -q 'the image does not ship it' "${dir}/missing.log"
 
 # The running plugin checks the files it hands to containers.

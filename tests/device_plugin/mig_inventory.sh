@@ -44,19 +44,20 @@ check "single: the MIG devices carry no profile (nvidia.com/gpu), still one slot
   test "$(profiles "${dir}/single.json")" = "GPU-:-:10 MIG-:-:1 MIG-:-:1 MIG-:-:1 MIG-:-:1"
 check "single: mixed profiles and a whole GPU on one node are warned about" \
   grep -q 'mig-strategy=single, but this node offers 4 MIG profile' "${dir}/single.json.err"
-super_node() {  # super_node <json>
+super_node() {  # super_node <json>: the value as Python writes it ('' when empty)
   python3 -c '
 import json, sys
-print(json.load(open(sys.argv[1]))["inventories"][0]["topology"]["super_node"])' "$1"
+print(repr(json.load(open(sys.argv[1]))["inventories"][0]["topology"]["super_node"]))' "$1" ||
+    echo "unreadable"
 }
 ACCELPOOL_FAKE_NVML_FABRIC=3,0,7,-1 inventory "${dir}/fabric.json"
 check "fabric: the plugin exited 0" test $? -eq 0
 check "fabric: the NVLink domain is the super node" \
-  test "$(super_node "${dir}/fabric.json")" = "00112233-4455-6677-8899-aabbccddeeff.7"
+  test "$(super_node "${dir}/fabric.json")" = "'00112233-4455-6677-8899-aabbccddeeff.7'"
 check "fabric: the domain is logged" grep -q 'NVLink domain 00112233-.*\.7' "${dir}/fabric.json.err"
 ACCELPOOL_FAKE_NVML_FABRIC=2,0,7,-1 inventory "${dir}/pending.json"
 check "fabric in progress: the plugin exited 0" test $? -eq 0
-check "fabric in progress: no super node" test "$(super_node "${dir}/pending.json")" = ""
+check "fabric in progress: no super node" test "$(super_node "${dir}/pending.json")" = "''"
 check "fabric in progress: a warning says what to check" \
   grep -q 'has not finished registering with the NVLink fabric.*nvidia-fabricmanager' \
   "${dir}/pending.json.err"

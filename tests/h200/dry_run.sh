@@ -32,6 +32,7 @@ for s in "1. versions" "2. memory cap" "3. what the process" "5. compute share" 
 done
 check "nothing was skipped for the budget" bash -c "! grep -q 'over the .*budget' '${log}'"
 check "every case exited 0" bash -c "! grep -E '^exit=' '${log}' | grep -qv '^exit=0$'"
+check "every case reported its exit (59 in the plan)" test "$(count '^exit=')" -ge 59
 check "the solo calibration reached the share runs" has 'args=share kernel 1000 1 123456 1.0012 '
 check "the measured context size reached the PyTorch memory cases" \
   test "$(count 'torch_enforce.py mem .* ctx=512 ')" -eq 3

@@ -22,12 +22,11 @@ check "the plugin exited 0 (rc=${rc})" test "${rc}" -eq 0
 check "the backend's log line went to stderr" grep -q "nvidia: profile" "${dir}/err"
 check "stdout starts with the JSON object" test "$(head -c 1 "${dir}/out")" = "{"
 check "stdout holds no log line" bash -c "! grep -qE '^\\[|\\[info\\]|\\[warning\\]' '${dir}/out'"
-if command -v python3 >/dev/null; then
-  check "stdout parses as JSON with one GPU" python3 -c '
+check "python3 is there to read the JSON" command -v python3
+check "stdout parses as JSON with one GPU" python3 -c '
 import json, sys
 doc = json.load(open(sys.argv[1]))
 assert len(doc["inventories"][0]["devices"]) == 1, doc' "${dir}/out"
-fi
 # The whole inventory script on that plugin, with the stand-in nvidia-smi
 # (tests/h200/mock; the real python3): its report must come out, in files
 # $OUT can carry back.

@@ -35,6 +35,7 @@ TEST(CorpusReplayTest, EveryCodecOverItsSeeds) {
     const accelpool::testing::ReplayedSeeds s = Replay(c.dir, c.fn);
     EXPECT_EQ(s.files, c.want_files) << c.dir;
     EXPECT_EQ(s.accepted, c.want_accepted) << c.dir;
+    EXPECT_EQ(s.prefixes_accepted, 0) << c.dir << ": a truncated document was accepted";
   }
 }
 

@@ -132,11 +132,15 @@ TEST(FuzzSeedsTest, WatchSeedsBookDevicesAndLeaveNothingBooked) {
   std::mt19937 rng(20261201);
   const std::vector<std::string> seeds = Seeds("watch");
   ASSERT_EQ(seeds.size(), peaks.size());
+  int booked = 0;
   for (int i = 0; i < 300; ++i) {
     const std::string s = accelpool::testing::MutateLines(
         seeds[rng() % seeds.size()], seeds[rng() % seeds.size()], rng, "0123456789{}\":,nNpP\n");
-    EXPECT_GE(Feed(FuzzWatch, s), 0);
+    booked += Feed(FuzzWatch, s);
   }
+  // The mutants still book devices on the way (the peaks FuzzWatch returns):
+  // every sequence refused at its first line would check nothing.
+  EXPECT_GT(booked, 0);
 }
 
 TEST(FuzzSeedsTest, StoredWorkloadSeedsReadOrAreRefusedAndMutantsNeverCrash) {

@@ -22,6 +22,7 @@ TEST(KeyStateSeedsTest, EverySeedIsReadAndCheckedAndEveryPrefixRejected) {
   EXPECT_EQ(s.files, 7);
   EXPECT_EQ(s.accepted, 5) << "steady, added, switched, odd_shapes and condition_types; broken "
                               "and not_base64 are refused";
+  EXPECT_EQ(s.prefixes_accepted, 0);
 }
 
 // What the seeds read as: the state accelpool-keys acts on.

@@ -70,13 +70,18 @@ TEST(NodePodsSeedsTest, EachSeedAllocatesWhatItsAssignmentsName) {
 TEST(NodePodsSeedsTest, ShortMutationRunKeepsTheProtocol) {
   std::vector<std::string> seeds;
   for (const auto& f : std::filesystem::directory_iterator(kSeeds)) seeds.push_back(Read(f.path()));
+  ASSERT_FALSE(seeds.empty());
   std::mt19937 rng(20261202);
+  int answered = 0;
   for (int i = 0; i < 300; ++i) {
     const std::string s =
         accelpool::testing::MutateLines(seeds[rng() % seeds.size()], seeds[rng() % seeds.size()],
                                         rng, "0123456789:,\"[]{}aAgpPksh-_/");
-    EXPECT_GE(Feed(s), 0);  // aborts on a broken answer or a leftover booking
+    answered += Feed(s);  // aborts on a broken answer or a leftover booking
   }
+  // The mutants still reach Allocate: a harness that refused them all at
+  // the door would check nothing.
+  EXPECT_GT(answered, 0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ TEST(InventoryFileCorpusTest, SeedsParseAsExpectedAndTruncationsAreRefusedCleanl
   // bad_override.json, duplicate_id.json and huge_memory.json (a device of
   // more than 2^40 MiB, which the core refuses) are refused
   EXPECT_EQ(r.accepted, 9);
+  EXPECT_EQ(r.prefixes_accepted, 0);
 }
 
 }  // namespace
