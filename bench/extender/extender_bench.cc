@@ -3,7 +3,8 @@
 // request shape (NodeNames). Prints one JSON object per cluster size:
 //   {"nodes": 5000, "requests": 200, "filter_p50_ms": ..., "filter_p99_ms": ...,
 //    "prioritize_p50_ms": ..., "cycle_p50_ms": ..., "cycle_p99_ms": ...,
-//    "cycles_per_s": ..., "rss_mib": ..., "scrape_p50_ms": ...}
+//    "cycles_per_s": ..., "rss_mib": ..., "scrape_p50_ms": ...,
+//    "transport_p50_ms": ..., "cycle_over_transport_p50": ..., ...}
 // A "cycle" is one filter followed by one prioritize of the feasible nodes, as
 // kube-scheduler sends them. cycles_per_s is measured with --clients
 // concurrent clients. rss_mib is the whole process (server, cache and client).
@@ -155,6 +156,29 @@ Sample Cycle(http::HttpClient& client, const std::string& uid,
   return Sample{ms(t1 - t0), ms(t3 - t2)};
 }
 
+// The baseline, in the same process and over the same client: the cycle's
+// two requests, with the filter's body both times (an upper bound of the
+// prioritize body, which names only the feasible nodes), to a handler that
+// answers at once. What is left of a cycle above it is the extender's work.
+double TransportCycle(http::HttpClient& client, const std::string& uid,
+                      const std::vector<std::string>& names, Shapes& shapes) {
+  using Clock = std::chrono::steady_clock;
+  http::ClientRequest req;
+  req.method = "POST";
+  req.path = "/noop";
+  req.headers["content-type"] = "application/json";
+  req.body = ArgsBody(uid, names, shapes.next.fetch_add(1) % shapes.count);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<http::ClientResponse> r = client.Send(req);
+    if (!r.ok() || r->status != 200) {
+      std::fprintf(stderr, "baseline request failed\n");
+      std::exit(1);
+    }
+  }
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
 // N task shapes as a learned workload would hold them.
 std::vector<core::TaskShape> SyntheticWorkload(int n) {
   std::vector<core::TaskShape> out;
@@ -199,6 +223,8 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
   so.max_body_bytes = 64 << 20;
   std::unique_ptr<http::HttpServer> server = http::NewHttpServer(so);
   RegisterRoutes(*server, Routes{&handlers, nullptr, nullptr, {}, {}, {}});
+  server->Handle("POST", "/noop",
+                 [](const http::Request&) { return http::Response::Json(200, "{}"); });
   if (Status st = server->Start(); !st.ok()) {
     std::fprintf(stderr, "%s\n", st.ToString().c_str());
     return 1;
@@ -226,6 +252,11 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
     filter.push_back(s.filter_ms);
     prio.push_back(s.prioritize_ms);
     cycle.push_back(s.filter_ms + s.prioritize_ms);
+  }
+  // The baseline, right after, on the same connection.
+  std::vector<double> transport;
+  for (int i = 0; i < requests; ++i) {
+    transport.push_back(TransportCycle(**client, "base-" + std::to_string(i), names, shapes));
   }
   // Throughput: `clients` concurrent clients.
   const auto t0 = std::chrono::steady_clock::now();
@@ -262,13 +293,18 @@ int Bench(int nodes, int requests, int clients, const std::string& policy, int f
       "\"prioritize_p99_ms\": %.3f, \"cycle_p50_ms\": %.3f, \"cycle_p99_ms\": %.3f, "
       "\"clients\": %d, \"cycles_per_s\": %.1f, \"requests_per_s\": %.1f, \"rss_mib\": %.1f, "
       "\"cpus\": %u, \"filter_threads\": %zu, \"client\": \"%s\", \"workload_shapes\": %d, "
-      "\"host\": %s, \"scrape_p50_ms\": %.3f, \"metrics_page_kib\": %.0f}\n",
+      "\"host\": %s, \"scrape_p50_ms\": %.3f, \"metrics_page_kib\": %.0f, "
+      "\"transport_p50_ms\": %.3f, \"transport_p99_ms\": %.3f, "
+      "\"cycle_over_transport_p50\": %.2f, \"cycle_over_transport_p99\": %.2f}\n",
       nodes, policy.c_str(), shapes.count, requests, Percentile(filter, 0.5),
       Percentile(filter, 0.99), Percentile(prio, 0.5), Percentile(prio, 0.99),
       Percentile(cycle, 0.5), Percentile(cycle, 0.99), clients, clients * per_client / secs,
       2.0 * clients * per_client / secs, rss, std::thread::hardware_concurrency(),
       FilterThreads(filter_threads), client_kind.c_str(), workload_shapes, host ? "true" : "false",
-      Percentile(scrape, 0.5), static_cast<double>(page_bytes) / 1024.0);
+      Percentile(scrape, 0.5), static_cast<double>(page_bytes) / 1024.0, Percentile(transport, 0.5),
+      Percentile(transport, 0.99),
+      Percentile(cycle, 0.5) / std::max(1e-6, Percentile(transport, 0.5)),
+      Percentile(cycle, 0.99) / std::max(1e-6, Percentile(transport, 0.99)));
   std::fflush(stdout);
   return 0;
 }
