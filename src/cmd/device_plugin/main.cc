@@ -924,13 +924,23 @@ int Run(const Flags& flags) {
   }
   Status started = plugin.Start();
   while (!started.ok()) {
-    log.Warn("not serving yet; retrying discovery in 60 s", {{"reason", started.ToString()}});
-    sigset_t stop_set;
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGTERM);
-    sigaddset(&stop_set, SIGINT);
+    log.Warn("not serving yet; retrying discovery in 60 s (or at once on SIGHUP)",
+             {{"reason", started.ToString()}});
+    sigset_t wait_set;
+    sigemptyset(&wait_set);
+    sigaddset(&wait_set, SIGTERM);
+    sigaddset(&wait_set, SIGINT);
+    sigaddset(&wait_set, SIGHUP);
     timespec wait{60, 0};
-    if (sigtimedwait(&stop_set, nullptr, &wait) > 0) {
+    const int sig = sigtimedwait(&wait_set, nullptr, &wait);
+    if (sig == SIGHUP) {
+      // As on a serving plugin: the operator says the devices are there now.
+      log.Info("SIGHUP: discovering again and re-reading the fake inventory",
+               {{"backends", static_cast<int64_t>(fakes.size())}});
+      for (auto* f : fakes) {
+        f->Reload();
+      }
+    } else if (sig > 0) {
       log.Info("shutting down before serving", {{"waited_for", "a device to serve"}});
       if (pods != nullptr) {
         pods->Stop();
