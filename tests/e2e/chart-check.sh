@@ -1161,9 +1161,19 @@ signed_binding() { # POD: bound to np-a by the scheduler, ANN_A signed with key-
 JSON
 }
 check "rot-held is bound to np-a with an assignment signed by key-check's k1" signed_binding rot-held
+rotation_waits_for_not_ready() {  # by default a node that is not Ready is waited for
+  local out
+  if out="$(keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=3s --drain-timeout=3s 2>&1)"; then
+    echo "rotate switched without np-b: ${out}"; return 1
+  fi
+  grep -q 'Not Ready among them: np-b' <<<"${out}" && grep -q -- '--skip-not-ready' <<<"${out}" &&
+    key_secret_is k1 '["k1","k2"]'
+}
+check "rotate waits for np-b (not Ready, without k2) and stops at step 1 naming it and --skip-not-ready" \
+  rotation_waits_for_not_ready
 rotation_held() {
   local out
-  if out="$(keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=3s 2>&1)"; then
+  if out="$(keys_as_cronjob rotate --skip-not-ready --settle=0s --poll=1s --node-timeout=30s --drain-timeout=3s 2>&1)"; then
     echo "rotate finished while rot-held holds k1: ${out}"; return 1
   fi
   if grep -q 'reading node np-b' <<<"${out}"; then echo "the rotation could not GET node np-b: ${out}"; return 1; fi
@@ -1173,11 +1183,11 @@ rotation_held() {
     keys_as_cronjob status --output=json | jq -e '.phase == "switched" and .signing == "k2" and
       .keys == ["k1","k2"] and .pods_with_old_keys == ["default/rot-held (key k1, node np-a)"]' >/dev/null
 }
-check "rotate stops at step 2 while rot-held (signed with k1) awaits admission, naming it and not guard-a" \
+check "with --skip-not-ready, rotate resumes, and stops at step 2 while rot-held (signed with k1) awaits admission, naming it and not guard-a" \
   rotation_held
 rotation_resumed() {
   "${K}" -n default delete pod rot-held guard-a --grace-period=0 --force >/dev/null 2>&1
-  keys_as_cronjob rotate --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
+  keys_as_cronjob rotate --skip-not-ready --settle=0s --poll=1s --node-timeout=30s --drain-timeout=30s &&
     key_secret_is k2 '["k2"]' && keys_as_cronjob status | grep_output -q 'rotation: none under way'
 }
 check "with rot-held gone, a second run resumes and drops k1 (no third key)" rotation_resumed
