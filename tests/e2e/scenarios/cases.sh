@@ -1430,4 +1430,22 @@ restart_apiserver() {
 }
 check "apiserver stopped and started again" restart_apiserver
 check "apiserver back" wait_for 60 "apiserver" kc get --raw /readyz
-scenario after-apiserver "$(pod_yaml after-apiserver '{}' '{}' "$(ctr main '{huawei.com/Ascend910C: 4}')")" no_double_booking
+# kubelet learns its pods through the apiserver's watch, so after a restart it admits a pod only
+# once the apiserver's watch cache holds it bound; kubectl's reads below may be served ahead of that
+# cache. The pod is admitted as kubelet would admit it: once a list served from the watch cache
+# (resourceVersion=0, what an informer lists) shows it on its node.
+in_watch_cache() {
+  local node
+  node="$(pod_node "$1")" && [ -n "${node}" ] || return 1
+  kc get --raw "/api/v1/namespaces/${NS}/pods?resourceVersion=0&fieldSelector=spec.nodeName%3D${node}" |
+    jq -e --arg p "$1" 'any(.items[]; .metadata.name == $p)' >/dev/null
+}
+printf '%s\n' "$(pod_yaml after-apiserver '{}' '{}' "$(ctr main '{huawei.com/Ascend910C: 4}')")" |
+  kc create -f - >/dev/null
+check "after-apiserver: bound through the extender" wait_for 90 "after-apiserver bound" pod_bound after-apiserver
+check "after-apiserver: has accelpool.io/assignment" pod_has_assignment after-apiserver
+check "after-apiserver: the apiserver's watch cache shows it bound, as kubelet would see it" \
+  wait_for 60 "after-apiserver in the watch cache" in_watch_cache after-apiserver
+check "after-apiserver: kubelet admission (GetPreferredAllocation + Allocate) matches the assignment" \
+  admit after-apiserver
+check "after-apiserver: no_double_booking" no_double_booking after-apiserver
