@@ -81,13 +81,16 @@ Status Allocator::Refresh() {
   if (f.wait_until(deadline) != std::future_status::ready) {
     // Kubelet waits on this call with no deadline while it admits the node's
     // pods one at a time; the re-read goes on and serves the next call.
+    if (metrics_ != nullptr) metrics_->PodReread("timeout");
     return DeadlineExceededError(
         "re-reading the node's pods took longer than " + std::to_string(refresh_budget_.count()) +
         " ms (is the apiserver slow or unreachable from this node?); kubelet fails the pod's "
         "admission (UnexpectedAdmissionError) and does not call again for it: its controller "
         "creates it again, or delete the pod and create it again");
   }
-  return f.get();
+  Status st = f.get();
+  if (metrics_ != nullptr) metrics_->PodReread(st.ok() ? "ok" : "failed");
+  return st;
 }
 
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,

@@ -1501,6 +1501,9 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   EXPECT_EQ(first.status().message().find("kubelet retries"), std::string::npos)
       << first.status().message();
   EXPECT_LT(took, std::chrono::milliseconds(450));
+  EXPECT_NE(registry_.Serialize().find(R"(accelpool_plugin_pod_rereads_total{result="timeout"} 1)"),
+            std::string::npos)
+      << registry_.Serialize();
   // The re-read finished meanwhile; the next call (the pod created again by
   // its controller, here the same shape) finds the pod at once.
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
@@ -1508,6 +1511,25 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
   EXPECT_EQ((*retry)[0].pod.name, "late");
   EXPECT_EQ(reads.load(), 1);
+  EXPECT_EQ(registry_.Serialize().find(R"(accelpool_plugin_pod_rereads_total{result="ok"})"),
+            std::string::npos)
+      << "the store held the pod: no re-read";
+
+  // A re-read that fails is counted apart; one that finds the caller as ok.
+  Allocator offline("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(),
+                    [] { return UnavailableError("apiserver down"); });
+  EXPECT_FALSE(offline.Allocate(kGpu, {{"GPU-a::5"}}).ok());
+  Allocator lagging("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
+    Assign(Pod("later"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 5)})});
+    return Status::Ok();
+  });
+  EXPECT_TRUE(lagging.Allocate(kGpu, {{"GPU-a::5"}}).ok());
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{result="failed"} 1)"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{result="ok"} 1)"), std::string::npos)
+      << page;
 }
 
 // A re-read of the pods that began before a call lists the pods as they were

@@ -45,6 +45,13 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
                           {"resource"}),
            &m->repeats_));
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_pod_rereads_total",
+                          "Re-reads of the node's pods that an Allocate or "
+                          "GetPreferredAllocation lookup waited for (the pod watch had not "
+                          "delivered the caller), by result: ok, failed, timeout.",
+                          {"result"}),
+           &m->rereads_));
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddHistogram("accelpool_plugin_allocate_seconds",
                             "Allocate latency including the pod lookup.", {"resource"}),
            &m->latency_));
@@ -161,6 +168,8 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
 void PluginMetrics::AllocateRepeated(const std::string& resource, int64_t n) {
   repeats_->WithLabels({resource}).Inc(static_cast<double>(n));
 }
+
+void PluginMetrics::PodReread(const std::string& result) { rereads_->WithLabels({result}).Inc(); }
 
 void PluginMetrics::AllocateDone(const std::string& resource, bool ok, const std::string& reason,
                                  double seconds) {

@@ -8,6 +8,8 @@
 //   accelpool_plugin_allocate_seconds{resource}               Allocate latency incl. pod lookup
 //   accelpool_plugin_allocate_repeats_total{resource}         containers answered again: kubelet
 //       repeated a call, or lost its checkpoint and admits the pod again
+//   accelpool_plugin_pod_rereads_total{result}                re-reads of the node's pods a
+//       lookup needed (the pod watch had not delivered the caller), result ok|failed|timeout
 //   accelpool_plugin_registrations_total{resource}            successful Register calls
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
 //   accelpool_plugin_assignments_refused_total{reason}        pod versions whose assignment
@@ -72,6 +74,9 @@ class PluginMetrics {
                     double seconds);
   // `n` containers of one successful Allocate were allocated before.
   void AllocateRepeated(const std::string& resource, int64_t n);
+  // One re-read of the node's pods a lookup waited for: "ok", "failed" or
+  // "timeout" (it went on past the lookup's budget).
+  void PodReread(const std::string& result);
   void SetHealth(const std::string& vendor, const std::string& device, bool healthy);
   void SetUsage(const std::string& vendor, const std::string& device, double memory_mib,
                 double compute);
@@ -120,6 +125,7 @@ class PluginMetrics {
   CounterFamily* allocates_ = nullptr;
   CounterFamily* failures_ = nullptr;
   CounterFamily* repeats_ = nullptr;
+  CounterFamily* rereads_ = nullptr;
   HistogramFamily* latency_ = nullptr;
   CounterFamily* registrations_ = nullptr;
   GaugeFamily* pending_ = nullptr;

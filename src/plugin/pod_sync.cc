@@ -546,11 +546,15 @@ void PodSync::ApplyPending(const std::vector<nlohmann::json>& pods, uint64_t sin
 }
 
 Status PodSync::Refresh() {
-  // Only a pod that kubelet is still admitting can be the caller of an
-  // Allocate that the store missed, so the re-read lists the node's Pending
-  // pods: on a node in steady state a handful rather than all of them, which
-  // keeps this list (it runs on kubelet's path) short. The watch keeps the
-  // running pods and reports deletions.
+  // The caller of an Allocate that the store missed is a pod kubelet is
+  // admitting: one bound a moment ago (Pending), or a running one that
+  // kubelet admits again (after losing its device checkpoint). So the
+  // re-read lists every pod of the node that has not ended, not only the
+  // Pending ones: the phase is whatever the node's agent last wrote, and
+  // need not trail kubelet's admission (kwok, which keeps simulated nodes,
+  // marks a pod Running as it is bound). A Pending-only list left such a pod
+  // out while the watch was down (an apiserver restart), and its Allocate
+  // was refused. The watch keeps the store and reports deletions.
   //
   // The list asks for metadata only: serialising and parsing whole pods was
   // most of a refresh's cost, and the store already holds nearly all of them
@@ -559,12 +563,12 @@ Status PodSync::Refresh() {
   // containers, and a pod without one may still block the fallback rule
   // with what its containers ask for, both of which need the spec.
   kube::ListOptions o;
-  o.field_selector = "spec.nodeName=" + node_ + ",status.phase=Pending";
+  o.field_selector = "spec.nodeName=" + node_ + ",status.phase!=Succeeded,status.phase!=Failed";
   auto list = [&](bool metadata_only) {
     o.metadata_only = metadata_only;
     StatusOr<kube::ListResult> r = client_->List(kube::Pods(), "", o);
     if (!r.ok()) {
-      log_.Warn("re-reading the node's pending pods failed", {{"error", r.status().ToString()}});
+      log_.Warn("re-reading the node's pods failed", {{"error", r.status().ToString()}});
     }
     return r;
   };
@@ -625,6 +629,8 @@ Status PodSync::Refresh() {
     }
     Apply(*pod);
   }
+  log_.Debug("re-read the node's pods", {{"listed", static_cast<int64_t>(pods->items.size())},
+                                         {"read", static_cast<int64_t>(stale.size())}});
   RetainPending(std::move(pending), since);
   return Status::Ok();
 }

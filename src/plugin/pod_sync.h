@@ -107,9 +107,10 @@ class PodSync {
   void Stop();
   bool WaitForSync(std::chrono::milliseconds timeout) const;
 
-  // Re-reads the node's Pending pods now into the store (used when a lookup
-  // misses or falls back), leaving it as Apply of each of them would. It
-  // lists their metadata only and reads in full only the pods whose
+  // Re-reads the node's pods that have not ended (Pending and Running) now
+  // into the store (used when a lookup misses or falls back), leaving it as
+  // Apply of each of them would. It lists their metadata only and reads in
+  // full only the pods whose
   // resourceVersion is not the one last applied (usually just the caller the
   // watch has not delivered yet), or relists them in full when more than
   // kMaxFetches are; when the apiserver answers the metadata-only list with

@@ -19,6 +19,7 @@
 #   E2E_EXTENDER_BIN, E2E_PLUGIN_BIN   the binaries named directly
 #   E2E_CONTROLLERS 1|0 (default 1): run kube-controller-manager and
 #                   scenarios/controllers.sh
+#   E2E_PLUGIN_LOG_LEVEL  the device plugins' --log-level (default info)
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/e2e/lib.sh

@@ -1430,12 +1430,10 @@ restart_apiserver() {
 }
 check "apiserver stopped and started again" restart_apiserver
 check "apiserver back" wait_for 60 "apiserver" kc get --raw /readyz
-# The device plugins' pod watches come back after a pause (their backoff, jittered, reached 4-5 s
-# here); a kubelet's own watch pauses likewise, and it admits no pod it has not seen. Until the
-# plugin's watch is back, an Allocate for a pod bound a moment ago is refused (a known limit: the
-# plugin's re-read of the node's pods on a miss did not find it either): the pod below is created
-# once the watches had time to resume.
-sleep 15
+# The device plugins' pod watches come back only after a pause (the apiserver's watch cache trails
+# the version a fresh list gives, and their backoff reached 4-5 s here): the pod below is bound and
+# admitted within it, so its Allocate is answered from the plugin's re-read of the node's pods. kwok
+# marks the pod Running as it is bound (a re-read of only the Pending pods missed it).
 # kubelet learns its pods through the apiserver's watch, so after a restart it admits a pod only
 # once the apiserver's watch cache holds it bound; kubectl's reads below may be served ahead of that
 # cache. The pod is admitted as kubelet would admit it: once a list served from the watch cache

@@ -149,7 +149,7 @@ start_plugin() { # NAME
   local d="${E2E_WORK}/nodes/$1"
   setsid "${PLUGIN_BIN}" --backend=fake --fake-inventory="${d}/inventory.json" \
     --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${AP_KUBECONFIG}" \
-    --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=info $(key_args) \
+    --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=${E2E_PLUGIN_LOG_LEVEL:-info} $(key_args) \
     --pod-resources-socket="${d}/pod-resources.sock" --foreign-memory-every=5s --host-proc="${d}/proc" \
     >> "${d}/plugin.log" 2>&1 < /dev/null &
   echo $! > "${d}/plugin.pid"
