@@ -147,10 +147,11 @@ if ((${#stage_failed[@]} > 0)); then
     [[ -f $log ]] && grep -E '^[[:space:]]+[0-9]+ - .* \((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted)\)' "$log" |
       sed "s|^[[:space:]]*|$log: |"
   done
-  # The failed assertions themselves (GoogleTest's "Failure" and the lines
-  # after it), so that a failure seen only in a CI summary can be diagnosed.
+  # The failed assertions themselves (GoogleTest's "Failure", a sanitizer's
+  # report, and the lines after each), so that a failure seen only in a CI
+  # summary can be diagnosed.
   for log in build/ctest.log build-asan/ctest.log build-tsan/ctest.log; do
-    [[ -f $log ]] && grep -a -A7 -E ': Failure$' "$log" | head -60 |
+    [[ -f $log ]] && grep -a -A7 -E ': Failure$|^WARNING: ThreadSanitizer|ERROR: AddressSanitizer|: runtime error: ' "$log" | head -60 | cut -c1-240 |
       sed "s|^|$log> |"
   done
   [[ -f build/fuzz.log ]] && grep -E '^fuzz(\.sh: .* did not build|: 0 passed, 1 failed| failure: )' build/fuzz.log
