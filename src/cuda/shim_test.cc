@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -1341,6 +1342,42 @@ TEST(ShimTest, AProcessesDevicesAreTheContainersDevicesOfTheSameUuid) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(U(ParseKeyValues(r.out), "rc"), 0u) << "device 0's cap, 1024 MiB";
   EXPECT_EQ(CountLines(r.err, "is not among the container's devices"), 1) << r.err;
+}
+
+// The test's own environment reaches the probe only where the test does not
+// set the variable: a CI machine that sets CUDA_VISIBLE_DEVICES (or a fake
+// library's knob) must not decide which device a probe sees. Two entries of
+// one name gave the parent's, which getenv finds first.
+TEST(ShimTest, AVariableTheTestSetsIsNotShadowedByTheTestsOwnEnvironment) {
+  struct Restore {
+    std::string name;
+    std::optional<std::string> was;
+    ~Restore() {
+      if (was.has_value()) {
+        setenv(name.c_str(), was->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  };
+  auto saved = [](const char* name) {
+    const char* v = std::getenv(name);
+    return Restore{name, v != nullptr ? std::optional<std::string>(v) : std::nullopt};
+  };
+  Restore cvd = saved("CUDA_VISIBLE_DEVICES");
+  Restore used = saved("FAKENVML_USED_MIB");
+  setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+  setenv("FAKENVML_USED_MIB", "81000", 1);
+  const Env env = {
+      {"ACCELPOOL_CUDA_DEVICE_UUIDS", std::string(kFakeDeviceUuids[1]) + "," + kFakeDeviceUuids[0]},
+      {"ACCELPOOL_CUDA_MEMORY_LIMIT_0", "1024"},
+      {"ACCELPOOL_CUDA_MEMORY_LIMIT_1", "256"},
+      {"CUDA_VISIBLE_DEVICES", kFakeDeviceUuids[0]}};
+  auto kv = MustRun({"direct", "alloc", std::to_string(512 * kMiB)}, env);
+  EXPECT_EQ(U(kv, "rc"), 2u) << "the fake's device 0 is the container's device 1, capped at 256";
+  EXPECT_EQ(U(kv, "total"), 256 * kMiB);
+  kv = MustRun({"dlsym", "nvml"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "2048"}});
+  EXPECT_EQ(U(kv, "free"), 2048 * kMiB) << "the card's default used figure, not the parent's";
 }
 
 // Like cuMemGetInfo: what is left of the cap, but never more than the card

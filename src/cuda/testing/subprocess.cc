@@ -17,14 +17,21 @@ extern char** environ;
 namespace accelpool::cuda::testing {
 namespace {
 
-bool Dropped(const std::string& entry) {
+// What the test's own environment must not hand to a child: the shim's and
+// the fake libraries' settings, and which devices CUDA shows (a CI machine
+// may set CUDA_VISIBLE_DEVICES, even empty to hide its GPUs). And a name the
+// test sets itself: the C library's getenv, and the loader, take the first
+// of two entries of one name, which would be the parent's.
+bool Dropped(const std::string& entry, const std::map<std::string, std::string>& given) {
   for (const char* prefix :
-       {"ACCELPOOL_CUDA_", "CUDA_DEVICE_", "CUDA_TASK_PRIORITY=", "LD_PRELOAD="}) {
+       {"ACCELPOOL_CUDA_", "CUDA_DEVICE_", "CUDA_TASK_PRIORITY=", "CUDA_VISIBLE_DEVICES=",
+        "NVIDIA_VISIBLE_DEVICES=", "CUDA_MPS_", "FAKECUDA_", "FAKENVML_", "LD_PRELOAD="}) {
     if (entry.rfind(prefix, 0) == 0) {
       return true;
     }
   }
-  return false;
+  const size_t eq = entry.find('=');
+  return given.count(entry.substr(0, eq)) != 0;
 }
 
 int64_t NowMs() {
@@ -62,7 +69,7 @@ bool ChildProcess::Start(const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (!Dropped(*e)) {
+    if (!Dropped(*e, env)) {
       env_strings.emplace_back(*e);
     }
   }

@@ -3,8 +3,9 @@
 // other than the test itself.
 //
 // The child's environment is the parent's minus every ACCELPOOL_CUDA_*,
-// CUDA_DEVICE_*, CUDA_TASK_PRIORITY and LD_PRELOAD variable, plus the ones
-// given. stdout and
+// CUDA_DEVICE_*, CUDA_TASK_PRIORITY, CUDA_VISIBLE_DEVICES,
+// NVIDIA_VISIBLE_DEVICES, CUDA_MPS_*, FAKECUDA_*, FAKENVML_* and LD_PRELOAD
+// variable and every variable given, plus the ones given. stdout and
 // stderr are pipes; stdin is a pipe the test can close to let a waiting
 // child finish.
 //
