@@ -192,6 +192,7 @@ struct MissFixture {
     plugin =
         std::make_unique<NodePlugin>(o, std::move(drivers), &store, metrics.get(), reporter.get(),
                                      Logger(), [pod_sync] { return pod_sync->Refresh(); });
+    plugin->allocator().SetWideRefresh([pod_sync] { return pod_sync->RefreshNotEnded(); });
     if (Status st = plugin->Start(); !st.ok()) {
       Die("plugin", st);
     }

@@ -45,35 +45,40 @@ Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* stor
       options_(std::move(options)),
       log_(std::move(log)),
       refresh_(std::move(refresh)),
-      dirs_(options_.state_root, options_.create_state_dirs) {}
+      dirs_(options_.state_root, options_.create_state_dirs) {
+  narrow_.fn = refresh_;
+  narrow_.scope = "pending";
+  wide_.scope = "not_ended";
+}
 
 Allocator::~Allocator() {
-  std::shared_future<Status> inflight;
-  {
-    std::lock_guard<std::mutex> lock(refresh_mu_);
-    inflight = refresh_inflight_;
-  }
-  if (inflight.valid()) {
-    inflight.wait();  // it uses the store and the callback's captures
+  for (ReRead* r : {&narrow_, &wide_}) {
+    std::shared_future<Status> inflight;
+    {
+      std::lock_guard<std::mutex> lock(r->mu);
+      inflight = r->inflight;
+    }
+    if (inflight.valid()) {
+      inflight.wait();  // it uses the store and the callback's captures
+    }
   }
 }
 
-Status Allocator::Refresh() {
+Status Allocator::Refresh(ReRead& which, std::chrono::steady_clock::time_point deadline) {
   const auto entered = std::chrono::steady_clock::now();
-  const auto deadline = entered + refresh_budget_;
   std::shared_future<Status> f;
   for (;;) {
     bool read_after_entry = true;
     {
-      std::lock_guard<std::mutex> lock(refresh_mu_);
-      if (!refresh_inflight_.valid() ||
-          refresh_inflight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-        refresh_started_ = std::chrono::steady_clock::now();
-        refresh_inflight_ = std::async(std::launch::async, refresh_).share();
+      std::lock_guard<std::mutex> lock(which.mu);
+      if (!which.inflight.valid() ||
+          which.inflight.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        which.started = std::chrono::steady_clock::now();
+        which.inflight = std::async(std::launch::async, which.fn).share();
       } else {
-        read_after_entry = refresh_started_ >= entered;
+        read_after_entry = which.started >= entered;
       }
-      f = refresh_inflight_;
+      f = which.inflight;
     }
     if (read_after_entry || f.wait_until(deadline) != std::future_status::ready) break;
     // It began before this call: wait for it to end (above), then read again.
@@ -81,7 +86,7 @@ Status Allocator::Refresh() {
   if (f.wait_until(deadline) != std::future_status::ready) {
     // Kubelet waits on this call with no deadline while it admits the node's
     // pods one at a time; the re-read goes on and serves the next call.
-    if (metrics_ != nullptr) metrics_->PodReread("timeout");
+    if (metrics_ != nullptr) metrics_->PodReread(which.scope, "timeout");
     return DeadlineExceededError(
         "re-reading the node's pods took longer than " + std::to_string(refresh_budget_.count()) +
         " ms (is the apiserver slow or unreachable from this node?); kubelet fails the pod's "
@@ -89,7 +94,7 @@ Status Allocator::Refresh() {
         "creates it again, or delete the pod and create it again");
   }
   Status st = f.get();
-  if (metrics_ != nullptr) metrics_->PodReread(st.ok() ? "ok" : "failed");
+  if (metrics_ != nullptr) metrics_->PodReread(which.scope, st.ok() ? "ok" : "failed");
   return st;
 }
 
@@ -127,9 +132,16 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   // caller, and the pod an earlier call was for may have finished): all
   // re-read the pods once, and a fallback that cannot be confirmed is refused.
   if ((!match.ok() || match->by_fallback || match->repeat) && refresh_) {
-    Status fresh = Refresh();
+    const auto deadline = std::chrono::steady_clock::now() + refresh_budget_;
+    Status fresh = Refresh(narrow_, deadline);
     caller.reset();
     match = store_->Match(resource, ids, &caller, nullptr, &answered);
+    if (!match.ok() && fresh.ok() && wide_.fn) {
+      // Not among the Pending pods: it may be a running one (wide_).
+      fresh = Refresh(wide_, deadline);
+      caller.reset();
+      match = store_->Match(resource, ids, &caller, nullptr, &answered);
+    }
     if (match.ok() && match->by_fallback && !fresh.ok()) {
       return AbortedError("slot ids [" +
                           [&] {
@@ -523,9 +535,14 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
       // No caller, or a pod admitted again (the pod may have finished, and a
       // pod bound a moment ago may be the caller): re-read the node's pods.
       // A failed re-read leaves the store as it was; it is logged there.
-      static_cast<void>(Refresh());
+      const auto deadline = std::chrono::steady_clock::now() + refresh_budget_;
+      const bool read = Refresh(narrow_, deadline).ok();
       refreshed = true;
       answer = store_->Preferred(resource, available, r.must_include, r.size);
+      if (read && !answer.slots.has_value() && !answer.ambiguous && wide_.fn) {
+        static_cast<void>(Refresh(wide_, deadline));  // a running pod (SetWideRefresh)
+        answer = store_->Preferred(resource, available, r.must_include, r.size);
+      }
     }
     // Several pods wait with the shape, or one does and the caller may be a
     // pod this plugin does not know (a static pod has no mirror pod before

@@ -147,6 +147,12 @@ class Allocator {
   void SetKubeletView(std::function<StatusOr<KubeletView>()> view) {
     kubelet_view_ = std::move(view);
   }
+  // A wider re-read than `refresh`: every pod of the node that has not
+  // ended, running ones included (PodSync::RefreshNotEnded). Used when a
+  // lookup still misses after `refresh` worked: the caller may be a running
+  // pod kubelet admits again, or one whose node agent marked it Running
+  // before the watch delivered it. Set before serving.
+  void SetWideRefresh(std::function<Status()> refresh) { wide_.fn = std::move(refresh); }
 
   // Recomputes the per-device usage gauges and the pending count.
   void RefreshUsageMetrics();
@@ -167,12 +173,23 @@ class Allocator {
   // (pod uid, container) of a state dir made during one Allocate call.
   using MadeDirs = std::vector<std::pair<std::string, std::string>>;
 
-  // refresh_, one at a time, waiting at most refresh_budget_ for it. A call
-  // joins a re-read that began after it did; one that began before may have
-  // listed the pods before the caller's pod was bound, so the call waits for
-  // it to end and then reads again (kubelet's next call after a slow one
-  // would otherwise miss a pod bound meanwhile and fail its admission).
-  Status Refresh();
+  // One kind of re-read of the node's pods, run one at a time.
+  struct ReRead {
+    std::function<Status()> fn;
+    const char* scope = "";  // its label in accelpool_plugin_pod_rereads_total
+    std::mutex mu;
+    std::shared_future<Status> inflight;            // guarded by mu
+    std::chrono::steady_clock::time_point started;  // of inflight; guarded by mu
+  };
+
+  // refresh_ (narrow) or wide_, one at a time, waiting at most until
+  // `deadline` for it. A call joins a re-read that began after it did; one
+  // that began before may have listed the pods before the caller's pod was
+  // bound, so the call waits for it to end and then reads again (kubelet's
+  // next call after a slow one would otherwise miss a pod bound meanwhile
+  // and fail its admission).
+  Status Refresh(ReRead& which, std::chrono::steady_clock::time_point deadline);
+  Status Refresh() { return Refresh(narrow_, std::chrono::steady_clock::now() + refresh_budget_); }
   // One container request of a call; `answered`: the containers the call's
   // earlier requests were answered with (never matched again). `*sure` says
   // whether `*pod` is the caller for certain (matched, not by a guess among
@@ -195,9 +212,8 @@ class Allocator {
   const std::function<Status()> refresh_;
   std::function<StatusOr<KubeletView>()> kubelet_view_;
   std::chrono::milliseconds refresh_budget_{2000};
-  std::mutex refresh_mu_;
-  std::shared_future<Status> refresh_inflight_;  // guarded by refresh_mu_
-  std::chrono::steady_clock::time_point refresh_started_;  // of refresh_inflight_; by refresh_mu_
+  ReRead narrow_;  // fn: refresh_
+  ReRead wide_;    // fn: SetWideRefresh
   const StateDirs dirs_;
   std::mutex usage_mu_;                 // serialises RefreshUsageMetrics's container series
   std::set<std::string> usage_unread_;  // containers whose region failed to read; by usage_mu_

@@ -1501,7 +1501,8 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   EXPECT_EQ(first.status().message().find("kubelet retries"), std::string::npos)
       << first.status().message();
   EXPECT_LT(took, std::chrono::milliseconds(450));
-  EXPECT_NE(registry_.Serialize().find(R"(accelpool_plugin_pod_rereads_total{result="timeout"} 1)"),
+  EXPECT_NE(registry_.Serialize().find(
+                R"(accelpool_plugin_pod_rereads_total{scope="pending",result="timeout"} 1)"),
             std::string::npos)
       << registry_.Serialize();
   // The re-read finished meanwhile; the next call (the pod created again by
@@ -1511,7 +1512,8 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
   EXPECT_EQ((*retry)[0].pod.name, "late");
   EXPECT_EQ(reads.load(), 1);
-  EXPECT_EQ(registry_.Serialize().find(R"(accelpool_plugin_pod_rereads_total{result="ok"})"),
+  EXPECT_EQ(registry_.Serialize().find(
+                R"(accelpool_plugin_pod_rereads_total{scope="pending",result="ok"})"),
             std::string::npos)
       << "the store held the pod: no re-read";
 
@@ -1525,11 +1527,84 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   });
   EXPECT_TRUE(lagging.Allocate(kGpu, {{"GPU-a::5"}}).ok());
   const std::string page = registry_.Serialize();
-  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{result="failed"} 1)"),
+  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{scope="pending",result="failed"} 1)"),
             std::string::npos)
       << page;
-  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{result="ok"} 1)"), std::string::npos)
+  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{scope="pending",result="ok"} 1)"),
+            std::string::npos)
       << page;
+}
+
+// The Pending pods are re-read first; only when the caller is not among them
+// (and that re-read worked) are all the pods that have not ended read: a
+// running pod kubelet admits again, or one its node agent marked Running
+// before the watch delivered it.
+TEST_F(AllocatorTest, ACallerNotAmongThePendingPodsIsLookedForAmongTheRunningOnes) {
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  int narrow = 0;
+  int wide = 0;
+  Status narrow_status = Status::Ok();
+  Allocator a("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
+    ++narrow;
+    return narrow_status;
+  });
+  a.SetWideRefresh([&] {
+    ++wide;
+    Assign(Pod("running"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 6)})});
+    return Status::Ok();
+  });
+  auto r = a.Allocate(kGpu, {{"GPU-a::6"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].pod.name, "running");
+  EXPECT_EQ(narrow, 1);
+  EXPECT_EQ(wide, 1);
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{scope="pending",result="ok"} 1)"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find(R"(accelpool_plugin_pod_rereads_total{scope="not_ended",result="ok"} 1)"),
+            std::string::npos)
+      << page;
+
+  // Found among the Pending pods: nothing more is read.
+  Allocator found("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
+    ++narrow;
+    Assign(Pod("pending"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 5)})});
+    return Status::Ok();
+  });
+  found.SetWideRefresh([&] {
+    ++wide;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(found.Allocate(kGpu, {{"GPU-a::5"}}).ok());
+  EXPECT_EQ(narrow, 2);
+  EXPECT_EQ(wide, 1);
+
+  // A narrow re-read that failed is not followed by a wider one (the
+  // apiserver did not answer); the call fails as before.
+  narrow_status = UnavailableError("apiserver down");
+  EXPECT_FALSE(a.Allocate(kGpu, {{"GPU-a::4"}}).ok());
+  EXPECT_EQ(narrow, 3);
+  EXPECT_EQ(wide, 1);
+
+  // GetPreferredAllocation looks the same way.
+  narrow_status = Status::Ok();
+  wide = 0;
+  Allocator pref("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(),
+                 [] { return Status::Ok(); });
+  pref.SetWideRefresh([&] {
+    ++wide;
+    Assign(Pod("running-2"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3)})});
+    return Status::Ok();
+  });
+  PreferredRequest req;
+  for (const char* id : {"GPU-a::3", "GPU-b::3", "GPU-b::4"}) req.available.push_back(id);
+  req.size = 1;
+  auto preferred = pref.Preferred(kGpu, {req});
+  ASSERT_EQ(preferred.size(), 1u);
+  EXPECT_EQ(preferred[0], std::vector<std::string>{"GPU-b::3"});
+  EXPECT_EQ(wide, 1);
 }
 
 // A re-read of the pods that began before a call lists the pods as they were

@@ -224,12 +224,12 @@ class AssignmentStore {
   // next pod kubelet admits cannot be matched to its grant. Returns whether
   // it was.
   bool RejectAdmission(const std::string& uid);
-  // After a list of the node's pods that have not ended (their uids in
-  // `pending`): drops the pods not in it that have no allocated container
-  // (deleted, or done, while the watch lagged) and the unassigned requests
-  // of pods not in it (only a pod kubelet may still admit can be a caller).
-  // Pods with an allocated container stay until the watch says they are
-  // gone.
+  // After a list of the node's Pending pods, or of all its pods that have
+  // not ended (their uids in `pending`): drops the pods not in it that have
+  // no allocated container (deleted, or done, while the watch lagged) and
+  // the unassigned requests of pods not in it (only a pod kubelet may still
+  // admit can be a caller). Pods with an allocated container stay until the
+  // watch says they are gone.
   void RetainPending(const std::set<std::string>& pending);
 
   // The container kubelet is allocating `slot_ids` (of `resource`) for, by

@@ -48,8 +48,9 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
       Take(reg.AddCounter("accelpool_plugin_pod_rereads_total",
                           "Re-reads of the node's pods that an Allocate or "
                           "GetPreferredAllocation lookup waited for (the pod watch had not "
-                          "delivered the caller), by result: ok, failed, timeout.",
-                          {"result"}),
+                          "delivered the caller), by scope (pending: its Pending pods; "
+                          "not_ended: all but the ended ones) and result: ok, failed, timeout.",
+                          {"scope", "result"}),
            &m->rereads_));
   ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddHistogram("accelpool_plugin_allocate_seconds",
@@ -169,7 +170,9 @@ void PluginMetrics::AllocateRepeated(const std::string& resource, int64_t n) {
   repeats_->WithLabels({resource}).Inc(static_cast<double>(n));
 }
 
-void PluginMetrics::PodReread(const std::string& result) { rereads_->WithLabels({result}).Inc(); }
+void PluginMetrics::PodReread(const std::string& scope, const std::string& result) {
+  rereads_->WithLabels({scope, result}).Inc();
+}
 
 void PluginMetrics::AllocateDone(const std::string& resource, bool ok, const std::string& reason,
                                  double seconds) {

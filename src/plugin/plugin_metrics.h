@@ -8,8 +8,9 @@
 //   accelpool_plugin_allocate_seconds{resource}               Allocate latency incl. pod lookup
 //   accelpool_plugin_allocate_repeats_total{resource}         containers answered again: kubelet
 //       repeated a call, or lost its checkpoint and admits the pod again
-//   accelpool_plugin_pod_rereads_total{result}                re-reads of the node's pods a
-//       lookup needed (the pod watch had not delivered the caller), result ok|failed|timeout
+//   accelpool_plugin_pod_rereads_total{scope,result}          re-reads of the node's pods a
+//       lookup needed (the pod watch had not delivered the caller): scope pending (its
+//       Pending pods) or not_ended (all but the ended ones), result ok|failed|timeout
 //   accelpool_plugin_registrations_total{resource}            successful Register calls
 //   accelpool_plugin_pending_containers                       assigned, not yet allocated
 //   accelpool_plugin_assignments_refused_total{reason}        pod versions whose assignment
@@ -74,9 +75,10 @@ class PluginMetrics {
                     double seconds);
   // `n` containers of one successful Allocate were allocated before.
   void AllocateRepeated(const std::string& resource, int64_t n);
-  // One re-read of the node's pods a lookup waited for: "ok", "failed" or
-  // "timeout" (it went on past the lookup's budget).
-  void PodReread(const std::string& result);
+  // One re-read of the node's pods a lookup waited for, of `scope`
+  // ("pending" or "not_ended"): "ok", "failed" or "timeout" (it went on past
+  // the lookup's budget).
+  void PodReread(const std::string& scope, const std::string& result);
   void SetHealth(const std::string& vendor, const std::string& device, bool healthy);
   void SetUsage(const std::string& vendor, const std::string& device, double memory_mib,
                 double compute);

@@ -546,16 +546,24 @@ void PodSync::ApplyPending(const std::vector<nlohmann::json>& pods, uint64_t sin
 }
 
 Status PodSync::Refresh() {
-  // The caller of an Allocate that the store missed is a pod kubelet is
-  // admitting: one bound a moment ago (Pending), or a running one that
-  // kubelet admits again (after losing its device checkpoint). So the
-  // re-read lists every pod of the node that has not ended, not only the
-  // Pending ones: the phase is whatever the node's agent last wrote, and
-  // need not trail kubelet's admission (kwok, which keeps simulated nodes,
-  // marks a pod Running as it is bound). A Pending-only list left such a pod
-  // out while the watch was down (an apiserver restart), and its Allocate
-  // was refused. The watch keeps the store and reports deletions.
-  //
+  // Only a pod that kubelet is still admitting can be the caller of an
+  // Allocate that the store missed, and kubelet marks a pod Running only
+  // after it admitted it: the Pending pods are enough, and on a node in
+  // steady state they are a handful rather than all of them, which keeps
+  // this list (it runs on kubelet's path) short.
+  return ReRead(",status.phase=Pending");
+}
+
+Status PodSync::RefreshNotEnded() {
+  // The caller may also be a running pod: kubelet admits one again when it
+  // lost its device checkpoint, and a pod's phase is whatever its node agent
+  // last wrote, which need not trail kubelet's admission (kwok, which keeps
+  // simulated nodes, marks a pod Running as it is bound). While the watch is
+  // down (an apiserver restart) such a pod reaches the store only this way.
+  return ReRead(",status.phase!=Succeeded,status.phase!=Failed");
+}
+
+Status PodSync::ReRead(const std::string& phases) {
   // The list asks for metadata only: serialising and parsing whole pods was
   // most of a refresh's cost, and the store already holds nearly all of them
   // at their current version (the watch delivered them). Only the others
@@ -563,7 +571,7 @@ Status PodSync::Refresh() {
   // containers, and a pod without one may still block the fallback rule
   // with what its containers ask for, both of which need the spec.
   kube::ListOptions o;
-  o.field_selector = "spec.nodeName=" + node_ + ",status.phase!=Succeeded,status.phase!=Failed";
+  o.field_selector = "spec.nodeName=" + node_ + phases;
   auto list = [&](bool metadata_only) {
     o.metadata_only = metadata_only;
     StatusOr<kube::ListResult> r = client_->List(kube::Pods(), "", o);

@@ -107,10 +107,9 @@ class PodSync {
   void Stop();
   bool WaitForSync(std::chrono::milliseconds timeout) const;
 
-  // Re-reads the node's pods that have not ended (Pending and Running) now
-  // into the store (used when a lookup misses or falls back), leaving it as
-  // Apply of each of them would. It lists their metadata only and reads in
-  // full only the pods whose
+  // Re-reads the node's Pending pods now into the store (used when a lookup
+  // misses or falls back), leaving it as Apply of each of them would. It
+  // lists their metadata only and reads in full only the pods whose
   // resourceVersion is not the one last applied (usually just the caller the
   // watch has not delivered yet), or relists them in full when more than
   // kMaxFetches are; when the apiserver answers the metadata-only list with
@@ -118,6 +117,9 @@ class PodSync {
   // store is then not pruned (pods read in full before the error are
   // applied).
   Status Refresh();
+  // The same for every pod of the node that has not ended, Running ones
+  // included (used when the Pending pods did not hold the caller).
+  Status RefreshNotEnded();
 
   // The most pods Refresh reads one by one before it relists in full.
   static constexpr size_t kMaxFetches = 8;
@@ -153,6 +155,9 @@ class PodSync {
   static constexpr std::chrono::minutes kForgottenFor{10};
 
  private:
+  // Refresh and RefreshNotEnded: the node's pods whose phase matches
+  // `phases` (field selector terms, each led by a comma).
+  Status ReRead(const std::string& phases);
   // Refresh from full pod objects: applies them all, then prunes.
   void ApplyPending(const std::vector<nlohmann::json>& pods, uint64_t since);
   // Drops what the store (and applied_) holds for pods not in `pending` and

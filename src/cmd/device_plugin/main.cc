@@ -870,6 +870,9 @@ int Run(const Flags& flags) {
   NodePlugin plugin(
       po, std::move(drivers).value(), &store, metrics->get(), reporter.get(), log.Child("plugin"),
       pod_sync == nullptr ? std::function<Status()>() : [pod_sync] { return pod_sync->Refresh(); });
+  if (pod_sync != nullptr) {
+    plugin.allocator().SetWideRefresh([pod_sync] { return pod_sync->RefreshNotEnded(); });
+  }
   NodePublisher* pub = publisher.get();
   // The served inventories with the published foreign memory figures, on the
   // Node (a no-op unless something changed); a failure is retried next tick.
