@@ -230,6 +230,13 @@ void Informer::Run(std::stop_token stop) {
   // gave: the next list keeps the backoff growing rather than resetting it,
   // so an apiserver whose watch cache lags is not listed in a tight loop.
   bool expired_at_once = false;
+  // The next watch starts from the version a list just gave (not from one
+  // an earlier watch reached): only then does its expiring at once say the
+  // apiserver's watch cache lags. A watch resumed from an older version
+  // expires at once after an apiserver restart (the new watch cache holds
+  // no history from before it started), and is relisted at once, not after
+  // the backoff that the connection failures of the restart built up.
+  bool from_list = false;
   while (!stop.stop_requested()) {
     if (need_list) {
       Status st = ListAndReplace();
@@ -242,6 +249,7 @@ void Informer::Run(std::stop_token stop) {
         continue;
       }
       need_list = false;
+      from_list = true;
       synced_ = true;
       if (!expired_at_once) backoff.Reset();
     }
@@ -262,6 +270,8 @@ void Informer::Run(std::stop_token stop) {
         },
         stop);
     if (stop.stop_requested() || st.code() == StatusCode::kCancelled) return;
+    const bool listed_just_before = from_list;
+    from_list = false;
     if (st.ok() && events == 0 && std::chrono::steady_clock::now() - began < kShortWatch) {
       // Ended at once without an event (client-go's "very short watch"): back
       // off rather than spend the client's rate limit re-watching in a loop.
@@ -273,7 +283,8 @@ void Informer::Run(std::stop_token stop) {
     }
     if (st.code() == StatusCode::kOutOfRange) {
       need_list = true;
-      expired_at_once = events == 0 && std::chrono::steady_clock::now() - began < kShortWatch;
+      expired_at_once = listed_just_before && events == 0 &&
+                        std::chrono::steady_clock::now() - began < kShortWatch;
       if (!expired_at_once) {
         log_.Info("watch expired; relisting", {{"resource", options_.resource.plural}});
         continue;

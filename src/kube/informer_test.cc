@@ -232,6 +232,34 @@ TEST_F(InformerTest, DroppedConnectionReconnectsFromLastVersion) {
   EXPECT_GE(inf.watches(), 2);
 }
 
+// After an apiserver restart the informer resumes its watch from the last
+// version it saw, and the new watch cache, which holds no history from
+// before it started, expires it at once: that says nothing of a lagging
+// cache (the version was not a list's), so it relists at once instead of
+// pausing for the backoff the restart's connection failures built up.
+TEST_F(InformerTest, AResumedWatchThatExpiresRelistsWithoutAPause) {
+  InformerOptions o = Options();
+  o.backoff_initial = 1500ms;
+  o.backoff_max = 1500ms;
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  api_.DropWatches();  // the informer waits out one backoff, then resumes
+  api_.Put("/api/v1/nodes", Node("made-meanwhile"));
+  api_.Compact();
+  while (inf.watches() < 2) std::this_thread::sleep_for(1ms);
+  const auto resumed = std::chrono::steady_clock::now();
+  while (inf.lists() < 2 && std::chrono::steady_clock::now() - resumed < 10s) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(inf.lists(), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - resumed, 1000ms)
+      << "relisted after a pause of the backoff (1.5 s or more)";
+  EXPECT_EQ(rec.WaitFor(1), (std::vector<std::string>{"add:made-meanwhile"}));
+}
+
 // A watch that the server (or a proxy on the way) ends at once, without an
 // event, is a failure, as in client-go's reflector ("very short watch"): it
 // backs off instead of re-watching in a loop that spends the client's shared
