@@ -1430,11 +1430,11 @@ restart_apiserver() {
 }
 check "apiserver stopped and started again" restart_apiserver
 check "apiserver back" wait_for 60 "apiserver" kc get --raw /readyz
-# The device plugins' pod watches come back only after a pause (the apiserver's watch cache trails
-# the version a fresh list gives, and their backoff reached 4-5 s here): the pod below is bound and
-# admitted within it, so its Allocate is answered from the plugin's re-read of the node's pods. kwok
-# marks the pod Running as it is bound, so it is found by the second re-read, of every pod that has
-# not ended (the Pending pods alone missed it).
+# The pod below is bound and admitted right after the restart: the device plugins' pod watches
+# relist at once (the new watch cache expires a watch resumed from before the restart). Had a
+# plugin's watch not delivered the pod yet, its Allocate is answered from the plugin's re-read of the
+# node's pods: kwok marks the pod Running as it is bound, so the second re-read, of every pod that
+# has not ended, finds it (the Pending pods alone missed it, and the watch used to pause 4-5 s).
 # kubelet learns its pods through the apiserver's watch, so after a restart it admits a pod only
 # once the apiserver's watch cache holds it bound; kubectl's reads below may be served ahead of that
 # cache. The pod is admitted as kubelet would admit it: once a list served from the watch cache
