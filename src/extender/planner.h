@@ -63,6 +63,9 @@ struct PodInfo {
   // The pod states preferences kube-scheduler scores (preferred node affinity,
   // preferred pod affinity or anti-affinity): filter must not pick one node.
   bool soft_preferences = false;
+  // status.nominatedNodeName: the node where kube-scheduler's last
+  // preemption for the pod took effect ("" = none, or not sent).
+  std::string nominated_node;
 
   bool Pooled() const { return !request.containers.empty(); }
 };
