@@ -401,6 +401,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       if (std::optional<std::string> why = HeldForPreemptors(pod, *snaps[i], policy, &beside)) {
         NodePlan held;
         held.code = core::FitCode::kUnschedulable;
+        held.message_reason = "HeldForPreemptor";
         held.message = *why;
         plans[i] = std::make_shared<const NodePlan>(std::move(held));
       } else if (beside.has_value()) {
@@ -416,6 +417,9 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
 
   FilterDecision d;
   core::ReasonAggregator agg;
+  // Nodes turned away with a message and no core reason, by message_reason:
+  // how many, and the first one's message.
+  std::map<std::string_view, std::pair<size_t, std::string>> by_message;
   std::map<std::pair<std::string, std::string>, int> outcomes;
   FitList fitted;
   fitted.reserve(nodes.size());
@@ -430,11 +434,18 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       continue;
     }
     (p.code == core::FitCode::kUnresolvable ? d.unresolvable : d.failed)[nodes[i]] = p.Describe();
-    agg.Add(nodes[i], p.reasons);
-    const std::string reason = !p.reasons.empty()
-                                   ? std::string(core::ReasonName(p.reasons.front().reason))
-                                   : (snaps[i] == nullptr ? "NoInventory" : "InventoryInvalid");
-    ++outcomes[{std::string(CodeName(p.code)), reason}];
+    std::string_view reason;
+    if (!p.reasons.empty()) {
+      agg.Add(nodes[i], p.reasons);
+      reason = core::ReasonName(p.reasons.front().reason);
+    } else {
+      reason = !p.message_reason.empty()
+                   ? p.message_reason
+                   : (snaps[i] == nullptr ? "NoInventory" : "InventoryInvalid");
+      auto& [count, example] = by_message[reason];
+      if (count++ == 0) example = p.Describe();
+    }
+    ++outcomes[{std::string(CodeName(p.code)), std::string(reason)}];
   }
   if (metrics_ != nullptr) {
     for (const auto& [key, n] : outcomes) {
@@ -464,11 +475,22 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     }
   }
   const size_t rejected = d.failed.size() + d.unresolvable.size();
+  // The core reasons summed over nodes, then the nodes turned away without
+  // one, by kind, most first: the event must say why for every node.
   std::string summary = agg.Summarize();
-  if (agg.nodes() < rejected) {
-    const size_t other = rejected - agg.nodes();
-    summary += std::string(summary.empty() ? "" : "; ") + std::to_string(other) +
-               " nodes: no usable accelpool inventory";
+  std::vector<std::pair<size_t, std::string>> kinds;
+  for (const auto& [reason, counted] : by_message) {
+    const auto& [n, example] = counted;
+    // The messages of nodes without an inventory are all alike, and long.
+    const std::string what = reason == "NoInventory"
+                                 ? "no accelpool inventory published (no accelpool device plugin)"
+                                 : example;
+    kinds.emplace_back(n, std::to_string(n) + (n == 1 ? " node: " : " nodes: ") + what);
+  }
+  std::stable_sort(kinds.begin(), kinds.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [n, text] : kinds) {
+    summary += (summary.empty() ? "" : "; ") + text;
   }
   audit_.Info("filter", {{"pod", PodName(pod.ref)},
                          {"uid", pod.ref.uid},

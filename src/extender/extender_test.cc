@@ -85,6 +85,49 @@ TEST_F(ExtenderTest, NoFitRaisesAnEvent) {
   EXPECT_NE(ev[0].find("Warning AccelpoolNoFit"), std::string::npos) << ev[0];
 }
 
+// Nodes turned away with a message and no core reason (no inventory, an
+// inventory that does not parse, devices held for a preemptor) are counted
+// and named in the event and the audit line like the others, and a held node
+// has its own metric reason.
+TEST_F(ExtenderTest, EveryRejectedNodeIsExplainedAndCountedByWhy) {
+  AddGpuNode(cache_, "held");
+  cache_.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("x")), 0,
+                    {});
+  ASSERT_TRUE(ext_->Bind(MakePod("v", {Gpu(8)}), "held").ok());
+  PodInfo preemptor = MakePod("p", {Gpu(8)});
+  preemptor.priority = 100;
+  ASSERT_EQ(ext_->Preempt(preemptor, {{"held", MetaVictims{{"v"}, 0}}}).size(), 1u);
+  cache_.Release("v");
+  PodInfo low = MakePod("low", {Gpu(2)});
+  FilterDecision d = ext_->Filter(low, {"held", "bad", "none-1", "none-2"});
+  EXPECT_TRUE(d.fits.empty());
+  auto ev = events_.events();
+  ASSERT_EQ(ev.size(), 2u);  // v's AccelpoolAssigned, then low's AccelpoolNoFit
+  ev.erase(ev.begin());
+  EXPECT_NE(ev[0].find("AccelpoolNoFit"), std::string::npos) << ev[0];
+  EXPECT_NE(ev[0].find("2 nodes: no accelpool inventory published"), std::string::npos) << ev[0];
+  EXPECT_NE(ev[0].find("1 node: node inventory does not parse"), std::string::npos) << ev[0];
+  EXPECT_NE(ev[0].find("1 node: the devices preemption freed here are held for ns/pod-p"),
+            std::string::npos)
+      << ev[0];
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_extender_filter_nodes_total{outcome="unschedulable",reason="HeldForPreemptor"} 1)"),
+      std::string::npos)
+      << page;
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_extender_filter_nodes_total{outcome="unschedulable",reason="InventoryInvalid"} 1)"),
+      std::string::npos)
+      << page;
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_extender_filter_nodes_total{outcome="unresolvable",reason="NoInventory"} 2)"),
+      std::string::npos)
+      << page;
+}
+
 TEST_F(ExtenderTest, PrioritizeRanksEveryCandidateWithOneWinner) {
   AddGpuNode(cache_, "a");
   AddGpuNode(cache_, "b");

@@ -77,7 +77,11 @@ std::string RequestShape(const core::PodRequest& request);
 struct NodePlan {
   core::FitCode code = core::FitCode::kUnresolvable;
   std::vector<core::FitReason> reasons;
-  std::string message;  // set for nodes without a usable inventory
+  std::string message;  // set for nodes turned away without `reasons`
+  // For those: why, as a reason name (filter_nodes_total's `reason` label and
+  // the filter's summary): "NoInventory", "InventoryInvalid",
+  // "HeldForPreemptor".
+  std::string_view message_reason;
   std::vector<AssignmentPart> parts;  // when fits; slots not chosen yet
   int32_t score = 0;                  // policy score 0..100, when fits
 
