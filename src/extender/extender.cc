@@ -736,16 +736,21 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
                       last.message() + "); the pod is retried");
 }
 
+void Extender::BindRefused(const PodRef& pod, const std::string& node, std::string_view stage,
+                           const Status& why) {
+  if (metrics_ != nullptr) {
+    metrics_->bind_failures->WithLabels({std::string(stage)}).Inc();
+  }
+  audit_.Warn("bind failed", {{"pod", PodName(pod)},
+                              {"uid", pod.uid},
+                              {"node", node},
+                              {"stage", stage},
+                              {"error", why.ToString()}});
+}
+
 StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& node) {
   auto fail = [&](std::string_view stage, const Status& st) -> Status {
-    if (metrics_ != nullptr) {
-      metrics_->bind_failures->WithLabels({std::string(stage)}).Inc();
-    }
-    audit_.Warn("bind failed", {{"pod", PodName(pod.ref)},
-                                {"uid", pod.ref.uid},
-                                {"node", node},
-                                {"stage", stage},
-                                {"error", st.ToString()}});
+    BindRefused(pod.ref, node, stage, st);
     if (events_ != nullptr) {
       events_->PodEvent(pod.ref, true, "AccelpoolBindFailed",
                         "binding to " + node + " failed at " + std::string(stage) + ": " +

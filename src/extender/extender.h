@@ -230,6 +230,12 @@ class Extender {
   StatusOr<PodAssignment> Bind(const PodInfo& pod, const std::string& node);
   std::map<std::string, MetaVictims> Preempt(const PodInfo& pod,
                                              const std::map<std::string, MetaVictims>& victims);
+  // A bind refused before it reached Bind (the caches not synced, not the
+  // leader, the pod unreadable or re-created): counted in bind_failures_total
+  // under `stage` and written as the audit line `bind failed`, like the
+  // failures Bind itself reports. No event: the pod is retried, or gone.
+  void BindRefused(const PodRef& pod, const std::string& node, std::string_view stage,
+                   const Status& why);
 
   // The PodInfo remembered from the pod's last filter, if any (bind arrives
   // with names only).
