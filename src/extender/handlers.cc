@@ -176,7 +176,8 @@ Reply Handlers::Bind(std::string_view body) {
         return refuse("pod", FailedPreconditionError("pod " + name +
                                                      " was not filtered by this extender; retry"));
       }
-      StatusOr<nlohmann::json> obj = pods_->GetPod(args->pod_namespace, args->pod_name);
+      StatusOr<nlohmann::json> obj =
+          pods_->GetPod(args->pod_namespace, args->pod_name, args->pod_uid);
       if (!obj.ok()) {
         return refuse("pod", obj.status().WithPrefix("pod " + name));
       }

@@ -22,7 +22,8 @@ constexpr const char* kZeroPod =
 
 class FakePods : public PodSource {
  public:
-  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override {
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name,
+                                  const std::string& /*uid*/) override {
     if (name == "p") return nlohmann::json::parse(kPod);
     if (name == "zero") return nlohmann::json::parse(kZeroPod);
     return NotFoundError("pods \"" + name + "\" not found");
