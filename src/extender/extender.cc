@@ -911,9 +911,21 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     }
     out[node] = mv;
   }
+  // The victims kept, per node ("node-a=[uid1,uid2] node-b=[uid3]"): which
+  // pods this answer let kube-scheduler evict, for whoever asks later why.
+  std::string kept;
+  for (const auto& [node, mv] : out) {
+    kept += (kept.empty() ? "" : " ") + node + "=[";
+    for (size_t i = 0; i < mv.pod_uids.size(); ++i) {
+      kept += (i == 0 ? "" : ",") + mv.pod_uids[i];
+    }
+    kept += "]";
+  }
   audit_.Info("preempt", {{"pod", PodName(pod.ref)},
+                          {"uid", pod.ref.uid},
                           {"nodes_proposed", static_cast<int64_t>(victims.size())},
-                          {"nodes_kept", static_cast<int64_t>(out.size())}});
+                          {"nodes_kept", static_cast<int64_t>(out.size())},
+                          {"victims", kept}});
   RecordPreemption(pod, out);
   return out;
 }

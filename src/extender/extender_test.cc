@@ -602,6 +602,31 @@ TEST_F(ExtenderTest, PreemptKeepsEveryVictimKubeSchedulerChose) {
   EXPECT_EQ(Used("a"), 8);
 }
 
+// The audit line of a preempt names the preemptor by uid too, and the
+// victims kept on each node kept, as operations.md promises.
+TEST_F(ExtenderTest, ThePreemptAuditLineNamesThePodAndTheVictimsKept) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v2", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v3", {Gpu(8)}), "b").ok());
+  testing::LogCapture log;
+  auto e = Extender::Create(cache_, ExtenderOptions{}, &writer_, &events_, &metrics_, log.logger());
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ((*e)->Preempt(MakePod("p", {Gpu(8)}), {{"a", MetaVictims{{"v1", "v2"}, 0}},
+                                                   {"b", MetaVictims{{"v3"}, 1}},
+                                                   {"c", MetaVictims{{"v4"}, 0}}})
+                .size(),
+            2u);
+  const std::vector<std::string> lines = log.Lines(R"("msg":"preempt")");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(R"("pod":"ns/pod-p")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("uid":"p")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("nodes_proposed":3)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("nodes_kept":2)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("victims":"a=[v1,v2] b=[v3]")"), std::string::npos) << lines[0];
+}
+
 TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
   // v1 holds 4 GPUs and most of the node's CPU; the preemptor asks 2 GPUs,
   // which fit beside v1, but its CPU does not: kube-scheduler proposes {v1}.
