@@ -116,6 +116,7 @@ StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
   info.node_policy = req->node_policy;
   info.policy_devices_only = req->policy_devices_only;
   info.soft_preferences = HasSoftPreferences(pod);
+  info.nominated_node = StringAt(pod, {"status", "nominatedNodeName"});
   if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
     if (auto p = spec->find("priority"); p != spec->end() && p->is_number_integer()) {
       const int64_t v = p->get<int64_t>();

@@ -130,6 +130,12 @@ TEST(ConvertTest, SoftPreferencesAndPreferNoScheduleTaintsAreSeen) {
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->priority, want) << value;
   }
+  // status.nominatedNodeName tells the preemption hold where kube-scheduler
+  // evicted for the pod.
+  nlohmann::json nominated = pod_with(nullptr);
+  EXPECT_EQ(PodInfoFromJson(nominated)->nominated_node, "");
+  nominated["status"]["nominatedNodeName"] = "node-a";
+  EXPECT_EQ(PodInfoFromJson(nominated)->nominated_node, "node-a");
   auto node_with = [](nlohmann::json taints) {
     return nlohmann::json{{"metadata", {{"name", "n"}}}, {"spec", {{"taints", std::move(taints)}}}};
   };

@@ -362,7 +362,9 @@ bool Extender::AllowRecheckWait() {
 }
 
 FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::string>& nodes) {
-  AwaitVictims(pod, nodes);
+  // Any preemption recorded: else no node is held, and the pod waits for no victim.
+  const bool preempting = pod.Pooled() && TendPreemptions(pod);
+  if (preempting) AwaitVictims(pod, nodes);
   std::vector<std::shared_ptr<const NodePlan>> plans(nodes.size());
   std::vector<NodeSnapshotPtr> snaps(nodes.size());
   const std::shared_ptr<const PolicySet> policies = Policies();
@@ -387,13 +389,6 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     work(0, std::min(nodes.size(), chunk));
   }
   PlanOwnReservation(pod, policy, nodes, snaps, plans);
-  bool preempting = false;  // any preemption recorded: else no node is held
-  if (pod.Pooled()) {
-    const auto now = std::chrono::steady_clock::now();
-    std::lock_guard<std::mutex> lock(mu_);
-    std::erase_if(preemptions_, [&](const auto& kv) { return Expired(kv.second, now); });
-    preempting = !preemptions_.empty();
-  }
   // Devices preemption freed for a preemptor: a node where the pod would take
   // them turns it away, or plans it beside them (never memoised: the plan
   // holds for this moment's preemptions only).
@@ -406,6 +401,7 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       if (std::optional<std::string> why = HeldForPreemptors(pod, *snaps[i], policy, &beside)) {
         NodePlan held;
         held.code = core::FitCode::kUnschedulable;
+        held.message_reason = "HeldForPreemptor";
         held.message = *why;
         plans[i] = std::make_shared<const NodePlan>(std::move(held));
       } else if (beside.has_value()) {
@@ -421,6 +417,9 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
 
   FilterDecision d;
   core::ReasonAggregator agg;
+  // Nodes turned away with a message and no core reason, by message_reason:
+  // how many, and the first one's message.
+  std::map<std::string_view, std::pair<size_t, std::string>> by_message;
   std::map<std::pair<std::string, std::string>, int> outcomes;
   FitList fitted;
   fitted.reserve(nodes.size());
@@ -435,11 +434,18 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
       continue;
     }
     (p.code == core::FitCode::kUnresolvable ? d.unresolvable : d.failed)[nodes[i]] = p.Describe();
-    agg.Add(nodes[i], p.reasons);
-    const std::string reason = !p.reasons.empty()
-                                   ? std::string(core::ReasonName(p.reasons.front().reason))
-                                   : (snaps[i] == nullptr ? "NoInventory" : "InventoryInvalid");
-    ++outcomes[{std::string(CodeName(p.code)), reason}];
+    std::string_view reason;
+    if (!p.reasons.empty()) {
+      agg.Add(nodes[i], p.reasons);
+      reason = core::ReasonName(p.reasons.front().reason);
+    } else {
+      reason = !p.message_reason.empty()
+                   ? p.message_reason
+                   : (snaps[i] == nullptr ? "NoInventory" : "InventoryInvalid");
+      auto& [count, example] = by_message[reason];
+      if (count++ == 0) example = p.Describe();
+    }
+    ++outcomes[{std::string(CodeName(p.code)), std::string(reason)}];
   }
   if (metrics_ != nullptr) {
     for (const auto& [key, n] : outcomes) {
@@ -469,11 +475,22 @@ FilterDecision Extender::Filter(const PodInfo& pod, const std::vector<std::strin
     }
   }
   const size_t rejected = d.failed.size() + d.unresolvable.size();
+  // The core reasons summed over nodes, then the nodes turned away without
+  // one, by kind, most first: the event must say why for every node.
   std::string summary = agg.Summarize();
-  if (agg.nodes() < rejected) {
-    const size_t other = rejected - agg.nodes();
-    summary += std::string(summary.empty() ? "" : "; ") + std::to_string(other) +
-               " nodes: no usable accelpool inventory";
+  std::vector<std::pair<size_t, std::string>> kinds;
+  for (const auto& [reason, counted] : by_message) {
+    const auto& [n, example] = counted;
+    // The messages of nodes without an inventory are all alike, and long.
+    const std::string what = reason == "NoInventory"
+                                 ? "no accelpool inventory published (no accelpool device plugin)"
+                                 : example;
+    kinds.emplace_back(n, std::to_string(n) + (n == 1 ? " node: " : " nodes: ") + what);
+  }
+  std::stable_sort(kinds.begin(), kinds.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [n, text] : kinds) {
+    summary += (summary.empty() ? "" : "; ") + text;
   }
   audit_.Info("filter", {{"pod", PodName(pod.ref)},
                          {"uid", pod.ref.uid},
@@ -719,16 +736,21 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
                       last.message() + "); the pod is retried");
 }
 
+void Extender::BindRefused(const PodRef& pod, const std::string& node, std::string_view stage,
+                           const Status& why) {
+  if (metrics_ != nullptr) {
+    metrics_->bind_failures->WithLabels({std::string(stage)}).Inc();
+  }
+  audit_.Warn("bind failed", {{"pod", PodName(pod)},
+                              {"uid", pod.uid},
+                              {"node", node},
+                              {"stage", stage},
+                              {"error", why.ToString()}});
+}
+
 StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& node) {
   auto fail = [&](std::string_view stage, const Status& st) -> Status {
-    if (metrics_ != nullptr) {
-      metrics_->bind_failures->WithLabels({std::string(stage)}).Inc();
-    }
-    audit_.Warn("bind failed", {{"pod", PodName(pod.ref)},
-                                {"uid", pod.ref.uid},
-                                {"node", node},
-                                {"stage", stage},
-                                {"error", st.ToString()}});
+    BindRefused(pod.ref, node, stage, st);
     if (events_ != nullptr) {
       events_->PodEvent(pod.ref, true, "AccelpoolBindFailed",
                         "binding to " + node + " failed at " + std::string(stage) + ": " +
@@ -889,9 +911,21 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     }
     out[node] = mv;
   }
+  // The victims kept, per node ("node-a=[uid1,uid2] node-b=[uid3]"): which
+  // pods this answer let kube-scheduler evict, for whoever asks later why.
+  std::string kept;
+  for (const auto& [node, mv] : out) {
+    kept += (kept.empty() ? "" : " ") + node + "=[";
+    for (size_t i = 0; i < mv.pod_uids.size(); ++i) {
+      kept += (i == 0 ? "" : ",") + mv.pod_uids[i];
+    }
+    kept += "]";
+  }
   audit_.Info("preempt", {{"pod", PodName(pod.ref)},
+                          {"uid", pod.ref.uid},
                           {"nodes_proposed", static_cast<int64_t>(victims.size())},
-                          {"nodes_kept", static_cast<int64_t>(out.size())}});
+                          {"nodes_kept", static_cast<int64_t>(out.size())},
+                          {"victims", kept}});
   RecordPreemption(pod, out);
   return out;
 }
@@ -936,7 +970,117 @@ void Extender::RecordPreemption(const PodInfo& pod,
   p.at = now;
   p.first = now;
   p.preemptor = pod;
+  p.recorded = victims;
   p.victims = std::move(victims);
+  // kube-scheduler evicts on one of the nodes answered: with one, it is that.
+  p.settled = kept.size() == 1;
+  p.earlier_nomination = pod.nominated_node;
+}
+
+bool Extender::Holds(const std::string& uid, const std::string& node) const {
+  std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
+  return a.has_value() && a->node == node;
+}
+
+bool Extender::Narrow(Preemption& p, const std::string& nominated) const {
+  if (!nominated.empty() && nominated != p.earlier_nomination) {
+    auto it = p.recorded.find(nominated);
+    if (it == p.recorded.end()) {
+      // Evicted where no victim held devices (for CPU, memory, ports):
+      // nothing freed of ours to hold, and no victim of ours to wait for.
+      p.victims.clear();
+      return false;
+    }
+    if (p.victims.size() != 1 || p.victims.begin()->first != nominated) {
+      p.victims = {*it};
+    }
+    p.settled = true;
+    return true;
+  }
+  if (p.settled) {
+    return true;
+  }
+  // A victim gone from a node: kube-scheduler evicted there. (One that ended
+  // on its own first would mislead this; the nominated node, when the
+  // preemptor carries it, does not.)
+  std::map<std::string, std::vector<std::string>> took_effect;
+  for (const auto& [node, uids] : p.victims) {
+    if (std::any_of(uids.begin(), uids.end(),
+                    [&](const std::string& uid) { return !Holds(uid, node); })) {
+      took_effect.emplace(node, uids);
+    }
+  }
+  if (!took_effect.empty()) {
+    p.victims = std::move(took_effect);
+    p.settled = true;
+  }
+  return true;
+}
+
+bool Extender::TendPreemptions(const PodInfo& pod) {
+  // Copied out and worked on without mu_ (each check is a cache lookup), then
+  // written back to the records that were not replaced meanwhile.
+  struct Work {
+    std::string uid;
+    std::string name;
+    Preemption p;           // without the preemptor's request
+    std::string_view drop;  // why the record goes; empty: it stays
+  };
+  std::vector<Work> work;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(preemptions_, [&](const auto& kv) { return Expired(kv.second, now); });
+    work.reserve(preemptions_.size());
+    for (const auto& [uid, p] : preemptions_) {
+      Work w{uid, PodName(p.preemptor.ref), {}, {}};
+      w.p.settled = p.settled;
+      w.p.earlier_nomination = p.earlier_nomination;
+      w.p.first = p.first;
+      if (!p.settled || uid == pod.ref.uid) w.p.victims = p.victims;
+      if (uid == pod.ref.uid) w.p.recorded = p.recorded;
+      work.push_back(std::move(w));
+    }
+  }
+  for (Work& w : work) {
+    // Bound (here or by another replica) or deleted: the hold has no one to
+    // serve. Erased now rather than left to Cache::Released, which forgets a
+    // deleted pod after kReleasedMemory while a record may live longer.
+    if (cache_.Bound(w.uid) == std::optional<bool>(true)) {
+      w.drop = "the preemptor is bound";
+    } else if (cache_.Released(w.uid)) {
+      w.drop = "the preemptor was deleted or finished";
+    } else if (!w.p.victims.empty() &&
+               !Narrow(w.p, w.uid == pod.ref.uid ? pod.nominated_node : std::string())) {
+      w.drop = "kube-scheduler nominated a node where no victim held devices";
+    }
+  }
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Work& w : work) {
+      auto it = preemptions_.find(w.uid);
+      if (it == preemptions_.end() || it->second.first != w.p.first) {
+        w.drop = {};  // replaced by a later preempt of the pod, or already gone
+        continue;
+      }
+      if (!w.drop.empty()) {
+        preemptions_.erase(it);
+      } else if (w.p.settled && (!it->second.settled || w.uid == pod.ref.uid)) {
+        // Narrowed now, or (its own record) by the node it was nominated.
+        it->second.victims = std::move(w.p.victims);
+        it->second.settled = true;
+      }
+    }
+    left = !preemptions_.empty();
+  }
+  for (const Work& w : work) {
+    if (!w.drop.empty()) {
+      log_.Info("preemption record dropped",
+                {{"preemptor", w.name}, {"uid", w.uid}, {"why", w.drop}});
+    }
+  }
+  return left;
 }
 
 std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
@@ -949,6 +1093,7 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
     std::string uid;
     PodInfo preemptor;
     std::vector<std::string> victims;  // here
+    bool settled = false;              // Preemption::settled
   };
   std::vector<Candidate> candidates;
   std::vector<std::string> own;  // the victims `pod` itself evicted here
@@ -962,7 +1107,7 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
       if (uid == pod.ref.uid) {
         own = v->second;
       } else if (p.preemptor.priority >= pod.priority) {
-        candidates.push_back({uid, p.preemptor, v->second});
+        candidates.push_back({uid, p.preemptor, v->second, p.settled});
       }
     }
   }
@@ -988,16 +1133,25 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
   for (const Candidate& c : candidates) {
     if (evicted_here_itself && c.preemptor.priority <= pod.priority) continue;
     // Held only where the preemption took effect (kube-scheduler picked this
-    // node: a victim here is gone) and the preemptor is not bound yet.
+    // node: a victim here is gone, or the record was narrowed to it) and the
+    // preemptor is not bound yet.
     std::vector<PodAssignment> remaining;
     for (const std::string& uid : c.victims) {
       if (std::optional<PodAssignment> a = holding(uid)) remaining.push_back(std::move(*a));
     }
+    const bool took_effect = c.settled || remaining.size() < c.victims.size();
+    if (!took_effect) continue;  // kube-scheduler evicted nothing here (yet)
+    // Nothing is held for a preemptor that is bound, or deleted, nor is its
+    // record kept alive (TendPreemptions drops it).
+    if (cache_.Bound(c.uid) == std::optional<bool>(true) || cache_.Released(c.uid)) {
+      continue;
+    }
+    // Victims still leaving where the preemption took effect: a long grace
+    // period keeps the record (and the hold) alive.
     if (!remaining.empty()) still_evicting.push_back(c.uid);
-    // Not held for a preemptor that is bound already, or deleted.
-    if (remaining.size() == c.victims.size() ||
-        cache_.Assignment(c.preemptor.ref.uid).has_value() ||
-        cache_.Released(c.preemptor.ref.uid)) {
+    // Nothing freed yet to hold; or the preemptor holds devices of its own
+    // already (its bind is running).
+    if (remaining.size() == c.victims.size() || cache_.Assignment(c.uid).has_value()) {
       continue;
     }
     if (!held.has_value()) {
@@ -1051,45 +1205,51 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
 }
 
 void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& nodes) {
-  std::vector<std::string> victims;
+  Preemption p;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = preemptions_.find(pod.ref.uid);
     if (it == preemptions_.end()) {
       return;
     }
-    if (Expired(it->second, std::chrono::steady_clock::now())) {
-      preemptions_.erase(it);
-      return;
-    }
-    for (const std::string& node : nodes) {
-      if (auto v = it->second.victims.find(node); v != it->second.victims.end()) {
-        victims.insert(victims.end(), v->second.begin(), v->second.end());
-      }
-    }
+    p.victims = it->second.victims;
+    p.recorded = it->second.recorded;
+    p.settled = it->second.settled;
+    p.earlier_nomination = it->second.earlier_nomination;
   }
-  auto held = [&] {
-    return std::any_of(victims.begin(), victims.end(), [&](const std::string& uid) {
-      return cache_.AppliedAssignment(uid).has_value();
-    });
+  const std::set<std::string> asked(nodes.begin(), nodes.end());
+  // Victims still holding devices on the asked nodes where the preemption
+  // took effect. Until it is known where (no victim has left yet), every one
+  // on an asked node counts: the first to leave tells, and those elsewhere,
+  // which kube-scheduler never evicts, are not waited for.
+  auto holding = [&] {
+    if (!Narrow(p, pod.nominated_node)) return size_t{0};
+    size_t n = 0;
+    for (const auto& [node, uids] : p.victims) {
+      if (!asked.contains(node)) continue;
+      n += static_cast<size_t>(std::count_if(
+          uids.begin(), uids.end(), [&](const std::string& uid) { return Holds(uid, node); }));
+    }
+    return n;
   };
-  if (victims.empty() || !held()) {
+  const size_t victims = holding();
+  if (victims == 0) {
     return;
   }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + options_.preemption_wait;
-  const bool still = !PollUntil(deadline, std::chrono::milliseconds(10), [&] { return !held(); });
+  const bool still =
+      !PollUntil(deadline, std::chrono::milliseconds(10), [&] { return holding() == 0; });
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - start)
                           .count();
   if (metrics_ != nullptr) {
     metrics_->preemption_waits->WithLabels({still ? "timeout" : "released"}).Inc();
   }
-  audit_.Info("filter waited for preemption victims",
-              {{"pod", PodName(pod.ref)},
-               {"victims", static_cast<int64_t>(victims.size())},
-               {"waited_ms", static_cast<int64_t>(waited)},
-               {"released", !still}});
+  audit_.Info("filter waited for preemption victims", {{"pod", PodName(pod.ref)},
+                                                       {"victims", static_cast<int64_t>(victims)},
+                                                       {"waited_ms", static_cast<int64_t>(waited)},
+                                                       {"released", !still}});
 }
 
 }  // namespace accelpool::extender

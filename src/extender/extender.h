@@ -230,6 +230,12 @@ class Extender {
   StatusOr<PodAssignment> Bind(const PodInfo& pod, const std::string& node);
   std::map<std::string, MetaVictims> Preempt(const PodInfo& pod,
                                              const std::map<std::string, MetaVictims>& victims);
+  // A bind refused before it reached Bind (the caches not synced, not the
+  // leader, the pod unreadable or re-created): counted in bind_failures_total
+  // under `stage` and written as the audit line `bind failed`, like the
+  // failures Bind itself reports. No event: the pod is retried, or gone.
+  void BindRefused(const PodRef& pod, const std::string& node, std::string_view stage,
+                   const Status& why);
 
   // The PodInfo remembered from the pod's last filter, if any (bind arrives
   // with names only).
@@ -278,19 +284,48 @@ class Extender {
   void Remember(const PodInfo& pod, FitList fitted);
   // Victims a preempt answer named, by preemptor uid (see preemption_wait).
   struct Preemption {
-    // node -> the victims there that held devices when it was recorded
+    // node -> the victims there that held devices when it was recorded. Every
+    // node preempt answered at first; kube-scheduler evicts on one of them
+    // only, so the others are dropped once it is known which (Narrow).
     std::map<std::string, std::vector<std::string>> victims;
+    // Whether `victims` names only nodes where the preemption took effect:
+    // preempt answered one node, the preemptor carries the node
+    // kube-scheduler nominated, or a victim there has left. Until then
+    // nothing is held for the preemptor and `at` is not refreshed, since
+    // victims on the nodes kube-scheduler passed over never leave.
+    bool settled = false;
+    // `victims` as recorded, before any narrowing: a nominated node is looked
+    // up here, as a guess from a victim that left on its own may have been
+    // wrong.
+    std::map<std::string, std::vector<std::string>> recorded;
+    // The nominated node the preemptor carried when preempt was called: the
+    // one of an earlier preemption, which says nothing of this one.
+    std::string earlier_nomination;
     std::chrono::steady_clock::time_point at;     // recorded, or a victim last seen holding
     std::chrono::steady_clock::time_point first;  // recorded
     PodInfo preemptor;
   };
   // Whether a record is past use: kPreemptionMemory since a victim was last
-  // seen holding its devices (victims with a long grace period keep it), and
-  // never past kPreemptionCap since it was made.
+  // seen holding its devices where the preemption took effect (victims with
+  // a long grace period keep it), and never past kPreemptionCap since it was
+  // made.
   static bool Expired(const Preemption& p, std::chrono::steady_clock::time_point now);
   void RecordPreemption(const PodInfo& pod, const std::map<std::string, MetaVictims>& kept);
+  // Whether `uid` holds devices on `node` in the cache.
+  bool Holds(const std::string& uid, const std::string& node) const;
+  // Narrows `p` to the nodes where its preemption took effect, as far as is
+  // known now: `nominated` (the preemptor's nominated node, when it is news),
+  // else the nodes where a victim has left. False when the record holds
+  // nothing any more: kube-scheduler nominated a node where no victim held
+  // devices.
+  bool Narrow(Preemption& p, const std::string& nominated) const;
+  // Drops the records past use (expired, or whose preemptor is bound or
+  // deleted) and narrows the others (`pod`'s own with its nominated node).
+  // Whether any record is left.
+  bool TendPreemptions(const PodInfo& pod);
   // Waits (up to preemption_wait) until the cache has let go of the victims
-  // of `pod`'s preemption on `nodes`.
+  // of `pod`'s preemption on those of `nodes` where it took effect (while
+  // that is not known: until a victim leaves).
   void AwaitVictims(const PodInfo& pod, const std::vector<std::string>& nodes);
   // The domains of the nodes holding the pod's job siblings (empty when the
   // pod belongs to no job).

@@ -85,6 +85,49 @@ TEST_F(ExtenderTest, NoFitRaisesAnEvent) {
   EXPECT_NE(ev[0].find("Warning AccelpoolNoFit"), std::string::npos) << ev[0];
 }
 
+// Nodes turned away with a message and no core reason (no inventory, an
+// inventory that does not parse, devices held for a preemptor) are counted
+// and named in the event and the audit line like the others, and a held node
+// has its own metric reason.
+TEST_F(ExtenderTest, EveryRejectedNodeIsExplainedAndCountedByWhy) {
+  AddGpuNode(cache_, "held");
+  cache_.UpsertNode("bad", StatusOr<std::vector<core::NodeInventory>>(InvalidArgumentError("x")), 0,
+                    {});
+  ASSERT_TRUE(ext_->Bind(MakePod("v", {Gpu(8)}), "held").ok());
+  PodInfo preemptor = MakePod("p", {Gpu(8)});
+  preemptor.priority = 100;
+  ASSERT_EQ(ext_->Preempt(preemptor, {{"held", MetaVictims{{"v"}, 0}}}).size(), 1u);
+  cache_.Release("v");
+  PodInfo low = MakePod("low", {Gpu(2)});
+  FilterDecision d = ext_->Filter(low, {"held", "bad", "none-1", "none-2"});
+  EXPECT_TRUE(d.fits.empty());
+  auto ev = events_.events();
+  ASSERT_EQ(ev.size(), 2u);  // v's AccelpoolAssigned, then low's AccelpoolNoFit
+  ev.erase(ev.begin());
+  EXPECT_NE(ev[0].find("AccelpoolNoFit"), std::string::npos) << ev[0];
+  EXPECT_NE(ev[0].find("2 nodes: no accelpool inventory published"), std::string::npos) << ev[0];
+  EXPECT_NE(ev[0].find("1 node: node inventory does not parse"), std::string::npos) << ev[0];
+  EXPECT_NE(ev[0].find("1 node: the devices preemption freed here are held for ns/pod-p"),
+            std::string::npos)
+      << ev[0];
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_extender_filter_nodes_total{outcome="unschedulable",reason="HeldForPreemptor"} 1)"),
+      std::string::npos)
+      << page;
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_extender_filter_nodes_total{outcome="unschedulable",reason="InventoryInvalid"} 1)"),
+      std::string::npos)
+      << page;
+  EXPECT_NE(
+      page.find(
+          R"(accelpool_extender_filter_nodes_total{outcome="unresolvable",reason="NoInventory"} 2)"),
+      std::string::npos)
+      << page;
+}
+
 TEST_F(ExtenderTest, PrioritizeRanksEveryCandidateWithOneWinner) {
   AddGpuNode(cache_, "a");
   AddGpuNode(cache_, "b");
@@ -559,6 +602,31 @@ TEST_F(ExtenderTest, PreemptKeepsEveryVictimKubeSchedulerChose) {
   EXPECT_EQ(Used("a"), 8);
 }
 
+// The audit line of a preempt names the preemptor by uid too, and the
+// victims kept on each node kept, as operations.md promises.
+TEST_F(ExtenderTest, ThePreemptAuditLineNamesThePodAndTheVictimsKept) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v2", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v3", {Gpu(8)}), "b").ok());
+  testing::LogCapture log;
+  auto e = Extender::Create(cache_, ExtenderOptions{}, &writer_, &events_, &metrics_, log.logger());
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ((*e)->Preempt(MakePod("p", {Gpu(8)}), {{"a", MetaVictims{{"v1", "v2"}, 0}},
+                                                   {"b", MetaVictims{{"v3"}, 1}},
+                                                   {"c", MetaVictims{{"v4"}, 0}}})
+                .size(),
+            2u);
+  const std::vector<std::string> lines = log.Lines(R"("msg":"preempt")");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(R"("pod":"ns/pod-p")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("uid":"p")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("nodes_proposed":3)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("nodes_kept":2)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("victims":"a=[v1,v2] b=[v3]")"), std::string::npos) << lines[0];
+}
+
 TEST_F(ExtenderTest, PreemptNeverReprievesAVictimKubeSchedulerNeedsGone) {
   // v1 holds 4 GPUs and most of the node's CPU; the preemptor asks 2 GPUs,
   // which fit beside v1, but its CPU does not: kube-scheduler proposes {v1}.
@@ -835,6 +903,130 @@ TEST_F(ExtenderTest, HeldDevicesStayFreeForThePreemptorWhateverBindsBeside) {
   EXPECT_EQ(ext_->Filter(p2, {"c"}).fits, std::vector<std::string>{"c"});
   ASSERT_TRUE(ext_->Bind(p2, "c").ok());
   ASSERT_TRUE(ext_->Bind(p1, "c").ok());
+}
+
+// kube-scheduler's preempt proposes several nodes and evicts on the one it
+// picks. Once a victim on one node is gone, the preemption is known to have
+// taken effect there: the preemptor no longer waits for the victims on the
+// others (they never leave), and those nodes' devices are not held for it
+// when their pods end on their own.
+TEST_F(ExtenderTest, APreemptionHoldsOnlyTheNodeWhereItTookEffect) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE(ext_->Bind(MakePod("va", {Gpu(8)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("vb", {Gpu(8)}), "b").ok());
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.preemption_wait = std::chrono::milliseconds(300);
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(e.ok());
+  Extender& ext = **e;
+  PodInfo p = MakePod("p", {Gpu(4)});
+  p.priority = 100;
+  ASSERT_EQ(ext.Preempt(p, {{"a", MetaVictims{{"va"}, 0}}, {"b", MetaVictims{{"vb"}, 0}}}).size(),
+            2u);
+  cache_.Release("va");  // kube-scheduler picked a
+  EXPECT_EQ(ext.Filter(p, {"a", "b"}).fits, std::vector<std::string>{"a"});
+  EXPECT_EQ(registry_.Serialize().find("accelpool_extender_preemption_waits_total{"),
+            std::string::npos);            // no wait, neither released nor timed out
+  PodInfo low = MakePod("low", {Gpu(6)});  // 4 left beside p: too few
+  low.priority = 10;
+  EXPECT_TRUE(ext.Filter(low, {"a"}).fits.empty());  // a's freed devices are held for p
+  cache_.Release("vb");                              // ends on its own
+  EXPECT_EQ(ext.Filter(low, {"b"}).fits, std::vector<std::string>{"b"});
+}
+
+// The node kube-scheduler nominated, when the preemptor's filter carries it,
+// says where the preemption took effect even before a victim leaves (and
+// whatever else leaves first); nominated where no victim held devices, the
+// preemption holds nothing and the preemptor waits for no victim.
+TEST_F(ExtenderTest, ThePreemptorsNominatedNodeIsWhereItsPreemptionTookEffect) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  AddGpuNode(cache_, "c");
+  ASSERT_TRUE(ext_->Bind(MakePod("va", {Gpu(8)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("vb", {Gpu(8)}), "b").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("vc", {Gpu(8)}), "c").ok());
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.preemption_wait = std::chrono::milliseconds(300);
+  testing::LogCapture log;
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, log.logger());
+  ASSERT_TRUE(e.ok());
+  Extender& ext = **e;
+  PodInfo p = MakePod("p", {Gpu(4)});
+  p.priority = 100;
+  ASSERT_EQ(ext.Preempt(p, {{"a", MetaVictims{{"va"}, 0}}, {"b", MetaVictims{{"vb"}, 0}}}).size(),
+            2u);
+  cache_.Release("vb");                    // ends on its own before the eviction on a lands
+  PodInfo low = MakePod("low", {Gpu(6)});  // 4 left beside p: too few
+  low.priority = 10;
+  // Without the nomination, the node a victim left looks like p's.
+  EXPECT_TRUE(ext.Filter(low, {"b"}).fits.empty());
+  p.nominated_node = "a";
+  std::jthread watch([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    cache_.Release("va");  // the eviction's DELETE event
+  });
+  EXPECT_EQ(ext.Filter(p, {"a", "b"}).fits, (std::vector<std::string>{"a", "b"}));
+  watch.join();
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_extender_preemption_waits_total{result="released"} 1)"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(ext.Filter(low, {"b"}).fits, std::vector<std::string>{"b"});  // not p's
+  EXPECT_TRUE(ext.Filter(low, {"a"}).fits.empty());                       // p's
+
+  // Nominated where only a victim without devices was evicted (for CPU):
+  // nothing is held for q, and its filter does not wait for vc.
+  PodInfo q = MakePod("q", {Gpu(4)});
+  q.priority = 100;
+  AddGpuNode(cache_, "d");
+  ASSERT_EQ(
+      ext.Preempt(q, {{"c", MetaVictims{{"vc"}, 0}}, {"d", MetaVictims{{"cpu-only"}, 0}}}).size(),
+      2u);
+  q.nominated_node = "d";
+  EXPECT_TRUE(ext.Filter(q, {"c"}).fits.empty());
+  EXPECT_EQ(registry_.Serialize().find(R"(preemption_waits_total{result="timeout"})"),
+            std::string::npos);
+  EXPECT_EQ(log.Lines("preemption record dropped").size(), 1u);
+}
+
+// A preemptor deleted, or bound, before it used what its victims freed: its
+// record goes at once, not when the cache forgets the deletion (two
+// minutes) while the record could outlive that.
+TEST_F(ExtenderTest, APreemptionRecordGoesWithItsPreemptor) {
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  ASSERT_TRUE(ext_->Bind(MakePod("va", {Gpu(8)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("vb", {Gpu(8)}), "b").ok());
+  testing::LogCapture log;
+  ExtenderOptions o;
+  o.policy = "binpack";
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, log.logger());
+  ASSERT_TRUE(e.ok());
+  Extender& ext = **e;
+  PodInfo p = MakePod("p", {Gpu(4)});
+  PodInfo q = MakePod("q", {Gpu(4)});
+  p.priority = q.priority = 100;
+  ASSERT_EQ(ext.Preempt(p, {{"a", MetaVictims{{"va"}, 0}}}).size(), 1u);
+  ASSERT_EQ(ext.Preempt(q, {{"b", MetaVictims{{"vb"}, 0}}}).size(), 1u);
+  cache_.Release("va");
+  cache_.Release("vb");
+  PodInfo low = MakePod("low", {Gpu(6)});  // 4 left beside p: too few
+  low.priority = 10;
+  EXPECT_TRUE(ext.Filter(low, {"a"}).fits.empty());
+  EXPECT_TRUE(ext.Filter(low, {"b"}).fits.empty());
+  cache_.Release("p");  // deleted
+  AddGpuNode(cache_, "c");
+  ASSERT_TRUE(ext_->Bind(q, "c").ok());  // bound elsewhere, by another replica
+  EXPECT_EQ(ext.Filter(low, {"a"}).fits, std::vector<std::string>{"a"});
+  EXPECT_EQ(ext.Filter(low, {"b"}).fits, std::vector<std::string>{"b"});
+  std::vector<std::string> dropped = log.Lines("preemption record dropped");
+  ASSERT_EQ(dropped.size(), 2u);
+  EXPECT_NE(dropped[0].find("\"uid\":\"p\""), std::string::npos) << dropped[0];
+  EXPECT_NE(dropped[0].find("deleted"), std::string::npos) << dropped[0];
+  EXPECT_NE(dropped[1].find("bound"), std::string::npos) << dropped[1];
 }
 
 TEST_F(ExtenderTest, GaugesOfADeletedNodeLeaveTheExposition) {

@@ -148,14 +148,23 @@ Reply Handlers::Bind(std::string_view body) {
     if (!args.ok()) {
       return BadRequest("bind", args.status());
     }
+    // Refused before planning: counted and logged as Bind's own failures
+    // are, under `stage` ("gate": this replica may not bind now; "pod": the
+    // pod to bind could not be had).
+    const PodRef ref{args->pod_uid, args->pod_namespace, args->pod_name, ""};
+    const std::string name = args->pod_namespace + "/" + args->pod_name;
+    auto refuse = [&](std::string_view stage, const Status& why) {
+      ext_.BindRefused(ref, args->node, stage, why);
+      return Reply{200, EncodeBindingResult(why.message())};
+    };
     if (!Synced()) {
-      return Reply{200, EncodeBindingResult(kNotSyncedReason)};
+      return refuse("gate", UnavailableError(kNotSyncedReason));
     }
     if (bind_gate_) {
       if (std::string why = bind_gate_(); !why.empty()) {
-        return Reply{
-            200, EncodeBindingResult("this accelpool-extender replica is not the leader (" + why +
-                                     "); kube-scheduler retries the pod")};
+        return refuse("gate",
+                      UnavailableError("this accelpool-extender replica is not the leader (" + why +
+                                       "); kube-scheduler retries the pod"));
       }
     }
     std::optional<PodInfo> pod;
@@ -164,21 +173,21 @@ Reply Handlers::Bind(std::string_view body) {
     }
     if (!pod.has_value()) {
       if (pods_ == nullptr) {
-        return Reply{200, EncodeBindingResult("pod " + args->pod_namespace + "/" + args->pod_name +
-                                              " was not filtered by this extender; retry")};
+        return refuse("pod", FailedPreconditionError("pod " + name +
+                                                     " was not filtered by this extender; retry"));
       }
-      StatusOr<nlohmann::json> obj = pods_->GetPod(args->pod_namespace, args->pod_name);
+      StatusOr<nlohmann::json> obj =
+          pods_->GetPod(args->pod_namespace, args->pod_name, args->pod_uid);
       if (!obj.ok()) {
-        return Reply{200, EncodeBindingResult("pod " + args->pod_namespace + "/" + args->pod_name +
-                                              ": " + obj.status().message())};
+        return refuse("pod", obj.status().WithPrefix("pod " + name));
       }
       StatusOr<PodInfo> parsed = PodInfoFromJson(*obj);
       if (!parsed.ok()) {
-        return Reply{200, EncodeBindingResult(parsed.status().message())};
+        return refuse("pod", parsed.status());
       }
       if (!args->pod_uid.empty() && parsed->ref.uid != args->pod_uid) {
-        return Reply{200, EncodeBindingResult("pod " + args->pod_namespace + "/" + args->pod_name +
-                                              " was re-created (uid changed); not binding")};
+        return refuse("pod",
+                      AbortedError("pod " + name + " was re-created (uid changed); not binding"));
       }
       pod = std::move(parsed).value();
     }

@@ -45,8 +45,13 @@ struct Reply {
 class PodSource {
  public:
   virtual ~PodSource() = default;
-  // kNotFound when the pod does not exist.
-  virtual StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) = 0;
+  // `uid`: the pod bind was asked for ("" = whichever has the name). A
+  // cached copy of another uid may be a stale one of a pod deleted and
+  // re-created under the same name (a StatefulSet's): the source then reads
+  // the apiserver instead of answering it. kNotFound when the pod does not
+  // exist.
+  virtual StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name,
+                                          const std::string& uid) = 0;
 };
 
 struct HandlerOptions {

@@ -22,7 +22,8 @@ constexpr const char* kZeroPod =
 
 class FakePods : public PodSource {
  public:
-  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override {
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name,
+                                  const std::string& /*uid*/) override {
     if (name == "p") return nlohmann::json::parse(kPod);
     if (name == "zero") return nlohmann::json::parse(kZeroPod);
     return NotFoundError("pods \"" + name + "\" not found");
@@ -160,6 +161,48 @@ TEST_F(HandlersTest, BindGoldenAndLookupOfUnfilteredPods) {
   h_->SetBindGate([] { return std::string(); });
   Reply leader = h_->Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})");
   EXPECT_EQ(leader.body.find("not the leader"), std::string::npos) << leader.body;
+}
+
+// Binds refused before planning (caches not synced, not the leader, the pod
+// gone, re-created or never filtered here) count in bind_failures_total and
+// write the audit line `bind failed`, as binds failing later do.
+TEST_F(HandlersTest, BindsRefusedBeforePlanningAreCountedAndLogged) {
+  testing::LogCapture log;
+  auto e = Extender::Create(cache_, ExtenderOptions{}, &writer_, nullptr, &metrics_, log.logger());
+  ASSERT_TRUE(e.ok());
+  Handlers h(**e, &pods_, &metrics_, Logger());
+  bool synced = false;
+  h.SetSyncGate([&synced] { return synced; });
+  const std::string bind = R"({"PodName":"p","PodNamespace":"ns","PodUID":"u-1","Node":"node-a"})";
+  EXPECT_NE(h.Bind(bind).body.find("still reading"), std::string::npos);
+  synced = true;
+  h.SetBindGate([] { return std::string("another replica holds Lease ns/l"); });
+  EXPECT_NE(h.Bind(bind).body.find("not the leader"), std::string::npos);
+  h.SetBindGate(nullptr);
+  EXPECT_NE(h.Bind(R"({"PodName":"gone","PodNamespace":"ns","PodUID":"u-9","Node":"node-a"})")
+                .body.find("not found"),
+            std::string::npos);
+  EXPECT_NE(h.Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"other","Node":"node-a"})")
+                .body.find("uid changed"),
+            std::string::npos);
+  Handlers no_source(**e, nullptr, &metrics_, Logger());
+  EXPECT_NE(no_source.Bind(bind).body.find("not filtered by this extender"), std::string::npos);
+  const std::string page = registry_.Serialize();
+  EXPECT_NE(page.find(R"(accelpool_extender_bind_failures_total{stage="gate"} 2)"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find(R"(accelpool_extender_bind_failures_total{stage="pod"} 3)"),
+            std::string::npos)
+      << page;
+  const std::vector<std::string> lines = log.Lines("\"msg\":\"bind failed\"");
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[0].find(R"("pod":"ns/p")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("uid":"u-1")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("node":"node-a")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("stage":"gate")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[3].find(R"("stage":"pod")"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("uid changed"), std::string::npos) << lines[3];
+  EXPECT_FALSE(cache_.Assignment("u-1").has_value());  // nothing was bound
 }
 
 TEST_F(HandlersTest, PreemptGolden) {

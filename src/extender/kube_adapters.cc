@@ -163,10 +163,16 @@ StatusOr<std::string> KubePodWriter::BoundNode(const PodInfo& pod) {
   return now->node;
 }
 
-StatusOr<nlohmann::json> KubePodSource::GetPod(const std::string& ns, const std::string& name) {
+StatusOr<nlohmann::json> KubePodSource::GetPod(const std::string& ns, const std::string& name,
+                                               const std::string& uid) {
   if (informer_ != nullptr) {
     if (std::optional<nlohmann::json> obj = informer_->Get(ns + "/" + name); obj.has_value()) {
-      return *obj;
+      // Another uid: the store may still hold the deleted pod while the watch
+      // has not delivered its successor; only the apiserver can tell.
+      if (uid.empty() ||
+          kube::StringAt(*obj, nlohmann::json::json_pointer("/metadata/uid")) == uid) {
+        return *obj;
+      }
     }
   }
   return client_.Get(kube::Pods(), ns, name);

@@ -3,7 +3,8 @@
 //   KubePodWriter  PodWriter: pods/binding, with the assignment annotation in
 //                  the Binding (the apiserver adds it to the pod), and its
 //                  signature when a key ring is given.
-//   KubePodSource  PodSource: the pod informer's store, else a GET.
+//   KubePodSource  PodSource: the pod informer's store, else (absent, or of
+//                  another uid) a GET.
 //   AsyncEvents    EventSink: a bounded queue drained by one thread that posts
 //                  Events; the same (pod, reason) is not repeated within
 //                  `min_interval`; a full queue drops (and counts) events so
@@ -95,7 +96,8 @@ class KubePodSource : public PodSource {
       : client_(client), informer_(informer) {}
 
   // PodSource
-  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override;
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name,
+                                  const std::string& uid) override;
 
  private:
   kube::KubeClient& client_;

@@ -308,6 +308,44 @@ TEST_F(KubeAdaptersTest, PodRechecksAreRateLimited) {
   EXPECT_TRUE(cache.Assignment("uid-node-a").has_value());
 }
 
+// A StatefulSet's pod deleted and re-created under the same name: the pod
+// informer may still hold the old copy when kube-scheduler binds the new one.
+// Bind reads the apiserver before calling the pod re-created, and binds it.
+TEST_F(KubeAdaptersTest, BindOfARecreatedPodReadsTheApiserverOverAStaleInformerCopy) {
+  Cache cache;
+  testing::AddGpuNode(cache, "node-a");
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-old"));
+  kube::InformerOptions po;
+  po.resource = kube::Pods();
+  kube::Informer pods(*client_, po, kube::InformerHandlers{});
+  pods.Start();
+  ASSERT_TRUE(pods.WaitForSync(std::chrono::seconds(5)));
+  pods.Stop();  // the store keeps uid-old: the watch has not delivered the new pod
+  api_.Remove("/api/v1/namespaces/ns/pods", "p");
+  api_.Put("/api/v1/namespaces/ns/pods", Pod("p", "uid-new"));
+  KubePodSource source(*client_, &pods);
+  StatusOr<nlohmann::json> any = source.GetPod("ns", "p", "");
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ((*any)["metadata"]["uid"], "uid-old");  // no uid asked: the store answers
+  StatusOr<nlohmann::json> fresh = source.GetPod("ns", "p", "uid-new");
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ((*fresh)["metadata"]["uid"], "uid-new");
+
+  KubePodWriter writer(*client_, cache);
+  auto ext = Extender::Create(cache, ExtenderOptions{}, &writer, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  Handlers h(**ext, &source, nullptr, Logger());
+  EXPECT_EQ(
+      h.Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"uid-new","Node":"node-a"})").body,
+      R"({"Error":""})");
+  EXPECT_TRUE(cache.Assignment("uid-new").has_value());
+  // A bind for the old pod still fails: the Binding is guarded by its uid.
+  EXPECT_NE(
+      h.Bind(R"({"PodName":"p","PodNamespace":"ns","PodUID":"uid-old","Node":"node-a"})").body,
+      R"({"Error":""})");
+  EXPECT_FALSE(cache.Assignment("uid-old").has_value());
+}
+
 TEST_F(KubeAdaptersTest, OneBindingSetsNodeAndAssignmentThenWatchConfirms) {
   Cache cache;
   CacheFeeder feeder(cache, Logger());

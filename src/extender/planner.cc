@@ -113,6 +113,7 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolici
   }
   if (snap == nullptr) {
     plan.code = core::FitCode::kUnresolvable;
+    plan.message_reason = "NoInventory";
     plan.message =
         "node has no accelpool inventory; run the accelpool device plugin there or keep pods "
         "asking for pooled devices off it";
@@ -120,6 +121,7 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolici
   }
   if (!snap->inventory_status.ok()) {
     plan.code = core::FitCode::kUnschedulable;
+    plan.message_reason = "InventoryInvalid";
     plan.message = "node inventory does not parse (" + snap->inventory_status.message() +
                    "); check the accelpool device plugin on this node";
     return plan;

@@ -63,6 +63,9 @@ struct PodInfo {
   // The pod states preferences kube-scheduler scores (preferred node affinity,
   // preferred pod affinity or anti-affinity): filter must not pick one node.
   bool soft_preferences = false;
+  // status.nominatedNodeName: the node where kube-scheduler's last
+  // preemption for the pod took effect ("" = none, or not sent).
+  std::string nominated_node;
 
   bool Pooled() const { return !request.containers.empty(); }
 };
@@ -74,7 +77,11 @@ std::string RequestShape(const core::PodRequest& request);
 struct NodePlan {
   core::FitCode code = core::FitCode::kUnresolvable;
   std::vector<core::FitReason> reasons;
-  std::string message;  // set for nodes without a usable inventory
+  std::string message;  // set for nodes turned away without `reasons`
+  // For those: why, as a reason name (filter_nodes_total's `reason` label and
+  // the filter's summary): "NoInventory", "InventoryInvalid",
+  // "HeldForPreemptor".
+  std::string_view message_reason;
   std::vector<AssignmentPart> parts;  // when fits; slots not chosen yet
   int32_t score = 0;                  // policy score 0..100, when fits
 

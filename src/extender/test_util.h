@@ -8,8 +8,10 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/log.h"
 #include "core/profiles.h"
 #include "core/types.h"
 #include "extender/cache.h"
@@ -128,6 +130,42 @@ class FakeWriter : public PodWriter {
   std::string bound_node_;
   Status bound_node_status_ = UnimplementedError("no BoundNode answer set");
   std::function<void(const PodInfo&, const PodAssignment&)> before_answer_;
+};
+
+// A Logger whose lines (debug and up) are kept for the test to read.
+class LogCapture {
+ public:
+  LogCapture() {
+    LogOptions o;
+    o.level = "debug";
+    o.sink = [this](std::string_view line) {
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.emplace_back(line);
+    };
+    StatusOr<Logger> l = NewLogger("test", o);
+    if (!l.ok()) {
+      std::fprintf(stderr, "LogCapture: %s\n", l.status().ToString().c_str());
+      std::abort();
+    }
+    log_ = *l;
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  const Logger& logger() const { return log_; }
+  // The lines that contain `text`.
+  std::vector<std::string> Lines(std::string_view text) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    for (const std::string& l : lines_) {
+      if (l.find(text) != std::string::npos) out.push_back(l);
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+  Logger log_;
 };
 
 class FakeEvents : public EventSink {
