@@ -22,8 +22,8 @@ enum class Charge {
   kOverLimit,   // Refuse: return CUDA_ERROR_OUT_OF_MEMORY.
 };
 
-// This process's slot in the region, claimed on first use; false when none
-// is free (logged).
+// This process's claim on a slot of the region (SharedRegion::ClaimSlot),
+// made on first use; false when no slot is free (logged).
 bool CurrentSlot(int* slot);
 
 // Charges `bytes` (already rounded) on `device` for this process, claiming

@@ -104,6 +104,22 @@ bool IsAlive(int32_t pid, uint64_t start_time) {
 
 bool ValidDevice(int device) { return device >= 0 && device < kMaxDevices; }
 
+// The pid of the process that holds the liveness lock of `slot` on the region
+// file open as `fd`, as this process's PID namespace numbers it; 0 when none
+// does (or the holder is this process: its own locks never conflict with its
+// own test) or the kernel cannot say. Takes no lock.
+int32_t LivenessLockHolder(int fd, int slot) {
+  struct flock fl = {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = LivenessLockOffset(slot);
+  fl.l_len = 1;
+  if (fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK) {
+    return 0;
+  }
+  return static_cast<int32_t>(fl.l_pid);
+}
+
 // Whether process `pid` maps the file at `path` (a line of /proc/<pid>/maps
 // ending in " <path>"); true when that cannot be read (another user's
 // process): the safe side, its slot is kept.
@@ -405,17 +421,95 @@ bool SharedRegion::LeftByExec(int slot, const SlotRecord& s, int32_t self) const
   return !MapsFile(s.pid, path_);
 }
 
+bool SharedRegion::HeldByItsOwner(int slot, const SlotRecord& s, int32_t self) const {
+  // Only the process that claimed a slot takes its lock, at the claim, when
+  // the slot was free; and the kernel drops it when that process dies or
+  // execs. A lock held by a process with the slot's pid is therefore held by
+  // the slot's owner, alive, whatever start time it recorded: under
+  // qemu-user that is qemu's answer for /proc/self/stat, which may differ
+  // from the kernel's figure that other processes read.
+  return (s.ctx_charged_mask & kSlotLockHeld) != 0 && fd_ >= 0 && s.pid != self &&
+         LivenessLockHolder(fd_, slot) == s.pid;
+}
+
 int SharedRegion::ReclaimDeadLocked() {
   int reclaimed = 0;
   const auto self = static_cast<int32_t>(getpid());
   for (int i = 0; i < kMaxSlots; ++i) {
     SlotRecord& s = layout_->slots[i];
-    if (s.pid != 0 && (!IsAlive(s.pid, s.start_time) || LeftByExec(i, s, self))) {
+    if (s.pid != 0 && !HeldByItsOwner(i, s, self) &&
+        (!IsAlive(s.pid, s.start_time) || LeftByExec(i, s, self))) {
       std::memset(&s, 0, sizeof(s));
       ++reclaimed;
     }
   }
   return reclaimed;
+}
+
+void SharedRegion::DropLockUnlessClaimedLocked(int slot, int except_claim) {
+  for (int k = 0; k < kMaxClaims; ++k) {
+    if (k != except_claim && claims_[k].held && claims_[k].slot == slot) {
+      return;
+    }
+  }
+  // Dropping a lock this process does not hold (another process's) is a no-op.
+  SetLivenessLock(slot, F_UNLCK);
+}
+
+int SharedRegion::OwnSlotLocked(int claim) {
+  if (!ValidClaim(claim) || !claims_[claim].held) {
+    return -1;
+  }
+  Claim& c = claims_[claim];
+  if (c.slot >= 0) {
+    const SlotRecord& s = layout_->slots[c.slot];
+    if (s.pid == c.pid && s.start_time == c.start_time) {
+      return c.slot;
+    }
+  }
+  // The slot was freed while this process lived (its liveness misjudged) and
+  // may be another process's by now: never touch it again. The claim moves
+  // to a free slot with everything it has charged, which this process still
+  // holds: the figure may go past the cap, which is the truth, and later
+  // charges are refused until it is back under.
+  const int old = c.slot;
+  ReclaimDeadLocked();
+  int found = -1;
+  for (int i = 0; i < kMaxSlots && found < 0; ++i) {
+    found = layout_->slots[i].pid == 0 ? i : -1;
+  }
+  uint64_t total = 0;
+  for (uint64_t u : c.used) {
+    total += u;
+  }
+  if (old >= 0) {
+    Logf(LogLevel::kWarn,
+         "this process's accounting slot %d was freed while it ran (its liveness misjudged; "
+         "held by pid %d now); its %llu charged bytes move to %s",
+         old, static_cast<int>(layout_->slots[old].pid), static_cast<unsigned long long>(total),
+         found >= 0 ? "a free slot" : "no slot (all are held): its allocations are refused");
+    DropLockUnlessClaimedLocked(old, claim);
+  }
+  c.slot = found;
+  if (found < 0) {
+    return -1;
+  }
+  SlotRecord& s = layout_->slots[found];
+  std::memset(&s, 0, sizeof(s));
+  s.pid = c.pid;
+  s.start_time = c.start_time;
+  s.ctx_charged_mask = c.device_mask;
+  std::memcpy(s.used, c.used, sizeof(s.used));
+  if (SetLivenessLock(found, F_WRLCK)) {
+    s.ctx_charged_mask |= kSlotLockHeld;
+  }
+  // Its exports are known by slot: they follow it.
+  for (ExportRecord& e : layout_->exports) {
+    if (e.key != 0 && e.pid == c.pid && e.start_time == c.start_time && e.slot == old) {
+      e.slot = found;
+    }
+  }
+  return found;
 }
 
 void SharedRegion::ForgetReplacedImage(int32_t pid, uint64_t start_time) {
@@ -429,7 +523,18 @@ void SharedRegion::ForgetReplacedImage(int32_t pid, uint64_t start_time) {
       SetLivenessLock(i, F_UNLCK);  // One this image took itself (a claim before).
     }
   }
+  for (Claim& c : claims_) {
+    if (c.held && c.pid == pid && c.start_time == start_time) {
+      c = Claim();  // Its slot went above: nothing of it is left to carry.
+    }
+  }
   Unlock();
+}
+
+void SharedRegion::ForgetClaimsAfterFork() {
+  for (Claim& c : claims_) {
+    c = Claim();
+  }
 }
 
 int SharedRegion::ReclaimDead() {
@@ -470,8 +575,17 @@ int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
       SetLivenessLock(i, F_UNLCK);
     }
   }
+  for (Claim& c : claims_) {
+    if (c.held && c.pid == pid && c.start_time == start_time) {
+      c = Claim();  // This image's earlier claim: its slot went above.
+    }
+  }
+  int claim = -1;
+  for (int k = 0; k < kMaxClaims && claim < 0; ++k) {
+    claim = claims_[k].held ? -1 : k;
+  }
   int found = -1;
-  for (int i = 0; i < kMaxSlots; ++i) {
+  for (int i = 0; i < kMaxSlots && claim >= 0; ++i) {
     if (layout_->slots[i].pid == 0) {
       SlotRecord& s = layout_->slots[i];
       std::memset(&s, 0, sizeof(s));
@@ -484,28 +598,47 @@ int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
       break;
     }
   }
+  if (found >= 0) {
+    claims_[claim] = Claim();
+    claims_[claim].held = true;
+    claims_[claim].slot = found;
+    claims_[claim].pid = pid;
+    claims_[claim].start_time = start_time;
+  }
   Unlock();
-  return found;
+  return found >= 0 ? claim : -1;
 }
 
-void SharedRegion::ReleaseSlot(int slot) {
-  if (slot < 0 || slot >= kMaxSlots || !Lock()) {
+void SharedRegion::ReleaseSlot(int claim) {
+  if (!ValidClaim(claim) || !Lock()) {
     return;
   }
-  const bool marked = (layout_->slots[slot].ctx_charged_mask & kSlotLockHeld) != 0;
-  std::memset(&layout_->slots[slot], 0, sizeof(SlotRecord));
-  if (marked) {
+  Claim& c = claims_[claim];
+  if (c.held && c.slot >= 0) {
+    const SlotRecord& s = layout_->slots[c.slot];
+    if (s.pid == c.pid && s.start_time == c.start_time) {
+      std::memset(&layout_->slots[c.slot], 0, sizeof(SlotRecord));
+    }
     // Under the region mutex, so the next claimer of this slot finds it free.
-    SetLivenessLock(slot, F_UNLCK);
+    // A slot that another process holds by now keeps its record; the lock,
+    // where this process still had it, is this process's to drop.
+    DropLockUnlessClaimedLocked(c.slot, claim);
   }
+  c = Claim();
   Unlock();
 }
 
-ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint64_t limit,
+ChargeResult SharedRegion::TryCharge(int claim, int device, uint64_t bytes, uint64_t limit,
                                      uint64_t context_reserve) {
-  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
     return ChargeResult::kUnavailable;
   }
+  const int slot = OwnSlotLocked(claim);
+  if (slot < 0) {
+    Unlock();  // No slot to charge: refused, as a process that could not claim one.
+    return ChargeResult::kOverLimit;
+  }
+  Claim& c = claims_[claim];
   SlotRecord& mine = layout_->slots[slot];
   uint32_t bit = 1U << device;
   const uint64_t reserve = (mine.ctx_charged_mask & bit) ? 0 : context_reserve;
@@ -525,6 +658,8 @@ ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint6
     if (add <= limit && total <= limit - add) {
       mine.used[device] += add;
       mine.ctx_charged_mask |= bit;
+      c.used[device] = mine.used[device];
+      c.device_mask |= bit;
       result = ChargeResult::kOk;
       break;
     }
@@ -536,17 +671,30 @@ ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint6
   return result;
 }
 
-void SharedRegion::Uncharge(int slot, int device, uint64_t bytes) {
-  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+void SharedRegion::Uncharge(int claim, int device, uint64_t bytes) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
     return;
   }
-  uint64_t& used = layout_->slots[slot].used[device];
+  if (!claims_[claim].held) {
+    Unlock();
+    return;
+  }
+  const int slot = OwnSlotLocked(claim);
+  uint64_t& used = claims_[claim].used[device];
   used = used > bytes ? used - bytes : 0;
+  if (slot >= 0) {
+    layout_->slots[slot].used[device] = used;
+  }
   Unlock();
 }
 
-void SharedRegion::RecordExport(int slot, uint64_t key) {
-  if (slot < 0 || slot >= kMaxSlots || key == 0 || !Lock()) {
+void SharedRegion::RecordExport(int claim, uint64_t key) {
+  if (!ValidClaim(claim) || key == 0 || !Lock()) {
+    return;
+  }
+  const int slot = OwnSlotLocked(claim);
+  if (slot < 0) {
+    Unlock();
     return;
   }
   const SlotRecord& mine = layout_->slots[slot];
@@ -610,13 +758,23 @@ uint64_t SharedRegion::Used(int device) {
   return total;
 }
 
-uint64_t SharedRegion::SlotUsed(int slot, int device) {
-  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+uint64_t SharedRegion::SlotUsed(int claim, int device) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
     return 0;
   }
-  uint64_t v = layout_->slots[slot].used[device];
+  const int slot = OwnSlotLocked(claim);
+  uint64_t v = slot >= 0 ? layout_->slots[slot].used[device] : 0;
   Unlock();
   return v;
+}
+
+int SharedRegion::SlotIndex(int claim) {
+  if (!ValidClaim(claim) || !Lock()) {
+    return -1;
+  }
+  const int slot = claims_[claim].held ? claims_[claim].slot : -1;
+  Unlock();
+  return slot;
 }
 
 TokenBucketState* SharedRegion::LockBucket(int device) {
