@@ -2,10 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -120,17 +124,77 @@ int32_t LivenessLockHolder(int fd, int slot) {
   return static_cast<int32_t>(fl.l_pid);
 }
 
-// Whether process `pid` maps the file at `path` (a line of /proc/<pid>/maps
-// ending in " <path>"); true when that cannot be read (another user's
-// process): the safe side, its slot is kept.
-bool MapsFile(int32_t pid, const char* path) {
+// The region file as a line of /proc/<pid>/maps may name it.
+struct MappedFileId {
+  const char* path;  // Canonical: symbolic links resolved, no "//" or trailing "/".
+  bool have_inode;   // The fields below are known (fstat answered).
+  uint64_t dev_major;
+  uint64_t dev_minor;
+  uint64_t inode;
+};
+
+// Parses the digits of base `base` at line[*i] on; false when there are none.
+bool ParseDigits(const char* line, size_t len, size_t* i, int base, uint64_t* out) {
+  uint64_t v = 0;
+  size_t start = *i;
+  for (; *i < len; ++*i) {
+    const char c = line[*i];
+    int d = c >= '0' && c <= '9' ? c - '0' : base == 16 && c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) {
+      break;
+    }
+    v = v * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return *i > start;
+}
+
+// Whether one line of a maps file (without its newline) maps the file `id`:
+// "start-end perms offset major:minor inode   path". Either the path or the
+// device and inode will do: the kernel prints the path as it resolves it,
+// which may not be how this process named the file (a bind mount), and the
+// device and inode of the file an overlay or a btrfs subvolume maps, which
+// may not be the ones fstat reports. Either match keeps the slot: the safe
+// side.
+bool LineMapsFile(const char* line, size_t len, const MappedFileId& id) {
+  const size_t plen = std::strlen(id.path);
+  if (plen > 0 && len > plen && line[len - plen - 1] == ' ' &&
+      std::memcmp(line + len - plen, id.path, plen) == 0) {
+    return true;
+  }
+  if (!id.have_inode) {
+    return false;
+  }
+  size_t i = 0;
+  for (int field = 0; field < 3; ++field) {  // Address range, permissions, offset.
+    while (i < len && line[i] != ' ') {
+      ++i;
+    }
+    while (i < len && line[i] == ' ') {
+      ++i;
+    }
+  }
+  uint64_t dev_major = 0;
+  uint64_t dev_minor = 0;
+  uint64_t inode = 0;
+  if (!ParseDigits(line, len, &i, 16, &dev_major) || i >= len || line[i++] != ':' ||
+      !ParseDigits(line, len, &i, 16, &dev_minor) || i >= len || line[i++] != ' ' ||
+      !ParseDigits(line, len, &i, 10, &inode)) {
+    return false;
+  }
+  return inode != 0 && inode == id.inode && dev_major == id.dev_major && dev_minor == id.dev_minor;
+}
+
+// Whether process `pid` maps the file `id` (a line of /proc/<pid>/maps, see
+// LineMapsFile); true when that cannot be read (another user's process): the
+// safe side, its slot is kept.
+bool MapsFile(int32_t pid, const MappedFileId& id) {
   char maps[64];
   std::snprintf(maps, sizeof(maps), "/proc/%d/maps", static_cast<int>(pid));
   int fd = open(maps, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return true;
   }
-  const size_t plen = std::strlen(path);
   char buf[8192];
   size_t len = 0;
   bool found = false;
@@ -150,9 +214,7 @@ bool MapsFile(int32_t pid, const char* path) {
       if (buf[i] != '\n') {
         continue;
       }
-      const size_t line = i - start;
-      found =
-          line > plen && buf[i - plen - 1] == ' ' && std::memcmp(buf + i - plen, path, plen) == 0;
+      found = LineMapsFile(buf + start, i - start, id);
       start = i + 1;
     }
     if (found) {
@@ -336,6 +398,23 @@ bool SharedRegion::Map(int fd, bool create, const char* boot_id, char* error, si
   return true;
 }
 
+void SharedRegion::RememberFileId(int fd) {
+  // Through the system call: the C library's fstat is a GLIBC_2.33 symbol
+  // (glibc_compat.h), and on x86-64 and 64-bit Arm the kernel's struct stat
+  // is the C library's. Elsewhere only the path identifies the file.
+#if defined(SYS_fstat) && (defined(__x86_64__) || defined(__aarch64__))
+  struct stat st;
+  if (syscall(SYS_fstat, fd, &st) == 0) {
+    have_inode_ = true;
+    file_dev_major_ = major(st.st_dev);
+    file_dev_minor_ = minor(st.st_dev);
+    file_inode_ = st.st_ino;
+  }
+#else
+  (void)fd;
+#endif
+}
+
 bool SharedRegion::OpenPrivate(char* error, size_t error_len) {
   return Map(-1, true, nullptr, error, error_len);
 }
@@ -387,7 +466,14 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len,
   }
   flock(fd, LOCK_UN);
   if (ok) {
-    std::snprintf(path_, sizeof(path_), "%s", path);
+    // Another process's maps name the file canonically (links resolved, no
+    // "//"): so must the path looked for there (LeftByExec), or a state dir
+    // given with a trailing slash or through a link would make every live
+    // process that lost its liveness lock look execed away.
+    char real_dir[PATH_MAX];
+    std::snprintf(path_, sizeof(path_), "%s/%s",
+                  realpath(dir, real_dir) != nullptr ? real_dir : dir, kRegionFileName);
+    RememberFileId(fd);
     fd_ = fd;  // Kept: the liveness locks live on it.
   } else {
     close(fd);
@@ -418,7 +504,8 @@ bool SharedRegion::LeftByExec(int slot, const SlotRecord& s, int32_t self) const
   // The lock goes when the process execs (the descriptor is close-on-exec),
   // and when it closes every descriptor it did not open itself. Only the
   // second still maps the region: its slot stays, and its charges with it.
-  return !MapsFile(s.pid, path_);
+  const MappedFileId id{path_, have_inode_, file_dev_major_, file_dev_minor_, file_inode_};
+  return !MapsFile(s.pid, id);
 }
 
 bool SharedRegion::HeldByItsOwner(int slot, const SlotRecord& s, int32_t self) const {

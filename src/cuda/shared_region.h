@@ -29,7 +29,10 @@
 // marked slot whose lock is gone is freed only when its live owner no
 // longer maps the region file (/proc/<pid>/maps): it execed into an image
 // that does not use the region (one that does frees it at its start).
-// Where the maps cannot be read, the slot stays.
+// Where the maps cannot be read, the slot stays. A maps line names the
+// region file by its canonical path or by its device and inode; either
+// match keeps the slot (a state dir named with a trailing slash or through
+// a link used to match neither, and a live process's slot was freed).
 //
 // A live process that holds its slot's liveness lock is alive whatever its
 // start time reads: under qemu-user a process's own /proc/self/stat is
@@ -57,6 +60,7 @@
 #ifndef ACCELPOOL_CUDA_SHARED_REGION_H_
 #define ACCELPOOL_CUDA_SHARED_REGION_H_
 
+#include <limits.h>
 #include <pthread.h>
 
 #include <cstddef>
@@ -186,11 +190,19 @@ class SharedRegion {
   // slot is free. REQUIRES: the region mutex held.
   int OwnSlotLocked(int claim);
   bool ValidClaim(int claim) const { return claim >= 0 && claim < kMaxClaims; }
+  // Remembers the device and inode of the region file open as `fd`.
+  void RememberFileId(int fd);
 
   RegionLayout* layout_ = nullptr;
   size_t mapped_size_ = 0;
   int fd_ = -1;  // The region file, open while mapped: its record locks live on it.
-  char path_[kMaxPathLen + 32] = {};  // The region file's path ("" for private memory).
+  // The region file's canonical path ("" for private memory), and its device
+  // and inode when fstat answered: how other processes' maps name it.
+  char path_[PATH_MAX + 32] = {};
+  bool have_inode_ = false;
+  uint64_t file_dev_major_ = 0;
+  uint64_t file_dev_minor_ = 0;
+  uint64_t file_inode_ = 0;
   Claim claims_[kMaxClaims] = {};
 };
 

@@ -889,5 +889,51 @@ TEST_F(SharedRegionTest, AProcessHoldingItsLivenessLockKeepsItsSlotWhateverItsSt
   close(ready[1]);
 }
 
+// A live process that loses its liveness lock (it closes every descriptor it
+// did not open itself) keeps its slot while it maps the region, however the
+// process that looks at its maps named the state dir: with a trailing slash
+// or through a symbolic link, the path it looked for was never in the maps,
+// and the live process's slot and charges were dropped.
+TEST_F(SharedRegionTest, AProcessThatLostItsLockKeepsItsSlotHoweverTheStateDirIsNamed) {
+  const std::string link = dir_ + "/link";
+  ASSERT_EQ(symlink(dir_.c_str(), link.c_str()), 0);
+  for (const std::string& named : {dir_ + "/", dir_ + "//", link, link + "/"}) {
+    SCOPED_TRACE(named);
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    pid_t closer = fork();
+    ASSERT_GE(closer, 0);
+    if (closer == 0) {
+      close(ready[0]);
+      SharedRegion mine;
+      ClaimAndChargeInChild(mine, dir_, 300 * kMiB, ready[1]);
+      for (int fd = 3; fd < 1024; ++fd) {
+        if (fd != ready[1]) {
+          close(fd);  // The region's descriptor too: its lock goes, its mapping stays.
+        }
+      }
+      char done = 'y';
+      (void)!write(ready[1], &done, 1);
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    char c = 0;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    {
+      SharedRegion r;
+      char error[256] = {};
+      ASSERT_TRUE(r.OpenFile(named.c_str(), error, sizeof(error))) << error;
+      EXPECT_EQ(r.Used(0), 300 * kMiB) << "alive and still mapping the region: kept";
+      EXPECT_EQ(r.SlotsInUse(), 1);
+    }
+    kill(closer, SIGKILL);
+    waitpid(closer, nullptr, 0);
+  }
+  unlink(link.c_str());
+}
+
 }  // namespace
 }  // namespace accelpool::cuda
