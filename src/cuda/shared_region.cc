@@ -519,12 +519,24 @@ bool SharedRegion::HeldByItsOwner(int slot, const SlotRecord& s, int32_t self) c
          LivenessLockHolder(fd_, slot) == s.pid;
 }
 
+bool SharedRegion::ClaimedHereLocked(int slot, const SlotRecord& s, int32_t self) const {
+  if (s.pid != self) {
+    return false;
+  }
+  for (const Claim& c : claims_) {
+    if (c.held && c.slot == slot && c.pid == s.pid && c.start_time == s.start_time) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int SharedRegion::ReclaimDeadLocked() {
   int reclaimed = 0;
   const auto self = static_cast<int32_t>(getpid());
   for (int i = 0; i < kMaxSlots; ++i) {
     SlotRecord& s = layout_->slots[i];
-    if (s.pid != 0 && !HeldByItsOwner(i, s, self) &&
+    if (s.pid != 0 && !ClaimedHereLocked(i, s, self) && !HeldByItsOwner(i, s, self) &&
         (!IsAlive(s.pid, s.start_time) || LeftByExec(i, s, self))) {
       std::memset(&s, 0, sizeof(s));
       ++reclaimed;

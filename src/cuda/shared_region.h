@@ -174,6 +174,10 @@ class SharedRegion {
   // `boot_id`: stored in a region it creates (nullptr: none).
   bool Map(int fd, bool create, const char* boot_id, char* error, size_t error_len);
   int ReclaimDeadLocked();
+  // Whether `slot` is one this very process claims through this object: it
+  // lives, whatever start time it reads for itself now (under qemu-user
+  // each thread reads its own). REQUIRES: the region mutex held.
+  bool ClaimedHereLocked(int slot, const SlotRecord& s, int32_t self) const;
   // Whether the owner of `slot` holds the slot's liveness lock (and so lives).
   bool HeldByItsOwner(int slot, const SlotRecord& s, int32_t self) const;
   // A slot whose owner lives but execed into an image that does not use the

@@ -170,12 +170,34 @@ TEST_F(SharedRegionTest, ExportsAreKnownWhileTheirExporterLives) {
 }
 
 TEST_F(SharedRegionTest, ReusedPidWithAnotherStartTimeIsDead) {
+  // The slot of an earlier process that had this pid: claimed through a
+  // mapping of its own (a process never takes its own claims for dead ones).
+  SharedRegion earlier;
+  Open(earlier);
+  int stale = earlier.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 12345);
+  ASSERT_GE(stale, 0);
+  ASSERT_EQ(earlier.TryCharge(stale, 0, 100 * kMiB, kGiB, 0), ChargeResult::kOk);
   SharedRegion r;
   Open(r);
-  int stale = r.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 12345);
-  ASSERT_GE(stale, 0);
-  ASSERT_EQ(r.TryCharge(stale, 0, 100 * kMiB, kGiB, 0), ChargeResult::kOk);
   EXPECT_EQ(r.ReclaimDead(), 1);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+// Under qemu-user each thread of a process reads its own start time in
+// /proc/self/stat: a thread that charged after another had claimed took
+// the process's own slot for a reused pid's and freed it, charges and all.
+// A process never takes a slot it claims for a dead one.
+TEST_F(SharedRegionTest, AProcessNeverTakesItsOwnClaimForADeadOne) {
+  SharedRegion r;
+  Open(r);
+  const int mine = r.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 1);  // As another thread read it.
+  ASSERT_GE(mine, 0);
+  ASSERT_EQ(r.TryCharge(mine, 0, 900 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.ReclaimDead(), 0);
+  EXPECT_EQ(r.Used(0), 900 * kMiB);
+  EXPECT_EQ(r.TryCharge(mine, 0, 200 * kMiB, kGiB, 0), ChargeResult::kOverLimit)
+      << "the reclaim before a refusal keeps it too";
+  r.ReleaseSlot(mine);
   EXPECT_EQ(r.Used(0), 0u);
 }
 
