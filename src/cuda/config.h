@@ -14,9 +14,14 @@
 // HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes, or with a k/m/g suffix),
 // CUDA_DEVICE_SM_LIMIT (percent, 0 = none) and CUDA_TASK_PRIORITY (0 = high,
 // 1 = low) are accepted as lower-precedence aliases. A missing value means
-// "no limit"; a malformed one also means "no limit" (no task priority, for
-// the priority) and produces exactly one warning naming the variable and the
-// fix.
+// "no limit". A malformed limit is passed over as if unset: the next
+// variable set for it applies (a cap is safer than none), in the order
+// ACCELPOOL_CUDA_MEMORY_LIMIT_<i>, ACCELPOOL_CUDA_MEMORY_LIMIT,
+// CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_MEMORY_LIMIT for memory, ours
+// then HAMi's for compute, and "no limit" where none is left. A malformed
+// priority means no task priority and hides its alias. Each malformed
+// variable produces exactly one warning naming it, what is used instead,
+// and the fix.
 //
 // The parser is a pure function over an env lookup callback so that tests can
 // feed tables of environments. It never allocates: the shim calls it inside
