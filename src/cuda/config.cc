@@ -224,11 +224,18 @@ std::optional<uint64_t> ParseUnsigned(std::string_view text, uint64_t max) {
   return value;
 }
 
+namespace {
+
+// Space, tab and line ends (a value written on Windows ends in "\r\n").
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+}  // namespace
+
 std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib) {
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) {
+  while (!text.empty() && IsBlank(text.back())) {
     text.remove_suffix(1);
   }
-  while (!text.empty() && text.front() == ' ') {
+  while (!text.empty() && IsBlank(text.front())) {
     text.remove_prefix(1);
   }
   // Strip an optional trailing "i", "b" or "B" after a unit letter ("Gi", "MB").
@@ -398,6 +405,13 @@ int ParseLimitsFile(LimitsFile* f, size_t len) {
     }
     if (p < end) {
       *p++ = '\0';  // The line's end.
+    }
+    // A file written with CRLF line ends: the "\r" is no part of the value
+    // (every value of the contract would be malformed with it, and its
+    // limit off).
+    const size_t line_len = std::strlen(line);
+    if (line_len > 0 && line[line_len - 1] == '\r') {
+      line[line_len - 1] = '\0';
     }
     char* eq = std::strchr(line, '=');
     if (eq == nullptr || eq == line || f->count == LimitsFile::kMaxEntries) {

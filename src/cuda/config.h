@@ -109,8 +109,9 @@ struct LimitsFile {
 };
 
 // Parses the first `len` bytes of f->text (at most kMaxBytes; NULs are
-// written at each '=' and line end). Lines without '=' and blank lines are
-// skipped; entries past kMaxEntries are dropped. Returns the entry count.
+// written at each '=' and line end, a "\r" before the "\n" included). Lines
+// without '=' and blank lines are skipped; entries past kMaxEntries are
+// dropped. Returns the entry count.
 int ParseLimitsFile(LimitsFile* f, size_t len);
 
 // An EnvLookup over a parsed LimitsFile (ctx); the last entry of a name wins.
@@ -118,7 +119,8 @@ const char* LimitsFileLookup(void* ctx, const char* name);
 
 // Parses "<digits>" with optional suffix. With `bare_is_mib` a bare number is
 // MiB (our contract); otherwise bytes (HAMi's). Suffixes k/K, m/M, g/G with an
-// optional trailing "i" or "b"/"B". Returns nullopt on any malformed input,
+// optional trailing "i" or "b"/"B". Spaces, tabs and line ends ("\r", "\n")
+// around the value are ignored. Returns nullopt on any malformed input,
 // zero, or overflow.
 std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib);
 

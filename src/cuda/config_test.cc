@@ -305,15 +305,53 @@ TEST(ConfigTest, ParseMemoryBytesUnits) {
     std::optional<uint64_t> want;
   };
   const Case cases[] = {
-      {"1", true, kMiB},        {"1", false, 1},          {"1k", false, 1024},
-      {"1K", true, 1024},       {"3M", false, 3 * kMiB},  {"1GB", true, 1ULL << 30},
-      {" 7 ", true, 7 * kMiB},  {"", true, std::nullopt}, {"1T", true, std::nullopt},
-      {"1Gx", true, std::nullopt}, {"0x10", true, std::nullopt},
+      {"1", true, kMiB},
+      {"1", false, 1},
+      {"1k", false, 1024},
+      {"1K", true, 1024},
+      {"3M", false, 3 * kMiB},
+      {"1GB", true, 1ULL << 30},
+      {" 7 ", true, 7 * kMiB},
+      {"", true, std::nullopt},
+      {"1T", true, std::nullopt},
+      {"1Gx", true, std::nullopt},
+      {"0x10", true, std::nullopt},
+      // Line ends of a file written on Windows, and tabs.
+      {"1024\r", true, 1024 * kMiB},
+      {"4Gi\r\n", true, 4096 * kMiB},
+      {"\t7\t", true, 7 * kMiB},
+      {"1 0", true, std::nullopt},
+      {"\r", true, std::nullopt},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
     EXPECT_EQ(ParseMemoryBytes(c.text, c.bare_is_mib), c.want);
   }
+}
+
+// A limits file with CRLF line ends: every value used to end in "\r", and
+// the memory cap and compute share were refused as malformed and off.
+TEST(ConfigTest, ALimitsFileWithCrlfLineEndsKeepsEveryLimit) {
+  LimitsFile f;
+  const char text[] =
+      "ACCELPOOL_CUDA_MEMORY_LIMIT=1024\r\nACCELPOOL_CUDA_MEMORY_LIMIT_1=2Gi\r\n"
+      "ACCELPOOL_CUDA_COMPUTE_LIMIT=25\r\nACCELPOOL_CUDA_STATE_DIR=/var/run/accelpool/c1\r\n"
+      "ACCELPOOL_CUDA_PRIORITY=low\r\n";
+  std::memcpy(f.text, text, sizeof(text) - 1);
+  ASSERT_EQ(ParseLimitsFile(&f, sizeof(text) - 1), 5);
+  std::vector<std::string> warnings;
+  ShimConfig c = ParseShimConfig(
+      &LimitsFileLookup, &f,
+      [](void* ctx, const char* line) {
+        static_cast<std::vector<std::string>*>(ctx)->push_back(line);
+      },
+      &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(c.memory_limit_bytes[0], 1024 * kMiB);
+  EXPECT_EQ(c.memory_limit_bytes[1], 2048 * kMiB);
+  EXPECT_EQ(c.compute_percent, 25);
+  EXPECT_STREQ(c.state_dir, "/var/run/accelpool/c1");
+  EXPECT_EQ(c.priority, Priority::kLow);
 }
 
 TEST(ConfigTest, LimitsFileLinesBecomeALookup) {
