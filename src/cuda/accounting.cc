@@ -83,10 +83,10 @@ Charge ChargeBytesAfterSync(int device, uint64_t bytes) {
   return ChargeBytes(device, bytes);
 }
 
-void ForceChargeBytes(int device, uint64_t bytes) {
+bool ForceChargeBytes(int device, uint64_t bytes, const char* what, const char* until) {
   ShimState& s = State();
   if (bytes == 0 || !DeviceMemoryLimited(device)) {
-    return;
+    return false;
   }
   pthread_mutex_lock(&s.mem_mu);
   bool have_slot = EnsureSlotLocked(s);
@@ -95,14 +95,15 @@ void ForceChargeBytes(int device, uint64_t bytes) {
   const int index = ContainerIndex(device);
   if (!have_slot || s.region->TryCharge(slot, index, bytes, UINT64_MAX,
                                         s.config.context_reserve_bytes) != ChargeResult::kOk) {
-    return;
+    return false;
   }
   if (s.region->Used(index) > DeviceMemoryCap(device)) {
     Logf(LogLevel::kWarn,
-         "device %d: the driver mapped %llu bytes of graph memory past the container's cap; "
-         "further allocations fail until graphs are destroyed and cuDeviceGraphMemTrim runs",
-         device, static_cast<unsigned long long>(bytes));
+         "device %d: the driver mapped %llu bytes of %s past the container's cap; "
+         "further allocations fail until %s",
+         device, static_cast<unsigned long long>(bytes), what, until);
   }
+  return true;
 }
 
 void UnchargeBytes(int device, uint64_t bytes) {
@@ -174,6 +175,51 @@ Drop DropReference(AllocTable* table, uint64_t key, AllocRecord* out) {
   }
   pthread_mutex_unlock(&s.mem_mu);
   return result;
+}
+
+bool ReserveRecord(AllocTable* table, uint64_t key, uint64_t context) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  AllocRecord* r = table->Find(key);
+  if (r != nullptr) {
+    ++r->refs;
+  } else {
+    AllocRecord pending;  // No bytes, no device: a reset or a free returns nothing of it.
+    pending.context = context;
+    table->Put(key, pending);  // Out of memory: untracked, as Remember leaves it.
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return r == nullptr;
+}
+
+bool FillReservedRecord(AllocTable* table, uint64_t key, uint64_t bytes, int device) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  AllocRecord* r = table->Find(key);
+  if (r != nullptr) {
+    r->bytes = bytes;
+    r->device = device;
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return r != nullptr;
+}
+
+void DropReservedRecord(AllocTable* table, uint64_t key) {
+  AllocRecord gone;
+  TakeRecord(table, key, &gone);
+}
+
+bool TakeReservedUnlessShared(AllocTable* table, uint64_t key) {
+  ShimState& s = State();
+  pthread_mutex_lock(&s.mem_mu);
+  AllocRecord* r = table->Find(key);
+  const bool shared = r != nullptr && r->refs > 0;
+  AllocRecord gone;
+  if (!shared) {
+    table->Take(key, &gone);
+  }
+  pthread_mutex_unlock(&s.mem_mu);
+  return !shared;
 }
 
 void ReleaseRecord(const AllocRecord& record) {

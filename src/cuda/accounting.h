@@ -22,8 +22,8 @@ enum class Charge {
   kOverLimit,   // Refuse: return CUDA_ERROR_OUT_OF_MEMORY.
 };
 
-// This process's slot in the region, claimed on first use; false when none
-// is free (logged).
+// This process's claim on a slot of the region (SharedRegion::ClaimSlot),
+// made on first use; false when no slot is free (logged).
 bool CurrentSlot(int* slot);
 
 // Charges `bytes` (already rounded) on `device` for this process, claiming
@@ -72,6 +72,24 @@ enum class Drop {
 };
 // Drops one reference of `key`'s record, taking the record at the last.
 Drop DropReference(AllocTable* table, uint64_t key, AllocRecord* out);
+// An import's record is looked up, and made when missing, in one step, before
+// the import is charged: two threads that open one handle at once get the
+// same pointer, and each used to miss the other's record, charge, and
+// record it (the second record replacing the first as stale), leaving one
+// record for two references. ReserveRecord adds a reference and returns
+// false when `key` is recorded; otherwise it records `key` with no bytes yet
+// (of `context`) and returns true, and the caller then settles it with one
+// of the three calls below. Opens of the key meanwhile take references on it.
+bool ReserveRecord(AllocTable* table, uint64_t key, uint64_t context);
+// The reserved record is charged `bytes` on `device`; false when it is gone
+// (its context was destroyed meanwhile): the caller returns the charge.
+bool FillReservedRecord(AllocTable* table, uint64_t key, uint64_t bytes, int device);
+// Nothing is charged for it: the reserved record goes.
+void DropReservedRecord(AllocTable* table, uint64_t key);
+// The charge was refused: the reserved record goes, and true is returned,
+// unless other opens took references on it meanwhile (false: it stays, for
+// the caller to charge anyway; the memory is mapped for them either way).
+bool TakeReservedUnlessShared(AllocTable* table, uint64_t key);
 
 // Frees `key` through `call` (the real free). The record is taken *before*
 // the call: the moment the driver frees the address another thread may get
@@ -191,8 +209,10 @@ void ForgetCreatedContext(uint64_t context);
 void DropDeviceRecords(int device, CUmemoryPool default_pool);
 
 // Charges memory that already exists on the device (the driver mapped it
-// before the shim could refuse), even past the cap; logs when it goes past.
-void ForceChargeBytes(int device, uint64_t bytes);
+// before the shim could refuse), even past the cap; logs when it goes past,
+// naming `what` it is and `until` when further allocations fail. False when
+// nothing was charged (no cap there, or the region unavailable).
+bool ForceChargeBytes(int device, uint64_t bytes, const char* what, const char* until);
 
 // Graph memory (hooks_graph.cc). An executable graph's memory nodes are
 // backed by the device's graph pool, which maps physical memory when the

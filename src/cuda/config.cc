@@ -8,50 +8,120 @@ namespace {
 
 constexpr uint64_t kMiB = 1ULL << 20;
 
-// `without` names what the process runs without: "this limit" for a limit.
+constexpr char kWithoutLimit[] = "running without this limit";
+
+// `outcome` says what the process does instead: runs without the item, or
+// uses another variable.
 void Warn(WarnSink warn, void* ctx, const char* name, const char* value, const char* expected,
-          const char* without = "this limit") {
+          const char* outcome = kWithoutLimit) {
   if (warn == nullptr) {
     return;
   }
-  char line[640];
+  char line[1024];
   std::snprintf(line, sizeof(line),
-                "ignoring %s=\"%.64s\": expected %s; running without %s "
-                "(fix the value or unset it)",
-                name, value, expected, without);
+                "ignoring %s=\"%.64s\": expected %s; %s (fix the value or unset it)", name, value,
+                expected, outcome);
   warn(ctx, line);
 }
 
 bool IsUnset(const char* v) { return v == nullptr || v[0] == '\0'; }
 
-// Memory for device `i` from the variable family `prefix` (per-device first).
-// Returns 0 when unset; sets *bad when a present value was malformed.
-uint64_t MemoryFrom(EnvLookup lookup, void* lctx, WarnSink warn, void* wctx, const char* prefix,
-                    int device, bool bare_is_mib, bool* warned_common) {
-  char name[96];
-  std::snprintf(name, sizeof(name), "%s_%d", prefix, device);
-  const char* per_device = lookup(lctx, name);
-  const char* expected = bare_is_mib ? "a positive number of MiB such as 4096 or 4Gi"
-                                     : "a positive size such as 4096m or 4g";
-  if (!IsUnset(per_device)) {
-    if (auto v = ParseMemoryBytes(per_device, bare_is_mib)) {
-      return *v;
+// The memory cap of a device comes from the first of these that is set and
+// well formed: a malformed value is passed over as if unset (the next one is
+// a cap, which is safer than none), with one warning that names what is
+// used instead.
+constexpr int kMemorySources = 4;
+struct MemorySource {
+  const char* prefix;
+  bool per_device;
+  bool bare_is_mib;
+};
+constexpr MemorySource kMemory[kMemorySources] = {
+    {"ACCELPOOL_CUDA_MEMORY_LIMIT", true, true},
+    {"ACCELPOOL_CUDA_MEMORY_LIMIT", false, true},
+    {"CUDA_DEVICE_MEMORY_LIMIT", true, false},
+    {"CUDA_DEVICE_MEMORY_LIMIT", false, false},
+};
+
+const char* MemoryExpected(bool bare_is_mib) {
+  return bare_is_mib ? "a positive number of MiB such as 4096 or 4Gi"
+                     : "a positive size such as 4096m or 4g";
+}
+
+// A malformed variable that every device reads (no _<i>): warned once, after
+// every device has found what it uses instead.
+struct SharedBadValue {
+  const char* value = nullptr;  // Non-null: malformed.
+  int with_limit = 0;           // Devices that found a cap further on, and without one.
+  int without_limit = 0;
+  bool agree = true;       // Those with one all found it in the same variable.
+  char instead[160] = {};  // `using NAME="value" instead`, as the first found it.
+};
+
+void MemoryLimits(EnvLookup lookup, void* lctx, WarnSink warn, void* wctx, ShimConfig* config) {
+  SharedBadValue shared[kMemorySources];
+  for (int i = 0; i < kMaxDevices; ++i) {
+    char names[kMemorySources][96];
+    const char* bad[kMemorySources] = {};
+    int used = -1;
+    for (int k = 0; k < kMemorySources && used < 0; ++k) {
+      const MemorySource& src = kMemory[k];
+      if (src.per_device) {
+        std::snprintf(names[k], sizeof(names[k]), "%s_%d", src.prefix, i);
+      } else {
+        std::snprintf(names[k], sizeof(names[k]), "%s", src.prefix);
+      }
+      const char* value = lookup(lctx, names[k]);
+      if (IsUnset(value)) {
+        continue;
+      }
+      if (auto v = ParseMemoryBytes(value, src.bare_is_mib)) {
+        config->memory_limit_bytes[i] = *v;
+        used = k;
+      } else {
+        bad[k] = value;
+      }
     }
-    Warn(warn, wctx, name, per_device, expected);
-    return 0;
+    char instead[160];
+    if (used >= 0) {
+      std::snprintf(instead, sizeof(instead), "using %s=\"%.64s\" instead", names[used],
+                    lookup(lctx, names[used]));
+    } else {
+      std::snprintf(instead, sizeof(instead), "%s", kWithoutLimit);
+    }
+    for (int k = 0; k < kMemorySources; ++k) {
+      if (bad[k] == nullptr) {
+        continue;
+      }
+      if (kMemory[k].per_device) {
+        Warn(warn, wctx, names[k], bad[k], MemoryExpected(kMemory[k].bare_is_mib), instead);
+        continue;
+      }
+      SharedBadValue& s = shared[k];
+      s.value = bad[k];
+      if (used < 0) {
+        ++s.without_limit;
+      } else if (s.with_limit++ == 0) {
+        std::snprintf(s.instead, sizeof(s.instead), "%s", instead);
+      } else {
+        s.agree = s.agree && std::strcmp(s.instead, instead) == 0;
+      }
+    }
   }
-  const char* common = lookup(lctx, prefix);
-  if (IsUnset(common)) {
-    return 0;
+  for (int k = 0; k < kMemorySources; ++k) {
+    const SharedBadValue& s = shared[k];
+    if (s.value == nullptr) {
+      continue;
+    }
+    const char* outcome = kWithoutLimit;
+    if (s.with_limit > 0) {
+      // Every device found the same variable, or each its own (or none).
+      outcome = s.without_limit == 0 && s.agree ? s.instead
+                                                : "using CUDA_DEVICE_MEMORY_LIMIT[_<i>] where set, "
+                                                  "else running without this limit";
+    }
+    Warn(warn, wctx, kMemory[k].prefix, s.value, MemoryExpected(kMemory[k].bare_is_mib), outcome);
   }
-  if (auto v = ParseMemoryBytes(common, bare_is_mib)) {
-    return *v;
-  }
-  if (!*warned_common) {
-    *warned_common = true;
-    Warn(warn, wctx, prefix, common, expected);
-  }
-  return 0;
 }
 
 }  // namespace
@@ -154,11 +224,18 @@ std::optional<uint64_t> ParseUnsigned(std::string_view text, uint64_t max) {
   return value;
 }
 
+namespace {
+
+// Space, tab and line ends (a value written on Windows ends in "\r\n").
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+}  // namespace
+
 std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib) {
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) {
+  while (!text.empty() && IsBlank(text.back())) {
     text.remove_suffix(1);
   }
-  while (!text.empty() && text.front() == ' ') {
+  while (!text.empty() && IsBlank(text.front())) {
     text.remove_prefix(1);
   }
   // Strip an optional trailing "i", "b" or "B" after a unit letter ("Gi", "MB").
@@ -228,31 +305,40 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
     }
   }
 
-  bool warned_ours = false;
-  bool warned_alias = false;
-  for (int i = 0; i < kMaxDevices; ++i) {
-    uint64_t v = MemoryFrom(lookup, lctx, warn, wctx, "ACCELPOOL_CUDA_MEMORY_LIMIT", i, true,
-                            &warned_ours);
-    if (v == 0) {
-      v = MemoryFrom(lookup, lctx, warn, wctx, "CUDA_DEVICE_MEMORY_LIMIT", i, false,
-                     &warned_alias);
-    }
-    config.memory_limit_bytes[i] = v;
-  }
+  MemoryLimits(lookup, lctx, warn, wctx, &config);
 
-  if (const char* c = lookup(lctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT"); !IsUnset(c)) {
-    auto v = ParseUnsigned(c, 100);
+  // The compute share likewise: a malformed value of ours is passed over for
+  // HAMi's, where that is set and well formed.
+  const char* ours = lookup(lctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT");
+  bool ours_used = false;
+  if (!IsUnset(ours)) {
+    auto v = ParseUnsigned(ours, 100);
     if (v && *v >= 1) {
       config.compute_percent = static_cast<int>(*v);
-    } else {
-      Warn(warn, wctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT", c, "a whole percent from 1 to 100");
+      ours_used = true;
     }
-  } else if (const char* h = lookup(lctx, "CUDA_DEVICE_SM_LIMIT"); !IsUnset(h)) {
-    if (auto v = ParseUnsigned(h, 100)) {
+  }
+  const char* alias = ours_used ? nullptr : lookup(lctx, "CUDA_DEVICE_SM_LIMIT");
+  bool alias_used = false;
+  if (!IsUnset(alias)) {
+    if (auto v = ParseUnsigned(alias, 100)) {
       config.compute_percent = static_cast<int>(*v);  // HAMi: 0 means no limit.
-    } else {
-      Warn(warn, wctx, "CUDA_DEVICE_SM_LIMIT", h, "a whole percent from 0 to 100");
+      alias_used = true;
     }
+  }
+  if (!IsUnset(ours) && !ours_used) {
+    char instead[160];
+    if (alias_used) {
+      std::snprintf(instead, sizeof(instead), "using CUDA_DEVICE_SM_LIMIT=\"%.64s\" instead",
+                    alias);
+    } else {
+      std::snprintf(instead, sizeof(instead), "%s", kWithoutLimit);
+    }
+    Warn(warn, wctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT", ours, "a whole percent from 1 to 100",
+         instead);
+  }
+  if (!IsUnset(alias) && !alias_used) {
+    Warn(warn, wctx, "CUDA_DEVICE_SM_LIMIT", alias, "a whole percent from 0 to 100");
   }
 
   if (const char* r = lookup(lctx, "ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB"); !IsUnset(r)) {
@@ -265,7 +351,7 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
 
   // Task priority: ours by name, HAMi's by number; HAMi's only where ours is
   // unset, as for the compute limit.
-  constexpr const char* kWithoutPriority = "task priority";
+  constexpr const char* kWithoutPriority = "running without task priority";
   if (const char* p = lookup(lctx, "ACCELPOOL_CUDA_PRIORITY"); !IsUnset(p)) {
     std::string_view v(p);
     if (v == "high") {
@@ -290,8 +376,8 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
     if (!ParseDeviceUuids(uuids, &config)) {
       Warn(warn, wctx, "ACCELPOOL_CUDA_DEVICE_UUIDS", uuids,
            "at most 16 comma-separated device UUIDs such as GPU-<uuid>,GPU-<uuid>",
-           "the device map (each process's CUDA ordinals are taken for the container's "
-           "device indices)");
+           "running without the device map (each process's CUDA ordinals are taken for the "
+           "container's device indices)");
     }
   }
 
@@ -319,6 +405,13 @@ int ParseLimitsFile(LimitsFile* f, size_t len) {
     }
     if (p < end) {
       *p++ = '\0';  // The line's end.
+    }
+    // A file written with CRLF line ends: the "\r" is no part of the value
+    // (every value of the contract would be malformed with it, and its
+    // limit off).
+    const size_t line_len = std::strlen(line);
+    if (line_len > 0 && line[line_len - 1] == '\r') {
+      line[line_len - 1] = '\0';
     }
     char* eq = std::strchr(line, '=');
     if (eq == nullptr || eq == line || f->count == LimitsFile::kMaxEntries) {

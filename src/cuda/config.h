@@ -14,9 +14,14 @@
 // HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes, or with a k/m/g suffix),
 // CUDA_DEVICE_SM_LIMIT (percent, 0 = none) and CUDA_TASK_PRIORITY (0 = high,
 // 1 = low) are accepted as lower-precedence aliases. A missing value means
-// "no limit"; a malformed one also means "no limit" (no task priority, for
-// the priority) and produces exactly one warning naming the variable and the
-// fix.
+// "no limit". A malformed limit is passed over as if unset: the next
+// variable set for it applies (a cap is safer than none), in the order
+// ACCELPOOL_CUDA_MEMORY_LIMIT_<i>, ACCELPOOL_CUDA_MEMORY_LIMIT,
+// CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_MEMORY_LIMIT for memory, ours
+// then HAMi's for compute, and "no limit" where none is left. A malformed
+// priority means no task priority and hides its alias. Each malformed
+// variable produces exactly one warning naming it, what is used instead,
+// and the fix.
 //
 // The parser is a pure function over an env lookup callback so that tests can
 // feed tables of environments. It never allocates: the shim calls it inside
@@ -104,8 +109,9 @@ struct LimitsFile {
 };
 
 // Parses the first `len` bytes of f->text (at most kMaxBytes; NULs are
-// written at each '=' and line end). Lines without '=' and blank lines are
-// skipped; entries past kMaxEntries are dropped. Returns the entry count.
+// written at each '=' and line end, a "\r" before the "\n" included). Lines
+// without '=' and blank lines are skipped; entries past kMaxEntries are
+// dropped. Returns the entry count.
 int ParseLimitsFile(LimitsFile* f, size_t len);
 
 // An EnvLookup over a parsed LimitsFile (ctx); the last entry of a name wins.
@@ -113,7 +119,8 @@ const char* LimitsFileLookup(void* ctx, const char* name);
 
 // Parses "<digits>" with optional suffix. With `bare_is_mib` a bare number is
 // MiB (our contract); otherwise bytes (HAMi's). Suffixes k/K, m/M, g/G with an
-// optional trailing "i" or "b"/"B". Returns nullopt on any malformed input,
+// optional trailing "i" or "b"/"B". Spaces, tabs and line ends ("\r", "\n")
+// around the value are ignored. Returns nullopt on any malformed input,
 // zero, or overflow.
 std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib);
 

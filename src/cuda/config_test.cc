@@ -78,6 +78,93 @@ TEST(ConfigTest, TableOfEnvironments) {
   }
 }
 
+// A malformed value is passed over as if unset, for memory and compute
+// alike: the next variable that is set applies (a cap is safer than none),
+// and the one warning names it. Memory used to fall back to HAMi's alias
+// while the warning said it ran without the limit, and a malformed
+// per-device value skipped ACCELPOOL_CUDA_MEMORY_LIMIT; compute ran
+// without its limit although HAMi's was set.
+TEST(ConfigTest, AMalformedValueIsPassedOverForTheNextOneSetAndTheWarningNamesIt) {
+  struct Case {
+    std::string name;
+    std::map<std::string, std::string> vars;
+    uint64_t want_dev0;
+    uint64_t want_dev1;
+    int want_compute;
+    std::vector<std::string> warned;  // What each warning says is done instead.
+  };
+  const std::vector<Case> cases = {
+      {"ours malformed, HAMi's set",
+       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "lots"}, {"CUDA_DEVICE_MEMORY_LIMIT", "4g"}},
+       4096 * kMiB,
+       4096 * kMiB,
+       0,
+       {"ignoring ACCELPOOL_CUDA_MEMORY_LIMIT=\"lots\": expected a positive number of MiB such "
+        "as 4096 or 4Gi; using CUDA_DEVICE_MEMORY_LIMIT=\"4g\" instead (fix the value or unset "
+        "it)"}},
+      {"a device's malformed, ours for every device set",
+       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "2048"}, {"ACCELPOOL_CUDA_MEMORY_LIMIT_1", "-5"}},
+       2048 * kMiB,
+       2048 * kMiB,
+       0,
+       {"using ACCELPOOL_CUDA_MEMORY_LIMIT=\"2048\" instead"}},
+      {"ours malformed, HAMi's for one device",
+       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "lots"}, {"CUDA_DEVICE_MEMORY_LIMIT_0", "1g"}},
+       1024 * kMiB,
+       0,
+       0,
+       {"using CUDA_DEVICE_MEMORY_LIMIT[_<i>] where set, else running without this limit"}},
+      {"both malformed",
+       {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "lots"}, {"CUDA_DEVICE_MEMORY_LIMIT", "much"}},
+       0,
+       0,
+       0,
+       {"ignoring ACCELPOOL_CUDA_MEMORY_LIMIT=\"lots\": expected a positive number of MiB such "
+        "as 4096 or 4Gi; running without this limit",
+        "ignoring CUDA_DEVICE_MEMORY_LIMIT=\"much\": expected a positive size such as 4096m or "
+        "4g; running without this limit"}},
+      {"compute malformed, HAMi's set",
+       {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "150"}, {"CUDA_DEVICE_SM_LIMIT", "30"}},
+       0,
+       0,
+       30,
+       {"ignoring ACCELPOOL_CUDA_COMPUTE_LIMIT=\"150\": expected a whole percent from 1 to 100; "
+        "using CUDA_DEVICE_SM_LIMIT=\"30\" instead (fix the value or unset it)"}},
+      {"compute malformed alone",
+       {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25%"}},
+       0,
+       0,
+       0,
+       {"ignoring ACCELPOOL_CUDA_COMPUTE_LIMIT=\"25%\": expected a whole percent from 1 to 100; "
+        "running without this limit"}},
+      {"compute both malformed",
+       {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "0"}, {"CUDA_DEVICE_SM_LIMIT", "half"}},
+       0,
+       0,
+       0,
+       {"ACCELPOOL_CUDA_COMPUTE_LIMIT=\"0\": expected a whole percent from 1 to 100; running "
+        "without this limit",
+        "CUDA_DEVICE_SM_LIMIT=\"half\": expected a whole percent from 0 to 100; running without "
+        "this limit"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Env env{c.vars, {}};
+    ShimConfig config = Parse(env);
+    EXPECT_EQ(config.memory_limit_bytes[0], c.want_dev0);
+    EXPECT_EQ(config.memory_limit_bytes[1], c.want_dev1);
+    EXPECT_EQ(config.compute_percent, c.want_compute);
+    ASSERT_EQ(env.warnings.size(), c.warned.size());
+    for (size_t i = 0; i < c.warned.size(); ++i) {
+      EXPECT_NE(env.warnings[i].find(c.warned[i]), std::string::npos) << env.warnings[i];
+      if (c.warned[i].find("instead") != std::string::npos) {
+        EXPECT_EQ(env.warnings[i].find("running without this limit ("), std::string::npos)
+            << "a warning says what is used instead, never that the limit is off";
+      }
+    }
+  }
+}
+
 TEST(ConfigTest, DisableWinsOverLimits) {
   Env env{{{"ACCELPOOL_CUDA_DISABLE", "1"}, {"ACCELPOOL_CUDA_MEMORY_LIMIT", "100"}}, {}};
   ShimConfig config = Parse(env);
@@ -218,15 +305,53 @@ TEST(ConfigTest, ParseMemoryBytesUnits) {
     std::optional<uint64_t> want;
   };
   const Case cases[] = {
-      {"1", true, kMiB},        {"1", false, 1},          {"1k", false, 1024},
-      {"1K", true, 1024},       {"3M", false, 3 * kMiB},  {"1GB", true, 1ULL << 30},
-      {" 7 ", true, 7 * kMiB},  {"", true, std::nullopt}, {"1T", true, std::nullopt},
-      {"1Gx", true, std::nullopt}, {"0x10", true, std::nullopt},
+      {"1", true, kMiB},
+      {"1", false, 1},
+      {"1k", false, 1024},
+      {"1K", true, 1024},
+      {"3M", false, 3 * kMiB},
+      {"1GB", true, 1ULL << 30},
+      {" 7 ", true, 7 * kMiB},
+      {"", true, std::nullopt},
+      {"1T", true, std::nullopt},
+      {"1Gx", true, std::nullopt},
+      {"0x10", true, std::nullopt},
+      // Line ends of a file written on Windows, and tabs.
+      {"1024\r", true, 1024 * kMiB},
+      {"4Gi\r\n", true, 4096 * kMiB},
+      {"\t7\t", true, 7 * kMiB},
+      {"1 0", true, std::nullopt},
+      {"\r", true, std::nullopt},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
     EXPECT_EQ(ParseMemoryBytes(c.text, c.bare_is_mib), c.want);
   }
+}
+
+// A limits file with CRLF line ends: every value used to end in "\r", and
+// the memory cap and compute share were refused as malformed and off.
+TEST(ConfigTest, ALimitsFileWithCrlfLineEndsKeepsEveryLimit) {
+  LimitsFile f;
+  const char text[] =
+      "ACCELPOOL_CUDA_MEMORY_LIMIT=1024\r\nACCELPOOL_CUDA_MEMORY_LIMIT_1=2Gi\r\n"
+      "ACCELPOOL_CUDA_COMPUTE_LIMIT=25\r\nACCELPOOL_CUDA_STATE_DIR=/var/run/accelpool/c1\r\n"
+      "ACCELPOOL_CUDA_PRIORITY=low\r\n";
+  std::memcpy(f.text, text, sizeof(text) - 1);
+  ASSERT_EQ(ParseLimitsFile(&f, sizeof(text) - 1), 5);
+  std::vector<std::string> warnings;
+  ShimConfig c = ParseShimConfig(
+      &LimitsFileLookup, &f,
+      [](void* ctx, const char* line) {
+        static_cast<std::vector<std::string>*>(ctx)->push_back(line);
+      },
+      &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(c.memory_limit_bytes[0], 1024 * kMiB);
+  EXPECT_EQ(c.memory_limit_bytes[1], 2048 * kMiB);
+  EXPECT_EQ(c.compute_percent, 25);
+  EXPECT_STREQ(c.state_dir, "/var/run/accelpool/c1");
+  EXPECT_EQ(c.priority, Priority::kLow);
 }
 
 TEST(ConfigTest, LimitsFileLinesBecomeALookup) {

@@ -109,7 +109,9 @@ void SyncGraphLocked(ShimState& s, int device, uint64_t reserve) {
     UnchargeBytes(device, charged - reserve);
     charged = reserve;
   } else if (reserve - charged > held) {
-    ForceChargeBytes(device, reserve - charged - held);  // Mapped already: cannot be refused.
+    // Mapped already: cannot be refused.
+    ForceChargeBytes(device, reserve - charged - held, "graph memory",
+                     "graphs are destroyed and cuDeviceGraphMemTrim runs");
     charged = reserve - held;
   }
   s.graph_charged[device] = charged;

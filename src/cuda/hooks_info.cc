@@ -56,36 +56,49 @@ CUresult HookIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned
     return rc;
   }
   // A handle already open in this context: the driver returns the same
-  // pointer with one more reference, mapping nothing new.
-  if (RetainRecord(s.ipc, *dptr)) {
+  // pointer with one more reference, mapping nothing new. The first open's
+  // record is made before it is charged (ReserveRecord), so that an open of
+  // the same handle by another thread meanwhile finds it.
+  const uint64_t key = *dptr;
+  if (!ReserveRecord(s.ipc, key, CurrentContext())) {  // The context's mapping.
     return rc;
   }
   // Exported by a process of this container: its allocation already counts.
   if (s.region->ExportedHere(HandleKey(handle))) {
+    DropReservedRecord(s.ipc, key);
     return rc;
   }
   // The exporter's device may differ from the importer's current one (peer
   // access); the current device is the fallback.
   int dev = 0;
-  if (!OwningDevice(*dptr, &dev) && !CurrentDevice(&dev)) {
-    return rc;
-  }
   CUdeviceptr base = 0;
   size_t size = 0;
-  if (s.mem_get_address_range(&base, &size, *dptr) != CUDA_SUCCESS) {
+  if ((!OwningDevice(key, &dev) && !CurrentDevice(&dev)) ||
+      s.mem_get_address_range(&base, &size, key) != CUDA_SUCCESS) {
+    DropReservedRecord(s.ipc, key);
     return rc;
   }
   uint64_t bytes = RoundToGranularity(size);
   Charge c = ChargeBytesAfterSync(dev, bytes);
   if (c == Charge::kOverLimit) {
-    if (auto close_fn = Real<cuIpcCloseMemHandleFn>(kHookIpcCloseMemHandle, 0)) {
-      close_fn(*dptr);
+    if (TakeReservedUnlessShared(s.ipc, key)) {
+      if (auto close_fn = Real<cuIpcCloseMemHandleFn>(kHookIpcCloseMemHandle, 0)) {
+        close_fn(key);
+      }
+      *dptr = 0;
+      return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *dptr = 0;
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    // Other threads opened the handle meanwhile and got this pointer: it
+    // stays mapped for them whatever this open returns, so it counts.
+    c = ForceChargeBytes(dev, bytes, "an IPC import that several threads opened at once",
+                         "it is closed")
+            ? Charge::kCharged
+            : Charge::kNotLimited;
   }
-  if (c == Charge::kCharged) {
-    Remember(s.ipc, *dptr, bytes, dev, CurrentContext());  // The context's mapping.
+  if (c != Charge::kCharged) {
+    DropReservedRecord(s.ipc, key);
+  } else if (!FillReservedRecord(s.ipc, key, bytes, dev)) {
+    UnchargeBytes(dev, bytes);  // Its context was destroyed meanwhile, or no room to record.
   }
   return rc;
 }

@@ -2,10 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -104,17 +108,93 @@ bool IsAlive(int32_t pid, uint64_t start_time) {
 
 bool ValidDevice(int device) { return device >= 0 && device < kMaxDevices; }
 
-// Whether process `pid` maps the file at `path` (a line of /proc/<pid>/maps
-// ending in " <path>"); true when that cannot be read (another user's
-// process): the safe side, its slot is kept.
-bool MapsFile(int32_t pid, const char* path) {
+// The pid of the process that holds the liveness lock of `slot` on the region
+// file open as `fd`, as this process's PID namespace numbers it; 0 when none
+// does (or the holder is this process: its own locks never conflict with its
+// own test) or the kernel cannot say. Takes no lock.
+int32_t LivenessLockHolder(int fd, int slot) {
+  struct flock fl = {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = LivenessLockOffset(slot);
+  fl.l_len = 1;
+  if (fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK) {
+    return 0;
+  }
+  return static_cast<int32_t>(fl.l_pid);
+}
+
+// The region file as a line of /proc/<pid>/maps may name it.
+struct MappedFileId {
+  const char* path;  // Canonical: symbolic links resolved, no "//" or trailing "/".
+  bool have_inode;   // The fields below are known (fstat answered).
+  uint64_t dev_major;
+  uint64_t dev_minor;
+  uint64_t inode;
+};
+
+// Parses the digits of base `base` at line[*i] on; false when there are none.
+bool ParseDigits(const char* line, size_t len, size_t* i, int base, uint64_t* out) {
+  uint64_t v = 0;
+  size_t start = *i;
+  for (; *i < len; ++*i) {
+    const char c = line[*i];
+    int d = c >= '0' && c <= '9' ? c - '0' : base == 16 && c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) {
+      break;
+    }
+    v = v * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return *i > start;
+}
+
+// Whether one line of a maps file (without its newline) maps the file `id`:
+// "start-end perms offset major:minor inode   path". Either the path or the
+// device and inode will do: the kernel prints the path as it resolves it,
+// which may not be how this process named the file (a bind mount), and the
+// device and inode of the file an overlay or a btrfs subvolume maps, which
+// may not be the ones fstat reports. Either match keeps the slot: the safe
+// side.
+bool LineMapsFile(const char* line, size_t len, const MappedFileId& id) {
+  const size_t plen = std::strlen(id.path);
+  if (plen > 0 && len > plen && line[len - plen - 1] == ' ' &&
+      std::memcmp(line + len - plen, id.path, plen) == 0) {
+    return true;
+  }
+  if (!id.have_inode) {
+    return false;
+  }
+  size_t i = 0;
+  for (int field = 0; field < 3; ++field) {  // Address range, permissions, offset.
+    while (i < len && line[i] != ' ') {
+      ++i;
+    }
+    while (i < len && line[i] == ' ') {
+      ++i;
+    }
+  }
+  uint64_t dev_major = 0;
+  uint64_t dev_minor = 0;
+  uint64_t inode = 0;
+  if (!ParseDigits(line, len, &i, 16, &dev_major) || i >= len || line[i++] != ':' ||
+      !ParseDigits(line, len, &i, 16, &dev_minor) || i >= len || line[i++] != ' ' ||
+      !ParseDigits(line, len, &i, 10, &inode)) {
+    return false;
+  }
+  return inode != 0 && inode == id.inode && dev_major == id.dev_major && dev_minor == id.dev_minor;
+}
+
+// Whether process `pid` maps the file `id` (a line of /proc/<pid>/maps, see
+// LineMapsFile); true when that cannot be read (another user's process): the
+// safe side, its slot is kept.
+bool MapsFile(int32_t pid, const MappedFileId& id) {
   char maps[64];
   std::snprintf(maps, sizeof(maps), "/proc/%d/maps", static_cast<int>(pid));
   int fd = open(maps, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return true;
   }
-  const size_t plen = std::strlen(path);
   char buf[8192];
   size_t len = 0;
   bool found = false;
@@ -134,9 +214,7 @@ bool MapsFile(int32_t pid, const char* path) {
       if (buf[i] != '\n') {
         continue;
       }
-      const size_t line = i - start;
-      found =
-          line > plen && buf[i - plen - 1] == ' ' && std::memcmp(buf + i - plen, path, plen) == 0;
+      found = LineMapsFile(buf + start, i - start, id);
       start = i + 1;
     }
     if (found) {
@@ -320,6 +398,23 @@ bool SharedRegion::Map(int fd, bool create, const char* boot_id, char* error, si
   return true;
 }
 
+void SharedRegion::RememberFileId(int fd) {
+  // Through the system call: the C library's fstat is a GLIBC_2.33 symbol
+  // (glibc_compat.h), and on x86-64 and 64-bit Arm the kernel's struct stat
+  // is the C library's. Elsewhere only the path identifies the file.
+#if defined(SYS_fstat) && (defined(__x86_64__) || defined(__aarch64__))
+  struct stat st;
+  if (syscall(SYS_fstat, fd, &st) == 0) {
+    have_inode_ = true;
+    file_dev_major_ = major(st.st_dev);
+    file_dev_minor_ = minor(st.st_dev);
+    file_inode_ = st.st_ino;
+  }
+#else
+  (void)fd;
+#endif
+}
+
 bool SharedRegion::OpenPrivate(char* error, size_t error_len) {
   return Map(-1, true, nullptr, error, error_len);
 }
@@ -371,7 +466,14 @@ bool SharedRegion::OpenFile(const char* dir, char* error, size_t error_len,
   }
   flock(fd, LOCK_UN);
   if (ok) {
-    std::snprintf(path_, sizeof(path_), "%s", path);
+    // Another process's maps name the file canonically (links resolved, no
+    // "//"): so must the path looked for there (LeftByExec), or a state dir
+    // given with a trailing slash or through a link would make every live
+    // process that lost its liveness lock look execed away.
+    char real_dir[PATH_MAX];
+    std::snprintf(path_, sizeof(path_), "%s/%s",
+                  realpath(dir, real_dir) != nullptr ? real_dir : dir, kRegionFileName);
+    RememberFileId(fd);
     fd_ = fd;  // Kept: the liveness locks live on it.
   } else {
     close(fd);
@@ -402,7 +504,31 @@ bool SharedRegion::LeftByExec(int slot, const SlotRecord& s, int32_t self) const
   // The lock goes when the process execs (the descriptor is close-on-exec),
   // and when it closes every descriptor it did not open itself. Only the
   // second still maps the region: its slot stays, and its charges with it.
-  return !MapsFile(s.pid, path_);
+  const MappedFileId id{path_, have_inode_, file_dev_major_, file_dev_minor_, file_inode_};
+  return !MapsFile(s.pid, id);
+}
+
+bool SharedRegion::HeldByItsOwner(int slot, const SlotRecord& s, int32_t self) const {
+  // Only the process that claimed a slot takes its lock, at the claim, when
+  // the slot was free; and the kernel drops it when that process dies or
+  // execs. A lock held by a process with the slot's pid is therefore held by
+  // the slot's owner, alive, whatever start time it recorded: under
+  // qemu-user that is qemu's answer for /proc/self/stat, which may differ
+  // from the kernel's figure that other processes read.
+  return (s.ctx_charged_mask & kSlotLockHeld) != 0 && fd_ >= 0 && s.pid != self &&
+         LivenessLockHolder(fd_, slot) == s.pid;
+}
+
+bool SharedRegion::ClaimedHereLocked(int slot, const SlotRecord& s, int32_t self) const {
+  if (s.pid != self) {
+    return false;
+  }
+  for (const Claim& c : claims_) {
+    if (c.held && c.slot == slot && c.pid == s.pid && c.start_time == s.start_time) {
+      return true;
+    }
+  }
+  return false;
 }
 
 int SharedRegion::ReclaimDeadLocked() {
@@ -410,12 +536,79 @@ int SharedRegion::ReclaimDeadLocked() {
   const auto self = static_cast<int32_t>(getpid());
   for (int i = 0; i < kMaxSlots; ++i) {
     SlotRecord& s = layout_->slots[i];
-    if (s.pid != 0 && (!IsAlive(s.pid, s.start_time) || LeftByExec(i, s, self))) {
+    if (s.pid != 0 && !ClaimedHereLocked(i, s, self) && !HeldByItsOwner(i, s, self) &&
+        (!IsAlive(s.pid, s.start_time) || LeftByExec(i, s, self))) {
       std::memset(&s, 0, sizeof(s));
       ++reclaimed;
     }
   }
   return reclaimed;
+}
+
+void SharedRegion::DropLockUnlessClaimedLocked(int slot, int except_claim) {
+  for (int k = 0; k < kMaxClaims; ++k) {
+    if (k != except_claim && claims_[k].held && claims_[k].slot == slot) {
+      return;
+    }
+  }
+  // Dropping a lock this process does not hold (another process's) is a no-op.
+  SetLivenessLock(slot, F_UNLCK);
+}
+
+int SharedRegion::OwnSlotLocked(int claim) {
+  if (!ValidClaim(claim) || !claims_[claim].held) {
+    return -1;
+  }
+  Claim& c = claims_[claim];
+  if (c.slot >= 0) {
+    const SlotRecord& s = layout_->slots[c.slot];
+    if (s.pid == c.pid && s.start_time == c.start_time) {
+      return c.slot;
+    }
+  }
+  // The slot was freed while this process lived (its liveness misjudged) and
+  // may be another process's by now: never touch it again. The claim moves
+  // to a free slot with everything it has charged, which this process still
+  // holds: the figure may go past the cap, which is the truth, and later
+  // charges are refused until it is back under.
+  const int old = c.slot;
+  ReclaimDeadLocked();
+  int found = -1;
+  for (int i = 0; i < kMaxSlots && found < 0; ++i) {
+    found = layout_->slots[i].pid == 0 ? i : -1;
+  }
+  uint64_t total = 0;
+  for (uint64_t u : c.used) {
+    total += u;
+  }
+  if (old >= 0) {
+    Logf(LogLevel::kWarn,
+         "this process's accounting slot %d was freed while it ran (its liveness misjudged; "
+         "held by pid %d now); its %llu charged bytes move to %s",
+         old, static_cast<int>(layout_->slots[old].pid), static_cast<unsigned long long>(total),
+         found >= 0 ? "a free slot" : "no slot (all are held): its allocations are refused");
+    DropLockUnlessClaimedLocked(old, claim);
+  }
+  c.slot = found;
+  if (found < 0) {
+    return -1;
+  }
+  SlotRecord& s = layout_->slots[found];
+  std::memset(&s, 0, sizeof(s));
+  s.pid = c.pid;
+  s.start_time = c.start_time;
+  s.ctx_charged_mask = c.device_mask;
+  std::memcpy(s.used, c.used, sizeof(s.used));
+  if (SetLivenessLock(found, F_WRLCK)) {
+    s.ctx_charged_mask |= kSlotLockHeld;
+  }
+  // Its exports are known by slot: they follow it.
+  for (ExportRecord& e : layout_->exports) {
+    if (e.key != 0 && e.pid == c.pid && e.start_time == c.start_time && e.slot == old) {
+      e.slot = found;
+    }
+  }
+  return found;
 }
 
 void SharedRegion::ForgetReplacedImage(int32_t pid, uint64_t start_time) {
@@ -429,7 +622,18 @@ void SharedRegion::ForgetReplacedImage(int32_t pid, uint64_t start_time) {
       SetLivenessLock(i, F_UNLCK);  // One this image took itself (a claim before).
     }
   }
+  for (Claim& c : claims_) {
+    if (c.held && c.pid == pid && c.start_time == start_time) {
+      c = Claim();  // Its slot went above: nothing of it is left to carry.
+    }
+  }
   Unlock();
+}
+
+void SharedRegion::ForgetClaimsAfterFork() {
+  for (Claim& c : claims_) {
+    c = Claim();
+  }
 }
 
 int SharedRegion::ReclaimDead() {
@@ -470,8 +674,17 @@ int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
       SetLivenessLock(i, F_UNLCK);
     }
   }
+  for (Claim& c : claims_) {
+    if (c.held && c.pid == pid && c.start_time == start_time) {
+      c = Claim();  // This image's earlier claim: its slot went above.
+    }
+  }
+  int claim = -1;
+  for (int k = 0; k < kMaxClaims && claim < 0; ++k) {
+    claim = claims_[k].held ? -1 : k;
+  }
   int found = -1;
-  for (int i = 0; i < kMaxSlots; ++i) {
+  for (int i = 0; i < kMaxSlots && claim >= 0; ++i) {
     if (layout_->slots[i].pid == 0) {
       SlotRecord& s = layout_->slots[i];
       std::memset(&s, 0, sizeof(s));
@@ -484,28 +697,47 @@ int SharedRegion::ClaimSlot(int32_t pid, uint64_t start_time) {
       break;
     }
   }
+  if (found >= 0) {
+    claims_[claim] = Claim();
+    claims_[claim].held = true;
+    claims_[claim].slot = found;
+    claims_[claim].pid = pid;
+    claims_[claim].start_time = start_time;
+  }
   Unlock();
-  return found;
+  return found >= 0 ? claim : -1;
 }
 
-void SharedRegion::ReleaseSlot(int slot) {
-  if (slot < 0 || slot >= kMaxSlots || !Lock()) {
+void SharedRegion::ReleaseSlot(int claim) {
+  if (!ValidClaim(claim) || !Lock()) {
     return;
   }
-  const bool marked = (layout_->slots[slot].ctx_charged_mask & kSlotLockHeld) != 0;
-  std::memset(&layout_->slots[slot], 0, sizeof(SlotRecord));
-  if (marked) {
+  Claim& c = claims_[claim];
+  if (c.held && c.slot >= 0) {
+    const SlotRecord& s = layout_->slots[c.slot];
+    if (s.pid == c.pid && s.start_time == c.start_time) {
+      std::memset(&layout_->slots[c.slot], 0, sizeof(SlotRecord));
+    }
     // Under the region mutex, so the next claimer of this slot finds it free.
-    SetLivenessLock(slot, F_UNLCK);
+    // A slot that another process holds by now keeps its record; the lock,
+    // where this process still had it, is this process's to drop.
+    DropLockUnlessClaimedLocked(c.slot, claim);
   }
+  c = Claim();
   Unlock();
 }
 
-ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint64_t limit,
+ChargeResult SharedRegion::TryCharge(int claim, int device, uint64_t bytes, uint64_t limit,
                                      uint64_t context_reserve) {
-  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
     return ChargeResult::kUnavailable;
   }
+  const int slot = OwnSlotLocked(claim);
+  if (slot < 0) {
+    Unlock();  // No slot to charge: refused, as a process that could not claim one.
+    return ChargeResult::kOverLimit;
+  }
+  Claim& c = claims_[claim];
   SlotRecord& mine = layout_->slots[slot];
   uint32_t bit = 1U << device;
   const uint64_t reserve = (mine.ctx_charged_mask & bit) ? 0 : context_reserve;
@@ -525,6 +757,8 @@ ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint6
     if (add <= limit && total <= limit - add) {
       mine.used[device] += add;
       mine.ctx_charged_mask |= bit;
+      c.used[device] = mine.used[device];
+      c.device_mask |= bit;
       result = ChargeResult::kOk;
       break;
     }
@@ -536,17 +770,30 @@ ChargeResult SharedRegion::TryCharge(int slot, int device, uint64_t bytes, uint6
   return result;
 }
 
-void SharedRegion::Uncharge(int slot, int device, uint64_t bytes) {
-  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+void SharedRegion::Uncharge(int claim, int device, uint64_t bytes) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
     return;
   }
-  uint64_t& used = layout_->slots[slot].used[device];
+  if (!claims_[claim].held) {
+    Unlock();
+    return;
+  }
+  const int slot = OwnSlotLocked(claim);
+  uint64_t& used = claims_[claim].used[device];
   used = used > bytes ? used - bytes : 0;
+  if (slot >= 0) {
+    layout_->slots[slot].used[device] = used;
+  }
   Unlock();
 }
 
-void SharedRegion::RecordExport(int slot, uint64_t key) {
-  if (slot < 0 || slot >= kMaxSlots || key == 0 || !Lock()) {
+void SharedRegion::RecordExport(int claim, uint64_t key) {
+  if (!ValidClaim(claim) || key == 0 || !Lock()) {
+    return;
+  }
+  const int slot = OwnSlotLocked(claim);
+  if (slot < 0) {
+    Unlock();
     return;
   }
   const SlotRecord& mine = layout_->slots[slot];
@@ -610,13 +857,23 @@ uint64_t SharedRegion::Used(int device) {
   return total;
 }
 
-uint64_t SharedRegion::SlotUsed(int slot, int device) {
-  if (slot < 0 || slot >= kMaxSlots || !ValidDevice(device) || !Lock()) {
+uint64_t SharedRegion::SlotUsed(int claim, int device) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
     return 0;
   }
-  uint64_t v = layout_->slots[slot].used[device];
+  const int slot = OwnSlotLocked(claim);
+  uint64_t v = slot >= 0 ? layout_->slots[slot].used[device] : 0;
   Unlock();
   return v;
+}
+
+int SharedRegion::SlotIndex(int claim) {
+  if (!ValidClaim(claim) || !Lock()) {
+    return -1;
+  }
+  const int slot = claims_[claim].held ? claims_[claim].slot : -1;
+  Unlock();
+  return slot;
 }
 
 TokenBucketState* SharedRegion::LockBucket(int device) {

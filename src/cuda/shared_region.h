@@ -11,7 +11,8 @@
 // A slot is "dead" when kill(pid, 0) fails with ESRCH, when the process has
 // exited but not been reaped (a zombie: /proc/<pid>/stat state Z with no live
 // thread left, or X), or when the PID now belongs to a process with a
-// different start time (PID reuse). A process that claims a slot frees any
+// different start time (PID reuse) and does not hold the slot's liveness
+// lock (below). A process that claims a slot frees any
 // slot with its own PID and start time: that one belongs to the program it
 // replaced by exec, which ran no cleanup.
 //
@@ -28,10 +29,26 @@
 // marked slot whose lock is gone is freed only when its live owner no
 // longer maps the region file (/proc/<pid>/maps): it execed into an image
 // that does not use the region (one that does frees it at its start).
-// Where the maps cannot be read, the slot stays.
+// Where the maps cannot be read, the slot stays. A maps line names the
+// region file by its canonical path or by its device and inode; either
+// match keeps the slot (a state dir named with a trailing slash or through
+// a link used to match neither, and a live process's slot was freed).
 //
-// Slot indices stay valid for the life of the owning process (no compaction);
-// callers keep the index, never a pointer into the mapping across calls.
+// A live process that holds its slot's liveness lock is alive whatever its
+// start time reads: under qemu-user a process's own /proc/self/stat is
+// answered by qemu, with a start time that may differ from the kernel's
+// figure that everyone else reads, and its live slot was freed. The kernel
+// drops the lock when its holder dies or execs, so a held lock whose holder
+// has the slot's pid proves that very process lives.
+//
+// Slots are never compacted, and callers keep the claim number ClaimSlot
+// returns, never a slot index or a pointer into the mapping. Each call with
+// a claim checks under the region mutex that the claim's slot still holds
+// the pid and start time it was claimed with. A slot freed while its owner
+// lived (a liveness check fooled, see above) may be claimed by another
+// process; the first owner then never touches it again, and its claim moves
+// to a free slot, carrying everything it has charged (the region object
+// keeps its own copy of that figure).
 // When no state dir is configured the region lives in private anonymous
 // memory: the same code, per-process scope.
 //
@@ -43,6 +60,7 @@
 #ifndef ACCELPOOL_CUDA_SHARED_REGION_H_
 #define ACCELPOOL_CUDA_SHARED_REGION_H_
 
+#include <limits.h>
 #include <pthread.h>
 
 #include <cstddef>
@@ -81,29 +99,38 @@ class SharedRegion {
   // Claims a slot for (pid, start_time), reclaiming dead slots and the slot
   // of the image this process replaced by exec (same pid and start time)
   // first, and takes the slot's liveness lock (marking the slot when it has
-  // it). Returns the slot index or -1 when all kMaxSlots are held by live
-  // processes.
+  // it). Returns a claim number (>= 0) for the calls below, or -1 when all
+  // kMaxSlots are held by live processes or this object holds kMaxClaims.
   int ClaimSlot(int32_t pid, uint64_t start_time);
-  // Returns the slot's usage to zero, frees it and drops its liveness lock
-  // (normal process exit).
-  void ReleaseSlot(int slot);
+  // Zeroes the claim's slot, frees it and drops its liveness lock (normal
+  // process exit); a slot that another process holds by now is left alone.
+  void ReleaseSlot(int claim);
   // Frees the slots of (pid, start_time): called once per image at its
   // start, they are the slots of the image this process replaced by exec,
   // which ran no cleanup (ClaimSlot does the same, for an image that never
   // claims).
   void ForgetReplacedImage(int32_t pid, uint64_t start_time);
+  // In a forked child: it holds none of its parent's slots (nor their
+  // liveness locks), so the parent's claims are forgotten. Takes no lock.
+  void ForgetClaimsAfterFork();
 
-  // Adds `bytes` (plus `context_reserve` the first time this slot charges
+  // The calls below that take a claim first make sure it still owns its slot
+  // (see the file comment); a claim that cannot get a slot back (all held)
+  // charges nothing and is refused with kOverLimit.
+  //
+  // Adds `bytes` (plus `context_reserve` the first time this claim charges
   // `device`) to the slot if the container total stays <= `limit`. On a would-
   // be overflow, dead slots are reclaimed and the check repeated once.
-  ChargeResult TryCharge(int slot, int device, uint64_t bytes, uint64_t limit,
+  ChargeResult TryCharge(int claim, int device, uint64_t bytes, uint64_t limit,
                          uint64_t context_reserve);
-  // Subtracts up to `bytes` from the slot (never below zero).
-  void Uncharge(int slot, int device, uint64_t bytes);
+  // Subtracts up to `bytes` from the claim (never below zero).
+  void Uncharge(int claim, int device, uint64_t bytes);
   // Container usage on `device` after reclaiming dead slots.
   uint64_t Used(int device);
-  // Bytes charged by one slot on one device.
-  uint64_t SlotUsed(int slot, int device);
+  // Bytes charged by one claim on one device.
+  uint64_t SlotUsed(int claim, int device);
+  // The slot index a claim has now, or -1 (tests, diagnostics).
+  int SlotIndex(int claim);
   // Frees the slots of dead processes; returns how many were reclaimed.
   int ReclaimDead();
   // Slots held, after reclaiming dead processes (tests, diagnostics).
@@ -114,7 +141,7 @@ class SharedRegion {
   // the memory is already charged to the exporter and is not charged again.
   // A record lasts while its exporter lives; the oldest record of a dead
   // exporter, or else the oldest record, makes room for a new one.
-  void RecordExport(int slot, uint64_t key);
+  void RecordExport(int claim, uint64_t key);
   // True when a live process of this container exported `key`.
   bool ExportedHere(uint64_t key);
 
@@ -128,21 +155,59 @@ class SharedRegion {
   bool Lock();
   void Unlock();
 
+  // The claims one object can hold at once (the shim holds one).
+  static constexpr int kMaxClaims = 32;
+
  private:
+  // What this process claimed, kept in its own memory: the identity to check
+  // its slot against, and what it has charged there, to carry to another
+  // slot when the first was taken. Guarded by the region mutex.
+  struct Claim {
+    bool held;
+    int slot;  // -1: none at the moment (all were held when it had to move).
+    int32_t pid;
+    uint64_t start_time;
+    uint32_t device_mask;  // Devices whose context reserve is charged.
+    uint64_t used[kMaxDevices];
+  };
+
   // `boot_id`: stored in a region it creates (nullptr: none).
   bool Map(int fd, bool create, const char* boot_id, char* error, size_t error_len);
   int ReclaimDeadLocked();
+  // Whether `slot` is one this very process claims through this object: it
+  // lives, whatever start time it reads for itself now (under qemu-user
+  // each thread reads its own). REQUIRES: the region mutex held.
+  bool ClaimedHereLocked(int slot, const SlotRecord& s, int32_t self) const;
+  // Whether the owner of `slot` holds the slot's liveness lock (and so lives).
+  bool HeldByItsOwner(int slot, const SlotRecord& s, int32_t self) const;
   // A slot whose owner lives but execed into an image that does not use the
   // region: its liveness lock is gone and the process no longer maps the
   // region file.
   bool LeftByExec(int slot, const SlotRecord& s, int32_t self) const;
   // Takes (F_WRLCK) or drops (F_UNLCK) the liveness lock of `slot`.
   bool SetLivenessLock(int slot, short type);
+  // Drops this process's liveness lock on `slot` unless another of its
+  // claims sits there (the lock is per process, not per claim).
+  void DropLockUnlessClaimedLocked(int slot, int except_claim);
+  // The claim's slot index after making sure the slot is still the claim's,
+  // moving it to a free slot when not; -1 when the claim is not held or no
+  // slot is free. REQUIRES: the region mutex held.
+  int OwnSlotLocked(int claim);
+  bool ValidClaim(int claim) const { return claim >= 0 && claim < kMaxClaims; }
+  // Remembers the device and inode of the region file open as `fd`.
+  void RememberFileId(int fd);
 
   RegionLayout* layout_ = nullptr;
   size_t mapped_size_ = 0;
   int fd_ = -1;  // The region file, open while mapped: its record locks live on it.
-  char path_[kMaxPathLen + 32] = {};  // The region file's path ("" for private memory).
+  // The region file's canonical path ("" for private memory), and its device
+  // and inode when fstat answered: how other processes' maps name it.
+  char path_[PATH_MAX + 32] = {};
+  bool have_inode_ = false;
+  uint64_t file_dev_major_ = 0;
+  uint64_t file_dev_minor_ = 0;
+  uint64_t file_inode_ = 0;
+  Claim claims_[kMaxClaims] = {};
 };
 
 // Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -169,12 +170,34 @@ TEST_F(SharedRegionTest, ExportsAreKnownWhileTheirExporterLives) {
 }
 
 TEST_F(SharedRegionTest, ReusedPidWithAnotherStartTimeIsDead) {
+  // The slot of an earlier process that had this pid: claimed through a
+  // mapping of its own (a process never takes its own claims for dead ones).
+  SharedRegion earlier;
+  Open(earlier);
+  int stale = earlier.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 12345);
+  ASSERT_GE(stale, 0);
+  ASSERT_EQ(earlier.TryCharge(stale, 0, 100 * kMiB, kGiB, 0), ChargeResult::kOk);
   SharedRegion r;
   Open(r);
-  int stale = r.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 12345);
-  ASSERT_GE(stale, 0);
-  ASSERT_EQ(r.TryCharge(stale, 0, 100 * kMiB, kGiB, 0), ChargeResult::kOk);
   EXPECT_EQ(r.ReclaimDead(), 1);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+// Under qemu-user each thread of a process reads its own start time in
+// /proc/self/stat: a thread that charged after another had claimed took
+// the process's own slot for a reused pid's and freed it, charges and all.
+// A process never takes a slot it claims for a dead one.
+TEST_F(SharedRegionTest, AProcessNeverTakesItsOwnClaimForADeadOne) {
+  SharedRegion r;
+  Open(r);
+  const int mine = r.ClaimSlot(Pid(), ProcessStartTime(Pid()) + 1);  // As another thread read it.
+  ASSERT_GE(mine, 0);
+  ASSERT_EQ(r.TryCharge(mine, 0, 900 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.ReclaimDead(), 0);
+  EXPECT_EQ(r.Used(0), 900 * kMiB);
+  EXPECT_EQ(r.TryCharge(mine, 0, 200 * kMiB, kGiB, 0), ChargeResult::kOverLimit)
+      << "the reclaim before a refusal keeps it too";
+  r.ReleaseSlot(mine);
   EXPECT_EQ(r.Used(0), 0u);
 }
 
@@ -783,7 +806,7 @@ TEST_F(SharedRegionTest, AReleasedSlotDropsItsLockForTheNextOwner) {
   SharedRegion r;
   Open(r);
   const int slot = r.ClaimSlot(Pid(), ProcessStartTime(Pid()));
-  ASSERT_EQ(slot, 0);
+  ASSERT_EQ(r.SlotIndex(slot), 0);
   r.ReleaseSlot(slot);
   pid_t holder = ForkHolder(dir_, 10 * kMiB, false, nullptr);
   ASSERT_GT(holder, 0);
@@ -797,6 +820,149 @@ TEST_F(SharedRegionTest, AReleasedSlotDropsItsLockForTheNextOwner) {
   kill(holder, SIGKILL);
   waitpid(holder, nullptr, 0);
   EXPECT_EQ(ReadFromOutside(dir_).probed.processes, 0);
+}
+
+// What a fooled liveness check does to a live process: this process loses
+// its liveness locks (it closes a descriptor of the region file, as a
+// program that closes descriptors it did not open does), and a check that
+// misjudges it (a start time qemu-user answers differently, a maps line not
+// matched) frees its slot `slot`.
+void FreeSlotWhileItsOwnerLives(const std::string& path, int slot) {
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* mem = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);  // Drops every liveness lock this process holds on the file.
+  ASSERT_NE(mem, MAP_FAILED);
+  std::memset(&static_cast<RegionLayout*>(mem)->slots[slot], 0, sizeof(SlotRecord));
+  munmap(mem, sizeof(RegionLayout));
+}
+
+RegionLayout ReadLayout(const std::string& dir) {
+  RegionLayout layout{};
+  const std::string bytes = ReadAll(dir + "/" + kRegionFileName);
+  EXPECT_EQ(bytes.size(), sizeof(layout));
+  std::memcpy(static_cast<void*>(&layout), bytes.data(), std::min(bytes.size(), sizeof(layout)));
+  return layout;
+}
+
+// A process whose slot was freed while it lived, and then claimed by another
+// process, used to go on charging and freeing in the other's slot, and its
+// exit zeroed it: the container went past its cap. Its calls now find the
+// slot is not theirs, leave it alone, and carry its charge to a free slot.
+TEST_F(SharedRegionTest, ASlotReclaimedWhileItsProcessLivesLosesNoCharge) {
+  SharedRegion r;
+  Open(r);
+  const int mine = r.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  ASSERT_GE(mine, 0);
+  ASSERT_EQ(r.TryCharge(mine, 0, 600 * kMiB, kGiB, 0), ChargeResult::kOk);
+  ASSERT_EQ(ReadLayout(dir_).slots[0].pid, Pid());
+  FreeSlotWhileItsOwnerLives(dir_ + "/" + kRegionFileName, 0);
+  pid_t other = ForkHolder(dir_, 300 * kMiB, false, nullptr);
+  ASSERT_GT(other, 0);
+  ASSERT_EQ(ReadLayout(dir_).slots[0].pid, other) << "the other process took the freed slot";
+
+  r.Uncharge(mine, 0, 100 * kMiB);
+  EXPECT_EQ(ReadLayout(dir_).slots[0].used[0], 300 * kMiB) << "the other's slot is untouched";
+  EXPECT_EQ(r.Used(0), 800 * kMiB) << "the other's 300 MiB and this process's 500 MiB";
+  EXPECT_EQ(r.TryCharge(mine, 0, 300 * kMiB, kGiB, 0), ChargeResult::kOverLimit);
+  EXPECT_EQ(r.TryCharge(mine, 0, 200 * kMiB, kGiB, 0), ChargeResult::kOk);
+  EXPECT_EQ(r.Used(0), 1000 * kMiB);
+  r.ReleaseSlot(mine);
+  EXPECT_EQ(r.Used(0), 300 * kMiB) << "this process's exit leaves the other's charge";
+  EXPECT_EQ(ReadLayout(dir_).slots[0].pid, other);
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  EXPECT_EQ(r.Used(0), 0u);
+}
+
+// Under qemu-user a process's own /proc/self/stat is answered by qemu, and
+// the start time it records may differ from the kernel's figure that other
+// processes read: its live slot looked like a reused pid's and was freed.
+// The liveness lock it holds says it lives.
+TEST_F(SharedRegionTest, AProcessHoldingItsLivenessLockKeepsItsSlotWhateverItsStartTimeReads) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    SharedRegion mine;
+    char error[256];
+    if (!mine.OpenFile(dir_.c_str(), error, sizeof(error))) {
+      _exit(1);
+    }
+    const auto pid = static_cast<int32_t>(getpid());
+    const int claim = mine.ClaimSlot(pid, ProcessStartTime(pid) + 1);  // One tick off.
+    mine.TryCharge(claim, 0, 300 * kMiB, kGiB, 0);
+    char c = 'x';
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  SharedRegion r;
+  Open(r);
+  EXPECT_EQ(r.Used(0), 300 * kMiB) << "alive, holding its lock";
+  EXPECT_EQ(r.SlotsInUse(), 1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(r.Used(0), 0u) << "its lock went with it: the start time decides again";
+  close(ready[0]);
+  close(ready[1]);
+}
+
+// A live process that loses its liveness lock (it closes every descriptor it
+// did not open itself) keeps its slot while it maps the region, however the
+// process that looks at its maps named the state dir: with a trailing slash
+// or through a symbolic link, the path it looked for was never in the maps,
+// and the live process's slot and charges were dropped.
+TEST_F(SharedRegionTest, AProcessThatLostItsLockKeepsItsSlotHoweverTheStateDirIsNamed) {
+  const std::string link = dir_ + "/link";
+  ASSERT_EQ(symlink(dir_.c_str(), link.c_str()), 0);
+  for (const std::string& named : {dir_ + "/", dir_ + "//", link, link + "/"}) {
+    SCOPED_TRACE(named);
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    pid_t closer = fork();
+    ASSERT_GE(closer, 0);
+    if (closer == 0) {
+      close(ready[0]);
+      SharedRegion mine;
+      char error[256];
+      if (!mine.OpenFile(dir_.c_str(), error, sizeof(error))) {
+        _exit(1);
+      }
+      // Start time 0 (unknown): the maps alone decide, also under qemu-user,
+      // where other processes read another start time than this one's own.
+      mine.TryCharge(mine.ClaimSlot(static_cast<int32_t>(getpid()), 0), 0, 300 * kMiB, kGiB, 0);
+      char claimed = 'x';
+      (void)!write(ready[1], &claimed, 1);
+      for (int fd = 3; fd < 1024; ++fd) {
+        if (fd != ready[1]) {
+          close(fd);  // The region's descriptor too: its lock goes, its mapping stays.
+        }
+      }
+      char done = 'y';
+      (void)!write(ready[1], &done, 1);
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    char c = 0;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    {
+      SharedRegion r;
+      char error[256] = {};
+      ASSERT_TRUE(r.OpenFile(named.c_str(), error, sizeof(error))) << error;
+      EXPECT_EQ(r.Used(0), 300 * kMiB) << "alive and still mapping the region: kept";
+      EXPECT_EQ(r.SlotsInUse(), 1);
+    }
+    kill(closer, SIGKILL);
+    waitpid(closer, nullptr, 0);
+  }
+  unlink(link.c_str());
 }
 
 }  // namespace

@@ -166,6 +166,9 @@ void ChildAfterFork() {
     s.graph_idle_claimed[d] = 0;
   }
   s.slot = -1;
+  if (s.region != nullptr) {
+    s.region->ForgetClaimsAfterFork();  // The parent's slot is the parent's.
+  }
   for (AllocTable* t : {s.pointers, s.arrays, s.vmm_handles, s.vmm_maps, s.ipc, s.graph_execs,
                         s.pool_homes, s.heaps, s.contexts}) {
     if (t != nullptr) {

@@ -141,7 +141,7 @@ struct ShimState {
   // --- Accounting; region opened in EnsureInit when a limit is on.
   SharedRegion* region = nullptr;
   pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;  // Guards the fields below.
-  int slot = -1;                                       // Region slot of this process.
+  int slot = -1;  // This process's claim on a region slot (SharedRegion::ClaimSlot).
   AllocTable* pointers = nullptr;  // cuMemAlloc*, managed, async, pool allocations
                                    // (record.link: pool charged by reserve, else 0;
                                    // record.context: see Owner, accounting.h).

@@ -1093,6 +1093,44 @@ TEST(ShimTest, AHandleOpenedTwiceIsChargedOnceUntilItsLastClose) {
   }
 }
 
+// Two threads open one handle at once: the driver gives both the same
+// pointer and counts two references. Both used to miss each other's record
+// and charge; the second record replaced the first as a stale one, so one
+// record stood for two references, and the first close returned the charge
+// while the driver still mapped the memory (near the cap, the second charge
+// was refused instead, and an import that cost nothing more failed). The
+// second open now takes a reference on the first one's record.
+TEST(ShimTest, AHandleOpenedByTwoThreadsAtOnceIsChargedOnceUntilItsLastClose) {
+  struct Case {
+    const char* limit_mib;
+    uint64_t held;
+    uint64_t opened;  // Free memory with both open, and after the first close.
+  };
+  for (const Case& c : {Case{"128", 0, 80 * kMiB}, Case{"64", 0, 16 * kMiB},
+                        // Refused at the cap, but the other thread's open
+                        // already holds the mapping: it counts, past the cap.
+                        Case{"64", 32 * kMiB, 0}}) {
+    SCOPED_TRACE(std::string(c.limit_mib) + " MiB, " + std::to_string(c.held) + " held");
+    const uint64_t limit = std::stoull(c.limit_mib) * kMiB;
+    ProcessResult r =
+        Probe({"direct", "ipcrace", std::to_string(48 * kMiB), std::to_string(c.held)},
+              {{"ACCELPOOL_CUDA_MEMORY_LIMIT", c.limit_mib}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto kv = ParseKeyValues(r.out);
+    EXPECT_EQ(U(kv, "hold_rc"), 0u);
+    EXPECT_EQ(U(kv, "rc1"), 0u);
+    EXPECT_EQ(U(kv, "rc2"), 0u);
+    EXPECT_EQ(U(kv, "same"), 1u);
+    EXPECT_EQ(U(kv, "opened"), c.opened);
+    EXPECT_EQ(U(kv, "close1_rc"), 0u);
+    EXPECT_EQ(U(kv, "closed_once"), c.opened) << "still mapped, still charged";
+    EXPECT_EQ(U(kv, "close2_rc"), 0u);
+    EXPECT_EQ(U(kv, "closed_twice"), limit - c.held);
+    EXPECT_EQ(r.err.find("handed out again"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("past the container's cap") != std::string::npos, c.held != 0) << r.err;
+  }
+}
+
 TEST(ShimTest, AMipmappedArrayIsChargedEveryLevel) {
   for (const char* path : {"direct", "dlsym", "procaddr"}) {
     SCOPED_TRACE(path);

@@ -102,6 +102,11 @@
 //   ipctwice <bytes>         the same handle of <bytes> opened twice (the fake
 //                            counts the opens, as a real driver does), then
 //                            closed twice
+//   ipcrace <bytes> <held>   with <held> bytes allocated, the same handle of
+//                            <bytes> opened by two threads at once (the fake
+//                            counts the opens): the second opens while the
+//                            first, inside the shim, asks the size of what
+//                            it imported; then both closed
 //   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
 //                            over while this one forks; each child looks it
 //                            up once; how many children hung
@@ -1992,6 +1997,43 @@ int IpcTwice(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// Two threads open one handle at once: the driver gives both the same
+// pointer, with two references, and unmaps it at the second close.
+int IpcRace(const Api& a, uint64_t bytes, uint64_t held) {
+  fakecuda_IpcRefcounted(1);
+  CUdeviceptr hold = 0;
+  CUresult hold_rc = held != 0 ? a.alloc(&hold, held) : CUDA_SUCCESS;
+  struct Race {
+    const Api* a;
+    CUipcMemHandle handle;
+    CUdeviceptr p;
+    CUresult rc;
+  };
+  Race race{&a, {}, 0, CUDA_ERROR_INVALID_VALUE};
+  std::memcpy(race.handle.reserved, &bytes, sizeof(bytes));
+  fakecuda_OnNextAddressRange(
+      [](void* ctx) {
+        auto* r = static_cast<Race*>(ctx);
+        std::thread other([r] { r->rc = r->a->ipc_open(&r->p, r->handle, 1); });
+        other.join();
+      },
+      &race);
+  CUdeviceptr p = 0;
+  CUresult rc = a.ipc_open(&p, race.handle, 1);
+  std::printf("hold_rc=%d rc1=%d rc2=%d same=%d opened=%zu\n", hold_rc, rc, race.rc,
+              p == race.p ? 1 : 0, FreeBytes(a));
+  CUresult close1 = a.ipc_close(p);
+  size_t closed_once = FreeBytes(a);
+  CUresult close2 = a.ipc_close(race.p);
+  size_t closed_twice = FreeBytes(a);
+  if (hold != 0) {
+    a.free(hold);
+  }
+  std::printf("close1_rc=%d closed_once=%zu close2_rc=%d closed_twice=%zu\n", close1, closed_once,
+              close2, closed_twice);
+  return 0;
+}
+
 // A 4096 x 4096 8-bit mipmapped array with 3 levels holds 16 + 4 + 1 MiB.
 int MipmapLevels(const Api& a) {
   size_t before = FreeBytes(a);
@@ -2381,6 +2423,9 @@ int main(int argc, char** argv) {
   }
   if (command == "forkbind" && argc == 4) {
     return ForkBind(std::atoi(argv[3]));
+  }
+  if (command == "ipcrace" && argc == 5) {
+    return IpcRace(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
   }
   if (command == "ipctwice" && argc == 4) {
     return IpcTwice(a, std::strtoull(argv[3], nullptr, 10));

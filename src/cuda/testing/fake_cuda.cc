@@ -1150,6 +1150,16 @@ FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr p) 
 }
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   State& s = S();
+  void (*on_address_range)(void*) = nullptr;
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    std::swap(on_address_range, s.on_address_range);
+    std::swap(ctx, s.on_address_range_ctx);
+  }
+  if (on_address_range != nullptr) {
+    on_address_range(ctx);
+  }
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.allocations.find(p);
   if (it == s.allocations.end()) {
@@ -1196,6 +1206,17 @@ FAKE_EXPORT void fakecuda_OnNextCtxDestroy(void (*fn)(void*), void* ctx) {
   std::lock_guard<std::mutex> lock(s.mu);
   s.on_ctx_destroy = fn;
   s.on_ctx_destroy_ctx = ctx;
+}
+
+// Runs fn(ctx) once, inside the next cuMemGetAddressRange, before it
+// answers: the shim asks it the size of an IPC import it is about to charge,
+// so this replays another thread's call landing while an import is half
+// accounted.
+FAKE_EXPORT void fakecuda_OnNextAddressRange(void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_address_range = fn;
+  s.on_address_range_ctx = ctx;
 }
 
 // The next cuCtxCreate* returns `handle` (above the primary contexts' and

@@ -156,6 +156,10 @@ struct State {
   // driver has destroyed the context (fakecuda_OnNextCtxDestroy).
   void (*on_ctx_destroy)(void*) = nullptr;
   void* on_ctx_destroy_ctx = nullptr;
+  // A callback run once inside the next cuMemGetAddressRange, before it
+  // answers (fakecuda_OnNextAddressRange).
+  void (*on_address_range)(void*) = nullptr;
+  void* on_address_range_ctx = nullptr;
   CUdeviceptr reuse_address = 0;
   // IPC opens as the real driver counts them (fakecuda_IpcRefcounted): a
   // handle already open returns its pointer with one more reference, and
