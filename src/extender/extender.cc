@@ -1005,8 +1005,9 @@ bool Extender::Narrow(Preemption& p, const std::string& nominated) const {
   // preemptor carries it, does not.)
   std::map<std::string, std::vector<std::string>> took_effect;
   for (const auto& [node, uids] : p.victims) {
+    const std::string& on = node;  // a structured binding: clang before 16 cannot capture it
     if (std::any_of(uids.begin(), uids.end(),
-                    [&](const std::string& uid) { return !Holds(uid, node); })) {
+                    [&](const std::string& uid) { return !Holds(uid, on); })) {
       took_effect.emplace(node, uids);
     }
   }
@@ -1227,8 +1228,9 @@ void Extender::AwaitVictims(const PodInfo& pod, const std::vector<std::string>& 
     size_t n = 0;
     for (const auto& [node, uids] : p.victims) {
       if (!asked.contains(node)) continue;
+      const std::string& on = node;  // a structured binding: clang before 16 cannot capture it
       n += static_cast<size_t>(std::count_if(
-          uids.begin(), uids.end(), [&](const std::string& uid) { return Holds(uid, node); }));
+          uids.begin(), uids.end(), [&](const std::string& uid) { return Holds(uid, on); }));
     }
     return n;
   };
