@@ -15,9 +15,11 @@
 //                       [--policy=accelpool] [--filter-threads=0 (one per core, at most 4)]
 //                       [--shapes=1]
 //                       [--client=socket|cpprest] [--workload-shapes=0] [--host]
+//                       [--heartbeats=R]
 // --workload-shapes=N scores against N synthetic learned shapes (devices,
 // compute, host CPU and memory varied) instead of the built-in mix (0);
 // --host gives every node an allocatable and tracks host requests.
+// --heartbeats=R measures node updates instead (HeartbeatBench below).
 // --client: http::HttpClient's transport: socket (default) = kept-alive
 // connections with blocking I/O in the calling thread, as kube-scheduler's
 // client; cpprest = cpprestsdk's asynchronous client.
@@ -35,8 +37,11 @@
 #include <thread>
 #include <vector>
 
+#include "api/inventory_codec.h"
 #include "core/profiles.h"
+#include "extender/convert.h"
 #include "extender/handlers.h"
+#include "extender/kube_adapters.h"
 #include "extender/server.h"
 #include "extender/wire.h"
 #include "http/http.h"
@@ -196,6 +201,119 @@ std::vector<core::TaskShape> SyntheticWorkload(int n) {
   return out;
 }
 
+// --heartbeats=R: node updates while pods are planned, R a second over the
+// cluster, fed through CacheFeeder as the node watch feeds them. Three runs of
+// `requests` filter+prioritize cycles (called in process, no HTTP) on one
+// cluster: with no updates (the baseline), with status-only updates (a
+// kubelet heartbeat: skipped, nothing rebuilt) and with updates that change a
+// label (applied: the node's snapshot is rebuilt, its pods counted again and
+// its plans dropped from the memo, as every heartbeat was before unchanged
+// updates were skipped). Prints one JSON line with each run's cycle
+// percentiles, their ratios to the baseline, and what one update cost.
+int HeartbeatBench(int nodes, int requests, int rate, int shape_count) {
+  Cache cache;
+  FillCluster(cache, nodes, false);
+  CacheFeeder feeder(cache, Logger());
+  std::vector<Json> objects;
+  for (int i = 0; i < nodes; ++i) {
+    const std::string name = "node-" + std::to_string(i);
+    StatusOr<core::NodeInventory> inv = core::MakeProfileNode("nvidia-hgx-8", name);
+    if (!inv.ok()) return 1;
+    for (core::Device& d : inv->devices) d.max_shares = 4;
+    api::InventoryDocument doc;
+    doc.generation = 1;
+    doc.inventories.push_back(*inv);
+    Json node = {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata",
+                  {{"name", name},
+                   {"labels", {{kSuperNodeLabel, "sn-" + std::to_string(i / 48)}, {"beat", "0"}}},
+                   {"annotations", {{api::kInventoryAnnotation, api::SerializeInventory(doc)}}}}},
+                 {"status", {{"conditions", Json::array()}}}};
+    feeder.OnNode(node);  // the reservations FillCluster made stay counted
+    objects.push_back(std::move(node));
+  }
+  ExtenderOptions eo;
+  auto ext = Extender::Create(cache, eo, nullptr, nullptr, nullptr, Logger());
+  if (!ext.ok()) return 1;
+  std::vector<std::string> names;
+  for (int i = 0; i < nodes; ++i) names.push_back("node-" + std::to_string(i));
+  std::vector<PodInfo> pods;
+  for (int k = 0; k < shape_count; ++k) {
+    StatusOr<PodInfo> pod = PodInfoFromJson(Json::parse(ArgsBody("hb", {}, k))["Pod"]);
+    if (!pod.ok()) {
+      std::fprintf(stderr, "%s\n", pod.status().ToString().c_str());
+      return 1;
+    }
+    pods.push_back(*pod);
+  }
+  struct Run {
+    std::vector<double> cycle_ms, update_us;
+  };
+  auto run = [&](const std::string& kind) {
+    Run out;
+    std::atomic<bool> stop{false};
+    std::thread updates([&] {
+      if (kind == "none") return;
+      const auto period = std::chrono::microseconds(1000000 / std::max(1, rate));
+      auto next = std::chrono::steady_clock::now();
+      for (uint64_t n = 0; !stop.load(); ++n) {
+        Json& node = objects[n % objects.size()];
+        const std::string beat = std::to_string(n);
+        if (kind == "status") {
+          node["status"]["conditions"] = {{{"type", "Ready"}, {"lastHeartbeatTime", beat}}};
+        } else {
+          node["metadata"]["labels"]["beat"] = beat;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        feeder.OnNode(node);
+        out.update_us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+        next += period;
+        std::this_thread::sleep_until(next);
+      }
+    });
+    for (int i = 0; i < requests; ++i) {
+      PodInfo pod = pods[static_cast<size_t>(i % shape_count)];
+      pod.ref.uid = kind + "-" + std::to_string(i);
+      const auto t0 = std::chrono::steady_clock::now();
+      FilterDecision d = (*ext)->Filter(pod, names);
+      (void)(*ext)->Prioritize(pod, d.fits);
+      out.cycle_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    stop = true;
+    updates.join();
+    return out;
+  };
+  for (int i = 0; i < 5; ++i) (void)run("none");  // warm the memo
+  const Run quiet = run("none");
+  const Run status = run("status");
+  const Run labels = run("labels");
+  const double q50 = std::max(1e-6, Percentile(quiet.cycle_ms, 0.5));
+  const double q99 = std::max(1e-6, Percentile(quiet.cycle_ms, 0.99));
+  std::printf(
+      "{\"heartbeats\": true, \"nodes\": %d, \"updates_per_s\": %d, \"shapes\": %d, "
+      "\"requests\": %d, \"quiet_cycle_p50_ms\": %.3f, \"quiet_cycle_p99_ms\": %.3f, "
+      "\"status_cycle_p50_ms\": %.3f, \"status_cycle_p99_ms\": %.3f, "
+      "\"changing_cycle_p50_ms\": %.3f, \"changing_cycle_p99_ms\": %.3f, "
+      "\"status_over_quiet_p50\": %.2f, \"status_over_quiet_p99\": %.2f, "
+      "\"changing_over_quiet_p50\": %.2f, \"changing_over_quiet_p99\": %.2f, "
+      "\"status_update_p50_us\": %.1f, \"changing_update_p50_us\": %.1f, "
+      "\"updates_skipped\": %llu, \"updates_applied\": %llu}\n",
+      nodes, rate, shape_count, requests, q50, q99, Percentile(status.cycle_ms, 0.5),
+      Percentile(status.cycle_ms, 0.99), Percentile(labels.cycle_ms, 0.5),
+      Percentile(labels.cycle_ms, 0.99), Percentile(status.cycle_ms, 0.5) / q50,
+      Percentile(status.cycle_ms, 0.99) / q99, Percentile(labels.cycle_ms, 0.5) / q50,
+      Percentile(labels.cycle_ms, 0.99) / q99, Percentile(status.update_us, 0.5),
+      Percentile(labels.update_us, 0.5),
+      static_cast<unsigned long long>(feeder.NodeUpdatesUnchanged()),
+      static_cast<unsigned long long>(feeder.NodeUpdatesApplied()));
+  std::fflush(stdout);
+  return 0;
+}
+
 int Bench(int nodes, int requests, int clients, const std::string& policy, int filter_threads,
           int shape_count, const std::string& client_kind, int workload_shapes, bool host) {
   Shapes shapes;
@@ -322,6 +440,7 @@ int main(int argc, char** argv) {
   std::string client_kind = "socket";
   int workload_shapes = 0;
   bool host = false;
+  int heartbeats = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -343,6 +462,8 @@ int main(int argc, char** argv) {
       shape_count = std::max(1, std::atoi(sh));
     } else if (const char* w = value("workload-shapes")) {
       workload_shapes = std::max(0, std::atoi(w));
+    } else if (const char* h = value("heartbeats")) {
+      heartbeats = std::max(1, std::atoi(h));
     } else if (a == "--host") {
       host = true;
     } else if (const char* t = value("filter-threads")) {
@@ -355,11 +476,18 @@ int main(int argc, char** argv) {
           stderr,
           "usage: extender_bench [--nodes=1250,5000] [--requests=200] [--clients=2] "
           "[--policy=accelpool] [--filter-threads=0 (one per core, at most 4)] [--shapes=1] "
-          "[--client=socket|cpprest] [--workload-shapes=0] [--host]\n");
+          "[--client=socket|cpprest] [--workload-shapes=0] [--host] [--heartbeats=R]\n");
       return 2;
     }
   }
   for (int n : sizes) {
+    if (heartbeats > 0) {
+      if (int rc = accelpool::extender::HeartbeatBench(n, requests, heartbeats, shape_count);
+          rc != 0) {
+        return rc;
+      }
+      continue;
+    }
     if (int rc = accelpool::extender::Bench(n, requests, clients, policy, filter_threads,
                                             shape_count, client_kind, workload_shapes, host);
         rc != 0) {

@@ -163,8 +163,8 @@ void Cache::RemoveNode(const std::string& name) {
   if (auto it = shard.nodes.find(name); it != shard.nodes.end()) {
     NoteSnapshot(it->second.get(), nullptr);
     shard.nodes.erase(it);
+    Touch();
   }
-  Touch();
 }
 
 void Cache::NoteSnapshot(const NodeSnapshot* before, const NodeSnapshot* after) {

@@ -128,6 +128,7 @@ StatusOr<PodInfo> PodInfoFromJson(const nlohmann::json& pod) {
   return info;
 }
 
+// Reads metadata.name and what NodeInputs covers, nothing else.
 StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
   NodeEntry e;
   e.name = StringAt(node, {"metadata", "name"});
@@ -167,6 +168,20 @@ StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node) {
   e.inventories = std::move(doc->inventories);
   ApplyCordon(StringAt(node, {"metadata", "annotations", kCordonedDevicesAnnotation}), e);
   return e;
+}
+
+std::string NodeInputs(const nlohmann::json& node) {
+  // Whole sections, not the fields read from them, so that a field read
+  // later cannot be missed here.
+  nlohmann::json in = nlohmann::json::array();
+  for (const auto& path : {std::initializer_list<const char*>{"metadata", "labels"},
+                           std::initializer_list<const char*>{"metadata", "annotations"},
+                           std::initializer_list<const char*>{"spec", "taints"},
+                           std::initializer_list<const char*>{"status", "allocatable"}}) {
+    const nlohmann::json* v = ValueAt(node, path);
+    in.push_back(v == nullptr ? nlohmann::json() : *v);
+  }
+  return in.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<api::Assignment> ToApiAssignment(const PodAssignment& a, const NodeSnapshot& snap,

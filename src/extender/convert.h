@@ -63,6 +63,13 @@ struct NodeEntry {
 // does not parse is reported inside the entry, not as an error.
 StatusOr<NodeEntry> NodeEntryFromJson(const nlohmann::json& node);
 
+// The parts of a Node object NodeEntryFromJson reads besides its name
+// (labels, annotations, taints, allocatable), as one string: two objects of
+// one name with equal strings give equal entries. A node's status is updated
+// every few minutes for its heartbeat; this tells such an update from one
+// that changes what the cache holds.
+std::string NodeInputs(const nlohmann::json& node);
+
 // The protocol document for `a` (`snap` supplies device ids; `pod` the
 // container names and the resources they asked through).
 StatusOr<api::Assignment> ToApiAssignment(const PodAssignment& a, const NodeSnapshot& snap,

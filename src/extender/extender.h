@@ -204,6 +204,7 @@ struct ExtenderMetrics {
   CounterFamily* workload_rebuilds = nullptr;
   CounterFamily* workload_store = nullptr;  // {op=load|save, result=ok|missing|failed}; PodLoad
   CounterFamily* admissions = nullptr;      // route (devices|host-pods), result; Webhook
+  CounterFamily* node_updates = nullptr;    // result (applied|unchanged); CacheFeeder
 
   static StatusOr<ExtenderMetrics> Register(MetricsRegistry& registry);
 };

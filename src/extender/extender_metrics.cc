@@ -102,6 +102,15 @@ StatusOr<ExtenderMetrics> ExtenderMetrics::Register(MetricsRegistry& r) {
       "/mutate-host-pods) and result (mutated|unchanged|refused|bad_request|error).",
       {"route", "result"});
   ACCELPOOL_RETURN_IF_ERROR(admissions.status());
+  auto node_updates = r.AddCounter(
+      "accelpool_extender_node_updates_total",
+      "Node objects from the watch or a re-read, by result: applied (the cache's entry was "
+      "rebuilt) or unchanged (labels, annotations, taints and allocatable as applied before: a "
+      "status heartbeat; nothing is rebuilt and plans stay valid).",
+      {"result"});
+  ACCELPOOL_RETURN_IF_ERROR(node_updates.status());
+  m.node_updates = *node_updates;
+  for (const char* result : {"applied", "unchanged"}) m.node_updates->WithLabels({result});
   for (const Status& s :
        {host_free.status(), host_pods.status(), shapes.status(),     arrivals.status(),
         rebuilds.status(),  store.status(),     latency.status(),    requests.status(),

@@ -255,41 +255,96 @@ std::string NodeName(const nlohmann::json& node) {
 
 void CacheFeeder::OnNode(const nlohmann::json& node) {
   std::lock_guard<std::mutex> lock(node_mu_);
-  ++node_events_[NodeName(node)];
+  NoteNodeEvent(NodeName(node), /*deleted=*/false);
   ApplyNode(node);
 }
 
 void CacheFeeder::OnNodeDeleted(const nlohmann::json& node) {
   std::lock_guard<std::mutex> lock(node_mu_);
-  ++node_events_[NodeName(node)];
+  NoteNodeEvent(NodeName(node), /*deleted=*/true);
   ApplyNodeDeleted(node);
 }
 
-uint64_t CacheFeeder::NodeEvents(const std::string& node) const {
+void CacheFeeder::NoteNodeEvent(const std::string& name, bool deleted) {
+  const uint64_t seq = ++node_seq_;
+  last_event_[name] = seq;
+  const auto now = std::chrono::steady_clock::now();
+  if (deleted) deleted_.push_back(Deleted{now, name, seq});
+  while (!deleted_.empty() && now - deleted_.front().when >= deleted_memory_) {
+    const Deleted& d = deleted_.front();
+    // A node created again under the name keeps its newer record.
+    if (auto it = last_event_.find(d.node); it != last_event_.end() && it->second == d.seq) {
+      last_event_.erase(it);
+    }
+    forgotten_seq_ = std::max(forgotten_seq_, d.seq);
+    deleted_.pop_front();
+  }
+}
+
+uint64_t CacheFeeder::NodeEvents() const {
   std::lock_guard<std::mutex> lock(node_mu_);
-  auto it = node_events_.find(node);
-  return it == node_events_.end() ? 0 : it->second;
+  return node_seq_;
 }
 
 bool CacheFeeder::OnNodeRead(const nlohmann::json& node, uint64_t events_before) {
   std::lock_guard<std::mutex> lock(node_mu_);
-  auto it = node_events_.find(NodeName(node));
-  if ((it == node_events_.end() ? 0 : it->second) != events_before) return false;
+  // Begun before a deletion no longer remembered: it may read that node.
+  if (events_before < forgotten_seq_) return false;
+  auto it = last_event_.find(NodeName(node));
+  if (it != last_event_.end() && it->second > events_before) return false;
   ApplyNode(node);
   return true;
 }
 
+void CacheFeeder::SetDeletedNodeMemory(std::chrono::steady_clock::duration d) {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  deleted_memory_ = d;
+}
+
+size_t CacheFeeder::NodesRemembered() const {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  return last_event_.size();
+}
+
+uint64_t CacheFeeder::NodeUpdatesApplied() const {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  return updates_applied_;
+}
+
+uint64_t CacheFeeder::NodeUpdatesUnchanged() const {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  return updates_unchanged_;
+}
+
 void CacheFeeder::ApplyNode(const nlohmann::json& node) {
+  const std::string name = NodeName(node);
+  std::string inputs = NodeInputs(node);
+  if (auto it = applied_inputs_.find(name);
+      it != applied_inputs_.end() && it->second == inputs && cache_.Node(name) != nullptr) {
+    // A heartbeat: rebuilding would change nothing but the entry's version,
+    // which would void every plan made on the node.
+    ++updates_unchanged_;
+    if (metrics_ != nullptr && metrics_->node_updates != nullptr) {
+      metrics_->node_updates->WithLabels({"unchanged"}).Inc();
+    }
+    return;
+  }
+  applied_inputs_.erase(name);
   StatusOr<NodeEntry> e = NodeEntryFromJson(node);
   if (!e.ok()) {
     log_.Warn("node skipped", {{"error", e.status().message()}});
     return;
+  }
+  ++updates_applied_;
+  if (metrics_ != nullptr && metrics_->node_updates != nullptr) {
+    metrics_->node_updates->WithLabels({"applied"}).Inc();
   }
   if (!e->has_inventory) {
     cache_.RemoveNode(e->name);  // no accelpool devices (or the plugin is gone)
     ForgetCordon(e->name);
     return;
   }
+  applied_inputs_[e->name] = std::move(inputs);
   ReportCordon(*e);
   if (!e->inventories.ok()) {
     log_.Warn("node inventory does not parse; node kept without devices",
@@ -310,6 +365,7 @@ void CacheFeeder::ApplyNode(const nlohmann::json& node) {
 }
 
 void CacheFeeder::ApplyNodeDeleted(const nlohmann::json& node) {
+  applied_inputs_.erase(NodeName(node));
   StatusOr<NodeEntry> e = NodeEntryFromJson(node);
   if (e.ok()) {
     cache_.RemoveNode(e->name);
@@ -414,7 +470,7 @@ bool NodeRefresher::Refresh(const std::string& node) {
   if (!limit_.Allow(node)) {
     return false;
   }
-  const uint64_t events_before = feeder_.NodeEvents(node);
+  const uint64_t events_before = feeder_.NodeEvents();
   StatusOr<nlohmann::json> got = client_.Get(kube::Nodes(), "", node);
   if (!got.ok()) {
     log_.Warn(

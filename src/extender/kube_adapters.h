@@ -138,7 +138,9 @@ class AsyncEvents : public EventSink {
 
 class CacheFeeder {
  public:
-  CacheFeeder(Cache& cache, Logger log) : cache_(cache), log_(std::move(log)) {}
+  // `metrics` (may be null) counts node updates applied and skipped.
+  CacheFeeder(Cache& cache, Logger log, ExtenderMetrics* metrics = nullptr)
+      : cache_(cache), log_(std::move(log)), metrics_(metrics) {}
 
   kube::InformerHandlers NodeHandlers();
   kube::InformerHandlers PodHandlers();
@@ -146,13 +148,25 @@ class CacheFeeder {
   // Applies one node / pod object from the watch (exposed for tests).
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
-  // How many watch events of `node` (updates and deletions) were applied.
-  uint64_t NodeEvents(const std::string& node) const;
+  // A mark of the node watch events applied so far, to pass to OnNodeRead.
+  uint64_t NodeEvents() const;
   // Applies a node read from the apiserver (NodeRefresher) unless a watch
   // event of that node was applied since NodeEvents() answered
   // `events_before` (read before the GET): that event is newer, or the node's
   // deletion, and the read must not undo it. False when dropped.
   bool OnNodeRead(const nlohmann::json& node, uint64_t events_before);
+  // How long a deleted node is remembered, so that a read begun before its
+  // deletion cannot bring it back (10 minutes by default; reads take seconds).
+  // After that, a read begun before the deletion is dropped, whatever node it
+  // reads: the record of a cluster's node churn stays bounded.
+  void SetDeletedNodeMemory(std::chrono::steady_clock::duration d);
+  // Nodes with a record of their last event (live ones, and deleted ones
+  // within the memory).
+  size_t NodesRemembered() const;
+  // Node updates applied to the cache, and those skipped as changing nothing
+  // it holds (a heartbeat: status conditions, images, resourceVersion).
+  uint64_t NodeUpdatesApplied() const;
+  uint64_t NodeUpdatesUnchanged() const;
   void OnPod(const nlohmann::json& pod);
   // A change of uid (deleted and re-created under the same name during a
   // relist) releases the old pod first.
@@ -164,16 +178,31 @@ class CacheFeeder {
   // change (a node object is updated often; the log is not).
   void ReportCordon(const NodeEntry& e);
   void ForgetCordon(const std::string& node);
+  // Both with node_mu_ held.
   void ApplyNode(const nlohmann::json& node);
   void ApplyNodeDeleted(const nlohmann::json& node);
+  void NoteNodeEvent(const std::string& name, bool deleted);
 
   Cache& cache_;
   const Logger log_;
-  // Watch events applied per node name (deleted nodes keep their count, so a
-  // late read cannot bring one back); node_mu_ also orders a read's apply
-  // against the watch's.
+  ExtenderMetrics* const metrics_;
+  // Node watch events are numbered in the order applied; node_mu_ also orders
+  // a read's apply against the watch's. All guarded by node_mu_.
   mutable std::mutex node_mu_;
-  std::map<std::string, uint64_t> node_events_;  // guarded by node_mu_
+  uint64_t node_seq_ = 0;
+  std::map<std::string, uint64_t> last_event_;  // node -> number of its last event
+  struct Deleted {
+    std::chrono::steady_clock::time_point when;
+    std::string node;
+    uint64_t seq;
+  };
+  std::deque<Deleted> deleted_;  // oldest first
+  std::chrono::steady_clock::duration deleted_memory_ = std::chrono::minutes(10);
+  uint64_t forgotten_seq_ = 0;  // the newest deletion no longer remembered
+  // NodeInputs of each node whose devices the cache holds, as last applied.
+  std::map<std::string, std::string> applied_inputs_;
+  uint64_t updates_applied_ = 0;
+  uint64_t updates_unchanged_ = 0;
   std::mutex cordon_mu_;
   std::map<std::string, std::string> cordon_logged_;  // node -> what was logged; by cordon_mu_
 };

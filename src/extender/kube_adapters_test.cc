@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "api/inventory_codec.h"
 #include "api/signature_test_util.h"
+#include "common/metrics.h"
 #include "extender/convert.h"
 #include "extender/leader.h"
 #include "extender/test_util.h"
@@ -156,6 +159,104 @@ TEST_F(KubeAdaptersTest, ANodeReReadDoesNotUndoAWatchEventDuringTheRead) {
   ASSERT_NE(cache.Node("node-a"), nullptr);
   EXPECT_EQ((*ext)->Filter(testing::MakePod("q", {Gpu(2)}), {"node-a"}).fits,
             std::vector<std::string>{"node-a"});
+}
+
+// kubelet updates its Node's status every few minutes (conditions' heartbeat
+// times, images): nothing the cache holds changes, so its entry is not
+// rebuilt and plans made on the node stay valid. A change of what the cache
+// reads (labels, annotations, taints, allocatable) is applied.
+TEST_F(KubeAdaptersTest, ANodeHeartbeatRebuildsNothingAndAChangeIsApplied) {
+  Cache cache;
+  MetricsRegistry registry;
+  StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
+  ASSERT_TRUE(metrics.ok());
+  CacheFeeder feeder(cache, Logger(), &*metrics);
+  nlohmann::json node = Node("node-a");
+  feeder.OnNode(node);
+  const NodeSnapshotPtr first = cache.Node("node-a");
+  ASSERT_NE(first, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    node["metadata"]["resourceVersion"] = std::to_string(100 + i);
+    node["status"]["conditions"] = {
+        {{"type", "Ready"}, {"status", "True"}, {"lastHeartbeatTime", "t" + std::to_string(i)}}};
+    feeder.OnNode(node);
+  }
+  EXPECT_EQ(cache.Node("node-a"), first);
+  // A re-read that brings the same is no change either.
+  EXPECT_TRUE(feeder.OnNodeRead(node, feeder.NodeEvents()));
+  EXPECT_EQ(cache.Node("node-a"), first);
+  EXPECT_EQ(feeder.NodeUpdatesApplied(), 1u);
+  EXPECT_EQ(feeder.NodeUpdatesUnchanged(), 4u);
+
+  std::vector<std::function<void(nlohmann::json&)>> changes = {
+      [](nlohmann::json& n) { n["metadata"]["labels"][kSuperNodeLabel] = "sn-1"; },
+      [](nlohmann::json& n) {
+        n["spec"]["taints"] = {{{"key", "k"}, {"effect", "PreferNoSchedule"}}};
+      },
+      [](nlohmann::json& n) {
+        n["status"]["allocatable"] = {{"cpu", "64"}, {"memory", "512Gi"}};
+      },
+      [](nlohmann::json& n) {
+        n["metadata"]["annotations"][kCordonedDevicesAnnotation] =
+            testing::GpuNode("node-a").devices[0].id;
+      },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const NodeSnapshotPtr before = cache.Node("node-a");
+    changes[i](node);
+    feeder.OnNode(node);
+    ASSERT_NE(cache.Node("node-a"), nullptr);
+    EXPECT_NE(cache.Node("node-a"), before) << "change " << i;
+  }
+  EXPECT_EQ(cache.Node("node-a")->domains.super_node, "sn-1");
+  EXPECT_TRUE(cache.Node("node-a")->domains.prefer_no_schedule);
+  EXPECT_EQ(feeder.NodeUpdatesApplied(), 1u + changes.size());
+  // The inventory gone and back: applied both times.
+  nlohmann::json bare = node;
+  bare["metadata"]["annotations"].erase(std::string(api::kInventoryAnnotation));
+  feeder.OnNode(bare);
+  EXPECT_EQ(cache.Node("node-a"), nullptr);
+  feeder.OnNode(node);
+  EXPECT_NE(cache.Node("node-a"), nullptr);
+  // Deleted and created again with the same object: applied.
+  feeder.OnNodeDeleted(node);
+  feeder.OnNode(node);
+  EXPECT_NE(cache.Node("node-a"), nullptr);
+  const std::string page = registry.Serialize();
+  EXPECT_NE(page.find("accelpool_extender_node_updates_total{result=\"unchanged\"} 4"),
+            std::string::npos)
+      << page;
+}
+
+// Nodes come and go under new names in an autoscaled cluster: a deleted
+// node's record is kept only for a while (so a read begun before the
+// deletion cannot bring the node back), then dropped; a read begun before a
+// dropped deletion is not applied.
+TEST_F(KubeAdaptersTest, DeletedNodesAreForgottenAfterAWhileAndStayDeleted) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  for (int i = 0; i < 100; ++i) {
+    feeder.OnNode(Node("kept-" + std::to_string(i)));
+    feeder.OnNodeDeleted(Node("kept-" + std::to_string(i)));
+  }
+  feeder.OnNode(Node("live"));
+  EXPECT_EQ(feeder.NodesRemembered(), 101u);  // within the default memory
+  const uint64_t before = feeder.NodeEvents();
+  feeder.SetDeletedNodeMemory(std::chrono::seconds(0));
+  for (int i = 0; i < 1000; ++i) {
+    feeder.OnNode(Node("gone-" + std::to_string(i)));
+    feeder.OnNodeDeleted(Node("gone-" + std::to_string(i)));
+  }
+  EXPECT_EQ(feeder.NodesRemembered(), 1u);  // the live node
+  // Begun before those deletions: dropped, whichever node it read.
+  EXPECT_FALSE(feeder.OnNodeRead(Node("gone-7"), before));
+  EXPECT_FALSE(feeder.OnNodeRead(Node("kept-7"), before));
+  EXPECT_EQ(cache.Node("gone-7"), nullptr);
+  EXPECT_EQ(cache.Node("kept-7"), nullptr);
+  // Begun after: applied (the node is back in the apiserver).
+  EXPECT_TRUE(feeder.OnNodeRead(Node("gone-7"), feeder.NodeEvents()));
+  EXPECT_NE(cache.Node("gone-7"), nullptr);
+  EXPECT_NE(cache.Node("live"), nullptr);
 }
 
 // The same for a card that is healthy again, and for a node whose first

@@ -576,7 +576,8 @@ Status PodSync::ReRead(const std::string& phases) {
     o.metadata_only = metadata_only;
     StatusOr<kube::ListResult> r = client_->List(kube::Pods(), "", o);
     if (!r.ok()) {
-      log_.Warn("re-reading the node's pods failed", {{"error", r.status().ToString()}});
+      log_.Warn("re-reading the node's pods failed",
+                {{"selector", o.field_selector}, {"error", r.status().ToString()}});
     }
     return r;
   };
@@ -637,7 +638,8 @@ Status PodSync::ReRead(const std::string& phases) {
     }
     Apply(*pod);
   }
-  log_.Debug("re-read the node's pods", {{"listed", static_cast<int64_t>(pods->items.size())},
+  log_.Debug("re-read the node's pods", {{"selector", o.field_selector},
+                                         {"listed", static_cast<int64_t>(pods->items.size())},
                                          {"read", static_cast<int64_t>(stale.size())}});
   RetainPending(std::move(pending), since);
   return Status::Ok();

@@ -462,7 +462,7 @@ int Run(const Flags& flags) {
   eo.filter_threads = flags.filter_threads;
   eo.pick_in_filter = flags.pick_in_filter;
   // Nodes first, so pods find their node's inventory when they arrive.
-  CacheFeeder feeder(cache, log.Child("cache"));
+  CacheFeeder feeder(cache, log.Child("cache"), &*metrics);
   // A pod that finds no node re-reads the nodes that turned it away for
   // cordoned or unhealthy devices, and nodes not cached yet (each at most
   // every 2 s, 5 reads a second in all): kube-scheduler retries it on the

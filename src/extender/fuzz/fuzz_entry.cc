@@ -115,6 +115,9 @@ int FuzzWatch(const uint8_t* data, size_t size) {
       case 'N':
         feeder.OnNodeDeleted(obj);
         break;
+      case 'r':  // a node read from the apiserver, begun a moment ago
+        feeder.OnNodeRead(obj, feeder.NodeEvents());
+        break;
       case 'p':
       case 'P': {
         ObservedPod o = ObservePodJson(obj);

@@ -22,9 +22,9 @@ int FuzzMutate(const uint8_t* data, size_t size);
 
 // The watch side: node and pod objects as the informers deliver them, fed to
 // a fresh Cache through CacheFeeder. One event per line, "<op><json>", op
-// n (node added or changed), N (node deleted), p (pod added or changed), P
-// (pod deleted); a line whose JSON does not parse is skipped (the informer
-// never delivers one). Afterwards every pod seen is deleted, and the entry
+// n (node added or changed), N (node deleted), r (node read from the
+// apiserver), p (pod added or changed), P (pod deleted); a line whose JSON does not parse is
+// skipped (the informer never delivers one). Afterwards every pod seen is deleted, and the entry
 // aborts unless every node is idle again and no pod holds devices: whatever
 // the objects said, nothing may stay booked. Returns the most pods that held
 // devices at once.
