@@ -23,11 +23,27 @@ namespace {
 
 constinit ShimState g_state;
 
+// Order of initialisation. glibc runs the constructors of a library being
+// dlopened with its loader lock held, and dlopen, dlsym, dlvsym and dladdr
+// all take that lock. Such a constructor may look a driver entry point up
+// or call one, and so reach EnsureInit/EnsureCuda/EnsureNvml or RealDlsym
+// with the lock held, and wait there for another thread that is inside the
+// same step. That thread must then never wait for the loader's lock, or
+// both hang (ShimTest.AConstructorUsingTheDriverWhileAnotherThreadInitia-
+// lisesDoesNotDeadlock). So every loader call of a step is made before its
+// pthread_once, outside any lock, by each thread that finds the step not
+// done (the calls are idempotent: the same handles and addresses), into
+// that thread's own storage; the once routine only takes the results of
+// the thread that runs it (t_limits_path, t_driver, t_nvml) and calls no
+// loader function. The real dlsym needs no once at all: racing threads
+// store the same pointer. A thread holding the loader's lock thus either
+// does the step itself or waits for a routine that never waits for that
+// lock; nothing is passed through unhooked or uncharged meanwhile.
+
 using DlsymFn = void* (*)(void*, const char*);
 // Read and written with __atomic builtins, not std::atomic: no library call
 // on the uninstrumented path (ACCELPOOL_UNINSTRUMENTED).
 DlsymFn g_real_dlsym = nullptr;
-pthread_once_t g_dlsym_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_cuda_once = PTHREAD_ONCE_INIT;
 pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
@@ -36,27 +52,48 @@ pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
 // which is not usable while they initialise (they call our dlsym then).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_in_init = false;
 
+// What a thread looked up of the driver and of NVML before the step's once
+// (above), and the limits file's path (nullptr: none); the once routine
+// publishes the results of the thread that runs it.
+struct DriverLookup {
+  DriverEntries entries;
+  void* exported[kHookCount][2] = {};  // [id][per-thread-stream]: the hooked entries.
+  char error[256] = {};                // Why libcuda.so.1 did not load.
+};
+struct NvmlLookup {
+  NvmlEntries entries;
+  void* memory_info[2] = {};  // nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_v2.
+};
+__attribute__((tls_model("initial-exec"))) thread_local const char* t_limits_path = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local const DriverLookup* t_driver = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local const NvmlLookup* t_nvml = nullptr;
+
 // Storage for objects that must never be destroyed (other threads may still
 // call hooks while the process exits).
 alignas(SharedRegion) unsigned char g_region_storage[sizeof(SharedRegion)];
 constexpr int kTables = 9;
 alignas(AllocTable) unsigned char g_table_storage[kTables][sizeof(AllocTable)];
 
-ACCELPOOL_UNINSTRUMENTED void ResolveRealDlsym() {
+ACCELPOOL_UNINSTRUMENTED DlsymFn ResolveRealDlsym() {
   // dlsym carries GLIBC_2.34 on glibc >= 2.34 (moved into libc) and the
   // original version on older ones (x86-64: 2.2.5, aarch64: 2.17).
   static const char* const kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
   for (size_t i = 0; i < sizeof(kVersions) / sizeof(kVersions[0]); ++i) {
     if (void* p = dlvsym(RTLD_NEXT, "dlsym", kVersions[i])) {
-      __atomic_store_n(&g_real_dlsym, reinterpret_cast<DlsymFn>(p), __ATOMIC_RELEASE);
-      return;
+      return reinterpret_cast<DlsymFn>(p);
     }
   }
+  return nullptr;
 }
 
+// No once: dlvsym takes the loader's lock (see "Order of initialisation").
 ACCELPOOL_UNINSTRUMENTED DlsymFn RealDlsym() {
-  pthread_once(&g_dlsym_once, ResolveRealDlsym);
-  return __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
+  DlsymFn fn = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
+  if (fn == nullptr) {
+    fn = ResolveRealDlsym();
+    __atomic_store_n(&g_real_dlsym, fn, __ATOMIC_RELEASE);
+  }
+  return fn;
 }
 
 const char* EnvLookup(void*, const char* name) { return std::getenv(name); }
@@ -66,15 +103,19 @@ void EnvWarn(void*, const char* message) { Logf(LogLevel::kWarn, "%s", message);
 // library: static, because it is read once per process at init.
 LimitsFile g_limits;
 
-// Fills g_limits from "<this library's path>.limits". False when there is no
+// "<this library's path>.limits" into `path`; false if it cannot be named.
+// dladdr takes the loader's lock: called before the once (EnsureInit).
+bool LimitsFilePath(char* path, size_t path_len) {
+  Dl_info info;
+  return dladdr(reinterpret_cast<void*>(&LimitsFilePath), &info) != 0 &&
+         info.dli_fname != nullptr &&
+         std::snprintf(path, path_len, "%s.limits", info.dli_fname) < static_cast<int>(path_len);
+}
+
+// Fills g_limits from the limits file at `path`. False when there is no
 // such file (a container the plugin did not set up so, or a test): the
 // environment is the contract then.
-bool LoadLimitsFile(char* path, size_t path_len) {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&LoadLimitsFile), &info) == 0 || info.dli_fname == nullptr ||
-      std::snprintf(path, path_len, "%s.limits", info.dli_fname) >= static_cast<int>(path_len)) {
-    return false;
-  }
+bool LoadLimitsFile(const char* path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) {
@@ -209,14 +250,14 @@ void OpenPriority(ShimState& s) {
            : "launches wait while a high-priority container on the same GPU is busy");
 }
 
+// No loader call in here (see "Order of initialisation").
 void InitOnce() {
   t_in_init = true;
   ShimState& s = g_state;
-  char limits_path[kMaxPathLen + 16];
-  if (LoadLimitsFile(limits_path, sizeof(limits_path))) {
+  if (t_limits_path != nullptr && LoadLimitsFile(t_limits_path)) {
     s.config = ParseShimConfig(LimitsOrLogLevelLookup, &g_limits, EnvWarn, nullptr);
     SetLogLevel(s.config.log_level);
-    WarnAboutOverriddenEnv(limits_path);
+    WarnAboutOverriddenEnv(t_limits_path);
   } else {
     s.config = ParseShimConfig(EnvLookup, nullptr, EnvWarn, nullptr);
     SetLogLevel(s.config.log_level);
@@ -278,29 +319,28 @@ Fn Resolve(void* handle, const char* name) {
   return handle == nullptr ? nullptr : reinterpret_cast<Fn>(RealDlsym()(handle, name));
 }
 
-void CudaOnce() {
-  EnsureInit();
+// Opens libcuda.so.1 and looks up what the shim needs of it, into `out`
+// only: the loader's part of EnsureCuda, before its once.
+void LookUpDriver(DriverLookup* out) {
+  const bool was_in_init = t_in_init;
+  // The driver's constructors may call dlsym: pass it through.
   t_in_init = true;
-  ShimState& s = g_state;
+  DriverEntries& s = out->entries;  // This thread's, published by CudaOnce.
   s.cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
   if (s.cuda == nullptr) {
     s.cuda = dlopen("libcuda.so.1", RTLD_LAZY);
   }
   if (s.cuda == nullptr) {
-    Logf(LogLevel::kError, "cannot load libcuda.so.1 (%s); CUDA calls will fail", dlerror());
+    const char* error = dlerror();
+    std::snprintf(out->error, sizeof(out->error), "%s", error != nullptr ? error : "unknown");
   }
   int count = 0;
   const SymbolInfo* symbols = AllSymbols(&count);
   for (int i = 0; i < count; ++i) {
     const SymbolInfo& sym = symbols[i];
-    if (sym.library != HookLibrary::kCuda) {
-      continue;
+    if (sym.library == HookLibrary::kCuda) {
+      out->exported[sym.id][sym.per_thread_stream ? 1 : 0] = Resolve<void*>(s.cuda, sym.exported);
     }
-    int slot = sym.per_thread_stream ? 1 : 0;
-    void* fn = Resolve<void*>(s.cuda, sym.exported);
-    s.real[sym.id][slot].store(fn, std::memory_order_release);
-    s.per_thread_stream[sym.id][slot] = sym.per_thread_stream;
-    Logf(LogLevel::kDebug, "dlsym %s -> %p", sym.exported, fn);
   }
   s.ctx_get_device = Resolve<cuCtxGetDeviceFn>(s.cuda, "cuCtxGetDevice");
   s.ctx_get_current = Resolve<cuCtxGetCurrentFn>(s.cuda, "cuCtxGetCurrent");
@@ -344,24 +384,56 @@ void CudaOnce() {
       Resolve<cuGraphChildGraphNodeGetGraphFn>(s.cuda, "cuGraphChildGraphNodeGetGraph");
   s.device_get_graph_mem_attribute =
       Resolve<cuDeviceGetGraphMemAttributeFn>(s.cuda, "cuDeviceGetGraphMemAttribute");
-  s.cuda_ready.store(true, std::memory_order_release);
-  t_in_init = false;
+  t_in_init = was_in_init;
 }
 
-void NvmlOnce() {
-  EnsureInit();
-  t_in_init = true;
+// Publishes the calling thread's DriverLookup (t_driver). No loader call.
+void CudaOnce() {
   ShimState& s = g_state;
+  const DriverLookup& found = *t_driver;
+  static_cast<DriverEntries&>(s) = found.entries;
+  if (s.cuda == nullptr) {
+    Logf(LogLevel::kError, "cannot load libcuda.so.1 (%s); CUDA calls will fail", found.error);
+  }
+  int count = 0;
+  const SymbolInfo* symbols = AllSymbols(&count);
+  for (int i = 0; i < count; ++i) {
+    const SymbolInfo& sym = symbols[i];
+    if (sym.library != HookLibrary::kCuda) {
+      continue;
+    }
+    int slot = sym.per_thread_stream ? 1 : 0;
+    void* fn = found.exported[sym.id][slot];
+    s.real[sym.id][slot].store(fn, std::memory_order_release);
+    s.per_thread_stream[sym.id][slot] = sym.per_thread_stream;
+    Logf(LogLevel::kDebug, "dlsym %s -> %p", sym.exported, fn);
+  }
+  s.cuda_ready.store(true, std::memory_order_release);
+}
+
+// The loader's part of EnsureNvml, as LookUpDriver.
+void LookUpNvml(NvmlLookup* out) {
+  const bool was_in_init = t_in_init;
+  t_in_init = true;
+  NvmlEntries& s = out->entries;
   s.nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_NOLOAD);
   if (s.nvml == nullptr) {
     s.nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
   }
-  s.real[kHookNvmlMemoryInfo][0].store(Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo"));
-  s.real[kHookNvmlMemoryInfoV2][0].store(Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo_v2"));
+  out->memory_info[0] = Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo");
+  out->memory_info[1] = Resolve<void*>(s.nvml, "nvmlDeviceGetMemoryInfo_v2");
   s.nvml_get_index = Resolve<nvmlDeviceGetIndexFn>(s.nvml, "nvmlDeviceGetIndex");
   s.nvml_get_uuid = Resolve<nvmlDeviceGetUUIDFn>(s.nvml, "nvmlDeviceGetUUID");
+  t_in_init = was_in_init;
+}
+
+// Publishes the calling thread's NvmlLookup (t_nvml). No loader call.
+void NvmlOnce() {
+  ShimState& s = g_state;
+  static_cast<NvmlEntries&>(s) = t_nvml->entries;
+  s.real[kHookNvmlMemoryInfo][0].store(t_nvml->memory_info[0]);
+  s.real[kHookNvmlMemoryInfoV2][0].store(t_nvml->memory_info[1]);
   s.nvml_ready.store(true, std::memory_order_release);
-  t_in_init = false;
 }
 
 // Emulates dlsym(RTLD_NEXT, name) for a caller outside this library: the
@@ -410,21 +482,37 @@ void* HookFor(HookId id, int slot) {
 
 ShimState& State() { return g_state; }
 
+// Each: the loader's part first, by this thread, then the once routine,
+// which takes this thread's results if it is the first (see "Order of
+// initialisation").
 void EnsureInit() {
   if (!g_state.ready.load(std::memory_order_acquire)) {
+    char path[kMaxPathLen + 16];
+    t_limits_path = LimitsFilePath(path, sizeof(path)) ? path : nullptr;
     pthread_once(&g_init_once, InitOnce);
+    t_limits_path = nullptr;
   }
 }
 
 void EnsureCuda() {
   if (!g_state.cuda_ready.load(std::memory_order_acquire)) {
+    EnsureInit();
+    DriverLookup found;
+    LookUpDriver(&found);
+    t_driver = &found;
     pthread_once(&g_cuda_once, CudaOnce);
+    t_driver = nullptr;
   }
 }
 
 void EnsureNvml() {
   if (!g_state.nvml_ready.load(std::memory_order_acquire)) {
+    EnsureInit();
+    NvmlLookup found;
+    LookUpNvml(&found);
+    t_nvml = &found;
     pthread_once(&g_nvml_once, NvmlOnce);
+    t_nvml = nullptr;
   }
 }
 

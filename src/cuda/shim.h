@@ -13,8 +13,11 @@
 //   EnsureNvml()  also opens libnvidia-ml.so.1.
 // After that the disabled path of every hook is: one acquire load, one
 // branch, one indirect call. No getenv, syscall, lock or shared-memory scan.
+// No step calls the dynamic loader inside its once-only section: a thread
+// holding the loader's lock (a library's constructor) may wait for it
+// (shim.cc, "Order of initialisation").
 //
-// Real dlsym: resolved once with dlvsym(RTLD_NEXT, "dlsym", <glibc version>),
+// Real dlsym: resolved with dlvsym(RTLD_NEXT, "dlsym", <glibc version>),
 // which needs no private glibc symbol (__libc_dlsym / _dl_sym are avoided).
 //
 // Hook slots: each hooked entry point has kSlots template instances. Slot 0
@@ -73,20 +76,11 @@ struct PoolAccount {
   uint64_t live = 0;
 };
 
-struct ShimState {
-  // --- Set once before `ready` / `cuda_ready` / `nvml_ready` are published.
-  ShimConfig config;
-  bool mem_on = false;      // Some device has a memory cap.
-  bool compute_on = false;  // Compute share below 100%.
-  // The priority file, mapped when config.priority is set and the file is
-  // sound (priority_file.h); nullptr otherwise. Never unmapped.
-  PriorityLayout* priority = nullptr;
-  // The launch hooks do more than forward: compute_on, or `priority` mapped.
-  // The one flag a launch hook tests before forwarding.
-  bool launch_on = false;
-  TokenBucketParams bucket;
+// The driver entries the shim calls itself (beside the hooked ones), and
+// its handle. One thread resolves them and EnsureCuda publishes them (see
+// the order of initialisation in shim.cc); set before `cuda_ready`.
+struct DriverEntries {
   void* cuda = nullptr;
-  void* nvml = nullptr;
   cuCtxGetDeviceFn ctx_get_device = nullptr;
   cuCtxGetCurrentFn ctx_get_current = nullptr;
   cuCtxGetLimitFn ctx_get_limit = nullptr;
@@ -115,8 +109,28 @@ struct ShimState {
   cuGraphMemAllocNodeGetParamsFn graph_mem_alloc_node_get_params = nullptr;
   cuGraphChildGraphNodeGetGraphFn graph_child_graph = nullptr;
   cuDeviceGetGraphMemAttributeFn device_get_graph_mem_attribute = nullptr;
+};
+
+// The same for NVML (EnsureNvml); set before `nvml_ready`.
+struct NvmlEntries {
+  void* nvml = nullptr;
   nvmlDeviceGetIndexFn nvml_get_index = nullptr;
   nvmlDeviceGetUUIDFn nvml_get_uuid = nullptr;
+};
+
+struct ShimState : DriverEntries, NvmlEntries {
+  // --- Set once before `ready` / `cuda_ready` / `nvml_ready` are published
+  // (and the bases: before `cuda_ready` / `nvml_ready`).
+  ShimConfig config;
+  bool mem_on = false;      // Some device has a memory cap.
+  bool compute_on = false;  // Compute share below 100%.
+  // The priority file, mapped when config.priority is set and the file is
+  // sound (priority_file.h); nullptr otherwise. Never unmapped.
+  PriorityLayout* priority = nullptr;
+  // The launch hooks do more than forward: compute_on, or `priority` mapped.
+  // The one flag a launch hook tests before forwarding.
+  bool launch_on = false;
+  TokenBucketParams bucket;
   std::atomic<bool> ready{false};
   std::atomic<bool> cuda_ready{false};
   std::atomic<bool> nvml_ready{false};

@@ -1658,6 +1658,49 @@ TEST(ShimTest, ConcurrentFirstLookupsInitialiseOnceAndAllGetTheHooks) {
   }
 }
 
+// glibc runs a dlopened library's constructors with the loader's lock held,
+// and dlopen, dlsym, dlvsym and dladdr all take that lock. A constructor that
+// looks a driver entry point up (or calls one) while another thread is in
+// the middle of a step of the shim's initialisation must neither wait for
+// that thread while it waits for the lock (both hang) nor get the driver's
+// function unhooked: the probe's constructor waits until the other thread
+// sleeps on the lock inside the step, for each step (resolving the real
+// dlsym, the environment and limits file, the driver, NVML). A hang is a
+// failure, not a stuck suite: the child is killed at the timeout.
+TEST(ShimTest, AConstructorUsingTheDriverWhileAnotherThreadInitialisesDoesNotDeadlock) {
+  const bool emulated = std::getenv("ACCELPOOL_TEST_EXEC_WRAPPER") != nullptr;
+  for (const char* first : {"dlsym", "init", "cuda", "nvml"}) {
+    SCOPED_TRACE(first);
+    Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+               {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+               {"LD_PRELOAD", ShimPreload()}};
+    ProcessResult r = testing::Run(
+        {ProbePath(), "direct", "loaderrace", first, ACCELPOOL_LOADER_RACE_LIB_PATH}, env, 20000);
+    ASSERT_EQ(r.signal, 0) << "killed at the timeout: the constructor and the initialising "
+                              "thread waited for each other\nstderr: "
+                           << r.err << "\nstdout: " << r.out;
+    ASSERT_EQ(r.exit_code, 0) << "stderr: " << r.err << "\nstdout: " << r.out;
+    auto kv = ParseKeyValues(r.out);
+    EXPECT_EQ(U(kv, "signalled"), 1u);
+    EXPECT_EQ(U(kv, "loaded"), 1u);
+    if (!emulated) {  // qemu-user may not show the thread's state: then a fixed wait.
+      EXPECT_EQ(U(kv, "ctor_waited"), 1u) << "the window was not hit";
+    }
+    EXPECT_EQ(U(kv, "primed_rc"), 0u);
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "ctor_rc"), 0u);
+    if (std::string(first) == "nvml") {
+      // Both threads see the cap through NVML; 64 MiB was allocated before.
+      EXPECT_EQ(U(kv, "nvml_total"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "ctor_total"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "free"), 960 * kMiB);
+    } else {
+      // Both allocations went through the hooks and are charged.
+      EXPECT_EQ(U(kv, "free"), 896 * kMiB);
+    }
+  }
+}
+
 // VMM: one cuMemCreate handle mapped at two addresses is charged once
 // (charging mappings is the double count behind false OOMs elsewhere), and
 // returned when it is released and unmapped, in either order.

@@ -86,6 +86,16 @@
 //                            resolves cuGetProcAddress_v2 by dlsym, then
 //                            cuMemAlloc and cuLaunchKernel through it, and
 //                            allocates 64 MiB
+//   loaderrace dlsym|init|cuda|nvml <library>
+//                            (any mode) a step of the shim's initialisation
+//                            (resolving the real dlsym, the environment, the
+//                            driver, NVML; the steps before it done first) is
+//                            started by this thread while another dlopens
+//                            <library> (testing/loader_race_ctor.cc), whose
+//                            constructor uses the driver (or NVML) through
+//                            the shim while that dlopen holds the loader's
+//                            lock; this thread allocates 64 MiB (NVML: reads
+//                            device 0's memory); free memory at the end
 //   vmmtwice <bytes>         one cuMemCreate handle mapped at two addresses;
 //                            free memory after each map, unmap and release,
 //                            then PyTorch's order (unmap before release)
@@ -169,8 +179,11 @@
 //
 // FAKECUDA_FAIL=name,name makes those fake entry points fail (fakecuda_Fail).
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gnu/libc-version.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -858,6 +871,60 @@ int InitRace(int threads) {
   }
   std::printf("threads=%d same=%d hooked=%d allocated=%llu\n", threads, same, hooked,
               static_cast<unsigned long long>(ok) * (64ULL << 20));
+  return 0;
+}
+
+// The shim's own NVML entry point, bound when the probe is loaded (no dlsym,
+// which would run a step of the shim's initialisation); null without the shim.
+extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t*) __attribute__((weak));
+
+// See "loaderrace" above. A thread inside a dlopen holds the loader's lock
+// while the library's constructors run; the constructor here waits until
+// this thread sleeps (on that lock, inside the step under test) before it
+// uses the driver.
+int LoaderRace(const std::string& first, const char* library) {
+  void* cuda = Driver();  // dlopen only: nothing of the shim has run yet.
+  const auto nvml_device = reinterpret_cast<nvmlDevice_t>(uintptr_t{0x100});
+  nvmlMemory_t memory{};
+  CUdeviceptr p = 0;
+  CUresult primed_rc = CUDA_SUCCESS;
+  if (first == "cuda" && nvmlDeviceGetMemoryInfo != nullptr) {
+    nvmlDeviceGetMemoryInfo(nvml_device, &memory);  // The real dlsym and the environment.
+  } else if (first == "nvml") {
+    primed_rc = cuMemAlloc_v2(&p, 64ULL << 20);  // The above and the driver.
+  }
+  int fds[2];
+  if (pipe(fds) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
+    std::perror("pipe");
+    return 2;
+  }
+  setenv("ACCELPOOL_LOADER_RACE_FD", std::to_string(fds[1]).c_str(), 1);
+  setenv("ACCELPOOL_LOADER_RACE_TID", std::to_string(syscall(SYS_gettid)).c_str(), 1);
+  setenv("ACCELPOOL_LOADER_RACE_USE", first == "nvml" ? "nvml" : "cuda", 1);
+  void* loaded = nullptr;
+  std::thread loader([&] { loaded = dlopen(library, RTLD_NOW); });
+  // Spin (never asleep) until the constructor runs.
+  char byte = 0;
+  int64_t deadline = NowNs() + 30'000'000'000;
+  while (read(fds[0], &byte, 1) != 1 && NowNs() < deadline) {
+    sched_yield();
+  }
+  int rc = -1;
+  if (first == "dlsym") {
+    auto alloc = reinterpret_cast<cuMemAllocFn>(dlsym(cuda, "cuMemAlloc_v2"));
+    rc = alloc != nullptr ? alloc(&p, 64ULL << 20) : -1;
+  } else if (first == "nvml") {
+    rc = nvmlDeviceGetMemoryInfo != nullptr ? nvmlDeviceGetMemoryInfo(nvml_device, &memory) : -1;
+  } else {
+    rc = cuMemAlloc_v2(&p, 64ULL << 20);
+  }
+  loader.join();
+  size_t free_bytes = 0;
+  size_t total = 0;
+  cuMemGetInfo_v2(&free_bytes, &total);
+  std::printf("signalled=%d loaded=%d primed_rc=%d rc=%d nvml_total=%llu free=%zu\n",
+              byte == 1 ? 1 : 0, loaded != nullptr ? 1 : 0, primed_rc, rc,
+              static_cast<unsigned long long>(memory.total), free_bytes);
   return 0;
 }
 
@@ -2227,6 +2294,9 @@ int main(int argc, char** argv) {
   }
   if (command == "initrace" && argc == 4) {
     return InitRace(std::atoi(argv[3]));
+  }
+  if (command == "loaderrace" && argc == 5) {
+    return LoaderRace(argv[3], argv[4]);
   }
   Api a = Load(mode);
   if (a.alloc == nullptr || a.launch == nullptr) {
