@@ -107,11 +107,14 @@ std::vector<std::string> NodePlugin::Resources() const {
   return out;
 }
 
-NodePlugin::Discovery NodePlugin::DiscoverAll(bool quiet) {
+NodePlugin::Discovery NodePlugin::DiscoverAll(bool quiet, const Snapshot* served) {
   Discovery out;
   out.keys.resize(drivers_.size());
   out.failed.resize(drivers_.size(), false);
-  std::map<std::string, std::string> found_by;  // device id -> backend
+  // Every backend is asked first: which of them fail decides which devices
+  // count as served before the others' are looked at.
+  std::vector<StatusOr<std::vector<core::NodeInventory>>> results;
+  results.reserve(drivers_.size());
   for (size_t i = 0; i < drivers_.size(); ++i) {
     vendors::VendorDriver* d = drivers_[i].get();
     StatusOr<std::vector<core::NodeInventory>> found = d->Discover();
@@ -128,8 +131,43 @@ NodePlugin::Discovery NodePlugin::DiscoverAll(bool quiet) {
       }
       out.reasons += std::string(out.reasons.empty() ? "" : "; ") + std::string(d->Name()) + ": " +
                      found.status().message();
+    }
+    results.push_back(std::move(found));
+  }
+  std::map<std::string, std::string> found_by;  // device id -> backend
+  // At a device check, a backend that serves devices and fails keeps them,
+  // as served. Their ids are taken before any other backend's inventory is
+  // looked at: a backend that finds the same devices (--backend=auto,nvidia)
+  // must not serve them a second time beside the kept copy.
+  auto kept = [&](size_t i) {
+    return served != nullptr && out.failed[i] && !served_keys_[i].empty();
+  };
+  for (size_t i = 0; i < drivers_.size(); ++i) {
+    if (!kept(i)) continue;
+    for (size_t k = 0; k < served->inventories.size(); ++k) {
+      if (served->drivers[k] != drivers_[i].get()) continue;
+      for (const core::Device& dev : served->inventories[k].devices) {
+        found_by.emplace(dev.id, std::string(drivers_[i]->Name()));
+      }
+    }
+  }
+  for (size_t i = 0; i < drivers_.size(); ++i) {
+    vendors::VendorDriver* d = drivers_[i].get();
+    if (kept(i)) {
+      for (size_t k = 0; k < served->inventories.size(); ++k) {
+        if (served->drivers[k] == d) {
+          out.inventories.push_back(served->inventories[k]);
+          out.owners.push_back(d);
+          out.devices += served->inventories[k].devices.size();
+        }
+      }
+      out.keys[i] = served_keys_[i];
       continue;
     }
+    if (out.failed[i]) {
+      continue;
+    }
+    StatusOr<std::vector<core::NodeInventory>>& found = results[i];
     api::InventoryDocument key;  // what this driver serves, health left out
     for (core::NodeInventory& inv : *found) {
       inv.node = options_.node;
@@ -176,7 +214,7 @@ Status NodePlugin::Start() {
   if (supervisor_.joinable()) {
     return FailedPreconditionError("the device plugin is already serving");
   }
-  Discovery found = DiscoverAll(/*quiet=*/false);
+  Discovery found = DiscoverAll(/*quiet=*/false, /*served=*/nullptr);
   if (found.devices == 0) {
     return UnavailableError("no accelerator found on node " + options_.node +
                             (found.reasons.empty() ? std::string() : " (" + found.reasons + ")") +
@@ -205,6 +243,10 @@ Status NodePlugin::Start() {
   {
     std::lock_guard<std::mutex> lock(servers_mu_);
     servers_ = std::move(servers);
+    pending_.clear();
+    for (const auto& s : servers_) {
+      pending_.insert(s->resource());
+    }
   }
   allocator_->RefreshUsageMetrics();
   if (on_inventory_ && !publisher_.joinable()) {
@@ -216,6 +258,7 @@ Status NodePlugin::Start() {
     WatchHealth(i);
   }
   supervisor_ = std::jthread([this](std::stop_token stop) { Supervise(stop); });
+  checker_ = std::jthread([this](std::stop_token stop) { CheckLoop(stop); });
   return Status::Ok();
 }
 
@@ -234,12 +277,16 @@ void NodePlugin::WatchHealth(size_t i) {
 
 std::vector<std::string> NodePlugin::ServeNewResources() {
   SnapshotPtr snap = state_.Get();
-  std::vector<std::string> started;
-  std::lock_guard<std::mutex> lock(servers_mu_);
   std::set<std::string> served;
-  for (const auto& s : servers_) {
-    served.insert(s->resource());
+  {
+    std::lock_guard<std::mutex> lock(servers_mu_);
+    for (const auto& s : servers_) {
+      served.insert(s->resource());
+    }
   }
+  // Only the device checker adds servers after Start: none can appear for
+  // these resources while their sockets start, outside the lock.
+  std::vector<std::string> started;
   for (const auto& [resource, refs] : snap->resources) {
     if (served.contains(resource)) {
       continue;  // a resource whose devices all went keeps its server, listing none
@@ -254,26 +301,27 @@ std::vector<std::string> NodePlugin::ServeNewResources() {
                 {{"resource", resource}, {"error", st.ToString()}});
       continue;
     }
+    std::lock_guard<std::mutex> lock(servers_mu_);
     servers_.push_back(std::move(server));
+    pending_.insert(resource);
     started.push_back(resource);
   }
   return started;
 }
 
-void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
-  for (const std::string& r : ServeNewResources()) {
-    pending->insert(r);  // one that could not be served at the last change
-  }
-  Discovery found = DiscoverAll(/*quiet=*/true);
+void NodePlugin::CheckDevices(bool at_once) {
+  ServeNewResources();  // one that could not be served at the last change
+  // A driver that fails now says nothing about its devices: DiscoverAll
+  // keeps them, as served, and the other backends' devices are judged on
+  // their own.
+  SnapshotPtr served = state_.Get();
+  Discovery found = DiscoverAll(/*quiet=*/true, served.get());
   auto result = [this](const char* r) {
     if (metrics_ != nullptr) metrics_->DeviceChecked(r);
   };
   bool any_failed = false;
-  SnapshotPtr served = state_.Get();
   for (size_t i = 0; i < drivers_.size(); ++i) {
     if (found.failed[i] && !served_keys_[i].empty()) {
-      // A driver that fails now says nothing about its devices: keep them,
-      // as served, and judge the other backends' devices on their own.
       // Said once per reason: a library that keeps failing is one warning.
       if (found.reasons != last_check_failure_) {
         log_.Warn(
@@ -283,14 +331,6 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
         last_check_failure_ = found.reasons;
       }
       any_failed = true;
-      for (size_t k = 0; k < served->inventories.size(); ++k) {
-        if (served->drivers[k] == drivers_[i].get()) {
-          found.inventories.push_back(served->inventories[k]);
-          found.owners.push_back(drivers_[i].get());
-          found.devices += served->inventories[k].devices.size();
-        }
-      }
-      found.keys[i] = served_keys_[i];
     }
   }
   if (!any_failed) {
@@ -359,9 +399,6 @@ void NodePlugin::CheckDevices(bool at_once, std::set<std::string>* pending) {
     WatchHealth(i);
   }
   std::vector<std::string> resources = ServeNewResources();
-  for (const std::string& r : resources) {
-    pending->insert(r);
-  }
   SnapshotPtr snap = state_.Get();
   size_t devices = snap->by_id.size();
   log_.Warn("the node's devices changed; serving the new set",
@@ -431,18 +468,7 @@ void NodePlugin::PublishLoop(std::stop_token stop) {
   }
 }
 
-void NodePlugin::Supervise(std::stop_token stop) {
-  const std::string kubelet =
-      (std::filesystem::path(options_.plugin_dir) / kKubeletSocket).string();
-  SocketId registered_with;  // kubelet.sock we last registered with
-  std::set<std::string> pending;
-  {
-    std::lock_guard<std::mutex> lock(servers_mu_);
-    for (const auto& s : servers_) {
-      pending.insert(s->resource());
-    }
-  }
-  auto next_try = std::chrono::steady_clock::now();
+void NodePlugin::CheckLoop(std::stop_token stop) {
   auto next_check = std::chrono::steady_clock::now() + options_.rediscover_every;
   while (!stop.stop_requested()) {
     const bool asked = check_now_.exchange(false);
@@ -451,10 +477,26 @@ void NodePlugin::Supervise(std::stop_token stop) {
       if (asked) {
         log_.Info("checking the node's devices now");
       }
-      CheckDevices(asked, &pending);
+      CheckDevices(asked);
       next_check = std::chrono::steady_clock::now() + options_.rediscover_every;
     }
+    std::this_thread::sleep_for(options_.kubelet_poll);
+  }
+}
+
+void NodePlugin::Supervise(std::stop_token stop) {
+  // Runs beside the device checker (CheckLoop), whose discovery may take
+  // seconds: a kubelet restart is noticed and answered within kubelet_poll
+  // whatever it does. Both share servers_ and pending_ under servers_mu_,
+  // held here only to read and change them; each registration runs outside
+  // it (see servers_mu_), on the servers copied out under it.
+  const std::string kubelet =
+      (std::filesystem::path(options_.plugin_dir) / kKubeletSocket).string();
+  SocketId registered_with;  // kubelet.sock we last registered with
+  auto next_try = std::chrono::steady_clock::now();
+  while (!stop.stop_requested()) {
     SocketId now = Identify(kubelet);
+    std::vector<ResourceServer*> due;  // to serve again if need be and register
     {
       std::lock_guard<std::mutex> lock(servers_mu_);
       if (now.present && !(now == registered_with)) {
@@ -462,44 +504,60 @@ void NodePlugin::Supervise(std::stop_token stop) {
           log_.Info("kubelet.sock was recreated; serving again and re-registering");
         }
         for (const auto& s : servers_) {
-          pending.insert(s->resource());
+          pending_.insert(s->resource());
         }
         registered_with = now;
         next_try = std::chrono::steady_clock::now();
       }
       for (const auto& s : servers_) {
-        if (!s->SocketPresent() && pending.count(s->resource()) == 0) {
+        if (!s->SocketPresent() && pending_.count(s->resource()) == 0) {
           log_.Info("plugin socket disappeared; serving again", {{"resource", s->resource()}});
-          pending.insert(s->resource());
+          pending_.insert(s->resource());
         }
       }
-      if (now.present && !pending.empty() && std::chrono::steady_clock::now() >= next_try) {
+      if (now.present && !pending_.empty() && std::chrono::steady_clock::now() >= next_try) {
         for (const auto& s : servers_) {
-          if (pending.count(s->resource()) == 0) {
-            continue;
-          }
-          Status st = s->SocketPresent() ? Status::Ok() : s->Start();
-          if (st.ok()) {
-            st = s->Register();
-          }
-          if (st.ok()) {
-            pending.erase(s->resource());
-            if (metrics_ != nullptr) {
-              metrics_->Registered(s->resource());
-            }
-          } else {
-            log_.Warn("registration failed; retrying",
-                      {{"resource", s->resource()}, {"error", st.ToString()}});
+          if (pending_.count(s->resource()) != 0) {
+            due.push_back(s.get());
           }
         }
-        next_try = std::chrono::steady_clock::now() + options_.register_retry;
       }
+    }
+    for (ResourceServer* s : due) {
+      Status st = s->SocketPresent() ? Status::Ok() : s->Start();
+      if (st.ok()) {
+        st = s->Register();
+      }
+      if (st.ok()) {
+        {
+          // The device checker adds only resources it has just served,
+          // never one in `due`, and a kubelet.sock recreated meanwhile is
+          // seen at the next turn: erasing cannot lose a request to register.
+          std::lock_guard<std::mutex> lock(servers_mu_);
+          pending_.erase(s->resource());
+        }
+        if (metrics_ != nullptr) {
+          metrics_->Registered(s->resource());
+        }
+      } else {
+        log_.Warn("registration failed; retrying",
+                  {{"resource", s->resource()}, {"error", st.ToString()}});
+      }
+    }
+    if (!due.empty()) {
+      next_try = std::chrono::steady_clock::now() + options_.register_retry;
     }
     std::this_thread::sleep_for(options_.kubelet_poll);
   }
 }
 
 void NodePlugin::Stop() {
+  // The device checker first: it changes the health watches and servers_.
+  // A discovery under way ends first.
+  if (checker_.joinable()) {
+    checker_.request_stop();
+    checker_.join();
+  }
   if (supervisor_.joinable()) {
     supervisor_.request_stop();
     supervisor_.join();

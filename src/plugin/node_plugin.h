@@ -18,6 +18,11 @@
 // discovery reads, as after a restart). Grants on a removed device stay with
 // their containers; kubelet and the extender keep counting them.
 //
+// Threads: the supervisor watches kubelet.sock and the plugin sockets and
+// registers; the device checker runs the device checks. A discovery that
+// stalls (a vendor library on a sick device can take seconds) never holds
+// back a re-registration after a kubelet restart.
+//
 // Thread-safety: Start() and Stop() from the owner thread; the accessors may
 // be used from any thread after Start().
 #ifndef ACCELPOOL_PLUGIN_NODE_PLUGIN_H_
@@ -98,7 +103,7 @@ class NodePlugin {
   }
 
   // Calls `fn` after a device check served a changed device set, from the
-  // supervisor thread (for an Event on the Node). Set before Start().
+  // device checker's thread (for an Event on the Node). Set before Start().
   void OnDevicesChanged(std::function<void(const DeviceChange&)> fn) {
     on_devices_changed_ = std::move(fn);
   }
@@ -109,7 +114,7 @@ class NodePlugin {
     on_health_changed_ = std::move(fn);
   }
 
-  // Asks the supervisor to discover again now and to serve a change without
+  // Asks the device checker to discover again now and to serve a change without
   // waiting for a second check (SIGHUP: the operator changed the devices).
   void CheckDevicesNow() { check_now_.store(true); }
 
@@ -124,7 +129,10 @@ class NodePlugin {
 
  private:
   // One discovery of every driver. `keys[i]` identifies what driver i found
-  // (health left out); `failed[i]` is set when it failed.
+  // (health left out); `failed[i]` is set when it failed. `served` (the
+  // snapshot served now, at a device check; null at Start): a driver that
+  // fails and serves devices keeps its inventories from it, and no other
+  // driver's inventory holding one of their ids is taken.
   struct Discovery {
     std::vector<core::NodeInventory> inventories;
     std::vector<vendors::VendorDriver*> owners;
@@ -133,15 +141,19 @@ class NodePlugin {
     size_t devices = 0;
     std::string reasons;
   };
-  Discovery DiscoverAll(bool quiet);
+  Discovery DiscoverAll(bool quiet, const Snapshot* served);
   // Starts the health watch of driver `i`.
   void WatchHealth(size_t i);
-  // Serves the resources of the current snapshot that have no server yet;
-  // returns them (registration is the supervisor's).
+  // Serves the resources of the current snapshot that have no server yet and
+  // adds them to pending_ (registration is the supervisor's); returns them.
   std::vector<std::string> ServeNewResources();
   // Discovers again and serves a change (see the class comment); called from
-  // the supervisor.
-  void CheckDevices(bool at_once, std::set<std::string>* pending);
+  // the device checker.
+  void CheckDevices(bool at_once);
+  // The device checker's loop: a check every rediscover_every and on
+  // CheckDevicesNow.
+  void CheckLoop(std::stop_token stop);
+  // The supervisor's loop: kubelet.sock, the plugin sockets, registration.
   void Supervise(std::stop_token stop);
   void HealthChanged(const vendors::HealthEvent& e);
   // Hands the inventories to the publisher thread (no wait; see OnInventory).
@@ -155,13 +167,25 @@ class NodePlugin {
   const Logger log_;
   DeviceState state_;
   std::unique_ptr<Allocator> allocator_;
-  mutable std::mutex servers_mu_;  // guards servers_; changed by Start and the supervisor
+  // Guards servers_ and pending_. Held only to read or change them: never
+  // across a Discover, a socket's start or a registration (Register waits on
+  // kubelet, up to its timeout per resource), and no other lock is taken
+  // under it. servers_ only grows until Stop (which joins both threads
+  // first), so a server's address stays valid outside the lock; Start and
+  // Register of a server in servers_ run on the supervisor thread only.
+  mutable std::mutex servers_mu_;
   std::vector<std::unique_ptr<ResourceServer>> servers_;
+  // Resources to (re)register with kubelet: added by Start, by the device
+  // checker for a new resource, and by the supervisor after a kubelet
+  // restart or for a socket that went; removed by the supervisor once
+  // registered.
+  std::set<std::string> pending_;
   std::function<void(const std::vector<core::NodeInventory>&)> on_inventory_;
   std::function<void(const DeviceChange&)> on_devices_changed_;
   std::function<void(const vendors::HealthEvent&)> on_health_changed_;
-  std::vector<std::jthread> health_threads_;  // per driver
-  // The device check (supervisor thread only after Start): what each driver
+  // Per driver; changed by Start, then by the device checker only.
+  std::vector<std::jthread> health_threads_;
+  // The device check (device checker thread only after Start): what each driver
   // serves, and a differing set seen once, waiting for its second sighting.
   std::vector<std::string> served_keys_;
   std::vector<std::string> candidate_keys_;
@@ -174,6 +198,7 @@ class NodePlugin {
   std::optional<std::vector<core::NodeInventory>> to_publish_;
   std::jthread publisher_;  // runs on_inventory_ (PublishLoop)
   std::jthread supervisor_;
+  std::jthread checker_;  // runs the device checks (CheckLoop)
 };
 
 }  // namespace accelpool::plugin

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "api/inventory_codec.h"
 #include "common/metrics.h"
 #include "plugin/test_kubelet.h"
 #include "plugin/test_util.h"
@@ -24,6 +25,47 @@ using testing::TempDir;
 using testing::TestKubelet;
 
 constexpr auto kWait = std::chrono::seconds(5);
+
+// Polls `done` every 10 ms for up to `timeout`.
+template <typename F>
+bool WaitFor(F done, std::chrono::milliseconds timeout = kWait) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+// accelpool_plugin_device_checks_total{result="<result>"} as rendered; -1
+// when there is no such series.
+double DeviceChecks(const MetricsRegistry& registry, const std::string& result) {
+  const std::string page = registry.Serialize();
+  const std::string series = "accelpool_plugin_device_checks_total{result=\"" + result + "\"} ";
+  size_t at = page.find(series);
+  return at == std::string::npos ? -1.0 : std::stod(page.substr(at + series.size()));
+}
+
+// What most tests below share: one fake backend reading DIR/inv.json for
+// node "n", and the plugin's options over DIR.
+std::vector<vendors::VendorDriverPtr> FakeDrivers(const TempDir& dir, int copies = 1) {
+  std::vector<vendors::VendorDriverPtr> drivers;
+  for (int i = 0; i < copies; ++i) {
+    drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+        vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
+  }
+  return drivers;
+}
+
+NodePluginOptions StartOptions(const TempDir& dir) {
+  NodePluginOptions o;
+  o.node = "n";
+  o.plugin_dir = dir.path();
+  o.kubelet_poll = std::chrono::milliseconds(20);
+  o.register_retry = std::chrono::milliseconds(50);
+  o.enforcement.state_root = dir.File("containers");
+  return o;
+}
 
 class NodePluginTest : public ::testing::Test {
  protected:
@@ -142,6 +184,87 @@ TEST_F(NodePluginTest, ReRegistersWhenKubeletSockIsRecreated) {
   ctx.set_deadline(std::chrono::system_clock::now() + kWait);
   v1beta1::DevicePluginOptions opts;
   EXPECT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
+}
+
+// A backend whose discovery takes `slow` from its second call on (the device
+// checks; the first is Start's), as NVML can on a sick GPU, until released.
+class SlowDriver : public vendors::VendorDriver {
+ public:
+  SlowDriver(std::string path, std::chrono::milliseconds slow)
+      : inner_({std::move(path), "n"}), slow_(slow) {}
+  std::string_view Name() const override { return "slow"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override {
+    if (calls_++ > 0) {
+      std::unique_lock<std::mutex> lock(mu_);
+      discovering_ = true;
+      ++slow_calls_;
+      cv_.wait_for(lock, slow_, [&] { return released_; });
+      discovering_ = false;
+    }
+    return inner_.Discover();
+  }
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+  // Whether a slow discovery is under way, and how many began.
+  bool Discovering() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return discovering_;
+  }
+  int SlowCalls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return slow_calls_;
+  }
+  // Ends the slow discovery under way; later ones answer at once.
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  vendors::fake::FakeDriver inner_;
+  const std::chrono::milliseconds slow_;
+  std::atomic<int> calls_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool discovering_ = false;  // guarded by mu_
+  int slow_calls_ = 0;        // guarded by mu_
+  bool released_ = false;     // guarded by mu_
+};
+
+// Device checks run beside the registration: a kubelet restart while a
+// discovery stalls for seconds is answered at once, not after it.
+TEST(NodePluginRegistrationTest, ASlowDeviceCheckDoesNotHoldBackReRegistration) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  TestKubelet kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  AssignmentStore store;
+  NodePluginOptions o = StartOptions(dir);
+  o.rediscover_every = std::chrono::milliseconds(50);
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto owned = std::make_unique<SlowDriver>(dir.File("inv.json"), std::chrono::seconds(3));
+  SlowDriver* slow = owned.get();
+  drivers.push_back(std::move(owned));
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  ASSERT_EQ(kubelet.WaitRegistrations(2, kWait).size(), 2u);
+  ASSERT_TRUE(WaitFor([&] { return slow->SlowCalls() >= 1; }));
+  ASSERT_TRUE(slow->Discovering());
+
+  kubelet.Stop();  // kubelet restarts: kubelet.sock is recreated
+  ASSERT_TRUE(kubelet.Start());
+  EXPECT_EQ(kubelet.WaitRegistrations(4, std::chrono::seconds(1)).size(), 4u);
+  EXPECT_TRUE(slow->Discovering()) << "re-registered only after the slow discovery";
+  EXPECT_EQ(p.Resources().size(), 2u);
+  slow->Release();
 }
 
 TEST_F(NodePluginTest, ListAndWatchStreamsHealthChangesBothWays) {
@@ -277,6 +400,32 @@ TEST_F(NodePluginTest, WholeCardsForTwoContainersInOneAllocateCall) {
   EXPECT_EQ(entries.back().containers, (std::vector<std::string>{"trainer", "evaluator"}));
 }
 
+// A stream for a resource with no device (all of them went at a device
+// check) is answered at once with the empty list, as kubelet expects of
+// every ListAndWatch.
+TEST(ResourceServerTest, ListAndWatchAnswersAResourceWithNoDevices) {
+  TempDir dir;
+  DeviceState state;  // no device at all
+  AssignmentStore store;
+  EnforcementOptions e;
+  e.state_root = dir.File("containers");
+  Allocator allocator("n", &state, &store, nullptr, nullptr, e, Logger());
+  ResourceServerOptions o;
+  o.plugin_dir = dir.path();
+  o.resource = "nvidia.com/gpu";
+  ResourceServer server(o, &state, &allocator, Logger());
+  ASSERT_TRUE(server.Start().ok());
+  TestKubelet kubelet(dir.path());  // only to dial the plugin
+  auto stub = kubelet.Dial(EndpointFor("nvidia.com/gpu"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse resp;
+  ASSERT_TRUE(reader->Read(&resp)) << "no first list";
+  EXPECT_EQ(resp.devices_size(), 0);
+  ctx.TryCancel();
+}
+
 TEST(NodePluginStartTest, NoDevicesIsUnavailableWithTheReason) {
   TempDir dir;
   std::vector<vendors::VendorDriverPtr> drivers;
@@ -290,27 +439,6 @@ TEST(NodePluginStartTest, NoDevicesIsUnavailableWithTheReason) {
   Status st = p.Start();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("--fake-inventory"), std::string::npos);
-}
-
-// What the Start tests share: one fake backend reading DIR/inv.json for node
-// "n", and the plugin's options over DIR.
-std::vector<vendors::VendorDriverPtr> FakeDrivers(const TempDir& dir, int copies = 1) {
-  std::vector<vendors::VendorDriverPtr> drivers;
-  for (int i = 0; i < copies; ++i) {
-    drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
-        vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
-  }
-  return drivers;
-}
-
-NodePluginOptions StartOptions(const TempDir& dir) {
-  NodePluginOptions o;
-  o.node = "n";
-  o.plugin_dir = dir.path();
-  o.kubelet_poll = std::chrono::milliseconds(20);
-  o.register_retry = std::chrono::milliseconds(50);
-  o.enforcement.state_root = dir.File("containers");
-  return o;
 }
 
 TEST(NodePluginStartTest, AFailedStartServesNothingAndCanBeRetried) {
@@ -371,6 +499,118 @@ TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
   EXPECT_EQ(ids.size(), 18u);  // 2 GPUs and 16 dies, once each
   EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
   EXPECT_EQ(p.state().Get()->resources.at("nvidia.com/gpu").size(), 2u);
+}
+
+// A backend that fails its discovery while `fail` is set (a vendor library
+// that errors for a moment).
+class FailingDriver : public vendors::VendorDriver {
+ public:
+  explicit FailingDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  std::string_view Name() const override { return "failing"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override {
+    if (fail.load()) return UnavailableError("the library failed");
+    return inner_.Discover();
+  }
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+  std::atomic<bool> fail{false};
+
+ private:
+  vendors::fake::FakeDriver inner_;
+};
+
+// The backend that serves the devices fails a device check while the other
+// backend that finds them succeeds: the failed one keeps what it serves, and
+// the other's copy is not served beside it (kubelet would get each slot
+// twice, and the Node's inventory would name each vendor twice, which the
+// extender refuses whole). When the first backend answers again, nothing
+// changes.
+TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsStaysServedOnceWhenItsBackendFails) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  AssignmentStore store;
+  MetricsRegistry registry;
+  auto metrics = PluginMetrics::New(registry);
+  ASSERT_TRUE(metrics.ok());
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto failing = std::make_unique<FailingDriver>(dir.File("inv.json"));
+  FailingDriver* f = failing.get();
+  drivers.push_back(std::move(failing));
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n"}));
+  NodePlugin p(StartOptions(dir), std::move(drivers), &store, metrics->get(), nullptr, Logger());
+  std::mutex mu;
+  int publishes = 0;
+  std::vector<core::NodeInventory> published;
+  p.OnInventory([&](const std::vector<core::NodeInventory>& invs) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++publishes;
+    published = invs;
+  });
+  ASSERT_TRUE(p.Start().ok());
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return publishes == 1;
+  }));
+  const auto served_once = [&] {
+    SnapshotPtr snap = p.state().Get();
+    EXPECT_EQ(snap->inventories.size(), 2u);
+    EXPECT_EQ(snap->by_id.size(), 18u);
+    size_t listed = 0;  // what ListAndWatch lists, over every resource
+    for (const auto& [resource, refs] : snap->resources) listed += refs.size();
+    EXPECT_EQ(listed, 18u);
+    EXPECT_EQ(snap->resources.at("nvidia.com/gpu").size(), 2u);
+    EXPECT_EQ(snap->resources.at("huawei.com/Ascend910C").size(), 16u);
+  };
+
+  // Two checks while the first backend fails, one after the other: once the
+  // second is counted, the first is over, whatever it served.
+  f->fail = true;
+  const auto checks = [&] {
+    return DeviceChecks(registry, "failed") + DeviceChecks(registry, "changed");
+  };
+  p.CheckDevicesNow();
+  ASSERT_TRUE(WaitFor([&] { return checks() >= 1; }));
+  p.CheckDevicesNow();
+  ASSERT_TRUE(WaitFor([&] { return checks() >= 2; }));
+  // "failed": the failing backend's devices are kept, nothing else changed.
+  EXPECT_EQ(DeviceChecks(registry, "changed"), 0);
+  served_once();
+  // The Node's inventory as published now: each device once, and the
+  // extender's reader takes it.
+  p.PublishAgain();
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return publishes >= 2;
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    api::InventoryDocument doc;
+    doc.inventories = published;
+    StatusOr<api::InventoryDocument> back = api::InventoryFromJson(api::InventoryToJson(doc), "n");
+    EXPECT_TRUE(back.ok()) << back.status().ToString();
+    std::set<std::string> ids;
+    size_t devices = 0;
+    for (const core::NodeInventory& inv : published) {
+      for (const core::Device& d : inv.devices) {
+        ids.insert(d.id);
+        ++devices;
+      }
+    }
+    EXPECT_EQ(devices, 18u);
+    EXPECT_EQ(ids.size(), 18u);
+  }
+
+  f->fail = false;
+  p.CheckDevicesNow();
+  ASSERT_TRUE(WaitFor([&] { return DeviceChecks(registry, "unchanged") >= 1; }));
+  EXPECT_EQ(DeviceChecks(registry, "changed"), 0);
+  served_once();
 }
 
 // A node whose GPU 1 is split into MIG instances serves one resource per MIG
@@ -457,17 +697,6 @@ std::set<std::string> Ids(const Snapshot& snap) {
   std::set<std::string> out;
   for (const auto& [id, ref] : snap.by_id) out.insert(id);
   return out;
-}
-
-// Polls `done` every 10 ms for up to `timeout`.
-template <typename F>
-bool WaitFor(F done, std::chrono::milliseconds timeout = kWait) {
-  auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
 }
 
 TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
@@ -617,13 +846,7 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
   NodePlugin p(o, std::move(drivers), &store, metrics->get(), nullptr, Logger());
   ASSERT_TRUE(p.Start().ok());
   const std::set<std::string> served = Ids(*p.state().Get());
-  // accelpool_plugin_device_checks_total{result="<result>"} as rendered.
-  auto checks = [&](const std::string& result) {
-    const std::string page = registry.Serialize();
-    const std::string series = "accelpool_plugin_device_checks_total{result=\"" + result + "\"} ";
-    size_t at = page.find(series);
-    return at == std::string::npos ? -1.0 : std::stod(page.substr(at + series.size()));
-  };
+  auto checks = [&](const std::string& result) { return DeviceChecks(registry, result); };
   const int64_t version = p.state().Get()->version;
   ASSERT_TRUE(WaitFor([&] { return f->calls() >= 12; }));
   EXPECT_EQ(Ids(*p.state().Get()), served);

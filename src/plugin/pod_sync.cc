@@ -527,8 +527,9 @@ void PodSync::RetainPending(std::set<std::string> pending, uint64_t since) {
   // unassigned requests at least), so their versions no longer describe it.
   std::erase_if(applied_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
   std::erase_if(applied_seq_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
-  std::lock_guard<std::mutex> reported_lock(mu_);
-  std::erase_if(reported_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
+  // reported_ stays: a pod not in `pending` may well exist (a running pod,
+  // after a re-read of the Pending ones), and its refusal was said. Forget
+  // drops its entry when the pod is gone.
 }
 
 uint64_t PodSync::ApplySeq() {

@@ -183,7 +183,8 @@ class PodSync {
 
   mutable std::mutex mu_;
   // The refusal last reported per pod uid (reported again only when it
-  // changes, not on every status update of a running pod); guarded by mu_.
+  // changes, not on every status update of a running pod); an entry goes
+  // only with its pod (Forget), not at a re-read; guarded by mu_.
   std::map<std::string, std::string> reported_;
   // uid -> "<ns>/<name>" of the node's pods that have not ended, and a static
   // pod's own uid (its mirror's config.mirror annotation) -> its mirror's

@@ -839,6 +839,31 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
   EXPECT_EQ(store.All().size(), 2u);
 }
 
+// A running pod whose assignment is refused (it names another node) is
+// reported once: a refresh of the Pending pods, which does not list it,
+// does not make its next status update count and post the refusal again.
+TEST_F(KubeSideTest, ARefusalIsReportedOnceAcrossARefreshThatDoesNotListThePod) {
+  json pod =
+      PodJson("moved", "node-a", {{"accelpool.io/assignment", AssignmentText("other")}}, "Running");
+  pod["metadata"]["resourceVersion"] = "10";
+  api_.Put(kPods, pod);
+  AssignmentStore store;
+  testing::RecordingReporter reporter;
+  PodSync sync(client_.get(), "node-a", &store, &reporter, Logger());
+  std::vector<std::string> refused;
+  sync.OnRefused([&](const std::string& reason) { refused.push_back(reason); });
+  sync.Apply(pod);
+  ASSERT_EQ(refused, std::vector<std::string>{"other_node"});
+  ASSERT_EQ(reporter.entries().size(), 1u);
+
+  ASSERT_TRUE(sync.Refresh().ok());           // no Pending pod on the node
+  pod["metadata"]["resourceVersion"] = "11";  // the watch's next update of the pod
+  sync.Apply(pod);
+  EXPECT_EQ(refused, std::vector<std::string>{"other_node"});
+  ASSERT_EQ(reporter.entries().size(), 1u);
+  EXPECT_FALSE(reporter.entries()[0].ok);
+}
+
 // What one Refresh asked the apiserver since `from`: lists, and the names of
 // the pods it read one by one.
 struct RefreshRequests {

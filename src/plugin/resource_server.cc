@@ -66,6 +66,10 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
     int64_t seen = -1;
+    // The list last sent. An empty list serialises to "" as well: `sent` makes
+    // the first list go out even when it is empty (a resource whose devices
+    // all went), so that every stream is answered at once.
+    bool sent = false;
     std::string last;
     while (!ctx->IsCancelled() && !stopping_->load()) {
       SnapshotPtr snap = state_->WaitNewer(seen, std::chrono::milliseconds(200));
@@ -75,12 +79,13 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
       seen = snap->version;
       v1beta1::ListAndWatchResponse resp = SlotList(*snap, resource_);
       std::string bytes = resp.SerializeAsString();
-      if (bytes == last) {
+      if (sent && bytes == last) {
         continue;  // a change of another resource
       }
       if (!writer->Write(resp)) {
         break;
       }
+      sent = true;
       last = std::move(bytes);
     }
     return grpc::Status::OK;
