@@ -305,9 +305,12 @@ Status CollectContainer(const json& c, const std::string& where,
         break;
       case ResourceRole::kMemory: {
         int64_t mib = 0;
-        // A unit or an exponent: bytes (MetaX vmemory); a plain number: units.
-        const bool has_suffix = text.find_first_not_of("+0123456789") != std::string::npos;
-        if (bytes && has_suffix) {
+        // A binary unit (Ki .. Ei, the only suffixes ending in i that
+        // ParseWholeQuantity takes): bytes (MetaX vmemory); a number: units.
+        // Decimal suffixes and exponents only write a number (the apiserver
+        // turns a plain 2000 into "2k"), so "2k" is 2000 units, not bytes.
+        const bool binary_unit = text.size() > 2 && text.back() == 'i';
+        if (bytes && binary_unit) {
           mib = value / (int64_t{1} << 20) + (value % (int64_t{1} << 20) != 0);  // rounded up
         } else if (value <= (int64_t{1} << 40) / info->unit) {
           mib = value * info->unit;
@@ -319,7 +322,7 @@ Status CollectContainer(const json& c, const std::string& where,
               where + ": " + name + ": " + text + " is too large (memory is in " +
               (info->unit > 1 ? "units of " + std::to_string(info->unit) + " MiB"
                               : std::string("MiB")) +
-              " per device)");
+              " per device" + (bytes ? "; bytes take a binary unit such as 8Gi" : "") + ")");
         }
         ask.memory_mib = mib;
         ask.memory_name = name;
@@ -340,7 +343,9 @@ Status CollectContainer(const json& c, const std::string& where,
               std::to_string(info->unit) +
               (info->unit == 100 ? " (percent of a device)" : " (units per device)"));
         }
-        ask.compute = (value * core::kComputeWhole + info->unit - 1) / info->unit;
+        // Rounded down (at least 1), so N shares of 1/N of a device fit it:
+        // rounded up, 16 shares of 1/16 (62.5) would need 1008.
+        ask.compute = std::max<int64_t>(1, value * core::kComputeWhole / info->unit);
         ask.compute_name = name;
         break;
       case ResourceRole::kIgnored:

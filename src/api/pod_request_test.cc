@@ -160,9 +160,9 @@ TEST(PodRequestTest, EveryResourceNameMapsToUnits) {
        1,
        0,
        0,
-       63,
+       62,
        "mthreads.com/vgpu",
-       ""},  // 1/16 = 62.5 thousandths, rounded up
+       ""},  // 1/16 = 62.5 thousandths, rounded down
       {{{"alibabacloud.com/ppu", "8"}}, Vendor::kThead, 8, 0, 0, 0, "alibabacloud.com/ppu", ""},
       {{{"cambricon.com/vmlu", "1"},
         {"cambricon.com/mlu.smlu.vmemory", "4"},
@@ -410,11 +410,59 @@ TEST(PodRequestTest, CanonicalSpellingsOfWholeNumbersAreRead) {
       PodWithLimits({{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "2e1"}}));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->request.containers[0].memory_mib, 20 * 512);
-  // MetaX vmemory: a quantity with a unit or an exponent is bytes.
-  r = ParsePodRequest(
-      PodWithLimits({{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", "8e9"}}));
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(r->request.containers[0].memory_mib, 7630);  // 8e9 bytes, rounded up to MiB
+}
+
+// MetaX vmemory is GiB as a number and bytes with a binary unit. A decimal
+// suffix or an exponent only writes the number: a plain 2000 reaches the
+// webhook as "2k", and is 2000 GiB (which no device has), not 2000 bytes.
+TEST(PodRequestTest, MetaxVmemoryIsBytesOnlyWithABinaryUnit) {
+  auto mib = [](const char* v) -> StatusOr<int64_t> {
+    auto r = ParsePodRequest(
+        PodWithLimits({{"metax-tech.com/sgpu", "1"}, {"metax-tech.com/vmemory", v}}));
+    if (!r.ok()) return r.status();
+    return r->request.containers.at(0).memory_mib;
+  };
+  for (const auto& [v, want] : std::vector<std::pair<const char*, int64_t>>{
+           {"64", 64 * 1024},
+           {"2k", 2000 * 1024},
+           {"1e3", 1000 * 1024},
+           {"2e1", 20 * 1024},
+           {"2Gi", 2048},
+           {"2048Mi", 2048},
+           {"1025Ki", 2},  // rounded up to MiB
+       }) {
+    SCOPED_TRACE(v);
+    StatusOr<int64_t> got = mib(v);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(*got, want);
+  }
+  // Read as GiB, a byte count written with a decimal suffix is too large,
+  // and the message says how to write bytes.
+  for (const char* v : {"8G", "8e9", "4000M"}) {
+    SCOPED_TRACE(v);
+    StatusOr<int64_t> got = mib(v);
+    ASSERT_FALSE(got.ok());
+    EXPECT_NE(got.status().message().find(std::string(v) + " is too large (memory is in units "
+                                                           "of 1024 MiB per device; bytes take a "
+                                                           "binary unit such as 8Gi)"),
+              std::string::npos)
+        << got.status().message();
+  }
+}
+
+// sgpu-core is in sixteenths of a card, rounded down to thousandths (at
+// least 1), so sixteen 1/16 shares fit one card as the profile's 16 share
+// slots allow.
+TEST(PodRequestTest, MthreadsSgpuCoreSixteenthsFitOneCard) {
+  for (int64_t units = 1; units <= 16; ++units) {
+    SCOPED_TRACE(units);
+    auto r = ParsePodRequest(PodWithLimits(
+        {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-core", std::to_string(units)}}));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const int32_t compute = r->request.containers.at(0).compute;
+    EXPECT_EQ(compute, units * 1000 / 16);
+    EXPECT_LE(compute * (16 / units), 1000);
+  }
 }
 
 // Bytes near the int64 limit must not wrap when rounded up to MiB, and no

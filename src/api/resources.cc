@@ -85,7 +85,7 @@ std::vector<ResourceInfo> BuildTable() {
   t.push_back(Count("kunlunxin.com/xpu", Vendor::kKunlunxin));
   t.push_back(Count("kunlunxin.com/vxpu", Vendor::kKunlunxin, "kunlunxin.com/vxpu-memory"));
   t.push_back(Memory("kunlunxin.com/vxpu-memory", Vendor::kKunlunxin, 1));
-  // MetaX: vmemory is GiB as a bare number, bytes with a unit.
+  // MetaX: vmemory is GiB as a number, bytes with a binary unit (Ki .. Ei).
   t.push_back(Count("metax-tech.com/gpu", Vendor::kMetax));
   t.push_back(Count("metax-tech.com/sgpu", Vendor::kMetax, "metax-tech.com/vmemory", "",
                     "metax-tech.com/vcore"));

@@ -47,8 +47,9 @@ struct ResourceInfo {
   // implies (nvidia.com/mig-1g.18gb -> "1g.18gb"); such a request fits only
   // devices of that profile (core::Device::partition). "" otherwise.
   std::string partition;
-  // kMemory only: a value with a unit suffix ("8Gi") is bytes, a bare number is
-  // `unit` MiB (MetaX vmemory). When false, suffixes are rejected.
+  // kMemory only: a value with a binary unit ("8Gi") is bytes, a number (decimal
+  // suffixes and exponents included: "2k" is 2000) is `unit` MiB (MetaX
+  // vmemory). When false, binary units are rejected.
   bool suffix_means_bytes = false;
   // Count names only: the sibling names carrying memory / percent / compute for
   // this count ("" when the vendor has none).

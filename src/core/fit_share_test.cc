@@ -105,6 +105,32 @@ TEST(FitShare, SharesOfAQuarterFitFourToADevice) {
   }
 }
 
+TEST(FitShare, SixteenthsOfAMooreThreadsCardFitSixteenToACard) {
+  // mthreads.com/sgpu-core: 1 is 1/16 of a card, 62 thousandths as the pod
+  // request parser rounds it down (PodRequestTest.
+  // MthreadsSgpuCoreSixteenthsFitOneCard); the S4000 profile gives each card
+  // 16 share slots. With 512 MiB each (sgpu-memory: 1), all 16 land on one
+  // card.
+  const NodeInventory inv = MakeNode("mthreads-s4000-x8");
+  ASSERT_EQ(inv.devices[0].max_shares, 16);
+  for (const int32_t compute : {62, 63}) {
+    SCOPED_TRACE(compute);
+    NodeUsage usage = NodeUsage::Empty(inv);
+    int landed = 0;
+    for (int i = 0; i < 16; ++i) {
+      DeviceRequest r = Share(Vendor::kMthreads, 1, 512, compute);
+      r.id_include = {inv.devices[0].id};
+      const FitResult res = Fit(Pod({r}), inv, usage);
+      if (!res.fits()) break;
+      ASSERT_EQ(res.placement.containers[0].grants[0].device, 0) << i;
+      ASSERT_TRUE(ApplyPlacement(res.placement, inv, &usage).ok());
+      ++landed;
+    }
+    // Rounded up, 16 x 63 = 1008 thousandths: the 16th does not fit.
+    EXPECT_EQ(landed, compute == 62 ? 16 : 15);
+  }
+}
+
 TEST(FitShare, MemoryLargerThanAnyDeviceIsUnresolvable) {
   const NodeInventory inv = MakeNode("nvidia-hgx-8");
   const FitResult r = Fit(Pod({Share(Vendor::kNvidia, 1, 200000, 10)}), inv, NodeUsage::Empty(inv));

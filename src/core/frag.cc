@@ -170,10 +170,15 @@ struct FreeView {
   std::vector<int64_t> memory;
   int64_t cpu_milli = -1;
   int64_t host_memory_mib = -1;
-  // Free compute on devices at their share cap (max_shares containers hold a
-  // grant): no task can use it, so it is fragment for every task. Those
+  // Free compute no task can use, so fragment for every task: on devices at
+  // their share cap (max_shares containers hold a grant) and on free hardware
+  // partitions (MIG instances: Fit gives them only to a request for their
+  // profile, and no task shape asks for one, see ShapeOfRequest). Those
   // devices show no free compute or memory above.
   int64_t capped = 0;
+  // The part of `capped` on free partitions: idle, not in use, for the
+  // packing step of the accelpool policy.
+  int64_t partitioned = 0;
 };
 
 // Fills *v (reusing its storage: the policies score thousands of candidates
@@ -186,6 +191,7 @@ void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement
   v->cpu_milli = -1;
   v->host_memory_mib = -1;
   v->capped = 0;
+  v->partitioned = 0;
   if (usage.host_free.has_value()) {
     const HostResources taken = placement != nullptr ? placement->host : HostResources{};
     v->cpu_milli = std::max<int64_t>(0, usage.host_free->cpu_milli - taken.cpu_milli);
@@ -245,6 +251,11 @@ void FreeAfter(const NodeInventory& inv, const NodeUsage& usage, const Placement
     // device (one thousandth short of whole says so to every task), shares
     // fit in the memory beside it.
     if (dev.foreign_mib > 0) free_compute = std::min(free_compute, kComputeWhole - 1);
+    if (!dev.partition.empty()) {
+      v->capped += free_compute;
+      v->partitioned += free_compute;
+      continue;
+    }
     if (shares[d] > 0 && shares[d] >= std::max(1, dev.max_shares)) {
       v->capped += free_compute;
       continue;
@@ -445,6 +456,7 @@ class AccelpoolPolicy : public Policy {
       in.node_capacity += kComputeWhole;
       in.node_idle_after += after.compute[d];
     }
+    in.node_idle_after += after.partitioned;
     return in;
   }
 

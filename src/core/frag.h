@@ -93,8 +93,9 @@ std::vector<FragTask> TasksForInventory(const std::vector<TaskShape>& workload,
 // `workload` (empty: the built-in mix): the idle compute of its schedulable
 // devices not held whole, and the part of it the workload's next pod is
 // expected not to be able to use (NodeFragment, kHostShare; a device whose
-// share slots are all taken is idle and all fragment). Thousandths of a
-// device. For monitoring: the extender exports it per node.
+// share slots are all taken, and a free hardware partition such as a MIG
+// instance, which no task shape asks for, is idle and all fragment).
+// Thousandths of a device. For monitoring: the extender exports it per node.
 struct FragmentationNow {
   double fragment = 0;
   int64_t idle = 0;

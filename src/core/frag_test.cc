@@ -224,6 +224,68 @@ TEST(MeasureFragmentationTest, ForeignMemoryMakesAnIdleDeviceFragmentForWholeTas
   EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, NodeUsage::Empty(inv), half).fragment, 0);
 }
 
+TEST(MeasureFragmentationTest, AFreeMigInstanceIsIdleButFragmentForEveryTask) {
+  // GPU 0 is held whole; device 1 is a MIG instance. Fit hands the instance
+  // only to a request for its profile, and no task shape asks for one, so a
+  // whole-GPU pod finds nothing here: all the idle is fragment.
+  NodeInventory inv = Node(2, "H100");
+  inv.devices[1].partition = "1g.10gb";
+  inv.devices[1].memory_mib = 9984;
+  inv.devices[1].max_shares = 1;
+  NodeUsage usage = NodeUsage::Empty(inv);
+  usage.devices[0] =
+      DeviceUsage{.memory_mib = 16384, .compute = 1000, .shares = 1, .exclusive = true};
+  DeviceRequest gpu;
+  gpu.container = "main";
+  gpu.vendor = Vendor::kNvidia;
+  gpu.count = 1;
+  PodRequest pod;
+  pod.containers.push_back(gpu);
+  ASSERT_FALSE(Fit(pod, inv, usage, nullptr).fits());
+  const std::vector<TaskShape> whole = {
+      TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1}};
+  FragmentationNow f = MeasureFragmentation(inv, usage, whole);
+  EXPECT_EQ(f.idle, 1000);
+  EXPECT_DOUBLE_EQ(f.fragment, 1000);
+  // Shares and the built-in mix cannot use it either.
+  const std::vector<TaskShape> half = {
+      TaskShape{.count = 1, .compute = 500, .memory_mib = 0, .model = "", .weight = 1}};
+  EXPECT_DOUBLE_EQ(MeasureFragmentation(inv, usage, half).fragment, 1000);
+  f = MeasureFragmentation(inv, usage, {});
+  EXPECT_EQ(f.idle, 1000);
+  EXPECT_DOUBLE_EQ(f.fragment, 1000);
+  // Held by a MIG pod, the instance is neither idle nor fragment.
+  usage.devices[1] =
+      DeviceUsage{.memory_mib = 9984, .compute = 1000, .shares = 1, .exclusive = true};
+  f = MeasureFragmentation(inv, usage, whole);
+  EXPECT_EQ(f.idle, 0);
+  EXPECT_DOUBLE_EQ(f.fragment, 0);
+}
+
+TEST(FragmentationPolicyTest, AMigPlacementLeavesTheWholeGpuFragmentationAlone) {
+  // A node with one free whole GPU and two free MIG instances. The instances
+  // are fragment for whole-GPU tasks; a MIG pod that takes one removes its
+  // part of it (either instance alike) and leaves the whole GPU usable.
+  PolicyContext ctx;
+  ctx.workload = {
+      TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1}};
+  PolicyPtr frag = MakeFragmentationPolicy(ctx);
+  NodeInventory inv = Node(3, "H100");
+  for (int d : {1, 2}) inv.devices[d].partition = "1g.10gb";
+  const NodeUsage usage = NodeUsage::Empty(inv);
+  auto mig = [](int32_t device) {
+    Placement p;
+    p.containers.push_back(
+        ContainerPlacement{"main", ContainerKind::kRegular, {Grant{device, 0, 0, true}}});
+    return p;
+  };
+  // Before: 2000 fragment (the instances); after: 1000.
+  EXPECT_DOUBLE_EQ(frag->PlacementValue(inv, usage, mig(1)), 1000);
+  EXPECT_EQ(frag->NodeScore(inv, usage, mig(1)), frag->NodeScore(inv, usage, mig(2)));
+  // Taking the whole GPU leaves the instances' fragment as it was.
+  EXPECT_DOUBLE_EQ(frag->PlacementValue(inv, usage, mig(0)), 0);
+}
+
 TEST(FragmentationPolicyTest, ModelFilteredWorkloadSeesOtherModelsAsFragment) {
   PolicyContext ctx;
   ctx.workload = {TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "A100|H100", .weight = 1}};
