@@ -316,9 +316,19 @@ uint64_t CacheFeeder::NodeUpdatesUnchanged() const {
   return updates_unchanged_;
 }
 
+CacheFeeder::InputsDigest CacheFeeder::Digest(std::string_view inputs) {
+  // Two unrelated 64-bit hashes and the length: equal digests of unequal
+  // texts are not a practical concern.
+  InputsDigest d{inputs.size(), std::hash<std::string_view>{}(inputs), 1469598103934665603ull};
+  for (const char c : inputs) {
+    d.fnv = (d.fnv ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return d;
+}
+
 void CacheFeeder::ApplyNode(const nlohmann::json& node) {
   const std::string name = NodeName(node);
-  std::string inputs = NodeInputs(node);
+  const InputsDigest inputs = Digest(NodeInputs(node));
   if (auto it = applied_inputs_.find(name);
       it != applied_inputs_.end() && it->second == inputs && cache_.Node(name) != nullptr) {
     // A heartbeat: rebuilding would change nothing but the entry's version,
@@ -344,7 +354,7 @@ void CacheFeeder::ApplyNode(const nlohmann::json& node) {
     ForgetCordon(e->name);
     return;
   }
-  applied_inputs_[e->name] = std::move(inputs);
+  applied_inputs_[e->name] = inputs;
   ReportCordon(*e);
   if (!e->inventories.ok()) {
     log_.Warn("node inventory does not parse; node kept without devices",

@@ -30,6 +30,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "api/assignment_signature.h"
@@ -199,8 +200,17 @@ class CacheFeeder {
   std::deque<Deleted> deleted_;  // oldest first
   std::chrono::steady_clock::duration deleted_memory_ = std::chrono::minutes(10);
   uint64_t forgotten_seq_ = 0;  // the newest deletion no longer remembered
-  // NodeInputs of each node whose devices the cache holds, as last applied.
-  std::map<std::string, std::string> applied_inputs_;
+  // A digest of NodeInputs of each node whose devices the cache holds, as
+  // last applied (the text itself, with the inventory annotation and any
+  // last-applied-configuration, would be kilobytes a node).
+  struct InputsDigest {
+    size_t size = 0;
+    uint64_t hash = 0;
+    uint64_t fnv = 0;
+    bool operator==(const InputsDigest&) const = default;
+  };
+  static InputsDigest Digest(std::string_view inputs);
+  std::map<std::string, InputsDigest> applied_inputs_;
   uint64_t updates_applied_ = 0;
   uint64_t updates_unchanged_ = 0;
   std::mutex cordon_mu_;

@@ -745,10 +745,12 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
   ASSERT_TRUE(reader->Read(&list));
   EXPECT_EQ(list.devices_size(), 0);
   ctx.TryCancel();
-  // The new profile is served and registered.
-  EXPECT_EQ(p.Resources(),
-            (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/mig-1g.18gb",
-                                      "nvidia.com/mig-3g.71gb", "nvidia.com/mig-2g.35gb"}));
+  // The new profile is served (by the device-check thread, a moment after
+  // the devices changed) and registered.
+  const std::vector<std::string> served = {"nvidia.com/gpu", "nvidia.com/mig-1g.18gb",
+                                           "nvidia.com/mig-3g.71gb", "nvidia.com/mig-2g.35gb"};
+  EXPECT_TRUE(WaitFor([&] { return p.Resources() == served; }));
+  EXPECT_EQ(p.Resources(), served);
   auto regs = kubelet.WaitRegistrations(4, kWait);
   ASSERT_EQ(regs.size(), 4u);
   EXPECT_EQ(regs.back().resource_name(), "nvidia.com/mig-2g.35gb");
@@ -775,7 +777,12 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
   }
   {
     // One change, said once (for the Node's Event): what came, what went,
-    // and the pod that still holds a device that went.
+    // and the pod that still holds a device that went. Said from the
+    // device-check thread, which may publish before it says it.
+    ASSERT_TRUE(WaitFor([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return !changes.empty();
+    }));
     std::lock_guard<std::mutex> lock(mu);
     ASSERT_EQ(changes.size(), 1u);
     EXPECT_EQ(changes[0].added, (std::vector<std::string>{"MIG-p", "MIG-q"}));

@@ -529,7 +529,13 @@ void PodSync::RetainPending(std::set<std::string> pending, uint64_t since) {
   std::erase_if(applied_seq_, [&](const auto& kv) { return pending.count(kv.first) == 0; });
   // reported_ stays: a pod not in `pending` may well exist (a running pod,
   // after a re-read of the Pending ones), and its refusal was said. Forget
-  // drops its entry when the pod is gone.
+  // drops its entry when the pod is gone, and a re-read of every pod that
+  // has not ended one it does not list (ReRead).
+}
+
+size_t PodSync::RefusalsRemembered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reported_.size();
 }
 
 uint64_t PodSync::ApplySeq() {
@@ -552,7 +558,7 @@ Status PodSync::Refresh() {
   // after it admitted it: the Pending pods are enough, and on a node in
   // steady state they are a handful rather than all of them, which keeps
   // this list (it runs on kubelet's path) short.
-  return ReRead(",status.phase=Pending");
+  return ReRead(",status.phase=Pending", /*every_live_pod=*/false);
 }
 
 Status PodSync::RefreshNotEnded() {
@@ -561,10 +567,10 @@ Status PodSync::RefreshNotEnded() {
   // last wrote, which need not trail kubelet's admission (kwok, which keeps
   // simulated nodes, marks a pod Running as it is bound). While the watch is
   // down (an apiserver restart) such a pod reaches the store only this way.
-  return ReRead(",status.phase!=Succeeded,status.phase!=Failed");
+  return ReRead(",status.phase!=Succeeded,status.phase!=Failed", /*every_live_pod=*/true);
 }
 
-Status PodSync::ReRead(const std::string& phases) {
+Status PodSync::ReRead(const std::string& phases, bool every_live_pod) {
   // The list asks for metadata only: serialising and parsing whole pods was
   // most of a refresh's cost, and the store already holds nearly all of them
   // at their current version (the watch delivered them). Only the others
@@ -582,12 +588,28 @@ Status PodSync::ReRead(const std::string& phases) {
     }
     return r;
   };
+  std::set<std::string> reported_before;  // refusals said before the list
+  if (every_live_pod) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [uid, why] : reported_) reported_before.insert(uid);
+  }
   const uint64_t since = ApplySeq();  // before the list: see RetainPending
   StatusOr<kube::ListResult> pods = list(true);
   if (!pods.ok()) {
     return pods.status();
   }
   NoteListForm(pods->metadata_only);
+  if (every_live_pod) {
+    // A refused pod that ended, or was deleted while the watch was down (the
+    // informer's relist then never knew it, and Forget never comes), is not
+    // listed: its record goes. One refused during the list keeps its record.
+    std::set<std::string> listed;
+    for (const json& item : pods->items) listed.insert(RefOf(item).uid);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& uid : reported_before) {
+      if (listed.count(uid) == 0) reported_.erase(uid);
+    }
+  }
   if (!pods->metadata_only) {
     // A server that cannot transform lists (an aggregated apiserver or a
     // proxy in the way) answered whole pods: use them as they are.

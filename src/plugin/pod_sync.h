@@ -148,6 +148,8 @@ class PodSync {
   void Update(const nlohmann::json& old, const nlohmann::json& now);
   // The pod is gone: forgets it and removes its state dirs.
   void Forget(const nlohmann::json& pod);
+  // Pods whose refusal is remembered (for tests and debugging).
+  size_t RefusalsRemembered() const;
 
   // How long a forgotten uid is refused by Apply. Far longer than a
   // re-read's requests take; a uid is never reused, so this only bounds
@@ -156,8 +158,9 @@ class PodSync {
 
  private:
   // Refresh and RefreshNotEnded: the node's pods whose phase matches
-  // `phases` (field selector terms, each led by a comma).
-  Status ReRead(const std::string& phases);
+  // `phases` (field selector terms, each led by a comma); `every_live_pod`
+  // when that is every pod of the node that has not ended.
+  Status ReRead(const std::string& phases, bool every_live_pod);
   // Refresh from full pod objects: applies them all, then prunes.
   void ApplyPending(const std::vector<nlohmann::json>& pods, uint64_t since);
   // Drops what the store (and applied_) holds for pods not in `pending` and
@@ -184,7 +187,9 @@ class PodSync {
   mutable std::mutex mu_;
   // The refusal last reported per pod uid (reported again only when it
   // changes, not on every status update of a running pod); an entry goes
-  // only with its pod (Forget), not at a re-read; guarded by mu_.
+  // with its pod (Forget), or at a re-read of every pod that has not ended
+  // that does not list it, not at a re-read of the Pending ones; guarded by
+  // mu_.
   std::map<std::string, std::string> reported_;
   // uid -> "<ns>/<name>" of the node's pods that have not ended, and a static
   // pod's own uid (its mirror's config.mirror annotation) -> its mirror's

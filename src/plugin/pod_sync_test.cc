@@ -862,6 +862,14 @@ TEST_F(KubeSideTest, ARefusalIsReportedOnceAcrossARefreshThatDoesNotListThePod) 
   EXPECT_EQ(refused, std::vector<std::string>{"other_node"});
   ASSERT_EQ(reporter.entries().size(), 1u);
   EXPECT_FALSE(reporter.entries()[0].ok);
+  // A re-read of every live pod that lists it keeps the record too.
+  ASSERT_TRUE(sync.RefreshNotEnded().ok());
+  EXPECT_EQ(sync.RefusalsRemembered(), 1u);
+  // Deleted while the watch was down (no Forget comes): a re-read of every
+  // live pod does not list it, and its record goes.
+  api_.Remove(kPods, "moved");
+  ASSERT_TRUE(sync.RefreshNotEnded().ok());
+  EXPECT_EQ(sync.RefusalsRemembered(), 0u);
 }
 
 // What one Refresh asked the apiserver since `from`: lists, and the names of
