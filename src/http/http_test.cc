@@ -711,6 +711,42 @@ TEST(HttpServerTest, AtTheCapTheConnectionIdleLongestMakesRoom) {
       << reg.Serialize();
 }
 
+// At the cap, two connections that come back to back never both take the
+// place of the one idle connection (only one thread is freed), and one whose
+// request is not read yet is not closed for the next: each is answered, 200
+// or 503, and none waits without an answer.
+TEST(HttpServerTest, AtTheCapTwoNewConnectionsNeverEvictTheSameOne) {
+  ServerOptions o = LocalServer();
+  o.max_connections = 1;
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/ping", [](const Request&) { return Response::Json(200, "{}"); });
+  ASSERT_TRUE(s->Start().ok());
+  const std::string ping = "GET /ping HTTP/1.1\r\nHost: a\r\n\r\n";
+  auto answered = [](RawConn& c) {
+    const std::string got = c.ReadUntil("\r\n\r\n", 2s);
+    return got.rfind("HTTP/1.1 200 ", 0) == 0 || got.rfind("HTTP/1.1 503 ", 0) == 0;
+  };
+  for (int round = 0; round < 20; ++round) {
+    // A: served once and kept alive (the connections of the round before
+    // may still hold the one place for a moment).
+    std::unique_ptr<RawConn> a;
+    const auto start = std::chrono::steady_clock::now();
+    while (SecondsSince(start) < 5) {
+      a = std::make_unique<RawConn>(s->port());
+      if (a->Send(ping) && a->ReadUntil("{}", 2s).rfind("HTTP/1.1 200 ", 0) == 0) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_EQ(a->received().rfind("HTTP/1.1 200 ", 0), 0u) << round << ": " << a->received();
+    RawConn b(s->port());
+    RawConn c(s->port());
+    ASSERT_TRUE(b.Send(ping));
+    ASSERT_TRUE(c.Send(ping));
+    EXPECT_TRUE(answered(b)) << round << ": B got \"" << b.received() << "\"";
+    EXPECT_TRUE(answered(c)) << round << ": C got \"" << c.received() << "\"";
+    if (HasFailure()) break;
+  }
+}
+
 TEST(HttpServerTest, ARequestTrickledInIsCutAtItsDeadline) {
   ServerOptions o = LocalServer();
   o.header_timeout = 1s;

@@ -162,9 +162,18 @@ class ServerImpl final : public HttpServer {
     // when it starts and after each answer).
     std::chrono::steady_clock::time_point idle_since{};
     bool streaming = false;  // guarded by mu: a streamed response is being sent
+    // Guarded by mu: closed to make room at the cap (the accept loop never
+    // picks it again), and whether it has answered a request yet.
+    bool evicting = false;
+    bool served = false;
   };
 
   void AcceptLoop();
+  // Whether `c` (its mu held) waits between requests and may be closed to
+  // make room at the cap.
+  static bool Evictable(const Conn& c) {
+    return c.stream != nullptr && !c.busy && !c.streaming && !c.evicting;
+  }
   // A connection thread: serves `fd`, then waits up to kWorkerIdle for the
   // next accepted connection instead of exiting, so a client that opens
   // connections at a high rate does not cost a thread start and exit each.
@@ -215,6 +224,10 @@ class ServerImpl final : public HttpServer {
   // descriptors, memory or threads): the connection stays queued, or the
   // next one comes at once, and retrying without a pause spins a core.
   static constexpr Ms kAcceptBackoff{100};
+  // How long a connection that has answered nothing yet is kept from being
+  // closed to make room at the cap: its first request may be on the way, or
+  // arrived and not yet read.
+  static constexpr Ms kFirstRequestGrace{1000};
   // The slowest a request body may come (64 kB/s) beyond header_timeout.
   static constexpr uint64_t kMinBodyBytesPerMs = 64;
   static constexpr uint64_t kDrainBytes = 1 << 20;
@@ -458,20 +471,35 @@ void ServerImpl::AcceptLoop() {
         // its thread takes this one. Kept-alive connections that send nothing
         // (a client opening many, or one a minute to stay under the idle
         // timeout) cannot lock kube-scheduler or the apiserver out.
-        Conn* oldest = nullptr;
-        auto since = std::chrono::steady_clock::time_point::max();
-        for (auto& c : conns_) {
-          std::lock_guard<std::mutex> cl(c->mu);
-          if (c->stream != nullptr && !c->busy && !c->streaming && c->idle_since < since) {
-            since = c->idle_since;
-            oldest = c.get();
+        // One that has answered a request goes first; one that has not only
+        // after kFirstRequestGrace, as its request may be on the way or
+        // unread. Picked and closed under its lock, and marked, so that it is
+        // never picked twice for two new connections (only one thread is
+        // freed).
+        bool evicted = false;
+        for (size_t tries = 0; !evicted && tries <= conns_.size(); ++tries) {
+          Conn* oldest = nullptr;
+          bool oldest_served = false;
+          auto since = std::chrono::steady_clock::time_point::max();
+          const auto young = std::chrono::steady_clock::now() - kFirstRequestGrace;
+          for (auto& c : conns_) {
+            std::lock_guard<std::mutex> cl(c->mu);
+            if (!Evictable(*c) || (!c->served && c->idle_since > young)) continue;
+            if (oldest == nullptr || (c->served && !oldest_served) ||
+                (c->served == oldest_served && c->idle_since < since)) {
+              since = c->idle_since;
+              oldest_served = c->served;
+              oldest = c.get();
+            }
           }
+          if (oldest == nullptr) break;
+          std::lock_guard<std::mutex> cl(oldest->mu);
+          if (!Evictable(*oldest)) continue;  // a request came meanwhile
+          oldest->evicting = true;
+          oldest->stream->Shutdown();
+          evicted = true;
         }
-        if (oldest != nullptr) {
-          {
-            std::lock_guard<std::mutex> cl(oldest->mu);
-            if (oldest->stream != nullptr) oldest->stream->Shutdown();
-          }
+        if (evicted) {
           if (evicted_ != nullptr) evicted_->WithLabels({}).Inc();
           std::lock_guard<std::mutex> pl(pending_mu_);
           pending_.emplace_back(fd, std::move(peer));
@@ -612,6 +640,8 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
     conn->stream = stream.get();
     conn->busy = false;
     conn->streaming = false;
+    conn->evicting = false;
+    conn->served = false;
     conn->idle_since = std::chrono::steady_clock::now();
   }
   struct Unregister {
@@ -639,7 +669,10 @@ void ServerImpl::Serve(int fd, std::string peer, Conn* conn) {
       void Set(bool v) {
         std::lock_guard<std::mutex> lock(conn->mu);
         conn->busy = v;
-        if (!v) conn->idle_since = std::chrono::steady_clock::now();
+        if (!v) {
+          conn->idle_since = std::chrono::steady_clock::now();
+          conn->served = true;
+        }
       }
     } busy{conn};
     auto head = reader.ReadHead(opts_.max_header_bytes, opts_.header_timeout);
