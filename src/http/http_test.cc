@@ -1009,23 +1009,33 @@ TEST_F(TlsTest, AnIntermediateCaInTheBundleIsATrustAnchor) {
   auto s = Serve(Tls(server_cert.cert_file, server_cert.key_file, mid.ca_file()));
   ClientRequest req;
   req.path = "/who";
-  ClientOptions o = CaFile(mid.ca_file());
-  o.client_cert_file = client_cert.cert_file;
-  o.client_key_file = client_cert.key_file;
-  auto resp = ClientFor(Local(s->port(), true), o)->Send(req);
-  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
-  EXPECT_NE(resp->body.find("CN=scheduler"), std::string::npos) << resp->body;
-  ClientOptions pem = CaPem(mid.ca_pem());
-  pem.client_cert_pem = client_cert.cert_pem;
-  pem.client_key_pem = client_cert.key_pem;
-  EXPECT_TRUE(ClientFor(Local(s->port(), true), pem)->Send(req).ok());
-  // Anchors are still what the bundle holds: another CA verifies nothing.
-  testing::TestCa other(dir_, "other");
-  ASSERT_TRUE(other.ok());
-  ClientOptions foreign = CaFile(other.ca_file());
-  foreign.client_cert_file = client_cert.cert_file;
-  foreign.client_key_file = client_cert.key_file;
-  EXPECT_FALSE(ClientFor(Local(s->port(), true), foreign)->Send(req).ok());
+  // Both transports: cpprestsdk's per-connection context takes the bundle's
+  // verification flags too.
+  for (auto transport :
+       {ClientOptions::Transport::kSockets, ClientOptions::Transport::kCpprestsdk}) {
+    SCOPED_TRACE(transport == ClientOptions::Transport::kSockets ? "sockets" : "cpprestsdk");
+    ClientOptions o = CaFile(mid.ca_file());
+    o.transport = transport;
+    o.client_cert_file = client_cert.cert_file;
+    o.client_key_file = client_cert.key_file;
+    auto resp = ClientFor(Local(s->port(), true), o)->Send(req);
+    ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    EXPECT_NE(resp->body.find("CN=scheduler"), std::string::npos) << resp->body;
+    ClientOptions pem = CaPem(mid.ca_pem());
+    pem.transport = transport;
+    pem.client_cert_pem = client_cert.cert_pem;
+    pem.client_key_pem = client_cert.key_pem;
+    EXPECT_TRUE(ClientFor(Local(s->port(), true), pem)->Send(req).ok());
+    // Anchors are still what the bundle holds: another CA verifies nothing.
+    testing::TestCa other(dir_, std::string("other-") +
+                                    (transport == ClientOptions::Transport::kSockets ? "s" : "c"));
+    ASSERT_TRUE(other.ok());
+    ClientOptions foreign = CaFile(other.ca_file());
+    foreign.transport = transport;
+    foreign.client_cert_file = client_cert.cert_file;
+    foreign.client_key_file = client_cert.key_file;
+    EXPECT_FALSE(ClientFor(Local(s->port(), true), foreign)->Send(req).ok());
+  }
 }
 
 TEST_F(TlsTest, ClientCertificateRequired) {

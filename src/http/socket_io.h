@@ -127,9 +127,10 @@ struct DefaultCaPaths {
   std::string file, dir;
 };
 const DefaultCaPaths* SavedDefaultCaPaths();
-// Gives `to` the trust store, client certificate, key and verify mode of
-// `from` (built once by ClientContext), by reference: no file is read and no
-// PEM parsed. Every new connection of the cpprestsdk client calls this.
+// Gives `to` the trust store, client certificate, key, verification
+// parameters (X509_V_FLAG_PARTIAL_CHAIN) and verify mode of `from` (built
+// once by ClientContext), by reference: no file is read and no PEM parsed.
+// Every new connection of the cpprestsdk client calls this.
 void ShareClientContext(SSL_CTX* from, SSL_CTX* to);
 
 // Buffered reading of HTTP/1.1 framing. Each call's timeout bounds the whole

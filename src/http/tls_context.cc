@@ -252,6 +252,9 @@ void ShareClientContext(SSL_CTX* from, SSL_CTX* to) {
       }
     }
   }
+  // The verification flags too: X509_V_FLAG_PARTIAL_CHAIN makes every
+  // bundle certificate (an intermediate CA) a trust anchor.
+  X509_VERIFY_PARAM_set1(SSL_CTX_get0_param(to), SSL_CTX_get0_param(from));
   SSL_CTX_set_verify(to, SSL_CTX_get_verify_mode(from), nullptr);
 }
 
