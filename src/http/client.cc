@@ -172,6 +172,15 @@ class ClientImpl final : public HttpClient {
   std::condition_variable slot_free_;
 };
 
+// Methods whose request may be sent twice to the same effect (RFC 9110,
+// 9.2.2).
+bool Idempotent(std::string_view method) {
+  for (std::string_view m : {"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"}) {
+    if (method == m) return true;
+  }
+  return false;
+}
+
 std::optional<Conn> ClientImpl::TakeIdle() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<Conn> stale;  // closed outside the lock
@@ -268,7 +277,9 @@ StatusOr<ClientResponse> ClientImpl::SendPooled(const ClientRequest& request, Ms
   } slot{this};
   const std::string wire = Head(request, /*close=*/false) + request.body;
   // A kept-alive connection first; when the server turns out to have closed
-  // it, once more on a new connection.
+  // it, once more on a new connection: when writing the request failed, or
+  // for an idempotent method when the connection ended before any byte of
+  // the answer.
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::optional<Conn> c = attempt == 0 ? TakeIdle() : std::nullopt;
     const bool reused = c.has_value();
@@ -313,9 +324,15 @@ ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire
   }
   auto resp = internal::ReadResponse(*c.reader, request.method == "HEAD", deadline, &keep);
   if (!resp.ok()) {
-    // Closed before any byte of an answer: on a kept-alive connection, the
-    // server closed it while idle and never read the request.
-    if (reused && resp.status().code() == StatusCode::kOutOfRange) return Try::kRetry;
+    // Closed before any byte of an answer on a kept-alive connection: most
+    // often the server closed it while idle and never read the request, but
+    // it may have acted on it and ended before answering. Only a request
+    // that may be repeated goes once more (as Go's transport does); the
+    // common idle close is caught before sending (TakeIdle drops a
+    // connection that is readable while idle).
+    if (reused && resp.status().code() == StatusCode::kOutOfRange && Idempotent(request.method)) {
+      return Try::kRetry;
+    }
     return failed(resp.status());
   }
   out = std::move(resp);

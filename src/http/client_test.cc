@@ -207,14 +207,14 @@ TEST(HttpClientStreamTest, BrokenFramingIsAnErrorNotTheEnd) {
 TEST(HttpClientPoolTest, AConnectionTheServerClosedIsReplaced) {
   // Connection 0 answers one request, then reads the next and closes without
   // an answer (a server's idle timeout racing the request): the client sends
-  // it once more on a new connection.
+  // an idempotent request once more on a new connection.
   ScriptedServer s([](int conn, int req, const std::string&) {
     if (conn == 0 && req == 1) return Answer{"", true};
     return Answer{Ok("c" + std::to_string(conn))};
   });
   auto c = Client(s.url());
   ASSERT_TRUE(Get(*c, "/a").ok());
-  auto r = Get(*c, "/b", "POST", "{\"once\":1}");
+  auto r = Get(*c, "/b", "PUT", "{\"once\":1}");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->body, "c1");
   EXPECT_EQ(s.connections(), 2);
@@ -239,6 +239,50 @@ TEST(HttpClientPoolTest, AConnectionTheServerClosedIsReplaced) {
   EXPECT_EQ(r3.status().code(), StatusCode::kUnavailable) << r3.status().ToString();
   EXPECT_NE(r3.status().message().find("POST /a"), std::string::npos) << r3.status().message();
   EXPECT_EQ(mute.requests(), 1);
+}
+
+// A server that reads a POST on a kept-alive connection and closes it
+// without an answer may have acted on it (an apiserver that ended after
+// committing a binding): the POST is not sent again, and the caller gets the
+// error.
+TEST(HttpClientPoolTest, APostTheServerReadAndClosedOnIsNotSentAgain) {
+  std::atomic<int> posts{0};
+  ScriptedServer s([&posts](int conn, int req, const std::string& head) {
+    if (head.rfind("POST ", 0) == 0) ++posts;
+    if (conn == 0 && req == 1) return Answer{"", true};
+    return Answer{Ok("c" + std::to_string(conn))};
+  });
+  auto c = Client(s.url());
+  ASSERT_TRUE(Get(*c, "/a").ok());
+  auto r = Get(*c, "/bind", "POST", "{}");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("POST /bind"), std::string::npos) << r.status().message();
+  EXPECT_EQ(posts.load(), 1);
+  EXPECT_EQ(s.connections(), 1);
+  // The next request takes a new connection.
+  auto next = Get(*c, "/a");
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->body, "c1");
+}
+
+// A kept-alive connection the server closed while it sat idle (an
+// apiserver's idle timeout) is noticed before use: a POST goes on a new
+// connection, once, and succeeds.
+TEST(HttpClientPoolTest, APostAfterTheServerClosedAnIdleConnectionGoesOnANewOne) {
+  std::atomic<int> posts{0};
+  ScriptedServer s([&posts](int conn, int, const std::string& head) {
+    if (head.rfind("POST ", 0) == 0) ++posts;
+    return Answer{Ok("c" + std::to_string(conn)), conn == 0};  // connection 0 closes after it
+  });
+  auto c = Client(s.url());
+  auto first = Get(*c, "/a");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::this_thread::sleep_for(50ms);
+  auto r = Get(*c, "/bind", "POST", "{}");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "c1");
+  EXPECT_EQ(posts.load(), 1);
+  EXPECT_EQ(s.connections(), 2);
 }
 
 TEST(HttpClientPoolTest, BodyFramings) {

@@ -230,9 +230,11 @@ struct ClientOptions {
   // How Send() reaches the server:
   //  kSockets (default): HTTP/1.1 on the calling thread over a pool of
   //    kept-alive connections (at most max_idle_connections kept idle, each
-  //    for at most idle_connection_ttl); a connection that turns out to be
-  //    closed by the server before any byte of the answer came back is
-  //    replaced and the request sent once more on a new one;
+  //    for at most idle_connection_ttl, and dropped when readable while idle:
+  //    the server closed it); when writing to a kept-alive connection fails,
+  //    or it ends before any byte of the answer for a GET, HEAD, PUT, DELETE,
+  //    OPTIONS or TRACE, the request is sent once more on a new connection
+  //    (any other method gets the error: the server may have acted on it);
   //  kCpprestsdk: cpprestsdk's asynchronous client, which hands every request
   //    to its thread pool and back.
   // Watches (StreamLines) always use a connection of their own.
