@@ -73,12 +73,12 @@ if [[ ${SKIP_TSAN:-0} != 1 ]]; then
   # Debian's gRPC and protobuf are not built with ThreadSanitizer, which then
   # cannot see their synchronisation and reports races inside them on every
   # call: the tests that run a gRPC server or client (the kubelet stand-in's,
-  # the pod-resources client's, and the serving plugin binary's in
+  # a resource server's, the pod-resources client's, and the serving plugin binary's in
   # DevicePluginInstallsTheCudaLibrary) are left to the plain stage. Everything
   # else with threads runs here: the extender, the HTTP and Kubernetes
   # layers, the plugin's pod sync, reporters and health watches, and the
   # vendor backends' health threads against their fake libraries.
-  tsan_skip='^(NodePlugin(Start|DeviceCheck|Publish)?Test|PodResourcesTest)\.|^DevicePluginInstallsTheCudaLibrary$|H200'
+  tsan_skip='^(NodePlugin(Start|DeviceCheck|Publish|Registration)?Test|PodResourcesTest|ResourceServerTest)\.|^DevicePluginInstallsTheCudaLibrary$|H200'
   if BUILD_DIR=build-tsan bash scripts/build.sh -DACCELPOOL_TSAN=ON -DACCELPOOL_WITH_CUDA_SHIM=OFF \
       -DACCELPOOL_WITH_SIM=OFF -DACCELPOOL_BUILD_BENCH=OFF; then
     # A kernel whose address-space randomisation ThreadSanitizer cannot work
