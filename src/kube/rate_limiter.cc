@@ -1,14 +1,18 @@
 #include "kube/rate_limiter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <random>
 #include <thread>
 
 namespace accelpool::kube {
+namespace {
+constexpr double kMaxDelaySeconds = 3600;
+}  // namespace
 
 TokenBucket::TokenBucket(double qps, int burst, Clock clock)
-    : qps_(qps),
+    : qps_(std::isfinite(qps) && qps > 0 ? qps : 0),
       burst_(static_cast<double>(std::max(burst, 1))),
       clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
       tokens_(static_cast<double>(std::max(burst, 1))),
@@ -38,7 +42,13 @@ std::chrono::nanoseconds TokenBucket::Delay() {
   std::lock_guard<std::mutex> lock(mu_);
   RefillLocked(clock_());
   if (tokens_ >= 1.0) return std::chrono::nanoseconds(0);
-  return std::chrono::nanoseconds(static_cast<int64_t>((1.0 - tokens_) / qps_ * 1e9) + 1);
+  // A rate near zero puts the next token centuries away, past what
+  // nanoseconds hold: the wait is cut to an hour (Acquire asks again then).
+  const double seconds = (1.0 - tokens_) / qps_;
+  if (!(seconds < kMaxDelaySeconds)) {
+    return std::chrono::seconds(static_cast<int64_t>(kMaxDelaySeconds));
+  }
+  return std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9) + 1);
 }
 
 bool TokenBucket::Acquire(std::stop_token stop) {

@@ -14,12 +14,14 @@ namespace accelpool::kube {
 class TokenBucket {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
-  // qps <= 0 disables limiting. burst < 1 is taken as 1. `clock` null: steady_clock.
+  // qps <= 0 (or not a finite number) disables limiting. burst < 1 is taken as 1. `clock` null:
+  // steady_clock.
   TokenBucket(double qps, int burst, Clock clock = nullptr);
 
   // Takes a token if one is available now.
   bool TryAcquire();
-  // How long until a token is available (zero when one is). Does not take it.
+  // How long until a token is available (zero when one is; at most an hour).
+  // Does not take it.
   std::chrono::nanoseconds Delay();
   // Blocks until a token is taken; false when `stop` fired first.
   bool Acquire(std::stop_token stop = {});

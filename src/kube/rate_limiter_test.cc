@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
 namespace accelpool::kube {
@@ -35,6 +37,20 @@ TEST(TokenBucketTest, DisabledAndStoppable) {
   std::stop_source stop;
   stop.request_stop();
   EXPECT_FALSE(slow.Acquire(stop.get_token()));
+}
+
+TEST(TokenBucketTest, ARateNearZeroWaitsAtMostAnHourAndANonNumberDisablesLimiting) {
+  auto now = std::chrono::steady_clock::time_point{} + 1h;
+  // 1e-15 tokens a second: the next token is ~3e7 years away, which overflowed
+  // the nanosecond count.
+  TokenBucket tiny(1e-15, 1, [&] { return now; });
+  EXPECT_TRUE(tiny.TryAcquire());
+  EXPECT_EQ(tiny.Delay(), std::chrono::nanoseconds(1h));
+  for (double qps : {std::nan(""), std::numeric_limits<double>::infinity(), -5.0}) {
+    TokenBucket off(qps, 1, [&] { return now; });
+    for (int i = 0; i < 10; ++i) EXPECT_TRUE(off.TryAcquire()) << qps;
+    EXPECT_EQ(off.Delay(), std::chrono::nanoseconds(0)) << qps;
+  }
 }
 
 TEST(BackoffTest, DoublesUpToTheCap) {

@@ -157,9 +157,14 @@ class Parser {
         continue;
       }
       // "- key: value" starts a mapping whose keys sit at the column after "- ".
+      // "- - x" likewise starts a sequence at the column of its inner "- ".
       const size_t lead = rest.find_first_not_of(' ');
       StatusOr<json> v = json();
-      if (KeyColon(body) != std::string::npos) {
+      if (IsItem(body)) {
+        l.indent = indent + 2 + static_cast<int>(lead);
+        l.text = body;
+        v = Sequence(l.indent, depth + 1);
+      } else if (KeyColon(body) != std::string::npos) {
         l.indent = indent + 2 + static_cast<int>(lead);
         l.text = body;
         v = Mapping(l.indent, depth + 1);

@@ -46,6 +46,27 @@ list:
   EXPECT_EQ((*y)["list"], json::parse(R"(["a", "b: c", {"nested": "x"}])"));
 }
 
+TEST(YamlSubsetTest, ASequenceItemThatIsASequenceIsReadAsOne) {
+  // "- - a" was read as the string "- a".
+  const std::string text = R"(m:
+- - a
+  - b
+- - - c
+  - d
+-   - e
+    - f
+- - k: v
+    w: x
+)";
+  auto y = ParseYamlSubset(text);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ((*y)["m"],
+            json::parse(R"([["a", "b"], [["c"], "d"], ["e", "f"], [{"k": "v", "w": "x"}]])"));
+  auto bad = ParseYamlSubset("m:\n- - a\n   - b\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 3"), std::string::npos) << bad.status().message();
+}
+
 TEST(YamlSubsetTest, UnsupportedConstructsAreErrorsWithLineNumbers) {
   struct Case {
     std::string text, want;
