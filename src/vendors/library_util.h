@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "vendors/device_library.h"
 #include "vendors/dl_library.h"
+#include "vendors/driver.h"
 
 namespace accelpool::vendors {
 
@@ -128,6 +129,20 @@ class BoundLibrary : public DeviceLibrary {
   const char* const name_;
   const char* const hint_;
 };
+
+// Opens the first of `candidates` that loads (empty: the library names of
+// `vendor`'s traits) and binds it as `new Binding(library, sysfs_root)`,
+// owned by a Ptr. kUnavailable when none loads, as DlLibrary::Open.
+template <typename Binding, typename Ptr = DeviceLibraryPtr>
+StatusOr<Ptr> OpenBinding(core::Vendor vendor, const std::vector<std::string>& candidates,
+                          const std::string& sysfs_root) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib =
+      DlLibrary::Open(candidates.empty() ? TraitsFor(vendor).libraries : candidates);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return Ptr(new Binding(std::move(lib).value(), sysfs_root));
+}
 
 }  // namespace accelpool::vendors
 

@@ -171,12 +171,7 @@ class Mxsml : public BoundLibrary {
 
 StatusOr<DeviceLibraryPtr> NewMxsmlLibrary(const std::vector<std::string>& candidates,
                                            const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kMetax).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DeviceLibraryPtr(new Mxsml(std::move(lib).value(), sysfs_root));
+  return OpenBinding<Mxsml>(core::Vendor::kMetax, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::metax

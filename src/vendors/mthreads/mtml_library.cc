@@ -303,12 +303,7 @@ class Mtml : public BoundLibrary {
 
 StatusOr<DeviceLibraryPtr> NewMtmlLibrary(const std::vector<std::string>& candidates,
                                           const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
-      candidates.empty() ? TraitsFor(core::Vendor::kMthreads).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DeviceLibraryPtr(new Mtml(std::move(lib).value(), sysfs_root));
+  return OpenBinding<Mtml>(core::Vendor::kMthreads, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::mthreads
