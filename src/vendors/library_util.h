@@ -119,6 +119,9 @@ class BoundLibrary : public DeviceLibrary {
   StatusOr<int32_t> CheckedCount(uint64_t n, const char* call) const;
   // kInternal "<what>; <hint>".
   Status Broken(const std::string& what) const;
+  // Health for a library with no health query: true when MemoryUsedMib(index)
+  // answers, else its error. REQUIRES: mu_ not held.
+  StatusOr<bool> HealthyIfMemoryReads(int32_t index);
 
   const std::unique_ptr<DlLibrary> lib_;
   const std::string sysfs_root_;
