@@ -21,6 +21,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/signals.h"
 #include "core/policy.h"
 #include "extender/ca_injector.h"
 #include "extender/cache.h"
@@ -675,11 +676,7 @@ int Run(const Flags& flags) {
             {"scheduler_listen", flags.scheduler_listen},
             {"scheduler_port", static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
+  const sigset_t set = SignalSet({SIGTERM, SIGINT, SIGHUP});
   int sig = 0;
   // SIGHUP (which the device plugin takes as "check the devices") changes
   // nothing here: the TLS files and the key Secret are re-read as they
@@ -697,16 +694,10 @@ int Run(const Flags& flags) {
 }  // namespace accelpool::extender
 
 int main(int argc, char** argv) {
-  // Block the stop signals before any thread starts so only sigwait sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  // A peer that closed its connection (kube-scheduler after its timeout, a
+  // Block the stop signals before any thread starts so only sigwait sees them;
+  // a peer that closed its connection (kube-scheduler after its timeout, a
   // scraper) must cost one failed write, never the process.
-  std::signal(SIGPIPE, SIG_IGN);
+  accelpool::BlockDaemonSignals();
   // Before any thread: new apiserver connections stop re-reading the system
   // CA bundle (the clients share one trust store, see http.h).
   accelpool::http::DisableDefaultCaPaths();
