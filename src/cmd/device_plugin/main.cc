@@ -1046,13 +1046,8 @@ int main(int argc, char** argv) {
   accelpool::http::DisableDefaultCaPaths();
   auto flags = accelpool::plugin::ParseFlags(argc, argv);
   if (!flags.ok()) {
-    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
-      std::fputs(accelpool::plugin::kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "accelpool-device-plugin: %s\n%s", flags.status().message().c_str(),
-                 accelpool::plugin::kUsage);
-    return 2;
+    return accelpool::FlagsExit(flags.status(), "accelpool-device-plugin",
+                                accelpool::plugin::kUsage);
   }
   return accelpool::plugin::Run(*flags);
 }

@@ -704,13 +704,7 @@ int main(int argc, char** argv) {
   accelpool::StatusOr<accelpool::extender::Flags> flags =
       accelpool::extender::ParseFlags(argc, argv);
   if (!flags.ok()) {
-    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
-      std::fputs(accelpool::extender::kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "accelpool-extender: %s\n%s", flags.status().message().c_str(),
-                 accelpool::extender::kUsage);
-    return 2;
+    return accelpool::FlagsExit(flags.status(), "accelpool-extender", accelpool::extender::kUsage);
   }
   return accelpool::extender::Run(*flags);
 }
