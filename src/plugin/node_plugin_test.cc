@@ -186,12 +186,32 @@ TEST_F(NodePluginTest, ReRegistersWhenKubeletSockIsRecreated) {
   EXPECT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
 }
 
+// A backend over the fake driver of the file `path` on node "n" whose
+// discovery a test changes (Name and Discover); its health and container
+// specs are the fake's.
+class OverFakeDriver : public vendors::VendorDriver {
+ public:
+  explicit OverFakeDriver(std::string path) : inner_({std::move(path), "n"}) {}
+
+  // VendorDriver:
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+
+ protected:
+  vendors::fake::FakeDriver inner_;
+};
+
 // A backend whose discovery takes `slow` from its second call on (the device
 // checks; the first is Start's), as NVML can on a sick GPU, until released.
-class SlowDriver : public vendors::VendorDriver {
+class SlowDriver : public OverFakeDriver {
  public:
   SlowDriver(std::string path, std::chrono::milliseconds slow)
-      : inner_({std::move(path), "n"}), slow_(slow) {}
+      : OverFakeDriver(std::move(path)), slow_(slow) {}
   std::string_view Name() const override { return "slow"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     if (calls_++ > 0) {
@@ -202,13 +222,6 @@ class SlowDriver : public vendors::VendorDriver {
       discovering_ = false;
     }
     return inner_.Discover();
-  }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
   }
   // Whether a slow discovery is under way, and how many began.
   bool Discovering() {
@@ -229,7 +242,6 @@ class SlowDriver : public vendors::VendorDriver {
   }
 
  private:
-  vendors::fake::FakeDriver inner_;
   const std::chrono::milliseconds slow_;
   std::atomic<int> calls_{0};
   std::mutex mu_;
@@ -503,25 +515,15 @@ TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
 
 // A backend that fails its discovery while `fail` is set (a vendor library
 // that errors for a moment).
-class FailingDriver : public vendors::VendorDriver {
+class FailingDriver : public OverFakeDriver {
  public:
-  explicit FailingDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  explicit FailingDriver(std::string path) : OverFakeDriver(std::move(path)) {}
   std::string_view Name() const override { return "failing"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     if (fail.load()) return UnavailableError("the library failed");
     return inner_.Discover();
   }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
-  }
   std::atomic<bool> fail{false};
-
- private:
-  vendors::fake::FakeDriver inner_;
 };
 
 // The backend that serves the devices fails a device check while the other
@@ -812,9 +814,9 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
 // A discovery that answers one set, then another, then the first again
 // (a driver in the middle of a reset, a MIG layout half applied) never sees
 // the same new set twice in a row: nothing changes.
-class FlappingDriver : public vendors::VendorDriver {
+class FlappingDriver : public OverFakeDriver {
  public:
-  explicit FlappingDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  explicit FlappingDriver(std::string path) : OverFakeDriver(std::move(path)) {}
   std::string_view Name() const override { return "flapping"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     auto found = inner_.Discover();
@@ -823,17 +825,9 @@ class FlappingDriver : public vendors::VendorDriver {
     }
     return found;
   }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
-  }
   int calls() const { return calls_.load(); }
 
  private:
-  vendors::fake::FakeDriver inner_;
   std::atomic<int> calls_{0};
 };
 
@@ -878,10 +872,10 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
 
 // A backend whose library, on demand, reports a figure out of the
 // protocol's range or an id that would split in a visible-devices list.
-class GarbledDriver : public vendors::VendorDriver {
+class GarbledDriver : public OverFakeDriver {
  public:
   enum Garble { kNone, kMemory, kUnits, kComma, kNonAscii };
-  explicit GarbledDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  explicit GarbledDriver(std::string path) : OverFakeDriver(std::move(path)) {}
   std::string_view Name() const override { return "garbled"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     auto found = inner_.Discover();
@@ -907,18 +901,10 @@ class GarbledDriver : public vendors::VendorDriver {
     }
     return found;
   }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
-  }
   int calls() const { return calls_.load(); }
   std::atomic<Garble> garble{kNone};
 
  private:
-  vendors::fake::FakeDriver inner_;
   std::atomic<int> calls_{0};
 };
 
