@@ -1014,22 +1014,32 @@ TEST(NodePluginDeviceCheckTest, AFailingBackendDoesNotHoldBackTheOthersChanges) 
   EXPECT_FALSE(snap->Find(npu)->healthy);
 }
 
+// The publish tests' set-up: the mixed inventory in DIR/inv.json, a kubelet,
+// and one fake backend over the file that re-reads it every 20 ms.
+class NodePluginPublishTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory());
+    ASSERT_TRUE(kubelet_.Start());
+    auto fake = std::make_unique<vendors::fake::FakeDriver>(vendors::fake::FakeDriverOptions{
+        dir_.File("inv.json"), "n", std::chrono::milliseconds(20)});
+    fake_ = fake.get();
+    drivers_.push_back(std::move(fake));
+  }
+
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path()};
+  AssignmentStore store_;
+  std::vector<vendors::VendorDriverPtr> drivers_;
+  vendors::fake::FakeDriver* fake_ = nullptr;  // the backend in drivers_
+};
+
 // The inventory is published on the Node from a thread of its own: with the
 // apiserver not answering (a publish that waits), the plugin still starts and
 // registers, and each health change reaches ListAndWatch at once. What
 // changed meanwhile is published afterwards, folded into the latest.
-TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
-  TempDir dir;
-  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
-  TestKubelet kubelet(dir.path());
-  ASSERT_TRUE(kubelet.Start());
-  AssignmentStore store;
-  std::vector<vendors::VendorDriverPtr> drivers;
-  auto fake = std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n", std::chrono::milliseconds(20)});
-  vendors::fake::FakeDriver* f = fake.get();
-  drivers.push_back(std::move(fake));
-  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+TEST_F(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
+  NodePlugin p(StartOptions(dir_), std::move(drivers_), &store_, nullptr, nullptr, Logger());
   std::mutex mu;
   std::condition_variable cv;
   bool answer = false;
@@ -1043,8 +1053,8 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
   });
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(p.Start().ok());
-  ASSERT_EQ(kubelet.WaitRegistrations(2, kWait).size(), 2u);
-  auto stub = kubelet.Dial(EndpointFor("nvidia.com/gpu"));
+  ASSERT_EQ(kubelet_.WaitRegistrations(2, kWait).size(), 2u);
+  auto stub = kubelet_.Dial(EndpointFor("nvidia.com/gpu"));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(4));
   auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
@@ -1057,8 +1067,8 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
   EXPECT_EQ(unhealthy(resp), 0);
   // GPU-b fails, recovers and fails again: every change streams at once.
   for (bool healthy : {false, true, false}) {
-    testing::WriteFile(dir.File("inv.json"), testing::MixedInventory(healthy));
-    f->Reload();
+    testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(healthy));
+    fake_->Reload();
     ASSERT_TRUE(reader->Read(&resp)) << "a health change waited on the publish";
     EXPECT_EQ(unhealthy(resp), healthy ? 0 : 10);
   }
@@ -1087,18 +1097,8 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
 
 // Stop() while a publish hangs and another waits: the one under way ends
 // (its apiserver calls time out), the waiting one is dropped, not run.
-TEST(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
-  TempDir dir;
-  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
-  TestKubelet kubelet(dir.path());
-  ASSERT_TRUE(kubelet.Start());
-  AssignmentStore store;
-  std::vector<vendors::VendorDriverPtr> drivers;
-  auto fake = std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n", std::chrono::milliseconds(20)});
-  vendors::fake::FakeDriver* f = fake.get();
-  drivers.push_back(std::move(fake));
-  auto p = std::make_unique<NodePlugin>(StartOptions(dir), std::move(drivers), &store, nullptr,
+TEST_F(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
+  auto p = std::make_unique<NodePlugin>(StartOptions(dir_), std::move(drivers_), &store_, nullptr,
                                         nullptr, Logger());
   std::atomic<int> calls{0};
   std::atomic<bool> answer{false};
@@ -1110,8 +1110,8 @@ TEST(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
   ASSERT_TRUE(p->Start().ok());
   ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
   // A change while the first publish hangs: it waits.
-  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory(false));
-  f->Reload();
+  testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(false));
+  fake_->Reload();
   p->PublishAgain();
   std::thread answerer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
