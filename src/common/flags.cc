@@ -1,5 +1,7 @@
 #include "common/flags.h"
 
+#include <cstdio>
+
 namespace accelpool {
 
 Status ParseFlagTable(int argc, const char* const* argv,
@@ -70,6 +72,15 @@ StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::str
     if (total > kMaxSeconds) return bad();
   }
   return std::chrono::seconds(total);
+}
+
+int FlagsExit(const Status& parsed, const char* program, const char* usage) {
+  if (parsed.code() == StatusCode::kCancelled) {
+    std::fputs(usage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "%s: %s\n%s", program, parsed.message().c_str(), usage);
+  return 2;
 }
 
 }  // namespace accelpool

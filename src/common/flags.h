@@ -6,7 +6,8 @@
 // space-separated value that starts with "--" is taken as one: write
 // --name=VALUE for such a value) or a boolean that is not true/false/1/0.
 //
-// Thread-safety: pure function over its arguments.
+// Thread-safety: pure functions over their arguments; FlagsExit writes to
+// stdout or stderr.
 #ifndef ACCELPOOL_COMMON_FLAGS_H_
 #define ACCELPOOL_COMMON_FLAGS_H_
 
@@ -27,6 +28,11 @@ Status ParseFlagTable(int argc, const char* const* argv,
 // ("90s", "15m", "1h30m"). kInvalidArgument naming `flag` otherwise (also for
 // an empty value or more than a year).
 StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::string_view value);
+
+// What a binary's main returns when its flags did not parse (`parsed` is the
+// parser's error): for kCancelled (-h/--help), `usage` on stdout and 0;
+// otherwise "<program>: <message>" and `usage` on stderr, and 2.
+int FlagsExit(const Status& parsed, const char* program, const char* usage);
 
 }  // namespace accelpool
 

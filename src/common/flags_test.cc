@@ -71,5 +71,19 @@ TEST(FlagsTest, Durations) {
   }
 }
 
+TEST(FlagsTest, FlagsExitPrintsUsageForHelpAndTheReasonOtherwise) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(FlagsExit(Status(StatusCode::kCancelled, ""), "prog", "usage: prog\n"), 0);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "usage: prog\n");
+
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(FlagsExit(InvalidArgumentError("unknown flag --x"), "prog", "usage: prog\n"), 2);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "prog: unknown flag --x\nusage: prog\n");
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+}
+
 }  // namespace
 }  // namespace accelpool

@@ -7,10 +7,14 @@
 #include <vector>
 
 #include "core/fit.h"
+#include "core/test_util.h"
 #include "core/workload.h"
 
 namespace accelpool::core {
 namespace {
+
+using testing::Pod;
+using testing::Whole;
 
 FragTask Task(int32_t count, int32_t compute, double weight, int64_t cpu = 0, uint64_t mask = 0) {
   FragTask t;
@@ -235,12 +239,7 @@ TEST(MeasureFragmentationTest, AFreeMigInstanceIsIdleButFragmentForEveryTask) {
   NodeUsage usage = NodeUsage::Empty(inv);
   usage.devices[0] =
       DeviceUsage{.memory_mib = 16384, .compute = 1000, .shares = 1, .exclusive = true};
-  DeviceRequest gpu;
-  gpu.container = "main";
-  gpu.vendor = Vendor::kNvidia;
-  gpu.count = 1;
-  PodRequest pod;
-  pod.containers.push_back(gpu);
+  const PodRequest pod = Pod({Whole(Vendor::kNvidia, 1)});
   ASSERT_FALSE(Fit(pod, inv, usage, nullptr).fits());
   const std::vector<TaskShape> whole = {
       TaskShape{.count = 1, .compute = 1000, .memory_mib = 0, .model = "", .weight = 1}};
@@ -408,12 +407,7 @@ TEST(AccelpoolPolicyTest, ThePodsOwnHostRequestCountsAfterThePlacement) {
 
 TEST(FitTest, TheReturnedPlacementCarriesThePodsHostRequest) {
   NodeInventory inv = Node(2, "T4");
-  DeviceRequest whole;
-  whole.container = "main";
-  whole.vendor = Vendor::kNvidia;
-  whole.count = 1;
-  PodRequest pod;
-  pod.containers.push_back(whole);
+  PodRequest pod = Pod({Whole(Vendor::kNvidia, 1)});
   pod.host = HostResources{2500, 4096};
   FitResult r = Fit(pod, inv, NodeUsage::Empty(inv), nullptr);
   ASSERT_TRUE(r.fits());

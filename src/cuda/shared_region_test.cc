@@ -692,15 +692,18 @@ TEST_F(SharedRegionTest, AKilledProcessLeavesTheOutsideViewAtOnceThoughItsBytesR
   waitpid(holder, nullptr, 0);
 }
 
-TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused) {
+// Forks a child that claims a slot, charges `bytes` on device 0 and execs
+// /bin/sleep, an image that does not use the region; *child is its PID.
+// Returns once the exec happened.
+void ForkChargerThatExecs(const std::string& dir, uint64_t bytes, pid_t* child) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  *child = fork();
+  ASSERT_GE(*child, 0);
+  if (*child == 0) {
     close(ready[0]);
     SharedRegion r;
-    ClaimAndChargeInChild(r, dir_, 300 * kMiB, ready[1]);
+    ClaimAndChargeInChild(r, dir, bytes, ready[1]);
     // The write end closes at exec, which tells the parent the exec happened.
     fcntl(ready[1], F_SETFD, FD_CLOEXEC);
     execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
@@ -711,6 +714,11 @@ TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused
   ASSERT_EQ(read(ready[0], &c, 1), 1);
   ASSERT_EQ(read(ready[0], &c, 1), 0) << "exec closes the write end";
   close(ready[0]);
+}
+
+TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused) {
+  pid_t child = -1;
+  ASSERT_NO_FATAL_FAILURE(ForkChargerThatExecs(dir_, 300 * kMiB, &child));
   OutsideView v = ReadFromOutside(dir_);
   EXPECT_EQ(v.raw.processes, 1) << "the same PID still runs";
   EXPECT_EQ(v.probed.processes, 0) << "but the image that charged is gone";
@@ -734,23 +742,8 @@ TEST_F(SharedRegionTest, AProcessThatExecsLeavesTheOutsideViewAndItsSlotIsReused
 // A process that merely closed its descriptors still maps the region and
 // keeps its slot.
 TEST_F(SharedRegionTest, AnExecedImageThatDoesNotUseTheRegionLeavesItsSlotFree) {
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(ready[0]);
-    SharedRegion r;
-    ClaimAndChargeInChild(r, dir_, 300 * kMiB, ready[1]);
-    fcntl(ready[1], F_SETFD, FD_CLOEXEC);
-    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
-    _exit(2);
-  }
-  close(ready[1]);
-  char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
-  ASSERT_EQ(read(ready[0], &c, 1), 0) << "exec closes the write end";
-  close(ready[0]);
+  pid_t child = -1;
+  ASSERT_NO_FATAL_FAILURE(ForkChargerThatExecs(dir_, 300 * kMiB, &child));
   SharedRegion r;
   Open(r);
   EXPECT_EQ(r.Used(0), 0u) << "the execed image's charge is reclaimed while the PID runs";
@@ -777,6 +770,7 @@ TEST_F(SharedRegionTest, AnExecedImageThatDoesNotUseTheRegionLeavesItsSlotFree) 
     _exit(0);
   }
   close(closed[1]);
+  char c = 0;
   ASSERT_EQ(read(closed[0], &c, 1), 1);
   ASSERT_EQ(read(closed[0], &c, 1), 1);
   EXPECT_EQ(r.Used(0), 300 * kMiB) << "alive and still mapping the region: kept";

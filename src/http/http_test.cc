@@ -314,13 +314,20 @@ TEST(HttpServerTest, PortInUseAndBadTlsFiles) {
   EXPECT_NE(st.message().find("/nonexistent/cert.pem"), std::string::npos) << st.message();
 }
 
-TEST(HttpServerTest, MetricsCountRequestsByRoute) {
-  MetricsRegistry reg;
+// A local server, not started yet, that counts its requests in `reg`,
+// answers GET /api/... with {} and serves `reg` at /metrics.
+std::unique_ptr<HttpServer> MeteredApiServer(MetricsRegistry& reg) {
   ServerOptions o = LocalServer();
   o.metrics = &reg;
   auto s = NewHttpServer(o);
   s->HandlePrefix("GET", "/api/", [](const Request&) { return Response::Json(200, "{}"); });
   ServeMetrics(*s, reg);
+  return s;
+}
+
+TEST(HttpServerTest, MetricsCountRequestsByRoute) {
+  MetricsRegistry reg;
+  auto s = MeteredApiServer(reg);
   ASSERT_TRUE(s->Start().ok());
   auto c = ClientFor(Local(s->port()));
   ClientRequest req;
@@ -439,11 +446,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 
 TEST(HttpServerTest, MethodLabelsAreBoundedAndBadMethodsRefused) {
   MetricsRegistry reg;
-  ServerOptions o = LocalServer();
-  o.metrics = &reg;
-  auto s = NewHttpServer(o);
-  s->HandlePrefix("GET", "/api/", [](const Request&) { return Response::Json(200, "{}"); });
-  ServeMetrics(*s, reg);
+  auto s = MeteredApiServer(reg);
   ASSERT_TRUE(s->Start().ok());
   auto c = ClientFor(Local(s->port()));
   ClientRequest req;

@@ -186,12 +186,32 @@ TEST_F(NodePluginTest, ReRegistersWhenKubeletSockIsRecreated) {
   EXPECT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
 }
 
+// A backend over the fake driver of the file `path` on node "n" whose
+// discovery a test changes (Name and Discover); its health and container
+// specs are the fake's.
+class OverFakeDriver : public vendors::VendorDriver {
+ public:
+  explicit OverFakeDriver(std::string path) : inner_({std::move(path), "n"}) {}
+
+  // VendorDriver:
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+
+ protected:
+  vendors::fake::FakeDriver inner_;
+};
+
 // A backend whose discovery takes `slow` from its second call on (the device
 // checks; the first is Start's), as NVML can on a sick GPU, until released.
-class SlowDriver : public vendors::VendorDriver {
+class SlowDriver : public OverFakeDriver {
  public:
   SlowDriver(std::string path, std::chrono::milliseconds slow)
-      : inner_({std::move(path), "n"}), slow_(slow) {}
+      : OverFakeDriver(std::move(path)), slow_(slow) {}
   std::string_view Name() const override { return "slow"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     if (calls_++ > 0) {
@@ -202,13 +222,6 @@ class SlowDriver : public vendors::VendorDriver {
       discovering_ = false;
     }
     return inner_.Discover();
-  }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
   }
   // Whether a slow discovery is under way, and how many began.
   bool Discovering() {
@@ -229,7 +242,6 @@ class SlowDriver : public vendors::VendorDriver {
   }
 
  private:
-  vendors::fake::FakeDriver inner_;
   const std::chrono::milliseconds slow_;
   std::atomic<int> calls_{0};
   std::mutex mu_;
@@ -503,25 +515,15 @@ TEST(NodePluginStartTest, ADeviceFoundByTwoBackendsIsServedOnce) {
 
 // A backend that fails its discovery while `fail` is set (a vendor library
 // that errors for a moment).
-class FailingDriver : public vendors::VendorDriver {
+class FailingDriver : public OverFakeDriver {
  public:
-  explicit FailingDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  explicit FailingDriver(std::string path) : OverFakeDriver(std::move(path)) {}
   std::string_view Name() const override { return "failing"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     if (fail.load()) return UnavailableError("the library failed");
     return inner_.Discover();
   }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
-  }
   std::atomic<bool> fail{false};
-
- private:
-  vendors::fake::FakeDriver inner_;
 };
 
 // The backend that serves the devices fails a device check while the other
@@ -812,9 +814,9 @@ TEST(NodePluginDeviceCheckTest, AChangedMigLayoutIsServedWithoutARestart) {
 // A discovery that answers one set, then another, then the first again
 // (a driver in the middle of a reset, a MIG layout half applied) never sees
 // the same new set twice in a row: nothing changes.
-class FlappingDriver : public vendors::VendorDriver {
+class FlappingDriver : public OverFakeDriver {
  public:
-  explicit FlappingDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  explicit FlappingDriver(std::string path) : OverFakeDriver(std::move(path)) {}
   std::string_view Name() const override { return "flapping"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     auto found = inner_.Discover();
@@ -823,17 +825,9 @@ class FlappingDriver : public vendors::VendorDriver {
     }
     return found;
   }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
-  }
   int calls() const { return calls_.load(); }
 
  private:
-  vendors::fake::FakeDriver inner_;
   std::atomic<int> calls_{0};
 };
 
@@ -878,10 +872,10 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
 
 // A backend whose library, on demand, reports a figure out of the
 // protocol's range or an id that would split in a visible-devices list.
-class GarbledDriver : public vendors::VendorDriver {
+class GarbledDriver : public OverFakeDriver {
  public:
   enum Garble { kNone, kMemory, kUnits, kComma, kNonAscii };
-  explicit GarbledDriver(std::string path) : inner_({std::move(path), "n"}) {}
+  explicit GarbledDriver(std::string path) : OverFakeDriver(std::move(path)) {}
   std::string_view Name() const override { return "garbled"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     auto found = inner_.Discover();
@@ -907,18 +901,10 @@ class GarbledDriver : public vendors::VendorDriver {
     }
     return found;
   }
-  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
-    return inner_.WatchHealth(stop, sink);
-  }
-  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
-      const std::vector<vendors::GrantedDevice>& grants) const override {
-    return inner_.BuildContainerSpec(grants);
-  }
   int calls() const { return calls_.load(); }
   std::atomic<Garble> garble{kNone};
 
  private:
-  vendors::fake::FakeDriver inner_;
   std::atomic<int> calls_{0};
 };
 
@@ -1028,22 +1014,32 @@ TEST(NodePluginDeviceCheckTest, AFailingBackendDoesNotHoldBackTheOthersChanges) 
   EXPECT_FALSE(snap->Find(npu)->healthy);
 }
 
+// The publish tests' set-up: the mixed inventory in DIR/inv.json, a kubelet,
+// and one fake backend over the file that re-reads it every 20 ms.
+class NodePluginPublishTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory());
+    ASSERT_TRUE(kubelet_.Start());
+    auto fake = std::make_unique<vendors::fake::FakeDriver>(vendors::fake::FakeDriverOptions{
+        dir_.File("inv.json"), "n", std::chrono::milliseconds(20)});
+    fake_ = fake.get();
+    drivers_.push_back(std::move(fake));
+  }
+
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path()};
+  AssignmentStore store_;
+  std::vector<vendors::VendorDriverPtr> drivers_;
+  vendors::fake::FakeDriver* fake_ = nullptr;  // the backend in drivers_
+};
+
 // The inventory is published on the Node from a thread of its own: with the
 // apiserver not answering (a publish that waits), the plugin still starts and
 // registers, and each health change reaches ListAndWatch at once. What
 // changed meanwhile is published afterwards, folded into the latest.
-TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
-  TempDir dir;
-  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
-  TestKubelet kubelet(dir.path());
-  ASSERT_TRUE(kubelet.Start());
-  AssignmentStore store;
-  std::vector<vendors::VendorDriverPtr> drivers;
-  auto fake = std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n", std::chrono::milliseconds(20)});
-  vendors::fake::FakeDriver* f = fake.get();
-  drivers.push_back(std::move(fake));
-  NodePlugin p(StartOptions(dir), std::move(drivers), &store, nullptr, nullptr, Logger());
+TEST_F(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
+  NodePlugin p(StartOptions(dir_), std::move(drivers_), &store_, nullptr, nullptr, Logger());
   std::mutex mu;
   std::condition_variable cv;
   bool answer = false;
@@ -1057,8 +1053,8 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
   });
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(p.Start().ok());
-  ASSERT_EQ(kubelet.WaitRegistrations(2, kWait).size(), 2u);
-  auto stub = kubelet.Dial(EndpointFor("nvidia.com/gpu"));
+  ASSERT_EQ(kubelet_.WaitRegistrations(2, kWait).size(), 2u);
+  auto stub = kubelet_.Dial(EndpointFor("nvidia.com/gpu"));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(4));
   auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
@@ -1071,8 +1067,8 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
   EXPECT_EQ(unhealthy(resp), 0);
   // GPU-b fails, recovers and fails again: every change streams at once.
   for (bool healthy : {false, true, false}) {
-    testing::WriteFile(dir.File("inv.json"), testing::MixedInventory(healthy));
-    f->Reload();
+    testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(healthy));
+    fake_->Reload();
     ASSERT_TRUE(reader->Read(&resp)) << "a health change waited on the publish";
     EXPECT_EQ(unhealthy(resp), healthy ? 0 : 10);
   }
@@ -1101,18 +1097,8 @@ TEST(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
 
 // Stop() while a publish hangs and another waits: the one under way ends
 // (its apiserver calls time out), the waiting one is dropped, not run.
-TEST(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
-  TempDir dir;
-  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
-  TestKubelet kubelet(dir.path());
-  ASSERT_TRUE(kubelet.Start());
-  AssignmentStore store;
-  std::vector<vendors::VendorDriverPtr> drivers;
-  auto fake = std::make_unique<vendors::fake::FakeDriver>(
-      vendors::fake::FakeDriverOptions{dir.File("inv.json"), "n", std::chrono::milliseconds(20)});
-  vendors::fake::FakeDriver* f = fake.get();
-  drivers.push_back(std::move(fake));
-  auto p = std::make_unique<NodePlugin>(StartOptions(dir), std::move(drivers), &store, nullptr,
+TEST_F(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
+  auto p = std::make_unique<NodePlugin>(StartOptions(dir_), std::move(drivers_), &store_, nullptr,
                                         nullptr, Logger());
   std::atomic<int> calls{0};
   std::atomic<bool> answer{false};
@@ -1124,8 +1110,8 @@ TEST(NodePluginPublishTest, StopDropsAPublishStillWaiting) {
   ASSERT_TRUE(p->Start().ok());
   ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
   // A change while the first publish hangs: it waits.
-  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory(false));
-  f->Reload();
+  testing::WriteFile(dir_.File("inv.json"), testing::MixedInventory(false));
+  fake_->Reload();
   p->PublishAgain();
   std::thread answerer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

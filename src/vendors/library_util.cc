@@ -142,4 +142,12 @@ Status BoundLibrary::Broken(const std::string& what) const {
   return InternalError(what + "; " + hint_);
 }
 
+StatusOr<bool> BoundLibrary::HealthyIfMemoryReads(int32_t index) {
+  StatusOr<int64_t> used = MemoryUsedMib(index);
+  if (!used.ok()) {
+    return used.status();
+  }
+  return true;
+}
+
 }  // namespace accelpool::vendors

@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "vendors/device_library.h"
 #include "vendors/dl_library.h"
+#include "vendors/driver.h"
 
 namespace accelpool::vendors {
 
@@ -118,6 +119,9 @@ class BoundLibrary : public DeviceLibrary {
   StatusOr<int32_t> CheckedCount(uint64_t n, const char* call) const;
   // kInternal "<what>; <hint>".
   Status Broken(const std::string& what) const;
+  // Health for a library with no health query: true when MemoryUsedMib(index)
+  // answers, else its error. REQUIRES: mu_ not held.
+  StatusOr<bool> HealthyIfMemoryReads(int32_t index);
 
   const std::unique_ptr<DlLibrary> lib_;
   const std::string sysfs_root_;
@@ -128,6 +132,20 @@ class BoundLibrary : public DeviceLibrary {
   const char* const name_;
   const char* const hint_;
 };
+
+// Opens the first of `candidates` that loads (empty: the library names of
+// `vendor`'s traits) and binds it as `new Binding(library, sysfs_root)`,
+// owned by a Ptr. kUnavailable when none loads, as DlLibrary::Open.
+template <typename Binding, typename Ptr = DeviceLibraryPtr>
+StatusOr<Ptr> OpenBinding(core::Vendor vendor, const std::vector<std::string>& candidates,
+                          const std::string& sysfs_root) {
+  StatusOr<std::unique_ptr<DlLibrary>> lib =
+      DlLibrary::Open(candidates.empty() ? TraitsFor(vendor).libraries : candidates);
+  if (!lib.ok()) {
+    return lib.status();
+  }
+  return Ptr(new Binding(std::move(lib).value(), sysfs_root));
+}
 
 }  // namespace accelpool::vendors
 

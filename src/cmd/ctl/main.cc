@@ -302,13 +302,7 @@ int main(int argc, char** argv) {
   accelpool::http::DisableDefaultCaPaths();
   auto flags = accelpool::ctl::ParseFlags(argc, argv);
   if (!flags.ok()) {
-    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
-      std::fputs(accelpool::ctl::kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "kubectl-accelpool: %s\n%s", flags.status().message().c_str(),
-                 accelpool::ctl::kUsage);
-    return 2;
+    return accelpool::FlagsExit(flags.status(), "kubectl-accelpool", accelpool::ctl::kUsage);
   }
   return accelpool::ctl::Run(*flags);
 }

@@ -5,7 +5,6 @@
 // A named backend whose library is missing is waited for (one log line
 // saying what to do, then retries with backoff) while /healthz and /metrics
 // are served, so the pod does not crash-loop.
-#include <pthread.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -27,6 +26,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/signals.h"
 #include "common/strings.h"
 #include "http/http.h"
 #include "kube/client.h"
@@ -516,10 +516,7 @@ void CheckForeignMemory(NodePlugin& plugin, const AssignmentStore& store, Foreig
 // True when SIGTERM or SIGINT is pending (main blocks them in every thread),
 // which it then takes.
 bool StopPending() {
-  sigset_t stop_set;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGTERM);
-  sigaddset(&stop_set, SIGINT);
+  const sigset_t stop_set = SignalSet({SIGTERM, SIGINT});
   timespec none{0, 0};
   return sigtimedwait(&stop_set, nullptr, &none) > 0;
 }
@@ -708,10 +705,7 @@ int Run(const Flags& flags) {
         } else {
           log.Debug("backend library still missing", fields);
         }
-        sigset_t stop_set;
-        sigemptyset(&stop_set);
-        sigaddset(&stop_set, SIGTERM);
-        sigaddset(&stop_set, SIGINT);
+        const sigset_t stop_set = SignalSet({SIGTERM, SIGINT});
         const auto secs = std::chrono::duration_cast<std::chrono::seconds>(delay);
         timespec wait{static_cast<time_t>(secs.count()),
                       static_cast<long>((delay - secs).count() * 1000000)};  // NOLINT(runtime/int)
@@ -929,11 +923,7 @@ int Run(const Flags& flags) {
   while (!started.ok()) {
     log.Warn("not serving yet; retrying discovery in 60 s (or at once on SIGHUP)",
              {{"reason", started.ToString()}});
-    sigset_t wait_set;
-    sigemptyset(&wait_set);
-    sigaddset(&wait_set, SIGTERM);
-    sigaddset(&wait_set, SIGINT);
-    sigaddset(&wait_set, SIGHUP);
+    const sigset_t wait_set = SignalSet({SIGTERM, SIGINT, SIGHUP});
     timespec wait{60, 0};
     const int sig = sigtimedwait(&wait_set, nullptr, &wait);
     if (sig == SIGHUP) {
@@ -977,11 +967,7 @@ int Run(const Flags& flags) {
     priority_thread = std::jthread([w = priority.get()](std::stop_token st) { w->Run(st); });
   }
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
+  const sigset_t set = SignalSet({SIGTERM, SIGINT, SIGHUP});
   // Every 5 s: usage gauges from the assignments (off kubelet's path; a
   // scrape sees a new pod's share within one tick), and the inventory and
   // the assignment key ids again (no-ops unless an earlier write failed or
@@ -1051,28 +1037,17 @@ int main(int argc, char** argv) {
   // The vendor backends log with spdlog's default logger: keep stdout for
   // --print-inventory's JSON.
   accelpool::RouteDefaultLogToStderr();
-  // Block the signals before any thread starts so only sigwait sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  // A peer that closed its connection (kube-scheduler after its timeout, a
+  // Block the signals before any thread starts so only sigwait sees them; a
+  // peer that closed its connection (kube-scheduler after its timeout, a
   // scraper) must cost one failed write, never the process.
-  std::signal(SIGPIPE, SIG_IGN);
+  accelpool::BlockDaemonSignals();
   // Before any thread: new apiserver connections stop re-reading the system
   // CA bundle (the clients share one trust store, see http.h).
   accelpool::http::DisableDefaultCaPaths();
   auto flags = accelpool::plugin::ParseFlags(argc, argv);
   if (!flags.ok()) {
-    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
-      std::fputs(accelpool::plugin::kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "accelpool-device-plugin: %s\n%s", flags.status().message().c_str(),
-                 accelpool::plugin::kUsage);
-    return 2;
+    return accelpool::FlagsExit(flags.status(), "accelpool-device-plugin",
+                                accelpool::plugin::kUsage);
   }
   return accelpool::plugin::Run(*flags);
 }

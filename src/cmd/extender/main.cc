@@ -21,6 +21,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/signals.h"
 #include "core/policy.h"
 #include "extender/ca_injector.h"
 #include "extender/cache.h"
@@ -675,11 +676,7 @@ int Run(const Flags& flags) {
             {"scheduler_listen", flags.scheduler_listen},
             {"scheduler_port", static_cast<int64_t>(sched_server ? sched_server->port() : 0)}});
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
+  const sigset_t set = SignalSet({SIGTERM, SIGINT, SIGHUP});
   int sig = 0;
   // SIGHUP (which the device plugin takes as "check the devices") changes
   // nothing here: the TLS files and the key Secret are re-read as they
@@ -697,29 +694,17 @@ int Run(const Flags& flags) {
 }  // namespace accelpool::extender
 
 int main(int argc, char** argv) {
-  // Block the stop signals before any thread starts so only sigwait sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  // A peer that closed its connection (kube-scheduler after its timeout, a
+  // Block the stop signals before any thread starts so only sigwait sees them;
+  // a peer that closed its connection (kube-scheduler after its timeout, a
   // scraper) must cost one failed write, never the process.
-  std::signal(SIGPIPE, SIG_IGN);
+  accelpool::BlockDaemonSignals();
   // Before any thread: new apiserver connections stop re-reading the system
   // CA bundle (the clients share one trust store, see http.h).
   accelpool::http::DisableDefaultCaPaths();
   accelpool::StatusOr<accelpool::extender::Flags> flags =
       accelpool::extender::ParseFlags(argc, argv);
   if (!flags.ok()) {
-    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
-      std::fputs(accelpool::extender::kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "accelpool-extender: %s\n%s", flags.status().message().c_str(),
-                 accelpool::extender::kUsage);
-    return 2;
+    return accelpool::FlagsExit(flags.status(), "accelpool-extender", accelpool::extender::kUsage);
   }
   return accelpool::extender::Run(*flags);
 }

@@ -270,13 +270,7 @@ int main(int argc, char** argv) {
   accelpool::http::DisableDefaultCaPaths();
   auto flags = accelpool::keys::ParseFlags(argc, argv);
   if (!flags.ok()) {
-    if (flags.status().code() == accelpool::StatusCode::kCancelled) {
-      std::fputs(accelpool::keys::kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "accelpool-keys: %s\n%s", flags.status().message().c_str(),
-                 accelpool::keys::kUsage);
-    return 2;
+    return accelpool::FlagsExit(flags.status(), "accelpool-keys", accelpool::keys::kUsage);
   }
   return accelpool::keys::Run(*flags);
 }

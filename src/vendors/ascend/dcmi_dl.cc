@@ -259,12 +259,7 @@ class DlDcmi : public DcmiLibrary {
 
 StatusOr<DcmiLibraryPtr> NewDlDcmi(const std::vector<std::string>& candidates,
                                    const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kAscend).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DcmiLibraryPtr(new DlDcmi(std::move(lib).value(), sysfs_root));
+  return OpenBinding<DlDcmi, DcmiLibraryPtr>(core::Vendor::kAscend, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::ascend

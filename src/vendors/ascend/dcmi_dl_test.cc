@@ -96,19 +96,33 @@ class Product {
   void (*set_)(int);
 };
 
+// A fake /dev holding the nodes of `chips` chips, a driver over it and the
+// fake library, and the driver's first discovery: the set-up of the tests
+// that map one of the fake's products.
+struct DiscoveredNode {
+  explicit DiscoveredNode(int chips) {
+    dev.AddVendor(core::Vendor::kAscend, chips);
+    driver = Driver("/nonexistent", dev.root());
+    if (driver.ok()) {
+      invs = (*driver)->Discover();
+    }
+  }
+
+  FakeDevRoot dev;
+  StatusOr<std::unique_ptr<AscendDriver>> driver = InternalError("no driver made");
+  StatusOr<std::vector<core::NodeInventory>> invs = InternalError("no discovery: no driver");
+};
+
 TEST(DcmiBindingTest, Maps310PDuoCardsThroughTheMemoryInfoFallback) {
   FakeHandle fake(ACCELPOOL_FAKE_DCMI);
   ASSERT_TRUE(fake.ok());
   fake.Configure(8, -1, -1, 0);
   Product duo(fake, 1);  // 4 x Atlas 300I Duo: the HBM query is not supported
   ASSERT_TRUE(duo.ok());
-  FakeDevRoot dev;
-  dev.AddVendor(core::Vendor::kAscend, 8);
-  auto driver = Driver("/nonexistent", dev.root());
-  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
-  auto invs = (*driver)->Discover();
-  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  const core::NodeInventory& inv = invs->front();
+  DiscoveredNode node(8);
+  ASSERT_TRUE(node.driver.ok()) << node.driver.status().ToString();
+  ASSERT_TRUE(node.invs.ok()) << node.invs.status().ToString();
+  const core::NodeInventory& inv = node.invs->front();
   EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
   ASSERT_EQ(inv.devices.size(), 8u);
   EXPECT_EQ(inv.devices[0].model, "Ascend310P3");
@@ -121,7 +135,8 @@ TEST(DcmiBindingTest, Maps310PDuoCardsThroughTheMemoryInfoFallback) {
   ASSERT_EQ(inv.topology.modules.size(), 4u);  // two chips per Duo card
   EXPECT_EQ(inv.topology.modules[1], (std::vector<int32_t>{2, 3}));
   auto spec =
-      (*driver)->BuildContainerSpec({{inv.devices[2], 0, 0, true}, {inv.devices[3], 0, 0, true}});
+      (*node.driver)
+          ->BuildContainerSpec({{inv.devices[2], 0, 0, true}, {inv.devices[3], 0, 0, true}});
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "2,3");
 }
@@ -137,13 +152,10 @@ TEST(DcmiBindingTest, Maps310PDuoNodesOfOneAndTwoCards) {
     fake.Configure(chips, -1, -1, 0);
     Product duo(fake, 1);
     ASSERT_TRUE(duo.ok());
-    FakeDevRoot dev;
-    dev.AddVendor(core::Vendor::kAscend, chips);
-    auto driver = Driver("/nonexistent", dev.root());
-    ASSERT_TRUE(driver.ok()) << driver.status().ToString();
-    auto invs = (*driver)->Discover();
-    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-    const core::NodeInventory& inv = invs->front();
+    DiscoveredNode node(chips);
+    ASSERT_TRUE(node.driver.ok()) << node.driver.status().ToString();
+    ASSERT_TRUE(node.invs.ok()) << node.invs.status().ToString();
+    const core::NodeInventory& inv = node.invs->front();
     ASSERT_EQ(inv.devices.size(), static_cast<size_t>(chips));
     EXPECT_EQ(inv.topology.kind, "ascend-310p-duo");
     ASSERT_EQ(inv.topology.modules.size(), static_cast<size_t>(chips / 2));
@@ -159,13 +171,10 @@ TEST(DcmiBindingTest, A300IProCardsGetNoDuoPairing) {
   fake.Configure(8, -1, -1, 0);
   Product pro(fake, 5);
   ASSERT_TRUE(pro.ok());
-  FakeDevRoot dev;
-  dev.AddVendor(core::Vendor::kAscend, 8);
-  auto driver = Driver("/nonexistent", dev.root());
-  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
-  auto invs = (*driver)->Discover();
-  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  const core::NodeInventory& inv = invs->front();
+  DiscoveredNode node(8);
+  ASSERT_TRUE(node.driver.ok()) << node.driver.status().ToString();
+  ASSERT_TRUE(node.invs.ok()) << node.invs.status().ToString();
+  const core::NodeInventory& inv = node.invs->front();
   ASSERT_EQ(inv.devices.size(), 8u);
   EXPECT_EQ(inv.devices[0].model, "Ascend310P3");
   EXPECT_EQ(inv.devices[0].memory_mib, 24576);
@@ -182,20 +191,18 @@ TEST(DcmiBindingTest, MapsAnA3SuperPodNodeWithItsSuperPodId) {
   fake.Configure(16, -1, -1, 0);
   Product a3(fake, 3);
   ASSERT_TRUE(a3.ok());
-  FakeDevRoot dev;
-  dev.AddVendor(core::Vendor::kAscend, 16);
-  auto driver = Driver("/nonexistent", dev.root());
-  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
-  auto invs = (*driver)->Discover();
+  DiscoveredNode node(16);
   fake.Configure(8, -1, -1, 0);
-  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  const core::NodeInventory& inv = invs->front();
+  ASSERT_TRUE(node.driver.ok()) << node.driver.status().ToString();
+  ASSERT_TRUE(node.invs.ok()) << node.invs.status().ToString();
+  const core::NodeInventory& inv = node.invs->front();
   ASSERT_EQ(inv.devices.size(), 16u);
   EXPECT_EQ(inv.devices[0].model, "Ascend910C");
   EXPECT_EQ(inv.topology.kind, "ascend-910c-x16");
   EXPECT_EQ(inv.topology.super_node, "7");
   auto spec =
-      (*driver)->BuildContainerSpec({{inv.devices[14], 0, 0, true}, {inv.devices[15], 0, 0, true}});
+      (*node.driver)
+          ->BuildContainerSpec({{inv.devices[14], 0, 0, true}, {inv.devices[15], 0, 0, true}});
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "14,15");
 }
@@ -208,19 +215,16 @@ TEST(DcmiBindingTest, Maps310ChipsOfTwoAtlas300ICards) {
   fake.Configure(8, -1, -1, 0);
   Product cards(fake, 4);
   ASSERT_TRUE(cards.ok());
-  FakeDevRoot dev;
-  dev.AddVendor(core::Vendor::kAscend, 8);
-  auto driver = Driver("/nonexistent", dev.root());
-  ASSERT_TRUE(driver.ok()) << driver.status().ToString();
-  auto invs = (*driver)->Discover();
-  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  const core::NodeInventory& inv = invs->front();
+  DiscoveredNode node(8);
+  ASSERT_TRUE(node.driver.ok()) << node.driver.status().ToString();
+  ASSERT_TRUE(node.invs.ok()) << node.invs.status().ToString();
+  const core::NodeInventory& inv = node.invs->front();
   ASSERT_EQ(inv.devices.size(), 8u);
   EXPECT_EQ(inv.devices[0].model, "Ascend310");
   EXPECT_EQ(inv.devices[0].memory_mib, 8192);  // LPDDR4X, from the memory-info query
   EXPECT_EQ(inv.topology.kind, "ascend-310-cards");
   EXPECT_EQ(inv.topology.modules, (std::vector<std::vector<int32_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
-  auto spec = (*driver)->BuildContainerSpec({{inv.devices[5], 0, 0, true}});
+  auto spec = (*node.driver)->BuildContainerSpec({{inv.devices[5], 0, 0, true}});
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "5");
 }

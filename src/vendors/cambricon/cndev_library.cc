@@ -263,12 +263,7 @@ class Cndev : public BoundLibrary {
 
 StatusOr<DeviceLibraryPtr> NewCndevLibrary(const std::vector<std::string>& candidates,
                                            const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
-      candidates.empty() ? TraitsFor(core::Vendor::kCambricon).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DeviceLibraryPtr(new Cndev(std::move(lib).value(), sysfs_root));
+  return OpenBinding<Cndev>(core::Vendor::kCambricon, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::cambricon

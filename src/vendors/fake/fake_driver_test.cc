@@ -279,6 +279,16 @@ void WriteInPlace(const std::string& path, const std::string& text, fs::file_tim
   fs::last_write_time(path, mtime);
 }
 
+// Waits for `health` to record GPU 1 going unhealthy, and stops it: that is
+// the one event.
+void ExpectOnlyGpuOneWentUnhealthy(testing::HealthRecorder& health) {
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
+  EXPECT_FALSE(events[0].healthy);
+}
+
 // A read that fails is tried again at the next poll: the edit that completes
 // a file caught half written can carry the same modification time (one clock
 // tick), size and inode as the half, and must not be missed.
@@ -299,11 +309,7 @@ TEST(FakeDriverTest, AReadThatFailsIsTriedAgainUntilTheFileParses) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // read, and refused
   EXPECT_EQ(health.Count(), 0u);
   WriteInPlace(path, done, tick);
-  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
-  const std::vector<HealthEvent> events = health.Stop();
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
-  EXPECT_FALSE(events[0].healthy);
+  ExpectOnlyGpuOneWentUnhealthy(health);
 }
 
 // A file replaced (a new inode, as an atomic rename or a ConfigMap update
@@ -324,11 +330,7 @@ TEST(FakeDriverTest, AFileReplacedWithinOneClockTickIsReadAgain) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   Write(path, done);
   fs::last_write_time(path, tick);
-  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
-  const std::vector<HealthEvent> events = health.Stop();
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
-  EXPECT_FALSE(events[0].healthy);
+  ExpectOnlyGpuOneWentUnhealthy(health);
 }
 
 // The memory usage query answers the file's "used_mib" of every whole

@@ -236,12 +236,7 @@ std::string BdfFromId(uint64_t bdfid) {
 
 StatusOr<DeviceLibraryPtr> NewRocmSmiLibrary(const std::vector<std::string>& candidates,
                                              const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kHygon).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DeviceLibraryPtr(new RocmSmi(std::move(lib).value(), sysfs_root));
+  return OpenBinding<RocmSmi>(core::Vendor::kHygon, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::hygon

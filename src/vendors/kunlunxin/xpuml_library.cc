@@ -162,12 +162,7 @@ class Xpuml : public BoundLibrary {
 
 StatusOr<DeviceLibraryPtr> NewXpumlLibrary(const std::vector<std::string>& candidates,
                                            const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib = DlLibrary::Open(
-      candidates.empty() ? TraitsFor(core::Vendor::kKunlunxin).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DeviceLibraryPtr(new Xpuml(std::move(lib).value(), sysfs_root));
+  return OpenBinding<Xpuml>(core::Vendor::kKunlunxin, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::kunlunxin

@@ -138,13 +138,7 @@ class Mxsml : public BoundLibrary {
   }
 
   // A device answers when its memory in use can be read.
-  StatusOr<bool> Healthy(int32_t index) override {
-    StatusOr<int64_t> used = MemoryUsedMib(index);
-    if (!used.ok()) {
-      return used.status();
-    }
-    return true;
-  }
+  StatusOr<bool> Healthy(int32_t index) override { return HealthyIfMemoryReads(index); }
 
   StatusOr<int64_t> MemoryUsedMib(int32_t index) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -171,12 +165,7 @@ class Mxsml : public BoundLibrary {
 
 StatusOr<DeviceLibraryPtr> NewMxsmlLibrary(const std::vector<std::string>& candidates,
                                            const std::string& sysfs_root) {
-  StatusOr<std::unique_ptr<DlLibrary>> lib =
-      DlLibrary::Open(candidates.empty() ? TraitsFor(core::Vendor::kMetax).libraries : candidates);
-  if (!lib.ok()) {
-    return lib.status();
-  }
-  return DeviceLibraryPtr(new Mxsml(std::move(lib).value(), sysfs_root));
+  return OpenBinding<Mxsml>(core::Vendor::kMetax, candidates, sysfs_root);
 }
 
 }  // namespace accelpool::vendors::metax

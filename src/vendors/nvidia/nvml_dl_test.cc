@@ -39,6 +39,18 @@ StatusOr<std::unique_ptr<NvidiaDriver>> Driver(const NvidiaOptions& o,
   return std::make_unique<NvidiaDriver>(std::move(lib).value(), o);
 }
 
+// `events` are two: GPU `id` unhealthy for a reason that names `why`, then
+// healthy again.
+void ExpectDownThenUp(const std::vector<HealthEvent>& events, const std::string& id,
+                      const std::string& why) {
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, id);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find(why), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, id);
+  EXPECT_TRUE(events[1].healthy);
+}
+
 TEST(NvmlBindingTest, MapsAnHgxH200Board) {
   FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
   ASSERT_TRUE(fake.ok());
@@ -116,12 +128,7 @@ TEST(NvmlBindingTest, XidHealthIsTwoWay) {
   fake.Configure(8, -1, -1, 0);
   health.WaitFor(2);
   const std::vector<HealthEvent> events = health.Stop();
-  ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[0].device_id, faulty);
-  EXPECT_FALSE(events[0].healthy);
-  EXPECT_NE(events[0].reason.find("XID 79"), std::string::npos) << events[0].reason;
-  EXPECT_EQ(events[1].device_id, faulty);
-  EXPECT_TRUE(events[1].healthy);
+  ExpectDownThenUp(events, faulty, "XID 79");
 }
 
 // A GPU whose driver refuses event registration (NOT_SUPPORTED) is left out;
@@ -237,12 +244,7 @@ TEST(NvmlBindingTest, GpuLostWhileWaitingMarksTheGpuThatDoesNotAnswer) {
   lost(0);
   health.WaitFor(2);
   const std::vector<HealthEvent> events = health.Stop();
-  ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[0].device_id, gone);
-  EXPECT_FALSE(events[0].healthy);
-  EXPECT_NE(events[0].reason.find("GPU is lost"), std::string::npos) << events[0].reason;
-  EXPECT_EQ(events[1].device_id, gone);
-  EXPECT_TRUE(events[1].healthy);
+  ExpectDownThenUp(events, gone, "GPU is lost");
 }
 
 // A driver without nvmlDeviceGetPciInfo_v3 (or _v2) has only the first
