@@ -52,9 +52,12 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       random among equal totals.
     --seeds S         "42-51" or "42,43" (default 42-51)
     --inflation R     total GPU request as a multiple of the cluster (default 1.3)
-    --weight W        extender weight in kube mode (default 10)
+    --weight W        refused: no figure depends on the extender's weight (kube
+                      mode: the extender ranks one node 10 and kube-scheduler adds
+                      no other score; stock mode: it scales every node alike)
     --extender-workload learned|builtin|trace
-                      what accelpool-extender and fgd-extender score against:
+                      what accelpool-extender and fgd-extender score against (the
+                      --extender-* flags need one of them in --policy):
                       learned (default, as shipped): the shapes of the last 2048
                       arrivals, rebuilt every --extender-refresh arrivals; builtin:
                       the built-in mix; trace: the trace's own task shapes (a
@@ -64,15 +67,18 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     --extender-host on|off
                       whether they see each node's free host CPU and memory
                       (default on, as shipped; off: devices only)
-    --idle-node-penalty P  kube mode: the extender's penalty for breaking an
-                      idle node with a smaller pod (default: the extender's, 0)
+    --idle-node-penalty P  kube mode (--mode kube, both or all): the extender's
+                      penalty for breaking an idle node with a smaller pod
+                      (default: the extender's, 0)
     --cpu-pods policy|default-scheduler|extender
-                      kube and stock modes: who places a pod that asks for no GPU
+                      kube and stock modes (paper mode: always policy): who
+                      places a pod that asks for no GPU
                       (default policy, as the trace protocol assumes;
                       default-scheduler: kube-scheduler's default scores, as the
                       shipped chart leaves such pods unless routed; extender
                       (kube mode): the chart's webhook.hostPods profile, the
-                      extender's host score ranked, plus kube-scheduler's own)
+                      extender's host score ranked, plus kube-scheduler's own;
+                      stock mode places such pods as policy does)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON
@@ -124,7 +130,8 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
   CliOptions o;
   o.policies = TraceProtocolPolicies();
   o.seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
-  bool seeds_given = false, inflation_given = false, jobs_given = false;
+  bool seeds_given = false, inflation_given = false, jobs_given = false, penalty_given = false;
+  std::string extender_flag;  // the first --extender-* flag given
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string* out) -> Status {
@@ -133,6 +140,10 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       return Status::Ok();
     };
     std::string v;
+    if (extender_flag.empty() && (a == "--extender-workload" || a == "--extender-refresh" ||
+                                  a == "--extender-shapes" || a == "--extender-host")) {
+      extender_flag = a;
+    }
     if (a == "-h" || a == "--help") {
       o.help = true;
     } else if (a == "--nodes") {
@@ -190,10 +201,11 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
                                     v + "\"");
       }
     } else if (a == "--weight") {
-      ACCELPOOL_RETURN_IF_ERROR(value(&v));
-      StatusOr<int64_t> w = ParseInt(a, v, 1, 100);
-      if (!w.ok()) return w.status();
-      o.extender_weight = static_cast<int32_t>(*w);
+      return InvalidArgumentError(
+          "--weight changes no figure: in kube mode the extender gives the node it ranks "
+          "first 10 and every other at most 9, and kube-scheduler adds no other score; in "
+          "stock mode the weight multiplies every node's score alike, so ties stay ties. "
+          "Leave it out");
     } else if (a == "--extender-workload") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       if (v == "learned") {
@@ -227,6 +239,7 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> pen = ParseInt(a, v, 0, 100);
       if (!pen.ok()) return pen.status();
       o.penalties.idle_node = static_cast<int32_t>(*pen);
+      penalty_given = true;
     } else if (a == "--cpu-pods") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       if (v == "policy") {
@@ -294,6 +307,41 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
                                   "rename one of the files");
     }
   }
+  // Flags that apply only in some modes, or to some policies, are refused
+  // where nothing would use them rather than ignored.
+  const auto has_mode = [&o](TieMode m) {
+    return std::find(o.mode_list.begin(), o.mode_list.end(), m) != o.mode_list.end();
+  };
+  if (o.cpu_pods == CpuPods::kDefaultScheduler && !has_mode(TieMode::kKube) &&
+      !has_mode(TieMode::kStock)) {
+    return InvalidArgumentError(
+        "--cpu-pods default-scheduler applies in kube and stock modes (paper mode places "
+        "every pod by the policy): give --mode kube, stock, both or all, or leave --cpu-pods "
+        "out");
+  }
+  if (o.cpu_pods == CpuPods::kExtender && !has_mode(TieMode::kKube)) {
+    return InvalidArgumentError(
+        "--cpu-pods extender applies in kube mode only (paper and stock modes place such pods "
+        "by the policy): give --mode kube, both or all, or leave --cpu-pods out");
+  }
+  if (penalty_given && !has_mode(TieMode::kKube)) {
+    return InvalidArgumentError(
+        "--idle-node-penalty applies in kube mode only (the extender's ranking rule): give "
+        "--mode kube, both or all, or leave it out");
+  }
+  if (!extender_flag.empty()) {
+    bool extender_policy = false;
+    for (const std::string& p : o.policies) {
+      StatusOr<std::unique_ptr<SimPolicy>> policy = MakeSimPolicy(p);
+      extender_policy = extender_policy || (policy.ok() && (*policy)->ExtenderView());
+    }
+    if (!extender_policy) {
+      return InvalidArgumentError(extender_flag +
+                                  " applies to accelpool-extender and fgd-extender only: add "
+                                  "one of them to --policy, or leave " +
+                                  extender_flag + " out");
+    }
+  }
   if (o.timed) {
     if (o.mode_list.size() != 1) {
       return InvalidArgumentError(
@@ -325,7 +373,6 @@ ReplayOptions TimedReplayOptions(const CliOptions& o) {
   ReplayOptions opt;
   opt.seed = o.seeds.front();
   opt.mode = o.mode_list.front();
-  opt.extender_weight = o.extender_weight;
   opt.penalties = o.penalties;
   opt.cpu_pods = o.cpu_pods;
   opt.extender = o.extender;

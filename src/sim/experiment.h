@@ -29,7 +29,6 @@ struct ExperimentSpec {
   std::vector<TieMode> modes;
   std::vector<uint64_t> seeds;
   double inflation = 1.3;
-  int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kube mode
   CpuPods cpu_pods = CpuPods::kPolicy;  // kube and stock modes (ReplayOptions)
   ExtenderInputs extender;        // accelpool-extender, fgd-extender
@@ -45,6 +44,8 @@ struct CurvePoint {
 struct Summary {
   std::string trace, policy;
   TieMode mode = TieMode::kPaper;
+  CpuPods cpu_pods = CpuPods::kPolicy;       // as placed in this mode (EffectiveCpuPods)
+  std::optional<int32_t> idle_node_penalty;  // kube mode only; unset in the others
   // Per seed; unset for a seed whose arrivals stopped short of 100 %.
   std::vector<std::optional<double>> unallocated;
   // Unset unless every seed's arrivals reached 100 % (ReplayResult).
@@ -58,6 +59,7 @@ struct Summary {
 };
 
 std::string_view ModeName(TieMode m);  // "paper", "kube", "stock"
+std::string_view CpuPodsName(CpuPods c);  // "policy", "default-scheduler", "extender"
 
 using Progress = std::function<void(size_t done, size_t total)>;
 

@@ -76,7 +76,6 @@ int RunTrace(const sim::CliOptions& o) {
   spec.modes = o.mode_list;
   spec.seeds = o.seeds;
   spec.inflation = o.inflation;
-  spec.extender_weight = o.extender_weight;
   spec.penalties = o.penalties;
   spec.cpu_pods = o.cpu_pods;
   spec.extender = o.extender;

@@ -35,6 +35,10 @@ nlohmann::json SummariesJson(const std::vector<Summary>& list) {
     j["policy"] = s.policy;
     j["mode"] = std::string(ModeName(s.mode));
     j["seeds"] = s.unallocated.size();
+    j["cpu_pods"] = std::string(CpuPodsName(s.cpu_pods));
+    // null outside kube mode, where no penalty applies.
+    j["idle_node_penalty"] =
+        s.idle_node_penalty ? nlohmann::json(*s.idle_node_penalty) : nlohmann::json(nullptr);
     nlohmann::json per_seed = nlohmann::json::array();
     for (const std::optional<double>& u : s.unallocated) per_seed.push_back(JsonOf(u));
     // null where the arrivals stopped short of 100 % (arrived_pct_end).
@@ -93,13 +97,15 @@ Status WriteOutputs(const std::vector<Summary>& list, const std::string& dir) {
     std::ofstream f(dir + "/summary.csv");
     if (!f) return InternalError("cannot write " + dir + "/summary.csv; check permissions");
     f << "trace,policy,mode,seeds,unallocated_pct_mean,unallocated_pct_sd,"
-         "first_failure_arrived_pct,frag_pct_at_100,failed_pods,seconds_per_replay\n";
+         "first_failure_arrived_pct,frag_pct_at_100,failed_pods,seconds_per_replay,cpu_pods,"
+         "idle_node_penalty\n";
     for (const Summary& s : list) {
       f << s.trace << "," << s.policy << "," << ModeName(s.mode) << "," << s.unallocated.size()
         << "," << Fixed(s.unallocated_mean, 3, "") << "," << Fixed(s.unallocated_sd, 3, "") << ","
         << (s.first_failure_mean >= 0 ? Fixed(s.first_failure_mean, 2) : "") << ","
         << Fixed(s.frag_mean, 3, "") << "," << Fixed(s.failed_pods_mean, 1) << ","
-        << Fixed(s.seconds_per_replay, 3) << "\n";
+        << Fixed(s.seconds_per_replay, 3) << "," << CpuPodsName(s.cpu_pods) << ","
+        << (s.idle_node_penalty ? std::to_string(*s.idle_node_penalty) : "") << "\n";
     }
   }
   // One curve file per (trace, mode): arrived % then, per policy,

@@ -308,6 +308,12 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
   return best;
 }
 
+CpuPods EffectiveCpuPods(CpuPods requested, TieMode mode) {
+  if (mode == TieMode::kPaper) return CpuPods::kPolicy;
+  if (mode == TieMode::kStock && requested == CpuPods::kExtender) return CpuPods::kPolicy;
+  return requested;
+}
+
 ReplayResult Replay(const Cluster& c, const std::vector<int32_t>& order, const SimPolicy& policy,
                     const ReplayOptions& opt) {
   ReplayResult r;

@@ -85,10 +85,19 @@ enum class CpuPods {
   kExtender,
 };
 
+// Who places a pod that asks for no GPU in `mode`: paper mode always the
+// policy; stock mode the policy for kExtender too (the host-pod profile is
+// accelpool's extender's).
+CpuPods EffectiveCpuPods(CpuPods requested, TieMode mode);
+
 struct ReplayOptions {
   uint64_t seed = 42;
   double inflation = 1.3;
   TieMode mode = TieMode::kPaper;
+  // The extender's weight in kube-scheduler. It changes no choice: in kKube
+  // the extender's first node gets 10 and every other at most 9, with no
+  // other score added; in kStock it multiplies every node's score alike.
+  // Kept so the totals are kube-scheduler's; accelpool-sim has no flag for it.
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kKube: the extender's keep-whole penalties
   ExtenderInputs extender;        // accelpool-extender, fgd-extender

@@ -525,7 +525,8 @@ TEST(CliTest, SeedsAndNames) {
 
 TEST(CliTest, ExtenderInputsAreChosenByFlags) {
   auto parse = [](std::vector<std::string> args) {
-    args.insert(args.begin(), {"accelpool-sim", "--nodes", "n.csv", "--pods", "p.csv"});
+    args.insert(args.begin(), {"accelpool-sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy",
+                               "accelpool-extender"});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     return ParseCli(static_cast<int>(argv.size()), argv.data());
@@ -535,7 +536,7 @@ TEST(CliTest, ExtenderInputsAreChosenByFlags) {
   EXPECT_EQ(o->extender.workload, ExtenderWorkload::kLearned);  // as shipped
   EXPECT_TRUE(o->extender.host);
   EXPECT_EQ(o->extender.refresh, 64);
-  EXPECT_EQ(o->policies.size(), 7u);  // the trace protocol's seven by default
+  EXPECT_EQ(o->policies, (std::vector<std::string>{"accelpool-extender"}));
   o = parse({"--extender-workload", "trace", "--extender-host", "off", "--extender-refresh", "8"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->extender.workload, ExtenderWorkload::kTrace);
@@ -605,14 +606,14 @@ TEST(CliTest, TimedRefusesTheFlagsItDoesNotHonour) {
   EXPECT_EQ(opt.seed, 42u);
   EXPECT_EQ(opt.mode, TieMode::kPaper);
 
-  o = parse({"--mode", "kube", "--seed", "7", "--weight", "5", "--idle-node-penalty", "15",
-             "--cpu-pods", "default-scheduler", "--extender-workload", "builtin", "--extender-host",
-             "off", "--extender-refresh", "8", "--extender-shapes", "16"});
+  o = parse({"--mode", "kube", "--seed", "7", "--idle-node-penalty", "15", "--cpu-pods",
+             "default-scheduler", "--policy", "accelpool-extender", "--extender-workload",
+             "builtin", "--extender-host", "off", "--extender-refresh", "8", "--extender-shapes",
+             "16"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   opt = TimedReplayOptions(*o);
   EXPECT_EQ(opt.seed, 7u);
   EXPECT_EQ(opt.mode, TieMode::kKube);
-  EXPECT_EQ(opt.extender_weight, 5);
   EXPECT_EQ(opt.penalties.idle_node, 15);
   EXPECT_EQ(opt.cpu_pods, CpuPods::kDefaultScheduler);
   EXPECT_EQ(opt.extender.workload, ExtenderWorkload::kBuiltin);

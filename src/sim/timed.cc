@@ -72,6 +72,8 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
   TimedResult r;
   r.mode = opt.mode;
   r.seed = opt.seed;
+  r.cpu_pods = EffectiveCpuPods(opt.cpu_pods, opt.mode);
+  if (opt.mode == TieMode::kKube) r.idle_node_penalty = opt.penalties.idle_node;
   r.pods = static_cast<int64_t>(in.pods.size());
   const double cap = static_cast<double>(c.gpu_milli);
   int64_t allocated = 0, running = 0;
@@ -139,17 +141,21 @@ Status WriteTimed(const std::string& trace, const std::string& policy, const Tim
     }
   }
   if (json) {
-    nlohmann::json j = {{"trace", trace},
-                        {"policy", policy},
-                        {"mode", "timed"},
-                        {"tie_mode", std::string(ModeName(r.mode))},
-                        {"seed", r.seed},
-                        {"pods", r.pods},
-                        {"failed_pods", r.failed_pods},
-                        {"failed_gpus", static_cast<double>(r.failed_gpu_milli) / 1000.0},
-                        {"zero_stay_pods", r.zero_stay_pods},
-                        {"mean_allocated_pct", r.mean_allocated_pct},
-                        {"peak_allocated_pct", r.peak_allocated_pct}};
+    nlohmann::json j = {
+        {"trace", trace},
+        {"policy", policy},
+        {"mode", "timed"},
+        {"tie_mode", std::string(ModeName(r.mode))},
+        {"seed", r.seed},
+        {"cpu_pods", std::string(CpuPodsName(r.cpu_pods))},
+        {"idle_node_penalty",
+         r.idle_node_penalty ? nlohmann::json(*r.idle_node_penalty) : nlohmann::json(nullptr)},
+        {"pods", r.pods},
+        {"failed_pods", r.failed_pods},
+        {"failed_gpus", static_cast<double>(r.failed_gpu_milli) / 1000.0},
+        {"zero_stay_pods", r.zero_stay_pods},
+        {"mean_allocated_pct", r.mean_allocated_pct},
+        {"peak_allocated_pct", r.peak_allocated_pct}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf(

@@ -1,0 +1,98 @@
+#include "sim/cli.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace accelpool::sim {
+namespace {
+
+StatusOr<CliOptions> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "accelpool-sim");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return ParseCli(static_cast<int>(argv.size()), argv.data());
+}
+
+// A trace replay's flags after --nodes and --pods.
+StatusOr<CliOptions> ParseTrace(const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"--nodes", "n.csv", "--pods", "p.csv"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return Parse(args);
+}
+
+TEST(CliFlagsTest, DefaultsAreTheTraceProtocols) {
+  StatusOr<CliOptions> o = ParseTrace({});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->policies.size(), 7u);
+  EXPECT_EQ(o->mode_list, (std::vector<TieMode>{TieMode::kPaper}));
+  EXPECT_EQ(o->cpu_pods, CpuPods::kPolicy);
+}
+
+// A flag that nothing in the chosen modes or policies would use is refused,
+// naming the flag and what it needs, rather than ignored.
+TEST(CliFlagsTest, FlagsNoModeOrPolicyUsesAreRefused) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string want;
+  };
+  const std::vector<Case> refused = {
+      {{"--cpu-pods", "default-scheduler"},
+       "--cpu-pods default-scheduler applies in kube and stock"},
+      {{"--mode", "paper", "--cpu-pods", "default-scheduler"},
+       "give --mode kube, stock, both or all"},
+      {{"--cpu-pods", "extender"}, "--cpu-pods extender applies in kube mode only"},
+      {{"--mode", "stock", "--cpu-pods", "extender"}, "--cpu-pods extender applies in kube mode"},
+      {{"--idle-node-penalty", "15"}, "--idle-node-penalty applies in kube mode only"},
+      {{"--mode", "stock", "--idle-node-penalty", "0"}, "give --mode kube, both or all"},
+      {{"--extender-workload", "trace"}, "--extender-workload applies to accelpool-extender"},
+      {{"--policy", "fgd,accelpool", "--extender-host", "off"}, "add one of them to --policy"},
+      {{"--extender-refresh", "8", "--extender-shapes", "4"}, "--extender-refresh applies to"},
+      {{"--mode", "kube", "--extender-shapes", "4"}, "--extender-shapes applies to"},
+  };
+  for (const Case& c : refused) {
+    StatusOr<CliOptions> o = ParseTrace(c.flags);
+    ASSERT_FALSE(o.ok()) << c.flags[0] << " " << c.flags[1];
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(c.want), std::string::npos) << o.status().message();
+    // --timed refuses them alike.
+    std::vector<std::string> timed = c.flags;
+    timed.push_back("--timed");
+    EXPECT_FALSE(ParseTrace(timed).ok()) << c.flags[0];
+  }
+  const std::vector<std::vector<std::string>> accepted = {
+      {"--mode", "kube", "--cpu-pods", "default-scheduler"},
+      {"--mode", "stock", "--cpu-pods", "default-scheduler"},
+      {"--mode", "both", "--cpu-pods", "default-scheduler"},
+      {"--mode", "kube", "--cpu-pods", "extender"},
+      {"--mode", "all", "--cpu-pods", "extender"},
+      {"--mode", "kube", "--idle-node-penalty", "15"},
+      {"--mode", "both", "--idle-node-penalty", "15"},
+      {"--mode", "both", "--cpu-pods", "policy"},
+      {"--policy", "fgd,accelpool-extender", "--extender-workload", "trace"},
+      {"--policy", "fgd-extender", "--extender-host", "off", "--extender-refresh", "8"},
+  };
+  for (const std::vector<std::string>& flags : accepted) {
+    StatusOr<CliOptions> o = ParseTrace(flags);
+    EXPECT_TRUE(o.ok()) << flags[0] << " " << flags[1] << " " << flags[2] << ": "
+                        << o.status().ToString();
+  }
+}
+
+// The extender's weight scales every node alike in every mode: no figure
+// depends on it, so the flag is refused with the reason.
+TEST(CliFlagsTest, WeightIsRefusedAsChangingNoFigure) {
+  for (const char* mode : {"paper", "kube", "stock"}) {
+    StatusOr<CliOptions> o = ParseTrace({"--mode", mode, "--weight", "5"});
+    ASSERT_FALSE(o.ok()) << mode;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find("--weight changes no figure"), std::string::npos)
+        << o.status().message();
+    EXPECT_NE(o.status().message().find("Leave it out"), std::string::npos);
+  }
+  EXPECT_NE(Usage().find("--weight W        refused"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accelpool::sim
