@@ -162,7 +162,12 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
       s.unallocated_sd = sd;
       s.frag_mean = frag;
     }
-    if (!fails.empty()) MeanSd(fails, &s.first_failure_mean, &unused);
+    s.seeds_failed = static_cast<int32_t>(fails.size());
+    if (fails.size() == per_group) {
+      double mean = 0;
+      MeanSd(fails, &mean, &unused);
+      s.first_failure_mean = mean;
+    }
     MeanSd(failed_pods, &s.failed_pods_mean, &unused);
     s.seconds_per_replay = secs / static_cast<double>(per_group);
     for (int step = 0; step <= 260; ++step) {
@@ -179,6 +184,7 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
       if (un.empty()) break;
       MeanSd(un, &cp.unallocated_mean, &cp.unallocated_sd);
       MeanSd(fr, &cp.frag_mean, &unused);
+      cp.seeds = static_cast<int32_t>(un.size());
       s.curve.push_back(cp);
     }
     out.push_back(std::move(s));

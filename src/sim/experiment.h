@@ -35,10 +35,14 @@ struct ExperimentSpec {
   int32_t jobs = 1;
 };
 
+// A point of the mean curve. The means are over the seeds whose arrivals
+// reached arrived_pct (`seeds` of them): past the lowest end of arrivals the
+// tail is the mean of fewer seeds, and the curve stops where none is left.
 struct CurvePoint {
   double arrived_pct = 0;
   double unallocated_mean = 0, unallocated_sd = 0;  // 100 - allocated %, over seeds
   double frag_mean = 0;
+  int32_t seeds = 0;  // seeds the point is the mean of
 };
 
 struct Summary {
@@ -50,7 +54,10 @@ struct Summary {
   std::vector<std::optional<double>> unallocated;
   // Unset unless every seed's arrivals reached 100 % (ReplayResult).
   std::optional<double> unallocated_mean, unallocated_sd;
-  double first_failure_mean = -1;  // mean over seeds that failed at all
+  // Arrived % where refused pods reached 1 % of the cluster's GPUs, mean over
+  // seeds; unset unless every seed got there (seeds_failed of them did).
+  std::optional<double> first_failure_mean;
+  int32_t seeds_failed = 0;
   std::optional<double> frag_mean;  // fragmentation % at 100 % arrived; unset as above
   double arrived_pct_end = 0;       // where the arrivals stopped: the lowest over seeds
   double failed_pods_mean = 0;
