@@ -50,7 +50,7 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       node, stable name-hash order among equal scores) x weight.
                       stock: a plain extender, NodeScore/10 rounded x weight,
                       random among equal totals.
-    --seeds S         "42-51" or "42,43" (default 42-51)
+    --seeds S         "42-51" or "42,43", each seed once (default 42-51)
     --inflation R     total GPU request as a multiple of the cluster (default 1.3)
     --weight W        refused: no figure depends on the extender's weight (kube
                       mode: the extender ranks one node 10 and kube-scheduler adds
@@ -116,6 +116,14 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
     for (int64_t k = 0; k <= *b - *a; ++k) seeds.push_back(static_cast<uint64_t>(*a + k));
   }
   if (seeds.empty()) return InvalidArgumentError("--seeds is empty; write e.g. 42-51");
+  // A seed replayed twice would count twice in every mean and sd.
+  std::vector<uint64_t> sorted = seeds;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end()) {
+    return InvalidArgumentError("--seeds \"" + text + "\" names seed " + std::to_string(*twice) +
+                                " twice; name each seed once (e.g. 42-51 or 42,45)");
+  }
   return seeds;
 }
 

@@ -55,7 +55,9 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv);
 // The options of a --timed replay: its one mode and seed,
 // --idle-node-penalty, --cpu-pods and the --extender-* inputs.
 ReplayOptions TimedReplayOptions(const CliOptions& o);
-StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);  // "42-51" or "1,5,9"
+// "42-51" or "1,5,9", in the order given; kInvalidArgument for a seed named
+// twice ("42,42", "42-51,50-60"), which would count twice in every mean.
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);
 std::string TraceNameOf(const std::string& pod_path);  // openb_pod_list_default.csv -> default
 
 }  // namespace accelpool::sim

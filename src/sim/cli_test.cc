@@ -94,5 +94,25 @@ TEST(CliFlagsTest, WeightIsRefusedAsChangingNoFigure) {
   EXPECT_NE(Usage().find("--weight W        refused"), std::string::npos);
 }
 
+// A seed replayed twice would count twice in every mean and sd: refused,
+// as a policy named twice is.
+TEST(CliFlagsTest, RepeatedSeedsAreRefused) {
+  for (const char* seeds : {"42,42", "42-51,50-60", "7,1-9", "3,4,3"}) {
+    StatusOr<std::vector<uint64_t>> s = ParseSeeds(seeds);
+    ASSERT_FALSE(s.ok()) << seeds;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("twice; name each seed once"), std::string::npos)
+        << s.status().message();
+    EXPECT_FALSE(ParseTrace({"--seeds", seeds}).ok()) << seeds;
+  }
+  StatusOr<std::vector<uint64_t>> s = ParseSeeds("42-51,50-60");
+  EXPECT_NE(s.status().message().find("names seed 50 twice"), std::string::npos)
+      << s.status().message();
+  s = ParseSeeds("50,42-49");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->front(), 50u);  // the order given
+  EXPECT_EQ(s->size(), 9u);
+}
+
 }  // namespace
 }  // namespace accelpool::sim
