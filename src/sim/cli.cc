@@ -82,7 +82,8 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON
-    --progress        draw a progress bar on stderr (default when stderr is a tty)
+    --progress        draw a progress bar on stderr (default when stderr is a tty;
+                      --timed and --topology too)
     --timed           replay by creation/deletion time instead (pods arrive and
                       depart); writes utilisation over time to --out. One tie
                       mode (--mode paper, kube or stock) and one seed (--seed S,
@@ -90,7 +91,10 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     -v                log progress details
 
 Topology workloads (docs/benchmarks/quality.md section 2):
-  accelpool-sim --topology [--super-nodes N] [--arrivals N] [--seed S] [--out DIR]
+  accelpool-sim --topology [--super-nodes N] [--arrivals N] [--seed S] [--out DIR] [--progress]
+    takes only these flags and one seed (default 42); prints JSON, and writes
+    topo.json to --out. stranded_free_devices_pct is sampled every 200
+    arrivals: null with fewer arrivals
 )";
 }
 
@@ -140,6 +144,7 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
   o.seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
   bool seeds_given = false, inflation_given = false, jobs_given = false, penalty_given = false;
   std::string extender_flag;  // the first --extender-* flag given
+  std::vector<std::string> given;  // every flag, in order
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string* out) -> Status {
@@ -148,6 +153,7 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       return Status::Ok();
     };
     std::string v;
+    given.push_back(a);
     if (extender_flag.empty() && (a == "--extender-workload" || a == "--extender-refresh" ||
                                   a == "--extender-shapes" || a == "--extender-host")) {
       extender_flag = a;
@@ -293,7 +299,32 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       return InvalidArgumentError("unknown flag \"" + a + "\"; see --help");
     }
   }
-  if (o.help || o.topology) return o;
+  if (o.help) return o;
+  // Each mode takes its own flags; one the other mode's would be ignored.
+  const std::vector<std::string> topology_flags = {
+      "--topology", "--super-nodes", "--arrivals", "--seed",   "--seeds",
+      "--out",      "--progress",    "-v",         "--verbose"};
+  if (o.topology) {
+    for (const std::string& flag : given) {
+      if (std::find(topology_flags.begin(), topology_flags.end(), flag) == topology_flags.end()) {
+        return InvalidArgumentError(flag +
+                                    " does not apply with --topology, which takes --super-nodes, "
+                                    "--arrivals, --seed, --out and --progress: leave it out");
+      }
+    }
+    if (seeds_given && o.seeds.size() != 1) {
+      return InvalidArgumentError(
+          "--topology runs one seed; --seeds with several seeds does not apply: give one, e.g. "
+          "--seed 42, and run once per seed");
+    }
+    return o;
+  }
+  for (const std::string& flag : given) {
+    if (flag == "--super-nodes" || flag == "--arrivals") {
+      return InvalidArgumentError(
+          flag + " applies with --topology only: add --topology, or leave " + flag + " out");
+    }
+  }
   if (o.nodes.empty() || o.pods.empty()) {
     return InvalidArgumentError("--nodes and --pods are required; see --help");
   }

@@ -50,7 +50,9 @@ std::string Usage();
 // without kube mode; --extender-* without accelpool-extender or
 // fgd-extender) and, with --timed, the flags it does not honour (--mode
 // both/all, several --seeds, --inflation, --jobs); --timed without --seeds
-// replays seed 42.
+// replays seed 42. With --topology, every flag but --super-nodes,
+// --arrivals, one seed, --out, --progress and -v is refused; those two
+// without --topology are refused too.
 StatusOr<CliOptions> ParseCli(int argc, char** argv);
 // The options of a --timed replay: its one mode and seed,
 // --idle-node-penalty, --cpu-pods and the --extender-* inputs.

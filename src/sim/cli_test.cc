@@ -114,5 +114,43 @@ TEST(CliFlagsTest, RepeatedSeedsAreRefused) {
   EXPECT_EQ(s->size(), 9u);
 }
 
+// --topology runs its own workload: the trace replay's flags, and a seed
+// range, would be ignored there, so they are refused; its own flags without
+// it likewise.
+TEST(CliFlagsTest, TopologyRefusesTheFlagsItDoesNotUse) {
+  StatusOr<CliOptions> o = Parse({"--topology", "--super-nodes", "3", "--arrivals", "100", "--seed",
+                                  "7", "--out", "d", "--progress", "-v"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->topo.seed, 7u);
+  EXPECT_EQ(o->topo.super_nodes, 3);
+  EXPECT_EQ(o->topo.arrivals, 100);
+  const std::vector<std::vector<std::string>> refused = {
+      {"--nodes", "n.csv"}, {"--pods", "p.csv"}, {"--policy", "fgd"},
+      {"--mode", "kube"},   {"--json"},          {"--inflation", "1"},
+      {"--jobs", "2"},      {"--timed"},         {"--cpu-pods", "policy"},
+  };
+  for (const std::vector<std::string>& flags : refused) {
+    std::vector<std::string> args = flags;
+    args.push_back("--topology");
+    o = Parse(args);
+    ASSERT_FALSE(o.ok()) << flags[0];
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(flags[0] + " does not apply with --topology"),
+              std::string::npos)
+        << o.status().message();
+  }
+  o = Parse({"--topology", "--seeds", "1-10"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("--topology runs one seed"), std::string::npos)
+      << o.status().message();
+  for (const char* flag : {"--super-nodes", "--arrivals"}) {
+    o = ParseTrace({flag, "3"});
+    ASSERT_FALSE(o.ok()) << flag;
+    EXPECT_NE(o.status().message().find(std::string(flag) + " applies with --topology only"),
+              std::string::npos)
+        << o.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace accelpool::sim

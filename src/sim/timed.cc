@@ -33,7 +33,7 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, 
 }
 
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
-                               const ReplayOptions& opt) {
+                               const ReplayOptions& opt, const Progress& progress) {
   StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy(policy);
   if (!p.ok()) return p.status();
   const Cluster& c = in.cluster;
@@ -119,6 +119,9 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
     r.peak_allocated_pct = std::max(r.peak_allocated_pct, pct);
     if (k % stride == 0 || k + 1 == events.size()) {
       r.samples.push_back({e.time, pct, 100.0 * frag_sum / cap, running, r.failed_pods});
+    }
+    if (progress && ((k + 1) % stride == 0 || k + 1 == events.size())) {
+      progress(k + 1, events.size());
     }
   }
   if (last_t > t0) r.mean_allocated_pct = 100.0 * weighted / cap / static_cast<double>(last_t - t0);

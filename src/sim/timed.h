@@ -43,8 +43,10 @@ struct TimedResult {
 // kFailedPrecondition when the pod list has no creation/deletion times,
 // kInvalidArgument when no pod asks for a GPU (CheckTraceHasGpuPods).
 // opt.inflation is not used: the trace's own pods arrive, once each.
+// `progress`, when set, is called with events (arrivals and departures)
+// replayed so far, at most about 1000 times and once at the end.
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
-                               const ReplayOptions& opt);
+                               const ReplayOptions& opt, const Progress& progress = Progress());
 // The same with ReplayOptions' defaults but for the mode, seed and weight.
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, TieMode mode,
                                uint64_t seed, int32_t extender_weight);

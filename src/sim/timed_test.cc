@@ -51,5 +51,25 @@ TEST(TimedTest, APodWithoutADeletionTimeNeverLeaves) {
   EXPECT_DOUBLE_EQ(r->mean_allocated_pct, 100);
 }
 
+// A long replay reports progress: events replayed so far, ending at all.
+TEST(TimedTest, ProgressCountsEventsToTheEnd) {
+  std::vector<TracePod> pods;
+  for (int i = 0; i < 3000; ++i) {
+    pods.push_back(TimedPod("p" + std::to_string(i), 10 * i, 10 * i + 5));
+  }
+  StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 1, "T4"}}, pods);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<std::pair<size_t, size_t>> calls;
+  ReplayOptions opt;
+  StatusOr<TimedResult> r =
+      RunTimed(TraceInput{"long", pods, *c}, "fgd", opt,
+               [&](size_t done, size_t total) { calls.emplace_back(done, total); });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(calls.empty());
+  EXPECT_LE(calls.size(), 1001u);
+  EXPECT_EQ(calls.back(), (std::pair<size_t, size_t>{6000, 6000}));
+  for (size_t k = 1; k < calls.size(); ++k) EXPECT_LT(calls[k - 1].first, calls[k].first);
+}
+
 }  // namespace
 }  // namespace accelpool::sim
