@@ -45,11 +45,12 @@ int Fail(const Status& s) {
 }
 
 int RunTrace(const sim::CliOptions& o) {
-  StatusOr<std::vector<sim::TraceNode>> nodes = sim::LoadNodeCsv(o.nodes);
+  std::vector<std::string> warnings;
+  StatusOr<std::vector<sim::TraceNode>> nodes = sim::LoadNodeCsv(o.nodes, &warnings);
   if (!nodes.ok()) return Fail(nodes.status());
   std::vector<sim::TraceInput> traces;
   for (const std::string& path : o.pods) {
-    StatusOr<std::vector<sim::TracePod>> pods = sim::LoadPodCsv(path);
+    StatusOr<std::vector<sim::TracePod>> pods = sim::LoadPodCsv(path, &warnings);
     if (!pods.ok()) return Fail(pods.status());
     StatusOr<sim::Cluster> cluster = sim::BuildCluster(*nodes, *pods);
     if (!cluster.ok()) return Fail(cluster.status().WithPrefix(path));
@@ -64,6 +65,7 @@ int RunTrace(const sim::CliOptions& o) {
                  in.cluster.shapes.size(), in.cluster.tasks.size());
     traces.push_back(std::move(in));
   }
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
   if (o.timed) {
     const sim::ReplayOptions opt = sim::TimedReplayOptions(o);
     for (const sim::TraceInput& in : traces) {

@@ -41,6 +41,14 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
   for (size_t i = 0; i < in.pods.size(); ++i) {
     const TracePod& pod = in.pods[i];
     if (!pod.has_times) {
+      if (pod.has_creation_column != pod.has_deletion_column) {
+        const std::string missing = pod.has_creation_column ? "deletion_time" : "creation_time";
+        return FailedPreconditionError(
+            "trace " + in.name + " has " +
+            (pod.has_creation_column ? "creation_time" : "deletion_time") + " but no " + missing +
+            " column; the time-based mode needs both: add " + missing +
+            (missing == "deletion_time" ? " (empty for a pod that never leaves)" : ""));
+      }
       return FailedPreconditionError("trace " + in.name +
                                      " has no creation_time/deletion_time columns; the time-based "
                                      "mode needs them (the multigpu lists have none)");

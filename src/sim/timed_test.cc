@@ -71,5 +71,32 @@ TEST(TimedTest, ProgressCountsEventsToTheEnd) {
   for (size_t k = 1; k < calls.size(); ++k) EXPECT_LT(calls[k - 1].first, calls[k].first);
 }
 
+// A pod list with one of the two time columns: the error names the other.
+TEST(TimedTest, AMissingTimeColumnIsNamed) {
+  StatusOr<std::vector<TracePod>> pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\np0,1000,1024,1,1000,10\n",
+      "c.csv");
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 1, "T4"}}, *pods);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  StatusOr<TimedResult> r = RunTimed(TraceInput{"c", *pods, *c}, "fgd", ReplayOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("has creation_time but no deletion_time column"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("add deletion_time"), std::string::npos);
+
+  pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,deletion_time\np0,1000,1024,1,1000,10\n",
+      "d.csv");
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  r = RunTimed(TraceInput{"d", *pods, *c}, "fgd", ReplayOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("has deletion_time but no creation_time column"),
+            std::string::npos)
+      << r.status().message();
+}
+
 }  // namespace
 }  // namespace accelpool::sim
