@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -255,12 +256,23 @@ class Table {
 };
 
 StatusOr<std::string> ReadFile(const std::string& path) {
+  // Opening a directory succeeds, and reading it fails like an empty file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgumentError(path + " is a directory; give the CSV file in it");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return NotFoundError("cannot open " + path + "; check the path (see --help for the layout)");
   }
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) {
+    return InvalidArgumentError("cannot read " + path +
+                                (std::filesystem::is_regular_file(path, ec)
+                                     ? "; check the file"
+                                     : ": it is not a regular file; give a CSV file"));
+  }
   return ss.str();
 }
 

@@ -242,6 +242,22 @@ TEST(LoadCsvTest, MissingFileSaysWhichPath) {
   EXPECT_NE(p.status().message().find("no/such/file.csv"), std::string::npos);
 }
 
+// A directory opens as a stream and reads as nothing: it is named as a
+// directory, not reported as an empty file.
+TEST(LoadCsvTest, ADirectoryIsNamedAsOne) {
+  const std::string dir = ACCELPOOL_SIM_TESTDATA;
+  StatusOr<std::vector<TracePod>> p = LoadPodCsv(dir);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find(dir + " is a directory; give the CSV file in it"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_EQ(p.status().message().find("empty"), std::string::npos) << p.status().message();
+  StatusOr<std::vector<TraceNode>> n = LoadNodeCsv(dir);
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("is a directory"), std::string::npos);
+}
+
 // A column the schema does not name is not read: a warning names it, so a
 // "gpu_type" written for "gpu_spec" does not drop the model restrictions
 // without a word.
