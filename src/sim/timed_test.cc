@@ -98,5 +98,36 @@ TEST(TimedTest, AMissingTimeColumnIsNamed) {
       << r.status().message();
 }
 
+// Each JSON line names who placed the pods that ask for no GPU and the
+// idle-node penalty, as they applied in its tie mode.
+TEST(TimedTest, JsonNamesCpuPodsAndThePenalty) {
+  const std::vector<TracePod> pods = {TimedPod("a", 10, 20)};
+  StatusOr<Cluster> c = BuildCluster({TraceNode{"n", 64000, 262144, 1, "T4"}}, pods);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ReplayOptions opt;
+  opt.mode = TieMode::kKube;
+  opt.cpu_pods = CpuPods::kDefaultScheduler;
+  opt.penalties.idle_node = 15;
+  StatusOr<TimedResult> r = RunTimed(TraceInput{"t", pods, *c}, "fgd", opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cpu_pods, CpuPods::kDefaultScheduler);
+  EXPECT_EQ(r->idle_node_penalty, 15);
+  testing::internal::CaptureStdout();
+  ASSERT_TRUE(WriteTimed("t", "fgd", *r, "", true).ok());
+  const std::string line = testing::internal::GetCapturedStdout();
+  EXPECT_NE(line.find(R"("cpu_pods":"default-scheduler")"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("idle_node_penalty":15)"), std::string::npos) << line;
+
+  opt.mode = TieMode::kPaper;
+  r = RunTimed(TraceInput{"t", pods, *c}, "fgd", opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cpu_pods, CpuPods::kPolicy);
+  EXPECT_FALSE(r->idle_node_penalty.has_value());
+  testing::internal::CaptureStdout();
+  ASSERT_TRUE(WriteTimed("t", "fgd", *r, "", true).ok());
+  EXPECT_NE(testing::internal::GetCapturedStdout().find(R"("idle_node_penalty":null)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace accelpool::sim
