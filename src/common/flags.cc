@@ -51,6 +51,11 @@ StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::str
                                 " is not a duration; write it like 90s, 15m or 1h30m");
   };
   constexpr int64_t kMaxSeconds = 366LL * 24 * 3600;
+  const auto too_long = [&] {
+    return InvalidArgumentError("--" + std::string(flag) + "=" + std::string(value) +
+                                " is longer than the limit of a year (366 days, 8784h); give "
+                                "a shorter duration");
+  };
   const std::string_view units = "hms";
   size_t next_unit = 0;  // units must come in the order h, m, s
   int64_t total = 0;
@@ -60,7 +65,15 @@ StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::str
     int64_t n = 0;
     size_t digits = 0;
     for (; i < value.size() && value[i] >= '0' && value[i] <= '9'; ++i, ++digits) {
-      if (n > kMaxSeconds) return bad();
+      if (n > kMaxSeconds) {
+        // Past the limit in any unit; the rest must still be a duration.
+        for (; i < value.size() && value[i] >= '0' && value[i] <= '9'; ++i) {
+        }
+        if (i == value.size() || units.find(value[i], next_unit) == std::string_view::npos) {
+          return bad();
+        }
+        return too_long();
+      }
       n = n * 10 + (value[i] - '0');
     }
     if (digits == 0 || i == value.size()) return bad();
@@ -69,7 +82,7 @@ StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::str
     next_unit = unit + 1;
     ++i;
     total += n * (unit == 0 ? 3600 : unit == 1 ? 60 : 1);
-    if (total > kMaxSeconds) return bad();
+    if (total > kMaxSeconds) return too_long();
   }
   return std::chrono::seconds(total);
 }

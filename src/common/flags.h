@@ -26,7 +26,7 @@ Status ParseFlagTable(int argc, const char* const* argv,
 
 // A duration flag's value: whole numbers with units h, m, s, in that order
 // ("90s", "15m", "1h30m"). kInvalidArgument naming `flag` otherwise (also for
-// an empty value or more than a year).
+// an empty value), and, saying so, for more than a year (366 days).
 StatusOr<std::chrono::seconds> ParseDurationFlag(std::string_view flag, std::string_view value);
 
 // What a binary's main returns when its flags did not parse (`parsed` is the

@@ -50,11 +50,14 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       node, stable name-hash order among equal scores) x weight.
                       stock: a plain extender, NodeScore/10 rounded x weight,
                       random among equal totals.
-    --seeds S         "42-51" or "42,43" (default 42-51)
+    --seeds S         "42-51" or "42,43", each seed once (default 42-51)
     --inflation R     total GPU request as a multiple of the cluster (default 1.3)
-    --weight W        extender weight in kube mode (default 10)
+    --weight W        refused: no figure depends on the extender's weight (kube
+                      mode: the extender ranks one node 10 and kube-scheduler adds
+                      no other score; stock mode: it scales every node alike)
     --extender-workload learned|builtin|trace
-                      what accelpool-extender and fgd-extender score against:
+                      what accelpool-extender and fgd-extender score against (the
+                      --extender-* flags need one of them in --policy):
                       learned (default, as shipped): the shapes of the last 2048
                       arrivals, rebuilt every --extender-refresh arrivals; builtin:
                       the built-in mix; trace: the trace's own task shapes (a
@@ -64,19 +67,23 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     --extender-host on|off
                       whether they see each node's free host CPU and memory
                       (default on, as shipped; off: devices only)
-    --idle-node-penalty P  kube mode: the extender's penalty for breaking an
-                      idle node with a smaller pod (default: the extender's, 0)
+    --idle-node-penalty P  kube mode (--mode kube, both or all): the extender's
+                      penalty for breaking an idle node with a smaller pod
+                      (default: the extender's, 0)
     --cpu-pods policy|default-scheduler|extender
-                      kube and stock modes: who places a pod that asks for no GPU
+                      kube and stock modes (paper mode: always policy): who
+                      places a pod that asks for no GPU
                       (default policy, as the trace protocol assumes;
                       default-scheduler: kube-scheduler's default scores, as the
                       shipped chart leaves such pods unless routed; extender
                       (kube mode): the chart's webhook.hostPods profile, the
-                      extender's host score ranked, plus kube-scheduler's own)
+                      extender's host score ranked, plus kube-scheduler's own;
+                      stock mode places such pods as policy does)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv
     --json            print the summary as JSON
-    --progress        draw a progress bar on stderr (default when stderr is a tty)
+    --progress        draw a progress bar on stderr (default when stderr is a tty;
+                      --timed and --topology too)
     --timed           replay by creation/deletion time instead (pods arrive and
                       depart); writes utilisation over time to --out. One tie
                       mode (--mode paper, kube or stock) and one seed (--seed S,
@@ -84,7 +91,10 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
     -v                log progress details
 
 Topology workloads (docs/benchmarks/quality.md section 2):
-  accelpool-sim --topology [--super-nodes N] [--arrivals N] [--seed S] [--out DIR]
+  accelpool-sim --topology [--super-nodes N] [--arrivals N] [--seed S] [--out DIR] [--progress]
+    takes only these flags and one seed (default 42); prints JSON, and writes
+    topo.json to --out. stranded_free_devices_pct is sampled every 200
+    arrivals: null with fewer arrivals
 )";
 }
 
@@ -110,6 +120,14 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
     for (int64_t k = 0; k <= *b - *a; ++k) seeds.push_back(static_cast<uint64_t>(*a + k));
   }
   if (seeds.empty()) return InvalidArgumentError("--seeds is empty; write e.g. 42-51");
+  // A seed replayed twice would count twice in every mean and sd.
+  std::vector<uint64_t> sorted = seeds;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end()) {
+    return InvalidArgumentError("--seeds \"" + text + "\" names seed " + std::to_string(*twice) +
+                                " twice; name each seed once (e.g. 42-51 or 42,45)");
+  }
   return seeds;
 }
 
@@ -124,7 +142,9 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
   CliOptions o;
   o.policies = TraceProtocolPolicies();
   o.seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
-  bool seeds_given = false, inflation_given = false, jobs_given = false;
+  bool seeds_given = false, inflation_given = false, jobs_given = false, penalty_given = false;
+  std::string extender_flag;  // the first --extender-* flag given
+  std::vector<std::string> given;  // every flag, in order
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string* out) -> Status {
@@ -133,6 +153,11 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       return Status::Ok();
     };
     std::string v;
+    given.push_back(a);
+    if (extender_flag.empty() && (a == "--extender-workload" || a == "--extender-refresh" ||
+                                  a == "--extender-shapes" || a == "--extender-host")) {
+      extender_flag = a;
+    }
     if (a == "-h" || a == "--help") {
       o.help = true;
     } else if (a == "--nodes") {
@@ -190,10 +215,11 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
                                     v + "\"");
       }
     } else if (a == "--weight") {
-      ACCELPOOL_RETURN_IF_ERROR(value(&v));
-      StatusOr<int64_t> w = ParseInt(a, v, 1, 100);
-      if (!w.ok()) return w.status();
-      o.extender_weight = static_cast<int32_t>(*w);
+      return InvalidArgumentError(
+          "--weight changes no figure: in kube mode the extender gives the node it ranks "
+          "first 10 and every other at most 9, and kube-scheduler adds no other score; in "
+          "stock mode the weight multiplies every node's score alike, so ties stay ties. "
+          "Leave it out");
     } else if (a == "--extender-workload") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       if (v == "learned") {
@@ -227,6 +253,7 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       StatusOr<int64_t> pen = ParseInt(a, v, 0, 100);
       if (!pen.ok()) return pen.status();
       o.penalties.idle_node = static_cast<int32_t>(*pen);
+      penalty_given = true;
     } else if (a == "--cpu-pods") {
       ACCELPOOL_RETURN_IF_ERROR(value(&v));
       if (v == "policy") {
@@ -272,7 +299,32 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
       return InvalidArgumentError("unknown flag \"" + a + "\"; see --help");
     }
   }
-  if (o.help || o.topology) return o;
+  if (o.help) return o;
+  // Each mode takes its own flags; one the other mode's would be ignored.
+  const std::vector<std::string> topology_flags = {
+      "--topology", "--super-nodes", "--arrivals", "--seed",   "--seeds",
+      "--out",      "--progress",    "-v",         "--verbose"};
+  if (o.topology) {
+    for (const std::string& flag : given) {
+      if (std::find(topology_flags.begin(), topology_flags.end(), flag) == topology_flags.end()) {
+        return InvalidArgumentError(flag +
+                                    " does not apply with --topology, which takes --super-nodes, "
+                                    "--arrivals, --seed, --out and --progress: leave it out");
+      }
+    }
+    if (seeds_given && o.seeds.size() != 1) {
+      return InvalidArgumentError(
+          "--topology runs one seed; --seeds with several seeds does not apply: give one, e.g. "
+          "--seed 42, and run once per seed");
+    }
+    return o;
+  }
+  for (const std::string& flag : given) {
+    if (flag == "--super-nodes" || flag == "--arrivals") {
+      return InvalidArgumentError(
+          flag + " applies with --topology only: add --topology, or leave " + flag + " out");
+    }
+  }
   if (o.nodes.empty() || o.pods.empty()) {
     return InvalidArgumentError("--nodes and --pods are required; see --help");
   }
@@ -292,6 +344,41 @@ StatusOr<CliOptions> ParseCli(int argc, char** argv) {
                                   " both give the trace name \"" + name +
                                   "\" (the file name without openb_pod_list_ and .csv); "
                                   "rename one of the files");
+    }
+  }
+  // Flags that apply only in some modes, or to some policies, are refused
+  // where nothing would use them rather than ignored.
+  const auto has_mode = [&o](TieMode m) {
+    return std::find(o.mode_list.begin(), o.mode_list.end(), m) != o.mode_list.end();
+  };
+  if (o.cpu_pods == CpuPods::kDefaultScheduler && !has_mode(TieMode::kKube) &&
+      !has_mode(TieMode::kStock)) {
+    return InvalidArgumentError(
+        "--cpu-pods default-scheduler applies in kube and stock modes (paper mode places "
+        "every pod by the policy): give --mode kube, stock, both or all, or leave --cpu-pods "
+        "out");
+  }
+  if (o.cpu_pods == CpuPods::kExtender && !has_mode(TieMode::kKube)) {
+    return InvalidArgumentError(
+        "--cpu-pods extender applies in kube mode only (paper and stock modes place such pods "
+        "by the policy): give --mode kube, both or all, or leave --cpu-pods out");
+  }
+  if (penalty_given && !has_mode(TieMode::kKube)) {
+    return InvalidArgumentError(
+        "--idle-node-penalty applies in kube mode only (the extender's ranking rule): give "
+        "--mode kube, both or all, or leave it out");
+  }
+  if (!extender_flag.empty()) {
+    bool extender_policy = false;
+    for (const std::string& p : o.policies) {
+      StatusOr<std::unique_ptr<SimPolicy>> policy = MakeSimPolicy(p);
+      extender_policy = extender_policy || (policy.ok() && (*policy)->ExtenderView());
+    }
+    if (!extender_policy) {
+      return InvalidArgumentError(extender_flag +
+                                  " applies to accelpool-extender and fgd-extender only: add "
+                                  "one of them to --policy, or leave " +
+                                  extender_flag + " out");
     }
   }
   if (o.timed) {
@@ -325,7 +412,6 @@ ReplayOptions TimedReplayOptions(const CliOptions& o) {
   ReplayOptions opt;
   opt.seed = o.seeds.front();
   opt.mode = o.mode_list.front();
-  opt.extender_weight = o.extender_weight;
   opt.penalties = o.penalties;
   opt.cpu_pods = o.cpu_pods;
   opt.extender = o.extender;

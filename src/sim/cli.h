@@ -29,7 +29,6 @@ struct CliOptions {
   std::vector<TieMode> mode_list = {TieMode::kPaper};
   std::vector<uint64_t> seeds;
   double inflation = 1.3;
-  int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kube mode
   CpuPods cpu_pods = CpuPods::kPolicy;  // kube and stock modes: --cpu-pods
   ExtenderInputs extender;        // --extender-workload, --extender-host
@@ -45,14 +44,22 @@ struct CliOptions {
 
 std::string Usage();
 // Also refuses what would mislabel or overwrite output (two pod lists with
-// one trace name, a policy named twice, an empty --policy) and, with
-// --timed, the flags it does not honour (--mode both/all, several --seeds,
-// --inflation, --jobs); --timed without --seeds replays seed 42.
+// one trace name, a policy named twice, an empty --policy), flags nothing
+// would use (--weight, which changes no figure; --cpu-pods default-scheduler
+// without kube or stock mode; --cpu-pods extender and --idle-node-penalty
+// without kube mode; --extender-* without accelpool-extender or
+// fgd-extender) and, with --timed, the flags it does not honour (--mode
+// both/all, several --seeds, --inflation, --jobs); --timed without --seeds
+// replays seed 42. With --topology, every flag but --super-nodes,
+// --arrivals, one seed, --out, --progress and -v is refused; those two
+// without --topology are refused too.
 StatusOr<CliOptions> ParseCli(int argc, char** argv);
-// The options of a --timed replay: its one mode and seed, --weight,
+// The options of a --timed replay: its one mode and seed,
 // --idle-node-penalty, --cpu-pods and the --extender-* inputs.
 ReplayOptions TimedReplayOptions(const CliOptions& o);
-StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);  // "42-51" or "1,5,9"
+// "42-51" or "1,5,9", in the order given; kInvalidArgument for a seed named
+// twice ("42,42", "42-51,50-60"), which would count twice in every mean.
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);
 std::string TraceNameOf(const std::string& pod_path);  // openb_pod_list_default.csv -> default
 
 }  // namespace accelpool::sim

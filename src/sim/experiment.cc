@@ -41,6 +41,18 @@ std::string_view ModeName(TieMode m) {
   return "?";
 }
 
+std::string_view CpuPodsName(CpuPods c) {
+  switch (c) {
+    case CpuPods::kPolicy:
+      return "policy";
+    case CpuPods::kDefaultScheduler:
+      return "default-scheduler";
+    case CpuPods::kExtender:
+      return "extender";
+  }
+  return "?";
+}
+
 Status CheckTraceHasGpuPods(const TraceInput& in) {
   if (in.pods.empty()) {
     return InvalidArgumentError("trace \"" + in.name +
@@ -91,7 +103,6 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
       opt.seed = spec.seeds[j.seed];
       opt.inflation = spec.inflation;
       opt.mode = spec.modes[j.mode];
-      opt.extender_weight = spec.extender_weight;
       opt.penalties = spec.penalties;
       opt.cpu_pods = spec.cpu_pods;
       opt.extender = spec.extender;
@@ -118,6 +129,8 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
     s.trace = traces[j0.trace].name;
     s.policy = spec.policies[j0.policy];
     s.mode = spec.modes[j0.mode];
+    s.cpu_pods = EffectiveCpuPods(spec.cpu_pods, s.mode);
+    if (s.mode == TieMode::kKube) s.idle_node_penalty = spec.penalties.idle_node;
     std::vector<double> unallocated, fails, frags, failed_pods;
     double secs = 0;
     bool reached_100 = true;
@@ -149,7 +162,12 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
       s.unallocated_sd = sd;
       s.frag_mean = frag;
     }
-    if (!fails.empty()) MeanSd(fails, &s.first_failure_mean, &unused);
+    s.seeds_failed = static_cast<int32_t>(fails.size());
+    if (fails.size() == per_group) {
+      double mean = 0;
+      MeanSd(fails, &mean, &unused);
+      s.first_failure_mean = mean;
+    }
     MeanSd(failed_pods, &s.failed_pods_mean, &unused);
     s.seconds_per_replay = secs / static_cast<double>(per_group);
     for (int step = 0; step <= 260; ++step) {
@@ -166,6 +184,7 @@ StatusOr<std::vector<Summary>> RunExperiments(const std::vector<TraceInput>& tra
       if (un.empty()) break;
       MeanSd(un, &cp.unallocated_mean, &cp.unallocated_sd);
       MeanSd(fr, &cp.frag_mean, &unused);
+      cp.seeds = static_cast<int32_t>(un.size());
       s.curve.push_back(cp);
     }
     out.push_back(std::move(s));

@@ -29,27 +29,35 @@ struct ExperimentSpec {
   std::vector<TieMode> modes;
   std::vector<uint64_t> seeds;
   double inflation = 1.3;
-  int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kube mode
   CpuPods cpu_pods = CpuPods::kPolicy;  // kube and stock modes (ReplayOptions)
   ExtenderInputs extender;        // accelpool-extender, fgd-extender
   int32_t jobs = 1;
 };
 
+// A point of the mean curve. The means are over the seeds whose arrivals
+// reached arrived_pct (`seeds` of them): past the lowest end of arrivals the
+// tail is the mean of fewer seeds, and the curve stops where none is left.
 struct CurvePoint {
   double arrived_pct = 0;
   double unallocated_mean = 0, unallocated_sd = 0;  // 100 - allocated %, over seeds
   double frag_mean = 0;
+  int32_t seeds = 0;  // seeds the point is the mean of
 };
 
 struct Summary {
   std::string trace, policy;
   TieMode mode = TieMode::kPaper;
+  CpuPods cpu_pods = CpuPods::kPolicy;       // as placed in this mode (EffectiveCpuPods)
+  std::optional<int32_t> idle_node_penalty;  // kube mode only; unset in the others
   // Per seed; unset for a seed whose arrivals stopped short of 100 %.
   std::vector<std::optional<double>> unallocated;
   // Unset unless every seed's arrivals reached 100 % (ReplayResult).
   std::optional<double> unallocated_mean, unallocated_sd;
-  double first_failure_mean = -1;  // mean over seeds that failed at all
+  // Arrived % where refused pods reached 1 % of the cluster's GPUs, mean over
+  // seeds; unset unless every seed got there (seeds_failed of them did).
+  std::optional<double> first_failure_mean;
+  int32_t seeds_failed = 0;
   std::optional<double> frag_mean;  // fragmentation % at 100 % arrived; unset as above
   double arrived_pct_end = 0;       // where the arrivals stopped: the lowest over seeds
   double failed_pods_mean = 0;
@@ -58,6 +66,7 @@ struct Summary {
 };
 
 std::string_view ModeName(TieMode m);  // "paper", "kube", "stock"
+std::string_view CpuPodsName(CpuPods c);  // "policy", "default-scheduler", "extender"
 
 using Progress = std::function<void(size_t done, size_t total)>;
 

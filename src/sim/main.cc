@@ -25,13 +25,18 @@ using accelpool::Status;
 using accelpool::StatusOr;
 namespace sim = accelpool::sim;
 
-void ProgressBar(size_t done, size_t total) {
-  const int width = 40;
-  const int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
-  std::fprintf(stderr, "\r[%s%s] %zu/%zu replays", std::string(filled, '#').c_str(),
-               std::string(width - filled, '.').c_str(), done, total);
-  if (done == total) std::fprintf(stderr, "\n");
-  std::fflush(stderr);
+// A progress bar on stderr counting `what` ("replays"), or none when
+// neither --progress nor a terminal on stderr asks for one.
+sim::Progress ProgressBar(bool wanted, const std::string& what) {
+  if (!wanted && !isatty(STDERR_FILENO)) return sim::Progress();
+  return [what](size_t done, size_t total) {
+    const int width = 40;
+    const int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu %s", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), done, total, what.c_str());
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
 }
 
 int Fail(const Status& s) {
@@ -40,11 +45,12 @@ int Fail(const Status& s) {
 }
 
 int RunTrace(const sim::CliOptions& o) {
-  StatusOr<std::vector<sim::TraceNode>> nodes = sim::LoadNodeCsv(o.nodes);
+  std::vector<std::string> warnings;
+  StatusOr<std::vector<sim::TraceNode>> nodes = sim::LoadNodeCsv(o.nodes, &warnings);
   if (!nodes.ok()) return Fail(nodes.status());
   std::vector<sim::TraceInput> traces;
   for (const std::string& path : o.pods) {
-    StatusOr<std::vector<sim::TracePod>> pods = sim::LoadPodCsv(path);
+    StatusOr<std::vector<sim::TracePod>> pods = sim::LoadPodCsv(path, &warnings);
     if (!pods.ok()) return Fail(pods.status());
     StatusOr<sim::Cluster> cluster = sim::BuildCluster(*nodes, *pods);
     if (!cluster.ok()) return Fail(cluster.status().WithPrefix(path));
@@ -59,11 +65,14 @@ int RunTrace(const sim::CliOptions& o) {
                  in.cluster.shapes.size(), in.cluster.tasks.size());
     traces.push_back(std::move(in));
   }
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
   if (o.timed) {
     const sim::ReplayOptions opt = sim::TimedReplayOptions(o);
     for (const sim::TraceInput& in : traces) {
       for (const std::string& policy : o.policies) {
-        StatusOr<sim::TimedResult> r = sim::RunTimed(in, policy, opt);
+        StatusOr<sim::TimedResult> r = sim::RunTimed(
+            in, policy, opt,
+            ProgressBar(o.progress, "events (" + in.name + ", " + policy + ", timed)"));
         if (!r.ok()) return Fail(r.status());
         Status st = sim::WriteTimed(in.name, policy, *r, o.out_dir, o.json);
         if (!st.ok()) return Fail(st);
@@ -76,14 +85,12 @@ int RunTrace(const sim::CliOptions& o) {
   spec.modes = o.mode_list;
   spec.seeds = o.seeds;
   spec.inflation = o.inflation;
-  spec.extender_weight = o.extender_weight;
   spec.penalties = o.penalties;
   spec.cpu_pods = o.cpu_pods;
   spec.extender = o.extender;
   spec.jobs = o.jobs;
-  const bool bar = o.progress || isatty(STDERR_FILENO);
   StatusOr<std::vector<sim::Summary>> out =
-      sim::RunExperiments(traces, spec, bar ? sim::Progress(ProgressBar) : sim::Progress());
+      sim::RunExperiments(traces, spec, ProgressBar(o.progress, "replays"));
   if (!out.ok()) return Fail(out.status());
   if (!o.out_dir.empty()) {
     Status st = sim::WriteOutputs(*out, o.out_dir);
@@ -109,7 +116,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(o->verbose ? spdlog::level::info : spdlog::level::warn);
   if (o->topology) {
-    StatusOr<nlohmann::json> r = sim::RunTopologyCli(o->topo);
+    StatusOr<nlohmann::json> r = sim::RunTopologyCli(
+        o->topo, ProgressBar(o->progress, "arrivals (topology, both policies)"));
     if (!r.ok()) return Fail(r.status());
     std::cout << r->dump(2) << "\n";
     return 0;

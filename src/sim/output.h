@@ -22,6 +22,11 @@ std::string SummaryTable(const std::vector<Summary>& s);
 // of it) are null in JSON, empty in CSV and "-" in the table, which then says
 // why in a line below it.
 //
+// first_failure_arrived_pct is unset (null, empty, "-" or "k/n seeds" in the
+// table) unless every seed failed; seeds_failed says how many did.
+// cpu_pods is who placed the pods that ask for no GPU in the row's mode;
+// idle_node_penalty is null in JSON and empty in CSV outside kube mode.
+//
 // Writes <dir>/summary.csv and <dir>/curve-<trace>-<mode>.csv (one column
 // group per policy). Creates dir.
 Status WriteOutputs(const std::vector<Summary>& s, const std::string& dir);

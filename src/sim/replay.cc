@@ -101,7 +101,12 @@ NodePicker::NodePicker(const Cluster& c, const SimPolicy& policy, const ReplayOp
       ctx_{&c, &frag_, &memory_frag_, &extender_frag_, &extender_fgd_frag_, &rng_} {
   ctx_.host_only_scores = opt.cpu_pods == CpuPods::kExtender && opt.mode == TieMode::kKube;
   const size_t n_nodes = c.nodes.size();
-  if (policy.Memoizable()) memo_.resize(n_nodes * c.shapes.size());
+  if (policy.Memoizable() && n_nodes > 0 && !c.shapes.empty()) {
+    // Counted without overflow: nodes x shapes may pass size_t's range.
+    const size_t limit = opt.max_memo_slots;
+    memo_shared_ = c.shapes.size() > limit / n_nodes;
+    memo_.resize(memo_shared_ ? limit : n_nodes * c.shapes.size());
+  }
   uint64_t rank_state = opt.seed ^ 0x5EEDULL;
   rank_.resize(n_nodes);
   std::iota(rank_.begin(), rank_.end(), 0U);
@@ -226,8 +231,15 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
     const SimNode& n = nodes[i];
     Choice ch;
     if (!memo_.empty()) {
-      MemoEntry& e = memo_[i * n_shapes + sid];
-      if (e.version != n.version) {
+      const uint64_t pair = static_cast<uint64_t>(i) * n_shapes + sid;
+      uint64_t slot = pair;
+      if (memo_shared_) {
+        uint64_t h = pair;
+        slot = SplitMix(&h) % memo_.size();
+      }
+      MemoEntry& e = memo_[slot];
+      if (e.pair != pair || e.version != n.version) {
+        e.pair = pair;
         e.version = n.version;
         if (Fits(n, shape)) {
           const Choice fresh = policy_.Evaluate(n, shape, ctx_);
@@ -306,6 +318,12 @@ size_t NodePicker::Pick(const std::vector<SimNode>& nodes, size_t sid, uint32_t*
   }
   *mask = best_mask;
   return best;
+}
+
+CpuPods EffectiveCpuPods(CpuPods requested, TieMode mode) {
+  if (mode == TieMode::kPaper) return CpuPods::kPolicy;
+  if (mode == TieMode::kStock && requested == CpuPods::kExtender) return CpuPods::kPolicy;
+  return requested;
 }
 
 ReplayResult Replay(const Cluster& c, const std::vector<int32_t>& order, const SimPolicy& policy,

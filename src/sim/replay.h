@@ -21,7 +21,11 @@
 // Random is uniform over the nodes that fit in every mode.
 //
 // Node scores are memoised per (node version, pod shape): only the node that
-// received the last pod changes, so a replay touches few new states.
+// received the last pod changes, so a replay touches few new states. The memo
+// holds at most ReplayOptions::max_memo_slots entries (24 bytes each): one per
+// (node, shape) pair while there are no more pairs than that, else the pairs
+// share the slots by hash, each slot remembering its pair, so a trace of many
+// distinct shapes costs time rather than unbounded memory.
 //
 // Thread-safety: Replay is reentrant; it allocates its own state.
 #ifndef ACCELPOOL_SIM_REPLAY_H_
@@ -85,15 +89,26 @@ enum class CpuPods {
   kExtender,
 };
 
+// Who places a pod that asks for no GPU in `mode`: paper mode always the
+// policy; stock mode the policy for kExtender too (the host-pod profile is
+// accelpool's extender's).
+CpuPods EffectiveCpuPods(CpuPods requested, TieMode mode);
+
 struct ReplayOptions {
   uint64_t seed = 42;
   double inflation = 1.3;
   TieMode mode = TieMode::kPaper;
+  // The extender's weight in kube-scheduler. It changes no choice: in kKube
+  // the extender's first node gets 10 and every other at most 9, with no
+  // other score added; in kStock it multiplies every node's score alike.
+  // Kept so the totals are kube-scheduler's; accelpool-sim has no flag for it.
   int32_t extender_weight = 10;
   core::RankPenalties penalties;  // kKube: the extender's keep-whole penalties
   ExtenderInputs extender;        // accelpool-extender, fgd-extender
   // kKube, kStock: who places a pod that asks for no GPU (CpuPods).
   CpuPods cpu_pods = CpuPods::kPolicy;
+  // Most entries of the score memo (24 MiB at the default); 0 memoises nothing.
+  size_t max_memo_slots = size_t{1} << 20;
 };
 
 struct StepPoint {
@@ -134,6 +149,9 @@ class NodePicker {
   FragCache& frag() { return frag_; }
   // Times the extender variants' learned task list was rebuilt.
   int64_t workload_rebuilds() const { return workload_rebuilds_; }
+  // Entries of the score memo: nodes x shapes, at most opt.max_memo_slots
+  // (0 for a policy that is not memoisable).
+  size_t memo_slots() const { return memo_.size(); }
 
  private:
   const Cluster& c_;
@@ -161,12 +179,15 @@ class NodePicker {
   FragCache extender_fgd_frag_;
   EvalContext ctx_;
   static constexpr uint32_t kStaleVersion = 0;  // SimNode versions start at 1
+  static constexpr uint64_t kNoPair = UINT64_MAX;
   struct MemoEntry {
+    uint64_t pair = kNoPair;  // node x shapes + shape
     uint32_t version = kStaleVersion;
     int32_t score = -1;
     uint32_t mask = 0;
   };
   std::vector<MemoEntry> memo_;
+  bool memo_shared_ = false;  // fewer slots than (node, shape) pairs: hashed
 };
 
 // The value of a curve (allocated or fragmentation %) at an arrived %,

@@ -33,7 +33,7 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy, 
 }
 
 StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
-                               const ReplayOptions& opt) {
+                               const ReplayOptions& opt, const Progress& progress) {
   StatusOr<std::unique_ptr<SimPolicy>> p = MakeSimPolicy(policy);
   if (!p.ok()) return p.status();
   const Cluster& c = in.cluster;
@@ -41,6 +41,14 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
   for (size_t i = 0; i < in.pods.size(); ++i) {
     const TracePod& pod = in.pods[i];
     if (!pod.has_times) {
+      if (pod.has_creation_column != pod.has_deletion_column) {
+        const std::string missing = pod.has_creation_column ? "deletion_time" : "creation_time";
+        return FailedPreconditionError(
+            "trace " + in.name + " has " +
+            (pod.has_creation_column ? "creation_time" : "deletion_time") + " but no " + missing +
+            " column; the time-based mode needs both: add " + missing +
+            (missing == "deletion_time" ? " (empty for a pod that never leaves)" : ""));
+      }
       return FailedPreconditionError("trace " + in.name +
                                      " has no creation_time/deletion_time columns; the time-based "
                                      "mode needs them (the multigpu lists have none)");
@@ -72,6 +80,8 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
   TimedResult r;
   r.mode = opt.mode;
   r.seed = opt.seed;
+  r.cpu_pods = EffectiveCpuPods(opt.cpu_pods, opt.mode);
+  if (opt.mode == TieMode::kKube) r.idle_node_penalty = opt.penalties.idle_node;
   r.pods = static_cast<int64_t>(in.pods.size());
   const double cap = static_cast<double>(c.gpu_milli);
   int64_t allocated = 0, running = 0;
@@ -118,6 +128,9 @@ StatusOr<TimedResult> RunTimed(const TraceInput& in, const std::string& policy,
     if (k % stride == 0 || k + 1 == events.size()) {
       r.samples.push_back({e.time, pct, 100.0 * frag_sum / cap, running, r.failed_pods});
     }
+    if (progress && ((k + 1) % stride == 0 || k + 1 == events.size())) {
+      progress(k + 1, events.size());
+    }
   }
   if (last_t > t0) r.mean_allocated_pct = 100.0 * weighted / cap / static_cast<double>(last_t - t0);
   return r;
@@ -139,17 +152,21 @@ Status WriteTimed(const std::string& trace, const std::string& policy, const Tim
     }
   }
   if (json) {
-    nlohmann::json j = {{"trace", trace},
-                        {"policy", policy},
-                        {"mode", "timed"},
-                        {"tie_mode", std::string(ModeName(r.mode))},
-                        {"seed", r.seed},
-                        {"pods", r.pods},
-                        {"failed_pods", r.failed_pods},
-                        {"failed_gpus", static_cast<double>(r.failed_gpu_milli) / 1000.0},
-                        {"zero_stay_pods", r.zero_stay_pods},
-                        {"mean_allocated_pct", r.mean_allocated_pct},
-                        {"peak_allocated_pct", r.peak_allocated_pct}};
+    nlohmann::json j = {
+        {"trace", trace},
+        {"policy", policy},
+        {"mode", "timed"},
+        {"tie_mode", std::string(ModeName(r.mode))},
+        {"seed", r.seed},
+        {"cpu_pods", std::string(CpuPodsName(r.cpu_pods))},
+        {"idle_node_penalty",
+         r.idle_node_penalty ? nlohmann::json(*r.idle_node_penalty) : nlohmann::json(nullptr)},
+        {"pods", r.pods},
+        {"failed_pods", r.failed_pods},
+        {"failed_gpus", static_cast<double>(r.failed_gpu_milli) / 1000.0},
+        {"zero_stay_pods", r.zero_stay_pods},
+        {"mean_allocated_pct", r.mean_allocated_pct},
+        {"peak_allocated_pct", r.peak_allocated_pct}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf(

@@ -231,7 +231,9 @@ class Sim {
                : 100.0 * static_cast<double>(stranded) / static_cast<double>(free_total);
   }
 
-  TopoMetrics Run(const std::vector<Job>& jobs, const std::vector<Job>& shapes) {
+  // `progress` (when set) gets base + arrivals placed, out of total.
+  TopoMetrics Run(const std::vector<Job>& jobs, const std::vector<Job>& shapes,
+                  const Progress& progress, size_t base, size_t total) {
     TopoMetrics m;
     m.policy = aware_ ? "accelpool" : "topology-blind";
     double stranded_sum = 0;
@@ -257,15 +259,19 @@ class Sim {
         stranded_sum += StrandedPct(shapes);
         ++samples;
       }
+      if (progress && ((k + 1) % std::max<size_t>(1, total / 1000) == 0 || k + 1 == jobs.size())) {
+        progress(base + k + 1, total);
+      }
     }
     m.utilisation_pct =
         last_t_ > 0 ? 100.0 * weighted_ / last_t_ / static_cast<double>(devices_) : 0;
-    m.stranded_pct = samples > 0 ? stranded_sum / static_cast<double>(samples) : 0;
+    if (samples > 0) m.stranded_pct = stranded_sum / static_cast<double>(samples);
     return m;
   }
 
   void PlaceGang(const Job& j, TopoMetrics* m) {
-    // Aware: the super-node with the most nodes that can take a member first.
+    // Aware: the super-nodes in index order, the first that takes the whole
+    // gang; when none does, members anywhere in the cluster.
     std::vector<int32_t> supers;
     for (int32_t s = 0; s < cfg_.super_nodes; ++s) supers.push_back(s);
     std::vector<std::pair<size_t, core::Placement>> members;
@@ -374,18 +380,19 @@ std::vector<Job> Workload(const TopoConfig& cfg, std::vector<Job>* shapes) {
 
 }  // namespace
 
-StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg) {
+StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg, const Progress& progress) {
   if (cfg.profiles.empty() || cfg.super_nodes < 1 || cfg.nodes_per_super < 1) {
     return InvalidArgumentError("topology run needs profiles and at least one node");
   }
   std::vector<Job> shapes;
   const std::vector<Job> jobs = Workload(cfg, &shapes);
-  return RunTopologyJobs(cfg, jobs, shapes);
+  return RunTopologyJobs(cfg, jobs, shapes, progress);
 }
 
 StatusOr<std::vector<TopoMetrics>> RunTopologyJobs(const TopoConfig& cfg,
                                                    const std::vector<TopoJob>& jobs,
-                                                   const std::vector<TopoJob>& shapes) {
+                                                   const std::vector<TopoJob>& shapes,
+                                                   const Progress& progress) {
   if (cfg.profiles.empty() || cfg.super_nodes < 1 || cfg.nodes_per_super < 1) {
     return InvalidArgumentError("topology run needs profiles and at least one node");
   }
@@ -401,17 +408,17 @@ StatusOr<std::vector<TopoMetrics>> RunTopologyJobs(const TopoConfig& cfg,
   for (bool aware : {true, false}) {
     Sim sim(cfg, aware, policy->get());
     ACCELPOOL_RETURN_IF_ERROR(sim.Build());
-    out.push_back(sim.Run(jobs, shapes));
+    out.push_back(sim.Run(jobs, shapes, progress, aware ? 0 : jobs.size(), 2 * jobs.size()));
   }
   return out;
 }
 
-StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o) {
+StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o, const Progress& progress) {
   TopoConfig cfg;
   cfg.super_nodes = o.super_nodes;
   cfg.arrivals = o.arrivals;
   cfg.seed = o.seed;
-  StatusOr<std::vector<TopoMetrics>> r = RunTopology(cfg);
+  StatusOr<std::vector<TopoMetrics>> r = RunTopology(cfg, progress);
   if (!r.ok()) return r.status();
   nlohmann::json out = nlohmann::json::array();
   for (const TopoMetrics& m : *r) {
@@ -420,7 +427,8 @@ StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o) {
                    {"gangs", m.gangs},
                    {"failed", m.failed},
                    {"vendor_rule_violations", m.violations},
-                   {"stranded_free_devices_pct", m.stranded_pct},
+                   {"stranded_free_devices_pct",
+                    m.stranded_pct ? nlohmann::json(*m.stranded_pct) : nlohmann::json(nullptr)},
                    {"multi_card_pods", m.multi_card},
                    {"cross_group_when_one_group_had_room", m.cross_group_with_room},
                    {"gangs_spread_over_extra_super_nodes", m.gangs_spread},

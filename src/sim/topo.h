@@ -11,11 +11,13 @@
 #define ACCELPOOL_SIM_TOPO_H_
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "sim/cli.h"
+#include "sim/experiment.h"
 
 namespace accelpool::sim {
 
@@ -57,21 +59,29 @@ struct TopoMetrics {
   // asks of its profile, includes it (one die of a 910C module whose sibling
   // is held; the last free card of a 910A ring). Single-device and fractional
   // shapes are left out: every profile takes them on any free device.
-  double stranded_pct = 0;
+  // Sampled every TopoConfig::sample_every arrivals; unset when no sample was
+  // taken (fewer arrivals than that).
+  std::optional<double> stranded_pct;
   double utilisation_pct = 0;  // time-weighted mean of devices in use
 };
 
 // The generated workload (cfg.arrivals arrivals) and the mix's shapes.
-StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg);
+// `progress`, when set, is called with arrivals placed so far out of both
+// policies' (2 x cfg.arrivals), at most about 1000 times and once at the end.
+StatusOr<std::vector<TopoMetrics>> RunTopology(const TopoConfig& cfg,
+                                               const Progress& progress = Progress());
 
 // Both policies over the given arrivals (in arrival order); `shapes` are the
 // mix's request shapes, which the stranded share tests.
 StatusOr<std::vector<TopoMetrics>> RunTopologyJobs(const TopoConfig& cfg,
                                                    const std::vector<TopoJob>& jobs,
-                                                   const std::vector<TopoJob>& shapes);
+                                                   const std::vector<TopoJob>& shapes,
+                                                   const Progress& progress = Progress());
 
-// Runs both policies, writes <out>/topo.json when out is set, returns JSON.
-StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o);
+// Runs both policies, writes <out>/topo.json when out is set, returns JSON
+// (stranded_free_devices_pct null where unmeasured).
+StatusOr<nlohmann::json> RunTopologyCli(const TopoOptions& o,
+                                        const Progress& progress = Progress());
 
 }  // namespace accelpool::sim
 

@@ -25,7 +25,8 @@ TEST(TopologyTest, AwarePlacementKeepsVendorRulesAndGangsTogether) {
   EXPECT_LE(aware.gangs_spread, blind.gangs_spread);
   EXPECT_GT(aware.utilisation_pct, 0);
   EXPECT_LE(aware.utilisation_pct, 100);
-  EXPECT_GE(aware.stranded_pct, 0);
+  ASSERT_TRUE(aware.stranded_pct.has_value());  // 400 arrivals: two samples
+  EXPECT_GE(*aware.stranded_pct, 0);
 }
 
 // One node of one profile, sampling the stranded share after every arrival.
@@ -55,12 +56,12 @@ TEST(TopologyTest, TheOtherDieOfAHeldModuleIsStranded) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   for (const TopoMetrics& m : *r) {
     EXPECT_EQ(m.pods, 1) << m.policy;
-    EXPECT_NEAR(m.stranded_pct, 100.0 / 15, 1e-9) << m.policy;
+    EXPECT_NEAR(m.stranded_pct.value_or(-1), 100.0 / 15, 1e-9) << m.policy;
   }
   // Two single dies in one module strand nothing.
   r = RunTopologyJobs(cfg, {TopoJob{1, 100, 0, 2, 0, 0}}, MixShapes());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_DOUBLE_EQ((*r)[0].stranded_pct, 0);
+  EXPECT_DOUBLE_EQ((*r)[0].stranded_pct.value_or(-1), 0);
 }
 
 TEST(TopologyTest, TheLastFreeCardOfARingIsStranded) {
@@ -74,7 +75,7 @@ TEST(TopologyTest, TheLastFreeCardOfARingIsStranded) {
   const TopoMetrics& aware = (*r)[0];
   EXPECT_EQ(aware.pods, 2);
   // Samples after each arrival: 0 of 6 free, then 1 of 5.
-  EXPECT_NEAR(aware.stranded_pct, (0 + 100.0 / 5) / 2, 1e-9);
+  EXPECT_NEAR(aware.stranded_pct.value_or(-1), (0 + 100.0 / 5) / 2, 1e-9);
 }
 
 TEST(TopologyTest, UtilisationCountsPodsUntilTheyLeave) {
@@ -115,6 +116,43 @@ TEST(TopologyTest, UnknownProfileIsAnError) {
   StatusOr<std::vector<TopoMetrics>> r = RunTopology(cfg);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("no-such-profile"), std::string::npos);
+}
+
+// Fewer arrivals than one sampling interval measure no stranded share: it
+// is unset (null in the JSON), not 0.
+TEST(TopologyTest, StrandedShareIsUnsetWhenNeverSampled) {
+  TopoConfig cfg;
+  cfg.super_nodes = 1;
+  cfg.nodes_per_super = 5;
+  cfg.arrivals = 150;  // sample_every is 200
+  StatusOr<std::vector<TopoMetrics>> r = RunTopology(cfg);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const TopoMetrics& m : *r) EXPECT_FALSE(m.stranded_pct.has_value()) << m.policy;
+  TopoOptions o;
+  o.super_nodes = 1;
+  o.arrivals = 150;
+  StatusOr<nlohmann::json> j = RunTopologyCli(o);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE((*j)[0]["stranded_free_devices_pct"].is_null()) << j->dump();
+  o.arrivals = 200;
+  j = RunTopologyCli(o);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE((*j)[0]["stranded_free_devices_pct"].is_number()) << j->dump();
+}
+
+// Progress counts both policies' arrivals and ends at all of them.
+TEST(TopologyTest, ProgressCountsBothPoliciesArrivals) {
+  TopoConfig cfg;
+  cfg.super_nodes = 1;
+  cfg.nodes_per_super = 5;
+  cfg.arrivals = 300;
+  std::vector<std::pair<size_t, size_t>> calls;
+  StatusOr<std::vector<TopoMetrics>> r =
+      RunTopology(cfg, [&](size_t done, size_t total) { calls.emplace_back(done, total); });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back(), (std::pair<size_t, size_t>{600, 600}));
+  for (size_t k = 1; k < calls.size(); ++k) EXPECT_LT(calls[k - 1].first, calls[k].first);
 }
 
 }  // namespace

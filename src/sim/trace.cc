@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -177,6 +178,27 @@ class Table {
   size_t rows() const { return lines_.size() - 1; }
   bool Has(const std::string& col) const { return column_.count(col) > 0; }
 
+  // A warning naming the header's columns outside `known`, in file order,
+  // appended to *warnings (when set and there are any).
+  void WarnUnknown(const std::vector<std::string>& known,
+                   std::vector<std::string>* warnings) const {
+    if (warnings == nullptr) return;
+    std::vector<std::pair<size_t, std::string>> unknown;
+    for (const auto& [name, index] : column_) {
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        unknown.emplace_back(index, name);
+      }
+    }
+    if (unknown.empty()) return;
+    std::sort(unknown.begin(), unknown.end());
+    std::string names, list;
+    for (const auto& u : unknown) names += (names.empty() ? "\"" : ", \"") + u.second + "\"";
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    warnings->push_back(source_ + ": column" + (unknown.size() > 1 ? "s " : " ") + names +
+                        " not read: not a column of this list (" + list +
+                        "); rename it if it is one of these");
+  }
+
   Status Row(size_t r, std::vector<std::string_view>* cells) const {
     const Line& line = lines_[r + 1];
     if (!SplitCsvLine(line.text, cells)) {
@@ -234,12 +256,23 @@ class Table {
 };
 
 StatusOr<std::string> ReadFile(const std::string& path) {
+  // Opening a directory succeeds, and reading it fails like an empty file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgumentError(path + " is a directory; give the CSV file in it");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return NotFoundError("cannot open " + path + "; check the path (see --help for the layout)");
   }
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) {
+    return InvalidArgumentError("cannot read " + path +
+                                (std::filesystem::is_regular_file(path, ec)
+                                     ? "; check the file"
+                                     : ": it is not a regular file; give a CSV file"));
+  }
   return ss.str();
 }
 
@@ -248,10 +281,13 @@ constexpr int64_t kMaxMemory = int64_t{1} << 40;
 
 }  // namespace
 
-StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source) {
-  StatusOr<Table> table = Table::Make(text, source, {"sn", "cpu_milli", "memory_mib", "gpu", "model"});
+StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source,
+                                              std::vector<std::string>* warnings) {
+  const std::vector<std::string> columns = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
+  StatusOr<Table> table = Table::Make(text, source, columns);
   if (!table.ok()) return table.status();
   const Table& t = *table;
+  t.WarnUnknown(columns, warnings);
   std::vector<TraceNode> nodes;
   nodes.reserve(t.rows());
   std::vector<std::string_view> cells;
@@ -275,19 +311,26 @@ StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string
   return nodes;
 }
 
-StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source) {
+StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source,
+                                            std::vector<std::string>* warnings) {
   StatusOr<Table> table =
       Table::Make(text, source, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"});
   if (!table.ok()) return table.status();
   const Table& t = *table;
+  t.WarnUnknown({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
+                 "pod_phase", "creation_time", "deletion_time", "scheduled_time"},
+                warnings);
   const bool has_spec = t.Has("gpu_spec");
-  const bool has_times = t.Has("creation_time") && t.Has("deletion_time");
+  const bool has_creation = t.Has("creation_time"), has_deletion = t.Has("deletion_time");
+  const bool has_times = has_creation && has_deletion;
   std::vector<TracePod> pods;
   pods.reserve(t.rows());
   std::vector<std::string_view> cells;
   for (size_t r = 0; r < t.rows(); ++r) {
     ACCELPOOL_RETURN_IF_ERROR(t.Row(r, &cells));
     TracePod p;
+    p.has_creation_column = has_creation;
+    p.has_deletion_column = has_deletion;
     p.name = std::string(t.Cell(cells, "name"));
     if (p.name.empty()) return t.Error(r, "column name (pod name) is empty");
     int64_t num = 0, milli = 0;
@@ -334,16 +377,18 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_v
   return pods;
 }
 
-StatusOr<std::vector<TraceNode>> LoadNodeCsv(const std::string& path) {
+StatusOr<std::vector<TraceNode>> LoadNodeCsv(const std::string& path,
+                                             std::vector<std::string>* warnings) {
   StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  return ParseNodeCsv(*text, path);
+  return ParseNodeCsv(*text, path, warnings);
 }
 
-StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path) {
+StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path,
+                                           std::vector<std::string>* warnings) {
   StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  return ParsePodCsv(*text, path);
+  return ParsePodCsv(*text, path, warnings);
 }
 
 }  // namespace accelpool::sim

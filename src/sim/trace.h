@@ -38,18 +38,30 @@ struct TracePod {
   int32_t num_gpu = 0;
   int32_t gpu_milli = 0;                // per GPU, 1..1000; 0 for CPU-only pods
   std::vector<std::string> gpu_models;  // allowed models; empty = any
-  bool has_times = false;
+  bool has_times = false;               // the header has both creation_time and deletion_time
+  // Which of the two the header has (has_times: both), so that a replay that
+  // needs them can name the one missing.
+  bool has_creation_column = false;
+  bool has_deletion_column = false;
   int64_t creation_time = 0;  // seconds
   int64_t deletion_time = 0;  // seconds; 0 when unknown
 };
 
-// Parse from text; `source` names the input in error messages.
-StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source);
-StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source);
+// Parse from text; `source` names the input in error messages. Header
+// columns the schema above does not name are not read; when `warnings` is
+// set, one line naming them is appended to it (a "gpu_type" for "gpu_spec"
+// would otherwise drop every model restriction without a word).
+StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source,
+                                              std::vector<std::string>* warnings = nullptr);
+StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source,
+                                            std::vector<std::string>* warnings = nullptr);
 
-// Read and parse a file.
-StatusOr<std::vector<TraceNode>> LoadNodeCsv(const std::string& path);
-StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path);
+// Read and parse a file: kNotFound when it cannot be opened, kInvalidArgument
+// for a directory or a file that cannot be read.
+StatusOr<std::vector<TraceNode>> LoadNodeCsv(const std::string& path,
+                                             std::vector<std::string>* warnings = nullptr);
+StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path,
+                                           std::vector<std::string>* warnings = nullptr);
 
 // Total GPU request of a pod in thousandths.
 inline int64_t PodGpuMilli(const TracePod& p) {

@@ -242,5 +242,52 @@ TEST(LoadCsvTest, MissingFileSaysWhichPath) {
   EXPECT_NE(p.status().message().find("no/such/file.csv"), std::string::npos);
 }
 
+// A directory opens as a stream and reads as nothing: it is named as a
+// directory, not reported as an empty file.
+TEST(LoadCsvTest, ADirectoryIsNamedAsOne) {
+  const std::string dir = ACCELPOOL_SIM_TESTDATA;
+  StatusOr<std::vector<TracePod>> p = LoadPodCsv(dir);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find(dir + " is a directory; give the CSV file in it"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_EQ(p.status().message().find("empty"), std::string::npos) << p.status().message();
+  StatusOr<std::vector<TraceNode>> n = LoadNodeCsv(dir);
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("is a directory"), std::string::npos);
+}
+
+// A column the schema does not name is not read: a warning names it, so a
+// "gpu_type" written for "gpu_spec" does not drop the model restrictions
+// without a word.
+TEST(ParsePodCsvTest, UnknownColumnsAreNamedInAWarning) {
+  std::vector<std::string> warnings;
+  StatusOr<std::vector<TracePod>> p = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_type,owner\np0,1000,1024,1,500,T4,me\n",
+      "pods.csv", &warnings);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE((*p)[0].gpu_models.empty());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("pods.csv: columns \"gpu_type\", \"owner\" not read"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("gpu_spec"), std::string::npos) << warnings[0];
+  // The schema's own columns, optional ones included, warn of nothing.
+  warnings.clear();
+  p = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\np0,1000,1024,1,500,T4,LS,Running,1,2,1\n",
+      "pods.csv", &warnings);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  StatusOr<std::vector<TraceNode>> n = ParseNodeCsv(
+      "sn,cpu_milli,memory_mib,gpu,model,zone\nn0,64000,262144,2,T4,a\n", "nodes.csv", &warnings);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("nodes.csv: column \"zone\" not read"), std::string::npos)
+      << warnings[0];
+}
+
 }  // namespace
 }  // namespace accelpool::sim

@@ -43,7 +43,8 @@ its cache has drifted.
 
 flags:
   -n, --namespace=NS    explain: the pod's namespace (default: the kubeconfig context's
-                        namespace, in a pod its own, else default); pods: only this one
+                        namespace, in a pod its own, else default); pods: only this one;
+                        nodes and node refuse it (nodes have no namespace)
   -o, --output=FORMAT   text (default) or json
                         (-n and -o as kubectl takes them: -n NS, -nNS, -n=NS)
   --policy=NAME         explain: the extender's --policy (default accelpool); a pod's
@@ -157,6 +158,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (!f.workload_configmap.empty() && f.command != "nodes") {
     return InvalidArgumentError("--workload-configmap is for nodes only");
+  }
+  if (!f.ns.empty() && (f.command == "nodes" || f.command == "node")) {
+    return InvalidArgumentError(
+        "-n/--namespace is for pods and explain only; nodes have no "
+        "namespace: leave it out");
   }
   if (f.output != "text" && f.output != "json") {
     return InvalidArgumentError("--output must be text or json, not \"" + f.output + "\"");
