@@ -541,27 +541,70 @@ int32_t NvidiaDriver::IndexOfLocked(const std::string& gpu_uuid) const {
 
 Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   ACCELPOOL_RETURN_IF_ERROR(EnsureInit());
+  {
+    // Registration is tried again below: a GPU that could not be watched
+    // by the last watch recovers as any other once it can be.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [uuid, u] : unhealthy_) u.unwatched = false;
+  }
   // Without XID events (none of the GPUs, or the driver, supports them) the
   // watch still runs: it announces what discovery's probes found unhealthy
   // and brings GPUs back once they answer; the device check's discoveries
   // find GPUs that start failing.
-  StatusOr<std::vector<int32_t>> registered = nvml_->RegisterXidEvents();
-  if (!registered.ok() && registered.status().code() != StatusCode::kUnimplemented) {
-    return registered.status();
-  }
-  const bool events = registered.ok();
-  if (!events) {
+  StatusOr<XidRegistration> registered = nvml_->RegisterXidEvents();
+  bool events = registered.ok();
+  if (!registered.ok() && registered.status().code() == StatusCode::kUnimplemented) {
     spdlog::warn(
         "nvidia: {}; a failing GPU is found by the plugin's device checks (its health "
         "query), not at its XID",
         registered.status().message());
-  } else if (!registered->empty()) {
-    std::string which;
-    for (int32_t i : *registered) which += (which.empty() ? "" : ",") + std::to_string(i);
-    spdlog::warn(
-        "nvidia: GPU(s) {} do not support XID events; a failure there is found by the "
-        "plugin's device checks (its health query), not at its XID",
-        which);
+  } else if (!registered.ok()) {
+    // No event set: the watch polls, as without event support, rather than
+    // leaving every GPU of the node without recovery.
+    spdlog::error(
+        "nvidia: XID events cannot be registered ({}); no GPU is watched for XIDs, and a "
+        "failing GPU is found by the plugin's device checks (its health query). Check the "
+        "driver with nvidia-smi; the device plugin registers again when it restarts",
+        registered.status().message());
+  } else {
+    if (!registered->unsupported.empty()) {
+      std::string which;
+      for (int32_t i : registered->unsupported) {
+        which += (which.empty() ? "" : ",") + std::to_string(i);
+      }
+      spdlog::warn(
+          "nvidia: GPU(s) {} do not support XID events; a failure there is found by the "
+          "plugin's device checks (its health query), not at its XID",
+          which);
+    }
+    // A GPU whose registration failed cannot be monitored: unhealthy for as
+    // long as this watch runs (as NVIDIA's device plugin marks it), said by
+    // announce() below.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [i, error] : registered->failed) {
+      if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size() ||
+          gpu_uuids_[static_cast<size_t>(i)].empty()) {
+        continue;  // not a GPU this node's discovery serves
+      }
+      const std::string& uuid = gpu_uuids_[static_cast<size_t>(i)];
+      spdlog::error(
+          "nvidia: GPU {} ({}) cannot be watched for XIDs: its event registration failed ({}); "
+          "it is unhealthy until the device plugin restarts. Check it with nvidia-smi -q -i {} "
+          "and the kernel log (dmesg | grep -i xid), reset it (nvidia-smi -r -i {}) or reload "
+          "the driver, then restart the device plugin pod",
+          i, uuid, error, i, i);
+      auto [it, inserted] = unhealthy_.try_emplace(uuid);
+      if (inserted) {
+        it->second.last_xid = Clock::now();
+        it->second.reason = "cannot be monitored: XID event registration failed: " + error;
+        it->second.announced = false;
+      }
+      it->second.unwatched = true;
+    }
+    if (!gpu_uuids_.empty() &&
+        registered->unsupported.size() + registered->failed.size() >= gpu_uuids_.size()) {
+      events = false;  // nothing registered to wait on
+    }
   }
   std::string last_error;
   bool lost_unplaced = false;  // the last "GPU lost" found no GPU failing: said once
@@ -672,7 +715,7 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [uuid, u] : unhealthy_) {
-        if (Clock::now() - u.last_xid >= options_.recovery_quiet) {
+        if (!u.unwatched && Clock::now() - u.last_xid >= options_.recovery_quiet) {
           quiet.emplace_back(uuid, IndexOfLocked(uuid));
         }
       }

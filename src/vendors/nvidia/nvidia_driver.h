@@ -30,6 +30,10 @@
 // rows wait for remapping): one that fails is unhealthy from the start (a
 // plugin started after the XID, on a GPU that still needs a reset), and the
 // running watch says so; it recovers as above.
+// A GPU whose XID event registration fails (an error other than "not
+// supported") cannot be monitored: it is unhealthy and does not recover
+// until a watch started again registers it. When the event set cannot be
+// made at all, the watch polls (recovery and discovery's findings) instead.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_NVIDIA_NVIDIA_DRIVER_H_
@@ -134,6 +138,10 @@ class NvidiaDriver : public VendorDriver {
     std::chrono::steady_clock::time_point last_xid;
     std::string reason;
     bool announced = true;  // false: found by a discovery; the watch has not said it yet
+    // Its XID event registration failed: it cannot be monitored, so it does
+    // not recover while this watch runs. Cleared when a watch starts (and
+    // set again if its registration fails again).
+    bool unwatched = false;
   };
   // The NVML index of a GPU UUID now, or -1; mu_ held.
   int32_t IndexOfLocked(const std::string& gpu_uuid) const;

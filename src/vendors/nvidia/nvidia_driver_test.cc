@@ -63,7 +63,7 @@ class FakeNvml : public NvmlLibrary {
     }
     return links.at(static_cast<size_t>(i));
   }
-  StatusOr<std::vector<int32_t>> RegisterXidEvents() override { return register_result; }
+  StatusOr<XidRegistration> RegisterXidEvents() override { return register_result; }
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
     std::unique_lock<std::mutex> lock(mu);
     if (!queue.empty()) {
@@ -114,7 +114,7 @@ class FakeNvml : public NvmlLibrary {
   int32_t remotes_fail = -1;                   // the NVLink query of this GPU fails
   std::atomic<bool> probe_ok{true};
   std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
-  StatusOr<std::vector<int32_t>> register_result = std::vector<int32_t>();
+  StatusOr<XidRegistration> register_result = XidRegistration{};
   std::mutex mu;
   std::deque<StatusOr<std::optional<XidEvent>>> queue;
 };
@@ -701,6 +701,63 @@ TEST(NvidiaDriverTest, WithoutXidEventsTheWatchStillAnnouncesAndRecovers) {
   ASSERT_TRUE(health.WaitFor(2));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, "GPU-1000-h200");
+  EXPECT_TRUE(events[1].healthy);
+}
+
+// A GPU whose XID event registration fails with an error (not "not
+// supported") cannot be monitored: the watch marks it unhealthy, keeps it so
+// while it runs (it answers its health query, but no XID of it would be
+// seen), and still handles the other GPUs' XIDs and recovery. When the event
+// set cannot be made at all, the watch polls instead of ending.
+TEST(NvidiaDriverTest, AGpuWhoseEventRegistrationFailsIsUnhealthyWhileTheWatchRuns) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
+  XidRegistration reg;
+  reg.failed = {{1, "nvmlDeviceRegisterEvents failed: Unknown Error (code 999)"}};
+  lib->register_result = reg;
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
+  {
+    testing::HealthRecorder health(d);
+    ASSERT_TRUE(health.WaitFor(1));
+    lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
+    ASSERT_TRUE(health.WaitFor(3));                               // GPU 2 unhealthy, then recovered
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+    EXPECT_FALSE(events[0].healthy);
+    EXPECT_NE(events[0].reason.find("cannot be monitored"), std::string::npos) << events[0].reason;
+    EXPECT_EQ(events[1].device_id, "GPU-1002-h200");
+    EXPECT_FALSE(events[1].healthy);
+    EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
+    EXPECT_TRUE(events[2].healthy);
+  }
+  // A watch started again that registers it recovers it as any other.
+  lib->register_result = XidRegistration{};
+  {
+    testing::HealthRecorder health(d);
+    ASSERT_TRUE(health.WaitFor(2));
+    const std::vector<HealthEvent> events = health.Stop();
+    EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+    EXPECT_FALSE(events[0].healthy);
+    EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
+    EXPECT_TRUE(events[1].healthy);
+  }
+  // No event set: the watch polls, and recovery still runs.
+  lib->register_result = UnavailableError("nvmlEventSetCreate failed: Unknown Error (code 999)");
+  lib->probe_fail_mask = 0b001;
+  ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(1));
+  lib->probe_fail_mask = 0;
+  ASSERT_TRUE(health.WaitFor(2));
+  const std::vector<HealthEvent> events = health.Stop();
   EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
   EXPECT_FALSE(events[0].healthy);
   EXPECT_EQ(events[1].device_id, "GPU-1000-h200");

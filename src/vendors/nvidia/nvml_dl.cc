@@ -219,7 +219,7 @@ class DlNvml : public NvmlLibrary {
     return out;
   }
 
-  StatusOr<std::vector<int32_t>> RegisterXidEvents() override {
+  StatusOr<XidRegistration> RegisterXidEvents() override {
     auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>(Sym("EventSetCreate"));
     auto reg =
         lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
@@ -239,31 +239,36 @@ class DlNvml : public NvmlLibrary {
       events_ = nullptr;
     }
     if (events_ == nullptr) {
-      ACCELPOOL_RETURN_IF_ERROR(Check((*create)(&events_), Sym("EventSetCreate")));
+      if (Status st = Check((*create)(&events_), Sym("EventSetCreate")); !st.ok()) {
+        events_ = nullptr;  // not a set to wait on or free
+        return st;
+      }
     }
     StatusOr<int32_t> n = DeviceCount();
     if (!n.ok()) {
       return n.status();
     }
-    // A GPU without event support is left out; the others are still
-    // watched (one such GPU used to leave every GPU unwatched).
-    std::vector<int32_t> without;
+    // A GPU without event support, or one whose registration fails
+    // (NVML_ERROR_UNKNOWN, a GPU that is lost), is left out; the others are
+    // still watched. One such GPU must not leave every GPU unwatched.
+    XidRegistration out;
     for (int32_t i = 0; i < *n; ++i) {
       StatusOr<nvmlDevice_t> h = Handle(i);
       if (!h.ok()) {
-        return h.status();
+        out.failed.emplace_back(i, h.status().message());
+        continue;
       }
       nvmlReturn_t r = (*reg)(*h, kEventXidCritical, events_);
       if (r == kNvmlErrorNotSupported) {
-        without.push_back(i);
-        continue;
+        out.unsupported.push_back(i);
+      } else if (Status st = Check(r, Sym("DeviceRegisterEvents")); !st.ok()) {
+        out.failed.emplace_back(i, st.message());
       }
-      ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceRegisterEvents")));
     }
-    if (*n > 0 && static_cast<int32_t>(without.size()) == *n) {
+    if (*n > 0 && static_cast<int32_t>(out.unsupported.size()) == *n) {
       return UnimplementedError("no GPU supports XID events");
     }
-    return without;
+    return out;
   }
 
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {

@@ -149,6 +149,75 @@ TEST(NvmlBindingTest, AGpuWithoutEventSupportLeavesTheOthersWatched) {
   EXPECT_FALSE(events[0].healthy);
 }
 
+// A GPU whose event registration fails with an error other than "not
+// supported" (NVML_ERROR_UNKNOWN) cannot be monitored: it is unhealthy, and
+// the other GPUs are still watched for XIDs (it used to end the watch, and
+// with it XID handling and recovery for the whole node).
+TEST(NvmlBindingTest, AGpuWhoseEventRegistrationFailsIsUnhealthyAndTheOthersWatched) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto failing =
+      reinterpret_cast<void (*)(unsigned, int)>(fake.Symbol("accelpool_fake_nvml_events_error"));
+  ASSERT_NE(failing, nullptr);
+  failing(0b10, 999);  // GPU 1: NVML_ERROR_UNKNOWN
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  const bool unwatched = health.WaitFor(1);
+  fake.Configure(8, -1, 3, 0);  // GPU 3 falls off the bus
+  const bool seen = health.WaitFor(2);
+  fake.Configure(8, -1, -1, 0);
+  // Longer than recovery_quiet: the GPU that cannot be watched stays unhealthy.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::vector<HealthEvent> events = health.Stop();
+  failing(0, 0);
+  ASSERT_TRUE(unwatched);
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(events[0].device_id, invs->front().devices[1].id);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("registration failed"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
+  EXPECT_FALSE(events[1].healthy);
+  for (const HealthEvent& e : events) {
+    EXPECT_FALSE(e.device_id == invs->front().devices[1].id && e.healthy) << e.reason;
+  }
+}
+
+// When the event set itself cannot be made, the watch polls instead of
+// ending: a GPU that discovery found failing still recovers.
+TEST(NvmlBindingTest, AHealthWatchWithoutAnEventSetStillRecoversGpus) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto set_error =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_event_set_error"));
+  auto xid = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_xid"));
+  ASSERT_NE(set_error, nullptr);
+  ASSERT_NE(xid, nullptr);
+  set_error(999);
+  xid(79, 2);  // GPU 2 has rows pending remapping at discovery
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_FALSE(invs->front().devices[2].healthy);
+  HealthRecorder health(**driver);
+  const bool unhealthy = health.WaitFor(1);
+  xid(79, -1);  // reset
+  const bool recovered = health.WaitFor(2);
+  const std::vector<HealthEvent> events = health.Stop();
+  set_error(0);
+  ASSERT_TRUE(unhealthy);
+  ASSERT_TRUE(recovered);
+  EXPECT_EQ(events[0].device_id, invs->front().devices[2].id);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, invs->front().devices[2].id);
+  EXPECT_TRUE(events[1].healthy);
+}
+
 // The device plugin starts a backend's health watch again after its device
 // set changed. Each watch registers the GPUs on a fresh event set (the fake
 // refuses a GPU registered twice on one set), and the later watch still sees

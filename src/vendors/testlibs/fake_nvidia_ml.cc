@@ -149,6 +149,9 @@ std::atomic<bool> unterminated{false};     // the UUID and the name fill the buf
 std::atomic<bool> null_error_text{false};  // nvmlErrorString of an unknown code is a null pointer
 std::atomic<unsigned> events_unsupported{
     0};  // bit per GPU: nvmlDeviceRegisterEvents says NOT_SUPPORTED
+std::atomic<unsigned> events_failing{0};  // bit per GPU: nvmlDeviceRegisterEvents fails
+std::atomic<int> events_error{0};         // with this code
+std::atomic<int> event_set_error{0};      // nvmlEventSetCreate answers this code (0: succeeds)
 
 // What GetUUID and GetName write: `s`, or with `unterminated` `s` and then
 // 'x' up to the very end of the buffer, with no NUL anywhere.
@@ -310,6 +313,18 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_null_
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_events_unsupported(
     unsigned mask) {
   events_unsupported = mask;
+}
+// GPUs (a bit each) whose event registration answers `code` (999
+// NVML_ERROR_UNKNOWN, 15 NVML_ERROR_GPU_IS_LOST); 0 clears.
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_events_error(
+    unsigned mask, int code) {
+  events_failing = mask;
+  events_error = code;
+}
+// nvmlEventSetCreate answers `code` (0: succeeds again).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_event_set_error(
+    int code) {
+  event_set_error = code;
 }
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
   wait_lost = lost != 0;
@@ -662,6 +677,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemotePciInfo_v2(v
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlEventSetCreate(void** set) {
+  if (event_set_error != 0) return event_set_error;
   for (FakeEventSet& s : event_sets) {
     if (!s.live) {
       s = FakeEventSet{true, 0};
@@ -677,6 +693,7 @@ __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
   FakeEventSet* s = LiveSet(set);
   if (!ToIndex(h, &i) || s == nullptr || (s->registered >> i & 1) != 0) return kInvalidArgument;
   if ((types & kXidCritical) == 0 || (events_unsupported >> i & 1u) != 0) return kNotSupported;
+  if ((events_failing >> i & 1u) != 0) return events_error;
   s->registered |= 1ULL << i;
   return kSuccess;
 }

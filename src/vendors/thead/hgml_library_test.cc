@@ -42,7 +42,7 @@ class FakeHgml : public nvidia::NvmlLibrary {
   StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t) override {
     return std::vector<std::string>{};
   }
-  StatusOr<std::vector<int32_t>> RegisterXidEvents() override {
+  StatusOr<nvidia::XidRegistration> RegisterXidEvents() override {
     return UnimplementedError("no events");
   }
   StatusOr<std::optional<nvidia::XidEvent>> WaitXid(int32_t) override {
