@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -148,17 +149,28 @@ class FakeHandle {
 };
 
 // Runs driver.WatchHealth() on its own thread from construction until Stop()
-// (or destruction) and records every event it reports. Health is watched by
-// polling or by a library's event thread, so a test cannot know when an
+// (or destruction) and records the events it reports, as the device plugin
+// takes them: a report that a device the plugin serves healthy is healthy
+// changes nothing and is not recorded. Devices start healthy, or as
+// `served` (the inventories the plugin serves) has them. Health is watched
+// by polling or by a library's event thread, so a test cannot know when an
 // event lands, only that it should within some time: it changes what the
 // device reports, then WaitFor()s the event count instead of sleeping a
 // fixed time, and checks the events Stop() returns.
 class HealthRecorder {
  public:
-  explicit HealthRecorder(VendorDriver& driver)
-      : watcher_([this, &driver](std::stop_token stop) {
+  explicit HealthRecorder(VendorDriver& driver, const std::vector<core::NodeInventory>& served = {})
+      : unhealthy_(Unhealthy(served)), watcher_([this, &driver](std::stop_token stop) {
           Status st = driver.WatchHealth(stop, [this](const HealthEvent& e) {
             std::lock_guard<std::mutex> lock(mu_);
+            if (e.healthy && !unhealthy_.contains(e.device_id)) {
+              return;  // already served healthy
+            }
+            if (e.healthy) {
+              unhealthy_.erase(e.device_id);
+            } else {
+              unhealthy_.insert(e.device_id);
+            }
             events_.push_back(e);
           });
           std::lock_guard<std::mutex> lock(mu_);
@@ -217,7 +229,18 @@ class HealthRecorder {
   }
 
  private:
+  static std::set<std::string> Unhealthy(const std::vector<core::NodeInventory>& served) {
+    std::set<std::string> out;
+    for (const core::NodeInventory& inv : served) {
+      for (const core::Device& d : inv.devices) {
+        if (!d.healthy) out.insert(d.id);
+      }
+    }
+    return out;
+  }
+
   mutable std::mutex mu_;
+  std::set<std::string> unhealthy_;  // device ids, as the plugin serves them; guarded by mu_
   std::vector<HealthEvent> events_;
   Status status_;
   // Last, so that the state above exists before the watch starts.

@@ -620,9 +620,14 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   };
   // Says which GPUs are unhealthy: at the start, all of them (a watch that
   // starts again goes on from the last one, and the device state may have
-  // been rebuilt from a discovery since); then those a discovery found.
+  // been rebuilt from a discovery since); then those a discovery found. At
+  // the start it also says every other GPU is healthy: one that recovered
+  // after the discovery the device state was rebuilt from is served
+  // unhealthy there (the device plugin ignores a report that changes
+  // nothing).
   auto announce = [&](bool all_of_them) {
     std::vector<std::pair<int32_t, std::string>> said;  // index, reason
+    std::vector<int32_t> healthy;                       // indices
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [uuid, u] : unhealthy_) {
@@ -631,11 +636,21 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
           said.emplace_back(IndexOfLocked(uuid), u.reason);
         }
       }
+      for (size_t i = 0; all_of_them && i < gpu_uuids_.size(); ++i) {
+        if (!gpu_uuids_[i].empty() && !unhealthy_.contains(gpu_uuids_[i])) {
+          healthy.push_back(static_cast<int32_t>(i));
+        }
+      }
     }
     for (const auto& [i, reason] : said) {
       for (const std::string& id : ids_of(i)) {
         spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, reason);
         sink({core::Vendor::kNvidia, id, false, reason});
+      }
+    }
+    for (int32_t i : healthy) {
+      for (const std::string& id : ids_of(i)) {
+        sink({core::Vendor::kNvidia, id, true, "healthy when the health watch started"});
       }
     }
   };

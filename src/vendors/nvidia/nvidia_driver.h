@@ -24,8 +24,9 @@
 // again once no XID arrived for `recovery_quiet` and it answers a query.
 // Which GPUs are unhealthy is kept by GPU UUID across discoveries and health
 // watches: a watch started again (the device plugin does so after a MIG
-// layout change) goes on from where the last one was, and a discovery reports
-// the devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
+// layout change) goes on from where the last one was (it says which GPUs are
+// unhealthy, and that every other is healthy), and a discovery reports the
+// devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
 // Discovery also probes every GPU (the recovery query: it answers, and no
 // rows wait for remapping): one that fails is unhealthy from the start (a
 // plugin started after the XID, on a GPU that still needs a reset), and the

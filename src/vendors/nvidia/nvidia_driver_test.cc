@@ -682,6 +682,40 @@ TEST(NvidiaDriverTest, AGpuFailingItsProbeAtDiscoveryStartsUnhealthy) {
   EXPECT_FALSE(events[2].healthy);
 }
 
+// A GPU that recovers between the discovery the device plugin serves and a
+// watch started again (after a device-set change the plugin rebuilds its
+// device state from that discovery, with the GPU unhealthy) is announced
+// healthy by the new watch; it used to stay unhealthy until the plugin
+// restarted, since a new watch only said which GPUs were unhealthy.
+TEST(NvidiaDriverTest, AWatchStartedAgainAnnouncesGpusThatRecoveredSinceTheDiscovery) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  lib->probe_fail_mask = 0b01;
+  NvidiaDriver d(std::move(owned), Options());
+  auto kept = d.Discover();
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_FALSE((*kept)[0].devices[0].healthy);
+  {
+    testing::HealthRecorder health(d, *kept);
+    ASSERT_TRUE(health.WaitFor(1));
+    lib->probe_fail_mask = 0;
+    ASSERT_TRUE(health.WaitFor(2));
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_TRUE(events[1].healthy);
+  }
+  // The plugin's device state is the kept discovery again: GPU 0 unhealthy.
+  testing::HealthRecorder health(d, *kept);
+  ASSERT_TRUE(health.WaitFor(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
+  EXPECT_TRUE(events[0].healthy);
+}
+
 // Without XID events the watch still runs: a GPU that failed its health
 // query at discovery is announced and comes back when it answers.
 TEST(NvidiaDriverTest, WithoutXidEventsTheWatchStillAnnouncesAndRecovers) {
