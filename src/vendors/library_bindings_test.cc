@@ -407,6 +407,42 @@ TEST(LibraryBindingsTest, MemoryInUseIsTheLibrarysFigurePerDevice) {
   }
 }
 
+// When ROCm SMI does not answer a DCU's render minor, its render node is
+// the one sysfs lists for its PCI function (here renderD129: the host has
+// another render-capable DRM device), never 128 + index, which would hand
+// the container another DCU; a DCU sysfs lists none for is refused.
+TEST(LibraryBindingsTest, RocmSmiRenderNodeComesFromSysfsWhenTheLibraryDoesNotSay) {
+  const Binding& b = Find("ROCm SMI");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto render_fails =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_rsmi_render_fails"));
+  ASSERT_NE(render_fails, nullptr);
+  render_fails(1);
+  FakeSysfs sysfs;
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kHygon, 8, 128);
+  auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  sysfs.Drm(invs->front().devices[0].pci_bus, {"card2", "renderD129"});
+  invs = (*driver)->Discover();
+  render_fails(0);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::vector<core::Device>& devs = invs->front().devices;
+  auto spec = (*driver)->BuildContainerSpec({{devs[0], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  std::vector<std::string> paths;
+  for (const DeviceNode& n : spec->devices) paths.push_back(n.host_path);
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/dri/renderD129"), paths.end());
+  EXPECT_EQ(std::find(paths.begin(), paths.end(), "/dev/dri/renderD128"), paths.end());
+  auto refused = (*driver)->BuildContainerSpec({{devs[1], 0, 0, true}});
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition)
+      << refused.status().ToString();
+}
+
 // On Hygon, rsmi_dev_memory_usage_get counts the HBM the driver reserves
 // (the fake: 94% of an idle DCU), so memory in use is the VRAM of the
 // processes the kernel's KFD lists (sysfs class/kfd/kfd/proc/<pid>), each

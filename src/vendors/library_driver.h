@@ -43,10 +43,11 @@ struct LibraryDriverSpec {
   // Prefix under which device nodes are checked (GenericContainerSpec); ""
   // checks /dev as this process sees it.
   std::string device_root;
-  // The device nodes are only those sysfs lists for the device's PCI
-  // address: the traits' pattern filled with the index would name another
-  // device's node (a DRM card number counts every DRM device, a BMC's VGA
-  // included), so a device whose nodes were not found is refused.
+  // The device nodes are only those the library or sysfs names for the
+  // device (LibraryDevice::nodes): the traits' pattern filled with the index
+  // would name another device's node (a DRM card number counts every DRM
+  // device, a BMC's VGA included), so a device whose nodes were not found
+  // is refused.
   bool nodes_from_sysfs_only = false;
 };
 
