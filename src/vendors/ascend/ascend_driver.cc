@@ -204,8 +204,26 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   }
   const std::string profile = AscendProfile(inv.devices.front().model, inv.devices.size());
   Status st = profile.empty() ? NotFoundError("no profile for this shape")
-                              : core::ApplyProfile(profile, &inv, std::move(cards));
-  if (!st.ok()) {
+                              : core::ApplyProfile(profile, &inv, cards);
+  const bool die_pairs =
+      std::all_of(cards.begin(), cards.end(), [](const auto& c) { return c.size() == 2; });
+  if (!st.ok() && OfFamily(inv.devices.front().model, "Ascend910C") && die_pairs) {
+    // An A3 product of another die count than the profile's 16 (an 8-die
+    // A3 box): its dies still pair into HiAM modules by card, and an even
+    // request must take whole modules (VENDORS.md 2.2); groups follow NUMA.
+    notes.Add(
+        DiscoveryLog::Level::kInfo,
+        fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups and its "
+                    "{} cards as modules, taken whole by even requests",
+                    inv.devices.size(), inv.devices.front().model, st.message(), cards.size()));
+    core::ApplyNumaDefault(&inv);
+    for (size_t m = 0; m < cards.size(); ++m) {
+      for (int32_t d : cards[m])
+        inv.devices[static_cast<size_t>(d)].module = static_cast<int32_t>(m);
+    }
+    inv.topology.modules = std::move(cards);
+    inv.topology.module_rule = core::ModuleRule::kWholeForEven;
+  } else if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups",
                           inv.devices.size(), inv.devices.front().model, st.message()));
