@@ -184,6 +184,7 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
   std::vector<int32_t> links(n * n, 0);
   bool any = false;
   std::optional<std::string> unread;
+  std::optional<std::string> unknown;  // the first pair the library answers "unknown" for
   for (size_t a = 0; a < n && !unread; ++a) {
     for (size_t b = 0; b < n; ++b) {
       if (a == b) {
@@ -200,8 +201,18 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
       if (k.ok() && *k != LinkKind::kUnknown) {
         links[a * n + b] = LinkKindScore(*k);
         any = true;
+      } else if (k.ok() && !unknown) {
+        unknown = "devices " + std::to_string(where[a]) + " and " + std::to_string(where[b]) +
+                  ": the library answers a link kind it does not name";
       }
     }
+  }
+  // A pair answered "unknown" beside measured pairs is as good as unread: it
+  // would score 0, below two devices across the sockets. (A library that
+  // answers "unknown" for every pair measured nothing: the profile's links
+  // stay, as for one that cannot say.)
+  if (!unread && any && unknown) {
+    unread = unknown;
   }
   if (unread) {
     notes.Add(DiscoveryLog::Level::kError,

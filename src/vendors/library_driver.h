@@ -5,7 +5,8 @@
 // applies the profile (or NUMA groups when none fits), and overwrites the
 // link matrix with the library's pairwise links where it reports them
 // (LinkKindScore). A link query that fails (other than kUnimplemented, "the
-// library cannot say") keeps the profile's links, with one error line: a
+// library cannot say"), or a pair answered kUnknown beside measured pairs,
+// keeps the profile's links, with one error line: a
 // half-measured matrix would score the unread pairs 0, and no device of the
 // node would be served were the discovery failed for it. A device that
 // cannot be read is not offered, with an error logged once; the others are
