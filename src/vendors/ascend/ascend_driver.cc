@@ -218,8 +218,9 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
                     inv.devices.size(), inv.devices.front().model, st.message(), cards.size()));
     core::ApplyNumaDefault(&inv);
     for (size_t m = 0; m < cards.size(); ++m) {
-      for (int32_t d : cards[m])
+      for (int32_t d : cards[m]) {
         inv.devices[static_cast<size_t>(d)].module = static_cast<int32_t>(m);
+      }
     }
     inv.topology.modules = std::move(cards);
     inv.topology.module_rule = core::ModuleRule::kWholeForEven;

@@ -593,7 +593,8 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     spdlog::error(
         "nvidia: XID events cannot be registered ({}); no GPU is watched for XIDs, and a "
         "failing GPU is found by the plugin's device checks (its health query). Check the "
-        "driver with nvidia-smi; the device plugin registers again when it restarts",
+        "driver with nvidia-smi; registration is tried again when the health watch starts "
+        "again (a restart of the device plugin pod, or a change of the node's devices)",
         registered.status().message());
   } else {
     if (!registered->unsupported.empty()) {
@@ -618,9 +619,10 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
       const std::string& uuid = gpu_uuids_[static_cast<size_t>(i)];
       spdlog::error(
           "nvidia: GPU {} ({}) cannot be watched for XIDs: its event registration failed ({}); "
-          "it is unhealthy until the device plugin restarts. Check it with nvidia-smi -q -i {} "
-          "and the kernel log (dmesg | grep -i xid), reset it (nvidia-smi -r -i {}) or reload "
-          "the driver, then restart the device plugin pod",
+          "it is unhealthy until a health watch started again registers it (a restart of the "
+          "device plugin pod, or a change of the node's devices). Check it with nvidia-smi -q "
+          "-i {} and the kernel log (dmesg | grep -i xid), reset it (nvidia-smi -r -i {}) or "
+          "reload the driver, then restart the device plugin pod",
           i, uuid, error, i, i);
       auto [it, inserted] = unhealthy_.try_emplace(uuid);
       if (inserted) {
