@@ -265,12 +265,34 @@ Status NodePlugin::Start() {
 void NodePlugin::WatchHealth(size_t i) {
   vendors::VendorDriver* driver = drivers_[i].get();
   // Assigning over a running watch stops and joins it first.
+  // A watch that ends with an error (its vendor library failed for a
+  // moment) is started again after a wait that doubles up to
+  // health_retry_max, and starts from health_retry again once a watch has
+  // run that long: without its watch a backend's devices neither fail nor
+  // recover.
   health_threads_[i] = std::jthread([this, driver](std::stop_token stop) {
-    Status st =
-        driver->WatchHealth(stop, [this](const vendors::HealthEvent& e) { HealthChanged(e); });
-    if (!st.ok()) {
-      log_.Warn("device health is not watched",
-                {{"backend", std::string(driver->Name())}, {"reason", st.ToString()}});
+    std::chrono::milliseconds wait = options_.health_retry;
+    while (!stop.stop_requested()) {
+      const auto started = std::chrono::steady_clock::now();
+      Status st =
+          driver->WatchHealth(stop, [this](const vendors::HealthEvent& e) { HealthChanged(e); });
+      if (st.ok() || stop.stop_requested()) {
+        return;
+      }
+      if (std::chrono::steady_clock::now() - started >= options_.health_retry_max) {
+        wait = options_.health_retry;
+      }
+      log_.Warn(
+          "device health watch failed; it is started again after the wait. If it keeps "
+          "failing, check the backend's vendor driver and library",
+          {{"backend", std::string(driver->Name())},
+           {"reason", st.ToString()},
+           {"retry_ms", static_cast<int64_t>(wait.count())}});
+      std::mutex mu;
+      std::condition_variable_any cv;
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, stop, wait, [] { return false; });
+      wait = std::min(wait * 2, options_.health_retry_max);
     }
   });
 }

@@ -71,6 +71,11 @@ struct NodePluginOptions {
   // How often the device set is discovered again; 0 = only at Start and on
   // CheckDevicesNow.
   std::chrono::milliseconds rediscover_every{0};
+  // Wait before a backend's health watch that ended with an error is
+  // started again; it doubles at each failure in a row, up to
+  // health_retry_max.
+  std::chrono::milliseconds health_retry{1000};
+  std::chrono::milliseconds health_retry_max{std::chrono::minutes(1)};
 };
 
 class NodePlugin {

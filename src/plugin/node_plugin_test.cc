@@ -526,6 +526,59 @@ class FailingDriver : public OverFakeDriver {
   std::atomic<bool> fail{false};
 };
 
+// A backend whose health watch ends with an error the first `failures`
+// times it is started (a vendor library that failed for a moment), then
+// reports GPU-a unhealthy and watches on.
+class WatchFailingDriver : public vendors::VendorDriver {
+ public:
+  WatchFailingDriver(std::string path, int failures)
+      : inner_({std::move(path), "n"}), failures_(failures) {}
+  std::string_view Name() const override { return "watch-failing"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override { return inner_.Discover(); }
+  Status WatchHealth(std::stop_token stop, const vendors::HealthSink& sink) override {
+    if (watches.fetch_add(1) < failures_) {
+      return UnavailableError("the library failed");
+    }
+    sink({core::Vendor::kNvidia, "GPU-a", false, "XID 79"});
+    return inner_.WatchHealth(stop, sink);
+  }
+  StatusOr<vendors::ContainerSpec> BuildContainerSpec(
+      const std::vector<vendors::GrantedDevice>& grants) const override {
+    return inner_.BuildContainerSpec(grants);
+  }
+  std::atomic<int> watches{0};
+
+ private:
+  vendors::fake::FakeDriver inner_;
+  const int failures_;
+};
+
+// A health watch that ends with an error is started again (after a wait):
+// it used to be logged and never started again, leaving the backend's
+// devices without health for the plugin's lifetime.
+TEST(NodePluginStartTest, AHealthWatchThatFailsIsStartedAgain) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  AssignmentStore store;
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto failing = std::make_unique<WatchFailingDriver>(dir.File("inv.json"), 2);
+  WatchFailingDriver* f = failing.get();
+  drivers.push_back(std::move(failing));
+  NodePluginOptions o = StartOptions(dir);
+  o.health_retry = std::chrono::milliseconds(5);
+  o.health_retry_max = std::chrono::milliseconds(20);
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  const auto gpu_a_healthy = [&] {
+    SnapshotPtr snap = p.state().Get();
+    const auto& ref = snap->by_id.at("GPU-a");
+    return snap->inventories[ref.inventory].devices[ref.device].healthy;
+  };
+  EXPECT_TRUE(WaitFor([&] { return !gpu_a_healthy(); }));
+  EXPECT_EQ(f->watches.load(), 3);
+  p.Stop();
+}
+
 // The backend that serves the devices fails a device check while the other
 // backend that finds them succeeds: the failed one keeps what it serves, and
 // the other's copy is not served beside it (kubelet would get each slot

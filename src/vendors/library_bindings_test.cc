@@ -26,6 +26,7 @@
 namespace accelpool::vendors {
 namespace {
 
+using testing::ExpectDeviceSkipped;
 using testing::ExpectDiscoveryFails;
 using testing::FakeHandle;
 using testing::FakeSysfs;
@@ -407,6 +408,42 @@ TEST(LibraryBindingsTest, MemoryInUseIsTheLibrarysFigurePerDevice) {
   }
 }
 
+// When ROCm SMI does not answer a DCU's render minor, its render node is
+// the one sysfs lists for its PCI function (here renderD129: the host has
+// another render-capable DRM device), never 128 + index, which would hand
+// the container another DCU; a DCU sysfs lists none for is refused.
+TEST(LibraryBindingsTest, RocmSmiRenderNodeComesFromSysfsWhenTheLibraryDoesNotSay) {
+  const Binding& b = Find("ROCm SMI");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto render_fails =
+      reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_rsmi_render_fails"));
+  ASSERT_NE(render_fails, nullptr);
+  render_fails(1);
+  FakeSysfs sysfs;
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kHygon, 8, 128);
+  auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  sysfs.Drm(invs->front().devices[0].pci_bus, {"card2", "renderD129"});
+  invs = (*driver)->Discover();
+  render_fails(0);
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const std::vector<core::Device>& devs = invs->front().devices;
+  auto spec = (*driver)->BuildContainerSpec({{devs[0], 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  std::vector<std::string> paths;
+  for (const DeviceNode& n : spec->devices) paths.push_back(n.host_path);
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/dri/renderD129"), paths.end());
+  EXPECT_EQ(std::find(paths.begin(), paths.end(), "/dev/dri/renderD128"), paths.end());
+  auto refused = (*driver)->BuildContainerSpec({{devs[1], 0, 0, true}});
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition)
+      << refused.status().ToString();
+}
+
 // On Hygon, rsmi_dev_memory_usage_get counts the HBM the driver reserves
 // (the fake: 94% of an idle DCU), so memory in use is the VRAM of the
 // processes the kernel's KFD lists (sysfs class/kfd/kfd/proc/<pid>), each
@@ -508,11 +545,6 @@ TEST(LibraryBindingsTest, ErrorsAreClearAndNeverCrash) {
     std::vector<std::string> want;  // substrings of the error
   };
   const std::vector<Case> cases = {
-      {"XPU ML", 5, 0, {"XPU ML device 5", "xpumlDeviceGetMemoryInfo", "status 999", "xpu-smi"}},
-      {"MX-SML", 3, 0, {"MX-SML device 3", "mxSmlGetMemoryInfo", "mx-smi"}},
-      {"MTML", 6, 0, {"MTML device 6", "mtmlDeviceInitMemory", "mthreads-gmi"}},
-      {"CNDev", 1, 0, {"CNDev device 1", "cndevGetMemoryUsage", "status 7", "cnmon"}},
-      {"ROCm SMI", 4, 0, {"ROCm SMI device 4", "rsmi_dev_memory_total_get", "status 3", "hy-smi"}},
       {"XPU ML", -1, 9, {"xpumlInit", "status 9"}},
       {"MX-SML", -1, 26, {"mxSmlInit", "status 26"}},
       {"MTML", -1, 1, {"mtmlLibraryInit", "status 1"}},
@@ -528,6 +560,25 @@ TEST(LibraryBindingsTest, ErrorsAreClearAndNeverCrash) {
     auto driver = Driver(b, "/nonexistent");
     ASSERT_TRUE(driver.ok());
     ExpectDiscoveryFails(**driver, c.want);
+  }
+  // A device that errors mid-discovery is left out, with an error naming
+  // it; the others are offered under their ids (it used to fail the whole
+  // discovery: no device on the node).
+  const std::vector<Case> skipped = {
+      {"XPU ML", 5, 0, {"XPU ML device 5", "xpumlDeviceGetMemoryInfo", "status 999", "xpu-smi"}},
+      {"MX-SML", 3, 0, {"MX-SML device 3", "mxSmlGetMemoryInfo", "mx-smi"}},
+      {"MTML", 6, 0, {"MTML device 6", "mtmlMemoryGetTotal", "mthreads-gmi"}},
+      {"CNDev", 1, 0, {"CNDev device 1", "cndevGetMemoryUsage", "status 7", "cnmon"}},
+      {"ROCm SMI", 4, 0, {"ROCm SMI device 4", "rsmi_dev_memory_total_get", "status 3", "hy-smi"}},
+  };
+  for (const Case& c : skipped) {
+    SCOPED_TRACE(c.binding + " fail " + std::to_string(c.fail_device));
+    const Binding& b = Find(c.binding);
+    FakeHandle fake(b.fake_path);
+    ASSERT_TRUE(fake.ok());
+    auto driver = Driver(b, "/nonexistent");
+    ASSERT_TRUE(driver.ok());
+    ExpectDeviceSkipped(**driver, fake, c.fail_device, c.want);
   }
 }
 

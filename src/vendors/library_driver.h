@@ -5,10 +5,14 @@
 // applies the profile (or NUMA groups when none fits), and overwrites the
 // link matrix with the library's pairwise links where it reports them
 // (LinkKindScore). A link query that fails (other than kUnimplemented, "the
-// library cannot say") keeps the profile's links, with one error line: a
+// library cannot say"), or a pair answered kUnknown beside measured pairs,
+// keeps the profile's links, with one error line: a
 // half-measured matrix would score the unread pairs 0, and no device of the
-// node would be served were the discovery failed for it. Health is polled and two-way; a
-// device that stops answering is unhealthy until it answers again.
+// node would be served were the discovery failed for it. A device that
+// cannot be read is not offered, with an error logged once; the others are
+// (their ids are not positional). Discovery fails only when none can be
+// read. Health is polled and two-way; a device that stops answering is
+// unhealthy until it answers again.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_
@@ -43,10 +47,11 @@ struct LibraryDriverSpec {
   // Prefix under which device nodes are checked (GenericContainerSpec); ""
   // checks /dev as this process sees it.
   std::string device_root;
-  // The device nodes are only those sysfs lists for the device's PCI
-  // address: the traits' pattern filled with the index would name another
-  // device's node (a DRM card number counts every DRM device, a BMC's VGA
-  // included), so a device whose nodes were not found is refused.
+  // The device nodes are only those the library or sysfs names for the
+  // device (LibraryDevice::nodes): the traits' pattern filled with the index
+  // would name another device's node (a DRM card number counts every DRM
+  // device, a BMC's VGA included), so a device whose nodes were not found
+  // is refused.
   bool nodes_from_sysfs_only = false;
 };
 
@@ -80,7 +85,8 @@ class LibraryDriver : public VendorDriver {
 
   mutable std::mutex mu_;
   bool initialized_ = false;               // guarded by mu_
-  std::vector<std::string> ids_;           // by library index; guarded by mu_
+  // By library index; "" for a device discovery could not read. Guarded by mu_.
+  std::vector<std::string> ids_;
   std::map<std::string, int32_t> minors_;  // guarded by mu_
   std::map<std::string, std::vector<std::string>> nodes_;  // LibraryDevice::nodes; by mu_
   LoggedLines discovery_lines_;                            // what the last Discover logged

@@ -116,15 +116,28 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   if (!ids.ok()) {
     return ids.status();
   }
+  // A chip that cannot be read is not offered, and the others are, under
+  // their own ids (PCI bus, never a position): one chip answering an error
+  // must not take every NPU of the node away. Discovery fails only when no
+  // chip can be read.
   std::vector<std::pair<DcmiDeviceInfo, DcmiChipId>> found;
+  Status first_error;
   for (const DcmiChipId& c : *ids) {
     StatusOr<DcmiDeviceInfo> info = dcmi_->Info(c);
     if (!info.ok()) {
-      return info.status().WithPrefix(ChipName(c));
+      Status st = info.status().WithPrefix(ChipName(c));
+      notes.Add(DiscoveryLog::Level::kError,
+                fmt::format("ascend: {}; it is not offered, the other chips are. Check it with "
+                            "npu-smi info -t health -i {} -c {} and the device log (msnpureport); "
+                            "a device check of the plugin offers it once it answers",
+                            st.message(), c.card, c.device));
+      if (first_error.ok()) first_error = std::move(st);
+      continue;
     }
     found.emplace_back(std::move(info).value(), c);
   }
   if (found.empty()) {
+    if (!first_error.ok()) return first_error;
     return std::vector<core::NodeInventory>{};
   }
   std::sort(found.begin(), found.end(),
@@ -191,8 +204,27 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   }
   const std::string profile = AscendProfile(inv.devices.front().model, inv.devices.size());
   Status st = profile.empty() ? NotFoundError("no profile for this shape")
-                              : core::ApplyProfile(profile, &inv, std::move(cards));
-  if (!st.ok()) {
+                              : core::ApplyProfile(profile, &inv, cards);
+  const bool die_pairs =
+      std::all_of(cards.begin(), cards.end(), [](const auto& c) { return c.size() == 2; });
+  if (!st.ok() && OfFamily(inv.devices.front().model, "Ascend910C") && die_pairs) {
+    // An A3 product of another die count than the profile's 16 (an 8-die
+    // A3 box): its dies still pair into HiAM modules by card, and an even
+    // request must take whole modules (VENDORS.md 2.2); groups follow NUMA.
+    notes.Add(
+        DiscoveryLog::Level::kInfo,
+        fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups and its "
+                    "{} cards as modules, taken whole by even requests",
+                    inv.devices.size(), inv.devices.front().model, st.message(), cards.size()));
+    core::ApplyNumaDefault(&inv);
+    for (size_t m = 0; m < cards.size(); ++m) {
+      for (int32_t d : cards[m]) {
+        inv.devices[static_cast<size_t>(d)].module = static_cast<int32_t>(m);
+      }
+    }
+    inv.topology.modules = std::move(cards);
+    inv.topology.module_rule = core::ModuleRule::kWholeForEven;
+  } else if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups",
                           inv.devices.size(), inv.devices.front().model, st.message()));

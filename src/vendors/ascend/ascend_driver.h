@@ -6,7 +6,9 @@
 //   profile by model and count: 910A x8/x4, 910B x8/x16, 910C x16, 310P any
 //           count (ascend-310p-duo, 300I Duo cards of 2), 310 any count
 //           (ascend-310-cards); other shapes get NUMA groups, and so does a
-//           300I Pro (one 310P chip a card: no Duo pairing)
+//           300I Pro (one 310P chip a card: no Duo pairing); a 910C node
+//           of another even die count (an 8-die A3 box) gets NUMA groups and
+//           its cards as modules, taken whole by even requests
 //   cards   the chips DCMI reports under one card id form one module (a 300I
 //           card's 4 chips, a 300I Duo's 2, an A3 module's 2 dies), never
 //           derived from the index; a card the profile does not allow (5
@@ -16,6 +18,8 @@
 //           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads
 //           6,0,6,0,4,2,4,2), super-node from the super-pod query.
+// A chip whose details cannot be read is not offered, with an error logged
+// once; the other chips are. Discovery fails only when no chip can be read.
 // Two chips whose ids or physical ids DCMI reports the same (or a physical id
 // out of range) fail the discovery: one chip's grants, health and device node
 // would be the other's.

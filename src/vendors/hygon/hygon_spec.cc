@@ -16,6 +16,9 @@ LibraryDriverSpec HygonSpec() {
     return name;
   };
   s.profiles = {{"K100", 8, "hygon-k100-x8"}};
+  // Each DCU names its render node (ROCm SMI, else sysfs); one that does
+  // not has none to guess (rocm_smi_library.cc).
+  s.nodes_from_sysfs_only = true;
   return s;
 }
 

@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "vendors/dl_library.h"
@@ -139,13 +140,25 @@ class RocmSmi : public BoundLibrary {
       d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
     }
     // The container gets /dev/kfd and this DCU's render node, the node ROCm
-    // opens for compute; /dev/dri/card<N> numbers are not render - 128 when
-    // the host has another DRM device (a BMC's VGA is usually card0).
+    // opens for compute: the library's render minor, else the render node
+    // sysfs lists for its PCI function. Never 128 + index: another
+    // render-capable DRM device on the host shifts the numbers, and the
+    // container would get another DCU. With neither, the DCU has no nodes
+    // and a grant of it is refused (HygonSpec: nodes_from_sysfs_only).
     uint32_t render = 0;
     if (render_ != nullptr && render_(i, &render) == 0 && render >= kRenderBase) {
       d.minor = static_cast<int32_t>(render);
+      d.nodes = {"/dev/dri/renderD" + std::to_string(render)};
     } else {
-      d.minor = static_cast<int32_t>(kRenderBase) + index;  // render minors start at 128
+      for (const std::string& path : PciDrmNodes(d.pci_bus, sysfs_root_)) {
+        const std::string prefix = "/dev/dri/renderD";
+        // PciDrmNodes lists only digits after the prefix; at most 6 fit.
+        if (path.rfind(prefix, 0) == 0 && path.size() <= prefix.size() + 6) {
+          d.minor = std::stoi(path.substr(prefix.size()));
+          d.nodes = {path};
+          break;
+        }
+      }
     }
     return d;
   }

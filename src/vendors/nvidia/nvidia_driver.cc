@@ -118,17 +118,22 @@ Status NvidiaDriver::EnsureInit() {
 }
 
 std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
+                                                const std::vector<bool>& readable,
                                                 bool* all_switched, DiscoveryLog* notes) {
   const size_t n = infos.size();
   std::map<std::string, size_t> by_bus;
   for (size_t i = 0; i < n; ++i) {
-    by_bus[NormalizeBus(infos[i].pci_bus)] = i;
+    if (readable[i]) by_bus[NormalizeBus(infos[i].pci_bus)] = i;
   }
   // direct[i][j]: NVLinks from i that end on GPU j; switched[i]: links to NVSwitches.
   std::vector<std::vector<int32_t>> direct(n, std::vector<int32_t>(n, 0));
   std::vector<int32_t> switched(n, 0);
   std::vector<bool> unread_remotes(n, false);
   for (size_t i = 0; i < n; ++i) {
+    if (!readable[i]) {
+      unread_remotes[i] = true;  // not offered; said by Discover
+      continue;
+    }
     StatusOr<std::vector<std::string>> remotes = nvml_->NvLinkRemotes(static_cast<int32_t>(i));
     if (!remotes.ok()) {
       // The GPU is served all the same, as one without NVLinks: a link
@@ -164,7 +169,7 @@ std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo
   std::string first_unread;
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      if (i == j) {
+      if (i == j || !readable[i] || !readable[j]) {
         continue;
       }
       StatusOr<P2PLevel> level =
@@ -221,9 +226,10 @@ void BridgedPairs(const std::vector<int32_t>& links, core::NodeInventory* inv) {
   }
 }
 
-std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
+std::string NvidiaDriver::NvlinkDomain(const std::vector<bool>& readable, DiscoveryLog* notes) {
   std::string domain;
-  for (size_t i = 0; i < gpus; ++i) {
+  for (size_t i = 0; i < readable.size(); ++i) {
+    if (!readable[i]) continue;
     StatusOr<NvmlFabric> f = nvml_->FabricInfo(static_cast<int32_t>(i));
     if (!f.ok()) {
       if (f.status().code() != StatusCode::kUnimplemented) {
@@ -265,14 +271,15 @@ std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
     }
     // As NVIDIA's GPU feature discovery labels it (nvidia.com/gpu.clique).
     const std::string id = f->cluster_uuid + "." + std::to_string(f->clique);
-    if (i == 0) {
+    if (domain.empty()) {
       domain = id;
     } else if (id != domain) {
-      notes->Add(DiscoveryLog::Level::kError,
-                 fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
-                             "(GPU 0: {}, GPU {}: {}); the node is published without one. Check "
-                             "the NVLink partition configuration of the fabric manager",
-                             domain, i, id));
+      notes->Add(
+          DiscoveryLog::Level::kError,
+          fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
+                      "(the first GPU: {}, GPU {}: {}); the node is published without one. Check "
+                      "the NVLink partition configuration of the fabric manager",
+                      domain, i, id));
       return "";
     }
   }
@@ -293,17 +300,38 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   if (*count == 0) {
     return std::vector<core::NodeInventory>{};
   }
-  std::vector<NvmlDeviceInfo> infos;
+  DiscoveryLog notes(&discovery_lines_);
+  // A GPU that cannot be read is not offered, and the others are: one GPU
+  // answering an error must not take every GPU of the node away. Its place
+  // stays (infos, ids_ and the health watch go by NVML index) and the other
+  // GPUs keep their ids (UUIDs). Only when none can be read does discovery
+  // fail.
+  std::vector<NvmlDeviceInfo> infos(static_cast<size_t>(*count));
+  std::vector<bool> readable(infos.size(), false);
+  size_t served = 0;
+  Status first_error;
   for (int32_t i = 0; i < *count; ++i) {
     StatusOr<NvmlDeviceInfo> info = nvml_->DeviceInfo(i);
     if (!info.ok()) {
-      return info.status().WithPrefix("GPU " + std::to_string(i));
+      Status st = info.status().WithPrefix("GPU " + std::to_string(i));
+      notes.Add(DiscoveryLog::Level::kError,
+                fmt::format("nvidia: {}; it is not offered, the other GPUs are. Check it with "
+                            "nvidia-smi -q -i {} and the kernel log (dmesg | grep -i xid), reset "
+                            "it (nvidia-smi -r -i {}) or reload the driver; a device check of the "
+                            "plugin offers it once it answers",
+                            st.message(), i, i));
+      if (first_error.ok()) first_error = std::move(st);
+      continue;
     }
-    infos.push_back(std::move(info).value());
+    infos[static_cast<size_t>(i)] = std::move(info).value();
+    readable[static_cast<size_t>(i)] = true;
+    ++served;
   }
-  DiscoveryLog notes(&discovery_lines_);
+  if (served == 0) {
+    return first_error;
+  }
   bool all_switched = false;
-  const std::vector<int32_t> links = MeasureLinks(infos, &all_switched, &notes);
+  const std::vector<int32_t> links = MeasureLinks(infos, readable, &all_switched, &notes);
 
   core::NodeInventory inv;
   inv.node = options_.node;
@@ -329,6 +357,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     return Status::Ok();
   };
   for (size_t i = 0; i < infos.size(); ++i) {
+    if (!readable[i]) continue;
     const NvmlDeviceInfo& info = infos[i];
     core::Device d;
     d.id = info.uuid;
@@ -407,8 +436,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
             "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
             profiles.size(), inv.devices.size() - mig.size()));
   }
-  const std::string profile =
-      (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
+  const std::string profile = (all_switched && served == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
       any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
   if (st.ok()) {
@@ -423,7 +451,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups",
-                          profile, infos.size(), st.message()));
+                          profile, served, st.message()));
     core::ApplyNumaDefault(&inv);
   }
   // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.
@@ -441,7 +469,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
 
   // Multi-node NVLink (GB200/GB300 NVL72): the node's NVLink domain is its
   // super node, so the extender keeps a job's pods inside one domain.
-  inv.topology.super_node = NvlinkDomain(infos.size(), &notes);
+  inv.topology.super_node = NvlinkDomain(readable, &notes);
   if (options_.imex_channel >= 0 &&
       !DeviceNodeExists(options_.device_root, ImexChannelPath(options_.imex_channel))) {
     notes.Add(DiscoveryLog::Level::kWarn,
@@ -456,6 +484,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   // The recovery query, on every GPU: one that fails it starts unhealthy.
   std::vector<std::string> probe_failed(infos.size());
   for (size_t i = 0; i < infos.size(); ++i) {
+    if (!readable[i]) continue;
     if (Status p = nvml_->Probe(static_cast<int32_t>(i)); !p.ok()) {
       probe_failed[i] = p.message();
       notes.Add(DiscoveryLog::Level::kWarn,
@@ -541,27 +570,72 @@ int32_t NvidiaDriver::IndexOfLocked(const std::string& gpu_uuid) const {
 
 Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   ACCELPOOL_RETURN_IF_ERROR(EnsureInit());
+  {
+    // Registration is tried again below: a GPU that could not be watched
+    // by the last watch recovers as any other once it can be.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [uuid, u] : unhealthy_) u.unwatched = false;
+  }
   // Without XID events (none of the GPUs, or the driver, supports them) the
   // watch still runs: it announces what discovery's probes found unhealthy
   // and brings GPUs back once they answer; the device check's discoveries
   // find GPUs that start failing.
-  StatusOr<std::vector<int32_t>> registered = nvml_->RegisterXidEvents();
-  if (!registered.ok() && registered.status().code() != StatusCode::kUnimplemented) {
-    return registered.status();
-  }
-  const bool events = registered.ok();
-  if (!events) {
+  StatusOr<XidRegistration> registered = nvml_->RegisterXidEvents();
+  bool events = registered.ok();
+  if (!registered.ok() && registered.status().code() == StatusCode::kUnimplemented) {
     spdlog::warn(
         "nvidia: {}; a failing GPU is found by the plugin's device checks (its health "
         "query), not at its XID",
         registered.status().message());
-  } else if (!registered->empty()) {
-    std::string which;
-    for (int32_t i : *registered) which += (which.empty() ? "" : ",") + std::to_string(i);
-    spdlog::warn(
-        "nvidia: GPU(s) {} do not support XID events; a failure there is found by the "
-        "plugin's device checks (its health query), not at its XID",
-        which);
+  } else if (!registered.ok()) {
+    // No event set: the watch polls, as without event support, rather than
+    // leaving every GPU of the node without recovery.
+    spdlog::error(
+        "nvidia: XID events cannot be registered ({}); no GPU is watched for XIDs, and a "
+        "failing GPU is found by the plugin's device checks (its health query). Check the "
+        "driver with nvidia-smi; registration is tried again when the health watch starts "
+        "again (a restart of the device plugin pod, or a change of the node's devices)",
+        registered.status().message());
+  } else {
+    if (!registered->unsupported.empty()) {
+      std::string which;
+      for (int32_t i : registered->unsupported) {
+        which += (which.empty() ? "" : ",") + std::to_string(i);
+      }
+      spdlog::warn(
+          "nvidia: GPU(s) {} do not support XID events; a failure there is found by the "
+          "plugin's device checks (its health query), not at its XID",
+          which);
+    }
+    // A GPU whose registration failed cannot be monitored: unhealthy for as
+    // long as this watch runs (as NVIDIA's device plugin marks it), said by
+    // announce() below.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [i, error] : registered->failed) {
+      if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size() ||
+          gpu_uuids_[static_cast<size_t>(i)].empty()) {
+        continue;  // not a GPU this node's discovery serves
+      }
+      const std::string& uuid = gpu_uuids_[static_cast<size_t>(i)];
+      spdlog::error(
+          "nvidia: GPU {} ({}) cannot be watched for XIDs: its event registration failed ({}); "
+          "it is unhealthy until a health watch started again registers it (a restart of the "
+          "device plugin pod, or a change of the node's devices). Check it with nvidia-smi -q "
+          "-i {} and the kernel log (dmesg | grep -i xid), reset it (nvidia-smi -r -i {}) or "
+          "reload the driver, then restart the device plugin pod",
+          i, uuid, error, i, i);
+      auto [it, inserted] = unhealthy_.try_emplace(uuid);
+      if (inserted) {
+        it->second.last_xid = Clock::now();
+        it->second.reason = "cannot be monitored: XID event registration failed: " + error;
+        it->second.announced = false;
+      }
+      it->second.unwatched = true;
+    }
+    if (!gpu_uuids_.empty() &&
+        registered->unsupported.size() + registered->failed.size() >= gpu_uuids_.size()) {
+      events = false;  // nothing registered to wait on
+    }
   }
   std::string last_error;
   bool lost_unplaced = false;  // the last "GPU lost" found no GPU failing: said once
@@ -577,9 +651,14 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   };
   // Says which GPUs are unhealthy: at the start, all of them (a watch that
   // starts again goes on from the last one, and the device state may have
-  // been rebuilt from a discovery since); then those a discovery found.
+  // been rebuilt from a discovery since); then those a discovery found. At
+  // the start it also says every other GPU is healthy: one that recovered
+  // after the discovery the device state was rebuilt from is served
+  // unhealthy there (the device plugin ignores a report that changes
+  // nothing).
   auto announce = [&](bool all_of_them) {
     std::vector<std::pair<int32_t, std::string>> said;  // index, reason
+    std::vector<int32_t> healthy;                       // indices
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [uuid, u] : unhealthy_) {
@@ -588,11 +667,21 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
           said.emplace_back(IndexOfLocked(uuid), u.reason);
         }
       }
+      for (size_t i = 0; all_of_them && i < gpu_uuids_.size(); ++i) {
+        if (!gpu_uuids_[i].empty() && !unhealthy_.contains(gpu_uuids_[i])) {
+          healthy.push_back(static_cast<int32_t>(i));
+        }
+      }
     }
     for (const auto& [i, reason] : said) {
       for (const std::string& id : ids_of(i)) {
         spdlog::warn("nvidia: GPU {} ({}) is unhealthy: {}", i, id, reason);
         sink({core::Vendor::kNvidia, id, false, reason});
+      }
+    }
+    for (int32_t i : healthy) {
+      for (const std::string& id : ids_of(i)) {
+        sink({core::Vendor::kNvidia, id, true, "healthy when the health watch started"});
       }
     }
   };
@@ -650,8 +739,9 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
             bool was_healthy = false;
             {
               std::lock_guard<std::mutex> lock(mu_);
-              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size()) {
-                continue;  // not a GPU this node's discovery knows
+              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size() ||
+                  gpu_uuids_[static_cast<size_t>(i)].empty()) {
+                continue;  // not a GPU this node's discovery serves
               }
               auto [it, inserted] = unhealthy_.try_emplace(gpu_uuids_[static_cast<size_t>(i)]);
               it->second.last_xid = Clock::now();
@@ -672,7 +762,7 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [uuid, u] : unhealthy_) {
-        if (Clock::now() - u.last_xid >= options_.recovery_quiet) {
+        if (!u.unwatched && Clock::now() - u.last_xid >= options_.recovery_quiet) {
           quiet.emplace_back(uuid, IndexOfLocked(uuid));
         }
       }

@@ -24,12 +24,21 @@
 // again once no XID arrived for `recovery_quiet` and it answers a query.
 // Which GPUs are unhealthy is kept by GPU UUID across discoveries and health
 // watches: a watch started again (the device plugin does so after a MIG
-// layout change) goes on from where the last one was, and a discovery reports
-// the devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
+// layout change) goes on from where the last one was (it says which GPUs are
+// unhealthy, and that every other is healthy), and a discovery reports the
+// devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
+// A GPU whose details cannot be read (its DeviceInfo fails) is not offered,
+// with an error logged once that says what to check; the other GPUs are
+// (their ids are UUIDs, so none shifts). Discovery fails only when no GPU can
+// be read.
 // Discovery also probes every GPU (the recovery query: it answers, and no
 // rows wait for remapping): one that fails is unhealthy from the start (a
 // plugin started after the XID, on a GPU that still needs a reset), and the
 // running watch says so; it recovers as above.
+// A GPU whose XID event registration fails (an error other than "not
+// supported") cannot be monitored: it is unhealthy and does not recover
+// until a watch started again registers it. When the event set cannot be
+// made at all, the watch polls (recovery and discovery's findings) instead.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_NVIDIA_NVIDIA_DRIVER_H_
@@ -118,10 +127,13 @@ class NvidiaDriver : public VendorDriver {
   // The pairwise link scores of the GPUs (n x n). A query that fails is
   // logged in `notes` and scored from what else is known, never failing
   // discovery.
-  std::vector<int32_t> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos, bool* all_switched,
+  // GPUs not `readable` (not offered) are left out: no queries, score 0.
+  std::vector<int32_t> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
+                                    const std::vector<bool>& readable, bool* all_switched,
                                     DiscoveryLog* notes);
-  // The NVLink domain of GPUs 0 .. gpus-1, "" when there is none.
-  std::string NvlinkDomain(size_t gpus, DiscoveryLog* notes);
+  // The NVLink domain of the `readable` GPUs (by NVML index), "" when there
+  // is none.
+  std::string NvlinkDomain(const std::vector<bool>& readable, DiscoveryLog* notes);
   // Where a MIG device lives: its GPU's minor and its instance ids.
   struct MigPlace {
     int32_t gpu_minor = -1;
@@ -134,6 +146,10 @@ class NvidiaDriver : public VendorDriver {
     std::chrono::steady_clock::time_point last_xid;
     std::string reason;
     bool announced = true;  // false: found by a discovery; the watch has not said it yet
+    // Its XID event registration failed: it cannot be monitored, so it does
+    // not recover while this watch runs. Cleared when a watch starts (and
+    // set again if its registration fails again).
+    bool unwatched = false;
   };
   // The NVML index of a GPU UUID now, or -1; mu_ held.
   int32_t IndexOfLocked(const std::string& gpu_uuid) const;
@@ -148,7 +164,8 @@ class NvidiaDriver : public VendorDriver {
   bool initialized_ = false;               // guarded by mu_
   // Device ids by NVML index: the GPU's UUID, or its MIG devices' UUIDs.
   std::vector<std::vector<std::string>> ids_;  // guarded by mu_
-  std::vector<std::string> gpu_uuids_;         // GPU UUID by NVML index; guarded by mu_
+  // GPU UUID by NVML index ("" for a GPU discovery could not read); guarded by mu_
+  std::vector<std::string> gpu_uuids_;
   std::map<std::string, Unhealthy> unhealthy_;  // by GPU UUID; guarded by mu_
   std::map<std::string, int32_t> minors_;      // id -> GPU minor; guarded by mu_
   std::map<std::string, MigPlace> mig_;        // MIG id -> place; guarded by mu_

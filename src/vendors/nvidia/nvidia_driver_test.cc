@@ -63,7 +63,7 @@ class FakeNvml : public NvmlLibrary {
     }
     return links.at(static_cast<size_t>(i));
   }
-  StatusOr<std::vector<int32_t>> RegisterXidEvents() override { return register_result; }
+  StatusOr<XidRegistration> RegisterXidEvents() override { return register_result; }
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
     std::unique_lock<std::mutex> lock(mu);
     if (!queue.empty()) {
@@ -114,7 +114,7 @@ class FakeNvml : public NvmlLibrary {
   int32_t remotes_fail = -1;                   // the NVLink query of this GPU fails
   std::atomic<bool> probe_ok{true};
   std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
-  StatusOr<std::vector<int32_t>> register_result = std::vector<int32_t>();
+  StatusOr<XidRegistration> register_result = XidRegistration{};
   std::mutex mu;
   std::deque<StatusOr<std::optional<XidEvent>>> queue;
 };
@@ -470,12 +470,37 @@ TEST(NvidiaDriverTest, LibraryErrorsAreClearAndNeverCrash) {
     EXPECT_EQ(invs.status().code(), StatusCode::kUnavailable);
   }
   {
+    // A GPU that errors mid-way through discovery is left out; the others
+    // are offered, and watched (an XID on GPU 4 names GPU 4's device).
+    auto owned = std::make_unique<FakeNvml>();
+    FakeNvml* lib = owned.get();
+    lib->fail_info_index = 3;
+    NvidiaDriver d(std::move(owned), Options());
+    auto invs = d.Discover();
+    ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+    std::vector<std::string> ids;
+    for (const core::Device& dev : (*invs)[0].devices) ids.push_back(dev.id);
+    EXPECT_EQ(ids, (std::vector<std::string>{"GPU-1000-h200", "GPU-1001-h200", "GPU-1002-h200",
+                                             "GPU-1004-h200", "GPU-1005-h200", "GPU-1006-h200",
+                                             "GPU-1007-h200"}));
+    lib->probe_ok = false;
+    lib->Push(std::optional<XidEvent>(XidEvent{3, 79}));  // the GPU not offered: nothing
+    lib->Push(std::optional<XidEvent>(XidEvent{4, 79}));
+    testing::HealthRecorder health(d);
+    ASSERT_TRUE(health.WaitFor(1));
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].device_id, "GPU-1004-h200");
+  }
+  {
     auto lib = std::make_unique<FakeNvml>();
-    lib->fail_info_index = 3;  // errors mid-way through discovery
+    lib->devices.resize(1);
+    lib->links.resize(1);
+    lib->fail_info_index = 0;  // no GPU can be read
     NvidiaDriver d(std::move(lib), Options());
     auto invs = d.Discover();
     ASSERT_FALSE(invs.ok());
-    EXPECT_NE(invs.status().message().find("GPU 3"), std::string::npos);
+    EXPECT_NE(invs.status().message().find("GPU 0"), std::string::npos);
   }
   {
     auto lib = std::make_unique<FakeNvml>();
@@ -682,6 +707,40 @@ TEST(NvidiaDriverTest, AGpuFailingItsProbeAtDiscoveryStartsUnhealthy) {
   EXPECT_FALSE(events[2].healthy);
 }
 
+// A GPU that recovers between the discovery the device plugin serves and a
+// watch started again (after a device-set change the plugin rebuilds its
+// device state from that discovery, with the GPU unhealthy) is announced
+// healthy by the new watch; it used to stay unhealthy until the plugin
+// restarted, since a new watch only said which GPUs were unhealthy.
+TEST(NvidiaDriverTest, AWatchStartedAgainAnnouncesGpusThatRecoveredSinceTheDiscovery) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  lib->probe_fail_mask = 0b01;
+  NvidiaDriver d(std::move(owned), Options());
+  auto kept = d.Discover();
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_FALSE((*kept)[0].devices[0].healthy);
+  {
+    testing::HealthRecorder health(d, *kept);
+    ASSERT_TRUE(health.WaitFor(1));
+    lib->probe_fail_mask = 0;
+    ASSERT_TRUE(health.WaitFor(2));
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_TRUE(events[1].healthy);
+  }
+  // The plugin's device state is the kept discovery again: GPU 0 unhealthy.
+  testing::HealthRecorder health(d, *kept);
+  ASSERT_TRUE(health.WaitFor(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
+  EXPECT_TRUE(events[0].healthy);
+}
+
 // Without XID events the watch still runs: a GPU that failed its health
 // query at discovery is announced and comes back when it answers.
 TEST(NvidiaDriverTest, WithoutXidEventsTheWatchStillAnnouncesAndRecovers) {
@@ -701,6 +760,63 @@ TEST(NvidiaDriverTest, WithoutXidEventsTheWatchStillAnnouncesAndRecovers) {
   ASSERT_TRUE(health.WaitFor(2));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, "GPU-1000-h200");
+  EXPECT_TRUE(events[1].healthy);
+}
+
+// A GPU whose XID event registration fails with an error (not "not
+// supported") cannot be monitored: the watch marks it unhealthy, keeps it so
+// while it runs (it answers its health query, but no XID of it would be
+// seen), and still handles the other GPUs' XIDs and recovery. When the event
+// set cannot be made at all, the watch polls instead of ending.
+TEST(NvidiaDriverTest, AGpuWhoseEventRegistrationFailsIsUnhealthyWhileTheWatchRuns) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
+  XidRegistration reg;
+  reg.failed = {{1, "nvmlDeviceRegisterEvents failed: Unknown Error (code 999)"}};
+  lib->register_result = reg;
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
+  {
+    testing::HealthRecorder health(d);
+    ASSERT_TRUE(health.WaitFor(1));
+    lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
+    ASSERT_TRUE(health.WaitFor(3));                               // GPU 2 unhealthy, then recovered
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+    EXPECT_FALSE(events[0].healthy);
+    EXPECT_NE(events[0].reason.find("cannot be monitored"), std::string::npos) << events[0].reason;
+    EXPECT_EQ(events[1].device_id, "GPU-1002-h200");
+    EXPECT_FALSE(events[1].healthy);
+    EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
+    EXPECT_TRUE(events[2].healthy);
+  }
+  // A watch started again that registers it recovers it as any other.
+  lib->register_result = XidRegistration{};
+  {
+    testing::HealthRecorder health(d);
+    ASSERT_TRUE(health.WaitFor(2));
+    const std::vector<HealthEvent> events = health.Stop();
+    EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+    EXPECT_FALSE(events[0].healthy);
+    EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
+    EXPECT_TRUE(events[1].healthy);
+  }
+  // No event set: the watch polls, and recovery still runs.
+  lib->register_result = UnavailableError("nvmlEventSetCreate failed: Unknown Error (code 999)");
+  lib->probe_fail_mask = 0b001;
+  ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(1));
+  lib->probe_fail_mask = 0;
+  ASSERT_TRUE(health.WaitFor(2));
+  const std::vector<HealthEvent> events = health.Stop();
   EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
   EXPECT_FALSE(events[0].healthy);
   EXPECT_EQ(events[1].device_id, "GPU-1000-h200");

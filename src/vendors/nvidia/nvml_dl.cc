@@ -219,7 +219,7 @@ class DlNvml : public NvmlLibrary {
     return out;
   }
 
-  StatusOr<std::vector<int32_t>> RegisterXidEvents() override {
+  StatusOr<XidRegistration> RegisterXidEvents() override {
     auto create = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t*)>(Sym("EventSetCreate"));
     auto reg =
         lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
@@ -239,31 +239,36 @@ class DlNvml : public NvmlLibrary {
       events_ = nullptr;
     }
     if (events_ == nullptr) {
-      ACCELPOOL_RETURN_IF_ERROR(Check((*create)(&events_), Sym("EventSetCreate")));
+      if (Status st = Check((*create)(&events_), Sym("EventSetCreate")); !st.ok()) {
+        events_ = nullptr;  // not a set to wait on or free
+        return st;
+      }
     }
     StatusOr<int32_t> n = DeviceCount();
     if (!n.ok()) {
       return n.status();
     }
-    // A GPU without event support is left out; the others are still
-    // watched (one such GPU used to leave every GPU unwatched).
-    std::vector<int32_t> without;
+    // A GPU without event support, or one whose registration fails
+    // (NVML_ERROR_UNKNOWN, a GPU that is lost), is left out; the others are
+    // still watched. One such GPU must not leave every GPU unwatched.
+    XidRegistration out;
     for (int32_t i = 0; i < *n; ++i) {
       StatusOr<nvmlDevice_t> h = Handle(i);
       if (!h.ok()) {
-        return h.status();
+        out.failed.emplace_back(i, h.status().message());
+        continue;
       }
       nvmlReturn_t r = (*reg)(*h, kEventXidCritical, events_);
       if (r == kNvmlErrorNotSupported) {
-        without.push_back(i);
-        continue;
+        out.unsupported.push_back(i);
+      } else if (Status st = Check(r, Sym("DeviceRegisterEvents")); !st.ok()) {
+        out.failed.emplace_back(i, st.message());
       }
-      ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceRegisterEvents")));
     }
-    if (*n > 0 && static_cast<int32_t>(without.size()) == *n) {
+    if (*n > 0 && static_cast<int32_t>(out.unsupported.size()) == *n) {
       return UnimplementedError("no GPU supports XID events");
     }
-    return without;
+    return out;
   }
 
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
@@ -418,12 +423,14 @@ class DlNvml : public NvmlLibrary {
     return out;
   }
 
-  // Answers a query, and has no memory rows waiting for a GPU reset: after an
-  // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
-  // rows for remapping, which only a reset applies, while it keeps answering.
-  // Two NVML calls, not DeviceInfo's eight: discovery runs it on every GPU
-  // right after reading DeviceInfo, and the health watch on every unhealthy
-  // GPU each turn.
+  // Answers a query, and has no memory rows waiting for a GPU reset nor
+  // pages waiting for retirement: after an uncorrectable ECC error (XID 48,
+  // 63, 64, 95) an Ampere or newer GPU marks rows for remapping, which only a
+  // reset applies, and an older one (V100, T4: row remapping "not
+  // supported") marks a page for retirement, which only a driver reload
+  // applies; either keeps answering meanwhile. A few NVML calls, not
+  // DeviceInfo's eight: discovery runs it on every GPU right after reading
+  // DeviceInfo, and the health watch on every unhealthy GPU each turn.
   Status Probe(int32_t index) override {
     StatusOr<nvmlDevice_t> h = Handle(index);
     if (!h.ok()) {
@@ -447,6 +454,16 @@ class DlNvml : public NvmlLibrary {
       return FailedPreconditionError(
           std::string(failed != 0 ? "row remapping failed" : "rows are pending remapping") +
           "; reset the GPU (" + smi_ + " -r) or replace it");
+    }
+    auto retired = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, abi::nvmlEnableState_t*)>(
+        Sym("DeviceGetRetiredPagesPendingStatus"));
+    abi::nvmlEnableState_t retire_pending = 0;
+    if (retired != nullptr && retired(*h, &retire_pending) == kNvmlSuccess &&
+        retire_pending == abi::kFeatureEnabled) {
+      return FailedPreconditionError(
+          "a memory page is pending retirement, which takes effect only when the driver is "
+          "loaded again; reboot the node or reload the driver (" +
+          smi_ + " -q -d PAGE_RETIREMENT shows it), or replace the GPU");
     }
     return Status::Ok();
   }

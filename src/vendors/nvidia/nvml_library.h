@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -88,6 +89,17 @@ struct XidEvent {
   bool gpu_lost = false;
 };
 
+// What registering the GPUs for critical XID events found. A GPU in neither
+// list is watched.
+struct XidRegistration {
+  // NVML_ERROR_NOT_SUPPORTED: the GPU has no XID events; nothing is watched
+  // there.
+  std::vector<int32_t> unsupported;
+  // Any other error (NVML_ERROR_UNKNOWN, NVML_ERROR_GPU_IS_LOST): the GPU
+  // cannot be monitored. NVML index and NVML's error.
+  std::vector<std::pair<int32_t, std::string>> failed;
+};
+
 class NvmlLibrary {
  public:
   virtual ~NvmlLibrary() = default;
@@ -101,15 +113,18 @@ class NvmlLibrary {
   // PCI bus ids at the far end of every active NVLink of the device (another
   // GPU, or an NVSwitch). Empty when the device has no NVLink.
   virtual StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) = 0;
-  // Registers every device that supports them for critical XID events and
-  // returns the indices of those that do not (nothing is watched there).
-  // kUnimplemented when the driver, or no device, supports events.
-  virtual StatusOr<std::vector<int32_t>> RegisterXidEvents() = 0;
+  // Registers every device that supports them for critical XID events on a
+  // fresh event set and says which were not registered, and why; one GPU
+  // that fails does not stop the others' registration. kUnimplemented when
+  // the driver, or no device, supports events; another error when the event
+  // set cannot be made (no GPU is watched).
+  virtual StatusOr<XidRegistration> RegisterXidEvents() = 0;
   // Waits up to timeout_ms for a critical XID. nullopt on timeout; an event
   // with gpu_lost when NVML reports a lost GPU instead of an event.
   virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;
-  // Succeeds when the device answers a query (memory info) and has no memory
-  // rows pending remapping or failed to remap (both need a GPU reset).
+  // Succeeds when the device answers a query (memory info), has no memory
+  // rows pending remapping or failed to remap (both need a GPU reset), and
+  // no page pending retirement (GPUs before Ampere: needs a driver reload).
   virtual Status Probe(int32_t index) = 0;
   // The device memory processes hold on a GPU now, in MiB:
   // nvmlDeviceGetMemoryInfo_v2's `used` (without what the driver reserves),

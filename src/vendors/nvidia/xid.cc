@@ -22,10 +22,10 @@ std::string DescribeXid(uint64_t xid) {
       what = "double-bit ECC error";
       break;
     case 63:
-      what = "row remapping pending";
+      what = "ECC page retirement or row remapping pending";
       break;
     case 64:
-      what = "row remapping failed";
+      what = "ECC page retirement or row remapping failed";
       break;
     case 74:
       what = "NVLink error";

@@ -144,11 +144,16 @@ std::atomic<int> numa_mode{1};       // 0 driver says nothing, 1 x86 (affinity o
 std::atomic<bool> wait_lost{false};  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 std::atomic<unsigned long long> fault_xid{79};  // NOLINT(runtime/int) what the faulty GPU reports
 std::atomic<int> remap_pending{-1};        // this GPU has rows pending remapping (needs a reset)
+std::atomic<bool> pre_ampere{false};       // row remapping NOT_SUPPORTED, page retirement answers
+std::atomic<int> retire_pending{-1};       // pre_ampere: this GPU has a page pending retirement
 std::atomic<int> name_calls{0};            // nvmlDeviceGetName calls since the last reset
 std::atomic<bool> unterminated{false};     // the UUID and the name fill the buffer with no NUL
 std::atomic<bool> null_error_text{false};  // nvmlErrorString of an unknown code is a null pointer
 std::atomic<unsigned> events_unsupported{
     0};  // bit per GPU: nvmlDeviceRegisterEvents says NOT_SUPPORTED
+std::atomic<unsigned> events_failing{0};  // bit per GPU: nvmlDeviceRegisterEvents fails
+std::atomic<int> events_error{0};         // with this code
+std::atomic<int> event_set_error{0};      // nvmlEventSetCreate answers this code (0: succeeds)
 
 // What GetUUID and GetName write: `s`, or with `unterminated` `s` and then
 // 'x' up to the very end of the buffer, with no NUL anywhere.
@@ -311,6 +316,18 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_event
     unsigned mask) {
   events_unsupported = mask;
 }
+// GPUs (a bit each) whose event registration answers `code` (999
+// NVML_ERROR_UNKNOWN, 15 NVML_ERROR_GPU_IS_LOST); 0 clears.
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_events_error(
+    unsigned mask, int code) {
+  events_failing = mask;
+  events_error = code;
+}
+// nvmlEventSetCreate answers `code` (0: succeeds again).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_event_set_error(
+    int code) {
+  event_set_error = code;
+}
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_wait_lost(int lost) {
   wait_lost = lost != 0;
 }
@@ -321,6 +338,16 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_xid(i
                                                                                int pending) {
   fault_xid = static_cast<unsigned long long>(xid);  // NOLINT(runtime/int)
   remap_pending = pending;
+}
+
+// A GPU before Ampere (V100, T4): nvmlDeviceGetRemappedRows answers
+// NOT_SUPPORTED and nvmlDeviceGetRetiredPagesPendingStatus answers, with a
+// page pending retirement on GPU `pending` (-1: none). on 0: Ampere or newer
+// (page retirement NOT_SUPPORTED).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_pre_ampere(int on,
+                                                                                      int pending) {
+  pre_ampere = on != 0;
+  retire_pending = pending;
 }
 
 extern "C" {
@@ -485,11 +512,23 @@ __attribute__((visibility("default"))) int nvmlDeviceGetRemappedRows(void* h, un
                                                                      unsigned* failure) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (pre_ampere) return kNotSupported;
   const bool p = static_cast<int>(i) == remap_pending;
   *corr = 0;
   *unc = p ? 1 : 0;
   *pending = p ? 1 : 0;
   *failure = 0;
+  return kSuccess;
+}
+// Dynamic page retirement (before Ampere): a page marked after an
+// uncorrectable error is retired at the next driver load. *isPending is an
+// nvmlEnableState_t.
+__attribute__((visibility("default"))) int nvmlDeviceGetRetiredPagesPendingStatus(void* h,
+                                                                                  int* pending) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (!pre_ampere) return kNotSupported;
+  *pending = static_cast<int>(i) == retire_pending ? 1 : 0;
   return kSuccess;
 }
 #ifndef ACCELPOOL_FAKE_NVML_V1_PCI
@@ -662,6 +701,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemotePciInfo_v2(v
   return kSuccess;
 }
 __attribute__((visibility("default"))) int nvmlEventSetCreate(void** set) {
+  if (event_set_error != 0) return event_set_error;
   for (FakeEventSet& s : event_sets) {
     if (!s.live) {
       s = FakeEventSet{true, 0};
@@ -677,6 +717,7 @@ __attribute__((visibility("default"))) int nvmlDeviceRegisterEvents(
   FakeEventSet* s = LiveSet(set);
   if (!ToIndex(h, &i) || s == nullptr || (s->registered >> i & 1) != 0) return kInvalidArgument;
   if ((types & kXidCritical) == 0 || (events_unsupported >> i & 1u) != 0) return kNotSupported;
+  if ((events_failing >> i & 1u) != 0) return events_error;
   s->registered |= 1ULL << i;
   return kSuccess;
 }

@@ -12,6 +12,7 @@
 // with the current rsmi_process_info_t (32 bytes); RSMI_STATUS_NOT_FOUND for
 // a process not on that DCU. The PIDs a caller finds are its KFD sysfs
 // folders, which the tests make.
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -52,6 +53,7 @@ long long ProcessMib(uint32_t dv) {  // NOLINT(runtime/int)
   return sum;
 }
 const unsigned kBus[] = {0x13, 0x33, 0x53, 0x73, 0x93, 0xb3, 0xd3, 0xf3};
+std::atomic<bool> render_fails{false};  // rsmi_dev_drm_render_minor_get answers an error
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
@@ -60,6 +62,12 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_proce
                                                                                    unsigned pid,
                                                                                    int mib) {
   Processes().Add(dcu, pid, mib);
+}
+
+// 1: rsmi_dev_drm_render_minor_get answers RSMI_STATUS_FILE_ERROR (a DTK
+// whose sysfs read fails).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_render_fails(int on) {
+  render_fails = on != 0;
 }
 
 extern "C" {
@@ -124,6 +132,7 @@ __attribute__((visibility("default"))) int rsmi_topo_get_numa_node_number(uint32
 __attribute__((visibility("default"))) int rsmi_dev_drm_render_minor_get(uint32_t dv,
                                                                          uint32_t* minor) {
   if (!Valid(dv)) return kInvalidArgs;
+  if (render_fails) return kFileError;
   *minor = 128 + dv;
   return kSuccess;
 }
