@@ -23,9 +23,6 @@ constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
 constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
 constexpr unsigned kMaxNvLinks = 18;                       // NVML_NVLINK_MAX_LINKS
 constexpr unsigned kAffinityScopeNode = 0;                 // NVML_AFFINITY_SCOPE_NODE
-// nvmlEnableState_t, an enum: NVML_FEATURE_DISABLED 0, NVML_FEATURE_ENABLED 1.
-using nvmlEnableState_t = int;
-constexpr nvmlEnableState_t kFeatureEnabled = 1;
 
 struct nvmlMemory_t {
   unsigned long long total;  // NOLINT(runtime/int)

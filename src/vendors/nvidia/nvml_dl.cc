@@ -423,14 +423,12 @@ class DlNvml : public NvmlLibrary {
     return out;
   }
 
-  // Answers a query, and has no memory rows waiting for a GPU reset nor
-  // pages waiting for retirement: after an uncorrectable ECC error (XID 48,
-  // 63, 64, 95) an Ampere or newer GPU marks rows for remapping, which only a
-  // reset applies, and an older one (V100, T4: row remapping "not
-  // supported") marks a page for retirement, which only a driver reload
-  // applies; either keeps answering meanwhile. A few NVML calls, not
-  // DeviceInfo's eight: discovery runs it on every GPU right after reading
-  // DeviceInfo, and the health watch on every unhealthy GPU each turn.
+  // Answers a query, and has no memory rows waiting for a GPU reset: after an
+  // uncorrectable ECC error (XID 48, 63, 64, 95) an Ampere or newer GPU marks
+  // rows for remapping, which only a reset applies, while it keeps answering.
+  // Two NVML calls, not DeviceInfo's eight: discovery runs it on every GPU
+  // right after reading DeviceInfo, and the health watch on every unhealthy
+  // GPU each turn.
   Status Probe(int32_t index) override {
     StatusOr<nvmlDevice_t> h = Handle(index);
     if (!h.ok()) {
@@ -454,16 +452,6 @@ class DlNvml : public NvmlLibrary {
       return FailedPreconditionError(
           std::string(failed != 0 ? "row remapping failed" : "rows are pending remapping") +
           "; reset the GPU (" + smi_ + " -r) or replace it");
-    }
-    auto retired = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, abi::nvmlEnableState_t*)>(
-        Sym("DeviceGetRetiredPagesPendingStatus"));
-    abi::nvmlEnableState_t retire_pending = 0;
-    if (retired != nullptr && retired(*h, &retire_pending) == kNvmlSuccess &&
-        retire_pending == abi::kFeatureEnabled) {
-      return FailedPreconditionError(
-          "a memory page is pending retirement, which takes effect only when the driver is "
-          "loaded again; reboot the node or reload the driver (" +
-          smi_ + " -q -d PAGE_RETIREMENT shows it), or replace the GPU");
     }
     return Status::Ok();
   }

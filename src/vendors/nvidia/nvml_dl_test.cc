@@ -226,44 +226,6 @@ TEST(NvmlBindingTest, AHealthWatchWithoutAnEventSetStillRecoversGpus) {
   EXPECT_TRUE(events[1].healthy);
 }
 
-// A GPU before Ampere (V100, T4) has no row remapping (NOT_SUPPORTED): after
-// an uncorrectable ECC error (XID 48, 63) it marks a page for retirement,
-// which takes effect only when the driver is loaded again. Until then it is
-// unhealthy, at discovery and after recovery_quiet.
-TEST(NvmlBindingTest, AGpuWithAPagePendingRetirementStaysUnhealthy) {
-  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
-  ASSERT_TRUE(fake.ok());
-  fake.Configure(8, -1, -1, 0);
-  auto pre_ampere =
-      reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_pre_ampere"));
-  ASSERT_NE(pre_ampere, nullptr);
-  pre_ampere(1, 2);
-  auto driver = Driver(Options());
-  ASSERT_TRUE(driver.ok());
-  auto invs = (*driver)->Discover();
-  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
-  std::vector<bool> healthy;
-  for (const core::Device& d : invs->front().devices) healthy.push_back(d.healthy);
-  EXPECT_EQ(healthy, (std::vector<bool>{true, true, false, true, true, true, true, true}));
-  HealthRecorder health(**driver);
-  const bool said = health.WaitFor(1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
-  const size_t still = health.Count();
-  pre_ampere(1, -1);  // the driver was loaded again
-  const bool recovered = health.WaitFor(2);
-  const std::vector<HealthEvent> events = health.Stop();
-  pre_ampere(0, -1);
-  ASSERT_TRUE(said);
-  EXPECT_EQ(still, 1u) << "recovered while a page is pending retirement";
-  ASSERT_TRUE(recovered);
-  EXPECT_EQ(events[0].device_id, invs->front().devices[2].id);
-  EXPECT_FALSE(events[0].healthy);
-  EXPECT_NE(events[0].reason.find("pending retirement"), std::string::npos) << events[0].reason;
-  EXPECT_NE(events[0].reason.find("reload the driver"), std::string::npos) << events[0].reason;
-  EXPECT_EQ(events[1].device_id, invs->front().devices[2].id);
-  EXPECT_TRUE(events[1].healthy);
-}
-
 // The device plugin starts a backend's health watch again after its device
 // set changed. Each watch registers the GPUs on a fresh event set (the fake
 // refuses a GPU registered twice on one set), and the later watch still sees

@@ -122,9 +122,8 @@ class NvmlLibrary {
   // Waits up to timeout_ms for a critical XID. nullopt on timeout; an event
   // with gpu_lost when NVML reports a lost GPU instead of an event.
   virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;
-  // Succeeds when the device answers a query (memory info), has no memory
-  // rows pending remapping or failed to remap (both need a GPU reset), and
-  // no page pending retirement (GPUs before Ampere: needs a driver reload).
+  // Succeeds when the device answers a query (memory info) and has no memory
+  // rows pending remapping or failed to remap (both need a GPU reset).
   virtual Status Probe(int32_t index) = 0;
   // The device memory processes hold on a GPU now, in MiB:
   // nvmlDeviceGetMemoryInfo_v2's `used` (without what the driver reserves),

@@ -22,10 +22,10 @@ std::string DescribeXid(uint64_t xid) {
       what = "double-bit ECC error";
       break;
     case 63:
-      what = "ECC page retirement or row remapping pending";
+      what = "row remapping pending";
       break;
     case 64:
-      what = "ECC page retirement or row remapping failed";
+      what = "row remapping failed";
       break;
     case 74:
       what = "NVLink error";

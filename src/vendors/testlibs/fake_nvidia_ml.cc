@@ -144,8 +144,6 @@ std::atomic<int> numa_mode{1};       // 0 driver says nothing, 1 x86 (affinity o
 std::atomic<bool> wait_lost{false};  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 std::atomic<unsigned long long> fault_xid{79};  // NOLINT(runtime/int) what the faulty GPU reports
 std::atomic<int> remap_pending{-1};        // this GPU has rows pending remapping (needs a reset)
-std::atomic<bool> pre_ampere{false};       // row remapping NOT_SUPPORTED, page retirement answers
-std::atomic<int> retire_pending{-1};       // pre_ampere: this GPU has a page pending retirement
 std::atomic<int> name_calls{0};            // nvmlDeviceGetName calls since the last reset
 std::atomic<bool> unterminated{false};     // the UUID and the name fill the buffer with no NUL
 std::atomic<bool> null_error_text{false};  // nvmlErrorString of an unknown code is a null pointer
@@ -340,16 +338,6 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_xid(i
   remap_pending = pending;
 }
 
-// A GPU before Ampere (V100, T4): nvmlDeviceGetRemappedRows answers
-// NOT_SUPPORTED and nvmlDeviceGetRetiredPagesPendingStatus answers, with a
-// page pending retirement on GPU `pending` (-1: none). on 0: Ampere or newer
-// (page retirement NOT_SUPPORTED).
-extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_pre_ampere(int on,
-                                                                                      int pending) {
-  pre_ampere = on != 0;
-  retire_pending = pending;
-}
-
 extern "C" {
 __attribute__((visibility("default"))) int nvmlInit_v2() { return State().init_error; }
 __attribute__((visibility("default"))) int nvmlShutdown() { return kSuccess; }
@@ -512,23 +500,11 @@ __attribute__((visibility("default"))) int nvmlDeviceGetRemappedRows(void* h, un
                                                                      unsigned* failure) {
   unsigned i = 0;
   if (!ToIndex(h, &i)) return kInvalidArgument;
-  if (pre_ampere) return kNotSupported;
   const bool p = static_cast<int>(i) == remap_pending;
   *corr = 0;
   *unc = p ? 1 : 0;
   *pending = p ? 1 : 0;
   *failure = 0;
-  return kSuccess;
-}
-// Dynamic page retirement (before Ampere): a page marked after an
-// uncorrectable error is retired at the next driver load. *isPending is an
-// nvmlEnableState_t.
-__attribute__((visibility("default"))) int nvmlDeviceGetRetiredPagesPendingStatus(void* h,
-                                                                                  int* pending) {
-  unsigned i = 0;
-  if (!ToIndex(h, &i)) return kInvalidArgument;
-  if (!pre_ampere) return kNotSupported;
-  *pending = static_cast<int>(i) == retire_pending ? 1 : 0;
   return kSuccess;
 }
 #ifndef ACCELPOOL_FAKE_NVML_V1_PCI
