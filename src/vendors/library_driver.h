@@ -8,11 +8,8 @@
 // library cannot say"), or a pair answered kUnknown beside measured pairs,
 // keeps the profile's links, with one error line: a
 // half-measured matrix would score the unread pairs 0, and no device of the
-// node would be served were the discovery failed for it. A device that
-// cannot be read is not offered, with an error logged once; the others are
-// (their ids are not positional). Discovery fails only when none can be
-// read. Health is polled and two-way; a device that stops answering is
-// unhealthy until it answers again.
+// node would be served were the discovery failed for it. Health is polled and two-way; a
+// device that stops answering is unhealthy until it answers again.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_
@@ -85,8 +82,7 @@ class LibraryDriver : public VendorDriver {
 
   mutable std::mutex mu_;
   bool initialized_ = false;               // guarded by mu_
-  // By library index; "" for a device discovery could not read. Guarded by mu_.
-  std::vector<std::string> ids_;
+  std::vector<std::string> ids_;           // by library index; guarded by mu_
   std::map<std::string, int32_t> minors_;  // guarded by mu_
   std::map<std::string, std::vector<std::string>> nodes_;  // LibraryDevice::nodes; by mu_
   LoggedLines discovery_lines_;                            // what the last Discover logged

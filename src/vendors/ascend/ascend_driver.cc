@@ -116,28 +116,15 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   if (!ids.ok()) {
     return ids.status();
   }
-  // A chip that cannot be read is not offered, and the others are, under
-  // their own ids (PCI bus, never a position): one chip answering an error
-  // must not take every NPU of the node away. Discovery fails only when no
-  // chip can be read.
   std::vector<std::pair<DcmiDeviceInfo, DcmiChipId>> found;
-  Status first_error;
   for (const DcmiChipId& c : *ids) {
     StatusOr<DcmiDeviceInfo> info = dcmi_->Info(c);
     if (!info.ok()) {
-      Status st = info.status().WithPrefix(ChipName(c));
-      notes.Add(DiscoveryLog::Level::kError,
-                fmt::format("ascend: {}; it is not offered, the other chips are. Check it with "
-                            "npu-smi info -t health -i {} -c {} and the device log (msnpureport); "
-                            "a device check of the plugin offers it once it answers",
-                            st.message(), c.card, c.device));
-      if (first_error.ok()) first_error = std::move(st);
-      continue;
+      return info.status().WithPrefix(ChipName(c));
     }
     found.emplace_back(std::move(info).value(), c);
   }
   if (found.empty()) {
-    if (!first_error.ok()) return first_error;
     return std::vector<core::NodeInventory>{};
   }
   std::sort(found.begin(), found.end(),

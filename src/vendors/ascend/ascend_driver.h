@@ -18,8 +18,6 @@
 //           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads
 //           6,0,6,0,4,2,4,2), super-node from the super-pod query.
-// A chip whose details cannot be read is not offered, with an error logged
-// once; the other chips are. Discovery fails only when no chip can be read.
 // Two chips whose ids or physical ids DCMI reports the same (or a physical id
 // out of range) fail the discovery: one chip's grants, health and device node
 // would be the other's.

@@ -118,22 +118,17 @@ Status NvidiaDriver::EnsureInit() {
 }
 
 std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
-                                                const std::vector<bool>& readable,
                                                 bool* all_switched, DiscoveryLog* notes) {
   const size_t n = infos.size();
   std::map<std::string, size_t> by_bus;
   for (size_t i = 0; i < n; ++i) {
-    if (readable[i]) by_bus[NormalizeBus(infos[i].pci_bus)] = i;
+    by_bus[NormalizeBus(infos[i].pci_bus)] = i;
   }
   // direct[i][j]: NVLinks from i that end on GPU j; switched[i]: links to NVSwitches.
   std::vector<std::vector<int32_t>> direct(n, std::vector<int32_t>(n, 0));
   std::vector<int32_t> switched(n, 0);
   std::vector<bool> unread_remotes(n, false);
   for (size_t i = 0; i < n; ++i) {
-    if (!readable[i]) {
-      unread_remotes[i] = true;  // not offered; said by Discover
-      continue;
-    }
     StatusOr<std::vector<std::string>> remotes = nvml_->NvLinkRemotes(static_cast<int32_t>(i));
     if (!remotes.ok()) {
       // The GPU is served all the same, as one without NVLinks: a link
@@ -169,7 +164,7 @@ std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo
   std::string first_unread;
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      if (i == j || !readable[i] || !readable[j]) {
+      if (i == j) {
         continue;
       }
       StatusOr<P2PLevel> level =
@@ -226,10 +221,9 @@ void BridgedPairs(const std::vector<int32_t>& links, core::NodeInventory* inv) {
   }
 }
 
-std::string NvidiaDriver::NvlinkDomain(const std::vector<bool>& readable, DiscoveryLog* notes) {
+std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
   std::string domain;
-  for (size_t i = 0; i < readable.size(); ++i) {
-    if (!readable[i]) continue;
+  for (size_t i = 0; i < gpus; ++i) {
     StatusOr<NvmlFabric> f = nvml_->FabricInfo(static_cast<int32_t>(i));
     if (!f.ok()) {
       if (f.status().code() != StatusCode::kUnimplemented) {
@@ -271,15 +265,14 @@ std::string NvidiaDriver::NvlinkDomain(const std::vector<bool>& readable, Discov
     }
     // As NVIDIA's GPU feature discovery labels it (nvidia.com/gpu.clique).
     const std::string id = f->cluster_uuid + "." + std::to_string(f->clique);
-    if (domain.empty()) {
+    if (i == 0) {
       domain = id;
     } else if (id != domain) {
-      notes->Add(
-          DiscoveryLog::Level::kError,
-          fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
-                      "(the first GPU: {}, GPU {}: {}); the node is published without one. Check "
-                      "the NVLink partition configuration of the fabric manager",
-                      domain, i, id));
+      notes->Add(DiscoveryLog::Level::kError,
+                 fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
+                             "(GPU 0: {}, GPU {}: {}); the node is published without one. Check "
+                             "the NVLink partition configuration of the fabric manager",
+                             domain, i, id));
       return "";
     }
   }
@@ -300,38 +293,17 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   if (*count == 0) {
     return std::vector<core::NodeInventory>{};
   }
-  DiscoveryLog notes(&discovery_lines_);
-  // A GPU that cannot be read is not offered, and the others are: one GPU
-  // answering an error must not take every GPU of the node away. Its place
-  // stays (infos, ids_ and the health watch go by NVML index) and the other
-  // GPUs keep their ids (UUIDs). Only when none can be read does discovery
-  // fail.
-  std::vector<NvmlDeviceInfo> infos(static_cast<size_t>(*count));
-  std::vector<bool> readable(infos.size(), false);
-  size_t served = 0;
-  Status first_error;
+  std::vector<NvmlDeviceInfo> infos;
   for (int32_t i = 0; i < *count; ++i) {
     StatusOr<NvmlDeviceInfo> info = nvml_->DeviceInfo(i);
     if (!info.ok()) {
-      Status st = info.status().WithPrefix("GPU " + std::to_string(i));
-      notes.Add(DiscoveryLog::Level::kError,
-                fmt::format("nvidia: {}; it is not offered, the other GPUs are. Check it with "
-                            "nvidia-smi -q -i {} and the kernel log (dmesg | grep -i xid), reset "
-                            "it (nvidia-smi -r -i {}) or reload the driver; a device check of the "
-                            "plugin offers it once it answers",
-                            st.message(), i, i));
-      if (first_error.ok()) first_error = std::move(st);
-      continue;
+      return info.status().WithPrefix("GPU " + std::to_string(i));
     }
-    infos[static_cast<size_t>(i)] = std::move(info).value();
-    readable[static_cast<size_t>(i)] = true;
-    ++served;
+    infos.push_back(std::move(info).value());
   }
-  if (served == 0) {
-    return first_error;
-  }
+  DiscoveryLog notes(&discovery_lines_);
   bool all_switched = false;
-  const std::vector<int32_t> links = MeasureLinks(infos, readable, &all_switched, &notes);
+  const std::vector<int32_t> links = MeasureLinks(infos, &all_switched, &notes);
 
   core::NodeInventory inv;
   inv.node = options_.node;
@@ -357,7 +329,6 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     return Status::Ok();
   };
   for (size_t i = 0; i < infos.size(); ++i) {
-    if (!readable[i]) continue;
     const NvmlDeviceInfo& info = infos[i];
     core::Device d;
     d.id = info.uuid;
@@ -436,7 +407,8 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
             "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
             profiles.size(), inv.devices.size() - mig.size()));
   }
-  const std::string profile = (all_switched && served == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
+  const std::string profile =
+      (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
       any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
   if (st.ok()) {
@@ -451,7 +423,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups",
-                          profile, served, st.message()));
+                          profile, infos.size(), st.message()));
     core::ApplyNumaDefault(&inv);
   }
   // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.
@@ -469,7 +441,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
 
   // Multi-node NVLink (GB200/GB300 NVL72): the node's NVLink domain is its
   // super node, so the extender keeps a job's pods inside one domain.
-  inv.topology.super_node = NvlinkDomain(readable, &notes);
+  inv.topology.super_node = NvlinkDomain(infos.size(), &notes);
   if (options_.imex_channel >= 0 &&
       !DeviceNodeExists(options_.device_root, ImexChannelPath(options_.imex_channel))) {
     notes.Add(DiscoveryLog::Level::kWarn,
@@ -484,7 +456,6 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   // The recovery query, on every GPU: one that fails it starts unhealthy.
   std::vector<std::string> probe_failed(infos.size());
   for (size_t i = 0; i < infos.size(); ++i) {
-    if (!readable[i]) continue;
     if (Status p = nvml_->Probe(static_cast<int32_t>(i)); !p.ok()) {
       probe_failed[i] = p.message();
       notes.Add(DiscoveryLog::Level::kWarn,
@@ -739,9 +710,8 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
             bool was_healthy = false;
             {
               std::lock_guard<std::mutex> lock(mu_);
-              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size() ||
-                  gpu_uuids_[static_cast<size_t>(i)].empty()) {
-                continue;  // not a GPU this node's discovery serves
+              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size()) {
+                continue;  // not a GPU this node's discovery knows
               }
               auto [it, inserted] = unhealthy_.try_emplace(gpu_uuids_[static_cast<size_t>(i)]);
               it->second.last_xid = Clock::now();
