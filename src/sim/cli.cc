@@ -77,7 +77,8 @@ Trace replay (the FGD protocol, docs/benchmarks/quality.md):
                       default-scheduler: kube-scheduler's default scores, as the
                       shipped chart leaves such pods unless routed; extender
                       (kube mode): the chart's webhook.hostPods profile, the
-                      extender's host score ranked, plus kube-scheduler's own;
+                      extender's host score ranked (kube-scheduler's own scores
+                      are not modelled);
                       stock mode places such pods as policy does)
     --jobs N          replays in parallel (default 1)
     --out DIR         write summary.csv and curve-<trace>-<mode>.csv

@@ -8,12 +8,16 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stop_token>
@@ -147,6 +151,68 @@ class FakeHandle {
  private:
   void* handle_;
 };
+
+// Captures what is logged through spdlog's default logger (where the drivers
+// log) while it lives. Not for use while a health watch logs from another
+// thread: the logger's sink list is changed without a lock.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  std::vector<std::string> Lines() const { return sink_->last_formatted(); }
+  // True when one line holds every part of `want`.
+  bool Has(const std::vector<std::string>& want) const {
+    for (const std::string& line : Lines()) {
+      if (std::all_of(want.begin(), want.end(), [&line](const std::string& w) {
+            return line.find(w) != std::string::npos;
+          })) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+// Discovery through a binding whose fake library was told to fail device
+// `fail` (its index in the library, and in a discovery of all 8) leaves that
+// device out and offers the other 7 under the ids they have when all answer,
+// with an error logged once that names every part of `want`.
+template <typename Fake>
+void ExpectDeviceSkipped(VendorDriver& driver, const Fake& fake, int fail,
+                         const std::vector<std::string>& want) {
+  fake.Configure(8, -1, -1, 0);
+  auto all = driver.Discover();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 1u);
+  ASSERT_EQ(all->front().devices.size(), 8u);
+  std::vector<std::string> others;
+  for (const core::Device& d : all->front().devices) {
+    if (d.index != fail) others.push_back(d.id);
+  }
+  fake.Configure(8, fail, -1, 0);
+  LogCapture log;
+  auto some = driver.Discover();
+  fake.Configure(8, -1, -1, 0);
+  ASSERT_TRUE(some.ok()) << some.status().ToString();
+  ASSERT_EQ(some->size(), 1u);
+  std::vector<std::string> ids;
+  for (const core::Device& d : some->front().devices) ids.push_back(d.id);
+  EXPECT_EQ(ids, others);
+  std::string lines;
+  for (const std::string& l : log.Lines()) lines += l + "\n";
+  EXPECT_TRUE(log.Has(want)) << lines;
+}
 
 // Runs driver.WatchHealth() on its own thread from construction until Stop()
 // (or destruction) and records the events it reports, as the device plugin
