@@ -126,6 +126,15 @@ class VendorDriver {
   // fails; the message names the library and what to check.
   virtual StatusOr<std::vector<core::NodeInventory>> Discover() = 0;
 
+  // Discover(), for a backend none of whose devices is served yet (the
+  // plugin's start): a device whose details cannot be read is left out, with
+  // an error line naming it and what to check, and the others are returned;
+  // it fails only when no device can be read. A later Discover() stays all or
+  // nothing (the driver's tables describe the devices served). Backends whose
+  // ids are positional, or that cannot leave one device out, discover as
+  // Discover() does.
+  virtual StatusOr<std::vector<core::NodeInventory>> DiscoverPartial() { return Discover(); }
+
   // Blocks until `stop` is requested, calling `sink` on every health change.
   // Returns early only when health cannot be watched (the returned Status says
   // why); devices then keep their last known health.

@@ -103,7 +103,7 @@ void GroupsFollowNuma(core::NodeInventory* inv) {
 LibraryDriver::LibraryDriver(DeviceLibraryPtr library, LibraryDriverSpec spec, std::string node)
     : library_(std::move(library)), spec_(std::move(spec)), node_(std::move(node)) {}
 
-StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
+StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool partial) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!initialized_) {
@@ -118,15 +118,33 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
   core::NodeInventory inv;
   inv.node = node_;
   inv.vendor = spec_.vendor;
-  std::vector<std::string> ids;
+  std::vector<std::string> left_out;  // the error lines of the devices left out
+  std::vector<std::string> ids;       // by library index; "" for a device that is not offered
+  std::vector<int32_t> where;         // library index by inventory index
   std::map<std::string, int32_t> minors;
   std::map<std::string, std::vector<std::string>> nodes;
   std::set<std::string> seen;
+  Status first_error;
   for (int32_t i = 0; i < *count; ++i) {
     StatusOr<LibraryDevice> ld = library_->Device(i);
     if (!ld.ok()) {
-      return ld.status().WithPrefix(std::string(library_->LibraryName()) + " device " +
-                                    std::to_string(i));
+      Status st = ld.status().WithPrefix(std::string(library_->LibraryName()) + " device " +
+                                         std::to_string(i));
+      // At start (`partial`) it is not offered; the others are, under their
+      // own ids (UUID or PCI bus, never the index), and discovery fails only
+      // when none can be read. Later, devices are served: the discovery
+      // fails, which keeps them and the tables below as they are.
+      if (!partial) {
+        return st;
+      }
+      left_out.push_back(
+          fmt::format("{}: {}; it is not offered, the other devices are. Check it with {} "
+                      "and the kernel log; a device check of the plugin offers it once it "
+                      "answers",
+                      Name(), st.message(), TraitsFor(spec_.vendor).tool));
+      if (first_error.ok()) first_error = std::move(st);
+      ids.emplace_back();
+      continue;
     }
     core::Device d;
     d.id = !ld->uuid.empty() ? ld->uuid : spec_.id_prefix + "-" + ld->pci_bus;
@@ -136,7 +154,7 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
                            " has no unique id (\"" + d.id +
                            "\"); check the driver with the vendor's smi tool");
     }
-    d.index = i;
+    d.index = static_cast<int32_t>(inv.devices.size());
     d.vendor = spec_.vendor;
     d.model = spec_.model ? spec_.model(ld->name) : ld->name;
     d.memory_mib = ld->memory_mib;
@@ -145,13 +163,17 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
     d.pci_bus = ld->pci_bus;
     d.max_shares = std::max(1, TraitsFor(spec_.vendor).default_max_shares);
     ids.push_back(d.id);
-    minors[d.id] = ld->minor;
+    where.push_back(i);
+    // A device that names no node number is numbered by its library index
+    // (the inventory index differs once a device before it is not offered).
+    minors[d.id] = ld->minor >= 0 ? ld->minor : i;
     if (!ld->nodes.empty()) {
       nodes[d.id] = ld->nodes;
     }
     inv.devices.push_back(std::move(d));
   }
   if (inv.devices.empty()) {
+    if (!first_error.ok()) return first_error;
     return std::vector<core::NodeInventory>{};
   }
   const std::string profile =
@@ -165,6 +187,9 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
   }
   const size_t n = inv.devices.size();
   DiscoveryLog notes(&discovery_lines_);
+  for (std::string& line : left_out) {
+    notes.Add(DiscoveryLog::Level::kError, std::move(line));
+  }
   std::vector<int32_t> links(n * n, 0);
   bool any = false;
   std::optional<std::string> unread;
@@ -174,11 +199,11 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::Discover() {
       if (a == b) {
         continue;
       }
-      StatusOr<LinkKind> k = library_->Link(static_cast<int32_t>(a), static_cast<int32_t>(b));
+      StatusOr<LinkKind> k = library_->Link(where[a], where[b]);
       if (!k.ok() && k.status().code() != StatusCode::kUnimplemented) {
         // A pair that could not be read would score 0 beside pairs that
         // were: the half-measured matrix does not replace the profile's.
-        unread = "devices " + std::to_string(a) + " and " + std::to_string(b) + ": " +
+        unread = "devices " + std::to_string(where[a]) + " and " + std::to_string(where[b]) + ": " +
                  k.status().message();
         break;
       }
@@ -224,6 +249,7 @@ Status LibraryDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) 
       ids = ids_;
     }
     for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i].empty()) continue;  // not offered
       StatusOr<bool> h = library_->Healthy(static_cast<int32_t>(i));
       bool ok = h.ok() && *h;
       auto it = last.find(ids[i]);
@@ -254,7 +280,9 @@ StatusOr<std::vector<std::pair<int32_t, std::string>>> LibraryDriver::Discovered
     return FailedPreconditionError(std::string(Name()) + ": " + what + " read before discovery");
   }
   std::vector<std::pair<int32_t, std::string>> devices;
-  for (size_t i = 0; i < ids_.size(); ++i) devices.emplace_back(static_cast<int32_t>(i), ids_[i]);
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    if (!ids_[i].empty()) devices.emplace_back(static_cast<int32_t>(i), ids_[i]);
+  }
   return devices;
 }
 

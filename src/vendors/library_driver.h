@@ -8,8 +8,11 @@
 // library cannot say"), or a pair answered kUnknown beside measured pairs,
 // keeps the profile's links, with one error line: a
 // half-measured matrix would score the unread pairs 0, and no device of the
-// node would be served were the discovery failed for it. Health is polled and two-way; a
-// device that stops answering is unhealthy until it answers again.
+// node would be served were the discovery failed for it. At the plugin's
+// start (DiscoverPartial) a device that cannot be read is left out, with an
+// error logged once; the others are (their ids are not positional). Health is
+// polled and two-way; a device that stops answering is unhealthy until it
+// answers again.
 //
 // Thread-safety: see VendorDriver.
 #ifndef ACCELPOOL_VENDORS_LIBRARY_DRIVER_H_
@@ -62,7 +65,10 @@ class LibraryDriver : public VendorDriver {
 
   // VendorDriver:
   std::string_view Name() const override { return core::VendorName(spec_.vendor); }
-  StatusOr<std::vector<core::NodeInventory>> Discover() override;
+  StatusOr<std::vector<core::NodeInventory>> Discover() override { return DiscoverDevices(false); }
+  StatusOr<std::vector<core::NodeInventory>> DiscoverPartial() override {
+    return DiscoverDevices(true);
+  }
   Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
   StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const override;
@@ -72,6 +78,8 @@ class LibraryDriver : public VendorDriver {
   StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
+  // `partial`: a device that cannot be read is left out (DiscoverPartial).
+  StatusOr<std::vector<core::NodeInventory>> DiscoverDevices(bool partial);
   // (library index, id) of every discovered device; kFailedPrecondition
   // before the first discovery.
   StatusOr<std::vector<std::pair<int32_t, std::string>>> Discovered(const char* what) const;
@@ -82,7 +90,8 @@ class LibraryDriver : public VendorDriver {
 
   mutable std::mutex mu_;
   bool initialized_ = false;               // guarded by mu_
-  std::vector<std::string> ids_;           // by library index; guarded by mu_
+  // By library index; "" for a device discovery could not read. Guarded by mu_.
+  std::vector<std::string> ids_;
   std::map<std::string, int32_t> minors_;  // guarded by mu_
   std::map<std::string, std::vector<std::string>> nodes_;  // LibraryDevice::nodes; by mu_
   LoggedLines discovery_lines_;                            // what the last Discover logged

@@ -103,7 +103,7 @@ void AscendDriver::ServeVnpu(core::NodeInventory* inv, DiscoveryLog* notes) cons
 AscendDriver::AscendDriver(DcmiLibraryPtr dcmi, AscendOptions options)
     : dcmi_(std::move(dcmi)), options_(std::move(options)) {}
 
-StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
+StatusOr<std::vector<core::NodeInventory>> AscendDriver::DiscoverDevices(bool partial) {
   DiscoveryLog notes(&discovery_lines_);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -116,15 +116,33 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
   if (!ids.ok()) {
     return ids.status();
   }
+  // At start (`partial`), a chip that cannot be read is not offered, and
+  // the others are, under their own ids (PCI bus, never a position): one
+  // chip answering an error must not take every NPU of the node away; it
+  // fails only when no chip can be read. Later, chips are served: one that
+  // cannot be read fails the discovery, which keeps them and chips_ as they
+  // are.
   std::vector<std::pair<DcmiDeviceInfo, DcmiChipId>> found;
+  Status first_error;
   for (const DcmiChipId& c : *ids) {
     StatusOr<DcmiDeviceInfo> info = dcmi_->Info(c);
     if (!info.ok()) {
-      return info.status().WithPrefix(ChipName(c));
+      Status st = info.status().WithPrefix(ChipName(c));
+      if (!partial) {
+        return st;
+      }
+      notes.Add(DiscoveryLog::Level::kError,
+                fmt::format("ascend: {}; it is not offered, the other chips are. Check it with "
+                            "npu-smi info -t health -i {} -c {} and the device log (msnpureport); "
+                            "a device check of the plugin offers it once it answers",
+                            st.message(), c.card, c.device));
+      if (first_error.ok()) first_error = std::move(st);
+      continue;
     }
     found.emplace_back(std::move(info).value(), c);
   }
   if (found.empty()) {
+    if (!first_error.ok()) return first_error;
     return std::vector<core::NodeInventory>{};
   }
   std::sort(found.begin(), found.end(),
@@ -194,22 +212,37 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::Discover() {
                               : core::ApplyProfile(profile, &inv, cards);
   const bool die_pairs =
       std::all_of(cards.begin(), cards.end(), [](const auto& c) { return c.size() == 2; });
-  if (!st.ok() && OfFamily(inv.devices.front().model, "Ascend910C") && die_pairs) {
+  // At start a die left out (its chip info unreadable) leaves its card with
+  // one die: the complete cards are still modules, and the lone die is in
+  // none (it serves single-die requests).
+  const bool pairs_but_left_out =
+      !first_error.ok() &&
+      std::all_of(cards.begin(), cards.end(),
+                  [](const auto& c) { return c.size() == 1 || c.size() == 2; }) &&
+      std::any_of(cards.begin(), cards.end(), [](const auto& c) { return c.size() == 2; });
+  if (!st.ok() && OfFamily(inv.devices.front().model, "Ascend910C") &&
+      (die_pairs || pairs_but_left_out)) {
     // An A3 product of another die count than the profile's 16 (an 8-die
-    // A3 box): its dies still pair into HiAM modules by card, and an even
-    // request must take whole modules (VENDORS.md 2.2); groups follow NUMA.
+    // A3 box, or a 16-die one with a die left out): its dies still pair into
+    // HiAM modules by card, and an even request must take whole modules
+    // (VENDORS.md 2.2); groups follow NUMA.
+    core::ApplyNumaDefault(&inv);
+    std::vector<std::vector<int32_t>> modules;
+    for (std::vector<int32_t>& card : cards) {
+      if (card.size() != 2) {
+        continue;
+      }
+      for (int32_t d : card) {
+        inv.devices[static_cast<size_t>(d)].module = static_cast<int32_t>(modules.size());
+      }
+      modules.push_back(std::move(card));
+    }
     notes.Add(
         DiscoveryLog::Level::kInfo,
         fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups and its "
                     "{} cards as modules, taken whole by even requests",
-                    inv.devices.size(), inv.devices.front().model, st.message(), cards.size()));
-    core::ApplyNumaDefault(&inv);
-    for (size_t m = 0; m < cards.size(); ++m) {
-      for (int32_t d : cards[m]) {
-        inv.devices[static_cast<size_t>(d)].module = static_cast<int32_t>(m);
-      }
-    }
-    inv.topology.modules = std::move(cards);
+                    inv.devices.size(), inv.devices.front().model, st.message(), modules.size()));
+    inv.topology.modules = std::move(modules);
     inv.topology.module_rule = core::ModuleRule::kWholeForEven;
   } else if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,

@@ -18,6 +18,10 @@
 //           template the chip holds, and the templates as the slice sizes
 //   NUMA    read per chip (never derived from the index: a 910B2 node reads
 //           6,0,6,0,4,2,4,2), super-node from the super-pod query.
+// At the plugin's start (DiscoverPartial), a chip whose details cannot be
+// read is not offered, with an error logged once; the other chips are, and
+// that discovery fails only when no chip can be read. Every other discovery
+// fails for one such chip, leaving the chips served as they were.
 // Two chips whose ids or physical ids DCMI reports the same (or a physical id
 // out of range) fail the discovery: one chip's grants, health and device node
 // would be the other's.
@@ -68,7 +72,10 @@ class AscendDriver : public VendorDriver {
 
   // VendorDriver:
   std::string_view Name() const override { return "ascend"; }
-  StatusOr<std::vector<core::NodeInventory>> Discover() override;
+  StatusOr<std::vector<core::NodeInventory>> Discover() override { return DiscoverDevices(false); }
+  StatusOr<std::vector<core::NodeInventory>> DiscoverPartial() override {
+    return DiscoverDevices(true);
+  }
   Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
   StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const override;
@@ -78,6 +85,8 @@ class AscendDriver : public VendorDriver {
   StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
+  // `partial`: a device that cannot be read is left out (DiscoverPartial).
+  StatusOr<std::vector<core::NodeInventory>> DiscoverDevices(bool partial);
   struct Chip {
     DcmiChipId where;
     std::string id;

@@ -263,6 +263,42 @@ TEST(AscendDriverTest, An8Die910CNodeKeepsItsModulesTakenWhole) {
   EXPECT_EQ(inv.topology.groups, (std::vector<std::vector<int32_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
 }
 
+// A 16-die A3 node with one die left out at start (its chip info cannot be
+// read) has 15 dies: no x16 profile, but its 7 complete cards stay modules
+// taken whole by even requests, and the lone die is in none.
+TEST(AscendDriverTest, A910CDieLeftOutAtStartKeepsTheCompleteCardsAsModules) {
+  auto dcmi = std::make_unique<FakeDcmi>("910_9392", 16, std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1});
+  dcmi->fail_info = 5;  // card 2, die 1
+  AscendDriver d(std::move(dcmi), Options("a3-node"));
+  auto invs = d.DiscoverPartial();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  ASSERT_EQ(inv.devices.size(), 15u);
+  ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
+  EXPECT_EQ(inv.topology.module_rule, core::ModuleRule::kWholeForEven);
+  EXPECT_EQ(inv.topology.modules,
+            (std::vector<std::vector<int32_t>>{
+                {0, 1}, {2, 3}, {5, 6}, {7, 8}, {9, 10}, {11, 12}, {13, 14}}));
+  EXPECT_EQ(inv.devices[4].module, -1);  // die 4, card 2's other
+  EXPECT_EQ(inv.devices[5].module, 2);
+
+  // An even request takes whole cards, never the lone die.
+  core::DeviceRequest two;
+  two.container = "main";
+  two.vendor = core::Vendor::kAscend;
+  two.count = 2;
+  const core::FitResult r =
+      core::Fit(core::PodRequest{{two}, {}}, inv, core::NodeUsage::Empty(inv));
+  ASSERT_TRUE(r.fits());
+  std::vector<int32_t> dies;
+  for (const core::Grant& g : r.placement.containers[0].grants) dies.push_back(g.device);
+  std::sort(dies.begin(), dies.end());
+  ASSERT_EQ(dies.size(), 2u);
+  EXPECT_NE(dies[0], 4);
+  EXPECT_EQ(inv.devices[static_cast<size_t>(dies[0])].module,
+            inv.devices[static_cast<size_t>(dies[1])].module);
+}
+
 // Two Atlas 300I cards of four 310 chips whose logic ids go round the cards:
 // the cards are the chips DCMI reports under one card id, not runs of four
 // inventory indices, and a request of 4 takes one card.
@@ -369,6 +405,42 @@ TEST(AscendDriverTest, DcmiErrorMidDiscoveryIsClear) {
   ASSERT_FALSE(invs.ok());
   EXPECT_NE(invs.status().message().find("NPU card 2 device 1"), std::string::npos);
   EXPECT_NE(invs.status().message().find("npu-smi"), std::string::npos);
+}
+
+// At the plugin's start (DiscoverPartial) a chip that cannot be read is left
+// out, with an error naming it and what to check, and the other 7 are
+// served. A later discovery that cannot read a chip fails as a whole, and the
+// chips served stay allocatable.
+TEST(AscendDriverTest, UnreadableChipIsLeftOutAtStartOnly) {
+  auto owned = std::make_unique<FakeDcmi>("910B3", 8, std::vector<int>{0});
+  FakeDcmi* dcmi = owned.get();
+  dcmi->fail_info = 5;
+  AscendDriver d(std::move(owned), Options("n"));
+  auto log = std::make_unique<testing::LogCapture>();
+  auto invs = d.DiscoverPartial();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(log->Has({"NPU card 2 device 1", "npu-smi", "not offered"}));
+  log.reset();
+  ASSERT_EQ((*invs)[0].devices.size(), 7u);
+  for (const core::Device& dev : (*invs)[0].devices) {
+    EXPECT_NE(dev.pci_bus, "0000:c6:00.0");  // chip 5's
+  }
+  const core::Device chip6 = (*invs)[0].devices[5];
+  EXPECT_EQ(chip6.pci_bus, "0000:c7:00.0");
+
+  dcmi->fail_info = 6;  // a served chip that cannot be read now
+  auto later = d.Discover();
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("NPU card 3 device 0"), std::string::npos);
+  auto spec = d.BuildContainerSpec({{chip6, 0, 0, true}});
+  // Still a device of this node (no device nodes here: the spec stops at
+  // the missing /dev node, not at "not on this node").
+  EXPECT_NE(spec.status().code(), StatusCode::kInvalidArgument) << spec.status().ToString();
+
+  dcmi->fail_info = -1;
+  auto all = d.Discover();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ((*all)[0].devices.size(), 8u);
 }
 
 // Two chips for which DCMI reports the same PCI bus (the device id) or the

@@ -118,17 +118,22 @@ Status NvidiaDriver::EnsureInit() {
 }
 
 std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
+                                                const std::vector<bool>& readable,
                                                 bool* all_switched, DiscoveryLog* notes) {
   const size_t n = infos.size();
   std::map<std::string, size_t> by_bus;
   for (size_t i = 0; i < n; ++i) {
-    by_bus[NormalizeBus(infos[i].pci_bus)] = i;
+    if (readable[i]) by_bus[NormalizeBus(infos[i].pci_bus)] = i;
   }
   // direct[i][j]: NVLinks from i that end on GPU j; switched[i]: links to NVSwitches.
   std::vector<std::vector<int32_t>> direct(n, std::vector<int32_t>(n, 0));
   std::vector<int32_t> switched(n, 0);
   std::vector<bool> unread_remotes(n, false);
   for (size_t i = 0; i < n; ++i) {
+    if (!readable[i]) {
+      unread_remotes[i] = true;  // not offered; said by Discover
+      continue;
+    }
     StatusOr<std::vector<std::string>> remotes = nvml_->NvLinkRemotes(static_cast<int32_t>(i));
     if (!remotes.ok()) {
       // The GPU is served all the same, as one without NVLinks: a link
@@ -164,7 +169,7 @@ std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo
   std::string first_unread;
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      if (i == j) {
+      if (i == j || !readable[i] || !readable[j]) {
         continue;
       }
       StatusOr<P2PLevel> level =
@@ -221,9 +226,10 @@ void BridgedPairs(const std::vector<int32_t>& links, core::NodeInventory* inv) {
   }
 }
 
-std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
+std::string NvidiaDriver::NvlinkDomain(const std::vector<bool>& readable, DiscoveryLog* notes) {
   std::string domain;
-  for (size_t i = 0; i < gpus; ++i) {
+  for (size_t i = 0; i < readable.size(); ++i) {
+    if (!readable[i]) continue;
     StatusOr<NvmlFabric> f = nvml_->FabricInfo(static_cast<int32_t>(i));
     if (!f.ok()) {
       if (f.status().code() != StatusCode::kUnimplemented) {
@@ -265,14 +271,15 @@ std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
     }
     // As NVIDIA's GPU feature discovery labels it (nvidia.com/gpu.clique).
     const std::string id = f->cluster_uuid + "." + std::to_string(f->clique);
-    if (i == 0) {
+    if (domain.empty()) {
       domain = id;
     } else if (id != domain) {
-      notes->Add(DiscoveryLog::Level::kError,
-                 fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
-                             "(GPU 0: {}, GPU {}: {}); the node is published without one. Check "
-                             "the NVLink partition configuration of the fabric manager",
-                             domain, i, id));
+      notes->Add(
+          DiscoveryLog::Level::kError,
+          fmt::format("nvidia: the GPUs of this node are in different NVLink domains "
+                      "(the first GPU: {}, GPU {}: {}); the node is published without one. Check "
+                      "the NVLink partition configuration of the fabric manager",
+                      domain, i, id));
       return "";
     }
   }
@@ -284,7 +291,7 @@ std::string NvidiaDriver::NvlinkDomain(size_t gpus, DiscoveryLog* notes) {
   return domain;
 }
 
-StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
+StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::DiscoverDevices(bool partial) {
   ACCELPOOL_RETURN_IF_ERROR(EnsureInit());
   StatusOr<int32_t> count = nvml_->DeviceCount();
   if (!count.ok()) {
@@ -293,17 +300,47 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   if (*count == 0) {
     return std::vector<core::NodeInventory>{};
   }
-  std::vector<NvmlDeviceInfo> infos;
+  std::vector<std::string> unread;  // the error lines of the devices left out
+  // At start (`partial`), a GPU that cannot be read is not offered, and the
+  // others are: one GPU answering an error must not take every GPU of the
+  // node away. Its place stays (infos, ids_ and the health watch go by NVML
+  // index) and the other GPUs keep their ids (UUIDs); only when none can be
+  // read does discovery fail. Later, GPUs are served: one that cannot be
+  // read fails the discovery, which keeps them and the tables below (ids_,
+  // minors_, gpu_uuids_, unhealthy_) as they are.
+  std::vector<NvmlDeviceInfo> infos(static_cast<size_t>(*count));
+  std::vector<bool> readable(infos.size(), false);
+  size_t served = 0;
+  Status first_error;
   for (int32_t i = 0; i < *count; ++i) {
     StatusOr<NvmlDeviceInfo> info = nvml_->DeviceInfo(i);
     if (!info.ok()) {
-      return info.status().WithPrefix("GPU " + std::to_string(i));
+      Status st = info.status().WithPrefix("GPU " + std::to_string(i));
+      if (!partial) {
+        return st;
+      }
+      unread.push_back(
+          fmt::format("nvidia: {}; it is not offered, the other GPUs are. Check it with "
+                      "nvidia-smi -q -i {} and the kernel log (dmesg | grep -i xid), reset "
+                      "it (nvidia-smi -r -i {}) or reload the driver; a device check of the "
+                      "plugin offers it once it answers",
+                      st.message(), i, i));
+      if (first_error.ok()) first_error = std::move(st);
+      continue;
     }
-    infos.push_back(std::move(info).value());
+    infos[static_cast<size_t>(i)] = std::move(info).value();
+    readable[static_cast<size_t>(i)] = true;
+    ++served;
+  }
+  if (served == 0) {
+    return first_error;
   }
   DiscoveryLog notes(&discovery_lines_);
+  for (std::string& line : unread) {
+    notes.Add(DiscoveryLog::Level::kError, std::move(line));
+  }
   bool all_switched = false;
-  const std::vector<int32_t> links = MeasureLinks(infos, &all_switched, &notes);
+  const std::vector<int32_t> links = MeasureLinks(infos, readable, &all_switched, &notes);
 
   core::NodeInventory inv;
   inv.node = options_.node;
@@ -329,6 +366,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
     return Status::Ok();
   };
   for (size_t i = 0; i < infos.size(); ++i) {
+    if (!readable[i]) continue;
     const NvmlDeviceInfo& info = infos[i];
     core::Device d;
     d.id = info.uuid;
@@ -407,8 +445,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
             "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
             profiles.size(), inv.devices.size() - mig.size()));
   }
-  const std::string profile =
-      (all_switched && infos.size() == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
+  const std::string profile = (all_switched && served == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
       any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
   if (st.ok()) {
@@ -423,7 +460,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   if (!st.ok()) {
     notes.Add(DiscoveryLog::Level::kInfo,
               fmt::format("nvidia: profile {} does not fit {} GPUs ({}); using NUMA groups",
-                          profile, infos.size(), st.message()));
+                          profile, served, st.message()));
     core::ApplyNumaDefault(&inv);
   }
   // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.
@@ -441,7 +478,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
 
   // Multi-node NVLink (GB200/GB300 NVL72): the node's NVLink domain is its
   // super node, so the extender keeps a job's pods inside one domain.
-  inv.topology.super_node = NvlinkDomain(infos.size(), &notes);
+  inv.topology.super_node = NvlinkDomain(readable, &notes);
   if (options_.imex_channel >= 0 &&
       !DeviceNodeExists(options_.device_root, ImexChannelPath(options_.imex_channel))) {
     notes.Add(DiscoveryLog::Level::kWarn,
@@ -456,6 +493,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::Discover() {
   // The recovery query, on every GPU: one that fails it starts unhealthy.
   std::vector<std::string> probe_failed(infos.size());
   for (size_t i = 0; i < infos.size(); ++i) {
+    if (!readable[i]) continue;
     if (Status p = nvml_->Probe(static_cast<int32_t>(i)); !p.ok()) {
       probe_failed[i] = p.message();
       notes.Add(DiscoveryLog::Level::kWarn,
@@ -710,8 +748,9 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
             bool was_healthy = false;
             {
               std::lock_guard<std::mutex> lock(mu_);
-              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size()) {
-                continue;  // not a GPU this node's discovery knows
+              if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size() ||
+                  gpu_uuids_[static_cast<size_t>(i)].empty()) {
+                continue;  // not a GPU this node's discovery serves
               }
               auto [it, inserted] = unhealthy_.try_emplace(gpu_uuids_[static_cast<size_t>(i)]);
               it->second.last_xid = Clock::now();

@@ -27,6 +27,12 @@
 // layout change) goes on from where the last one was (it says which GPUs are
 // unhealthy, and that every other is healthy), and a discovery reports the
 // devices of an unhealthy GPU (its new MIG devices too) as unhealthy.
+// At the plugin's start (DiscoverPartial), a GPU whose details cannot be read
+// (its DeviceInfo fails) is not offered, with an error logged once that says
+// what to check; the other GPUs are (their ids are UUIDs, so none shifts),
+// and that discovery fails only when no GPU can be read. Every other
+// discovery fails for one such GPU, leaving the GPUs served and the tables
+// below as they were.
 // Discovery also probes every GPU (the recovery query: it answers, and no
 // rows wait for remapping): one that fails is unhealthy from the start (a
 // plugin started after the XID, on a GPU that still needs a reset), and the
@@ -110,7 +116,10 @@ class NvidiaDriver : public VendorDriver {
 
   // VendorDriver:
   std::string_view Name() const override { return "nvidia"; }
-  StatusOr<std::vector<core::NodeInventory>> Discover() override;
+  StatusOr<std::vector<core::NodeInventory>> Discover() override { return DiscoverDevices(false); }
+  StatusOr<std::vector<core::NodeInventory>> DiscoverPartial() override {
+    return DiscoverDevices(true);
+  }
   Status WatchHealth(std::stop_token stop, const HealthSink& sink) override;
   StatusOr<ContainerSpec> BuildContainerSpec(
       const std::vector<GrantedDevice>& grants) const override;
@@ -119,14 +128,19 @@ class NvidiaDriver : public VendorDriver {
   StatusOr<std::map<std::string, std::vector<ProcessMemory>>> MemoryHolders() override;
 
  private:
+  // `partial`: a device that cannot be read is left out (DiscoverPartial).
+  StatusOr<std::vector<core::NodeInventory>> DiscoverDevices(bool partial);
   Status EnsureInit();
   // The pairwise link scores of the GPUs (n x n). A query that fails is
   // logged in `notes` and scored from what else is known, never failing
   // discovery.
-  std::vector<int32_t> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos, bool* all_switched,
+  // GPUs not `readable` (not offered) are left out: no queries, score 0.
+  std::vector<int32_t> MeasureLinks(const std::vector<NvmlDeviceInfo>& infos,
+                                    const std::vector<bool>& readable, bool* all_switched,
                                     DiscoveryLog* notes);
-  // The NVLink domain of GPUs 0 .. gpus-1, "" when there is none.
-  std::string NvlinkDomain(size_t gpus, DiscoveryLog* notes);
+  // The NVLink domain of the `readable` GPUs (by NVML index), "" when there
+  // is none.
+  std::string NvlinkDomain(const std::vector<bool>& readable, DiscoveryLog* notes);
   // Where a MIG device lives: its GPU's minor and its instance ids.
   struct MigPlace {
     int32_t gpu_minor = -1;
@@ -157,7 +171,8 @@ class NvidiaDriver : public VendorDriver {
   bool initialized_ = false;               // guarded by mu_
   // Device ids by NVML index: the GPU's UUID, or its MIG devices' UUIDs.
   std::vector<std::vector<std::string>> ids_;  // guarded by mu_
-  std::vector<std::string> gpu_uuids_;         // GPU UUID by NVML index; guarded by mu_
+  // GPU UUID by NVML index ("" for a GPU discovery could not read); guarded by mu_
+  std::vector<std::string> gpu_uuids_;
   std::map<std::string, Unhealthy> unhealthy_;  // by GPU UUID; guarded by mu_
   std::map<std::string, int32_t> minors_;      // id -> GPU minor; guarded by mu_
   std::map<std::string, MigPlace> mig_;        // MIG id -> place; guarded by mu_

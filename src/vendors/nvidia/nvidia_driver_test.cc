@@ -485,6 +485,55 @@ TEST(NvidiaDriverTest, LibraryErrorsAreClearAndNeverCrash) {
   }
 }
 
+// At the plugin's start (DiscoverPartial) a GPU that cannot be read is left
+// out, with an error naming it and what to check, and the other 7 are served
+// under their UUIDs. A later discovery that cannot read a GPU fails as a
+// whole: the GPUs served keep their tables (Allocate, XID handling), and a
+// discovery that reads every GPU offers the one left out.
+TEST(NvidiaDriverTest, UnreadableGpuIsLeftOutAtStartOnly) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->fail_info_index = 3;
+  NvidiaDriver d(std::move(owned), Options());
+  // The capture ends before a health watch may log from its thread.
+  auto log = std::make_unique<testing::LogCapture>();
+  auto invs = d.DiscoverPartial();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(log->Has({"GPU 3", "nvidia-smi -q -i 3", "not offered"}));
+  log.reset();
+  std::vector<std::string> ids;
+  for (const core::Device& dev : (*invs)[0].devices) ids.push_back(dev.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"GPU-1000-h200", "GPU-1001-h200", "GPU-1002-h200",
+                                           "GPU-1004-h200", "GPU-1005-h200", "GPU-1006-h200",
+                                           "GPU-1007-h200"}));
+  const core::Device gpu4 = (*invs)[0].devices[3];
+
+  lib->fail_info_index = 4;  // a served GPU that cannot be read now
+  auto later = d.Discover();
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("GPU 4"), std::string::npos);
+  auto spec = d.BuildContainerSpec({{gpu4, 0, 0, true}});
+  // Still a device of this node (no device nodes here: the spec stops at
+  // the missing /dev node, not at "not on this node").
+  EXPECT_NE(spec.status().code(), StatusCode::kInvalidArgument) << spec.status().ToString();
+  lib->probe_ok = false;
+  lib->Push(std::optional<XidEvent>(XidEvent{3, 79}));  // the GPU not offered: nothing
+  lib->Push(std::optional<XidEvent>(XidEvent{4, 79}));
+  {
+    testing::HealthRecorder health(d);
+    ASSERT_TRUE(health.WaitFor(1));
+    const std::vector<HealthEvent> events = health.Stop();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].device_id, "GPU-1004-h200");
+    EXPECT_FALSE(events[0].healthy);
+  }
+
+  lib->fail_info_index = -1;
+  auto all = d.Discover();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ((*all)[0].devices.size(), 8u);
+}
+
 TEST(NvidiaDriverTest, XidHealthIsTwoWayAndIgnoresApplicationErrors) {
   auto owned = std::make_unique<FakeNvml>();
   FakeNvml* lib = owned.get();

@@ -185,5 +185,36 @@ TEST(HgmlLibraryTest, ErrorsMidDiscoveryAndAbsentLibrary) {
   EXPECT_EQ(NewHgmlLibrary().status().code(), StatusCode::kUnavailable);
 }
 
+// At the plugin's start (DiscoverPartial) a PPU that cannot be read is left
+// out, with an error naming it and what to check, and the other 15 are
+// served. A later discovery that cannot read a PPU fails as a whole, and the
+// PPUs served stay allocatable.
+TEST(HgmlLibraryTest, UnreadablePpuIsLeftOutAtStartOnly) {
+  auto owned = std::make_unique<FakeHgml>();
+  FakeHgml* fake = owned.get();
+  fake->fail = 9;
+  LibraryDriver d(HgmlDeviceLibrary(std::move(owned)), TheadSpec(), "n");
+  auto log = std::make_unique<vendors::testing::LogCapture>();
+  auto invs = d.DiscoverPartial();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(log->Has({"HGML device 9", "ppu-smi", "not offered"}));
+  log.reset();
+  ASSERT_EQ((*invs)[0].devices.size(), 15u);
+  const core::Device last = (*invs)[0].devices.back();
+
+  auto later = d.Discover();  // PPU 9 still cannot be read
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("HGML device 9"), std::string::npos);
+  auto spec = d.BuildContainerSpec({{last, 0, 0, true}});
+  // Still a device of this node (no device nodes here: the spec stops at
+  // the missing /dev node, not at "not on this node").
+  EXPECT_NE(spec.status().code(), StatusCode::kInvalidArgument) << spec.status().ToString();
+
+  fake->fail = -1;
+  auto all = d.Discover();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ((*all)[0].devices.size(), 16u);
+}
+
 }  // namespace
 }  // namespace accelpool::vendors::thead
