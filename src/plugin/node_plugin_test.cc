@@ -923,6 +923,73 @@ TEST(NodePluginDeviceCheckTest, ASetSeenOnceOrAFailingBackendChangesNothing) {
   EXPECT_EQ(checks("changed"), 0);
 }
 
+// A backend with one GPU (GPU-d) that cannot be read while `unreadable` is
+// set, answering as the vendor drivers do: DiscoverPartial (the plugin's
+// start) leaves it out, Discover (a device check) fails.
+class UnreadableGpuDriver : public OverFakeDriver {
+ public:
+  UnreadableGpuDriver(std::string all, std::string readable)
+      : OverFakeDriver(std::move(all)), readable_({std::move(readable), "n"}) {}
+  std::string_view Name() const override { return "unreadable"; }
+  StatusOr<std::vector<core::NodeInventory>> Discover() override {
+    ++checks_;
+    if (unreadable.load()) return UnavailableError("GPU 3: the library failed");
+    return inner_.Discover();
+  }
+  StatusOr<std::vector<core::NodeInventory>> DiscoverPartial() override {
+    ++starts_;
+    return unreadable.load() ? readable_.Discover() : inner_.Discover();
+  }
+  int checks() const { return checks_.load(); }
+  int starts() const { return starts_.load(); }
+  std::atomic<bool> unreadable{true};
+
+ private:
+  vendors::fake::FakeDriver readable_;
+  std::atomic<int> checks_{0};
+  std::atomic<int> starts_{0};
+};
+
+std::string Gpus(const std::vector<std::string>& ids) {
+  std::string devices;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    devices += std::string(i == 0 ? "" : ",") + R"({"index":)" + std::to_string(i) + R"(,"id":")" +
+               ids[i] + R"("})";
+  }
+  return R"({"version":1,"inventories":[{"vendor":"nvidia","count":)" + std::to_string(ids.size()) +
+         R"(,"model":"H200","memory_mib":143771,"devices":[)" + devices + "]}]}";
+}
+
+// Start serves the GPUs a backend can read: one that cannot be read does not
+// take the others away (it used to fail the backend's discovery: nothing
+// served on a node with one vendor). Device checks stay all or nothing: while
+// the GPU cannot be read they fail and the GPUs served stay; once it reads,
+// it joins as any new device does.
+TEST(NodePluginStartTest, StartServesTheDevicesABackendCanRead) {
+  TempDir dir;
+  testing::WriteFile(dir.File("all.json"), Gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"}));
+  testing::WriteFile(dir.File("readable.json"), Gpus({"GPU-a", "GPU-b", "GPU-c"}));
+  AssignmentStore store;
+  NodePluginOptions o = StartOptions(dir);
+  o.rediscover_every = std::chrono::milliseconds(20);
+  std::vector<vendors::VendorDriverPtr> drivers;
+  auto owned =
+      std::make_unique<UnreadableGpuDriver>(dir.File("all.json"), dir.File("readable.json"));
+  UnreadableGpuDriver* u = owned.get();
+  drivers.push_back(std::move(owned));
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  const std::set<std::string> readable = {"GPU-a", "GPU-b", "GPU-c"};
+  EXPECT_EQ(Ids(*p.state().Get()), readable);
+  ASSERT_TRUE(WaitFor([&] { return u->checks() >= 4; }));
+  EXPECT_EQ(Ids(*p.state().Get()), readable);
+  EXPECT_EQ(u->starts(), 1);
+
+  u->unreadable = false;
+  ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).size() == 4; }));
+  EXPECT_EQ(u->starts(), 1);
+}
+
 // A backend whose library, on demand, reports a figure out of the
 // protocol's range or an id that would split in a visible-devices list.
 class GarbledDriver : public OverFakeDriver {
