@@ -117,13 +117,15 @@ NodePlugin::Discovery NodePlugin::DiscoverAll(bool quiet, const Snapshot* served
   results.reserve(drivers_.size());
   for (size_t i = 0; i < drivers_.size(); ++i) {
     vendors::VendorDriver* d = drivers_[i].get();
-    // At start nothing is served: a device that cannot be read is left out
-    // and the backend's others are served. At a device check the driver's
-    // tables describe the devices served, so a discovery is all or nothing
-    // (one that fails keeps them, below); a device left out at start joins
-    // when a check reads it, as any new device does.
+    // While none of a backend's devices is served (at start, or at a check
+    // after its whole discovery failed so far), a device that cannot be read
+    // is left out and the backend's others are served. Once some are served
+    // the driver's tables describe them, so a discovery is all or nothing
+    // (one that fails keeps them, below); a device left out joins when a
+    // check reads it, as any new device does.
+    const bool nothing_served = served == nullptr || served_keys_[i].empty();
     StatusOr<std::vector<core::NodeInventory>> found =
-        served == nullptr ? d->DiscoverPartial() : d->Discover();
+        nothing_served ? d->DiscoverPartial() : d->Discover();
     if (found.ok()) {
       if (Status checked = CheckDiscovered(*found, options_.node); !checked.ok()) {
         found = checked;

@@ -933,16 +933,19 @@ class UnreadableGpuDriver : public OverFakeDriver {
   std::string_view Name() const override { return "unreadable"; }
   StatusOr<std::vector<core::NodeInventory>> Discover() override {
     ++checks_;
+    if (down.load()) return UnavailableError("the library is not loaded yet");
     if (unreadable.load()) return UnavailableError("GPU 3: the library failed");
     return inner_.Discover();
   }
   StatusOr<std::vector<core::NodeInventory>> DiscoverPartial() override {
     ++starts_;
+    if (down.load()) return UnavailableError("the library is not loaded yet");
     return unreadable.load() ? readable_.Discover() : inner_.Discover();
   }
   int checks() const { return checks_.load(); }
   int starts() const { return starts_.load(); }
   std::atomic<bool> unreadable{true};
+  std::atomic<bool> down{false};  // every discovery fails
 
  private:
   vendors::fake::FakeDriver readable_;
@@ -988,6 +991,48 @@ TEST(NodePluginStartTest, StartServesTheDevicesABackendCanRead) {
   u->unreadable = false;
   ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).size() == 4; }));
   EXPECT_EQ(u->starts(), 1);
+}
+
+// On a node with two vendors, one backend whose whole discovery failed at
+// start serves nothing: the device checks discover it as the start does, so
+// that once its library answers, one device it cannot read does not keep
+// its others out.
+TEST(NodePluginDeviceCheckTest, ABackendServingNothingIsCheckedAsAtStart) {
+  TempDir dir;
+  testing::WriteFile(dir.File("all.json"), Gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"}));
+  testing::WriteFile(dir.File("readable.json"), Gpus({"GPU-a", "GPU-b", "GPU-c"}));
+  testing::WriteFile(
+      dir.File("npu.json"),
+      R"({"version":1,"inventories":[{"vendor":"ascend","count":2,"model":"Ascend910B3",)"
+      R"("memory_mib":65536,"devices":[{"index":0,"id":"npu-0"},{"index":1,"id":"npu-1"}]}]})");
+  AssignmentStore store;
+  NodePluginOptions o = StartOptions(dir);
+  o.rediscover_every = std::chrono::milliseconds(20);
+  std::vector<vendors::VendorDriverPtr> drivers;
+  drivers.push_back(std::make_unique<vendors::fake::FakeDriver>(
+      vendors::fake::FakeDriverOptions{dir.File("npu.json"), "n"}));
+  auto owned =
+      std::make_unique<UnreadableGpuDriver>(dir.File("all.json"), dir.File("readable.json"));
+  UnreadableGpuDriver* u = owned.get();
+  u->down = true;
+  drivers.push_back(std::move(owned));
+  NodePlugin p(o, std::move(drivers), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  EXPECT_EQ(Ids(*p.state().Get()), (std::set<std::string>{"npu-0", "npu-1"}));
+  const int starts = u->starts();
+  ASSERT_TRUE(WaitFor([&] { return u->starts() >= starts + 3; }));
+
+  u->down = false;  // the library answers; GPU-d still cannot be read
+  ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).size() == 5; }))
+      << Ids(*p.state().Get()).size();
+  EXPECT_EQ(Ids(*p.state().Get()),
+            (std::set<std::string>{"npu-0", "npu-1", "GPU-a", "GPU-b", "GPU-c"}));
+  // Now that some are served, checks are all or nothing: the three stay.
+  const int checks = u->checks();
+  ASSERT_TRUE(WaitFor([&] { return u->checks() >= checks + 3; }));
+  EXPECT_EQ(Ids(*p.state().Get()).size(), 5u);
+  u->unreadable = false;
+  ASSERT_TRUE(WaitFor([&] { return Ids(*p.state().Get()).size() == 6; }));
 }
 
 // A backend whose library, on demand, reports a figure out of the

@@ -211,7 +211,7 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool p
         links[a * n + b] = LinkKindScore(*k);
         any = true;
       } else if (k.ok() && !unknown) {
-        unknown = "devices " + std::to_string(a) + " and " + std::to_string(b) +
+        unknown = "devices " + std::to_string(where[a]) + " and " + std::to_string(where[b]) +
                   ": the library answers a link kind it does not name";
       }
     }

@@ -531,7 +531,9 @@ int PrintInventory(std::vector<vendors::VendorDriverPtr>& drivers) {
   api::InventoryDocument doc;
   int rc = 0;
   for (auto& d : drivers) {
-    StatusOr<std::vector<core::NodeInventory>> invs = d->Discover();
+    // What the plugin's start would serve: a device that cannot be read is
+    // left out, with its error logged.
+    StatusOr<std::vector<core::NodeInventory>> invs = d->DiscoverPartial();
     if (!invs.ok()) {
       std::fprintf(stderr, "%s: %s\n", std::string(d->Name()).c_str(),
                    invs.status().ToString().c_str());
@@ -557,7 +559,7 @@ int PrintMemoryUse(std::vector<vendors::VendorDriverPtr>& drivers, const std::st
   int rc = 0;
   for (auto& d : drivers) {
     const std::string name(d->Name());
-    if (StatusOr<std::vector<core::NodeInventory>> invs = d->Discover(); !invs.ok()) {
+    if (StatusOr<std::vector<core::NodeInventory>> invs = d->DiscoverPartial(); !invs.ok()) {
       std::fprintf(stderr, "%s: %s\n", name.c_str(), invs.status().ToString().c_str());
       rc = 1;
       continue;

@@ -242,6 +242,12 @@ StatusOr<std::vector<core::NodeInventory>> AscendDriver::DiscoverDevices(bool pa
         fmt::format("ascend: {} x {} has no topology profile ({}); using NUMA groups and its "
                     "{} cards as modules, taken whole by even requests",
                     inv.devices.size(), inv.devices.front().model, st.message(), modules.size()));
+    // As the 16-die profile: one die, or an even count of whole modules;
+    // never an odd count above one (a lone die and a module, say).
+    inv.topology.valid_counts = {1};
+    for (size_t c = 2; c <= 2 * modules.size(); c += 2) {
+      inv.topology.valid_counts.push_back(static_cast<int32_t>(c));
+    }
     inv.topology.modules = std::move(modules);
     inv.topology.module_rule = core::ModuleRule::kWholeForEven;
   } else if (!st.ok()) {

@@ -276,6 +276,8 @@ TEST(AscendDriverTest, A910CDieLeftOutAtStartKeepsTheCompleteCardsAsModules) {
   ASSERT_EQ(inv.devices.size(), 15u);
   ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
   EXPECT_EQ(inv.topology.module_rule, core::ModuleRule::kWholeForEven);
+  // One die, or whole modules: a lone die beside a module (3) is no count.
+  EXPECT_EQ(inv.topology.valid_counts, (std::vector<int32_t>{1, 2, 4, 6, 8, 10, 12, 14}));
   EXPECT_EQ(inv.topology.modules,
             (std::vector<std::vector<int32_t>>{
                 {0, 1}, {2, 3}, {5, 6}, {7, 8}, {9, 10}, {11, 12}, {13, 14}}));
