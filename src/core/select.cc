@@ -167,11 +167,15 @@ std::vector<CandidateSet> SetsFromPool(const NodeInventory& inv, const std::vect
     return out;
   }
   if (t.module_rule == ModuleRule::kWholeForEven && count == 1) {
-    // A single die prefers a module whose sibling is already in use.
+    // A single die prefers a module whose sibling is already in use, or a
+    // die in no module (its sibling left out at start): neither breaks a
+    // free pair an even request could take.
     for (int32_t d : pool) {
       const int32_t m = inv.devices[static_cast<size_t>(d)].module;
       int64_t rank = 0;
-      if (m >= 0 && static_cast<size_t>(m) < t.modules.size()) {
+      if (m < 0 || static_cast<size_t>(m) >= t.modules.size()) {
+        rank = 1;
+      } else {
         for (int32_t s : t.modules[static_cast<size_t>(m)]) {
           if (s != d && (used[static_cast<size_t>(s)] || !in_pool[static_cast<size_t>(s)])) rank = 1;
         }

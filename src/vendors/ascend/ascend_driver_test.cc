@@ -299,6 +299,15 @@ TEST(AscendDriverTest, A910CDieLeftOutAtStartKeepsTheCompleteCardsAsModules) {
   EXPECT_NE(dies[0], 4);
   EXPECT_EQ(inv.devices[static_cast<size_t>(dies[0])].module,
             inv.devices[static_cast<size_t>(dies[1])].module);
+
+  // A one-die request takes the lone die, leaving every pair whole.
+  core::DeviceRequest one = two;
+  one.count = 1;
+  const core::FitResult o =
+      core::Fit(core::PodRequest{{one}, {}}, inv, core::NodeUsage::Empty(inv));
+  ASSERT_TRUE(o.fits());
+  ASSERT_EQ(o.placement.containers[0].grants.size(), 1u);
+  EXPECT_EQ(o.placement.containers[0].grants[0].device, 4);
 }
 
 // Two Atlas 300I cards of four 310 chips whose logic ids go round the cards:
