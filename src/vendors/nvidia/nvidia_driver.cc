@@ -134,7 +134,7 @@ std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo
       unread_remotes[i] = true;  // not offered; said by Discover
       continue;
     }
-    StatusOr<std::vector<std::string>> remotes = nvml_->NvLinkRemotes(static_cast<int32_t>(i));
+    StatusOr<std::vector<NvLinkRemote>> remotes = nvml_->NvLinkRemotes(static_cast<int32_t>(i));
     if (!remotes.ok()) {
       // The GPU is served all the same, as one without NVLinks: a link
       // query that fails (some boards and VMs answer errors where others
@@ -146,13 +146,17 @@ std::vector<int32_t> NvidiaDriver::MeasureLinks(const std::vector<NvmlDeviceInfo
       unread_remotes[i] = true;
       continue;
     }
-    for (const std::string& r : *remotes) {
-      auto it = by_bus.find(NormalizeBus(r));
+    for (const NvLinkRemote& r : *remotes) {
+      auto it = by_bus.find(NormalizeBus(r.bus));
       if (it != by_bus.end()) {
         ++direct[i][it->second];
-      } else {
+      } else if (r.peer == NvLinkPeer::kSwitch || r.peer == NvLinkPeer::kUnknown) {
+        // Another bus is an NVSwitch; with the peer unknown (drivers before
+        // R450) it is taken for one.
         ++switched[i];
       }
+      // A GPU that is not served (left out at start) or a CPU (IBM POWER)
+      // joins no two served GPUs.
     }
   }
   // Switched when every GPU whose NVLinks were read reaches NVSwitches.
@@ -445,6 +449,18 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::DiscoverDevices(bool pa
             "the same MIG layout, or use --mig-strategy=mixed (nvidia.com/mig-<profile>)",
             profiles.size(), inv.devices.size() - mig.size()));
   }
+  // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.
+  // By inventory index: a GPU left out at start has no row.
+  const size_t n = infos.size();
+  const size_t m = inv.devices.size();
+  std::vector<int32_t> served_links(m * m, 0);
+  for (size_t a = 0; a < m; ++a) {
+    for (size_t b = 0; b < m; ++b) {
+      if (a == b) continue;
+      served_links[a * m + b] = parent[a] == parent[b] ? NvidiaLinkScore(P2PLevel::kInternal, 0)
+                                                       : links[parent[a] * n + parent[b]];
+    }
+  }
   const std::string profile = (all_switched && served == 8) ? "nvidia-hgx-8" : "nvidia-pcie-8";
   Status st =
       any_mig ? FailedPreconditionError("GPUs in MIG mode") : core::ApplyProfile(profile, &inv);
@@ -454,7 +470,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::DiscoverDevices(bool pa
     // kept together are those its NVLinks bridge.
     core::ApplyNumaDefault(&inv);
     if (!all_switched) {
-      BridgedPairs(links, &inv);
+      BridgedPairs(served_links, &inv);
     }
   }
   if (!st.ok()) {
@@ -463,18 +479,7 @@ StatusOr<std::vector<core::NodeInventory>> NvidiaDriver::DiscoverDevices(bool pa
                           profile, served, st.message()));
     core::ApplyNumaDefault(&inv);
   }
-  // Pairs of MIG devices score as their GPUs do; two on one GPU as one board.
-  const size_t n = infos.size();
-  const size_t m = inv.devices.size();
-  inv.topology.links.assign(m * m, 0);
-  for (size_t a = 0; a < m; ++a) {
-    for (size_t b = 0; b < m; ++b) {
-      if (a == b) continue;
-      inv.topology.links[a * m + b] = parent[a] == parent[b]
-                                          ? NvidiaLinkScore(P2PLevel::kInternal, 0)
-                                          : links[parent[a] * n + parent[b]];
-    }
-  }
+  inv.topology.links = std::move(served_links);
 
   // Multi-node NVLink (GB200/GB300 NVL72): the node's NVLink domain is its
   // super node, so the extender keeps a job's pods inside one domain.

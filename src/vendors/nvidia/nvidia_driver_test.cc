@@ -35,9 +35,10 @@ class FakeNvml : public NvmlLibrary {
       d.minor = i;
       d.numa = i < 4 ? 0 : 1;
       devices.push_back(d);
-      std::vector<std::string> l;
+      std::vector<NvLinkRemote> l;
       for (int k = 0; k < 18; ++k) {
-        l.push_back("00000000:0" + std::to_string(5 + k % 4) + ":00.0");  // NVSwitches
+        l.push_back({"00000000:0" + std::to_string(5 + k % 4) + ":00.0",  // NVSwitches
+                     NvLinkPeer::kSwitch});
       }
       links.push_back(l);
     }
@@ -57,7 +58,7 @@ class FakeNvml : public NvmlLibrary {
     }
     return devices[a].numa == devices[b].numa ? same_numa_level : P2PLevel::kSystem;
   }
-  StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t i) override {
+  StatusOr<std::vector<NvLinkRemote>> NvLinkRemotes(int32_t i) override {
     if (i == remotes_fail) {
       return UnavailableError("nvmlDeviceGetNvLinkRemotePciInfo_v2 failed: Unknown Error");
     }
@@ -104,7 +105,7 @@ class FakeNvml : public NvmlLibrary {
   }
 
   std::vector<NvmlDeviceInfo> devices;
-  std::vector<std::vector<std::string>> links;
+  std::vector<std::vector<NvLinkRemote>> links;
   std::map<int32_t, StatusOr<std::vector<NvmlMigInfo>>> migs;
   std::map<int32_t, StatusOr<NvmlFabric>> fabric;
   Status init_status;
@@ -224,7 +225,10 @@ TEST(NvidiaDriverTest, LinkScoreTable) {
 TEST(NvidiaDriverTest, BridgedPcieCardsScoreTheirPartner) {
   auto lib = std::make_unique<FakeNvml>();
   lib->devices.resize(4);
-  lib->links = {{"00000000:3B:00.0"}, {"00000000:19:00.0"}, {}, {}};
+  lib->links = {{{"00000000:3B:00.0", NvLinkPeer::kGpu}},
+                {{"00000000:19:00.0", NvLinkPeer::kUnknown}},
+                {},
+                {}};
   NvidiaDriver d(std::move(lib), Options());
   auto invs = d.Discover();
   ASSERT_TRUE(invs.ok()) << invs.status().ToString();
@@ -242,7 +246,7 @@ TEST(NvidiaDriverTest, GroupsAndBridgedPairsFollowWhatNvmlMeasured) {
   const int partner[] = {2, 3, 0, 1, 6, 7, 4, 5};
   for (int i = 0; i < 8; ++i) {
     lib->devices[i].numa = i % 2;
-    lib->links[i] = {lib->devices[partner[i]].pci_bus};
+    lib->links[i] = {{lib->devices[partner[i]].pci_bus, NvLinkPeer::kGpu}};
   }
   NvidiaDriver d(std::move(lib), Options());
   auto invs = d.Discover();
@@ -284,6 +288,41 @@ TEST(NvidiaDriverTest, GroupsAndBridgedPairsFollowWhatNvmlMeasured) {
 
 // Profile names from an instance's memory (close to what NVIDIA's MIG user
 // guide lists per profile with nvidia-smi mig -lgip) and the GPU's total.
+// A PCIe board of nine GPUs bridged in pairs (0-1, 2-3, 4-5, 6-7; 8 alone)
+// whose GPU 1 cannot be read at start: the eight served keep the pairs the
+// bridges make, by inventory index (never the profile's index pairs), and
+// the bridge to the GPU left out makes its partner no NVSwitch GPU.
+TEST(NvidiaDriverTest, BridgedPairsFollowTheServedGpusWhenOneIsLeftOut) {
+  auto lib = std::make_unique<FakeNvml>();
+  NvmlDeviceInfo ninth = lib->devices[7];
+  ninth.uuid = "GPU-1008-h200";
+  ninth.pci_bus = "00000000:E1:00.0";
+  ninth.minor = 8;
+  lib->devices.push_back(ninth);
+  lib->links.resize(9);
+  for (int i = 0; i < 9; ++i) {
+    lib->devices[i].numa = 0;
+    lib->links[i].clear();
+    if (i < 8) lib->links[i] = {{lib->devices[i ^ 1].pci_bus, NvLinkPeer::kGpu}};
+  }
+  lib->fail_info_index = 1;
+  NvidiaDriver d(std::move(lib), Options());
+  auto invs = d.DiscoverPartial();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  const core::NodeInventory& inv = (*invs)[0];
+  ASSERT_EQ(inv.devices.size(), 8u);
+  ASSERT_TRUE(core::ValidateInventory(inv).ok()) << core::ValidateInventory(inv).ToString();
+  EXPECT_EQ(inv.topology.kind, "nvidia-pcie-8");
+  // Served: GPUs 0, 2, 3, 4, 5, 6, 7, 8 at inventory indices 0..7.
+  EXPECT_EQ(inv.topology.modules, (std::vector<std::vector<int32_t>>{{1, 2}, {3, 4}, {5, 6}}));
+  EXPECT_EQ(inv.devices[0].module, -1);
+  EXPECT_EQ(inv.devices[7].module, -1);
+  EXPECT_EQ(inv.LinkScore(1, 2), inv.LinkScore(3, 4));
+  EXPECT_GT(inv.LinkScore(1, 2), inv.LinkScore(0, 1));
+  // GPU 0's bridge ends on the GPU left out: no NVLink to any served GPU.
+  EXPECT_EQ(inv.LinkScore(0, 7), inv.LinkScore(0, 1));
+}
+
 TEST(NvidiaDriverTest, MigProfileNamesFollowNvidiasNaming) {
   struct Case {
     int32_t gi, ci;

@@ -22,6 +22,10 @@ constexpr nvmlReturn_t kNvmlErrorTimeout = 10;
 constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
 constexpr unsigned long long kEventXidCritical = 0x8ULL;  // NOLINT(runtime/int)
 constexpr unsigned kMaxNvLinks = 18;                       // NVML_NVLINK_MAX_LINKS
+// nvmlIntNvLinkDeviceType_t: what an NVLink's far end is.
+constexpr int kNvLinkPeerGpu = 0x00;                       // NVML_NVLINK_DEVICE_TYPE_GPU
+constexpr int kNvLinkPeerIbmNpu = 0x01;                    // NVML_NVLINK_DEVICE_TYPE_IBMNPU
+constexpr int kNvLinkPeerSwitch = 0x02;                    // NVML_NVLINK_DEVICE_TYPE_SWITCH
 constexpr unsigned kAffinityScopeNode = 0;                 // NVML_AFFINITY_SCOPE_NODE
 
 struct nvmlMemory_t {

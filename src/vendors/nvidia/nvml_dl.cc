@@ -192,12 +192,15 @@ class DlNvml : public NvmlLibrary {
     return static_cast<P2PLevel>(level);
   }
 
-  StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) override {
-    std::vector<std::string> out;
+  StatusOr<std::vector<NvLinkRemote>> NvLinkRemotes(int32_t index) override {
+    std::vector<NvLinkRemote> out;
     auto state = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, int*)>(
         Sym("DeviceGetNvLinkState"));
     auto remote = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, nvmlPciInfo_t*)>(
         Sym("DeviceGetNvLinkRemotePciInfo_v2"));
+    // Since R450; older drivers leave the peer unknown.
+    auto type = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, unsigned, int*)>(
+        Sym("DeviceGetNvLinkRemoteDeviceType"));
     if (state == nullptr || remote == nullptr) {
       return out;
     }
@@ -211,10 +214,19 @@ class DlNvml : public NvmlLibrary {
         continue;
       }
       nvmlPciInfo_t p{};
-      if (remote(*h, link, &p) == kNvmlSuccess) {
-        p.busId[sizeof(p.busId) - 1] = '\0';
-        out.emplace_back(p.busId);
+      if (remote(*h, link, &p) != kNvmlSuccess) {
+        continue;
       }
+      p.busId[sizeof(p.busId) - 1] = '\0';
+      NvLinkRemote r{p.busId, NvLinkPeer::kUnknown};
+      int kind = 0;
+      if (type != nullptr && type(*h, link, &kind) == kNvmlSuccess) {
+        r.peer = kind == abi::kNvLinkPeerGpu      ? NvLinkPeer::kGpu
+                 : kind == abi::kNvLinkPeerSwitch ? NvLinkPeer::kSwitch
+                 : kind == abi::kNvLinkPeerIbmNpu ? NvLinkPeer::kCpu
+                                                  : NvLinkPeer::kUnknown;
+      }
+      out.push_back(std::move(r));
     }
     return out;
   }

@@ -64,6 +64,15 @@ struct NvmlMigInfo {
   std::string profile_name = {};
 };
 
+// What one active NVLink ends on, as nvmlDeviceGetNvLinkRemoteDeviceType
+// says (kUnknown where the driver lacks that query or cannot tell), and the
+// PCI bus id at its far end.
+enum class NvLinkPeer : uint8_t { kUnknown, kGpu, kSwitch, kCpu };
+struct NvLinkRemote {
+  std::string bus;
+  NvLinkPeer peer = NvLinkPeer::kUnknown;
+};
+
 // A GPU's place in an NVLink fabric that spans nodes (GB200/GB300 NVL72 and
 // other multi-node NVLink systems), as nvmlDeviceGetGpuFabricInfoV reports it.
 struct NvmlFabric {
@@ -110,9 +119,9 @@ class NvmlLibrary {
   virtual StatusOr<NvmlDeviceInfo> DeviceInfo(int32_t index) = 0;
   // nvmlDeviceGetTopologyCommonAncestor for two devices.
   virtual StatusOr<P2PLevel> CommonAncestor(int32_t a, int32_t b) = 0;
-  // PCI bus ids at the far end of every active NVLink of the device (another
-  // GPU, or an NVSwitch). Empty when the device has no NVLink.
-  virtual StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t index) = 0;
+  // The far end of every active NVLink of the device (another GPU, an
+  // NVSwitch, or an IBM POWER CPU). Empty when the device has no NVLink.
+  virtual StatusOr<std::vector<NvLinkRemote>> NvLinkRemotes(int32_t index) = 0;
   // Registers every device that supports them for critical XID events on a
   // fresh event set and says which were not registered, and why; one GPU
   // that fails does not stop the others' registration. kUnimplemented when

@@ -676,6 +676,14 @@ __attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemotePciInfo_v2(v
   FillPci(p, kSwitchBus[SwitchOfLink(link)], 0x22a310de);
   return kSuccess;
 }
+__attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemoteDeviceType(void* h,
+                                                                               unsigned link,
+                                                                               int* type) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i) || link >= kMaxLinks) return kInvalidArgument;
+  *type = accelpool::vendors::nvidia::abi::kNvLinkPeerSwitch;
+  return kSuccess;
+}
 __attribute__((visibility("default"))) int nvmlEventSetCreate(void** set) {
   if (event_set_error != 0) return event_set_error;
   for (FakeEventSet& s : event_sets) {

@@ -39,8 +39,8 @@ class FakeHgml : public nvidia::NvmlLibrary {
   StatusOr<nvidia::P2PLevel> CommonAncestor(int32_t, int32_t) override {
     return nvidia::P2PLevel::kSystem;
   }
-  StatusOr<std::vector<std::string>> NvLinkRemotes(int32_t) override {
-    return std::vector<std::string>{};
+  StatusOr<std::vector<nvidia::NvLinkRemote>> NvLinkRemotes(int32_t) override {
+    return std::vector<nvidia::NvLinkRemote>{};
   }
   StatusOr<nvidia::XidRegistration> RegisterXidEvents() override {
     return UnimplementedError("no events");
