@@ -272,6 +272,25 @@ class HealthRecorder {
     return true;
   }
 
+  // Polls until an event says device `id` is `healthy`; false when
+  // `timeout` passes first.
+  bool WaitForEvent(const std::string& id, bool healthy,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(2)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const HealthEvent& e : events_) {
+          if (e.device_id == id && e.healthy == healthy) return true;
+        }
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
   // Stops the watch, waits for WatchHealth() to return and gives the events
   // in the order reported. WatchHealth() returns early only when health
   // cannot be watched, so by default its Status is expected OK; a test that

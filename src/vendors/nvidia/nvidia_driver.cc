@@ -593,27 +593,15 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   // Without XID events (none of the GPUs, or the driver, supports them) the
   // watch still runs: it announces what discovery's probes found unhealthy
   // and brings GPUs back once they answer; the device check's discoveries
-  // find GPUs that start failing.
-  StatusOr<XidRegistration> registered = nvml_->RegisterXidEvents();
-  bool events = registered.ok();
-  if (!registered.ok() && registered.status().code() == StatusCode::kUnimplemented) {
-    spdlog::warn(
-        "nvidia: {}; a failing GPU is found by the plugin's device checks (its health "
-        "query), not at its XID",
-        registered.status().message());
-  } else if (!registered.ok()) {
-    // No event set: the watch polls, as without event support, rather than
-    // leaving every GPU of the node without recovery.
-    spdlog::error(
-        "nvidia: XID events cannot be registered ({}); no GPU is watched for XIDs, and a "
-        "failing GPU is found by the plugin's device checks (its health query). Check the "
-        "driver with nvidia-smi; registration is tried again when the health watch starts "
-        "again (a restart of the device plugin pod, or a change of the node's devices)",
-        registered.status().message());
-  } else {
-    if (!registered->unsupported.empty()) {
+  // find GPUs that start failing. What fails to register (the event set, or
+  // one GPU) is tried again every recovery_quiet while the watch runs.
+  bool events = false;
+  bool no_set = false;                // the event set could not be made
+  std::vector<int32_t> unregistered;  // NVML indices whose registration failed
+  auto adopt = [&](const XidRegistration& reg) {
+    if (!reg.unsupported.empty()) {
       std::string which;
-      for (int32_t i : registered->unsupported) {
+      for (int32_t i : reg.unsupported) {
         which += (which.empty() ? "" : ",") + std::to_string(i);
       }
       spdlog::warn(
@@ -621,11 +609,11 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
           "plugin's device checks (its health query), not at its XID",
           which);
     }
-    // A GPU whose registration failed cannot be monitored: unhealthy for as
-    // long as this watch runs (as NVIDIA's device plugin marks it), said by
-    // announce() below.
+    // A GPU whose registration failed cannot be monitored: unhealthy until
+    // its registration succeeds (as NVIDIA's device plugin marks it), said
+    // by announce() below.
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [i, error] : registered->failed) {
+    for (const auto& [i, error] : reg.failed) {
       if (i < 0 || static_cast<size_t>(i) >= gpu_uuids_.size() ||
           gpu_uuids_[static_cast<size_t>(i)].empty()) {
         continue;  // not a GPU this node's discovery serves
@@ -633,11 +621,10 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
       const std::string& uuid = gpu_uuids_[static_cast<size_t>(i)];
       spdlog::error(
           "nvidia: GPU {} ({}) cannot be watched for XIDs: its event registration failed ({}); "
-          "it is unhealthy until a health watch started again registers it (a restart of the "
-          "device plugin pod, or a change of the node's devices). Check it with nvidia-smi -q "
-          "-i {} and the kernel log (dmesg | grep -i xid), reset it (nvidia-smi -r -i {}) or "
-          "reload the driver, then restart the device plugin pod",
-          i, uuid, error, i, i);
+          "it is unhealthy until its registration, tried again every {} s, succeeds. Check it "
+          "with nvidia-smi -q -i {} and the kernel log (dmesg | grep -i xid), reset it "
+          "(nvidia-smi -r -i {}) or reload the driver",
+          i, uuid, error, options_.recovery_quiet.count() / 1000, i, i);
       auto [it, inserted] = unhealthy_.try_emplace(uuid);
       if (inserted) {
         it->second.last_xid = Clock::now();
@@ -645,12 +632,62 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
         it->second.announced = false;
       }
       it->second.unwatched = true;
+      unregistered.push_back(i);
     }
-    if (!gpu_uuids_.empty() &&
-        registered->unsupported.size() + registered->failed.size() >= gpu_uuids_.size()) {
-      events = false;  // nothing registered to wait on
+    // Something registered to wait on.
+    events = gpu_uuids_.empty() || reg.unsupported.size() + reg.failed.size() < gpu_uuids_.size();
+  };
+  auto register_all = [&](bool first) {
+    StatusOr<XidRegistration> registered = nvml_->RegisterXidEvents();
+    if (registered.ok()) {
+      if (!first) spdlog::info("nvidia: XID events registered");
+      no_set = false;
+      adopt(*registered);
+    } else if (registered.status().code() == StatusCode::kUnimplemented) {
+      no_set = false;
+      spdlog::warn(
+          "nvidia: {}; a failing GPU is found by the plugin's device checks (its health "
+          "query), not at its XID",
+          registered.status().message());
+    } else if (first) {
+      // No event set: the watch polls, as without event support, rather
+      // than leaving every GPU of the node without recovery.
+      no_set = true;
+      spdlog::error(
+          "nvidia: XID events cannot be registered ({}); no GPU is watched for XIDs until a "
+          "registration, tried again every {} s, succeeds, and a failing GPU is found by the "
+          "plugin's device checks (its health query). Check the driver with nvidia-smi",
+          registered.status().message(), options_.recovery_quiet.count() / 1000);
     }
-  }
+  };
+  // Tries again what failed to register; a GPU registered now is no longer
+  // held unhealthy for it, and recovers once it answers its health query.
+  auto retry = [&]() {
+    if (no_set) {
+      register_all(false);
+      return;
+    }
+    for (auto it = unregistered.begin(); it != unregistered.end();) {
+      const int32_t i = *it;
+      Status st = nvml_->RegisterXidEventsFor(i);
+      if (!st.ok() && st.code() != StatusCode::kUnimplemented) {
+        ++it;
+        continue;
+      }
+      it = unregistered.erase(it);
+      events = events || st.ok();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<size_t>(i) >= gpu_uuids_.size()) continue;
+      auto u = unhealthy_.find(gpu_uuids_[static_cast<size_t>(i)]);
+      if (u == unhealthy_.end() || !u->second.unwatched) continue;
+      u->second.unwatched = false;
+      u->second.last_xid = Clock::now() - options_.recovery_quiet;  // probed at once
+      spdlog::info("nvidia: GPU {} ({}) {}; healthy once it answers its health query", i, u->first,
+                   st.ok() ? "is watched for XIDs now" : "has no XID events");
+    }
+  };
+  register_all(true);
+  Clock::time_point retry_at = Clock::now() + options_.recovery_quiet;
   std::string last_error;
   bool lost_unplaced = false;  // the last "GPU lost" found no GPU failing: said once
   // A GPU's devices: the GPU, or every MIG device on it.
@@ -701,6 +738,10 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
   };
   announce(true);
   while (!stop.stop_requested()) {
+    if ((no_set || !unregistered.empty()) && Clock::now() >= retry_at) {
+      retry();
+      retry_at = Clock::now() + options_.recovery_quiet;
+    }
     announce(false);
     if (!events) {
       std::this_thread::sleep_for(options_.event_wait);

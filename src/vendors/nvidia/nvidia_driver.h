@@ -154,8 +154,8 @@ class NvidiaDriver : public VendorDriver {
     std::string reason;
     bool announced = true;  // false: found by a discovery; the watch has not said it yet
     // Its XID event registration failed: it cannot be monitored, so it does
-    // not recover while this watch runs. Cleared when a watch starts (and
-    // set again if its registration fails again).
+    // not recover until a registration tried again succeeds. Cleared then,
+    // and when a watch starts (set again if its registration fails again).
     bool unwatched = false;
   };
   // The NVML index of a GPU UUID now, or -1; mu_ held.

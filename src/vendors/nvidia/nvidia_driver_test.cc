@@ -64,7 +64,17 @@ class FakeNvml : public NvmlLibrary {
     }
     return links.at(static_cast<size_t>(i));
   }
-  StatusOr<XidRegistration> RegisterXidEvents() override { return register_result; }
+  StatusOr<XidRegistration> RegisterXidEvents() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return register_result;
+  }
+  Status RegisterXidEventsFor(int32_t i) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ++register_one_calls;
+    return ((register_one_fail_mask >> i) & 1u) != 0
+               ? UnavailableError("nvmlDeviceRegisterEvents failed: Unknown Error (code 999)")
+               : Status::Ok();
+  }
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
     std::unique_lock<std::mutex> lock(mu);
     if (!queue.empty()) {
@@ -115,7 +125,9 @@ class FakeNvml : public NvmlLibrary {
   int32_t remotes_fail = -1;                   // the NVLink query of this GPU fails
   std::atomic<bool> probe_ok{true};
   std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
-  StatusOr<XidRegistration> register_result = XidRegistration{};
+  StatusOr<XidRegistration> register_result = XidRegistration{};  // mu held while a watch runs
+  uint32_t register_one_fail_mask = ~0u;  // bit i: registering GPU i again fails; mu held
+  int register_one_calls = 0;             // mu held
   std::mutex mu;
   std::deque<StatusOr<std::optional<XidEvent>>> queue;
 };
@@ -831,10 +843,10 @@ TEST(NvidiaDriverTest, WithoutXidEventsTheWatchStillAnnouncesAndRecovers) {
 
 // A GPU whose XID event registration fails with an error (not "not
 // supported") cannot be monitored: the watch marks it unhealthy, keeps it so
-// while it runs (it answers its health query, but no XID of it would be
-// seen), and still handles the other GPUs' XIDs and recovery. When the event
-// set cannot be made at all, the watch polls instead of ending.
-TEST(NvidiaDriverTest, AGpuWhoseEventRegistrationFailsIsUnhealthyWhileTheWatchRuns) {
+// while its registration, tried again every quiet period, fails (it answers
+// its health query, but no XID of it would be seen), and still handles the
+// other GPUs' XIDs and recovery; once a registration succeeds it recovers.
+TEST(NvidiaDriverTest, AGpuWhoseEventRegistrationFailsIsUnhealthyUntilItRegisters) {
   auto owned = std::make_unique<FakeNvml>();
   FakeNvml* lib = owned.get();
   lib->devices.resize(3);
@@ -844,46 +856,88 @@ TEST(NvidiaDriverTest, AGpuWhoseEventRegistrationFailsIsUnhealthyWhileTheWatchRu
   lib->register_result = reg;
   NvidiaDriver d(std::move(owned), Options());
   ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(1));
+  lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
+  ASSERT_TRUE(health.WaitFor(3));                               // GPU 2 unhealthy, then recovered
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
+  {
+    std::lock_guard<std::mutex> lock(lib->mu);
+    EXPECT_GE(lib->register_one_calls, 2);  // tried again, and failed
+    lib->register_one_fail_mask = 0;
+  }
+  ASSERT_TRUE(health.WaitFor(4));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("cannot be monitored"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, "GPU-1002-h200");
+  EXPECT_FALSE(events[1].healthy);
+  EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
+  EXPECT_TRUE(events[2].healthy);
+  EXPECT_EQ(events[3].device_id, "GPU-1001-h200");
+  EXPECT_TRUE(events[3].healthy);
+}
+
+// A watch started again registers every GPU afresh: one whose registration
+// failed in the last watch recovers as any other.
+TEST(NvidiaDriverTest, AWatchStartedAgainRegistersAGpuThatFailedBefore) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(2);
+  lib->links = {{}, {}};
+  XidRegistration reg;
+  reg.failed = {{1, "nvmlDeviceRegisterEvents failed: Unknown Error (code 999)"}};
+  lib->register_result = reg;
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
   {
     testing::HealthRecorder health(d);
     ASSERT_TRUE(health.WaitFor(1));
-    lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
-    ASSERT_TRUE(health.WaitFor(3));                               // GPU 2 unhealthy, then recovered
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
-    const std::vector<HealthEvent> events = health.Stop();
-    ASSERT_EQ(events.size(), 3u);
-    EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
-    EXPECT_FALSE(events[0].healthy);
-    EXPECT_NE(events[0].reason.find("cannot be monitored"), std::string::npos) << events[0].reason;
-    EXPECT_EQ(events[1].device_id, "GPU-1002-h200");
-    EXPECT_FALSE(events[1].healthy);
-    EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
-    EXPECT_TRUE(events[2].healthy);
+    EXPECT_FALSE(health.Stop()[0].healthy);
   }
-  // A watch started again that registers it recovers it as any other.
   lib->register_result = XidRegistration{};
-  {
-    testing::HealthRecorder health(d);
-    ASSERT_TRUE(health.WaitFor(2));
-    const std::vector<HealthEvent> events = health.Stop();
-    EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
-    EXPECT_FALSE(events[0].healthy);
-    EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
-    EXPECT_TRUE(events[1].healthy);
-  }
-  // No event set: the watch polls, and recovery still runs.
+  testing::HealthRecorder health(d);
+  ASSERT_TRUE(health.WaitFor(2));
+  const std::vector<HealthEvent> events = health.Stop();
+  EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
+  EXPECT_TRUE(events[1].healthy);
+}
+
+// When the event set cannot be made, the watch polls instead of ending:
+// recovery still runs, and the registration is tried again; once it
+// succeeds, XIDs are seen.
+TEST(NvidiaDriverTest, WithoutAnEventSetTheWatchPollsAndRegistersLater) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
   lib->register_result = UnavailableError("nvmlEventSetCreate failed: Unknown Error (code 999)");
   lib->probe_fail_mask = 0b001;
+  NvidiaDriver d(std::move(owned), Options());
   ASSERT_TRUE(d.Discover().ok());
   testing::HealthRecorder health(d);
   ASSERT_TRUE(health.WaitFor(1));
   lib->probe_fail_mask = 0;
   ASSERT_TRUE(health.WaitFor(2));
+  lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));  // waits for a registration
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(health.Count(), 2u);
+  {
+    std::lock_guard<std::mutex> lock(lib->mu);
+    lib->register_result = XidRegistration{};
+  }
+  ASSERT_TRUE(health.WaitFor(3));
   const std::vector<HealthEvent> events = health.Stop();
   EXPECT_EQ(events[0].device_id, "GPU-1000-h200");
   EXPECT_FALSE(events[0].healthy);
   EXPECT_EQ(events[1].device_id, "GPU-1000-h200");
   EXPECT_TRUE(events[1].healthy);
+  EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
+  EXPECT_FALSE(events[2].healthy);
 }
 
 TEST(NvidiaDriverTest, XidClassification) {

@@ -283,6 +283,27 @@ class DlNvml : public NvmlLibrary {
     return out;
   }
 
+  Status RegisterXidEventsFor(int32_t index) override {
+    auto reg =
+        lib_->Symbol<nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t)>(  // NOLINT
+            Sym("DeviceRegisterEvents"));
+    if (!reg.ok()) {
+      return reg.status();
+    }
+    if (events_ == nullptr) {
+      return FailedPreconditionError("no XID event set");
+    }
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    nvmlReturn_t r = (*reg)(*h, kEventXidCritical, events_);
+    if (r == kNvmlErrorNotSupported) {
+      return UnimplementedError("GPU " + std::to_string(index) + " has no XID events");
+    }
+    return Check(r, Sym("DeviceRegisterEvents"));
+  }
+
   StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) override {
     auto wait = lib_->Symbol<nvmlReturn_t(nvmlEventSet_t, nvmlEventData_t*, unsigned)>(
         Sym("EventSetWait_v2"));

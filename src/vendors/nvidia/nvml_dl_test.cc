@@ -177,20 +177,29 @@ TEST(NvmlBindingTest, AGpuWhoseEventRegistrationFailsIsUnhealthyAndTheOthersWatc
   fake.Configure(8, -1, 3, 0);  // GPU 3 falls off the bus
   const bool seen = health.WaitFor(2);
   fake.Configure(8, -1, -1, 0);
-  // Longer than recovery_quiet: the GPU that cannot be watched stays unhealthy.
+  const bool gpu3_back = health.WaitForEvent(invs->front().devices[3].id, true);
+  // Longer than recovery_quiet: the GPU that cannot be watched stays
+  // unhealthy while its registration, tried again, fails.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const size_t before = health.Count();
+  failing(0, 0);  // registers at the next try, then recovers
+  const bool back = health.WaitFor(before + 1);
   const std::vector<HealthEvent> events = health.Stop();
-  failing(0, 0);
   ASSERT_TRUE(unwatched);
   ASSERT_TRUE(seen);
+  ASSERT_TRUE(gpu3_back);
+  ASSERT_TRUE(back);
   EXPECT_EQ(events[0].device_id, invs->front().devices[1].id);
   EXPECT_FALSE(events[0].healthy);
   EXPECT_NE(events[0].reason.find("registration failed"), std::string::npos) << events[0].reason;
   EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
   EXPECT_FALSE(events[1].healthy);
-  for (const HealthEvent& e : events) {
-    EXPECT_FALSE(e.device_id == invs->front().devices[1].id && e.healthy) << e.reason;
+  for (size_t k = 0; k < before; ++k) {
+    EXPECT_FALSE(events[k].device_id == invs->front().devices[1].id && events[k].healthy)
+        << events[k].reason;
   }
+  EXPECT_EQ(events.back().device_id, invs->front().devices[1].id);
+  EXPECT_TRUE(events.back().healthy);
 }
 
 // When the event set itself cannot be made, the watch polls instead of

@@ -128,6 +128,11 @@ class NvmlLibrary {
   // the driver, or no device, supports events; another error when the event
   // set cannot be made (no GPU is watched).
   virtual StatusOr<XidRegistration> RegisterXidEvents() = 0;
+  // Registers one GPU whose registration failed on the event set the last
+  // RegisterXidEvents made. kUnimplemented when the GPU has no XID events;
+  // kFailedPrecondition without an event set; another error when it fails
+  // again.
+  virtual Status RegisterXidEventsFor(int32_t index) = 0;
   // Waits up to timeout_ms for a critical XID. nullopt on timeout; an event
   // with gpu_lost when NVML reports a lost GPU instead of an event.
   virtual StatusOr<std::optional<XidEvent>> WaitXid(int32_t timeout_ms) = 0;

@@ -45,6 +45,7 @@ class FakeHgml : public nvidia::NvmlLibrary {
   StatusOr<nvidia::XidRegistration> RegisterXidEvents() override {
     return UnimplementedError("no events");
   }
+  Status RegisterXidEventsFor(int32_t) override { return UnimplementedError("no events"); }
   StatusOr<std::optional<nvidia::XidEvent>> WaitXid(int32_t) override {
     return std::optional<nvidia::XidEvent>();
   }
