@@ -701,6 +701,48 @@ TEST_F(AllocatorTest, KubeletsViewTellsAPodAdmittedAgainFromOneWaiting) {
   EXPECT_EQ((*r)[0].pod.name, "r");
 }
 
+// Two pods wait with the shape of an allocated one, and kubelet hands one of
+// them the allocated pod's ids (it finished before the watch said so, or
+// kubelet ignored the preference): kubelet's view names the caller; the
+// allocated pod's grant goes to nobody else, and with both waiting pods
+// listed the call is refused.
+TEST_F(AllocatorTest, TheIdsOfAnAllocatedPodGoToNoneOfTwoWaitingPods) {
+  Assign(Pod("p", "2026-11-30T01:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::7"}}).ok());
+  Assign(Pod("q", "2026-11-30T03:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 3, 1024, 100, false)})});
+  Assign(Pod("r", "2026-11-30T04:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 5, 1024, 100, false)})});
+  KubeletView view = {{"default/p", {{"c", {kGpu}}}}, {"default/q", {{"c", {}}}}};
+  allocator_->SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  auto q = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ((*q)[0].pod.name, "q");
+  EXPECT_FALSE((*q)[0].repeat);
+  EXPECT_EQ((*q)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "1024");
+
+  // Both listed as being admitted: refused, never answered as p.
+  Assign(Pod("s", "2026-11-30T05:00:00Z"),
+         {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 6, 1024, 100, false)})});
+  view = {{"default/p", {{"c", {kGpu}}}},
+          {"default/q", {{"c", {kGpu}}}},
+          {"default/r", {{"c", {}}}},
+          {"default/s", {{"c", {}}}}};
+  auto none = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kAborted) << none.status().ToString();
+  EXPECT_EQ(store_.PendingContainers(), 2u);  // r and s still wait
+
+  // Kubelet lists p as being admitted again, and neither waiting pod: p's
+  // repeat.
+  view = {{"default/p", {{"c", {}}}}, {"default/q", {{"c", {kGpu}}}}};
+  auto again = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)[0].pod.name, "p");
+  EXPECT_TRUE((*again)[0].repeat);
+}
+
 // Without kubelet's view nothing tells such pods apart: Preferred steers to
 // the oldest, and an Allocate with ids that name neither is refused.
 TEST_F(AllocatorTest, WithoutKubeletsViewSameShapePodsGoByTheSlotIds) {

@@ -501,10 +501,16 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
     who = shape.front();
     how = ContainerMatch::How::kOnlyCandidate;
   }
-  if (who == nullptr && exact != nullptr) {
-    // Those ids were allocated before and nobody else can be asking: kubelet
-    // repeats a call whose answer it lost.
-    return ContainerMatch{exact_pod->pod, *exact, false, true};
+  if (who == nullptr && exact != nullptr && is_listed(exact_pod)) {
+    // Those ids were allocated before: kubelet repeats a call whose answer it
+    // lost. While pods wait with the shape, one of them may be the caller,
+    // handed the ids of a pod that finished before the watch said so: the
+    // match is ambiguous, and kubelet's view decides (it lists the pod it
+    // admits). A view that lists others as being admitted, and not this
+    // pod, names no repeat.
+    ContainerMatch m{exact_pod->pod, *exact, false, true};
+    m.ambiguous = readmission;
+    return m;
   }
   if (who == nullptr) {
     if (shape.empty() && unassigned_pods.size() == 1) {
