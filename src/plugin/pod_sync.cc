@@ -339,6 +339,7 @@ void PodSync::Apply(const nlohmann::json& pod) {
   std::vector<UnassignedRequest> unassigned =
       UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr);
   const std::string version = kube::StringAt(pod, json::json_pointer("/metadata/resourceVersion"));
+  const std::string phase = kube::StringAt(pod, json::json_pointer("/status/phase"));
   {
     // One store update: a concurrent Allocate must never see the pod without
     // its assignment and without its unassigned requests at the same time.
@@ -346,10 +347,11 @@ void PodSync::Apply(const nlohmann::json& pod) {
     // two versions at once, applied_ names the one the store kept.
     std::lock_guard<std::mutex> lock(apply_mu_);
     if (forgotten_.count(ref.uid) != 0) {
-      // Deleted already: this object was read before the delete event came
-      // (a refresh racing the watch). Checked under the lock Forget holds,
-      // so that the pod cannot come back between the check and the store.
-      log_.Debug("not applying a pod that was deleted", {{"pod", ref.Key()}});
+      // Deleted or ended already: this object was read before the delete
+      // event, or the version that ended it, came (a refresh racing the
+      // watch). Checked under the lock Forget holds, so that the pod cannot
+      // come back between the check and the store.
+      log_.Debug("not applying a pod that was deleted or has ended", {{"pod", ref.Key()}});
       return;
     }
     NoteName(pod, ref);
@@ -368,6 +370,11 @@ void PodSync::Apply(const nlohmann::json& pod) {
     }
     if (!ref.uid.empty()) {
       applied_seq_[ref.uid] = ++apply_seq_;
+    }
+    if (phase == "Succeeded" || phase == "Failed") {
+      // A pod's phase never leaves Succeeded or Failed: an older version a
+      // refresh read before this one must not bring it back as pending.
+      RememberGoneLocked(ref.uid);
     }
   }
   if (e.ok()) {
@@ -443,6 +450,13 @@ void PodSync::Update(const nlohmann::json& old, const nlohmann::json& now) {
   Apply(now);
 }
 
+void PodSync::RememberGoneLocked(const std::string& uid) {
+  if (uid.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(forgotten_, [&](const auto& kv) { return now - kv.second > kForgottenFor; });
+  forgotten_[uid] = now;
+}
+
 void PodSync::Forget(const nlohmann::json& pod) {
   const PodRef ref = RefOf(pod);
   {
@@ -455,11 +469,7 @@ void PodSync::Forget(const nlohmann::json& pod) {
       std::lock_guard<std::mutex> reported_lock(mu_);
       reported_.erase(ref.uid);
     }
-    if (!ref.uid.empty()) {
-      const auto now = std::chrono::steady_clock::now();
-      std::erase_if(forgotten_, [&](const auto& kv) { return now - kv.second > kForgottenFor; });
-      forgotten_[ref.uid] = now;
-    }
+    RememberGoneLocked(ref.uid);
   }
   if (dirs_ == nullptr) {
     return;

@@ -139,8 +139,9 @@ class PodSync {
   std::optional<PodRef> PodOfUid(const std::string& uid) const;
 
   // Applies one pod object (add or update); public for tests. A pod whose
-  // uid was forgotten within kForgottenFor is not applied: a re-read that
-  // began before the delete event (Refresh's Get) must not bring it back.
+  // uid was forgotten, or applied as Succeeded or Failed, within
+  // kForgottenFor is not applied: a re-read that began before the delete
+  // event or the pod's end (Refresh's Get) must not bring it back.
   void Apply(const nlohmann::json& pod);
   // The informer's update: `old` and `now` share namespace/name. When their
   // uids differ (a relist after the watch expired finds the pod deleted and
@@ -210,7 +211,10 @@ class PodSync {
   // long as the pod is); guarded by apply_mu_.
   uint64_t apply_seq_ = 0;
   std::map<std::string, uint64_t> applied_seq_;
-  // uid -> when it was forgotten, for kForgottenFor; guarded by apply_mu_.
+  // Remembers `uid` as deleted or ended for kForgottenFor; apply_mu_ held.
+  void RememberGoneLocked(const std::string& uid);
+  // uid -> when it was forgotten or ended, for kForgottenFor; guarded by
+  // apply_mu_.
   std::map<std::string, std::chrono::steady_clock::time_point> forgotten_;
   std::atomic<int> list_form_{-1};  // -1 not seen yet, 0 whole pods, 1 metadata only
 };

@@ -198,6 +198,24 @@ TEST(EntryFromPodTest, AnAdmittedPodIsNoCallerWhileAnotherPodWaits) {
   EXPECT_EQ(*pref.slots, std::vector<std::string>{"GPU-b::1"});
 }
 
+// A refresh's read that began before the pod ended (kubelet rejected it and
+// the watch delivered Failed) must not bring it back as pending: its slots
+// would name it for the pod created in its place.
+TEST(EntryFromPodTest, AnOlderVersionOfAnEndedPodIsNotAppliedAgain) {
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+  const json pending =
+      PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+  sync.Apply(pending);
+  EXPECT_EQ(store.PendingContainers(), 1u);
+  json failed = pending;
+  failed["status"]["phase"] = "Failed";
+  sync.Apply(failed);
+  EXPECT_EQ(store.PendingContainers(), 0u);
+  sync.Apply(pending);  // read by a refresh before the watch's Failed
+  EXPECT_EQ(store.PendingContainers(), 0u);
+}
+
 // When nobody else could be calling, an Allocate for the admitted pod (one
 // kubelet makes after the pod reported a status) still finds it.
 TEST(EntryFromPodTest, APresumedContainerAnswersWhenNobodyElseCouldBeCalling) {
