@@ -567,8 +567,17 @@ Reply Webhook::MutateDevices(std::string_view body) const {
     if (verdict.ok() && !options_.allow_device_env) {
       verdict = CheckControlledEnv(pod);
     }
+    std::string oversized;  // the warning for a pod no node holds now
     if (verdict.ok() && cache_ != nullptr) {
-      verdict = CheckAgainstCluster(*info, ClusterLimits(*cache_));
+      Status st = CheckAgainstCluster(*info, ClusterLimits(*cache_));
+      if (!st.ok() && options_.refuse_oversized) {
+        verdict = std::move(st);
+      } else if (!st.ok()) {
+        oversized = "accelpool: no node in the cluster can hold this pod now: " + st.message() +
+                    ". It waits, pending, for such a node (one a cluster autoscaler adds, or one "
+                    "whose inventory is published again)";
+        log_.Info("admitted a pod no node holds now", {{"uid", uid}, {"reason", st.message()}});
+      }
     }
     if (!verdict.ok()) {
       log_.Info("admission refused", {{"uid", uid}, {"error", verdict.message()}});
@@ -587,6 +596,7 @@ Reply Webhook::MutateDevices(std::string_view body) const {
           Json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}});
     }
     std::vector<std::string> warnings = HamiWarnings(pod);
+    if (!oversized.empty()) warnings.push_back(std::move(oversized));
     for (std::string& w : UnadvertisedWarnings(pod)) warnings.push_back(std::move(w));
     if (!warnings.empty()) {
       allowed["warnings"] = warnings;

@@ -56,6 +56,12 @@ struct WebhookOptions {
   // accelpool's scheduler with kube-scheduler's own scores on, so that they
   // spread among the nodes the extender ranks alike.
   std::string host_pods_scheduler_name = "accelpool-scheduler-hosts";
+  // Refuse a pod that asks for more devices than the largest node of its
+  // vendor in the cache has, or more memory than its largest device. Off
+  // (the default): admitted with a warning, since a node that can hold it
+  // may come (a cluster autoscaler scales node groups up only for pending
+  // pods; a node whose inventory is being republished is briefly missing).
+  bool refuse_oversized = false;
 };
 
 class Webhook {

@@ -26,7 +26,9 @@ nlohmann::json PodWithLimits(const nlohmann::json& limits, const std::string& sc
 TEST(WebhookTest, MutatesRoutesAndRejects) {
   Cache cache;
   testing::AddGpuNode(cache, "a");
-  Webhook w(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  WebhookOptions o;
+  o.refuse_oversized = true;
+  Webhook w(o, &cache, Logger());
   struct Case {
     const char* name;
     nlohmann::json pod;
@@ -105,6 +107,32 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
                 std::string::npos)
           << r.body;
     }
+  }
+}
+
+// By default a pod no node holds now is admitted, pending, with a warning
+// that says why: a cluster autoscaler adds nodes only for pending pods, and
+// a node republishing its inventory is briefly missing from the cache.
+TEST(WebhookTest, APodNoNodeHoldsNowIsAdmittedWithAWarningByDefault) {
+  Cache cache;
+  testing::AddGpuNode(cache, "a");
+  Webhook w(WebhookOptions{"accelpool-scheduler"}, &cache, Logger());
+  for (const nlohmann::json& pod :
+       {PodWithLimits({{"nvidia.com/gpu", "9"}}),
+        PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "9000000"}})}) {
+    Reply r = w.Mutate(Review(pod).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const nlohmann::json got = nlohmann::json::parse(r.body);
+    EXPECT_EQ(got["response"]["allowed"], true) << r.body;
+    ASSERT_TRUE(got["response"].contains("warnings")) << r.body;
+    const std::string warning = got["response"]["warnings"].back().get<std::string>();
+    EXPECT_NE(warning.find("no node in the cluster can hold this pod now"), std::string::npos)
+        << warning;
+    EXPECT_NE(warning.find("the largest"), std::string::npos) << warning;
+    // Still routed to accelpool's scheduler.
+    EXPECT_NE(kube::Base64Decode(got["response"]["patch"].get<std::string>())
+                  ->find("accelpool-scheduler"),
+              std::string::npos);
   }
 }
 

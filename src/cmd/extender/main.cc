@@ -99,6 +99,11 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             limits, NVIDIA_VISIBLE_DEVICES, ...); they win over the plugin's, so
                             such a pod can lift its cap or pick other devices (default off:
                             refused with the name)
+  --webhook-refuse-oversized
+                            refuse a pod that asks for more devices than the largest node of its
+                            vendor has, or more memory than its largest device (default off: it is
+                            admitted with a warning and waits, pending, for such a node, which a
+                            cluster autoscaler adds only for pending pods)
   --assignment-key-dir=DIR  sign every assignment it binds with the key set in DIR (the chart's
                             key Secret: "signing" names the key id, one file per key); device
                             plugins given the same keys refuse assignments that do not verify
@@ -145,6 +150,7 @@ struct Flags {
   bool scheduler_verbs_from_any = false;
   bool client_cert_optional = false;
   bool webhook_allow_device_env = false;
+  bool webhook_refuse_oversized = false;
   bool host_aware = true;
   bool learn_workload = true;
   size_t workload_window = 2048;
@@ -207,7 +213,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                       {"client-cert-optional", &f.client_cert_optional},
                       {"host-aware", &f.host_aware},
                       {"learn-workload", &f.learn_workload},
-                      {"webhook-allow-device-env", &f.webhook_allow_device_env}}));
+                      {"webhook-allow-device-env", &f.webhook_allow_device_env},
+                      {"webhook-refuse-oversized", &f.webhook_refuse_oversized}}));
   auto positive = [](const std::string& name, const std::string& value) -> StatusOr<long long> {
     char* end = nullptr;
     errno = 0;
@@ -601,7 +608,7 @@ int Run(const Flags& flags) {
     writer.SetWriteTimeLeft([&leader] { return leader->LeadLeft(); });
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env,
-                                 flags.host_pods_scheduler_name},
+                                 flags.host_pods_scheduler_name, flags.webhook_refuse_oversized},
                   &cache, log.Child("webhook"), &*metrics);
 
   http::ServerOptions so;
