@@ -700,7 +700,7 @@ StatusOr<PodAssignment> Extender::PlanAndReserve(const PodInfo& pod, const std::
           std::lock_guard<std::mutex> lock(mu_);
           if (auto it = unknown_bindings_.find(pod.ref.uid); it != unknown_bindings_.end()) {
             left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                it->second + options_.unknown_binding_hold - std::chrono::steady_clock::now());
+                it->second.sent + options_.unknown_binding_hold - std::chrono::steady_clock::now());
           }
         }
         if (on.ok() && on->empty() && left.count() > 0) {
@@ -809,8 +809,9 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   if (reused) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = unknown_bindings_.find(pod.ref.uid);
-    earlier_may_land = it != unknown_bindings_.end() && it->second + options_.unknown_binding_hold >
-                                                            std::chrono::steady_clock::now();
+    earlier_may_land =
+        it != unknown_bindings_.end() &&
+        it->second.sent + options_.unknown_binding_hold > std::chrono::steady_clock::now();
   }
   if (writer_ != nullptr) {
     // Whatever leaves this block other than a written Binding or an unknown
@@ -839,12 +840,9 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
         // retry past unknown_binding_hold finds it unbound (PlanAndReserve),
         // or its deletion frees them.
         unwritten.armed = false;
-        const auto now = std::chrono::steady_clock::now();
+        // ReleaseUnknownBindings settles it once the hold has passed.
         std::lock_guard<std::mutex> lock(mu_);
-        std::erase_if(unknown_bindings_, [&](const auto& e) {
-          return e.second + options_.unknown_binding_hold < now;
-        });
-        unknown_bindings_[pod.ref.uid] = now;
+        unknown_bindings_[pod.ref.uid] = {std::chrono::steady_clock::now(), pod.ref};
       }
       return fail("binding", st);
     }
@@ -874,6 +872,64 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
     events_->PodEvent(pod.ref, false, "AccelpoolAssigned", "devices on " + node + ": " + devices);
   }
   return a;
+}
+
+size_t Extender::ReleaseUnknownBindings() {
+  if (writer_ == nullptr) return 0;
+  std::vector<PodRef> due;
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [uid, u] : unknown_bindings_) {
+      if (u.sent + options_.unknown_binding_hold <= now) due.push_back(u.pod);
+    }
+  }
+  size_t released = 0;
+  for (const PodRef& ref : due) {
+    // Held as a bind of the pod, so that none runs meanwhile: a reservation
+    // is given back only by whoever knows its Binding was not written.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!binding_.insert(ref.uid).second) continue;  // its bind settles it
+    }
+    struct Running {
+      Extender& e;
+      const std::string& uid;
+      ~Running() {
+        std::lock_guard<std::mutex> lock(e.mu_);
+        e.binding_.erase(uid);
+      }
+    } running{*this, ref.uid};
+    auto settled = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      unknown_bindings_.erase(ref.uid);
+    };
+    const std::optional<PodAssignment> a = cache_.Assignment(ref.uid);
+    if (!a.has_value() || cache_.Bound(ref.uid) != false) {
+      settled();  // gone (deleted, released), or the watch showed it bound
+      continue;
+    }
+    PodInfo info;
+    info.ref = ref;
+    StatusOr<std::string> on = writer_->BoundNode(info);
+    if (!on.ok()) {
+      log_.Debug(
+          "could not read whether a pod whose Binding had an unknown outcome is bound; "
+          "tried again later",
+          {{"pod", PodName(ref)}, {"error", on.status().ToString()}});
+      continue;
+    }
+    if (!on->empty()) {
+      continue;  // bound: the watch marks the reservation bound, then it is settled
+    }
+    if (cache_.ReleaseReservation(ref.uid, *a)) {
+      ++released;
+      log_.Info("gave back the reservation of a bind whose Binding did not land",
+                {{"pod", PodName(ref)}, {"node", a->node}});
+    }
+    settled();
+  }
+  return released;
 }
 
 std::map<std::string, MetaVictims> Extender::Preempt(

@@ -229,6 +229,13 @@ class Extender {
   std::vector<HostPriority> Prioritize(const PodInfo& pod, const std::vector<std::string>& nodes);
   // The chosen assignment on success.
   StatusOr<PodAssignment> Bind(const PodInfo& pod, const std::string& node);
+  // Settles the reservations of Bindings whose outcome was unknown, once
+  // unknown_binding_hold has passed: a pod a fresh read shows unbound gets
+  // its devices given back (else they would stay reserved for as long as it
+  // pends, when no node passes kube-scheduler's own filters for its retry).
+  // Called every few seconds by the extender's main; returns how many were
+  // given back.
+  size_t ReleaseUnknownBindings();
   std::map<std::string, MetaVictims> Preempt(const PodInfo& pod,
                                              const std::map<std::string, MetaVictims>& victims);
   // A bind refused before it reached Bind (the caches not synced, not the
@@ -438,9 +445,13 @@ class Extender {
   // second bind of the same pod meanwhile is refused, so a reservation is
   // never given back while its Binding may still land.
   std::set<std::string> binding_;                                    // guarded by mu_
-  // When each pod's last Binding with an unknown outcome was sent (see
-  // ExtenderOptions::unknown_binding_hold). Guarded by mu_.
-  std::map<std::string, std::chrono::steady_clock::time_point> unknown_bindings_;
+  // Each pod whose last Binding had an unknown outcome: when it was sent
+  // (see ExtenderOptions::unknown_binding_hold), and the pod. Guarded by mu_.
+  struct UnknownBinding {
+    std::chrono::steady_clock::time_point sent;
+    PodRef pod;
+  };
+  std::map<std::string, UnknownBinding> unknown_bindings_;
   std::deque<std::chrono::steady_clock::time_point> recheck_waits_;  // guarded by mu_; last second
 };
 

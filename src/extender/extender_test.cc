@@ -403,6 +403,37 @@ TEST_F(ExtenderTest, AnUnknownBindingsReservationGoesOnceItCanNoLongerLand) {
   EXPECT_EQ(cache_.Bound("p1"), std::optional<bool>(true));
 }
 
+// A pod whose Binding had an unknown outcome may never reach bind again (no
+// node passes kube-scheduler's own filters for it now): past the hold the
+// periodic sweep reads it, and gives its devices back once it shows the pod
+// unbound; bound, or unreadable, the devices stay.
+TEST_F(ExtenderTest, TheSweepGivesBackAnUnknownBindingThatDidNotLand) {
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.unknown_binding_hold = std::chrono::milliseconds(200);
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(e.ok());
+  AddGpuNode(cache_, "a");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
+  writer_.SetBoundNode("");
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);  // within the hold: it may still land
+  EXPECT_EQ(Used("a"), 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  writer_.SetBoundNode("", UnavailableError("connection refused"));
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);
+  writer_.SetBoundNode("a");
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);
+  EXPECT_EQ(Used("a"), 8);
+  writer_.SetBoundNode("");
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(), 1u);
+  EXPECT_TRUE(cache_.Node("a")->Idle());
+  EXPECT_FALSE(cache_.Assignment("p1").has_value());
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);  // settled
+  writer_.FailBinding(Status::Ok());
+  EXPECT_TRUE((*e)->Bind(MakePod("p2", {Gpu(8)}), "a").ok());
+}
+
 // The reservation an unknown outcome keeps must not turn its own pod away:
 // kube-scheduler's retry filters first, and the node it holds (perhaps the
 // only one with room) is planned without the pod's own devices.

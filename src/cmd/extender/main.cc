@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -590,6 +593,19 @@ int Run(const Flags& flags) {
     leading->Get().Set(leader == nullptr || leader->IsLeader() ? 1 : 0);
     if (ca_current != nullptr) ca_current->Get().Set(ca_injector->Current() ? 1 : 0);
   };
+
+  // The reservations of Bindings with an unknown outcome whose pods did not
+  // come back to bind are settled every 10 s (Extender::ReleaseUnknownBindings).
+  // Declared after stop_all: it stops before the informers and the leader.
+  std::jthread unknown_bindings([&ext](std::stop_token stop) {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, stop, std::chrono::seconds(10), [] { return false; }) &&
+           !stop.stop_requested()) {
+      (*ext)->ReleaseUnknownBindings();
+    }
+  });
 
   KubePodSource pod_source(**client, &pods);
   Handlers handlers(**ext, &pod_source, &*metrics, log.Child("http"),
