@@ -803,6 +803,9 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
               if (inserted) {
                 it->second.reason = what;
               }
+              if (!x.gpu_lost && x.xid == kXidDoubleBitEcc && x.device >= 0) {
+                it->second.dbe = true;
+              }
               was_healthy = inserted;
             }
             for (const std::string& id : was_healthy ? ids_of(i) : std::vector<std::string>()) {
@@ -813,17 +816,42 @@ Status NvidiaDriver::WatchHealth(std::stop_token stop, const HealthSink& sink) {
         }
       }
     }
-    std::vector<std::pair<std::string, int32_t>> quiet;  // GPU UUID, index
+    struct Quiet {
+      std::string uuid;
+      int32_t index;
+      bool dbe;
+    };
+    std::vector<Quiet> quiet;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [uuid, u] : unhealthy_) {
         if (!u.unwatched && Clock::now() - u.last_xid >= options_.recovery_quiet) {
-          quiet.emplace_back(uuid, IndexOfLocked(uuid));
+          quiet.push_back({uuid, IndexOfLocked(uuid), u.dbe});
         }
       }
     }
-    for (const auto& [uuid, i] : quiet) {
+    for (const auto& [uuid, i, dbe] : quiet) {
       if (i < 0 || !nvml_->Probe(i).ok()) {
+        continue;
+      }
+      // After a double-bit ECC error a GPU before Ampere (V100, T4: no row
+      // remapping, which Probe reads) retires the page at the next driver
+      // load; until then the page can be handed out again. A page pending
+      // retirement without such an error (repeated single-bit errors) leaves
+      // the GPU usable, so only a GPU that reported XID 48 is held.
+      if (StatusOr<bool> pending = dbe ? nvml_->RetiredPagesPending(i) : StatusOr<bool>(false);
+          pending.ok() && *pending) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = unhealthy_.find(uuid);
+        if (it != unhealthy_.end() && !it->second.retire_said) {
+          it->second.retire_said = true;
+          spdlog::warn(
+              "nvidia: GPU {} ({}) had a double-bit ECC error and a memory page is pending "
+              "retirement, which takes effect only when the driver is loaded again; it stays "
+              "unhealthy until then. Drain the node and reboot it or reload the driver "
+              "(nvidia-smi -q -d PAGE_RETIREMENT -i {} shows the page)",
+              i, uuid, i);
+        }
         continue;
       }
       {

@@ -157,6 +157,11 @@ class NvidiaDriver : public VendorDriver {
     // not recover until a registration tried again succeeds. Cleared then,
     // and when a watch starts (set again if its registration fails again).
     bool unwatched = false;
+    // It reported a double-bit ECC error (XID 48): a GPU before Ampere then
+    // has a page pending retirement, which only a driver reload applies; it
+    // stays unhealthy while one is pending. `retire_said`: said once.
+    bool dbe = false;
+    bool retire_said = false;
   };
   // The NVML index of a GPU UUID now, or -1; mu_ held.
   int32_t IndexOfLocked(const std::string& gpu_uuid) const;

@@ -97,6 +97,12 @@ class FakeNvml : public NvmlLibrary {
     return probe_ok.load() ? Status::Ok() : UnavailableError("GPU " + std::to_string(i) + " lost");
   }
 
+  StatusOr<bool> RetiredPagesPending(int32_t i) override {
+    const int pending = retire_pending.load();
+    if (pending == -2) return UnimplementedError("no page retirement");
+    return i == pending;
+  }
+
   StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t i) override {
     auto it = migs.find(i);
     return it == migs.end() ? StatusOr<std::vector<NvmlMigInfo>>(std::vector<NvmlMigInfo>())
@@ -125,6 +131,7 @@ class FakeNvml : public NvmlLibrary {
   int32_t remotes_fail = -1;                   // the NVLink query of this GPU fails
   std::atomic<bool> probe_ok{true};
   std::atomic<uint32_t> probe_fail_mask{0};  // bit i: GPU i fails its probe
+  std::atomic<int> retire_pending{-2};  // GPU with a page pending retirement; -2: not supported
   StatusOr<XidRegistration> register_result = XidRegistration{};  // mu held while a watch runs
   uint32_t register_one_fail_mask = ~0u;  // bit i: registering GPU i again fails; mu held
   int register_one_calls = 0;             // mu held
@@ -938,6 +945,41 @@ TEST(NvidiaDriverTest, WithoutAnEventSetTheWatchPollsAndRegistersLater) {
   EXPECT_TRUE(events[1].healthy);
   EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
   EXPECT_FALSE(events[2].healthy);
+}
+
+// A GPU before Ampere (no row remapping) retires the page of a double-bit
+// ECC error (XID 48) only when the driver is loaded again: while the page is
+// pending it stays unhealthy, though it answers its query. A pending page
+// without a double-bit error (retired for repeated single-bit errors) holds
+// nothing back: an XID 79 on such a GPU recovers as usual.
+TEST(NvidiaDriverTest, AGpuWithAPagePendingRetirementAfterXid48StaysUnhealthy) {
+  auto owned = std::make_unique<FakeNvml>();
+  FakeNvml* lib = owned.get();
+  lib->devices.resize(3);
+  lib->links = {{}, {}, {}};
+  lib->retire_pending = 1;
+  NvidiaDriver d(std::move(owned), Options());
+  ASSERT_TRUE(d.Discover().ok());
+  testing::HealthRecorder health(d);
+  lib->Push(std::optional<XidEvent>(XidEvent{1, 48}));
+  ASSERT_TRUE(health.WaitFor(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // five quiet periods
+  EXPECT_EQ(health.Count(), 1u) << "recovered while a page is pending retirement";
+  lib->retire_pending = -1;  // the driver was loaded again
+  ASSERT_TRUE(health.WaitFor(2));
+  lib->retire_pending = 2;  // GPU 2: a page pending, and an XID other than 48
+  lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
+  ASSERT_TRUE(health.WaitFor(4));
+  const std::vector<HealthEvent> events = health.Stop();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_EQ(events[1].device_id, "GPU-1001-h200");
+  EXPECT_TRUE(events[1].healthy);
+  EXPECT_EQ(events[2].device_id, "GPU-1002-h200");
+  EXPECT_FALSE(events[2].healthy);
+  EXPECT_EQ(events[3].device_id, "GPU-1002-h200");
+  EXPECT_TRUE(events[3].healthy);
 }
 
 TEST(NvidiaDriverTest, XidClassification) {

@@ -27,6 +27,9 @@ constexpr int kNvLinkPeerGpu = 0x00;                       // NVML_NVLINK_DEVICE
 constexpr int kNvLinkPeerIbmNpu = 0x01;                    // NVML_NVLINK_DEVICE_TYPE_IBMNPU
 constexpr int kNvLinkPeerSwitch = 0x02;                    // NVML_NVLINK_DEVICE_TYPE_SWITCH
 constexpr unsigned kAffinityScopeNode = 0;                 // NVML_AFFINITY_SCOPE_NODE
+// nvmlEnableState_t, an enum: NVML_FEATURE_DISABLED 0, NVML_FEATURE_ENABLED 1.
+using nvmlEnableState_t = int;
+constexpr nvmlEnableState_t kFeatureEnabled = 1;
 
 struct nvmlMemory_t {
   unsigned long long total;  // NOLINT(runtime/int)

@@ -489,6 +489,25 @@ class DlNvml : public NvmlLibrary {
     return Status::Ok();
   }
 
+  StatusOr<bool> RetiredPagesPending(int32_t index) override {
+    auto pending = lib_->OptionalSymbol<nvmlReturn_t(nvmlDevice_t, abi::nvmlEnableState_t*)>(
+        Sym("DeviceGetRetiredPagesPendingStatus"));
+    if (pending == nullptr) {
+      return UnimplementedError(Sym("DeviceGetRetiredPagesPendingStatus") + " is not exported");
+    }
+    StatusOr<nvmlDevice_t> h = Handle(index);
+    if (!h.ok()) {
+      return h.status();
+    }
+    abi::nvmlEnableState_t state = 0;
+    const nvmlReturn_t r = pending(*h, &state);
+    if (r == abi::kNvmlErrorNotSupported) {
+      return UnimplementedError("GPU " + std::to_string(index) + " has no page retirement");
+    }
+    ACCELPOOL_RETURN_IF_ERROR(Check(r, Sym("DeviceGetRetiredPagesPendingStatus")));
+    return state == abi::kFeatureEnabled;
+  }
+
   StatusOr<std::vector<NvmlMigInfo>> MigDevices(int32_t index) override {
     using Unsigned = nvmlReturn_t(nvmlDevice_t, unsigned*);
     auto max_count = lib_->OptionalSymbol<Unsigned>(Sym("DeviceGetMaxMigDeviceCount"));

@@ -544,6 +544,54 @@ TEST(NvmlBindingTest, GpuWithRowsPendingRemapStaysUnhealthyUntilReset) {
   EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
 }
 
+// The page-retirement query through the binding: NOT_SUPPORTED (Ampere and
+// newer) is kUnimplemented; before Ampere it says whether a page is pending.
+// A GPU that reported XID 48 with a page pending stays unhealthy until the
+// page is no longer pending (a driver reload).
+TEST(NvmlBindingTest, AGpuWithAPagePendingRetirementAfterXid48StaysUnhealthy) {
+  FakeHandle fake(ACCELPOOL_FAKE_NVIDIA_ML);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto retire = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_nvml_retire"));
+  auto xid = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_nvml_xid"));
+  ASSERT_NE(retire, nullptr);
+  ASSERT_NE(xid, nullptr);
+  StatusOr<NvmlLibraryPtr> lib = NewDlNvml({ACCELPOOL_FAKE_NVIDIA_ML}, "/nonexistent");
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  ASSERT_TRUE((*lib)->Init().ok());
+  EXPECT_EQ((*lib)->RetiredPagesPending(0).status().code(), StatusCode::kUnimplemented);
+  retire(3);
+  StatusOr<bool> three = (*lib)->RetiredPagesPending(3);
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_TRUE(*three);
+  StatusOr<bool> two = (*lib)->RetiredPagesPending(2);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_FALSE(*two);
+
+  auto driver = Driver(Options());
+  ASSERT_TRUE(driver.ok());
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  HealthRecorder health(**driver);
+  xid(48, -1);
+  fake.Configure(8, -1, 3, 0);  // GPU 3: XID 48
+  health.WaitFor(1);
+  fake.Configure(8, -1, -1, 0);  // no more XIDs; the GPU answers every query
+  const bool held = !health.WaitFor(2, std::chrono::milliseconds(400));
+  retire(-1);  // the driver was loaded again: nothing pending
+  const bool back = health.WaitFor(2);
+  const std::vector<HealthEvent> events = health.Stop();
+  xid(79, -1);
+  retire(-2);
+  EXPECT_TRUE(held) << "a GPU with a page pending retirement was reported healthy";
+  ASSERT_TRUE(back);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].healthy);
+  EXPECT_NE(events[0].reason.find("XID 48"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].device_id, invs->front().devices[3].id);
+  EXPECT_TRUE(events[1].healthy);
+}
+
 // A plugin that starts after the XID (a restart, an upgrade) on a GPU whose
 // rows still wait for remapping: discovery offers the GPU unhealthy, and it
 // recovers once the reset leaves nothing pending.

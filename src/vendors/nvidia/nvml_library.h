@@ -139,6 +139,10 @@ class NvmlLibrary {
   // Succeeds when the device answers a query (memory info) and has no memory
   // rows pending remapping or failed to remap (both need a GPU reset).
   virtual Status Probe(int32_t index) = 0;
+  // Whether a memory page waits for retirement (GPUs before Ampere retire
+  // pages; a driver reload applies it). kUnimplemented where the GPU or the
+  // driver has no page retirement (Ampere and newer remap rows instead).
+  virtual StatusOr<bool> RetiredPagesPending(int32_t index) = 0;
   // The device memory processes hold on a GPU now, in MiB:
   // nvmlDeviceGetMemoryInfo_v2's `used` (without what the driver reserves),
   // or, from a driver without it, the first call's (which includes it).

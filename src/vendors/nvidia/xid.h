@@ -14,6 +14,9 @@
 
 namespace accelpool::vendors::nvidia {
 
+// XID 48: a double-bit (uncorrectable) ECC error.
+inline constexpr uint64_t kXidDoubleBitEcc = 48;
+
 // The default ignore list above.
 const std::vector<uint64_t>& ApplicationXids();
 

@@ -144,6 +144,7 @@ std::atomic<int> numa_mode{1};       // 0 driver says nothing, 1 x86 (affinity o
 std::atomic<bool> wait_lost{false};  // nvmlEventSetWait_v2 answers NVML_ERROR_GPU_IS_LOST
 std::atomic<unsigned long long> fault_xid{79};  // NOLINT(runtime/int) what the faulty GPU reports
 std::atomic<int> remap_pending{-1};        // this GPU has rows pending remapping (needs a reset)
+std::atomic<int> retire_pending{-2};  // this GPU has a page pending retirement; -2: not supported
 std::atomic<int> name_calls{0};            // nvmlDeviceGetName calls since the last reset
 std::atomic<bool> unterminated{false};     // the UUID and the name fill the buffer with no NUL
 std::atomic<bool> null_error_text{false};  // nvmlErrorString of an unknown code is a null pointer
@@ -338,6 +339,12 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_xid(i
   remap_pending = pending;
 }
 
+// Page retirement (before Ampere): the GPU with a page pending retirement
+// (-1: none; -2: nvmlDeviceGetRetiredPagesPendingStatus answers NOT_SUPPORTED).
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_nvml_retire(int pending) {
+  retire_pending = pending;
+}
+
 extern "C" {
 __attribute__((visibility("default"))) int nvmlInit_v2() { return State().init_error; }
 __attribute__((visibility("default"))) int nvmlShutdown() { return kSuccess; }
@@ -505,6 +512,14 @@ __attribute__((visibility("default"))) int nvmlDeviceGetRemappedRows(void* h, un
   *unc = p ? 1 : 0;
   *pending = p ? 1 : 0;
   *failure = 0;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetRetiredPagesPendingStatus(void* h,
+                                                                                  int* pending) {
+  unsigned i = 0;
+  if (!ToIndex(h, &i)) return kInvalidArgument;
+  if (retire_pending == -2) return kNotSupported;
+  *pending = static_cast<int>(i) == retire_pending ? 1 : 0;
   return kSuccess;
 }
 #ifndef ACCELPOOL_FAKE_NVML_V1_PCI

@@ -46,6 +46,9 @@ class FakeHgml : public nvidia::NvmlLibrary {
     return UnimplementedError("no events");
   }
   Status RegisterXidEventsFor(int32_t) override { return UnimplementedError("no events"); }
+  StatusOr<bool> RetiredPagesPending(int32_t) override {
+    return UnimplementedError("no page retirement");
+  }
   StatusOr<std::optional<nvidia::XidEvent>> WaitXid(int32_t) override {
     return std::optional<nvidia::XidEvent>();
   }
