@@ -428,7 +428,12 @@ Status ClientImpl::StreamLines(const ClientRequest& request,
   internal::Reader reader(s);
   auto fail = [&](const Status& st) {
     if (stop.stop_requested()) return Status(StatusCode::kCancelled, "stopped");
-    return Status(st.code(), request.path + ": " + st.message());
+    // A connection the server closed (before the answer, or within it) is
+    // unavailable, never kOutOfRange: a caller such as the informer reads
+    // that code as an expired resource version and relists.
+    const StatusCode code =
+        st.code() == StatusCode::kOutOfRange ? StatusCode::kUnavailable : st.code();
+    return Status(code, request.path + ": " + st.message());
   };
   auto resp_head = reader.ReadHead(64 << 10, connect_timeout);
   if (!resp_head.ok()) return fail(resp_head.status());

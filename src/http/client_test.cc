@@ -178,6 +178,9 @@ TEST(HttpClientStreamTest, BrokenFramingIsAnErrorNotTheEnd) {
       {"no CRLF after data", chunked + "3\r\nab\nXY", StatusCode::kUnavailable, 0},
       {"content-length not a number", "HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\nab\n",
        StatusCode::kUnavailable, 0},
+      // Closed before any answer (a server shutting down gracefully): not
+      // kOutOfRange, which a watch's caller takes for an expired version.
+      {"closed before an answer", "", StatusCode::kUnavailable, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
