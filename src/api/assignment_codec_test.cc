@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "api/inventory_codec.h"
+
 namespace accelpool::api {
 namespace {
 
@@ -93,6 +95,19 @@ TEST(AssignmentCodecTest, BadDocumentsNameThePath) {
     ASSERT_FALSE(r.ok()) << c.name;
     EXPECT_NE(r.status().message().find(c.want), std::string::npos)
         << c.name << ": " << r.status().message();
+  }
+}
+
+// An annotation nested past kMaxAnnotationDepth is refused before it is
+// parsed (anyone who may annotate a pod may write one), with what to do.
+TEST(AssignmentCodecTest, DeeplyNestedAnnotationsAreRefusedBeforeParsing) {
+  const std::string deep =
+      "{\"containers\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  for (const auto& st : {ParseAssignment(deep).status(), ParseAllocation(deep).status(),
+                         ParseInventory(deep, "n").status()}) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("deeper than 32 levels"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("delete the annotation"), std::string::npos) << st.message();
   }
 }
 

@@ -1,5 +1,7 @@
 #include "api/json_check.h"
 
+#include "common/strings.h"
+
 namespace accelpool::api::internal {
 
 using nlohmann::json;
@@ -165,6 +167,14 @@ Status RequireObject(const json& v, const std::string& path) {
 }
 
 StatusOr<json> ParseJson(std::string_view text, std::string_view what) {
+  // The documents read here nest a few levels; a deeper one is refused
+  // before it is parsed, so nothing that walks a document meets it.
+  if (JsonNestingDepth(text) > kMaxAnnotationDepth) {
+    return InvalidArgumentError(std::string(what) + " nests objects and arrays deeper than " +
+                                std::to_string(kMaxAnnotationDepth) +
+                                " levels; rewrite it or delete the annotation so the writer "
+                                "recreates it");
+  }
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return InvalidArgumentError(std::string(what) +

@@ -41,7 +41,11 @@ Status ReadInt32Lists(const nlohmann::json& obj, std::string_view key, const std
                       int32_t min, int32_t max, std::vector<std::vector<int32_t>>& out);
 // Checks that `v` is an object.
 Status RequireObject(const nlohmann::json& v, const std::string& path);
-// Parses text as JSON; kInvalidArgument with the parser's position otherwise.
+// The deepest nesting ParseJson takes (accelpool's annotations nest fewer
+// than ten levels).
+inline constexpr int kMaxAnnotationDepth = 32;
+// Parses text as JSON; kInvalidArgument with the parser's position otherwise,
+// and for text nested deeper than kMaxAnnotationDepth.
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
 
 inline constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();

@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/strings.h"
+
 namespace accelpool::extender {
 namespace {
 
@@ -19,35 +21,6 @@ bool EqualFold(std::string_view a, std::string_view b) {
     }
   }
   return true;
-}
-
-// Maximum nesting depth of `body`, counting brackets outside strings. Runs
-// before the parser so hostile nesting is refused in O(n) without recursion.
-int NestingDepth(std::string_view body) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
 }
 
 Status TypeError(std::string_view field, std::string_view want) {
@@ -186,7 +159,7 @@ StatusOr<Json> ParseJson(std::string_view body) {
   if (body.empty()) {
     return InvalidArgumentError("empty body; send a JSON document");
   }
-  if (NestingDepth(body) > kMaxJsonDepth) {
+  if (JsonNestingDepth(body) > kMaxJsonDepth) {
     return InvalidArgumentError("JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                                 " levels; send the kube-scheduler extender v1 format");
   }
