@@ -777,21 +777,11 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   }
   // One bind of a pod at a time: a reservation is given back only by the
   // bind that knows its Binding was not written.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!binding_.insert(pod.ref.uid).second) {
-      return fail("plan", AbortedError("an earlier bind of this pod is still running; the pod "
-                                       "is retried"));
-    }
+  const PodClaim claim(*this, pod.ref.uid);
+  if (!claim.held()) {
+    return fail("plan", AbortedError("an earlier bind of this pod is still running; the pod "
+                                     "is retried"));
   }
-  struct Running {
-    Extender& e;
-    const std::string& uid;
-    ~Running() {
-      std::lock_guard<std::mutex> lock(e.mu_);
-      e.binding_.erase(uid);
-    }
-  } running{*this, pod.ref.uid};
   int32_t score = 0;
   bool reused = false;
   const auto t0 = std::chrono::steady_clock::now();
@@ -874,6 +864,17 @@ StatusOr<PodAssignment> Extender::Bind(const PodInfo& pod, const std::string& no
   return a;
 }
 
+Extender::PodClaim::PodClaim(Extender& e, const std::string& uid) : e_(e), uid_(uid) {
+  std::lock_guard<std::mutex> lock(e_.mu_);
+  held_ = e_.binding_.insert(uid_).second;
+}
+
+Extender::PodClaim::~PodClaim() {
+  if (!held_) return;
+  std::lock_guard<std::mutex> lock(e_.mu_);
+  e_.binding_.erase(uid_);
+}
+
 size_t Extender::ReleaseUnknownBindings() {
   if (writer_ == nullptr) return 0;
   std::vector<PodRef> due;
@@ -888,18 +889,8 @@ size_t Extender::ReleaseUnknownBindings() {
   for (const PodRef& ref : due) {
     // Held as a bind of the pod, so that none runs meanwhile: a reservation
     // is given back only by whoever knows its Binding was not written.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!binding_.insert(ref.uid).second) continue;  // its bind settles it
-    }
-    struct Running {
-      Extender& e;
-      const std::string& uid;
-      ~Running() {
-        std::lock_guard<std::mutex> lock(e.mu_);
-        e.binding_.erase(uid);
-      }
-    } running{*this, ref.uid};
+    const PodClaim claim(*this, ref.uid);
+    if (!claim.held()) continue;  // its bind settles it
     auto settled = [&] {
       std::lock_guard<std::mutex> lock(mu_);
       unknown_bindings_.erase(ref.uid);

@@ -441,6 +441,21 @@ class Extender {
   std::map<std::string, Remembered> remembered_;  // guarded by mu_
   std::deque<std::string> scored_;                 // guarded by mu_; uids, oldest first
   std::map<std::string, Preemption> preemptions_;  // guarded by mu_; by preemptor uid
+  // Holds a pod's uid in binding_ while it lives, unless a bind (or the
+  // sweep of unknown bindings) of the pod holds it already: held() says.
+  class PodClaim {
+   public:
+    PodClaim(Extender& e, const std::string& uid);
+    ~PodClaim();
+    PodClaim(const PodClaim&) = delete;
+    PodClaim& operator=(const PodClaim&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    Extender& e_;
+    const std::string uid_;
+    bool held_ = false;
+  };
   // Pods whose bind is running (planning or writing the Binding), by uid: a
   // second bind of the same pod meanwhile is refused, so a reservation is
   // never given back while its Binding may still land.
