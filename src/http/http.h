@@ -125,7 +125,9 @@ struct TlsOptions {
 };
 
 struct ServerOptions {
-  std::string host = "0.0.0.0";  // "127.0.0.1" in tests
+  // "127.0.0.1" in tests; "" is every address: IPv6 and IPv4 on one socket,
+  // or IPv4 alone where the kernel has no IPv6.
+  std::string host = "0.0.0.0";
   uint16_t port = 0;             // 0: an ephemeral port, see HttpServer::port()
   std::optional<TlsOptions> tls;
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413 (a route may set less)

@@ -314,6 +314,47 @@ TEST(HttpServerTest, PortInUseAndBadTlsFiles) {
   EXPECT_NE(st.message().find("/nonexistent/cert.pem"), std::string::npos) << st.message();
 }
 
+// The status line a plain GET of `path` gets over a fresh connection to
+// `addr` ("" when the connection fails).
+std::string RawGet(const sockaddr* addr, socklen_t len, const std::string& path) {
+  const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  std::string line;
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  if (::connect(fd, addr, len) == 0 &&
+      ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) line.assign(buf, static_cast<size_t>(n));
+    line = line.substr(0, line.find("\r\n"));
+  }
+  ::close(fd);
+  return line;
+}
+
+// An empty host serves every address: IPv4, and IPv6 where the kernel has
+// it (IPv6-only and dual-stack clusters probe pods on their IPv6 address).
+TEST(HttpServerTest, AnEmptyHostServesIpv4AndIpv6) {
+  ServerOptions o;
+  o.host = "";
+  auto s = NewHttpServer(o);
+  s->Handle("GET", "/x", [](const Request&) { return Response::Json(200, "{}"); });
+  ASSERT_TRUE(s->Start().ok());
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  v4.sin_port = htons(s->port());
+  v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(RawGet(reinterpret_cast<sockaddr*>(&v4), sizeof(v4), "/x"), "HTTP/1.1 200 OK");
+  const int probe = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) GTEST_SKIP() << "no IPv6 on this machine";
+  ::close(probe);
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_port = htons(s->port());
+  v6.sin6_addr = in6addr_loopback;
+  EXPECT_EQ(RawGet(reinterpret_cast<sockaddr*>(&v6), sizeof(v6), "/x"), "HTTP/1.1 200 OK");
+}
+
 // A local server, not started yet, that counts its requests in `reg`,
 // answers GET /api/... with {} and serves `reg` at /metrics.
 std::unique_ptr<HttpServer> MeteredApiServer(MetricsRegistry& reg) {

@@ -293,34 +293,49 @@ Status ServerImpl::Start() {
     tls_stamp_ = TlsFilesStamp(*opts_.tls);
     last_check_ = std::chrono::steady_clock::now();
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
   const std::string port_s = std::to_string(opts_.port);
-  const char* host = opts_.host.empty() ? nullptr : opts_.host.c_str();
-  if (int rc = ::getaddrinfo(host, port_s.c_str(), &hints, &res); rc != 0) {
-    return InvalidArgumentError("cannot resolve listen address \"" + opts_.host +
-                                "\": " + gai_strerror(rc) + "; use an IP address or host name");
-  }
+  // An empty host is every address of the node: IPv6 and IPv4 on one socket
+  // (IPv6-only and dual-stack clusters probe and call pods on their IPv6
+  // address), else IPv4 alone where the kernel has no IPv6.
+  const bool any = opts_.host.empty();
   std::string err = "no usable address";
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
-      listen_fd_ = fd;
-      break;
+  for (const std::string& name :
+       any ? std::vector<std::string>{"::", "0.0.0.0"} : std::vector<std::string>{opts_.host}) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    if (int rc = ::getaddrinfo(name.c_str(), port_s.c_str(), &hints, &res); rc != 0) {
+      if (any) continue;
+      return InvalidArgumentError("cannot resolve listen address \"" + opts_.host +
+                                  "\": " + gai_strerror(rc) + "; use an IP address or host name");
     }
-    err = std::strerror(errno);
-    ::close(fd);
+    for (addrinfo* ai = res; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
+      const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) {
+        err = std::strerror(errno);
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      if (any && ai->ai_family == AF_INET6) {
+        int zero = 0;  // IPv4 too, whatever net.ipv6.bindv6only says
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+      }
+      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+        listen_fd_ = fd;
+        break;
+      }
+      err = std::strerror(errno);
+      ::close(fd);
+    }
+    ::freeaddrinfo(res);
+    if (listen_fd_ >= 0) break;
   }
-  ::freeaddrinfo(res);
   if (listen_fd_ < 0) {
-    return UnavailableError("cannot listen on " + opts_.host + ":" + port_s + ": " + err +
-                            "; pick a free port or stop the other listener");
+    return UnavailableError("cannot listen on " + (any ? std::string("*") : opts_.host) + ":" +
+                            port_s + ": " + err + "; pick a free port or stop the other listener");
   }
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
