@@ -140,6 +140,41 @@ Status CheckAgainstCluster(const PodInfo& pod, const std::map<core::Vendor, Limi
   return Status::Ok();
 }
 
+// Every accelpool resource a container asks for (a non-zero amount) is one
+// kube-scheduler sends to the extender.
+Status CheckManaged(const Json& pod, const std::vector<std::string>& managed) {
+  const std::set<std::string> known(managed.begin(), managed.end());
+  const Json* spec = pod.contains("spec") && pod["spec"].is_object() ? &pod["spec"] : nullptr;
+  for (const char* list : {"initContainers", "containers"}) {
+    if (spec == nullptr || !spec->contains(list) || !(*spec)[list].is_array()) continue;
+    for (const Json& c : (*spec)[list]) {
+      if (!c.is_object() || !c.contains("resources") || !c["resources"].is_object()) continue;
+      const Json& res = c["resources"];
+      for (const char* part : {"limits", "requests"}) {
+        if (!res.contains(part) || !res[part].is_object()) continue;
+        for (const auto& item : res[part].items()) {
+          const std::string& n = item.key();
+          std::optional<api::ResourceInfo> info = api::LookupResource(n);
+          if (!info.has_value() || info->role == api::ResourceRole::kIgnored ||
+              IsZeroAmount(res, n) || known.count(n) != 0) {
+            continue;
+          }
+          const std::string name =
+              c.contains("name") && c["name"].is_string() ? c["name"].get<std::string>() : "";
+          return InvalidArgumentError(
+              "container " + name + " asks for " + n +
+              ", which kube-scheduler does not send to the accelpool extender (it is not in the "
+              "scheduler's managedResources: the chart's scheduler.countResources, "
+              "scheduler.managedResources and scheduler.migProfiles), so the pod would be bound "
+              "without an accelpool assignment and refused on its node. Add " +
+              n + " to those lists and upgrade the release");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // The annotations accelpool writes itself never come with a new pod: the
 // assignment arrives with the Binding, the allocation from the device plugin.
 // One that does is forged or copied from a running pod; with spec.nodeName it
@@ -566,6 +601,9 @@ Reply Webhook::MutateDevices(std::string_view body) const {
     }
     if (verdict.ok() && !options_.allow_device_env) {
       verdict = CheckControlledEnv(pod);
+    }
+    if (verdict.ok() && !options_.managed_resources.empty()) {
+      verdict = CheckManaged(pod, options_.managed_resources);
     }
     std::string oversized;  // the warning for a pod no node holds now
     if (verdict.ok() && cache_ != nullptr) {

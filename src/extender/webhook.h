@@ -39,6 +39,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/log.h"
 #include "extender/cache.h"
@@ -62,6 +63,13 @@ struct WebhookOptions {
   // may come (a cluster autoscaler scales node groups up only for pending
   // pods; a node whose inventory is being republished is briefly missing).
   bool refuse_oversized = false;
+  // The resource names kube-scheduler sends to the extender (its extender
+  // config's managedResources). A pod that asks for another accelpool
+  // resource would be bound by kube-scheduler's own binder, without an
+  // assignment, and refused on the node: it is refused at creation with the
+  // name to add. Empty: not checked (kube-scheduler calls the extender for
+  // every pod).
+  std::vector<std::string> managed_resources = {};
 };
 
 class Webhook {

@@ -110,6 +110,38 @@ TEST(WebhookTest, MutatesRoutesAndRejects) {
   }
 }
 
+// A pod asking for an accelpool resource kube-scheduler does not send to the
+// extender (a chip name missing from the scheduler's managedResources) would
+// be bound without an assignment: refused at creation with the name to add.
+// A name given as 0 asks for nothing; a pod whose names are all managed is
+// routed as usual.
+TEST(WebhookTest, AResourceTheSchedulerDoesNotManageIsRefusedWithTheNameToAdd) {
+  WebhookOptions o;
+  o.managed_resources = {"nvidia.com/gpu", "nvidia.com/gpumem", "huawei.com/Ascend910B3"};
+  Webhook w(o, nullptr, Logger());
+  auto answer = [&](const nlohmann::json& pod) {
+    Reply r = w.Mutate(Review(pod).dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return nlohmann::json::parse(r.body)["response"];
+  };
+  nlohmann::json got = answer(PodWithLimits({{"huawei.com/Ascend950", "1"}}));
+  EXPECT_EQ(got["allowed"], false);
+  const std::string message = got["status"]["message"].get<std::string>();
+  EXPECT_NE(message.find("huawei.com/Ascend950"), std::string::npos) << message;
+  EXPECT_NE(message.find("scheduler.countResources"), std::string::npos) << message;
+  // The count the webhook adds for a memory-only request is checked too.
+  got = answer(PodWithLimits({{"huawei.com/Ascend910B3-memory", "16384"}}));
+  EXPECT_EQ(got["allowed"], false);
+  EXPECT_NE(got["status"]["message"].get<std::string>().find("Ascend910B3-memory"),
+            std::string::npos);
+  EXPECT_EQ(
+      answer(PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}}))["allowed"],
+      true);
+  EXPECT_EQ(
+      answer(PodWithLimits({{"nvidia.com/gpu", "1"}, {"huawei.com/Ascend950", "0"}}))["allowed"],
+      true);
+}
+
 // By default a pod no node holds now is admitted, pending, with a warning
 // that says why: a cluster autoscaler adds nodes only for pending pods, and
 // a node republishing its inventory is briefly missing from the cache.

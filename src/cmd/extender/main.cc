@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -44,7 +45,15 @@ namespace accelpool::extender {
 namespace {
 
 constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
-  --listen=HOST:PORT        address to serve on (default 0.0.0.0:8888)
+  --listen=HOST:PORT        address to serve on (default 0.0.0.0:8888; ":PORT" is every address,
+                            IPv6 and IPv4, or IPv4 alone where the node has no IPv6)
+  --shutdown-delay=DUR      on SIGTERM, answer /readyz not ready and go on serving this long before
+                            stopping, so that the apiserver and kube-scheduler stop calling a
+                            replica that is going away (default 0s; the chart sets 10s)
+  --managed-resources=LIST  comma-separated resource names kube-scheduler sends to the extender
+                            (its extender config's managedResources); the webhook refuses a pod
+                            that asks for another accelpool resource, which kube-scheduler would
+                            bind without an assignment (default empty: not checked)
   --tls-cert=FILE           PEM certificate; with --tls-key serves HTTPS (reloaded on change)
   --tls-key=FILE            PEM private key
   --client-ca=FILE          require client certificates signed by this CA
@@ -158,6 +167,8 @@ struct Flags {
   bool learn_workload = true;
   size_t workload_window = 2048;
   std::chrono::seconds workload_refresh{30};
+  std::chrono::seconds shutdown_delay{0};
+  std::vector<std::string> managed_resources;  // "" = not checked
   std::string workload_configmap;  // "[NS/]NAME"; "" = the learned mix is not kept
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
@@ -197,9 +208,12 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"webhook-ca-file", &f.webhook_ca_file},
       {"workload-configmap", &f.workload_configmap}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
-      api_connections, max_connections, workload_window, workload_refresh;
+      api_connections, max_connections, workload_window, workload_refresh, shutdown_delay,
+      managed_resources;
   strings["workload-window"] = &workload_window;
   strings["workload-refresh"] = &workload_refresh;
+  strings["shutdown-delay"] = &shutdown_delay;
+  strings["managed-resources"] = &managed_resources;
   strings["filter-threads"] = &filter_threads;
   strings["kube-api-qps"] = &api_qps;
   strings["kube-api-burst"] = &api_burst;
@@ -245,6 +259,24 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                   workload_refresh);
     }
     f.workload_refresh = *d;
+  }
+  if (!shutdown_delay.empty()) {
+    StatusOr<std::chrono::seconds> d = ParseDurationFlag("shutdown-delay", shutdown_delay);
+    ACCELPOOL_RETURN_IF_ERROR(d.status());
+    if (d->count() < 0 || d->count() > 600) {
+      return InvalidArgumentError("--shutdown-delay must be 0s..10m, got " + shutdown_delay);
+    }
+    f.shutdown_delay = *d;
+  }
+  for (size_t start = 0; start < managed_resources.size();) {
+    size_t comma = managed_resources.find(',', start);
+    if (comma == std::string::npos) comma = managed_resources.size();
+    const std::string name = managed_resources.substr(start, comma - start);
+    if (name.empty()) {
+      return InvalidArgumentError("--managed-resources has an empty name: " + managed_resources);
+    }
+    f.managed_resources.push_back(name);
+    start = comma + 1;
   }
   if (!filter_threads.empty()) {
     StatusOr<long long> n = positive("filter-threads", filter_threads);
@@ -374,7 +406,8 @@ StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& list
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);  // [::1]:8889: the resolver takes the bare address
   }
-  return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(p));
+  // ":PORT" is every address, IPv6 and IPv4 (http::ServerOptions::host).
+  return std::make_pair(host, static_cast<uint16_t>(p));
 }
 
 bool IsLoopback(const std::string& host) {
@@ -624,7 +657,8 @@ int Run(const Flags& flags) {
     writer.SetWriteTimeLeft([&leader] { return leader->LeadLeft(); });
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env,
-                                 flags.host_pods_scheduler_name, flags.webhook_refuse_oversized},
+                                 flags.host_pods_scheduler_name, flags.webhook_refuse_oversized,
+                                 flags.managed_resources},
                   &cache, log.Child("webhook"), &*metrics);
 
   http::ServerOptions so;
@@ -643,7 +677,9 @@ int Run(const Flags& flags) {
     tls.client_cert_optional = flags.client_cert_optional;
     so.tls = tls;
   }
+  std::atomic<bool> draining{false};  // SIGTERM came: --shutdown-delay runs
   auto not_ready = [&]() -> std::string {
+    if (draining.load()) return "shutting down";
     if (!nodes.Synced() || !pods.Synced() || (all_pods != nullptr && !all_pods->Synced())) {
       return "caches not synced yet";
     }
@@ -706,6 +742,28 @@ int Run(const Flags& flags) {
   // change. It is said and ignored, never the end of the process.
   while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
     log.Info("SIGHUP ignored: the extender re-reads its files as they change; SIGTERM stops it");
+  }
+  if (sig == SIGTERM && flags.shutdown_delay.count() > 0) {
+    // Not ready, still serving: the endpoints drop this replica, and
+    // kube-scheduler and the apiserver (which does not retry a webhook call)
+    // stop calling it before the listener closes. A second SIGTERM or a
+    // SIGINT ends the wait.
+    draining = true;
+    log.Info("draining: not ready, still serving",
+             {{"signal", sig}, {"seconds", static_cast<int64_t>(flags.shutdown_delay.count())}});
+    const auto until = std::chrono::steady_clock::now() + flags.shutdown_delay;
+    for (;;) {
+      const auto left = until - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) break;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      const timespec ts{static_cast<time_t>(ns / 1'000'000'000),
+                        static_cast<long>(ns % 1'000'000'000)};
+      const int got = sigtimedwait(&set, nullptr, &ts);
+      if (got == SIGTERM || got == SIGINT) {
+        sig = got;
+        break;
+      }
+    }
   }
   log.Info("shutting down", {{"signal", sig}});
   if (sched_server) sched_server->Stop();
