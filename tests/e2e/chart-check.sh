@@ -948,6 +948,8 @@ yes accelpool-scheduler get configmaps/accelpool-workload -n accelpool-system
 yes accelpool-scheduler patch configmaps/accelpool-workload -n accelpool-system
 no accelpool-scheduler patch configmaps/other -n accelpool-system
 no accelpool-scheduler delete configmaps/accelpool-workload -n accelpool-system
+yes accelpool-scheduler create configmaps -n accelpool-system
+no accelpool-scheduler create configmaps -n default
 yes accelpool-scheduler patch mutatingwebhookconfigurations/accelpool-webhook
 no accelpool-scheduler patch mutatingwebhookconfigurations/other
 no accelpool-scheduler create mutatingwebhookconfigurations
