@@ -296,7 +296,6 @@ void InitOnce() {
       for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }
-      pthread_atfork(nullptr, nullptr, ChildAfterFork);
     } else {
       Logf(LogLevel::kError, "%s; running without limits", error);
       s.mem_on = false;
@@ -305,6 +304,14 @@ void InitOnce() {
   }
   OpenPriority(s);
   s.launch_on = s.compute_on || s.priority != nullptr;
+  // Whenever a hook does more than forward, it takes the shim's locks
+  // (slot_mu binds hooks for cuGetProcAddress, mem_mu and the launch state
+  // guard what it records): a child forked while another thread held one
+  // must start with them free. Task priority alone opens no region, and its
+  // children used to hang at their first lookup.
+  if (s.mem_on || s.launch_on) {
+    pthread_atfork(nullptr, nullptr, ChildAfterFork);
+  }
   if (s.mem_on || s.compute_on) {
     Logf(LogLevel::kInfo, "limits on: memory=%s compute=%d%% state_dir=%s",
          s.mem_on ? "yes" : "no", s.compute_on ? s.config.compute_percent : 100,

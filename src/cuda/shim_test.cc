@@ -1780,6 +1780,19 @@ TEST(ShimTest, AForkWhileAnotherThreadBindsAHookLeavesTheChildUsable) {
   EXPECT_EQ(U(kv, "forks"), 1000u);
 }
 
+// The same with task priority as the only thing on: no limit opens the
+// region, yet the hooks are bound (under the same lock). The fork handlers
+// were registered only with the region, and such a child hung.
+TEST(ShimTest, AForkWhileAnotherThreadBindsAHookLeavesTheChildUsableWithOnlyAPriority) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ASSERT_TRUE(testing::WritePriorityFile(testing::PriorityPath(dir.path())));
+  auto kv = MustRun({"procaddr", "forkbind", "1000"}, {{"ACCELPOOL_CUDA_PRIORITY", "high"},
+                                                       {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}});
+  EXPECT_EQ(U(kv, "hung"), 0u) << "after " << U(kv, "forks") << " forks";
+  EXPECT_EQ(U(kv, "forks"), 1000u);
+}
+
 TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
