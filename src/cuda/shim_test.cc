@@ -1793,6 +1793,50 @@ TEST(ShimTest, AForkWhileAnotherThreadBindsAHookLeavesTheChildUsableWithOnlyAPri
   EXPECT_EQ(U(kv, "forks"), 1000u);
 }
 
+// exit() where the shim's locks may be held: from a signal handler that
+// interrupted a hook (here the first charge, which waits for the region's
+// mutex with the shim's memory lock held), and at a normal exit while
+// another process holds the region's mutex. Waiting for either lock at exit
+// hung the process for good (the first case for ever, on its own lock). Now
+// the slot's release is skipped, and the container reclaims the slot once
+// the process is gone.
+TEST(ShimTest, AnExitWhileTheShimsLocksAreHeldDoesNotHang) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                   {"ACCELPOOL_CUDA_STATE_DIR", dir.path()},
+                   {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+                   {"LD_PRELOAD", ShimPreload()}};
+  SharedRegion region;
+  {
+    ChildProcess child;
+    ASSERT_TRUE(
+        child.Start({ProbePath(), "direct", "exitinhook", std::to_string(256 * kMiB)}, env));
+    ASSERT_EQ(U(ParseKeyValues(child.ReadLine(30000)), "free"), 1024 * kMiB);
+    char error[256] = {};
+    ASSERT_TRUE(region.OpenFile(dir.path().c_str(), error, sizeof(error))) << error;
+    ASSERT_TRUE(region.Lock());
+    ASSERT_TRUE(child.Write("go\n"));
+    ProcessResult r = child.Wait(5000);
+    region.Unlock();
+    EXPECT_EQ(r.exit_code, 7) << "hung inside exit() (killed: signal " << r.signal << ")\n"
+                              << r.out << r.err;
+  }
+  {
+    ChildProcess holder;
+    ASSERT_TRUE(holder.Start({ProbePath(), "direct", "hold", std::to_string(256 * kMiB)}, env));
+    ASSERT_EQ(U(ParseKeyValues(holder.ReadLine(30000)), "held"), 256 * kMiB);
+    EXPECT_EQ(region.Used(0), 256 * kMiB);
+    ASSERT_TRUE(region.Lock());
+    holder.CloseStdin();
+    ProcessResult r = holder.Wait(5000);
+    region.Unlock();
+    EXPECT_EQ(r.exit_code, 0) << "hung inside exit() (killed: signal " << r.signal << ")";
+  }
+  EXPECT_EQ(region.Used(0), 0u) << "the exited process's slot is reclaimed";
+  EXPECT_EQ(region.SlotsInUse(), 0);
+}
+
 TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());

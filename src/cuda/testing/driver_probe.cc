@@ -117,6 +117,9 @@
 //                            counts the opens): the second opens while the
 //                            first, inside the shim, asks the size of what
 //                            it imported; then both closed
+//   exitinhook <bytes>       print ready; after a stdin line, cuMemAlloc of
+//                            <bytes>, interrupted 300 ms in by a signal whose
+//                            handler calls exit(7)
 //   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
 //                            over while this one forks; each child looks it
 //                            up once; how many children hung
@@ -181,6 +184,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gnu/libc-version.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -2006,6 +2010,30 @@ int IpcSelf(const Api& a, uint64_t bytes, bool print) {
 
 // A fork while another thread binds a hook (cuGetProcAddress): the child's
 // own lookup must not wait for a lock that thread held at the fork.
+void ExitOnSignal(int) { std::exit(7); }
+
+// A signal whose handler calls exit() (as handlers of SIGTERM often do)
+// interrupts this thread inside cuMemAlloc, while it holds the shim's
+// memory lock: its first charge claims the process's slot, and the test
+// holds the region's mutex meanwhile. The process must still exit.
+int ExitInHook(const Api& a, uint64_t bytes) {
+  std::printf("ready free=%zu\n", FreeBytes(a));  // The region is open from here on.
+  std::fflush(stdout);
+  char c = 0;
+  while (read(0, &c, 1) == 1 && c != '\n') {
+  }
+  signal(SIGUSR1, ExitOnSignal);
+  const pthread_t self = pthread_self();
+  std::thread([self] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    pthread_kill(self, SIGUSR1);
+  }).detach();
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc(&p, bytes);
+  std::printf("alloc_rc=%d\n", rc);  // Not while the region's mutex is held.
+  return 1;
+}
+
 int ForkBind(int forks) {
   auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
   std::atomic<bool> stop{false};
@@ -2490,6 +2518,9 @@ int main(int argc, char** argv) {
     std::printf("rc=%d zero_rc=%d managed_zero_rc=%d free=%zu\n", rc, zero_rc, managed_rc,
                 FreeBytes(a));
     return 0;
+  }
+  if (command == "exitinhook" && argc == 4) {
+    return ExitInHook(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "forkbind" && argc == 4) {
     return ForkBind(std::atoi(argv[3]));
