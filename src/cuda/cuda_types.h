@@ -262,6 +262,12 @@ typedef CUresult (*cuLaunchCooperativeKernelFn)(CUfunction, unsigned int, unsign
                                                 unsigned int, unsigned int, unsigned int,
                                                 unsigned int, unsigned int, CUstream, void**);
 typedef CUresult (*cuGraphLaunchFn)(CUgraphExec, CUstream);
+// Deprecated launches of a function whose block shape and parameters were
+// set beforehand (cuFuncSetBlockShape, cuParamSet*): cuLaunch runs one
+// block; cuLaunchGrid and cuLaunchGridAsync a grid_width x grid_height grid.
+typedef CUresult (*cuLaunchFn)(CUfunction);
+typedef CUresult (*cuLaunchGridFn)(CUfunction, int, int);
+typedef CUresult (*cuLaunchGridAsyncFn)(CUfunction, int, int, CUstream);
 typedef CUresult (*cuGraphUploadFn)(CUgraphExec, CUstream);
 typedef CUresult (*cuGraphInstantiateWithFlagsFn)(CUgraphExec*, CUgraph,
                                                   unsigned long long);  // NOLINT

@@ -2,7 +2,8 @@
 //
 // With a compute share below 100%, every launch path (cuLaunchKernel,
 // cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz
-// variants) first asks the device's shared token bucket for admission at the
+// variants, and the deprecated cuLaunch, cuLaunchGrid and cuLaunchGridAsync)
+// first asks the device's shared token bucket for admission at the
 // price of its launch key, sleeping while the balance is negative. The key
 // is (function, grid size, block size) for a kernel and the CUgraphExec for
 // a graph; its price is learned per process by a CostTable (throttle.h), and
@@ -632,6 +633,50 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
   return rc;
 }
 
+// The deprecated launches of a function set up beforehand. Its block shape
+// (cuFuncSetBlockShape) is not seen by the shim, so their key has the grid
+// only (block size 0): launches of one function with another block shape
+// share its price, which their measurements keep right. cuLaunch runs one
+// block; it and cuLaunchGrid go to the legacy default stream.
+template <typename Call>
+CUresult GateDeprecated(bool per_thread, CUfunction f, int gw, int gh, CUstream stream, Call call) {
+  ShimState& s = State();
+  if (!s.launch_on) {
+    return call();
+  }
+  LaunchSite site;
+  if (!GateLaunch(stream, per_thread, &site) || !s.compute_on) {
+    return call();
+  }
+  Admission admission(
+      &site, stream, per_thread,
+      KernelKey(f, static_cast<unsigned>(gw), static_cast<unsigned>(gh), 1, 0, 1, 1));
+  CUresult rc = call();
+  admission.Done(rc);
+  return rc;
+}
+
+template <int S>
+CUresult HookLaunch(CUfunction f) {
+  ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchFn, kHookLaunch);
+  return GateDeprecated(s.per_thread_stream[kHookLaunch][S], f, 1, 1, nullptr,
+                        [&] { return real(f); });
+}
+
+template <int S>
+CUresult HookLaunchGrid(CUfunction f, int gw, int gh) {
+  ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchGridFn, kHookLaunchGrid);
+  return GateDeprecated(s.per_thread_stream[kHookLaunchGrid][S], f, gw, gh, nullptr,
+                        [&] { return real(f, gw, gh); });
+}
+
+template <int S>
+CUresult HookLaunchGridAsync(CUfunction f, int gw, int gh, CUstream stream) {
+  ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchGridAsyncFn, kHookLaunchGridAsync);
+  return GateDeprecated(s.per_thread_stream[kHookLaunchGridAsync][S], f, gw, gh, stream,
+                        [&] { return real(f, gw, gh, stream); });
+}
+
 // A graph's first launch maps its memory nodes: with a memory cap the growth
 // is held first (accounting.h) and a launch that would pass the cap returns
 // CUDA_ERROR_OUT_OF_MEMORY before admission, having run nothing. Task
@@ -666,10 +711,14 @@ CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
 }  // namespace
 
 void* LaunchHook(HookId id, int slot) {
-  static void* const kTable[][kSlots] = {
-      ACCELPOOL_HOOK_SLOTS(HookLaunchKernel), ACCELPOOL_HOOK_SLOTS(HookLaunchKernelEx),
-      ACCELPOOL_HOOK_SLOTS(HookLaunchCooperativeKernel), ACCELPOOL_HOOK_SLOTS(HookGraphLaunch)};
-  if (id < kHookLaunchKernel || id > kHookGraphLaunch || slot < 0 || slot >= kSlots) {
+  static void* const kTable[][kSlots] = {ACCELPOOL_HOOK_SLOTS(HookLaunchKernel),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchKernelEx),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchCooperativeKernel),
+                                         ACCELPOOL_HOOK_SLOTS(HookGraphLaunch),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunch),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchGrid),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchGridAsync)};
+  if (id < kHookLaunchKernel || id > kHookLaunchGridAsync || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookLaunchKernel][slot];
@@ -747,4 +796,11 @@ ACCELPOOL_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream st) {
 }
 ACCELPOOL_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) {
   return HookGraphLaunch<1>(g, st);
+}
+ACCELPOOL_EXPORT CUresult cuLaunch(CUfunction f) { return HookLaunch<0>(f); }
+ACCELPOOL_EXPORT CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
+  return HookLaunchGrid<0>(f, gw, gh);
+}
+ACCELPOOL_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream st) {
+  return HookLaunchGridAsync<0>(f, gw, gh, st);
 }

@@ -1928,9 +1928,12 @@ TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
     const char* path;
     const char* api;
   };
-  for (const Case& c : {Case{"direct", "kernel"}, Case{"procaddr", "ex"},
-                        Case{"procaddr_ptds", "kernel"}, Case{"dlsym", "coop"},
-                        Case{"procaddr", "graph"}}) {
+  // The deprecated cuLaunch, cuLaunchGrid and cuLaunchGridAsync (still
+  // exported and declared) ran unthrottled.
+  for (const Case& c :
+       {Case{"direct", "kernel"}, Case{"procaddr", "ex"}, Case{"procaddr_ptds", "kernel"},
+        Case{"dlsym", "coop"}, Case{"procaddr", "graph"}, Case{"direct", "cu"},
+        Case{"procaddr", "grid"}, Case{"dlsym", "gridasync"}}) {
     SCOPED_TRACE(::testing::Message() << c.path << " " << c.api);
     LaunchFigures f = RunLaunch(c.path, c.api, kernel_us, millis,
                                 {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
@@ -2123,7 +2126,7 @@ TEST(ShimTest, AHighPriorityContainerCountsItsLaunchesPerDevice) {
   const Env env = PriorityEnv(dir, "high");
   uint64_t want = 0;
   for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds", "procaddr_abi_ptds"}) {
-    for (const char* api : {"kernel", "ex", "coop", "graph"}) {
+    for (const char* api : {"kernel", "ex", "coop", "graph", "cu", "grid", "gridasync"}) {
       SCOPED_TRACE(::testing::Message() << path << " " << api);
       MustRun({path, "prilaunch", "0", api, "5"}, env);
       want += 5;

@@ -64,6 +64,9 @@ enum HookId : int {
   kHookLaunchKernelEx,
   kHookLaunchCooperativeKernel,
   kHookGraphLaunch,
+  kHookLaunch,  // The deprecated cuLaunch, cuLaunchGrid and cuLaunchGridAsync.
+  kHookLaunchGrid,
+  kHookLaunchGridAsync,
   kHookGraphInstantiateWithFlags,
   kHookGraphInstantiateWithParams,
   kHookGraphInstantiateV2,

@@ -38,6 +38,9 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuLaunchKernelEx", 11050, 0, nullptr},
       {"cuGraphLaunch", 12080, kPtds, "cuGraphLaunch_ptsz"},
       {"cuLaunchCooperativeKernel", 12000, 0, "cuLaunchCooperativeKernel"},
+      {"cuLaunch", 12000, 0, "cuLaunch"},
+      {"cuLaunchGrid", 13000, kPtds, "cuLaunchGrid"},  // No _ptsz variant exists.
+      {"cuLaunchGridAsync", 2000, 0, "cuLaunchGridAsync"},
       {"cuMemAllocAsync", 12000, kPtds, "cuMemAllocAsync_ptsz"},
       {"cuMemCreate", 12000, 0, "cuMemCreate"},
       {"cuMemRetainAllocationHandle", 12000, 0, "cuMemRetainAllocationHandle"},
@@ -110,7 +113,7 @@ TEST(SymbolsTest, ExportedNamesAreUniquePerBaseAndFindable) {
 
 TEST(SymbolsTest, EveryLaunchPathIsALaunch) {
   for (HookId id : {kHookLaunchKernel, kHookLaunchKernelEx, kHookLaunchCooperativeKernel,
-                    kHookGraphLaunch}) {
+                    kHookGraphLaunch, kHookLaunch, kHookLaunchGrid, kHookLaunchGridAsync}) {
     EXPECT_TRUE(IsLaunch(id));
   }
   EXPECT_FALSE(IsLaunch(kHookMemAlloc));
@@ -121,6 +124,7 @@ TEST(SymbolsTest, EveryLaunchPathIsALaunch) {
     EXPECT_TRUE(IsGraph(id));
   }
   EXPECT_FALSE(IsGraph(kHookGraphLaunch));
+  EXPECT_FALSE(IsGraph(kHookLaunchGridAsync));
 }
 
 }  // namespace

@@ -102,6 +102,9 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned
                                         unsigned, unsigned, unsigned, CUstream, void**);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuLaunch(CUfunction);
+CUresult cuLaunchGrid(CUfunction, int, int);
+CUresult cuLaunchGridAsync(CUfunction, int, int, CUstream);
 CUresult cuGraphCreate(CUgraph*, unsigned);
 CUresult cuGraphDestroy(CUgraph);
 CUresult cuGraphAddMemAllocNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,

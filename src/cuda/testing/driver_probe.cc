@@ -19,14 +19,17 @@
 //                            launch fixed-length kernels for <ms> wall ms
 //                            (with <us2>: the same kernel runs <us2> from
 //                            half-time on, a true change of its length);
-//                            <api>: kernel, ex, coop, graph, sync, capture
+//                            <api>: kernel, ex, coop, graph, cu, grid,
+//                            gridasync (the deprecated cuLaunch,
+//                            cuLaunchGrid, cuLaunchGridAsync), sync, capture
 //                            (into the fake's always-capturing stream) or
 //                            twoctx (alternating the current context between
 //                            the fake's two devices before every launch)
 //   prilaunch <device> <api> <count>
 //                            <count> launches of 1 us kernels on device
 //                            <device>'s primary context; <api>: kernel, ex,
-//                            coop, graph, capture or capturegraph (a kernel
+//                            coop, graph, cu, grid, gridasync (as for
+//                            launch), capture or capturegraph (a kernel
 //                            or a graph launched into the fake's always-
 //                            capturing stream); prints start_ns and end_ns
 //                            (CLOCK_MONOTONIC) around them
@@ -253,6 +256,9 @@ struct Api {
   cuDevicePrimaryCtxRetainFn primary_retain;
   cuDevicePrimaryCtxReleaseFn primary_release;
   cuCtxSetLimitFn set_limit;
+  cuLaunchFn launch_old;  // The deprecated cuLaunch.
+  cuLaunchGridFn launch_grid;
+  cuLaunchGridAsyncFn launch_grid_async;
 };
 
 void* g_driver = nullptr;
@@ -341,7 +347,10 @@ Api Load(const std::string& mode) {
             &cuCtxDestroy_v2,
             &cuDevicePrimaryCtxRetain,
             &cuDevicePrimaryCtxRelease_v2,
-            &cuCtxSetLimit};
+            &cuCtxSetLimit,
+            &cuLaunch,
+            &cuLaunchGrid,
+            &cuLaunchGridAsync};
     return a;
   }
   const int v = 12080;
@@ -390,6 +399,9 @@ Api Load(const std::string& mode) {
   Get(&a.primary_release, mode, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", v,
       11000);
   Get(&a.set_limit, mode, "cuCtxSetLimit", "cuCtxSetLimit", v, 3010);
+  Get(&a.launch_old, mode, "cuLaunch", "cuLaunch", v, 2000);
+  Get(&a.launch_grid, mode, "cuLaunchGrid", "cuLaunchGrid", v, 2000);
+  Get(&a.launch_grid_async, mode, "cuLaunchGridAsync", "cuLaunchGridAsync", v, 2000);
   return a;
 }
 
@@ -543,17 +555,25 @@ int MemInfo(const Api& a) {
   return 0;
 }
 
-// One launch of a 132x128 kernel through `api`: kernel, ex, coop, graph, or
-// capture / capturegraph (a kernel / graph launch into a capturing stream).
-// params[0] points at the kernel's length in ns, which is also the fake
-// driver's CUgraphExec handle.
+// One launch of a 132x128 kernel through `api`: kernel, ex, coop, graph,
+// the deprecated cu (cuLaunch), grid (cuLaunchGrid) and gridasync
+// (cuLaunchGridAsync, on a stream of its own), or capture / capturegraph (a
+// kernel / graph launch into a capturing stream). params[0] points at the
+// kernel's length in ns, which is also the fake driver's CUgraphExec handle
+// and, for the deprecated launches, its CUfunction.
 CUresult LaunchBy(const Api& a, const std::string& api, CUlaunchConfig* cfg, void** params) {
   const auto capturing = reinterpret_cast<CUstream>(0xCA97);
   const auto graph = reinterpret_cast<CUgraphExec>(*static_cast<int64_t*>(params[0]));
+  const auto function = reinterpret_cast<CUfunction>(*static_cast<int64_t*>(params[0]));
   if (api == "kernel") return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
   if (api == "ex") return a.launch_ex(cfg, nullptr, params, nullptr);
   if (api == "coop") return a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
   if (api == "graph") return a.graph_launch(graph, nullptr);
+  if (api == "cu") return a.launch_old(function);
+  if (api == "grid") return a.launch_grid(function, 132, 1);
+  if (api == "gridasync") {
+    return a.launch_grid_async(function, 132, 1, reinterpret_cast<CUstream>(0x6A1D));
+  }
   if (api == "capture") {
     return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, capturing, params, nullptr);
   }

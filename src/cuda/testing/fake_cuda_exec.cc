@@ -198,6 +198,19 @@ FAKE_LAUNCH(cuLaunchKernel_ptsz, true)
   }
 FAKE_COOP(cuLaunchCooperativeKernel, false)
 FAKE_COOP(cuLaunchCooperativeKernel_ptsz, true)
+// The deprecated launches take their parameters from cuParamSet*, which the
+// fake does not model: by test convention the function handle is the
+// kernel's length in ns (nullptr: 1 us, as a launch without parameters).
+int64_t FunctionNs(CUfunction f) {
+  return f != nullptr ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(f)) : 1000;
+}
+FAKE_EXPORT CUresult cuLaunch(CUfunction f) { return Launch(nullptr, false, FunctionNs(f)); }
+FAKE_EXPORT CUresult cuLaunchGrid(CUfunction f, int, int) {
+  return Launch(nullptr, false, FunctionNs(f));
+}
+FAKE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int, int, CUstream st) {
+  return Launch(st, false, FunctionNs(f));
+}
 FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** p, void**) {
   return c == nullptr ? CUDA_ERROR_INVALID_VALUE : Launch(c->hStream, false, KernelNs(p));
 }
@@ -396,6 +409,9 @@ const ProcEntry kProcs[] = {
     E(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, true),
     E(cuGraphLaunch, "cuGraphLaunch", 10000, false),
     E(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, true),
+    E(cuLaunch, "cuLaunch", 2000, false),
+    E(cuLaunchGrid, "cuLaunchGrid", 2000, false),
+    E(cuLaunchGridAsync, "cuLaunchGridAsync", 2000, false),
     E(cuGraphInstantiate_v2, "cuGraphInstantiate", 11000, false),
     E(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000, false),
     E(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, false),
