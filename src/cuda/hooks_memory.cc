@@ -185,11 +185,28 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
       [&](CUdeviceptr p) { FreeOnStream(p, stream, per_thread); });
 }
 
+// On a capturing stream a free frees nothing: it becomes a free node of the
+// graph being captured, and the block stays allocated until that graph runs
+// (later, or never). Its record goes as at any free (once the graph has
+// freed it, the address may be handed out again and must not meet it), but
+// its charge is kept until the process ends: when the graph frees it is not
+// seen, and over-charging is the safe side. A block of a pool charged by
+// reserve keeps its pool's charge that way too (the pool is re-read at its
+// next allocation, free or trim).
 template <int S>
 CUresult HookMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemFreeAsyncFn, kHookMemFreeAsync);
   if (!s.mem_on) {
     return real(ptr, stream);
+  }
+  if (StreamCapturing(stream, s.per_thread_stream[kHookMemFreeAsync][S])) {
+    AllocRecord kept;
+    const bool tracked = TakeRecord(s.pointers, ptr, &kept);
+    CUresult rc = real(ptr, stream);
+    if (tracked && rc != CUDA_SUCCESS) {
+      RestoreRecord(s.pointers, ptr, kept);
+    }
+    return rc;
   }
   return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr, stream); });
 }

@@ -638,6 +638,22 @@ TEST(ShimTest, CapturedAllocationsAreChargedWhenTheGraphRuns) {
   }
 }
 
+// A free on a capturing stream only adds a free node to the graph being
+// captured: the block stays allocated until that graph runs. A block
+// charged on its own (here: the pool cannot be named) was uncharged at
+// once, and the container could allocate as much again past its cap.
+TEST(ShimTest, AFreeCapturedIntoAGraphKeepsItsCharge) {
+  auto kv =
+      MustRun({"direct", "capturefree", std::to_string(512 * kMiB)},
+              {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"FAKECUDA_FAIL", "cuDeviceGetMemPool"}});
+  EXPECT_EQ(U(kv, "alloc_rc"), 0u);
+  EXPECT_EQ(U(kv, "allocated_free"), 512 * kMiB);
+  EXPECT_EQ(U(kv, "free_rc"), 0u);
+  EXPECT_GE(U(kv, "driver_used"), 512 * kMiB) << "the captured free freed nothing";
+  EXPECT_EQ(U(kv, "captured_free"), 512 * kMiB) << "uncharged while the block is allocated";
+  EXPECT_EQ(U(kv, "over_rc"), 2u) << "allocated past the cap";
+}
+
 TEST(ShimTest, AnUnreadableGraphIsLaunchedWithOneWarning) {
   ProcessResult r = Probe({"procaddr", "graphmem", std::to_string(768 * kMiB), "0", "launch"},
                           {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},

@@ -61,6 +61,9 @@
 //   graphtrimrace <bytes> <first>  the graph pool is trimmed inside a graph's
 //                            first launch; <first> allocated; relaunch
 //   capturealloc <bytes>     cuMemAllocAsync of <bytes> on a capturing stream
+//   capturefree <bytes>      cuMemAllocAsync of <bytes> on stream 0, freed on
+//                            a capturing stream; then cuMemAlloc of <bytes>
+//                            + 256 MiB
 //   capturegraph <bytes> flags|v2 kept|freed  the same captured into a graph
 //                            (freed inside it or kept past the launch),
 //                            instantiated through that ABI and launched
@@ -1773,6 +1776,22 @@ int CaptureAlloc(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// A block allocated on stream 0 is freed on the capturing stream: the free
+// becomes a node of the graph being captured, and the block stays
+// allocated. Then `bytes` + 256 MiB more by cuMemAlloc.
+int CaptureFree(const Api& a, uint64_t bytes) {
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, bytes, nullptr);
+  std::printf("alloc_rc=%d allocated_free=%zu\n", rc, FreeBytes(a));
+  rc = a.free_async(p, reinterpret_cast<CUstream>(0xCA97));
+  std::printf("free_rc=%d captured_free=%zu driver_used=%llu\n", rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  CUdeviceptr q = 0;
+  rc = a.alloc(&q, bytes + (256ULL << 20));
+  std::printf("over_rc=%d\n", rc);
+  return 0;
+}
+
 // From device 0, `bytes` from a pool on `where`: "host" (a host-located
 // pool), "dev1" (a pool on device 1) or "newtype" (a device-0 pool of a
 // location type newer than the shim). `fillers` host pools, each allocated
@@ -2412,6 +2431,9 @@ int main(int argc, char** argv) {
   if (command == "capturegraph" && argc == 6) {
     return CaptureGraph(a, std::strtoull(argv[3], nullptr, 10), argv[4],
                         std::string(argv[5]) == "freed");
+  }
+  if (command == "capturefree" && argc == 4) {
+    return CaptureFree(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "capturealloc" && argc == 4) {
     return CaptureAlloc(a, std::strtoull(argv[3], nullptr, 10));
