@@ -166,11 +166,16 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFromPoolAsyncFn, kHookMemAllocFromPoolAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || StreamCapturing(stream, per_thread)) {
+  // The stream's device, not the current context's: a thread with no current
+  // context may allocate on a stream it was given (it passed through
+  // uncharged), and the stream's device is the better guess for a pool
+  // that does not say where it lives.
+  if (!s.mem_on || dptr == nullptr || !StreamDevice(stream, &dev) ||
+      StreamCapturing(stream, per_thread)) {
     return real(dptr, bytes, pool, stream);
   }
   // The pool names its location: charged to its device, whatever the
-  // current one; a host pool is never charged.
+  // stream's; a host pool is never charged.
   PoolTrack track = TrackPool(pool, &dev);
   if (track == PoolTrack::kHostMemory || !DeviceMemoryLimited(dev)) {
     return real(dptr, bytes, pool, stream);

@@ -1250,6 +1250,30 @@ TEST(ShimTest, AStreamOrderedAllocationIsChargedToTheStreamsDevice) {
   EXPECT_EQ(U(kv, "free1"), 1024 * kMiB);
 }
 
+// cuMemAllocFromPoolAsync with no current context (a thread that never
+// made one current, launching on a stream it was given) passed through
+// uncharged: its device was the current context's. It is the pool's, and
+// else the stream's, as for cuMemAllocAsync.
+TEST(ShimTest, AnAllocationFromAPoolWithoutACurrentContextIsCharged) {
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* fail : {"", "cuStreamGetDevice"}) {
+    SCOPED_TRACE(fail);
+    env["FAKECUDA_FAIL"] = fail;
+    for (const char* path : {"direct", "procaddr"}) {
+      SCOPED_TRACE(path);
+      auto kv = MustRun({path, "poolnoctx", std::to_string(256 * kMiB)}, env);
+      EXPECT_EQ(U(kv, "create_rc"), 0u);
+      EXPECT_EQ(U(kv, "pool_rc"), 0u);
+      EXPECT_EQ(U(kv, "none"), 1u) << "no context was current";
+      EXPECT_EQ(U(kv, "rc"), 0u);
+      EXPECT_EQ(U(kv, "free0"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "free1"), 768 * kMiB) << "the pool's device is charged";
+      EXPECT_EQ(U(kv, "free_rc"), 0u);
+      EXPECT_EQ(U(kv, "freed_free1"), 1024 * kMiB);
+    }
+  }
+}
+
 // cudaDeviceSetLimit(cudaLimitMallocHeapSize, n) makes the driver reserve
 // the device malloc heap: its growth is charged, refused past the cap, and
 // returned when it shrinks or its context ends. It was not hooked: a heap

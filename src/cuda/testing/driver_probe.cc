@@ -173,6 +173,10 @@
 //   asyncdev <bytes>         from device 0's primary context, cuMemAllocAsync of
 //                            <bytes> on a stream of device 1's, then freed:
 //                            each device's free memory after each step
+//   poolnoctx <bytes>        with no current context, cuMemAllocFromPoolAsync
+//                            of <bytes> from a pool created on device 1, on
+//                            a stream of device 1; each device's free
+//                            memory, then freed again
 //   heaplimit <unit>         the malloc heap (cuCtxSetLimit) grown by <unit>,
 //                            then past the cap, shrunk by <unit> / 2, back to
 //                            its size; the stack size set; a created context's
@@ -1951,6 +1955,33 @@ int AsyncOnStreamDevice(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// With no current context (cuCtxSetCurrent(NULL)), cuMemAllocFromPoolAsync
+// of `bytes` from a pool created on device 1, on a stream of device 1.
+int PoolWithoutContext(const Api& a, uint64_t bytes) {
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(2)));
+  CUstream stream = nullptr;
+  CUresult create_rc = cuStreamCreate(&stream, 0);
+  CUmemPoolProps props{};
+  props.allocType = 1;  // CU_MEM_ALLOCATION_TYPE_PINNED
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 1;
+  CUmemoryPool pool = nullptr;
+  CUresult pool_rc = a.pool_create(&pool, &props);
+  cuCtxSetCurrent(nullptr);
+  CUcontext none = reinterpret_cast<CUcontext>(1);
+  cuCtxGetCurrent(&none);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_pool(&p, bytes, pool, stream);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  std::printf("create_rc=%d pool_rc=%d none=%d rc=%d free0=%zu free1=%zu\n", create_rc, pool_rc,
+              none == nullptr ? 1 : 0, rc, FreeOn(a, 0), FreeOn(a, 1));
+  CUresult free_rc = a.free_async(p, stream);
+  a.pool_destroy(pool);
+  std::printf("free_rc=%d freed_free1=%zu\n", free_rc, FreeOn(a, 1));
+  cuStreamDestroy_v2(stream);
+  return 0;
+}
+
 int IpcFromDevice(const Api& a, uint64_t bytes, int device) {
   CUipcMemHandle h{};
   int32_t device_plus_one = device + 1;
@@ -2581,6 +2612,9 @@ int main(int argc, char** argv) {
   }
   if (command == "heaplimit" && argc == 4) {
     return HeapLimit(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "poolnoctx" && argc == 4) {
+    return PoolWithoutContext(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "asyncdev" && argc == 4) {
     return AsyncOnStreamDevice(a, std::strtoull(argv[3], nullptr, 10));

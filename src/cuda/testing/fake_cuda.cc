@@ -61,6 +61,11 @@ uintptr_t& GreenCurrent() {
   return green;
 }
 
+bool& NoContext() {
+  thread_local bool none = false;
+  return none;
+}
+
 uintptr_t CurrentContextHandle() {
   return CurrentContext() != 0 ? CurrentContext() : static_cast<uintptr_t>(CurrentDevice() + 1);
 }
@@ -368,16 +373,26 @@ FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
+  if (NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   *d = CurrentDevice();
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
-  *ctx = reinterpret_cast<CUcontext>(GreenCurrent() != 0 ? GreenCurrent() : CurrentContextHandle());
+  *ctx = NoContext() ? nullptr
+                     : reinterpret_cast<CUcontext>(GreenCurrent() != 0 ? GreenCurrent()
+                                                                       : CurrentContextHandle());
   return CUDA_SUCCESS;
 }
+// A null context unbinds the current one (NoContext), as on a real driver.
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   auto v = reinterpret_cast<uintptr_t>(ctx);
   GreenCurrent() = 0;
+  if (v == 0) {
+    NoContext() = true;
+    return CUDA_SUCCESS;
+  }
   {
     State& s = S();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -385,6 +400,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
     if (it != s.contexts.end()) {
       CurrentContext() = v;
       CurrentDevice() = it->second;
+      NoContext() = false;
       return CUDA_SUCCESS;
     }
   }
@@ -393,6 +409,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   }
   CurrentContext() = 0;
   CurrentDevice() = static_cast<int>(v - 1);
+  NoContext() = false;
   return CUDA_SUCCESS;
 }
 namespace {
@@ -445,13 +462,14 @@ struct Saved {
   uintptr_t context;
   int device;
   uintptr_t green;
+  bool none;
 };
 std::vector<Saved>& ContextStack() {
   thread_local std::vector<Saved> stack;
   return stack;
 }
 FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-  Saved saved{CurrentContext(), CurrentDevice(), GreenCurrent()};
+  Saved saved{CurrentContext(), CurrentDevice(), GreenCurrent(), NoContext()};
   CUresult rc = cuCtxSetCurrent(ctx);
   if (rc == CUDA_SUCCESS) {
     ContextStack().push_back(saved);
@@ -470,6 +488,7 @@ FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
   CurrentContext() = saved.context;
   CurrentDevice() = saved.device;
   GreenCurrent() = saved.green;
+  NoContext() = saved.none;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned) {
@@ -498,6 +517,9 @@ FAKE_EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext* ctx) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  if (it == s.streams.end() && NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;  // A stream of the current context: there is none.
+  }
   *ctx = reinterpret_cast<CUcontext>(it != s.streams.end() ? it->second.context
                                                            : CurrentContextHandle());
   return CUDA_SUCCESS;
@@ -509,6 +531,9 @@ FAKE_EXPORT CUresult cuStreamGetDevice(CUstream stream, CUdevice* device) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  if (it == s.streams.end() && NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   *device = it != s.streams.end() ? it->second.device : CurrentDevice();
   return CUDA_SUCCESS;
 }

@@ -228,6 +228,9 @@ FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream st, int* status) {
 }
 
 FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned) {
+  if (NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   *e = reinterpret_cast<CUevent>(s.next_event++);

@@ -185,6 +185,11 @@ int& CurrentDevice();
 // The calling thread's current context: one of State::contexts, or 0 for
 // the primary context of CurrentDevice().
 uintptr_t& CurrentContext();
+// True while the calling thread has no current context (cuCtxSetCurrent
+// with a null context): cuCtxGetCurrent then reports none and the calls
+// that need one fail. CurrentDevice() and CurrentContext() keep what was
+// current before, which the memory calls still use.
+bool& NoContext();
 // The handle of the calling thread's current context.
 uintptr_t CurrentContextHandle();
 int64_t Now();
