@@ -34,7 +34,8 @@ uint64_t ArrayBytes(size_t w, size_t h, size_t d, int format, unsigned channels)
 }
 
 // A sparse or deferred-mapping array has no memory of its own: what backs it
-// is mapped in from cuMemCreate handles, charged there.
+// is mapped in from cuMemCreate handles (cuMemMapArrayAsync), charged there,
+// and kept charged once mapped into an array (hooks_vmm.cc).
 bool BackedLater(const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   return (desc.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) != 0;
 }
@@ -373,7 +374,7 @@ void* MemoryHook(HookId id, int slot) {
   if (id >= kHookMemAlloc && id <= kHookMemPoolCreate) {
     return kTable[id - kHookMemAlloc][slot];
   }
-  if (id >= kHookMemCreate && id <= kHookMemRetainAllocationHandle) {
+  if (id >= kHookMemCreate && id <= kHookMemMapArrayAsync) {
     return VmmHook(id, slot);
   }
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {

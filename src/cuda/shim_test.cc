@@ -1188,6 +1188,29 @@ TEST(ShimTest, ArraysBackedLaterByHandlesAreNotChargedThemselves) {
   EXPECT_EQ(U(kv, "after_free"), 64 * kMiB);
 }
 
+// A sparse array is backed by cuMemCreate handles mapped into it
+// (cuMemMapArrayAsync), which the shim did not hook: a handle mapped there
+// and then released, as a tile pool is, was uncharged while the array still
+// held its memory. It stays charged until the process ends: an unmap names
+// no handle, so the shim cannot tell when its last array mapping goes.
+TEST(ShimTest, AHandleMappedIntoASparseArrayStaysCharged) {
+  for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "arraymap", std::to_string(512 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "array_rc"), 0u);
+    EXPECT_EQ(U(kv, "map_rc"), 0u);
+    EXPECT_EQ(U(kv, "release_rc"), 0u);
+    EXPECT_EQ(U(kv, "driver_used"), 512 * kMiB) << "the array holds the memory";
+    EXPECT_EQ(U(kv, "released_free"), 512 * kMiB) << "uncharged while the array holds it";
+    EXPECT_EQ(U(kv, "over_rc"), 2u) << "allocated past the cap";
+    EXPECT_EQ(U(kv, "unmap_rc"), 0u);
+    EXPECT_EQ(U(kv, "unmapped_driver_used"), 0u);
+    EXPECT_EQ(U(kv, "unmapped_free"), 512 * kMiB) << "charged until the process ends";
+  }
+}
+
 TEST(ShimTest, AFailedReleaseKeepsTheHandleCharged) {
   auto kv = MustRun({"direct", "relfail", std::to_string(32 * kMiB)},
                     {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});

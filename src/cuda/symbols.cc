@@ -39,6 +39,10 @@ constexpr SymbolInfo kSymbols[] = {
     // A retained handle is one more reference that cuMemRelease drops.
     {"cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000, kNoMax,
      kHookMemRetainAllocationHandle, false, kCu},
+    // A handle mapped into a sparse or deferred-mapping array stays charged.
+    {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, kNoMax, kHookMemMapArrayAsync, false, kCu},
+    {"cuMemMapArrayAsync_ptsz", "cuMemMapArrayAsync", 11010, kNoMax, kHookMemMapArrayAsync, true,
+     kCu},
     {"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 11000, kNoMax, kHookIpcOpenMemHandle, false,
      kCu},
     {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, kNoMax, kHookIpcCloseMemHandle, false,

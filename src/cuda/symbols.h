@@ -44,6 +44,7 @@ enum HookId : int {
   kHookMemMap,
   kHookMemUnmap,
   kHookMemRetainAllocationHandle,
+  kHookMemMapArrayAsync,
   kHookIpcOpenMemHandle,
   kHookIpcCloseMemHandle,
   kHookIpcGetMemHandle,

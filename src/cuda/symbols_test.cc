@@ -44,6 +44,8 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuMemAllocAsync", 12000, kPtds, "cuMemAllocAsync_ptsz"},
       {"cuMemCreate", 12000, 0, "cuMemCreate"},
       {"cuMemRetainAllocationHandle", 12000, 0, "cuMemRetainAllocationHandle"},
+      {"cuMemMapArrayAsync", 12000, kPtds, "cuMemMapArrayAsync_ptsz"},
+      {"cuMemMapArrayAsync", 11000, 0, nullptr},  // Older than the entry.
       {"cuDevicePrimaryCtxReset", 12000, 0, "cuDevicePrimaryCtxReset_v2"},
       {"cuDevicePrimaryCtxReset", 7000, 0, "cuDevicePrimaryCtxReset"},
       {"cuCtxDestroy", 13000, 0, "cuCtxDestroy_v2"},

@@ -86,6 +86,8 @@ CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                   unsigned long long);  // NOLINT
 CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*, void*);
+CUresult cuMemMapArrayAsync(CUarrayMapInfo*, unsigned, CUstream);
+CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo*, unsigned, CUstream);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr*, size_t*, CUdeviceptr);

@@ -167,6 +167,9 @@
 //                            refused; one freed; then <chunk> / 2 again
 //   zeroalloc <bytes>        after cuMemAlloc of <bytes>, cuMemAlloc and
 //                            cuMemAllocManaged of 0 bytes
+//   arraymap <bytes>         a cuMemCreate handle of <bytes> mapped into a
+//                            sparse array and released; cuMemAlloc of
+//                            <bytes> + 256 MiB; the array's tile unmapped
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
@@ -266,6 +269,7 @@ struct Api {
   cuLaunchFn launch_old;  // The deprecated cuLaunch.
   cuLaunchGridFn launch_grid;
   cuLaunchGridAsyncFn launch_grid_async;
+  cuMemMapArrayAsyncFn map_array;
 };
 
 void* g_driver = nullptr;
@@ -357,7 +361,8 @@ Api Load(const std::string& mode) {
             &cuCtxSetLimit,
             &cuLaunch,
             &cuLaunchGrid,
-            &cuLaunchGridAsync};
+            &cuLaunchGridAsync,
+            &cuMemMapArrayAsync};
     return a;
   }
   const int v = 12080;
@@ -409,6 +414,8 @@ Api Load(const std::string& mode) {
   Get(&a.launch_old, mode, "cuLaunch", "cuLaunch", v, 2000);
   Get(&a.launch_grid, mode, "cuLaunchGrid", "cuLaunchGrid", v, 2000);
   Get(&a.launch_grid_async, mode, "cuLaunchGridAsync", "cuLaunchGridAsync", v, 2000);
+  Get(&a.map_array, mode, ptds ? "cuMemMapArrayAsync_ptsz" : "cuMemMapArrayAsync",
+      "cuMemMapArrayAsync", v, 11010);
   return a;
 }
 
@@ -2326,6 +2333,47 @@ int BackedLater(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// A cuMemCreate handle of `bytes` backs a sparse array (cuMemMapArrayAsync)
+// and is released, as a tile pool is; then `bytes` + 256 MiB by cuMemAlloc;
+// then the array's tile is unmapped.
+int ArrayMap(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult create_rc = a.create(&h, bytes, &prop, 0);
+  CUDA_ARRAY3D_DESCRIPTOR d{1024, 1024, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, CUDA_ARRAY3D_SPARSE};
+  CUarray arr = nullptr;
+  CUresult array_rc = cuArray3DCreate_v2(&arr, &d);
+  CUarrayMapInfo map{};
+  map.resource.array = arr;
+  map.memOperationType = CU_MEM_OPERATION_TYPE_MAP;
+  map.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+  map.memHandle.memHandle = h;
+  map.deviceBitMask = 1;
+  CUresult map_rc = a.map_array(&map, 1, nullptr);
+  CUresult release_rc = a.release(h);
+  std::printf(
+      "create_rc=%d array_rc=%d map_rc=%d release_rc=%d released_free=%zu "
+      "driver_used=%llu\n",
+      create_rc, array_rc, map_rc, release_rc, FreeBytes(a),
+      static_cast<unsigned long long>(DeviceUsed()));
+  CUdeviceptr p = 0;
+  CUresult over_rc = a.alloc(&p, bytes + (256ULL << 20));
+  if (over_rc == CUDA_SUCCESS) {
+    a.free(p);
+  }
+  CUarrayMapInfo unmap = map;
+  unmap.memOperationType = CU_MEM_OPERATION_TYPE_UNMAP;
+  unmap.memHandle.memHandle = 0;
+  CUresult unmap_rc = a.map_array(&unmap, 1, nullptr);
+  std::printf("over_rc=%d unmap_rc=%d unmapped_free=%zu unmapped_driver_used=%llu\n", over_rc,
+              unmap_rc, FreeBytes(a), static_cast<unsigned long long>(DeviceUsed()));
+  cuArrayDestroy(arr);
+  return 0;
+}
+
 int Nvml(unsigned index) {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -2603,6 +2651,9 @@ int main(int argc, char** argv) {
   }
   if (command == "ipctwice" && argc == 4) {
     return IpcTwice(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "arraymap" && argc == 4) {
+    return ArrayMap(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "backedlater" && argc == 4) {
     return BackedLater(a, std::strtoull(argv[3], nullptr, 10));

@@ -1014,6 +1014,48 @@ FAKE_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t, size_t, CUmemGenericAllocat
   s.mappings[p] = h;
   return CUDA_SUCCESS;
 }
+namespace {
+// Maps handles into sparse arrays: each map holds its handle as a mapping
+// does; an unmap of an array (its memHandle NULL) drops the oldest one
+// mapped there. Tiles and offsets are not modelled.
+CUresult MapArray(CUarrayMapInfo* infos, unsigned count) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (infos == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    const CUarrayMapInfo& m = infos[i];
+    const auto array = reinterpret_cast<uintptr_t>(m.resource.array);
+    std::vector<CUmemGenericAllocationHandle>& mapped = s.array_maps[array];
+    if (m.memOperationType == CU_MEM_OPERATION_TYPE_MAP) {
+      auto it = s.handles.find(m.memHandle.memHandle);
+      if (m.memHandleType != CU_MEM_HANDLE_TYPE_GENERIC || it == s.handles.end()) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      ++it->second.maps;
+      mapped.push_back(m.memHandle.memHandle);
+    } else if (m.memOperationType == CU_MEM_OPERATION_TYPE_UNMAP) {
+      if (m.memHandle.memHandle != 0 || mapped.empty()) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      const CUmemGenericAllocationHandle h = mapped.front();
+      mapped.erase(mapped.begin());
+      --s.handles[h].maps;
+      MaybeFreeHandle(s, h);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+FAKE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo* m, unsigned n, CUstream) {
+  return MapArray(m, n);
+}
+FAKE_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* m, unsigned n, CUstream) {
+  return MapArray(m, n);
+}
 FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -399,6 +399,8 @@ const ProcEntry kProcs[] = {
     E(cuMemMap, "cuMemMap", 10020, false),
     E(cuMemUnmap, "cuMemUnmap", 10020, false),
     E(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, false),
+    E(cuMemMapArrayAsync, "cuMemMapArrayAsync", 11010, false),
+    E(cuMemMapArrayAsync_ptsz, "cuMemMapArrayAsync", 11010, true),
     E(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, false),
     E(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, false),
     E(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, false),

@@ -104,6 +104,9 @@ struct State {
   std::map<CUdeviceptr, Allocation> allocations;
   std::map<CUmemGenericAllocationHandle, Handle> handles;
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> mappings;
+  // Handles mapped into each sparse array (cuMemMapArrayAsync), oldest
+  // first; an unmap, which names no handle, takes the oldest out.
+  std::map<uintptr_t, std::vector<CUmemGenericAllocationHandle>> array_maps;
   uint64_t next_handle = 1;
   std::map<uintptr_t, int64_t> stream_tail;
   std::map<uintptr_t, Stream> streams;  // cuStreamCreate's.
