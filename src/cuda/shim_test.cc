@@ -2130,6 +2130,48 @@ TEST(ShimTest, EachLaunchIsChargedToTheDeviceOfTheCurrentContext) {
   EXPECT_NEAR(f.share, 0.50, 0.04);
 }
 
+// A launch runs in its stream's context: a context-less CUkernel
+// (cuLibraryGetKernel) may be launched into a stream of another device than
+// the current one, or with no context current at all. Without one such
+// launches ran unthrottled; with device 0's current, those into a stream of
+// device 1 were charged to device 0's bucket, and their timing events (made
+// in device 0's context) failed to record on that stream.
+TEST(ShimTest, ALaunchIsChargedToTheDeviceOfItsStream) {
+  SKIP_UNDER_SANITIZER();
+  const Env env = {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}};
+  auto share = [](std::map<std::string, std::string>& kv) {
+    const double elapsed = static_cast<double>(U(kv, "elapsed_ns"));
+    return elapsed > 0 ? static_cast<double>(U(kv, "busy_ns")) / elapsed : 0;
+  };
+  const double slack = (0.25 * 50.0 + 2.0) / 1000;  // As ComputeShareIsACeilingOnEveryLaunchPath.
+  // The last one on a driver without cuStreamGetDevice (before CUDA 12.8):
+  // the device is read with the stream's context pushed.
+  struct Case {
+    const char* api;
+    const char* failing;
+  };
+  for (const Case& c :
+       {Case{"kernel", ""}, Case{"graph", ""}, Case{"gridasync", "cuStreamGetDevice"}}) {
+    SCOPED_TRACE(c.api);
+    Env e = env;
+    e["FAKECUDA_FAIL"] = c.failing;
+    auto kv = MustRun({"direct", "streamlaunch", c.api, "1000", "1000", "none"}, e);
+    EXPECT_LE(share(kv), 0.25 + slack) << "throttled without a current context";
+    EXPECT_GE(share(kv), 0.10) << "throttled, not starved";
+    EXPECT_GT(U(kv, "event_records"), 0u) << "measured";
+    EXPECT_EQ(U(kv, "foreign_event_records"), 0u) << "events made in the stream's context";
+  }
+  // Every other launch into device 1's stream, the rest into device 0's
+  // stream 0: each device's bucket admits 25%, 50% of busy time in all;
+  // one bucket charged for both admitted 25%.
+  for (const char* api : {"kernel", "ex"}) {
+    SCOPED_TRACE(api);
+    auto kv = MustRun({"procaddr", "streamlaunch", api, "1000", "1500", "other"}, env);
+    EXPECT_NEAR(share(kv), 0.50, 0.04);
+    EXPECT_EQ(U(kv, "foreign_event_records"), 0u) << "events made in the stream's context";
+  }
+}
+
 TEST(ShimTest, TwoProcessesOfOneContainerShareOneComputeBucket) {
   SKIP_UNDER_SANITIZER();
   TempDir dir;

@@ -165,6 +165,7 @@ void fakecuda_DeferAsyncFrees(int on);
 int64_t fakecuda_BusyNs();
 int64_t fakecuda_EventRecords();
 int64_t fakecuda_UnknownEventCalls();
+int64_t fakecuda_ForeignEventRecords();
 int64_t fakecuda_ForeignNs();
 void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);

@@ -25,6 +25,12 @@
 //                            (into the fake's always-capturing stream) or
 //                            twoctx (alternating the current context between
 //                            the fake's two devices before every launch)
+//   streamlaunch <api> <us> <ms> none|other
+//                            launch as launch does (kernel, ex, coop, graph,
+//                            gridasync) into a stream made on device 1, with
+//                            no context current (none) or, every other
+//                            launch, with device 0's current (other; the
+//                            rest go to its stream 0)
 //   prilaunch <device> <api> <count>
 //                            <count> launches of 1 us kernels on device
 //                            <device>'s primary context; <api>: kernel, ex,
@@ -575,18 +581,25 @@ int MemInfo(const Api& a) {
 // kernel / graph launch into a capturing stream). params[0] points at the
 // kernel's length in ns, which is also the fake driver's CUgraphExec handle
 // and, for the deprecated launches, its CUfunction.
-CUresult LaunchBy(const Api& a, const std::string& api, CUlaunchConfig* cfg, void** params) {
+// `stream`: where kernel, ex, coop, graph and gridasync go (gridasync: a
+// stream handle of its own when nullptr).
+CUresult LaunchBy(const Api& a, const std::string& api, CUlaunchConfig* cfg, void** params,
+                  CUstream stream = nullptr) {
   const auto capturing = reinterpret_cast<CUstream>(0xCA97);
   const auto graph = reinterpret_cast<CUgraphExec>(*static_cast<int64_t*>(params[0]));
   const auto function = reinterpret_cast<CUfunction>(*static_cast<int64_t*>(params[0]));
-  if (api == "kernel") return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
-  if (api == "ex") return a.launch_ex(cfg, nullptr, params, nullptr);
-  if (api == "coop") return a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
-  if (api == "graph") return a.graph_launch(graph, nullptr);
+  if (api == "kernel") return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+  if (api == "ex") {
+    cfg->hStream = stream;
+    return a.launch_ex(cfg, nullptr, params, nullptr);
+  }
+  if (api == "coop") return a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, stream, params);
+  if (api == "graph") return a.graph_launch(graph, stream);
   if (api == "cu") return a.launch_old(function);
   if (api == "grid") return a.launch_grid(function, 132, 1);
   if (api == "gridasync") {
-    return a.launch_grid_async(function, 132, 1, reinterpret_cast<CUstream>(0x6A1D));
+    return a.launch_grid_async(function, 132, 1,
+                               stream != nullptr ? stream : reinterpret_cast<CUstream>(0x6A1D));
   }
   if (api == "capture") {
     return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, capturing, params, nullptr);
@@ -639,6 +652,47 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
   std::printf("event_records=%lld foreign_ns=%lld\n",
               static_cast<long long>(records != nullptr ? records() : -1),  // NOLINT
               static_cast<long long>(foreign != nullptr ? foreign() : -1));  // NOLINT
+  return 0;
+}
+
+// Launches of `kernel_us` kernels through `api` for `millis` into a stream
+// made on device 1: with no context current at all (where == "none"), or,
+// every other launch, while device 0's context is current (where ==
+// "other"; the rest go to device 0's stream 0).
+int StreamLaunch(const Api& a, const std::string& api, int64_t kernel_us, int64_t millis,
+                 const std::string& where) {
+  int64_t kernel_ns = kernel_us * 1000;
+  void* params[] = {&kernel_ns};
+  CUlaunchConfig cfg{};
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(2)));
+  CUstream device1 = nullptr;
+  if (cuStreamCreate(&device1, 0) != CUDA_SUCCESS) {
+    std::printf("stream_error=1\n");
+    return 1;
+  }
+  cuCtxSetCurrent(where == "none" ? nullptr
+                                  : reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  int64_t start = NowNs();
+  int64_t end = start + millis * 1'000'000;
+  long launches = 0;  // NOLINT
+  while (NowNs() < end) {
+    CUstream stream = where == "none" || launches % 2 == 1 ? device1 : nullptr;
+    CUresult rc = LaunchBy(a, api, &cfg, params, stream);
+    if (rc != CUDA_SUCCESS) {
+      std::printf("launch_error=%d\n", rc);
+      return 1;
+    }
+    ++launches;
+  }
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  a.ctx_sync();
+  std::printf(
+      "busy_ns=%lld elapsed_ns=%lld launches=%ld event_records=%lld "
+      "foreign_event_records=%lld\n",
+      static_cast<long long>(fakecuda_BusyNs()),                // NOLINT
+      static_cast<long long>(NowNs() - start), launches,        // NOLINT
+      static_cast<long long>(fakecuda_EventRecords()),          // NOLINT
+      static_cast<long long>(fakecuda_ForeignEventRecords()));  // NOLINT
   return 0;
 }
 
@@ -2675,6 +2729,9 @@ int main(int argc, char** argv) {
   }
   if (command == "prilaunch" && argc == 6) {
     return PriorityLaunch(a, std::atoi(argv[3]), argv[4], std::atol(argv[5]));
+  }
+  if (command == "streamlaunch" && argc == 7) {
+    return StreamLaunch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]), argv[6]);
   }
   if (command == "launch" && (argc == 6 || argc == 7)) {
     return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]),

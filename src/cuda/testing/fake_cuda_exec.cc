@@ -178,6 +178,16 @@ CUresult Record(CUevent event, CUstream stream, bool per_thread) {
     ++s.unknown_event_calls;
     return CUDA_ERROR_INVALID_HANDLE;
   }
+  // An event records on a stream of its own context only. A stream made by
+  // cuStreamCreate is its creator's; any other handle the current context's.
+  auto made = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  const uintptr_t stream_context =
+      made != s.streams.end() ? made->second.context : CurrentContextHandle();
+  auto made_in = s.event_context.find(event);
+  if (made_in != s.event_context.end() && made_in->second != stream_context) {
+    ++s.foreign_event_records;
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   it->second = std::max(Now(), s.stream_tail[StreamKey(stream, per_thread)]);
   return CUDA_SUCCESS;
 }
@@ -331,6 +341,12 @@ FAKE_EXPORT int64_t fakecuda_EventRecords() {
   Knobs& k = K();
   std::lock_guard<std::mutex> lock(k.mu);
   return k.event_records;
+}
+// Records refused: the event and the stream are of different contexts.
+FAKE_EXPORT int64_t fakecuda_ForeignEventRecords() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.foreign_event_records;
 }
 // Record, query and destroy calls on event handles that do not exist.
 FAKE_EXPORT int64_t fakecuda_UnknownEventCalls() {

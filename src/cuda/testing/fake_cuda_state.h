@@ -119,6 +119,9 @@ struct State {
   // Record, query and destroy calls on event handles that do not exist (a
   // destroyed context took them): a real driver may crash on them.
   int64_t unknown_event_calls = 0;
+  // Records refused because the event is of another context than the
+  // stream, as a real driver refuses them (CUDA_ERROR_INVALID_HANDLE).
+  int64_t foreign_event_records = 0;
   // Contexts made by cuCtxCreate_v2 (handle -> device); primary contexts
   // are the handles 1 .. kDevices. A destroyed handle is handed out again;
   // the memory the context owned goes with it.
