@@ -21,6 +21,7 @@ struct AllocRecord {
   int32_t device = -1;  // Device the bytes were charged to.
   int32_t refs = 0;     // VMM: live mappings of a handle. IPC: opens beyond the first.
   int32_t retains = 0;  // VMM: cuMemRetainAllocationHandle references not yet released.
+  bool array_mapped = false;  // VMM: mapped into an array once; holds one ref for good.
   uint64_t link = 0;    // VMM: handle of a mapping; released flag of a handle.
   uint64_t context = 0;  // Memory its context frees (cuCtxDestroy): the CUcontext current at
                          // allocation; 0 for memory no context owns, or one not known.

@@ -137,6 +137,52 @@ typedef struct CUmemAllocationProp_st {
   } allocFlags;
 } CUmemAllocationProp;
 
+// cuMemMapArrayAsync: maps cuMemCreate handles into (or unmaps them from)
+// sparse and deferred-mapping arrays. Layout as in cuda.h (CUDA 11.1 on);
+// the shim reads only the operation, the handle type and the handle.
+enum : int {  // CUmemOperationType
+  CU_MEM_OPERATION_TYPE_MAP = 1,
+  CU_MEM_OPERATION_TYPE_UNMAP = 2,
+};
+enum : int { CU_MEM_HANDLE_TYPE_GENERIC = 0 };  // CUmemHandleType
+typedef struct CUarrayMapInfo_st {
+  int resourceType;  // CUresourcetype
+  union {
+    CUmipmappedArray mipmap;
+    CUarray array;
+  } resource;
+  int subresourceType;  // CUarraySparseSubresourceType
+  union {
+    struct {
+      unsigned int level;
+      unsigned int layer;
+      unsigned int offsetX;
+      unsigned int offsetY;
+      unsigned int offsetZ;
+      unsigned int extentWidth;
+      unsigned int extentHeight;
+      unsigned int extentDepth;
+    } sparseLevel;
+    struct {
+      unsigned int layer;
+      unsigned long long offset;  // NOLINT
+      unsigned long long size;    // NOLINT
+    } miptail;
+  } subresource;
+  int memOperationType;  // CUmemOperationType
+  int memHandleType;     // CUmemHandleType
+  union {
+    CUmemGenericAllocationHandle memHandle;  // NULL for an unmap.
+  } memHandle;
+  unsigned long long offset;  // NOLINT
+  unsigned int deviceBitMask;
+  unsigned int flags;
+  unsigned int reserved[2];
+} CUarrayMapInfo;
+static_assert(offsetof(CUarrayMapInfo, memOperationType) == 56, "CUarrayMapInfo ABI");
+static_assert(offsetof(CUarrayMapInfo, memHandle) == 64, "CUarrayMapInfo ABI");
+static_assert(sizeof(CUarrayMapInfo) == 96, "CUarrayMapInfo ABI");
+
 typedef struct CUipcMemHandle_st {
   char reserved[64];
 } CUipcMemHandle;
@@ -237,6 +283,7 @@ typedef CUresult (*cuMemMapFn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocati
                                unsigned long long);  // NOLINT
 typedef CUresult (*cuMemUnmapFn)(CUdeviceptr, size_t);
 typedef CUresult (*cuMemRetainAllocationHandleFn)(CUmemGenericAllocationHandle*, void*);
+typedef CUresult (*cuMemMapArrayAsyncFn)(CUarrayMapInfo*, unsigned int, CUstream);
 typedef CUresult (*cuIpcOpenMemHandleFn)(CUdeviceptr*, CUipcMemHandle, unsigned int);
 typedef CUresult (*cuIpcCloseMemHandleFn)(CUdeviceptr);
 typedef CUresult (*cuIpcGetMemHandleFn)(CUipcMemHandle*, CUdeviceptr);
@@ -262,6 +309,12 @@ typedef CUresult (*cuLaunchCooperativeKernelFn)(CUfunction, unsigned int, unsign
                                                 unsigned int, unsigned int, unsigned int,
                                                 unsigned int, unsigned int, CUstream, void**);
 typedef CUresult (*cuGraphLaunchFn)(CUgraphExec, CUstream);
+// Deprecated launches of a function whose block shape and parameters were
+// set beforehand (cuFuncSetBlockShape, cuParamSet*): cuLaunch runs one
+// block; cuLaunchGrid and cuLaunchGridAsync a grid_width x grid_height grid.
+typedef CUresult (*cuLaunchFn)(CUfunction);
+typedef CUresult (*cuLaunchGridFn)(CUfunction, int, int);
+typedef CUresult (*cuLaunchGridAsyncFn)(CUfunction, int, int, CUstream);
 typedef CUresult (*cuGraphUploadFn)(CUgraphExec, CUstream);
 typedef CUresult (*cuGraphInstantiateWithFlagsFn)(CUgraphExec*, CUgraph,
                                                   unsigned long long);  // NOLINT

@@ -10,8 +10,10 @@
 //
 // Only the default version of a symbol is returned (hidden versions are
 // skipped, as dlsym does); IFUNC symbols are resolved by calling their
-// resolver. Objects without DT_GNU_HASH report kNoIndex so the caller can
-// fall back.
+// resolver. The GNU hash table (DT_GNU_HASH) is used where an object has
+// one, else its SysV hash table (DT_HASH: objects linked with
+// --hash-style=sysv). An object with neither (which the loader itself
+// could not search) reports kNoIndex.
 //
 // Thread-safety: reads immutable loader data; safe from any thread.
 #ifndef ACCELPOOL_CUDA_ELF_LOOKUP_H_

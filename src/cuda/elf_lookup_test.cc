@@ -1,7 +1,9 @@
 #include "cuda/elf_lookup.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <gtest/gtest.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -48,6 +50,37 @@ TEST(ElfLookupTest, UndefinedReferencesAreNotDefinitions) {
   ASSERT_NE(self, nullptr);
   void* found = nullptr;
   EXPECT_NE(FindDefinition(self, "getpid", &found), ElfLookupResult::kFound);
+}
+
+// An object linked with --hash-style=sysv has a DT_HASH table and no
+// DT_GNU_HASH. The lookup used to report kNoIndex for it, and the shim's
+// dlsym(RTLD_NEXT) emulation skipped it: a symbol defined only there was
+// not found.
+TEST(ElfLookupTest, AnObjectWithOnlyASysvHashTableIsSearched) {
+  void* handle = dlopen(ACCELPOOL_SYSV_HASH_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  struct link_map* map = nullptr;
+  ASSERT_EQ(dlinfo(handle, RTLD_DI_LINKMAP, &map), 0);
+  bool gnu_hash = false;
+  bool sysv_hash = false;
+  for (const ElfW(Dyn)* d = map->l_ld; d->d_tag != DT_NULL; ++d) {
+    gnu_hash = gnu_hash || d->d_tag == DT_GNU_HASH;
+    sysv_hash = sysv_hash || d->d_tag == DT_HASH;
+  }
+  ASSERT_FALSE(gnu_hash) << "the test object must be linked with --hash-style=sysv";
+  ASSERT_TRUE(sysv_hash);
+  for (const char* name : {"accelpool_sysv_function", "accelpool_sysv_value"}) {
+    SCOPED_TRACE(name);
+    void* found = nullptr;
+    ASSERT_EQ(FindDefinition(map, name, &found), ElfLookupResult::kFound);
+    EXPECT_EQ(found, dlsym(handle, name));
+  }
+  void* none = nullptr;
+  EXPECT_EQ(FindDefinition(map, "accelpool_no_such_symbol", &none), ElfLookupResult::kNotFound);
+  EXPECT_EQ(FindDefinition(map, "getpid", &none), ElfLookupResult::kNotFound)
+      << "referenced there, not defined";
+  EXPECT_EQ(none, nullptr);
+  dlclose(handle);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 //
 // With a compute share below 100%, every launch path (cuLaunchKernel,
 // cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz
-// variants) first asks the device's shared token bucket for admission at the
+// variants, and the deprecated cuLaunch, cuLaunchGrid and cuLaunchGridAsync)
+// first asks the device's shared token bucket for admission at the
 // price of its launch key, sleeping while the balance is negative. The key
 // is (function, grid size, block size) for a kernel and the CUgraphExec for
 // a graph; its price is learned per process by a CostTable (throttle.h), and
@@ -14,10 +15,16 @@
 // minimum) and trains the key. Launches into a capturing stream are not
 // executed, so they pass through; the graph launch that runs them is charged.
 //
+// A launch runs in its stream's context (LaunchContext), which need not be
+// the current one: its device's bucket is charged, and its timing events
+// are made in that context.
+//
 // Cost of an unmeasured launch: cuCtxGetCurrent (the device is cached per
-// thread against the current context), cuStreamIsCapturing, one process
-// mutex section (the key table), one bucket lock and one clock read. A
-// measured launch adds two cuEventRecord calls and a second mutex section.
+// thread against the current context; a stream of its own is looked up in
+// a per-thread cache of its context, asked of cuStreamGetCtx on a miss and
+// every kContextRecheckEvery uses), cuStreamIsCapturing, one process mutex
+// section (the key table), one bucket lock and one clock read. A measured
+// launch adds two cuEventRecord calls and a second mutex section.
 // Harvesting runs only while measured launches are outstanding, on every 8th
 // launch and while waiting.
 //
@@ -87,8 +94,13 @@ constexpr int64_t kInFlightPollNs = 50'000;
 constexpr int64_t kInFlightWaitNs = 200'000'000;
 // A cached (context -> device) answer is re-read this often even when the
 // context handle is unchanged: a destroyed context's handle may be reused by
-// a new context on another device.
+// a new context on another device. The same holds for a cached (stream ->
+// context) answer: a destroyed stream's handle may be reused by a new stream
+// of another context.
 constexpr uint32_t kContextRecheckEvery = 256;
+// Streams whose context each thread keeps (a compute and a communication
+// stream, say, launched into alternately).
+constexpr int kStreamCache = 4;
 
 struct EventPair {
   CUcontext ctx;  // nullptr in the ring: the context is gone (ForgetContextEvents).
@@ -133,6 +145,17 @@ struct ThreadContext {
 __attribute__((tls_model("initial-exec"))) thread_local ThreadContext t_context = {nullptr, -1,
                                                                                   0};
 
+// A stream's context as cuStreamGetCtx gave it, and that context's device
+// (-1 until a launch needs it: the context is not the current one).
+struct ThreadStream {
+  CUstream stream;  // nullptr: a free entry.
+  CUcontext ctx;
+  int device;
+  uint32_t uses;
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadStream t_streams[kStreamCache] = {};
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t t_stream_next = 0;
+
 uint64_t Behind(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 // Raises `v` to `to`, never lowers it (threads race to raise it).
@@ -142,18 +165,97 @@ void RaiseTo(std::atomic<uint64_t>& v, uint64_t to) {
   }
 }
 
-// Current context and its device. The device is cached per thread against
-// the context handle: cuCtxSetCurrent, cuCtxPushCurrent/PopCurrent and
-// cudaSetDevice all change the handle, and a primary context keeps its handle
-// for the life of the process, through release and retain.
-bool LaunchContext(CUcontext* ctx, int* device) {
+// A stream handle of its own, not one of the default streams (0,
+// CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which are the current context's.
+bool OwnStream(CUstream stream) {
+  return stream != nullptr && stream != ACCELPOOL_CU_STREAM_LEGACY &&
+         stream != ACCELPOOL_CU_STREAM_PER_THREAD;
+}
+
+// The cache entry of `stream` with its context, asking cuStreamGetCtx on a
+// miss and every kContextRecheckEvery uses; nullptr when it cannot be asked.
+// Without the cache every launch into a stream would add that driver call.
+ThreadStream* StreamContext(CUstream stream) {
+  ThreadStream* entry = nullptr;
+  for (ThreadStream& t : t_streams) {
+    if (t.stream == stream) {
+      if (++t.uses < kContextRecheckEvery) {
+        return &t;
+      }
+      entry = &t;
+      break;
+    }
+  }
+  if (entry == nullptr) {
+    entry = &t_streams[t_stream_next++ % kStreamCache];
+  }
+  CUcontext c = nullptr;
+  if (State().stream_get_ctx(stream, &c) != CUDA_SUCCESS || c == nullptr) {
+    entry->stream = nullptr;
+    return nullptr;
+  }
+  *entry = ThreadStream{stream, c, -1, 0};
+  return entry;
+}
+
+// The device of `ctx`, the context of `stream`, which is not current:
+// cuStreamGetDevice (CUDA 12.8 on), else cuCtxGetDevice with `ctx` pushed.
+bool ForeignContextDevice(CUstream stream, CUcontext ctx, int* device) {
   ShimState& s = State();
+  CUdevice d = 0;
+  if (s.stream_get_device != nullptr && s.stream_get_device(stream, &d) == CUDA_SUCCESS) {
+    *device = d;
+    return true;
+  }
+  if (s.ctx_push_current == nullptr || s.ctx_pop_current == nullptr ||
+      s.ctx_get_device == nullptr || s.ctx_push_current(ctx) != CUDA_SUCCESS) {
+    return false;
+  }
+  const bool known = s.ctx_get_device(&d) == CUDA_SUCCESS;
+  CUcontext popped = nullptr;
+  s.ctx_pop_current(&popped);  // The caller's context (or none) is current again.
+  if (known) {
+    *device = d;
+  }
+  return known;
+}
+
+// The context a launch into `stream` runs in, and its device; *foreign when
+// that context is not the calling thread's current one. A launch into a
+// stream of its own runs in the stream's context: a context-less CUkernel
+// (cuLibraryGetKernel) may be launched into a stream of another device than
+// the current one, or with no context current at all. Such launches were
+// charged to the current device's bucket, their timing events made in the
+// current context failed to record on the stream, and with no context
+// current they passed unthrottled. The default streams are the current
+// context's. The device is cached per thread against the context handle:
+// cuCtxSetCurrent, cuCtxPushCurrent/PopCurrent and cudaSetDevice all change
+// the handle, and a primary context keeps its handle for the life of the
+// process, through release and retain.
+bool LaunchContext(CUstream stream, CUcontext* ctx, int* device, bool* foreign) {
+  ShimState& s = State();
+  *foreign = false;
   if (s.ctx_get_current == nullptr) {
     *ctx = nullptr;
     return CurrentDevice(device);  // No events without a context handle.
   }
   CUcontext c = nullptr;
-  if (s.ctx_get_current(&c) != CUDA_SUCCESS || c == nullptr) {
+  if (s.ctx_get_current(&c) != CUDA_SUCCESS) {
+    c = nullptr;
+  }
+  if (OwnStream(stream) && s.stream_get_ctx != nullptr) {
+    ThreadStream* st = StreamContext(stream);
+    if (st != nullptr && st->ctx != c) {
+      if (st->device >= 0 || ForeignContextDevice(stream, st->ctx, &st->device)) {
+        *ctx = st->ctx;
+        *device = st->device;
+        *foreign = true;
+        return true;
+      }
+      st->stream = nullptr;  // Its device unknown: the current context's, as before.
+    }
+  }
+  if (c == nullptr) {
     return false;
   }
   ThreadContext& t = t_context;
@@ -170,7 +272,12 @@ bool LaunchContext(CUcontext* ctx, int* device) {
   return true;
 }
 
-void ForgetContext() { t_context.ctx = nullptr; }
+void ForgetContext() {
+  t_context.ctx = nullptr;
+  for (ThreadStream& t : t_streams) {
+    t.stream = nullptr;
+  }
+}
 
 // The shared buckets are the container's devices' (ContainerIndex); a
 // launch's device is the process's CUDA ordinal.
@@ -305,7 +412,10 @@ void HarvestIfPending() {
   }
 }
 
-bool AcquirePair(CUcontext ctx, int device, EventPair* out) {
+// A pair of `ctx`'s events. A new pair is made in `ctx` (pushed around the
+// creation when it is not the current context, `foreign`): an event records
+// only on a stream of its own context.
+bool AcquirePair(CUcontext ctx, int device, bool foreign, EventPair* out) {
   ShimState& s = State();
   if (ctx == nullptr || s.event_create == nullptr || s.event_query == nullptr ||
       s.event_elapsed == nullptr) {
@@ -321,7 +431,10 @@ bool AcquirePair(CUcontext ctx, int device, EventPair* out) {
       break;
     }
   }
-  if (!ok && g_launch.created < kMaxPairs) {
+  const bool pushed = !ok && g_launch.created < kMaxPairs && foreign &&
+                      s.ctx_push_current != nullptr && s.ctx_pop_current != nullptr &&
+                      s.ctx_push_current(ctx) == CUDA_SUCCESS;
+  if (!ok && g_launch.created < kMaxPairs && (pushed || !foreign)) {
     out->ctx = ctx;
     out->device = device;
     if (s.event_create(&out->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
@@ -332,6 +445,10 @@ bool AcquirePair(CUcontext ctx, int device, EventPair* out) {
         s.event_destroy(out->start);
       }
     }
+  }
+  if (pushed) {
+    CUcontext popped = nullptr;
+    s.ctx_pop_current(&popped);
   }
   pthread_mutex_unlock(&g_launch.mu);
   return ok;
@@ -369,6 +486,7 @@ void Sleep(int64_t ns) {
 struct LaunchSite {
   CUcontext ctx = nullptr;
   int device = -1;
+  bool foreign = false;  // ctx is the stream's, not the current context.
   int capturing = -1;  // -1: not asked yet; else whether the stream captures.
 };
 
@@ -429,12 +547,13 @@ bool ApplyPriority(CUstream stream, bool per_thread, LaunchSite* site) {
   return true;
 }
 
-// Resolves the launch's device and applies task priority. Returns false
-// when the launch passes through untouched from here on: no current context
-// (the driver refuses it), a device past kMaxDevices, or a capturing stream
-// seen by the priority step. REQUIRES: State().launch_on.
+// Resolves the launch's context and device (the stream's; LaunchContext)
+// and applies task priority. Returns false when the launch passes through
+// untouched from here on: no context (a default stream with none current,
+// which the driver refuses), a device past kMaxDevices, or a capturing
+// stream seen by the priority step. REQUIRES: State().launch_on.
 bool GateLaunch(CUstream stream, bool per_thread, LaunchSite* site) {
-  if (!LaunchContext(&site->ctx, &site->device) || site->device < 0 ||
+  if (!LaunchContext(stream, &site->ctx, &site->device, &site->foreign) || site->device < 0 ||
       site->device >= kMaxDevices) {
     site->device = -1;
     return false;
@@ -472,6 +591,7 @@ class Admission {
       : stream_(stream), per_thread_(per_thread), kind_(key.kind), device_(site->device) {
     ShimState& s = State();
     const CUcontext ctx = site->ctx;
+    const bool foreign = site->foreign;
     if (Capturing(stream, per_thread, site)) {
       device_ = -1;  // Captured, not executed.
       return;
@@ -501,7 +621,7 @@ class Admission {
       Sleep(wait < kMaxSleepNs ? wait : kMaxSleepNs);
       HarvestIfPending();
     }
-    if (!d.sample || !AcquirePair(ctx, device_, &events_)) {
+    if (!d.sample || !AcquirePair(ctx, device_, foreign, &events_)) {
       return;
     }
     if (RecordOn(events_.start, stream_, per_thread_) != CUDA_SUCCESS) {
@@ -632,6 +752,50 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
   return rc;
 }
 
+// The deprecated launches of a function set up beforehand. Its block shape
+// (cuFuncSetBlockShape) is not seen by the shim, so their key has the grid
+// only (block size 0): launches of one function with another block shape
+// share its price, which their measurements keep right. cuLaunch runs one
+// block; it and cuLaunchGrid go to the legacy default stream.
+template <typename Call>
+CUresult GateDeprecated(bool per_thread, CUfunction f, int gw, int gh, CUstream stream, Call call) {
+  ShimState& s = State();
+  if (!s.launch_on) {
+    return call();
+  }
+  LaunchSite site;
+  if (!GateLaunch(stream, per_thread, &site) || !s.compute_on) {
+    return call();
+  }
+  Admission admission(
+      &site, stream, per_thread,
+      KernelKey(f, static_cast<unsigned>(gw), static_cast<unsigned>(gh), 1, 0, 1, 1));
+  CUresult rc = call();
+  admission.Done(rc);
+  return rc;
+}
+
+template <int S>
+CUresult HookLaunch(CUfunction f) {
+  ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchFn, kHookLaunch);
+  return GateDeprecated(s.per_thread_stream[kHookLaunch][S], f, 1, 1, nullptr,
+                        [&] { return real(f); });
+}
+
+template <int S>
+CUresult HookLaunchGrid(CUfunction f, int gw, int gh) {
+  ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchGridFn, kHookLaunchGrid);
+  return GateDeprecated(s.per_thread_stream[kHookLaunchGrid][S], f, gw, gh, nullptr,
+                        [&] { return real(f, gw, gh); });
+}
+
+template <int S>
+CUresult HookLaunchGridAsync(CUfunction f, int gw, int gh, CUstream stream) {
+  ACCELPOOL_LAUNCH_PROLOGUE(cuLaunchGridAsyncFn, kHookLaunchGridAsync);
+  return GateDeprecated(s.per_thread_stream[kHookLaunchGridAsync][S], f, gw, gh, stream,
+                        [&] { return real(f, gw, gh, stream); });
+}
+
 // A graph's first launch maps its memory nodes: with a memory cap the growth
 // is held first (accounting.h) and a launch that would pass the cap returns
 // CUDA_ERROR_OUT_OF_MEMORY before admission, having run nothing. Task
@@ -666,10 +830,14 @@ CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
 }  // namespace
 
 void* LaunchHook(HookId id, int slot) {
-  static void* const kTable[][kSlots] = {
-      ACCELPOOL_HOOK_SLOTS(HookLaunchKernel), ACCELPOOL_HOOK_SLOTS(HookLaunchKernelEx),
-      ACCELPOOL_HOOK_SLOTS(HookLaunchCooperativeKernel), ACCELPOOL_HOOK_SLOTS(HookGraphLaunch)};
-  if (id < kHookLaunchKernel || id > kHookGraphLaunch || slot < 0 || slot >= kSlots) {
+  static void* const kTable[][kSlots] = {ACCELPOOL_HOOK_SLOTS(HookLaunchKernel),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchKernelEx),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchCooperativeKernel),
+                                         ACCELPOOL_HOOK_SLOTS(HookGraphLaunch),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunch),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchGrid),
+                                         ACCELPOOL_HOOK_SLOTS(HookLaunchGridAsync)};
+  if (id < kHookLaunchKernel || id > kHookLaunchGridAsync || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookLaunchKernel][slot];
@@ -747,4 +915,11 @@ ACCELPOOL_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream st) {
 }
 ACCELPOOL_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) {
   return HookGraphLaunch<1>(g, st);
+}
+ACCELPOOL_EXPORT CUresult cuLaunch(CUfunction f) { return HookLaunch<0>(f); }
+ACCELPOOL_EXPORT CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
+  return HookLaunchGrid<0>(f, gw, gh);
+}
+ACCELPOOL_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream st) {
+  return HookLaunchGridAsync<0>(f, gw, gh, st);
 }

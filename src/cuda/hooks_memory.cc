@@ -34,7 +34,8 @@ uint64_t ArrayBytes(size_t w, size_t h, size_t d, int format, unsigned channels)
 }
 
 // A sparse or deferred-mapping array has no memory of its own: what backs it
-// is mapped in from cuMemCreate handles, charged there.
+// is mapped in from cuMemCreate handles (cuMemMapArrayAsync), charged there,
+// and kept charged once mapped into an array (hooks_vmm.cc).
 bool BackedLater(const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   return (desc.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) != 0;
 }
@@ -166,11 +167,16 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
   ACCELPOOL_REAL_OR_FAIL(cuMemAllocFromPoolAsyncFn, kHookMemAllocFromPoolAsync);
   int dev = 0;
   bool per_thread = s.per_thread_stream[kHookMemAllocFromPoolAsync][S];
-  if (!s.mem_on || dptr == nullptr || !CurrentDevice(&dev) || StreamCapturing(stream, per_thread)) {
+  // The stream's device, not the current context's: a thread with no current
+  // context may allocate on a stream it was given (it passed through
+  // uncharged), and the stream's device is the better guess for a pool
+  // that does not say where it lives.
+  if (!s.mem_on || dptr == nullptr || !StreamDevice(stream, &dev) ||
+      StreamCapturing(stream, per_thread)) {
     return real(dptr, bytes, pool, stream);
   }
   // The pool names its location: charged to its device, whatever the
-  // current one; a host pool is never charged.
+  // stream's; a host pool is never charged.
   PoolTrack track = TrackPool(pool, &dev);
   if (track == PoolTrack::kHostMemory || !DeviceMemoryLimited(dev)) {
     return real(dptr, bytes, pool, stream);
@@ -185,11 +191,28 @@ CUresult HookMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool
       [&](CUdeviceptr p) { FreeOnStream(p, stream, per_thread); });
 }
 
+// On a capturing stream a free frees nothing: it becomes a free node of the
+// graph being captured, and the block stays allocated until that graph runs
+// (later, or never). Its record goes as at any free (once the graph has
+// freed it, the address may be handed out again and must not meet it), but
+// its charge is kept until the process ends: when the graph frees it is not
+// seen, and over-charging is the safe side. A block of a pool charged by
+// reserve keeps its pool's charge that way too (the pool is re-read at its
+// next allocation, free or trim).
 template <int S>
 CUresult HookMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
   ACCELPOOL_REAL_OR_FAIL(cuMemFreeAsyncFn, kHookMemFreeAsync);
   if (!s.mem_on) {
     return real(ptr, stream);
+  }
+  if (StreamCapturing(stream, s.per_thread_stream[kHookMemFreeAsync][S])) {
+    AllocRecord kept;
+    const bool tracked = TakeRecord(s.pointers, ptr, &kept);
+    CUresult rc = real(ptr, stream);
+    if (tracked && rc != CUDA_SUCCESS) {
+      RestoreRecord(s.pointers, ptr, kept);
+    }
+    return rc;
   }
   return ForgetAndCall(s.pointers, ptr, [&] { return real(ptr, stream); });
 }
@@ -351,7 +374,7 @@ void* MemoryHook(HookId id, int slot) {
   if (id >= kHookMemAlloc && id <= kHookMemPoolCreate) {
     return kTable[id - kHookMemAlloc][slot];
   }
-  if (id >= kHookMemCreate && id <= kHookMemRetainAllocationHandle) {
+  if (id >= kHookMemCreate && id <= kHookMemMapArrayAsync) {
     return VmmHook(id, slot);
   }
   if (id >= kHookIpcOpenMemHandle && id <= kHookDeviceTotalMem) {

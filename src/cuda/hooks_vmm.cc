@@ -6,7 +6,8 @@
 // which is when the driver frees the memory. cuMemRetainAllocationHandle
 // hands out one more reference to a mapped handle, which a cuMemRelease
 // then drops: the handle counts as released only once every reference the
-// application holds is. See shim.h.
+// application holds is. A handle mapped into a sparse array
+// (cuMemMapArrayAsync) stays charged until the process ends. See shim.h.
 #include "cuda/accounting.h"
 #include "cuda/shim.h"
 
@@ -227,14 +228,54 @@ CUresult HookMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, voi
   return rc;
 }
 
+// Sparse and deferred-mapping arrays are backed by cuMemCreate handles
+// mapped into them (tiles, a mip tail) here. Which handle an unmap takes
+// out cannot be known: an unmap names no handle (its memHandle must be
+// NULL), only a region of the array, and destroying an array drops its
+// mappings unannounced. So a handle mapped into an array is pinned: it takes
+// one mapping reference that is never dropped, and keeps its charge until
+// the process ends, whatever releases and unmaps follow. That over-charges
+// a handle whose array mappings are all gone, which is the safe side; not
+// counting them let a released handle's memory, still mapped into an array,
+// escape the cap. The pin is taken before the call, so a release racing the
+// map never finds the handle unreferenced; a map that fails keeps it.
+template <int S>
+CUresult HookMemMapArrayAsync(CUarrayMapInfo* infos, unsigned int count, CUstream stream) {
+  EnsureCuda();
+  auto real = Real<cuMemMapArrayAsyncFn>(kHookMemMapArrayAsync, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  if (s.mem_on && infos != nullptr) {
+    pthread_mutex_lock(&s.mem_mu);
+    for (unsigned int i = 0; i < count; ++i) {
+      const CUarrayMapInfo& m = infos[i];
+      if (m.memOperationType != CU_MEM_OPERATION_TYPE_MAP ||
+          m.memHandleType != CU_MEM_HANDLE_TYPE_GENERIC) {
+        continue;
+      }
+      AllocRecord* r = s.vmm_handles->Find(m.memHandle.memHandle);
+      if (r != nullptr && !r->array_mapped) {
+        r->array_mapped = true;
+        ++r->refs;
+      }
+    }
+    pthread_mutex_unlock(&s.mem_mu);
+  }
+  return real(infos, count, stream);
+}
+
 }  // namespace
 
 void* VmmHook(HookId id, int slot) {
-  static void* const kTable[][kSlots] = {
-      ACCELPOOL_HOOK_SLOTS(HookMemCreate), ACCELPOOL_HOOK_SLOTS(HookMemRelease),
-      ACCELPOOL_HOOK_SLOTS(HookMemMap), ACCELPOOL_HOOK_SLOTS(HookMemUnmap),
-      ACCELPOOL_HOOK_SLOTS(HookMemRetainAllocationHandle)};
-  if (id < kHookMemCreate || id > kHookMemRetainAllocationHandle || slot < 0 || slot >= kSlots) {
+  static void* const kTable[][kSlots] = {ACCELPOOL_HOOK_SLOTS(HookMemCreate),
+                                         ACCELPOOL_HOOK_SLOTS(HookMemRelease),
+                                         ACCELPOOL_HOOK_SLOTS(HookMemMap),
+                                         ACCELPOOL_HOOK_SLOTS(HookMemUnmap),
+                                         ACCELPOOL_HOOK_SLOTS(HookMemRetainAllocationHandle),
+                                         ACCELPOOL_HOOK_SLOTS(HookMemMapArrayAsync)};
+  if (id < kHookMemCreate || id > kHookMemMapArrayAsync || slot < 0 || slot >= kSlots) {
     return nullptr;
   }
   return kTable[id - kHookMemCreate][slot];
@@ -260,4 +301,10 @@ ACCELPOOL_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t o,
 ACCELPOOL_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return HookMemUnmap<0>(p, n); }
 ACCELPOOL_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* a) {
   return HookMemRetainAllocationHandle<0>(h, a);
+}
+ACCELPOOL_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo* m, unsigned int n, CUstream st) {
+  return HookMemMapArrayAsync<0>(m, n, st);
+}
+ACCELPOOL_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* m, unsigned int n, CUstream st) {
+  return HookMemMapArrayAsync<1>(m, n, st);
 }

@@ -492,6 +492,16 @@ bool SharedRegion::Lock() {
   return true;
 }
 
+bool SharedRegion::TryLock() {
+  int rc = pthread_mutex_trylock(&layout_->mu);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&layout_->mu);
+    ReclaimDeadLocked();
+    return true;
+  }
+  return rc == 0;
+}
+
 void SharedRegion::Unlock() { pthread_mutex_unlock(&layout_->mu); }
 
 bool SharedRegion::LeftByExec(int slot, const SlotRecord& s, int32_t self) const {
@@ -712,6 +722,23 @@ void SharedRegion::ReleaseSlot(int claim) {
   if (!ValidClaim(claim) || !Lock()) {
     return;
   }
+  ReleaseSlotLocked(claim);
+  Unlock();
+}
+
+bool SharedRegion::TryReleaseSlot(int claim) {
+  if (!ValidClaim(claim)) {
+    return true;  // Nothing of it to release.
+  }
+  if (!TryLock()) {
+    return false;
+  }
+  ReleaseSlotLocked(claim);
+  Unlock();
+  return true;
+}
+
+void SharedRegion::ReleaseSlotLocked(int claim) {
   Claim& c = claims_[claim];
   if (c.held && c.slot >= 0) {
     const SlotRecord& s = layout_->slots[c.slot];
@@ -724,7 +751,6 @@ void SharedRegion::ReleaseSlot(int claim) {
     DropLockUnlessClaimedLocked(c.slot, claim);
   }
   c = Claim();
-  Unlock();
 }
 
 ChargeResult SharedRegion::TryCharge(int claim, int device, uint64_t bytes, uint64_t limit,

@@ -105,6 +105,10 @@ class SharedRegion {
   // Zeroes the claim's slot, frees it and drops its liveness lock (normal
   // process exit); a slot that another process holds by now is left alone.
   void ReleaseSlot(int claim);
+  // ReleaseSlot without waiting: when the region mutex is held (by another
+  // thread or process, or by this very thread, interrupted inside a hook by
+  // a signal whose handler exits) nothing is done and false is returned.
+  bool TryReleaseSlot(int claim);
   // Frees the slots of (pid, start_time): called once per image at its
   // start, they are the slots of the image this process replaced by exec,
   // which ran no cleanup (ClaimSlot does the same, for an image that never
@@ -174,6 +178,10 @@ class SharedRegion {
   // `boot_id`: stored in a region it creates (nullptr: none).
   bool Map(int fd, bool create, const char* boot_id, char* error, size_t error_len);
   int ReclaimDeadLocked();
+  // Lock() without waiting: false when the mutex is held.
+  bool TryLock();
+  // REQUIRES: the region mutex held.
+  void ReleaseSlotLocked(int claim);
   // Whether `slot` is one this very process claims through this object: it
   // lives, whatever start time it reads for itself now (under qemu-user
   // each thread reads its own). REQUIRES: the region mutex held.

@@ -296,7 +296,6 @@ void InitOnce() {
       for (int i = 0; i < kTables; ++i) {
         *tables[i] = new (g_table_storage[i]) AllocTable();
       }
-      pthread_atfork(nullptr, nullptr, ChildAfterFork);
     } else {
       Logf(LogLevel::kError, "%s; running without limits", error);
       s.mem_on = false;
@@ -305,6 +304,14 @@ void InitOnce() {
   }
   OpenPriority(s);
   s.launch_on = s.compute_on || s.priority != nullptr;
+  // Whenever a hook does more than forward, it takes the shim's locks
+  // (slot_mu binds hooks for cuGetProcAddress, mem_mu and the launch state
+  // guard what it records): a child forked while another thread held one
+  // must start with them free. Task priority alone opens no region, and its
+  // children used to hang at their first lookup.
+  if (s.mem_on || s.launch_on) {
+    pthread_atfork(nullptr, nullptr, ChildAfterFork);
+  }
   if (s.mem_on || s.compute_on) {
     Logf(LogLevel::kInfo, "limits on: memory=%s compute=%d%% state_dir=%s",
          s.mem_on ? "yes" : "no", s.compute_on ? s.config.compute_percent : 100,
@@ -673,17 +680,42 @@ ACCELPOOL_EXPORT ACCELPOOL_UNINSTRUMENTED void* dlsym(void* handle, const char* 
 
 namespace {
 
+// exit() may run on a thread that a signal interrupted inside a hook holding
+// mem_mu or the region mutex (a handler that calls exit, as many do for
+// SIGTERM or SIGINT): waiting for either here would hang the process for
+// good. So both are only tried, kExitLockTries times kExitLockPauseNs apart,
+// which is ample for another thread or process to leave its short section,
+// and the release is skipped while one stays held. Nothing is lost by that:
+// once the process is gone its slot is dead to the other processes of the
+// container (its pid is gone or a zombie, and the kernel has dropped its
+// liveness lock), and they reclaim it with its charges at their next claim,
+// charge past the cap or usage query (SharedRegion::ReclaimDeadLocked), as
+// for a SIGKILLed process.
+constexpr int kExitLockTries = 20;
+constexpr long kExitLockPauseNs = 1'000'000;  // NOLINT: timespec's type.
+
 __attribute__((destructor)) void ReleaseSlotAtExit() {
   auto& s = State();
   if (s.region == nullptr) {
     return;
   }
-  pthread_mutex_lock(&s.mem_mu);
-  if (s.slot >= 0) {
-    s.region->ReleaseSlot(s.slot);
-    s.slot = -1;
+  for (int i = 0; i < kExitLockTries; ++i) {
+    if (i > 0) {
+      struct timespec pause = {0, kExitLockPauseNs};
+      nanosleep(&pause, nullptr);
+    }
+    if (pthread_mutex_trylock(&s.mem_mu) != 0) {
+      continue;
+    }
+    const bool released = s.slot < 0 || s.region->TryReleaseSlot(s.slot);
+    if (released) {
+      s.slot = -1;
+    }
+    pthread_mutex_unlock(&s.mem_mu);
+    if (released) {
+      return;
+    }
   }
-  pthread_mutex_unlock(&s.mem_mu);
 }
 
 }  // namespace

@@ -638,6 +638,22 @@ TEST(ShimTest, CapturedAllocationsAreChargedWhenTheGraphRuns) {
   }
 }
 
+// A free on a capturing stream only adds a free node to the graph being
+// captured: the block stays allocated until that graph runs. A block
+// charged on its own (here: the pool cannot be named) was uncharged at
+// once, and the container could allocate as much again past its cap.
+TEST(ShimTest, AFreeCapturedIntoAGraphKeepsItsCharge) {
+  auto kv =
+      MustRun({"direct", "capturefree", std::to_string(512 * kMiB)},
+              {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"FAKECUDA_FAIL", "cuDeviceGetMemPool"}});
+  EXPECT_EQ(U(kv, "alloc_rc"), 0u);
+  EXPECT_EQ(U(kv, "allocated_free"), 512 * kMiB);
+  EXPECT_EQ(U(kv, "free_rc"), 0u);
+  EXPECT_GE(U(kv, "driver_used"), 512 * kMiB) << "the captured free freed nothing";
+  EXPECT_EQ(U(kv, "captured_free"), 512 * kMiB) << "uncharged while the block is allocated";
+  EXPECT_EQ(U(kv, "over_rc"), 2u) << "allocated past the cap";
+}
+
 TEST(ShimTest, AnUnreadableGraphIsLaunchedWithOneWarning) {
   ProcessResult r = Probe({"procaddr", "graphmem", std::to_string(768 * kMiB), "0", "launch"},
                           {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
@@ -1172,6 +1188,29 @@ TEST(ShimTest, ArraysBackedLaterByHandlesAreNotChargedThemselves) {
   EXPECT_EQ(U(kv, "after_free"), 64 * kMiB);
 }
 
+// A sparse array is backed by cuMemCreate handles mapped into it
+// (cuMemMapArrayAsync), which the shim did not hook: a handle mapped there
+// and then released, as a tile pool is, was uncharged while the array still
+// held its memory. It stays charged until the process ends: an unmap names
+// no handle, so the shim cannot tell when its last array mapping goes.
+TEST(ShimTest, AHandleMappedIntoASparseArrayStaysCharged) {
+  for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "arraymap", std::to_string(512 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "array_rc"), 0u);
+    EXPECT_EQ(U(kv, "map_rc"), 0u);
+    EXPECT_EQ(U(kv, "release_rc"), 0u);
+    EXPECT_EQ(U(kv, "driver_used"), 512 * kMiB) << "the array holds the memory";
+    EXPECT_EQ(U(kv, "released_free"), 512 * kMiB) << "uncharged while the array holds it";
+    EXPECT_EQ(U(kv, "over_rc"), 2u) << "allocated past the cap";
+    EXPECT_EQ(U(kv, "unmap_rc"), 0u);
+    EXPECT_EQ(U(kv, "unmapped_driver_used"), 0u);
+    EXPECT_EQ(U(kv, "unmapped_free"), 512 * kMiB) << "charged until the process ends";
+  }
+}
+
 TEST(ShimTest, AFailedReleaseKeepsTheHandleCharged) {
   auto kv = MustRun({"direct", "relfail", std::to_string(32 * kMiB)},
                     {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "64"}});
@@ -1232,6 +1271,30 @@ TEST(ShimTest, AStreamOrderedAllocationIsChargedToTheStreamsDevice) {
   auto kv = MustRun({"direct", "asyncdev", std::to_string(2048 * kMiB)}, env);
   EXPECT_EQ(U(kv, "rc"), 2u);
   EXPECT_EQ(U(kv, "free1"), 1024 * kMiB);
+}
+
+// cuMemAllocFromPoolAsync with no current context (a thread that never
+// made one current, launching on a stream it was given) passed through
+// uncharged: its device was the current context's. It is the pool's, and
+// else the stream's, as for cuMemAllocAsync.
+TEST(ShimTest, AnAllocationFromAPoolWithoutACurrentContextIsCharged) {
+  Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
+  for (const char* fail : {"", "cuStreamGetDevice"}) {
+    SCOPED_TRACE(fail);
+    env["FAKECUDA_FAIL"] = fail;
+    for (const char* path : {"direct", "procaddr"}) {
+      SCOPED_TRACE(path);
+      auto kv = MustRun({path, "poolnoctx", std::to_string(256 * kMiB)}, env);
+      EXPECT_EQ(U(kv, "create_rc"), 0u);
+      EXPECT_EQ(U(kv, "pool_rc"), 0u);
+      EXPECT_EQ(U(kv, "none"), 1u) << "no context was current";
+      EXPECT_EQ(U(kv, "rc"), 0u);
+      EXPECT_EQ(U(kv, "free0"), 1024 * kMiB);
+      EXPECT_EQ(U(kv, "free1"), 768 * kMiB) << "the pool's device is charged";
+      EXPECT_EQ(U(kv, "free_rc"), 0u);
+      EXPECT_EQ(U(kv, "freed_free1"), 1024 * kMiB);
+    }
+  }
 }
 
 // cudaDeviceSetLimit(cudaLimitMallocHeapSize, n) makes the driver reserve
@@ -1780,6 +1843,63 @@ TEST(ShimTest, AForkWhileAnotherThreadBindsAHookLeavesTheChildUsable) {
   EXPECT_EQ(U(kv, "forks"), 1000u);
 }
 
+// The same with task priority as the only thing on: no limit opens the
+// region, yet the hooks are bound (under the same lock). The fork handlers
+// were registered only with the region, and such a child hung.
+TEST(ShimTest, AForkWhileAnotherThreadBindsAHookLeavesTheChildUsableWithOnlyAPriority) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ASSERT_TRUE(testing::WritePriorityFile(testing::PriorityPath(dir.path())));
+  auto kv = MustRun({"procaddr", "forkbind", "1000"}, {{"ACCELPOOL_CUDA_PRIORITY", "high"},
+                                                       {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}});
+  EXPECT_EQ(U(kv, "hung"), 0u) << "after " << U(kv, "forks") << " forks";
+  EXPECT_EQ(U(kv, "forks"), 1000u);
+}
+
+// exit() where the shim's locks may be held: from a signal handler that
+// interrupted a hook (here the first charge, which waits for the region's
+// mutex with the shim's memory lock held), and at a normal exit while
+// another process holds the region's mutex. Waiting for either lock at exit
+// hung the process for good (the first case for ever, on its own lock). Now
+// the slot's release is skipped, and the container reclaims the slot once
+// the process is gone.
+TEST(ShimTest, AnExitWhileTheShimsLocksAreHeldDoesNotHang) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                   {"ACCELPOOL_CUDA_STATE_DIR", dir.path()},
+                   {"LD_LIBRARY_PATH", ACCELPOOL_FAKE_DRIVER_DIR},
+                   {"LD_PRELOAD", ShimPreload()}};
+  SharedRegion region;
+  {
+    ChildProcess child;
+    ASSERT_TRUE(
+        child.Start({ProbePath(), "direct", "exitinhook", std::to_string(256 * kMiB)}, env));
+    ASSERT_EQ(U(ParseKeyValues(child.ReadLine(30000)), "free"), 1024 * kMiB);
+    char error[256] = {};
+    ASSERT_TRUE(region.OpenFile(dir.path().c_str(), error, sizeof(error))) << error;
+    ASSERT_TRUE(region.Lock());
+    ASSERT_TRUE(child.Write("go\n"));
+    ProcessResult r = child.Wait(5000);
+    region.Unlock();
+    EXPECT_EQ(r.exit_code, 7) << "hung inside exit() (killed: signal " << r.signal << ")\n"
+                              << r.out << r.err;
+  }
+  {
+    ChildProcess holder;
+    ASSERT_TRUE(holder.Start({ProbePath(), "direct", "hold", std::to_string(256 * kMiB)}, env));
+    ASSERT_EQ(U(ParseKeyValues(holder.ReadLine(30000)), "held"), 256 * kMiB);
+    EXPECT_EQ(region.Used(0), 256 * kMiB);
+    ASSERT_TRUE(region.Lock());
+    holder.CloseStdin();
+    ProcessResult r = holder.Wait(5000);
+    region.Unlock();
+    EXPECT_EQ(r.exit_code, 0) << "hung inside exit() (killed: signal " << r.signal << ")";
+  }
+  EXPECT_EQ(region.Used(0), 0u) << "the exited process's slot is reclaimed";
+  EXPECT_EQ(region.SlotsInUse(), 0);
+}
+
 TEST(ShimTest, AProcessThatExecsItselfLeavesOneSlot) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
@@ -1871,9 +1991,12 @@ TEST(ShimTest, ComputeShareIsACeilingOnEveryLaunchPath) {
     const char* path;
     const char* api;
   };
-  for (const Case& c : {Case{"direct", "kernel"}, Case{"procaddr", "ex"},
-                        Case{"procaddr_ptds", "kernel"}, Case{"dlsym", "coop"},
-                        Case{"procaddr", "graph"}}) {
+  // The deprecated cuLaunch, cuLaunchGrid and cuLaunchGridAsync (still
+  // exported and declared) ran unthrottled.
+  for (const Case& c :
+       {Case{"direct", "kernel"}, Case{"procaddr", "ex"}, Case{"procaddr_ptds", "kernel"},
+        Case{"dlsym", "coop"}, Case{"procaddr", "graph"}, Case{"direct", "cu"},
+        Case{"procaddr", "grid"}, Case{"dlsym", "gridasync"}}) {
     SCOPED_TRACE(::testing::Message() << c.path << " " << c.api);
     LaunchFigures f = RunLaunch(c.path, c.api, kernel_us, millis,
                                 {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}});
@@ -2007,6 +2130,48 @@ TEST(ShimTest, EachLaunchIsChargedToTheDeviceOfTheCurrentContext) {
   EXPECT_NEAR(f.share, 0.50, 0.04);
 }
 
+// A launch runs in its stream's context: a context-less CUkernel
+// (cuLibraryGetKernel) may be launched into a stream of another device than
+// the current one, or with no context current at all. Without one such
+// launches ran unthrottled; with device 0's current, those into a stream of
+// device 1 were charged to device 0's bucket, and their timing events (made
+// in device 0's context) failed to record on that stream.
+TEST(ShimTest, ALaunchIsChargedToTheDeviceOfItsStream) {
+  SKIP_UNDER_SANITIZER();
+  const Env env = {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "25"}};
+  auto share = [](std::map<std::string, std::string>& kv) {
+    const double elapsed = static_cast<double>(U(kv, "elapsed_ns"));
+    return elapsed > 0 ? static_cast<double>(U(kv, "busy_ns")) / elapsed : 0;
+  };
+  const double slack = (0.25 * 50.0 + 2.0) / 1000;  // As ComputeShareIsACeilingOnEveryLaunchPath.
+  // The last one on a driver without cuStreamGetDevice (before CUDA 12.8):
+  // the device is read with the stream's context pushed.
+  struct Case {
+    const char* api;
+    const char* failing;
+  };
+  for (const Case& c :
+       {Case{"kernel", ""}, Case{"graph", ""}, Case{"gridasync", "cuStreamGetDevice"}}) {
+    SCOPED_TRACE(c.api);
+    Env e = env;
+    e["FAKECUDA_FAIL"] = c.failing;
+    auto kv = MustRun({"direct", "streamlaunch", c.api, "1000", "1000", "none"}, e);
+    EXPECT_LE(share(kv), 0.25 + slack) << "throttled without a current context";
+    EXPECT_GE(share(kv), 0.10) << "throttled, not starved";
+    EXPECT_GT(U(kv, "event_records"), 0u) << "measured";
+    EXPECT_EQ(U(kv, "foreign_event_records"), 0u) << "events made in the stream's context";
+  }
+  // Every other launch into device 1's stream, the rest into device 0's
+  // stream 0: each device's bucket admits 25%, 50% of busy time in all;
+  // one bucket charged for both admitted 25%.
+  for (const char* api : {"kernel", "ex"}) {
+    SCOPED_TRACE(api);
+    auto kv = MustRun({"procaddr", "streamlaunch", api, "1000", "1500", "other"}, env);
+    EXPECT_NEAR(share(kv), 0.50, 0.04);
+    EXPECT_EQ(U(kv, "foreign_event_records"), 0u) << "events made in the stream's context";
+  }
+}
+
 TEST(ShimTest, TwoProcessesOfOneContainerShareOneComputeBucket) {
   SKIP_UNDER_SANITIZER();
   TempDir dir;
@@ -2066,7 +2231,7 @@ TEST(ShimTest, AHighPriorityContainerCountsItsLaunchesPerDevice) {
   const Env env = PriorityEnv(dir, "high");
   uint64_t want = 0;
   for (const char* path : {"direct", "dlsym", "procaddr", "procaddr_ptds", "procaddr_abi_ptds"}) {
-    for (const char* api : {"kernel", "ex", "coop", "graph"}) {
+    for (const char* api : {"kernel", "ex", "coop", "graph", "cu", "grid", "gridasync"}) {
       SCOPED_TRACE(::testing::Message() << path << " " << api);
       MustRun({path, "prilaunch", "0", api, "5"}, env);
       want += 5;

@@ -39,6 +39,10 @@ constexpr SymbolInfo kSymbols[] = {
     // A retained handle is one more reference that cuMemRelease drops.
     {"cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000, kNoMax,
      kHookMemRetainAllocationHandle, false, kCu},
+    // A handle mapped into a sparse or deferred-mapping array stays charged.
+    {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, kNoMax, kHookMemMapArrayAsync, false, kCu},
+    {"cuMemMapArrayAsync_ptsz", "cuMemMapArrayAsync", 11010, kNoMax, kHookMemMapArrayAsync, true,
+     kCu},
     {"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 11000, kNoMax, kHookIpcOpenMemHandle, false,
      kCu},
     {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, kNoMax, kHookIpcCloseMemHandle, false,
@@ -85,6 +89,11 @@ constexpr SymbolInfo kSymbols[] = {
      kHookLaunchCooperativeKernel, true, kCu},
     {"cuGraphLaunch", "cuGraphLaunch", 10000, kNoMax, kHookGraphLaunch, false, kCu},
     {"cuGraphLaunch_ptsz", "cuGraphLaunch", 10000, kNoMax, kHookGraphLaunch, true, kCu},
+    // Deprecated, yet still exported and declared in cuda.h: a launch through
+    // them is a launch like any other. They have no _ptsz variants.
+    {"cuLaunch", "cuLaunch", 2000, kNoMax, kHookLaunch, false, kCu},
+    {"cuLaunchGrid", "cuLaunchGrid", 2000, kNoMax, kHookLaunchGrid, false, kCu},
+    {"cuLaunchGridAsync", "cuLaunchGridAsync", 2000, kNoMax, kHookLaunchGridAsync, false, kCu},
     // Graph memory nodes (CUDA 11.4+) are charged when a graph is uploaded or
     // launched; instantiation is where the shim learns what a graph needs.
     // From CUDA 12.0, cuGetProcAddress("cuGraphInstantiate") hands out the
@@ -171,9 +180,6 @@ bool IsGraph(HookId id) {
   return id >= kHookGraphInstantiateWithFlags && id <= kHookDeviceGraphMemTrim;
 }
 
-bool IsLaunch(HookId id) {
-  return id == kHookLaunchKernel || id == kHookLaunchKernelEx ||
-         id == kHookLaunchCooperativeKernel || id == kHookGraphLaunch;
-}
+bool IsLaunch(HookId id) { return id >= kHookLaunchKernel && id <= kHookLaunchGridAsync; }
 
 }  // namespace accelpool::cuda

@@ -44,6 +44,7 @@ enum HookId : int {
   kHookMemMap,
   kHookMemUnmap,
   kHookMemRetainAllocationHandle,
+  kHookMemMapArrayAsync,
   kHookIpcOpenMemHandle,
   kHookIpcCloseMemHandle,
   kHookIpcGetMemHandle,
@@ -64,6 +65,9 @@ enum HookId : int {
   kHookLaunchKernelEx,
   kHookLaunchCooperativeKernel,
   kHookGraphLaunch,
+  kHookLaunch,  // The deprecated cuLaunch, cuLaunchGrid and cuLaunchGridAsync.
+  kHookLaunchGrid,
+  kHookLaunchGridAsync,
   kHookGraphInstantiateWithFlags,
   kHookGraphInstantiateWithParams,
   kHookGraphInstantiateV2,

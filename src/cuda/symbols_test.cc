@@ -38,9 +38,14 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuLaunchKernelEx", 11050, 0, nullptr},
       {"cuGraphLaunch", 12080, kPtds, "cuGraphLaunch_ptsz"},
       {"cuLaunchCooperativeKernel", 12000, 0, "cuLaunchCooperativeKernel"},
+      {"cuLaunch", 12000, 0, "cuLaunch"},
+      {"cuLaunchGrid", 13000, kPtds, "cuLaunchGrid"},  // No _ptsz variant exists.
+      {"cuLaunchGridAsync", 2000, 0, "cuLaunchGridAsync"},
       {"cuMemAllocAsync", 12000, kPtds, "cuMemAllocAsync_ptsz"},
       {"cuMemCreate", 12000, 0, "cuMemCreate"},
       {"cuMemRetainAllocationHandle", 12000, 0, "cuMemRetainAllocationHandle"},
+      {"cuMemMapArrayAsync", 12000, kPtds, "cuMemMapArrayAsync_ptsz"},
+      {"cuMemMapArrayAsync", 11000, 0, nullptr},  // Older than the entry.
       {"cuDevicePrimaryCtxReset", 12000, 0, "cuDevicePrimaryCtxReset_v2"},
       {"cuDevicePrimaryCtxReset", 7000, 0, "cuDevicePrimaryCtxReset"},
       {"cuCtxDestroy", 13000, 0, "cuCtxDestroy_v2"},
@@ -110,7 +115,7 @@ TEST(SymbolsTest, ExportedNamesAreUniquePerBaseAndFindable) {
 
 TEST(SymbolsTest, EveryLaunchPathIsALaunch) {
   for (HookId id : {kHookLaunchKernel, kHookLaunchKernelEx, kHookLaunchCooperativeKernel,
-                    kHookGraphLaunch}) {
+                    kHookGraphLaunch, kHookLaunch, kHookLaunchGrid, kHookLaunchGridAsync}) {
     EXPECT_TRUE(IsLaunch(id));
   }
   EXPECT_FALSE(IsLaunch(kHookMemAlloc));
@@ -121,6 +126,7 @@ TEST(SymbolsTest, EveryLaunchPathIsALaunch) {
     EXPECT_TRUE(IsGraph(id));
   }
   EXPECT_FALSE(IsGraph(kHookGraphLaunch));
+  EXPECT_FALSE(IsGraph(kHookLaunchGridAsync));
 }
 
 }  // namespace

@@ -86,6 +86,8 @@ CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                   unsigned long long);  // NOLINT
 CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*, void*);
+CUresult cuMemMapArrayAsync(CUarrayMapInfo*, unsigned, CUstream);
+CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo*, unsigned, CUstream);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr*, size_t*, CUdeviceptr);
@@ -102,6 +104,9 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned
                                         unsigned, unsigned, unsigned, CUstream, void**);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuLaunch(CUfunction);
+CUresult cuLaunchGrid(CUfunction, int, int);
+CUresult cuLaunchGridAsync(CUfunction, int, int, CUstream);
 CUresult cuGraphCreate(CUgraph*, unsigned);
 CUresult cuGraphDestroy(CUgraph);
 CUresult cuGraphAddMemAllocNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
@@ -160,6 +165,7 @@ void fakecuda_DeferAsyncFrees(int on);
 int64_t fakecuda_BusyNs();
 int64_t fakecuda_EventRecords();
 int64_t fakecuda_UnknownEventCalls();
+int64_t fakecuda_ForeignEventRecords();
 int64_t fakecuda_ForeignNs();
 void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);

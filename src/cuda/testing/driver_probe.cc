@@ -19,14 +19,23 @@
 //                            launch fixed-length kernels for <ms> wall ms
 //                            (with <us2>: the same kernel runs <us2> from
 //                            half-time on, a true change of its length);
-//                            <api>: kernel, ex, coop, graph, sync, capture
+//                            <api>: kernel, ex, coop, graph, cu, grid,
+//                            gridasync (the deprecated cuLaunch,
+//                            cuLaunchGrid, cuLaunchGridAsync), sync, capture
 //                            (into the fake's always-capturing stream) or
 //                            twoctx (alternating the current context between
 //                            the fake's two devices before every launch)
+//   streamlaunch <api> <us> <ms> none|other
+//                            launch as launch does (kernel, ex, coop, graph,
+//                            gridasync) into a stream made on device 1, with
+//                            no context current (none) or, every other
+//                            launch, with device 0's current (other; the
+//                            rest go to its stream 0)
 //   prilaunch <device> <api> <count>
 //                            <count> launches of 1 us kernels on device
 //                            <device>'s primary context; <api>: kernel, ex,
-//                            coop, graph, capture or capturegraph (a kernel
+//                            coop, graph, cu, grid, gridasync (as for
+//                            launch), capture or capturegraph (a kernel
 //                            or a graph launched into the fake's always-
 //                            capturing stream); prints start_ns and end_ns
 //                            (CLOCK_MONOTONIC) around them
@@ -58,6 +67,9 @@
 //   graphtrimrace <bytes> <first>  the graph pool is trimmed inside a graph's
 //                            first launch; <first> allocated; relaunch
 //   capturealloc <bytes>     cuMemAllocAsync of <bytes> on a capturing stream
+//   capturefree <bytes>      cuMemAllocAsync of <bytes> on stream 0, freed on
+//                            a capturing stream; then cuMemAlloc of <bytes>
+//                            + 256 MiB
 //   capturegraph <bytes> flags|v2 kept|freed  the same captured into a graph
 //                            (freed inside it or kept past the launch),
 //                            instantiated through that ABI and launched
@@ -117,6 +129,9 @@
 //                            counts the opens): the second opens while the
 //                            first, inside the shim, asks the size of what
 //                            it imported; then both closed
+//   exitinhook <bytes>       print ready; after a stdin line, cuMemAlloc of
+//                            <bytes>, interrupted 300 ms in by a signal whose
+//                            handler calls exit(7)
 //   forkbind <forks>         (procaddr) a thread looks up cuMemAlloc over and
 //                            over while this one forks; each child looks it
 //                            up once; how many children hung
@@ -158,12 +173,19 @@
 //                            refused; one freed; then <chunk> / 2 again
 //   zeroalloc <bytes>        after cuMemAlloc of <bytes>, cuMemAlloc and
 //                            cuMemAllocManaged of 0 bytes
+//   arraymap <bytes>         a cuMemCreate handle of <bytes> mapped into a
+//                            sparse array and released; cuMemAlloc of
+//                            <bytes> + 256 MiB; the array's tile unmapped
 //   backedlater <bytes>      cuArray3DCreate and cuMipmappedArrayCreate of
 //                            <bytes> with CUDA_ARRAY3D_SPARSE, with
 //                            CUDA_ARRAY3D_DEFERRED_MAPPING and with neither
 //   asyncdev <bytes>         from device 0's primary context, cuMemAllocAsync of
 //                            <bytes> on a stream of device 1's, then freed:
 //                            each device's free memory after each step
+//   poolnoctx <bytes>        with no current context, cuMemAllocFromPoolAsync
+//                            of <bytes> from a pool created on device 1, on
+//                            a stream of device 1; each device's free
+//                            memory, then freed again
 //   heaplimit <unit>         the malloc heap (cuCtxSetLimit) grown by <unit>,
 //                            then past the cap, shrunk by <unit> / 2, back to
 //                            its size; the stack size set; a created context's
@@ -181,6 +203,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gnu/libc-version.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -249,6 +272,10 @@ struct Api {
   cuDevicePrimaryCtxRetainFn primary_retain;
   cuDevicePrimaryCtxReleaseFn primary_release;
   cuCtxSetLimitFn set_limit;
+  cuLaunchFn launch_old;  // The deprecated cuLaunch.
+  cuLaunchGridFn launch_grid;
+  cuLaunchGridAsyncFn launch_grid_async;
+  cuMemMapArrayAsyncFn map_array;
 };
 
 void* g_driver = nullptr;
@@ -337,7 +364,11 @@ Api Load(const std::string& mode) {
             &cuCtxDestroy_v2,
             &cuDevicePrimaryCtxRetain,
             &cuDevicePrimaryCtxRelease_v2,
-            &cuCtxSetLimit};
+            &cuCtxSetLimit,
+            &cuLaunch,
+            &cuLaunchGrid,
+            &cuLaunchGridAsync,
+            &cuMemMapArrayAsync};
     return a;
   }
   const int v = 12080;
@@ -386,6 +417,11 @@ Api Load(const std::string& mode) {
   Get(&a.primary_release, mode, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", v,
       11000);
   Get(&a.set_limit, mode, "cuCtxSetLimit", "cuCtxSetLimit", v, 3010);
+  Get(&a.launch_old, mode, "cuLaunch", "cuLaunch", v, 2000);
+  Get(&a.launch_grid, mode, "cuLaunchGrid", "cuLaunchGrid", v, 2000);
+  Get(&a.launch_grid_async, mode, "cuLaunchGridAsync", "cuLaunchGridAsync", v, 2000);
+  Get(&a.map_array, mode, ptds ? "cuMemMapArrayAsync_ptsz" : "cuMemMapArrayAsync",
+      "cuMemMapArrayAsync", v, 11010);
   return a;
 }
 
@@ -539,17 +575,32 @@ int MemInfo(const Api& a) {
   return 0;
 }
 
-// One launch of a 132x128 kernel through `api`: kernel, ex, coop, graph, or
-// capture / capturegraph (a kernel / graph launch into a capturing stream).
-// params[0] points at the kernel's length in ns, which is also the fake
-// driver's CUgraphExec handle.
-CUresult LaunchBy(const Api& a, const std::string& api, CUlaunchConfig* cfg, void** params) {
+// One launch of a 132x128 kernel through `api`: kernel, ex, coop, graph,
+// the deprecated cu (cuLaunch), grid (cuLaunchGrid) and gridasync
+// (cuLaunchGridAsync, on a stream of its own), or capture / capturegraph (a
+// kernel / graph launch into a capturing stream). params[0] points at the
+// kernel's length in ns, which is also the fake driver's CUgraphExec handle
+// and, for the deprecated launches, its CUfunction.
+// `stream`: where kernel, ex, coop, graph and gridasync go (gridasync: a
+// stream handle of its own when nullptr).
+CUresult LaunchBy(const Api& a, const std::string& api, CUlaunchConfig* cfg, void** params,
+                  CUstream stream = nullptr) {
   const auto capturing = reinterpret_cast<CUstream>(0xCA97);
   const auto graph = reinterpret_cast<CUgraphExec>(*static_cast<int64_t*>(params[0]));
-  if (api == "kernel") return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
-  if (api == "ex") return a.launch_ex(cfg, nullptr, params, nullptr);
-  if (api == "coop") return a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params);
-  if (api == "graph") return a.graph_launch(graph, nullptr);
+  const auto function = reinterpret_cast<CUfunction>(*static_cast<int64_t*>(params[0]));
+  if (api == "kernel") return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+  if (api == "ex") {
+    cfg->hStream = stream;
+    return a.launch_ex(cfg, nullptr, params, nullptr);
+  }
+  if (api == "coop") return a.launch_coop(nullptr, 132, 1, 1, 128, 1, 1, 0, stream, params);
+  if (api == "graph") return a.graph_launch(graph, stream);
+  if (api == "cu") return a.launch_old(function);
+  if (api == "grid") return a.launch_grid(function, 132, 1);
+  if (api == "gridasync") {
+    return a.launch_grid_async(function, 132, 1,
+                               stream != nullptr ? stream : reinterpret_cast<CUstream>(0x6A1D));
+  }
   if (api == "capture") {
     return a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, capturing, params, nullptr);
   }
@@ -601,6 +652,47 @@ int Launch(const Api& a, const std::string& api, int64_t kernel_us, int64_t mill
   std::printf("event_records=%lld foreign_ns=%lld\n",
               static_cast<long long>(records != nullptr ? records() : -1),  // NOLINT
               static_cast<long long>(foreign != nullptr ? foreign() : -1));  // NOLINT
+  return 0;
+}
+
+// Launches of `kernel_us` kernels through `api` for `millis` into a stream
+// made on device 1: with no context current at all (where == "none"), or,
+// every other launch, while device 0's context is current (where ==
+// "other"; the rest go to device 0's stream 0).
+int StreamLaunch(const Api& a, const std::string& api, int64_t kernel_us, int64_t millis,
+                 const std::string& where) {
+  int64_t kernel_ns = kernel_us * 1000;
+  void* params[] = {&kernel_ns};
+  CUlaunchConfig cfg{};
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(2)));
+  CUstream device1 = nullptr;
+  if (cuStreamCreate(&device1, 0) != CUDA_SUCCESS) {
+    std::printf("stream_error=1\n");
+    return 1;
+  }
+  cuCtxSetCurrent(where == "none" ? nullptr
+                                  : reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  int64_t start = NowNs();
+  int64_t end = start + millis * 1'000'000;
+  long launches = 0;  // NOLINT
+  while (NowNs() < end) {
+    CUstream stream = where == "none" || launches % 2 == 1 ? device1 : nullptr;
+    CUresult rc = LaunchBy(a, api, &cfg, params, stream);
+    if (rc != CUDA_SUCCESS) {
+      std::printf("launch_error=%d\n", rc);
+      return 1;
+    }
+    ++launches;
+  }
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  a.ctx_sync();
+  std::printf(
+      "busy_ns=%lld elapsed_ns=%lld launches=%ld event_records=%lld "
+      "foreign_event_records=%lld\n",
+      static_cast<long long>(fakecuda_BusyNs()),                // NOLINT
+      static_cast<long long>(NowNs() - start), launches,        // NOLINT
+      static_cast<long long>(fakecuda_EventRecords()),          // NOLINT
+      static_cast<long long>(fakecuda_ForeignEventRecords()));  // NOLINT
   return 0;
 }
 
@@ -1749,6 +1841,22 @@ int CaptureAlloc(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// A block allocated on stream 0 is freed on the capturing stream: the free
+// becomes a node of the graph being captured, and the block stays
+// allocated. Then `bytes` + 256 MiB more by cuMemAlloc.
+int CaptureFree(const Api& a, uint64_t bytes) {
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, bytes, nullptr);
+  std::printf("alloc_rc=%d allocated_free=%zu\n", rc, FreeBytes(a));
+  rc = a.free_async(p, reinterpret_cast<CUstream>(0xCA97));
+  std::printf("free_rc=%d captured_free=%zu driver_used=%llu\n", rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  CUdeviceptr q = 0;
+  rc = a.alloc(&q, bytes + (256ULL << 20));
+  std::printf("over_rc=%d\n", rc);
+  return 0;
+}
+
 // From device 0, `bytes` from a pool on `where`: "host" (a host-located
 // pool), "dev1" (a pool on device 1) or "newtype" (a device-0 pool of a
 // location type newer than the shim). `fillers` host pools, each allocated
@@ -1908,6 +2016,33 @@ int AsyncOnStreamDevice(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// With no current context (cuCtxSetCurrent(NULL)), cuMemAllocFromPoolAsync
+// of `bytes` from a pool created on device 1, on a stream of device 1.
+int PoolWithoutContext(const Api& a, uint64_t bytes) {
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(2)));
+  CUstream stream = nullptr;
+  CUresult create_rc = cuStreamCreate(&stream, 0);
+  CUmemPoolProps props{};
+  props.allocType = 1;  // CU_MEM_ALLOCATION_TYPE_PINNED
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 1;
+  CUmemoryPool pool = nullptr;
+  CUresult pool_rc = a.pool_create(&pool, &props);
+  cuCtxSetCurrent(nullptr);
+  CUcontext none = reinterpret_cast<CUcontext>(1);
+  cuCtxGetCurrent(&none);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_pool(&p, bytes, pool, stream);
+  cuCtxSetCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(1)));
+  std::printf("create_rc=%d pool_rc=%d none=%d rc=%d free0=%zu free1=%zu\n", create_rc, pool_rc,
+              none == nullptr ? 1 : 0, rc, FreeOn(a, 0), FreeOn(a, 1));
+  CUresult free_rc = a.free_async(p, stream);
+  a.pool_destroy(pool);
+  std::printf("free_rc=%d freed_free1=%zu\n", free_rc, FreeOn(a, 1));
+  cuStreamDestroy_v2(stream);
+  return 0;
+}
+
 int IpcFromDevice(const Api& a, uint64_t bytes, int device) {
   CUipcMemHandle h{};
   int32_t device_plus_one = device + 1;
@@ -2006,6 +2141,30 @@ int IpcSelf(const Api& a, uint64_t bytes, bool print) {
 
 // A fork while another thread binds a hook (cuGetProcAddress): the child's
 // own lookup must not wait for a lock that thread held at the fork.
+void ExitOnSignal(int) { std::exit(7); }
+
+// A signal whose handler calls exit() (as handlers of SIGTERM often do)
+// interrupts this thread inside cuMemAlloc, while it holds the shim's
+// memory lock: its first charge claims the process's slot, and the test
+// holds the region's mutex meanwhile. The process must still exit.
+int ExitInHook(const Api& a, uint64_t bytes) {
+  std::printf("ready free=%zu\n", FreeBytes(a));  // The region is open from here on.
+  std::fflush(stdout);
+  char c = 0;
+  while (read(0, &c, 1) == 1 && c != '\n') {
+  }
+  signal(SIGUSR1, ExitOnSignal);
+  const pthread_t self = pthread_self();
+  std::thread([self] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    pthread_kill(self, SIGUSR1);
+  }).detach();
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc(&p, bytes);
+  std::printf("alloc_rc=%d\n", rc);  // Not while the region's mutex is held.
+  return 1;
+}
+
 int ForkBind(int forks) {
   auto gpa = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2"));
   std::atomic<bool> stop{false};
@@ -2228,6 +2387,47 @@ int BackedLater(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// A cuMemCreate handle of `bytes` backs a sparse array (cuMemMapArrayAsync)
+// and is released, as a tile pool is; then `bytes` + 256 MiB by cuMemAlloc;
+// then the array's tile is unmapped.
+int ArrayMap(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult create_rc = a.create(&h, bytes, &prop, 0);
+  CUDA_ARRAY3D_DESCRIPTOR d{1024, 1024, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, CUDA_ARRAY3D_SPARSE};
+  CUarray arr = nullptr;
+  CUresult array_rc = cuArray3DCreate_v2(&arr, &d);
+  CUarrayMapInfo map{};
+  map.resource.array = arr;
+  map.memOperationType = CU_MEM_OPERATION_TYPE_MAP;
+  map.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+  map.memHandle.memHandle = h;
+  map.deviceBitMask = 1;
+  CUresult map_rc = a.map_array(&map, 1, nullptr);
+  CUresult release_rc = a.release(h);
+  std::printf(
+      "create_rc=%d array_rc=%d map_rc=%d release_rc=%d released_free=%zu "
+      "driver_used=%llu\n",
+      create_rc, array_rc, map_rc, release_rc, FreeBytes(a),
+      static_cast<unsigned long long>(DeviceUsed()));
+  CUdeviceptr p = 0;
+  CUresult over_rc = a.alloc(&p, bytes + (256ULL << 20));
+  if (over_rc == CUDA_SUCCESS) {
+    a.free(p);
+  }
+  CUarrayMapInfo unmap = map;
+  unmap.memOperationType = CU_MEM_OPERATION_TYPE_UNMAP;
+  unmap.memHandle.memHandle = 0;
+  CUresult unmap_rc = a.map_array(&unmap, 1, nullptr);
+  std::printf("over_rc=%d unmap_rc=%d unmapped_free=%zu unmapped_driver_used=%llu\n", over_rc,
+              unmap_rc, FreeBytes(a), static_cast<unsigned long long>(DeviceUsed()));
+  cuArrayDestroy(arr);
+  return 0;
+}
+
 int Nvml(unsigned index) {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (h == nullptr) {
@@ -2365,6 +2565,9 @@ int main(int argc, char** argv) {
     return CaptureGraph(a, std::strtoull(argv[3], nullptr, 10), argv[4],
                         std::string(argv[5]) == "freed");
   }
+  if (command == "capturefree" && argc == 4) {
+    return CaptureFree(a, std::strtoull(argv[3], nullptr, 10));
+  }
   if (command == "capturealloc" && argc == 4) {
     return CaptureAlloc(a, std::strtoull(argv[3], nullptr, 10));
   }
@@ -2491,6 +2694,9 @@ int main(int argc, char** argv) {
                 FreeBytes(a));
     return 0;
   }
+  if (command == "exitinhook" && argc == 4) {
+    return ExitInHook(a, std::strtoull(argv[3], nullptr, 10));
+  }
   if (command == "forkbind" && argc == 4) {
     return ForkBind(std::atoi(argv[3]));
   }
@@ -2499,6 +2705,9 @@ int main(int argc, char** argv) {
   }
   if (command == "ipctwice" && argc == 4) {
     return IpcTwice(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "arraymap" && argc == 4) {
+    return ArrayMap(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "backedlater" && argc == 4) {
     return BackedLater(a, std::strtoull(argv[3], nullptr, 10));
@@ -2509,6 +2718,9 @@ int main(int argc, char** argv) {
   if (command == "heaplimit" && argc == 4) {
     return HeapLimit(a, std::strtoull(argv[3], nullptr, 10));
   }
+  if (command == "poolnoctx" && argc == 4) {
+    return PoolWithoutContext(a, std::strtoull(argv[3], nullptr, 10));
+  }
   if (command == "asyncdev" && argc == 4) {
     return AsyncOnStreamDevice(a, std::strtoull(argv[3], nullptr, 10));
   }
@@ -2517,6 +2729,9 @@ int main(int argc, char** argv) {
   }
   if (command == "prilaunch" && argc == 6) {
     return PriorityLaunch(a, std::atoi(argv[3]), argv[4], std::atol(argv[5]));
+  }
+  if (command == "streamlaunch" && argc == 7) {
+    return StreamLaunch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]), argv[6]);
   }
   if (command == "launch" && (argc == 6 || argc == 7)) {
     return Launch(a, argv[3], std::atoll(argv[4]), std::atoll(argv[5]),

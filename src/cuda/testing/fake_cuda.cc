@@ -61,6 +61,11 @@ uintptr_t& GreenCurrent() {
   return green;
 }
 
+bool& NoContext() {
+  thread_local bool none = false;
+  return none;
+}
+
 uintptr_t CurrentContextHandle() {
   return CurrentContext() != 0 ? CurrentContext() : static_cast<uintptr_t>(CurrentDevice() + 1);
 }
@@ -368,16 +373,26 @@ FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
+  if (NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   *d = CurrentDevice();
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
-  *ctx = reinterpret_cast<CUcontext>(GreenCurrent() != 0 ? GreenCurrent() : CurrentContextHandle());
+  *ctx = NoContext() ? nullptr
+                     : reinterpret_cast<CUcontext>(GreenCurrent() != 0 ? GreenCurrent()
+                                                                       : CurrentContextHandle());
   return CUDA_SUCCESS;
 }
+// A null context unbinds the current one (NoContext), as on a real driver.
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   auto v = reinterpret_cast<uintptr_t>(ctx);
   GreenCurrent() = 0;
+  if (v == 0) {
+    NoContext() = true;
+    return CUDA_SUCCESS;
+  }
   {
     State& s = S();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -385,6 +400,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
     if (it != s.contexts.end()) {
       CurrentContext() = v;
       CurrentDevice() = it->second;
+      NoContext() = false;
       return CUDA_SUCCESS;
     }
   }
@@ -393,6 +409,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   }
   CurrentContext() = 0;
   CurrentDevice() = static_cast<int>(v - 1);
+  NoContext() = false;
   return CUDA_SUCCESS;
 }
 namespace {
@@ -445,13 +462,14 @@ struct Saved {
   uintptr_t context;
   int device;
   uintptr_t green;
+  bool none;
 };
 std::vector<Saved>& ContextStack() {
   thread_local std::vector<Saved> stack;
   return stack;
 }
 FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-  Saved saved{CurrentContext(), CurrentDevice(), GreenCurrent()};
+  Saved saved{CurrentContext(), CurrentDevice(), GreenCurrent(), NoContext()};
   CUresult rc = cuCtxSetCurrent(ctx);
   if (rc == CUDA_SUCCESS) {
     ContextStack().push_back(saved);
@@ -470,6 +488,7 @@ FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
   CurrentContext() = saved.context;
   CurrentDevice() = saved.device;
   GreenCurrent() = saved.green;
+  NoContext() = saved.none;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned) {
@@ -498,6 +517,9 @@ FAKE_EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext* ctx) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  if (it == s.streams.end() && NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;  // A stream of the current context: there is none.
+  }
   *ctx = reinterpret_cast<CUcontext>(it != s.streams.end() ? it->second.context
                                                            : CurrentContextHandle());
   return CUDA_SUCCESS;
@@ -509,6 +531,9 @@ FAKE_EXPORT CUresult cuStreamGetDevice(CUstream stream, CUdevice* device) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto it = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  if (it == s.streams.end() && NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   *device = it != s.streams.end() ? it->second.device : CurrentDevice();
   return CUDA_SUCCESS;
 }
@@ -988,6 +1013,48 @@ FAKE_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t, size_t, CUmemGenericAllocat
   ++it->second.maps;
   s.mappings[p] = h;
   return CUDA_SUCCESS;
+}
+namespace {
+// Maps handles into sparse arrays: each map holds its handle as a mapping
+// does; an unmap of an array (its memHandle NULL) drops the oldest one
+// mapped there. Tiles and offsets are not modelled.
+CUresult MapArray(CUarrayMapInfo* infos, unsigned count) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (infos == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    const CUarrayMapInfo& m = infos[i];
+    const auto array = reinterpret_cast<uintptr_t>(m.resource.array);
+    std::vector<CUmemGenericAllocationHandle>& mapped = s.array_maps[array];
+    if (m.memOperationType == CU_MEM_OPERATION_TYPE_MAP) {
+      auto it = s.handles.find(m.memHandle.memHandle);
+      if (m.memHandleType != CU_MEM_HANDLE_TYPE_GENERIC || it == s.handles.end()) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      ++it->second.maps;
+      mapped.push_back(m.memHandle.memHandle);
+    } else if (m.memOperationType == CU_MEM_OPERATION_TYPE_UNMAP) {
+      if (m.memHandle.memHandle != 0 || mapped.empty()) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      const CUmemGenericAllocationHandle h = mapped.front();
+      mapped.erase(mapped.begin());
+      --s.handles[h].maps;
+      MaybeFreeHandle(s, h);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+FAKE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo* m, unsigned n, CUstream) {
+  return MapArray(m, n);
+}
+FAKE_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* m, unsigned n, CUstream) {
+  return MapArray(m, n);
 }
 FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   State& s = S();

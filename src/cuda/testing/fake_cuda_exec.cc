@@ -178,6 +178,16 @@ CUresult Record(CUevent event, CUstream stream, bool per_thread) {
     ++s.unknown_event_calls;
     return CUDA_ERROR_INVALID_HANDLE;
   }
+  // An event records on a stream of its own context only. A stream made by
+  // cuStreamCreate is its creator's; any other handle the current context's.
+  auto made = s.streams.find(reinterpret_cast<uintptr_t>(stream));
+  const uintptr_t stream_context =
+      made != s.streams.end() ? made->second.context : CurrentContextHandle();
+  auto made_in = s.event_context.find(event);
+  if (made_in != s.event_context.end() && made_in->second != stream_context) {
+    ++s.foreign_event_records;
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   it->second = std::max(Now(), s.stream_tail[StreamKey(stream, per_thread)]);
   return CUDA_SUCCESS;
 }
@@ -198,6 +208,19 @@ FAKE_LAUNCH(cuLaunchKernel_ptsz, true)
   }
 FAKE_COOP(cuLaunchCooperativeKernel, false)
 FAKE_COOP(cuLaunchCooperativeKernel_ptsz, true)
+// The deprecated launches take their parameters from cuParamSet*, which the
+// fake does not model: by test convention the function handle is the
+// kernel's length in ns (nullptr: 1 us, as a launch without parameters).
+int64_t FunctionNs(CUfunction f) {
+  return f != nullptr ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(f)) : 1000;
+}
+FAKE_EXPORT CUresult cuLaunch(CUfunction f) { return Launch(nullptr, false, FunctionNs(f)); }
+FAKE_EXPORT CUresult cuLaunchGrid(CUfunction f, int, int) {
+  return Launch(nullptr, false, FunctionNs(f));
+}
+FAKE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int, int, CUstream st) {
+  return Launch(st, false, FunctionNs(f));
+}
 FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** p, void**) {
   return c == nullptr ? CUDA_ERROR_INVALID_VALUE : Launch(c->hStream, false, KernelNs(p));
 }
@@ -215,6 +238,9 @@ FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream st, int* status) {
 }
 
 FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned) {
+  if (NoContext()) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   *e = reinterpret_cast<CUevent>(s.next_event++);
@@ -316,6 +342,12 @@ FAKE_EXPORT int64_t fakecuda_EventRecords() {
   std::lock_guard<std::mutex> lock(k.mu);
   return k.event_records;
 }
+// Records refused: the event and the stream are of different contexts.
+FAKE_EXPORT int64_t fakecuda_ForeignEventRecords() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.foreign_event_records;
+}
 // Record, query and destroy calls on event handles that do not exist.
 FAKE_EXPORT int64_t fakecuda_UnknownEventCalls() {
   State& s = S();
@@ -383,6 +415,8 @@ const ProcEntry kProcs[] = {
     E(cuMemMap, "cuMemMap", 10020, false),
     E(cuMemUnmap, "cuMemUnmap", 10020, false),
     E(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, false),
+    E(cuMemMapArrayAsync, "cuMemMapArrayAsync", 11010, false),
+    E(cuMemMapArrayAsync_ptsz, "cuMemMapArrayAsync", 11010, true),
     E(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, false),
     E(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, false),
     E(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, false),
@@ -396,6 +430,9 @@ const ProcEntry kProcs[] = {
     E(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, true),
     E(cuGraphLaunch, "cuGraphLaunch", 10000, false),
     E(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, true),
+    E(cuLaunch, "cuLaunch", 2000, false),
+    E(cuLaunchGrid, "cuLaunchGrid", 2000, false),
+    E(cuLaunchGridAsync, "cuLaunchGridAsync", 2000, false),
     E(cuGraphInstantiate_v2, "cuGraphInstantiate", 11000, false),
     E(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000, false),
     E(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, false),

@@ -104,6 +104,9 @@ struct State {
   std::map<CUdeviceptr, Allocation> allocations;
   std::map<CUmemGenericAllocationHandle, Handle> handles;
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> mappings;
+  // Handles mapped into each sparse array (cuMemMapArrayAsync), oldest
+  // first; an unmap, which names no handle, takes the oldest out.
+  std::map<uintptr_t, std::vector<CUmemGenericAllocationHandle>> array_maps;
   uint64_t next_handle = 1;
   std::map<uintptr_t, int64_t> stream_tail;
   std::map<uintptr_t, Stream> streams;  // cuStreamCreate's.
@@ -116,6 +119,9 @@ struct State {
   // Record, query and destroy calls on event handles that do not exist (a
   // destroyed context took them): a real driver may crash on them.
   int64_t unknown_event_calls = 0;
+  // Records refused because the event is of another context than the
+  // stream, as a real driver refuses them (CUDA_ERROR_INVALID_HANDLE).
+  int64_t foreign_event_records = 0;
   // Contexts made by cuCtxCreate_v2 (handle -> device); primary contexts
   // are the handles 1 .. kDevices. A destroyed handle is handed out again;
   // the memory the context owned goes with it.
@@ -185,6 +191,11 @@ int& CurrentDevice();
 // The calling thread's current context: one of State::contexts, or 0 for
 // the primary context of CurrentDevice().
 uintptr_t& CurrentContext();
+// True while the calling thread has no current context (cuCtxSetCurrent
+// with a null context): cuCtxGetCurrent then reports none and the calls
+// that need one fail. CurrentDevice() and CurrentContext() keep what was
+// current before, which the memory calls still use.
+bool& NoContext();
 // The handle of the calling thread's current context.
 uintptr_t CurrentContextHandle();
 int64_t Now();
