@@ -29,6 +29,7 @@ ACCELPOOL_GLIBC_PIN(dlvsym, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_once, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_mutex_consistent, "GLIBC_2.12");
 ACCELPOOL_GLIBC_PIN(pthread_mutex_trylock, "GLIBC_2.2.5");
+ACCELPOOL_GLIBC_PIN(pthread_kill, "GLIBC_2.2.5");  // the test programs (signals)
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_init, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_destroy, "GLIBC_2.2.5");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_setpshared, "GLIBC_2.2.5");
@@ -46,6 +47,7 @@ ACCELPOOL_GLIBC_PIN(dlvsym, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_once, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutex_consistent, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutex_trylock, "GLIBC_2.17");
+ACCELPOOL_GLIBC_PIN(pthread_kill, "GLIBC_2.17");  // the test programs (signals)
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_init, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_destroy, "GLIBC_2.17");
 ACCELPOOL_GLIBC_PIN(pthread_mutexattr_setpshared, "GLIBC_2.17");
