@@ -875,7 +875,7 @@ Extender::PodClaim::~PodClaim() {
   e_.binding_.erase(uid_);
 }
 
-size_t Extender::ReleaseUnknownBindings() {
+size_t Extender::ReleaseUnknownBindings(std::stop_token stop) {
   if (writer_ == nullptr) return 0;
   std::vector<PodRef> due;
   {
@@ -886,11 +886,23 @@ size_t Extender::ReleaseUnknownBindings() {
     }
   }
   size_t released = 0;
+  size_t reads = 0;
   for (const PodRef& ref : due) {
+    if (stop.stop_requested() || reads >= kMaxUnknownBindingReads) break;  // the next sweep
     // Held as a bind of the pod, so that none runs meanwhile: a reservation
     // is given back only by whoever knows its Binding was not written.
     const PodClaim claim(*this, ref.uid);
     if (!claim.held()) continue;  // its bind settles it
+    {
+      // A bind that ran after the list above may have sent another Binding
+      // with an unknown outcome (or settled it): only a hold past is due.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = unknown_bindings_.find(ref.uid);
+      if (it == unknown_bindings_.end() ||
+          it->second.sent + options_.unknown_binding_hold > std::chrono::steady_clock::now()) {
+        continue;
+      }
+    }
     auto settled = [&] {
       std::lock_guard<std::mutex> lock(mu_);
       unknown_bindings_.erase(ref.uid);
@@ -902,6 +914,7 @@ size_t Extender::ReleaseUnknownBindings() {
     }
     PodInfo info;
     info.ref = ref;
+    ++reads;
     StatusOr<std::string> on = writer_->BoundNode(info);
     if (!on.ok()) {
       log_.Debug(

@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -235,7 +236,10 @@ class Extender {
   // pends, when no node passes kube-scheduler's own filters for its retry).
   // Called every few seconds by the extender's main; returns how many were
   // given back.
-  size_t ReleaseUnknownBindings();
+  // At most kMaxUnknownBindingReads pod reads a call, and none once `stop`
+  // is requested: the rest wait for the next call.
+  size_t ReleaseUnknownBindings(std::stop_token stop = {});
+  static constexpr size_t kMaxUnknownBindingReads = 32;
   std::map<std::string, MetaVictims> Preempt(const PodInfo& pod,
                                              const std::map<std::string, MetaVictims>& victims);
   // A bind refused before it reached Bind (the caches not synced, not the

@@ -410,7 +410,7 @@ TEST_F(ExtenderTest, AnUnknownBindingsReservationGoesOnceItCanNoLongerLand) {
 TEST_F(ExtenderTest, TheSweepGivesBackAnUnknownBindingThatDidNotLand) {
   ExtenderOptions o;
   o.policy = "binpack";
-  o.unknown_binding_hold = std::chrono::milliseconds(200);
+  o.unknown_binding_hold = std::chrono::milliseconds(1500);
   auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
   ASSERT_TRUE(e.ok());
   AddGpuNode(cache_, "a");
@@ -419,19 +419,53 @@ TEST_F(ExtenderTest, TheSweepGivesBackAnUnknownBindingThatDidNotLand) {
   writer_.SetBoundNode("");
   EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);  // within the hold: it may still land
   EXPECT_EQ(Used("a"), 8);
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
   writer_.SetBoundNode("", UnavailableError("connection refused"));
   EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);
   writer_.SetBoundNode("a");
   EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);
   EXPECT_EQ(Used("a"), 8);
   writer_.SetBoundNode("");
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(stopped.get_token()), 0u);  // shutting down: no read
   EXPECT_EQ((*e)->ReleaseUnknownBindings(), 1u);
   EXPECT_TRUE(cache_.Node("a")->Idle());
   EXPECT_FALSE(cache_.Assignment("p1").has_value());
   EXPECT_EQ((*e)->ReleaseUnknownBindings(), 0u);  // settled
   writer_.FailBinding(Status::Ok());
   EXPECT_TRUE((*e)->Bind(MakePod("p2", {Gpu(8)}), "a").ok());
+}
+
+// A pod due when the sweep listed it may send another Binding with an unknown
+// outcome before the sweep reaches it (its retry ran while the sweep read
+// another pod): that Binding's hold starts again, and its devices stay.
+TEST_F(ExtenderTest, TheSweepSkipsAPodWhoseBindingWasSentAgainMeanwhile) {
+  ExtenderOptions o;
+  o.policy = "binpack";
+  o.unknown_binding_hold = std::chrono::milliseconds(300);
+  auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
+  ASSERT_TRUE(e.ok());
+  AddGpuNode(cache_, "a");
+  AddGpuNode(cache_, "b");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE((*e)->Bind(MakePod("p0", {Gpu(8)}), "a").ok());
+  ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "b").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  writer_.SetBoundNode("");
+  bool retried = false;
+  writer_.OnRead([&](const PodInfo& pod) {
+    if (pod.ref.uid == "p0" && !retried) {
+      retried = true;  // p1's retry on b, unknown again
+      EXPECT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "b").ok());
+    }
+  });
+  EXPECT_EQ((*e)->ReleaseUnknownBindings(), 1u);
+  writer_.OnRead(nullptr);
+  EXPECT_TRUE(retried);
+  EXPECT_TRUE(cache_.Node("a")->Idle());
+  EXPECT_EQ(Used("b"), 8);  // p1's second Binding may still land
+  EXPECT_TRUE(cache_.Assignment("p1").has_value());
 }
 
 // The reservation an unknown outcome keeps must not turn its own pod away:

@@ -101,10 +101,21 @@ class FakeWriter : public PodWriter {
     return answer;
   }
   StatusOr<std::string> BoundNode(const PodInfo& pod) override {
+    std::function<void(const PodInfo&)> on_read;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      calls_.push_back("read " + pod.ref.uid);
+      on_read = on_read_;
+    }
+    if (on_read) on_read(pod);
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back("read " + pod.ref.uid);
     if (!bound_node_status_.ok()) return bound_node_status_;
     return bound_node_;
+  }
+  // Called inside BoundNode before it answers (e.g. another bind meanwhile).
+  void OnRead(std::function<void(const PodInfo&)> f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_read_ = std::move(f);
   }
   // What BoundNode answers: a node ("" = not bound) or an error.
   void SetBoundNode(std::string node, Status st = Status::Ok()) {
@@ -130,6 +141,7 @@ class FakeWriter : public PodWriter {
   std::string bound_node_;
   Status bound_node_status_ = UnimplementedError("no BoundNode answer set");
   std::function<void(const PodInfo&, const PodAssignment&)> before_answer_;
+  std::function<void(const PodInfo&)> on_read_;
 };
 
 // A Logger whose lines (debug and up) are kept for the test to read.

@@ -636,7 +636,7 @@ int Run(const Flags& flags) {
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, stop, std::chrono::seconds(10), [] { return false; }) &&
            !stop.stop_requested()) {
-      (*ext)->ReleaseUnknownBindings();
+      (*ext)->ReleaseUnknownBindings(stop);
     }
   });
 
