@@ -62,6 +62,17 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   r.device = dev;
   pthread_mutex_lock(&s.mem_mu);
   bool ok = s.vmm_handles->Put(*handle, r);
+  if (!ok) {
+    // A handle released while mapped into an array keeps its record (and
+    // charge) for good; once the driver freed it, it may hand the value out
+    // again. That record gives way; its bytes stay charged.
+    AllocRecord* old = s.vmm_handles->Find(*handle);
+    AllocRecord dropped;
+    if (old != nullptr && old->link == kReleased && old->array_mapped && old->refs == 1 &&
+        s.vmm_handles->Take(*handle, &dropped)) {
+      ok = s.vmm_handles->Put(*handle, r);
+    }
+  }
   pthread_mutex_unlock(&s.mem_mu);
   if (!ok) {
     UnchargeBytes(dev, bytes);

@@ -1208,7 +1208,16 @@ TEST(ShimTest, AHandleMappedIntoASparseArrayStaysCharged) {
     EXPECT_EQ(U(kv, "unmap_rc"), 0u);
     EXPECT_EQ(U(kv, "unmapped_driver_used"), 0u);
     EXPECT_EQ(U(kv, "unmapped_free"), 512 * kMiB) << "charged until the process ends";
+    EXPECT_EQ(U(kv, "again_rc"), 0u);
+    EXPECT_EQ(U(kv, "again_free"), 256 * kMiB) << "a new handle is charged beside the kept one";
   }
+  // A driver that gives the freed handle's value to the next cuMemCreate: the
+  // new handle is charged all the same (the kept record gives way).
+  auto kv = MustRun({"direct", "arraymap", std::to_string(512 * kMiB)},
+                    {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"FAKE_CUDA_REUSE_HANDLES", "1"}});
+  EXPECT_EQ(U(kv, "reused"), 1u);
+  EXPECT_EQ(U(kv, "again_rc"), 0u);
+  EXPECT_EQ(U(kv, "again_free"), 256 * kMiB) << "the reused handle value is charged";
 }
 
 TEST(ShimTest, AFailedReleaseKeepsTheHandleCharged) {

@@ -2425,6 +2425,11 @@ int ArrayMap(const Api& a, uint64_t bytes) {
   std::printf("over_rc=%d unmap_rc=%d unmapped_free=%zu unmapped_driver_used=%llu\n", over_rc,
               unmap_rc, FreeBytes(a), static_cast<unsigned long long>(DeviceUsed()));
   cuArrayDestroy(arr);
+  // A new handle, which a driver may give the freed handle's value.
+  CUmemGenericAllocationHandle again = 0;
+  CUresult again_rc = a.create(&again, bytes / 2, &prop, 0);
+  std::printf("again_rc=%d reused=%d again_free=%zu\n", again_rc, again == h ? 1 : 0, FreeBytes(a));
+  a.release(again);
   return 0;
 }
 

@@ -945,7 +945,12 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n,
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   s.used[dev] += n;
-  *h = s.next_handle++;
+  if (std::getenv("FAKE_CUDA_REUSE_HANDLES") != nullptr && !s.freed_handles.empty()) {
+    *h = s.freed_handles.back();
+    s.freed_handles.pop_back();
+  } else {
+    *h = s.next_handle++;
+  }
   s.handles[*h] = Handle{n, dev, 0, false, 0};
   return CUDA_SUCCESS;
 }
@@ -957,6 +962,7 @@ void MaybeFreeHandle(State& s, CUmemGenericAllocationHandle h) {
   if (it != s.handles.end() && it->second.released && it->second.maps == 0) {
     s.used[it->second.device] -= it->second.bytes;
     s.handles.erase(it);
+    s.freed_handles.push_back(h);
   }
 }
 }  // namespace

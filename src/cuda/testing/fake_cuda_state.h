@@ -108,6 +108,9 @@ struct State {
   // first; an unmap, which names no handle, takes the oldest out.
   std::map<uintptr_t, std::vector<CUmemGenericAllocationHandle>> array_maps;
   uint64_t next_handle = 1;
+  // Handle values the driver freed; with FAKE_CUDA_REUSE_HANDLES set,
+  // cuMemCreate hands the last one out again (a real driver may).
+  std::vector<CUmemGenericAllocationHandle> freed_handles;
   std::map<uintptr_t, int64_t> stream_tail;
   std::map<uintptr_t, Stream> streams;  // cuStreamCreate's.
   // Malloc heap sizes set by cuCtxSetLimit, by context handle (absent: the
