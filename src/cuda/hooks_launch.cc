@@ -132,6 +132,12 @@ struct LaunchState {
   std::atomic<uint64_t> seq{0};           // Launches admitted so far.
   std::atomic<uint64_t> completed{0};     // Seq of the newest measured launch seen complete.
   std::atomic<uint64_t> last_sample{0};   // Seq of the newest measured launch.
+  // Bumped whenever a context ends (ForgetContextEvents): every thread's
+  // cached context and stream answers go at its next launch, not only the
+  // ending thread's. A new context may get the ended one's handle on
+  // another device, and another thread launching in it would charge the old
+  // device's bucket until its next recheck.
+  std::atomic<uint32_t> context_epoch{0};
 };
 
 constinit LaunchState g_launch;
@@ -155,6 +161,16 @@ struct ThreadStream {
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadStream t_streams[kStreamCache] = {};
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_stream_next = 0;
+// The context_epoch the calling thread's caches were filled under.
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t t_context_epoch = 0;
+
+// Drops the calling thread's cached context and stream answers.
+void ForgetContext() {
+  t_context.ctx = nullptr;
+  for (ThreadStream& t : t_streams) {
+    t.stream = nullptr;
+  }
+}
 
 uint64_t Behind(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
@@ -239,6 +255,11 @@ bool LaunchContext(CUstream stream, CUcontext* ctx, int* device, bool* foreign) 
     *ctx = nullptr;
     return CurrentDevice(device);  // No events without a context handle.
   }
+  const uint32_t epoch = g_launch.context_epoch.load(std::memory_order_acquire);
+  if (epoch != t_context_epoch) {
+    ForgetContext();
+    t_context_epoch = epoch;
+  }
   CUcontext c = nullptr;
   if (s.ctx_get_current(&c) != CUDA_SUCCESS) {
     c = nullptr;
@@ -270,13 +291,6 @@ bool LaunchContext(CUstream stream, CUcontext* ctx, int* device, bool* foreign) 
   *ctx = c;
   *device = t.device;
   return true;
-}
-
-void ForgetContext() {
-  t_context.ctx = nullptr;
-  for (ThreadStream& t : t_streams) {
-    t.stream = nullptr;
-  }
 }
 
 // The shared buckets are the container's devices' (ContainerIndex); a
@@ -859,6 +873,7 @@ void ForgetContextEvents(CUcontext ctx, int device) {
     }
   }
   pthread_mutex_unlock(&g_launch.mu);
+  g_launch.context_epoch.fetch_add(1, std::memory_order_acq_rel);
   ForgetContext();
 }
 

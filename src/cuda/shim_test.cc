@@ -918,6 +918,29 @@ TEST(ShimTest, AnEndedContextsEventsAreNeverUsedAgain) {
   }
 }
 
+// A context destroyed by one thread whose handle a new context on another
+// device gets: a thread that launched in the old one charges the new one's
+// launches to the new device. (Each thread's cached context -> device answer
+// was dropped only by the destroying thread, so the launches went to the old
+// device's bucket until the 256th.)
+TEST(ShimTest, AContextHandleReusedOnAnotherDeviceIsChargedThere) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto kv = MustRun({"direct", "ctxreusedev", "16"}, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"},
+                                                      {"ACCELPOOL_CUDA_STATE_DIR", dir.path()}});
+  EXPECT_EQ(U(kv, "destroy_rc"), 0u);
+  ASSERT_EQ(U(kv, "same_handle"), 1u) << "the fake reuses the handle";
+  SharedRegion region;
+  char error[256] = {};
+  ASSERT_TRUE(region.OpenFile(dir.path().c_str(), error, sizeof(error))) << error;
+  for (int device : {0, 1}) {
+    TokenBucketState* st = region.LockBucket(device);
+    ASSERT_NE(st, nullptr);
+    EXPECT_TRUE(st->initialized) << "device " << device << "'s bucket charged";
+    region.UnlockBucket(device);
+  }
+}
+
 // cuCtxDestroy of a created context frees the memory the context owned
 // (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, arrays, IPC imports)
 // without a free the shim sees: its charges are returned once the driver

@@ -167,6 +167,10 @@
 //                            0's primary context (reset), ending with longer
 //                            kernels still running at the end; then <ms> of
 //                            launches more; the fake's calls on unknown events
+//   ctxreusedev <n>          <n> launches in a context created on device 0;
+//                            another thread destroys it and creates one on
+//                            device 1, which gets its handle; <n> launches
+//                            more in that one
 //   pooldefer <chunk> <n>    (threshold max; frees complete at the next
 //                            synchronisation, as the host sees them) <n>
 //                            async allocations of <chunk> until one is
@@ -1227,6 +1231,36 @@ int CtxEvents(const Api& a, const std::string& how, int64_t millis) {
   run(millis / 4);
   std::printf("end_rc=%d same_handle=%d unknown_event_calls=%lld\n", end_rc,
               again == created ? 1 : 0, static_cast<long long>(unknown()));
+  return 0;
+}
+
+// A context's handle reused on another device by another thread: the
+// launches after it are the new device's (ShimTest reads which buckets the
+// region has started).
+int CtxReuseDevice(const Api& a, int n) {
+  CUcontext created = nullptr;
+  if (cuCtxCreate_v2(&created, 0, 0) != CUDA_SUCCESS) {
+    return 2;
+  }
+  int64_t kernel_ns = 20'000;
+  void* params[] = {&kernel_ns};
+  auto run = [&] {
+    for (int i = 0; i < n; ++i) {
+      a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    }
+    a.ctx_sync();
+  };
+  run();
+  CUresult destroy_rc = CUDA_ERROR_NOT_FOUND;
+  CUcontext again = nullptr;
+  std::thread other([&] {
+    destroy_rc = a.ctx_destroy(created);
+    cuCtxCreate_v2(&again, 0, 1);
+  });
+  other.join();
+  cuCtxSetCurrent(again);
+  run();
+  std::printf("destroy_rc=%d same_handle=%d\n", destroy_rc, again == created ? 1 : 0);
   return 0;
 }
 
@@ -2651,6 +2685,9 @@ int main(int argc, char** argv) {
   }
   if (command == "ctxreuse" && argc == 4) {
     return CtxReuse(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "ctxreusedev" && argc == 4) {
+    return CtxReuseDevice(a, std::atoi(argv[3]));
   }
   if (command == "ctxevents" && argc == 5) {
     return CtxEvents(a, argv[3], std::strtoll(argv[4], nullptr, 10));
