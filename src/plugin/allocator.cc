@@ -125,6 +125,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     }
   }
   std::optional<PodRef> caller;
+  bool asked_kubelet = false;  // whether kubelet's view was read for this lookup
   StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller, nullptr, &answered);
   // A miss may be the informer lagging the binding. A fallback, and a repeat
   // of an earlier call, are judged on who else could be calling, so they must
@@ -197,8 +198,17 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                         (!match.ok() && match.status().code() == StatusCode::kAborted))) {
     StatusOr<KubeletView> view = kubelet_view_();
     if (view.ok()) {
+      asked_kubelet = true;
       caller.reset();
       match = store_->Match(resource, ids, &caller, &*view, &answered);
+      if (match.ok() && match->listed_several && refresh_) {
+        // Kubelet lists several pods of the shape as being admitted: the
+        // others were turned away. A re-read drops those whose Failed status
+        // has arrived; the newest listed is taken of the rest.
+        static_cast<void>(Refresh());
+        caller.reset();
+        match = store_->Match(resource, ids, &caller, &*view, &answered);
+      }
     } else {
       log_.Warn(
           "kubelet's pod-resources API could not be read; who is calling goes by the slot "
@@ -218,7 +228,24 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     // when it does not, the node's pods are read again and the view decides
     // among them (the store answers for no pod the view does not list).
     StatusOr<KubeletView> view = kubelet_view_();
-    if (view.ok() && !KubeletAdmitting(*view, match->pod, match->container, resource)) {
+    if (!view.ok()) {
+      // The pod the ids name may be one the store knows while the caller was
+      // bound a moment ago: the node's pods are read again before the ids
+      // are trusted.
+      log_.Warn(
+          "kubelet's pod-resources API could not be read to confirm the pod the slot ids "
+          "name; re-reading the node's pods",
+          {{"pod", match->pod.Key()},
+           {"container", match->container.name},
+           {"resource", resource},
+           {"error", view.status().ToString()}});
+      if (refresh_ && !match->by_fallback) {  // a fallback has just re-read them
+        static_cast<void>(Refresh());
+        caller.reset();
+        match = store_->Match(resource, ids, &caller, nullptr, &answered);
+      }
+    } else if (!KubeletAdmitting(*view, match->pod, match->container, resource)) {
+      asked_kubelet = true;
       log_.Warn(
           "kubelet is not admitting the pod the slot ids name; re-reading the node's pods to "
           "find the caller",
@@ -242,6 +269,12 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   if (match->by_fallback) {
     log_.Warn("slot ids identify no container; the only pending container that asks for them",
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
+  } else if (match->listed_several) {
+    log_.Warn(
+        "kubelet's pod-resources API lists several pods of this shape as being admitted (a "
+        "kubelet before 1.34 lists pods it turned away until they are deleted); the newest is "
+        "taken, as kubelet admits the pods it receives oldest first",
+        {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   } else if (match->how == ContainerMatch::How::kKubelet ||
              match->how == ContainerMatch::How::kInitReuse) {
     log_.Info("caller found by " + std::string(match->how == ContainerMatch::How::kKubelet
@@ -249,7 +282,11 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
                                                    : "the init container's devices it reuses"),
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   } else if (match->ambiguous) {
-    log_.Warn("other pods wait with the same shape and kubelet was not asked; the slot ids decide",
+    log_.Warn(asked_kubelet
+                  ? "other pods wait with the same shape and kubelet's pod-resources API does not "
+                    "tell them apart; the slot ids decide"
+                  : "other pods wait with the same shape and kubelet was not asked; the slot ids "
+                    "decide",
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   }
   if (c.devices.size() != ids.size()) {
@@ -553,7 +590,9 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
       StatusOr<KubeletView> view = kubelet_view_();
       if (view.ok()) {
         answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
-        if (answer.foreign && refresh_ && !refreshed) {
+        if ((answer.foreign || answer.listed_several) && refresh_ && !refreshed) {
+          // The pod kubelet lists may be one bound a moment ago; of several
+          // it lists, those whose Failed status has arrived go.
           // The pod kubelet lists may be one bound a moment ago.
           static_cast<void>(Refresh());
           answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);

@@ -540,6 +540,100 @@ TEST_F(AllocatorTest, SameShapePodsAreToldApartByKubeletsView) {
   EXPECT_EQ(store_.PendingContainers(), 0u);
 }
 
+// A kubelet before 1.34 lists the pods it turned away at admission until they
+// are deleted. It admits the pods it receives together oldest first, one at a
+// time: turned-away, older and of the same shape, was refused (by another
+// admit handler, no Allocate here) a moment before admitted is admitted, its
+// Failed status not on the plugin's watch yet. Both are listed without
+// devices; the caller is the newest. (The oldest's slots were preferred and
+// its grant handed to the newer pod; once its Failed status arrived the
+// extender released devices the newer pod used.) The node's pods are read
+// again first, which drops a pod whose Failed status has arrived.
+TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedTheNewestIsTheCaller) {
+  Assign(Pod("turned-away", "2026-11-30T02:00:00Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  Assign(Pod("admitted", "2026-11-30T02:00:01Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 40960, 1000, false)})});
+  KubeletView view = {{"default/turned-away", {{"main", {}}}},
+                      {"default/admitted", {{"main", {}}}}};
+  int refreshes = 0;
+  Allocator allocator("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{},
+                      Logger(), [&] {
+                        ++refreshes;
+                        return Status::Ok();  // the Failed status has not arrived
+                      });
+  allocator.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  std::vector<std::string> all;
+  for (const char* d : {"GPU-a", "GPU-b"}) {
+    for (int i = 0; i < 10; ++i) all.push_back(api::SlotId(d, i));
+  }
+  auto pref = allocator.Preferred(kGpu, {{all, {}, 1}});
+  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::1"}));
+  EXPECT_EQ(refreshes, 1);
+  auto r = allocator.Allocate(kGpu, {pref[0]});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].pod.name, "admitted");
+  EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+  EXPECT_EQ(refreshes, 2);
+  EXPECT_EQ(store_.PendingContainers(), 1u) << "turned-away is not marked allocated";
+
+  // Kubelet chose other ids (no preference asked): the newest still.
+  store_.Remove("uid-admitted");
+  Assign(Pod("admitted", "2026-11-30T02:00:01Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 40960, 1000, false)})});
+  r = allocator.Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].pod.name, "admitted");
+  EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+}
+
+// An Allocate that fails for a pod surely its own makes kubelet turn the pod
+// away; the store forgets it at once. A re-read of the node's pods (or an
+// update of the pod) before its Failed status arrives must not bring it back
+// as a candidate, or the next pod of its shape could get its grant.
+TEST_F(AllocatorTest, APodTurnedAwayStaysForgottenThroughAReRead) {
+  Assign(Pod("gone"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  ASSERT_TRUE(store_.RejectAdmission("uid-gone"));
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  // The re-read still shows it Pending.
+  Assign(Pod("gone"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  store_.SetUnassigned(Pod("gone"), {{"main", kGpu, 1}});
+  EXPECT_EQ(store_.PendingContainers(), 0u);
+  // Another pod of the shape, bound later, is the only candidate.
+  Assign(Pod("next", "2026-11-30T02:00:05Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
+  auto r = allocator_->Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].pod.name, "next");
+  EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+}
+
+// Kubelet's view could not be read to confirm the one pod the slot ids name:
+// the node's pods are read again before the ids are trusted. Here the named
+// pod was deleted (the watch lagged) and the caller was bound a moment ago.
+TEST_F(AllocatorTest, AnUnreadableKubeletViewMakesTheSlotIdsConfirmedOnFreshPods) {
+  Assign(Pod("deleted"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  int refreshes = 0;
+  Allocator allocator(
+      "node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{}, Logger(), [&] {
+        ++refreshes;
+        store_.Remove("uid-deleted");
+        Assign(Pod("new", "2026-11-30T02:00:05Z"),
+               {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
+        return Status::Ok();
+      });
+  allocator.SetKubeletView(
+      []() -> StatusOr<KubeletView> { return UnavailableError("pod-resources socket gone"); });
+  auto r = allocator.Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(refreshes, 1);
+  EXPECT_EQ((*r)[0].pod.name, "new");
+  EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+}
+
 // Kubelet writes its device checkpoint after Allocate and before it starts
 // the container. One that dies in between has no record of the pod when it
 // comes back, admits it again and asks again: the same slots are preferred
@@ -722,17 +816,20 @@ TEST_F(AllocatorTest, TheIdsOfAnAllocatedPodGoToNoneOfTwoWaitingPods) {
   EXPECT_FALSE((*q)[0].repeat);
   EXPECT_EQ((*q)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "1024");
 
-  // Both listed as being admitted: refused, never answered as p.
+  // Both listed as being admitted: never answered as p. Kubelet admits the
+  // pods it receives oldest first, so r, listed too, was turned away; s is
+  // the caller and gets its own grant.
   Assign(Pod("s", "2026-11-30T05:00:00Z"),
          {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 6, 1024, 100, false)})});
   view = {{"default/p", {{"c", {kGpu}}}},
           {"default/q", {{"c", {kGpu}}}},
           {"default/r", {{"c", {}}}},
           {"default/s", {{"c", {}}}}};
-  auto none = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
-  ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.status().code(), StatusCode::kAborted) << none.status().ToString();
-  EXPECT_EQ(store_.PendingContainers(), 2u);  // r and s still wait
+  auto newest = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ((*newest)[0].pod.name, "s");
+  EXPECT_FALSE((*newest)[0].repeat);
+  EXPECT_EQ(store_.PendingContainers(), 1u);  // r still waits
 
   // Kubelet lists p as being admitted again, and neither waiting pod: p's
   // repeat.

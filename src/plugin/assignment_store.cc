@@ -74,6 +74,9 @@ void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& ass
                                    const AllocatedSet& allocated, const AllocatedSet& presumed,
                                    bool terminating) {
   known_[pod.uid] = pod.Key();
+  if (TurnedAwayLocked(pod.uid)) {
+    return;  // kubelet never admits it again: no candidate
+  }
   PodAssignment& p = pods_[pod.uid];
   p.pod = pod;
   p.assignment = assignment;
@@ -88,11 +91,16 @@ void AssignmentStore::UpsertLocked(const PodRef& pod, const api::Assignment& ass
 void AssignmentStore::SetUnassignedLocked(const PodRef& pod,
                                           std::vector<UnassignedRequest> requests) {
   known_[pod.uid] = pod.Key();
-  if (requests.empty()) {
+  if (requests.empty() || TurnedAwayLocked(pod.uid)) {
     unassigned_.erase(pod.uid);
     return;
   }
   unassigned_[pod.uid] = Unassigned{pod, std::move(requests)};
+}
+
+bool AssignmentStore::TurnedAwayLocked(const std::string& uid) const {
+  auto it = turned_away_.find(uid);
+  return it != turned_away_.end() && std::chrono::steady_clock::now() - it->second <= kGoneMemory;
 }
 
 void AssignmentStore::Upsert(const PodRef& pod, const api::Assignment& assignment,
@@ -144,6 +152,9 @@ bool AssignmentStore::RejectAdmission(const std::string& uid) {
   }
   pods_.erase(it);
   unassigned_.erase(uid);
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(turned_away_, [&](const auto& t) { return now - t.second > kGoneMemory; });
+  turned_away_[uid] = now;
   return true;
 }
 
@@ -449,6 +460,7 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
   // once they run), which tells nothing; the slot ids and the only candidate
   // decide as without it.
   std::optional<std::vector<const PodAssignment*>> listed;
+  bool listed_several = false;  // the view lists several pods of the shape
   if (const PodAssignment* reuse = ReusedBy(oldest, resource, slot_ids);
       reuse != nullptr && PendingOf(*reuse, resource, n) != nullptr) {
     who = reuse;
@@ -466,6 +478,14 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
     if (admitting.size() == 1 && admitting_unassigned.empty()) {
       who = admitting.front();
       how = ContainerMatch::How::kKubelet;
+    } else if (admitting.size() > 1) {
+      // Kubelet admits one pod at a time, oldest first, adding each to its
+      // pod manager just before; the older ones it lists were turned away
+      // (a kubelet before 1.34 lists them until they are deleted). `shape`
+      // is oldest first.
+      who = admitting.back();
+      how = ContainerMatch::How::kKubelet;
+      listed_several = true;
     } else if (admitting.empty()) {
       // None of the pods waiting with the shape is listed: the caller is a
       // listed pod without an assignment. A pod the plugin does not know
@@ -554,6 +574,8 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
   if (how == ContainerMatch::How::kOnlyCandidate && readmission && kubelet == nullptr) {
     m.ambiguous = true;
   }
+  m.listed_several = listed_several;
+  m.ambiguous = m.ambiguous || listed_several;
   return m;
 }
 
@@ -670,6 +692,10 @@ PreferredAnswer AssignmentStore::PreferredForPending(
       ListedWithoutAssignment(resource, n, *kubelet, &known, &unknown);
       if (admitting.size() == 1) {
         who = admitting.front();
+      } else if (admitting.size() > 1) {
+        who = admitting.back();  // the newest listed: as in MatchIn
+        answer.ambiguous = true;
+        answer.listed_several = true;
       } else if (admitting.empty() && (!known.empty() || !unknown.empty())) {
         answer.foreign = true;  // a pod without an assignment: nobody's slots
       }

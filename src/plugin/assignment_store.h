@@ -15,7 +15,13 @@
 //      name: kubelet adds a pod to its pod manager just before admitting it,
 //      one pod at a time, so among the pods waiting with this shape the one
 //      kubelet lists (without devices yet for the pending container) is the
-//      caller. Once the view is read, a pod it does not list is nobody's
+//      caller. A kubelet before 1.34 (or with KubeletPodResourcesListUseActivePods
+//      off) also lists pods it turned away until they are deleted; when it
+//      lists several pods of the shape, the newest (creation time) is taken,
+//      as kubelet admits the pods it receives together oldest first, so the
+//      older ones listed were turned away (the match is `ambiguous` and the
+//      node's pods are re-read first, which drops a pod whose Failed status
+//      has arrived). Once the view is read, a pod it does not list is nobody's
 //      caller, and a pod it lists that this plugin does not know (a static
 //      pod: its mirror pod is created only after kubelet admitted it) counts
 //      as a pod asking without an assignment. One exception: a view that
@@ -163,8 +169,10 @@ struct ContainerMatch {
   bool by_fallback = false;  // the only candidate by resource + count (How::kOnlyCandidate)
   bool repeat = false;       // the container was allocated before (kubelet retried)
   How how = How::kSlots;
-  // By the slot ids while other pods wait with the same shape (rule 3).
+  // By the slot ids while other pods wait with the same shape (rule 3), or
+  // the newest of several pods kubelet's view lists (`listed_several`).
   bool ambiguous = false;
+  bool listed_several = false;
   // A container presumed allocated ("Presumed allocations"), answered as if
   // pending because nobody else could be asking.
   bool presumed = false;
@@ -179,8 +187,11 @@ bool KubeletAdmitting(const KubeletView& kubelet, const PodRef& pod,
 
 struct PreferredAnswer {
   std::optional<std::vector<std::string>> slots;  // none: no preference
-  // Several pods wait with that shape and the answer is the oldest one's.
+  // Several pods wait with that shape and the answer is the oldest one's;
+  // with kubelet's view listing several of them, the newest listed one's
+  // (`listed_several`).
   bool ambiguous = false;
+  bool listed_several = false;
   // No pending container could be asking; the answer is a pod admitted again
   // ("Admitted again"): worth confirming on the node's pods as they are now.
   bool readmitted = false;
@@ -223,6 +234,9 @@ class AssignmentStore {
   // is forgotten at once, before kubelet's Failed status comes back, and the
   // next pod kubelet admits cannot be matched to its grant. Returns whether
   // it was.
+  // The pod is remembered as turned away for kGoneMemory: a re-read of the
+  // node's pods, or an update of the pod, before kubelet's Failed status
+  // arrives does not make it a candidate again.
   bool RejectAdmission(const std::string& uid);
   // After a list of the node's Pending pods, or of all its pods that have
   // not ended (their uids in `pending`): drops the pods not in it that have
@@ -327,6 +341,9 @@ class AssignmentStore {
   // REQUIRES: mu_ held.
   bool PresumedAsks(const std::string& resource, size_t n) const;
   void SetUnassignedLocked(const PodRef& pod, std::vector<UnassignedRequest> requests);
+  // Whether RejectAdmission forgot the pod less than kGoneMemory ago.
+  // REQUIRES: mu_ held.
+  bool TurnedAwayLocked(const std::string& uid) const;
 
   mutable std::mutex mu_;
   std::map<std::string, PodAssignment> pods_;     // by uid; guarded by mu_
@@ -338,6 +355,9 @@ class AssignmentStore {
   // "<ns>/<name>" of pods removed, and when; pruned past kGoneMemory.
   // Guarded by mu_.
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;
+  // Uids of pods RejectAdmission forgot, and when; pruned past kGoneMemory.
+  // Guarded by mu_.
+  std::map<std::string, std::chrono::steady_clock::time_point> turned_away_;
   std::function<bool()> pods_listed_;  // guarded by mu_
 };
 
