@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "api/assignment_codec.h"
@@ -360,12 +361,25 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
   }
   const bool mps = options_.sharing == NvidiaSharing::kMps;
   int32_t compute = 0;
-  std::string pinned;  // MPS: "<index>=<MiB>M,..."
+  std::string pinned;  // MPS: "<ordinal>=<MiB>M,..."
+  // MPS reads its limits by the client's CUDA ordinal, and CUDA numbers the
+  // container's GPUs in PCI bus order (identical GPUs; NVML's index order
+  // is the same), not in the grant's order the shim's contract names by
+  // UUID: the ordinal of each grant is its rank among the grant's devices.
+  std::vector<size_t> by_bus(grants.size());
+  for (size_t i = 0; i < by_bus.size(); ++i) by_bus[i] = i;
+  std::sort(by_bus.begin(), by_bus.end(), [&](size_t a, size_t b) {
+    const core::Device& da = grants[a].device;
+    const core::Device& db = grants[b].device;
+    return std::tie(da.pci_bus, da.index) < std::tie(db.pci_bus, db.index);
+  });
   for (size_t i = 0; i < grants.size(); ++i) {
     const vendors::GrantedDevice& g = grants[i];
     int64_t mib = g.memory_mib > 0 ? g.memory_mib : g.device.memory_mib;
     if (mps) {
-      pinned += (i == 0 ? "" : ",") + std::to_string(i) + "=" + std::to_string(mib) + "M";
+      const vendors::GrantedDevice& o = grants[by_bus[i]];
+      const int64_t omib = o.memory_mib > 0 ? o.memory_mib : o.device.memory_mib;
+      pinned += (i == 0 ? "" : ",") + std::to_string(i) + "=" + std::to_string(omib) + "M";
     } else {
       spec->env["ACCELPOOL_CUDA_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib);
       if (options_.hami_compat) {

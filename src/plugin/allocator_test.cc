@@ -323,6 +323,15 @@ TEST_F(AllocatorTest, MpsModeHandsFractionalGrantsToTheMpsDaemon) {
   EXPECT_FALSE(std::filesystem::exists(dir_.File("containers/uid-infer_main")))
       << "no shim state under MPS";
 
+  // MPS reads the limits by CUDA ordinal, which follows the PCI bus (the
+  // node's device order), not the grant's order.
+  Assign(Pod("reversed"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia,
+              {Dev("GPU-b", 1, 2, 2048, 500, false), Dev("GPU-a", 0, 2, 4096, 250, false)})});
+  auto reversed = mps.Allocate(kGpu, {{"GPU-b::2", "GPU-a::2"}});
+  ASSERT_TRUE(reversed.ok()) << reversed.status().ToString();
+  EXPECT_EQ((*reversed)[0].spec.env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=4096M,1=2048M");
+
   // A whole card is the container's own: no MPS limits.
   auto whole = mps.Allocate(kGpu, {{"GPU-a::0"}});
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
