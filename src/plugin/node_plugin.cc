@@ -543,6 +543,15 @@ void NodePlugin::Supervise(std::stop_token stop) {
         if (!s->SocketPresent() && pending_.count(s->resource()) == 0) {
           log_.Info("plugin socket disappeared; serving again", {{"resource", s->resource()}});
           pending_.insert(s->resource());
+        } else if (options_.unwatched_grace.count() > 0 && now.present &&
+                   pending_.count(s->resource()) == 0 && s->Unwatched(options_.unwatched_grace)) {
+          log_.Warn(
+              "kubelet has had no ListAndWatch stream open to this resource since it closed "
+              "one; it dropped the endpoint (another plugin registered the resource, or its "
+              "registration server started again): registering again",
+              {{"resource", s->resource()},
+               {"after_ms", static_cast<int64_t>(options_.unwatched_grace.count())}});
+          pending_.insert(s->resource());
         }
       }
       if (now.present && !pending_.empty() && std::chrono::steady_clock::now() >= next_try) {

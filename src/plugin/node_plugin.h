@@ -68,6 +68,10 @@ struct NodePluginOptions {
   std::chrono::milliseconds kubelet_poll{100};
   // Wait between failed registrations.
   std::chrono::milliseconds register_retry{1000};
+  // Registers a resource again when kubelet had a ListAndWatch stream open
+  // since its registration and none has been open for this long (kubelet
+  // dropped the endpoint: ResourceServer::Unwatched). 0: never.
+  std::chrono::milliseconds unwatched_grace{10000};
   // How often the device set is discovered again; 0 = only at Start and on
   // CheckDevicesNow.
   std::chrono::milliseconds rediscover_every{0};

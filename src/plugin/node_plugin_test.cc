@@ -279,6 +279,51 @@ TEST(NodePluginRegistrationTest, ASlowDeviceCheckDoesNotHoldBackReRegistration) 
   slow->Release();
 }
 
+// Kubelet drops an endpoint while both sockets stay (another plugin
+// registered the resource and went, or kubelet's registration server started
+// again on the same socket): it closes its ListAndWatch stream and never
+// calls again. The plugin registers the resource again once no stream has
+// been open for the grace period; a resource kubelet still watches is left
+// alone. (It waited for a kubelet.sock of another inode for ever.)
+TEST(NodePluginRegistrationTest, AResourceKubeletStoppedWatchingIsRegisteredAgain) {
+  TempDir dir;
+  testing::WriteFile(dir.File("inv.json"), testing::MixedInventory());
+  TestKubelet kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  AssignmentStore store;
+  NodePluginOptions o = StartOptions(dir);
+  o.unwatched_grace = std::chrono::milliseconds(300);
+  NodePlugin p(o, FakeDrivers(dir), &store, nullptr, nullptr, Logger());
+  ASSERT_TRUE(p.Start().ok());
+  auto regs = kubelet.WaitRegistrations(2, kWait);
+  ASSERT_EQ(regs.size(), 2u);
+  std::map<std::string, std::string> endpoint;
+  for (const auto& r : regs) endpoint[r.resource_name()] = r.endpoint();
+
+  // Kubelet watches both; then it drops the GPU endpoint.
+  auto gpu_stub = kubelet.Dial(endpoint["nvidia.com/gpu"]);
+  auto npu_stub = kubelet.Dial(endpoint["huawei.com/Ascend910C"]);
+  auto gpu_ctx = std::make_unique<grpc::ClientContext>();
+  grpc::ClientContext npu_ctx;
+  auto gpu = gpu_stub->ListAndWatch(gpu_ctx.get(), v1beta1::Empty());
+  auto npu = npu_stub->ListAndWatch(&npu_ctx, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse resp;
+  ASSERT_TRUE(gpu->Read(&resp));
+  ASSERT_TRUE(npu->Read(&resp));
+  gpu_ctx->TryCancel();
+  static_cast<void>(gpu->Finish());
+  const auto dropped = std::chrono::steady_clock::now();
+  regs = kubelet.WaitRegistrations(3, kWait);
+  ASSERT_EQ(regs.size(), 3u);
+  EXPECT_GE(std::chrono::steady_clock::now() - dropped, std::chrono::milliseconds(300));
+  EXPECT_EQ(regs[2].resource_name(), "nvidia.com/gpu");
+  // Registered again and not watched since: no registration loop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(kubelet.WaitRegistrations(3, kWait).size(), 3u);
+  npu_ctx.TryCancel();
+  static_cast<void>(npu->Finish());
+}
+
 TEST_F(NodePluginTest, ListAndWatchStreamsHealthChangesBothWays) {
   auto stub = kubelet_.Dial(EndpointOf("nvidia.com/gpu"));
   grpc::ClientContext ctx;

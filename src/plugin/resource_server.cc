@@ -50,8 +50,10 @@ std::string EndpointFor(const std::string& resource) {
 class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
  public:
   Service(std::string resource, DeviceState* state, Allocator* allocator,
-          std::shared_ptr<std::atomic<bool>> stopping)
-      : resource_(std::move(resource)),
+          std::shared_ptr<std::atomic<bool>> stopping, std::shared_ptr<Watch> watch, Logger log)
+      : watch_(std::move(watch)),
+        log_(std::move(log)),
+        resource_(std::move(resource)),
         state_(state),
         allocator_(allocator),
         stopping_(std::move(stopping)) {}
@@ -65,6 +67,16 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
 
   grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
+    watch_->open.fetch_add(1);
+    watch_->since_register.store(true);
+    struct Closed {
+      Service* self;
+      ~Closed() {
+        self->watch_->last_closed_ns.store(
+            std::chrono::steady_clock::now().time_since_epoch().count());
+        self->watch_->open.fetch_sub(1);
+      }
+    } closed{this};
     int64_t seen = -1;
     // The list last sent. An empty list serialises to "" as well: `sent` makes
     // the first list go out even when it is empty (a resource whose devices
@@ -87,6 +99,9 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
       }
       sent = true;
       last = std::move(bytes);
+    }
+    if (!stopping_->load()) {
+      log_.Info("kubelet closed its ListAndWatch stream", {{"resource", resource_}});
     }
     return grpc::Status::OK;
   }
@@ -151,6 +166,8 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
   }
 
  private:
+  const std::shared_ptr<Watch> watch_;
+  const Logger log_;
   const std::string resource_;
   DeviceState* const state_;
   Allocator* const allocator_;
@@ -176,6 +193,17 @@ std::string ResourceServer::SocketPath() const {
   return (std::filesystem::path(options_.plugin_dir) / options_.endpoint).string();
 }
 
+bool ResourceServer::Unwatched(std::chrono::milliseconds grace) const {
+  if (!watch_->since_register.load() || watch_->open.load() > 0) {
+    return false;
+  }
+  const auto closed = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(watch_->last_closed_ns.load()));
+  return std::chrono::steady_clock::now() - closed >= grace;
+}
+
+int ResourceServer::Watchers() const { return watch_->open.load(); }
+
 bool ResourceServer::SocketPresent() const {
   std::error_code ec;
   return std::filesystem::exists(SocketPath(), ec);
@@ -186,7 +214,8 @@ Status ResourceServer::Start() {
   stopping_ = std::make_shared<std::atomic<bool>>(false);
   std::error_code ec;
   std::filesystem::remove(SocketPath(), ec);
-  service_ = std::make_unique<Service>(options_.resource, state_, allocator_, stopping_);
+  service_ =
+      std::make_unique<Service>(options_.resource, state_, allocator_, stopping_, watch_, log_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + SocketPath(), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
@@ -214,6 +243,8 @@ Status ResourceServer::Register() {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + options_.register_timeout);
   v1beta1::Empty resp;
+  // Before the call: kubelet dials back and opens its stream while it runs.
+  watch_->since_register.store(false);
   grpc::Status st = stub->Register(&ctx, req, &resp);
   if (!st.ok()) {
     return Status(static_cast<StatusCode>(st.error_code()),

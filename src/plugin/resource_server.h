@@ -63,17 +63,33 @@ class ResourceServer {
   bool Serving() const { return server_ != nullptr; }
   // False once the socket file is gone (kubelet removes them when it restarts).
   bool SocketPresent() const;
+  // True when kubelet opened a ListAndWatch stream since the last Register,
+  // none is open now, and the last one closed at least `grace` ago: kubelet
+  // dropped this endpoint (another plugin registered the resource and went,
+  // or kubelet's registration server started again on the same socket) and
+  // will not call again until the plugin registers again.
+  bool Unwatched(std::chrono::milliseconds grace) const;
+  // ListAndWatch streams open now.
+  int Watchers() const;
   const std::string& resource() const { return options_.resource; }
   std::string SocketPath() const;
 
  private:
   class Service;
+  // Kubelet's ListAndWatch streams, kept across Start (Service reads and
+  // writes it).
+  struct Watch {
+    std::atomic<int> open{0};
+    std::atomic<bool> since_register{false};  // a stream opened since the last Register
+    std::atomic<int64_t> last_closed_ns{0};   // steady clock
+  };
 
   const ResourceServerOptions options_;
   DeviceState* const state_;
   Allocator* const allocator_;
   const Logger log_;
   std::shared_ptr<std::atomic<bool>> stopping_;
+  const std::shared_ptr<Watch> watch_ = std::make_shared<Watch>();
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
 };
