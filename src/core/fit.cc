@@ -154,6 +154,7 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
   FitReason best_mem{Reason::kInsufficientMemory, 0, -1};
   FitReason best_cmp{Reason::kInsufficientCompute, 0, -1};
   int32_t busy = 0, exclusive = 0, share_cap = 0, slice_mismatch = 0, foreign = 0;
+  int64_t mismatch_mib = 0;  // the slice size asked of the first device refused for it
   int32_t slices_used = 0;
   for (const auto& u : work.devices) slices_used += u.slices;
   const int32_t budget = inv.topology.slices.node_handle_budget;
@@ -185,7 +186,7 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
       continue;
     }
     if (inv.topology.slices.one_size_per_device && u.slice_mib != 0 && u.slice_mib != st.dev[i].mem) {
-      ++slice_mismatch;
+      if (slice_mismatch++ == 0) mismatch_mib = st.dev[i].mem;
       continue;
     }
     const int64_t fm = FreeMemory(d, u);
@@ -211,7 +212,7 @@ void FreeDevices(const RequestState& st, const NodeInventory& inv, const NodeUsa
     if (exclusive > 0) reasons->push_back({Reason::kExclusiveTaken, r.count, 0});
     if (share_cap > 0) reasons->push_back({Reason::kShareLimit, r.count, 0});
     if (foreign > 0) reasons->push_back({Reason::kForeignMemory, r.count, foreign});
-    if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, st.dev[0].mem, 0});
+    if (slice_mismatch > 0) reasons->push_back({Reason::kSliceSizeMismatch, mismatch_mib, 0});
     if (reasons->empty()) reasons->push_back({Reason::kInsufficientDevices, r.count, static_cast<int64_t>(free.size())});
   }
 }

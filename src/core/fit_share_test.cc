@@ -217,6 +217,27 @@ TEST(FitShare, KunlunxinOneSliceSizePerDevice) {
   EXPECT_EQ(q2.containers[0].grants[0].device, d);
 }
 
+// The refusal names the slice size the request needs on the devices that
+// refused it, also when device 0 is not one of them (excluded by id here).
+TEST(FitShare, SliceSizeMismatchNamesTheSizeAskedOfARefusingDevice) {
+  const NodeInventory inv = MakeNode("kunlunxin-p800-x8");
+  NodeUsage usage = NodeUsage::Empty(inv);
+  for (size_t d = 1; d < inv.devices.size(); ++d) {
+    DeviceRequest half = Share(Vendor::kKunlunxin, 1, 40000, 0);
+    half.id_include = {inv.devices[d].id};
+    PlaceOrDie(Pod({half}), inv, &usage);
+  }
+  DeviceRequest quarter = Share(Vendor::kKunlunxin, 1, 20000, 0);
+  quarter.id_exclude = {inv.devices[0].id};
+  const FitResult r = Fit(Pod({quarter}), inv, usage);
+  ASSERT_FALSE(r.fits());
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0].reason, Reason::kSliceSizeMismatch);
+  EXPECT_EQ(r.reasons[0].requested, 24576);  // the quarter slice
+  EXPECT_NE(DescribeReason(r.reasons[0]).find("need 24576 MiB"), std::string::npos)
+      << DescribeReason(r.reasons[0]);
+}
+
 TEST(FitShare, KunlunxinHandleBudget) {
   // 3: physical devices + slices <= 32: 8 devices leave room for 24 slices.
   const NodeInventory inv = MakeNode("kunlunxin-p800-x8");
