@@ -67,7 +67,7 @@ int32_t GroupsSpanned(const TopoNode& n, const core::Placement& p) {
 class Sim {
  public:
   Sim(const TopoConfig& cfg, bool aware, const core::Policy* policy)
-      : cfg_(cfg), aware_(aware), policy_(policy), rng_(cfg.seed) {}
+      : cfg_(cfg), aware_(aware), policy_(policy) {}
 
   Status Build() {
     const int32_t total = cfg_.super_nodes * cfg_.nodes_per_super;
@@ -79,8 +79,13 @@ class Sim {
       n.super = i / cfg_.nodes_per_super;
       n.inv = std::move(*inv);
       n.inv.topology.super_node = "sn-" + std::to_string(n.super);
+      // What a topology-blind but otherwise competent scheduler (HAMi's
+      // binpack) knows: the devices with their memory, compute and NUMA node,
+      // and the vendor's slice templates; not the groups, rings, modules,
+      // links, legal counts or the super-node.
       n.blind = n.inv;
       n.blind.topology = core::Topology{};
+      n.blind.topology.slices = n.inv.topology.slices;
       for (core::Device& d : n.blind.devices) d.module = -1;
       n.usage = core::NodeUsage::Empty(n.inv);
       devices_ += static_cast<int64_t>(n.inv.devices.size());
@@ -89,27 +94,22 @@ class Sim {
     return Status::Ok();
   }
 
-  // Places one pod; returns the node index or -1.
+  // Places one pod; returns the node index or -1. Both policies score every
+  // node that takes the pod with the accelpool policy's node score and keep
+  // the best, the lowest index on ties; the blind policy fits and scores on
+  // the stripped inventory.
   int64_t PlaceOne(const Job& j, const std::set<size_t>& exclude, int32_t only_super,
                    core::Placement* out) {
     int64_t best = -1;
     int32_t best_score = -1;
-    std::vector<size_t> order(nodes_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    if (!aware_) std::shuffle(order.begin(), order.end(), rng_);
-    for (size_t i : order) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
       TopoNode& n = nodes_[i];
       if (i % cfg_.profiles.size() != j.profile || exclude.count(i)) continue;
       if (only_super >= 0 && n.super != only_super) continue;
-      const core::PodRequest req = Request(n, j);
-      const core::FitResult fit =
-          core::Fit(req, aware_ ? n.inv : n.blind, n.usage, aware_ ? policy_ : nullptr);
+      const core::NodeInventory& view = aware_ ? n.inv : n.blind;
+      const core::FitResult fit = core::Fit(Request(n, j), view, n.usage, policy_);
       if (!fit.fits()) continue;
-      if (!aware_) {
-        *out = fit.placement;
-        return static_cast<int64_t>(i);
-      }
-      const int32_t s = policy_->NodeScore(n.inv, n.usage, fit.placement);
+      const int32_t s = policy_->NodeScore(view, n.usage, fit.placement);
       if (s > best_score) {
         best_score = s;
         best = static_cast<int64_t>(i);
@@ -271,7 +271,8 @@ class Sim {
 
   void PlaceGang(const Job& j, TopoMetrics* m) {
     // Aware: the super-nodes in index order, the first that takes the whole
-    // gang; when none does, members anywhere in the cluster.
+    // gang; when none does, members anywhere in the cluster. Blind: it does
+    // not know the super-nodes, so members anywhere, each the best node left.
     std::vector<int32_t> supers;
     for (int32_t s = 0; s < cfg_.super_nodes; ++s) supers.push_back(s);
     std::vector<std::pair<size_t, core::Placement>> members;
@@ -334,7 +335,6 @@ class Sim {
   const TopoConfig& cfg_;
   bool aware_;
   const core::Policy* policy_;
-  std::mt19937_64 rng_;
   std::vector<TopoNode> nodes_;
   std::priority_queue<Held> held_;
   double in_use_ = 0;

@@ -3,8 +3,11 @@
 // seeded mix of arrivals and departures (single-card and fractional
 // inference, multi-card fine-tuning, multi-node training gangs), placed by
 // accelpool (core::Fit with the accelpool policy, gangs kept inside one
-// super-node) and by a topology-blind policy (devices chosen on an inventory
-// stripped of its topology, nodes chosen at random), with the metrics there.
+// super-node) and by a topology-blind policy: the same policy, node scoring
+// and tie rule on an inventory stripped of its topology (groups, rings,
+// modules, links, legal counts, super-node; device NUMA nodes and the
+// vendor's slice templates stay), so gang members go to the best nodes of the
+// whole cluster. The metrics are those of that section.
 //
 // Thread-safety: RunTopology is reentrant.
 #ifndef ACCELPOOL_SIM_TOPO_H_
