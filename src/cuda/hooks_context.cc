@@ -113,6 +113,9 @@ CUresult CtxCreated(CUresult rc, CUcontext* ctx, CUdevice device) {
     DisownContextRecords(reinterpret_cast<uint64_t>(*ctx));
     RememberCreatedContext(reinterpret_cast<uint64_t>(*ctx), device);
   }
+  if (rc == CUDA_SUCCESS && State().compute_on) {
+    NoteContextCreated();
+  }
   return rc;
 }
 

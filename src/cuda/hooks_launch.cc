@@ -877,6 +877,8 @@ void ForgetContextEvents(CUcontext ctx, int device) {
   ForgetContext();
 }
 
+void NoteContextCreated() { g_launch.context_epoch.fetch_add(1, std::memory_order_acq_rel); }
+
 void ResetLaunchStateAfterFork() {
   pthread_mutex_init(&g_launch.mu, nullptr);
   g_launch.costs.Clear();

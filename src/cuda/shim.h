@@ -258,6 +258,10 @@ void ResetLaunchStateAfterFork();
 // not know; events of other contexts of the device are leaked, not
 // destroyed on dangling handles). Launches in flight settle unmeasured.
 void ForgetContextEvents(CUcontext ctx, int device);
+// A context was created: every thread drops its cached context answers at
+// its next launch (the new one may have the handle of one destroyed a
+// moment before on another device, before the destroying thread said so).
+void NoteContextCreated();
 
 int64_t MonotonicNs();
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -14,6 +15,11 @@
 
 namespace accelpool::plugin {
 namespace {
+
+// Between re-reads of the node's pods while kubelet lists several pods of a
+// shape as being admitted (kubelet's Failed status of the ones it turned
+// away is on its way).
+constexpr std::chrono::milliseconds kSeveralListedPause{100};
 
 // The metric label for a failed Allocate.
 std::string Reason(StatusCode code) {
@@ -102,7 +108,9 @@ Status Allocator::Refresh(ReRead& which, std::chrono::steady_clock::time_point d
 StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snapshot& snap,
                                          const std::vector<std::string>& ids,
                                          const AnsweredContainers& answered,
-                                         std::optional<PodRef>* pod, MadeDirs* made, bool* sure) {
+                                         std::optional<PodRef>* pod, MadeDirs* made, bool* sure,
+                                         bool* again) {
+  *again = false;
   *sure = false;
   if (ids.empty()) {
     return InvalidArgumentError("Allocate named no device ids for a container of " + resource);
@@ -127,6 +135,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
   }
   std::optional<PodRef> caller;
   bool asked_kubelet = false;  // whether kubelet's view was read for this lookup
+  std::optional<KubeletView> last_view;  // the view last read for this lookup
   StatusOr<ContainerMatch> match = store_->Match(resource, ids, &caller, nullptr, &answered);
   // A miss may be the informer lagging the binding. A fallback, and a repeat
   // of an earlier call, are judged on who else could be calling, so they must
@@ -202,14 +211,7 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
       asked_kubelet = true;
       caller.reset();
       match = store_->Match(resource, ids, &caller, &*view, &answered);
-      if (match.ok() && match->listed_several && refresh_) {
-        // Kubelet lists several pods of the shape as being admitted: the
-        // others were turned away. A re-read drops those whose Failed status
-        // has arrived; the newest listed is taken of the rest.
-        static_cast<void>(Refresh());
-        caller.reset();
-        match = store_->Match(resource, ids, &caller, &*view, &answered);
-      }
+      last_view = *view;
     } else {
       log_.Warn(
           "kubelet's pod-resources API could not be read; who is calling goes by the slot "
@@ -241,12 +243,16 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
            {"resource", resource},
            {"error", view.status().ToString()}});
       if (refresh_ && !match->by_fallback) {  // a fallback has just re-read them
-        static_cast<void>(Refresh());
+        if (Status fresh = Refresh(); !fresh.ok()) {
+          log_.Warn("the node's pods could not be re-read either; the slot ids decide",
+                    {{"resource", resource}, {"error", fresh.ToString()}});
+        }
         caller.reset();
         match = store_->Match(resource, ids, &caller, nullptr, &answered);
       }
     } else if (!KubeletAdmitting(*view, match->pod, match->container, resource)) {
       asked_kubelet = true;
+      last_view = *view;
       log_.Warn(
           "kubelet is not admitting the pod the slot ids name; re-reading the node's pods to "
           "find the caller",
@@ -260,22 +266,55 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
       match = store_->Match(resource, ids, &caller, &*view, &answered);
     }
   }
+  if (match.ok() && match->listed_several) {
+    // Kubelet lists several pods of the shape as being admitted. It admits
+    // one at a time, so all but one were turned away (a kubelet before
+    // 1.34 lists them until they are deleted): re-read the node's pods
+    // until their Failed status has arrived. No order names the caller
+    // for sure (creation times tie within a second, and an older pod may
+    // reach kubelet after a newer one), so the call is refused when the
+    // re-reads do not settle it.
+    const auto deadline = std::chrono::steady_clock::now() + refresh_budget_;
+    Status fresh = FailedPreconditionError("no way to re-read the node's pods is configured");
+    while (refresh_ && match.ok() && match->listed_several) {
+      fresh = Refresh(narrow_, deadline);
+      caller.reset();
+      match = store_->Match(resource, ids, &caller, &*last_view, &answered);
+      if (!fresh.ok() || std::chrono::steady_clock::now() >= deadline) {
+        break;
+      }
+      if (match.ok() && match->listed_several) {
+        std::this_thread::sleep_for(kSeveralListedPause);
+      }
+    }
+    if (match.ok() && match->listed_several) {
+      std::string keys;
+      for (const std::string& k : match->listed) {
+        keys += (keys.empty() ? "" : ", ") + k;
+      }
+      return AbortedError(
+          "kubelet's pod-resources API lists " + std::to_string(match->listed.size()) +
+          " pods that could be asking for " + std::to_string(ids.size()) + " of " + resource +
+          " as being admitted ([" + keys +
+          "]); kubelet admits one at a time and lists the pods it turned away until they are "
+          "deleted, and the node's pods, re-read" +
+          (fresh.ok() ? std::string() : " (" + fresh.message() + ")") +
+          ", do not say which one it turned away, so the plugin refuses rather than give one "
+          "pod another pod's devices. Kubelet fails the pod's admission (its controller "
+          "creates it again; or delete it and create it again)");
+    }
+  }
   if (!match.ok()) {
     *pod = caller;
     return match.status();
   }
   *pod = match->pod;
   *sure = !match->ambiguous && !match->by_fallback;
+  *again = match->repeat || match->presumed;
   const api::AssignedContainer& c = match->container;
   if (match->by_fallback) {
     log_.Warn("slot ids identify no container; the only pending container that asks for them",
               {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
-  } else if (match->listed_several) {
-    log_.Warn(
-        "kubelet's pod-resources API lists several pods of this shape as being admitted (a "
-        "kubelet before 1.34 lists pods it turned away until they are deleted); the newest is "
-        "taken, as kubelet admits the pods it receives oldest first",
-        {{"pod", match->pod.Key()}, {"container", c.name}, {"resource", resource}});
   } else if (match->how == ContainerMatch::How::kKubelet ||
              match->how == ContainerMatch::How::kInitReuse) {
     log_.Info("caller found by " + std::string(match->how == ContainerMatch::How::kKubelet
@@ -362,10 +401,20 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
   const bool mps = options_.sharing == NvidiaSharing::kMps;
   int32_t compute = 0;
   std::string pinned;  // MPS: "<ordinal>=<MiB>M,..."
-  // MPS reads its limits by the client's CUDA ordinal, and CUDA numbers the
-  // container's GPUs in PCI bus order (identical GPUs; NVML's index order
-  // is the same), not in the grant's order the shim's contract names by
-  // UUID: the ordinal of each grant is its rank among the grant's devices.
+  // MPS reads its limits by the client's CUDA ordinal, not by the grant's
+  // order the shim's contract names by UUID. CUDA numbers identical GPUs in
+  // PCI bus order (NVML's index order is the same): the ordinal of each grant
+  // is its rank among the grant's devices. Different models go fastest
+  // first, an order the plugin cannot know, so each ordinal then gets the
+  // smallest of the limits (CUDA_DEVICE_ORDER would fix the order, but a
+  // pod's own value of it would win).
+  int64_t smallest = -1;
+  bool mixed = false;
+  for (const vendors::GrantedDevice& g : grants) {
+    const int64_t mib = g.memory_mib > 0 ? g.memory_mib : g.device.memory_mib;
+    smallest = smallest < 0 ? mib : std::min(smallest, mib);
+    mixed = mixed || g.device.model != grants.front().device.model;
+  }
   std::vector<size_t> by_bus(grants.size());
   for (size_t i = 0; i < by_bus.size(); ++i) by_bus[i] = i;
   std::sort(by_bus.begin(), by_bus.end(), [&](size_t a, size_t b) {
@@ -378,7 +427,7 @@ Status Allocator::Enforce(const PodRef& pod, const std::string& container,
     int64_t mib = g.memory_mib > 0 ? g.memory_mib : g.device.memory_mib;
     if (mps) {
       const vendors::GrantedDevice& o = grants[by_bus[i]];
-      const int64_t omib = o.memory_mib > 0 ? o.memory_mib : o.device.memory_mib;
+      const int64_t omib = mixed ? smallest : o.memory_mib > 0 ? o.memory_mib : o.device.memory_mib;
       pinned += (i == 0 ? "" : ",") + std::to_string(i) + "=" + std::to_string(omib) + "M";
     } else {
       spec->env["ACCELPOOL_CUDA_MEMORY_LIMIT_" + std::to_string(i)] = std::to_string(mib);
@@ -470,6 +519,7 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
   std::vector<ContainerAnswer> answers;
   std::optional<PodRef> pod;
   bool caller_sure = false;
+  bool caller_again = false;  // a container allocated before: the pod was admitted
   MadeDirs made;
   AnsweredContainers answered;  // the store is marked only after the whole call
   Status failure;
@@ -480,7 +530,8 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     if (!failure.ok()) {
       break;
     }
-    StatusOr<ContainerAnswer> a = One(resource, *snap, ids, answered, &pod, &made, &caller_sure);
+    StatusOr<ContainerAnswer> a =
+        One(resource, *snap, ids, answered, &pod, &made, &caller_sure, &caller_again);
     if (!a.ok()) {
       failure = a.status();
     } else {
@@ -510,7 +561,10 @@ StatusOr<std::vector<ContainerAnswer>> Allocator::Allocate(
     // kubelet turns the pod away: it is no caller of a later Allocate (when
     // the call was surely its; a guess among pods of one shape may have
     // named another pod, which still waits).
-    if (pod.has_value() && caller_sure && store_->RejectAdmission(pod->uid)) {
+    // Not after a repeat: kubelet also calls again for a running pod whose
+    // devices it lost (a node restart), and a failure there only makes it
+    // retry the container's start.
+    if (pod.has_value() && caller_sure && !caller_again && store_->RejectAdmission(pod->uid)) {
       log_.Info("forgot a pod kubelet turns away at admission", {{"pod", pod->Key()}});
     }
     if (reporter_ != nullptr) {

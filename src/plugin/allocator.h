@@ -193,11 +193,12 @@ class Allocator {
   // One container request of a call; `answered`: the containers the call's
   // earlier requests were answered with (never matched again). `*sure` says
   // whether `*pod` is the caller for certain (matched, not by a guess among
-  // pods of one shape).
+  // pods of one shape), `*again` whether its container was allocated before
+  // (a repeat, or presumed).
   StatusOr<ContainerAnswer> One(const std::string& resource, const Snapshot& snap,
                                 const std::vector<std::string>& ids,
                                 const AnsweredContainers& answered, std::optional<PodRef>* pod,
-                                MadeDirs* made, bool* sure);
+                                MadeDirs* made, bool* sure, bool* again);
   Status Enforce(const PodRef& pod, const std::string& container,
                  const std::vector<vendors::GrantedDevice>& grants, vendors::ContainerSpec* spec,
                  MadeDirs* made) const;

@@ -550,15 +550,16 @@ TEST_F(AllocatorTest, SameShapePodsAreToldApartByKubeletsView) {
 }
 
 // A kubelet before 1.34 lists the pods it turned away at admission until they
-// are deleted. It admits the pods it receives together oldest first, one at a
-// time: turned-away, older and of the same shape, was refused (by another
-// admit handler, no Allocate here) a moment before admitted is admitted, its
-// Failed status not on the plugin's watch yet. Both are listed without
-// devices; the caller is the newest. (The oldest's slots were preferred and
-// its grant handed to the newer pod; once its Failed status arrived the
-// extender released devices the newer pod used.) The node's pods are read
-// again first, which drops a pod whose Failed status has arrived.
-TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedTheNewestIsTheCaller) {
+// are deleted, and admits one pod at a time: turned-away was refused (by
+// another admit handler, no Allocate here) a moment before admitted is
+// admitted, its Failed status not on the plugin's watch yet. Both are listed
+// without devices. No order names the caller for sure (creation times tie
+// within a second; an older pod may reach kubelet after a newer one), so the
+// node's pods are read again until the Failed status arrives, and the call
+// is refused when it does not. (The oldest's slots were answered, its grant
+// handed to the newer pod; once its Failed status arrived the extender
+// released devices the newer pod used.)
+TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedNoneIsGuessed) {
   Assign(Pod("turned-away", "2026-11-30T02:00:00Z"),
          {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
   Assign(Pod("admitted", "2026-11-30T02:00:01Z"),
@@ -566,34 +567,34 @@ TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedTheNewestIsTheCall
   KubeletView view = {{"default/turned-away", {{"main", {}}}},
                       {"default/admitted", {{"main", {}}}}};
   int refreshes = 0;
+  int failed_at = 0;  // the re-read that first sees turned-away Failed; 0: none
   Allocator allocator("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{},
                       Logger(), [&] {
-                        ++refreshes;
-                        return Status::Ok();  // the Failed status has not arrived
+                        if (++refreshes == failed_at) store_.Remove("uid-turned-away");
+                        return Status::Ok();
                       });
+  allocator.SetRefreshBudget(std::chrono::milliseconds(400));
   allocator.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
-  std::vector<std::string> all;
-  for (const char* d : {"GPU-a", "GPU-b"}) {
-    for (int i = 0; i < 10; ++i) all.push_back(api::SlotId(d, i));
-  }
-  auto pref = allocator.Preferred(kGpu, {{all, {}, 1}});
-  EXPECT_EQ(pref[0], (std::vector<std::string>{"GPU-b::1"}));
-  EXPECT_EQ(refreshes, 1);
-  auto r = allocator.Allocate(kGpu, {pref[0]});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ((*r)[0].pod.name, "admitted");
-  EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
-  EXPECT_EQ(refreshes, 2);
-  EXPECT_EQ(store_.PendingContainers(), 1u) << "turned-away is not marked allocated";
 
-  // Kubelet chose other ids (no preference asked): the newest still.
-  store_.Remove("uid-admitted");
-  Assign(Pod("admitted", "2026-11-30T02:00:01Z"),
-         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 40960, 1000, false)})});
+  // The Failed status does not arrive: refused, naming both pods.
+  auto r = allocator.Allocate(kGpu, {{"GPU-a::1"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("default/turned-away"), std::string::npos);
+  EXPECT_NE(r.status().message().find("default/admitted"), std::string::npos);
+  EXPECT_GE(refreshes, 2) << "read again until the budget ran out";
+  EXPECT_EQ(store_.PendingContainers(), 2u) << "nothing marked allocated, nobody forgotten";
+
+  // It arrives at the second re-read: admitted gets its own grant, whatever
+  // ids kubelet chose.
+  refreshes = 0;
+  failed_at = 2;
   r = allocator.Allocate(kGpu, {{"GPU-a::1"}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].pod.name, "admitted");
   EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+  EXPECT_EQ(refreshes, 2);
+  EXPECT_EQ(store_.PendingContainers(), 0u);
 }
 
 // An Allocate that fails for a pod surely its own makes kubelet turn the pod
@@ -617,6 +618,15 @@ TEST_F(AllocatorTest, APodTurnedAwayStaysForgottenThroughAReRead) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].pod.name, "next");
   EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+
+  // A pod with an allocated container was admitted: one forgotten after a
+  // failure comes back with the next read (kubelet also calls again for a
+  // running pod after a node restart, and retries its start).
+  ASSERT_TRUE(store_.RejectAdmission("uid-next"));
+  Assign(Pod("next", "2026-11-30T02:00:05Z"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
+  EXPECT_EQ(store_.AllocatedContainers("uid-next").size(), 0u) << "a new record: nothing kept";
+  EXPECT_EQ(store_.PendingContainers(), 1u) << "back as a candidate";
 }
 
 // Kubelet's view could not be read to confirm the one pod the slot ids name:
@@ -825,20 +835,17 @@ TEST_F(AllocatorTest, TheIdsOfAnAllocatedPodGoToNoneOfTwoWaitingPods) {
   EXPECT_FALSE((*q)[0].repeat);
   EXPECT_EQ((*q)[0].spec.env.at("ACCELPOOL_CUDA_MEMORY_LIMIT_0"), "1024");
 
-  // Both listed as being admitted: never answered as p. Kubelet admits the
-  // pods it receives oldest first, so r, listed too, was turned away; s is
-  // the caller and gets its own grant.
+  // Both listed as being admitted: refused, never answered as p.
   Assign(Pod("s", "2026-11-30T05:00:00Z"),
          {Ctr("c", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 6, 1024, 100, false)})});
   view = {{"default/p", {{"c", {kGpu}}}},
           {"default/q", {{"c", {kGpu}}}},
           {"default/r", {{"c", {}}}},
           {"default/s", {{"c", {}}}}};
-  auto newest = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
-  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
-  EXPECT_EQ((*newest)[0].pod.name, "s");
-  EXPECT_FALSE((*newest)[0].repeat);
-  EXPECT_EQ(store_.PendingContainers(), 1u);  // r still waits
+  auto none = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kAborted) << none.status().ToString();
+  EXPECT_EQ(store_.PendingContainers(), 2u);  // r and s still wait
 
   // Kubelet lists p as being admitted again, and neither waiting pod: p's
   // repeat.

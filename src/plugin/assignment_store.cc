@@ -150,11 +150,14 @@ bool AssignmentStore::RejectAdmission(const std::string& uid) {
   if (it == pods_.end() || it->second.terminating || !it->second.presumed.empty()) {
     return false;
   }
+  const bool admitted_before = !it->second.allocated.empty();
   pods_.erase(it);
   unassigned_.erase(uid);
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(turned_away_, [&](const auto& t) { return now - t.second > kGoneMemory; });
-  turned_away_[uid] = now;
+  if (!admitted_before) {
+    turned_away_[uid] = now;
+  }
   return true;
 }
 
@@ -461,6 +464,7 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
   // decide as without it.
   std::optional<std::vector<const PodAssignment*>> listed;
   bool listed_several = false;  // the view lists several pods of the shape
+  std::vector<std::string> listed_keys;
   if (const PodAssignment* reuse = ReusedBy(oldest, resource, slot_ids);
       reuse != nullptr && PendingOf(*reuse, resource, n) != nullptr) {
     who = reuse;
@@ -486,6 +490,9 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
       who = admitting.back();
       how = ContainerMatch::How::kKubelet;
       listed_several = true;
+      for (const PodAssignment* p : admitting) listed_keys.push_back(p->pod.Key());
+      for (const PodRef& p : admitting_unassigned) listed_keys.push_back(p.Key());
+      for (const PodRef& p : admitting_unknown) listed_keys.push_back(p.Key());
     } else if (admitting.empty()) {
       // None of the pods waiting with the shape is listed: the caller is a
       // listed pod without an assignment. A pod the plugin does not know
@@ -575,6 +582,7 @@ StatusOr<ContainerMatch> AssignmentStore::MatchIn(const Pods& pods, const std::s
     m.ambiguous = true;
   }
   m.listed_several = listed_several;
+  m.listed = std::move(listed_keys);
   m.ambiguous = m.ambiguous || listed_several;
   return m;
 }

@@ -17,11 +17,12 @@
 //      kubelet lists (without devices yet for the pending container) is the
 //      caller. A kubelet before 1.34 (or with KubeletPodResourcesListUseActivePods
 //      off) also lists pods it turned away until they are deleted; when it
-//      lists several pods of the shape, the newest (creation time) is taken,
-//      as kubelet admits the pods it receives together oldest first, so the
-//      older ones listed were turned away (the match is `ambiguous` and the
-//      node's pods are re-read first, which drops a pod whose Failed status
-//      has arrived). Once the view is read, a pod it does not list is nobody's
+//      lists several pods of the shape as being admitted, the match names
+//      the newest and says `listed_several`: the allocator re-reads the
+//      node's pods until the others' Failed status has arrived, and refuses
+//      when it does not (creation times tie within a second, and a pod
+//      created earlier may reach kubelet later, so no order names the
+//      caller for sure). Once the view is read, a pod it does not list is nobody's
 //      caller, and a pod it lists that this plugin does not know (a static
 //      pod: its mirror pod is created only after kubelet admitted it) counts
 //      as a pod asking without an assignment. One exception: a view that
@@ -173,6 +174,7 @@ struct ContainerMatch {
   // the newest of several pods kubelet's view lists (`listed_several`).
   bool ambiguous = false;
   bool listed_several = false;
+  std::vector<std::string> listed = {};  // with listed_several: "<ns>/<name>" of each listed pod
   // A container presumed allocated ("Presumed allocations"), answered as if
   // pending because nobody else could be asking.
   bool presumed = false;
@@ -234,9 +236,10 @@ class AssignmentStore {
   // is forgotten at once, before kubelet's Failed status comes back, and the
   // next pod kubelet admits cannot be matched to its grant. Returns whether
   // it was.
-  // The pod is remembered as turned away for kGoneMemory: a re-read of the
-  // node's pods, or an update of the pod, before kubelet's Failed status
-  // arrives does not make it a candidate again.
+  // A pod with no allocated container is remembered as turned away for
+  // kGoneMemory: a re-read of the node's pods, or an update of the pod,
+  // before kubelet's Failed status arrives does not make it a candidate
+  // again.
   bool RejectAdmission(const std::string& uid);
   // After a list of the node's Pending pods, or of all its pods that have
   // not ended (their uids in `pending`): drops the pods not in it that have

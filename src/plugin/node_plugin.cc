@@ -1,8 +1,13 @@
 #include "plugin/node_plugin.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -29,6 +34,26 @@ SocketId Identify(const std::string& path) {
   }
   return {true, st.st_ino,
           static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+// Whether something accepts connections on the unix socket `path` (kubelet
+// runs): a socket file left by a kubelet that stopped refuses them. True
+// when it cannot be told.
+bool Accepting(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return true;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return true;
+  }
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ||
+                  errno == EAGAIN || errno == EINPROGRESS;
+  close(fd);
+  return ok;
 }
 
 // `text` with every byte outside printable ASCII as \xNN, for a log line.
@@ -544,7 +569,8 @@ void NodePlugin::Supervise(std::stop_token stop) {
           log_.Info("plugin socket disappeared; serving again", {{"resource", s->resource()}});
           pending_.insert(s->resource());
         } else if (options_.unwatched_grace.count() > 0 && now.present &&
-                   pending_.count(s->resource()) == 0 && s->Unwatched(options_.unwatched_grace)) {
+                   pending_.count(s->resource()) == 0 && s->Unwatched(options_.unwatched_grace) &&
+                   Accepting(kubelet)) {
           log_.Warn(
               "kubelet has had no ListAndWatch stream open to this resource since it closed "
               "one; it dropped the endpoint (another plugin registered the resource, or its "
