@@ -1,6 +1,10 @@
 // DcmiLibrary over libdcmi.so loaded with dlopen. The DCMI structs and
 // functions used are declared here from the DCMI API reference; buffers are
 // over-allocated so that a newer driver's larger struct cannot overrun them.
+// The PCI bus (the chip's id) comes from dcmi_get_device_pcie_info_v2; a
+// driver that exports it but fails it for a chip fails that chip's query,
+// as any other per-chip error. Only a driver without it names its chips by
+// physical id (NPU-phy<N>).
 // The super-pod id is optional: DCMI publishes it only through the generic
 // dcmi_get_device_info(card, device, DCMI_MAIN_CMD_CHIP_INF,
 // DCMI_CHIP_INF_SUB_CMD_SPOD_INFO, ...) query, which chips outside a super pod
@@ -137,7 +141,12 @@ class DlDcmi : public DcmiLibrary {
     auto pcie =
         lib_->OptionalSymbol<int(int, int, dcmi_pcie_info_all*)>("dcmi_get_device_pcie_info_v2");
     Padded<dcmi_pcie_info_all> pi;
-    if (pcie != nullptr && pcie(c.card, c.device, &pi.value) == 0) {
+    // The bus is the chip's id: a driver that has the query but fails it for
+    // this chip has not told us the id, and "NPU-phy<N>" in its place would
+    // rename a served chip. Only a driver without the query gets that id.
+    if (pcie != nullptr) {
+      ACCELPOOL_RETURN_IF_ERROR(
+          Check(pcie(c.card, c.device, &pi.value), "dcmi_get_device_pcie_info_v2"));
       char bus[32];
       snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%x", static_cast<unsigned>(pi.value.domain),
                pi.value.bdf_busid, pi.value.bdf_deviceid, pi.value.bdf_funcid);

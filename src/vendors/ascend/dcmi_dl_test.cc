@@ -425,6 +425,51 @@ TEST(DcmiBindingTest, ProcessesOnEachChipAreListedAndSummedAsMemoryInUse) {
   add(-1, 0, 0);
 }
 
+// A driver that has dcmi_get_device_pcie_info_v2 but fails it for one chip
+// has not said that chip's bus, its id: the chip is left out at start like
+// any chip that cannot be read, and a later discovery fails as a whole (the
+// chips served stay as they are), never renaming the chip NPU-phy<N>.
+TEST(DcmiBindingTest, AFailingPcieQueryIsTheChipsErrorNotAnotherId) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto pcie_fails = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_pcie_fails"));
+  ASSERT_NE(pcie_fails, nullptr);
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok());
+
+  pcie_fails(3);
+  auto start = (*driver)->DiscoverPartial();
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  ASSERT_EQ(start->front().devices.size(), 7u);
+  for (const core::Device& d : start->front().devices) {
+    EXPECT_EQ(d.id.rfind("NPU-phy", 0), std::string::npos) << d.id;
+    EXPECT_NE(d.id, "NPU-0000-82-00.0");  // chip 3's
+  }
+
+  pcie_fails(-1);
+  auto all = (*driver)->Discover();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->front().devices.size(), 8u);
+  const core::Device chip3 = all->front().devices[3];
+  EXPECT_EQ(chip3.id, "NPU-0000-82-00.0");
+
+  // Served now: a failing query fails the discovery, and chip 3 keeps its id.
+  pcie_fails(3);
+  auto later = (*driver)->Discover();
+  pcie_fails(-1);
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.status().code(), StatusCode::kUnavailable);
+  for (const char* want : {"NPU card 3 device 0", "dcmi_get_device_pcie_info_v2", "npu-smi"}) {
+    EXPECT_NE(later.status().message().find(want), std::string::npos) << later.status().message();
+  }
+  auto spec = (*driver)->BuildContainerSpec({{chip3, 0, 0, true}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "3");
+}
+
 TEST(DcmiBindingTest, AbsentOrForeignLibraryIsAClearError) {
   auto absent = NewDlDcmi({"/nonexistent/libdcmi.so"});
   EXPECT_EQ(absent.status().code(), StatusCode::kUnavailable);

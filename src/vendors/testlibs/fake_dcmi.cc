@@ -31,6 +31,10 @@
 // accelpool_fake_dcmi_resource_mode: 0 as documented, 1 "not supported",
 // 2 a process count beyond the documented 32.
 //
+// accelpool_fake_dcmi_pcie_fails(chip): dcmi_get_device_pcie_info_v2 answers
+// that chip (logic id) with an inner error, every other query answering it
+// (-1: none fails).
+//
 // DCMI is called from one thread at a time by its users; every entry point
 // here notes when it is entered while another call is still inside the
 // library (accelpool_fake_dcmi_overlaps), so tests can check that a binding
@@ -179,6 +183,7 @@ accelpool_fake::ProcessTable& Processes() {
   return table;
 }
 int resource_mode = 0;
+std::atomic<int> pcie_fails{-1};
 
 std::atomic<int> inside{0};
 std::atomic<int> overlaps{0};
@@ -210,6 +215,10 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_proce
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_resource_mode(int m) {
   resource_mode = m;
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_dcmi_pcie_fails(int chip) {
+  pcie_fails = chip;
 }
 
 // What dcmi_get_device_num_in_card answers for every card, and what
@@ -316,6 +325,7 @@ __attribute__((visibility("default"))) int dcmi_get_device_pcie_info_v2(int card
   InCall in_call;
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
+  if (i == pcie_fails) return kInnerError;
   std::memset(pci, 0, sizeof(*pci));
   pci->venderid = 0x19e5;
   pci->subvenderid = 0x0200;
