@@ -46,6 +46,11 @@ struct LibraryDevice {
   // "{minor}" patterns. Empty: the patterns.
   std::vector<std::string> nodes;
   int32_t compute_units = 0;
+  // Non-empty: the library counts this device but workloads cannot use it (a
+  // management-only function, a control point, another vendor's device); it
+  // is not offered, and this says why in one log line. No other field need
+  // be set.
+  std::string not_offered;
 };
 
 class DeviceLibrary {

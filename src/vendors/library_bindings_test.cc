@@ -323,6 +323,93 @@ TEST(LibraryBindingsTest, MetaxEthLevelIsScoredAndAnUndefinedOneKeepsTheProfile)
   EXPECT_GT(undefined->front().LinkScore(0, 4), 0) << "not 0 beside measured pairs";
 }
 
+// With SR-IOV on, MX-SML counts each GPU's physical function (mode 1) beside
+// its virtual functions (mode 2); workloads run only on VFs, so the PFs are
+// not offered (one log line each), nor polled for health or memory.
+TEST(LibraryBindingsTest, MetaxPhysicalFunctionsWithSriovOnAreNotOffered) {
+  const Binding& b = Find("MX-SML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto mode = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_mxsml_mode"));
+  ASSERT_NE(mode, nullptr);
+  mode(-1, 2);
+  mode(0, 1);
+  mode(4, 1);
+  auto driver = Driver(b, "/nonexistent", std::chrono::milliseconds(10));
+  ASSERT_TRUE(driver.ok());
+  auto log = std::make_unique<testing::LogCapture>();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(log->Has({"MX-SML device 0 is not offered", "physical function 0000:0f:00.0"}));
+  EXPECT_TRUE(log->Has({"MX-SML device 4 is not offered", "physical function"}));
+  log.reset();
+  const std::vector<core::Device>& devs = invs->front().devices;
+  ASSERT_EQ(devs.size(), 6u);
+  for (const core::Device& d : devs) {
+    EXPECT_NE(d.pci_bus, "0000:0f:00.0");
+    EXPECT_NE(d.pci_bus, "0000:4f:00.0");
+  }
+  EXPECT_EQ(devs[0].pci_bus, "0000:1f:00.0");
+  auto used = (*driver)->MemoryInUse();
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  EXPECT_EQ(used->size(), 6u);
+  {
+    // A PF that stops answering is not one of the node's devices.
+    HealthRecorder health(**driver);
+    fake.Configure(8, -1, 4, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(health.Stop().empty());
+    fake.Configure(8, -1, -1, 0);
+  }
+  // Bare metal (mode 0) again: every GPU is offered.
+  mode(-1, 0);
+  auto bare = (*driver)->Discover();
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->front().devices.size(), 8u);
+}
+
+// With MPC on, MTML counts the MPC instances and their parent (mpcType 1),
+// a control point whose memory is the whole GPU's: the parent is not
+// offered. A library that answers the property query "not supported" has no
+// MPC (every GPU offered); another error is that GPU's.
+TEST(LibraryBindingsTest, MtmlMpcParentIsNotOffered) {
+  const Binding& b = Find("MTML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto mpc = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_mtml_mpc"));
+  auto result = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_mtml_property_result"));
+  ASSERT_NE(mpc, nullptr);
+  ASSERT_NE(result, nullptr);
+  mpc(-1, 2);
+  mpc(7, 1);
+  auto driver = Driver(b, "/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto log = std::make_unique<testing::LogCapture>();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(log->Has({"MTML device 7 is not offered", "MPC parent"}));
+  log.reset();
+  ASSERT_EQ(invs->front().devices.size(), 7u);
+  for (const core::Device& d : invs->front().devices) {
+    EXPECT_NE(d.id, "a1b2c3d4-0000-4000-8000-000000000007");
+  }
+
+  result(4);  // MTML_ERROR_NOT_SUPPORTED: no MPC
+  auto unsupported = (*driver)->Discover();
+  ASSERT_TRUE(unsupported.ok()) << unsupported.status().ToString();
+  EXPECT_EQ(unsupported->front().devices.size(), 8u);
+
+  result(2);  // MTML_ERROR_DRIVER_FAILURE
+  auto failed = (*driver)->Discover();
+  result(0);
+  mpc(-1, 0);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("mtmlDeviceGetProperty"), std::string::npos)
+      << failed.status().message();
+}
+
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
   const Binding& b = Find("MTML");
   FakeHandle fake(b.fake_path);

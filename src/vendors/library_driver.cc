@@ -125,6 +125,7 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool p
   std::map<std::string, std::vector<std::string>> nodes;
   std::set<std::string> seen;
   Status first_error;
+  DiscoveryLog notes(&discovery_lines_);
   for (int32_t i = 0; i < *count; ++i) {
     StatusOr<LibraryDevice> ld = library_->Device(i);
     if (!ld.ok()) {
@@ -143,6 +144,15 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool p
                       "answers",
                       Name(), st.message(), TraitsFor(spec_.vendor).tool));
       if (first_error.ok()) first_error = std::move(st);
+      ids.emplace_back();
+      continue;
+    }
+    if (!ld->not_offered.empty()) {
+      // Not for workloads (LibraryDevice::not_offered): left out, with no
+      // error; logged once while it stays so.
+      notes.Add(DiscoveryLog::Level::kInfo,
+                fmt::format("{}: {} device {} is not offered: {}", Name(), library_->LibraryName(),
+                            i, ld->not_offered));
       ids.emplace_back();
       continue;
     }
@@ -186,7 +196,6 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool p
     GroupsFollowNuma(&inv);
   }
   const size_t n = inv.devices.size();
-  DiscoveryLog notes(&discovery_lines_);
   for (std::string& line : left_out) {
     notes.Add(DiscoveryLog::Level::kError, std::move(line));
   }

@@ -7,6 +7,10 @@
 //                                                    deviceName[32]
 //   mxSmlGetMemoryInfo(unsigned, mxSmlMemoryInfo_t*) six longs in KB; vramTotal third,
 //                                                    vramUse (in use) fourth
+//   mode (mxSmlDeviceVirtualizationMode_t): 0 bare metal, 1 physical function
+//   with SR-IOV on, 2 virtual function. With SR-IOV on MX-SML counts the PFs
+//   and the VFs; workloads run only on VFs, a PF is for management, so PFs
+//   are not offered.
 // Optional:
 //   mxSmlGetDeviceTopology(unsigned, unsigned, int* level): 0 internal, 1 single
 //     switch, 2 multiple switches, 3 host bridge, 4 NUMA node, 5 MetaXLink, 6 system
@@ -39,6 +43,9 @@ struct DeviceInfo {
 struct MemoryInfo {
   long vis_vram_total, vis_vram_use, vram_total, vram_use, xtt_total, xtt_use;  // KB
 };
+
+// mxSmlDeviceVirtualizationMode_t: MXSML_Virtualization_Mode_Pf.
+constexpr unsigned kModePf = 1;
 
 constexpr const char* kLib = "MX-SML";
 constexpr const char* kHint = "check the GPU driver with mx-smi";
@@ -75,6 +82,13 @@ class Mxsml : public BoundLibrary {
     Padded<DeviceInfo> info;
     ACCELPOOL_RETURN_IF_ERROR(Check(info_(i, &info.value), "mxSmlGetDeviceInfo"));
     LibraryDevice d;
+    if (info.value.mode == kModePf) {
+      d.not_offered = "it is the physical function " +
+                      FixedString(info.value.bdf, sizeof(info.value.bdf)) +
+                      " of a GPU with SR-IOV on (management only; its virtual functions are "
+                      "offered)";
+      return d;
+    }
     d.uuid = FixedString(info.value.uuid, sizeof(info.value.uuid));
     d.name = FixedString(info.value.name, sizeof(info.value.name));
     d.pci_bus = NormalizePciBus(FixedString(info.value.bdf, sizeof(info.value.bdf)));

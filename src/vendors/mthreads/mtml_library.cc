@@ -21,8 +21,17 @@
 //   mtmlDeviceGetMtLinkState(const MtmlDevice*, unsigned link, unsigned* state) 1 up,
 //   2 downgraded, mtmlDeviceGetMtLinkRemoteDevice(const MtmlDevice*, unsigned link,
 //   MtmlDevice** remote): an up (or downgraded) MtLink to the other GPU is a vendor link.
+//   mtmlDeviceGetProperty(const MtmlDevice*, MtmlDeviceProperty*): two 32-bit
+//   words of bit-fields, the first virtCap:1, virtRole:3, mpcCap:1, mpcType:3,
+//   mtLinkCap:1 from its lowest bit (GCC's order on the little-endian hosts
+//   MTML ships for); mpcType 0 no MPC, 1 the MPC parent, 2 an MPC instance.
+//   With MPC on MTML counts each instance and the parent, which is only a
+//   control point (its memory is the whole GPU's), so a parent is not
+//   offered. MTML_ERROR_NOT_SUPPORTED (4), or no such entry point: no MPC.
 #include "vendors/mthreads/mtml_library.h"
 
+#include <array>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -46,6 +55,12 @@ struct PciInfo {
 struct MtLinkSpec {
   unsigned version, bandwidth, links;
 };
+
+// MtmlDeviceProperty's first word: mpcType in bits 5-7; MTML_MPC_TYPE_PARENT.
+constexpr unsigned kMpcTypeShift = 5;
+constexpr unsigned kMpcTypeMask = 0x7;
+constexpr unsigned kMpcTypeParent = 1;
+constexpr int kMtmlNotSupported = 4;  // MTML_ERROR_NOT_SUPPORTED
 
 constexpr const char* kLib = "MTML";
 constexpr const char* kHint = "check the GPU driver with mthreads-gmi";
@@ -82,6 +97,7 @@ class Mtml : public BoundLibrary {
     link_state_ = lib_->OptionalSymbol<Ret(Dev, unsigned, unsigned*)>("mtmlDeviceGetMtLinkState");
     link_remote_ =
         lib_->OptionalSymbol<Ret(Dev, unsigned, Dev*)>("mtmlDeviceGetMtLinkRemoteDevice");
+    property_ = lib_->OptionalSymbol<Ret(Dev, uint32_t*)>("mtmlDeviceGetProperty");
     Lib handle = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(&handle), "mtmlLibraryInit"));
     if (handle == nullptr) {
@@ -107,6 +123,20 @@ class Mtml : public BoundLibrary {
       return dev.status();
     }
     LibraryDevice d;
+    if (property_ != nullptr) {
+      // Two words; more room for a newer library's longer struct.
+      Padded<std::array<uint32_t, 2>> prop;
+      const Ret r = property_(*dev, prop.value.data());
+      if (r != 0 && r != kMtmlNotSupported) {
+        ACCELPOOL_RETURN_IF_ERROR(Check(r, "mtmlDeviceGetProperty"));
+      }
+      if (r == 0 && ((prop.value[0] >> kMpcTypeShift) & kMpcTypeMask) == kMpcTypeParent) {
+        d.not_offered =
+            "it is the MPC parent of a GPU with MPC on (a control point; its MPC instances are "
+            "offered)";
+        return d;
+      }
+    }
     StatusOr<std::string> uuid = UuidOf(*dev);
     if (!uuid.ok()) {
       return uuid.status();
@@ -291,6 +321,7 @@ class Mtml : public BoundLibrary {
   Ret (*link_spec_)(Dev, MtLinkSpec*) = nullptr;
   Ret (*link_state_)(Dev, unsigned, unsigned*) = nullptr;
   Ret (*link_remote_)(Dev, unsigned, Dev*) = nullptr;
+  Ret (*property_)(Dev, uint32_t*) = nullptr;
 };
 
 }  // namespace

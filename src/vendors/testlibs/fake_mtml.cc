@@ -5,6 +5,12 @@
 // at every mtmlLibraryInitDeviceByIndex and mtmlDeviceInitMemory;
 // accelpool_fake_mtml_inits() says how many such calls were made since it
 // was last asked.
+//
+// mtmlDeviceGetProperty answers each GPU's MPC type (0: no MPC) as set with
+// accelpool_fake_mtml_mpc(gpu, type) (1: the MPC parent, 2: an MPC instance;
+// gpu -1 sets every GPU's), in the bit-fields of MtmlDeviceProperty's first
+// word (mpcCap bit 4, mpcType bits 5-7), or the code set with
+// accelpool_fake_mtml_property_result (4: MTML_ERROR_NOT_SUPPORTED).
 #include <cstdio>
 
 #include "fake_control.h"
@@ -23,6 +29,8 @@ bool mtlink_pairs = false;  // MtLink bridges 0-1, 2-3, 4-5, 6-7 (off: as the pu
 int devices[64];
 int memories[64];
 int inits = 0;  // device and memory objects made
+unsigned mpc_types[64] = {};
+int property_result = 0;
 unsigned DevIndex(const void* d) {
   return static_cast<unsigned>(static_cast<const int*>(d) - devices);
 }
@@ -35,6 +43,16 @@ ACCELPOOL_FAKE_CONTROL_EXPORT
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtlink_pairs(int on) {
   mtlink_pairs = on != 0;
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtml_mpc(int gpu, int type) {
+  for (int i = 0; i < 64; ++i) {
+    if (gpu < 0 || gpu == i) mpc_types[i] = static_cast<unsigned>(type);
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtml_property_result(int r) {
+  property_result = r;
 }
 
 extern "C" __attribute__((visibility("default"))) int accelpool_fake_mtml_inits() {
@@ -94,6 +112,13 @@ __attribute__((visibility("default"))) int mtmlMemoryGetUsed(const void* mem,
     return kDriverFailure;
   }
   *used = static_cast<unsigned long long>(UsedOr(MemIndex(mem), 1)) << 20;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetProperty(const void* dev, unsigned* prop) {
+  if (property_result != 0) return property_result;
+  const unsigned type = mpc_types[DevIndex(dev) % 64];
+  prop[0] = (type != 0 ? 1u << 4 : 0u) | (type << 5);  // mpcCap, mpcType
+  prop[1] = 0;
   return 0;
 }
 __attribute__((visibility("default"))) int mtmlDeviceCountGpuCores(const void*, unsigned* n) {

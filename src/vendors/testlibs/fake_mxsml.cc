@@ -1,6 +1,9 @@
 // A stand-in for MetaX's libmxsml.so: an 8 x C500 node as mx-smi shows it
 // ("MetaX C500", 64 GiB each), two MetaXLink groups {0-3} {4-7} joined
-// across the system, NUMA 0 for 0-3 and 1 for 4-7.
+// across the system, NUMA 0 for 0-3 and 1 for 4-7. Every GPU is bare metal
+// (virtualization mode 0) until accelpool_fake_mxsml_mode(gpu, mode) sets
+// its mode (1: a physical function with SR-IOV on, 2: a virtual function);
+// gpu -1 sets every GPU's.
 #include <cstdio>
 
 #include "fake_control.h"
@@ -15,7 +18,15 @@ namespace {
 constexpr unsigned kFailure = 1;
 constexpr unsigned kInvalidDevice = 6;
 int far_level = 6;  // the level of two GPUs in different halves (6: SYSTEM)
+unsigned modes[64] = {};
 }  // namespace
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_mxsml_mode(int gpu,
+                                                                                 int mode) {
+  for (int i = 0; i < 64; ++i) {
+    if (gpu < 0 || gpu == i) modes[i] = static_cast<unsigned>(mode);
+  }
+}
 
 // Sets the level mxSmlGetDeviceTopology answers for GPUs in different halves
 // (7: ETH, 8: UNDEFINED in MxSml.h).
@@ -42,7 +53,7 @@ __attribute__((visibility("default"))) unsigned mxSmlGetDeviceInfo(unsigned i, u
   char* uuid = reinterpret_cast<char*>(info + 12);
   std::snprintf(uuid, 96, "GPU-7c1a%04u-51d2-4f0e-9a3b-00000000000%u", i, i);
   info[36] = 2;  // brand C
-  info[37] = 0;  // bare metal
+  info[37] = i < 64 ? modes[i] : 0;  // virtualization mode
   CopyString(reinterpret_cast<char*>(info + 38), 32, "MetaX C500");
   return 0;
 }
