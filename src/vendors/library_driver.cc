@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 #include <thread>
 #include <utility>
 
@@ -123,28 +122,37 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool p
   std::vector<int32_t> where;         // library index by inventory index
   std::map<std::string, int32_t> minors;
   std::map<std::string, std::vector<std::string>> nodes;
-  std::set<std::string> seen;
   Status first_error;
   DiscoveryLog notes(&discovery_lines_);
+  // A device that cannot be read, or whose id another device shares: at
+  // start (`partial`) it is not offered; the others are, under their own ids
+  // (UUID or PCI bus, never the index), and discovery fails only when none
+  // can be read. Later, devices are served: the discovery fails, which keeps
+  // them and the tables below as they are.
+  auto leave_out = [&](Status st, const char* also, const char* until) {
+    left_out.push_back(fmt::format(
+        "{}: {}; it is not offered, the other devices are. Check it with {} and {}; a device "
+        "check of the plugin offers it once it {}",
+        Name(), st.message(), TraitsFor(spec_.vendor).tool, also, until));
+    if (first_error.ok()) first_error = std::move(st);
+  };
+  struct Read {
+    int32_t index;
+    std::string id;
+    LibraryDevice device;
+  };
+  std::vector<Read> read;
+  std::map<std::string, int> uses;  // devices answering each id
   for (int32_t i = 0; i < *count; ++i) {
+    ids.emplace_back();  // set below when the device is offered
     StatusOr<LibraryDevice> ld = library_->Device(i);
     if (!ld.ok()) {
       Status st = ld.status().WithPrefix(std::string(library_->LibraryName()) + " device " +
                                          std::to_string(i));
-      // At start (`partial`) it is not offered; the others are, under their
-      // own ids (UUID or PCI bus, never the index), and discovery fails only
-      // when none can be read. Later, devices are served: the discovery
-      // fails, which keeps them and the tables below as they are.
       if (!partial) {
         return st;
       }
-      left_out.push_back(
-          fmt::format("{}: {}; it is not offered, the other devices are. Check it with {} "
-                      "and the kernel log; a device check of the plugin offers it once it "
-                      "answers",
-                      Name(), st.message(), TraitsFor(spec_.vendor).tool));
-      if (first_error.ok()) first_error = std::move(st);
-      ids.emplace_back();
+      leave_out(std::move(st), "the kernel log", "answers");
       continue;
     }
     if (!ld->not_offered.empty()) {
@@ -153,32 +161,47 @@ StatusOr<std::vector<core::NodeInventory>> LibraryDriver::DiscoverDevices(bool p
       notes.Add(DiscoveryLog::Level::kInfo,
                 fmt::format("{}: {} device {} is not offered: {}", Name(), library_->LibraryName(),
                             i, ld->not_offered));
-      ids.emplace_back();
       continue;
     }
-    core::Device d;
-    d.id = !ld->uuid.empty() ? ld->uuid : spec_.id_prefix + "-" + ld->pci_bus;
-    std::replace(d.id.begin(), d.id.end(), ':', '-');
-    if (!seen.insert(d.id).second || d.id == spec_.id_prefix + "-") {
-      return InternalError(std::string(library_->LibraryName()) + " device " + std::to_string(i) +
-                           " has no unique id (\"" + d.id +
-                           "\"); check the driver with the vendor's smi tool");
+    std::string id = !ld->uuid.empty() ? ld->uuid : spec_.id_prefix + "-" + ld->pci_bus;
+    std::replace(id.begin(), id.end(), ':', '-');
+    ++uses[id];
+    read.push_back({i, std::move(id), std::move(ld).value()});
+  }
+  for (Read& r : read) {
+    // The id keys a device's grants and health: two devices answering one id
+    // (or none) cannot both be told apart, so neither is offered.
+    if (uses[r.id] > 1 || r.id == spec_.id_prefix + "-") {
+      Status st = InternalError(std::string(library_->LibraryName()) + " device " +
+                                std::to_string(r.index) + " has no unique id (\"" + r.id + "\"" +
+                                (uses[r.id] > 1 ? ", which " + std::to_string(uses[r.id] - 1) +
+                                                      " other device(s) of the node also answer"
+                                                : "") +
+                                "); check the driver with the vendor's smi tool");
+      if (!partial) {
+        return st;
+      }
+      leave_out(std::move(st), "the ids it reports", "has an id of its own");
+      continue;
     }
+    const LibraryDevice& ld = r.device;
+    core::Device d;
+    d.id = r.id;
     d.index = static_cast<int32_t>(inv.devices.size());
     d.vendor = spec_.vendor;
-    d.model = spec_.model ? spec_.model(ld->name) : ld->name;
-    d.memory_mib = ld->memory_mib;
-    d.compute_units = ld->compute_units;
-    d.numa = ld->numa;
-    d.pci_bus = ld->pci_bus;
+    d.model = spec_.model ? spec_.model(ld.name) : ld.name;
+    d.memory_mib = ld.memory_mib;
+    d.compute_units = ld.compute_units;
+    d.numa = ld.numa;
+    d.pci_bus = ld.pci_bus;
     d.max_shares = std::max(1, TraitsFor(spec_.vendor).default_max_shares);
-    ids.push_back(d.id);
-    where.push_back(i);
+    ids[static_cast<size_t>(r.index)] = d.id;
+    where.push_back(r.index);
     // A device that names no node number is numbered by its library index
     // (the inventory index differs once a device before it is not offered).
-    minors[d.id] = ld->minor >= 0 ? ld->minor : i;
-    if (!ld->nodes.empty()) {
-      nodes[d.id] = ld->nodes;
+    minors[d.id] = ld.minor >= 0 ? ld.minor : r.index;
+    if (!ld.nodes.empty()) {
+      nodes[d.id] = ld.nodes;
     }
     inv.devices.push_back(std::move(d));
   }

@@ -9,8 +9,10 @@
 // keeps the profile's links, with one error line: a
 // half-measured matrix would score the unread pairs 0, and no device of the
 // node would be served were the discovery failed for it. At the plugin's
-// start (DiscoverPartial) a device that cannot be read is left out, with an
-// error logged once; the others are (their ids are not positional). A device
+// start (DiscoverPartial) a device that cannot be read, or that answers the
+// same id as another (both are left out), is left out, with an error logged
+// once; the others are (their ids are not positional). A later discovery
+// fails instead. A device
 // the library says is not for workloads (LibraryDevice::not_offered: an SR-IOV
 // physical function, an MPC parent) is left out of every discovery, with one
 // info line, and is never polled. Health is

@@ -11,7 +11,9 @@
 //                                                       domain; bus; device; function; ...}
 //   cndevGetCardHealthState(cndevCardHealthState_t*, int dev)  {version; int health} 0 = fault
 // Optional: cndevGetDeviceHandleByIndex(int, int* handle), cndevGetUUID(cndevUUID_t*, dev)
-//   {version; uint8 uuid[37]}, cndevGetCardSN(cndevCardSN_t*, dev) {version; int64 sn},
+//   {version; uint8 uuid[37]} (without a UUID a chip is named by its PCI bus,
+//   MLU-<bus>: never by the card serial, which the two chips of an MLU370-X8
+//   board share),
 //   cndevGetCardNameStringByDevId(dev) -> const char*,
 //   cndevGetNUMANodeIdByDevId(cndevNUMANodeId_t*, dev) {version; int32 nodeId},
 //   cndevGetProcessInfo(unsigned* count, cndevProcessInfo_t* rows, dev): rows of
@@ -21,7 +23,6 @@
 //   the room is short.
 #include "vendors/cambricon/cndev_library.h"
 
-#include <cinttypes>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -59,10 +60,6 @@ struct HealthState {
 struct Uuid {
   int version;
   unsigned char uuid[37];
-};
-struct CardSn {
-  int version;
-  int64_t sn;
 };
 struct NumaNode {
   int version;
@@ -102,7 +99,6 @@ class Cndev : public BoundLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Resolve(&health_, "cndevGetCardHealthState"));
     handle_ = lib_->OptionalSymbol<Ret(int, int*)>("cndevGetDeviceHandleByIndex");
     uuid_ = lib_->OptionalSymbol<Ret(Uuid*, int)>("cndevGetUUID");
-    sn_ = lib_->OptionalSymbol<Ret(CardSn*, int)>("cndevGetCardSN");
     name_ = lib_->OptionalSymbol<const char*(int)>("cndevGetCardNameStringByDevId");
     numa_ = lib_->OptionalSymbol<Ret(NumaNode*, int)>("cndevGetNUMANodeIdByDevId");
     process_ = lib_->OptionalSymbol<Ret(unsigned*, ProcessRow*, int)>("cndevGetProcessInfo");
@@ -127,15 +123,10 @@ class Cndev : public BoundLibrary {
     }
     LibraryDevice d;
     Padded<Uuid> uuid = Versioned<Uuid>();
-    Padded<CardSn> sn = Versioned<CardSn>();
     if (uuid_ != nullptr && uuid_(&uuid.value, *dev) == 0 && uuid.value.uuid[0] != 0) {
       d.uuid = "MLU-" +
                FixedString(reinterpret_cast<const char*>(uuid.value.uuid), sizeof(uuid.value.uuid));
-    } else if (sn_ != nullptr && sn_(&sn.value, *dev) == 0 && sn.value.sn != 0) {
-      char s[32];
-      std::snprintf(s, sizeof(s), "MLU-%" PRIx64, static_cast<uint64_t>(sn.value.sn));
-      d.uuid = s;
-    }
+    }  // else "" : LibraryDriver names the chip MLU-<pci bus>
     if (name_ != nullptr) {
       const char* name = name_(*dev);
       if (name != nullptr) {
@@ -253,7 +244,6 @@ class Cndev : public BoundLibrary {
   Ret (*health_)(HealthState*, int) = nullptr;
   Ret (*handle_)(int, int*) = nullptr;
   Ret (*uuid_)(Uuid*, int) = nullptr;
-  Ret (*sn_)(CardSn*, int) = nullptr;
   const char* (*name_)(int) = nullptr;
   Ret (*numa_)(NumaNode*, int) = nullptr;
   Ret (*process_)(unsigned*, ProcessRow*, int) = nullptr;

@@ -5,6 +5,10 @@
 // Processes: cndevGetProcessInfo lists those added with
 // accelpool_fake_cndev_process(chip, pid, mib) (chip -1 clears them), memory
 // in KiB; a short buffer gets CNDEV_ERROR_INSUFFICIENT_SPACE and the count.
+// cndevGetCardSN answers the board's serial, the same for its two chips.
+// accelpool_fake_cndev_uuid(chip, mode) sets what cndevGetUUID answers for a
+// chip (-1: every chip): mode 0 its UUID, -1 an error (CNDEV_ERROR_UNKNOWN),
+// -2 an empty UUID, n >= 1 the UUID of chip n - 1.
 #include <cstdint>
 #include <cstdio>
 
@@ -24,6 +28,7 @@ accelpool_fake::ProcessTable& Processes() {
   static accelpool_fake::ProcessTable table(nullptr);
   return table;
 }
+int uuid_modes[64] = {};
 bool ToIndex(int handle, unsigned* i) {
   const int idx = handle - kHandleBase;
   if (idx < 0 || idx >= State().count) return false;
@@ -38,6 +43,13 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_cndev_proc
                                                                                     unsigned pid,
                                                                                     int mib) {
   Processes().Add(chip, pid, mib);
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_cndev_uuid(int chip,
+                                                                                 int mode) {
+  for (int i = 0; i < 64; ++i) {
+    if (chip < 0 || chip == i) uuid_modes[i] = mode;
+  }
 }
 
 extern "C" {
@@ -55,9 +67,19 @@ __attribute__((visibility("default"))) int cndevGetDeviceHandleByIndex(int index
 __attribute__((visibility("default"))) int cndevGetUUID(int* uuid, int handle) {
   unsigned i = 0;
   if (Bad(uuid[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  const int mode = uuid_modes[i % 64];
+  if (mode == -1) return 7;  // CNDEV_ERROR_UNKNOWN
+  if (mode >= 1) i = static_cast<unsigned>(mode - 1);
   char s[64];
   std::snprintf(s, sizeof(s), "5f1e22a0-8c4d-11ee-b9d1-0242ac1200%02u", i % 100u);
+  if (mode == -2) s[0] = '\0';
   CopyString(reinterpret_cast<char*>(uuid + 1), 37, s);
+  return 0;
+}
+__attribute__((visibility("default"))) int cndevGetCardSN(int* sn, int handle) {
+  unsigned i = 0;
+  if (Bad(sn[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
+  *reinterpret_cast<int64_t*>(sn + 2) = 0x370800a0 + i / 2;  // one serial per board
   return 0;
 }
 __attribute__((visibility("default"))) const char* cndevGetCardNameStringByDevId(int handle) {
