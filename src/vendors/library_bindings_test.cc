@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <thread>
@@ -475,6 +476,54 @@ TEST(LibraryBindingsTest, DevicesSharingAnIdAreLeftOutAtStartOnly) {
   auto again = (*driver)->Discover();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->front().devices.size(), 8u);
+}
+
+// librocm_smi64.so is AMD's library: it lists AMD GPUs too, which must not be
+// offered as hygon.com/dcu. Only PCI vendor 0x1d94 is kept: the vendor from
+// rsmi_dev_vendor_id_get, else from sysfs; a device neither says is offered.
+TEST(LibraryBindingsTest, RocmSmiOffersOnlyHygonDevices) {
+  const Binding& b = Find("ROCm SMI");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto vendor = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_rsmi_vendor"));
+  ASSERT_NE(vendor, nullptr);
+  FakeSysfs sysfs;
+  auto driver = Driver(b, sysfs.root());
+  ASSERT_TRUE(driver.ok());
+
+  vendor(6, 0x1002);  // two AMD Instinct GPUs beside six DCUs
+  vendor(7, 0x1002);
+  auto log = std::make_unique<testing::LogCapture>();
+  auto invs = (*driver)->Discover();
+  ASSERT_TRUE(invs.ok()) << invs.status().ToString();
+  EXPECT_TRUE(log->Has({"ROCm SMI device 6 is not offered", "0x1002", "0000:d3:00.0"}));
+  EXPECT_TRUE(log->Has({"ROCm SMI device 7 is not offered", "0x1002"}));
+  log.reset();
+  ASSERT_EQ(invs->front().devices.size(), 6u);
+  for (const core::Device& d : invs->front().devices) {
+    EXPECT_NE(d.pci_bus, "0000:d3:00.0");
+    EXPECT_NE(d.pci_bus, "0000:f3:00.0");
+  }
+
+  // A ROCm SMI without the answer: sysfs says which is AMD's.
+  vendor(-1, 0);
+  for (const char* bus : {"0000:13:00.0", "0000:f3:00.0"}) {
+    const std::filesystem::path dir = std::filesystem::path(sysfs.root()) / "bus/pci/devices" / bus;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "vendor") << (std::string(bus) == "0000:13:00.0" ? "0x1d94\n" : "0x1002\n");
+  }
+  auto by_sysfs = (*driver)->Discover();
+  ASSERT_TRUE(by_sysfs.ok()) << by_sysfs.status().ToString();
+  ASSERT_EQ(by_sysfs->front().devices.size(), 7u);
+  EXPECT_EQ(by_sysfs->front().devices.front().pci_bus, "0000:13:00.0");
+  for (const core::Device& d : by_sysfs->front().devices) {
+    EXPECT_NE(d.pci_bus, "0000:f3:00.0");
+  }
+  vendor(-1, 0x1d94);
+  auto all = (*driver)->Discover();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->front().devices.size(), 8u);
 }
 
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {

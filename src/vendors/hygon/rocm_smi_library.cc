@@ -11,7 +11,15 @@
 // rsmi_dev_drm_render_minor_get(uint32_t dv, uint32_t* minor),
 // rsmi_topo_get_link_type(uint32_t a, uint32_t b, uint64_t* hops, RSMI_IO_LINK_TYPE* type)
 // (1 PCIe, 2 XGMI),
-// rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t dv, rsmi_process_info_t* p)
+// rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t dv, rsmi_process_info_t* p),
+// rsmi_dev_vendor_id_get(uint32_t dv, uint16_t* id)
+//
+// librocm_smi64.so is AMD's library, which Hygon's DTK ships: it lists AMD
+// GPUs as well as DCUs. Only devices of PCI vendor 0x1d94 (Hygon) are
+// offered; another vendor's device is left out with one log line. The vendor
+// comes from rsmi_dev_vendor_id_get, else (not exported, or failing) from
+// sysfs (<sysfs>/bus/pci/devices/<bus>/vendor); a device whose vendor
+// neither says is offered, as before this check.
 //
 // Memory in use is the VRAM the processes using a DCU hold, summed, not
 // rsmi_dev_memory_usage_get: on Hygon DCUs that counts the HBM the driver
@@ -31,7 +39,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +61,7 @@ constexpr int kLinkPcie = 1;           // RSMI_IOLINK_TYPE_PCIEXPRESS
 constexpr int kLinkXgmi = 2;           // RSMI_IOLINK_TYPE_XGMI
 constexpr uint32_t kRenderBase = 128;  // the first DRM render minor
 constexpr int kNotFound = 10;          // RSMI_STATUS_NOT_FOUND
+constexpr uint16_t kHygonVendor = 0x1d94;  // PCI vendor id of Hygon's DCUs
 
 // The leading fields of rsmi_process_info_t, the same in every ROCm release
 // (later ones append sdma_usage and cu_occupancy); read through Padded.
@@ -99,6 +110,7 @@ class RocmSmi : public BoundLibrary {
         lib_->OptionalSymbol<Ret(uint32_t, uint32_t, uint64_t*, int*)>("rsmi_topo_get_link_type");
     by_device_ = lib_->OptionalSymbol<Ret(uint32_t, uint32_t, void*)>(
         "rsmi_compute_process_info_by_device_get");
+    vendor_ = lib_->OptionalSymbol<Ret(uint32_t, uint16_t*)>("rsmi_dev_vendor_id_get");
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(0), "rsmi_init"));
     ready_ = true;
     return Status::Ok();
@@ -117,6 +129,20 @@ class RocmSmi : public BoundLibrary {
     ACCELPOOL_RETURN_IF_ERROR(Ready());
     const auto i = static_cast<uint32_t>(index);
     LibraryDevice d;
+    uint64_t bdf = 0;
+    ACCELPOOL_RETURN_IF_ERROR(Check(pci_(i, &bdf), "rsmi_dev_pci_id_get"));
+    d.pci_bus = BdfFromId(bdf);
+    if (std::optional<uint16_t> vendor = VendorOf(i, d.pci_bus);
+        vendor.has_value() && *vendor != kHygonVendor) {
+      char why[160];
+      std::snprintf(why, sizeof(why),
+                    "its PCI vendor is 0x%04x, not Hygon's 0x1d94 (ROCm SMI lists another "
+                    "vendor's GPU at %s)",
+                    static_cast<unsigned>(*vendor), d.pci_bus.c_str());
+      LibraryDevice other;
+      other.not_offered = why;
+      return other;
+    }
     char name[128] = {};
     if (name_ != nullptr && name_(i, name, sizeof(name)) == 0) {
       d.name = FixedString(name, sizeof(name));
@@ -130,9 +156,6 @@ class RocmSmi : public BoundLibrary {
     uint64_t bytes = 0;
     ACCELPOOL_RETURN_IF_ERROR(Check(memory_(i, kVram, &bytes), "rsmi_dev_memory_total_get"));
     d.memory_mib = static_cast<int64_t>(bytes >> 20);
-    uint64_t bdf = 0;
-    ACCELPOOL_RETURN_IF_ERROR(Check(pci_(i, &bdf), "rsmi_dev_pci_id_get"));
-    d.pci_bus = BdfFromId(bdf);
     uint32_t node = 0;
     if (numa_ != nullptr && numa_(i, &node) == 0 && node < 1024) {
       d.numa = static_cast<int32_t>(node);
@@ -224,6 +247,24 @@ class RocmSmi : public BoundLibrary {
   }
 
  private:
+  // The PCI vendor id of device `i` at `bus`: ROCm SMI's, else sysfs's;
+  // nullopt when neither says.
+  std::optional<uint16_t> VendorOf(uint32_t i, const std::string& bus) const {
+    uint16_t id = 0;
+    if (vendor_ != nullptr && vendor_(i, &id) == 0) {
+      return id;
+    }
+    if (bus.empty()) {
+      return std::nullopt;
+    }
+    std::ifstream in(sysfs_root_ + "/bus/pci/devices/" + bus + "/vendor");
+    unsigned value = 0;
+    if (!(in >> std::hex >> value) || value == 0 || value > 0xffff) {
+      return std::nullopt;
+    }
+    return static_cast<uint16_t>(value);
+  }
+
   Ret (*init_)(uint64_t) = nullptr;
   Ret (*count_)(uint32_t*) = nullptr;
   Ret (*memory_)(uint32_t, int, uint64_t*) = nullptr;
@@ -235,6 +276,7 @@ class RocmSmi : public BoundLibrary {
   Ret (*render_)(uint32_t, uint32_t*) = nullptr;
   Ret (*link_)(uint32_t, uint32_t, uint64_t*, int*) = nullptr;
   Ret (*by_device_)(uint32_t, uint32_t, void*) = nullptr;
+  Ret (*vendor_)(uint32_t, uint16_t*) = nullptr;
 };
 
 }  // namespace

@@ -12,6 +12,10 @@
 // with the current rsmi_process_info_t (32 bytes); RSMI_STATUS_NOT_FOUND for
 // a process not on that DCU. The PIDs a caller finds are its KFD sysfs
 // folders, which the tests make.
+//
+// rsmi_dev_vendor_id_get answers 0x1d94 (Hygon) for every device, or what
+// accelpool_fake_rsmi_vendor(dv, id) set (dv -1: every device; id 0: the
+// call fails, RSMI_STATUS_NOT_SUPPORTED, so the caller reads sysfs).
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -54,6 +58,8 @@ long long ProcessMib(uint32_t dv) {  // NOLINT(runtime/int)
 }
 const unsigned kBus[] = {0x13, 0x33, 0x53, 0x73, 0x93, 0xb3, 0xd3, 0xf3};
 std::atomic<bool> render_fails{false};  // rsmi_dev_drm_render_minor_get answers an error
+constexpr int kNotSupported = 2;        // RSMI_STATUS_NOT_SUPPORTED
+int vendors[64] = {};                   // 0: Hygon's 0x1d94; -1: the call fails; else the id
 }  // namespace
 
 ACCELPOOL_FAKE_CONTROL_EXPORT
@@ -68,6 +74,12 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_proce
 // whose sysfs read fails).
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_render_fails(int on) {
   render_fails = on != 0;
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_rsmi_vendor(int dv, int id) {
+  for (int i = 0; i < 64; ++i) {
+    if (dv < 0 || dv == i) vendors[i] = id == 0x1d94 ? 0 : (id == 0 ? -1 : id);
+  }
 }
 
 extern "C" {
@@ -121,6 +133,13 @@ __attribute__((visibility("default"))) int rsmi_compute_process_info_by_device_g
 __attribute__((visibility("default"))) int rsmi_dev_pci_id_get(uint32_t dv, uint64_t* bdfid) {
   if (!Valid(dv)) return kInvalidArgs;
   *bdfid = static_cast<uint64_t>(kBus[dv % 8]) << 8;  // domain 0, device 0, function 0
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int rsmi_dev_vendor_id_get(uint32_t dv, uint16_t* id) {
+  if (!Valid(dv) || id == nullptr) return kInvalidArgs;
+  const int v = vendors[dv % 64];
+  if (v < 0) return kNotSupported;
+  *id = static_cast<uint16_t>(v == 0 ? 0x1d94 : v);
   return kSuccess;
 }
 __attribute__((visibility("default"))) int rsmi_topo_get_numa_node_number(uint32_t dv,
