@@ -526,6 +526,59 @@ TEST(LibraryBindingsTest, RocmSmiOffersOnlyHygonDevices) {
   EXPECT_EQ(all->front().devices.size(), 8u);
 }
 
+// The /dev/mtgpu node of a Moore Threads GPU is the one mtmlDeviceGetGpuPath
+// names, whose number need not be the MTML index: that node is mounted and
+// its number is MTHREADS_VISIBLE_DEVICES' host number. A library that does
+// not say (here "not supported") keeps the index.
+TEST(LibraryBindingsTest, MtmlGpuNodeIsThePathMtmlNames) {
+  const Binding& b = Find("MTML");
+  FakeHandle fake(b.fake_path);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto paths = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_mtml_gpu_paths"));
+  ASSERT_NE(paths, nullptr);
+  FakeSysfs sysfs;
+  testing::FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kMthreads, 8);
+  auto driver = Driver(b, sysfs.root(), std::chrono::seconds(5), dev.root());
+  ASSERT_TRUE(driver.ok());
+  auto spec_of = [&](bool with_drm) -> StatusOr<ContainerSpec> {
+    auto invs = (*driver)->Discover();
+    if (!invs.ok()) return invs.status();
+    const core::Device d3 = invs->front().devices[3];
+    if (with_drm) {
+      sysfs.Drm(d3.pci_bus, {"card4", "renderD131"});
+      dev.Add("/dev/dri/card4");
+      dev.Add("/dev/dri/renderD131");
+      invs = (*driver)->Discover();
+      if (!invs.ok()) return invs.status();
+    }
+    return (*driver)->BuildContainerSpec({{d3, 0, 0, true}});
+  };
+  auto mounts = [](const ContainerSpec& spec, const std::string& path) {
+    return std::any_of(spec.devices.begin(), spec.devices.end(),
+                       [&](const DeviceNode& n) { return n.host_path == path; });
+  };
+
+  paths(1);  // GPU i is /dev/mtgpu.<7 - i>
+  for (bool with_drm : {false, true}) {
+    SCOPED_TRACE(with_drm ? "with DRM nodes" : "without DRM nodes");
+    auto spec = spec_of(with_drm);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_TRUE(mounts(*spec, "/dev/mtgpu.4"));
+    EXPECT_FALSE(mounts(*spec, "/dev/mtgpu.3"));
+    EXPECT_EQ(spec->env.at("MTHREADS_VISIBLE_DEVICES"), "4");
+    EXPECT_EQ(spec->env.at("MUSA_VISIBLE_DEVICES"), "0");
+  }
+  paths(2);  // not supported: the index
+  auto by_index = spec_of(true);
+  paths(0);
+  ASSERT_TRUE(by_index.ok()) << by_index.status().ToString();
+  EXPECT_TRUE(mounts(*by_index, "/dev/mtgpu.3"));
+  EXPECT_TRUE(mounts(*by_index, "/dev/dri/renderD131"));
+  EXPECT_EQ(by_index->env.at("MTHREADS_VISIBLE_DEVICES"), "3");
+}
+
 TEST(LibraryBindingsTest, MtLinkPairsBeatThePcieLevel) {
   const Binding& b = Find("MTML");
   FakeHandle fake(b.fake_path);

@@ -28,6 +28,12 @@
 //   With MPC on MTML counts each instance and the parent, which is only a
 //   control point (its memory is the whole GPU's), so a parent is not
 //   offered. MTML_ERROR_NOT_SUPPORTED (4), or no such entry point: no MPC.
+//   mtmlDeviceGetGpuPath(const MtmlDevice*, char* path, unsigned length)
+//   (MTML_DEVICE_PATH_BUFFER_SIZE 64): the GPU's /dev/mtgpu node, whose number
+//   need not be the MTML index. Where it answers a path of that form, the path
+//   is mounted and its number is the host number (MTHREADS_VISIBLE_DEVICES);
+//   else (not exported, an error such as "not supported" for a virtual
+//   device, another form) the MTML index, as before.
 #include "vendors/mthreads/mtml_library.h"
 
 #include <array>
@@ -98,6 +104,7 @@ class Mtml : public BoundLibrary {
     link_remote_ =
         lib_->OptionalSymbol<Ret(Dev, unsigned, Dev*)>("mtmlDeviceGetMtLinkRemoteDevice");
     property_ = lib_->OptionalSymbol<Ret(Dev, uint32_t*)>("mtmlDeviceGetProperty");
+    gpu_path_ = lib_->OptionalSymbol<Ret(Dev, char*, unsigned)>("mtmlDeviceGetGpuPath");
     Lib handle = nullptr;
     ACCELPOOL_RETURN_IF_ERROR(Check(init_(&handle), "mtmlLibraryInit"));
     if (handle == nullptr) {
@@ -164,13 +171,17 @@ class Mtml : public BoundLibrary {
       d.compute_units = static_cast<int32_t>(cores);
     }
     d.numa = PciNumaNode(d.pci_bus, sysfs_root_);
-    // MUSA needs the GPU's DRM nodes beside /dev/mtgpu.<index>; their numbers
+    // MUSA needs the GPU's DRM nodes beside its /dev/mtgpu node; their numbers
     // are the kernel's (a BMC's VGA is often card0), so sysfs names them.
+    const std::string path = GpuPath(*dev);
     std::vector<std::string> drm = PciDrmNodes(d.pci_bus, sysfs_root_);
-    if (!drm.empty()) {
+    if (!path.empty()) {
+      d.minor = MtgpuNumber(path);
+      d.nodes.push_back(path);
+    } else if (!drm.empty()) {
       d.nodes.push_back("/dev/mtgpu." + std::to_string(index));
-      d.nodes.insert(d.nodes.end(), drm.begin(), drm.end());
     }
+    d.nodes.insert(d.nodes.end(), drm.begin(), drm.end());
     return d;
   }
 
@@ -279,6 +290,29 @@ class Mtml : public BoundLibrary {
     return false;
   }
 
+  // The number N of a path /dev/mtgpu.N (or /dev/mtgpuN); -1 for another form.
+  static int32_t MtgpuNumber(const std::string& path) {
+    const std::string prefix = "/dev/mtgpu";
+    if (path.rfind(prefix, 0) != 0) return -1;
+    size_t at = prefix.size();
+    if (at < path.size() && path[at] == '.') ++at;
+    const std::string digits = path.substr(at);
+    if (digits.empty() || digits.size() > 6 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return -1;
+    }
+    return static_cast<int32_t>(std::stoi(digits));
+  }
+
+  // MTML's /dev/mtgpu node of `dev`; "" when it does not say one (see the top).
+  std::string GpuPath(Dev dev) {
+    if (gpu_path_ == nullptr) return "";
+    char path[128] = {};  // MTML_DEVICE_PATH_BUFFER_SIZE is 64
+    if (gpu_path_(dev, path, 64) != 0) return "";
+    std::string p = FixedString(path, sizeof(path));
+    return MtgpuNumber(p) >= 0 ? p : "";
+  }
+
   StatusOr<std::string> UuidOf(Dev dev) {
     char uuid[48] = {};
     ACCELPOOL_RETURN_IF_ERROR(Check(uuid_(dev, uuid, sizeof(uuid)), "mtmlDeviceGetUUID"));
@@ -322,6 +356,7 @@ class Mtml : public BoundLibrary {
   Ret (*link_state_)(Dev, unsigned, unsigned*) = nullptr;
   Ret (*link_remote_)(Dev, unsigned, Dev*) = nullptr;
   Ret (*property_)(Dev, uint32_t*) = nullptr;
+  Ret (*gpu_path_)(Dev, char*, unsigned) = nullptr;
 };
 
 }  // namespace

@@ -11,6 +11,11 @@
 // gpu -1 sets every GPU's), in the bit-fields of MtmlDeviceProperty's first
 // word (mpcCap bit 4, mpcType bits 5-7), or the code set with
 // accelpool_fake_mtml_property_result (4: MTML_ERROR_NOT_SUPPORTED).
+//
+// mtmlDeviceGetGpuPath answers /dev/mtgpu.<index>, or, after
+// accelpool_fake_mtml_gpu_paths(1), the nodes numbered backwards
+// (/dev/mtgpu.<7 - index>: the kernel's numbers need not be MTML's), or
+// after accelpool_fake_mtml_gpu_paths(2), MTML_ERROR_NOT_SUPPORTED.
 #include <cstdio>
 
 #include "fake_control.h"
@@ -31,6 +36,7 @@ int memories[64];
 int inits = 0;  // device and memory objects made
 unsigned mpc_types[64] = {};
 int property_result = 0;
+int gpu_paths = 0;
 unsigned DevIndex(const void* d) {
   return static_cast<unsigned>(static_cast<const int*>(d) - devices);
 }
@@ -53,6 +59,10 @@ extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtml_mpc(i
 
 extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtml_property_result(int r) {
   property_result = r;
+}
+
+extern "C" __attribute__((visibility("default"))) void accelpool_fake_mtml_gpu_paths(int mode) {
+  gpu_paths = mode;
 }
 
 extern "C" __attribute__((visibility("default"))) int accelpool_fake_mtml_inits() {
@@ -119,6 +129,15 @@ __attribute__((visibility("default"))) int mtmlDeviceGetProperty(const void* dev
   const unsigned type = mpc_types[DevIndex(dev) % 64];
   prop[0] = (type != 0 ? 1u << 4 : 0u) | (type << 5);  // mpcCap, mpcType
   prop[1] = 0;
+  return 0;
+}
+__attribute__((visibility("default"))) int mtmlDeviceGetGpuPath(const void* dev, char* path,
+                                                                unsigned n) {
+  if (gpu_paths == 2) return 4;  // MTML_ERROR_NOT_SUPPORTED
+  const unsigned i = DevIndex(dev);
+  char s[64];
+  std::snprintf(s, sizeof(s), "/dev/mtgpu.%u", gpu_paths == 1 ? 7 - i % 8 : i);
+  CopyString(path, n, s);
   return 0;
 }
 __attribute__((visibility("default"))) int mtmlDeviceCountGpuCores(const void*, unsigned* n) {
