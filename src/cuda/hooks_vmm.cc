@@ -65,10 +65,13 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (!ok) {
     // A handle released while mapped into an array keeps its record (and
     // charge) for good; once the driver freed it, it may hand the value out
-    // again. That record gives way; its bytes stay charged.
+    // again. That record gives way; its bytes stay charged. So does the
+    // record of a released handle with no mapping left that an unmap could
+    // not take out (no memory for it: HookMemUnmap).
     AllocRecord* old = s.vmm_handles->Find(*handle);
     AllocRecord dropped;
-    if (old != nullptr && old->link == kReleased && old->array_mapped && old->refs == 1 &&
+    if (old != nullptr && old->link == kReleased &&
+        (old->array_mapped ? old->refs == 1 : old->refs <= 0) &&
         s.vmm_handles->Take(*handle, &dropped)) {
       ok = s.vmm_handles->Put(*handle, r);
     }
@@ -163,25 +166,85 @@ CUresult HookMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   return rc;
 }
 
-template <int S>
-CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
-  EnsureCuda();
-  auto real = Real<cuMemUnmapFn>(kHookMemUnmap, S);
-  if (real == nullptr) {
-    return CUDA_ERROR_NOT_FOUND;
+// An unmap's mappings (by address, in [lo, hi)) and the handles it frees,
+// settled before the real call and kept to be put back if it fails.
+struct UnmapSettle {
+  uint64_t lo;
+  uint64_t hi;
+  AllocTable* vmm_maps;
+  AllocTable* vmm_handles;
+  AllocTable* maps;   // Mapping records taken out of vmm_maps.
+  AllocTable* freed;  // Handle records taken out of vmm_handles, by handle.
+  bool late;          // Something left to settle after the call (no memory).
+};
+
+// TakeIf: takes out a mapping in range, kept in maps.
+bool TakeMappingInRange(void* ctx, uint64_t key, const AllocRecord& m) {
+  auto* u = static_cast<UnmapSettle*>(ctx);
+  if (key < u->lo || key >= u->hi) {
+    return false;
   }
-  ShimState& s = State();
-  CUresult rc = real(ptr, size);
-  if (rc != CUDA_SUCCESS || !s.mem_on) {
-    return rc;
+  if (!u->maps->Put(key, m)) {
+    u->late = true;  // Stays in vmm_maps, settled after the call.
+    return false;
   }
-  // One unmap may cover several mappings; handles whose last mapping goes
-  // away after release are freed by the driver now. Unlike a freed pointer or
-  // a released handle, the range cannot be reused meanwhile: the application
-  // owns its reserved addresses, and the thread that unmaps them has not
-  // returned yet, so settling after the real call is safe here.
+  return true;
+}
+
+// REQUIRES: mem_mu. A mapping going: drops its handle's reference and takes
+// out the handle's record if that frees it (released, no mapping left).
+void DropMapping(void* ctx, uint64_t, const AllocRecord& m) {
+  auto* u = static_cast<UnmapSettle*>(ctx);
+  AllocRecord* r = u->vmm_handles->Find(m.link);
+  if (r == nullptr) {
+    return;
+  }
+  --r->refs;
+  if (r->refs <= 0 && r->link == kReleased) {
+    AllocRecord taken = *r;
+    if (u->freed->Put(m.link, taken)) {
+      u->vmm_handles->Take(m.link, &taken);
+    } else {
+      u->late = true;  // Stays, settled after the call.
+    }
+  }
+}
+
+// REQUIRES: mem_mu. Undoes DropMapping and TakeMappingInRange (failed unmap).
+void RestoreMapping(void* ctx, uint64_t key, const AllocRecord& m) {
+  auto* u = static_cast<UnmapSettle*>(ctx);
+  AllocRecord taken;
+  if (u->freed->Take(m.link, &taken)) {
+    u->vmm_handles->Put(m.link, taken);
+  }
+  u->vmm_maps->Put(key, m);
+  if (AllocRecord* r = u->vmm_handles->Find(m.link)) {
+    ++r->refs;
+  }
+}
+
+void UnchargeFreed(void*, uint64_t, const AllocRecord& r) { UnchargeBytes(r.device, r.bytes); }
+
+// REQUIRES: mem_mu. After a successful unmap, a handle DropMapping left
+// (no memory to keep its record) is freed now; if there is still no room
+// for it in freed, it stays charged (the safe side), and its record gives
+// way to a new handle of the same value (HookMemCreate).
+void TakeLateHandle(void* ctx, uint64_t, const AllocRecord& m) {
+  auto* u = static_cast<UnmapSettle*>(ctx);
+  AllocRecord* r = u->vmm_handles->Find(m.link);
+  AllocRecord taken;
+  if (r != nullptr && r->refs <= 0 && r->link == kReleased && u->freed->Put(m.link, *r)) {
+    u->vmm_handles->Take(m.link, &taken);
+  }
+}
+
+// What the shim could not settle before a successful unmap (it ran out of
+// memory for the records it keeps) is settled after it, as it always was
+// before: in batches of mappings still in range, then the handles of those
+// taken out that are free now (into u->freed, uncharged by the caller).
+void SettleLate(ShimState& s, UnmapSettle* u) {
   for (;;) {
-    RangeCollector c{ptr, ptr + size, {}, 0};
+    RangeCollector c{u->lo, u->hi, {}, 0};
     AllocRecord freed[kUnmapBatch];
     int nfreed = 0;
     pthread_mutex_lock(&s.mem_mu);
@@ -206,6 +269,46 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
       break;
     }
   }
+  pthread_mutex_lock(&s.mem_mu);
+  u->maps->ForEach(TakeLateHandle, u);
+  pthread_mutex_unlock(&s.mem_mu);
+}
+
+// One unmap may cover several mappings; handles whose last mapping goes
+// away after release are freed by the driver with it. As in cuMemRelease,
+// the records are settled before the real call and put back if it fails:
+// once the driver freed a handle, it may hand the same value to another
+// thread's cuMemCreate before the unmap returns, and that handle's record
+// must find the freed one's gone.
+template <int S>
+CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
+  EnsureCuda();
+  auto real = Real<cuMemUnmapFn>(kHookMemUnmap, S);
+  if (real == nullptr) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  ShimState& s = State();
+  if (!s.mem_on) {
+    return real(ptr, size);
+  }
+  AllocTable maps;
+  AllocTable freed;
+  UnmapSettle u{ptr, ptr + size, s.vmm_maps, s.vmm_handles, &maps, &freed, false};
+  pthread_mutex_lock(&s.mem_mu);
+  s.vmm_maps->TakeIf(TakeMappingInRange, &u);
+  maps.ForEach(DropMapping, &u);
+  pthread_mutex_unlock(&s.mem_mu);
+  CUresult rc = real(ptr, size);
+  if (rc != CUDA_SUCCESS) {
+    pthread_mutex_lock(&s.mem_mu);
+    maps.ForEach(RestoreMapping, &u);
+    pthread_mutex_unlock(&s.mem_mu);
+    return rc;
+  }
+  if (u.late) {
+    SettleLate(s, &u);
+  }
+  freed.ForEach(UnchargeFreed, nullptr);
   return rc;
 }
 

@@ -1816,6 +1816,36 @@ TEST(ShimTest, AHandleMappedTwiceIsChargedOnceAndReturnedWhenGone) {
   }
 }
 
+// The last unmap of a released handle frees it, and the driver may hand its
+// value to another thread's cuMemCreate before that unmap returns. The new
+// handle is charged and the freed one returned once. (Settled after the
+// unmap, the freed handle's record was still there: the new one's record
+// could not be made, so its charge was returned, and then the freed one's
+// too: the new handle's memory escaped the cap.) An unmap that fails frees
+// nothing: the handle stays charged.
+TEST(ShimTest, AHandleFreedByItsLastUnmapGivesWayToANewHandleWithItsValue) {
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "vmmunmap", std::to_string(512 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"FAKE_CUDA_REUSE_HANDLES", "1"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "map_rc"), 0u);
+    EXPECT_EQ(U(kv, "release_rc"), 0u);
+    EXPECT_EQ(U(kv, "unmap_rc"), 0u);
+    EXPECT_EQ(U(kv, "create2_rc"), 0u);
+    EXPECT_EQ(U(kv, "reused"), 1u) << "the fake did not hand out the freed value";
+    EXPECT_EQ(U(kv, "device_used"), 512 * kMiB);
+    EXPECT_EQ(U(kv, "raced_free"), 512 * kMiB) << "the new handle is not charged";
+    EXPECT_EQ(U(kv, "over_rc"), 2u) << "allocated past the cap";
+    EXPECT_EQ(U(kv, "second_released"), 1024 * kMiB);
+    EXPECT_EQ(U(kv, "again_rc"), 0u);
+    EXPECT_EQ(U(kv, "failed_unmap_rc"), 801u) << "the driver's error passes through";
+    EXPECT_EQ(U(kv, "failed_free"), 512 * kMiB) << "still mapped: still charged";
+    EXPECT_EQ(U(kv, "unmap_again_rc"), 0u);
+    EXPECT_EQ(U(kv, "all_free"), 1024 * kMiB);
+  }
+}
+
 // UCX, mscclpp and SGLang look up the handle of a mapped address with
 // cuMemRetainAllocationHandle and release it again. That release drops the
 // retained reference only: the application still owns the handle, so

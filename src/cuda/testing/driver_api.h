@@ -158,6 +158,7 @@ void fakecuda_Fail(const char* name, int fail);
 void fakecuda_OnNextFree(void (*fn)(void*), void* ctx);
 void fakecuda_OnNextCtxDestroy(void (*fn)(void*), void* ctx);
 void fakecuda_OnNextAddressRange(void (*fn)(void*), void* ctx);
+void fakecuda_OnNextUnmap(void (*fn)(void*), void* ctx);
 void fakecuda_NextCtxHandle(uintptr_t handle);
 void fakecuda_GreenCurrent(uintptr_t green);
 void fakecuda_IpcRefcounted(int on);

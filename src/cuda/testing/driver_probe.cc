@@ -111,6 +111,11 @@
 //   vmmtwice <bytes>         one cuMemCreate handle mapped at two addresses;
 //                            free memory after each map, unmap and release,
 //                            then PyTorch's order (unmap before release)
+//   vmmunmap <bytes>         a released cuMemCreate handle of <bytes> is freed
+//                            by its last unmap, inside which (as another
+//                            thread) a cuMemCreate of <bytes> gets its value
+//                            (FAKE_CUDA_REUSE_HANDLES); then an unmap that
+//                            fails and one that succeeds
 //   vmmretain <bytes>        two mapped cuMemCreate handles; one's handle is
 //                            retained from its address and released (the
 //                            query pattern of UCX, mscclpp), unmapped, mapped
@@ -2319,6 +2324,67 @@ int MipmapLevels(const Api& a) {
   return 0;
 }
 
+struct UnmapRaceContext {
+  const Api* api;
+  uint64_t bytes;
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+};
+
+void CreateInsideUnmap(void* ctx) {
+  auto* c = static_cast<UnmapRaceContext*>(ctx);
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  c->rc = c->api->create(&c->handle, c->bytes, &prop, 0);
+}
+
+// The last unmap of a released handle frees it; the driver may give its
+// value to a cuMemCreate of another thread before the unmap returns. That
+// new handle is charged, and the freed one uncharged once. An unmap that
+// fails frees nothing and keeps the handle charged.
+int VmmUnmap(const Api& a, uint64_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const CUdeviceptr va = 1ULL << 45;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = a.create(&h, bytes, &prop, 0);
+  CUresult map_rc = a.map(va, bytes, 0, h, 0);
+  CUresult release_rc = a.release(h);
+  UnmapRaceContext ctx{&a, bytes};
+  fakecuda_OnNextUnmap(&CreateInsideUnmap, &ctx);
+  CUresult unmap_rc = a.unmap(va, bytes);
+  std::printf(
+      "rc=%d map_rc=%d release_rc=%d unmap_rc=%d create2_rc=%d reused=%d "
+      "raced_free=%zu device_used=%llu\n",
+      rc, map_rc, release_rc, unmap_rc, ctx.rc, ctx.handle == h ? 1 : 0, FreeBytes(a),
+      static_cast<unsigned long long>(DeviceUsed()));
+  CUdeviceptr p = 0;
+  CUresult over_rc = a.alloc(&p, bytes + (256 << 20));
+  if (over_rc == CUDA_SUCCESS) {
+    a.free(p);
+  }
+  a.release(ctx.handle);
+  std::printf("over_rc=%d second_released=%zu\n", over_rc, FreeBytes(a));
+  // The last unmap of a released handle, failing: the handle lives on.
+  rc = a.create(&h, bytes, &prop, 0);
+  a.map(va, bytes, 0, h, 0);
+  a.release(h);
+  fakecuda_Fail("cuMemUnmap", 1);
+  CUresult failed_rc = a.unmap(va, bytes);
+  size_t failed_free = FreeBytes(a);
+  fakecuda_Fail("cuMemUnmap", 0);
+  unmap_rc = a.unmap(va, bytes);
+  std::printf(
+      "again_rc=%d failed_unmap_rc=%d failed_free=%zu unmap_again_rc=%d "
+      "all_free=%zu\n",
+      rc, failed_rc, failed_free, unmap_rc, FreeBytes(a));
+  return 0;
+}
+
 // A cuMemRelease that fails leaves the handle allocated and charged, both
 // without a mapping and with one (then the last unmap must not uncharge it).
 int ReleaseFail(const Api& a, uint64_t bytes) {
@@ -2655,6 +2721,9 @@ int main(int argc, char** argv) {
   }
   if (command == "vmmretain" && argc == 4) {
     return VmmRetain(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "vmmunmap" && argc == 4) {
+    return VmmUnmap(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "vmmtwice" && argc == 4) {
     return VmmTwice(a, std::strtoull(argv[3], nullptr, 10));

@@ -1064,16 +1064,28 @@ FAKE_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* m, unsigned n, CUst
 }
 FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.mappings.lower_bound(p);
-  if (it == s.mappings.end() || it->first >= p + n) {
-    return CUDA_ERROR_INVALID_VALUE;
+  void (*on_unmap)(void*) = nullptr;
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (FailingLocked(s, "cuMemUnmap")) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    auto it = s.mappings.lower_bound(p);
+    if (it == s.mappings.end() || it->first >= p + n) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    while (it != s.mappings.end() && it->first < p + n) {
+      CUmemGenericAllocationHandle h = it->second;
+      --s.handles[h].maps;
+      it = s.mappings.erase(it);
+      MaybeFreeHandle(s, h);
+    }
+    std::swap(on_unmap, s.on_unmap);
+    std::swap(ctx, s.on_unmap_ctx);
   }
-  while (it != s.mappings.end() && it->first < p + n) {
-    CUmemGenericAllocationHandle h = it->second;
-    --s.handles[h].maps;
-    it = s.mappings.erase(it);
-    MaybeFreeHandle(s, h);
+  if (on_unmap != nullptr) {
+    on_unmap(ctx);  // Another thread, as it were, between the unmap and its return.
   }
   return CUDA_SUCCESS;
 }
@@ -1290,6 +1302,17 @@ FAKE_EXPORT void fakecuda_OnNextAddressRange(void (*fn)(void*), void* ctx) {
   std::lock_guard<std::mutex> lock(s.mu);
   s.on_address_range = fn;
   s.on_address_range_ctx = ctx;
+}
+
+// Runs fn(ctx) once, inside the next successful cuMemUnmap, after the
+// driver has unmapped the range (freeing a released handle whose last
+// mapping it was) and before the call returns: replays another thread's
+// cuMemCreate getting the freed handle's value meanwhile.
+FAKE_EXPORT void fakecuda_OnNextUnmap(void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_unmap = fn;
+  s.on_unmap_ctx = ctx;
 }
 
 // The next cuCtxCreate* returns `handle` (above the primary contexts' and

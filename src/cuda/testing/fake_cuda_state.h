@@ -169,6 +169,11 @@ struct State {
   // answers (fakecuda_OnNextAddressRange).
   void (*on_address_range)(void*) = nullptr;
   void* on_address_range_ctx = nullptr;
+  // A callback run once inside the next successful cuMemUnmap, after the
+  // driver has unmapped (and perhaps freed a handle), before the call
+  // returns (fakecuda_OnNextUnmap).
+  void (*on_unmap)(void*) = nullptr;
+  void* on_unmap_ctx = nullptr;
   CUdeviceptr reuse_address = 0;
   // IPC opens as the real driver counts them (fakecuda_IpcRefcounted): a
   // handle already open returns its pointer with one more reference, and
