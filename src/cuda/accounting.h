@@ -262,9 +262,12 @@ CUresult ChargeAndCall(AllocTable* table, int device, uint64_t bytes, Owner owne
 }
 
 // A stream-ordered allocation from a pool tracked by reserve: runs the real
-// call, then charges the pool's growth. A growth past the cap is undone (the
-// block is freed on its stream and the pool trimmed) and OUT_OF_MEMORY
-// returned. `free_async(ptr)` frees on the allocation's stream and waits
+// call, then charges the pool's growth. A growth past the cap is tried again
+// once the device's other pools and graph memory are re-read (what they gave
+// back meanwhile is no longer charged), as every other charge is
+// (ChargeBytesAfterSync); still past it, it is undone (the block is freed on
+// its stream and the pool trimmed) and OUT_OF_MEMORY returned. Called with
+// no pool_mu held. `free_async(ptr)` frees on the allocation's stream and waits
 // for the free to complete (the trim releases only memory whose free the
 // host has seen complete).
 template <typename Call, typename FreeAsync>
@@ -274,7 +277,13 @@ CUresult PoolAllocAndCharge(CUmemoryPool pool, int device, CUdeviceptr* dptr, Ca
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (SyncPool(pool) == Charge::kOverLimit) {
+  Charge c = SyncPool(pool);
+  if (c == Charge::kOverLimit) {
+    SyncPools(device);  // Re-reads this pool too, charging its growth if it fits now.
+    SyncGraphMemory(device);
+    c = SyncPool(pool);
+  }
+  if (c == Charge::kOverLimit) {
     free_async(*dptr);
     ShimState& s = State();
     if (s.mem_pool_trim_to != nullptr) {

@@ -490,6 +490,28 @@ TEST(ShimTest, AfterARefusedGrowthThePoolServesWhatItHolds) {
   }
 }
 
+// A pool gives memory back unseen (the default pool's threshold 0, at the
+// host's synchronisation); its charge goes at the next re-read. A growth of
+// another pool past the cap re-reads the device's pools before refusing,
+// as every other charge does. (It refused for the stale charge: a false OOM
+// where cuMemAlloc of the same size succeeded.)
+TEST(ShimTest, APoolGrowthPastTheCapReReadsTheDevicesOtherPoolsFirst) {
+  for (const char* path : {"direct", "procaddr_ptds"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "poolsync", std::to_string(768 * kMiB), std::to_string(512 * kMiB)},
+                      {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}});
+    EXPECT_EQ(U(kv, "rc"), 0u);
+    EXPECT_EQ(U(kv, "free_rc"), 0u);
+    EXPECT_EQ(U(kv, "sync_rc"), 0u);
+    EXPECT_EQ(U(kv, "create_rc"), 0u);
+    EXPECT_EQ(U(kv, "pool_rc"), 0u) << "refused for memory the default pool gave back";
+    EXPECT_EQ(U(kv, "free"), 512 * kMiB);
+    EXPECT_EQ(U(kv, "device_used"), 512 * kMiB);
+    EXPECT_EQ(U(kv, "alloc_rc"), 0u);
+    EXPECT_EQ(U(kv, "end_free"), 1024 * kMiB);
+  }
+}
+
 TEST(ShimTest, GraphMemoryIsChargedWhenMappedAndRefusedPastTheCap) {
   const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
   for (const char* path : {"direct", "dlsym", "procaddr"}) {

@@ -73,6 +73,11 @@
 //   capturegraph <bytes> flags|v2 kept|freed  the same captured into a graph
 //                            (freed inside it or kept past the launch),
 //                            instantiated through that ABI and launched
+//   poolsync <first> <next>  (frees complete at the next synchronisation) <first>
+//                            async from device 0's default pool (threshold
+//                            0), freed, the stream synchronised (the pool
+//                            gives it back); <next> from a pool created
+//                            then; cuMemAlloc of <next> after it
 //   poolcustom <bytes>       a created pool keeps <bytes> freed, is destroyed
 //   pooldestroylive <bytes> <kept>  a created pool (keeping <kept> freed) is
 //                            destroyed while a block of <bytes> is allocated;
@@ -1960,6 +1965,39 @@ int PoolCustom(const Api& a, uint64_t bytes) {
   return 0;
 }
 
+// The default pool gives back a freed block when the host synchronises,
+// unseen by the shim (no call of its re-reads it); an allocation from
+// another pool on the device must not be refused for the stale charge.
+int PoolSync(const Api& a, uint64_t first, uint64_t next) {
+  fakecuda_DeferAsyncFrees(1);
+  CUdeviceptr p = 0;
+  CUresult rc = a.alloc_async(&p, first, nullptr);
+  CUresult free_rc = a.free_async(p, nullptr);
+  CUresult sync_rc = cuStreamSynchronize(nullptr);
+  CUmemPoolProps props{};
+  props.allocType = 1;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  CUresult create_rc = a.pool_create(&pool, &props);
+  CUdeviceptr q = 0;
+  CUresult pool_rc = a.alloc_pool(&q, next, pool, nullptr);
+  std::printf("rc=%d free_rc=%d sync_rc=%d create_rc=%d pool_rc=%d free=%zu device_used=%llu\n", rc,
+              free_rc, sync_rc, create_rc, pool_rc, FreeBytes(a),
+              static_cast<unsigned long long>(DeviceUsed()));
+  if (pool_rc == CUDA_SUCCESS) {
+    a.free_async(q, nullptr);
+    cuStreamSynchronize(nullptr);
+  }
+  CUdeviceptr r = 0;
+  CUresult alloc_rc = a.alloc(&r, next);
+  if (alloc_rc == CUDA_SUCCESS) {
+    a.free(r);
+  }
+  std::printf("alloc_rc=%d end_free=%zu\n", alloc_rc, FreeBytes(a));
+  return 0;
+}
+
 // A created pool destroyed while a block of it is still allocated (with
 // <kept> bytes freed and kept beside it): the driver frees the pool's
 // memory only once that block is freed.
@@ -2675,6 +2713,9 @@ int main(int argc, char** argv) {
   }
   if (command == "capturealloc" && argc == 4) {
     return CaptureAlloc(a, std::strtoull(argv[3], nullptr, 10));
+  }
+  if (command == "poolsync" && argc == 5) {
+    return PoolSync(a, std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
   }
   if (command == "poolcustom" && argc == 4) {
     return PoolCustom(a, std::strtoull(argv[3], nullptr, 10));
