@@ -830,8 +830,11 @@ void SharedRegion::RecordExport(int claim, uint64_t key) {
       Unlock();
       return;  // Exported again: one record is enough.
     }
-    const SlotRecord& owner = layout_->slots[e.slot];
-    bool dead = e.key == 0 || owner.pid != e.pid || owner.start_time != e.start_time;
+    // The file is shared: a slot out of range (a corrupt record) names no
+    // owner, and the record is as good as dead.
+    bool dead = e.key == 0 || e.slot < 0 || e.slot >= kMaxSlots ||
+                layout_->slots[e.slot].pid != e.pid ||
+                layout_->slots[e.slot].start_time != e.start_time;
     if (dead && (room == nullptr || e.seq < room->seq)) {
       room = &e;
     }

@@ -169,6 +169,41 @@ TEST_F(SharedRegionTest, ExportsAreKnownWhileTheirExporterLives) {
   EXPECT_FALSE(importer.ExportedHere(0x10001));
 }
 
+// Export records whose slot is out of range (a corrupt or hostile shared
+// file) are never followed: they count as dead and give way to a new one.
+// (Recording an export read the owner at that slot, out of bounds.)
+TEST_F(SharedRegionTest, AnExportRecordWithASlotOutOfRangeGivesWay) {
+  SharedRegion exporter;
+  Open(exporter);
+  int live = exporter.ClaimSlot(Pid(), ProcessStartTime(Pid()));
+  ASSERT_GE(live, 0);
+  for (uint64_t k = 1; k <= kMaxExports; ++k) {
+    exporter.RecordExport(live, 0x20000 + k);
+  }
+  int fd = open((dir_ + "/" + kRegionFileName).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* mem = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* layout = static_cast<RegionLayout*>(mem);
+  for (int i = 0; i < kMaxExports; ++i) {
+    // Far past the mapping, either way: followed, it faults.
+    layout->exports[i].slot = i % 2 == 0 ? INT32_MAX : INT32_MIN;
+  }
+  exporter.RecordExport(live, 0x1234);
+  EXPECT_TRUE(exporter.ExportedHere(0x1234));
+  int recorded = 0;
+  for (int i = 0; i < kMaxExports; ++i) {
+    if (layout->exports[i].key == 0x1234) {
+      ++recorded;
+      EXPECT_EQ(layout->exports[i].slot, live);
+    }
+  }
+  EXPECT_EQ(recorded, 1);
+  munmap(mem, sizeof(RegionLayout));
+  exporter.ReleaseSlot(live);
+}
+
 TEST_F(SharedRegionTest, ReusedPidWithAnotherStartTimeIsDead) {
   // The slot of an earlier process that had this pid: claimed through a
   // mapping of its own (a process never takes its own claims for dead ones).
