@@ -889,6 +889,18 @@ uint64_t IndexUsed(int index) {
 
 uint64_t ContainerUsed(int device) { return IndexUsed(ContainerIndex(device)); }
 
+uint64_t PendingContextReserve(int index) {
+  ShimState& s = State();
+  const uint64_t reserve = s.config.context_reserve_bytes;
+  if (reserve == 0 || s.region == nullptr || index < 0 || index >= kMaxDevices) {
+    return 0;
+  }
+  pthread_mutex_lock(&s.mem_mu);
+  int slot = s.slot;  // No slot yet: nothing charged yet (a query claims none).
+  pthread_mutex_unlock(&s.mem_mu);
+  return slot >= 0 && s.region->ContextCharged(slot, index) ? 0 : reserve;
+}
+
 void SyncIndex(int index) {
   ShimState& s = State();
   for (int d = 0; d < kMaxDevices; ++d) {

@@ -145,7 +145,9 @@ CUresult HookMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (cap > phys_total) {
     cap = phys_total;
   }
-  uint64_t used = ContainerUsed(dev);
+  // The context reserve this process's first allocation will add is not
+  // free to it: allocating all that shows would be refused.
+  uint64_t used = ContainerUsed(dev) + PendingContextReserve(ContainerIndex(dev));
   uint64_t free_in_cap = used >= cap ? 0 : cap - used;
   if (free_in_cap > phys_free) {
     free_in_cap = phys_free;  // Other tenants may hold the rest of the card.

@@ -64,7 +64,8 @@ nvmlReturn_t ReportCap(nvmlReturn_t rc, nvmlDevice_t device, Memory* memory) {
   if (cap > memory->total) {
     cap = memory->total;
   }
-  uint64_t used = IndexUsed(index);
+  // Less the context reserve this process's first allocation will add.
+  uint64_t used = IndexUsed(index) + PendingContextReserve(index);
   uint64_t avail = used < cap ? cap - used : 0;
   if (avail > memory->free) {
     avail = memory->free;

@@ -896,6 +896,16 @@ uint64_t SharedRegion::SlotUsed(int claim, int device) {
   return v;
 }
 
+bool SharedRegion::ContextCharged(int claim, int device) {
+  if (!ValidClaim(claim) || !ValidDevice(device) || !Lock()) {
+    return false;
+  }
+  const int slot = OwnSlotLocked(claim);
+  bool charged = slot >= 0 && (layout_->slots[slot].ctx_charged_mask & (1U << device)) != 0;
+  Unlock();
+  return charged;
+}
+
 int SharedRegion::SlotIndex(int claim) {
   if (!ValidClaim(claim) || !Lock()) {
     return -1;

@@ -133,6 +133,9 @@ class SharedRegion {
   uint64_t Used(int device);
   // Bytes charged by one claim on one device.
   uint64_t SlotUsed(int claim, int device);
+  // Whether the claim's slot was charged its context reserve on `device`
+  // (its first charge there: TryCharge).
+  bool ContextCharged(int claim, int device);
   // The slot index a claim has now, or -1 (tests, diagnostics).
   int SlotIndex(int claim);
   // Frees the slots of dead processes; returns how many were reclaimed.

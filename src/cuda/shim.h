@@ -249,6 +249,10 @@ uint64_t DeviceMemoryCap(int ordinal);
 // dead processes), 0 if off; IndexUsed by container index.
 uint64_t ContainerUsed(int device);
 uint64_t IndexUsed(int index);
+// The context reserve (ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB) this process's
+// first charge on container device `index` will add, 0 once it was charged
+// (or with none configured): what a memory query must not offer as free.
+uint64_t PendingContextReserve(int index);
 
 // Compute controller (hooks_launch.cc): resets per-process state in a child.
 void ResetLaunchStateAfterFork();

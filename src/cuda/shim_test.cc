@@ -1430,6 +1430,30 @@ TEST(ShimTest, NvmlReportsTheCap) {
   EXPECT_EQ(U(kv, "total"), kFakeDeviceBytes) << "unlimited: untouched";
 }
 
+// The context reserve is charged at a process's first allocation on a
+// device; until then the memory queries leave it out of what is free, so
+// that allocating all that shows fits. (A fresh process saw the reserve as
+// free, and an allocation of all of it was refused.)
+TEST(ShimTest, MemoryQueriesLeaveOutTheContextReserveStillToBeCharged) {
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                   {"ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB", "256"}};
+  for (const char* path : {"direct", "procaddr"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "allfree"}, env);
+    EXPECT_EQ(U(kv, "info_rc"), 0u);
+    EXPECT_EQ(U(kv, "free"), 768 * kMiB) << "the reserve shown as free";
+    EXPECT_EQ(U(kv, "rc"), 0u) << "all that showed free was refused";
+    EXPECT_EQ(U(kv, "after"), 0u) << "the reserve left out twice once charged";
+    EXPECT_EQ(U(kv, "total"), 1024 * kMiB);
+  }
+  auto kv = MustRun({"dlsym", "nvml"}, env);
+  EXPECT_EQ(U(kv, "rc"), 0u);
+  EXPECT_EQ(U(kv, "total"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free"), 768 * kMiB) << "NVML showed the reserve as free";
+  EXPECT_EQ(U(kv, "used"), 256 * kMiB);
+  EXPECT_EQ(U(kv, "free2"), 768 * kMiB);
+}
+
 // A launcher that gives each worker one GPU (CUDA_VISIBLE_DEVICES=$LOCAL_RANK)
 // makes every worker's GPU its device 0, while the container's caps, compute
 // buckets and usage are numbered by the plugin's grant, whose UUIDs it

@@ -15,6 +15,8 @@
 //   meminfo                  cuMemGetInfo / cuDeviceTotalMem, NULL arguments
 //   hold <bytes>             allocate, print held=..., wait for stdin EOF
 //   alloc <bytes>            one cuMemAlloc; print rc and the shim's view
+//   allfree                  cuMemGetInfo, then cuMemAlloc of all it called
+//                            free; the free memory after
 //   launch <api> <us> <ms> [<us2>]
 //                            launch fixed-length kernels for <ms> wall ms
 //                            (with <us2>: the same kernel runs <us2> from
@@ -2659,6 +2661,18 @@ int main(int argc, char** argv) {
     size_t total = 0;
     a.get_info(&free_bytes, &total);
     std::printf("rc=%d free=%zu total=%zu\n", rc, free_bytes, total);
+    return 0;
+  }
+  if (command == "allfree") {
+    size_t free_bytes = 0;
+    size_t total = 0;
+    CUresult info_rc = a.get_info(&free_bytes, &total);
+    CUdeviceptr p = 0;
+    CUresult rc = a.alloc(&p, free_bytes);
+    size_t after = 0;
+    a.get_info(&after, &total);
+    std::printf("info_rc=%d free=%zu rc=%d after=%zu total=%zu\n", info_rc, free_bytes, rc, after,
+                total);
     return 0;
   }
   if (command == "hold" && argc == 4) {
