@@ -191,22 +191,50 @@ bool TakeMappingInRange(void* ctx, uint64_t key, const AllocRecord& m) {
   return true;
 }
 
-// REQUIRES: mem_mu. A mapping going: drops its handle's reference and takes
-// out the handle's record if that frees it (released, no mapping left).
-void DropMapping(void* ctx, uint64_t, const AllocRecord& m) {
+// REQUIRES: mem_mu. A mapping going, of a released handle: drops the
+// handle's reference and takes out its record if that frees it (no mapping
+// left). A handle not released yet keeps its reference until the unmap has
+// succeeded (the mapping is marked, refs = 1: SettleDeferred): a
+// cuMemRelease meanwhile must see it mapped, or it would uncharge a handle
+// that a failing unmap leaves mapped.
+void DropMapping(void* ctx, uint64_t, AllocRecord* m) {
   auto* u = static_cast<UnmapSettle*>(ctx);
+  AllocRecord* r = u->vmm_handles->Find(m->link);
+  if (r == nullptr) {
+    return;
+  }
+  if (r->link != kReleased) {
+    m->refs = 1;
+    return;
+  }
+  --r->refs;
+  if (r->refs <= 0) {
+    AllocRecord taken = *r;
+    if (u->freed->Put(m->link, taken)) {
+      u->vmm_handles->Take(m->link, &taken);
+    } else {
+      u->late = true;  // Stays, settled after the call.
+    }
+  }
+}
+
+// REQUIRES: mem_mu. After a successful unmap: the references DropMapping
+// kept go now; a handle released meanwhile with no mapping left is freed
+// (into freed, uncharged by the caller; with no room it stays charged and
+// gives way to a new handle of its value, HookMemCreate).
+void SettleDeferred(void* ctx, uint64_t, const AllocRecord& m) {
+  auto* u = static_cast<UnmapSettle*>(ctx);
+  if (m.refs != 1) {
+    return;
+  }
   AllocRecord* r = u->vmm_handles->Find(m.link);
   if (r == nullptr) {
     return;
   }
   --r->refs;
-  if (r->refs <= 0 && r->link == kReleased) {
-    AllocRecord taken = *r;
-    if (u->freed->Put(m.link, taken)) {
-      u->vmm_handles->Take(m.link, &taken);
-    } else {
-      u->late = true;  // Stays, settled after the call.
-    }
+  AllocRecord taken;
+  if (r->refs <= 0 && r->link == kReleased && u->freed->Put(m.link, *r)) {
+    u->vmm_handles->Take(m.link, &taken);
   }
 }
 
@@ -217,9 +245,11 @@ void RestoreMapping(void* ctx, uint64_t key, const AllocRecord& m) {
   if (u->freed->Take(m.link, &taken)) {
     u->vmm_handles->Put(m.link, taken);
   }
-  u->vmm_maps->Put(key, m);
-  if (AllocRecord* r = u->vmm_handles->Find(m.link)) {
-    ++r->refs;
+  AllocRecord mapping = m;
+  mapping.refs = 0;
+  u->vmm_maps->Put(key, mapping);
+  if (AllocRecord* r = u->vmm_handles->Find(m.link); r != nullptr && m.refs != 1) {
+    ++r->refs;  // DropMapping dropped it (a handle released before)
   }
 }
 
@@ -296,7 +326,7 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
   UnmapSettle u{ptr, ptr + size, s.vmm_maps, s.vmm_handles, &maps, &freed, false};
   pthread_mutex_lock(&s.mem_mu);
   s.vmm_maps->TakeIf(TakeMappingInRange, &u);
-  maps.ForEach(DropMapping, &u);
+  maps.ForEachMutable(DropMapping, &u);
   pthread_mutex_unlock(&s.mem_mu);
   CUresult rc = real(ptr, size);
   if (rc != CUDA_SUCCESS) {
@@ -305,6 +335,9 @@ CUresult HookMemUnmap(CUdeviceptr ptr, size_t size) {
     pthread_mutex_unlock(&s.mem_mu);
     return rc;
   }
+  pthread_mutex_lock(&s.mem_mu);
+  maps.ForEach(SettleDeferred, &u);
+  pthread_mutex_unlock(&s.mem_mu);
   if (u.late) {
     SettleLate(s, &u);
   }

@@ -1889,6 +1889,15 @@ TEST(ShimTest, AHandleFreedByItsLastUnmapGivesWayToANewHandleWithItsValue) {
     EXPECT_EQ(U(kv, "failed_free"), 512 * kMiB) << "still mapped: still charged";
     EXPECT_EQ(U(kv, "unmap_again_rc"), 0u);
     EXPECT_EQ(U(kv, "all_free"), 1024 * kMiB);
+    // Released by another thread while its last unmap fails: still mapped,
+    // still charged (the release took the record the unmap had dropped to no
+    // mapping, and uncharged a live handle).
+    EXPECT_EQ(U(kv, "third_rc"), 0u);
+    EXPECT_EQ(U(kv, "raced_release_rc"), 0u);
+    EXPECT_EQ(U(kv, "raced_unmap_rc"), 801u);
+    EXPECT_EQ(U(kv, "raced_failed_free"), 512 * kMiB) << "a live handle uncharged";
+    EXPECT_EQ(U(kv, "raced_unmap_again_rc"), 0u);
+    EXPECT_EQ(U(kv, "raced_all_free"), 1024 * kMiB);
   }
 }
 

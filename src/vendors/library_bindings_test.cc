@@ -363,6 +363,13 @@ TEST(LibraryBindingsTest, MetaxPhysicalFunctionsWithSriovOnAreNotOffered) {
     EXPECT_TRUE(health.Stop().empty());
     fake.Configure(8, -1, -1, 0);
   }
+  // SR-IOV on but no VF listed (not created yet, or bound to another
+  // driver; or a library that lists PFs apart): the PFs are offered, not
+  // nothing at all.
+  mode(-1, 1);
+  auto pfs_only = (*driver)->Discover();
+  ASSERT_TRUE(pfs_only.ok()) << pfs_only.status().ToString();
+  EXPECT_EQ(pfs_only->front().devices.size(), 8u);
   // Bare metal (mode 0) again: every GPU is offered.
   mode(-1, 0);
   auto bare = (*driver)->Discover();
@@ -372,8 +379,8 @@ TEST(LibraryBindingsTest, MetaxPhysicalFunctionsWithSriovOnAreNotOffered) {
 
 // With MPC on, MTML counts the MPC instances and their parent (mpcType 1),
 // a control point whose memory is the whole GPU's: the parent is not
-// offered. A library that answers the property query "not supported" has no
-// MPC (every GPU offered); another error is that GPU's.
+// offered. A library that answers the property query with an error has no
+// MPC (every GPU offered).
 TEST(LibraryBindingsTest, MtmlMpcParentIsNotOffered) {
   const Binding& b = Find("MTML");
   FakeHandle fake(b.fake_path);
@@ -402,13 +409,14 @@ TEST(LibraryBindingsTest, MtmlMpcParentIsNotOffered) {
   ASSERT_TRUE(unsupported.ok()) << unsupported.status().ToString();
   EXPECT_EQ(unsupported->front().devices.size(), 8u);
 
+  // Any other error reads as "no MPC" too (a library and driver of different
+  // versions): the optional probe takes no working GPU out of service.
   result(2);  // MTML_ERROR_DRIVER_FAILURE
   auto failed = (*driver)->Discover();
   result(0);
   mpc(-1, 0);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_NE(failed.status().message().find("mtmlDeviceGetProperty"), std::string::npos)
-      << failed.status().message();
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  EXPECT_EQ(failed->front().devices.size(), 8u);
 }
 
 // A chip whose UUID CNDev does not give (the call fails, or answers an empty
@@ -421,12 +429,13 @@ TEST(LibraryBindingsTest, CambriconChipsWithoutUuidAreNamedByTheirBus) {
   fake.Configure(8, -1, -1, 0);
   auto uuid = reinterpret_cast<void (*)(int, int)>(fake.Symbol("accelpool_fake_cndev_uuid"));
   ASSERT_NE(uuid, nullptr);
-  for (int mode : {-1, -2}) {
-    SCOPED_TRACE(mode == -1 ? "cndevGetUUID fails" : "empty UUID");
+  for (int mode : {-3, -2}) {
+    SCOPED_TRACE(mode == -3 ? "cndevGetUUID not supported" : "empty UUID");
     uuid(-1, mode);
     auto driver = Driver(b, "/nonexistent");
     ASSERT_TRUE(driver.ok());
     auto invs = (*driver)->Discover();
+    uuid(-1, 0);
     ASSERT_TRUE(invs.ok()) << invs.status().ToString();
     const std::vector<core::Device>& devs = invs->front().devices;
     ASSERT_EQ(devs.size(), 8u);
@@ -434,7 +443,24 @@ TEST(LibraryBindingsTest, CambriconChipsWithoutUuidAreNamedByTheirBus) {
     EXPECT_EQ(devs[1].id, "MLU-0000-41-00.0");  // the same board as chip 0
     EXPECT_EQ(invs->front().topology.kind, "cambricon-mlu370-x8");
   }
+  // A query that fails for a chip has not told its id: the chip cannot be
+  // read (left out at start, a later discovery fails), never renamed.
+  auto driver = Driver(b, "/nonexistent");
+  ASSERT_TRUE(driver.ok());
+  auto served = (*driver)->Discover();
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  uuid(2, -1);
+  auto start = (*driver)->DiscoverPartial();
+  auto later = (*driver)->Discover();
   uuid(-1, 0);
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  ASSERT_EQ(start->front().devices.size(), 7u);
+  for (const core::Device& d : start->front().devices) {
+    EXPECT_EQ(d.id.rfind("MLU-0000-", 0), std::string::npos) << "a chip named by its bus";
+  }
+  EXPECT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("cndevGetUUID"), std::string::npos)
+      << later.status().message();
 }
 
 // Two devices answering one id cannot be told apart (grants and health go by
@@ -567,7 +593,8 @@ TEST(LibraryBindingsTest, MtmlGpuNodeIsThePathMtmlNames) {
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     EXPECT_TRUE(mounts(*spec, "/dev/mtgpu.4"));
     EXPECT_FALSE(mounts(*spec, "/dev/mtgpu.3"));
-    EXPECT_EQ(spec->env.at("MTHREADS_VISIBLE_DEVICES"), "4");
+    EXPECT_EQ(spec->env.at("MTHREADS_VISIBLE_DEVICES"), "3")
+        << "the MTML index, not confirmed as the node's number";
     EXPECT_EQ(spec->env.at("MUSA_VISIBLE_DEVICES"), "0");
   }
   paths(2);  // not supported: the index

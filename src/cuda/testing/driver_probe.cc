@@ -2380,6 +2380,11 @@ void CreateInsideUnmap(void* ctx) {
   c->rc = c->api->create(&c->handle, c->bytes, &prop, 0);
 }
 
+void ReleaseInsideUnmap(void* ctx) {
+  auto* c = static_cast<UnmapRaceContext*>(ctx);
+  c->rc = c->api->release(c->handle);
+}
+
 // The last unmap of a released handle frees it; the driver may give its
 // value to a cuMemCreate of another thread before the unmap returns. That
 // new handle is charged, and the freed one uncharged once. An unmap that
@@ -2422,6 +2427,22 @@ int VmmUnmap(const Api& a, uint64_t bytes) {
       "again_rc=%d failed_unmap_rc=%d failed_free=%zu unmap_again_rc=%d "
       "all_free=%zu\n",
       rc, failed_rc, failed_free, unmap_rc, FreeBytes(a));
+  // The last mapping of a handle not released yet, unmapped while another
+  // thread releases the handle, and the unmap fails: the handle lives on,
+  // mapped, and stays charged.
+  rc = a.create(&h, bytes, &prop, 0);
+  a.map(va, bytes, 0, h, 0);
+  UnmapRaceContext rel{&a, bytes, h};
+  fakecuda_OnNextUnmap(&ReleaseInsideUnmap, &rel);
+  fakecuda_Fail("cuMemUnmap", 1);
+  failed_rc = a.unmap(va, bytes);
+  fakecuda_Fail("cuMemUnmap", 0);
+  failed_free = FreeBytes(a);
+  unmap_rc = a.unmap(va, bytes);
+  std::printf(
+      "third_rc=%d raced_release_rc=%d raced_unmap_rc=%d raced_failed_free=%zu "
+      "raced_unmap_again_rc=%d raced_all_free=%zu\n",
+      rc, rel.rc, failed_rc, failed_free, unmap_rc, FreeBytes(a));
   return 0;
 }
 

@@ -1066,11 +1066,23 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   State& s = S();
   void (*on_unmap)(void*) = nullptr;
   void* ctx = nullptr;
+  bool failing = false;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (FailingLocked(s, "cuMemUnmap")) {
-      return CUDA_ERROR_NOT_SUPPORTED;
+    failing = FailingLocked(s, "cuMemUnmap");
+    if (failing) {
+      std::swap(on_unmap, s.on_unmap);
+      std::swap(ctx, s.on_unmap_ctx);
     }
+  }
+  if (failing) {
+    if (on_unmap != nullptr) {
+      on_unmap(ctx);  // Another thread, as it were, while the unmap fails.
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
     auto it = s.mappings.lower_bound(p);
     if (it == s.mappings.end() || it->first >= p + n) {
       return CUDA_ERROR_INVALID_VALUE;

@@ -143,10 +143,12 @@ class DlDcmi : public DcmiLibrary {
     Padded<dcmi_pcie_info_all> pi;
     // The bus is the chip's id: a driver that has the query but fails it for
     // this chip has not told us the id, and "NPU-phy<N>" in its place would
-    // rename a served chip. Only a driver without the query gets that id.
-    if (pcie != nullptr) {
-      ACCELPOOL_RETURN_IF_ERROR(
-          Check(pcie(c.card, c.device, &pi.value), "dcmi_get_device_pcie_info_v2"));
+    // rename a served chip. Only a driver without the query, or one that
+    // answers "not supported" (a lasting answer, as npu-smi takes it), gets
+    // that id.
+    const int pcie_rc = pcie != nullptr ? pcie(c.card, c.device, &pi.value) : kDcmiNotSupport;
+    if (pcie_rc != kDcmiNotSupport) {
+      ACCELPOOL_RETURN_IF_ERROR(Check(pcie_rc, "dcmi_get_device_pcie_info_v2"));
       char bus[32];
       snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%x", static_cast<unsigned>(pi.value.domain),
                pi.value.bdf_busid, pi.value.bdf_deviceid, pi.value.bdf_funcid);

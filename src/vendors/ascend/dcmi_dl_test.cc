@@ -470,6 +470,30 @@ TEST(DcmiBindingTest, AFailingPcieQueryIsTheChipsErrorNotAnotherId) {
   EXPECT_EQ(spec->env.at("ASCEND_VISIBLE_DEVICES"), "3");
 }
 
+// A driver that exports the PCIe query but answers "not supported" for every
+// chip (a lasting answer; npu-smi takes it as "no PCIe info") names the chips
+// by their physical ids, as one without the query does: nothing is left out.
+TEST(DcmiBindingTest, APcieQueryAnsweredNotSupportedNamesTheChipsByPhysicalId) {
+  FakeHandle fake(ACCELPOOL_FAKE_DCMI);
+  ASSERT_TRUE(fake.ok());
+  fake.Configure(8, -1, -1, 0);
+  auto pcie_fails = reinterpret_cast<void (*)(int)>(fake.Symbol("accelpool_fake_dcmi_pcie_fails"));
+  ASSERT_NE(pcie_fails, nullptr);
+  FakeDevRoot dev;
+  dev.AddVendor(core::Vendor::kAscend, 8);
+  auto driver = Driver("/nonexistent", dev.root());
+  ASSERT_TRUE(driver.ok());
+  pcie_fails(-2);
+  auto start = (*driver)->DiscoverPartial();
+  auto again = (*driver)->Discover();
+  pcie_fails(-1);
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  ASSERT_EQ(start->front().devices.size(), 8u);
+  EXPECT_EQ(start->front().devices[3].id.rfind("NPU-phy", 0), 0u) << start->front().devices[3].id;
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->front().devices[3].id, start->front().devices[3].id) << "stable";
+}
+
 TEST(DcmiBindingTest, AbsentOrForeignLibraryIsAClearError) {
   auto absent = NewDlDcmi({"/nonexistent/libdcmi.so"});
   EXPECT_EQ(absent.status().code(), StatusCode::kUnavailable);

@@ -73,6 +73,7 @@ struct ProcessRow {
 };
 static_assert(sizeof(ProcessRow) == 24, "cndevProcessInfo_t is 24 bytes");
 constexpr int kInsufficientSpace = 9;  // CNDEV_ERROR_INSUFFICIENT_SPACE
+constexpr int kCndevNotSupported = 10;  // CNDEV_ERROR_NOT_SUPPORTED
 constexpr unsigned kMaxProcesses = 4096;
 
 constexpr const char* kLib = "CNDev";
@@ -123,10 +124,18 @@ class Cndev : public BoundLibrary {
     }
     LibraryDevice d;
     Padded<Uuid> uuid = Versioned<Uuid>();
-    if (uuid_ != nullptr && uuid_(&uuid.value, *dev) == 0 && uuid.value.uuid[0] != 0) {
-      d.uuid = "MLU-" +
-               FixedString(reinterpret_cast<const char*>(uuid.value.uuid), sizeof(uuid.value.uuid));
-    }  // else "" : LibraryDriver names the chip MLU-<pci bus>
+    // A chip whose UUID query fails has not told us its id: "MLU-<bus>" in
+    // its place would rename a served chip. A library without the query, one
+    // that answers "not supported" (a lasting answer) and an empty UUID name
+    // the chip by its bus ("" here: LibraryDriver names it MLU-<pci bus>).
+    const int uuid_rc = uuid_ != nullptr ? uuid_(&uuid.value, *dev) : kCndevNotSupported;
+    if (uuid_rc != kCndevNotSupported) {
+      ACCELPOOL_RETURN_IF_ERROR(Check(uuid_rc, "cndevGetUUID"));
+      if (uuid.value.uuid[0] != 0) {
+        d.uuid = "MLU-" + FixedString(reinterpret_cast<const char*>(uuid.value.uuid),
+                                      sizeof(uuid.value.uuid));
+      }
+    }
     if (name_ != nullptr) {
       const char* name = name_(*dev);
       if (name != nullptr) {

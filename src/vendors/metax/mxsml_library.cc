@@ -46,6 +46,7 @@ struct MemoryInfo {
 
 // mxSmlDeviceVirtualizationMode_t: MXSML_Virtualization_Mode_Pf.
 constexpr unsigned kModePf = 1;
+constexpr unsigned kModeVf = 2;
 
 constexpr const char* kLib = "MX-SML";
 constexpr const char* kHint = "check the GPU driver with mx-smi";
@@ -75,6 +76,22 @@ class Mxsml : public BoundLibrary {
     return CheckedCount(n, "mxSmlGetDeviceCount");
   }
 
+  // Whether the library lists a virtual function: only then is a physical
+  // function left out (a host with SR-IOV on and no VF listed, its VFs not
+  // created or bound to another driver, would offer nothing at all; and
+  // some MX-SML versions list PFs apart, mxSmlGetPfDeviceCount). REQUIRES:
+  // mu_ held.
+  bool AnyVirtualFunction() {
+    const unsigned n = count_();
+    for (unsigned j = 0; j < n && j < 1024; ++j) {
+      Padded<DeviceInfo> other;
+      if (info_(j, &other.value) == 0 && other.value.mode == kModeVf) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   StatusOr<LibraryDevice> Device(int32_t index) override {
     std::lock_guard<std::mutex> lock(mu_);
     ACCELPOOL_RETURN_IF_ERROR(Ready());
@@ -82,7 +99,7 @@ class Mxsml : public BoundLibrary {
     Padded<DeviceInfo> info;
     ACCELPOOL_RETURN_IF_ERROR(Check(info_(i, &info.value), "mxSmlGetDeviceInfo"));
     LibraryDevice d;
-    if (info.value.mode == kModePf) {
+    if (info.value.mode == kModePf && AnyVirtualFunction()) {
       d.not_offered = "it is the physical function " +
                       FixedString(info.value.bdf, sizeof(info.value.bdf)) +
                       " of a GPU with SR-IOV on (management only; its virtual functions are "

@@ -31,9 +31,9 @@
 //   mtmlDeviceGetGpuPath(const MtmlDevice*, char* path, unsigned length)
 //   (MTML_DEVICE_PATH_BUFFER_SIZE 64): the GPU's /dev/mtgpu node, whose number
 //   need not be the MTML index. Where it answers a path of that form, the path
-//   is mounted and its number is the host number (MTHREADS_VISIBLE_DEVICES);
-//   else (not exported, an error such as "not supported" for a virtual
-//   device, another form) the MTML index, as before.
+//   is mounted; else (not exported, an error such as "not supported" for a
+//   virtual device, another form) /dev/mtgpu.<MTML index>, as before. The
+//   host number (MTHREADS_VISIBLE_DEVICES) is the MTML index either way.
 #include "vendors/mthreads/mtml_library.h"
 
 #include <array>
@@ -66,7 +66,6 @@ struct MtLinkSpec {
 constexpr unsigned kMpcTypeShift = 5;
 constexpr unsigned kMpcTypeMask = 0x7;
 constexpr unsigned kMpcTypeParent = 1;
-constexpr int kMtmlNotSupported = 4;  // MTML_ERROR_NOT_SUPPORTED
 
 constexpr const char* kLib = "MTML";
 constexpr const char* kHint = "check the GPU driver with mthreads-gmi";
@@ -133,10 +132,10 @@ class Mtml : public BoundLibrary {
     if (property_ != nullptr) {
       // Two words; more room for a newer library's longer struct.
       Padded<std::array<uint32_t, 2>> prop;
+      // Any error (not supported; a library and driver of different
+      // versions) reads as "no MPC", as before the query was used: an
+      // optional probe must not take a working GPU out of service.
       const Ret r = property_(*dev, prop.value.data());
-      if (r != 0 && r != kMtmlNotSupported) {
-        ACCELPOOL_RETURN_IF_ERROR(Check(r, "mtmlDeviceGetProperty"));
-      }
       if (r == 0 && ((prop.value[0] >> kMpcTypeShift) & kMpcTypeMask) == kMpcTypeParent) {
         d.not_offered =
             "it is the MPC parent of a GPU with MPC on (a control point; its MPC instances are "
@@ -176,7 +175,9 @@ class Mtml : public BoundLibrary {
     const std::string path = GpuPath(*dev);
     std::vector<std::string> drm = PciDrmNodes(d.pci_bus, sysfs_root_);
     if (!path.empty()) {
-      d.minor = MtgpuNumber(path);
+      // The node is mounted; the host number (MTHREADS_VISIBLE_DEVICES) stays
+      // the MTML index, as mt-container-toolkit's meaning of it is not
+      // confirmed (docs/vendors.md).
       d.nodes.push_back(path);
     } else if (!drm.empty()) {
       d.nodes.push_back("/dev/mtgpu." + std::to_string(index));

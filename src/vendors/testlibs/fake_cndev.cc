@@ -8,7 +8,7 @@
 // cndevGetCardSN answers the board's serial, the same for its two chips.
 // accelpool_fake_cndev_uuid(chip, mode) sets what cndevGetUUID answers for a
 // chip (-1: every chip): mode 0 its UUID, -1 an error (CNDEV_ERROR_UNKNOWN),
-// -2 an empty UUID, n >= 1 the UUID of chip n - 1.
+// -2 an empty UUID, -3 CNDEV_ERROR_NOT_SUPPORTED, n >= 1 the UUID of chip n - 1.
 #include <cstdint>
 #include <cstdio>
 
@@ -68,7 +68,8 @@ __attribute__((visibility("default"))) int cndevGetUUID(int* uuid, int handle) {
   unsigned i = 0;
   if (Bad(uuid[0]) || !ToIndex(handle, &i)) return kInvalidDeviceId;
   const int mode = uuid_modes[i % 64];
-  if (mode == -1) return 7;  // CNDEV_ERROR_UNKNOWN
+  if (mode == -1) return 7;   // CNDEV_ERROR_UNKNOWN
+  if (mode == -3) return 10;  // CNDEV_ERROR_NOT_SUPPORTED
   if (mode >= 1) i = static_cast<unsigned>(mode - 1);
   char s[64];
   std::snprintf(s, sizeof(s), "5f1e22a0-8c4d-11ee-b9d1-0242ac1200%02u", i % 100u);

@@ -33,7 +33,8 @@
 //
 // accelpool_fake_dcmi_pcie_fails(chip): dcmi_get_device_pcie_info_v2 answers
 // that chip (logic id) with an inner error, every other query answering it
-// (-1: none fails).
+// (-1: none fails; -2: every chip is answered "not supported", as drivers
+// without the query do).
 //
 // DCMI is called from one thread at a time by its users; every entry point
 // here notes when it is entered while another call is still inside the
@@ -326,6 +327,7 @@ __attribute__((visibility("default"))) int dcmi_get_device_pcie_info_v2(int card
   const int i = ChipIndex(card, device);
   if (i < 0) return kInvalidDeviceId;
   if (i == pcie_fails) return kInnerError;
+  if (pcie_fails == -2) return kNotSupport;
   std::memset(pci, 0, sizeof(*pci));
   pci->venderid = 0x19e5;
   pci->subvenderid = 0x0200;
