@@ -22,6 +22,10 @@ struct AllocRecord {
   int32_t refs = 0;     // VMM: live mappings of a handle. IPC: opens beyond the first.
   int32_t retains = 0;  // VMM: cuMemRetainAllocationHandle references not yet released.
   bool array_mapped = false;  // VMM: mapped into an array once; holds one ref for good.
+  // VMM: unmaps in flight that dropped a reference of this handle, not
+  // released then, before their call (HookMemUnmap): a cuMemRelease
+  // meanwhile must count the mapping as live.
+  int32_t unmapping = 0;
   uint64_t link = 0;    // VMM: handle of a mapping; released flag of a handle.
   uint64_t context = 0;  // Memory its context frees (cuCtxDestroy): the CUcontext current at
                          // allocation; 0 for memory no context owns, or one not known.

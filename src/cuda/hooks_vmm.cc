@@ -60,6 +60,8 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   AllocRecord r;
   r.bytes = bytes;
   r.device = dev;
+  AllocRecord dropped;
+  bool freed_old = false;
   pthread_mutex_lock(&s.mem_mu);
   bool ok = s.vmm_handles->Put(*handle, r);
   if (!ok) {
@@ -68,17 +70,23 @@ CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     // again. That record gives way; its bytes stay charged. So does the
     // record of a released handle with no mapping left that an unmap could
     // not take out (no memory for it: HookMemUnmap).
+    // The same for a released handle whose last unmap is still in flight
+    // (another thread released it meanwhile): the driver handing out its
+    // value again says it is freed, so its bytes go with its record.
     AllocRecord* old = s.vmm_handles->Find(*handle);
-    AllocRecord dropped;
     if (old != nullptr && old->link == kReleased &&
         (old->array_mapped ? old->refs == 1 : old->refs <= 0) &&
         s.vmm_handles->Take(*handle, &dropped)) {
       ok = s.vmm_handles->Put(*handle, r);
+      freed_old = !dropped.array_mapped && dropped.unmapping > 0;
     }
   }
   pthread_mutex_unlock(&s.mem_mu);
   if (!ok) {
     UnchargeBytes(dev, bytes);
+  }
+  if (freed_old) {
+    UnchargeBytes(dropped.device, dropped.bytes);
   }
   return rc;
 }
@@ -107,7 +115,7 @@ CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
     if (r->retains > 0) {
       --r->retains;  // A retained reference: the creator's (or another) stays.
       unretained = true;
-    } else if (r->refs <= 0) {
+    } else if (r->refs <= 0 && r->unmapping <= 0) {
       took = s.vmm_handles->Take(handle, &freed);
     } else {
       old_link = r->link;
@@ -191,24 +199,26 @@ bool TakeMappingInRange(void* ctx, uint64_t key, const AllocRecord& m) {
   return true;
 }
 
-// REQUIRES: mem_mu. A mapping going, of a released handle: drops the
-// handle's reference and takes out its record if that frees it (no mapping
-// left). A handle not released yet keeps its reference until the unmap has
-// succeeded (the mapping is marked, refs = 1: SettleDeferred): a
-// cuMemRelease meanwhile must see it mapped, or it would uncharge a handle
-// that a failing unmap leaves mapped.
+// REQUIRES: mem_mu. A mapping going: drops its handle's reference. A
+// released handle that this frees (no mapping left) has its record taken out
+// now, before the call: once the driver freed it, it may hand the value to
+// another thread's cuMemCreate. A handle not released yet counts the unmap
+// in flight (unmapping; the mapping is marked, refs = 1): a cuMemRelease
+// meanwhile takes it as still mapped, or it would uncharge a handle that a
+// failing unmap leaves mapped; SettleDeferred frees it after the call.
 void DropMapping(void* ctx, uint64_t, AllocRecord* m) {
   auto* u = static_cast<UnmapSettle*>(ctx);
   AllocRecord* r = u->vmm_handles->Find(m->link);
   if (r == nullptr) {
     return;
   }
+  --r->refs;
   if (r->link != kReleased) {
+    ++r->unmapping;
     m->refs = 1;
     return;
   }
-  --r->refs;
-  if (r->refs <= 0) {
+  if (r->refs <= 0 && r->unmapping <= 0) {
     AllocRecord taken = *r;
     if (u->freed->Put(m->link, taken)) {
       u->vmm_handles->Take(m->link, &taken);
@@ -218,22 +228,24 @@ void DropMapping(void* ctx, uint64_t, AllocRecord* m) {
   }
 }
 
-// REQUIRES: mem_mu. After a successful unmap: the references DropMapping
-// kept go now; a handle released meanwhile with no mapping left is freed
-// (into freed, uncharged by the caller; with no room it stays charged and
-// gives way to a new handle of its value, HookMemCreate).
+// REQUIRES: mem_mu. After a successful unmap: the unmaps DropMapping counted
+// end; a handle released meanwhile with no mapping left is freed (into
+// freed, uncharged by the caller; with no room it stays charged and gives
+// way to a new handle of its value, HookMemCreate). A record without the
+// count is such a new handle's (its value reused once the old one was
+// freed): untouched.
 void SettleDeferred(void* ctx, uint64_t, const AllocRecord& m) {
   auto* u = static_cast<UnmapSettle*>(ctx);
   if (m.refs != 1) {
     return;
   }
   AllocRecord* r = u->vmm_handles->Find(m.link);
-  if (r == nullptr) {
+  if (r == nullptr || r->unmapping <= 0) {
     return;
   }
-  --r->refs;
+  --r->unmapping;
   AllocRecord taken;
-  if (r->refs <= 0 && r->link == kReleased && u->freed->Put(m.link, *r)) {
+  if (r->refs <= 0 && r->unmapping <= 0 && r->link == kReleased && u->freed->Put(m.link, *r)) {
     u->vmm_handles->Take(m.link, &taken);
   }
 }
@@ -248,8 +260,11 @@ void RestoreMapping(void* ctx, uint64_t key, const AllocRecord& m) {
   AllocRecord mapping = m;
   mapping.refs = 0;
   u->vmm_maps->Put(key, mapping);
-  if (AllocRecord* r = u->vmm_handles->Find(m.link); r != nullptr && m.refs != 1) {
-    ++r->refs;  // DropMapping dropped it (a handle released before)
+  if (AllocRecord* r = u->vmm_handles->Find(m.link)) {
+    ++r->refs;
+    if (m.refs == 1 && r->unmapping > 0) {
+      --r->unmapping;
+    }
   }
 }
 
@@ -263,7 +278,8 @@ void TakeLateHandle(void* ctx, uint64_t, const AllocRecord& m) {
   auto* u = static_cast<UnmapSettle*>(ctx);
   AllocRecord* r = u->vmm_handles->Find(m.link);
   AllocRecord taken;
-  if (r != nullptr && r->refs <= 0 && r->link == kReleased && u->freed->Put(m.link, *r)) {
+  if (r != nullptr && r->refs <= 0 && r->unmapping <= 0 && r->link == kReleased &&
+      u->freed->Put(m.link, *r)) {
     u->vmm_handles->Take(m.link, &taken);
   }
 }
@@ -286,7 +302,7 @@ void SettleLate(ShimState& s, UnmapSettle* u) {
       }
       if (AllocRecord* h = s.vmm_handles->Find(m.link)) {
         --h->refs;
-        if (h->refs <= 0 && h->link == kReleased) {
+        if (h->refs <= 0 && h->unmapping <= 0 && h->link == kReleased) {
           s.vmm_handles->Take(m.link, &freed[nfreed++]);
         }
       }

@@ -1898,6 +1898,16 @@ TEST(ShimTest, AHandleFreedByItsLastUnmapGivesWayToANewHandleWithItsValue) {
     EXPECT_EQ(U(kv, "raced_failed_free"), 512 * kMiB) << "a live handle uncharged";
     EXPECT_EQ(U(kv, "raced_unmap_again_rc"), 0u);
     EXPECT_EQ(U(kv, "raced_all_free"), 1024 * kMiB);
+    // Released by one thread while its last unmap succeeds, its value handed
+    // to a third thread's cuMemCreate meanwhile: that handle is charged (it
+    // went untracked), the freed one is not.
+    EXPECT_EQ(U(kv, "fourth_rc"), 0u);
+    EXPECT_EQ(U(kv, "rc_release"), 0u);
+    EXPECT_EQ(U(kv, "rc_create"), 0u);
+    EXPECT_EQ(U(kv, "rc_reused"), 1u) << "the fake did not hand out the freed value";
+    EXPECT_EQ(U(kv, "rc_unmap_rc"), 0u);
+    EXPECT_EQ(U(kv, "rc_held_free"), 512 * kMiB) << "the new handle is charged, the old one not";
+    EXPECT_EQ(U(kv, "rc_all_free"), 1024 * kMiB);
   }
 }
 

@@ -276,15 +276,19 @@ StatusOr<ContainerAnswer> Allocator::One(const std::string& resource, const Snap
     // re-reads do not settle it.
     const auto deadline = std::chrono::steady_clock::now() + refresh_budget_;
     Status fresh = FailedPreconditionError("no way to re-read the node's pods is configured");
-    while (refresh_ && match.ok() && match->listed_several) {
+    for (bool first = true; refresh_ && match.ok() && match->listed_several; first = false) {
+      if (!first) {
+        // No re-read is started that could not end before the deadline.
+        if (std::chrono::steady_clock::now() + kSeveralListedPause >= deadline) {
+          break;
+        }
+        std::this_thread::sleep_for(kSeveralListedPause);
+      }
       fresh = Refresh(narrow_, deadline);
       caller.reset();
       match = store_->Match(resource, ids, &caller, &*last_view, &answered);
-      if (!fresh.ok() || std::chrono::steady_clock::now() >= deadline) {
+      if (!fresh.ok()) {
         break;
-      }
-      if (match.ok() && match->listed_several) {
-        std::this_thread::sleep_for(kSeveralListedPause);
       }
     }
     if (match.ok() && match->listed_several) {
@@ -658,10 +662,9 @@ std::vector<std::vector<std::string>> Allocator::Preferred(
       StatusOr<KubeletView> view = kubelet_view_();
       if (view.ok()) {
         answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
-        if ((answer.foreign || answer.listed_several) && refresh_ && !refreshed) {
+        if (answer.foreign && refresh_ && !refreshed) {
           // The pod kubelet lists may be one bound a moment ago; of several
           // it lists, those whose Failed status has arrived go.
-          // The pod kubelet lists may be one bound a moment ago.
           static_cast<void>(Refresh());
           answer = store_->Preferred(resource, available, r.must_include, r.size, &*view);
         }

@@ -566,8 +566,8 @@ TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedNoneIsGuessed) {
          {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 40960, 1000, false)})});
   KubeletView view = {{"default/turned-away", {{"main", {}}}},
                       {"default/admitted", {{"main", {}}}}};
-  int refreshes = 0;
-  int failed_at = 0;  // the re-read that first sees turned-away Failed; 0: none
+  std::atomic<int> refreshes = 0;  // the re-reads run on a thread of their own
+  std::atomic<int> failed_at = 0;  // the re-read that first sees turned-away Failed; 0: none
   Allocator allocator("node-a", &state_, &store_, nullptr, &reporter_, EnforcementOptions{},
                       Logger(), [&] {
                         if (++refreshes == failed_at) store_.Remove("uid-turned-away");
@@ -575,6 +575,17 @@ TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedNoneIsGuessed) {
                       });
   allocator.SetRefreshBudget(std::chrono::milliseconds(400));
   allocator.SetKubeletView([&]() -> StatusOr<KubeletView> { return view; });
+  std::vector<std::string> all;
+  for (const char* d : {"GPU-a", "GPU-b"}) {
+    for (int i = 0; i < 10; ++i) all.push_back(api::SlotId(d, i));
+  }
+  // Preferred offers neither pod's slots (one was turned away), so that
+  // kubelet takes nobody's; Allocate settles who calls.
+  auto pref = allocator.Preferred(kGpu, {{all, {}, 1}});
+  ASSERT_EQ(pref[0].size(), 1u);
+  EXPECT_NE(pref[0][0], "GPU-a::1");
+  EXPECT_NE(pref[0][0], "GPU-b::1");
+  refreshes = 0;
 
   // The Failed status does not arrive: refused, naming both pods.
   auto r = allocator.Allocate(kGpu, {{"GPU-a::1"}});
@@ -582,7 +593,7 @@ TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedNoneIsGuessed) {
   EXPECT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
   EXPECT_NE(r.status().message().find("default/turned-away"), std::string::npos);
   EXPECT_NE(r.status().message().find("default/admitted"), std::string::npos);
-  EXPECT_GE(refreshes, 2) << "read again until the budget ran out";
+  EXPECT_GE(refreshes.load(), 2) << "read again until the budget ran out";
   EXPECT_EQ(store_.PendingContainers(), 2u) << "nothing marked allocated, nobody forgotten";
 
   // It arrives at the second re-read: admitted gets its own grant, whatever
@@ -593,7 +604,7 @@ TEST_F(AllocatorTest, OfSeveralPodsKubeletListsAsBeingAdmittedNoneIsGuessed) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].pod.name, "admitted");
   EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
-  EXPECT_EQ(refreshes, 2);
+  EXPECT_EQ(refreshes.load(), 2);
   EXPECT_EQ(store_.PendingContainers(), 0u);
 }
 
@@ -618,15 +629,25 @@ TEST_F(AllocatorTest, APodTurnedAwayStaysForgottenThroughAReRead) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].pod.name, "next");
   EXPECT_EQ((*r)[0].spec.env.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b");
+}
 
-  // A pod with an allocated container was admitted: one forgotten after a
-  // failure comes back with the next read (kubelet also calls again for a
-  // running pod after a node restart, and retries its start).
-  ASSERT_TRUE(store_.RejectAdmission("uid-next"));
-  Assign(Pod("next", "2026-11-30T02:00:05Z"),
-         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 2048, 100, false)})});
-  EXPECT_EQ(store_.AllocatedContainers("uid-next").size(), 0u) << "a new record: nothing kept";
-  EXPECT_EQ(store_.PendingContainers(), 1u) << "back as a candidate";
+// After a node restart kubelet calls Allocate again for a running pod's
+// containers (it lost their devices); a failure there makes it retry the
+// container's start, it does not turn the pod away. So a failed repeat keeps
+// the pod: its next call is answered again.
+TEST_F(AllocatorTest, AFailedRepeatKeepsThePod) {
+  Assign(Pod("running"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 7, 2048, 300, false)})});
+  ASSERT_TRUE(allocator_->Allocate(kGpu, {{"GPU-a::7"}}).ok());
+  ASSERT_TRUE(state_.SetHealth("GPU-a", false));
+  auto failed = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(store_.AllocatedContainers("uid-running").size(), 1u) << "the pod was forgotten";
+  ASSERT_TRUE(state_.SetHealth("GPU-a", true));
+  auto again = allocator_->Allocate(kGpu, {{"GPU-a::7"}});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)[0].pod.name, "running");
+  EXPECT_TRUE((*again)[0].repeat);
 }
 
 // Kubelet's view could not be read to confirm the one pod the slot ids name:

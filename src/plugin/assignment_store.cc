@@ -150,14 +150,11 @@ bool AssignmentStore::RejectAdmission(const std::string& uid) {
   if (it == pods_.end() || it->second.terminating || !it->second.presumed.empty()) {
     return false;
   }
-  const bool admitted_before = !it->second.allocated.empty();
   pods_.erase(it);
   unassigned_.erase(uid);
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(turned_away_, [&](const auto& t) { return now - t.second > kGoneMemory; });
-  if (!admitted_before) {
-    turned_away_[uid] = now;
-  }
+  turned_away_[uid] = now;
   return true;
 }
 
@@ -701,8 +698,10 @@ PreferredAnswer AssignmentStore::PreferredForPending(
       if (admitting.size() == 1) {
         who = admitting.front();
       } else if (admitting.size() > 1) {
-        who = admitting.back();  // the newest listed: as in MatchIn
-        answer.ambiguous = true;
+        // Several listed: all but one were turned away, and Allocate settles
+        // which one calls by re-reading the node's pods. Slots nobody is
+        // promised, so that kubelet takes no turned-away pod's.
+        answer.foreign = true;
         answer.listed_several = true;
       } else if (admitting.empty() && (!known.empty() || !unknown.empty())) {
         answer.foreign = true;  // a pod without an assignment: nobody's slots

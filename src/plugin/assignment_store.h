@@ -189,10 +189,10 @@ bool KubeletAdmitting(const KubeletView& kubelet, const PodRef& pod,
 
 struct PreferredAnswer {
   std::optional<std::vector<std::string>> slots;  // none: no preference
-  // Several pods wait with that shape and the answer is the oldest one's;
-  // with kubelet's view listing several of them, the newest listed one's
-  // (`listed_several`).
+  // Several pods wait with that shape and the answer is the oldest one's.
   bool ambiguous = false;
+  // Kubelet's view lists several of them as being admitted: the answer is
+  // slots nobody is promised (with `foreign`), and Allocate settles it.
   bool listed_several = false;
   // No pending container could be asking; the answer is a pod admitted again
   // ("Admitted again"): worth confirming on the node's pods as they are now.
@@ -236,10 +236,10 @@ class AssignmentStore {
   // is forgotten at once, before kubelet's Failed status comes back, and the
   // next pod kubelet admits cannot be matched to its grant. Returns whether
   // it was.
-  // A pod with no allocated container is remembered as turned away for
-  // kGoneMemory: a re-read of the node's pods, or an update of the pod,
-  // before kubelet's Failed status arrives does not make it a candidate
-  // again.
+  // The pod is remembered as turned away for kGoneMemory: a re-read of the
+  // node's pods, or an update of the pod, before kubelet's Failed status
+  // arrives does not make it a candidate again. (The allocator does not call
+  // it after a repeat: kubelet also calls again for a running pod.)
   bool RejectAdmission(const std::string& uid);
   // After a list of the node's Pending pods, or of all its pods that have
   // not ended (their uids in `pending`): drops the pods not in it that have

@@ -2385,6 +2385,18 @@ void ReleaseInsideUnmap(void* ctx) {
   c->rc = c->api->release(c->handle);
 }
 
+// Another thread releases the handle being unmapped and a third creates one
+// (which gets its value once the driver freed it).
+struct ReleaseCreateContext {
+  UnmapRaceContext release;
+  UnmapRaceContext create;
+};
+void ReleaseAndCreateInsideUnmap(void* ctx) {
+  auto* c = static_cast<ReleaseCreateContext*>(ctx);
+  ReleaseInsideUnmap(&c->release);
+  CreateInsideUnmap(&c->create);
+}
+
 // The last unmap of a released handle frees it; the driver may give its
 // value to a cuMemCreate of another thread before the unmap returns. That
 // new handle is charged, and the freed one uncharged once. An unmap that
@@ -2443,6 +2455,21 @@ int VmmUnmap(const Api& a, uint64_t bytes) {
       "third_rc=%d raced_release_rc=%d raced_unmap_rc=%d raced_failed_free=%zu "
       "raced_unmap_again_rc=%d raced_all_free=%zu\n",
       rc, rel.rc, failed_rc, failed_free, unmap_rc, FreeBytes(a));
+  // The same unmap succeeding, and a third thread creating a handle that
+  // gets the freed one's value before it returns: the new handle is charged,
+  // the freed one not any more.
+  rc = a.create(&h, bytes, &prop, 0);
+  a.map(va, bytes, 0, h, 0);
+  ReleaseCreateContext both{{&a, bytes, h}, {&a, bytes}};
+  fakecuda_OnNextUnmap(&ReleaseAndCreateInsideUnmap, &both);
+  unmap_rc = a.unmap(va, bytes);
+  const size_t held_free = FreeBytes(a);
+  a.release(both.create.handle);
+  std::printf(
+      "fourth_rc=%d rc_release=%d rc_create=%d rc_reused=%d rc_unmap_rc=%d "
+      "rc_held_free=%zu rc_all_free=%zu\n",
+      rc, both.release.rc, both.create.rc, both.create.handle == h ? 1 : 0, unmap_rc, held_free,
+      FreeBytes(a));
   return 0;
 }
 
