@@ -8,8 +8,10 @@
 # .h200/bin/accelpool-device-plugin  the device plugin, for NVML discovery
 # .h200/lib/                         the shared libraries it needs beyond
 #                                    glibc (gRPC, protobuf, cpprest, ...),
-#                                    and a prebuilt libaccelpool-cuda.so,
-#                                    used there only if the local build fails
+#                                    and the prebuilt libaccelpool-cuda.so
+#                                    the enforcement plan runs
+# .h200/lib/cxx/                     the C++ runtime it was built with, used
+#                                    only where the image's is older
 # A GPU image usually has a compiler and CUDA but not the gRPC stack, which
 # is why the plugin travels prebuilt. Built on x86-64 against this machine's
 # glibc; the target needs the same or a newer glibc.
@@ -32,7 +34,20 @@ cp "${shim}" "${out}/lib/"
 ldd "${plugin}" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
   case "$(basename "${lib}")" in
     libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) continue ;;
+    # The C++ runtime goes apart: plugin_env.sh adds it only where the GPU
+    # image's own is too old, since this one may need a newer glibc.
+    libstdc++.so.*|libgcc_s.so.*) mkdir -p "${out}/lib/cxx"; cp -L "${lib}" "${out}/lib/cxx/" ;;
+    *) cp -L "${lib}" "${out}/lib/" ;;
   esac
-  cp -L "${lib}" "${out}/lib/"
 done
-echo "bundle: $(du -sh "${out}" | cut -f1) in ${out} ($(ls "${out}/lib" | wc -l) libraries)"
+# The newest glibc symbol version anything in the bundle needs: the GPU
+# image's glibc must be at least that.
+newest_glibc() {
+  xargs objdump -T 2> /dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1
+}
+need="$(find "${out}/bin" "${out}/lib" -maxdepth 1 -type f | newest_glibc)"
+need_cxx="$(find "${out}/lib/cxx" -type f | newest_glibc)"
+echo "bundle: $(du -sh "${out}" | cut -f1) in ${out} ($(find "${out}/lib" -type f | wc -l) libraries);" \
+  "needs ${need:-?} or newer (${need_cxx:-?} where the image's C++ runtime is older than GLIBCXX" \
+  "$(objdump -T "${out}/bin/accelpool-device-plugin" | grep -o 'GLIBCXX_3\.4\.[0-9]*' \
+    | sort -t. -k3 -n -u | tail -1))"

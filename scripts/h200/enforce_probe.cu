@@ -380,15 +380,31 @@ struct Calibration {
 
 // Iterations for about `us` per launch, and the mean solo duration of that
 // launch. Must run alone on the device: contention would stretch it.
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 Calibration Calibrate(double us, int blocks, float* sink) {
   const long long probe = 1 << 20;
-  WorkMs(probe, blocks, sink);  // Warm-up (module load, clocks).
-  double ms = WorkMs(probe, blocks, sink);
-  Calibration c;
-  c.iters = std::max(1LL, static_cast<long long>(probe * (us / 1000.0) / ms));
-  for (int i = 0; i < 5; ++i) {
-    c.kernel_ms += WorkMs(c.iters, blocks, sink) / 5.0;
+  // Warm-up of about a second: module load, and the SM clock ramping up from
+  // idle (345 MHz idle against 1980 MHz busy on an H200); a calibration at a
+  // ramping clock scales every share figure by the clock ratio.
+  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < warm_until) {
+    WorkMs(probe, blocks, sink);
   }
+  std::vector<double> probe_ms;
+  for (int i = 0; i < 9; ++i) {
+    probe_ms.push_back(WorkMs(probe, blocks, sink));
+  }
+  Calibration c;
+  c.iters = std::max(1LL, static_cast<long long>(probe * (us / 1000.0) / Median(probe_ms)));
+  std::vector<double> kernel_ms;
+  for (int i = 0; i < 21; ++i) {
+    kernel_ms.push_back(WorkMs(c.iters, blocks, sink));
+  }
+  c.kernel_ms = Median(kernel_ms);
   return c;
 }
 
@@ -515,6 +531,10 @@ int Overhead(long n) {
   cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
   std::vector<float> ns(static_cast<size_t>(n));
   for (long i = 0; i < n; ++i) {
+    // Drained every 1024 launches, outside the timed call: with a full push
+    // buffer each launch would wait for the GPU, and that wait would hide
+    // what the shim adds on the host.
+    if (i % 1024 == 0) cuStreamSynchronize(stream);
     auto a = std::chrono::steady_clock::now();
     cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr);
     auto b = std::chrono::steady_clock::now();

@@ -25,7 +25,9 @@ if [[ -n ${ACCELPOOL_PLUGIN_BIN:-} ]]; then
   bin="${ACCELPOOL_PLUGIN_BIN}"
 elif [[ -x ${repo}/.h200/bin/accelpool-device-plugin ]]; then
   bin="${repo}/.h200/bin/accelpool-device-plugin"
-  export LD_LIBRARY_PATH="${repo}/.h200/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+  # shellcheck source=scripts/h200/plugin_env.sh
+  source "${repo}/scripts/h200/plugin_env.sh"
+  plugin_library_path "${repo}/.h200"
 else
   cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DACCELPOOL_BUILD_TESTS=OFF -DACCELPOOL_BUILD_BENCH=OFF \
@@ -44,16 +46,26 @@ json="${out_dir}/nvml-inventory-${model,,}.json"
 md="${out_dir}/nvml-inventory-${model,,}.md"
 
 start=$(date +%s%N)
-# bash's HOSTNAME: a bare image may have no hostname command.
-"${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${json}"
+# bash's HOSTNAME: a bare image may have no hostname command. A discovery
+# that fails is recorded with its error: nvidia-smi's view below is written
+# either way.
+again="$(mktemp)"
+errors="$(mktemp)"
+trap 'rm -f "${again}" "${errors}"' EXIT
+plugin_rc=0
+"${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${json}" \
+  2> "${errors}" || plugin_rc=$?
 end=$(date +%s%N)
 # The plugin discovers again every minute and serves a device set that
 # differs (docs/device-plugin.md, "When the devices change"): on a node that
 # did not change, a second discovery must read the same document.
-again="$(mktemp)"
-trap 'rm -f "${again}"' EXIT
-"${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${again}"
-if cmp -s "${json}" "${again}"; then
+if [[ ${plugin_rc} -eq 0 ]]; then
+  "${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${again}" \
+    2>> "${errors}" || plugin_rc=$?
+fi
+if [[ ${plugin_rc} -ne 0 ]]; then
+  stable="did not run: the plugin failed (exit ${plugin_rc})"
+elif cmp -s "${json}" "${again}"; then
   stable="read the same inventory, as the plugin's device check needs"
 else
   stable="read a DIFFERENT inventory: the device check would see a change (diff below)"
@@ -67,7 +79,7 @@ fi
   echo "discovery took $(( (end - start) / 1000000 )) ms (process start to exit)."
   echo "A second discovery right after it ${stable}."
   echo
-  if ! cmp -s "${json}" "${again}"; then
+  if [[ ${plugin_rc} -eq 0 ]] && ! cmp -s "${json}" "${again}"; then
     echo '```'
     diff "${json}" "${again}" || true
     echo '```'
@@ -75,9 +87,16 @@ fi
   fi
   echo "## What accelpool read through NVML"
   echo
+  if [[ ${plugin_rc} -ne 0 ]]; then
+    echo "The plugin's discovery failed (exit ${plugin_rc}); what it printed:"
+    echo
+    echo '```'
+    head -c 4000 "${errors}"
+    echo '```'
+  else
   echo "| index | id (UUID) | model | memory MiB | NUMA | PCI bus | max shares | healthy | MIG profile |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  python3 - "${json}" <<'PY'
+  python3 - "${json}" <<'PY' || echo "(the inventory did not parse)"
 import json, sys
 doc = json.load(open(sys.argv[1]))
 for inv in doc["inventories"]:
@@ -98,6 +117,7 @@ for inv in doc["inventories"]:
         row = [str(links[i * n + j]) if links else "-" for j in range(n)]
         print(f"| {i} | " + " | ".join(row) + " |")
 PY
+  fi
   echo
   echo "## Memory in use, as the foreign memory check reads it"
   echo
@@ -107,20 +127,23 @@ PY
   echo '```'
   "${bin}" --backend=nvidia --print-memory-use --host-proc=/proc 2>&1 || true
   echo
-  nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv
-  nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
+  timeout 20 nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv || true
+  timeout 20 nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv \
+    || true
   echo '```'
   echo
   echo "## nvidia-smi for comparison"
   echo
   echo '```'
-  nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current --format=csv
+  timeout 20 nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current \
+    --format=csv || true
   echo
-  nvidia-smi topo -m
+  timeout 20 nvidia-smi topo -m || true
   echo
-  nvidia-smi -L
+  timeout 20 nvidia-smi -L || true
   echo '```'
 } > "${md}"
 
 cat "${md}"
 echo "wrote ${md} and ${json}"
+exit "${plugin_rc}"

@@ -3,20 +3,21 @@
 #
 #   scripts/h200/run_enforcement.sh [output_dir]
 #
-# Builds libaccelpool-cuda (g++) and the driver-API probe (nvcc) from this
-# checkout, then runs the cases natively, with the shim loaded and limits off,
-# and with limits on. All output is raw key=value lines, also written to
+# Takes the prebuilt libaccelpool-cuda from .h200/ (scripts/h200/bundle.sh:
+# the binary the test suite checked) or, without it, builds the shim with g++;
+# builds the driver-API probe with nvcc; then runs the cases natively, with the
+# shim loaded and limits off, and with limits on. All output is raw key=value lines, also written to
 # <output_dir>/enforcement_raw.txt (default: $OUT if set, else
 # out/enforcement).
 #
 # Needs: an NVIDIA GPU and driver, nvcc + CUDA headers, g++, python3 with torch
-# and torchvision (their sections are skipped without them). No network: the
-# ResNet50 weights are random.
+# (its sections are skipped without it) and torchvision (ResNet50 only). No
+# network: the ResNet50 weights are random.
 #
 # The sections run in priority order, the issue's must-show items first, so
 # that a run cut short still holds them:
 #   info memcap truth share pair kill overhead torchmem resnet replicas
-#   probes torchcompute alloc mps
+#   contexts probes torchcompute alloc mps
 # ENFORCE_SECTIONS="share pair" reruns only the named sections.
 #
 # Time: about 7.5 minutes for the must-show sections with the defaults, about
@@ -29,6 +30,10 @@
 #   ENFORCE_PAIR_SECONDS    30/70 split and its unlimited baseline (default 20)
 #   ENFORCE_RESNET_SECONDS  each ResNet50 measurement (default 15)
 #   ENFORCE_SECONDS         every other timed run (default 6)
+#   ENFORCE_REPLICA_DELAY_S the replicas' time to build and warm up before
+#                           their common start (default 15)
+#   ENFORCE_CONTEXT_CYCLES  cycles of the contexts case (default 8)
+#   ENFORCE_BUILD_SHIM=1    build the shim here even with a bundle in .h200/
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -44,7 +49,9 @@ BUDGET=${ENFORCE_BUDGET_S:-500}
 DEADLINE=${ENFORCE_DEADLINE_S:-570}
 LAUNCHES=${ENFORCE_LAUNCHES:-1000000}
 # Seconds the replicas get to build and warm their models before the common start.
-DELAY=${ENFORCE_REPLICA_DELAY_S:-25}
+DELAY=${ENFORCE_REPLICA_DELAY_S:-15}
+# Cycles of the contexts case (created and primary contexts, each).
+CYCLES=${ENFORCE_CONTEXT_CYCLES:-8}
 SECTIONS=" ${ENFORCE_SECTIONS:-all} "
 START=$SECONDS
 WORK=$(mktemp -d /tmp/accelpool-enforce.XXXXXX)
@@ -118,9 +125,36 @@ build() {
   g++ --version | head -1
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   "$NVCC" --version | tail -2
+  # The probe builds while the shim is found or built. nvcc's own profile
+  # names the toolkit's stub libcuda; the -L is for toolkits laid out
+  # without it (a driver-only image has libcuda.so.1 but no libcuda.so).
+  timeout --kill-after=5 "$(bounded 300)" "$NVCC" -O2 -std=c++17 -arch=sm_90 \
+    -o "$WORK/enforce_probe" "$HERE/enforce_probe.cu" -L"$(dirname "$NVCC")/../lib64/stubs" \
+    -lcuda -ldl > "$WORK/nvcc.log" 2>&1 &
+  local probe_pid=$!
+  local prebuilt="$ROOT/.h200/lib/libaccelpool-cuda.so"
+  if [[ ${ENFORCE_BUILD_SHIM:-0} != 1 && -f $prebuilt ]]; then
+    SHIM="$prebuilt"
+    echo "shim=prebuilt"
+  else
+    build_shim
+  fi
+  if wait "$probe_pid"; then
+    PROBE=1
+    echo "probe=built"
+  else
+    PROBE=0
+    echo "probe=FAILED: its sections are skipped"
+    cat "$WORK/nvcc.log"
+  fi
+}
+
+# The shim from this checkout's sources, where no prebuilt one came along
+# (ENFORCE_BUILD_SHIM=1 builds it anyway).
+build_shim() {
   local src="$ROOT/src/cuda" f objs=() pids=() ok=1
-  # The shim: every source of src/cuda but the tests, one object per file,
-  # compiled in parallel, then linked.
+  # Every source of src/cuda but the tests, one object per file, compiled in
+  # parallel, then linked.
   for f in "$src"/*.cc; do
     [[ $f == *_test.cc ]] && continue
     f=$(basename "$f" .cc)
@@ -130,10 +164,6 @@ build() {
     pids+=($!)
     objs+=("$WORK/$f.o")
   done
-  # The probe builds meanwhile.
-  timeout --kill-after=5 "$(bounded 300)" "$NVCC" -O2 -std=c++17 -arch=sm_90 \
-    -o "$WORK/enforce_probe" "$HERE/enforce_probe.cu" -lcuda -ldl > "$WORK/nvcc.log" 2>&1 &
-  local probe_pid=$!
   for f in "${pids[@]}"; do wait "$f" || ok=0; done
   SHIM="$WORK/libaccelpool-cuda.so"
   if [ "$ok" = 1 ] && g++ -shared -o "$SHIM" "${objs[@]}" -Wl,--no-as-needed -l:libdl.so.2 \
@@ -146,26 +176,23 @@ build() {
     echo "shim=FAILED"
     exit 1
   fi
-  if wait "$probe_pid"; then
-    PROBE=1
-    echo "probe=built"
-  else
-    PROBE=0
-    echo "probe=FAILED: its sections are skipped"
-    cat "$WORK/nvcc.log"
-  fi
 }
 
 main() {
   section "environment"
   date -u
   echo "budget_s=$BUDGET deadline_s=$DEADLINE"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,persistence_mode \
+    --format=csv
   HAVE_TORCH=1
-  timeout 120 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda",
-torch.version.cuda, "torchvision", torchvision.__version__)' \
+  # torchvision is needed by the ResNet50 cases only (they say so without it).
+  timeout 120 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)
+try:
+    import torchvision; print("torchvision", torchvision.__version__)
+except ImportError:
+    print("torchvision=missing: the ResNet50 cases print SKIPPED")' \
     || { echo "torch=missing: PyTorch sections will be SKIPPED"; HAVE_TORCH=0; }
-  TOTAL_MIB=$(nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits)
+  TOTAL_MIB=$(timeout 20 nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits)
   echo "memory_total_mib=$TOTAL_MIB"
 
   build
@@ -193,11 +220,11 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
       run "info shim-off" 60 $OFF "$P" info
       run "hooked by the probe (debug log)" 60 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 \
         ACCELPOOL_CUDA_COMPUTE_LIMIT=50 ACCELPOOL_CUDA_LOG_LEVEL=debug "$P" share kernel 1000 1 \
-        2>&1 | grep -E "hooked|share_pct|exit=" | sort | uniq -c
+        2>&1 | grep -E "^--- |SKIPPED|hooked|share_pct|exit=" | sort | uniq -c
     }
     torch_ok && run "hooked by PyTorch (debug log)" 120 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=4096 \
       ACCELPOOL_CUDA_COMPUTE_LIMIT=50 ACCELPOOL_CUDA_LOG_LEVEL=debug $PY matmul 1 2>&1 \
-      | grep -E "hooked|matmul" | sed 's/0x[0-9a-f]*/0x/g' | sort | uniq -c
+      | grep -E "^--- |SKIPPED|hooked|matmul" | sed 's/0x[0-9a-f]*/0x/g' | sort | uniq -c
   fi
 
   if want memcap && probe_ok; then
@@ -211,17 +238,6 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     for api in pitch managed async pool vmm array mipmap graph host; do
       run "memcap $api 64MiB" 120 $(ON) $cap_on "$P" memcap "$api" 67108864 "$MEMCAP_MAX"
     done
-    # Contexts created and destroyed, and the primary one retained and
-    # released, 20 times with 256 MiB each: under the cap every cycle must
-    # pass (the driver frees a destroyed context's memory); native, the facts
-    # the shim assumes (same handle, inactive after the last release, a
-    # primary handle's destroy refused).
-    run "contexts native" 60 $NATIVE "$P" contexts 20 268435456
-    run "contexts shim-on" 60 $(ON) $cap_on "$P" contexts 20 268435456
-    # The graph pool between launches, native and under the shim (a 256 MiB
-    # graph under a 1 GiB cap).
-    run "graph pool attributes native" 60 $NATIVE "$P" graphattrs 268435456
-    run "graph pool attributes shim-on" 60 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" graphattrs 268435456
   fi
 
   if want truth && probe_ok; then
@@ -239,6 +255,16 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     run "calibrate 1000 us" 60 $NATIVE "$P" calibrate 1000 | tee "$WORK/cal"
     CAL=$(sed -n 's/^iters=\([0-9]*\) kernel_ms=\([0-9.]*\)$/\1 \2/p' "$WORK/cal")
     echo "calibration=${CAL:-none (each run calibrates itself)}"
+  fi
+  # The 10 us and 50 ms probes calibrated under the limiter would count its
+  # waits as kernel time: they get a solo calibration too.
+  CAL10=""
+  CAL50=""
+  if want probes && probe_ok; then
+    run "calibrate 10 us" 60 $NATIVE "$P" calibrate 10 | tee "$WORK/cal10"
+    CAL10=$(sed -n 's/^iters=\([0-9]*\) kernel_ms=\([0-9.]*\)$/\1 \2/p' "$WORK/cal10")
+    run "calibrate 50 ms" 60 $NATIVE "$P" calibrate 50000 | tee "$WORK/cal50"
+    CAL50=$(sed -n 's/^iters=\([0-9]*\) kernel_ms=\([0-9.]*\)$/\1 \2/p' "$WORK/cal50")
   fi
 
   if want share && probe_ok; then
@@ -300,10 +326,11 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     # memory: both pids, their command, and what NVML says each holds.
     if [[ -x "$ROOT/.h200/bin/accelpool-device-plugin" ]]; then
       echo "plugin process lists (A pid $pid_a, B pid $pid_b):"
-      LD_LIBRARY_PATH="$ROOT/.h200/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        timeout --kill-after=5 "$(bounded 30)" "$ROOT/.h200/bin/accelpool-device-plugin" \
-        --backend=nvidia --print-memory-use --host-proc=/proc --node-name=h200 2>&1 || true
-      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv 2>&1 || true
+      ( source "$HERE/plugin_env.sh" && plugin_library_path "$ROOT/.h200" \
+        && timeout --kill-after=5 "$(bounded 30)" "$ROOT/.h200/bin/accelpool-device-plugin" \
+        --backend=nvidia --print-memory-use --host-proc=/proc --node-name=h200 ) 2>&1 || true
+      timeout 20 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv 2>&1 \
+        || true
     fi
     run "third process wants 300 MiB while A and B hold 900 (expect OOM)" 60 \
       $in_c "$P" memcap alloc 314572800 "$MEMCAP_MAX"
@@ -357,13 +384,36 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
       $PY resnet "$T_RESNET" 1 "$(( $(date +%s) + DELAY ))"
   fi
 
+  if want contexts && probe_ok; then
+    section "2b. contexts and the graph pool under the cap (${CYCLES} cycles)"
+    local cap_on="ACCELPOOL_CUDA_MEMORY_LIMIT=1024 ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB=$CTX_MIB"
+    # Contexts created and destroyed, and the primary one retained and
+    # released, with 256 MiB each: under the cap every cycle must pass (the
+    # driver frees a destroyed context's memory); native, the facts the shim
+    # assumes (same handle, inactive after the last release, a primary
+    # handle's destroy refused).
+    run "contexts native" 60 $NATIVE "$P" contexts "$CYCLES" 268435456
+    run "contexts shim-on" 60 $(ON) $cap_on "$P" contexts "$CYCLES" 268435456
+    # The graph pool between launches, native and under the shim (a 256 MiB
+    # graph under a 1 GiB cap).
+    run "graph pool attributes native" 60 $NATIVE "$P" graphattrs 268435456
+    run "graph pool attributes shim-on" 60 $(ON) ACCELPOOL_CUDA_MEMORY_LIMIT=1024 "$P" graphattrs 268435456
+  fi
+
+  if want resnet && torch_ok; then
+    # The first pair has one native run before the shim's; a second native
+    # run after everything between shows how much the card itself drifted.
+    run "resnet50 b8 native, again" $((T_RESNET + 120)) $NATIVE $PY resnet "$T_RESNET" 8
+  fi
+
   if want probes && probe_ok; then
     section "6. bypass and cost probes at 50 % (${T}s each)"
     run "sync after each launch" $((T + 60)) $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=50 \
       "$P" share sync 1000 "$T" $CAL
-    run "10 us kernels" $((T + 60)) $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=50 "$P" share kernel 10 "$T"
+    run "10 us kernels" $((T + 60)) $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=50 \
+      "$P" share kernel 10 "$T" $CAL10
     run "50 ms kernels" $((T + 60)) $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=50 \
-      "$P" share kernel 50000 "$T"
+      "$P" share kernel 50000 "$T" $CAL50
     for mode in graph ex coop; do
       run "$mode" $((T + 60)) $(ON) ACCELPOOL_CUDA_COMPUTE_LIMIT=50 "$P" share "$mode" 1000 "$T" $CAL
     done
@@ -395,7 +445,9 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
     if command -v nvidia-cuda-mps-control >/dev/null; then
       export CUDA_MPS_PIPE_DIRECTORY="$WORK/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps-log"
       mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-      timeout 20 nvidia-cuda-mps-control -d && echo "mps=started"
+      # The daemon must not hold this script's output pipe: tee would wait for
+      # it past the end of the run.
+      timeout 20 nvidia-cuda-mps-control -d < /dev/null > /dev/null 2>&1 && echo "mps=started"
       for pct in 50 25; do
         run "MPS share $pct" $((T + 20)) env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct \
           "$P" share kernel 1000 "$T" $CAL
@@ -407,7 +459,7 @@ torch.version.cuda, "torchvision", torchvision.__version__)' \
         4 $((T_RESNET + 150)) env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \
         CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=$((TOTAL_MIB / 4))M" ACCELPOOL_CUDA_DISABLE=1 \
         $PY resnet "$T_RESNET" 1 "$(( $(date +%s) + DELAY ))"
-      echo quit | timeout 10 nvidia-cuda-mps-control
+      echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     else
       echo "SKIPPED: nvidia-cuda-mps-control not found"
