@@ -593,6 +593,30 @@ ACCELPOOL_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, in
   return rc;
 }
 
+// The _ptsz resolver takes a request that names no stream mode as a
+// per-thread one. Where the driver has no such export, its default resolver
+// is asked with the flag set.
+ACCELPOOL_EXPORT CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn, int version,
+                                                   cuuint64_t flags,
+                                                   CUdriverProcAddressQueryResult* status) {
+  EnsureCuda();
+  constexpr cuuint64_t kStreamModes =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  const cuuint64_t meant =
+      (flags & kStreamModes) == 0 ? flags | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : flags;
+  auto real = Real<cuGetProcAddress_v2Fn>(kHookGetProcAddressV2, 1);
+  CUresult rc = CUDA_ERROR_NOT_FOUND;
+  if (real != nullptr) {
+    rc = real(symbol, pfn, version, flags, status);
+  } else if (auto v2 = Real<cuGetProcAddress_v2Fn>(kHookGetProcAddressV2, 0)) {
+    rc = v2(symbol, pfn, version, meant, status);
+  }
+  if (rc == CUDA_SUCCESS) {
+    SwapProcAddress(symbol, pfn, version, meant);
+  }
+  return rc;
+}
+
 ACCELPOOL_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
                                            cuuint64_t flags) {
   EnsureCuda();
@@ -618,7 +642,8 @@ void SwapProcAddress(const char* symbol, void** pfn, int version, cuuint64_t fla
     return;  // Not ours, or an older ABI: the driver's pointer stands.
   }
   if (sym->id == kHookGetProcAddressV2) {
-    *pfn = reinterpret_cast<void*>(&cuGetProcAddress_v2);
+    *pfn = sym->per_thread_stream ? reinterpret_cast<void*>(&cuGetProcAddress_v2_ptsz)
+                                  : reinterpret_cast<void*>(&cuGetProcAddress_v2);
     return;
   }
   if (sym->id == kHookGetProcAddress) {
@@ -661,7 +686,8 @@ ACCELPOOL_EXPORT ACCELPOOL_UNINSTRUMENTED void* dlsym(void* handle, const char* 
     EnsureCuda();
   }
   if (sym->id == kHookGetProcAddressV2) {
-    return reinterpret_cast<void*>(&cuGetProcAddress_v2);
+    return sym->per_thread_stream ? reinterpret_cast<void*>(&cuGetProcAddress_v2_ptsz)
+                                  : reinterpret_cast<void*>(&cuGetProcAddress_v2);
   }
   if (sym->id == kHookGetProcAddress) {
     return reinterpret_cast<void*>(&cuGetProcAddress);

@@ -1586,7 +1586,8 @@ TEST(ShimTest, SymbolResolutionThroughBothHookPaths) {
        {"dlsym_memalloc_hooked", "dlsym_unknown_passthrough", "dlsym_gpa_hooked",
         "procaddr_memalloc_hooked", "procaddr13_memalloc_hooked", "procaddr_legacy_passthrough",
         "procaddr_ptsz_launch_hooked", "procaddr_graph_hooked", "procaddr_unknown_passthrough",
-        "procaddr_self_hooked"}) {
+        "procaddr_self_hooked", "dlsym_gpa_ptsz_hooked", "procaddr_self_ptsz_is_the_hook",
+        "ptsz_launch_hooked", "ptsz_launch_is_per_thread", "ptsz_memalloc_hooked"}) {
     EXPECT_EQ(U(on, key), 1u) << key;
   }
   EXPECT_EQ(U(on, "procaddr_missing_rc"), 500u) << "driver errors pass through";

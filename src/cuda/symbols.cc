@@ -116,6 +116,11 @@ constexpr SymbolInfo kSymbols[] = {
      kCu},
     {"cuGetProcAddress", "cuGetProcAddress", 11030, 12000, kHookGetProcAddress, false, kCu},
     {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, kNoMax, kHookGetProcAddressV2, false, kCu},
+    // The resolver a program built for the per-thread default stream calls
+    // (cuda.h maps cuGetProcAddress to it): a request with neither stream
+    // flag gets the per-thread entries.
+    {"cuGetProcAddress_v2_ptsz", "cuGetProcAddress", 12000, kNoMax, kHookGetProcAddressV2, true,
+     kCu},
     {"nvmlDeviceGetMemoryInfo", nullptr, 0, kNoMax, kHookNvmlMemoryInfo, false, HookLibrary::kNvml},
     {"nvmlDeviceGetMemoryInfo_v2", nullptr, 0, kNoMax, kHookNvmlMemoryInfoV2, false,
      HookLibrary::kNvml},

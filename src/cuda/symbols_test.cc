@@ -78,6 +78,8 @@ TEST(SymbolsTest, ProcAddressTable) {
       {"cuDeviceGraphMemTrim", 13000, 0, "cuDeviceGraphMemTrim"},
       {"cuGetProcAddress", 11080, 0, "cuGetProcAddress"},
       {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+      {"cuGetProcAddress", 12000, kPtds, "cuGetProcAddress_v2_ptsz"},
+      {"cuGetProcAddress", 13000, kPtds, "cuGetProcAddress_v2_ptsz"},
       {"cuGetExportTable", 12000, 0, nullptr},
       {"cuCtxSynchronize", 12000, 0, nullptr},
       {"nvmlDeviceGetMemoryInfo", 12000, 0, nullptr},  // Not a driver entry.

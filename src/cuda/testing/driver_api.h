@@ -151,6 +151,8 @@ CUresult cuEventElapsedTime(float*, CUevent, CUevent);
 CUresult cuGetProcAddress(const char*, void**, int, cuuint64_t);
 CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
                              CUdriverProcAddressQueryResult*);
+CUresult cuGetProcAddress_v2_ptsz(const char*, void**, int, cuuint64_t,
+                                  CUdriverProcAddressQueryResult*);
 
 // Test-only entry points of the fake.
 uint64_t fakecuda_DeviceUsedBytes(int device);

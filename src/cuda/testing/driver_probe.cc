@@ -790,6 +790,26 @@ int Symbols() {
   std::printf("procaddr_unknown_passthrough=%d\n", p == lookup("cuCtxSynchronize"));
   gpa("cuGetProcAddress", &p, 12000, 0, &st);
   std::printf("procaddr_self_hooked=%d\n", hooked(p, "cuGetProcAddress_v2"));
+  // The per-thread resolver (what cuda.h calls cuGetProcAddress in a program
+  // built for the per-thread default stream): found by dlsym and by the
+  // resolver itself, it hands out the hooks, per-thread ones when the request
+  // names no stream mode.
+  auto ptsz = reinterpret_cast<cuGetProcAddress_v2Fn>(dlsym(Driver(), "cuGetProcAddress_v2_ptsz"));
+  std::printf("dlsym_gpa_ptsz_hooked=%d\n",
+              hooked(reinterpret_cast<void*>(ptsz), "cuGetProcAddress_v2_ptsz"));
+  gpa("cuGetProcAddress", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+  std::printf("procaddr_self_ptsz_is_the_hook=%d\n", p == reinterpret_cast<void*>(ptsz));
+  void* launch_ptds = nullptr;
+  void* launch_default = nullptr;
+  gpa("cuLaunchKernel", &launch_ptds, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+  gpa("cuLaunchKernel", &launch_default, 12000, 0, &st);
+  p = nullptr;
+  if (ptsz != nullptr) ptsz("cuLaunchKernel", &p, 12000, 0, &st);
+  std::printf("ptsz_launch_hooked=%d ptsz_launch_is_per_thread=%d\n",
+              hooked(p, "cuLaunchKernel_ptsz"), p == launch_ptds && p != launch_default);
+  p = nullptr;
+  if (ptsz != nullptr) ptsz("cuMemAlloc", &p, 12000, 0, &st);
+  std::printf("ptsz_memalloc_hooked=%d\n", hooked(p, "cuMemAlloc_v2"));
   CUresult rc = gpa("cuNoSuchFunction", &p, 12000, 0, &st);
   std::printf("procaddr_missing_rc=%d status=%d\n", rc, static_cast<int>(st));
   return 0;

@@ -464,6 +464,7 @@ const ProcEntry kProcs[] = {
     E(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 7000, false),
     E(cuGetProcAddress, "cuGetProcAddress", 11030, false),
     E(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false),
+    E(cuGetProcAddress_v2_ptsz, "cuGetProcAddress", 12000, true),
 };
 #undef E
 
@@ -508,6 +509,17 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
                               : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   }
   return best != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+// As the driver's: a request that names no stream mode is a per-thread one.
+FAKE_EXPORT CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn, int version,
+                                              cuuint64_t flags,
+                                              CUdriverProcAddressQueryResult* status) {
+  if ((flags &
+       (CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) == 0) {
+    flags |= CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  }
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, status);
 }
 
 FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
