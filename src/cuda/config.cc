@@ -229,15 +229,26 @@ namespace {
 // Space, tab and line ends (a value written on Windows ends in "\r\n").
 bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-}  // namespace
-
-std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib) {
+std::string_view Trimmed(std::string_view text) {
   while (!text.empty() && IsBlank(text.back())) {
     text.remove_suffix(1);
   }
   while (!text.empty() && IsBlank(text.front())) {
     text.remove_prefix(1);
   }
+  return text;
+}
+
+// A whole number with blanks around it, as a value from a YAML block scalar
+// ("30\n") or a hand-edited file reads: the same leniency as the memory values.
+std::optional<uint64_t> ParseNumberField(std::string_view text, uint64_t max) {
+  return ParseUnsigned(Trimmed(text), max);
+}
+
+}  // namespace
+
+std::optional<uint64_t> ParseMemoryBytes(std::string_view text, bool bare_is_mib) {
+  text = Trimmed(text);
   // Strip an optional trailing "i", "b" or "B" after a unit letter ("Gi", "MB").
   size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
@@ -312,7 +323,7 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
   const char* ours = lookup(lctx, "ACCELPOOL_CUDA_COMPUTE_LIMIT");
   bool ours_used = false;
   if (!IsUnset(ours)) {
-    auto v = ParseUnsigned(ours, 100);
+    auto v = ParseNumberField(ours, 100);
     if (v && *v >= 1) {
       config.compute_percent = static_cast<int>(*v);
       ours_used = true;
@@ -321,7 +332,7 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
   const char* alias = ours_used ? nullptr : lookup(lctx, "CUDA_DEVICE_SM_LIMIT");
   bool alias_used = false;
   if (!IsUnset(alias)) {
-    if (auto v = ParseUnsigned(alias, 100)) {
+    if (auto v = ParseNumberField(alias, 100)) {
       config.compute_percent = static_cast<int>(*v);  // HAMi: 0 means no limit.
       alias_used = true;
     }
@@ -342,7 +353,7 @@ ShimConfig ParseShimConfig(EnvLookup lookup, void* lctx, WarnSink warn, void* wc
   }
 
   if (const char* r = lookup(lctx, "ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB"); !IsUnset(r)) {
-    if (auto v = ParseUnsigned(r, 1ULL << 20)) {
+    if (auto v = ParseNumberField(r, 1ULL << 20)) {
       config.context_reserve_bytes = *v * kMiB;
     } else {
       Warn(warn, wctx, "ACCELPOOL_CUDA_CONTEXT_RESERVE_MIB", r, "a number of MiB such as 512");
