@@ -311,15 +311,31 @@ void FreePairLocked(const EventPair& pair) {
   }
 }
 
-// A pair whose context is gone (or that failed to record): destroyed, not
-// reused. REQUIRES: g_launch.mu held.
-void DropPairLocked(const EventPair& pair) {
-  ShimState& s = State();
-  if (s.event_destroy != nullptr) {
-    s.event_destroy(pair.start);
-    s.event_destroy(pair.end);
-  }
+// A pair whose query or record failed (`why`), never used again. Where the
+// answer says its context or events are gone (destroyed through a path the
+// shim does not see, such as a green context's), none of that context's
+// events is called again, nor destroyed: those handles are not the driver's
+// any more. Its free pairs go the same way, and a context that reuses the
+// handle makes its own. Any other failure (a sticky error of a context that
+// still exists) destroys the pair, as nothing else would.
+// REQUIRES: g_launch.mu held.
+void RetirePairLocked(const EventPair& pair, CUresult why) {
   --g_launch.created;
+  if (why != CUDA_ERROR_INVALID_CONTEXT && why != CUDA_ERROR_CONTEXT_IS_DESTROYED &&
+      why != CUDA_ERROR_INVALID_HANDLE) {
+    ShimState& s = State();
+    if (s.event_destroy != nullptr) {
+      s.event_destroy(pair.start);
+      s.event_destroy(pair.end);
+    }
+    return;
+  }
+  for (int i = g_launch.free_count - 1; i >= 0; --i) {
+    if (g_launch.free_pairs[i].ctx == pair.ctx) {
+      g_launch.free_pairs[i] = g_launch.free_pairs[--g_launch.free_count];
+      --g_launch.created;
+    }
+  }
 }
 
 struct Settlement {
@@ -390,7 +406,7 @@ void Harvest() {
       }
       FreePairLocked(p.events);
     } else {
-      DropPairLocked(p.events);  // Its context is gone; so is its work.
+      RetirePairLocked(p.events, q);  // Its work is gone with its context.
     }
     RaiseTo(g_launch.completed, p.seq);
     done[n++] = {p.device, p.kind, p.charged, g_launch.costs.Record(p.slot, p.tag, measured)};
@@ -445,6 +461,17 @@ bool AcquirePair(CUcontext ctx, int device, bool foreign, EventPair* out) {
       break;
     }
   }
+  // Every pair made and none of this context's free: a free pair of another
+  // context makes room (a context that once had many launches in flight
+  // keeps that many free pairs, and a few such contexts would leave none for
+  // a later one, whose launches would then never be measured).
+  if (!ok && g_launch.created >= kMaxPairs && g_launch.free_count > 0 &&
+      s.event_destroy != nullptr) {
+    const EventPair other = g_launch.free_pairs[--g_launch.free_count];
+    s.event_destroy(other.start);
+    s.event_destroy(other.end);
+    --g_launch.created;
+  }
   const bool pushed = !ok && g_launch.created < kMaxPairs && foreign &&
                       s.ctx_push_current != nullptr && s.ctx_pop_current != nullptr &&
                       s.ctx_push_current(ctx) == CUDA_SUCCESS;
@@ -474,9 +501,9 @@ void ReleasePair(const EventPair& pair) {
   pthread_mutex_unlock(&g_launch.mu);
 }
 
-void DropPair(const EventPair& pair) {
+void RetirePair(const EventPair& pair, CUresult why) {
   pthread_mutex_lock(&g_launch.mu);
-  DropPairLocked(pair);
+  RetirePairLocked(pair, why);
   pthread_mutex_unlock(&g_launch.mu);
 }
 
@@ -638,8 +665,9 @@ class Admission {
     if (!d.sample || !AcquirePair(ctx, device_, foreign, &events_)) {
       return;
     }
-    if (RecordOn(events_.start, stream_, per_thread_) != CUDA_SUCCESS) {
-      DropPair(events_);
+    if (CUresult recorded = RecordOn(events_.start, stream_, per_thread_);
+        recorded != CUDA_SUCCESS) {
+      RetirePair(events_, recorded);
       ForgetContext();
       return;
     }
@@ -663,8 +691,8 @@ class Admission {
     if (!measuring_) {
       return;  // The key's estimate stands.
     }
-    if (RecordOn(events_.end, stream_, per_thread_) != CUDA_SUCCESS) {
-      DropPair(events_);
+    if (CUresult recorded = RecordOn(events_.end, stream_, per_thread_); recorded != CUDA_SUCCESS) {
+      RetirePair(events_, recorded);
       ForgetContext();
       return;
     }

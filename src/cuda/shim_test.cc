@@ -940,6 +940,29 @@ TEST(ShimTest, AnEndedContextsEventsAreNeverUsedAgain) {
   }
 }
 
+// A context destroyed where the shim does not see it (as a green context's
+// destroy is) with measured launches in flight, its handle then reused: the
+// dead events are never destroyed (the pair of a failed query was, and the
+// free pairs of that context were recorded again, then destroyed), and the
+// new context is measured with events of its own.
+TEST(ShimTest, EventsOfAContextEndedUnseenAreNeverDestroyed) {
+  auto kv = MustRun({"direct", "ctxunseen", "100"}, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}});
+  EXPECT_EQ(U(kv, "end_rc"), 0u);
+  ASSERT_EQ(U(kv, "same_handle"), 1u) << "the fake reuses the handle";
+  EXPECT_EQ(U(kv, "unknown_event_destroys"), 0u);
+  EXPECT_GT(U(kv, "records_after"), 0u) << "the new context is measured";
+}
+
+// Five contexts that each had 64 measured launches in flight (at 99 %, so
+// that the queue fills) keep their event pairs free for later; a sixth
+// context still gets pairs (before, every pair the process may make was
+// taken, and its launches were never measured: charged the bucket's prior
+// for good).
+TEST(ShimTest, AContextMadeAfterOthersHeldEveryEventPairIsStillMeasured) {
+  auto kv = MustRun({"direct", "ctxhoard", "5", "100"}, {{"ACCELPOOL_CUDA_COMPUTE_LIMIT", "99"}});
+  EXPECT_GT(U(kv, "last_context_records"), 0u);
+}
+
 // A context destroyed by one thread whose handle a new context on another
 // device gets: a thread that launched in the old one charges the new one's
 // launches to the new device. (Each thread's cached context -> device answer

@@ -1266,6 +1266,84 @@ int CtxEvents(const Api& a, const std::string& how, int64_t millis) {
   return 0;
 }
 
+// A created context destroyed where the shim does not see it (the fake's
+// own cuCtxDestroy, as a green context's destroy would be) while measured
+// launches are in flight, then a new context under the same handle: the
+// shim may query the dead events, but never destroys one (those handles are
+// not the driver's any more), and the new context's launches are measured
+// again with events of its own.
+int CtxUnseen(const Api& a, int64_t millis) {
+  auto destroys = reinterpret_cast<BusyFn>(dlsym(Driver(), "fakecuda_UnknownEventDestroys"));
+  auto records = reinterpret_cast<BusyFn>(dlsym(Driver(), "fakecuda_EventRecords"));
+  auto unseen_destroy = reinterpret_cast<cuCtxDestroyFn>(
+      reinterpret_cast<LookupFn>(dlsym(Driver(), "fakecuda_Lookup"))("cuCtxDestroy_v2"));
+  CUcontext created = nullptr;
+  if (cuCtxCreate_v2(&created, 0, 0) != CUDA_SUCCESS) {
+    return 2;
+  }
+  int64_t kernel_ns = 20'000;
+  void* params[] = {&kernel_ns};
+  auto run = [&](int64_t ms) {
+    int64_t end = NowNs() + ms * 1'000'000;
+    while (NowNs() < end) {
+      a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    }
+  };
+  run(millis);
+  kernel_ns = 20'000'000;  // Still running when the context ends.
+  for (int i = 0; i < 16; ++i) {
+    a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+  }
+  kernel_ns = 20'000;
+  CUresult end_rc = unseen_destroy(created);
+  CUcontext again = nullptr;
+  cuCtxCreate_v2(&again, 0, 0);
+  run(millis);
+  a.ctx_sync();
+  const int64_t records_before = records();
+  run(millis);
+  a.ctx_sync();
+  std::printf("end_rc=%d same_handle=%d unknown_event_destroys=%lld records_after=%lld\n", end_rc,
+              again == created ? 1 : 0, static_cast<long long>(destroys()),
+              static_cast<long long>(records() - records_before));
+  return 0;
+}
+
+// Contexts that each had many measured launches in flight keep that many free
+// event pairs; a context made after them must still get pairs of its own
+// (its launches measured: the fake counts event records).
+int CtxHoard(const Api& a, int contexts, int in_flight) {
+  auto records = reinterpret_cast<BusyFn>(dlsym(Driver(), "fakecuda_EventRecords"));
+  std::vector<CUcontext> made(static_cast<size_t>(contexts), nullptr);
+  int64_t kernel_ns = 200'000;
+  void* params[] = {&kernel_ns};
+  // Every launch a grid of its own: a new kernel shape, measured while its
+  // cost is learnt, as a program's first launches of many kernels are.
+  unsigned grid = 1;
+  for (CUcontext& c : made) {
+    if (cuCtxCreate_v2(&c, 0, 0) != CUDA_SUCCESS) {
+      return 2;
+    }
+    for (int i = 0; i < in_flight; ++i) {
+      a.launch(nullptr, grid++, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+    }
+    a.ctx_sync();
+  }
+  CUcontext last = nullptr;
+  if (cuCtxCreate_v2(&last, 0, 0) != CUDA_SUCCESS) {
+    return 2;
+  }
+  kernel_ns = 20'000;
+  a.ctx_sync();
+  const int64_t before = records();
+  for (int i = 0; i < 200; ++i) {
+    a.launch(nullptr, grid++, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+  }
+  a.ctx_sync();
+  std::printf("last_context_records=%lld\n", static_cast<long long>(records() - before));
+  return 0;
+}
+
 // A context's handle reused on another device by another thread: the
 // launches after it are the new device's (ShimTest reads which buckets the
 // region has started).
@@ -2880,6 +2958,12 @@ int main(int argc, char** argv) {
   }
   if (command == "ctxreusedev" && argc == 4) {
     return CtxReuseDevice(a, std::atoi(argv[3]));
+  }
+  if (command == "ctxunseen" && argc == 4) {
+    return CtxUnseen(a, std::strtoll(argv[3], nullptr, 10));
+  }
+  if (command == "ctxhoard" && argc == 5) {
+    return CtxHoard(a, std::atoi(argv[3]), std::atoi(argv[4]));
   }
   if (command == "ctxevents" && argc == 5) {
     return CtxEvents(a, argv[3], std::strtoll(argv[4], nullptr, 10));

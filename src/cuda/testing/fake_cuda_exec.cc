@@ -256,6 +256,7 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
     return CUDA_SUCCESS;
   }
   ++s.unknown_event_calls;
+  ++s.unknown_event_destroys;
   return CUDA_ERROR_INVALID_HANDLE;
 }
 FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream st) { return Record(e, st, false); }
@@ -349,6 +350,11 @@ FAKE_EXPORT int64_t fakecuda_ForeignEventRecords() {
   return s.foreign_event_records;
 }
 // Record, query and destroy calls on event handles that do not exist.
+FAKE_EXPORT int64_t fakecuda_UnknownEventDestroys() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.unknown_event_destroys;
+}
 FAKE_EXPORT int64_t fakecuda_UnknownEventCalls() {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -122,6 +122,7 @@ struct State {
   // Record, query and destroy calls on event handles that do not exist (a
   // destroyed context took them): a real driver may crash on them.
   int64_t unknown_event_calls = 0;
+  int64_t unknown_event_destroys = 0;  // Of those, cuEventDestroy calls.
   // Records refused because the event is of another context than the
   // stream, as a real driver refuses them (CUDA_ERROR_INVALID_HANDLE).
   int64_t foreign_event_records = 0;
