@@ -67,6 +67,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <optional>
 
 #include "cuda/accounting.h"
 #include "cuda/log.h"
@@ -839,10 +840,12 @@ CUresult HookLaunchGridAsync(CUfunction f, int gw, int gh, CUstream stream) {
 }
 
 // A graph's first launch maps its memory nodes: with a memory cap the growth
-// is held first (accounting.h) and a launch that would pass the cap returns
-// CUDA_ERROR_OUT_OF_MEMORY before admission, having run nothing. Task
-// priority comes before that hold, so a held launch holds no memory while it
-// waits.
+// is held (accounting.h) and a launch that would pass the cap returns
+// CUDA_ERROR_OUT_OF_MEMORY, having run nothing. Task priority and the
+// compute share's admission come before that hold, so a launch holds no
+// memory while it waits (a hold during the wait counted memory nobody had
+// mapped yet, and the container's other processes were refused near the
+// cap meanwhile); a refused launch gives its admission back.
 template <int S>
 CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuGraphLaunchFn, kHookGraphLaunch);
@@ -852,18 +855,21 @@ CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
   const bool per_thread = s.per_thread_stream[kHookGraphLaunch][S];
   LaunchSite site;
   const bool admit = s.launch_on && GateLaunch(stream, per_thread, &site) && s.compute_on;
+  std::optional<Admission> admission;
+  if (admit) {
+    admission.emplace(&site, stream, per_thread,
+                      LaunchKey{reinterpret_cast<uintptr_t>(graph), 0, 0, kGraphKind});
+  }
   GraphHold hold;
   if (s.mem_on && !HoldForGraphExec(graph, stream, per_thread, &hold)) {
+    if (admission) {
+      admission->Done(CUDA_ERROR_OUT_OF_MEMORY);
+    }
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  CUresult rc = CUDA_SUCCESS;
-  if (admit) {
-    Admission admission(&site, stream, per_thread,
-                        LaunchKey{reinterpret_cast<uintptr_t>(graph), 0, 0, kGraphKind});
-    rc = real(graph, stream);
-    admission.Done(rc);
-  } else {
-    rc = real(graph, stream);
+  const CUresult rc = real(graph, stream);
+  if (admission) {
+    admission->Done(rc);
   }
   SettleGraphExec(graph, hold, rc);
   return rc;

@@ -512,6 +512,19 @@ TEST(ShimTest, APoolGrowthPastTheCapReReadsTheDevicesOtherPoolsFirst) {
   }
 }
 
+// A graph launch the compute share holds back maps nothing while it waits:
+// its memory is charged after the admission, not before (a charge during
+// the wait refused the container's other processes near the cap).
+TEST(ShimTest, AGraphLaunchWaitingForItsComputeShareHoldsNoMemory) {
+  auto kv = MustRun({"direct", "graphwait"}, {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"},
+                                              {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "10"}});
+  EXPECT_EQ(U(kv, "instantiate_rc"), 0u);
+  EXPECT_EQ(U(kv, "launch_rc"), 0u);
+  ASSERT_EQ(U(kv, "read_during_wait"), 1u) << "waited " << U(kv, "waited_ms") << " ms";
+  EXPECT_EQ(U(kv, "free_during_wait"), 1024 * kMiB);
+  EXPECT_EQ(U(kv, "free_after"), 512 * kMiB) << "the graph pool's reserve, once mapped";
+}
+
 TEST(ShimTest, GraphMemoryIsChargedWhenMappedAndRefusedPastTheCap) {
   const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
   for (const char* path : {"direct", "dlsym", "procaddr"}) {

@@ -1805,6 +1805,52 @@ int GraphMem(const Api& a, uint64_t bytes, uint64_t first, const std::string& ho
   return TrimAndReport(a);
 }
 
+// A graph with a 512 MiB memory node launched while the compute share makes
+// it wait (the bucket emptied by earlier kernels): another thread reads the
+// free memory during that wait. Nothing is mapped until the launch runs, so
+// nothing may be charged before.
+int GraphWait(const Api& a) {
+  int64_t kernel_ns = 20'000'000;
+  void* params[] = {&kernel_ns};
+  for (int i = 0; i < 10; ++i) {
+    a.launch(nullptr, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr);
+  }
+  a.ctx_sync();
+  CUgraph graph = nullptr;
+  cuGraphCreate(&graph, 0);
+  CUgraphNode node = nullptr;
+  CUDA_MEM_ALLOC_NODE_PARAMS p = AllocNodeParams(512ULL << 20);
+  cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &p);
+  cuGraphAddMemFreeNode(&node, graph, &node, 1, p.dptr);
+  CUgraphExec exec = nullptr;
+  CUresult rc = a.graph_instantiate(&exec, graph, 0);
+  std::atomic<bool> launching{false};
+  std::atomic<bool> returned{false};
+  size_t free_during = 0;
+  bool read_during_wait = false;
+  std::thread reader([&] {
+    while (!launching.load()) {
+      std::this_thread::yield();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    free_during = FreeBytes(a);
+    read_during_wait = !returned.load();
+  });
+  launching.store(true);
+  const int64_t start = NowNs();
+  CUresult launch_rc = a.graph_launch(exec, nullptr);
+  const int64_t waited_ms = (NowNs() - start) / 1'000'000;
+  returned.store(true);
+  reader.join();
+  a.ctx_sync();
+  std::printf(
+      "instantiate_rc=%d launch_rc=%d waited_ms=%lld read_during_wait=%d "
+      "free_during_wait=%zu free_after=%zu\n",
+      rc, launch_rc, static_cast<long long>(waited_ms), read_during_wait ? 1 : 0, free_during,
+      FreeBytes(a));
+  return 0;
+}
+
 // Graphs each allocating `chunk` that outlives the launch, launched until
 // one fails; the allocations are freed, the graphs destroyed and the graph
 // pool trimmed; twice.
@@ -2958,6 +3004,9 @@ int main(int argc, char** argv) {
   }
   if (command == "ctxreusedev" && argc == 4) {
     return CtxReuseDevice(a, std::atoi(argv[3]));
+  }
+  if (command == "graphwait" && argc == 3) {
+    return GraphWait(a);
   }
   if (command == "ctxunseen" && argc == 4) {
     return CtxUnseen(a, std::strtoll(argv[3], nullptr, 10));
