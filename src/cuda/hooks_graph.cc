@@ -314,6 +314,9 @@ CUresult HookGraphUpload(CUgraphExec exec, CUstream stream) {
 template <int S>
 CUresult HookGraphExecDestroy(CUgraphExec exec) {
   ACCELPOOL_REAL_OR_FAIL(cuGraphExecDestroyFn, kHookGraphExecDestroy);
+  if (s.launch_on) {
+    ForgetGraphCost(exec);
+  }
   if (!s.mem_on) {
     return real(exec);
   }

@@ -911,6 +911,12 @@ void ForgetContextEvents(CUcontext ctx, int device) {
   ForgetContext();
 }
 
+void ForgetGraphCost(CUgraphExec exec) {
+  pthread_mutex_lock(&g_launch.mu);
+  g_launch.costs.Forget(LaunchKey{reinterpret_cast<uintptr_t>(exec), 0, 0, kGraphKind});
+  pthread_mutex_unlock(&g_launch.mu);
+}
+
 void NoteContextCreated() { g_launch.context_epoch.fetch_add(1, std::memory_order_acq_rel); }
 
 void ResetLaunchStateAfterFork() {

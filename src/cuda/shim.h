@@ -266,6 +266,9 @@ void ForgetContextEvents(CUcontext ctx, int device);
 // its next launch (the new one may have the handle of one destroyed a
 // moment before on another device, before the destroying thread said so).
 void NoteContextCreated();
+// An executable graph was destroyed: its handle's launch cost starts over
+// (the driver may hand the value to another graph).
+void ForgetGraphCost(CUgraphExec exec);
 
 int64_t MonotonicNs();
 

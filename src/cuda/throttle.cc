@@ -243,6 +243,21 @@ int64_t CostTable::Record(int slot, uint32_t tag, int64_t measured_ns) {
   return measured_ns < cap ? measured_ns : cap;
 }
 
+void CostTable::Forget(const LaunchKey& key) {
+  const int slot = Find(key);
+  if (slot < 0) {
+    return;
+  }
+  // The entry keeps its place (and so the probe chain of the keys after it)
+  // under a new tag, which the pending measurements do not carry.
+  if (++next_tag_ == 0) {
+    next_tag_ = 1;
+  }
+  entries_[slot] = Entry();
+  entries_[slot].key = key;
+  entries_[slot].tag = next_tag_;
+}
+
 void CostTable::Clear() {
   for (Entry& e : entries_) {
     e = Entry();

@@ -175,6 +175,10 @@ class CostTable {
   // the entry was evicted meanwhile (or measured_ns < 0) it returns
   // measured_ns and changes nothing.
   int64_t Record(int slot, uint32_t tag, int64_t measured_ns);
+  // Starts `key` afresh, as for a key never seen: a handle value ends (a
+  // destroyed executable graph) and may come back for different work.
+  // Measurements still in flight for it are not taken.
+  void Forget(const LaunchKey& key);
   void Clear();
 
   // For tests: a key's estimate (-1: absent or not measured) and interval

@@ -217,6 +217,35 @@ TEST(CostTableTest, NewKeyIsPricedByThePriorAndMeasuredUntilWarm) {
   EXPECT_EQ(t.EstimateOf(LaunchKey{0x1000, 132, 128, 1}), -1) << "kind is part of the key";
 }
 
+// A destroyed graph's handle comes back for another graph (PyTorch captures
+// again on a new shape): the key starts over, priced by the prior and
+// measured, and a measurement of the old graph still in flight is not taken.
+TEST(CostTableTest, AForgottenKeyStartsOverAndItsPendingMeasurementsAreDropped) {
+  CostTable t;
+  LaunchKey graph{0x2000, 0, 0, 1};
+  LaunchKey after{0x2000 + 64 * 1024, 0, 0, 1};  // Whatever the hash, a neighbour or not.
+  for (int i = 0; i < kCostWindow; ++i) {
+    CostDecision d = t.Lookup(graph, false);
+    t.Record(d.slot, d.tag, 2 * kMs);
+    CostDecision n = t.Lookup(after, false);
+    t.Record(n.slot, n.tag, 3 * kMs);
+  }
+  CostDecision pending = t.Lookup(graph, true);
+  ASSERT_EQ(t.EstimateOf(graph), 2 * kMs);
+  t.Forget(graph);
+  EXPECT_EQ(t.EstimateOf(graph), -1);
+  EXPECT_EQ(t.EstimateOf(after), 3 * kMs) << "other keys keep their estimates";
+  EXPECT_EQ(t.Record(pending.slot, pending.tag, 5 * kMs), 5 * kMs) << "settled as measured";
+  EXPECT_EQ(t.EstimateOf(graph), -1) << "the old graph's launch taught the new one nothing";
+  CostDecision d = t.Lookup(graph, false);
+  EXPECT_TRUE(d.sample);
+  EXPECT_LT(d.charge_ns, 0) << "priced by the bucket's prior, as a new key";
+  t.Record(d.slot, d.tag, 20 * kMs);
+  EXPECT_EQ(t.EstimateOf(graph), 20 * kMs);
+  t.Forget(LaunchKey{0x9999, 0, 0, 1});  // Absent: nothing happens.
+  EXPECT_EQ(t.EstimateOf(after), 3 * kMs);
+}
+
 TEST(CostTableTest, SettlesWithTheClampAndEstimatesFromTheShortestQuarter) {
   EXPECT_EQ(InflationClamp(100 * kUs), 150 * kUs);
   EXPECT_EQ(InflationClamp(1 * kUs), 3 * kUs) << "absolute slack for tiny kernels";
