@@ -31,7 +31,7 @@
 #   ENFORCE_RESNET_SECONDS  each ResNet50 measurement (default 15)
 #   ENFORCE_SECONDS         every other timed run (default 6)
 #   ENFORCE_REPLICA_DELAY_S the replicas' time to build and warm up before
-#                           their common start (default 15)
+#                           their common start (default 20)
 #   ENFORCE_CONTEXT_CYCLES  cycles of the contexts case (default 8)
 #   ENFORCE_BUILD_SHIM=1    build the shim here even with a bundle in .h200/
 set -u
@@ -49,7 +49,7 @@ BUDGET=${ENFORCE_BUDGET_S:-500}
 DEADLINE=${ENFORCE_DEADLINE_S:-570}
 LAUNCHES=${ENFORCE_LAUNCHES:-1000000}
 # Seconds the replicas get to build and warm their models before the common start.
-DELAY=${ENFORCE_REPLICA_DELAY_S:-15}
+DELAY=${ENFORCE_REPLICA_DELAY_S:-20}
 # Cycles of the contexts case (created and primary contexts, each).
 CYCLES=${ENFORCE_CONTEXT_CYCLES:-8}
 SECTIONS=" ${ENFORCE_SECTIONS:-all} "
