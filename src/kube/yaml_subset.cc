@@ -120,11 +120,19 @@ class Parser {
     return v;
   }
 
-  StatusOr<json> Block(int indent, int depth) {
+  // Every nesting (a block, "- - x" on one line, a "key:" followed by "- "
+  // at its own column) goes one level deeper; a corrupt file of thousands of
+  // them is an error, not a stack overflow.
+  Status CheckDepth(int depth) const {
     if (depth > kMaxBlockDepth) {
       return Bad(lines_[pos_], "nested deeper than " + std::to_string(kMaxBlockDepth) +
                                    " levels; flatten the document");
     }
+    return Status::Ok();
+  }
+
+  StatusOr<json> Block(int indent, int depth) {
+    ACCELPOOL_RETURN_IF_ERROR(CheckDepth(depth));
     const std::string& t = lines_[pos_].text;
     if (t[0] == '{' || t[0] == '[') {
       auto v = Flow(0);
@@ -140,6 +148,7 @@ class Parser {
   }
 
   StatusOr<json> Sequence(int indent, int depth) {
+    ACCELPOOL_RETURN_IF_ERROR(CheckDepth(depth));
     json out = json::array();
     while (pos_ < lines_.size() && lines_[pos_].indent == indent && IsItem(lines_[pos_].text)) {
       Line& l = lines_[pos_];
@@ -197,6 +206,7 @@ class Parser {
   }
 
   StatusOr<json> Mapping(int indent, int depth) {
+    ACCELPOOL_RETURN_IF_ERROR(CheckDepth(depth));
     json out = json::object();
     while (pos_ < lines_.size() && lines_[pos_].indent == indent && !IsItem(lines_[pos_].text)) {
       const Line l = lines_[pos_];

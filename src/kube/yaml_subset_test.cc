@@ -67,6 +67,28 @@ TEST(YamlSubsetTest, ASequenceItemThatIsASequenceIsReadAsOne) {
   EXPECT_NE(bad.status().message().find("line 3"), std::string::npos) << bad.status().message();
 }
 
+// Nesting on one line ("- - - x") and compact "key:\n- k:" chains go as
+// deep as blocks do: a corrupt file is an error naming the limit, not a
+// stack overflow.
+TEST(YamlSubsetTest, DeepNestingWithoutIndentationIsAnError) {
+  std::string items;
+  for (int i = 0; i < 40000; ++i) items += "- ";
+  items += "x\n";
+  std::string chain = "a:\n";  // each "- k:" opens a mapping whose key holds the next list
+  for (int i = 0; i < 150; ++i) chain += std::string(2 * i, ' ') + "- k:\n";
+  for (const std::string& text : {items, "a:\n" + items, chain}) {
+    auto y = ParseYamlSubset(text);
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(y.status().message().find("nested deeper than 100 levels"), std::string::npos)
+        << y.status().message();
+  }
+  // Within the limit it parses.
+  std::string fine;
+  for (int i = 0; i < 50; ++i) fine += "- ";
+  EXPECT_TRUE(ParseYamlSubset(fine + "x\n").ok());
+}
+
 TEST(YamlSubsetTest, UnsupportedConstructsAreErrorsWithLineNumbers) {
   struct Case {
     std::string text, want;
