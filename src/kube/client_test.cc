@@ -482,6 +482,35 @@ TEST_F(KubeClientTest, ALeaseUpdateKeepsTheFieldsItDoesNotOwn) {
   EXPECT_EQ((*stored)["spec"]["renewTime"], lease->renew_time);
 }
 
+// The apiserver refuses a note over 1024 bytes. A cut through a multibyte
+// character would leave half of it, which the JSON encoder writes as U+FFFD
+// (3 bytes): the note must end on a whole character and stay within 1024.
+TEST_F(KubeClientTest, ALongEventNoteIsCutOnACharacterBoundary) {
+  std::string message(1020, 'a');
+  message += "\xC3\xA9";  // "é" at bytes 1020 and 1021
+  message += std::string(1100 - message.size(), 'b');
+  ObjectRef ref;
+  ref.ns = "ml";
+  ref.name = "p";
+  ASSERT_TRUE(CreateEvent(*client_, ref, EventKind::kWarning, "AccelpoolAllocateFailed", message,
+                          "accelpool-device-plugin", "Allocate")
+                  .ok());
+  auto events = client_->List(Events(), "ml", {});
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->items.size(), 1u);
+  const std::string note = events->items[0]["note"];
+  EXPECT_LE(note.size(), 1024u);
+  EXPECT_EQ(note, std::string(1020, 'a') + "...");
+
+  // Bad bytes count as the replacement character they become.
+  const std::string bad = EventNote(std::string(600, '\xFF') + std::string(600, 'c'));
+  EXPECT_LE(bad.size(), 1024u);
+  EXPECT_EQ(bad.substr(bad.size() - 3), "...");
+  EXPECT_EQ(bad.substr(0, 3), "\xEF\xBF\xBD");
+  EXPECT_EQ(EventNote("short \xC3\xA9"), "short \xC3\xA9");
+  EXPECT_EQ(EventNote(std::string(1024, 'x')), std::string(1024, 'x'));
+}
+
 TEST_F(KubeClientTest, WatchEventsArriveWithoutManagedFields) {
   json first = api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
   WatchOptions wo;

@@ -1,7 +1,10 @@
 #include "kube/objects.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <string_view>
+#include <vector>
 
 namespace accelpool::kube {
 
@@ -93,13 +96,82 @@ StatusOr<std::chrono::system_clock::time_point> ParseMicroTime(const std::string
          std::chrono::microseconds(frac);
 }
 
+namespace {
+
+// The length of the UTF-8 sequence starting at text[i], 0 when none starts
+// there (a stray continuation byte, a truncated or overlong sequence, a
+// surrogate or a code point past U+10FFFF).
+size_t Utf8SequenceAt(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b = byte(i);
+  if (b < 0x80) return 1;
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (b >= 0xC2 && b <= 0xDF) {
+    n = 2;
+    cp = b & 0x1Fu;
+  } else if (b >= 0xE0 && b <= 0xEF) {
+    n = 3;
+    cp = b & 0x0Fu;
+  } else if (b >= 0xF0 && b <= 0xF4) {
+    n = 4;
+    cp = b & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0u) != 0x80u) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3Fu);
+  }
+  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+      (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string EventNote(std::string_view message) {
+  constexpr size_t kMax = 1024;  // the apiserver refuses longer notes
+  constexpr std::string_view kEllipsis = "...";
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  // Valid UTF-8 first (what the JSON encoder would write for each bad
+  // byte), so that the cut below measures what is sent; whole characters
+  // only, so the cut never leaves half of one for the encoder to replace.
+  std::string valid;
+  std::vector<size_t> starts;  // where each character of `valid` starts
+  valid.reserve(std::min(message.size(), kMax + 8));
+  for (size_t i = 0; i < message.size();) {
+    if (valid.size() > kMax) break;  // enough to cut from
+    starts.push_back(valid.size());
+    const size_t n = Utf8SequenceAt(message, i);
+    if (n == 0) {
+      valid.append(kReplacement);
+      ++i;
+    } else {
+      valid.append(message.substr(i, n));
+      i += n;
+    }
+  }
+  if (valid.size() <= kMax) return valid;
+  size_t cut = kMax - kEllipsis.size();
+  // The last character that ends at or before the cut.
+  auto it = std::upper_bound(starts.begin(), starts.end(), cut);
+  cut = *(it - 1);
+  valid.resize(cut);
+  valid.append(kEllipsis);
+  return valid;
+}
+
 Status CreateEvent(KubeClient& client, const ObjectRef& about, EventKind kind,
                    const std::string& reason, const std::string& message,
                    const std::string& reporter, const std::string& action) {
   const std::string now = FormatMicroTime(std::chrono::system_clock::now());
   const std::string ns = about.ns.empty() ? "default" : about.ns;
   const std::string type = kind == EventKind::kNormal ? "Normal" : "Warning";
-  const std::string note = message.size() > 1024 ? message.substr(0, 1021) + "..." : message;
+  const std::string note = EventNote(message);
   json regarding = {{"apiVersion", about.api_version}, {"kind", about.kind}, {"name", about.name}};
   if (!about.ns.empty()) regarding["namespace"] = about.ns;
   if (!about.uid.empty()) regarding["uid"] = about.uid;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "kube/client.h"
@@ -48,7 +49,14 @@ enum class EventKind { kNormal, kWarning };
 
 // Records an event about `about` (events.k8s.io/v1; falls back to core/v1
 // events when the former is not served). `reporter` is the component name,
-// e.g. "accelpool-device-plugin"; `action` e.g. "Allocate".
+// e.g. "accelpool-device-plugin"; `action` e.g. "Allocate". The message is
+// sent as EventNote(message).
+// `message` as an event's note: valid UTF-8 (each byte that is not part of a
+// valid sequence becomes U+FFFD) of at most 1024 bytes, the apiserver's
+// limit; a longer one is cut after its last whole character that leaves room
+// for "..." and ends with it.
+std::string EventNote(std::string_view message);
+
 Status CreateEvent(KubeClient& client, const ObjectRef& about, EventKind kind,
                    const std::string& reason, const std::string& message,
                    const std::string& reporter, const std::string& action);
