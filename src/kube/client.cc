@@ -457,11 +457,13 @@ StatusOr<ListResult> ClientImpl::List(const Resource& r, const std::string& ns,
   const json::parser_callback_t parse_cb = options.metadata_only ? DropManagedFields(3) : nullptr;
   for (int page = 0; page < 100000; ++page) {
     const std::string path =
-        r.Path(ns) + Query({{"labelSelector", options.label_selector},
-                            {"fieldSelector", options.field_selector},
-                            {"limit", limit > 0 ? std::to_string(limit) : ""},
-                            {"continue", cont},
-                            {"resourceVersion", cont.empty() ? options.resource_version : ""}});
+        r.Path(ns) +
+        Query({{"labelSelector", options.label_selector},
+               {"fieldSelector", options.field_selector},
+               {"limit", limit > 0 ? std::to_string(limit) : ""},
+               {"continue", cont},
+               {"resourceVersion", cont.empty() ? options.resource_version : ""},
+               {"resourceVersionMatch", cont.empty() ? options.resource_version_match : ""}});
     auto j = Call("GET", path, "", "", what, accept, parse_cb);
     if (!j.ok() && j.status().code() == StatusCode::kOutOfRange && !cont.empty()) {
       out = ListResult();

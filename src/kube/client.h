@@ -68,7 +68,22 @@ struct ListOptions {
   std::string label_selector;  // "app=x,tier!=y"
   std::string field_selector;  // "spec.nodeName=node-a"
   int64_t limit = 500;         // page size; List follows continue tokens
+  // Which state the list may show (kube-apiserver's resourceVersion
+  // semantics):
+  //  - "" (the default): the newest, a consistent read. Before
+  //    ConsistentListFromCache (off by default up to Kubernetes 1.30) it is
+  //    served from etcd, which has no index on field selectors such as
+  //    spec.nodeName: every such list reads the whole keyspace of the
+  //    resource.
+  //  - "0": any state, served from the apiserver's watch cache (cheap, may
+  //    lag). Older apiservers ignore `limit` then and answer in one page.
+  //  - a version: with resource_version_match "NotOlderThan", a state at
+  //    least that new, served from the watch cache once it has caught up;
+  //    kube-apiserver before 1.31 reads etcd instead when `limit` is set too,
+  //    so such lists set limit = 0.
+  // Both are sent on the first page only (a continue token carries them).
   std::string resource_version;
+  std::string resource_version_match;  // "", "NotOlderThan" or "Exact"
   // Asks for the objects' metadata only (Accept: application/json;
   // as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, then application/json):
   // kube-apiserver answers a meta.k8s.io/v1 PartialObjectMetadataList whose

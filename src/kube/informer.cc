@@ -11,6 +11,9 @@ using nlohmann::json;
 
 namespace {
 
+// A list's resourceVersion that any state answers (the watch cache's).
+constexpr const char* kAnyVersion = "0";
+
 // A watch that ends sooner than this without an event counts as failed.
 constexpr std::chrono::seconds kShortWatch{1};
 
@@ -109,10 +112,18 @@ std::string Informer::last_resource_version() const {
   return rv_;
 }
 
-Status Informer::ListAndReplace() {
+Status Informer::ListAndReplace(bool consistent) {
   ListOptions lo;
   lo.label_selector = options_.label_selector;
   lo.field_selector = options_.field_selector;
+  // As client-go's reflector: "0" is served from the apiserver's watch cache
+  // (a consistent read is served from etcd on apiservers without
+  // ConsistentListFromCache, which scans the whole resource for a field
+  // selector). After 410 Gone the cache may lag behind the version the
+  // watch had reached, so that relist is a consistent read.
+  if (!consistent) {
+    lo.resource_version = std::string(kAnyVersion);
+  }
   auto list = client_.List(options_.resource, options_.ns, lo);
   if (!list.ok()) return list.status();
   ++lists_;
@@ -226,6 +237,9 @@ void Informer::Apply(WatchEvent& ev) {
 void Informer::Run(std::stop_token stop) {
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   bool need_list = true;
+  // The next list must be a consistent read: a watch ended with 410 Gone
+  // and no list has succeeded since.
+  bool consistent_list = false;
   // The last watch expired (410) at once, from the version the list just
   // gave: the next list keeps the backoff growing rather than resetting it,
   // so an apiserver whose watch cache lags is not listed in a tight loop.
@@ -239,7 +253,7 @@ void Informer::Run(std::stop_token stop) {
   bool from_list = false;
   while (!stop.stop_requested()) {
     if (need_list) {
-      Status st = ListAndReplace();
+      Status st = ListAndReplace(consistent_list);
       if (!st.ok()) {
         const auto wait = backoff.Next();
         log_.Warn("list failed; retrying", {{"resource", options_.resource.plural},
@@ -249,6 +263,7 @@ void Informer::Run(std::stop_token stop) {
         continue;
       }
       need_list = false;
+      consistent_list = false;
       from_list = true;
       synced_ = true;
       if (!expired_at_once) backoff.Reset();
@@ -283,6 +298,7 @@ void Informer::Run(std::stop_token stop) {
     }
     if (st.code() == StatusCode::kOutOfRange) {
       need_list = true;
+      consistent_list = true;
       expired_at_once = listed_just_before && events == 0 &&
                         std::chrono::steady_clock::now() - began < kShortWatch;
       if (!expired_at_once) {

@@ -4,7 +4,10 @@
 // Synced(), then watches from the list's resourceVersion (with bookmarks),
 // re-watching from the last version seen when a watch ends, relisting on
 // 410 Gone (emitting add/update/delete for the difference against the
-// cache), and retrying failures with exponential backoff. A watch that ends
+// cache), and retrying failures with exponential backoff. As client-go's
+// reflector, the first list (and its retries) asks for resourceVersion=0,
+// served from the apiserver's watch cache; a relist after 410 Gone asks for
+// none, a consistent read. A watch that ends
 // within a second without an event counts as a failure (client-go's "very
 // short watch"), so a server or proxy that closes watches at once does not
 // get a re-watch loop that spends the client's shared rate limit.
@@ -86,7 +89,9 @@ class Informer {
 
  private:
   void Run(std::stop_token stop);
-  Status ListAndReplace();
+  // Lists from the watch cache (resourceVersion=0), or, when `consistent`,
+  // the newest state (no resourceVersion).
+  Status ListAndReplace(bool consistent);
   void Apply(WatchEvent& ev);  // moves ev.object into the store
   // Runs a handler; an exception it throws is logged and counted, not let
   // out of the informer's thread.

@@ -217,6 +217,43 @@ TEST_F(InformerTest, ExpiredVersionRelistsAndDiffs) {
   EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"keep", "new"}));
 }
 
+// The lists of the informer, "GET /api/v1/nodes?..." as the apiserver saw them.
+std::vector<std::string> NodeLists(const FakeApiServer& api) {
+  std::vector<std::string> out;
+  for (const std::string& r : api.Requests()) {
+    if (r.rfind("GET /api/v1/nodes", 0) == 0 && r.find("watch=true") == std::string::npos) {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// As client-go's reflector: the first list is served from the watch cache
+// (resourceVersion=0); after 410 Gone the cache may lag behind the version
+// the watch had reached, so the relist is a consistent read (none).
+TEST_F(InformerTest, TheFirstListReadsTheWatchCacheAndARelistAfterGoneIsConsistent) {
+  api_.Put("/api/v1/nodes", Node("a"));
+  Recorder rec;
+  Informer inf(*client_, Options(), rec.Handlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  std::vector<std::string> lists = NodeLists(api_);
+  ASSERT_EQ(lists.size(), 1u);
+  EXPECT_NE(lists[0].find("resourceVersion=0"), std::string::npos) << lists[0];
+
+  api_.FailNext(1000, 503);
+  api_.DropWatches();
+  std::this_thread::sleep_for(50ms);
+  api_.Put("/api/v1/nodes", Node("b"));
+  api_.Compact();
+  api_.FailNext(0, 0);
+  EXPECT_EQ(rec.WaitFor(2), (std::vector<std::string>{"add:a", "add:b"}));
+  lists = NodeLists(api_);
+  ASSERT_GE(lists.size(), 2u);
+  EXPECT_EQ(lists.back().find("resourceVersion"), std::string::npos) << lists.back();
+}
+
 TEST_F(InformerTest, DroppedConnectionReconnectsFromLastVersion) {
   Recorder rec;
   Informer inf(*client_, Options(), rec.Handlers());

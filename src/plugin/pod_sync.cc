@@ -678,17 +678,15 @@ Status PodSync::ReRead(const std::string& phases, bool every_live_pod) {
   return Status::Ok();
 }
 
-Status PodSync::SweepStateDirs() {
-  if (dirs_ == nullptr) {
-    return Status::Ok();
-  }
-  // Taken before the list: a dir made after it may belong to a pod the list
-  // does not show yet. The margin covers coarse filesystem timestamps.
-  constexpr auto kMargin = std::chrono::minutes(1);
-  const auto before = std::filesystem::file_time_type::clock::now() - kMargin;
+StatusOr<std::set<std::string>> PodSync::ListLiveUids(const std::string& not_older_than) {
   kube::ListOptions o;
   o.field_selector = "spec.nodeName=" + node_;
   o.metadata_only = true;  // uids only; a server may answer whole pods
+  if (!not_older_than.empty()) {
+    o.resource_version = not_older_than;
+    o.resource_version_match = "NotOlderThan";
+    o.limit = 0;  // with a limit, kube-apiserver before 1.31 reads etcd instead
+  }
   StatusOr<kube::ListResult> pods = client_->List(kube::Pods(), "", o);
   if (!pods.ok()) {
     log_.Warn("listing the node's pods for the state-dir sweep failed",
@@ -705,8 +703,45 @@ Status PodSync::SweepStateDirs() {
     }
     live.insert(uid);
   }
+  return live;
+}
+
+Status PodSync::SweepStateDirs() {
+  if (dirs_ == nullptr) {
+    return Status::Ok();
+  }
+  // Taken before the list: a dir made after it may belong to a pod the list
+  // does not show yet. The margin covers coarse filesystem timestamps.
+  constexpr auto kMargin = std::chrono::minutes(1);
+  const auto before = std::filesystem::file_time_type::clock::now() - kMargin;
+  // Every node sweeps: the first list is served from the apiserver's watch
+  // cache (a consistent list is read from etcd, which has no index on
+  // spec.nodeName, on apiservers without ConsistentListFromCache). It shows a
+  // state at least as new as the informer's last version, but a lagging
+  // cache may still omit a pod bound since (one Refresh found), so a dir it
+  // would remove is removed only when a consistent list agrees. Most sweeps
+  // find nothing to remove and never ask for one.
+  const std::string since = informer_ != nullptr ? informer_->last_resource_version() : "";
+  StatusOr<std::set<std::string>> live = ListLiveUids(since);
+  if (!live.ok()) {
+    return live.status();
+  }
+  if (!since.empty()) {
+    StatusOr<std::set<std::string>> unlisted = dirs_->Unlisted(*live, before);
+    if (!unlisted.ok()) {
+      log_.Warn("sweeping state dirs failed", {{"error", unlisted.status().ToString()}});
+      return unlisted.status();
+    }
+    if (unlisted->empty()) {
+      return Status::Ok();
+    }
+    live = ListLiveUids("");
+    if (!live.ok()) {
+      return live.status();
+    }
+  }
   size_t removed = 0;
-  Status st = dirs_->Sweep(live, before, &removed);
+  Status st = dirs_->Sweep(*live, before, &removed);
   if (!st.ok()) {
     log_.Warn("sweeping state dirs failed", {{"error", st.ToString()}});
   }

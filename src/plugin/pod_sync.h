@@ -127,7 +127,12 @@ class PodSync {
   // Lists the node's pods (metadata only) and removes the state dirs of pods
   // not among them that were last modified over a minute before the list
   // began (a dir made since may belong to a pod bound after it). Errors are
-  // logged and returned.
+  // logged and returned. While the informer runs, the list is served from
+  // the apiserver's watch cache (resourceVersion=<the informer's last
+  // version>, resourceVersionMatch=NotOlderThan, unpaged); only when that
+  // leaves dirs to remove does a consistent list (no resourceVersion)
+  // decide which go. Refresh and RefreshNotEnded always read consistently:
+  // they look for pods bound a moment ago.
   Status SweepStateDirs();
 
   // "<ns>/<name>" of the pod of this node with that uid that has not ended
@@ -172,6 +177,9 @@ class PodSync {
   // answers metadata-only pod lists in: operators (and the e2e demo) can
   // tell which refresh runs.
   void NoteListForm(bool metadata_only);
+  // The uids of the node's pods, for the sweep: a list from the watch cache
+  // at least as new as `not_older_than`, or a consistent one when it is "".
+  StatusOr<std::set<std::string>> ListLiveUids(const std::string& not_older_than);
   // Keeps names_ up to date with one pod object (gone: it was deleted).
   void NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone = false);
 

@@ -1361,6 +1361,107 @@ TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {
   EXPECT_TRUE(exists("new"));
 }
 
+// Answers lists asked of the watch cache at a version (resourceVersionMatch
+// set) without one pod, as a watch cache that lags behind a binding would.
+class LaggingCacheClient final : public kube::KubeClient {
+ public:
+  LaggingCacheClient(kube::KubeClient& inner, std::string hidden)
+      : inner_(inner), hidden_(std::move(hidden)) {}
+  StatusOr<kube::ListResult> List(const kube::Resource& r, const std::string& ns,
+                                  const kube::ListOptions& o) override {
+    StatusOr<kube::ListResult> got = inner_.List(r, ns, o);
+    if (got.ok() && !o.resource_version_match.empty()) {
+      std::erase_if(got->items, [&](const json& item) {
+        return kube::StringAt(item, json::json_pointer("/metadata/name")) == hidden_;
+      });
+    }
+    return got;
+  }
+  Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
+               const std::function<void(kube::WatchEvent&)>& on_event,
+               std::stop_token stop) override {
+    return inner_.Watch(r, ns, o, on_event, stop);
+  }
+  StatusOr<json> Get(const kube::Resource& r, const std::string& ns,
+                     const std::string& name) override {
+    return inner_.Get(r, ns, name);
+  }
+  StatusOr<json> Create(const kube::Resource& r, const std::string& ns, const json& object,
+                        const std::string& name, const std::string& subresource,
+                        std::optional<std::chrono::milliseconds> within) override {
+    return inner_.Create(r, ns, object, name, subresource, within);
+  }
+  StatusOr<json> Update(const kube::Resource& r, const std::string& ns, const std::string& name,
+                        const json& object) override {
+    return inner_.Update(r, ns, name, object);
+  }
+  StatusOr<json> Patch(const kube::Resource& r, const std::string& ns, const std::string& name,
+                       kube::PatchType type, const json& patch,
+                       const std::string& subresource) override {
+    return inner_.Patch(r, ns, name, type, patch, subresource);
+  }
+  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name) override {
+    return inner_.Delete(r, ns, name);
+  }
+
+ private:
+  kube::KubeClient& inner_;
+  const std::string hidden_;
+};
+
+// Every node sweeps, so the sweep's list is served from the watch cache (at
+// least as new as the informer's version, unpaged: a limit sends it to etcd
+// on older apiservers). A dir that list would remove is removed only when a
+// consistent list agrees: a lagging cache may omit a pod bound a moment ago.
+TEST_F(KubeSideTest, TheSweepListsFromTheWatchCacheAndConfirmsRemovalsConsistently) {
+  namespace fs = std::filesystem;
+  testing::TempDir dir;
+  const StateDirs dirs(dir.File("containers"));
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string name : {"live", "gone"}) {
+    ASSERT_TRUE(dirs.Create("uid-" + name, "main").ok());
+    fs::last_write_time(dir.File("containers/uid-" + name + "_main"), old);
+  }
+  api_.Put(kPods, PodJson("live", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
+                          "Running"));
+  LaggingCacheClient lagging(*client_, "live");
+  AssignmentStore store;
+  PodSync sync(&lagging, "node-a", &store, nullptr, Logger(), &dirs);
+  sync.Start();
+  ASSERT_TRUE(sync.WaitForSync(std::chrono::seconds(5)));
+  auto sweep_lists = [&](size_t from) {
+    std::vector<std::string> out;
+    const std::vector<std::string> all = api_.Requests();
+    for (size_t i = from; i < all.size(); ++i) {
+      if (all[i].rfind(std::string("GET /api/v1/pods?"), 0) == 0 &&
+          all[i].find("watch=true") == std::string::npos) {
+        out.push_back(all[i]);
+      }
+    }
+    return out;
+  };
+
+  size_t mark = api_.Requests().size();
+  ASSERT_TRUE(sync.SweepStateDirs().ok());
+  std::vector<std::string> lists = sweep_lists(mark);
+  ASSERT_EQ(lists.size(), 2u);
+  EXPECT_NE(lists[0].find("resourceVersionMatch=NotOlderThan"), std::string::npos) << lists[0];
+  EXPECT_NE(lists[0].find("resourceVersion=1&resourceVersionMatch"), std::string::npos) << lists[0];
+  EXPECT_EQ(lists[0].find("limit="), std::string::npos) << lists[0];
+  EXPECT_EQ(lists[1].find("resourceVersion"), std::string::npos) << lists[1];
+  EXPECT_TRUE(fs::exists(dir.File("containers/uid-live_main")));
+  EXPECT_FALSE(fs::exists(dir.File("containers/uid-gone_main")));
+
+  // Nothing left to remove: the cached list is all it asks for.
+  mark = api_.Requests().size();
+  ASSERT_TRUE(sync.SweepStateDirs().ok());
+  lists = sweep_lists(mark);
+  ASSERT_EQ(lists.size(), 1u);
+  EXPECT_NE(lists[0].find("resourceVersionMatch=NotOlderThan"), std::string::npos) << lists[0];
+  EXPECT_TRUE(fs::exists(dir.File("containers/uid-live_main")));
+  sync.Stop();
+}
+
 TEST_F(KubeSideTest, ReporterRetriesTransientFailuresWithBoundedBackoff) {
   api_.Put(kPods, PodJson("p", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}}));
   KubeReporterOptions o;

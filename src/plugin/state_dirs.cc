@@ -224,6 +224,17 @@ Status StateDirs::RemovePod(const std::string& uid, size_t* removed) const {
       removed);
 }
 
+namespace {
+
+bool Stale(const std::set<std::string>& live, fs::file_time_type before, const std::string& uid,
+           const fs::directory_entry& entry) {
+  std::error_code ec;
+  const fs::file_time_type modified = entry.last_write_time(ec);
+  return live.count(uid) == 0 && !ec && modified < before;
+}
+
+}  // namespace
+
 Status StateDirs::Sweep(const std::set<std::string>& live, fs::file_time_type before,
                         size_t* removed) const {
   if (removed != nullptr) {
@@ -235,11 +246,30 @@ Status StateDirs::Sweep(const std::set<std::string>& live, fs::file_time_type be
   return RemoveWhere(
       root_,
       [&](const std::string& uid, const fs::directory_entry& entry) {
-        std::error_code ec;
-        const fs::file_time_type modified = entry.last_write_time(ec);
-        return live.count(uid) == 0 && !ec && modified < before;
+        return Stale(live, before, uid, entry);
       },
       removed);
+}
+
+StatusOr<std::set<std::string>> StateDirs::Unlisted(const std::set<std::string>& live,
+                                                    fs::file_time_type before) const {
+  std::set<std::string> out;
+  if (!create_) {
+    return out;
+  }
+  Status st = RemoveWhere(
+      root_,
+      [&](const std::string& uid, const fs::directory_entry& entry) {
+        if (Stale(live, before, uid, entry)) {
+          out.insert(uid);
+        }
+        return false;  // remove nothing
+      },
+      nullptr);
+  if (!st.ok()) {
+    return st;
+  }
+  return out;
 }
 
 }  // namespace accelpool::plugin

@@ -83,6 +83,12 @@ class StateDirs {
   Status Sweep(const std::set<std::string>& live, std::filesystem::file_time_type before,
                size_t* removed = nullptr) const;
 
+  // The pod uids of the dirs Sweep(live, before) would remove now; removes
+  // nothing. Empty when this object does not make dirs. kUnavailable when the
+  // root cannot be listed.
+  StatusOr<std::set<std::string>> Unlisted(const std::set<std::string>& live,
+                                           std::filesystem::file_time_type before) const;
+
  private:
   std::string root_;  // without trailing separators
   bool create_;
