@@ -17,7 +17,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -30,6 +32,9 @@ namespace accelpool::http {
 namespace {
 
 using Ms = std::chrono::milliseconds;
+
+// cpprestsdk clients (one per whole-second timeout) a client keeps.
+constexpr size_t kMaxCpprestClients = 8;
 
 struct Url {
   bool tls = false;
@@ -149,7 +154,15 @@ class ClientImpl final : public HttpClient {
   enum class Try { kDone, kRetry, kFailed };
 
   StatusOr<ClientResponse> SendCpprest(const ClientRequest& request, Ms timeout);
-  web::http::client::http_client& ClientFor(Ms timeout);
+  // The cpprestsdk client for `timeout`: cpprestsdk fixes a timeout per
+  // client, not per request, so requests share the client of their timeout
+  // rounded up to whole seconds (one may wait up to a second longer than it
+  // asked), and at most kMaxCpprestClients stay cached, the least recently
+  // used going first (a request in flight keeps its own alive). Without
+  // that, a caller whose timeouts vary by the millisecond (the extender's
+  // bind, bounded by its lease) made a client, a connection pool and a TLS
+  // handshake per request, and kept them all.
+  std::shared_ptr<web::http::client::http_client> ClientFor(Ms timeout);
 
   StatusOr<ClientResponse> SendPooled(const ClientRequest& request, Ms timeout);
   Try SendOn(Conn& c, bool reused, const std::string& wire, const ClientRequest& request,
@@ -165,8 +178,10 @@ class ClientImpl final : public HttpClient {
   const Url url_;
   const internal::SslCtxPtr tls_;  // the connections' TLS context (null for http://)
   std::mutex mu_;
-  // One cpprestsdk client per timeout value (its timeout is per client).
-  std::map<int64_t, std::unique_ptr<web::http::client::http_client>> clients_;  // guarded by mu_
+  // cpprestsdk clients by timeout in whole seconds, the most recently used
+  // first; at most kMaxCpprestClients.
+  std::list<std::pair<int64_t, std::shared_ptr<web::http::client::http_client>>>
+      clients_;             // guarded by mu_
   std::vector<Conn> idle_;  // guarded by mu_; the most recently used last
   size_t active_ = 0;       // guarded by mu_; requests holding a connection
   std::condition_variable slot_free_;
@@ -339,12 +354,19 @@ ClientImpl::Try ClientImpl::SendOn(Conn& c, bool reused, const std::string& wire
   return Try::kDone;
 }
 
-web::http::client::http_client& ClientImpl::ClientFor(Ms timeout) {
+std::shared_ptr<web::http::client::http_client> ClientImpl::ClientFor(Ms timeout) {
+  const int64_t seconds = std::max<int64_t>(1, (timeout.count() + 999) / 1000);
+  std::shared_ptr<web::http::client::http_client> evicted;  // destroyed outside the lock
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = clients_[timeout.count()];
-  if (!slot) {
+  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+    if (it->first == seconds) {
+      clients_.splice(clients_.begin(), clients_, it);
+      return clients_.front().second;
+    }
+  }
+  {
     web::http::client::http_client_config cfg;
-    cfg.set_timeout(timeout);
+    cfg.set_timeout(std::chrono::seconds(seconds));
     cfg.set_validate_certificates(!opts_.insecure_skip_verify);
     // cpprestsdk builds a TLS context per connection. It takes the trust
     // store and client identity NewHttpClient loaded once (reading the PEM
@@ -358,9 +380,14 @@ web::http::client::http_client& ClientImpl::ClientFor(Ms timeout) {
         std::string(url_.tls ? "https://" : "http://") +
         (url_.host.find(':') != std::string::npos ? "[" + url_.host + "]" : url_.host) + ":" +
         std::to_string(url_.port);
-    slot = std::make_unique<web::http::client::http_client>(web::uri(base), cfg);
+    clients_.emplace_front(seconds,
+                           std::make_shared<web::http::client::http_client>(web::uri(base), cfg));
   }
-  return *slot;
+  if (clients_.size() > kMaxCpprestClients) {
+    evicted = std::move(clients_.back().second);
+    clients_.pop_back();
+  }
+  return clients_.front().second;
 }
 
 StatusOr<ClientResponse> ClientImpl::Send(const ClientRequest& request) {
@@ -388,7 +415,9 @@ StatusOr<ClientResponse> ClientImpl::SendCpprest(const ClientRequest& request, M
     if (!request.body.empty() || !content_type.empty()) {
       req.set_body(request.body, content_type.empty() ? "application/json" : content_type);
     }
-    web::http::http_response resp = ClientFor(timeout).request(req).get();
+    // Held until the body is read: an eviction meanwhile must not end it.
+    const std::shared_ptr<web::http::client::http_client> client = ClientFor(timeout);
+    web::http::http_response resp = client->request(req).get();
     ClientResponse out;
     out.status = resp.status_code();
     for (const auto& [k, v] : resp.headers()) out.headers[Lower(k)] = v;

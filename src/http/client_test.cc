@@ -162,6 +162,42 @@ TEST(HttpClientPoolTest, SequentialRequestsShareOneConnection) {
   EXPECT_EQ(s.connections(), after_burst);
 }
 
+// cpprestsdk fixes a timeout per client: requests whose timeouts differ by
+// milliseconds (the extender's bind, bounded by its lease) share a client and
+// its kept-alive connection instead of making one each, and the clients kept
+// are bounded.
+TEST(HttpClientCpprestTest, TimeoutsThatDifferByMillisecondsShareAConnection) {
+  ScriptedServer s([](int, int, const std::string&) { return Answer{Ok("ok")}; });
+  ClientOptions o;
+  o.base_url = s.url();
+  o.transport = ClientOptions::Transport::kCpprestsdk;
+  auto c = NewHttpClient(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (int ms = 1000; ms < 1020; ++ms) {
+    ClientRequest r;
+    r.path = "/x";
+    r.timeout = std::chrono::milliseconds(ms);
+    auto resp = (*c)->Send(r);
+    ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    EXPECT_EQ(resp->body, "ok");
+  }
+  // 1 s and 2 s, and now and then one more: cpprestsdk hands a connection
+  // back to its pool on its own thread, after the answer reached the caller.
+  // One client per timeout made 20.
+  EXPECT_LE(s.connections(), 8);
+  // Ten more whole seconds: the cache keeps the eight most recent and lets
+  // the others go; requests through a client made again are answered.
+  auto send = [&](std::chrono::milliseconds timeout) {
+    ClientRequest r;
+    r.path = "/y";
+    r.timeout = timeout;
+    return (*c)->Send(r).ok();
+  };
+  for (int sec = 3; sec <= 12; ++sec) ASSERT_TRUE(send(std::chrono::seconds(sec)));
+  EXPECT_TRUE(send(1000ms));
+  EXPECT_TRUE(send(12s));
+}
+
 // A streamed answer (a watch) with broken framing is an error, never the end
 // of the stream, and a line that never ends is refused, not kept in memory.
 TEST(HttpClientStreamTest, BrokenFramingIsAnErrorNotTheEnd) {
