@@ -84,6 +84,33 @@ NodePublisher::NodePublisher(kube::KubeClient* client, std::string node, Logger 
   SetCheckEvery(std::chrono::minutes(5));
 }
 
+void NodePublisher::SetClock(Clock now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ = now ? std::move(now) : Clock([] { return std::chrono::steady_clock::now(); });
+}
+
+bool NodePublisher::Retry::Waiting(const std::string& what,
+                                   std::chrono::steady_clock::time_point now) {
+  if (what != failed) {
+    // Something else to write: the last failure says nothing of it.
+    backoff.Reset();
+    failed.reset();
+    return false;
+  }
+  return now < retry_at;
+}
+
+void NodePublisher::Retry::Failed(const std::string& what,
+                                  std::chrono::steady_clock::time_point now) {
+  failed = what;
+  retry_at = now + backoff.Next();
+}
+
+void NodePublisher::Retry::Succeeded() {
+  backoff.Reset();
+  failed.reset();
+}
+
 void NodePublisher::SetCheckEvery(std::chrono::milliseconds every) {
   // A part of up to a quarter more, drawn once per publisher: ten thousand
   // nodes started together do not read their Nodes in the same second.
@@ -126,7 +153,7 @@ Status NodePublisher::LoadLocked() {
     }
   }
   loaded_ = true;
-  checked_ = std::chrono::steady_clock::now();
+  checked_ = now_();
   return Status::Ok();
 }
 
@@ -138,9 +165,24 @@ StatusOr<std::vector<core::NodeInventory>> NodePublisher::Found() {
 
 StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& inventories) {
   std::lock_guard<std::mutex> lock(mu_);
-  ACCELPOOL_RETURN_IF_ERROR(LoadLocked());
   std::string body = Body(inventories);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
+  if (publish_retry_.Waiting(body, now)) {
+    return false;
+  }
+  StatusOr<bool> wrote = PublishLocked(inventories, body, now);
+  if (wrote.ok()) {
+    publish_retry_.Succeeded();
+  } else {
+    publish_retry_.Failed(body, now);
+  }
+  return wrote;
+}
+
+StatusOr<bool> NodePublisher::PublishLocked(const std::vector<core::NodeInventory>& inventories,
+                                            std::string body,
+                                            std::chrono::steady_clock::time_point now) {
+  ACCELPOOL_RETURN_IF_ERROR(LoadLocked());
   if (body == last_body_ && now - checked_ < check_every_) {
     return false;
   }
@@ -251,9 +293,23 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
 }
 
 StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids) {
-  const std::string value = StrJoin(ids, ",");
+  std::string value = StrJoin(ids, ",");
   std::lock_guard<std::mutex> lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
+  if (keys_retry_.Waiting(value, now)) {
+    return false;
+  }
+  StatusOr<bool> wrote = PublishKeyIdsLocked(value, now);
+  if (wrote.ok()) {
+    keys_retry_.Succeeded();
+  } else {
+    keys_retry_.Failed(value, now);
+  }
+  return wrote;
+}
+
+StatusOr<bool> NodePublisher::PublishKeyIdsLocked(std::string value,
+                                                  std::chrono::steady_clock::time_point now) {
   if (!keys_loaded_ || now - keys_checked_ >= check_every_) {
     StatusOr<nlohmann::json> obj = client_->Get(kube::Nodes(), "", node_);
     if (!obj.ok()) {

@@ -14,8 +14,16 @@
 // the nodes of a cluster do not all read at once) a Publish of an unchanged
 // document reads the Node anyway and writes again when the document or a
 // label it derives is not there as written; that read also refreshes the key
-// ids annotation PublishKeyIds compares with. A failed read or write is
-// tried again at the next call.
+// ids annotation PublishKeyIds compares with.
+//
+// A failed read or write (a Node that is missing, an admission webhook or
+// RBAC refusing the patch, an overloaded apiserver) is tried again with
+// exponential backoff: a Publish of the same document (PublishKeyIds of the
+// same ids) within 5 s of a failure, then 10 s, 20 s ... up to 5 minutes
+// (each stretched by up to a fifth, drawn per failure), returns false at
+// once without a request. A success, or another document (other ids) to
+// write, starts over at once. (The apiserver's Retry-After is not honoured:
+// KubeClient's errors do not carry it.)
 //
 // A node with accelerators of two vendors runs one plugin per vendor (the
 // chart's per-vendor DaemonSets), each publishing into the same annotation.
@@ -45,8 +53,10 @@
 #define ACCELPOOL_PLUGIN_NODE_PUBLISHER_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -55,6 +65,7 @@
 #include "common/status.h"
 #include "core/types.h"
 #include "kube/client.h"
+#include "kube/rate_limiter.h"
 
 namespace accelpool::plugin {
 
@@ -69,7 +80,7 @@ class NodePublisher {
 
   // Writes the document and labels when they changed. Returns whether it
   // wrote. Errors from the apiserver are returned (the caller retries on the
-  // next change or timer).
+  // next change or timer); while backing off after one, false (see above).
   StatusOr<bool> Publish(const std::vector<core::NodeInventory>& inventories);
 
   // Writes the key ids (sorted) when they changed; returns whether it wrote.
@@ -87,7 +98,27 @@ class NodePublisher {
   // plugin published. Empty when there were none or they did not parse.
   StatusOr<std::vector<core::NodeInventory>> Found();
 
+  // The clock the checks and the backoff read (null: steady_clock); for
+  // tests. Set before the first call.
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  void SetClock(Clock now);
+
  private:
+  // When to write again what failed to be written.
+  struct Retry {
+    kube::Backoff backoff{std::chrono::seconds(5), std::chrono::minutes(5), 0.2};
+    std::optional<std::string> failed;  // what the last failed call was to write
+    std::chrono::steady_clock::time_point retry_at{};
+    // True while `what` failed and its backoff has not passed. Another `what`
+    // starts over.
+    bool Waiting(const std::string& what, std::chrono::steady_clock::time_point now);
+    void Failed(const std::string& what, std::chrono::steady_clock::time_point now);
+    void Succeeded();
+  };
+
+  StatusOr<bool> PublishLocked(const std::vector<core::NodeInventory>& inventories,
+                               std::string body, std::chrono::steady_clock::time_point now);
+  StatusOr<bool> PublishKeyIdsLocked(std::string value, std::chrono::steady_clock::time_point now);
   // Reads the Node's current document once (generation, body, labels).
   // REQUIRES: mu_ held.
   Status LoadLocked();
@@ -110,6 +141,9 @@ class NodePublisher {
   // guarded by mu_.
   std::chrono::steady_clock::time_point checked_{};
   std::chrono::steady_clock::time_point keys_checked_{};
+  Retry publish_retry_;                                          // guarded by mu_
+  Retry keys_retry_;                                             // guarded by mu_
+  Clock now_ = [] { return std::chrono::steady_clock::now(); };  // guarded by mu_
 };
 
 }  // namespace accelpool::plugin

@@ -16,6 +16,10 @@ using nlohmann::json;
 
 constexpr const char* kNodes = "/api/v1/nodes";
 
+// Longer than the first backoff after a failure (5 s, stretched by up to a
+// fifth).
+constexpr std::chrono::seconds kPastFirstBackoff{7};
+
 class NodePublisherTest : public kube::testing::FakeApiTest {
  protected:
   void SetUp() override {
@@ -238,10 +242,13 @@ TEST_F(NodePublisherTest, ConcurrentWritesOfTwoVendorsLoseNothing) {
 
 TEST_F(NodePublisherTest, AFailedWriteRemovesTheStaleLabelsOnTheRetry) {
   NodePublisher pub(client_.get(), "node-a", Logger());
+  auto now = std::chrono::steady_clock::now();
+  pub.SetClock([&] { return now; });
   ASSERT_TRUE(pub.Publish({Node("ascend-910c-x16", "sp-3")}).ok());
   api_.FailNext(1, 500);
   EXPECT_FALSE(pub.Publish({Node("ascend-910c-x16")}).ok());
   EXPECT_EQ(Labels().value("accelpool.io/super-node", ""), "sp-3");
+  now += kPastFirstBackoff;
   auto wrote = pub.Publish({Node("ascend-910c-x16")});
   ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
   EXPECT_TRUE(*wrote);
@@ -259,6 +266,8 @@ TEST_F(NodePublisherTest, WhatWasRemovedFromOutsideIsWrittenAgain) {
     return node.has_value() && node->contains(ptr) ? node->at(ptr) : json();
   };
   NodePublisher pub(client_.get(), "node-a", Logger());
+  auto now = std::chrono::steady_clock::now();
+  pub.SetClock([&] { return now; });
   pub.SetCheckEvery(std::chrono::milliseconds(0));
   const std::vector<core::NodeInventory> invs = {Node("nvidia-hgx-8")};
   ASSERT_TRUE(*pub.Publish(invs));
@@ -290,6 +299,7 @@ TEST_F(NodePublisherTest, WhatWasRemovedFromOutsideIsWrittenAgain) {
   api_.Remove(kNodes, "node-a");
   EXPECT_FALSE(pub.Publish(invs).ok());
   api_.Put(kNodes, {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
+  now += kPastFirstBackoff;
   EXPECT_TRUE(*pub.Publish(invs));
   EXPECT_TRUE(*pub.PublishKeyIds({"k1"}));
   auto doc =
@@ -316,6 +326,8 @@ TEST_F(NodePublisherTest, PublishesTheAssignmentKeyIdsOnlyWhenTheyChange) {
   };
   {
     NodePublisher pub(client_.get(), "node-a", Logger());
+    auto now = std::chrono::steady_clock::now();
+    pub.SetClock([&] { return now; });
     EXPECT_FALSE(*pub.PublishKeyIds({}));  // absent already: nothing to write
     EXPECT_TRUE(*pub.PublishKeyIds({"k1"}));
     EXPECT_EQ(annotation(), "k1");
@@ -323,6 +335,7 @@ TEST_F(NodePublisherTest, PublishesTheAssignmentKeyIdsOnlyWhenTheyChange) {
     api_.FailNext(1, 500);
     EXPECT_FALSE(pub.PublishKeyIds({"k1", "k2"}).ok());
     EXPECT_EQ(annotation(), "k1");
+    now += kPastFirstBackoff;
     EXPECT_TRUE(*pub.PublishKeyIds({"k1", "k2"}));  // the retry writes
     EXPECT_EQ(annotation(), "k1,k2");
   }
@@ -336,6 +349,50 @@ TEST_F(NodePublisherTest, PublishesTheAssignmentKeyIdsOnlyWhenTheyChange) {
   EXPECT_TRUE(annotation().is_null());
   // The inventory's own annotation and labels are untouched by all this.
   EXPECT_EQ(Labels().value("nvidia.com/gpu.present", ""), "true");
+}
+
+// A write the apiserver keeps refusing (an admission webhook's 422, a missing
+// Node, RBAC, overload) is not sent again at every 5 s tick: the retries back
+// off from 5 s to 5 minutes, and another document starts over at once.
+TEST_F(NodePublisherTest, AWriteThatKeepsFailingIsRetriedWithBackoff) {
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  auto now = std::chrono::steady_clock::now();
+  pub.SetClock([&] { return now; });
+  const std::vector<core::NodeInventory> invs = {Node("nvidia-hgx-8")};
+  api_.FailNext(1000000, 422);
+  size_t before = api_.Requests().size();
+  EXPECT_FALSE(pub.Publish(invs).ok());
+  EXPECT_FALSE(pub.PublishKeyIds({"k1"}).ok());
+  const size_t per_try = api_.Requests().size() - before;
+  // An hour of 5 s ticks.
+  int failures = 1;
+  for (int tick = 0; tick < 720; ++tick) {
+    now += std::chrono::seconds(5);
+    StatusOr<bool> wrote = pub.Publish(invs);
+    if (!wrote.ok()) {
+      ++failures;
+    } else {
+      EXPECT_FALSE(*wrote);  // backing off: nothing sent
+    }
+    static_cast<void>(pub.PublishKeyIds({"k1"}));
+  }
+  // 5, 10, 20 ... 320 s (capped at 300 s, each up to a fifth more): about
+  // 18 tries in an hour, not 720.
+  EXPECT_GE(failures, 12);
+  EXPECT_LE(failures, 24);
+  EXPECT_LE(api_.Requests().size() - before, per_try * 24);
+  // Another document is tried at once.
+  before = api_.Requests().size();
+  EXPECT_FALSE(pub.Publish({Node("ascend-910c-x16")}).ok());
+  EXPECT_GT(api_.Requests().size(), before);
+  // A success starts the backoff over.
+  api_.FailNext(0, 0);
+  now += std::chrono::minutes(10);
+  EXPECT_TRUE(*pub.Publish(invs));
+  api_.FailNext(1, 422);
+  EXPECT_FALSE(pub.Publish({Node("ascend-910c-x16")}).ok());
+  now += kPastFirstBackoff;
+  EXPECT_TRUE(*pub.Publish({Node("ascend-910c-x16")}));
 }
 
 }  // namespace
