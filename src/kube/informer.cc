@@ -1,6 +1,8 @@
 #include "kube/informer.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <random>
 #include <set>
 
 #include "kube/rate_limiter.h"
@@ -236,6 +238,8 @@ void Informer::Apply(WatchEvent& ev) {
 
 void Informer::Run(std::stop_token stop) {
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
+  std::mt19937_64 rng{std::random_device{}()};
+  const int64_t timeout_s = std::max<int64_t>(1, options_.watch_timeout.count());
   bool need_list = true;
   // The next list must be a consistent read: a watch ended with 410 Gone
   // and no list has succeeded since.
@@ -273,7 +277,11 @@ void Informer::Run(std::stop_token stop) {
     wo.field_selector = options_.field_selector;
     wo.resource_version = last_resource_version();
     wo.allow_bookmarks = true;
-    wo.server_timeout = options_.watch_timeout;
+    // Drawn per watch in [T, 2T), as client-go's reflector does: after an
+    // apiserver restart, the watches of every node do not end and come back
+    // together every T from then on.
+    wo.server_timeout = std::chrono::seconds(
+        std::uniform_int_distribution<int64_t>(timeout_s, 2 * timeout_s - 1)(rng));
     ++watches_;
     int64_t events = 0;
     const auto began = std::chrono::steady_clock::now();

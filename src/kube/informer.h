@@ -50,6 +50,10 @@ struct InformerOptions {
   std::string field_selector;
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{30000};
+  // Each watch asks the apiserver to end it after a time drawn uniformly
+  // from [watch_timeout, 2 * watch_timeout), as client-go does, so that
+  // watches started together (every node after an apiserver restart) do not
+  // stay in step. The client's idle timeout follows the drawn time.
   std::chrono::seconds watch_timeout{300};
   // Applied to every object before it is stored and handed to the handlers,
   // to keep a cache of many objects small (keep only the fields the handlers

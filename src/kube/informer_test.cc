@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "kube/fake_apiserver.h"
@@ -252,6 +253,33 @@ TEST_F(InformerTest, TheFirstListReadsTheWatchCacheAndARelistAfterGoneIsConsiste
   lists = NodeLists(api_);
   ASSERT_GE(lists.size(), 2u);
   EXPECT_EQ(lists.back().find("resourceVersion"), std::string::npos) << lists.back();
+}
+
+// Each watch asks for its own timeoutSeconds in [T, 2T): the watches of many
+// nodes cut off together do not come back in step every T.
+TEST_F(InformerTest, EachWatchDrawsItsServerTimeout) {
+  Informer inf(*client_, Options(), InformerHandlers());
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(5s));
+  for (int i = 0; i < 2000 && inf.watches() < 21; ++i) {
+    if (api_.OpenWatches() > 0) api_.DropWatches();
+    std::this_thread::sleep_for(5ms);
+  }
+  inf.Stop();
+  std::set<int64_t> seen;
+  int watches = 0;
+  for (const std::string& r : api_.Requests()) {
+    if (r.find("watch=true") == std::string::npos) continue;
+    const size_t at = r.find("timeoutSeconds=");
+    ASSERT_NE(at, std::string::npos) << r;
+    const int64_t t = std::stoll(r.substr(at + 15));
+    EXPECT_GE(t, 300) << r;
+    EXPECT_LT(t, 600) << r;
+    seen.insert(t);
+    ++watches;
+  }
+  EXPECT_GE(watches, 21);
+  EXPECT_GT(seen.size(), 1u);
 }
 
 TEST_F(InformerTest, DroppedConnectionReconnectsFromLastVersion) {
