@@ -1366,13 +1366,14 @@ TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {
 class LaggingCacheClient final : public kube::KubeClient {
  public:
   LaggingCacheClient(kube::KubeClient& inner, std::string hidden)
-      : inner_(inner), hidden_(std::move(hidden)) {}
+      : hidden(std::move(hidden)), inner_(inner) {}
+  std::string hidden;  // "": the cache has caught up
   StatusOr<kube::ListResult> List(const kube::Resource& r, const std::string& ns,
                                   const kube::ListOptions& o) override {
     StatusOr<kube::ListResult> got = inner_.List(r, ns, o);
     if (got.ok() && !o.resource_version_match.empty()) {
       std::erase_if(got->items, [&](const json& item) {
-        return kube::StringAt(item, json::json_pointer("/metadata/name")) == hidden_;
+        return kube::StringAt(item, json::json_pointer("/metadata/name")) == hidden;
       });
     }
     return got;
@@ -1406,7 +1407,6 @@ class LaggingCacheClient final : public kube::KubeClient {
 
  private:
   kube::KubeClient& inner_;
-  const std::string hidden_;
 };
 
 // Every node sweeps, so the sweep's list is served from the watch cache (at
@@ -1422,8 +1422,10 @@ TEST_F(KubeSideTest, TheSweepListsFromTheWatchCacheAndConfirmsRemovalsConsistent
     ASSERT_TRUE(dirs.Create("uid-" + name, "main").ok());
     fs::last_write_time(dir.File("containers/uid-" + name + "_main"), old);
   }
-  api_.Put(kPods, PodJson("live", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}},
-                          "Running"));
+  const json put =
+      api_.Put(kPods, PodJson("live", "node-a",
+                              {{"accelpool.io/assignment", AssignmentText("node-a")}}, "Running"));
+  const std::string version = put["metadata"]["resourceVersion"];  // the informer's last
   LaggingCacheClient lagging(*client_, "live");
   AssignmentStore store;
   PodSync sync(&lagging, "node-a", &store, nullptr, Logger(), &dirs);
@@ -1446,13 +1448,17 @@ TEST_F(KubeSideTest, TheSweepListsFromTheWatchCacheAndConfirmsRemovalsConsistent
   std::vector<std::string> lists = sweep_lists(mark);
   ASSERT_EQ(lists.size(), 2u);
   EXPECT_NE(lists[0].find("resourceVersionMatch=NotOlderThan"), std::string::npos) << lists[0];
-  EXPECT_NE(lists[0].find("resourceVersion=1&resourceVersionMatch"), std::string::npos) << lists[0];
+  EXPECT_NE(lists[0].find("&resourceVersion=" + version + "&resourceVersionMatch=NotOlderThan"),
+            std::string::npos)
+      << lists[0];
   EXPECT_EQ(lists[0].find("limit="), std::string::npos) << lists[0];
   EXPECT_EQ(lists[1].find("resourceVersion"), std::string::npos) << lists[1];
   EXPECT_TRUE(fs::exists(dir.File("containers/uid-live_main")));
   EXPECT_FALSE(fs::exists(dir.File("containers/uid-gone_main")));
 
-  // Nothing left to remove: the cached list is all it asks for.
+  // The cache caught up and nothing is left to remove: the cached list is
+  // all it asks for.
+  lagging.hidden.clear();
   mark = api_.Requests().size();
   ASSERT_TRUE(sync.SweepStateDirs().ok());
   lists = sweep_lists(mark);
