@@ -966,7 +966,17 @@ std::map<std::string, MetaVictims> Extender::Preempt(
         ReleaseAssignment(*a, &freed);
       }
     }
-    if (!PlanNode(pod, &freed, PolicyFor(pod, *policies)).fits()) {
+    const PlanPolicies policy = PolicyFor(pod, *policies);
+    if (!PlanNode(pod, &freed, policy).fits()) {
+      continue;
+    }
+    // Devices an earlier preemption freed here for a preemptor of at least
+    // this pod's priority are held for it (as filter and bind hold them):
+    // evicting these victims would not make room for this pod, only evict
+    // them for nothing.
+    if (std::optional<std::string> why = HeldForPreemptors(pod, freed, policy, nullptr, &uids)) {
+      audit_.Info("preempt dropped a node held for another preemptor",
+                  {{"pod", PodName(pod.ref)}, {"node", node}, {"why", *why}});
       continue;
     }
     out[node] = mv;
@@ -1146,7 +1156,8 @@ bool Extender::TendPreemptions(const PodInfo& pod) {
 
 std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
                                                        const PlanPolicies& policy,
-                                                       std::optional<NodePlan>* replan) {
+                                                       std::optional<NodePlan>* replan,
+                                                       const std::set<std::string>* freed) {
   if (!pod.Pooled()) {
     return std::nullopt;
   }
@@ -1179,10 +1190,15 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
     std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
     return a.has_value() && a->node == snap.name ? a : std::nullopt;
   };
+  // Devices `snap` counts as free already are not released from it again.
+  auto free_in_snap = [&](const std::string& uid) {
+    return freed != nullptr && freed->contains(uid);
+  };
   // The pod's own devices here (a reservation whose bind outcome is unknown)
   // are planned again, as PlanOwnReservation does: they are not counted
   // against it.
-  const std::optional<PodAssignment> own_reservation = holding(pod.ref.uid);
+  const std::optional<PodAssignment> own_reservation =
+      free_in_snap(pod.ref.uid) ? std::nullopt : holding(pod.ref.uid);
   // A pod whose own eviction took effect here (two preemptors of one
   // priority, one job's pods say) is not held back by its peers.
   const bool evicted_here_itself =
@@ -1197,10 +1213,18 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
     // node: a victim here is gone, or the record was narrowed to it) and the
     // preemptor is not bound yet.
     std::vector<PodAssignment> remaining;
+    size_t remaining_freed = 0;  // of them, those `snap` counts as free already
     for (const std::string& uid : c.victims) {
-      if (std::optional<PodAssignment> a = holding(uid)) remaining.push_back(std::move(*a));
+      if (std::optional<PodAssignment> a = holding(uid)) {
+        if (free_in_snap(uid)) {
+          ++remaining_freed;
+        } else {
+          remaining.push_back(std::move(*a));
+        }
+      }
     }
-    const bool took_effect = c.settled || remaining.size() < c.victims.size();
+    const size_t still_holding = remaining.size() + remaining_freed;
+    const bool took_effect = c.settled || still_holding < c.victims.size();
     if (!took_effect) continue;  // kube-scheduler evicted nothing here (yet)
     // Nothing is held for a preemptor that is bound, or deleted, nor is its
     // record kept alive (TendPreemptions drops it).
@@ -1209,10 +1233,10 @@ std::optional<std::string> Extender::HeldForPreemptors(const PodInfo& pod, const
     }
     // Victims still leaving where the preemption took effect: a long grace
     // period keeps the record (and the hold) alive.
-    if (!remaining.empty()) still_evicting.push_back(c.uid);
+    if (still_holding > 0) still_evicting.push_back(c.uid);
     // Nothing freed yet to hold; or the preemptor holds devices of its own
     // already (its bind is running).
-    if (remaining.size() == c.victims.size() || cache_.Assignment(c.uid).has_value()) {
+    if (still_holding == c.victims.size() || cache_.Assignment(c.uid).has_value()) {
       continue;
     }
     if (!held.has_value()) {

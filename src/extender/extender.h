@@ -19,7 +19,8 @@
 //              SelectVictimsOnNode already reprieved all that its own filters
 //              can do without) and its NumPDBViolations; drops nodes where
 //              even all victims leaving would not free the devices the pod
-//              needs, and nodes sent with no victims.
+//              needs, nodes where it would need devices held for another
+//              preemptor (HeldForPreemptors), and nodes sent with no victims.
 //
 // The Kubernetes writes go through PodWriter and events through EventSink, so
 // the logic is tested without an apiserver.
@@ -388,10 +389,12 @@ class Extender {
   // nullopt, and `*replan` (when given) is set to that plan where a hold
   // applies: the pod's own plan on the node as it is could take the devices
   // held. A pod that evicted victims on the node itself is held back there
-  // only for preemptors of higher priority.
+  // only for preemptors of higher priority. `freed`: pods whose devices
+  // `snap` already counts as free (preempt's victims), not released again.
   std::optional<std::string> HeldForPreemptors(const PodInfo& pod, const NodeSnapshot& snap,
                                                const PlanPolicies& policy,
-                                               std::optional<NodePlan>* replan = nullptr);
+                                               std::optional<NodePlan>* replan = nullptr,
+                                               const std::set<std::string>* freed = nullptr);
   void PlanOwnReservation(const PodInfo& pod, const PlanPolicies& policy,
                           const std::vector<std::string>& nodes,
                           const std::vector<NodeSnapshotPtr>& snaps,

@@ -868,6 +868,31 @@ TEST_F(ExtenderTest, DevicesAPreemptionFreedAreHeldForThePreemptor) {
   EXPECT_EQ(ext_->Filter(low, {"a"}).fits, std::vector<std::string>{"a"});
 }
 
+// Preempt counts the hold too: a node whose devices an earlier preemption
+// freed for a preemptor of at least the pod's priority is dropped when the
+// pod would need those devices, else kube-scheduler (whose dry run ignores
+// the pooled memory) evicts victims there for nothing. Room beside the held
+// devices still counts, and a pod of higher priority is not held back.
+TEST_F(ExtenderTest, PreemptDropsANodeWhoseFreedDevicesAreHeldForAnotherPreemptor) {
+  AddGpuNode(cache_, "a");
+  ASSERT_TRUE(ext_->Bind(MakePod("v1", {Gpu(4)}), "a").ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("s", {Gpu(4)}), "a").ok());
+  PodInfo p1 = MakePod("p1", {Gpu(4)});
+  p1.priority = 100;
+  ASSERT_EQ(ext_->Preempt(p1, {{"a", MetaVictims{{"v1"}, 0}}}).size(), 1u);
+  cache_.Release("v1");  // evicted: its 4 are held for p1, which has not bound yet
+  PodInfo p2 = MakePod("p2", {Gpu(8)});
+  p2.priority = 100;
+  EXPECT_TRUE(ext_->Preempt(p2, {{"a", MetaVictims{{"s"}, 0}}}).empty());
+  EXPECT_EQ(Used("a"), 4);  // s stays
+  PodInfo beside = MakePod("beside", {Gpu(4)});
+  beside.priority = 100;
+  EXPECT_EQ(ext_->Preempt(beside, {{"a", MetaVictims{{"s"}, 0}}}).size(), 1u);
+  PodInfo urgent = MakePod("urgent", {Gpu(8)});
+  urgent.priority = 1000;
+  EXPECT_EQ(ext_->Preempt(urgent, {{"a", MetaVictims{{"s"}, 0}}}).size(), 1u);
+}
+
 // A pod that fits beside the held devices is planned beside them, so binding
 // it leaves the preemptor its room; victims leaving one at a time hold what
 // the first freed; a victim that held no device frees nothing to hold; a
