@@ -264,6 +264,27 @@ PodAssignment Cache::Resolve(PodRecord& rec, const NodeSnapshot& snap) {
   return out;
 }
 
+PodAssignment Cache::ResolveUnreadable(const PodRecord& rec, const NodeSnapshot& snap) {
+  PodAssignment out;
+  out.node = rec.assignment.node;
+  const std::set<std::string_view> ids(rec.unreadable_ids.begin(), rec.unreadable_ids.end());
+  for (const InventoryState& st : snap.inventories) {
+    AssignmentPart part{st.inventory->vendor, {}, {{}}, {}};
+    core::ContainerPlacement cp{"unreadable", core::ContainerKind::kRegular, {}};
+    for (size_t i = 0; i < st.inventory->devices.size(); ++i) {
+      const core::Device& d = st.inventory->devices[i];
+      if (!ids.contains(d.id)) continue;
+      const auto index = static_cast<int32_t>(i);
+      cp.grants.push_back(core::Grant{index, d.memory_mib, core::kComputeWhole, true});
+      part.device_ids[index] = d.id;
+    }
+    if (cp.grants.empty()) continue;
+    part.placement.containers.push_back(std::move(cp));
+    out.parts.push_back(std::move(part));
+  }
+  return out;
+}
+
 namespace {
 
 // Whether `a`, counted in `s`, leaves every device it uses within its memory
@@ -281,8 +302,29 @@ Status ForeignRoom(const PodAssignment& a, const NodeSnapshot& s) {
 }  // namespace
 
 Status Cache::CountRecord(PodRecord& rec, NodeSnapshot* s, bool partial) {
-  PodAssignment now = Resolve(rec, *s);
   rec.conflicting = 0;
+  if (!partial && !s->unreadable_pods.empty()) {
+    rec.applied = false;
+    rec.applied_as = PodAssignment{};
+    return FailedPreconditionError("node " + s->name + " runs pod " +
+                                   s->unreadable_pods.begin()->second +
+                                   ", whose assignment annotation does not parse");
+  }
+  PodAssignment now;
+  if (rec.unreadable) {
+    rec.absent = 0;
+    now = ResolveUnreadable(rec, *s);
+    if (now.empty()) {
+      // Nothing of it can be placed on the node: all of the node is held.
+      s->unreadable_pods[rec.ref.uid] = rec.ref.ns + "/" + rec.ref.name;
+      ++s->pods;
+      rec.applied = true;
+      rec.applied_as = std::move(now);
+      return Status::Ok();
+    }
+  } else {
+    now = Resolve(rec, *s);
+  }
   if (!partial && rec.absent > 0) {
     // A reservation needs every device it was planned on.
     rec.applied = false;
@@ -421,6 +463,7 @@ void Cache::ReleaseRecordLocked(PodRecord& rec) {
   }
   auto next = std::make_shared<NodeSnapshot>(*it->second);
   ReleaseAssignment(rec.applied_as, next.get());
+  next->unreadable_pods.erase(rec.ref.uid);
   rec.applied_as = PodAssignment{};
   next->version = next_version_.fetch_add(1);
   next->updated = std::chrono::steady_clock::now();
@@ -569,7 +612,8 @@ void Cache::ReleaseGone(const std::string& uid) {
 }
 
 Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
-                         const std::optional<PodAssignment>& observed) {
+                         const std::optional<PodAssignment>& observed,
+                         const std::optional<std::vector<std::string>>& unreadable) {
   // An assignment without devices (a pod that asked for none, bound by an
   // older extender) holds nothing: no record, the node stays idle.
   const std::optional<PodAssignment> a =
@@ -582,7 +626,10 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
   if (node_name.empty()) {
     return Status::Ok();  // not bound yet: a reservation in flight stays
   }
-  if (it != pods_.end() && it->second.bound &&
+  // A record booked from an annotation that did not parse follows what the
+  // pod shows now: the annotation mended (or removed) frees what it booked.
+  const bool was_unreadable = it != pods_.end() && it->second.unreadable;
+  if (it != pods_.end() && it->second.bound && !was_unreadable &&
       (!a.has_value() || a->node != node_name || !SameAssignment(it->second.assignment, *a))) {
     assignment_changes_ignored_.fetch_add(1, std::memory_order_relaxed);
     return PermissionDeniedError(
@@ -592,6 +639,28 @@ Status Cache::ObservePod(const PodRef& pod, const std::string& node_name,
         " the one it was bound with; the cache keeps that one. The annotation comes with "
         "the pod's Binding and must not be edited: restore it, or delete the pod to free its "
         "devices (the chart's annotationGuard policy refuses such edits)");
+  }
+  if (!a.has_value() && unreadable.has_value() && (it == pods_.end() || was_unreadable)) {
+    // Fail closed: the pod runs on devices the cache cannot tell.
+    std::vector<std::string> ids = *unreadable;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    if (was_unreadable) {
+      if (it->second.assignment.node == node_name && it->second.unreadable_ids == ids) {
+        return Status::Ok();
+      }
+      EraseRecordLocked(pod.uid);
+    }
+    PodRecord rec{pod, PodAssignment{node_name, "", {}}, true, false, {}, {}, 0, 0};
+    rec.unreadable = true;
+    rec.unreadable_ids = std::move(ids);
+    Status applied = ApplyRecordLocked(rec, /*partial=*/true);
+    pods_by_node_[node_name].insert(pod.uid);
+    if (!pod.job.empty()) {
+      ++jobs_[pod.job][node_name];
+    }
+    pods_.emplace(pod.uid, std::move(rec));
+    return applied;
   }
   if (!a.has_value() || a->node != node_name) {
     if (it != pods_.end() && it->second.bound) {
@@ -662,6 +731,7 @@ CacheStats Cache::Stats() const {
     std::lock_guard<std::mutex> pods_lock(pods_mu_);
     for (const auto& [uid, rec] : pods_) {
       ++(rec.bound ? s.pods_bound : s.pods_reserved);
+      s.pods_unreadable += rec.unreadable ? 1 : 0;
       s.grants_absent += rec.absent;
       s.grants_conflicting += rec.conflicting;
     }

@@ -62,6 +62,9 @@ struct CacheStats {
   int64_t nodes_unparsable = 0;
   int64_t pods_bound = 0;
   int64_t pods_reserved = 0;
+  // Of the bound pods, those whose assignment does not parse (ObservePod's
+  // `unreadable`): booked by the device ids read from it, or the whole node.
+  int64_t pods_unreadable = 0;
   // Observations of a bound pod whose assignment had changed, gone or no
   // longer parsed, since start; each kept the assignment it was bound with.
   int64_t assignment_changes_ignored = 0;
@@ -156,8 +159,17 @@ class Cache {
   // stays with that holder, and nothing is counted twice. kNotFound when the
   // node is unknown (kept pending and applied when the node arrives). An
   // assignment without devices counts as none.
+  // `unreadable` (with `a` nullopt): the pod carries an assignment annotation
+  // that does not parse, and these are the device ids still read from it
+  // (maybe none). A bound pod that the cache holds no readable record of
+  // (after a restart, say) then books every such device of the node whole,
+  // or, when none is found there, keeps the whole node from new grants
+  // (NodeSnapshot::unreadable_pods): the devices it uses are unknown, and
+  // counting none would give them to another pod. That lasts until the pod is
+  // deleted or finishes, its annotation parses, or is removed.
   Status ObservePod(const PodRef& pod, const std::string& node_name,
-                    const std::optional<PodAssignment>& a);
+                    const std::optional<PodAssignment>& a,
+                    const std::optional<std::vector<std::string>>& unreadable = std::nullopt);
 
   // The pod's assignment as reserved or bound (the annotation's), if it
   // holds devices.
@@ -199,6 +211,10 @@ class Cache {
     PodAssignment applied_as;  // `assignment` in the node's current indices
     int32_t absent = 0;        // grants left out of `applied_as` (device missing)
     int32_t conflicting = 0;   // grants counted past a device's capacity (overlapping holders)
+    // The annotation did not parse (ObservePod's `unreadable`): `assignment`
+    // names the node only, and the record books `unreadable_ids` whole.
+    bool unreadable = false;
+    std::vector<std::string> unreadable_ids = {};
   };
   struct Shard {
     mutable std::mutex mu;
@@ -211,6 +227,9 @@ class Cache {
   // ids on first use; grants on devices `snap` lacks are left out and counted
   // in rec.absent.
   static PodAssignment Resolve(PodRecord& rec, const NodeSnapshot& snap);
+  // An unreadable record's devices on `snap`: each of rec.unreadable_ids the
+  // node has, granted whole without a slot; empty when it has none of them.
+  static PodAssignment ResolveUnreadable(const PodRecord& rec, const NodeSnapshot& snap);
   // Counts `rec` on `s` (sets applied, applied_as, absent, conflicting): all
   // of it when it fits. When it does not, with `partial` each device's grants
   // are counted, those that do not fit past the device's capacity

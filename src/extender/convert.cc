@@ -266,6 +266,36 @@ StatusOr<PodAssignment> FromApiAssignment(const api::Assignment& a) {
   return out;
 }
 
+std::vector<std::string> AssignmentDeviceIds(std::string_view text) {
+  std::vector<std::string> ids;
+  const nlohmann::json doc =
+      nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return ids;
+  const auto containers = doc.find("containers");
+  if (containers == doc.end() || !containers->is_array()) return ids;
+  for (const nlohmann::json& c : *containers) {
+    if (!c.is_object()) continue;
+    const auto devices = c.find("devices");
+    if (devices == c.end() || !devices->is_array()) continue;
+    for (const nlohmann::json& d : *devices) {
+      if (!d.is_object()) continue;
+      if (auto id = d.find("id"); id != d.end() && id->is_string()) {
+        const std::string& s = id->get_ref<const std::string&>();
+        if (!s.empty()) ids.push_back(s);
+      }
+      if (auto slot = d.find("slot"); slot != d.end() && slot->is_string()) {
+        const std::string& s = slot->get_ref<const std::string&>();
+        if (const size_t at = s.rfind("::"); at != std::string::npos && at > 0) {
+          ids.push_back(s.substr(0, at));
+        }
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 ObservedPod ObservePodJson(const nlohmann::json& pod) {
   ObservedPod o;
   o.ref.uid = StringAt(pod, {"metadata", "uid"});
@@ -286,11 +316,13 @@ ObservedPod ObservePodJson(const nlohmann::json& pod) {
   StatusOr<api::Assignment> doc = api::ParseAssignment(text);
   if (!doc.ok()) {
     o.problem = doc.status().ToString();
+    o.unreadable_ids = AssignmentDeviceIds(text);
     return o;
   }
   StatusOr<PodAssignment> a = FromApiAssignment(*doc);
   if (!a.ok()) {
     o.problem = a.status().ToString();
+    o.unreadable_ids = AssignmentDeviceIds(text);
     return o;
   }
   o.assignment = std::move(a).value();

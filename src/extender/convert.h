@@ -81,15 +81,24 @@ StatusOr<PodAssignment> FromApiAssignment(const api::Assignment& a);
 
 // What the cache needs from a pod watch event: its ref, spec.nodeName, its
 // assignment (nullopt when absent or not parseable; `problem` says why), and
-// whether it has finished (Succeeded/Failed).
+// whether it has finished (Succeeded/Failed). An annotation present that does
+// not parse sets `unreadable_ids`: the device ids still read from it
+// (AssignmentDeviceIds; maybe none), which the cache books instead.
 struct ObservedPod {
   PodRef ref;
   std::string node_name;
   std::optional<PodAssignment> assignment;
   std::string problem;
   bool finished = false;
+  std::optional<std::vector<std::string>> unreadable_ids = {};
 };
 ObservedPod ObservePodJson(const nlohmann::json& pod);
+
+// The device ids an accelpool.io/assignment text names, read as loosely as
+// it allows: every non-empty string at containers[*].devices[*].id, and the
+// device part of every containers[*].devices[*].slot ("<id>::<n>"), whatever
+// else in it is wrong. Empty when the text is not JSON or names none.
+std::vector<std::string> AssignmentDeviceIds(std::string_view text);
 
 }  // namespace accelpool::extender
 

@@ -965,6 +965,7 @@ std::map<std::string, MetaVictims> Extender::Preempt(
       if (a.has_value() && a->node == node) {
         ReleaseAssignment(*a, &freed);
       }
+      freed.unreadable_pods.erase(uid);  // one holding the whole node
     }
     const PlanPolicies policy = PolicyFor(pod, *policies);
     if (!PlanNode(pod, &freed, policy).fits()) {

@@ -173,6 +173,7 @@ void Extender::UpdateGauges() const {
   metrics_->cache_nodes->Get().Set(static_cast<double>(s.nodes));
   metrics_->cache_pods->WithLabels({"bound"}).Set(static_cast<double>(s.pods_bound));
   metrics_->cache_pods->WithLabels({"reserved"}).Set(static_cast<double>(s.pods_reserved));
+  metrics_->cache_pods->WithLabels({"unreadable"}).Set(static_cast<double>(s.pods_unreadable));
   metrics_->cache_age->Get().Set(s.seconds_since_update);
   metrics_->cache_uncounted->WithLabels({"absent"}).Set(static_cast<double>(s.grants_absent));
   metrics_->cache_uncounted->WithLabels({"conflict"})

@@ -427,11 +427,24 @@ void CacheFeeder::OnPod(const nlohmann::json& pod) {
     cache_.Release(o.ref.uid);
     return;
   }
-  if (!o.problem.empty()) {
-    log_.Warn("pod assignment does not parse; ignored",
+  if (!o.problem.empty() && o.node_name.empty()) {
+    log_.Warn("pod assignment does not parse; ignored until the pod is bound",
               {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", o.problem}});
+  } else if (!o.problem.empty()) {
+    // Fail closed: the pod runs on devices the cache cannot tell.
+    const std::vector<std::string> none;
+    const std::vector<std::string>& ids = o.unreadable_ids.has_value() ? *o.unreadable_ids : none;
+    log_.Warn(
+        std::string("the ") + api::kAssignmentAnnotation +
+            " annotation of a bound pod does not parse; the devices it names stay booked "
+            "(all of the node when none can be read) until the annotation is mended or "
+            "removed, or the pod is deleted",
+        {{"pod", o.ref.ns + "/" + o.ref.name},
+         {"node", o.node_name},
+         {"devices", ids.empty() ? std::string("none read: the whole node") : StrJoin(ids, ",")},
+         {"error", o.problem}});
   }
-  Status st = cache_.ObservePod(o.ref, o.node_name, o.assignment);
+  Status st = cache_.ObservePod(o.ref, o.node_name, o.assignment, o.unreadable_ids);
   if (st.code() == StatusCode::kPermissionDenied) {
     log_.Warn("assignment of a bound pod was edited; keeping the one it was bound with",
               {{"pod", o.ref.ns + "/" + o.ref.name}, {"error", st.message()}});

@@ -672,6 +672,69 @@ TEST_F(KubeAdaptersTest, ABindOfAPodBoundMeanwhileWithOtherDevicesIsNotASuccess)
   EXPECT_EQ(counted->parts.at(0).placement.containers.at(0).grants.at(0).device, theirs);
 }
 
+// A bound pod whose assignment annotation does not parse (after a restart
+// the cache holds no record of it) runs on devices the extender cannot tell:
+// they stay booked, not free for another pod. The device ids still legible
+// in it are booked whole; with none, the whole node takes no pooled pod. The
+// booking ends when the pod goes or its annotation parses again.
+TEST_F(KubeAdaptersTest, ABoundPodWhoseAssignmentDoesNotParseKeepsWhatItMayUseBooked) {
+  Cache cache;
+  CacheFeeder feeder(cache, Logger());
+  feeder.OnNode(Node("node-a"));
+  auto ext = Extender::Create(cache, ExtenderOptions{}, nullptr, nullptr, nullptr, Logger());
+  ASSERT_TRUE(ext.ok());
+  auto fits = [&](int32_t gpus) {
+    return !(*ext)->Filter(testing::MakePod("new", {Gpu(gpus)}), {"node-a"}).fits.empty();
+  };
+  nlohmann::json bad = Pod("bad", "uid-bad");
+  bad["spec"]["nodeName"] = "node-a";
+  bad["metadata"]["annotations"][api::kAssignmentAnnotation] =
+      R"({"version":1,"node":"node-a","containers":[{"name":"main","vendor":"nope",)"
+      R"("devices":[]}]})";
+  feeder.OnPod(bad);
+  EXPECT_FALSE(fits(8));
+  FilterDecision d = (*ext)->Filter(testing::MakePod("new", {Gpu(1)}), {"node-a"});
+  EXPECT_TRUE(d.fits.empty());
+  EXPECT_NE(d.failed["node-a"].find("ns/bad runs here with an accelpool.io/assignment annotation "
+                                    "that does not parse"),
+            std::string::npos)
+      << d.failed["node-a"];
+  EXPECT_EQ(cache.Stats().pods_unreadable, 1);
+  // A pod asking for no device still goes.
+  EXPECT_FALSE((*ext)->Filter(testing::MakePod("host", {}), {"node-a"}).fits.empty());
+  feeder.OnPodDeleted(bad);
+  EXPECT_TRUE(fits(8));
+  EXPECT_TRUE(cache.Node("node-a")->Idle());
+
+  // Device ids still legible: those two devices are booked whole.
+  const core::NodeInventory inv = testing::GpuNode("node-a");
+  nlohmann::json ids = Pod("ids", "uid-ids");
+  ids["spec"]["nodeName"] = "node-a";
+  ids["metadata"]["annotations"][api::kAssignmentAnnotation] =
+      R"({"version":1,"node":"node-a","containers":[{"name":"main","vendor":"nope",)"
+      R"("devices":[{"id":")" +
+      inv.devices[0].id + R"(","index":0,"slot":")" + inv.devices[0].id + R"(::0"},{"slot":")" +
+      inv.devices[5].id + R"(::1"}]}]})";
+  feeder.OnPod(ids);
+  EXPECT_FALSE(fits(8));
+  EXPECT_FALSE(fits(7));
+  EXPECT_TRUE(fits(6));
+  // Mended: what it names now is counted, and nothing else.
+  PodAssignment two;
+  two.node = "node-a";
+  two.parts.push_back(AssignmentPart{core::Vendor::kNvidia, {}, {{0}}, {{1, inv.devices[1].id}}});
+  two.parts[0].placement.containers.push_back(core::ContainerPlacement{
+      "main", core::ContainerKind::kRegular, {core::Grant{1, 0, 0, true}}});
+  PodInfo info = testing::MakePod("uid-ids", {Gpu(1)});
+  StatusOr<api::Assignment> doc = ToApiAssignment(two, *cache.Node("node-a"), info);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  ids["metadata"]["annotations"][api::kAssignmentAnnotation] = api::SerializeAssignment(*doc);
+  feeder.OnPod(ids);
+  EXPECT_EQ(cache.Stats().pods_unreadable, 0);
+  EXPECT_TRUE(fits(7));
+  EXPECT_FALSE(fits(8));
+}
+
 TEST_F(KubeAdaptersTest, ABindingWhoseAnswerIsLostIsSettledByReadingThePodBack) {
   BindRig rig(*this);
   ASSERT_NE(rig.ext, nullptr);

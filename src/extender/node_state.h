@@ -86,6 +86,11 @@ struct NodeSnapshot {
   NodeDomains domains;
   int32_t devices = 0;  // devices over all inventories, set with them
   int32_t pods = 0;     // pods holding devices here
+  // Pods bound here whose accelpool.io/assignment does not parse and names
+  // no device of the node that could still be read ("ns/name" by uid): the
+  // devices they use are unknown, so no new grant lands on the node while any
+  // is listed (Cache::ObservePod).
+  std::map<std::string, std::string> unreadable_pods;
   // Host CPU and memory, when the cache tracks them (Cache::TrackHost):
   // the Node's status.allocatable, and the requests of the pods bound here
   // (every scheduler's, finished pods left out). Each inventory's

@@ -126,6 +126,17 @@ NodePlan PlanNode(const PodInfo& pod, const NodeSnapshot* snap, const PlanPolici
                    "); check the accelpool device plugin on this node";
     return plan;
   }
+  if (!snap->unreadable_pods.empty()) {
+    const size_t more = snap->unreadable_pods.size() - 1;
+    plan.code = core::FitCode::kUnschedulable;
+    plan.message_reason = "UnreadableAssignment";
+    plan.message = "pod " + snap->unreadable_pods.begin()->second +
+                   (more > 0 ? " (and " + std::to_string(more) + " more)" : std::string()) +
+                   " runs here with an accelpool.io/assignment annotation that does not parse, "
+                   "so the devices it uses are unknown and the node takes no new pooled pod; "
+                   "mend or remove the annotation, or delete the pod";
+    return plan;
+  }
   plan.code = core::FitCode::kFits;
   int64_t score_sum = 0;
   for (core::Vendor v : pod.vendors) {
