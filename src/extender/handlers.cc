@@ -9,6 +9,32 @@
 #include "extender/convert.h"
 
 namespace accelpool::extender {
+namespace {
+
+// Ok unless `pod` (its object `json`) asks for pooled devices under a
+// scheduler name other than `ours` (none set: any name passes). The pod
+// cache watches only `ours`'s pods, so the devices of another's would never
+// be freed.
+Status CheckSchedulerName(const Json& json, const PodInfo& pod, const std::string& ours) {
+  if (!pod.Pooled() || ours.empty()) return Status::Ok();
+  std::string name = "default-scheduler";  // what the apiserver defaults an empty name to
+  if (auto spec = json.find("spec"); spec != json.end() && spec->is_object()) {
+    if (auto n = spec->find("schedulerName");
+        n != spec->end() && n->is_string() && !n->get_ref<const std::string&>().empty()) {
+      name = n->get<std::string>();
+    }
+  }
+  if (name == ours) return Status::Ok();
+  auto Quote = [](const std::string& s) { return "\"" + s + "\""; };
+  return FailedPreconditionError("pod " + pod.ref.ns + "/" + pod.ref.name +
+                                 " asks for accelerators under scheduler " + Quote(name) +
+                                 ", but accelpool places and tracks them only for pods of " +
+                                 Quote(ours) + ": set spec.schedulerName to " + Quote(ours) +
+                                 " (or leave it empty where the accelpool webhook is on)");
+}
+
+}  // namespace
+
 Handlers::Handlers(Extender& ext, PodSource* pods, const ExtenderMetrics* metrics, Logger log,
                    HandlerOptions options)
     : ext_(ext), pods_(pods), metrics_(metrics), log_(std::move(log)), options_(options) {}
@@ -55,22 +81,8 @@ StatusOr<PodInfo> Handlers::PodFromArgs(const Json& pod) const {
         "configuration");
   }
   StatusOr<PodInfo> info = PodInfoFromJson(pod);
-  if (!info.ok() || !info->Pooled() || options_.scheduler_name.empty()) return info;
-  std::string name = "default-scheduler";  // what the apiserver defaults an empty name to
-  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
-    if (auto n = spec->find("schedulerName");
-        n != spec->end() && n->is_string() && !n->get_ref<const std::string&>().empty()) {
-      name = n->get<std::string>();
-    }
-  }
-  if (name != options_.scheduler_name) {
-    auto Quote = [](const std::string& s) { return "\"" + s + "\""; };
-    return FailedPreconditionError(
-        "pod " + info->ref.ns + "/" + info->ref.name + " asks for accelerators under scheduler " +
-        Quote(name) + ", but accelpool places and tracks them only for pods of " +
-        Quote(options_.scheduler_name) + ": set spec.schedulerName to " +
-        Quote(options_.scheduler_name) + " (or leave it empty where the accelpool webhook is on)");
-  }
+  if (!info.ok()) return info;
+  if (Status st = CheckSchedulerName(pod, *info, options_.scheduler_name); !st.ok()) return st;
   return info;
 }
 
@@ -184,6 +196,11 @@ Reply Handlers::Bind(std::string_view body) {
       StatusOr<PodInfo> parsed = PodInfoFromJson(*obj);
       if (!parsed.ok()) {
         return refuse("pod", parsed.status());
+      }
+      // As filter, prioritize and preempt refuse it (PodFromArgs): a pod of
+      // another scheduler name bound here would keep its devices for good.
+      if (Status st = CheckSchedulerName(*obj, *parsed, options_.scheduler_name); !st.ok()) {
+        return refuse("pod", st);
       }
       if (!args->pod_uid.empty() && parsed->ref.uid != args->pod_uid) {
         return refuse("pod",

@@ -26,6 +26,14 @@ class FakePods : public PodSource {
                                   const std::string& /*uid*/) override {
     if (name == "p") return nlohmann::json::parse(kPod);
     if (name == "zero") return nlohmann::json::parse(kZeroPod);
+    if (name == "mine" || name == "theirs") {  // kPod, under a scheduler name of its own
+      nlohmann::json pod = nlohmann::json::parse(kPod);
+      pod["metadata"]["name"] = name;
+      pod["metadata"]["uid"] = name == "mine" ? "u-m" : "u-t";
+      pod["spec"]["schedulerName"] =
+          name == "mine" ? "accelpool-scheduler" : "accelpool-scheduler-hosts";
+      return pod;
+    }
     return NotFoundError("pods \"" + name + "\" not found");
   }
 };
@@ -116,6 +124,22 @@ TEST_F(HandlersTest, DevicePodsOfAnotherSchedulerNameAreRefused) {
   const nlohmann::json host_pod = nlohmann::json::parse(
       h.Filter(args(with_scheduler(kZeroPod, "accelpool-scheduler-hosts"))).body);
   EXPECT_EQ(host_pod["Error"], "") << host_pod;
+  // Bind of a pod this replica did not filter reads it from the apiserver,
+  // and refuses it under another scheduler name as well.
+  const std::string refused_bind = nlohmann::json::parse(
+      h.Bind(R"({"PodName":"theirs","PodNamespace":"ns","PodUID":"u-t","Node":"node-a"})")
+          .body)["Error"];
+  EXPECT_NE(
+      refused_bind.find("asks for accelerators under scheduler \"accelpool-scheduler-hosts\""),
+      std::string::npos)
+      << refused_bind;
+  EXPECT_EQ(cache_.Assignment("u-t"), std::nullopt);
+  EXPECT_NE(registry_.Serialize().find(R"(accelpool_extender_bind_failures_total{stage="pod"} 1)"),
+            std::string::npos);
+  const std::string bound =
+      h.Bind(R"({"PodName":"mine","PodNamespace":"ns","PodUID":"u-m","Node":"node-a"})").body;
+  EXPECT_EQ(nlohmann::json::parse(bound)["Error"], "") << bound;
+  EXPECT_TRUE(cache_.Assignment("u-m").has_value());
 }
 
 TEST_F(HandlersTest, FilterWithFullNodesAnswersNodes) {
