@@ -959,7 +959,13 @@ std::map<std::string, MetaVictims> Extender::Preempt(
     // too few devices for the pod.
     NodeSnapshot freed = *snap;
     // Each victim frees its devices once, however often the request names it.
-    const std::set<std::string> uids(mv.pod_uids.begin(), mv.pod_uids.end());
+    std::set<std::string> uids(mv.pod_uids.begin(), mv.pod_uids.end());
+    // The pod's own reservation here (a bind whose outcome is unknown) is
+    // planned again, as filter plans it (PlanOwnReservation): its retry
+    // takes it as it is.
+    if (cache_.Bound(pod.ref.uid) == std::optional<bool>(false)) {
+      uids.insert(pod.ref.uid);
+    }
     for (const std::string& uid : uids) {
       std::optional<PodAssignment> a = cache_.AppliedAssignment(uid);
       if (a.has_value() && a->node == node) {

@@ -496,6 +496,23 @@ TEST_F(ExtenderTest, APodWhoseBindOutcomeWasUnknownStillFitsTheNodeItHolds) {
   EXPECT_TRUE(ext_->Filter(MakePod("p1", {Gpu(6)}), {"a"}).fits.empty());
 }
 
+// Preempt plans the node a pod's unknown Binding holds without the pod's own
+// devices, as filter does: kube-scheduler's retry may need victims there
+// for CPU or memory, and counting its reservation against it would refuse
+// the node until the reservation is given back. Other pods still count it.
+TEST_F(ExtenderTest, APodWhoseBindOutcomeWasUnknownMayPreemptOnTheNodeItHolds) {
+  AddGpuNode(cache_, "a");
+  writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
+  ASSERT_FALSE(ext_->Bind(MakePod("p1", {Gpu(6)}), "a").ok());
+  writer_.FailBinding(Status::Ok());
+  ASSERT_TRUE(ext_->Bind(MakePod("v", {Gpu(2)}), "a").ok());
+  EXPECT_EQ(Used("a"), 8);
+  const std::map<std::string, MetaVictims> proposed = {{"a", MetaVictims{{"v"}, 0}}};
+  EXPECT_EQ(ext_->Preempt(MakePod("p1", {Gpu(6)}), proposed), proposed);
+  EXPECT_TRUE(ext_->Preempt(MakePod("p2", {Gpu(6)}), proposed).empty());
+  EXPECT_EQ(Used("a"), 8);  // preempt only looks
+}
+
 // A retry on the node an unknown Binding holds reuses that reservation. The
 // retry's own Binding failing plainly (throttled, the replica stopped
 // leading) says nothing of the earlier one, which may still land: the
