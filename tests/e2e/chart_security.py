@@ -17,6 +17,12 @@ Usage: chart_security.py CHECK RENDERED.yaml [ARG]
                         with read-only roots; every ServiceAccount has automount off
   rbac                  no Role or ClusterRole rule has a wildcard, and no rule reads Secrets
                         (get, list, watch) without naming them
+  ca-bundle-guard RELEASE NAMESPACE
+                        the webhook-ca policy and its Deny binding: UPDATE of the chart's
+                        MutatingWebhookConfiguration only, by the scheduler's and the certgen
+                        hook's service accounts only (the two granted patch on it), comparing
+                        every field of each webhook but clientConfig.caBundle, and the metadata;
+                        "absent" as the third argument: no such policy is rendered
 Prints what is wrong and exits 1; needs PyYAML.
 """
 import sys
@@ -224,6 +230,76 @@ def check_rbac(objs, errs):
                 errs.append(f"{where}: reads every Secret: {rule}")
 
 
+def policy_and_binding(objs, name, errs):
+    """The ValidatingAdmissionPolicy NAME and its binding (Deny, no paramRef, no matchResources)."""
+    pols = [p for p in kind(objs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == name]
+    binds = [b for b in kind(objs, "ValidatingAdmissionPolicyBinding") if b["spec"]["policyName"] == name]
+    if len(pols) != 1 or len(binds) != 1:
+        errs.append(f"policy {name}: {len(pols)} policies, {len(binds)} bindings")
+        return None
+    b = binds[0]["spec"]
+    if b.get("validationActions") != ["Deny"] or "matchResources" in b or "paramRef" in b:
+        errs.append(f"binding of {name}: {b}")
+    if pols[0]["spec"].get("failurePolicy") != "Fail":
+        errs.append(f"policy {name}: failurePolicy {pols[0]['spec'].get('failurePolicy')}")
+    return pols[0]["spec"]
+
+
+WEBHOOK_FIELDS = ("rules", "namespaceSelector", "objectSelector", "matchConditions", "failurePolicy",
+                  "sideEffects", "timeoutSeconds", "admissionReviewVersions", "reinvocationPolicy",
+                  "matchPolicy", "clientConfig.service", "clientConfig.url")
+
+
+def check_ca_bundle_guard(objs, errs, release, namespace, absent=False):
+    name = f"{release}-accelpool-webhook-ca"
+    if absent:
+        if kind(objs, "ValidatingAdmissionPolicy") and any(
+                p["metadata"]["name"] == name for p in kind(objs, "ValidatingAdmissionPolicy")):
+            errs.append(f"policy {name} rendered")
+        return
+    spec = policy_and_binding(objs, name, errs)
+    if spec is None:
+        return
+    hook = f"{release}-accelpool-webhook"
+    if [h["metadata"]["name"] for h in kind(objs, "MutatingWebhookConfiguration")] != [hook]:
+        errs.append(f"want one MutatingWebhookConfiguration {hook}")
+    rules = spec["matchConstraints"]["resourceRules"]
+    want = [{"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["v1"],
+             "operations": ["UPDATE"], "resources": ["mutatingwebhookconfigurations"],
+             "resourceNames": [hook]}]
+    if rules != want:
+        errs.append(f"policy {name}: resourceRules {rules}, want {want}")
+    cond = " ".join(c["expression"] for c in spec.get("matchConditions", []))
+    writers = [f"system:serviceaccount:{namespace}:{release}-accelpool-scheduler",
+               f"system:serviceaccount:{namespace}:{release}-accelpool-certgen"]
+    for w in writers:
+        if f'"{w}"' not in cond:
+            errs.append(f"policy {name}: matchConditions do not name {w}: {cond}")
+    # The writers are exactly the service accounts RBAC lets patch the webhook configuration.
+    patchers = set()
+    for r in kind(objs, "ClusterRole"):
+        for rule in r.get("rules", []):
+            if "mutatingwebhookconfigurations" in rule.get("resources", []) and "patch" in rule.get("verbs", []):
+                patchers.add(r["metadata"]["name"])
+    bound = set()
+    for b in kind(objs, "ClusterRoleBinding"):
+        if b["roleRef"]["name"] in patchers:
+            bound |= {f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in b["subjects"]}
+    if not bound or not bound <= set(writers):
+        errs.append(f"policy {name}: RBAC lets {sorted(bound)} patch the webhook, the policy holds {writers}")
+    text = " ".join(v["expression"] for v in spec["validations"])
+    for f in WEBHOOK_FIELDS:
+        if f"w.{f} == o.{f}" not in text or f"has(w.{f}) == has(o.{f})" not in text:
+            errs.append(f"policy {name}: webhooks' {f} not compared")
+    if "caBundle" in text:
+        errs.append(f"policy {name}: compares the caBundle")
+    for f in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if f"object.metadata.{f} == oldObject.metadata.{f}" not in text:
+            errs.append(f"policy {name}: metadata.{f} not compared")
+    if "variables.hooks == variables.oldHooks" not in text:
+        errs.append(f"policy {name}: the webhooks' names and order not compared")
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write(__doc__)
@@ -237,6 +313,8 @@ def main(argv):
         check_plugins_unprivileged(objs, errs)
     elif what == "rbac":
         check_rbac(objs, errs)
+    elif what == "ca-bundle-guard":
+        check_ca_bundle_guard(objs, errs, argv[3], argv[4], len(argv) > 5 and argv[5] == "absent")
     elif what == "scheduler":
         check_scheduler(objs, errs, int(argv[3]))
     else:
