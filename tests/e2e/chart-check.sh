@@ -7,7 +7,8 @@
 #   tests/e2e/prometheus.sh ran), every value documented in the README, then
 #   against the e2e apiserver: kubectl apply --dry-run=server -f deploy/, the
 #   admission policies (device plugin on its own node, the annotation guard, the webhook
-#   caBundle guard: the extender's service account may patch only the caBundle),
+#   caBundle guard: the extender's service account may patch only the caBundle, the
+#   device-env guard: no pod or ephemeral container sets the device plugin's variables),
 #   examples/kueue/ against Kueue's CRDs (fetched as a Go module, not built),
 #   the certgen hook script creating a Secret and patching a webhook's caBundle,
 #   accelpool-keys rotating a key Secret as the rotation CronJob's service account,
@@ -124,9 +125,15 @@ pod_resources_mounted() { # every device plugin reads kubelet's pod-resources so
     ! grep -q 'name: pod-resources' "${TMP}/no-pod-resources.yaml"
 }
 check "device plugins mount kubelet's pod-resources socket read-only (devicePlugin.podResourcesDir; empty turns it off)" pod_resources_mounted
-render --set webhook.allowDeviceEnv=true > "${TMP}/allow-env.yaml"
+render --set webhook.allowDeviceEnv=true --set envGuard.enabled=false > "${TMP}/allow-env.yaml"
 check "the webhook refuses pods that set the device plugin's variables unless webhook.allowDeviceEnv" \
   bash -c "! grep -q -- '--webhook-allow-device-env' '${TMP}/default.yaml' && grep -q -- '--webhook-allow-device-env$' '${TMP}/allow-env.yaml'"
+allow_env_needs_guard_off() { # allowDeviceEnv admits what envGuard refuses: the render says to choose
+  local out
+  ! out="$(render --set webhook.allowDeviceEnv=true 2>&1)" &&
+    grep -q 'webhook.allowDeviceEnv=true admits pods .* also set envGuard.enabled=false' <<<"${out}"
+}
+check "webhook.allowDeviceEnv=true with envGuard on fails the render, naming envGuard.enabled=false" allow_env_needs_guard_off
 render --set extender.hostAware=false --set extender.learnWorkload=false \
   --set extender.workloadWindow=512 --set extender.workloadRefresh=2m > "${TMP}/blind.yaml"
 check "the extender scores the host and a learned workload by default; both can be turned off" \
@@ -445,6 +452,18 @@ ca_guard_rendered() { # the webhook-ca policy with the built-in certificate (one
       python3 "${SEC}" ca-bundle-guard "${TMP}/no-ca-guard.yaml" t ns absent || { echo "with ${a}"; return 1; }
   done
 }
+env_guard_rendered() { # the device-env policy: every pod, no selector, the webhook's variables
+  # (src/api/resources.cc), exempting kube-system and the release namespace (or what is set); off: none
+  python3 "${SEC}" env-guard "${TMP}/default.yaml" t ns "${REPO}/src/api/resources.cc" &&
+    python3 "${SEC}" env-guard "${TMP}/all-vendors.yaml" t ns "${REPO}/src/api/resources.cc" &&
+    render --set-json 'envGuard.exemptNamespaces=["kube-system","gpu-operator"]' > "${TMP}/env-exempt.yaml" &&
+    python3 "${SEC}" env-guard "${TMP}/env-exempt.yaml" t ns "${REPO}/src/api/resources.cc" kube-system,gpu-operator &&
+    render --set envGuard.exemptNamespaces=null > "${TMP}/env-exempt-null.yaml" &&
+    python3 "${SEC}" env-guard "${TMP}/env-exempt-null.yaml" t ns "${REPO}/src/api/resources.cc" ns &&
+    python3 "${SEC}" env-guard "${TMP}/allow-env.yaml" t ns absent
+}
+check "envGuard: a policy on every pod and ephemeral container (no label skips it) refuses the webhook's device variables (the list equals api::DeviceControlledEnv), outside the exempt namespaces" \
+  env_guard_rendered
 render --set webhook.hostPods.route=true > "${TMP}/host-pods-guard.yaml"
 check "caBundleGuard: a policy holds the extender's and certgen's patches of the webhook configuration to its caBundles (none with cert-manager, without the webhook, or off)" \
   ca_guard_rendered
@@ -1045,6 +1064,87 @@ check "the tenant cannot change the allocation" guarded accelpool.io/allocation 
   as_tenant annotate --overwrite pod work-np-a accelpool.io/allocation=z
 check "an admin (system:masters) may repair the assignment by hand" \
   "${K}" -n default annotate pod guard-a accelpool.io/assignment-
+
+# The device-env guard (templates/env-guard.yaml): no pod outside the exempt namespaces may set,
+# in a container's env, a variable the device plugin grants devices and limits through, whatever it
+# asks for and whatever its labels; nor may an ephemeral container added later. A pod made before
+# the policy keeps being updatable. The chart's own plugin pods (release namespace) and kube-system
+# are exempt, and so is a namespace named in envGuard.exemptNamespaces.
+env_pod() { # name namespace env-json [extra-spec-json] [labels-json]
+  jq -nc --arg n "$1" --arg ns "$2" --argjson env "$3" --argjson x "${4:-"{}"}" --argjson l "${5:-"{}"}" \
+    '{apiVersion: "v1", kind: "Pod", metadata: {name: $n, namespace: $ns, labels: $l},
+      spec: ({containers: [{name: "c", image: "x", env: $env}]} + $x)}'
+}
+ALL_GPUS='[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]'
+"${K}" create -f - >/dev/null <<<"$(env_pod env-before default "${ALL_GPUS}")"
+"${K}" create namespace gpu-ops >/dev/null
+for ns in kube-system gpu-ops; do "${K}" -n "${ns}" create serviceaccount default >/dev/null 2>&1 || true; done
+"${HELM}" template accelpool "${CHART}" --namespace accelpool-system --kube-version v1.37.2 \
+  --set-json 'envGuard.exemptNamespaces=["kube-system","gpu-ops"]' \
+  --show-only templates/env-guard.yaml > "${TMP}/env-guard.yaml"
+check "the device-env guard applies" "${K}" apply -f "${TMP}/env-guard.yaml"
+env_refused() { # what command... : must fail, naming WHAT (e.g. "container c sets NVIDIA_VISIBLE_DEVICES")
+  local what="$1" out; shift
+  if out="$("$@" 2>&1)"; then echo "allowed: ${out}"; return 1; fi
+  grep -qF "${what} in its env: accelpool's device plugin sets that variable" <<<"${out}" ||
+    { echo "refused for another reason: ${out}"; return 1; }
+}
+tenant_creates() { as_tenant create --dry-run=server -f - <<<"$1"; }
+for _ in $(seq 1 40); do
+  env_refused "container c sets NVIDIA_VISIBLE_DEVICES" tenant_creates "$(env_pod probe default "${ALL_GPUS}")" >/dev/null && break
+  sleep 0.5
+done
+check "a pod asking for no device with NVIDIA_VISIBLE_DEVICES=all is refused" \
+  env_refused "container c sets NVIDIA_VISIBLE_DEVICES" tenant_creates "$(env_pod all-gpus default "${ALL_GPUS}")"
+check "the accelpool.io/skip=true label does not skip it" \
+  env_refused "container c sets NVIDIA_VISIBLE_DEVICES" tenant_creates \
+  "$(env_pod skipped default "${ALL_GPUS}" '{}' '{"accelpool.io/skip":"true"}')"
+check "a value from a Secret or a field is refused too (names, not values, are checked)" \
+  env_refused "container c sets NVIDIA_VISIBLE_DEVICES" tenant_creates "$(env_pod from-field default \
+  '[{"name":"NVIDIA_VISIBLE_DEVICES","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}}]')"
+check "an init container setting ACCELPOOL_CUDA_MEMORY_LIMIT_0 (a prefix) is refused" \
+  env_refused "init container i sets ACCELPOOL_CUDA_MEMORY_LIMIT_0" tenant_creates "$(env_pod init-cap default '[]' \
+  '{"initContainers":[{"name":"i","image":"x","env":[{"name":"ACCELPOOL_CUDA_MEMORY_LIMIT_0","value":"999999"}]}]}')"
+check "every other runtime-hook list and limit is refused, each named" \
+  env_refused "container c sets ASCEND_VISIBLE_DEVICES, CUDA_MPS_PIPE_DIRECTORY, NVIDIA_IMEX_CHANNELS, CUDA_DEVICE_MEMORY_LIMIT_0" \
+  tenant_creates "$(env_pod many default '[{"name":"ASCEND_VISIBLE_DEVICES","value":"0-7"},{"name":"CUDA_MPS_PIPE_DIRECTORY","value":"/tmp/nvidia-mps"},{"name":"PATH","value":"/bin"},{"name":"NVIDIA_IMEX_CHANNELS","value":"all"},{"name":"CUDA_DEVICE_MEMORY_LIMIT_0","value":"80g"}]')"
+env_admitted() { # what pod-json: created with --dry-run=server as the tenant
+  tenant_creates "$2" >/dev/null || { echo "$1 refused"; tenant_creates "$2"; return 1; }
+}
+env_allowed_table() {
+  env_admitted void "$(env_pod void default '[{"name":"NVIDIA_VISIBLE_DEVICES","value":"void"}]')" &&
+    env_admitted none "$(env_pod none default '[{"name":"NVIDIA_VISIBLE_DEVICES","value":"none"}]')" &&
+    env_admitted empty "$(env_pod empty default '[{"name":"NVIDIA_VISIBLE_DEVICES","value":""}]')" &&
+    env_admitted CUDA_VISIBLE_DEVICES "$(env_pod cvd default '[{"name":"CUDA_VISIBLE_DEVICES","value":"0"}]')" &&
+    env_admitted no-env "$(env_pod plain default '[]')" &&
+    env_admitted envFrom "$(env_pod env-from default '[]' '{"containers":[{"name":"c","image":"x","envFrom":[{"configMapRef":{"name":"gpus"}}]}]}')"
+}
+check "admitted: NVIDIA_VISIBLE_DEVICES void, none or \"\" (no GPU), CUDA_VISIBLE_DEVICES, no env, envFrom (not visible to admission: the toolkit setting closes it)" \
+  env_allowed_table
+env_exempt() {
+  "${K}" create --dry-run=server -f - >/dev/null <<<"$(env_pod sys kube-system "${ALL_GPUS}")" &&
+    "${K}" create --dry-run=server -f - >/dev/null <<<"$(env_pod ops gpu-ops "${ALL_GPUS}")" &&
+    psa_pods "${TMP}/psa-privileged.yaml" accelpool-system DaemonSet > "${TMP}/env-plugins.json" &&
+    grep -q NVIDIA_VISIBLE_DEVICES "${TMP}/env-plugins.json" &&
+    [ "$("${K}" create --dry-run=server -o name -f "${TMP}/env-plugins.json" | grep -c '^pod/')" = "$(grep -c . "${TMP}/env-plugins.json")" ]
+}
+check "exempt: kube-system, a namespace in envGuard.exemptNamespaces, and the chart's own plugin pods in the release namespace" env_exempt
+check "a pod created before the policy, with NVIDIA_VISIBLE_DEVICES, may still be labelled (its env is unchanged)" \
+  as_tenant label pod env-before team=a
+"${K}" create -f - >/dev/null <<<"$(env_pod debug-me default '[]')"
+add_ephemeral() { # pod name env-json: PUT the pod's ephemeralcontainers subresource with one more
+  "${K}" -n default get pod "$1" -o json |
+    jq --arg n "$2" --argjson env "$3" '.spec.ephemeralContainers += [{name: $n, image: "x", env: $env}]' |
+    "${K}" replace --raw "/api/v1/namespaces/default/pods/$1/ephemeralcontainers" -f - >/dev/null
+}
+check "an ephemeral container (kubectl debug) with NVIDIA_VISIBLE_DEVICES=all is refused" \
+  env_refused "ephemeral container dbg1 sets NVIDIA_VISIBLE_DEVICES" add_ephemeral debug-me dbg1 "${ALL_GPUS}"
+check "an ephemeral container without it is added" add_ephemeral debug-me dbg2 '[{"name":"DEBUG","value":"1"}]'
+check "a second one beside the first (now old) is checked alone" \
+  env_refused "ephemeral container dbg3 sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" \
+  add_ephemeral debug-me dbg3 '[{"name":"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE","value":"100"}]'
+"${K}" delete -f "${TMP}/env-guard.yaml" >/dev/null
+"${K}" -n default delete pod env-before debug-me --grace-period=0 --force >/dev/null 2>&1
 
 # certgen: create the Secret (idempotent), patch a webhook's caBundle. The test
 # webhook matches no pod (objectSelector), so the apiserver never calls it.

@@ -23,6 +23,13 @@ Usage: chart_security.py CHECK RENDERED.yaml [ARG]
                         hook's service accounts only (the two granted patch on it), comparing
                         every field of each webhook but clientConfig.caBundle, and the metadata;
                         "absent" as the third argument: no such policy is rendered
+  env-guard RELEASE NAMESPACE SOURCE [EXEMPT,...]
+                        the device-env policy and its Deny binding: pods and
+                        pods/ephemeralcontainers, CREATE and UPDATE, no selector a pod author could
+                        dodge, exempting exactly EXEMPT (default kube-system) and the release
+                        namespace; its lists of names and prefixes are those of
+                        api::DeviceControlledEnv in SOURCE (src/api/resources.cc), which the
+                        webhook refuses; "absent" as SOURCE: no such policy is rendered
 Prints what is wrong and exits 1; needs PyYAML.
 """
 import sys
@@ -300,6 +307,71 @@ def check_ca_bundle_guard(objs, errs, release, namespace, absent=False):
         errs.append(f"policy {name}: the webhooks' names and order not compared")
 
 
+def controlled_env_in_source(path, errs):
+    """(names, prefixes) of api::DeviceControlledEnv: its static string_view arrays, as C++ has
+    them. kEnforcementPrefixes holds prefixes; kEnforcement and kDeviceSelection whole names. An
+    array of another name fails the check, so that a new one is sorted here on purpose."""
+    import re
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    m = re.search(r"DeviceControlledEnv\(std::string_view name\) \{(.*?)\n\}", src, re.S)
+    if not m:
+        errs.append(f"{path}: no DeviceControlledEnv(std::string_view name)")
+        return set(), set()
+    arrays = {n: re.findall(r'"([^"]*)"', body) for n, body in
+              re.findall(r"static constexpr std::string_view (\w+)\[\] = \{(.*?)\};", m.group(1), re.S)}
+    known = {"kEnforcementPrefixes", "kEnforcement", "kDeviceSelection"}
+    if set(arrays) != known:
+        errs.append(f"{path}: DeviceControlledEnv's arrays are {sorted(arrays)}, this check knows {sorted(known)}")
+    names = set(arrays.get("kEnforcement", [])) | set(arrays.get("kDeviceSelection", []))
+    return names, set(arrays.get("kEnforcementPrefixes", []))
+
+
+def check_env_guard(objs, errs, release, namespace, source, exempt=None):
+    import json
+    name = f"{release}-accelpool-device-env"
+    if source == "absent":
+        if any(p["metadata"]["name"] == name for p in kind(objs, "ValidatingAdmissionPolicy")):
+            errs.append(f"policy {name} rendered")
+        return
+    spec = policy_and_binding(objs, name, errs)
+    if spec is None:
+        return
+    mc = spec["matchConstraints"]
+    want = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+             "resources": ["pods", "pods/ephemeralcontainers"]}]
+    if mc.get("resourceRules") != want:
+        errs.append(f"policy {name}: resourceRules {mc.get('resourceRules')}, want {want}")
+    if mc.get("objectSelector") or mc.get("namespaceSelector"):
+        errs.append(f"policy {name}: selectors in matchConstraints: {mc}")
+    conds = spec.get("matchConditions", [])
+    want_ns = sorted(set((exempt or "kube-system").split(",")) | {namespace})
+    if len(conds) != 1:
+        errs.append(f"policy {name}: matchConditions {conds}")
+    else:
+        import re
+        m = re.fullmatch(r"!\(request\.namespace in (\[.*\])\)", conds[0]["expression"])
+        got = sorted(json.loads(m.group(1))) if m else None
+        if got != want_ns:
+            errs.append(f"policy {name}: exempt namespaces {got} ({conds[0]['expression']}), want {want_ns}")
+    var = {v["name"]: v["expression"] for v in spec.get("variables", [])}
+    names, prefixes = controlled_env_in_source(source, errs)
+    got_names, got_prefixes = set(json.loads(var.get("names", "[]"))), set(json.loads(var.get("prefixes", "[]")))
+    if got_names != names or len(got_names) != len(json.loads(var.get("names", "[]"))):
+        errs.append(f"policy {name}: names differ from {source}: only in the chart "
+                    f"{sorted(got_names - names)}, only in the source {sorted(names - got_names)}")
+    if got_prefixes != prefixes:
+        errs.append(f"policy {name}: prefixes differ from {source}: only in the chart "
+                    f"{sorted(got_prefixes - prefixes)}, only in the source {sorted(prefixes - got_prefixes)}")
+    for kinds in ("containers", "initContainers", "ephemeralContainers"):
+        if f"object.spec.{kinds}.filter(" not in var.get(kinds, ""):
+            errs.append(f"policy {name}: {kinds} not checked")
+    if var.get("offending") != "variables.containers + variables.initContainers + variables.ephemeralContainers":
+        errs.append(f"policy {name}: offending = {var.get('offending')}")
+    if [v["expression"] for v in spec["validations"]] != ["size(variables.offending) == 0"]:
+        errs.append(f"policy {name}: validations {spec['validations']}")
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write(__doc__)
@@ -315,6 +387,8 @@ def main(argv):
         check_rbac(objs, errs)
     elif what == "ca-bundle-guard":
         check_ca_bundle_guard(objs, errs, argv[3], argv[4], len(argv) > 5 and argv[5] == "absent")
+    elif what == "env-guard":
+        check_env_guard(objs, errs, argv[3], argv[4], argv[5], argv[6] if len(argv) > 6 else None)
     elif what == "scheduler":
         check_scheduler(objs, errs, int(argv[3]))
     else:

@@ -148,3 +148,14 @@ Ignore
 {{- $svc := include "accelpool.schedulerName" . -}}
 {{- list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) "localhost" | toJson -}}
 {{- end -}}
+
+{{/* The environment variables through which the device plugins apply a grant, as JSON lists
+(CEL list literals): whole names and name prefixes. The same list as api::DeviceControlledEnv in
+src/api/resources.cc, which the webhook refuses in a pod's env; tests/e2e/chart_security.py
+(controlled-env) checks that the two agree. */}}
+{{- define "accelpool.deviceControlledEnvNames" -}}
+{{- list "CUDA_DEVICE_SM_LIMIT" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" "CUDA_MPS_PIPE_DIRECTORY" "ASCEND_VNPU_SPECS" "CUDA_TASK_PRIORITY" "NVIDIA_VISIBLE_DEVICES" "ASCEND_VISIBLE_DEVICES" "MTHREADS_VISIBLE_DEVICES" "CAMBRICON_VISIBLE_DEVICES" "NVIDIA_IMEX_CHANNELS" "ASCEND_RUNTIME_OPTIONS" | toJson -}}
+{{- end -}}
+{{- define "accelpool.deviceControlledEnvPrefixes" -}}
+{{- list "ACCELPOOL_CUDA_" "CUDA_DEVICE_MEMORY_LIMIT" | toJson -}}
+{{- end -}}
