@@ -10,11 +10,13 @@
 #include "api/assignment_signature.h"
 #include "api/pod_request.h"
 #include "api/resources.h"
+#include "api/task_priority.h"
 #include "core/policy.h"
 #include "extender/convert.h"
 #include "extender/extender.h"
 #include "extender/wire.h"
 #include "kube/config.h"
+#include "kube/objects.h"
 
 namespace accelpool::extender {
 namespace {
@@ -239,6 +241,26 @@ Status CheckControlledEnv(const Json& pod) {
     }
   }
   return Status::Ok();
+}
+
+// High task priority (nvidia.com/priority: 0) holds the kernel launches of
+// every other tenant's low-priority container on the GPU: a grant of the
+// platform (api::HighPriorityNamespaces), refused to a pod of a namespace
+// not granted it, with what to do.
+Status CheckHighPriority(const Json& pod, const std::string& ns,
+                         const api::HighPriorityNamespaces& allowed) {
+  const std::set<std::string> high = api::HighPriorityContainers(pod);
+  if (high.empty() || allowed.Allows(ns)) {
+    return Status::Ok();
+  }
+  return PermissionDeniedError(
+      "container " + *high.begin() + " asks for high task priority (" + api::kTaskPriorityResource +
+      ": 0), which holds the kernel launches of other tenants' containers on its GPU, and "
+      "namespace \"" +
+      ns +
+      "\" is not granted it. Ask the platform team to add the namespace to "
+      "devicePlugin.priority.highPriorityNamespaces (--high-priority-namespaces), or remove " +
+      api::kTaskPriorityResource + " from the pod (or set it to 1, low priority)");
 }
 
 // spec.nodeName at creation skips the scheduler: the pod gets no assignment,
@@ -601,6 +623,12 @@ Reply Webhook::MutateDevices(std::string_view body) const {
     }
     if (verdict.ok() && !options_.allow_device_env) {
       verdict = CheckControlledEnv(pod);
+    }
+    if (verdict.ok()) {
+      const std::string ns = req.contains("namespace") && req["namespace"].is_string()
+                                 ? req["namespace"].get<std::string>()
+                                 : kube::StringAt(pod, Json::json_pointer("/metadata/namespace"));
+      verdict = CheckHighPriority(pod, ns, options_.high_priority_namespaces);
     }
     if (verdict.ok() && !options_.managed_resources.empty()) {
       verdict = CheckManaged(pod, options_.managed_resources);

@@ -12,7 +12,9 @@
 //      through which the device plugin applies the grant (the enforcement
 //      contract, or a runtime hook's device list: api::DeviceControlledEnv),
 //      since the pod's value would win over the plugin's; unless
-//      allow_device_env;
+//      allow_device_env; and a container that asks for high task priority
+//      (nvidia.com/priority: 0) in a namespace not among
+//      high_priority_namespaces (api/task_priority.h);
 //   3. routes the pod to accelpool's scheduler: spec.schedulerName is set to
 //      the configured name when it is empty or "default-scheduler" (a pod that
 //      names another scheduler is left alone).
@@ -41,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "api/task_priority.h"
 #include "common/log.h"
 #include "extender/cache.h"
 #include "extender/extender.h"
@@ -70,6 +73,10 @@ struct WebhookOptions {
   // name to add. Empty: not checked (kube-scheduler calls the extender for
   // every pod).
   std::vector<std::string> managed_resources = {};
+  // The namespaces whose pods may ask for high task priority
+  // (nvidia.com/priority: 0, api/task_priority.h); a pod of another that
+  // asks is refused. Default: none.
+  api::HighPriorityNamespaces high_priority_namespaces = {};
 };
 
 class Webhook {

@@ -368,6 +368,76 @@ nlohmann::json Response(const Reply& r) {
   return got["response"];
 }
 
+// High task priority holds other tenants' launches on the GPU: only the
+// namespaces the platform lists may ask for it (none by default; "*" is
+// every one, HAMi's behaviour). A pod of another is refused with what to do.
+TEST(WebhookTest, HighTaskPriorityIsRefusedOutsideTheGrantedNamespaces) {
+  const nlohmann::json high = PodWithLimits(
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}, {"nvidia.com/priority", "0"}});
+  const nlohmann::json low = PodWithLimits(
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}, {"nvidia.com/priority", "1"}});
+  const nlohmann::json unset =
+      PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}});
+  auto answer = [](const Webhook& w, nlohmann::json review) {
+    return Response(w.Mutate(review.dump()));
+  };
+  auto in = [](const nlohmann::json& pod, const std::string& ns) {
+    nlohmann::json r = Review(pod);
+    r["request"]["namespace"] = ns;  // what the apiserver sends; the object may have none
+    r["request"]["object"]["metadata"].erase("namespace");
+    return r;
+  };
+  auto with = [](const char* list) {
+    WebhookOptions o;
+    StatusOr<api::HighPriorityNamespaces> l = api::HighPriorityNamespaces::Parse(list);
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    o.high_priority_namespaces = *l;
+    return o;
+  };
+  {
+    const Webhook w(WebhookOptions(), nullptr, Logger());  // the default: nobody
+    nlohmann::json got = answer(w, in(high, "team-a"));
+    EXPECT_EQ(got["allowed"], false);
+    const std::string message = got["status"]["message"].get<std::string>();
+    EXPECT_NE(message.find("container main asks for high task priority"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("namespace \"team-a\""), std::string::npos) << message;
+    EXPECT_NE(message.find("devicePlugin.priority.highPriorityNamespaces"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("remove nvidia.com/priority"), std::string::npos) << message;
+    // The pod's own metadata.namespace when the request names none.
+    got = answer(w, Review(high));
+    EXPECT_EQ(got["allowed"], false);
+    EXPECT_NE(got["status"]["message"].get<std::string>().find("namespace \"ns\""),
+              std::string::npos);
+    // Low priority, set or not, is no grant.
+    EXPECT_EQ(answer(w, in(low, "team-a"))["allowed"], true);
+    EXPECT_EQ(answer(w, in(unset, "team-a"))["allowed"], true);
+    // An init container (a sidecar) asks as well.
+    nlohmann::json sidecar = unset;
+    sidecar["spec"]["initContainers"] = {
+        {{"name", "side"},
+         {"restartPolicy", "Always"},
+         {"resources", {{"limits", {{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "0"}}}}}}};
+    got = answer(w, in(sidecar, "team-a"));
+    EXPECT_EQ(got["allowed"], false);
+    EXPECT_NE(got["status"]["message"].get<std::string>().find("container side "),
+              std::string::npos);
+  }
+  {
+    const Webhook w(with("online,batch-high"), nullptr, Logger());
+    EXPECT_EQ(answer(w, in(high, "online"))["allowed"], true);
+    EXPECT_EQ(answer(w, in(high, "batch-high"))["allowed"], true);
+    EXPECT_EQ(answer(w, in(high, "team-a"))["allowed"], false);
+    EXPECT_EQ(answer(w, in(high, "onlinex"))["allowed"], false);
+  }
+  {
+    const Webhook w(with("*"), nullptr, Logger());
+    EXPECT_EQ(answer(w, in(high, "team-a"))["allowed"], true);
+    EXPECT_EQ(answer(w, in(high, "default"))["allowed"], true);
+  }
+}
+
 // kube-apiserver sends "nvidia.com/gpumem: 4000" as "4k" (canonical quantity).
 TEST(WebhookTest, CanonicalQuantitiesFromTheApiserverAreAdmitted) {
   Cache cache;

@@ -284,8 +284,11 @@ current-context: none
 ''')
     log_path = os.path.join(workdir, 'extender.log')
     log = open(log_path, 'w', encoding='utf-8')
+    # Every namespace may ask for high task priority: an example pod that does
+    # shows a namespace the platform granted it (devicePlugin.priority.highPriorityNamespaces).
     proc = subprocess.Popen([extender, f'--kubeconfig={kubeconfig}', '--listen=127.0.0.1:0',
-                             '--learn-workload=false', '--host-aware=false'],
+                             '--learn-workload=false', '--host-aware=false',
+                             '--high-priority-namespaces=*'],
                             stdout=log, stderr=subprocess.STDOUT)
     log.close()
     deadline = time.monotonic() + 20

@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "api/task_priority.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -54,6 +55,12 @@ constexpr const char* kUsage = R"(usage: accelpool-extender [flags]
                             (its extender config's managedResources); the webhook refuses a pod
                             that asks for another accelpool resource, which kube-scheduler would
                             bind without an assignment (default empty: not checked)
+  --high-priority-namespaces=LIST
+                            comma-separated namespaces whose pods may ask for high task priority
+                            (nvidia.com/priority: 0), which holds the kernel launches of the other
+                            containers on their GPU; the webhook refuses a pod of another namespace
+                            that asks. "*" is every namespace (HAMi's behaviour, for a cluster of
+                            one tenant); give the device plugin the same list (default empty: none)
   --tls-cert=FILE           PEM certificate; with --tls-key serves HTTPS (reloaded on change)
   --tls-key=FILE            PEM private key
   --client-ca=FILE          require client certificates signed by this CA
@@ -169,6 +176,7 @@ struct Flags {
   std::chrono::seconds workload_refresh{30};
   std::chrono::seconds shutdown_delay{0};
   std::vector<std::string> managed_resources;  // "" = not checked
+  api::HighPriorityNamespaces high_priority_namespaces;  // default: none
   std::string workload_configmap;  // "[NS/]NAME"; "" = the learned mix is not kept
   std::string lease_namespace = "kube-system";
   std::string log_level = "info";
@@ -209,7 +217,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"workload-configmap", &f.workload_configmap}};
   std::string filter_threads, max_body_bytes, tie_salt, api_qps, api_burst, event_qps,
       api_connections, max_connections, workload_window, workload_refresh, shutdown_delay,
-      managed_resources;
+      managed_resources, high_priority_namespaces;
+  strings["high-priority-namespaces"] = &high_priority_namespaces;
   strings["workload-window"] = &workload_window;
   strings["workload-refresh"] = &workload_refresh;
   strings["shutdown-delay"] = &shutdown_delay;
@@ -268,6 +277,10 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
     f.shutdown_delay = *d;
   }
+  StatusOr<api::HighPriorityNamespaces> high =
+      api::HighPriorityNamespaces::Parse(high_priority_namespaces);
+  ACCELPOOL_RETURN_IF_ERROR(high.status());
+  f.high_priority_namespaces = *high;
   for (size_t start = 0; start < managed_resources.size();) {
     size_t comma = managed_resources.find(',', start);
     if (comma == std::string::npos) comma = managed_resources.size();
@@ -658,7 +671,7 @@ int Run(const Flags& flags) {
   }
   Webhook webhook(WebhookOptions{flags.scheduler_name, flags.webhook_allow_device_env,
                                  flags.host_pods_scheduler_name, flags.webhook_refuse_oversized,
-                                 flags.managed_resources},
+                                 flags.managed_resources, flags.high_priority_namespaces},
                   &cache, log.Child("webhook"), &*metrics);
 
   http::ServerOptions so;
