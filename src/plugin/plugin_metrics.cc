@@ -144,6 +144,13 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
            &m->priority_holds_));
   m->priority_holds_->Get();
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddCounter("accelpool_plugin_priority_not_granted_total",
+                          "Pods that ask for high task priority (nvidia.com/priority: 0) in a "
+                          "namespace not in --high-priority-namespaces, once per pod; their "
+                          "containers run as low priority."),
+           &m->priority_not_granted_));
+  m->priority_not_granted_->Get();
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddGauge("accelpool_plugin_enforcement_files_missing",
                         "1 while libaccelpool-cuda.so or the preload file that fractional NVIDIA "
                         "containers mount is missing on the node (they cannot start)."),
@@ -224,6 +231,8 @@ void PluginMetrics::SetUngrantedUses(double n) { ungranted_->Get().Set(n); }
 void PluginMetrics::SetPriorityHeld(double n) { priority_held_->Get().Set(n); }
 
 void PluginMetrics::PriorityHoldStarted() { priority_holds_->Get().Inc(); }
+
+void PluginMetrics::PriorityNotGranted() { priority_not_granted_->Get().Inc(); }
 
 void PluginMetrics::RetainDevices(const std::set<std::string>& live) {
   std::lock_guard<std::mutex> lock(device_mu_);

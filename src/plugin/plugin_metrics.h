@@ -47,6 +47,9 @@
 //   accelpool_plugin_enforcement_files_missing                1 while libaccelpool-cuda.so or
 //       the preload file that fractional NVIDIA containers mount is not on the node
 //       (such containers cannot start); 0 when both are, or the plugin mounts none
+//   accelpool_plugin_priority_not_granted_total               pods asking for high task
+//       priority (nvidia.com/priority: 0) in a namespace not in --high-priority-namespaces,
+//       once per pod; they run as low priority (PodSync::SetHighPriorityNamespaces)
 //
 // The per-device series of a device that leaves the node leave with it
 // (RetainDevices).
@@ -93,6 +96,7 @@ class PluginMetrics {
   void SetUngrantedUses(double n);
   void SetPriorityHeld(double n);
   void PriorityHoldStarted();
+  void PriorityNotGranted();
   void Registered(const std::string& resource);
   void SetPending(double n);
   void AssignmentRefused(const std::string& reason);
@@ -138,6 +142,7 @@ class PluginMetrics {
   GaugeFamily* ungranted_ = nullptr;
   GaugeFamily* priority_held_ = nullptr;
   CounterFamily* priority_holds_ = nullptr;
+  CounterFamily* priority_not_granted_ = nullptr;
   CounterFamily* refused_ = nullptr;
   CounterFamily* key_reload_errors_ = nullptr;
   GaugeFamily* container_used_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include "api/pod_request.h"
 #include "api/resources.h"
+#include "api/task_priority.h"
 #include "kube/objects.h"
 
 namespace accelpool::plugin {
@@ -38,15 +39,9 @@ PodRef RefOf(const json& pod) {
   r.name = kube::StringAt(pod, json::json_pointer("/metadata/name"));
   r.uid = kube::StringAt(pod, json::json_pointer("/metadata/uid"));
   r.created = kube::StringAt(pod, json::json_pointer("/metadata/creationTimestamp"));
-  for (const char* list : {"/spec/containers", "/spec/initContainers"}) {
-    const json::json_pointer at(list);
-    if (!pod.contains(at) || !pod.at(at).is_array()) continue;
-    for (const json& c : pod.at(at)) {
-      if (api::HighTaskPriority(c) && c.contains("name") && c.at("name").is_string()) {
-        r.high_priority.insert(c.at("name").get<std::string>());
-      }
-    }
-  }
+  // As the pod asks; PodSync::Apply takes it away from a namespace not
+  // granted it.
+  r.high_priority = api::HighPriorityContainers(pod);
   return r;
 }
 
@@ -335,6 +330,15 @@ PodSync::~PodSync() { Stop(); }
 void PodSync::Apply(const nlohmann::json& pod) {
   StatusOr<std::optional<PodEntry>> e = EntryFromPod(pod, node_, keys_);
   PodRef ref = RefOf(pod);
+  // High task priority is the platform's grant (api/task_priority.h): a pod
+  // of a namespace not granted it that asks (the webhook refuses such a pod;
+  // this one got past it) runs as if it had not asked, never high.
+  std::set<std::string> not_granted;
+  if (!ref.high_priority.empty() && !high_priority_.Allows(ref.ns)) {
+    not_granted = std::move(ref.high_priority);
+    ref.high_priority.clear();
+    if (e.ok() && e->has_value()) (**e).pod.high_priority.clear();
+  }
   const PodEntry* entry = e.ok() && e->has_value() ? &**e : nullptr;
   std::vector<UnassignedRequest> unassigned =
       UnassignedRequestsOf(pod, entry != nullptr ? &entry->assignment : nullptr);
@@ -377,6 +381,9 @@ void PodSync::Apply(const nlohmann::json& pod) {
       RememberGoneLocked(ref.uid);
     }
   }
+  if (!not_granted.empty()) {
+    NotePriorityNotGranted(ref, not_granted);
+  }
   if (e.ok()) {
     return;
   }
@@ -405,6 +412,26 @@ void PodSync::Apply(const nlohmann::json& pod) {
       reporter_->Failed(ref, "", e.status().message(), {});
     }
   }
+}
+
+void PodSync::NotePriorityNotGranted(const PodRef& ref, const std::set<std::string>& containers) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ref.uid.empty() && !priority_not_granted_.insert(ref.uid).second) return;
+  }
+  std::string names;
+  for (const std::string& c : containers) names += (names.empty() ? "" : ",") + c;
+  log_.Warn(
+      "a pod asks for high task priority in a namespace not granted it; its containers run as "
+      "low priority",
+      {{"pod", ref.Key()},
+       {"containers", names},
+       {"reason",
+        "namespace " + ref.ns +
+            " is not in --high-priority-namespaces (chart: "
+            "devicePlugin.priority.highPriorityNamespaces); the admission webhook refuses "
+            "such pods, so this one got past it"}});
+  if (on_priority_not_granted_) on_priority_not_granted_();
 }
 
 std::string PodSync::PodKeyOfUid(const std::string& uid) const {
@@ -468,6 +495,7 @@ void PodSync::Forget(const nlohmann::json& pod) {
     {
       std::lock_guard<std::mutex> reported_lock(mu_);
       reported_.erase(ref.uid);
+      priority_not_granted_.erase(ref.uid);
     }
     RememberGoneLocked(ref.uid);
   }
@@ -602,6 +630,7 @@ Status PodSync::ReRead(const std::string& phases, bool every_live_pod) {
   if (every_live_pod) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [uid, why] : reported_) reported_before.insert(uid);
+    reported_before.insert(priority_not_granted_.begin(), priority_not_granted_.end());
   }
   const uint64_t since = ApplySeq();  // before the list: see RetainPending
   StatusOr<kube::ListResult> pods = list(true);
@@ -617,7 +646,10 @@ Status PodSync::ReRead(const std::string& phases, bool every_live_pod) {
     for (const json& item : pods->items) listed.insert(RefOf(item).uid);
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& uid : reported_before) {
-      if (listed.count(uid) == 0) reported_.erase(uid);
+      if (listed.count(uid) == 0) {
+        reported_.erase(uid);
+        priority_not_granted_.erase(uid);
+      }
     }
   }
   if (!pods->metadata_only) {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "api/assignment_signature.h"
+#include "api/task_priority.h"
 #include "common/log.h"
 #include "kube/client.h"
 #include "kube/informer.h"
@@ -101,6 +102,17 @@ class PodSync {
   void SetAssignmentKeys(api::AssignmentKeyRing* keys) { keys_ = keys; }
   void OnRefused(std::function<void(const std::string& reason)> on_refused) {
     on_refused_ = std::move(on_refused);
+  }
+  // Before Start: the namespaces whose pods may have high task priority
+  // (api/task_priority.h; default: none). A container of any other pod that
+  // asks for it (nvidia.com/priority: 0, which the webhook refuses unless it
+  // was bypassed) is stored as if it had not asked (low, never high); the
+  // pod is logged once, with the reason, and `on_not_granted` called once.
+  void SetHighPriorityNamespaces(api::HighPriorityNamespaces allowed) {
+    high_priority_ = std::move(allowed);
+  }
+  void OnPriorityNotGranted(std::function<void()> on_not_granted) {
+    on_priority_not_granted_ = std::move(on_not_granted);
   }
 
   void Start();
@@ -180,6 +192,9 @@ class PodSync {
   // The uids of the node's pods, for the sweep: a list from the watch cache
   // at least as new as `not_older_than`, or a consistent one when it is "".
   StatusOr<std::set<std::string>> ListLiveUids(const std::string& not_older_than);
+  // Logs the pod (once per pod) whose `containers` ask for high priority
+  // that its namespace is not granted, and counts it.
+  void NotePriorityNotGranted(const PodRef& ref, const std::set<std::string>& containers);
   // Keeps names_ up to date with one pod object (gone: it was deleted).
   void NoteName(const nlohmann::json& pod, const PodRef& ref, bool gone = false);
 
@@ -191,6 +206,8 @@ class PodSync {
   const StateDirs* const dirs_;
   api::AssignmentKeyRing* keys_ = nullptr;
   std::function<void(const std::string&)> on_refused_;
+  api::HighPriorityNamespaces high_priority_;
+  std::function<void()> on_priority_not_granted_;
   std::unique_ptr<kube::Informer> informer_;
 
   mutable std::mutex mu_;
@@ -200,6 +217,9 @@ class PodSync {
   // that does not list it, not at a re-read of the Pending ones; guarded by
   // mu_.
   std::map<std::string, std::string> reported_;
+  // Pod uids whose high priority was not granted and said so (kept and
+  // dropped as reported_ is); guarded by mu_.
+  std::set<std::string> priority_not_granted_;
   // uid -> "<ns>/<name>" of the node's pods that have not ended, and a static
   // pod's own uid (its mirror's config.mirror annotation) -> its mirror's
   // name; guarded by mu_.

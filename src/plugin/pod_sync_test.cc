@@ -1,6 +1,8 @@
 #include "plugin/pod_sync.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "api/inventory_codec.h"
 #include "api/signature_test_util.h"
 #include "core/profiles.h"
+#include "cuda/priority_format.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
 #include "kube/hooked_client.h"
@@ -21,6 +24,8 @@
 #include "plugin/health_events.h"
 #include "plugin/kube_reporter.h"
 #include "plugin/node_publisher.h"
+#include "plugin/priority_file.h"
+#include "plugin/priority_watch.h"
 #include "plugin/test_util.h"
 
 namespace accelpool::plugin {
@@ -1592,6 +1597,163 @@ TEST(NodeLabelsTest, SanitisesModelNames) {
   auto labels = NodeLabels({inv});
   EXPECT_EQ(labels.at("accelpool.io/model.mthreads"), "MTT_S4000");
   EXPECT_EQ(labels.count("accelpool.io/super-node"), 0u);
+}
+
+}  // namespace
+}  // namespace accelpool::plugin
+
+namespace accelpool::plugin {
+namespace {
+
+// A Running pod of `ns` whose container "main" holds a share of GPU-a
+// (slot `slot`) and sets nvidia.com/priority to `priority` ("" for none).
+json SharePod(const std::string& name, const std::string& ns, const std::string& priority,
+              int32_t slot) {
+  api::Assignment a;
+  a.node = "node-a";
+  a.policy = "accelpool";
+  a.containers = {Ctr("main", "nvidia.com/gpu", core::Vendor::kNvidia,
+                      {Dev("GPU-a", 0, slot, 1024, 100, false)})};
+  api::Allocation done;
+  done.allocated = Of({"main"});
+  json p = PodJson(name, "node-a",
+                   {{"accelpool.io/assignment", api::SerializeAssignment(a)},
+                    {"accelpool.io/allocation", api::SerializeAllocation(done)}},
+                   "Running");
+  p["metadata"]["namespace"] = ns;
+  if (!priority.empty()) {
+    p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/priority"] = priority;
+  }
+  return p;
+}
+
+// The containers of pod `name` the store holds as high priority; {"?"}
+// when it holds no such pod.
+std::set<std::string> HighOf(const AssignmentStore& store, const std::string& name) {
+  for (const PodAssignment& p : store.All()) {
+    if (p.pod.name == name) return p.pod.high_priority;
+  }
+  return {"?"};
+}
+
+// Defence in depth behind the webhook (a pod created past it: a bypass label,
+// failurePolicy Ignore while the extender was down): a container that asks
+// for high task priority in a namespace not granted it is stored without it,
+// so that Allocate sets it low and PriorityWatch never counts it high. The
+// pod is logged once with the reason and counted once. In a granted
+// namespace, or with "*", it keeps its priority.
+TEST(PodSyncPriorityTest, HighPriorityIsNeverTakenOutsideTheGrantedNamespaces) {
+  std::vector<std::string> lines;
+  StatusOr<Logger> log = NewLogger(
+      "test", {.level = "info", .sink = [&](std::string_view l) { lines.emplace_back(l); }});
+  ASSERT_TRUE(log.ok());
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, *log);
+  int counted = 0;
+  sync.OnPriorityNotGranted([&] { ++counted; });
+  auto warnings = [&] {
+    return std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("high task priority in a namespace not granted it") != std::string::npos;
+    });
+  };
+
+  // The default: no namespace is granted it.
+  const json tenant = SharePod("tenant", "team-a", "0", 1);
+  sync.Apply(tenant);
+  EXPECT_TRUE(HighOf(store, "tenant").empty());
+  EXPECT_EQ(counted, 1);
+  ASSERT_EQ(warnings(), 1);
+  const std::string said = *std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("not granted it") != std::string::npos;
+  });
+  EXPECT_NE(said.find("team-a/tenant"), std::string::npos) << said;
+  EXPECT_NE(said.find("--high-priority-namespaces"), std::string::npos) << said;
+  EXPECT_NE(said.find("\"containers\":\"main\""), std::string::npos) << said;
+  // Once per pod, whatever its later versions.
+  json again = tenant;
+  again["metadata"]["resourceVersion"] = "2";
+  sync.Apply(again);
+  EXPECT_EQ(counted, 1);
+  EXPECT_EQ(warnings(), 1);
+  EXPECT_TRUE(HighOf(store, "tenant").empty());
+  // The name PodSync keeps for the pod (foreign memory naming) has none either.
+  ASSERT_TRUE(sync.PodOfUid("uid-tenant").has_value());
+  EXPECT_TRUE(sync.PodOfUid("uid-tenant")->high_priority.empty());
+
+  // Granted namespaces keep it.
+  StatusOr<api::HighPriorityNamespaces> granted =
+      api::HighPriorityNamespaces::Parse("online,batch");
+  ASSERT_TRUE(granted.ok());
+  sync.SetHighPriorityNamespaces(*granted);
+  sync.Apply(SharePod("infer", "online", "0", 2));
+  EXPECT_EQ(HighOf(store, "infer"), std::set<std::string>{"main"});
+  sync.Apply(SharePod("other", "team-b", "0", 3));
+  EXPECT_TRUE(HighOf(store, "other").empty());
+  EXPECT_EQ(counted, 2);
+  // Low priority, set or not, is nothing to grant.
+  sync.Apply(SharePod("low", "team-b", "1", 4));
+  sync.Apply(SharePod("unset", "team-b", "", 5));
+  EXPECT_EQ(counted, 2);
+  EXPECT_EQ(warnings(), 2);
+
+  StatusOr<api::HighPriorityNamespaces> every = api::HighPriorityNamespaces::Parse("*");
+  ASSERT_TRUE(every.ok());
+  sync.SetHighPriorityNamespaces(*every);
+  sync.Apply(SharePod("anyone", "team-c", "0", 6));
+  EXPECT_EQ(HighOf(store, "anyone"), std::set<std::string>{"main"});
+  EXPECT_EQ(counted, 2);
+}
+
+// What a tenant gains by asking for high priority without the grant: nothing.
+// Its launch counter moves (the shim or the tenant itself writes its own
+// priority file) and the other container on its GPU is not held; the same
+// pod in a granted namespace holds it.
+TEST(PodSyncPriorityTest, APodNotGrantedHighPriorityHoldsNobodyOnItsGpu) {
+  auto bump = [&](const std::string& state) {
+    const int fd = open(PriorityFilePath(state).c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    uint64_t n = 0;
+    const off_t at = static_cast<off_t>(cuda::LaunchesOffset(0));
+    ASSERT_EQ(pread(fd, &n, sizeof(n), at), static_cast<ssize_t>(sizeof(n)));
+    ++n;
+    ASSERT_EQ(pwrite(fd, &n, sizeof(n), at), static_cast<ssize_t>(sizeof(n)));
+    close(fd);
+  };
+  auto state_of = [](const StateDirs& dirs, const std::string& pod) {
+    StatusOr<std::string> d = dirs.Create("uid-" + pod, "main");
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    const std::string state = StateDirs::StateSubdir(*d);
+    EXPECT_TRUE(EnsurePriorityFile(state).ok());
+    return state;
+  };
+  for (const char* granted : {"", "team-a"}) {
+    SCOPED_TRACE(std::string("granted: ") + granted);
+    testing::TempDir dir;
+    const StateDirs dirs(dir.File("containers"));
+    AssignmentStore store;
+    PodSync sync(nullptr, "node-a", &store, nullptr, Logger());
+    StatusOr<api::HighPriorityNamespaces> list = api::HighPriorityNamespaces::Parse(granted);
+    ASSERT_TRUE(list.ok());
+    sync.SetHighPriorityNamespaces(*list);
+    sync.Apply(SharePod("attacker", "team-a", "0", 1));
+    sync.Apply(SharePod("victim", "team-b", "", 2));
+    const std::string attacker = state_of(dirs, "attacker");
+    const std::string victim = state_of(dirs, "victim");
+    PriorityWatch w({}, &store, &dirs, nullptr, Logger());
+    const auto t0 = std::chrono::steady_clock::now();
+    w.Poll(t0, 100'000'000'000ULL);
+    bump(attacker);
+    w.Poll(t0 + std::chrono::seconds(1), 101'000'000'000ULL);
+    StatusOr<uint64_t> hold = ReadHold(victim, 0);
+    ASSERT_TRUE(hold.ok()) << hold.status().ToString();
+    if (std::string(granted).empty()) {
+      EXPECT_TRUE(w.Held().empty());
+      EXPECT_EQ(*hold, 0u);
+    } else {
+      EXPECT_EQ(w.Held(), std::set<std::string>{"team-b/victim/main"});
+      EXPECT_GT(*hold, 0u);
+    }
+  }
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "api/inventory_codec.h"
+#include "api/task_priority.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -119,6 +120,13 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             (default 1s; 0s: off, every container runs unheld)
   --priority-busy-for=DUR   how long a GPU stays busy after the last launch of a
                             high-priority container seen on it (default 5s)
+  --high-priority-namespaces=LIST
+                            comma-separated namespaces whose pods may have high task priority;
+                            a container of another namespace's pod that asks for it (the
+                            webhook refuses such a pod unless bypassed) runs as low priority,
+                            logged and counted once per pod. "*" is every namespace (HAMi's
+                            behaviour, for a cluster of one tenant); give the extender the same
+                            list (default empty: none)
   --pod-resources-socket=PATH
                             kubelet's pod-resources API, asked which pod kubelet is admitting
                             when several wait with the same request (default
@@ -148,6 +156,8 @@ struct Flags {
   std::string priority_busy_for = "5s";
   std::chrono::seconds priority_period{1};
   std::chrono::seconds priority_busy{5};
+  std::string high_priority_namespaces;
+  api::HighPriorityNamespaces high_priority;  // default: none
   std::string host_proc;
   std::string foreign_vendors = "nvidia";
   std::set<std::string> foreign_vendor_set;
@@ -204,6 +214,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"priority-busy-for", &f.priority_busy_for},
                                                  {"host-proc", &f.host_proc},
                                                  {"foreign-memory-vendors", &f.foreign_vendors}};
+  strings["high-priority-namespaces"] = &f.high_priority_namespaces;
   std::map<std::string, bool*> bools = {{"no-kube", &f.no_kube},
                                         {"print-inventory", &f.print_inventory},
                                         {"print-memory-use", &f.print_memory_use},
@@ -294,6 +305,12 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return InvalidArgumentError("--priority-busy-for must be at least 1s");
   }
   f.priority_busy = *priority_busy;
+  StatusOr<api::HighPriorityNamespaces> high =
+      api::HighPriorityNamespaces::Parse(f.high_priority_namespaces);
+  if (!high.ok()) {
+    return high.status();
+  }
+  f.high_priority = *high;
   for (size_t at = 0; at <= f.foreign_vendors.size();) {
     const size_t comma = std::min(f.foreign_vendors.find(',', at), f.foreign_vendors.size());
     const std::string name = f.foreign_vendors.substr(at, comma - at);
@@ -798,8 +815,10 @@ int Run(const Flags& flags) {
       log.Info("verifying assignment signatures",
                {{"key_dir", flags.assignment_key_dir}, {"signing_key", keys->SigningKeyId()}});
     }
+    pods->SetHighPriorityNamespaces(flags.high_priority);
     if (PluginMetrics* m = metrics->get(); m != nullptr) {
       pods->OnRefused([m](const std::string& reason) { m->AssignmentRefused(reason); });
+      pods->OnPriorityNotGranted([m] { m->PriorityNotGranted(); });
     }
     publisher = std::make_unique<NodePublisher>(client.get(), flags.node, log.Child("node"),
                                                 vendors::BackendVendors(flags.backend));
@@ -967,6 +986,9 @@ int Run(const Flags& flags) {
             .hold_ahead = std::max<std::chrono::milliseconds>(std::chrono::seconds(3), 3 * every)},
         &store, &priority_dirs, metrics->get(), log.Child("priority"));
     priority_thread = std::jthread([w = priority.get()](std::stop_token st) { w->Run(st); });
+    log.Info("task priority on", {{"high_priority_namespaces",
+                                   flags.high_priority.Nobody() ? std::string("none")
+                                                                : flags.high_priority.ToString()}});
   }
 
   const sigset_t set = SignalSet({SIGTERM, SIGINT, SIGHUP});
