@@ -324,6 +324,19 @@ task_priority() { # the NVIDIA plugin alone gets the priority flags; bad duratio
     grep -q 'devicePlugin.priority.busyFor must be a duration of at least 1s' <<<"${out}"
 }
 check "devicePlugin.priority reaches the NVIDIA plugin only (1s, 5s by default; bad durations fail)" task_priority
+high_priority_namespaces() { # nobody by default; the list reaches the NVIDIA plugin and the extender alike
+  local out listed
+  ! grep -q -- '--high-priority-namespaces' "${TMP}/default.yaml" &&
+    listed="$(render --set-json 'devicePlugin.priority.highPriorityNamespaces=["online","batch"]')" &&
+    [ "$(grep -c -- '- --high-priority-namespaces=online,batch$' <<<"${listed}")" = 2 ] &&
+    awk '/^kind: / {kind = $2} /- --high-priority-namespaces=/ {print kind}' <<<"${listed}" |
+      sort | tr '\n' ' ' | grep_output -qx 'DaemonSet Deployment ' &&
+    [ "$(render --set-json 'devicePlugin.priority.highPriorityNamespaces=["*"]' | grep -c -- '- --high-priority-namespaces=\*$')" = 2 ] &&
+    ! out="$(render --set-json 'devicePlugin.priority.highPriorityNamespaces=["*","online"]' 2>&1)" &&
+    grep -q '"\*" (every namespace) beside namespace names' <<<"${out}" &&
+    ! render --set-json 'devicePlugin.priority.highPriorityNamespaces=["Team-A"]' >/dev/null 2>&1
+}
+check "devicePlugin.priority.highPriorityNamespaces: none by default; passed to the NVIDIA plugin and the extender; bad names fail" high_priority_namespaces
 foreign_memory() { # every plugin measures foreign memory with the chart's values; bad values fail the render
   local out plugins
   plugins="$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")"

@@ -120,6 +120,22 @@ templates as float64, which prints 1000000 as 1e+06 (refused by the binaries); t
 {{- end -}}
 {{- end -}}
 
+{{- /* devicePlugin.priority.highPriorityNamespaces as the plugin's and the extender's
+--high-priority-namespaces take it ("" when empty: nobody may have high task priority); a
+list that is not namespace names, or "*" beside names, fails the render as the binaries would. */}}
+{{- define "accelpool.highPriorityNamespaces" -}}
+{{- $list := .Values.devicePlugin.priority.highPriorityNamespaces | default list -}}
+{{- range $list -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[*])$" (toString .)) -}}
+{{- fail (printf "devicePlugin.priority.highPriorityNamespaces: %q is not a namespace name; list namespace names, or [\"*\"] for every namespace" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (has "*" $list) (gt (len $list) 1) -}}
+{{- fail "devicePlugin.priority.highPriorityNamespaces: \"*\" (every namespace) beside namespace names; give one or the other" -}}
+{{- end -}}
+{{- join "," $list -}}
+{{- end -}}
+
 {{- define "accelpool.tlsSecret" -}}
 {{- printf "%s-extender-tls" (include "accelpool.fullname" .) -}}
 {{- end -}}
