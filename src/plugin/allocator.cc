@@ -52,7 +52,20 @@ Allocator::Allocator(std::string node, DeviceState* state, AssignmentStore* stor
       options_(std::move(options)),
       log_(std::move(log)),
       refresh_(std::move(refresh)),
-      dirs_(options_.state_root, options_.create_state_dirs) {
+      dirs_(options_.state_root,
+            StateDirOptions{.create = options_.create_state_dirs,
+                            .size_mib = options_.state_dir_size_mib,
+                            .inodes = options_.state_dir_inodes,
+                            .calls = options_.mount_calls,
+                            .on_uncapped = [log = log_, metrics = metrics_](const Status& why) {
+                              log.Warn(
+                                  "container state dirs are not size-capped: a container can "
+                                  "fill the node's disk through its state dir; run the plugin "
+                                  "privileged with mountPropagation Bidirectional on the state "
+                                  "root, or pass --state-dir-size-mib=0 to silence this",
+                                  {{"error", why.ToString()}});
+                              if (metrics != nullptr) metrics->SetStateDirsUncapped(true);
+                            }}) {
   narrow_.fn = refresh_;
   narrow_.scope = "pending";
   wide_.scope = "not_ended";

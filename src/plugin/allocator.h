@@ -65,6 +65,12 @@ struct EnforcementOptions {
   std::string state_root = "/var/lib/accelpool/containers";  // host side
   std::string state_mount = "/var/run/accelpool";            // container side
   bool create_state_dirs = true;  // mkdir the host dir (the plugin mounts state_root)
+  // Cap each state/ with a tmpfs of this many MiB and files (StateDirs; 0:
+  // a plain directory). The binary's --state-dir-size-mib; off here so that
+  // a test never mounts. `mount_calls` null: the real system calls.
+  int64_t state_dir_size_mib = 0;
+  int64_t state_dir_inodes = 64;
+  MountCalls* mount_calls = nullptr;
   std::string library_host = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
   std::string library_container = "/usr/local/accelpool/lib/libaccelpool-cuda.so";
   // A host file whose content is library_container, mounted at /etc/ld.so.preload.

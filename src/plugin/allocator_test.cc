@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "api/resources.h"
@@ -371,6 +373,54 @@ TEST_F(AllocatorTest, StateDirsAreWritableByAnyUserOfTheContainer) {
   using std::filesystem::perms;
   EXPECT_EQ(perms & perms::all, perms::all) << "a non-root process creates the region file";
   EXPECT_NE(perms & perms::sticky_bit, perms::none);
+}
+
+// With the cap on, each fractional container's state/ gets its tmpfs before
+// it is answered; where the mount is refused the container still starts (a
+// plain dir), and the plugin warns once, saying what to do, and sets the
+// uncapped gauge.
+TEST_F(AllocatorTest, StateDirsAreCappedOrTheRefusalIsSaidOnce) {
+  std::vector<std::string> lines;
+  std::mutex lines_mu;
+  StatusOr<Logger> log = NewLogger("test", {.level = "info", .sink = [&](std::string_view l) {
+                                              std::lock_guard<std::mutex> lock(lines_mu);
+                                              lines.emplace_back(l);
+                                            }});
+  ASSERT_TRUE(log.ok());
+  testing::FakeMountCalls calls;
+  EnforcementOptions e;
+  e.state_root = dir_.File("containers");
+  e.state_dir_size_mib = 4;
+  e.mount_calls = &calls;
+  Allocator capped("node-a", &state_, &store_, metrics_.get(), &reporter_, e, *log);
+  Assign(Pod("one"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 1, 4096, 250, false)})});
+  ASSERT_TRUE(capped.Allocate(kGpu, {{"GPU-a::1"}}).ok());
+  ASSERT_EQ(calls.calls.size(), 1u);
+  EXPECT_EQ(calls.calls[0], "mount tmpfs " + dir_.File("containers/uid-one_main/state") +
+                                " tmpfs 14 size=4m,nr_inodes=64,mode=1777");
+  EXPECT_NE(registry_.Serialize().find("accelpool_plugin_state_dirs_uncapped 0"),
+            std::string::npos);
+
+  calls.mount_error = EPERM;
+  Assign(Pod("two"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 1, 4096, 250, false)})});
+  Assign(Pod("three"),
+         {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2, 4096, 250, false)})});
+  ASSERT_TRUE(capped.Allocate(kGpu, {{"GPU-b::1"}}).ok());
+  ASSERT_TRUE(capped.Allocate(kGpu, {{"GPU-b::2"}}).ok());
+  EXPECT_EQ(calls.calls.size(), 3u);
+  size_t warnings = 0;
+  for (const std::string& l : lines) {
+    if (l.find("not size-capped") != std::string::npos) {
+      ++warnings;
+      EXPECT_NE(l.find("mountPropagation Bidirectional"), std::string::npos) << l;
+      EXPECT_NE(l.find("--state-dir-size-mib=0"), std::string::npos) << l;
+    }
+  }
+  EXPECT_EQ(warnings, 1u);
+  EXPECT_NE(registry_.Serialize().find("accelpool_plugin_state_dirs_uncapped 1"),
+            std::string::npos);
 }
 
 TEST_F(AllocatorTest, TheContractIsAlsoMountedReadOnlyBesideTheLibrary) {

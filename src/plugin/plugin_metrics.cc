@@ -157,6 +157,13 @@ StatusOr<std::unique_ptr<PluginMetrics>> PluginMetrics::New(MetricsRegistry& reg
            &m->enforcement_missing_));
   m->enforcement_missing_->Get().Set(0);
   ACCELPOOL_RETURN_IF_ERROR(
+      Take(reg.AddGauge("accelpool_plugin_state_dirs_uncapped",
+                        "1 when container state dirs are made without a tmpfs size cap "
+                        "(--state-dir-size-mib=0, or the mount was refused): a container can "
+                        "fill the node's disk through its state dir."),
+           &m->state_dirs_uncapped_));
+  m->state_dirs_uncapped_->Get().Set(0);
+  ACCELPOOL_RETURN_IF_ERROR(
       Take(reg.AddGauge("accelpool_plugin_serving",
                         "1 once the plugin serves kubelet (its resources registered), 0 while it "
                         "waits for a backend's library or for a device to serve."),
@@ -252,6 +259,10 @@ void PluginMetrics::DeviceChecked(const std::string& result) {
 
 void PluginMetrics::SetEnforcementFilesMissing(bool missing) {
   enforcement_missing_->Get().Set(missing ? 1 : 0);
+}
+
+void PluginMetrics::SetStateDirsUncapped(bool uncapped) {
+  state_dirs_uncapped_->Get().Set(uncapped ? 1 : 0);
 }
 
 void PluginMetrics::SetServing(bool serving) { serving_->Get().Set(serving ? 1 : 0); }

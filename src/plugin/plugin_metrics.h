@@ -50,6 +50,10 @@
 //   accelpool_plugin_priority_not_granted_total               pods asking for high task
 //       priority (nvidia.com/priority: 0) in a namespace not in --high-priority-namespaces,
 //       once per pod; they run as low priority (PodSync::SetHighPriorityNamespaces)
+//   accelpool_plugin_state_dirs_uncapped                      1 when the plugin makes
+//       container state dirs without a tmpfs size cap (--state-dir-size-mib=0, or a mount
+//       refused: the plugin is not privileged), so a container can fill the node's disk
+//       through its state dir; 0 otherwise
 //
 // The per-device series of a device that leaves the node leave with it
 // (RetainDevices).
@@ -112,6 +116,7 @@ class PluginMetrics {
   // One device check and its result (see the series above).
   void DeviceChecked(const std::string& result);
   void SetEnforcementFilesMissing(bool missing);
+  void SetStateDirsUncapped(bool uncapped);
   // 1 once the plugin serves kubelet (its sockets registered), 0 before.
   void SetServing(bool serving);
   // Drops the container series whose {namespace, pod, container} is not in
@@ -151,6 +156,7 @@ class PluginMetrics {
   CounterFamily* container_read_errors_ = nullptr;
   CounterFamily* device_checks_ = nullptr;
   GaugeFamily* enforcement_missing_ = nullptr;
+  GaugeFamily* state_dirs_uncapped_ = nullptr;
   GaugeFamily* serving_ = nullptr;
 };
 

@@ -1,5 +1,10 @@
 #include "plugin/state_dirs.h"
 
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <system_error>
@@ -12,6 +17,62 @@ namespace accelpool::plugin {
 namespace {
 
 namespace fs = std::filesystem;
+
+static_assert(kStateMountFlags == (MS_NOSUID | MS_NODEV | MS_NOEXEC));
+
+class SystemCalls final : public MountCalls {
+ public:
+  int Mount(const std::string& source, const std::string& target, const std::string& fstype,
+            unsigned long flags, const std::string& data) override {  // NOLINT(runtime/int)
+    return mount(source.c_str(), target.c_str(), fstype.c_str(), flags, data.c_str()) == 0 ? 0
+                                                                                           : errno;
+  }
+  int Detach(const std::string& target) override {
+    return umount2(target.c_str(), MNT_DETACH) == 0 ? 0 : errno;
+  }
+  int IsMountPoint(const std::string& path, bool* is) override {
+    *is = false;
+    struct stat self = {};
+    struct stat parent = {};
+    if (lstat(path.c_str(), &self) != 0 || lstat((path + "/..").c_str(), &parent) != 0) {
+      return errno;
+    }
+    *is = S_ISDIR(self.st_mode) && self.st_dev != parent.st_dev;
+    return 0;
+  }
+};
+
+// Detaches `state` when it is a mount point (a missing one is fine).
+Status DetachIfMounted(MountCalls* calls, const std::string& state) {
+  bool mounted = false;
+  int err = calls->IsMountPoint(state, &mounted);
+  // Missing, or a path too long to name: nothing was mounted there (a mount
+  // takes the same path).
+  if (err == ENOENT || err == ENOTDIR || err == ENAMETOOLONG) {
+    return Status::Ok();
+  }
+  if (err == 0 && mounted) {
+    err = calls->Detach(state);
+  }
+  if (err != 0) {
+    return UnavailableError("cannot unmount the container state dir " + state + ": " +
+                            std::strerror(err) +
+                            "; the plugin needs CAP_SYS_ADMIN to remove a capped state dir");
+  }
+  return Status::Ok();
+}
+
+// Removes one container dir: its state/ detached first, so that remove_all
+// neither descends into a live tmpfs nor fails on its mount point.
+Status RemoveDir(MountCalls* calls, const std::string& dir) {
+  ACCELPOOL_RETURN_IF_ERROR(DetachIfMounted(calls, StateDirs::StateSubdir(dir)));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) {
+    return UnavailableError("cannot remove the container state dir " + dir + ": " + ec.message());
+  }
+  return Status::Ok();
+}
 
 // Normal form without a trailing separator ("/a/b/" -> "/a/b"), so that the
 // component-wise comparison below is not thrown off by an empty last element.
@@ -36,7 +97,7 @@ std::string UidOf(const fs::path& entry) {
 
 // Removes the dirs of the root for which `remove(uid, entry)` holds.
 Status RemoveWhere(
-    const std::string& root,
+    const std::string& root, MountCalls* calls,
     const std::function<bool(const std::string& uid, const fs::directory_entry&)>& remove,
     size_t* removed) {
   size_t n = 0;
@@ -61,12 +122,9 @@ Status RemoveWhere(
         !remove(uid, entry)) {
       continue;
     }
-    std::error_code rm_ec;
-    fs::remove_all(entry.path(), rm_ec);
-    if (rm_ec) {
+    if (Status st = RemoveDir(calls, entry.path().string()); !st.ok()) {
       if (first.ok()) {
-        first = UnavailableError("cannot remove the container state dir " + entry.path().string() +
-                                 ": " + rm_ec.message());
+        first = st;
       }
       continue;
     }
@@ -104,11 +162,54 @@ bool IsDirectChild(std::string_view root, std::string_view path) {
   return ++pi == p.end() && !leaf.empty() && leaf != "." && leaf != "..";
 }
 
-StateDirs::StateDirs(std::string root, bool create) : create_(create) {
+MountCalls* SystemMountCalls() {
+  static SystemCalls* const calls = new SystemCalls();  // never destroyed: no exit-time order
+  return calls;
+}
+
+std::string StateMountData(int64_t size_mib, int64_t inodes) {
+  return "size=" + std::to_string(size_mib) + "m,nr_inodes=" + std::to_string(inodes) +
+         ",mode=1777";
+}
+
+StateDirs::StateDirs(std::string root, bool create)
+    : StateDirs(std::move(root), StateDirOptions{.create = create}) {}
+
+StateDirs::StateDirs(std::string root, StateDirOptions options)
+    : create_(options.create),
+      size_mib_(options.size_mib),
+      inodes_(options.inodes),
+      calls_(options.calls != nullptr ? options.calls : SystemMountCalls()),
+      on_uncapped_(std::move(options.on_uncapped)),
+      uncapped_said_(std::make_shared<std::atomic<bool>>(false)) {
   while (root.size() > 1 && root.back() == '/') {
     root.pop_back();
   }
   root_ = std::move(root);
+}
+
+void StateDirs::Cap(const std::string& state) const {
+  bool mounted = false;
+  int err = calls_->IsMountPoint(state, &mounted);
+  if (err == 0 && mounted) {
+    return;  // capped by an earlier call or run; its files may be in use
+  }
+  std::error_code ec;
+  if (err == 0 && !fs::is_empty(state, ec) && !ec) {
+    // Files of a container that runs (made before the cap was on): a tmpfs
+    // over them would hide them from its new processes. Left uncapped, and
+    // not reported: the pod's next dir is capped.
+    return;
+  }
+  if (err == 0) {
+    err = calls_->Mount("tmpfs", state, "tmpfs", kStateMountFlags,
+                        StateMountData(size_mib_, inodes_));
+  }
+  if (err != 0 && on_uncapped_ && !uncapped_said_->exchange(true)) {
+    on_uncapped_(UnavailableError("cannot mount a tmpfs of " + std::to_string(size_mib_) +
+                                  " MiB on the container state dir " + state + ": " +
+                                  std::strerror(err)));
+  }
 }
 
 StatusOr<std::string> StateDirs::PathFor(const std::string& uid,
@@ -160,10 +261,17 @@ StatusOr<std::string> StateDirs::Create(const std::string& uid, const std::strin
   // call, not only when this call made it: an earlier call may have failed
   // between the mkdir and the chmod.
   constexpr fs::perms kOpen = fs::perms::all | fs::perms::sticky_bit;
-  const fs::file_status st = fs::symlink_status(state, ec);
+  fs::file_status st = fs::symlink_status(state, ec);
   if (ec || st.type() != fs::file_type::directory) {
     return UnavailableError("the container state dir " + state + " is not a directory" +
                             (ec ? ": " + ec.message() : std::string()) + "; remove it");
+  }
+  if (size_mib_ > 0) {
+    Cap(state);
+    st = fs::symlink_status(state, ec);  // the tmpfs root, when mounted
+    if (ec) {
+      return UnavailableError("cannot read the container state dir " + state + ": " + ec.message());
+    }
   }
   if ((st.permissions() & fs::perms::mask) != kOpen) {
     fs::permissions(state, kOpen, fs::perm_options::replace, ec);
@@ -204,12 +312,7 @@ Status StateDirs::Remove(const std::string& uid, const std::string& container) c
   if (!path.ok() || !create_) {
     return path.status();
   }
-  std::error_code ec;
-  fs::remove_all(*path, ec);
-  if (ec) {
-    return UnavailableError("cannot remove the container state dir " + *path + ": " + ec.message());
-  }
-  return Status::Ok();
+  return RemoveDir(calls_, *path);
 }
 
 Status StateDirs::RemovePod(const std::string& uid, size_t* removed) const {
@@ -220,8 +323,8 @@ Status StateDirs::RemovePod(const std::string& uid, size_t* removed) const {
     return Status::Ok();  // never made a dir for it
   }
   return RemoveWhere(
-      root_, [&uid](const std::string& of, const fs::directory_entry&) { return of == uid; },
-      removed);
+      root_, calls_,
+      [&uid](const std::string& of, const fs::directory_entry&) { return of == uid; }, removed);
 }
 
 namespace {
@@ -244,7 +347,7 @@ Status StateDirs::Sweep(const std::set<std::string>& live, fs::file_time_type be
     return Status::Ok();
   }
   return RemoveWhere(
-      root_,
+      root_, calls_,
       [&](const std::string& uid, const fs::directory_entry& entry) {
         return Stale(live, before, uid, entry);
       },

@@ -3,11 +3,16 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "plugin/test_util.h"
 
@@ -114,6 +119,176 @@ TEST(StateDirsTest, ADirMadeBeforeALaterStepFailedIsReportedMade) {
   EXPECT_TRUE(fs::is_directory(root + leaf));
   EXPECT_TRUE(dirs.Remove("uid-1", "main").ok());
   EXPECT_FALSE(fs::exists(root + leaf));
+}
+
+// The cap: Create mounts a tmpfs of the configured size and inode count on
+// state/ (nosuid, nodev, noexec, mode 1777) before it is handed out, and
+// never a second one over a state/ that is a mount point already (a second
+// Allocate, or a plugin restarted while the container runs: its region lives
+// in that tmpfs).
+TEST(StateDirsTest, CreateCapsStateWithATmpfsOnce) {
+  TempDir dir;
+  testing::FakeMountCalls calls;
+  const StateDirs dirs(dir.File("root"),
+                       StateDirOptions{.size_mib = 4, .inodes = 64, .calls = &calls});
+  StatusOr<std::string> p = dirs.Create("uid-1", "main");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::string state = StateDirs::StateSubdir(*p);
+  ASSERT_EQ(calls.calls.size(), 1u);
+  EXPECT_EQ(calls.calls[0], "mount tmpfs " + state + " tmpfs " +
+                                std::to_string(MS_NOSUID | MS_NODEV | MS_NOEXEC) +
+                                " size=4m,nr_inodes=64,mode=1777");
+  EXPECT_EQ(kStateMountFlags, static_cast<unsigned long>(MS_NOSUID | MS_NODEV |  // NOLINT
+                                                         MS_NOEXEC));
+  ASSERT_TRUE(dirs.Create("uid-1", "main").ok());
+  EXPECT_EQ(calls.calls.size(), 1u) << "a mount point is kept, not mounted over";
+  // Another object over the same root (a restarted plugin) keeps it too.
+  const StateDirs restarted(dir.File("root"), StateDirOptions{.size_mib = 4, .calls = &calls});
+  ASSERT_TRUE(restarted.Create("uid-1", "main").ok());
+  EXPECT_EQ(calls.calls.size(), 1u);
+  // Off (0): a plain directory, no mount.
+  const StateDirs plain(dir.File("root"), StateDirOptions{.size_mib = 0, .calls = &calls});
+  ASSERT_TRUE(plain.Create("uid-2", "main").ok());
+  EXPECT_EQ(calls.calls.size(), 1u);
+}
+
+// A plain state/ that holds files (made by a plugin that did not cap, while
+// its container runs) is not mounted over: that would hide the live region.
+TEST(StateDirsTest, AStateDirThatHoldsFilesIsNotMountedOver) {
+  TempDir dir;
+  testing::FakeMountCalls calls;
+  const StateDirs dirs(dir.File("root"), StateDirOptions{.size_mib = 4, .calls = &calls});
+  fs::create_directories(dir.File("root/uid-1_main/state"));
+  testing::WriteFile(dir.File("root/uid-1_main/state/accelpool-cuda.region"), "live");
+  ASSERT_TRUE(dirs.Create("uid-1", "main").ok());
+  EXPECT_TRUE(calls.calls.empty());
+}
+
+// An unprivileged plugin (EPERM) keeps serving: state/ stays a plain 1777
+// directory, and the caller hears of it once, with the reason.
+TEST(StateDirsTest, ARefusedMountFallsBackToAPlainDirAndSaysSoOnce) {
+  TempDir dir;
+  testing::FakeMountCalls calls;
+  calls.mount_error = EPERM;
+  std::vector<std::string> said;
+  const StateDirs dirs(
+      dir.File("root"),
+      StateDirOptions{.size_mib = 4, .calls = &calls, .on_uncapped = [&](const Status& why) {
+                        said.push_back(why.ToString());
+                      }});
+  const StateDirs copy = dirs;  // copies share the once
+  for (const char* uid : {"uid-1", "uid-2"}) {
+    StatusOr<std::string> p = dirs.Create(uid, "main");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(ModeOf(StateDirs::StateSubdir(*p)), 01777u);
+  }
+  ASSERT_TRUE(copy.Create("uid-3", "main").ok());
+  EXPECT_EQ(calls.calls.size(), 3u) << "each dir is still tried";
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("uid-1_main/state"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find(std::strerror(EPERM)), std::string::npos) << said[0];
+}
+
+// Every removal detaches a state/ that is a mount point before it deletes
+// anything (remove_all would otherwise empty a live tmpfs and then fail on
+// its mount point), also with the cap off now (an earlier run capped it).
+TEST(StateDirsTest, RemovalDetachesTheTmpfsFirst) {
+  TempDir dir;
+  testing::FakeMountCalls calls;
+  const StateDirs capped(dir.File("root"), StateDirOptions{.size_mib = 4, .calls = &calls});
+  for (const char* uid : {"uid-1", "uid-2", "uid-3"}) {
+    ASSERT_TRUE(capped.Create(uid, "main").ok());
+  }
+  const StateDirs dirs(dir.File("root"), StateDirOptions{.size_mib = 0, .calls = &calls});
+  calls.calls.clear();
+  ASSERT_TRUE(dirs.Remove("uid-1", "main").ok());
+  size_t removed = 0;
+  ASSERT_TRUE(dirs.RemovePod("uid-2", &removed).ok());
+  EXPECT_EQ(removed, 1u);
+  ASSERT_TRUE(
+      dirs.Sweep({}, fs::file_time_type::clock::now() + std::chrono::hours(1), &removed).ok());
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(calls.calls, (std::vector<std::string>{
+                             "detach " + dir.File("root/uid-1_main/state"),
+                             "detach " + dir.File("root/uid-2_main/state"),
+                             "detach " + dir.File("root/uid-3_main/state"),
+                         }));
+  EXPECT_TRUE(calls.mounted.empty());
+  EXPECT_FALSE(fs::exists(dir.File("root/uid-1_main")));
+  EXPECT_FALSE(fs::exists(dir.File("root/uid-3_main")));
+  // A plain state/ is not detached.
+  ASSERT_TRUE(dirs.Create("uid-4", "main").ok());
+  ASSERT_TRUE(dirs.Remove("uid-4", "main").ok());
+  EXPECT_EQ(calls.calls.size(), 3u);
+}
+
+// A tmpfs that cannot be detached (the plugin lost CAP_SYS_ADMIN) is left
+// whole and reported: its files are not deleted under a mount that stays.
+TEST(StateDirsTest, ATmpfsThatCannotBeDetachedIsLeftAndReported) {
+  TempDir dir;
+  testing::FakeMountCalls calls;
+  const StateDirs dirs(dir.File("root"), StateDirOptions{.size_mib = 4, .calls = &calls});
+  StatusOr<std::string> p = dirs.Create("uid-1", "main");
+  ASSERT_TRUE(p.ok());
+  testing::WriteFile(StateDirs::StateSubdir(*p) + "/accelpool-cuda.region", "x");
+  calls.detach_error = EPERM;
+  const Status st = dirs.Remove("uid-1", "main");
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("cannot unmount"), std::string::npos) << st.message();
+  EXPECT_TRUE(fs::exists(StateDirs::StateSubdir(*p) + "/accelpool-cuda.region"));
+  size_t removed = 0;
+  EXPECT_EQ(dirs.RemovePod("uid-1", &removed).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(removed, 0u);
+}
+
+// The real calls, where this process may mount (root with CAP_SYS_ADMIN,
+// outside a sandbox that refuses mount(2)).
+TEST(StateDirsTest, ARealTmpfsCapsTheStateDirAndIsDetachedOnRemoval) {
+  TempDir dir;
+  const std::string probe = dir.File("probe");
+  fs::create_directories(probe);
+  if (mount("tmpfs", probe.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m") != 0) {
+    GTEST_SKIP() << "this process cannot mount a tmpfs (" << std::strerror(errno)
+                 << "): run the test as root with CAP_SYS_ADMIN to check the real mount";
+  }
+  ASSERT_EQ(umount2(probe.c_str(), MNT_DETACH), 0);
+  const StateDirs dirs(dir.File("root"), StateDirOptions{.size_mib = 1, .inodes = 8});
+  StatusOr<std::string> p = dirs.Create("uid-1", "main");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::string state = StateDirs::StateSubdir(*p);
+  struct Unmount {  // a failed assertion must not leave the tmpfs mounted
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{state};
+  bool mounted = false;
+  ASSERT_EQ(SystemMountCalls()->IsMountPoint(state, &mounted), 0);
+  EXPECT_TRUE(mounted);
+  EXPECT_EQ(ModeOf(state), 01777u);
+  ASSERT_TRUE(dirs.Create("uid-1", "main").ok());  // not mounted twice
+  // More than the cap: a write fails (ENOSPC) instead of filling the disk.
+  {
+    FILE* f = std::fopen((state + "/fill").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string block(64 * 1024, 'x');
+    size_t written = 0;
+    for (int i = 0; i < 64; ++i) {
+      written += std::fwrite(block.data(), 1, block.size(), f);
+    }
+    const bool flushed = std::fflush(f) == 0;
+    std::fclose(f);
+    EXPECT_FALSE(flushed && written == 64 * block.size()) << "wrote 4 MiB into a 1 MiB cap";
+  }
+  // And more files than its inodes: creation fails.
+  int made = 0;
+  for (int i = 0; i < 16; ++i) {
+    FILE* f = std::fopen((state + "/f" + std::to_string(i)).c_str(), "w");
+    if (f == nullptr) break;
+    std::fclose(f);
+    ++made;
+  }
+  EXPECT_LT(made, 16);
+  ASSERT_TRUE(dirs.Remove("uid-1", "main").ok());
+  EXPECT_FALSE(fs::exists(*p));
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,45 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// MountCalls that mount nothing: each call is recorded as one line, and a
+// path "mounted" through it (or put in `mounted`) is a mount point until
+// detached. `mount_error` / `detach_error`: the errno those calls fail with
+// (0: they succeed). When `dir_at_detach` is set, Detach records whether the
+// path still existed (a removal must detach before it deletes).
+class FakeMountCalls final : public MountCalls {
+ public:
+  int Mount(const std::string& source, const std::string& target, const std::string& fstype,
+            unsigned long flags, const std::string& data) override {  // NOLINT(runtime/int)
+    std::lock_guard<std::mutex> lock(mu);
+    calls.push_back("mount " + source + " " + target + " " + fstype + " " + std::to_string(flags) +
+                    " " + data);
+    if (mount_error != 0) return mount_error;
+    mounted.insert(target);
+    return 0;
+  }
+  int Detach(const std::string& target) override {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.push_back("detach " + target +
+                    (std::filesystem::exists(target) ? "" : " (already removed)"));
+    if (detach_error != 0) return detach_error;
+    mounted.erase(target);
+    return 0;
+  }
+  int IsMountPoint(const std::string& path, bool* is) override {
+    std::lock_guard<std::mutex> lock(mu);
+    *is = false;
+    if (!std::filesystem::exists(path)) return ENOENT;
+    *is = mounted.count(path) > 0;
+    return 0;
+  }
+
+  std::mutex mu;
+  std::vector<std::string> calls;
+  std::set<std::string> mounted;
+  int mount_error = 0;
+  int detach_error = 0;
 };
 
 inline void WriteFile(const std::string& path, const std::string& text) {

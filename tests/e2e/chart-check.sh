@@ -352,6 +352,17 @@ foreign_memory() { # every plugin measures foreign memory with the chart's value
     ! render --set devicePlugin.foreignMemory.every= >/dev/null 2>&1
 }
 check "devicePlugin.foreignMemory reaches every plugin (2048 MiB, 512 MiB, 30s by default; bad values fail)" foreign_memory
+state_dir_size() { # devicePlugin.stateDirSizeMiB reaches the privileged NVIDIA plugin; bad values fail the render
+  local out
+  out="$(render --set devicePlugin.stateDirSizeMiB=16)" &&
+    grep -q -- '- --state-dir-size-mib=16$' <<<"${out}" &&
+    out="$(render --set devicePlugin.stateDirSizeMiB=0)" &&
+    grep -q -- '- --state-dir-size-mib=0$' <<<"${out}" &&
+    ! out="$(render --set devicePlugin.stateDirSizeMiB=4Mi 2>&1)" &&
+    grep -q 'devicePlugin.stateDirSizeMiB must be a whole number of MiB (0 or more), not "4Mi"' <<<"${out}" &&
+    ! render --set devicePlugin.stateDirSizeMiB=-1 >/dev/null 2>&1
+}
+check "devicePlugin.stateDirSizeMiB reaches the NVIDIA plugin's --state-dir-size-mib (4 by default; bad values fail)" state_dir_size
 host_proc() { # nameHolders (default): every plugin reads the host's /proc, read-only; off: none does
   local out plugins
   plugins="$(grep -c -- '- name: device-plugin$' "${TMP}/all-vendors.yaml")"
@@ -398,9 +409,9 @@ check "only the NVIDIA plugin (backend nvidia) gets the CUDA library, the preloa
   python3 "${SEC}" shim-only-nvidia "${TMP}/all-vendors.yaml"
 render "${all_vendors[@]}" --set devicePlugin.vendors.nvidia.privileged=false \
   --set devicePlugin.vendors.ascend.privileged=false > "${TMP}/unprivileged.yaml"
-check "device plugins: read-only root filesystem, /tmp an emptyDir, seccomp RuntimeDefault, root; privileged by default (every vendor)" \
+check "device plugins: read-only root filesystem, /tmp an emptyDir, seccomp RuntimeDefault, root; privileged by default (every vendor); the NVIDIA plugin caps its state dirs (4 MiB) through a Bidirectional state root" \
   python3 "${SEC}" plugins "${TMP}/all-vendors.yaml"
-check "devicePlugin.vendors.<v>.privileged=false: no privilege, no escalation, capabilities ALL dropped (NVIDIA keeps DAC_OVERRIDE), no NVIDIA_MIG_MONITOR_DEVICES" \
+check "devicePlugin.vendors.<v>.privileged=false: no privilege, no escalation, capabilities ALL dropped (NVIDIA keeps DAC_OVERRIDE), no NVIDIA_MIG_MONITOR_DEVICES, no mount propagation and uncapped state dirs (--state-dir-size-mib=0)" \
   python3 "${SEC}" plugins-unprivileged "${TMP}/unprivileged.yaml"
 privileged_must_be_bool() {
   local out

@@ -6,11 +6,15 @@ Usage: chart_security.py CHECK RENDERED.yaml [ARG]
                         file's directory and the state root and takes their flags; the others run
                         --no-enforcement with none of them
   plugins               every device plugin (and init container): read-only root filesystem, /tmp
-                        an emptyDir, pod seccomp RuntimeDefault, root, privileged (the default)
+                        an emptyDir, pod seccomp RuntimeDefault, root, privileged (the default);
+                        a shim plugin caps its state dirs (--state-dir-size-mib=4) and mounts the
+                        state root with mountPropagation Bidirectional, and no mount of any
+                        plugin propagates otherwise
   plugins-unprivileged  the nvidia and ascend plugins rendered with privileged=false: not
                         privileged, no escalation, ALL capabilities dropped, only DAC_OVERRIDE
                         added and only where the shim's state dirs are (nvidia), and no
-                        NVIDIA_MIG_MONITOR_DEVICES (the NVIDIA runtime refuses it unprivileged)
+                        NVIDIA_MIG_MONITOR_DEVICES (the NVIDIA runtime refuses it unprivileged);
+                        no mount propagation (refused unprivileged) and --state-dir-size-mib=0
   scheduler REPLICAS    the scheduler pod meets Pod Security "restricted" by construction, has
                         resources, its token by opt-in; PDB, anti-affinity and zone spread only
                         with REPLICAS > 1; the certgen Jobs and rotation CronJob run non-root
@@ -37,7 +41,7 @@ import sys
 import yaml
 
 SHIM_PATHS = ("/var/lib/accelpool/containers", "/usr/local/accelpool/lib", "/usr/local/accelpool")
-SHIM_FLAGS = ("--state-root=", "--cuda-library=", "--preload-file=")
+SHIM_FLAGS = ("--state-root=", "--state-dir-size-mib=", "--cuda-library=", "--preload-file=")
 
 
 def docs(path):
@@ -80,7 +84,7 @@ def check_shim_only_nvidia(objs, errs):
         paths = host_paths(spec) & set(SHIM_PATHS)
         mounts = {m["mountPath"] for m in c["volumeMounts"]} & set(SHIM_PATHS)
         if backend == "nvidia":
-            if len(flags) != 3 or paths != set(SHIM_PATHS) or mounts != set(SHIM_PATHS):
+            if len(flags) != len(SHIM_FLAGS) or paths != set(SHIM_PATHS) or mounts != set(SHIM_PATHS):
                 errs.append(f"{vendor}: flags {flags}, host paths {paths}, mounts {mounts}")
             if "--no-enforcement" in c["command"]:
                 errs.append(f"{vendor}: --no-enforcement")
@@ -116,6 +120,21 @@ def check_plugin_basics(vendor, spec, errs):
             errs.append(f"{vendor}/{i['name']}: securityContext {sc}")
 
 
+def state_dir_cap(vendor, c, want_size, want_propagation, errs):
+    """The state dirs' tmpfs cap of a plugin: its flag and the state root's mount propagation
+    (only a shim plugin has either; no other mount of a plugin propagates)."""
+    sizes = [a.split("=", 1)[1] for a in c["command"] if a.startswith("--state-dir-size-mib=")]
+    shim = any(a.startswith("--state-root=") for a in c["command"])
+    if shim and sizes != [want_size]:
+        errs.append(f"{vendor}: --state-dir-size-mib {sizes}, want {want_size}")
+    if not shim and sizes:
+        errs.append(f"{vendor}: --state-dir-size-mib {sizes} without state dirs")
+    for m in c["volumeMounts"]:
+        want = want_propagation if shim and m["name"] == "state-root" else None
+        if m.get("mountPropagation") != want:
+            errs.append(f"{vendor}: mount {m['name']} mountPropagation {m.get('mountPropagation')}, want {want}")
+
+
 def check_plugins(objs, errs):
     sets = plugin_sets(objs)
     if not sets:
@@ -123,9 +142,11 @@ def check_plugins(objs, errs):
     for vendor, ds in sets.items():
         spec = pod_spec(ds)
         check_plugin_basics(vendor, spec, errs)
-        sc = container(spec, "device-plugin")["securityContext"]
+        c = container(spec, "device-plugin")
+        sc = c["securityContext"]
         if sc.get("privileged") is not True:
             errs.append(f"{vendor}: not privileged by default: {sc}")
+        state_dir_cap(vendor, c, "4", "Bidirectional", errs)
 
 
 def check_plugins_unprivileged(objs, errs):
@@ -139,6 +160,7 @@ def check_plugins_unprivileged(objs, errs):
         if sc.get("privileged") is not False or sc.get("allowPrivilegeEscalation") is not False or \
                 sc.get("capabilities") != want_caps:
             errs.append(f"{vendor}: securityContext {sc}, want capabilities {want_caps}")
+        state_dir_cap(vendor, c, "0", None, errs)
         env = {e["name"] for e in c.get("env", [])}
         if vendor == "nvidia" and ("NVIDIA_MIG_MONITOR_DEVICES" in env or "NVIDIA_VISIBLE_DEVICES" not in env):
             errs.append(f"nvidia: env {sorted(env)}")

@@ -97,6 +97,11 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
                             foreign memory check's input) as JSON and exit
   --state-root=DIR          host dir for per-container enforcement state
                             (default /var/lib/accelpool/containers)
+  --state-dir-size-mib=N    cap each container's state dir with a tmpfs of N MiB and 64
+                            files, mounted by the plugin (needs a privileged plugin and
+                            mountPropagation Bidirectional on --state-root); where the mount
+                            is refused the dirs stay uncapped, with a warning (default 4;
+                            0: plain dirs, no cap)
   --cuda-library=FILE       host path of libaccelpool-cuda.so
                             (default /usr/local/accelpool/lib/libaccelpool-cuda.so)
   --preload-file=FILE       host file mounted at /etc/ld.so.preload in fractional NVIDIA
@@ -151,6 +156,8 @@ struct Flags {
   std::chrono::seconds rediscover{60};
   std::string foreign_min_mib = "2048";
   std::string foreign_share_mib = "512";
+  std::string state_dir_size_mib = "4";
+  int64_t state_dir_size = 4;
   std::string foreign_every = "30s";
   std::string priority_every = "1s";
   std::string priority_busy_for = "5s";
@@ -197,6 +204,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
                                                  {"log-level", &f.log_level},
                                                  {"rediscover-every", &f.rediscover_every},
                                                  {"state-root", &f.state_root},
+                                                 {"state-dir-size-mib", &f.state_dir_size_mib},
                                                  {"cuda-library", &f.cuda_library},
                                                  {"preload-file", &f.preload_file},
                                                  {"install-cuda-library", &f.install_cuda_library},
@@ -332,7 +340,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   for (const auto& [text, value, flag] :
        {std::tuple{&f.foreign_min_mib, &f.foreign_min, "--foreign-memory-min-mib"},
-        std::tuple{&f.foreign_share_mib, &f.foreign_share, "--foreign-memory-share-mib"}}) {
+        std::tuple{&f.foreign_share_mib, &f.foreign_share, "--foreign-memory-share-mib"},
+        std::tuple{&f.state_dir_size_mib, &f.state_dir_size, "--state-dir-size-mib"}}) {
     char* stop = nullptr;
     const long long v = std::strtoll(text->c_str(), &stop, 10);  // NOLINT(runtime/int)
     if (stop == text->c_str() || *stop != '\0' || v < 0 || v > (int64_t{1} << 30)) {
@@ -849,6 +858,10 @@ int Run(const Flags& flags) {
   po.enforcement.enabled = !flags.no_enforcement;
   po.enforcement.preload = !flags.no_preload;
   po.enforcement.state_root = flags.state_root;
+  po.enforcement.state_dir_size_mib = flags.state_dir_size;
+  if (PluginMetrics* m = metrics->get(); m != nullptr) {
+    m->SetStateDirsUncapped(mounts_library && flags.state_dir_size == 0);
+  }
   po.enforcement.library_host = flags.cuda_library;
   po.enforcement.preload_host = flags.preload_file;
   po.enforcement.cdi = flags.cdi;
