@@ -499,17 +499,83 @@ void PodSync::Forget(const nlohmann::json& pod) {
     }
     RememberGoneLocked(ref.uid);
   }
-  if (dirs_ == nullptr) {
+  if (dirs_ != nullptr && !ref.uid.empty()) {
+    QueueRemoval(ref);
+  }
+}
+
+void PodSync::QueueRemoval(const PodRef& ref) {
+  std::unique_lock<std::mutex> lock(remove_mu_);
+  if (remove_stop_) {
+    return;  // stopped: the next run's sweep removes them
+  }
+  for (const PodRef& queued : removals_) {
+    if (queued.uid == ref.uid) return;
+  }
+  if (removals_.size() >= kMaxQueuedRemovals) {
+    lock.unlock();
+    log_.Warn(
+        "too many deleted pods wait for their state dirs to be removed; the sweep removes "
+        "this one's",
+        {{"pod", ref.Key()}, {"queued", static_cast<int64_t>(kMaxQueuedRemovals)}});
     return;
   }
-  size_t removed = 0;
-  Status st = dirs_->RemovePod(ref.uid, &removed);
-  if (!st.ok()) {
-    log_.Warn("removing the pod's state dirs failed; the sweep tries again",
-              {{"pod", ref.Key()}, {"error", st.ToString()}});
-  } else if (removed > 0) {
-    log_.Debug("removed the pod's state dirs",
-               {{"pod", ref.Key()}, {"dirs", static_cast<int64_t>(removed)}});
+  removals_.push_back(ref);
+  if (!remover_.joinable()) {
+    remover_ = std::thread([this] { RemoveLoop(); });
+  }
+  remove_cv_.notify_one();
+}
+
+void PodSync::RemoveLoop() {
+  std::unique_lock<std::mutex> lock(remove_mu_);
+  for (;;) {
+    remove_cv_.wait(lock, [this] { return remove_stop_ || !removals_.empty(); });
+    if (remove_stop_) {
+      if (!removals_.empty()) {
+        log_.Info(
+            "stopping with deleted pods whose state dirs are not removed yet; the next "
+            "sweep removes them",
+            {{"pods", static_cast<int64_t>(removals_.size())}});
+        removals_.clear();
+      }
+      return;
+    }
+    const PodRef ref = removals_.front();
+    removals_.pop_front();
+    removing_ = true;
+    lock.unlock();
+    size_t removed = 0;
+    const Status st =
+        remove_pod_ ? remove_pod_(ref.uid, &removed) : dirs_->RemovePod(ref.uid, &removed);
+    if (!st.ok()) {
+      log_.Warn("removing the pod's state dirs failed; the sweep tries again",
+                {{"pod", ref.Key()}, {"error", st.ToString()}});
+    } else if (removed > 0) {
+      log_.Debug("removed the pod's state dirs",
+                 {{"pod", ref.Key()}, {"dirs", static_cast<int64_t>(removed)}});
+    }
+    lock.lock();
+    removing_ = false;
+    remove_cv_.notify_all();  // WaitForRemovals
+  }
+}
+
+bool PodSync::WaitForRemovals(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(remove_mu_);
+  return remove_cv_.wait_for(lock, timeout, [this] { return removals_.empty() && !removing_; });
+}
+
+void PodSync::StopRemover() {
+  std::thread remover;
+  {
+    std::lock_guard<std::mutex> lock(remove_mu_);
+    remove_stop_ = true;
+    remover = std::move(remover_);
+  }
+  remove_cv_.notify_all();
+  if (remover.joinable()) {
+    remover.join();
   }
 }
 
@@ -533,6 +599,8 @@ void PodSync::Stop() {
     informer_->Stop();
     informer_.reset();
   }
+  // After the informer: no Forget queues more.
+  StopRemover();
 }
 
 bool PodSync::WaitForSync(std::chrono::milliseconds timeout) const {

@@ -10,7 +10,9 @@
 // another pod's assignment (AssignmentStore's fallback rule).
 //
 // With StateDirs it also removes the enforcement state dirs of pods that are
-// gone: at once when the informer reports a pod deleted, and through
+// gone: soon after the informer reports a pod deleted (on a worker thread of
+// its own, from a bounded queue: a dir a container filled with millions of
+// files must not hold up the informer's pod events), and through
 // SweepStateDirs (called periodically by the owner) for pods that went while
 // the plugin was not watching. A dir of a pod that still exists is never
 // removed.
@@ -33,6 +35,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -41,6 +46,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/assignment_signature.h"
@@ -114,9 +120,19 @@ class PodSync {
   void OnPriorityNotGranted(std::function<void()> on_not_granted) {
     on_priority_not_granted_ = std::move(on_not_granted);
   }
+  // Before the first Forget: how a deleted pod's state dirs are removed, on
+  // the remover's thread (default: StateDirs::RemovePod). For tests.
+  using PodDirRemover = std::function<Status(const std::string& uid, size_t* removed)>;
+  void SetPodDirRemover(PodDirRemover remover) { remove_pod_ = std::move(remover); }
 
   void Start();
+  // Stops the informer, then the state-dir remover: a removal under way
+  // ends first; pods still queued, and any Forget after this, are left to
+  // the next sweep (logged).
   void Stop();
+  // Whether the state dirs of every pod forgotten so far were removed (or
+  // their removal failed) within `timeout`. For tests.
+  bool WaitForRemovals(std::chrono::milliseconds timeout);
   bool WaitForSync(std::chrono::milliseconds timeout) const;
 
   // Re-reads the node's Pending pods now into the store (used when a lookup
@@ -164,10 +180,15 @@ class PodSync {
   // uids differ (a relist after the watch expired finds the pod deleted and
   // created again under its name), the old pod is gone: forgotten first.
   void Update(const nlohmann::json& old, const nlohmann::json& now);
-  // The pod is gone: forgets it and removes its state dirs.
+  // The pod is gone: forgets it and queues the removal of its state dirs
+  // (returns without waiting for it; a full queue drops the pod, logged,
+  // for the sweep to remove).
   void Forget(const nlohmann::json& pod);
   // Pods whose refusal is remembered (for tests and debugging).
   size_t RefusalsRemembered() const;
+
+  // The most deleted pods whose state dirs wait for the remover.
+  static constexpr size_t kMaxQueuedRemovals = 4096;
 
   // How long a forgotten uid is refused by Apply. Far longer than a
   // re-read's requests take; a uid is never reused, so this only bounds
@@ -245,6 +266,20 @@ class PodSync {
   // apply_mu_.
   std::map<std::string, std::chrono::steady_clock::time_point> forgotten_;
   std::atomic<int> list_form_{-1};  // -1 not seen yet, 0 whole pods, 1 metadata only
+
+  // The state-dir remover: a thread started at the first Forget, taking pods
+  // from removals_. The dirs are named <pod uid>_<container>, and a uid is
+  // never reused, so no container's new dir can be the one being removed.
+  void QueueRemoval(const PodRef& ref);
+  void RemoveLoop();
+  void StopRemover();
+  PodDirRemover remove_pod_;
+  std::mutex remove_mu_;
+  std::condition_variable remove_cv_;
+  std::deque<PodRef> removals_;  // guarded by remove_mu_
+  bool remove_stop_ = false;     // guarded by remove_mu_; never reset
+  bool removing_ = false;        // a pod taken from removals_ is being removed; remove_mu_
+  std::thread remover_;          // started under remove_mu_; joined by StopRemover
 };
 
 }  // namespace accelpool::plugin

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -568,6 +570,7 @@ TEST(PodSyncUpdateTest, ANewUidUnderTheSameNameForgetsTheOldPod) {
   EXPECT_TRUE(all[0].allocated.empty());
   EXPECT_EQ(sync.PodKeyOfUid("uid-p"), "");
   EXPECT_EQ(sync.PodKeyOfUid("uid-p2"), "default/p");
+  ASSERT_TRUE(sync.WaitForRemovals(std::chrono::seconds(10)));
   EXPECT_FALSE(std::filesystem::exists(dir.File("containers/uid-p_main")));
   // The same pod changed: nothing is forgotten.
   json later = now;
@@ -575,7 +578,103 @@ TEST(PodSyncUpdateTest, ANewUidUnderTheSameNameForgetsTheOldPod) {
   ASSERT_TRUE(dirs.Create("uid-p2", "main").ok());
   sync.Update(now, later);
   EXPECT_EQ(store.All().size(), 1u);
+  ASSERT_TRUE(sync.WaitForRemovals(std::chrono::seconds(10)));
   EXPECT_TRUE(std::filesystem::exists(dir.File("containers/uid-p2_main")));
+}
+
+// A deleted pod's state dirs are removed off the informer's thread: a dir a
+// container filled with millions of files takes long to remove, and the
+// node's other pod events must not wait for it. The remover here blocks
+// until released, standing in for such a dir.
+TEST(PodSyncUpdateTest, ForgetReturnsWhileTheStateDirsAreStillBeingRemoved) {
+  testing::TempDir dir;
+  const StateDirs dirs(dir.File("containers"));
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  std::vector<std::string> removed;
+  sync.SetPodDirRemover([&](const std::string& uid, size_t* n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return released; });
+    removed.push_back(uid);
+    *n = 1;
+    return dirs.RemovePod(uid);
+  });
+  for (const char* name : {"a", "b"}) {
+    ASSERT_TRUE(dirs.Create(std::string("uid-") + name, "main").ok());
+  }
+  const json a = PodJson("a", "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+  json b = a;
+  b["metadata"]["name"] = "b";
+  b["metadata"]["uid"] = "uid-b";
+  sync.Apply(a);
+  sync.Apply(b);
+  // Both return while the first removal is held: on a thread, so that a
+  // Forget that blocked fails the test instead of hanging it.
+  std::future<void> forgot = std::async(std::launch::async, [&] {
+    sync.Forget(a);
+    sync.Forget(b);
+    sync.Forget(b);  // queued once
+  });
+  ASSERT_EQ(forgot.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "Forget waited for the removal";
+  EXPECT_TRUE(store.All().empty()) << "the pods are forgotten before their dirs go";
+  EXPECT_FALSE(sync.WaitForRemovals(std::chrono::milliseconds(50)));
+  EXPECT_TRUE(std::filesystem::exists(dir.File("containers/uid-a_main")));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(sync.WaitForRemovals(std::chrono::seconds(10)));
+  EXPECT_EQ(removed, (std::vector<std::string>{"uid-a", "uid-b"}));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("containers/uid-a_main")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("containers/uid-b_main")));
+}
+
+// Stop ends the removal under way and leaves the queued ones to the next
+// sweep: a plugin told to stop does not work through a long queue first.
+TEST(PodSyncUpdateTest, StopFinishesTheRemovalUnderWayAndLeavesTheRestToTheSweep) {
+  testing::TempDir dir;
+  const StateDirs dirs(dir.File("containers"));
+  AssignmentStore store;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false;
+  bool released = false;
+  std::vector<std::string> removed;
+  sync.SetPodDirRemover([&](const std::string& uid, size_t*) {
+    std::unique_lock<std::mutex> lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+    removed.push_back(uid);
+    return Status::Ok();
+  });
+  for (const char* name : {"a", "b", "c"}) {
+    json pod = PodJson(name, "node-a", {{"accelpool.io/assignment", AssignmentText("node-a")}});
+    sync.Forget(pod);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return entered; }));
+  }
+  std::future<void> stopped = std::async(std::launch::async, [&] { sync.Stop(); });
+  EXPECT_EQ(stopped.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "Stop must wait for the removal under way";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(removed, std::vector<std::string>{"uid-a"});
+  sync.Forget(PodJson("d", "node-a", {}));  // after Stop: left to the sweep
+  EXPECT_TRUE(sync.WaitForRemovals(std::chrono::milliseconds(0)));
+  EXPECT_EQ(removed.size(), 1u);
 }
 
 // A refresh reads a pod, the watch's delete event forgets it, then the

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -403,6 +404,10 @@ int FuzzNodePods(const uint8_t* data, size_t size) {
   }
   for (const std::string& uid : uids) {
     if (!sync.PodKeyOfUid(uid).empty()) Fail("pod uid " + uid + " is still named once deleted");
+  }
+  // The state dirs go on PodSync's remover thread.
+  if (!sync.WaitForRemovals(std::chrono::seconds(30))) {
+    Fail("the state dirs of deleted pods were not removed within 30 s");
   }
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(f.StateRoot(), ec)) {
