@@ -361,7 +361,7 @@ StatusOr<std::set<std::string>> StateDirs::Unlisted(const std::set<std::string>&
     return out;
   }
   Status st = RemoveWhere(
-      root_,
+      root_, calls_,
       [&](const std::string& uid, const fs::directory_entry& entry) {
         if (Stale(live, before, uid, entry)) {
           out.insert(uid);
