@@ -59,12 +59,15 @@ end=$(date +%s%N)
 # The plugin discovers again every minute and serves a device set that
 # differs (docs/device-plugin.md, "When the devices change"): on a node that
 # did not change, a second discovery must read the same document.
+again_rc=0
 if [[ ${plugin_rc} -eq 0 ]]; then
   "${bin}" --backend=nvidia --print-inventory --node-name="${HOSTNAME:-h200}" > "${again}" \
-    2>> "${errors}" || plugin_rc=$?
+    2>> "${errors}" || again_rc=$?
 fi
 if [[ ${plugin_rc} -ne 0 ]]; then
   stable="did not run: the plugin failed (exit ${plugin_rc})"
+elif [[ ${again_rc} -ne 0 ]]; then
+  stable="FAILED (exit ${again_rc}; its error is at the end of this file)"
 elif cmp -s "${json}" "${again}"; then
   stable="read the same inventory, as the plugin's device check needs"
 else
@@ -79,7 +82,7 @@ fi
   echo "discovery took $(( (end - start) / 1000000 )) ms (process start to exit)."
   echo "A second discovery right after it ${stable}."
   echo
-  if [[ ${plugin_rc} -eq 0 ]] && ! cmp -s "${json}" "${again}"; then
+  if [[ ${plugin_rc} -eq 0 && ${again_rc} -eq 0 ]] && ! cmp -s "${json}" "${again}"; then
     echo '```'
     diff "${json}" "${again}" || true
     echo '```'
@@ -132,6 +135,14 @@ PY
     || true
   echo '```'
   echo
+  if [[ ${again_rc} -ne 0 ]]; then
+    echo "## The second discovery's error"
+    echo
+    echo '```'
+    head -c 4000 "${errors}"
+    echo '```'
+    echo
+  fi
   echo "## nvidia-smi for comparison"
   echo
   echo '```'

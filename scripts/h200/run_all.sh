@@ -28,6 +28,8 @@ if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,clocks.mem,memory.used,power.draw \
     --format=csv -l 1 < /dev/null > "${out}/nvml_samples.csv" 2>&1 &
   sampler=$!
+  # Also when the run is cut short (a signal): nothing is left appending.
+  trap '[[ -n ${sampler} ]] && kill "${sampler}" 2> /dev/null' EXIT
 fi
 if [[ ${SKIP_INVENTORY:-0} != 1 ]]; then
   INVENTORY_OUT="${out}" timeout --kill-after=5 "${INVENTORY_TIMEOUT_S:-90}" \
@@ -38,6 +40,4 @@ echo "run_all: inventory took ${spent}s"
 ENFORCE_BUDGET_S=$((${ENFORCE_BUDGET_S:-500} - spent)) \
   ENFORCE_DEADLINE_S=$((${ENFORCE_DEADLINE_S:-570} - spent)) \
   bash "${here}/run_enforcement.sh" "${out}"
-rc=$?
-[[ -n ${sampler} ]] && kill "${sampler}" 2> /dev/null
-exit "${rc}"
+exit $?

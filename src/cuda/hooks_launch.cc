@@ -320,10 +320,14 @@ void FreePairLocked(const EventPair& pair) {
 // handle makes its own. Any other failure (a sticky error of a context that
 // still exists) destroys the pair, as nothing else would.
 // REQUIRES: g_launch.mu held.
+bool SaysGone(CUresult rc) {
+  return rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
+         rc == CUDA_ERROR_INVALID_HANDLE;
+}
+
 void RetirePairLocked(const EventPair& pair, CUresult why) {
   --g_launch.created;
-  if (why != CUDA_ERROR_INVALID_CONTEXT && why != CUDA_ERROR_CONTEXT_IS_DESTROYED &&
-      why != CUDA_ERROR_INVALID_HANDLE) {
+  if (!SaysGone(why)) {
     ShimState& s = State();
     if (s.event_destroy != nullptr) {
       s.event_destroy(pair.start);
@@ -466,12 +470,13 @@ bool AcquirePair(CUcontext ctx, int device, bool foreign, EventPair* out) {
   // context makes room (a context that once had many launches in flight
   // keeps that many free pairs, and a few such contexts would leave none for
   // a later one, whose launches would then never be measured).
+  // A pair whose context ended unseen answers so, and is dropped without a
+  // destroy (RetirePairLocked).
   if (!ok && g_launch.created >= kMaxPairs && g_launch.free_count > 0 &&
       s.event_destroy != nullptr) {
     const EventPair other = g_launch.free_pairs[--g_launch.free_count];
-    s.event_destroy(other.start);
-    s.event_destroy(other.end);
-    --g_launch.created;
+    const CUresult q = s.event_query(other.end);
+    RetirePairLocked(other, q == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : q);
   }
   const bool pushed = !ok && g_launch.created < kMaxPairs && foreign &&
                       s.ctx_push_current != nullptr && s.ctx_pop_current != nullptr &&
@@ -502,7 +507,17 @@ void ReleasePair(const EventPair& pair) {
   pthread_mutex_unlock(&g_launch.mu);
 }
 
-void RetirePair(const EventPair& pair, CUresult why) {
+// A record that failed: its answer may be about the stream (one destroyed, or
+// of another context), not the pair, so the pair's own event says whether
+// its context is gone.
+void RetireRecordedPair(const EventPair& pair, CUresult why) {
+  ShimState& s = State();
+  if (SaysGone(why) && s.event_query != nullptr) {
+    const CUresult q = s.event_query(pair.end);
+    if (!SaysGone(q)) {
+      why = CUDA_SUCCESS;  // The events are alive: destroyed as before.
+    }
+  }
   pthread_mutex_lock(&g_launch.mu);
   RetirePairLocked(pair, why);
   pthread_mutex_unlock(&g_launch.mu);
@@ -668,7 +683,7 @@ class Admission {
     }
     if (CUresult recorded = RecordOn(events_.start, stream_, per_thread_);
         recorded != CUDA_SUCCESS) {
-      RetirePair(events_, recorded);
+      RetireRecordedPair(events_, recorded);
       ForgetContext();
       return;
     }
@@ -693,7 +708,7 @@ class Admission {
       return;  // The key's estimate stands.
     }
     if (CUresult recorded = RecordOn(events_.end, stream_, per_thread_); recorded != CUDA_SUCCESS) {
-      RetirePair(events_, recorded);
+      RetireRecordedPair(events_, recorded);
       ForgetContext();
       return;
     }

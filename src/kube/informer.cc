@@ -123,7 +123,7 @@ Status Informer::ListAndReplace(bool consistent) {
   // ConsistentListFromCache, which scans the whole resource for a field
   // selector). After 410 Gone the cache may lag behind the version the
   // watch had reached, so that relist is a consistent read.
-  if (!consistent) {
+  if (!consistent && options_.list_from_watch_cache) {
     lo.resource_version = std::string(kAnyVersion);
   }
   auto list = client_.List(options_.resource, options_.ns, lo);
@@ -239,7 +239,7 @@ void Informer::Apply(WatchEvent& ev) {
 void Informer::Run(std::stop_token stop) {
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   std::mt19937_64 rng{std::random_device{}()};
-  const int64_t timeout_s = std::max<int64_t>(1, options_.watch_timeout.count());
+  const int64_t timeout_s = options_.watch_timeout.count();
   bool need_list = true;
   // The next list must be a consistent read: a watch ended with 410 Gone
   // and no list has succeeded since.
@@ -280,8 +280,10 @@ void Informer::Run(std::stop_token stop) {
     // Drawn per watch in [T, 2T), as client-go's reflector does: after an
     // apiserver restart, the watches of every node do not end and come back
     // together every T from then on.
+    // A watch_timeout of 0 is sent as it is (the apiserver picks).
     wo.server_timeout = std::chrono::seconds(
-        std::uniform_int_distribution<int64_t>(timeout_s, 2 * timeout_s - 1)(rng));
+        timeout_s <= 0 ? 0
+                       : std::uniform_int_distribution<int64_t>(timeout_s, 2 * timeout_s - 1)(rng));
     ++watches_;
     int64_t events = 0;
     const auto began = std::chrono::steady_clock::now();

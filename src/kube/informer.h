@@ -55,6 +55,13 @@ struct InformerOptions {
   // watches started together (every node after an apiserver restart) do not
   // stay in step. The client's idle timeout follows the drawn time.
   std::chrono::seconds watch_timeout{300};
+  // Lists (the first, and relists other than after 410 Gone) with
+  // resourceVersion=0, served from the apiserver's watch cache, as
+  // client-go's reflector does: cheap for a per-node field selector, which a
+  // consistent read serves from etcd by scanning the whole resource. The
+  // cache may lag a moment behind etcd, so a cache that decides bookings on
+  // its own (the extender's) keeps consistent lists.
+  bool list_from_watch_cache = false;
   // Applied to every object before it is stored and handed to the handlers,
   // to keep a cache of many objects small (keep only the fields the handlers
   // read). It must keep metadata.name, metadata.namespace and

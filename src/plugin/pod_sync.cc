@@ -524,7 +524,7 @@ void PodSync::QueueRemoval(const PodRef& ref) {
   if (!remover_.joinable()) {
     remover_ = std::thread([this] { RemoveLoop(); });
   }
-  remove_cv_.notify_one();
+  remove_cv_.notify_all();  // The remover, and WaitForRemovals (one cv for both).
 }
 
 void PodSync::RemoveLoop() {
@@ -583,6 +583,9 @@ void PodSync::Start() {
   kube::InformerOptions o;
   o.resource = kube::Pods();
   o.field_selector = "spec.nodeName=" + node_;
+  // One node's pods: from the watch cache (the kubelet-path refreshes read
+  // consistently where the newest pods matter).
+  o.list_from_watch_cache = true;
   kube::InformerHandlers h;
   h.on_add = [this](const json& pod) { Apply(pod); };
   h.on_update = [this](const json& old, const json& pod) { Update(old, pod); };
@@ -821,8 +824,15 @@ Status PodSync::SweepStateDirs() {
   // cache may still omit a pod bound since (one Refresh found), so a dir it
   // would remove is removed only when a consistent list agrees. Most sweeps
   // find nothing to remove and never ask for one.
-  const std::string since = informer_ != nullptr ? informer_->last_resource_version() : "";
+  std::string since = informer_ != nullptr ? informer_->last_resource_version() : "";
   StatusOr<std::set<std::string>> live = ListLiveUids(since);
+  if (!live.ok() && !since.empty()) {
+    // The apiserver this list reached may lag the one the watch reads (an
+    // HA control plane answers "too large resource version" after a wait):
+    // a consistent list decides instead.
+    since.clear();
+    live = ListLiveUids(since);
+  }
   if (!live.ok()) {
     return live.status();
   }

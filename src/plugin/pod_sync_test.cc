@@ -590,11 +590,23 @@ TEST(PodSyncUpdateTest, ForgetReturnsWhileTheStateDirsAreStillBeingRemoved) {
   testing::TempDir dir;
   const StateDirs dirs(dir.File("containers"));
   AssignmentStore store;
-  PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
+  // Declared before `sync`, so that they outlive the remover thread it joins
+  // (a failed assertion leaves with the remover still waiting on them).
   std::mutex mu;
   std::condition_variable cv;
   bool released = false;
   std::vector<std::string> removed;
+  PodSync sync(nullptr, "node-a", &store, nullptr, Logger(), &dirs);
+  // Destroyed before `sync`: whatever ends the test lets the remover go, so
+  // that joining it cannot hang.
+  struct LetGo {
+    std::function<void()> go;
+    ~LetGo() { go(); }
+  } let_go{[&] {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+    cv.notify_all();
+  }};
   sync.SetPodDirRemover([&](const std::string& uid, size_t* n) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return released; });

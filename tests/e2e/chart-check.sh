@@ -477,7 +477,8 @@ ca_guard_rendered() { # the webhook-ca policy with the built-in certificate (one
   done
 }
 env_guard_rendered() { # the device-env policy: every pod, no selector, the webhook's variables
-  # (src/api/resources.cc), exempting kube-system and the release namespace (or what is set); off: none
+  # (src/api/resources.cc), exempting kube-system, the release namespace and the GPU Operator's (or
+  # what is set instead of those); off: none
   python3 "${SEC}" env-guard "${TMP}/default.yaml" t ns "${REPO}/src/api/resources.cc" &&
     python3 "${SEC}" env-guard "${TMP}/all-vendors.yaml" t ns "${REPO}/src/api/resources.cc" &&
     render --set-json 'envGuard.exemptNamespaces=["kube-system","gpu-operator"]' > "${TMP}/env-exempt.yaml" &&

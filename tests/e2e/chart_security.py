@@ -30,7 +30,8 @@ Usage: chart_security.py CHECK RENDERED.yaml [ARG]
   env-guard RELEASE NAMESPACE SOURCE [EXEMPT,...]
                         the device-env policy and its Deny binding: pods and
                         pods/ephemeralcontainers, CREATE and UPDATE, no selector a pod author could
-                        dodge, exempting exactly EXEMPT (default kube-system) and the release
+                        dodge, exempting exactly EXEMPT (default the GPU Operator's
+                        gpu-operator, nvidia-gpu-operator), kube-system and the release
                         namespace; its lists of names and prefixes are those of
                         api::DeviceControlledEnv in SOURCE (src/api/resources.cc), which the
                         webhook refuses; "absent" as SOURCE: no such policy is rendered
@@ -367,7 +368,9 @@ def check_env_guard(objs, errs, release, namespace, source, exempt=None):
     if mc.get("objectSelector") or mc.get("namespaceSelector"):
         errs.append(f"policy {name}: selectors in matchConstraints: {mc}")
     conds = spec.get("matchConditions", [])
-    want_ns = sorted(set((exempt or "kube-system").split(",")) | {namespace})
+    # kube-system and the release namespace always; EXEMPT, else the chart's default list.
+    want_ns = sorted(set((exempt or "gpu-operator,nvidia-gpu-operator").split(","))
+                     | {namespace, "kube-system"})
     if len(conds) != 1:
         errs.append(f"policy {name}: matchConditions {conds}")
     else:

@@ -100,8 +100,8 @@ constexpr const char* kUsage = R"(usage: accelpool-device-plugin [flags]
   --state-dir-size-mib=N    cap each container's state dir with a tmpfs of N MiB and 64
                             files, mounted by the plugin (needs a privileged plugin and
                             mountPropagation Bidirectional on --state-root); where the mount
-                            is refused the dirs stay uncapped, with a warning (default 4;
-                            0: plain dirs, no cap)
+                            is refused the dirs stay uncapped, with a warning (default 0:
+                            plain dirs, no cap; the chart passes 4 to a privileged plugin)
   --cuda-library=FILE       host path of libaccelpool-cuda.so
                             (default /usr/local/accelpool/lib/libaccelpool-cuda.so)
   --preload-file=FILE       host file mounted at /etc/ld.so.preload in fractional NVIDIA
@@ -156,8 +156,8 @@ struct Flags {
   std::chrono::seconds rediscover{60};
   std::string foreign_min_mib = "2048";
   std::string foreign_share_mib = "512";
-  std::string state_dir_size_mib = "4";
-  int64_t state_dir_size = 4;
+  std::string state_dir_size_mib = "0";
+  int64_t state_dir_size = 0;
   std::string foreign_every = "30s";
   std::string priority_every = "1s";
   std::string priority_busy_for = "5s";
@@ -911,7 +911,7 @@ int Run(const Flags& flags) {
     foreign.Apply(&invs);
     StatusOr<bool> wrote = pub->Publish(invs);
     if (!wrote.ok()) {
-      log.Warn("publishing the inventory failed; retried within 5 s",
+      log.Warn("publishing the inventory failed; retried with backoff (5 s up to 5 min)",
                {{"error", wrote.status().ToString()}});
     }
     // The key ids this plugin verifies with, for a key rotation to see when

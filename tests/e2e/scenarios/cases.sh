@@ -270,6 +270,17 @@ prio_bad_refused() {
     kc create -f - >/dev/null 2>&1
 }
 check "priority: a value other than 0 or 1 is refused at admission" prio_bad_refused
+# High priority holds the other tenants' shares on its GPU: only the namespaces
+# given --high-priority-namespaces (here: scen) may ask for it.
+prio_elsewhere_refused() {
+  kc create namespace prio-other >/dev/null 2>&1 || true
+  local out
+  ! out="$(NS=prio-other pod_yaml prio-other '{}' '{}' \
+    "$(ctr main "{${G}: 1, nvidia.com/gpumem: 2048, nvidia.com/priority: 0}")" |
+    kc -n prio-other create -f - 2>&1)" && grep_output -q 'high-priority-namespaces' <<<"${out}"
+}
+check "priority: high priority outside the granted namespaces is refused at admission, saying how to grant it" \
+  prio_elsewhere_refused
 for p in prio-hi prio-lo; do kc -n "${NS}" delete pod "$p" --grace-period=0 --force >/dev/null 2>&1 || true; done
 release prio-hi || true
 release prio-lo || true

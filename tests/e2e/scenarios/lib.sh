@@ -69,6 +69,7 @@ start_extender() {
     --kubeconfig="${AP_KUBECONFIG}" --log-level=info \
     --kube-api-qps=200 --kube-api-burst=400 --workload-refresh=2s \
     --workload-configmap=kube-system/accelpool-workload \
+    --high-priority-namespaces="${E2E_HIGH_PRIORITY_NAMESPACES:-scen}" \
     ${E2E_EXTENDER_ARGS:---pick-in-filter} $(key_args) \
     >> "${E2E_WORK}/logs/extender.log" 2>&1 < /dev/null &
   echo $! > "${E2E_WORK}/run/extender.pid"
@@ -151,6 +152,7 @@ start_plugin() { # NAME
     --device-plugin-dir="${d}/plugins" --node-name="$1" --kubeconfig="${AP_KUBECONFIG}" \
     --metrics-listen="$(cat "${d}/metrics-listen" 2>/dev/null)" --state-root="${d}/state" --log-level=${E2E_PLUGIN_LOG_LEVEL:-info} $(key_args) \
     --pod-resources-socket="${d}/pod-resources.sock" --foreign-memory-every=5s --host-proc="${d}/proc" \
+    --high-priority-namespaces="${E2E_HIGH_PRIORITY_NAMESPACES:-scen}" \
     >> "${d}/plugin.log" 2>&1 < /dev/null &
   echo $! > "${d}/plugin.pid"
 }
