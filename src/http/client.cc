@@ -27,6 +27,23 @@
 #include "http/http.h"
 #include "http/socket_io.h"
 
+// ThreadSanitizer and cpprestsdk. Debian's libcpprest is not built with
+// ThreadSanitizer, so the hand-over of an answer from its I/O thread to the
+// caller (atomics inside the library) is invisible to it, and a caller that
+// copies the answer's headers after the task completed is reported as racing
+// with the I/O thread that parsed them. Only reports with a frame inside
+// libcpprest are suppressed: races in this project's code are still reported.
+#if defined(__SANITIZE_THREAD__)
+#define ACCELPOOL_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ACCELPOOL_TSAN_BUILD 1
+#endif
+#endif
+#if defined(ACCELPOOL_TSAN_BUILD)
+extern "C" const char* __tsan_default_suppressions() { return "race:libcpprest.so\n"; }
+#endif
+
 namespace accelpool::http {
 
 namespace {
