@@ -748,12 +748,14 @@ TEST_F(ExtenderTest, AFilterBoundsItsReadsOfBusyNodes) {
   EXPECT_TRUE((*quick)->Filter(MakePod("q", {Gpu(16)}), nodes).fits.empty());
   EXPECT_TRUE(read.empty());
 
-  // Reads of 200 ms against a budget of 300 ms: the third is not started.
+  // Reads of 1 s against a budget of 1.5 s: the second starts (with 0.5 s
+  // to spare for a loaded machine or ThreadSanitizer), the third is not
+  // started (two reads take at least 2 s).
   read.clear();
-  o.read_budget = std::chrono::milliseconds(300);
+  o.read_budget = std::chrono::milliseconds(1500);
   o.recheck_pods = [&read](const std::string& n) {
     read.push_back(n);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     return RecheckResult::kUnchanged;
   };
   auto slow = Extender::Create(cache_, o, &writer_, nullptr, nullptr, Logger());

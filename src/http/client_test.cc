@@ -63,6 +63,8 @@ class ScriptedServer {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int connections() const { return accepted_.load(); }
   int requests() const { return requests_.load(); }
+  // Connections this server has closed (after an answer, or at the client's end).
+  int closed() const { return closed_.load(); }
 
  private:
   void Accept() {
@@ -107,12 +109,13 @@ class ScriptedServer {
     ::shutdown(c, SHUT_RDWR);
     ::close(c);
     std::erase(open_, c);
+    ++closed_;
   }
 
   Script script_;
   int fd_ = -1;
   uint16_t port_ = 0;
-  std::atomic<int> accepted_{0}, requests_{0};
+  std::atomic<int> accepted_{0}, requests_{0}, closed_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<int> open_;
@@ -316,7 +319,13 @@ TEST(HttpClientPoolTest, APostAfterTheServerClosedAnIdleConnectionGoesOnANewOne)
   auto c = Client(s.url());
   auto first = Get(*c, "/a");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  std::this_thread::sleep_for(50ms);
+  // The server closes connection 0 after sending its answer, which the
+  // client may read first: wait until it has.
+  const auto answered = std::chrono::steady_clock::now();
+  while (s.closed() < 1 && std::chrono::steady_clock::now() - answered < 5s) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(s.closed(), 1);
   auto r = Get(*c, "/bind", "POST", "{}");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->body, "c1");

@@ -1705,18 +1705,25 @@ TEST_F(AllocatorTest, NoAssignmentAsksForTheSchedulerProfileAndRefreshesOnce) {
 // (saying why) and goes on in the background for the next one.
 TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
   std::atomic<int> reads{0};
+  std::atomic<bool> release{false};
   EnforcementOptions e;
   e.state_root = dir_.File("containers");
+  // The re-read ends only when released (after the first call returned) or
+  // after 30 s: a call that waited for it instead of its budget fails the
+  // bound below.
   Allocator slow("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    ++reads;
+    for (int i = 0; i < 15000 && !release; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
     Assign(Pod("late"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 6)})});
+    ++reads;  // after the pod is in the store
     return Status::Ok();
   });
   slow.SetRefreshBudget(std::chrono::milliseconds(100));
   const auto start = std::chrono::steady_clock::now();
   auto first = slow.Allocate(kGpu, {{"GPU-a::6"}});
   const auto took = std::chrono::steady_clock::now() - start;
+  release = true;
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(first.status().message().find("re-reading the node's pods took longer"),
@@ -1726,14 +1733,21 @@ TEST_F(AllocatorTest, ASlowReReadOfThePodsDoesNotHoldKubelet) {
       << first.status().message();
   EXPECT_EQ(first.status().message().find("kubelet retries"), std::string::npos)
       << first.status().message();
-  EXPECT_LT(took, std::chrono::milliseconds(450));
+  // Generous over the 100 ms budget (a loaded machine or ThreadSanitizer
+  // slows the call), and far below the 30 s the re-read would hold it.
+  EXPECT_LT(took, std::chrono::milliseconds(5000));
   EXPECT_NE(registry_.Serialize().find(
                 R"(accelpool_plugin_pod_rereads_total{scope="pending",result="timeout"} 1)"),
             std::string::npos)
       << registry_.Serialize();
-  // The re-read finished meanwhile; the next call (the pod created again by
-  // its controller, here the same shape) finds the pod at once.
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // The re-read finishes in the background; the next call (the pod created
+  // again by its controller, here the same shape) then finds the pod at once.
+  const auto released = std::chrono::steady_clock::now();
+  while (reads.load() < 1 &&
+         std::chrono::steady_clock::now() - released < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(reads.load(), 1);
   auto retry = slow.Allocate(kGpu, {{"GPU-a::6"}});
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
   EXPECT_EQ((*retry)[0].pod.name, "late");
@@ -1840,12 +1854,16 @@ TEST_F(AllocatorTest, ACallerNotAmongThePendingPodsIsLookedForAmongTheRunningOne
 // admission.
 TEST_F(AllocatorTest, ACallDoesNotTakeTheAnswerOfAReReadBegunBeforeIt) {
   std::atomic<int> reads{0};
+  std::atomic<int> began{0};
   std::atomic<bool> y_bound{false};
   EnforcementOptions e;
   e.state_root = dir_.File("containers");
   Allocator a("node-a", &state_, &store_, metrics_.get(), &reporter_, e, Logger(), [&] {
     const bool with_y = y_bound.load();  // the list is read when the re-read begins
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ++began;
+    // Long, so that the second call still comes while the first re-read runs
+    // on a loaded machine or under ThreadSanitizer.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     Assign(Pod("x"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-a", 0, 6)})});
     if (with_y) {
       Assign(Pod("y"), {Ctr("main", kGpu, core::Vendor::kNvidia, {Dev("GPU-b", 1, 2)})});
@@ -1853,10 +1871,18 @@ TEST_F(AllocatorTest, ACallDoesNotTakeTheAnswerOfAReReadBegunBeforeIt) {
     ++reads;
     return Status::Ok();
   });
+  // The second call waits for the first re-read and then its own (2 s):
+  // well within this budget.
+  a.SetRefreshBudget(std::chrono::seconds(10));
   StatusOr<std::vector<ContainerAnswer>> first = InternalError("not called"),
                                          second = InternalError("not called");
   std::thread ta([&] { first = a.Allocate(kGpu, {{"GPU-a::6"}}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto started = std::chrono::steady_clock::now();
+  while (began.load() < 1 &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(began.load(), 1);
   y_bound = true;  // y is bound after the first re-read listed the pods
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::thread tb([&] { second = a.Allocate(kGpu, {{"GPU-b::2"}}); });

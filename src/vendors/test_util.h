@@ -260,8 +260,10 @@ class HealthRecorder {
 
   // Polls until `n` events are recorded; false when `timeout` passes first
   // (the caller decides whether that fails the test: some go on to check
-  // the count, which says more).
-  bool WaitFor(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(2)) const {
+  // the count, which says more). The default is generous, as it only bounds
+  // a wait for what should come (a loaded machine or ThreadSanitizer slows
+  // the watch); a check that nothing comes passes its own short timeout.
+  bool WaitFor(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (Count() < n) {
       if (std::chrono::steady_clock::now() >= deadline) {
@@ -273,9 +275,9 @@ class HealthRecorder {
   }
 
   // Polls until an event says device `id` is `healthy`; false when
-  // `timeout` passes first.
+  // `timeout` passes first (generous by default, as for WaitFor).
   bool WaitForEvent(const std::string& id, bool healthy,
-                    std::chrono::milliseconds timeout = std::chrono::seconds(2)) const {
+                    std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       {

@@ -407,12 +407,16 @@ TEST(FakeDriverTest, AWatchReportsAnEditMadeSinceItsDiscovery) {
   TempDir dir;
   const std::string path = dir.File("inv.json");
   Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2}]})");
-  FakeDriver d({path, "n", std::chrono::milliseconds(1000)});
+  // A poll longer than the wait below, so the edit must be reported when the
+  // watch starts, not at its first poll; the wait is generous for a loaded
+  // machine or ThreadSanitizer. Not longer still: the watch sleeps a whole
+  // poll before it sees the stop, so Stop() takes up to one poll.
+  FakeDriver d({path, "n", std::chrono::milliseconds(5000)});
   ASSERT_TRUE(d.Discover().ok());
   Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,)"
               R"("devices":[{"index":0,"healthy":false}]}]})");
   testing::HealthRecorder health(d);
-  ASSERT_TRUE(health.WaitFor(1, std::chrono::milliseconds(500)));
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(4)));
   EXPECT_EQ(health.Stop()[0].device_id, "NVIDIA-n-0");
 }
 

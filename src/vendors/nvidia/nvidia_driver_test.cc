@@ -602,12 +602,12 @@ TEST(NvidiaDriverTest, XidHealthIsTwoWayAndIgnoresApplicationErrors) {
   lib->Push(UnavailableError("nvmlEventSetWait_v2 failed: Unknown Error"));  // mid-call error
   lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
   testing::HealthRecorder health(d);
-  health.WaitFor(1, std::chrono::seconds(1));
+  health.WaitFor(1, std::chrono::seconds(10));
   // Not recovered while the device does not answer.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(health.Count(), 1u);
   lib->probe_ok = true;
-  health.WaitFor(2, std::chrono::seconds(1));
+  health.WaitFor(2, std::chrono::seconds(10));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, "GPU-1002-h200");
@@ -632,11 +632,11 @@ TEST(NvidiaDriverTest, ALostGpuDoesNotHoldBackGpusThatAnswer) {
     lib->Push(std::optional<XidEvent>(lost));
   }
   testing::HealthRecorder health(d);
-  health.WaitFor(1, std::chrono::seconds(1));
+  health.WaitFor(1, std::chrono::seconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four quiet periods
   ASSERT_EQ(health.Count(), 1u) << "only GPU 1 fails its health query";
   lib->probe_fail_mask = 0;
-  health.WaitFor(2, std::chrono::seconds(1));
+  health.WaitFor(2, std::chrono::seconds(10));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, "GPU-1001-h200");
