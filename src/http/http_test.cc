@@ -690,7 +690,6 @@ TEST(HttpServerTest, StopLetsARequestBeingAnsweredFinish) {
   // Generous: Stop() first joins the acceptor, which polls every 100 ms, and
   // a loaded machine or ThreadSanitizer slows it further.
   EXPECT_TRUE(idle.ClosedWithin(5s));
-  EXPECT_EQ(busy.received(), "") << "answered before it was released";
   release = true;
   const std::string answer = busy.ReadUntil("{\"bound\":true}", 5s);
   EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;

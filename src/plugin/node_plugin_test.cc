@@ -1249,12 +1249,27 @@ class NodePluginPublishTest : public ::testing::Test {
 // registers, and each health change reaches ListAndWatch at once. What
 // changed meanwhile is published afterwards, folded into the latest.
 TEST_F(NodePluginPublishTest, AnApiserverThatDoesNotAnswerHoldsUpNoHealthChange) {
-  NodePlugin p(StartOptions(dir_), std::move(drivers_), &store_, nullptr, nullptr, Logger());
+  // Declared before the plugin, whose publish thread waits on them until
+  // the plugin stops; the guard below ends that wait first, however the
+  // test ends.
   std::mutex mu;
   std::condition_variable cv;
   bool answer = false;
   int calls = 0;
   std::vector<core::NodeInventory> published;
+  NodePlugin p(StartOptions(dir_), std::move(drivers_), &store_, nullptr, nullptr, Logger());
+  struct Answer {
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& answer;
+    ~Answer() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        answer = true;
+      }
+      cv.notify_all();
+    }
+  } answer_on_exit{mu, cv, answer};
   p.OnInventory([&](const std::vector<core::NodeInventory>& invs) {
     std::unique_lock<std::mutex> lock(mu);
     ++calls;
