@@ -150,14 +150,15 @@ TEST_F(CaInjectorTest, TheLoopRetriesUntilTheCaArrives) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(inj.Current());
   WriteCa(kPem);
-  for (int i = 0; i < 250 && !inj.Current(); ++i) {
+  for (int i = 0; i < 500 && !inj.Current(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(inj.Current());
   EXPECT_EQ(Bundle(0), kube::Base64Encode(kPem));
   const auto t0 = std::chrono::steady_clock::now();
   inj.Stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  // Stop does not wait out the loop's period (60 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 }  // namespace

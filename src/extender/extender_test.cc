@@ -384,7 +384,7 @@ TEST_F(ExtenderTest, ABindWhoseOutcomeIsUnknownKeepsItsDevicesUntilAReadShowsThe
 TEST_F(ExtenderTest, AnUnknownBindingsReservationGoesOnceItCanNoLongerLand) {
   ExtenderOptions o;
   o.policy = "binpack";
-  o.unknown_binding_hold = std::chrono::milliseconds(300);
+  o.unknown_binding_hold = std::chrono::milliseconds(1000);
   auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
   ASSERT_TRUE(e.ok());
   AddGpuNode(cache_, "a");
@@ -395,7 +395,7 @@ TEST_F(ExtenderTest, AnUnknownBindingsReservationGoesOnceItCanNoLongerLand) {
   writer_.SetBoundNode("");
   EXPECT_EQ((*e)->Bind(MakePod("p1", {Gpu(8)}), "b").status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(cache_.Node("a")->Idle());
-  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   StatusOr<PodAssignment> a = (*e)->Bind(MakePod("p1", {Gpu(8)}), "b");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(cache_.Node("a")->Idle());
@@ -443,7 +443,7 @@ TEST_F(ExtenderTest, TheSweepGivesBackAnUnknownBindingThatDidNotLand) {
 TEST_F(ExtenderTest, TheSweepSkipsAPodWhoseBindingWasSentAgainMeanwhile) {
   ExtenderOptions o;
   o.policy = "binpack";
-  o.unknown_binding_hold = std::chrono::milliseconds(300);
+  o.unknown_binding_hold = std::chrono::milliseconds(1000);
   auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
   ASSERT_TRUE(e.ok());
   AddGpuNode(cache_, "a");
@@ -451,7 +451,7 @@ TEST_F(ExtenderTest, TheSweepSkipsAPodWhoseBindingWasSentAgainMeanwhile) {
   writer_.FailBinding(Status(StatusCode::kUnknown, "504, and the pod could not be read back"));
   ASSERT_FALSE((*e)->Bind(MakePod("p0", {Gpu(8)}), "a").ok());
   ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "b").ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   writer_.SetBoundNode("");
   bool retried = false;
   writer_.OnRead([&](const PodInfo& pod) {
@@ -521,7 +521,7 @@ TEST_F(ExtenderTest, APodWhoseBindOutcomeWasUnknownMayPreemptOnTheNodeItHolds) {
 TEST_F(ExtenderTest, AFailedRetryKeepsTheDevicesAnEarlierUnknownBindingMayStillTake) {
   ExtenderOptions o;
   o.policy = "binpack";
-  o.unknown_binding_hold = std::chrono::milliseconds(400);
+  o.unknown_binding_hold = std::chrono::milliseconds(1000);
   auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, Logger());
   ASSERT_TRUE(e.ok());
   AddGpuNode(cache_, "a");
@@ -540,7 +540,7 @@ TEST_F(ExtenderTest, AFailedRetryKeepsTheDevicesAnEarlierUnknownBindingMayStillT
   EXPECT_TRUE((*e)->Filter(MakePod("p2", {Gpu(8)}), {"a"}).fits.empty());
   // Past the hold the earlier Binding can no longer land: a plain failure of
   // the retry gives the devices back.
-  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   writer_.FailBinding(UnavailableError("HTTP 429: the apiserver is throttling"));
   ASSERT_FALSE((*e)->Bind(MakePod("p1", {Gpu(8)}), "a").ok());
   EXPECT_TRUE(cache_.Node("a")->Idle());
@@ -1058,7 +1058,9 @@ TEST_F(ExtenderTest, ThePreemptorsNominatedNodeIsWhereItsPreemptionTookEffect) {
   ASSERT_TRUE(ext_->Bind(MakePod("vc", {Gpu(8)}), "c").ok());
   ExtenderOptions o;
   o.policy = "binpack";
-  o.preemption_wait = std::chrono::milliseconds(300);
+  // Long beside the 20 ms the eviction below takes, on a loaded machine too:
+  // p's filter must see it released, not time out.
+  o.preemption_wait = std::chrono::seconds(5);
   testing::LogCapture log;
   auto e = Extender::Create(cache_, o, &writer_, &events_, &metrics_, log.logger());
   ASSERT_TRUE(e.ok());

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -26,7 +27,7 @@ using testing::Gpu;
 
 template <typename F>
 bool Eventually(F f) {
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 400; ++i) {
     if (f()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
@@ -984,9 +985,12 @@ TEST_F(KubeAdaptersTest, AFollowerTakesOverWhenItsKubeSchedulerAcquires) {
   o.retry = std::chrono::seconds(30);  // no second round during this part
   o.lease_duration = std::chrono::seconds(60);
   {
-    LeaderElector a(*client_, o, Logger());
+    kube::testing::HookedClient hooked(*client_);
+    std::atomic<int> reads{0};
+    hooked.after_get = [&] { ++reads; };
+    LeaderElector a(hooked, o, Logger());
     a.Start();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its first round
+    ASSERT_TRUE(Eventually([&] { return reads.load() >= 1; }));  // its first round read pod-b
     EXPECT_FALSE(a.IsLeader());
     EXPECT_FALSE(a.IsLeaderNow());
     // kube-scheduler in pod-a acquires and schedules; its first bind arrives

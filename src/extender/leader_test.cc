@@ -305,8 +305,9 @@ TEST_F(LeaderTest, ABindsReadOlderThanARoundThatFoundAnotherHolderDoesNotLead) {
   clock_.Advance(std::chrono::milliseconds(500));
   PutSchedulerLease(*client_, "pod-b_3");
   const int before = thread_reads.load();
-  ASSERT_TRUE(Eventually([&] { return thread_reads.load() > before; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the round settles
+  // The round that read pod-b has settled once the thread's next round
+  // reads (a following round reads once; `retry` apart).
+  ASSERT_TRUE(Eventually([&] { return thread_reads.load() > before + 1; }));
   gate.Open();
   bind.join();
   EXPECT_FALSE(bind_led.load());

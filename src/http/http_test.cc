@@ -797,7 +797,7 @@ TEST(HttpServerTest, AtTheCapTwoNewConnectionsNeverEvictTheSameOne) {
   ASSERT_TRUE(s->Start().ok());
   const std::string ping = "GET /ping HTTP/1.1\r\nHost: a\r\n\r\n";
   auto answered = [](RawConn& c) {
-    const std::string got = c.ReadUntil("\r\n\r\n", 2s);
+    const std::string got = c.ReadUntil("\r\n\r\n", 10s);
     return got.rfind("HTTP/1.1 200 ", 0) == 0 || got.rfind("HTTP/1.1 503 ", 0) == 0;
   };
   for (int round = 0; round < 20; ++round) {
@@ -834,10 +834,10 @@ TEST(HttpServerTest, ARequestTrickledInIsCutAtItsDeadline) {
     ASSERT_TRUE(raw.Send("POST /echo HTTP/1.1\r\n"));
     const auto start = std::chrono::steady_clock::now();
     bool closed = false;
-    while (!closed && SecondsSince(start) < 8) closed = !raw.Send("X") || raw.ClosedWithin(100ms);
+    while (!closed && SecondsSince(start) < 20) closed = !raw.Send("X") || raw.ClosedWithin(100ms);
     EXPECT_TRUE(closed);
     EXPECT_GE(SecondsSince(start), 0.9);
-    EXPECT_LT(SecondsSince(start), 4.0);
+    EXPECT_LT(SecondsSince(start), 10.0);  // far inside the idle timeout
   }
   // The same for a body: 100 bytes are due within about 1 s.
   {
@@ -845,10 +845,10 @@ TEST(HttpServerTest, ARequestTrickledInIsCutAtItsDeadline) {
     ASSERT_TRUE(raw.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"));
     const auto start = std::chrono::steady_clock::now();
     bool closed = false;
-    while (!closed && SecondsSince(start) < 8) closed = !raw.Send("x") || raw.ClosedWithin(100ms);
+    while (!closed && SecondsSince(start) < 20) closed = !raw.Send("x") || raw.ClosedWithin(100ms);
     EXPECT_TRUE(closed);
     EXPECT_GE(SecondsSince(start), 0.9);
-    EXPECT_LT(SecondsSince(start), 4.0);
+    EXPECT_LT(SecondsSince(start), 10.0);
     EXPECT_EQ(raw.received(), "");  // never answered
   }
   // A head and body sent at once are served.
@@ -890,12 +890,12 @@ TEST(HttpServerTest, AClientThatStopsReadingIsDisconnectedAfterTheSendTimeout) {
   const auto start = std::chrono::steady_clock::now();
   // Turned away (503) while the thread writes; served once it gave up.
   std::string who;
-  while (who.empty() && SecondsSince(start) < 8) {
+  while (who.empty() && SecondsSince(start) < 20) {
     who = OneShot(s->port(), "/who");
     if (who.empty()) std::this_thread::sleep_for(50ms);
   }
   EXPECT_EQ(who, "\"me\"");
-  EXPECT_LT(SecondsSince(start), 4.0);
+  EXPECT_LT(SecondsSince(start), 10.0);  // the writer would hold on forever
   ::close(fd);
 }
 
@@ -1399,12 +1399,12 @@ TEST(HttpClientTest, AServerThatNeverAnswersTheTlsHandshakeTimesOut) {
   req.timeout = 200ms;
   auto start = std::chrono::steady_clock::now();
   auto sent = std::async(std::launch::async, [&] { return c->Send(req); });
-  bool prompt = sent.wait_for(5s) == std::future_status::ready;
+  bool prompt = sent.wait_for(10s) == std::future_status::ready;
   if (!prompt) silent.Close();  // the reset ends the call
   const StatusOr<ClientResponse> r = sent.get();
   EXPECT_TRUE(prompt);
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
-  EXPECT_LT(SecondsSince(start), 3.0);
+  EXPECT_LT(SecondsSince(start), 10.0);
 
   // A watch being set up ends when its caller stops, before its own timeout.
   req.timeout = 60s;
@@ -1416,12 +1416,12 @@ TEST(HttpClientTest, AServerThatNeverAnswersTheTlsHandshakeTimesOut) {
   std::this_thread::sleep_for(200ms);
   start = std::chrono::steady_clock::now();
   stop.request_stop();
-  prompt = watched.wait_for(5s) == std::future_status::ready;
+  prompt = watched.wait_for(10s) == std::future_status::ready;
   if (!prompt) silent.Close();
   const Status st = watched.get();
   EXPECT_TRUE(prompt);
   EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
-  EXPECT_LT(SecondsSince(start), 3.0);
+  EXPECT_LT(SecondsSince(start), 10.0);
 }
 
 TEST_F(TlsTest, ASlowAnswerTimesOutOverTls) {

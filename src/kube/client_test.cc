@@ -532,7 +532,7 @@ TEST_F(KubeClientTest, WatchEventsArriveWithoutManagedFields) {
   });
   while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
   api_.Put("/api/v1/namespaces/ml/pods", p1);
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 2000; ++i) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (got.has_value()) break;
@@ -572,7 +572,7 @@ TEST_F(KubeClientTest, WatchDeliversEventsBookmarksAndExpiry) {
   api_.Put("/api/v1/namespaces/other/pods", Pod("not-mine"));
   api_.Remove("/api/v1/namespaces/ml/pods", "p1");
   api_.SendBookmarks();
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 2000; ++i) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (seen.size() >= 4) break;

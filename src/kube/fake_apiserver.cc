@@ -275,7 +275,6 @@ Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
   const int64_t timeout_s =
       req.Query("timeoutSeconds").empty() ? 300 : std::stoll(req.Query("timeoutSeconds"));
   r.stream = [this, t, req, from_s, bookmarks, timeout_s](const http::ChunkWriter& write) {
-    ++open_watches;
     std::unique_lock<std::mutex> lock(mu);
     int64_t from = from_s.empty() || from_s == "0" ? rv : std::stoll(from_s);
     if (from < compacted || expire_every_watch) {
@@ -284,11 +283,13 @@ Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
                 {"status", "Failure"}, {"message", "too old resource version"},
                 {"reason", "Expired"}, {"code", 410}};
       write(json{{"type", "ERROR"}, {"object", s}}.dump() + "\n");
-      --open_watches;
       return;
     }
     const int64_t my_drop = drop_gen;
     int64_t my_bookmark = bookmark_gen;
+    // Counted open only once the drop and bookmark generations it answers
+    // to are taken: a test that sees it open and drops it at once is heard.
+    ++open_watches;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     size_t next = 0;
     while (!stopping && drop_gen == my_drop) {

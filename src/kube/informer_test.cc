@@ -186,7 +186,7 @@ TEST_F(InformerTest, BookmarksAdvanceTheResumeVersion) {
   api_.Put("/api/v1/namespaces/x/pods",
            {{"metadata", {{"name", "other-kind"}}}});  // bumps the version
   api_.SendBookmarks();
-  for (int i = 0; i < 400 && inf.last_resource_version() == before; ++i)
+  for (int i = 0; i < 2000 && inf.last_resource_version() == before; ++i)
     std::this_thread::sleep_for(5ms);
   EXPECT_NE(inf.last_resource_version(), before);
   EXPECT_TRUE(rec.Snapshot().empty());  // a bookmark is not an object change
@@ -340,7 +340,8 @@ TEST_F(InformerTest, AResumedWatchThatExpiresRelistsWithoutAPause) {
   api_.DropWatches();  // the informer waits out one backoff, then resumes
   api_.Put("/api/v1/nodes", Node("made-meanwhile"));
   api_.Compact();
-  while (inf.watches() < 2) std::this_thread::sleep_for(1ms);
+  for (int i = 0; i < 30000 && inf.watches() < 2; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_GE(inf.watches(), 2) << "never resumed its watch";
   const auto resumed = std::chrono::steady_clock::now();
   while (inf.lists() < 2 && std::chrono::steady_clock::now() - resumed < 10s) {
     std::this_thread::sleep_for(1ms);

@@ -675,7 +675,10 @@ TEST(PodSyncUpdateTest, StopFinishesTheRemovalUnderWayAndLeavesTheRestToTheSweep
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return entered; }));
   }
   std::future<void> stopped = std::async(std::launch::async, [&] { sync.Stop(); });
-  EXPECT_EQ(stopped.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+  // Long enough for the async Stop to have marked the remover stopping
+  // before the removal under way is released (else the remover would go on
+  // to the next pod, as it should while not stopping).
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(1)), std::future_status::timeout)
       << "Stop must wait for the removal under way";
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -925,7 +928,7 @@ TEST_F(KubeSideTest, PodSyncReadsPendingAssignmentsBackAndReportsBadOnes) {
 
   // A deleted pod leaves the store.
   api_.Remove(kPods, "pending");
-  for (int i = 0; i < 200 && store.All().size() != 1; ++i) {
+  for (int i = 0; i < 1000 && store.All().size() != 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(store.All().size(), 1u);
@@ -1456,7 +1459,7 @@ TEST_F(KubeSideTest, StateDirsOfPodsThatAreGoneAreRemoved) {
 
   // Deleted: its dirs go at once.
   api_.Remove(kPods, "deleted");
-  for (int i = 0; i < 200 && exists("deleted"); ++i) {
+  for (int i = 0; i < 1000 && exists("deleted"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_FALSE(exists("deleted"));

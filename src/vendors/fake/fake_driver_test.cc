@@ -257,13 +257,13 @@ TEST(FakeDriverTest, HealthFollowsFileEditsBothWaysAndSurvivesBadEdits) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   Write(path, GpuOneHealthy(false));
   d.Reload();
-  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(10)));
   Write(path, "{ not json");  // a bad edit changes nothing
   d.Reload();
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   Write(path, GpuOneHealthy(true));
   d.Reload();
-  ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(3)));
+  ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(10)));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
@@ -282,7 +282,7 @@ void WriteInPlace(const std::string& path, const std::string& text, fs::file_tim
 // Waits for `health` to record GPU 1 going unhealthy, and stops it: that is
 // the one event.
 void ExpectOnlyGpuOneWentUnhealthy(testing::HealthRecorder& health) {
-  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(3)));
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(10)));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");
@@ -450,7 +450,7 @@ TEST(FakeDriverTest, AnEditThatFailsValidationKeepsTheLastGoodInventory) {
   Write(path, R"({"version":1,"inventories":[{"vendor":"nvidia","count":2,
       "devices":[{"index":1,"healthy":false}]}]})");
   d.Reload();
-  health.WaitFor(1, std::chrono::seconds(3));
+  health.WaitFor(1, std::chrono::seconds(10));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].device_id, "NVIDIA-n-1");

@@ -676,7 +676,7 @@ TEST(NvidiaDriverTest, DiscoveringAgainReadsANewMigLayoutForTheRunningHealthWatc
   EXPECT_EQ(devs[1].partition, "2g.35gb");
   lib->probe_ok = false;
   lib->Push(std::optional<XidEvent>(XidEvent{1, 79}));
-  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(2)));
+  ASSERT_TRUE(health.WaitFor(1, std::chrono::seconds(10)));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].device_id, "MIG-c");
@@ -702,7 +702,7 @@ TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch)
     testing::HealthRecorder health(d);
     lib->Push(std::optional<XidEvent>(XidEvent{0, 48}));
     lib->Push(std::optional<XidEvent>(XidEvent{2, 79}));
-    ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(2)));
+    ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(10)));
     const std::vector<HealthEvent> events = health.Stop();
     ASSERT_EQ(events.size(), 2u);
     EXPECT_EQ(events[0].device_id, "MIG-a");
@@ -725,11 +725,11 @@ TEST(NvidiaDriverTest, AnUnhealthyGpuStaysUnhealthyThroughANewDiscoveryAndWatch)
                          {"MIG-b", false}, {"MIG-c", false}, {"GPU-1001-h200", true}}));
   // The new watch says so again at once, and recovers GPU 0 when it answers.
   testing::HealthRecorder health(d);
-  ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(2)));
+  ASSERT_TRUE(health.WaitFor(2, std::chrono::seconds(10)));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(health.Count(), 2u) << "recovered while the GPU does not answer";
   lib->probe_fail_mask = 0;
-  ASSERT_TRUE(health.WaitFor(4, std::chrono::seconds(2)));
+  ASSERT_TRUE(health.WaitFor(4, std::chrono::seconds(10)));
   const std::vector<HealthEvent> events = health.Stop();
   ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0].device_id, "MIG-b");
