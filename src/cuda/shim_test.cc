@@ -2378,6 +2378,38 @@ constexpr uint64_t kMsNs = 1'000'000;
 constexpr char kHeldLine[] = "waits: a high-priority container on the same GPU is busy";
 constexpr char kNoPriorityLine[] = "the container runs without task priority";
 
+// A probe that must be waiting before a test moves its deadline starts
+// while its device is held this far ahead (under kMaxHoldAheadNs), and the
+// test waits up to kProbeWaitsMs for its launch to say that it waits. Both
+// are far beyond what starting the probe, the shim and the fake driver takes,
+// even on a loaded machine or in the sanitizer build; the deadline outlasts
+// the wait, so a probe given up on is still held, not run.
+constexpr uint64_t kHeldUntilWaitingNs = 30'000 * kMsNs;
+constexpr int kProbeWaitsMs = 20'000;
+
+// Starts the probe with `args` and `env` (the shim preloaded) in `child`
+// after writing `hold` as device `device`'s deadline in `file`; succeeds
+// once the probe's launch on that device says it waits.
+::testing::AssertionResult StartWaiting(ChildProcess& child, const std::string& file, int device,
+                                        uint64_t hold, std::vector<std::string> args, Env env) {
+  if (!PwriteU64(file, HoldOffset(device), hold)) {
+    return ::testing::AssertionFailure() << "cannot write the deadline";
+  }
+  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
+  env["LD_PRELOAD"] = ShimPreload();
+  args.insert(args.begin(), ProbePath());
+  if (!child.Start(args, env)) {
+    return ::testing::AssertionFailure() << "cannot start the probe";
+  }
+  child.CloseStdin();
+  const std::string waits = "a launch on device " + std::to_string(device) + " waits";
+  if (!child.WaitForStderr(waits, kProbeWaitsMs)) {
+    ProcessResult r = child.Wait(0);
+    return ::testing::AssertionFailure() << "no launch said it waits: " << r.err << r.out;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 Env PriorityEnv(const TempDir& dir, const char* priority, const Env& extra = {}) {
   Env env = extra;
   env["ACCELPOOL_CUDA_PRIORITY"] = priority;
@@ -2431,7 +2463,10 @@ TEST(ShimTest, AHighPriorityContainerCountsItsLaunchesPerDevice) {
 // A low-priority container's launch waits while the plugin's deadline for
 // its device holds, re-reading it as it waits, and only then. Timing is
 // checked from below only: a launch returns after the deadline it waited
-// for, and one that must not wait does not log that it did.
+// for, and one that must not wait does not log that it did. A probe whose
+// deadline the test moves starts held far ahead and is waiting (it says so)
+// before the test writes the deadline it checks: how long the process takes
+// to start and reach its launch is no part of what is measured.
 TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
@@ -2439,8 +2474,9 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
   ASSERT_TRUE(WritePriorityFile(file));
   const Env env = PriorityEnv(dir, "low", {{"ACCELPOOL_CUDA_LOG_LEVEL", "info"}});
 
-  // Every launch API waits for a deadline 300 ms ahead; so it does with a
-  // compute share or a memory cap on; and it says so once.
+  // Every launch API waits while its device is held, then for a deadline
+  // brought to 300 ms ahead; so it does with a compute share or a memory
+  // cap on; and it says so once.
   struct Held {
     const char* path;
     const char* api;
@@ -2453,10 +2489,13 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
     SCOPED_TRACE(::testing::Message() << h.path << " " << h.api << " " << h.extra.size());
     Env e = env;
     e.insert(h.extra.begin(), h.extra.end());
+    ChildProcess child;
+    ASSERT_TRUE(StartWaiting(child, file, 0, MonotonicNowNs() + kHeldUntilWaitingNs,
+                             {h.path, "prilaunch", "0", h.api, "3"}, e));
     const uint64_t written = MonotonicNowNs();
     const uint64_t deadline = written + 300 * kMsNs;
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), deadline));
-    ProcessResult r = Probe({h.path, "prilaunch", "0", h.api, "3"}, e);
+    ProcessResult r = child.Wait(30000);
     ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
     auto kv = ParseKeyValues(r.out);
     EXPECT_GE(U(kv, "end_ns"), deadline) << "returned before the deadline passed";
@@ -2465,24 +2504,15 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
     EXPECT_NE(r.err.find("a launch on device 0 waits"), std::string::npos) << r.err;
   }
 
-  // One kernel launch on device 0 in a child the test keeps running while it
-  // moves the deadline.
-  const auto start_held_launch = [&env](ChildProcess& child) {
-    Env e = env;
-    e["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
-    e["LD_PRELOAD"] = ShimPreload();
-    if (!child.Start({ProbePath(), "direct", "prilaunch", "0", "kernel", "1"}, e)) return false;
-    child.CloseStdin();
-    return true;
-  };
   // The plugin renews the deadline while the launch waits: it waits for the
   // new one. (The first deadline leaves the renewal 350 ms of slack.)
   {
+    ChildProcess child;
+    ASSERT_TRUE(StartWaiting(child, file, 0, MonotonicNowNs() + kHeldUntilWaitingNs,
+                             {"direct", "prilaunch", "0", "kernel", "1"}, env));
     const uint64_t first = MonotonicNowNs() + 500 * kMsNs;
     const uint64_t renewed = first + 300 * kMsNs;
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), first));
-    ChildProcess child;
-    ASSERT_TRUE(start_held_launch(child));
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), renewed));
     ProcessResult r = child.Wait(30000);
@@ -2493,10 +2523,9 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
   // is idle: the launch goes then, long before that deadline.
   {
     const uint64_t far = MonotonicNowNs() + 30'000 * kMsNs;
-    ASSERT_TRUE(PwriteU64(file, HoldOffset(0), far));
     ChildProcess child;
-    ASSERT_TRUE(start_held_launch(child));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(
+        StartWaiting(child, file, 0, far, {"direct", "prilaunch", "0", "kernel", "1"}, env));
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), 0));
     ProcessResult r = child.Wait(40000);
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -2537,9 +2566,12 @@ TEST(ShimTest, ALowPriorityLaunchWaitsWhileItsDeviceIsHeld) {
   }
   // Device 1's own deadline holds a launch on device 1.
   ASSERT_TRUE(PwriteU64(file, HoldOffset(0), 0));
+  ChildProcess child;
+  ASSERT_TRUE(StartWaiting(child, file, 1, MonotonicNowNs() + kHeldUntilWaitingNs,
+                           {"direct", "prilaunch", "1", "kernel", "1"}, env));
   const uint64_t deadline1 = MonotonicNowNs() + 300 * kMsNs;
   ASSERT_TRUE(PwriteU64(file, HoldOffset(1), deadline1));
-  ProcessResult r = Probe({"direct", "prilaunch", "1", "kernel", "1"}, env);
+  ProcessResult r = child.Wait(30000);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GE(U(ParseKeyValues(r.out), "end_ns"), deadline1);
   EXPECT_NE(r.err.find("a launch on device 1 waits"), std::string::npos) << r.err;
@@ -2552,12 +2584,16 @@ TEST(ShimTest, ALowPriorityProcessIsHeldEachTimeAndLogsOnce) {
   ASSERT_FALSE(dir.path().empty());
   const std::string file = PriorityPath(dir.path());
   ASSERT_TRUE(WritePriorityFile(file));
-  Env env = PriorityEnv(dir, "low", {{"ACCELPOOL_CUDA_LOG_LEVEL", "info"}});
-  env["LD_LIBRARY_PATH"] = ACCELPOOL_FAKE_DRIVER_DIR;
-  env["LD_PRELOAD"] = ShimPreload();
+  const Env env = PriorityEnv(dir, "low", {{"ACCELPOOL_CUDA_LOG_LEVEL", "info"}});
+  // The run starts held: its first launch waits, says so, and the test then
+  // lets it go; so the two holds after that fall inside the run however
+  // slowly the process starts. They end about 800 ms after it is let go,
+  // well inside the 2.5 s the run launches for from its first launch on.
   ChildProcess child;
-  ASSERT_TRUE(child.Start({ProbePath(), "direct", "launch", "kernel", "1000", "1500"}, env));
-  child.CloseStdin();
+  ASSERT_TRUE(StartWaiting(child, file, 0, MonotonicNowNs() + kHeldUntilWaitingNs,
+                           {"direct", "launch", "kernel", "1000", "2500"}, env));
+  const uint64_t let_go = MonotonicNowNs();
+  ASSERT_TRUE(PwriteU64(file, HoldOffset(0), 0));
   for (int hold = 0; hold < 2; ++hold) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ASSERT_TRUE(PwriteU64(file, HoldOffset(0), MonotonicNowNs() + 200 * kMsNs));
@@ -2566,9 +2602,13 @@ TEST(ShimTest, ALowPriorityProcessIsHeldEachTimeAndLogsOnce) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto kv = ParseKeyValues(r.out);
   EXPECT_EQ(CountLines(r.err, kHeldLine), 1) << r.err;
-  // Two holds of 200 ms inside the run: the device was idle for most of them.
-  EXPECT_LE(U(kv, "busy_ns") + 250 * kMsNs, U(kv, "elapsed_ns"))
-      << "busy " << kv["busy_ns"] << " of " << kv["elapsed_ns"];
+  // The device idled from the run's start until it was let go, and then for
+  // most of the two holds of 200 ms (one alone leaves it idle for less than
+  // the 250 ms asked).
+  const uint64_t held_at_start = let_go - U(kv, "start_ns");
+  EXPECT_LE(U(kv, "busy_ns") + held_at_start + 250 * kMsNs, U(kv, "elapsed_ns"))
+      << "busy " << kv["busy_ns"] << " of " << kv["elapsed_ns"] << ", held " << held_at_start
+      << " at the start";
 }
 
 // A priority file that is missing or not the plugin's (wrong size, another

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 extern char** environ;
 
@@ -149,6 +150,27 @@ std::string ChildProcess::ReadLine(int timeout_ms) {
   }
 }
 
+bool ChildProcess::WaitForStderr(const std::string& text, int timeout_ms) {
+  int64_t deadline = NowMs() + timeout_ms;
+  while (err_buffer_.find(text) == std::string::npos) {
+    int64_t left = deadline - NowMs();
+    if (left <= 0) {
+      return false;
+    }
+    struct pollfd p = {err_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) <= 0) {
+      return false;
+    }
+    char buf[1024];
+    ssize_t n = read(err_, buf, sizeof(buf));
+    if (n <= 0) {
+      return false;
+    }
+    err_buffer_.append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
 bool ChildProcess::Write(const std::string& text) {
   size_t done = 0;
   while (in_ >= 0 && done < text.size()) {
@@ -181,7 +203,8 @@ ProcessResult ChildProcess::Wait(int timeout_ms) {
   ProcessResult result;
   int64_t deadline = NowMs() + timeout_ms;
   int status = 0;
-  std::string err_text;
+  std::string err_text = std::move(err_buffer_);
+  err_buffer_.clear();
   // Keep draining so a chatty child never blocks on a full pipe.
   for (;;) {
     struct pollfd p[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};

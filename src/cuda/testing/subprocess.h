@@ -40,6 +40,9 @@ class ChildProcess {
   bool Start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
   // Reads stdout until a newline or `timeout_ms`; returns the line ("" on timeout).
   std::string ReadLine(int timeout_ms);
+  // Reads stderr until what was read holds `text`; false if `timeout_ms`
+  // passes or stderr ends first. What it read stays in Wait's result.
+  bool WaitForStderr(const std::string& text, int timeout_ms);
   // Writes `text` to the child's stdin; false if it could not all be written.
   bool Write(const std::string& text);
   void Kill(int sig);
@@ -54,6 +57,7 @@ class ChildProcess {
   int out_ = -1;
   int err_ = -1;
   std::string out_buffer_;
+  std::string err_buffer_;  // stderr read by WaitForStderr, not yet by Wait
 };
 
 // Start + CloseStdin + Wait.
