@@ -329,6 +329,78 @@ TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {
   }
 }
 
+// A request the apiserver turned away unrun (429 with Retry-After, as API
+// Priority and Fairness answers) is sent again after the wait it asks for,
+// as client-go does, unless it is a create (POST); a 5xx with Retry-After
+// only when it is a read.
+TEST_F(KubeClientTest, ARequestTurnedAwayWithRetryAfterIsSentAgainAfterTheWait) {
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("a"));
+  size_t before = api_.Requests().size();
+  const auto sent = [&] {
+    const size_t now = api_.Requests().size();
+    const size_t n = now - before;
+    before = now;
+    return n;
+  };
+  api_.FailNext(1, 429, "1");
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<json> got = client_->Get(Pods(), "ml", "a");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_EQ(sent(), 2u);
+  // Three waits at most: a fourth 429 is the answer.
+  api_.FailNext(3, 429, "0");
+  EXPECT_TRUE(client_->Get(Pods(), "ml", "a").ok());
+  EXPECT_EQ(sent(), 4u);
+  api_.FailNext(4, 429, " 0 ");
+  EXPECT_EQ(client_->Get(Pods(), "ml", "a").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(sent(), 4u);
+  api_.FailNext(0, 0);
+  // A 429 is a write that did not run: sent again too.
+  api_.FailNext(1, 429, "0");
+  EXPECT_TRUE(client_
+                  ->Patch(Pods(), "ml", "a", PatchType::kMerge,
+                          json{{"metadata", {{"labels", {{"v", "1"}}}}}})
+                  .ok());
+  EXPECT_EQ(sent(), 2u);
+  // A create (a Binding, whose caller kube-scheduler retries) is its
+  // caller's to send again.
+  api_.FailNext(1, 429, "0");
+  EXPECT_EQ(client_->Create(Pods(), "ml", Pod("b")).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(sent(), 1u);
+  // A 503 may come after a write ran: only reads are sent again.
+  api_.FailNext(1, 503, "0");
+  EXPECT_TRUE(client_->Get(Pods(), "ml", "a").ok());
+  EXPECT_EQ(sent(), 2u);
+  api_.FailNext(1, 503, "0");
+  EXPECT_EQ(client_
+                ->Patch(Pods(), "ml", "a", PatchType::kMerge,
+                        json{{"metadata", {{"labels", {{"v", "2"}}}}}})
+                .status()
+                .code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(sent(), 1u);
+  api_.FailNext(0, 0);
+}
+
+// No header, a value that is not whole seconds (an HTTP date, a fraction, a
+// sign), more than 10 s, or a wait the request's timeout (5 s here) cannot
+// hold: the answer comes back at once, unsent again.
+TEST_F(KubeClientTest, ARetryAfterThatCannotBeWaitedForIsTheAnswer) {
+  api_.Put("/api/v1/namespaces/ml/pods", Pod("a"));
+  for (const std::string v :
+       {"", "Wed, 21 Oct 2026 07:28:00 GMT", "1.5", "-1", "+1", "11", "5", "0x1", "1000"}) {
+    SCOPED_TRACE("Retry-After: \"" + v + "\"");
+    const size_t before = api_.Requests().size();
+    api_.FailNext(1, 429, v);
+    const StatusOr<json> got = client_->Get(Pods(), "ml", "a");
+    EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(got.status().message().find("throttling"), std::string::npos)
+        << got.status().ToString();
+    EXPECT_EQ(api_.Requests().size() - before, 1u);
+  }
+}
+
 TEST_F(KubeClientTest, NamesThatWouldChangeTheRequestsPathAreRefusedUnsent) {
   // The extender's bind takes a pod's namespace and name from the request
   // body: neither may step out of the object's path.
