@@ -49,17 +49,6 @@ class KubeClientTest : public ::testing::Test {
   std::unique_ptr<KubeClient> client_;
 };
 
-// Debian's libcpprest is not built with ThreadSanitizer, which then cannot
-// see its synchronisation and, now and then, reports a race inside it when
-// several threads share one of its clients: under ThreadSanitizer only the
-// sockets transport is called from several threads at once (the plain
-// build runs both).
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-
 TEST_F(KubeClientTest, EitherTransportReadsAndWritesAndABadOneIsRefused) {
   api_.Put("/api/v1/namespaces/ml/pods", Pod("p0"));
   for (const char* transport : {"sockets", "cpprestsdk"}) {
@@ -73,9 +62,6 @@ TEST_F(KubeClientTest, EitherTransportReadsAndWritesAndABadOneIsRefused) {
     auto got = (*c)->Get(Pods(), "ml", "p0");
     ASSERT_TRUE(got.ok()) << transport << ": " << got.status().ToString();
     EXPECT_EQ((*got)["metadata"]["name"], "p0");
-    if (kThreadSanitizer && std::string(transport) == "cpprestsdk") {
-      continue;  // see kThreadSanitizer
-    }
     // More concurrent callers than connections: they take turns.
     std::vector<std::future<bool>> calls;
     for (int i = 0; i < 6; ++i) {
