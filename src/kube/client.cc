@@ -5,8 +5,6 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <string_view>
-#include <thread>
 
 #include "http/http.h"
 #include "kube/objects.h"
@@ -167,41 +165,6 @@ std::string Query(const std::vector<std::pair<std::string, std::string>>& params
     q += (q.empty() ? "?" : "&") + k + "=" + http::UrlEncode(v);
   }
   return q;
-}
-
-// kube-apiserver turns a request away before running it with 429 and a
-// Retry-After in seconds (API Priority and Fairness, the max-in-flight limit,
-// a server shutting down): the client sends it again after that wait, as
-// client-go does, except a create (POST: a Binding, whose caller is
-// kube-scheduler with its own timeout and retries; an Event; a Lease), which
-// goes back to its caller at once. A 5xx with Retry-After is waited for on
-// reads only (a write may have run). No header, a date instead of seconds, or
-// more than kMaxRetryAfter: no wait, the caller has the answer at once.
-constexpr std::chrono::seconds kMaxRetryAfter{10};
-constexpr int kMaxRetryAfterWaits = 3;  // a call's waits, at most
-// A wait is taken only when at least this much of the request's timeout is
-// left after it, for the request sent again.
-constexpr Ms kMinAttemptAfterWait{1000};
-
-std::optional<std::chrono::seconds> RetryAfter(const std::string& method,
-                                               const http::ClientResponse& r) {
-  if (method == "POST") return std::nullopt;
-  if (r.status != 429 && !(r.status >= 500 && r.status <= 599 && method == "GET")) {
-    return std::nullopt;
-  }
-  const auto it = r.headers.find("retry-after");
-  if (it == r.headers.end()) return std::nullopt;
-  std::string_view v = it->second;
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  if (v.empty() || v.size() > 3) return std::nullopt;
-  int64_t seconds = 0;
-  for (const char c : v) {
-    if (c < '0' || c > '9') return std::nullopt;
-    seconds = seconds * 10 + (c - '0');
-  }
-  if (seconds > kMaxRetryAfter.count()) return std::nullopt;
-  return std::chrono::seconds(seconds);
 }
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -417,21 +380,13 @@ class ClientImpl final : public KubeClient {
     return true;
   }
 
-  // Sends with the rate limit; once more after a token refresh on 401; and
-  // again after the wait an apiserver that turned the request away asks for
-  // (RetryAfter), up to kMaxRetryAfterWaits times and only while the
-  // request's timeout, counted from its first send, leaves room.
+  // Sends with the rate limit and one retry after a token refresh on 401.
   StatusOr<http::ClientResponse> Send(
       const std::string& method, const std::string& path, const std::string& body,
       const std::string& content_type, const std::string& accept = "application/json",
       std::optional<std::chrono::milliseconds> within = std::nullopt) {
-    bool refreshed = false;
-    int waits = 0;
-    std::optional<std::chrono::steady_clock::time_point> deadline;
-    for (;;) {
+    for (int attempt = 0;; ++attempt) {
       bucket_.Acquire();
-      const auto now = std::chrono::steady_clock::now();
-      if (!deadline.has_value()) deadline = now + config_.timeout;
       uint64_t generation = 0;
       std::shared_ptr<http::HttpClient> http;
       http::ClientRequest req;
@@ -440,27 +395,10 @@ class ClientImpl final : public KubeClient {
       req.body = body;
       req.headers = AuthHeaders(accept, &generation, &http);
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
-      if (within.has_value()) {
-        req.timeout = std::min(config_.timeout, *within);
-      } else if (waits == 0) {
-        req.timeout = config_.timeout;
-      } else {
-        req.timeout = std::max(Ms(1), std::chrono::duration_cast<Ms>(*deadline - now));
-      }
+      req.timeout = within.has_value() ? std::min(config_.timeout, *within) : config_.timeout;
       auto resp = http->Send(req);
-      if (!resp.ok()) return resp;
-      if (resp->status == 401 && !refreshed && waits == 0 && RefreshToken(generation)) {
-        refreshed = true;
-        continue;
-      }
-      if (waits >= kMaxRetryAfterWaits) return resp;
-      const std::optional<std::chrono::seconds> wait = RetryAfter(method, *resp);
-      if (!wait.has_value() ||
-          std::chrono::steady_clock::now() + *wait + kMinAttemptAfterWait > *deadline) {
-        return resp;
-      }
-      ++waits;
-      std::this_thread::sleep_for(*wait);
+      if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken(generation)) continue;
+      return resp;
     }
   }
 

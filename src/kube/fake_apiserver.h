@@ -9,7 +9,7 @@
 // delete, for any resource path under /api/v1 and /apis/<group>/<version>.
 // Tests drive failures: Compact() makes older versions answer 410,
 // DropWatches() cuts every open watch, FailNext() answers the next requests
-// with a given status (and Retry-After), ExpireContinueTokens() the next page request 410,
+// with a given status, ExpireContinueTokens() the next page request 410,
 // RequireToken() other bearer tokens 401.
 //
 // Thread-safety: all methods may be called from any thread.
@@ -54,9 +54,8 @@ class FakeApiServer {
   // Every watch answers 410 Expired at once, whatever version it starts
   // from (an apiserver whose watch cache lags behind its lists).
   void ExpireEveryWatch(bool on);
-  // The next `n` requests (any path) get HTTP `status`, with a Retry-After
-  // header of `retry_after` when that is not empty.
-  void FailNext(int n, int status, const std::string& retry_after = "");
+  // The next `n` requests (any path) get HTTP `status`.
+  void FailNext(int n, int status);
   // While on, every request waits (unanswered) until it is turned off, as
   // an apiserver that does not answer; Held() counts those that waited.
   void HoldRequests(bool on);

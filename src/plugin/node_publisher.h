@@ -22,8 +22,8 @@
 // same ids) within 5 s of a failure, then 10 s, 20 s ... up to 5 minutes
 // (each stretched by up to a fifth, drawn per failure), returns false at
 // once without a request. A success, or another document (other ids) to
-// write, starts over at once. (A request the apiserver turned away with a
-// Retry-After was already sent again by KubeClient, within its timeout.)
+// write, starts over at once. (The apiserver's Retry-After is not honoured:
+// KubeClient's errors do not carry it.)
 //
 // A node with accelerators of two vendors runs one plugin per vendor (the
 // chart's per-vendor DaemonSets), each publishing into the same annotation.
