@@ -264,6 +264,10 @@ TEST(NodePluginRegistrationTest, ASlowDeviceCheckDoesNotHoldBackReRegistration) 
   AssignmentStore store;
   NodePluginOptions o = StartOptions(dir);
   o.rediscover_every = std::chrono::milliseconds(50);
+  // Registered again only because kubelet.sock was recreated, not after
+  // the grace for an endpoint kubelet stopped watching (10 s by default,
+  // the bound below).
+  o.unwatched_grace = std::chrono::seconds(60);
   std::vector<vendors::VendorDriverPtr> drivers;
   // A discovery of 30 s: far longer than the re-registration may take on a
   // loaded machine (10 s below). The test ends it, however it ends, before
