@@ -52,6 +52,26 @@ void Drain(int fd, std::string* into) {
   }
 }
 
+// Appends what one read of `fd` brings to `buffer`; false once `deadline`
+// (NowMs) passes first or the pipe ends.
+bool ReadMore(int fd, std::string& buffer, int64_t deadline) {
+  int64_t left = deadline - NowMs();
+  if (left <= 0) {
+    return false;
+  }
+  struct pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(left)) <= 0) {
+    return false;
+  }
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof(buf));
+  if (n <= 0) {
+    return false;
+  }
+  buffer.append(buf, static_cast<size_t>(n));
+  return true;
+}
+
 }  // namespace
 
 ChildProcess::~ChildProcess() {
@@ -133,40 +153,18 @@ std::string ChildProcess::ReadLine(int timeout_ms) {
       out_buffer_.erase(0, nl + 1);
       return line;
     }
-    int64_t left = deadline - NowMs();
-    if (left <= 0) {
+    if (!ReadMore(out_, out_buffer_, deadline)) {
       return "";
     }
-    struct pollfd p = {out_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) {
-      return "";
-    }
-    char buf[1024];
-    ssize_t n = read(out_, buf, sizeof(buf));
-    if (n <= 0) {
-      return "";
-    }
-    out_buffer_.append(buf, static_cast<size_t>(n));
   }
 }
 
 bool ChildProcess::WaitForStderr(const std::string& text, int timeout_ms) {
   int64_t deadline = NowMs() + timeout_ms;
   while (err_buffer_.find(text) == std::string::npos) {
-    int64_t left = deadline - NowMs();
-    if (left <= 0) {
+    if (!ReadMore(err_, err_buffer_, deadline)) {
       return false;
     }
-    struct pollfd p = {err_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) {
-      return false;
-    }
-    char buf[1024];
-    ssize_t n = read(err_, buf, sizeof(buf));
-    if (n <= 0) {
-      return false;
-    }
-    err_buffer_.append(buf, static_cast<size_t>(n));
   }
   return true;
 }
