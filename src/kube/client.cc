@@ -1,6 +1,7 @@
 #include "kube/client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -154,6 +155,29 @@ Status StatusFromHttp(int http_status, const std::string& body, const std::strin
   return Status(StatusCode::kUnknown, m);
 }
 
+std::chrono::seconds RetryAfterOf(const std::string& retry_after_header, const std::string& body) {
+  int64_t seconds = 0;
+  bool found = false;
+  // delta-seconds (RFC 9110 10.2.3): digits only. An HTTP-date, a sign or a
+  // fraction is not what kube-apiserver writes, and is ignored.
+  if (!retry_after_header.empty() && retry_after_header.size() <= 9 &&
+      std::all_of(retry_after_header.begin(), retry_after_header.end(),
+                  [](unsigned char c) { return c >= '0' && c <= '9'; })) {
+    seconds = std::stoll(retry_after_header);
+    found = true;
+  }
+  if (!found && !body.empty()) {
+    const json j = json::parse(body, nullptr, false);
+    if (j.is_object() && j.contains("details") && j["details"].is_object()) {
+      const json& d = j["details"];
+      if (d.contains("retryAfterSeconds") && d["retryAfterSeconds"].is_number_integer()) {
+        seconds = d["retryAfterSeconds"].get<int64_t>();
+      }
+    }
+  }
+  return std::chrono::seconds(std::clamp<int64_t>(seconds, 0, kMaxRetryAfter.count()));
+}
+
 namespace {
 
 using Ms = std::chrono::milliseconds;
@@ -212,6 +236,10 @@ class ClientImpl final : public KubeClient {
 
   StatusOr<ListResult> List(const Resource& r, const std::string& ns,
                             const ListOptions& options) override;
+  std::chrono::steady_clock::time_point RetryNotBefore() const override {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(retry_not_before_.load(std::memory_order_relaxed)));
+  }
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                const std::function<void(WatchEvent&)>& on_event,
                std::stop_token stop) override;
@@ -398,7 +426,22 @@ class ClientImpl final : public KubeClient {
       req.timeout = within.has_value() ? std::min(config_.timeout, *within) : config_.timeout;
       auto resp = http->Send(req);
       if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken(generation)) continue;
+      if (resp.ok()) NoteRetryAfter(resp->status, resp->headers, resp->body);
       return resp;
+    }
+  }
+
+  // Keeps the wait a 429 or 5xx asks for (RetryNotBefore).
+  void NoteRetryAfter(int status, const http::Headers& headers, const std::string& body) {
+    if (status != 429 && status < 500) return;
+    const auto h = headers.find("retry-after");
+    const std::chrono::seconds wait =
+        RetryAfterOf(h == headers.end() ? std::string() : h->second, body);
+    if (wait.count() <= 0) return;
+    const int64_t until = (std::chrono::steady_clock::now() + wait).time_since_epoch().count();
+    int64_t seen = retry_not_before_.load(std::memory_order_relaxed);
+    while (seen < until &&
+           !retry_not_before_.compare_exchange_weak(seen, until, std::memory_order_relaxed)) {
     }
   }
 
@@ -438,6 +481,8 @@ class ClientImpl final : public KubeClient {
   static constexpr std::chrono::seconds kExecRetry{10};
   std::mutex exec_mu_;
   uint64_t token_generation_ = 0;  // counts token (and client cert) changes
+  // RetryNotBefore(), as steady_clock ticks since its epoch.
+  std::atomic<int64_t> retry_not_before_{0};
   uint64_t exec_runs_ = 0;         // exec plugin runs finished
   std::optional<std::chrono::system_clock::time_point> exec_expiry_;
   std::chrono::system_clock::time_point exec_retry_{};
@@ -537,10 +582,15 @@ Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const Wat
   req.timeout = config_.timeout;
   status = 0;
   std::string error_body;
+  http::Headers error_headers;
   Status result;
   const json::parser_callback_t drop_managed_fields = DropManagedFields(2);
   Status st = http->StreamLines(
-      req, [&](const http::ClientResponse& head) { status = head.status; },
+      req,
+      [&](const http::ClientResponse& head) {
+        status = head.status;
+        if (status != 200) error_headers = head.headers;
+      },
       [&](std::string_view line) {
         if (status != 200) {
           error_body.append(line);
@@ -579,7 +629,10 @@ Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const Wat
       },
       stop, Ms(options.server_timeout) + Ms(30000));
   if (!st.ok()) return st.WithPrefix(what);
-  if (status != 200) return StatusFromHttp(status, error_body, what);
+  if (status != 200) {
+    NoteRetryAfter(status, error_headers, error_body);
+    return StatusFromHttp(status, error_body, what);
+  }
   return result;
 }
 

@@ -177,7 +177,26 @@ class KubeClient {
                                          const std::string& subresource = "") = 0;
   // kNotFound when already gone.
   virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name) = 0;
+
+  // The time before which the apiserver asked this client not to send again:
+  // the latest end of a wait it gave with a 429 or 503 (its Retry-After
+  // header, or details.retryAfterSeconds in its Status), each capped at
+  // kMaxRetryAfter. The epoch when it never asked. The client itself never
+  // waits (a 429 is the caller's answer at once: docs/kube-layer.md); callers
+  // that retry on their own schedule (informers, the inventory publisher)
+  // wait at least until then.
+  virtual std::chrono::steady_clock::time_point RetryNotBefore() const { return {}; }
 };
+
+// The longest wait RetryNotBefore() takes from one answer: a larger or
+// malformed value cannot park the callers that honour it.
+inline constexpr std::chrono::seconds kMaxRetryAfter{60};
+
+// The wait an apiserver answer asks for: its Retry-After header (whole
+// seconds, as kube-apiserver writes it; an HTTP-date or anything else is
+// ignored), else details.retryAfterSeconds of a Status body, capped at
+// kMaxRetryAfter. Zero when it asks for none.
+std::chrono::seconds RetryAfterOf(const std::string& retry_after_header, const std::string& body);
 
 // A client for `config`. kInvalidArgument when the server URL or a
 // certificate is unusable (the message says which).

@@ -315,6 +315,53 @@ TEST_F(KubeClientTest, GetCreateUpdateDeleteAndErrorCodes) {
   }
 }
 
+TEST(RetryAfterOfTest, ReadsTheHeaderThenTheStatusAndCapsTheWait) {
+  EXPECT_EQ(RetryAfterOf("3", ""), 3s);
+  EXPECT_EQ(RetryAfterOf("0", ""), 0s);
+  EXPECT_EQ(RetryAfterOf("600", ""), kMaxRetryAfter);
+  EXPECT_EQ(RetryAfterOf("99999999999999999999", ""), 0s);  // too long to be a wait
+  const std::string status = R"({"kind":"Status","details":{"retryAfterSeconds":7}})";
+  EXPECT_EQ(RetryAfterOf("", status), 7s);
+  EXPECT_EQ(RetryAfterOf("2", status), 2s);  // the header wins
+  // An HTTP-date, a sign, a fraction or a bad body ask for nothing.
+  EXPECT_EQ(RetryAfterOf("Wed, 21 Oct 2026 07:28:00 GMT", ""), 0s);
+  EXPECT_EQ(RetryAfterOf("-5", ""), 0s);
+  EXPECT_EQ(RetryAfterOf("1.5", ""), 0s);
+  EXPECT_EQ(RetryAfterOf("", R"({"details":{"retryAfterSeconds":-3}})"), 0s);
+  EXPECT_EQ(RetryAfterOf("", R"({"details":{"retryAfterSeconds":"7"}})"), 0s);
+  EXPECT_EQ(RetryAfterOf("", R"({"details":{"retryAfterSeconds":1e300}})"), 0s);
+  EXPECT_EQ(RetryAfterOf("", "{not json"), 0s);
+  EXPECT_EQ(RetryAfterOf("", R"({"details":7})"), 0s);
+}
+
+TEST_F(KubeClientTest, AThrottledAnswerTellsCallersHowLongToWait) {
+  using std::chrono::steady_clock;
+  EXPECT_EQ(client_->RetryNotBefore(), steady_clock::time_point{});
+  // Only a 429 or a 5xx asks for a wait.
+  api_.FailNext(1, 404, "30");
+  EXPECT_EQ(client_->Get(Pods(), "ml", "x").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->RetryNotBefore(), steady_clock::time_point{});
+  auto sent = steady_clock::now();
+  api_.FailNext(1, 429, "20");
+  const Status st = client_->Get(Pods(), "ml", "x").status();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << "the client answers at once, no wait";
+  EXPECT_GE(client_->RetryNotBefore(), sent + 20s);
+  EXPECT_LE(client_->RetryNotBefore(), steady_clock::now() + 20s);
+  // A shorter wait asked later does not shorten it.
+  api_.FailNext(1, 503, "1");
+  EXPECT_FALSE(client_->Get(Pods(), "ml", "x").ok());
+  EXPECT_GE(client_->RetryNotBefore(), sent + 20s);
+  // A refused watch asks too.
+  sent = steady_clock::now();
+  api_.FailNext(1, 429, "45");
+  WatchOptions wo;
+  const Status watched = client_->Watch(
+      Pods(), "ml", wo, [](WatchEvent&) {}, std::stop_token());
+  EXPECT_EQ(watched.code(), StatusCode::kUnavailable) << watched.ToString();
+  EXPECT_GE(client_->RetryNotBefore(), sent + 45s);
+  EXPECT_LE(client_->RetryNotBefore(), steady_clock::now() + 45s);
+}
+
 TEST_F(KubeClientTest, NamesThatWouldChangeTheRequestsPathAreRefusedUnsent) {
   // The extender's bind takes a pod's namespace and name from the request
   // body: neither may step out of the object's path.

@@ -186,6 +186,7 @@ struct FakeApiServer::Impl {
   std::map<std::string, std::map<std::string, json>> store;  // kind_key -> key -> obj
   std::vector<Event> events;                                 // guarded by mu
   int fail_n = 0, fail_status = 0;                           // guarded by mu
+  std::string fail_retry_after;                              // guarded by mu
   bool expire_continue = false;                              // guarded by mu
   std::string required_token;                                // guarded by mu
   int64_t unauthorized = 0;                                  // guarded by mu
@@ -448,7 +449,9 @@ Response FakeApiServer::Impl::Handle(const Request& req) {
     }
     if (fail_n > 0) {
       --fail_n;
-      return StatusResponse(fail_status, "InternalError", "injected failure");
+      Response r = StatusResponse(fail_status, "InternalError", "injected failure");
+      if (!fail_retry_after.empty()) r.headers["retry-after"] = fail_retry_after;
+      return r;
     }
   }
   Target t;
@@ -550,10 +553,11 @@ int64_t FakeApiServer::Held() const {
   return impl_->held;
 }
 
-void FakeApiServer::FailNext(int n, int status) {
+void FakeApiServer::FailNext(int n, int status, const std::string& retry_after) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->fail_n = n;
   impl_->fail_status = status;
+  impl_->fail_retry_after = retry_after;
 }
 
 void FakeApiServer::ExpireContinueTokens() {

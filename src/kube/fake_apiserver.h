@@ -54,8 +54,9 @@ class FakeApiServer {
   // Every watch answers 410 Expired at once, whatever version it starts
   // from (an apiserver whose watch cache lags behind its lists).
   void ExpireEveryWatch(bool on);
-  // The next `n` requests (any path) get HTTP `status`.
-  void FailNext(int n, int status);
+  // The next `n` requests (any path) get HTTP `status`, with a Retry-After
+  // header of `retry_after` when it is not empty.
+  void FailNext(int n, int status, const std::string& retry_after = "");
   // While on, every request waits (unanswered) until it is turned off, as
   // an apiserver that does not answer; Held() counts those that waited.
   void HoldRequests(bool on);

@@ -58,6 +58,9 @@ class HookedClient final : public KubeClient {
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override {
     return inner_.Delete(r, ns, name);
   }
+  std::chrono::steady_clock::time_point RetryNotBefore() const override {
+    return inner_.RetryNotBefore();
+  }
 
  private:
   KubeClient& inner_;

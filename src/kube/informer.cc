@@ -236,6 +236,16 @@ void Informer::Apply(WatchEvent& ev) {
           });
 }
 
+std::chrono::milliseconds Informer::NextWait(Backoff& backoff) const {
+  std::chrono::milliseconds wait = backoff.Next();
+  // The apiserver asked this client to wait (Retry-After on a 429 or 5xx):
+  // no sooner than that, and no longer than the backoff's ceiling.
+  const auto asked = std::chrono::ceil<std::chrono::milliseconds>(client_.RetryNotBefore() -
+                                                                  std::chrono::steady_clock::now());
+  if (asked > wait) wait = std::min(asked, std::max(wait, options_.backoff_max));
+  return wait;
+}
+
 void Informer::Run(std::stop_token stop) {
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   std::mt19937_64 rng{std::random_device{}()};
@@ -259,7 +269,7 @@ void Informer::Run(std::stop_token stop) {
     if (need_list) {
       Status st = ListAndReplace(consistent_list);
       if (!st.ok()) {
-        const auto wait = backoff.Next();
+        const auto wait = NextWait(backoff);
         log_.Warn("list failed; retrying", {{"resource", options_.resource.plural},
                                             {"error", st.ToString()},
                                             {"retry_ms", static_cast<int64_t>(wait.count())}});
@@ -315,7 +325,7 @@ void Informer::Run(std::stop_token stop) {
         log_.Info("watch expired; relisting", {{"resource", options_.resource.plural}});
         continue;
       }
-      const auto wait = backoff.Next();
+      const auto wait = NextWait(backoff);
       log_.Warn("watch expired at once from the version just listed; relisting after a pause",
                 {{"resource", options_.resource.plural},
                  {"retry_ms", static_cast<int64_t>(wait.count())}});
@@ -324,7 +334,7 @@ void Informer::Run(std::stop_token stop) {
     }
     expired_at_once = false;
     if (events > 0) backoff.Reset();
-    const auto wait = backoff.Next();
+    const auto wait = NextWait(backoff);
     log_.Warn("watch failed; reconnecting", {{"resource", options_.resource.plural},
                                              {"error", st.ToString()},
                                              {"retry_ms", static_cast<int64_t>(wait.count())}});

@@ -4,7 +4,9 @@
 // Synced(), then watches from the list's resourceVersion (with bookmarks),
 // re-watching from the last version seen when a watch ends, relisting on
 // 410 Gone (emitting add/update/delete for the difference against the
-// cache), and retrying failures with exponential backoff. As client-go's
+// cache), and retrying failures with exponential backoff, waiting at least
+// as long as the apiserver asked with its last Retry-After
+// (KubeClient::RetryNotBefore; up to backoff_max). As client-go's
 // reflector, the first list (and its retries) asks for resourceVersion=0,
 // served from the apiserver's watch cache; a relist after 410 Gone asks for
 // none, a consistent read. A watch that ends
@@ -36,6 +38,8 @@
 #include "kube/client.h"
 
 namespace accelpool::kube {
+
+class Backoff;  // kube/rate_limiter.h
 
 struct InformerHandlers {
   std::function<void(const nlohmann::json& obj)> on_add;
@@ -100,6 +104,9 @@ class Informer {
 
  private:
   void Run(std::stop_token stop);
+  // The backoff's next wait, stretched to the wait the apiserver asked for
+  // (KubeClient::RetryNotBefore), up to options_.backoff_max.
+  std::chrono::milliseconds NextWait(Backoff& backoff) const;
   // Lists from the watch cache (resourceVersion=0), or, when `consistent`,
   // the newest state (no resourceVersion).
   Status ListAndReplace(bool consistent);

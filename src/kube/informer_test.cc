@@ -461,5 +461,55 @@ TEST_F(InformerTest, ApiserverDownAtStartRetriesWithBackoff) {
   inf.Stop();  // idempotent
 }
 
+TEST_F(InformerTest, AThrottledListOrWatchWaitsAsLongAsTheApiserverAsked) {
+  api_.Put("/api/v1/nodes", Node("n1"));
+  InformerOptions o = Options();
+  o.backoff_max = 5s;  // above the Retry-After below: the wait is the apiserver's
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  api_.FailNext(1, 429, "1");
+  const auto began = std::chrono::steady_clock::now();
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(10s));
+  // The backoff alone would have listed again after 10 ms.
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 900ms);
+  EXPECT_EQ(inf.lists(), 1);
+
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (api_.OpenWatches() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_GT(api_.OpenWatches(), 0);
+  // The watch breaks and the next watch request is throttled too: the one
+  // after it waits for the Retry-After.
+  const auto watch_requests = [&] {
+    const std::vector<std::string> reqs = api_.Requests();
+    return std::count_if(reqs.begin(), reqs.end(), [](const std::string& r) {
+      return r.find("watch=true") != std::string::npos;
+    });
+  };
+  const auto before = watch_requests();
+  api_.FailNext(1, 503, "1");
+  const auto dropped = std::chrono::steady_clock::now();
+  api_.DropWatches();
+  const auto watched_again = std::chrono::steady_clock::now() + 10s;
+  while (watch_requests() < before + 2 && std::chrono::steady_clock::now() < watched_again)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_GE(watch_requests(), before + 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - dropped, 900ms);
+  inf.Stop();
+}
+
+TEST_F(InformerTest, TheApiserversRetryAfterWaitsNoLongerThanTheBackoffCeiling) {
+  api_.Put("/api/v1/nodes", Node("n1"));
+  InformerOptions o = Options();
+  o.backoff_max = 200ms;
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  api_.FailNext(1, 429, "60");
+  inf.Start();
+  EXPECT_TRUE(inf.WaitForSync(10s)) << "waited out the whole Retry-After (60 s)";
+  inf.Stop();
+}
+
 }  // namespace
 }  // namespace accelpool::kube

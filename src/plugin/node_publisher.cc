@@ -101,9 +101,15 @@ bool NodePublisher::Retry::Waiting(const std::string& what,
 }
 
 void NodePublisher::Retry::Failed(const std::string& what,
-                                  std::chrono::steady_clock::time_point now) {
+                                  std::chrono::steady_clock::time_point now,
+                                  std::chrono::steady_clock::duration asked) {
   failed = what;
-  retry_at = now + backoff.Next();
+  retry_at = now + std::max<std::chrono::steady_clock::duration>(backoff.Next(), asked);
+}
+
+std::chrono::steady_clock::duration NodePublisher::AskedWait() const {
+  const auto left = client_->RetryNotBefore() - std::chrono::steady_clock::now();
+  return std::max<std::chrono::steady_clock::duration>(left, std::chrono::seconds(0));
 }
 
 void NodePublisher::Retry::Succeeded() {
@@ -174,7 +180,7 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   if (wrote.ok()) {
     publish_retry_.Succeeded();
   } else {
-    publish_retry_.Failed(body, now);
+    publish_retry_.Failed(body, now, AskedWait());
   }
   return wrote;
 }
@@ -303,7 +309,7 @@ StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids)
   if (wrote.ok()) {
     keys_retry_.Succeeded();
   } else {
-    keys_retry_.Failed(value, now);
+    keys_retry_.Failed(value, now, AskedWait());
   }
   return wrote;
 }

@@ -22,8 +22,9 @@
 // same ids) within 5 s of a failure, then 10 s, 20 s ... up to 5 minutes
 // (each stretched by up to a fifth, drawn per failure), returns false at
 // once without a request. A success, or another document (other ids) to
-// write, starts over at once. (The apiserver's Retry-After is not honoured:
-// KubeClient's errors do not carry it.)
+// write, starts over at once. When the apiserver asked for a longer wait (a
+// 429 or 5xx with Retry-After, KubeClient::RetryNotBefore), the failed
+// document waits that long instead.
 //
 // A node with accelerators of two vendors runs one plugin per vendor (the
 // chart's per-vendor DaemonSets), each publishing into the same annotation.
@@ -112,7 +113,10 @@ class NodePublisher {
     // True while `what` failed and its backoff has not passed. Another `what`
     // starts over.
     bool Waiting(const std::string& what, std::chrono::steady_clock::time_point now);
-    void Failed(const std::string& what, std::chrono::steady_clock::time_point now);
+    // Waits the backoff's next step, or `asked` (what the apiserver's last
+    // Retry-After still asks for) when longer.
+    void Failed(const std::string& what, std::chrono::steady_clock::time_point now,
+                std::chrono::steady_clock::duration asked);
     void Succeeded();
   };
 
@@ -122,6 +126,9 @@ class NodePublisher {
   // Reads the Node's current document once (generation, body, labels).
   // REQUIRES: mu_ held.
   Status LoadLocked();
+  // How long the apiserver's last Retry-After still asks the client to wait
+  // (zero when it does not).
+  std::chrono::steady_clock::duration AskedWait() const;
   bool Owns(core::Vendor v) const { return owned_.empty() || owned_.count(v) > 0; }
   std::vector<core::NodeInventory> OwnedOf(std::vector<core::NodeInventory> invs) const;
   kube::KubeClient* const client_;

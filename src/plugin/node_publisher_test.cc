@@ -400,5 +400,32 @@ TEST_F(NodePublisherTest, AWriteThatKeepsFailingIsRetriedWithBackoff) {
   EXPECT_TRUE(*pub.Publish({Node("ascend-910c-x16")}));
 }
 
+TEST_F(NodePublisherTest, AThrottledWriteWaitsAsLongAsTheApiserverAsked) {
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  auto now = std::chrono::steady_clock::now();
+  pub.SetClock([&] { return now; });
+  const std::vector<core::NodeInventory> invs = {Node("nvidia-hgx-8")};
+  // A throttled answer that asks for less than the backoff (5 s) keeps the
+  // backoff.
+  api_.FailNext(1, 429, "1");
+  EXPECT_EQ(pub.Publish(invs).status().code(), StatusCode::kUnavailable);
+  size_t before = api_.Requests().size();
+  now += std::chrono::seconds(2);
+  ASSERT_TRUE(pub.Publish(invs).ok());
+  EXPECT_EQ(api_.Requests().size(), before);
+  now += kPastFirstBackoff;
+  EXPECT_TRUE(*pub.Publish(invs));
+  // Retry-After: 40, longer than the backoff: nothing is sent before it.
+  const std::vector<core::NodeInventory> other = {Node("ascend-910c-x16")};
+  api_.FailNext(1, 429, "40");
+  EXPECT_FALSE(pub.Publish(other).ok());
+  before = api_.Requests().size();
+  now += std::chrono::seconds(30);
+  ASSERT_TRUE(pub.Publish(other).ok());
+  EXPECT_EQ(api_.Requests().size(), before) << "sent before the apiserver's Retry-After";
+  now += std::chrono::seconds(11);
+  EXPECT_TRUE(*pub.Publish(other));
+}
+
 }  // namespace
 }  // namespace accelpool::plugin
