@@ -643,12 +643,16 @@ void WaitInFlight(uint64_t seq) {
 class Admission {
  public:
   // Blocks until the device's bucket admits this launch. `site` is what
-  // GateLaunch resolved (it returned true).
+  // GateLaunch resolved (it returned true). Records nothing on the stream:
+  // Start() does, right before the launch.
   Admission(LaunchSite* site, CUstream stream, bool per_thread, const LaunchKey& key)
-      : stream_(stream), per_thread_(per_thread), kind_(key.kind), device_(site->device) {
+      : stream_(stream),
+        per_thread_(per_thread),
+        kind_(key.kind),
+        device_(site->device),
+        ctx_(site->ctx),
+        foreign_(site->foreign) {
     ShimState& s = State();
-    const CUcontext ctx = site->ctx;
-    const bool foreign = site->foreign;
     if (Capturing(stream, per_thread, site)) {
       device_ = -1;  // Captured, not executed.
       return;
@@ -678,7 +682,18 @@ class Admission {
       Sleep(wait < kMaxSleepNs ? wait : kMaxSleepNs);
       HarvestIfPending();
     }
-    if (!d.sample || !AcquirePair(ctx, device_, foreign, &events_)) {
+    sample_ = d.sample;
+    pending_ = Pending{{}, device_, kind_, 0, seq, d.slot, d.tag};
+  }
+
+  // Called right before the launch, once nothing can hold or refuse it any
+  // more: a launch to be measured records the start event of its pair on
+  // its stream here, so that the pair spans the launch alone (a step
+  // between the record and the launch, such as a graph launch's memory
+  // hold, would be measured as device time), and a launch refused before
+  // it records nothing.
+  void Start() {
+    if (device_ < 0 || !sample_ || !AcquirePair(ctx_, device_, foreign_, &events_)) {
       return;
     }
     if (CUresult recorded = RecordOn(events_.start, stream_, per_thread_);
@@ -688,8 +703,8 @@ class Admission {
       return;
     }
     measuring_ = true;
-    pending_ = Pending{events_, device_, kind_, 0, seq, d.slot, d.tag};
-    g_launch.last_sample.store(seq, std::memory_order_relaxed);
+    pending_.events = events_;
+    g_launch.last_sample.store(pending_.seq, std::memory_order_relaxed);
   }
 
   // Settles the admission with the launch result.
@@ -731,7 +746,10 @@ class Admission {
   bool per_thread_;
   int kind_;
   int device_;
+  CUcontext ctx_;  // The launch's context and whether it is not the current one.
+  bool foreign_;
   int64_t charged_ = 0;
+  bool sample_ = false;  // The key's schedule measures this launch (Start).
   bool measuring_ = false;
   EventPair events_ = {};
   Pending pending_ = {};
@@ -766,6 +784,7 @@ CUresult HookLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   }
   Admission admission(&site, stream, per_thread, KernelKey(f, gx, gy, gz, bx, by, bz));
+  admission.Start();
   CUresult rc = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   admission.Done(rc);
   return rc;
@@ -786,6 +805,7 @@ CUresult HookLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** p
   Admission admission(&site, config->hStream, per_thread,
                       KernelKey(f, config->gridDimX, config->gridDimY, config->gridDimZ,
                                 config->blockDimX, config->blockDimY, config->blockDimZ));
+  admission.Start();
   CUresult rc = real(config, f, params, extra);
   admission.Done(rc);
   return rc;
@@ -805,6 +825,7 @@ CUresult HookLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, uns
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   }
   Admission admission(&site, stream, per_thread, KernelKey(f, gx, gy, gz, bx, by, bz));
+  admission.Start();
   CUresult rc = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   admission.Done(rc);
   return rc;
@@ -828,6 +849,7 @@ CUresult GateDeprecated(bool per_thread, CUfunction f, int gw, int gh, CUstream 
   Admission admission(
       &site, stream, per_thread,
       KernelKey(f, static_cast<unsigned>(gw), static_cast<unsigned>(gh), 1, 0, 1, 1));
+  admission.Start();
   CUresult rc = call();
   admission.Done(rc);
   return rc;
@@ -856,11 +878,14 @@ CUresult HookLaunchGridAsync(CUfunction f, int gw, int gh, CUstream stream) {
 
 // A graph's first launch maps its memory nodes: with a memory cap the growth
 // is held (accounting.h) and a launch that would pass the cap returns
-// CUDA_ERROR_OUT_OF_MEMORY, having run nothing. Task priority and the
-// compute share's admission come before that hold, so a launch holds no
-// memory while it waits (a hold during the wait counted memory nobody had
-// mapped yet, and the container's other processes were refused near the
-// cap meanwhile); a refused launch gives its admission back.
+// CUDA_ERROR_OUT_OF_MEMORY, having run nothing. The order: task priority,
+// the compute share's admission, the memory hold, the start event of a
+// measured launch (Admission::Start), the launch, its end event. A launch
+// holds no memory while it waits (a hold during the wait counted memory
+// nobody had mapped yet, and the container's other processes were refused
+// near the cap meanwhile); a launch refused for memory gives its admission
+// back and has recorded no event; and the hold's own host time is not
+// measured as the graph's device time.
 template <int S>
 CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
   ACCELPOOL_LAUNCH_PROLOGUE(cuGraphLaunchFn, kHookGraphLaunch);
@@ -881,6 +906,9 @@ CUresult HookGraphLaunch(CUgraphExec graph, CUstream stream) {
       admission->Done(CUDA_ERROR_OUT_OF_MEMORY);
     }
     return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (admission) {
+    admission->Start();
   }
   const CUresult rc = real(graph, stream);
   if (admission) {

@@ -525,6 +525,28 @@ TEST(ShimTest, AGraphLaunchWaitingForItsComputeShareHoldsNoMemory) {
   EXPECT_EQ(U(kv, "free_after"), 512 * kMiB) << "the graph pool's reserve, once mapped";
 }
 
+// A measured graph launch records its start event after its memory hold,
+// right before the launch: the hold's own time is not measured as the
+// graph's device time, and a launch refused for memory records no event.
+TEST(ShimTest, AGraphLaunchRecordsItsStartEventAfterItsMemoryHold) {
+  const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}, {"ACCELPOOL_CUDA_COMPUTE_LIMIT", "50"}};
+  for (const char* path : {"direct", "procaddr_ptds"}) {
+    SCOPED_TRACE(path);
+    auto kv = MustRun({path, "graphorder", std::to_string(512 * kMiB)}, env);
+    EXPECT_EQ(U(kv, "launch_rc"), 0u);
+    ASSERT_EQ(U(kv, "held"), 1u) << "the launch read no graph pool: no memory hold seen";
+    EXPECT_EQ(U(kv, "records_at_hold"), 0u) << "the start event was recorded before the hold";
+    EXPECT_EQ(U(kv, "records"), 2u) << "a new key's launch is measured: start and end";
+    EXPECT_EQ(U(kv, "free"), 512 * kMiB);
+
+    kv = MustRun({path, "graphorder", std::to_string(1536 * kMiB)}, env);
+    EXPECT_EQ(U(kv, "launch_rc"), 2u) << "exactly CUDA_ERROR_OUT_OF_MEMORY";
+    ASSERT_EQ(U(kv, "held"), 1u);
+    EXPECT_EQ(U(kv, "records"), 0u) << "a launch refused for memory recorded an event";
+    EXPECT_EQ(U(kv, "free"), 1024 * kMiB);
+  }
+}
+
 TEST(ShimTest, GraphMemoryIsChargedWhenMappedAndRefusedPastTheCap) {
   const Env env = {{"ACCELPOOL_CUDA_MEMORY_LIMIT", "1024"}};
   for (const char* path : {"direct", "dlsym", "procaddr"}) {

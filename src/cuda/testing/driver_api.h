@@ -174,6 +174,7 @@ void fakecuda_SetForeign(double fraction, double factor);
 void* fakecuda_Lookup(const char* exported);
 uint64_t fakecuda_GraphReservedBytes(int device);
 void fakecuda_OnNextGraphMap(int after_map, void (*fn)(void*), void* ctx);
+void fakecuda_OnNextGraphMemAttribute(void (*fn)(void*), void* ctx);
 
 }  // extern "C"
 

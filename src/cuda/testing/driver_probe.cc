@@ -68,6 +68,9 @@
 //                            graph B is launched or the free memory read
 //   graphtrimrace <bytes> <first>  the graph pool is trimmed inside a graph's
 //                            first launch; <first> allocated; relaunch
+//   graphorder <bytes>       the first launch of a graph of <bytes> (freed
+//                            inside it): the event records made by the time
+//                            its memory hold reads the graph pool, and in all
 //   capturealloc <bytes>     cuMemAllocAsync of <bytes> on a capturing stream
 //   capturefree <bytes>      cuMemAllocAsync of <bytes> on stream 0, freed on
 //                            a capturing stream; then cuMemAlloc of <bytes>
@@ -1982,6 +1985,33 @@ int GraphTrimRace(const Api& a, uint64_t bytes, uint64_t first) {
   return 0;
 }
 
+struct HoldRecords {
+  int64_t at_hold = -1;  // fakecuda_EventRecords() when the memory hold read the pool.
+};
+
+void AtGraphMemAttribute(void* ctx) {
+  static_cast<HoldRecords*>(ctx)->at_hold = fakecuda_EventRecords();
+}
+
+// The first launch of a graph allocating `bytes` (freed inside it), a
+// launch the compute share measures: the event records (cuEventRecord and
+// cuEventRecord_ptsz) it had made when its memory hold read the graph pool,
+// and all it made.
+int GraphOrder(const Api& a, uint64_t bytes) {
+  CUgraphExec exec = OneAllocGraph(a, bytes, true);
+  HoldRecords hold;
+  const int64_t before = fakecuda_EventRecords();
+  fakecuda_OnNextGraphMemAttribute(&AtGraphMemAttribute, &hold);
+  CUresult rc = a.graph_launch(exec, nullptr);
+  const int64_t after = fakecuda_EventRecords();
+  a.ctx_sync();
+  std::printf("launch_rc=%d held=%d records_at_hold=%lld records=%lld free=%llu\n", rc,
+              hold.at_hold >= 0 ? 1 : 0, static_cast<long long>(hold.at_hold - before),
+              static_cast<long long>(after - before),
+              static_cast<unsigned long long>(FreeBytes(a)));
+  return 0;
+}
+
 // Stream-ordered allocations on a capturing stream: memory nodes, nothing
 // allocated yet.
 // A graph captured from a stream: cuMemAllocAsync of `bytes` on the
@@ -3007,6 +3037,9 @@ int main(int argc, char** argv) {
   }
   if (command == "graphwait" && argc == 3) {
     return GraphWait(a);
+  }
+  if (command == "graphorder" && argc == 4) {
+    return GraphOrder(a, std::strtoull(argv[3], nullptr, 10));
   }
   if (command == "ctxunseen" && argc == 4) {
     return CtxUnseen(a, std::strtoll(argv[3], nullptr, 10));

@@ -6,6 +6,7 @@
 // is the work's duration in nanoseconds.
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "cuda/testing/driver_api.h"
 #include "cuda/testing/fake_cuda_state.h"
@@ -416,6 +417,15 @@ FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) {
 }
 FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void* value) {
   State& s = S();
+  MapHook hook;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    std::swap(hook.fn, s.on_graph_attr);
+    std::swap(hook.ctx, s.on_graph_attr_ctx);
+  }
+  if (hook.fn != nullptr) {
+    hook.fn(hook.ctx);
+  }
   std::lock_guard<std::mutex> lock(s.mu);
   if (d < 0 || d >= kDevices || value == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -443,6 +453,17 @@ FAKE_EXPORT void fakecuda_OnNextGraphMap(int after_map, void (*fn)(void*), void*
   s.on_graph_map = fn;
   s.on_graph_map_ctx = ctx;
   s.on_graph_map_when = after_map != 0 ? 1 : 0;
+}
+
+// Runs fn(ctx) once, inside the next cuDeviceGetGraphMemAttribute, before
+// it answers: the shim reads the graph pool there while it holds room for
+// a graph's memory, so this observes what a launch has done by its memory
+// hold.
+FAKE_EXPORT void fakecuda_OnNextGraphMemAttribute(void (*fn)(void*), void* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.on_graph_attr = fn;
+  s.on_graph_attr_ctx = ctx;
 }
 
 FAKE_EXPORT uint64_t fakecuda_GraphReservedBytes(int device) {

@@ -192,6 +192,10 @@ struct State {
   void (*on_graph_map)(void*) = nullptr;
   void* on_graph_map_ctx = nullptr;
   int on_graph_map_when = 0;
+  // A callback run once inside the next cuDeviceGetGraphMemAttribute, before
+  // it answers (fakecuda_OnNextGraphMemAttribute).
+  void (*on_graph_attr)(void*) = nullptr;
+  void* on_graph_attr_ctx = nullptr;
 };
 
 State& S();
