@@ -250,7 +250,11 @@ TEST_F(HttpTest, StreamStopsOnCallbackFalseAndOnStopToken) {
   std::stop_source stop;
   std::atomic<int> ticks{0};
   std::thread stopper([&] {
-    while (ticks.load() < 2) std::this_thread::sleep_for(5ms);
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (ticks.load() < 2 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_GE(ticks.load(), 2) << "the stream never delivered the lines to stop after";
     stop.request_stop();
   });
   st = client_->StreamLines(

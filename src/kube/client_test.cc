@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "http/http.h"
+#include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
 #include "kube/objects.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
+using kube::testing::WaitUntil;
 
 json Pod(const std::string& name, const std::string& node = "",
          const json& labels = json::object()) {
@@ -563,7 +565,11 @@ TEST_F(KubeClientTest, WatchEventsArriveWithoutManagedFields) {
         },
         stop.get_token());
   });
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  if (!WaitUntil([&] { return api_.OpenWatches() > 0; })) {
+    stop.request_stop();
+    watcher.join();
+    FAIL() << "the watch never opened";
+  }
   api_.Put("/api/v1/namespaces/ml/pods", p1);
   for (int i = 0; i < 2000; ++i) {
     {
@@ -599,7 +605,11 @@ TEST_F(KubeClientTest, WatchDeliversEventsBookmarksAndExpiry) {
         },
         stop.get_token());
   });
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  if (!WaitUntil([&] { return api_.OpenWatches() > 0; })) {
+    stop.request_stop();
+    watcher.join();
+    FAIL() << "the watch never opened";
+  }
   api_.Put("/api/v1/namespaces/ml/pods", Pod("p1"));
   api_.Put("/api/v1/namespaces/ml/pods", Pod("p1", "node-a"));
   api_.Put("/api/v1/namespaces/other/pods", Pod("not-mine"));
@@ -634,7 +644,13 @@ TEST_F(KubeClientTest, WatchEndsWhenTheConnectionDrops) {
     result = client_->Watch(Pods(), "", WatchOptions(), [](const WatchEvent&) {}, {});
     done = true;
   });
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  if (!WaitUntil([&] { return api_.OpenWatches() > 0; })) {
+    const bool returned = done.load();
+    api_.Stop();  // ends a watch still on its way, so that the thread can be joined
+    watcher.join();
+    FAIL() << "the watch never opened"
+           << (returned ? "; Watch returned " + result.ToString() : std::string());
+  }
   api_.DropWatches();
   watcher.join();
   EXPECT_TRUE(done.load());

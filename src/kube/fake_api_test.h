@@ -1,5 +1,6 @@
 // A gtest fixture for code that talks to the apiserver: an in-process
-// FakeApiServer, started for each test, and a KubeClient pointed at it.
+// FakeApiServer, started for each test, and a KubeClient pointed at it;
+// and WaitUntil, a bounded wait for what such a test waits to see.
 // Header-only, for test targets that link accelpool_kube,
 // accelpool_kube_fake and GoogleTest.
 #ifndef ACCELPOOL_KUBE_FAKE_API_TEST_H_
@@ -7,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "kube/client.h"
@@ -15,6 +19,22 @@
 #include "kube/fake_apiserver.h"
 
 namespace accelpool::kube::testing {
+
+// Polls `done` every 5 ms until it holds or `timeout` passes, and says
+// whether it held. The caller asserts on the answer and says what never
+// came, so that a wait that cannot end fails at once with a message instead
+// of running into ctest's timeout:
+//   ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+//       << "the informer never opened its watch";
+inline bool WaitUntil(const std::function<bool()>& done,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 class FakeApiTest : public ::testing::Test {
  protected:

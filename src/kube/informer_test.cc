@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
 
 namespace accelpool::kube {
@@ -13,6 +14,7 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
+using kube::testing::WaitUntil;
 
 json Node(const std::string& name, const std::string& ann = "") {
   json n = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
@@ -87,7 +89,8 @@ TEST_F(InformerTest, ListThenWatch) {
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
   EXPECT_EQ(rec.WaitFor(2), (std::vector<std::string>{"add:n1", "add:n2"}));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.Put("/api/v1/nodes", Node("n3"));
   api_.Put("/api/v1/nodes", Node("n1", "{}"));
   api_.Remove("/api/v1/nodes", "n2");
@@ -119,7 +122,8 @@ TEST_F(InformerTest, ObjectsAreKeptAndHandedOnWithoutManagedFields) {
   Informer inf(*client_, Options(), h);
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.Put("/api/v1/nodes", with_fields("n1", "{}"));  // an update through the watch
   for (int i = 0; i < 1000; ++i) {
     {
@@ -156,7 +160,8 @@ TEST_F(InformerTest, ATransformTrimsEveryObjectBeforeItIsKeptOrHandedOn) {
   Informer inf(*client_, o, h);
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.Put("/api/v1/nodes", Node("n1", "bigger"));
   for (int i = 0; i < 1000; ++i) {
     {
@@ -181,7 +186,8 @@ TEST_F(InformerTest, BookmarksAdvanceTheResumeVersion) {
   Informer inf(*client_, Options(), rec.Handlers());
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   const std::string before = inf.last_resource_version();
   api_.Put("/api/v1/namespaces/x/pods",
            {{"metadata", {{"name", "other-kind"}}}});  // bumps the version
@@ -200,7 +206,8 @@ TEST_F(InformerTest, ExpiredVersionRelistsAndDiffs) {
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
   rec.WaitFor(2);
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   // Changes happen while the watch is cut and history is compacted away: the
   // informer must relist and report the difference.
   api_.FailNext(1000, 503);
@@ -240,7 +247,8 @@ TEST_F(InformerTest, TheFirstListReadsTheWatchCacheAndARelistAfterGoneIsConsiste
   Informer inf(*client_, o, rec.Handlers());
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   std::vector<std::string> lists = NodeLists(api_);
   ASSERT_EQ(lists.size(), 1u);
   EXPECT_NE(lists[0].find("resourceVersion=0"), std::string::npos) << lists[0];
@@ -311,7 +319,8 @@ TEST_F(InformerTest, DroppedConnectionReconnectsFromLastVersion) {
   Informer inf(*client_, Options(), rec.Handlers());
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.Put("/api/v1/nodes", Node("a"));
   rec.WaitFor(1);
   api_.DropWatches();
@@ -336,7 +345,8 @@ TEST_F(InformerTest, AResumedWatchThatExpiresRelistsWithoutAPause) {
   Informer inf(*client_, o, rec.Handlers());
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.DropWatches();  // the informer waits out one backoff, then resumes
   api_.Put("/api/v1/nodes", Node("made-meanwhile"));
   api_.Compact();
@@ -366,7 +376,7 @@ TEST_F(InformerTest, AWatchEndedAtOnceBacksOff) {
   const auto started = std::chrono::steady_clock::now();
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (inf.watches() < 3) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return inf.watches() >= 3; })) << "never watched a third time";
   // Two waits of the backoff between the first and the third watch.
   EXPECT_GE(std::chrono::steady_clock::now() - started, 400ms);
   EXPECT_EQ(inf.lists(), 1);
@@ -413,7 +423,8 @@ TEST_F(InformerTest, AHandlerThatThrowsSkipsTheEvent) {
   Informer inf(*client_, Options(), h);
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.Put("/api/v1/nodes", Node("good"));
   for (int i = 0; i < 1000 && added.load() < 1; ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(added.load(), 1);
@@ -436,7 +447,8 @@ TEST_F(InformerTest, ATransformThatThrowsKeepsTheObject) {
   Informer inf(*client_, o, rec.Handlers());
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(5s));
-  while (api_.OpenWatches() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   api_.Put("/api/v1/nodes", Node("odd-watched"));
   for (int i = 0; i < 1000 && inf.Keys().size() < 3; ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(inf.Keys(), (std::vector<std::string>{"odd-listed", "odd-watched", "plain"}));
