@@ -487,10 +487,8 @@ TEST_F(InformerTest, AThrottledListOrWatchWaitsAsLongAsTheApiserverAsked) {
   EXPECT_GE(std::chrono::steady_clock::now() - began, 900ms);
   EXPECT_EQ(inf.lists(), 1);
 
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (api_.OpenWatches() == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_GT(api_.OpenWatches(), 0);
+  ASSERT_TRUE(WaitUntil([&] { return api_.OpenWatches() > 0; }))
+      << "the informer never opened its watch";
   // The watch breaks and the next watch request is throttled too: the one
   // after it waits for the Retry-After.
   const auto watch_requests = [&] {
@@ -503,10 +501,8 @@ TEST_F(InformerTest, AThrottledListOrWatchWaitsAsLongAsTheApiserverAsked) {
   api_.FailNext(1, 503, "1");
   const auto dropped = std::chrono::steady_clock::now();
   api_.DropWatches();
-  const auto watched_again = std::chrono::steady_clock::now() + 10s;
-  while (watch_requests() < before + 2 && std::chrono::steady_clock::now() < watched_again)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_GE(watch_requests(), before + 2);
+  ASSERT_TRUE(WaitUntil([&] { return watch_requests() >= before + 2; }))
+      << "the informer never watched again after the throttled watch";
   EXPECT_GE(std::chrono::steady_clock::now() - dropped, 900ms);
   inf.Stop();
 }
