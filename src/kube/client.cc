@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/metrics.h"
 #include "http/http.h"
 #include "kube/objects.h"
 #include "kube/rate_limiter.h"
@@ -160,10 +161,12 @@ std::chrono::seconds RetryAfterOf(const std::string& retry_after_header, const s
   bool found = false;
   // delta-seconds (RFC 9110 10.2.3): digits only. An HTTP-date, a sign or a
   // fraction is not what kube-apiserver writes, and is ignored.
-  if (!retry_after_header.empty() && retry_after_header.size() <= 9 &&
+  if (!retry_after_header.empty() &&
       std::all_of(retry_after_header.begin(), retry_after_header.end(),
                   [](unsigned char c) { return c >= '0' && c <= '9'; })) {
-    seconds = std::stoll(retry_after_header);
+    // Past 9 digits it is past the cap anyway (and past what stoll reads).
+    seconds =
+        retry_after_header.size() <= 9 ? std::stoll(retry_after_header) : kMaxRetryAfter.count();
     found = true;
   }
   if (!found && !body.empty()) {
@@ -225,8 +228,12 @@ class ClientImpl final : public KubeClient {
   // key), when an exec plugin hands out a new one.
   using HttpFactory = std::function<StatusOr<std::unique_ptr<http::HttpClient>>(
       const std::string& cert_pem, const std::string& key_pem)>;
-  ClientImpl(KubeConfig config, std::unique_ptr<http::HttpClient> http, HttpFactory make_http)
-      : config_(std::move(config)),
+  // `requests` and `latency` may be null (nothing counted).
+  ClientImpl(KubeConfig config, std::unique_ptr<http::HttpClient> http, HttpFactory make_http,
+             CounterFamily* requests, HistogramFamily* latency)
+      : requests_(requests),
+        latency_(latency),
+        config_(std::move(config)),
         make_http_(std::move(make_http)),
         bucket_(config_.qps, config_.burst),
         http_(std::move(http)),
@@ -424,10 +431,28 @@ class ClientImpl final : public KubeClient {
       req.headers = AuthHeaders(accept, &generation, &http);
       if (!content_type.empty()) req.headers["Content-Type"] = content_type;
       req.timeout = within.has_value() ? std::min(config_.timeout, *within) : config_.timeout;
+      const auto sent = std::chrono::steady_clock::now();
       auto resp = http->Send(req);
+      Count(method, resp.ok() ? resp->status : 0, std::chrono::steady_clock::now() - sent);
       if (resp.ok() && resp->status == 401 && attempt == 0 && RefreshToken(generation)) continue;
       if (resp.ok()) NoteRetryAfter(resp->status, resp->headers, resp->body);
       return resp;
+    }
+  }
+
+  // Counts one request by its HTTP status (0: no answer, counted as
+  // "error"); `took` is observed unless the request was a watch.
+  void Count(const std::string& verb, int status,
+             std::optional<std::chrono::steady_clock::duration> took) {
+    if (requests_ != nullptr) {
+      requests_
+          ->WithLabels({config_.metrics_client, verb,
+                        status == 0 ? std::string("error") : std::to_string(status)})
+          .Inc();
+    }
+    if (latency_ != nullptr && took.has_value()) {
+      latency_->WithLabels({config_.metrics_client, verb})
+          .Observe(std::chrono::duration<double>(*took).count());
     }
   }
 
@@ -463,6 +488,8 @@ class ClientImpl final : public KubeClient {
     return j;
   }
 
+  CounterFamily* const requests_;
+  HistogramFamily* const latency_;
   const KubeConfig config_;
   const HttpFactory make_http_;
   TokenBucket bucket_;
@@ -618,7 +645,11 @@ Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const Wat
           const int code = o.is_object() && o.contains("code") && o["code"].is_number_integer()
                                ? o["code"].get<int>()
                                : 500;
-          result = StatusFromHttp(code, Dump(o), what);
+          const std::string body = Dump(o);
+          // kube-apiserver's watch cache asks for a wait this way too (a 504
+          // with retryAfterSeconds for a version it has not reached yet).
+          NoteRetryAfter(code, {}, body);
+          result = StatusFromHttp(code, body, what);
           return false;
         } else {
           return true;  // an event type this client does not know: skip it
@@ -628,11 +659,11 @@ Status ClientImpl::WatchOnce(const Resource& r, const std::string& ns, const Wat
         return true;
       },
       stop, Ms(options.server_timeout) + Ms(30000));
+  if (status != 0 || !stop.stop_requested()) Count("WATCH", status, std::nullopt);
+  // Also when the refusal's body was cut short: its header was read.
+  if (status != 0 && status != 200) NoteRetryAfter(status, error_headers, error_body);
   if (!st.ok()) return st.WithPrefix(what);
-  if (status != 200) {
-    NoteRetryAfter(status, error_headers, error_body);
-    return StatusFromHttp(status, error_body, what);
-  }
+  if (status != 200) return StatusFromHttp(status, error_body, what);
   return result;
 }
 
@@ -702,8 +733,25 @@ StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config) {
     renewed.client_key_pem = key_pem;
     return http::NewHttpClient(renewed);
   };
-  return std::unique_ptr<KubeClient>(
-      std::make_unique<ClientImpl>(config, std::move(*http), std::move(make_http)));
+  CounterFamily* requests = nullptr;
+  HistogramFamily* latency = nullptr;
+  if (config.metrics != nullptr) {
+    StatusOr<CounterFamily*> r = config.metrics->AddCounter(
+        "accelpool_kube_requests_total",
+        "Requests to the Kubernetes API by client, verb (the HTTP method; WATCH for watches) and "
+        "HTTP status (error: no answer).",
+        {"client", "verb", "code"});
+    if (!r.ok()) return r.status();
+    StatusOr<HistogramFamily*> l = config.metrics->AddHistogram(
+        "accelpool_kube_request_seconds",
+        "Latency of requests to the Kubernetes API (watches not included), by client and verb.",
+        {"client", "verb"});
+    if (!l.ok()) return l.status();
+    requests = *r;
+    latency = *l;
+  }
+  return std::unique_ptr<KubeClient>(std::make_unique<ClientImpl>(
+      config, std::move(*http), std::move(make_http), requests, latency));
 }
 
 }  // namespace accelpool::kube

@@ -179,12 +179,13 @@ class KubeClient {
   virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name) = 0;
 
   // The time before which the apiserver asked this client not to send again:
-  // the latest end of a wait it gave with a 429 or 503 (its Retry-After
-  // header, or details.retryAfterSeconds in its Status), each capped at
-  // kMaxRetryAfter. The epoch when it never asked. The client itself never
-  // waits (a 429 is the caller's answer at once: docs/kube-layer.md); callers
-  // that retry on their own schedule (informers, the inventory publisher)
-  // wait at least until then.
+  // the latest end of a wait it gave with a 429 or 5xx (its Retry-After
+  // header, or details.retryAfterSeconds in its Status, also in a watch's
+  // ERROR event), each capped at kMaxRetryAfter. The epoch when it never
+  // asked. The client itself never waits (a 429 is the caller's answer at
+  // once: docs/kube-layer.md); callers that retry on their own schedule
+  // (informers, the inventory publisher) wait until then when it moved
+  // during their own failed request.
   virtual std::chrono::steady_clock::time_point RetryNotBefore() const { return {}; }
 };
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/metrics.h"
 #include "http/http.h"
 #include "kube/fake_api_test.h"
 #include "kube/fake_apiserver.h"
@@ -321,7 +322,7 @@ TEST(RetryAfterOfTest, ReadsTheHeaderThenTheStatusAndCapsTheWait) {
   EXPECT_EQ(RetryAfterOf("3", ""), 3s);
   EXPECT_EQ(RetryAfterOf("0", ""), 0s);
   EXPECT_EQ(RetryAfterOf("600", ""), kMaxRetryAfter);
-  EXPECT_EQ(RetryAfterOf("99999999999999999999", ""), 0s);  // too long to be a wait
+  EXPECT_EQ(RetryAfterOf("99999999999999999999", ""), kMaxRetryAfter);
   const std::string status = R"({"kind":"Status","details":{"retryAfterSeconds":7}})";
   EXPECT_EQ(RetryAfterOf("", status), 7s);
   EXPECT_EQ(RetryAfterOf("2", status), 2s);  // the header wins
@@ -362,6 +363,79 @@ TEST_F(KubeClientTest, AThrottledAnswerTellsCallersHowLongToWait) {
   EXPECT_EQ(watched.code(), StatusCode::kUnavailable) << watched.ToString();
   EXPECT_GE(client_->RetryNotBefore(), sent + 45s);
   EXPECT_LE(client_->RetryNotBefore(), steady_clock::now() + 45s);
+}
+
+TEST(KubeClientWatchCacheTest, AWatchErrorEventThatAsksForAWaitIsKept) {
+  FakeApiServer api;
+  ASSERT_TRUE(api.Start().ok());
+  KubeConfig cfg;
+  cfg.server = api.url();
+  cfg.qps = 0;
+  auto c = NewKubeClient(cfg);
+  ASSERT_TRUE(c.ok());
+  api.TooLargeNextWatch(5);
+  const auto sent = std::chrono::steady_clock::now();
+  WatchOptions wo;
+  wo.resource_version = "999999";
+  const auto ignore = [](WatchEvent&) {};
+  const Status st = (*c)->Watch(Pods(), "ml", wo, ignore, std::stop_token());
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("Too large resource version"), std::string::npos) << st.ToString();
+  EXPECT_GE((*c)->RetryNotBefore(), sent + 5s);
+  EXPECT_LE((*c)->RetryNotBefore(), std::chrono::steady_clock::now() + 5s);
+}
+
+TEST_F(KubeClientTest, RequestsAreCountedByClientVerbAndStatus) {
+  MetricsRegistry registry;
+  KubeConfig cfg;
+  cfg.server = api_.url();
+  cfg.qps = 0;
+  cfg.timeout = 5000ms;
+  cfg.metrics = &registry;
+  cfg.metrics_client = "reads";
+  auto c = NewKubeClient(cfg);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  KubeClient& client = **c;
+  ASSERT_TRUE(client.Create(Pods(), "ml", Pod("a")).ok());
+  ASSERT_TRUE(client.Get(Pods(), "ml", "a").ok());
+  EXPECT_EQ(client.Get(Pods(), "ml", "missing").status().code(), StatusCode::kNotFound);
+  api_.FailNext(1, 429, "1");
+  EXPECT_FALSE(client.Get(Pods(), "ml", "a").ok());
+  api_.FailNext(1, 503);
+  const auto ignore = [](WatchEvent&) {};
+  EXPECT_FALSE(client.Watch(Pods(), "ml", WatchOptions{}, ignore, std::stop_token()).ok());
+  // A second client of the process counts into the same families.
+  KubeConfig other = cfg;
+  other.metrics_client = "api";
+  auto c2 = NewKubeClient(other);
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  ASSERT_TRUE((*c2)->Get(Pods(), "ml", "a").ok());
+
+  const std::string page = registry.Serialize();
+  for (const std::string line :
+       {R"(accelpool_kube_requests_total{client="reads",verb="POST",code="201"} 1)",
+        R"(accelpool_kube_requests_total{client="reads",verb="GET",code="200"} 1)",
+        R"(accelpool_kube_requests_total{client="reads",verb="GET",code="404"} 1)",
+        R"(accelpool_kube_requests_total{client="reads",verb="GET",code="429"} 1)",
+        R"(accelpool_kube_requests_total{client="reads",verb="WATCH",code="503"} 1)",
+        R"(accelpool_kube_requests_total{client="api",verb="GET",code="200"} 1)",
+        R"(accelpool_kube_request_seconds_count{client="reads",verb="GET"} 3)"}) {
+    EXPECT_NE(page.find(line + "\n"), std::string::npos) << line << "\n" << page;
+  }
+  EXPECT_EQ(page.find(R"(accelpool_kube_request_seconds_count{client="reads",verb="WATCH"})"),
+            std::string::npos)
+      << "a watch's time is not a request latency";
+
+  // An apiserver that cannot be reached counts as "error".
+  KubeConfig gone = cfg;
+  gone.server = "http://127.0.0.1:1";
+  gone.metrics_client = "gone";
+  auto c3 = NewKubeClient(gone);
+  ASSERT_TRUE(c3.ok());
+  EXPECT_FALSE((*c3)->Get(Pods(), "ml", "a").ok());
+  EXPECT_NE(registry.Serialize().find(
+                R"(accelpool_kube_requests_total{client="gone",verb="GET",code="error"} 1)"),
+            std::string::npos);
 }
 
 TEST_F(KubeClientTest, NamesThatWouldChangeTheRequestsPathAreRefusedUnsent) {

@@ -27,6 +27,10 @@
 #include "common/status.h"
 #include "kube/exec_credential.h"
 
+namespace accelpool {
+class MetricsRegistry;  // common/metrics.h
+}  // namespace accelpool
+
 namespace accelpool::kube {
 
 struct KubeConfig {
@@ -67,6 +71,11 @@ struct KubeConfig {
   // "sockets" (kept-alive connections used on the calling thread) or
   // "cpprestsdk" (cpprestsdk's asynchronous client); see http::ClientOptions.
   std::string transport = "sockets";
+  // Where the client counts its requests (accelpool_kube_requests_total,
+  // accelpool_kube_request_seconds), labelled client=<metrics_client>; the
+  // registry is not owned and outlives the client. Null: nothing counted.
+  MetricsRegistry* metrics = nullptr;
+  std::string metrics_client = "api";
 };
 
 // Reads an environment variable; injectable for tests. nullopt when unset.

@@ -192,6 +192,8 @@ struct FakeApiServer::Impl {
   int64_t unauthorized = 0;                                  // guarded by mu
   bool full_lists_only = false;                              // guarded by mu
   bool expire_every_watch = false;                           // guarded by mu
+  bool too_large_next_watch = false;                         // guarded by mu
+  int too_large_retry_after = 0;                             // guarded by mu
   bool holding = false;                                      // guarded by mu
   int64_t held = 0;                                          // guarded by mu
   std::vector<std::string> requests;                         // guarded by mu
@@ -278,6 +280,24 @@ Response FakeApiServer::Impl::Watch(const Target& t, const Request& req) {
   r.stream = [this, t, req, from_s, bookmarks, timeout_s](const http::ChunkWriter& write) {
     std::unique_lock<std::mutex> lock(mu);
     int64_t from = from_s.empty() || from_s == "0" ? rv : std::stoll(from_s);
+    if (too_large_next_watch) {
+      // What kube-apiserver's watch cache sends for a version it has not
+      // reached within its wait: a 504 inside the stream, with a wait.
+      too_large_next_watch = false;
+      lock.unlock();
+      json s = {{"kind", "Status"},
+                {"apiVersion", "v1"},
+                {"status", "Failure"},
+                {"message", "Too large resource version: " + from_s},
+                {"reason", "Timeout"},
+                {"details",
+                 {{"causes", json::array({{{"reason", "ResourceVersionTooLarge"},
+                                           {"message", "Too large resource version"}}})},
+                  {"retryAfterSeconds", too_large_retry_after}}},
+                {"code", 504}};
+      write(json{{"type", "ERROR"}, {"object", s}}.dump() + "\n");
+      return;
+    }
     if (from < compacted || expire_every_watch) {
       lock.unlock();
       json s = {{"kind", "Status"},    {"apiVersion", "v1"},
@@ -558,6 +578,12 @@ void FakeApiServer::FailNext(int n, int status, const std::string& retry_after) 
   impl_->fail_n = n;
   impl_->fail_status = status;
   impl_->fail_retry_after = retry_after;
+}
+
+void FakeApiServer::TooLargeNextWatch(int retry_after_seconds) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->too_large_next_watch = true;
+  impl_->too_large_retry_after = retry_after_seconds;
 }
 
 void FakeApiServer::ExpireContinueTokens() {

@@ -61,6 +61,10 @@ class FakeApiServer {
   // an apiserver that does not answer; Held() counts those that waited.
   void HoldRequests(bool on);
   int64_t Held() const;
+  // The next watch gets, inside its 200 stream, the ERROR event
+  // kube-apiserver's watch cache sends for a resourceVersion it has not
+  // reached: a 504 Timeout Status with details.retryAfterSeconds.
+  void TooLargeNextWatch(int retry_after_seconds);
   // The next list request that carries a continue token gets 410 Expired,
   // as kube-apiserver answers a token whose version was compacted.
   void ExpireContinueTokens();

@@ -5,8 +5,8 @@
 // re-watching from the last version seen when a watch ends, relisting on
 // 410 Gone (emitting add/update/delete for the difference against the
 // cache), and retrying failures with exponential backoff, waiting at least
-// as long as the apiserver asked with its last Retry-After
-// (KubeClient::RetryNotBefore; up to backoff_max). As client-go's
+// as long as the apiserver asked with a Retry-After while the failed request
+// ran (KubeClient::RetryNotBefore; up to backoff_max). As client-go's
 // reflector, the first list (and its retries) asks for resourceVersion=0,
 // served from the apiserver's watch cache; a relist after 410 Gone asks for
 // none, a consistent read. A watch that ends
@@ -105,8 +105,10 @@ class Informer {
  private:
   void Run(std::stop_token stop);
   // The backoff's next wait, stretched to the wait the apiserver asked for
-  // (KubeClient::RetryNotBefore), up to options_.backoff_max.
-  std::chrono::milliseconds NextWait(Backoff& backoff) const;
+  // (KubeClient::RetryNotBefore, when it moved past `asked`, its value before
+  // the failed request), up to options_.backoff_max.
+  std::chrono::milliseconds NextWait(Backoff& backoff,
+                                     std::chrono::steady_clock::time_point asked) const;
   // Lists from the watch cache (resourceVersion=0), or, when `consistent`,
   // the newest state (no resourceVersion).
   Status ListAndReplace(bool consistent);

@@ -507,6 +507,22 @@ TEST_F(InformerTest, AThrottledListOrWatchWaitsAsLongAsTheApiserverAsked) {
   inf.Stop();
 }
 
+TEST_F(InformerTest, AFailureKeepsItsOwnBackoffWhenAnotherCallWasThrottled) {
+  api_.Put("/api/v1/nodes", Node("n1"));
+  // Another user of the client was told to wait 60 s before the informer
+  // started; the informer's own failure asks for nothing.
+  api_.FailNext(1, 429, "60");
+  EXPECT_FALSE(client_->Get(Nodes(), "", "n1").ok());
+  InformerOptions o = Options();
+  o.backoff_max = 5s;
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  api_.FailNext(1, 500);
+  inf.Start();
+  EXPECT_TRUE(inf.WaitForSync(3s)) << "the list waited for another call's Retry-After";
+  inf.Stop();
+}
+
 TEST_F(InformerTest, TheApiserversRetryAfterWaitsNoLongerThanTheBackoffCeiling) {
   api_.Put("/api/v1/nodes", Node("n1"));
   InformerOptions o = Options();
@@ -514,8 +530,11 @@ TEST_F(InformerTest, TheApiserversRetryAfterWaitsNoLongerThanTheBackoffCeiling) 
   Recorder rec;
   Informer inf(*client_, o, rec.Handlers());
   api_.FailNext(1, 429, "60");
+  const auto began = std::chrono::steady_clock::now();
   inf.Start();
   EXPECT_TRUE(inf.WaitForSync(10s)) << "waited out the whole Retry-After (60 s)";
+  // The ceiling itself was waited (the backoff alone: 10 ms).
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 150ms);
   inf.Stop();
 }
 

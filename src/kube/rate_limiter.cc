@@ -65,13 +65,17 @@ bool TokenBucket::Acquire(std::stop_token stop) {
 std::chrono::milliseconds Backoff::Next() {
   auto out = next_;
   next_ = std::min(max_, next_ * 2);
-  if (jitter_ > 0 && out.count() > 0) {
+  return Stretch(out);
+}
+
+std::chrono::milliseconds Backoff::Stretch(std::chrono::milliseconds d) const {
+  if (jitter_ > 0 && d.count() > 0) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     std::uniform_real_distribution<double> part(0.0, jitter_);
-    out += std::chrono::milliseconds(
-        static_cast<int64_t>(static_cast<double>(out.count()) * part(rng)));
+    d +=
+        std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(d.count()) * part(rng)));
   }
-  return out;
+  return d;
 }
 
 }  // namespace accelpool::kube

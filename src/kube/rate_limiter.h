@@ -47,6 +47,11 @@ class Backoff {
   Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, double jitter = 0.5)
       : initial_(initial), max_(max), next_(initial), jitter_(jitter) {}
   std::chrono::milliseconds Next();
+  // `d` stretched by a random part of up to `jitter` of itself, as Next()
+  // stretches its steps: for a wait that comes from elsewhere (the
+  // apiserver's Retry-After), so that callers told the same wait at once do
+  // not all come back in the same instant.
+  std::chrono::milliseconds Stretch(std::chrono::milliseconds d) const;
   void Reset() { next_ = initial_; }
 
  private:

@@ -104,11 +104,18 @@ void NodePublisher::Retry::Failed(const std::string& what,
                                   std::chrono::steady_clock::time_point now,
                                   std::chrono::steady_clock::duration asked) {
   failed = what;
-  retry_at = now + std::max<std::chrono::steady_clock::duration>(backoff.Next(), asked);
+  const std::chrono::milliseconds step = backoff.Next();
+  const auto asked_ms = std::chrono::ceil<std::chrono::milliseconds>(asked);
+  retry_at = now + (asked_ms > step ? backoff.Stretch(asked_ms) : step);
 }
 
-std::chrono::steady_clock::duration NodePublisher::AskedWait() const {
-  const auto left = client_->RetryNotBefore() - std::chrono::steady_clock::now();
+std::chrono::steady_clock::duration NodePublisher::AskedWait(
+    std::chrono::steady_clock::time_point before) const {
+  const std::chrono::steady_clock::time_point until = client_->RetryNotBefore();
+  if (until <= before) {
+    return std::chrono::seconds(0);  // asked nothing while this write ran
+  }
+  const auto left = until - std::chrono::steady_clock::now();
   return std::max<std::chrono::steady_clock::duration>(left, std::chrono::seconds(0));
 }
 
@@ -176,11 +183,12 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   if (publish_retry_.Waiting(body, now)) {
     return false;
   }
+  const auto asked = client_->RetryNotBefore();
   StatusOr<bool> wrote = PublishLocked(inventories, body, now);
   if (wrote.ok()) {
     publish_retry_.Succeeded();
   } else {
-    publish_retry_.Failed(body, now, AskedWait());
+    publish_retry_.Failed(body, now, AskedWait(asked));
   }
   return wrote;
 }
@@ -305,11 +313,12 @@ StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids)
   if (keys_retry_.Waiting(value, now)) {
     return false;
   }
+  const auto asked = client_->RetryNotBefore();
   StatusOr<bool> wrote = PublishKeyIdsLocked(value, now);
   if (wrote.ok()) {
     keys_retry_.Succeeded();
   } else {
-    keys_retry_.Failed(value, now, AskedWait());
+    keys_retry_.Failed(value, now, AskedWait(asked));
   }
   return wrote;
 }

@@ -22,9 +22,10 @@
 // same ids) within 5 s of a failure, then 10 s, 20 s ... up to 5 minutes
 // (each stretched by up to a fifth, drawn per failure), returns false at
 // once without a request. A success, or another document (other ids) to
-// write, starts over at once. When the apiserver asked for a longer wait (a
-// 429 or 5xx with Retry-After, KubeClient::RetryNotBefore), the failed
-// document waits that long instead.
+// write, starts over at once. When the apiserver asked for a longer wait
+// while the failed call ran (a 429 or 5xx with Retry-After,
+// KubeClient::RetryNotBefore), the failed document waits that long instead,
+// stretched by up to a fifth.
 //
 // A node with accelerators of two vendors runs one plugin per vendor (the
 // chart's per-vendor DaemonSets), each publishing into the same annotation.
@@ -113,8 +114,9 @@ class NodePublisher {
     // True while `what` failed and its backoff has not passed. Another `what`
     // starts over.
     bool Waiting(const std::string& what, std::chrono::steady_clock::time_point now);
-    // Waits the backoff's next step, or `asked` (what the apiserver's last
-    // Retry-After still asks for) when longer.
+    // Waits the backoff's next step, or `asked` (what a Retry-After the
+    // failed call got still asks for), stretched as the backoff's steps are,
+    // when longer.
     void Failed(const std::string& what, std::chrono::steady_clock::time_point now,
                 std::chrono::steady_clock::duration asked);
     void Succeeded();
@@ -126,9 +128,9 @@ class NodePublisher {
   // Reads the Node's current document once (generation, body, labels).
   // REQUIRES: mu_ held.
   Status LoadLocked();
-  // How long the apiserver's last Retry-After still asks the client to wait
-  // (zero when it does not).
-  std::chrono::steady_clock::duration AskedWait() const;
+  // How long a Retry-After the apiserver gave the client since `before`
+  // (its RetryNotBefore() then) still asks it to wait; zero when none.
+  std::chrono::steady_clock::duration AskedWait(std::chrono::steady_clock::time_point before) const;
   bool Owns(core::Vendor v) const { return owned_.empty() || owned_.count(v) > 0; }
   std::vector<core::NodeInventory> OwnedOf(std::vector<core::NodeInventory> invs) const;
   kube::KubeClient* const client_;

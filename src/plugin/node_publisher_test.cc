@@ -420,11 +420,26 @@ TEST_F(NodePublisherTest, AThrottledWriteWaitsAsLongAsTheApiserverAsked) {
   api_.FailNext(1, 429, "40");
   EXPECT_FALSE(pub.Publish(other).ok());
   before = api_.Requests().size();
-  now += std::chrono::seconds(30);
+  now += std::chrono::seconds(39);
   ASSERT_TRUE(pub.Publish(other).ok());
   EXPECT_EQ(api_.Requests().size(), before) << "sent before the apiserver's Retry-After";
-  now += std::chrono::seconds(11);
+  // Up to a fifth more (48 s): callers told the same wait spread out.
+  now += std::chrono::seconds(10);
   EXPECT_TRUE(*pub.Publish(other));
+}
+
+TEST_F(NodePublisherTest, AFailureKeepsItsOwnBackoffWhenAnotherCallWasThrottled) {
+  NodePublisher pub(client_.get(), "node-a", Logger());
+  auto now = std::chrono::steady_clock::now();
+  pub.SetClock([&] { return now; });
+  // Another user of the client was told to wait 60 s before this write.
+  api_.FailNext(1, 429, "60");
+  EXPECT_FALSE(client_->Get(kube::Nodes(), "", "node-a").ok());
+  api_.FailNext(1, 422);
+  const std::vector<core::NodeInventory> invs = {Node("nvidia-hgx-8")};
+  EXPECT_FALSE(pub.Publish(invs).ok());
+  now += kPastFirstBackoff;
+  EXPECT_TRUE(*pub.Publish(invs)) << "the write waited for another call's Retry-After";
 }
 
 }  // namespace

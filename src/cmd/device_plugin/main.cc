@@ -800,6 +800,7 @@ int Run(const Flags& flags) {
     if (!kc.ok()) {
       return Fatal(log, "kubernetes config", kc.status());
     }
+    kc->metrics = &registry;
     StatusOr<std::unique_ptr<kube::KubeClient>> c = kube::NewKubeClient(*kc);
     if (!c.ok()) {
       return Fatal(log, "kubernetes client", c.status());

@@ -467,6 +467,9 @@ int Run(const Flags& flags) {
   kc->burst = flags.kube_api_burst;
   kc->max_connections = static_cast<size_t>(flags.kube_api_connections);
   kc->transport = flags.kube_api_transport;
+  // Declared before the clients that count into it, so it outlives them.
+  MetricsRegistry registry;
+  kc->metrics = &registry;
   StatusOr<std::unique_ptr<kube::KubeClient>> client = kube::NewKubeClient(*kc);
   if (!client.ok()) return fatal("Kubernetes client", client.status());
   // Events get their own client and token bucket: a burst of failures must
@@ -474,6 +477,7 @@ int Run(const Flags& flags) {
   kube::KubeConfig event_kc = *kc;
   event_kc.qps = flags.event_qps;
   event_kc.burst = 2 * flags.event_qps;
+  event_kc.metrics_client = "events";
   StatusOr<std::unique_ptr<kube::KubeClient>> event_client = kube::NewKubeClient(event_kc);
   if (!event_client.ok()) return fatal("Kubernetes client for events", event_client.status());
   // A filter's reads (a node with cordoned devices, the pods of a busy node)
@@ -484,11 +488,11 @@ int Run(const Flags& flags) {
   read_kc.burst = 10;
   read_kc.timeout = ExtenderOptions{}.read_budget;
   read_kc.max_connections = 4;
+  read_kc.metrics_client = "reads";
   StatusOr<std::unique_ptr<kube::KubeClient>> read_client = kube::NewKubeClient(read_kc);
   if (!read_client.ok()) return fatal("Kubernetes client for filter reads", read_client.status());
 
   Cache cache;
-  MetricsRegistry registry;
   StatusOr<ExtenderMetrics> metrics = ExtenderMetrics::Register(registry);
   if (!metrics.ok()) return fatal("metrics", metrics.status());
   std::unique_ptr<api::AssignmentKeyRing> keys;
