@@ -247,6 +247,7 @@ class ClientImpl final : public KubeClient {
     return std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(retry_not_before_.load(std::memory_order_relaxed)));
   }
+  uint64_t RetryAsks() const override { return retry_asks_.load(std::memory_order_relaxed); }
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                const std::function<void(WatchEvent&)>& on_event,
                std::stop_token stop) override;
@@ -463,6 +464,7 @@ class ClientImpl final : public KubeClient {
     const std::chrono::seconds wait =
         RetryAfterOf(h == headers.end() ? std::string() : h->second, body);
     if (wait.count() <= 0) return;
+    retry_asks_.fetch_add(1, std::memory_order_relaxed);
     const int64_t until = (std::chrono::steady_clock::now() + wait).time_since_epoch().count();
     int64_t seen = retry_not_before_.load(std::memory_order_relaxed);
     while (seen < until &&
@@ -510,6 +512,7 @@ class ClientImpl final : public KubeClient {
   uint64_t token_generation_ = 0;  // counts token (and client cert) changes
   // RetryNotBefore(), as steady_clock ticks since its epoch.
   std::atomic<int64_t> retry_not_before_{0};
+  std::atomic<uint64_t> retry_asks_{0};  // RetryAsks()
   uint64_t exec_runs_ = 0;         // exec plugin runs finished
   std::optional<std::chrono::system_clock::time_point> exec_expiry_;
   std::chrono::system_clock::time_point exec_retry_{};
@@ -742,10 +745,13 @@ StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config) {
         "HTTP status (error: no answer).",
         {"client", "verb", "code"});
     if (!r.ok()) return r.status();
+    // Up to 60 s: the request timeout is 30 s by default, and a slow list
+    // or a timeout would otherwise sit above the last bucket.
     StatusOr<HistogramFamily*> l = config.metrics->AddHistogram(
         "accelpool_kube_request_seconds",
-        "Latency of requests to the Kubernetes API (watches not included), by client and verb.",
-        {"client", "verb"});
+        "Latency of requests to the Kubernetes API from send to answer (not the wait for the "
+        "client's own rate limit; watches not included), by client and verb.",
+        {"client", "verb"}, {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
     if (!l.ok()) return l.status();
     requests = *r;
     latency = *l;

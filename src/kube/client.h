@@ -184,9 +184,14 @@ class KubeClient {
   // ERROR event), each capped at kMaxRetryAfter. The epoch when it never
   // asked. The client itself never waits (a 429 is the caller's answer at
   // once: docs/kube-layer.md); callers that retry on their own schedule
-  // (informers, the inventory publisher) wait until then when it moved
-  // during their own failed request.
+  // (informers, the inventory publisher) wait until then when their own
+  // failed request was asked to wait (RetryAsks moved).
   virtual std::chrono::steady_clock::time_point RetryNotBefore() const { return {}; }
+  // How many answers have asked for a wait so far (each counted, also one
+  // that asks for less than RetryNotBefore() already holds): a caller
+  // compares it before and after its own request to tell whether that
+  // request was asked to wait.
+  virtual uint64_t RetryAsks() const { return 0; }
 };
 
 // The longest wait RetryNotBefore() takes from one answer: a larger or

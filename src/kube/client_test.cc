@@ -350,10 +350,16 @@ TEST_F(KubeClientTest, AThrottledAnswerTellsCallersHowLongToWait) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << "the client answers at once, no wait";
   EXPECT_GE(client_->RetryNotBefore(), sent + 20s);
   EXPECT_LE(client_->RetryNotBefore(), steady_clock::now() + 20s);
-  // A shorter wait asked later does not shorten it.
+  // A shorter wait asked later does not shorten it, but is counted as asked.
+  const uint64_t asks = client_->RetryAsks();
+  EXPECT_EQ(asks, 1u);
   api_.FailNext(1, 503, "1");
   EXPECT_FALSE(client_->Get(Pods(), "ml", "x").ok());
   EXPECT_GE(client_->RetryNotBefore(), sent + 20s);
+  EXPECT_EQ(client_->RetryAsks(), asks + 1);
+  api_.FailNext(1, 503);  // no wait asked
+  EXPECT_FALSE(client_->Get(Pods(), "ml", "x").ok());
+  EXPECT_EQ(client_->RetryAsks(), asks + 1);
   // A refused watch asks too.
   sent = steady_clock::now();
   api_.FailNext(1, 429, "45");

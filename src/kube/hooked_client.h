@@ -61,6 +61,7 @@ class HookedClient final : public KubeClient {
   std::chrono::steady_clock::time_point RetryNotBefore() const override {
     return inner_.RetryNotBefore();
   }
+  uint64_t RetryAsks() const override { return inner_.RetryAsks(); }
 
  private:
   KubeClient& inner_;

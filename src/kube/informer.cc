@@ -236,20 +236,20 @@ void Informer::Apply(WatchEvent& ev) {
           });
 }
 
-std::chrono::milliseconds Informer::NextWait(Backoff& backoff,
-                                             std::chrono::steady_clock::time_point asked) const {
-  std::chrono::milliseconds wait = backoff.Next();
-  const std::chrono::steady_clock::time_point until = client_.RetryNotBefore();
-  if (until <= asked) {
+std::chrono::milliseconds Informer::NextWait(Backoff& backoff, uint64_t asks) const {
+  const std::chrono::milliseconds wait = backoff.Next();
+  if (client_.RetryAsks() == asks) {
     return wait;  // the apiserver asked nothing while this informer's request ran
   }
   // It asked this client to wait (Retry-After on a 429 or 5xx): no sooner
-  // than that (stretched as the backoff is), no longer than the backoff's
-  // ceiling.
-  const auto left =
-      std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-  if (left > wait) wait = std::min(backoff.Stretch(left), std::max(wait, options_.backoff_max));
-  return wait;
+  // than that, up to the backoff's ceiling, stretched as the backoff's steps
+  // are (so the informers of many nodes told the same wait spread out).
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(client_.RetryNotBefore() -
+                                                                 std::chrono::steady_clock::now());
+  if (left <= wait) {
+    return wait;
+  }
+  return std::max(wait, backoff.Stretch(std::min(left, options_.backoff_max)));
 }
 
 void Informer::Run(std::stop_token stop) {
@@ -273,10 +273,10 @@ void Informer::Run(std::stop_token stop) {
   bool from_list = false;
   while (!stop.stop_requested()) {
     if (need_list) {
-      const auto asked = client_.RetryNotBefore();
+      const uint64_t asks = client_.RetryAsks();
       Status st = ListAndReplace(consistent_list);
       if (!st.ok()) {
-        const auto wait = NextWait(backoff, asked);
+        const auto wait = NextWait(backoff, asks);
         log_.Warn("list failed; retrying", {{"resource", options_.resource.plural},
                                             {"error", st.ToString()},
                                             {"retry_ms", static_cast<int64_t>(wait.count())}});
@@ -304,7 +304,7 @@ void Informer::Run(std::stop_token stop) {
     ++watches_;
     int64_t events = 0;
     const auto began = std::chrono::steady_clock::now();
-    const auto asked = client_.RetryNotBefore();
+    const uint64_t asks = client_.RetryAsks();
     Status st = client_.Watch(
         options_.resource, options_.ns, wo,
         [&](WatchEvent& ev) {
@@ -333,7 +333,7 @@ void Informer::Run(std::stop_token stop) {
         log_.Info("watch expired; relisting", {{"resource", options_.resource.plural}});
         continue;
       }
-      const auto wait = NextWait(backoff, asked);
+      const auto wait = NextWait(backoff, asks);
       log_.Warn("watch expired at once from the version just listed; relisting after a pause",
                 {{"resource", options_.resource.plural},
                  {"retry_ms", static_cast<int64_t>(wait.count())}});
@@ -342,7 +342,7 @@ void Informer::Run(std::stop_token stop) {
     }
     expired_at_once = false;
     if (events > 0) backoff.Reset();
-    const auto wait = NextWait(backoff, asked);
+    const auto wait = NextWait(backoff, asks);
     log_.Warn("watch failed; reconnecting", {{"resource", options_.resource.plural},
                                              {"error", st.ToString()},
                                              {"retry_ms", static_cast<int64_t>(wait.count())}});

@@ -105,10 +105,10 @@ class Informer {
  private:
   void Run(std::stop_token stop);
   // The backoff's next wait, stretched to the wait the apiserver asked for
-  // (KubeClient::RetryNotBefore, when it moved past `asked`, its value before
-  // the failed request), up to options_.backoff_max.
-  std::chrono::milliseconds NextWait(Backoff& backoff,
-                                     std::chrono::steady_clock::time_point asked) const;
+  // (KubeClient::RetryNotBefore, when KubeClient::RetryAsks moved past
+  // `asks`, its value before the failed request), up to
+  // options_.backoff_max plus the backoff's random part.
+  std::chrono::milliseconds NextWait(Backoff& backoff, uint64_t asks) const;
   // Lists from the watch cache (resourceVersion=0), or, when `consistent`,
   // the newest state (no resourceVersion).
   Status ListAndReplace(bool consistent);

@@ -523,6 +523,24 @@ TEST_F(InformerTest, AFailureKeepsItsOwnBackoffWhenAnotherCallWasThrottled) {
   inf.Stop();
 }
 
+TEST_F(InformerTest, ItsOwnRetryAfterCountsAfterALongerOneGivenToAnotherCall) {
+  api_.Put("/api/v1/nodes", Node("n1"));
+  // Another user of the client was told to wait 2 s; then the informer's own
+  // list is told 1 s, which does not move the client's wait.
+  api_.FailNext(1, 429, "2");
+  EXPECT_FALSE(client_->Get(Nodes(), "", "n1").ok());
+  InformerOptions o = Options();
+  o.backoff_max = 5s;
+  Recorder rec;
+  Informer inf(*client_, o, rec.Handlers());
+  api_.FailNext(1, 429, "1");
+  const auto began = std::chrono::steady_clock::now();
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 900ms);
+  inf.Stop();
+}
+
 TEST_F(InformerTest, TheApiserversRetryAfterWaitsNoLongerThanTheBackoffCeiling) {
   api_.Put("/api/v1/nodes", Node("n1"));
   InformerOptions o = Options();

@@ -109,13 +109,11 @@ void NodePublisher::Retry::Failed(const std::string& what,
   retry_at = now + (asked_ms > step ? backoff.Stretch(asked_ms) : step);
 }
 
-std::chrono::steady_clock::duration NodePublisher::AskedWait(
-    std::chrono::steady_clock::time_point before) const {
-  const std::chrono::steady_clock::time_point until = client_->RetryNotBefore();
-  if (until <= before) {
+std::chrono::steady_clock::duration NodePublisher::AskedWait(uint64_t asks) const {
+  if (client_->RetryAsks() == asks) {
     return std::chrono::seconds(0);  // asked nothing while this write ran
   }
-  const auto left = until - std::chrono::steady_clock::now();
+  const auto left = client_->RetryNotBefore() - std::chrono::steady_clock::now();
   return std::max<std::chrono::steady_clock::duration>(left, std::chrono::seconds(0));
 }
 
@@ -183,12 +181,12 @@ StatusOr<bool> NodePublisher::Publish(const std::vector<core::NodeInventory>& in
   if (publish_retry_.Waiting(body, now)) {
     return false;
   }
-  const auto asked = client_->RetryNotBefore();
+  const uint64_t asks = client_->RetryAsks();
   StatusOr<bool> wrote = PublishLocked(inventories, body, now);
   if (wrote.ok()) {
     publish_retry_.Succeeded();
   } else {
-    publish_retry_.Failed(body, now, AskedWait(asked));
+    publish_retry_.Failed(body, now, AskedWait(asks));
   }
   return wrote;
 }
@@ -313,12 +311,12 @@ StatusOr<bool> NodePublisher::PublishKeyIds(const std::vector<std::string>& ids)
   if (keys_retry_.Waiting(value, now)) {
     return false;
   }
-  const auto asked = client_->RetryNotBefore();
+  const uint64_t asks = client_->RetryAsks();
   StatusOr<bool> wrote = PublishKeyIdsLocked(value, now);
   if (wrote.ok()) {
     keys_retry_.Succeeded();
   } else {
-    keys_retry_.Failed(value, now, AskedWait(asked));
+    keys_retry_.Failed(value, now, AskedWait(asks));
   }
   return wrote;
 }

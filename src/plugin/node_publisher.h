@@ -128,9 +128,10 @@ class NodePublisher {
   // Reads the Node's current document once (generation, body, labels).
   // REQUIRES: mu_ held.
   Status LoadLocked();
-  // How long a Retry-After the apiserver gave the client since `before`
-  // (its RetryNotBefore() then) still asks it to wait; zero when none.
-  std::chrono::steady_clock::duration AskedWait(std::chrono::steady_clock::time_point before) const;
+  // How long the client is still asked to wait (RetryNotBefore) when an
+  // answer asked for a wait since `asks` (its RetryAsks() then); zero when
+  // none did.
+  std::chrono::steady_clock::duration AskedWait(uint64_t asks) const;
   bool Owns(core::Vendor v) const { return owned_.empty() || owned_.count(v) > 0; }
   std::vector<core::NodeInventory> OwnedOf(std::vector<core::NodeInventory> invs) const;
   kube::KubeClient* const client_;
